@@ -1,0 +1,67 @@
+# Finds every dependency; a missing one stops configuration with the Debian
+# package that provides it (scripts/install-deps.sh installs them all).
+
+macro(trainctl_require found what package)
+  if(NOT ${found})
+    message(FATAL_ERROR "trainctl: ${what} not found. Install the Debian package "
+      "'${package}' (or run scripts/install-deps.sh).")
+  endif()
+endmacro()
+
+find_package(Threads REQUIRED)
+
+find_package(Protobuf QUIET)
+trainctl_require(Protobuf_FOUND "protobuf" "libprotobuf-dev protobuf-compiler")
+find_program(TRAINCTL_PROTOC protoc)
+trainctl_require(TRAINCTL_PROTOC "protoc" "protobuf-compiler")
+
+find_package(gRPC CONFIG QUIET)
+trainctl_require(gRPC_FOUND "gRPC C++" "libgrpc++-dev")
+find_program(TRAINCTL_GRPC_CPP_PLUGIN grpc_cpp_plugin)
+trainctl_require(TRAINCTL_GRPC_CPP_PLUGIN "grpc_cpp_plugin" "protobuf-compiler-grpc")
+
+find_package(absl CONFIG QUIET)
+trainctl_require(absl_FOUND "abseil" "libabsl-dev")
+
+find_package(yaml-cpp CONFIG QUIET)
+trainctl_require(yaml-cpp_FOUND "yaml-cpp" "libyaml-cpp-dev")
+
+find_package(SQLite3 QUIET)
+trainctl_require(SQLite3_FOUND "SQLite" "libsqlite3-dev")
+
+find_package(GTest QUIET)
+trainctl_require(GTest_FOUND "GoogleTest" "libgtest-dev libgmock-dev")
+
+if(TRAINCTL_SANITIZE)
+  set(TRAINCTL_WITH_TORCH OFF CACHE BOOL "" FORCE)
+  add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)
+  add_link_options(-fsanitize=address,undefined)
+endif()
+
+if(TRAINCTL_WITH_TORCH)
+  find_package(Torch QUIET)
+  trainctl_require(Torch_FOUND "LibTorch" "libtorch-dev")
+  # Gloo is optional at build time: pip LibTorch on GPU machines may lack its headers.
+  find_path(TRAINCTL_GLOO_INCLUDE gloo/allreduce.h)
+  find_library(TRAINCTL_GLOO_LIB gloo)
+  if(TRAINCTL_GLOO_INCLUDE AND TRAINCTL_GLOO_LIB)
+    set(TRAINCTL_HAVE_GLOO ON)
+  else()
+    set(TRAINCTL_HAVE_GLOO OFF)
+    message(WARNING "trainctl: Gloo not found (Debian package 'libgloo-dev'); the CPU collective engine is disabled")
+  endif()
+endif()
+
+# CUDA toolkit + NCCL: compiled when found (AUTO) or demanded (ON).
+set(TRAINCTL_HAVE_CUDA OFF)
+if(NOT TRAINCTL_WITH_CUDA STREQUAL "OFF")
+  find_package(CUDAToolkit QUIET)
+  find_path(TRAINCTL_NCCL_INCLUDE nccl.h HINTS ${CUDAToolkit_INCLUDE_DIRS} /usr/local/cuda/include)
+  find_library(TRAINCTL_NCCL_LIB nccl HINTS ${CUDAToolkit_LIBRARY_DIR} /usr/local/cuda/lib64)
+  if(CUDAToolkit_FOUND AND TRAINCTL_NCCL_INCLUDE AND TRAINCTL_NCCL_LIB)
+    set(TRAINCTL_HAVE_CUDA ON)
+  elseif(TRAINCTL_WITH_CUDA STREQUAL "ON")
+    message(FATAL_ERROR "trainctl: TRAINCTL_WITH_CUDA=ON but the CUDA toolkit or NCCL was not found")
+  endif()
+endif()
+message(STATUS "trainctl: LibTorch engine=${TRAINCTL_WITH_TORCH} gloo=${TRAINCTL_HAVE_GLOO} cuda/nccl=${TRAINCTL_HAVE_CUDA} sanitize=${TRAINCTL_SANITIZE}")
