@@ -8,6 +8,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "worker/engine/file_bytes.h"
 
@@ -52,19 +53,20 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path, int expected_dims,
     return absl::InvalidArgumentError(
         absl::StrCat(what, " '", path, "' is truncated inside its header"));
   }
-  uint64_t elements = 1;
+  // Up to three 32-bit dimensions: the product fits in 128 bits.
+  unsigned __int128 elements = 1;
   for (int d = 0; d < expected_dims; ++d) {
     const unsigned char* p = b + 4 + 4 * d;
     const uint32_t v = (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) |
                        uint32_t{p[3]};
     a.dims.push_back(static_cast<int64_t>(v));
-    elements *= v;  // each dim < 2^32 and the file must hold them all: checked below
-    if (elements > a.bytes.size()) break;
+    elements *= v;
   }
-  if (a.bytes.size() - a.data_offset < elements) {
+  const size_t available = a.bytes.size() - a.data_offset;
+  if (elements > available) {
     return absl::InvalidArgumentError(absl::StrCat(
-        what, " '", path, "' is truncated: header promises ", elements, " bytes of data, file has ",
-        a.bytes.size() - a.data_offset));
+        what, " '", path, "' is truncated: its header promises more data (",
+        absl::StrJoin(a.dims, "x"), " bytes) than the file holds (", available, " bytes)"));
   }
   return a;
 }

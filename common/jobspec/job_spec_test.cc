@@ -1,0 +1,406 @@
+#include "common/jobspec/job_spec.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <random>
+
+#include "google/protobuf/util/message_differencer.h"
+
+namespace trainctl {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+// A valid minimal job; cases append to it (its lines are 1-4).
+constexpr char kBase[] =
+    "name: j\n"
+    "model: {name: mlp, input_dim: 5, classes: 2}\n"
+    "data:\n"
+    "  train: {format: synthetic, length: 100, size: 5, classes: 2}\n";
+
+std::vector<std::string> Errors(const std::string& yaml,
+                                const std::vector<std::string>& overrides = {}) {
+  std::vector<std::string> out;
+  for (const SpecError& e : ParseJobSpecYaml(yaml, "job.yaml", overrides).errors) {
+    out.push_back(e.ToString());
+  }
+  return out;
+}
+
+std::string Source(const std::string& rel) {
+  const char* dir = std::getenv("TRAINCTL_SOURCE_DIR");
+  return std::string(dir ? dir : ".") + "/" + rel;
+}
+
+TEST(JobSpecTest, MinimalSpecGetsEveryDefault) {
+  ParsedJobSpec r = ParseJobSpecYaml(kBase, "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.errors[0].ToString();
+  const v1::JobSpec& s = r.spec;
+  EXPECT_EQ(s.name(), "j");
+  EXPECT_EQ(s.world_size(), 1);
+  EXPECT_EQ(s.device(), v1::DEVICE_AUTO);
+  EXPECT_EQ(s.backend(), v1::BACKEND_AUTO);
+  EXPECT_EQ(s.data().batch_size(), 32);
+  EXPECT_TRUE(s.data().shuffle());
+  EXPECT_EQ(s.data().num_workers(), 0);
+  EXPECT_TRUE(s.data().pin_memory());
+  EXPECT_FALSE(s.data().drop_last());
+  EXPECT_FALSE(s.data().has_eval());
+  EXPECT_EQ(s.training().epochs(), 1);
+  EXPECT_EQ(s.training().loss(), v1::LOSS_CROSS_ENTROPY);
+  EXPECT_EQ(s.training().optimizer().name(), v1::OPTIMIZER_ADAM);
+  EXPECT_DOUBLE_EQ(s.training().optimizer().lr(), 0.001);
+  EXPECT_DOUBLE_EQ(s.training().optimizer().beta1(), 0.9);
+  EXPECT_DOUBLE_EQ(s.training().optimizer().beta2(), 0.999);
+  EXPECT_DOUBLE_EQ(s.training().optimizer().eps(), 1e-8);
+  EXPECT_EQ(s.training().lr_schedule().name(), v1::LR_SCHEDULE_CONSTANT);
+  EXPECT_EQ(s.training().grad_accumulation(), 1);
+  EXPECT_FALSE(s.training().amp().enabled());
+  EXPECT_EQ(s.training().amp().dtype(), v1::AMP_DTYPE_BF16);
+  EXPECT_DOUBLE_EQ(s.ddp().bucket_cap_mb(), 25);
+  EXPECT_TRUE(s.ddp().broadcast_buffers());
+  EXPECT_FALSE(s.ddp().find_unused_parameters());
+  EXPECT_EQ(s.checkpoint().every_epochs(), 1);
+  EXPECT_EQ(s.checkpoint().keep(), 2);
+  EXPECT_EQ(s.restart().max_restarts(), 3);
+  EXPECT_EQ(s.metrics().every_steps(), 20);
+}
+
+TEST(JobSpecTest, EveryFieldIsRead) {
+  const std::string yaml = R"(
+name: full-job-1
+world_size: 8
+device: cuda
+backend: nccl
+priority: 5
+model: {name: cnn, classes: 10, batch_norm: true, conv1_channels: 16, conv2_channels: 24, hidden: 64, image_size: 32}
+data:
+  train: {format: idx, images: /d/train-images.gz, labels: /d/train-labels.gz}
+  eval: {format: csv, path: /d/eval.csv, label_column: y, header: false}
+  batch_size: 128
+  shuffle: false
+  seed: 42
+  drop_last: true
+  num_workers: 3
+  pin_memory: false
+training:
+  epochs: 7
+  loss: cross_entropy
+  optimizer: {name: sgd, lr: 0.5, weight_decay: 0.0001, momentum: 0.9, beta1: 0.8, beta2: 0.99, eps: 1.0e-6}
+  lr_schedule: {name: step, warmup_steps: 10, step_size: 100, gamma: 0.5, min_lr: 0.01}
+  grad_accumulation: 4
+  max_grad_norm: 1.5
+  amp: {enabled: true, dtype: fp16}
+ddp: {bucket_cap_mb: 5.5, broadcast_buffers: false, find_unused_parameters: true}
+checkpoint: {dir: /ckpt, every_epochs: 2, keep: 5}
+restart: {max_restarts: 0, progress_timeout_s: 120}
+metrics: {every_steps: 7}
+)";
+  ParsedJobSpec r = ParseJobSpecYaml(yaml, "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.errors[0].ToString();
+  const v1::JobSpec& s = r.spec;
+  EXPECT_EQ(s.name(), "full-job-1");
+  EXPECT_EQ(s.world_size(), 8);
+  EXPECT_EQ(s.device(), v1::DEVICE_CUDA);
+  EXPECT_EQ(s.backend(), v1::BACKEND_NCCL);
+  EXPECT_EQ(s.priority(), 5);
+  ASSERT_TRUE(s.model().has_cnn());
+  EXPECT_EQ(s.model().cnn().classes(), 10);
+  EXPECT_TRUE(s.model().cnn().batch_norm());
+  EXPECT_EQ(s.model().cnn().conv1_channels(), 16);
+  EXPECT_EQ(s.model().cnn().conv2_channels(), 24);
+  EXPECT_EQ(s.model().cnn().hidden(), 64);
+  EXPECT_EQ(s.model().cnn().image_size(), 32);
+  ASSERT_TRUE(s.data().train().has_idx());
+  EXPECT_EQ(s.data().train().idx().images(), "/d/train-images.gz");
+  EXPECT_EQ(s.data().train().idx().labels(), "/d/train-labels.gz");
+  ASSERT_TRUE(s.data().eval().has_csv());
+  EXPECT_EQ(s.data().eval().csv().path(), "/d/eval.csv");
+  EXPECT_EQ(s.data().eval().csv().label_column(), "y");
+  EXPECT_FALSE(s.data().eval().csv().header());
+  EXPECT_EQ(s.data().batch_size(), 128);
+  EXPECT_FALSE(s.data().shuffle());
+  EXPECT_EQ(s.data().seed(), 42u);
+  EXPECT_TRUE(s.data().drop_last());
+  EXPECT_EQ(s.data().num_workers(), 3);
+  EXPECT_FALSE(s.data().pin_memory());
+  EXPECT_EQ(s.training().epochs(), 7);
+  EXPECT_EQ(s.training().optimizer().name(), v1::OPTIMIZER_SGD);
+  EXPECT_DOUBLE_EQ(s.training().optimizer().lr(), 0.5);
+  EXPECT_DOUBLE_EQ(s.training().optimizer().weight_decay(), 0.0001);
+  EXPECT_DOUBLE_EQ(s.training().optimizer().momentum(), 0.9);
+  EXPECT_DOUBLE_EQ(s.training().optimizer().beta1(), 0.8);
+  EXPECT_DOUBLE_EQ(s.training().optimizer().beta2(), 0.99);
+  EXPECT_DOUBLE_EQ(s.training().optimizer().eps(), 1e-6);
+  EXPECT_EQ(s.training().lr_schedule().name(), v1::LR_SCHEDULE_STEP);
+  EXPECT_EQ(s.training().lr_schedule().warmup_steps(), 10);
+  EXPECT_EQ(s.training().lr_schedule().step_size(), 100);
+  EXPECT_DOUBLE_EQ(s.training().lr_schedule().gamma(), 0.5);
+  EXPECT_DOUBLE_EQ(s.training().lr_schedule().min_lr(), 0.01);
+  EXPECT_EQ(s.training().grad_accumulation(), 4);
+  EXPECT_DOUBLE_EQ(s.training().max_grad_norm(), 1.5);
+  EXPECT_TRUE(s.training().amp().enabled());
+  EXPECT_EQ(s.training().amp().dtype(), v1::AMP_DTYPE_FP16);
+  EXPECT_DOUBLE_EQ(s.ddp().bucket_cap_mb(), 5.5);
+  EXPECT_FALSE(s.ddp().broadcast_buffers());
+  EXPECT_TRUE(s.ddp().find_unused_parameters());
+  EXPECT_EQ(s.checkpoint().dir(), "/ckpt");
+  EXPECT_EQ(s.checkpoint().every_epochs(), 2);
+  EXPECT_EQ(s.checkpoint().keep(), 5);
+  EXPECT_EQ(s.restart().max_restarts(), 0);
+  EXPECT_EQ(s.restart().progress_timeout_s(), 120);
+  EXPECT_EQ(s.metrics().every_steps(), 7);
+}
+
+TEST(JobSpecTest, OtherModelsAndDatasets) {
+  ParsedJobSpec r = ParseJobSpecYaml(R"(
+name: ts
+model: {name: torchscript, path: /m/model.pt}
+data:
+  train: {format: tensors, path: /d/train.pt}
+  eval: {format: synthetic, length: 10, size: 3, classes: 0, target_dim: 2, seed: 9}
+training: {loss: mse, optimizer: {name: adamw}, lr_schedule: {name: cosine, warmup_steps: 5}}
+)",
+                                     "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.errors[0].ToString();
+  EXPECT_EQ(r.spec.model().torchscript().path(), "/m/model.pt");
+  EXPECT_EQ(r.spec.data().train().tensors().path(), "/d/train.pt");
+  EXPECT_EQ(r.spec.data().train().tensors().inputs_key(), "inputs");
+  EXPECT_EQ(r.spec.data().train().tensors().targets_key(), "targets");
+  const v1::SyntheticData& e = r.spec.data().eval().synthetic();
+  EXPECT_EQ(e.length(), 10);
+  EXPECT_EQ(e.size(), 3);
+  EXPECT_EQ(e.target_dim(), 2);
+  EXPECT_EQ(e.seed(), 9u);
+  EXPECT_EQ(r.spec.training().loss(), v1::LOSS_MSE);
+  EXPECT_EQ(r.spec.training().optimizer().name(), v1::OPTIMIZER_ADAMW);
+  EXPECT_EQ(r.spec.training().lr_schedule().name(), v1::LR_SCHEDULE_COSINE);
+
+  ParsedJobSpec mlp = ParseJobSpecYaml(
+      "name: m\nmodel: {name: mlp, input_dim: 256, hidden: [1024, 1024], classes: 10}\n"
+      "data: {train: {format: synthetic, length: 64, size: 256, classes: 10}}\n",
+      "job.yaml");
+  ASSERT_TRUE(mlp.ok()) << mlp.errors[0].ToString();
+  EXPECT_THAT(mlp.spec.model().mlp().hidden(), ElementsAre(1024, 1024));
+}
+
+TEST(JobSpecTest, ExamplesValidate) {
+  for (const char* f : {"examples/mlp-synthetic.yaml", "examples/fashion-mnist-cnn.yaml",
+                        "examples/fashion-mnist-bf16.yaml"}) {
+    ParsedJobSpec r = ParseJobSpecFile(Source(f));
+    EXPECT_TRUE(r.ok()) << f << ": " << (r.errors.empty() ? "" : r.errors[0].ToString());
+  }
+}
+
+TEST(JobSpecTest, YamlRoundTripIsExact) {
+  for (const char* f : {"examples/mlp-synthetic.yaml", "examples/fashion-mnist-cnn.yaml",
+                        "examples/fashion-mnist-bf16.yaml"}) {
+    ParsedJobSpec r = ParseJobSpecFile(Source(f));
+    ASSERT_TRUE(r.ok()) << f;
+    std::string yaml = JobSpecToYaml(r.spec);
+    ParsedJobSpec again = ParseJobSpecYaml(yaml, "round-trip.yaml");
+    ASSERT_TRUE(again.ok()) << again.errors[0].ToString() << "\n" << yaml;
+    EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(r.spec, again.spec)) << yaml;
+  }
+}
+
+struct BadCase {
+  const char* what;
+  std::string yaml;
+  std::vector<std::string> errors;
+};
+
+TEST(JobSpecTest, BadInputsGetExactMessages) {
+  const std::string b = kBase;
+  const std::vector<BadCase> cases = {
+      {"empty file", "", {"job.yaml:1:1: the file is empty; a job needs at least name, model and data.train"}},
+      {"only a comment", "# nothing\n", {"job.yaml:1:1: the file is empty; a job needs at least name, model and data.train"}},
+      {"not yaml", "name: [unclosed\n", {"job.yaml:2:1: not valid YAML: end of sequence flow not found"}},
+      {"a list at top", "- a\n- b\n", {"job.yaml:1:1: must be a mapping of job fields, got a list"}},
+      {"a scalar at top", "hello\n", {"job.yaml:1:1: must be a mapping of job fields, got a scalar"}},
+      {"two documents", b + "---\nname: k\n", {"job.yaml:1:1: holds several YAML documents; a job.yaml holds one"}},
+      {"negative world size", b + "world_size: -2\n", {"job.yaml:5:13: world_size: must be > 0, got -2"}},
+      {"zero world size", b + "world_size: 0\n", {"job.yaml:5:13: world_size: must be > 0, got 0"}},
+      {"huge number", b + "world_size: 99999999999999999999\n",
+       {"job.yaml:5:13: world_size: must be an integer, got '99999999999999999999' (out of range)"}},
+      {"int32 overflow", b + "world_size: 4294967296\n",
+       {"job.yaml:5:13: world_size: must be an integer, got '4294967296' (out of range)"}},
+      {"word for a number", b + "world_size: two\n", {"job.yaml:5:13: world_size: must be an integer, got 'two'"}},
+      {"quoted number", b + "world_size: \"2\"\n", {"job.yaml:5:13: world_size: must be an integer, got the string '2'"}},
+      {"fraction for an integer", b + "world_size: 1.5\n", {"job.yaml:5:13: world_size: must be an integer, got '1.5'"}},
+      {"duplicate key", b + "world_size: 1\nworld_size: 2\n", {"job.yaml:6:1: world_size: duplicate key (first at line 5)"}},
+      {"unknown top-level key", b + "wrold_size: 2\n", {"job.yaml:5:1: wrold_size: unknown key; did you mean 'world_size'?"}},
+      {"unknown key, no suggestion", b + "zzz: 1\n", {"job.yaml:5:1: zzz: unknown key"}},
+      {"bad enum", b + "device: gpu\n", {"job.yaml:5:9: device: must be one of auto, cuda, cpu, got 'gpu'; did you mean 'cpu'?"}},
+      {"unspecified is not a value", b + "device: unspecified\n", {"job.yaml:5:9: device: must be one of auto, cuda, cpu, got 'unspecified'"}},
+      {"negative lr", b + "training:\n  optimizer: {name: adam, lr: -1}\n", {"job.yaml:6:31: training.optimizer.lr: must be > 0, got -1"}},
+      {"zero lr written", b + "training:\n  optimizer: {lr: 0}\n", {"job.yaml:6:19: training.optimizer.lr: must be > 0, got 0"}},
+      {"misspelt section", b + "training:\n  optimzer: {name: adam}\n",
+       {"job.yaml:6:3: training.optimzer: unknown key in training; did you mean 'optimizer'?"}},
+      {"key one level too high", b + "training:\n  lr: 0.1\n",
+       {"job.yaml:6:3: training.lr: unknown key in training; did you mean 'optimizer.lr'?"}},
+      {"misspelt optimizer", b + "training:\n  optimizer: {name: adma}\n",
+       {"job.yaml:6:21: training.optimizer.name: must be one of sgd, adam, adamw, got 'adma'; did you mean 'adam'?"}},
+      {"yes is not a bool", b + "training:\n  amp: {enabled: yes}\n", {"job.yaml:6:18: training.amp.enabled: must be true or false, got 'yes'"}},
+      {"section as a list", b + "training: [1, 2]\n", {"job.yaml:5:11: training: must be a mapping, got a list"}},
+      {"missing value", b + "training:\n  epochs:\n", {"job.yaml:7:1: training.epochs: missing value"}},
+      {"step schedule without step size", b + "training:\n  lr_schedule: {name: step}\n",
+       {"job.yaml:6:16: training.lr_schedule.step_size: required for name: step"}},
+      {"nccl on cpu", b + "device: cpu\nbackend: nccl\n", {"job.yaml:6:10: backend: nccl needs device: cuda (use gloo or auto on cpu)"}},
+      {"gloo on cuda", b + "device: cuda\nbackend: gloo\n",
+       {"job.yaml:6:10: backend: gloo runs on CPU tensors; use nccl (or auto) with device: cuda"}},
+      {"fp16 on cpu", b + "device: cpu\ntraining: {amp: {enabled: true, dtype: fp16}}\n",
+       {"job.yaml:6:40: training.amp.dtype: fp16 autocast needs device: cuda; use bf16 on cpu"}},
+      {"zero bucket", b + "ddp: {bucket_cap_mb: 0}\n", {"job.yaml:5:22: ddp.bucket_cap_mb: must be in (0, 4096], got 0"}},
+      {"nan", b + "training: {max_grad_norm: .nan}\n", {"job.yaml:5:27: training.max_grad_norm: must be a number, got '.nan'"}},
+      {"infinity", b + "training: {max_grad_norm: 1e999}\n",
+       {"job.yaml:5:27: training.max_grad_norm: must be a number, got '1e999' (must be finite)"}},
+      {"momentum for adam", b + "training: {optimizer: {momentum: 0.9}}\n",
+       {"job.yaml:5:34: training.optimizer.momentum: only for name: sgd (Adam uses beta1)"}},
+      {"bad gamma", b + "training: {lr_schedule: {name: step, step_size: 5, gamma: 2}}\n",
+       {"job.yaml:5:59: training.lr_schedule.gamma: must be in (0, 1], got 2"}},
+      {"bad name", "name: Bad_Name\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+       {"job.yaml:1:7: name: must be lower-case letters, digits and '-', starting and ending with a letter or digit, got 'Bad_Name'"}},
+      {"long name", "name: " + std::string(64, 'a') + "\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+       {"job.yaml:1:7: name: at most 63 characters, got 64"}},
+      {"unknown model", "name: j\nmodel: {name: transformer}\ndata: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+       {"job.yaml:2:15: model.name: must be one of mlp, cnn, torchscript, got 'transformer'"}},
+      {"model without name", "name: j\nmodel: {classes: 2}\ndata: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+       {"job.yaml:2:8: model.name: required: one of mlp, cnn, torchscript"}},
+      {"key of another model", "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2, batch_norm: true}\ndata: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+       {"job.yaml:2:46: model.batch_norm: unknown key in model"}},
+      {"no train set", "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata: {}\n",
+       {"job.yaml:3:7: data.train: required (format: synthetic, idx, csv or tensors)"}},
+      {"bad format", "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata: {train: {format: parquet, path: x}}\n",
+       {"job.yaml:3:24: data.train.format: must be one of synthetic, idx, csv, tensors, got 'parquet'"}},
+      {"shape mismatch", "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata:\n  train: {format: synthetic, length: 100, size: 7, classes: 2}\n",
+       {"job.yaml:4:49: data.train.size: must equal model.input_dim (5), got 7"}},
+      {"regression data for cross-entropy", "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata:\n  train: {format: synthetic, length: 100, size: 5}\n",
+       {"job.yaml:4:10: data.train.classes: cross_entropy needs class targets: set classes > 0 or loss: mse"}},
+      {"nothing required", "world_size: 2\n",
+       {"job.yaml:1:1: name: required", "job.yaml:1:1: model: required (name: mlp, cnn or torchscript)",
+        "job.yaml:1:1: data.train: required (format: synthetic, idx, csv or tensors)"}},
+      {"several errors at once", "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2, hidden: [8, -1, x]}\ndata:\n  train: {format: idx, images: a}\n",
+       {"job.yaml:2:58: model.hidden[1]: must be > 0, got -1", "job.yaml:2:62: model.hidden[2]: must be an integer, got 'x'",
+        "job.yaml:4:10: data.train.labels: required"}},
+      {"cnn image size", "name: j\nmodel: {name: cnn, classes: 10, image_size: 30}\ndata: {train: {format: idx, images: a, labels: b}}\n",
+       {"job.yaml:2:45: model.image_size: must be a multiple of 4 (two 2x2 poolings), got 30"}},
+      {"negative seed", "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata: {seed: -1, train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+       {"job.yaml:3:14: data.seed: must be an integer, got '-1' (must not be negative)"}},
+      {"NUL bytes", std::string("name: j\0\x01\x02", 10), {"job.yaml:1:1: not a text file (it contains NUL bytes)"}},
+  };
+  int checked = 0;
+  for (const BadCase& c : cases) {
+    std::vector<std::string> got = Errors(c.yaml);
+    EXPECT_EQ(got, c.errors) << "case: " << c.what;
+    ++checked;
+  }
+  EXPECT_GE(checked, 25);
+}
+
+TEST(JobSpecTest, LongListIsRefused) {
+  std::string hidden;
+  for (int i = 0; i < 65; ++i) hidden += (i ? ", 4" : "4");
+  EXPECT_EQ(Errors("name: j\nmodel: {name: mlp, input_dim: 5, classes: 2, hidden: [" + hidden +
+                   "]}\ndata: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n"),
+            std::vector<std::string>{"job.yaml:2:54: model.hidden: at most 64 entries, got 65"});
+}
+
+TEST(JobSpecTest, HostileInputNeverCrashes) {
+  // Deep nesting, both flow and block.
+  EXPECT_FALSE(Errors(std::string(100000, '[')).empty());
+  EXPECT_FALSE(Errors(std::string(50000, '{')).empty());
+  std::string block;
+  for (int i = 0; i < 2000; ++i) block += std::string(i, ' ') + "a:\n";
+  EXPECT_FALSE(Errors(block).empty());
+  // Aliases are read through, never expanded beyond the schema.
+  std::string laughs = "a: &a [x, x, x, x, x, x, x, x, x, x]\n";
+  for (char c = 'b'; c <= 'k'; ++c) {
+    laughs += std::string(1, c) + ": &" + c + " [";
+    for (int i = 0; i < 10; ++i) laughs += std::string(i ? ", *" : "*") + static_cast<char>(c - 1);
+    laughs += "]\n";
+  }
+  EXPECT_FALSE(Errors(laughs).empty());
+  EXPECT_THAT(Errors(std::string(kBase) + "model: {name: mlp, input_dim: 5, classes: 2, hidden: *x}\n"),
+              testing::Not(testing::IsEmpty()));
+  // Too large.
+  EXPECT_THAT(Errors(std::string(kMaxJobYamlBytes + 1, '#')),
+              ElementsAre(HasSubstr("at most 1048576 are read")));
+  // Random bytes, and random mutations of a valid file.
+  std::mt19937 rng(1234);
+  for (int i = 0; i < 300; ++i) {
+    std::string junk(rng() % 200, '\0');
+    for (char& ch : junk) ch = static_cast<char>(rng() % 256);
+    (void)Errors(junk);
+    std::string mutated = kBase;
+    for (int k = 0; k < 4; ++k) mutated[rng() % mutated.size()] = static_cast<char>(rng() % 128);
+    (void)Errors(mutated);
+  }
+  // Lots of errors are capped.
+  std::string many = kBase;
+  for (int i = 0; i < 200; ++i) many += "unknown" + std::to_string(i) + ": 1\n";
+  std::vector<std::string> got = Errors(many);
+  ASSERT_EQ(got.size(), static_cast<size_t>(kMaxReportedErrors + 1));
+  EXPECT_EQ(got.back(), "job.yaml: ... and 150 more errors");
+}
+
+TEST(JobSpecTest, OverridesApplyOnTopAndNameSet) {
+  ParsedJobSpec r = ParseJobSpecYaml(kBase, "job.yaml",
+                                     {"world_size=4", "training.optimizer.lr=0.5", "data.eval={format: synthetic, length: 5, size: 5, classes: 2}"});
+  ASSERT_TRUE(r.ok()) << r.errors[0].ToString();
+  EXPECT_EQ(r.spec.world_size(), 4);
+  EXPECT_DOUBLE_EQ(r.spec.training().optimizer().lr(), 0.5);
+  EXPECT_EQ(r.spec.data().eval().synthetic().length(), 5);
+
+  EXPECT_EQ(Errors(kBase, {"training.optimizer.lr=-1", "nokey", "data.batch_size=x", "name.sub=1"}),
+            (std::vector<std::string>{
+                "--set: expected key.path=value, got 'nokey'",
+                "--set: name.sub: 'name' is not a mapping in the file",
+                "--set: data.batch_size: must be an integer, got 'x'",
+                "--set: training.optimizer.lr: must be > 0, got -1",
+            }));
+  // An empty file with overrides only is a document of overrides.
+  EXPECT_THAT(Errors("", {"name=x"}), testing::Contains("job.yaml:1:1: model: required (name: mlp, cnn or torchscript)"));
+}
+
+TEST(JobSpecTest, UnreadableFile) {
+  ParsedJobSpec r = ParseJobSpecFile("/nonexistent/job.yaml");
+  ASSERT_EQ(r.errors.size(), 1u);
+  EXPECT_EQ(r.errors[0].ToString(),
+            "/nonexistent/job.yaml: cannot read the file (no such file or no permission)");
+}
+
+TEST(JobSpecTest, GrpcSpecsUseZeroAsDefault) {
+  v1::JobSpec s;
+  s.set_name("from-grpc");
+  s.mutable_model()->mutable_mlp()->set_input_dim(5);
+  s.mutable_model()->mutable_mlp()->set_classes(2);
+  v1::SyntheticData* d = s.mutable_data()->mutable_train()->mutable_synthetic();
+  d->set_length(10);
+  d->set_size(5);
+  d->set_classes(2);
+  EXPECT_TRUE(ValidateJobSpec(s).empty());
+  ResolveJobSpecDefaults(&s);
+  EXPECT_EQ(s.world_size(), 1);
+  EXPECT_EQ(s.data().batch_size(), 32);
+  v1::JobSpec again = s;
+  ResolveJobSpecDefaults(&again);
+  EXPECT_TRUE(google::protobuf::util::MessageDifferencer::Equals(s, again));
+
+  s.set_world_size(-3);
+  s.mutable_training()->mutable_optimizer()->set_lr(-0.5);
+  s.set_name("");
+  std::vector<std::string> got;
+  for (const SpecError& e : ValidateJobSpec(s)) got.push_back(e.ToString());
+  EXPECT_EQ(got, (std::vector<std::string>{"name: required", "world_size: must be > 0, got -3",
+                                           "training.optimizer.lr: must be > 0, got -0.5"}));
+  EXPECT_EQ(SpecErrorsToStatus(ValidateJobSpec(s)).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(SpecErrorsToStatus({}).ok());
+}
+
+}  // namespace
+}  // namespace trainctl

@@ -1,0 +1,350 @@
+#include "coordinator/scheduler/scheduler.h"
+
+#include <algorithm>
+#include <array>
+#include <numeric>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+
+namespace trainctl::scheduler {
+namespace {
+
+constexpr int kNumKinds = 2;
+
+int KindIndex(SlotKind kind) { return kind == SlotKind::kGpu ? 0 : 1; }
+
+std::string Count(int n, const char* singular, const char* plural) {
+  return absl::StrCat(n, " ", n == 1 ? singular : plural);
+}
+
+// A schedulable worker during one pass.
+struct WorkerState {
+  const WorkerSlots* in = nullptr;
+  // Free slots neither placed nor reserved in this pass, ascending.
+  std::vector<int> available;
+  // Slots held for the head job of this worker's kind, ascending.
+  std::vector<int> reserved;
+};
+
+// One device kind's pool during one pass.
+struct KindPool {
+  // Indices into the id-sorted worker vector.
+  std::vector<int> workers;
+  // Sum of total_slots over `workers`.
+  long long capacity = 0;
+  // Index of the job holding this kind's reservation, or -1 when no job of
+  // this kind has been blocked yet in this pass.
+  int head = -1;
+};
+
+// A share of a job on one worker, in node order.
+struct Share {
+  int candidate = 0;  // index into the counts vector given to ChooseWorkers
+  int take = 0;
+};
+
+// Picks workers for `need` ranks given each candidate's usable count
+// (candidates in worker-id order). Fewest workers: the tightest single worker
+// that holds everything, else the largest blocks first and the tightest
+// worker for the remainder. Empty when the counts do not add up to `need`.
+std::vector<Share> ChooseWorkers(const std::vector<long long>& counts, long long need) {
+  std::vector<Share> shares;
+  std::vector<bool> used(counts.size(), false);
+  long long remaining = need;
+  while (remaining > 0) {
+    int tightest = -1;
+    int largest = -1;
+    for (int i = 0; i < static_cast<int>(counts.size()); ++i) {
+      if (used[i] || counts[i] <= 0) continue;
+      if (counts[i] >= remaining && (tightest < 0 || counts[i] < counts[tightest])) tightest = i;
+      if (largest < 0 || counts[i] > counts[largest]) largest = i;
+    }
+    if (tightest >= 0) {
+      shares.push_back({tightest, static_cast<int>(remaining)});
+      return shares;
+    }
+    if (largest < 0) return {};
+    used[largest] = true;
+    shares.push_back({largest, static_cast<int>(counts[largest])});
+    remaining -= counts[largest];
+  }
+  return shares;
+}
+
+absl::Status Validate(absl::Span<const PendingJob> jobs, absl::Span<const WorkerSlots> workers) {
+  absl::flat_hash_set<std::string> job_ids;
+  for (const PendingJob& job : jobs) {
+    if (job.job_id.empty()) return absl::InvalidArgumentError("job_id: empty");
+    if (!job_ids.insert(job.job_id).second) {
+      return absl::InvalidArgumentError(absl::StrCat("job_id: duplicate \"", job.job_id, "\""));
+    }
+  }
+  absl::flat_hash_set<std::string> worker_ids;
+  for (const WorkerSlots& worker : workers) {
+    if (worker.worker_id.empty()) return absl::InvalidArgumentError("worker_id: empty");
+    if (!worker_ids.insert(worker.worker_id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("worker_id: duplicate \"", worker.worker_id, "\""));
+    }
+    const std::string where = absl::StrCat("worker \"", worker.worker_id, "\": ");
+    if (worker.total_slots < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "total_slots: must be >= 0, got ", worker.total_slots));
+    }
+    if (static_cast<long long>(worker.free_slots.size()) > worker.total_slots) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "free_slots: ", worker.free_slots.size(),
+                                                " listed but total_slots is ",
+                                                worker.total_slots));
+    }
+    absl::flat_hash_set<int> slots;
+    for (int slot : worker.free_slots) {
+      if (slot < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "free_slots: negative index ", slot));
+      }
+      if (!slots.insert(slot).second) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "free_slots: duplicate index ", slot));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
+// Scheduling order: priority desc, submit_seq asc, job id asc.
+bool ScheduledBefore(const PendingJob& a, const PendingJob& b) {
+  if (a.priority != b.priority) return a.priority > b.priority;
+  if (a.submit_seq != b.submit_seq) return a.submit_seq < b.submit_seq;
+  return a.job_id < b.job_id;
+}
+
+class Pass {
+ public:
+  Pass(absl::Span<const PendingJob> jobs, absl::Span<const WorkerSlots> workers) {
+    for (const PendingJob& job : jobs) jobs_.push_back(&job);
+    std::sort(jobs_.begin(), jobs_.end(),
+              [](const PendingJob* a, const PendingJob* b) { return ScheduledBefore(*a, *b); });
+
+    for (const WorkerSlots& worker : workers) {
+      if (!worker.schedulable || worker.total_slots == 0) continue;
+      WorkerState state;
+      state.in = &worker;
+      state.available = worker.free_slots;
+      std::sort(state.available.begin(), state.available.end());
+      workers_.push_back(std::move(state));
+    }
+    std::sort(workers_.begin(), workers_.end(), [](const WorkerState& a, const WorkerState& b) {
+      return a.in->worker_id < b.in->worker_id;
+    });
+    for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {
+      KindPool& pool = pools_[KindIndex(workers_[w].in->kind)];
+      pool.workers.push_back(w);
+      pool.capacity += workers_[w].in->total_slots;
+    }
+  }
+
+  ScheduleResult Run() {
+    ScheduleResult result;
+    for (int j = 0; j < static_cast<int>(jobs_.size()); ++j) ScheduleJob(j, result);
+    return result;
+  }
+
+ private:
+  SlotKind ResolveKind(DeviceRequirement device) const {
+    switch (device) {
+      case DeviceRequirement::kCuda:
+        return SlotKind::kGpu;
+      case DeviceRequirement::kCpu:
+        return SlotKind::kCpu;
+      case DeviceRequirement::kAuto:
+        break;
+    }
+    return pools_[KindIndex(SlotKind::kGpu)].workers.empty() ? SlotKind::kCpu : SlotKind::kGpu;
+  }
+
+  void ScheduleJob(int j, ScheduleResult& result) {
+    const PendingJob& job = *jobs_[j];
+    const SlotKind kind = ResolveKind(job.device);
+    KindPool& pool = pools_[KindIndex(kind)];
+    const std::string kind_name = SlotKindName(kind);
+
+    PendingJobStatus pending;
+    pending.job_id = job.job_id;
+    pending.kind = kind;
+
+    if (job.world_size < 1) {
+      pending.reason = PendingReason::kInvalidJob;
+      pending.message = absl::StrCat("world_size must be >= 1, got ", job.world_size);
+      result.pending.push_back(std::move(pending));
+      return;
+    }
+    if (pool.workers.empty()) {
+      pending.reason = PendingReason::kNoWorkerOfKind;
+      pending.message = absl::StrCat("no schedulable worker has ", kind_name, " slots");
+      if (job.device == DeviceRequirement::kAuto) {
+        absl::StrAppend(&pending.message, " (device auto: no GPU worker either)");
+      }
+      result.pending.push_back(std::move(pending));
+      return;
+    }
+    if (job.world_size > pool.capacity) {
+      pending.reason = PendingReason::kExceedsCapacity;
+      pending.message = absl::StrCat(
+          "needs ", job.world_size, " ", kind_name, " slots, the cluster has ", pool.capacity,
+          " in total across ", Count(static_cast<int>(pool.workers.size()), "worker", "workers"),
+          "; it cannot fit until workers join");
+      result.pending.push_back(std::move(pending));
+      return;
+    }
+
+    long long available = 0;
+    long long reserved = 0;
+    int workers_with_free = 0;
+    for (int w : pool.workers) {
+      available += static_cast<long long>(workers_[w].available.size());
+      reserved += static_cast<long long>(workers_[w].reserved.size());
+      if (!workers_[w].available.empty() || !workers_[w].reserved.empty()) ++workers_with_free;
+    }
+    if (available >= job.world_size) {
+      result.placements.push_back(Place(job, kind, pool));
+      return;
+    }
+
+    const long long free = available + reserved;
+    const std::string free_text =
+        absl::StrCat(free, " free across ", Count(workers_with_free, "worker", "workers"));
+    if (pool.head < 0) {
+      // First blocked job of this kind: it holds the reservation.
+      pool.head = j;
+      Reserve(job, pool, pending.reserved_slots);
+      pending.reason = PendingReason::kInsufficientFreeSlots;
+      pending.message = absl::StrCat("needs ", job.world_size, " ", kind_name, " slots, ",
+                                     free_text, "; holds ", pending.reserved_slots.size(),
+                                     " of them until enough free up");
+      result.pending.push_back(std::move(pending));
+      return;
+    }
+
+    const PendingJob& head = *jobs_[pool.head];
+    pending.blocked_by = head.job_id;
+    if (free >= job.world_size) {
+      pending.reason = PendingReason::kBlockedByReservation;
+      pending.message = absl::StrCat(
+          "waiting behind job ", head.job_id, " (priority ", head.priority, ", reserved): needs ",
+          job.world_size, " ", kind_name, " slots, ", free_text, " but ", reserved,
+          " of them are reserved for ", head.job_id);
+    } else {
+      pending.reason = PendingReason::kInsufficientFreeSlots;
+      pending.message = absl::StrCat("needs ", job.world_size, " ", kind_name, " slots, ",
+                                     free_text, "; queued behind job ", head.job_id,
+                                     " (reserved)");
+    }
+    result.pending.push_back(std::move(pending));
+  }
+
+  // Places `job` on available slots of `pool` (the caller checked there are
+  // enough) and removes them from the pool.
+  Placement Place(const PendingJob& job, SlotKind kind, KindPool& pool) {
+    std::vector<long long> counts;
+    for (int w : pool.workers) counts.push_back(static_cast<long long>(workers_[w].available.size()));
+    const std::vector<Share> shares = ChooseWorkers(counts, job.world_size);
+
+    Placement placement;
+    placement.job_id = job.job_id;
+    placement.kind = kind;
+    placement.world_size = job.world_size;
+    placement.num_nodes = static_cast<int>(shares.size());
+    int rank = 0;
+    for (int node = 0; node < static_cast<int>(shares.size()); ++node) {
+      WorkerState& worker = workers_[pool.workers[shares[node].candidate]];
+      const int take = shares[node].take;
+      for (int local = 0; local < take; ++local) {
+        RankAssignment assignment;
+        assignment.rank = rank++;
+        assignment.worker_id = worker.in->worker_id;
+        assignment.slot = worker.available[local];
+        assignment.local_rank = local;
+        assignment.local_world_size = take;
+        assignment.node_rank = node;
+        placement.ranks.push_back(std::move(assignment));
+      }
+      worker.available.erase(worker.available.begin(), worker.available.begin() + take);
+    }
+    return placement;
+  }
+
+  // Holds slots for the blocked head `job` so later jobs of its kind cannot
+  // take them. See the header for the choice of target workers.
+  void Reserve(const PendingJob& job, KindPool& pool, std::vector<SlotRef>& out) {
+    std::vector<Share> targets;
+    int single = -1;
+    for (int c = 0; c < static_cast<int>(pool.workers.size()); ++c) {
+      const WorkerState& worker = workers_[pool.workers[c]];
+      if (worker.in->total_slots < job.world_size) continue;
+      if (single < 0) {
+        single = c;
+        continue;
+      }
+      const WorkerState& best = workers_[pool.workers[single]];
+      const long long held = std::min<long long>(worker.available.size(), job.world_size);
+      const long long best_held = std::min<long long>(best.available.size(), job.world_size);
+      if (held > best_held ||
+          (held == best_held && worker.in->total_slots < best.in->total_slots)) {
+        single = c;
+      }
+    }
+    if (single >= 0) {
+      targets.push_back({single, job.world_size});
+    } else {
+      std::vector<long long> totals;
+      for (int w : pool.workers) totals.push_back(workers_[w].in->total_slots);
+      targets = ChooseWorkers(totals, job.world_size);
+    }
+    // Order by worker id so reserved_slots reads in a stable order.
+    std::sort(targets.begin(), targets.end(),
+              [](const Share& a, const Share& b) { return a.candidate < b.candidate; });
+    for (const Share& target : targets) {
+      WorkerState& worker = workers_[pool.workers[target.candidate]];
+      const int hold = 0;
+      worker.reserved.assign(worker.available.begin(), worker.available.begin() + hold);
+      worker.available.erase(worker.available.begin(), worker.available.begin() + hold);
+      for (int slot : worker.reserved) out.push_back({worker.in->worker_id, slot});
+    }
+  }
+
+  std::vector<const PendingJob*> jobs_;
+  // Schedulable workers with slots, sorted by id.
+  std::vector<WorkerState> workers_;
+  std::array<KindPool, kNumKinds> pools_;
+};
+
+}  // namespace
+
+const char* SlotKindName(SlotKind kind) { return kind == SlotKind::kGpu ? "cuda" : "cpu"; }
+
+const char* PendingReasonName(PendingReason reason) {
+  switch (reason) {
+    case PendingReason::kInvalidJob:
+      return "invalid_job";
+    case PendingReason::kNoWorkerOfKind:
+      return "no_worker_of_kind";
+    case PendingReason::kExceedsCapacity:
+      return "exceeds_capacity";
+    case PendingReason::kInsufficientFreeSlots:
+      return "insufficient_free_slots";
+    case PendingReason::kBlockedByReservation:
+      return "blocked_by_reservation";
+  }
+  return "unknown";
+}
+
+absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
+                                        absl::Span<const WorkerSlots> workers) {
+  if (absl::Status status = Validate(jobs, workers); !status.ok()) return status;
+  return Pass(jobs, workers).Run();
+}
+
+}  // namespace trainctl::scheduler

@@ -1,0 +1,852 @@
+#include "coordinator/scheduler/scheduler.h"
+
+#include <algorithm>
+#include <cstdint>
+#include <map>
+#include <random>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainctl::scheduler {
+namespace {
+
+using ::testing::HasSubstr;
+
+// ---------------------------------------------------------------------------
+// Builders.
+
+WorkerSlots Worker(std::string id, SlotKind kind, std::vector<int> free, int total = -1,
+                   bool schedulable = true) {
+  WorkerSlots w;
+  w.worker_id = std::move(id);
+  w.kind = kind;
+  w.total_slots = total < 0 ? static_cast<int>(free.size()) : total;
+  w.free_slots = std::move(free);
+  w.schedulable = schedulable;
+  return w;
+}
+
+// A GPU worker with `total` devices of which `free` are free (the lowest indices).
+WorkerSlots Gpu(std::string id, int free, int total = -1) {
+  std::vector<int> slots(free);
+  for (int i = 0; i < free; ++i) slots[i] = i;
+  return Worker(std::move(id), SlotKind::kGpu, std::move(slots), total < 0 ? free : total);
+}
+
+WorkerSlots Cpu(std::string id, int free, int total = -1) {
+  std::vector<int> slots(free);
+  for (int i = 0; i < free; ++i) slots[i] = i;
+  return Worker(std::move(id), SlotKind::kCpu, std::move(slots), total < 0 ? free : total);
+}
+
+PendingJob Job(std::string id, int world_size, DeviceRequirement device = DeviceRequirement::kCuda,
+               int priority = 0, std::uint64_t seq = 0) {
+  PendingJob j;
+  j.job_id = std::move(id);
+  j.world_size = world_size;
+  j.device = device;
+  j.priority = priority;
+  j.submit_seq = seq;
+  return j;
+}
+
+// "a:0,1 b:3" -- worker a slots 0 and 1 (ranks 0-1), then worker b slot 3.
+std::string Layout(const Placement& p) {
+  std::vector<std::string> nodes;
+  std::string current_worker;
+  std::vector<int> slots;
+  auto flush = [&] {
+    if (!slots.empty()) nodes.push_back(absl::StrCat(current_worker, ":", absl::StrJoin(slots, ",")));
+    slots.clear();
+  };
+  for (const RankAssignment& r : p.ranks) {
+    if (r.worker_id != current_worker) {
+      flush();
+      current_worker = r.worker_id;
+    }
+    slots.push_back(r.slot);
+  }
+  flush();
+  return absl::StrJoin(nodes, " ");
+}
+
+// job id -> layout, or "pending:<reason>".
+std::map<std::string, std::string> Outcome(const ScheduleResult& result) {
+  std::map<std::string, std::string> out;
+  for (const Placement& p : result.placements) out[p.job_id] = Layout(p);
+  for (const PendingJobStatus& p : result.pending) {
+    out[p.job_id] = absl::StrCat("pending:", PendingReasonName(p.reason));
+  }
+  return out;
+}
+
+// Everything in a result, for equality under permutation.
+std::string Dump(const ScheduleResult& result) {
+  std::string s;
+  for (const Placement& p : result.placements) {
+    absl::StrAppend(&s, "P ", p.job_id, " ", SlotKindName(p.kind), " n=", p.num_nodes, " [");
+    for (const RankAssignment& r : p.ranks) {
+      absl::StrAppend(&s, r.rank, "@", r.worker_id, "/", r.slot, " l", r.local_rank, "/",
+                      r.local_world_size, " n", r.node_rank, "; ");
+    }
+    absl::StrAppend(&s, "]\n");
+  }
+  for (const PendingJobStatus& p : result.pending) {
+    absl::StrAppend(&s, "Q ", p.job_id, " ", PendingReasonName(p.reason), " ",
+                    SlotKindName(p.kind), " by=", p.blocked_by, " msg=", p.message, " res=");
+    for (const SlotRef& r : p.reserved_slots) absl::StrAppend(&s, r.worker_id, "/", r.slot, ",");
+    absl::StrAppend(&s, "\n");
+  }
+  return s;
+}
+
+// ---------------------------------------------------------------------------
+// Invariant checker: an independent replay of the scheduling order that checks
+// every placement and every pending reason against what was free at that
+// point. Used by every test and by the randomized ones.
+
+bool Before(const PendingJob& a, const PendingJob& b) {
+  if (a.priority != b.priority) return a.priority > b.priority;
+  if (a.submit_seq != b.submit_seq) return a.submit_seq < b.submit_seq;
+  return a.job_id < b.job_id;
+}
+
+// Smallest number of workers whose counts add up to need.
+int MinWorkers(std::vector<int> counts, int need) {
+  std::sort(counts.rbegin(), counts.rend());
+  int sum = 0;
+  for (int k = 0; k < static_cast<int>(counts.size()); ++k) {
+    sum += counts[k];
+    if (sum >= need) return k + 1;
+  }
+  return -1;
+}
+
+void CheckInvariants(const std::vector<PendingJob>& jobs, const std::vector<WorkerSlots>& workers,
+                     const ScheduleResult& result) {
+  using Slot = std::pair<std::string, int>;
+  // Free slots and capacity per kind, over schedulable workers.
+  absl::flat_hash_map<std::string, const WorkerSlots*> by_id;
+  std::map<SlotKind, long long> capacity;
+  std::set<Slot> free;
+  for (const WorkerSlots& w : workers) {
+    if (!w.schedulable) continue;
+    by_id[w.worker_id] = &w;
+    capacity[w.kind] += w.total_slots;
+    for (int s : w.free_slots) free.insert({w.worker_id, s});
+  }
+  auto kind_of = [&](DeviceRequirement d) {
+    if (d == DeviceRequirement::kCuda) return SlotKind::kGpu;
+    if (d == DeviceRequirement::kCpu) return SlotKind::kCpu;
+    return capacity[SlotKind::kGpu] > 0 ? SlotKind::kGpu : SlotKind::kCpu;
+  };
+
+  // Each job exactly once.
+  absl::flat_hash_map<std::string, const Placement*> placed;
+  absl::flat_hash_map<std::string, const PendingJobStatus*> pending;
+  for (const Placement& p : result.placements) ASSERT_TRUE(placed.emplace(p.job_id, &p).second);
+  for (const PendingJobStatus& p : result.pending) {
+    ASSERT_TRUE(pending.emplace(p.job_id, &p).second);
+    ASSERT_FALSE(placed.contains(p.job_id)) << p.job_id;
+  }
+  ASSERT_EQ(placed.size() + pending.size(), jobs.size());
+
+  std::vector<const PendingJob*> order;
+  for (const PendingJob& j : jobs) order.push_back(&j);
+  std::sort(order.begin(), order.end(),
+            [](const PendingJob* a, const PendingJob* b) { return Before(*a, *b); });
+
+  // Output lists are in scheduling order.
+  {
+    std::vector<std::string> placed_order, pending_order;
+    for (const PendingJob* j : order) {
+      (placed.contains(j->job_id) ? placed_order : pending_order).push_back(j->job_id);
+    }
+    std::vector<std::string> got_placed, got_pending;
+    for (const Placement& p : result.placements) got_placed.push_back(p.job_id);
+    for (const PendingJobStatus& p : result.pending) got_pending.push_back(p.job_id);
+    EXPECT_EQ(got_placed, placed_order);
+    EXPECT_EQ(got_pending, pending_order);
+  }
+
+  std::set<Slot> used;
+  std::map<SlotKind, std::string> head;          // kind -> head job id
+  std::map<SlotKind, std::set<Slot>> reserved;  // kind -> its head's slots
+
+  // Available count per worker of `kind` at this point (free, unused, and
+  // outside the reservation when `respect_reservation`).
+  auto counts = [&](SlotKind kind, bool respect_reservation) {
+    std::map<std::string, int> c;
+    for (const Slot& s : free) {
+      if (by_id[s.first]->kind != kind || used.count(s)) continue;
+      if (respect_reservation && reserved[kind].count(s)) continue;
+      ++c[s.first];
+    }
+    return c;
+  };
+  auto total = [](const std::map<std::string, int>& c) {
+    int t = 0;
+    for (const auto& [id, n] : c) t += n;
+    return t;
+  };
+
+  for (const PendingJob* job : order) {
+    SCOPED_TRACE(job->job_id);
+    const SlotKind kind = kind_of(job->device);
+    if (auto it = pending.find(job->job_id); it != pending.end()) {
+      const PendingJobStatus& p = *it->second;
+      EXPECT_FALSE(p.message.empty());
+      if (job->world_size < 1) {
+        EXPECT_EQ(p.reason, PendingReason::kInvalidJob);
+        continue;
+      }
+      EXPECT_EQ(p.kind, kind);
+      if (capacity[kind] == 0) {
+        EXPECT_EQ(p.reason, PendingReason::kNoWorkerOfKind);
+        continue;
+      }
+      if (job->world_size > capacity[kind]) {
+        EXPECT_EQ(p.reason, PendingReason::kExceedsCapacity);
+        EXPECT_TRUE(p.reserved_slots.empty());
+        continue;
+      }
+      const int free_now = total(counts(kind, false));
+      const int usable_now = total(counts(kind, true));
+      // Work conserving: a job is left pending only when it does not fit in
+      // what later jobs were allowed to use.
+      EXPECT_LT(usable_now, job->world_size);
+      if (head.count(kind) == 0) {
+        // The first blocked job of its kind holds the reservation.
+        EXPECT_EQ(p.reason, PendingReason::kInsufficientFreeSlots);
+        EXPECT_LT(free_now, job->world_size);
+        EXPECT_TRUE(p.blocked_by.empty());
+        EXPECT_LE(static_cast<int>(p.reserved_slots.size()), job->world_size);
+        head[kind] = job->job_id;
+        for (const SlotRef& r : p.reserved_slots) {
+          const Slot s{r.worker_id, r.slot};
+          EXPECT_TRUE(free.count(s)) << r.worker_id << "/" << r.slot;
+          EXPECT_EQ(by_id[r.worker_id]->kind, kind);
+          EXPECT_FALSE(used.count(s));
+          EXPECT_TRUE(reserved[kind].insert(s).second);
+        }
+      } else {
+        EXPECT_EQ(p.blocked_by, head[kind]);
+        EXPECT_TRUE(p.reserved_slots.empty());
+        if (free_now >= job->world_size) {
+          EXPECT_EQ(p.reason, PendingReason::kBlockedByReservation);
+        } else {
+          EXPECT_EQ(p.reason, PendingReason::kInsufficientFreeSlots);
+        }
+      }
+      continue;
+    }
+
+    const Placement& p = *placed.at(job->job_id);
+    ASSERT_GE(job->world_size, 1);
+    EXPECT_EQ(p.kind, kind);
+    EXPECT_EQ(p.world_size, job->world_size);
+    ASSERT_EQ(static_cast<int>(p.ranks.size()), job->world_size);
+    const std::map<std::string, int> before = counts(kind, true);
+
+    // Ranks 0..n-1 in order, contiguous per worker, node/local ranks.
+    std::vector<std::string> node_workers;
+    std::map<std::string, int> per_worker;
+    for (int i = 0; i < job->world_size; ++i) {
+      const RankAssignment& r = p.ranks[i];
+      EXPECT_EQ(r.rank, i);
+      if (node_workers.empty() || node_workers.back() != r.worker_id) {
+        // A new node: its worker must not have appeared before (contiguity).
+        EXPECT_EQ(std::count(node_workers.begin(), node_workers.end(), r.worker_id), 0)
+            << "ranks on " << r.worker_id << " are not contiguous";
+        node_workers.push_back(r.worker_id);
+      }
+      EXPECT_EQ(r.node_rank, static_cast<int>(node_workers.size()) - 1);
+      EXPECT_EQ(r.local_rank, per_worker[r.worker_id]++);
+      const Slot s{r.worker_id, r.slot};
+      ASSERT_TRUE(by_id.contains(r.worker_id)) << "unschedulable or unknown worker";
+      EXPECT_EQ(by_id[r.worker_id]->kind, kind) << "device kind not respected";
+      EXPECT_TRUE(free.count(s)) << "slot was not free";
+      EXPECT_FALSE(reserved[kind].count(s)) << "slot reserved for " << head[kind];
+      EXPECT_TRUE(used.insert(s).second) << "slot used twice: " << r.worker_id << "/" << r.slot;
+    }
+    EXPECT_EQ(p.ranks[0].node_rank, 0);
+    EXPECT_EQ(p.num_nodes, static_cast<int>(node_workers.size()));
+    for (const RankAssignment& r : p.ranks) EXPECT_EQ(r.local_world_size, per_worker[r.worker_id]);
+
+    // Packing: as few workers as possible; best fit when one suffices.
+    std::vector<int> c;
+    for (const auto& [id, n] : before) c.push_back(n);
+    EXPECT_EQ(p.num_nodes, MinWorkers(c, job->world_size)) << Layout(p);
+    if (p.num_nodes == 1) {
+      int tightest = 1 << 30;
+      std::string tightest_id;
+      for (const auto& [id, n] : before) {
+        if (n >= job->world_size && n < tightest) tightest = n, tightest_id = id;
+      }
+      EXPECT_EQ(p.ranks[0].worker_id, tightest_id) << "not best fit";
+    }
+  }
+}
+
+absl::StatusOr<ScheduleResult> Check(const std::vector<PendingJob>& jobs,
+                                     const std::vector<WorkerSlots>& workers) {
+  absl::StatusOr<ScheduleResult> result = Schedule(jobs, workers);
+  if (result.ok()) CheckInvariants(jobs, workers, *result);
+  return result;
+}
+
+// ---------------------------------------------------------------------------
+// Table-driven placement cases.
+
+struct Case {
+  std::string name;
+  std::vector<WorkerSlots> workers;
+  std::vector<PendingJob> jobs;
+  std::map<std::string, std::string> want;  // job id -> Layout or "pending:reason"
+};
+
+constexpr DeviceRequirement kCuda = DeviceRequirement::kCuda;
+constexpr DeviceRequirement kCpu = DeviceRequirement::kCpu;
+constexpr DeviceRequirement kAuto = DeviceRequirement::kAuto;
+
+std::vector<Case> PlacementCases() {
+  return {
+      {"single worker fits", {Gpu("a", 4)}, {Job("j", 2)}, {{"j", "a:0,1"}}},
+      {"whole worker", {Gpu("a", 4)}, {Job("j", 4)}, {{"j", "a:0,1,2,3"}}},
+      {"lowest free indices",
+       {Worker("a", SlotKind::kGpu, {7, 3, 5, 1}, 8)},
+       {Job("j", 3)},
+       {{"j", "a:1,3,5"}}},
+      {"prefers one worker over splitting",
+       {Gpu("a", 2), Gpu("b", 2), Gpu("c", 4)},
+       {Job("j", 4)},
+       {{"j", "c:0,1,2,3"}}},
+      {"best fit picks the tightest worker",
+       {Gpu("a", 8), Gpu("b", 3), Gpu("c", 5), Gpu("d", 2)},
+       {Job("j", 3)},
+       {{"j", "b:0,1,2"}}},
+      {"best fit tie broken by worker id",
+       {Gpu("z", 4), Gpu("m", 4), Gpu("q", 4)},
+       {Job("j", 3)},
+       {{"j", "m:0,1,2"}}},
+      {"split across workers, largest block first",
+       {Gpu("a", 3), Gpu("b", 5)},
+       {Job("j", 7)},
+       {{"j", "b:0,1,2,3,4 a:0,1"}}},
+      {"split: remainder on the tightest worker",
+       {Gpu("a", 8), Gpu("b", 4), Gpu("c", 2)},
+       {Job("j", 10)},
+       {{"j", "a:0,1,2,3,4,5,6,7 c:0,1"}}},
+      {"split: equal blocks by worker id",
+       {Gpu("c", 2), Gpu("b", 2), Gpu("a", 2)},
+       {Job("j", 5)},
+       {{"j", "a:0,1 b:0,1 c:0"}}},
+      {"fragmentation: enough in total but spread",
+       {Worker("a", SlotKind::kGpu, {1}, 8), Worker("b", SlotKind::kGpu, {0, 6}, 8),
+        Worker("c", SlotKind::kGpu, {2}, 8), Worker("d", SlotKind::kGpu, {5}, 8)},
+       {Job("j", 4)},
+       {{"j", "b:0,6 a:1 c:2"}}},
+      {"gang: all or nothing",
+       {Gpu("a", 2), Gpu("b", 1, 4)},
+       {Job("j", 4)},
+       {{"j", "pending:insufficient_free_slots"}}},
+      {"placements consume slots as they go",
+       {Gpu("a", 4), Gpu("b", 2)},
+       {Job("j1", 2, kCuda, 0, 1), Job("j2", 2, kCuda, 0, 2), Job("j3", 2, kCuda, 0, 3),
+        Job("j4", 1, kCuda, 0, 4)},
+       {{"j1", "b:0,1"},
+        {"j2", "a:0,1"},
+        {"j3", "a:2,3"},
+        {"j4", "pending:insufficient_free_slots"}}},
+      {"priority: higher first",
+       {Gpu("a", 4)},
+       {Job("low", 4, kCuda, 0, 1), Job("high", 4, kCuda, 5, 2)},
+       {{"high", "a:0,1,2,3"}, {"low", "pending:insufficient_free_slots"}}},
+      {"FIFO within a priority",
+       {Gpu("a", 4)},
+       {Job("second", 3, kCuda, 1, 8), Job("first", 3, kCuda, 1, 7)},
+       {{"first", "a:0,1,2"}, {"second", "pending:insufficient_free_slots"}}},
+      {"cuda on a cpu-only cluster",
+       {Cpu("c1", 8)},
+       {Job("j", 1, kCuda)},
+       {{"j", "pending:no_worker_of_kind"}}},
+      {"cpu job never on GPU slots",
+       {Gpu("g", 8), Cpu("c", 2)},
+       {Job("j", 2, kCpu), Job("k", 1, kCpu)},
+       {{"j", "c:0,1"}, {"k", "pending:insufficient_free_slots"}}},
+      {"cpu job on a GPU-only cluster",
+       {Gpu("g", 8)},
+       {Job("j", 1, kCpu)},
+       {{"j", "pending:no_worker_of_kind"}}},
+      {"auto takes GPUs when the cluster has any",
+       {Cpu("c", 8), Gpu("g", 2)},
+       {Job("j", 2, kAuto)},
+       {{"j", "g:0,1"}}},
+      {"auto waits for busy GPUs instead of falling back to CPU",
+       {Cpu("c", 8), Gpu("g", 0, 2)},
+       {Job("j", 2, kAuto)},
+       {{"j", "pending:insufficient_free_slots"}}},
+      {"auto on a cpu-only cluster",
+       {Cpu("c", 4)},
+       {Job("j", 3, kAuto)},
+       {{"j", "c:0,1,2"}}},
+      {"auto ignores dead GPU workers",
+       {Cpu("c", 4), Worker("g", SlotKind::kGpu, {0, 1}, 2, /*schedulable=*/false)},
+       {Job("j", 2, kAuto)},
+       {{"j", "c:0,1"}}},
+      {"dead workers ignored",
+       {Worker("dead", SlotKind::kGpu, {0, 1, 2, 3}, 4, false), Gpu("live", 2)},
+       {Job("j", 2), Job("k", 3)},
+       {{"j", "live:0,1"}, {"k", "pending:exceeds_capacity"}}},
+      {"no workers at all",
+       {},
+       {Job("j", 1, kAuto), Job("k", 1, kCpu)},
+       {{"j", "pending:no_worker_of_kind"}, {"k", "pending:no_worker_of_kind"}}},
+      {"never fits does not block others",
+       {Gpu("a", 4), Gpu("b", 4)},
+       {Job("huge", 9, kCuda, 9, 1), Job("small", 2, kCuda, 0, 2)},
+       {{"huge", "pending:exceeds_capacity"}, {"small", "a:0,1"}}},
+      {"invalid world size does not block others",
+       {Gpu("a", 4)},
+       {Job("zero", 0, kCuda, 9, 1), Job("ok", 1, kCuda, 0, 2)},
+       {{"zero", "pending:invalid_job"}, {"ok", "a:0"}}},
+      {"blocked head on one kind does not block the other kind",
+       {Gpu("g", 1, 8), Cpu("c", 4)},
+       {Job("gpu-big", 8, kCuda, 5, 1), Job("cpu", 4, kCpu, 0, 2)},
+       {{"gpu-big", "pending:insufficient_free_slots"}, {"cpu", "c:0,1,2,3"}}},
+      {"zero-slot worker is no capacity",
+       {Gpu("a", 0, 0)},
+       {Job("j", 1)},
+       {{"j", "pending:no_worker_of_kind"}}},
+  };
+}
+
+TEST(SchedulerTest, PlacementTable) {
+  for (const Case& c : PlacementCases()) {
+    SCOPED_TRACE(c.name);
+    absl::StatusOr<ScheduleResult> result = Check(c.jobs, c.workers);
+    ASSERT_TRUE(result.ok()) << result.status();
+    EXPECT_EQ(Outcome(*result), c.want) << Dump(*result);
+  }
+}
+
+TEST(SchedulerTest, RanksNodesAndLocalRanks) {
+  // 7 ranks: 5 on b (node 0), 2 on a (node 1).
+  absl::StatusOr<ScheduleResult> result = Check({Job("j", 7)}, {Gpu("a", 3), Gpu("b", 5)});
+  ASSERT_TRUE(result.ok());
+  ASSERT_EQ(result->placements.size(), 1u);
+  const Placement& p = result->placements[0];
+  EXPECT_EQ(p.num_nodes, 2);
+  EXPECT_EQ(p.kind, SlotKind::kGpu);
+  const std::vector<std::tuple<int, std::string, int, int, int, int>> want = {
+      // rank, worker, slot, local_rank, local_world_size, node_rank
+      {0, "b", 0, 0, 5, 0}, {1, "b", 1, 1, 5, 0}, {2, "b", 2, 2, 5, 0}, {3, "b", 3, 3, 5, 0},
+      {4, "b", 4, 4, 5, 0}, {5, "a", 0, 0, 2, 1}, {6, "a", 1, 1, 2, 1},
+  };
+  ASSERT_EQ(p.ranks.size(), want.size());
+  for (size_t i = 0; i < want.size(); ++i) {
+    const RankAssignment& r = p.ranks[i];
+    EXPECT_EQ(std::make_tuple(r.rank, r.worker_id, r.slot, r.local_rank, r.local_world_size,
+                              r.node_rank),
+              want[i]);
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Reasons a person reads.
+
+const PendingJobStatus& FindPending(const ScheduleResult& r, const std::string& id) {
+  for (const PendingJobStatus& p : r.pending) {
+    if (p.job_id == id) return p;
+  }
+  ADD_FAILURE() << id << " is not pending";
+  static const PendingJobStatus none;
+  return none;
+}
+
+TEST(SchedulerTest, PendingMessages) {
+  {
+    auto r = Check({Job("j", 4)}, {Gpu("a", 2, 4), Gpu("b", 0, 4)});
+    ASSERT_TRUE(r.ok());
+    EXPECT_THAT(FindPending(*r, "j").message, HasSubstr("needs 4 cuda slots, 2 free across 1 worker"));
+  }
+  {
+    auto r = Check({Job("j", 1, kCuda)}, {Cpu("c", 4)});
+    ASSERT_TRUE(r.ok());
+    EXPECT_THAT(FindPending(*r, "j").message, HasSubstr("no schedulable worker has cuda slots"));
+  }
+  {
+    auto r = Check({Job("j", 9, kCuda)}, {Gpu("a", 4), Gpu("b", 0, 4)});
+    ASSERT_TRUE(r.ok());
+    EXPECT_THAT(FindPending(*r, "j").message,
+                HasSubstr("needs 9 cuda slots, the cluster has 8 in total across 2 workers"));
+  }
+  {
+    auto r = Check({Job("j", 0)}, {Gpu("a", 4)});
+    ASSERT_TRUE(r.ok());
+    EXPECT_THAT(FindPending(*r, "j").message, HasSubstr("world_size must be >= 1, got 0"));
+  }
+  {
+    auto r = Check({Job("big", 4, kCuda, 1, 1), Job("small", 2, kCuda, 0, 2)}, {Gpu("a", 3, 4)});
+    ASSERT_TRUE(r.ok());
+    const PendingJobStatus& small = FindPending(*r, "small");
+    EXPECT_EQ(small.reason, PendingReason::kBlockedByReservation);
+    EXPECT_EQ(small.blocked_by, "big");
+    EXPECT_THAT(small.message, HasSubstr("waiting behind job big (priority 1, reserved)"));
+  }
+}
+
+// ---------------------------------------------------------------------------
+// Reservation (no starvation of a large job at the head).
+
+TEST(SchedulerTest, HeadReservesItsTargetWorkerAndOthersBackfill) {
+  // big needs 6 and 5 GPUs are free. a and b could each hold it; a has more
+  // free (3 vs 2), so a is the target and all its free GPUs are held. b and c
+  // stay open for small jobs behind it.
+  std::vector<WorkerSlots> workers = {Gpu("a", 3, 8), Gpu("b", 2, 8), Gpu("c", 0, 4)};
+  std::vector<PendingJob> jobs = {Job("big", 6, kCuda, 0, 1), Job("s1", 1, kCuda, 0, 2),
+                                  Job("s2", 2, kCuda, 0, 3), Job("s3", 1, kCuda, 0, 4)};
+  auto r = Check(jobs, workers);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{
+                             {"big", "pending:insufficient_free_slots"},
+                             {"s1", "b:0"},
+                             {"s2", "pending:blocked_by_reservation"},
+                             {"s3", "b:1"}}))
+      << Dump(*r);
+  const PendingJobStatus& big = FindPending(*r, "big");
+  ASSERT_EQ(big.reserved_slots.size(), 3u);
+  for (int i = 0; i < 3; ++i) {
+    EXPECT_EQ(big.reserved_slots[i].worker_id, "a");
+    EXPECT_EQ(big.reserved_slots[i].slot, i);
+  }
+  EXPECT_THAT(big.message, HasSubstr("needs 6 cuda slots, 5 free across 2 workers; holds 3"));
+  EXPECT_EQ(FindPending(*r, "s2").blocked_by, "big");
+}
+
+TEST(SchedulerTest, MultiWorkerHeadReservesItsShareOnEachTarget) {
+  // big needs 12 of 11 free on 8-GPU workers: targets a (8) and b (the
+  // remainder 4; tightest by total, ties by id). b's GPUs beyond its share of
+  // 4 and all of c stay open for backfill.
+  std::vector<WorkerSlots> workers = {Gpu("a", 4, 8), Gpu("b", 6, 8), Gpu("c", 1, 8)};
+  std::vector<PendingJob> jobs = {Job("big", 12, kCuda, 0, 1), Job("s1", 2, kCuda, 0, 2),
+                                  Job("s2", 3, kCuda, 0, 3), Job("s3", 1, kCuda, 0, 4)};
+  auto r = Check(jobs, workers);
+  ASSERT_TRUE(r.ok());
+  const PendingJobStatus& big = FindPending(*r, "big");
+  std::vector<std::string> reserved;
+  for (const SlotRef& s : big.reserved_slots) reserved.push_back(absl::StrCat(s.worker_id, s.slot));
+  EXPECT_EQ(reserved,
+            (std::vector<std::string>{"a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"}));
+  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{
+                             {"big", "pending:insufficient_free_slots"},
+                             {"s1", "b:4,5"},
+                             {"s2", "pending:blocked_by_reservation"},
+                             {"s3", "c:0"}}))
+      << Dump(*r);
+}
+
+TEST(SchedulerTest, OnlyTheHeadReserves) {
+  // big1 holds a; big2 (also blocked) reserves nothing; small fits on b.
+  auto r = Check({Job("big1", 4, kCuda, 0, 1), Job("big2", 4, kCuda, 0, 2),
+                  Job("small", 1, kCuda, 0, 3)},
+                 {Gpu("a", 2, 4), Gpu("b", 1, 4)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{
+                             {"big1", "pending:insufficient_free_slots"},
+                             {"big2", "pending:insufficient_free_slots"},
+                             {"small", "b:0"}}))
+      << Dump(*r);
+  EXPECT_EQ(FindPending(*r, "big1").reserved_slots.size(), 2u);
+  EXPECT_TRUE(FindPending(*r, "big2").reserved_slots.empty());
+  EXPECT_EQ(FindPending(*r, "big2").blocked_by, "big1");
+}
+
+// A tiny cluster simulator: each pass frees slots of jobs that ended,
+// submits arrivals, schedules, and starts the placements.
+struct SimJob {
+  PendingJob spec;
+  int arrival = 0;
+  int duration = 1;
+};
+
+struct SimResult {
+  std::map<std::string, int> start_tick;  // job id -> tick placed
+  int busy_slot_ticks = 0;
+};
+
+using BusyUntil = std::map<std::pair<std::string, int>, int>;  // (worker, slot) -> tick
+
+// Workers' free_slots are recomputed every tick from their total_slots
+// (indices 0..total-1) and what is busy.
+SimResult Simulate(std::vector<WorkerSlots> workers, const std::vector<SimJob>& sim_jobs,
+                   int max_ticks, BusyUntil busy_until = {}) {
+  std::map<std::string, std::set<int>> all_slots;
+  for (const WorkerSlots& w : workers) {
+    for (int s = 0; s < w.total_slots; ++s) all_slots[w.worker_id].insert(s);
+  }
+  SimResult out;
+  std::map<std::string, const SimJob*> by_id;
+  for (const SimJob& j : sim_jobs) by_id[j.spec.job_id] = &j;
+  for (int tick = 0; tick < max_ticks; ++tick) {
+    for (WorkerSlots& w : workers) {
+      w.free_slots.clear();
+      for (int s : all_slots[w.worker_id]) {
+        auto it = busy_until.find({w.worker_id, s});
+        if (it == busy_until.end() || it->second <= tick) w.free_slots.push_back(s);
+        else ++out.busy_slot_ticks;
+      }
+    }
+    std::vector<PendingJob> queue;
+    for (const SimJob& j : sim_jobs) {
+      if (j.arrival <= tick && !out.start_tick.count(j.spec.job_id)) queue.push_back(j.spec);
+    }
+    if (queue.empty() && out.start_tick.size() == sim_jobs.size()) break;
+    auto r = Check(queue, workers);
+    if (!r.ok()) {
+      ADD_FAILURE() << r.status();
+      return out;
+    }
+    for (const Placement& p : r->placements) {
+      out.start_tick[p.job_id] = tick;
+      for (const RankAssignment& a : p.ranks) {
+        busy_until[{a.worker_id, a.slot}] = tick + by_id[p.job_id]->duration;
+      }
+    }
+  }
+  return out;
+}
+
+int StartedBefore(const SimResult& sim, const std::string& prefix, int tick) {
+  int n = 0;
+  for (const auto& [id, t] : sim.start_tick) n += id.rfind(prefix, 0) == 0 && t < tick;
+  return n;
+}
+
+TEST(SchedulerTest, BigJobAtHeadIsNotStarvedByAStreamOfSmallOnes) {
+  // Two 4-GPU workers, GPUs 0-2 of each busy until ticks 3, 5, 7. A 4-GPU job
+  // is queued first; behind it three new 1-GPU jobs (4 ticks long) arrive
+  // every tick, more than the cluster can run. Without a reservation every GPU
+  // the big job cannot use at once would go to the next small job, and it
+  // would not see 4 free GPUs until the stream stops.
+  BusyUntil busy;
+  busy[{"a", 0}] = 2, busy[{"a", 1}] = 4, busy[{"a", 2}] = 6;
+  busy[{"b", 0}] = 3, busy[{"b", 1}] = 5, busy[{"b", 2}] = 7;
+  std::vector<SimJob> jobs;
+  int seq = 0;
+  jobs.push_back({Job("big", 4, kCuda, 0, seq++), 0, 10});
+  for (int t = 0; t < 60; ++t) {
+    for (int k = 0; k < 3; ++k) {
+      jobs.push_back({Job(absl::StrCat("small-", 1000 + seq), 1, kCuda, 0, seq), t, 3 + k});
+      ++seq;
+    }
+  }
+  SimResult sim = Simulate({Gpu("a", 0, 4), Gpu("b", 0, 4)}, jobs, 1000, busy);
+  ASSERT_TRUE(sim.start_tick.count("big"));
+  // Bounded by the initial load: everything it waits for ends by tick 7.
+  EXPECT_LE(sim.start_tick["big"], 7) << "DBG";
+  // Small jobs kept running meanwhile on slots the big job did not hold.
+  EXPECT_GT(StartedBefore(sim, "small-", sim.start_tick["big"]), 0);
+  EXPECT_EQ(sim.start_tick.size(), jobs.size());
+}
+
+TEST(SchedulerTest, MultiWorkerHeadIsNotStarved) {
+  // Three 4-GPU workers; a 6-GPU job (targets a:4 + b:2) waits behind the
+  // initial load while a stream of 2-GPU jobs backfills c.
+  BusyUntil busy;
+  for (const char* w : {"a", "b"}) {
+    busy[{w, 0}] = busy[{w, 1}] = 2;
+    busy[{w, 2}] = busy[{w, 3}] = 6;
+  }
+  busy[{"c", 0}] = busy[{"c", 1}] = 1;
+  busy[{"c", 2}] = busy[{"c", 3}] = 6;
+  std::vector<SimJob> jobs;
+  int seq = 0;
+  jobs.push_back({Job("big", 6, kCuda, 0, seq++), 0, 5});
+  for (int t = 0; t < 60; ++t) {
+    for (int k = 0; k < 3; ++k) {
+      jobs.push_back({Job(absl::StrCat("small-", 1000 + seq), 2, kCuda, 0, seq), t, 2 + k});
+      ++seq;
+    }
+  }
+  SimResult sim = Simulate({Gpu("a", 0, 4), Gpu("b", 0, 4), Gpu("c", 0, 4)}, jobs, 1000, busy);
+  ASSERT_TRUE(sim.start_tick.count("big"));
+  EXPECT_LE(sim.start_tick["big"], 6) << "DBG";
+  EXPECT_GT(StartedBefore(sim, "small-", sim.start_tick["big"]), 0);
+  EXPECT_EQ(sim.start_tick.size(), jobs.size());
+}
+
+// ---------------------------------------------------------------------------
+// Input handling.
+
+WorkerSlots NegativeTotal() {
+  WorkerSlots w = Gpu("a", 0);
+  w.total_slots = -1;
+  return w;
+}
+
+TEST(SchedulerTest, RejectsMalformedInput) {
+  struct Bad {
+    std::string name;
+    std::vector<PendingJob> jobs;
+    std::vector<WorkerSlots> workers;
+    std::string field;
+  };
+  const std::vector<Bad> cases = {
+      {"duplicate job", {Job("j", 1), Job("j", 2)}, {Gpu("a", 4)}, "job_id: duplicate"},
+      {"empty job id", {Job("", 1)}, {Gpu("a", 4)}, "job_id: empty"},
+      {"duplicate worker", {}, {Gpu("a", 4), Cpu("a", 4)}, "worker_id: duplicate"},
+      {"empty worker id", {}, {Gpu("", 4)}, "worker_id: empty"},
+      {"duplicate slot", {}, {Worker("a", SlotKind::kGpu, {1, 1}, 4)}, "duplicate index 1"},
+      {"negative slot", {}, {Worker("a", SlotKind::kGpu, {-1}, 4)}, "negative index -1"},
+      {"more free than total", {}, {Worker("a", SlotKind::kGpu, {0, 1, 2}, 2)}, "total_slots is 2"},
+      {"negative total", {}, {NegativeTotal()}, "total_slots: must be >= 0"},
+  };
+  for (const Bad& c : cases) {
+    SCOPED_TRACE(c.name);
+    absl::StatusOr<ScheduleResult> r = Schedule(c.jobs, c.workers);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.field));
+  }
+}
+
+TEST(SchedulerTest, EmptyInput) {
+  auto r = Check({}, {});
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->placements.empty());
+  EXPECT_TRUE(r->pending.empty());
+}
+
+// ---------------------------------------------------------------------------
+// Randomized properties (fixed seeds).
+
+struct RandomInput {
+  std::vector<PendingJob> jobs;
+  std::vector<WorkerSlots> workers;
+};
+
+RandomInput RandomCluster(std::mt19937& rng) {
+  RandomInput in;
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  const int num_workers = uniform(0, 7);
+  for (int w = 0; w < num_workers; ++w) {
+    WorkerSlots worker;
+    worker.worker_id = absl::StrCat("w", uniform(0, 99), "-", w);
+    worker.kind = uniform(0, 2) == 0 ? SlotKind::kCpu : SlotKind::kGpu;
+    worker.total_slots = uniform(0, 8);
+    worker.schedulable = uniform(0, 9) != 0;
+    // A random subset of a random index range (sparse GPU indices too).
+    const int base = uniform(0, 1) * uniform(0, 4);
+    for (int s = 0; s < worker.total_slots; ++s) {
+      if (uniform(0, 2) != 0) worker.free_slots.push_back(base + s);
+    }
+    std::shuffle(worker.free_slots.begin(), worker.free_slots.end(), rng);
+    in.workers.push_back(std::move(worker));
+  }
+  const int num_jobs = uniform(0, 12);
+  for (int j = 0; j < num_jobs; ++j) {
+    PendingJob job;
+    job.job_id = absl::StrCat("j", j);
+    job.world_size = uniform(0, 30) == 0 ? 0 : uniform(1, uniform(1, 3) == 1 ? 20 : 6);
+    job.device = static_cast<DeviceRequirement>(uniform(0, 2));
+    job.priority = uniform(0, 2);
+    job.submit_seq = static_cast<std::uint64_t>(uniform(0, 20));
+    in.jobs.push_back(std::move(job));
+  }
+  return in;
+}
+
+TEST(SchedulerPropertyTest, InvariantsOnRandomClusters) {
+  std::mt19937 rng(20240611);
+  int placed = 0, reserved = 0, blocked = 0, split = 0;
+  for (int iter = 0; iter < 5000; ++iter) {
+    RandomInput in = RandomCluster(rng);
+    SCOPED_TRACE(iter);
+    absl::StatusOr<ScheduleResult> r = Schedule(in.jobs, in.workers);
+    ASSERT_TRUE(r.ok()) << r.status();
+    CheckInvariants(in.jobs, in.workers, *r);
+    if (HasFatalFailure() || HasNonfatalFailure()) {
+      FAIL() << "input:\n" << Dump(*r);
+    }
+    placed += static_cast<int>(r->placements.size());
+    for (const Placement& p : r->placements) split += p.num_nodes > 1;
+    for (const PendingJobStatus& p : r->pending) {
+      reserved += !p.reserved_slots.empty();
+      blocked += p.reason == PendingReason::kBlockedByReservation;
+    }
+  }
+  // The generator exercises every path.
+  EXPECT_GT(placed, 1000);
+  EXPECT_GT(split, 100);
+  EXPECT_GT(reserved, 100);
+  EXPECT_GT(blocked, 20);
+}
+
+TEST(SchedulerPropertyTest, DeterministicUnderPermutedInput) {
+  std::mt19937 rng(7);
+  for (int iter = 0; iter < 2000; ++iter) {
+    RandomInput in = RandomCluster(rng);
+    SCOPED_TRACE(iter);
+    absl::StatusOr<ScheduleResult> want = Schedule(in.jobs, in.workers);
+    ASSERT_TRUE(want.ok());
+    for (int perm = 0; perm < 3; ++perm) {
+      RandomInput shuffled = in;
+      std::shuffle(shuffled.jobs.begin(), shuffled.jobs.end(), rng);
+      std::shuffle(shuffled.workers.begin(), shuffled.workers.end(), rng);
+      for (WorkerSlots& w : shuffled.workers) std::shuffle(w.free_slots.begin(), w.free_slots.end(), rng);
+      absl::StatusOr<ScheduleResult> got = Schedule(shuffled.jobs, shuffled.workers);
+      ASSERT_TRUE(got.ok());
+      ASSERT_EQ(Dump(*got), Dump(*want));
+    }
+  }
+}
+
+TEST(SchedulerPropertyTest, EveryJobThatFitsEventuallyRuns) {
+  // Random clusters under a random stream of jobs: with finite durations and
+  // finite arrivals, every job that fits the cluster starts (no starvation).
+  std::mt19937 rng(99);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (int iter = 0; iter < 150; ++iter) {
+    SCOPED_TRACE(iter);
+    std::vector<WorkerSlots> workers;
+    std::map<SlotKind, int> capacity;
+    const int num_workers = uniform(1, 5);
+    for (int w = 0; w < num_workers; ++w) {
+      const SlotKind kind = uniform(0, 3) == 0 ? SlotKind::kCpu : SlotKind::kGpu;
+      const int total = uniform(1, 8);
+      workers.push_back(Worker(absl::StrCat("w", w), kind, {}, total));
+      capacity[kind] += total;
+    }
+    std::vector<SimJob> jobs;
+    const int num_jobs = uniform(5, 40);
+    for (int j = 0; j < num_jobs; ++j) {
+      SimJob sj;
+      sj.spec = Job(absl::StrCat("j", j), uniform(1, uniform(0, 4) == 0 ? 16 : 4),
+                    static_cast<DeviceRequirement>(uniform(0, 2)), uniform(0, 2),
+                    static_cast<std::uint64_t>(j));
+      sj.arrival = uniform(0, 30);
+      sj.duration = uniform(1, 6);
+      const SlotKind kind = sj.spec.device == kCpu    ? SlotKind::kCpu
+                            : sj.spec.device == kCuda ? SlotKind::kGpu
+                            : capacity[SlotKind::kGpu] > 0 ? SlotKind::kGpu
+                                                           : SlotKind::kCpu;
+      if (sj.spec.world_size > capacity[kind]) continue;  // reported as never fitting
+      jobs.push_back(sj);
+    }
+    SimResult sim = Simulate(workers, jobs, 2000);
+    EXPECT_EQ(sim.start_tick.size(), jobs.size());
+    if (HasFailure()) return;
+  }
+}
+
+}  // namespace
+}  // namespace trainctl::scheduler

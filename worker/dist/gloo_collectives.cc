@@ -1,0 +1,384 @@
+#include "worker/dist/gloo_collectives.h"
+
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/store.h>
+#include <gloo/transport/tcp/device.h>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <condition_variable>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <thread>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace trainctl::dist {
+namespace {
+
+std::chrono::milliseconds ToMillis(absl::Duration d) {
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+}
+
+// Gloo's rendezvous speaks to a gloo::rendezvous::Store; this forwards it to
+// the c10d::TCPStore hosted by rank 0, under a key prefix.
+class GlooStoreAdapter final : public gloo::rendezvous::Store {
+ public:
+  GlooStoreAdapter(c10d::Store& store, std::string prefix, std::chrono::milliseconds timeout)
+      : store_(store), prefix_(std::move(prefix)), timeout_(timeout) {}
+
+  void set(const std::string& key, const std::vector<char>& data) override {
+    store_.set(prefix_ + key, std::vector<uint8_t>(data.begin(), data.end()));
+  }
+
+  std::vector<char> get(const std::string& key) override {
+    // c10d's get blocks until the key exists, up to the store's timeout.
+    auto v = store_.get(prefix_ + key);
+    return std::vector<char>(v.begin(), v.end());
+  }
+
+  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+
+  void wait(const std::vector<std::string>& keys,
+            const std::chrono::milliseconds& timeout) override {
+    std::vector<std::string> prefixed;
+    prefixed.reserve(keys.size());
+    for (const auto& k : keys) prefixed.push_back(prefix_ + k);
+    store_.wait(prefixed, timeout);
+  }
+
+ private:
+  c10d::Store& store_;
+  const std::string prefix_;
+  const std::chrono::milliseconds timeout_;
+};
+
+template <typename T>
+struct TypeTag {
+  using type = T;
+};
+
+// Calls f(TypeTag<T>{}) with the C++ type of `type`.
+template <typename F>
+void DispatchCommType(CommDataType type, F&& f) {
+  switch (type) {
+    case CommDataType::kFloat32: return f(TypeTag<float>{});
+    case CommDataType::kFloat64: return f(TypeTag<double>{});
+    case CommDataType::kFloat16: return f(TypeTag<c10::Half>{});
+    case CommDataType::kBFloat16: return f(TypeTag<c10::BFloat16>{});
+    case CommDataType::kInt32: return f(TypeTag<int32_t>{});
+    case CommDataType::kInt64: return f(TypeTag<int64_t>{});
+    case CommDataType::kUInt8: return f(TypeTag<uint8_t>{});
+  }
+}
+
+// Element-wise c = a + b; Gloo may pass c == a.
+template <typename T>
+void SumInto(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<T*>(c);
+  const auto* x = static_cast<const T*>(a);
+  const auto* y = static_cast<const T*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = static_cast<T>(x[i] + y[i]);
+}
+
+enum class OpKind { kAllReduce, kBroadcast, kBarrier };
+
+const char* OpName(OpKind kind) {
+  switch (kind) {
+    case OpKind::kAllReduce: return "allreduce";
+    case OpKind::kBroadcast: return "broadcast";
+    case OpKind::kBarrier: return "barrier";
+  }
+  return "?";
+}
+
+class GlooEngine;
+
+// Completion state of one collective. Finish() is first-wins: a Wait() that
+// timed out finishes the work with DeadlineExceeded while Gloo may still hold
+// the (kept-alive) buffer.
+class GlooWork final : public CollectiveWork {
+ public:
+  GlooWork(std::weak_ptr<GlooEngine> engine, std::string description, absl::Duration timeout)
+      : engine_(std::move(engine)), description_(std::move(description)), timeout_(timeout) {}
+
+  void Finish(absl::Status status) {
+    absl::MutexLock l(&mu_);
+    if (done_) return;
+    done_ = true;
+    status_ = std::move(status);
+  }
+
+  absl::Status Wait(absl::Duration timeout) override;
+  // Gloo enforces the engine timeout on the operation itself and reports the
+  // more precise error; the grace lets that error arrive first.
+  absl::Status Wait() override { return Wait(timeout_ + absl::Seconds(2)); }
+
+  bool IsCompleted() override {
+    absl::MutexLock l(&mu_);
+    return done_;
+  }
+
+  const std::string& description() const { return description_; }
+
+ private:
+  const std::weak_ptr<GlooEngine> engine_;
+  const std::string description_;
+  const absl::Duration timeout_;
+  absl::Mutex mu_;
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+  absl::Status status_ ABSL_GUARDED_BY(mu_);
+};
+
+struct Op {
+  OpKind kind;
+  CommBuffer buffer;  // holds keep_alive until the op left Gloo
+  int root = 0;
+  uint32_t tag = 0;
+  std::shared_ptr<GlooWork> work;
+};
+
+class GlooEngine final : public Collectives, public std::enable_shared_from_this<GlooEngine> {
+ public:
+  GlooEngine(const GlooOptions& options, std::shared_ptr<RendezvousStore> store,
+             std::shared_ptr<gloo::Context> context)
+      : options_(options), store_(std::move(store)), context_(std::move(context)) {}
+
+  ~GlooEngine() override {
+    Fail(absl::AbortedError("gloo collectives destroyed"));
+    {
+      absl::MutexLock l(&mu_);
+      stopping_ = true;
+    }
+    if (worker_.joinable()) worker_.join();
+  }
+
+  void Start() { worker_ = std::thread([this] { Run(); }); }
+
+  int rank() const override { return options_.rank; }
+  int world_size() const override { return options_.world_size; }
+  CommDevice device() const override { return CommDevice::kCpu; }
+  std::string name() const override { return "gloo"; }
+  absl::Duration timeout() const override { return options_.timeout; }
+
+  std::shared_ptr<CollectiveWork> AllReduceSum(CommBuffer buffer) override {
+    return Enqueue(OpKind::kAllReduce, std::move(buffer), 0);
+  }
+
+  std::shared_ptr<CollectiveWork> Broadcast(CommBuffer buffer, int root) override {
+    if (root < 0 || root >= options_.world_size) {
+      return CompletedWork(absl::InvalidArgumentError(
+          absl::StrCat("broadcast root ", root, " outside [0, ", options_.world_size, ")")));
+    }
+    return Enqueue(OpKind::kBroadcast, std::move(buffer), root);
+  }
+
+  absl::Status Barrier() override { return Enqueue(OpKind::kBarrier, CommBuffer{}, 0)->Wait(); }
+
+  void Abort() override { Fail(absl::AbortedError("gloo collectives aborted")); }
+
+  // Breaks the engine with `status`: queued ops fail with it, later ones too,
+  // and the peer connections are closed so an op inside Gloo ends early.
+  void Fail(absl::Status status) {
+    std::deque<Op> dropped;
+    bool close_pairs = false;
+    {
+      absl::MutexLock l(&mu_);
+      if (broken_.ok()) broken_ = status;
+      dropped.swap(queue_);
+      if (!pairs_closed_) close_pairs = pairs_closed_ = true;
+    }
+    for (auto& op : dropped) op.work->Finish(status);
+    if (close_pairs) ClosePairs();
+  }
+
+ private:
+  absl::Status Validate(OpKind kind, const CommBuffer& b) const {
+    if (kind == OpKind::kBarrier) return absl::OkStatus();
+    if (b.device != CommDevice::kCpu) {
+      return absl::InvalidArgumentError("gloo collectives take CPU buffers only (got a CUDA buffer)");
+    }
+    if (b.data == nullptr && b.count > 0) {
+      return absl::InvalidArgumentError("gloo collective on a null buffer");
+    }
+    return absl::OkStatus();
+  }
+
+  std::shared_ptr<CollectiveWork> Enqueue(OpKind kind, CommBuffer buffer, int root) {
+    if (auto st = Validate(kind, buffer); !st.ok()) return CompletedWork(st);
+    absl::MutexLock l(&mu_);
+    if (!broken_.ok()) return CompletedWork(broken_);
+    const uint64_t seq = next_seq_++;
+    std::string desc = absl::StrCat("gloo ", OpName(kind), " #", seq);
+    if (kind != OpKind::kBarrier) {
+      absl::StrAppend(&desc, " (", buffer.count, " x ", CommDataTypeName(buffer.type), ")");
+    }
+    auto work = std::make_shared<GlooWork>(weak_from_this(), std::move(desc), options_.timeout);
+    if (kind != OpKind::kBarrier && buffer.count == 0) {
+      work->Finish(absl::OkStatus());
+      return work;
+    }
+    Op op;
+    op.kind = kind;
+    op.buffer = std::move(buffer);
+    op.root = root;
+    // Every rank issues the same sequence, so the sequence number is a tag
+    // all ranks agree on.
+    op.tag = static_cast<uint32_t>(seq);
+    op.work = work;
+    queue_.push_back(std::move(op));
+    return work;
+  }
+
+  void Run() {
+    for (;;) {
+      Op op;
+      {
+        absl::MutexLock l(&mu_);
+        mu_.Await(absl::Condition(
+            +[](GlooEngine* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
+              return e->stopping_ || !e->queue_.empty();
+            },
+            this));
+        if (queue_.empty()) return;  // stopping
+        op = std::move(queue_.front());
+        queue_.pop_front();
+      }
+      absl::Status status = Execute(op);
+      if (!status.ok()) Fail(status);
+      op.work->Finish(status);
+      // op (and with it the buffer's keep_alive) is released here, after Gloo
+      // let go of the memory.
+    }
+  }
+
+  absl::Status Execute(const Op& op) {
+    const auto timeout = ToMillis(options_.timeout);
+    try {
+      switch (op.kind) {
+        case OpKind::kAllReduce:
+          DispatchCommType(op.buffer.type, [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            gloo::AllreduceOptions opts(context_);
+            opts.setOutput<T>(static_cast<T*>(op.buffer.data), op.buffer.count);
+            opts.setReduceFunction(&SumInto<T>);
+            opts.setTag(op.tag);
+            opts.setTimeout(timeout);
+            gloo::allreduce(opts);
+          });
+          break;
+        case OpKind::kBroadcast:
+          DispatchCommType(op.buffer.type, [&](auto tag) {
+            using T = typename decltype(tag)::type;
+            gloo::BroadcastOptions opts(context_);
+            opts.setOutput<T>(static_cast<T*>(op.buffer.data), op.buffer.count);
+            opts.setRoot(op.root);
+            opts.setTag(op.tag);
+            opts.setTimeout(timeout);
+            gloo::broadcast(opts);
+          });
+          break;
+        case OpKind::kBarrier: {
+          gloo::BarrierOptions opts(context_);
+          opts.setTag(op.tag);
+          opts.setTimeout(timeout);
+          gloo::barrier(opts);
+          break;
+        }
+      }
+    } catch (const std::exception& e) {
+      return StatusFromCommException(
+          e, absl::StrCat(op.work->description(), " on rank ", options_.rank, " failed"));
+    }
+    return absl::OkStatus();
+  }
+
+  void ClosePairs() {
+    for (int i = 0; i < options_.world_size; ++i) {
+      if (i == options_.rank) continue;
+      try {
+        auto& pair = context_->getPair(i);
+        if (pair) pair->close();
+      } catch (const std::exception&) {
+        // Already broken; nothing more to tear down.
+      }
+    }
+  }
+
+  const GlooOptions options_;
+  // Keeps rank 0's store server up for the engine's lifetime (late peers may
+  // still be reading addresses from it).
+  const std::shared_ptr<RendezvousStore> store_;
+  const std::shared_ptr<gloo::Context> context_;
+  std::thread worker_;
+
+  absl::Mutex mu_;
+  std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
+  // First error; once set, every collective fails with it.
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  bool pairs_closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+absl::Status GlooWork::Wait(absl::Duration timeout) {
+  {
+    absl::MutexLock l(&mu_);
+    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; };
+    if (mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) return status_;
+  }
+  auto status = absl::DeadlineExceededError(absl::StrCat(
+      description_, " did not finish within ", absl::FormatDuration(timeout),
+      "; a peer rank is dead or stalled"));
+  Finish(status);
+  if (auto engine = engine_.lock()) engine->Fail(status);
+  absl::MutexLock l(&mu_);
+  return status_;
+}
+
+}  // namespace
+
+absl::StatusOr<std::shared_ptr<Collectives>> CreateGlooCollectives(
+    const GlooOptions& options, std::shared_ptr<RendezvousStore> store) {
+  if (options.world_size < 1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: world_size must be >= 1, got ", options.world_size));
+  }
+  if (options.rank < 0 || options.rank >= options.world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("gloo: rank ", options.rank,
+                                                   " outside [0, ", options.world_size, ")"));
+  }
+  if (options.timeout <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("gloo: timeout must be positive");
+  }
+  if (store == nullptr) return absl::InvalidArgumentError("gloo: no rendezvous store");
+
+  std::shared_ptr<gloo::Context> context;
+  try {
+    gloo::transport::tcp::attr attr;
+    attr.hostname = options.bind_host;
+    auto device = gloo::transport::tcp::CreateDevice(attr);
+    auto ctx = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
+    ctx->setTimeout(ToMillis(options.timeout));
+    GlooStoreAdapter adapter(store->c10d_store(), options.key_prefix, ToMillis(options.timeout));
+    ctx->connectFullMesh(adapter, device);
+    context = std::move(ctx);
+  } catch (const std::exception& e) {
+    return StatusFromCommException(
+        e, absl::StrCat("gloo rendezvous of rank ", options.rank, "/", options.world_size,
+                        " through store ", store->address()));
+  }
+  auto engine = std::make_shared<GlooEngine>(options, std::move(store), std::move(context));
+  engine->Start();
+  return std::shared_ptr<Collectives>(std::move(engine));
+}
+
+}  // namespace trainctl::dist

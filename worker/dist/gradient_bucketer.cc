@@ -1,0 +1,406 @@
+#include "worker/dist/gradient_bucketer.h"
+
+#include <ATen/ATen.h>
+#include <c10/core/GradMode.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
+#include <torch/nn/module.h>
+
+#include <unordered_set>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/status_macros.h"
+#include "worker/dist/bucket_assignment.h"
+#include "worker/dist/tensor_collectives.h"
+
+namespace trainctl::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+absl::Duration Since(Clock::time_point t) { return absl::FromChrono(Clock::now() - t); }
+
+std::string GroupOf(const at::Tensor& t) {
+  return absl::StrCat(c10::toString(t.scalar_type()), "@", t.device().str());
+}
+
+}  // namespace
+
+absl::StatusOr<std::unique_ptr<GradientBucketer>> GradientBucketer::Create(
+    torch::nn::Module& module, std::shared_ptr<Collectives> comm,
+    const GradientBucketerOptions& options) {
+  std::vector<std::pair<std::string, at::Tensor>> named;
+  std::unordered_set<const void*> seen;
+  for (const auto& item : module.named_parameters(/*recurse=*/true)) {
+    const at::Tensor& p = item.value();
+    // Shared parameters are synchronised once, under their first name (DDP).
+    if (!p.requires_grad() || !seen.insert(p.unsafeGetTensorImpl()).second) continue;
+    named.emplace_back(item.key(), p);
+  }
+  std::vector<at::Tensor> buffers;
+  for (const auto& b : module.buffers(/*recurse=*/true)) buffers.push_back(b);
+  return Create(std::move(named), std::move(buffers), std::move(comm), options);
+}
+
+absl::StatusOr<std::unique_ptr<GradientBucketer>> GradientBucketer::Create(
+    std::vector<std::pair<std::string, at::Tensor>> named_params, std::vector<at::Tensor> buffers,
+    std::shared_ptr<Collectives> comm, const GradientBucketerOptions& options) {
+  if (comm == nullptr) return absl::InvalidArgumentError("GradientBucketer: no collectives");
+  if (!(options.bucket_cap_mb > 0)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("GradientBucketer: bucket_cap_mb must be > 0, got ", options.bucket_cap_mb));
+  }
+  if (options.first_bucket_bytes == 0) {
+    return absl::InvalidArgumentError("GradientBucketer: first_bucket_bytes must be > 0");
+  }
+  std::vector<std::string> names;
+  std::vector<at::Tensor> params;
+  for (auto& [name, p] : named_params) {
+    if (!p.defined() || !p.requires_grad() || !p.is_leaf()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GradientBucketer: parameter '", name, "' must be a defined leaf tensor requiring grad"));
+    }
+    if (p.layout() != at::kStrided) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GradientBucketer: parameter '", name, "' is not dense"));
+    }
+    if (auto t = CommDataTypeOf(p); !t.ok()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GradientBucketer: parameter '", name, "': ", t.status().message()));
+    }
+    names.push_back(std::move(name));
+    params.push_back(std::move(p));
+  }
+  std::unique_ptr<GradientBucketer> b(new GradientBucketer(
+      std::move(names), std::move(params), std::move(buffers), std::move(comm), options));
+  TRAINCTL_RETURN_IF_ERROR(b->Init());
+  return b;
+}
+
+GradientBucketer::GradientBucketer(std::vector<std::string> names, std::vector<at::Tensor> params,
+                                   std::vector<at::Tensor> buffers,
+                                   std::shared_ptr<Collectives> comm,
+                                   const GradientBucketerOptions& options)
+    : options_(options),
+      comm_(std::move(comm)),
+      names_(std::move(names)),
+      params_(std::move(params)),
+      buffers_(std::move(buffers)) {}
+
+absl::Status GradientBucketer::Init() {
+  // Every rank starts from rank 0's parameters and buffers.
+  std::vector<at::Tensor> state(params_.begin(), params_.end());
+  state.insert(state.end(), buffers_.begin(), buffers_.end());
+  TRAINCTL_RETURN_IF_ERROR(BroadcastCoalesced(*comm_, state, /*root=*/0));
+
+  // Reverse registration order approximates the order backward produces
+  // gradients in, so the first bucket is the first to be complete.
+  const size_t n = params_.size();
+  std::vector<size_t> order(n);
+  std::vector<BucketTensorInfo> infos(n);
+  for (size_t k = 0; k < n; ++k) {
+    order[k] = n - 1 - k;
+    const auto& p = params_[order[k]];
+    infos[k] = {static_cast<size_t>(p.numel()) * p.element_size(), GroupOf(p)};
+  }
+  const size_t cap = static_cast<size_t>(options_.bucket_cap_mb * 1024 * 1024);
+  const auto specs = ComputeBucketAssignment(infos, {options_.first_bucket_bytes, std::max<size_t>(cap, 1)});
+
+  absl::MutexLock l(&mu_);
+  locations_.resize(n);
+  c10::NoGradGuard no_grad;
+  for (const auto& spec : specs) {
+    Bucket bucket;
+    BucketInfo info;
+    info.size_limit = spec.size_limit;
+    int64_t total = 0;
+    for (size_t k : spec.indices) {
+      bucket.params.push_back(order[k]);
+      total += params_[order[k]].numel();
+    }
+    const auto& first = params_[bucket.params.front()];
+    bucket.flat = at::zeros({total}, first.options().requires_grad(false));
+    int64_t offset = 0;
+    for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
+      const auto& p = params_[bucket.params[slot]];
+      bucket.views.push_back(bucket.flat.narrow(0, offset, p.numel()).view(p.sizes()));
+      offset += p.numel();
+      locations_[bucket.params[slot]] = {buckets_.size(), slot};
+    }
+    info.params = bucket.params;
+    info.bytes = static_cast<size_t>(total) * first.element_size();
+    bucket_infos_.push_back(std::move(info));
+    buckets_.push_back(std::move(bucket));
+  }
+  ready_.assign(n, 0);
+  locally_used_.assign(n, 0);
+  ResetStepLocked();
+
+  // Post-hooks on the gradient accumulators fire once a parameter's gradient
+  // has been accumulated into param.grad(), while backward still runs.
+  for (size_t i = 0; i < n; ++i) {
+    auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
+    if (acc == nullptr) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GradientBucketer: parameter '", names_[i], "' has no gradient accumulator"));
+    }
+    hook_keys_.push_back(acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [this, i](const torch::autograd::variable_list& outputs,
+                  const torch::autograd::variable_list& /*inputs*/) {
+          OnGradReady(i);
+          return outputs;
+        })));
+    accumulators_.push_back(std::move(acc));
+  }
+  return absl::OkStatus();
+}
+
+GradientBucketer::~GradientBucketer() {
+  for (size_t i = 0; i < accumulators_.size(); ++i) {
+    accumulators_[i]->del_post_hook(hook_keys_[i]);
+  }
+}
+
+void GradientBucketer::set_require_backward_grad_sync(bool sync) {
+  absl::MutexLock l(&mu_);
+  require_sync_ = sync;
+}
+
+bool GradientBucketer::require_backward_grad_sync() const {
+  absl::MutexLock l(&mu_);
+  return require_sync_;
+}
+
+StepCommStats GradientBucketer::last_step_stats() const {
+  absl::MutexLock l(&mu_);
+  return last_;
+}
+
+std::string GradientBucketer::DescribeParams(const std::vector<size_t>& indices) const {
+  std::vector<std::string> parts;
+  for (size_t k = 0; k < indices.size() && k < 10; ++k) {
+    parts.push_back(absl::StrCat(indices[k], " '", names_[indices[k]], "'"));
+  }
+  std::string s = absl::StrJoin(parts, ", ");
+  if (indices.size() > 10) absl::StrAppend(&s, " and ", indices.size() - 10, " more");
+  return s;
+}
+
+void GradientBucketer::ResetStepLocked() {
+  step_started_ = false;
+  std::fill(ready_.begin(), ready_.end(), 0);
+  std::fill(locally_used_.begin(), locally_used_.end(), 0);
+  for (auto& b : buckets_) {
+    b.pending = b.params.size();
+    b.work.reset();
+  }
+  next_bucket_ = 0;
+  grads_ready_ = 0;
+  step_error_ = absl::OkStatus();
+  current_ = StepCommStats{};
+  current_.num_params = params_.size();
+}
+
+void GradientBucketer::StartStepLocked() {
+  step_started_ = true;
+  current_.buffer_broadcast = pending_buffer_broadcast_;
+  pending_buffer_broadcast_ = absl::ZeroDuration();
+}
+
+void GradientBucketer::OnGradReady(size_t index) {
+  absl::MutexLock l(&mu_);
+  // Under no_sync the gradient just stays accumulated in param.grad().
+  if (!require_sync_) return;
+  if (!step_started_) StartStepLocked();
+  if (ready_[index]) {
+    if (step_error_.ok()) {
+      step_error_ = absl::FailedPreconditionError(absl::StrCat(
+          "GradientBucketer: parameter ", DescribeParams({index}),
+          " received a gradient twice in one synced step (a second backward before "
+          "FinalizeBackward(), or a parameter used by reentrant backward/checkpointing)"));
+    }
+    return;
+  }
+  MarkReadyLocked(index, /*unused=*/false, /*from_hook=*/true);
+  LaunchReadyBucketsLocked(/*from_hook=*/true);
+}
+
+void GradientBucketer::MarkReadyLocked(size_t index, bool unused, bool from_hook) {
+  const ParamLocation loc = locations_[index];
+  Bucket& bucket = buckets_[loc.bucket];
+  at::Tensor& view = bucket.views[loc.slot];
+  c10::NoGradGuard no_grad;
+  const at::Tensor& grad = params_[index].grad();
+  if (unused || !grad.defined()) {
+    view.zero_();
+  } else if (grad.layout() != at::kStrided) {
+    view.zero_();
+    if (step_error_.ok()) {
+      step_error_ = absl::InvalidArgumentError(absl::StrCat(
+          "GradientBucketer: parameter ", DescribeParams({index}),
+          " has a sparse gradient; only dense gradients are synchronised"));
+    }
+  } else {
+    // As PyTorch's reducer: divide while copying into the bucket, so the sum
+    // all-reduce yields the average and the gradient is scanned once.
+    at::Tensor scale = c10::scalar_to_tensor(c10::Scalar(1.0 / comm_->world_size()));
+    scale.unsafeGetTensorImpl()->set_wrapped_number(true);
+    at::mul_out(view, grad, scale);
+  }
+  ready_[index] = 1;
+  ++grads_ready_;
+  if (!unused) locally_used_[index] = 1;
+  if (from_hook) ++current_.grads_from_hooks;
+  if (unused) ++current_.unused_params;
+  --bucket.pending;
+}
+
+void GradientBucketer::LaunchReadyBucketsLocked(bool from_hook) {
+  while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
+    Bucket& b = buckets_[next_bucket_];
+    b.work = AllReduceSum(*comm_, b.flat);
+    current_.launches.push_back(BucketLaunchRecord{next_bucket_, Clock::now(), from_hook, grads_ready_});
+    ++next_bucket_;
+  }
+}
+
+absl::Status GradientBucketer::PrepareForward() {
+  {
+    absl::MutexLock l(&mu_);
+    if (step_started_) {
+      return absl::FailedPreconditionError(
+          "GradientBucketer: the previous synced backward was not finalized; call "
+          "FinalizeBackward() after backward() and before the next forward");
+    }
+    if (!options_.broadcast_buffers || !require_forward_param_sync_ || buffers_.empty() ||
+        comm_->world_size() == 1) {
+      return absl::OkStatus();
+    }
+  }
+  const auto start = Clock::now();
+  TRAINCTL_RETURN_IF_ERROR(BroadcastCoalesced(*comm_, buffers_, /*root=*/0));
+  absl::MutexLock l(&mu_);
+  pending_buffer_broadcast_ = Since(start);
+  return absl::OkStatus();
+}
+
+absl::Status GradientBucketer::PrepareForBackward(const std::vector<at::Tensor>& outputs) {
+  absl::MutexLock l(&mu_);
+  if (!require_sync_ || !options_.find_unused_parameters) return absl::OkStatus();
+  if (step_started_) {
+    return absl::FailedPreconditionError(
+        "GradientBucketer: PrepareForBackward() after backward already started, or the previous "
+        "synced backward was not finalized");
+  }
+  StartStepLocked();
+  // Walk the autograd graph from the outputs; a parameter whose accumulator
+  // is not reached gets no gradient this step (PyTorch's
+  // prepare_for_backward with find_unused_parameters).
+  std::unordered_set<const torch::autograd::Node*> seen;
+  std::vector<torch::autograd::Node*> stack;
+  for (const auto& out : outputs) {
+    if (!out.defined() || !out.requires_grad()) continue;
+    std::shared_ptr<torch::autograd::Node> fn =
+        out.grad_fn() ? out.grad_fn() : torch::autograd::impl::try_get_grad_accumulator(out);
+    if (fn && seen.insert(fn.get()).second) stack.push_back(fn.get());
+  }
+  while (!stack.empty()) {
+    torch::autograd::Node* node = stack.back();
+    stack.pop_back();
+    for (const auto& edge : node->next_edges()) {
+      torch::autograd::Node* next = edge.function.get();
+      if (next != nullptr && seen.insert(next).second) stack.push_back(next);
+    }
+  }
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!seen.count(accumulators_[i].get())) MarkReadyLocked(i, /*unused=*/true, /*from_hook=*/false);
+  }
+  LaunchReadyBucketsLocked(/*from_hook=*/false);
+  return absl::OkStatus();
+}
+
+absl::Status GradientBucketer::FinalizeBackward() {
+  absl::MutexLock l(&mu_);
+  const auto backward_end = Clock::now();
+  if (!require_sync_) {
+    // A no_sync micro-step: nothing was communicated, and the next forward
+    // does not re-broadcast buffers (DDP's require_forward_param_sync).
+    last_ = StepCommStats{};
+    last_.step = synced_steps_;
+    last_.num_params = params_.size();
+    last_.backward_end = backward_end;
+    require_forward_param_sync_ = false;
+    return absl::OkStatus();
+  }
+  if (!step_started_) StartStepLocked();
+  current_.backward_end = backward_end;
+
+  absl::Status status = step_error_;
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!ready_[i]) missing.push_back(i);
+  }
+  if (status.ok() && !missing.empty()) {
+    if (options_.find_unused_parameters) {
+      for (size_t i : missing) MarkReadyLocked(i, /*unused=*/true, /*from_hook=*/false);
+      LaunchReadyBucketsLocked(/*from_hook=*/false);
+    } else {
+      // Buckets holding these never launched, so the ranks would disagree on
+      // what to all-reduce next; fail here instead of hanging.
+      status = absl::FailedPreconditionError(absl::StrCat(
+          "GradientBucketer: ", missing.size(), " of ", params_.size(),
+          " parameters received no gradient in this backward pass: ", DescribeParams(missing),
+          ". Every parameter must take part in producing the loss, or set "
+          "find_unused_parameters=true (the model has parameters unused in forward)"));
+    }
+  }
+
+  at::Tensor global_used;
+  if (status.ok()) {
+    for (auto& b : buckets_) {
+      absl::Status st = b.work ? b.work->Wait() : absl::InternalError("bucket never launched");
+      if (!st.ok()) {
+        status = st;
+        break;
+      }
+    }
+  }
+  if (status.ok() && options_.find_unused_parameters) {
+    // Which parameters did any rank use? A parameter no rank used keeps its
+    // gradient untouched, as in PyTorch.
+    global_used = at::tensor(std::vector<int32_t>(locally_used_.begin(), locally_used_.end()),
+                             at::TensorOptions().dtype(at::kInt));
+    if (comm_->device() == CommDevice::kCuda) global_used = global_used.to(params_[0].device());
+    status = AllReduceSum(*comm_, global_used)->Wait();
+    if (status.ok()) global_used = global_used.cpu();
+  }
+  current_.exposed_comm = Since(backward_end);
+
+  if (status.ok()) {
+    c10::NoGradGuard no_grad;
+    for (auto& b : buckets_) {
+      for (size_t slot = 0; slot < b.params.size(); ++slot) {
+        const size_t i = b.params[slot];
+        if (global_used.defined() && global_used.data_ptr<int32_t>()[i] == 0) continue;
+        at::Tensor& grad = params_[i].mutable_grad();
+        if (grad.defined()) {
+          grad.copy_(b.views[slot]);
+        } else {
+          grad = b.views[slot].clone();
+        }
+      }
+    }
+    current_.synced = true;
+    current_.step = ++synced_steps_;
+    require_forward_param_sync_ = true;
+  }
+  // On error the launched all-reduces may still be running; the buffers they
+  // write are kept alive by the engine, and the attempt is expected to end.
+  last_ = current_;
+  ResetStepLocked();
+  return status;
+}
+
+}  // namespace trainctl::dist

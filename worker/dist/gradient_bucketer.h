@@ -1,0 +1,253 @@
+// GradientBucketer: DistributedDataParallel's gradient synchronisation with
+// PyTorch's semantics, for the rank process's training loop.
+//
+// - At construction, parameters and buffers are broadcast from rank 0 so that
+//   every rank starts from the same model.
+// - Parameters that require grad are grouped into buckets (bucket_assignment.h)
+//   in reverse registration order, which approximates the order in which
+//   backward produces their gradients; the first bucket is small (1 MiB, as
+//   PyTorch's _DEFAULT_FIRST_BUCKET_BYTES), the rest up to bucket_cap_mb.
+// - A post-hook on every parameter's gradient accumulator fires while backward
+//   is still running: it copies the gradient, divided by world size, into its
+//   bucket's flat buffer; once a bucket is complete, it and every complete
+//   bucket after it in order is launched as one asynchronous all-reduce
+//   (buckets launch in the same order on every rank).
+// - FinalizeBackward() waits for the buckets and writes the averaged gradients
+//   back into param.grad(). The loop calls it between backward() and
+//   optimizer.step(). PyTorch instead queues an autograd-engine callback; an
+//   explicit call keeps errors as values (a Status rather than an exception
+//   thrown out of backward()), and makes the exposed communication time (the
+//   wait after backward) a number the loop can report.
+// - NoSync() (no_sync()) skips communication for gradient-accumulation
+//   micro-steps; gradients accumulate locally in param.grad() and the next
+//   synced backward reduces the accumulated sum.
+// - With broadcast_buffers, PrepareForward() broadcasts buffers (batch-norm
+//   statistics) from rank 0 before each forward that follows a synced step.
+// - Unused parameters: with find_unused_parameters they count as ready with a
+//   zero gradient (found at PrepareForBackward() by walking the autograd graph,
+//   or at FinalizeBackward() at the latest), and a parameter no rank used keeps
+//   its gradient untouched. Without it, a parameter that got no gradient makes
+//   FinalizeBackward() fail with FailedPrecondition naming it, instead of the
+//   ranks hanging in mismatched all-reduces.
+//
+// Training loop:
+//   TRAINCTL_ASSIGN_OR_RETURN(auto ddp, GradientBucketer::Create(model, comm, {}));
+//   for (...) {
+//     TRAINCTL_RETURN_IF_ERROR(ddp->PrepareForward());
+//     auto loss = loss_fn(model->forward(x), y);
+//     loss.backward();
+//     TRAINCTL_RETURN_IF_ERROR(ddp->FinalizeBackward());
+//     optimizer.step();
+//   }
+//
+// Threading: not thread-safe for calls; one training-loop thread calls
+// Prepare*/FinalizeBackward/NoSync. The autograd hooks may run on autograd's
+// worker threads during backward; they take the internal mutex. The module's
+// parameter tensors must stay the same objects for the bucketer's lifetime
+// (it holds them and their gradient accumulators); the destructor removes the
+// hooks.
+#pragma once
+
+#include <ATen/core/Tensor.h>
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "worker/dist/collectives.h"
+
+namespace torch {
+namespace nn {
+class Module;
+}  // namespace nn
+namespace autograd {
+struct Node;
+}  // namespace autograd
+}  // namespace torch
+
+namespace trainctl::dist {
+
+struct GradientBucketerOptions {
+  // Size cap of every bucket after the first (DDP's bucket_cap_mb).
+  double bucket_cap_mb = 25.0;
+  // Size cap of the first bucket to launch (dist._DEFAULT_FIRST_BUCKET_BYTES).
+  size_t first_bucket_bytes = 1u << 20;
+  bool find_unused_parameters = false;
+  bool broadcast_buffers = true;
+};
+
+// One launched bucket all-reduce.
+struct BucketLaunchRecord {
+  size_t bucket = 0;  // index into buckets(), which is also launch order
+  std::chrono::steady_clock::time_point time;
+  // True when launched from an autograd hook, i.e. while backward was running.
+  bool from_hook = false;
+  // Parameter gradients that had arrived (or were marked unused) by then.
+  size_t grads_ready = 0;
+};
+
+// What one step's synchronisation did, for metrics and tests.
+struct StepCommStats {
+  int64_t step = 0;      // synced backward passes finalized so far, this one included
+  bool synced = false;   // false for a no_sync micro-step (nothing communicated)
+  size_t num_params = 0;
+  size_t grads_from_hooks = 0;   // gradients that arrived through the hooks
+  size_t unused_params = 0;      // marked ready with a zero gradient (find_unused)
+  std::vector<BucketLaunchRecord> launches;  // in launch order
+  // When FinalizeBackward() was entered, i.e. just after backward returned.
+  std::chrono::steady_clock::time_point backward_end;
+  // Time FinalizeBackward() spent waiting for communication: what overlap
+  // did not hide.
+  absl::Duration exposed_comm = absl::ZeroDuration();
+  // Time PrepareForward() spent broadcasting buffers before this step.
+  absl::Duration buffer_broadcast = absl::ZeroDuration();
+
+  // How long before the end of backward bucket `i` of `launches` was
+  // launched (negative: launched after backward returned).
+  absl::Duration LaunchLeadTime(size_t i) const {
+    return absl::FromChrono(backward_end - launches[i].time);
+  }
+};
+
+struct BucketInfo {
+  std::vector<size_t> params;  // indices into parameter_names(), in bucket order
+  size_t bytes = 0;
+  size_t size_limit = 0;
+};
+
+class GradientBucketer {
+ public:
+  // Takes every parameter of `module` that requires grad (registration order,
+  // shared parameters once) and every buffer; broadcasts them from rank 0.
+  static absl::StatusOr<std::unique_ptr<GradientBucketer>> Create(
+      torch::nn::Module& module, std::shared_ptr<Collectives> comm,
+      const GradientBucketerOptions& options = {});
+
+  // Same, for parameters and buffers gathered elsewhere (a TorchScript
+  // module). `named_params` in registration order; all must be leaf tensors.
+  static absl::StatusOr<std::unique_ptr<GradientBucketer>> Create(
+      std::vector<std::pair<std::string, at::Tensor>> named_params,
+      std::vector<at::Tensor> buffers, std::shared_ptr<Collectives> comm,
+      const GradientBucketerOptions& options = {});
+
+  ~GradientBucketer();
+  GradientBucketer(const GradientBucketer&) = delete;
+  GradientBucketer& operator=(const GradientBucketer&) = delete;
+
+  // Before each forward: broadcasts buffers from rank 0 (broadcast_buffers,
+  // and only after a synced step, as DDP). FailedPrecondition when the
+  // previous synced backward was never finalized.
+  absl::Status PrepareForward();
+
+  // Optional, between forward and backward: with find_unused_parameters, marks
+  // the parameters `outputs` do not depend on as ready now, so buckets holding
+  // them can launch during backward. No-op otherwise or under NoSync().
+  absl::Status PrepareForBackward(const std::vector<at::Tensor>& outputs);
+
+  // After backward, before optimizer.step(): launches what the hooks did not,
+  // waits for every bucket, and writes the averaged gradients to
+  // param.grad(). Under NoSync() it only closes the micro-step. Errors:
+  // FailedPrecondition (a parameter got no gradient without
+  // find_unused_parameters, or got two in one backward), or the collective's
+  // error (DeadlineExceeded, Unavailable, Aborted) when a peer failed; the
+  // step's gradients are then not averaged and the attempt should end.
+  absl::Status FinalizeBackward();
+
+  // DDP's no_sync(): while the guard lives, backward passes accumulate
+  // gradients locally and communicate nothing.
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(GradientBucketer* b) : b_(b), prev_(b->require_backward_grad_sync()) {
+      b_->set_require_backward_grad_sync(false);
+    }
+    ~NoSyncGuard() { b_->set_require_backward_grad_sync(prev_); }
+    NoSyncGuard(const NoSyncGuard&) = delete;
+    NoSyncGuard& operator=(const NoSyncGuard&) = delete;
+
+   private:
+    GradientBucketer* const b_;
+    const bool prev_;
+  };
+  NoSyncGuard NoSync() { return NoSyncGuard(this); }
+  void set_require_backward_grad_sync(bool sync);
+  bool require_backward_grad_sync() const;
+
+  const std::vector<std::string>& parameter_names() const { return names_; }
+  const std::vector<BucketInfo>& buckets() const { return bucket_infos_; }
+  // Stats of the last finalized step (synced or not).
+  StepCommStats last_step_stats() const;
+  Collectives& collectives() { return *comm_; }
+
+ private:
+  struct Bucket {
+    std::vector<size_t> params;  // indices into params_
+    at::Tensor flat;             // one contiguous buffer, reused every step
+    std::vector<at::Tensor> views;  // views[i] is params[i]'s slice of flat, shaped like it
+    size_t pending = 0;          // gradients still missing this step
+    std::shared_ptr<CollectiveWork> work;  // set once launched this step
+  };
+  struct ParamLocation {
+    size_t bucket = 0;
+    size_t slot = 0;  // index into the bucket's params/views
+  };
+
+  GradientBucketer(std::vector<std::string> names, std::vector<at::Tensor> params,
+                   std::vector<at::Tensor> buffers, std::shared_ptr<Collectives> comm,
+                   const GradientBucketerOptions& options);
+  absl::Status Init();
+
+  // Called by the accumulator post-hook of params_[index].
+  void OnGradReady(size_t index);
+  void StartStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies (grad / world_size) into the bucket slot, or zeros when `unused`.
+  void MarkReadyLocked(size_t index, bool unused, bool from_hook)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Launches every complete bucket from next_bucket_ on, stopping at the first
+  // incomplete one, so that launch order is bucket order on every rank.
+  void LaunchReadyBucketsLocked(bool from_hook) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void ResetStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  std::string DescribeParams(const std::vector<size_t>& indices) const;
+
+  const GradientBucketerOptions options_;
+  const std::shared_ptr<Collectives> comm_;
+  const std::vector<std::string> names_;
+  const std::vector<at::Tensor> params_;   // requires_grad leaves, registration order
+  const std::vector<at::Tensor> buffers_;
+  std::vector<BucketInfo> bucket_infos_;   // fixed after Init
+  std::vector<ParamLocation> locations_;   // per param, fixed after Init
+  // The accumulators must be kept alive: a tensor holds its accumulator only
+  // weakly, and a hook on a dropped accumulator is lost.
+  std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
+  std::vector<uintptr_t> hook_keys_;
+
+  mutable absl::Mutex mu_;
+  bool require_sync_ ABSL_GUARDED_BY(mu_) = true;
+  // DDP's require_forward_param_sync: buffers are broadcast before a forward
+  // only when the previous backward was synced.
+  bool require_forward_param_sync_ ABSL_GUARDED_BY(mu_) = true;
+  // A synced backward has started (first hook fired or PrepareForBackward)
+  // and FinalizeBackward has not yet run.
+  bool step_started_ ABSL_GUARDED_BY(mu_) = false;
+  std::vector<Bucket> buckets_ ABSL_GUARDED_BY(mu_);
+  std::vector<uint8_t> ready_ ABSL_GUARDED_BY(mu_);       // per param, this step
+  std::vector<uint8_t> locally_used_ ABSL_GUARDED_BY(mu_);  // per param, this step
+  size_t next_bucket_ ABSL_GUARDED_BY(mu_) = 0;  // first bucket not yet launched
+  size_t grads_ready_ ABSL_GUARDED_BY(mu_) = 0;
+  // First error seen by a hook this step; FinalizeBackward returns it.
+  absl::Status step_error_ ABSL_GUARDED_BY(mu_);
+  StepCommStats current_ ABSL_GUARDED_BY(mu_);
+  StepCommStats last_ ABSL_GUARDED_BY(mu_);
+  int64_t synced_steps_ ABSL_GUARDED_BY(mu_) = 0;
+  absl::Duration pending_buffer_broadcast_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+};
+
+}  // namespace trainctl::dist
