@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <iostream>
 #include <map>
 #include <random>
 #include <set>
@@ -653,6 +654,7 @@ TEST(SchedulerTest, BigJobAtHeadIsNotStarvedByAStreamOfSmallOnes) {
   ASSERT_TRUE(sim.start_tick.count("big"));
   // Bounded by the initial load: everything it waits for ends by tick 7.
   EXPECT_LE(sim.start_tick["big"], 7) << "DBG";
+  std::cerr << "big at " << sim.start_tick["big"] << " small before " << StartedBefore(sim, "small-", sim.start_tick["big"]) << "\n";
   // Small jobs kept running meanwhile on slots the big job did not hold.
   EXPECT_GT(StartedBefore(sim, "small-", sim.start_tick["big"]), 0);
   EXPECT_EQ(sim.start_tick.size(), jobs.size());

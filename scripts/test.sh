@@ -1,0 +1,30 @@
+#!/usr/bin/env bash
+# The README's test command: installs what is missing (Debian packages),
+# builds everything, runs the whole test suite, then builds the libraries
+# that do not use LibTorch with address+undefined sanitizers and runs their
+# tests too. Exits non-zero when anything fails.
+#
+#   scripts/test.sh            # everything (what CI runs)
+#   SKIP_SANITIZE=1 scripts/test.sh
+#   CTEST_ARGS="-L long" scripts/test.sh   # the long tests (not run by default)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+
+jobs=${JOBS:-2}
+bash scripts/install-deps.sh
+
+echo "== build (RelWithDebInfo) =="
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+cmake --build build -j "$jobs"
+
+echo "== tests =="
+ctest --test-dir build --output-on-failure -j "$jobs" ${CTEST_ARGS:--LE long}
+
+if [ -z "${SKIP_SANITIZE:-}" ]; then
+  echo "== sanitizer build (address+undefined, without LibTorch) =="
+  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRAINCTL_SANITIZE=ON
+  cmake --build build-asan -j "$jobs"
+  ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE long
+fi
+echo "== all tests passed =="
