@@ -185,7 +185,9 @@ class YamlReader {
 
     absl::flat_hash_map<std::string, YAML::Mark> seen;
     for (auto it = node.begin(); it != node.end(); ++it) {
-      const YAML::Node& key = it->first;
+      // Copies: the iterator yields temporaries (yaml-cpp node handles are cheap).
+      const YAML::Node key = it->first;
+      const YAML::Node value = it->second;
       if (!key.IsScalar()) {
         Error(key.Mark(), path, absl::StrCat("keys must be plain names, got ", NodeKind(key)));
         continue;
@@ -207,7 +209,7 @@ class YamlReader {
         Error(key.Mark(), child, absl::StrCat("unknown key", what, hint));
         continue;
       }
-      ReadField(it->second, child, target, field);
+      ReadField(value, child, target, field);
     }
   }
 

@@ -308,7 +308,7 @@ class Pass {
               [](const Share& a, const Share& b) { return a.candidate < b.candidate; });
     for (const Share& target : targets) {
       WorkerState& worker = workers_[pool.workers[target.candidate]];
-      const int hold = 0;
+      const int hold = std::min(target.take, static_cast<int>(worker.available.size()));
       worker.reserved.assign(worker.available.begin(), worker.available.begin() + hold);
       worker.available.erase(worker.available.begin(), worker.available.begin() + hold);
       for (int slot : worker.reserved) out.push_back({worker.in->worker_id, slot});

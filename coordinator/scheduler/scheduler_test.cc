@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstdint>
-#include <iostream>
 #include <map>
 #include <random>
 #include <set>
@@ -632,58 +631,54 @@ int StartedBefore(const SimResult& sim, const std::string& prefix, int tick) {
   return n;
 }
 
-TEST(SchedulerTest, BigJobAtHeadIsNotStarvedByAStreamOfSmallOnes) {
-  // Two 4-GPU workers, GPUs 0-2 of each busy until ticks 3, 5, 7. A 4-GPU job
-  // is queued first; behind it three new 1-GPU jobs (4 ticks long) arrive
-  // every tick, more than the cluster can run. Without a reservation every GPU
-  // the big job cannot use at once would go to the next small job, and it
-  // would not see 4 free GPUs until the stream stops.
+// Starvation scenario: every slot starts busy (ending at staggered ticks
+// up to 20), a big job is queued first, and behind it `per_tick` small jobs
+// arrive every tick for 60 ticks, more than the cluster can run. Without a
+// reservation each slot the big job cannot use at once goes to the next small
+// job, and it would wait until the stream stops and the backlog drains.
+SimResult RunStream(int num_workers, int slots_per_worker, int big_size, int small_size,
+                    int per_tick) {
+  std::vector<WorkerSlots> workers;
   BusyUntil busy;
-  busy[{"a", 0}] = 2, busy[{"a", 1}] = 4, busy[{"a", 2}] = 6;
-  busy[{"b", 0}] = 3, busy[{"b", 1}] = 5, busy[{"b", 2}] = 7;
+  for (int w = 0; w < num_workers; ++w) {
+    const std::string id(1, static_cast<char>('a' + w));
+    workers.push_back(Gpu(id, 0, slots_per_worker));
+    for (int s = 0; s < slots_per_worker; ++s) busy[{id, s}] = 1 + (s * 7 + w * 3) % 20;
+  }
   std::vector<SimJob> jobs;
-  int seq = 0;
-  jobs.push_back({Job("big", 4, kCuda, 0, seq++), 0, 10});
+  std::uint64_t seq = 0;
+  jobs.push_back({Job("big", big_size, kCuda, 0, seq++), 0, 10});
   for (int t = 0; t < 60; ++t) {
-    for (int k = 0; k < 3; ++k) {
-      jobs.push_back({Job(absl::StrCat("small-", 1000 + seq), 1, kCuda, 0, seq), t, 3 + k});
+    for (int k = 0; k < per_tick; ++k) {
+      jobs.push_back({Job(absl::StrCat("small-", 1000 + seq), small_size, kCuda, 0, seq), t,
+                      4 + k});
       ++seq;
     }
   }
-  SimResult sim = Simulate({Gpu("a", 0, 4), Gpu("b", 0, 4)}, jobs, 1000, busy);
+  SimResult sim = Simulate(workers, jobs, 2000, busy);
+  EXPECT_EQ(sim.start_tick.size(), jobs.size()) << "every job eventually ran";
+  return sim;
+}
+
+TEST(SchedulerTest, BigJobAtHeadIsNotStarvedByAStreamOfSmallOnes) {
+  // Three 8-GPU workers; an 8-GPU job; five 1-GPU jobs a tick.
+  SimResult sim = RunStream(3, 8, 8, 1, 5);
   ASSERT_TRUE(sim.start_tick.count("big"));
-  // Bounded by the initial load: everything it waits for ends by tick 7.
-  EXPECT_LE(sim.start_tick["big"], 7) << "DBG";
-  std::cerr << "big at " << sim.start_tick["big"] << " small before " << StartedBefore(sim, "small-", sim.start_tick["big"]) << "\n";
+  // Its target worker drains as the initial load ends (by tick 20; it starts
+  // at 10). Without the reservation it starts only after the stream stops
+  // (tick 83).
+  EXPECT_LE(sim.start_tick["big"], 20);
   // Small jobs kept running meanwhile on slots the big job did not hold.
-  EXPECT_GT(StartedBefore(sim, "small-", sim.start_tick["big"]), 0);
-  EXPECT_EQ(sim.start_tick.size(), jobs.size());
+  EXPECT_GT(StartedBefore(sim, "small-", sim.start_tick["big"]), 5);
 }
 
 TEST(SchedulerTest, MultiWorkerHeadIsNotStarved) {
-  // Three 4-GPU workers; a 6-GPU job (targets a:4 + b:2) waits behind the
-  // initial load while a stream of 2-GPU jobs backfills c.
-  BusyUntil busy;
-  for (const char* w : {"a", "b"}) {
-    busy[{w, 0}] = busy[{w, 1}] = 2;
-    busy[{w, 2}] = busy[{w, 3}] = 6;
-  }
-  busy[{"c", 0}] = busy[{"c", 1}] = 1;
-  busy[{"c", 2}] = busy[{"c", 3}] = 6;
-  std::vector<SimJob> jobs;
-  int seq = 0;
-  jobs.push_back({Job("big", 6, kCuda, 0, seq++), 0, 5});
-  for (int t = 0; t < 60; ++t) {
-    for (int k = 0; k < 3; ++k) {
-      jobs.push_back({Job(absl::StrCat("small-", 1000 + seq), 2, kCuda, 0, seq), t, 2 + k});
-      ++seq;
-    }
-  }
-  SimResult sim = Simulate({Gpu("a", 0, 4), Gpu("b", 0, 4), Gpu("c", 0, 4)}, jobs, 1000, busy);
+  // Four 4-GPU workers; a 6-GPU job (targets a:4 + b:2); four 1-GPU jobs a tick.
+  SimResult sim = RunStream(4, 4, 6, 1, 4);
   ASSERT_TRUE(sim.start_tick.count("big"));
-  EXPECT_LE(sim.start_tick["big"], 6) << "DBG";
-  EXPECT_GT(StartedBefore(sim, "small-", sim.start_tick["big"]), 0);
-  EXPECT_EQ(sim.start_tick.size(), jobs.size());
+  // It starts at 8; without the reservation at 90.
+  EXPECT_LE(sim.start_tick["big"], 20);
+  EXPECT_GT(StartedBefore(sim, "small-", sim.start_tick["big"]), 2);
 }
 
 // ---------------------------------------------------------------------------

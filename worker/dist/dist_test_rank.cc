@@ -1,0 +1,406 @@
+// One rank of a multi-process test (see rank_launcher.h): connects to its
+// peers through the rendezvous store and the Gloo engine, runs one scenario,
+// writes what the parent test checks into --dir, and exits 0 when its own
+// expectations held (non-zero with a message on stderr otherwise).
+//
+// Scenarios:
+//   collectives  all-reduce/broadcast/barrier results across dtypes
+//   peer_exit    rank 1 exits after connecting; rank 0's all-reduce must fail
+//   peer_stall   rank 1 stops participating; rank 0 must time out
+//   abort        rank 1 stalls; rank 0 aborts its pending all-reduce
+//   train        DDP training of a small MLP with the GradientBucketer
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <string>
+#include <thread>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "worker/dist/gloo_collectives.h"
+#include "worker/dist/gradient_bucketer.h"
+#include "worker/dist/rank_launcher.h"
+#include "worker/dist/rendezvous_store.h"
+#include "worker/dist/tensor_collectives.h"
+
+namespace td = trainctl::dist;
+using Clock = std::chrono::steady_clock;
+
+namespace {
+
+class Args {
+ public:
+  Args(int argc, char** argv) {
+    for (int i = 1; i < argc; ++i) {
+      std::string a = argv[i];
+      if (a.rfind("--", 0) != 0) continue;
+      auto eq = a.find('=');
+      kv_[a.substr(2, eq == std::string::npos ? std::string::npos : eq - 2)] =
+          eq == std::string::npos ? "1" : a.substr(eq + 1);
+    }
+  }
+  std::string Str(const std::string& k, const std::string& def = "") const {
+    auto it = kv_.find(k);
+    return it == kv_.end() ? def : it->second;
+  }
+  int64_t Int(const std::string& k, int64_t def) const {
+    int64_t v = def;
+    auto it = kv_.find(k);
+    if (it != kv_.end() && !absl::SimpleAtoi(it->second, &v)) v = def;
+    return v;
+  }
+  double Dbl(const std::string& k, double def) const {
+    double v = def;
+    auto it = kv_.find(k);
+    if (it != kv_.end() && !absl::SimpleAtod(it->second, &v)) v = def;
+    return v;
+  }
+
+ private:
+  std::map<std::string, std::string> kv_;
+};
+
+int Fail(const std::string& msg) {
+  std::fprintf(stderr, "FAIL: %s\n", msg.c_str());
+  std::fflush(stderr);
+  return 1;
+}
+
+double MsSince(Clock::time_point t) {
+  return std::chrono::duration<double, std::milli>(Clock::now() - t).count();
+}
+
+struct Ctx {
+  int rank = 0;
+  int world = 1;
+  std::string dir;
+  absl::Duration timeout;
+  std::shared_ptr<td::Collectives> comm;
+};
+
+absl::Status Connect(const Args& a, Ctx* ctx) {
+  ctx->rank = static_cast<int>(a.Int("rank", 0));
+  ctx->world = static_cast<int>(a.Int("world", 1));
+  ctx->dir = a.Str("dir");
+  ctx->timeout = absl::Milliseconds(a.Int("timeout_ms", 10000));
+  absl::StatusOr<std::shared_ptr<td::RendezvousStore>> store;
+  if (ctx->rank == 0) {
+    store = td::RendezvousStore::Host("127.0.0.1", 0, ctx->timeout);
+    if (!store.ok()) return store.status();
+    // What the coordinator would relay to the other ranks.
+    td::testing::WriteFileAtomic(ctx->dir + "/store_address", (*store)->address());
+  } else {
+    store = td::RendezvousStore::Connect(a.Str("store"), ctx->timeout);
+    if (!store.ok()) return store.status();
+  }
+  td::GlooOptions o;
+  o.rank = ctx->rank;
+  o.world_size = ctx->world;
+  o.timeout = ctx->timeout;
+  o.key_prefix = "test/attempt0/";
+  auto comm = td::CreateGlooCollectives(o, *store);
+  if (!comm.ok()) return comm.status();
+  ctx->comm = *comm;
+  return absl::OkStatus();
+}
+
+// A stalled peer: alive, connected, but issuing nothing until rank 0 releases it.
+void StallUntilReleased(const Ctx& ctx, int max_seconds) {
+  const auto end = Clock::now() + std::chrono::seconds(max_seconds);
+  while (Clock::now() < end && access((ctx.dir + "/release").c_str(), F_OK) != 0) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+}
+
+void Release(const Ctx& ctx) { td::testing::WriteFileAtomic(ctx.dir + "/release", "1"); }
+
+int RunCollectives(Ctx& ctx) {
+  const int w = ctx.world;
+  const double expected_sum = w * (w + 1) / 2.0;
+  for (auto type : {torch::kFloat, torch::kDouble, torch::kHalf, torch::kBFloat16, torch::kInt,
+                    torch::kLong, torch::kByte}) {
+    auto t = torch::full({1000}, ctx.rank + 1, torch::TensorOptions().dtype(type));
+    auto st = td::AllReduceSum(*ctx.comm, t)->Wait();
+    if (!st.ok()) return Fail(st.ToString());
+    if (!torch::all(t.to(torch::kDouble) == expected_sum).item<bool>()) {
+      return Fail(absl::StrCat("allreduce ", c10::toString(type), " got ",
+                               t[0].item<double>(), " want ", expected_sum));
+    }
+  }
+  // Several collectives in flight at once complete in issue order.
+  std::vector<torch::Tensor> ts;
+  std::vector<std::shared_ptr<td::CollectiveWork>> works;
+  for (int i = 0; i < 8; ++i) {
+    ts.push_back(torch::arange(1 + i * 5000, torch::kFloat) * (ctx.rank + 1));
+    works.push_back(td::AllReduceSum(*ctx.comm, ts.back()));
+  }
+  for (int i = 0; i < 8; ++i) {
+    auto st = works[i]->Wait();
+    if (!st.ok()) return Fail(st.ToString());
+    auto want = torch::arange(1 + i * 5000, torch::kFloat) * static_cast<float>(expected_sum);
+    if (!torch::equal(ts[i], want)) return Fail(absl::StrCat("async allreduce ", i, " wrong"));
+  }
+  // Broadcast from the last rank.
+  auto b = torch::full({37}, ctx.rank * 10.0, torch::kFloat);
+  if (auto st = td::Broadcast(*ctx.comm, b, w - 1)->Wait(); !st.ok()) return Fail(st.ToString());
+  if (!torch::all(b == (w - 1) * 10.0).item<bool>()) return Fail("broadcast wrong");
+  // Coalesced broadcast of mixed types and shapes from rank 0.
+  std::vector<torch::Tensor> state = {torch::full({3, 4}, ctx.rank + 0.5),
+                                      torch::full({5}, ctx.rank + 7, torch::kLong),
+                                      torch::full({2, 2}, ctx.rank + 1.5, torch::kDouble)};
+  if (auto st = td::BroadcastCoalesced(*ctx.comm, state, 0); !st.ok()) return Fail(st.ToString());
+  if (state[0][0][0].item<float>() != 0.5f || state[1][4].item<int64_t>() != 7 ||
+      state[2][1][1].item<double>() != 1.5) {
+    return Fail("coalesced broadcast wrong");
+  }
+  if (auto st = ctx.comm->Barrier(); !st.ok()) return Fail(st.ToString());
+  // Bad input is an error value, not a crash.
+  auto strided = torch::zeros({4, 4}).t();
+  if (td::AllReduceSum(*ctx.comm, strided)->Wait().code() != absl::StatusCode::kInvalidArgument) {
+    return Fail("non-contiguous tensor accepted");
+  }
+  if (ctx.comm->Broadcast(td::CommBuffer{}, w)->Wait().code() != absl::StatusCode::kInvalidArgument) {
+    return Fail("bad broadcast root accepted");
+  }
+  td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/ok_r", ctx.rank), "ok");
+  return 0;
+}
+
+// Rank 0's view of a failing peer: the collective must fail within the
+// timeout (plus slack), and the engine must stay failed afterwards.
+int ExpectCollectiveFailure(Ctx& ctx, absl::StatusCode want) {
+  auto t = torch::ones({1 << 16});
+  const auto start = Clock::now();
+  auto st = td::AllReduceSum(*ctx.comm, t)->Wait();
+  const double ms = MsSince(start);
+  Release(ctx);
+  std::printf("rank 0: %s after %.0f ms\n", st.ToString().c_str(), ms);
+  td::testing::WriteFileAtomic(ctx.dir + "/result",
+                               absl::StrCat(absl::StatusCodeToString(st.code()), " ", ms));
+  if (st.ok()) return Fail("allreduce with a dead peer succeeded");
+  if (want != absl::StatusCode::kOk && st.code() != want) {
+    return Fail(absl::StrCat("want ", absl::StatusCodeToString(want), ", got ", st.ToString()));
+  }
+  if (ms > absl::ToDoubleMilliseconds(ctx.timeout) + 3000) return Fail("took longer than the timeout");
+  if (td::AllReduceSum(*ctx.comm, t)->Wait().ok()) return Fail("broken engine accepted more work");
+  return 0;
+}
+
+int RunPeerExit(Ctx& ctx) {
+  if (ctx.rank == 1) _exit(3);  // a crash: no clean shutdown
+  return ExpectCollectiveFailure(ctx, absl::StatusCode::kOk);
+}
+
+int RunPeerStall(Ctx& ctx) {
+  if (ctx.rank == 1) {
+    StallUntilReleased(ctx, 30);
+    return 0;
+  }
+  return ExpectCollectiveFailure(ctx, absl::StatusCode::kDeadlineExceeded);
+}
+
+int RunAbort(Ctx& ctx) {
+  if (ctx.rank == 1) {
+    StallUntilReleased(ctx, 30);
+    return 0;
+  }
+  auto t = torch::ones({1 << 16});
+  auto work = td::AllReduceSum(*ctx.comm, t);
+  auto queued = td::AllReduceSum(*ctx.comm, t.clone());
+  std::thread aborter([&] {
+    std::this_thread::sleep_for(std::chrono::milliseconds(300));
+    ctx.comm->Abort();
+  });
+  const auto start = Clock::now();
+  auto st = work->Wait();
+  const double wait_ms = MsSince(start);
+  aborter.join();
+  auto st2 = queued->Wait();
+  const auto destroy_start = Clock::now();
+  ctx.comm.reset();
+  const double destroy_ms = MsSince(destroy_start);
+  Release(ctx);
+  std::printf("abort: %s after %.0f ms; queued: %s; engine destroyed in %.0f ms\n",
+              st.ToString().c_str(), wait_ms, st2.ToString().c_str(), destroy_ms);
+  td::testing::WriteFileAtomic(ctx.dir + "/result", absl::StrCat(wait_ms, " ", destroy_ms));
+  if (st.code() != absl::StatusCode::kAborted) return Fail("in-flight work not aborted");
+  if (st2.code() != absl::StatusCode::kAborted) return Fail("queued work not aborted");
+  if (wait_ms > 3000) return Fail("Abort did not end the wait promptly");
+  return 0;
+}
+
+// ---- DDP training ----
+
+struct NetImpl : torch::nn::Module {
+  NetImpl(int in, int hidden, int depth, int out, bool bn, bool extra) {
+    for (int i = 0; i < depth; ++i) {
+      layers.push_back(register_module(absl::StrCat("fc", i),
+                                       torch::nn::Linear(i == 0 ? in : hidden, hidden)));
+    }
+    if (bn) norm = register_module("bn", torch::nn::BatchNorm1d(hidden));
+    head = register_module("head", torch::nn::Linear(hidden, out));
+    if (extra) side = register_module("extra", torch::nn::Linear(hidden, out));
+  }
+  torch::Tensor forward(torch::Tensor x, bool use_extra) {
+    for (size_t i = 0; i < layers.size(); ++i) {
+      x = torch::relu(layers[i]->forward(x));
+      if (i == 0 && norm) x = norm->forward(x);
+    }
+    auto y = head->forward(x);
+    if (use_extra && side) y = y + side->forward(x);
+    return y;
+  }
+  std::vector<torch::nn::Linear> layers;
+  torch::nn::BatchNorm1d norm{nullptr};
+  torch::nn::Linear head{nullptr};
+  torch::nn::Linear side{nullptr};
+};
+TORCH_MODULE(Net);
+
+std::string StateBytes(Net& net) {
+  std::string out;
+  auto append = [&](const torch::Tensor& t) {
+    auto c = t.detach().contiguous();
+    out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+  };
+  for (const auto& p : net->parameters()) append(p);
+  for (const auto& b : net->buffers()) append(b);
+  return out;
+}
+
+int RunTrain(const Args& a, Ctx& ctx) {
+  const int in = 16, out = 4;
+  const int hidden = static_cast<int>(a.Int("hidden", 32));
+  const int depth = static_cast<int>(a.Int("depth", 2));
+  const int steps = static_cast<int>(a.Int("steps", 3));
+  const int batch = static_cast<int>(a.Int("batch", 8));
+  const int micro = static_cast<int>(a.Int("micro", 1));
+  const bool bn = a.Int("bn", 0) != 0;
+  const std::string unused = a.Str("unused", "none");  // none | all | rank0
+  const int die_step = static_cast<int>(a.Int("die_at_step", -1));
+  const int die_rank = static_cast<int>(a.Int("die_rank", -1));
+  const std::string die_mode = a.Str("die_mode", "exit");  // exit | stall
+  const bool expect_error = a.Int("expect_error", 0) != 0;
+
+  // Ranks other than 0 start from different weights: the constructor's
+  // broadcast must make them equal.
+  torch::manual_seed(a.Int("init_seed", 1) + 1000 * ctx.rank);
+  Net net(in, hidden, depth, out, bn, unused != "none");
+
+  td::GradientBucketerOptions opts;
+  opts.bucket_cap_mb = a.Dbl("bucket_cap_mb", 25.0);
+  opts.first_bucket_bytes = static_cast<size_t>(a.Int("first_bucket_bytes", 1 << 20));
+  opts.find_unused_parameters = a.Int("find_unused", 0) != 0;
+  opts.broadcast_buffers = a.Int("broadcast_buffers", 1) != 0;
+  auto ddp_or = td::GradientBucketer::Create(*net, ctx.comm, opts);
+  if (!ddp_or.ok()) return Fail(ddp_or.status().ToString());
+  auto& ddp = *ddp_or;
+  torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(a.Dbl("lr", 0.1)));
+  td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/state_r", ctx.rank, "_init.bin"), StateBytes(net));
+
+  std::ofstream stats(absl::StrCat(ctx.dir, "/stats_r", ctx.rank, ".txt"));
+  stats << "num_buckets " << ddp->buckets().size() << " num_params "
+        << ddp->parameter_names().size() << "\n";
+  for (int s = 0; s < steps; ++s) {
+    if (s == die_step && ctx.rank == die_rank) {
+      if (die_mode == "exit") _exit(3);
+      StallUntilReleased(ctx, 30);
+      return 0;
+    }
+    const auto step_start = Clock::now();
+    // The global batch of this step; rank r's shard is rows [r*micro*batch, (r+1)*micro*batch).
+    torch::manual_seed(a.Int("data_seed", 7) * 1000 + s);
+    const int64_t rows = static_cast<int64_t>(ctx.world) * micro * batch;
+    auto x = torch::randn({rows, in});
+    auto y = torch::randn({rows, out});
+    absl::Status st;
+    for (int m = 0; m < micro && st.ok(); ++m) {
+      const bool last = m == micro - 1;
+      std::optional<td::GradientBucketer::NoSyncGuard> no_sync;
+      if (!last) no_sync.emplace(ddp.get());
+      st = ddp->PrepareForward();
+      if (!st.ok()) break;
+      const int64_t row0 = (static_cast<int64_t>(ctx.rank) * micro + m) * batch;
+      const bool use_extra = unused == "rank0" && ctx.rank != 0;
+      auto pred = net->forward(x.narrow(0, row0, batch), use_extra);
+      auto loss = torch::mse_loss(pred, y.narrow(0, row0, batch)) / micro;
+      st = ddp->PrepareForBackward({loss});
+      if (!st.ok()) break;
+      loss.backward();
+      const auto backward_returned = Clock::now();
+      st = ddp->FinalizeBackward();
+      if (!st.ok()) break;
+      const auto ss = ddp->last_step_stats();
+      if (!last) {
+        if (ss.synced || !ss.launches.empty()) return Fail("no_sync micro-step communicated");
+        continue;
+      }
+      if (!ss.synced || ss.launches.size() != ddp->buckets().size()) {
+        return Fail("synced step did not launch every bucket");
+      }
+      stats << "step " << s << " launches " << ss.launches.size() << " first_from_hook "
+            << ss.launches[0].from_hook << " first_grads_ready " << ss.launches[0].grads_ready
+            << " num_params " << ss.num_params << " first_before_backward_return_us "
+            << std::chrono::duration_cast<std::chrono::microseconds>(backward_returned -
+                                                                     ss.launches[0].time)
+                   .count()
+            << " last_from_hook " << ss.launches.back().from_hook << " exposed_comm_us "
+            << absl::ToInt64Microseconds(ss.exposed_comm) << " unused " << ss.unused_params
+            << "\n";
+    }
+    if (!st.ok()) {
+      const double ms = MsSince(step_start);
+      Release(ctx);
+      td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/error_r", ctx.rank),
+                                   absl::StrCat(ms, "\n", st.ToString()));
+      std::printf("rank %d step %d: %s after %.0f ms\n", ctx.rank, s, st.ToString().c_str(), ms);
+      return expect_error ? 0 : Fail(st.ToString());
+    }
+    if (unused != "none" && opts.find_unused_parameters) {
+      // The extra layer: untouched (undefined) when no rank used it, the
+      // average when some rank did.
+      const bool defined = net->side->weight.grad().defined();
+      if (defined != (unused == "rank0")) return Fail("unused parameter's gradient state wrong");
+    }
+    sgd.step();
+    sgd.zero_grad();
+    td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/state_r", ctx.rank, "_s", s, ".bin"),
+                                 StateBytes(net));
+  }
+  stats.flush();
+  if (expect_error) return Fail("expected an error, training succeeded");
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  Args a(argc, argv);
+  torch::set_num_threads(1);
+  Ctx ctx;
+  if (auto st = Connect(a, &ctx); !st.ok()) return Fail("connect: " + st.ToString());
+  const std::string scenario = a.Str("scenario");
+  int rc;
+  if (scenario == "collectives") {
+    rc = RunCollectives(ctx);
+  } else if (scenario == "peer_exit") {
+    rc = RunPeerExit(ctx);
+  } else if (scenario == "peer_stall") {
+    rc = RunPeerStall(ctx);
+  } else if (scenario == "abort") {
+    rc = RunAbort(ctx);
+  } else if (scenario == "train") {
+    rc = RunTrain(a, ctx);
+  } else {
+    rc = Fail("unknown scenario " + scenario);
+  }
+  std::fflush(stdout);
+  // Skip static destructors of a possibly broken engine; the test only
+  // needs the exit code and the files.
+  _exit(rc);
+}

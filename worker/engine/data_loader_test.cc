@@ -123,11 +123,19 @@ TEST(DataLoaderTest, PrefetchIsBounded) {
   o.batch_size = 1;
   o.num_workers = 2;
   o.prefetch_factor = 3;
+  // Waits (up to 10 s, for loaded CI machines) until `n` batches were built.
+  auto wait_for_calls = [&](int n) {
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (ds->calls.load() < n && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(100));  // would any overshoot?
+  };
   auto loader = MustCreate(ds, idx, o);
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  wait_for_calls(6);
   EXPECT_EQ(ds->calls.load(), 6);  // 2 workers x 3 batches, then they wait
   ASSERT_TRUE(loader->Next().ok());
-  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  wait_for_calls(7);
   EXPECT_EQ(ds->calls.load(), 7);
 }
 
