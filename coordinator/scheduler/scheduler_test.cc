@@ -772,7 +772,7 @@ TEST(SchedulerPropertyTest, InvariantsOnRandomClusters) {
     ASSERT_TRUE(r.ok()) << r.status();
     CheckInvariants(in.jobs, in.workers, *r);
     if (HasFatalFailure() || HasNonfatalFailure()) {
-      FAIL() << "input:\n" << Dump(*r);
+      FAIL() << "result:\n" << Dump(*r);
     }
     placed += static_cast<int>(r->placements.size());
     for (const Placement& p : r->placements) split += p.num_nodes > 1;

@@ -1,0 +1,95 @@
+// The coordinator's durable state: jobs (with their attempts and rank
+// assignments), events, metrics, log lines and workers, in one SQLite
+// database in WAL mode.
+//
+// Called by the coordinator's managers (JobManager, WorkerRegistry,
+// MetricsHub) before they change memory or acknowledge anything: a write
+// that returned OK is on disk (synchronous=FULL), so a coordinator killed
+// with SIGKILL and restarted with LoadAll() loses nothing it acknowledged.
+//
+// Rows hold serialized trainctl.v1 protos plus the columns needed to query
+// them; the schema is versioned with PRAGMA user_version and migrated
+// forward on Open.
+//
+// Thread-safe: every method takes an internal absl::Mutex (one connection).
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "trainctl/v1/job.pb.h"
+#include "trainctl/v1/metrics.pb.h"
+#include "trainctl/v1/worker_service.pb.h"
+
+namespace trainctl::coordinator {
+
+struct StoreOptions {
+  // Retention: the oldest rows beyond these are deleted as new ones arrive,
+  // so a long job cannot fill the disk.
+  int64_t max_metric_points_per_job = 100000;
+  int64_t max_log_lines_per_rank = 10000;
+  int64_t max_events_per_job = 10000;
+};
+
+// Everything needed to rebuild the coordinator's memory at start.
+struct StoreSnapshot {
+  // Every job with its attempts, in submission order (ascending submit_seq).
+  std::vector<v1::Job> jobs;
+  // submit_seq of each job in `jobs` (same order): FIFO order for the scheduler.
+  std::vector<int64_t> submit_seqs;
+  // Every worker ever registered.
+  std::vector<v1::Worker> workers;
+  // Highest event seq stored per job (0 when none), same order as `jobs`.
+  std::vector<int64_t> last_event_seqs;
+};
+
+class StateStore {
+ public:
+  // Opens (creating when missing) the database at `path`; ":memory:" for
+  // tests. Fails with a clear message when the file is not a trainctl
+  // database or has a newer schema than this binary knows.
+  static absl::StatusOr<std::unique_ptr<StateStore>> Open(const std::string& path,
+                                                          StoreOptions options = {});
+  ~StateStore();
+  StateStore(const StateStore&) = delete;
+  StateStore& operator=(const StateStore&) = delete;
+
+  absl::StatusOr<StoreSnapshot> LoadAll();
+
+  // Inserts or replaces the job (the whole message, attempts included) and
+  // appends `events` (their seq set by the caller, unique per job), in one
+  // transaction. submit_seq orders jobs; it is kept from the first write.
+  absl::Status PutJob(const v1::Job& job, int64_t submit_seq,
+                      const std::vector<v1::Event>& events = {});
+
+  // Events of a job with seq > after_seq, ascending, at most `limit`.
+  absl::StatusOr<std::vector<v1::Event>> ListEvents(const std::string& job_id, int64_t after_seq,
+                                                    int64_t limit);
+
+  // Appends the batch's points (one row per point). Applies retention.
+  absl::Status AppendMetrics(const v1::MetricBatch& batch);
+  // The newest `limit` points of a job (all attempts), oldest first.
+  absl::StatusOr<std::vector<v1::MetricPoint>> ListMetrics(const std::string& job_id, int64_t limit);
+
+  // Appends the chunk's lines. Applies retention per (job, attempt, rank).
+  absl::Status AppendLogs(const v1::LogChunk& chunk);
+  // Log lines of one attempt, per rank in order, ranks ascending; `rank`
+  // empty = every rank; tail_lines > 0 keeps only the last N per rank.
+  absl::StatusOr<std::vector<v1::LogLine>> ListLogs(const std::string& job_id, int32_t attempt,
+                                                    std::optional<int32_t> rank,
+                                                    int64_t tail_lines);
+
+  absl::Status PutWorker(const v1::Worker& worker);
+
+ private:
+  struct Impl;
+  explicit StateStore(std::unique_ptr<Impl> impl);
+  std::unique_ptr<Impl> impl_;
+};
+
+}  // namespace trainctl::coordinator
