@@ -97,9 +97,9 @@ absl::Status Validate(absl::Span<const PendingJob> jobs, absl::Span<const Worker
           absl::StrCat(where, "total_slots: must be >= 0, got ", worker.total_slots));
     }
     if (static_cast<long long>(worker.free_slots.size()) > worker.total_slots) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "free_slots: ", worker.free_slots.size(),
-                                                " listed but total_slots is ",
-                                                worker.total_slots));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "free_slots: ", worker.free_slots.size(),
+                       " listed but total_slots is ", worker.total_slots));
     }
     absl::flat_hash_set<int> slots;
     for (int slot : worker.free_slots) {
@@ -107,7 +107,8 @@ absl::Status Validate(absl::Span<const PendingJob> jobs, absl::Span<const Worker
         return absl::InvalidArgumentError(absl::StrCat(where, "free_slots: negative index ", slot));
       }
       if (!slots.insert(slot).second) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "free_slots: duplicate index ", slot));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "free_slots: duplicate index ", slot));
       }
     }
   }
@@ -222,8 +223,11 @@ class Pass {
       Reserve(job, pool, pending.reserved_slots);
       pending.reason = PendingReason::kInsufficientFreeSlots;
       pending.message = absl::StrCat("needs ", job.world_size, " ", kind_name, " slots, ",
-                                     free_text, "; holds ", pending.reserved_slots.size(),
-                                     " of them until enough free up");
+                                     free_text, "; first in line");
+      if (!pending.reserved_slots.empty()) {
+        absl::StrAppend(&pending.message, ", holds ", pending.reserved_slots.size(),
+                        " of them until enough free up");
+      }
       result.pending.push_back(std::move(pending));
       return;
     }
@@ -232,15 +236,14 @@ class Pass {
     pending.blocked_by = head.job_id;
     if (free >= job.world_size) {
       pending.reason = PendingReason::kBlockedByReservation;
-      pending.message = absl::StrCat(
-          "waiting behind job ", head.job_id, " (priority ", head.priority, ", reserved): needs ",
-          job.world_size, " ", kind_name, " slots, ", free_text, " but ", reserved,
-          " of them are reserved for ", head.job_id);
+      pending.message =
+          absl::StrCat("waiting behind job ", head.job_id, " (priority ", head.priority,
+                       ", reserved): needs ", job.world_size, " ", kind_name, " slots, ", free_text,
+                       " but ", reserved, " of them are reserved for ", head.job_id);
     } else {
       pending.reason = PendingReason::kInsufficientFreeSlots;
       pending.message = absl::StrCat("needs ", job.world_size, " ", kind_name, " slots, ",
-                                     free_text, "; queued behind job ", head.job_id,
-                                     " (reserved)");
+                                     free_text, "; queued behind job ", head.job_id, " (reserved)");
     }
     result.pending.push_back(std::move(pending));
   }
@@ -249,7 +252,8 @@ class Pass {
   // enough) and removes them from the pool.
   Placement Place(const PendingJob& job, SlotKind kind, KindPool& pool) {
     std::vector<long long> counts;
-    for (int w : pool.workers) counts.push_back(static_cast<long long>(workers_[w].available.size()));
+    for (int w : pool.workers)
+      counts.push_back(static_cast<long long>(workers_[w].available.size()));
     const std::vector<Share> shares = ChooseWorkers(counts, job.world_size);
 
     Placement placement;

@@ -64,7 +64,8 @@ std::string Layout(const Placement& p) {
   std::string current_worker;
   std::vector<int> slots;
   auto flush = [&] {
-    if (!slots.empty()) nodes.push_back(absl::StrCat(current_worker, ":", absl::StrJoin(slots, ",")));
+    if (!slots.empty())
+      nodes.push_back(absl::StrCat(current_worker, ":", absl::StrJoin(slots, ",")));
     slots.clear();
   };
   for (const RankAssignment& r : p.ranks) {
@@ -100,8 +101,8 @@ std::string Dump(const ScheduleResult& result) {
     absl::StrAppend(&s, "]\n");
   }
   for (const PendingJobStatus& p : result.pending) {
-    absl::StrAppend(&s, "Q ", p.job_id, " ", PendingReasonName(p.reason), " ",
-                    SlotKindName(p.kind), " by=", p.blocked_by, " msg=", p.message, " res=");
+    absl::StrAppend(&s, "Q ", p.job_id, " ", PendingReasonName(p.reason), " ", SlotKindName(p.kind),
+                    " by=", p.blocked_by, " msg=", p.message, " res=");
     for (const SlotRef& r : p.reserved_slots) absl::StrAppend(&s, r.worker_id, "/", r.slot, ",");
     absl::StrAppend(&s, "\n");
   }
@@ -178,7 +179,7 @@ void CheckInvariants(const std::vector<PendingJob>& jobs, const std::vector<Work
   }
 
   std::set<Slot> used;
-  std::map<SlotKind, std::string> head;          // kind -> head job id
+  std::map<SlotKind, std::string> head;         // kind -> head job id
   std::map<SlotKind, std::set<Slot>> reserved;  // kind -> its head's slots
 
   // Available count per worker of `kind` at this point (free, unused, and
@@ -394,10 +395,7 @@ std::vector<Case> PlacementCases() {
        {Cpu("c", 8), Gpu("g", 0, 2)},
        {Job("j", 2, kAuto)},
        {{"j", "pending:insufficient_free_slots"}}},
-      {"auto on a cpu-only cluster",
-       {Cpu("c", 4)},
-       {Job("j", 3, kAuto)},
-       {{"j", "c:0,1,2"}}},
+      {"auto on a cpu-only cluster", {Cpu("c", 4)}, {Job("j", 3, kAuto)}, {{"j", "c:0,1,2"}}},
       {"auto ignores dead GPU workers",
        {Cpu("c", 4), Worker("g", SlotKind::kGpu, {0, 1}, 2, /*schedulable=*/false)},
        {Job("j", 2, kAuto)},
@@ -454,9 +452,9 @@ TEST(SchedulerTest, RanksNodesAndLocalRanks) {
   ASSERT_EQ(p.ranks.size(), want.size());
   for (size_t i = 0; i < want.size(); ++i) {
     const RankAssignment& r = p.ranks[i];
-    EXPECT_EQ(std::make_tuple(r.rank, r.worker_id, r.slot, r.local_rank, r.local_world_size,
-                              r.node_rank),
-              want[i]);
+    EXPECT_EQ(
+        std::make_tuple(r.rank, r.worker_id, r.slot, r.local_rank, r.local_world_size, r.node_rank),
+        want[i]);
   }
 }
 
@@ -476,7 +474,8 @@ TEST(SchedulerTest, PendingMessages) {
   {
     auto r = Check({Job("j", 4)}, {Gpu("a", 2, 4), Gpu("b", 0, 4)});
     ASSERT_TRUE(r.ok());
-    EXPECT_THAT(FindPending(*r, "j").message, HasSubstr("needs 4 cuda slots, 2 free across 1 worker"));
+    EXPECT_THAT(FindPending(*r, "j").message,
+                HasSubstr("needs 4 cuda slots, 2 free across 1 worker"));
   }
   {
     auto r = Check({Job("j", 1, kCuda)}, {Cpu("c", 4)});
@@ -516,11 +515,11 @@ TEST(SchedulerTest, HeadReservesItsTargetWorkerAndOthersBackfill) {
                                   Job("s2", 2, kCuda, 0, 3), Job("s3", 1, kCuda, 0, 4)};
   auto r = Check(jobs, workers);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{
-                             {"big", "pending:insufficient_free_slots"},
-                             {"s1", "b:0"},
-                             {"s2", "pending:blocked_by_reservation"},
-                             {"s3", "b:1"}}))
+  EXPECT_EQ(Outcome(*r),
+            (std::map<std::string, std::string>{{"big", "pending:insufficient_free_slots"},
+                                                {"s1", "b:0"},
+                                                {"s2", "pending:blocked_by_reservation"},
+                                                {"s3", "b:1"}}))
       << Dump(*r);
   const PendingJobStatus& big = FindPending(*r, "big");
   ASSERT_EQ(big.reserved_slots.size(), 3u);
@@ -528,7 +527,8 @@ TEST(SchedulerTest, HeadReservesItsTargetWorkerAndOthersBackfill) {
     EXPECT_EQ(big.reserved_slots[i].worker_id, "a");
     EXPECT_EQ(big.reserved_slots[i].slot, i);
   }
-  EXPECT_THAT(big.message, HasSubstr("needs 6 cuda slots, 5 free across 2 workers; holds 3"));
+  EXPECT_THAT(big.message,
+              HasSubstr("needs 6 cuda slots, 5 free across 2 workers; first in line, holds 3"));
   EXPECT_EQ(FindPending(*r, "s2").blocked_by, "big");
 }
 
@@ -544,26 +544,25 @@ TEST(SchedulerTest, MultiWorkerHeadReservesItsShareOnEachTarget) {
   const PendingJobStatus& big = FindPending(*r, "big");
   std::vector<std::string> reserved;
   for (const SlotRef& s : big.reserved_slots) reserved.push_back(absl::StrCat(s.worker_id, s.slot));
-  EXPECT_EQ(reserved,
-            (std::vector<std::string>{"a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"}));
-  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{
-                             {"big", "pending:insufficient_free_slots"},
-                             {"s1", "b:4,5"},
-                             {"s2", "pending:blocked_by_reservation"},
-                             {"s3", "c:0"}}))
+  EXPECT_EQ(reserved, (std::vector<std::string>{"a0", "a1", "a2", "a3", "b0", "b1", "b2", "b3"}));
+  EXPECT_EQ(Outcome(*r),
+            (std::map<std::string, std::string>{{"big", "pending:insufficient_free_slots"},
+                                                {"s1", "b:4,5"},
+                                                {"s2", "pending:blocked_by_reservation"},
+                                                {"s3", "c:0"}}))
       << Dump(*r);
 }
 
 TEST(SchedulerTest, OnlyTheHeadReserves) {
   // big1 holds a; big2 (also blocked) reserves nothing; small fits on b.
-  auto r = Check({Job("big1", 4, kCuda, 0, 1), Job("big2", 4, kCuda, 0, 2),
-                  Job("small", 1, kCuda, 0, 3)},
-                 {Gpu("a", 2, 4), Gpu("b", 1, 4)});
+  auto r = Check(
+      {Job("big1", 4, kCuda, 0, 1), Job("big2", 4, kCuda, 0, 2), Job("small", 1, kCuda, 0, 3)},
+      {Gpu("a", 2, 4), Gpu("b", 1, 4)});
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{
-                             {"big1", "pending:insufficient_free_slots"},
-                             {"big2", "pending:insufficient_free_slots"},
-                             {"small", "b:0"}}))
+  EXPECT_EQ(Outcome(*r),
+            (std::map<std::string, std::string>{{"big1", "pending:insufficient_free_slots"},
+                                                {"big2", "pending:insufficient_free_slots"},
+                                                {"small", "b:0"}}))
       << Dump(*r);
   EXPECT_EQ(FindPending(*r, "big1").reserved_slots.size(), 2u);
   EXPECT_TRUE(FindPending(*r, "big2").reserved_slots.empty());
@@ -601,8 +600,10 @@ SimResult Simulate(std::vector<WorkerSlots> workers, const std::vector<SimJob>& 
       w.free_slots.clear();
       for (int s : all_slots[w.worker_id]) {
         auto it = busy_until.find({w.worker_id, s});
-        if (it == busy_until.end() || it->second <= tick) w.free_slots.push_back(s);
-        else ++out.busy_slot_ticks;
+        if (it == busy_until.end() || it->second <= tick)
+          w.free_slots.push_back(s);
+        else
+          ++out.busy_slot_ticks;
       }
     }
     std::vector<PendingJob> queue;
@@ -650,8 +651,8 @@ SimResult RunStream(int num_workers, int slots_per_worker, int big_size, int sma
   jobs.push_back({Job("big", big_size, kCuda, 0, seq++), 0, 10});
   for (int t = 0; t < 60; ++t) {
     for (int k = 0; k < per_tick; ++k) {
-      jobs.push_back({Job(absl::StrCat("small-", 1000 + seq), small_size, kCuda, 0, seq), t,
-                      4 + k});
+      jobs.push_back(
+          {Job(absl::StrCat("small-", 1000 + seq), small_size, kCuda, 0, seq), t, 4 + k});
       ++seq;
     }
   }
@@ -799,7 +800,8 @@ TEST(SchedulerPropertyTest, DeterministicUnderPermutedInput) {
       RandomInput shuffled = in;
       std::shuffle(shuffled.jobs.begin(), shuffled.jobs.end(), rng);
       std::shuffle(shuffled.workers.begin(), shuffled.workers.end(), rng);
-      for (WorkerSlots& w : shuffled.workers) std::shuffle(w.free_slots.begin(), w.free_slots.end(), rng);
+      for (WorkerSlots& w : shuffled.workers)
+        std::shuffle(w.free_slots.begin(), w.free_slots.end(), rng);
       absl::StatusOr<ScheduleResult> got = Schedule(shuffled.jobs, shuffled.workers);
       ASSERT_TRUE(got.ok());
       ASSERT_EQ(Dump(*got), Dump(*want));
@@ -832,8 +834,8 @@ TEST(SchedulerPropertyTest, EveryJobThatFitsEventuallyRuns) {
                     static_cast<std::uint64_t>(j));
       sj.arrival = uniform(0, 30);
       sj.duration = uniform(1, 6);
-      const SlotKind kind = sj.spec.device == kCpu    ? SlotKind::kCpu
-                            : sj.spec.device == kCuda ? SlotKind::kGpu
+      const SlotKind kind = sj.spec.device == kCpu         ? SlotKind::kCpu
+                            : sj.spec.device == kCuda      ? SlotKind::kGpu
                             : capacity[SlotKind::kGpu] > 0 ? SlotKind::kGpu
                                                            : SlotKind::kCpu;
       if (sj.spec.world_size > capacity[kind]) continue;  // reported as never fitting
