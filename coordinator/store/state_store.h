@@ -12,6 +12,14 @@
 // forward on Open.
 //
 // Thread-safe: every method takes an internal absl::Mutex (one connection).
+// One StateStore per database file: the connection holds an exclusive lock
+// on the file for its lifetime, so a second Open of the same file (another
+// coordinator) fails with Unavailable.
+//
+// Errors name the operation. Unavailable: the database is locked (retry may
+// help); AlreadyExists: an event seq already stored; DataLoss: a stored row
+// does not parse, or the file is corrupt; InvalidArgument: an empty id;
+// ResourceExhausted: disk full; Internal: other SQLite errors.
 #pragma once
 
 #include <cstdint>
@@ -30,7 +38,7 @@ namespace trainctl::coordinator {
 
 struct StoreOptions {
   // Retention: the oldest rows beyond these are deleted as new ones arrive,
-  // so a long job cannot fill the disk.
+  // so a long job cannot fill the disk. A bound <= 0 means unbounded.
   int64_t max_metric_points_per_job = 100000;
   int64_t max_log_lines_per_rank = 10000;
   int64_t max_events_per_job = 10000;
@@ -52,38 +60,49 @@ class StateStore {
  public:
   // Opens (creating when missing) the database at `path`; ":memory:" for
   // tests. Fails with a clear message when the file is not a trainctl
-  // database or has a newer schema than this binary knows.
+  // database or has a newer schema than this binary knows
+  // (FailedPrecondition), or is held by another StateStore (Unavailable).
   static absl::StatusOr<std::unique_ptr<StateStore>> Open(const std::string& path,
                                                           StoreOptions options = {});
   ~StateStore();
   StateStore(const StateStore&) = delete;
   StateStore& operator=(const StateStore&) = delete;
 
+  // DataLoss, naming the row, when a stored job or worker does not parse.
   absl::StatusOr<StoreSnapshot> LoadAll();
 
   // Inserts or replaces the job (the whole message, attempts included) and
   // appends `events` (their seq set by the caller, unique per job), in one
   // transaction. submit_seq orders jobs; it is kept from the first write.
+  // An event with an empty job_id is stored with the job's; another job's id
+  // is InvalidArgument. A seq already stored is AlreadyExists, and nothing of
+  // the call is written.
   absl::Status PutJob(const v1::Job& job, int64_t submit_seq,
                       const std::vector<v1::Event>& events = {});
 
-  // Events of a job with seq > after_seq, ascending, at most `limit`.
+  // Events of a job with seq > after_seq, ascending, at most `limit`
+  // (<= 0: no limit).
   absl::StatusOr<std::vector<v1::Event>> ListEvents(const std::string& job_id, int64_t after_seq,
                                                     int64_t limit);
 
   // Appends the batch's points (one row per point). Applies retention.
   absl::Status AppendMetrics(const v1::MetricBatch& batch);
-  // The newest `limit` points of a job (all attempts), oldest first.
+  // The newest `limit` points of a job (all attempts), oldest first
+  // (<= 0: every kept point).
   absl::StatusOr<std::vector<v1::MetricPoint>> ListMetrics(const std::string& job_id, int64_t limit);
 
   // Appends the chunk's lines. Applies retention per (job, attempt, rank).
+  // The chunk's rank is authoritative: each line is stored with it.
+  // dropped_lines is not stored.
   absl::Status AppendLogs(const v1::LogChunk& chunk);
   // Log lines of one attempt, per rank in order, ranks ascending; `rank`
   // empty = every rank; tail_lines > 0 keeps only the last N per rank.
+  // `attempt` is taken literally (resolving "0 = latest" is the caller's).
   absl::StatusOr<std::vector<v1::LogLine>> ListLogs(const std::string& job_id, int32_t attempt,
                                                     std::optional<int32_t> rank,
                                                     int64_t tail_lines);
 
+  // Inserts or replaces the worker by id.
   absl::Status PutWorker(const v1::Worker& worker);
 
  private:

@@ -1,0 +1,91 @@
+#include "coordinator/event_loop.h"
+
+#include "absl/synchronization/notification.h"
+#include "absl/time/clock.h"
+
+namespace trainctl::coordinator {
+
+EventLoop::EventLoop() : thread_([this] { Run(); }) {}
+
+EventLoop::~EventLoop() {
+  Stop();
+  if (thread_.joinable()) thread_.join();
+}
+
+void EventLoop::Post(std::function<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return;
+  queue_.push_back(std::move(fn));
+}
+
+void EventLoop::Every(absl::Duration period, std::function<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  timers_.push_back(Timer{period, absl::Now() + period, std::move(fn)});
+}
+
+void EventLoop::RunSync(const std::function<void()>& fn) {
+  absl::Notification done;
+  bool posted = false;
+  {
+    absl::MutexLock lock(&mu_);
+    if (!stopping_) {
+      queue_.push_back([&] {
+        fn();
+        done.Notify();
+      });
+      posted = true;
+    }
+  }
+  if (posted) done.WaitForNotification();
+}
+
+void EventLoop::Stop() {
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
+}
+
+void EventLoop::Run() {
+  while (true) {
+    std::function<void()> next;
+    {
+      absl::MutexLock lock(&mu_);
+      absl::Time deadline = absl::InfiniteFuture();
+      for (const Timer& t : timers_) deadline = std::min(deadline, t.next);
+      // Wake on new work, stop, or the next timer (checked at most every 50ms
+      // so a timer added while waiting is not late).
+      auto ready = [this] { return stopping_ || !queue_.empty(); };
+      mu_.AwaitWithDeadline(absl::Condition(&ready),
+                            std::min(deadline, absl::Now() + absl::Milliseconds(50)));
+      if (stopping_) {
+        // Run what RunSync callers wait for? They are notified by their own
+        // closure; drop the queue and release them by running nothing:
+        // RunSync refuses new work once stopping_ is set, and anything queued
+        // before is executed below so no waiter hangs.
+        while (!queue_.empty()) {
+          std::function<void()> fn = std::move(queue_.front());
+          queue_.pop_front();
+          mu_.Unlock();
+          fn();
+          mu_.Lock();
+        }
+        return;
+      }
+      if (!queue_.empty()) {
+        next = std::move(queue_.front());
+        queue_.pop_front();
+      } else {
+        absl::Time now = absl::Now();
+        for (Timer& t : timers_) {
+          if (t.next <= now) {
+            t.next = now + t.period;
+            next = t.fn;
+            break;
+          }
+        }
+      }
+    }
+    if (next) next();
+  }
+}
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,61 @@
+// The coordinator's single control-plane thread.
+//
+// Every manager (WorkerRegistry, JobManager, MetricsHub) is "not
+// thread-safe; runs on the loop": gRPC handlers Post() a closure that calls
+// the managers and completes the RPC, and periodic checks (leases, hangs,
+// rendezvous timeouts) run as timers on the same thread. One thread keeps
+// every transition ordered without lock juggling between managers; the
+// work per call is small (memory + one SQLite transaction).
+//
+// Thread-safe: Post/Every/Stop may be called from any thread.
+#pragma once
+
+#include <deque>
+#include <functional>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+
+namespace trainctl::coordinator {
+
+class EventLoop {
+ public:
+  EventLoop();
+  // Stops and joins the thread; closures already queued still run.
+  ~EventLoop();
+  EventLoop(const EventLoop&) = delete;
+  EventLoop& operator=(const EventLoop&) = delete;
+
+  // Queues fn to run on the loop thread, after everything posted before.
+  void Post(std::function<void()> fn);
+
+  // Runs fn every `period` on the loop thread (first run one period from now).
+  void Every(absl::Duration period, std::function<void()> fn);
+
+  // Runs fn on the loop and waits for it. Must not be called on the loop.
+  void RunSync(const std::function<void()>& fn);
+
+  // Finishes the closure in progress, then stops. Idempotent.
+  void Stop();
+
+  // True on the loop thread: managers check this in debug builds.
+  bool InLoop() const { return std::this_thread::get_id() == thread_.get_id(); }
+
+ private:
+  struct Timer {
+    absl::Duration period;
+    absl::Time next;
+    std::function<void()> fn;
+  };
+  void Run();
+
+  absl::Mutex mu_;
+  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  std::vector<Timer> timers_ ABSL_GUARDED_BY(mu_);
+  bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  std::thread thread_;
+};
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,955 @@
+#include "coordinator/job_manager.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/jobspec/job_spec.h"
+#include "common/status_macros.h"
+#include "common/time_util.h"
+#include "coordinator/scheduler/scheduler.h"
+
+namespace trainctl::coordinator {
+namespace {
+
+constexpr int kMaxLogLinesInReason = 5;
+constexpr int kDefaultPageSize = 100;
+constexpr int kMaxPageSize = 1000;
+
+const char* StateName(v1::JobState s) {
+  switch (s) {
+    case v1::JOB_STATE_PENDING: return "PENDING";
+    case v1::JOB_STATE_SCHEDULED: return "SCHEDULED";
+    case v1::JOB_STATE_RUNNING: return "RUNNING";
+    case v1::JOB_STATE_RESTARTING: return "RESTARTING";
+    case v1::JOB_STATE_SUCCEEDED: return "SUCCEEDED";
+    case v1::JOB_STATE_FAILED: return "FAILED";
+    case v1::JOB_STATE_CANCELLED: return "CANCELLED";
+    default: return "UNSPECIFIED";
+  }
+}
+
+bool AttemptEnded(v1::AttemptState s) {
+  return s == v1::ATTEMPT_STATE_SUCCEEDED || s == v1::ATTEMPT_STATE_FAILED ||
+         s == v1::ATTEMPT_STATE_CANCELLED;
+}
+
+v1::Attempt* CurrentAttempt(v1::Job& job) {
+  return job.attempts_size() == 0 ? nullptr : job.mutable_attempts(job.attempts_size() - 1);
+}
+
+bool HasLiveRanks(const v1::Job& job) {
+  for (const v1::Attempt& a : job.attempts()) {
+    for (const v1::RankAssignment& r : a.ranks()) {
+      if (!IsTerminal(r.state())) return true;
+    }
+  }
+  return false;
+}
+
+// Workers of an attempt, in node order.
+std::vector<std::string> AttemptWorkers(const v1::Attempt& a) {
+  std::vector<std::string> out;
+  for (const v1::RankAssignment& r : a.ranks()) {
+    if (std::find(out.begin(), out.end(), r.worker_id()) == out.end()) out.push_back(r.worker_id());
+  }
+  return out;
+}
+
+std::string DescribeExit(const v1::RankAssignment& r, const v1::ExitInfo& exit) {
+  std::string how;
+  if (exit.signal() != 0) {
+    how = absl::StrCat("was killed by signal ", exit.signal());
+  } else if (exit.kind() == v1::FAILURE_KIND_WORKER_LOST) {
+    how = "was lost with its worker";
+  } else {
+    how = absl::StrCat("exited with code ", exit.exit_code());
+  }
+  std::string out = absl::StrCat("rank ", r.rank(), " on ", r.host(), " (worker ", r.worker_id(),
+                                 ") ", how);
+  if (!exit.message().empty()) absl::StrAppend(&out, ": ", exit.message());
+  if (exit.last_log_lines_size() > 0) {
+    int from = std::max(0, exit.last_log_lines_size() - kMaxLogLinesInReason);
+    std::vector<std::string> lines(exit.last_log_lines().begin() + from, exit.last_log_lines().end());
+    absl::StrAppend(&out, "\n  last log lines:\n    ", absl::StrJoin(lines, "\n    "));
+  }
+  return out;
+}
+
+scheduler::DeviceRequirement ToRequirement(v1::Device d) {
+  switch (d) {
+    case v1::DEVICE_CUDA: return scheduler::DeviceRequirement::kCuda;
+    case v1::DEVICE_CPU: return scheduler::DeviceRequirement::kCpu;
+    default: return scheduler::DeviceRequirement::kAuto;
+  }
+}
+
+}  // namespace
+
+bool IsTerminal(v1::JobState s) {
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+}
+
+bool IsTerminal(v1::RankState s) {
+  return s == v1::RANK_STATE_SUCCEEDED || s == v1::RANK_STATE_FAILED || s == v1::RANK_STATE_STOPPED;
+}
+
+bool JobTransitionAllowed(v1::JobState from, v1::JobState to) {
+  if (from == to) return true;  // Updates without a state change (also rank ends after the job ended).
+  switch (from) {
+    case v1::JOB_STATE_UNSPECIFIED:
+      return to == v1::JOB_STATE_PENDING;
+    case v1::JOB_STATE_PENDING:
+      return to == v1::JOB_STATE_SCHEDULED || to == v1::JOB_STATE_CANCELLED ||
+             to == v1::JOB_STATE_FAILED;
+    case v1::JOB_STATE_SCHEDULED:
+      return to == v1::JOB_STATE_RUNNING || to == v1::JOB_STATE_RESTARTING ||
+             to == v1::JOB_STATE_SUCCEEDED || to == v1::JOB_STATE_FAILED ||
+             to == v1::JOB_STATE_CANCELLED;
+    case v1::JOB_STATE_RUNNING:
+      return to == v1::JOB_STATE_SUCCEEDED || to == v1::JOB_STATE_FAILED ||
+             to == v1::JOB_STATE_RESTARTING || to == v1::JOB_STATE_CANCELLED;
+    case v1::JOB_STATE_RESTARTING:
+      return to == v1::JOB_STATE_SCHEDULED || to == v1::JOB_STATE_FAILED ||
+             to == v1::JOB_STATE_CANCELLED;
+    default:
+      return false;  // Terminal states never change.
+  }
+}
+
+JobManager::JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* hub,
+                       const Clock* clock, JobManagerOptions options)
+    : store_(store), registry_(registry), hub_(hub), clock_(clock), options_(options) {}
+
+std::string JobManager::NewJobId(const std::string& name) {
+  static std::mt19937_64 rng(std::random_device{}());
+  std::string id;
+  do {
+    id = absl::StrFormat("%s-%06x", name, rng() & 0xffffff);
+  } while (jobs_.contains(id));
+  return id;
+}
+
+absl::Duration JobManager::ProgressTimeout(const v1::Job& job) const {
+  int32_t s = job.spec().restart().progress_timeout_s();
+  return s > 0 ? absl::Seconds(s) : options_.progress_timeout;
+}
+
+JobManager::JobEntry* JobManager::FindEntry(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+void JobManager::TrackIndexes(const JobEntry& e) {
+  const std::string& id = e.job.id();
+  v1::JobState s = e.job.state();
+  if (s == v1::JOB_STATE_PENDING || s == v1::JOB_STATE_RESTARTING) {
+    pending_.insert(id);
+  } else {
+    pending_.erase(id);
+    pending_reasons_.erase(id);
+  }
+  if (HasLiveRanks(e.job)) {
+    holding_slots_.insert(id);
+  } else {
+    holding_slots_.erase(id);
+  }
+}
+
+absl::Status JobManager::Recover(const StoreSnapshot& snapshot) {
+  for (size_t i = 0; i < snapshot.jobs.size(); ++i) {
+    JobEntry e;
+    e.job = snapshot.jobs[i];
+    e.submit_seq = snapshot.submit_seqs[i];
+    e.last_event_seq = snapshot.last_event_seqs[i];
+    next_submit_seq_ = std::max(next_submit_seq_, e.submit_seq + 1);
+    if (!IsTerminal(e.job.state())) ++active_jobs_;
+    auto [it, inserted] = jobs_.emplace(e.job.id(), std::move(e));
+    TrackIndexes(it->second);
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::Commit(JobEntry& entry, v1::Job next, std::vector<EventSpec> events) {
+  v1::JobState from = entry.job.state();
+  if (!JobTransitionAllowed(from, next.state())) {
+    return absl::InternalError(absl::StrCat("job ", entry.job.id(), ": transition ", StateName(from),
+                                            " -> ", StateName(next.state()), " is not allowed"));
+  }
+  absl::Time now = clock_->Now();
+  std::vector<v1::Event> stored;
+  int64_t seq = entry.last_event_seq;
+  for (EventSpec& spec : events) {
+    v1::Event ev;
+    ev.set_seq(++seq);
+    SetTimestamp(now, ev.mutable_time());
+    ev.set_job_id(next.id());
+    ev.set_attempt(spec.attempt);
+    ev.set_rank(spec.rank);
+    ev.set_state(next.state());
+    ev.set_type(std::move(spec.type));
+    ev.set_message(std::move(spec.message));
+    stored.push_back(std::move(ev));
+  }
+  if (IsTerminal(next.state()) && !next.has_end_time()) SetTimestamp(now, next.mutable_end_time());
+  TRAINCTL_RETURN_IF_ERROR(store_->PutJob(next, entry.submit_seq, stored));
+
+  bool was_active = !IsTerminal(from) && from != v1::JOB_STATE_UNSPECIFIED;
+  entry.job = std::move(next);
+  entry.last_event_seq = seq;
+  if (was_active && IsTerminal(entry.job.state())) --active_jobs_;
+  TrackIndexes(entry);
+
+  for (const v1::Event& ev : stored) {
+    v1::JobUpdate u;
+    *u.mutable_event() = ev;
+    hub_->Publish(entry.job.id(), u);
+  }
+  v1::JobUpdate snapshot;
+  *snapshot.mutable_job() = entry.job;
+  snapshot.mutable_job()->clear_attempts();
+  hub_->Publish(entry.job.id(), snapshot);
+  if (IsTerminal(entry.job.state()) && IsTerminal(from) == false) hub_->JobEnded(entry.job.id());
+  return absl::OkStatus();
+}
+
+// --- client API --------------------------------------------------------------
+
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
+  TRAINCTL_RETURN_IF_ERROR(SpecErrorsToStatus(ValidateJobSpec(spec)));
+  if (active_jobs_ >= options_.max_active_jobs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the coordinator holds ", active_jobs_, " unfinished jobs (its limit)"));
+  }
+  JobEntry entry;
+  entry.submit_seq = next_submit_seq_++;
+  v1::Job job;
+  job.set_id(NewJobId(spec.name()));
+  *job.mutable_spec() = spec;
+  ResolveJobSpecDefaults(job.mutable_spec());
+  job.set_state(v1::JOB_STATE_PENDING);
+  SetTimestamp(clock_->Now(), job.mutable_submit_time());
+  job.mutable_progress()->set_epochs(job.spec().training().epochs());
+  job.mutable_progress()->set_eta_seconds(-1);
+  ++active_jobs_;
+  auto [it, inserted] = jobs_.emplace(job.id(), std::move(entry));
+  it->second.job.set_id(job.id());
+  absl::Status s = Commit(it->second, job,
+                          {{"submitted", absl::StrCat("job submitted: ", spec.world_size(), " rank(s)")}});
+  if (!s.ok()) {
+    --active_jobs_;
+    jobs_.erase(it);
+    return absl::UnavailableError(absl::StrCat("could not store the job: ", s.message()));
+  }
+  Schedule();
+  return jobs_.at(job.id()).job;
+}
+
+absl::StatusOr<v1::SubmitJobResponse> JobManager::DryRun(const v1::JobSpec& spec) {
+  TRAINCTL_RETURN_IF_ERROR(SpecErrorsToStatus(ValidateJobSpec(spec)));
+  v1::SubmitJobResponse resp;
+  v1::Job* job = resp.mutable_job();
+  *job->mutable_spec() = spec;
+  ResolveJobSpecDefaults(job->mutable_spec());
+  job->set_state(v1::JOB_STATE_PENDING);
+
+  std::vector<scheduler::WorkerSlots> workers;
+  for (const v1::Worker* w : registry_->Alive()) {
+    scheduler::WorkerSlots ws;
+    ws.worker_id = w->id();
+    ws.kind = w->slots(0).kind() == v1::Slot::KIND_GPU ? scheduler::SlotKind::kGpu
+                                                       : scheduler::SlotKind::kCpu;
+    ws.total_slots = w->slots_size();
+    std::vector<int> busy = BusySlots(w->id());
+    for (const v1::Slot& s : w->slots()) {
+      if (std::find(busy.begin(), busy.end(), s.index()) == busy.end()) ws.free_slots.push_back(s.index());
+    }
+    workers.push_back(std::move(ws));
+  }
+  scheduler::PendingJob pj;
+  pj.job_id = "dry-run";
+  pj.world_size = job->spec().world_size();
+  pj.device = ToRequirement(job->spec().device());
+  TRAINCTL_ASSIGN_OR_RETURN(scheduler::ScheduleResult result, scheduler::Schedule({pj}, workers));
+  if (!result.placements.empty()) {
+    const scheduler::Placement& p = result.placements[0];
+    for (const scheduler::RankAssignment& r : p.ranks) {
+      v1::RankAssignment* a = resp.add_planned();
+      a->set_rank(r.rank);
+      a->set_local_rank(r.local_rank);
+      a->set_node_rank(r.node_rank);
+      a->set_world_size(p.world_size);
+      a->set_local_world_size(r.local_world_size);
+      a->set_num_nodes(p.num_nodes);
+      a->set_worker_id(r.worker_id);
+      if (const v1::Worker* w = registry_->Find(r.worker_id)) a->set_host(w->hostname());
+      a->mutable_slot()->set_index(r.slot);
+      a->mutable_slot()->set_kind(p.kind == scheduler::SlotKind::kGpu ? v1::Slot::KIND_GPU
+                                                                      : v1::Slot::KIND_CPU);
+    }
+  } else if (!result.pending.empty()) {
+    resp.set_pending_reason(result.pending[0].message);
+  }
+  return resp;
+}
+
+absl::StatusOr<v1::Job> JobManager::Get(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  if (it == jobs_.end()) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  v1::Job job = it->second.job;
+  if (auto r = pending_reasons_.find(job_id); r != pending_reasons_.end()) {
+    job.set_state_reason(r->second);
+  }
+  return job;
+}
+
+absl::StatusOr<v1::ListJobsResponse> JobManager::List(const v1::ListJobsRequest& req) const {
+  if (req.page_size() < 0) return absl::InvalidArgumentError("page_size: must be >= 0");
+  int page = req.page_size() == 0 ? kDefaultPageSize : std::min(req.page_size(), kMaxPageSize);
+  int64_t before = INT64_MAX;
+  if (!req.page_token().empty()) {
+    if (!absl::SimpleAtoi(req.page_token(), &before)) {
+      return absl::InvalidArgumentError("page_token: not a token from a previous response");
+    }
+  }
+  for (int s : req.states()) {
+    if (!v1::JobState_IsValid(s) || s == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("states: unknown state ", s));
+    }
+  }
+  // Newest first: order by submit_seq descending.
+  std::vector<const JobEntry*> all;
+  for (const auto& [id, e] : jobs_) {
+    if (e.submit_seq >= before) continue;
+    if (req.states_size() > 0 &&
+        std::find(req.states().begin(), req.states().end(), e.job.state()) == req.states().end()) {
+      continue;
+    }
+    all.push_back(&e);
+  }
+  std::sort(all.begin(), all.end(),
+            [](const JobEntry* a, const JobEntry* b) { return a->submit_seq > b->submit_seq; });
+  v1::ListJobsResponse resp;
+  for (size_t i = 0; i < all.size() && static_cast<int>(i) < page; ++i) {
+    v1::Job* j = resp.add_jobs();
+    *j = all[i]->job;
+    j->clear_attempts();
+    if (auto r = pending_reasons_.find(j->id()); r != pending_reasons_.end()) j->set_state_reason(r->second);
+  }
+  if (static_cast<int>(all.size()) > page) {
+    resp.set_next_page_token(absl::StrCat(all[page - 1]->submit_seq));
+  }
+  return resp;
+}
+
+absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
+  JobEntry* e = FindEntry(job_id);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  if (IsTerminal(e->job.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " already ended (", StateName(e->job.state()), ")"));
+  }
+  if (reason.size() > 1024) return absl::InvalidArgumentError("reason: at most 1024 bytes");
+  std::string why = reason.empty() ? "cancelled by a user" : absl::StrCat("cancelled: ", reason);
+  v1::Job next = e->job;
+  next.set_state(v1::JOB_STATE_CANCELLED);
+  next.set_state_reason(why);
+  v1::Attempt* a = CurrentAttempt(next);
+  std::vector<std::pair<std::string, std::vector<int32_t>>> to_stop;
+  if (a != nullptr && !AttemptEnded(a->state())) {
+    a->set_state(v1::ATTEMPT_STATE_CANCELLED);
+    a->set_reason(why);
+    SetTimestamp(clock_->Now(), a->mutable_end_time());
+    for (const std::string& w : AttemptWorkers(*a)) {
+      std::vector<int32_t> ranks;
+      for (const v1::RankAssignment& r : a->ranks()) {
+        if (r.worker_id() == w && !IsTerminal(r.state())) ranks.push_back(r.rank());
+      }
+      if (!ranks.empty()) to_stop.emplace_back(w, std::move(ranks));
+    }
+  }
+  TRAINCTL_RETURN_IF_ERROR(Commit(*e, std::move(next), {{"cancelled", why}}));
+  const v1::Attempt* cur = CurrentAttempt(e->job);
+  for (auto& [w, ranks] : to_stop) SendStop(w, job_id, cur->number(), ranks, why);
+  Schedule();
+  return e->job;
+}
+
+// --- messages to workers -----------------------------------------------------
+
+void JobManager::SendStartRanks(const v1::Job& job, const v1::Attempt& attempt,
+                                const std::string& worker_id) {
+  v1::CoordinatorMessage msg;
+  v1::StartRanks* s = msg.mutable_start_ranks();
+  s->set_job_id(job.id());
+  s->set_attempt(attempt.number());
+  *s->mutable_spec() = job.spec();
+  s->set_resume_from(attempt.resumed_from());
+  for (const v1::RankAssignment& r : attempt.ranks()) {
+    if (r.worker_id() != worker_id) continue;
+    *s->add_ranks() = r;
+    if (r.rank() == 0) s->set_produce_rendezvous(true);
+  }
+  registry_->Send(worker_id, msg);
+}
+
+void JobManager::SendStop(const std::string& worker_id, const std::string& job_id, int32_t attempt,
+                          const std::vector<int32_t>& ranks, const std::string& reason) {
+  v1::CoordinatorMessage msg;
+  v1::StopRanks* s = msg.mutable_stop_ranks();
+  s->set_job_id(job_id);
+  s->set_attempt(attempt);
+  for (int32_t r : ranks) s->add_ranks(r);
+  s->set_reason(reason);
+  s->set_grace_period_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(options_.stop_grace)));
+  registry_->Send(worker_id, msg);
+}
+
+void JobManager::SendRendezvous(const v1::Job& job, const v1::Attempt& attempt,
+                                const std::string& worker_id) {
+  v1::CoordinatorMessage msg;
+  v1::RendezvousDelivery* d = msg.mutable_rendezvous();
+  d->set_job_id(job.id());
+  d->set_attempt(attempt.number());
+  *d->mutable_info() = attempt.rendezvous();
+  registry_->Send(worker_id, msg);
+}
+
+// --- scheduling ---------------------------------------------------------------
+
+std::vector<int> JobManager::BusySlots(const std::string& worker_id) const {
+  std::vector<int> busy;
+  for (const std::string& id : holding_slots_) {
+    const v1::Job& job = jobs_.at(id).job;
+    for (const v1::Attempt& a : job.attempts()) {
+      for (const v1::RankAssignment& r : a.ranks()) {
+        if (r.worker_id() == worker_id && !IsTerminal(r.state())) busy.push_back(r.slot().index());
+      }
+    }
+  }
+  return busy;
+}
+
+void JobManager::Schedule() {
+  if (pending_.empty()) return;
+  absl::flat_hash_map<std::string, std::vector<int>> busy;
+  for (const std::string& id : holding_slots_) {
+    for (const v1::Attempt& a : jobs_.at(id).job.attempts()) {
+      for (const v1::RankAssignment& r : a.ranks()) {
+        if (!IsTerminal(r.state())) busy[r.worker_id()].push_back(r.slot().index());
+      }
+    }
+  }
+  std::vector<scheduler::WorkerSlots> workers;
+  for (const v1::Worker* w : registry_->Alive()) {
+    scheduler::WorkerSlots ws;
+    ws.worker_id = w->id();
+    ws.kind = w->slots(0).kind() == v1::Slot::KIND_GPU ? scheduler::SlotKind::kGpu
+                                                       : scheduler::SlotKind::kCpu;
+    ws.total_slots = w->slots_size();
+    const std::vector<int>& b = busy[w->id()];
+    for (const v1::Slot& s : w->slots()) {
+      if (std::find(b.begin(), b.end(), s.index()) == b.end()) ws.free_slots.push_back(s.index());
+    }
+    workers.push_back(std::move(ws));
+  }
+  std::vector<scheduler::PendingJob> jobs;
+  for (const std::string& id : pending_) {
+    const JobEntry& e = jobs_.at(id);
+    scheduler::PendingJob pj;
+    pj.job_id = id;
+    pj.world_size = e.job.spec().world_size();
+    pj.device = ToRequirement(e.job.spec().device());
+    pj.priority = e.job.spec().priority();
+    pj.submit_seq = static_cast<uint64_t>(e.submit_seq);
+    jobs.push_back(std::move(pj));
+  }
+  absl::StatusOr<scheduler::ScheduleResult> result = scheduler::Schedule(jobs, workers);
+  if (!result.ok()) return;  // Inputs come from validated state; nothing to place.
+
+  for (const scheduler::PendingJobStatus& p : result->pending) pending_reasons_[p.job_id] = p.message;
+
+  absl::Time now = clock_->Now();
+  for (const scheduler::Placement& p : result->placements) {
+    JobEntry& e = jobs_.at(p.job_id);
+    v1::Job next = e.job;
+    bool restart = next.state() == v1::JOB_STATE_RESTARTING;
+    v1::Attempt* a = next.add_attempts();
+    a->set_number(next.attempts_size());
+    a->set_state(v1::ATTEMPT_STATE_STARTING);
+    SetTimestamp(now, a->mutable_start_time());
+    if (restart) a->set_resumed_from(next.spec().checkpoint().dir());
+    std::vector<std::string> hosts;
+    for (const scheduler::RankAssignment& r : p.ranks) {
+      v1::RankAssignment* ra = a->add_ranks();
+      ra->set_job_id(next.id());
+      ra->set_attempt(a->number());
+      ra->set_rank(r.rank);
+      ra->set_local_rank(r.local_rank);
+      ra->set_node_rank(r.node_rank);
+      ra->set_world_size(p.world_size);
+      ra->set_local_world_size(r.local_world_size);
+      ra->set_num_nodes(p.num_nodes);
+      ra->set_worker_id(r.worker_id);
+      const v1::Worker* w = registry_->Find(r.worker_id);
+      ra->set_host(w != nullptr ? w->hostname() : "");
+      if (w != nullptr) {
+        for (const v1::Slot& s : w->slots()) {
+          if (s.index() == r.slot) *ra->mutable_slot() = s;
+        }
+      }
+      ra->set_state(v1::RANK_STATE_ASSIGNED);
+      SetTimestamp(now, ra->mutable_last_progress_time());
+      if (r.local_rank == 0) hosts.push_back(absl::StrCat(ra->host(), "×", r.local_world_size));
+    }
+    next.set_state(v1::JOB_STATE_SCHEDULED);
+    next.set_state_reason("");
+    if (!next.has_start_time()) SetTimestamp(now, next.mutable_start_time());
+    e.last_points.clear();
+    std::string msg = absl::StrCat("attempt ", a->number(), " placed on ", absl::StrJoin(hosts, ", "));
+    if (!Commit(e, std::move(next), {{"scheduled", msg, static_cast<int32_t>(e.job.attempts_size() + 1)}}).ok()) {
+      continue;  // Stays pending; the next pass retries.
+    }
+    const v1::Attempt& placed = *CurrentAttempt(e.job);
+    for (const std::string& w : AttemptWorkers(placed)) SendStartRanks(e.job, placed, w);
+  }
+}
+
+// --- failures and restarts ------------------------------------------------------
+
+absl::Status JobManager::FailAttempt(JobEntry& e, v1::FailureKind kind, const std::string& reason,
+                                     int failed_rank) {
+  v1::Job next = e.job;
+  v1::Attempt* a = CurrentAttempt(next);
+  if (a == nullptr || AttemptEnded(a->state())) return absl::OkStatus();
+  a->set_state(v1::ATTEMPT_STATE_FAILED);
+  a->set_reason(reason);
+  SetTimestamp(clock_->Now(), a->mutable_end_time());
+  std::vector<std::pair<std::string, std::vector<int32_t>>> to_stop;
+  for (const std::string& w : AttemptWorkers(*a)) {
+    std::vector<int32_t> ranks;
+    for (const v1::RankAssignment& r : a->ranks()) {
+      if (r.worker_id() == w && !IsTerminal(r.state())) ranks.push_back(r.rank());
+    }
+    if (!ranks.empty()) to_stop.emplace_back(w, std::move(ranks));
+  }
+  int32_t max_restarts = next.spec().restart().max_restarts();
+  std::vector<EventSpec> events;
+  events.push_back({"attempt_failed", reason, a->number(), failed_rank});
+  if (kind == v1::FAILURE_KIND_CONFIG) {
+    next.set_state(v1::JOB_STATE_FAILED);
+    next.set_state_reason(absl::StrCat(reason, "\n(a configuration or data error: not restarted)"));
+    events.push_back({"failed", "configuration or data error; restarting cannot help", a->number()});
+  } else if (next.restarts() >= max_restarts) {
+    next.set_state(v1::JOB_STATE_FAILED);
+    next.set_state_reason(absl::StrCat(reason, "\n(no restarts left: ", next.restarts(), " of ",
+                                       max_restarts, " used)"));
+    events.push_back({"failed", absl::StrCat("no restarts left (max_restarts: ", max_restarts, ")"),
+                      a->number()});
+  } else {
+    next.set_state(v1::JOB_STATE_RESTARTING);
+    next.set_restarts(next.restarts() + 1);
+    next.set_state_reason(absl::StrCat("restarting after: ", reason));
+    events.push_back({"restarting",
+                      absl::StrCat("restart ", next.restarts(), " of ", max_restarts,
+                                   ", from the last checkpoint"),
+                      a->number()});
+  }
+  int32_t number = a->number();
+  TRAINCTL_RETURN_IF_ERROR(Commit(e, std::move(next), std::move(events)));
+  for (auto& [w, ranks] : to_stop) SendStop(w, e.job.id(), number, ranks, "a peer rank failed");
+  return absl::OkStatus();
+}
+
+// --- worker sessions ------------------------------------------------------------
+
+absl::StatusOr<JobManager::JobEntry*> JobManager::EntryForWorker(
+    const std::string& worker_id, const std::string& job_id, int32_t attempt, int32_t rank,
+    bool allow_stale, v1::Attempt** attempt_out) {
+  JobEntry* e = FindEntry(job_id);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job ", job_id));
+  if (attempt < 1 || attempt > e->job.attempts_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("attempt: job ", job_id, " has no attempt ", attempt));
+  }
+  bool stale = attempt != e->job.attempts_size();
+  if (stale && !allow_stale) {
+    return absl::AbortedError(absl::StrCat("attempt ", attempt, " of job ", job_id,
+                                           " is stale (current: ", e->job.attempts_size(), ")"));
+  }
+  v1::Attempt* a = e->job.mutable_attempts(attempt - 1);
+  if (rank >= 0) {
+    if (rank >= a->ranks_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("rank: ", rank, " is not in [0, ", a->ranks_size(), ")"));
+    }
+    if (a->ranks(rank).worker_id() != worker_id) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("rank ", rank, " of ", job_id, " is not assigned to worker ", worker_id));
+    }
+  }
+  *attempt_out = a;
+  return e;
+}
+
+absl::Status JobManager::OnRankStatus(const std::string& worker_id, const v1::RankStatus& st) {
+  if (!v1::RankState_IsValid(st.state()) || st.state() == v1::RANK_STATE_UNSPECIFIED ||
+      st.state() == v1::RANK_STATE_ASSIGNED) {
+    return absl::InvalidArgumentError("rank_status.state: must be STARTING, RUNNING or an end state");
+  }
+  if (!v1::FailureKind_IsValid(st.exit().kind())) {
+    return absl::InvalidArgumentError("rank_status.exit.kind: unknown failure kind");
+  }
+  v1::Attempt* a_mem = nullptr;
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, EntryForWorker(worker_id, st.job_id(), st.attempt(),
+                                                         st.rank(), IsTerminal(st.state()), &a_mem));
+  const bool current = st.attempt() == e->job.attempts_size();
+  v1::Job next = e->job;
+  v1::Attempt* a = next.mutable_attempts(st.attempt() - 1);
+  v1::RankAssignment* r = a->mutable_ranks(st.rank());
+  if (IsTerminal(r->state())) return absl::OkStatus();  // Already ended (e.g. worker lost).
+  if (!current || IsTerminal(next.state()) || AttemptEnded(a->state())) {
+    // Bookkeeping for a rank of an ended attempt: only its end matters (frees the slot).
+    if (!IsTerminal(st.state())) {
+      SendStop(worker_id, st.job_id(), st.attempt(), {st.rank()}, "attempt already ended");
+      return absl::AbortedError(absl::StrCat("attempt ", st.attempt(), " of job ", st.job_id(), " ended"));
+    }
+    r->set_state(st.state() == v1::RANK_STATE_SUCCEEDED ? v1::RANK_STATE_SUCCEEDED : v1::RANK_STATE_STOPPED);
+    *r->mutable_exit() = st.exit();
+    TRAINCTL_RETURN_IF_ERROR(Commit(*e, std::move(next), {}));
+    Schedule();
+    return absl::OkStatus();
+  }
+
+  absl::Time now = clock_->Now();
+  r->set_state(st.state());
+  SetTimestamp(now, r->mutable_last_progress_time());
+  if (IsTerminal(st.state())) *r->mutable_exit() = st.exit();
+
+  switch (st.state()) {
+    case v1::RANK_STATE_STARTING:
+      return Commit(*e, std::move(next), {});
+    case v1::RANK_STATE_RUNNING: {
+      bool all = std::all_of(a->ranks().begin(), a->ranks().end(), [](const v1::RankAssignment& x) {
+        return x.state() == v1::RANK_STATE_RUNNING || x.state() == v1::RANK_STATE_SUCCEEDED;
+      });
+      std::vector<EventSpec> events;
+      if (all && a->state() == v1::ATTEMPT_STATE_STARTING) {
+        a->set_state(v1::ATTEMPT_STATE_RUNNING);
+        next.set_state(v1::JOB_STATE_RUNNING);
+        next.set_state_reason("");
+        // Hang detection counts from here for every rank.
+        for (v1::RankAssignment& x : *a->mutable_ranks()) SetTimestamp(now, x.mutable_last_progress_time());
+        events.push_back({"running", absl::StrCat("all ", a->ranks_size(), " ranks ready"), a->number()});
+      }
+      return Commit(*e, std::move(next), std::move(events));
+    }
+    case v1::RANK_STATE_SUCCEEDED: {
+      bool all = std::all_of(a->ranks().begin(), a->ranks().end(), [](const v1::RankAssignment& x) {
+        return x.state() == v1::RANK_STATE_SUCCEEDED;
+      });
+      std::vector<EventSpec> events;
+      if (all) {
+        a->set_state(v1::ATTEMPT_STATE_SUCCEEDED);
+        SetTimestamp(now, a->mutable_end_time());
+        next.set_state(v1::JOB_STATE_SUCCEEDED);
+        next.set_state_reason("");
+        next.mutable_progress()->set_eta_seconds(0);
+        events.push_back({"succeeded", "every rank finished training", a->number()});
+      }
+      TRAINCTL_RETURN_IF_ERROR(Commit(*e, std::move(next), std::move(events)));
+      if (all) Schedule();
+      return absl::OkStatus();
+    }
+    case v1::RANK_STATE_FAILED:
+    case v1::RANK_STATE_STOPPED: {
+      // Record the rank's end, then fail the attempt.
+      std::string reason = DescribeExit(*r, st.exit());
+      v1::FailureKind kind = st.exit().kind();
+      TRAINCTL_RETURN_IF_ERROR(Commit(*e, std::move(next), {}));
+      TRAINCTL_RETURN_IF_ERROR(FailAttempt(*e, kind, reason, st.rank()));
+      Schedule();
+      return absl::OkStatus();
+    }
+    default:
+      return absl::InvalidArgumentError("rank_status.state: unexpected");
+  }
+}
+
+absl::Status JobManager::OnRendezvous(const std::string& worker_id, const v1::RendezvousReport& rep) {
+  v1::Attempt* a_mem = nullptr;
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e,
+                            EntryForWorker(worker_id, rep.job_id(), rep.attempt(), 0, false, &a_mem));
+  const v1::RendezvousInfo& info = rep.info();
+  switch (info.kind_case()) {
+    case v1::RendezvousInfo::kNcclUniqueId:
+      if (info.nccl_unique_id().size() != 128) {
+        return absl::InvalidArgumentError(absl::StrCat("rendezvous.info.nccl_unique_id: must be 128 bytes, got ",
+                                                       info.nccl_unique_id().size()));
+      }
+      break;
+    case v1::RendezvousInfo::kGlooStoreAddress:
+      if (info.gloo_store_address().empty() || info.gloo_store_address().size() > 255) {
+        return absl::InvalidArgumentError("rendezvous.info.gloo_store_address: host:port, at most 255 bytes");
+      }
+      break;
+    default:
+      return absl::InvalidArgumentError("rendezvous.info: set nccl_unique_id or gloo_store_address");
+  }
+  if (info.master_addr().size() > 255 || info.master_port() < 0 || info.master_port() > 65535) {
+    return absl::InvalidArgumentError("rendezvous.info.master_addr/master_port: out of range");
+  }
+  if (IsTerminal(e->job.state()) || AttemptEnded(a_mem->state())) {
+    return absl::AbortedError("the attempt already ended");
+  }
+  v1::Job next = e->job;
+  v1::Attempt* a = CurrentAttempt(next);
+  *a->mutable_rendezvous() = info;
+  TRAINCTL_RETURN_IF_ERROR(Commit(*e, std::move(next), {}));
+  const v1::Attempt& cur = *CurrentAttempt(e->job);
+  for (const std::string& w : AttemptWorkers(cur)) SendRendezvous(e->job, cur, w);
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::OnProgress(const std::string& worker_id, const v1::RankProgress& p) {
+  v1::Attempt* a = nullptr;
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e,
+                            EntryForWorker(worker_id, p.job_id(), p.attempt(), p.rank(), false, &a));
+  (void)e;
+  v1::RankAssignment* r = a->mutable_ranks(p.rank());
+  if (p.step() != r->last_step()) {
+    r->set_last_step(p.step());
+    SetTimestamp(clock_->Now(), r->mutable_last_progress_time());
+  }
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::OnMetrics(const std::string& worker_id, const v1::MetricBatch& batch) {
+  if (batch.points_size() > 10000) return absl::InvalidArgumentError("metrics.points: at most 10000 per batch");
+  v1::Attempt* a = nullptr;
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e,
+                            EntryForWorker(worker_id, batch.job_id(), batch.attempt(), -1, false, &a));
+  for (const v1::MetricPoint& p : batch.points()) {
+    if (p.rank() < 0 || p.rank() >= a->ranks_size() || a->ranks(p.rank()).worker_id() != worker_id) {
+      return absl::InvalidArgumentError(absl::StrCat("metrics.points.rank: ", p.rank(), " is not on this worker"));
+    }
+  }
+  TRAINCTL_RETURN_IF_ERROR(store_->AppendMetrics(batch));
+
+  absl::Time now = clock_->Now();
+  std::vector<EventSpec> events;
+  for (const v1::MetricPoint& p : batch.points()) {
+    v1::RankAssignment* r = a->mutable_ranks(p.rank());
+    int64_t global_step = static_cast<int64_t>(p.epoch()) * std::max<int64_t>(p.steps_per_epoch(), 1) + p.step();
+    if (global_step != r->last_step()) {
+      r->set_last_step(global_step);
+      SetTimestamp(now, r->mutable_last_progress_time());
+    }
+    if (p.kind() == v1::MetricPoint::KIND_TRAIN) e->last_points[p.rank()] = p;
+    if (p.kind() == v1::MetricPoint::KIND_EPOCH_END && p.rank() == 0 && p.has_eval()) {
+      *e->job.mutable_progress()->mutable_last_eval() = p.eval();
+    }
+    if (p.kind() == v1::MetricPoint::KIND_EPOCH_END && p.rank() == 0) {
+      std::string msg = absl::StrFormat("epoch %d/%d done: loss %.4f", p.epoch() + 1,
+                                        e->job.spec().training().epochs(), p.loss());
+      if (p.has_eval()) {
+        absl::StrAppendFormat(&msg, ", eval loss %.4f, accuracy %.4f", p.eval().loss(), p.eval().accuracy());
+      }
+      events.push_back({"epoch_end", msg, batch.attempt(), 0});
+    }
+  }
+  // Progress: the slowest rank's position (latest train window per rank);
+  // throughput summed over ranks.
+  v1::Progress prog = e->job.progress();
+  int64_t slowest = INT64_MAX;
+  double samples_per_sec = 0, min_rate = 0;
+  int64_t seen = 0;
+  const v1::MetricPoint* slow_point = nullptr;
+  for (const auto& [rank, p] : e->last_points) {
+    int64_t g = static_cast<int64_t>(p.epoch()) * std::max<int64_t>(p.steps_per_epoch(), 1) + p.step();
+    if (g < slowest) {
+      slowest = g;
+      slow_point = &p;
+    }
+    samples_per_sec += p.samples_per_sec();
+    min_rate = min_rate == 0 ? p.samples_per_sec() : std::min(min_rate, p.samples_per_sec());
+    seen += p.samples_seen();
+  }
+  if (slow_point != nullptr) {
+    prog.set_epoch(slow_point->epoch());
+    prog.set_step(slow_point->step());
+    prog.set_steps_per_epoch(slow_point->steps_per_epoch());
+    prog.set_samples_seen(seen);
+    if (samples_per_sec > 0) prog.set_samples_per_sec(samples_per_sec);
+    if (auto it = e->last_points.find(0); it != e->last_points.end()) {
+      prog.set_last_loss(it->second.loss());
+    }
+    int64_t total = static_cast<int64_t>(e->job.spec().training().epochs()) * slow_point->steps_per_epoch();
+    int32_t batch_size = e->job.spec().data().batch_size() * e->job.spec().training().grad_accumulation();
+    if (min_rate > 0 && batch_size > 0 && total > 0) {
+      double steps_per_sec = min_rate / batch_size;
+      prog.set_eta_seconds(std::max<double>(0, static_cast<double>(total - slowest) / steps_per_sec));
+    }
+  }
+  v1::JobUpdate u;
+  *u.mutable_metrics() = batch;
+  hub_->Publish(e->job.id(), u);
+  if (!events.empty()) {
+    v1::Job next = e->job;
+    *next.mutable_progress() = prog;
+    return Commit(*e, std::move(next), std::move(events));
+  }
+  // Progress alone is soft state: kept in memory, persisted with the next
+  // transition, published to watchers now.
+  *e->job.mutable_progress() = prog;
+  v1::JobUpdate snap;
+  *snap.mutable_job() = e->job;
+  snap.mutable_job()->clear_attempts();
+  hub_->Publish(e->job.id(), snap);
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::OnLogs(const std::string& worker_id, const v1::LogChunk& chunk) {
+  if (chunk.lines_size() > 10000) return absl::InvalidArgumentError("logs.lines: at most 10000 per chunk");
+  v1::Attempt* a = nullptr;
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, EntryForWorker(worker_id, chunk.job_id(), chunk.attempt(),
+                                                         chunk.rank(), true, &a));
+  (void)e;
+  TRAINCTL_RETURN_IF_ERROR(store_->AppendLogs(chunk));
+  hub_->PublishLogs(chunk);
+  return absl::OkStatus();
+}
+
+void JobManager::OnWorkerRegistered(const std::string& worker_id, const v1::Register& msg) {
+  // What the worker says it runs, by (job, attempt, rank).
+  absl::flat_hash_map<std::string, const v1::RunningRank*> reported;
+  for (const v1::RunningRank& r : msg.running()) {
+    reported[absl::StrCat(r.job_id(), "/", r.attempt(), "/", r.rank())] = &r;
+  }
+  // 1. Ranks it runs that the coordinator no longer wants: stop them.
+  for (const v1::RunningRank& r : msg.running()) {
+    JobEntry* e = FindEntry(r.job_id());
+    bool wanted = false;
+    if (e != nullptr && !IsTerminal(e->job.state()) && r.attempt() == e->job.attempts_size()) {
+      const v1::Attempt& a = *CurrentAttempt(e->job);
+      wanted = !AttemptEnded(a.state()) && r.rank() >= 0 && r.rank() < a.ranks_size() &&
+               a.ranks(r.rank()).worker_id() == worker_id && !IsTerminal(a.ranks(r.rank()).state());
+    }
+    if (!wanted) SendStop(worker_id, r.job_id(), r.attempt(), {r.rank()}, "not wanted after reconnect");
+  }
+  // 2. Ranks the coordinator placed there: resend, keep, or fail as vanished.
+  std::vector<std::string> ids(holding_slots_.begin(), holding_slots_.end());
+  for (const std::string& id : ids) {
+    JobEntry& e = jobs_.at(id);
+    v1::Job next = e.job;
+    bool changed = false;
+    std::vector<int32_t> vanished;
+    for (int ai = 0; ai < next.attempts_size(); ++ai) {
+      v1::Attempt* a = next.mutable_attempts(ai);
+      bool current = ai == next.attempts_size() - 1 && !AttemptEnded(a->state()) && !IsTerminal(next.state());
+      for (v1::RankAssignment& r : *a->mutable_ranks()) {
+        if (r.worker_id() != worker_id || IsTerminal(r.state())) continue;
+        bool there = reported.contains(absl::StrCat(id, "/", a->number(), "/", r.rank()));
+        if (there) continue;
+        if (current && r.state() == v1::RANK_STATE_ASSIGNED) continue;  // Resent below.
+        // Gone while the worker was away.
+        r.set_state(current ? v1::RANK_STATE_FAILED : v1::RANK_STATE_STOPPED);
+        r.mutable_exit()->set_kind(v1::FAILURE_KIND_WORKER_LOST);
+        r.mutable_exit()->set_message("the rank process was gone when its worker reconnected");
+        changed = true;
+        if (current) vanished.push_back(r.rank());
+      }
+    }
+    if (changed && !Commit(e, std::move(next), {}).ok()) continue;
+    if (!vanished.empty()) {
+      const v1::RankAssignment& r = CurrentAttempt(e.job)->ranks(vanished[0]);
+      (void)FailAttempt(e, v1::FAILURE_KIND_WORKER_LOST, DescribeExit(r, r.exit()), vanished[0]);
+      continue;
+    }
+    const v1::Attempt* cur = CurrentAttempt(e.job);
+    if (cur == nullptr || AttemptEnded(cur->state()) || IsTerminal(e.job.state())) continue;
+    bool has_assigned = false;
+    for (const v1::RankAssignment& r : cur->ranks()) {
+      if (r.worker_id() == worker_id && r.state() == v1::RANK_STATE_ASSIGNED) has_assigned = true;
+    }
+    bool on_worker = std::any_of(cur->ranks().begin(), cur->ranks().end(),
+                                 [&](const v1::RankAssignment& r) { return r.worker_id() == worker_id; });
+    if (has_assigned) SendStartRanks(e.job, *cur, worker_id);
+    if (on_worker && cur->has_rendezvous()) SendRendezvous(e.job, *cur, worker_id);
+  }
+  Schedule();
+}
+
+void JobManager::OnWorkerLost(const std::string& worker_id) {
+  std::vector<std::string> ids(holding_slots_.begin(), holding_slots_.end());
+  for (const std::string& id : ids) {
+    JobEntry& e = jobs_.at(id);
+    v1::Job next = e.job;
+    int failed_rank = -1;
+    bool changed = false;
+    for (int ai = 0; ai < next.attempts_size(); ++ai) {
+      v1::Attempt* a = next.mutable_attempts(ai);
+      bool current = ai == next.attempts_size() - 1 && !AttemptEnded(a->state()) && !IsTerminal(next.state());
+      for (v1::RankAssignment& r : *a->mutable_ranks()) {
+        if (r.worker_id() != worker_id || IsTerminal(r.state())) continue;
+        r.set_state(current ? v1::RANK_STATE_FAILED : v1::RANK_STATE_STOPPED);
+        r.mutable_exit()->set_kind(v1::FAILURE_KIND_WORKER_LOST);
+        r.mutable_exit()->set_exit_code(-1);
+        r.mutable_exit()->set_message("its worker stopped heartbeating (lease expired)");
+        changed = true;
+        if (current && failed_rank < 0) failed_rank = r.rank();
+      }
+    }
+    if (!changed || !Commit(e, std::move(next), {}).ok()) continue;
+    if (failed_rank >= 0) {
+      const v1::RankAssignment& r = CurrentAttempt(e.job)->ranks(failed_rank);
+      (void)FailAttempt(e, v1::FAILURE_KIND_WORKER_LOST, DescribeExit(r, r.exit()), failed_rank);
+    }
+  }
+  Schedule();
+}
+
+void JobManager::Tick() {
+  absl::Time now = clock_->Now();
+  std::vector<std::string> ids(holding_slots_.begin(), holding_slots_.end());
+  for (const std::string& id : ids) {
+    JobEntry& e = jobs_.at(id);
+    if (IsTerminal(e.job.state())) continue;
+    const v1::Attempt* a = CurrentAttempt(e.job);
+    if (a == nullptr || AttemptEnded(a->state())) continue;
+    if (a->state() == v1::ATTEMPT_STATE_STARTING) {
+      if (now - FromTimestamp(a->start_time()) > options_.rendezvous_timeout) {
+        std::vector<std::string> waiting;
+        for (const v1::RankAssignment& r : a->ranks()) {
+          if (r.state() != v1::RANK_STATE_RUNNING) waiting.push_back(absl::StrCat(r.rank()));
+        }
+        (void)FailAttempt(e, v1::FAILURE_KIND_RENDEZVOUS,
+                          absl::StrCat("rendezvous timed out after ",
+                                       absl::FormatDuration(options_.rendezvous_timeout),
+                                       "; ranks not ready: ", absl::StrJoin(waiting, ", ")),
+                          -1);
+        Schedule();
+      }
+      continue;
+    }
+    absl::Duration timeout = ProgressTimeout(e.job);
+    std::vector<std::string> stuck;
+    int first = -1;
+    for (const v1::RankAssignment& r : a->ranks()) {
+      if (IsTerminal(r.state())) continue;
+      if (now - FromTimestamp(r.last_progress_time()) > timeout) {
+        stuck.push_back(absl::StrCat(r.rank(), " (", r.host(), ", last step ", r.last_step(), ")"));
+        if (first < 0) first = r.rank();
+      }
+    }
+    if (!stuck.empty()) {
+      (void)FailAttempt(e, v1::FAILURE_KIND_HANG,
+                        absl::StrCat("hung: no progress for ", absl::FormatDuration(timeout),
+                                     " from rank(s) ", absl::StrJoin(stuck, ", ")),
+                        first);
+      Schedule();
+    }
+  }
+}
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,151 @@
+// Job lifecycle, rendezvous, restarts, progress and hang detection: the
+// coordinator's core.
+//
+//   PENDING → SCHEDULED → RUNNING → SUCCEEDED | FAILED | CANCELLED
+//                 ↑           │
+//                 └ RESTARTING ┘   (an attempt failed, restarts remain)
+//
+// A job has attempts; an attempt has one RankAssignment per rank. Every
+// transition goes through Commit(): written to the StateStore first (the
+// job with its attempts, plus its events, in one transaction), then applied
+// to memory, then published to watchers, then acted on (messages to
+// workers). A failed write leaves memory untouched and the error is
+// returned (UNAVAILABLE to the caller).
+//
+// Rendezvous: the worker holding rank 0 produces the NCCL unique id or the
+// Gloo store address, reports it, and the coordinator hands it to every
+// worker of that attempt. Messages about an attempt other than the job's
+// current one are refused with ABORTED (a rank's exit of an old attempt is
+// still recorded, so its slot frees).
+//
+// Called by the gRPC services and the worker sessions, through the loop.
+// Not thread-safe: runs on the coordinator's EventLoop.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "coordinator/metrics_hub.h"
+#include "coordinator/store/state_store.h"
+#include "coordinator/worker_registry.h"
+#include "trainctl/v1/job_service.pb.h"
+#include "trainctl/v1/worker_service.pb.h"
+
+namespace trainctl::coordinator {
+
+struct JobManagerOptions {
+  // Hang detection for jobs whose spec leaves restart.progress_timeout_s at 0.
+  absl::Duration progress_timeout = absl::Minutes(5);
+  // An attempt whose ranks are not all ready this long after it was placed fails.
+  absl::Duration rendezvous_timeout = absl::Minutes(2);
+  // SIGTERM → SIGKILL grace the workers get when told to stop ranks.
+  absl::Duration stop_grace = absl::Seconds(10);
+  // Most jobs kept that are not terminal (PENDING...RUNNING); more → RESOURCE_EXHAUSTED.
+  int64_t max_active_jobs = 100000;
+};
+
+// Whether a job may go from `from` to `to`. Every state change is checked here.
+bool JobTransitionAllowed(v1::JobState from, v1::JobState to);
+bool IsTerminal(v1::JobState s);
+bool IsTerminal(v1::RankState s);
+
+class JobManager {
+ public:
+  JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* hub, const Clock* clock,
+             JobManagerOptions options);
+
+  // Rebuilds memory from the store (after WorkerRegistry::Recover). Running
+  // attempts continue when their workers reconnect (see OnWorkerRegistered).
+  absl::Status Recover(const StoreSnapshot& snapshot);
+
+  // --- client API ---------------------------------------------------------
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
+  // Validates and shows where the job would run now; stores nothing.
+  absl::StatusOr<v1::SubmitJobResponse> DryRun(const v1::JobSpec& spec);
+  absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
+  absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const;
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+
+  // --- worker sessions ----------------------------------------------------
+  // After WorkerRegistry::Register: reconciles what the worker runs with what
+  // the coordinator wants, re-sends what it may have missed, schedules.
+  void OnWorkerRegistered(const std::string& worker_id, const v1::Register& msg);
+  // The worker's lease expired: its ranks failed.
+  void OnWorkerLost(const std::string& worker_id);
+  absl::Status OnRankStatus(const std::string& worker_id, const v1::RankStatus& status);
+  absl::Status OnRendezvous(const std::string& worker_id, const v1::RendezvousReport& report);
+  absl::Status OnProgress(const std::string& worker_id, const v1::RankProgress& progress);
+  // Stores the batch, updates progress, publishes it.
+  absl::Status OnMetrics(const std::string& worker_id, const v1::MetricBatch& batch);
+  absl::Status OnLogs(const std::string& worker_id, const v1::LogChunk& chunk);
+
+  // --- periodic -----------------------------------------------------------
+  // Hang detection and rendezvous timeouts.
+  void Tick();
+  // One scheduling pass: places what can start and sends the assignments.
+  void Schedule();
+
+  // Slot indices of `worker_id` running a rank that has not ended.
+  std::vector<int> BusySlots(const std::string& worker_id) const;
+
+ private:
+  struct JobEntry {
+    v1::Job job;
+    int64_t submit_seq = 0;
+    int64_t last_event_seq = 0;
+    // Latest KIND_TRAIN metric point per rank of the current attempt (memory only).
+    absl::flat_hash_map<int32_t, v1::MetricPoint> last_points;
+  };
+  struct EventSpec {
+    std::string type;
+    std::string message;
+    int32_t attempt = 0;
+    int32_t rank = -1;
+  };
+
+  // Persists `next` (the entry's job after a change) with `events`, then
+  // applies and publishes it. The only place a job changes.
+  absl::Status Commit(JobEntry& entry, v1::Job next, std::vector<EventSpec> events);
+  // Ends the current attempt as failed, stops its other ranks, and restarts
+  // or fails the job by its restart policy.
+  absl::Status FailAttempt(JobEntry& entry, v1::FailureKind kind, const std::string& reason,
+                           int failed_rank);
+  void SendStartRanks(const v1::Job& job, const v1::Attempt& attempt, const std::string& worker_id);
+  void SendStop(const std::string& worker_id, const std::string& job_id, int32_t attempt,
+                const std::vector<int32_t>& ranks, const std::string& reason);
+  void SendRendezvous(const v1::Job& job, const v1::Attempt& attempt, const std::string& worker_id);
+  void TrackIndexes(const JobEntry& entry);
+  JobEntry* FindEntry(const std::string& job_id);
+  absl::StatusOr<JobEntry*> EntryForWorker(const std::string& worker_id, const std::string& job_id,
+                                           int32_t attempt, int32_t rank, bool allow_stale,
+                                           v1::Attempt** attempt_out);
+  std::string NewJobId(const std::string& name);
+  absl::Duration ProgressTimeout(const v1::Job& job) const;
+
+  StateStore* store_;
+  WorkerRegistry* registry_;
+  MetricsHub* hub_;
+  const Clock* clock_;
+  JobManagerOptions options_;
+
+  absl::btree_map<std::string, JobEntry> jobs_;
+  // Jobs waiting for placement (PENDING, RESTARTING), by id.
+  absl::btree_set<std::string> pending_;
+  // Jobs with at least one rank not ended, in any attempt (they hold slots).
+  absl::btree_set<std::string> holding_slots_;
+  // Newest first for List: (submit_seq, id).
+  int64_t next_submit_seq_ = 1;
+  int64_t active_jobs_ = 0;
+  // Pending reason per job from the last scheduling pass (not persisted).
+  absl::flat_hash_map<std::string, std::string> pending_reasons_;
+};
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,511 @@
+// JobManager with a fake clock, an in-memory SQLite store and fake worker
+// channels: every transition, leases, restart budget, stale attempts,
+// cancel from each state, hang and rendezvous timeouts, recovery.
+#include "coordinator/job_manager.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <unistd.h>
+
+#include "common/clock.h"
+#include "common/jobspec/job_spec.h"
+
+namespace trainctl::coordinator {
+namespace {
+
+using ::testing::HasSubstr;
+
+class FakeChannel : public WorkerChannel {
+ public:
+  bool Send(const v1::CoordinatorMessage& msg) override {
+    if (closed) return false;
+    sent.push_back(msg);
+    return true;
+  }
+  void Close(const absl::Status& status) override {
+    closed = true;
+    close_status = status;
+  }
+  std::vector<v1::StartRanks> Starts() const {
+    std::vector<v1::StartRanks> out;
+    for (const auto& m : sent) if (m.has_start_ranks()) out.push_back(m.start_ranks());
+    return out;
+  }
+  std::vector<v1::StopRanks> Stops() const {
+    std::vector<v1::StopRanks> out;
+    for (const auto& m : sent) if (m.has_stop_ranks()) out.push_back(m.stop_ranks());
+    return out;
+  }
+  int Rendezvous() const {
+    int n = 0;
+    for (const auto& m : sent) n += m.has_rendezvous();
+    return n;
+  }
+  std::vector<v1::CoordinatorMessage> sent;
+  bool closed = false;
+  absl::Status close_status;
+};
+
+class RecordingSubscriber : public JobSubscriber {
+ public:
+  void Offer(const v1::JobUpdate& u) override { updates.push_back(u); }
+  void JobEnded() override { ended = true; }
+  std::vector<std::string> EventTypes() const {
+    std::vector<std::string> out;
+    for (const auto& u : updates) if (u.has_event()) out.push_back(u.event().type());
+    return out;
+  }
+  std::vector<v1::JobUpdate> updates;
+  bool ended = false;
+};
+
+v1::JobSpec Spec(int world_size, int max_restarts = 3) {
+  ParsedJobSpec p = ParseJobSpecYaml(
+      "name: t\nmodel: {name: mlp, input_dim: 5, classes: 2}\n"
+      "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+      "t.yaml", {absl::StrCat("world_size=", world_size), absl::StrCat("restart.max_restarts=", max_restarts)});
+  EXPECT_TRUE(p.ok());
+  return p.spec;
+}
+
+class JobManagerTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    char tmpl[] = "/tmp/jm_test_XXXXXX";
+    dir_ = mkdtemp(tmpl);
+    Open();
+  }
+  void TearDown() override {
+    jobs_.reset();
+    registry_.reset();
+    store_.reset();
+    std::string cmd = "rm -rf " + dir_;
+    (void)std::system(cmd.c_str());
+  }
+  void Open() {
+    jobs_.reset();
+    registry_.reset();
+    store_.reset();
+    auto s = StateStore::Open(dir_ + "/state.db");
+    ASSERT_TRUE(s.ok()) << s.status();
+    store_ = std::move(*s);
+    RegistryOptions ro;
+    ro.lease_timeout = absl::Seconds(3);
+    registry_ = std::make_unique<WorkerRegistry>(store_.get(), &clock_, ro);
+    JobManagerOptions jo;
+    jo.progress_timeout = absl::Seconds(60);
+    jo.rendezvous_timeout = absl::Seconds(30);
+    jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), &hub_, &clock_, jo);
+    auto snap = store_->LoadAll();
+    ASSERT_TRUE(snap.ok()) << snap.status();
+    registry_->Recover(snap->workers);
+    ASSERT_TRUE(jobs_->Recover(*snap).ok());
+  }
+
+  // Registers worker `id` with `slots` CPU slots on a fresh channel.
+  FakeChannel* AddWorker(const std::string& id, int slots,
+                         std::vector<v1::RunningRank> running = {}) {
+    auto ch = std::make_unique<FakeChannel>();
+    v1::Register reg;
+    reg.set_worker_id(id);
+    reg.set_hostname("host-" + id);
+    for (int i = 0; i < slots; ++i) {
+      v1::Slot* s = reg.add_slots();
+      s->set_kind(v1::Slot::KIND_CPU);
+      s->set_index(i);
+    }
+    for (auto& r : running) *reg.add_running() = r;
+    auto id_or = registry_->Register(reg, ch.get());
+    EXPECT_TRUE(id_or.ok()) << id_or.status();
+    jobs_->OnWorkerRegistered(id, reg);
+    channels_.push_back(std::move(ch));
+    return channels_.back().get();
+  }
+
+  absl::Status Status(const std::string& worker, const std::string& job, int attempt, int rank,
+                      v1::RankState state, v1::FailureKind kind = v1::FAILURE_KIND_UNSPECIFIED,
+                      int exit_code = 0) {
+    v1::RankStatus st;
+    st.set_job_id(job);
+    st.set_attempt(attempt);
+    st.set_rank(rank);
+    st.set_state(state);
+    if (kind != v1::FAILURE_KIND_UNSPECIFIED) {
+      st.mutable_exit()->set_kind(kind);
+      st.mutable_exit()->set_exit_code(exit_code);
+      st.mutable_exit()->set_message("boom");
+      st.mutable_exit()->add_last_log_lines("Traceback: boom");
+    }
+    return jobs_->OnRankStatus(worker, st);
+  }
+
+  absl::Status Rendezvous(const std::string& worker, const std::string& job, int attempt) {
+    v1::RendezvousReport r;
+    r.set_job_id(job);
+    r.set_attempt(attempt);
+    r.mutable_info()->set_gloo_store_address("127.0.0.1:29500");
+    return jobs_->OnRendezvous(worker, r);
+  }
+
+  v1::Job Get(const std::string& id) {
+    auto j = jobs_->Get(id);
+    EXPECT_TRUE(j.ok()) << j.status();
+    return *j;
+  }
+
+  // Submit a 2-rank job on workers a and b (1 slot each) and bring it to RUNNING.
+  std::string RunningJob(int max_restarts = 3) {
+    a_ = AddWorker("a", 1);
+    b_ = AddWorker("b", 1);
+    auto job = jobs_->Submit(Spec(2, max_restarts));
+    EXPECT_TRUE(job.ok()) << job.status();
+    std::string id = job->id();
+    EXPECT_TRUE(Rendezvous("a", id, 1).ok());
+    EXPECT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
+    EXPECT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_RUNNING).ok());
+    EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+    return id;
+  }
+
+  std::string dir_;
+  FakeClock clock_;
+  MetricsHub hub_;
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<WorkerRegistry> registry_;
+  std::unique_ptr<JobManager> jobs_;
+  std::vector<std::unique_ptr<FakeChannel>> channels_;
+  FakeChannel* a_ = nullptr;
+  FakeChannel* b_ = nullptr;
+};
+
+TEST(JobTransitionsTest, OnlyTheLifecycleEdges) {
+  using S = v1::JobState;
+  EXPECT_TRUE(JobTransitionAllowed(S::JOB_STATE_PENDING, S::JOB_STATE_SCHEDULED));
+  EXPECT_TRUE(JobTransitionAllowed(S::JOB_STATE_SCHEDULED, S::JOB_STATE_RUNNING));
+  EXPECT_TRUE(JobTransitionAllowed(S::JOB_STATE_RUNNING, S::JOB_STATE_RESTARTING));
+  EXPECT_TRUE(JobTransitionAllowed(S::JOB_STATE_RESTARTING, S::JOB_STATE_SCHEDULED));
+  EXPECT_FALSE(JobTransitionAllowed(S::JOB_STATE_PENDING, S::JOB_STATE_RUNNING));
+  EXPECT_FALSE(JobTransitionAllowed(S::JOB_STATE_SUCCEEDED, S::JOB_STATE_RUNNING));
+  EXPECT_FALSE(JobTransitionAllowed(S::JOB_STATE_CANCELLED, S::JOB_STATE_PENDING));
+  EXPECT_FALSE(JobTransitionAllowed(S::JOB_STATE_FAILED, S::JOB_STATE_RESTARTING));
+  EXPECT_FALSE(JobTransitionAllowed(S::JOB_STATE_RESTARTING, S::JOB_STATE_RUNNING));
+}
+
+TEST_F(JobManagerTest, PendingUntilWorkersJoinThenGangPlaced) {
+  auto job = jobs_->Submit(Spec(2));
+  ASSERT_TRUE(job.ok());
+  EXPECT_EQ(Get(job->id()).state(), v1::JOB_STATE_PENDING);
+  EXPECT_FALSE(Get(job->id()).state_reason().empty());
+  FakeChannel* a = AddWorker("a", 1);
+  EXPECT_EQ(Get(job->id()).state(), v1::JOB_STATE_PENDING) << "gang: one slot is not enough";
+  EXPECT_TRUE(a->Starts().empty());
+  FakeChannel* b = AddWorker("b", 1);
+  v1::Job j = Get(job->id());
+  EXPECT_EQ(j.state(), v1::JOB_STATE_SCHEDULED);
+  ASSERT_EQ(j.attempts_size(), 1);
+  ASSERT_EQ(j.attempts(0).ranks_size(), 2);
+  EXPECT_EQ(j.attempts(0).ranks(0).worker_id(), "a");
+  EXPECT_EQ(j.attempts(0).ranks(1).worker_id(), "b");
+  EXPECT_EQ(j.attempts(0).ranks(1).node_rank(), 1);
+  ASSERT_EQ(a->Starts().size(), 1u);
+  ASSERT_EQ(b->Starts().size(), 1u);
+  EXPECT_TRUE(a->Starts()[0].produce_rendezvous());
+  EXPECT_FALSE(b->Starts()[0].produce_rendezvous());
+  EXPECT_EQ(a->Starts()[0].spec().data().batch_size(), 32) << "workers get the resolved spec";
+}
+
+TEST_F(JobManagerTest, WholeLifeWithRendezvousMetricsAndEvents) {
+  FakeChannel* a = AddWorker("a", 2);
+  auto job = jobs_->Submit(Spec(2));
+  ASSERT_TRUE(job.ok());
+  std::string id = job->id();
+  RecordingSubscriber sub;
+  hub_.Subscribe(id, &sub);
+  EXPECT_EQ(Get(id).attempts(0).ranks(1).local_rank(), 1) << "both ranks on one worker";
+
+  EXPECT_EQ(Rendezvous("a", id, 1).code(), absl::StatusCode::kOk);
+  EXPECT_EQ(a->Rendezvous(), 1);
+  EXPECT_EQ(Get(id).attempts(0).rendezvous().gloo_store_address(), "127.0.0.1:29500");
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STARTING).ok());
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SCHEDULED);
+  ASSERT_TRUE(Status("a", id, 1, 1, v1::RANK_STATE_RUNNING).ok());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+
+  v1::MetricBatch batch;
+  batch.set_job_id(id);
+  batch.set_attempt(1);
+  for (int r = 0; r < 2; ++r) {
+    v1::MetricPoint* p = batch.add_points();
+    p->set_kind(v1::MetricPoint::KIND_TRAIN);
+    p->set_rank(r);
+    p->set_epoch(0);
+    p->set_step(2);
+    p->set_steps_per_epoch(4);
+    p->set_loss(0.5);
+    p->set_samples_per_sec(64);
+    p->set_samples_seen(64);
+  }
+  v1::MetricPoint* end = batch.add_points();
+  end->set_kind(v1::MetricPoint::KIND_EPOCH_END);
+  end->set_rank(0);
+  end->set_epoch(0);
+  end->set_step(4);
+  end->set_steps_per_epoch(4);
+  end->mutable_eval()->set_accuracy(0.75);
+  ASSERT_TRUE(jobs_->OnMetrics("a", batch).ok());
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.progress().step(), 2) << "the slowest rank";
+  EXPECT_EQ(j.progress().samples_seen(), 128);
+  EXPECT_DOUBLE_EQ(j.progress().samples_per_sec(), 128);
+  EXPECT_GT(j.progress().eta_seconds(), 0);
+  EXPECT_DOUBLE_EQ(j.progress().last_eval().accuracy(), 0.75);
+  auto stored = store_->ListMetrics(id, 100);
+  ASSERT_TRUE(stored.ok());
+  EXPECT_EQ(stored->size(), 3u);
+
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_SUCCEEDED).ok());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_TRUE(Status("a", id, 1, 1, v1::RANK_STATE_SUCCEEDED).ok());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_TRUE(Get(id).has_end_time());
+  EXPECT_TRUE(sub.ended);
+  EXPECT_THAT(sub.EventTypes(), ::testing::ElementsAre("running", "epoch_end", "succeeded"));
+  auto events = store_->ListEvents(id, 0, 100);
+  ASSERT_TRUE(events.ok());
+  std::vector<std::string> types;
+  for (const auto& e : *events) types.push_back(e.type());
+  EXPECT_THAT(types, ::testing::ElementsAre("submitted", "scheduled", "running", "epoch_end", "succeeded"));
+  EXPECT_TRUE(jobs_->BusySlots("a").empty());
+}
+
+TEST_F(JobManagerTest, RankFailureRestartsFromANewAttemptOnceSlotsFree) {
+  std::string id = RunningJob();
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_FAILED, v1::FAILURE_KIND_SIGNAL).ok());
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(j.restarts(), 1);
+  EXPECT_EQ(j.attempts(0).state(), v1::ATTEMPT_STATE_FAILED);
+  EXPECT_THAT(j.attempts(0).reason(), HasSubstr("rank 1 on host-b (worker b)"));
+  EXPECT_THAT(j.attempts(0).reason(), HasSubstr("Traceback: boom"));
+  ASSERT_EQ(a_->Stops().size(), 1u) << "the surviving rank is stopped";
+  EXPECT_EQ(a_->Stops()[0].ranks(0), 0);
+  EXPECT_EQ(j.attempts_size(), 1) << "rank 0 still holds its slot";
+  // A stale attempt's non-final report is refused; its end is recorded.
+  EXPECT_EQ(Status("a", id, 1, 0, v1::RANK_STATE_RUNNING).code(), absl::StatusCode::kAborted);
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STOPPED).ok());
+  j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_SCHEDULED);
+  ASSERT_EQ(j.attempts_size(), 2);
+  EXPECT_EQ(a_->Starts().back().attempt(), 2);
+  // Rendezvous for the old attempt is refused.
+  EXPECT_EQ(Rendezvous("a", id, 1).code(), absl::StatusCode::kAborted);
+  EXPECT_TRUE(Rendezvous("a", id, 2).ok());
+}
+
+TEST_F(JobManagerTest, RestartBudgetIsRespected) {
+  std::string id = RunningJob(/*max_restarts=*/1);
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_FAILED, v1::FAILURE_KIND_EXIT, 1).ok());
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STOPPED).ok());
+  ASSERT_EQ(Get(id).attempts_size(), 2);
+  ASSERT_TRUE(Status("a", id, 2, 0, v1::RANK_STATE_FAILED, v1::FAILURE_KIND_EXIT, 3).ok());
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(j.state_reason(), HasSubstr("exited with code 3"));
+  EXPECT_THAT(j.state_reason(), HasSubstr("no restarts left: 1 of 1 used"));
+}
+
+TEST_F(JobManagerTest, ConfigErrorFailsAtOnce) {
+  std::string id = RunningJob();
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_FAILED, v1::FAILURE_KIND_CONFIG, 2).ok());
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(j.restarts(), 0);
+  EXPECT_THAT(j.state_reason(), HasSubstr("not restarted"));
+}
+
+TEST_F(JobManagerTest, LostWorkerFailsItsRanksAndRestarts) {
+  std::string id = RunningJob();
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
+  clock_.Advance(absl::Seconds(2));  // b silent for 4 s > 3 s lease.
+  std::vector<std::string> lost = registry_->ExpireLeases();
+  ASSERT_EQ(lost, std::vector<std::string>{"b"});
+  EXPECT_TRUE(b_->closed);
+  for (const auto& w : lost) jobs_->OnWorkerLost(w);
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(j.attempts(0).ranks(1).exit().kind(), v1::FAILURE_KIND_WORKER_LOST);
+  EXPECT_THAT(j.attempts(0).reason(), HasSubstr("lost with its worker"));
+  EXPECT_EQ(registry_->Find("b")->state(), v1::WORKER_STATE_LOST);
+  // b comes back: the job runs again once a's old rank has stopped.
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STOPPED).ok());
+  FakeChannel* b2 = AddWorker("b", 1);
+  EXPECT_EQ(registry_->Find("b")->state(), v1::WORKER_STATE_ALIVE);
+  EXPECT_EQ(Get(id).attempts_size(), 2);
+  EXPECT_EQ(b2->Starts().size(), 1u);
+}
+
+TEST_F(JobManagerTest, SecondSessionForALiveWorkerIsRefused) {
+  AddWorker("a", 1);
+  FakeChannel other;
+  v1::Register reg;
+  reg.set_worker_id("a");
+  reg.set_hostname("imposter");
+  reg.add_slots()->set_kind(v1::Slot::KIND_CPU);
+  EXPECT_EQ(registry_->Register(reg, &other).status().code(), absl::StatusCode::kAlreadyExists);
+  reg.clear_slots();
+  EXPECT_EQ(registry_->Register(reg, &other).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(JobManagerTest, CancelFromEveryState) {
+  // PENDING.
+  auto p = jobs_->Submit(Spec(4));
+  ASSERT_TRUE(p.ok());
+  ASSERT_TRUE(jobs_->Cancel(p->id(), "").ok());
+  EXPECT_EQ(Get(p->id()).state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(jobs_->Cancel(p->id(), "").status().code(), absl::StatusCode::kFailedPrecondition);
+  // RUNNING: ranks are told to stop and their slots stay busy until they report.
+  std::string id = RunningJob();
+  ASSERT_TRUE(jobs_->Cancel(id, "no longer needed").ok());
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(j.attempts(0).state(), v1::ATTEMPT_STATE_CANCELLED);
+  EXPECT_EQ(a_->Stops().size(), 1u);
+  EXPECT_EQ(b_->Stops().size(), 1u);
+  EXPECT_EQ(jobs_->BusySlots("a").size(), 1u);
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STOPPED).ok());
+  EXPECT_TRUE(jobs_->BusySlots("a").empty());
+  // SCHEDULED.
+  auto s = jobs_->Submit(Spec(1));
+  ASSERT_TRUE(s.ok());
+  EXPECT_EQ(Get(s->id()).state(), v1::JOB_STATE_SCHEDULED);
+  ASSERT_TRUE(jobs_->Cancel(s->id(), "").ok());
+  EXPECT_EQ(Get(s->id()).state(), v1::JOB_STATE_CANCELLED);
+  // RESTARTING.
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_STOPPED).ok());
+  ASSERT_TRUE(Status("a", s->id(), 1, 0, v1::RANK_STATE_STOPPED).ok());
+  auto r = jobs_->Submit(Spec(2));
+  ASSERT_TRUE(r.ok());
+  ASSERT_TRUE(Status("a", r->id(), 1, 0, v1::RANK_STATE_FAILED, v1::FAILURE_KIND_EXIT, 1).ok());
+  EXPECT_EQ(Get(r->id()).state(), v1::JOB_STATE_RESTARTING);
+  ASSERT_TRUE(jobs_->Cancel(r->id(), "").ok());
+  EXPECT_EQ(Get(r->id()).state(), v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(jobs_->Cancel("nope", "").status().code(), absl::StatusCode::kNotFound);
+}
+
+TEST_F(JobManagerTest, HangIsDetectedAndRestarted) {
+  std::string id = RunningJob();
+  v1::RankProgress p;
+  p.set_job_id(id);
+  p.set_attempt(1);
+  for (int i = 1; i <= 3; ++i) {
+    clock_.Advance(absl::Seconds(40));
+    p.set_rank(0);
+    p.set_step(i);
+    ASSERT_TRUE(jobs_->OnProgress("a", p).ok());
+    p.set_rank(1);
+    ASSERT_TRUE(jobs_->OnProgress("b", p).ok());
+    jobs_->Tick();
+    ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING) << "progressing is not hung";
+  }
+  clock_.Advance(absl::Seconds(40));
+  p.set_rank(0);
+  p.set_step(4);
+  ASSERT_TRUE(jobs_->OnProgress("a", p).ok());
+  clock_.Advance(absl::Seconds(30));  // rank 1 silent 70 s > 60 s.
+  jobs_->Tick();
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(j.attempts(0).reason(), HasSubstr("hung: no progress for 1m from rank(s) 1 (host-b, last step 3)"));
+}
+
+TEST_F(JobManagerTest, RendezvousTimeout) {
+  AddWorker("a", 2);
+  auto job = jobs_->Submit(Spec(2, 0));
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(Status("a", job->id(), 1, 0, v1::RANK_STATE_RUNNING).ok());
+  clock_.Advance(absl::Seconds(31));
+  jobs_->Tick();
+  v1::Job j = Get(job->id());
+  EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(j.state_reason(), HasSubstr("rendezvous timed out after 30s; ranks not ready: 1"));
+}
+
+TEST_F(JobManagerTest, BadReportsAreRefusedWithReasons) {
+  std::string id = RunningJob();
+  EXPECT_EQ(Status("b", id, 1, 0, v1::RANK_STATE_RUNNING).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Status("a", id, 9, 0, v1::RANK_STATE_RUNNING).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Status("a", id, 1, 7, v1::RANK_STATE_RUNNING).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Status("a", "nope", 1, 0, v1::RANK_STATE_RUNNING).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(Status("a", id, 1, 0, v1::RANK_STATE_ASSIGNED).code(), absl::StatusCode::kInvalidArgument);
+  v1::RendezvousReport r;
+  r.set_job_id(id);
+  r.set_attempt(1);
+  r.mutable_info()->set_nccl_unique_id(std::string(127, 'x'));
+  EXPECT_THAT(std::string(jobs_->OnRendezvous("a", r).message()), HasSubstr("must be 128 bytes, got 127"));
+  v1::JobSpec bad = Spec(1);
+  bad.mutable_training()->mutable_optimizer()->set_lr(-1);
+  auto s = jobs_->Submit(bad);
+  EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(s.status().message()), HasSubstr("training.optimizer.lr: must be > 0, got -1"));
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING) << "nothing changed";
+}
+
+TEST_F(JobManagerTest, ListNewestFirstWithPagesAndStates) {
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(jobs_->Submit(Spec(1))->id());
+  ASSERT_TRUE(jobs_->Cancel(ids[1], "").ok());
+  v1::ListJobsRequest req;
+  req.set_page_size(2);
+  auto page1 = jobs_->List(req);
+  ASSERT_TRUE(page1.ok());
+  ASSERT_EQ(page1->jobs_size(), 2);
+  EXPECT_EQ(page1->jobs(0).id(), ids[4]);
+  req.set_page_token(page1->next_page_token());
+  auto page2 = jobs_->List(req);
+  EXPECT_EQ(page2->jobs(0).id(), ids[2]);
+  v1::ListJobsRequest cancelled;
+  cancelled.add_states(v1::JOB_STATE_CANCELLED);
+  EXPECT_EQ(jobs_->List(cancelled)->jobs_size(), 1);
+  req.set_page_token("garbage");
+  EXPECT_EQ(jobs_->List(req).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(JobManagerTest, RecoveryKeepsJobsAndReconcilesWorkers) {
+  std::string id = RunningJob();
+  auto pending = jobs_->Submit(Spec(8));
+  ASSERT_TRUE(pending.ok());
+  v1::Job before = Get(id);
+  // "Restart" the coordinator on the same database.
+  channels_.clear();
+  Open();
+  v1::Job after = Get(id);
+  EXPECT_EQ(after.state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(after.attempts_size(), before.attempts_size());
+  EXPECT_EQ(Get(pending->id()).state(), v1::JOB_STATE_PENDING);
+  // a reconnects still running rank 0: kept. b reconnects without rank 1: it vanished.
+  v1::RunningRank r0;
+  r0.set_job_id(id);
+  r0.set_attempt(1);
+  r0.set_rank(0);
+  FakeChannel* a = AddWorker("a", 1, {r0});
+  EXPECT_TRUE(a->Stops().empty());
+  EXPECT_EQ(a->Rendezvous(), 1) << "rendezvous data re-sent on reconnect";
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  // A rank the coordinator never placed there is stopped.
+  v1::RunningRank stray;
+  stray.set_job_id("old-job");
+  stray.set_attempt(1);
+  stray.set_rank(0);
+  FakeChannel* b = AddWorker("b", 1, {stray});
+  ASSERT_EQ(b->Stops().size(), 1u);
+  EXPECT_EQ(b->Stops()[0].job_id(), "old-job");
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(Get(id).attempts(0).reason(), HasSubstr("gone when its worker reconnected"));
+}
+
+}  // namespace
+}  // namespace trainctl::coordinator

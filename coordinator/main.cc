@@ -1,0 +1,85 @@
+// trainctl-coordinator: the control plane. See docs/operator.md.
+#include <csignal>
+#include <iostream>
+#include <thread>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/synchronization/notification.h"
+#include "coordinator/coordinator_server.h"
+
+ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
+          "host:port to serve gRPC on; port 0 picks a free port (printed at start)");
+ABSL_FLAG(std::string, db, "trainctl.db", "SQLite database holding every job, event and worker");
+ABSL_FLAG(int, heartbeat_interval_ms, 1000, "how often workers heartbeat");
+ABSL_FLAG(int, lease_timeout_ms, 3000, "a worker silent this long is LOST and its ranks fail");
+ABSL_FLAG(int, progress_timeout_s, 300,
+          "a running attempt with no step progress this long is failed as hung (per job: "
+          "restart.progress_timeout_s)");
+ABSL_FLAG(int, rendezvous_timeout_s, 120, "an attempt whose ranks are not all ready by then fails");
+ABSL_FLAG(int, stop_grace_s, 10, "SIGTERM-to-SIGKILL grace for stopped ranks");
+ABSL_FLAG(int64_t, max_active_jobs, 100000, "most unfinished jobs held; more are refused");
+ABSL_FLAG(int64_t, metric_points_per_job, 100000, "metric points kept per job (oldest dropped)");
+ABSL_FLAG(int64_t, log_lines_per_rank, 10000, "log lines kept per rank and attempt (oldest dropped)");
+ABSL_FLAG(int, max_message_mb, 16, "largest gRPC message accepted or sent");
+
+namespace {
+absl::Notification* g_stop = nullptr;
+void OnSignal(int) {
+  if (g_stop != nullptr && !g_stop->HasBeenNotified()) g_stop->Notify();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "trainctl-coordinator --listen HOST:PORT --db PATH\n"
+      "The trainctl control plane: accepts jobs, gang-schedules ranks on worker daemons, runs "
+      "the rendezvous, watches health, and stores everything in SQLite.");
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view file) {
+    return absl::EndsWith(file, "coordinator/main.cc");
+  };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  absl::ParseCommandLine(argc, argv);
+
+  trainctl::coordinator::CoordinatorOptions o;
+  o.listen = absl::GetFlag(FLAGS_listen);
+  o.db_path = absl::GetFlag(FLAGS_db);
+  o.registry.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  o.registry.lease_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_lease_timeout_ms));
+  o.jobs.progress_timeout = absl::Seconds(absl::GetFlag(FLAGS_progress_timeout_s));
+  o.jobs.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_s));
+  o.jobs.stop_grace = absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));
+  o.jobs.max_active_jobs = absl::GetFlag(FLAGS_max_active_jobs);
+  o.store.max_metric_points_per_job = absl::GetFlag(FLAGS_metric_points_per_job);
+  o.store.max_log_lines_per_rank = absl::GetFlag(FLAGS_log_lines_per_rank);
+  o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  if (o.registry.heartbeat_interval <= absl::ZeroDuration() ||
+      o.registry.lease_timeout <= o.registry.heartbeat_interval) {
+    std::cerr << "trainctl-coordinator: --lease_timeout_ms must be greater than "
+                 "--heartbeat_interval_ms > 0\n";
+    return 2;
+  }
+
+  trainctl::coordinator::CoordinatorServer server(o);
+  absl::StatusOr<std::string> addr = server.Start();
+  if (!addr.ok()) {
+    std::cerr << "trainctl-coordinator: " << addr.status().message() << "\n";
+    return 1;
+  }
+  std::cout << "trainctl-coordinator listening on " << *addr << std::endl;
+
+  absl::Notification stop;
+  g_stop = &stop;
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  std::signal(SIGPIPE, SIG_IGN);
+  stop.WaitForNotification();
+  std::cout << "trainctl-coordinator: shutting down" << std::endl;
+  server.Shutdown();
+  return 0;
+}

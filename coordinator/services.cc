@@ -1,0 +1,509 @@
+#include "coordinator/services.h"
+
+#include <deque>
+#include <iostream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+
+namespace trainctl::coordinator {
+
+grpc::Status ToGrpcStatus(const absl::Status& s) {
+  if (s.ok()) return grpc::Status::OK;
+  return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
+}
+
+namespace {
+
+// A server-streaming reactor with a bounded queue: Push() never blocks; when
+// the queue is full the oldest item is dropped and counted.
+template <typename T>
+class QueuedWriter : public grpc::ServerWriteReactor<T> {
+ public:
+  explicit QueuedWriter(size_t max_queued) : max_queued_(max_queued) {}
+
+  // Queues an item; returns the number dropped so far.
+  void Push(T item) {
+    absl::MutexLock lock(&mu_);
+    if (done_writing_) return;
+    if (queue_.size() >= max_queued_) {
+      queue_.pop_front();
+      ++skipped_;
+      OnSkipped(skipped_);
+    }
+    queue_.push_back(std::move(item));
+    MaybeWriteLocked();
+  }
+
+  // Sends what is queued, then finishes with `status`.
+  void FinishAfterQueue(grpc::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (done_writing_) return;
+    done_writing_ = true;
+    final_status_ = std::move(status);
+    MaybeWriteLocked();
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      done_writing_ = true;
+      queue_.clear();
+      if (!finished_) {
+        finished_ = true;
+        this->Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
+      }
+      return;
+    }
+    MaybeWriteLocked();
+  }
+
+  void OnCancel() override {
+    absl::MutexLock lock(&mu_);
+    done_writing_ = true;
+    queue_.clear();
+    if (!finished_ && !writing_) {
+      finished_ = true;
+      this->Finish(grpc::Status::CANCELLED);
+    }
+  }
+
+ protected:
+  // Called (under the lock) when items were dropped; may annotate the next one.
+  virtual void OnSkipped(int64_t total) {}
+  T* Back() { return queue_.empty() ? nullptr : &queue_.back(); }
+
+ private:
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_) return;
+    if (!queue_.empty()) {
+      current_ = std::move(queue_.front());
+      queue_.pop_front();
+      writing_ = true;
+      this->StartWrite(&current_);
+      return;
+    }
+    if (done_writing_) {
+      finished_ = true;
+      this->Finish(final_status_);
+    }
+  }
+
+  const size_t max_queued_;
+  absl::Mutex mu_;
+  std::deque<T> queue_ ABSL_GUARDED_BY(mu_);
+  T current_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool done_writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_status_ ABSL_GUARDED_BY(mu_);
+
+ protected:
+  int64_t skipped_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class WatchReactor final : public QueuedWriter<v1::JobUpdate>, public JobSubscriber {
+ public:
+  WatchReactor(ServiceContext ctx, std::string job_id)
+      : QueuedWriter(ctx.max_queued_updates), ctx_(ctx), job_id_(std::move(job_id)) {}
+
+  void Offer(const v1::JobUpdate& u) override {
+    v1::JobUpdate copy = u;
+    Push(std::move(copy));
+  }
+  void JobEnded() override {
+    subscribed_ = false;
+    FinishAfterQueue(grpc::Status::OK);
+  }
+  void set_subscribed() { subscribed_ = true; }
+
+  void OnDone() override {
+    // Unsubscribe on the loop (where Offer is called), then free.
+    ctx_.loop->Post([this] {
+      if (subscribed_) ctx_.hub->Unsubscribe(job_id_, this);
+      delete this;
+    });
+  }
+
+ protected:
+  void OnSkipped(int64_t total) override {
+    if (v1::JobUpdate* last = Back()) last->set_skipped(total);
+  }
+
+ private:
+  ServiceContext ctx_;
+  std::string job_id_;
+  bool subscribed_ = false;  // Loop only.
+};
+
+class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscriber {
+ public:
+  LogsReactor(ServiceContext ctx, v1::GetLogsRequest req)
+      : QueuedWriter(ctx.max_queued_updates), ctx_(ctx), req_(std::move(req)) {}
+
+  void Offer(const v1::LogChunk& c) override {
+    if (c.attempt() != attempt_) return;
+    if (req_.has_rank() && c.rank() != req_.rank()) return;
+    Push(c);
+  }
+  void JobEnded() override {
+    subscribed_ = false;
+    FinishAfterQueue(grpc::Status::OK);
+  }
+  void Start(int32_t attempt, bool subscribe) {
+    attempt_ = attempt;
+    subscribed_ = subscribe;
+  }
+  void OnDone() override {
+    ctx_.loop->Post([this] {
+      if (subscribed_) ctx_.hub->UnsubscribeLogs(req_.job_id(), this);
+      delete this;
+    });
+  }
+
+ private:
+  ServiceContext ctx_;
+  v1::GetLogsRequest req_;
+  int32_t attempt_ = 0;
+  bool subscribed_ = false;
+};
+
+// One worker daemon's Session stream.
+class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>,
+                             public WorkerChannel {
+ public:
+  SessionReactor(ServiceContext ctx, std::string peer) : ctx_(ctx), peer_(std::move(peer)) {
+    StartRead(&in_);
+  }
+
+  // WorkerChannel (called on the loop).
+  bool Send(const v1::CoordinatorMessage& msg) override {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return false;
+    out_.push_back(msg);
+    MaybeWriteLocked();
+    return true;
+  }
+  void Close(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    CloseLocked(ToGrpcStatus(status));
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The worker closed its side or the stream broke.
+      ctx_.loop->Post([this] { Ended(/*left=*/false); });
+      absl::MutexLock lock(&mu_);
+      CloseLocked(grpc::Status::OK);
+      return;
+    }
+    v1::WorkerMessage msg = std::move(in_);
+    in_.Clear();
+    ctx_.loop->Post([this, msg = std::move(msg)] { Handle(msg); });
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      CloseLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
+      return;
+    }
+    MaybeWriteLocked();
+  }
+
+  void OnCancel() override {
+    ctx_.loop->Post([this] { Ended(false); });
+  }
+
+  void OnDone() override {
+    ctx_.loop->Post([this] {
+      Ended(false);
+      delete this;
+    });
+  }
+
+ private:
+  // Loop only.
+  void Handle(const v1::WorkerMessage& msg) {
+    if (msg.has_register_()) {
+      if (!worker_id_.empty()) {
+        Close(absl::FailedPreconditionError("register: already registered on this session"));
+        return;
+      }
+      absl::StatusOr<std::string> id = ctx_.registry->Register(msg.register_(), this);
+      if (!id.ok()) {
+        Close(id.status());
+        return;
+      }
+      worker_id_ = *id;
+      v1::CoordinatorMessage ack;
+      ack.mutable_register_ack()->set_worker_id(worker_id_);
+      ack.mutable_register_ack()->set_heartbeat_interval_ms(
+          static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().heartbeat_interval)));
+      ack.mutable_register_ack()->set_lease_timeout_ms(
+          static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().lease_timeout)));
+      Send(ack);
+      ctx_.jobs->OnWorkerRegistered(worker_id_, msg.register_());
+      return;
+    }
+    if (worker_id_.empty()) {
+      Close(absl::FailedPreconditionError("the first message of a session must be register"));
+      return;
+    }
+    if (!ctx_.registry->OwnsSession(worker_id_, this)) {
+      Close(absl::FailedPreconditionError("session replaced or expired; reconnect and register"));
+      return;
+    }
+    absl::Status s;
+    switch (msg.msg_case()) {
+      case v1::WorkerMessage::kHeartbeat:
+        s = ctx_.registry->Heartbeat(worker_id_, this);
+        if (!s.ok()) Close(s);
+        return;
+      case v1::WorkerMessage::kRankStatus:
+        s = ctx_.jobs->OnRankStatus(worker_id_, msg.rank_status());
+        break;
+      case v1::WorkerMessage::kRendezvous:
+        s = ctx_.jobs->OnRendezvous(worker_id_, msg.rendezvous());
+        break;
+      case v1::WorkerMessage::kMetrics:
+        s = ctx_.jobs->OnMetrics(worker_id_, msg.metrics());
+        break;
+      case v1::WorkerMessage::kLogs:
+        s = ctx_.jobs->OnLogs(worker_id_, msg.logs());
+        break;
+      case v1::WorkerMessage::kProgress:
+        s = ctx_.jobs->OnProgress(worker_id_, msg.progress());
+        break;
+      case v1::WorkerMessage::kGoodbye:
+        Ended(/*left=*/true);
+        Close(absl::OkStatus());
+        return;
+      default:
+        s = absl::InvalidArgumentError("message: empty or unknown kind");
+    }
+    // A bad or stale report is refused without ending the session: the worker
+    // may be a step behind (a stale attempt) and everything else it says is
+    // still needed.
+    if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
+      std::cerr << "coordinator: worker " << worker_id_ << " (" << peer_ << "): " << s << "\n";
+    }
+  }
+
+  void Ended(bool left) {
+    if (ended_ || worker_id_.empty()) {
+      ended_ = true;
+      return;
+    }
+    ended_ = true;
+    ctx_.registry->SessionEnded(worker_id_, this, left);
+  }
+
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_ || out_.empty()) {
+      if (!writing_ && closed_ && !finished_ && out_.empty()) {
+        finished_ = true;
+        Finish(final_);
+      }
+      return;
+    }
+    current_ = std::move(out_.front());
+    out_.pop_front();
+    writing_ = true;
+    StartWrite(&current_);
+  }
+
+  void CloseLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (closed_) return;
+    closed_ = true;
+    final_ = std::move(status);
+    MaybeWriteLocked();
+  }
+
+  ServiceContext ctx_;
+  const std::string peer_;
+  v1::WorkerMessage in_;  // gRPC thread (one read in flight).
+
+  absl::Mutex mu_;
+  std::deque<v1::CoordinatorMessage> out_ ABSL_GUARDED_BY(mu_);
+  v1::CoordinatorMessage current_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_ ABSL_GUARDED_BY(mu_);
+
+  // Loop only.
+  std::string worker_id_;
+  bool ended_ = false;
+};
+
+}  // namespace
+
+// --- JobService ------------------------------------------------------------------
+
+grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* ctx,
+                                                    const v1::SubmitJobRequest* req,
+                                                    v1::SubmitJobResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  ctx_.loop->Post([this, reactor, req, resp] {
+    if (req->dry_run()) {
+      absl::StatusOr<v1::SubmitJobResponse> r = ctx_.jobs->DryRun(req->spec());
+      if (r.ok()) *resp = std::move(*r);
+      reactor->Finish(ToGrpcStatus(r.status()));
+      return;
+    }
+    absl::StatusOr<v1::Job> job = ctx_.jobs->Submit(req->spec());
+    if (job.ok()) *resp->mutable_job() = std::move(*job);
+    reactor->Finish(ToGrpcStatus(job.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
+                                                 const v1::GetJobRequest* req, v1::Job* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  ctx_.loop->Post([this, reactor, req, resp] {
+    absl::StatusOr<v1::Job> job = ctx_.jobs->Get(req->job_id());
+    if (job.ok()) *resp = std::move(*job);
+    reactor->Finish(ToGrpcStatus(job.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
+                                                   const v1::ListJobsRequest* req,
+                                                   v1::ListJobsResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  ctx_.loop->Post([this, reactor, req, resp] {
+    absl::StatusOr<v1::ListJobsResponse> r = ctx_.jobs->List(*req);
+    if (r.ok()) *resp = std::move(*r);
+    reactor->Finish(ToGrpcStatus(r.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* ctx,
+                                                    const v1::CancelJobRequest* req, v1::Job* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  ctx_.loop->Post([this, reactor, req, resp] {
+    absl::StatusOr<v1::Job> job = ctx_.jobs->Cancel(req->job_id(), req->reason());
+    if (job.ok()) *resp = std::move(*job);
+    reactor->Finish(ToGrpcStatus(job.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::CallbackServerContext* ctx,
+                                                                  const v1::WatchJobRequest* req) {
+  auto* reactor = new WatchReactor(ctx_, req->job_id());
+  v1::WatchJobRequest request = *req;
+  ctx_.loop->Post([this, reactor, request] {
+    absl::StatusOr<v1::Job> job = ctx_.jobs->Get(request.job_id());
+    if (!job.ok()) {
+      reactor->FinishAfterQueue(ToGrpcStatus(job.status()));
+      return;
+    }
+    // History and subscription in one loop turn: no gap, no duplicate.
+    if (request.include_history()) {
+      absl::StatusOr<std::vector<v1::Event>> events = ctx_.store->ListEvents(request.job_id(), 0, 100000);
+      if (events.ok()) {
+        for (v1::Event& e : *events) {
+          v1::JobUpdate u;
+          *u.mutable_event() = std::move(e);
+          reactor->Offer(u);
+        }
+      }
+      absl::StatusOr<std::vector<v1::MetricPoint>> points = ctx_.store->ListMetrics(request.job_id(), 10000);
+      if (points.ok() && !points->empty()) {
+        v1::JobUpdate u;
+        u.mutable_metrics()->set_job_id(request.job_id());
+        for (v1::MetricPoint& p : *points) *u.mutable_metrics()->add_points() = std::move(p);
+        reactor->Offer(u);
+      }
+    }
+    v1::JobUpdate snap;
+    *snap.mutable_job() = *job;
+    snap.mutable_job()->clear_attempts();
+    reactor->Offer(snap);
+    if (IsTerminal(job->state())) {
+      reactor->FinishAfterQueue(grpc::Status::OK);
+      return;
+    }
+    ctx_.hub->Subscribe(request.job_id(), reactor);
+    reactor->set_subscribed();
+  });
+  return reactor;
+}
+
+grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetLogs(grpc::CallbackServerContext* ctx,
+                                                                const v1::GetLogsRequest* req) {
+  auto* reactor = new LogsReactor(ctx_, *req);
+  v1::GetLogsRequest request = *req;
+  ctx_.loop->Post([this, reactor, request] {
+    absl::StatusOr<v1::Job> job = ctx_.jobs->Get(request.job_id());
+    if (!job.ok()) {
+      reactor->FinishAfterQueue(ToGrpcStatus(job.status()));
+      return;
+    }
+    if (request.attempt() < 0 || request.attempt() > job->attempts_size() || request.tail_lines() < 0) {
+      reactor->FinishAfterQueue(ToGrpcStatus(absl::InvalidArgumentError(
+          absl::StrCat("attempt: job has ", job->attempts_size(), " attempt(s); tail_lines >= 0"))));
+      return;
+    }
+    int32_t attempt = request.attempt() == 0 ? job->attempts_size() : request.attempt();
+    std::optional<int32_t> rank;
+    if (request.has_rank()) rank = request.rank();
+    absl::StatusOr<std::vector<v1::LogLine>> lines =
+        ctx_.store->ListLogs(request.job_id(), attempt, rank, request.tail_lines());
+    if (lines.ok()) {
+      // Group consecutive lines of a rank into chunks.
+      v1::LogChunk chunk;
+      auto flush = [&] {
+        if (chunk.lines_size() > 0) reactor->Push(chunk);
+        chunk.Clear();
+      };
+      for (v1::LogLine& l : *lines) {
+        if (chunk.lines_size() > 0 && (chunk.rank() != l.rank() || chunk.lines_size() >= 500)) flush();
+        chunk.set_job_id(request.job_id());
+        chunk.set_attempt(attempt);
+        chunk.set_rank(l.rank());
+        *chunk.add_lines() = std::move(l);
+      }
+      flush();
+    }
+    bool follow = request.follow() && !IsTerminal(job->state()) && attempt == job->attempts_size();
+    reactor->Start(attempt, follow);
+    if (follow) {
+      ctx_.hub->SubscribeLogs(request.job_id(), reactor);
+    } else {
+      reactor->FinishAfterQueue(ToGrpcStatus(lines.status()));
+    }
+  });
+  return reactor;
+}
+
+// --- WorkerService ------------------------------------------------------------------
+
+grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServiceImpl::Session(
+    grpc::CallbackServerContext* ctx) {
+  return new SessionReactor(ctx_, ctx->peer());
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
+                                                         const v1::ListWorkersRequest* req,
+                                                         v1::ListWorkersResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  ctx_.loop->Post([this, reactor, req, resp] {
+    for (v1::Worker& w : ctx_.registry->List(req->include_gone())) {
+      for (int s : ctx_.jobs->BusySlots(w.id())) w.add_busy_slots(s);
+      *resp->add_workers() = std::move(w);
+    }
+    reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,74 @@
+// The gRPC services of trainctl-coordinator: thin translations from proto
+// requests to manager calls on the EventLoop, and back.
+//
+//   JobService    — SubmitJob, GetJob, ListJobs, CancelJob (unary),
+//                   WatchJob, GetLogs (server streams).
+//   WorkerService — Session (one bidi stream per worker daemon), ListWorkers.
+//
+// Handlers never touch manager state on gRPC threads: each posts a closure to
+// the loop, which calls the managers (which persist, then update memory, then
+// notify) and completes the RPC. Stream reactors keep bounded outgoing queues
+// so that a slow reader never blocks the loop.
+#pragma once
+
+#include "coordinator/event_loop.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/metrics_hub.h"
+#include "coordinator/store/state_store.h"
+#include "coordinator/worker_registry.h"
+#include "trainctl/v1/job_service.grpc.pb.h"
+#include "trainctl/v1/worker_service.grpc.pb.h"
+
+namespace trainctl::coordinator {
+
+// Everything a handler may use; all of it lives on (or is safe from) the loop.
+struct ServiceContext {
+  EventLoop* loop;
+  StateStore* store;
+  WorkerRegistry* registry;
+  JobManager* jobs;
+  MetricsHub* hub;
+  // Items a WatchJob/GetLogs stream buffers before it skips ahead.
+  size_t max_queued_updates = 1024;
+};
+
+class JobServiceImpl final : public v1::JobService::CallbackService {
+ public:
+  explicit JobServiceImpl(ServiceContext ctx) : ctx_(ctx) {}
+
+  grpc::ServerUnaryReactor* SubmitJob(grpc::CallbackServerContext* ctx,
+                                      const v1::SubmitJobRequest* req,
+                                      v1::SubmitJobResponse* resp) override;
+  grpc::ServerUnaryReactor* GetJob(grpc::CallbackServerContext* ctx, const v1::GetJobRequest* req,
+                                   v1::Job* resp) override;
+  grpc::ServerUnaryReactor* ListJobs(grpc::CallbackServerContext* ctx,
+                                     const v1::ListJobsRequest* req,
+                                     v1::ListJobsResponse* resp) override;
+  grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
+                                      const v1::CancelJobRequest* req, v1::Job* resp) override;
+  grpc::ServerWriteReactor<v1::JobUpdate>* WatchJob(grpc::CallbackServerContext* ctx,
+                                                    const v1::WatchJobRequest* req) override;
+  grpc::ServerWriteReactor<v1::LogChunk>* GetLogs(grpc::CallbackServerContext* ctx,
+                                                  const v1::GetLogsRequest* req) override;
+
+ private:
+  ServiceContext ctx_;
+};
+
+class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
+ public:
+  explicit WorkerServiceImpl(ServiceContext ctx) : ctx_(ctx) {}
+
+  grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Session(
+      grpc::CallbackServerContext* ctx) override;
+  grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx,
+                                        const v1::ListWorkersRequest* req,
+                                        v1::ListWorkersResponse* resp) override;
+
+ private:
+  ServiceContext ctx_;
+};
+
+grpc::Status ToGrpcStatus(const absl::Status& s);
+
+}  // namespace trainctl::coordinator

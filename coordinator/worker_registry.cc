@@ -1,0 +1,194 @@
+#include "coordinator/worker_registry.h"
+
+#include <random>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/time_util.h"
+
+namespace trainctl::coordinator {
+namespace {
+
+constexpr int kMaxSlots = 1024;
+constexpr int kMaxLabels = 64;
+
+bool ValidId(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+absl::Status ValidateRegister(const v1::Register& m) {
+  if (!m.worker_id().empty() && !ValidId(m.worker_id())) {
+    return absl::InvalidArgumentError(
+        "register.worker_id: at most 128 of [A-Za-z0-9._-]");
+  }
+  if (m.hostname().empty() || m.hostname().size() > 255) {
+    return absl::InvalidArgumentError("register.hostname: required, at most 255 bytes");
+  }
+  if (m.address().size() > 255) return absl::InvalidArgumentError("register.address: at most 255 bytes");
+  if (m.slots_size() == 0 || m.slots_size() > kMaxSlots) {
+    return absl::InvalidArgumentError(absl::StrCat("register.slots: 1 to ", kMaxSlots, " slots, got ", m.slots_size()));
+  }
+  absl::flat_hash_set<int> seen;
+  for (int i = 0; i < m.slots_size(); ++i) {
+    const v1::Slot& s = m.slots(i);
+    if (s.kind() != v1::Slot::KIND_GPU && s.kind() != v1::Slot::KIND_CPU) {
+      return absl::InvalidArgumentError(absl::StrCat("register.slots[", i, "].kind: must be GPU or CPU"));
+    }
+    if (s.kind() != m.slots(0).kind()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("register.slots[", i, "].kind: every slot of a worker has one kind"));
+    }
+    if (s.index() < 0 || !seen.insert(s.index()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("register.slots[", i, "].index: must be >= 0 and unique, got ", s.index()));
+    }
+  }
+  if (m.labels_size() > kMaxLabels) {
+    return absl::InvalidArgumentError(absl::StrCat("register.labels: at most ", kMaxLabels));
+  }
+  if (m.running_size() > kMaxSlots) {
+    return absl::InvalidArgumentError("register.running: more ranks than slots");
+  }
+  return absl::OkStatus();
+}
+
+std::string NewWorkerId() {
+  static std::mt19937_64 rng(std::random_device{}());
+  return absl::StrFormat("w-%012x", rng() & 0xffffffffffffULL);
+}
+
+}  // namespace
+
+WorkerRegistry::WorkerRegistry(StateStore* store, const Clock* clock, RegistryOptions options)
+    : store_(store), clock_(clock), options_(options) {}
+
+absl::Status WorkerRegistry::Persist(const v1::Worker& w) { return store_->PutWorker(w); }
+
+void WorkerRegistry::Recover(const std::vector<v1::Worker>& workers) {
+  absl::Time now = clock_->Now();
+  for (const v1::Worker& w : workers) {
+    Entry& e = workers_[w.id()];
+    e.worker = w;
+    e.channel = nullptr;
+    e.lease_deadline = now + options_.lease_timeout;
+  }
+}
+
+absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
+                                                     WorkerChannel* channel) {
+  if (absl::Status s = ValidateRegister(msg); !s.ok()) return s;
+  absl::Time now = clock_->Now();
+  std::string id = msg.worker_id();
+  if (id.empty()) {
+    do {
+      id = NewWorkerId();
+    } while (workers_.contains(id));
+  }
+  auto it = workers_.find(id);
+  if (it != workers_.end() && it->second.channel != nullptr && it->second.channel != channel &&
+      it->second.worker.state() == v1::WORKER_STATE_ALIVE && now < it->second.lease_deadline) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "worker id ", id, " is held by a live session (host ", it->second.worker.hostname(),
+        "); two daemons share a work dir, or the old session has not expired yet"));
+  }
+  v1::Worker w = it != workers_.end() ? it->second.worker : v1::Worker();
+  w.set_id(id);
+  w.set_hostname(msg.hostname());
+  w.set_address(msg.address().empty() ? msg.hostname() : msg.address());
+  *w.mutable_slots() = msg.slots();
+  *w.mutable_labels() = msg.labels();
+  w.set_version(msg.version());
+  w.set_state(v1::WORKER_STATE_ALIVE);
+  SetTimestamp(now, w.mutable_registered_time());
+  SetTimestamp(now, w.mutable_last_heartbeat_time());
+  if (absl::Status s = Persist(w); !s.ok()) return s;
+  Entry& e = workers_[id];
+  if (e.channel != nullptr && e.channel != channel) {
+    e.channel->Close(absl::AbortedError("replaced by a new session of the same worker"));
+  }
+  e.worker = std::move(w);
+  e.channel = channel;
+  e.lease_deadline = now + options_.lease_timeout;
+  return id;
+}
+
+absl::Status WorkerRegistry::Heartbeat(const std::string& id, const WorkerChannel* channel) {
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.channel != channel) {
+    return absl::FailedPreconditionError("this session no longer owns the worker id");
+  }
+  if (it->second.worker.state() != v1::WORKER_STATE_ALIVE) {
+    return absl::FailedPreconditionError("worker was declared LOST; register again");
+  }
+  absl::Time now = clock_->Now();
+  it->second.lease_deadline = now + options_.lease_timeout;
+  SetTimestamp(now, it->second.worker.mutable_last_heartbeat_time());
+  return absl::OkStatus();
+}
+
+void WorkerRegistry::SessionEnded(const std::string& id, const WorkerChannel* channel, bool left) {
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.channel != channel) return;
+  it->second.channel = nullptr;
+  if (left && it->second.worker.state() == v1::WORKER_STATE_ALIVE) {
+    it->second.worker.set_state(v1::WORKER_STATE_LEFT);
+    (void)Persist(it->second.worker);
+  }
+}
+
+std::vector<std::string> WorkerRegistry::ExpireLeases() {
+  absl::Time now = clock_->Now();
+  std::vector<std::string> lost;
+  for (auto& [id, e] : workers_) {
+    if (e.worker.state() != v1::WORKER_STATE_ALIVE || now < e.lease_deadline) continue;
+    e.worker.set_state(v1::WORKER_STATE_LOST);
+    (void)Persist(e.worker);
+    if (e.channel != nullptr) {
+      e.channel->Close(absl::UnavailableError("lease expired: no heartbeat in time"));
+      e.channel = nullptr;
+    }
+    lost.push_back(id);
+  }
+  return lost;
+}
+
+bool WorkerRegistry::Send(const std::string& id, const v1::CoordinatorMessage& msg) {
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.channel == nullptr) return false;
+  return it->second.channel->Send(msg);
+}
+
+bool WorkerRegistry::OwnsSession(const std::string& id, const WorkerChannel* channel) const {
+  auto it = workers_.find(id);
+  return it != workers_.end() && channel != nullptr && it->second.channel == channel;
+}
+
+std::vector<const v1::Worker*> WorkerRegistry::Alive() const {
+  std::vector<const v1::Worker*> out;
+  for (const auto& [id, e] : workers_) {
+    if (e.worker.state() == v1::WORKER_STATE_ALIVE) out.push_back(&e.worker);
+  }
+  return out;
+}
+
+const v1::Worker* WorkerRegistry::Find(const std::string& id) const {
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : &it->second.worker;
+}
+
+std::vector<v1::Worker> WorkerRegistry::List(bool include_gone) const {
+  std::vector<v1::Worker> out;
+  for (const auto& [id, e] : workers_) {
+    if (include_gone || e.worker.state() == v1::WORKER_STATE_ALIVE) out.push_back(e.worker);
+  }
+  return out;
+}
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,102 @@
+// Which worker daemons exist, which are alive, and how to reach them.
+//
+// A worker registers on its Session stream (with a stable id kept in its
+// work dir, or none on first start), heartbeats on it, and is LOST when
+// silent past its lease. Reconnecting with the same id resumes it; a second
+// session claiming the id of a worker whose session is still open and
+// heartbeating is refused. Workers are persisted on every state change
+// (not on heartbeats).
+//
+// Called by the gRPC WorkerService (through the event loop) and by the
+// JobManager (free slots, sending assignments).
+//
+// Not thread-safe: runs on the coordinator's EventLoop.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "coordinator/store/state_store.h"
+#include "trainctl/v1/worker_service.pb.h"
+
+namespace trainctl::coordinator {
+
+// The coordinator's half of one open Session stream.
+class WorkerChannel {
+ public:
+  virtual ~WorkerChannel() = default;
+  // Queues a message for the worker; never blocks. False when the stream is
+  // already closed.
+  virtual bool Send(const v1::CoordinatorMessage& msg) = 0;
+  // Ends the stream with a status (e.g. the worker was declared LOST).
+  virtual void Close(const absl::Status& status) = 0;
+};
+
+struct RegistryOptions {
+  absl::Duration heartbeat_interval = absl::Seconds(1);
+  // LOST after this long without a heartbeat.
+  absl::Duration lease_timeout = absl::Seconds(3);
+};
+
+class WorkerRegistry {
+ public:
+  WorkerRegistry(StateStore* store, const Clock* clock, RegistryOptions options);
+
+  // Loads workers from the store at start. Every ALIVE one gets a fresh
+  // lease from now to reconnect in.
+  void Recover(const std::vector<v1::Worker>& workers);
+
+  // A session's Register message. Returns the worker's id (assigned when the
+  // message had none). ALREADY_EXISTS when another live session holds the id;
+  // INVALID_ARGUMENT for a malformed message (field named).
+  absl::StatusOr<std::string> Register(const v1::Register& msg, WorkerChannel* channel);
+
+  // A heartbeat from the session `channel` of worker `id`: renews the lease.
+  // FAILED_PRECONDITION when that session no longer owns the id.
+  absl::Status Heartbeat(const std::string& id, const WorkerChannel* channel);
+
+  // The session ended (stream broken or closed). The worker stays ALIVE
+  // until its lease runs out, so a quick reconnect loses nothing; with
+  // `left` (a Goodbye) it is LEFT at once.
+  void SessionEnded(const std::string& id, const WorkerChannel* channel, bool left);
+
+  // Marks every worker whose lease ran out LOST and returns their ids.
+  std::vector<std::string> ExpireLeases();
+
+  // Sends to a worker's open session. False when it has none.
+  bool Send(const std::string& id, const v1::CoordinatorMessage& msg);
+
+  // True when `channel` is the open session of worker `id`.
+  bool OwnsSession(const std::string& id, const WorkerChannel* channel) const;
+
+  // ALIVE workers (scheduling candidates), by id.
+  std::vector<const v1::Worker*> Alive() const;
+  const v1::Worker* Find(const std::string& id) const;
+  // Every worker (include_gone: also LOST and LEFT ones), by id.
+  std::vector<v1::Worker> List(bool include_gone) const;
+
+  const RegistryOptions& options() const { return options_; }
+
+ private:
+  struct Entry {
+    v1::Worker worker;
+    // The open session; null while disconnected.
+    WorkerChannel* channel = nullptr;
+    absl::Time lease_deadline;
+  };
+  absl::Status Persist(const v1::Worker& w);
+
+  StateStore* store_;
+  const Clock* clock_;
+  RegistryOptions options_;
+  absl::btree_map<std::string, Entry> workers_;
+};
+
+}  // namespace trainctl::coordinator

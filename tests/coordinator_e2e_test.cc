@@ -1,0 +1,358 @@
+// The coordinator over gRPC, end to end: in-process and over a real
+// loopback port, with scripted workers driving a job through its whole
+// life, two watchers, a lost worker and a restart; and the real binary
+// killed with SIGKILL and restarted on the same database.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "common/jobspec/job_spec.h"
+#include "coordinator/coordinator_server.h"
+#include "tests/support/fake_worker.h"
+#include "trainctl/v1/job_service.grpc.pb.h"
+
+namespace trainctl {
+namespace {
+
+using ::testing::Contains;
+using ::testing::HasSubstr;
+using trainctl::testing::FakeWorker;
+
+std::string TempDir() {
+  char tmpl[] = "/tmp/coord_e2e_XXXXXX";
+  return mkdtemp(tmpl);
+}
+
+v1::JobSpec Spec(int world_size, int max_restarts = 3) {
+  ParsedJobSpec p = ParseJobSpecYaml(
+      "name: e2e\nmodel: {name: mlp, input_dim: 5, classes: 2}\n"
+      "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+      "e2e.yaml",
+      {absl::StrCat("world_size=", world_size), absl::StrCat("restart.max_restarts=", max_restarts)});
+  EXPECT_TRUE(p.ok());
+  return p.spec;
+}
+
+// Collects a WatchJob stream on its own thread.
+class Watcher {
+ public:
+  Watcher(v1::JobService::Stub* stub, const std::string& job, bool history) {
+    v1::WatchJobRequest req;
+    req.set_job_id(job);
+    req.set_include_history(history);
+    reader_ = stub->WatchJob(&ctx_, req);
+    thread_ = std::thread([this] {
+      v1::JobUpdate u;
+      while (reader_->Read(&u)) {
+        absl::MutexLock lock(&mu_);
+        updates_.push_back(u);
+      }
+      status_ = reader_->Finish();
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+    });
+  }
+  ~Watcher() {
+    ctx_.TryCancel();
+    thread_.join();
+  }
+  // Waits for the stream to end (the job ended).
+  bool WaitDone(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&done_), timeout);
+  }
+  std::vector<std::string> EventTypes() {
+    absl::MutexLock lock(&mu_);
+    std::vector<std::string> out;
+    for (const auto& u : updates_) if (u.has_event()) out.push_back(u.event().type());
+    return out;
+  }
+  int MetricPoints() {
+    absl::MutexLock lock(&mu_);
+    int n = 0;
+    for (const auto& u : updates_) n += u.metrics().points_size();
+    return n;
+  }
+  v1::JobState LastState() {
+    absl::MutexLock lock(&mu_);
+    v1::JobState s = v1::JOB_STATE_UNSPECIFIED;
+    for (const auto& u : updates_) if (u.has_job()) s = u.job().state();
+    return s;
+  }
+
+ private:
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<v1::JobUpdate>> reader_;
+  std::thread thread_;
+  grpc::Status status_;
+  absl::Mutex mu_;
+  std::vector<v1::JobUpdate> updates_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+bool IsStart(const v1::CoordinatorMessage& m) { return m.has_start_ranks(); }
+auto StartOf(int attempt) {
+  return [attempt](const v1::CoordinatorMessage& m) {
+    return m.has_start_ranks() && m.start_ranks().attempt() == attempt;
+  };
+}
+auto RendezvousOf(int attempt) {
+  return [attempt](const v1::CoordinatorMessage& m) {
+    return m.has_rendezvous() && m.rendezvous().attempt() == attempt;
+  };
+}
+
+v1::Job WaitState(v1::JobService::Stub* stub, const std::string& id, v1::JobState want,
+                  absl::Duration timeout = absl::Seconds(10)) {
+  absl::Time deadline = absl::Now() + timeout;
+  v1::Job job;
+  while (absl::Now() < deadline) {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    if (stub->GetJob(&ctx, req, &job).ok() && job.state() == want) return job;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ADD_FAILURE() << "job " << id << " never reached state " << want << "; last " << job.state()
+                << " " << job.state_reason();
+  return job;
+}
+
+std::string Submit(v1::JobService::Stub* stub, const v1::JobSpec& spec) {
+  grpc::ClientContext ctx;
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  v1::SubmitJobResponse resp;
+  grpc::Status s = stub->SubmitJob(&ctx, req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return resp.job().id();
+}
+
+// Drives attempt `attempt` of a 2-rank job with rank 0 on w0 and rank 1 on w1 to success.
+void RunToSuccess(v1::JobService::Stub* stub, FakeWorker& w0, FakeWorker& w1, const std::string& id,
+                  int attempt) {
+  ASSERT_TRUE(w0.WaitFor(StartOf(attempt)));
+  ASSERT_TRUE(w1.WaitFor(StartOf(attempt)));
+  v1::WorkerMessage rdv;
+  rdv.mutable_rendezvous()->set_job_id(id);
+  rdv.mutable_rendezvous()->set_attempt(attempt);
+  rdv.mutable_rendezvous()->mutable_info()->set_gloo_store_address("127.0.0.1:1234");
+  ASSERT_TRUE(w0.Send(rdv));
+  ASSERT_TRUE(w0.WaitFor(RendezvousOf(attempt)));
+  ASSERT_TRUE(w1.WaitFor(RendezvousOf(attempt)));
+  w0.SendStatus(id, attempt, 0, v1::RANK_STATE_RUNNING);
+  w1.SendStatus(id, attempt, 1, v1::RANK_STATE_RUNNING);
+  WaitState(stub, id, v1::JOB_STATE_RUNNING);
+  for (int epoch = 0; epoch < 2; ++epoch) {
+    for (auto* w : {&w0, &w1}) {
+      v1::WorkerMessage m;
+      v1::MetricBatch* b = m.mutable_metrics();
+      b->set_job_id(id);
+      b->set_attempt(attempt);
+      v1::MetricPoint* p = b->add_points();
+      p->set_kind(v1::MetricPoint::KIND_EPOCH_END);
+      p->set_rank(w == &w0 ? 0 : 1);
+      p->set_epoch(epoch);
+      p->set_loss(1.0 / (epoch + 1));
+      ASSERT_TRUE(w->Send(m));
+    }
+  }
+  w0.SendStatus(id, attempt, 0, v1::RANK_STATE_SUCCEEDED);
+  w1.SendStatus(id, attempt, 1, v1::RANK_STATE_SUCCEEDED);
+}
+
+coordinator::CoordinatorOptions Options(const std::string& dir) {
+  coordinator::CoordinatorOptions o;
+  o.listen = "127.0.0.1:0";
+  o.db_path = dir + "/state.db";
+  o.registry.heartbeat_interval = absl::Milliseconds(100);
+  o.registry.lease_timeout = absl::Milliseconds(800);
+  o.check_interval = absl::Milliseconds(50);
+  return o;
+}
+
+TEST(CoordinatorE2ETest, InProcessJobLifeWithTwoWatchers) {
+  std::string dir = TempDir();
+  coordinator::CoordinatorServer server(Options(dir));
+  ASSERT_TRUE(server.Start().ok());
+  auto channel = server.InProcessChannel();
+  auto stub = v1::JobService::NewStub(channel);
+
+  FakeWorker w0(channel, "w0", 1), w1(channel, "w1", 1);
+  ASSERT_TRUE(w0.Connect());
+  ASSERT_TRUE(w1.Connect());
+  std::string id = Submit(stub.get(), Spec(2));
+  Watcher early(stub.get(), id, /*history=*/false);
+  RunToSuccess(stub.get(), w0, w1, id, 1);
+  v1::Job done = WaitState(stub.get(), id, v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(done.attempts_size(), 1);
+  ASSERT_TRUE(early.WaitDone(absl::Seconds(10))) << "watch ends when the job ends";
+  EXPECT_THAT(early.EventTypes(), Contains("succeeded"));
+  EXPECT_EQ(early.MetricPoints(), 4);
+  EXPECT_EQ(early.LastState(), v1::JOB_STATE_SUCCEEDED);
+
+  // A late watcher gets the history, then the stream ends.
+  Watcher late(stub.get(), id, /*history=*/true);
+  ASSERT_TRUE(late.WaitDone(absl::Seconds(10)));
+  EXPECT_THAT(late.EventTypes(),
+              ::testing::ElementsAre("submitted", "scheduled", "running", "epoch_end", "epoch_end",
+                                     "succeeded"));
+  EXPECT_EQ(late.MetricPoints(), 4);
+  w0.Leave();
+  w1.Leave();
+}
+
+TEST(CoordinatorE2ETest, LoopbackLostWorkerRestartsAndBadInputIsRefused) {
+  std::string dir = TempDir();
+  coordinator::CoordinatorServer server(Options(dir));
+  absl::StatusOr<std::string> addr = server.Start();
+  ASSERT_TRUE(addr.ok());
+  auto channel = grpc::CreateChannel(*addr, grpc::InsecureChannelCredentials());
+  auto stub = v1::JobService::NewStub(channel);
+
+
+  // Bad input: named field, nothing stored.
+  {
+    v1::JobSpec bad = Spec(2);
+    bad.set_world_size(-1);
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = bad;
+    v1::SubmitJobResponse resp;
+    grpc::Status s = stub->SubmitJob(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("world_size: must be > 0, got -1"));
+    grpc::ClientContext ctx2;
+    v1::GetJobRequest get;
+    get.set_job_id("nope");
+    v1::Job job;
+    EXPECT_EQ(stub->GetJob(&ctx2, get, &job).error_code(), grpc::StatusCode::NOT_FOUND);
+  }
+
+  FakeWorker w0(channel, "w0", 1), w1(channel, "w1", 1);
+  ASSERT_TRUE(w0.Connect());
+  ASSERT_TRUE(w1.Connect());
+  // A second daemon claiming w0's id is refused.
+  FakeWorker imposter(channel, "w0", 1);
+  EXPECT_FALSE(imposter.Connect());
+
+  std::string id = Submit(stub.get(), Spec(2));
+  Watcher watcher(stub.get(), id, false);
+  ASSERT_TRUE(w0.WaitFor(StartOf(1)));
+  ASSERT_TRUE(w1.WaitFor(StartOf(1)));
+  w0.SendStatus(id, 1, 0, v1::RANK_STATE_RUNNING);
+  w1.SendStatus(id, 1, 1, v1::RANK_STATE_RUNNING);
+  WaitState(stub.get(), id, v1::JOB_STATE_RUNNING);
+
+  // w1 dies: after its lease the attempt fails and the job restarts.
+  absl::Time crashed = absl::Now();
+  w1.Crash();
+  v1::Job j = WaitState(stub.get(), id, v1::JOB_STATE_RESTARTING);
+  EXPECT_LT(absl::Now() - crashed, absl::Seconds(3)) << "lost within a few leases";
+  EXPECT_THAT(j.attempts(0).reason(), HasSubstr("lost with its worker"));
+  auto stop = w0.WaitFor([](const v1::CoordinatorMessage& m) { return m.has_stop_ranks(); });
+  ASSERT_TRUE(stop);
+  w0.SendStatus(id, 1, 0, v1::RANK_STATE_STOPPED);
+  // w1 comes back; attempt 2 runs to the end.
+  ASSERT_TRUE(w1.Connect());
+  RunToSuccess(stub.get(), w0, w1, id, 2);
+  j = WaitState(stub.get(), id, v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(j.restarts(), 1);
+  ASSERT_TRUE(watcher.WaitDone(absl::Seconds(10)));
+  EXPECT_THAT(watcher.EventTypes(), Contains("restarting"));
+
+  // Workers list shows both, with no busy slot left.
+  grpc::ClientContext ctx;
+  v1::ListWorkersResponse workers;
+  auto wstub = v1::WorkerService::NewStub(channel);
+  ASSERT_TRUE(wstub->ListWorkers(&ctx, v1::ListWorkersRequest(), &workers).ok());
+  ASSERT_EQ(workers.workers_size(), 2);
+  EXPECT_EQ(workers.workers(0).busy_slots_size(), 0);
+  w0.Leave();
+  w1.Leave();
+}
+
+// Starts the real binary; returns its pid and the address it printed.
+std::pair<pid_t, std::string> StartCoordinator(const std::string& db) {
+  // This test binary is build/tests/coordinator_e2e_test.
+  char self[4096] = {0};
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string exe(self, n > 0 ? static_cast<size_t>(n) : 0);
+  std::string bin = exe.substr(0, exe.rfind("/tests/")) + "/coordinator/trainctl-coordinator";
+  int fds[2];
+  EXPECT_EQ(pipe(fds), 0);
+  pid_t pid = fork();
+  if (pid == 0) {
+    dup2(fds[1], 1);
+    close(fds[0]);
+    execl(bin.c_str(), bin.c_str(), "--listen=127.0.0.1:0", ("--db=" + db).c_str(), nullptr);
+    _exit(127);
+  }
+  close(fds[1]);
+  FILE* out = fdopen(fds[0], "r");
+  char line[256] = {0};
+  std::string addr;
+  if (fgets(line, sizeof line, out) != nullptr) {
+    std::string s(line);
+    auto pos = s.rfind(' ');
+    addr = s.substr(pos + 1);
+    while (!addr.empty() && (addr.back() == '\n' || addr.back() == '\r')) addr.pop_back();
+  }
+  // Keep reading in the background so the child never blocks on stdout.
+  std::thread([out] {
+    char buf[256];
+    while (fgets(buf, sizeof buf, out) != nullptr) {
+    }
+    fclose(out);
+  }).detach();
+  return {pid, addr};
+}
+
+TEST(CoordinatorE2ETest, SigkilledCoordinatorLosesNothing) {
+  std::string dir = TempDir();
+  auto [pid, addr] = StartCoordinator(dir + "/state.db");
+  ASSERT_FALSE(addr.empty());
+  auto stub = v1::JobService::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  std::vector<std::string> ids;
+  for (int i = 0; i < 5; ++i) ids.push_back(Submit(stub.get(), Spec(1 + i % 2)));
+  grpc::ClientContext cctx;
+  v1::CancelJobRequest cancel;
+  cancel.set_job_id(ids[0]);
+  v1::Job cancelled;
+  ASSERT_TRUE(stub->CancelJob(&cctx, cancel, &cancelled).ok());
+  kill(pid, SIGKILL);
+  int status = 0;
+  waitpid(pid, &status, 0);
+
+  auto [pid2, addr2] = StartCoordinator(dir + "/state.db");
+  ASSERT_FALSE(addr2.empty());
+  auto stub2 = v1::JobService::NewStub(grpc::CreateChannel(addr2, grpc::InsecureChannelCredentials()));
+  grpc::ClientContext lctx;
+  v1::ListJobsResponse list;
+  ASSERT_TRUE(stub2->ListJobs(&lctx, v1::ListJobsRequest(), &list).ok());
+  ASSERT_EQ(list.jobs_size(), 5);
+  for (const auto& j : list.jobs()) {
+    EXPECT_EQ(j.state(), j.id() == ids[0] ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_PENDING) << j.id();
+  }
+  // The restarted coordinator schedules what it recovered.
+  auto channel = grpc::CreateChannel(addr2, grpc::InsecureChannelCredentials());
+  FakeWorker w(channel, "w", 2);
+  ASSERT_TRUE(w.Connect());
+  ASSERT_TRUE(w.WaitFor(IsStart));
+  w.Leave();
+  kill(pid2, SIGTERM);
+  waitpid(pid2, &status, 0);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "clean exit on SIGTERM";
+}
+
+}  // namespace
+}  // namespace trainctl

@@ -1,0 +1,74 @@
+// A scripted worker daemon for coordinator tests: opens a real WorkerService
+// Session stream, registers, heartbeats, records what the coordinator
+// pushes, and sends whatever the test tells it to.
+//
+// Thread-safe.
+#pragma once
+
+#include <grpcpp/grpcpp.h>
+
+#include <atomic>
+#include <deque>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "trainctl/v1/worker_service.grpc.pb.h"
+
+namespace trainctl::testing {
+
+class FakeWorker {
+ public:
+  FakeWorker(std::shared_ptr<grpc::Channel> channel, std::string id, int cpu_slots,
+             absl::Duration heartbeat = absl::Milliseconds(100));
+  ~FakeWorker();
+
+  // Opens the session and registers; true when the coordinator acknowledged.
+  bool Connect(std::vector<v1::RunningRank> running = {});
+  // Stops heartbeating and cuts the stream, as a crashed daemon would.
+  void Crash();
+  // Cleanly ends the session (Goodbye).
+  void Leave();
+
+  bool Send(const v1::WorkerMessage& msg);
+  bool SendStatus(const std::string& job, int attempt, int rank, v1::RankState state,
+                  v1::FailureKind kind = v1::FAILURE_KIND_UNSPECIFIED, int exit_code = 0);
+
+  // Waits for the first received message (from index `from`) matching pred.
+  std::optional<v1::CoordinatorMessage> WaitFor(
+      const std::function<bool(const v1::CoordinatorMessage&)>& pred,
+      absl::Duration timeout = absl::Seconds(10), size_t from = 0);
+  size_t received_count();
+  // The status the stream ended with, once it ended.
+  std::optional<grpc::Status> ended();
+
+  const std::string& id() const { return id_; }
+
+ private:
+  void ReadLoop();
+  void StopThreads();
+
+  std::shared_ptr<grpc::Channel> channel_;
+  std::unique_ptr<v1::WorkerService::Stub> stub_;
+  std::string id_;
+  int slots_;
+  absl::Duration heartbeat_;
+
+  std::unique_ptr<grpc::ClientContext> ctx_;
+  std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream_;
+  absl::Mutex write_mu_;
+  std::thread reader_;
+  std::thread heartbeater_;
+  std::atomic<bool> stop_{false};
+
+  absl::Mutex mu_;
+  std::vector<v1::CoordinatorMessage> received_ ABSL_GUARDED_BY(mu_);
+  std::optional<grpc::Status> ended_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace trainctl::testing
