@@ -38,12 +38,12 @@ absl::StatusOr<std::unique_ptr<TensorDataset>> LoadCsvDataset(const CsvDataOptio
         absl::StrCat("csv classes must be >= 0, got ", options.classes));
   }
   if (!options.label_column.empty() && !options.has_header) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "csv label_column '", options.label_column, "' is a name but has_header is false"));
+    return absl::InvalidArgumentError(absl::StrCat("csv label_column '", options.label_column,
+                                                   "' is a name but has_header is false"));
   }
   if (options.label_column.empty() && options.label_column_index < -1) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "csv label_column_index must be >= -1, got ", options.label_column_index));
+    return absl::InvalidArgumentError(
+        absl::StrCat("csv label_column_index must be >= -1, got ", options.label_column_index));
   }
   TRAINCTL_ASSIGN_OR_RETURN(std::vector<char> bytes, ReadFileBytes(options.path, "CSV file"));
   const absl::string_view text(bytes.data(), bytes.size());
@@ -60,15 +60,14 @@ absl::StatusOr<std::unique_ptr<TensorDataset>> LoadCsvDataset(const CsvDataOptio
 
   auto resolve_label_index = [&](int64_t ncols, int64_t line) -> absl::Status {
     if (ncols < 2) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "CSV file '", path, "' line ", line, ": need at least 2 columns (features and a label), got ",
-          ncols));
+      return absl::InvalidArgumentError(
+          absl::StrCat("CSV file '", path, "' line ", line,
+                       ": need at least 2 columns (features and a label), got ", ncols));
     }
     label = options.label_column_index == -1 ? ncols - 1 : options.label_column_index;
     if (label >= ncols) {
-      return absl::InvalidArgumentError(absl::StrCat("csv label_column_index ", label,
-                                                     " is outside the ", ncols,
-                                                     " columns of '", path, "'"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "csv label_column_index ", label, " is outside the ", ncols, " columns of '", path, "'"));
     }
     return absl::OkStatus();
   };
@@ -119,9 +118,9 @@ absl::StatusOr<std::unique_ptr<TensorDataset>> LoadCsvDataset(const CsvDataOptio
         features.push_back(static_cast<float>(value));
       } else if (options.classes > 0) {
         if (value != std::floor(value) || value < 0 || value >= options.classes) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "CSV file '", path, "' line ", line_no, ": label ", Shorten(cell),
-              " is not a class id in [0, ", options.classes, ")"));
+          return absl::InvalidArgumentError(
+              absl::StrCat("CSV file '", path, "' line ", line_no, ": label ", Shorten(cell),
+                           " is not a class id in [0, ", options.classes, ")"));
         }
         class_labels.push_back(static_cast<int64_t>(value));
       } else {
@@ -134,11 +133,10 @@ absl::StatusOr<std::unique_ptr<TensorDataset>> LoadCsvDataset(const CsvDataOptio
     return absl::InvalidArgumentError(absl::StrCat("CSV file '", path, "' has no data rows"));
   }
   const int64_t feature_count = columns - 1;
-  at::Tensor inputs =
-      at::from_blob(features.data(), {rows, feature_count}, at::kFloat).clone();
-  at::Tensor targets =
-      options.classes > 0 ? at::from_blob(class_labels.data(), {rows}, at::kLong).clone()
-                          : at::from_blob(float_labels.data(), {rows, 1}, at::kFloat).clone();
+  at::Tensor inputs = at::from_blob(features.data(), {rows, feature_count}, at::kFloat).clone();
+  at::Tensor targets = options.classes > 0
+                           ? at::from_blob(class_labels.data(), {rows}, at::kLong).clone()
+                           : at::from_blob(float_labels.data(), {rows, 1}, at::kFloat).clone();
   return TensorDataset::Create(std::move(inputs), std::move(targets));
 }
 

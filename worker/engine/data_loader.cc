@@ -30,12 +30,14 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
   const int64_t n = dataset->size();
   for (int64_t index : indices) {
     if (index < 0 || index >= n) {
-      return absl::OutOfRangeError(absl::StrCat("data loader index ", index,
-                                                " outside the dataset's [0, ", n, ")"));
+      return absl::OutOfRangeError(
+          absl::StrCat("data loader index ", index, " outside the dataset's [0, ", n, ")"));
     }
   }
-  std::unique_ptr<DataLoader> loader(new DataLoader(std::move(dataset), std::move(indices), options));
-  const int workers = static_cast<int>(std::min<int64_t>(options.num_workers, loader->num_batches_));
+  std::unique_ptr<DataLoader> loader(
+      new DataLoader(std::move(dataset), std::move(indices), options));
+  const int workers =
+      static_cast<int>(std::min<int64_t>(options.num_workers, loader->num_batches_));
   loader->workers_.reserve(static_cast<size_t>(workers));
   for (int i = 0; i < workers; ++i) {
     loader->workers_.emplace_back([raw = loader.get()] { raw->WorkerLoop(); });

@@ -41,8 +41,8 @@ std::vector<std::vector<int64_t>> Drain(DataLoader& loader) {
   return batches;
 }
 
-std::unique_ptr<DataLoader> MustCreate(std::shared_ptr<const Dataset> ds,
-                                       std::vector<int64_t> idx, const DataLoaderOptions& o) {
+std::unique_ptr<DataLoader> MustCreate(std::shared_ptr<const Dataset> ds, std::vector<int64_t> idx,
+                                       const DataLoaderOptions& o) {
   auto loader = DataLoader::Create(std::move(ds), std::move(idx), o);
   EXPECT_TRUE(loader.ok()) << loader.status();
   return loader.ok() ? std::move(*loader) : nullptr;

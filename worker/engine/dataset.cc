@@ -37,13 +37,13 @@ absl::StatusOr<std::unique_ptr<TensorDataset>> TensorDataset::Create(at::Tensor 
     return absl::InvalidArgumentError("dataset inputs and targets must both be tensors");
   }
   if (inputs.dim() == 0 || targets.dim() == 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "dataset inputs and targets need a leading example dimension, got shapes ",
-        c10::str(inputs.sizes()), " and ", c10::str(targets.sizes())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset inputs and targets need a leading example dimension, got shapes ",
+                     c10::str(inputs.sizes()), " and ", c10::str(targets.sizes())));
   }
   if (inputs.size(0) != targets.size(0)) {
-    return absl::InvalidArgumentError(absl::StrCat("dataset has ", inputs.size(0),
-                                                   " inputs but ", targets.size(0), " targets"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("dataset has ", inputs.size(0), " inputs but ", targets.size(0), " targets"));
   }
   return std::unique_ptr<TensorDataset>(
       new TensorDataset(inputs.cpu().contiguous(), targets.cpu().contiguous()));
@@ -66,8 +66,7 @@ absl::StatusOr<Example> TensorDataset::GetBatch(absl::Span<const int64_t> indice
   const int64_t n = size();
   for (int64_t index : indices) {
     if (index < 0 || index >= n) {
-      return absl::OutOfRangeError(
-          absl::StrCat("dataset index ", index, " outside [0, ", n, ")"));
+      return absl::OutOfRangeError(absl::StrCat("dataset index ", index, " outside [0, ", n, ")"));
     }
   }
   // from_blob does not copy; index_select copies into fresh contiguous tensors.

@@ -32,8 +32,8 @@ void ExpectError(const absl::Status& status, absl::StatusCode code, const std::s
 // ------------------------------------------------------------ TensorDataset
 
 TEST(TensorDatasetTest, GetAndGatherBatches) {
-  auto ds = TensorDataset::Create(at::arange(12, at::kFloat).reshape({6, 2}),
-                                  at::arange(6, at::kLong));
+  auto ds =
+      TensorDataset::Create(at::arange(12, at::kFloat).reshape({6, 2}), at::arange(6, at::kLong));
   ASSERT_TRUE(ds.ok()) << ds.status();
   EXPECT_EQ((*ds)->size(), 6);
   auto e = (*ds)->Get(4);
@@ -191,8 +191,8 @@ TEST(IdxDatasetTest, BadFilesAreClearErrors) {
 
   const std::string full = IdxImages(3, 2, 4);
   WriteFile(dir.File("trunc"), full.substr(0, full.size() - 1));
-  ExpectError(LoadIdxDataset({dir.File("trunc"), lbl}).status(),
-              absl::StatusCode::kInvalidArgument, "truncated");
+  ExpectError(LoadIdxDataset({dir.File("trunc"), lbl}).status(), absl::StatusCode::kInvalidArgument,
+              "truncated");
   WriteFile(dir.File("trunc_header"), full.substr(0, 9));
   ExpectError(LoadIdxDataset({dir.File("trunc_header"), lbl}).status(),
               absl::StatusCode::kInvalidArgument, "truncated inside its header");
@@ -205,22 +205,22 @@ TEST(IdxDatasetTest, BadFilesAreClearErrors) {
               absl::StatusCode::kInvalidArgument, "corrupt or truncated");
 
   WriteFile(dir.File("magic"), "PK\x03\x04 definitely not idx");
-  ExpectError(LoadIdxDataset({dir.File("magic"), lbl}).status(),
-              absl::StatusCode::kInvalidArgument, "bad magic");
+  ExpectError(LoadIdxDataset({dir.File("magic"), lbl}).status(), absl::StatusCode::kInvalidArgument,
+              "bad magic");
   ExpectError(LoadIdxDataset({lbl, lbl}).status(), absl::StatusCode::kInvalidArgument,
               "1 dimensions, expected 3");
   WriteFile(dir.File("int_type"), std::string("\0\0\x0c\x03", 4) + Be32(1) + Be32(1) + Be32(1));
   ExpectError(LoadIdxDataset({dir.File("int_type"), lbl}).status(),
               absl::StatusCode::kInvalidArgument, "element type");
   // A huge header on a tiny file must not allocate or crash.
-  WriteFile(dir.File("huge"), std::string("\0\0\x08\x03", 4) + Be32(0xffffffff) +
-                                  Be32(0xffffffff) + Be32(0xffffffff));
-  ExpectError(LoadIdxDataset({dir.File("huge"), lbl}).status(),
-              absl::StatusCode::kInvalidArgument, "truncated");
+  WriteFile(dir.File("huge"), std::string("\0\0\x08\x03", 4) + Be32(0xffffffff) + Be32(0xffffffff) +
+                                  Be32(0xffffffff));
+  ExpectError(LoadIdxDataset({dir.File("huge"), lbl}).status(), absl::StatusCode::kInvalidArgument,
+              "truncated");
 
   WriteFile(dir.File("lbl2"), IdxLabels({1, 2}));
-  ExpectError(LoadIdxDataset({img, dir.File("lbl2")}).status(),
-              absl::StatusCode::kInvalidArgument, "3 images but labels file");
+  ExpectError(LoadIdxDataset({img, dir.File("lbl2")}).status(), absl::StatusCode::kInvalidArgument,
+              "3 images but labels file");
   WriteFile(dir.File("lbl_big"), IdxLabels({1, 12, 3}));
   ExpectError(LoadIdxDataset({img, dir.File("lbl_big"), 10}).status(),
               absl::StatusCode::kInvalidArgument, "label 12 of example 1 is outside [0, 10)");
@@ -350,6 +350,33 @@ TEST(TensorFileDatasetTest, BadFilesAreClearErrors) {
   TensorFileDataOptions o{TestDataPath("tensors_dict.pt"), "x", "targets"};
   ExpectError(LoadTensorFileDataset(o).status(), absl::StatusCode::kInvalidArgument,
               "has no key 'x'");
+}
+
+TEST(TensorFileDatasetTest, DamagedArchivesNeverCrash) {
+  TempDir dir;
+  std::ifstream in(TestDataPath("tensors_tuple.pt"), std::ios::binary);
+  const std::string bytes((std::istreambuf_iterator<char>(in)), {});
+  const std::string path = dir.File("damaged.pt");
+  int errors = 0;
+  for (size_t cut = 0; cut < bytes.size(); cut += 23) {
+    WriteFile(path, bytes.substr(0, cut));
+    auto ds = LoadTensorFileDataset({path});
+    if (!ds.ok()) {
+      ++errors;
+      EXPECT_EQ(ds.status().code(), absl::StatusCode::kInvalidArgument) << ds.status();
+    }
+  }
+  for (size_t pos = 0; pos < bytes.size(); pos += 11) {
+    std::string flipped = bytes;
+    flipped[pos] = static_cast<char>(flipped[pos] ^ 0x5a);
+    WriteFile(path, flipped);
+    auto ds = LoadTensorFileDataset({path});  // may load (a flipped data byte) or fail
+    if (!ds.ok()) {
+      ++errors;
+      EXPECT_EQ(ds.status().code(), absl::StatusCode::kInvalidArgument) << ds.status();
+    }
+  }
+  EXPECT_GT(errors, 0);
 }
 
 }  // namespace

@@ -56,9 +56,9 @@ TEST(DistributedSamplerTest, MatchesPyTorchGoldens) {
       }
       (in_tail ? tail : head).push_back(std::stoll(tok));
     }
-    configs.insert(line.substr(0, line.find(' ', line.find(' ') + 1)) + " " + std::to_string(o.seed) +
-                   " " + std::to_string(epoch) + " " + std::to_string(shuffle) +
-                   std::to_string(drop_last));
+    configs.insert(line.substr(0, line.find(' ', line.find(' ') + 1)) + " " +
+                   std::to_string(o.seed) + " " + std::to_string(epoch) + " " +
+                   std::to_string(shuffle) + std::to_string(drop_last));
     SCOPED_TRACE(line.substr(0, 60));
     DistributedSampler s = MustCreate(o);
     s.set_epoch(epoch);

@@ -18,9 +18,9 @@ namespace {
 constexpr unsigned char kUnsignedByte = 0x08;
 
 struct IdxArray {
-  std::vector<char> bytes;      // the whole (decompressed) file
-  std::vector<int64_t> dims;    // from the header
-  size_t data_offset = 0;       // where the elements start in `bytes`
+  std::vector<char> bytes;    // the whole (decompressed) file
+  std::vector<int64_t> dims;  // from the header
+  size_t data_offset = 0;     // where the elements start in `bytes`
 };
 
 // Reads an IDX file of unsigned bytes with `expected_dims` dimensions.
@@ -39,14 +39,14 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path, int expected_dims,
         absl::StrCat(what, " '", path, "' is not an IDX file (bad magic number)"));
   }
   if (b[2] != kUnsignedByte) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        what, " '", path, "' has IDX element type 0x", absl::Hex(b[2]),
-        "; only unsigned bytes (0x08) are supported"));
+    return absl::InvalidArgumentError(absl::StrCat(what, " '", path, "' has IDX element type 0x",
+                                                   absl::Hex(b[2]),
+                                                   "; only unsigned bytes (0x08) are supported"));
   }
   if (b[3] != expected_dims) {
     return absl::InvalidArgumentError(absl::StrCat(what, " '", path, "' has ",
-                                                   static_cast<int>(b[3]),
-                                                   " dimensions, expected ", expected_dims));
+                                                   static_cast<int>(b[3]), " dimensions, expected ",
+                                                   expected_dims));
   }
   a.data_offset = 4 + 4 * static_cast<size_t>(expected_dims);
   if (a.bytes.size() < a.data_offset) {
@@ -57,8 +57,8 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path, int expected_dims,
   unsigned __int128 elements = 1;
   for (int d = 0; d < expected_dims; ++d) {
     const unsigned char* p = b + 4 + 4 * d;
-    const uint32_t v = (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) |
-                       uint32_t{p[3]};
+    const uint32_t v =
+        (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
     a.dims.push_back(static_cast<int64_t>(v));
     elements *= v;
   }
@@ -88,11 +88,10 @@ absl::StatusOr<std::unique_ptr<TensorDataset>> LoadIdxDataset(const IdxDataOptio
   const int64_t n_labels = labels.dims[0];
   if (n_images != n_labels) {
     return absl::InvalidArgumentError(absl::StrCat(
-        "IDX images file '", options.images_path, "' holds ", n_images,
-        " images but labels file '", options.labels_path, "' holds ", n_labels, " labels"));
+        "IDX images file '", options.images_path, "' holds ", n_images, " images but labels file '",
+        options.labels_path, "' holds ", n_labels, " labels"));
   }
-  const int64_t n =
-      options.max_samples > 0 ? std::min(n_images, options.max_samples) : n_images;
+  const int64_t n = options.max_samples > 0 ? std::min(n_images, options.max_samples) : n_images;
   const int64_t h = images.dims[1];
   const int64_t w = images.dims[2];
 
@@ -101,15 +100,15 @@ absl::StatusOr<std::unique_ptr<TensorDataset>> LoadIdxDataset(const IdxDataOptio
   if (options.classes > 0) {
     for (int64_t i = 0; i < n; ++i) {
       if (label_bytes[i] >= options.classes) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "IDX labels file '", options.labels_path, "': label ", int{label_bytes[i]},
-            " of example ", i, " is outside [0, ", options.classes, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("IDX labels file '", options.labels_path, "': label ", int{label_bytes[i]},
+                         " of example ", i, " is outside [0, ", options.classes, ")"));
       }
     }
   }
   // from_blob borrows the buffers; the conversions below copy out of them.
-  at::Tensor image_u8 = at::from_blob(images.bytes.data() + images.data_offset,
-                                      {n, 1, h, w}, at::kByte);
+  at::Tensor image_u8 =
+      at::from_blob(images.bytes.data() + images.data_offset, {n, 1, h, w}, at::kByte);
   at::Tensor label_u8 = at::from_blob(labels.bytes.data() + labels.data_offset, {n}, at::kByte);
   at::Tensor inputs = image_u8.to(at::kFloat).div_(255.0);
   at::Tensor targets = label_u8.to(at::kLong);

@@ -50,7 +50,8 @@ absl::Status SaveAtomically(const std::string& path, WriteFn write) {
     write(tmp);
   } catch (const std::exception& e) {
     std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat("saving model to '", path, "' failed: ", FirstLine(e.what())));
+    return absl::InternalError(
+        absl::StrCat("saving model to '", path, "' failed: ", FirstLine(e.what())));
   }
   if (std::rename(tmp.c_str(), path.c_str()) != 0) {
     std::remove(tmp.c_str());
@@ -66,7 +67,8 @@ absl::Status CopyNamed(const NamedTensors& dst, const NamedTensors& src, const s
   for (const auto& [name, tensor] : dst) {
     auto it = by_name.find(name);
     if (it == by_name.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("model file '", path, "' has no tensor '", name, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("model file '", path, "' has no tensor '", name, "'"));
     }
     if (!it->second.sizes().equals(tensor.sizes())) {
       return absl::InvalidArgumentError(absl::StrCat(
@@ -101,6 +103,19 @@ class MlpNet : public torch::nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& x) { return layers_->forward(x); }
 
+  // TorchScript equivalent of forward() over the flattened parameter names.
+  std::string ScriptSource() const {
+    std::string src = "def forward(self, x):\n";
+    const size_t n = layers_->size();
+    for (size_t i = 0; i < n; i += 2) {
+      absl::StrAppend(&src, "    x = torch.linear(x, self.layers_", i, "_weight, self.layers_", i,
+                      "_bias)\n");
+      if (i + 1 < n) absl::StrAppend(&src, "    x = torch.relu(x)\n");
+    }
+    absl::StrAppend(&src, "    return x\n");
+    return src;
+  }
+
  private:
   torch::nn::Sequential layers_{nullptr};
 };
@@ -109,9 +124,11 @@ class CnnNet : public torch::nn::Module {
  public:
   explicit CnnNet(const CnnOptions& o) : batch_norm_(o.batch_norm) {
     conv1_ = register_module(
-        "conv1", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.in_channels, o.conv1_channels, 3).padding(1)));
+        "conv1",
+        torch::nn::Conv2d(torch::nn::Conv2dOptions(o.in_channels, o.conv1_channels, 3).padding(1)));
     conv2_ = register_module(
-        "conv2", torch::nn::Conv2d(torch::nn::Conv2dOptions(o.conv1_channels, o.conv2_channels, 3).padding(1)));
+        "conv2", torch::nn::Conv2d(
+                     torch::nn::Conv2dOptions(o.conv1_channels, o.conv2_channels, 3).padding(1)));
     if (batch_norm_) {
       bn1_ = register_module("bn1", torch::nn::BatchNorm2d(o.conv1_channels));
       bn2_ = register_module("bn2", torch::nn::BatchNorm2d(o.conv2_channels));
@@ -131,6 +148,25 @@ class CnnNet : public torch::nn::Module {
     return fc2_->forward(x);
   }
 
+  // TorchScript equivalent of forward() in eval mode.
+  std::string ScriptSource() const {
+    auto block = [this](int k) {
+      std::string s = absl::StrCat("    x = torch.conv2d(x, self.conv", k, "_weight, self.conv", k,
+                                   "_bias, [1, 1], [1, 1])\n");
+      if (batch_norm_) {
+        absl::StrAppend(&s, "    x = torch.batch_norm(x, self.bn", k, "_weight, self.bn", k,
+                        "_bias, self.bn", k, "_running_mean, self.bn", k,
+                        "_running_var, False, 0.1, 1e-05, False)\n");
+      }
+      absl::StrAppend(&s, "    x = torch.max_pool2d(torch.relu(x), [2, 2])\n");
+      return s;
+    };
+    return absl::StrCat("def forward(self, x):\n", block(1), block(2),
+                        "    x = torch.relu(torch.linear(torch.flatten(x, 1), self.fc1_weight, "
+                        "self.fc1_bias))\n",
+                        "    return torch.linear(x, self.fc2_weight, self.fc2_bias)\n");
+  }
+
  private:
   bool batch_norm_;
   torch::nn::Conv2d conv1_{nullptr}, conv2_{nullptr};
@@ -144,7 +180,9 @@ template <typename Net, typename NetOptions>
 class NnModel final : public Model {
  public:
   NnModel(std::string name, NetOptions options)
-      : name_(std::move(name)), options_(std::move(options)), net_(std::make_shared<Net>(options_)) {}
+      : name_(std::move(name)),
+        options_(std::move(options)),
+        net_(std::make_shared<Net>(options_)) {}
 
   const std::string& name() const override { return name_; }
 
@@ -164,8 +202,8 @@ class NnModel final : public Model {
     try {
       net_->to(device);
     } catch (const std::exception& e) {
-      return absl::InvalidArgumentError(absl::StrCat("moving ", name_, " to ", device.str(),
-                                                     " failed: ", FirstLine(e.what())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("moving ", name_, " to ", device.str(), " failed: ", FirstLine(e.what())));
     }
     return absl::OkStatus();
   }
@@ -174,6 +212,25 @@ class NnModel final : public Model {
       torch::serialize::OutputArchive archive;
       net_->save(archive);
       archive.save_to(tmp);
+    });
+  }
+  absl::Status ExportTorchScript(const std::string& path) override {
+    return SaveAtomically(path, [this](const std::string& tmp) {
+      torch::NoGradGuard no_grad;
+      torch::jit::Module out(absl::StrCat("trainctl.", name_));
+      auto flat = [](std::string name) {
+        for (char& c : name) c = c == '.' ? '_' : c;
+        return name;
+      };
+      for (const auto& item : net_->named_parameters()) {
+        out.register_parameter(flat(item.key()), item.value().detach().clone(), false);
+      }
+      for (const auto& item : net_->named_buffers()) {
+        out.register_buffer(flat(item.key()), item.value().detach().clone());
+      }
+      out.define(net_->ScriptSource());
+      out.eval();
+      out.save(tmp);
     });
   }
   absl::Status Load(const std::string& path) override {
@@ -185,7 +242,8 @@ class NnModel final : public Model {
       fresh->load(archive);
     } catch (const std::exception& e) {
       return absl::InvalidArgumentError(absl::StrCat("model file '", path, "' does not hold a ",
-                                                     name_, " of this shape: ", FirstLine(e.what())));
+                                                     name_,
+                                                     " of this shape: ", FirstLine(e.what())));
     }
     TRAINCTL_RETURN_IF_ERROR(
         CopyNamed(NamedParameters(), ToVector(fresh->named_parameters()), path));
@@ -205,8 +263,8 @@ absl::StatusOr<torch::jit::Module> LoadScript(const std::string& path) {
   try {
     return torch::jit::load(path, torch::kCPU);
   } catch (const std::exception& e) {
-    return absl::InvalidArgumentError(absl::StrCat("TorchScript file '", path,
-                                                   "' cannot be loaded: ", FirstLine(e.what())));
+    return absl::InvalidArgumentError(
+        absl::StrCat("TorchScript file '", path, "' cannot be loaded: ", FirstLine(e.what())));
   }
 }
 
@@ -261,6 +319,7 @@ class ScriptModel final : public Model {
   absl::Status Save(const std::string& path) override {
     return SaveAtomically(path, [this](const std::string& tmp) { module_.save(tmp); });
   }
+  absl::Status ExportTorchScript(const std::string& path) override { return Save(path); }
   absl::Status Load(const std::string& path) override {
     TRAINCTL_ASSIGN_OR_RETURN(torch::jit::Module other, LoadScript(path));
     TRAINCTL_RETURN_IF_ERROR(

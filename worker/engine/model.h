@@ -16,13 +16,15 @@
 //                 parameters are trained in place and Save writes it back in
 //                 the same format, so Python can torch.jit.load the result.
 //
-// Exporting built-in models to Python (not implemented yet; the plan): build a
-// torch::jit::Module, register the trained parameters/buffers under the same
-// names, define() a TorchScript forward equivalent to the C++ one (the
-// architecture is fully described by the option struct), and save() it; Python
-// then runs torch.jit.load(path)(x). Until then Save() of a built-in model
-// writes LibTorch's torch::save archive (C++-readable; Python can read the
-// tensors with torch.jit.load(path).state_dict()).
+// Two ways out: Save() writes the engine's own checkpoint format (LibTorch's
+// torch::serialize archive for built-ins, the TorchScript file itself for
+// "torchscript"), which Load() reads back. ExportTorchScript() writes a
+// self-contained TorchScript module for inference from Python:
+//   m = torch.jit.load(path); m.eval(); y = m(x)
+// For built-ins it builds a torch::jit::Module, registers the trained
+// parameters and buffers (dots in names become underscores, e.g.
+// "layers_0_weight"), and define()s a TorchScript forward equivalent to the
+// C++ one in eval mode (batch norm uses its running statistics).
 //
 // Threading: a Model is not thread-safe; it belongs to the rank's training
 // thread (autograd may run its own threads during backward, as in PyTorch).
@@ -94,6 +96,8 @@ class Model {
 
   // Writes the model to `path` atomically (temp file + rename).
   virtual absl::Status Save(const std::string& path) = 0;
+  // Writes an inference module Python can torch.jit.load, atomically.
+  virtual absl::Status ExportTorchScript(const std::string& path) = 0;
   // Copies parameters and buffers from a file written by Save (or, for
   // TorchScript, any compatible module) into this model in place, so tensors
   // held by an optimizer stay valid. NotFound / InvalidArgument on failure.

@@ -1,9 +1,15 @@
 #include "worker/engine/model.h"
 
 #include <ATen/Functions.h>
+#include <torch/script.h>
 #include <torch/torch.h>
 
+#include <cstdio>
+#include <cstdlib>
+#include <sstream>
 #include <string>
+
+#include <sys/wait.h>
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -159,6 +165,73 @@ TEST(ModelTest, TorchScriptFromPythonLoadsTrainsAndSaves) {
   EXPECT_TRUE(fresh->Forward(at::ones({1, 4}))->allclose(*y2));
 
   EXPECT_EQ(m->Forward(at::ones({1, 7})).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(ModelTest, BuiltinsExportTorchScriptForPython) {
+  TempDir dir;
+  std::vector<ModelOptions> all(3);
+  all[0].name = "mlp";
+  all[1].name = "mlp";
+  all[1].mlp = {5, {7, 3}, 4};
+  all[2].name = "cnn";
+  all[2].cnn = {1, 28, 3, 4, 6, 10, true};
+  struct PythonCheck {
+    std::string path;
+    std::string shape;
+    at::Tensor expect;  // the C++ model's output for ones(shape)
+  };
+  std::vector<PythonCheck> python_checks;
+  for (const ModelOptions& o : all) {
+    auto m = MustCreate(o);
+    const bool cnn = o.name == "cnn";
+    at::Tensor x = cnn ? at::rand({2, 1, 28, 28}) : at::randn({3, 5});
+    if (cnn) {  // move the batch-norm running stats away from their initial values
+      m->SetTraining(true);
+      ASSERT_TRUE(m->Forward(at::rand({8, 1, 28, 28})).ok());
+    }
+    m->SetTraining(false);
+    auto want = m->Forward(x);
+    ASSERT_TRUE(want.ok());
+    const std::string path = dir.File(o.name + std::to_string(python_checks.size()) + ".ts");
+    auto st = m->ExportTorchScript(path);
+    ASSERT_TRUE(st.ok()) << st;
+    torch::jit::Module loaded = torch::jit::load(path);
+    loaded.eval();
+    at::Tensor got = loaded.forward({x}).toTensor();
+    EXPECT_TRUE(got.allclose(*want, 1e-5, 1e-6)) << o.name;
+
+    at::Tensor ones = cnn ? at::ones({1, 1, 28, 28}) : at::ones({1, 5});
+    python_checks.push_back({path, cnn ? "1, 1, 28, 28" : "1, 5", m->Forward(ones)->flatten()});
+  }
+
+  // Where Debian's python3-torch is installed, check that Python itself loads
+  // the exports and computes the same outputs (one interpreter: torch imports
+  // slowly).
+  std::string script = "import sys\ntry:\n    import torch\nexcept ImportError:\n    sys.exit(3)\n";
+  for (const PythonCheck& c : python_checks) {
+    script += "m = torch.jit.load('" + c.path + "'); m.eval()\n";
+    script +=
+        "print(' '.join('%.7g' % v for v in m(torch.ones(" + c.shape + ")).flatten().tolist()))\n";
+  }
+  testing_util::WriteFile(dir.File("check.py"), script);
+  FILE* p = popen(("/usr/bin/python3 " + dir.File("check.py") + " 2>&1").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[4096];
+  while (fgets(buf, sizeof(buf), p) != nullptr) out += buf;
+  const int rc = pclose(p);
+  if (WIFEXITED(rc) && (WEXITSTATUS(rc) == 3 || WEXITSTATUS(rc) == 127)) {
+    GTEST_SKIP() << "no /usr/bin/python3 with torch; C++ reload checked only";
+  }
+  ASSERT_EQ(rc, 0) << out;
+  std::istringstream values(out);
+  for (const PythonCheck& c : python_checks) {
+    for (int64_t i = 0; i < c.expect.numel(); ++i) {
+      float v = 0;
+      ASSERT_TRUE(values >> v) << out;
+      EXPECT_NEAR(v, c.expect[i].item<float>(), 1e-5) << c.path << " output " << i;
+    }
+  }
 }
 
 TEST(ModelTest, FactoryErrors) {

@@ -29,9 +29,9 @@ absl::StatusOr<std::unique_ptr<TensorDataset>> LoadTensorFileDataset(
   // torch.save's zip archives start with the local-file-header magic "PK\3\4";
   // checking first gives a clear error instead of an unpickler exception.
   if (bytes.size() < 4 || bytes[0] != 'P' || bytes[1] != 'K' || bytes[2] != 3 || bytes[3] != 4) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor file '", path,
-        "' is not a torch.save zip archive (legacy pre-1.6 files are not supported)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor file '", path,
+                     "' is not a torch.save zip archive (legacy pre-1.6 files are not supported)"));
   }
   c10::IValue value;
   try {
@@ -49,8 +49,7 @@ absl::StatusOr<std::unique_ptr<TensorDataset>> LoadTensorFileDataset(
         if (entry.key().isString() && entry.key().toStringRef() == key) {
           if (!entry.value().isTensor()) {
             return absl::InvalidArgumentError(absl::StrCat("tensor file '", path, "': key '", key,
-                                                           "' holds a ",
-                                                           entry.value().tagKind(),
+                                                           "' holds a ", entry.value().tagKind(),
                                                            ", not a tensor"));
           }
           *out = entry.value().toTensor();
@@ -70,17 +69,17 @@ absl::StatusOr<std::unique_ptr<TensorDataset>> LoadTensorFileDataset(
       for (const auto& v : value.toListRef()) items.push_back(v);
     }
     if (items.size() != 2 || !items[0].isTensor() || !items[1].isTensor()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "tensor file '", path, "' holds a ", items.size(),
-          "-element tuple/list; expected exactly two tensors (inputs, targets)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("tensor file '", path, "' holds a ", items.size(),
+                       "-element tuple/list; expected exactly two tensors (inputs, targets)"));
     }
     inputs = items[0].toTensor();
     targets = items[1].toTensor();
   } else {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "tensor file '", path, "' holds a ", value.tagKind(),
-        "; expected a dict {'", options.inputs_key, "': tensor, '", options.targets_key,
-        "': tensor} or a tuple (inputs, targets)"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensor file '", path, "' holds a ", value.tagKind(), "; expected a dict {'",
+                     options.inputs_key, "': tensor, '", options.targets_key,
+                     "': tensor} or a tuple (inputs, targets)"));
   }
   auto dataset = TensorDataset::Create(std::move(inputs), std::move(targets));
   if (!dataset.ok()) {

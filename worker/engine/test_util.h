@@ -1,5 +1,6 @@
 // Helpers shared by this folder's tests only: a per-test temp directory,
-// file writers, and the testdata location.
+// file writers, and the testdata location. Test-only; used from the test
+// thread only.
 #pragma once
 
 #include <unistd.h>
