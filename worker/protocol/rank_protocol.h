@@ -1,0 +1,158 @@
+// The contract between a worker daemon and the rank processes it launches.
+//
+// A rank process holds LibTorch and nothing of gRPC or of trainctl's
+// protobuf API (so the two libraries' protobuf copies never meet, and a
+// crashing rank cannot take RPC state with it). It learns everything from:
+//
+//  * a config file (argv: `trainctl-rank --config PATH`): `key=value` lines.
+//    Job keys are the job.yaml paths of the resolved spec ("data.batch_size",
+//    "model.name", "model.hidden" as "64,32"); run keys start with "run."
+//    (run.rank, run.world_size, run.store_address, ... see RunKeys below);
+//  * the torchrun environment contract, set as well: RANK, LOCAL_RANK,
+//    WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT (and
+//    CUDA_VISIBLE_DEVICES on GPU hosts).
+//
+// It reports on a status pipe (file descriptor in run.status_fd), one line
+// per message, never blocking training for long (the daemon reads it
+// continuously):
+//
+//   rendezvous HOST:PORT          rank 0, CPU: where its store listens
+//   ready                         communicator initialised
+//   progress EPOCH GLOBAL_STEP    optional heartbeat of training progress
+//   metric k=v k=v ...            see RankMetric
+//   error KIND MESSAGE            before a non-zero exit: why (KIND below)
+//
+// stdout/stderr are captured by the daemon as the rank's logs. The daemon
+// stops a rank with SIGTERM, then SIGKILL after a grace period.
+//
+// Plain C++ and abseil; used by trainctl-worker and trainctl-rank.
+// Stateless functions; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <string_view>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+
+namespace trainctl::rankproto {
+
+using FlatConfig = std::map<std::string, std::string>;
+
+// Keys the daemon sets besides the job's own.
+namespace run_keys {
+inline constexpr char kJobId[] = "run.job_id";
+inline constexpr char kAttempt[] = "run.attempt";
+inline constexpr char kRank[] = "run.rank";
+inline constexpr char kLocalRank[] = "run.local_rank";
+inline constexpr char kWorldSize[] = "run.world_size";
+inline constexpr char kLocalWorldSize[] = "run.local_world_size";
+inline constexpr char kNodeRank[] = "run.node_rank";
+// "cpu" or "cuda" (resolved from device: auto).
+inline constexpr char kDevice[] = "run.device";
+// CUDA device index the rank uses (after CUDA_VISIBLE_DEVICES), "" on CPU.
+inline constexpr char kCudaDevice[] = "run.cuda_device";
+// "gloo" or "nccl" (resolved from backend: auto).
+inline constexpr char kBackend[] = "run.backend";
+// Gloo: host:port of rank 0's store ("" for rank 0 itself, which hosts it).
+inline constexpr char kStoreAddress[] = "run.store_address";
+// Host rank 0 advertises its store on (rank 0 only).
+inline constexpr char kAdvertiseHost[] = "run.advertise_host";
+// NCCL: the 128-byte unique id, hex encoded.
+inline constexpr char kNcclUniqueId[] = "run.nccl_unique_id";
+// Directory for this rank's scratch files.
+inline constexpr char kWorkDir[] = "run.work_dir";
+// Checkpoints (shared by the job's ranks on one host; rank 0 writes).
+inline constexpr char kCheckpointDir[] = "run.checkpoint_dir";
+// "true" when an earlier attempt ran: resume from the newest checkpoint.
+inline constexpr char kResume[] = "run.resume";
+// File descriptor of the status pipe.
+inline constexpr char kStatusFd[] = "run.status_fd";
+// Seconds a collective or the rendezvous may take before it is an error.
+inline constexpr char kTimeoutSeconds[] = "run.timeout_s";
+}  // namespace run_keys
+
+// Why a rank exits non-zero (the `error` line), mapped by the daemon to
+// trainctl.v1.FailureKind.
+enum class ErrorKind {
+  // Bad configuration or data: restarting cannot help.
+  kConfig,
+  // A collective failed or timed out (a peer died).
+  kCollective,
+  // The rendezvous did not complete.
+  kRendezvous,
+  // Anything else (an exception while training).
+  kExit,
+};
+const char* ErrorKindName(ErrorKind k);
+
+// One metric report. Fields mirror trainctl.v1.MetricPoint.
+struct RankMetric {
+  // "train" or "epoch_end".
+  std::string kind = "train";
+  int32_t epoch = 0;
+  int64_t step = 0;
+  int64_t steps_per_epoch = 0;
+  double loss = 0;
+  double lr = 0;
+  double samples_per_sec = 0;
+  double data_ms = 0;
+  double compute_ms = 0;
+  double comm_ms = 0;
+  double loss_scale = 0;
+  int64_t skipped_steps = 0;
+  int64_t peak_memory_bytes = 0;
+  int64_t samples_seen = 0;
+  bool has_eval = false;
+  double eval_loss = 0;
+  double eval_accuracy = 0;
+  int64_t eval_samples = 0;
+};
+
+struct StatusMessage {
+  enum class Type { kRendezvous, kReady, kProgress, kMetric, kError };
+  Type type = Type::kReady;
+  std::string address;  // kRendezvous
+  int32_t epoch = 0;    // kProgress
+  int64_t step = 0;     // kProgress
+  RankMetric metric;    // kMetric
+  ErrorKind error_kind = ErrorKind::kExit;  // kError
+  std::string message;                      // kError
+};
+
+// --- config file --------------------------------------------------------------
+// "key=value\n" per entry, sorted; newlines and backslashes in values escaped.
+std::string FormatConfig(const FlatConfig& config);
+// INVALID_ARGUMENT naming the line for a malformed one.
+absl::StatusOr<FlatConfig> ParseConfig(std::string_view text);
+absl::Status WriteConfigFile(const std::string& path, const FlatConfig& config);
+absl::StatusOr<FlatConfig> ReadConfigFile(const std::string& path);
+
+// Typed look-ups with errors that name the key.
+absl::StatusOr<std::string> GetString(const FlatConfig& c, const std::string& key);
+absl::StatusOr<int64_t> GetInt(const FlatConfig& c, const std::string& key);
+absl::StatusOr<double> GetDouble(const FlatConfig& c, const std::string& key);
+absl::StatusOr<bool> GetBool(const FlatConfig& c, const std::string& key);
+// Value or `fallback` when the key is absent (a present but bad value is an error).
+absl::StatusOr<int64_t> GetInt(const FlatConfig& c, const std::string& key, int64_t fallback);
+absl::StatusOr<double> GetDouble(const FlatConfig& c, const std::string& key, double fallback);
+absl::StatusOr<bool> GetBool(const FlatConfig& c, const std::string& key, bool fallback);
+std::string GetString(const FlatConfig& c, const std::string& key, const std::string& fallback);
+
+// --- status lines ---------------------------------------------------------------
+// Each returns one line, newline included.
+std::string FormatRendezvous(const std::string& address);
+std::string FormatReady();
+std::string FormatProgress(int32_t epoch, int64_t global_step);
+std::string FormatMetric(const RankMetric& m);
+std::string FormatError(ErrorKind kind, std::string_view message);
+// Parses one line (with or without its newline).
+absl::StatusOr<StatusMessage> ParseStatusLine(std::string_view line);
+
+// Writes a whole line to a file descriptor (retrying on EINTR/partial writes).
+// Used by the rank process; false when the daemon end is closed.
+bool WriteLine(int fd, const std::string& line);
+
+}  // namespace trainctl::rankproto

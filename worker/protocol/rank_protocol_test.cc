@@ -1,0 +1,60 @@
+#include "worker/protocol/rank_protocol.h"
+
+#include <gtest/gtest.h>
+
+namespace trainctl::rankproto {
+namespace {
+
+TEST(RankProtocolTest, ConfigRoundTripsWithEscapes) {
+  FlatConfig c{{"a.b", "1"}, {"msg", "two\nlines \\ and more"}, {"empty", ""}};
+  auto back = ParseConfig(FormatConfig(c));
+  ASSERT_TRUE(back.ok());
+  EXPECT_EQ(*back, c);
+  EXPECT_EQ(ParseConfig("novalue\n").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(RankProtocolTest, TypedGettersNameTheKey) {
+  FlatConfig c{{"n", "12"}, {"x", "abc"}, {"b", "true"}, {"d", "0.5"}};
+  EXPECT_EQ(*GetInt(c, "n"), 12);
+  EXPECT_EQ(*GetInt(c, "missing", 7), 7);
+  EXPECT_EQ(GetInt(c, "x").status().message(), "x: not an integer: 'abc'");
+  EXPECT_EQ(GetInt(c, "nope").status().message(), "nope: missing");
+  EXPECT_TRUE(*GetBool(c, "b"));
+  EXPECT_DOUBLE_EQ(*GetDouble(c, "d"), 0.5);
+  EXPECT_EQ(GetString(c, "zz", "dflt"), "dflt");
+}
+
+TEST(RankProtocolTest, StatusLinesRoundTrip) {
+  auto r = ParseStatusLine(FormatRendezvous("10.0.0.1:2345"));
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(r->type, StatusMessage::Type::kRendezvous);
+  EXPECT_EQ(r->address, "10.0.0.1:2345");
+  EXPECT_EQ(ParseStatusLine(FormatReady())->type, StatusMessage::Type::kReady);
+  auto p = ParseStatusLine(FormatProgress(2, 345));
+  EXPECT_EQ(p->epoch, 2);
+  EXPECT_EQ(p->step, 345);
+  RankMetric m;
+  m.kind = "epoch_end";
+  m.epoch = 1;
+  m.step = 10;
+  m.loss = 0.25;
+  m.samples_per_sec = 1234.5;
+  m.has_eval = true;
+  m.eval_accuracy = 0.91;
+  auto mm = ParseStatusLine(FormatMetric(m));
+  ASSERT_TRUE(mm.ok());
+  EXPECT_EQ(mm->metric.kind, "epoch_end");
+  EXPECT_DOUBLE_EQ(mm->metric.samples_per_sec, 1234.5);
+  EXPECT_TRUE(mm->metric.has_eval);
+  EXPECT_DOUBLE_EQ(mm->metric.eval_accuracy, 0.91);
+  auto e = ParseStatusLine(FormatError(ErrorKind::kConfig, "data.train.images: no such file\nsecond"));
+  ASSERT_TRUE(e.ok());
+  EXPECT_EQ(e->error_kind, ErrorKind::kConfig);
+  EXPECT_EQ(e->message, "data.train.images: no such file second");
+  EXPECT_FALSE(ParseStatusLine("bogus").ok());
+  EXPECT_FALSE(ParseStatusLine("metric loss=abc").ok());
+  EXPECT_FALSE(ParseStatusLine("").ok());
+}
+
+}  // namespace
+}  // namespace trainctl::rankproto
