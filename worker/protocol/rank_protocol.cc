@@ -70,7 +70,9 @@ std::string FormatConfig(const FlatConfig& config) {
 absl::StatusOr<FlatConfig> ParseConfig(std::string_view text) {
   FlatConfig out;
   int n = 0;
-  for (std::string_view line : absl::StrSplit(std::string(text), '\n')) {
+  std::vector<std::string> lines = absl::StrSplit(std::string(text), '\n');
+  for (const std::string& line_str : lines) {
+    std::string_view line = line_str;
     ++n;
     if (line.empty() || line[0] == '#') continue;
     size_t eq = line.find('=');
@@ -125,7 +127,7 @@ absl::StatusOr<int64_t> GetInt(const FlatConfig& c, const std::string& key) {
 }
 
 absl::StatusOr<int64_t> GetInt(const FlatConfig& c, const std::string& key, int64_t fallback) {
-  if (!c.contains(key)) return fallback;
+  if (c.find(key) == c.end()) return fallback;
   return GetInt(c, key);
 }
 
@@ -140,7 +142,7 @@ absl::StatusOr<double> GetDouble(const FlatConfig& c, const std::string& key) {
 }
 
 absl::StatusOr<double> GetDouble(const FlatConfig& c, const std::string& key, double fallback) {
-  if (!c.contains(key)) return fallback;
+  if (c.find(key) == c.end()) return fallback;
   return GetDouble(c, key);
 }
 
@@ -153,7 +155,7 @@ absl::StatusOr<bool> GetBool(const FlatConfig& c, const std::string& key) {
 }
 
 absl::StatusOr<bool> GetBool(const FlatConfig& c, const std::string& key, bool fallback) {
-  if (!c.contains(key)) return fallback;
+  if (c.find(key) == c.end()) return fallback;
   return GetBool(c, key);
 }
 
@@ -188,7 +190,8 @@ std::string FormatError(ErrorKind kind, std::string_view message) {
 }
 
 absl::StatusOr<StatusMessage> ParseStatusLine(std::string_view line) {
-  std::string l(absl::StripSuffix(line, "\n"));
+  std::string l(line);
+  if (!l.empty() && l.back() == '\n') l.pop_back();
   StatusMessage m;
   auto bad = [&] { return absl::InvalidArgumentError(absl::StrCat("bad status line: '", l.substr(0, 80), "'")); };
   std::vector<std::string> words = absl::StrSplit(l, ' ', absl::SkipEmpty());
