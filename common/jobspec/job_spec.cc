@@ -840,7 +840,57 @@ void EmitMessage(YAML::Emitter& out, const Message& msg) {
   out << YAML::EndMap;
 }
 
+void FlattenMessage(const Message& msg, const std::string& prefix,
+                    std::map<std::string, std::string>* out) {
+  const Descriptor* d = msg.GetDescriptor();
+  const Reflection* r = msg.GetReflection();
+  auto key = [&](const std::string& name) { return prefix.empty() ? name : prefix + "." + name; };
+  if (const char* disc = DiscriminatorKey(d)) {
+    for (int i = 0; i < d->field_count(); ++i) {
+      const FieldDescriptor* f = d->field(i);
+      if (!r->HasField(msg, f)) continue;
+      (*out)[key(disc)] = f->name();
+      FlattenMessage(r->GetMessage(msg, f), prefix, out);
+    }
+    return;
+  }
+  for (int i = 0; i < d->field_count(); ++i) {
+    const FieldDescriptor* f = d->field(i);
+    std::string k = key(f->name());
+    if (f->is_repeated()) {
+      std::vector<std::string> items;
+      for (int j = 0; j < r->FieldSize(msg, f); ++j) items.push_back(absl::StrCat(r->GetRepeatedInt32(msg, f, j)));
+      (*out)[k] = absl::StrJoin(items, ",");
+      continue;
+    }
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_MESSAGE:
+        if (r->HasField(msg, f)) FlattenMessage(r->GetMessage(msg, f), k, out);
+        break;
+      case FieldDescriptor::CPPTYPE_INT32: (*out)[k] = absl::StrCat(r->GetInt32(msg, f)); break;
+      case FieldDescriptor::CPPTYPE_INT64: (*out)[k] = absl::StrCat(r->GetInt64(msg, f)); break;
+      case FieldDescriptor::CPPTYPE_UINT64: (*out)[k] = absl::StrCat(r->GetUInt64(msg, f)); break;
+      case FieldDescriptor::CPPTYPE_DOUBLE: {
+        char buf[64];
+        auto res = std::to_chars(buf, buf + sizeof buf, r->GetDouble(msg, f));
+        (*out)[k] = std::string(buf, res.ptr);
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_BOOL: (*out)[k] = r->GetBool(msg, f) ? "true" : "false"; break;
+      case FieldDescriptor::CPPTYPE_ENUM: (*out)[k] = EnumValueName(r->GetEnum(msg, f)); break;
+      case FieldDescriptor::CPPTYPE_STRING: (*out)[k] = r->GetString(msg, f); break;
+      default: break;
+    }
+  }
+}
+
 }  // namespace
+
+std::map<std::string, std::string> JobSpecToFlat(const v1::JobSpec& spec) {
+  std::map<std::string, std::string> out;
+  FlattenMessage(spec, "", &out);
+  return out;
+}
 
 std::string SpecError::ToString() const {
   std::string out;

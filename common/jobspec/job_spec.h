@@ -12,6 +12,7 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <map>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -77,6 +78,13 @@ absl::Status SpecErrorsToStatus(const std::vector<SpecError>& errors);
 // Renders a spec back to job.yaml; fields at their zero value ("default")
 // are left out, so parsing the text gives the same spec.
 std::string JobSpecToYaml(const v1::JobSpec& spec);
+
+// The resolved spec as flat "job.yaml path" → text pairs, for the rank
+// process config (worker/protocol/rank_protocol.h): "model.name" → "mlp",
+// "model.hidden" → "64,32", "data.train.format" → "synthetic",
+// "training.optimizer.lr" → "0.001", bools "true"/"false", enums by their
+// job.yaml names. Unset messages (e.g. no data.eval) produce no keys.
+std::map<std::string, std::string> JobSpecToFlat(const v1::JobSpec& spec);
 
 // The user-facing lower-case name of an enum value ("adam", "cuda", ...).
 std::string EnumValueName(const google::protobuf::EnumValueDescriptor* value);

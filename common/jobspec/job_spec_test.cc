@@ -208,6 +208,27 @@ TEST(JobSpecTest, YamlRoundTripIsExact) {
   }
 }
 
+TEST(JobSpecTest, FlatFormForRankProcesses) {
+  ParsedJobSpec r = ParseJobSpecFile(Source("examples/fashion-mnist-cnn.yaml"));
+  ASSERT_TRUE(r.ok());
+  std::map<std::string, std::string> flat = JobSpecToFlat(r.spec);
+  EXPECT_EQ(flat["model.name"], "cnn");
+  EXPECT_EQ(flat["model.batch_norm"], "true");
+  EXPECT_EQ(flat["model.conv1_channels"], "32");
+  EXPECT_EQ(flat["data.train.format"], "idx");
+  EXPECT_EQ(flat["data.eval.labels"], "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
+  EXPECT_EQ(flat["training.optimizer.name"], "adam");
+  EXPECT_EQ(flat["training.optimizer.lr"], "0.001");
+  EXPECT_EQ(flat["training.lr_schedule.name"], "cosine");
+  EXPECT_EQ(flat["training.amp.dtype"], "bf16");
+  EXPECT_EQ(flat["ddp.bucket_cap_mb"], "25");
+  EXPECT_EQ(flat["data.shuffle"], "true");
+  ParsedJobSpec mlp = ParseJobSpecFile(Source("examples/mlp-synthetic.yaml"));
+  std::map<std::string, std::string> f2 = JobSpecToFlat(mlp.spec);
+  EXPECT_EQ(f2["model.hidden"], "");
+  EXPECT_EQ(f2.count("data.eval.format"), 0u);
+}
+
 struct BadCase {
   const char* what;
   std::string yaml;

@@ -263,16 +263,18 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-std::string StateBytes(Net& net) {
+std::string Bytes(const std::vector<torch::Tensor>& tensors) {
   std::string out;
-  auto append = [&](const torch::Tensor& t) {
+  for (const auto& t : tensors) {
     auto c = t.detach().contiguous();
     out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
-  };
-  for (const auto& p : net->parameters()) append(p);
-  for (const auto& b : net->buffers()) append(b);
+  }
   return out;
 }
+
+// Parameters only: buffers (batch-norm statistics) are updated locally by
+// each rank's forward and re-synchronised before the next one, as in DDP.
+std::string StateBytes(Net& net) { return Bytes(net->parameters()); }
 
 int RunTrain(const Args& a, Ctx& ctx) {
   const int in = 16, out = 4;
@@ -326,6 +328,10 @@ int RunTrain(const Args& a, Ctx& ctx) {
       if (!last) no_sync.emplace(ddp.get());
       st = ddp->PrepareForward();
       if (!st.ok()) break;
+      if (m == 0) {
+        td::testing::WriteFileAtomic(
+            absl::StrCat(ctx.dir, "/buffers_r", ctx.rank, "_s", s, ".bin"), Bytes(net->buffers()));
+      }
       const int64_t row0 = (static_cast<int64_t>(ctx.rank) * micro + m) * batch;
       const bool use_extra = unused == "rank0" && ctx.rank != 0;
       auto pred = net->forward(x.narrow(0, row0, batch), use_extra);

@@ -100,14 +100,14 @@ const char* OpName(OpKind kind) {
   return "?";
 }
 
-class GlooEngine;
+class GlooCore;
 
 // Completion state of one collective. Finish() is first-wins: a Wait() that
 // timed out finishes the work with DeadlineExceeded while Gloo may still hold
 // the (kept-alive) buffer.
 class GlooWork final : public CollectiveWork {
  public:
-  GlooWork(std::weak_ptr<GlooEngine> engine, std::string description, absl::Duration timeout)
+  GlooWork(std::weak_ptr<GlooCore> engine, std::string description, absl::Duration timeout)
       : engine_(std::move(engine)), description_(std::move(description)), timeout_(timeout) {}
 
   void Finish(absl::Status status) {
@@ -130,7 +130,7 @@ class GlooWork final : public CollectiveWork {
   const std::string& description() const { return description_; }
 
  private:
-  const std::weak_ptr<GlooEngine> engine_;
+  const std::weak_ptr<GlooCore> engine_;
   const std::string description_;
   const absl::Duration timeout_;
   absl::Mutex mu_;
@@ -146,34 +146,46 @@ struct Op {
   std::shared_ptr<GlooWork> work;
 };
 
-class GlooEngine final : public Collectives, public std::enable_shared_from_this<GlooEngine> {
+// Everything the worker thread touches. Shared between the engine and its
+// worker thread, so that an engine destroyed while Gloo still blocks inside a
+// collective (Gloo cannot interrupt a pending receive) can let the thread
+// finish on its own when Gloo's timeout fires.
+class GlooCore final : public std::enable_shared_from_this<GlooCore> {
  public:
-  GlooEngine(const GlooOptions& options, std::shared_ptr<RendezvousStore> store,
-             std::shared_ptr<gloo::Context> context)
+  GlooCore(const GlooOptions& options, std::shared_ptr<RendezvousStore> store,
+           std::shared_ptr<gloo::Context> context)
       : options_(options), store_(std::move(store)), context_(std::move(context)) {}
 
-  ~GlooEngine() override {
+  void Start() {
+    worker_ = std::thread([self = shared_from_this()] { self->Run(); });
+  }
+
+  // Fails everything and stops the worker thread: joins it when idle,
+  // detaches it when a collective is still inside Gloo (it then ends within
+  // the timeout, holding this core alive until then).
+  void Shutdown() {
     Fail(absl::AbortedError("gloo collectives destroyed"));
+    bool busy;
     {
       absl::MutexLock l(&mu_);
       stopping_ = true;
+      busy = in_flight_ != nullptr;
     }
-    if (worker_.joinable()) worker_.join();
+    if (!worker_.joinable()) return;
+    if (busy) {
+      worker_.detach();
+    } else {
+      worker_.join();
+    }
   }
 
-  void Start() { worker_ = std::thread([this] { Run(); }); }
+  const GlooOptions& options() const { return options_; }
 
-  int rank() const override { return options_.rank; }
-  int world_size() const override { return options_.world_size; }
-  CommDevice device() const override { return CommDevice::kCpu; }
-  std::string name() const override { return "gloo"; }
-  absl::Duration timeout() const override { return options_.timeout; }
-
-  std::shared_ptr<CollectiveWork> AllReduceSum(CommBuffer buffer) override {
+  std::shared_ptr<CollectiveWork> AllReduceSum(CommBuffer buffer) {
     return Enqueue(OpKind::kAllReduce, std::move(buffer), 0);
   }
 
-  std::shared_ptr<CollectiveWork> Broadcast(CommBuffer buffer, int root) override {
+  std::shared_ptr<CollectiveWork> Broadcast(CommBuffer buffer, int root) {
     if (root < 0 || root >= options_.world_size) {
       return CompletedWork(absl::InvalidArgumentError(
           absl::StrCat("broadcast root ", root, " outside [0, ", options_.world_size, ")")));
@@ -181,22 +193,25 @@ class GlooEngine final : public Collectives, public std::enable_shared_from_this
     return Enqueue(OpKind::kBroadcast, std::move(buffer), root);
   }
 
-  absl::Status Barrier() override { return Enqueue(OpKind::kBarrier, CommBuffer{}, 0)->Wait(); }
+  absl::Status Barrier() { return Enqueue(OpKind::kBarrier, CommBuffer{}, 0)->Wait(); }
 
-  void Abort() override { Fail(absl::AbortedError("gloo collectives aborted")); }
-
-  // Breaks the engine with `status`: queued ops fail with it, later ones too,
-  // and the peer connections are closed so an op inside Gloo ends early.
+  // Breaks the engine with `status`: queued ops and the one inside Gloo fail
+  // with it (the latter's buffer stays owned by the op until Gloo lets go),
+  // later ones too, and the peer connections are closed so that the peers
+  // fail fast instead of waiting for their timeout.
   void Fail(absl::Status status) {
     std::deque<Op> dropped;
+    std::shared_ptr<GlooWork> in_flight;
     bool close_pairs = false;
     {
       absl::MutexLock l(&mu_);
       if (broken_.ok()) broken_ = status;
       dropped.swap(queue_);
+      in_flight = in_flight_;
       if (!pairs_closed_) close_pairs = pairs_closed_ = true;
     }
     for (auto& op : dropped) op.work->Finish(status);
+    if (in_flight) in_flight->Finish(status);
     if (close_pairs) ClosePairs();
   }
 
@@ -244,15 +259,20 @@ class GlooEngine final : public Collectives, public std::enable_shared_from_this
       {
         absl::MutexLock l(&mu_);
         mu_.Await(absl::Condition(
-            +[](GlooEngine* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
+            +[](GlooCore* e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(e->mu_) {
               return e->stopping_ || !e->queue_.empty();
             },
             this));
         if (queue_.empty()) return;  // stopping
         op = std::move(queue_.front());
         queue_.pop_front();
+        in_flight_ = op.work;
       }
       absl::Status status = Execute(op);
+      {
+        absl::MutexLock l(&mu_);
+        in_flight_ = nullptr;
+      }
       if (!status.ok()) Fail(status);
       op.work->Finish(status);
       // op (and with it the buffer's keep_alive) is released here, after Gloo
@@ -324,9 +344,33 @@ class GlooEngine final : public Collectives, public std::enable_shared_from_this
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
   // First error; once set, every collective fails with it.
   absl::Status broken_ ABSL_GUARDED_BY(mu_);
+  std::shared_ptr<GlooWork> in_flight_ ABSL_GUARDED_BY(mu_);  // the op inside Gloo
   bool pairs_closed_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
+};
+
+class GlooCollectives final : public Collectives {
+ public:
+  explicit GlooCollectives(std::shared_ptr<GlooCore> core) : core_(std::move(core)) {}
+  ~GlooCollectives() override { core_->Shutdown(); }
+
+  int rank() const override { return core_->options().rank; }
+  int world_size() const override { return core_->options().world_size; }
+  CommDevice device() const override { return CommDevice::kCpu; }
+  std::string name() const override { return "gloo"; }
+  absl::Duration timeout() const override { return core_->options().timeout; }
+  std::shared_ptr<CollectiveWork> AllReduceSum(CommBuffer buffer) override {
+    return core_->AllReduceSum(std::move(buffer));
+  }
+  std::shared_ptr<CollectiveWork> Broadcast(CommBuffer buffer, int root) override {
+    return core_->Broadcast(std::move(buffer), root);
+  }
+  absl::Status Barrier() override { return core_->Barrier(); }
+  void Abort() override { core_->Fail(absl::AbortedError("gloo collectives aborted")); }
+
+ private:
+  const std::shared_ptr<GlooCore> core_;
 };
 
 absl::Status GlooWork::Wait(absl::Duration timeout) {
@@ -376,9 +420,9 @@ absl::StatusOr<std::shared_ptr<Collectives>> CreateGlooCollectives(
         e, absl::StrCat("gloo rendezvous of rank ", options.rank, "/", options.world_size,
                         " through store ", store->address()));
   }
-  auto engine = std::make_shared<GlooEngine>(options, std::move(store), std::move(context));
-  engine->Start();
-  return std::shared_ptr<Collectives>(std::move(engine));
+  auto core = std::make_shared<GlooCore>(options, std::move(store), std::move(context));
+  core->Start();
+  return std::shared_ptr<Collectives>(std::make_shared<GlooCollectives>(std::move(core)));
 }
 
 }  // namespace trainctl::dist

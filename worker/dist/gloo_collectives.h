@@ -9,10 +9,16 @@
 // pairs. The rank process calls CreateGlooCollectives once at start-up.
 //
 // Threading: the engine owns one worker thread that runs collectives one at a
-// time in issue order (Gloo pairs carry one collective at a time per tag, and
-// issue order is what every rank agrees on). Issuing, Wait and Abort are
-// thread-safe. Destroying the engine aborts it and joins the worker thread,
-// which may take up to the timeout when a collective is stuck inside Gloo.
+// time in issue order (issue order is what every rank agrees on; each
+// collective's sequence number is its Gloo tag). Issuing, Wait and Abort are
+// thread-safe.
+//
+// Abort and timeouts: Gloo cannot interrupt a receive it is blocked in, so
+// Abort() (or a Wait() that timed out) fails the pending works at once and
+// closes the peer connections (the peers then fail fast too), while the
+// worker thread itself leaves Gloo when Gloo's own timeout fires. Buffers
+// stay owned by the engine until then (CommBuffer::keep_alive). Destroying the
+// engine joins an idle worker thread and detaches a stuck one.
 #pragma once
 
 #include <memory>

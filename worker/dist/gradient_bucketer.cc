@@ -1,6 +1,7 @@
 #include "worker/dist/gradient_bucketer.h"
 
 #include <ATen/ATen.h>
+#include <ATen/ScalarOps.h>
 #include <c10/core/GradMode.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
@@ -65,6 +66,13 @@ absl::StatusOr<std::unique_ptr<GradientBucketer>> GradientBucketer::Create(
     if (p.layout() != at::kStrided) {
       return absl::InvalidArgumentError(
           absl::StrCat("GradientBucketer: parameter '", name, "' is not dense"));
+    }
+    const CommDevice device = p.is_cuda() ? CommDevice::kCuda : CommDevice::kCpu;
+    if (!(p.is_cpu() || p.is_cuda()) || device != comm->device()) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "GradientBucketer: parameter '", name, "' is on ", p.device().str(), " but the ",
+          comm->name(), " collectives take ", comm->device() == CommDevice::kCuda ? "CUDA" : "CPU",
+          " tensors"));
     }
     if (auto t = CommDataTypeOf(p); !t.ok()) {
       return absl::InvalidArgumentError(

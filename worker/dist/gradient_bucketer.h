@@ -40,6 +40,11 @@
 //     optimizer.step();
 //   }
 //
+// Devices: parameters must live where the collectives work (CPU for Gloo,
+// the engine's GPU for NCCL). With NCCL, the bucket copies run on LibTorch's
+// current stream, so that stream must be the engine's compute stream
+// (NcclCollectives::UseCurrentTorchStream()).
+//
 // Threading: not thread-safe for calls; one training-loop thread calls
 // Prepare*/FinalizeBackward/NoSync. The autograd hooks may run on autograd's
 // worker threads during backward; they take the internal mutex. The module's

@@ -1,0 +1,411 @@
+// GradientBucketer: bucket layout and step bookkeeping in-process (one rank),
+// and DDP semantics across real rank processes on loopback (Gloo).
+#include "worker/dist/gradient_bucketer.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <map>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "worker/dist/gloo_collectives.h"
+#include "worker/dist/rank_launcher.h"
+#include "worker/dist/rendezvous_store.h"
+
+namespace trainctl::dist {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using testing::RankRun;
+using testing::ReadFile;
+using testing::RunRanks;
+
+// ---------------------------------------------------------------------------
+// One rank, in process.
+
+std::shared_ptr<Collectives> SingleRankGloo() {
+  auto store = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5));
+  EXPECT_TRUE(store.ok()) << store.status();
+  GlooOptions o;
+  o.timeout = absl::Seconds(5);
+  auto comm = CreateGlooCollectives(o, *store);
+  EXPECT_TRUE(comm.ok()) << comm.status();
+  return *comm;
+}
+
+struct ThreeLayers : torch::nn::Module {
+  ThreeLayers() {
+    fc0 = register_module("fc0", torch::nn::Linear(256, 256));
+    fc1 = register_module("fc1", torch::nn::Linear(256, 256));
+    fc2 = register_module("fc2", torch::nn::Linear(256, 256));
+  }
+  torch::Tensor forward(torch::Tensor x) {
+    return fc2->forward(torch::relu(fc1->forward(torch::relu(fc0->forward(x)))));
+  }
+  torch::nn::Linear fc0{nullptr}, fc1{nullptr}, fc2{nullptr};
+};
+
+TEST(GradientBucketerTest, BucketsInReverseRegistrationOrderWithSmallFirstBucket) {
+  ThreeLayers net;
+  GradientBucketerOptions o;
+  o.first_bucket_bytes = 100000;
+  o.bucket_cap_mb = 0.3;  // 314572 bytes
+  auto ddp = GradientBucketer::Create(net, SingleRankGloo(), o);
+  ASSERT_TRUE(ddp.ok()) << ddp.status();
+  const auto& names = (*ddp)->parameter_names();
+  EXPECT_THAT(names, ElementsAre("fc0.weight", "fc0.bias", "fc1.weight", "fc1.bias",
+                                 "fc2.weight", "fc2.bias"));
+  const auto& b = (*ddp)->buckets();
+  ASSERT_EQ(b.size(), 2u);
+  // First bucket: the last layer (first gradients to arrive), closed once it
+  // reached 100000 bytes.
+  EXPECT_THAT(b[0].params, ElementsAre(5, 4));
+  EXPECT_EQ(b[0].size_limit, 100000u);
+  EXPECT_EQ(b[0].bytes, (256u * 256 + 256) * 4);
+  EXPECT_THAT(b[1].params, ElementsAre(3, 2, 1, 0));
+  EXPECT_EQ(b[1].size_limit, 314572u);
+}
+
+TEST(GradientBucketerTest, DefaultsMatchPyTorch) {
+  GradientBucketerOptions o;
+  EXPECT_EQ(o.bucket_cap_mb, 25.0);
+  EXPECT_EQ(o.first_bucket_bytes, 1u << 20);
+  EXPECT_FALSE(o.find_unused_parameters);
+  EXPECT_TRUE(o.broadcast_buffers);
+}
+
+TEST(GradientBucketerTest, InvalidOptions) {
+  ThreeLayers net;
+  auto comm = SingleRankGloo();
+  GradientBucketerOptions o;
+  o.bucket_cap_mb = 0;
+  EXPECT_EQ(GradientBucketer::Create(net, comm, o).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(GradientBucketer::Create(net, nullptr).status().code(),
+            absl::StatusCode::kInvalidArgument);
+}
+
+TEST(GradientBucketerTest, NoSyncAccumulatesLocallyWithoutCommunication) {
+  torch::manual_seed(0);
+  ThreeLayers net;
+  auto ddp_or = GradientBucketer::Create(net, SingleRankGloo());
+  ASSERT_TRUE(ddp_or.ok()) << ddp_or.status();
+  auto& ddp = *ddp_or;
+  auto x = torch::randn({4, 256});
+  {
+    auto guard = ddp->NoSync();
+    ASSERT_TRUE(ddp->PrepareForward().ok());
+    net.forward(x).sum().backward();
+    ASSERT_TRUE(ddp->FinalizeBackward().ok());
+    auto s = ddp->last_step_stats();
+    EXPECT_FALSE(s.synced);
+    EXPECT_TRUE(s.launches.empty());
+  }
+  auto micro_grad = net.fc0->weight.grad().clone();
+  ASSERT_TRUE(ddp->PrepareForward().ok());
+  net.forward(x).sum().backward();
+  ASSERT_TRUE(ddp->FinalizeBackward().ok());
+  auto s = ddp->last_step_stats();
+  EXPECT_TRUE(s.synced);
+  EXPECT_EQ(s.step, 1);
+  EXPECT_EQ(s.launches.size(), ddp->buckets().size());
+  EXPECT_EQ(s.grads_from_hooks, 6u);
+  // World size 1: the synced gradient is the accumulated sum of both passes.
+  EXPECT_TRUE(torch::allclose(net.fc0->weight.grad(), 2 * micro_grad));
+}
+
+TEST(GradientBucketerTest, UnfinalizedBackwardIsReportedAtNextForward) {
+  ThreeLayers net;
+  auto ddp = GradientBucketer::Create(net, SingleRankGloo());
+  ASSERT_TRUE(ddp.ok());
+  net.forward(torch::randn({2, 256})).sum().backward();
+  auto st = (*ddp)->PrepareForward();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("FinalizeBackward"));
+}
+
+TEST(GradientBucketerTest, NoGradientAtAllIsAnError) {
+  ThreeLayers net;
+  auto ddp = GradientBucketer::Create(net, SingleRankGloo());
+  ASSERT_TRUE(ddp.ok());
+  auto st = (*ddp)->FinalizeBackward();
+  EXPECT_EQ(st.code(), absl::StatusCode::kFailedPrecondition) << st;
+  EXPECT_THAT(std::string(st.message()), HasSubstr("fc0.weight"));
+}
+
+TEST(GradientBucketerTest, HooksAreRemovedWithTheBucketer) {
+  ThreeLayers net;
+  {
+    auto ddp = GradientBucketer::Create(net, SingleRankGloo());
+    ASSERT_TRUE(ddp.ok());
+  }
+  // A backward after the bucketer is gone must not call into it.
+  net.forward(torch::randn({2, 256})).sum().backward();
+  EXPECT_TRUE(net.fc0->weight.grad().defined());
+}
+
+// ---------------------------------------------------------------------------
+// Real rank processes.
+
+std::string Logs(const RankRun& run) {
+  std::string s = "dir: " + run.dir + "\n";
+  for (size_t r = 0; r < run.logs.size(); ++r) {
+    s += "---- rank " + std::to_string(r) + " (exit " + std::to_string(run.exit_codes[r]) +
+         ") ----\n" + run.logs[r];
+  }
+  return s;
+}
+
+void ExpectAllExitedCleanly(const RankRun& run) {
+  for (size_t r = 0; r < run.exit_codes.size(); ++r) {
+    EXPECT_EQ(run.exit_codes[r], 0) << Logs(run);
+  }
+}
+
+void Cleanup(const RankRun& run) {
+  if (!::testing::Test::HasFailure()) std::filesystem::remove_all(run.dir);
+}
+
+std::string State(const RankRun& run, int rank, const std::string& step,
+                  const std::string& kind = "state") {
+  auto s = ReadFile(absl::StrCat(run.dir, "/", kind, "_r", rank, "_", step, ".bin"));
+  EXPECT_TRUE(s.ok()) << s.status() << "\n" << Logs(run);
+  return s.ok() ? *s : "";
+}
+
+// Bitwise equality, reported without dumping binary blobs.
+::testing::AssertionResult SameBytes(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) {
+    return ::testing::AssertionFailure() << "sizes differ: " << a.size() << " vs " << b.size();
+  }
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (a[i] != b[i]) {
+      return ::testing::AssertionFailure() << "first difference at byte " << i << " of " << a.size();
+    }
+  }
+  return ::testing::AssertionSuccess();
+}
+
+// ||a - b|| / ||b|| over the float32 states (parameters only: no BN here).
+double RelativeDifference(const std::string& a, const std::string& b) {
+  EXPECT_EQ(a.size(), b.size());
+  EXPECT_EQ(a.size() % 4, 0u);
+  const size_t n = std::min(a.size(), b.size()) / 4;
+  double diff = 0, norm = 0;
+  for (size_t i = 0; i < n; ++i) {
+    float x, y;
+    std::memcpy(&x, a.data() + 4 * i, 4);
+    std::memcpy(&y, b.data() + 4 * i, 4);
+    diff += (double(x) - y) * (double(x) - y);
+    norm += double(y) * y;
+  }
+  return std::sqrt(diff) / std::max(std::sqrt(norm), 1e-30);
+}
+
+const absl::Duration kRunTimeout = absl::Seconds(40);
+
+TEST(GradientBucketerMultiProcessTest, EveryRankHoldsBitwiseIdenticalParametersAfterEveryStep) {
+  const int steps = 4;
+  auto run = RunRanks("train", 2,
+                      {{"steps", std::to_string(steps)}, {"bn", "1"}, {"depth", "3"},
+                       {"hidden", "64"}, {"bucket_cap_mb", "0.01"},
+                       {"first_bucket_bytes", "4096"}},
+                      kRunTimeout);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ExpectAllExitedCleanly(*run);
+  // Ranks start from different random weights; the constructor's broadcast
+  // made them rank 0's.
+  EXPECT_TRUE(SameBytes(State(*run, 0, "init"), State(*run, 1, "init")));
+  std::string prev = State(*run, 0, "init");
+  for (int s = 0; s < steps; ++s) {
+    const std::string step = absl::StrCat("s", s);
+    const std::string r0 = State(*run, 0, step);
+    EXPECT_FALSE(r0.empty());
+    EXPECT_TRUE(SameBytes(r0, State(*run, 1, step))) << "parameters diverged at step " << s;
+    EXPECT_FALSE(SameBytes(r0, prev)) << "step " << s << " changed nothing";
+    prev = r0;
+    // broadcast_buffers: the batch-norm statistics each rank updated in its
+    // own forward are rank 0's again before the next forward.
+    const std::string b0 = State(*run, 0, step, "buffers");
+    EXPECT_FALSE(b0.empty());
+    EXPECT_TRUE(SameBytes(b0, State(*run, 1, step, "buffers"))) << "buffers differ at step " << s;
+  }
+  Cleanup(*run);
+}
+
+TEST(GradientBucketerMultiProcessTest, TwoRanksOfBatchBEqualOneRankOfBatch2B) {
+  const std::map<std::string, std::string> common = {
+      {"steps", "3"}, {"depth", "2"}, {"hidden", "32"}, {"bucket_cap_mb", "0.005"},
+      {"first_bucket_bytes", "1024"}};
+  auto two = common;
+  two["batch"] = "8";
+  auto one = common;
+  one["batch"] = "16";
+  auto dist_run = RunRanks("train", 2, two, kRunTimeout);
+  auto ref_run = RunRanks("train", 1, one, kRunTimeout);
+  ASSERT_TRUE(dist_run.ok() && ref_run.ok());
+  ExpectAllExitedCleanly(*dist_run);
+  ExpectAllExitedCleanly(*ref_run);
+  for (int s = 0; s < 3; ++s) {
+    const std::string step = absl::StrCat("s", s);
+    const double rel = RelativeDifference(State(*dist_run, 0, step), State(*ref_run, 0, step));
+    EXPECT_LE(rel, 1e-5) << "step " << s;
+    std::cout << "step " << s << ": relative difference 2x8 vs 1x16 = " << rel << "\n";
+  }
+  Cleanup(*dist_run);
+  Cleanup(*ref_run);
+}
+
+TEST(GradientBucketerMultiProcessTest, NoSyncAccumulationOfKMicroBatchesEqualsBatchKB) {
+  const std::map<std::string, std::string> common = {
+      {"steps", "2"}, {"depth", "2"}, {"hidden", "32"}, {"bucket_cap_mb", "0.005"},
+      {"first_bucket_bytes", "1024"}};
+  auto accum = common;
+  accum["batch"] = "4";
+  accum["micro"] = "4";  // 4 micro-batches of 4, the first 3 under no_sync
+  auto big = common;
+  big["batch"] = "16";
+  auto accum_run = RunRanks("train", 2, accum, kRunTimeout);
+  auto big_run = RunRanks("train", 2, big, kRunTimeout);
+  ASSERT_TRUE(accum_run.ok() && big_run.ok());
+  ExpectAllExitedCleanly(*accum_run);
+  ExpectAllExitedCleanly(*big_run);
+  for (int s = 0; s < 2; ++s) {
+    const std::string step = absl::StrCat("s", s);
+    const double rel = RelativeDifference(State(*accum_run, 0, step), State(*big_run, 0, step));
+    EXPECT_LE(rel, 1e-5) << "step " << s;
+    std::cout << "step " << s << ": relative difference 4x4 accumulated vs 16 = " << rel << "\n";
+    EXPECT_TRUE(SameBytes(State(*accum_run, 0, step), State(*accum_run, 1, step)));
+  }
+  Cleanup(*accum_run);
+  Cleanup(*big_run);
+}
+
+// Parses "key value key value ..." lines of stats_r<rank>.txt.
+std::vector<std::map<std::string, int64_t>> StatsLines(const RankRun& run, int rank) {
+  std::vector<std::map<std::string, int64_t>> out;
+  auto text = ReadFile(absl::StrCat(run.dir, "/stats_r", rank, ".txt"));
+  EXPECT_TRUE(text.ok()) << Logs(run);
+  if (!text.ok()) return out;
+  for (absl::string_view line : absl::StrSplit(*text, '\n', absl::SkipEmpty())) {
+    std::vector<std::string> tok = absl::StrSplit(line, ' ', absl::SkipEmpty());
+    std::map<std::string, int64_t> m;
+    for (size_t i = 0; i + 1 < tok.size(); i += 2) {
+      int64_t v = 0;
+      if (absl::SimpleAtoi(tok[i + 1], &v)) m[tok[i]] = v;
+    }
+    out.push_back(std::move(m));
+  }
+  return out;
+}
+
+TEST(GradientBucketerMultiProcessTest, FirstBucketLaunchesWhileBackwardIsStillRunning) {
+  auto run = RunRanks("train", 2,
+                      {{"steps", "3"}, {"depth", "4"}, {"hidden", "128"},
+                       {"bucket_cap_mb", "0.07"}, {"first_bucket_bytes", "16384"}},
+                      kRunTimeout);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ExpectAllExitedCleanly(*run);
+  for (int r = 0; r < 2; ++r) {
+    auto lines = StatsLines(*run, r);
+    ASSERT_EQ(lines.size(), 4u) << Logs(*run);
+    EXPECT_GE(lines[0]["num_buckets"], 2);
+    for (size_t i = 1; i < lines.size(); ++i) {
+      auto& l = lines[i];
+      EXPECT_EQ(l["launches"], lines[0]["num_buckets"]);
+      // Recorded by the hook itself: launched from inside backward, before
+      // every gradient existed, and before loss.backward() returned.
+      EXPECT_EQ(l["first_from_hook"], 1);
+      EXPECT_LT(l["first_grads_ready"], l["num_params"]);
+      EXPECT_GT(l["first_before_backward_return_us"], 0);
+      std::cout << "rank " << r << " step " << l["step"] << ": " << l["launches"]
+                << " buckets, first launched " << l["first_before_backward_return_us"]
+                << " us before backward returned with " << l["first_grads_ready"] << "/"
+                << l["num_params"] << " grads ready; exposed comm " << l["exposed_comm_us"]
+                << " us\n";
+    }
+  }
+  Cleanup(*run);
+}
+
+TEST(GradientBucketerMultiProcessTest, DeadPeerFailsTheStepWithinTheTimeout) {
+  auto run = RunRanks("train", 2,
+                      {{"steps", "3"}, {"timeout_ms", "4000"}, {"die_rank", "1"},
+                       {"die_at_step", "1"}, {"die_mode", "exit"}, {"expect_error", "1"}},
+                      kRunTimeout);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->exit_codes[1], 3) << Logs(*run);
+  EXPECT_EQ(run->exit_codes[0], 0) << Logs(*run);
+  auto err = ReadFile(run->dir + "/error_r0");
+  ASSERT_TRUE(err.ok()) << Logs(*run);
+  std::vector<std::string> parts = absl::StrSplit(*err, absl::MaxSplits('\n', 1));
+  double ms = 1e9;
+  ASSERT_TRUE(absl::SimpleAtod(parts[0], &ms));
+  EXPECT_LT(ms, 4000 + 3000) << *err;
+  std::cout << "rank 0 after its peer died: " << *err << "\n";
+  Cleanup(*run);
+}
+
+TEST(GradientBucketerMultiProcessTest, StalledPeerFailsTheStepWithDeadlineExceeded) {
+  auto run = RunRanks("train", 2,
+                      {{"steps", "3"}, {"timeout_ms", "2000"}, {"die_rank", "1"},
+                       {"die_at_step", "1"}, {"die_mode", "stall"}, {"expect_error", "1"}},
+                      kRunTimeout);
+  ASSERT_TRUE(run.ok()) << run.status();
+  EXPECT_EQ(run->exit_codes[0], 0) << Logs(*run);
+  auto err = ReadFile(run->dir + "/error_r0");
+  ASSERT_TRUE(err.ok()) << Logs(*run);
+  EXPECT_THAT(*err, HasSubstr("DEADLINE_EXCEEDED"));
+  std::vector<std::string> parts = absl::StrSplit(*err, absl::MaxSplits('\n', 1));
+  double ms = 1e9;
+  ASSERT_TRUE(absl::SimpleAtod(parts[0], &ms));
+  EXPECT_LT(ms, 2000 + 3000) << *err;
+  Cleanup(*run);
+}
+
+TEST(GradientBucketerMultiProcessTest, UnusedParameterWithoutFindUnusedIsAClearError) {
+  auto run = RunRanks("train", 2,
+                      {{"steps", "2"}, {"unused", "all"}, {"find_unused", "0"},
+                       {"expect_error", "1"}, {"timeout_ms", "5000"}},
+                      kRunTimeout);
+  ASSERT_TRUE(run.ok()) << run.status();
+  ExpectAllExitedCleanly(*run);
+  for (int r = 0; r < 2; ++r) {
+    auto err = ReadFile(absl::StrCat(run->dir, "/error_r", r));
+    ASSERT_TRUE(err.ok()) << Logs(*run);
+    EXPECT_THAT(*err, HasSubstr("FAILED_PRECONDITION"));
+    EXPECT_THAT(*err, HasSubstr("received no gradient"));
+    EXPECT_THAT(*err, HasSubstr("extra.weight"));
+    EXPECT_THAT(*err, HasSubstr("find_unused_parameters"));
+  }
+  Cleanup(*run);
+}
+
+TEST(GradientBucketerMultiProcessTest, FindUnusedParametersKeepsRanksInStep) {
+  // "all": no rank uses the extra layer; "rank0": rank 0 does not, rank 1 does.
+  for (const char* mode : {"all", "rank0"}) {
+    SCOPED_TRACE(mode);
+    auto run = RunRanks("train", 2,
+                        {{"steps", "3"}, {"unused", mode}, {"find_unused", "1"},
+                         {"bucket_cap_mb", "0.002"}, {"first_bucket_bytes", "512"}},
+                        kRunTimeout);
+    ASSERT_TRUE(run.ok()) << run.status();
+    ExpectAllExitedCleanly(*run);
+    for (int s = 0; s < 3; ++s) {
+      const std::string step = absl::StrCat("s", s);
+      EXPECT_TRUE(SameBytes(State(*run, 0, step), State(*run, 1, step))) << "step " << s;
+    }
+    Cleanup(*run);
+  }
+}
+
+}  // namespace
+}  // namespace trainctl::dist

@@ -2,6 +2,7 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <exception>
 
@@ -51,8 +52,10 @@ absl::Status RendezvousStore::ParseAddress(const std::string& address, std::stri
 
 namespace {
 
+// c10d's TCPStore counts its connect timeout in whole seconds; below one
+// second it gives up at once.
 std::chrono::milliseconds ToMillis(absl::Duration d) {
-  return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
+  return std::chrono::milliseconds(absl::ToInt64Milliseconds(std::max(d, absl::Seconds(1))));
 }
 
 }  // namespace

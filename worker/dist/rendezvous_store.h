@@ -34,7 +34,8 @@ class RendezvousStore {
   // Rank 0: starts the store server listening on every interface at `port`
   // (0 = a free port chosen by the kernel) and connects to it. `advertise_host`
   // is the host part of address() that the other ranks will dial. `timeout`
-  // bounds every later Get/Wait.
+  // bounds every later Get/Wait (at least one second: c10d counts its
+  // connect timeout in whole seconds).
   static absl::StatusOr<std::shared_ptr<RendezvousStore>> Host(
       const std::string& advertise_host, uint16_t port, absl::Duration timeout);
 
