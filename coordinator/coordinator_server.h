@@ -11,7 +11,7 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
-#include "coordinator/event_loop.h"
+#include "common/event_loop.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/metrics_hub.h"
 #include "coordinator/services.h"

@@ -11,7 +11,7 @@
 // so that a slow reader never blocks the loop.
 #pragma once
 
-#include "coordinator/event_loop.h"
+#include "common/event_loop.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/metrics_hub.h"
 #include "coordinator/store/state_store.h"

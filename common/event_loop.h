@@ -1,4 +1,5 @@
-// The coordinator's single control-plane thread.
+// A single-threaded event loop: the coordinator's control plane and the
+// worker daemon each run their state on one.
 //
 // Every manager (WorkerRegistry, JobManager, MetricsHub) is "not
 // thread-safe; runs on the loop": gRPC handlers Post() a closure that calls
@@ -18,7 +19,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
-namespace trainctl::coordinator {
+namespace trainctl {
 
 class EventLoop {
  public:
@@ -58,4 +59,4 @@ class EventLoop {
   std::thread thread_;
 };
 
-}  // namespace trainctl::coordinator
+}  // namespace trainctl

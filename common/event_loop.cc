@@ -1,9 +1,9 @@
-#include "coordinator/event_loop.h"
+#include "common/event_loop.h"
 
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 
-namespace trainctl::coordinator {
+namespace trainctl {
 
 EventLoop::EventLoop() : thread_([this] { Run(); }) {}
 
@@ -88,4 +88,4 @@ void EventLoop::Run() {
   }
 }
 
-}  // namespace trainctl::coordinator
+}  // namespace trainctl
