@@ -166,6 +166,13 @@ absl::Status JobManager::Recover(const StoreSnapshot& snapshot) {
     e.last_event_seq = snapshot.last_event_seqs[i];
     next_submit_seq_ = std::max(next_submit_seq_, e.submit_seq + 1);
     if (!IsTerminal(e.job.state())) ++active_jobs_;
+    // Hang detection restarts its clock: the coordinator was away, not the ranks.
+    absl::Time now = clock_->Now();
+    for (v1::Attempt& a : *e.job.mutable_attempts()) {
+      for (v1::RankAssignment& r : *a.mutable_ranks()) {
+        if (!IsTerminal(r.state())) SetTimestamp(now, r.mutable_last_progress_time());
+      }
+    }
     auto [it, inserted] = jobs_.emplace(e.job.id(), std::move(e));
     TrackIndexes(it->second);
   }
@@ -821,6 +828,8 @@ absl::Status JobManager::OnLogs(const std::string& worker_id, const v1::LogChunk
 }
 
 void JobManager::OnWorkerRegistered(const std::string& worker_id, const v1::Register& msg) {
+  // 0. Ends that happened while the worker was away come first.
+  for (const v1::RankStatus& st : msg.ended()) (void)OnRankStatus(worker_id, st);
   // What the worker says it runs, by (job, attempt, rank).
   absl::flat_hash_map<std::string, const v1::RunningRank*> reported;
   for (const v1::RunningRank& r : msg.running()) {

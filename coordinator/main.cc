@@ -16,6 +16,8 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
 ABSL_FLAG(std::string, db, "trainctl.db", "SQLite database holding every job, event and worker");
 ABSL_FLAG(int, heartbeat_interval_ms, 1000, "how often workers heartbeat");
 ABSL_FLAG(int, lease_timeout_ms, 3000, "a worker silent this long is LOST and its ranks fail");
+ABSL_FLAG(int, recovery_grace_s, 15,
+          "after a restart, known workers get this long to reconnect before they are LOST");
 ABSL_FLAG(int, progress_timeout_s, 300,
           "a running attempt with no step progress this long is failed as hung (per job: "
           "restart.progress_timeout_s)");
@@ -51,6 +53,7 @@ int main(int argc, char** argv) {
   o.db_path = absl::GetFlag(FLAGS_db);
   o.registry.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   o.registry.lease_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_lease_timeout_ms));
+  o.registry.recovery_grace = absl::Seconds(absl::GetFlag(FLAGS_recovery_grace_s));
   o.jobs.progress_timeout = absl::Seconds(absl::GetFlag(FLAGS_progress_timeout_s));
   o.jobs.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_s));
   o.jobs.stop_grace = absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));

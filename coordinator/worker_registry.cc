@@ -77,7 +77,7 @@ void WorkerRegistry::Recover(const std::vector<v1::Worker>& workers) {
     Entry& e = workers_[w.id()];
     e.worker = w;
     e.channel = nullptr;
-    e.lease_deadline = now + options_.lease_timeout;
+    e.lease_deadline = now + std::max(options_.lease_timeout, options_.recovery_grace);
   }
 }
 

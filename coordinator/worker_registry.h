@@ -43,14 +43,17 @@ struct RegistryOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   // LOST after this long without a heartbeat.
   absl::Duration lease_timeout = absl::Seconds(3);
+  // After a coordinator restart, workers get at least this long to notice
+  // and reconnect (their backoff runs while the coordinator was down).
+  absl::Duration recovery_grace = absl::Seconds(15);
 };
 
 class WorkerRegistry {
  public:
   WorkerRegistry(StateStore* store, const Clock* clock, RegistryOptions options);
 
-  // Loads workers from the store at start. Every ALIVE one gets a fresh
-  // lease from now to reconnect in.
+  // Loads workers from the store at start. Every ALIVE one gets
+  // max(lease_timeout, recovery_grace) from now to reconnect in.
   void Recover(const std::vector<v1::Worker>& workers);
 
   // A session's Register message. Returns the worker's id (assigned when the

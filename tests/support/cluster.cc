@@ -1,0 +1,241 @@
+#include "tests/support/cluster.h"
+
+#include <dirent.h>
+#include <fcntl.h>
+#include <grpcpp/grpcpp.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/match.h"
+
+namespace trainctl::testing {
+
+std::string BuildDirOfThisTest() {
+  char self[4096] = {0};
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string exe(self, n > 0 ? static_cast<size_t>(n) : 0);
+  if (const char* b = std::getenv("TRAINCTL_BINARY_DIR")) return b;
+  std::string dir = exe.substr(0, exe.rfind('/'));
+  return dir.substr(0, dir.rfind('/'));
+}
+
+Process::Process(std::vector<std::string> argv, std::string log_path)
+    : argv_(std::move(argv)), log_path_(std::move(log_path)) {}
+
+Process::~Process() {
+  if (!reaped_) {
+    Kill(SIGKILL);
+    Wait(absl::Seconds(5));
+  }
+}
+
+bool Process::Start() {
+  std::vector<char*> argv;
+  for (std::string& a : argv_) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  pid_t parent = getpid();
+  pid_ = fork();
+  if (pid_ < 0) return false;
+  if (pid_ == 0) {
+    prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (getppid() != parent) _exit(126);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  close(fd);
+  reaped_ = false;
+  return true;
+}
+
+void Process::Kill(int sig) {
+  if (!reaped_ && pid_ > 0) kill(pid_, sig);
+}
+
+int Process::Wait(absl::Duration timeout) {
+  if (reaped_) return 0;
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    int status = 0;
+    if (waitpid(pid_, &status, WNOHANG) == pid_) {
+      reaped_ = true;
+      return status;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return -1;
+}
+
+bool Process::running() {
+  if (reaped_) return false;
+  int status = 0;
+  if (waitpid(pid_, &status, WNOHANG) == pid_) {
+    reaped_ = true;
+    return false;
+  }
+  return true;
+}
+
+std::string Process::ReadLog() const {
+  std::ifstream in(log_path_);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+Cluster::Cluster(std::string build_dir, std::string rank_binary)
+    : build_dir_(std::move(build_dir)), rank_binary_(std::move(rank_binary)) {
+  char tmpl[] = "/tmp/trainctl_cluster_XXXXXX";
+  dir_ = mkdtemp(tmpl);
+}
+
+Cluster::~Cluster() {
+  for (auto& [name, w] : workers_) {
+    w->Kill(SIGTERM);
+    if (w->Wait(absl::Seconds(10)) < 0) w->Kill(SIGKILL);
+  }
+  workers_.clear();
+  if (coordinator_) {
+    coordinator_->Kill(SIGTERM);
+    if (coordinator_->Wait(absl::Seconds(5)) < 0) coordinator_->Kill(SIGKILL);
+  }
+  coordinator_.reset();
+  if (std::getenv("TRAINCTL_KEEP_TEST_DIRS") == nullptr) {
+    std::string cmd = "rm -rf " + dir_;
+    (void)std::system(cmd.c_str());
+  }
+}
+
+bool Cluster::StartCoordinator(std::vector<std::string> extra) {
+  std::string listen = address_.empty() ? "127.0.0.1:0" : address_;
+  std::vector<std::string> argv{build_dir_ + "/coordinator/trainctl-coordinator",
+                                "--listen=" + listen, "--db=" + dir_ + "/state.db",
+                                "--heartbeat_interval_ms=200", "--lease_timeout_ms=1500", "--stop_grace_s=2"};
+  argv.insert(argv.end(), extra.begin(), extra.end());
+  std::string log = absl::StrCat(dir_, "/coordinator-", restarts_++, ".log");
+  coordinator_ = std::make_unique<Process>(argv, log);
+  if (!coordinator_->Start()) return false;
+  absl::Time deadline = absl::Now() + absl::Seconds(15);
+  while (absl::Now() < deadline) {
+    std::string out = coordinator_->ReadLog();
+    size_t pos = out.find("listening on ");
+    if (pos != std::string::npos && out.find('\n', pos) != std::string::npos) {
+      std::string line = out.substr(pos + 13, out.find('\n', pos) - pos - 13);
+      address_ = line;
+      Connect();
+      return true;
+    }
+    if (!coordinator_->running()) return false;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  return false;
+}
+
+void Cluster::Connect() {
+  auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+  jobs_ = v1::JobService::NewStub(channel);
+  workers_stub_ = v1::WorkerService::NewStub(channel);
+}
+
+void Cluster::KillCoordinator(int sig) {
+  coordinator_->Kill(sig);
+  coordinator_->Wait(absl::Seconds(10));
+}
+
+bool Cluster::StartWorker(const std::string& name, int slots) {
+  std::vector<std::string> argv{build_dir_ + "/worker/daemon/trainctl-worker",
+                                "--coordinator=" + address_,
+                                absl::StrCat("--slots=", slots),
+                                "--work_dir=" + dir_ + "/worker-" + name,
+                                "--address=127.0.0.1",
+                                "--rank_binary=" + rank_binary_,
+                                "--rank_timeout_s=20",
+                                "--stop_grace_s=2"};
+  auto p = std::make_unique<Process>(argv, dir_ + "/worker-" + name + ".log");
+  if (!p->Start()) return false;
+  workers_[name] = std::move(p);
+  return true;
+}
+
+void Cluster::KillWorker(const std::string& name, int sig) {
+  workers_[name]->Kill(sig);
+  workers_[name]->Wait(absl::Seconds(10));
+}
+
+bool Cluster::WaitWorkers(int n, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  while (absl::Now() < deadline) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
+    v1::ListWorkersResponse resp;
+    if (workers_stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok() && resp.workers_size() >= n) {
+      return true;
+    }
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return false;
+}
+
+std::string Cluster::Submit(const v1::JobSpec& spec) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  v1::SubmitJobResponse resp;
+  grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
+  return s.ok() ? resp.job().id() : "";
+}
+
+v1::Job Cluster::Get(const std::string& id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(5));
+  v1::GetJobRequest req;
+  req.set_job_id(id);
+  v1::Job job;
+  (void)jobs_->GetJob(&ctx, req, &job);
+  return job;
+}
+
+v1::Job Cluster::WaitState(const std::string& id, v1::JobState want, absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  v1::Job job;
+  while (absl::Now() < deadline) {
+    job = Get(id);
+    if (job.state() == want) return job;
+    bool terminal = job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED ||
+                    job.state() == v1::JOB_STATE_CANCELLED;
+    if (terminal) return job;
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  return job;
+}
+
+std::vector<pid_t> Cluster::ProcessesMatching(const std::string& needle) {
+  std::vector<pid_t> out;
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return out;
+  while (dirent* e = readdir(d)) {
+    pid_t pid = atoi(e->d_name);
+    if (pid <= 0) continue;
+    std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    for (char& c : cmd) if (c == '\0') c = ' ';
+    std::ifstream st(absl::StrCat("/proc/", pid, "/stat"));
+    std::string stat((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
+    bool zombie = stat.size() > stat.rfind(')') + 2 && stat[stat.rfind(')') + 2] == 'Z';
+    if (!zombie && absl::StrContains(cmd, needle)) out.push_back(pid);
+  }
+  closedir(d);
+  return out;
+}
+
+}  // namespace trainctl::testing

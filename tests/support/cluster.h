@@ -1,0 +1,88 @@
+// A real trainctl cluster on loopback for end-to-end tests: the
+// trainctl-coordinator binary and trainctl-worker daemons as child
+// processes (each can be SIGKILLed and restarted), plus a JobService stub.
+// Ports are chosen by the kernel (port 0); every wait is bounded.
+//
+// Not thread-safe: use from the test's thread.
+#pragma once
+
+#include <sys/types.h>
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "trainctl/v1/job_service.grpc.pb.h"
+#include "trainctl/v1/worker_service.grpc.pb.h"
+
+namespace trainctl::testing {
+
+// A child process with its stdout+stderr in a file.
+class Process {
+ public:
+  Process(std::vector<std::string> argv, std::string log_path);
+  ~Process();
+  bool Start();
+  void Kill(int sig);
+  // Waits for exit; returns the raw wait status, or -1 on timeout.
+  int Wait(absl::Duration timeout);
+  bool running();
+  pid_t pid() const { return pid_; }
+  const std::string& log_path() const { return log_path_; }
+  std::string ReadLog() const;
+
+ private:
+  std::vector<std::string> argv_;
+  std::string log_path_;
+  pid_t pid_ = -1;
+  bool reaped_ = true;
+};
+
+class Cluster {
+ public:
+  // `build_dir` holds the binaries (coordinator/, worker/daemon/); `rank_binary`
+  // is what workers launch.
+  Cluster(std::string build_dir, std::string rank_binary);
+  ~Cluster();
+
+  // Starts (or restarts, on the same port and database) the coordinator.
+  bool StartCoordinator(std::vector<std::string> extra_flags = {});
+  void KillCoordinator(int sig = 9);
+  // Starts worker `name` (its work dir persists across restarts).
+  bool StartWorker(const std::string& name, int slots = 1);
+  void KillWorker(const std::string& name, int sig = 9);
+  Process* worker(const std::string& name) { return workers_[name].get(); }
+
+  // Waits until `n` workers are ALIVE.
+  bool WaitWorkers(int n, absl::Duration timeout = absl::Seconds(15));
+  v1::JobService::Stub* jobs() { return jobs_.get(); }
+  v1::WorkerService::Stub* workers_stub() { return workers_stub_.get(); }
+  const std::string& address() const { return address_; }
+  const std::string& dir() const { return dir_; }
+
+  // Submits and returns the job id ("" on failure; the test fails).
+  std::string Submit(const v1::JobSpec& spec);
+  // Polls GetJob until the state is `want` (or the job ends in another terminal state).
+  v1::Job WaitState(const std::string& id, v1::JobState want, absl::Duration timeout = absl::Seconds(60));
+  v1::Job Get(const std::string& id);
+  // Pids of live processes whose command line contains `needle`.
+  static std::vector<pid_t> ProcessesMatching(const std::string& needle);
+
+ private:
+  void Connect();
+
+  std::string build_dir_, rank_binary_, dir_, address_;
+  std::unique_ptr<Process> coordinator_;
+  std::map<std::string, std::unique_ptr<Process>> workers_;
+  std::unique_ptr<v1::JobService::Stub> jobs_;
+  std::unique_ptr<v1::WorkerService::Stub> workers_stub_;
+  int restarts_ = 0;
+};
+
+// The build directory of the running test binary (its parent's parent when
+// it sits in build/<component>/).
+std::string BuildDirOfThisTest();
+
+}  // namespace trainctl::testing

@@ -1,0 +1,85 @@
+#!/usr/bin/python3
+"""A stand-in for trainctl-rank that speaks the daemon <-> rank protocol
+(worker/protocol/rank_protocol.h) without LibTorch, so the worker daemon
+can be tested fast and under sanitizers. What it does is chosen by words
+in the job name (config key `name`):
+
+  ok (default)  trains training.epochs epochs of ~0.2 s, reports metrics, exits 0
+  crash         rank 1 of attempt 1 kills itself with SIGSEGV after epoch 0
+  config        rank 0 reports `error config ...` and exits 2
+  hang          runs until stopped (ignores nothing: SIGTERM ends it)
+  stubborn      like hang but ignores SIGTERM (the daemon must SIGKILL)
+  spam          prints log lines in a tight loop for a second, then succeeds
+  slow          epochs of ~1 s
+
+Rank 0 keeps `epoch` in run.checkpoint_dir and resumes from it.
+"""
+import os, signal, socket, sys, time
+
+def main():
+    cfg = {}
+    path = sys.argv[sys.argv.index("--config") + 1]
+    for line in open(path):
+        line = line.rstrip("\n")
+        if line and "=" in line:
+            k, v = line.split("=", 1)
+            cfg[k] = v
+    fd = int(cfg["run.status_fd"])
+    status = os.fdopen(fd, "w", buffering=1)
+    def say(s):
+        status.write(s + "\n")
+        status.flush()
+    name = cfg.get("name", "")
+    rank = int(cfg["run.rank"])
+    attempt = int(cfg["run.attempt"])
+    epochs = int(cfg.get("training.epochs", "1"))
+    ckpt = cfg["run.checkpoint_dir"]
+    assert os.environ["RANK"] == str(rank) and os.environ["WORLD_SIZE"] == cfg["run.world_size"]
+    if "stubborn" in name:
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    listener = None
+    if rank == 0 and cfg.get("run.store_address", "") == "":
+        listener = socket.socket()
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        say("rendezvous 127.0.0.1:%d" % listener.getsockname()[1])
+    print("rank %d of %s attempt %d starting" % (rank, cfg["run.world_size"], attempt), flush=True)
+    if "config" in name and rank == 0:
+        print("bad data file", file=sys.stderr, flush=True)
+        say("error config data.train.images: /nope/images.gz: no such file")
+        sys.exit(2)
+    say("ready")
+    if "hang" in name or "stubborn" in name:
+        while True:
+            time.sleep(0.1)
+    start = 0
+    if cfg.get("run.resume") == "true" and os.path.exists(os.path.join(ckpt, "epoch")):
+        start = int(open(os.path.join(ckpt, "epoch")).read())
+        print("resumed from epoch %d" % start, flush=True)
+    epoch_time = 1.0 if "slow" in name else 0.2
+    for epoch in range(start, epochs):
+        if "spam" in name:
+            end = time.time() + 1.0
+            i = 0
+            while time.time() < end:
+                print("spam line %d" % i)
+                i += 1
+            sys.stdout.flush()
+        for step in range(1, 5):
+            time.sleep(epoch_time / 4)
+            say("progress %d %d" % (epoch, epoch * 4 + step))
+        say("metric kind=train epoch=%d step=4 steps_per_epoch=4 loss=%f lr=0.001 samples_per_sec=100 samples_seen=%d"
+            % (epoch, 1.0 / (epoch + 1), (epoch + 1) * 120))
+        say("metric kind=epoch_end epoch=%d step=4 steps_per_epoch=4 loss=%f eval_loss=0.5 eval_accuracy=0.8 eval_samples=10"
+            % (epoch, 1.0 / (epoch + 1)))
+        print("epoch %d done" % epoch, flush=True)
+        if rank == 0:
+            with open(os.path.join(ckpt, "epoch.tmp"), "w") as f:
+                f.write(str(epoch + 1))
+            os.rename(os.path.join(ckpt, "epoch.tmp"), os.path.join(ckpt, "epoch"))
+        if "crash" in name and rank == 1 and attempt == 1 and epoch == 0:
+            print("about to crash", flush=True)
+            os.kill(os.getpid(), signal.SIGSEGV)
+    sys.exit(0)
+
+main()

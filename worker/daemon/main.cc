@@ -1,0 +1,107 @@
+// trainctl-worker: the per-host daemon. See docs/operator.md.
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <iostream>
+
+#include "absl/flags/flag.h"
+#include "absl/flags/parse.h"
+#include "absl/flags/usage.h"
+#include "absl/flags/usage_config.h"
+#include "absl/strings/match.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "worker/daemon/slot_inventory.h"
+#include "worker/daemon/worker_daemon.h"
+
+ABSL_FLAG(std::string, coordinator, "localhost:7070", "coordinator host:port");
+ABSL_FLAG(std::string, gpus, "",
+          "GPUs to offer: all, none, or indices like 0,1 (default: every visible GPU; CPU slots "
+          "when there is none)");
+ABSL_FLAG(int, slots, 0, "CPU slots to offer (default 1 on a host without GPUs); implies CPU");
+ABSL_FLAG(std::string, work_dir, "./trainctl-worker",
+          "keeps the stable worker id and each rank's files and checkpoints");
+ABSL_FLAG(std::string, labels, "", "labels as key=value,key=value");
+ABSL_FLAG(std::string, address, "",
+          "address other hosts reach this one at (default: the hostname)");
+ABSL_FLAG(std::string, rank_binary, "",
+          "the rank process (default: trainctl-rank next to this binary, or in the build tree)");
+ABSL_FLAG(int, rank_timeout_s, 120, "collective and rendezvous timeout handed to ranks");
+ABSL_FLAG(int, stop_grace_s, 10, "SIGTERM-to-SIGKILL grace when the daemon stops");
+
+namespace {
+absl::Notification* g_stop = nullptr;
+void OnSignal(int) {
+  if (g_stop != nullptr && !g_stop->HasBeenNotified()) g_stop->Notify();
+}
+
+std::string DefaultRankBinary() {
+  char self[4096] = {0};
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "trainctl-rank";
+  std::filesystem::path dir = std::filesystem::path(std::string(self, n)).parent_path();
+  for (const auto& p : {dir / "trainctl-rank", dir / ".." / "trainer" / "trainctl-rank"}) {
+    if (access(p.c_str(), X_OK) == 0) return std::filesystem::weakly_canonical(p).string();
+  }
+  return (dir / "trainctl-rank").string();
+}
+}  // namespace
+
+int main(int argc, char** argv) {
+  absl::SetProgramUsageMessage(
+      "trainctl-worker --coordinator HOST:PORT [--gpus all|0,1 | --slots N] [--work_dir DIR]\n"
+      "The per-host daemon: registers this host's GPUs or CPU slots, launches and supervises "
+      "rank processes, forwards their metrics and logs.");
+  absl::FlagsUsageConfig usage;
+  usage.contains_help_flags = [](absl::string_view f) { return absl::EndsWith(f, "daemon/main.cc"); };
+  usage.contains_helpshort_flags = usage.contains_help_flags;
+  absl::SetFlagsUsageConfig(usage);
+  absl::ParseCommandLine(argc, argv);
+
+  trainctl::worker::DaemonOptions o;
+  o.coordinator = absl::GetFlag(FLAGS_coordinator);
+  o.work_dir = absl::GetFlag(FLAGS_work_dir);
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  o.hostname = host;
+  o.address = absl::GetFlag(FLAGS_address).empty() ? o.hostname : absl::GetFlag(FLAGS_address);
+  o.rank_binary = absl::GetFlag(FLAGS_rank_binary).empty() ? DefaultRankBinary() : absl::GetFlag(FLAGS_rank_binary);
+  o.rank_timeout_s = absl::GetFlag(FLAGS_rank_timeout_s);
+  std::string labels = absl::GetFlag(FLAGS_labels);
+  if (!labels.empty()) {
+    for (absl::string_view kv : absl::StrSplit(labels, ',')) {
+      std::vector<std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+      if (p.size() != 2 || p[0].empty()) {
+        std::cerr << "trainctl-worker: --labels: expected key=value, got '" << kv << "'\n";
+        return 2;
+      }
+      o.labels[p[0]] = p[1];
+    }
+  }
+  auto slots = trainctl::worker::ChooseSlots(absl::GetFlag(FLAGS_gpus), absl::GetFlag(FLAGS_slots),
+                                             trainctl::worker::DiscoverGpus());
+  if (!slots.ok()) {
+    std::cerr << "trainctl-worker: " << slots.status().message() << "\n";
+    return 2;
+  }
+  o.slots = *slots;
+
+  std::signal(SIGPIPE, SIG_IGN);
+  trainctl::worker::WorkerDaemon daemon(o);
+  if (absl::Status s = daemon.Start(); !s.ok()) {
+    std::cerr << "trainctl-worker: " << s.message() << "\n";
+    return 2;
+  }
+  std::cout << "trainctl-worker: " << o.slots.size() << " "
+            << (o.slots[0].kind() == trainctl::v1::Slot::KIND_GPU ? "GPU" : "CPU")
+            << " slot(s), coordinator " << o.coordinator << std::endl;
+  absl::Notification stop;
+  g_stop = &stop;
+  std::signal(SIGTERM, OnSignal);
+  std::signal(SIGINT, OnSignal);
+  stop.WaitForNotification();
+  std::cout << "trainctl-worker: stopping ranks and leaving" << std::endl;
+  daemon.Shutdown(/*goodbye=*/true, absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s)));
+  return 0;
+}

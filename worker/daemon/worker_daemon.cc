@@ -1,0 +1,789 @@
+#include "worker/daemon/worker_daemon.h"
+
+#include <dlfcn.h>
+#include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+
+#include <algorithm>
+#include <atomic>
+#include <csignal>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/synchronization/notification.h"
+#include "common/jobspec/job_spec.h"
+#include "common/time_util.h"
+#include "worker/protocol/rank_protocol.h"
+
+namespace trainctl::worker {
+
+namespace fs = std::filesystem;
+namespace rk = rankproto::run_keys;
+
+constexpr int kLastLogLines = 20;
+
+// A rank's final status (the kind that travels with a re-registration).
+static bool IsEnd(const v1::WorkerMessage& m) {
+  if (!m.has_rank_status()) return false;
+  v1::RankState s = m.rank_status().state();
+  return s == v1::RANK_STATE_SUCCEEDED || s == v1::RANK_STATE_FAILED || s == v1::RANK_STATE_STOPPED;
+}
+
+struct WorkerDaemon::LocalRank {
+  v1::RankAssignment assignment;
+  std::string key;  // "job/attempt/rank"
+  bool launched = false;
+  bool exited = false;
+  bool stop_requested = false;
+  bool reported_end = false;
+  pid_t pid = -1;
+  std::optional<rankproto::ErrorKind> error_kind;
+  std::string error_message;
+  std::deque<std::string> last_lines;
+  // Log forwarding: pending lines, token bucket, dropped count.
+  std::vector<v1::LogLine> pending_logs;
+  double tokens = 0;
+  absl::Time refill_at;
+  int64_t dropped = 0;
+};
+
+struct WorkerDaemon::LocalAttempt {
+  std::string job_id;
+  int32_t number = 0;
+  v1::JobSpec spec;
+  bool produce_rendezvous = false;
+  bool gpu = false;
+  std::optional<v1::RendezvousInfo> rendezvous;
+  std::map<int32_t, LocalRank> ranks;
+  std::vector<v1::MetricPoint> pending_metrics;
+  std::string checkpoint_dir;
+  bool resume = false;
+};
+
+absl::StatusOr<std::string> GenerateNcclUniqueId() {
+  void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) return absl::UnavailableError("NCCL (libnccl.so.2) is not installed on this host");
+  using GetId = int (*)(void*);
+  auto get = reinterpret_cast<GetId>(dlsym(lib, "ncclGetUniqueId"));
+  if (get == nullptr) return absl::UnavailableError("libnccl.so.2 has no ncclGetUniqueId");
+  char id[128] = {0};
+  int rc = get(id);
+  // The library stays loaded: NCCL's bootstrap root lives in this process
+  // until every rank has initialised.
+  if (rc != 0) return absl::UnavailableError(absl::StrCat("ncclGetUniqueId failed (", rc, ")"));
+  return std::string(id, sizeof id);
+}
+
+WorkerDaemon::WorkerDaemon(DaemonOptions options) : options_(std::move(options)) {}
+
+WorkerDaemon::~WorkerDaemon() { Shutdown(false, absl::Seconds(2)); }
+
+std::string WorkerDaemon::worker_id() {
+  absl::MutexLock lock(&mu_);
+  return worker_id_;
+}
+
+bool WorkerDaemon::connected() {
+  absl::MutexLock lock(&mu_);
+  return connected_;
+}
+
+int WorkerDaemon::running_ranks() {
+  return supervisor_ ? static_cast<int>(supervisor_->Running().size()) : 0;
+}
+
+absl::Status WorkerDaemon::Start() {
+  std::error_code ec;
+  fs::create_directories(options_.work_dir, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("--work_dir ", options_.work_dir, ": ", ec.message()));
+  if (access(options_.rank_binary.c_str(), X_OK) != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank_binary ", options_.rank_binary, ": not an executable file"));
+  }
+  id_file_ = options_.work_dir + "/worker-id";
+  {
+    std::ifstream in(id_file_);
+    std::string id;
+    if (in >> id) {
+      absl::MutexLock lock(&mu_);
+      worker_id_ = id;
+    }
+  }
+  RankCallbacks cb;
+  cb.on_status = [this](const std::string& key, const std::string& line) {
+    loop_.Post([this, key, line] { OnStatusLine(key, line); });
+  };
+  cb.on_log = [this](const std::string& key, int stream, const std::string& line) {
+    loop_.Post([this, key, stream, line] { OnLogLine(key, stream, line); });
+  };
+  cb.on_exit = [this](const std::string& key, int code, int sig) {
+    loop_.Post([this, key, code, sig] { OnExit(key, code, sig); });
+  };
+  supervisor_ = std::make_unique<RankSupervisor>(std::move(cb));
+  loop_.Every(options_.metrics_flush, [this] { FlushMetrics(); });
+  loop_.Every(options_.log_flush, [this] { FlushLogs(); });
+  started_ = true;
+  session_ = std::thread([this] { SessionLoop(); });
+  writer_ = std::thread([this] { WriterLoop(); });
+  return absl::OkStatus();
+}
+
+void WorkerDaemon::Shutdown(bool goodbye, absl::Duration grace) {
+  if (shut_down_ || !started_) return;
+  shut_down_ = true;
+  // Stop every rank and wait (bounded) for them to go.
+  for (const std::string& key : supervisor_->Running()) supervisor_->Stop(key, grace);
+  absl::Time deadline = absl::Now() + grace + absl::Seconds(1);
+  while (!supervisor_->Running().empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  loop_.RunSync([this] {
+    FlushMetrics();
+    FlushLogs();
+  });
+  if (goodbye) {
+    v1::WorkerMessage bye;
+    bye.mutable_goodbye()->set_reason("worker shutting down");
+    Enqueue(bye, true);
+    absl::Time until = absl::Now() + absl::Seconds(1);
+    while (absl::Now() < until) {
+      absl::MutexLock lock(&mu_);
+      if (critical_.empty() && outbox_.empty()) break;
+      mu_.AwaitWithTimeout(absl::Condition(+[](std::deque<v1::WorkerMessage>* q) { return q->empty(); }, &critical_),
+                           absl::Milliseconds(20));
+    }
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    shutting_down_ = true;
+    if (ctx_ != nullptr) ctx_->TryCancel();
+  }
+  if (session_.joinable()) session_.join();
+  if (writer_.joinable()) writer_.join();
+  loop_.Stop();
+  supervisor_.reset();
+}
+
+// --- session -------------------------------------------------------------------
+
+bool WorkerDaemon::Enqueue(v1::WorkerMessage msg, bool critical) {
+  absl::MutexLock lock(&mu_);
+  if (critical) {
+    critical_.push_back(std::move(msg));
+    return true;
+  }
+  if (!connected_) return false;  // Heartbeats, metrics, logs: dropped while away.
+  if (outbox_.size() > 10000) outbox_.pop_front();
+  outbox_.push_back(std::move(msg));
+  return true;
+}
+
+void WorkerDaemon::WriterLoop() {
+  while (true) {
+    v1::WorkerMessage msg;
+    bool critical = false;
+    grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return shutting_down_ || (connected_ && (!critical_.empty() || !outbox_.empty()));
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (shutting_down_) return;
+      critical = !critical_.empty();
+      msg = critical ? critical_.front() : outbox_.front();
+      stream = stream_;
+    }
+    bool ok = stream->Write(msg);
+    absl::MutexLock lock(&mu_);
+    if (ok || !critical) {
+      // Sent (or a best-effort message lost with the stream).
+      if (critical && !critical_.empty()) {
+        critical_.pop_front();
+      } else if (!critical && !outbox_.empty()) {
+        outbox_.pop_front();
+      }
+    }
+    if (!ok) {
+      // The reader sees the broken stream and reconnects; wait for that.
+      connected_ = false;
+      outbox_.clear();
+    }
+  }
+}
+
+void WorkerDaemon::SessionLoop() {
+  std::mt19937_64 rng(std::random_device{}());
+  absl::Duration backoff = options_.reconnect_min;
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  auto channel = grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
+  auto stub = v1::WorkerService::NewStub(channel);
+  while (true) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutting_down_) return;
+    }
+    grpc::ClientContext ctx;
+    std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream;
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutting_down_) return;
+      ctx_ = &ctx;
+    }
+    stream = stub->Session(&ctx);
+    v1::WorkerMessage reg;
+    v1::Register* r = reg.mutable_register_();
+    r->set_worker_id(worker_id());
+    r->set_hostname(options_.hostname);
+    r->set_address(options_.address);
+    for (const v1::Slot& s : options_.slots) *r->add_slots() = s;
+    for (const auto& [k, v] : options_.labels) (*r->mutable_labels())[k] = v;
+    r->set_version(options_.version);
+    std::vector<v1::RunningRank> running;
+    loop_.RunSync([&] { running = RunningRanks(); });
+    for (auto& rr : running) *r->add_running() = rr;
+    {
+      // Ends not yet delivered travel with the registration, so the
+      // coordinator never takes a finished rank for a vanished one.
+      // They leave the queue only once the registration is acknowledged.
+      absl::MutexLock lock(&mu_);
+      for (const v1::WorkerMessage& m : critical_) {
+        if (IsEnd(m)) *r->add_ended() = m.rank_status();
+      }
+    }
+
+    if (std::getenv("TRAINCTL_WORKER_DEBUG") != nullptr) {
+      std::cerr << "trainctl-worker: registering with " << r->running_size() << " running, "
+                << r->ended_size() << " ended rank(s)\n";
+    }
+    bool registered = false;
+    v1::CoordinatorMessage in;
+    if (stream->Write(reg) && stream->Read(&in) && in.has_register_ack()) {
+      registered = true;
+      backoff = options_.reconnect_min;
+      const v1::RegisterAck& ack = in.register_ack();
+      {
+        absl::MutexLock lock(&mu_);
+        worker_id_ = ack.worker_id();
+        heartbeat_interval_ = absl::Milliseconds(std::max(50, ack.heartbeat_interval_ms()));
+        stream_ = stream.get();
+        connected_ = true;
+        critical_.erase(std::remove_if(critical_.begin(), critical_.end(),
+                                       [&](const v1::WorkerMessage& m) {
+                                         if (!IsEnd(m)) return false;
+                                         for (const v1::RankStatus& e : r->ended()) {
+                                           if (e.SerializeAsString() == m.rank_status().SerializeAsString()) return true;
+                                         }
+                                         return false;
+                                       }),
+                        critical_.end());
+      }
+      std::ofstream(id_file_ + ".tmp") << ack.worker_id() << "\n";
+      std::rename((id_file_ + ".tmp").c_str(), id_file_.c_str());
+      // Heartbeats from their own thread so a busy loop never delays them.
+      std::atomic<bool> hb_stop{false};
+      std::thread heartbeat([this, &hb_stop] {
+        int64_t seq = 0;
+        while (!hb_stop) {
+          v1::WorkerMessage hb;
+          hb.mutable_heartbeat()->set_seq(++seq);
+          Enqueue(hb, false);
+          absl::Duration d;
+          {
+            absl::MutexLock lock(&mu_);
+            d = heartbeat_interval_;
+          }
+          absl::Time until = absl::Now() + d;
+          while (!hb_stop && absl::Now() < until) absl::SleepFor(absl::Milliseconds(10));
+        }
+      });
+      while (stream->Read(&in)) {
+        v1::CoordinatorMessage copy = in;
+        loop_.Post([this, copy] { OnMessage(copy); });
+      }
+      hb_stop = true;
+      heartbeat.join();
+    }
+    {
+      absl::MutexLock lock(&mu_);
+      connected_ = false;
+      stream_ = nullptr;
+      ctx_ = nullptr;
+      outbox_.clear();
+    }
+    // Wait for the writer to let go of the stream before it is destroyed.
+    ctx.TryCancel();
+    grpc::Status st = stream->Finish();
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutting_down_) return;
+    }
+    if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS || st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      std::cerr << "trainctl-worker: coordinator refused registration: " << st.error_message() << "\n";
+    } else if (registered) {
+      std::cerr << "trainctl-worker: session ended (" << st.error_message() << "); reconnecting\n";
+    }
+    // Exponential backoff with full jitter.
+    absl::Duration wait = absl::Milliseconds(
+        std::uniform_int_distribution<int64_t>(absl::ToInt64Milliseconds(backoff) / 2,
+                                               absl::ToInt64Milliseconds(backoff))(rng));
+    absl::Time until = absl::Now() + wait;
+    while (absl::Now() < until) {
+      {
+        absl::MutexLock lock(&mu_);
+        if (shutting_down_) return;
+      }
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    backoff = std::min(backoff * 2, options_.reconnect_max);
+  }
+}
+
+// --- loop handlers -------------------------------------------------------------
+
+std::vector<v1::RunningRank> WorkerDaemon::RunningRanks() {
+  std::vector<v1::RunningRank> out;
+  for (auto& [k, a] : attempts_) {
+    for (auto& [rank, r] : a->ranks) {
+      if (!r.launched || r.exited) continue;
+      v1::RunningRank rr;
+      rr.set_job_id(a->job_id);
+      rr.set_attempt(a->number);
+      rr.set_rank(rank);
+      rr.set_pid(r.pid);
+      out.push_back(rr);
+    }
+  }
+  return out;
+}
+
+void WorkerDaemon::OnMessage(const v1::CoordinatorMessage& m) {
+  switch (m.msg_case()) {
+    case v1::CoordinatorMessage::kStartRanks:
+      OnStartRanks(m.start_ranks());
+      break;
+    case v1::CoordinatorMessage::kRendezvous:
+      OnRendezvous(m.rendezvous());
+      break;
+    case v1::CoordinatorMessage::kStopRanks:
+      OnStopRanks(m.stop_ranks());
+      break;
+    default:
+      break;
+  }
+}
+
+void WorkerDaemon::ReportStatus(const LocalAttempt& a, const LocalRank& r, v1::RankState state) {
+  v1::WorkerMessage m;
+  v1::RankStatus* s = m.mutable_rank_status();
+  s->set_job_id(a.job_id);
+  s->set_attempt(a.number);
+  s->set_rank(r.assignment.rank());
+  s->set_state(state);
+  s->set_pid(r.pid);
+  if (state == v1::RANK_STATE_FAILED || state == v1::RANK_STATE_STOPPED || state == v1::RANK_STATE_SUCCEEDED) {
+    v1::ExitInfo* e = s->mutable_exit();
+    e->set_exit_code(-1);
+    for (const std::string& l : r.last_lines) e->add_last_log_lines(l);
+  }
+  Enqueue(m, /*critical=*/true);
+}
+
+void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
+  std::string akey = absl::StrCat(s.job_id(), "/", s.attempt());
+  if (attempts_.count(akey) > 0) return;  // A re-send after a reconnect.
+  auto a = std::make_unique<LocalAttempt>();
+  a->job_id = s.job_id();
+  a->number = s.attempt();
+  a->spec = s.spec();
+  a->produce_rendezvous = s.produce_rendezvous();
+  a->resume = s.attempt() > 1;
+  a->checkpoint_dir = s.spec().checkpoint().dir().empty()
+                          ? absl::StrCat(options_.work_dir, "/jobs/", s.job_id(), "/checkpoints")
+                          : s.spec().checkpoint().dir();
+  for (const v1::RankAssignment& ra : s.ranks()) {
+    LocalRank& r = a->ranks[ra.rank()];
+    r.assignment = ra;
+    r.key = absl::StrCat(akey, "/", ra.rank());
+    r.tokens = options_.log_burst;
+    r.refill_at = absl::Now();
+    a->gpu = ra.slot().kind() == v1::Slot::KIND_GPU;
+  }
+  LocalAttempt& at = *a;
+  attempts_[akey] = std::move(a);
+  if (!at.produce_rendezvous) return;  // Wait for the delivery.
+  if (at.gpu) {
+    absl::StatusOr<std::string> id = GenerateNcclUniqueId();
+    if (!id.ok()) {
+      for (auto& [rank, r] : at.ranks) {
+        r.error_kind = rankproto::ErrorKind::kExit;
+        r.error_message = std::string(id.status().message());
+        v1::WorkerMessage m;
+        v1::RankStatus* st = m.mutable_rank_status();
+        st->set_job_id(at.job_id);
+        st->set_attempt(at.number);
+        st->set_rank(rank);
+        st->set_state(v1::RANK_STATE_FAILED);
+        st->mutable_exit()->set_kind(v1::FAILURE_KIND_LAUNCH);
+        st->mutable_exit()->set_exit_code(-1);
+        st->mutable_exit()->set_message(std::string(id.status().message()));
+        r.reported_end = true;
+        r.exited = true;
+        Enqueue(m, true);
+      }
+      MaybeForget(akey);
+      return;
+    }
+    v1::WorkerMessage m;
+    v1::RendezvousReport* rep = m.mutable_rendezvous();
+    rep->set_job_id(at.job_id);
+    rep->set_attempt(at.number);
+    rep->mutable_info()->set_nccl_unique_id(*id);
+    rep->mutable_info()->set_master_addr(options_.address);
+    Enqueue(m, true);
+    return;
+  }
+  // CPU: rank 0 hosts the store; launch it now and report its address.
+  auto it = at.ranks.find(0);
+  if (it != at.ranks.end()) Launch(at, it->second);
+}
+
+void WorkerDaemon::OnRendezvous(const v1::RendezvousDelivery& d) {
+  auto it = attempts_.find(absl::StrCat(d.job_id(), "/", d.attempt()));
+  if (it == attempts_.end()) return;
+  it->second->rendezvous = d.info();
+  LaunchPending(*it->second);
+}
+
+void WorkerDaemon::LaunchPending(LocalAttempt& a) {
+  for (auto& [rank, r] : a.ranks) {
+    if (!r.launched && !r.stop_requested && !r.reported_end) Launch(a, r);
+  }
+}
+
+void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
+  const v1::RankAssignment& ra = r.assignment;
+  std::string dir = absl::StrCat(options_.work_dir, "/jobs/", a.job_id, "/attempt-", a.number, "/rank-", ra.rank());
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  fs::create_directories(a.checkpoint_dir, ec);
+
+  rankproto::FlatConfig cfg = JobSpecToFlat(a.spec);
+  cfg[rk::kJobId] = a.job_id;
+  cfg[rk::kAttempt] = absl::StrCat(a.number);
+  cfg[rk::kRank] = absl::StrCat(ra.rank());
+  cfg[rk::kLocalRank] = absl::StrCat(ra.local_rank());
+  cfg[rk::kWorldSize] = absl::StrCat(ra.world_size());
+  cfg[rk::kLocalWorldSize] = absl::StrCat(ra.local_world_size());
+  cfg[rk::kNodeRank] = absl::StrCat(ra.node_rank());
+  cfg[rk::kDevice] = a.gpu ? "cuda" : "cpu";
+  cfg[rk::kCudaDevice] = a.gpu ? "0" : "";
+  cfg[rk::kBackend] = a.gpu ? "nccl" : "gloo";
+  cfg[rk::kWorkDir] = dir;
+  cfg[rk::kCheckpointDir] = a.checkpoint_dir;
+  cfg[rk::kResume] = a.resume ? "true" : "false";
+  cfg[rk::kStatusFd] = "3";
+  cfg[rk::kTimeoutSeconds] = absl::StrCat(options_.rank_timeout_s);
+  cfg[rk::kAdvertiseHost] = options_.address;
+  std::string master_addr = options_.address, master_port = "0";
+  if (a.rendezvous.has_value()) {
+    if (a.rendezvous->has_nccl_unique_id()) {
+      cfg[rk::kNcclUniqueId] = absl::BytesToHexString(a.rendezvous->nccl_unique_id());
+    }
+    if (ra.rank() != 0 || !a.produce_rendezvous) cfg[rk::kStoreAddress] = a.rendezvous->gloo_store_address();
+    master_addr = a.rendezvous->master_addr();
+    master_port = absl::StrCat(a.rendezvous->master_port());
+  } else {
+    cfg[rk::kStoreAddress] = "";
+  }
+  std::string config_path = dir + "/rank.conf";
+  if (absl::Status s = rankproto::WriteConfigFile(config_path, cfg); !s.ok()) {
+    r.error_message = std::string(s.message());
+  }
+
+  RankLaunch l;
+  l.key = r.key;
+  l.binary = options_.rank_binary;
+  l.args = options_.rank_binary_args;
+  l.args.push_back("--config");
+  l.args.push_back(config_path);
+  l.work_dir = dir;
+  l.env = {absl::StrCat("RANK=", ra.rank()),
+           absl::StrCat("LOCAL_RANK=", ra.local_rank()),
+           absl::StrCat("WORLD_SIZE=", ra.world_size()),
+           absl::StrCat("LOCAL_WORLD_SIZE=", ra.local_world_size()),
+           absl::StrCat("GROUP_RANK=", ra.node_rank()),
+           absl::StrCat("MASTER_ADDR=", master_addr),
+           absl::StrCat("MASTER_PORT=", master_port),
+           absl::StrCat("TRAINCTL_JOB_ID=", a.job_id),
+           absl::StrCat("TRAINCTL_ATTEMPT=", a.number)};
+  if (a.gpu) l.env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", ra.slot().index()));
+  r.launched = true;
+  absl::StatusOr<pid_t> pid = supervisor_->Launch(l);
+  if (!pid.ok()) {
+    r.exited = true;
+    r.reported_end = true;
+    v1::WorkerMessage m;
+    v1::RankStatus* st = m.mutable_rank_status();
+    st->set_job_id(a.job_id);
+    st->set_attempt(a.number);
+    st->set_rank(ra.rank());
+    st->set_state(v1::RANK_STATE_FAILED);
+    st->mutable_exit()->set_kind(v1::FAILURE_KIND_LAUNCH);
+    st->mutable_exit()->set_exit_code(-1);
+    st->mutable_exit()->set_message(absl::StrCat("cannot start the rank process: ", pid.status().message()));
+    Enqueue(m, true);
+    return;
+  }
+  r.pid = *pid;
+  ReportStatus(a, r, v1::RANK_STATE_STARTING);
+}
+
+void WorkerDaemon::OnStopRanks(const v1::StopRanks& s) {
+  std::string akey = absl::StrCat(s.job_id(), "/", s.attempt());
+  auto it = attempts_.find(akey);
+  absl::Duration grace = absl::Milliseconds(std::max(0, s.grace_period_ms()));
+  if (it == attempts_.end()) {
+    // Not ours (any more): a rank still running under that key is stopped.
+    for (int32_t rank : s.ranks()) supervisor_->Stop(absl::StrCat(akey, "/", rank), grace);
+    return;
+  }
+  LocalAttempt& a = *it->second;
+  for (auto& [rank, r] : a.ranks) {
+    bool listed = s.ranks_size() == 0 ||
+                  std::find(s.ranks().begin(), s.ranks().end(), rank) != s.ranks().end();
+    if (!listed || r.reported_end) continue;
+    r.stop_requested = true;
+    if (r.launched && !r.exited) {
+      supervisor_->Stop(r.key, grace);
+    } else {
+      r.exited = true;
+      r.reported_end = true;
+      ReportStatus(a, r, v1::RANK_STATE_STOPPED);
+    }
+  }
+  MaybeForget(akey);
+}
+
+WorkerDaemon::LocalRank* WorkerDaemon::FindRank(const std::string& key, LocalAttempt** attempt) {
+  size_t slash = key.rfind('/');
+  auto it = attempts_.find(key.substr(0, slash));
+  if (it == attempts_.end()) return nullptr;
+  int rank = std::stoi(key.substr(slash + 1));
+  auto r = it->second->ranks.find(rank);
+  if (r == it->second->ranks.end()) return nullptr;
+  *attempt = it->second.get();
+  return &r->second;
+}
+
+void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line) {
+  LocalAttempt* a = nullptr;
+  LocalRank* r = FindRank(key, &a);
+  if (r == nullptr) return;
+  absl::StatusOr<rankproto::StatusMessage> msg = rankproto::ParseStatusLine(line);
+  if (!msg.ok()) {
+    OnLogLine(key, 2, absl::StrCat("[trainctl-worker] ignored status line: ", line));
+    return;
+  }
+  switch (msg->type) {
+    case rankproto::StatusMessage::Type::kRendezvous: {
+      if (r->assignment.rank() != 0 || !a->produce_rendezvous) return;
+      v1::WorkerMessage m;
+      v1::RendezvousReport* rep = m.mutable_rendezvous();
+      rep->set_job_id(a->job_id);
+      rep->set_attempt(a->number);
+      rep->mutable_info()->set_gloo_store_address(msg->address);
+      std::string host = msg->address.substr(0, msg->address.rfind(':'));
+      int port = 0;
+      (void)absl::SimpleAtoi(msg->address.substr(msg->address.rfind(':') + 1), &port);
+      rep->mutable_info()->set_master_addr(host);
+      rep->mutable_info()->set_master_port(port);
+      Enqueue(m, true);
+      break;
+    }
+    case rankproto::StatusMessage::Type::kReady:
+      ReportStatus(*a, *r, v1::RANK_STATE_RUNNING);
+      break;
+    case rankproto::StatusMessage::Type::kProgress: {
+      v1::WorkerMessage m;
+      v1::RankProgress* p = m.mutable_progress();
+      p->set_job_id(a->job_id);
+      p->set_attempt(a->number);
+      p->set_rank(r->assignment.rank());
+      p->set_epoch(msg->epoch);
+      p->set_step(msg->step);
+      Enqueue(m, false);
+      break;
+    }
+    case rankproto::StatusMessage::Type::kMetric: {
+      const rankproto::RankMetric& rm = msg->metric;
+      v1::MetricPoint p;
+      p.set_kind(rm.kind == "epoch_end" ? v1::MetricPoint::KIND_EPOCH_END : v1::MetricPoint::KIND_TRAIN);
+      p.set_rank(r->assignment.rank());
+      p.set_epoch(rm.epoch);
+      p.set_step(rm.step);
+      p.set_steps_per_epoch(rm.steps_per_epoch);
+      SetTimestamp(absl::Now(), p.mutable_time());
+      p.set_loss(rm.loss);
+      p.set_lr(rm.lr);
+      p.set_samples_per_sec(rm.samples_per_sec);
+      p.set_data_ms(rm.data_ms);
+      p.set_compute_ms(rm.compute_ms);
+      p.set_comm_ms(rm.comm_ms);
+      p.set_loss_scale(rm.loss_scale);
+      p.set_skipped_steps(rm.skipped_steps);
+      p.set_peak_memory_bytes(rm.peak_memory_bytes);
+      p.set_samples_seen(rm.samples_seen);
+      if (rm.has_eval) {
+        p.mutable_eval()->set_epoch(rm.epoch);
+        p.mutable_eval()->set_loss(rm.eval_loss);
+        p.mutable_eval()->set_accuracy(rm.eval_accuracy);
+        p.mutable_eval()->set_samples(rm.eval_samples);
+      }
+      a->pending_metrics.push_back(std::move(p));
+      if (a->pending_metrics.size() > 10000) a->pending_metrics.erase(a->pending_metrics.begin());
+      break;
+    }
+    case rankproto::StatusMessage::Type::kError:
+      r->error_kind = msg->error_kind;
+      r->error_message = msg->message;
+      break;
+  }
+}
+
+void WorkerDaemon::OnLogLine(const std::string& key, int stream, const std::string& line) {
+  LocalAttempt* a = nullptr;
+  LocalRank* r = FindRank(key, &a);
+  if (r == nullptr) return;
+  r->last_lines.push_back(line);
+  if (r->last_lines.size() > kLastLogLines) r->last_lines.pop_front();
+  // Token bucket: a rank printing in a tight loop is cut to the rate.
+  absl::Time now = absl::Now();
+  r->tokens = std::min<double>(options_.log_burst,
+                               r->tokens + absl::ToDoubleSeconds(now - r->refill_at) * options_.log_lines_per_sec);
+  r->refill_at = now;
+  if (r->tokens < 1 || r->pending_logs.size() >= static_cast<size_t>(options_.log_burst)) {
+    ++r->dropped;
+    return;
+  }
+  r->tokens -= 1;
+  v1::LogLine l;
+  l.set_rank(r->assignment.rank());
+  l.set_stream(stream == 1 ? v1::LogLine::STREAM_STDOUT : v1::LogLine::STREAM_STDERR);
+  SetTimestamp(now, l.mutable_time());
+  l.set_text(line);
+  r->pending_logs.push_back(std::move(l));
+}
+
+void WorkerDaemon::FlushMetrics() {
+  for (auto& [k, a] : attempts_) {
+    if (a->pending_metrics.empty()) continue;
+    v1::WorkerMessage m;
+    v1::MetricBatch* b = m.mutable_metrics();
+    b->set_job_id(a->job_id);
+    b->set_attempt(a->number);
+    for (auto& p : a->pending_metrics) *b->add_points() = std::move(p);
+    a->pending_metrics.clear();
+    // Epoch ends carry eval results: keep them across a reconnect.
+    bool has_epoch_end = false;
+    for (const auto& p : b->points()) has_epoch_end |= p.kind() == v1::MetricPoint::KIND_EPOCH_END;
+    Enqueue(std::move(m), has_epoch_end);
+  }
+}
+
+void WorkerDaemon::FlushLogs() {
+  for (auto& [k, a] : attempts_) {
+    for (auto& [rank, r] : a->ranks) {
+      if (r.pending_logs.empty() && r.dropped == 0) continue;
+      v1::WorkerMessage m;
+      v1::LogChunk* c = m.mutable_logs();
+      c->set_job_id(a->job_id);
+      c->set_attempt(a->number);
+      c->set_rank(rank);
+      c->set_dropped_lines(r.dropped);
+      for (auto& l : r.pending_logs) *c->add_lines() = std::move(l);
+      if (r.dropped > 0) {
+        v1::LogLine* note = c->add_lines();
+        note->set_rank(rank);
+        note->set_stream(v1::LogLine::STREAM_STDERR);
+        SetTimestamp(absl::Now(), note->mutable_time());
+        note->set_text(absl::StrCat("[trainctl-worker] ", r.dropped, " log lines dropped (rate limit)"));
+      }
+      r.pending_logs.clear();
+      r.dropped = 0;
+      Enqueue(std::move(m), false);
+    }
+  }
+}
+
+void WorkerDaemon::OnExit(const std::string& key, int code, int signal) {
+  LocalAttempt* a = nullptr;
+  LocalRank* r = FindRank(key, &a);
+  if (r == nullptr) return;
+  r->exited = true;
+  if (r->reported_end) return;
+  r->reported_end = true;
+  FlushMetrics();
+  FlushLogs();
+  v1::WorkerMessage m;
+  v1::RankStatus* s = m.mutable_rank_status();
+  s->set_job_id(a->job_id);
+  s->set_attempt(a->number);
+  s->set_rank(r->assignment.rank());
+  s->set_pid(r->pid);
+  v1::ExitInfo* e = s->mutable_exit();
+  e->set_exit_code(code);
+  e->set_signal(signal);
+  for (const std::string& l : r->last_lines) e->add_last_log_lines(l);
+  if (r->stop_requested) {
+    s->set_state(v1::RANK_STATE_STOPPED);
+    e->set_message("stopped on request");
+  } else if (code == 0) {
+    s->set_state(v1::RANK_STATE_SUCCEEDED);
+  } else {
+    s->set_state(v1::RANK_STATE_FAILED);
+    e->set_message(r->error_message);
+    if (r->error_kind.has_value()) {
+      switch (*r->error_kind) {
+        case rankproto::ErrorKind::kConfig: e->set_kind(v1::FAILURE_KIND_CONFIG); break;
+        case rankproto::ErrorKind::kCollective: e->set_kind(v1::FAILURE_KIND_COLLECTIVE); break;
+        case rankproto::ErrorKind::kRendezvous: e->set_kind(v1::FAILURE_KIND_RENDEZVOUS); break;
+        default: e->set_kind(v1::FAILURE_KIND_EXIT);
+      }
+    } else if (signal != 0) {
+      e->set_kind(v1::FAILURE_KIND_SIGNAL);
+      if (e->message().empty()) {
+        e->set_message(signal == SIGKILL ? "killed (SIGKILL: out of memory, or killed from outside)"
+                                         : absl::StrCat("killed by signal ", signal, " (", strsignal(signal), ")"));
+      }
+    } else {
+      e->set_kind(code == 127 ? v1::FAILURE_KIND_LAUNCH : v1::FAILURE_KIND_EXIT);
+      if (e->message().empty()) e->set_message(absl::StrCat("exited with code ", code));
+    }
+  }
+  Enqueue(m, true);
+  MaybeForget(key.substr(0, key.rfind('/')));
+}
+
+void WorkerDaemon::MaybeForget(const std::string& akey) {
+  auto it = attempts_.find(akey);
+  if (it == attempts_.end()) return;
+  for (auto& [rank, r] : it->second->ranks) {
+    if (!r.reported_end) return;
+  }
+  FlushMetrics();
+  FlushLogs();
+  attempts_.erase(it);
+}
+
+}  // namespace trainctl::worker

@@ -1,0 +1,131 @@
+// trainctl-worker: one daemon per host. Registers the host's slots with the
+// coordinator, keeps a Session stream open (heartbeats; reconnects with
+// exponential backoff and jitter, re-registering with the same id and the
+// ranks it still runs), launches and supervises one rank process per
+// assigned rank, produces the rendezvous data on rank 0's host, and
+// forwards rank status, metrics (batched, bounded rate) and logs (rate
+// limited per rank, bounded memory) to the coordinator.
+//
+// Threads: all state lives on one EventLoop; the session's reader and
+// writer threads and the RankSupervisor's monitor only post to it.
+#pragma once
+
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/time.h"
+#include "common/event_loop.h"
+#include "trainctl/v1/worker_service.grpc.pb.h"
+#include "worker/daemon/rank_supervisor.h"
+
+namespace trainctl::worker {
+
+struct DaemonOptions {
+  // Coordinator host:port.
+  std::string coordinator;
+  // Holds the worker id file and each rank's scratch directory.
+  std::string work_dir;
+  std::vector<v1::Slot> slots;
+  std::map<std::string, std::string> labels;
+  std::string hostname;
+  // Address peers dial for this host (rank 0's store, MASTER_ADDR).
+  std::string address;
+  // The rank process binary (trainctl-rank).
+  std::string rank_binary;
+  // Extra arguments before --config (tests run a script through an interpreter).
+  std::vector<std::string> rank_binary_args;
+  absl::Duration metrics_flush = absl::Milliseconds(500);
+  absl::Duration log_flush = absl::Milliseconds(250);
+  // Per-rank log rate limit: a bucket of log_burst lines refilled at log_lines_per_sec.
+  int log_lines_per_sec = 200;
+  int log_burst = 1000;
+  absl::Duration reconnect_min = absl::Milliseconds(100);
+  absl::Duration reconnect_max = absl::Seconds(5);
+  // Collective and rendezvous timeout handed to ranks.
+  int rank_timeout_s = 120;
+  std::string version = "0.1.0";
+};
+
+class WorkerDaemon {
+ public:
+  explicit WorkerDaemon(DaemonOptions options);
+  // Shutdown(false) if still running.
+  ~WorkerDaemon();
+
+  // Reads (or later writes) the worker id in the work dir and starts the
+  // session. Fails for an unusable work dir or rank binary.
+  absl::Status Start();
+  // Stops every rank (SIGTERM, then SIGKILL after `grace`), says goodbye
+  // when `goodbye`, and closes the session. Idempotent.
+  void Shutdown(bool goodbye, absl::Duration grace = absl::Seconds(5));
+
+  // The id the coordinator knows this worker by ("" until registered once).
+  std::string worker_id();
+  // Number of rank processes running now.
+  int running_ranks();
+  // True while a session is registered.
+  bool connected();
+
+ private:
+  struct LocalRank;
+  struct LocalAttempt;
+
+  // Session (threads).
+  void SessionLoop();
+  bool Enqueue(v1::WorkerMessage msg, bool critical);
+  void WriterLoop();
+
+  // Loop handlers.
+  void OnMessage(const v1::CoordinatorMessage& m);
+  void OnStartRanks(const v1::StartRanks& s);
+  void OnRendezvous(const v1::RendezvousDelivery& d);
+  void OnStopRanks(const v1::StopRanks& s);
+  void OnStatusLine(const std::string& key, const std::string& line);
+  void OnLogLine(const std::string& key, int stream, const std::string& line);
+  void OnExit(const std::string& key, int code, int signal);
+  void LaunchPending(LocalAttempt& a);
+  void Launch(LocalAttempt& a, LocalRank& r);
+  void ReportStatus(const LocalAttempt& a, const LocalRank& r, v1::RankState state);
+  void FlushMetrics();
+  void FlushLogs();
+  void MaybeForget(const std::string& attempt_key);
+  std::vector<v1::RunningRank> RunningRanks();
+  LocalRank* FindRank(const std::string& key, LocalAttempt** attempt);
+
+  DaemonOptions options_;
+  EventLoop loop_;
+  std::unique_ptr<RankSupervisor> supervisor_;
+
+  // Loop-only state.
+  std::map<std::string, std::unique_ptr<LocalAttempt>> attempts_;  // "job/attempt"
+  std::string id_file_;
+
+  // Session state shared with the session threads.
+  absl::Mutex mu_;
+  std::string worker_id_ ABSL_GUARDED_BY(mu_);
+  bool connected_ ABSL_GUARDED_BY(mu_) = false;
+  bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
+  std::deque<v1::WorkerMessage> outbox_ ABSL_GUARDED_BY(mu_);
+  std::deque<v1::WorkerMessage> critical_ ABSL_GUARDED_BY(mu_);
+  grpc::ClientContext* ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream_ ABSL_GUARDED_BY(mu_) =
+      nullptr;
+  absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
+  std::thread session_;
+  std::thread writer_;
+  bool started_ = false;
+  bool shut_down_ = false;
+};
+
+// The 128-byte NCCL unique id, from libnccl.so.2 loaded at run time
+// (UNAVAILABLE when NCCL is not installed on this host).
+absl::StatusOr<std::string> GenerateNcclUniqueId();
+
+}  // namespace trainctl::worker
