@@ -259,10 +259,17 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     }
     absl::Status s;
     switch (msg.msg_case()) {
-      case v1::WorkerMessage::kHeartbeat:
+      case v1::WorkerMessage::kHeartbeat: {
         s = ctx_.registry->Heartbeat(worker_id_, this);
-        if (!s.ok()) Close(s);
+        if (!s.ok()) {
+          Close(s);
+          return;
+        }
+        v1::CoordinatorMessage ack;
+        ack.mutable_heartbeat_ack()->set_seq(msg.heartbeat().seq());
+        Send(ack);
         return;
+      }
       case v1::WorkerMessage::kRankStatus:
         s = ctx_.jobs->OnRankStatus(worker_id_, msg.rank_status());
         break;
