@@ -58,6 +58,20 @@ std::vector<std::string> AttemptWorkers(const v1::Attempt& a) {
   return out;
 }
 
+// Ranks of an attempt that have not ended, grouped by worker (node order).
+using RanksByWorker = std::vector<std::pair<std::string, std::vector<int32_t>>>;
+RanksByWorker LiveRanksByWorker(const v1::Attempt& a) {
+  RanksByWorker out;
+  for (const std::string& w : AttemptWorkers(a)) {
+    std::vector<int32_t> ranks;
+    for (const v1::RankAssignment& r : a.ranks()) {
+      if (r.worker_id() == w && !IsTerminal(r.state())) ranks.push_back(r.rank());
+    }
+    if (!ranks.empty()) out.emplace_back(w, std::move(ranks));
+  }
+  return out;
+}
+
 std::string DescribeExit(const v1::RankAssignment& r, const v1::ExitInfo& exit) {
   std::string how;
   if (exit.signal() != 0) {
@@ -262,19 +276,7 @@ absl::StatusOr<v1::SubmitJobResponse> JobManager::DryRun(const v1::JobSpec& spec
   ResolveJobSpecDefaults(job->mutable_spec());
   job->set_state(v1::JOB_STATE_PENDING);
 
-  std::vector<scheduler::WorkerSlots> workers;
-  for (const v1::Worker* w : registry_->Alive()) {
-    scheduler::WorkerSlots ws;
-    ws.worker_id = w->id();
-    ws.kind = w->slots(0).kind() == v1::Slot::KIND_GPU ? scheduler::SlotKind::kGpu
-                                                       : scheduler::SlotKind::kCpu;
-    ws.total_slots = w->slots_size();
-    std::vector<int> busy = BusySlots(w->id());
-    for (const v1::Slot& s : w->slots()) {
-      if (std::find(busy.begin(), busy.end(), s.index()) == busy.end()) ws.free_slots.push_back(s.index());
-    }
-    workers.push_back(std::move(ws));
-  }
+  std::vector<scheduler::WorkerSlots> workers = WorkerView();
   scheduler::PendingJob pj;
   pj.job_id = "dry-run";
   pj.world_size = job->spec().world_size();
@@ -364,18 +366,12 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
   next.set_state(v1::JOB_STATE_CANCELLED);
   next.set_state_reason(why);
   v1::Attempt* a = CurrentAttempt(next);
-  std::vector<std::pair<std::string, std::vector<int32_t>>> to_stop;
+  RanksByWorker to_stop;
   if (a != nullptr && !AttemptEnded(a->state())) {
     a->set_state(v1::ATTEMPT_STATE_CANCELLED);
     a->set_reason(why);
     SetTimestamp(clock_->Now(), a->mutable_end_time());
-    for (const std::string& w : AttemptWorkers(*a)) {
-      std::vector<int32_t> ranks;
-      for (const v1::RankAssignment& r : a->ranks()) {
-        if (r.worker_id() == w && !IsTerminal(r.state())) ranks.push_back(r.rank());
-      }
-      if (!ranks.empty()) to_stop.emplace_back(w, std::move(ranks));
-    }
+    to_stop = LiveRanksByWorker(*a);
   }
   TRAINCTL_RETURN_IF_ERROR(Commit(*e, std::move(next), {{"cancelled", why}}));
   const v1::Attempt* cur = CurrentAttempt(e->job);
@@ -439,8 +435,7 @@ std::vector<int> JobManager::BusySlots(const std::string& worker_id) const {
   return busy;
 }
 
-void JobManager::Schedule() {
-  if (pending_.empty()) return;
+std::vector<scheduler::WorkerSlots> JobManager::WorkerView() const {
   absl::flat_hash_map<std::string, std::vector<int>> busy;
   for (const std::string& id : holding_slots_) {
     for (const v1::Attempt& a : jobs_.at(id).job.attempts()) {
@@ -462,6 +457,12 @@ void JobManager::Schedule() {
     }
     workers.push_back(std::move(ws));
   }
+  return workers;
+}
+
+void JobManager::Schedule() {
+  if (pending_.empty()) return;
+  std::vector<scheduler::WorkerSlots> workers = WorkerView();
   std::vector<scheduler::PendingJob> jobs;
   for (const std::string& id : pending_) {
     const JobEntry& e = jobs_.at(id);
@@ -534,14 +535,7 @@ absl::Status JobManager::FailAttempt(JobEntry& e, v1::FailureKind kind, const st
   a->set_state(v1::ATTEMPT_STATE_FAILED);
   a->set_reason(reason);
   SetTimestamp(clock_->Now(), a->mutable_end_time());
-  std::vector<std::pair<std::string, std::vector<int32_t>>> to_stop;
-  for (const std::string& w : AttemptWorkers(*a)) {
-    std::vector<int32_t> ranks;
-    for (const v1::RankAssignment& r : a->ranks()) {
-      if (r.worker_id() == w && !IsTerminal(r.state())) ranks.push_back(r.rank());
-    }
-    if (!ranks.empty()) to_stop.emplace_back(w, std::move(ranks));
-  }
+  RanksByWorker to_stop = LiveRanksByWorker(*a);
   int32_t max_restarts = next.spec().restart().max_restarts();
   std::vector<EventSpec> events;
   events.push_back({"attempt_failed", reason, a->number(), failed_rank});

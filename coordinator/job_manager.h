@@ -34,6 +34,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "coordinator/metrics_hub.h"
+#include "coordinator/scheduler/scheduler.h"
 #include "coordinator/store/state_store.h"
 #include "coordinator/worker_registry.h"
 #include "trainctl/v1/job_service.pb.h"
@@ -123,6 +124,8 @@ class JobManager {
                 const std::vector<int32_t>& ranks, const std::string& reason);
   void SendRendezvous(const v1::Job& job, const v1::Attempt& attempt, const std::string& worker_id);
   void TrackIndexes(const JobEntry& entry);
+  // Alive workers with their free slots, as the scheduler sees them.
+  std::vector<scheduler::WorkerSlots> WorkerView() const;
   JobEntry* FindEntry(const std::string& job_id);
   absl::StatusOr<JobEntry*> EntryForWorker(const std::string& worker_id, const std::string& job_id,
                                            int32_t attempt, int32_t rank, bool allow_stale,
