@@ -1,0 +1,278 @@
+#include "worker/trainer/rank_config.h"
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+
+namespace trainctl::trainer {
+namespace {
+
+using rankproto::FlatConfig;
+namespace rk = rankproto::run_keys;
+
+absl::Status Bad(const std::string& key, const std::string& why) {
+  return absl::InvalidArgumentError(absl::StrCat(key, ": ", why));
+}
+
+// Integer key with a fallback, checked against [lo, hi].
+absl::StatusOr<int64_t> IntIn(const FlatConfig& c, const std::string& key, int64_t fallback,
+                              int64_t lo, int64_t hi) {
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t v, rankproto::GetInt(c, key, fallback));
+  if (v < lo || v > hi) {
+    std::string range = hi == INT64_MAX ? absl::StrCat(">= ", lo) : absl::StrCat("in [", lo, ", ", hi, "]");
+    return Bad(key, absl::StrCat("must be ", range, ", got ", v));
+  }
+  return v;
+}
+
+// Double key with a fallback that must be finite and >= lo (and < hi when given).
+absl::StatusOr<double> DoubleAtLeast(const FlatConfig& c, const std::string& key, double fallback,
+                                     double lo, double hi = INFINITY, bool hi_open = true) {
+  TRAINCTL_ASSIGN_OR_RETURN(double v, rankproto::GetDouble(c, key, fallback));
+  if (!std::isfinite(v) || v < lo || (hi_open ? v >= hi : v > hi)) {
+    std::string range = std::isinf(hi) ? absl::StrCat(">= ", lo)
+                                       : absl::StrCat("in [", lo, ", ", hi, hi_open ? ")" : "]");
+    return Bad(key, absl::StrCat("must be ", range, ", got ", v));
+  }
+  return v;
+}
+
+// A key whose value is one of `names`; returns its index.
+absl::StatusOr<int> OneOf(const FlatConfig& c, const std::string& key, const std::string& fallback,
+                          const std::vector<std::string>& names) {
+  std::string v = rankproto::GetString(c, key, fallback);
+  for (size_t i = 0; i < names.size(); ++i) {
+    if (v == names[i]) return static_cast<int>(i);
+  }
+  return Bad(key, absl::StrCat("unknown value '", v, "'; expected one of ", absl::StrJoin(names, ", ")));
+}
+
+absl::StatusOr<std::string> RequiredPath(const FlatConfig& c, const std::string& key) {
+  TRAINCTL_ASSIGN_OR_RETURN(std::string v, rankproto::GetString(c, key));
+  if (v.empty()) return Bad(key, "empty path");
+  return v;
+}
+
+absl::StatusOr<engine::ModelOptions> ParseModel(const FlatConfig& c) {
+  engine::ModelOptions m;
+  TRAINCTL_ASSIGN_OR_RETURN(m.name, rankproto::GetString(c, "model.name"));
+  if (m.name == "mlp") {
+    TRAINCTL_ASSIGN_OR_RETURN(m.mlp.input_dim, IntIn(c, "model.input_dim", 0, 1, INT32_MAX));
+    TRAINCTL_ASSIGN_OR_RETURN(m.mlp.output_dim, IntIn(c, "model.classes", 0, 1, INT32_MAX));
+    std::string hidden = rankproto::GetString(c, "model.hidden", "");
+    for (absl::string_view part : absl::StrSplit(hidden, ',', absl::SkipWhitespace())) {
+      int64_t width;
+      if (!absl::SimpleAtoi(part, &width) || width < 1) {
+        return Bad("model.hidden", absl::StrCat("'", std::string(part),
+                                                "' is not a positive layer width (expected e.g. 64,32)"));
+      }
+      m.mlp.hidden_sizes.push_back(width);
+    }
+  } else if (m.name == "cnn") {
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.classes, IntIn(c, "model.classes", 0, 1, INT32_MAX));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.batch_norm, rankproto::GetBool(c, "model.batch_norm", false));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.conv1_channels, IntIn(c, "model.conv1_channels", 32, 1, 4096));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.conv2_channels, IntIn(c, "model.conv2_channels", 64, 1, 4096));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.hidden, IntIn(c, "model.hidden", 128, 1, 1 << 20));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.image_size, IntIn(c, "model.image_size", 28, 4, 4096));
+  } else if (m.name == "torchscript") {
+    TRAINCTL_ASSIGN_OR_RETURN(m.torchscript.path, RequiredPath(c, "model.path"));
+  } else {
+    return Bad("model.name", absl::StrCat("unknown model '", m.name, "'; expected mlp, cnn or torchscript"));
+  }
+  return m;
+}
+
+absl::StatusOr<DatasetSpec> ParseDataset(const FlatConfig& c, const std::string& prefix) {
+  DatasetSpec d;
+  d.key_prefix = prefix;
+  auto key = [&](const char* field) { return absl::StrCat(prefix, ".", field); };
+  TRAINCTL_ASSIGN_OR_RETURN(std::string format, rankproto::GetString(c, key("format")));
+  if (format == "synthetic") {
+    d.format = DatasetSpec::Format::kSynthetic;
+    TRAINCTL_ASSIGN_OR_RETURN(d.length, IntIn(c, key("length"), 0, 1, INT64_MAX));
+    TRAINCTL_ASSIGN_OR_RETURN(d.size, IntIn(c, key("size"), 0, 1, INT32_MAX));
+    TRAINCTL_ASSIGN_OR_RETURN(d.classes, IntIn(c, key("classes"), 0, 0, INT32_MAX));
+    TRAINCTL_ASSIGN_OR_RETURN(d.target_dim, IntIn(c, key("target_dim"), 1, 0, INT32_MAX));
+    if (d.target_dim == 0) d.target_dim = 1;
+    TRAINCTL_ASSIGN_OR_RETURN(int64_t seed, IntIn(c, key("seed"), 0, 0, INT64_MAX));
+    d.seed = static_cast<uint64_t>(seed);
+  } else if (format == "idx") {
+    d.format = DatasetSpec::Format::kIdx;
+    TRAINCTL_ASSIGN_OR_RETURN(d.images, RequiredPath(c, key("images")));
+    TRAINCTL_ASSIGN_OR_RETURN(d.labels, RequiredPath(c, key("labels")));
+  } else if (format == "csv") {
+    d.format = DatasetSpec::Format::kCsv;
+    TRAINCTL_ASSIGN_OR_RETURN(d.path, RequiredPath(c, key("path")));
+    d.label_column = rankproto::GetString(c, key("label_column"), "");
+    TRAINCTL_ASSIGN_OR_RETURN(d.header, rankproto::GetBool(c, key("header"), true));
+  } else if (format == "tensors") {
+    d.format = DatasetSpec::Format::kTensors;
+    TRAINCTL_ASSIGN_OR_RETURN(d.path, RequiredPath(c, key("path")));
+    d.inputs_key = rankproto::GetString(c, key("inputs_key"), "inputs");
+    d.targets_key = rankproto::GetString(c, key("targets_key"), "targets");
+    if (d.inputs_key.empty()) d.inputs_key = "inputs";
+    if (d.targets_key.empty()) d.targets_key = "targets";
+  } else {
+    return Bad(key("format"), absl::StrCat("unknown format '", format,
+                                           "'; expected synthetic, idx, csv or tensors"));
+  }
+  return d;
+}
+
+absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
+  TrainingOptions t;
+  // data.*
+  DataOptions& d = t.data;
+  TRAINCTL_ASSIGN_OR_RETURN(d.batch_size, IntIn(c, "data.batch_size", 32, 1, 1 << 24));
+  TRAINCTL_ASSIGN_OR_RETURN(d.shuffle, rankproto::GetBool(c, "data.shuffle", true));
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t seed, IntIn(c, "data.seed", 0, 0, INT64_MAX));
+  d.seed = static_cast<uint64_t>(seed);
+  TRAINCTL_ASSIGN_OR_RETURN(d.drop_last, rankproto::GetBool(c, "data.drop_last", false));
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t workers, IntIn(c, "data.num_workers", 0, 0, 64));
+  d.num_workers = static_cast<int>(workers);
+  TRAINCTL_ASSIGN_OR_RETURN(d.pin_memory, rankproto::GetBool(c, "data.pin_memory", true));
+
+  // training.*
+  TRAINCTL_ASSIGN_OR_RETURN(t.epochs, IntIn(c, "training.epochs", 1, 1, 1 << 20));
+  TRAINCTL_ASSIGN_OR_RETURN(int loss, OneOf(c, "training.loss", "cross_entropy", {"cross_entropy", "mse"}));
+  t.loss = loss == 0 ? LossKind::kCrossEntropy : LossKind::kMse;
+
+  OptimizerOptions& o = t.optimizer;
+  TRAINCTL_ASSIGN_OR_RETURN(int opt, OneOf(c, "training.optimizer.name", "adam", {"sgd", "adam", "adamw"}));
+  o.kind = opt == 0 ? OptimizerKind::kSgd : opt == 1 ? OptimizerKind::kAdam : OptimizerKind::kAdamW;
+  TRAINCTL_ASSIGN_OR_RETURN(o.lr, rankproto::GetDouble(c, "training.optimizer.lr", 0.001));
+  if (!std::isfinite(o.lr) || o.lr <= 0) {
+    return Bad("training.optimizer.lr", absl::StrCat("must be > 0, got ", o.lr));
+  }
+  TRAINCTL_ASSIGN_OR_RETURN(o.weight_decay, DoubleAtLeast(c, "training.optimizer.weight_decay", 0, 0));
+  TRAINCTL_ASSIGN_OR_RETURN(o.momentum, DoubleAtLeast(c, "training.optimizer.momentum", 0, 0, 1));
+  TRAINCTL_ASSIGN_OR_RETURN(o.beta1, DoubleAtLeast(c, "training.optimizer.beta1", 0.9, 0, 1));
+  TRAINCTL_ASSIGN_OR_RETURN(o.beta2, DoubleAtLeast(c, "training.optimizer.beta2", 0.999, 0, 1));
+  TRAINCTL_ASSIGN_OR_RETURN(o.eps, rankproto::GetDouble(c, "training.optimizer.eps", 1e-8));
+  if (!std::isfinite(o.eps) || o.eps <= 0) {
+    return Bad("training.optimizer.eps", absl::StrCat("must be > 0, got ", o.eps));
+  }
+
+  LrScheduleOptions& s = t.lr_schedule;
+  TRAINCTL_ASSIGN_OR_RETURN(int sched, OneOf(c, "training.lr_schedule.name", "constant",
+                                             {"constant", "step", "cosine"}));
+  s.kind = sched == 0 ? ScheduleKind::kConstant : sched == 1 ? ScheduleKind::kStep : ScheduleKind::kCosine;
+  TRAINCTL_ASSIGN_OR_RETURN(s.warmup_steps, IntIn(c, "training.lr_schedule.warmup_steps", 0, 0, INT32_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(s.step_size, IntIn(c, "training.lr_schedule.step_size", 0, 0, INT32_MAX));
+  if (s.kind == ScheduleKind::kStep && s.step_size < 1) {
+    return Bad("training.lr_schedule.step_size", "must be > 0 for the step schedule");
+  }
+  TRAINCTL_ASSIGN_OR_RETURN(s.gamma, rankproto::GetDouble(c, "training.lr_schedule.gamma", 0.1));
+  if (!(s.gamma > 0 && s.gamma <= 1)) {
+    return Bad("training.lr_schedule.gamma", absl::StrCat("must be in (0, 1], got ", s.gamma));
+  }
+  TRAINCTL_ASSIGN_OR_RETURN(s.min_lr, DoubleAtLeast(c, "training.lr_schedule.min_lr", 0, 0));
+
+  TRAINCTL_ASSIGN_OR_RETURN(t.grad_accumulation, IntIn(c, "training.grad_accumulation", 1, 1, 1 << 16));
+  TRAINCTL_ASSIGN_OR_RETURN(t.max_grad_norm, DoubleAtLeast(c, "training.max_grad_norm", 0, 0));
+  TRAINCTL_ASSIGN_OR_RETURN(t.amp.enabled, rankproto::GetBool(c, "training.amp.enabled", false));
+  TRAINCTL_ASSIGN_OR_RETURN(int amp_dtype, OneOf(c, "training.amp.dtype", "bf16", {"bf16", "fp16"}));
+  t.amp.dtype = amp_dtype == 0 ? AmpDtype::kBFloat16 : AmpDtype::kFloat16;
+
+  // ddp.*
+  TRAINCTL_ASSIGN_OR_RETURN(t.ddp.bucket_cap_mb, rankproto::GetDouble(c, "ddp.bucket_cap_mb", 25));
+  if (!std::isfinite(t.ddp.bucket_cap_mb) || t.ddp.bucket_cap_mb <= 0) {
+    return Bad("ddp.bucket_cap_mb", absl::StrCat("must be > 0, got ", t.ddp.bucket_cap_mb));
+  }
+  TRAINCTL_ASSIGN_OR_RETURN(t.ddp.broadcast_buffers, rankproto::GetBool(c, "ddp.broadcast_buffers", true));
+  TRAINCTL_ASSIGN_OR_RETURN(t.ddp.find_unused_parameters,
+                            rankproto::GetBool(c, "ddp.find_unused_parameters", false));
+
+  // checkpoint.* (run.checkpoint_dir wins over checkpoint.dir; see ParseRankConfig)
+  TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.every_epochs, IntIn(c, "checkpoint.every_epochs", 1, 0, INT32_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.keep, IntIn(c, "checkpoint.keep", 2, 1, 1 << 20));
+  TRAINCTL_ASSIGN_OR_RETURN(t.metrics_every_steps, IntIn(c, "metrics.every_steps", 20, 1, INT32_MAX));
+  return t;
+}
+
+absl::StatusOr<RunOptions> ParseRun(const FlatConfig& c) {
+  RunOptions r;
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t world, IntIn(c, rk::kWorldSize, 1, 1, 1 << 20));
+  r.world_size = static_cast<int>(world);
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t rank, IntIn(c, rk::kRank, 0, 0, world - 1));
+  r.rank = static_cast<int>(rank);
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t local_rank, IntIn(c, rk::kLocalRank, 0, 0, 1 << 20));
+  r.local_rank = static_cast<int>(local_rank);
+  TRAINCTL_ASSIGN_OR_RETURN(int device, OneOf(c, rk::kDevice, "cpu", {"cpu", "cuda"}));
+  r.device = device == 0 ? "cpu" : "cuda";
+  std::string cuda_device = rankproto::GetString(c, rk::kCudaDevice, "");
+  if (!cuda_device.empty()) {
+    TRAINCTL_ASSIGN_OR_RETURN(int64_t idx, IntIn(c, rk::kCudaDevice, 0, 0, 1024));
+    r.cuda_device = static_cast<int>(idx);
+  } else {
+    r.cuda_device = r.local_rank;
+  }
+  TRAINCTL_ASSIGN_OR_RETURN(int backend, OneOf(c, rk::kBackend, "", {"", "gloo", "nccl"}));
+  r.backend = backend == 0 ? "" : backend == 1 ? "gloo" : "nccl";
+  if (r.backend.empty() && r.world_size > 1) {
+    return Bad(rk::kBackend, absl::StrCat("missing; world size ", r.world_size, " needs gloo or nccl"));
+  }
+  if (r.backend == "nccl" && r.device != "cuda") return Bad(rk::kBackend, "nccl needs run.device=cuda");
+  r.store_address = rankproto::GetString(c, rk::kStoreAddress, "");
+  if (r.backend == "gloo" && r.rank != 0 && r.store_address.empty()) {
+    return Bad(rk::kStoreAddress, "missing; every rank but 0 dials rank 0's store");
+  }
+  r.advertise_host = rankproto::GetString(c, rk::kAdvertiseHost, "127.0.0.1");
+  if (r.advertise_host.empty()) r.advertise_host = "127.0.0.1";
+  r.nccl_unique_id_hex = rankproto::GetString(c, rk::kNcclUniqueId, "");
+  if (r.backend == "nccl" && r.nccl_unique_id_hex.empty()) return Bad(rk::kNcclUniqueId, "missing");
+  r.job_id = rankproto::GetString(c, rk::kJobId, "");
+  TRAINCTL_ASSIGN_OR_RETURN(r.attempt, IntIn(c, rk::kAttempt, 0, 0, INT32_MAX));
+  r.work_dir = rankproto::GetString(c, rk::kWorkDir, "");
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t fd, IntIn(c, rk::kStatusFd, -1, -1, INT32_MAX));
+  r.status_fd = static_cast<int>(fd);
+  TRAINCTL_ASSIGN_OR_RETURN(r.timeout_s, rankproto::GetDouble(c, rk::kTimeoutSeconds, 300));
+  if (!std::isfinite(r.timeout_s) || r.timeout_s < 1) {
+    return Bad(rk::kTimeoutSeconds, absl::StrCat("must be >= 1, got ", r.timeout_s));
+  }
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t threads, IntIn(c, "run.num_threads", 1, 1, 1024));
+  r.num_threads = static_cast<int>(threads);
+  TRAINCTL_ASSIGN_OR_RETURN(r.debug_step_sleep_ms, IntIn(c, "run.debug.step_sleep_ms", 0, 0, 60000));
+  return r;
+}
+
+}  // namespace
+
+absl::StatusOr<RankConfig> ParseRankConfig(const FlatConfig& config) {
+  RankConfig rc;
+  TRAINCTL_ASSIGN_OR_RETURN(rc.model, ParseModel(config));
+  TRAINCTL_ASSIGN_OR_RETURN(rc.train, ParseDataset(config, "data.train"));
+  if (config.find("data.eval.format") != config.end()) {
+    TRAINCTL_ASSIGN_OR_RETURN(DatasetSpec eval, ParseDataset(config, "data.eval"));
+    rc.eval = std::move(eval);
+  }
+  TRAINCTL_ASSIGN_OR_RETURN(rc.training, ParseTraining(config));
+  TRAINCTL_ASSIGN_OR_RETURN(rc.run, ParseRun(config));
+
+  CheckpointOptions& ck = rc.training.checkpoint;
+  ck.dir = rankproto::GetString(config, rankproto::run_keys::kCheckpointDir, "");
+  if (ck.dir.empty()) ck.dir = rankproto::GetString(config, "checkpoint.dir", "");
+  if (ck.dir.empty()) ck.dir = rc.run.work_dir;
+  TRAINCTL_ASSIGN_OR_RETURN(ck.resume, rankproto::GetBool(config, rankproto::run_keys::kResume, false));
+  if (ck.resume && ck.dir.empty()) {
+    return Bad(rankproto::run_keys::kResume, "true, but no run.checkpoint_dir to resume from");
+  }
+  if (rc.training.amp.enabled && rc.training.amp.dtype == AmpDtype::kFloat16 && rc.run.device != "cuda") {
+    return Bad("training.amp.dtype", "fp16 autocast needs run.device=cuda; use bf16 on CPU");
+  }
+  if (rc.training.loss == LossKind::kCrossEntropy) {
+    if (rc.train.format == DatasetSpec::Format::kSynthetic && rc.train.classes == 0) {
+      return Bad("data.train.classes", "0 (regression targets) but training.loss is cross_entropy");
+    }
+  }
+  return rc;
+}
+
+}  // namespace trainctl::trainer

@@ -1,0 +1,146 @@
+// RankConfig: everything one rank process needs, as plain typed structs,
+// parsed from the flat `key=value` config the worker daemon writes
+// (worker/protocol/rank_protocol.h). Job keys are the job.yaml paths of the
+// resolved spec (see JobSpecToFlat in common/jobspec/job_spec.cc); run keys
+// start with "run.".
+//
+// Callers: rank_main.cc parses the config once at start-up and hands the
+// sections to the dataset loaders (datasets.h), CreateModel and the Trainer.
+// Tests build the structs directly.
+//
+// Errors: InvalidArgument naming the key and the reason ("training.loss:
+// unknown loss 'l1'; expected cross_entropy or mse"). A missing optional key
+// takes the job spec's documented default, so a hand-written config needs only
+// model.*, data.train.* and the run.* keys.
+//
+// Threading: plain value types and a stateless function; thread-safe.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "worker/dist/gradient_bucketer.h"
+#include "worker/engine/model.h"
+#include "worker/protocol/rank_protocol.h"
+
+namespace trainctl::trainer {
+
+// One dataset split (data.train or data.eval).
+struct DatasetSpec {
+  enum class Format { kSynthetic, kIdx, kCsv, kTensors };
+  std::string key_prefix;  // "data.train" or "data.eval", for error messages
+  Format format = Format::kSynthetic;
+  // synthetic
+  int64_t length = 0;
+  int64_t size = 0;
+  int64_t classes = 0;     // 0: regression targets
+  int64_t target_dim = 1;  // regression target width
+  uint64_t seed = 0;
+  // idx
+  std::string images;
+  std::string labels;
+  // csv and tensors
+  std::string path;
+  std::string label_column;  // csv: header name, 0-based index as text, or "" = last
+  bool header = true;        // csv
+  std::string inputs_key = "inputs";    // tensors
+  std::string targets_key = "targets";  // tensors
+};
+
+struct DataOptions {
+  int64_t batch_size = 32;  // per rank, per micro-batch
+  bool shuffle = true;
+  uint64_t seed = 0;  // sampler seed (epoch e uses seed + e); also seeds model init
+  bool drop_last = false;
+  int num_workers = 0;
+  bool pin_memory = true;
+};
+
+enum class LossKind { kCrossEntropy, kMse };
+enum class OptimizerKind { kSgd, kAdam, kAdamW };
+enum class ScheduleKind { kConstant, kStep, kCosine };
+enum class AmpDtype { kBFloat16, kFloat16 };
+
+struct OptimizerOptions {
+  OptimizerKind kind = OptimizerKind::kAdam;
+  double lr = 0.001;
+  double weight_decay = 0;
+  double momentum = 0;
+  double beta1 = 0.9;
+  double beta2 = 0.999;
+  double eps = 1e-8;
+};
+
+struct LrScheduleOptions {
+  ScheduleKind kind = ScheduleKind::kConstant;
+  int64_t warmup_steps = 0;  // linear warm-up from 0 to lr, every schedule
+  int64_t step_size = 0;     // kStep: period in optimizer steps (> 0)
+  double gamma = 0.1;        // kStep: factor in (0, 1]
+  double min_lr = 0;         // kCosine: lr at the last step
+};
+
+struct AmpOptions {
+  bool enabled = false;
+  AmpDtype dtype = AmpDtype::kBFloat16;
+};
+
+struct CheckpointOptions {
+  // Where rank 0 writes checkpoints and the final model.pt; "" = nowhere.
+  std::string dir;
+  int64_t every_epochs = 1;  // 0: only after the last epoch
+  int64_t keep = 2;          // >= 1
+  bool resume = false;       // resume from the newest checkpoint in dir
+};
+
+// The training loop's options (everything but the model and the data).
+struct TrainingOptions {
+  int64_t epochs = 1;
+  LossKind loss = LossKind::kCrossEntropy;
+  OptimizerOptions optimizer;
+  LrScheduleOptions lr_schedule;
+  int64_t grad_accumulation = 1;  // micro-batches per optimizer step
+  double max_grad_norm = 0;       // 0 = no clipping
+  AmpOptions amp;
+  DataOptions data;
+  dist::GradientBucketerOptions ddp;
+  CheckpointOptions checkpoint;
+  int64_t metrics_every_steps = 20;  // optimizer steps per "train" metric
+};
+
+// The run.* keys.
+struct RunOptions {
+  int rank = 0;
+  int world_size = 1;
+  int local_rank = 0;
+  std::string device = "cpu";  // "cpu" or "cuda"
+  int cuda_device = 0;
+  std::string backend;  // "gloo", "nccl", or "" (no communicator; world size 1 only)
+  std::string store_address;
+  std::string advertise_host = "127.0.0.1";
+  std::string nccl_unique_id_hex;
+  std::string job_id;
+  int64_t attempt = 0;
+  std::string work_dir;
+  int status_fd = -1;  // -1: no status pipe (status lines go nowhere)
+  double timeout_s = 300;
+  // Intra-op threads per rank (run.num_threads; default 1: ranks share a host).
+  int num_threads = 1;
+  // Test hook (run.debug.step_sleep_ms): sleep this long after every optimizer
+  // step, so tests can interrupt a run at a known point. 0 in production.
+  int64_t debug_step_sleep_ms = 0;
+};
+
+struct RankConfig {
+  engine::ModelOptions model;
+  DatasetSpec train;
+  std::optional<DatasetSpec> eval;
+  TrainingOptions training;
+  RunOptions run;
+};
+
+// Parses and validates the whole config.
+absl::StatusOr<RankConfig> ParseRankConfig(const rankproto::FlatConfig& config);
+
+}  // namespace trainctl::trainer

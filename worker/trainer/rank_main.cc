@@ -1,0 +1,389 @@
+// trainctl-rank: one rank of a data-parallel training job, launched and
+// supervised by trainctl-worker (see worker/protocol/rank_protocol.h for the
+// contract).
+//
+//   trainctl-rank --config PATH
+//
+// Start-up, in order, so that cheap failures come first:
+//   1. read and parse the config            -> error config,     exit 2
+//   2. load the datasets, build the model   -> error config,     exit 2
+//   3. rendezvous (Gloo: rank 0 hosts the store and reports
+//      "rendezvous HOST:PORT"; others dial run.store_address) and connect
+//      the communicator                     -> error rendezvous, exit 3
+//   4. resume point, optimizer, broadcast of rank 0's parameters; "ready"
+//   5. train; metrics and progress on the status fd; exit 0
+// While training: bad data/model -> error config, exit 2; a failed or
+// timed-out collective -> error collective, exit 3; SIGTERM/SIGINT -> stop
+// at the next step boundary (after at most ~10 s the communicator is aborted
+// so a blocked collective cannot delay it), error exit, exit 143; anything
+// else -> error exit, exit 1. Log lines go to stdout, errors also to stderr.
+#include <signal.h>
+#include <torch/cuda.h>
+#include <torch/torch.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <iostream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <thread>
+
+#include "absl/status/status.h"
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/dist/collectives.h"
+#include "worker/dist/rendezvous_store.h"
+#include "worker/engine/model.h"
+#include "worker/protocol/rank_protocol.h"
+#include "worker/trainer/checkpoint.h"
+#include "worker/trainer/datasets.h"
+#include "worker/trainer/rank_config.h"
+#include "worker/trainer/trainer.h"
+#if TRAINCTL_HAVE_GLOO
+#include "worker/dist/gloo_collectives.h"
+#endif
+#if TRAINCTL_HAVE_NCCL && TRAINCTL_NCCL_TORCH_CUDA
+#include "worker/dist/nccl_collectives.h"
+#endif
+
+namespace trainctl::trainer {
+namespace {
+
+using rankproto::ErrorKind;
+
+constexpr int kExitOk = 0;
+constexpr int kExitOther = 1;
+constexpr int kExitConfig = 2;
+constexpr int kExitCollective = 3;
+constexpr int kExitTerminated = 128 + SIGTERM;
+
+std::atomic<bool> g_stop{false};
+std::atomic<int> g_signal{0};
+
+extern "C" void OnStopSignal(int sig) {
+  g_signal.store(sig);
+  g_stop.store(true);
+}
+
+// Writes status lines to the daemon's pipe (thread-safe: the stop watcher
+// may report while the training thread does).
+class StatusReporter {
+ public:
+  void set_fd(int fd) { fd_ = fd; }
+  void Send(const std::string& line) {
+    std::lock_guard<std::mutex> lock(mu_);
+    if (fd_ >= 0 && !rankproto::WriteLine(fd_, line)) fd_ = -1;  // daemon end closed
+  }
+
+ private:
+  std::mutex mu_;
+  int fd_ = -1;
+};
+
+StatusReporter g_status;
+
+void LogLine(const std::string& line) {
+  std::cout << line << std::endl;
+}
+
+[[noreturn]] void Fail(ErrorKind kind, const std::string& message, int exit_code) {
+  g_status.Send(rankproto::FormatError(kind, message));
+  std::cerr << "trainctl-rank: error " << rankproto::ErrorKindName(kind) << ": " << message << std::endl;
+  std::cout.flush();
+  // Skip destructors: after a failure a communicator or loader thread may be
+  // stuck, and the daemon is waiting for the exit.
+  std::_Exit(exit_code);
+}
+
+[[noreturn]] void FailStatus(ErrorKind kind, const absl::Status& s, int exit_code) {
+  Fail(kind, std::string(s.message()), exit_code);
+}
+
+// Kills a stop that the training loop cannot reach: aborts the communicator
+// when a stop was requested and the loop has not returned within 10 s, and
+// exits outright 5 s after that.
+class StopWatcher {
+ public:
+  StopWatcher() : thread_([this] { Loop(); }) {}
+  ~StopWatcher() {
+    done_.store(true);
+    thread_.join();
+  }
+  void set_comm(std::shared_ptr<dist::Collectives> comm) {
+    std::lock_guard<std::mutex> lock(mu_);
+    comm_ = std::move(comm);
+  }
+
+ private:
+  void Loop() {
+    using namespace std::chrono_literals;
+    while (!done_.load()) {
+      if (g_stop.load()) break;
+      std::this_thread::sleep_for(50ms);
+    }
+    if (done_.load()) return;
+    auto deadline = std::chrono::steady_clock::now() + 10s;
+    while (!done_.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(50ms);
+    if (done_.load()) return;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      if (comm_ != nullptr) comm_->Abort();
+    }
+    deadline = std::chrono::steady_clock::now() + 5s;
+    while (!done_.load() && std::chrono::steady_clock::now() < deadline) std::this_thread::sleep_for(50ms);
+    if (done_.load()) return;
+    Fail(ErrorKind::kExit, absl::StrCat("stopped by signal ", g_signal.load()), kExitTerminated);
+  }
+
+  std::atomic<bool> done_{false};
+  std::mutex mu_;
+  std::shared_ptr<dist::Collectives> comm_;
+  std::thread thread_;
+};
+
+int64_t ModelClasses(const engine::ModelOptions& m) {
+  if (m.name == "mlp") return m.mlp.output_dim;
+  if (m.name == "cnn") return m.cnn.classes;
+  return 0;  // TorchScript: the module decides; labels are not range-checked up front
+}
+
+// The host this rank's Gloo device binds to and advertises to its peers.
+std::string GlooBindHost(const rankproto::FlatConfig& flat, const RunOptions& run) {
+  auto it = flat.find(rankproto::run_keys::kAdvertiseHost);
+  if (it != flat.end() && !it->second.empty()) return it->second;
+  std::string host;
+  uint16_t port = 0;
+  if (run.rank == 0 ||
+      !dist::RendezvousStore::ParseAddress(run.store_address, &host, &port).ok() ||
+      host == "127.0.0.1" || host == "localhost" || host == "::1") {
+    return "127.0.0.1";
+  }
+  char name[256] = {0};
+  if (gethostname(name, sizeof name - 1) != 0) return "127.0.0.1";
+  return name;
+}
+
+absl::StatusOr<std::string> HexDecode(const std::string& hex) {
+  if (hex.size() % 2 != 0) return absl::InvalidArgumentError("odd number of hex digits");
+  std::string out;
+  for (size_t i = 0; i < hex.size(); i += 2) {
+    int v = 0;
+    for (int j = 0; j < 2; ++j) {
+      char c = hex[i + j];
+      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
+      if (d < 0) return absl::InvalidArgumentError(absl::StrCat("bad hex digit '", std::string(1, c), "'"));
+      v = v * 16 + d;
+    }
+    out.push_back(static_cast<char>(v));
+  }
+  return out;
+}
+
+int Main(int argc, char** argv) {
+  ::signal(SIGPIPE, SIG_IGN);
+  struct sigaction sa {};
+  sa.sa_handler = OnStopSignal;
+  sigemptyset(&sa.sa_mask);
+  sigaction(SIGTERM, &sa, nullptr);
+  sigaction(SIGINT, &sa, nullptr);
+
+  std::string config_path;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    if (a == "--config" && i + 1 < argc) {
+      config_path = argv[++i];
+    } else if (a.rfind("--config=", 0) == 0) {
+      config_path = a.substr(9);
+    } else {
+      std::cerr << "usage: trainctl-rank --config PATH (unknown argument '" << a << "')" << std::endl;
+      return kExitConfig;
+    }
+  }
+  if (config_path.empty()) {
+    std::cerr << "usage: trainctl-rank --config PATH" << std::endl;
+    return kExitConfig;
+  }
+
+  // 1. Config. Until run.status_fd is known, errors can only go to stderr.
+  auto flat = rankproto::ReadConfigFile(config_path);
+  if (!flat.ok()) FailStatus(ErrorKind::kConfig, flat.status(), kExitConfig);
+  {
+    auto fd = rankproto::GetInt(*flat, rankproto::run_keys::kStatusFd, -1);
+    if (fd.ok()) g_status.set_fd(static_cast<int>(*fd));
+  }
+  auto parsed = ParseRankConfig(*flat);
+  if (!parsed.ok()) FailStatus(ErrorKind::kConfig, parsed.status(), kExitConfig);
+  const RankConfig& cfg = *parsed;
+  const RunOptions& run = cfg.run;
+  StopWatcher watcher;
+
+  torch::set_num_threads(run.num_threads);
+  torch::manual_seed(cfg.training.data.seed);
+  c10::Device device(c10::kCPU);
+  if (run.device == "cuda") {
+    if (!torch::cuda::is_available()) {
+      Fail(ErrorKind::kConfig, "run.device: cuda, but this LibTorch has no CUDA or no GPU is visible",
+           kExitConfig);
+    }
+    device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(run.cuda_device));
+  }
+  LogLine(absl::StrCat("trainctl-rank: rank ", run.rank, "/", run.world_size, " on ", device.str(),
+                       ", backend ", run.backend.empty() ? "none" : run.backend, ", torch threads ",
+                       run.num_threads));
+
+  // 2. Data and model.
+  // Classification splits need integer labels: bounded by the model's classes
+  // when it has a known head, any non-negative label for TorchScript modules.
+  int64_t classes = 0;
+  if (cfg.training.loss == LossKind::kCrossEntropy) {
+    classes = ModelClasses(cfg.model);
+    if (classes == 0) classes = int64_t{1} << 30;
+  }
+  auto train = LoadDataset(cfg.train, classes);
+  if (!train.ok()) FailStatus(ErrorKind::kConfig, train.status(), kExitConfig);
+  std::shared_ptr<const engine::Dataset> eval;
+  if (cfg.eval.has_value()) {
+    auto e = LoadDataset(*cfg.eval, classes);
+    if (!e.ok()) FailStatus(ErrorKind::kConfig, e.status(), kExitConfig);
+    eval = *e;
+  }
+  auto model = engine::CreateModel(cfg.model);
+  if (!model.ok()) Fail(ErrorKind::kConfig, absl::StrCat("model: ", model.status().message()), kExitConfig);
+  std::shared_ptr<engine::Model> shared_model = std::move(model).value();
+
+  // Resume point: every rank scans the directory before the communicator
+  // exists, so no checkpoint of this attempt can appear in between; with a
+  // store, rank 0's choice is authoritative.
+  std::string resume_from;
+  if (cfg.training.checkpoint.resume) resume_from = LatestCheckpoint(cfg.training.checkpoint.dir);
+
+  // 3. Rendezvous and communicator.
+  const absl::Duration timeout = absl::Seconds(run.timeout_s);
+  std::shared_ptr<dist::Collectives> comm;
+  const std::string key_prefix = absl::StrCat("trainctl/", run.job_id, "/", run.attempt, "/");
+  if (run.backend == "gloo") {
+#if TRAINCTL_HAVE_GLOO
+    std::shared_ptr<dist::RendezvousStore> store;
+    if (run.rank == 0) {
+      auto s = dist::RendezvousStore::Host(run.advertise_host, 0, timeout);
+      if (!s.ok()) FailStatus(ErrorKind::kRendezvous, s.status(), kExitCollective);
+      store = *s;
+      g_status.Send(rankproto::FormatRendezvous(store->address()));
+      absl::Status set = store->Set(key_prefix + "resume_from", resume_from);
+      if (!set.ok()) FailStatus(ErrorKind::kRendezvous, set, kExitCollective);
+    } else {
+      auto s = dist::RendezvousStore::Connect(run.store_address, timeout);
+      if (!s.ok()) FailStatus(ErrorKind::kRendezvous, s.status(), kExitCollective);
+      store = *s;
+      auto r = store->Get(key_prefix + "resume_from");
+      if (!r.ok()) FailStatus(ErrorKind::kRendezvous, r.status(), kExitCollective);
+      if (*r != resume_from) {
+        LogLine(absl::StrCat("resume point from rank 0: '", *r, "' (this rank saw '", resume_from, "')"));
+      }
+      resume_from = *r;
+    }
+    dist::GlooOptions go;
+    go.rank = run.rank;
+    go.world_size = run.world_size;
+    go.bind_host = GlooBindHost(*flat, run);
+    go.timeout = timeout;
+    go.key_prefix = key_prefix + "gloo/";
+    auto c = dist::CreateGlooCollectives(go, store);
+    if (!c.ok()) FailStatus(ErrorKind::kRendezvous, c.status(), kExitCollective);
+    comm = *c;
+#else
+    Fail(ErrorKind::kConfig, "run.backend: gloo, but this trainctl-rank was built without Gloo", kExitConfig);
+#endif
+  } else if (run.backend == "nccl") {
+#if TRAINCTL_HAVE_NCCL && TRAINCTL_NCCL_TORCH_CUDA
+    auto id = HexDecode(run.nccl_unique_id_hex);
+    if (!id.ok() || id->size() != dist::kNcclUniqueIdBytes) {
+      Fail(ErrorKind::kConfig,
+           absl::StrCat(rankproto::run_keys::kNcclUniqueId, ": not ", dist::kNcclUniqueIdBytes, " hex-encoded bytes"),
+           kExitConfig);
+    }
+    dist::NcclOptions no;
+    no.rank = run.rank;
+    no.world_size = run.world_size;
+    no.device = run.cuda_device;
+    no.unique_id = *id;
+    no.timeout = timeout;
+    auto c = dist::CreateNcclCollectives(no);
+    if (!c.ok()) FailStatus(ErrorKind::kRendezvous, c.status(), kExitCollective);
+    (*c)->UseCurrentTorchStream();
+    comm = *c;
+#else
+    (void)HexDecode;
+    Fail(ErrorKind::kConfig,
+         "run.backend: nccl, but this trainctl-rank was built without NCCL and LibTorch-CUDA "
+         "(TRAINCTL_NCCL_TORCH_CUDA)",
+         kExitConfig);
+#endif
+  }
+  watcher.set_comm(comm);
+
+  // 4. Trainer (loads the checkpoint, broadcasts rank 0's parameters).
+  TrainerSetup setup;
+  setup.options = cfg.training;
+  setup.rank = run.rank;
+  setup.world_size = run.world_size;
+  setup.device = device;
+  setup.resume_from = resume_from;
+  setup.stop = &g_stop;
+  setup.debug_step_sleep_ms = run.debug_step_sleep_ms;
+  if (cfg.training.checkpoint.resume && resume_from.empty()) {
+    LogLine(absl::StrCat("run.resume=true but '", cfg.training.checkpoint.dir,
+                         "' holds no checkpoint; starting from scratch"));
+  }
+  TrainerCallbacks callbacks;
+  callbacks.on_metric = [](const rankproto::RankMetric& m) { g_status.Send(rankproto::FormatMetric(m)); };
+  callbacks.on_progress = [](int32_t epoch, int64_t step) {
+    g_status.Send(rankproto::FormatProgress(epoch, step));
+  };
+  callbacks.on_log = [](const std::string& line) { LogLine(line); };
+
+  auto report = [&](const absl::Status& s) {
+    if (g_stop.load()) {
+      Fail(ErrorKind::kExit, absl::StrCat("stopped by signal ", g_signal.load(), ": ", s.message()),
+           kExitTerminated);
+    }
+    switch (FailureKindOf(s)) {
+      case FailureKind::kConfig: FailStatus(ErrorKind::kConfig, s, kExitConfig);
+      case FailureKind::kCollective: FailStatus(ErrorKind::kCollective, s, kExitCollective);
+      case FailureKind::kStopped: FailStatus(ErrorKind::kExit, s, kExitTerminated);
+      case FailureKind::kOther: FailStatus(ErrorKind::kExit, s, kExitOther);
+    }
+    FailStatus(ErrorKind::kExit, s, kExitOther);
+  };
+
+  auto trainer = Trainer::Create(setup, shared_model, *train, eval, comm, callbacks);
+  if (!trainer.ok()) report(trainer.status());
+  LogLine(absl::StrCat("training ", cfg.training.epochs, " epochs of ", (*trainer)->steps_per_epoch(),
+                       " steps from epoch ", (*trainer)->start_epoch()));
+  g_status.Send(rankproto::FormatReady());
+
+  // 5. Train.
+  auto result = (*trainer)->Run();
+  if (!result.ok()) report(result.status());
+  LogLine(absl::StrCat("done: ", result->epochs_done, " epochs, ", result->global_step, " steps, ",
+                       result->skipped_steps, " skipped"));
+  std::cout.flush();
+  std::cerr.flush();
+  std::_Exit(kExitOk);
+}
+
+}  // namespace
+}  // namespace trainctl::trainer
+
+int main(int argc, char** argv) {
+  try {
+    return trainctl::trainer::Main(argc, argv);
+  } catch (const std::exception& e) {
+    std::string what = e.what();
+    trainctl::trainer::Fail(trainctl::rankproto::ErrorKind::kExit, what.substr(0, what.find('\n')),
+                            trainctl::trainer::kExitOther);
+  }
+}

@@ -1,0 +1,394 @@
+// End-to-end tests of trainctl-rank: real rank processes, Gloo over loopback,
+// the daemon's status-pipe contract. Each test keeps its data tiny so that it
+// runs in seconds on two cores.
+#include <signal.h>
+#include <torch/script.h>
+#include <torch/torch.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+#include "worker/trainer/checkpoint.h"
+#include "worker/trainer/rank_harness.h"
+
+namespace trainctl::trainer {
+namespace {
+
+using ::testing::HasSubstr;
+using testing::MetricField;
+using testing::RankGroup;
+
+class RankProcessTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = testing::MakeTempDir("rank_process");
+    ASSERT_FALSE(dir_.empty());
+  }
+  void TearDown() override {
+    if (!HasFailure()) std::filesystem::remove_all(dir_);
+  }
+
+  // The classic DDP example: synthetic 5 -> 2 classification, Linear(5, 2),
+  // Adam, cross-entropy, batch 30 per rank.
+  rankproto::FlatConfig Classic(const std::string& ckpt) const {
+    return {
+        {"name", "mlp-synthetic"},
+        {"model.name", "mlp"},
+        {"model.input_dim", "5"},
+        {"model.hidden", ""},
+        {"model.classes", "2"},
+        {"data.train.format", "synthetic"},
+        {"data.train.length", "600"},
+        {"data.train.size", "5"},
+        {"data.train.classes", "2"},
+        {"data.train.seed", "0"},
+        {"data.batch_size", "30"},
+        {"data.shuffle", "true"},
+        {"data.seed", "0"},
+        {"data.drop_last", "false"},
+        {"data.num_workers", "0"},
+        {"data.pin_memory", "true"},
+        {"training.epochs", "2"},
+        {"training.loss", "cross_entropy"},
+        {"training.optimizer.name", "adam"},
+        {"training.optimizer.lr", "0.01"},
+        {"training.lr_schedule.name", "constant"},
+        {"training.grad_accumulation", "1"},
+        {"training.max_grad_norm", "0"},
+        {"training.amp.enabled", "false"},
+        {"ddp.bucket_cap_mb", "25"},
+        {"ddp.broadcast_buffers", "true"},
+        {"ddp.find_unused_parameters", "false"},
+        {"checkpoint.every_epochs", "1"},
+        {"checkpoint.keep", "2"},
+        {"metrics.every_steps", "5"},
+        {"run.device", "cpu"},
+        {"run.backend", "gloo"},
+        {"run.advertise_host", "127.0.0.1"},
+        {"run.timeout_s", "30"},
+        {"run.checkpoint_dir", ckpt},
+        {"run.job_id", "test-job"},
+        {"run.attempt", "1"},
+    };
+  }
+
+  std::string dir_;
+};
+
+// Named parameters of an exported TorchScript model.
+std::map<std::string, at::Tensor> LoadParams(const std::string& path) {
+  std::map<std::string, at::Tensor> out;
+  torch::jit::Module m = torch::jit::load(path);
+  for (const auto& p : m.named_parameters()) out[p.name] = p.value.detach().clone();
+  return out;
+}
+
+int CountLines(const RankGroup& g, int rank, const std::string& prefix) {
+  return static_cast<int>(g.LinesWithPrefix(rank, prefix).size());
+}
+
+std::vector<std::string> EpochEnds(const RankGroup& g, int rank) {
+  return g.LinesWithPrefix(rank, "metric kind=epoch_end");
+}
+
+TEST_F(RankProcessTest, ClassicExampleTrainsOnTwoRanksAndExportsTorchScript) {
+  const std::string ckpt = dir_ + "/ckpt";
+  auto g = RankGroup::Start(dir_, 2, Classic(ckpt));
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ((*g)->exit_code(r), 0) << (*g)->Describe();
+    EXPECT_EQ(CountLines(**g, r, "ready"), 1);
+    EXPECT_EQ(CountLines(**g, r, "error"), 0);
+    // 300 samples per rank / 30 = 10 steps per epoch; a metric every 5.
+    auto train = (*g)->LinesWithPrefix(r, "metric kind=train");
+    EXPECT_EQ(train.size(), 4u);
+    auto ends = EpochEnds(**g, r);
+    ASSERT_EQ(ends.size(), 2u);
+    EXPECT_EQ(MetricField(ends[0], "epoch"), "0");
+    EXPECT_EQ(MetricField(ends[1], "epoch"), "1");
+    EXPECT_EQ(MetricField(ends[1], "steps_per_epoch"), "10");
+    EXPECT_GT(std::stod(MetricField(train[0], "samples_per_sec")), 0);
+    EXPECT_GT(std::stod(MetricField(train[0], "peak_memory_bytes")), 0);
+    EXPECT_EQ(MetricField(train[0], "lr"), "0.01");
+    EXPECT_GE(CountLines(**g, r, "progress "), 2);
+  }
+  EXPECT_EQ(CountLines(**g, 0, "rendezvous 127.0.0.1:"), 1);
+  EXPECT_EQ(CountLines(**g, 1, "rendezvous"), 0);
+  // Ready comes after the rendezvous line, metrics after ready.
+  EXPECT_EQ((*g)->lines(0)[0].rfind("rendezvous ", 0), 0u);
+  EXPECT_EQ((*g)->lines(0)[1], "ready");
+
+  const std::string model = ckpt + "/model.pt";
+  ASSERT_TRUE(std::filesystem::exists(model));
+  EXPECT_EQ(ListCheckpoints(ckpt).size(), 2u);
+  // The exported model runs in Python.
+  if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "no Python torch to load the model with";
+  }
+  const std::string cmd = absl::StrCat(
+      "/usr/bin/python3 -c \"import torch; m=torch.jit.load('", model,
+      "'); print(m(torch.randn(3,5)).shape)\" 2>&1");
+  FILE* pipe = popen(cmd.c_str(), "r");
+  ASSERT_NE(pipe, nullptr);
+  std::string out;
+  char buf[256];
+  while (fgets(buf, sizeof buf, pipe) != nullptr) out += buf;
+  EXPECT_EQ(pclose(pipe), 0) << out;
+  EXPECT_THAT(out, HasSubstr("torch.Size([3, 2])"));
+}
+
+TEST_F(RankProcessTest, TwoRanksOfBatchBEqualOneRankOfBatch2B) {
+  auto base = Classic("");
+  base["model.hidden"] = "8";
+  base["training.epochs"] = "3";
+  base["checkpoint.every_epochs"] = "0";
+
+  auto two = base;
+  two["data.batch_size"] = "15";
+  two["run.checkpoint_dir"] = dir_ + "/two";
+  auto one = base;
+  one["data.batch_size"] = "30";
+  one["run.checkpoint_dir"] = dir_ + "/one";
+
+  auto g2 = RankGroup::Start(dir_, 2, two);
+  ASSERT_TRUE(g2.ok()) << g2.status();
+  ASSERT_TRUE((*g2)->Wait(absl::Seconds(60))) << (*g2)->Describe();
+  ASSERT_EQ((*g2)->exit_code(0), 0) << (*g2)->Describe();
+  ASSERT_EQ((*g2)->exit_code(1), 0) << (*g2)->Describe();
+
+  std::filesystem::create_directories(dir_ + "/single");
+  auto g1 = RankGroup::Start(dir_ + "/single", 1, one);
+  ASSERT_TRUE(g1.ok()) << g1.status();
+  ASSERT_TRUE((*g1)->Wait(absl::Seconds(60))) << (*g1)->Describe();
+  ASSERT_EQ((*g1)->exit_code(0), 0) << (*g1)->Describe();
+  // Same number of optimizer steps: 20 per epoch both ways.
+  EXPECT_EQ(MetricField(EpochEnds(**g1, 0).back(), "steps_per_epoch"), "20");
+  EXPECT_EQ(MetricField(EpochEnds(**g2, 0).back(), "steps_per_epoch"), "20");
+
+  auto a = LoadParams(dir_ + "/two/model.pt");
+  auto b = LoadParams(dir_ + "/one/model.pt");
+  ASSERT_EQ(a.size(), b.size());
+  ASSERT_EQ(a.size(), 4u);  // layers_0_weight/bias, layers_2_weight/bias (names from the export)
+  for (const auto& [name, t] : b) {
+    ASSERT_TRUE(a.count(name)) << name;
+    const double diff = (a[name] - t).abs().max().item<double>();
+    const double scale = t.abs().max().item<double>();
+    EXPECT_LE(diff / scale, 1e-5) << name << ": max abs diff " << diff;
+  }
+  // And training moved the parameters away from their start (the runs are
+  // not trivially equal).
+  EXPECT_GT(std::stod(MetricField(EpochEnds(**g1, 0).back(), "loss")), 0);
+}
+
+TEST_F(RankProcessTest, ResumeAfterKillIsBitwiseEqualToAnUninterruptedRun) {
+  auto base = Classic("");
+  base["model.hidden"] = "8";
+  base["training.epochs"] = "4";
+  base["data.batch_size"] = "15";  // 20 steps per epoch
+  base["training.optimizer.name"] = "sgd";
+  base["training.optimizer.momentum"] = "0.9";
+  base["training.optimizer.lr"] = "0.05";
+  base["training.lr_schedule.name"] = "cosine";
+  base["training.lr_schedule.warmup_steps"] = "5";
+
+  auto full = base;
+  full["run.checkpoint_dir"] = dir_ + "/full";
+  {
+    std::filesystem::create_directories(dir_ + "/a");
+    auto g = RankGroup::Start(dir_ + "/a", 2, full);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
+    ASSERT_EQ((*g)->exit_code(0), 0) << (*g)->Describe();
+    ASSERT_EQ((*g)->exit_code(1), 0) << (*g)->Describe();
+  }
+
+  const std::string ckpt = dir_ + "/resumed";
+  auto slow = base;
+  slow["run.checkpoint_dir"] = ckpt;
+  slow["run.debug.step_sleep_ms"] = "25";  // ~0.5 s per epoch: room to kill in epoch 2
+  {
+    std::filesystem::create_directories(dir_ + "/b");
+    auto g = RankGroup::Start(dir_ + "/b", 2, slow);
+    ASSERT_TRUE(g.ok()) << g.status();
+    // After the second epoch's end (checkpoint written before the metric),
+    // SIGKILL both, as the daemon does after a peer failure.
+    ASSERT_TRUE((*g)->WaitForLine(
+        [](int rank, const std::string& line) {
+          return rank == 0 && line.rfind("metric kind=epoch_end", 0) == 0 && MetricField(line, "epoch") == "1";
+        },
+        absl::Seconds(60)))
+        << (*g)->Describe();
+    (*g)->Signal(SIGKILL);
+    (*g)->Wait(absl::Seconds(10));
+    EXPECT_EQ((*g)->exit_code(0), -SIGKILL);
+    EXPECT_EQ((*g)->exit_code(1), -SIGKILL);
+  }
+  ASSERT_FALSE(std::filesystem::exists(ckpt + "/model.pt"));
+  ASSERT_FALSE(ListCheckpoints(ckpt).empty());
+  EXPECT_EQ(LatestCheckpoint(ckpt).substr(ckpt.size()).rfind("/ckpt-epoch-00000", 0), 0u);
+  // A torn temporary file from the crash is never picked.
+  { std::ofstream(ckpt + "/ckpt-epoch-000003.pt.tmp") << "torn"; }
+
+  auto resume = base;
+  resume["run.checkpoint_dir"] = ckpt;
+  resume["run.resume"] = "true";
+  resume["run.attempt"] = "2";
+  {
+    std::filesystem::create_directories(dir_ + "/c");
+    auto g = RankGroup::Start(dir_ + "/c", 2, resume);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
+    ASSERT_EQ((*g)->exit_code(0), 0) << (*g)->Describe();
+    ASSERT_EQ((*g)->exit_code(1), 0) << (*g)->Describe();
+    auto ends = EpochEnds(**g, 0);
+    ASSERT_FALSE(ends.empty());
+    EXPECT_NE(MetricField(ends.front(), "epoch"), "0");  // resumed, not restarted
+    EXPECT_EQ(MetricField(ends.back(), "epoch"), "3");
+    EXPECT_THAT((*g)->log(0), HasSubstr("resumed from"));
+    EXPECT_THAT((*g)->log(1), HasSubstr("resumed from"));
+  }
+  auto a = LoadParams(dir_ + "/full/model.pt");
+  auto b = LoadParams(ckpt + "/model.pt");
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    EXPECT_TRUE(torch::equal(t, b[name])) << name << " differs by "
+                                          << (t - b[name]).abs().max().item<double>();
+  }
+}
+
+TEST_F(RankProcessTest, MissingDataFileIsAConfigErrorNamingTheFile) {
+  auto c = Classic(dir_ + "/ckpt");
+  c["data.train.format"] = "idx";
+  c["data.train.images"] = dir_ + "/no-such-images.gz";
+  c["data.train.labels"] = dir_ + "/no-such-labels.gz";
+  auto g = RankGroup::Start(dir_, 2, c);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE((*g)->Wait(absl::Seconds(30))) << (*g)->Describe();
+  EXPECT_EQ((*g)->started(), 1);  // rank 0 failed before its rendezvous
+  EXPECT_EQ((*g)->exit_code(0), 2);
+  auto errors = (*g)->LinesWithPrefix(0, "error ");
+  ASSERT_EQ(errors.size(), 1u) << (*g)->Describe();
+  EXPECT_THAT(errors[0], HasSubstr("error config "));
+  EXPECT_THAT(errors[0], HasSubstr("data.train.images"));
+  EXPECT_THAT(errors[0], HasSubstr("no-such-images.gz"));
+  EXPECT_EQ(CountLines(**g, 0, "ready"), 0);
+}
+
+TEST_F(RankProcessTest, BadKeyIsAConfigErrorNamingTheKey) {
+  auto c = Classic(dir_ + "/ckpt");
+  c["training.optimizer.name"] = "lamb";
+  auto g = RankGroup::Start(dir_, 1, c);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE((*g)->Wait(absl::Seconds(30))) << (*g)->Describe();
+  EXPECT_EQ((*g)->exit_code(0), 2);
+  auto errors = (*g)->LinesWithPrefix(0, "error config training.optimizer.name");
+  EXPECT_EQ(errors.size(), 1u) << (*g)->Describe();
+}
+
+TEST_F(RankProcessTest, LabelsThatDoNotFitTheModelAreAConfigError) {
+  auto c = Classic(dir_ + "/ckpt");
+  c["data.train.classes"] = "5";  // labels 0..4 for a 2-class model
+  auto g = RankGroup::Start(dir_, 2, c);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
+  EXPECT_EQ((*g)->exit_code(0), 2) << (*g)->Describe();
+  EXPECT_EQ(CountLines(**g, 0, "error config"), 1) << (*g)->Describe();
+}
+
+TEST_F(RankProcessTest, PeerDeathIsACollectiveError) {
+  auto c = Classic(dir_ + "/ckpt");
+  c["training.epochs"] = "50";
+  c["run.debug.step_sleep_ms"] = "10";
+  auto g = RankGroup::Start(dir_, 2, c);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE((*g)->WaitForLine(
+      [](int rank, const std::string& line) { return rank == 1 && line.rfind("metric ", 0) == 0; },
+      absl::Seconds(60)))
+      << (*g)->Describe();
+  (*g)->SignalRank(1, SIGKILL);
+  ASSERT_TRUE((*g)->Wait(absl::Seconds(40))) << (*g)->Describe();
+  EXPECT_EQ((*g)->exit_code(1), -SIGKILL);
+  EXPECT_EQ((*g)->exit_code(0), 3) << (*g)->Describe();
+  EXPECT_EQ(CountLines(**g, 0, "error collective"), 1) << (*g)->Describe();
+}
+
+TEST_F(RankProcessTest, SigtermStopsBothRanksNonZero) {
+  auto c = Classic(dir_ + "/ckpt");
+  c["training.epochs"] = "50";
+  c["run.debug.step_sleep_ms"] = "10";
+  auto g = RankGroup::Start(dir_, 2, c);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE((*g)->WaitForLine(
+      [](int rank, const std::string& line) { return rank == 1 && line.rfind("metric ", 0) == 0; },
+      absl::Seconds(60)))
+      << (*g)->Describe();
+  (*g)->Signal(SIGTERM);
+  ASSERT_TRUE((*g)->Wait(absl::Seconds(30))) << (*g)->Describe();
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ((*g)->exit_code(r), 128 + SIGTERM) << (*g)->Describe();
+    EXPECT_EQ(CountLines(**g, r, "error exit stopped"), 1) << (*g)->Describe();
+  }
+}
+
+// A learnable CSV task: label = (x0 - x1 + 0.5 x2 > 0).
+void WriteLearnableCsv(const std::string& path, int rows, unsigned seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> normal;
+  std::ofstream out(path);
+  out << "a,b,c,d,e,label\n";
+  for (int i = 0; i < rows; ++i) {
+    float x[5];
+    for (float& v : x) v = normal(rng);
+    out << x[0] << "," << x[1] << "," << x[2] << "," << x[3] << "," << x[4] << ","
+        << (x[0] - x[1] + 0.5f * x[2] > 0 ? 1 : 0) << "\n";
+  }
+}
+
+TEST_F(RankProcessTest, Bf16AutocastTrainsAndLossDecreases) {
+  WriteLearnableCsv(dir_ + "/train.csv", 480, 1);
+  WriteLearnableCsv(dir_ + "/eval.csv", 200, 2);
+  auto c = Classic(dir_ + "/ckpt");
+  c["data.train.format"] = "csv";
+  c["data.train.path"] = dir_ + "/train.csv";
+  c["data.train.label_column"] = "label";
+  c["data.eval.format"] = "csv";
+  c["data.eval.path"] = dir_ + "/eval.csv";
+  c["data.eval.label_column"] = "";
+  c["model.hidden"] = "16";
+  c["data.batch_size"] = "16";
+  c["training.epochs"] = "4";
+  c["training.optimizer.lr"] = "0.02";
+  c["training.amp.enabled"] = "true";
+  c["training.amp.dtype"] = "bf16";
+  auto g = RankGroup::Start(dir_, 2, c);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
+  ASSERT_EQ((*g)->exit_code(0), 0) << (*g)->Describe();
+  ASSERT_EQ((*g)->exit_code(1), 0) << (*g)->Describe();
+  auto ends = EpochEnds(**g, 0);
+  ASSERT_EQ(ends.size(), 4u);
+  const double first = std::stod(MetricField(ends.front(), "loss"));
+  const double last = std::stod(MetricField(ends.back(), "loss"));
+  EXPECT_LT(last, 0.7 * first) << ends.front() << "\n" << ends.back();
+  EXPECT_GT(std::stod(MetricField(ends.back(), "eval_accuracy")), 0.85) << ends.back();
+  EXPECT_EQ(MetricField(ends.back(), "eval_samples"), "200");
+  EXPECT_EQ(MetricField(ends.back(), "loss_scale"), "0");  // bf16: no loss scaling
+  // Both ranks report the same (all-reduced) eval numbers.
+  auto ends1 = EpochEnds(**g, 1);
+  ASSERT_EQ(ends1.size(), 4u);
+  EXPECT_EQ(MetricField(ends.back(), "eval_loss"), MetricField(ends1.back(), "eval_loss"));
+}
+
+}  // namespace
+}  // namespace trainctl::trainer
