@@ -1,0 +1,68 @@
+// What every verb of the trainctl CLI shares: the streams, the global flags,
+// the coordinator connection and the error-to-exit-code rules. Internal to
+// the CLI library (verbs.cc, cli.cc).
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+#include <functional>
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "client/cli/cli.h"
+#include "google/protobuf/message.h"
+#include "trainctl/client.h"
+
+namespace trainctl::cli {
+
+struct CliContext {
+  CliContext(std::ostream& out, std::ostream& err, const CliEnvironment& env)
+      : out(out), err(err), env(env) {}
+
+  std::ostream& out;
+  std::ostream& err;
+  const CliEnvironment& env;
+
+  // Global flags.
+  std::string coordinator_flag;
+  std::string output = "table";
+  double timeout_s = 10;
+  // The verb being run ("submit"), for error messages.
+  std::string verb;
+
+  bool json() const { return output == "json"; }
+
+  // Resolves the address and connects, bounded by `timeout` (default: the
+  // --timeout flag).
+  absl::StatusOr<std::unique_ptr<Client>> Connect(std::optional<absl::Duration> timeout = std::nullopt);
+
+  // Prints "trainctl VERB: message" to err; returns the exit code for the
+  // status (kExitUsage for InvalidArgument, else kExitFailed).
+  int Fail(const absl::Status& status);
+  // Prints one JSON document on its own line.
+  void PrintJson(const google::protobuf::Message& msg);
+};
+
+// A verb's body, bound to its parsed flags; returns the exit code.
+using VerbRunner = std::function<int()>;
+// Declares a verb (its subcommand, flags, help and example) on `app` and
+// returns the runner that executes it once the command line is parsed.
+using VerbFactory = VerbRunner (*)(CLI::App& app, CliContext& ctx);
+
+VerbRunner AddSubmitVerb(CLI::App& app, CliContext& ctx);
+VerbRunner AddStatusVerb(CLI::App& app, CliContext& ctx);
+VerbRunner AddDescribeVerb(CLI::App& app, CliContext& ctx);
+VerbRunner AddListVerb(CLI::App& app, CliContext& ctx);
+VerbRunner AddLogsVerb(CLI::App& app, CliContext& ctx);
+VerbRunner AddCancelVerb(CLI::App& app, CliContext& ctx);
+VerbRunner AddWorkersVerb(CLI::App& app, CliContext& ctx);
+// Local mode (run.cc): embedded coordinator and workers.
+VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx);
+
+// Follows a job until it ends (follow mode output); 0 only when it SUCCEEDED.
+int FollowJob(CliContext& ctx, Client& client, const std::string& job_id);
+
+}  // namespace trainctl::cli

@@ -1,0 +1,352 @@
+#include "client/cli/format.h"
+
+#include <google/protobuf/util/json_util.h>
+
+#include <algorithm>
+#include <cmath>
+#include <sstream>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/jobspec/job_spec.h"
+#include "common/time_util.h"
+
+namespace trainctl::cli {
+
+namespace {
+
+template <typename E>
+std::string LowerName(const google::protobuf::EnumDescriptor* d, E v) {
+  const google::protobuf::EnumValueDescriptor* value = d->FindValueByNumber(static_cast<int>(v));
+  if (value == nullptr) return absl::StrCat(static_cast<int>(v));
+  return EnumValueName(value);
+}
+
+template <typename E>
+std::string UpperName(const google::protobuf::EnumDescriptor* d, E v) {
+  return absl::AsciiStrToUpper(LowerName(d, v));
+}
+
+std::string Num(double v) {
+  if (v == std::floor(v) && std::fabs(v) < 1e15) return absl::StrCat(static_cast<int64_t>(v));
+  return absl::StrFormat("%g", v);
+}
+
+std::string OrDash(const std::string& s) { return s.empty() ? "-" : s; }
+
+// A dataset in one phrase: "synthetic 3000 × 5, 2 classes, seed 0".
+std::string DatasetText(const v1::DatasetSpec& d) {
+  switch (d.format_case()) {
+    case v1::DatasetSpec::kSynthetic: {
+      const v1::SyntheticData& s = d.synthetic();
+      std::string out = absl::StrCat("synthetic ", s.length(), " × ", s.size());
+      if (s.classes() > 0) {
+        absl::StrAppend(&out, ", ", s.classes(), " classes");
+      } else {
+        absl::StrAppend(&out, ", regression (", s.target_dim(), " targets)");
+      }
+      absl::StrAppend(&out, ", seed ", s.seed());
+      return out;
+    }
+    case v1::DatasetSpec::kIdx:
+      return absl::StrCat("idx ", d.idx().images(), " + ", d.idx().labels());
+    case v1::DatasetSpec::kCsv:
+      return absl::StrCat("csv ", d.csv().path(), " (label ",
+                          d.csv().label_column().empty() ? "last column" : d.csv().label_column(), ")");
+    case v1::DatasetSpec::kTensors:
+      return absl::StrCat("tensors ", d.tensors().path());
+    default:
+      return "-";
+  }
+}
+
+std::string ModelText(const v1::ModelSpec& m) {
+  switch (m.kind_case()) {
+    case v1::ModelSpec::kMlp: {
+      std::vector<std::string> widths = {absl::StrCat(m.mlp().input_dim())};
+      for (int h : m.mlp().hidden()) widths.push_back(absl::StrCat(h));
+      widths.push_back(absl::StrCat(m.mlp().classes()));
+      return absl::StrCat("mlp ", absl::StrJoin(widths, " → "));
+    }
+    case v1::ModelSpec::kCnn: {
+      const v1::CnnModel& c = m.cnn();
+      return absl::StrCat("cnn ", c.image_size(), "×", c.image_size(), " → ", c.classes(),
+                          " classes, conv ", c.conv1_channels(), "/", c.conv2_channels(), ", hidden ",
+                          c.hidden(), c.batch_norm() ? ", batch norm" : "");
+    }
+    case v1::ModelSpec::kTorchscript:
+      return absl::StrCat("torchscript ", m.torchscript().path());
+    default:
+      return "-";
+  }
+}
+
+// Indents every line of a multi-line text after the first.
+std::string Continue(const std::string& text, const std::string& indent) {
+  return absl::StrJoin(absl::StrSplit(text, '\n'), absl::StrCat("\n", indent));
+}
+
+}  // namespace
+
+void Table::Print(std::ostream& out, const std::string& indent) const {
+  std::vector<size_t> widths;
+  for (const auto& row : rows_) {
+    if (widths.size() < row.size()) widths.resize(row.size(), 0);
+    for (size_t i = 0; i < row.size(); ++i) widths[i] = std::max(widths[i], row[i].size());
+  }
+  for (const auto& row : rows_) {
+    std::string line = indent;
+    for (size_t i = 0; i < row.size(); ++i) {
+      line += row[i];
+      if (i + 1 < row.size()) line += std::string(widths[i] - row[i].size() + 2, ' ');
+    }
+    out << line << "\n";
+  }
+}
+
+std::string JobStateName(v1::JobState s) { return UpperName(v1::JobState_descriptor(), s); }
+std::string AttemptStateName(v1::AttemptState s) { return UpperName(v1::AttemptState_descriptor(), s); }
+std::string RankStateName(v1::RankState s) { return UpperName(v1::RankState_descriptor(), s); }
+std::string WorkerStateName(v1::WorkerState s) { return UpperName(v1::WorkerState_descriptor(), s); }
+std::string FailureKindName(v1::FailureKind k) { return LowerName(v1::FailureKind_descriptor(), k); }
+
+bool ParseJobState(const std::string& text, v1::JobState* out) {
+  std::string upper = absl::AsciiStrToUpper(text);
+  if (!absl::StartsWith(upper, "JOB_STATE_")) upper = absl::StrCat("JOB_STATE_", upper);
+  v1::JobState s;
+  if (!v1::JobState_Parse(upper, &s) || s == v1::JOB_STATE_UNSPECIFIED) return false;
+  *out = s;
+  return true;
+}
+
+std::string HumanDuration(absl::Duration d) {
+  if (d < absl::ZeroDuration()) d = absl::ZeroDuration();
+  int64_t ms = absl::ToInt64Milliseconds(d);
+  if (ms < 1000) return absl::StrCat(ms, "ms");
+  int64_t s = ms / 1000;
+  if (s < 60) return absl::StrCat(s, "s");
+  if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
+  if (s < 86400) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
+  return absl::StrFormat("%dd%02dh", s / 86400, (s % 86400) / 3600);
+}
+
+std::string FormatTimestamp(const google::protobuf::Timestamp& ts) {
+  if (ts.seconds() == 0 && ts.nanos() == 0) return "-";
+  return absl::FormatTime("%Y-%m-%d %H:%M:%S", FromTimestamp(ts), absl::LocalTimeZone());
+}
+
+std::string Age(const google::protobuf::Timestamp& ts, absl::Time now) {
+  if (ts.seconds() == 0 && ts.nanos() == 0) return "-";
+  absl::Duration d = now - FromTimestamp(ts);
+  if (d < absl::Seconds(1)) return "just now";
+  return absl::StrCat(HumanDuration(d), " ago");
+}
+
+std::string FormatRate(double per_sec) {
+  if (per_sec >= 100) return absl::StrFormat("%.0f", per_sec);
+  return absl::StrFormat("%.1f", per_sec);
+}
+
+std::string ProgressBar(double fraction, int width) {
+  fraction = std::clamp(fraction, 0.0, 1.0);
+  int full = static_cast<int>(std::floor(fraction * width));
+  std::string bar(static_cast<size_t>(full), '=');
+  if (full < width) {
+    bar += '>';
+    bar += std::string(static_cast<size_t>(width - full - 1), ' ');
+  }
+  return absl::StrFormat("[%s] %3d%%", bar, static_cast<int>(std::floor(fraction * 100)));
+}
+
+double ProgressFraction(const v1::Progress& p) {
+  if (p.epochs() <= 0 || p.steps_per_epoch() <= 0) return -1;
+  double done = static_cast<double>(p.epoch()) * p.steps_per_epoch() + p.step();
+  return std::clamp(done / (static_cast<double>(p.epochs()) * p.steps_per_epoch()), 0.0, 1.0);
+}
+
+std::string ProgressText(const v1::Progress& p) {
+  // Epochs are known from the spec before anything trained: say nothing then.
+  if (p.steps_per_epoch() <= 0 && p.step() <= 0 && p.last_loss() == 0 && p.samples_per_sec() <= 0) return "";
+  std::vector<std::string> parts;
+  if (p.epochs() > 0) parts.push_back(absl::StrCat("epoch ", std::min(p.epoch() + 1, p.epochs()), "/", p.epochs()));
+  if (p.steps_per_epoch() > 0) {
+    parts.push_back(absl::StrCat("step ", p.step(), "/", p.steps_per_epoch()));
+  } else if (p.step() > 0) {
+    parts.push_back(absl::StrCat("step ", p.step()));
+  }
+  if (p.last_loss() != 0) parts.push_back(absl::StrFormat("loss %.4f", p.last_loss()));
+  if (p.samples_per_sec() > 0) parts.push_back(absl::StrCat(FormatRate(p.samples_per_sec()), " samples/s"));
+  if (p.eta_seconds() > 0) parts.push_back(absl::StrCat("ETA ", HumanDuration(absl::Seconds(p.eta_seconds()))));
+  if (parts.empty()) return "";
+  return absl::StrJoin(parts, "  ");
+}
+
+std::string SlotText(const v1::Slot& slot) {
+  std::string kind = slot.kind() == v1::Slot::KIND_GPU ? "gpu" : "cpu";
+  std::string out = absl::StrCat(kind, ":", slot.index());
+  if (!slot.name().empty()) absl::StrAppend(&out, " (", slot.name(), ")");
+  return out;
+}
+
+std::string ExitText(const v1::RankAssignment& r) {
+  if (!r.has_exit()) return "-";
+  const v1::ExitInfo& e = r.exit();
+  std::string out;
+  if (e.signal() != 0) {
+    out = absl::StrCat("signal ", e.signal());
+  } else if (r.state() == v1::RANK_STATE_SUCCEEDED && e.exit_code() == 0 && e.message().empty()) {
+    return "-";
+  } else {
+    out = absl::StrCat("exit ", e.exit_code());
+  }
+  if (e.kind() != v1::FAILURE_KIND_UNSPECIFIED) absl::StrAppend(&out, " (", FailureKindName(e.kind()), ")");
+  if (!e.message().empty()) absl::StrAppend(&out, ": ", e.message());
+  return out;
+}
+
+void PrintSpecSummary(std::ostream& out, const v1::JobSpec& spec, const std::string& indent) {
+  Table t({"", ""});
+  auto row = [&](const std::string& k, const std::string& v) { t.AddRow({k + ":", v}); };
+  row("ranks", absl::StrCat(spec.world_size(), ", device ", LowerName(v1::Device_descriptor(), spec.device()),
+                            ", backend ", LowerName(v1::Backend_descriptor(), spec.backend()),
+                            ", priority ", spec.priority()));
+  row("model", ModelText(spec.model()));
+  const v1::DataSpec& d = spec.data();
+  row("train data", DatasetText(d.train()));
+  if (d.has_eval()) row("eval data", DatasetText(d.eval()));
+  std::string loader = absl::StrCat("batch ", d.batch_size(), " per rank, ",
+                                    d.shuffle() ? "shuffled" : "in order", ", seed ", d.seed());
+  if (d.drop_last()) absl::StrAppend(&loader, ", drop_last");
+  absl::StrAppend(&loader, ", ", d.num_workers(), " loader threads");
+  row("loader", loader);
+  const v1::TrainingSpec& tr = spec.training();
+  std::string training = absl::StrCat(tr.epochs(), " epoch", tr.epochs() == 1 ? "" : "s", ", ",
+                                      LowerName(v1::Loss_descriptor(), tr.loss()), " loss");
+  if (tr.grad_accumulation() > 1) absl::StrAppend(&training, ", accumulate ", tr.grad_accumulation());
+  if (tr.max_grad_norm() > 0) absl::StrAppend(&training, ", clip ", Num(tr.max_grad_norm()));
+  absl::StrAppend(&training, ", amp ",
+                  tr.amp().enabled() ? LowerName(v1::AmpDtype_descriptor(), tr.amp().dtype()) : "off");
+  row("training", training);
+  std::string opt = absl::StrCat(LowerName(v1::Optimizer_descriptor(), tr.optimizer().name()), " lr ",
+                                 Num(tr.optimizer().lr()));
+  if (tr.optimizer().weight_decay() > 0) absl::StrAppend(&opt, ", weight decay ", Num(tr.optimizer().weight_decay()));
+  if (tr.optimizer().momentum() > 0) absl::StrAppend(&opt, ", momentum ", Num(tr.optimizer().momentum()));
+  absl::StrAppend(&opt, ", schedule ", LowerName(v1::LrSchedule_descriptor(), tr.lr_schedule().name()));
+  if (tr.lr_schedule().warmup_steps() > 0) absl::StrAppend(&opt, " (warm-up ", tr.lr_schedule().warmup_steps(), " steps)");
+  row("optimizer", opt);
+  row("ddp", absl::StrCat("buckets ", Num(spec.ddp().bucket_cap_mb()), " MiB",
+                          spec.ddp().find_unused_parameters() ? ", find unused parameters" : ""));
+  row("checkpoint", absl::StrCat(spec.checkpoint().dir().empty() ? "worker work dir" : spec.checkpoint().dir(),
+                                 ", every ", spec.checkpoint().every_epochs(), " epoch(s), keep ",
+                                 spec.checkpoint().keep()));
+  std::string restart = absl::StrCat("at most ", spec.restart().max_restarts(), " restart(s)");
+  if (spec.restart().progress_timeout_s() > 0) {
+    absl::StrAppend(&restart, ", hung after ", spec.restart().progress_timeout_s(), "s without progress");
+  }
+  row("restart", restart);
+  // Skip the empty header row.
+  std::ostringstream body;
+  t.Print(body, indent);
+  std::string text = body.str();
+  out << text.substr(text.find('\n') + 1);
+}
+
+void PrintJobStatus(std::ostream& out, const v1::Job& job, absl::Time now) {
+  Table t({"", ""});
+  auto row = [&](const std::string& k, const std::string& v) { t.AddRow({k + ":", v}); };
+  row("Job", job.id());
+  row("Name", job.spec().name());
+  row("State", JobStateName(job.state()));
+  if (!job.state_reason().empty()) row("Reason", Continue(job.state_reason(), std::string(12, ' ')));
+  int attempts = job.attempts_size();
+  row("Attempt", absl::StrCat(attempts == 0 ? "-" : absl::StrCat(attempts), " (restarts ", job.restarts(),
+                              " of ", job.spec().restart().max_restarts(), ")"));
+  std::string progress = ProgressText(job.progress());
+  if (!progress.empty()) {
+    double f = ProgressFraction(job.progress());
+    row("Progress", f >= 0 ? absl::StrCat(ProgressBar(f), "  ", progress) : progress);
+  }
+  if (job.progress().has_last_eval()) {
+    const v1::EvalResult& e = job.progress().last_eval();
+    row("Last eval", absl::StrFormat("epoch %d: loss %.4f, accuracy %.2f%%", e.epoch() + 1, e.loss(),
+                                     e.accuracy() * 100));
+  }
+  row("Submitted", absl::StrCat(FormatTimestamp(job.submit_time()), " (", Age(job.submit_time(), now), ")"));
+  if (job.has_start_time()) row("Started", FormatTimestamp(job.start_time()));
+  if (job.has_end_time()) {
+    std::string ended = FormatTimestamp(job.end_time());
+    if (job.has_start_time()) {
+      absl::StrAppend(&ended, " (ran ", HumanDuration(FromTimestamp(job.end_time()) - FromTimestamp(job.start_time())), ")");
+    }
+    row("Ended", ended);
+  }
+  if (!job.final_model().empty()) row("Final model", job.final_model());
+  std::ostringstream body;
+  t.Print(body);
+  std::string text = body.str();
+  out << text.substr(text.find('\n') + 1);
+}
+
+void PrintJobDescription(std::ostream& out, const v1::Job& job, const std::vector<v1::Event>& events,
+                         absl::Time now) {
+  PrintJobStatus(out, job, now);
+  out << "\nSpec:\n";
+  PrintSpecSummary(out, job.spec(), "  ");
+  for (const v1::Attempt& a : job.attempts()) {
+    out << "\nAttempt " << a.number() << ": " << AttemptStateName(a.state());
+    if (a.has_start_time()) {
+      out << ", " << FormatTimestamp(a.start_time());
+      if (a.has_end_time()) out << " → " << FormatTimestamp(a.end_time());
+    }
+    out << "\n";
+    if (!a.reason().empty()) out << "  Reason: " << Continue(a.reason(), "          ") << "\n";
+    if (!a.resumed_from().empty()) out << "  Resumed from: " << a.resumed_from() << "\n";
+    Table t({"RANK", "NODE", "LOCAL", "HOST", "WORKER", "SLOT", "STATE", "STEP", "EXIT"});
+    for (const v1::RankAssignment& r : a.ranks()) {
+      t.AddRow({absl::StrCat(r.rank()), absl::StrCat(r.node_rank()), absl::StrCat(r.local_rank()),
+                OrDash(r.host()), OrDash(r.worker_id()), SlotText(r.slot()), RankStateName(r.state()),
+                absl::StrCat(r.last_step()), ExitText(r)});
+    }
+    t.Print(out, "  ");
+    for (const v1::RankAssignment& r : a.ranks()) {
+      if (r.exit().last_log_lines_size() == 0) continue;
+      out << "  Last log lines of rank " << r.rank() << ":\n";
+      for (const std::string& l : r.exit().last_log_lines()) out << "    " << l << "\n";
+    }
+  }
+  out << "\nEvents:\n";
+  if (events.empty()) {
+    out << "  (none)\n";
+    return;
+  }
+  Table t({"TIME", "ATTEMPT", "RANK", "TYPE", "MESSAGE"});
+  for (const v1::Event& e : events) {
+    t.AddRow({FormatTimestamp(e.time()), e.attempt() > 0 ? absl::StrCat(e.attempt()) : "-",
+              e.rank() >= 0 ? absl::StrCat(e.rank()) : "-", e.type(), OneLine(e.message())});
+  }
+  t.Print(out, "  ");
+}
+
+std::string OneLine(const std::string& text) {
+  std::vector<std::string> parts;
+  for (absl::string_view part : absl::StrSplit(text, '\n')) {
+    part = absl::StripAsciiWhitespace(part);
+    if (!part.empty()) parts.emplace_back(part);
+  }
+  return absl::StrJoin(parts, " | ");
+}
+
+std::string ToJson(const google::protobuf::Message& msg) {
+  std::string json;
+  google::protobuf::util::JsonPrintOptions options;
+  options.add_whitespace = false;
+  (void)google::protobuf::util::MessageToJsonString(msg, &json, options);
+  return json;
+}
+
+}  // namespace trainctl::cli

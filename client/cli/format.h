@@ -1,0 +1,81 @@
+// Human-readable rendering for the trainctl CLI: tables, state names,
+// durations, progress, and the blocks `status` and `describe` print.
+//
+// Pure functions (the current time is a parameter); thread-safe.
+#pragma once
+
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "google/protobuf/message.h"
+#include "google/protobuf/timestamp.pb.h"
+#include "trainctl/v1/job.pb.h"
+#include "trainctl/v1/worker_service.pb.h"
+
+namespace trainctl::cli {
+
+// Rows of left-aligned columns separated by two spaces (kubectl style); the
+// last column is not padded.
+class Table {
+ public:
+  explicit Table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void AddRow(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  // Writes every row, each line prefixed with `indent`.
+  void Print(std::ostream& out, const std::string& indent = "") const;
+
+ private:
+  std::vector<std::vector<std::string>> rows_;
+};
+
+// "RUNNING", "SUCCEEDED", ... (the enum name without its prefix).
+std::string JobStateName(v1::JobState s);
+std::string AttemptStateName(v1::AttemptState s);
+std::string RankStateName(v1::RankState s);
+std::string WorkerStateName(v1::WorkerState s);
+// "exit", "signal", "worker_lost", ...
+std::string FailureKindName(v1::FailureKind k);
+
+// Parses a state as users type it: "running", "RUNNING", "JOB_STATE_RUNNING".
+bool ParseJobState(const std::string& text, v1::JobState* out);
+
+// "850ms", "12s", "3m05s", "2h07m", "3d04h".
+std::string HumanDuration(absl::Duration d);
+// "2024-05-01 12:00:03" in the local time zone; "-" when unset.
+std::string FormatTimestamp(const google::protobuf::Timestamp& ts);
+// "3m05s ago"; "-" when unset.
+std::string Age(const google::protobuf::Timestamp& ts, absl::Time now);
+// "1,234.5"-style rates without the thousands separators: "1234.5".
+std::string FormatRate(double per_sec);
+
+// "[=========>          ]  45%" for done/total in [0, 1], `width` cells inside.
+std::string ProgressBar(double fraction, int width = 20);
+// Fraction of training done (over all epochs), or -1 when unknown.
+double ProgressFraction(const v1::Progress& p);
+// "epoch 2/3  step 40/100  loss 0.6931  1234.5 samples/s  ETA 12s"; parts
+// without data are left out; "" when there is no progress at all.
+std::string ProgressText(const v1::Progress& p);
+
+// "cpu:0" / "gpu:1 (NVIDIA H200)".
+std::string SlotText(const v1::Slot& slot);
+// "exit 1 (exit): message" / "signal 9 (signal)" / "-" for a rank that did not end badly.
+std::string ExitText(const v1::RankAssignment& r);
+
+// Writes "key:   value" lines of a spec summary (model, data, training, ...).
+void PrintSpecSummary(std::ostream& out, const v1::JobSpec& spec, const std::string& indent);
+// The `status` block: id, name, state and reason, attempts, progress, times.
+void PrintJobStatus(std::ostream& out, const v1::Job& job, absl::Time now);
+// The `describe` text: status block, spec summary, every attempt with its
+// placement and rank states, then the events.
+void PrintJobDescription(std::ostream& out, const v1::Job& job, const std::vector<v1::Event>& events,
+                         absl::Time now);
+
+// A multi-line message (a reason with a rank's last log lines) on one line:
+// its trimmed lines joined with " | ".
+std::string OneLine(const std::string& text);
+
+// One compact JSON document (a single line, protobuf's JSON mapping).
+std::string ToJson(const google::protobuf::Message& msg);
+
+}  // namespace trainctl::cli

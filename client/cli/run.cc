@@ -1,0 +1,157 @@
+// `trainctl run FILE`: local mode. Starts an embedded coordinator (state in
+// a temporary or given directory) and one local worker daemon offering the
+// host's GPUs, or as many CPU slots as the job has ranks, submits the job,
+// follows it, and exits with its outcome — torchrun's convenience with the
+// whole system (scheduling, rendezvous, supervision, restarts) underneath.
+#include <unistd.h>
+
+#include <cstdlib>
+#include <filesystem>
+
+#include "absl/strings/str_cat.h"
+#include "client/cli/context.h"
+#include "common/jobspec/job_spec.h"
+#include "coordinator/coordinator_server.h"
+#include "worker/daemon/slot_inventory.h"
+#include "worker/daemon/worker_daemon.h"
+
+namespace trainctl::cli {
+namespace {
+
+namespace fs = std::filesystem;
+
+struct RunFlags {
+  std::string file;
+  std::vector<std::string> sets;
+  std::string state_dir;
+  std::string rank_binary;
+  std::string gpus;
+  int slots = 0;
+  bool keep_state = false;
+};
+
+// trainctl-rank beside this binary (installed), or in the build tree.
+std::string FindRankBinary(const CliEnvironment& env) {
+  if (std::optional<std::string> e = env.getenv("TRAINCTL_RANK_BINARY")) return *e;
+  char self[4096] = {0};
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  if (n <= 0) return "trainctl-rank";
+  fs::path dir = fs::path(std::string(self, static_cast<size_t>(n))).parent_path();
+  for (const fs::path& p : {dir / "trainctl-rank", dir / ".." / "worker" / "trainer" / "trainctl-rank"}) {
+    if (access(p.c_str(), X_OK) == 0) return fs::weakly_canonical(p).string();
+  }
+  return (dir / "trainctl-rank").string();
+}
+
+int RunLocal(CliContext& ctx, const RunFlags& flags) {
+  ParsedJobSpec parsed = ParseJobSpecFile(flags.file, flags.sets);
+  if (!parsed.ok()) {
+    for (const SpecError& e : parsed.errors) ctx.err << e.ToString() << "\n";
+    ctx.err << std::flush;
+    return kExitUsage;
+  }
+  v1::JobSpec spec = parsed.spec;
+  // The final model and checkpoints land where the user can find them.
+  if (spec.checkpoint().dir().empty()) {
+    spec.mutable_checkpoint()->set_dir(fs::absolute(fs::path("checkpoints") / spec.name()).string());
+  }
+
+  std::string state_dir = flags.state_dir;
+  bool temporary = state_dir.empty();
+  if (temporary) {
+    std::string tmpl = (fs::temp_directory_path() / "trainctl-run-XXXXXX").string();
+    if (mkdtemp(tmpl.data()) == nullptr) return ctx.Fail(absl::InternalError("cannot create a state directory"));
+    state_dir = tmpl;
+  }
+  std::error_code ec;
+  fs::create_directories(state_dir, ec);
+
+  // Slots: every GPU for a job that may use them, else one CPU slot per rank.
+  std::vector<worker::GpuInfo> gpus = worker::DiscoverGpus();
+  std::string gpu_flag = flags.gpus;
+  int cpu_slots = flags.slots;
+  if (spec.device() == v1::DEVICE_CPU || (gpus.empty() && gpu_flag.empty())) {
+    gpu_flag = "none";
+    if (cpu_slots == 0) cpu_slots = spec.world_size();
+  }
+  absl::StatusOr<std::vector<v1::Slot>> slots = worker::ChooseSlots(gpu_flag, cpu_slots, gpus);
+  if (!slots.ok()) return ctx.Fail(slots.status());
+
+  coordinator::CoordinatorOptions co;
+  co.listen = "127.0.0.1:0";
+  co.db_path = state_dir + "/state.db";
+  co.registry.heartbeat_interval = absl::Milliseconds(500);
+  co.registry.lease_timeout = absl::Seconds(5);
+  coordinator::CoordinatorServer server(co);
+  absl::StatusOr<std::string> addr = server.Start();
+  if (!addr.ok()) return ctx.Fail(addr.status());
+
+  worker::DaemonOptions wo;
+  wo.coordinator = *addr;
+  wo.work_dir = state_dir + "/worker";
+  wo.slots = *slots;
+  wo.hostname = "localhost";
+  wo.address = "127.0.0.1";
+  wo.rank_binary = flags.rank_binary.empty() ? FindRankBinary(ctx.env) : flags.rank_binary;
+  worker::WorkerDaemon daemon(wo);
+  if (absl::Status s = daemon.Start(); !s.ok()) return ctx.Fail(s);
+
+  ClientOptions copts;
+  copts.address = *addr;
+  std::unique_ptr<Client> client = Client::FromChannel(server.InProcessChannel(), copts);
+  // Wait (bounded) for the local worker, so the job is placed at once.
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    absl::StatusOr<std::vector<v1::Worker>> w = client->Workers(false);
+    if (w.ok() && !w->empty()) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (!ctx.json()) {
+    ctx.out << "local cluster: coordinator " << *addr << ", 1 worker with " << slots->size() << " "
+            << ((*slots)[0].kind() == v1::Slot::KIND_GPU ? "GPU" : "CPU") << " slot(s); state in "
+            << state_dir << "\n";
+  }
+  absl::StatusOr<v1::Job> job = client->Submit(spec);
+  int code;
+  if (!job.ok()) {
+    code = ctx.Fail(job.status());
+  } else {
+    if (!ctx.json()) ctx.out << "submitted job " << job->id() << "\n" << std::flush;
+    code = FollowJob(ctx, *client, job->id());
+    std::string model = spec.checkpoint().dir() + "/model.pt";
+    if (code == kExitOk && !ctx.json() && fs::exists(model)) {
+      ctx.out << "final model: " << model << " (torch.jit.load it in Python)\n";
+    }
+  }
+  ctx.out << std::flush;
+  daemon.Shutdown(/*goodbye=*/true, absl::Seconds(5));
+  server.Shutdown();
+  if (temporary && !flags.keep_state) fs::remove_all(state_dir, ec);
+  return code;
+}
+
+}  // namespace
+
+VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx) {
+  auto flags = std::make_shared<RunFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "run", "Run a job locally: embedded coordinator + a worker for this host's GPUs or CPU slots");
+  sub->footer(
+      "Example:\n"
+      "  trainctl run examples/mlp-synthetic.yaml\n"
+      "  trainctl run examples/fashion-mnist-cnn.yaml --set training.epochs=1\n"
+      "The final model goes to checkpoint.dir (default ./checkpoints/<name>/model.pt).\n");
+  sub->add_option("FILE", flags->file, "The job.yaml")->required();
+  sub->add_option("--set", flags->sets, "Override a field: key.path=value (repeatable)");
+  sub->add_option("--state-dir", flags->state_dir,
+                  "Keep the coordinator database and worker files here (default: a temporary "
+                  "directory, removed at the end)");
+  sub->add_flag("--keep-state", flags->keep_state, "Keep the temporary state directory");
+  sub->add_option("--gpus", flags->gpus, "GPUs to use: all, none, or 0,1 (default: every visible GPU)");
+  sub->add_option("--slots", flags->slots, "CPU slots (default: the job's world_size)");
+  sub->add_option("--rank-binary", flags->rank_binary,
+                  "The rank process (default: trainctl-rank beside trainctl, or $TRAINCTL_RANK_BINARY)");
+  return [&ctx, flags] { return RunLocal(ctx, *flags); };
+}
+
+}  // namespace trainctl::cli

@@ -1,0 +1,407 @@
+// The trainctl verbs. Each Add*Verb declares its subcommand (flags, help,
+// example) and returns the runner that does the work after parsing.
+#include <algorithm>
+#include <memory>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "client/cli/context.h"
+#include "client/cli/follow.h"
+#include "client/cli/format.h"
+#include "common/jobspec/job_spec.h"
+
+namespace trainctl::cli {
+
+namespace {
+
+// A verb's subcommand with its one-line description and an example in --help.
+CLI::App* AddVerb(CLI::App& app, const std::string& name, const std::string& description,
+                  const std::string& examples) {
+  CLI::App* sub = app.add_subcommand(name, description);
+  sub->footer(absl::StrCat("Example:\n", examples));
+  return sub;
+}
+
+std::string FirstLine(const std::string& s, size_t max = 60) {
+  std::string line = s.substr(0, s.find('\n'));
+  if (line.size() > max) line = line.substr(0, max - 3) + "...";
+  return line;
+}
+
+}  // namespace
+
+// Follows a job until it ends; the exit code is 0 only when it SUCCEEDED.
+int FollowJob(CliContext& ctx, Client& client, const std::string& job_id) {
+  FollowPrinter::Options options;
+  options.json = ctx.json();
+  options.terminal = ctx.env.out_is_terminal && !options.json;
+  options.progress_interval = ctx.env.progress_interval;
+  FollowPrinter printer(ctx.out, options);
+  absl::StatusOr<v1::Job> final_job =
+      client.Watch(job_id, /*include_history=*/true, [&](const v1::JobUpdate& u) {
+        printer.OnUpdate(u);
+        return true;
+      });
+  if (!final_job.ok()) {
+    printer.Abort();
+    return ctx.Fail(final_job.status());
+  }
+  return printer.Finish(*final_job);
+}
+
+namespace {
+
+// --- submit --------------------------------------------------------------------
+
+struct SubmitFlags {
+  std::string file;
+  bool follow = false;
+  bool dry_run = false;
+  std::vector<std::string> sets;
+};
+
+void PrintPlacement(std::ostream& out, const std::vector<v1::RankAssignment>& planned) {
+  Table t({"RANK", "NODE", "LOCAL", "HOST", "WORKER", "SLOT"});
+  for (const v1::RankAssignment& r : planned) {
+    t.AddRow({absl::StrCat(r.rank()), absl::StrCat(r.node_rank()), absl::StrCat(r.local_rank()),
+              r.host().empty() ? "-" : r.host(), r.worker_id(), SlotText(r.slot())});
+  }
+  t.Print(out, "  ");
+}
+
+int RunDryRun(CliContext& ctx, const SubmitFlags& flags, const v1::JobSpec& spec) {
+  v1::SubmitJobResponse result;
+  *result.mutable_job()->mutable_spec() = spec;
+  result.mutable_job()->set_state(v1::JOB_STATE_PENDING);
+  if (!ctx.json()) {
+    ctx.out << flags.file << ": valid\n\nSpec:\n";
+    PrintSpecSummary(ctx.out, spec, "  ");
+  }
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect(ctx.env.dry_run_connect_timeout);
+  if (!client.ok()) {
+    // Validation needs no coordinator; the placement does.
+    if (ctx.json()) {
+      ctx.PrintJson(result);
+    } else {
+      ctx.out << "\nPlacement: not checked (" << client.status().message() << ")\n";
+    }
+    return kExitOk;
+  }
+  absl::StatusOr<DryRunResult> dry = (*client)->DryRun(spec);
+  if (!dry.ok()) return ctx.Fail(dry.status());
+  *result.mutable_job() = dry->job;
+  for (const v1::RankAssignment& r : dry->planned) *result.add_planned() = r;
+  result.set_pending_reason(dry->pending_reason);
+  if (ctx.json()) {
+    ctx.PrintJson(result);
+    return kExitOk;
+  }
+  ctx.out << "\nPlacement now (coordinator " << (*client)->options().address << "):\n";
+  if (dry->planned.empty()) {
+    ctx.out << "  the job would wait: "
+            << (dry->pending_reason.empty() ? "no free slots" : dry->pending_reason) << "\n";
+  } else {
+    PrintPlacement(ctx.out, dry->planned);
+  }
+  return kExitOk;
+}
+
+int RunSubmit(CliContext& ctx, const SubmitFlags& flags) {
+  ParsedJobSpec parsed = ParseJobSpecFile(flags.file, flags.sets);
+  if (!parsed.ok()) {
+    // One line per problem, each starting with the file (or --set) and position.
+    for (const SpecError& e : parsed.errors) ctx.err << e.ToString() << "\n";
+    ctx.err << std::flush;
+    return kExitUsage;
+  }
+  if (flags.dry_run) return RunDryRun(ctx, flags, parsed.spec);
+
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<v1::Job> job = (*client)->Submit(parsed.spec);
+  if (!job.ok()) return ctx.Fail(job.status());
+  if (ctx.json()) {
+    ctx.PrintJson(*job);
+  } else {
+    ctx.out << "submitted job " << job->id() << " (" << JobStateName(job->state());
+    if (!job->state_reason().empty()) ctx.out << ": " << FirstLine(job->state_reason(), 200);
+    ctx.out << ")\n";
+  }
+  ctx.out << std::flush;
+  if (!flags.follow) return kExitOk;
+  return FollowJob(ctx, **client, job->id());
+}
+
+// --- job queries ---------------------------------------------------------------
+
+int RunStatus(CliContext& ctx, const std::string& job_id) {
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<v1::Job> job = (*client)->Get(job_id);
+  if (!job.ok()) return ctx.Fail(job.status());
+  if (ctx.json()) {
+    ctx.PrintJson(*job);
+  } else {
+    PrintJobStatus(ctx.out, *job, absl::Now());
+  }
+  return kExitOk;
+}
+
+int RunDescribe(CliContext& ctx, const std::string& job_id) {
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  // The job's events come from the watch history; the first job snapshot
+  // follows the history, so stop there.
+  std::vector<v1::Event> events;
+  absl::StatusOr<v1::Job> job =
+      (*client)->Watch(job_id, /*include_history=*/true, [&](const v1::JobUpdate& u) {
+        if (u.has_event()) events.push_back(u.event());
+        return !u.has_job();
+      });
+  if (!job.ok()) return ctx.Fail(job.status());
+  if (ctx.json()) {
+    // One document: {"job": Job, "events": [Event, ...]}.
+    std::vector<std::string> docs;
+    for (const v1::Event& e : events) docs.push_back(ToJson(e));
+    ctx.out << "{\"job\":" << ToJson(*job) << ",\"events\":[" << absl::StrJoin(docs, ",") << "]}\n";
+  } else {
+    PrintJobDescription(ctx.out, *job, events, absl::Now());
+  }
+  return kExitOk;
+}
+
+int RunList(CliContext& ctx, const std::vector<std::string>& state_names, int limit) {
+  std::vector<v1::JobState> states;
+  for (const std::string& name : state_names) {
+    v1::JobState s;
+    if (!ParseJobState(name, &s)) {
+      return ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--state: unknown state '", name,
+          "'; one of pending, scheduled, running, restarting, succeeded, failed, cancelled")));
+    }
+    states.push_back(s);
+  }
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<std::vector<v1::Job>> jobs = (*client)->List(states, limit);
+  if (!jobs.ok()) return ctx.Fail(jobs.status());
+  if (ctx.json()) {
+    v1::ListJobsResponse resp;
+    for (const v1::Job& j : *jobs) *resp.add_jobs() = j;
+    ctx.PrintJson(resp);
+    return kExitOk;
+  }
+  if (jobs->empty()) {
+    ctx.out << "no jobs\n";
+    return kExitOk;
+  }
+  absl::Time now = absl::Now();
+  Table t({"ID", "NAME", "STATE", "RANKS", "PROGRESS", "RESTARTS", "SUBMITTED", "REASON"});
+  for (const v1::Job& j : *jobs) {
+    std::string progress = "-";
+    double f = ProgressFraction(j.progress());
+    if (f >= 0) {
+      progress = absl::StrCat("epoch ", std::min(j.progress().epoch() + 1, j.progress().epochs()), "/",
+                              j.progress().epochs(), " ", static_cast<int>(f * 100), "%");
+    }
+    t.AddRow({j.id(), j.spec().name(), JobStateName(j.state()), absl::StrCat(j.spec().world_size()),
+              progress, absl::StrCat(j.restarts()), Age(j.submit_time(), now),
+              j.state_reason().empty() ? "-" : FirstLine(j.state_reason())});
+  }
+  t.Print(ctx.out);
+  return kExitOk;
+}
+
+// --- logs, cancel, workers -------------------------------------------------------
+
+struct LogsFlags {
+  std::string job_id;
+  bool follow = false;
+  int rank = -1;
+  int attempt = 0;
+  int tail = 0;
+};
+
+int RunLogs(CliContext& ctx, const LogsFlags& flags, bool rank_given) {
+  if (rank_given && flags.rank < 0) return ctx.Fail(absl::InvalidArgumentError("--rank: must be >= 0"));
+  if (flags.attempt < 0) return ctx.Fail(absl::InvalidArgumentError("--attempt: must be >= 1 (0 = latest)"));
+  if (flags.tail < 0) return ctx.Fail(absl::InvalidArgumentError("--tail: must be >= 0"));
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  if (flags.follow && flags.attempt == 0) {
+    // A pending job has no attempt to follow yet: wait until it is placed,
+    // so `submit` then `logs -f` shows the first attempt's lines.
+    absl::StatusOr<v1::Job> job = (*client)->Get(flags.job_id);
+    if (!job.ok()) return ctx.Fail(job.status());
+    if (job->attempts_size() == 0 && job->state() == v1::JOB_STATE_PENDING) {
+      absl::StatusOr<v1::Job> placed =
+          (*client)->Watch(flags.job_id, /*include_history=*/false, [](const v1::JobUpdate& u) {
+            return !(u.has_job() && u.job().state() != v1::JOB_STATE_PENDING);
+          });
+      if (!placed.ok()) return ctx.Fail(placed.status());
+    }
+  }
+  LogsOptions options;
+  if (rank_given) options.rank = flags.rank;
+  options.attempt = flags.attempt;
+  options.tail = flags.tail;
+  options.follow = flags.follow;
+  absl::Status s = (*client)->Logs(flags.job_id, options, [&](const v1::LogChunk& chunk) {
+    if (ctx.json()) {
+      ctx.PrintJson(chunk);
+    } else {
+      // One rank asked for: its lines as they are; all ranks: each line tagged.
+      std::string prefix = rank_given ? "" : absl::StrCat("[rank ", chunk.rank(), "] ");
+      if (chunk.dropped_lines() > 0) {
+        ctx.err << prefix << "(" << chunk.dropped_lines() << " lines dropped by the worker)\n";
+      }
+      for (const v1::LogLine& l : chunk.lines()) ctx.out << prefix << l.text() << "\n";
+    }
+    ctx.out << std::flush;
+    return true;
+  });
+  if (!s.ok()) return ctx.Fail(s);
+  return kExitOk;
+}
+
+int RunCancel(CliContext& ctx, const std::string& job_id, const std::string& reason) {
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<v1::Job> job = (*client)->Cancel(job_id, reason);
+  if (!job.ok()) return ctx.Fail(job.status());
+  if (ctx.json()) {
+    ctx.PrintJson(*job);
+  } else {
+    ctx.out << "job " << job->id() << " " << JobStateName(job->state());
+    if (!job->state_reason().empty()) ctx.out << ": " << FirstLine(job->state_reason(), 200);
+    ctx.out << "\n";
+  }
+  return kExitOk;
+}
+
+std::string SlotsText(const v1::Worker& w) {
+  int gpus = 0, cpus = 0;
+  std::string gpu_name;
+  for (const v1::Slot& s : w.slots()) {
+    if (s.kind() == v1::Slot::KIND_GPU) {
+      ++gpus;
+      if (gpu_name.empty()) gpu_name = s.name();
+    } else {
+      ++cpus;
+    }
+  }
+  std::vector<std::string> parts;
+  if (gpus > 0) parts.push_back(absl::StrCat(gpus, " gpu", gpu_name.empty() ? "" : absl::StrCat(" (", gpu_name, ")")));
+  if (cpus > 0) parts.push_back(absl::StrCat(cpus, " cpu"));
+  return parts.empty() ? "-" : absl::StrJoin(parts, ", ");
+}
+
+int RunWorkers(CliContext& ctx, bool all) {
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<std::vector<v1::Worker>> workers = (*client)->Workers(all);
+  if (!workers.ok()) return ctx.Fail(workers.status());
+  if (ctx.json()) {
+    v1::ListWorkersResponse resp;
+    for (const v1::Worker& w : *workers) *resp.add_workers() = w;
+    ctx.PrintJson(resp);
+    return kExitOk;
+  }
+  if (workers->empty()) {
+    ctx.out << (all ? "no workers\n" : "no live workers (--all shows lost and left ones)\n");
+    return kExitOk;
+  }
+  absl::Time now = absl::Now();
+  Table t({"ID", "HOST", "ADDRESS", "STATE", "SLOTS", "BUSY", "HEARTBEAT", "VERSION"});
+  for (const v1::Worker& w : *workers) {
+    t.AddRow({w.id(), w.hostname(), w.address().empty() ? "-" : w.address(), WorkerStateName(w.state()),
+              SlotsText(w), absl::StrCat(w.busy_slots_size(), "/", w.slots_size()),
+              Age(w.last_heartbeat_time(), now), w.version().empty() ? "-" : w.version()});
+  }
+  t.Print(ctx.out);
+  return kExitOk;
+}
+
+}  // namespace
+
+VerbRunner AddSubmitVerb(CLI::App& app, CliContext& ctx) {
+  auto flags = std::make_shared<SubmitFlags>();
+  CLI::App* sub = AddVerb(app, "submit", "Validate a job.yaml and submit it",
+                          "  trainctl submit examples/mlp-synthetic.yaml --follow\n"
+                          "  trainctl submit job.yaml --set world_size=4 --set training.epochs=10\n"
+                          "  trainctl submit job.yaml --dry-run\n");
+  sub->add_option("FILE", flags->file, "The job.yaml")->required();
+  sub->add_flag("-f,--follow", flags->follow,
+                "Watch the job until it ends; exit 0 only when it SUCCEEDED");
+  sub->add_flag("--dry-run", flags->dry_run,
+                "Validate only; with a coordinator reachable, show where the ranks would run");
+  sub->add_option("--set", flags->sets, "Override a field of the file (repeatable)")
+      ->type_name("KEY.PATH=VALUE")
+      ->allow_extra_args(false);
+  return [&ctx, flags] { return RunSubmit(ctx, *flags); };
+}
+
+VerbRunner AddStatusVerb(CLI::App& app, CliContext& ctx) {
+  auto job = std::make_shared<std::string>();
+  CLI::App* sub = AddVerb(app, "status", "Show a job's state, progress and times",
+                          "  trainctl status mlp-synthetic-7f3a2c\n");
+  sub->add_option("JOB", *job, "Job id")->required();
+  return [&ctx, job] { return RunStatus(ctx, *job); };
+}
+
+VerbRunner AddDescribeVerb(CLI::App& app, CliContext& ctx) {
+  auto job = std::make_shared<std::string>();
+  CLI::App* sub = AddVerb(app, "describe",
+                          "Show a job in full: spec, attempts, placement, rank exits, events",
+                          "  trainctl describe mlp-synthetic-7f3a2c\n");
+  sub->add_option("JOB", *job, "Job id")->required();
+  return [&ctx, job] { return RunDescribe(ctx, *job); };
+}
+
+VerbRunner AddListVerb(CLI::App& app, CliContext& ctx) {
+  auto states = std::make_shared<std::vector<std::string>>();
+  auto limit = std::make_shared<int>(0);
+  CLI::App* sub = AddVerb(app, "list", "List jobs, newest first",
+                          "  trainctl list --state running,pending\n");
+  sub->add_option("--state", *states,
+                  "Only jobs in these states (repeatable or comma separated): pending, scheduled, "
+                  "running, restarting, succeeded, failed, cancelled")
+      ->delimiter(',')
+      ->allow_extra_args(false)
+      ->type_name("STATE");
+  sub->add_option("--limit", *limit, "At most this many jobs (0 = all)")->check(CLI::NonNegativeNumber);
+  return [&ctx, states, limit] { return RunList(ctx, *states, *limit); };
+}
+
+VerbRunner AddLogsVerb(CLI::App& app, CliContext& ctx) {
+  auto flags = std::make_shared<LogsFlags>();
+  CLI::App* sub = AddVerb(app, "logs", "Print a job's log lines (every rank, latest attempt)",
+                          "  trainctl logs mlp-synthetic-7f3a2c -f --rank 0 --tail 100\n");
+  sub->add_option("JOB", flags->job_id, "Job id")->required();
+  sub->add_flag("-f,--follow", flags->follow, "Keep printing new lines until the job ends");
+  CLI::Option* rank = sub->add_option("--rank", flags->rank, "Only this rank");
+  sub->add_option("--attempt", flags->attempt, "Attempt number (default: the latest)");
+  sub->add_option("--tail", flags->tail, "Only the last N lines per rank first");
+  return [&ctx, flags, rank] { return RunLogs(ctx, *flags, rank->count() > 0); };
+}
+
+VerbRunner AddCancelVerb(CLI::App& app, CliContext& ctx) {
+  auto job = std::make_shared<std::string>();
+  auto reason = std::make_shared<std::string>();
+  CLI::App* sub = AddVerb(app, "cancel", "Stop every rank of a job and mark it CANCELLED",
+                          "  trainctl cancel mlp-synthetic-7f3a2c --reason \"wrong learning rate\"\n");
+  sub->add_option("JOB", *job, "Job id")->required();
+  sub->add_option("--reason", *reason, "Recorded in the job's events");
+  return [&ctx, job, reason] { return RunCancel(ctx, *job, *reason); };
+}
+
+VerbRunner AddWorkersVerb(CLI::App& app, CliContext& ctx) {
+  auto all = std::make_shared<bool>(false);
+  CLI::App* sub = AddVerb(app, "workers", "List the worker daemons and their slots",
+                          "  trainctl workers --all\n");
+  sub->add_flag("--all", *all, "Include LOST and LEFT workers");
+  return [&ctx, all] { return RunWorkers(ctx, *all); };
+}
+
+}  // namespace trainctl::cli

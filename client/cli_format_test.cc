@@ -1,0 +1,165 @@
+// The CLI's rendering without a coordinator: tables, names, durations,
+// progress, and follow mode on a terminal and off one (with a fake clock).
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <sstream>
+
+#include "absl/strings/str_split.h"
+#include "client/cli/follow.h"
+#include "client/cli/format.h"
+#include "common/time_util.h"
+
+namespace trainctl::cli {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
+
+TEST(FormatTest, TableAlignsColumnsAndLeavesTheLastUnpadded) {
+  Table t({"ID", "STATE", "REASON"});
+  t.AddRow({"a-long-id", "RUNNING", "-"});
+  t.AddRow({"b", "FAILED", "rank 1 exited 3"});
+  std::ostringstream out;
+  t.Print(out, "  ");
+  EXPECT_EQ(out.str(),
+            "  ID         STATE    REASON\n"
+            "  a-long-id  RUNNING  -\n"
+            "  b          FAILED   rank 1 exited 3\n");
+}
+
+TEST(FormatTest, NamesDurationsAndStates) {
+  EXPECT_EQ(JobStateName(v1::JOB_STATE_RUNNING), "RUNNING");
+  EXPECT_EQ(RankStateName(v1::RANK_STATE_STOPPED), "STOPPED");
+  EXPECT_EQ(WorkerStateName(v1::WORKER_STATE_LOST), "LOST");
+  EXPECT_EQ(FailureKindName(v1::FAILURE_KIND_WORKER_LOST), "worker_lost");
+  EXPECT_EQ(HumanDuration(absl::Milliseconds(850)), "850ms");
+  EXPECT_EQ(HumanDuration(absl::Seconds(12)), "12s");
+  EXPECT_EQ(HumanDuration(absl::Seconds(185)), "3m05s");
+  EXPECT_EQ(HumanDuration(absl::Minutes(127)), "2h07m");
+  EXPECT_EQ(HumanDuration(absl::Hours(76)), "3d04h");
+  v1::JobState s;
+  ASSERT_TRUE(ParseJobState("running", &s));
+  EXPECT_EQ(s, v1::JOB_STATE_RUNNING);
+  ASSERT_TRUE(ParseJobState("JOB_STATE_FAILED", &s));
+  EXPECT_EQ(s, v1::JOB_STATE_FAILED);
+  EXPECT_FALSE(ParseJobState("unspecified", &s));
+  EXPECT_FALSE(ParseJobState("runnning", &s));
+}
+
+TEST(FormatTest, ProgressBarAndText) {
+  EXPECT_EQ(ProgressBar(0, 10), "[>         ]   0%");
+  EXPECT_EQ(ProgressBar(0.5, 10), "[=====>    ]  50%");
+  EXPECT_EQ(ProgressBar(1, 10), "[==========] 100%");
+  v1::Progress p;
+  EXPECT_EQ(ProgressText(p), "");
+  EXPECT_LT(ProgressFraction(p), 0);
+  p.set_epoch(1);
+  p.set_epochs(3);
+  p.set_step(40);
+  p.set_steps_per_epoch(100);
+  p.set_last_loss(0.69314);
+  p.set_samples_per_sec(1234.4);
+  p.set_eta_seconds(75);
+  EXPECT_EQ(ProgressText(p), "epoch 2/3  step 40/100  loss 0.6931  1234 samples/s  ETA 1m15s");
+  EXPECT_DOUBLE_EQ(ProgressFraction(p), 140.0 / 300.0);
+}
+
+v1::JobUpdate JobSnapshot(v1::JobState state, int epoch, int step) {
+  v1::JobUpdate u;
+  v1::Job* j = u.mutable_job();
+  j->set_id("j-1");
+  j->set_state(state);
+  j->mutable_progress()->set_epoch(epoch);
+  j->mutable_progress()->set_epochs(2);
+  j->mutable_progress()->set_step(step);
+  j->mutable_progress()->set_steps_per_epoch(10);
+  j->mutable_progress()->set_last_loss(0.5);
+  return u;
+}
+
+v1::JobUpdate EventUpdate(const std::string& type, const std::string& message, int rank = -1) {
+  v1::JobUpdate u;
+  u.mutable_event()->set_type(type);
+  u.mutable_event()->set_message(message);
+  u.mutable_event()->set_rank(rank);
+  SetTimestamp(absl::FromUnixSeconds(0), u.mutable_event()->mutable_time());
+  return u;
+}
+
+std::vector<std::string> Lines(const std::string& s) {
+  std::vector<std::string> out = absl::StrSplit(s, '\n');
+  if (!out.empty() && out.back().empty()) out.pop_back();
+  return out;
+}
+
+TEST(FollowPrinterTest, PlainModePrintsEventsAndRateLimitsProgressLines) {
+  absl::Time now = absl::FromUnixSeconds(1000);
+  std::ostringstream out;
+  FollowPrinter::Options options;
+  options.terminal = false;
+  options.progress_interval = absl::Seconds(5);
+  FollowPrinter p(out, options, [&] { return now; });
+  p.OnUpdate(EventUpdate("submitted", "job submitted: 2 rank(s)"));
+  p.OnUpdate(JobSnapshot(v1::JOB_STATE_RUNNING, 0, 1));
+  now += absl::Seconds(1);
+  p.OnUpdate(JobSnapshot(v1::JOB_STATE_RUNNING, 0, 2));  // Too soon: no line.
+  now += absl::Seconds(5);
+  p.OnUpdate(JobSnapshot(v1::JOB_STATE_RUNNING, 0, 5));
+  p.OnUpdate(EventUpdate("epoch_end", "epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 0.7500", 0));
+  p.OnUpdate(EventUpdate("rank_failed", "exited 3", 1));
+  v1::Job done = JobSnapshot(v1::JOB_STATE_SUCCEEDED, 1, 10).job();
+  EXPECT_EQ(p.Finish(done), 0);
+  std::string text = out.str();
+  EXPECT_THAT(text, Not(HasSubstr("\r")));
+  std::vector<std::string> lines = Lines(text);
+  ASSERT_EQ(lines.size(), 6u) << text;
+  EXPECT_THAT(lines[0], HasSubstr("  submitted  job submitted: 2 rank(s)"));
+  EXPECT_THAT(lines[1], HasSubstr("  progress  epoch 1/2  step 1/10  loss 0.5000"));
+  EXPECT_THAT(lines[2], HasSubstr("  progress  epoch 1/2  step 5/10  loss 0.5000"));
+  EXPECT_THAT(lines[3], HasSubstr("  epoch_end  epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 0.7500"));
+  EXPECT_THAT(lines[4], HasSubstr("  rank_failed  rank 1: exited 3"));
+  EXPECT_EQ(lines[5], "job j-1 SUCCEEDED");
+}
+
+TEST(FollowPrinterTest, TerminalModeRedrawsOneStatusLineInPlace) {
+  absl::Time now = absl::FromUnixSeconds(1000);
+  std::ostringstream out;
+  FollowPrinter::Options options;
+  options.terminal = true;
+  FollowPrinter p(out, options, [&] { return now; });
+  p.OnUpdate(JobSnapshot(v1::JOB_STATE_RUNNING, 0, 5));
+  now += absl::Seconds(1);
+  p.OnUpdate(JobSnapshot(v1::JOB_STATE_RUNNING, 1, 0));
+  p.OnUpdate(EventUpdate("epoch_end", "epoch 1/2 done: loss 0.5000", 0));
+  v1::Job failed = JobSnapshot(v1::JOB_STATE_FAILED, 1, 0).job();
+  failed.set_state_reason("rank 1 exited 3\n(no restarts left)");
+  EXPECT_EQ(p.Finish(failed), 1);
+  std::string text = out.str();
+  const std::string clear = "\r\033[K";
+  EXPECT_THAT(text, HasSubstr(clear + "RUNNING  [=====>              ]  25%  epoch 1/2  step 5/10"));
+  EXPECT_THAT(text, HasSubstr(clear + "RUNNING  [==========>         ]  50%  epoch 2/2  step 0/10"));
+  // The event is printed on its own line (status line cleared first), then
+  // the status line is drawn again below it.
+  EXPECT_THAT(text, HasSubstr("step 0/10  loss 0.5000" + clear));
+  EXPECT_THAT(text, HasSubstr("  epoch_end  epoch 1/2 done: loss 0.5000\n" + clear + "RUNNING"));
+  EXPECT_THAT(text, HasSubstr(clear + "job j-1 FAILED: rank 1 exited 3\n  (no restarts left)\n"));
+}
+
+TEST(FollowPrinterTest, JsonModeWritesOneDocumentPerLine) {
+  std::ostringstream out;
+  FollowPrinter::Options options;
+  options.json = true;
+  FollowPrinter p(out, options);
+  p.OnUpdate(EventUpdate("submitted", "job submitted"));
+  p.OnUpdate(JobSnapshot(v1::JOB_STATE_RUNNING, 0, 1));
+  EXPECT_EQ(p.Finish(JobSnapshot(v1::JOB_STATE_CANCELLED, 0, 1).job()), 1);
+  std::vector<std::string> lines = Lines(out.str());
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_THAT(lines[0], HasSubstr("\"type\":\"submitted\""));
+  EXPECT_THAT(lines[2], HasSubstr("\"state\":\"JOB_STATE_CANCELLED\""));
+}
+
+}  // namespace
+}  // namespace trainctl::cli

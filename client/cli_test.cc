@@ -1,0 +1,471 @@
+// The trainctl CLI in-process (RunCli with string streams) against a real
+// coordinator on 127.0.0.1:0, with fake workers moving jobs along: every
+// verb's human and JSON output, validation errors, exit codes, follow mode.
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <thread>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "client/cli/cli.h"
+#include "client/test_cluster.h"
+#include "trainctl/client.h"
+
+namespace trainctl {
+namespace {
+
+using ::testing::AllOf;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+using ::testing::MatchesRegex;
+using ::testing::Not;
+using ::testing::StartsWith;
+using testing::CliRun;
+using testing::RunTrainctl;
+using testing::TestCluster;
+
+std::vector<std::string> Lines(const std::string& s) {
+  std::vector<std::string> out = absl::StrSplit(s, '\n');
+  if (!out.empty() && out.back().empty()) out.pop_back();
+  return out;
+}
+
+template <typename M>
+M ParseJson(const std::string& json) {
+  M msg;
+  auto status = google::protobuf::util::JsonStringToMessage(json, &msg);
+  EXPECT_TRUE(status.ok()) << status.ToString() << "\n" << json;
+  return msg;
+}
+
+std::string Unreachable() { return absl::StrCat("127.0.0.1:", testing::UnusedPort()); }
+
+class CliTest : public ::testing::Test {
+ protected:
+  CliRun Run(std::vector<std::string> args) {
+    args.insert(args.begin(), {"--coordinator", cluster_.address()});
+    return RunTrainctl(args);
+  }
+  // Submits the valid job file (with `sets`), returns its id.
+  std::string Submit(const std::vector<std::string>& sets = {}) {
+    std::vector<std::string> args = {"submit", job_file_, "-o", "json"};
+    for (const std::string& s : sets) args.insert(args.end(), {"--set", s});
+    CliRun r = Run(args);
+    EXPECT_EQ(r.code, 0) << r.err;
+    return ParseJson<v1::Job>(r.out).id();
+  }
+
+  std::string dir_ = testing::MakeTempDir();
+  std::string job_file_ = testing::WriteFile(dir_, "job.yaml", testing::ValidJobYaml(2));
+  TestCluster cluster_;
+};
+
+// --- usage ---------------------------------------------------------------------
+
+TEST(CliUsageTest, UsageErrorsExitTwoAndHelpHasAnExampleForEveryVerb) {
+  EXPECT_EQ(RunTrainctl({}).code, 2);
+  CliRun r = RunTrainctl({"frobnicate", "x"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("unknown verb 'frobnicate'"));
+  EXPECT_EQ(RunTrainctl({"submit"}).code, 2) << "FILE is required";
+  EXPECT_EQ(RunTrainctl({"-o", "xml", "list"}).code, 2);
+  EXPECT_EQ(RunTrainctl({"logs", "j", "--rank", "zero"}).code, 2);
+
+  r = RunTrainctl({"--help"});
+  EXPECT_EQ(r.code, 0);
+  for (const char* verb : {"submit", "status", "describe", "list", "logs", "cancel", "workers"}) {
+    EXPECT_THAT(r.out, HasSubstr(verb));
+    CliRun help = RunTrainctl({verb, "--help"});
+    EXPECT_EQ(help.code, 0) << verb;
+    EXPECT_THAT(help.out, AllOf(HasSubstr(absl::StrCat("Usage: trainctl ", verb)), HasSubstr("Example:"),
+                                HasSubstr(absl::StrCat("  trainctl ", verb))))
+        << help.out;
+  }
+}
+
+TEST(CliUsageTest, CoordinatorComesFromFlagThenEnvThenConfigThenDefault) {
+  std::string home = testing::MakeTempDir();
+  std::map<std::string, std::string> vars = {{"HOME", home}};
+  cli::CliEnvironment env = testing::TestEnvironment();
+  env.getenv = [&](const std::string& k) -> std::optional<std::string> {
+    auto it = vars.find(k);
+    if (it == vars.end()) return std::nullopt;
+    return it->second;
+  };
+  std::string error;
+  EXPECT_EQ(cli::ResolveCoordinator("", env, &error)->address, "localhost:7070");
+  ASSERT_EQ(system(("mkdir -p " + home + "/.config/trainctl").c_str()), 0);
+  std::string config = testing::WriteFile(home + "/.config/trainctl", "config.yaml", "coordinator: cfg:1\n");
+  auto resolved = cli::ResolveCoordinator("", env, &error);
+  EXPECT_EQ(resolved->address, "cfg:1");
+  EXPECT_EQ(resolved->source, config);
+  vars["TRAINCTL_COORDINATOR"] = "env:2";
+  EXPECT_EQ(cli::ResolveCoordinator("", env, &error)->address, "env:2");
+  EXPECT_EQ(cli::ResolveCoordinator("flag:3", env, &error)->address, "flag:3");
+
+  vars.erase("TRAINCTL_COORDINATOR");
+  testing::WriteFile(home + "/.config/trainctl", "config.yaml", "coordinator: [a, b]\n");
+  EXPECT_FALSE(cli::ResolveCoordinator("", env, &error).has_value());
+  EXPECT_EQ(error, config + ":1:14: coordinator: expected host:port");
+  CliRun r = RunTrainctl({"list"}, env);
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "trainctl list: " + config + ":1:14: coordinator: expected host:port\n");
+}
+
+// --- validation ----------------------------------------------------------------
+
+TEST(CliUsageTest, InvalidFilesPrintEveryErrorWithPathAndPositionAndExitTwo) {
+  std::string dir = testing::MakeTempDir();
+  std::string bad = testing::WriteFile(dir, "bad.yaml",
+                                       "name: Bad_Name\n"
+                                       "world_size: 0\n"
+                                       "model: {name: mlp, input_dim: 5, classes: 2}\n"
+                                       "data:\n"
+                                       "  train: {format: synthetic, length: 10, size: 5, classes: 2}\n"
+                                       "training:\n"
+                                       "  optimizer: {name: adamm, lr: -1}\n");
+  // Nothing is contacted: the coordinator address leads nowhere.
+  CliRun r = RunTrainctl({"--coordinator", Unreachable(), "submit", bad});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err,
+            bad + ":1:7: name: must be lower-case letters, digits and '-', starting and ending with a "
+                  "letter or digit, got 'Bad_Name'\n" +
+                bad + ":2:13: world_size: must be > 0, got 0\n" + bad +
+                ":7:21: training.optimizer.name: must be one of sgd, adam, adamw, got 'adamm'; did you "
+                "mean 'adam'?\n" +
+                bad + ":7:32: training.optimizer.lr: must be > 0, got -1\n");
+
+  // --dry-run validates the same way.
+  CliRun dry = RunTrainctl({"--coordinator", Unreachable(), "submit", bad, "--dry-run"});
+  EXPECT_EQ(dry.code, 2);
+  EXPECT_EQ(dry.err, r.err);
+
+  std::string broken = testing::WriteFile(dir, "broken.yaml", "name: [unclosed\n");
+  r = RunTrainctl({"submit", broken, "--dry-run"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, broken + ":2:1: not valid YAML: end of sequence flow not found\n");
+
+  std::string good = testing::WriteFile(dir, "good.yaml", testing::ValidJobYaml(2));
+  r = RunTrainctl({"submit", good, "--dry-run", "--set", "world_size=x", "--set", "training.epochs=0"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err,
+            "--set: world_size: must be an integer, got 'x'\n"
+            "--set: training.epochs: must be > 0, got 0\n");
+}
+
+TEST(CliUsageTest, DryRunWithoutACoordinatorValidatesAndSkipsThePlacement) {
+  std::string dir = testing::MakeTempDir();
+  std::string good = testing::WriteFile(dir, "good.yaml", testing::ValidJobYaml(2));
+  std::string nowhere = Unreachable();
+  CliRun r = RunTrainctl({"--coordinator", nowhere, "submit", good, "--dry-run", "--set", "world_size=3"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, StartsWith(good + ": valid\n"));
+  EXPECT_THAT(r.out, HasSubstr("  ranks:       3, device cpu, backend auto, priority 0\n"));
+  EXPECT_THAT(r.out, HasSubstr("  model:       mlp 5 → 2\n"));
+  EXPECT_THAT(r.out, HasSubstr("Placement: not checked (cannot reach the coordinator at " + nowhere));
+
+  r = RunTrainctl({"--coordinator", nowhere, "-o", "json", "submit", good, "--dry-run"});
+  EXPECT_EQ(r.code, 0);
+  ASSERT_EQ(Lines(r.out).size(), 1u);
+  auto resp = ParseJson<v1::SubmitJobResponse>(r.out);
+  EXPECT_EQ(resp.job().spec().world_size(), 2);
+  EXPECT_EQ(resp.job().spec().data().batch_size(), 30);
+  EXPECT_TRUE(resp.planned().empty());
+}
+
+TEST_F(CliTest, DryRunWithACoordinatorShowsThePlacement) {
+  CliRun r = Run({"submit", job_file_, "--dry-run"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Placement now (coordinator " + cluster_.address() + "):\n  the job would wait: "));
+
+  cluster_.AddWorker("w0", 2);
+  r = Run({"submit", job_file_, "--dry-run"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Placement now (coordinator " + cluster_.address() +
+                               "):\n"
+                               "  RANK  NODE  LOCAL  HOST     WORKER  SLOT\n"
+                               "  0     0     0      host-w0  w0      cpu:0\n"
+                               "  1     0     1      host-w0  w0      cpu:1\n"));
+  r = Run({"submit", job_file_, "--dry-run", "-o", "json"});
+  auto resp = ParseJson<v1::SubmitJobResponse>(r.out);
+  ASSERT_EQ(resp.planned_size(), 2);
+  EXPECT_EQ(resp.planned(1).slot().index(), 1);
+  EXPECT_TRUE(Client::FromChannel(cluster_.channel())->List()->empty()) << "a dry run stores nothing";
+}
+
+// --- submit, status, list, describe, workers ------------------------------------
+
+TEST_F(CliTest, SubmitAppliesSetOverridesAndPrintsTheJob) {
+  CliRun r = Run({"submit", job_file_, "--set", "world_size=1", "--set", "training.epochs=5", "--set",
+                  "training.optimizer.lr=0.05"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, MatchesRegex("submitted job classic-[a-z0-9]+ \\(PENDING.*\\)\n"));
+  std::string id = r.out.substr(std::string("submitted job ").size());
+  id = id.substr(0, id.find(' '));
+  absl::StatusOr<v1::Job> job = Client::FromChannel(cluster_.channel())->Get(id);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().world_size(), 1);
+  EXPECT_EQ(job->spec().training().epochs(), 5);
+  EXPECT_DOUBLE_EQ(job->spec().training().optimizer().lr(), 0.05);
+
+  CliRun refused = Run({"submit", job_file_, "--set", "world_size=100000"});
+  EXPECT_EQ(refused.code, 2);
+  EXPECT_EQ(refused.err, "--set: world_size: must be in [1, 65536], got 100000\n");
+}
+
+TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
+  cluster_.AddWorker("w0", 1);
+  cluster_.AddWorker("w1", 1);
+  std::string done = Submit();
+  ASSERT_TRUE(cluster_.RunAttemptToSuccess(done, 1, 2));
+  std::string waiting = Submit({"world_size=4"});
+
+  // status
+  CliRun r = Run({"status", done});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Job:        " + done + "\n"));
+  EXPECT_THAT(r.out, HasSubstr("Name:       classic\n"));
+  EXPECT_THAT(r.out, HasSubstr("State:      SUCCEEDED\n"));
+  EXPECT_THAT(r.out, HasSubstr("Attempt:    1 (restarts 0 of 3)\n"));
+  EXPECT_THAT(r.out, HasSubstr("Progress:   [====================] 100%  epoch 2/2  step 10/10  loss 0.2500"));
+  EXPECT_THAT(r.out, HasSubstr("Last eval:  epoch 2: loss 0.1250, accuracy 85.00%\n"));
+  r = Run({"status", waiting});
+  EXPECT_THAT(r.out, HasSubstr("State:      PENDING\n"));
+  EXPECT_THAT(r.out, HasSubstr("Reason:     needs 4 cpu slots"));
+  EXPECT_THAT(r.out, Not(HasSubstr("Progress:"))) << "nothing trained yet";
+  r = Run({"status", done, "-o", "json"});
+  EXPECT_EQ(r.code, 0);
+  auto job = ParseJson<v1::Job>(r.out);
+  EXPECT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(job.attempts_size(), 1);
+
+  // list: newest first, state filter, JSON.
+  r = Run({"list"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_THAT(lines[0], MatchesRegex("ID +NAME +STATE +RANKS +PROGRESS +RESTARTS +SUBMITTED +REASON"));
+  EXPECT_THAT(lines[1], MatchesRegex(waiting + " +classic +PENDING +4 +- +0 +(just now|.* ago) +needs 4 cpu slots.*"));
+  EXPECT_THAT(lines[2], MatchesRegex(done + " +classic +SUCCEEDED +2 +epoch 2/2 100% +0 +(just now|.* ago) +-"));
+  r = Run({"list", "--state", "succeeded,failed"});
+  EXPECT_EQ(Lines(r.out).size(), 2u) << r.out;
+  EXPECT_THAT(r.out, HasSubstr(done));
+  r = Run({"list", "--state", "running"});
+  EXPECT_EQ(r.out, "no jobs\n");
+  r = Run({"list", "-o", "json", "--state", "pending"});
+  auto listed = ParseJson<v1::ListJobsResponse>(r.out);
+  ASSERT_EQ(listed.jobs_size(), 1);
+  EXPECT_EQ(listed.jobs(0).id(), waiting);
+  r = Run({"list", "--state", "bogus"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, StartsWith("trainctl list: --state: unknown state 'bogus'"));
+
+  // describe: spec, attempt placement and rank states, events.
+  r = Run({"describe", done});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("\nSpec:\n  ranks:       2, device cpu, backend auto, priority 0\n"));
+  EXPECT_THAT(r.out, HasSubstr("  train data:  synthetic 600 × 5, 2 classes, seed 0\n"));
+  EXPECT_THAT(r.out, HasSubstr("  eval data:   synthetic 60 × 5, 2 classes, seed 1\n"));
+  EXPECT_THAT(r.out, HasSubstr("\nAttempt 1: SUCCEEDED, "));
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*  RANK  NODE  LOCAL  HOST     WORKER  SLOT   STATE      STEP  EXIT\n"
+                                  "  0     0     0      host-w[01]  w[01]      cpu:0  SUCCEEDED  20    -\n"
+                                  "  1     1     0      host-w[01]  w[01]      cpu:0  SUCCEEDED  20    -\n(.|\n)*"));
+  EXPECT_THAT(r.out, HasSubstr("\nEvents:\n  TIME"));
+  for (const char* type : {"submitted", "scheduled", "running", "epoch_end", "succeeded"}) {
+    EXPECT_THAT(r.out, MatchesRegex(absl::StrCat("(.|\n)*\n  [0-9-]+ [0-9:]+  [-1]  +[-0]  +", type, " +.*(.|\n)*")))
+        << type;
+  }
+  EXPECT_THAT(r.out, HasSubstr("epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 0.7500"));
+  r = Run({"describe", done, "-o", "json"});
+  EXPECT_EQ(r.code, 0);
+  ASSERT_EQ(Lines(r.out).size(), 1u);
+  auto doc = ParseJson<google::protobuf::Struct>(r.out);
+  std::string job_json, event_json;
+  ASSERT_TRUE(google::protobuf::util::MessageToJsonString(doc.fields().at("job"), &job_json).ok());
+  EXPECT_EQ(ParseJson<v1::Job>(job_json).attempts(0).ranks_size(), 2);
+  const auto& events = doc.fields().at("events").list_value();
+  ASSERT_GE(events.values_size(), 5);
+  ASSERT_TRUE(google::protobuf::util::MessageToJsonString(events.values(0), &event_json).ok());
+  EXPECT_EQ(ParseJson<v1::Event>(event_json).type(), "submitted");
+
+  // workers
+  r = Run({"workers"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_THAT(lines[0], MatchesRegex("ID +HOST +ADDRESS +STATE +SLOTS +BUSY +HEARTBEAT +VERSION"));
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw0 +host-w0 +127.0.0.1 +ALIVE +1 cpu +0/1 +.* +-\n(.|\n)*"));
+  cluster_.RemoveWorker("w1");
+  absl::Time deadline = absl::Now() + absl::Seconds(5);
+  while (absl::Now() < deadline && Lines(Run({"workers"}).out).size() != 2) absl::SleepFor(absl::Milliseconds(20));
+  EXPECT_EQ(Lines(Run({"workers"}).out).size(), 2u);
+  r = Run({"workers", "--all", "-o", "json"});
+  auto workers = ParseJson<v1::ListWorkersResponse>(r.out);
+  ASSERT_EQ(workers.workers_size(), 2);
+  r = Run({"workers", "--all"});
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw1 +host-w1 +127.0.0.1 +LEFT +1 cpu +0/1 .*"));
+}
+
+// --- errors from the coordinator -------------------------------------------------
+
+TEST_F(CliTest, RpcErrorsPrintTheCoordinatorsReasonAndExitOne) {
+  CliRun r = Run({"status", "no-such-job"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "trainctl status: no job no-such-job\n");
+  EXPECT_EQ(r.out, "");
+
+  std::string nowhere = Unreachable();
+  r = RunTrainctl({"--coordinator", nowhere, "--timeout", "2", "list"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, StartsWith("trainctl list: cannot reach the coordinator at " + nowhere + ": "));
+}
+
+TEST_F(CliTest, CancelStopsAPendingJobAndRefusesAFinishedOne) {
+  std::string pending = Submit();
+  CliRun r = Run({"cancel", pending, "--reason", "wrong learning rate"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "job " + pending + " CANCELLED: cancelled: wrong learning rate\n");
+
+  r = Run({"cancel", pending});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "trainctl cancel: job " + pending + " already ended (CANCELLED)\n");
+
+  cluster_.AddWorker("w0", 2);
+  std::string done = Submit();
+  ASSERT_TRUE(cluster_.RunAttemptToSuccess(done, 1, 1));
+  r = Run({"cancel", done, "-o", "json"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.out, "");
+  EXPECT_EQ(r.err, "trainctl cancel: job " + done + " already ended (SUCCEEDED)\n");
+}
+
+// --- logs -----------------------------------------------------------------------
+
+TEST_F(CliTest, LogsPrintsStoredLinesPerRank) {
+  cluster_.AddWorker("w0", 2);
+  std::string id = Submit();
+  ASSERT_TRUE(cluster_.RunAttemptToSuccess(id, 1, 2));
+  CliRun r = Run({"logs", id});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(Lines(r.out), ElementsAre("[rank 0] rank 0 trained 2 epochs", "[rank 1] rank 1 trained 2 epochs"));
+  r = Run({"logs", id, "--rank", "1", "--attempt", "1", "--tail", "5"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "rank 1 trained 2 epochs\n");
+  r = Run({"logs", id, "-f", "-o", "json"});  // A finished job: follow ends at once.
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 2u);
+  auto chunk = ParseJson<v1::LogChunk>(lines[1]);
+  EXPECT_EQ(chunk.rank(), 1);
+  EXPECT_EQ(chunk.lines(0).text(), "rank 1 trained 2 epochs");
+  r = Run({"logs", id, "--attempt", "9"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, StartsWith("trainctl logs: attempt: job has 1 attempt(s)"));
+  r = Run({"logs", "nope"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "trainctl logs: no job nope\n");
+}
+
+TEST_F(CliTest, LogsFollowWaitsForThePlacementThenStreamsUntilTheJobEnds) {
+  std::string id = Submit({"world_size=1"});  // No worker yet: PENDING.
+  CliRun r;
+  std::thread follower([&] { r = Run({"logs", id, "-f"}); });
+  absl::SleepFor(absl::Milliseconds(200));
+  cluster_.AddWorker("w0", 1);
+  ASSERT_EQ(cluster_.WaitForStartedJob(), id);
+  ASSERT_TRUE(cluster_.RunAttemptToSuccess(id, 1, 1));
+  follower.join();
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "[rank 0] rank 0 trained 1 epochs\n");
+}
+
+// --- follow mode ----------------------------------------------------------------
+
+TEST_F(CliTest, FollowPrintsPlainLinesAndExitsZeroWhenTheJobSucceeds) {
+  cluster_.AddWorker("w0", 1);
+  cluster_.AddWorker("w1", 1);
+  CliRun r;
+  std::thread follower([&] { r = Run({"submit", job_file_, "--follow"}); });
+  std::string id = cluster_.WaitForStartedJob();
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(cluster_.RunAttemptToSuccess(id, 1, 2));
+  follower.join();
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, Not(HasSubstr("\r"))) << "not a terminal: no redrawn line";
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_GE(lines.size(), 8u) << r.out;
+  EXPECT_THAT(lines[0], MatchesRegex("submitted job " + id + " \\((PENDING|SCHEDULED).*\\)"));
+  auto has_line = [&](const std::string& re) {
+    return std::any_of(lines.begin(), lines.end(), [&](const std::string& l) {
+      return ::testing::Matches(MatchesRegex(re))(l);
+    });
+  };
+  EXPECT_TRUE(has_line("[0-9:]{8}  submitted  job submitted: 2 rank\\(s\\)")) << r.out;
+  EXPECT_TRUE(has_line("[0-9:]{8}  scheduled  attempt 1 placed on .*")) << r.out;
+  EXPECT_TRUE(has_line("[0-9:]{8}  running  all 2 ranks ready")) << r.out;
+  EXPECT_TRUE(has_line("[0-9:]{8}  epoch_end  epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 0.7500"))
+      << r.out;
+  EXPECT_TRUE(has_line("[0-9:]{8}  epoch_end  epoch 2/2 done: loss 0.2500, eval loss 0.1250, accuracy 0.8500"))
+      << r.out;
+  EXPECT_TRUE(has_line("[0-9:]{8}  succeeded  every rank finished training")) << r.out;
+  int progress_lines = 0;
+  for (const std::string& l : lines) progress_lines += ::testing::Matches(HasSubstr("  progress  "))(l);
+  EXPECT_LE(progress_lines, 1) << "at most one progress line per few seconds";
+  EXPECT_THAT(lines[lines.size() - 2], MatchesRegex("job " + id + " SUCCEEDED after .*"));
+  EXPECT_EQ(lines.back(), "final eval: loss 0.1250, accuracy 85.00%");
+}
+
+TEST_F(CliTest, FollowExitsOneWithTheReasonWhenTheJobFails) {
+  cluster_.AddWorker("w0", 1);
+  cluster_.AddWorker("w1", 1);
+  CliRun r;
+  std::thread follower([&] { r = Run({"submit", job_file_, "--follow", "--set", "restart.max_restarts=0"}); });
+  std::string id = cluster_.WaitForStartedJob();
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(cluster_.FailRank(id, 1, 1, "data.train: out of memory"));
+  ASSERT_TRUE(cluster_.WaitState(id, v1::JOB_STATE_FAILED));
+  follower.join();
+  EXPECT_EQ(r.code, 1) << r.out;
+  std::vector<std::string> lines = Lines(r.out);
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\n[0-9:]{8}  attempt_failed  rank 1 on host-w[01] \\(worker w[01]\\) exited "
+                                  "with code 3: data.train: out of memory \\| last log lines: \\| Traceback: the "
+                                  "last words of rank 1\n(.|\n)*"));
+  EXPECT_THAT(r.out, HasSubstr("  failed  no restarts left (max_restarts: 0)\n"));
+  // The coordinator's whole reason: which rank, what it said, its last log
+  // lines, the restart budget.
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\njob " + id +
+                                  " FAILED after [0-9a-z]+: rank 1 on host-w[01] \\(worker w[01]\\) exited with code "
+                                  "3: data.train: out of memory\n"
+                                  "  .*last log lines:\n"
+                                  "  .*Traceback: the last words of rank 1\n"
+                                  "  \\(no restarts left: 0 of 0 used\\)\n"));
+}
+
+TEST_F(CliTest, FollowInJsonWritesOneDocumentPerLine) {
+  cluster_.AddWorker("w0", 1);
+  CliRun r;
+  std::thread follower([&] { r = Run({"-o", "json", "submit", job_file_, "--follow", "--set", "world_size=1"}); });
+  std::string id = cluster_.WaitForStartedJob();
+  ASSERT_TRUE(cluster_.RunAttemptToSuccess(id, 1, 1));
+  follower.join();
+  EXPECT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_GE(lines.size(), 4u);
+  EXPECT_EQ(ParseJson<v1::Job>(lines.front()).id(), id);
+  std::vector<std::string> types;
+  for (size_t i = 1; i + 1 < lines.size(); ++i) {
+    auto u = ParseJson<v1::JobUpdate>(lines[i]);
+    if (u.has_event()) types.push_back(u.event().type());
+  }
+  EXPECT_THAT(types, AllOf(Contains("submitted"), Contains("succeeded")));
+  EXPECT_EQ(ParseJson<v1::Job>(lines.back()).state(), v1::JOB_STATE_SUCCEEDED);
+}
+
+}  // namespace
+}  // namespace trainctl

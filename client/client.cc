@@ -1,0 +1,245 @@
+#include "trainctl/client.h"
+
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <chrono>
+
+#include "absl/strings/str_cat.h"
+#include "common/jobspec/job_spec.h"
+#include "trainctl/v1/job_service.grpc.pb.h"
+#include "trainctl/v1/worker_service.grpc.pb.h"
+
+namespace trainctl {
+
+struct Client::Stubs {
+  std::shared_ptr<grpc::Channel> channel;
+  std::unique_ptr<v1::JobService::Stub> jobs;
+  std::unique_ptr<v1::WorkerService::Stub> workers;
+};
+
+namespace {
+
+// Largest message we accept: a Job with many attempts and ranks, a log chunk.
+constexpr int kMaxMessageBytes = 16 << 20;
+// Page size for ListJobs (the coordinator's default): List() follows pages,
+// so no single response grows with the number of jobs.
+constexpr int kListPageSize = 100;
+
+std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
+  return absl::ToChronoTime(absl::Now() + timeout);
+}
+
+std::string TimeoutText(absl::Duration d) { return absl::FormatDuration(d); }
+
+// gRPC status → absl::Status with the same code. Connection problems name
+// the address; everything else keeps the coordinator's message as it is.
+absl::Status FromGrpc(const grpc::Status& s, const std::string& address) {
+  if (s.ok()) return absl::OkStatus();
+  auto code = static_cast<absl::StatusCode>(s.error_code());
+  std::string message = s.error_message();
+  if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+    message = absl::StrCat("coordinator at ", address, " unavailable: ", message);
+  } else if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
+    message = absl::StrCat("coordinator at ", address, " did not answer in time: ", message);
+  }
+  return absl::Status(code, message);
+}
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+  grpc::ChannelArguments args;
+  // Keepalive: a watch or log stream can sit idle for minutes; pings keep
+  // NAT/proxies from dropping it and detect a dead coordinator.
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
+  args.SetMaxReceiveMessageSize(kMaxMessageBytes);
+  args.SetMaxSendMessageSize(kMaxMessageBytes);
+  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+}
+
+}  // namespace
+
+Client::Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
+    : options_(options), stubs_(std::make_unique<Stubs>()) {
+  stubs_->channel = std::move(channel);
+  stubs_->jobs = v1::JobService::NewStub(stubs_->channel);
+  stubs_->workers = v1::WorkerService::NewStub(stubs_->channel);
+}
+
+Client::~Client() = default;
+
+absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
+  if (options.address.empty()) {
+    return absl::InvalidArgumentError("coordinator address: empty (expected host:port)");
+  }
+  std::shared_ptr<grpc::Channel> channel = MakeChannel(options.address);
+  auto deadline = Deadline(options.timeout);
+  // Wait for READY, but give up at the first TRANSIENT_FAILURE: every address
+  // the name resolved to refused or failed, so waiting longer only delays
+  // the error (gRPC would retry with backoff until the deadline).
+  grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
+  while (state != GRPC_CHANNEL_READY) {
+    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) {
+      return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", options.address,
+                                                 ": connection failed (is trainctl-coordinator "
+                                                 "running and listening there?)"));
+    }
+    if (!channel->WaitForStateChange(state, deadline)) {
+      return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", options.address,
+                                                 ": no answer within ",
+                                                 TimeoutText(options.timeout)));
+    }
+    state = channel->GetState(/*try_to_connect=*/true);
+  }
+  return std::unique_ptr<Client>(new Client(std::move(channel), options));
+}
+
+std::unique_ptr<Client> Client::FromChannel(std::shared_ptr<grpc::Channel> channel,
+                                            const ClientOptions& options) {
+  return std::unique_ptr<Client>(new Client(std::move(channel), options));
+}
+
+absl::StatusOr<v1::Job> Client::Submit(const v1::JobSpec& spec) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline(options_.timeout));
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  v1::SubmitJobResponse resp;
+  absl::Status s = FromGrpc(stubs_->jobs->SubmitJob(&ctx, req, &resp), options_.address);
+  if (!s.ok()) return s;
+  return std::move(*resp.mutable_job());
+}
+
+absl::StatusOr<v1::Job> Client::SubmitFile(const std::string& path,
+                                           const std::vector<std::string>& overrides) {
+  ParsedJobSpec parsed = ParseJobSpecFile(path, overrides);
+  if (!parsed.ok()) return SpecErrorsToStatus(parsed.errors);
+  return Submit(parsed.spec);
+}
+
+absl::StatusOr<DryRunResult> Client::DryRun(const v1::JobSpec& spec) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline(options_.timeout));
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  req.set_dry_run(true);
+  v1::SubmitJobResponse resp;
+  absl::Status s = FromGrpc(stubs_->jobs->SubmitJob(&ctx, req, &resp), options_.address);
+  if (!s.ok()) return s;
+  DryRunResult out;
+  out.job = std::move(*resp.mutable_job());
+  out.planned.assign(resp.planned().begin(), resp.planned().end());
+  out.pending_reason = resp.pending_reason();
+  return out;
+}
+
+absl::StatusOr<v1::Job> Client::Get(const std::string& job_id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline(options_.timeout));
+  v1::GetJobRequest req;
+  req.set_job_id(job_id);
+  v1::Job job;
+  absl::Status s = FromGrpc(stubs_->jobs->GetJob(&ctx, req, &job), options_.address);
+  if (!s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<std::vector<v1::Job>> Client::List(const std::vector<v1::JobState>& states,
+                                                  int limit) {
+  if (limit < 0) return absl::InvalidArgumentError("limit: must be >= 0");
+  std::vector<v1::Job> out;
+  v1::ListJobsRequest req;
+  for (v1::JobState st : states) req.add_states(st);
+  do {
+    int want = limit == 0 ? kListPageSize
+                          : std::min<int>(kListPageSize, limit - static_cast<int>(out.size()));
+    req.set_page_size(want);
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline(options_.timeout));
+    v1::ListJobsResponse resp;
+    absl::Status s = FromGrpc(stubs_->jobs->ListJobs(&ctx, req, &resp), options_.address);
+    if (!s.ok()) return s;
+    for (v1::Job& j : *resp.mutable_jobs()) out.push_back(std::move(j));
+    req.set_page_token(resp.next_page_token());
+  } while (!req.page_token().empty() && (limit == 0 || static_cast<int>(out.size()) < limit));
+  if (limit > 0 && static_cast<int>(out.size()) > limit) out.resize(limit);
+  return out;
+}
+
+absl::StatusOr<v1::Job> Client::Cancel(const std::string& job_id, const std::string& reason) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline(options_.timeout));
+  v1::CancelJobRequest req;
+  req.set_job_id(job_id);
+  req.set_reason(reason);
+  v1::Job job;
+  absl::Status s = FromGrpc(stubs_->jobs->CancelJob(&ctx, req, &job), options_.address);
+  if (!s.ok()) return s;
+  return job;
+}
+
+absl::StatusOr<v1::Job> Client::Watch(const std::string& job_id, bool include_history,
+                                      const WatchCallback& callback) {
+  grpc::ClientContext ctx;  // No deadline: the stream lasts as long as the job.
+  v1::WatchJobRequest req;
+  req.set_job_id(job_id);
+  req.set_include_history(include_history);
+  std::unique_ptr<grpc::ClientReader<v1::JobUpdate>> reader = stubs_->jobs->WatchJob(&ctx, req);
+  v1::JobUpdate update;
+  std::optional<v1::Job> last;
+  bool stopped = false;
+  while (reader->Read(&update)) {
+    if (update.has_job()) last = update.job();
+    if (callback && !callback(update)) {
+      stopped = true;
+      ctx.TryCancel();
+      break;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (!status.ok() && !(stopped && status.error_code() == grpc::StatusCode::CANCELLED)) {
+    return FromGrpc(status, options_.address);
+  }
+  // The stream carries jobs without attempts; fetch the whole one.
+  absl::StatusOr<v1::Job> job = Get(job_id);
+  if (!job.ok() && last.has_value()) return *last;
+  return job;
+}
+
+absl::Status Client::Logs(const std::string& job_id, const LogsOptions& options,
+                          const LogCallback& callback) {
+  grpc::ClientContext ctx;  // No deadline: with follow, it lasts as long as the job.
+  v1::GetLogsRequest req;
+  req.set_job_id(job_id);
+  if (options.rank.has_value()) req.set_rank(*options.rank);
+  req.set_attempt(options.attempt);
+  req.set_tail_lines(options.tail);
+  req.set_follow(options.follow);
+  std::unique_ptr<grpc::ClientReader<v1::LogChunk>> reader = stubs_->jobs->GetLogs(&ctx, req);
+  v1::LogChunk chunk;
+  bool stopped = false;
+  while (reader->Read(&chunk)) {
+    if (callback && !callback(chunk)) {
+      stopped = true;
+      ctx.TryCancel();
+      break;
+    }
+  }
+  grpc::Status status = reader->Finish();
+  if (stopped && status.error_code() == grpc::StatusCode::CANCELLED) return absl::OkStatus();
+  return FromGrpc(status, options_.address);
+}
+
+absl::StatusOr<std::vector<v1::Worker>> Client::Workers(bool include_gone) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline(options_.timeout));
+  v1::ListWorkersRequest req;
+  req.set_include_gone(include_gone);
+  v1::ListWorkersResponse resp;
+  absl::Status s = FromGrpc(stubs_->workers->ListWorkers(&ctx, req, &resp), options_.address);
+  if (!s.ok()) return s;
+  return std::vector<v1::Worker>(resp.workers().begin(), resp.workers().end());
+}
+
+}  // namespace trainctl

@@ -1,0 +1,143 @@
+// trainctl C++ client: submit, query, watch and cancel training jobs on a
+// trainctl-coordinator.
+//
+//   #include "trainctl/client.h"
+//
+//   trainctl::ClientOptions options;
+//   options.address = "coord:7070";
+//   auto client = trainctl::Client::Connect(options);
+//   if (!client.ok()) { /* client.status() names the address */ }
+//   absl::StatusOr<trainctl::v1::Job> job = (*client)->SubmitFile("job.yaml");
+//   absl::StatusOr<trainctl::v1::Job> done = (*client)->Watch(
+//       job->id(), /*include_history=*/true, [](const trainctl::v1::JobUpdate& u) {
+//         if (u.has_event()) std::cout << u.event().message() << "\n";
+//         return true;  // false stops watching
+//       });
+//
+// The messages (Job, JobSpec, JobUpdate, LogChunk, Worker) are the public
+// protobuf API in proto/trainctl/v1/; this header adds only the calls.
+//
+// Errors are absl::Status values whose code is the gRPC code, one to one
+// (NOT_FOUND → kNotFound, FAILED_PRECONDITION → kFailedPrecondition, ...), and
+// whose message is the coordinator's reason. Unary calls are bounded by
+// ClientOptions::timeout; Watch and Logs streams are not (they last as long as
+// the job, or until the callback returns false).
+//
+// Thread-safety: a Client may be used from several threads at once; callbacks
+// run on the calling thread.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "trainctl/v1/job.pb.h"
+#include "trainctl/v1/job_service.pb.h"
+#include "trainctl/v1/metrics.pb.h"
+#include "trainctl/v1/worker_service.pb.h"
+
+namespace grpc {
+class Channel;
+}
+
+namespace trainctl {
+
+struct ClientOptions {
+  // The coordinator, "host:port" (or any gRPC target, e.g. "unix:/path").
+  std::string address = "localhost:7070";
+  // Bounds Connect() and every unary call.
+  absl::Duration timeout = absl::Seconds(10);
+};
+
+// What GetLogs sends back.
+struct LogsOptions {
+  // Only this rank; unset = every rank.
+  std::optional<int> rank;
+  // Attempt number, from 1; 0 = the latest.
+  int attempt = 0;
+  // First only the last N kept lines per rank; 0 = every kept line.
+  int tail = 0;
+  // Keep the stream open and deliver new lines until the job ends.
+  bool follow = false;
+};
+
+// What a dry run says about a spec.
+struct DryRunResult {
+  // The job as it would be stored: the resolved spec, state PENDING, no id.
+  v1::Job job;
+  // The ranks as they would be placed now; empty when the job would wait.
+  std::vector<v1::RankAssignment> planned;
+  // Why the job would wait, when it would.
+  std::string pending_reason;
+};
+
+class Client {
+ public:
+  // Called with each watch update; return false to stop watching.
+  using WatchCallback = std::function<bool(const v1::JobUpdate&)>;
+  // Called with each chunk of log lines (one rank's, in order); return false to stop.
+  using LogCallback = std::function<bool(const v1::LogChunk&)>;
+
+  // Connects and waits until the coordinator answers the connection, at most
+  // options.timeout. Unavailable (naming the address) when nothing listens.
+  static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
+  // A client over an existing channel (an embedded coordinator's in-process
+  // channel, or one with custom credentials). Does not wait for it.
+  static std::unique_ptr<Client> FromChannel(std::shared_ptr<grpc::Channel> channel,
+                                             const ClientOptions& options = {});
+
+  ~Client();
+  Client(const Client&) = delete;
+  Client& operator=(const Client&) = delete;
+
+  // Submits a job; it is PENDING (stored) when this returns. InvalidArgument
+  // from the coordinator names every bad field, one per line.
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
+  // Parses and validates job.yaml locally (with `overrides`, "key.path=value"
+  // like the CLI's --set), then submits. InvalidArgument holds every error,
+  // one "file:line:col: field: reason" per line, and nothing is sent.
+  absl::StatusOr<v1::Job> SubmitFile(const std::string& path,
+                                     const std::vector<std::string>& overrides = {});
+  // Validates on the coordinator and shows where the job would run now.
+  // Stores nothing.
+  absl::StatusOr<DryRunResult> DryRun(const v1::JobSpec& spec);
+
+  // One job with its attempts. NotFound for an unknown id.
+  absl::StatusOr<v1::Job> Get(const std::string& job_id);
+  // Jobs newest first, without attempts; only those in `states` when not
+  // empty; at most `limit` (0 = all), following the coordinator's pages.
+  absl::StatusOr<std::vector<v1::Job>> List(const std::vector<v1::JobState>& states = {},
+                                            int limit = 0);
+  // Stops every rank and marks the job CANCELLED. FailedPrecondition when
+  // the job already ended.
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason = "");
+
+  // Delivers the job's updates (with include_history: its stored events and
+  // metrics first) until the job ends or `callback` returns false, then
+  // returns the job as it is then, with its attempts.
+  absl::StatusOr<v1::Job> Watch(const std::string& job_id, bool include_history,
+                                const WatchCallback& callback);
+  // Delivers the job's log lines; with options.follow, until the job ends.
+  // Returns OK also when `callback` stopped it.
+  absl::Status Logs(const std::string& job_id, const LogsOptions& options,
+                    const LogCallback& callback);
+
+  // Registered workers; with include_gone also LOST and LEFT ones.
+  absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_gone = false);
+
+  const ClientOptions& options() const { return options_; }
+
+ private:
+  struct Stubs;
+  Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options);
+
+  ClientOptions options_;
+  std::unique_ptr<Stubs> stubs_;
+};
+
+}  // namespace trainctl
