@@ -332,6 +332,7 @@ int Main(int argc, char** argv) {
   setup.world_size = run.world_size;
   setup.device = device;
   setup.resume_from = resume_from;
+  if (!resume_from.empty()) LogLine(absl::StrCat("resuming from checkpoint ", resume_from));
   setup.stop = &g_stop;
   setup.debug_step_sleep_ms = run.debug_step_sleep_ms;
   if (cfg.training.checkpoint.resume && resume_from.empty()) {
