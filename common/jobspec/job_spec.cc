@@ -148,7 +148,10 @@ class YamlReader {
   Position PositionOf(const YAML::Mark& mark, const std::string& path) const {
     Position p;
     for (const std::string& o : override_paths_) {
-      if (path == o || absl::StartsWith(path, o + ".") || absl::StartsWith(path, o + "[")) {
+      // The overridden value and what is under it, or a key that only the
+      // override created (it has no place in the file).
+      if (path == o || absl::StartsWith(path, o + ".") || absl::StartsWith(path, o + "[") ||
+          (mark.is_null() && absl::StartsWith(o, path + "."))) {
         p.from_override = true;
         return p;
       }

@@ -384,6 +384,9 @@ TEST(JobSpecTest, OverridesApplyOnTopAndNameSet) {
                 "--set: data.batch_size: must be an integer, got 'x'",
                 "--set: training.optimizer.lr: must be > 0, got -1",
             }));
+  // A key that exists only through --set is reported as --set's.
+  EXPECT_EQ(Errors(kBase, {"nope.field=3"}),
+            std::vector<std::string>{"--set: nope: unknown key; did you mean 'name'?"});
   // An empty file with overrides only is a document of overrides.
   EXPECT_THAT(Errors("", {"name=x"}), testing::Contains("job.yaml:1:1: model: required (name: mlp, cnn or torchscript)"));
 }
