@@ -89,15 +89,24 @@ absl::Status Connect(const Args& a, Ctx* ctx) {
   ctx->world = static_cast<int>(a.Int("world", 1));
   ctx->dir = a.Str("dir");
   ctx->timeout = absl::Milliseconds(a.Int("timeout_ms", 10000));
+  // Meeting at the store waits for the slowest process start (LibTorch
+  // loads for seconds on a busy machine); only collectives get `timeout`.
+  const absl::Duration connect_timeout =
+      std::max(ctx->timeout, absl::Milliseconds(a.Int("connect_timeout_ms", 30000)));
   absl::StatusOr<std::shared_ptr<td::RendezvousStore>> store;
   if (ctx->rank == 0) {
-    store = td::RendezvousStore::Host("127.0.0.1", 0, ctx->timeout);
+    store = td::RendezvousStore::Host("127.0.0.1", 0, connect_timeout);
     if (!store.ok()) return store.status();
     // What the coordinator would relay to the other ranks.
     td::testing::WriteFileAtomic(ctx->dir + "/store_address", (*store)->address());
   } else {
-    store = td::RendezvousStore::Connect(a.Str("store"), ctx->timeout);
+    store = td::RendezvousStore::Connect(a.Str("store"), connect_timeout);
     if (!store.ok()) return store.status();
+  }
+  // Every rank is up before the engine's own (short) rendezvous starts.
+  if (absl::Status s = (*store)->Set(absl::StrCat("up/", ctx->rank), "1"); !s.ok()) return s;
+  for (int r = 0; r < ctx->world; ++r) {
+    if (absl::StatusOr<std::string> v = (*store)->Get(absl::StrCat("up/", r)); !v.ok()) return v.status();
   }
   td::GlooOptions o;
   o.rank = ctx->rank;
