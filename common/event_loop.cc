@@ -70,18 +70,19 @@ void EventLoop::Run() {
         }
         return;
       }
-      if (!queue_.empty()) {
+      // A due timer goes first: lease expiry and hang detection must not
+      // wait for a flood of posted work to drain.
+      absl::Time now = absl::Now();
+      for (Timer& t : timers_) {
+        if (t.next <= now) {
+          t.next = now + t.period;
+          next = t.fn;
+          break;
+        }
+      }
+      if (!next && !queue_.empty()) {
         next = std::move(queue_.front());
         queue_.pop_front();
-      } else {
-        absl::Time now = absl::Now();
-        for (Timer& t : timers_) {
-          if (t.next <= now) {
-            t.next = now + t.period;
-            next = t.fn;
-            break;
-          }
-        }
       }
     }
     if (next) next();

@@ -19,6 +19,7 @@ absl::StatusOr<std::string> CoordinatorServer::Start() {
   registry_ = std::make_unique<WorkerRegistry>(store_.get(), options_.clock, options_.registry);
   jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), &hub_, options_.clock,
                                        options_.jobs);
+  jobs_->SetDeferral([this](std::function<void()> fn) { loop_.Post(std::move(fn)); });
   absl::Status recovered;
   loop_.RunSync([&] {
     registry_->Recover(snapshot.workers);

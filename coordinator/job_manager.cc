@@ -264,7 +264,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
     jobs_.erase(it);
     return absl::UnavailableError(absl::StrCat("could not store the job: ", s.message()));
   }
-  Schedule();
+  RequestSchedule();
   return jobs_.at(job.id()).job;
 }
 
@@ -376,7 +376,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
   TRAINCTL_RETURN_IF_ERROR(Commit(*e, std::move(next), {{"cancelled", why}}));
   const v1::Attempt* cur = CurrentAttempt(e->job);
   for (auto& [w, ranks] : to_stop) SendStop(w, job_id, cur->number(), ranks, why);
-  Schedule();
+  RequestSchedule();
   return e->job;
 }
 
@@ -458,6 +458,19 @@ std::vector<scheduler::WorkerSlots> JobManager::WorkerView() const {
     workers.push_back(std::move(ws));
   }
   return workers;
+}
+
+void JobManager::RequestSchedule() {
+  if (!post_) {
+    Schedule();
+    return;
+  }
+  if (schedule_requested_) return;
+  schedule_requested_ = true;
+  post_([this] {
+    schedule_requested_ = false;
+    Schedule();
+  });
 }
 
 void JobManager::Schedule() {
@@ -618,7 +631,7 @@ absl::Status JobManager::OnRankStatus(const std::string& worker_id, const v1::Ra
     r->set_state(st.state() == v1::RANK_STATE_SUCCEEDED ? v1::RANK_STATE_SUCCEEDED : v1::RANK_STATE_STOPPED);
     *r->mutable_exit() = st.exit();
     TRAINCTL_RETURN_IF_ERROR(Commit(*e, std::move(next), {}));
-    Schedule();
+    RequestSchedule();
     return absl::OkStatus();
   }
 
@@ -659,7 +672,7 @@ absl::Status JobManager::OnRankStatus(const std::string& worker_id, const v1::Ra
         events.push_back({"succeeded", "every rank finished training", a->number()});
       }
       TRAINCTL_RETURN_IF_ERROR(Commit(*e, std::move(next), std::move(events)));
-      if (all) Schedule();
+      if (all) RequestSchedule();
       return absl::OkStatus();
     }
     case v1::RANK_STATE_FAILED:
@@ -669,7 +682,7 @@ absl::Status JobManager::OnRankStatus(const std::string& worker_id, const v1::Ra
       v1::FailureKind kind = st.exit().kind();
       TRAINCTL_RETURN_IF_ERROR(Commit(*e, std::move(next), {}));
       TRAINCTL_RETURN_IF_ERROR(FailAttempt(*e, kind, reason, st.rank()));
-      Schedule();
+      RequestSchedule();
       return absl::OkStatus();
     }
     default:
@@ -880,7 +893,7 @@ void JobManager::OnWorkerRegistered(const std::string& worker_id, const v1::Regi
     if (has_assigned) SendStartRanks(e.job, *cur, worker_id);
     if (on_worker && cur->has_rendezvous()) SendRendezvous(e.job, *cur, worker_id);
   }
-  Schedule();
+  RequestSchedule();
 }
 
 void JobManager::OnWorkerLost(const std::string& worker_id) {
@@ -909,7 +922,7 @@ void JobManager::OnWorkerLost(const std::string& worker_id) {
       (void)FailAttempt(e, v1::FAILURE_KIND_WORKER_LOST, DescribeExit(r, r.exit()), failed_rank);
     }
   }
-  Schedule();
+  RequestSchedule();
 }
 
 void JobManager::Tick() {
@@ -931,7 +944,7 @@ void JobManager::Tick() {
                                        absl::FormatDuration(options_.rendezvous_timeout),
                                        "; ranks not ready: ", absl::StrJoin(waiting, ", ")),
                           -1);
-        Schedule();
+        RequestSchedule();
       }
       continue;
     }
@@ -950,7 +963,7 @@ void JobManager::Tick() {
                         absl::StrCat("hung: no progress for ", absl::FormatDuration(timeout),
                                      " from rank(s) ", absl::StrJoin(stuck, ", ")),
                         first);
-      Schedule();
+      RequestSchedule();
     }
   }
 }

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -93,6 +94,10 @@ class JobManager {
   void Tick();
   // One scheduling pass: places what can start and sends the assignments.
   void Schedule();
+  // With a deferral, the passes that submissions, ends and registrations
+  // ask for are coalesced into one posted pass (a flood of submissions costs
+  // one pass per loop turn, not one each); without one (tests) they run at once.
+  void SetDeferral(std::function<void(std::function<void()>)> post) { post_ = std::move(post); }
 
   // Slot indices of `worker_id` running a rank that has not ended.
   std::vector<int> BusySlots(const std::string& worker_id) const;
@@ -147,6 +152,10 @@ class JobManager {
   // Newest first for List: (submit_seq, id).
   int64_t next_submit_seq_ = 1;
   int64_t active_jobs_ = 0;
+  // Asks for a scheduling pass (see SetDeferral).
+  void RequestSchedule();
+  std::function<void(std::function<void()>)> post_;
+  bool schedule_requested_ = false;
   // Pending reason per job from the last scheduling pass (not persisted).
   absl::flat_hash_map<std::string, std::string> pending_reasons_;
 };

@@ -208,7 +208,19 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     absl::MutexLock lock(&mu_);
     writing_ = false;
     if (!ok) {
-      CloseLocked(grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed"));
+      // The stream is broken: nothing queued can go out. Finish even when a
+      // Close came first (the read side ended while this write was in
+      // flight), or OnDone never runs and the reactor and server shutdown
+      // wait forever.
+      out_.clear();
+      if (!closed_) {
+        closed_ = true;
+        final_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed");
+      }
+      if (!finished_) {
+        finished_ = true;
+        Finish(final_);
+      }
       return;
     }
     MaybeWriteLocked();
