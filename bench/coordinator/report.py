@@ -1,0 +1,277 @@
+#!/usr/bin/env python3
+"""Formats trainctl-bench-coordinator results (key=value lines) as a table,
+prints it, and writes the "## Coordinator at scale" section of RESULTS.md.
+
+    report.py RESULTS_TXT RESULTS_MD [WRITE(1|0)]
+"""
+import os
+import re
+import sys
+
+SECTION = "## Coordinator at scale"
+
+
+def load(path):
+    r = {}
+    with open(path) as f:
+        for line in f:
+            line = line.rstrip("\n")
+            if "=" in line:
+                k, v = line.split("=", 1)
+                r[k] = v
+    return r
+
+
+def num(r, k):
+    try:
+        return float(r[k])
+    except (KeyError, ValueError):
+        return None
+
+
+def fmt(v, unit="", digits=1):
+    if v is None:
+        return "n/a"
+    if abs(v) >= 100 or digits == 0:
+        s = f"{v:,.0f}"
+    else:
+        s = f"{v:.{digits}f}"
+    return s + unit
+
+
+def verdict(ok):
+    if ok is None:
+        return "n/a"
+    return "PASS" if ok else "FAIL"
+
+
+def strict(ms):
+    """Failure detection against the 3 s goal: PASS, or FAIL with the excess."""
+    if ms is None or ms < 0:
+        return "n/a"
+    return "PASS" if ms <= 3000 else f"FAIL (+{ms - 3000:,.0f} ms)"
+
+
+def main():
+    res_txt, res_md = sys.argv[1], sys.argv[2]
+    write = len(sys.argv) < 4 or sys.argv[3] != "0"
+    r = load(res_txt)
+    rows = []  # (scenario, metric, value, goal, verdict)
+
+    def row(scn, metric, value, goal="", ok=None):
+        if isinstance(ok, str):
+            rows.append((scn, metric, value, goal, ok))
+        else:
+            rows.append((scn, metric, value, goal, "" if ok is None and not goal else verdict(ok)))
+
+    # --- 1. heartbeats
+    points = []
+    for p in ("hb_small", "hb_mid", "hb_large"):
+        tgt = num(r, f"{p}.workers_target")
+        reg = num(r, f"{p}.workers_registered")
+        if tgt is None:
+            continue
+        cpu = num(r, f"{p}.coord_cpu_cores")
+        p99 = num(r, f"{p}.rtt.p99_ms")
+        full = reg is not None and reg >= tgt and num(r, f"{p}.rtt.n") not in (None, 0)
+        meets = full and cpu is not None and cpu < 1.0 and p99 is not None and p99 < 50
+        points.append((p, tgt, reg, full, meets))
+        scn = f"heartbeat, {fmt(tgt, digits=0)} workers"
+        row(scn, "workers registered (ramp)",
+            f"{fmt(reg, digits=0)} in {fmt(num(r, f'{p}.ramp_s'), ' s')} "
+            f"({fmt(num(r, f'{p}.ramp_registrations_per_s'), '/s', 0)}; register→ack p50 "
+            f"{fmt(num(r, f'{p}.register_latency.p50_ms'), ' ms', 2)}, p99 "
+            f"{fmt(num(r, f'{p}.register_latency.p99_ms'), ' ms')})",
+            "all", full)
+        row(scn, "heartbeats acknowledged",
+            f"{fmt(num(r, f'{p}.acks_per_s'), '/s', 0)} of {fmt(num(r, f'{p}.heartbeats_per_s'), '/s', 0)} sent; "
+            f"{fmt(num(r, f'{p}.streams_ended_in_window'), digits=0)} streams lost")
+        row(scn, "coordinator CPU (steady window)", fmt(cpu, " cores", 3), "< 1 core",
+            (cpu < 1.0) if cpu is not None else None)
+        row(scn, "coordinator busiest threads (cores); avg threads waiting for a CPU",
+            f"{r.get(f'{p}.coord.top_threads_cores', 'n/a')}; {fmt(num(r, f'{p}.coord.runqueue_wait_threads'), '', 2)}")
+        row(scn, "load generator CPU (same machine); avg threads waiting for a CPU",
+            f"{fmt(num(r, f'{p}.bench_cpu_cores'), ' cores', 3)}; {fmt(num(r, f'{p}.bench.runqueue_wait_threads'), '', 2)}")
+        row(scn, "coordinator RSS / per worker",
+            f"{fmt(num(r, f'{p}.coord_rss_mb'), ' MiB')} (idle {fmt(num(r, f'{p}.coord_rss_idle_mb'), ' MiB')}) / "
+            f"{fmt(num(r, f'{p}.coord_kb_per_worker'), ' KiB')}")
+        row(scn, "heartbeat round trip p50 / p99 / max",
+            f"{fmt(num(r, f'{p}.rtt.p50_ms'), ' ms', 2)} / {fmt(p99, ' ms', 2)} / {fmt(num(r, f'{p}.rtt.max_ms'), ' ms')}",
+            "p99 < 50 ms", (p99 < 50) if p99 is not None else None)
+        row(scn, "generator send lateness p50 / p99 (its own lag)",
+            f"{fmt(num(r, f'{p}.send_lateness.p50_ms'), ' ms', 2)} / {fmt(num(r, f'{p}.send_lateness.p99_ms'), ' ms', 2)}")
+        if num(r, f"{p}.mass_loss_workers"):
+            row(scn, f"mass loss: {fmt(num(r, f'{p}.mass_loss_workers'), digits=0)} streams cut at once → all LOST",
+                f"{fmt(num(r, f'{p}.mass_loss_all_lost_s'), ' s', 2)}; survivors' RTT p50 "
+                f"{fmt(num(r, f'{p}.mass_loss_survivor_rtt.p50_ms'), ' ms')}, p99 "
+                f"{fmt(num(r, f'{p}.mass_loss_survivor_rtt.p99_ms'), ' ms')}, max "
+                f"{fmt(num(r, f'{p}.mass_loss_survivor_rtt.max_ms'), ' ms')}")
+        if num(r, f"{p}.under_load.cut_to_failed.n"):
+            m = num(r, f"{p}.under_load.last_hb_to_failed.max_ms")
+            row(scn, "failure detection under this load: cut → attempt failed p50 / max; last heartbeat → failed p50 / max",
+                f"{fmt(num(r, f'{p}.under_load.cut_to_failed.p50_ms'), ' ms', 0)} / "
+                f"{fmt(num(r, f'{p}.under_load.cut_to_failed.max_ms'), ' ms', 0)}; "
+                f"{fmt(num(r, f'{p}.under_load.last_hb_to_failed.p50_ms'), ' ms', 0)} / {fmt(m, ' ms', 0)} "
+                f"(n={fmt(num(r, f'{p}.under_load.cut_to_failed.n'), digits=0)}, undetected "
+                f"{fmt(num(r, f'{p}.under_load.undetected'), digits=0)})",
+                "≤ 3 s", strict(m) if num(r, f"{p}.under_load.undetected") == 0 else "FAIL (undetected)")
+
+    # --- 2. jobs
+    for p in ("jobs", "jobs_wide"):
+        if num(r, f"{p}.jobs_target") is None:
+            continue
+        g = lambda k: num(r, f"{p}.{k}")
+        scn = f"{fmt(g('jobs_target'), digits=0)} queued jobs, {fmt(g('busy_workers'), digits=0)} busy workers"
+        row(scn, f"jobs submitted (no free slot; {fmt(g('concurrency'), digits=0)} in flight)",
+            f"{fmt(g('jobs_submitted'), digits=0)} in {fmt(g('submit_s'), ' s')} = "
+            f"{fmt(g('submit_per_s'), '/s', 0)} (refused {fmt(g('jobs_refused'), digits=0)})")
+        row(scn, "submissions/s per successive 1,000", r.get(f"{p}.submit_per_s_by_thousand", "n/a"))
+        row(scn, "SubmitJob latency under the flood, first 1,000 / last 1,000 (p50, p99)",
+            f"{fmt(g('submit_latency_first1000.p50_ms'), ' ms')}, {fmt(g('submit_latency_first1000.p99_ms'), ' ms')} / "
+            f"{fmt(g('submit_latency_last1000.p50_ms'), ' ms')}, {fmt(g('submit_latency_last1000.p99_ms'), ' ms')}")
+        row(scn, "coordinator CPU while submitting; busiest threads (cores)",
+            f"{fmt(g('submit_coord_cpu_cores'), ' cores', 3)}; {r.get(f'{p}.submit_coord.top_threads_cores', 'n/a')}")
+        row(scn, "coordinator RSS per queued job",
+            f"{fmt(g('coord_kb_per_queued_job'), ' KiB', 2)} ({fmt(g('coord_rss_before_jobs_mb'), ' MiB')} → "
+            f"{fmt(g('coord_rss_after_jobs_mb'), ' MiB')})")
+        row(scn, "heartbeat RTT of the busy workers during the flood (p50 / p99 / max)",
+            f"{fmt(g('busy_worker_rtt_during_submit.p50_ms'), ' ms')} / {fmt(g('busy_worker_rtt_during_submit.p99_ms'), ' ms')} / "
+            f"{fmt(g('busy_worker_rtt_during_submit.max_ms'), ' ms')}")
+        if g("flood_worker_lost.cut_to_failed_ms") is not None:
+            m = g("flood_worker_lost.last_hb_to_failed_ms")
+            row(scn, "a busy worker dies halfway through the flood: death → attempt failed; last heartbeat → failed",
+                f"{fmt(g('flood_worker_lost.cut_to_failed_ms'), ' ms', 0)}; {fmt(m, ' ms', 0)} "
+                f"(flood had {fmt(g('flood_worker_lost.flood_left_at_cut_s'), ' s')} left; failed "
+                f"{fmt(g('flood_worker_lost.failed_after_flood_end_ms'), ' ms', 0)} after it ended)",
+                "≤ 3 s", strict(m))
+        row(scn, "one SubmitJob with the queue full (p50 / p99)",
+            f"{fmt(g('queued_submit_latency.p50_ms'), ' ms', 2)} / {fmt(g('queued_submit_latency.p99_ms'), ' ms', 2)}")
+        row(scn, "GetJob / ListJobs(PENDING, 100) with the queue full (p50)",
+            f"{fmt(g('queued_getjob_latency.p50_ms'), ' ms', 2)} / {fmt(g('queued_listjobs100_latency.p50_ms'), ' ms', 2)}")
+        row(scn, "new worker: register sent → start_ranks (p50 / p99)",
+            f"{fmt(g('new_worker_register_to_start_ranks.p50_ms'), ' ms', 2)} / "
+            f"{fmt(g('new_worker_register_to_start_ranks.p99_ms'), ' ms', 2)} "
+            f"(oldest first: latest submission placed #{fmt(g('new_worker_placed_max_submit_index'), digits=0)})")
+        row(scn, "slot frees (rank SUCCEEDED) → next start_ranks (p50 / p99)",
+            f"{fmt(g('freed_slot_to_start_ranks.p50_ms'), ' ms', 2)} / {fmt(g('freed_slot_to_start_ranks.p99_ms'), ' ms', 2)}")
+
+    # --- 3. failure detection
+    for key, label in (("stream_cut", "stream cancelled"), ("sigkill", "worker process SIGKILLed")):
+        n = num(r, f"fail.{key}.cut_to_failed.n")
+        if n is None:
+            continue
+        scn = f"failure detection: {label}"
+        c = lambda s: num(r, f"fail.{key}.cut_to_failed.{s}_ms")
+        h = lambda s: num(r, f"fail.{key}.last_hb_to_failed.{s}_ms")
+        und = num(r, f"fail.{key}.undetected")
+        row(scn, "death → attempt failed (min / p50 / p90 / max)",
+            f"{fmt(c('min'), ' ms', 0)} / {fmt(c('p50'), ' ms', 0)} / {fmt(c('p90'), ' ms', 0)} / {fmt(c('max'), ' ms', 0)} "
+            f"(n={fmt(n, digits=0)}; {fmt(num(r, f'fail.{key}.jobs_failed'), digits=0)} FAILED, "
+            f"{fmt(num(r, f'fail.{key}.jobs_restarting'), digits=0)} RESTARTING, {fmt(und, digits=0)} undetected)")
+        row(scn, "last heartbeat → attempt failed (min / p50 / max)",
+            f"{fmt(h('min'), ' ms', 0)} / {fmt(h('p50'), ' ms', 0)} / {fmt(h('max'), ' ms', 0)}",
+            "≤ 3 s", strict(h("max")) if und == 0 else "FAIL (undetected)")
+
+    # --- 4. shutdown: does the coordinator exit on SIGTERM after each scenario?
+    stops = [(k[len("stop."):], v) for k, v in r.items() if k.startswith("stop.")]
+    if stops:
+        hung = [n for n, v in stops if not v.startswith("exited")]
+        row("coordinator shutdown", "SIGTERM after each scenario",
+            "; ".join(f"{n}: {v}" for n, v in stops), "exits",
+            "PASS" if not hung else f"FAIL ({len(hung)} of {len(stops)} hung)")
+
+    largest = max((p for p in points if p[4]), key=lambda p: p[1], default=None)
+    largest_full = max((p for p in points if p[3]), key=lambda p: p[1], default=None)
+
+    # --- print
+    w = [max(len(x[i]) for x in rows + [("scenario", "metric", "value", "goal", "result")]) for i in range(5)]
+    hdr = ("scenario", "metric", "value", "goal", "result")
+    print()
+    print("  ".join(h.ljust(w[i]) for i, h in enumerate(hdr)))
+    for x in rows:
+        print("  ".join(v.ljust(w[i]) for i, v in enumerate(x)))
+
+    if not write:
+        return
+
+    md = []
+    md.append(SECTION)
+    md.append("")
+    md.append(f"Run {r.get('meta.date', '?')} by `bench/coordinator/run.sh` (commit {r.get('meta.commit', '?')}, "
+              f"{r.get('meta.build', '?')} build, {fmt(num(r, 'meta.elapsed_s'), ' s', 0)} in all).")
+    md.append(f"Machine: {r.get('meta.cores', '?')} cores ({r.get('meta.cpu', '?')}), loopback only; "
+              f"coordinator and load generator share it (load average {r.get('meta.load_start', '?')} at the start, "
+              f"{r.get('meta.load_end', '?')} at the end: other builds were running, so latencies are pessimistic).")
+    md.append("Coordinator flags: `--heartbeat_interval_ms 1000 --lease_timeout_ms 3000`, SQLite on local disk; "
+              "each scenario gets a fresh coordinator and database. Simulated workers: one Session stream each, "
+              "gRPC callback API, 16 channels, 4 timer threads; RTT = heartbeat written → heartbeat_ack read. "
+              "'Threads waiting for a CPU' is run-queue time from /proc/PID/task/*/schedstat: above ~0.5 the "
+              "machine, not the process, sets the latency.")
+    if largest_full:
+        md.append(f"Largest heartbeat point that ran in full (all registered, every heartbeat answered): "
+                  f"**{fmt(largest_full[1], digits=0)} workers**; largest that also met both goals "
+                  f"(coordinator < 1 core, RTT p99 < 50 ms) on this shared machine: "
+                  f"**{fmt(largest[1], digits=0) + ' workers' if largest else 'none'}**.")
+    else:
+        md.append("No heartbeat point completed in full.")
+    md.append("")
+    md.append("| scenario | metric | value | goal | result |")
+    md.append("| --- | --- | --- | --- | --- |")
+    for x in rows:
+        md.append("| " + " | ".join(v.replace("|", "\\|") for v in x) + " |")
+    md.append("")
+    md.append("Notes:")
+    md.append("- Failure detection can never be under 3 s after the last heartbeat with a 3 s lease: the lease "
+              "ends 3 s after the last heartbeat *processed*, leases are checked every 200 ms "
+              "(`CoordinatorOptions::check_interval`, not a flag), and the LOST worker and failed attempt are "
+              "written to SQLite before watchers hear of it. The FAIL rows give the excess over 3 s. A cut or "
+              "killed stream is not acted on when it closes; only the lease expiry fails the attempt.")
+    md.append("- Lease checks run on the event loop's timer, and `EventLoop::Run` runs timers only when its "
+              "queue is empty: while the loop is saturated (the submission flood) no lease expires; see the "
+              "'dies halfway through the flood' rows.")
+    md.append("- Every registration and every submission is a SQLite transaction with `synchronous=FULL` "
+              "on the single event-loop thread; ramp and submission rates are bounded by the disk's fsync, "
+              "and heartbeats queue behind them meanwhile.")
+    md.append("- `JobManager::Submit` runs a full scheduling pass over every pending job (and every alive "
+              "worker) on each submission, registration and rank end; see the per-1,000 submission rates.")
+    md.append("- The 10,000-worker tail latency is set by CPU contention on this shared 2-core machine (coordinator "
+              "+ generator need ≈ 0.8–1.4 cores, and other engineers' builds run beside them): watch 'threads "
+              "waiting for a CPU'. Development runs on 2026-11-30 with this generator gave, at 10,000 workers, "
+              "RTT p99 5.6 ms (PASS; load average ≈ 3), 110 ms (load ≈ 5), 181 ms (load ≈ 8) and 5.9 s (load ≈ 6, "
+              "2–3 threads waiting); in none of them was any coordinator thread above 0.25 core, so the "
+              "coordinator itself is not saturated at this point.")
+    md.append("- Profile (perf, 10,000 workers, 2026-11-30): the coordinator's own code is a few percent "
+              "(`WorkerRegistry::OwnsSession` 3%); most samples are gRPC and kernel scheduling. The distribution's "
+              "abseil has Mutex deadlock detection on even in Release builds (`GraphCycles::GetId` ~6% of samples; "
+              "an uncontended absl::Mutex lock/unlock costs 25 ns instead of 8 ns with "
+              "`absl::SetMutexDeadlockDetectionMode(kIgnore)`).")
+    if any(not v.startswith("exited") for k, v in r.items() if k.startswith("stop.")):
+        md.append("- A coordinator that did not exit on SIGTERM: when looked at with gdb (2026-11-30, after 10,000 "
+                  "sessions were cancelled at once) it sat in `grpc::Server::Shutdown` → `UnrefAndWaitLocked` for "
+                  "over 30 minutes, waiting for Session reactors that never call `Finish`: in "
+                  "`SessionReactor::OnWriteDone(ok=false)` `CloseLocked` returns at once when the session is "
+                  "already closed (read side ended while a write was in flight), so `Finish` is never called and "
+                  "the reactor is never freed.")
+    md.append("- Raw key=value results: printed by run.sh (`results.txt` in its work directory).")
+    md.append("")
+    section = "\n".join(md) + "\n"
+
+    text = open(res_md).read() if os.path.exists(res_md) else "# Benchmark results\n\n"
+    pat = re.compile(r"^## Coordinator at scale\n.*?(?=^## |\Z)", re.S | re.M)
+    if pat.search(text):
+        text = pat.sub(lambda m: section + ("\n" if m.end() < len(text) else ""), text, count=1)
+    else:
+        if not text.endswith("\n"):
+            text += "\n"
+        if not text.endswith("\n\n"):
+            text += "\n"
+        text += section
+    tmp = res_md + ".tmp-coordinator"
+    with open(tmp, "w") as f:
+        f.write(text)
+    os.replace(tmp, res_md)
+    print(f"\nwrote the '{SECTION}' section of {res_md}")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,181 @@
+#!/usr/bin/env bash
+# The control plane at scale: starts one trainctl-coordinator per scenario on
+# loopback, drives it with trainctl-bench-coordinator, prints a table and
+# writes the "## Coordinator at scale" section of bench/RESULTS.md.
+#
+#   bench/coordinator/run.sh [BUILD_DIR]      (default: build; builds nothing)
+#
+# Sizes can be changed with environment variables (defaults in brackets):
+#   WORKERS_SMALL [1000]  WORKERS_MID [5000]  WORKERS_LARGE [10000]  RAMP_PER_S [500]
+#   STEADY_S [30]  JOBS [10000]  SUBMIT_CONCURRENCY [32]  WIDE_WORKERS [1000]  WIDE_JOBS [2000]
+#   TRIALS_CUT [20]  TRIALS_KILL [10]  RESULTS [bench/RESULTS.md]  WRITE_RESULTS [1]
+# The whole run is bounded: about 7 minutes with the defaults, never more
+# than 10 (every step has a hard timeout, capped by what is left of the 10
+# minutes; a step that no longer fits is skipped). It stops everything it
+# started.
+set -euo pipefail
+
+ROOT="$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)"
+BUILD="${1:-build}"
+case "$BUILD" in /*) ;; *) BUILD="$ROOT/$BUILD" ;; esac
+COORD="$BUILD/coordinator/trainctl-coordinator"
+BENCH="$BUILD/bench/coordinator/trainctl-bench-coordinator"
+for b in "$COORD" "$BENCH"; do
+  [[ -x "$b" ]] || { echo "run.sh: $b not found; build the targets trainctl-coordinator and trainctl-bench-coordinator in $BUILD" >&2; exit 2; }
+done
+
+WORKERS_SMALL="${WORKERS_SMALL:-1000}"
+WORKERS_MID="${WORKERS_MID:-5000}"
+WORKERS_LARGE="${WORKERS_LARGE:-10000}"
+RAMP_PER_S="${RAMP_PER_S:-500}"
+STEADY_S="${STEADY_S:-30}"
+JOBS="${JOBS:-10000}"
+SUBMIT_CONCURRENCY="${SUBMIT_CONCURRENCY:-32}"
+WIDE_WORKERS="${WIDE_WORKERS:-1000}"
+WIDE_JOBS="${WIDE_JOBS:-2000}"
+TRIALS_CUT="${TRIALS_CUT:-20}"
+TRIALS_KILL="${TRIALS_KILL:-10}"
+RESULTS="${RESULTS:-$ROOT/bench/RESULTS.md}"
+WRITE_RESULTS="${WRITE_RESULTS:-1}"
+
+WORK="$(mktemp -d /tmp/trainctl-bench-coordinator.XXXXXX)"
+OUT="$WORK/results.txt"
+: > "$OUT"
+COORD_PID=""
+BENCH_PID=""
+
+# stop_coord [NAME]: SIGTERM, then SIGKILL after 15 s; records which it took.
+stop_coord() {
+  [[ -n "$COORD_PID" ]] || return 0
+  local how="gone"
+  if kill -0 "$COORD_PID" 2>/dev/null; then
+    local t0 i state
+    t0=$(date +%s%N)
+    kill -TERM "$COORD_PID" 2>/dev/null || true
+    how="SIGKILL: still running 15 s after SIGTERM"
+    for i in $(seq 1 150); do
+      state="$(cut -d' ' -f3 "/proc/$COORD_PID/stat" 2>/dev/null || true)"
+      if [[ -z "$state" || "$state" == Z ]]; then
+        how="exited $(( ($(date +%s%N) - t0) / 1000000 )) ms after SIGTERM"; break
+      fi
+      sleep 0.1
+    done
+    kill -KILL "$COORD_PID" 2>/dev/null || true
+  fi
+  wait "$COORD_PID" 2>/dev/null || true
+  [[ -n "${1:-}" ]] && echo "stop.$1=$how" >> "$OUT"
+  COORD_PID=""
+}
+cleanup() {
+  if [[ -n "$BENCH_PID" ]]; then kill -TERM "$BENCH_PID" 2>/dev/null || true; wait "$BENCH_PID" 2>/dev/null || true; fi
+  stop_coord
+  rm -f "$WORK"/*/state.db*
+}
+trap cleanup EXIT
+trap 'exit 130' INT TERM
+
+# start_coord NAME [extra coordinator flags...]: sets COORD_PID and ADDR.
+start_coord() {
+  local name="$1"; shift
+  mkdir -p "$WORK/$name"
+  "$COORD" --listen 127.0.0.1:0 --db "$WORK/$name/state.db" \
+    --heartbeat_interval_ms 1000 --lease_timeout_ms 3000 "$@" \
+    > "$WORK/$name/coord.out" 2> "$WORK/$name/coord.err" &
+  COORD_PID=$!
+  ADDR=""
+  for _ in $(seq 1 100); do
+    ADDR="$(head -1 "$WORK/$name/coord.out" 2>/dev/null | sed -n 's/^trainctl-coordinator listening on //p')"
+    [[ -n "$ADDR" ]] && break
+    kill -0 "$COORD_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [[ -z "$ADDR" ]]; then
+    echo "run.sh: coordinator did not start:" >&2
+    cat "$WORK/$name/coord.err" >&2
+    exit 1
+  fi
+}
+
+# bench NAME PREFIX TIMEOUT_S [bench flags...]
+bench() {
+  local name="$1" prefix="$2" limit="$3"; shift 3
+  local left=$(( DEADLINE - $(date +%s) - 15 ))
+  (( limit > left )) && limit=$left
+  if (( limit < 20 )); then
+    echo "== $name: skipped, the 10-minute budget is spent"
+    echo "$prefix.exit=skipped" >> "$OUT"
+    return 0
+  fi
+  echo "== $name (coordinator pid $COORD_PID at $ADDR; limit ${limit}s)"
+  local rc=0
+  # timeout forwards TERM (cleanup) to the generator; KILL after the limit.
+  timeout --signal=KILL "$limit" "$BENCH" --target="$ADDR" --coord_pid="$COORD_PID" \
+    --out="$OUT" --prefix="$prefix." "$@" > >(tee "$WORK/$name/bench.log") 2>&1 &
+  BENCH_PID=$!
+  wait "$BENCH_PID" || rc=$?
+  BENCH_PID=""
+  echo "$prefix.exit=$rc" >> "$OUT"
+  # The coordinator's own complaints (first lines), for the record.
+  if [[ -s "$WORK/$name/coord.err" ]]; then
+    echo "  (coordinator stderr: $(wc -l < "$WORK/$name/coord.err") lines; first: $(head -1 "$WORK/$name/coord.err" | cut -c1-160))"
+  fi
+  return 0
+}
+
+START=$(date +%s)
+DEADLINE=$(( START + 600 ))
+echo "trainctl coordinator benchmark: results in $WORK"
+echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), load $(cut -d' ' -f1-3 /proc/loadavg)"
+{
+  echo "meta.date=$(date -u +%Y-%m-%dT%H:%MZ)"
+  echo "meta.cores=$(nproc)"
+  echo "meta.cpu=$(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//')"
+  echo "meta.load_start=$(cut -d' ' -f1 /proc/loadavg)"
+  echo "meta.commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "meta.build=$(grep -m1 '^CMAKE_BUILD_TYPE' "$BUILD/CMakeCache.txt" 2>/dev/null | cut -d= -f2)"
+} >> "$OUT"
+
+# 1a. Heartbeats, small point.
+start_coord hb_small
+bench hb_small hb_small 90 --mode=heartbeat --workers="$WORKERS_SMALL" --ramp_per_s="$RAMP_PER_S" \
+  --warmup_s=5 --steady_s=20 --mass_loss_fraction=0.1
+stop_coord hb_small
+
+# 1b. Heartbeats, middle point.
+start_coord hb_mid
+bench hb_mid hb_mid $(( WORKERS_MID / RAMP_PER_S + 90 )) --mode=heartbeat --workers="$WORKERS_MID" \
+  --ramp_per_s="$RAMP_PER_S" --ramp_timeout_s=$(( WORKERS_MID / RAMP_PER_S + 40 )) --warmup_s=5 --steady_s=20
+stop_coord hb_mid
+
+# 1c. Heartbeats, large point; failure detection under that load; mass loss.
+start_coord hb_large
+RAMP_LIMIT=$(( WORKERS_LARGE / RAMP_PER_S + 40 ))
+bench hb_large hb_large $(( RAMP_LIMIT + STEADY_S + 110 )) --mode=heartbeat --workers="$WORKERS_LARGE" \
+  --ramp_per_s="$RAMP_PER_S" --ramp_timeout_s="$RAMP_LIMIT" --warmup_s=5 --steady_s="$STEADY_S" \
+  --trials_under_load=10 --mass_loss_fraction=0.1 --mass_loss_timeout_s=45
+stop_coord hb_large
+
+# 2a. Job submission and scheduling with a deep queue (no free slot). Long
+# rendezvous/progress timeouts: the busy workers' jobs must stay RUNNING.
+start_coord jobs --rendezvous_timeout_s 3600 --progress_timeout_s 3600
+bench jobs jobs 150 --mode=jobs --jobs="$JOBS" --concurrency="$SUBMIT_CONCURRENCY" --submit_budget_s=100 \
+  --busy_workers=2 --sched_trials=20 --probe_calls=30
+stop_coord jobs
+
+# 2b. The same with many busy workers: the cost of one scheduling pass
+# grows with pending jobs × workers.
+start_coord jobs_wide --rendezvous_timeout_s 3600 --progress_timeout_s 3600
+bench jobs_wide jobs_wide 100 --mode=jobs --jobs="$WIDE_JOBS" --concurrency="$SUBMIT_CONCURRENCY" \
+  --submit_budget_s=40 --busy_workers="$WIDE_WORKERS" --sched_trials=10 --probe_calls=20
+stop_coord jobs_wide
+
+# 3. Failure detection, idle coordinator: stream cut, SIGKILLed process.
+start_coord failure
+bench failure fail 90 --mode=failure --trials_cut="$TRIALS_CUT" --trials_kill="$TRIALS_KILL" --batch=10
+stop_coord failure
+
+echo "meta.elapsed_s=$(( $(date +%s) - START ))" >> "$OUT"
+echo "meta.load_end=$(cut -d' ' -f1 /proc/loadavg)" >> "$OUT"
+
+python3 "$ROOT/bench/coordinator/report.py" "$OUT" "$RESULTS" "$WRITE_RESULTS"
+echo "raw results: $OUT"
