@@ -28,4 +28,19 @@ set -e
 echo "$err"
 test "$code" -eq 2
 grep -q "bad.yaml:2:13: world_size: must be > 0, got -1" <<<"$err"
+# SIGTERM cancels the job, stops its ranks and exits non-zero.
+"$build/client/trainctl" run "$src/examples/mlp-synthetic.yaml" --set training.epochs=1000 \
+  --set metrics.every_steps=1000 > sigterm.log 2>&1 &
+pid=$!
+for _ in $(seq 100); do grep -q "running" sigterm.log && break; sleep 0.1; done
+kill -TERM "$pid"
+set +e
+wait "$pid"
+code=$?
+set -e
+cat sigterm.log
+test "$code" -eq 1
+grep -q "CANCELLED" sigterm.log
+sleep 0.5
+! pgrep -f "trainctl-run-.*/jobs/mlp-synthetic" >/dev/null
 echo "run_example_test: ok"

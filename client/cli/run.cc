@@ -3,7 +3,12 @@
 // host's GPUs, or as many CPU slots as the job has ranks, submits the job,
 // follows it, and exits with its outcome — torchrun's convenience with the
 // whole system (scheduling, rendezvous, supervision, restarts) underneath.
+#include <pthread.h>
+#include <signal.h>
 #include <unistd.h>
+
+#include <atomic>
+#include <thread>
 
 #include <cstdlib>
 #include <filesystem>
@@ -66,6 +71,16 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   std::error_code ec;
   fs::create_directories(state_dir, ec);
 
+  // Signals are taken by a thread (below), not delivered to whichever thread
+  // runs; the mask is inherited by every thread started from here on (rank
+  // processes reset theirs).
+  sigset_t stop_signals;
+  sigemptyset(&stop_signals);
+  sigaddset(&stop_signals, SIGINT);
+  sigaddset(&stop_signals, SIGTERM);
+  sigaddset(&stop_signals, SIGUSR1);
+  pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
+
   // Slots: every GPU for a job that may use them, else one CPU slot per rank.
   std::vector<worker::GpuInfo> gpus = worker::DiscoverGpus();
   std::string gpu_flag = flags.gpus;
@@ -117,7 +132,21 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
     code = ctx.Fail(job.status());
   } else {
     if (!ctx.json()) ctx.out << "submitted job " << job->id() << "\n" << std::flush;
+    // Ctrl-C / SIGTERM cancel the job; following then ends and everything
+    // below still runs (ranks stopped, state directory removed).
+    std::atomic<bool> followed{false};
+    std::thread on_signal([&] {
+      int sig = 0;
+      while (sigwait(&stop_signals, &sig) == 0 && !followed) {
+        if (sig == SIGINT || sig == SIGTERM) {
+          (void)client->Cancel(job->id(), absl::StrCat("trainctl run got signal ", sig));
+        }
+      }
+    });
     code = FollowJob(ctx, *client, job->id());
+    followed = true;
+    pthread_kill(on_signal.native_handle(), SIGUSR1);
+    on_signal.join();
     std::string model = spec.checkpoint().dir() + "/model.pt";
     if (code == kExitOk && !ctx.json() && fs::exists(model)) {
       ctx.out << "final model: " << model << " (torch.jit.load it in Python)\n";

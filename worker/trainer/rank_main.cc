@@ -17,6 +17,9 @@
 // at the next step boundary (after at most ~10 s the communicator is aborted
 // so a blocked collective cannot delay it), error exit, exit 143; anything
 // else -> error exit, exit 1. Log lines go to stdout, errors also to stderr.
+#include <malloc.h>
+
+#include <cstdlib>
 #include <signal.h>
 #include <torch/cuda.h>
 #include <torch/torch.h>
@@ -380,6 +383,13 @@ int Main(int argc, char** argv) {
 }  // namespace trainctl::trainer
 
 int main(int argc, char** argv) {
+  // glibc hands the top of the heap back to the kernel after every step and
+  // faults it in again on the next: bench/ddp measured 143,500 minor faults/s
+  // and a 1-rank MLP step of 28 ms that drops to 19 ms (below PyTorch's 21)
+  // with fixed thresholds. Keep freed memory for the next step, unless the
+  // operator tuned malloc through the environment.
+  if (std::getenv("MALLOC_TRIM_THRESHOLD_") == nullptr) mallopt(M_TRIM_THRESHOLD, 1 << 30);
+  if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) mallopt(M_MMAP_THRESHOLD, 1 << 30);
   try {
     return trainctl::trainer::Main(argc, argv);
   } catch (const std::exception& e) {

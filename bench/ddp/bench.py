@@ -1,0 +1,560 @@
+#!/usr/bin/python3
+"""bench/ddp driver: trainctl vs Python PyTorch DDP on the same jobs.
+
+Started by bench/ddp/run.sh (see there). For every configuration it runs
+`trainctl -o json run JOB.yaml` and `pytorch_ddp.py` alternately, --runs
+times each, and takes the median. Both sides are timed the same way:
+windows of W optimizer steps per rank (trainctl: its `metrics.every_steps`
+metric points; Python: the same window in pytorch_ddp.py), the first
+--warmup-windows windows dropped, and a partial last window dropped;
+steady-state samples/s per rank = samples / seconds over the remaining
+windows, summed over the ranks.
+"""
+
+import argparse
+import datetime
+import gzip
+import json
+import os
+import platform
+import re
+import shutil
+import signal
+import statistics
+import struct
+import subprocess
+import sys
+import tempfile
+import time
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+PY = "/usr/bin/python3"  # Debian's torch 1.13; the python3 first on PATH has no torch
+FMNIST = "/usr/share/datasets/fashion-mnist"
+SECTION = "## DDP: trainctl vs PyTorch"
+
+CHILDREN = set()
+# glibc malloc: fixed (hence non-dynamic) trim and mmap thresholds, so freed
+# memory stays in the heap instead of being returned and faulted in again.
+MALLOC_ENV = {"MALLOC_TRIM_THRESHOLD_": "1073741824", "MALLOC_MMAP_THRESHOLD_": "1073741824"}
+
+
+def log(msg):
+    sys.stderr.write("[%s] %s\n" % (time.strftime("%H:%M:%S"), msg))
+    sys.stderr.flush()
+
+
+def run_cmd(cmd, timeout, cwd=None, env=None):
+    """Runs cmd in its own process group; kills the group on timeout or on our exit."""
+    full_env = dict(os.environ)
+    full_env.update(env or {})
+    p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=cwd,
+                         env=full_env, start_new_session=True)
+    CHILDREN.add(p)
+    try:
+        out, err = p.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        stop_group(p)
+        out, err = p.communicate()
+        err += "\n[bench] killed after %d s" % timeout
+        p.returncode = 124
+    finally:
+        CHILDREN.discard(p)
+    return p.returncode, out, err
+
+
+def stop_group(p, grace=10.0):
+    """SIGTERM to p's process group (trainctl stops its job), SIGKILL after `grace` s."""
+    for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 0)):
+        try:
+            os.killpg(p.pid, sig)
+        except ProcessLookupError:
+            return
+        deadline = time.monotonic() + wait
+        while time.monotonic() < deadline and p.poll() is None:
+            time.sleep(0.1)
+        if p.poll() is not None:
+            # the leader is gone; make sure nothing else of its group is left
+            try:
+                os.killpg(p.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+            return
+
+
+def kill_children(*_):
+    for p in list(CHILDREN):
+        stop_group(p, grace=5.0)
+
+
+def on_signal(signum, _frame):
+    kill_children()
+    sys.exit(128 + signum)
+
+
+# ------------------------------------------------------------ configurations
+
+def configs(quick):
+    """name -> dict. `steps` = optimizer steps per rank per run (one epoch)."""
+    s = (lambda full, small: small if quick else full)
+    return {
+        "linear": dict(title="Linear(5→2), batch 30, synthetic", model="linear", input_dim=5, hidden=[],
+                       classes=2, batch=30, steps=s(3000, 100), window=s(100, 20), goal=3.0),
+        "mlp": dict(title="MLP 256→1024→1024→1024→10 (2.37 M), batch 64, synthetic", model="mlp",
+                    input_dim=256, hidden=[1024, 1024, 1024], classes=10, batch=64, steps=s(200, 30),
+                    window=s(20, 5), goal=1.0),
+        "cnn": dict(title="CNN (BN) on Fashion-MNIST, batch 64", model="cnn", classes=10, batch=64,
+                    steps=s(200, 15), window=s(20, 5), goal=1.0),
+    }
+
+
+def write_idx_subset(src_images, src_labels, n, dst_dir):
+    """The first n Fashion-MNIST training samples as uncompressed IDX files."""
+    def sub(src, dst, per_item):
+        with gzip.open(src, "rb") as f:
+            raw = f.read()
+        ndim = raw[3]
+        dims = list(struct.unpack(">" + "I" * ndim, raw[4:4 + 4 * ndim]))
+        dims[0] = n
+        body = raw[4 + 4 * ndim: 4 + 4 * ndim + n * per_item]
+        with open(dst, "wb") as f:
+            f.write(raw[:4] + struct.pack(">" + "I" * ndim, *dims) + body)
+    img = os.path.join(dst_dir, "fmnist-train-images-idx3-ubyte")
+    lab = os.path.join(dst_dir, "fmnist-train-labels-idx1-ubyte")
+    sub(src_images, img, 28 * 28)
+    sub(src_labels, lab, 1)
+    return img, lab
+
+
+def data_for(cfg, world, workdir):
+    """(length, idx files or None): one epoch of cfg['steps'] steps per rank."""
+    n = cfg["steps"] * cfg["batch"] * world
+    if cfg["model"] != "cnn":
+        return n, None
+    key = ("idx", n)
+    if key not in data_for.cache:
+        d = os.path.join(workdir, "fmnist-%d" % n)
+        os.makedirs(d, exist_ok=True)
+        data_for.cache[key] = write_idx_subset(os.path.join(FMNIST, "train-images-idx3-ubyte.gz"),
+                                               os.path.join(FMNIST, "train-labels-idx1-ubyte.gz"), n, d)
+    return n, data_for.cache[key]
+
+
+data_for.cache = {}
+
+
+# ------------------------------------------------------------ trainctl side
+
+def trainctl_yaml(cfg, world, bucket_mb, workdir, tag):
+    n, idx = data_for(cfg, world, workdir)
+    if cfg["model"] == "cnn":
+        model = "{name: cnn, classes: %d, batch_norm: true}" % cfg["classes"]
+        train = "{format: idx, images: %s, labels: %s}" % idx
+    else:
+        model = "{name: mlp, input_dim: %d, hidden: [%s], classes: %d}" % (
+            cfg["input_dim"], ", ".join(str(h) for h in cfg["hidden"]), cfg["classes"])
+        train = "{format: synthetic, length: %d, size: %d, classes: %d, seed: 0}" % (
+            n, cfg["input_dim"], cfg["classes"])
+    ckpt = os.path.join(workdir, "ckpt", tag)
+    text = """name: bench-ddp-%s
+world_size: %d
+device: cpu
+backend: gloo
+model: %s
+data:
+  train: %s
+  batch_size: %d
+  shuffle: true
+  seed: 0
+  drop_last: false
+  num_workers: 0
+training:
+  epochs: 1
+  loss: cross_entropy
+  optimizer: {name: adam, lr: 0.001}
+ddp: {bucket_cap_mb: %s, broadcast_buffers: true, find_unused_parameters: false}
+checkpoint: {dir: %s, every_epochs: 0, keep: 1}
+restart: {max_restarts: 0}
+metrics: {every_steps: %d}
+""" % (re.sub(r"[^a-z0-9-]", "-", tag.lower())[:40].strip("-"), world, model, train, cfg["batch"],
+       ("%g" % bucket_mb), ckpt, cfg["window"])
+    path = os.path.join(workdir, "job-%s.yaml" % tag)
+    with open(path, "w") as f:
+        f.write(text)
+    return path
+
+
+def run_trainctl(build, cfg, world, bucket_mb, warmup, workdir, tag, timeout, env=None):
+    yaml_path = trainctl_yaml(cfg, world, bucket_mb, workdir, tag)
+    cmd = [os.path.join(build, "client", "trainctl"), "-o", "json", "run", yaml_path,
+           "--rank-binary", os.path.join(build, "worker", "trainer", "trainctl-rank")]
+    t0 = time.monotonic()
+    rc, out, err = run_cmd(cmd, timeout, cwd=workdir, env=env)
+    wall = time.monotonic() - t0
+    with open(os.path.join(workdir, "trainctl-%s.jsonl" % tag), "w") as f:
+        f.write(out)
+    shutil.rmtree(os.path.join(workdir, "ckpt", tag), ignore_errors=True)
+    points = []
+    state = None
+    for line in out.splitlines():
+        try:
+            d = json.loads(line)
+        except ValueError:
+            continue
+        if "metrics" in d:
+            points += d["metrics"].get("points", [])
+        if "job" in d:
+            state = d["job"].get("state", state)
+        if "state" in d and "id" in d:
+            state = d["state"]
+    if rc != 0 or state != "JOB_STATE_SUCCEEDED":
+        return dict(ok=False, error="rc %s state %s: %s" % (rc, state, err[-1500:]), wall_s=wall)
+    ranks = []
+    for r in range(world):
+        pts = sorted((p for p in points if p.get("kind") == "KIND_TRAIN" and p.get("rank", 0) == r),
+                     key=lambda p: int(p.get("samplesSeen", 0)))
+        prev, wins = 0, []
+        for p in pts:
+            seen = int(p.get("samplesSeen", 0))
+            samples, prev = seen - prev, seen
+            if int(p.get("step", 0)) % cfg["window"] != 0:
+                continue  # partial last window (Python drops it too)
+            sps = p.get("samplesPerSec", 0.0)
+            if sps <= 0:
+                continue
+            wins.append(dict(samples=samples, secs=samples / sps, sps=sps, data=p.get("dataMs", 0.0),
+                             compute=p.get("computeMs", 0.0), comm=p.get("commMs", 0.0)))
+        steady = wins[warmup:]
+        if not steady:
+            return dict(ok=False, error="rank %d: %d windows, none after warm-up" % (r, len(wins)), wall_s=wall)
+        samples = sum(w["samples"] for w in steady)
+        secs = sum(w["secs"] for w in steady)
+        n = len(steady)
+        ranks.append(dict(rank=r, samples_per_sec=samples / secs,
+                          step_ms=1e3 * secs * cfg["batch"] / samples,
+                          data_ms=sum(w["data"] for w in steady) / n,
+                          compute_ms=sum(w["compute"] for w in steady) / n,
+                          comm_ms=sum(w["comm"] for w in steady) / n,
+                          windows=[round(w["sps"], 1) for w in wins]))
+    return dict(ok=True, wall_s=wall, ranks=ranks,
+                samples_per_sec_sum=sum(r["samples_per_sec"] for r in ranks),
+                step_ms_mean=statistics.mean(r["step_ms"] for r in ranks),
+                comm_ms_mean=statistics.mean(r["comm_ms"] for r in ranks),
+                data_ms_mean=statistics.mean(r["data_ms"] for r in ranks),
+                compute_ms_mean=statistics.mean(r["compute_ms"] for r in ranks))
+
+
+# ------------------------------------------------------------ Python side
+
+def run_python(cfg, world, bucket_mb, warmup, workdir, tag, timeout, env=None):
+    n, idx = data_for(cfg, world, workdir)
+    cmd = [PY, os.path.join(HERE, "pytorch_ddp.py"), "--model", cfg["model"], "--classes", str(cfg["classes"]),
+           "--batch", str(cfg["batch"]), "--epochs", "1", "--seed", "0", "--lr", "0.001",
+           "--bucket-mb", "%g" % bucket_mb, "--window", str(cfg["window"]), "--warmup-windows", str(warmup),
+           "--threads", "1", "--nproc", str(world), "--timeout", str(timeout - 5)]
+    if cfg["model"] == "cnn":
+        cmd += ["--batch-norm", "--data", "idx", "--images", idx[0], "--labels", idx[1]]
+    else:
+        cmd += ["--input-dim", str(cfg["input_dim"]), "--hidden", ",".join(str(h) for h in cfg["hidden"]),
+                "--data", "synthetic", "--length", str(n), "--data-seed", "0"]
+    t0 = time.monotonic()
+    rc, out, err = run_cmd(cmd, timeout, cwd=workdir, env=env)
+    wall = time.monotonic() - t0
+    with open(os.path.join(workdir, "python-%s.json" % tag), "w") as f:
+        f.write(out)
+    try:
+        res = json.loads(out.strip().splitlines()[-1])
+    except (ValueError, IndexError):
+        res = {"ok": False}
+    if rc != 0 or not res.get("ok"):
+        return dict(ok=False, error="rc %s: %s" % (rc, err[-1500:]), wall_s=wall)
+    res["wall_s"] = wall
+    return res
+
+
+# ------------------------------------------------------------ measurement
+
+def measure(args, label, cfg, world, bucket_mb, sides=("trainctl", "python"), runs=None, env=None):
+    runs = runs or args.runs
+    out = {s: [] for s in sides}
+    for i in range(runs):
+        order = list(sides) if i % 2 == 0 else list(reversed(sides))  # alternate who goes first
+        for side in order:
+            tag = "%s-w%d-b%g-%s-%d" % (label, world, bucket_mb, side, i)
+            if side == "trainctl":
+                r = run_trainctl(args.build, cfg, world, bucket_mb, args.warmup_windows, args.workdir, tag,
+                                 args.run_timeout, env)
+            else:
+                r = run_python(cfg, world, bucket_mb, args.warmup_windows, args.workdir, tag, args.run_timeout,
+                               env)
+            if r["ok"]:
+                log("%-28s %-8s run %d: %10.1f samples/s  step %.3f ms  (wall %.1f s)" % (
+                    label + " w%d b%g" % (world, bucket_mb), side, i + 1, r["samples_per_sec_sum"],
+                    r["step_ms_mean"], r["wall_s"]))
+            else:
+                log("%s %s run %d FAILED: %s" % (label, side, i + 1, r["error"]))
+            out[side].append(r)
+    return out
+
+
+def med(results, key):
+    vals = [r[key] for r in results if r.get("ok") and key in r]
+    return statistics.median(vals) if vals else None
+
+
+def fmt(v, digits=0):
+    if v is None:
+        return "n/a"
+    return "{:,.{d}f}".format(v, d=digits)
+
+
+def machine_info():
+    cpu = "?"
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                cpu = line.split(":", 1)[1].strip()
+                break
+    except OSError:
+        pass
+    blas = os.path.realpath("/usr/lib/x86_64-linux-gnu/libblas.so.3")
+    return dict(cores=os.cpu_count(), cpu=cpu, blas=blas, kernel=platform.release())
+
+
+def loadavg():
+    with open("/proc/loadavg") as f:
+        return f.read().split()[0]
+
+
+def git_commit():
+    try:
+        return subprocess.run(["git", "-C", REPO, "rev-parse", "--short", "HEAD"], capture_output=True,
+                              text=True, timeout=10).stdout.strip() or "?"
+    except Exception:
+        return "?"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("build")
+    ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--runs-extra", type=int, default=3, help="runs per side for the bucket sweep and malloc lines")
+    ap.add_argument("--warmup-windows", type=int, default=2)
+    ap.add_argument("--quick", action="store_true", help="smoke test: tiny runs, results not written")
+    ap.add_argument("--only", default="", help="comma-separated subset: linear,mlp,cnn,scaling,buckets")
+    ap.add_argument("--results", default=os.path.join(REPO, "bench", "RESULTS.md"))
+    ap.add_argument("--no-write", action="store_true")
+    ap.add_argument("--run-timeout", type=int, default=180)
+    ap.add_argument("--budget-s", type=int, default=1140, help="skip the extras when this much has been used")
+    ap.add_argument("--workdir", default="")
+    args = ap.parse_args()
+    signal.signal(signal.SIGTERM, on_signal)
+    signal.signal(signal.SIGINT, on_signal)
+    args.build = os.path.abspath(args.build)
+    for b in ("client/trainctl", "worker/trainer/trainctl-rank"):
+        if not os.access(os.path.join(args.build, b), os.X_OK):
+            sys.exit("missing %s/%s (ninja -C %s trainctl trainctl-rank)" % (args.build, b, args.build))
+    args.workdir = args.workdir or tempfile.mkdtemp(prefix="bench-ddp-")
+    os.makedirs(args.workdir, exist_ok=True)
+    if args.quick:
+        args.runs = args.runs_extra = 1
+        args.warmup_windows = 1
+    only = set(x for x in args.only.split(",") if x) or {"linear", "mlp", "cnn", "scaling", "buckets", "malloc"}
+    cfgs = configs(args.quick)
+    start = time.monotonic()
+    started_at = datetime.datetime.now(datetime.timezone.utc)
+    load_before = loadavg()
+    log("work dir %s; load average %s" % (args.workdir, load_before))
+
+    main_rows = []
+    raw = {"configs": {}, "scaling": {}, "buckets": {}}
+    for name in ("linear", "mlp", "cnn"):
+        if name not in only:
+            continue
+        cfg = cfgs[name]
+        res = measure(args, name, cfg, 2, 25)
+        raw["configs"][name] = res
+        tc, py = med(res["trainctl"], "samples_per_sec_sum"), med(res["python"], "samples_per_sec_sum")
+        ratio = tc / py if tc and py else None
+        main_rows.append(dict(name=name, cfg=cfg, tc=tc, py=py, ratio=ratio,
+                              tc_step=med(res["trainctl"], "step_ms_mean"),
+                              py_step=med(res["python"], "step_ms_mean"),
+                              tc_comm=med(res["trainctl"], "comm_ms_mean"),
+                              tc_data=med(res["trainctl"], "data_ms_mean"),
+                              tc_compute=med(res["trainctl"], "compute_ms_mean"),
+                              py_bwd=statistics.median([statistics.mean(x["backward_ms"] for x in r["ranks"])
+                                                        for r in res["python"] if r.get("ok")] or [0]),
+                              runs_tc=[round(r["samples_per_sec_sum"]) for r in res["trainctl"] if r["ok"]],
+                              runs_py=[round(r["samples_per_sec_sum"]) for r in res["python"] if r["ok"]],
+                              passed=(ratio is not None and ratio >= cfg["goal"])))
+
+    def over_budget(what):
+        used = time.monotonic() - start
+        if used > args.budget_s:
+            log("skipping %s: %.0f s used of the %d s budget" % (what, used, args.budget_s))
+            return True
+        return False
+
+    scaling = None
+    if "scaling" in only and not over_budget("scaling"):
+        cfg = dict(cfgs["mlp"])
+        one = measure(args, "mlp-1rank", cfg, 1, 25)
+        raw["scaling"]["w1"] = one
+        two = raw["configs"].get("mlp") or measure(args, "mlp", cfg, 2, 25)
+        raw["scaling"]["w2"] = two
+        scaling = {}
+        for side in ("trainctl", "python"):
+            s1, s2 = med(one[side], "step_ms_mean"), med(two[side], "step_ms_mean")
+            scaling[side] = dict(step1=s1, step2=s2, eff=(s1 / s2 if s1 and s2 else None))
+
+    buckets = []
+    if "buckets" in only and not over_budget("bucket sweep"):
+        cfg = cfgs["mlp"]
+        for mb in (1, 5, 25, 100):
+            if mb == 25 and "mlp" in raw["configs"]:
+                res = raw["configs"]["mlp"]
+            else:
+                if over_budget("bucket %g MB" % mb):
+                    break
+                res = measure(args, "mlp-bucket", cfg, 2, mb, runs=args.runs_extra)
+            raw["buckets"][str(mb)] = res
+            buckets.append(dict(mb=mb, tc=med(res["trainctl"], "samples_per_sec_sum"),
+                                py=med(res["python"], "samples_per_sec_sum"),
+                                tc_comm=med(res["trainctl"], "comm_ms_mean"),
+                                tc_step=med(res["trainctl"], "step_ms_mean")))
+
+    malloc_rows = []
+    if "malloc" in only and not over_budget("malloc lines"):
+        for name in ("mlp", "cnn"):
+            if over_budget("malloc %s" % name):
+                break
+            res = measure(args, name + "-malloc", cfgs[name], 2, 25, runs=args.runs_extra, env=MALLOC_ENV)
+            raw.setdefault("malloc", {})[name] = res
+            base = raw["configs"].get(name, {"trainctl": [], "python": []})
+            malloc_rows.append(dict(name=name, title=cfgs[name]["title"],
+                                    tc0=med(base["trainctl"], "samples_per_sec_sum"),
+                                    py0=med(base["python"], "samples_per_sec_sum"),
+                                    tc=med(res["trainctl"], "samples_per_sec_sum"),
+                                    py=med(res["python"], "samples_per_sec_sum"),
+                                    tc_compute=med(res["trainctl"], "compute_ms_mean"),
+                                    tc_compute0=med(base["trainctl"], "compute_ms_mean")))
+
+    load_after = loadavg()
+    elapsed = time.monotonic() - start
+    with open(os.path.join(args.workdir, "results.json"), "w") as f:
+        json.dump(raw, f, indent=1, default=str)
+
+    # ------------------------------------------------------------ report
+    lines = []
+    lines.append("| configuration | trainctl samples/s | PyTorch DDP samples/s | ratio | goal | result |")
+    lines.append("| --- | --- | --- | --- | --- | --- |")
+    for r in main_rows:
+        lines.append("| %s | %s | %s | %s× | ≥ %g× | %s |" % (
+            r["cfg"]["title"], fmt(r["tc"]), fmt(r["py"]), fmt(r["ratio"], 2), r["cfg"]["goal"],
+            "PASS" if r["passed"] else "FAIL"))
+    detail = []
+    detail.append("| configuration | side | step ms | split (ms/step) | runs (samples/s, summed over ranks) |")
+    detail.append("| --- | --- | --- | --- | --- |")
+    for r in main_rows:
+        share = r["tc_comm"] / r["tc_step"] if r["tc_comm"] is not None and r["tc_step"] else None
+        detail.append("| %s | trainctl | %s | data %s, compute %s, exposed comm %s (%s of the step) | %s |" % (
+            r["name"], fmt(r["tc_step"], 3), fmt(r["tc_data"], 3), fmt(r["tc_compute"], 3), fmt(r["tc_comm"], 3),
+            ("%.0f%%" % (100 * share)) if share is not None else "n/a", " / ".join(fmt(x) for x in r["runs_tc"])))
+        detail.append("| %s | PyTorch | %s | backward incl. all-reduce wait %s | %s |" % (
+            r["name"], fmt(r["py_step"], 3), fmt(r["py_bwd"], 3), " / ".join(fmt(x) for x in r["runs_py"])))
+    extra = []
+    if scaling:
+        extra.append("| 2-rank scaling efficiency, config 2 (1-rank step ÷ 2-rank step, batch 64/rank) | side | 1-rank step ms | 2-rank step ms | efficiency | goal | result |")
+        extra.append("| --- | --- | --- | --- | --- | --- | --- |")
+        for side in ("trainctl", "python"):
+            s = scaling[side]
+            goal = "≥ 85%" if side == "trainctl" else ""
+            res = ("PASS" if s["eff"] and s["eff"] >= 0.85 else "FAIL") if side == "trainctl" else ""
+            extra.append("| | %s | %s | %s | %s | %s | %s |" % (
+                "trainctl" if side == "trainctl" else "PyTorch DDP", fmt(s["step1"], 2), fmt(s["step2"], 2),
+                ("%.0f%%" % (100 * s["eff"])) if s["eff"] else "n/a", goal, res))
+    if malloc_rows:
+        extra.append("")
+        extra.append("| with `%s` (both sides; diagnostic, see notes) | trainctl samples/s: default → with | trainctl compute ms/step: default → with | PyTorch DDP samples/s: default → with | ratio with |" % " ".join("%s=%s" % kv for kv in MALLOC_ENV.items()))
+        extra.append("| --- | --- | --- | --- | --- |")
+        for m in malloc_rows:
+            extra.append("| %s | %s → %s | %s → %s | %s → %s | %s× |" % (
+                m["name"], fmt(m["tc0"]), fmt(m["tc"]), fmt(m["tc_compute0"], 1), fmt(m["tc_compute"], 1),
+                fmt(m["py0"]), fmt(m["py"]), fmt(m["tc"] / m["py"] if m["tc"] and m["py"] else None, 2)))
+    if buckets:
+        extra.append("")
+        extra.append("| bucket_cap_mb (config 2) | trainctl samples/s | trainctl exposed comm ms/step | PyTorch DDP samples/s | ratio |")
+        extra.append("| --- | --- | --- | --- | --- |")
+        for b in buckets:
+            extra.append("| %g | %s | %s | %s | %s× |" % (b["mb"], fmt(b["tc"]), fmt(b["tc_comm"], 2), fmt(b["py"]),
+                                                       fmt(b["tc"] / b["py"] if b["tc"] and b["py"] else None, 2)))
+
+    print("\n".join(lines))
+    print()
+    print("\n".join(detail))
+    if extra:
+        print()
+        print("\n".join(extra))
+    print("\nload average %s before, %s after; %.0f s; raw results in %s" % (load_before, load_after, elapsed,
+                                                                           args.workdir))
+    if args.quick or args.no_write:
+        return 0
+
+    mi = machine_info()
+    steps_note = ", ".join("%s %d steps/rank/run (window %d)" % (n, cfgs[n]["steps"], cfgs[n]["window"])
+                           for n in ("linear", "mlp", "cnn") if n in only)
+    sec = [SECTION, ""]
+    sec.append("Run %s by `bench/ddp/run.sh` (commit %s, build `%s`, %.0f s in all)." % (
+        started_at.strftime("%Y-%m-%dT%H:%MZ"), git_commit(), os.path.relpath(args.build, REPO)
+        if args.build.startswith(REPO) else args.build, elapsed))
+    shared = float(load_before) > 1.0 or float(load_after) > 1.0
+    sec.append("Machine: %d cores (%s), BLAS %s (`libopenblas0-openmp`, what Debian's LibTorch 1.13 loads), "
+               "loopback only; Debian torch 1.13.1 on both sides. Load average %s at the start, %s at the end%s." % (
+                   mi["cores"], mi["cpu"], mi["blas"], load_before, load_after,
+                   " (each 2-rank run itself keeps both cores busy, so the load includes the bench; "
+                   "anything above ~2.5 means another job was sharing the machine and adds noise)" if shared else ""))
+    sec.append("Both sides: 2 ranks, Gloo, 1 intra-op thread per rank, Adam lr 1e-3, cross-entropy, "
+               "DistributedSampler(shuffle, seed 0), num_workers 0, bucket 25 MB, one epoch per run; "
+               "%s; median of %d runs per side (trainctl and Python alternate). "
+               "Timing on both sides: per-rank windows of W optimizer steps (data + forward + backward + "
+               "all-reduce wait + optimizer), first %d windows dropped as warm-up, partial last window dropped; "
+               "samples/s = samples ÷ seconds over the rest, summed over the 2 ranks. trainctl's numbers are its "
+               "own `samples_per_sec`/`data_ms`/`compute_ms`/`comm_ms` metric points (`trainctl -o json run`)." % (
+                   steps_note, args.runs, args.warmup_windows))
+    sec.append("")
+    sec += lines
+    sec.append("")
+    sec += detail
+    if extra:
+        sec.append("")
+        sec += extra
+    sec.append("")
+    sec.append("Notes:")
+    notes_path = os.path.join(HERE, "NOTES.md")
+    if os.path.exists(notes_path):
+        sec += [l.rstrip("\n") for l in open(notes_path) if l.strip() and not l.startswith("#")]
+    sec.append("- Raw per-run numbers: `results.json` in the run's work directory (printed by run.sh).")
+    write_section(args.results, "\n".join(sec) + "\n")
+    log("wrote %s" % args.results)
+    return 0
+
+
+def write_section(path, section):
+    text = open(path).read() if os.path.exists(path) else "# Benchmark results\n"
+    start = text.find("\n" + SECTION + "\n")
+    if text.startswith(SECTION + "\n"):
+        start = 0
+    if start >= 0:
+        if start > 0:
+            start += 1
+        nxt = text.find("\n## ", start + len(SECTION))
+        end = len(text) if nxt < 0 else nxt + 1
+        text = text[:start] + section + ("\n" if nxt >= 0 else "") + text[end:]
+    else:
+        text = text.rstrip("\n") + "\n\n" + section
+    with open(path, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
