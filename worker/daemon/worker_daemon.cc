@@ -399,6 +399,21 @@ void WorkerDaemon::ReportStatus(const LocalAttempt& a, const LocalRank& r, v1::R
   Enqueue(m, /*critical=*/true);
 }
 
+void WorkerDaemon::ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, const std::string& why) {
+  r.exited = true;
+  r.reported_end = true;
+  v1::WorkerMessage m;
+  v1::RankStatus* st = m.mutable_rank_status();
+  st->set_job_id(a.job_id);
+  st->set_attempt(a.number);
+  st->set_rank(r.assignment.rank());
+  st->set_state(v1::RANK_STATE_FAILED);
+  st->mutable_exit()->set_kind(v1::FAILURE_KIND_LAUNCH);
+  st->mutable_exit()->set_exit_code(-1);
+  st->mutable_exit()->set_message(why);
+  Enqueue(m, true);
+}
+
 void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
   std::string akey = absl::StrCat(s.job_id(), "/", s.attempt());
   if (attempts_.count(akey) > 0) return;  // A re-send after a reconnect.
@@ -425,22 +440,7 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
   if (at.gpu) {
     absl::StatusOr<std::string> id = GenerateNcclUniqueId();
     if (!id.ok()) {
-      for (auto& [rank, r] : at.ranks) {
-        r.error_kind = rankproto::ErrorKind::kExit;
-        r.error_message = std::string(id.status().message());
-        v1::WorkerMessage m;
-        v1::RankStatus* st = m.mutable_rank_status();
-        st->set_job_id(at.job_id);
-        st->set_attempt(at.number);
-        st->set_rank(rank);
-        st->set_state(v1::RANK_STATE_FAILED);
-        st->mutable_exit()->set_kind(v1::FAILURE_KIND_LAUNCH);
-        st->mutable_exit()->set_exit_code(-1);
-        st->mutable_exit()->set_message(std::string(id.status().message()));
-        r.reported_end = true;
-        r.exited = true;
-        Enqueue(m, true);
-      }
+      for (auto& [rank, r] : at.ranks) ReportLaunchFailure(at, r, std::string(id.status().message()));
       MaybeForget(akey);
       return;
     }
@@ -531,18 +531,7 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
   r.launched = true;
   absl::StatusOr<pid_t> pid = supervisor_->Launch(l);
   if (!pid.ok()) {
-    r.exited = true;
-    r.reported_end = true;
-    v1::WorkerMessage m;
-    v1::RankStatus* st = m.mutable_rank_status();
-    st->set_job_id(a.job_id);
-    st->set_attempt(a.number);
-    st->set_rank(ra.rank());
-    st->set_state(v1::RANK_STATE_FAILED);
-    st->mutable_exit()->set_kind(v1::FAILURE_KIND_LAUNCH);
-    st->mutable_exit()->set_exit_code(-1);
-    st->mutable_exit()->set_message(absl::StrCat("cannot start the rank process: ", pid.status().message()));
-    Enqueue(m, true);
+    ReportLaunchFailure(a, r, absl::StrCat("cannot start the rank process: ", pid.status().message()));
     return;
   }
   r.pid = *pid;

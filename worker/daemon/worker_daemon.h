@@ -93,6 +93,8 @@ class WorkerDaemon {
   void LaunchPending(LocalAttempt& a);
   void Launch(LocalAttempt& a, LocalRank& r);
   void ReportStatus(const LocalAttempt& a, const LocalRank& r, v1::RankState state);
+  // A rank that could not be started ends FAILED (kind LAUNCH) with `why`.
+  void ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, const std::string& why);
   void FlushMetrics();
   void FlushLogs();
   void MaybeForget(const std::string& attempt_key);
