@@ -44,6 +44,11 @@ void EventLoop::Stop() {
   stopping_ = true;
 }
 
+void EventLoop::StopAndJoin() {
+  Stop();
+  if (!InLoop() && thread_.joinable()) thread_.join();
+}
+
 void EventLoop::Run() {
   while (true) {
     std::function<void()> next;

@@ -41,6 +41,11 @@ class EventLoop {
   // Finishes the closure in progress, then stops. Idempotent.
   void Stop();
 
+  // Stop(), then waits until the loop thread has run what was queued and
+  // exited (unless called on the loop itself). Call this before destroying
+  // anything a queued closure may touch: after it returns, nothing runs.
+  void StopAndJoin();
+
   // True on the loop thread: managers check this in debug builds.
   bool InLoop() const { return std::this_thread::get_id() == thread_.get_id(); }
 

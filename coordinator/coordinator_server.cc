@@ -76,7 +76,7 @@ void CoordinatorServer::Shutdown() {
     // Streams (sessions, watchers) are cancelled after the deadline.
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
   }
-  loop_.Stop();
+  loop_.StopAndJoin();
 }
 
 }  // namespace trainctl::coordinator

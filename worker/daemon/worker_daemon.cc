@@ -165,7 +165,7 @@ void WorkerDaemon::Shutdown(bool goodbye, absl::Duration grace) {
   }
   if (session_.joinable()) session_.join();
   if (writer_.joinable()) writer_.join();
-  loop_.Stop();
+  loop_.StopAndJoin();
   supervisor_.reset();
 }
 
