@@ -3,6 +3,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <gloo/allreduce.h>
+#include <gloo/allreduce_ring.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
@@ -12,7 +13,10 @@
 
 #include <chrono>
 #include <condition_variable>
+#include <cstring>
 #include <deque>
+#include <list>
+#include <map>
 #include <exception>
 #include <mutex>
 #include <thread>
@@ -20,6 +24,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/status_macros.h"
 
 namespace trainctl::dist {
 namespace {
@@ -153,8 +158,11 @@ struct Op {
 class GlooCore final : public std::enable_shared_from_this<GlooCore> {
  public:
   GlooCore(const GlooOptions& options, std::shared_ptr<RendezvousStore> store,
-           std::shared_ptr<gloo::Context> context)
-      : options_(options), store_(std::move(store)), context_(std::move(context)) {}
+           std::shared_ptr<gloo::Context> context, std::shared_ptr<gloo::Context> sync_context)
+      : options_(options),
+        store_(std::move(store)),
+        context_(std::move(context)),
+        sync_context_(std::move(sync_context)) {}
 
   void Start() {
     worker_ = std::thread([self = shared_from_this()] { self->Run(); });
@@ -280,9 +288,60 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
     }
   }
 
+  // One ring per (type, count) on the sync mesh, with its own staging buffer:
+  // Gloo's buffer-based algorithms bind their memory and slots when built, so
+  // they are built once per shape and reused. Every rank issues the same
+  // sequence of shapes, so every rank builds (and evicts) the same rings in
+  // the same order and their slots agree.
+  struct SmallRing {
+    std::vector<char> staging;
+    std::unique_ptr<gloo::Algorithm> ring;
+  };
+  static constexpr size_t kMaxSmallRings = 32;
+
+  bool TakesSmallPath(const Op& op) const {
+    return sync_context_ != nullptr && op.kind == OpKind::kAllReduce &&
+           op.buffer.bytes() <= options_.small_allreduce_max_bytes &&
+           (op.buffer.type == CommDataType::kFloat32 || op.buffer.type == CommDataType::kFloat64);
+  }
+
+  void SmallAllReduce(const Op& op) {
+    const std::pair<int, size_t> key{static_cast<int>(op.buffer.type), op.buffer.count};
+    auto it = small_rings_.find(key);
+    if (it == small_rings_.end()) {
+      if (small_rings_.size() >= kMaxSmallRings) {
+        small_rings_.erase(small_lru_.back());
+        small_lru_.pop_back();
+      }
+      SmallRing r;
+      r.staging.resize(op.buffer.bytes());
+      const int count = static_cast<int>(op.buffer.count);
+      if (op.buffer.type == CommDataType::kFloat32) {
+        r.ring = std::make_unique<gloo::AllreduceRing<float>>(
+            sync_context_, std::vector<float*>{reinterpret_cast<float*>(r.staging.data())}, count);
+      } else {
+        r.ring = std::make_unique<gloo::AllreduceRing<double>>(
+            sync_context_, std::vector<double*>{reinterpret_cast<double*>(r.staging.data())},
+            count);
+      }
+      it = small_rings_.emplace(key, std::move(r)).first;
+    } else {
+      small_lru_.remove(key);
+    }
+    small_lru_.push_front(key);
+    SmallRing& r = it->second;
+    std::memcpy(r.staging.data(), op.buffer.data, op.buffer.bytes());
+    r.ring->run();
+    std::memcpy(op.buffer.data, r.staging.data(), op.buffer.bytes());
+  }
+
   absl::Status Execute(const Op& op) {
     const auto timeout = ToMillis(options_.timeout);
     try {
+      if (TakesSmallPath(op)) {
+        SmallAllReduce(op);
+        return absl::OkStatus();
+      }
       switch (op.kind) {
         case OpKind::kAllReduce:
           DispatchCommType(op.buffer.type, [&](auto tag) {
@@ -338,6 +397,11 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
   // still be reading addresses from it).
   const std::shared_ptr<RendezvousStore> store_;
   const std::shared_ptr<gloo::Context> context_;
+  // The small-message mesh (sync pairs); null when off. Only the worker
+  // thread touches it and the rings.
+  const std::shared_ptr<gloo::Context> sync_context_;
+  std::map<std::pair<int, size_t>, SmallRing> small_rings_;
+  std::list<std::pair<int, size_t>> small_lru_;  // most recent first
   std::thread worker_;
 
   absl::Mutex mu_;
@@ -390,8 +454,9 @@ absl::Status GlooWork::Wait(absl::Duration timeout) {
 
 }  // namespace
 
-absl::StatusOr<std::shared_ptr<Collectives>> CreateGlooCollectives(
-    const GlooOptions& options, std::shared_ptr<RendezvousStore> store) {
+absl::StatusOr<std::shared_ptr<gloo::Context>> ConnectGlooContext(const GlooOptions& options,
+                                                                  RendezvousStore& store,
+                                                                  bool sync_pairs, bool busy_poll) {
   if (options.world_size < 1) {
     return absl::InvalidArgumentError(
         absl::StrCat("gloo: world_size must be >= 1, got ", options.world_size));
@@ -403,24 +468,41 @@ absl::StatusOr<std::shared_ptr<Collectives>> CreateGlooCollectives(
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("gloo: timeout must be positive");
   }
-  if (store == nullptr) return absl::InvalidArgumentError("gloo: no rendezvous store");
-
-  std::shared_ptr<gloo::Context> context;
   try {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.bind_host;
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
     ctx->setTimeout(ToMillis(options.timeout));
-    GlooStoreAdapter adapter(store->c10d_store(), options.key_prefix, ToMillis(options.timeout));
+    GlooStoreAdapter adapter(store.c10d_store(), options.key_prefix, ToMillis(options.timeout));
     ctx->connectFullMesh(adapter, device);
-    context = std::move(ctx);
+    if (sync_pairs) {
+      for (int i = 0; i < options.world_size; ++i) {
+        if (i != options.rank) ctx->getPair(i)->setSync(true, busy_poll);
+      }
+    }
+    return std::shared_ptr<gloo::Context>(std::move(ctx));
   } catch (const std::exception& e) {
     return StatusFromCommException(
         e, absl::StrCat("gloo rendezvous of rank ", options.rank, "/", options.world_size,
-                        " through store ", store->address()));
+                        " through store ", store.address()));
   }
-  auto core = std::make_shared<GlooCore>(options, std::move(store), std::move(context));
+}
+
+absl::StatusOr<std::shared_ptr<Collectives>> CreateGlooCollectives(
+    const GlooOptions& options, std::shared_ptr<RendezvousStore> store) {
+  if (store == nullptr) return absl::InvalidArgumentError("gloo: no rendezvous store");
+  TRAINCTL_ASSIGN_OR_RETURN(std::shared_ptr<gloo::Context> context,
+                            ConnectGlooContext(options, *store));
+  std::shared_ptr<gloo::Context> sync_context;
+  if (options.small_allreduce_max_bytes > 0 && options.world_size > 1 &&
+      options.world_size <= 8) {
+    GlooOptions small = options;
+    small.key_prefix += "small/";
+    TRAINCTL_ASSIGN_OR_RETURN(sync_context, ConnectGlooContext(small, *store, /*sync_pairs=*/true));
+  }
+  auto core = std::make_shared<GlooCore>(options, std::move(store), std::move(context),
+                                         std::move(sync_context));
   core->Start();
   return std::shared_ptr<Collectives>(std::make_shared<GlooCollectives>(std::move(core)));
 }
