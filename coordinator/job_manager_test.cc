@@ -348,6 +348,27 @@ TEST_F(JobManagerTest, LostWorkerFailsItsRanksAndRestarts) {
   EXPECT_EQ(b2->Starts().size(), 1u);
 }
 
+TEST_F(JobManagerTest, BrokenSessionIsLostAfterTheDisconnectGraceUnlessItReconnects) {
+  std::string id = RunningJob();
+  // b's stream breaks without a goodbye (daemon killed): LOST 1 s later,
+  // long before its 3 s lease.
+  registry_->SessionEnded("b", b_, /*left=*/false);
+  clock_.Advance(absl::Milliseconds(900));
+  EXPECT_TRUE(registry_->ExpireLeases().empty());
+  clock_.Advance(absl::Milliseconds(200));
+  ASSERT_EQ(registry_->ExpireLeases(), std::vector<std::string>{"b"});
+  jobs_->OnWorkerLost("b");
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
+  // a's stream breaks too, but a reconnects within the grace: nothing lost.
+  registry_->SessionEnded("a", a_, /*left=*/false);
+  clock_.Advance(absl::Milliseconds(300));
+  AddWorker("a", 1);
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(registry_->Heartbeat("a", channels_.back().get()).ok());
+  EXPECT_TRUE(registry_->ExpireLeases().empty());
+  EXPECT_EQ(registry_->Find("a")->state(), v1::WORKER_STATE_ALIVE);
+}
+
 TEST_F(JobManagerTest, SecondSessionForALiveWorkerIsRefused) {
   AddWorker("a", 1);
   FakeChannel other;

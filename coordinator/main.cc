@@ -17,6 +17,9 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
 ABSL_FLAG(std::string, db, "trainctl.db", "SQLite database holding every job, event and worker");
 ABSL_FLAG(int, heartbeat_interval_ms, 1000, "how often workers heartbeat");
 ABSL_FLAG(int, lease_timeout_ms, 3000, "a worker silent this long is LOST and its ranks fail");
+ABSL_FLAG(int, disconnect_grace_ms, 1000,
+          "a worker whose session broke without a goodbye is LOST after this long "
+          "(or at its lease, if sooner) unless it reconnects");
 ABSL_FLAG(int, recovery_grace_s, 15,
           "after a restart, known workers get this long to reconnect before they are LOST");
 ABSL_FLAG(int, progress_timeout_s, 300,
@@ -57,6 +60,7 @@ int main(int argc, char** argv) {
   o.db_path = absl::GetFlag(FLAGS_db);
   o.registry.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   o.registry.lease_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_lease_timeout_ms));
+  o.registry.disconnect_grace = absl::Milliseconds(absl::GetFlag(FLAGS_disconnect_grace_ms));
   o.registry.recovery_grace = absl::Seconds(absl::GetFlag(FLAGS_recovery_grace_s));
   o.jobs.progress_timeout = absl::Seconds(absl::GetFlag(FLAGS_progress_timeout_s));
   o.jobs.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_s));
@@ -69,6 +73,10 @@ int main(int argc, char** argv) {
       o.registry.lease_timeout <= o.registry.heartbeat_interval) {
     std::cerr << "trainctl-coordinator: --lease_timeout_ms must be greater than "
                  "--heartbeat_interval_ms > 0\n";
+    return 2;
+  }
+  if (o.registry.disconnect_grace < absl::ZeroDuration()) {
+    std::cerr << "trainctl-coordinator: --disconnect_grace_ms must be >= 0\n";
     return 2;
   }
 

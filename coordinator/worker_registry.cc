@@ -1,5 +1,7 @@
 #include "coordinator/worker_registry.h"
 
+#include <algorithm>
+
 #include <random>
 
 #include "absl/container/flat_hash_set.h"
@@ -140,7 +142,10 @@ void WorkerRegistry::SessionEnded(const std::string& id, const WorkerChannel* ch
   if (left && it->second.worker.state() == v1::WORKER_STATE_ALIVE) {
     it->second.worker.set_state(v1::WORKER_STATE_LEFT);
     (void)Persist(it->second.worker);
+    return;
   }
+  it->second.lease_deadline =
+      std::min(it->second.lease_deadline, clock_->Now() + options_.disconnect_grace);
 }
 
 std::vector<std::string> WorkerRegistry::ExpireLeases() {

@@ -43,6 +43,11 @@ struct RegistryOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   // LOST after this long without a heartbeat.
   absl::Duration lease_timeout = absl::Seconds(3);
+  // A session that broke without a Goodbye (the daemon died, the host or
+  // the network went away) shortens the lease to this from the break: the
+  // daemon's first reconnect comes within 100 ms, so a quick reconnect still
+  // loses nothing, while a dead worker is LOST well before its lease ends.
+  absl::Duration disconnect_grace = absl::Seconds(1);
   // After a coordinator restart, workers get at least this long to notice
   // and reconnect (their backoff runs while the coordinator was down).
   absl::Duration recovery_grace = absl::Seconds(15);
@@ -65,9 +70,9 @@ class WorkerRegistry {
   // FAILED_PRECONDITION when that session no longer owns the id.
   absl::Status Heartbeat(const std::string& id, const WorkerChannel* channel);
 
-  // The session ended (stream broken or closed). The worker stays ALIVE
-  // until its lease runs out, so a quick reconnect loses nothing; with
-  // `left` (a Goodbye) it is LEFT at once.
+  // The session ended (stream broken or closed). The worker stays ALIVE for
+  // min(its lease, disconnect_grace) more, so a quick reconnect loses
+  // nothing; with `left` (a Goodbye) it is LEFT at once.
   void SessionEnded(const std::string& id, const WorkerChannel* channel, bool left);
 
   // Marks every worker whose lease ran out LOST and returns their ids.
