@@ -96,6 +96,19 @@ TEST_F(WorkerE2ETest, ClassicJobSucceedsWithMetricsAtAWatcher) {
   EXPECT_EQ(ranks_with_logs, (std::set<int>{0, 1}));
 }
 
+// `trainctl-worker --work_dir w --rank_binary ./bin/trainctl-rank` typed by
+// hand: rank processes run in their own directories, so the daemon must hand
+// them absolute paths (a relative --work_dir failed every rank with "rank
+// config ...: cannot read").
+TEST_F(WorkerE2ETest, RelativeWorkDirAndRankBinary) {
+  ASSERT_TRUE(cluster_->StartWorker("rel", 2, /*relative_paths=*/true));
+  ASSERT_TRUE(cluster_->WaitWorkers(1));
+  std::string id = cluster_->Submit(Spec("fake-relative", 2, 1));
+  ASSERT_FALSE(id.empty());
+  v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(30));
+  EXPECT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << Describe(j);
+}
+
 TEST_F(WorkerE2ETest, CancelLeavesNoRankProcess) {
   StartWorkers(2);
   std::string id = cluster_->Submit(Spec("fake-stubborn", 2, 1));

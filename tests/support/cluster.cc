@@ -26,8 +26,8 @@ std::string BuildDirOfThisTest() {
   return dir.substr(0, dir.rfind('/'));
 }
 
-Process::Process(std::vector<std::string> argv, std::string log_path)
-    : argv_(std::move(argv)), log_path_(std::move(log_path)) {}
+Process::Process(std::vector<std::string> argv, std::string log_path, std::string cwd)
+    : argv_(std::move(argv)), log_path_(std::move(log_path)), cwd_(std::move(cwd)) {}
 
 Process::~Process() {
   if (!reaped_) {
@@ -49,6 +49,7 @@ bool Process::Start() {
     if (getppid() != parent) _exit(126);
     dup2(fd, 1);
     dup2(fd, 2);
+    if (!cwd_.empty() && chdir(cwd_.c_str()) != 0) _exit(125);
     execv(argv[0], argv.data());
     _exit(127);
   }
@@ -151,16 +152,25 @@ void Cluster::KillCoordinator(int sig) {
   coordinator_->Wait(absl::Seconds(10));
 }
 
-bool Cluster::StartWorker(const std::string& name, int slots) {
+bool Cluster::StartWorker(const std::string& name, int slots, bool relative_paths) {
+  std::string rank_binary = rank_binary_;
+  if (relative_paths) {
+    // ../../<absolute path>: relative to dir_, resolves to the same file.
+    std::string up;
+    for (char c : dir_) up += c == '/' ? "../" : "";
+    rank_binary = up + rank_binary_.substr(1);
+  }
   std::vector<std::string> argv{build_dir_ + "/worker/daemon/trainctl-worker",
                                 "--coordinator=" + address_,
                                 absl::StrCat("--slots=", slots),
-                                "--work_dir=" + dir_ + "/worker-" + name,
+                                relative_paths ? "--work_dir=worker-" + name
+                                               : "--work_dir=" + dir_ + "/worker-" + name,
                                 "--address=127.0.0.1",
-                                "--rank_binary=" + rank_binary_,
+                                "--rank_binary=" + rank_binary,
                                 "--rank_timeout_s=20",
                                 "--stop_grace_s=2"};
-  auto p = std::make_unique<Process>(argv, dir_ + "/worker-" + name + ".log");
+  auto p = std::make_unique<Process>(argv, dir_ + "/worker-" + name + ".log",
+                                     relative_paths ? dir_ : std::string());
   if (!p->Start()) return false;
   workers_[name] = std::move(p);
   return true;

@@ -22,7 +22,8 @@ namespace trainctl::testing {
 // A child process with its stdout+stderr in a file.
 class Process {
  public:
-  Process(std::vector<std::string> argv, std::string log_path);
+  // `cwd`: the child's working directory (empty: the test's).
+  Process(std::vector<std::string> argv, std::string log_path, std::string cwd = "");
   ~Process();
   bool Start();
   void Kill(int sig);
@@ -36,6 +37,7 @@ class Process {
  private:
   std::vector<std::string> argv_;
   std::string log_path_;
+  std::string cwd_;
   pid_t pid_ = -1;
   bool reaped_ = true;
 };
@@ -51,7 +53,9 @@ class Cluster {
   bool StartCoordinator(std::vector<std::string> extra_flags = {});
   void KillCoordinator(int sig = 9);
   // Starts worker `name` (its work dir persists across restarts).
-  bool StartWorker(const std::string& name, int slots = 1);
+  // `relative_paths`: the daemon runs in the cluster's directory and gets
+  // its --work_dir and --rank_binary relative to it (as typed by hand).
+  bool StartWorker(const std::string& name, int slots = 1, bool relative_paths = false);
   void KillWorker(const std::string& name, int sig = 9);
   Process* worker(const std::string& name) { return workers_[name].get(); }
 

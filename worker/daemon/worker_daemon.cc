@@ -103,6 +103,15 @@ absl::Status WorkerDaemon::Start() {
   std::error_code ec;
   fs::create_directories(options_.work_dir, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("--work_dir ", options_.work_dir, ": ", ec.message()));
+  // Rank processes run in their own directories: every path handed to them
+  // (rank config, checkpoints) must not depend on the daemon's cwd.
+  fs::path absolute = fs::absolute(options_.work_dir, ec);
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("--work_dir ", options_.work_dir, ": ", ec.message()));
+  options_.work_dir = absolute.lexically_normal().string();
+  while (options_.work_dir.size() > 1 && options_.work_dir.back() == '/') options_.work_dir.pop_back();
+  if (options_.rank_binary.find('/') != std::string::npos) {
+    options_.rank_binary = fs::absolute(options_.rank_binary, ec).lexically_normal().string();
+  }
   if (access(options_.rank_binary.c_str(), X_OK) != 0) {
     return absl::InvalidArgumentError(
         absl::StrCat("--rank_binary ", options_.rank_binary, ": not an executable file"));
