@@ -105,6 +105,13 @@ def configs(quick):
                     window=s(20, 5), goal=1.0),
         "cnn": dict(title="CNN (BN) on Fashion-MNIST, batch 64", model="cnn", classes=10, batch=64,
                     steps=s(200, 15), window=s(20, 5), goal=1.0),
+        # Loss curves and accuracy: the whole Fashion-MNIST training set, evaluated on the test set.
+        "curve": dict(title="CNN (BN) on all of Fashion-MNIST, %d epochs, batch 64" % s(2, 1), model="cnn",
+                      classes=10, batch=64, epochs=s(2, 1), window=s(10, 5), full_fmnist=True,
+                      train_limit=None if not quick else 15 * 64 * 2),
+        # Launch to first optimizer step: a tiny job, a metric point after every step.
+        "startup": dict(title="Linear(5→2), batch 30, 20 steps", model="linear", input_dim=5, hidden=[],
+                        classes=2, batch=30, steps=20, window=1),
     }
 
 
@@ -128,7 +135,14 @@ def write_idx_subset(src_images, src_labels, n, dst_dir):
 
 def data_for(cfg, world, workdir):
     """(length, idx files or None): one epoch of cfg['steps'] steps per rank."""
-    n = cfg["steps"] * cfg["batch"] * world
+    if cfg.get("full_fmnist"):
+        if cfg.get("train_limit"):
+            n = cfg["train_limit"]
+        else:
+            return 60000, (os.path.join(FMNIST, "train-images-idx3-ubyte.gz"),
+                           os.path.join(FMNIST, "train-labels-idx1-ubyte.gz"))
+    else:
+        n = cfg["steps"] * cfg["batch"] * world
     if cfg["model"] != "cnn":
         return n, None
     key = ("idx", n)
@@ -156,6 +170,9 @@ def trainctl_yaml(cfg, world, bucket_mb, workdir, tag):
         train = "{format: synthetic, length: %d, size: %d, classes: %d, seed: 0}" % (
             n, cfg["input_dim"], cfg["classes"])
     ckpt = os.path.join(workdir, "ckpt", tag)
+    if cfg.get("full_fmnist"):
+        train += "\n  eval: {format: idx, images: %s, labels: %s}" % (
+            os.path.join(FMNIST, "t10k-images-idx3-ubyte.gz"), os.path.join(FMNIST, "t10k-labels-idx1-ubyte.gz"))
     text = """name: bench-ddp-%s
 world_size: %d
 device: cpu
@@ -169,7 +186,7 @@ data:
   drop_last: false
   num_workers: 0
 training:
-  epochs: 1
+  epochs: %d
   loss: cross_entropy
   optimizer: {name: adam, lr: 0.001}
 ddp: {bucket_cap_mb: %s, broadcast_buffers: true, find_unused_parameters: false}
@@ -177,17 +194,32 @@ checkpoint: {dir: %s, every_epochs: 0, keep: 1}
 restart: {max_restarts: 0}
 metrics: {every_steps: %d}
 """ % (re.sub(r"[^a-z0-9-]", "-", tag.lower())[:40].strip("-"), world, model, train, cfg["batch"],
-       ("%g" % bucket_mb), ckpt, cfg["window"])
+       cfg.get("epochs", 1), ("%g" % bucket_mb), ckpt, cfg["window"])
     path = os.path.join(workdir, "job-%s.yaml" % tag)
     with open(path, "w") as f:
         f.write(text)
     return path
 
 
-def run_trainctl(build, cfg, world, bucket_mb, warmup, workdir, tag, timeout, env=None):
+def parse_ts(text):
+    """Unix seconds of an RFC 3339 UTC timestamp as protobuf's JSON writes it (up to 9 digits)."""
+    m = re.match(r"(\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d)(?:\.(\d+))?Z$", text or "")
+    if not m:
+        return None
+    base = datetime.datetime.strptime(m.group(1), "%Y-%m-%dT%H:%M:%S").replace(tzinfo=datetime.timezone.utc)
+    return base.timestamp() + (float("0." + m.group(2)) if m.group(2) else 0.0)
+
+
+def run_trainctl(build, cfg, world, bucket_mb, warmup, workdir, tag, timeout, env=None, coordinator=None):
+    """`trainctl run` (embedded coordinator + worker), or `submit --follow` to `coordinator`."""
     yaml_path = trainctl_yaml(cfg, world, bucket_mb, workdir, tag)
-    cmd = [os.path.join(build, "client", "trainctl"), "-o", "json", "run", yaml_path,
-           "--rank-binary", os.path.join(build, "worker", "trainer", "trainctl-rank")]
+    trainctl = os.path.join(build, "client", "trainctl")
+    if coordinator:
+        cmd = [trainctl, "--coordinator", coordinator, "-o", "json", "submit", yaml_path, "--follow"]
+    else:
+        cmd = [trainctl, "-o", "json", "run", yaml_path,
+               "--rank-binary", os.path.join(build, "worker", "trainer", "trainctl-rank")]
+    launch_unix = time.time()
     t0 = time.monotonic()
     rc, out, err = run_cmd(cmd, timeout, cwd=workdir, env=env)
     wall = time.monotonic() - t0
@@ -210,9 +242,18 @@ def run_trainctl(build, cfg, world, bucket_mb, warmup, workdir, tag, timeout, en
     if rc != 0 or state != "JOB_STATE_SUCCEEDED":
         return dict(ok=False, error="rc %s state %s: %s" % (rc, state, err[-1500:]), wall_s=wall)
     ranks = []
+    first_steps = []
+    losses = []  # rank 0: (optimizer steps done, mean loss of the window)
+    evals = [dict(epoch=int(p["eval"].get("epoch", 0)), loss=p["eval"].get("loss"),
+                  accuracy=p["eval"].get("accuracy"), samples=int(p["eval"].get("samples", 0)))
+             for p in points if p.get("kind") == "KIND_EPOCH_END" and p.get("rank", 0) == 0 and "eval" in p]
     for r in range(world):
         pts = sorted((p for p in points if p.get("kind") == "KIND_TRAIN" and p.get("rank", 0) == r),
                      key=lambda p: int(p.get("samplesSeen", 0)))
+        if pts:
+            first_steps.append(parse_ts(pts[0].get("time")))
+        if r == 0:
+            losses = [(int(p.get("samplesSeen", 0)) // cfg["batch"], p.get("loss")) for p in pts]
         prev, wins = 0, []
         for p in pts:
             seen = int(p.get("samplesSeen", 0))
@@ -236,7 +277,8 @@ def run_trainctl(build, cfg, world, bucket_mb, warmup, workdir, tag, timeout, en
                           compute_ms=sum(w["compute"] for w in steady) / n,
                           comm_ms=sum(w["comm"] for w in steady) / n,
                           windows=[round(w["sps"], 1) for w in wins]))
-    return dict(ok=True, wall_s=wall, ranks=ranks,
+    first_step = (max(first_steps) - launch_unix) if first_steps and None not in first_steps else None
+    return dict(ok=True, wall_s=wall, ranks=ranks, first_step_s=first_step, losses=losses, evals=evals,
                 samples_per_sec_sum=sum(r["samples_per_sec"] for r in ranks),
                 step_ms_mean=statistics.mean(r["step_ms"] for r in ranks),
                 comm_ms_mean=statistics.mean(r["comm_ms"] for r in ranks),
@@ -252,8 +294,12 @@ def run_python(cfg, world, bucket_mb, warmup, workdir, tag, timeout, env=None):
            "--batch", str(cfg["batch"]), "--epochs", "1", "--seed", "0", "--lr", "0.001",
            "--bucket-mb", "%g" % bucket_mb, "--window", str(cfg["window"]), "--warmup-windows", str(warmup),
            "--threads", "1", "--nproc", str(world), "--timeout", str(timeout - 5)]
+    cmd[cmd.index("--epochs") + 1] = str(cfg.get("epochs", 1))
     if cfg["model"] == "cnn":
         cmd += ["--batch-norm", "--data", "idx", "--images", idx[0], "--labels", idx[1]]
+        if cfg.get("full_fmnist"):
+            cmd += ["--eval-images", os.path.join(FMNIST, "t10k-images-idx3-ubyte.gz"),
+                    "--eval-labels", os.path.join(FMNIST, "t10k-labels-idx1-ubyte.gz")]
     else:
         cmd += ["--input-dim", str(cfg["input_dim"]), "--hidden", ",".join(str(h) for h in cfg["hidden"]),
                 "--data", "synthetic", "--length", str(n), "--data-seed", "0"]
@@ -269,12 +315,17 @@ def run_python(cfg, world, bucket_mb, warmup, workdir, tag, timeout, env=None):
     if rc != 0 or not res.get("ok"):
         return dict(ok=False, error="rc %s: %s" % (rc, err[-1500:]), wall_s=wall)
     res["wall_s"] = wall
+    firsts = [r.get("first_step_unix") for r in res["ranks"]]
+    res["first_step_s"] = (max(firsts) - res["launch_unix"]) if firsts and None not in firsts else None
+    r0 = min(res["ranks"], key=lambda r: r["rank"])
+    res["losses"] = [((i + 1) * cfg["window"], l) for i, l in enumerate(r0.get("window_losses", []))]
+    res["evals"] = r0.get("evals", [])
     return res
 
 
 # ------------------------------------------------------------ measurement
 
-def measure(args, label, cfg, world, bucket_mb, sides=("trainctl", "python"), runs=None, env=None):
+def measure(args, label, cfg, world, bucket_mb, sides=("trainctl", "python"), runs=None, env=None, coordinator=None):
     runs = runs or args.runs
     out = {s: [] for s in sides}
     for i in range(runs):
@@ -284,13 +335,17 @@ def measure(args, label, cfg, world, bucket_mb, sides=("trainctl", "python"), ru
             if side == "trainctl":
                 r = run_trainctl(args.build, cfg, world, bucket_mb, args.warmup_windows, args.workdir, tag,
                                  args.run_timeout, env)
+            elif side == "trainctl-submit":
+                r = run_trainctl(args.build, cfg, world, bucket_mb, args.warmup_windows, args.workdir, tag,
+                                 args.run_timeout, env, coordinator=coordinator)
             else:
                 r = run_python(cfg, world, bucket_mb, args.warmup_windows, args.workdir, tag, args.run_timeout,
                                env)
             if r["ok"]:
-                log("%-28s %-8s run %d: %10.1f samples/s  step %.3f ms  (wall %.1f s)" % (
+                first = r.get("first_step_s")
+                log("%-28s %-8s run %d: %10.1f samples/s  step %.3f ms  (wall %.1f s, first step %s s)" % (
                     label + " w%d b%g" % (world, bucket_mb), side, i + 1, r["samples_per_sec_sum"],
-                    r["step_ms_mean"], r["wall_s"]))
+                    r["step_ms_mean"], r["wall_s"], "%.2f" % first if first is not None else "?"))
             else:
                 log("%s %s run %d FAILED: %s" % (label, side, i + 1, r["error"]))
             out[side].append(r)
@@ -359,7 +414,8 @@ def main():
     if args.quick:
         args.runs = args.runs_extra = 1
         args.warmup_windows = 1
-    only = set(x for x in args.only.split(",") if x) or {"linear", "mlp", "cnn", "scaling", "buckets", "malloc"}
+    only = set(x for x in args.only.split(",") if x) or {"linear", "mlp", "cnn", "scaling", "buckets", "malloc",
+                                                         "startup", "curve"}
     cfgs = configs(args.quick)
     start = time.monotonic()
     started_at = datetime.datetime.now(datetime.timezone.utc)
@@ -439,6 +495,22 @@ def main():
                                     tc_compute=med(res["trainctl"], "compute_ms_mean"),
                                     tc_compute0=med(base["trainctl"], "compute_ms_mean")))
 
+    startup = None
+    if "startup" in only and not over_budget("startup"):
+        coordinator, cluster = start_cluster(args.build, args.workdir)
+        try:
+            startup = measure(args, "startup", cfgs["startup"], 2, 25,
+                              sides=("trainctl", "trainctl-submit", "python"), coordinator=coordinator)
+        finally:
+            for p in cluster:
+                stop_group(p, grace=5.0)
+        raw["startup"] = startup
+
+    curve = None
+    if "curve" in only and not over_budget("loss curves"):
+        curve = measure(args, "curve", cfgs["curve"], 2, 25, runs=1)
+        raw["curve"] = curve
+
     load_after = loadavg()
     elapsed = time.monotonic() - start
     with open(os.path.join(args.workdir, "results.json"), "w") as f:
@@ -489,6 +561,32 @@ def main():
             extra.append("| %g | %s | %s | %s | %s× |" % (b["mb"], fmt(b["tc"]), fmt(b["tc_comm"], 2), fmt(b["py"]),
                                                        fmt(b["tc"] / b["py"] if b["tc"] and b["py"] else None, 2)))
 
+    if startup:
+        extra.append("")
+        extra.append("| launch → first optimizer step, 2 ranks (%s) | median s | runs (s) | whole job, median wall s |" %
+                     cfgs["startup"]["title"])
+        extra.append("| --- | --- | --- | --- |")
+        names = {"trainctl": "`trainctl run` (starts its own coordinator and worker daemon)",
+                 "trainctl-submit": "`trainctl submit --follow` to a running coordinator + worker daemon",
+                 "python": "Python launcher (Popen of 2 ranks with the env contract, as torchrun does)"}
+        for side in ("trainctl-submit", "trainctl", "python"):
+            firsts = [r["first_step_s"] for r in startup[side] if r.get("ok") and r.get("first_step_s") is not None]
+            extra.append("| %s | %s | %s | %s |" % (
+                names[side], fmt(statistics.median(firsts), 2) if firsts else "n/a",
+                " / ".join("%.2f" % x for x in firsts), fmt(med(startup[side], "wall_s"), 2)))
+    if curve:
+        extra.append("")
+        extra.append("| %s | side | samples/s | test accuracy per epoch | test loss per epoch |" % cfgs["curve"]["title"])
+        extra.append("| --- | --- | --- | --- | --- |")
+        for side in ("trainctl", "python"):
+            r = next((x for x in curve[side] if x.get("ok")), None)
+            if r is None:
+                extra.append("| | %s | failed | | |" % side)
+                continue
+            ev = sorted(r.get("evals", []), key=lambda e: e["epoch"])
+            extra.append("| | %s | %s | %s | %s |" % (
+                "trainctl" if side == "trainctl" else "PyTorch DDP", fmt(r["samples_per_sec_sum"]),
+                " / ".join("%.4f" % e["accuracy"] for e in ev), " / ".join("%.4f" % e["loss"] for e in ev)))
     print("\n".join(lines))
     print()
     print("\n".join(detail))
@@ -499,6 +597,11 @@ def main():
                                                                            args.workdir))
     if args.quick or args.no_write:
         return 0
+
+    write_plot_data(os.path.join(REPO, "bench", "plots"), main_rows, curve)
+    plot = subprocess.run(["bash", os.path.join(REPO, "bench", "plot.sh")], capture_output=True, text=True)
+    if plot.returncode != 0:
+        log("bench/plot.sh failed: %s" % plot.stderr.strip()[-500:])
 
     mi = machine_info()
     steps_note = ", ".join("%s %d steps/rank/run (window %d)" % (n, cfgs[n]["steps"], cfgs[n]["window"])
@@ -537,6 +640,55 @@ def main():
     write_section(args.results, "\n".join(sec) + "\n")
     log("wrote %s" % args.results)
     return 0
+
+
+def start_cluster(build, workdir):
+    """A coordinator and a 2-slot worker daemon on loopback; returns (address, processes)."""
+    d = os.path.join(workdir, "cluster")
+    os.makedirs(d, exist_ok=True)
+    coord = subprocess.Popen([os.path.join(build, "coordinator", "trainctl-coordinator"), "--listen", "127.0.0.1:0",
+                              "--db", os.path.join(d, "state.db")], stdout=subprocess.PIPE,
+                             stderr=open(os.path.join(d, "coordinator.log"), "w"), text=True, start_new_session=True)
+    CHILDREN.add(coord)
+    line = coord.stdout.readline()
+    m = re.search(r"listening on (\S+)", line)
+    if not m:
+        raise SystemExit("coordinator did not start: %r" % line)
+    addr = m.group(1)
+    worker = subprocess.Popen([os.path.join(build, "worker", "daemon", "trainctl-worker"), "--coordinator", addr,
+                               "--slots", "2", "--work_dir", os.path.join(d, "worker"),
+                               "--rank_binary", os.path.join(build, "worker", "trainer", "trainctl-rank")],
+                              stdout=open(os.path.join(d, "worker.log"), "w"), stderr=subprocess.STDOUT,
+                              start_new_session=True)
+    CHILDREN.add(worker)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        rc, out, _ = run_cmd([os.path.join(build, "client", "trainctl"), "--coordinator", addr, "-o", "json",
+                              "workers"], 10)
+        if rc == 0 and "WORKER_STATE_ALIVE" in out:
+            return addr, [worker, coord]
+        time.sleep(0.2)
+    raise SystemExit("worker daemon did not register within 30 s")
+
+
+def write_plot_data(plots, main_rows, curve):
+    """Data files for bench/plot.sh (committed next to the PNGs so the plots can be redrawn)."""
+    os.makedirs(plots, exist_ok=True)
+    if main_rows:
+        with open(os.path.join(plots, "throughput.dat"), "w") as f:
+            f.write("# config trainctl_samples_per_s python_samples_per_s ratio (medians; bench/ddp/run.sh)\n")
+            for r in main_rows:
+                f.write('"%s" %.1f %.1f %.3f\n' % (r["name"], r["tc"] or 0, r["py"] or 0, r["ratio"] or 0))
+    if curve:
+        for side in ("trainctl", "python"):
+            r = next((x for x in curve[side] if x.get("ok")), None)
+            if r is None:
+                continue
+            with open(os.path.join(plots, "loss-cnn-%s.dat" % side), "w") as f:
+                f.write("# optimizer_step mean_training_loss_of_the_window (rank 0)\n")
+                for step, loss in r.get("losses", []):
+                    if loss is not None:
+                        f.write("%d %.6f\n" % (step, loss))
 
 
 def write_section(path, section):

@@ -45,6 +45,8 @@ def parse_args(argv=None):
     p.add_argument("--data-seed", type=int, default=0, help="synthetic: generator seed")
     p.add_argument("--images", default="", help="idx: images file (.gz or raw)")
     p.add_argument("--labels", default="", help="idx: labels file (.gz or raw)")
+    p.add_argument("--eval-images", default="", help="idx: evaluation images (after every epoch)")
+    p.add_argument("--eval-labels", default="", help="idx: evaluation labels")
     p.add_argument("--batch", type=int, default=30, help="samples per rank per step")
     p.add_argument("--epochs", type=int, default=1)
     p.add_argument("--seed", type=int, default=0, help="model init seed and DistributedSampler seed")
@@ -67,6 +69,7 @@ def free_port():
 
 
 def launch(args, argv):
+    launch_unix = time.time()
     port = free_port()
     procs = []
     outs = []
@@ -113,7 +116,7 @@ def launch(args, argv):
             sys.stderr.write("rank %d failed (rc %s):\n%s\n" % (r, rc, err[-3000:]))
         else:
             ranks.append(res)
-    summary = {"ok": ok, "world_size": args.nproc, "ranks": ranks}
+    summary = {"ok": ok, "world_size": args.nproc, "ranks": ranks, "launch_unix": launch_unix}
     if ok:
         summary["samples_per_sec_sum"] = sum(r["samples_per_sec"] for r in ranks)
         summary["step_ms_mean"] = sum(r["step_ms"] for r in ranks) / len(ranks)
@@ -200,6 +203,17 @@ def rank_main(args):
         inputs = torch.from_numpy(images.astype(np.float32) / 255.0).unsqueeze(1)
         targets = torch.from_numpy(labels.astype(np.int64))
     dataset = TensorDataset(inputs, targets)
+    eval_loader = None
+    if args.eval_images:
+        import numpy as np
+        ev_x = torch.from_numpy(read_idx(args.eval_images).astype(np.float32) / 255.0).unsqueeze(1)
+        ev_y = torch.from_numpy(read_idx(args.eval_labels).astype(np.int64))
+        ev_set = TensorDataset(ev_x, ev_y)
+        # Each rank evaluates its shard; the sums are all-reduced (no padding: drop_last=False pads,
+        # so shard by hand to count every sample exactly once).
+        ev_idx = list(range(rank, len(ev_set), world))
+        eval_loader = DataLoader(torch.utils.data.Subset(ev_set, ev_idx), batch_size=256)
+    evals = []
 
     torch.manual_seed(args.seed)
     model = build_model(args, torch)
@@ -210,7 +224,10 @@ def rank_main(args):
     loader = DataLoader(dataset, batch_size=args.batch, sampler=sampler, num_workers=0)
 
     windows = []  # [samples, seconds, data_s, fwd_s, bwd_s, opt_s, steps]
+    window_losses = []  # mean training loss of each window (this rank), as trainctl reports it
     first_loss = last_loss = None
+    first_step_unix = None
+    w_loss = torch.zeros((), dtype=torch.float64)
     for epoch in range(args.epochs):
         sampler.set_epoch(epoch)
         ddp_model.train()
@@ -234,6 +251,9 @@ def rank_main(args):
             t3 = time.perf_counter()
             optimizer.step()
             t4 = time.perf_counter()
+            if first_step_unix is None:
+                first_step_unix = time.time()
+            w_loss += loss.detach().double()
             step += 1
             w_steps += 1
             w_samples += x.size(0)
@@ -244,6 +264,8 @@ def rank_main(args):
             if step % args.window == 0:
                 now = time.perf_counter()
                 windows.append([w_samples, now - w_start, w_data, w_fwd, w_bwd, w_opt, w_steps])
+                window_losses.append(w_loss.item() / w_steps)
+                w_loss.zero_()
                 if first_loss is None:
                     first_loss = loss.item()
                 last_loss = loss.item()
@@ -251,6 +273,18 @@ def rank_main(args):
                 w_data = w_fwd = w_bwd = w_opt = 0.0
                 w_start = time.perf_counter()
         # a partial last window is dropped (trainctl reports it; run.sh drops it there too)
+        if eval_loader is not None:
+            ddp_model.eval()
+            sums = torch.zeros(3, dtype=torch.float64)  # loss sum, correct, samples
+            with torch.no_grad():
+                for x, y in eval_loader:
+                    out = ddp_model.module(x)
+                    sums[0] += torch.nn.functional.cross_entropy(out, y, reduction="sum").double()
+                    sums[1] += (out.argmax(1) == y).sum().double()
+                    sums[2] += y.numel()
+            dist.all_reduce(sums)
+            evals.append({"epoch": epoch, "loss": (sums[0] / sums[2]).item(),
+                          "accuracy": (sums[1] / sums[2]).item(), "samples": int(sums[2].item())})
 
     dist.barrier()
     dist.destroy_process_group()
@@ -274,6 +308,9 @@ def rank_main(args):
         "params": sum(p.numel() for p in model.parameters()),
         "first_loss": first_loss,
         "last_loss": last_loss,
+        "window_losses": window_losses,
+        "evals": evals,
+        "first_step_unix": first_step_unix,
     }
     print("RESULT " + json.dumps(res), flush=True)
     return 0

@@ -2,7 +2,10 @@
 
 #include <dlfcn.h>
 #include <grpcpp/grpcpp.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/stat.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
@@ -54,6 +57,61 @@ struct WorkerDaemon::LocalRank {
   int64_t dropped = 0;
 };
 
+// A TCP port held for rank 0's store: bound (SO_REUSEADDR, not listening) so
+// that no other process is handed it, until the store listens on it (the
+// store sets SO_REUSEADDR too, which lets it bind while nobody listens).
+class ReservedPort {
+ public:
+  ReservedPort() = default;
+  ReservedPort(const ReservedPort&) = delete;
+  ReservedPort& operator=(const ReservedPort&) = delete;
+  ~ReservedPort() { Release(); }
+
+  // Binds a free port on every interface; false when the host refuses.
+  bool Reserve() {
+    Release();
+    for (int family : {AF_INET6, AF_INET}) {
+      int fd = socket(family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+      if (fd < 0) continue;
+      int on = 1;
+      setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+      sockaddr_storage addr{};
+      socklen_t len;
+      if (family == AF_INET6) {
+        int off = 0;  // dual stack: the store may listen on IPv4 or IPv6
+        setsockopt(fd, IPPROTO_IPV6, IPV6_V6ONLY, &off, sizeof off);
+        auto* a6 = reinterpret_cast<sockaddr_in6*>(&addr);
+        a6->sin6_family = AF_INET6;
+        a6->sin6_addr = in6addr_any;
+        len = sizeof(sockaddr_in6);
+      } else {
+        auto* a4 = reinterpret_cast<sockaddr_in*>(&addr);
+        a4->sin_family = AF_INET;
+        a4->sin_addr.s_addr = htonl(INADDR_ANY);
+        len = sizeof(sockaddr_in);
+      }
+      if (bind(fd, reinterpret_cast<sockaddr*>(&addr), len) == 0 &&
+          getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
+        fd_ = fd;
+        port_ = ntohs(family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&addr)->sin6_port
+                                         : reinterpret_cast<sockaddr_in*>(&addr)->sin_port);
+        return true;
+      }
+      close(fd);
+    }
+    return false;
+  }
+  void Release() {
+    if (fd_ >= 0) close(fd_);
+    fd_ = -1;
+  }
+  int port() const { return port_; }
+
+ private:
+  int fd_ = -1;
+  int port_ = 0;
+};
+
 struct WorkerDaemon::LocalAttempt {
   std::string job_id;
   int32_t number = 0;
@@ -61,6 +119,10 @@ struct WorkerDaemon::LocalAttempt {
   bool produce_rendezvous = false;
   bool gpu = false;
   std::optional<v1::RendezvousInfo> rendezvous;
+  // Rank 0's store port, reserved by this daemon (CPU attempts it produces
+  // the rendezvous for); the rendezvous was then reported before any rank ran.
+  ReservedPort store_port;
+  bool rendezvous_reported = false;
   std::map<int32_t, LocalRank> ranks;
   std::vector<v1::MetricPoint> pending_metrics;
   std::string checkpoint_dir;
@@ -459,12 +521,33 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
     rep->set_attempt(at.number);
     rep->mutable_info()->set_nccl_unique_id(*id);
     rep->mutable_info()->set_master_addr(options_.address);
+    at.rendezvous = rep->info();
+    at.rendezvous_reported = true;
     Enqueue(m, true);
+    LaunchPending(at);  // The local ranks need nothing more.
     return;
   }
-  // CPU: rank 0 hosts the store; launch it now and report its address.
+  // CPU: rank 0 hosts the store. Its port is reserved here, so the address is
+  // known before any rank runs: report it and start every local rank at once
+  // (each spends ~0.5 s loading LibTorch; rank 0 first and the others after
+  // it reported would take that twice).
   auto it = at.ranks.find(0);
-  if (it != at.ranks.end()) Launch(at, it->second);
+  if (it == at.ranks.end()) return;
+  if (!at.store_port.Reserve()) {
+    Launch(at, it->second);  // Rank 0 picks a port and reports it.
+    return;
+  }
+  v1::WorkerMessage m;
+  v1::RendezvousReport* rep = m.mutable_rendezvous();
+  rep->set_job_id(at.job_id);
+  rep->set_attempt(at.number);
+  rep->mutable_info()->set_gloo_store_address(absl::StrCat(options_.address, ":", at.store_port.port()));
+  rep->mutable_info()->set_master_addr(options_.address);
+  rep->mutable_info()->set_master_port(at.store_port.port());
+  at.rendezvous = rep->info();
+  at.rendezvous_reported = true;
+  Enqueue(m, true);
+  LaunchPending(at);
 }
 
 void WorkerDaemon::OnRendezvous(const v1::RendezvousDelivery& d) {
@@ -509,7 +592,11 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
     if (a.rendezvous->has_nccl_unique_id()) {
       cfg[rk::kNcclUniqueId] = absl::BytesToHexString(a.rendezvous->nccl_unique_id());
     }
-    if (ra.rank() != 0 || !a.produce_rendezvous) cfg[rk::kStoreAddress] = a.rendezvous->gloo_store_address();
+    if (ra.rank() != 0 || !a.produce_rendezvous) {
+      cfg[rk::kStoreAddress] = a.rendezvous->gloo_store_address();
+    } else if (!a.gpu) {
+      cfg[rk::kStorePort] = absl::StrCat(a.rendezvous->master_port());
+    }
     master_addr = a.rendezvous->master_addr();
     master_port = absl::StrCat(a.rendezvous->master_port());
   } else {
@@ -596,6 +683,8 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
   switch (msg->type) {
     case rankproto::StatusMessage::Type::kRendezvous: {
       if (r->assignment.rank() != 0 || !a->produce_rendezvous) return;
+      a->store_port.Release();  // The store listens on it now.
+      if (a->rendezvous_reported) return;
       v1::WorkerMessage m;
       v1::RendezvousReport* rep = m.mutable_rendezvous();
       rep->set_job_id(a->job_id);

@@ -60,6 +60,10 @@ inline constexpr char kBackend[] = "run.backend";
 inline constexpr char kStoreAddress[] = "run.store_address";
 // Host rank 0 advertises its store on (rank 0 only).
 inline constexpr char kAdvertiseHost[] = "run.advertise_host";
+// Port rank 0 hosts its store on (rank 0 only; 0 or absent: a free port,
+// reported back with a `rendezvous` status line). The daemon reserves the
+// port beforehand so that every rank can start at once.
+inline constexpr char kStorePort[] = "run.store_port";
 // NCCL: the 128-byte unique id, hex encoded.
 inline constexpr char kNcclUniqueId[] = "run.nccl_unique_id";
 // Directory for this rank's scratch files.

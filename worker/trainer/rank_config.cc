@@ -226,6 +226,8 @@ absl::StatusOr<RunOptions> ParseRun(const FlatConfig& c) {
   }
   r.advertise_host = rankproto::GetString(c, rk::kAdvertiseHost, "127.0.0.1");
   if (r.advertise_host.empty()) r.advertise_host = "127.0.0.1";
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t store_port, IntIn(c, rk::kStorePort, 0, 0, 65535));
+  r.store_port = static_cast<int>(store_port);
   r.nccl_unique_id_hex = rankproto::GetString(c, rk::kNcclUniqueId, "");
   if (r.backend == "nccl" && r.nccl_unique_id_hex.empty()) return Bad(rk::kNcclUniqueId, "missing");
   r.job_id = rankproto::GetString(c, rk::kJobId, "");

@@ -119,6 +119,7 @@ struct RunOptions {
   std::string backend;  // "gloo", "nccl", or "" (no communicator; world size 1 only)
   std::string store_address;
   std::string advertise_host = "127.0.0.1";
+  int store_port = 0;  // rank 0: port to host the store on (0 = any free one)
   std::string nccl_unique_id_hex;
   std::string job_id;
   int64_t attempt = 0;

@@ -117,6 +117,9 @@ TEST(RankConfigTest, ErrorsNameTheKey) {
   f["run.store_address"] = "";
   ExpectError(f, "run.store_address", "rank 0");
   f = Classic();
+  f["run.store_port"] = "70000";
+  ExpectError(f, "run.store_port", "65535");
+  f = Classic();
   f["training.amp.enabled"] = "true";
   f["training.amp.dtype"] = "fp16";
   ExpectError(f, "training.amp.dtype", "cuda");

@@ -271,7 +271,8 @@ int Main(int argc, char** argv) {
 #if TRAINCTL_HAVE_GLOO
     std::shared_ptr<dist::RendezvousStore> store;
     if (run.rank == 0) {
-      auto s = dist::RendezvousStore::Host(run.advertise_host, 0, timeout);
+      auto s = dist::RendezvousStore::Host(run.advertise_host, static_cast<uint16_t>(run.store_port),
+                                           timeout);
       if (!s.ok()) FailStatus(ErrorKind::kRendezvous, s.status(), kExitCollective);
       store = *s;
       g_status.Send(rankproto::FormatRendezvous(store->address()));
