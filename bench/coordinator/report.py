@@ -139,10 +139,12 @@ def main():
             f"{fmt(g('busy_worker_rtt_during_submit.max_ms'), ' ms')}")
         if g("flood_worker_lost.cut_to_failed_ms") is not None:
             m = g("flood_worker_lost.last_hb_to_failed_ms")
+            after = g("flood_worker_lost.failed_after_flood_end_ms")
+            when = ("n/a" if after is None else
+                    f"{fmt(after, ' ms', 0)} after it ended" if after >= 0 else f"{fmt(-after, ' ms', 0)} before it ended")
             row(scn, "a busy worker dies halfway through the flood: death → attempt failed; last heartbeat → failed",
                 f"{fmt(g('flood_worker_lost.cut_to_failed_ms'), ' ms', 0)}; {fmt(m, ' ms', 0)} "
-                f"(flood had {fmt(g('flood_worker_lost.flood_left_at_cut_s'), ' s')} left; failed "
-                f"{fmt(g('flood_worker_lost.failed_after_flood_end_ms'), ' ms', 0)} after it ended)",
+                f"(flood had {fmt(g('flood_worker_lost.flood_left_at_cut_s'), ' s')} left; failed {when})",
                 "≤ 3 s", strict(m))
         row(scn, "one SubmitJob with the queue full (p50 / p99)",
             f"{fmt(g('queued_submit_latency.p50_ms'), ' ms', 2)} / {fmt(g('queued_submit_latency.p99_ms'), ' ms', 2)}")
@@ -221,19 +223,20 @@ def main():
         md.append("| " + " | ".join(v.replace("|", "\\|") for v in x) + " |")
     md.append("")
     md.append("Notes:")
-    md.append("- Failure detection can never be under 3 s after the last heartbeat with a 3 s lease: the lease "
-              "ends 3 s after the last heartbeat *processed*, leases are checked every 200 ms "
-              "(`CoordinatorOptions::check_interval`, not a flag), and the LOST worker and failed attempt are "
-              "written to SQLite before watchers hear of it. The FAIL rows give the excess over 3 s. A cut or "
-              "killed stream is not acted on when it closes; only the lease expiry fails the attempt.")
-    md.append("- Lease checks run on the event loop's timer, and `EventLoop::Run` runs timers only when its "
-              "queue is empty: while the loop is saturated (the submission flood) no lease expires; see the "
-              "'dies halfway through the flood' rows.")
+    md.append("- Failure detection: a session that breaks without a goodbye (the worker process was killed, "
+              "its host or the network went away, or the load generator cancelled the stream) leaves the worker "
+              "`--disconnect_grace_ms` (1 s) to reconnect before it is LOST; a worker whose stream stays open but "
+              "goes silent is LOST at its 3 s lease. Leases are checked every 200 ms "
+              "(`CoordinatorOptions::check_interval`), and the LOST worker and the failed attempt are written to "
+              "SQLite before watchers hear of it. 'death' is when the generator cut the stream or SIGKILLed the "
+              "worker; 'last heartbeat' is the last heartbeat the coordinator acknowledged before that.")
+    md.append("- Lease checks are timers on the coordinator's event loop; a due timer runs before queued work "
+              "(since 2026-11-30: before that, a submission flood delayed a dead worker's detection by 57 s, "
+              "see git history of this file). Scheduling passes are coalesced to one per loop turn.")
     md.append("- Every registration and every submission is a SQLite transaction with `synchronous=FULL` "
               "on the single event-loop thread; ramp and submission rates are bounded by the disk's fsync, "
-              "and heartbeats queue behind them meanwhile.")
-    md.append("- `JobManager::Submit` runs a full scheduling pass over every pending job (and every alive "
-              "worker) on each submission, registration and rank end; see the per-1,000 submission rates.")
+              "and heartbeats queue behind them meanwhile (batching the writes of one loop turn into one "
+              "transaction is the next step).")
     md.append("- The 10,000-worker tail latency is set by CPU contention on this shared 2-core machine (coordinator "
               "+ generator need ≈ 0.8–1.4 cores, and other engineers' builds run beside them): watch 'threads "
               "waiting for a CPU'. Development runs on 2026-11-30 with this generator gave, at 10,000 workers, "
@@ -246,12 +249,10 @@ def main():
               "an uncontended absl::Mutex lock/unlock costs 25 ns instead of 8 ns with "
               "`absl::SetMutexDeadlockDetectionMode(kIgnore)`).")
     if any(not v.startswith("exited") for k, v in r.items() if k.startswith("stop.")):
-        md.append("- A coordinator that did not exit on SIGTERM: when looked at with gdb (2026-11-30, after 10,000 "
-                  "sessions were cancelled at once) it sat in `grpc::Server::Shutdown` → `UnrefAndWaitLocked` for "
-                  "over 30 minutes, waiting for Session reactors that never call `Finish`: in "
-                  "`SessionReactor::OnWriteDone(ok=false)` `CloseLocked` returns at once when the session is "
-                  "already closed (read side ended while a write was in flight), so `Finish` is never called and "
-                  "the reactor is never freed.")
+        md.append("- A coordinator that did not exit on SIGTERM (see the shutdown row). The cause found on "
+                  "2026-11-30 (Session reactors that never called `Finish` after a write failed on a session "
+                  "whose read side had already closed) is fixed; if this note appears, it is a new one: look at "
+                  "the process with gdb (`thread apply all bt`).")
     md.append("- Raw key=value results: printed by run.sh (`results.txt` in its work directory).")
     md.append("")
     section = "\n".join(md) + "\n"

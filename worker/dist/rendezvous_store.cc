@@ -2,7 +2,12 @@
 
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <netdb.h>
+#include <sys/socket.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <exception>
 
@@ -10,8 +15,45 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
 
 namespace trainctl::dist {
+namespace {
+
+// Waits until something accepts TCP connections at host:port, trying every
+// 5 ms. The ranks of an attempt start together, so the others usually dial
+// before rank 0 (still loading LibTorch) listens; c10d's own client then
+// sleeps a whole second between attempts (start-up measured 0.8 s or 1.7 s
+// depending on who won). Returns when connected or at the deadline; the
+// TCPStore client that follows reports any error.
+void WaitUntilListening(const std::string& host, uint16_t port, absl::Time deadline) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const std::string h = host.size() > 2 && host.front() == '[' ? host.substr(1, host.size() - 2) : host;
+  if (getaddrinfo(h.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) return;
+  while (absl::Now() < deadline) {
+    bool refused = true;
+    for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+      int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
+      if (fd < 0) continue;
+      const int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
+      const int err = errno;
+      close(fd);
+      if (rc == 0) {
+        freeaddrinfo(res);
+        return;
+      }
+      if (err != ECONNREFUSED) refused = false;
+    }
+    if (!refused) break;  // Unreachable or worse: let c10d say so.
+    absl::SleepFor(absl::Milliseconds(5));
+  }
+  freeaddrinfo(res);
+}
+
+}  // namespace
 
 struct RendezvousStore::Impl {
   c10::intrusive_ptr<c10d::TCPStore> store;
@@ -88,6 +130,7 @@ absl::StatusOr<std::shared_ptr<RendezvousStore>> RendezvousStore::Connect(
   opts.isServer = false;
   opts.waitWorkers = false;
   opts.timeout = ToMillis(timeout);
+  WaitUntilListening(host, port, absl::Now() + timeout);
   auto impl = std::make_unique<Impl>();
   try {
     impl->store = c10::make_intrusive<c10d::TCPStore>(host, opts);
