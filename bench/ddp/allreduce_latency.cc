@@ -10,7 +10,10 @@
 //
 // Modes:
 //   engine     trainctl's Gloo engine: AllReduceSum() then Wait() (queue thread
-//              + gloo::allreduce + Gloo's device thread), what the trainer uses
+//              + the small-message sync mesh or gloo::allreduce), as for ranks
+//              on several hosts
+//   engine_shm the engine with every rank on this host (shared memory), what
+//              the trainer uses for a single-host job
 //   direct     gloo::allreduce on the calling thread (device thread still
 //              receives and hands over)
 //   sync       gloo::AllreduceRing over pairs in sync mode: the calling thread
@@ -47,7 +50,7 @@ struct Flags {
   int iters = 3000;
   int floats = 12;
   int compute_us = 300;
-  std::vector<std::string> modes = {"engine", "direct", "sync", "sync_busy"};
+  std::vector<std::string> modes = {"engine_shm", "engine", "direct", "sync", "sync_busy"};
 };
 
 bool ParseFlags(int argc, char** argv, Flags* f) {
@@ -129,7 +132,8 @@ int Run(const Flags& f) {
     std::shared_ptr<td::Collectives> engine;
     std::shared_ptr<gloo::Context> ctx;
     std::unique_ptr<gloo::AllreduceRing<float>> ring;
-    if (mode == "engine") {
+    if (mode == "engine" || mode == "engine_shm") {
+      o.all_ranks_local = mode == "engine_shm";
       auto c = td::CreateGlooCollectives(o, *store);
       if (!c.ok()) return std::fprintf(stderr, "%s\n", c.status().ToString().c_str()), 1;
       engine = *c;

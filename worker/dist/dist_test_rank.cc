@@ -113,9 +113,16 @@ absl::Status Connect(const Args& a, Ctx* ctx) {
   o.world_size = ctx->world;
   o.timeout = ctx->timeout;
   o.key_prefix = "test/attempt0/";
+  // Every test rank runs on this host: shared memory unless --shm=0.
+  o.all_ranks_local = a.Int("shm", 1) != 0;
+  o.shm_slot_bytes = static_cast<size_t>(a.Int("shm_slot_bytes", 8 << 20));
   auto comm = td::CreateGlooCollectives(o, *store);
   if (!comm.ok()) return comm.status();
   ctx->comm = *comm;
+  const bool want_shm = ctx->world > 1 && a.Int("shm", 1) != 0;
+  if ((ctx->comm->name() == "gloo+shm") != want_shm) {
+    return absl::InternalError(absl::StrCat("engine is ", ctx->comm->name(), ", expected shared memory: ", want_shm));
+  }
   return absl::OkStatus();
 }
 

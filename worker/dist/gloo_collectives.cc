@@ -25,6 +25,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "worker/dist/shm_allreduce.h"
 
 namespace trainctl::dist {
 namespace {
@@ -158,11 +159,13 @@ struct Op {
 class GlooCore final : public std::enable_shared_from_this<GlooCore> {
  public:
   GlooCore(const GlooOptions& options, std::shared_ptr<RendezvousStore> store,
-           std::shared_ptr<gloo::Context> context, std::shared_ptr<gloo::Context> sync_context)
+           std::shared_ptr<gloo::Context> context, std::shared_ptr<gloo::Context> sync_context,
+           std::unique_ptr<ShmAllReduce> shm)
       : options_(options),
         store_(std::move(store)),
         context_(std::move(context)),
-        sync_context_(std::move(sync_context)) {}
+        sync_context_(std::move(sync_context)),
+        shm_(std::move(shm)) {}
 
   void Start() {
     worker_ = std::thread([self = shared_from_this()] { self->Run(); });
@@ -188,6 +191,7 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
   }
 
   const GlooOptions& options() const { return options_; }
+  bool uses_shm() const { return shm_ != nullptr; }
 
   std::shared_ptr<CollectiveWork> AllReduceSum(CommBuffer buffer) {
     return Enqueue(OpKind::kAllReduce, std::move(buffer), 0);
@@ -220,7 +224,10 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
     }
     for (auto& op : dropped) op.work->Finish(status);
     if (in_flight) in_flight->Finish(status);
-    if (close_pairs) ClosePairs();
+    if (close_pairs) {
+      ClosePairs();
+      if (shm_) shm_->Break();  // Wakes this rank's engine thread and the peers'.
+    }
   }
 
  private:
@@ -337,6 +344,13 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
 
   absl::Status Execute(const Op& op) {
     const auto timeout = ToMillis(options_.timeout);
+    if (shm_ != nullptr && op.kind == OpKind::kAllReduce && ShmAllReduce::Supports(op.buffer.type)) {
+      absl::Status st = shm_->AllReduceSum(op.buffer.data, op.buffer.count, op.buffer.type,
+                                           absl::Now() + options_.timeout);
+      if (st.ok()) return st;
+      return absl::Status(st.code(), absl::StrCat(op.work->description(), " on rank ", options_.rank,
+                                                  " failed: ", st.message()));
+    }
     try {
       if (TakesSmallPath(op)) {
         SmallAllReduce(op);
@@ -402,6 +416,8 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
   const std::shared_ptr<gloo::Context> sync_context_;
   std::map<std::pair<int, size_t>, SmallRing> small_rings_;
   std::list<std::pair<int, size_t>> small_lru_;  // most recent first
+  // Shared-memory all-reduce when every rank is on this host; null otherwise.
+  const std::unique_ptr<ShmAllReduce> shm_;
   std::thread worker_;
 
   absl::Mutex mu_;
@@ -422,7 +438,8 @@ class GlooCollectives final : public Collectives {
   int rank() const override { return core_->options().rank; }
   int world_size() const override { return core_->options().world_size; }
   CommDevice device() const override { return CommDevice::kCpu; }
-  std::string name() const override { return "gloo"; }
+  // "gloo+shm" when all-reduces go through shared memory.
+  std::string name() const override { return core_->uses_shm() ? "gloo+shm" : "gloo"; }
   absl::Duration timeout() const override { return core_->options().timeout; }
   std::shared_ptr<CollectiveWork> AllReduceSum(CommBuffer buffer) override {
     return core_->AllReduceSum(std::move(buffer));
@@ -501,8 +518,21 @@ absl::StatusOr<std::shared_ptr<Collectives>> CreateGlooCollectives(
     small.key_prefix += "small/";
     TRAINCTL_ASSIGN_OR_RETURN(sync_context, ConnectGlooContext(small, *store, /*sync_pairs=*/true));
   }
+  std::unique_ptr<ShmAllReduce> shm;
+  if (options.all_ranks_local && options.world_size > 1) {
+    absl::StatusOr<std::unique_ptr<ShmAllReduce>> s = ShmAllReduce::Create(
+        options.rank, options.world_size, options.shm_slot_bytes, *store, options.key_prefix + "shm/",
+        options.timeout);
+    // Unavailable: no usable shared memory on some rank; every rank then
+    // agrees to use Gloo alone. Anything else is a store failure.
+    if (s.ok()) {
+      shm = std::move(*s);
+    } else if (s.status().code() != absl::StatusCode::kUnavailable) {
+      return s.status();
+    }
+  }
   auto core = std::make_shared<GlooCore>(options, std::move(store), std::move(context),
-                                         std::move(sync_context));
+                                         std::move(sync_context), std::move(shm));
   core->Start();
   return std::shared_ptr<Collectives>(std::make_shared<GlooCollectives>(std::move(core)));
 }

@@ -3,6 +3,8 @@
 
 #include <gtest/gtest.h>
 
+#include <map>
+
 #include <filesystem>
 #include <iostream>
 
@@ -96,23 +98,35 @@ TEST(GlooCollectivesTest, SingleRank) {
   Cleanup(*run);
 }
 
-TEST(GlooCollectivesTest, AllReduceBroadcastBarrierAcrossThreeRanks) {
-  auto run = RunRanks("collectives", 3, {{"timeout_ms", "20000"}}, absl::Seconds(40));
+// Every multi-rank scenario over both transports: shared memory (all ranks on
+// this host; 64 KiB slots so that larger buffers go in several chunks) and
+// Gloo's TCP meshes alone (ranks on different hosts).
+class GlooTransportTest : public ::testing::TestWithParam<bool> {
+ protected:
+  std::map<std::string, std::string> Args(std::map<std::string, std::string> a) const {
+    a["shm"] = GetParam() ? "1" : "0";
+    a["shm_slot_bytes"] = "65536";
+    return a;
+  }
+};
+
+TEST_P(GlooTransportTest, AllReduceBroadcastBarrierAcrossThreeRanks) {
+  auto run = RunRanks("collectives", 3, Args({{"timeout_ms", "20000"}}), absl::Seconds(40));
   ASSERT_TRUE(run.ok()) << run.status();
   for (int r = 0; r < 3; ++r) EXPECT_EQ(run->exit_codes[r], 0) << Logs(*run);
   Cleanup(*run);
 }
 
-TEST(GlooCollectivesTest, DeadPeerYieldsErrorNotHang) {
-  auto run = RunRanks("peer_exit", 2, {{"timeout_ms", "5000"}}, absl::Seconds(30));
+TEST_P(GlooTransportTest, DeadPeerYieldsErrorNotHang) {
+  auto run = RunRanks("peer_exit", 2, Args({{"timeout_ms", "5000"}}), absl::Seconds(30));
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->exit_codes[1], 3) << Logs(*run);
   EXPECT_EQ(run->exit_codes[0], 0) << Logs(*run);
   Cleanup(*run);
 }
 
-TEST(GlooCollectivesTest, StalledPeerTimesOut) {
-  auto run = RunRanks("peer_stall", 2, {{"timeout_ms", "2000"}}, absl::Seconds(30));
+TEST_P(GlooTransportTest, StalledPeerTimesOut) {
+  auto run = RunRanks("peer_stall", 2, Args({{"timeout_ms", "2000"}}), absl::Seconds(30));
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->exit_codes[0], 0) << Logs(*run);
   auto result = testing::ReadFile(run->dir + "/result");
@@ -127,13 +141,16 @@ TEST(GlooCollectivesTest, StalledPeerTimesOut) {
   Cleanup(*run);
 }
 
-TEST(GlooCollectivesTest, AbortEndsPendingWork) {
-  auto run = RunRanks("abort", 2, {{"timeout_ms", "20000"}}, absl::Seconds(40));
+TEST_P(GlooTransportTest, AbortEndsPendingWork) {
+  auto run = RunRanks("abort", 2, Args({{"timeout_ms", "20000"}}), absl::Seconds(40));
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->exit_codes[0], 0) << Logs(*run);
   std::cout << run->logs[0];
   Cleanup(*run);
 }
+
+INSTANTIATE_TEST_SUITE_P(Transports, GlooTransportTest, ::testing::Bool(),
+                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "SharedMemory" : "Tcp"; });
 
 }  // namespace
 }  // namespace trainctl::dist

@@ -205,6 +205,8 @@ absl::StatusOr<RunOptions> ParseRun(const FlatConfig& c) {
   r.rank = static_cast<int>(rank);
   TRAINCTL_ASSIGN_OR_RETURN(int64_t local_rank, IntIn(c, rk::kLocalRank, 0, 0, 1 << 20));
   r.local_rank = static_cast<int>(local_rank);
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t local_world, IntIn(c, rk::kLocalWorldSize, 1, 1, 1 << 20));
+  r.local_world_size = static_cast<int>(local_world);
   TRAINCTL_ASSIGN_OR_RETURN(int device, OneOf(c, rk::kDevice, "cpu", {"cpu", "cuda"}));
   r.device = device == 0 ? "cpu" : "cuda";
   std::string cuda_device = rankproto::GetString(c, rk::kCudaDevice, "");

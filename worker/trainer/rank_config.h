@@ -114,6 +114,7 @@ struct RunOptions {
   int rank = 0;
   int world_size = 1;
   int local_rank = 0;
+  int local_world_size = 1;
   std::string device = "cpu";  // "cpu" or "cuda"
   int cuda_device = 0;
   std::string backend;  // "gloo", "nccl", or "" (no communicator; world size 1 only)

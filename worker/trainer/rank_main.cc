@@ -295,9 +295,20 @@ int Main(int argc, char** argv) {
     go.bind_host = GlooBindHost(*flat, run);
     go.timeout = timeout;
     go.key_prefix = key_prefix + "gloo/";
+    // TRAINCTL_SHM=0 in the worker's environment keeps single-host jobs on
+    // Gloo's TCP transport (e.g. where /dev/shm is unusable).
+    const char* shm_env = std::getenv("TRAINCTL_SHM");
+    go.all_ranks_local = run.local_world_size == run.world_size &&
+                         !(shm_env != nullptr && std::string(shm_env) == "0");
     auto c = dist::CreateGlooCollectives(go, store);
     if (!c.ok()) FailStatus(ErrorKind::kRendezvous, c.status(), kExitCollective);
     comm = *c;
+    if (run.rank == 0) {
+      LogLine(absl::StrCat("collectives: ", comm->name(), " (", run.world_size, " ranks",
+                           go.all_ranks_local && comm->name() == "gloo"
+                               ? "; shared memory unavailable, all-reduce over TCP)"
+                               : ")"));
+    }
 #else
     Fail(ErrorKind::kConfig, "run.backend: gloo, but this trainctl-rank was built without Gloo", kExitConfig);
 #endif

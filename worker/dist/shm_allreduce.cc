@@ -1,0 +1,213 @@
+#include "worker/dist/shm_allreduce.h"
+
+#include <fcntl.h>
+#include <linux/futex.h>
+#include <signal.h>
+#include <sys/mman.h>
+#include <sys/syscall.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+
+namespace trainctl::dist {
+
+namespace {
+
+constexpr int kMaxRanks = 64;
+constexpr size_t kHeaderBytes = 4096;  // slots start page-aligned
+
+void FutexWait(std::atomic<uint32_t>* word, uint32_t expected, absl::Duration slice) {
+  timespec ts = absl::ToTimespec(slice);
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAIT, expected, &ts, nullptr, 0);
+}
+
+void FutexWakeAll(std::atomic<uint32_t>* word) {
+  syscall(SYS_futex, reinterpret_cast<uint32_t*>(word), FUTEX_WAKE, INT32_MAX, nullptr, nullptr, 0);
+}
+
+inline void CpuRelax() {
+#if defined(__x86_64__) || defined(__i386__)
+  __builtin_ia32_pause();
+#endif
+}
+
+template <typename T>
+void SumShare(char* const* slots, int world, size_t lo, size_t hi, T* out) {
+  for (size_t i = lo; i < hi; ++i) {
+    T acc = reinterpret_cast<const T*>(slots[0])[i];
+    for (int r = 1; r < world; ++r) acc += reinterpret_cast<const T*>(slots[r])[i];
+    out[i] = acc;
+  }
+}
+
+// Store failures are not "no shared memory here" (Unavailable, on which the
+// ranks agree to fall back): the rendezvous itself failed.
+absl::Status StoreError(const absl::Status& s) {
+  return absl::AbortedError(absl::StrCat("shared-memory rendezvous: ", s.message()));
+}
+
+}  // namespace
+
+struct ShmAllReduce::Header {
+  alignas(64) std::atomic<uint32_t> count;
+  alignas(64) std::atomic<uint32_t> generation;
+  alignas(64) std::atomic<uint32_t> broken;
+  alignas(64) std::atomic<int32_t> pids[kMaxRanks];
+};
+static_assert(sizeof(std::atomic<uint32_t>) == sizeof(uint32_t), "futex word");
+static_assert(sizeof(ShmAllReduce::Header) <= kHeaderBytes, "header fits its page");
+
+absl::StatusOr<std::unique_ptr<ShmAllReduce>> ShmAllReduce::Create(int rank, int world_size,
+                                                                   size_t slot_bytes,
+                                                                   RendezvousStore& store,
+                                                                   const std::string& key_prefix,
+                                                                   absl::Duration timeout) {
+  if (world_size < 2 || world_size > kMaxRanks || rank < 0 || rank >= world_size) {
+    return absl::InvalidArgumentError(absl::StrCat("shm all-reduce: rank ", rank, " of ", world_size));
+  }
+  slot_bytes = std::max<size_t>(slot_bytes / 64 * 64, 64 * 1024);
+  const size_t length = kHeaderBytes + slot_bytes * static_cast<size_t>(world_size);
+  (void)timeout;
+
+  // Rank 0 creates; "" published means "no shared memory here".
+  std::string name;
+  std::string failure;
+  if (rank == 0) {
+    std::random_device rd;
+    name = absl::StrCat("/trainctl-", getpid(), "-", std::to_string((uint64_t{rd()} << 32) | rd()));
+    int fd = shm_open(name.c_str(), O_CREAT | O_EXCL | O_RDWR | O_CLOEXEC, 0600);
+    int err = fd < 0 ? errno : posix_fallocate(fd, 0, static_cast<off_t>(length));
+    if (fd >= 0) close(fd);
+    if (err != 0) {
+      failure = absl::StrCat("shared memory segment of ", length, " bytes: ", strerror(err));
+      if (fd >= 0) shm_unlink(name.c_str());
+      name.clear();
+    }
+    if (absl::Status s = store.Set(key_prefix + "name", name); !s.ok()) return StoreError(s);
+  } else {
+    absl::StatusOr<std::string> n = store.Get(key_prefix + "name");
+    if (!n.ok()) return StoreError(n.status());
+    name = *n;
+  }
+  if (name.empty()) {
+    return absl::UnavailableError(failure.empty() ? "rank 0 has no shared memory" : failure);
+  }
+
+  void* base = MAP_FAILED;
+  int fd = shm_open(name.c_str(), O_RDWR | O_CLOEXEC, 0600);
+  if (fd >= 0) {
+    base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    close(fd);
+  }
+  if (base == MAP_FAILED && failure.empty()) failure = absl::StrCat("opening ", name, ": ", strerror(errno));
+  std::unique_ptr<ShmAllReduce> shm;
+  if (base != MAP_FAILED) {
+    shm.reset(new ShmAllReduce(rank, world_size, slot_bytes, base, length));
+    static_cast<Header*>(base)->pids[rank].store(static_cast<int32_t>(getpid()));
+  }
+  // Every rank says whether it mapped the segment; all use it or none does.
+  if (absl::Status s = store.Set(absl::StrCat(key_prefix, "mapped/", rank), shm ? "1" : "0"); !s.ok()) {
+    return StoreError(s);
+  }
+  bool all = true;
+  for (int r = 0; r < world_size; ++r) {
+    absl::StatusOr<std::string> v = store.Get(absl::StrCat(key_prefix, "mapped/", r));
+    if (!v.ok()) return StoreError(v.status());
+    all = all && *v == "1";
+  }
+  if (rank == 0) shm_unlink(name.c_str());  // Everyone has it mapped (or gave up).
+  if (!all) {
+    return absl::UnavailableError(failure.empty() ? "a peer could not map the shared memory" : failure);
+  }
+  return shm;
+}
+
+ShmAllReduce::ShmAllReduce(int rank, int world_size, size_t slot_bytes, void* base, size_t length)
+    : rank_(rank), world_(world_size), slot_bytes_(slot_bytes), base_(base), length_(length) {}
+
+ShmAllReduce::~ShmAllReduce() { munmap(base_, length_); }
+
+char* ShmAllReduce::Slot(int r) const {
+  return static_cast<char*>(base_) + kHeaderBytes + slot_bytes_ * static_cast<size_t>(r);
+}
+
+void ShmAllReduce::Break() {
+  Header* h = static_cast<Header*>(base_);
+  h->broken.store(1, std::memory_order_release);
+  FutexWakeAll(&h->generation);
+}
+
+absl::Status ShmAllReduce::Barrier(absl::Time deadline) {
+  Header* h = static_cast<Header*>(base_);
+  const uint32_t gen = h->generation.load(std::memory_order_acquire);
+  if (h->broken.load(std::memory_order_acquire) != 0) {
+    return absl::AbortedError("shared-memory all-reduce broken by a rank");
+  }
+  if (h->count.fetch_add(1, std::memory_order_acq_rel) + 1 == static_cast<uint32_t>(world_)) {
+    h->count.store(0, std::memory_order_relaxed);
+    h->generation.store(gen + 1, std::memory_order_release);
+    FutexWakeAll(&h->generation);
+    return absl::OkStatus();
+  }
+  for (int spins = 0; h->generation.load(std::memory_order_acquire) == gen; ++spins) {
+    if (h->broken.load(std::memory_order_acquire) != 0) {
+      return absl::AbortedError("shared-memory all-reduce broken by a rank");
+    }
+    if (spins < 200) {
+      CpuRelax();
+      continue;
+    }
+    if (absl::Now() >= deadline) {
+      Break();
+      return absl::DeadlineExceededError("shared-memory all-reduce: a peer rank did not arrive in time");
+    }
+    for (int r = 0; r < world_; ++r) {
+      const int32_t pid = h->pids[r].load(std::memory_order_relaxed);
+      if (r != rank_ && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
+        Break();
+        return absl::UnavailableError(absl::StrCat("shared-memory all-reduce: rank ", r, " (pid ", pid, ") exited"));
+      }
+    }
+    FutexWait(&h->generation, gen, absl::Milliseconds(20));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ShmAllReduce::AllReduceSum(void* data, size_t count, CommDataType type, absl::Time deadline) {
+  if (!Supports(type)) return absl::InvalidArgumentError("shared-memory all-reduce: float32/float64 only");
+  const size_t esize = CommDataTypeSize(type);
+  const size_t per_chunk = slot_bytes_ / esize;
+  char* slots[kMaxRanks];
+  for (int r = 0; r < world_; ++r) slots[r] = Slot(r);
+  char* bytes = static_cast<char*>(data);
+  for (size_t off = 0; off < count; off += per_chunk) {
+    const size_t n = std::min(per_chunk, count - off);
+    std::memcpy(slots[rank_], bytes + off * esize, n * esize);
+    if (absl::Status s = Barrier(deadline); !s.ok()) return s;
+    const size_t lo = n * static_cast<size_t>(rank_) / static_cast<size_t>(world_);
+    const size_t hi = n * static_cast<size_t>(rank_ + 1) / static_cast<size_t>(world_);
+    if (type == CommDataType::kFloat32) {
+      SumShare<float>(slots, world_, lo, hi, reinterpret_cast<float*>(slots[rank_]));
+    } else {
+      SumShare<double>(slots, world_, lo, hi, reinterpret_cast<double*>(slots[rank_]));
+    }
+    if (absl::Status s = Barrier(deadline); !s.ok()) return s;
+    for (int r = 0; r < world_; ++r) {
+      const size_t rlo = n * static_cast<size_t>(r) / static_cast<size_t>(world_);
+      const size_t rhi = n * static_cast<size_t>(r + 1) / static_cast<size_t>(world_);
+      std::memcpy(bytes + (off + rlo) * esize, slots[r] + rlo * esize, (rhi - rlo) * esize);
+    }
+    // Nobody refills a slot before every rank has copied its results out.
+    if (absl::Status s = Barrier(deadline); !s.ok()) return s;
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace trainctl::dist
