@@ -252,8 +252,9 @@ def run_trainctl(build, cfg, world, bucket_mb, warmup, workdir, tag, timeout, en
                      key=lambda p: int(p.get("samplesSeen", 0)))
         if pts:
             first_steps.append(parse_ts(pts[0].get("time")))
-        if r == 0:
-            losses = [(int(p.get("samplesSeen", 0)) // cfg["batch"], p.get("loss")) for p in pts]
+        if r == 0:  # x: optimizer steps since the start (step counts within its epoch)
+            losses = [(int(p.get("epoch", 0)) * int(p.get("stepsPerEpoch", 0)) + int(p.get("step", 0)),
+                       p.get("loss")) for p in pts]
         prev, wins = 0, []
         for p in pts:
             seen = int(p.get("samplesSeen", 0))
@@ -318,7 +319,7 @@ def run_python(cfg, world, bucket_mb, warmup, workdir, tag, timeout, env=None):
     firsts = [r.get("first_step_unix") for r in res["ranks"]]
     res["first_step_s"] = (max(firsts) - res["launch_unix"]) if firsts and None not in firsts else None
     r0 = min(res["ranks"], key=lambda r: r["rank"])
-    res["losses"] = [((i + 1) * cfg["window"], l) for i, l in enumerate(r0.get("window_losses", []))]
+    res["losses"] = [tuple(x) for x in r0.get("window_losses", [])]
     res["evals"] = r0.get("evals", [])
     return res
 

@@ -224,7 +224,8 @@ def rank_main(args):
     loader = DataLoader(dataset, batch_size=args.batch, sampler=sampler, num_workers=0)
 
     windows = []  # [samples, seconds, data_s, fwd_s, bwd_s, opt_s, steps]
-    window_losses = []  # mean training loss of each window (this rank), as trainctl reports it
+    window_losses = []  # [optimizer steps since the start, mean training loss of the window] (this rank)
+    global_step = 0
     first_loss = last_loss = None
     first_step_unix = None
     w_loss = torch.zeros((), dtype=torch.float64)
@@ -233,6 +234,7 @@ def rank_main(args):
         ddp_model.train()
         w_samples = w_steps = 0
         w_data = w_fwd = w_bwd = w_opt = 0.0
+        w_loss.zero_()  # the last epoch's partial window is dropped, its loss too
         w_start = time.perf_counter()
         it = iter(loader)
         step = 0
@@ -255,6 +257,7 @@ def rank_main(args):
                 first_step_unix = time.time()
             w_loss += loss.detach().double()
             step += 1
+            global_step += 1
             w_steps += 1
             w_samples += x.size(0)
             w_data += t1 - t0
@@ -264,7 +267,7 @@ def rank_main(args):
             if step % args.window == 0:
                 now = time.perf_counter()
                 windows.append([w_samples, now - w_start, w_data, w_fwd, w_bwd, w_opt, w_steps])
-                window_losses.append(w_loss.item() / w_steps)
+                window_losses.append([global_step, w_loss.item() / w_steps])
                 w_loss.zero_()
                 if first_loss is None:
                     first_loss = loss.item()
