@@ -203,7 +203,8 @@ def main():
               f"{r.get('meta.build', '?')} build, {fmt(num(r, 'meta.elapsed_s'), ' s', 0)} in all).")
     md.append(f"Machine: {r.get('meta.cores', '?')} cores ({r.get('meta.cpu', '?')}), loopback only; "
               f"coordinator and load generator share it (load average {r.get('meta.load_start', '?')} at the start, "
-              f"{r.get('meta.load_end', '?')} at the end: other builds were running, so latencies are pessimistic).")
+              f"{r.get('meta.load_end', '?')} at the end; the run itself keeps one to two cores busy, so a start above ~1 "
+              f"means something else shared the machine).")
     md.append("Coordinator flags: `--heartbeat_interval_ms 1000 --lease_timeout_ms 3000`, SQLite on local disk; "
               "each scenario gets a fresh coordinator and database. Simulated workers: one Session stream each, "
               "gRPC callback API, 16 channels, 4 timer threads; RTT = heartbeat written → heartbeat_ack read. "

@@ -626,6 +626,9 @@ def main():
                "own `samples_per_sec`/`data_ms`/`compute_ms`/`comm_ms` metric points (`trainctl -o json run`)." % (
                    steps_note, args.runs, args.warmup_windows))
     sec.append("")
+    sec.append("Plots (drawn by `bench/plot.sh` from this run): [throughput per configuration](plots/throughput.png), "
+               "[training loss, CNN on Fashion-MNIST, trainctl vs Python](plots/loss-cnn.png).")
+    sec.append("")
     sec += lines
     sec.append("")
     sec += detail
