@@ -57,8 +57,8 @@ TEST(EventLoopTest, StopAndJoinRunsQueuedWorkThenNothingMore) {
   loop->StopAndJoin();
   EXPECT_EQ(*state, 100);  // Everything queued before the stop ran ...
   state.reset();           // ... and nothing runs after: ASan would see it.
-  loop->Post([raw] { ++*raw; });  // Refused once stopped.
-  loop->StopAndJoin();            // Idempotent.
+  loop->Post([] { ADD_FAILURE() << "ran after StopAndJoin"; });  // Refused once stopped.
+  loop->StopAndJoin();                                             // Idempotent.
   loop.reset();
 }
 
