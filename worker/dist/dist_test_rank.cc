@@ -119,7 +119,9 @@ absl::Status Connect(const Args& a, Ctx* ctx) {
   auto comm = td::CreateGlooCollectives(o, *store);
   if (!comm.ok()) return comm.status();
   ctx->comm = *comm;
-  const bool want_shm = ctx->world > 1 && a.Int("shm", 1) != 0;
+  // Shared memory is expected wherever /dev/shm is writable (a machine
+  // without it must fall back to TCP, which the check then expects).
+  const bool want_shm = ctx->world > 1 && a.Int("shm", 1) != 0 && access("/dev/shm", W_OK) == 0;
   if ((ctx->comm->name() == "gloo+shm") != want_shm) {
     return absl::InternalError(absl::StrCat("engine is ", ctx->comm->name(), ", expected shared memory: ", want_shm));
   }
