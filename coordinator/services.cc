@@ -143,6 +143,9 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
       : QueuedWriter(ctx.max_queued_updates), ctx_(ctx), req_(std::move(req)) {}
 
   void Offer(const v1::LogChunk& c) override {
+    // Following the latest attempt (attempt 0 asked): move on to a restart's
+    // new attempt; lines of older attempts that arrive late stay out.
+    if (req_.attempt() == 0 && c.attempt() > attempt_) attempt_ = c.attempt();
     if (c.attempt() != attempt_) return;
     if (req_.has_rank() && c.rank() != req_.rank()) return;
     Push(c);

@@ -44,6 +44,65 @@ v1::JobSpec Spec(int world_size, int max_restarts = 3) {
 }
 
 // Collects a WatchJob stream on its own thread.
+// `GetLogs(follow)` of the latest attempt, read on its own thread.
+class LogFollower {
+ public:
+  LogFollower(v1::JobService::Stub* stub, const std::string& job) {
+    v1::GetLogsRequest req;
+    req.set_job_id(job);
+    req.set_follow(true);
+    reader_ = stub->GetLogs(&ctx_, req);
+    thread_ = std::thread([this] {
+      v1::LogChunk c;
+      while (reader_->Read(&c)) {
+        absl::MutexLock lock(&mu_);
+        for (const auto& l : c.lines()) lines_.push_back(absl::StrCat(c.attempt(), ":", l.text()));
+      }
+      reader_->Finish();
+      absl::MutexLock lock(&mu_);
+      done_ = true;
+    });
+  }
+  ~LogFollower() {
+    ctx_.TryCancel();
+    thread_.join();
+  }
+  bool WaitDone(absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    return mu_.AwaitWithTimeout(absl::Condition(&done_), timeout);
+  }
+  // Waits until `n` lines arrived.
+  bool WaitLines(size_t n, absl::Duration timeout) {
+    absl::MutexLock lock(&mu_);
+    auto enough = [this, n]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return lines_.size() >= n; };
+    return mu_.AwaitWithTimeout(absl::Condition(&enough), timeout);
+  }
+  std::vector<std::string> Lines() {
+    absl::MutexLock lock(&mu_);
+    return lines_;
+  }
+
+ private:
+  grpc::ClientContext ctx_;
+  std::unique_ptr<grpc::ClientReader<v1::LogChunk>> reader_;
+  std::thread thread_;
+  absl::Mutex mu_;
+  std::vector<std::string> lines_ ABSL_GUARDED_BY(mu_);
+  bool done_ ABSL_GUARDED_BY(mu_) = false;
+};
+
+bool SendLog(FakeWorker& w, const std::string& job, int attempt, int rank, const std::string& text) {
+  v1::WorkerMessage m;
+  v1::LogChunk* c = m.mutable_logs();
+  c->set_job_id(job);
+  c->set_attempt(attempt);
+  c->set_rank(rank);
+  v1::LogLine* l = c->add_lines();
+  l->set_rank(rank);
+  l->set_text(text);
+  return w.Send(m);
+}
+
 class Watcher {
  public:
   Watcher(v1::JobService::Stub* stub, const std::string& job, bool history) {
@@ -253,6 +312,10 @@ TEST(CoordinatorE2ETest, LoopbackLostWorkerRestartsAndBadInputIsRefused) {
   w0.SendStatus(id, 1, 0, v1::RANK_STATE_RUNNING);
   w1.SendStatus(id, 1, 1, v1::RANK_STATE_RUNNING);
   WaitState(stub.get(), id, v1::JOB_STATE_RUNNING);
+  // `trainctl logs -f` started during attempt 1 follows the job into attempt 2.
+  LogFollower follower(stub.get(), id);
+  ASSERT_TRUE(SendLog(w0, id, 1, 0, "first attempt"));
+  ASSERT_TRUE(follower.WaitLines(1, absl::Seconds(10)));
 
   // w1 dies: after its lease the attempt fails and the job restarts.
   absl::Time crashed = absl::Now();
@@ -265,9 +328,16 @@ TEST(CoordinatorE2ETest, LoopbackLostWorkerRestartsAndBadInputIsRefused) {
   w0.SendStatus(id, 1, 0, v1::RANK_STATE_STOPPED);
   // w1 comes back; attempt 2 runs to the end.
   ASSERT_TRUE(w1.Connect());
+  ASSERT_TRUE(w0.WaitFor(StartOf(2)));
+  ASSERT_TRUE(SendLog(w0, id, 2, 0, "second attempt"));
+  ASSERT_TRUE(follower.WaitLines(2, absl::Seconds(10)));
+  // Once the follower is on attempt 2, attempt 1's late lines stay out.
+  ASSERT_TRUE(SendLog(w0, id, 1, 0, "late line of attempt 1"));
   RunToSuccess(stub.get(), w0, w1, id, 2);
   j = WaitState(stub.get(), id, v1::JOB_STATE_SUCCEEDED);
   EXPECT_EQ(j.restarts(), 1);
+  ASSERT_TRUE(follower.WaitDone(absl::Seconds(10))) << "logs -f ends with the job";
+  EXPECT_THAT(follower.Lines(), ::testing::ElementsAre("1:first attempt", "2:second attempt"));
   ASSERT_TRUE(watcher.WaitDone(absl::Seconds(10)));
   EXPECT_THAT(watcher.EventTypes(), Contains("restarting"));
 
