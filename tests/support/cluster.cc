@@ -229,6 +229,27 @@ v1::Job Cluster::WaitState(const std::string& id, v1::JobState want, absl::Durat
   return job;
 }
 
+namespace {
+
+// A /proc file's contents, or "" when the process is gone (reading a file of
+// a process that exits meanwhile fails with ESRCH; std::ifstream turned that
+// into an exception that failed a test now and then).
+std::string ReadProcFile(const std::string& path) {
+  std::string out;
+  int fd = open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) return out;
+  char buf[4096];
+  for (;;) {
+    ssize_t n = read(fd, buf, sizeof buf);
+    if (n <= 0) break;
+    out.append(buf, static_cast<size_t>(n));
+  }
+  close(fd);
+  return out;
+}
+
+}  // namespace
+
 std::vector<pid_t> Cluster::ProcessesMatching(const std::string& needle) {
   std::vector<pid_t> out;
   DIR* d = opendir("/proc");
@@ -236,12 +257,11 @@ std::vector<pid_t> Cluster::ProcessesMatching(const std::string& needle) {
   while (dirent* e = readdir(d)) {
     pid_t pid = atoi(e->d_name);
     if (pid <= 0) continue;
-    std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
-    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::string cmd = ReadProcFile(absl::StrCat("/proc/", pid, "/cmdline"));
     for (char& c : cmd) if (c == '\0') c = ' ';
-    std::ifstream st(absl::StrCat("/proc/", pid, "/stat"));
-    std::string stat((std::istreambuf_iterator<char>(st)), std::istreambuf_iterator<char>());
-    bool zombie = stat.size() > stat.rfind(')') + 2 && stat[stat.rfind(')') + 2] == 'Z';
+    std::string stat = ReadProcFile(absl::StrCat("/proc/", pid, "/stat"));
+    const size_t paren = stat.rfind(')');
+    bool zombie = paren != std::string::npos && stat.size() > paren + 2 && stat[paren + 2] == 'Z';
     if (!zombie && absl::StrContains(cmd, needle)) out.push_back(pid);
   }
   closedir(d);
