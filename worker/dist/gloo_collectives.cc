@@ -511,18 +511,10 @@ absl::StatusOr<std::shared_ptr<Collectives>> CreateGlooCollectives(
   if (store == nullptr) return absl::InvalidArgumentError("gloo: no rendezvous store");
   TRAINCTL_ASSIGN_OR_RETURN(std::shared_ptr<gloo::Context> context,
                             ConnectGlooContext(options, *store));
-  std::shared_ptr<gloo::Context> sync_context;
-  if (options.small_allreduce_max_bytes > 0 && options.world_size > 1 &&
-      options.world_size <= 8) {
-    GlooOptions small = options;
-    small.key_prefix += "small/";
-    TRAINCTL_ASSIGN_OR_RETURN(sync_context, ConnectGlooContext(small, *store, /*sync_pairs=*/true));
-  }
   std::unique_ptr<ShmAllReduce> shm;
   if (options.all_ranks_local && options.world_size > 1) {
     absl::StatusOr<std::unique_ptr<ShmAllReduce>> s = ShmAllReduce::Create(
-        options.rank, options.world_size, options.shm_slot_bytes, *store, options.key_prefix + "shm/",
-        options.timeout);
+        options.rank, options.world_size, options.shm_slot_bytes, *store, options.key_prefix + "shm/");
     // Unavailable: no usable shared memory on some rank; every rank then
     // agrees to use Gloo alone. Anything else is a store failure.
     if (s.ok()) {
@@ -530,6 +522,15 @@ absl::StatusOr<std::shared_ptr<Collectives>> CreateGlooCollectives(
     } else if (s.status().code() != absl::StatusCode::kUnavailable) {
       return s.status();
     }
+  }
+  // The small-message mesh serves only when shared memory does not (every
+  // rank took the same decision above, so every rank connects it or none).
+  std::shared_ptr<gloo::Context> sync_context;
+  if (shm == nullptr && options.small_allreduce_max_bytes > 0 && options.world_size > 1 &&
+      options.world_size <= 8) {
+    GlooOptions small = options;
+    small.key_prefix += "small/";
+    TRAINCTL_ASSIGN_OR_RETURN(sync_context, ConnectGlooContext(small, *store, /*sync_pairs=*/true));
   }
   auto core = std::make_shared<GlooCore>(options, std::move(store), std::move(context),
                                          std::move(sync_context), std::move(shm));

@@ -57,7 +57,8 @@ struct GlooOptions {
   // 12 floats between 2 ranks: p50 0.55 -> 0.055 ms, p90 3.7 -> 0.07 ms;
   // bench/ddp/allreduce_latency.cc). Kept far below the socket buffers:
   // sync sends block, and every rank sends before it receives. 0 = off;
-  // only used up to 8 ranks (the ring takes world_size - 1 round trips).
+  // only used up to 8 ranks (the ring takes world_size - 1 round trips),
+  // and not when shared memory (below) carries the all-reduces.
   size_t small_allreduce_max_bytes = 64 * 1024;
   // Every rank of the attempt runs on this host: float32/float64 all-reduces
   // then go through shared memory (shm_allreduce.h; 9.5 MB between 2 ranks on

@@ -67,14 +67,12 @@ static_assert(sizeof(ShmAllReduce::Header) <= kHeaderBytes, "header fits its pag
 absl::StatusOr<std::unique_ptr<ShmAllReduce>> ShmAllReduce::Create(int rank, int world_size,
                                                                    size_t slot_bytes,
                                                                    RendezvousStore& store,
-                                                                   const std::string& key_prefix,
-                                                                   absl::Duration timeout) {
+                                                                   const std::string& key_prefix) {
   if (world_size < 2 || world_size > kMaxRanks || rank < 0 || rank >= world_size) {
     return absl::InvalidArgumentError(absl::StrCat("shm all-reduce: rank ", rank, " of ", world_size));
   }
   slot_bytes = std::max<size_t>(slot_bytes / 64 * 64, 64 * 1024);
   const size_t length = kHeaderBytes + slot_bytes * static_cast<size_t>(world_size);
-  (void)timeout;
 
   // Rank 0 creates; "" published means "no shared memory here".
   std::string name;

@@ -40,13 +40,13 @@ class ShmAllReduce {
  public:
   // Creates (rank 0) or opens (the others) the segment of world_size slots of
   // at most `slot_bytes`, exchanging its name through `store` under
-  // `key_prefix`. Fails (and the caller keeps using Gloo) when shared memory
-  // is unavailable or too small, e.g. a container with a tiny /dev/shm.
+  // `key_prefix` (its Get calls wait up to the store's timeout). Unavailable
+  // (and the caller keeps using Gloo) when shared memory is missing or too
+  // small on any rank, e.g. a container with a tiny /dev/shm.
   static absl::StatusOr<std::unique_ptr<ShmAllReduce>> Create(int rank, int world_size,
                                                               size_t slot_bytes,
                                                               RendezvousStore& store,
-                                                              const std::string& key_prefix,
-                                                              absl::Duration timeout);
+                                                              const std::string& key_prefix);
   ~ShmAllReduce();
   ShmAllReduce(const ShmAllReduce&) = delete;
   ShmAllReduce& operator=(const ShmAllReduce&) = delete;
