@@ -345,6 +345,65 @@ TEST_F(CliTest, CancelStopsAPendingJobAndRefusesAFinishedOne) {
   EXPECT_EQ(r.err, "trainctl cancel: job " + done + " already ended (SUCCEEDED)\n");
 }
 
+// --- checkpoints and resume ------------------------------------------------------
+
+TEST_F(CliTest, CheckpointsListsRecordsAndResumeContinuesFromThem) {
+  testing::FakeWorker& w = cluster_.AddWorker("w0", 2);
+  std::string id = Submit();
+  CliRun r = Run({"checkpoints", id});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "job " + id + " has recorded no checkpoint\n");
+  ASSERT_TRUE(cluster_.RunAttemptToSuccess(id, 1, 2));
+  // Rank 0's worker reports its final checkpoint (the coordinator records it).
+  v1::WorkerMessage m;
+  v1::CheckpointReport* rep = m.mutable_checkpoint();
+  rep->set_job_id(id);
+  rep->set_attempt(1);
+  rep->set_rank(0);
+  rep->mutable_record()->set_epochs_done(2);
+  rep->mutable_record()->set_global_step(20);
+  rep->mutable_record()->set_size_bytes(3000);
+  rep->mutable_record()->set_checksum("crc32:12345678");
+  rep->mutable_record()->set_path("/work/ck/" + id + ".ckpt-epoch-000002.pt");
+  ASSERT_TRUE(w.Send(m));
+  for (int i = 0; i < 200; ++i) {
+    r = Run({"checkpoints", id});
+    if (r.out.find("crc32:12345678") != std::string::npos) break;
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 2u) << r.out;
+  EXPECT_THAT(lines[0], StartsWith("EPOCHS  STEP  JOB"));
+  EXPECT_THAT(lines[1], AllOf(HasSubstr(" 20 "), HasSubstr(id), HasSubstr(" w0 "), HasSubstr("2.9 KiB"),
+                              HasSubstr("crc32:12345678"), HasSubstr(".ckpt-epoch-000002.pt")));
+
+  // The checkpoint already finished 2 epochs: resuming to 2 is refused.
+  r = Run({"resume", id});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("training.epochs: 2, but job " + id + "'s checkpoint already completed 2 epoch(s)"));
+  // Another model cannot load it.
+  r = Run({"resume", id, "--set", "training.epochs=4", "--set", "model.hidden=[8]"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("model: differs from job " + id));
+  // More epochs: a new job that starts from the record.
+  r = Run({"resume", id, "--set", "training.epochs=4", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  v1::Job next = ParseJson<v1::Job>(r.out);
+  EXPECT_NE(next.id(), id);
+  EXPECT_EQ(next.spec().resume_from().job(), id);
+  EXPECT_EQ(next.spec().training().epochs(), 4);
+  ASSERT_EQ(next.checkpoints_size(), 1);
+  EXPECT_EQ(next.checkpoints(0).job_id(), id);
+  EXPECT_EQ(next.checkpoints(0).global_step(), 20);
+  auto start = w.WaitFor([&](const v1::CoordinatorMessage& c) {
+    return c.has_start_ranks() && c.start_ranks().job_id() == next.id();
+  });
+  ASSERT_TRUE(start.has_value());
+  EXPECT_EQ(start->start_ranks().resume().path(), "/work/ck/" + id + ".ckpt-epoch-000002.pt");
+  EXPECT_EQ(start->start_ranks().resume().checksum(), "crc32:12345678");
+}
+
 // --- logs -----------------------------------------------------------------------
 
 TEST_F(CliTest, LogsPrintsStoredLinesPerRank) {

@@ -6,6 +6,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/jobspec/job_spec.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
@@ -90,6 +91,27 @@ std::string DescribeExit(const v1::RankAssignment& r, const v1::ExitInfo& exit) 
     absl::StrAppend(&out, "\n  last log lines:\n    ", absl::StrJoin(lines, "\n    "));
   }
   return out;
+}
+
+// The records of `job` at its newest checkpoint (highest global step), one
+// per holder.
+std::vector<const v1::CheckpointRecord*> NewestRecords(const v1::Job& job) {
+  std::vector<const v1::CheckpointRecord*> out;
+  for (const v1::CheckpointRecord& r : job.checkpoints()) {
+    if (!out.empty() && r.global_step() < out.front()->global_step()) continue;
+    if (!out.empty() && r.global_step() > out.front()->global_step()) out.clear();
+    out.push_back(&r);
+  }
+  return out;
+}
+
+std::string Holder(const v1::CheckpointRecord& r) {
+  return r.shared() ? "the shared checkpoint dir" : absl::StrCat("worker ", r.worker_id());
+}
+
+std::string DescribeRecord(const v1::CheckpointRecord& r) {
+  return absl::StrCat("the checkpoint of job ", r.job_id(), " at epoch ", r.epochs_done(), " (step ",
+                      r.global_step(), ") on ", Holder(r));
 }
 
 scheduler::DeviceRequirement ToRequirement(v1::Device d) {
@@ -250,6 +272,10 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
   job.set_id(NewJobId(spec.name()));
   *job.mutable_spec() = spec;
   ResolveJobSpecDefaults(job.mutable_spec());
+  if (std::string* dir = job.mutable_spec()->mutable_checkpoint()->mutable_dir(); !dir->empty()) {
+    absl::StrReplaceAll({{"{job_id}", job.id()}}, dir);
+  }
+  if (!job.spec().resume_from().job().empty()) TRAINCTL_RETURN_IF_ERROR(AttachResumeSource(job));
   job.set_state(v1::JOB_STATE_PENDING);
   SetTimestamp(clock_->Now(), job.mutable_submit_time());
   job.mutable_progress()->set_epochs(job.spec().training().epochs());
@@ -257,8 +283,11 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
   ++active_jobs_;
   auto [it, inserted] = jobs_.emplace(job.id(), std::move(entry));
   it->second.job.set_id(job.id());
-  absl::Status s = Commit(it->second, job,
-                          {{"submitted", absl::StrCat("job submitted: ", spec.world_size(), " rank(s)")}});
+  std::string submitted = absl::StrCat("job submitted: ", job.spec().world_size(), " rank(s)");
+  if (job.checkpoints_size() > 0) {
+    absl::StrAppend(&submitted, "; continues from ", DescribeRecord(job.checkpoints(0)));
+  }
+  absl::Status s = Commit(it->second, job, {{"submitted", submitted}});
   if (!s.ok()) {
     --active_jobs_;
     jobs_.erase(it);
@@ -266,6 +295,33 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
   }
   RequestSchedule();
   return jobs_.at(job.id()).job;
+}
+
+absl::Status JobManager::AttachResumeSource(v1::Job& job) const {
+  const std::string& from = job.spec().resume_from().job();
+  auto it = jobs_.find(from);
+  if (it == jobs_.end()) return absl::InvalidArgumentError(absl::StrCat("resume_from.job: no job ", from));
+  const v1::Job& source = it->second.job;
+  if (!IsTerminal(source.state())) {
+    return absl::FailedPreconditionError(absl::StrCat("resume_from.job: job ", from, " is still ",
+                                                      StateName(source.state()),
+                                                      "; cancel it (or let it finish) first"));
+  }
+  std::vector<const v1::CheckpointRecord*> newest = NewestRecords(source);
+  if (newest.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("resume_from.job: job ", from, " recorded no checkpoint to continue from"));
+  }
+  std::vector<SpecError> errors = CheckResumeCompatible(source.spec(), from, job.spec());
+  if (!errors.empty()) return SpecErrorsToStatus(errors);
+  const int64_t done = newest.front()->epochs_done();
+  if (done >= job.spec().training().epochs()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "training.epochs: ", job.spec().training().epochs(), ", but job ", from, "'s checkpoint already completed ",
+        done, " epoch(s); set it above ", done, " (e.g. --set training.epochs=", done + 1, ")"));
+  }
+  for (const v1::CheckpointRecord* r : newest) *job.add_checkpoints() = *r;
+  return absl::OkStatus();
 }
 
 absl::StatusOr<v1::SubmitJobResponse> JobManager::DryRun(const v1::JobSpec& spec) {
@@ -345,6 +401,7 @@ absl::StatusOr<v1::ListJobsResponse> JobManager::List(const v1::ListJobsRequest&
     v1::Job* j = resp.add_jobs();
     *j = all[i]->job;
     j->clear_attempts();
+    j->clear_checkpoints();
     if (auto r = pending_reasons_.find(j->id()); r != pending_reasons_.end()) j->set_state_reason(r->second);
   }
   if (static_cast<int>(all.size()) > page) {
@@ -389,7 +446,11 @@ void JobManager::SendStartRanks(const v1::Job& job, const v1::Attempt& attempt,
   s->set_job_id(job.id());
   s->set_attempt(attempt.number());
   *s->mutable_spec() = job.spec();
-  s->set_resume_from(attempt.resumed_from());
+  if (attempt.has_resume()) {
+    s->set_resume_from(attempt.resume().path());
+    *s->mutable_resume() = attempt.resume();
+  }
+  s->set_spec_hash(CheckpointSpecHash(job.spec()));
   for (const v1::RankAssignment& r : attempt.ranks()) {
     if (r.worker_id() != worker_id) continue;
     *s->add_ranks() = r;
@@ -493,15 +554,25 @@ void JobManager::Schedule() {
   for (const scheduler::PendingJobStatus& p : result->pending) pending_reasons_[p.job_id] = p.message;
 
   absl::Time now = clock_->Now();
-  for (const scheduler::Placement& p : result->placements) {
+  for (scheduler::Placement& p : result->placements) {
     JobEntry& e = jobs_.at(p.job_id);
     v1::Job next = e.job;
-    bool restart = next.state() == v1::JOB_STATE_RESTARTING;
+    auto [resume, resume_words] = ChooseResume(next, p);
+    if (!resume.has_value() && next.attempts_size() == 0 && !next.spec().resume_from().job().empty()) {
+      // Asked to continue another job: never silently from scratch. Wait for
+      // a placement that includes a holder of its checkpoint.
+      pending_reasons_[p.job_id] = absl::StrCat("waiting for slots that include the holder of ",
+                                                DescribeRecord(*NewestRecords(next).front()));
+      continue;
+    }
     v1::Attempt* a = next.add_attempts();
     a->set_number(next.attempts_size());
     a->set_state(v1::ATTEMPT_STATE_STARTING);
     SetTimestamp(now, a->mutable_start_time());
-    if (restart) a->set_resumed_from(next.spec().checkpoint().dir());
+    if (resume.has_value()) {
+      *a->mutable_resume() = *resume;
+      a->set_resumed_from(absl::StrCat(resume->path(), " on ", Holder(*resume)));
+    }
     std::vector<std::string> hosts;
     for (const scheduler::RankAssignment& r : p.ranks) {
       v1::RankAssignment* ra = a->add_ranks();
@@ -530,12 +601,48 @@ void JobManager::Schedule() {
     if (!next.has_start_time()) SetTimestamp(now, next.mutable_start_time());
     e.last_points.clear();
     std::string msg = absl::StrCat("attempt ", a->number(), " placed on ", absl::StrJoin(hosts, ", "));
+    if (!resume_words.empty()) absl::StrAppend(&msg, "; ", resume_words);
     if (!Commit(e, std::move(next), {{"scheduled", msg, static_cast<int32_t>(e.job.attempts_size() + 1)}}).ok()) {
       continue;  // Stays pending; the next pass retries.
     }
     const v1::Attempt& placed = *CurrentAttempt(e.job);
     for (const std::string& w : AttemptWorkers(placed)) SendStartRanks(e.job, placed, w);
   }
+}
+
+std::pair<std::optional<v1::CheckpointRecord>, std::string> JobManager::ChooseResume(
+    const v1::Job& job, scheduler::Placement& p) const {
+  if (job.checkpoints_size() == 0) return {std::nullopt, ""};
+  std::vector<const v1::CheckpointRecord*> newest = NewestRecords(job);
+  auto holds = [](const v1::CheckpointRecord& r, const std::string& worker) {
+    return r.shared() || r.worker_id() == worker;
+  };
+  scheduler::PreferNodeZero(p, [&](const std::string& w) {
+    return std::any_of(newest.begin(), newest.end(), [&](const v1::CheckpointRecord* r) { return holds(*r, w); });
+  });
+  const std::string rank0 = p.ranks.empty() ? "" : p.ranks.front().worker_id;
+  // Newest first; the first record rank 0's host can read wins.
+  std::vector<const v1::CheckpointRecord*> all;
+  for (const v1::CheckpointRecord& r : job.checkpoints()) all.push_back(&r);
+  std::stable_sort(all.begin(), all.end(), [](const v1::CheckpointRecord* a, const v1::CheckpointRecord* b) {
+    return a->global_step() > b->global_step();
+  });
+  auto unreachable = [&](const v1::CheckpointRecord& r) {
+    const v1::Worker* w = registry_->Find(r.worker_id());
+    std::string why = w == nullptr || w->state() != v1::WORKER_STATE_ALIVE
+                          ? absl::StrCat("worker ", r.worker_id(), " is not alive")
+                          : absl::StrCat("worker ", r.worker_id(), " is not in this placement");
+    return absl::StrCat(DescribeRecord(r), " is unreachable (", why, ")");
+  };
+  for (const v1::CheckpointRecord* r : all) {
+    if (!holds(*r, rank0)) continue;
+    std::string words = absl::StrCat("resuming from ", DescribeRecord(*r));
+    if (r->global_step() < newest.front()->global_step()) {
+      absl::StrAppend(&words, "; the newer ", unreachable(*newest.front()));
+    }
+    return {*r, words};
+  }
+  return {std::nullopt, absl::StrCat("starting from scratch: ", unreachable(*newest.front()))};
 }
 
 // --- failures and restarts ------------------------------------------------------
@@ -552,7 +659,19 @@ absl::Status JobManager::FailAttempt(JobEntry& e, v1::FailureKind kind, const st
   int32_t max_restarts = next.spec().restart().max_restarts();
   std::vector<EventSpec> events;
   events.push_back({"attempt_failed", reason, a->number(), failed_rank});
-  if (kind == v1::FAILURE_KIND_CONFIG) {
+  // A full disk gets one more attempt (space may have been freed); the same
+  // failure twice in a row fails the job instead of burning every restart.
+  bool disk_full_again = false;
+  if (kind == v1::FAILURE_KIND_DISK_FULL && next.attempts_size() >= 2) {
+    for (const v1::RankAssignment& r : next.attempts(next.attempts_size() - 2).ranks()) {
+      if (r.exit().kind() == v1::FAILURE_KIND_DISK_FULL) disk_full_again = true;
+    }
+  }
+  if (disk_full_again) {
+    next.set_state(v1::JOB_STATE_FAILED);
+    next.set_state_reason(absl::StrCat(reason, "\n(the disk was full in the previous attempt too: not restarted again)"));
+    events.push_back({"failed", "disk full twice in a row; free space or change checkpoint.dir", a->number()});
+  } else if (kind == v1::FAILURE_KIND_CONFIG) {
     next.set_state(v1::JOB_STATE_FAILED);
     next.set_state_reason(absl::StrCat(reason, "\n(a configuration or data error: not restarted)"));
     events.push_back({"failed", "configuration or data error; restarting cannot help", a->number()});
@@ -568,7 +687,8 @@ absl::Status JobManager::FailAttempt(JobEntry& e, v1::FailureKind kind, const st
     next.set_state_reason(absl::StrCat("restarting after: ", reason));
     events.push_back({"restarting",
                       absl::StrCat("restart ", next.restarts(), " of ", max_restarts,
-                                   ", from the last checkpoint"),
+                                   next.checkpoints_size() > 0 ? ", from the newest checkpoint it can reach"
+                                                               : ", from scratch (no checkpoint recorded yet)"),
                       a->number()});
   }
   int32_t number = a->number();
@@ -688,6 +808,56 @@ absl::Status JobManager::OnRankStatus(const std::string& worker_id, const v1::Ra
     default:
       return absl::InvalidArgumentError("rank_status.state: unexpected");
   }
+}
+
+absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::CheckpointReport& rep) {
+  const v1::CheckpointRecord& in = rep.record();
+  if (in.path().empty() || in.path()[0] != '/' || in.path().size() > 4096 ||
+      in.path().find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError("checkpoint.record.path: must be an absolute path of at most 4096 bytes");
+  }
+  if (in.checksum().size() > 64) return absl::InvalidArgumentError("checkpoint.record.checksum: at most 64 bytes");
+  if (in.epochs_done() < 1 || in.global_step() < 0 || in.size_bytes() < 0) {
+    return absl::InvalidArgumentError("checkpoint.record: epochs_done must be >= 1, global_step and size_bytes >= 0");
+  }
+  v1::Attempt* a_mem = nullptr;
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, EntryForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(),
+                                                         /*allow_stale=*/true, &a_mem));
+  v1::Job next = e->job;
+  const v1::CheckpointSpec& ck = next.spec().checkpoint();
+  v1::CheckpointRecord r = in;
+  r.set_job_id(next.id());
+  r.set_attempt(rep.attempt());
+  r.set_world_size(a_mem->ranks_size());
+  r.set_shared(ck.shared());
+  r.set_worker_id(ck.shared() ? "" : worker_id);
+  r.set_spec_hash(CheckpointSpecHash(next.spec()));
+  SetTimestamp(clock_->Now(), r.mutable_time());
+
+  // Keep, per holder, this job's newest `keep` epochs (the rank deletes the
+  // older files the same way); records of the job a resume started from stay.
+  google::protobuf::RepeatedPtrField<v1::CheckpointRecord> kept;
+  std::vector<int64_t> epochs;
+  for (const v1::CheckpointRecord& x : next.checkpoints()) {
+    if (x.job_id() == r.job_id() && x.worker_id() == r.worker_id() && x.shared() == r.shared() &&
+        x.epochs_done() != r.epochs_done()) {
+      epochs.push_back(x.epochs_done());
+    }
+  }
+  epochs.push_back(r.epochs_done());
+  std::sort(epochs.rbegin(), epochs.rend());
+  const int64_t keep = std::max<int64_t>(1, ck.keep());
+  const int64_t oldest_kept = epochs[static_cast<size_t>(std::min<int64_t>(keep, epochs.size()) - 1)];
+  for (const v1::CheckpointRecord& x : next.checkpoints()) {
+    bool same_holder = x.job_id() == r.job_id() && x.worker_id() == r.worker_id() && x.shared() == r.shared();
+    if (same_holder && (x.epochs_done() == r.epochs_done() || x.epochs_done() < oldest_kept)) continue;
+    *kept.Add() = x;
+  }
+  *kept.Add() = r;
+  *next.mutable_checkpoints() = std::move(kept);
+  std::string msg = absl::StrCat("checkpoint at epoch ", r.epochs_done(), " (step ", r.global_step(), ") on ",
+                                 Holder(r), ": ", r.path(), " (", r.size_bytes(), " bytes)");
+  return Commit(*e, std::move(next), {{"checkpoint", msg, rep.attempt(), rep.rank()}});
 }
 
 absl::Status JobManager::OnRendezvous(const std::string& worker_id, const v1::RendezvousReport& rep) {

@@ -88,6 +88,9 @@ class JobManager {
   // Stores the batch, updates progress, publishes it.
   absl::Status OnMetrics(const std::string& worker_id, const v1::MetricBatch& batch);
   absl::Status OnLogs(const std::string& worker_id, const v1::LogChunk& chunk);
+  // Records a checkpoint a rank of this worker wrote (the coordinator's
+  // record is what restarts and `resume_from` resume, nothing else).
+  absl::Status OnCheckpoint(const std::string& worker_id, const v1::CheckpointReport& report);
 
   // --- periodic -----------------------------------------------------------
   // Hang detection and rendezvous timeouts.
@@ -137,6 +140,13 @@ class JobManager {
                                            v1::Attempt** attempt_out);
   std::string NewJobId(const std::string& name);
   absl::Duration ProgressTimeout(const v1::Job& job) const;
+  // For a new attempt of `job` placed as `p`: moves rank 0 onto a holder of
+  // the newest checkpoint when one is in the placement, and returns the
+  // record to resume (unset for a fresh start) plus the words for the event.
+  std::pair<std::optional<v1::CheckpointRecord>, std::string> ChooseResume(const v1::Job& job,
+                                                                         scheduler::Placement& p) const;
+  // Copies `spec.resume_from.job`'s newest checkpoint records into `job`.
+  absl::Status AttachResumeSource(v1::Job& job) const;
 
   StateStore* store_;
   WorkerRegistry* registry_;

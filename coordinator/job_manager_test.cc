@@ -528,5 +528,138 @@ TEST_F(JobManagerTest, RecoveryKeepsJobsAndReconcilesWorkers) {
   EXPECT_THAT(Get(id).attempts(0).reason(), HasSubstr("gone when its worker reconnected"));
 }
 
+// --- checkpoint records ---------------------------------------------------------
+
+absl::Status Checkpoint(JobManager& jobs, const std::string& worker, const std::string& job, int attempt,
+                        int rank, int64_t epochs, int64_t step, const std::string& path) {
+  v1::CheckpointReport rep;
+  rep.set_job_id(job);
+  rep.set_attempt(attempt);
+  rep.set_rank(rank);
+  rep.mutable_record()->set_epochs_done(epochs);
+  rep.mutable_record()->set_global_step(step);
+  rep.mutable_record()->set_path(path);
+  rep.mutable_record()->set_checksum("crc32:0000abcd");
+  rep.mutable_record()->set_size_bytes(100);
+  return jobs.OnCheckpoint(worker, rep);
+}
+
+// Records are the job's, per holder, pruned like the files (keep = 2); a
+// restart resumes the newest record rank 0's host holds, and rank 0 moves to
+// a host that holds the newest one.
+TEST_F(JobManagerTest, CheckpointRecordsDecideWhereAndFromWhatARestartResumes) {
+  std::string id = RunningJob();
+  // Only the assigned worker may report a rank's checkpoint, with an absolute path.
+  EXPECT_EQ(Checkpoint(*jobs_, "b", id, 1, 0, 1, 10, "/w/a/ck1").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Checkpoint(*jobs_, "a", id, 1, 0, 1, 10, "relative/ck1").code(), absl::StatusCode::kInvalidArgument);
+  for (int e = 1; e <= 3; ++e) {
+    ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, e, 10 * e, absl::StrCat("/w/a/ck", e)).ok());
+  }
+  ASSERT_TRUE(Checkpoint(*jobs_, "b", id, 1, 1, 2, 20, "/w/b/ck2").ok());
+  v1::Job j = Get(id);
+  std::vector<std::string> paths;
+  for (const auto& r : j.checkpoints()) {
+    paths.push_back(r.path());
+    EXPECT_EQ(r.job_id(), id);
+    EXPECT_EQ(r.spec_hash(), CheckpointSpecHash(j.spec()));
+  }
+  EXPECT_EQ(paths, (std::vector<std::string>{"/w/a/ck2", "/w/a/ck3", "/w/b/ck2"}));
+
+  // Worker a (holding the newest) is lost; the restart runs on b and c.
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(registry_->Heartbeat("b", b_).ok());
+  clock_.Advance(absl::Seconds(2));  // a silent for 4 s > 3 s lease.
+  ASSERT_EQ(registry_->ExpireLeases(), std::vector<std::string>{"a"});
+  jobs_->OnWorkerLost("a");
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_STOPPED).ok());
+  FakeChannel* c = AddWorker("c", 1);
+  j = Get(id);
+  ASSERT_EQ(j.attempts_size(), 2);
+  const v1::Attempt& a2 = j.attempts(1);
+  EXPECT_EQ(a2.ranks(0).worker_id(), "b") << "rank 0 moves to the host with a copy";
+  ASSERT_TRUE(a2.has_resume());
+  EXPECT_EQ(a2.resume().path(), "/w/b/ck2");
+  EXPECT_EQ(a2.resume().global_step(), 20);
+  ASSERT_FALSE(b_->Starts().empty());
+  EXPECT_EQ(b_->Starts().back().resume().path(), "/w/b/ck2");
+  EXPECT_EQ(b_->Starts().back().resume().checksum(), "crc32:0000abcd");
+  EXPECT_TRUE(b_->Starts().back().produce_rendezvous());
+  ASSERT_FALSE(c->Starts().empty());
+  EXPECT_EQ(c->Starts().back().resume().path(), "/w/b/ck2") << "every rank learns the same record";
+  bool said = false;
+  auto events = store_->ListEvents(id, 0, 1000);
+  ASSERT_TRUE(events.ok());
+  for (const auto& e : *events) {
+    if (e.type() == "scheduled" && e.attempt() == 2) {
+      said = true;
+      EXPECT_THAT(e.message(), HasSubstr("resuming from the checkpoint of job " + id + " at epoch 2 (step 20) on worker b"));
+      EXPECT_THAT(e.message(), HasSubstr("the newer the checkpoint of job " + id + " at epoch 3 (step 30) on worker a is unreachable (worker a is not alive)"));
+    }
+  }
+  EXPECT_TRUE(said);
+}
+
+TEST_F(JobManagerTest, RestartWithoutAReachableCheckpointSaysItStartsFromScratch) {
+  std::string id = RunningJob();
+  ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, 1, 10, "/w/a/ck1").ok());
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(registry_->Heartbeat("b", b_).ok());
+  clock_.Advance(absl::Seconds(2));  // a silent for 4 s > 3 s lease.
+  ASSERT_EQ(registry_->ExpireLeases(), std::vector<std::string>{"a"});
+  jobs_->OnWorkerLost("a");
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_STOPPED).ok());
+  AddWorker("c", 1);
+  v1::Job j = Get(id);
+  ASSERT_EQ(j.attempts_size(), 2);
+  EXPECT_FALSE(j.attempts(1).has_resume());
+  auto events = store_->ListEvents(id, 0, 1000);
+  ASSERT_TRUE(events.ok());
+  std::string scheduled;
+  for (const auto& e : *events) {
+    if (e.type() == "scheduled" && e.attempt() == 2) scheduled = e.message();
+  }
+  EXPECT_THAT(scheduled, HasSubstr("starting from scratch: the checkpoint of job " + id +
+                                   " at epoch 1 (step 10) on worker a is unreachable (worker a is not alive)"));
+}
+
+TEST_F(JobManagerTest, ResumeFromAnotherJobChecksStateAndCompatibility) {
+  std::string id = RunningJob();
+  v1::JobSpec cont = Spec(2);
+  cont.mutable_training()->set_epochs(3);
+  cont.mutable_resume_from()->set_job(id);
+  EXPECT_EQ(jobs_->Submit(cont).status().code(), absl::StatusCode::kFailedPrecondition) << "still running";
+  ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, 1, 10, "/w/a/ck1").ok());
+  ASSERT_TRUE(jobs_->Cancel(id, "").ok());
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STOPPED).ok());
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_STOPPED).ok());
+
+  v1::JobSpec other_model = cont;
+  other_model.mutable_model()->mutable_mlp()->add_hidden(8);
+  auto refused = jobs_->Submit(other_model);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("model"));
+  v1::JobSpec other_opt = cont;
+  other_opt.mutable_training()->mutable_optimizer()->set_name(v1::OPTIMIZER_SGD);
+  refused = jobs_->Submit(other_opt);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("training.optimizer.name"));
+  v1::JobSpec done = cont;
+  done.mutable_training()->set_epochs(1);
+  refused = jobs_->Submit(done);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("training.epochs: 1, but job " + id));
+  v1::JobSpec missing = cont;
+  missing.mutable_resume_from()->set_job("no-such-job");
+  EXPECT_THAT(std::string(jobs_->Submit(missing).status().message()), HasSubstr("resume_from.job: no job"));
+
+  auto next = jobs_->Submit(cont);
+  ASSERT_TRUE(next.ok()) << next.status();
+  v1::Job j = Get(next->id());
+  ASSERT_EQ(j.attempts_size(), 1);
+  ASSERT_TRUE(j.attempts(0).has_resume());
+  EXPECT_EQ(j.attempts(0).resume().job_id(), id);
+  EXPECT_EQ(j.attempts(0).ranks(0).worker_id(), "a");
+  EXPECT_EQ(a_->Starts().back().resume().path(), "/w/a/ck1");
+}
+
 }  // namespace
 }  // namespace trainctl::coordinator

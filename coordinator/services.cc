@@ -300,6 +300,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
       case v1::WorkerMessage::kProgress:
         s = ctx_.jobs->OnProgress(worker_id_, msg.progress());
         break;
+      case v1::WorkerMessage::kCheckpoint:
+        s = ctx_.jobs->OnCheckpoint(worker_id_, msg.checkpoint());
+        break;
       case v1::WorkerMessage::kGoodbye:
         Ended(/*left=*/true);
         Close(absl::OkStatus());

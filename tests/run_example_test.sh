@@ -11,10 +11,14 @@ out=$("$build/client/trainctl" run "$src/examples/mlp-synthetic.yaml" --set trai
 echo "$out"
 grep -q "SUCCEEDED" <<<"$out"
 grep -q "epoch 2/2 done" <<<"$out"
-test -f checkpoints/mlp-synthetic/model.pt
+# The model lands in a directory of the job's own: checkpoints/<name>/<job id>/.
+model=$(sed -n 's/^final model: \(.*\) (torch.jit.load.*/\1/p' <<<"$out")
+job=$(sed -n 's/^submitted job \(.*\)$/\1/p' <<<"$out")
+test "$model" = "$PWD/checkpoints/mlp-synthetic/$job/model.pt"
+test -f "$model"
 /usr/bin/python3 -c "
 import torch
-m = torch.jit.load('checkpoints/mlp-synthetic/model.pt')
+m = torch.jit.load('$model')
 y = m(torch.randn(4, 5))
 assert tuple(y.shape) == (4, 2), y.shape
 print('model.pt runs in Python:', tuple(y.shape))
@@ -43,4 +47,22 @@ test "$code" -eq 1
 grep -q "CANCELLED" sigterm.log
 sleep 0.5
 ! pgrep -f "trainctl-run-.*/jobs/mlp-synthetic" >/dev/null
+# Ctrl-C after a checkpoint prints the command that continues the run, and
+# that command resumes from the checkpoint and finishes.
+"$build/client/trainctl" run "$src/examples/mlp-synthetic.yaml" --set training.epochs=4 \
+  --set data.train.length=200000 > interrupted.log 2>&1 &
+pid=$!
+for _ in $(seq 600); do grep -q "checkpoint at epoch 1" interrupted.log && break; sleep 0.1; done
+kill -INT "$pid"
+set +e
+wait "$pid"
+set -e
+cat interrupted.log
+grep -q "continue from the last checkpoint with:" interrupted.log
+resume=$(grep -A1 "continue from the last checkpoint with:" interrupted.log | tail -1)
+grep -q -- "--state-dir .* --resume mlp-synthetic-" <<<"$resume"
+out=$(eval "${resume/trainctl/\"$build/client/trainctl\"}" 2>&1)
+echo "$out"
+grep -q "SUCCEEDED" <<<"$out"
+grep -q "resuming from the checkpoint of job" <<<"$out"
 echo "run_example_test: ok"

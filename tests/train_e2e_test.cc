@@ -23,7 +23,7 @@ using trainctl::testing::Cluster;
 v1::JobSpec Classic(int epochs, const std::string& ckpt_dir, int length = 3000) {
   std::string src = std::getenv("TRAINCTL_SOURCE_DIR") ? std::getenv("TRAINCTL_SOURCE_DIR") : ".";
   ParsedJobSpec p = ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
-                                     {absl::StrCat("training.epochs=", epochs), "checkpoint.dir=" + ckpt_dir,
+                                     {absl::StrCat("training.epochs=", epochs), "checkpoint.dir=" + ckpt_dir, "checkpoint.shared=true",
                                       absl::StrCat("data.train.length=", length)});
   EXPECT_TRUE(p.ok());
   return p.spec;
@@ -81,15 +81,16 @@ TEST_F(TrainE2ETest, KilledDaemonMidRunRestartsFromTheCheckpoint) {
   std::string ckpt = cluster_->dir() + "/ckpt";
   v1::JobSpec spec = Classic(6, ckpt, 60000);
   std::string id = cluster_->Submit(spec);
-  // Wait for rank 0's first checkpoint, then kill the worker that holds rank 1.
+  // Wait for the coordinator's record of rank 0's first checkpoint, then
+  // kill the worker that holds rank 1.
   absl::Time deadline = absl::Now() + absl::Seconds(60);
-  bool checkpointed = false;
-  while (!checkpointed && absl::Now() < deadline) {
-    checkpointed = std::system(("ls " + ckpt + "/ckpt-epoch-* >/dev/null 2>&1").c_str()) == 0;
-    absl::SleepFor(absl::Milliseconds(50));
-  }
-  ASSERT_TRUE(checkpointed);
   v1::Job j = cluster_->Get(id);
+  while (j.checkpoints_size() == 0 && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(25));
+    j = cluster_->Get(id);
+  }
+  ASSERT_GT(j.checkpoints_size(), 0);
+  const int64_t checkpoint_step = j.checkpoints(0).global_step();
   ASSERT_EQ(j.state(), v1::JOB_STATE_RUNNING);
   std::string victim;
   for (const std::string name : {"w0", "w1"}) {
@@ -103,6 +104,9 @@ TEST_F(TrainE2ETest, KilledDaemonMidRunRestartsFromTheCheckpoint) {
   j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
   ASSERT_EQ(j.attempts_size(), 2);
+  ASSERT_TRUE(j.attempts(1).has_resume());
+  EXPECT_GE(j.attempts(1).resume().global_step(), checkpoint_step);
+  EXPECT_EQ(j.attempts(1).resume().job_id(), id);
   // Attempt 2 started from a checkpoint: its ranks trained fewer than 6 epochs.
   grpc::ClientContext lctx;
   v1::GetLogsRequest lreq;
@@ -115,7 +119,7 @@ TEST_F(TrainE2ETest, KilledDaemonMidRunRestartsFromTheCheckpoint) {
   while (logs->Read(&c)) {
     for (const auto& l : c.lines()) all += l.text() + "\n";
   }
-  EXPECT_THAT(all, ::testing::HasSubstr("resum")) << all;
+  EXPECT_THAT(all, ::testing::HasSubstr(absl::StrCat("global step ", j.attempts(1).resume().global_step()))) << all;
 }
 
 }  // namespace

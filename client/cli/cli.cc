@@ -23,8 +23,8 @@ constexpr char kDefaultCoordinator[] = "localhost:7070";
 // Every verb, in the order `trainctl --help` lists them. A new verb is one
 // function (see context.h) and one line here.
 constexpr VerbFactory kVerbs[] = {
-    AddSubmitVerb, AddStatusVerb, AddDescribeVerb, AddListVerb,
-    AddLogsVerb,   AddCancelVerb, AddWorkersVerb, AddRunVerb,
+    AddSubmitVerb, AddStatusVerb, AddDescribeVerb, AddListVerb,  AddLogsVerb,
+    AddCancelVerb, AddResumeVerb, AddCheckpointsVerb, AddWorkersVerb, AddRunVerb,
 };
 
 constexpr char kMainFooter[] =

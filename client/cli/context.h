@@ -61,6 +61,8 @@ VerbRunner AddCancelVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddWorkersVerb(CLI::App& app, CliContext& ctx);
 // Local mode (run.cc): embedded coordinator and workers.
 VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx);
+VerbRunner AddResumeVerb(CLI::App& app, CliContext& ctx);
+VerbRunner AddCheckpointsVerb(CLI::App& app, CliContext& ctx);
 
 // Follows a job until it ends (follow mode output); 0 only when it SUCCEEDED.
 int FollowJob(CliContext& ctx, Client& client, const std::string& job_id);

@@ -33,7 +33,19 @@ struct RunFlags {
   std::string gpus;
   int slots = 0;
   bool keep_state = false;
+  std::string resume;
 };
+
+// Shell-quotes `s` when it needs it.
+std::string Quote(const std::string& s) {
+  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,") ==
+                        std::string::npos) {
+    return s;
+  }
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
 
 // trainctl-rank beside this binary (installed), or in the build tree.
 std::string FindRankBinary(const CliEnvironment& env) {
@@ -56,10 +68,13 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
     return kExitUsage;
   }
   v1::JobSpec spec = parsed.spec;
-  // The final model and checkpoints land where the user can find them.
+  // The final model and checkpoints land where the user can find them, in a
+  // directory of this job's own (the coordinator fills in the id).
   if (spec.checkpoint().dir().empty()) {
-    spec.mutable_checkpoint()->set_dir(fs::absolute(fs::path("checkpoints") / spec.name()).string());
+    spec.mutable_checkpoint()->set_dir(
+        (fs::absolute(fs::path("checkpoints") / spec.name()) / "{job_id}").string());
   }
+  if (!flags.resume.empty()) spec.mutable_resume_from()->set_job(flags.resume);
 
   std::string state_dir = flags.state_dir;
   bool temporary = state_dir.empty();
@@ -128,6 +143,7 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   }
   absl::StatusOr<v1::Job> job = client->Submit(spec);
   int code;
+  bool keep_for_resume = false;
   if (!job.ok()) {
     code = ctx.Fail(job.status());
   } else {
@@ -135,11 +151,14 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
     // Ctrl-C / SIGTERM cancel the job; following then ends and everything
     // below still runs (ranks stopped, state directory removed).
     std::atomic<bool> followed{false};
+    std::atomic<bool> interrupted{false};
     std::thread on_signal([&] {
       int sig = 0;
       while (sigwait(&stop_signals, &sig) == 0 && !followed) {
         if (sig == SIGINT || sig == SIGTERM) {
-          (void)client->Cancel(job->id(), absl::StrCat("trainctl run got signal ", sig));
+          interrupted = true;
+          absl::StatusOr<v1::Job> c = client->Cancel(job->id(), absl::StrCat("trainctl run got signal ", sig));
+          if (!c.ok()) ctx.err << "trainctl run: could not cancel " << job->id() << ": " << c.status().message() << "\n";
         }
       }
     });
@@ -147,15 +166,29 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
     followed = true;
     pthread_kill(on_signal.native_handle(), SIGUSR1);
     on_signal.join();
-    std::string model = spec.checkpoint().dir() + "/model.pt";
+    std::string model = job->spec().checkpoint().dir() + "/model.pt";
     if (code == kExitOk && !ctx.json() && fs::exists(model)) {
       ctx.out << "final model: " << model << " (torch.jit.load it in Python)\n";
+    }
+    if (interrupted) {
+      // Keep the state (the coordinator's checkpoint records) so the job can
+      // be continued where it stopped.
+      absl::StatusOr<v1::Job> last = client->Get(job->id());
+      if (last.ok() && last->checkpoints_size() > 0) {
+        keep_for_resume = true;
+        std::string cmd = absl::StrCat("trainctl run ", Quote(flags.file));
+        for (const std::string& set : flags.sets) absl::StrAppend(&cmd, " --set ", Quote(set));
+        absl::StrAppend(&cmd, " --state-dir ", Quote(state_dir), " --resume ", job->id());
+        ctx.err << "interrupted; continue from the last checkpoint with:\n  " << cmd << "\n";
+      } else {
+        ctx.err << "interrupted before the first checkpoint; nothing to resume\n";
+      }
     }
   }
   ctx.out << std::flush;
   daemon.Shutdown(/*goodbye=*/true, absl::Seconds(5));
   server.Shutdown();
-  if (temporary && !flags.keep_state) fs::remove_all(state_dir, ec);
+  if (temporary && !flags.keep_state && !keep_for_resume) fs::remove_all(state_dir, ec);
   return code;
 }
 
@@ -169,13 +202,17 @@ VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx) {
       "Example:\n"
       "  trainctl run examples/mlp-synthetic.yaml\n"
       "  trainctl run examples/fashion-mnist-cnn.yaml --set training.epochs=1\n"
-      "The final model goes to checkpoint.dir (default ./checkpoints/<name>/model.pt).\n");
+      "  trainctl run job.yaml --state-dir DIR --resume JOB   # continue an interrupted run\n"
+      "The final model goes to checkpoint.dir (default ./checkpoints/<name>/<job id>/model.pt).\n");
   sub->add_option("FILE", flags->file, "The job.yaml")->required();
   sub->add_option("--set", flags->sets, "Override a field: key.path=value (repeatable)");
   sub->add_option("--state-dir", flags->state_dir,
                   "Keep the coordinator database and worker files here (default: a temporary "
                   "directory, removed at the end)");
   sub->add_flag("--keep-state", flags->keep_state, "Keep the temporary state directory");
+  sub->add_option("--resume", flags->resume,
+                  "Continue this job (of the --state-dir's coordinator) from its newest checkpoint; "
+                  "an interrupted run prints the command");
   sub->add_option("--gpus", flags->gpus, "GPUs to use: all, none, or 0,1 (default: every visible GPU)");
   sub->add_option("--slots", flags->slots, "CPU slots (default: the job's world_size)");
   sub->add_option("--rank-binary", flags->rank_binary,

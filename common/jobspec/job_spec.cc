@@ -15,6 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "google/protobuf/io/coded_stream.h"
+#include "google/protobuf/io/zero_copy_stream_impl_lite.h"
 #include "yaml-cpp/yaml.h"
 
 namespace trainctl {
@@ -444,6 +446,7 @@ class Validator {
     Range("restart.max_restarts", raw.restart().max_restarts(), 0, 1000, false);
     Range("restart.progress_timeout_s", raw.restart().progress_timeout_s(), 0, 7 * 24 * 3600, false);
     Range("metrics.every_steps", raw.metrics().every_steps(), 1, 1000000, true);
+    CheckResumeFrom(raw.resume_from().job());
     return std::move(errors_);
   }
 
@@ -523,6 +526,15 @@ class Validator {
 
   void Required(const std::string& path, const std::string& v) {
     if (v.empty()) Error(path, "required");
+  }
+
+  // A job id: the name's characters plus the "-xxxxxx" the coordinator adds.
+  void CheckResumeFrom(const std::string& id) {
+    if (id.empty()) return;
+    bool ok = id.size() <= 128 && std::all_of(id.begin(), id.end(), [](char c) {
+      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+    });
+    if (!ok) Error("resume_from.job", "not a job id ([a-z0-9-], at most 128 characters)");
   }
 
   void CheckName(const std::string& name) {
@@ -1056,6 +1068,60 @@ absl::Status SpecErrorsToStatus(const std::vector<SpecError>& errors) {
   std::vector<std::string> lines;
   for (const SpecError& e : errors) lines.push_back(e.ToString());
   return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
+}
+
+std::string CheckpointSpecHash(const v1::JobSpec& spec) {
+  v1::JobSpec shape;
+  *shape.mutable_model() = spec.model();
+  shape.mutable_training()->mutable_optimizer()->set_name(spec.training().optimizer().name());
+  std::string bytes;
+  {
+    google::protobuf::io::StringOutputStream raw(&bytes);
+    google::protobuf::io::CodedOutputStream out(&raw);
+    out.SetSerializationDeterministic(true);
+    shape.SerializeToCodedStream(&out);
+  }
+  uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
+  for (unsigned char c : bytes) {
+    h ^= c;
+    h *= 1099511628211ull;
+  }
+  char buf[32];
+  snprintf(buf, sizeof buf, "fnv64:%016llx", static_cast<unsigned long long>(h));
+  return buf;
+}
+
+std::vector<SpecError> CheckResumeCompatible(const v1::JobSpec& from, const std::string& from_id,
+                                             const v1::JobSpec& to) {
+  std::vector<SpecError> errors;
+  auto add = [&](const std::string& field, const std::string& message) {
+    SpecError e;
+    e.field = field;
+    e.message = message;
+    errors.push_back(std::move(e));
+  };
+  std::string a, b;
+  {
+    google::protobuf::io::StringOutputStream ra(&a), rb(&b);
+    google::protobuf::io::CodedOutputStream oa(&ra), ob(&rb);
+    oa.SetSerializationDeterministic(true);
+    ob.SetSerializationDeterministic(true);
+    from.model().SerializeToCodedStream(&oa);
+    to.model().SerializeToCodedStream(&ob);
+  }
+  if (a != b) {
+    add("model", absl::StrCat("differs from job ", from_id,
+                              "'s model; a checkpoint only loads into the model that wrote it"));
+  }
+  if (from.training().optimizer().name() != to.training().optimizer().name()) {
+    const auto* d = v1::Optimizer_descriptor();
+    add("training.optimizer.name",
+        absl::StrCat(EnumValueName(d->FindValueByNumber(to.training().optimizer().name())), ", but job ",
+                     from_id, " trained with ",
+                     EnumValueName(d->FindValueByNumber(from.training().optimizer().name())),
+                     "; its optimizer state cannot be loaded"));
+  }
+  return errors;
 }
 
 std::string JobSpecToYaml(const v1::JobSpec& spec) {

@@ -86,6 +86,16 @@ std::string JobSpecToYaml(const v1::JobSpec& spec);
 // job.yaml names. Unset messages (e.g. no data.eval) produce no keys.
 std::map<std::string, std::string> JobSpecToFlat(const v1::JobSpec& spec);
 
+// Hash of the resolved spec's fields that shape model and optimizer state
+// (model, training.optimizer.name): written into every checkpoint's
+// manifest and checked before a resume loads one. "fnv64:<16 hex digits>".
+std::string CheckpointSpecHash(const v1::JobSpec& spec);
+
+// Whether a job with spec `to` may start from a checkpoint of job `from_id`
+// (spec `from`): one error per field that makes the state incompatible.
+std::vector<SpecError> CheckResumeCompatible(const v1::JobSpec& from, const std::string& from_id,
+                                             const v1::JobSpec& to);
+
 // The user-facing lower-case name of an enum value ("adam", "cuda", ...).
 std::string EnumValueName(const google::protobuf::EnumValueDescriptor* value);
 

@@ -351,4 +351,35 @@ absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
   return Pass(jobs, workers).Run();
 }
 
+bool PreferNodeZero(Placement& placement, const std::function<bool(const std::string&)>& prefer) {
+  // Nodes in node order, each with its ranks in rank order.
+  std::vector<std::vector<RankAssignment>> nodes(static_cast<size_t>(placement.num_nodes));
+  for (const RankAssignment& r : placement.ranks) {
+    if (r.node_rank < 0 || r.node_rank >= placement.num_nodes) return false;
+    nodes[static_cast<size_t>(r.node_rank)].push_back(r);
+  }
+  size_t chosen = nodes.size();
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    if (!nodes[n].empty() && prefer(nodes[n].front().worker_id)) {
+      chosen = n;
+      break;
+    }
+  }
+  if (chosen == nodes.size()) return false;
+  if (chosen == 0) return true;
+  std::rotate(nodes.begin(), nodes.begin() + static_cast<std::ptrdiff_t>(chosen),
+              nodes.begin() + static_cast<std::ptrdiff_t>(chosen) + 1);
+  std::vector<RankAssignment> ranks;
+  int rank = 0;
+  for (size_t n = 0; n < nodes.size(); ++n) {
+    for (RankAssignment r : nodes[n]) {
+      r.rank = rank++;
+      r.node_rank = static_cast<int>(n);
+      ranks.push_back(std::move(r));
+    }
+  }
+  placement.ranks = std::move(ranks);
+  return true;
+}
+
 }  // namespace trainctl::scheduler

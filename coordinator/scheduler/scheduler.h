@@ -73,6 +73,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -204,6 +205,14 @@ struct ScheduleResult {
 // job ends in exactly one of placements or pending.
 absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
                                         absl::Span<const WorkerSlots> workers);
+
+// Moves the node of `placement` whose worker `prefer` accepts (the first such
+// node in node order) to node 0, keeping every node's slots and the order of
+// the others, and renumbers ranks so that ranks stay contiguous per node.
+// Used to put rank 0 on a host that holds the checkpoint a restart resumes
+// (rank 0 reads it and broadcasts it). Returns whether such a node exists;
+// the placement is unchanged when none does or node 0 already qualifies.
+bool PreferNodeZero(Placement& placement, const std::function<bool(const std::string&)>& prefer);
 
 // "cuda"/"cpu" style names for messages and tests.
 const char* SlotKindName(SlotKind kind);

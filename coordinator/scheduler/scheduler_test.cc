@@ -847,5 +847,51 @@ TEST(SchedulerPropertyTest, EveryJobThatFitsEventuallyRuns) {
   }
 }
 
+
+// Rank 0 moves to the node whose worker holds the checkpoint; every node
+// keeps its slots and ranks stay contiguous per node.
+TEST(PreferNodeZeroTest, MovesThePreferredNodeFirstAndRenumbers) {
+  Placement p;
+  p.job_id = "j";
+  p.world_size = 5;
+  p.num_nodes = 3;
+  auto add = [&](int rank, const std::string& w, int slot, int local, int lws, int node) {
+    RankAssignment r;
+    r.rank = rank;
+    r.worker_id = w;
+    r.slot = slot;
+    r.local_rank = local;
+    r.local_world_size = lws;
+    r.node_rank = node;
+    p.ranks.push_back(r);
+  };
+  add(0, "a", 0, 0, 2, 0);
+  add(1, "a", 1, 1, 2, 0);
+  add(2, "b", 3, 0, 1, 1);
+  add(3, "c", 0, 0, 2, 2);
+  add(4, "c", 5, 1, 2, 2);
+
+  Placement same = p;
+  EXPECT_FALSE(PreferNodeZero(same, [](const std::string& w) { return w == "zz"; }));
+  EXPECT_EQ(same.ranks[0].worker_id, "a");
+  EXPECT_TRUE(PreferNodeZero(same, [](const std::string& w) { return w == "a"; }));
+  EXPECT_EQ(same.ranks[2].worker_id, "b");
+
+  ASSERT_TRUE(PreferNodeZero(p, [](const std::string& w) { return w == "c"; }));
+  ASSERT_EQ(p.ranks.size(), 5u);
+  std::vector<std::string> workers;
+  for (size_t i = 0; i < p.ranks.size(); ++i) {
+    EXPECT_EQ(p.ranks[i].rank, static_cast<int>(i));
+    workers.push_back(p.ranks[i].worker_id);
+  }
+  EXPECT_EQ(workers, (std::vector<std::string>{"c", "c", "a", "a", "b"}));
+  EXPECT_EQ(p.ranks[0].node_rank, 0);
+  EXPECT_EQ(p.ranks[1].slot, 5);
+  EXPECT_EQ(p.ranks[1].local_rank, 1);
+  EXPECT_EQ(p.ranks[2].node_rank, 1);
+  EXPECT_EQ(p.ranks[4].node_rank, 2);
+  EXPECT_EQ(p.ranks[4].slot, 3);
+}
+
 }  // namespace
 }  // namespace trainctl::scheduler

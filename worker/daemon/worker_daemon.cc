@@ -126,7 +126,9 @@ struct WorkerDaemon::LocalAttempt {
   std::map<int32_t, LocalRank> ranks;
   std::vector<v1::MetricPoint> pending_metrics;
   std::string checkpoint_dir;
-  bool resume = false;
+  // The coordinator's record to resume from (unset: a fresh start).
+  std::optional<v1::CheckpointRecord> resume;
+  std::string spec_hash;
 };
 
 absl::StatusOr<std::string> GenerateNcclUniqueId() {
@@ -493,10 +495,15 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
   a->number = s.attempt();
   a->spec = s.spec();
   a->produce_rendezvous = s.produce_rendezvous();
-  a->resume = s.attempt() > 1;
-  a->checkpoint_dir = s.spec().checkpoint().dir().empty()
-                          ? absl::StrCat(options_.work_dir, "/jobs/", s.job_id(), "/checkpoints")
-                          : s.spec().checkpoint().dir();
+  if (s.has_resume()) a->resume = s.resume();
+  a->spec_hash = s.spec_hash();
+  // Absolute (against the daemon's working directory) so the rank, whose
+  // working directory differs, reads and writes the same place.
+  a->checkpoint_dir = fs::absolute(s.spec().checkpoint().dir().empty()
+                                       ? absl::StrCat(options_.work_dir, "/jobs/", s.job_id(), "/checkpoints")
+                                       : s.spec().checkpoint().dir())
+                          .lexically_normal()
+                          .string();
   for (const v1::RankAssignment& ra : s.ranks()) {
     LocalRank& r = a->ranks[ra.rank()];
     r.assignment = ra;
@@ -583,7 +590,15 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
   cfg[rk::kBackend] = a.gpu ? "nccl" : "gloo";
   cfg[rk::kWorkDir] = dir;
   cfg[rk::kCheckpointDir] = a.checkpoint_dir;
-  cfg[rk::kResume] = a.resume ? "true" : "false";
+  // One writer per host (its first rank), or only rank 0 on a shared dir.
+  const bool writer = a.spec.checkpoint().shared() ? ra.rank() == 0 : ra.local_rank() == 0;
+  cfg[rk::kCheckpointWriter] = writer ? "true" : "false";
+  cfg[rk::kSpecHash] = a.spec_hash;
+  if (a.resume.has_value()) {
+    cfg[rk::kResumeFrom] = a.resume->path();
+    cfg[rk::kResumeChecksum] = a.resume->checksum();
+    cfg[rk::kResumeJobId] = a.resume->job_id();
+  }
   cfg[rk::kStatusFd] = "3";
   cfg[rk::kTimeoutSeconds] = absl::StrCat(options_.rank_timeout_s);
   cfg[rk::kAdvertiseHost] = options_.address;
@@ -710,6 +725,23 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       p->set_epoch(msg->epoch);
       p->set_step(msg->step);
       Enqueue(m, false);
+      break;
+    }
+    case rankproto::StatusMessage::Type::kCheckpoint: {
+      const rankproto::CheckpointNote& c = msg->checkpoint;
+      v1::WorkerMessage m;
+      v1::CheckpointReport* rep = m.mutable_checkpoint();
+      rep->set_job_id(a->job_id);
+      rep->set_attempt(a->number);
+      rep->set_rank(r->assignment.rank());
+      v1::CheckpointRecord* rec = rep->mutable_record();
+      rec->set_epochs_done(c.epochs_done);
+      rec->set_global_step(c.global_step);
+      rec->set_size_bytes(c.size_bytes);
+      rec->set_checksum(c.checksum);
+      // The rank reports the path it wrote; make it absolute for the record.
+      rec->set_path(fs::absolute(c.path).lexically_normal().string());
+      Enqueue(m, true);
       break;
     }
     case rankproto::StatusMessage::Type::kMetric: {
@@ -845,6 +877,7 @@ void WorkerDaemon::OnExit(const std::string& key, int code, int signal) {
         case rankproto::ErrorKind::kConfig: e->set_kind(v1::FAILURE_KIND_CONFIG); break;
         case rankproto::ErrorKind::kCollective: e->set_kind(v1::FAILURE_KIND_COLLECTIVE); break;
         case rankproto::ErrorKind::kRendezvous: e->set_kind(v1::FAILURE_KIND_RENDEZVOUS); break;
+        case rankproto::ErrorKind::kDiskFull: e->set_kind(v1::FAILURE_KIND_DISK_FULL); break;
         default: e->set_kind(v1::FAILURE_KIND_EXIT);
       }
     } else if (signal != 0) {

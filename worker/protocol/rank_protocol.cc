@@ -57,6 +57,7 @@ const char* ErrorKindName(ErrorKind k) {
     case ErrorKind::kConfig: return "config";
     case ErrorKind::kCollective: return "collective";
     case ErrorKind::kRendezvous: return "rendezvous";
+    case ErrorKind::kDiskFull: return "disk_full";
     default: return "exit";
   }
 }
@@ -189,6 +190,13 @@ std::string FormatError(ErrorKind kind, std::string_view message) {
   return absl::StrCat("error ", ErrorKindName(kind), " ", flat, "\n");
 }
 
+std::string FormatCheckpoint(const CheckpointNote& c) {
+  std::string path;
+  for (char ch : c.path) path += (ch == '\n' || ch == '\r') ? ' ' : ch;
+  return absl::StrCat("checkpoint ", c.epochs_done, " ", c.global_step, " ", c.size_bytes, " ",
+                      c.checksum.empty() ? "-" : c.checksum, " ", path, "\n");
+}
+
 absl::StatusOr<StatusMessage> ParseStatusLine(std::string_view line) {
   std::string l(line);
   if (!l.empty() && l.back() == '\n') l.pop_back();
@@ -217,9 +225,27 @@ absl::StatusOr<StatusMessage> ParseStatusLine(std::string_view line) {
     m.error_kind = k == "config" ? ErrorKind::kConfig
                    : k == "collective" ? ErrorKind::kCollective
                    : k == "rendezvous" ? ErrorKind::kRendezvous
+                   : k == "disk_full"  ? ErrorKind::kDiskFull
                                        : ErrorKind::kExit;
     size_t pos = l.find(k, 5) + k.size();
     m.message = pos < l.size() ? l.substr(pos + 1) : "";
+    return m;
+  }
+  if (verb == "checkpoint" && words.size() >= 6) {
+    m.type = StatusMessage::Type::kCheckpoint;
+    CheckpointNote& c = m.checkpoint;
+    if (!absl::SimpleAtoi(words[1], &c.epochs_done) || !absl::SimpleAtoi(words[2], &c.global_step) ||
+        !absl::SimpleAtoi(words[3], &c.size_bytes)) {
+      return bad();
+    }
+    c.checksum = words[4] == "-" ? "" : words[4];
+    // The path is the rest of the line after the fifth word (it may hold spaces).
+    size_t pos = 0;
+    for (int w = 0; w < 5; ++w) {
+      pos = l.find_first_not_of(' ', pos);
+      pos = l.find(' ', pos);
+    }
+    c.path = l.substr(l.find_first_not_of(' ', pos));
     return m;
   }
   if (verb == "metric") {

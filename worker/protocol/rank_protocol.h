@@ -20,6 +20,9 @@
 //   ready                         communicator initialised
 //   progress EPOCH GLOBAL_STEP    optional heartbeat of training progress
 //   metric k=v k=v ...            see RankMetric
+//   checkpoint EPOCHS STEP BYTES CHECKSUM PATH
+//                                 a checkpoint writer finished a checkpoint
+//                                 (after its atomic rename); PATH last
 //   error KIND MESSAGE            before a non-zero exit: why (KIND below)
 //
 // stdout/stderr are captured by the daemon as the rank's logs. The daemon
@@ -68,10 +71,20 @@ inline constexpr char kStorePort[] = "run.store_port";
 inline constexpr char kNcclUniqueId[] = "run.nccl_unique_id";
 // Directory for this rank's scratch files.
 inline constexpr char kWorkDir[] = "run.work_dir";
-// Checkpoints (shared by the job's ranks on one host; rank 0 writes).
+// Checkpoints (shared by the job's ranks on one host).
 inline constexpr char kCheckpointDir[] = "run.checkpoint_dir";
-// "true" when an earlier attempt ran: resume from the newest checkpoint.
-inline constexpr char kResume[] = "run.resume";
+// "true" for the rank that writes this host's checkpoints (the first rank on
+// each host, or only rank 0 when checkpoint.shared is set).
+inline constexpr char kCheckpointWriter[] = "run.checkpoint_writer";
+// The coordinator's record to resume from ("" = fresh start): the file on
+// rank 0's host, its checksum and the job that wrote it. Rank 0 reads and
+// verifies it and broadcasts it to the other ranks.
+inline constexpr char kResumeFrom[] = "run.resume_from";
+inline constexpr char kResumeChecksum[] = "run.resume_checksum";
+inline constexpr char kResumeJobId[] = "run.resume_job_id";
+// Hash of the spec fields that shape model and optimizer state (the
+// checkpoint manifest's spec_hash).
+inline constexpr char kSpecHash[] = "run.spec_hash";
 // File descriptor of the status pipe.
 inline constexpr char kStatusFd[] = "run.status_fd";
 // Seconds a collective or the rendezvous may take before it is an error.
@@ -87,6 +100,8 @@ enum class ErrorKind {
   kCollective,
   // The rendezvous did not complete.
   kRendezvous,
+  // A checkpoint write ran out of disk space.
+  kDiskFull,
   // Anything else (an exception while training).
   kExit,
 };
@@ -115,8 +130,17 @@ struct RankMetric {
   int64_t eval_samples = 0;
 };
 
+// A checkpoint a rank wrote.
+struct CheckpointNote {
+  int64_t epochs_done = 0;
+  int64_t global_step = 0;
+  int64_t size_bytes = 0;
+  std::string checksum;
+  std::string path;
+};
+
 struct StatusMessage {
-  enum class Type { kRendezvous, kReady, kProgress, kMetric, kError };
+  enum class Type { kRendezvous, kReady, kProgress, kMetric, kError, kCheckpoint };
   Type type = Type::kReady;
   std::string address;  // kRendezvous
   int32_t epoch = 0;    // kProgress
@@ -124,6 +148,7 @@ struct StatusMessage {
   RankMetric metric;    // kMetric
   ErrorKind error_kind = ErrorKind::kExit;  // kError
   std::string message;                      // kError
+  CheckpointNote checkpoint;                // kCheckpoint
 };
 
 // --- config file --------------------------------------------------------------
@@ -152,6 +177,7 @@ std::string FormatReady();
 std::string FormatProgress(int32_t epoch, int64_t global_step);
 std::string FormatMetric(const RankMetric& m);
 std::string FormatError(ErrorKind kind, std::string_view message);
+std::string FormatCheckpoint(const CheckpointNote& c);
 // Parses one line (with or without its newline).
 absl::StatusOr<StatusMessage> ParseStatusLine(std::string_view line);
 

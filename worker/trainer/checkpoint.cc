@@ -5,7 +5,14 @@
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
+#include <sys/statvfs.h>
 #include <unistd.h>
+#include <zlib.h>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <sstream>
 
 #include <algorithm>
 #include <cstdio>
@@ -25,7 +32,64 @@ namespace fs = std::filesystem;
 
 constexpr char kPrefix[] = "ckpt-epoch-";
 constexpr char kSuffix[] = ".pt";
-constexpr int64_t kFormatVersion = 1;
+// 2: the manifest (job_id, attempt, spec_hash) and job-named files.
+constexpr int64_t kFormatVersion = 2;
+
+std::string FilePrefix(const std::string& job_id) {
+  return job_id.empty() ? std::string(kPrefix) : absl::StrCat(job_id, ".", kPrefix);
+}
+
+std::string HumanBytes(double b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (b >= 1024 && u < 4) {
+    b /= 1024;
+    ++u;
+  }
+  return absl::StrFormat(u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+}
+
+// Free bytes for an unprivileged writer on the filesystem holding `dir`, or -1.
+int64_t FreeBytes(const std::string& dir) {
+  struct statvfs st {};
+  if (::statvfs(dir.c_str(), &st) != 0) return -1;
+  return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
+}
+
+// Writes all of `data` to a new file at `path` and fsyncs it. On failure the
+// file is removed and the errno of the failing call is in `*err`.
+absl::Status WriteWholeFile(const std::string& path, std::string_view data, int* err) {
+  *err = 0;
+  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    *err = errno;
+    return absl::InternalError(absl::StrCat("open '", path, "': ", std::strerror(*err)));
+  }
+  size_t off = 0;
+  const char* what = "write";
+  while (off < data.size()) {
+    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      *err = n < 0 ? errno : ENOSPC;
+      break;
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (*err == 0 && ::fsync(fd) != 0) {
+    *err = errno;
+    what = "fsync";
+  }
+  if (::close(fd) != 0 && *err == 0) {
+    *err = errno;
+    what = "close";
+  }
+  if (*err != 0) {
+    ::unlink(path.c_str());
+    return absl::InternalError(absl::StrCat(what, " '", path, "': ", std::strerror(*err)));
+  }
+  return absl::OkStatus();
+}
 
 std::string FirstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
 
@@ -81,6 +145,12 @@ absl::Status ReadNamed(torch::serialize::InputArchive& archive, const std::strin
   return absl::OkStatus();
 }
 
+std::string ReadString(torch::serialize::InputArchive& a, const std::string& key) {
+  c10::IValue v;
+  a.read(key, v);
+  return v.toStringRef();
+}
+
 int64_t ReadInt(torch::serialize::InputArchive& a, const std::string& key) {
   c10::IValue v;
   a.read(key, v);
@@ -95,22 +165,23 @@ double ReadDouble(torch::serialize::InputArchive& a, const std::string& key) {
 
 }  // namespace
 
-std::string CheckpointPath(const std::string& dir, int64_t epochs_done) {
-  return absl::StrFormat("%s/%s%06d%s", dir, kPrefix, epochs_done, kSuffix);
+std::string CheckpointPath(const std::string& dir, const std::string& job_id, int64_t epochs_done) {
+  return absl::StrFormat("%s/%s%06d%s", dir, FilePrefix(job_id), epochs_done, kSuffix);
 }
 
-std::vector<std::string> ListCheckpoints(const std::string& dir) {
+std::vector<std::string> ListCheckpoints(const std::string& dir, const std::string& job_id) {
+  const std::string prefix = FilePrefix(job_id);
   std::vector<std::pair<int64_t, std::string>> found;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
-    const size_t plen = sizeof(kPrefix) - 1, slen = sizeof(kSuffix) - 1;
-    if (name.size() <= plen + slen || name.compare(0, plen, kPrefix) != 0 ||
+    const size_t plen = prefix.size(), slen = sizeof(kSuffix) - 1;
+    if (name.size() <= plen + slen || name.compare(0, plen, prefix) != 0 ||
         name.compare(name.size() - slen, slen, kSuffix) != 0) {
       continue;
     }
     const std::string digits = name.substr(plen, name.size() - plen - slen);
-    if (digits.empty() || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
+    if (digits.empty() || digits.size() > 12 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
     found.emplace_back(std::stoll(digits), it->path().string());
   }
   std::sort(found.begin(), found.end());
@@ -119,9 +190,34 @@ std::vector<std::string> ListCheckpoints(const std::string& dir) {
   return out;
 }
 
-std::string LatestCheckpoint(const std::string& dir) {
-  std::vector<std::string> all = ListCheckpoints(dir);
+std::string LatestCheckpoint(const std::string& dir, const std::string& job_id) {
+  std::vector<std::string> all = ListCheckpoints(dir, job_id);
   return all.empty() ? "" : all.back();
+}
+
+std::string ChecksumOf(std::string_view bytes) {
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  crc = crc32_z(crc, reinterpret_cast<const Bytef*>(bytes.data()), bytes.size());
+  return absl::StrFormat("crc32:%08x", static_cast<uint32_t>(crc));
+}
+
+absl::Status CheckCheckpointDir(const std::string& dir) {
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint dir '", dir, "' cannot be created: ", ec.message()));
+  }
+  const std::string probe = absl::StrCat(dir, "/.trainctl-write-probe.", ::getpid());
+  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) {
+    int e = errno;
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint dir '", dir, "' is not writable: ", std::strerror(e)));
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+  return absl::OkStatus();
 }
 
 absl::Status SyncFileAndDir(const std::string& path) {
@@ -130,16 +226,26 @@ absl::Status SyncFileAndDir(const std::string& path) {
   return FsyncFd(dir.empty() ? "." : dir, O_RDONLY | O_DIRECTORY);
 }
 
-absl::Status WriteCheckpoint(const std::string& dir, int64_t keep, const TrainingPosition& position,
-                             engine::Model& model, torch::optim::Optimizer& optimizer) {
+absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_t keep,
+                                                  const CheckpointManifest& manifest,
+                                                  const TrainingPosition& position,
+                                                  engine::Model& model,
+                                                  torch::optim::Optimizer& optimizer) {
   std::error_code ec;
   fs::create_directories(dir, ec);
-  if (ec) return absl::InternalError(absl::StrCat("cannot create checkpoint dir '", dir, "': ", ec.message()));
-  const std::string path = CheckpointPath(dir, position.epochs_done);
-  const std::string tmp = path + ".tmp";
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot create checkpoint dir '", dir, "': ", ec.message()));
+  }
+  WrittenCheckpoint out;
+  out.path = CheckpointPath(dir, manifest.job_id, position.epochs_done);
+  std::string bytes;
   try {
     torch::serialize::OutputArchive archive;
     archive.write("format_version", c10::IValue(kFormatVersion));
+    archive.write("job_id", c10::IValue(manifest.job_id));
+    archive.write("attempt", c10::IValue(manifest.attempt));
+    archive.write("spec_hash", c10::IValue(manifest.spec_hash));
     archive.write("epochs_done", c10::IValue(position.epochs_done));
     archive.write("global_step", c10::IValue(position.global_step));
     archive.write("skipped_steps", c10::IValue(position.skipped_steps));
@@ -157,40 +263,92 @@ absl::Status WriteCheckpoint(const std::string& dir, int64_t keep, const Trainin
       std::lock_guard<std::mutex> lock(gen.mutex());
       archive.write("rng_cpu", gen.get_state());
     }
-    archive.save_to(tmp);
+    std::ostringstream buf;
+    archive.save_to(buf);
+    bytes = std::move(buf).str();
   } catch (const std::exception& e) {
-    std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat("writing checkpoint '", path, "' failed: ", FirstLine(e.what())));
+    return absl::InternalError(absl::StrCat("serialising checkpoint '", out.path, "' failed: ", FirstLine(e.what())));
   }
-  absl::Status synced = FsyncFd(tmp, O_RDONLY);
-  if (!synced.ok()) {
-    std::remove(tmp.c_str());
-    return synced;
+  out.size_bytes = static_cast<int64_t>(bytes.size());
+  out.checksum = ChecksumOf(bytes);
+
+  // Unique per process: two writers sharing a directory never share a temporary file.
+  const std::string tmp = absl::StrCat(out.path, ".tmp.", ::getpid());
+  int err = 0;
+  absl::Status written = WriteWholeFile(tmp, bytes, &err);
+  if (!written.ok()) {
+    if (err == ENOSPC || err == EDQUOT) {
+      int64_t free_bytes = FreeBytes(dir);
+      return absl::ResourceExhaustedError(absl::StrCat(
+          "disk full: writing checkpoint '", out.path, "' failed: ", std::strerror(err), "; it needs ",
+          HumanBytes(static_cast<double>(out.size_bytes)), ", the filesystem has ",
+          free_bytes < 0 ? std::string("an unknown amount") : HumanBytes(static_cast<double>(free_bytes)),
+          " free"));
+    }
+    if (err == EACCES || err == EROFS || err == EPERM) {
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint dir '", dir, "' is not writable: ", written.message()));
+    }
+    return absl::InternalError(absl::StrCat("writing checkpoint '", out.path, "' failed: ", written.message()));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (std::rename(tmp.c_str(), out.path.c_str()) != 0) {
+    int e = errno;
     std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat("renaming '", tmp, "' to '", path, "' failed"));
+    return absl::InternalError(absl::StrCat("renaming '", tmp, "' to '", out.path, "' failed: ", std::strerror(e)));
   }
   TRAINCTL_RETURN_IF_ERROR(FsyncFd(dir, O_RDONLY | O_DIRECTORY));
 
-  std::vector<std::string> all = ListCheckpoints(dir);
+  std::vector<std::string> all = ListCheckpoints(dir, manifest.job_id);
   for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {
     fs::remove(all[i], ec);
   }
-  return absl::OkStatus();
+  return out;
 }
 
-absl::StatusOr<TrainingPosition> ReadCheckpoint(const std::string& path, engine::Model& model,
+absl::StatusOr<std::string> ReadCheckpointBytes(const std::string& path, const std::string& expected_checksum) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    int e = errno;
+    return absl::NotFoundError(absl::StrCat("cannot open checkpoint '", path, "': ", std::strerror(e)));
+  }
+  std::ostringstream buf;
+  buf << in.rdbuf();
+  if (in.bad()) return absl::DataLossError(absl::StrCat("reading checkpoint '", path, "' failed"));
+  std::string bytes = std::move(buf).str();
+  if (!expected_checksum.empty()) {
+    std::string got = ChecksumOf(bytes);
+    if (got != expected_checksum) {
+      return absl::DataLossError(absl::StrCat("checkpoint '", path, "' is corrupt: checksum ", got,
+                                              ", recorded ", expected_checksum, " (", bytes.size(),
+                                              " bytes)"));
+    }
+  }
+  return bytes;
+}
+
+absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& bytes, const std::string& path,
+                                                const CheckpointManifest& expect,
+                                                engine::Model& model,
                                                 torch::optim::Optimizer& optimizer,
                                                 const c10::Device& device) {
   TrainingPosition p;
   try {
     torch::serialize::InputArchive archive;
-    archive.load_from(path, device);
+    archive.load_from(bytes.data(), bytes.size(), device);
     const int64_t version = ReadInt(archive, "format_version");
     if (version != kFormatVersion) {
       return absl::InvalidArgumentError(
           absl::StrCat("checkpoint '", path, "' has format version ", version, "; expected ", kFormatVersion));
+    }
+    const std::string job_id = ReadString(archive, "job_id");
+    if (!expect.job_id.empty() && job_id != expect.job_id) {
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint '", path, "' was written by job '", job_id,
+                                                     "', not by '", expect.job_id, "'"));
+    }
+    const std::string spec_hash = ReadString(archive, "spec_hash");
+    if (!expect.spec_hash.empty() && !spec_hash.empty() && spec_hash != expect.spec_hash) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "checkpoint '", path, "' was written for another model or optimizer (spec hash ", spec_hash,
+          ", this job's ", expect.spec_hash, ")"));
     }
     p.epochs_done = ReadInt(archive, "epochs_done");
     p.global_step = ReadInt(archive, "global_step");
@@ -214,6 +372,13 @@ absl::StatusOr<TrainingPosition> ReadCheckpoint(const std::string& path, engine:
         absl::StrCat("cannot read checkpoint '", path, "': ", FirstLine(e.what())));
   }
   return p;
+}
+
+absl::StatusOr<TrainingPosition> ReadCheckpoint(const std::string& path, engine::Model& model,
+                                                torch::optim::Optimizer& optimizer,
+                                                const c10::Device& device) {
+  TRAINCTL_ASSIGN_OR_RETURN(std::string bytes, ReadCheckpointBytes(path, ""));
+  return LoadCheckpoint(bytes, path, {}, model, optimizer, device);
 }
 
 }  // namespace trainctl::trainer

@@ -1,22 +1,32 @@
 // Checkpoints: the state a restarted attempt needs to continue training as if
-// nothing had happened, in one file per checkpoint that rank 0 writes
-// atomically and every rank reads.
+// nothing had happened, in one file per checkpoint.
 //
-// A checkpoint holds the model's parameters and buffers (by name), the
-// optimizer state (torch::optim's own serialization), the loss scaler, the
-// training position (epochs completed, global optimizer step, skipped steps),
-// the sampler's seed and world size, and the CPU RNG state. Positions are
-// epoch boundaries: a checkpoint is taken after an epoch, and a resumed run
-// starts at the next epoch (the DistributedSampler's order is a function of
-// seed + epoch, so the sampler position is the epoch number).
+// A checkpoint holds a manifest (format version, the job id and attempt that
+// wrote it, a hash of the spec fields that shape model and optimizer state),
+// the model's parameters and buffers (by name), the optimizer state
+// (torch::optim's own serialization), the loss scaler, the training position
+// (epochs completed, global optimizer step, skipped steps), the sampler's seed
+// and world size, and the CPU RNG state. Positions are epoch boundaries: a
+// checkpoint is taken after an epoch, and a resumed run starts at the next
+// epoch (the DistributedSampler's order is a function of seed + epoch, so the
+// sampler position is the epoch number).
 //
-// Files: <dir>/ckpt-epoch-NNNNNN.pt, NNNNNN = epochs completed. Writing goes to
-// a ".tmp" file that is fsync'ed, renamed over the final name, and the
-// directory fsync'ed, so a crash at any point leaves either the old set of
-// checkpoints or the new one, never a torn file. The newest `keep` files stay.
+// Identity: the file is named for its job (<dir>/<job>.ckpt-epoch-NNNNNN.pt,
+// NNNNNN = epochs completed) and `keep` deletes only that job's files. The
+// writer returns the file's size and CRC-32 checksum; the coordinator records
+// them, and a resume reads exactly the recorded file, verifies the checksum
+// and the manifest (job, spec hash) before loading anything. Nothing here ever
+// picks "the newest file in a directory" for a resume.
 //
-// Callers: the Trainer (write after an epoch on rank 0; read at start-up on
-// every rank), rank_main.cc (find the newest checkpoint to resume from).
+// Writing: the archive is serialised in memory (so its size is known), written
+// to a unique temporary file, fsync'ed, renamed over the final name, and the
+// directory fsync'ed: a crash at any point leaves either the old set of
+// checkpoints or the new one, never a torn file. A failed write removes its
+// temporary file and says why: ENOSPC/EDQUOT come back as RESOURCE_EXHAUSTED
+// naming the path, the errno text, the bytes needed and the bytes free.
+//
+// Callers: the Trainer (write after an epoch on each host's writer rank;
+// read and broadcast at start-up), tests.
 //
 // Threading: stateless functions; callers serialise writes to one directory.
 #pragma once
@@ -25,6 +35,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -47,25 +58,66 @@ struct TrainingPosition {
   int64_t world_size = 1;  // of the attempt that wrote it (informational)
 };
 
-// "<dir>/ckpt-epoch-NNNNNN.pt".
-std::string CheckpointPath(const std::string& dir, int64_t epochs_done);
+// Who wrote a checkpoint and for which model/optimizer layout.
+struct CheckpointManifest {
+  std::string job_id;     // the job that wrote it ("" in tests)
+  int64_t attempt = 0;    // its attempt
+  std::string spec_hash;  // hash of the spec fields that shape the state ("" = unchecked)
+};
 
-// Complete checkpoints in `dir`, oldest first (temporary files ignored). An
-// absent directory holds none.
-std::vector<std::string> ListCheckpoints(const std::string& dir);
+// What WriteCheckpoint produced.
+struct WrittenCheckpoint {
+  std::string path;
+  int64_t size_bytes = 0;
+  std::string checksum;  // ChecksumOf(file contents)
+};
 
-// The newest complete checkpoint, or "" when there is none.
-std::string LatestCheckpoint(const std::string& dir);
+// "<dir>/<job_id>.ckpt-epoch-NNNNNN.pt" ("<dir>/ckpt-epoch-NNNNNN.pt" for an empty id).
+std::string CheckpointPath(const std::string& dir, const std::string& job_id, int64_t epochs_done);
+
+// Complete checkpoints of `job_id` in `dir`, oldest first (temporary files
+// and other jobs' files ignored). An absent directory holds none.
+std::vector<std::string> ListCheckpoints(const std::string& dir, const std::string& job_id);
+
+// The newest complete checkpoint of `job_id` in `dir`, or "" (tests).
+std::string LatestCheckpoint(const std::string& dir, const std::string& job_id);
+
+// "crc32:xxxxxxxx" of `bytes` (zlib's CRC-32).
+std::string ChecksumOf(std::string_view bytes);
+
+// Creates `dir` if needed and checks that a file can be created in it.
+// FAILED_PRECONDITION naming the directory and the reason when not (a
+// configuration error: retrying cannot help).
+absl::Status CheckCheckpointDir(const std::string& dir);
 
 // Writes a checkpoint atomically (creating `dir`), then deletes all but the
-// newest `keep`. Internal on I/O errors.
-absl::Status WriteCheckpoint(const std::string& dir, int64_t keep, const TrainingPosition& position,
-                             engine::Model& model, torch::optim::Optimizer& optimizer);
+// newest `keep` of this job's checkpoints. RESOURCE_EXHAUSTED when the disk
+// is full (see above), FAILED_PRECONDITION when the directory cannot be
+// created, INTERNAL on other I/O errors; no temporary file is left behind.
+absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_t keep,
+                                                  const CheckpointManifest& manifest,
+                                                  const TrainingPosition& position,
+                                                  engine::Model& model,
+                                                  torch::optim::Optimizer& optimizer);
 
-// Loads `path` into `model` (in place, so the optimizer's tensors stay valid)
-// and `optimizer`, and returns the position. InvalidArgument naming the file
-// when it is unreadable or was written for another model. Tensors are mapped
-// to `device` (where the model and the optimizer state live).
+// Reads the whole file at `path`; with a non-empty `expected_checksum`,
+// DATA_LOSS when the contents do not match it.
+absl::StatusOr<std::string> ReadCheckpointBytes(const std::string& path,
+                                                const std::string& expected_checksum);
+
+// Loads a checkpoint's bytes (`name` is used in errors) into `model` (in place,
+// so the optimizer's tensors stay valid) and `optimizer`, and returns the
+// position. INVALID_ARGUMENT naming the file when it is unreadable, was
+// written by another job than `expect.job_id` (when set) or for another spec
+// (`expect.spec_hash`, when both are set), or for another model. Tensors are
+// mapped to `device` (where the model and the optimizer state live).
+absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& bytes, const std::string& name,
+                                                const CheckpointManifest& expect,
+                                                engine::Model& model,
+                                                torch::optim::Optimizer& optimizer,
+                                                const c10::Device& device);
+
+// ReadCheckpointBytes + LoadCheckpoint without expectations (tests).
 absl::StatusOr<TrainingPosition> ReadCheckpoint(const std::string& path, engine::Model& model,
                                                 torch::optim::Optimizer& optimizer,
                                                 const c10::Device& device);

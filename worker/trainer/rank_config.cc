@@ -264,10 +264,13 @@ absl::StatusOr<RankConfig> ParseRankConfig(const FlatConfig& config) {
   ck.dir = rankproto::GetString(config, rankproto::run_keys::kCheckpointDir, "");
   if (ck.dir.empty()) ck.dir = rankproto::GetString(config, "checkpoint.dir", "");
   if (ck.dir.empty()) ck.dir = rc.run.work_dir;
-  TRAINCTL_ASSIGN_OR_RETURN(ck.resume, rankproto::GetBool(config, rankproto::run_keys::kResume, false));
-  if (ck.resume && ck.dir.empty()) {
-    return Bad(rankproto::run_keys::kResume, "true, but no run.checkpoint_dir to resume from");
-  }
+  // Without run.checkpoint_writer, rank 0 writes (a rank started by hand).
+  TRAINCTL_ASSIGN_OR_RETURN(ck.writer, rankproto::GetBool(config, rankproto::run_keys::kCheckpointWriter,
+                                                          rc.run.rank == 0));
+  ck.resume_from = rankproto::GetString(config, rankproto::run_keys::kResumeFrom, "");
+  ck.resume_checksum = rankproto::GetString(config, rankproto::run_keys::kResumeChecksum, "");
+  ck.resume_job_id = rankproto::GetString(config, rankproto::run_keys::kResumeJobId, "");
+  ck.spec_hash = rankproto::GetString(config, rankproto::run_keys::kSpecHash, "");
   if (rc.training.amp.enabled && rc.training.amp.dtype == AmpDtype::kFloat16 && rc.run.device != "cuda") {
     return Bad("training.amp.dtype", "fp16 autocast needs run.device=cuda; use bf16 on CPU");
   }

@@ -87,11 +87,16 @@ struct AmpOptions {
 };
 
 struct CheckpointOptions {
-  // Where rank 0 writes checkpoints and the final model.pt; "" = nowhere.
+  // Where this host's writer rank puts checkpoints and the final model.pt; "" = nowhere.
   std::string dir;
   int64_t every_epochs = 1;  // 0: only after the last epoch
   int64_t keep = 2;          // >= 1
-  bool resume = false;       // resume from the newest checkpoint in dir
+  bool writer = false;       // this rank writes (run.checkpoint_writer)
+  // The coordinator's record to resume from (run.resume_*); "" = fresh start.
+  std::string resume_from;
+  std::string resume_checksum;
+  std::string resume_job_id;
+  std::string spec_hash;  // run.spec_hash, written into each manifest
 };
 
 // The training loop's options (everything but the model and the data).

@@ -257,11 +257,13 @@ int Main(int argc, char** argv) {
   if (!model.ok()) Fail(ErrorKind::kConfig, absl::StrCat("model: ", model.status().message()), kExitConfig);
   std::shared_ptr<engine::Model> shared_model = std::move(model).value();
 
-  // Resume point: every rank scans the directory before the communicator
-  // exists, so no checkpoint of this attempt can appear in between; with a
-  // store, rank 0's choice is authoritative.
-  std::string resume_from;
-  if (cfg.training.checkpoint.resume) resume_from = LatestCheckpoint(cfg.training.checkpoint.dir);
+  // Resume point: the coordinator's record, the same on every rank (rank 0
+  // reads the file and broadcasts it). Nothing is picked from a directory.
+  const CheckpointOptions& ck = cfg.training.checkpoint;
+  if (ck.writer && !ck.dir.empty()) {
+    absl::Status dir_ok = CheckCheckpointDir(ck.dir);
+    if (!dir_ok.ok()) FailStatus(ErrorKind::kConfig, dir_ok, kExitConfig);
+  }
 
   // 3. Rendezvous and communicator.
   const absl::Duration timeout = absl::Seconds(run.timeout_s);
@@ -276,18 +278,10 @@ int Main(int argc, char** argv) {
       if (!s.ok()) FailStatus(ErrorKind::kRendezvous, s.status(), kExitCollective);
       store = *s;
       g_status.Send(rankproto::FormatRendezvous(store->address()));
-      absl::Status set = store->Set(key_prefix + "resume_from", resume_from);
-      if (!set.ok()) FailStatus(ErrorKind::kRendezvous, set, kExitCollective);
     } else {
       auto s = dist::RendezvousStore::Connect(run.store_address, timeout);
       if (!s.ok()) FailStatus(ErrorKind::kRendezvous, s.status(), kExitCollective);
       store = *s;
-      auto r = store->Get(key_prefix + "resume_from");
-      if (!r.ok()) FailStatus(ErrorKind::kRendezvous, r.status(), kExitCollective);
-      if (*r != resume_from) {
-        LogLine(absl::StrCat("resume point from rank 0: '", *r, "' (this rank saw '", resume_from, "')"));
-      }
-      resume_from = *r;
     }
     dist::GlooOptions go;
     go.rank = run.rank;
@@ -346,20 +340,35 @@ int Main(int argc, char** argv) {
   setup.rank = run.rank;
   setup.world_size = run.world_size;
   setup.device = device;
-  setup.resume_from = resume_from;
-  if (!resume_from.empty()) LogLine(absl::StrCat("resuming from checkpoint ", resume_from));
+  setup.manifest.job_id = run.job_id;
+  setup.manifest.attempt = run.attempt;
+  setup.manifest.spec_hash = ck.spec_hash;
+  setup.checkpoint_writer = ck.writer;
+  setup.resume_from = ck.resume_from;
+  setup.resume_checksum = ck.resume_checksum;
+  setup.resume_job_id = ck.resume_job_id;
+  if (!ck.resume_from.empty()) {
+    LogLine(absl::StrCat("resuming from checkpoint ", ck.resume_from,
+                         run.rank == 0 ? "" : " (read by rank 0, received by broadcast)"));
+  }
   setup.stop = &g_stop;
   setup.debug_step_sleep_ms = run.debug_step_sleep_ms;
-  if (cfg.training.checkpoint.resume && resume_from.empty()) {
-    LogLine(absl::StrCat("run.resume=true but '", cfg.training.checkpoint.dir,
-                         "' holds no checkpoint; starting from scratch"));
-  }
   TrainerCallbacks callbacks;
   callbacks.on_metric = [](const rankproto::RankMetric& m) { g_status.Send(rankproto::FormatMetric(m)); };
   callbacks.on_progress = [](int32_t epoch, int64_t step) {
     g_status.Send(rankproto::FormatProgress(epoch, step));
   };
   callbacks.on_log = [](const std::string& line) { LogLine(line); };
+  callbacks.on_checkpoint = [](const WrittenCheckpoint& w, const TrainingPosition& p) {
+    rankproto::CheckpointNote note;
+    note.epochs_done = p.epochs_done;
+    note.global_step = p.global_step;
+    note.size_bytes = w.size_bytes;
+    note.checksum = w.checksum;
+    note.path = w.path;
+    g_status.Send(rankproto::FormatCheckpoint(note));
+    LogLine(absl::StrCat("checkpoint ", w.path, " (", w.size_bytes, " bytes, ", w.checksum, ")"));
+  };
 
   auto report = [&](const absl::Status& s) {
     if (g_stop.load()) {
@@ -370,6 +379,7 @@ int Main(int argc, char** argv) {
       case FailureKind::kConfig: FailStatus(ErrorKind::kConfig, s, kExitConfig);
       case FailureKind::kCollective: FailStatus(ErrorKind::kCollective, s, kExitCollective);
       case FailureKind::kStopped: FailStatus(ErrorKind::kExit, s, kExitTerminated);
+      case FailureKind::kDiskFull: FailStatus(ErrorKind::kDiskFull, s, kExitOther);
       case FailureKind::kOther: FailStatus(ErrorKind::kExit, s, kExitOther);
     }
     FailStatus(ErrorKind::kExit, s, kExitOther);

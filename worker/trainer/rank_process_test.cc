@@ -130,7 +130,7 @@ TEST_F(RankProcessTest, ClassicExampleTrainsOnTwoRanksAndExportsTorchScript) {
 
   const std::string model = ckpt + "/model.pt";
   ASSERT_TRUE(std::filesystem::exists(model));
-  EXPECT_EQ(ListCheckpoints(ckpt).size(), 2u);
+  EXPECT_EQ(ListCheckpoints(ckpt, "test-job").size(), 2u);
   // The exported model runs in Python.
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "no Python torch to load the model with";
@@ -234,14 +234,17 @@ TEST_F(RankProcessTest, ResumeAfterKillIsBitwiseEqualToAnUninterruptedRun) {
     EXPECT_EQ((*g)->exit_code(1), -SIGKILL);
   }
   ASSERT_FALSE(std::filesystem::exists(ckpt + "/model.pt"));
-  ASSERT_FALSE(ListCheckpoints(ckpt).empty());
-  EXPECT_EQ(LatestCheckpoint(ckpt).substr(ckpt.size()).rfind("/ckpt-epoch-00000", 0), 0u);
-  // A torn temporary file from the crash is never picked.
-  { std::ofstream(ckpt + "/ckpt-epoch-000003.pt.tmp") << "torn"; }
+  ASSERT_FALSE(ListCheckpoints(ckpt, "test-job").empty());
+  const std::string latest = LatestCheckpoint(ckpt, "test-job");
+  EXPECT_EQ(latest.substr(ckpt.size()).rfind("/test-job.ckpt-epoch-00000", 0), 0u);
+  // A torn temporary file and another job's newer checkpoint are never picked.
+  { std::ofstream(ckpt + "/test-job.ckpt-epoch-000003.pt.tmp.1") << "torn"; }
+  { std::ofstream(CheckpointPath(ckpt, "another-job", 3)) << "foreign"; }
 
   auto resume = base;
   resume["run.checkpoint_dir"] = ckpt;
-  resume["run.resume"] = "true";
+  resume["run.resume_from"] = latest;
+  resume["run.resume_job_id"] = "test-job";
   resume["run.attempt"] = "2";
   {
     std::filesystem::create_directories(dir_ + "/c");

@@ -71,6 +71,7 @@ FailureKind FailureKindOf(const absl::Status& status) {
   if (v == "config") return FailureKind::kConfig;
   if (v == "collective") return FailureKind::kCollective;
   if (v == "stopped") return FailureKind::kStopped;
+  if (v == "disk_full") return FailureKind::kDiskFull;
   return FailureKind::kOther;
 }
 
@@ -79,6 +80,7 @@ absl::Status WithFailureKind(absl::Status status, FailureKind kind) {
   const char* name = kind == FailureKind::kConfig       ? "config"
                      : kind == FailureKind::kCollective ? "collective"
                      : kind == FailureKind::kStopped    ? "stopped"
+                     : kind == FailureKind::kDiskFull   ? "disk_full"
                                                         : "other";
   status.SetPayload(kFailurePayload, absl::Cord(name));
   return status;
@@ -108,6 +110,7 @@ struct Trainer::Impl {
   Clock::time_point last_progress{};
 
   absl::Status Init();
+  absl::StatusOr<std::string> ResumeBytes();
   absl::StatusOr<at::Tensor> Loss(const at::Tensor& output, const at::Tensor& target) const;
   absl::Status CheckTargets() const;
   void SetLearningRate(double lr);
@@ -170,6 +173,40 @@ absl::StatusOr<at::Tensor> Trainer::Impl::Loss(const at::Tensor& output,
 
 void Trainer::Impl::SetLearningRate(double lr) {
   for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
+}
+
+// The resume checkpoint's bytes on every rank: rank 0 reads and verifies
+// the file, then broadcasts its size and contents (other ranks may run on
+// hosts without a copy). Any rank whose read fails makes every rank fail.
+absl::StatusOr<std::string> Trainer::Impl::ResumeBytes() {
+  if (comm == nullptr || setup.world_size == 1) {
+    auto b = ReadCheckpointBytes(setup.resume_from, setup.resume_checksum);
+    if (!b.ok()) return WithFailureKind(b.status(), FailureKind::kConfig);
+    return b;
+  }
+  absl::StatusOr<std::string> bytes = std::string();
+  int64_t size = -1;
+  if (setup.rank == 0) {
+    bytes = ReadCheckpointBytes(setup.resume_from, setup.resume_checksum);
+    if (bytes.ok()) size = static_cast<int64_t>(bytes->size());
+  }
+  auto opts = at::TensorOptions().device(setup.device);
+  at::Tensor size_t_ = at::full({1}, size, opts.dtype(at::kLong));
+  TRAINCTL_RETURN_IF_ERROR(
+      Collective(dist::BroadcastCoalesced(*comm, {size_t_}, 0), "broadcasting the checkpoint's size"));
+  size = size_t_.cpu().item<int64_t>();
+  if (size < 0) {
+    if (setup.rank == 0) return WithFailureKind(bytes.status(), FailureKind::kConfig);
+    return Config(absl::StrCat("rank 0 could not read the checkpoint '", setup.resume_from, "'"));
+  }
+  at::Tensor data = setup.rank == 0
+                        ? at::from_blob(bytes->data(), {size}, at::TensorOptions().dtype(at::kByte)).to(setup.device)
+                        : at::empty({size}, opts.dtype(at::kByte));
+  TRAINCTL_RETURN_IF_ERROR(
+      Collective(dist::BroadcastCoalesced(*comm, {data}, 0), "broadcasting the checkpoint"));
+  if (setup.rank == 0) return bytes;
+  at::Tensor host = data.cpu().contiguous();
+  return std::string(static_cast<const char*>(host.data_ptr()), static_cast<size_t>(size));
 }
 
 absl::Status Trainer::Impl::Init() {
@@ -244,8 +281,12 @@ absl::Status Trainer::Impl::Init() {
   position.data_seed = o.data.seed;
   position.world_size = setup.world_size;
   if (!setup.resume_from.empty()) {
-    auto p = ReadCheckpoint(setup.resume_from, *model, *optimizer, setup.device);
-    if (!p.ok()) return WithFailureKind(p.status(), FailureKind::kOther);
+    TRAINCTL_ASSIGN_OR_RETURN(std::string bytes, ResumeBytes());
+    CheckpointManifest expect;
+    expect.job_id = setup.resume_job_id;
+    expect.spec_hash = setup.manifest.spec_hash;
+    auto p = LoadCheckpoint(bytes, setup.resume_from, expect, *model, *optimizer, setup.device);
+    if (!p.ok()) return WithFailureKind(p.status(), FailureKind::kConfig);
     position = *p;
     if (position.data_seed != o.data.seed) {
       Log(absl::StrCat("warning: checkpoint was written with data.seed=", position.data_seed,
@@ -549,12 +590,19 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     m.position.epochs_done = epoch + 1;
     const bool last = epoch + 1 == o.epochs;
     const int64_t every = o.checkpoint.every_epochs;
-    if (m.setup.rank == 0 && !o.checkpoint.dir.empty() &&
+    if (m.setup.checkpoint_writer && !o.checkpoint.dir.empty() &&
         (last || (every > 0 && (epoch + 1) % every == 0))) {
       m.position.loss_scale = m.scaler.scale();
       m.position.scaler_growth_tracker = m.scaler.growth_tracker();
-      TRAINCTL_RETURN_IF_ERROR(
-          WriteCheckpoint(o.checkpoint.dir, o.checkpoint.keep, m.position, *m.model, *m.optimizer));
+      auto written =
+          WriteCheckpoint(o.checkpoint.dir, o.checkpoint.keep, m.setup.manifest, m.position, *m.model, *m.optimizer);
+      if (!written.ok()) {
+        const absl::Status& ws = written.status();
+        if (absl::IsResourceExhausted(ws)) return WithFailureKind(ws, FailureKind::kDiskFull);
+        if (absl::IsFailedPrecondition(ws)) return WithFailureKind(ws, FailureKind::kConfig);
+        return ws;
+      }
+      if (m.callbacks.on_checkpoint) m.callbacks.on_checkpoint(*written, m.position);
     }
     if (m.callbacks.on_metric) m.callbacks.on_metric(end);
     m.Progress(static_cast<int32_t>(epoch), /*force=*/true);
@@ -574,7 +622,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   result.epochs_done = m.position.epochs_done;
   result.global_step = m.position.global_step;
   result.skipped_steps = m.position.skipped_steps;
-  if (m.setup.rank == 0 && !o.checkpoint.dir.empty()) {
+  if (m.setup.checkpoint_writer && !o.checkpoint.dir.empty()) {
     const std::string path = o.checkpoint.dir + "/model.pt";
     TRAINCTL_RETURN_IF_ERROR(m.model->ExportTorchScript(path));
     TRAINCTL_RETURN_IF_ERROR(SyncFileAndDir(path));

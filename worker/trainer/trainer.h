@@ -56,6 +56,7 @@
 #include "worker/engine/dataset.h"
 #include "worker/engine/model.h"
 #include "worker/protocol/rank_protocol.h"
+#include "worker/trainer/checkpoint.h"
 #include "worker/trainer/rank_config.h"
 
 namespace trainctl::trainer {
@@ -65,6 +66,7 @@ enum class FailureKind {
   kConfig,      // bad data or model for this job: restarting cannot help
   kCollective,  // a collective failed or timed out
   kStopped,     // the stop flag was raised (SIGTERM)
+  kDiskFull,    // a checkpoint write ran out of space (ENOSPC/EDQUOT)
 };
 FailureKind FailureKindOf(const absl::Status& status);
 // Returns `status` tagged with `kind` (OK stays OK).
@@ -77,6 +79,8 @@ struct TrainerCallbacks {
   std::function<void(int32_t epoch, int64_t global_step)> on_progress;
   // A human-readable log line (per epoch, resume, export).
   std::function<void(const std::string&)> on_log;
+  // A checkpoint this rank wrote (after its atomic rename).
+  std::function<void(const WrittenCheckpoint&, const TrainingPosition&)> on_checkpoint;
 };
 
 struct TrainerSetup {
@@ -84,9 +88,18 @@ struct TrainerSetup {
   int rank = 0;
   int world_size = 1;
   c10::Device device = c10::Device(c10::kCPU);
-  // Checkpoint to resume from ("" = fresh start). Every rank must pass the
-  // same file.
+  // Who writes checkpoints (manifest) and whether this rank does: one rank
+  // per host (or only rank 0 with a shared directory), chosen by the daemon.
+  CheckpointManifest manifest;
+  bool checkpoint_writer = true;
+  // Checkpoint to resume from ("" = fresh start): the same string on every
+  // rank. Rank 0 reads the file (verifying `resume_checksum` when set and the
+  // manifest against `resume_job_id` and `manifest.spec_hash`) and
+  // broadcasts its bytes, so other ranks need no copy of their own; without
+  // collectives (world size 1) the rank reads it itself.
   std::string resume_from;
+  std::string resume_checksum;
+  std::string resume_job_id;
   // Raised from outside (SIGTERM): Run returns a kStopped error at the next
   // step boundary. May be null.
   const std::atomic<bool>* stop = nullptr;
@@ -103,7 +116,7 @@ struct TrainResult {
   bool has_eval = false;
   double eval_loss = 0;
   double eval_accuracy = 0;
-  std::string exported_model;  // rank 0: path of model.pt ("" when no checkpoint dir)
+  std::string exported_model;  // checkpoint writers: path of model.pt ("" when no checkpoint dir)
 };
 
 class Trainer {

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <filesystem>
+#include <fstream>
 #include <vector>
 
 #include "gmock/gmock.h"
@@ -196,12 +197,12 @@ TEST(TrainerTest, CheckpointResumeIsBitwiseEqual) {
   auto r = (*t)->Run();
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(FailureKindOf(r.status()), FailureKind::kStopped);
-  ASSERT_EQ(ListCheckpoints(dir).size(), 1u);  // keep = 1
-  EXPECT_EQ(LatestCheckpoint(dir), CheckpointPath(dir, 2));
+  ASSERT_EQ(ListCheckpoints(dir, "").size(), 1u);  // keep = 1
+  EXPECT_EQ(LatestCheckpoint(dir, ""), CheckpointPath(dir, "", 2));
 
   TrainerSetup resumed = s;
   resumed.options.checkpoint.dir = dir;
-  resumed.resume_from = LatestCheckpoint(dir);
+  resumed.resume_from = LatestCheckpoint(dir, "");
   auto fresh = Mlp({6});
   std::vector<rankproto::RankMetric> metrics;
   auto rr = Train(resumed, fresh, data, nullptr, &metrics);
@@ -220,7 +221,7 @@ TEST(TrainerTest, CheckpointOfAnotherModelIsRejected) {
   TrainerSetup s = BaseSetup();
   s.options.checkpoint.dir = dir;
   ASSERT_TRUE(Train(s, Mlp({6}), Synthetic(30)).ok());
-  s.resume_from = LatestCheckpoint(dir);
+  s.resume_from = LatestCheckpoint(dir, "");
   auto r = Train(s, Mlp({7}), Synthetic(30));
   ASSERT_FALSE(r.ok());
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("the model expects"));
@@ -228,6 +229,116 @@ TEST(TrainerTest, CheckpointOfAnotherModelIsRejected) {
   ASSERT_FALSE(r2.ok());
   EXPECT_THAT(std::string(r2.status().message()), HasSubstr("another model"));
   std::filesystem::remove_all(dir);
+}
+
+// A checkpoint names its job: a resume that expects another job's file, or
+// a file whose contents changed since it was recorded, is refused before
+// anything is loaded; `keep` never deletes another job's files.
+TEST(TrainerTest, CheckpointIdentityIsVerified) {
+  const std::string dir = ::testing::TempDir() + "/trainer_test_ckpt3_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir);
+  // Another job's checkpoint in the same directory.
+  const std::string foreign = CheckpointPath(dir, "other-job", 1);
+  { std::ofstream(foreign) << "not ours"; }
+
+  TrainerSetup s = BaseSetup();
+  s.options.epochs = 3;
+  s.options.checkpoint.dir = dir;
+  s.options.checkpoint.keep = 1;
+  s.manifest.job_id = "job-a";
+  s.manifest.attempt = 1;
+  s.manifest.spec_hash = "h1";
+  std::vector<WrittenCheckpoint> written;
+  TrainerCallbacks cb;
+  cb.on_checkpoint = [&](const WrittenCheckpoint& w, const TrainingPosition& p) {
+    written.push_back(w);
+    EXPECT_EQ(p.epochs_done, static_cast<int64_t>(written.size()));
+  };
+  auto t = Trainer::Create(s, Mlp({6}), Synthetic(30), nullptr, nullptr, cb);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE((*t)->Run().ok());
+  ASSERT_EQ(written.size(), 3u);
+  EXPECT_EQ(written.back().path, CheckpointPath(dir, "job-a", 3));
+  EXPECT_EQ(ListCheckpoints(dir, "job-a"), std::vector<std::string>{written.back().path});
+  EXPECT_TRUE(std::filesystem::exists(foreign));  // keep = 1 deleted only job-a's older files
+  EXPECT_EQ(LatestCheckpoint(dir, "other-job"), foreign);
+  auto bytes = ReadCheckpointBytes(written.back().path, written.back().checksum);
+  ASSERT_TRUE(bytes.ok()) << bytes.status();
+  EXPECT_EQ(static_cast<int64_t>(bytes->size()), written.back().size_bytes);
+
+  TrainerSetup r = BaseSetup();
+  r.options.epochs = 4;
+  r.resume_from = written.back().path;
+  r.resume_checksum = written.back().checksum;
+  r.resume_job_id = "job-a";
+  r.manifest.spec_hash = "h1";
+  auto ok = Train(r, Mlp({6}), Synthetic(30));
+  ASSERT_TRUE(ok.ok()) << ok.status();
+  EXPECT_EQ(ok->start_epoch, 3);
+
+  TrainerSetup wrong_job = r;
+  wrong_job.resume_job_id = "job-b";
+  auto e1 = Train(wrong_job, Mlp({6}), Synthetic(30));
+  ASSERT_FALSE(e1.ok());
+  EXPECT_THAT(std::string(e1.status().message()), HasSubstr("was written by job 'job-a', not by 'job-b'"));
+  EXPECT_EQ(FailureKindOf(e1.status()), FailureKind::kConfig);
+
+  TrainerSetup wrong_spec = r;
+  wrong_spec.manifest.spec_hash = "h2";
+  auto e2 = Train(wrong_spec, Mlp({6}), Synthetic(30));
+  ASSERT_FALSE(e2.ok());
+  EXPECT_THAT(std::string(e2.status().message()), HasSubstr("another model or optimizer"));
+
+  TrainerSetup corrupt = r;
+  corrupt.resume_checksum = "crc32:00000000";
+  auto e3 = Train(corrupt, Mlp({6}), Synthetic(30));
+  ASSERT_FALSE(e3.ok());
+  EXPECT_TRUE(absl::IsDataLoss(e3.status())) << e3.status();
+  EXPECT_THAT(std::string(e3.status().message()), HasSubstr("is corrupt: checksum"));
+  std::filesystem::remove_all(dir);
+}
+
+// A full disk is a typed failure that names the path, the errno text and the
+// size, and leaves no temporary file; an unwritable directory is a
+// configuration error. Needs root to mount a tiny tmpfs.
+TEST(TrainerTest, DiskFullIsTypedAndLeavesNoTemporaryFile) {
+  const std::string dir = ::testing::TempDir() + "/trainer_test_full_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  if (std::system(("mount -t tmpfs -o size=8k tmpfs " + dir + " 2>/dev/null").c_str()) != 0) {
+    std::filesystem::remove_all(dir);
+    GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  }
+  TrainerSetup s = BaseSetup();
+  s.options.checkpoint.dir = dir;
+  s.manifest.job_id = "job-full";
+  auto r = Train(s, Mlp({64, 64}), Synthetic(30));
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(FailureKindOf(r.status()), FailureKind::kDiskFull) << r.status();
+  EXPECT_TRUE(absl::IsResourceExhausted(r.status())) << r.status();
+  const std::string msg(r.status().message());
+  EXPECT_THAT(msg, HasSubstr(CheckpointPath(dir, "job-full", 1)));
+  EXPECT_THAT(msg, HasSubstr("No space left on device"));
+  EXPECT_THAT(msg, HasSubstr("it needs "));
+  int files = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir)) {
+    ++files;
+    ADD_FAILURE() << "left behind: " << e.path();
+  }
+  EXPECT_EQ(files, 0);
+  EXPECT_EQ(std::system(("umount " + dir).c_str()), 0);
+  std::filesystem::remove_all(dir);
+
+  // A checkpoint dir below a regular file cannot be created: configuration.
+  const std::string file = ::testing::TempDir() + "/trainer_test_file_" + std::to_string(getpid());
+  { std::ofstream(file) << "x"; }
+  EXPECT_TRUE(absl::IsFailedPrecondition(CheckCheckpointDir(file + "/ckpt")));
+  TrainerSetup bad = BaseSetup();
+  bad.options.checkpoint.dir = file + "/ckpt";
+  auto rb = Train(bad, Mlp({6}), Synthetic(30));
+  ASSERT_FALSE(rb.ok());
+  EXPECT_EQ(FailureKindOf(rb.status()), FailureKind::kConfig) << rb.status();
+  std::filesystem::remove(file);
 }
 
 TEST(TrainerTest, CrossEntropyOnRegressionTargetsIsAConfigError) {

@@ -1,0 +1,302 @@
+// Checkpoints belong to their job (real coordinator, worker daemons and
+// trainctl-rank processes on loopback, Gloo on CPU):
+//  - a restart resumes exactly the coordinator's record of this job's newest
+//    checkpoint, never another job's newer file in the same directory;
+//  - with per-worker directories, losing rank 0's host for good still
+//    resumes from the copy the other host wrote (rank 0 moves there);
+//  - `resume_from` continues a cancelled job at its step, and a finished
+//    job for the added epochs only; an incompatible spec is refused.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <functional>
+#include <set>
+#include <sstream>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "common/jobspec/job_spec.h"
+#include "tests/support/cluster.h"
+
+namespace trainctl {
+namespace {
+
+using trainctl::testing::Cluster;
+using ::testing::HasSubstr;
+
+// The classic example made slow enough (hidden layers, many samples) that a
+// test can act between epochs.
+v1::JobSpec SlowClassic(int epochs, std::vector<std::string> extra = {}) {
+  std::string src = std::getenv("TRAINCTL_SOURCE_DIR") ? std::getenv("TRAINCTL_SOURCE_DIR") : ".";
+  std::vector<std::string> sets = {absl::StrCat("training.epochs=", epochs), "data.train.length=60000",
+                                   "model.hidden=[128, 128]", "restart.max_restarts=2"};
+  sets.insert(sets.end(), extra.begin(), extra.end());
+  ParsedJobSpec p = ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml", sets);
+  EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
+  return p.spec;
+}
+
+std::string ReadFile(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::stringstream s;
+  s << in.rdbuf();
+  return s.str();
+}
+
+class CheckpointE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    std::string build = trainctl::testing::BuildDirOfThisTest();
+    cluster_ = std::make_unique<Cluster>(build, build + "/worker/trainer/trainctl-rank");
+    ASSERT_TRUE(cluster_->StartCoordinator());
+  }
+
+  // Polls the job until `done` holds (or the job ended otherwise, or time ran out).
+  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,
+                  absl::Duration timeout = absl::Seconds(90)) {
+    absl::Time deadline = absl::Now() + timeout;
+    v1::Job j;
+    while (absl::Now() < deadline) {
+      j = cluster_->Get(id);
+      if (done(j)) return j;
+      absl::SleepFor(absl::Milliseconds(25));
+    }
+    return j;
+  }
+
+  static int64_t NewestEpochs(const v1::Job& j) {
+    int64_t e = 0;
+    for (const auto& r : j.checkpoints()) {
+      if (r.job_id() == j.id()) e = std::max(e, r.epochs_done());
+    }
+    return e;
+  }
+
+  // Epochs (from 0) that `rank` of `attempt` finished, from its "epoch N/M:" log lines.
+  std::set<int> EpochsTrained(const std::string& id, int attempt, int rank) {
+    std::set<int> out;
+    std::istringstream in(RankLog(id, attempt, rank));
+    std::string line;
+    while (std::getline(in, line)) {
+      size_t at = line.find("epoch ");
+      size_t slash = line.find('/', at);
+      size_t colon = line.find(':', at);
+      if (at == std::string::npos || slash == std::string::npos || colon == std::string::npos || slash > colon) continue;
+      int n = 0;
+      if (absl::SimpleAtoi(line.substr(at + 6, slash - at - 6), &n)) out.insert(n - 1);
+    }
+    return out;
+  }
+
+  std::string RankLog(const std::string& id, int attempt, int rank) {
+    grpc::ClientContext ctx;
+    v1::GetLogsRequest req;
+    req.set_job_id(id);
+    req.set_attempt(attempt);
+    req.set_rank(rank);
+    auto logs = cluster_->jobs()->GetLogs(&ctx, req);
+    std::string all;
+    v1::LogChunk c;
+    while (logs->Read(&c)) {
+      for (const auto& l : c.lines()) all += l.text() + "\n";
+    }
+    return all;
+  }
+
+  std::vector<v1::Event> Events(const std::string& id) {
+    grpc::ClientContext ctx;
+    v1::WatchJobRequest req;
+    req.set_job_id(id);
+    req.set_include_history(true);
+    auto reader = cluster_->jobs()->WatchJob(&ctx, req);
+    std::vector<v1::Event> out;
+    v1::JobUpdate u;
+    while (reader->Read(&u)) {
+      if (u.has_event()) out.push_back(u.event());
+      if (u.has_job()) break;
+    }
+    return out;
+  }
+
+  // Name ("w0"...) of the worker running `rank` of attempt `attempt`.
+  std::string WorkerOf(const std::string& id, int attempt, int rank, const std::vector<std::string>& names) {
+    for (const std::string& n : names) {
+      if (!Cluster::ProcessesMatching(absl::StrCat("/worker-", n, "/jobs/", id, "/attempt-", attempt, "/rank-", rank))
+               .empty()) {
+        return n;
+      }
+    }
+    return "";
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+};
+
+// The bug this guards: another run's newer checkpoint in the same directory
+// was resumed after a crash and its model shipped as SUCCEEDED.
+TEST_F(CheckpointE2ETest, RestartResumesItsOwnRecordNotAnotherJobsNewerFile) {
+  ASSERT_TRUE(cluster_->StartWorker("w0", 2));
+  ASSERT_TRUE(cluster_->WaitWorkers(1));
+  const std::string dir = cluster_->dir() + "/shared-ckpt";
+  // An earlier run trains 3 epochs into the directory and leaves its files.
+  std::string first = cluster_->Submit(SlowClassic(3, {"checkpoint.dir=" + dir, "checkpoint.shared=true"}));
+  ASSERT_FALSE(first.empty());
+  v1::Job j1 = cluster_->WaitState(first, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
+  ASSERT_EQ(j1.state(), v1::JOB_STATE_SUCCEEDED) << j1.state_reason();
+  const std::string first_model = ReadFile(dir + "/model.pt");
+  ASSERT_FALSE(first_model.empty());
+  ASSERT_TRUE(std::filesystem::exists(absl::StrCat(dir, "/", first, ".ckpt-epoch-000003.pt")));
+
+  // A new job (another data order, so another model) in the same directory;
+  // a rank is killed after its first checkpoint.
+  std::string id = cluster_->Submit(
+      SlowClassic(3, {"checkpoint.dir=" + dir, "checkpoint.shared=true", "data.seed=7", "checkpoint.keep=1"}));
+  ASSERT_FALSE(id.empty());
+  v1::Job j = WaitFor(id, [](const v1::Job& x) { return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED; });
+  ASSERT_EQ(NewestEpochs(j), 1) << "the test needs to act in epoch 2; state " << j.state();
+  std::vector<pid_t> victim = Cluster::ProcessesMatching(absl::StrCat("/jobs/", id, "/attempt-1/rank-1"));
+  ASSERT_FALSE(victim.empty());
+  ::kill(victim.front(), SIGKILL);
+
+  j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
+  ASSERT_EQ(j.attempts_size(), 2);
+  const v1::Attempt& a2 = j.attempts(1);
+  ASSERT_TRUE(a2.has_resume());
+  EXPECT_EQ(a2.resume().job_id(), id);
+  EXPECT_EQ(a2.resume().epochs_done(), 1);
+  EXPECT_THAT(RankLog(id, 2, 0), HasSubstr("at epoch 1,"));
+  // Attempt 2 trained the remaining epochs (1 and 2), on both ranks.
+  EXPECT_EQ(EpochsTrained(id, 2, 0), (std::set<int>{1, 2}));
+  EXPECT_EQ(EpochsTrained(id, 2, 1), (std::set<int>{1, 2}));
+  // The exported model is this job's, not the earlier run's.
+  const std::string model = ReadFile(dir + "/model.pt");
+  ASSERT_FALSE(model.empty());
+  EXPECT_NE(model, first_model);
+  // keep=1 deleted only this job's older files: the earlier run's are intact.
+  EXPECT_TRUE(std::filesystem::exists(absl::StrCat(dir, "/", first, ".ckpt-epoch-000003.pt")));
+}
+
+// Per-worker directories (the default): the restart after rank 0's host is
+// lost for good resumes from the copy rank 1's host wrote, at step >= one epoch.
+TEST_F(CheckpointE2ETest, LostHostsCheckpointResumesFromTheOtherHostsCopy) {
+  ASSERT_TRUE(cluster_->StartWorker("w0"));
+  ASSERT_TRUE(cluster_->StartWorker("w1"));
+  ASSERT_TRUE(cluster_->WaitWorkers(2));
+  std::string id = cluster_->Submit(SlowClassic(4));
+  ASSERT_FALSE(id.empty());
+  // Both hosts recorded their copy of the epoch-1 checkpoint.
+  v1::Job j = WaitFor(id, [](const v1::Job& x) {
+    int copies = 0;
+    for (const auto& r : x.checkpoints()) copies += r.epochs_done() >= 1 ? 1 : 0;
+    return copies >= 2 || x.state() >= v1::JOB_STATE_SUCCEEDED;
+  });
+  ASSERT_EQ(j.state(), v1::JOB_STATE_RUNNING) << j.state_reason();
+  int64_t steps_per_epoch = 0;
+  for (const auto& r : j.checkpoints()) {
+    if (r.epochs_done() == 1) steps_per_epoch = r.global_step();
+  }
+  ASSERT_GT(steps_per_epoch, 0);
+  const std::string rank0 = WorkerOf(id, 1, 0, {"w0", "w1"});
+  ASSERT_FALSE(rank0.empty());
+  const std::string rank0_id = j.attempts(0).ranks(0).worker_id();
+  cluster_->KillWorker(rank0, SIGKILL);
+  j = cluster_->WaitState(id, v1::JOB_STATE_RESTARTING, absl::Seconds(20));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_RESTARTING) << j.state_reason();
+  // A third host joins; rank 0's old host stays down.
+  ASSERT_TRUE(cluster_->StartWorker("w2"));
+  j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
+  ASSERT_EQ(j.attempts_size(), 2);
+  const v1::Attempt& a2 = j.attempts(1);
+  ASSERT_TRUE(a2.has_resume()) << "attempt 2 started from scratch";
+  EXPECT_GE(a2.resume().global_step(), steps_per_epoch);
+  EXPECT_NE(a2.resume().worker_id(), rank0_id);
+  EXPECT_EQ(a2.ranks(0).worker_id(), a2.resume().worker_id()) << "rank 0 runs where the checkpoint is";
+  for (const auto& r : a2.ranks()) EXPECT_NE(r.worker_id(), rank0_id);
+  bool said = false;
+  for (const v1::Event& e : Events(id)) {
+    if (e.type() == "scheduled" && e.attempt() == 2) {
+      said = true;
+      EXPECT_THAT(e.message(), HasSubstr("resuming from the checkpoint of job " + id));
+    }
+  }
+  EXPECT_TRUE(said);
+  EXPECT_THAT(RankLog(id, 2, 1), HasSubstr("received by broadcast"));
+  std::set<int> want;
+  for (int e = static_cast<int>(a2.resume().epochs_done()); e < 4; ++e) want.insert(e);
+  EXPECT_EQ(EpochsTrained(id, 2, 0), want);
+}
+
+// `resume_from` continues a cancelled job at its checkpoint's step, and a
+// finished job for the added epochs only; other models are refused.
+TEST_F(CheckpointE2ETest, ResumeFromContinuesCancelledAndFinishedJobs) {
+  ASSERT_TRUE(cluster_->StartWorker("w0", 2));
+  ASSERT_TRUE(cluster_->WaitWorkers(1));
+  std::string id = cluster_->Submit(SlowClassic(6));
+  ASSERT_FALSE(id.empty());
+  v1::Job j = WaitFor(id, [](const v1::Job& x) { return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED; });
+  ASSERT_EQ(j.state(), v1::JOB_STATE_RUNNING);
+  {
+    grpc::ClientContext ctx;
+    v1::CancelJobRequest req;
+    req.set_job_id(id);
+    v1::Job resp;
+    ASSERT_TRUE(cluster_->jobs()->CancelJob(&ctx, req, &resp).ok());
+  }
+  j = cluster_->WaitState(id, v1::JOB_STATE_CANCELLED);
+  ASSERT_EQ(j.state(), v1::JOB_STATE_CANCELLED);
+  // Wait for the ranks to be gone (a checkpoint may still be reported).
+  WaitFor(id, [&](const v1::Job&) { return Cluster::ProcessesMatching("/jobs/" + id + "/attempt-1/rank-").empty(); });
+  j = cluster_->Get(id);
+  const int64_t done = NewestEpochs(j);
+  ASSERT_GE(done, 1);
+  int64_t step = 0;
+  for (const auto& r : j.checkpoints()) {
+    if (r.epochs_done() == done) step = r.global_step();
+  }
+
+  // A different model cannot load the checkpoint: refused, naming the field.
+  {
+    v1::JobSpec bad = SlowClassic(6, {"model.hidden=[64]"});
+    bad.mutable_resume_from()->set_job(id);
+    grpc::ClientContext ctx;
+    v1::SubmitJobRequest req;
+    *req.mutable_spec() = bad;
+    v1::SubmitJobResponse resp;
+    grpc::Status s = cluster_->jobs()->SubmitJob(&ctx, req, &resp);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+    EXPECT_THAT(s.error_message(), HasSubstr("model"));
+  }
+
+  v1::JobSpec cont = SlowClassic(6);
+  cont.mutable_resume_from()->set_job(id);
+  std::string id2 = cluster_->Submit(cont);
+  ASSERT_FALSE(id2.empty());
+  v1::Job j2 = cluster_->WaitState(id2, v1::JOB_STATE_SUCCEEDED, absl::Seconds(180));
+  ASSERT_EQ(j2.state(), v1::JOB_STATE_SUCCEEDED) << j2.state_reason();
+  ASSERT_TRUE(j2.attempts(0).has_resume());
+  EXPECT_EQ(j2.attempts(0).resume().job_id(), id);
+  EXPECT_EQ(j2.attempts(0).resume().global_step(), step);
+  std::set<int> epochs = EpochsTrained(id2, 1, 0);
+  std::set<int> want;
+  for (int e = static_cast<int>(done); e < 6; ++e) want.insert(e);
+  EXPECT_EQ(epochs, want);
+
+  // The finished job, continued for two more epochs: only those are trained.
+  v1::JobSpec more = SlowClassic(8);
+  more.mutable_resume_from()->set_job(id2);
+  std::string id3 = cluster_->Submit(more);
+  ASSERT_FALSE(id3.empty());
+  v1::Job j3 = cluster_->WaitState(id3, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
+  ASSERT_EQ(j3.state(), v1::JOB_STATE_SUCCEEDED) << j3.state_reason();
+  EXPECT_EQ(EpochsTrained(id3, 1, 0), (std::set<int>{6, 7}));
+}
+
+}  // namespace
+}  // namespace trainctl
