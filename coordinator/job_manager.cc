@@ -18,6 +18,8 @@ namespace {
 constexpr int kMaxLogLinesInReason = 5;
 constexpr int kDefaultPageSize = 100;
 constexpr int kMaxPageSize = 1000;
+// Bytes of jobs in one ListJobs page (gRPC's default message limit is 4 MiB).
+constexpr size_t kMaxListBytes = 2u << 20;
 
 const char* StateName(v1::JobState s) {
   switch (s) {
@@ -396,17 +398,21 @@ absl::StatusOr<v1::ListJobsResponse> JobManager::List(const v1::ListJobsRequest&
   }
   std::sort(all.begin(), all.end(),
             [](const JobEntry* a, const JobEntry* b) { return a->submit_seq > b->submit_seq; });
+  // A page ends at `page` jobs or kMaxListBytes, whichever comes first, so
+  // no response can exceed the message limit (specs are at most 1 MiB each).
   v1::ListJobsResponse resp;
-  for (size_t i = 0; i < all.size() && static_cast<int>(i) < page; ++i) {
-    v1::Job* j = resp.add_jobs();
-    *j = all[i]->job;
-    j->clear_attempts();
-    j->clear_checkpoints();
-    if (auto r = pending_reasons_.find(j->id()); r != pending_reasons_.end()) j->set_state_reason(r->second);
+  size_t bytes = 0, taken = 0;
+  for (; taken < all.size() && static_cast<int>(taken) < page; ++taken) {
+    v1::Job j = all[taken]->job;
+    j.clear_attempts();
+    j.clear_checkpoints();
+    if (auto r = pending_reasons_.find(j.id()); r != pending_reasons_.end()) j.set_state_reason(r->second);
+    const size_t size = j.ByteSizeLong() + 8;  // with its field tag and length
+    if (taken > 0 && bytes + size > kMaxListBytes) break;
+    bytes += size;
+    *resp.add_jobs() = std::move(j);
   }
-  if (static_cast<int>(all.size()) > page) {
-    resp.set_next_page_token(absl::StrCat(all[page - 1]->submit_seq));
-  }
+  if (taken < all.size()) resp.set_next_page_token(absl::StrCat(all[taken - 1]->submit_seq));
   return resp;
 }
 

@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdlib>
+#include <set>
 #include <unistd.h>
 
 #include "common/clock.h"
@@ -493,6 +494,30 @@ TEST_F(JobManagerTest, ListNewestFirstWithPagesAndStates) {
   EXPECT_EQ(jobs_->List(cancelled)->jobs_size(), 1);
   req.set_page_token("garbage");
   EXPECT_EQ(jobs_->List(req).status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// Pages end by bytes as well as by count: no ListJobs response can exceed
+// the message limit, and following the tokens returns every job once.
+TEST_F(JobManagerTest, ListPagesByBytes) {
+  v1::JobSpec big = Spec(1);
+  big.mutable_checkpoint()->set_dir("/" + std::string(4000, 'd'));
+  constexpr int kJobs = 600;  // ~4 KB each: more than one 2 MiB page
+  for (int i = 0; i < kJobs; ++i) ASSERT_TRUE(jobs_->Submit(big).ok());
+  v1::ListJobsRequest req;
+  req.set_page_size(1000);
+  std::set<std::string> seen;
+  int pages = 0;
+  while (true) {
+    auto page = jobs_->List(req);
+    ASSERT_TRUE(page.ok()) << page.status();
+    ++pages;
+    EXPECT_LE(page->ByteSizeLong(), size_t{2} << 20);
+    for (const auto& j : page->jobs()) EXPECT_TRUE(seen.insert(j.id()).second) << j.id();
+    if (page->next_page_token().empty()) break;
+    req.set_page_token(page->next_page_token());
+  }
+  EXPECT_EQ(static_cast<int>(seen.size()), kJobs);
+  EXPECT_GE(pages, 2);
 }
 
 TEST_F(JobManagerTest, RecoveryKeepsJobsAndReconcilesWorkers) {

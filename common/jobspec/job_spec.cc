@@ -31,6 +31,8 @@ using google::protobuf::Reflection;
 
 constexpr int kMaxSequenceLength = 64;
 constexpr size_t kMaxStringBytes = 4096;
+// A whole spec as submitted over gRPC.
+constexpr size_t kMaxSpecBytes = 1 << 20;
 
 // Where a field's value was written: in the file (line/column, 1-based), or
 // in a --set override.
@@ -431,6 +433,15 @@ class Validator {
       : file_(std::move(file)), positions_(positions), error_paths_(error_paths) {}
 
   std::vector<SpecError> Run(const v1::JobSpec& raw) {
+    // A gRPC client is not held to the YAML parser's limits: bound the whole
+    // spec, every string, list and enum here, before anything else reads it.
+    const size_t bytes = raw.ByteSizeLong();
+    if (bytes > kMaxSpecBytes) {
+      Error("spec", absl::StrCat("is ", bytes, " bytes; at most ", kMaxSpecBytes, " (1 MiB)"));
+      return std::move(errors_);
+    }
+    CheckBounds(raw, "");
+    if (!errors_.empty()) return std::move(errors_);
     v1::JobSpec s = raw;
     ResolveJobSpecDefaults(&s);
     CheckName(raw.name());
@@ -526,6 +537,57 @@ class Validator {
 
   void Required(const std::string& path, const std::string& v) {
     if (v.empty()) Error(path, "required");
+  }
+
+  // Strings at most kMaxStringBytes and without NUL (they become paths and
+  // config lines), lists at most kMaxSequenceLength, enums known values.
+  void CheckBounds(const Message& m, const std::string& prefix) {
+    const Reflection* r = m.GetReflection();
+    std::vector<const FieldDescriptor*> fields;
+    r->ListFields(m, &fields);
+    for (const FieldDescriptor* f : fields) {
+      const std::string path = prefix.empty() ? f->name() : absl::StrCat(prefix, ".", f->name());
+      if (f->is_repeated()) {
+        const int n = r->FieldSize(m, f);
+        if (n > kMaxSequenceLength) {
+          Error(path, absl::StrCat("at most ", kMaxSequenceLength, " items, got ", n));
+          continue;
+        }
+        for (int i = 0; i < n; ++i) CheckBoundsValue(m, f, i, absl::StrCat(path, "[", i, "]"));
+      } else {
+        CheckBoundsValue(m, f, -1, path);
+      }
+    }
+  }
+
+  void CheckBoundsValue(const Message& m, const FieldDescriptor* f, int index, const std::string& path) {
+    const Reflection* r = m.GetReflection();
+    switch (f->cpp_type()) {
+      case FieldDescriptor::CPPTYPE_STRING: {
+        std::string scratch;
+        const std::string& v = index < 0 ? r->GetStringReference(m, f, &scratch)
+                                         : r->GetRepeatedStringReference(m, f, index, &scratch);
+        if (v.size() > kMaxStringBytes) {
+          Error(path, absl::StrCat("at most ", kMaxStringBytes, " bytes, got ", v.size()));
+        } else if (v.find('\0') != std::string::npos) {
+          Error(path, "contains a NUL byte");
+        }
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_ENUM: {
+        const int v = index < 0 ? r->GetEnumValue(m, f) : r->GetRepeatedEnumValue(m, f, index);
+        if (f->enum_type()->FindValueByNumber(v) == nullptr) {
+          Error(path, absl::StrCat("unknown value ", v, "; expected one of ",
+                                   absl::StrJoin(EnumChoices(f->enum_type()), ", ")));
+        }
+        break;
+      }
+      case FieldDescriptor::CPPTYPE_MESSAGE:
+        CheckBounds(index < 0 ? r->GetMessage(m, f) : r->GetRepeatedMessage(m, f, index), path);
+        break;
+      default:
+        break;
+    }
   }
 
   // A job id: the name's characters plus the "-xxxxxx" the coordinator adds.

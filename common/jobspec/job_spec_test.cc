@@ -426,5 +426,51 @@ TEST(JobSpecTest, GrpcSpecsUseZeroAsDefault) {
   EXPECT_TRUE(SpecErrorsToStatus({}).ok());
 }
 
+// What the YAML parser cannot produce but a gRPC client can: out-of-range
+// enums, huge or NUL-bearing strings, long lists, a huge spec. Each is refused
+// naming the field before anything reads it.
+TEST(JobSpecTest, GrpcSpecsAreBoundedAndEnumsChecked) {
+  v1::JobSpec good;
+  good.set_name("from-grpc");
+  good.mutable_model()->mutable_mlp()->set_input_dim(5);
+  good.mutable_model()->mutable_mlp()->set_classes(2);
+  v1::SyntheticData* d = good.mutable_data()->mutable_train()->mutable_synthetic();
+  d->set_length(10);
+  d->set_size(5);
+  d->set_classes(2);
+  ASSERT_TRUE(ValidateJobSpec(good).empty());
+  auto errors = [](const v1::JobSpec& s) {
+    std::vector<std::string> got;
+    for (const SpecError& e : ValidateJobSpec(s)) got.push_back(e.ToString());
+    return got;
+  };
+
+  v1::JobSpec s = good;
+  s.set_device(static_cast<v1::Device>(99));
+  s.set_backend(static_cast<v1::Backend>(-7));
+  s.mutable_training()->mutable_optimizer()->set_name(static_cast<v1::Optimizer>(1234));
+  std::vector<std::string> got = errors(s);
+  ASSERT_EQ(got.size(), 3u) << ::testing::PrintToString(got);
+  EXPECT_THAT(got[0], ::testing::StartsWith("device: unknown value 99; expected one of "));
+  EXPECT_THAT(got[1], ::testing::StartsWith("backend: unknown value -7; expected one of "));
+  EXPECT_THAT(got[2], ::testing::StartsWith("training.optimizer.name: unknown value 1234; expected one of sgd"));
+
+  s = good;
+  s.mutable_checkpoint()->set_dir(std::string(10 << 20, 'x'));
+  EXPECT_THAT(errors(s), ::testing::ElementsAre(::testing::HasSubstr("spec: is ")));
+  s = good;
+  s.mutable_checkpoint()->set_dir(std::string(5000, 'x'));
+  EXPECT_THAT(errors(s), ::testing::ElementsAre("checkpoint.dir: at most 4096 bytes, got 5000"));
+  s = good;
+  s.mutable_checkpoint()->set_dir(std::string("/tmp/a\0b", 8));
+  EXPECT_THAT(errors(s), ::testing::ElementsAre("checkpoint.dir: contains a NUL byte"));
+  s = good;
+  for (int i = 0; i < 65; ++i) s.mutable_model()->mutable_mlp()->add_hidden(4);
+  EXPECT_THAT(errors(s), ::testing::ElementsAre("model.mlp.hidden: at most 64 items, got 65"));
+  s = good;
+  s.mutable_resume_from()->set_job("../etc");
+  EXPECT_THAT(errors(s), ::testing::ElementsAre(::testing::StartsWith("resume_from.job: not a job id")));
+}
+
 }  // namespace
 }  // namespace trainctl
