@@ -2,6 +2,8 @@
 
 #include <zlib.h>
 
+#include <algorithm>
+
 #include <cerrno>
 #include <cstring>
 #include <fstream>
@@ -43,10 +45,10 @@ bool IsGzip(const std::vector<char>& bytes) {
          static_cast<unsigned char>(bytes[1]) == 0x8b;
 }
 
-absl::StatusOr<std::vector<char>> Gunzip(const std::vector<char>& compressed,
-                                         const std::string& path) {
+absl::StatusOr<std::vector<char>> Gunzip(const std::vector<char>& compressed, const std::string& path,
+                                         size_t max_bytes, bool prefix_only) {
   std::vector<char> out;
-  out.reserve(compressed.size() * 4);
+  out.reserve(std::min(compressed.size() * 4, max_bytes));
   z_stream zs;
   std::memset(&zs, 0, sizeof(zs));
   if (inflateInit2(&zs, 16 + MAX_WBITS) != Z_OK) {
@@ -62,6 +64,16 @@ absl::StatusOr<std::vector<char>> Gunzip(const std::vector<char>& compressed,
     rc = inflate(&zs, Z_NO_FLUSH);
     if (rc != Z_OK && rc != Z_STREAM_END) break;
     out.insert(out.end(), chunk, chunk + (sizeof(chunk) - zs.avail_out));
+    if (out.size() >= max_bytes && prefix_only) {
+      out.resize(max_bytes);
+      inflateEnd(&zs);
+      return out;
+    }
+    if (out.size() > max_bytes) {
+      inflateEnd(&zs);
+      return absl::InvalidArgumentError(absl::StrCat("gzip file '", path, "' inflates to more than the ",
+                                                     max_bytes, " bytes its header declares"));
+    }
     if (rc == Z_STREAM_END) {
       if (zs.avail_in == 0) break;
       inflateReset(&zs);  // another gzip member follows

@@ -4,6 +4,7 @@
 // Threading: stateless free functions, safe from any thread.
 #pragma once
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,11 @@ absl::StatusOr<std::vector<char>> ReadFileBytes(const std::string& path, absl::s
 bool IsGzip(const std::vector<char>& bytes);
 
 // Inflates a whole gzip stream (several members allowed). InvalidArgument
-// naming `path` when the data is corrupt or truncated.
-absl::StatusOr<std::vector<char>> Gunzip(const std::vector<char>& compressed,
-                                         const std::string& path);
+// naming `path` when the data is corrupt or truncated, or when it inflates
+// to more than `max_bytes` (a decompression bomb); with `prefix_only`, the
+// first `max_bytes` (or fewer) are returned instead and the rest is not
+// inflated (to read a header that bounds the whole).
+absl::StatusOr<std::vector<char>> Gunzip(const std::vector<char>& compressed, const std::string& path,
+                                         size_t max_bytes = SIZE_MAX, bool prefix_only = false);
 
 }  // namespace trainctl::engine

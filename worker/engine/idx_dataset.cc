@@ -23,13 +23,32 @@ struct IdxArray {
   size_t data_offset = 0;     // where the elements start in `bytes`
 };
 
+// The size an IDX file's header declares (header + elements), or the
+// header's own size when it cannot be read (the caller then reports why).
+size_t DeclaredIdxBytes(const std::vector<char>& head, int expected_dims) {
+  const size_t header = 4 + 4 * static_cast<size_t>(expected_dims);
+  if (head.size() < header) return head.size();
+  const auto* b = reinterpret_cast<const unsigned char*>(head.data());
+  unsigned __int128 total = header;
+  unsigned __int128 elements = 1;
+  for (int d = 0; d < expected_dims; ++d) {
+    const unsigned char* p = b + 4 + 4 * d;
+    elements *= (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+  }
+  total += elements;
+  return total > SIZE_MAX ? SIZE_MAX : static_cast<size_t>(total);
+}
+
 // Reads an IDX file of unsigned bytes with `expected_dims` dimensions.
 absl::StatusOr<IdxArray> ReadIdx(const std::string& path, int expected_dims,
                                  absl::string_view what) {
   TRAINCTL_ASSIGN_OR_RETURN(std::vector<char> raw, ReadFileBytes(path, what));
   IdxArray a;
   if (IsGzip(raw)) {
-    TRAINCTL_ASSIGN_OR_RETURN(a.bytes, Gunzip(raw, path));
+    // Inflate the header first; the whole file may inflate to no more than
+    // the header declares (a small file must not expand without bound).
+    TRAINCTL_ASSIGN_OR_RETURN(std::vector<char> head, Gunzip(raw, path, 4 + 4 * 3, /*prefix_only=*/true));
+    TRAINCTL_ASSIGN_OR_RETURN(a.bytes, Gunzip(raw, path, DeclaredIdxBytes(head, expected_dims)));
   } else {
     a.bytes = std::move(raw);
   }
