@@ -298,5 +298,41 @@ TEST_F(CheckpointE2ETest, ResumeFromContinuesCancelledAndFinishedJobs) {
   EXPECT_EQ(EpochsTrained(id3, 1, 0), (std::set<int>{6, 7}));
 }
 
+// A worker with --data_root / --checkpoint_root refuses a job whose files lie
+// elsewhere (after resolving '..' and symlinks) as a configuration error
+// naming the field, before any rank starts; a job inside them runs.
+TEST_F(CheckpointE2ETest, PathsOutsideTheWorkersRootsAreRefused) {
+  const std::string data = cluster_->dir() + "/data", ck = cluster_->dir() + "/ck";
+  std::filesystem::create_directories(data);
+  std::filesystem::create_directories(ck);
+  std::filesystem::create_symlink("/etc", data + "/etc-link");
+  ASSERT_TRUE(cluster_->StartWorker("w0", 2, false, {"--data_root=" + data, "--checkpoint_root=" + ck}));
+  ASSERT_TRUE(cluster_->WaitWorkers(1));
+
+  auto failed = [&](const v1::JobSpec& spec, const std::string& want) {
+    std::string id = cluster_->Submit(spec);
+    ASSERT_FALSE(id.empty());
+    v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(30));
+    ASSERT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.state_reason();
+    EXPECT_EQ(j.attempts_size(), 1) << "a configuration error is not restarted";
+    EXPECT_THAT(j.state_reason(), HasSubstr(want));
+    EXPECT_EQ(j.attempts(0).ranks(0).exit().kind(), v1::FAILURE_KIND_CONFIG);
+  };
+  failed(SlowClassic(1, {"checkpoint.dir=" + ck + "/../escape"}), "checkpoint.dir: '" + ck + "/../escape'");
+  failed(SlowClassic(1, {"checkpoint.dir=/etc/trainctl"}), "is outside every --checkpoint_root of this worker");
+  ParsedJobSpec idx = ParseJobSpecYaml(
+      absl::StrCat("name: idx\nworld_size: 1\nmodel: {name: mlp, input_dim: 4, classes: 2}\n",
+                   "data: {train: {format: idx, images: ", data, "/etc-link/shadow, labels: ", data,
+                   "/labels.idx}}\n"),
+      "idx.yaml");
+  ASSERT_TRUE(idx.ok());
+  failed(idx.spec, "data.train.images: '" + data + "/etc-link/shadow' (/etc/shadow) is outside every --data_root");
+
+  std::string ok = cluster_->Submit(SlowClassic(1, {"checkpoint.dir=" + ck + "/{job_id}", "data.train.length=600"}));
+  v1::Job j = cluster_->WaitState(ok, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
+  EXPECT_TRUE(std::filesystem::exists(ck + "/" + ok + "/model.pt"));
+}
+
 }  // namespace
 }  // namespace trainctl

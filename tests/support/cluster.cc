@@ -152,7 +152,8 @@ void Cluster::KillCoordinator(int sig) {
   coordinator_->Wait(absl::Seconds(10));
 }
 
-bool Cluster::StartWorker(const std::string& name, int slots, bool relative_paths) {
+bool Cluster::StartWorker(const std::string& name, int slots, bool relative_paths,
+                          const std::vector<std::string>& extra_flags) {
   std::string rank_binary = rank_binary_;
   if (relative_paths) {
     // ../../<absolute path>: relative to dir_, resolves to the same file.
@@ -169,6 +170,7 @@ bool Cluster::StartWorker(const std::string& name, int slots, bool relative_path
                                 "--rank_binary=" + rank_binary,
                                 "--rank_timeout_s=20",
                                 "--stop_grace_s=2"};
+  argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   auto p = std::make_unique<Process>(argv, dir_ + "/worker-" + name + ".log",
                                      relative_paths ? dir_ : std::string());
   if (!p->Start()) return false;

@@ -55,7 +55,9 @@ class Cluster {
   // Starts worker `name` (its work dir persists across restarts).
   // `relative_paths`: the daemon runs in the cluster's directory and gets
   // its --work_dir and --rank_binary relative to it (as typed by hand).
-  bool StartWorker(const std::string& name, int slots = 1, bool relative_paths = false);
+  // `extra_flags` are appended to the daemon's command line.
+  bool StartWorker(const std::string& name, int slots = 1, bool relative_paths = false,
+                   const std::vector<std::string>& extra_flags = {});
   void KillWorker(const std::string& name, int sig = 9);
   Process* worker(const std::string& name) { return workers_[name].get(); }
 

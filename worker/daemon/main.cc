@@ -3,6 +3,8 @@
 
 #include <csignal>
 #include <filesystem>
+#include <tuple>
+#include <vector>
 #include <iostream>
 
 #include "absl/flags/flag.h"
@@ -14,6 +16,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "worker/daemon/slot_inventory.h"
+#include "worker/daemon/path_policy.h"
 #include "worker/daemon/worker_daemon.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:7070", "coordinator host:port");
@@ -30,6 +33,12 @@ ABSL_FLAG(std::string, rank_binary, "",
           "the rank process (default: trainctl-rank next to this binary, or in the build tree)");
 ABSL_FLAG(int, rank_timeout_s, 120, "collective and rendezvous timeout handed to ranks");
 ABSL_FLAG(int, stop_grace_s, 10, "SIGTERM-to-SIGKILL grace when the daemon stops");
+ABSL_FLAG(std::vector<std::string>, data_root, {},
+          "directories (comma separated) a job's data and model files must lie in, after resolving "
+          "symlinks and '..' (default: anywhere the worker's user can read)");
+ABSL_FLAG(std::vector<std::string>, checkpoint_root, {},
+          "directories (comma separated) a job's checkpoint.dir must lie in (default: anywhere; a "
+          "job without checkpoint.dir always uses the work dir)");
 
 namespace {
 absl::Notification* g_stop = nullptr;
@@ -72,6 +81,16 @@ int main(int argc, char** argv) {
   o.address = absl::GetFlag(FLAGS_address).empty() ? o.hostname : absl::GetFlag(FLAGS_address);
   o.rank_binary = absl::GetFlag(FLAGS_rank_binary).empty() ? DefaultRankBinary() : absl::GetFlag(FLAGS_rank_binary);
   o.rank_timeout_s = absl::GetFlag(FLAGS_rank_timeout_s);
+  for (auto [flag, roots, out] : {std::tuple{"--data_root", absl::GetFlag(FLAGS_data_root), &o.data_roots},
+                                  std::tuple{"--checkpoint_root", absl::GetFlag(FLAGS_checkpoint_root),
+                                             &o.checkpoint_roots}}) {
+    auto canonical = trainctl::worker::CanonicalRoots(roots, flag);
+    if (!canonical.ok()) {
+      std::cerr << "trainctl-worker: " << canonical.status().message() << "\n";
+      return 2;
+    }
+    *out = *canonical;
+  }
   std::string labels = absl::GetFlag(FLAGS_labels);
   if (!labels.empty()) {
     for (absl::string_view kv : absl::StrSplit(labels, ',')) {

@@ -23,6 +23,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/jobspec/job_spec.h"
 #include "common/time_util.h"
+#include "worker/daemon/path_policy.h"
 #include "worker/protocol/rank_protocol.h"
 
 namespace trainctl::worker {
@@ -128,6 +129,9 @@ struct WorkerDaemon::LocalAttempt {
   std::string checkpoint_dir;
   // The coordinator's record to resume from (unset: a fresh start).
   std::optional<v1::CheckpointRecord> resume;
+  // Why the job's paths are refused on this worker ("" = fine): its ranks
+  // fail as a configuration error instead of starting.
+  std::string path_error;
   std::string spec_hash;
 };
 
@@ -472,7 +476,8 @@ void WorkerDaemon::ReportStatus(const LocalAttempt& a, const LocalRank& r, v1::R
   Enqueue(m, /*critical=*/true);
 }
 
-void WorkerDaemon::ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, const std::string& why) {
+void WorkerDaemon::ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, const std::string& why,
+                                       v1::FailureKind kind) {
   r.exited = true;
   r.reported_end = true;
   v1::WorkerMessage m;
@@ -481,7 +486,7 @@ void WorkerDaemon::ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, cons
   st->set_attempt(a.number);
   st->set_rank(r.assignment.rank());
   st->set_state(v1::RANK_STATE_FAILED);
-  st->mutable_exit()->set_kind(v1::FAILURE_KIND_LAUNCH);
+  st->mutable_exit()->set_kind(kind);
   st->mutable_exit()->set_exit_code(-1);
   st->mutable_exit()->set_message(why);
   Enqueue(m, true);
@@ -498,12 +503,21 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
   if (s.has_resume()) a->resume = s.resume();
   a->spec_hash = s.spec_hash();
   // Absolute (against the daemon's working directory) so the rank, whose
-  // working directory differs, reads and writes the same place.
-  a->checkpoint_dir = fs::absolute(s.spec().checkpoint().dir().empty()
-                                       ? absl::StrCat(options_.work_dir, "/jobs/", s.job_id(), "/checkpoints")
-                                       : s.spec().checkpoint().dir())
-                          .lexically_normal()
-                          .string();
+  // working directory differs, reads and writes the same place; a directory
+  // the job chose must lie inside --checkpoint_root when one is set.
+  if (s.spec().checkpoint().dir().empty()) {
+    a->checkpoint_dir =
+        fs::absolute(absl::StrCat(options_.work_dir, "/jobs/", s.job_id(), "/checkpoints")).lexically_normal().string();
+  } else {
+    absl::StatusOr<std::string> dir = ResolveJobPath("checkpoint.dir", s.spec().checkpoint().dir(),
+                                                     fs::current_path().string(), options_.checkpoint_roots,
+                                                     "--checkpoint_root");
+    if (dir.ok()) {
+      a->checkpoint_dir = *dir;
+    } else {
+      a->path_error = std::string(dir.status().message());
+    }
+  }
   for (const v1::RankAssignment& ra : s.ranks()) {
     LocalRank& r = a->ranks[ra.rank()];
     r.assignment = ra;
@@ -572,6 +586,10 @@ void WorkerDaemon::LaunchPending(LocalAttempt& a) {
 
 void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
   const v1::RankAssignment& ra = r.assignment;
+  if (!a.path_error.empty()) {
+    ReportLaunchFailure(a, r, a.path_error, v1::FAILURE_KIND_CONFIG);
+    return;
+  }
   std::string dir = absl::StrCat(options_.work_dir, "/jobs/", a.job_id, "/attempt-", a.number, "/rank-", ra.rank());
   std::error_code ec;
   fs::create_directories(dir, ec);
@@ -589,6 +607,11 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
   cfg[rk::kCudaDevice] = a.gpu ? "0" : "";
   cfg[rk::kBackend] = a.gpu ? "nccl" : "gloo";
   cfg[rk::kWorkDir] = dir;
+  if (absl::Status paths = ResolveDataPaths(cfg, fs::current_path().string(), options_.data_roots);
+      !paths.ok()) {
+    ReportLaunchFailure(a, r, std::string(paths.message()), v1::FAILURE_KIND_CONFIG);
+    return;
+  }
   cfg[rk::kCheckpointDir] = a.checkpoint_dir;
   // One writer per host (its first rank), or only rank 0 on a shared dir.
   const bool writer = a.spec.checkpoint().shared() ? ra.rank() == 0 : ra.local_rank() == 0;

@@ -50,6 +50,12 @@ struct DaemonOptions {
   absl::Duration reconnect_max = absl::Seconds(5);
   // Collective and rendezvous timeout handed to ranks.
   int rank_timeout_s = 120;
+  // When non-empty (canonical directories, see path_policy.h), a job's data
+  // and model files must lie inside one of data_roots, and a checkpoint.dir
+  // it sets inside one of checkpoint_roots; otherwise its ranks fail as a
+  // configuration error before they start.
+  std::vector<std::string> data_roots;
+  std::vector<std::string> checkpoint_roots;
   std::string version = "0.1.0";
 };
 
@@ -93,8 +99,10 @@ class WorkerDaemon {
   void LaunchPending(LocalAttempt& a);
   void Launch(LocalAttempt& a, LocalRank& r);
   void ReportStatus(const LocalAttempt& a, const LocalRank& r, v1::RankState state);
-  // A rank that could not be started ends FAILED (kind LAUNCH) with `why`.
-  void ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, const std::string& why);
+  // A rank that could not be started ends FAILED (kind LAUNCH, or CONFIG for
+  // a refused path) with `why`.
+  void ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, const std::string& why,
+                           v1::FailureKind kind = v1::FAILURE_KIND_LAUNCH);
   void FlushMetrics();
   void FlushLogs();
   void MaybeForget(const std::string& attempt_key);

@@ -1,0 +1,40 @@
+// Where a job's files may be: the one place data, model and checkpoint paths
+// of a job spec are resolved on a worker. A relative path is resolved against
+// the daemon's working directory (one documented base for every rank, whose
+// own working directories differ); `..` and symlinks are resolved; and when
+// the operator gave roots (--data_root, --checkpoint_root), the result must
+// lie inside one of them, so a job cannot make the worker read /etc/shadow as
+// a dataset or write checkpoints over /etc.
+//
+// Called by the WorkerDaemon before it launches a rank.
+// Threading: stateless functions; thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "worker/protocol/rank_protocol.h"
+
+namespace trainctl::worker {
+
+// The canonical absolute form of `path` (relative to `base`). With non-empty
+// `roots` (canonical directories), FAILED_PRECONDITION naming `field`, the
+// path and the roots when it is outside all of them; `flag` names the flag
+// that sets them ("--data_root").
+absl::StatusOr<std::string> ResolveJobPath(const std::string& field, const std::string& path,
+                                           const std::string& base, const std::vector<std::string>& roots,
+                                           const std::string& flag);
+
+// Canonical absolute forms of `roots` (for DaemonOptions); INVALID_ARGUMENT
+// naming `flag` when one is not an existing directory.
+absl::StatusOr<std::vector<std::string>> CanonicalRoots(const std::vector<std::string>& roots,
+                                                        const std::string& flag);
+
+// Rewrites every data and model file path in a rank config (data.*.path,
+// data.*.images, data.*.labels, model.path) through ResolveJobPath with
+// `data_roots`. The first refused path is the error.
+absl::Status ResolveDataPaths(rankproto::FlatConfig& config, const std::string& base,
+                              const std::vector<std::string>& data_roots);
+
+}  // namespace trainctl::worker
