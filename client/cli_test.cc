@@ -378,6 +378,9 @@ TEST_F(CliTest, CheckpointsListsRecordsAndResumeContinuesFromThem) {
   EXPECT_THAT(lines[1], AllOf(HasSubstr(" 20 "), HasSubstr(id), HasSubstr(" w0 "), HasSubstr("2.9 KiB"),
                               HasSubstr("crc32:12345678"), HasSubstr(".ckpt-epoch-000002.pt")));
 
+  r = Run({"status", id});
+  EXPECT_THAT(r.out, HasSubstr("epoch 2, step 20 on w0"));
+
   // The checkpoint already finished 2 epochs: resuming to 2 is refused.
   r = Run({"resume", id});
   EXPECT_EQ(r.code, 2);

@@ -286,6 +286,20 @@ void PrintJobStatus(std::ostream& out, const v1::Job& job, absl::Time now) {
     row("Ended", ended);
   }
   if (!job.final_model().empty()) row("Final model", job.final_model());
+  if (job.checkpoints_size() > 0) {
+    // The newest checkpoint and where copies of it are (trainctl checkpoints JOB lists all).
+    int64_t step = -1;
+    for (const v1::CheckpointRecord& r : job.checkpoints()) step = std::max(step, r.global_step());
+    std::vector<std::string> holders;
+    std::string text;
+    for (const v1::CheckpointRecord& r : job.checkpoints()) {
+      if (r.global_step() != step) continue;
+      holders.push_back(r.shared() ? "shared dir" : r.worker_id());
+      text = absl::StrCat("epoch ", r.epochs_done(), ", step ", r.global_step(),
+                          r.job_id() == job.id() ? "" : absl::StrCat(" (of job ", r.job_id(), ")"));
+    }
+    row("Checkpoint", absl::StrCat(text, " on ", absl::StrJoin(holders, ", ")));
+  }
   std::ostringstream body;
   t.Print(body);
   std::string text = body.str();
