@@ -727,6 +727,35 @@ TEST_F(JobManagerTest, AttemptWithEveryRankEndedIsSettledAfterRecovery) {
   EXPECT_EQ(after.attempts(0).failure_kind(), v1::FAILURE_KIND_SIGNAL);
 }
 
+TEST_F(JobManagerTest, VanishedRankWhoseWriteFailedIsFailedByTheNextTick) {
+  std::string id = RunningJob();
+  channels_.clear();
+  Open();
+  v1::RunningRank r0;
+  r0.set_job_id(id);
+  r0.set_attempt(1);
+  r0.set_rank(0);
+  AddWorker("a", 1, {r0});
+  // b reconnects without rank 1, and the job's write fails once.
+  bool failed_once = false;
+  store_->SetWriteFaultForTest([&](int64_t, absl::string_view op) {
+    if (failed_once || !absl::StartsWith(op, "PutJob")) return false;
+    return failed_once = true;
+  });
+  AddWorker("b", 1);
+  ASSERT_TRUE(failed_once);
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(id).attempts(0).ranks(1).state(), v1::RANK_STATE_RUNNING) << "memory untouched";
+  jobs_->Tick();
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.restarts(), 1);
+  EXPECT_EQ(j.attempts(0).state(), v1::ATTEMPT_STATE_FAILED);
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_WORKER_LOST);
+  EXPECT_EQ(j.attempts(0).reason(),
+            "rank 1 on host-b (worker b) was lost with its worker: the rank process was gone when "
+            "its worker reconnected");
+}
+
 // --- a lost worker is named as the cause ---------------------------------
 
 TEST_F(JobManagerTest, CollectiveFailureAfterAPeersStreamBrokeBlamesThePeer) {

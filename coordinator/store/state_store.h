@@ -117,7 +117,8 @@ class StateStore {
   // call) and its operation (e.g. "PutJob('j-1')"). When it returns true the
   // write is rolled back and returns Unavailable, exactly as a failed commit
   // would: nothing of it is stored. An empty function ends the injection.
-  // Reads never consult it. Thread-safe like every method.
+  // Reads never consult it. Thread-safe like every method; `fail` runs with
+  // the store's lock held, so it must not call the store.
   using WriteFault = std::function<bool(int64_t write_no, absl::string_view op)>;
   void SetWriteFaultForTest(WriteFault fail);
 
