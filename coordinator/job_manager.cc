@@ -1,6 +1,7 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
+#include <iostream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -43,6 +44,19 @@ v1::Attempt* CurrentAttempt(v1::Job& job) {
   return job.attempts_size() == 0 ? nullptr : job.mutable_attempts(job.attempts_size() - 1);
 }
 
+std::string ReportKey(const v1::RankStatus& st) {
+  return absl::StrCat(st.job_id(), "/", st.attempt(), "/", st.rank());
+}
+
+// A current attempt that has not ended although every rank has.
+bool Unsettled(v1::Job& job) {
+  if (IsTerminal(job.state())) return false;
+  const v1::Attempt* a = CurrentAttempt(job);
+  if (a == nullptr || AttemptEnded(a->state()) || a->ranks_size() == 0) return false;
+  return std::all_of(a->ranks().begin(), a->ranks().end(),
+                     [](const v1::RankAssignment& r) { return IsTerminal(r.state()); });
+}
+
 bool HasLiveRanks(const v1::Job& job) {
   for (const v1::Attempt& a : job.attempts()) {
     for (const v1::RankAssignment& r : a.ranks()) {
@@ -75,17 +89,22 @@ RanksByWorker LiveRanksByWorker(const v1::Attempt& a) {
   return out;
 }
 
-std::string DescribeExit(const v1::RankAssignment& r, const v1::ExitInfo& exit) {
+// `cause`: what made the rank fail when it was not its own doing (a lost
+// peer worker, "worker W (host H) was lost"), named first; or empty.
+std::string DescribeExit(const v1::RankAssignment& r, const v1::ExitInfo& exit,
+                         const std::string& cause = "") {
   std::string how;
-  if (exit.signal() != 0) {
+  if (!cause.empty()) {
+    how = "then failed";
+  } else if (exit.signal() != 0) {
     how = absl::StrCat("was killed by signal ", exit.signal());
   } else if (exit.kind() == v1::FAILURE_KIND_WORKER_LOST) {
     how = "was lost with its worker";
   } else {
     how = absl::StrCat("exited with code ", exit.exit_code());
   }
-  std::string out = absl::StrCat("rank ", r.rank(), " on ", r.host(), " (worker ", r.worker_id(),
-                                 ") ", how);
+  std::string out = absl::StrCat(cause, cause.empty() ? "" : "; ", "rank ", r.rank(), " on ",
+                                 r.host(), " (worker ", r.worker_id(), ") ", how);
   if (!exit.message().empty()) absl::StrAppend(&out, ": ", exit.message());
   if (exit.last_log_lines_size() > 0) {
     int from = std::max(0, exit.last_log_lines_size() - kMaxLogLinesInReason);
@@ -213,6 +232,7 @@ absl::Status JobManager::Recover(const StoreSnapshot& snapshot) {
     }
     auto [it, inserted] = jobs_.emplace(e.job.id(), std::move(e));
     TrackIndexes(it->second);
+    if (Unsettled(it->second.job)) unsettled_.insert(it->first);
   }
   return absl::OkStatus();
 }
@@ -239,7 +259,10 @@ absl::Status JobManager::Commit(JobEntry& entry, v1::Job next, std::vector<Event
     stored.push_back(std::move(ev));
   }
   if (IsTerminal(next.state()) && !next.has_end_time()) SetTimestamp(now, next.mutable_end_time());
-  TRAINCTL_RETURN_IF_ERROR(store_->PutJob(next, entry.submit_seq, stored));
+  if (absl::Status s = store_->PutJob(next, entry.submit_seq, stored); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("job ", next.id(), ": could not store the ",
+                                               StateName(next.state()), " transition: ", s.message()));
+  }
 
   bool was_active = !IsTerminal(from) && from != v1::JOB_STATE_UNSPECIFIED;
   entry.job = std::move(next);
@@ -608,8 +631,11 @@ void JobManager::Schedule() {
     e.last_points.clear();
     std::string msg = absl::StrCat("attempt ", a->number(), " placed on ", absl::StrJoin(hosts, ", "));
     if (!resume_words.empty()) absl::StrAppend(&msg, "; ", resume_words);
-    if (!Commit(e, std::move(next), {{"scheduled", msg, static_cast<int32_t>(e.job.attempts_size() + 1)}}).ok()) {
-      continue;  // Stays pending; the next pass retries.
+    if (absl::Status s = Commit(e, std::move(next), {{"scheduled", msg, static_cast<int32_t>(e.job.attempts_size() + 1)}});
+        !s.ok()) {
+      std::cerr << "coordinator: " << s << " (placed again at the next tick)\n";
+      schedule_retry_ = true;  // Stays pending; Tick asks for another pass.
+      continue;
     }
     const v1::Attempt& placed = *CurrentAttempt(e.job);
     for (const std::string& w : AttemptWorkers(placed)) SendStartRanks(e.job, placed, w);
@@ -653,26 +679,24 @@ std::pair<std::optional<v1::CheckpointRecord>, std::string> JobManager::ChooseRe
 
 // --- failures and restarts ------------------------------------------------------
 
-absl::Status JobManager::FailAttempt(JobEntry& e, v1::FailureKind kind, const std::string& reason,
-                                     int failed_rank) {
-  v1::Job next = e.job;
+JobManager::RanksByWorker JobManager::BuildAttemptFailure(v1::Job& next,
+                                                         std::vector<EventSpec>& events,
+                                                         absl::Time now, v1::FailureKind kind,
+                                                         const std::string& reason,
+                                                         int failed_rank) {
   v1::Attempt* a = CurrentAttempt(next);
-  if (a == nullptr || AttemptEnded(a->state())) return absl::OkStatus();
+  if (a == nullptr || AttemptEnded(a->state()) || IsTerminal(next.state())) return {};
   a->set_state(v1::ATTEMPT_STATE_FAILED);
   a->set_reason(reason);
-  SetTimestamp(clock_->Now(), a->mutable_end_time());
+  a->set_failure_kind(kind);
+  SetTimestamp(now, a->mutable_end_time());
   RanksByWorker to_stop = LiveRanksByWorker(*a);
   int32_t max_restarts = next.spec().restart().max_restarts();
-  std::vector<EventSpec> events;
   events.push_back({"attempt_failed", reason, a->number(), failed_rank});
   // A full disk gets one more attempt (space may have been freed); the same
   // failure twice in a row fails the job instead of burning every restart.
-  bool disk_full_again = false;
-  if (kind == v1::FAILURE_KIND_DISK_FULL && next.attempts_size() >= 2) {
-    for (const v1::RankAssignment& r : next.attempts(next.attempts_size() - 2).ranks()) {
-      if (r.exit().kind() == v1::FAILURE_KIND_DISK_FULL) disk_full_again = true;
-    }
-  }
+  const bool disk_full_again = kind == v1::FAILURE_KIND_DISK_FULL && next.attempts_size() >= 2 &&
+                               next.attempts(next.attempts_size() - 2).failure_kind() == v1::FAILURE_KIND_DISK_FULL;
   if (disk_full_again) {
     next.set_state(v1::JOB_STATE_FAILED);
     next.set_state_reason(absl::StrCat(reason, "\n(the disk was full in the previous attempt too: not restarted again)"));
@@ -697,10 +721,53 @@ absl::Status JobManager::FailAttempt(JobEntry& e, v1::FailureKind kind, const st
                                                                : ", from scratch (no checkpoint recorded yet)"),
                       a->number()});
   }
-  int32_t number = a->number();
+  return to_stop;
+}
+
+absl::Status JobManager::CommitFailure(JobEntry& e, v1::Job next, std::vector<EventSpec> events,
+                                       v1::FailureKind kind, const std::string& reason,
+                                       int failed_rank) {
+  RanksByWorker to_stop =
+      BuildAttemptFailure(next, events, clock_->Now(), kind, reason, failed_rank);
   TRAINCTL_RETURN_IF_ERROR(Commit(e, std::move(next), std::move(events)));
-  for (auto& [w, ranks] : to_stop) SendStop(w, e.job.id(), number, ranks, "a peer rank failed");
+  const v1::Attempt* a = CurrentAttempt(e.job);
+  for (auto& [w, ranks] : to_stop) SendStop(w, e.job.id(), a->number(), ranks, "a peer rank failed");
   return absl::OkStatus();
+}
+
+bool JobManager::SettleEndedAttempt(JobEntry& e) {
+  if (!Unsettled(e.job)) return true;
+  v1::Job next = e.job;
+  v1::Attempt* a = CurrentAttempt(next);
+  const v1::RankAssignment* failed = nullptr;
+  for (const v1::RankAssignment& r : a->ranks()) {
+    if (r.state() == v1::RANK_STATE_FAILED) {
+      failed = &r;
+      break;
+    }
+    if (r.state() != v1::RANK_STATE_SUCCEEDED && failed == nullptr) failed = &r;
+  }
+  absl::Status s;
+  if (failed == nullptr) {
+    a->set_state(v1::ATTEMPT_STATE_SUCCEEDED);
+    SetTimestamp(clock_->Now(), a->mutable_end_time());
+    next.set_state(v1::JOB_STATE_SUCCEEDED);
+    next.set_state_reason("");
+    next.mutable_progress()->set_eta_seconds(0);
+    int32_t number = a->number();
+    s = Commit(e, std::move(next), {{"succeeded", "every rank finished training", number}});
+  } else {
+    std::string reason = DescribeExit(*failed, failed->exit());
+    v1::FailureKind kind = failed->exit().kind();
+    int rank = failed->rank();
+    s = CommitFailure(e, std::move(next), {}, kind, reason, rank);
+  }
+  if (!s.ok()) {
+    std::cerr << "coordinator: " << s << " (retried at the next tick)\n";
+    return false;
+  }
+  RequestSchedule();
+  return true;
 }
 
 // --- worker sessions ------------------------------------------------------------
@@ -733,6 +800,29 @@ absl::StatusOr<JobManager::JobEntry*> JobManager::EntryForWorker(
 }
 
 absl::Status JobManager::OnRankStatus(const std::string& worker_id, const v1::RankStatus& st) {
+  absl::Status s = ApplyRankStatus(worker_id, st, /*may_hold=*/true);
+  // UNAVAILABLE only comes from a failed write: memory is untouched, and the
+  // worker will not send this again, so Tick replays it until it is stored.
+  if (s.code() == absl::StatusCode::kUnavailable) HoldReport(worker_id, st, clock_->Now());
+  return s;
+}
+
+void JobManager::HoldReport(const std::string& worker_id, const v1::RankStatus& st, absl::Time due) {
+  held_reports_[ReportKey(st)] = HeldReport{worker_id, st, due};
+}
+
+std::optional<std::string> JobManager::LostPeer(const v1::Attempt& a, const std::string& except) const {
+  for (const v1::RankAssignment& r : a.ranks()) {
+    if (r.worker_id() == except || registry_->Connected(r.worker_id())) continue;
+    const v1::Worker* w = registry_->Find(r.worker_id());
+    return absl::StrCat("worker ", r.worker_id(), " (host ", w != nullptr ? w->hostname() : r.host(),
+                        ") was lost");
+  }
+  return std::nullopt;
+}
+
+absl::Status JobManager::ApplyRankStatus(const std::string& worker_id, const v1::RankStatus& st,
+                                         bool may_hold) {
   if (!v1::RankState_IsValid(st.state()) || st.state() == v1::RANK_STATE_UNSPECIFIED ||
       st.state() == v1::RANK_STATE_ASSIGNED) {
     return absl::InvalidArgumentError("rank_status.state: must be STARTING, RUNNING or an end state");
@@ -803,11 +893,22 @@ absl::Status JobManager::OnRankStatus(const std::string& worker_id, const v1::Ra
     }
     case v1::RANK_STATE_FAILED:
     case v1::RANK_STATE_STOPPED: {
-      // Record the rank's end, then fail the attempt.
-      std::string reason = DescribeExit(*r, st.exit());
+      // The rank's end and the attempt's failure, in one write.
       v1::FailureKind kind = st.exit().kind();
-      TRAINCTL_RETURN_IF_ERROR(Commit(*e, std::move(next), {}));
-      TRAINCTL_RETURN_IF_ERROR(FailAttempt(*e, kind, reason, st.rank()));
+      std::string reason = DescribeExit(*r, st.exit());
+      if (st.state() == v1::RANK_STATE_FAILED &&
+          (kind == v1::FAILURE_KIND_COLLECTIVE || kind == v1::FAILURE_KIND_RENDEZVOUS)) {
+        if (std::optional<std::string> lost = LostPeer(*a, worker_id)) {
+          // A peer's death is the cause; this rank's error is its echo.
+          reason = DescribeExit(*r, st.exit(), *lost);
+          kind = v1::FAILURE_KIND_WORKER_LOST;
+        } else if (may_hold && options_.lost_worker_wait > absl::ZeroDuration() &&
+                   AttemptWorkers(*a).size() > 1) {
+          HoldReport(worker_id, st, now + options_.lost_worker_wait);
+          return absl::OkStatus();
+        }
+      }
+      TRAINCTL_RETURN_IF_ERROR(CommitFailure(*e, std::move(next), {}, kind, reason, st.rank()));
       RequestSchedule();
       return absl::OkStatus();
     }
@@ -1012,7 +1113,13 @@ absl::Status JobManager::OnLogs(const std::string& worker_id, const v1::LogChunk
 
 void JobManager::OnWorkerRegistered(const std::string& worker_id, const v1::Register& msg) {
   // 0. Ends that happened while the worker was away come first.
-  for (const v1::RankStatus& st : msg.ended()) (void)OnRankStatus(worker_id, st);
+  for (const v1::RankStatus& st : msg.ended()) {
+    absl::Status s = OnRankStatus(worker_id, st);
+    if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
+      std::cerr << "coordinator: worker " << worker_id << ": rank end reported at registration: "
+                << s << "\n";
+    }
+  }
   // What the worker says it runs, by (job, attempt, rank).
   absl::flat_hash_map<std::string, const v1::RunningRank*> reported;
   for (const v1::RunningRank& r : msg.running()) {
@@ -1036,6 +1143,7 @@ void JobManager::OnWorkerRegistered(const std::string& worker_id, const v1::Regi
     v1::Job next = e.job;
     bool changed = false;
     std::vector<int32_t> vanished;
+    std::vector<v1::RankStatus> ends;  // What changed, to replay if the write fails.
     for (int ai = 0; ai < next.attempts_size(); ++ai) {
       v1::Attempt* a = next.mutable_attempts(ai);
       bool current = ai == next.attempts_size() - 1 && !AttemptEnded(a->state()) && !IsTerminal(next.state());
@@ -1050,13 +1158,30 @@ void JobManager::OnWorkerRegistered(const std::string& worker_id, const v1::Regi
         r.mutable_exit()->set_message("the rank process was gone when its worker reconnected");
         changed = true;
         if (current) vanished.push_back(r.rank());
+        v1::RankStatus& end = ends.emplace_back();
+        end.set_job_id(id);
+        end.set_attempt(a->number());
+        end.set_rank(r.rank());
+        end.set_state(r.state());
+        *end.mutable_exit() = r.exit();
       }
     }
-    if (changed && !Commit(e, std::move(next), {}).ok()) continue;
-    if (!vanished.empty()) {
-      const v1::RankAssignment& r = CurrentAttempt(e.job)->ranks(vanished[0]);
-      (void)FailAttempt(e, v1::FAILURE_KIND_WORKER_LOST, DescribeExit(r, r.exit()), vanished[0]);
-      continue;
+    if (changed) {
+      absl::Status s;
+      if (!vanished.empty()) {
+        const v1::RankAssignment& r = CurrentAttempt(next)->ranks(vanished[0]);
+        std::string reason = DescribeExit(r, r.exit());
+        s = CommitFailure(e, std::move(next), {}, v1::FAILURE_KIND_WORKER_LOST, reason, vanished[0]);
+      } else {
+        s = Commit(e, std::move(next), {});
+      }
+      if (!s.ok()) {
+        std::cerr << "coordinator: worker " << worker_id << " reconnected: " << s
+                  << " (retried at the next tick)\n";
+        for (const v1::RankStatus& end : ends) HoldReport(worker_id, end, clock_->Now());
+        continue;
+      }
+      if (!vanished.empty()) continue;
     }
     const v1::Attempt* cur = CurrentAttempt(e.job);
     if (cur == nullptr || AttemptEnded(cur->state()) || IsTerminal(e.job.state())) continue;
@@ -1092,55 +1217,114 @@ void JobManager::OnWorkerLost(const std::string& worker_id) {
         if (current && failed_rank < 0) failed_rank = r.rank();
       }
     }
-    if (!changed || !Commit(e, std::move(next), {}).ok()) continue;
+    if (!changed) continue;
+    // The ranks' ends and the attempt's failure, in one write.
+    absl::Status s;
     if (failed_rank >= 0) {
-      const v1::RankAssignment& r = CurrentAttempt(e.job)->ranks(failed_rank);
-      (void)FailAttempt(e, v1::FAILURE_KIND_WORKER_LOST, DescribeExit(r, r.exit()), failed_rank);
+      const v1::RankAssignment& r = CurrentAttempt(next)->ranks(failed_rank);
+      std::string reason = DescribeExit(r, r.exit());
+      s = CommitFailure(e, std::move(next), {}, v1::FAILURE_KIND_WORKER_LOST, reason, failed_rank);
+    } else {
+      s = Commit(e, std::move(next), {});
     }
+    // Memory is untouched: Tick finds these ranks on a LOST worker again.
+    if (!s.ok()) std::cerr << "coordinator: worker " << worker_id << " lost: " << s << " (retried at the next tick)\n";
   }
   RequestSchedule();
 }
 
 void JobManager::Tick() {
   absl::Time now = clock_->Now();
+  // 1. Rank ends held for a lost peer to explain them (due, or explained
+  //    now), and ends whose write failed.
+  std::vector<HeldReport> due;
+  for (auto it = held_reports_.begin(); it != held_reports_.end();) {
+    bool ready = now >= it->second.due;
+    if (!ready) {
+      JobEntry* e = FindEntry(it->second.status.job_id());
+      const v1::Attempt* a = e == nullptr ? nullptr : CurrentAttempt(e->job);
+      ready = a == nullptr || a->number() != it->second.status.attempt() ||
+              AttemptEnded(a->state()) || LostPeer(*a, it->second.worker_id).has_value();
+    }
+    if (!ready) {
+      ++it;
+      continue;
+    }
+    due.push_back(std::move(it->second));
+    it = held_reports_.erase(it);  // btree: erase invalidates other iterators.
+  }
+  for (const HeldReport& r : due) {
+    absl::Status s = ApplyRankStatus(r.worker_id, r.status, /*may_hold=*/false);
+    if (s.code() == absl::StatusCode::kUnavailable) {
+      HoldReport(r.worker_id, r.status, now);
+    } else if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
+      std::cerr << "coordinator: worker " << r.worker_id << ": held rank end: " << s << "\n";
+    }
+  }
+  // 2. Ranks still placed on a LOST worker (OnWorkerLost's write failed).
+  absl::btree_set<std::string> lost;
+  for (const std::string& id : holding_slots_) {
+    for (const v1::Attempt& a : jobs_.at(id).job.attempts()) {
+      for (const v1::RankAssignment& r : a.ranks()) {
+        if (IsTerminal(r.state()) || lost.contains(r.worker_id())) continue;
+        const v1::Worker* w = registry_->Find(r.worker_id());
+        if (w != nullptr && w->state() == v1::WORKER_STATE_LOST) lost.insert(r.worker_id());
+      }
+    }
+  }
+  for (const std::string& w : lost) OnWorkerLost(w);
+  // 3. Attempts whose ranks all ended without the attempt ending.
+  std::vector<std::string> unsettled(unsettled_.begin(), unsettled_.end());
+  for (const std::string& id : unsettled) {
+    if (SettleEndedAttempt(jobs_.at(id))) unsettled_.erase(id);
+  }
+  // 4. A placement whose write failed: place again.
+  if (schedule_retry_) {
+    schedule_retry_ = false;
+    RequestSchedule();
+  }
+  // 5. Rendezvous timeouts and hangs. A failed write changes nothing in
+  //    memory, so the next tick finds the same condition and tries again.
   std::vector<std::string> ids(holding_slots_.begin(), holding_slots_.end());
   for (const std::string& id : ids) {
     JobEntry& e = jobs_.at(id);
     if (IsTerminal(e.job.state())) continue;
     const v1::Attempt* a = CurrentAttempt(e.job);
     if (a == nullptr || AttemptEnded(a->state())) continue;
+    absl::Status s;
     if (a->state() == v1::ATTEMPT_STATE_STARTING) {
       if (now - FromTimestamp(a->start_time()) > options_.rendezvous_timeout) {
         std::vector<std::string> waiting;
         for (const v1::RankAssignment& r : a->ranks()) {
           if (r.state() != v1::RANK_STATE_RUNNING) waiting.push_back(absl::StrCat(r.rank()));
         }
-        (void)FailAttempt(e, v1::FAILURE_KIND_RENDEZVOUS,
+        s = CommitFailure(e, e.job, {}, v1::FAILURE_KIND_RENDEZVOUS,
                           absl::StrCat("rendezvous timed out after ",
                                        absl::FormatDuration(options_.rendezvous_timeout),
                                        "; ranks not ready: ", absl::StrJoin(waiting, ", ")),
                           -1);
-        RequestSchedule();
+        if (s.ok()) RequestSchedule();
       }
-      continue;
-    }
-    absl::Duration timeout = ProgressTimeout(e.job);
-    std::vector<std::string> stuck;
-    int first = -1;
-    for (const v1::RankAssignment& r : a->ranks()) {
-      if (IsTerminal(r.state())) continue;
-      if (now - FromTimestamp(r.last_progress_time()) > timeout) {
-        stuck.push_back(absl::StrCat(r.rank(), " (", r.host(), ", last step ", r.last_step(), ")"));
-        if (first < 0) first = r.rank();
+    } else {
+      absl::Duration timeout = ProgressTimeout(e.job);
+      std::vector<std::string> stuck;
+      int first = -1;
+      for (const v1::RankAssignment& r : a->ranks()) {
+        if (IsTerminal(r.state())) continue;
+        if (now - FromTimestamp(r.last_progress_time()) > timeout) {
+          stuck.push_back(absl::StrCat(r.rank(), " (", r.host(), ", last step ", r.last_step(), ")"));
+          if (first < 0) first = r.rank();
+        }
+      }
+      if (!stuck.empty()) {
+        s = CommitFailure(e, e.job, {}, v1::FAILURE_KIND_HANG,
+                          absl::StrCat("hung: no progress for ", absl::FormatDuration(timeout),
+                                       " from rank(s) ", absl::StrJoin(stuck, ", ")),
+                          first);
+        if (s.ok()) RequestSchedule();
       }
     }
-    if (!stuck.empty()) {
-      (void)FailAttempt(e, v1::FAILURE_KIND_HANG,
-                        absl::StrCat("hung: no progress for ", absl::FormatDuration(timeout),
-                                     " from rank(s) ", absl::StrJoin(stuck, ", ")),
-                        first);
-      RequestSchedule();
-    }
+    if (!s.ok()) std::cerr << "coordinator: " << s << " (retried at the next tick)\n";
   }
 }
 

@@ -6,11 +6,23 @@
 //                 └ RESTARTING ┘   (an attempt failed, restarts remain)
 //
 // A job has attempts; an attempt has one RankAssignment per rank. Every
-// transition goes through Commit(): written to the StateStore first (the
-// job with its attempts, plus its events, in one transaction), then applied
-// to memory, then published to watchers, then acted on (messages to
-// workers). A failed write leaves memory untouched and the error is
-// returned (UNAVAILABLE to the caller).
+// transition goes through Commit(): built in full first (a rank's end
+// together with the attempt failure and restart it causes), then written to
+// the StateStore (the job with its attempts, plus its events, in one
+// transaction), then applied to memory, then published to watchers, then
+// acted on (messages to workers). A failed write leaves memory untouched
+// and the error is returned (UNAVAILABLE to the caller); nothing is ever
+// half-applied, and a failure transition whose write failed is retried:
+// a rank's end is replayed at the next Tick, ranks on a LOST worker and
+// hangs are found again by Tick.
+//
+// Blame: a rank that fails in a collective or the rendezvous usually does
+// so because a peer died. When another worker of the attempt has lost its
+// session (stream broken, LOST or LEFT), the attempt fails as WORKER_LOST
+// with a reason naming that worker first. With lost_worker_wait > 0 such a
+// failure of a multi-worker attempt whose peers all look healthy is held
+// that long (at most) before it is applied, because the peer's broken
+// stream can reach the coordinator just after the survivor's report.
 //
 // Rendezvous: the worker holding rank 0 produces the NCCL unique id or the
 // Gloo store address, reports it, and the coordinator hands it to every
@@ -52,6 +64,10 @@ struct JobManagerOptions {
   absl::Duration stop_grace = absl::Seconds(10);
   // Most jobs kept that are not terminal (PENDING...RUNNING); more → RESOURCE_EXHAUSTED.
   int64_t max_active_jobs = 100000;
+  // How long a collective/rendezvous failure may wait for a peer worker's
+  // lost session to explain it (see Blame above); 0: decide at once. The
+  // coordinator sets it to the registry's disconnect_grace.
+  absl::Duration lost_worker_wait = absl::ZeroDuration();
 };
 
 // Whether a job may go from `from` to `to`. Every state change is checked here.
@@ -93,7 +109,10 @@ class JobManager {
   absl::Status OnCheckpoint(const std::string& worker_id, const v1::CheckpointReport& report);
 
   // --- periodic -----------------------------------------------------------
-  // Hang detection and rendezvous timeouts.
+  // Hang detection and rendezvous timeouts; applies held and retried rank
+  // ends, fails ranks still placed on LOST workers, and settles attempts
+  // whose ranks all ended without the attempt ending (a store from before
+  // transitions were one write).
   void Tick();
   // One scheduling pass: places what can start and sends the assignments.
   void Schedule();
@@ -120,13 +139,41 @@ class JobManager {
     int32_t rank = -1;
   };
 
+  using RanksByWorker = std::vector<std::pair<std::string, std::vector<int32_t>>>;
+  // A rank end not applied yet: held for a lost peer to explain it, or
+  // whose commit failed (then due at once, retried every Tick until stored).
+  struct HeldReport {
+    std::string worker_id;
+    v1::RankStatus status;
+    absl::Time due;
+  };
+
   // Persists `next` (the entry's job after a change) with `events`, then
-  // applies and publishes it. The only place a job changes.
+  // applies and publishes it. The only place a job changes. A failed write
+  // is UNAVAILABLE and leaves memory untouched.
   absl::Status Commit(JobEntry& entry, v1::Job next, std::vector<EventSpec> events);
-  // Ends the current attempt as failed, stops its other ranks, and restarts
-  // or fails the job by its restart policy.
-  absl::Status FailAttempt(JobEntry& entry, v1::FailureKind kind, const std::string& reason,
-                           int failed_rank);
+  // Builds the failure of `next`'s current attempt into `next` (the job with
+  // the failing rank's end already applied): the attempt FAILED with
+  // `reason` and `kind`, the job RESTARTING or FAILED by its restart policy,
+  // their events appended to `events`. Returns the ranks to stop once it is
+  // committed; nothing when the attempt had already ended. Pure.
+  static RanksByWorker BuildAttemptFailure(v1::Job& next, std::vector<EventSpec>& events,
+                                           absl::Time now, v1::FailureKind kind,
+                                           const std::string& reason, int failed_rank);
+  // BuildAttemptFailure + one Commit + stops to the surviving ranks.
+  absl::Status CommitFailure(JobEntry& entry, v1::Job next, std::vector<EventSpec> events,
+                             v1::FailureKind kind, const std::string& reason, int failed_rank);
+  // OnRankStatus's body; `may_hold`: a collective failure may be held.
+  absl::Status ApplyRankStatus(const std::string& worker_id, const v1::RankStatus& status,
+                               bool may_hold);
+  // Queues a rank end for Tick (held until `due`, or retried).
+  void HoldReport(const std::string& worker_id, const v1::RankStatus& status, absl::Time due);
+  // The first worker of `attempt` other than `except` that has lost its
+  // session, as "worker W (host H) was lost"; nullopt when all are connected.
+  std::optional<std::string> LostPeer(const v1::Attempt& attempt, const std::string& except) const;
+  // Ends a current attempt whose ranks all ended (see Tick). False when its
+  // commit failed.
+  bool SettleEndedAttempt(JobEntry& entry);
   void SendStartRanks(const v1::Job& job, const v1::Attempt& attempt, const std::string& worker_id);
   void SendStop(const std::string& worker_id, const std::string& job_id, int32_t attempt,
                 const std::vector<int32_t>& ranks, const std::string& reason);
@@ -159,6 +206,12 @@ class JobManager {
   absl::btree_set<std::string> pending_;
   // Jobs with at least one rank not ended, in any attempt (they hold slots).
   absl::btree_set<std::string> holding_slots_;
+  // Jobs loaded by Recover whose current attempt has every rank ended but is
+  // not ended itself (written by a version that committed a rank's end and
+  // the attempt's failure separately); Tick ends them.
+  absl::btree_set<std::string> unsettled_;
+  // Rank ends waiting for Tick, by "job/attempt/rank" (see HeldReport).
+  absl::btree_map<std::string, HeldReport> held_reports_;
   // Newest first for List: (submit_seq, id).
   int64_t next_submit_seq_ = 1;
   int64_t active_jobs_ = 0;
@@ -166,6 +219,8 @@ class JobManager {
   void RequestSchedule();
   std::function<void(std::function<void()>)> post_;
   bool schedule_requested_ = false;
+  // A placement's write failed in the last pass; Tick asks for another.
+  bool schedule_retry_ = false;
   // Pending reason per job from the last scheduling pass (not persisted).
   absl::flat_hash_map<std::string, std::string> pending_reasons_;
 };

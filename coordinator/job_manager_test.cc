@@ -8,8 +8,11 @@
 
 #include <cstdlib>
 #include <set>
+#include <tuple>
 #include <unistd.h>
 
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/clock.h"
 #include "common/jobspec/job_spec.h"
 
@@ -98,6 +101,7 @@ class JobManagerTest : public ::testing::Test {
     JobManagerOptions jo;
     jo.progress_timeout = absl::Seconds(60);
     jo.rendezvous_timeout = absl::Seconds(30);
+    jo.lost_worker_wait = lost_worker_wait_;
     jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), &hub_, &clock_, jo);
     auto snap = store_->LoadAll();
     ASSERT_TRUE(snap.ok()) << snap.status();
@@ -170,6 +174,16 @@ class JobManagerTest : public ::testing::Test {
     return id;
   }
 
+  // Events of a job as stored, as "type@attempt: message".
+  std::vector<std::string> StoredEvents(const std::string& id) {
+    auto events = store_->ListEvents(id, 0, 0);
+    EXPECT_TRUE(events.ok()) << events.status();
+    std::vector<std::string> out;
+    for (const auto& e : *events) out.push_back(absl::StrCat(e.type(), "@", e.attempt(), ": ", e.message()));
+    return out;
+  }
+
+  absl::Duration lost_worker_wait_ = absl::ZeroDuration();
   std::string dir_;
   FakeClock clock_;
   MetricsHub hub_;
@@ -684,6 +698,306 @@ TEST_F(JobManagerTest, ResumeFromAnotherJobChecksStateAndCompatibility) {
   EXPECT_EQ(j.attempts(0).resume().job_id(), id);
   EXPECT_EQ(j.attempts(0).ranks(0).worker_id(), "a");
   EXPECT_EQ(a_->Starts().back().resume().path(), "/w/a/ck1");
+}
+
+// --- one write per transition, under store faults -------------------------
+
+v1::RankStatus Failed(const std::string& job, int attempt, int rank, v1::FailureKind kind,
+                      const std::string& message) {
+  v1::RankStatus st;
+  st.set_job_id(job);
+  st.set_attempt(attempt);
+  st.set_rank(rank);
+  st.set_state(v1::RANK_STATE_FAILED);
+  st.mutable_exit()->set_kind(kind);
+  st.mutable_exit()->set_exit_code(1);
+  st.mutable_exit()->set_message(message);
+  return st;
+}
+
+TEST_F(JobManagerTest, FailedCommitLeavesTheJobUnchangedAndIsRetriedByTick) {
+  std::string id = RunningJob();
+  const std::string before = Get(id).SerializeAsString();
+  const std::vector<std::string> events_before = StoredEvents(id);
+  store_->SetWriteFaultForTest([](int64_t, absl::string_view) { return true; });
+  absl::Status s = jobs_->OnRankStatus("b", Failed(id, 1, 1, v1::FAILURE_KIND_EXIT, "boom"));
+  EXPECT_EQ(s.code(), absl::StatusCode::kUnavailable) << s;
+  EXPECT_THAT(std::string(s.message()), HasSubstr("injected write fault"));
+  EXPECT_EQ(Get(id).SerializeAsString(), before) << "memory is exactly as before the failed write";
+  EXPECT_EQ(StoredEvents(id), events_before);
+  EXPECT_TRUE(a_->Stops().empty()) << "nothing is acted on before it is stored";
+  jobs_->Tick();  // The store still refuses: still nothing.
+  EXPECT_EQ(Get(id).SerializeAsString(), before);
+  // The store recovers: the next tick applies the rank's end and the
+  // attempt's failure together.
+  store_->SetWriteFaultForTest(nullptr);
+  jobs_->Tick();
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(j.attempts(0).state(), v1::ATTEMPT_STATE_FAILED);
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_EXIT);
+  EXPECT_EQ(j.attempts(0).reason(), "rank 1 on host-b (worker b) exited with code 1: boom");
+  EXPECT_EQ(j.attempts(0).ranks(1).state(), v1::RANK_STATE_FAILED);
+  ASSERT_EQ(a_->Stops().size(), 1u);
+  jobs_->Tick();
+  EXPECT_EQ(StoredEvents(id).size(), events_before.size() + 2) << "applied once";
+}
+
+enum class FailurePath { kRankFailed, kWorkerLost, kHang };
+
+// Each write from the failure on fails in turn (the N-th and the one after
+// it, so a retry fails too); the job must still end its attempt exactly
+// once and go on as if the store had never failed.
+class FailurePathUnderFaultsTest
+    : public JobManagerTest,
+      public ::testing::WithParamInterface<std::tuple<FailurePath, int>> {};
+
+TEST_P(FailurePathUnderFaultsTest, AttemptFailsOnceAndTheJobGoesOn) {
+  const auto [path, first_failing] = GetParam();
+  std::string id = RunningJob();
+  int fired = 0;
+  store_->SetWriteFaultForTest([&, n = first_failing](int64_t write_no, absl::string_view) {
+    bool fail = write_no == n || write_no == n + 1;
+    fired += fail;
+    return fail;
+  });
+  switch (path) {
+    case FailurePath::kRankFailed:
+      // Refused while the fault lasts, then replayed by Tick.
+      jobs_->OnRankStatus("b", Failed(id, 1, 1, v1::FAILURE_KIND_EXIT, "boom")).IgnoreError();
+      break;
+    case FailurePath::kWorkerLost:
+      clock_.Advance(absl::Seconds(2));
+      ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
+      clock_.Advance(absl::Seconds(2));
+      for (const std::string& w : registry_->ExpireLeases()) jobs_->OnWorkerLost(w);
+      break;
+    case FailurePath::kHang:
+      clock_.Advance(absl::Seconds(61));
+      jobs_->Tick();
+      break;
+  }
+  // Drive it as the coordinator would: ticks, and workers answering stops.
+  std::set<std::pair<FakeChannel*, int>> answered;
+  for (int i = 0; i < 20; ++i) {
+    jobs_->Tick();
+    for (auto [ch, worker] : {std::pair{a_, "a"}, std::pair{b_, "b"}}) {
+      for (const v1::StopRanks& stop : ch->Stops()) {
+        for (int rank : stop.ranks()) {
+          if (stop.attempt() != 1 || !answered.insert({ch, rank}).second) continue;
+          v1::RankStatus st;
+          st.set_job_id(id);
+          st.set_attempt(1);
+          st.set_rank(rank);
+          st.set_state(v1::RANK_STATE_STOPPED);
+          jobs_->OnRankStatus(worker, st).IgnoreError();  // Refused ones are replayed by Tick.
+        }
+      }
+    }
+  }
+  EXPECT_GE(fired, 1) << "the fault hit this path";
+  v1::Job j = Get(id);
+  const v1::Attempt& a = j.attempts(0);
+  EXPECT_EQ(a.state(), v1::ATTEMPT_STATE_FAILED);
+  EXPECT_EQ(j.restarts(), 1);
+  for (const v1::RankAssignment& r : a.ranks()) EXPECT_TRUE(IsTerminal(r.state())) << r.rank();
+  std::string reason;
+  switch (path) {
+    case FailurePath::kRankFailed:
+      reason = "rank 1 on host-b (worker b) exited with code 1: boom";
+      EXPECT_EQ(a.failure_kind(), v1::FAILURE_KIND_EXIT);
+      break;
+    case FailurePath::kWorkerLost:
+      reason = "rank 1 on host-b (worker b) was lost with its worker: its worker stopped "
+               "heartbeating (lease expired)";
+      EXPECT_EQ(a.failure_kind(), v1::FAILURE_KIND_WORKER_LOST);
+      break;
+    case FailurePath::kHang:
+      reason = "hung: no progress for 1m from rank(s) 0 (host-a, last step 0), 1 (host-b, last step 0)";
+      EXPECT_EQ(a.failure_kind(), v1::FAILURE_KIND_HANG);
+      break;
+  }
+  EXPECT_EQ(a.reason(), reason);
+  if (path == FailurePath::kWorkerLost) {
+    // b is gone: the restart waits for slots.
+    EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+    EXPECT_EQ(j.attempts_size(), 1);
+  } else {
+    // Every rank stopped, so the restart was placed again.
+    EXPECT_EQ(j.state(), v1::JOB_STATE_SCHEDULED);
+    ASSERT_EQ(j.attempts_size(), 2);
+    EXPECT_EQ(j.attempts(1).state(), v1::ATTEMPT_STATE_STARTING);
+  }
+  EXPECT_TRUE(jobs_->BusySlots("a").empty() || j.attempts_size() == 2);
+  int failed_events = 0, restarting_events = 0;
+  for (const std::string& e : StoredEvents(id)) {
+    failed_events += absl::StartsWith(e, "attempt_failed@1: ");
+    restarting_events += absl::StartsWith(e, "restarting@1: ");
+  }
+  EXPECT_EQ(failed_events, 1);
+  EXPECT_EQ(restarting_events, 1);
+  // What is stored is what memory says.
+  store_->SetWriteFaultForTest(nullptr);
+  std::string in_memory = Get(id).SerializeAsString();
+  channels_.clear();
+  Open();
+  v1::Job stored = Get(id);
+  EXPECT_EQ(stored.state(), j.state());
+  EXPECT_EQ(stored.attempts_size(), j.attempts_size());
+  EXPECT_EQ(stored.attempts(0).reason(), reason);
+}
+
+std::string FailurePathName(const ::testing::TestParamInfo<std::tuple<FailurePath, int>>& info) {
+  static const char* const kNames[] = {"RankFailed", "WorkerLost", "Hang"};
+  return absl::StrCat(kNames[static_cast<int>(std::get<0>(info.param))], "_FailWrite",
+                      std::get<1>(info.param));
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    EveryWrite, FailurePathUnderFaultsTest,
+    ::testing::Combine(::testing::Values(FailurePath::kRankFailed, FailurePath::kWorkerLost,
+                                         FailurePath::kHang),
+                       ::testing::Range(1, 4)),
+    FailurePathName);
+
+TEST_F(JobManagerTest, AttemptWithEveryRankEndedIsSettledAfterRecovery) {
+  // A store written when a rank's end and the attempt's failure were two
+  // writes, and the coordinator died between them.
+  std::string id = RunningJob();
+  v1::Job j = Get(id);
+  v1::Attempt* a = j.mutable_attempts(0);
+  a->mutable_ranks(0)->set_state(v1::RANK_STATE_STOPPED);
+  a->mutable_ranks(1)->set_state(v1::RANK_STATE_FAILED);
+  a->mutable_ranks(1)->mutable_exit()->set_kind(v1::FAILURE_KIND_SIGNAL);
+  a->mutable_ranks(1)->mutable_exit()->set_signal(9);
+  ASSERT_TRUE(store_->PutJob(j, 1).ok());
+  channels_.clear();
+  Open();
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  jobs_->Tick();
+  v1::Job after = Get(id);
+  EXPECT_EQ(after.restarts(), 1);
+  EXPECT_EQ(after.state(), v1::JOB_STATE_SCHEDULED) << "restarted on the recovered workers";
+  EXPECT_EQ(after.attempts_size(), 2);
+  EXPECT_EQ(after.attempts(0).state(), v1::ATTEMPT_STATE_FAILED);
+  EXPECT_EQ(after.attempts(0).reason(), "rank 1 on host-b (worker b) was killed by signal 9");
+  EXPECT_EQ(after.attempts(0).failure_kind(), v1::FAILURE_KIND_SIGNAL);
+}
+
+TEST_F(JobManagerTest, VanishedRankWhoseWriteFailedIsFailedByTheNextTick) {
+  std::string id = RunningJob();
+  channels_.clear();
+  Open();
+  v1::RunningRank r0;
+  r0.set_job_id(id);
+  r0.set_attempt(1);
+  r0.set_rank(0);
+  AddWorker("a", 1, {r0});
+  // b reconnects without rank 1, and the job's write fails once.
+  bool failed_once = false;
+  store_->SetWriteFaultForTest([&](int64_t, absl::string_view op) {
+    if (failed_once || !absl::StartsWith(op, "PutJob")) return false;
+    return failed_once = true;
+  });
+  AddWorker("b", 1);
+  ASSERT_TRUE(failed_once);
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(id).attempts(0).ranks(1).state(), v1::RANK_STATE_RUNNING) << "memory untouched";
+  jobs_->Tick();
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.restarts(), 1);
+  EXPECT_EQ(j.attempts(0).state(), v1::ATTEMPT_STATE_FAILED);
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_WORKER_LOST);
+  EXPECT_EQ(j.attempts(0).reason(),
+            "rank 1 on host-b (worker b) was lost with its worker: the rank process was gone when "
+            "its worker reconnected");
+}
+
+// --- a lost worker is named as the cause ---------------------------------
+
+TEST_F(JobManagerTest, CollectiveFailureAfterAPeersStreamBrokeBlamesThePeer) {
+  std::string id = RunningJob();
+  // b's daemon is killed: its stream breaks; its lease has not expired yet.
+  registry_->SessionEnded("b", b_, /*left=*/false);
+  ASSERT_EQ(registry_->Find("b")->state(), v1::WORKER_STATE_ALIVE);
+  ASSERT_TRUE(jobs_->OnRankStatus(
+      "a", Failed(id, 1, 0, v1::FAILURE_KIND_COLLECTIVE, "Connection reset by peer")).ok());
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  const std::string reason =
+      "worker b (host host-b) was lost; rank 0 on host-a (worker a) then failed: "
+      "Connection reset by peer";
+  EXPECT_EQ(j.attempts(0).reason(), reason);
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_WORKER_LOST);
+  EXPECT_EQ(j.attempts(0).ranks(0).exit().kind(), v1::FAILURE_KIND_COLLECTIVE) << "as reported";
+  EXPECT_THAT(StoredEvents(id), ::testing::Contains("attempt_failed@1: " + reason));
+}
+
+TEST_F(JobManagerTest, OwnFailureIsNotBlamedOnALostPeer) {
+  std::string id = RunningJob();
+  registry_->SessionEnded("b", b_, /*left=*/false);
+  ASSERT_TRUE(jobs_->OnRankStatus("a", Failed(id, 1, 0, v1::FAILURE_KIND_EXIT, "ValueError")).ok());
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.attempts(0).reason(), "rank 0 on host-a (worker a) exited with code 1: ValueError");
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_EXIT);
+}
+
+TEST_F(JobManagerTest, HeldCollectiveFailureIsBlamedOnAPeerLostMomentsLater) {
+  lost_worker_wait_ = absl::Seconds(1);
+  Open();
+  std::string id = RunningJob();
+  // The survivor's error arrives first, while b still looks healthy: held.
+  ASSERT_TRUE(jobs_->OnRankStatus(
+      "a", Failed(id, 1, 0, v1::FAILURE_KIND_COLLECTIVE, "Connection reset by peer")).ok());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(id).attempts(0).ranks(0).state(), v1::RANK_STATE_RUNNING);
+  clock_.Advance(absl::Milliseconds(100));
+  jobs_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING) << "still within the wait";
+  // Then b's broken stream reaches the coordinator.
+  registry_->SessionEnded("b", b_, /*left=*/false);
+  clock_.Advance(absl::Milliseconds(100));
+  jobs_->Tick();
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(j.attempts(0).reason(),
+            "worker b (host host-b) was lost; rank 0 on host-a (worker a) then failed: "
+            "Connection reset by peer");
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_WORKER_LOST);
+  // b's lease expires later: its rank is recorded, the attempt is not failed twice.
+  clock_.Advance(absl::Seconds(1));
+  for (const std::string& w : registry_->ExpireLeases()) jobs_->OnWorkerLost(w);
+  EXPECT_EQ(Get(id).attempts(0).ranks(1).exit().kind(), v1::FAILURE_KIND_WORKER_LOST);
+  EXPECT_EQ(Get(id).restarts(), 1);
+}
+
+TEST_F(JobManagerTest, HeldCollectiveFailureWithHealthyPeersFailsAfterTheWait) {
+  lost_worker_wait_ = absl::Seconds(1);
+  Open();
+  std::string id = RunningJob();
+  ASSERT_TRUE(jobs_->OnRankStatus(
+      "a", Failed(id, 1, 0, v1::FAILURE_KIND_COLLECTIVE, "Gloo timeout")).ok());
+  clock_.Advance(absl::Milliseconds(900));
+  jobs_->Tick();
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  clock_.Advance(absl::Milliseconds(200));
+  jobs_->Tick();
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(j.attempts(0).reason(), "rank 0 on host-a (worker a) exited with code 1: Gloo timeout");
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_COLLECTIVE);
+  ASSERT_EQ(b_->Stops().size(), 1u);
+}
+
+TEST_F(JobManagerTest, SingleWorkerCollectiveFailureIsNotHeld) {
+  lost_worker_wait_ = absl::Seconds(1);
+  Open();
+  AddWorker("a", 2);
+  auto job = jobs_->Submit(Spec(2));
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(jobs_->OnRankStatus(
+      "a", Failed(job->id(), 1, 0, v1::FAILURE_KIND_COLLECTIVE, "Gloo timeout")).ok());
+  EXPECT_EQ(Get(job->id()).state(), v1::JOB_STATE_RESTARTING) << "no peer worker to wait for";
 }
 
 }  // namespace

@@ -66,6 +66,9 @@ int main(int argc, char** argv) {
   o.jobs.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_s));
   o.jobs.stop_grace = absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));
   o.jobs.max_active_jobs = absl::GetFlag(FLAGS_max_active_jobs);
+  // A survivor's collective error waits this long for a dead peer's broken
+  // stream, so the failure names the lost worker rather than the survivor.
+  o.jobs.lost_worker_wait = o.registry.disconnect_grace;
   o.store.max_metric_points_per_job = absl::GetFlag(FLAGS_metric_points_per_job);
   o.store.max_log_lines_per_rank = absl::GetFlag(FLAGS_log_lines_per_rank);
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;

@@ -1,7 +1,7 @@
 #include "coordinator/worker_registry.h"
 
 #include <algorithm>
-
+#include <iostream>
 #include <random>
 
 #include "absl/container/flat_hash_set.h"
@@ -141,7 +141,11 @@ void WorkerRegistry::SessionEnded(const std::string& id, const WorkerChannel* ch
   it->second.channel = nullptr;
   if (left && it->second.worker.state() == v1::WORKER_STATE_ALIVE) {
     it->second.worker.set_state(v1::WORKER_STATE_LEFT);
-    (void)Persist(it->second.worker);
+    // Memory goes ahead of a failed write: the worker is gone either way,
+    // and a coordinator restarted from the stale row sees it expire.
+    if (absl::Status s = Persist(it->second.worker); !s.ok()) {
+      std::cerr << "coordinator: worker " << id << " left, but storing that failed: " << s << "\n";
+    }
     return;
   }
   it->second.lease_deadline =
@@ -154,7 +158,11 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
   for (auto& [id, e] : workers_) {
     if (e.worker.state() != v1::WORKER_STATE_ALIVE || now < e.lease_deadline) continue;
     e.worker.set_state(v1::WORKER_STATE_LOST);
-    (void)Persist(e.worker);
+    // As for LEFT: a failed write only leaves a stale ALIVE row, which a
+    // restarted coordinator expires again.
+    if (absl::Status s = Persist(e.worker); !s.ok()) {
+      std::cerr << "coordinator: worker " << id << " lost, but storing that failed: " << s << "\n";
+    }
     if (e.channel != nullptr) {
       e.channel->Close(absl::UnavailableError("lease expired: no heartbeat in time"));
       e.channel = nullptr;
@@ -173,6 +181,12 @@ bool WorkerRegistry::Send(const std::string& id, const v1::CoordinatorMessage& m
 bool WorkerRegistry::OwnsSession(const std::string& id, const WorkerChannel* channel) const {
   auto it = workers_.find(id);
   return it != workers_.end() && channel != nullptr && it->second.channel == channel;
+}
+
+bool WorkerRegistry::Connected(const std::string& id) const {
+  auto it = workers_.find(id);
+  return it != workers_.end() && it->second.channel != nullptr &&
+         it->second.worker.state() == v1::WORKER_STATE_ALIVE;
 }
 
 std::vector<const v1::Worker*> WorkerRegistry::Alive() const {

@@ -81,6 +81,10 @@ class WorkerRegistry {
   // Sends to a worker's open session. False when it has none.
   bool Send(const std::string& id, const v1::CoordinatorMessage& msg);
 
+  // True when worker `id` is ALIVE with an open session. False while its
+  // stream is broken (in its disconnect grace), when LOST or LEFT, or unknown.
+  bool Connected(const std::string& id) const;
+
   // True when `channel` is the open session of worker `id`.
   bool OwnsSession(const std::string& id, const WorkerChannel* channel) const;
 

@@ -12,6 +12,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -458,4 +459,26 @@ TEST(CoordinatorE2ETest, SigkilledCoordinatorLosesNothing) {
 }
 
 }  // namespace
+TEST(CoordinatorE2ETest, EmptyDbFileIsRefusedInsteadOfStartingAnEmptyCluster) {
+  std::string dir = TempDir();
+  const std::string db = dir + "/empty.db";
+  { std::ofstream touch(db); }
+  char self[4096] = {0};
+  ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+  std::string exe(self, n > 0 ? static_cast<size_t>(n) : 0);
+  std::string bin = exe.substr(0, exe.rfind("/tests/")) + "/coordinator/trainctl-coordinator";
+  FILE* p = popen((bin + " --listen=127.0.0.1:0 --db=" + db + " 2>&1").c_str(), "r");
+  ASSERT_NE(p, nullptr);
+  std::string out;
+  char buf[512];
+  while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  int status = pclose(p);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr(db));
+  EXPECT_THAT(out, HasSubstr("not a trainctl database (it is empty)"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("listening")));
+  std::ifstream in(db, std::ios::binary | std::ios::ate);
+  EXPECT_EQ(in.tellg(), 0) << "the file is left as it was";
+}
+
 }  // namespace trainctl

@@ -11,6 +11,7 @@
 
 #include <cstdlib>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/job_spec.h"
 #include "tests/support/cluster.h"
@@ -100,6 +101,17 @@ TEST_F(TrainE2ETest, KilledDaemonMidRunRestartsFromTheCheckpoint) {
   cluster_->KillWorker(victim, SIGKILL);
   j = cluster_->WaitState(id, v1::JOB_STATE_RESTARTING, absl::Seconds(20));
   ASSERT_EQ(j.state(), v1::JOB_STATE_RESTARTING) << j.state_reason();
+  // The lost worker is the cause, not the survivor whose collective broke
+  // ("Connection reset by peer"), whichever report reached the coordinator
+  // first: the survivor's error (blamed on the lost worker) or the lease.
+  const std::string victim_id = j.attempts(0).ranks(1).worker_id();
+  const std::string& reason = j.attempts(0).reason();
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_WORKER_LOST) << reason;
+  const bool blamed = absl::StartsWith(reason, "worker " + victim_id + " (host ") &&
+                      absl::StrContains(reason, "was lost; rank 0 on ");
+  const bool lease_first = absl::StartsWith(reason, "rank 1 on ") &&
+                           absl::StrContains(reason, "(worker " + victim_id + ") was lost with its worker");
+  EXPECT_TRUE(blamed || lease_first) << reason;
   ASSERT_TRUE(cluster_->StartWorker(victim));
   j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();

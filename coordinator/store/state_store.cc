@@ -1,8 +1,11 @@
 #include "coordinator/store/state_store.h"
 
 #include <sqlite3.h>
+#include <sys/stat.h>
 
+#include <cerrno>
 #include <cstdint>
+#include <cstring>
 #include <memory>
 #include <optional>
 #include <string>
@@ -108,6 +111,16 @@ absl::Status SqliteStatus(sqlite3* db, int rc, absl::string_view op) {
     default:
       return absl::InternalError(message);
   }
+}
+
+// An existing file at `path` with nothing in it (0 bytes, or SQLite without
+// tables): a wrong --db, not a new cluster -- starting empty there would
+// silently forget the real database's jobs.
+absl::Status EmptyFileError(absl::string_view path) {
+  return absl::FailedPreconditionError(absl::StrCat(
+      "state store: open ", path, ": the file exists but is not a trainctl database (it is ",
+      "empty); a new database needs a path that does not exist yet: point --db at the "
+      "existing trainctl database, or remove this file to start a new one"));
 }
 
 // A prepared statement, finalized on destruction.
@@ -234,9 +247,19 @@ struct StateStore::Impl {
   absl::Status PrepareStatements() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Runs `body` inside BEGIN IMMEDIATE ... COMMIT; rolls back when it or the
-  // commit fails.
+  // commit fails. A write asks the injected fault (if any) before its commit.
   template <typename Body>
-  absl::Status InTransaction(absl::string_view op, Body body) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status InTransaction(absl::string_view op, Body body, bool write = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // Unavailable when the test's write fault fails this write (see
+  // StateStore::SetWriteFaultForTest); counts the write.
+  absl::Status InjectedFault(absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (!write_fault) return absl::OkStatus();
+    if (!write_fault(++writes_since_fault, op)) return absl::OkStatus();
+    return absl::UnavailableError(
+        absl::StrCat("state store: ", op, ": injected write fault (test), rolled back"));
+  }
 
   // Rows under `key` before this transaction's inserts, for retention.
   // Counts are cached so that an append costs one indexed delete of the
@@ -262,6 +285,11 @@ struct StateStore::Impl {
 
   absl::Mutex mu;
   sqlite3* db ABSL_GUARDED_BY(mu) = nullptr;
+  // True when Open found no file at `path` (or it is ":memory:"): only then
+  // may Migrate turn an empty database into a new trainctl one.
+  bool created ABSL_GUARDED_BY(mu) = false;
+  StateStore::WriteFault write_fault ABSL_GUARDED_BY(mu);
+  int64_t writes_since_fault ABSL_GUARDED_BY(mu) = 0;
 
   struct Statements {
     Statement begin, commit, rollback;
@@ -301,6 +329,23 @@ absl::StatusOr<int64_t> StateStore::Impl::PragmaInt(const char* sql) {
 }
 
 absl::Status StateStore::Impl::OpenLocked() {
+  if (path == ":memory:") {
+    created = true;
+  } else {
+    struct stat st;
+    if (stat(path.c_str(), &st) == 0) {
+      created = false;
+      // Refused before SQLite touches it: enabling WAL would write a header
+      // into the empty file. (A trainctl database never has 0 bytes: its
+      // first Open writes the header with the WAL switch.)
+      if (S_ISREG(st.st_mode) && st.st_size == 0) return EmptyFileError(path);
+    } else if (errno == ENOENT) {
+      created = true;
+    } else {
+      return absl::FailedPreconditionError(
+          absl::StrCat("state store: open ", path, ": ", std::strerror(errno)));
+    }
+  }
   int rc = sqlite3_open_v2(path.c_str(), &db,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            nullptr);
@@ -342,7 +387,11 @@ absl::Status StateStore::Impl::Migrate() {
     TRAINCTL_ASSIGN_OR_RETURN(int64_t app_id, PragmaInt("PRAGMA application_id"));
     TRAINCTL_ASSIGN_OR_RETURN(int64_t version, PragmaInt("PRAGMA user_version"));
     TRAINCTL_ASSIGN_OR_RETURN(int64_t objects, PragmaInt("SELECT COUNT(*) FROM sqlite_master"));
-    if (app_id != kApplicationId && !(app_id == 0 && version == 0 && objects == 0)) {
+    const bool blank = app_id == 0 && version == 0 && objects == 0;
+    if (blank && !created) {
+      return EmptyFileError(path);
+    }
+    if (app_id != kApplicationId && !blank) {
       // Another program's database (or an older file without the marker).
       return absl::FailedPreconditionError(absl::StrCat(
           "state store: open ", path, ": not a trainctl database (application_id ", app_id,
@@ -425,9 +474,10 @@ absl::Status StateStore::Impl::PrepareStatements() {
 }
 
 template <typename Body>
-absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body) {
+absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bool write) {
   TRAINCTL_RETURN_IF_ERROR(Query(db, stmts->begin, absl::StrCat(op, ": begin")).Run());
   absl::Status status = body();
+  if (status.ok() && write) status = InjectedFault(op);
   if (status.ok()) {
     status = Query(db, stmts->commit, absl::StrCat(op, ": commit")).Run();
     if (status.ok()) return status;
@@ -502,7 +552,7 @@ absl::StatusOr<StoreSnapshot> StateStore::LoadAll() {
       snapshot.workers.push_back(std::move(worker));
     }
     return absl::OkStatus();
-  });
+  }, /*write=*/false);
   if (!status.ok()) return status;
   return snapshot;
 }
@@ -760,11 +810,20 @@ absl::Status StateStore::PutWorker(const v1::Worker& worker) {
   const std::string blob = worker.SerializeAsString();
   Impl& s = *impl_;
   absl::MutexLock lock(&s.mu);
+  const std::string op = absl::StrCat("PutWorker('", worker.id(), "')");
+  TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
   // A single statement is its own transaction.
-  return Query(s.db, s.stmts->put_worker, absl::StrCat("PutWorker('", worker.id(), "')"))
+  return Query(s.db, s.stmts->put_worker, op)
       .Bind(1, worker.id())
       .BindBlob(2, blob)
       .Run();
+}
+
+void StateStore::SetWriteFaultForTest(WriteFault fail) {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  s.write_fault = std::move(fail);
+  s.writes_since_fault = 0;
 }
 
 }  // namespace trainctl::coordinator

@@ -23,6 +23,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,6 +31,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "trainctl/v1/job.pb.h"
 #include "trainctl/v1/metrics.pb.h"
 #include "trainctl/v1/worker_service.pb.h"
@@ -58,10 +60,14 @@ struct StoreSnapshot {
 
 class StateStore {
  public:
-  // Opens (creating when missing) the database at `path`; ":memory:" for
-  // tests. Fails with a clear message when the file is not a trainctl
-  // database or has a newer schema than this binary knows
-  // (FailedPrecondition), or is held by another StateStore (Unavailable).
+  // Opens the database at `path`, creating it when the path does not exist
+  // yet; ":memory:" for tests. Only a path that does not exist becomes a new
+  // database: an existing file that is not a trainctl database -- another
+  // program's, garbage, or empty (0 bytes, e.g. left by `touch` or a failed
+  // copy) -- is refused with FailedPrecondition naming the path, so a wrong
+  // --db never starts an empty cluster silently. Also FailedPrecondition for
+  // a newer schema than this binary knows; Unavailable when another
+  // StateStore holds the file.
   static absl::StatusOr<std::unique_ptr<StateStore>> Open(const std::string& path,
                                                           StoreOptions options = {});
   ~StateStore();
@@ -104,6 +110,17 @@ class StateStore {
 
   // Inserts or replaces the worker by id.
   absl::Status PutWorker(const v1::Worker& worker);
+
+  // Fault injection for tests (LevelDB's FaultInjectionTestEnv, in small):
+  // `fail` is asked before each write (PutJob, AppendMetrics, AppendLogs,
+  // PutWorker) commits, with the write's number (1, 2, ... counted from this
+  // call) and its operation (e.g. "PutJob('j-1')"). When it returns true the
+  // write is rolled back and returns Unavailable, exactly as a failed commit
+  // would: nothing of it is stored. An empty function ends the injection.
+  // Reads never consult it. Thread-safe like every method; `fail` runs with
+  // the store's lock held, so it must not call the store.
+  using WriteFault = std::function<bool(int64_t write_no, absl::string_view op)>;
+  void SetWriteFaultForTest(WriteFault fail);
 
  private:
   struct Impl;

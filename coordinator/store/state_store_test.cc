@@ -525,6 +525,71 @@ TEST(StateStoreTest, ForeignSqliteDatabaseIsRefused) {
   EXPECT_THAT(store.status().message(), HasSubstr("not a trainctl database"));
 }
 
+TEST(StateStoreTest, EmptyExistingFileIsRefusedNotStartedAsANewCluster) {
+  TempDir dir;
+  // A 0-byte file (touch, a failed copy) and an SQLite file with no tables:
+  // neither is a trainctl database, and neither may silently become one.
+  const std::string zero = dir.File("zero.db");
+  { std::ofstream out(zero, std::ios::binary); }
+  const std::string blank = dir.File("blank.db");
+  RawExec(blank, "CREATE TABLE t (x); DROP TABLE t");
+  for (const std::string& path : {zero, blank}) {
+    SCOPED_TRACE(path);
+    auto store = StateStore::Open(path);
+    ASSERT_FALSE(store.ok());
+    EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
+    EXPECT_THAT(store.status().message(), HasSubstr(path));
+    EXPECT_THAT(store.status().message(), HasSubstr("not a trainctl database (it is empty)"));
+    EXPECT_THAT(store.status().message(), HasSubstr("a path that does not exist yet"));
+  }
+  EXPECT_EQ(std::filesystem::file_size(zero), 0u) << "the refused file is left as it was";
+  // A path that does not exist is a new database, and reopening it works.
+  const std::string fresh = dir.File("fresh.db");
+  ASSERT_NE(OpenOrDie(fresh), nullptr);
+  EXPECT_NE(OpenOrDie(fresh), nullptr);
+}
+
+TEST(StateStoreTest, InjectedWriteFaultFailsExactlyThatWriteAndRollsItBack) {
+  auto store = OpenOrDie(":memory:");
+  ASSERT_NE(store, nullptr);
+  std::vector<std::string> ops;
+  store->SetWriteFaultForTest([&](int64_t write_no, absl::string_view op) {
+    ops.emplace_back(op);
+    return write_no == 2 || write_no == 5;
+  });
+  ASSERT_TRUE(store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());        // write 1
+  absl::Status failed =
+      store->PutJob(MakeJob("a", v1::JOB_STATE_FAILED), 1, {MakeEvent("a", 2)});  // write 2
+  EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
+  EXPECT_THAT(failed.message(), HasSubstr("PutJob('a')"));
+  EXPECT_THAT(failed.message(), HasSubstr("injected write fault"));
+  // Reads do not count and see nothing of the failed write.
+  auto snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_EQ(snapshot->jobs[0].state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(snapshot->last_event_seqs, ElementsAre(1));
+  // The same write succeeds when retried (its event seq was not used).
+  ASSERT_TRUE(store->PutJob(MakeJob("a", v1::JOB_STATE_FAILED), 1, {MakeEvent("a", 2)}).ok());  // 3
+  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 0, 2)).ok());                            // 4
+  v1::Worker worker;
+  worker.set_id("w");
+  EXPECT_EQ(store->PutWorker(worker).code(), absl::StatusCode::kUnavailable);                  // 5
+  EXPECT_TRUE(store->AppendLogs(MakeLogs("a", 1, 0, {"x", "y"})).ok());                        // 6
+  EXPECT_THAT(ops, ElementsAre("PutJob('a')", "PutJob('a')", "PutJob('a')", "AppendMetrics('a')",
+                               "PutWorker('w')", HasSubstr("AppendLogs('a'")));
+  // Clearing the fault: writes are plain again.
+  store->SetWriteFaultForTest(nullptr);
+  EXPECT_TRUE(store->PutWorker(worker).ok());
+  snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok());
+  EXPECT_EQ(snapshot->jobs[0].state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(snapshot->last_event_seqs, ElementsAre(2));
+  EXPECT_EQ(snapshot->workers.size(), 1u);
+  auto metrics = store->ListMetrics("a", 0);
+  ASSERT_TRUE(metrics.ok());
+  EXPECT_EQ(metrics->size(), 2u);
+}
+
 TEST(StateStoreTest, SecondOpenOfTheSameFileIsUnavailable) {
   TempDir dir;
   const std::string path = dir.File("state.db");
