@@ -260,6 +260,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
           static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().heartbeat_interval)));
       ack.mutable_register_ack()->set_lease_timeout_ms(
           static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().lease_timeout)));
+      if (ctx_.telemetry != nullptr) {
+        ack.mutable_register_ack()->set_telemetry_acked_seq(ctx_.telemetry->Applied(worker_id_));
+      }
       Send(ack);
       ctx_.jobs->OnWorkerRegistered(worker_id_, msg.register_());
       return;
@@ -271,6 +274,25 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     if (!ctx_.registry->OwnsSession(worker_id_, this)) {
       Close(absl::FailedPreconditionError("session replaced or expired; reconnect and register"));
       return;
+    }
+    // Sequenced telemetry is applied at most once, in one store transaction
+    // with its seq, and acknowledged after that commit (TelemetryLedger).
+    const bool sequenced = msg.seq() > 0 && ctx_.telemetry != nullptr &&
+                           msg.msg_case() != v1::WorkerMessage::kHeartbeat &&
+                           msg.msg_case() != v1::WorkerMessage::kGoodbye;
+    if (sequenced) {
+      // After a failed apply the session is closing: what follows is resent
+      // on the next session, in order, after the one that failed.
+      if (telemetry_failed_) return;
+      TelemetryLedger::Result begun = ctx_.telemetry->Begin(worker_id_, msg.seq());
+      if (begun.outcome == TelemetryLedger::Outcome::kDuplicate) {
+        AckTelemetry();
+        return;
+      }
+      if (begun.outcome == TelemetryLedger::Outcome::kRetry) {
+        TelemetryFailed(msg.seq(), begun.status);
+        return;
+      }
     }
     absl::Status s;
     switch (msg.msg_case()) {
@@ -307,12 +329,37 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
       default:
         s = absl::InvalidArgumentError("message: empty or unknown kind");
     }
+    if (sequenced) {
+      TelemetryLedger::Result done = ctx_.telemetry->Finish(worker_id_, msg.seq(), s);
+      if (done.outcome == TelemetryLedger::Outcome::kRetry) {
+        TelemetryFailed(msg.seq(), done.status);
+        return;
+      }
+      AckTelemetry();
+    }
     // A bad or stale report is refused without ending the session: the worker
     // may be a step behind (a stale attempt) and everything else it says is
     // still needed.
     if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
       std::cerr << "coordinator: worker " << worker_id_ << " (" << peer_ << "): " << s << "\n";
     }
+  }
+
+  // Tells the worker how far its telemetry is applied and committed.
+  void AckTelemetry() {
+    v1::CoordinatorMessage ack;
+    ack.mutable_telemetry_ack()->set_seq(ctx_.telemetry->Applied(worker_id_));
+    Send(ack);
+  }
+
+  // A store failure kept message `seq` from being applied: end the session
+  // so the worker reconnects and resends from its last acknowledged seq.
+  void TelemetryFailed(int64_t seq, const absl::Status& why) {
+    telemetry_failed_ = true;
+    std::cerr << "coordinator: worker " << worker_id_ << " (" << peer_ << "): telemetry seq " << seq
+              << " not applied: " << why << "\n";
+    Close(absl::UnavailableError(absl::StrCat("telemetry seq ", seq, " not applied (", why.message(),
+                                              "); reconnect and resend")));
   }
 
   void Ended(bool left) {
@@ -360,6 +407,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // Loop only.
   std::string worker_id_;
   bool ended_ = false;
+  // A sequenced message failed to apply; later ones wait for the resend.
+  bool telemetry_failed_ = false;
 };
 
 }  // namespace
