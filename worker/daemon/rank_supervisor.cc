@@ -183,6 +183,8 @@ void RankSupervisor::Line(const std::string& key, Child& c, int stream, std::str
   c.tokens = std::min<double>(options_.log_burst,
                               c.tokens + absl::ToDoubleSeconds(now - c.refill_at) * options_.log_lines_per_sec);
   c.refill_at = now;
+  c.recent.push_back(line);
+  if (c.recent.size() > RankLogBatch::kRecentLines) c.recent.pop_front();
   const int64_t bytes = static_cast<int64_t>(line.size());
   if (c.tokens < 1 || pending_bytes_->load() + c.batch_bytes + bytes > options_.max_pending_log_bytes) {
     ++c.dropped;
@@ -194,9 +196,18 @@ void RankSupervisor::Line(const std::string& key, Child& c, int stream, std::str
 }
 
 void RankSupervisor::EmitBatch(const std::string& key, Child& c) {
-  if (c.batch.empty() && c.dropped == 0) return;
-  auto* batch = new RankLogBatch{std::move(c.batch), c.dropped};
-  const int64_t bytes = c.batch_bytes;
+  if (c.batch.empty() && c.dropped == 0 && c.recent.empty()) return;
+  auto* batch = new RankLogBatch{std::move(c.batch), c.dropped, {}};
+  int64_t bytes = c.batch_bytes;
+  int64_t recent_bytes = 0;
+  for (const std::string& l : c.recent) recent_bytes += static_cast<int64_t>(l.size());
+  // The recent lines come along while the memory bound allows (else they
+  // wait for the next batch; there are never more than kRecentLines).
+  if (pending_bytes_->load() + bytes + recent_bytes <= options_.max_pending_log_bytes) {
+    batch->recent.assign(std::make_move_iterator(c.recent.begin()), std::make_move_iterator(c.recent.end()));
+    c.recent.clear();
+    bytes += recent_bytes;
+  }
   pending_bytes_->fetch_add(bytes);
   std::shared_ptr<std::atomic<int64_t>> pending = pending_bytes_;
   std::shared_ptr<const RankLogBatch> shared(batch, [pending, bytes](const RankLogBatch* b) {

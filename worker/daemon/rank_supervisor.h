@@ -24,6 +24,7 @@
 #include <sys/types.h>
 
 #include <atomic>
+#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -66,6 +67,11 @@ struct RankLogBatch {
   std::vector<RankLogLine> lines;
   // Lines dropped (rate limit or memory bound) since the previous batch.
   int64_t dropped = 0;
+  // The last lines read (at most kRecentLines, dropped ones included, oldest
+  // first) since the previous batch: what an exit report quotes, even when
+  // the rank's last words were over the rate.
+  std::vector<std::string> recent;
+  static constexpr size_t kRecentLines = 20;
 };
 
 struct SupervisorOptions {
@@ -116,6 +122,7 @@ class RankSupervisor {
     std::vector<RankLogLine> batch;
     int64_t batch_bytes = 0;
     int64_t dropped = 0;
+    std::deque<std::string> recent;
   };
   void Monitor();
   // Reads what is available (at most max_read_per_round); returns false at EOF.

@@ -12,6 +12,7 @@ struct Recorder {
   absl::Mutex mu;
   std::vector<std::string> status, out, err;
   int64_t dropped = 0;
+  std::vector<std::string> recent;
   int batches = 0;
   // Keep every batch (a receiver that never lets go of them).
   bool hold = false;
@@ -28,6 +29,7 @@ struct Recorder {
       absl::MutexLock lock(&mu);
       for (const RankLogLine& l : b->lines) (l.stream == 1 ? out : err).push_back(l.text);
       dropped += b->dropped;
+      recent.insert(recent.end(), b->recent.begin(), b->recent.end());
       ++batches;
       if (hold) held.push_back(std::move(b));
     };
@@ -150,6 +152,9 @@ TEST(RankSupervisorTest, OutputIsRateLimitedAndBatchedWithACountOfWhatWasDropped
   EXPECT_EQ(r.out[0], "1");
   EXPECT_EQ(static_cast<int64_t>(r.out.size()) + r.dropped, 200000) << "every line is delivered or counted";
   EXPECT_LT(r.batches, 1000) << "batched per round, not one callback per line";
+  // The last lines are known even though the rate dropped them.
+  ASSERT_GE(r.recent.size(), RankLogBatch::kRecentLines);
+  EXPECT_EQ(r.recent.back(), "200000");
 }
 
 TEST(RankSupervisorTest, BatchesHeldByTheReceiverBoundTheMemory) {

@@ -694,6 +694,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
   if (!msg.ok()) {
     RankLogBatch note;
     note.lines.push_back(RankLogLine{2, absl::Now(), absl::StrCat("[trainctl-worker] ignored status line: ", line)});
+    note.recent.push_back(note.lines.back().text);
     OnLogBatch(key, note);
     return;
   }
@@ -770,9 +771,11 @@ void WorkerDaemon::OnLogBatch(const std::string& key, const RankLogBatch& batch)
   LocalRank* r = FindRank(key, &a);
   if (r == nullptr) return;
   r->dropped += batch.dropped;
-  for (const RankLogLine& line : batch.lines) {
-    r->last_lines.push_back(line.text);
+  for (const std::string& line : batch.recent) {
+    r->last_lines.push_back(line);
     if (r->last_lines.size() > kLastLogLines) r->last_lines.pop_front();
+  }
+  for (const RankLogLine& line : batch.lines) {
     // Bounded between flushes too (the supervisor's rate makes this rare).
     if (r->pending_logs.size() >= static_cast<size_t>(std::max(options_.log_burst, 1))) {
       ++r->dropped;
