@@ -63,20 +63,25 @@ int64_t TelemetryBuffer::CutToMarker(Entry& e) {
 }
 
 void TelemetryBuffer::MakeRoom(int64_t need) {
-  // 1. Log lines first, oldest first.
-  for (Entry& e : entries_) {
-    if (bytes_ + need <= max_bytes_) return;
-    bytes_ -= CutToMarker(e);
+  // 1. Log lines first, oldest first. Entries before cut_prefix_ hold no
+  // uncut log chunk, so a full buffer does not rescan them on every append.
+  while (cut_prefix_ < entries_.size() && bytes_ + need > max_bytes_) {
+    bytes_ -= CutToMarker(entries_[cut_prefix_]);
+    ++cut_prefix_;
   }
+  if (bytes_ + need <= max_bytes_) return;
   // 2. Then whole metric batches, progress reports and markers, oldest first.
+  size_t i = 0;
   for (auto it = entries_.begin(); it != entries_.end() && bytes_ + need > max_bytes_;) {
     if (!Droppable(it->msg)) {
       ++it;
+      ++i;
       continue;
     }
     bytes_ -= it->bytes;
     ++dropped_messages_;
     it = entries_.erase(it);
+    if (i < cut_prefix_) --cut_prefix_;
   }
 }
 
@@ -85,6 +90,7 @@ void TelemetryBuffer::Ack(int64_t seq) {
   while (!entries_.empty() && entries_.front().msg.seq() <= seq) {
     bytes_ -= entries_.front().bytes;
     entries_.pop_front();
+    if (cut_prefix_ > 0) --cut_prefix_;
   }
   // The coordinator knows more than this process issued (it applied an
   // earlier process's messages under the same id): continue after them.

@@ -88,6 +88,9 @@ class TelemetryBuffer {
   const int64_t max_bytes_;
   // Held messages, ascending seq (gaps where messages were dropped).
   std::deque<Entry> entries_;
+  // Invariant: entries_[0, cut_prefix_) hold no log chunk that is not a
+  // marker yet (where cutting resumes).
+  size_t cut_prefix_ = 0;
   int64_t bytes_ = 0;
   int64_t next_seq_ = 1;
   int64_t acked_ = 0;
