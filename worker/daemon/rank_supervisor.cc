@@ -153,7 +153,7 @@ bool RankSupervisor::Drain(const std::string& key, Child& c, int& fd, std::strin
       size_t start = 0;
       while ((pos = buf.find('\n', start)) != std::string::npos || buf.size() - start > kMaxLine) {
         size_t len = pos == std::string::npos ? kMaxLine : std::min(pos - start, kMaxLine);
-        Line(key, c, stream, buf.substr(start, len));
+        Line(key, c, stream, absl::string_view(buf).substr(start, len));
         start = pos == std::string::npos ? start + kMaxLine : pos + 1;
       }
       buf.erase(0, start);
@@ -162,7 +162,7 @@ bool RankSupervisor::Drain(const std::string& key, Child& c, int& fd, std::strin
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
     // EOF or error: flush a last partial line.
     if (!buf.empty()) {
-      Line(key, c, stream, std::move(buf));
+      Line(key, c, stream, buf);
       buf.clear();
     }
     close(fd);
@@ -172,9 +172,9 @@ bool RankSupervisor::Drain(const std::string& key, Child& c, int& fd, std::strin
   return true;  // More to read next round.
 }
 
-void RankSupervisor::Line(const std::string& key, Child& c, int stream, std::string line) {
+void RankSupervisor::Line(const std::string& key, Child& c, int stream, absl::string_view line) {
   if (stream == 3) {
-    if (callbacks_.on_status) callbacks_.on_status(key, line);
+    if (callbacks_.on_status) callbacks_.on_status(key, std::string(line));
     return;
   }
   // Token bucket: a rank printing in a tight loop is cut to the rate here,
@@ -183,8 +183,9 @@ void RankSupervisor::Line(const std::string& key, Child& c, int stream, std::str
   c.tokens = std::min<double>(options_.log_burst,
                               c.tokens + absl::ToDoubleSeconds(now - c.refill_at) * options_.log_lines_per_sec);
   c.refill_at = now;
-  c.recent.push_back(line);
-  if (c.recent.size() > RankLogBatch::kRecentLines) c.recent.pop_front();
+  c.recent[c.recent_next].assign(line.data(), line.size());
+  c.recent_next = (c.recent_next + 1) % c.recent.size();
+  c.recent_count = std::min(c.recent_count + 1, c.recent.size());
   const int64_t bytes = static_cast<int64_t>(line.size());
   if (c.tokens < 1 || pending_bytes_->load() + c.batch_bytes + bytes > options_.max_pending_log_bytes) {
     ++c.dropped;
@@ -192,20 +193,23 @@ void RankSupervisor::Line(const std::string& key, Child& c, int stream, std::str
   }
   c.tokens -= 1;
   c.batch_bytes += bytes;
-  c.batch.push_back(RankLogLine{stream, now, std::move(line)});
+  c.batch.push_back(RankLogLine{stream, now, std::string(line)});
 }
 
 void RankSupervisor::EmitBatch(const std::string& key, Child& c) {
-  if (c.batch.empty() && c.dropped == 0 && c.recent.empty()) return;
+  if (c.batch.empty() && c.dropped == 0 && c.recent_count == 0) return;
   auto* batch = new RankLogBatch{std::move(c.batch), c.dropped, {}};
   int64_t bytes = c.batch_bytes;
+  // The recent lines, oldest first.
+  const size_t n = c.recent.size();
+  const size_t first = (c.recent_next + n - c.recent_count) % n;
   int64_t recent_bytes = 0;
-  for (const std::string& l : c.recent) recent_bytes += static_cast<int64_t>(l.size());
-  // The recent lines come along while the memory bound allows (else they
-  // wait for the next batch; there are never more than kRecentLines).
+  for (size_t i = 0; i < c.recent_count; ++i) recent_bytes += static_cast<int64_t>(c.recent[(first + i) % n].size());
+  // They come along while the memory bound allows (else they wait for the
+  // next batch; there are never more than kRecentLines).
   if (pending_bytes_->load() + bytes + recent_bytes <= options_.max_pending_log_bytes) {
-    batch->recent.assign(std::make_move_iterator(c.recent.begin()), std::make_move_iterator(c.recent.end()));
-    c.recent.clear();
+    for (size_t i = 0; i < c.recent_count; ++i) batch->recent.push_back(c.recent[(first + i) % n]);
+    c.recent_count = 0;
     bytes += recent_bytes;
   }
   pending_bytes_->fetch_add(bytes);

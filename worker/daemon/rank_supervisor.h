@@ -23,8 +23,8 @@
 
 #include <sys/types.h>
 
+#include <array>
 #include <atomic>
-#include <deque>
 #include <functional>
 #include <map>
 #include <memory>
@@ -33,6 +33,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -122,7 +123,11 @@ class RankSupervisor {
     std::vector<RankLogLine> batch;
     int64_t batch_bytes = 0;
     int64_t dropped = 0;
-    std::deque<std::string> recent;
+    // The last lines read, a ring (slots are reused: a dropped line costs
+    // no allocation); recent_count of them are newer than the last batch.
+    std::array<std::string, RankLogBatch::kRecentLines> recent;
+    size_t recent_next = 0;
+    size_t recent_count = 0;
   };
   void Monitor();
   // Reads what is available (at most max_read_per_round); returns false at EOF.
@@ -130,7 +135,7 @@ class RankSupervisor {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A complete output line: status lines go to on_status, output lines into
   // the child's batch (or are dropped and counted).
-  void Line(const std::string& key, Child& c, int stream, std::string line) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Line(const std::string& key, Child& c, int stream, absl::string_view line) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands the child's batch to on_logs (when there is anything to say).
   void EmitBatch(const std::string& key, Child& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
