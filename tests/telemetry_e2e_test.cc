@@ -23,6 +23,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/job_spec.h"
+#include "common/time_util.h"
 #include "tests/support/cluster.h"
 
 namespace trainctl {
@@ -55,6 +56,8 @@ std::unique_ptr<Cluster> NewCluster() {
 struct Telemetry {
   // (rank, epoch, step, kind) -> how many times the point was stored.
   std::map<std::tuple<int, int, int64_t, int>, int> points;
+  // When the worker took each point from its rank.
+  std::vector<absl::Time> point_times;
   // Per rank, the log lines in order.
   std::map<int, std::vector<std::string>> logs;
   // Event types and messages in seq order.
@@ -77,6 +80,7 @@ Telemetry Collect(Cluster& cluster, const std::string& id) {
   while (reader->Read(&u)) {
     for (const v1::MetricPoint& p : u.metrics().points()) {
       ++t.points[{p.rank(), p.epoch(), p.step(), static_cast<int>(p.kind())}];
+      t.point_times.push_back(FromTimestamp(p.time()));
     }
     if (u.has_event()) {
       t.events.push_back(absl::StrCat(u.event().type(), ": ", u.event().message()));
@@ -130,13 +134,23 @@ Telemetry RunChattyJob(const std::function<void(Cluster&)>& fault) {
 
 TEST(TelemetryE2ETest, CoordinatorKilledForFiveSecondsMidJobLosesNoTelemetry) {
   Telemetry clean = RunChattyJob(nullptr);
-  Telemetry faulted = RunChattyJob([](Cluster& c) {
+  absl::Time down_from, down_to;
+  Telemetry faulted = RunChattyJob([&](Cluster& c) {
     c.KillCoordinator(SIGKILL);
+    down_from = absl::Now();
     // The fault itself: the coordinator is away for 5 s while the ranks
     // train (and the workers hold what they produce).
     absl::SleepFor(absl::Seconds(5));
     ASSERT_TRUE(c.StartCoordinator());
+    down_to = absl::Now();
   });
+  // The outage overlapped the job: points were produced while nobody could
+  // take them.
+  int64_t during = std::count_if(faulted.point_times.begin(), faulted.point_times.end(),
+                                 [&](absl::Time t) { return t >= down_from && t <= down_to; });
+  EXPECT_GT(during, 0);
+  std::cerr << during << " of " << faulted.point_times.size()
+            << " metric points were produced while the coordinator was down\n";
 
   // The clean run is what the job produces: every point once.
   ASSERT_EQ(clean.points.size(), static_cast<size_t>(kWorld * kEpochs * (kSteps + 1)));
