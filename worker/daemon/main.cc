@@ -31,6 +31,9 @@ ABSL_FLAG(std::string, rank_binary, "",
           "the rank process (default: trainctl-rank next to this binary, or in the build tree)");
 ABSL_FLAG(int, rank_timeout_s, 120, "collective and rendezvous timeout handed to ranks");
 ABSL_FLAG(int, stop_grace_s, 10, "SIGTERM-to-SIGKILL grace when the daemon stops");
+ABSL_FLAG(int, telemetry_buffer_mb, 64,
+          "metrics, logs and rank reports held until the coordinator acknowledges them; when "
+          "full, log lines are dropped first");
 
 namespace {
 // SIGTERM and SIGINT are blocked in every thread (the mask is set before the
@@ -93,6 +96,11 @@ int main(int argc, char** argv) {
   o.address = absl::GetFlag(FLAGS_address).empty() ? o.hostname : absl::GetFlag(FLAGS_address);
   o.rank_binary = absl::GetFlag(FLAGS_rank_binary).empty() ? DefaultRankBinary() : absl::GetFlag(FLAGS_rank_binary);
   o.rank_timeout_s = absl::GetFlag(FLAGS_rank_timeout_s);
+  if (absl::GetFlag(FLAGS_telemetry_buffer_mb) < 1) {
+    std::cerr << "trainctl-worker: --telemetry_buffer_mb must be at least 1\n";
+    return 2;
+  }
+  o.telemetry_buffer_bytes = int64_t{absl::GetFlag(FLAGS_telemetry_buffer_mb)} << 20;
   std::string labels = absl::GetFlag(FLAGS_labels);
   if (!labels.empty()) {
     for (absl::string_view kv : absl::StrSplit(labels, ',')) {
