@@ -3,6 +3,7 @@
 #include <deque>
 #include <iostream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
@@ -295,6 +296,11 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
       }
     }
     absl::Status s;
+    // However Handle leaves from here (a case that returns early too), a
+    // sequenced message's group is committed with its seq and acknowledged.
+    absl::Cleanup finish_telemetry = [&] {
+      if (sequenced) FinishTelemetry(msg.seq(), s);
+    };
     switch (msg.msg_case()) {
       case v1::WorkerMessage::kHeartbeat: {
         s = ctx_.registry->Heartbeat(worker_id_, this);
@@ -329,20 +335,22 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
       default:
         s = absl::InvalidArgumentError("message: empty or unknown kind");
     }
-    if (sequenced) {
-      TelemetryLedger::Result done = ctx_.telemetry->Finish(worker_id_, msg.seq(), s);
-      if (done.outcome == TelemetryLedger::Outcome::kRetry) {
-        TelemetryFailed(msg.seq(), done.status);
-        return;
-      }
-      AckTelemetry();
-    }
     // A bad or stale report is refused without ending the session: the worker
     // may be a step behind (a stale attempt) and everything else it says is
     // still needed.
     if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
       std::cerr << "coordinator: worker " << worker_id_ << " (" << peer_ << "): " << s << "\n";
     }
+  }
+
+  // Ends the group Begin opened for message `seq` (handled with `handled`).
+  void FinishTelemetry(int64_t seq, const absl::Status& handled) {
+    TelemetryLedger::Result done = ctx_.telemetry->Finish(worker_id_, seq, handled);
+    if (done.outcome == TelemetryLedger::Outcome::kRetry) {
+      TelemetryFailed(seq, done.status);
+      return;
+    }
+    AckTelemetry();
   }
 
   // Tells the worker how far its telemetry is applied and committed.
