@@ -20,14 +20,17 @@ absl::StatusOr<std::string> CoordinatorServer::Start() {
   jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), &hub_, options_.clock,
                                        options_.jobs);
   jobs_->SetDeferral([this](std::function<void()> fn) { loop_.Post(std::move(fn)); });
+  telemetry_ = std::make_unique<TelemetryLedger>(store_.get());
   absl::Status recovered;
   loop_.RunSync([&] {
     registry_->Recover(snapshot.workers);
     recovered = jobs_->Recover(snapshot);
+    telemetry_->Recover(snapshot);
   });
   TRAINCTL_RETURN_IF_ERROR(recovered);
 
   ServiceContext ctx{&loop_, store_.get(), registry_.get(), jobs_.get(), &hub_};
+  ctx.telemetry = telemetry_.get();
   job_service_ = std::make_unique<JobServiceImpl>(ctx);
   worker_service_ = std::make_unique<WorkerServiceImpl>(ctx);
 

@@ -16,6 +16,7 @@
 #include "coordinator/metrics_hub.h"
 #include "coordinator/services.h"
 #include "coordinator/store/state_store.h"
+#include "coordinator/telemetry_ledger.h"
 #include "coordinator/worker_registry.h"
 
 namespace grpc {
@@ -66,6 +67,7 @@ class CoordinatorServer {
   std::unique_ptr<WorkerRegistry> registry_;
   MetricsHub hub_;
   std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<TelemetryLedger> telemetry_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;

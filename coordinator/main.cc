@@ -1,4 +1,6 @@
 // trainctl-coordinator: the control plane. See docs/operator.md.
+#include <pthread.h>
+
 #include <csignal>
 #include <iostream>
 #include <thread>
@@ -9,7 +11,6 @@
 #include "absl/flags/usage.h"
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
-#include "absl/synchronization/notification.h"
 #include "coordinator/coordinator_server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
@@ -33,9 +34,25 @@ ABSL_FLAG(int64_t, log_lines_per_rank, 10000, "log lines kept per rank and attem
 ABSL_FLAG(int, max_message_mb, 16, "largest gRPC message accepted or sent");
 
 namespace {
-absl::Notification* g_stop = nullptr;
-void OnSignal(int) {
-  if (g_stop != nullptr && !g_stop->HasBeenNotified()) g_stop->Notify();
+// SIGTERM and SIGINT are blocked in every thread (the mask is set before the
+// first thread starts and inherited) and taken with sigwait() by main: no
+// handler runs in signal context, so nothing async-signal-unsafe (a mutex,
+// a Notification) is ever called from one.
+sigset_t StopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+// Blocks until SIGTERM or SIGINT arrives; returns it.
+int WaitForStopSignal() {
+  sigset_t set = StopSignals();
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  return sig;
 }
 }  // namespace
 
@@ -51,6 +68,10 @@ int main(int argc, char** argv) {
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
+  {
+    sigset_t stop = StopSignals();
+    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  }
   // Debian's abseil keeps deadlock detection on in release builds; it costs
   // every lock a graph update (about 6% of the coordinator's CPU at 10k workers).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
@@ -83,6 +104,7 @@ int main(int argc, char** argv) {
     return 2;
   }
 
+  std::signal(SIGPIPE, SIG_IGN);
   trainctl::coordinator::CoordinatorServer server(o);
   absl::StatusOr<std::string> addr = server.Start();
   if (!addr.ok()) {
@@ -91,12 +113,7 @@ int main(int argc, char** argv) {
   }
   std::cout << "trainctl-coordinator listening on " << *addr << std::endl;
 
-  absl::Notification stop;
-  g_stop = &stop;
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
-  std::signal(SIGPIPE, SIG_IGN);
-  stop.WaitForNotification();
+  WaitForStopSignal();
   std::cout << "trainctl-coordinator: shutting down" << std::endl;
   server.Shutdown();
   return 0;

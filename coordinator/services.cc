@@ -3,6 +3,7 @@
 #include <deque>
 #include <iostream>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 
@@ -260,6 +261,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
           static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().heartbeat_interval)));
       ack.mutable_register_ack()->set_lease_timeout_ms(
           static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().lease_timeout)));
+      if (ctx_.telemetry != nullptr) {
+        ack.mutable_register_ack()->set_telemetry_acked_seq(ctx_.telemetry->Applied(worker_id_));
+      }
       Send(ack);
       ctx_.jobs->OnWorkerRegistered(worker_id_, msg.register_());
       return;
@@ -272,7 +276,31 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
       Close(absl::FailedPreconditionError("session replaced or expired; reconnect and register"));
       return;
     }
+    // Sequenced telemetry is applied at most once, in one store transaction
+    // with its seq, and acknowledged after that commit (TelemetryLedger).
+    const bool sequenced = msg.seq() > 0 && ctx_.telemetry != nullptr &&
+                           msg.msg_case() != v1::WorkerMessage::kHeartbeat &&
+                           msg.msg_case() != v1::WorkerMessage::kGoodbye;
+    if (sequenced) {
+      // After a failed apply the session is closing: what follows is resent
+      // on the next session, in order, after the one that failed.
+      if (telemetry_failed_) return;
+      TelemetryLedger::Result begun = ctx_.telemetry->Begin(worker_id_, msg.seq());
+      if (begun.outcome == TelemetryLedger::Outcome::kDuplicate) {
+        AckTelemetry();
+        return;
+      }
+      if (begun.outcome == TelemetryLedger::Outcome::kRetry) {
+        TelemetryFailed(msg.seq(), begun.status);
+        return;
+      }
+    }
     absl::Status s;
+    // However Handle leaves from here (a case that returns early too), a
+    // sequenced message's group is committed with its seq and acknowledged.
+    absl::Cleanup finish_telemetry = [&] {
+      if (sequenced) FinishTelemetry(msg.seq(), s);
+    };
     switch (msg.msg_case()) {
       case v1::WorkerMessage::kHeartbeat: {
         s = ctx_.registry->Heartbeat(worker_id_, this);
@@ -316,6 +344,33 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
       std::cerr << "coordinator: worker " << worker_id_ << " (" << peer_ << "): " << s << "\n";
     }
+  }
+
+  // Ends the group Begin opened for message `seq` (handled with `handled`).
+  void FinishTelemetry(int64_t seq, const absl::Status& handled) {
+    TelemetryLedger::Result done = ctx_.telemetry->Finish(worker_id_, seq, handled);
+    if (done.outcome == TelemetryLedger::Outcome::kRetry) {
+      TelemetryFailed(seq, done.status);
+      return;
+    }
+    AckTelemetry();
+  }
+
+  // Tells the worker how far its telemetry is applied and committed.
+  void AckTelemetry() {
+    v1::CoordinatorMessage ack;
+    ack.mutable_telemetry_ack()->set_seq(ctx_.telemetry->Applied(worker_id_));
+    Send(ack);
+  }
+
+  // A store failure kept message `seq` from being applied: end the session
+  // so the worker reconnects and resends from its last acknowledged seq.
+  void TelemetryFailed(int64_t seq, const absl::Status& why) {
+    telemetry_failed_ = true;
+    std::cerr << "coordinator: worker " << worker_id_ << " (" << peer_ << "): telemetry seq " << seq
+              << " not applied: " << why << "\n";
+    Close(absl::UnavailableError(absl::StrCat("telemetry seq ", seq, " not applied (", why.message(),
+                                              "); reconnect and resend")));
   }
 
   void Ended(bool left) {
@@ -363,6 +418,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // Loop only.
   std::string worker_id_;
   bool ended_ = false;
+  // A sequenced message failed to apply; later ones wait for the resend.
+  bool telemetry_failed_ = false;
 };
 
 }  // namespace

@@ -15,6 +15,7 @@
 #include "coordinator/job_manager.h"
 #include "coordinator/metrics_hub.h"
 #include "coordinator/store/state_store.h"
+#include "coordinator/telemetry_ledger.h"
 #include "coordinator/worker_registry.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
@@ -30,6 +31,8 @@ struct ServiceContext {
   MetricsHub* hub;
   // Items a WatchJob/GetLogs stream buffers before it skips ahead.
   size_t max_queued_updates = 1024;
+  // Deduplicates and acknowledges sequenced worker telemetry.
+  TelemetryLedger* telemetry = nullptr;
 };
 
 class JobServiceImpl final : public v1::JobService::CallbackService {

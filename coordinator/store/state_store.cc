@@ -73,6 +73,14 @@ constexpr const char* kMigrations[] = {
         blob BLOB NOT NULL             -- v1.Worker
       );
     )sql",
+    // 1 -> 2: the highest telemetry seq applied per worker (at-least-once
+    // telemetry: a resend after a coordinator restart is deduplicated).
+    R"sql(
+      CREATE TABLE telemetry_seqs (
+        worker_id TEXT PRIMARY KEY NOT NULL,
+        seq       INTEGER NOT NULL     -- highest WorkerMessage.seq applied
+      ) WITHOUT ROWID;
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 
@@ -245,9 +253,12 @@ struct StateStore::Impl {
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::StatusOr<int64_t> PragmaInt(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status PrepareStatements() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void RollbackGroupLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Runs `body` inside BEGIN IMMEDIATE ... COMMIT; rolls back when it or the
-  // commit fails. A write asks the injected fault (if any) before its commit.
+  // commit fails. Inside a group (BeginGroup) it is a savepoint instead: the
+  // body is still all or nothing, and the group's COMMIT makes it durable. A
+  // write asks the injected fault (if any) before its commit or release.
   template <typename Body>
   absl::Status InTransaction(absl::string_view op, Body body, bool write = true)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
@@ -293,6 +304,8 @@ struct StateStore::Impl {
 
   struct Statements {
     Statement begin, commit, rollback;
+    Statement savepoint, release, rollback_to;
+    Statement put_telemetry_seq, load_telemetry_seqs;
     Statement upsert_job, insert_event, put_worker;
     Statement insert_metric, insert_log;
     Statement count_events, count_metrics, count_logs;
@@ -307,6 +320,11 @@ struct StateStore::Impl {
   absl::flat_hash_map<std::string, int64_t> event_counts ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, int64_t> metric_counts ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<LogKey, int64_t> log_counts ABSL_GUARDED_BY(mu);
+
+  // An open group transaction (BeginGroup .. CommitGroup/RollbackGroup), and
+  // sqlite3_total_changes when it began (to tell whether it wrote anything).
+  bool in_group ABSL_GUARDED_BY(mu) = false;
+  int64_t group_changes ABSL_GUARDED_BY(mu) = 0;
 };
 
 absl::Status StateStore::Impl::Exec(const char* sql, absl::string_view op) {
@@ -435,6 +453,13 @@ absl::Status StateStore::Impl::PrepareStatements() {
       {&s.begin, "BEGIN IMMEDIATE"},
       {&s.commit, "COMMIT"},
       {&s.rollback, "ROLLBACK"},
+      {&s.savepoint, "SAVEPOINT nested"},
+      {&s.release, "RELEASE nested"},
+      {&s.rollback_to, "ROLLBACK TO nested"},
+      {&s.put_telemetry_seq,
+       "INSERT INTO telemetry_seqs (worker_id, seq) VALUES (?1, ?2) "
+       "ON CONFLICT (worker_id) DO UPDATE SET seq = MAX(seq, excluded.seq)"},
+      {&s.load_telemetry_seqs, "SELECT worker_id, seq FROM telemetry_seqs ORDER BY worker_id"},
       {&s.upsert_job,
        "INSERT INTO jobs (id, submit_seq, state, blob) VALUES (?1, ?2, ?3, ?4) "
        "ON CONFLICT (id) DO UPDATE SET state = excluded.state, blob = excluded.blob"},
@@ -475,6 +500,25 @@ absl::Status StateStore::Impl::PrepareStatements() {
 
 template <typename Body>
 absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bool write) {
+  if (in_group) {
+    if (sqlite3_get_autocommit(db)) {
+      // SQLite rolled the group back after an error: nothing may be written
+      // outside it until the owner ends it.
+      return absl::UnavailableError(
+          absl::StrCat("state store: ", op, ": the enclosing transaction was rolled back"));
+    }
+    TRAINCTL_RETURN_IF_ERROR(Query(db, stmts->savepoint, absl::StrCat(op, ": savepoint")).Run());
+    absl::Status status = body();
+    if (status.ok() && write) status = InjectedFault(op);
+    if (!status.ok() && !sqlite3_get_autocommit(db)) {
+      Query(db, stmts->rollback_to, absl::StrCat(op, ": rollback to savepoint")).Run().IgnoreError();
+    }
+    if (!sqlite3_get_autocommit(db)) {
+      absl::Status released = Query(db, stmts->release, absl::StrCat(op, ": release")).Run();
+      if (status.ok()) status = released;
+    }
+    return status;
+  }
   TRAINCTL_RETURN_IF_ERROR(Query(db, stmts->begin, absl::StrCat(op, ": begin")).Run());
   absl::Status status = body();
   if (status.ok() && write) status = InjectedFault(op);
@@ -550,6 +594,12 @@ absl::StatusOr<StoreSnapshot> StateStore::LoadAll() {
                                                 "' holds worker '", worker.id(), "'"));
       }
       snapshot.workers.push_back(std::move(worker));
+    }
+    Query t(s.db, s.stmts->load_telemetry_seqs, "LoadAll: read telemetry seqs");
+    while (true) {
+      TRAINCTL_ASSIGN_OR_RETURN(bool row, t.Step());
+      if (!row) break;
+      snapshot.telemetry_seqs.emplace_back(t.Text(0), t.Int(1));
     }
     return absl::OkStatus();
   }, /*write=*/false);
@@ -824,6 +874,53 @@ void StateStore::SetWriteFaultForTest(WriteFault fail) {
   absl::MutexLock lock(&s.mu);
   s.write_fault = std::move(fail);
   s.writes_since_fault = 0;
+}
+
+absl::Status StateStore::BeginGroup() {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  if (s.in_group) return absl::FailedPreconditionError("state store: BeginGroup: a group is already open");
+  TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->begin, "BeginGroup: begin").Run());
+  s.in_group = true;
+  s.group_changes = sqlite3_total_changes64(s.db);
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::CommitGroup(const std::string& worker_id, int64_t telemetry_seq) {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  if (!s.in_group) return absl::FailedPreconditionError("state store: CommitGroup: no open group");
+  const std::string op = absl::StrCat("CommitGroup('", worker_id, "', seq ", telemetry_seq, ")");
+  absl::Status status;
+  if (sqlite3_get_autocommit(s.db)) {
+    status = absl::UnavailableError(absl::StrCat("state store: ", op, ": the transaction was rolled back"));
+  } else if (sqlite3_total_changes64(s.db) != s.group_changes) {
+    // Only a group that wrote something records its seq: one that changed
+    // nothing costs no disk write (see the header).
+    status = Query(s.db, s.stmts->put_telemetry_seq, op).Bind(1, worker_id).Bind(2, telemetry_seq).Run();
+  }
+  if (status.ok()) status = Query(s.db, s.stmts->commit, absl::StrCat(op, ": commit")).Run();
+  if (status.ok()) {
+    s.in_group = false;
+    return status;
+  }
+  s.RollbackGroupLocked();
+  return status;
+}
+
+void StateStore::RollbackGroup() {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  if (s.in_group) s.RollbackGroupLocked();
+}
+
+void StateStore::Impl::RollbackGroupLocked() {
+  if (!sqlite3_get_autocommit(db)) Query(db, stmts->rollback, "RollbackGroup").Run().IgnoreError();
+  in_group = false;
+  // Row counts cached by the group's appends may count rows that are gone.
+  event_counts.clear();
+  metric_counts.clear();
+  log_counts.clear();
 }
 
 }  // namespace trainctl::coordinator

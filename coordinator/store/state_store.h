@@ -27,6 +27,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -56,6 +57,9 @@ struct StoreSnapshot {
   std::vector<v1::Worker> workers;
   // Highest event seq stored per job (0 when none), same order as `jobs`.
   std::vector<int64_t> last_event_seqs;
+  // (worker id, highest telemetry seq applied) for every worker that had
+  // sequenced telemetry committed (CommitGroup), ascending by id.
+  std::vector<std::pair<std::string, int64_t>> telemetry_seqs;
 };
 
 class StateStore {
@@ -121,6 +125,28 @@ class StateStore {
   // the store's lock held, so it must not call the store.
   using WriteFault = std::function<bool(int64_t write_no, absl::string_view op)>;
   void SetWriteFaultForTest(WriteFault fail);
+
+  // --- groups: one transaction around several calls -----------------------
+  // Applying one sequenced telemetry message (TelemetryLedger) may write
+  // several times (metrics, then the job with an event). A group makes those
+  // writes and the worker's applied seq one transaction, so a coordinator
+  // killed at any point has either all of them or none, and a resend is
+  // deduplicated exactly. Between BeginGroup and CommitGroup/RollbackGroup
+  // every write method runs as a savepoint inside the group (still all or
+  // nothing itself; durable only at CommitGroup).
+  //
+  // A group spans calls: only one thread may use the store while it is open
+  // (the coordinator's loop, where every store caller runs).
+  // FailedPrecondition when a group is already open.
+  absl::Status BeginGroup();
+  // Records `telemetry_seq` as `worker_id`'s highest applied seq (never
+  // lowering it) when the group wrote anything, and commits. A group that
+  // wrote nothing stores no seq and costs no disk write: its messages left
+  // only memory state, which a restart does not have to deduplicate. On
+  // failure the group is rolled back (and the error returned).
+  absl::Status CommitGroup(const std::string& worker_id, int64_t telemetry_seq);
+  // Discards everything written since BeginGroup. No-op without a group.
+  void RollbackGroup();
 
  private:
   struct Impl;

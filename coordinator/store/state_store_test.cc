@@ -875,5 +875,84 @@ TEST(StateStoreCrashTest, CrashLosesNoAckedWrite) {
   }
 }
 
+// --- groups (at-least-once telemetry) ------------------------------------------
+
+TEST(StateStoreTest, GroupCommitsItsWritesWithTheTelemetrySeqAtomically) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_TRUE(store->PutJob(MakeJob("j"), 1).ok());
+    // Two writes and the seq: one transaction.
+    ASSERT_TRUE(store->BeginGroup().ok());
+    EXPECT_EQ(store->BeginGroup().code(), absl::StatusCode::kFailedPrecondition);
+    ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j", 1, 1, 3)).ok());
+    ASSERT_TRUE(store->PutJob(MakeJob("j", v1::JOB_STATE_RUNNING), 1, {MakeEvent("j", 1)}).ok());
+    ASSERT_TRUE(store->CommitGroup("w1", 7).ok());
+    // A group that wrote nothing stores no seq (and costs no write).
+    ASSERT_TRUE(store->BeginGroup().ok());
+    ASSERT_TRUE(store->CommitGroup("w2", 3).ok());
+    // A lower seq never lowers the stored one.
+    ASSERT_TRUE(store->BeginGroup().ok());
+    ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"a"})).ok());
+    ASSERT_TRUE(store->CommitGroup("w1", 5).ok());
+  }
+  auto store = OpenOrDie(path);
+  auto snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w1", 7)));
+  EXPECT_EQ(snapshot->jobs[0].state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(store->ListMetrics("j", 0)->size(), 3u);
+  EXPECT_EQ(store->ListLogs("j", 1, std::nullopt, 0)->size(), 1u);
+}
+
+TEST(StateStoreTest, GroupRollbackDiscardsEverythingAndAFailedWriteOnlyItself) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  StoreOptions options;
+  options.max_metric_points_per_job = 5;
+  auto store = OpenOrDie(path, options);
+  ASSERT_TRUE(store->PutJob(MakeJob("j"), 1, {MakeEvent("j", 1)}).ok());
+  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j", 1, 1, 2)).ok());
+
+  ASSERT_TRUE(store->BeginGroup().ok());
+  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j", 1, 3, 3)).ok());
+  // A refused write (event seq already stored) undoes only itself.
+  EXPECT_EQ(store->PutJob(MakeJob("j", v1::JOB_STATE_RUNNING), 1, {MakeEvent("j", 1)}).code(),
+            absl::StatusCode::kAlreadyExists);
+  EXPECT_THAT(Steps(*store->ListMetrics("j", 0)), ElementsAre(1, 2, 3, 4, 5));
+  store->RollbackGroup();
+  store->RollbackGroup();  // No group: a no-op.
+  EXPECT_THAT(Steps(*store->ListMetrics("j", 0)), ElementsAre(1, 2));
+
+  // Retention still counts right after the rollback (its cached counts went).
+  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j", 1, 10, 4)).ok());
+  EXPECT_THAT(Steps(*store->ListMetrics("j", 0)), ElementsAre(2, 10, 11, 12, 13));
+  EXPECT_EQ(store->CommitGroup("w", 1).code(), absl::StatusCode::kFailedPrecondition);
+  auto snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok());
+  EXPECT_TRUE(snapshot->telemetry_seqs.empty());
+  EXPECT_EQ(snapshot->jobs[0].state(), v1::JOB_STATE_PENDING);
+}
+
+TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
+  }
+  // What a coordinator before telemetry seqs left behind.
+  RawExec(path, "DROP TABLE telemetry_seqs; PRAGMA user_version=1");
+  auto store = OpenOrDie(path);
+  ASSERT_TRUE(store->BeginGroup().ok());
+  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("old", 1, 1, 1)).ok());
+  ASSERT_TRUE(store->CommitGroup("w", 9).ok());
+  auto snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  ASSERT_EQ(snapshot->jobs.size(), 1u);
+  EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w", 9)));
+}
+
 }  // namespace
 }  // namespace trainctl::coordinator

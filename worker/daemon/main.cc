@@ -1,6 +1,8 @@
 // trainctl-worker: the per-host daemon. See docs/operator.md.
 #include <unistd.h>
 
+#include <pthread.h>
+
 #include <csignal>
 #include <filesystem>
 #include <tuple>
@@ -14,7 +16,6 @@
 #include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/notification.h"
 #include "worker/daemon/slot_inventory.h"
 #include "worker/daemon/path_policy.h"
 #include "worker/daemon/worker_daemon.h"
@@ -39,11 +40,30 @@ ABSL_FLAG(std::vector<std::string>, data_root, {},
 ABSL_FLAG(std::vector<std::string>, checkpoint_root, {},
           "directories (comma separated) a job's checkpoint.dir must lie in (default: anywhere; a "
           "job without checkpoint.dir always uses the work dir)");
+ABSL_FLAG(int, telemetry_buffer_mb, 64,
+          "metrics, logs and rank reports held until the coordinator acknowledges them; when "
+          "full, log lines are dropped first");
 
 namespace {
-absl::Notification* g_stop = nullptr;
-void OnSignal(int) {
-  if (g_stop != nullptr && !g_stop->HasBeenNotified()) g_stop->Notify();
+// SIGTERM and SIGINT are blocked in every thread (the mask is set before the
+// first thread starts and inherited) and taken with sigwait() by main: no
+// handler runs in signal context, so nothing async-signal-unsafe (a mutex,
+// a Notification) is ever called from one.
+sigset_t StopSignals() {
+  sigset_t set;
+  sigemptyset(&set);
+  sigaddset(&set, SIGTERM);
+  sigaddset(&set, SIGINT);
+  return set;
+}
+
+// Blocks until SIGTERM or SIGINT arrives; returns it.
+int WaitForStopSignal() {
+  sigset_t set = StopSignals();
+  int sig = 0;
+  while (sigwait(&set, &sig) != 0) {
+  }
+  return sig;
 }
 
 std::string DefaultRankBinary() {
@@ -68,6 +88,10 @@ int main(int argc, char** argv) {
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
+  {
+    sigset_t stop = StopSignals();
+    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
+  }
   // Debian's abseil keeps deadlock detection on in release builds; it costs
   // every lock a graph update (about 6% of the coordinator's CPU at 10k workers).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
@@ -91,6 +115,11 @@ int main(int argc, char** argv) {
     }
     *out = *canonical;
   }
+  if (absl::GetFlag(FLAGS_telemetry_buffer_mb) < 1) {
+    std::cerr << "trainctl-worker: --telemetry_buffer_mb must be at least 1\n";
+    return 2;
+  }
+  o.telemetry_buffer_bytes = int64_t{absl::GetFlag(FLAGS_telemetry_buffer_mb)} << 20;
   std::string labels = absl::GetFlag(FLAGS_labels);
   if (!labels.empty()) {
     for (absl::string_view kv : absl::StrSplit(labels, ',')) {
@@ -119,11 +148,7 @@ int main(int argc, char** argv) {
   std::cout << "trainctl-worker: " << o.slots.size() << " "
             << (o.slots[0].kind() == trainctl::v1::Slot::KIND_GPU ? "GPU" : "CPU")
             << " slot(s), coordinator " << o.coordinator << std::endl;
-  absl::Notification stop;
-  g_stop = &stop;
-  std::signal(SIGTERM, OnSignal);
-  std::signal(SIGINT, OnSignal);
-  stop.WaitForNotification();
+  WaitForStopSignal();
   std::cout << "trainctl-worker: stopping ranks and leaving" << std::endl;
   daemon.Shutdown(/*goodbye=*/true, absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s)));
   return 0;

@@ -8,6 +8,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 
@@ -24,8 +25,8 @@ std::string EnvName(const std::string& kv) { return kv.substr(0, kv.find('=')); 
 
 }  // namespace
 
-RankSupervisor::RankSupervisor(RankCallbacks callbacks)
-    : callbacks_(std::move(callbacks)), monitor_([this] { Monitor(); }) {}
+RankSupervisor::RankSupervisor(RankCallbacks callbacks, SupervisorOptions options)
+    : callbacks_(std::move(callbacks)), options_(options), monitor_([this] { Monitor(); }) {}
 
 RankSupervisor::~RankSupervisor() {
   {
@@ -112,6 +113,8 @@ absl::StatusOr<pid_t> RankSupervisor::Launch(const RankLaunch& l) {
   c.out_fd = out[0];
   c.err_fd = err[0];
   c.status_fd = st[0];
+  c.tokens = options_.log_burst;
+  c.refill_at = absl::Now();
   return pid;
 }
 
@@ -140,37 +143,85 @@ pid_t RankSupervisor::Pid(const std::string& key) const {
 bool RankSupervisor::Drain(const std::string& key, Child& c, int& fd, std::string& buf, int stream) {
   if (fd < 0) return false;
   char chunk[8192];
-  while (true) {
+  size_t read_this_round = 0;
+  while (read_this_round < options_.max_read_per_round) {
     ssize_t n = read(fd, chunk, sizeof chunk);
     if (n > 0) {
+      read_this_round += static_cast<size_t>(n);
       buf.append(chunk, static_cast<size_t>(n));
       size_t pos;
-      while ((pos = buf.find('\n')) != std::string::npos || buf.size() > kMaxLine) {
-        std::string line = pos == std::string::npos ? buf.substr(0, kMaxLine) : buf.substr(0, pos);
-        buf.erase(0, pos == std::string::npos ? kMaxLine : pos + 1);
-        if (line.size() > kMaxLine) line.resize(kMaxLine);
-        if (stream == 3) {
-          if (callbacks_.on_status) callbacks_.on_status(key, line);
-        } else if (callbacks_.on_log) {
-          callbacks_.on_log(key, stream, line);
-        }
+      size_t start = 0;
+      while ((pos = buf.find('\n', start)) != std::string::npos || buf.size() - start > kMaxLine) {
+        size_t len = pos == std::string::npos ? kMaxLine : std::min(pos - start, kMaxLine);
+        Line(key, c, stream, absl::string_view(buf).substr(start, len));
+        start = pos == std::string::npos ? start + kMaxLine : pos + 1;
       }
+      buf.erase(0, start);
       continue;
     }
     if (n < 0 && (errno == EAGAIN || errno == EINTR)) return true;
     // EOF or error: flush a last partial line.
     if (!buf.empty()) {
-      if (stream == 3) {
-        if (callbacks_.on_status) callbacks_.on_status(key, buf);
-      } else if (callbacks_.on_log) {
-        callbacks_.on_log(key, stream, buf);
-      }
+      Line(key, c, stream, buf);
       buf.clear();
     }
     close(fd);
     fd = -1;
     return false;
   }
+  return true;  // More to read next round.
+}
+
+void RankSupervisor::Line(const std::string& key, Child& c, int stream, absl::string_view line) {
+  if (stream == 3) {
+    if (callbacks_.on_status) callbacks_.on_status(key, std::string(line));
+    return;
+  }
+  // Token bucket: a rank printing in a tight loop is cut to the rate here,
+  // before a line costs anything beyond reading it.
+  absl::Time now = absl::Now();
+  c.tokens = std::min<double>(options_.log_burst,
+                              c.tokens + absl::ToDoubleSeconds(now - c.refill_at) * options_.log_lines_per_sec);
+  c.refill_at = now;
+  c.recent[c.recent_next].assign(line.data(), line.size());
+  c.recent_next = (c.recent_next + 1) % c.recent.size();
+  c.recent_count = std::min(c.recent_count + 1, c.recent.size());
+  const int64_t bytes = static_cast<int64_t>(line.size());
+  if (c.tokens < 1 || pending_bytes_->load() + c.batch_bytes + bytes > options_.max_pending_log_bytes) {
+    ++c.dropped;
+    return;
+  }
+  c.tokens -= 1;
+  c.batch_bytes += bytes;
+  c.batch.push_back(RankLogLine{stream, now, std::string(line)});
+}
+
+void RankSupervisor::EmitBatch(const std::string& key, Child& c) {
+  if (c.batch.empty() && c.dropped == 0 && c.recent_count == 0) return;
+  auto* batch = new RankLogBatch{std::move(c.batch), c.dropped, {}};
+  int64_t bytes = c.batch_bytes;
+  // The recent lines, oldest first.
+  const size_t n = c.recent.size();
+  const size_t first = (c.recent_next + n - c.recent_count) % n;
+  int64_t recent_bytes = 0;
+  for (size_t i = 0; i < c.recent_count; ++i) recent_bytes += static_cast<int64_t>(c.recent[(first + i) % n].size());
+  // They come along while the memory bound allows (else they wait for the
+  // next batch; there are never more than kRecentLines).
+  if (pending_bytes_->load() + bytes + recent_bytes <= options_.max_pending_log_bytes) {
+    for (size_t i = 0; i < c.recent_count; ++i) batch->recent.push_back(c.recent[(first + i) % n]);
+    c.recent_count = 0;
+    bytes += recent_bytes;
+  }
+  pending_bytes_->fetch_add(bytes);
+  std::shared_ptr<std::atomic<int64_t>> pending = pending_bytes_;
+  std::shared_ptr<const RankLogBatch> shared(batch, [pending, bytes](const RankLogBatch* b) {
+    pending->fetch_sub(bytes);
+    delete b;
+  });
+  c.batch.clear();
+  c.batch_bytes = 0;
+  c.dropped = 0;
+  if (callbacks_.on_logs) callbacks_.on_logs(key, std::move(shared));
 }
 
 void RankSupervisor::Monitor() {
@@ -198,6 +249,7 @@ void RankSupervisor::Monitor() {
         Drain(key, c, c.status_fd, c.status_buf, 3);
         Drain(key, c, c.out_fd, c.out_buf, 1);
         Drain(key, c, c.err_fd, c.err_buf, 2);
+        EmitBatch(key, c);
         if (now >= c.kill_at) {
           kill(-c.pid, SIGKILL);
           c.kill_at = absl::InfiniteFuture();
@@ -211,13 +263,19 @@ void RankSupervisor::Monitor() {
             if (*fd >= 0) {
               std::string* buf = fd == &c.status_fd ? &c.status_buf : fd == &c.out_fd ? &c.out_buf : &c.err_buf;
               int stream = fd == &c.status_fd ? 3 : fd == &c.out_fd ? 1 : 2;
-              Drain(key, c, *fd, *buf, stream);
+              while (Drain(key, c, *fd, *buf, stream)) {
+                // Until EAGAIN or EOF: the group is dead, the pipe ends soon.
+                if (*fd < 0) break;
+                pollfd p{*fd, POLLIN, 0};
+                if (poll(&p, 1, 0) <= 0) break;
+              }
               if (*fd >= 0) {
                 close(*fd);
                 *fd = -1;
               }
             }
           }
+          EmitBatch(key, c);
           int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
           int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
           exited.emplace_back(key, code, sig);

@@ -9,19 +9,31 @@
 // child; Launch must therefore be called from a thread that lives as long
 // as the daemon, such as its event loop).
 //
+// Output is rate limited and batched here, before it reaches anyone: per
+// rank a token bucket (log_burst lines, refilled at log_lines_per_sec), and
+// one batch per rank per monitor round. Lines over the rate, or over the
+// hard memory bound (max_pending_log_bytes: bytes of batches handed out and
+// not yet destroyed by their receiver, all ranks together), are dropped and
+// counted in the next batch. A rank printing in a tight loop therefore costs
+// the daemon CPU to read and discard, never memory.
+//
 // Thread-safe. Callbacks run on the supervisor's monitor thread, in order
 // per rank; a rank's exit is reported after its remaining output.
 #pragma once
 
 #include <sys/types.h>
 
+#include <array>
+#include <atomic>
 #include <functional>
 #include <map>
+#include <memory>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
@@ -38,17 +50,53 @@ struct RankLaunch {
   std::string work_dir;
 };
 
+// One line a rank printed.
+struct RankLogLine {
+  // 1 stdout, 2 stderr.
+  int stream = 1;
+  // When the supervisor read it.
+  absl::Time time;
+  // Without the newline; lines longer than 4096 bytes are cut.
+  std::string text;
+};
+
+// A rank's output lines read in one monitor round, after the rate limit.
+// Its bytes count against max_pending_log_bytes until the last reference to
+// it is gone: a receiver that holds batches (queued closures) holds memory
+// the supervisor will not hand out again.
+struct RankLogBatch {
+  std::vector<RankLogLine> lines;
+  // Lines dropped (rate limit or memory bound) since the previous batch.
+  int64_t dropped = 0;
+  // The last lines read (at most kRecentLines, dropped ones included, oldest
+  // first) since the previous batch: what an exit report quotes, even when
+  // the rank's last words were over the rate.
+  std::vector<std::string> recent;
+  static constexpr size_t kRecentLines = 20;
+};
+
+struct SupervisorOptions {
+  // Per rank: a bucket of log_burst lines, refilled at log_lines_per_sec.
+  int log_lines_per_sec = 200;
+  int log_burst = 1000;
+  // Bytes of line text in batches not yet released, all ranks together.
+  int64_t max_pending_log_bytes = int64_t{16} << 20;
+  // Bytes read per output stream per monitor round (so that one rank's
+  // flood cannot delay another rank's output, exits and kills).
+  size_t max_read_per_round = 1 << 20;
+};
+
 struct RankCallbacks {
   std::function<void(const std::string& key, const std::string& line)> on_status;
-  // stream: 1 stdout, 2 stderr. Lines longer than 4096 bytes are cut.
-  std::function<void(const std::string& key, int stream, const std::string& line)> on_log;
+  // At most one batch per rank per monitor round (~50 ms), never empty.
+  std::function<void(const std::string& key, std::shared_ptr<const RankLogBatch> batch)> on_logs;
   // exit_code >= 0 when it exited, else -1 and `signal` is set.
   std::function<void(const std::string& key, int exit_code, int signal)> on_exit;
 };
 
 class RankSupervisor {
  public:
-  explicit RankSupervisor(RankCallbacks callbacks);
+  explicit RankSupervisor(RankCallbacks callbacks, SupervisorOptions options = {});
   // Kills every rank (SIGKILL to their groups) and waits for the monitor.
   ~RankSupervisor();
   RankSupervisor(const RankSupervisor&) = delete;
@@ -69,12 +117,32 @@ class RankSupervisor {
     int out_fd = -1, err_fd = -1, status_fd = -1;
     std::string out_buf, err_buf, status_buf;
     absl::Time kill_at = absl::InfiniteFuture();
+    // Output rate limit and the batch being filled this round.
+    double tokens = 0;
+    absl::Time refill_at;
+    std::vector<RankLogLine> batch;
+    int64_t batch_bytes = 0;
+    int64_t dropped = 0;
+    // The last lines read, a ring (slots are reused: a dropped line costs
+    // no allocation); recent_count of them are newer than the last batch.
+    std::array<std::string, RankLogBatch::kRecentLines> recent;
+    size_t recent_next = 0;
+    size_t recent_count = 0;
   };
   void Monitor();
-  // Reads what is available; returns false at EOF.
-  bool Drain(const std::string& key, Child& c, int& fd, std::string& buf, int stream);
+  // Reads what is available (at most max_read_per_round); returns false at EOF.
+  bool Drain(const std::string& key, Child& c, int& fd, std::string& buf, int stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // A complete output line: status lines go to on_status, output lines into
+  // the child's batch (or are dropped and counted).
+  void Line(const std::string& key, Child& c, int stream, absl::string_view line) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Hands the child's batch to on_logs (when there is anything to say).
+  void EmitBatch(const std::string& key, Child& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   RankCallbacks callbacks_;
+  const SupervisorOptions options_;
+  // Bytes of batches handed out and not yet destroyed (shared with their deleters).
+  std::shared_ptr<std::atomic<int64_t>> pending_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
   mutable absl::Mutex mu_;
   std::map<std::string, Child> children_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;

@@ -11,6 +11,12 @@ namespace {
 struct Recorder {
   absl::Mutex mu;
   std::vector<std::string> status, out, err;
+  int64_t dropped = 0;
+  std::vector<std::string> recent;
+  int batches = 0;
+  // Keep every batch (a receiver that never lets go of them).
+  bool hold = false;
+  std::vector<std::shared_ptr<const RankLogBatch>> held;
   int code = -2, sig = -2;
   bool exited = false;
   RankCallbacks Callbacks() {
@@ -19,9 +25,13 @@ struct Recorder {
       absl::MutexLock lock(&mu);
       status.push_back(l);
     };
-    cb.on_log = [this](const std::string&, int stream, const std::string& l) {
+    cb.on_logs = [this](const std::string&, std::shared_ptr<const RankLogBatch> b) {
       absl::MutexLock lock(&mu);
-      (stream == 1 ? out : err).push_back(l);
+      for (const RankLogLine& l : b->lines) (l.stream == 1 ? out : err).push_back(l.text);
+      dropped += b->dropped;
+      recent.insert(recent.end(), b->recent.begin(), b->recent.end());
+      ++batches;
+      if (hold) held.push_back(std::move(b));
     };
     cb.on_exit = [this](const std::string&, int c, int s) {
       absl::MutexLock lock(&mu);
@@ -123,6 +133,52 @@ TEST(RankSupervisorTest, LongLinesAreCutAndMissingBinaryExits127) {
   ASSERT_TRUE(r2.WaitExit());
   absl::MutexLock lock(&r2.mu);
   EXPECT_EQ(r2.code, 127);
+}
+
+TEST(RankSupervisorTest, OutputIsRateLimitedAndBatchedWithACountOfWhatWasDropped) {
+  Recorder r;
+  SupervisorOptions o;
+  o.log_lines_per_sec = 100;
+  o.log_burst = 50;
+  RankSupervisor sup(r.Callbacks(), o);
+  // 200,000 lines as fast as the shell can print them.
+  ASSERT_TRUE(sup.Launch(Sh("seq 1 200000")).ok());
+  ASSERT_TRUE(r.WaitExit(absl::Seconds(30)));
+  absl::MutexLock lock(&r.mu);
+  EXPECT_EQ(r.code, 0);
+  // The burst, plus what the bucket refilled while it printed.
+  EXPECT_GE(r.out.size(), 50u);
+  EXPECT_LT(r.out.size(), 50u + 100u * 30u);
+  EXPECT_EQ(r.out[0], "1");
+  EXPECT_EQ(static_cast<int64_t>(r.out.size()) + r.dropped, 200000) << "every line is delivered or counted";
+  EXPECT_LT(r.batches, 1000) << "batched per round, not one callback per line";
+  // The last lines are known even though the rate dropped them.
+  ASSERT_GE(r.recent.size(), RankLogBatch::kRecentLines);
+  EXPECT_EQ(r.recent.back(), "200000");
+}
+
+TEST(RankSupervisorTest, BatchesHeldByTheReceiverBoundTheMemory) {
+  Recorder r;
+  r.hold = true;  // Nothing is ever released: the bound must hold anyway.
+  SupervisorOptions o;
+  o.log_lines_per_sec = 1000000;
+  o.log_burst = 1000000;
+  o.max_pending_log_bytes = 64 * 1024;
+  RankSupervisor sup(r.Callbacks(), o);
+  // ~20 MB of 100-byte lines.
+  ASSERT_TRUE(sup.Launch(Sh("yes 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'"
+                            " | head -n 200000")).ok());
+  ASSERT_TRUE(r.WaitExit(absl::Seconds(30)));
+  absl::MutexLock lock(&r.mu);
+  int64_t held_bytes = 0;
+  for (const auto& b : r.held) {
+    for (const RankLogLine& l : b->lines) held_bytes += static_cast<int64_t>(l.text.size());
+  }
+  EXPECT_LE(held_bytes, 64 * 1024);
+  EXPECT_GT(held_bytes, 32 * 1024);
+  EXPECT_EQ(static_cast<int64_t>(r.out.size()) + r.dropped, 200000);
+  // Released batches free their budget: output flows again.
+  r.held.clear();
 }
 
 }  // namespace

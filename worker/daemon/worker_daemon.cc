@@ -51,10 +51,9 @@ struct WorkerDaemon::LocalRank {
   std::optional<rankproto::ErrorKind> error_kind;
   std::string error_message;
   std::deque<std::string> last_lines;
-  // Log forwarding: pending lines, token bucket, dropped count.
+  // Log forwarding (already rate limited by the RankSupervisor): lines for
+  // the next chunk, and the count dropped since the last one.
   std::vector<v1::LogLine> pending_logs;
-  double tokens = 0;
-  absl::Time refill_at;
   int64_t dropped = 0;
 };
 
@@ -149,7 +148,8 @@ absl::StatusOr<std::string> GenerateNcclUniqueId() {
   return std::string(id, sizeof id);
 }
 
-WorkerDaemon::WorkerDaemon(DaemonOptions options) : options_(std::move(options)) {}
+WorkerDaemon::WorkerDaemon(DaemonOptions options)
+    : options_(std::move(options)), telemetry_(options_.telemetry_buffer_bytes) {}
 
 WorkerDaemon::~WorkerDaemon() { Shutdown(false, absl::Seconds(2)); }
 
@@ -197,13 +197,16 @@ absl::Status WorkerDaemon::Start() {
   cb.on_status = [this](const std::string& key, const std::string& line) {
     loop_.Post([this, key, line] { OnStatusLine(key, line); });
   };
-  cb.on_log = [this](const std::string& key, int stream, const std::string& line) {
-    loop_.Post([this, key, stream, line] { OnLogLine(key, stream, line); });
+  cb.on_logs = [this](const std::string& key, std::shared_ptr<const RankLogBatch> batch) {
+    loop_.Post([this, key, batch = std::move(batch)] { OnLogBatch(key, *batch); });
   };
   cb.on_exit = [this](const std::string& key, int code, int sig) {
     loop_.Post([this, key, code, sig] { OnExit(key, code, sig); });
   };
-  supervisor_ = std::make_unique<RankSupervisor>(std::move(cb));
+  SupervisorOptions so;
+  so.log_lines_per_sec = options_.log_lines_per_sec;
+  so.log_burst = options_.log_burst;
+  supervisor_ = std::make_unique<RankSupervisor>(std::move(cb), so);
   loop_.Every(options_.metrics_flush, [this] { FlushMetrics(); });
   loop_.Every(options_.log_flush, [this] { FlushLogs(); });
   started_ = true;
@@ -224,16 +227,19 @@ void WorkerDaemon::Shutdown(bool goodbye, absl::Duration grace) {
     FlushLogs();
   });
   if (goodbye) {
+    // What the ranks said last reaches the coordinator before the goodbye
+    // (bounded: a coordinator that is away gets what it missed never).
+    {
+      absl::MutexLock lock(&mu_);
+      auto flushed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return telemetry_.empty() || !connected_; };
+      mu_.AwaitWithTimeout(absl::Condition(&flushed), absl::Seconds(2));
+    }
     v1::WorkerMessage bye;
     bye.mutable_goodbye()->set_reason("worker shutting down");
     Enqueue(bye, true);
-    absl::Time until = absl::Now() + absl::Seconds(1);
-    while (absl::Now() < until) {
-      absl::MutexLock lock(&mu_);
-      if (critical_.empty() && outbox_.empty()) break;
-      mu_.AwaitWithTimeout(absl::Condition(+[](std::deque<v1::WorkerMessage>* q) { return q->empty(); }, &critical_),
-                           absl::Milliseconds(20));
-    }
+    absl::MutexLock lock(&mu_);
+    auto sent = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return control_.empty() || !connected_; };
+    mu_.AwaitWithTimeout(absl::Condition(&sent), absl::Seconds(1));
   }
   {
     absl::MutexLock lock(&mu_);
@@ -250,48 +256,71 @@ void WorkerDaemon::Shutdown(bool goodbye, absl::Duration grace) {
 
 bool WorkerDaemon::Enqueue(v1::WorkerMessage msg, bool critical) {
   absl::MutexLock lock(&mu_);
-  if (critical) {
-    critical_.push_back(std::move(msg));
+  if (msg.has_heartbeat() || msg.has_goodbye()) {
+    if (!connected_ && !critical) return false;  // A heartbeat is only worth sending now.
+    control_.push_back(std::move(msg));
     return true;
   }
-  if (!connected_) return false;  // Heartbeats, metrics, logs: dropped while away.
-  if (outbox_.size() > 10000) outbox_.pop_front();
-  outbox_.push_back(std::move(msg));
+  telemetry_.Append(std::move(msg));
   return true;
 }
 
 void WorkerDaemon::WriterLoop() {
   while (true) {
     v1::WorkerMessage msg;
-    bool critical = false;
     grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream = nullptr;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return shutting_down_ || (connected_ && (!critical_.empty() || !outbox_.empty()));
+        return shutting_down_ ||
+               (stream_ != nullptr && (!control_.empty() || telemetry_.NextAfter(sent_seq_, nullptr)));
       };
       mu_.Await(absl::Condition(&ready));
       if (shutting_down_) return;
-      critical = !critical_.empty();
-      msg = critical ? critical_.front() : outbox_.front();
+      if (!control_.empty()) {
+        msg = std::move(control_.front());
+        control_.pop_front();
+      } else {
+        telemetry_.NextAfter(sent_seq_, &msg);
+        // Sent once per session; a resend happens only on the next one.
+        sent_seq_ = msg.seq();
+      }
       stream = stream_;
+      writing_ = true;
     }
     bool ok = stream->Write(msg);
     absl::MutexLock lock(&mu_);
-    if (ok || !critical) {
-      // Sent (or a best-effort message lost with the stream).
-      if (critical && !critical_.empty()) {
-        critical_.pop_front();
-      } else if (!critical && !outbox_.empty()) {
-        outbox_.pop_front();
-      }
-    }
-    if (!ok) {
-      // The reader sees the broken stream and reconnects; wait for that.
+    writing_ = false;
+    if (!ok && stream_ == stream) {
+      // The stream broke: the session thread sees it on its Read, ends the
+      // session and reconnects. Nothing more goes on this stream.
+      stream_ = nullptr;
       connected_ = false;
-      outbox_.clear();
     }
   }
+}
+
+std::vector<v1::RunningRank> WorkerDaemon::RanksForRegister() {
+  std::vector<v1::RunningRank> running;
+  loop_.RunSync([&] { running = RunningRanks(); });
+  // A rank whose end the coordinator has not acknowledged is still running
+  // as far as it knows: its end follows on the stream, after the metrics and
+  // logs sent before it (listing it as ended would apply the end first).
+  absl::MutexLock lock(&mu_);
+  telemetry_.ForEach([&](const v1::WorkerMessage& m) {
+    if (!IsEnd(m)) return;
+    const v1::RankStatus& st = m.rank_status();
+    for (const v1::RunningRank& r : running) {
+      if (r.job_id() == st.job_id() && r.attempt() == st.attempt() && r.rank() == st.rank()) return;
+    }
+    v1::RunningRank rr;
+    rr.set_job_id(st.job_id());
+    rr.set_attempt(st.attempt());
+    rr.set_rank(st.rank());
+    rr.set_pid(st.pid());
+    running.push_back(std::move(rr));
+  });
+  return running;
 }
 
 void WorkerDaemon::SessionLoop() {
@@ -306,18 +335,14 @@ void WorkerDaemon::SessionLoop() {
   auto channel = grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
   auto stub = v1::WorkerService::NewStub(channel);
   while (true) {
-    {
-      absl::MutexLock lock(&mu_);
-      if (shutting_down_) return;
-    }
     grpc::ClientContext ctx;
-    std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream;
     {
       absl::MutexLock lock(&mu_);
       if (shutting_down_) return;
       ctx_ = &ctx;
     }
-    stream = stub->Session(&ctx);
+    std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream =
+        stub->Session(&ctx);
     v1::WorkerMessage reg;
     v1::Register* r = reg.mutable_register_();
     r->set_worker_id(worker_id());
@@ -326,25 +351,16 @@ void WorkerDaemon::SessionLoop() {
     for (const v1::Slot& s : options_.slots) *r->add_slots() = s;
     for (const auto& [k, v] : options_.labels) (*r->mutable_labels())[k] = v;
     r->set_version(options_.version);
-    std::vector<v1::RunningRank> running;
-    loop_.RunSync([&] { running = RunningRanks(); });
-    for (auto& rr : running) *r->add_running() = rr;
-    {
-      // Ends not yet delivered travel with the registration, so the
-      // coordinator never takes a finished rank for a vanished one.
-      // They leave the queue only once the registration is acknowledged.
-      absl::MutexLock lock(&mu_);
-      for (const v1::WorkerMessage& m : critical_) {
-        if (IsEnd(m)) *r->add_ended() = m.rank_status();
-      }
-    }
+    for (v1::RunningRank& rr : RanksForRegister()) *r->add_running() = std::move(rr);
 
     if (std::getenv("TRAINCTL_WORKER_DEBUG") != nullptr) {
-      std::cerr << "trainctl-worker: registering with " << r->running_size() << " running, "
-                << r->ended_size() << " ended rank(s)\n";
+      absl::MutexLock lock(&mu_);
+      std::cerr << "trainctl-worker: registering with " << r->running_size() << " running rank(s), "
+                << telemetry_.size() << " unacknowledged report(s)\n";
     }
     bool registered = false;
     v1::CoordinatorMessage in;
+    // Only this thread uses the stream until stream_ is set below.
     if (stream->Write(reg) && stream->Read(&in) && in.has_register_ack()) {
       registered = true;
       backoff = options_.reconnect_min;
@@ -353,17 +369,10 @@ void WorkerDaemon::SessionLoop() {
         absl::MutexLock lock(&mu_);
         worker_id_ = ack.worker_id();
         heartbeat_interval_ = absl::Milliseconds(std::max(50, ack.heartbeat_interval_ms()));
+        telemetry_.OnRegistered(ack.telemetry_acked_seq());
+        sent_seq_ = telemetry_.acked();  // Resend everything not acknowledged.
         stream_ = stream.get();
         connected_ = true;
-        critical_.erase(std::remove_if(critical_.begin(), critical_.end(),
-                                       [&](const v1::WorkerMessage& m) {
-                                         if (!IsEnd(m)) return false;
-                                         for (const v1::RankStatus& e : r->ended()) {
-                                           if (e.SerializeAsString() == m.rank_status().SerializeAsString()) return true;
-                                         }
-                                         return false;
-                                       }),
-                        critical_.end());
       }
       std::ofstream(id_file_ + ".tmp") << ack.worker_id() << "\n";
       std::rename((id_file_ + ".tmp").c_str(), id_file_.c_str());
@@ -385,21 +394,29 @@ void WorkerDaemon::SessionLoop() {
         }
       });
       while (stream->Read(&in)) {
+        if (in.has_telemetry_ack()) {
+          absl::MutexLock lock(&mu_);
+          telemetry_.Ack(in.telemetry_ack().seq());
+          continue;
+        }
         v1::CoordinatorMessage copy = in;
         loop_.Post([this, copy] { OnMessage(copy); });
       }
       hb_stop = true;
       heartbeat.join();
     }
+    // Take the stream away from the writer, make a Write in flight return
+    // (cancel), and wait for it: then nothing else touches the stream.
+    ctx.TryCancel();
     {
       absl::MutexLock lock(&mu_);
       connected_ = false;
       stream_ = nullptr;
       ctx_ = nullptr;
-      outbox_.clear();
+      control_.clear();  // Heartbeats of this session; a goodbye has no session left to end.
+      auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !writing_; };
+      mu_.Await(absl::Condition(&idle));
     }
-    // Wait for the writer to let go of the stream before it is destroyed.
-    ctx.TryCancel();
     grpc::Status st = stream->Finish();
     {
       absl::MutexLock lock(&mu_);
@@ -522,8 +539,6 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
     LocalRank& r = a->ranks[ra.rank()];
     r.assignment = ra;
     r.key = absl::StrCat(akey, "/", ra.rank());
-    r.tokens = options_.log_burst;
-    r.refill_at = absl::Now();
     a->gpu = ra.slot().kind() == v1::Slot::KIND_GPU;
   }
   LocalAttempt& at = *a;
@@ -715,7 +730,10 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
   if (r == nullptr) return;
   absl::StatusOr<rankproto::StatusMessage> msg = rankproto::ParseStatusLine(line);
   if (!msg.ok()) {
-    OnLogLine(key, 2, absl::StrCat("[trainctl-worker] ignored status line: ", line));
+    RankLogBatch note;
+    note.lines.push_back(RankLogLine{2, absl::Now(), absl::StrCat("[trainctl-worker] ignored status line: ", line)});
+    note.recent.push_back(note.lines.back().text);
+    OnLogBatch(key, note);
     return;
   }
   switch (msg->type) {
@@ -803,28 +821,28 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
   }
 }
 
-void WorkerDaemon::OnLogLine(const std::string& key, int stream, const std::string& line) {
+void WorkerDaemon::OnLogBatch(const std::string& key, const RankLogBatch& batch) {
   LocalAttempt* a = nullptr;
   LocalRank* r = FindRank(key, &a);
   if (r == nullptr) return;
-  r->last_lines.push_back(line);
-  if (r->last_lines.size() > kLastLogLines) r->last_lines.pop_front();
-  // Token bucket: a rank printing in a tight loop is cut to the rate.
-  absl::Time now = absl::Now();
-  r->tokens = std::min<double>(options_.log_burst,
-                               r->tokens + absl::ToDoubleSeconds(now - r->refill_at) * options_.log_lines_per_sec);
-  r->refill_at = now;
-  if (r->tokens < 1 || r->pending_logs.size() >= static_cast<size_t>(options_.log_burst)) {
-    ++r->dropped;
-    return;
+  r->dropped += batch.dropped;
+  for (const std::string& line : batch.recent) {
+    r->last_lines.push_back(line);
+    if (r->last_lines.size() > kLastLogLines) r->last_lines.pop_front();
   }
-  r->tokens -= 1;
-  v1::LogLine l;
-  l.set_rank(r->assignment.rank());
-  l.set_stream(stream == 1 ? v1::LogLine::STREAM_STDOUT : v1::LogLine::STREAM_STDERR);
-  SetTimestamp(now, l.mutable_time());
-  l.set_text(line);
-  r->pending_logs.push_back(std::move(l));
+  for (const RankLogLine& line : batch.lines) {
+    // Bounded between flushes too (the supervisor's rate makes this rare).
+    if (r->pending_logs.size() >= static_cast<size_t>(std::max(options_.log_burst, 1))) {
+      ++r->dropped;
+      continue;
+    }
+    v1::LogLine l;
+    l.set_rank(r->assignment.rank());
+    l.set_stream(line.stream == 1 ? v1::LogLine::STREAM_STDOUT : v1::LogLine::STREAM_STDERR);
+    SetTimestamp(line.time, l.mutable_time());
+    l.set_text(line.text);
+    r->pending_logs.push_back(std::move(l));
+  }
 }
 
 void WorkerDaemon::FlushMetrics() {

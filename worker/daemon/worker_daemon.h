@@ -4,10 +4,21 @@
 // ranks it still runs), launches and supervises one rank process per
 // assigned rank, produces the rendezvous data on rank 0's host, and
 // forwards rank status, metrics (batched, bounded rate) and logs (rate
-// limited per rank, bounded memory) to the coordinator.
+// limited per rank in the RankSupervisor, bounded memory) to the
+// coordinator.
 //
-// Threads: all state lives on one EventLoop; the session's reader and
-// writer threads and the RankSupervisor's monitor only post to it.
+// Telemetry is at least once: every report the coordinator must not lose
+// (rank status, rendezvous, metrics, logs, progress — anything but
+// register, heartbeat and goodbye) goes through a TelemetryBuffer, numbered,
+// and is kept until the coordinator's TelemetryAck; after a reconnect the
+// session resends what is not acknowledged, in order.
+//
+// Threads: all rank state lives on one EventLoop; the RankSupervisor's
+// monitor only posts to it. The session thread connects, registers and
+// reads; the writer thread is the only one that writes to the stream. The
+// session thread destroys a stream only after taking it away from the
+// writer (stream_ = nullptr) and waiting until no Write is in flight
+// (writing_), so nothing touches a finished stream.
 #pragma once
 
 #include <deque>
@@ -24,6 +35,7 @@
 #include "common/event_loop.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
 #include "worker/daemon/rank_supervisor.h"
+#include "worker/daemon/telemetry_buffer.h"
 
 namespace trainctl::worker {
 
@@ -48,6 +60,9 @@ struct DaemonOptions {
   int log_burst = 1000;
   absl::Duration reconnect_min = absl::Milliseconds(100);
   absl::Duration reconnect_max = absl::Seconds(5);
+  // Bound on unacknowledged telemetry held for the coordinator (see
+  // TelemetryBuffer: log lines are dropped first when it is full).
+  int64_t telemetry_buffer_bytes = int64_t{64} << 20;
   // Collective and rendezvous timeout handed to ranks.
   int rank_timeout_s = 120;
   // When non-empty (canonical directories, see path_policy.h), a job's data
@@ -85,8 +100,15 @@ class WorkerDaemon {
 
   // Session (threads).
   void SessionLoop();
+  // Queues a message for the coordinator. Heartbeats and goodbyes are sent
+  // once (a heartbeat is dropped while disconnected, as is a non-critical
+  // one); every other kind is sequenced telemetry (TelemetryBuffer), kept
+  // until acknowledged whatever `critical` says.
   bool Enqueue(v1::WorkerMessage msg, bool critical);
   void WriterLoop();
+  // Ranks to list as running in a registration: those running now, and
+  // those whose end is still unacknowledged telemetry.
+  std::vector<v1::RunningRank> RanksForRegister();
 
   // Loop handlers.
   void OnMessage(const v1::CoordinatorMessage& m);
@@ -94,7 +116,7 @@ class WorkerDaemon {
   void OnRendezvous(const v1::RendezvousDelivery& d);
   void OnStopRanks(const v1::StopRanks& s);
   void OnStatusLine(const std::string& key, const std::string& line);
-  void OnLogLine(const std::string& key, int stream, const std::string& line);
+  void OnLogBatch(const std::string& key, const RankLogBatch& batch);
   void OnExit(const std::string& key, int code, int signal);
   void LaunchPending(LocalAttempt& a);
   void Launch(LocalAttempt& a, LocalRank& r);
@@ -122,11 +144,20 @@ class WorkerDaemon {
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   bool connected_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  std::deque<v1::WorkerMessage> outbox_ ABSL_GUARDED_BY(mu_);
-  std::deque<v1::WorkerMessage> critical_ ABSL_GUARDED_BY(mu_);
+  // Unsequenced messages (heartbeats, goodbye), sent before telemetry.
+  std::deque<v1::WorkerMessage> control_ ABSL_GUARDED_BY(mu_);
+  TelemetryBuffer telemetry_ ABSL_GUARDED_BY(mu_);
+  // Highest telemetry seq written on the current session (starts at the
+  // acknowledged seq at each registration: the rest is resent).
+  int64_t sent_seq_ ABSL_GUARDED_BY(mu_) = 0;
   grpc::ClientContext* ctx_ ABSL_GUARDED_BY(mu_) = nullptr;
+  // The registered session's stream, for the writer; nullptr while there is
+  // none. Invariant: the session thread finishes and destroys a stream only
+  // when stream_ no longer points to it and writing_ is false.
   grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream_ ABSL_GUARDED_BY(mu_) =
       nullptr;
+  // The writer is inside Write() on stream_ (taken under mu_).
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   std::thread session_;
   std::thread writer_;

@@ -1,0 +1,54 @@
+#include "coordinator/telemetry_ledger.h"
+
+#include <algorithm>
+
+namespace trainctl::coordinator {
+namespace {
+
+// A failure that says nothing about the message: retrying may succeed.
+bool Retryable(const absl::Status& s) {
+  return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kResourceExhausted;
+}
+
+}  // namespace
+
+void TelemetryLedger::Recover(const StoreSnapshot& snapshot) {
+  for (const auto& [worker_id, seq] : snapshot.telemetry_seqs) {
+    int64_t& applied = applied_[worker_id];
+    applied = std::max(applied, seq);
+  }
+}
+
+int64_t TelemetryLedger::Applied(const std::string& worker_id) const {
+  auto it = applied_.find(worker_id);
+  return it == applied_.end() ? 0 : it->second;
+}
+
+TelemetryLedger::Result TelemetryLedger::Begin(const std::string& worker_id, int64_t seq) {
+  if (seq <= Applied(worker_id)) return {Outcome::kDuplicate, absl::OkStatus()};
+  if (absl::Status begun = store_->BeginGroup(); !begun.ok()) return {Outcome::kRetry, begun};
+  return {Outcome::kApplied, absl::OkStatus()};
+}
+
+TelemetryLedger::Result TelemetryLedger::Finish(const std::string& worker_id, int64_t seq,
+                                                absl::Status handled) {
+  if (Retryable(handled)) {
+    store_->RollbackGroup();
+    return {Outcome::kRetry, handled};
+  }
+  if (absl::Status committed = store_->CommitGroup(worker_id, seq); !committed.ok()) {
+    return {Outcome::kRetry, committed};
+  }
+  int64_t& applied = applied_[worker_id];
+  applied = std::max(applied, seq);
+  return {Outcome::kApplied, handled};
+}
+
+TelemetryLedger::Result TelemetryLedger::Apply(const std::string& worker_id, int64_t seq,
+                                               const std::function<absl::Status()>& apply) {
+  Result begun = Begin(worker_id, seq);
+  if (begun.outcome != Outcome::kApplied) return begun;
+  return Finish(worker_id, seq, apply());
+}
+
+}  // namespace trainctl::coordinator

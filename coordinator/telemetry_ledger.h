@@ -1,0 +1,82 @@
+// The coordinator's side of at-least-once telemetry: applies each worker's
+// sequenced messages (WorkerMessage.seq > 0) at most once, and knows what to
+// acknowledge.
+//
+// A worker numbers every report the coordinator must not lose (rank status,
+// rendezvous, metrics, logs, progress) and resends what is not acknowledged
+// after a reconnect, in order. For each message the ledger runs the
+// manager's handler inside one store group transaction (StateStore::
+// BeginGroup) that also records the worker's new highest seq, so that what
+// the handler wrote and the seq are durable together; only then may the
+// session acknowledge it. A seq at or below the worker's highest applied one
+// is a duplicate (a resend) and is dropped without running the handler; a
+// gap is accepted (the worker dropped those messages when its buffer was
+// full). The highest seq per worker survives a coordinator restart
+// (Recover from the store snapshot), so a resend after a crash is
+// deduplicated exactly.
+//
+// A handler's refusal (a bad or stale report: InvalidArgument, Aborted, ...)
+// still counts as applied, so one bad message cannot stall the stream. Only
+// a store failure that a retry may cure (Unavailable, ResourceExhausted, or
+// a failed commit) leaves the seq unapplied: nothing of the group is kept,
+// and the caller ends the session so that the worker resends.
+//
+// Not thread-safe: runs on the coordinator's EventLoop (like the managers it
+// calls).
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <string>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "coordinator/store/state_store.h"
+
+namespace trainctl::coordinator {
+
+class TelemetryLedger {
+ public:
+  explicit TelemetryLedger(StateStore* store) : store_(store) {}
+
+  // Loads the highest applied seq per worker (after StateStore::LoadAll).
+  void Recover(const StoreSnapshot& snapshot);
+
+  // The highest seq of `worker_id` applied (0 when none): what a
+  // TelemetryAck or RegisterAck carries.
+  int64_t Applied(const std::string& worker_id) const;
+
+  enum class Outcome {
+    // The handler ran and the group committed; `status` is the handler's
+    // (a refusal is logged by the caller, the seq counts as applied).
+    kApplied,
+    // seq <= Applied(): a resend, dropped without running the handler.
+    kDuplicate,
+    // A store failure: nothing committed, the seq is not applied; end the
+    // session so the worker resends. `status` says why.
+    kRetry,
+  };
+  struct Result {
+    Outcome outcome;
+    absl::Status status;
+  };
+
+  // Runs `apply` (the manager's handler for the message) at most once for
+  // (`worker_id`, `seq`), seq > 0: Begin, apply, Finish.
+  Result Apply(const std::string& worker_id, int64_t seq, const std::function<absl::Status()>& apply);
+
+  // The same in two steps, for a caller that dispatches itself. Begin:
+  // kDuplicate (do not handle), kRetry (the group could not start), or
+  // kApplied meaning "handle it now, then call Finish" with the handler's
+  // status. Exactly one Finish follows a Begin that returned kApplied.
+  Result Begin(const std::string& worker_id, int64_t seq);
+  Result Finish(const std::string& worker_id, int64_t seq, absl::Status handled);
+
+ private:
+  StateStore* store_;
+  // Highest applied seq per worker id (memory; durable for every group that
+  // wrote to the store, see StateStore::CommitGroup).
+  absl::flat_hash_map<std::string, int64_t> applied_;
+};
+
+}  // namespace trainctl::coordinator
