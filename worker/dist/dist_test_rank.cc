@@ -9,6 +9,7 @@
 //   peer_stall   rank 1 stops participating; rank 0 must time out
 //   abort        rank 1 stalls; rank 0 aborts its pending all-reduce
 //   train        DDP training of a small MLP with the GradientBucketer
+#include <signal.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
@@ -417,6 +418,10 @@ int RunTrain(const Args& a, Ctx& ctx) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  // As trainctl-rank does: a write to a dead peer's socket is an error the
+  // engine reports, not a SIGPIPE that kills this rank (seen as exit -13 in
+  // peer_exit under load).
+  ::signal(SIGPIPE, SIG_IGN);
   Args a(argc, argv);
   torch::set_num_threads(1);
   Ctx ctx;
