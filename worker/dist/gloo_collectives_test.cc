@@ -65,7 +65,9 @@ TEST(RendezvousStoreTest, BackendIsLibUvWhereAvailableElseClassic) {
   const std::string backend = (*host)->backend();
   EXPECT_TRUE(backend == "libuv" || backend == "classic") << backend;
   EXPECT_EQ((*client)->backend(), backend);
-  if (!torch_compat::HasUseLibUv<c10d::TCPStoreOptions>::value) EXPECT_EQ(backend, "classic");
+  if (!torch_compat::HasUseLibUv<c10d::TCPStoreOptions>::value) {
+    EXPECT_EQ(backend, "classic");
+  }
   // The outcome is remembered: a second store makes the same choice.
   auto again = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5));
   ASSERT_TRUE(again.ok()) << again.status();
