@@ -32,6 +32,11 @@ trainctl_require(SQLite3_FOUND "SQLite" "libsqlite3-dev")
 find_package(GTest QUIET)
 trainctl_require(GTest_FOUND "GoogleTest" "libgtest-dev libgmock-dev")
 
+# CLI11 is header-only; searched (not assumed in /usr/include) so that a
+# private prefix in CMAKE_PREFIX_PATH works too (bench/gpu/run.sh).
+find_path(TRAINCTL_CLI11_INCLUDE CLI/CLI.hpp)
+trainctl_require(TRAINCTL_CLI11_INCLUDE "CLI11" "libcli11-dev")
+
 if(TRAINCTL_SANITIZE)
   set(TRAINCTL_WITH_TORCH OFF CACHE BOOL "" FORCE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)

@@ -1,7 +1,12 @@
 #!/usr/bin/env bash
-# Installs the Debian 12 packages trainctl builds and tests with; does nothing
+# Installs the Debian packages trainctl builds and tests with; does nothing
 # when every one is already installed. Idempotent; needs root (or sudo) only
-# when something is missing.
+# when something is missing. This list is the only one: the Docker build
+# stage runs this script, and scripts/test-libtorch2.sh runs it inside its
+# Debian trixie root (same names on Debian 12 and 13).
+#
+#   scripts/install-deps.sh          # install what is missing
+#   scripts/install-deps.sh --list   # print the package names, one a line
 set -euo pipefail
 
 packages=(
@@ -16,6 +21,11 @@ packages=(
   # reference scripts, cross-language checks, real data
   python3-torch python3-grpcio python3-numpy dataset-fashion-mnist
 )
+
+if [ "${1:-}" = "--list" ]; then
+  printf '%s\n' "${packages[@]}"
+  exit 0
+fi
 
 missing=()
 for p in "${packages[@]}"; do

@@ -7,6 +7,9 @@
 #   scripts/test.sh            # everything (what CI runs)
 #   SKIP_SANITIZE=1 scripts/test.sh
 #   CTEST_ARGS="-L long" scripts/test.sh   # the long tests (not run by default)
+#   LIBTORCH2=1 scripts/test.sh            # then again against LibTorch 2.x in a
+#   LIBTORCH2=torch scripts/test.sh        # Debian trixie root (root; opt-in, not in
+#                                          # CI: see scripts/test-libtorch2.sh)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,5 +29,15 @@ if [ -z "${SKIP_SANITIZE:-}" ]; then
   cmake --build build-asan -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE long
+fi
+if [ -n "${LIBTORCH2:-}" ]; then
+  echo "== LibTorch 2.x (Debian trixie root) =="
+  sudo=""
+  if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+  if [ "$LIBTORCH2" = torch ]; then
+    $sudo env JOBS="$jobs" bash scripts/test-libtorch2.sh --torch-only
+  else
+    $sudo env JOBS="$jobs" bash scripts/test-libtorch2.sh
+  fi
 fi
 echo "== all tests passed =="

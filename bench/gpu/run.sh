@@ -6,8 +6,10 @@
 # world size 1) in fp32, bf16 and fp16 AMP, next to PyTorch on the same GPU,
 # and prints a short table last. Full logs go to $OUT (or ./gpu-logs).
 #
-# Preparation on the Debian build machine (see ../shared/gpu-build.md):
-#   ../shared/gpu/pack-debs.sh .devdeps && echo /.devdeps/ >> .git/info/exclude
+# Preparation on the Debian build machine (see ../shared/gpu-build.md and
+# docs/gpu.md):
+#   ../shared/gpu/pack-debs.sh .devdeps && (cd .devdeps && apt-get download libcli11-dev)
+#   echo /.devdeps/ >> .git/info/exclude
 # then on the GPU machine, from the repository root:
 #   bash bench/gpu/run.sh
 #
@@ -30,21 +32,39 @@ step() {  # step NAME CMD... : runs CMD, logs to $out/NAME.log, records ok/FAILE
 }
 
 nvidia-smi >"$out/nvidia-smi.txt" 2>&1 || true
+# LibTorch as a pip user finds it: Torch_DIR from the Python installation.
 torch_prefix=$($py -c 'import torch;print(torch.utils.cmake_prefix_path)')
 torch_lib=$($py -c 'import torch,os;print(os.path.join(os.path.dirname(torch.__file__),"lib"))')
-nccl_lib=$($py -c 'import nvidia.nccl,os;print(os.path.join(list(nvidia.nccl.__path__)[0],"lib"))' 2>/dev/null || true)
+$py -c 'import torch;print("torch", torch.__version__, "cuda", torch.version.cuda)' | tee "$out/torch-version.txt"
+# NCCL: the wheel's own (nvidia-nccl-cu*), the one libtorch_cuda loads, so one
+# NCCL lives in the rank process. It ships libnccl.so.2 without the unversioned
+# link find_library needs, so it is named to CMake; without the wheel's NCCL,
+# CMake searches the CUDA toolkit.
+nccl_dir=$($py -c 'import nvidia.nccl;print(list(nvidia.nccl.__path__)[0])' 2>/dev/null || true)
+nccl_lib=""
+nccl_args=()
+if [ -n "$nccl_dir" ] && [ -f "$nccl_dir/include/nccl.h" ]; then
+  nccl_lib=$nccl_dir/lib
+  nccl_so=$(find "$nccl_lib" -maxdepth 1 -name 'libnccl.so*' | sort | head -1)
+  if [ -n "$nccl_so" ]; then
+    nccl_args=(-DTRAINCTL_NCCL_INCLUDE="$nccl_dir/include" -DTRAINCTL_NCCL_LIB="$nccl_so")
+  fi
+fi
 
 # 1. The Debian -dev packages the machine lacks, into a private prefix.
 mkdir -p "$devroot"
 for f in .devdeps/*.deb; do dpkg -x "$f" "$devroot"; done
+if [ ! -f "$devroot/usr/include/CLI/CLI.hpp" ]; then
+  echo "run.sh: CLI11 is not in .devdeps (apt-get download libcli11-dev there); the trainctl CLI will not build"
+fi
 export LD_LIBRARY_PATH="$devroot/usr/lib/x86_64-linux-gnu:$torch_lib${nccl_lib:+:$nccl_lib}:${LD_LIBRARY_PATH:-}"
 export PATH="$devroot/usr/bin:$PATH"
 
 # 2. Configure and build (CUDA LibTorch; Gloo optional, NCCL glue on).
 step configure cmake -S . -B build-gpu -G Ninja -DCMAKE_BUILD_TYPE=Release \
-  -DCMAKE_PREFIX_PATH="$devroot/usr;$torch_prefix" \
+  -DCMAKE_PREFIX_PATH="$devroot/usr;$torch_prefix" -DTorch_DIR="$torch_prefix/Torch" \
   -DProtobuf_PROTOC_EXECUTABLE="$devroot/usr/bin/protoc" \
-  -DTRAINCTL_WITH_CUDA=ON -DTRAINCTL_NCCL_TORCH_CUDA=ON
+  -DTRAINCTL_WITH_CUDA=ON -DTRAINCTL_NCCL_TORCH_CUDA=ON "${nccl_args[@]}"
 step build cmake --build build-gpu -j "$(nproc)" --target trainctl trainctl-rank trainctl-coordinator \
   trainctl-worker nccl_collectives_test
 

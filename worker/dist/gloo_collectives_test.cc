@@ -12,6 +12,9 @@
 #include "absl/strings/str_split.h"
 #include "worker/dist/rank_launcher.h"
 #include "worker/dist/rendezvous_store.h"
+#include "worker/torch_compat.h"
+
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 namespace trainctl::dist {
 namespace {
@@ -49,6 +52,28 @@ TEST(RendezvousStoreTest, HostOnFreePortAndConnect) {
   EXPECT_EQ(*v, "v1");
   EXPECT_EQ(*(*client)->Add("n", 2), 2);
   EXPECT_EQ(*(*host)->Add("n", 3), 5);
+}
+
+// LibTorch 2.4+ asks for c10d's libuv backend by default; a LibTorch built
+// without libuv (Debian's 2.x) must fall back to the classic one instead of
+// failing every rendezvous, and 1.13 has only the classic one.
+TEST(RendezvousStoreTest, BackendIsLibUvWhereAvailableElseClassic) {
+  auto host = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5));
+  ASSERT_TRUE(host.ok()) << host.status();
+  auto client = RendezvousStore::Connect((*host)->address(), absl::Seconds(5));
+  ASSERT_TRUE(client.ok()) << client.status();
+  const std::string backend = (*host)->backend();
+  EXPECT_TRUE(backend == "libuv" || backend == "classic") << backend;
+  EXPECT_EQ((*client)->backend(), backend);
+  if (!torch_compat::HasUseLibUv<c10d::TCPStoreOptions>::value) {
+    EXPECT_EQ(backend, "classic");
+  }
+  // The outcome is remembered: a second store makes the same choice.
+  auto again = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5));
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ((*again)->backend(), backend);
+  ASSERT_TRUE((*client)->Set("k", "v").ok());
+  EXPECT_EQ(*(*host)->Get("k"), "v");
 }
 
 TEST(RendezvousStoreTest, MissingKeyTimesOut) {

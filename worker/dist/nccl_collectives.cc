@@ -3,7 +3,7 @@
 #include <nccl.h>
 
 #if TRAINCTL_NCCL_TORCH_CUDA
-#include <c10/cuda/CUDAStream.h>
+#include "worker/torch_compat.h"
 #endif
 
 #include <algorithm>
@@ -178,7 +178,7 @@ class NcclEngine final : public NcclCollectives, public std::enable_shared_from_
 
 #if TRAINCTL_NCCL_TORCH_CUDA
   void UseCurrentTorchStream() override {
-    set_compute_stream(c10::cuda::getCurrentCUDAStream(options_.device).stream());
+    set_compute_stream(torch_compat::CurrentCudaStream(options_.device));
   }
 #endif
 

@@ -7,8 +7,10 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdio>
 #include <exception>
 
 #include "absl/strings/ascii.h"
@@ -16,6 +18,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "worker/torch_compat.h"
 
 namespace trainctl::dist {
 namespace {
@@ -57,6 +60,7 @@ void WaitUntilListening(const std::string& host, uint16_t port, absl::Time deadl
 
 struct RendezvousStore::Impl {
   c10::intrusive_ptr<c10d::TCPStore> store;
+  const char* backend = "classic";  // "libuv" or "classic" (NewTcpStore)
 };
 
 absl::Status StatusFromCommException(const std::exception& e, const std::string& what) {
@@ -100,6 +104,41 @@ std::chrono::milliseconds ToMillis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(std::max(d, absl::Seconds(1))));
 }
 
+// Whether this process's LibTorch can run c10d's libuv store backend: unknown
+// until the first store is made, then remembered (one failed try and one log
+// line per process, not per store).
+enum class LibUv { kUnknown, kAvailable, kMissing };
+std::atomic<LibUv> g_libuv{LibUv::kUnknown};
+
+// Builds the store with the libuv backend where this LibTorch has it and the
+// classic backend where it does not. LibTorch 2.4+ asks for libuv by default
+// and throws at construction (before any I/O) when it was built without it,
+// as Debian's is; pip wheels have it; 1.13 has only the classic backend (no
+// option, torch_compat). Both backends speak the same protocol, so the host
+// and the connecting ranks need not agree. Any other error is thrown on.
+c10::intrusive_ptr<c10d::TCPStore> NewTcpStore(const std::string& host,
+                                               c10d::TCPStoreOptions opts,
+                                               const char** backend) {
+  if (torch_compat::SetTcpStoreUseLibUv(opts, true) && g_libuv.load() != LibUv::kMissing) {
+    try {
+      auto store = c10::make_intrusive<c10d::TCPStore>(host, opts);
+      g_libuv.store(LibUv::kAvailable);
+      *backend = "libuv";
+      return store;
+    } catch (const std::exception& e) {
+      if (!absl::StrContains(e.what(), "without libuv")) throw;
+      if (g_libuv.exchange(LibUv::kMissing) != LibUv::kMissing) {
+        std::fprintf(stderr,
+                     "trainctl: this LibTorch was built without libuv; the rendezvous store "
+                     "uses c10d's classic TCPStore backend\n");
+      }
+    }
+  }
+  torch_compat::SetTcpStoreUseLibUv(opts, false);
+  *backend = "classic";
+  return c10::make_intrusive<c10d::TCPStore>(host, opts);
+}
+
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<RendezvousStore>> RendezvousStore::Host(
@@ -111,7 +150,7 @@ absl::StatusOr<std::shared_ptr<RendezvousStore>> RendezvousStore::Host(
   opts.timeout = ToMillis(timeout);
   auto impl = std::make_unique<Impl>();
   try {
-    impl->store = c10::make_intrusive<c10d::TCPStore>(advertise_host, opts);
+    impl->store = NewTcpStore(advertise_host, opts, &impl->backend);
   } catch (const std::exception& e) {
     return StatusFromCommException(
         e, absl::StrCat("hosting the rendezvous store on port ", port));
@@ -133,7 +172,7 @@ absl::StatusOr<std::shared_ptr<RendezvousStore>> RendezvousStore::Connect(
   WaitUntilListening(host, port, absl::Now() + timeout);
   auto impl = std::make_unique<Impl>();
   try {
-    impl->store = c10::make_intrusive<c10d::TCPStore>(host, opts);
+    impl->store = NewTcpStore(host, opts, &impl->backend);
   } catch (const std::exception& e) {
     return StatusFromCommException(
         e, absl::StrCat("connecting to the rendezvous store at ", address));
@@ -154,6 +193,8 @@ std::string RendezvousStore::address() const {
 }
 
 c10d::Store& RendezvousStore::c10d_store() { return *impl_->store; }
+
+std::string RendezvousStore::backend() const { return impl_->backend; }
 
 absl::Status RendezvousStore::Set(const std::string& key, const std::string& value) {
   try {

@@ -60,6 +60,10 @@ class RendezvousStore {
   // new value.
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta);
 
+  // c10d's store backend in use: "libuv" where this LibTorch has it (pip
+  // wheels, 2.4+), else "classic" (LibTorch 1.13, Debian's 2.x).
+  std::string backend() const;
+
   // The underlying c10d store, for adapters (the Gloo rendezvous).
   c10d::Store& c10d_store();
 

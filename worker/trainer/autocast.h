@@ -5,9 +5,8 @@
 // state the way torch.autocast.__enter__/__exit__ do and restores it on exit,
 // clearing the cast-weight cache when the outermost guard ends (a stale cache
 // would feed the previous step's weights to the next forward). The autocast
-// API moved in 2.x (set_autocast_enabled(device, ...)); both are handled
-// here with TORCH_VERSION_MAJOR/MINOR so the rest of the trainer is
-// version-agnostic.
+// API moved in 2.4 (set_autocast_enabled(device, ...)); worker/torch_compat.h
+// hides that, so this guard is the same for LibTorch 1.13 and 2.x.
 //
 // Threading: autocast state is thread-local; a guard must be destroyed on the
 // thread that created it.

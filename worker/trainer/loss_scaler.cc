@@ -2,6 +2,8 @@
 
 #include <ATen/ATen.h>
 
+#include "worker/torch_compat.h"
+
 namespace trainctl::trainer {
 
 LossScaler::LossScaler(const LossScalerOptions& options)
@@ -13,7 +15,7 @@ at::Tensor LossScaler::Scale(const at::Tensor& loss) const {
 }
 
 bool LossScaler::Unscale(const std::vector<at::Tensor>& grads) const {
-  at::NoGradGuard no_grad;
+  torch_compat::NoGradGuard no_grad;
   const double inv = 1.0 / scale();
   std::vector<at::Tensor> defined;
   for (const at::Tensor& g : grads) {
