@@ -6,6 +6,7 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "common/stop_signals.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -33,29 +34,6 @@ ABSL_FLAG(int64_t, metric_points_per_job, 100000, "metric points kept per job (o
 ABSL_FLAG(int64_t, log_lines_per_rank, 10000, "log lines kept per rank and attempt (oldest dropped)");
 ABSL_FLAG(int, max_message_mb, 16, "largest gRPC message accepted or sent");
 
-namespace {
-// SIGTERM and SIGINT are blocked in every thread (the mask is set before the
-// first thread starts and inherited) and taken with sigwait() by main: no
-// handler runs in signal context, so nothing async-signal-unsafe (a mutex,
-// a Notification) is ever called from one.
-sigset_t StopSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  return set;
-}
-
-// Blocks until SIGTERM or SIGINT arrives; returns it.
-int WaitForStopSignal() {
-  sigset_t set = StopSignals();
-  int sig = 0;
-  while (sigwait(&set, &sig) != 0) {
-  }
-  return sig;
-}
-}  // namespace
-
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "trainctl-coordinator --listen HOST:PORT --db PATH\n"
@@ -68,10 +46,7 @@ int main(int argc, char** argv) {
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
-  {
-    sigset_t stop = StopSignals();
-    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  }
+  trainctl::BlockStopSignals();  // before any thread starts (see common/stop_signals.h)
   // Debian's abseil keeps deadlock detection on in release builds; it costs
   // every lock a graph update (about 6% of the coordinator's CPU at 10k workers).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
@@ -113,7 +88,7 @@ int main(int argc, char** argv) {
   }
   std::cout << "trainctl-coordinator listening on " << *addr << std::endl;
 
-  WaitForStopSignal();
+  trainctl::WaitForStopSignal();
   std::cout << "trainctl-coordinator: shutting down" << std::endl;
   server.Shutdown();
   return 0;

@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
+#include "common/stop_signals.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/flags/parse.h"
 #include "absl/flags/usage.h"
@@ -45,26 +46,6 @@ ABSL_FLAG(int, telemetry_buffer_mb, 64,
           "full, log lines are dropped first");
 
 namespace {
-// SIGTERM and SIGINT are blocked in every thread (the mask is set before the
-// first thread starts and inherited) and taken with sigwait() by main: no
-// handler runs in signal context, so nothing async-signal-unsafe (a mutex,
-// a Notification) is ever called from one.
-sigset_t StopSignals() {
-  sigset_t set;
-  sigemptyset(&set);
-  sigaddset(&set, SIGTERM);
-  sigaddset(&set, SIGINT);
-  return set;
-}
-
-// Blocks until SIGTERM or SIGINT arrives; returns it.
-int WaitForStopSignal() {
-  sigset_t set = StopSignals();
-  int sig = 0;
-  while (sigwait(&set, &sig) != 0) {
-  }
-  return sig;
-}
 
 std::string DefaultRankBinary() {
   char self[4096] = {0};
@@ -88,10 +69,7 @@ int main(int argc, char** argv) {
   usage.contains_helpshort_flags = usage.contains_help_flags;
   absl::SetFlagsUsageConfig(usage);
   absl::ParseCommandLine(argc, argv);
-  {
-    sigset_t stop = StopSignals();
-    pthread_sigmask(SIG_BLOCK, &stop, nullptr);
-  }
+  trainctl::BlockStopSignals();  // before any thread starts (see common/stop_signals.h)
   // Debian's abseil keeps deadlock detection on in release builds; it costs
   // every lock a graph update (about 6% of the coordinator's CPU at 10k workers).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
@@ -148,7 +126,7 @@ int main(int argc, char** argv) {
   std::cout << "trainctl-worker: " << o.slots.size() << " "
             << (o.slots[0].kind() == trainctl::v1::Slot::KIND_GPU ? "GPU" : "CPU")
             << " slot(s), coordinator " << o.coordinator << std::endl;
-  WaitForStopSignal();
+  trainctl::WaitForStopSignal();
   std::cout << "trainctl-worker: stopping ranks and leaving" << std::endl;
   daemon.Shutdown(/*goodbye=*/true, absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s)));
   return 0;
