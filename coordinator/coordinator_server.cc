@@ -57,6 +57,7 @@ absl::StatusOr<std::string> CoordinatorServer::Start() {
   loop_.Every(options_.check_interval, [this] {
     for (const std::string& id : registry_->ExpireLeases()) jobs_->OnWorkerLost(id);
     jobs_->Tick();
+    registry_->ForgetGone([this](const std::string& id) { return !jobs_->BusySlots(id).empty(); });
   });
   std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
   return absl::StrCat(host, ":", port);

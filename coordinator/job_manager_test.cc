@@ -534,6 +534,31 @@ TEST_F(JobManagerTest, ListPagesByBytes) {
   EXPECT_GE(pages, 2);
 }
 
+// Registrations that never come back do not accumulate: a LOST or LEFT
+// worker is forgotten after gone_ttl, unless a job still has ranks on it.
+TEST_F(JobManagerTest, GoneWorkersAreForgottenAfterTheirTtl) {
+  std::string id = RunningJob();
+  AddWorker("c", 1);
+  clock_.Advance(absl::Seconds(4));  // a, b and c all silent past the lease
+  std::vector<std::string> lost = registry_->ExpireLeases();
+  ASSERT_EQ(lost.size(), 3u);
+  for (const auto& w : lost) jobs_->OnWorkerLost(w);
+  auto holds = [&](const std::string& w) { return !jobs_->BusySlots(w).empty(); };
+  EXPECT_TRUE(registry_->ForgetGone(holds).empty()) << "not before the TTL";
+  clock_.Advance(registry_->options().gone_ttl);
+  // The lost workers' ranks ended (lost with them); none holds a slot.
+  std::vector<std::string> forgotten = registry_->ForgetGone(holds);
+  std::sort(forgotten.begin(), forgotten.end());
+  EXPECT_EQ(forgotten, (std::vector<std::string>{"a", "b", "c"}));
+  EXPECT_TRUE(registry_->List(/*include_gone=*/true).empty());
+  Open();  // and from the database
+  EXPECT_TRUE(registry_->List(/*include_gone=*/true).empty());
+  // One that returns registers again with its id.
+  AddWorker("a", 1);
+  EXPECT_EQ(registry_->Find("a")->state(), v1::WORKER_STATE_ALIVE);
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
+}
+
 TEST_F(JobManagerTest, RecoveryKeepsJobsAndReconcilesWorkers) {
   std::string id = RunningJob();
   auto pending = jobs_->Submit(Spec(8));

@@ -19,6 +19,8 @@ ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
 ABSL_FLAG(std::string, db, "trainctl.db", "SQLite database holding every job, event and worker");
 ABSL_FLAG(int, heartbeat_interval_ms, 1000, "how often workers heartbeat");
 ABSL_FLAG(int, lease_timeout_ms, 3000, "a worker silent this long is LOST and its ranks fail");
+ABSL_FLAG(int64_t, gone_worker_ttl_s, 86400,
+          "a LOST or LEFT worker with no ranks is forgotten this long after its last heartbeat");
 ABSL_FLAG(int, disconnect_grace_ms, 1000,
           "a worker whose session broke without a goodbye is LOST after this long "
           "(or at its lease, if sooner) unless it reconnects");
@@ -57,6 +59,11 @@ int main(int argc, char** argv) {
   o.registry.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   o.registry.lease_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_lease_timeout_ms));
   o.registry.disconnect_grace = absl::Milliseconds(absl::GetFlag(FLAGS_disconnect_grace_ms));
+  o.registry.gone_ttl = absl::Seconds(absl::GetFlag(FLAGS_gone_worker_ttl_s));
+  if (o.registry.gone_ttl <= absl::ZeroDuration()) {
+    std::cerr << "trainctl-coordinator: --gone_worker_ttl_s must be > 0\n";
+    return 2;
+  }
   o.registry.recovery_grace = absl::Seconds(absl::GetFlag(FLAGS_recovery_grace_s));
   o.jobs.progress_timeout = absl::Seconds(absl::GetFlag(FLAGS_progress_timeout_s));
   o.jobs.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_s));

@@ -172,6 +172,28 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
   return lost;
 }
 
+std::vector<std::string> WorkerRegistry::ForgetGone(const std::function<bool(const std::string&)>& holds_ranks) {
+  const absl::Time now = clock_->Now();
+  std::vector<std::string> forgotten;
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const v1::Worker& w = it->second.worker;
+    const bool gone = w.state() == v1::WORKER_STATE_LOST || w.state() == v1::WORKER_STATE_LEFT;
+    if (!gone || it->second.channel != nullptr || now - FromTimestamp(w.last_heartbeat_time()) < options_.gone_ttl ||
+        holds_ranks(it->first)) {
+      ++it;
+      continue;
+    }
+    if (absl::Status s = store_->DeleteWorker(it->first); !s.ok()) {
+      std::cerr << "coordinator: forgetting gone worker " << it->first << " failed: " << s << "\n";
+      ++it;
+      continue;  // tried again at the next pass
+    }
+    forgotten.push_back(it->first);
+    it = workers_.erase(it);
+  }
+  return forgotten;
+}
+
 bool WorkerRegistry::Send(const std::string& id, const v1::CoordinatorMessage& msg) {
   auto it = workers_.find(id);
   if (it == workers_.end() || it->second.channel == nullptr) return false;

@@ -48,6 +48,10 @@ struct RegistryOptions {
   // daemon's first reconnect comes within 100 ms, so a quick reconnect still
   // loses nothing, while a dead worker is LOST well before its lease ends.
   absl::Duration disconnect_grace = absl::Seconds(1);
+  // A LOST or LEFT worker is forgotten this long after its last heartbeat
+  // (unless a job still has ranks on it), so registrations that never return
+  // do not accumulate.
+  absl::Duration gone_ttl = absl::Hours(24);
   // After a coordinator restart, workers get at least this long to notice
   // and reconnect (their backoff runs while the coordinator was down).
   absl::Duration recovery_grace = absl::Seconds(15);
@@ -77,6 +81,11 @@ class WorkerRegistry {
 
   // Marks every worker whose lease ran out LOST and returns their ids.
   std::vector<std::string> ExpireLeases();
+  // Forgets (in memory and in the store) every LOST or LEFT worker whose last
+  // heartbeat is older than gone_ttl and for which `holds_ranks` is false,
+  // and returns their ids. Such a worker that comes back simply registers
+  // again with its id.
+  std::vector<std::string> ForgetGone(const std::function<bool(const std::string&)>& holds_ranks);
 
   // Sends to a worker's open session. False when it has none.
   bool Send(const std::string& id, const v1::CoordinatorMessage& msg);

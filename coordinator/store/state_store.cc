@@ -306,7 +306,7 @@ struct StateStore::Impl {
     Statement begin, commit, rollback;
     Statement savepoint, release, rollback_to;
     Statement put_telemetry_seq, load_telemetry_seqs;
-    Statement upsert_job, insert_event, put_worker;
+    Statement upsert_job, insert_event, put_worker, delete_worker;
     Statement insert_metric, insert_log;
     Statement count_events, count_metrics, count_logs;
     Statement trim_events, trim_metrics, trim_logs;
@@ -465,6 +465,7 @@ absl::Status StateStore::Impl::PrepareStatements() {
        "ON CONFLICT (id) DO UPDATE SET state = excluded.state, blob = excluded.blob"},
       {&s.insert_event, "INSERT INTO events (job_id, seq, blob) VALUES (?1, ?2, ?3)"},
       {&s.put_worker, "INSERT OR REPLACE INTO workers (id, blob) VALUES (?1, ?2)"},
+      {&s.delete_worker, "DELETE FROM workers WHERE id = ?1"},
       {&s.insert_metric,
        "INSERT INTO metrics (job_id, attempt, rank, blob) VALUES (?1, ?2, ?3, ?4)"},
       {&s.insert_log, "INSERT INTO logs (job_id, attempt, rank, blob) VALUES (?1, ?2, ?3, ?4)"},
@@ -867,6 +868,14 @@ absl::Status StateStore::PutWorker(const v1::Worker& worker) {
       .Bind(1, worker.id())
       .BindBlob(2, blob)
       .Run();
+}
+
+absl::Status StateStore::DeleteWorker(const std::string& id) {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  const std::string op = absl::StrCat("DeleteWorker('", id, "')");
+  TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
+  return Query(s.db, s.stmts->delete_worker, op).Bind(1, id).Run();
 }
 
 void StateStore::SetWriteFaultForTest(WriteFault fail) {

@@ -114,6 +114,8 @@ class StateStore {
 
   // Inserts or replaces the worker by id.
   absl::Status PutWorker(const v1::Worker& worker);
+  // Removes the worker's row (a gone worker past its TTL); absent is fine.
+  absl::Status DeleteWorker(const std::string& id);
 
   // Fault injection for tests (LevelDB's FaultInjectionTestEnv, in small):
   // `fail` is asked before each write (PutJob, AppendMetrics, AppendLogs,
