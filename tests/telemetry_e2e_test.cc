@@ -1,6 +1,6 @@
 // At-least-once telemetry and worker daemon hygiene, with real processes:
 // the trainctl-coordinator and trainctl-worker binaries on loopback and a
-// stand-in rank (tests/support/telemetry_rank.py) whose metrics and logs
+// stand-in rank (tests/support/fake_rank.py) whose metrics and logs
 // depend only on the job.
 //
 //  * A coordinator SIGKILLed for 5 s mid-job and restarted on the same
@@ -49,7 +49,7 @@ v1::JobSpec Spec(const std::string& name, int world_size, int epochs) {
 
 std::unique_ptr<Cluster> NewCluster() {
   return std::make_unique<Cluster>(trainctl::testing::BuildDirOfThisTest(),
-                                   SourceDir() + "/tests/support/telemetry_rank.py");
+                                   SourceDir() + "/tests/support/fake_rank.py");
 }
 
 // Everything a client can get about a finished job.
@@ -104,7 +104,7 @@ Telemetry Collect(Cluster& cluster, const std::string& id) {
 
 constexpr int kWorld = 2;
 constexpr int kEpochs = 8;
-constexpr int kSteps = 20;  // telemetry_rank.py STEPS
+constexpr int kSteps = 20;  // fake_rank.py CHATTY_STEPS
 
 // Runs the chatty job on a fresh cluster; `fault` runs once the job is past
 // its first epoch.

@@ -165,6 +165,15 @@ TEST_F(WorkerE2ETest, CrashedRankRestartsAndBudgetIsRespected) {
   EXPECT_EQ(crashed.exit().signal(), SIGSEGV);
   EXPECT_THAT(j.attempts(0).reason(), HasSubstr("killed by signal 11"));
   EXPECT_THAT(j.attempts(0).reason(), HasSubstr("about to crash"));
+  // The checkpoint lines reached the coordinator as records of this job, the
+  // last one (epoch 3) before the rank's end.
+  int64_t newest = 0;
+  for (const auto& r : j.checkpoints()) {
+    EXPECT_EQ(r.job_id(), id);
+    EXPECT_FALSE(r.worker_id().empty());
+    newest = std::max(newest, r.epochs_done());
+  }
+  EXPECT_EQ(newest, 3) << Describe(j);
   // With no restarts allowed the same crash fails the job.
   std::string id2 = cluster_->Submit(Spec("fake-crash", 2, 3, /*max_restarts=*/0));
   j = cluster_->WaitState(id2, v1::JOB_STATE_FAILED, absl::Seconds(60));

@@ -1132,17 +1132,25 @@ absl::Status SpecErrorsToStatus(const std::vector<SpecError>& errors) {
   return absl::InvalidArgumentError(absl::StrJoin(lines, "\n"));
 }
 
-std::string CheckpointSpecHash(const v1::JobSpec& spec) {
-  v1::JobSpec shape;
-  *shape.mutable_model() = spec.model();
-  shape.mutable_training()->mutable_optimizer()->set_name(spec.training().optimizer().name());
+namespace {
+// Protobuf bytes with map entries in key order: equal messages give equal bytes.
+std::string DeterministicBytes(const google::protobuf::Message& m) {
   std::string bytes;
   {
     google::protobuf::io::StringOutputStream raw(&bytes);
     google::protobuf::io::CodedOutputStream out(&raw);
     out.SetSerializationDeterministic(true);
-    shape.SerializeToCodedStream(&out);
-  }
+    m.SerializeToCodedStream(&out);
+  }  // the streams give back their unused buffer here
+  return bytes;
+}
+}  // namespace
+
+std::string CheckpointSpecHash(const v1::JobSpec& spec) {
+  v1::JobSpec shape;
+  *shape.mutable_model() = spec.model();
+  shape.mutable_training()->mutable_optimizer()->set_name(spec.training().optimizer().name());
+  const std::string bytes = DeterministicBytes(shape);
   uint64_t h = 1469598103934665603ull;  // FNV-1a, 64 bits
   for (unsigned char c : bytes) {
     h ^= c;
@@ -1162,16 +1170,7 @@ std::vector<SpecError> CheckResumeCompatible(const v1::JobSpec& from, const std:
     e.message = message;
     errors.push_back(std::move(e));
   };
-  std::string a, b;
-  {
-    google::protobuf::io::StringOutputStream ra(&a), rb(&b);
-    google::protobuf::io::CodedOutputStream oa(&ra), ob(&rb);
-    oa.SetSerializationDeterministic(true);
-    ob.SetSerializationDeterministic(true);
-    from.model().SerializeToCodedStream(&oa);
-    to.model().SerializeToCodedStream(&ob);
-  }
-  if (a != b) {
+  if (DeterministicBytes(from.model()) != DeterministicBytes(to.model())) {
     add("model", absl::StrCat("differs from job ", from_id,
                               "'s model; a checkpoint only loads into the model that wrote it"));
   }

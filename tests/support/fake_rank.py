@@ -11,10 +11,40 @@ in the job name (config key `name`):
   stubborn      like hang but ignores SIGTERM (the daemon must SIGKILL)
   spam          prints log lines in a tight loop for a second, then succeeds
   slow          epochs of ~1 s
+  chatty        epochs of CHATTY_STEPS steps of ~0.05 s, each with a train
+                point, a progress report and a log line whose content depends
+                only on the job (tests/telemetry_e2e_test.cc compares runs)
+  flood         prints 100 MB of log lines in a tight loop first
 
-Rank 0 keeps `epoch` in run.checkpoint_dir and resumes from it.
+The checkpoint writer (run.checkpoint_writer) keeps the epoch count in a file
+named for the job in run.checkpoint_dir and reports it with a `checkpoint`
+line; an attempt given run.resume_from starts from the epoch in that file.
 """
-import os, signal, socket, sys, time
+import os, signal, socket, sys, time, zlib
+
+CHATTY_STEPS = 20
+
+def write_checkpoint(say, ckpt, job, epochs, step):
+    """The epoch count, written atomically and reported as trainctl-rank does."""
+    os.makedirs(ckpt, exist_ok=True)
+    path = os.path.join(ckpt, "%s.ckpt-epoch-%06d.txt" % (job, epochs))
+    data = str(epochs).encode()
+    with open(path + ".tmp", "wb") as f:
+        f.write(data)
+    os.rename(path + ".tmp", path)
+    say("checkpoint %d %d %d crc32:%08x %s" % (epochs, step, len(data), zlib.crc32(data), path))
+
+def chatty_epoch(say, rank, epoch):
+    for step in range(1, CHATTY_STEPS + 1):
+        time.sleep(0.05)
+        g = epoch * CHATTY_STEPS + step
+        say("metric kind=train epoch=%d step=%d steps_per_epoch=%d loss=%f lr=0.001 samples_per_sec=100 samples_seen=%d"
+            % (epoch, step, CHATTY_STEPS, 1.0 / g, g * 10))
+        say("progress %d %d" % (epoch, g))
+        print("rank %d epoch %d step %d" % (rank, epoch, step), flush=True)
+    say("metric kind=epoch_end epoch=%d step=%d steps_per_epoch=%d loss=%f eval_loss=0.5 eval_accuracy=0.75 eval_samples=10"
+        % (epoch, CHATTY_STEPS, CHATTY_STEPS, 1.0 / ((epoch + 1) * CHATTY_STEPS)))
+    print("epoch %d done" % epoch, flush=True)
 
 def main():
     cfg = {}
@@ -52,12 +82,23 @@ def main():
     if "hang" in name or "stubborn" in name:
         while True:
             time.sleep(0.1)
+    if "flood" in name:
+        block = "".join("flood line %07d %s\n" % (i, "x" * 80) for i in range(650)).encode()
+        written = 0
+        while written < 100 * 1000 * 1000:
+            sys.stdout.buffer.write(block)
+            written += len(block)
+        sys.stdout.buffer.flush()
+        print("flood done: %d bytes" % written, flush=True)
     start = 0
-    if cfg.get("run.resume") == "true" and os.path.exists(os.path.join(ckpt, "epoch")):
-        start = int(open(os.path.join(ckpt, "epoch")).read())
+    if cfg.get("run.resume_from"):
+        start = int(open(cfg["run.resume_from"]).read())
         print("resumed from epoch %d" % start, flush=True)
     epoch_time = 1.0 if "slow" in name else 0.2
     for epoch in range(start, epochs):
+        if "chatty" in name:
+            chatty_epoch(say, rank, epoch)
+            continue
         if "spam" in name:
             end = time.time() + 1.0
             i = 0
@@ -73,10 +114,8 @@ def main():
         say("metric kind=epoch_end epoch=%d step=4 steps_per_epoch=4 loss=%f eval_loss=0.5 eval_accuracy=0.8 eval_samples=10"
             % (epoch, 1.0 / (epoch + 1)))
         print("epoch %d done" % epoch, flush=True)
-        if rank == 0:
-            with open(os.path.join(ckpt, "epoch.tmp"), "w") as f:
-                f.write(str(epoch + 1))
-            os.rename(os.path.join(ckpt, "epoch.tmp"), os.path.join(ckpt, "epoch"))
+        if cfg.get("run.checkpoint_writer") == "true":
+            write_checkpoint(say, ckpt, cfg["run.job_id"], epoch + 1, (epoch + 1) * 4)
         if "crash" in name and rank == 1 and attempt == 1 and epoch == 0:
             print("about to crash", flush=True)
             os.kill(os.getpid(), signal.SIGSEGV)

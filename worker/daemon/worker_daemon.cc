@@ -169,6 +169,8 @@ int WorkerDaemon::running_ranks() {
 
 absl::Status WorkerDaemon::Start() {
   std::error_code ec;
+  base_dir_ = fs::current_path(ec).string();
+  if (ec) return absl::InternalError(absl::StrCat("cannot read the working directory: ", ec.message()));
   fs::create_directories(options_.work_dir, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("--work_dir ", options_.work_dir, ": ", ec.message()));
   // Rank processes run in their own directories: every path handed to them
@@ -527,7 +529,7 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
         fs::absolute(absl::StrCat(options_.work_dir, "/jobs/", s.job_id(), "/checkpoints")).lexically_normal().string();
   } else {
     absl::StatusOr<std::string> dir = ResolveJobPath("checkpoint.dir", s.spec().checkpoint().dir(),
-                                                     fs::current_path().string(), options_.checkpoint_roots,
+                                                     base_dir_, options_.checkpoint_roots,
                                                      "--checkpoint_root");
     if (dir.ok()) {
       a->checkpoint_dir = *dir;
@@ -607,8 +609,7 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
   }
   std::string dir = absl::StrCat(options_.work_dir, "/jobs/", a.job_id, "/attempt-", a.number, "/rank-", ra.rank());
   std::error_code ec;
-  fs::create_directories(dir, ec);
-  fs::create_directories(a.checkpoint_dir, ec);
+  fs::create_directories(dir, ec);  // the checkpoint dir is the writer rank's to create (and check)
 
   rankproto::FlatConfig cfg = JobSpecToFlat(a.spec);
   cfg[rk::kJobId] = a.job_id;
@@ -622,7 +623,7 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
   cfg[rk::kCudaDevice] = a.gpu ? "0" : "";
   cfg[rk::kBackend] = a.gpu ? "nccl" : "gloo";
   cfg[rk::kWorkDir] = dir;
-  if (absl::Status paths = ResolveDataPaths(cfg, fs::current_path().string(), options_.data_roots);
+  if (absl::Status paths = ResolveDataPaths(cfg, base_dir_, options_.data_roots);
       !paths.ok()) {
     ReportLaunchFailure(a, r, std::string(paths.message()), v1::FAILURE_KIND_CONFIG);
     return;
@@ -780,8 +781,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       rec->set_global_step(c.global_step);
       rec->set_size_bytes(c.size_bytes);
       rec->set_checksum(c.checksum);
-      // The rank reports the path it wrote; make it absolute for the record.
-      rec->set_path(fs::absolute(c.path).lexically_normal().string());
+      rec->set_path(c.path);  // absolute: the rank got an absolute checkpoint dir
       Enqueue(m, true);
       break;
     }

@@ -138,6 +138,9 @@ class WorkerDaemon {
   // Loop-only state.
   std::map<std::string, std::unique_ptr<LocalAttempt>> attempts_;  // "job/attempt"
   std::string id_file_;
+  // The daemon's working directory at Start: the one base a job's relative
+  // paths are resolved against (path_policy.h).
+  std::string base_dir_;
 
   // Session state shared with the session threads.
   absl::Mutex mu_;

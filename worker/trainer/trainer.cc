@@ -191,10 +191,10 @@ absl::StatusOr<std::string> Trainer::Impl::ResumeBytes() {
     if (bytes.ok()) size = static_cast<int64_t>(bytes->size());
   }
   auto opts = at::TensorOptions().device(setup.device);
-  at::Tensor size_t_ = at::full({1}, size, opts.dtype(at::kLong));
+  at::Tensor size_tensor = at::full({1}, size, opts.dtype(at::kLong));
   TRAINCTL_RETURN_IF_ERROR(
-      Collective(dist::BroadcastCoalesced(*comm, {size_t_}, 0), "broadcasting the checkpoint's size"));
-  size = size_t_.cpu().item<int64_t>();
+      Collective(dist::BroadcastCoalesced(*comm, {size_tensor}, 0), "broadcasting the checkpoint's size"));
+  size = size_tensor.cpu().item<int64_t>();
   if (size < 0) {
     if (setup.rank == 0) return WithFailureKind(bytes.status(), FailureKind::kConfig);
     return Config(absl::StrCat("rank 0 could not read the checkpoint '", setup.resume_from, "'"));
