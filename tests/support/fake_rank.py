@@ -14,7 +14,9 @@ in the job name (config key `name`):
   chatty        epochs of CHATTY_STEPS steps of ~0.05 s, each with a train
                 point, a progress report and a log line whose content depends
                 only on the job (tests/telemetry_e2e_test.cc compares runs)
-  flood         prints 100 MB of log lines in a tight loop first
+  flood         prints 100 MB of log lines in a tight loop, then runs chatty
+                epochs (a second of lines, so the rate limit's "dropped"
+                note comes before the last line)
 
 The checkpoint writer (run.checkpoint_writer) keeps the epoch count in a file
 named for the job in run.checkpoint_dir and reports it with a `checkpoint`
@@ -96,7 +98,7 @@ def main():
         print("resumed from epoch %d" % start, flush=True)
     epoch_time = 1.0 if "slow" in name else 0.2
     for epoch in range(start, epochs):
-        if "chatty" in name:
+        if "chatty" in name or "flood" in name:
             chatty_epoch(say, rank, epoch)
             continue
         if "spam" in name:
