@@ -6,11 +6,9 @@
 #include <thread>
 
 #include "absl/flags/flag.h"
+#include "common/daemon_flags.h"
 #include "common/stop_signals.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "coordinator/coordinator_server.h"
 
@@ -37,17 +35,12 @@ ABSL_FLAG(int64_t, log_lines_per_rank, 10000, "log lines kept per rank and attem
 ABSL_FLAG(int, max_message_mb, 16, "largest gRPC message accepted or sent");
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
+  trainctl::ParseDaemonFlags(
+      argc, argv,
       "trainctl-coordinator --listen HOST:PORT --db PATH\n"
       "The trainctl control plane: accepts jobs, gang-schedules ranks on worker daemons, runs "
-      "the rendezvous, watches health, and stores everything in SQLite.");
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view file) {
-    return absl::EndsWith(file, "coordinator/main.cc");
-  };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
-  absl::ParseCommandLine(argc, argv);
+      "the rendezvous, watches health, and stores everything in SQLite.",
+      "coordinator/main.cc");
   trainctl::BlockStopSignals();  // before any thread starts (see common/stop_signals.h)
   // Debian's abseil keeps deadlock detection on in release builds; it costs
   // every lock a graph update (about 6% of the coordinator's CPU at 10k workers).
@@ -61,7 +54,7 @@ int main(int argc, char** argv) {
   o.registry.disconnect_grace = absl::Milliseconds(absl::GetFlag(FLAGS_disconnect_grace_ms));
   o.registry.gone_ttl = absl::Seconds(absl::GetFlag(FLAGS_gone_worker_ttl_s));
   if (o.registry.gone_ttl <= absl::ZeroDuration()) {
-    std::cerr << "trainctl-coordinator: --gone_worker_ttl_s must be > 0\n";
+    std::cerr << "trainctl-coordinator: --gone-worker-ttl-s must be > 0\n";
     return 2;
   }
   o.registry.recovery_grace = absl::Seconds(absl::GetFlag(FLAGS_recovery_grace_s));
@@ -77,12 +70,12 @@ int main(int argc, char** argv) {
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
   if (o.registry.heartbeat_interval <= absl::ZeroDuration() ||
       o.registry.lease_timeout <= o.registry.heartbeat_interval) {
-    std::cerr << "trainctl-coordinator: --lease_timeout_ms must be greater than "
-                 "--heartbeat_interval_ms > 0\n";
+    std::cerr << "trainctl-coordinator: --lease-timeout-ms must be greater than "
+                 "--heartbeat-interval-ms > 0\n";
     return 2;
   }
   if (o.registry.disconnect_grace < absl::ZeroDuration()) {
-    std::cerr << "trainctl-coordinator: --disconnect_grace_ms must be >= 0\n";
+    std::cerr << "trainctl-coordinator: --disconnect-grace-ms must be >= 0\n";
     return 2;
   }
 

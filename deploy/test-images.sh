@@ -200,7 +200,7 @@ if has_step smoke; then
       for b in "$dir"/usr/local/bin/trainctl*; do
         name=${b##*/}
         [ "$name" = trainctl-healthcheck ] && continue
-        # absl's --help exits 1 and trainctl-rank answers usage with 2: any of
+        # --help exits 0 (absl's --helpfull 1) and trainctl-rank answers usage with 2: any of
         # those is fine; a loader error (127) or a crash is not.
         in_root "$dir" 10001:10001 "$name" --help > "$work/help-$name.log" 2>&1; rc=$?
         if [ "$rc" -le 2 ] && grep -q "$name" "$work/help-$name.log" \

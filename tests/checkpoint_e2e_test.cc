@@ -298,7 +298,7 @@ TEST_F(CheckpointE2ETest, ResumeFromContinuesCancelledAndFinishedJobs) {
   EXPECT_EQ(EpochsTrained(id3, 1, 0), (std::set<int>{6, 7}));
 }
 
-// A worker with --data_root / --checkpoint_root refuses a job whose files lie
+// A worker with --data-root / --checkpoint-root refuses a job whose files lie
 // elsewhere (after resolving '..' and symlinks) as a configuration error
 // naming the field, before any rank starts; a job inside them runs.
 TEST_F(CheckpointE2ETest, PathsOutsideTheWorkersRootsAreRefused) {
@@ -306,7 +306,7 @@ TEST_F(CheckpointE2ETest, PathsOutsideTheWorkersRootsAreRefused) {
   std::filesystem::create_directories(data);
   std::filesystem::create_directories(ck);
   std::filesystem::create_symlink("/etc", data + "/etc-link");
-  ASSERT_TRUE(cluster_->StartWorker("w0", 2, false, {"--data_root=" + data, "--checkpoint_root=" + ck}));
+  ASSERT_TRUE(cluster_->StartWorker("w0", 2, false, {"--data-root=" + data, "--checkpoint-root=" + ck}));
   ASSERT_TRUE(cluster_->WaitWorkers(1));
 
   auto failed = [&](const v1::JobSpec& spec, const std::string& want) {
@@ -319,14 +319,14 @@ TEST_F(CheckpointE2ETest, PathsOutsideTheWorkersRootsAreRefused) {
     EXPECT_EQ(j.attempts(0).ranks(0).exit().kind(), v1::FAILURE_KIND_CONFIG);
   };
   failed(SlowClassic(1, {"checkpoint.dir=" + ck + "/../escape"}), "checkpoint.dir: '" + ck + "/../escape'");
-  failed(SlowClassic(1, {"checkpoint.dir=/etc/trainctl"}), "is outside every --checkpoint_root of this worker");
+  failed(SlowClassic(1, {"checkpoint.dir=/etc/trainctl"}), "is outside every --checkpoint-root of this worker");
   ParsedJobSpec idx = ParseJobSpecYaml(
       absl::StrCat("name: idx\nworld_size: 1\nmodel: {name: mlp, input_dim: 4, classes: 2}\n",
                    "data: {train: {format: idx, images: ", data, "/etc-link/shadow, labels: ", data,
                    "/labels.idx}}\n"),
       "idx.yaml");
   ASSERT_TRUE(idx.ok());
-  failed(idx.spec, "data.train.images: '" + data + "/etc-link/shadow' (/etc/shadow) is outside every --data_root");
+  failed(idx.spec, "data.train.images: '" + data + "/etc-link/shadow' (/etc/shadow) is outside every --data-root");
 
   std::string ok = cluster_->Submit(SlowClassic(1, {"checkpoint.dir=" + ck + "/{job_id}", "data.train.length=600"}));
   v1::Job j = cluster_->WaitState(ok, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));

@@ -55,7 +55,7 @@
 #include <vector>
 
 #include "absl/flags/flag.h"
-#include "absl/flags/parse.h"
+#include "common/daemon_flags.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
@@ -1417,7 +1417,10 @@ int RunSingleWorker() {
 }  // namespace trainctl::bench
 
 int main(int argc, char** argv) {
-  absl::ParseCommandLine(argc, argv);
+  trainctl::ParseDaemonFlags(argc, argv,
+                             "trainctl-bench-coordinator --target HOST:PORT --scenario NAME\n"
+                             "Load generator for a running trainctl-coordinator (bench/coordinator/run.sh).",
+                             "bench/coordinator/bench_coordinator.cc");
   signal(SIGPIPE, SIG_IGN);
   using namespace trainctl::bench;
   if (absl::GetFlag(FLAGS_target).empty()) {

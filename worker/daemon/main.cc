@@ -10,11 +10,9 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
+#include "common/daemon_flags.h"
 #include "common/stop_signals.h"
 #include "absl/synchronization/mutex.h"
-#include "absl/flags/parse.h"
-#include "absl/flags/usage.h"
-#include "absl/flags/usage_config.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_split.h"
 #include "worker/daemon/slot_inventory.h"
@@ -60,15 +58,12 @@ std::string DefaultRankBinary() {
 }  // namespace
 
 int main(int argc, char** argv) {
-  absl::SetProgramUsageMessage(
-      "trainctl-worker --coordinator HOST:PORT [--gpus all|0,1 | --slots N] [--work_dir DIR]\n"
+  trainctl::ParseDaemonFlags(
+      argc, argv,
+      "trainctl-worker --coordinator HOST:PORT [--gpus all|0,1 | --slots N] [--work-dir DIR]\n"
       "The per-host daemon: registers this host's GPUs or CPU slots, launches and supervises "
-      "rank processes, forwards their metrics and logs.");
-  absl::FlagsUsageConfig usage;
-  usage.contains_help_flags = [](absl::string_view f) { return absl::EndsWith(f, "daemon/main.cc"); };
-  usage.contains_helpshort_flags = usage.contains_help_flags;
-  absl::SetFlagsUsageConfig(usage);
-  absl::ParseCommandLine(argc, argv);
+      "rank processes, forwards their metrics and logs.",
+      "worker/daemon/main.cc");
   trainctl::BlockStopSignals();  // before any thread starts (see common/stop_signals.h)
   // Debian's abseil keeps deadlock detection on in release builds; it costs
   // every lock a graph update (about 6% of the coordinator's CPU at 10k workers).
@@ -83,8 +78,8 @@ int main(int argc, char** argv) {
   o.address = absl::GetFlag(FLAGS_address).empty() ? o.hostname : absl::GetFlag(FLAGS_address);
   o.rank_binary = absl::GetFlag(FLAGS_rank_binary).empty() ? DefaultRankBinary() : absl::GetFlag(FLAGS_rank_binary);
   o.rank_timeout_s = absl::GetFlag(FLAGS_rank_timeout_s);
-  for (auto [flag, roots, out] : {std::tuple{"--data_root", absl::GetFlag(FLAGS_data_root), &o.data_roots},
-                                  std::tuple{"--checkpoint_root", absl::GetFlag(FLAGS_checkpoint_root),
+  for (auto [flag, roots, out] : {std::tuple{"--data-root", absl::GetFlag(FLAGS_data_root), &o.data_roots},
+                                  std::tuple{"--checkpoint-root", absl::GetFlag(FLAGS_checkpoint_root),
                                              &o.checkpoint_roots}}) {
     auto canonical = trainctl::worker::CanonicalRoots(roots, flag);
     if (!canonical.ok()) {
@@ -94,7 +89,7 @@ int main(int argc, char** argv) {
     *out = *canonical;
   }
   if (absl::GetFlag(FLAGS_telemetry_buffer_mb) < 1) {
-    std::cerr << "trainctl-worker: --telemetry_buffer_mb must be at least 1\n";
+    std::cerr << "trainctl-worker: --telemetry-buffer-mb must be at least 1\n";
     return 2;
   }
   o.telemetry_buffer_bytes = int64_t{absl::GetFlag(FLAGS_telemetry_buffer_mb)} << 20;

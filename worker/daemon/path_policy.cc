@@ -67,7 +67,7 @@ absl::Status ResolveDataPaths(rankproto::FlatConfig& config, const std::string& 
                             absl::EndsWith(key, ".labels"));
     if (!data_file && key != "model.path") continue;
     if (value.empty()) continue;
-    absl::StatusOr<std::string> resolved = ResolveJobPath(key, value, base, data_roots, "--data_root");
+    absl::StatusOr<std::string> resolved = ResolveJobPath(key, value, base, data_roots, "--data-root");
     if (!resolved.ok()) return resolved.status();
     value = *resolved;
   }

@@ -2,7 +2,7 @@
 // of a job spec are resolved on a worker. A relative path is resolved against
 // the daemon's working directory (one documented base for every rank, whose
 // own working directories differ); `..` and symlinks are resolved; and when
-// the operator gave roots (--data_root, --checkpoint_root), the result must
+// the operator gave roots (--data-root, --checkpoint-root), the result must
 // lie inside one of them, so a job cannot make the worker read /etc/shadow as
 // a dataset or write checkpoints over /etc.
 //
@@ -21,7 +21,7 @@ namespace trainctl::worker {
 // The canonical absolute form of `path` (relative to `base`). With non-empty
 // `roots` (canonical directories), FAILED_PRECONDITION naming `field`, the
 // path and the roots when it is outside all of them; `flag` names the flag
-// that sets them ("--data_root").
+// that sets them ("--data-root").
 absl::StatusOr<std::string> ResolveJobPath(const std::string& field, const std::string& path,
                                            const std::string& base, const std::vector<std::string>& roots,
                                            const std::string& flag);

@@ -28,31 +28,31 @@ class PathPolicyTest : public ::testing::Test {
 };
 
 TEST_F(PathPolicyTest, RelativePathsResolveAgainstTheDaemonsDirectory) {
-  auto p = ResolveJobPath("data.train.path", "data/mnist/./train.idx", dir_, {}, "--data_root");
+  auto p = ResolveJobPath("data.train.path", "data/mnist/./train.idx", dir_, {}, "--data-root");
   ASSERT_TRUE(p.ok()) << p.status();
   EXPECT_EQ(*p, dir_ + "/data/mnist/train.idx");
   // Without roots every path is allowed (resolved all the same).
-  p = ResolveJobPath("data.train.path", "/etc/shadow", dir_, {}, "--data_root");
+  p = ResolveJobPath("data.train.path", "/etc/shadow", dir_, {}, "--data-root");
   ASSERT_TRUE(p.ok());
   EXPECT_EQ(*p, "/etc/shadow");
 }
 
 TEST_F(PathPolicyTest, RootsConfineAfterResolvingDotDotAndSymlinks) {
-  auto roots = CanonicalRoots({dir_ + "/data/", dir_ + "/datasets2"}, "--data_root");
+  auto roots = CanonicalRoots({dir_ + "/data/", dir_ + "/datasets2"}, "--data-root");
   ASSERT_TRUE(roots.ok()) << roots.status();
-  EXPECT_TRUE(ResolveJobPath("data.train.path", "data/mnist/train.idx", dir_, *roots, "--data_root").ok());
-  EXPECT_TRUE(ResolveJobPath("data.train.path", dir_ + "/datasets2/new.csv", dir_, *roots, "--data_root").ok());
+  EXPECT_TRUE(ResolveJobPath("data.train.path", "data/mnist/train.idx", dir_, *roots, "--data-root").ok());
+  EXPECT_TRUE(ResolveJobPath("data.train.path", dir_ + "/datasets2/new.csv", dir_, *roots, "--data-root").ok());
   for (const std::string bad : {std::string("/etc/shadow"), std::string("data/../../../etc/passwd"),
                                 std::string("data/escape/passwd"), dir_ + "/datasets",
                                 dir_ + "/data2/x"}) {
-    auto p = ResolveJobPath("data.train.path", bad, dir_, *roots, "--data_root");
+    auto p = ResolveJobPath("data.train.path", bad, dir_, *roots, "--data-root");
     ASSERT_FALSE(p.ok()) << bad << " -> " << *p;
     EXPECT_EQ(p.status().code(), absl::StatusCode::kFailedPrecondition);
     EXPECT_THAT(std::string(p.status().message()),
                 HasSubstr("data.train.path: '" + bad + "'"));
-    EXPECT_THAT(std::string(p.status().message()), HasSubstr("is outside every --data_root of this worker"));
+    EXPECT_THAT(std::string(p.status().message()), HasSubstr("is outside every --data-root of this worker"));
   }
-  EXPECT_FALSE(CanonicalRoots({dir_ + "/nope"}, "--data_root").ok());
+  EXPECT_FALSE(CanonicalRoots({dir_ + "/nope"}, "--data-root").ok());
 }
 
 TEST_F(PathPolicyTest, EveryDataAndModelPathOfARankConfigIsResolved) {

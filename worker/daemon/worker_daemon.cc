@@ -172,11 +172,11 @@ absl::Status WorkerDaemon::Start() {
   base_dir_ = fs::current_path(ec).string();
   if (ec) return absl::InternalError(absl::StrCat("cannot read the working directory: ", ec.message()));
   fs::create_directories(options_.work_dir, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("--work_dir ", options_.work_dir, ": ", ec.message()));
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("--work-dir ", options_.work_dir, ": ", ec.message()));
   // Rank processes run in their own directories: every path handed to them
   // (rank config, checkpoints) must not depend on the daemon's cwd.
   fs::path absolute = fs::absolute(options_.work_dir, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("--work_dir ", options_.work_dir, ": ", ec.message()));
+  if (ec) return absl::InvalidArgumentError(absl::StrCat("--work-dir ", options_.work_dir, ": ", ec.message()));
   options_.work_dir = absolute.lexically_normal().string();
   while (options_.work_dir.size() > 1 && options_.work_dir.back() == '/') options_.work_dir.pop_back();
   if (options_.rank_binary.find('/') != std::string::npos) {
@@ -184,7 +184,7 @@ absl::Status WorkerDaemon::Start() {
   }
   if (access(options_.rank_binary.c_str(), X_OK) != 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--rank_binary ", options_.rank_binary, ": not an executable file"));
+        absl::StrCat("--rank-binary ", options_.rank_binary, ": not an executable file"));
   }
   id_file_ = options_.work_dir + "/worker-id";
   {
@@ -530,7 +530,7 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
   } else {
     absl::StatusOr<std::string> dir = ResolveJobPath("checkpoint.dir", s.spec().checkpoint().dir(),
                                                      base_dir_, options_.checkpoint_roots,
-                                                     "--checkpoint_root");
+                                                     "--checkpoint-root");
     if (dir.ok()) {
       a->checkpoint_dir = *dir;
     } else {
