@@ -1418,7 +1418,7 @@ int RunSingleWorker() {
 
 int main(int argc, char** argv) {
   trainctl::ParseDaemonFlags(argc, argv,
-                             "trainctl-bench-coordinator --target HOST:PORT --scenario NAME\n"
+                             "trainctl-bench-coordinator --target HOST:PORT --mode heartbeat|jobs|failure|single_worker\n"
                              "Load generator for a running trainctl-coordinator (bench/coordinator/run.sh).",
                              "bench/coordinator/bench_coordinator.cc");
   signal(SIGPIPE, SIG_IGN);
