@@ -205,7 +205,7 @@ def main():
               f"coordinator and load generator share it (load average {r.get('meta.load_start', '?')} at the start, "
               f"{r.get('meta.load_end', '?')} at the end; the run itself keeps one to two cores busy, so a start above ~1 "
               f"means something else shared the machine).")
-    md.append("Coordinator flags: `--heartbeat_interval_ms 1000 --lease_timeout_ms 3000`, SQLite on local disk; "
+    md.append(f"Coordinator flags: `{r.get('meta.coordinator_flags', '?')}`, SQLite on local disk; "
               "each scenario gets a fresh coordinator and database. Simulated workers: one Session stream each, "
               "gRPC callback API, 16 channels, 4 timer threads; RTT = heartbeat written → heartbeat_ack read. "
               "'Threads waiting for a CPU' is run-queue time from /proc/PID/task/*/schedstat: above ~0.5 the "
@@ -223,37 +223,25 @@ def main():
     for x in rows:
         md.append("| " + " | ".join(v.replace("|", "\\|") for v in x) + " |")
     md.append("")
-    md.append("Notes:")
+    md.append("Notes (what the figures mean; measurements of earlier runs are in [HISTORY.md](HISTORY.md)):")
     md.append("- Failure detection: a session that breaks without a goodbye (the worker process was killed, "
               "its host or the network went away, or the load generator cancelled the stream) leaves the worker "
-              "`--disconnect_grace_ms` (1 s) to reconnect before it is LOST; a worker whose stream stays open but "
-              "goes silent is LOST at its 3 s lease. Leases are checked every 200 ms "
+              "`--disconnect-grace-ms` to reconnect before it is LOST; a worker whose stream stays open but "
+              "goes silent is LOST at its lease (`--lease-timeout-ms`). Leases are checked on a timer "
               "(`CoordinatorOptions::check_interval`), and the LOST worker and the failed attempt are written to "
               "SQLite before watchers hear of it. 'death' is when the generator cut the stream or SIGKILLed the "
               "worker; 'last heartbeat' is the last heartbeat the coordinator acknowledged before that.")
-    md.append("- Lease checks are timers on the coordinator's event loop; a due timer runs before queued work "
-              "(since 2026-11-30: before that, a submission flood delayed a dead worker's detection by 57 s, "
-              "see git history of this file). Scheduling passes are coalesced to one per loop turn.")
+    md.append("- Lease checks are timers on the coordinator's event loop; a due timer runs before queued work, "
+              "and scheduling passes are coalesced to one per loop turn.")
     md.append("- Every registration and every submission is a SQLite transaction with `synchronous=FULL` "
               "on the single event-loop thread; ramp and submission rates are bounded by the disk's fsync, "
-              "and heartbeats queue behind them meanwhile (batching the writes of one loop turn into one "
-              "transaction is the next step).")
-    md.append("- The 10,000-worker tail latency is set by CPU contention on this shared 2-core machine (coordinator "
-              "+ generator need ≈ 0.8–1.4 cores, and other engineers' builds run beside them): watch 'threads "
-              "waiting for a CPU'. Development runs on 2026-11-30 with this generator gave, at 10,000 workers, "
-              "RTT p99 5.6 ms (PASS; load average ≈ 3), 110 ms (load ≈ 5), 181 ms (load ≈ 8) and 5.9 s (load ≈ 6, "
-              "2–3 threads waiting); in none of them was any coordinator thread above 0.25 core, so the "
-              "coordinator itself is not saturated at this point.")
-    md.append("- Profile (perf, 10,000 workers, 2026-11-30): the coordinator's own code is a few percent "
-              "(`WorkerRegistry::OwnsSession` 3%); most samples are gRPC and kernel scheduling. The distribution's "
-              "abseil has Mutex deadlock detection on even in Release builds (`GraphCycles::GetId` ~6% of samples; "
-              "an uncontended absl::Mutex lock/unlock costs 25 ns instead of 8 ns with "
-              "`absl::SetMutexDeadlockDetectionMode(kIgnore)`).")
+              "and heartbeats queue behind them meanwhile.")
+    md.append("- The coordinator and the load generator share this machine: when 'threads waiting for a CPU' "
+              "is high, the machine, not the coordinator, sets the tail latency; compare the coordinator's "
+              "busiest threads with one core.")
     if any(not v.startswith("exited") for k, v in r.items() if k.startswith("stop.")):
-        md.append("- A coordinator that did not exit on SIGTERM (see the shutdown row). The cause found on "
-                  "2026-11-30 (Session reactors that never called `Finish` after a write failed on a session "
-                  "whose read side had already closed) is fixed; if this note appears, it is a new one: look at "
-                  "the process with gdb (`thread apply all bt`).")
+        md.append("- A coordinator did not exit on SIGTERM (see the shutdown row): look at the process with "
+                  "gdb (`thread apply all bt`); HISTORY.md has the cause of an earlier such hang.")
     md.append("- Raw key=value results: printed by run.sh (`results.txt` in its work directory).")
     md.append("")
     section = "\n".join(md) + "\n"

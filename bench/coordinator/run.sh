@@ -74,12 +74,15 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
+# Every scenario's coordinator runs with these (recorded in the results).
+COORD_FLAGS="--heartbeat-interval-ms 1000 --lease-timeout-ms 3000 --disconnect-grace-ms 1000"
+
 # start_coord NAME [extra coordinator flags...]: sets COORD_PID and ADDR.
 start_coord() {
   local name="$1"; shift
   mkdir -p "$WORK/$name"
   "$COORD" --listen 127.0.0.1:0 --db "$WORK/$name/state.db" \
-    --heartbeat_interval_ms 1000 --lease_timeout_ms 3000 "$@" \
+    $COORD_FLAGS "$@" \
     > "$WORK/$name/coord.out" 2> "$WORK/$name/coord.err" &
   COORD_PID=$!
   ADDR=""
@@ -133,6 +136,7 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
   echo "meta.load_start=$(cut -d' ' -f1 /proc/loadavg)"
   echo "meta.commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "meta.build=$(grep -m1 '^CMAKE_BUILD_TYPE' "$BUILD/CMakeCache.txt" 2>/dev/null | cut -d= -f2)"
+  echo "meta.coordinator_flags=$COORD_FLAGS"
 } >> "$OUT"
 
 # 1a. Heartbeats, small point.

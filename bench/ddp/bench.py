@@ -36,7 +36,13 @@ SECTION = "## DDP: trainctl vs PyTorch"
 CHILDREN = set()
 # glibc malloc: fixed (hence non-dynamic) trim and mmap thresholds, so freed
 # memory stays in the heap instead of being returned and faulted in again.
+# trainctl-rank sets the same thresholds itself (rank_main.cc); the Python
+# side gets them through the environment in every headline row, so both
+# sides' allocators are treated alike.
 MALLOC_ENV = {"MALLOC_TRIM_THRESHOLD_": "1073741824", "MALLOC_MMAP_THRESHOLD_": "1073741824"}
+# trainctl without its shared-memory all-reduce: Gloo pairs over loopback TCP,
+# like PyTorch's ProcessGroupGloo (the engine-against-engine row).
+TCP_ENV = {"TRAINCTL_SHM": "0"}
 
 
 def log(msg):
@@ -336,10 +342,17 @@ def measure(args, label, cfg, world, bucket_mb, sides=("trainctl", "python"), ru
             if side == "trainctl":
                 r = run_trainctl(args.build, cfg, world, bucket_mb, args.warmup_windows, args.workdir, tag,
                                  args.run_timeout, env)
+            elif side == "trainctl-tcp":
+                r = run_trainctl(args.build, cfg, world, bucket_mb, args.warmup_windows, args.workdir, tag,
+                                 args.run_timeout, dict(env or {}, **TCP_ENV))
             elif side == "trainctl-submit":
                 r = run_trainctl(args.build, cfg, world, bucket_mb, args.warmup_windows, args.workdir, tag,
                                  args.run_timeout, env, coordinator=coordinator)
-            else:
+            elif side == "python":
+                # The allocator tuned as trainctl-rank tunes its own (see MALLOC_ENV).
+                r = run_python(cfg, world, bucket_mb, args.warmup_windows, args.workdir, tag, args.run_timeout,
+                               dict(env or {}, **MALLOC_ENV))
+            else:  # "python-default": glibc's default allocator thresholds
                 r = run_python(cfg, world, bucket_mb, args.warmup_windows, args.workdir, tag, args.run_timeout,
                                env)
             if r["ok"]:
@@ -429,11 +442,16 @@ def main():
         if name not in only:
             continue
         cfg = cfgs[name]
-        res = measure(args, name, cfg, 2, 25)
+        res = measure(args, name, cfg, 2, 25, sides=("trainctl", "trainctl-tcp", "python"))
         raw["configs"][name] = res
         tc, py = med(res["trainctl"], "samples_per_sec_sum"), med(res["python"], "samples_per_sec_sum")
+        tcp = med(res["trainctl-tcp"], "samples_per_sec_sum")
         ratio = tc / py if tc and py else None
-        main_rows.append(dict(name=name, cfg=cfg, tc=tc, py=py, ratio=ratio,
+        main_rows.append(dict(name=name, cfg=cfg, tc=tc, py=py, ratio=ratio, tcp=tcp,
+                              tcp_ratio=(tcp / py if tcp and py else None),
+                              tcp_step=med(res["trainctl-tcp"], "step_ms_mean"),
+                              tcp_comm=med(res["trainctl-tcp"], "comm_ms_mean"),
+                              runs_tcp=[round(r["samples_per_sec_sum"]) for r in res["trainctl-tcp"] if r["ok"]],
                               tc_step=med(res["trainctl"], "step_ms_mean"),
                               py_step=med(res["python"], "step_ms_mean"),
                               tc_comm=med(res["trainctl"], "comm_ms_mean"),
@@ -481,20 +499,16 @@ def main():
                                 tc_step=med(res["trainctl"], "step_ms_mean")))
 
     malloc_rows = []
-    if "malloc" in only and not over_budget("malloc lines"):
+    if "malloc" in only and not over_budget("default-allocator lines"):
         for name in ("mlp", "cnn"):
-            if over_budget("malloc %s" % name):
+            if over_budget("default allocator %s" % name):
                 break
-            res = measure(args, name + "-malloc", cfgs[name], 2, 25, runs=args.runs_extra, env=MALLOC_ENV)
-            raw.setdefault("malloc", {})[name] = res
-            base = raw["configs"].get(name, {"trainctl": [], "python": []})
-            malloc_rows.append(dict(name=name, title=cfgs[name]["title"],
-                                    tc0=med(base["trainctl"], "samples_per_sec_sum"),
-                                    py0=med(base["python"], "samples_per_sec_sum"),
-                                    tc=med(res["trainctl"], "samples_per_sec_sum"),
-                                    py=med(res["python"], "samples_per_sec_sum"),
-                                    tc_compute=med(res["trainctl"], "compute_ms_mean"),
-                                    tc_compute0=med(base["trainctl"], "compute_ms_mean")))
+            res = measure(args, name + "-pydefault", cfgs[name], 2, 25, sides=("python-default",),
+                          runs=args.runs_extra)
+            raw.setdefault("python_default_allocator", {})[name] = res
+            base = raw["configs"].get(name, {"python": []})
+            malloc_rows.append(dict(name=name, py=med(base["python"], "samples_per_sec_sum"),
+                                    py0=med(res["python-default"], "samples_per_sec_sum")))
 
     startup = None
     if "startup" in only and not over_budget("startup"):
@@ -519,12 +533,13 @@ def main():
 
     # ------------------------------------------------------------ report
     lines = []
-    lines.append("| configuration | trainctl samples/s | PyTorch DDP samples/s | ratio | goal | result |")
-    lines.append("| --- | --- | --- | --- | --- | --- |")
+    lines.append("| configuration | trainctl, shared memory (samples/s) | trainctl, TCP | PyTorch DDP, TCP "
+                 "| ratio (shared memory) | ratio (TCP: engine vs engine) | goal | result |")
+    lines.append("| --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in main_rows:
-        lines.append("| %s | %s | %s | %s× | ≥ %g× | %s |" % (
-            r["cfg"]["title"], fmt(r["tc"]), fmt(r["py"]), fmt(r["ratio"], 2), r["cfg"]["goal"],
-            "PASS" if r["passed"] else "FAIL"))
+        lines.append("| %s | %s | %s | %s | %s× | %s× | ≥ %g× | %s |" % (
+            r["cfg"]["title"], fmt(r["tc"]), fmt(r["tcp"]), fmt(r["py"]), fmt(r["ratio"], 2),
+            fmt(r["tcp_ratio"], 2), r["cfg"]["goal"], "PASS" if r["passed"] else "FAIL"))
     detail = []
     detail.append("| configuration | side | step ms | split (ms/step) | runs (samples/s, summed over ranks) |")
     detail.append("| --- | --- | --- | --- | --- |")
@@ -533,6 +548,8 @@ def main():
         detail.append("| %s | trainctl | %s | data %s, compute %s, exposed comm %s (%s of the step) | %s |" % (
             r["name"], fmt(r["tc_step"], 3), fmt(r["tc_data"], 3), fmt(r["tc_compute"], 3), fmt(r["tc_comm"], 3),
             ("%.0f%%" % (100 * share)) if share is not None else "n/a", " / ".join(fmt(x) for x in r["runs_tc"])))
+        detail.append("| %s | trainctl, TCP | %s | exposed comm %s | %s |" % (
+            r["name"], fmt(r["tcp_step"], 3), fmt(r["tcp_comm"], 3), " / ".join(fmt(x) for x in r["runs_tcp"])))
         detail.append("| %s | PyTorch | %s | backward incl. all-reduce wait %s | %s |" % (
             r["name"], fmt(r["py_step"], 3), fmt(r["py_bwd"], 3), " / ".join(fmt(x) for x in r["runs_py"])))
     extra = []
@@ -548,12 +565,10 @@ def main():
                 ("%.0f%%" % (100 * s["eff"])) if s["eff"] else "n/a", goal, res))
     if malloc_rows:
         extra.append("")
-        extra.append("| with `%s` (both sides; diagnostic, see notes) | trainctl samples/s: default → with | trainctl compute ms/step: default → with | PyTorch DDP samples/s: default → with | ratio with |" % " ".join("%s=%s" % kv for kv in MALLOC_ENV.items()))
-        extra.append("| --- | --- | --- | --- | --- |")
+        extra.append("| PyTorch DDP with glibc's default allocator (diagnostic, see notes) | samples/s with `%s` (headline) | with glibc's defaults |" % " ".join("%s=%s" % kv for kv in MALLOC_ENV.items()))
+        extra.append("| --- | --- | --- |")
         for m in malloc_rows:
-            extra.append("| %s | %s → %s | %s → %s | %s → %s | %s× |" % (
-                m["name"], fmt(m["tc0"]), fmt(m["tc"]), fmt(m["tc_compute0"], 1), fmt(m["tc_compute"], 1),
-                fmt(m["py0"]), fmt(m["py"]), fmt(m["tc"] / m["py"] if m["tc"] and m["py"] else None, 2)))
+            extra.append("| %s | %s | %s |" % (m["name"], fmt(m["py"]), fmt(m["py0"])))
     if buckets:
         extra.append("")
         extra.append("| bucket_cap_mb (config 2) | trainctl samples/s | trainctl exposed comm ms/step | PyTorch DDP samples/s | ratio |")
@@ -619,7 +634,7 @@ def main():
                    "anything above ~2.5 means another job was sharing the machine and adds noise)" if shared else ""))
     sec.append("Both sides: 2 ranks, Gloo, 1 intra-op thread per rank, Adam lr 1e-3, cross-entropy, "
                "DistributedSampler(shuffle, seed 0), num_workers 0, bucket 25 MB, one epoch per run; "
-               "%s; median of %d runs per side (trainctl and Python alternate). "
+               "%s; median of %d runs per side (the sides take turns going first). "
                "Timing on both sides: per-rank windows of W optimizer steps (data + forward + backward + "
                "all-reduce wait + optimizer), first %d windows dropped as warm-up, partial last window dropped; "
                "samples/s = samples ÷ seconds over the rest, summed over the 2 ranks. trainctl's numbers are its "
