@@ -1,5 +1,7 @@
 #include "worker/engine/distributed_sampler.h"
 
+#include <algorithm>
+
 #include <ATen/CPUGeneratorImpl.h>
 #include <ATen/Functions.h>
 
@@ -38,36 +40,61 @@ DistributedSampler::DistributedSampler(const DistributedSamplerOptions& options)
   }
 }
 
-std::vector<int64_t> DistributedSampler::Indices() const {
-  const int64_t n = options_.dataset_size;
+namespace {
+
+// The epoch's global order: randperm(n) from seed + epoch, or 0..n-1.
+std::vector<int64_t> EpochOrder(int64_t n, bool shuffle, uint64_t seed) {
   std::vector<int64_t> all;
-  all.reserve(static_cast<size_t>(std::max(n, total_size())));
-  if (options_.shuffle) {
+  if (shuffle) {
     // Same generator (mt19937 CPU generator) and kernel as Python's
     // torch.randperm(n, generator=g) after g.manual_seed(seed + epoch).
     // createCPUGenerator exists in LibTorch 1.13 and 2.x.
-    at::Generator gen =
-        at::detail::createCPUGenerator(options_.seed + static_cast<uint64_t>(epoch_));
+    at::Generator gen = at::detail::createCPUGenerator(seed);
     at::Tensor perm = at::randperm(n, gen, at::TensorOptions().dtype(at::kLong));
     const int64_t* p = perm.data_ptr<int64_t>();
     all.assign(p, p + n);
   } else {
+    all.reserve(static_cast<size_t>(n));
     for (int64_t i = 0; i < n; ++i) all.push_back(i);
   }
-  const int64_t total = total_size();
-  if (!options_.drop_last) {
-    // Pad cyclically: the list repeated as often as needed (padding may exceed n).
-    for (int64_t i = n; i < total && n > 0; ++i) all.push_back(all[static_cast<size_t>(i % n)]);
-  } else {
-    all.resize(static_cast<size_t>(total));
-  }
+  return all;
+}
+
+// PyTorch's split of `list` over the ranks: pad cyclically (or truncate with
+// drop_last) to total, then take list[rank : total : replicas].
+std::vector<int64_t> Stride(std::vector<int64_t> list, int64_t total, int64_t rank,
+                            int64_t replicas, bool drop_last) {
+  const int64_t n = static_cast<int64_t>(list.size());
   std::vector<int64_t> mine;
-  mine.reserve(static_cast<size_t>(num_samples_));
   if (n == 0) return mine;
-  for (int64_t i = options_.rank; i < total; i += options_.num_replicas) {
-    mine.push_back(all[static_cast<size_t>(i)]);
+  if (!drop_last) {
+    // Pad cyclically: the list repeated as often as needed (padding may exceed n).
+    for (int64_t i = n; i < total; ++i) list.push_back(list[static_cast<size_t>(i % n)]);
+  } else {
+    list.resize(static_cast<size_t>(total));
   }
+  mine.reserve(static_cast<size_t>(total / replicas));
+  for (int64_t i = rank; i < total; i += replicas) mine.push_back(list[static_cast<size_t>(i)]);
   return mine;
+}
+
+}  // namespace
+
+std::vector<int64_t> DistributedSampler::Indices() const {
+  return Stride(EpochOrder(options_.dataset_size, options_.shuffle,
+                           options_.seed + static_cast<uint64_t>(epoch_)),
+                total_size(), options_.rank, options_.num_replicas, options_.drop_last);
+}
+
+std::vector<int64_t> DistributedSampler::RemainingIndices(int64_t consumed) const {
+  const int64_t n = options_.dataset_size;
+  consumed = std::clamp<int64_t>(consumed, 0, n);
+  std::vector<int64_t> order =
+      EpochOrder(n, options_.shuffle, options_.seed + static_cast<uint64_t>(epoch_));
+  order.erase(order.begin(), order.begin() + consumed);
+  const int64_t left = n - consumed, r = options_.num_replicas;
+  const int64_t total = options_.drop_last ? left / r * r : (left + r - 1) / r * r;
+  return Stride(std::move(order), total, options_.rank, r, options_.drop_last);
 }
 
 }  // namespace trainctl::engine

@@ -51,6 +51,19 @@ class DistributedSampler {
   // This rank's indices for the current epoch; size() == num_samples().
   std::vector<int64_t> Indices() const;
 
+  // The rest of the current epoch after `consumed` positions of its global
+  // order were trained on (possibly at another world size): the epoch's
+  // order (the permutation of seed + epoch, unpadded) from position
+  // `consumed` on, padded cyclically from its own start (or, with
+  // drop_last, truncated) to a multiple of num_replicas, then strided by
+  // rank — PyTorch's rule applied to what is left. Over all ranks, each
+  // sample of the epoch is thus seen exactly once before and after a
+  // change of world size, apart from the end-of-epoch padding. With
+  // consumed == 0 this equals Indices(); consumed >= dataset_size leaves
+  // nothing. At world size W with per-rank batch b, k steps consume k·b·W
+  // positions (rank r took positions r, r+W, ...).
+  std::vector<int64_t> RemainingIndices(int64_t consumed) const;
+
   const DistributedSamplerOptions& options() const { return options_; }
 
  private:

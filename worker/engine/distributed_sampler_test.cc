@@ -1,7 +1,9 @@
 #include "worker/engine/distributed_sampler.h"
 
 #include <cstdlib>
+#include <algorithm>
 #include <fstream>
+#include <random>
 #include <set>
 #include <sstream>
 #include <string>
@@ -119,6 +121,76 @@ TEST(DistributedSamplerTest, EpochChangesPermutationDeterministically) {
   b.set_epoch(2);
   EXPECT_NE(a.Indices(), b.Indices());
   EXPECT_EQ(b.epoch(), 2);
+}
+
+// A change of world size mid-epoch (elastic jobs): the samples trained on
+// before (k steps of batch b on W ranks) and the rest of the epoch split
+// over W' ranks see the epoch's order exactly once, apart from PyTorch's
+// padding at the epoch's end; with nothing consumed the rest is the plain
+// sampler at W'.
+TEST(DistributedSamplerTest, RemainingIndicesSeeEachSampleOnceAcrossAWorldSizeChange) {
+  std::mt19937 rng(1234);
+  auto pick = [&](int64_t lo, int64_t hi) {
+    return std::uniform_int_distribution<int64_t>(lo, hi)(rng);
+  };
+  for (int trial = 0; trial < 400; ++trial) {
+    const int64_t n = pick(0, 300), w = pick(1, 8), w2 = pick(1, 8), b = pick(1, 16);
+    const bool drop_last = pick(0, 1) == 1, shuffle = pick(0, 1) == 1;
+    const uint64_t seed = static_cast<uint64_t>(pick(0, 1000));
+    const int64_t epoch = pick(0, 5);
+    SCOPED_TRACE(::testing::Message() << "n=" << n << " W=" << w << " W'=" << w2 << " b=" << b
+                                      << " drop_last=" << drop_last << " shuffle=" << shuffle);
+    // The epoch's order: one rank, no padding.
+    DistributedSampler one = MustCreate({n, 1, 0, shuffle, seed, false});
+    one.set_epoch(epoch);
+    const std::vector<int64_t> order = one.Indices();
+    ASSERT_EQ(static_cast<int64_t>(order.size()), n);
+
+    // Before: k whole steps on every rank at W.
+    DistributedSampler first = MustCreate({n, w, 0, shuffle, seed, drop_last});
+    const int64_t steps = first.num_samples() / b;
+    const int64_t k = steps == 0 ? 0 : pick(0, steps);
+    std::multiset<int64_t> seen;
+    for (int64_t r = 0; r < w; ++r) {
+      DistributedSampler s = MustCreate({n, w, r, shuffle, seed, drop_last});
+      s.set_epoch(epoch);
+      std::vector<int64_t> idx = s.Indices();
+      seen.insert(idx.begin(), idx.begin() + k * b);
+    }
+    const int64_t consumed = k * b * w;
+    // Those are the order's first `consumed` positions (padding repeats the
+    // order's start only when the padded tail itself was reached).
+    std::multiset<int64_t> expect_before;
+    for (int64_t i = 0; i < consumed; ++i) expect_before.insert(order[static_cast<size_t>(i % n)]);
+    ASSERT_EQ(seen, expect_before);
+
+    // After: the rest at W'.
+    std::multiset<int64_t> after;
+    for (int64_t r = 0; r < w2; ++r) {
+      DistributedSampler s = MustCreate({n, w2, r, shuffle, seed, drop_last});
+      s.set_epoch(epoch);
+      std::vector<int64_t> rest = s.RemainingIndices(consumed);
+      if (consumed == 0) {
+        EXPECT_EQ(rest, s.Indices());
+      }
+      after.insert(rest.begin(), rest.end());
+    }
+    const int64_t left = std::max<int64_t>(n - consumed, 0);
+    const int64_t total = drop_last ? left / w2 * w2 : (left + w2 - 1) / w2 * w2;
+    std::multiset<int64_t> expect_after;
+    for (int64_t i = 0; i < total; ++i) {
+      expect_after.insert(order[static_cast<size_t>(n - left + i % std::max<int64_t>(left, 1))]);
+    }
+    ASSERT_EQ(after, expect_after);
+    // Exactly once: nothing trained before is trained again after, and
+    // without drop_last nothing of the order is skipped.
+    for (int64_t i : after) EXPECT_EQ(seen.count(i), 0u) << i;
+    if (!drop_last) {
+      for (int64_t i : order) EXPECT_GE(seen.count(i) + after.count(i), 1u) << i;
+    } else {
+      EXPECT_EQ(static_cast<int64_t>(std::set<int64_t>(after.begin(), after.end()).size()), total);
+    }
+  }
 }
 
 TEST(DistributedSamplerTest, RejectsBadOptions) {
