@@ -18,6 +18,13 @@
 //   failure        Time from a worker's death to its job's attempt failing
 //                  (WatchJob): (a) session stream cancelled, (b) a worker
 //                  process (this binary, --mode=single_worker) SIGKILLed.
+//   telemetry      J jobs of R simulated ranks (one worker with R slots per
+//                  job) beside N heartbeating workers; every rank sends one
+//                  metric point a second and L log lines a second (sequenced
+//                  as the real daemon does); a WatchJob stream per job. Measures
+//                  the coordinator's CPU, heartbeat round trips, ingest latency
+//                  (point stamped at send → a watcher reads it), its write
+//                  syscalls, and points and log lines lost.
 //   single_worker  One scripted worker; prints REG/HB/START lines on stdout
 //                  for the parent of mode failure.
 //
@@ -63,7 +70,7 @@
 #include "trainctl/v1/job_service.grpc.pb.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
 
-ABSL_FLAG(std::string, mode, "heartbeat", "heartbeat | jobs | failure | single_worker");
+ABSL_FLAG(std::string, mode, "heartbeat", "heartbeat | jobs | failure | telemetry | single_worker");
 ABSL_FLAG(std::string, target, "", "coordinator host:port");
 ABSL_FLAG(int, coord_pid, 0, "coordinator pid (for /proc CPU and RSS)");
 ABSL_FLAG(std::string, out, "", "append key=value results to this file");
@@ -93,6 +100,11 @@ ABSL_FLAG(int, trials_cut, 20, "failure: trials where the session stream is canc
 ABSL_FLAG(int, trials_kill, 10, "failure: trials where a worker process is SIGKILLed");
 ABSL_FLAG(int, batch, 10, "failure: trials run at once");
 // single_worker
+ABSL_FLAG(int, telemetry_jobs, 125, "telemetry: running jobs, each on its own simulated worker");
+ABSL_FLAG(int, ranks_per_job, 8, "telemetry: simulated ranks per job");
+ABSL_FLAG(int, log_lines_per_s, 10, "telemetry: log lines per rank and second");
+ABSL_FLAG(int, drain_s, 10, "telemetry: wait this long after sending stops for the last points");
+
 ABSL_FLAG(std::string, worker_id, "", "single_worker: worker id");
 ABSL_FLAG(std::string, slot_kind, "cpu", "single_worker: cpu | gpu");
 ABSL_FLAG(int, max_life_s, 120, "single_worker: exit after this long");
@@ -450,6 +462,57 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
   // Cuts the stream as a crashed daemon's would be.
   void Cancel() { ctx_.TryCancel(); }
 
+  // Per running rank: one metric point (stamped with the wall clock) and a
+  // chunk of `log_lines` lines, each message sequenced like the daemon's.
+  void SendTelemetry(int log_lines) {
+    std::map<std::string, std::pair<int, std::vector<int>>> running;
+    {
+      std::lock_guard<std::mutex> l(mu_);
+      running = running_;
+    }
+    for (const auto& [job, attempt_ranks] : running) {
+      for (int rank : attempt_ranks.second) {
+        v1::WorkerMessage m;
+        v1::MetricBatch* b = m.mutable_metrics();
+        b->set_job_id(job);
+        b->set_attempt(attempt_ranks.first);
+        v1::MetricPoint* p = b->add_points();
+        p->set_kind(v1::MetricPoint::KIND_TRAIN);
+        p->set_rank(rank);
+        p->set_step(++steps_);
+        p->set_steps_per_epoch(1 << 30);
+        absl::Time now = absl::Now();
+        p->mutable_time()->set_seconds(absl::ToUnixSeconds(now));
+        p->mutable_time()->set_nanos(static_cast<int32_t>(
+            absl::ToInt64Nanoseconds(now - absl::FromUnixSeconds(absl::ToUnixSeconds(now)))));
+        p->set_loss(1.0 / static_cast<double>(steps_));
+        p->set_samples_per_sec(1000);
+        m.set_seq(++telemetry_seq_);
+        if (!Send(std::move(m))) return;
+        points_sent++;
+        if (log_lines <= 0) continue;
+        v1::WorkerMessage lm;
+        v1::LogChunk* c = lm.mutable_logs();
+        c->set_job_id(job);
+        c->set_attempt(attempt_ranks.first);
+        c->set_rank(rank);
+        for (int i = 0; i < log_lines; ++i) {
+          v1::LogLine* line = c->add_lines();
+          line->set_rank(rank);
+          line->set_stream(v1::LogLine::STREAM_STDOUT);
+          *line->mutable_time() = p->time();
+          line->set_text(absl::StrCat("epoch 0 step ", steps_, " line ", i,
+                                      ": loss=0.1234 lr=0.001 samples/s=1000.0"));
+        }
+        lm.set_seq(++telemetry_seq_);
+        if (!Send(std::move(lm))) return;
+        lines_sent += log_lines;
+      }
+    }
+  }
+  std::atomic<int64_t> points_sent{0};
+  std::atomic<int64_t> lines_sent{0};
+
   bool WaitDone(int64_t timeout_ns) {
     std::unique_lock<std::mutex> l(mu_);
     return done_cv_.wait_for(l, std::chrono::nanoseconds(timeout_ns), [this] { return done_; });
@@ -547,6 +610,7 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
           {
             std::lock_guard<std::mutex> l(mu_);
             ranks = my_ranks_[m.rendezvous().job_id()];
+            running_[m.rendezvous().job_id()] = {m.rendezvous().attempt(), ranks};
           }
           for (int r : ranks) {
             SendStatus(m.rendezvous().job_id(), m.rendezvous().attempt(), r, v1::RANK_STATE_RUNNING);
@@ -604,6 +668,10 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
   grpc::Status status_;
   std::string assigned_id_;
   std::map<std::string, std::vector<int>> my_ranks_;
+  // Jobs whose ranks this worker reported RUNNING: attempt and ranks.
+  std::map<std::string, std::pair<int, std::vector<int>>> running_;
+  int64_t steps_ = 0;             // timer thread only
+  int64_t telemetry_seq_ = 0;     // timer thread only
 
   std::atomic<int64_t> seq_{0};
   std::atomic<int64_t> sent_ns_[kRing] = {};
@@ -978,6 +1046,210 @@ int64_t CountAlive(Hub& hub, int64_t* total = nullptr) {
   for (const auto& w : resp.workers()) alive += w.state() == v1::WORKER_STATE_ALIVE;
   if (total) *total = resp.workers_size();
   return alive;
+}
+
+// A WatchJob stream that counts metric points and how long after their send
+// stamp they arrive (telemetry mode).
+class PointWatch : public grpc::ClientReadReactor<v1::JobUpdate> {
+ public:
+  PointWatch(v1::JobService::Stub* stub, const std::string& job, Recorder* latency)
+      : latency_(latency) {
+    v1::WatchJobRequest req;
+    req.set_job_id(job);
+    stub->async()->WatchJob(&ctx_, &req, this);
+    StartRead(&u_);
+    StartCall();
+  }
+  void OnReadDone(bool ok) override {
+    if (!ok) return;
+    if (u_.has_metrics()) {
+      absl::Time now = absl::Now();
+      for (const v1::MetricPoint& p : u_.metrics().points()) {
+        if (p.kind() != v1::MetricPoint::KIND_TRAIN) continue;
+        absl::Time sent = absl::FromUnixSeconds(p.time().seconds()) + absl::Nanoseconds(p.time().nanos());
+        latency_->Add(absl::ToInt64Nanoseconds(now - sent));
+        points++;
+      }
+    }
+    skipped += u_.skipped();
+    StartRead(&u_);
+  }
+  void OnDone(const grpc::Status&) override {
+    std::lock_guard<std::mutex> l(mu_);
+    done_ = true;
+    cv_.notify_all();
+  }
+  void Cancel() { ctx_.TryCancel(); }
+  void WaitDone() {
+    std::unique_lock<std::mutex> l(mu_);
+    cv_.wait(l, [this] { return done_; });
+  }
+  std::atomic<int64_t> points{0};
+  std::atomic<int64_t> skipped{0};
+
+ private:
+  Recorder* latency_;
+  grpc::ClientContext ctx_;
+  v1::JobUpdate u_;
+  std::mutex mu_;
+  std::condition_variable cv_;
+  bool done_ = false;
+};
+
+// Write syscalls and bytes of a process (/proc/PID/io): every SQLite commit
+// is at least a WAL write, so this bounds the commit rate from above.
+std::pair<int64_t, int64_t> ProcWrites(int pid) {
+  std::ifstream f(absl::StrCat("/proc/", pid, "/io"));
+  std::string k;
+  int64_t v = 0, syscw = -1, bytes = -1;
+  while (f >> k >> v) {
+    if (k == "syscw:") syscw = v;
+    if (k == "write_bytes:") bytes = v;
+  }
+  return {syscw, bytes};
+}
+
+// Log lines the coordinator holds for one job (every rank, latest attempt).
+int64_t StoredLogLines(v1::JobService::Stub* stub, const std::string& job) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(60));
+  v1::GetLogsRequest req;
+  req.set_job_id(job);
+  auto reader = stub->GetLogs(&ctx, req);
+  v1::LogChunk c;
+  int64_t n = 0;
+  while (reader->Read(&c)) n += c.lines_size();
+  return reader->Finish().ok() ? n : -1;
+}
+
+int RunTelemetry() {
+  const int idle = absl::GetFlag(FLAGS_workers);
+  const int jobs = absl::GetFlag(FLAGS_telemetry_jobs);
+  const int ranks = absl::GetFlag(FLAGS_ranks_per_job);
+  const int lines = absl::GetFlag(FLAGS_log_lines_per_s);
+  const int pid = absl::GetFlag(FLAGS_coord_pid);
+  const int64_t hb_ns = int64_t{absl::GetFlag(FLAGS_heartbeat_ms)} * 1000000;
+  Hub hub(absl::GetFlag(FLAGS_target), absl::GetFlag(FLAGS_channels), hb_ns);
+  Put("idle_workers", idle);
+  Put("jobs", jobs);
+  Put("ranks_per_job", ranks);
+  Put("ranks", jobs * ranks);
+  Put("log_lines_per_rank_s", lines);
+
+  // Rank hosts (CPU slots, one job each) first, then the idle workers (a GPU
+  // slot each, so the CPU jobs never land there), at the ramp rate.
+  std::vector<std::unique_ptr<SimWorker>> hosts, ws;
+  std::atomic<bool> sending{false};
+  const double rate = absl::GetFlag(FLAGS_ramp_per_s);
+  int64_t start = NowNs();
+  for (int i = 0; i < jobs + idle; ++i) {
+    SleepUntilNs(start + static_cast<int64_t>(1e9 * i / rate));
+    bool host = i < jobs;
+    auto w = std::make_unique<SimWorker>(&hub, i, "", host ? v1::Slot::KIND_CPU : v1::Slot::KIND_GPU,
+                                         host ? ranks : 1);
+    if (host) {
+      SimWorker* raw = w.get();
+      w->on_heartbeat = [raw, &sending, lines](int64_t) {
+        if (sending.load(std::memory_order_relaxed)) raw->SendTelemetry(lines);
+      };
+    }
+    w->Start();
+    (host ? hosts : ws).push_back(std::move(w));
+  }
+  int64_t deadline = start + int64_t{absl::GetFlag(FLAGS_ramp_timeout_s)} * 1000000000;
+  while (hub.registered + hub.ended < jobs + idle && NowNs() < deadline) SleepNs(10000000);
+  Put("workers_registered", static_cast<int64_t>(hub.registered));
+  Put("ramp_s", (NowNs() - start) / 1e9);
+
+  // The jobs, and a watcher on each.
+  v1::JobSpec spec = MakeSpec(0, false);
+  spec.set_world_size(ranks);
+  spec.set_device(v1::DEVICE_CPU);
+  std::vector<std::string> ids;
+  for (int j = 0; j < jobs; ++j) ids.push_back(SubmitSync(hub.jobs(), spec));
+  int running = 0;
+  for (const std::string& id : ids) {
+    if (!id.empty() && WaitState(hub.jobs(), id, v1::JOB_STATE_RUNNING, int64_t{60} * 1000000000)) {
+      ++running;
+    }
+  }
+  Put("jobs_running", running);
+  if (running < jobs) std::cerr << "only " << running << " of " << jobs << " jobs are running\n";
+  Recorder ingest;
+  std::vector<std::unique_ptr<PointWatch>> watches;
+  for (const std::string& id : ids) {
+    if (!id.empty()) watches.push_back(std::make_unique<PointWatch>(hub.jobs(), id, &ingest));
+  }
+  SleepNs(1000000000);
+
+  // Send; measure over the steady window after a warm-up.
+  sending = true;
+  SleepNs(int64_t{absl::GetFlag(FLAGS_warmup_s)} * 1000000000);
+  const int steady = absl::GetFlag(FLAGS_steady_s);
+  CpuSnap c0 = SnapCpu(pid);
+  auto w0 = ProcWrites(pid);
+  auto coord_t0 = ThreadStats(pid);
+  int64_t sent0 = hub.heartbeats_sent, acks0 = hub.acks;
+  hub.rtt.Enable(true);
+  ingest.Enable(true);
+  SleepNs(int64_t{steady} * 1000000000);
+  hub.rtt.Enable(false);
+  ingest.Enable(false);
+  CpuSnap c1 = SnapCpu(pid);
+  auto w1 = ProcWrites(pid);
+  auto coord_t1 = ThreadStats(pid);
+  const double secs = (c1.t - c0.t) / 1e9;
+  sending = false;
+  ReportThreads("coord", coord_t0, coord_t1, secs);
+  Put("steady_s", secs);
+  Put("coord_cpu_cores", (c1.coord - c0.coord) / secs);
+  Put("bench_cpu_cores", (c1.self - c0.self) / secs);
+  Put("heartbeats_per_s", (hub.heartbeats_sent - sent0) / secs);
+  Put("acks_per_s", (hub.acks - acks0) / secs);
+  if (w0.first >= 0 && w1.first >= 0) {
+    Put("coord_write_syscalls_per_s", (w1.first - w0.first) / secs);
+    Put("coord_write_mb_per_s", (w1.second - w0.second) / secs / 1e6);
+  }
+  hub.rtt.Take().Report("rtt");
+  ingest.Take().Report("ingest");
+
+  // Drain, then count what arrived.
+  SleepNs(int64_t{absl::GetFlag(FLAGS_drain_s)} * 1000000000);
+  int64_t points_sent = 0, lines_sent = 0, points_seen = 0, skipped = 0;
+  for (auto& h : hosts) points_sent += h->points_sent, lines_sent += h->lines_sent;
+  for (auto& w : watches) points_seen += w->points, skipped += w->skipped;
+  Put("points_sent", points_sent);
+  Put("points_received_by_watchers", points_seen);
+  Put("points_lost", points_sent - points_seen);
+  Put("watch_updates_skipped", skipped);
+  int64_t lines_stored = 0;
+  for (const std::string& id : ids) {
+    int64_t n = id.empty() ? -1 : StoredLogLines(hub.jobs(), id);
+    if (n < 0) {
+      lines_stored = -1;
+      break;
+    }
+    lines_stored += n;
+  }
+  Put("lines_sent", lines_sent);
+  Put("lines_stored", lines_stored);
+  Put("lines_lost", lines_stored < 0 ? -1 : lines_sent - lines_stored);
+  {
+    double l[3];
+    if (getloadavg(l, 3) == 3) Put("loadavg_1m", l[0]);
+  }
+
+  for (auto& w : watches) w->Cancel();
+  for (auto& w : watches) w->WaitDone();
+  for (const std::string& id : ids) {
+    if (!id.empty()) CancelJob(hub.jobs(), id);
+  }
+  for (auto* group : {&hosts, &ws}) {
+    for (auto& w : *group) w->Cancel();
+    for (auto& w : *group) w->WaitDone(int64_t{10} * 1000000000);
+  }
+  hub.StopTicker();
+  return 0;
 }
 
 int RunHeartbeat() {
@@ -1418,7 +1690,7 @@ int RunSingleWorker() {
 
 int main(int argc, char** argv) {
   trainctl::ParseDaemonFlags(argc, argv,
-                             "trainctl-bench-coordinator --target HOST:PORT --mode heartbeat|jobs|failure|single_worker\n"
+                             "trainctl-bench-coordinator --target HOST:PORT --mode heartbeat|jobs|failure|telemetry|single_worker\n"
                              "Load generator for a running trainctl-coordinator (bench/coordinator/run.sh).",
                              "bench/coordinator/bench_coordinator.cc");
   signal(SIGPIPE, SIG_IGN);
@@ -1432,6 +1704,7 @@ int main(int argc, char** argv) {
   if (mode == "heartbeat") rc = RunHeartbeat();
   else if (mode == "jobs") rc = RunJobs();
   else if (mode == "failure") rc = RunFailure();
+  else if (mode == "telemetry") rc = RunTelemetry();
   else if (mode == "single_worker") return RunSingleWorker();
   else {
     std::cerr << "unknown --mode " << mode << "\n";

@@ -116,6 +116,36 @@ def main():
                 f"{fmt(num(r, f'{p}.under_load.undetected'), digits=0)})",
                 "≤ 3 s", strict(m) if num(r, f"{p}.under_load.undetected") == 0 else "FAIL (undetected)")
 
+    # --- 1d. telemetry at scale
+    if num(r, "tel.jobs") is not None:
+        cpu = num(r, "tel.coord_cpu_cores")
+        p99 = num(r, "tel.rtt.p99_ms")
+        ing = num(r, "tel.ingest.p99_ms")
+        scn = (f"telemetry, {fmt(num(r, 'tel.ranks'), digits=0)} ranks ({fmt(num(r, 'tel.jobs'), digits=0)} jobs × "
+               f"{fmt(num(r, 'tel.ranks_per_job'), digits=0)}) + {fmt(num(r, 'tel.idle_workers'), digits=0)} workers")
+        row(scn, "jobs running / workers registered",
+            f"{fmt(num(r, 'tel.jobs_running'), digits=0)} / {fmt(num(r, 'tel.workers_registered'), digits=0)}")
+        row(scn, "coordinator CPU (steady window)", fmt(cpu, " cores", 3), "< 1 core",
+            (cpu < 1.0) if cpu is not None else None)
+        row(scn, "coordinator busiest threads (cores); avg threads waiting for a CPU",
+            f"{r.get('tel.coord.top_threads_cores', 'n/a')}; {fmt(num(r, 'tel.coord.runqueue_wait_threads'), '', 2)}")
+        row(scn, "heartbeat round trip p50 / p99",
+            f"{fmt(num(r, 'tel.rtt.p50_ms'), ' ms', 2)} / {fmt(p99, ' ms', 2)}", "p99 < 50 ms",
+            (p99 < 50) if p99 is not None else None)
+        row(scn, "metric ingest, rank sends → watcher reads: p50 / p99 / max",
+            f"{fmt(num(r, 'tel.ingest.p50_ms'), ' ms', 1)} / {fmt(ing, ' ms', 1)} / "
+            f"{fmt(num(r, 'tel.ingest.max_ms'), ' ms', 1)} ({fmt(num(r, 'tel.ingest.n'), digits=0)} points)",
+            "p99 < 200 ms", (ing < 200) if ing is not None else None)
+        row(scn, "coordinator write syscalls/s (≥ database commits/s) and MB/s written",
+            f"{fmt(num(r, 'tel.coord_write_syscalls_per_s'), '/s', 0)}; {fmt(num(r, 'tel.coord_write_mb_per_s'), ' MB/s', 1)}")
+        pl, ll = num(r, "tel.points_lost"), num(r, "tel.lines_lost")
+        row(scn, "metric points lost (sent − read by watchers); watcher updates skipped",
+            f"{fmt(pl, digits=0)} of {fmt(num(r, 'tel.points_sent'), digits=0)}; "
+            f"{fmt(num(r, 'tel.watch_updates_skipped'), digits=0)}", "0", (pl == 0) if pl is not None else None)
+        row(scn, "log lines lost (sent − stored)",
+            f"{fmt(ll, digits=0)} of {fmt(num(r, 'tel.lines_sent'), digits=0)}", "0",
+            (ll == 0) if ll is not None else None)
+
     # --- 2. jobs
     for p in ("jobs", "jobs_wide"):
         if num(r, f"{p}.jobs_target") is None:

@@ -8,8 +8,9 @@
 # Sizes can be changed with environment variables (defaults in brackets):
 #   WORKERS_SMALL [1000]  WORKERS_MID [5000]  WORKERS_LARGE [10000]  RAMP_PER_S [500]
 #   STEADY_S [30]  JOBS [10000]  SUBMIT_CONCURRENCY [32]  WIDE_WORKERS [1000]  WIDE_JOBS [2000]
+#   TELEMETRY_JOBS [125]  LOG_LINES [10]
 #   TRIALS_CUT [20]  TRIALS_KILL [10]  RESULTS [bench/RESULTS.md]  WRITE_RESULTS [1]
-# The whole run is bounded: about 7 minutes with the defaults, never more
+# The whole run is bounded: about 9 minutes with the defaults, never more
 # than 10 (every step has a hard timeout, capped by what is left of the 10
 # minutes; a step that no longer fits is skipped). It stops everything it
 # started.
@@ -33,6 +34,8 @@ JOBS="${JOBS:-10000}"
 SUBMIT_CONCURRENCY="${SUBMIT_CONCURRENCY:-32}"
 WIDE_WORKERS="${WIDE_WORKERS:-1000}"
 WIDE_JOBS="${WIDE_JOBS:-2000}"
+TELEMETRY_JOBS="${TELEMETRY_JOBS:-125}"
+LOG_LINES="${LOG_LINES:-10}"
 TRIALS_CUT="${TRIALS_CUT:-20}"
 TRIALS_KILL="${TRIALS_KILL:-10}"
 RESULTS="${RESULTS:-$ROOT/bench/RESULTS.md}"
@@ -158,6 +161,16 @@ bench hb_large hb_large $(( RAMP_LIMIT + STEADY_S + 110 )) --mode=heartbeat --wo
   --ramp_per_s="$RAMP_PER_S" --ramp_timeout_s="$RAMP_LIMIT" --warmup_s=5 --steady_s="$STEADY_S" \
   --trials_under_load=10 --mass_loss_fraction=0.1 --mass_loss_timeout_s=45
 stop_coord hb_large
+
+# 1d. Telemetry at scale: TELEMETRY_JOBS jobs × 8 simulated ranks, each
+# sending a metric point and LOG_LINES log lines a second, beside the large
+# point's heartbeating workers; a watcher on every job.
+start_coord telemetry --rendezvous_timeout_s 3600 --progress_timeout_s 3600
+TEL_RAMP=$(( (WORKERS_LARGE + TELEMETRY_JOBS) / RAMP_PER_S + 40 ))
+bench telemetry tel $(( TEL_RAMP + STEADY_S + 120 )) --mode=telemetry --workers="$WORKERS_LARGE" \
+  --telemetry_jobs="$TELEMETRY_JOBS" --ranks_per_job=8 --log_lines_per_s="$LOG_LINES" \
+  --ramp_per_s="$RAMP_PER_S" --ramp_timeout_s="$TEL_RAMP" --warmup_s=5 --steady_s="$STEADY_S" --drain_s=10
+stop_coord telemetry
 
 # 2a. Job submission and scheduling with a deep queue (no free slot). Long
 # rendezvous/progress timeouts: the busy workers' jobs must stay RUNNING.
