@@ -1,5 +1,6 @@
 #include "coordinator/services.h"
 
+#include <algorithm>
 #include <deque>
 #include <iostream>
 
@@ -173,9 +174,90 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
   bool subscribed_ = false;
 };
 
+// What a session must hear once its queued telemetry is applied or not.
+class TelemetrySession {
+ public:
+  virtual ~TelemetrySession() = default;
+  // Committed: acknowledge the worker's applied seq.
+  virtual void TelemetryApplied() = 0;
+  // Not applied (a store failure): end the session so the worker resends.
+  virtual void TelemetryNotApplied(int64_t seq, const absl::Status& why) = 0;
+};
+
+}  // namespace
+
+// Group commit of sequenced metric and log messages. Applying each in its
+// own transaction costs one fsync per message on the loop thread, and at a
+// thousand ranks the loop spends its time waiting on the disk (heartbeats
+// answered seconds late). Instead a session queues them here; one drain
+// closure applies every queued message, of every worker, in one store group
+// (TelemetryLedger::ApplyBatch) and acknowledges each session after the one
+// commit. Acknowledgement still follows durability. Whatever else a session
+// handles (any other report, registration, its end) drains first, so each
+// worker's messages are applied in the order it sent them.
+//
+// Loop only.
+class TelemetryBatcher {
+ public:
+  explicit TelemetryBatcher(ServiceContext ctx) : ctx_(ctx) {}
+
+  void Queue(TelemetrySession* session, const std::string& worker_id, v1::WorkerMessage msg) {
+    queue_.push_back({session, worker_id, std::move(msg)});
+    if (!drain_posted_) {
+      drain_posted_ = true;
+      ctx_.loop->Post([this] { Drain(); });
+    }
+  }
+
+  void Drain() {
+    drain_posted_ = false;
+    if (queue_.empty()) return;
+    std::vector<Queued> queued = std::move(queue_);
+    queue_.clear();
+    std::vector<TelemetryLedger::Item> items;
+    items.reserve(queued.size());
+    for (const Queued& q : queued) {
+      items.push_back({q.worker_id, q.msg.seq(), [this, &q]() -> absl::Status {
+                         absl::Status s = q.msg.has_metrics()
+                                              ? ctx_.jobs->OnMetrics(q.worker_id, q.msg.metrics())
+                                              : ctx_.jobs->OnLogs(q.worker_id, q.msg.logs());
+                         if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
+                           std::cerr << "coordinator: worker " << q.worker_id << ": " << s << "\n";
+                         }
+                         return s;
+                       }});
+    }
+    TelemetryLedger::Result r = ctx_.telemetry->ApplyBatch(items);
+    // One answer per session, after the commit.
+    std::vector<TelemetrySession*> sessions;
+    for (const Queued& q : queued) {
+      if (std::find(sessions.begin(), sessions.end(), q.session) != sessions.end()) continue;
+      sessions.push_back(q.session);
+      if (r.outcome == TelemetryLedger::Outcome::kRetry) {
+        q.session->TelemetryNotApplied(q.msg.seq(), r.status);
+      } else {
+        q.session->TelemetryApplied();
+      }
+    }
+  }
+
+ private:
+  struct Queued {
+    TelemetrySession* session;
+    std::string worker_id;
+    v1::WorkerMessage msg;
+  };
+  ServiceContext ctx_;
+  std::vector<Queued> queue_;
+  bool drain_posted_ = false;
+};
+
+namespace {
+
 // One worker daemon's Session stream.
 class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>,
-                             public WorkerChannel {
+                             public WorkerChannel,
+                             public TelemetrySession {
  public:
   SessionReactor(ServiceContext ctx, std::string peer) : ctx_(ctx), peer_(std::move(peer)) {
     StartRead(&in_);
@@ -237,13 +319,31 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   void OnDone() override {
     ctx_.loop->Post([this] {
       Ended(false);
+      // Nothing queued may outlive the session it answers to.
+      if (ctx_.batcher != nullptr) ctx_.batcher->Drain();
       delete this;
     });
   }
 
+  // TelemetrySession (loop).
+  void TelemetryApplied() override { AckTelemetry(); }
+  void TelemetryNotApplied(int64_t seq, const absl::Status& why) override {
+    if (!telemetry_failed_) TelemetryFailed(seq, why);
+  }
+
  private:
+  // Sequenced metrics and logs go through the group commit.
+  bool Batched(const v1::WorkerMessage& msg) const {
+    return ctx_.batcher != nullptr && ctx_.telemetry != nullptr && msg.seq() > 0 &&
+           (msg.has_metrics() || msg.has_logs());
+  }
+
   // Loop only.
   void Handle(const v1::WorkerMessage& msg) {
+    // Everything but a heartbeat and a queued report waits for what is
+    // queued: a worker's messages are applied in the order it sent them, and
+    // a RegisterAck's applied seq covers what was queued.
+    if (ctx_.batcher != nullptr && !msg.has_heartbeat() && !Batched(msg)) ctx_.batcher->Drain();
     if (msg.has_register_()) {
       if (!worker_id_.empty()) {
         Close(absl::FailedPreconditionError("register: already registered on this session"));
@@ -274,6 +374,11 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     }
     if (!ctx_.registry->OwnsSession(worker_id_, this)) {
       Close(absl::FailedPreconditionError("session replaced or expired; reconnect and register"));
+      return;
+    }
+    if (Batched(msg)) {
+      // After a failed apply the session is closing (see below).
+      if (!telemetry_failed_) ctx_.batcher->Queue(this, worker_id_, msg);
       return;
     }
     // Sequenced telemetry is applied at most once, in one store transaction
@@ -374,6 +479,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   }
 
   void Ended(bool left) {
+    // What the worker sent before it left is applied before it is gone.
+    if (ctx_.batcher != nullptr) ctx_.batcher->Drain();
     if (ended_ || worker_id_.empty()) {
       ended_ = true;
       return;
@@ -568,6 +675,13 @@ grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetLogs(grpc::CallbackSe
 }
 
 // --- WorkerService ------------------------------------------------------------------
+
+WorkerServiceImpl::WorkerServiceImpl(ServiceContext ctx)
+    : batcher_(std::make_unique<TelemetryBatcher>(ctx)), ctx_(ctx) {
+  ctx_.batcher = batcher_.get();
+}
+
+WorkerServiceImpl::~WorkerServiceImpl() = default;
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServiceImpl::Session(
     grpc::CallbackServerContext* ctx) {

@@ -11,6 +11,8 @@
 // so that a slow reader never blocks the loop.
 #pragma once
 
+#include <memory>
+
 #include "common/event_loop.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/metrics_hub.h"
@@ -21,6 +23,8 @@
 #include "trainctl/v1/worker_service.grpc.pb.h"
 
 namespace trainctl::coordinator {
+
+class TelemetryBatcher;
 
 // Everything a handler may use; all of it lives on (or is safe from) the loop.
 struct ServiceContext {
@@ -33,6 +37,8 @@ struct ServiceContext {
   size_t max_queued_updates = 1024;
   // Deduplicates and acknowledges sequenced worker telemetry.
   TelemetryLedger* telemetry = nullptr;
+  // Group commit of sequenced metrics and logs (set by WorkerServiceImpl).
+  TelemetryBatcher* batcher = nullptr;
 };
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
@@ -60,7 +66,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
 
 class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
  public:
-  explicit WorkerServiceImpl(ServiceContext ctx) : ctx_(ctx) {}
+  explicit WorkerServiceImpl(ServiceContext ctx);
+  ~WorkerServiceImpl() override;
 
   grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* Session(
       grpc::CallbackServerContext* ctx) override;
@@ -69,6 +76,7 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
                                         v1::ListWorkersResponse* resp) override;
 
  private:
+  std::unique_ptr<TelemetryBatcher> batcher_;
   ServiceContext ctx_;
 };
 

@@ -51,4 +51,32 @@ TelemetryLedger::Result TelemetryLedger::Apply(const std::string& worker_id, int
   return Finish(worker_id, seq, apply());
 }
 
+TelemetryLedger::Result TelemetryLedger::ApplyBatch(const std::vector<Item>& items) {
+  if (items.empty()) return {Outcome::kApplied, absl::OkStatus()};
+  if (absl::Status begun = store_->BeginGroup(); !begun.ok()) return {Outcome::kRetry, begun};
+  // Highest seq per worker in this batch, in first-seen order.
+  std::vector<std::pair<std::string, int64_t>> seqs;
+  absl::flat_hash_map<std::string, size_t> index;
+  for (const Item& item : items) {
+    auto [it, fresh] = index.try_emplace(item.worker_id, seqs.size());
+    if (fresh) seqs.emplace_back(item.worker_id, Applied(item.worker_id));
+    int64_t& highest = seqs[it->second].second;
+    if (item.seq <= highest) continue;  // a resend
+    absl::Status handled = item.apply();
+    if (Retryable(handled)) {
+      store_->RollbackGroup();
+      return {Outcome::kRetry, handled};
+    }
+    highest = item.seq;
+  }
+  if (absl::Status committed = store_->CommitGroup(seqs); !committed.ok()) {
+    return {Outcome::kRetry, committed};
+  }
+  for (const auto& [worker_id, seq] : seqs) {
+    int64_t& applied = applied_[worker_id];
+    applied = std::max(applied, seq);
+  }
+  return {Outcome::kApplied, absl::OkStatus()};
+}
+
 }  // namespace trainctl::coordinator

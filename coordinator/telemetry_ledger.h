@@ -28,6 +28,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -71,6 +72,21 @@ class TelemetryLedger {
   // status. Exactly one Finish follows a Begin that returned kApplied.
   Result Begin(const std::string& worker_id, int64_t seq);
   Result Finish(const std::string& worker_id, int64_t seq, absl::Status handled);
+
+  // Group commit: many workers' messages in one store group, one commit.
+  // Items run in order; one at or below its worker's applied seq (or below
+  // a seq of the same worker earlier in the batch) is a duplicate and does
+  // not run. kApplied: every item that ran is committed together with each
+  // worker's highest seq (refusals count as applied, as in Apply; `status`
+  // is OK). kRetry: a store failure (at begin, from a handler, or at
+  // commit): nothing of the batch is kept, no seq is applied, and every
+  // worker of the batch must resend.
+  struct Item {
+    std::string worker_id;
+    int64_t seq = 0;
+    std::function<absl::Status()> apply;
+  };
+  Result ApplyBatch(const std::vector<Item>& items);
 
  private:
   StateStore* store_;

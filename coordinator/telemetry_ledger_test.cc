@@ -129,5 +129,42 @@ TEST_F(TelemetryLedgerTest, MemoryOnlyMessagesNeedNoWriteAndStaySafeAcrossAResta
   EXPECT_EQ(StoredSteps(), (std::vector<int64_t>{1, 4}));
 }
 
+TEST_F(TelemetryLedgerTest, ABatchAppliesManyWorkersInOneCommitAndDropsResends) {
+  ASSERT_EQ(ledger_->Apply("a", 1, StorePoint(1)).outcome, Outcome::kApplied);
+  std::vector<TelemetryLedger::Item> batch = {
+      {"a", 1, StorePoint(1)},   // already applied: a resend
+      {"a", 2, StorePoint(2)},   {"b", 1, StorePoint(10)}, {"a", 3, StorePoint(3)},
+      {"a", 3, StorePoint(3)},   // the same seq twice in one batch
+      {"b", 2, StorePoint(11)},  {"b", 5, StorePoint(12)},  // a gap is accepted
+  };
+  runs_ = 0;
+  TelemetryLedger::Result r = ledger_->ApplyBatch(batch);
+  EXPECT_EQ(r.outcome, Outcome::kApplied);
+  EXPECT_EQ(runs_, 5);
+  EXPECT_EQ(ledger_->Applied("a"), 3);
+  EXPECT_EQ(ledger_->Applied("b"), 5);
+  EXPECT_EQ(StoredSteps(), (std::vector<int64_t>{1, 2, 10, 3, 11, 12}));
+  Open();  // Both workers' seqs were committed with their points.
+  EXPECT_EQ(ledger_->Applied("a"), 3);
+  EXPECT_EQ(ledger_->Applied("b"), 5);
+}
+
+TEST_F(TelemetryLedgerTest, AStoreFailureInABatchKeepsNothingOfIt) {
+  std::vector<TelemetryLedger::Item> batch = {
+      {"a", 1, StorePoint(1)},
+      {"b", 1, [] { return absl::UnavailableError("state store: disk I/O error"); }},
+      {"a", 2, StorePoint(2)},
+  };
+  TelemetryLedger::Result r = ledger_->ApplyBatch(batch);
+  EXPECT_EQ(r.outcome, Outcome::kRetry);
+  EXPECT_EQ(ledger_->Applied("a"), 0);
+  EXPECT_EQ(ledger_->Applied("b"), 0);
+  EXPECT_TRUE(StoredSteps().empty()) << "the whole batch was rolled back";
+  // The resends apply.
+  batch[1].apply = StorePoint(10);
+  EXPECT_EQ(ledger_->ApplyBatch(batch).outcome, Outcome::kApplied);
+  EXPECT_EQ(StoredSteps(), (std::vector<int64_t>{1, 10, 2}));
+}
+
 }  // namespace
 }  // namespace trainctl::coordinator

@@ -896,17 +896,28 @@ absl::Status StateStore::BeginGroup() {
 }
 
 absl::Status StateStore::CommitGroup(const std::string& worker_id, int64_t telemetry_seq) {
+  return CommitGroup(std::vector<std::pair<std::string, int64_t>>{{worker_id, telemetry_seq}});
+}
+
+absl::Status StateStore::CommitGroup(
+    const std::vector<std::pair<std::string, int64_t>>& telemetry_seqs) {
   Impl& s = *impl_;
   absl::MutexLock lock(&s.mu);
   if (!s.in_group) return absl::FailedPreconditionError("state store: CommitGroup: no open group");
-  const std::string op = absl::StrCat("CommitGroup('", worker_id, "', seq ", telemetry_seq, ")");
+  const std::string op =
+      telemetry_seqs.size() == 1
+          ? absl::StrCat("CommitGroup('", telemetry_seqs[0].first, "', seq ", telemetry_seqs[0].second, ")")
+          : absl::StrCat("CommitGroup(", telemetry_seqs.size(), " workers)");
   absl::Status status;
   if (sqlite3_get_autocommit(s.db)) {
     status = absl::UnavailableError(absl::StrCat("state store: ", op, ": the transaction was rolled back"));
   } else if (sqlite3_total_changes64(s.db) != s.group_changes) {
-    // Only a group that wrote something records its seq: one that changed
+    // Only a group that wrote something records its seqs: one that changed
     // nothing costs no disk write (see the header).
-    status = Query(s.db, s.stmts->put_telemetry_seq, op).Bind(1, worker_id).Bind(2, telemetry_seq).Run();
+    for (const auto& [worker_id, seq] : telemetry_seqs) {
+      status = Query(s.db, s.stmts->put_telemetry_seq, op).Bind(1, worker_id).Bind(2, seq).Run();
+      if (!status.ok()) break;
+    }
   }
   if (status.ok()) status = Query(s.db, s.stmts->commit, absl::StrCat(op, ": commit")).Run();
   if (status.ok()) {

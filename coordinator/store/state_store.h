@@ -147,6 +147,9 @@ class StateStore {
   // only memory state, which a restart does not have to deduplicate. On
   // failure the group is rolled back (and the error returned).
   absl::Status CommitGroup(const std::string& worker_id, int64_t telemetry_seq);
+  // The same for a group that applied several workers' messages (group
+  // commit): each worker's highest seq is recorded, then one commit.
+  absl::Status CommitGroup(const std::vector<std::pair<std::string, int64_t>>& telemetry_seqs);
   // Discards everything written since BeginGroup. No-op without a group.
   void RollbackGroup();
 
