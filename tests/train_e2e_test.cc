@@ -9,7 +9,12 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <cmath>
 #include <cstdlib>
+#include <fstream>
+#include <map>
+#include <regex>
+#include <set>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -45,7 +50,9 @@ class TrainE2ETest : public ::testing::Test {
 
 TEST_F(TrainE2ETest, ClassicExampleTrainsOnShardsAndExportsTheModel) {
   std::string ckpt = cluster_->dir() + "/ckpt";
-  std::string id = cluster_->Submit(Classic(3, ckpt));
+  v1::JobSpec spec = Classic(3, ckpt);
+  spec.mutable_tensorboard()->set_enabled(true);  // under the checkpoint dir
+  std::string id = cluster_->Submit(spec);
   ASSERT_FALSE(id.empty());
   grpc::ClientContext ctx;
   v1::WatchJobRequest req;
@@ -54,6 +61,7 @@ TEST_F(TrainE2ETest, ClassicExampleTrainsOnShardsAndExportsTheModel) {
   auto reader = cluster_->jobs()->WatchJob(&ctx, req);
   std::map<int, std::set<int>> epochs_per_rank;
   std::map<int, int64_t> samples_per_rank;
+  std::map<int64_t, double> rank0_loss;  // global step -> train loss
   v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
   v1::JobUpdate u;
   while (reader->Read(&u)) {
@@ -61,6 +69,7 @@ TEST_F(TrainE2ETest, ClassicExampleTrainsOnShardsAndExportsTheModel) {
       if (p.kind() == v1::MetricPoint::KIND_EPOCH_END) epochs_per_rank[p.rank()].insert(p.epoch());
       if (p.kind() == v1::MetricPoint::KIND_TRAIN) {
         samples_per_rank[p.rank()] = std::max(samples_per_rank[p.rank()], p.samples_seen());
+        if (p.rank() == 0) rank0_loss[p.epoch() * p.steps_per_epoch() + p.step()] = p.loss();
       }
     }
     if (u.has_job()) last = u.job().state();
@@ -76,6 +85,35 @@ TEST_F(TrainE2ETest, ClassicExampleTrainsOnShardsAndExportsTheModel) {
   std::string py = "/usr/bin/python3 -c \"import torch; m=torch.jit.load('" + ckpt +
                    "/model.pt'); assert tuple(m(torch.randn(3,5)).shape)==(3,2)\"";
   EXPECT_EQ(std::system(py.c_str()), 0) << "the exported model runs in Python";
+
+  // TensorBoard: rank 0's event file, read by an independent reader, holds
+  // the same train losses at the same global steps as the metric stream.
+  std::string src = std::getenv("TRAINCTL_SOURCE_DIR") ? std::getenv("TRAINCTL_SOURCE_DIR") : ".";
+  std::string out = cluster_->dir() + "/tfevents.jsonl";
+  std::string read = "/usr/bin/python3 " + src + "/tests/support/read_tfevents.py " + ckpt + "/tensorboard > " +
+                     out + " 2>&1";
+  ASSERT_EQ(std::system(read.c_str()), 0) << read;
+  std::ifstream in(out);
+  std::map<int64_t, double> tb_loss;
+  std::set<std::string> tags;
+  std::regex step_re("\"step\": (\\d+)"), loss_re("\"train/loss\": ([-0-9.eE+]+)"), tag_re("\"([a-z_/]+)\": ");
+  for (std::string line; std::getline(in, line);) {
+    std::smatch m, l;
+    for (auto it = std::sregex_iterator(line.begin(), line.end(), tag_re); it != std::sregex_iterator(); ++it) {
+      tags.insert((*it)[1]);
+    }
+    if (std::regex_search(line, m, step_re) && std::regex_search(line, l, loss_re)) {
+      tb_loss[std::stoll(m[1])] = std::stod(l[1]);
+    }
+  }
+  ASSERT_FALSE(rank0_loss.empty());
+  ASSERT_EQ(tb_loss.size(), rank0_loss.size());
+  for (const auto& [step, loss] : rank0_loss) {
+    ASSERT_EQ(tb_loss.count(step), 1u) << "step " << step;
+    EXPECT_NEAR(tb_loss[step], loss, 1e-6 * std::max(1.0, std::abs(loss))) << "step " << step;
+  }
+  EXPECT_TRUE(tags.count("train/lr") && tags.count("train/samples_per_sec") && tags.count("epoch/loss"))
+      << "tags seen: " << tags.size();
 }
 
 TEST_F(TrainE2ETest, KilledDaemonMidRunRestartsFromTheCheckpoint) {

@@ -126,6 +126,8 @@ struct WorkerDaemon::LocalAttempt {
   std::map<int32_t, LocalRank> ranks;
   std::vector<v1::MetricPoint> pending_metrics;
   std::string checkpoint_dir;
+  // Where rank 0 writes TensorBoard event files ("" = the job has none).
+  std::string tensorboard_dir;
   // The coordinator's record to resume from (unset: a fresh start).
   std::optional<v1::CheckpointRecord> resume;
   // Why the job's paths are refused on this worker ("" = fine): its ranks
@@ -537,6 +539,20 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
       a->path_error = std::string(dir.status().message());
     }
   }
+  if (s.spec().tensorboard().enabled() || !s.spec().tensorboard().dir().empty()) {
+    if (s.spec().tensorboard().dir().empty()) {
+      a->tensorboard_dir = a->checkpoint_dir.empty() ? "" : a->checkpoint_dir + "/tensorboard";
+    } else {
+      absl::StatusOr<std::string> dir = ResolveJobPath("tensorboard.dir", s.spec().tensorboard().dir(),
+                                                       base_dir_, options_.checkpoint_roots,
+                                                       "--checkpoint-root");
+      if (dir.ok()) {
+        a->tensorboard_dir = *dir;
+      } else if (a->path_error.empty()) {
+        a->path_error = std::string(dir.status().message());
+      }
+    }
+  }
   for (const v1::RankAssignment& ra : s.ranks()) {
     LocalRank& r = a->ranks[ra.rank()];
     r.assignment = ra;
@@ -629,6 +645,7 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
     return;
   }
   cfg[rk::kCheckpointDir] = a.checkpoint_dir;
+  if (!a.tensorboard_dir.empty()) cfg[rk::kTensorBoardDir] = a.tensorboard_dir;
   // One writer per host (its first rank), or only rank 0 on a shared dir.
   const bool writer = a.spec.checkpoint().shared() ? ra.rank() == 0 : ra.local_rank() == 0;
   cfg[rk::kCheckpointWriter] = writer ? "true" : "false";

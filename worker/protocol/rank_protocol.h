@@ -73,6 +73,8 @@ inline constexpr char kNcclUniqueId[] = "run.nccl_unique_id";
 inline constexpr char kWorkDir[] = "run.work_dir";
 // Checkpoints (shared by the job's ranks on one host).
 inline constexpr char kCheckpointDir[] = "run.checkpoint_dir";
+// Absolute directory rank 0 writes TensorBoard event files to; unset = none.
+inline constexpr char kTensorBoardDir[] = "run.tensorboard_dir";
 // "true" for the rank that writes this host's checkpoints (the first rank on
 // each host, or only rank 0 when checkpoint.shared is set).
 inline constexpr char kCheckpointWriter[] = "run.checkpoint_writer";

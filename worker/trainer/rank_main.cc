@@ -44,6 +44,7 @@
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/datasets.h"
 #include "worker/trainer/rank_config.h"
+#include "worker/trainer/tensorboard_writer.h"
 #include "worker/trainer/trainer.h"
 #if TRAINCTL_HAVE_GLOO
 #include "worker/dist/gloo_collectives.h"
@@ -354,7 +355,44 @@ int Main(int argc, char** argv) {
   setup.stop = &g_stop;
   setup.debug_step_sleep_ms = run.debug_step_sleep_ms;
   TrainerCallbacks callbacks;
-  callbacks.on_metric = [](const rankproto::RankMetric& m) { g_status.Send(rankproto::FormatMetric(m)); };
+  // Rank 0 also writes the job's scalars as TensorBoard event files.
+  std::shared_ptr<TensorBoardWriter> tensorboard;
+  if (const std::string tb_dir = rankproto::GetString(*flat, rankproto::run_keys::kTensorBoardDir, "");
+      run.rank == 0 && !tb_dir.empty()) {
+    auto w = TensorBoardWriter::Open(tb_dir);
+    if (!w.ok()) FailStatus(ErrorKind::kConfig, w.status(), kExitConfig);
+    tensorboard = std::move(w).value();
+    LogLine(absl::StrCat("TensorBoard event file ", tensorboard->path()));
+  }
+  callbacks.on_metric = [tensorboard](const rankproto::RankMetric& m) {
+    g_status.Send(rankproto::FormatMetric(m));
+    if (tensorboard == nullptr) return;
+    const int64_t step = int64_t{m.epoch} * m.steps_per_epoch + m.step;
+    std::vector<std::pair<std::string, float>> scalars;
+    auto add = [&](const char* tag, double v) { scalars.emplace_back(tag, static_cast<float>(v)); };
+    if (m.kind == "epoch_end") {
+      add("epoch/loss", m.loss);
+      add("epoch/samples_per_sec", m.samples_per_sec);
+      if (m.has_eval) {
+        add("eval/loss", m.eval_loss);
+        add("eval/accuracy", m.eval_accuracy);
+      }
+    } else {
+      add("train/loss", m.loss);
+      add("train/lr", m.lr);
+      add("train/samples_per_sec", m.samples_per_sec);
+      add("train/step_ms/data", m.data_ms);
+      add("train/step_ms/compute", m.compute_ms);
+      add("train/step_ms/comm", m.comm_ms);
+      if (m.loss_scale > 0) add("train/loss_scale", m.loss_scale);
+    }
+    // A failed write (disk full) costs the plot, not the training.
+    static bool warned = false;
+    if (absl::Status s = tensorboard->Write(step, scalars); !s.ok() && !warned) {
+      warned = true;
+      LogLine(absl::StrCat("TensorBoard: ", s.message(), " (later failures are not logged)"));
+    }
+  };
   callbacks.on_progress = [](int32_t epoch, int64_t step) {
     g_status.Send(rankproto::FormatProgress(epoch, step));
   };

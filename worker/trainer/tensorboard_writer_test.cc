@@ -1,0 +1,78 @@
+#include "worker/trainer/tensorboard_writer.h"
+
+#include <gtest/gtest.h>
+#include <stdlib.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+
+namespace trainctl::trainer {
+namespace {
+
+TEST(TensorBoardWriter, Crc32cOfTheStandardCheckString) {
+  // The CRC-32C check value (RFC 3720, appendix B.4).
+  EXPECT_EQ(Crc32c("123456789"), 0xE3069283u);
+  EXPECT_EQ(Crc32c(""), 0u);
+}
+
+TEST(TensorBoardWriter, FramingIsLengthCrcDataCrc) {
+  std::string r = FrameRecord("abc");
+  ASSERT_EQ(r.size(), 8u + 4u + 3u + 4u);
+  EXPECT_EQ(r.substr(0, 8), std::string("\x03\0\0\0\0\0\0\0", 8));
+  EXPECT_EQ(r.substr(12, 3), "abc");
+}
+
+// The file decoded by an independent reader (Python: its own CRC-32C and
+// Google's protobuf runtime on TensorBoard's schema).
+TEST(TensorBoardWriter, AnIndependentReaderDecodesTheScalars) {
+  const char* src = std::getenv("TRAINCTL_SOURCE_DIR");
+  if (src == nullptr || access("/usr/bin/python3", X_OK) != 0 || access("/usr/bin/protoc", X_OK) != 0) {
+    GTEST_SKIP() << "needs TRAINCTL_SOURCE_DIR, /usr/bin/python3 and protoc";
+  }
+  char tmpl[] = "/tmp/tensorboard_writer_test_XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  {
+    auto w = TensorBoardWriter::Open(dir + "/tb");
+    ASSERT_TRUE(w.ok()) << w.status();
+    ASSERT_TRUE((*w)->Write(10, {{"train/loss", 0.5f}, {"train/lr", 0.001f}}).ok());
+    ASSERT_TRUE((*w)->Write(20, {{"eval/accuracy", 0.875f}}).ok());
+  }
+  const std::string out = dir + "/out.jsonl";
+  const std::string cmd = absl::StrCat("/usr/bin/python3 ", src, "/tests/support/read_tfevents.py ", dir,
+                                       "/tb > ", out, " 2>&1");
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
+  std::string text;
+  {
+    FILE* f = std::fopen(out.c_str(), "r");
+    ASSERT_NE(f, nullptr);
+    char buf[4096];
+    size_t n;
+    while ((n = std::fread(buf, 1, sizeof buf, f)) > 0) text.append(buf, n);
+    std::fclose(f);
+  }
+  std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
+  ASSERT_EQ(lines.size(), 3u) << text;
+  EXPECT_EQ(lines[0], "{\"file_version\": \"brain.Event:2\"}");
+  EXPECT_NE(lines[1].find("\"step\": 10"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("\"train/loss\": 0.5"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[1].find("\"train/lr\": 0.0010000000474974513"), std::string::npos) << lines[1];
+  EXPECT_NE(lines[2].find("\"step\": 20"), std::string::npos) << lines[2];
+  EXPECT_NE(lines[2].find("\"eval/accuracy\": 0.875"), std::string::npos) << lines[2];
+  std::filesystem::remove_all(dir);
+}
+
+TEST(TensorBoardWriter, AnUnwritableDirectoryIsNamed) {
+  auto w = TensorBoardWriter::Open("/proc/self/no/such/dir");
+  ASSERT_FALSE(w.ok());
+  EXPECT_NE(std::string(w.status().message()).find("tensorboard.dir '/proc/self/no/such/dir'"),
+            std::string::npos)
+      << w.status();
+}
+
+}  // namespace
+}  // namespace trainctl::trainer
