@@ -3,6 +3,11 @@
 # Warnings for our own code (never for generated code).
 function(trainctl_warnings target)
   target_compile_options(${target} PRIVATE -Wall -Wextra -Wno-unused-parameter)
+  # Clang checks the locking annotations (ABSL_GUARDED_BY, ...) that GCC
+  # ignores: a violation fails the build (the sanitizer build uses clang).
+  if(CMAKE_CXX_COMPILER_ID STREQUAL "Clang")
+    target_compile_options(${target} PRIVATE -Wthread-safety -Werror=thread-safety)
+  endif()
 endfunction()
 
 # trainctl_test(NAME name SOURCES a_test.cc ... LIBS lib ... [LABELS l ...] [TIMEOUT s])

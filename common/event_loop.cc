@@ -58,7 +58,10 @@ void EventLoop::Run() {
       for (const Timer& t : timers_) deadline = std::min(deadline, t.next);
       // Wake on new work, stop, or the next timer (checked at most every 50ms
       // so a timer added while waiting is not late).
-      auto ready = [this] { return stopping_ || !queue_.empty(); };
+      auto ready = [this] {
+        mu_.AssertHeld();  // Await evaluates it under mu_ (tells clang's analysis)
+        return stopping_ || !queue_.empty();
+      };
       mu_.AwaitWithDeadline(absl::Condition(&ready),
                             std::min(deadline, absl::Now() + absl::Milliseconds(50)));
       if (stopping_) {

@@ -74,7 +74,10 @@ class QueuedWriter : public grpc::ServerWriteReactor<T> {
  protected:
   // Called (under the lock) when items were dropped; may annotate the next one.
   virtual void OnSkipped(int64_t total) {}
-  T* Back() { return queue_.empty() ? nullptr : &queue_.back(); }
+  T* Back() {
+    mu_.AssertHeld();  // only from OnSkipped, under the lock
+    return queue_.empty() ? nullptr : &queue_.back();
+  }
 
  private:
   void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {

@@ -12,6 +12,8 @@ set -euo pipefail
 packages=(
   # build tools
   build-essential cmake ninja-build pkg-config
+  # the sanitizer build: clang (its thread-safety analysis) and its runtimes
+  clang libclang-rt-14-dev
   # RPC and serialisation
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   # training

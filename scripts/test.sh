@@ -24,8 +24,8 @@ echo "== tests =="
 ctest --test-dir build --output-on-failure -j "$jobs" ${CTEST_ARGS:--LE long}
 
 if [ -z "${SKIP_SANITIZE:-}" ]; then
-  echo "== sanitizer build (address+undefined, without LibTorch) =="
-  cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRAINCTL_SANITIZE=ON
+  echo "== sanitizer build (clang: address+undefined and the thread-safety analysis, without LibTorch) =="
+  CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRAINCTL_SANITIZE=ON
   cmake --build build-asan -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE long

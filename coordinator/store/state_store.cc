@@ -499,8 +499,11 @@ absl::Status StateStore::Impl::PrepareStatements() {
   return absl::OkStatus();
 }
 
+// Clang's analysis cannot tell that a body's `s.mu` is this `mu` (callers
+// still must hold it: see the declaration), hence no analysis inside.
 template <typename Body>
-absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bool write) {
+absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bool write)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (in_group) {
     if (sqlite3_get_autocommit(db)) {
       // SQLite rolled the group back after an error: nothing may be written

@@ -42,7 +42,7 @@ TEST_F(PathPolicyTest, RootsConfineAfterResolvingDotDotAndSymlinks) {
   ASSERT_TRUE(roots.ok()) << roots.status();
   EXPECT_TRUE(ResolveJobPath("data.train.path", "data/mnist/train.idx", dir_, *roots, "--data-root").ok());
   EXPECT_TRUE(ResolveJobPath("data.train.path", dir_ + "/datasets2/new.csv", dir_, *roots, "--data-root").ok());
-  for (const std::string bad : {std::string("/etc/shadow"), std::string("data/../../../etc/passwd"),
+  for (const std::string& bad : {std::string("/etc/shadow"), std::string("data/../../../etc/passwd"),
                                 std::string("data/escape/passwd"), dir_ + "/datasets",
                                 dir_ + "/data2/x"}) {
     auto p = ResolveJobPath("data.train.path", bad, dir_, *roots, "--data-root");
