@@ -14,7 +14,9 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "client/cli/context.h"
+#include "client/cli/script_job.h"
 #include "common/jobspec/job_spec.h"
 #include "coordinator/coordinator_server.h"
 #include "worker/daemon/slot_inventory.h"
@@ -34,6 +36,40 @@ struct RunFlags {
   int slots = 0;
   bool keep_state = false;
   std::string resume;
+  ScriptJobFlags script;
+};
+
+// Hands complete lines to `target` under a mutex shared by several such
+// buffers, so that the follow printer and the rank-output printer (two
+// threads) never interleave within a line.
+class LineSink : public std::streambuf {
+ public:
+  LineSink(std::ostream& target, absl::Mutex& mu) : target_(target), mu_(mu) {}
+  ~LineSink() override { sync(); }
+
+ protected:
+  int overflow(int c) override {
+    if (c == traits_type::eof()) return 0;
+    line_.push_back(static_cast<char>(c));
+    if (c == '\n') sync();
+    return c;
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    for (std::streamsize i = 0; i < n; ++i) overflow(static_cast<unsigned char>(s[i]));
+    return n;
+  }
+  int sync() override {
+    if (line_.empty()) return 0;
+    absl::MutexLock lock(&mu_);
+    target_ << line_ << std::flush;
+    line_.clear();
+    return 0;
+  }
+
+ private:
+  std::ostream& target_;
+  absl::Mutex& mu_;
+  std::string line_;
 };
 
 // Shell-quotes `s` when it needs it.
@@ -61,7 +97,9 @@ std::string FindRankBinary(const CliEnvironment& env) {
 }
 
 int RunLocal(CliContext& ctx, const RunFlags& flags) {
-  ParsedJobSpec parsed = ParseJobSpecFile(flags.file, flags.sets);
+  const bool script = IsScriptForm(flags.file, flags.script);
+  ParsedJobSpec parsed = script ? ScriptJobSpec(flags.file, flags.script, flags.sets)
+                                : ParseJobSpecFile(flags.file, flags.sets);
   if (!parsed.ok()) {
     for (const SpecError& e : parsed.errors) ctx.err << e.ToString() << "\n";
     ctx.err << std::flush;
@@ -123,6 +161,9 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   wo.hostname = "localhost";
   wo.address = "127.0.0.1";
   wo.rank_binary = flags.rank_binary.empty() ? FindRankBinary(ctx.env) : flags.rank_binary;
+  // The user's own program, on the user's own machine.
+  wo.allow_commands = true;
+  wo.python_dir = worker::DefaultPythonDir();
   worker::WorkerDaemon daemon(wo);
   if (absl::Status s = daemon.Start(); !s.ok()) return ctx.Fail(s);
 
@@ -162,7 +203,29 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
         }
       }
     });
-    code = FollowJob(ctx, *client, job->id());
+    if (spec.has_command() && !ctx.json()) {
+      // As torchrun --tee: every rank's output, live, prefixed by its rank.
+      absl::Mutex out_mu;
+      LineSink follow_buf(ctx.out, out_mu), log_buf(ctx.out, out_mu);
+      std::ostream follow_out(&follow_buf), log_out(&log_buf);
+      CliContext follow_ctx(follow_out, ctx.err, ctx.env);
+      follow_ctx.output = ctx.output;
+      follow_ctx.verb = ctx.verb;
+      LogsOptions lo;
+      lo.follow = true;
+      std::thread logs([&] {
+        absl::Status s = client->Logs(job->id(), lo, [&](const v1::LogChunk& chunk) {
+          for (const v1::LogLine& l : chunk.lines()) log_out << "[rank" << l.rank() << "]: " << l.text() << "\n";
+          return true;
+        });
+        (void)s;  // The job's outcome is what FollowJob reports.
+      });
+      code = FollowJob(follow_ctx, *client, job->id());
+      logs.join();
+      follow_out << std::flush;
+    } else {
+      code = FollowJob(ctx, *client, job->id());
+    }
     followed = true;
     pthread_kill(on_signal.native_handle(), SIGUSR1);
     on_signal.join();
@@ -203,8 +266,9 @@ VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx) {
       "  trainctl run examples/mlp-synthetic.yaml\n"
       "  trainctl run examples/fashion-mnist-cnn.yaml --set training.epochs=1\n"
       "  trainctl run job.yaml --state-dir DIR --resume JOB   # continue an interrupted run\n"
+      "  trainctl run --nproc-per-node 2 train.py --epochs 3   # your own script, as torchrun runs it\n"
       "The final model goes to checkpoint.dir (default ./checkpoints/<name>/<job id>/model.pt).\n");
-  sub->add_option("FILE", flags->file, "The job.yaml")->required();
+  sub->add_option("FILE", flags->file, "The job.yaml, or a program to run as every rank (train.py)")->required();
   sub->add_option("--set", flags->sets, "Override a field: key.path=value (repeatable)");
   sub->add_option("--state-dir", flags->state_dir,
                   "Keep the coordinator database and worker files here (default: a temporary "
@@ -217,6 +281,7 @@ VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx) {
   sub->add_option("--slots", flags->slots, "CPU slots (default: the job's world_size)");
   sub->add_option("--rank-binary", flags->rank_binary,
                   "The rank process (default: trainctl-rank beside trainctl, or $TRAINCTL_RANK_BINARY)");
+  AddScriptOptions(sub, &flags->script);
   return [&ctx, flags] { return RunLocal(ctx, *flags); };
 }
 
