@@ -230,7 +230,7 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
     pthread_kill(on_signal.native_handle(), SIGUSR1);
     on_signal.join();
     std::string model = job->spec().checkpoint().dir() + "/model.pt";
-    if (code == kExitOk && !ctx.json() && fs::exists(model)) {
+    if (code == kExitOk && !ctx.json() && !spec.has_command() && fs::exists(model)) {
       ctx.out << "final model: " << model << " (torch.jit.load it in Python)\n";
     }
     if (interrupted) {
