@@ -1355,6 +1355,9 @@ void JobManager::Tick() {
                           -1);
         if (s.ok()) RequestSchedule();
       }
+    } else if (e.job.spec().has_command() && e.job.spec().restart().progress_timeout_s() == 0) {
+      // The user's program need not report progress (trainctl.report): it is
+      // checked for hangs only when its job asks for it with a timeout.
     } else {
       absl::Duration timeout = ProgressTimeout(e.job);
       std::vector<std::string> stuck;

@@ -85,7 +85,7 @@ std::vector<std::string> SeparateScriptArgs(int argc, const char* const argv[]) 
     }
     if (a.empty() || a[0] == '-') continue;
     // FILE: a program with arguments after it gets the separator.
-    if (j + 1 < out.size() && !absl::EndsWith(a, ".yaml") && !absl::EndsWith(a, ".yml")) {
+    if (j + 1 < out.size() && out[j + 1] != "--" && !absl::EndsWith(a, ".yaml") && !absl::EndsWith(a, ".yml")) {
       out.insert(out.begin() + static_cast<std::ptrdiff_t>(j) + 1, "--");
     }
     return out;
