@@ -149,6 +149,21 @@ TEST_F(CommandE2ETest, CancelLeavesNoProcessBehind) {
   EXPECT_TRUE(Cluster::ProcessesMatching(needle).empty());
 }
 
+TEST_F(CommandE2ETest, SubmitTakesTorchrunsFormAndFollowsWithRankOutput) {
+  std::string build = trainctl::testing::BuildDirOfThisTest();
+  trainctl::testing::Process submit({build + "/client/trainctl", "--coordinator", cluster_->address(), "submit",
+                                      "--follow", "--nproc-per-node", "2", "--python", "/usr/bin/python3", Script(),
+                                      "--epochs", "1"},
+                                     cluster_->dir() + "/submit.log", cluster_->dir());
+  ASSERT_TRUE(submit.Start());
+  int status = submit.Wait(absl::Seconds(60));
+  std::string out = submit.ReadLog();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("[rank1]: local_rank=0 from env TORCHELASTIC_RESTART_COUNT=0"));
+  EXPECT_THAT(out, HasSubstr("[rank0]: rank 0 final parameters"));
+  EXPECT_THAT(out, HasSubstr("SUCCEEDED"));
+}
+
 TEST(CommandPlacementTest, WorkerWithoutAllowCommandsRunsNone) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
   Cluster cluster(build, "/bin/false");

@@ -14,7 +14,6 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
 #include "client/cli/context.h"
 #include "client/cli/script_job.h"
 #include "common/jobspec/job_spec.h"
@@ -39,38 +38,6 @@ struct RunFlags {
   ScriptJobFlags script;
 };
 
-// Hands complete lines to `target` under a mutex shared by several such
-// buffers, so that the follow printer and the rank-output printer (two
-// threads) never interleave within a line.
-class LineSink : public std::streambuf {
- public:
-  LineSink(std::ostream& target, absl::Mutex& mu) : target_(target), mu_(mu) {}
-  ~LineSink() override { sync(); }
-
- protected:
-  int overflow(int c) override {
-    if (c == traits_type::eof()) return 0;
-    line_.push_back(static_cast<char>(c));
-    if (c == '\n') sync();
-    return c;
-  }
-  std::streamsize xsputn(const char* s, std::streamsize n) override {
-    for (std::streamsize i = 0; i < n; ++i) overflow(static_cast<unsigned char>(s[i]));
-    return n;
-  }
-  int sync() override {
-    if (line_.empty()) return 0;
-    absl::MutexLock lock(&mu_);
-    target_ << line_ << std::flush;
-    line_.clear();
-    return 0;
-  }
-
- private:
-  std::ostream& target_;
-  absl::Mutex& mu_;
-  std::string line_;
-};
 
 // Shell-quotes `s` when it needs it.
 std::string Quote(const std::string& s) {
@@ -203,29 +170,8 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
         }
       }
     });
-    if (spec.has_command() && !ctx.json()) {
-      // As torchrun --tee: every rank's output, live, prefixed by its rank.
-      absl::Mutex out_mu;
-      LineSink follow_buf(ctx.out, out_mu), log_buf(ctx.out, out_mu);
-      std::ostream follow_out(&follow_buf), log_out(&log_buf);
-      CliContext follow_ctx(follow_out, ctx.err, ctx.env);
-      follow_ctx.output = ctx.output;
-      follow_ctx.verb = ctx.verb;
-      LogsOptions lo;
-      lo.follow = true;
-      std::thread logs([&] {
-        absl::Status s = client->Logs(job->id(), lo, [&](const v1::LogChunk& chunk) {
-          for (const v1::LogLine& l : chunk.lines()) log_out << "[rank" << l.rank() << "]: " << l.text() << "\n";
-          return true;
-        });
-        (void)s;  // The job's outcome is what FollowJob reports.
-      });
-      code = FollowJob(follow_ctx, *client, job->id());
-      logs.join();
-      follow_out << std::flush;
-    } else {
-      code = FollowJob(ctx, *client, job->id());
-    }
+    code = spec.has_command() && !ctx.json() ? FollowJobWithRankOutput(ctx, *client, job->id())
+                                             : FollowJob(ctx, *client, job->id());
     followed = true;
     pthread_kill(on_signal.native_handle(), SIGUSR1);
     on_signal.join();

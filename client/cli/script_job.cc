@@ -2,13 +2,81 @@
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <streambuf>
+#include <thread>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/cli/context.h"
 
 namespace trainctl::cli {
 
 namespace fs = std::filesystem;
+
+namespace {
+
+// Hands complete lines to `target` under a mutex shared by several such
+// buffers, so that the follow printer and the rank-output printer (two
+// threads) never interleave within a line.
+class LineSink : public std::streambuf {
+ public:
+  LineSink(std::ostream& target, absl::Mutex& mu) : target_(target), mu_(mu) {}
+  ~LineSink() override { sync(); }
+
+ protected:
+  int overflow(int c) override {
+    if (c == traits_type::eof()) return 0;
+    line_.push_back(static_cast<char>(c));
+    if (c == '\n') sync();
+    return c;
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    for (std::streamsize i = 0; i < n; ++i) overflow(static_cast<unsigned char>(s[i]));
+    return n;
+  }
+  int sync() override {
+    if (line_.empty()) return 0;
+    absl::MutexLock lock(&mu_);
+    target_ << line_ << std::flush;
+    line_.clear();
+    return 0;
+  }
+
+ private:
+  std::ostream& target_;
+  absl::Mutex& mu_;
+  std::string line_;
+};
+
+}  // namespace
+
+int FollowJobWithRankOutput(CliContext& ctx, Client& client, const std::string& job_id) {
+  // As torchrun --tee: every rank's output, live, prefixed by its rank,
+  // between the follow printer's lines (never inside one).
+  absl::Mutex out_mu;
+  LineSink follow_buf(ctx.out, out_mu), log_buf(ctx.out, out_mu);
+  std::ostream follow_out(&follow_buf), log_out(&log_buf);
+  CliContext follow_ctx(follow_out, ctx.err, ctx.env);
+  follow_ctx.output = ctx.output;
+  follow_ctx.verb = ctx.verb;
+  follow_ctx.coordinator_flag = ctx.coordinator_flag;
+  follow_ctx.timeout_s = ctx.timeout_s;
+  LogsOptions lo;
+  lo.follow = true;
+  std::thread logs([&] {
+    absl::Status s = client.Logs(job_id, lo, [&](const v1::LogChunk& chunk) {
+      for (const v1::LogLine& l : chunk.lines()) log_out << "[rank" << l.rank() << "]: " << l.text() << "\n";
+      return true;
+    });
+    (void)s;  // The job's outcome is what FollowJob reports.
+  });
+  int code = FollowJob(follow_ctx, client, job_id);
+  logs.join();
+  follow_out << std::flush;
+  log_out << std::flush;
+  return code;
+}
 
 void AddScriptOptions(CLI::App* verb, ScriptJobFlags* flags) {
   verb->add_option("--nproc-per-node,--nproc_per_node", flags->nproc_per_node,

@@ -18,7 +18,17 @@ namespace CLI {
 class App;
 }
 
+namespace trainctl {
+class Client;
+}
+
 namespace trainctl::cli {
+
+struct CliContext;
+
+// FollowJob, with every rank's log lines printed live as torchrun --tee
+// does ("[rank1]: epoch 0 ..."), for command jobs in table output.
+int FollowJobWithRankOutput(CliContext& ctx, Client& client, const std::string& job_id);
 
 struct ScriptJobFlags {
   // Ranks per node (torchrun's --nproc-per-node); 0 = not given.

@@ -134,6 +134,7 @@ int RunSubmit(CliContext& ctx, const SubmitFlags& flags) {
   }
   ctx.out << std::flush;
   if (!flags.follow) return kExitOk;
+  if (parsed.spec.has_command() && !ctx.json()) return FollowJobWithRankOutput(ctx, **client, job->id());
   return FollowJob(ctx, **client, job->id());
 }
 

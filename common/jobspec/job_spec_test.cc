@@ -573,6 +573,9 @@ TEST(JobSpecCommandTest, GrpcCommandsAreBounded) {
   t = s;
   t.mutable_training()->set_epochs(2);
   EXPECT_THAT(errors(t), ElementsAre(::testing::StartsWith("training: not allowed with command")));
+  t = s;
+  t.mutable_resume_from()->set_job("old-1");
+  EXPECT_THAT(errors(t), ElementsAre(::testing::StartsWith("resume_from.job: only for trainctl's engine")));
   EXPECT_TRUE(IsCommandContractVariable("TRAINCTL_STATUS_FD"));
   EXPECT_FALSE(IsCommandContractVariable("OMP_NUM_THREADS"));
 }
