@@ -162,6 +162,18 @@ TEST_F(CommandE2ETest, SubmitTakesTorchrunsFormAndFollowsWithRankOutput) {
   EXPECT_THAT(out, HasSubstr("[rank1]: local_rank=0 from env TORCHELASTIC_RESTART_COUNT=0"));
   EXPECT_THAT(out, HasSubstr("[rank0]: rank 0 final parameters"));
   EXPECT_THAT(out, HasSubstr("SUCCEEDED"));
+
+  // The reporting script's progress points reach `--follow -o json`.
+  trainctl::testing::Process json({build + "/client/trainctl", "--coordinator", cluster_->address(), "-o", "json",
+                                    "submit", "--follow", "--nproc-per-node", "2", "--python", "/usr/bin/python3",
+                                    Script(), "--epochs", "1"},
+                                   cluster_->dir() + "/json.log", cluster_->dir());
+  ASSERT_TRUE(json.Start());
+  status = json.Wait(absl::Seconds(60));
+  out = json.ReadLog();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("\"kind\":\"KIND_TRAIN\"")) << out;
+  EXPECT_THAT(out, HasSubstr("\"loss\":"));
 }
 
 TEST(CommandPlacementTest, WorkerWithoutAllowCommandsRunsNone) {
