@@ -179,7 +179,10 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
     if (code == kExitOk && !ctx.json() && !spec.has_command() && fs::exists(model)) {
       ctx.out << "final model: " << model << " (torch.jit.load it in Python)\n";
     }
-    if (interrupted) {
+    if (interrupted && spec.has_command()) {
+      // The program's own files (TRAINCTL_CHECKPOINT_DIR) are what it resumes from.
+      ctx.err << "interrupted; every rank was stopped\n";
+    } else if (interrupted) {
       // Keep the state (the coordinator's checkpoint records) so the job can
       // be continued where it stopped.
       absl::StatusOr<v1::Job> last = client->Get(job->id());
