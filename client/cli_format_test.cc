@@ -8,6 +8,7 @@
 #include "absl/strings/str_split.h"
 #include "client/cli/follow.h"
 #include "client/cli/format.h"
+#include "common/jobspec/job_spec.h"
 #include "common/time_util.h"
 
 namespace trainctl::cli {
@@ -92,6 +93,22 @@ std::vector<std::string> Lines(const std::string& s) {
   std::vector<std::string> out = absl::StrSplit(s, '\n');
   if (!out.empty() && out.back().empty()) out.pop_back();
   return out;
+}
+
+TEST(FormatTest, CommandJobSummaryShowsTheProgramNotTheEngine) {
+  ParsedJobSpec p = ParseJobSpecYaml(
+      "name: s\nworld_size: 2\ncommand:\n  argv: [python3, train.py, --note, 'a b']\n"
+      "  working_dir: /srv/code\n  env: {WANDB_MODE: offline}\n  local_rank: arg\n",
+      "job.yaml");
+  ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
+  std::ostringstream out;
+  PrintSpecSummary(out, p.spec, "");
+  EXPECT_THAT(out.str(), HasSubstr("command:      python3 train.py --note 'a b'\n"));
+  EXPECT_THAT(out.str(), HasSubstr("working dir:  /srv/code\n"));
+  EXPECT_THAT(out.str(), HasSubstr("env:          WANDB_MODE=offline\n"));
+  EXPECT_THAT(out.str(), HasSubstr("local rank:   LOCAL_RANK and --local_rank=N (torch.distributed.launch)\n"));
+  EXPECT_THAT(out.str(), Not(HasSubstr("model:")));
+  EXPECT_THAT(out.str(), Not(HasSubstr("optimizer:")));
 }
 
 TEST(FollowPrinterTest, PlainModePrintsEventsAndRateLimitsProgressLines) {

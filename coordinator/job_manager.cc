@@ -135,6 +135,42 @@ std::string DescribeRecord(const v1::CheckpointRecord& r) {
                       r.global_step(), ") on ", Holder(r));
 }
 
+// Command jobs (the user's program) run only on workers started with
+// --allow-commands. They are placed in a second pass, over those workers'
+// slots that the engine jobs of the first pass left free: the pure scheduler
+// stays unaware of the distinction.
+absl::StatusOr<scheduler::ScheduleResult> ScheduleWithCommands(
+    const std::vector<scheduler::PendingJob>& jobs, const absl::flat_hash_set<std::string>& command_jobs,
+    std::vector<scheduler::WorkerSlots> workers, const absl::flat_hash_set<std::string>& allowing) {
+  std::vector<scheduler::PendingJob> engine, command;
+  for (const scheduler::PendingJob& j : jobs) (command_jobs.contains(j.job_id) ? command : engine).push_back(j);
+  scheduler::ScheduleResult out;
+  if (!engine.empty()) {
+    TRAINCTL_ASSIGN_OR_RETURN(out, scheduler::Schedule(engine, workers));
+  }
+  if (command.empty()) return out;
+  std::vector<scheduler::WorkerSlots> cmd_workers;
+  for (scheduler::WorkerSlots& w : workers) {
+    if (!allowing.contains(w.worker_id)) continue;
+    for (const scheduler::Placement& p : out.placements) {
+      for (const scheduler::RankAssignment& r : p.ranks) {
+        if (r.worker_id != w.worker_id) continue;
+        w.free_slots.erase(std::remove(w.free_slots.begin(), w.free_slots.end(), r.slot), w.free_slots.end());
+      }
+    }
+    cmd_workers.push_back(std::move(w));
+  }
+  TRAINCTL_ASSIGN_OR_RETURN(scheduler::ScheduleResult second, scheduler::Schedule(command, cmd_workers));
+  for (scheduler::Placement& p : second.placements) out.placements.push_back(std::move(p));
+  for (scheduler::PendingJobStatus& p : second.pending) {
+    p.message = cmd_workers.empty()
+                    ? "no worker allows commands (start trainctl-worker with --allow-commands)"
+                    : absl::StrCat("on workers that allow commands: ", p.message);
+    out.pending.push_back(std::move(p));
+  }
+  return out;
+}
+
 scheduler::DeviceRequirement ToRequirement(v1::Device d) {
   switch (d) {
     case v1::DEVICE_CUDA: return scheduler::DeviceRequirement::kCuda;
@@ -362,7 +398,10 @@ absl::StatusOr<v1::SubmitJobResponse> JobManager::DryRun(const v1::JobSpec& spec
   pj.job_id = "dry-run";
   pj.world_size = job->spec().world_size();
   pj.device = ToRequirement(job->spec().device());
-  TRAINCTL_ASSIGN_OR_RETURN(scheduler::ScheduleResult result, scheduler::Schedule({pj}, workers));
+  absl::flat_hash_set<std::string> command_jobs;
+  if (job->spec().has_command()) command_jobs.insert(pj.job_id);
+  TRAINCTL_ASSIGN_OR_RETURN(scheduler::ScheduleResult result,
+                            ScheduleWithCommands({pj}, command_jobs, workers, AllowingCommands()));
   if (!result.placements.empty()) {
     const scheduler::Placement& p = result.placements[0];
     for (const scheduler::RankAssignment& r : p.ranks) {
@@ -550,6 +589,14 @@ std::vector<scheduler::WorkerSlots> JobManager::WorkerView() const {
   return workers;
 }
 
+absl::flat_hash_set<std::string> JobManager::AllowingCommands() const {
+  absl::flat_hash_set<std::string> out;
+  for (const v1::Worker* w : registry_->Alive()) {
+    if (w->allow_commands()) out.insert(w->id());
+  }
+  return out;
+}
+
 void JobManager::RequestSchedule() {
   if (!post_) {
     Schedule();
@@ -567,8 +614,10 @@ void JobManager::Schedule() {
   if (pending_.empty()) return;
   std::vector<scheduler::WorkerSlots> workers = WorkerView();
   std::vector<scheduler::PendingJob> jobs;
+  absl::flat_hash_set<std::string> command_jobs;
   for (const std::string& id : pending_) {
     const JobEntry& e = jobs_.at(id);
+    if (e.job.spec().has_command()) command_jobs.insert(id);
     scheduler::PendingJob pj;
     pj.job_id = id;
     pj.world_size = e.job.spec().world_size();
@@ -577,7 +626,8 @@ void JobManager::Schedule() {
     pj.submit_seq = static_cast<uint64_t>(e.submit_seq);
     jobs.push_back(std::move(pj));
   }
-  absl::StatusOr<scheduler::ScheduleResult> result = scheduler::Schedule(jobs, workers);
+  absl::StatusOr<scheduler::ScheduleResult> result =
+      ScheduleWithCommands(jobs, command_jobs, workers, AllowingCommands());
   if (!result.ok()) return;  // Inputs come from validated state; nothing to place.
 
   for (const scheduler::PendingJobStatus& p : result->pending) pending_reasons_[p.job_id] = p.message;
@@ -1305,6 +1355,9 @@ void JobManager::Tick() {
                           -1);
         if (s.ok()) RequestSchedule();
       }
+    } else if (e.job.spec().has_command() && e.job.spec().restart().progress_timeout_s() == 0) {
+      // The user's program need not report progress (trainctl.report): it is
+      // checked for hangs only when its job asks for it with a timeout.
     } else {
       absl::Duration timeout = ProgressTimeout(e.job);
       std::vector<std::string> stuck;

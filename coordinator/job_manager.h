@@ -43,6 +43,7 @@
 #include "absl/container/btree_map.h"
 #include "absl/container/btree_set.h"
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -181,6 +182,8 @@ class JobManager {
   void TrackIndexes(const JobEntry& entry);
   // Alive workers with their free slots, as the scheduler sees them.
   std::vector<scheduler::WorkerSlots> WorkerView() const;
+  // Ids of the alive workers started with --allow-commands.
+  absl::flat_hash_set<std::string> AllowingCommands() const;
   JobEntry* FindEntry(const std::string& job_id);
   absl::StatusOr<JobEntry*> EntryForWorker(const std::string& worker_id, const std::string& job_id,
                                            int32_t attempt, int32_t rank, bool allow_stale,

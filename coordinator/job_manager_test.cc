@@ -111,7 +111,7 @@ class JobManagerTest : public ::testing::Test {
 
   // Registers worker `id` with `slots` CPU slots on a fresh channel.
   FakeChannel* AddWorker(const std::string& id, int slots,
-                         std::vector<v1::RunningRank> running = {}) {
+                         std::vector<v1::RunningRank> running = {}, bool allow_commands = false) {
     auto ch = std::make_unique<FakeChannel>();
     v1::Register reg;
     reg.set_worker_id(id);
@@ -122,6 +122,7 @@ class JobManagerTest : public ::testing::Test {
       s->set_index(i);
     }
     for (auto& r : running) *reg.add_running() = r;
+    reg.set_allow_commands(allow_commands);
     auto id_or = registry_->Register(reg, ch.get());
     EXPECT_TRUE(id_or.ok()) << id_or.status();
     jobs_->OnWorkerRegistered(id, reg);
@@ -456,6 +457,67 @@ TEST_F(JobManagerTest, HangIsDetectedAndRestarted) {
   v1::Job j = Get(id);
   EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
   EXPECT_THAT(j.attempts(0).reason(), HasSubstr("hung: no progress for 1m from rank(s) 1 (host-b, last step 3)"));
+}
+
+v1::JobSpec CommandSpec(int world_size, const std::string& extra = "") {
+  ParsedJobSpec p = ParseJobSpecYaml(absl::StrCat("name: c\ncommand: {argv: [python3, train.py]}\n", extra), "c.yaml",
+                                     {absl::StrCat("world_size=", world_size)});
+  EXPECT_TRUE(p.ok()) << p.errors[0].ToString();
+  return p.spec;
+}
+
+TEST_F(JobManagerTest, CommandJobsRunOnlyOnWorkersThatAllowThem) {
+  FakeChannel* plain = AddWorker("a", 2);
+  auto cmd = jobs_->Submit(CommandSpec(1));
+  ASSERT_TRUE(cmd.ok()) << cmd.status();
+  EXPECT_EQ(Get(cmd->id()).state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(Get(cmd->id()).state_reason(), "no worker allows commands (start trainctl-worker with --allow-commands)");
+  EXPECT_TRUE(plain->Starts().empty());
+
+  // An engine job takes the allowing worker's only slot in the same pass:
+  // the command job waits for a slot there, not on the plain worker.
+  auto engine = jobs_->Submit(Spec(3));
+  ASSERT_TRUE(engine.ok());
+  FakeChannel* allowing = AddWorker("c", 1, {}, /*allow_commands=*/true);
+  EXPECT_EQ(Get(engine->id()).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(Get(cmd->id()).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(cmd->id()).state_reason(), ::testing::StartsWith("on workers that allow commands: needs 1 cpu slots"));
+
+  ASSERT_TRUE(jobs_->Cancel(engine->id(), "make room").ok());
+  for (int r = 0; r < 3; ++r) {
+    const std::string w = Get(engine->id()).attempts(0).ranks(r).worker_id();
+    ASSERT_TRUE(Status(w, engine->id(), 1, r, v1::RANK_STATE_STOPPED).ok());
+  }
+  v1::Job j = Get(cmd->id());
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SCHEDULED) << j.state_reason();
+  EXPECT_EQ(j.attempts(0).ranks(0).worker_id(), "c");
+  ASSERT_FALSE(allowing->Starts().empty());
+  EXPECT_TRUE(allowing->Starts().back().spec().has_command());
+  EXPECT_TRUE(allowing->Starts().back().produce_rendezvous());
+
+  // The dry run gives the same answer.
+  auto dry = jobs_->DryRun(CommandSpec(2));
+  ASSERT_TRUE(dry.ok());
+  EXPECT_TRUE(dry->planned().empty());
+  EXPECT_THAT(dry->pending_reason(), ::testing::StartsWith("on workers that allow commands: "));
+}
+
+TEST_F(JobManagerTest, CommandJobIsCheckedForHangsOnlyWhenItSetsATimeout) {
+  AddWorker("a", 2, {}, /*allow_commands=*/true);
+  auto quiet = jobs_->Submit(CommandSpec(1));
+  auto watched = jobs_->Submit(CommandSpec(1, "restart: {progress_timeout_s: 120}\n"));
+  ASSERT_TRUE(quiet.ok() && watched.ok());
+  for (const std::string& id : {quiet->id(), watched->id()}) {
+    ASSERT_TRUE(Rendezvous("a", id, 1).ok());
+    ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
+    ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  }
+  clock_.Advance(absl::Minutes(30));  // Far past the coordinator's 60 s default.
+  jobs_->Tick();
+  EXPECT_EQ(Get(quiet->id()).state(), v1::JOB_STATE_RUNNING) << "a script that never reports is not hung";
+  v1::Job j = Get(watched->id());
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(j.attempts(0).reason(), HasSubstr("hung: no progress for 2m"));
 }
 
 TEST_F(JobManagerTest, RendezvousTimeout) {

@@ -107,6 +107,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
   *w.mutable_slots() = msg.slots();
   *w.mutable_labels() = msg.labels();
   w.set_version(msg.version());
+  w.set_allow_commands(msg.allow_commands());
   w.set_state(v1::WORKER_STATE_ALIVE);
   SetTimestamp(now, w.mutable_registered_time());
   SetTimestamp(now, w.mutable_last_heartbeat_time());

@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Installs trainctl from a CMake build directory: the binaries, the systemd
 # units (with their paths filled in), the sysusers.d entry for the worker's
-# user, example configuration for /etc/trainctl/, and the deployment docs.
+# user, example configuration for /etc/trainctl/, the deployment docs, and
+# the `trainctl` Python module where Debian's python3 finds it.
 # Works into a staging root (DESTDIR) for packaging or images. It never
 # overwrites configuration that is already there, never enables or starts a
 # unit, and only reloads systemd when installing into the live system.
@@ -108,6 +109,24 @@ for name in trainctl-coordinator trainctl-worker trainctl-rank trainctl; do
   if [ "$strip" = 1 ]; then strip --strip-unneeded "$destdir$bindir/$name"; fi
   say "$destdir$bindir/$name"
 done
+
+# ---- the trainctl Python module (command jobs report progress with it) ------
+# Where Debian's python3 finds it: /usr/lib/python3/dist-packages for /usr,
+# /usr/local/lib/python3.X/dist-packages for /usr/local.
+case "$prefix" in
+  /usr) pydir=/usr/lib/python3/dist-packages ;;
+  *)
+    pyver=$( (/usr/bin/python3 -c 'import sys; print("%d.%d" % sys.version_info[:2])' 2>/dev/null) || echo 3)
+    pydir=$prefix/lib/python$pyver/dist-packages ;;
+esac
+if [ -f "$repo/python/trainctl/__init__.py" ]; then
+  install -d -m 0755 "$destdir$pydir/trainctl"
+  install -m 0644 "$repo/python/trainctl/__init__.py" "$destdir$pydir/trainctl/__init__.py"
+  say "$destdir$pydir/trainctl/__init__.py"
+else
+  say "warning: python/trainctl not found beside this script; the trainctl Python module is not installed"
+fi
+
 [ "$binaries_only" = 1 ] && exit 0
 
 # ---- systemd units and the worker's system user ----------------------------

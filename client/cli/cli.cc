@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/context.h"
+#include "client/cli/script_job.h"
 #include "client/cli/format.h"
 
 namespace trainctl::cli {
@@ -152,8 +153,12 @@ int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& 
     break;
   }
 
+  // `run`/`submit` with a program as FILE: its own arguments follow it.
+  std::vector<std::string> args = SeparateScriptArgs(argc, argv);
+  std::vector<const char*> arg_ptrs;
+  for (const std::string& a : args) arg_ptrs.push_back(a.c_str());
   try {
-    app.parse(argc, argv);
+    app.parse(static_cast<int>(arg_ptrs.size()), arg_ptrs.data());
   } catch (const CLI::ParseError& e) {
     int code = app.exit(e, out, err);
     return code == 0 ? kExitOk : kExitUsage;

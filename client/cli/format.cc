@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <sstream>
 
 #include "absl/strings/ascii.h"
@@ -12,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
 #include "common/jobspec/job_spec.h"
 #include "common/time_util.h"
@@ -215,35 +217,60 @@ void PrintSpecSummary(std::ostream& out, const v1::JobSpec& spec, const std::str
   row("ranks", absl::StrCat(spec.world_size(), ", device ", LowerName(v1::Device_descriptor(), spec.device()),
                             ", backend ", LowerName(v1::Backend_descriptor(), spec.backend()),
                             ", priority ", spec.priority()));
-  row("model", ModelText(spec.model()));
-  const v1::DataSpec& d = spec.data();
-  row("train data", DatasetText(d.train()));
-  if (d.has_eval()) row("eval data", DatasetText(d.eval()));
-  std::string loader = absl::StrCat("batch ", d.batch_size(), " per rank, ",
-                                    d.shuffle() ? "shuffled" : "in order", ", seed ", d.seed());
-  if (d.drop_last()) absl::StrAppend(&loader, ", drop_last");
-  absl::StrAppend(&loader, ", ", d.num_workers(), " loader threads");
-  row("loader", loader);
-  const v1::TrainingSpec& tr = spec.training();
-  std::string training = absl::StrCat(tr.epochs(), " epoch", tr.epochs() == 1 ? "" : "s", ", ",
-                                      LowerName(v1::Loss_descriptor(), tr.loss()), " loss");
-  if (tr.grad_accumulation() > 1) absl::StrAppend(&training, ", accumulate ", tr.grad_accumulation());
-  if (tr.max_grad_norm() > 0) absl::StrAppend(&training, ", clip ", Num(tr.max_grad_norm()));
-  absl::StrAppend(&training, ", amp ",
-                  tr.amp().enabled() ? LowerName(v1::AmpDtype_descriptor(), tr.amp().dtype()) : "off");
-  row("training", training);
-  std::string opt = absl::StrCat(LowerName(v1::Optimizer_descriptor(), tr.optimizer().name()), " lr ",
-                                 Num(tr.optimizer().lr()));
-  if (tr.optimizer().weight_decay() > 0) absl::StrAppend(&opt, ", weight decay ", Num(tr.optimizer().weight_decay()));
-  if (tr.optimizer().momentum() > 0) absl::StrAppend(&opt, ", momentum ", Num(tr.optimizer().momentum()));
-  absl::StrAppend(&opt, ", schedule ", LowerName(v1::LrSchedule_descriptor(), tr.lr_schedule().name()));
-  if (tr.lr_schedule().warmup_steps() > 0) absl::StrAppend(&opt, " (warm-up ", tr.lr_schedule().warmup_steps(), " steps)");
-  row("optimizer", opt);
-  row("ddp", absl::StrCat("buckets ", Num(spec.ddp().bucket_cap_mb()), " MiB",
-                          spec.ddp().find_unused_parameters() ? ", find unused parameters" : ""));
-  row("checkpoint", absl::StrCat(spec.checkpoint().dir().empty() ? "worker work dir" : spec.checkpoint().dir(),
-                                 ", every ", spec.checkpoint().every_epochs(), " epoch(s), keep ",
-                                 spec.checkpoint().keep()));
+  if (spec.has_command()) {
+    // The user's program: what runs, where, and with what on top of torchrun's environment.
+    const v1::CommandSpec& c = spec.command();
+    std::vector<std::string> argv;
+    for (const std::string& a : c.argv()) {
+      bool plain = !a.empty() && a.find_first_of(" \t'\"$\\") == std::string::npos;
+      argv.push_back(plain ? a : absl::StrCat("'", absl::StrReplaceAll(a, {{"'", "'\\''"}}), "'"));
+    }
+    row("command", absl::StrJoin(argv, " "));
+    row("working dir", c.working_dir().empty() ? "the rank's scratch dir" : c.working_dir());
+    std::map<std::string, std::string> env(c.env().begin(), c.env().end());
+    if (!env.empty()) row("env", absl::StrJoin(env, " ", absl::PairFormatter("=")));
+    row("local rank", c.local_rank() == v1::LOCAL_RANK_MODE_ENV
+                          ? "LOCAL_RANK (torchrun)"
+                          : absl::StrCat("LOCAL_RANK and ",
+                                         c.arg_style() == v1::LOCAL_RANK_ARG_STYLE_DASH ? "--local-rank=N"
+                                                                                        : "--local_rank=N",
+                                         " (torch.distributed.launch)"));
+  } else {
+    row("model", ModelText(spec.model()));
+    const v1::DataSpec& d = spec.data();
+    row("train data", DatasetText(d.train()));
+    if (d.has_eval()) row("eval data", DatasetText(d.eval()));
+    std::string loader = absl::StrCat("batch ", d.batch_size(), " per rank, ",
+                                      d.shuffle() ? "shuffled" : "in order", ", seed ", d.seed());
+    if (d.drop_last()) absl::StrAppend(&loader, ", drop_last");
+    absl::StrAppend(&loader, ", ", d.num_workers(), " loader threads");
+    row("loader", loader);
+    const v1::TrainingSpec& tr = spec.training();
+    std::string training = absl::StrCat(tr.epochs(), " epoch", tr.epochs() == 1 ? "" : "s", ", ",
+                                        LowerName(v1::Loss_descriptor(), tr.loss()), " loss");
+    if (tr.grad_accumulation() > 1) absl::StrAppend(&training, ", accumulate ", tr.grad_accumulation());
+    if (tr.max_grad_norm() > 0) absl::StrAppend(&training, ", clip ", Num(tr.max_grad_norm()));
+    absl::StrAppend(&training, ", amp ",
+                    tr.amp().enabled() ? LowerName(v1::AmpDtype_descriptor(), tr.amp().dtype()) : "off");
+    row("training", training);
+    std::string opt = absl::StrCat(LowerName(v1::Optimizer_descriptor(), tr.optimizer().name()), " lr ",
+                                   Num(tr.optimizer().lr()));
+    if (tr.optimizer().weight_decay() > 0) absl::StrAppend(&opt, ", weight decay ", Num(tr.optimizer().weight_decay()));
+    if (tr.optimizer().momentum() > 0) absl::StrAppend(&opt, ", momentum ", Num(tr.optimizer().momentum()));
+    absl::StrAppend(&opt, ", schedule ", LowerName(v1::LrSchedule_descriptor(), tr.lr_schedule().name()));
+    if (tr.lr_schedule().warmup_steps() > 0) absl::StrAppend(&opt, " (warm-up ", tr.lr_schedule().warmup_steps(), " steps)");
+    row("optimizer", opt);
+    row("ddp", absl::StrCat("buckets ", Num(spec.ddp().bucket_cap_mb()), " MiB",
+                            spec.ddp().find_unused_parameters() ? ", find unused parameters" : ""));
+  }
+  if (spec.has_command()) {
+    row("checkpoint", absl::StrCat(spec.checkpoint().dir().empty() ? "worker work dir" : spec.checkpoint().dir(),
+                                   " (TRAINCTL_CHECKPOINT_DIR)"));
+  } else {
+    row("checkpoint", absl::StrCat(spec.checkpoint().dir().empty() ? "worker work dir" : spec.checkpoint().dir(),
+                                   ", every ", spec.checkpoint().every_epochs(), " epoch(s), keep ",
+                                   spec.checkpoint().keep()));
+  }
   std::string restart = absl::StrCat("at most ", spec.restart().max_restarts(), " restart(s)");
   if (spec.restart().progress_timeout_s() > 0) {
     absl::StrAppend(&restart, ", hung after ", spec.restart().progress_timeout_s(), "s without progress");

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cli/context.h"
+#include "client/cli/script_job.h"
 #include "common/jobspec/job_spec.h"
 #include "coordinator/coordinator_server.h"
 #include "worker/daemon/slot_inventory.h"
@@ -34,7 +35,9 @@ struct RunFlags {
   int slots = 0;
   bool keep_state = false;
   std::string resume;
+  ScriptJobFlags script;
 };
+
 
 // Shell-quotes `s` when it needs it.
 std::string Quote(const std::string& s) {
@@ -61,7 +64,9 @@ std::string FindRankBinary(const CliEnvironment& env) {
 }
 
 int RunLocal(CliContext& ctx, const RunFlags& flags) {
-  ParsedJobSpec parsed = ParseJobSpecFile(flags.file, flags.sets);
+  const bool script = IsScriptForm(flags.file, flags.script);
+  ParsedJobSpec parsed = script ? ScriptJobSpec(flags.file, flags.script, flags.sets)
+                                : ParseJobSpecFile(flags.file, flags.sets);
   if (!parsed.ok()) {
     for (const SpecError& e : parsed.errors) ctx.err << e.ToString() << "\n";
     ctx.err << std::flush;
@@ -123,6 +128,9 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   wo.hostname = "localhost";
   wo.address = "127.0.0.1";
   wo.rank_binary = flags.rank_binary.empty() ? FindRankBinary(ctx.env) : flags.rank_binary;
+  // The user's own program, on the user's own machine.
+  wo.allow_commands = true;
+  wo.python_dir = worker::DefaultPythonDir();
   worker::WorkerDaemon daemon(wo);
   if (absl::Status s = daemon.Start(); !s.ok()) return ctx.Fail(s);
 
@@ -162,15 +170,19 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
         }
       }
     });
-    code = FollowJob(ctx, *client, job->id());
+    code = spec.has_command() && !ctx.json() ? FollowJobWithRankOutput(ctx, *client, job->id())
+                                             : FollowJob(ctx, *client, job->id());
     followed = true;
     pthread_kill(on_signal.native_handle(), SIGUSR1);
     on_signal.join();
     std::string model = job->spec().checkpoint().dir() + "/model.pt";
-    if (code == kExitOk && !ctx.json() && fs::exists(model)) {
+    if (code == kExitOk && !ctx.json() && !spec.has_command() && fs::exists(model)) {
       ctx.out << "final model: " << model << " (torch.jit.load it in Python)\n";
     }
-    if (interrupted) {
+    if (interrupted && spec.has_command()) {
+      // The program's own files (TRAINCTL_CHECKPOINT_DIR) are what it resumes from.
+      ctx.err << "interrupted; every rank was stopped\n";
+    } else if (interrupted) {
       // Keep the state (the coordinator's checkpoint records) so the job can
       // be continued where it stopped.
       absl::StatusOr<v1::Job> last = client->Get(job->id());
@@ -203,8 +215,9 @@ VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx) {
       "  trainctl run examples/mlp-synthetic.yaml\n"
       "  trainctl run examples/fashion-mnist-cnn.yaml --set training.epochs=1\n"
       "  trainctl run job.yaml --state-dir DIR --resume JOB   # continue an interrupted run\n"
+      "  trainctl run --nproc-per-node 2 train.py --epochs 3   # your own script, as torchrun runs it\n"
       "The final model goes to checkpoint.dir (default ./checkpoints/<name>/<job id>/model.pt).\n");
-  sub->add_option("FILE", flags->file, "The job.yaml")->required();
+  sub->add_option("FILE", flags->file, "The job.yaml, or a program to run as every rank (train.py)")->required();
   sub->add_option("--set", flags->sets, "Override a field: key.path=value (repeatable)");
   sub->add_option("--state-dir", flags->state_dir,
                   "Keep the coordinator database and worker files here (default: a temporary "
@@ -217,6 +230,7 @@ VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx) {
   sub->add_option("--slots", flags->slots, "CPU slots (default: the job's world_size)");
   sub->add_option("--rank-binary", flags->rank_binary,
                   "The rank process (default: trainctl-rank beside trainctl, or $TRAINCTL_RANK_BINARY)");
+  AddScriptOptions(sub, &flags->script);
   return [&ctx, flags] { return RunLocal(ctx, *flags); };
 }
 

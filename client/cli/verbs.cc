@@ -7,6 +7,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/context.h"
+#include "client/cli/script_job.h"
 #include "client/cli/follow.h"
 #include "client/cli/format.h"
 #include "common/jobspec/job_spec.h"
@@ -59,6 +60,7 @@ struct SubmitFlags {
   bool follow = false;
   bool dry_run = false;
   std::vector<std::string> sets;
+  ScriptJobFlags script;
 };
 
 void PrintPlacement(std::ostream& out, const std::vector<v1::RankAssignment>& planned) {
@@ -108,7 +110,9 @@ int RunDryRun(CliContext& ctx, const SubmitFlags& flags, const v1::JobSpec& spec
 }
 
 int RunSubmit(CliContext& ctx, const SubmitFlags& flags) {
-  ParsedJobSpec parsed = ParseJobSpecFile(flags.file, flags.sets);
+  ParsedJobSpec parsed = IsScriptForm(flags.file, flags.script)
+                             ? ScriptJobSpec(flags.file, flags.script, flags.sets)
+                             : ParseJobSpecFile(flags.file, flags.sets);
   if (!parsed.ok()) {
     // One line per problem, each starting with the file (or --set) and position.
     for (const SpecError& e : parsed.errors) ctx.err << e.ToString() << "\n";
@@ -130,6 +134,7 @@ int RunSubmit(CliContext& ctx, const SubmitFlags& flags) {
   }
   ctx.out << std::flush;
   if (!flags.follow) return kExitOk;
+  if (parsed.spec.has_command() && !ctx.json()) return FollowJobWithRankOutput(ctx, **client, job->id());
   return FollowJob(ctx, **client, job->id());
 }
 
@@ -330,8 +335,10 @@ VerbRunner AddSubmitVerb(CLI::App& app, CliContext& ctx) {
   CLI::App* sub = AddVerb(app, "submit", "Validate a job.yaml and submit it",
                           "  trainctl submit examples/mlp-synthetic.yaml --follow\n"
                           "  trainctl submit job.yaml --set world_size=4 --set training.epochs=10\n"
-                          "  trainctl submit job.yaml --dry-run\n");
-  sub->add_option("FILE", flags->file, "The job.yaml")->required();
+                          "  trainctl submit job.yaml --dry-run\n"
+                          "  trainctl submit --nproc-per-node 4 train.py --epochs 3   # a command job; train.py\n"
+                          "                                     # must exist on the workers (same path)\n");
+  sub->add_option("FILE", flags->file, "The job.yaml, or a program to run as every rank (train.py)")->required();
   sub->add_flag("-f,--follow", flags->follow,
                 "Watch the job until it ends; exit 0 only when it SUCCEEDED");
   sub->add_flag("--dry-run", flags->dry_run,
@@ -339,6 +346,7 @@ VerbRunner AddSubmitVerb(CLI::App& app, CliContext& ctx) {
   sub->add_option("--set", flags->sets, "Override a field of the file (repeatable)")
       ->type_name("KEY.PATH=VALUE")
       ->allow_extra_args(false);
+  AddScriptOptions(sub, &flags->script);
   return [&ctx, flags] { return RunSubmit(ctx, *flags); };
 }
 

@@ -20,6 +20,19 @@
 #include "yaml-cpp/yaml.h"
 
 namespace trainctl {
+
+bool IsCommandContractVariable(std::string_view name) {
+  static constexpr std::string_view kSet[] = {
+      "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
+      "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
+      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
+      "CUDA_VISIBLE_DEVICES"};
+  for (std::string_view v : kSet) {
+    if (name == v) return true;
+  }
+  return name.substr(0, 9) == "TRAINCTL_";
+}
+
 namespace {
 
 using google::protobuf::Descriptor;
@@ -264,7 +277,7 @@ class YamlReader {
   void ReadField(const YAML::Node& value, const std::string& path, Message* msg,
                  const FieldDescriptor* field) {
     if (field->is_map()) {
-      Error(value.Mark(), path, "not supported in job.yaml");
+      ReadStringMap(value, path, msg, field);
       return;
     }
     if (field->is_repeated()) {
@@ -295,6 +308,56 @@ class YamlReader {
       return;
     }
     if (ReadScalar(value, path, msg, field)) positions_[path] = PositionOf(value.Mark(), path);
+  }
+
+  // A map<string, string> field (command.env) from a mapping of scalars.
+  void ReadStringMap(const YAML::Node& value, const std::string& path, Message* msg,
+                     const FieldDescriptor* field) {
+    const Descriptor* entry = field->message_type();
+    if (entry->map_key()->cpp_type() != FieldDescriptor::CPPTYPE_STRING ||
+        entry->map_value()->cpp_type() != FieldDescriptor::CPPTYPE_STRING) {
+      Error(value.Mark(), path, "not supported in job.yaml");
+      return;
+    }
+    if (value.IsNull()) {
+      positions_[path] = PositionOf(value.Mark(), path);
+      return;
+    }
+    if (!value.IsMap()) {
+      Error(value.Mark(), path, absl::StrCat("must be a mapping of NAME: value, got ", NodeKind(value)));
+      return;
+    }
+    if (value.size() > kMaxSequenceLength) {
+      Error(value.Mark(), path, absl::StrCat("at most ", kMaxSequenceLength, " entries, got ", value.size()));
+      return;
+    }
+    positions_[path] = PositionOf(value.Mark(), path);
+    absl::flat_hash_set<std::string> seen;
+    for (auto it = value.begin(); it != value.end(); ++it) {
+      const YAML::Node k = it->first;
+      const YAML::Node v = it->second;
+      if (!k.IsScalar()) {
+        Error(k.Mark(), path, absl::StrCat("keys must be plain names, got ", NodeKind(k)));
+        continue;
+      }
+      std::string child = absl::StrCat(path, ".", k.Scalar());
+      if (!seen.insert(k.Scalar()).second) {
+        Error(k.Mark(), child, "duplicate key");
+        continue;
+      }
+      if (!v.IsScalar()) {
+        Error(v.Mark(), child, absl::StrCat("must be a string, got ", NodeKind(v)));
+        continue;
+      }
+      if (v.Scalar().size() > kMaxStringBytes || k.Scalar().size() > kMaxStringBytes) {
+        Error(v.Mark(), child, absl::StrCat("at most ", kMaxStringBytes, " bytes"));
+        continue;
+      }
+      Message* e = msg->GetReflection()->AddMessage(msg, field);
+      e->GetReflection()->SetString(e, entry->map_key(), k.Scalar());
+      e->GetReflection()->SetString(e, entry->map_value(), v.Scalar());
+      positions_[child] = PositionOf(k.Mark(), child);
+    }
   }
 
   // Converts one scalar into `field` (appending when repeated). False on error.
@@ -447,9 +510,13 @@ class Validator {
     CheckName(raw.name());
     Range("world_size", raw.world_size(), 1, 65536, /*zero_is_default=*/true);
     Range("priority", raw.priority(), -1000, 1000, true);
-    CheckModel(raw);
-    CheckData(raw, s);
-    CheckTraining(raw, s);
+    if (raw.has_command()) {
+      CheckCommand(raw);
+    } else {
+      CheckModel(raw);
+      CheckData(raw, s);
+      CheckTraining(raw, s);
+    }
     CheckDevice(s);
     CheckDdp(raw);
     Range("checkpoint.every_epochs", raw.checkpoint().every_epochs(), 0, 1000000, false);
@@ -547,6 +614,22 @@ class Validator {
     r->ListFields(m, &fields);
     for (const FieldDescriptor* f : fields) {
       const std::string path = prefix.empty() ? f->name() : absl::StrCat(prefix, ".", f->name());
+      if (f->is_map()) {
+        const int n = r->FieldSize(m, f);
+        if (n > kMaxSequenceLength) {
+          Error(path, absl::StrCat("at most ", kMaxSequenceLength, " entries, got ", n));
+          continue;
+        }
+        for (int i = 0; i < n; ++i) {
+          const Message& e = r->GetRepeatedMessage(m, f, i);
+          const Descriptor* ed = e.GetDescriptor();
+          std::string key = e.GetReflection()->GetString(e, ed->map_key());
+          std::string entry_path = absl::StrCat(path, ".", key.size() > 64 ? key.substr(0, 64) : key);
+          CheckBoundsValue(e, ed->map_key(), -1, entry_path);
+          CheckBoundsValue(e, ed->map_value(), -1, entry_path);
+        }
+        continue;
+      }
       if (f->is_repeated()) {
         const int n = r->FieldSize(m, f);
         if (n > kMaxSequenceLength) {
@@ -590,6 +673,41 @@ class Validator {
     }
   }
 
+  // The user's program: argv, and an environment that leaves torchrun's
+  // contract to the worker. The built-in engine's blocks are not allowed with it.
+  void CheckCommand(const v1::JobSpec& raw) {
+    const v1::CommandSpec& c = raw.command();
+    for (const char* other : {"model", "data", "training"}) {
+      const FieldDescriptor* f = v1::JobSpec::descriptor()->FindFieldByName(other);
+      if (raw.GetReflection()->HasField(raw, f)) {
+        Error(other, "not allowed with command: a job runs either trainctl's engine "
+                     "(model, data, training) or its own command, not both");
+      }
+    }
+    if (!raw.resume_from().job().empty()) {
+      Error("resume_from.job", "only for trainctl's engine; a command job resumes from its own files in "
+                               "TRAINCTL_CHECKPOINT_DIR");
+    }
+    if (c.argv_size() == 0) {
+      Error("command.argv", "required: the program and its arguments, e.g. [python3, train.py]");
+    } else if (c.argv(0).empty()) {
+      Error("command.argv[0]", "must name the program, got an empty string");
+    }
+    for (const auto& [name, value] : c.env()) {
+      std::string path = absl::StrCat("command.env.", name);
+      bool ok = !name.empty() && !(name[0] >= '0' && name[0] <= '9') &&
+                std::all_of(name.begin(), name.end(), [](char ch) {
+                  return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
+                         ch == '_';
+                });
+      if (!ok) {
+        Error(path, "not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
+      } else if (IsCommandContractVariable(name)) {
+        Error(path, "set by the worker for every rank (torchrun's contract); it cannot be overridden");
+      }
+    }
+  }
+
   // A job id: the name's characters plus the "-xxxxxx" the coordinator adds.
   void CheckResumeFrom(const std::string& id) {
     if (id.empty()) return;
@@ -620,7 +738,7 @@ class Validator {
     const v1::ModelSpec& m = raw.model();
     switch (m.kind_case()) {
       case v1::ModelSpec::KIND_NOT_SET:
-        Error("model", "required (name: mlp, cnn or torchscript)");
+        Error("model", "required (name: mlp, cnn or torchscript), or a command: block");
         break;
       case v1::ModelSpec::kMlp:
         Range("model.input_dim", m.mlp().input_dim(), 1, 1 << 24, false);
@@ -841,11 +959,27 @@ void EmitMessage(YAML::Emitter& out, const Message& msg);
 void EmitField(YAML::Emitter& out, const Message& msg, const FieldDescriptor* f) {
   const Reflection* r = msg.GetReflection();
   out << YAML::Key << f->name() << YAML::Value;
+  if (f->is_map()) {
+    // Sorted by name: the same spec always renders the same text.
+    std::map<std::string, std::string> entries;
+    for (int i = 0; i < r->FieldSize(msg, f); ++i) {
+      const Message& e = r->GetRepeatedMessage(msg, f, i);
+      const Descriptor* ed = e.GetDescriptor();
+      entries[e.GetReflection()->GetString(e, ed->map_key())] = e.GetReflection()->GetString(e, ed->map_value());
+    }
+    out << YAML::BeginMap;
+    for (const auto& [k, v] : entries) out << YAML::Key << k << YAML::Value << YAML::DoubleQuoted << v;
+    out << YAML::EndMap;
+    return;
+  }
   if (f->is_repeated()) {
     out << YAML::Flow << YAML::BeginSeq;
     for (int i = 0; i < r->FieldSize(msg, f); ++i) {
-      // Only int32 lists exist in JobSpec.
-      out << r->GetRepeatedInt32(msg, f, i);
+      if (f->cpp_type() == FieldDescriptor::CPPTYPE_STRING) {
+        out << YAML::DoubleQuoted << r->GetRepeatedString(msg, f, i);
+      } else {
+        out << r->GetRepeatedInt32(msg, f, i);
+      }
     }
     out << YAML::EndSeq;
     return;
@@ -908,7 +1042,8 @@ void EmitMessage(YAML::Emitter& out, const Message& msg) {
   } else {
     for (int i = 0; i < d->field_count(); ++i) {
       const FieldDescriptor* f = d->field(i);
-      if (f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !r->HasField(msg, f)) continue;
+      if (f->is_map() && r->FieldSize(msg, f) == 0) continue;
+      if (!f->is_repeated() && f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !r->HasField(msg, f)) continue;
       // Unset optionals and zero scalars (which mean "default") stay out.
       if (!f->is_repeated() && !r->HasField(msg, f)) continue;
       EmitField(out, msg, f);
@@ -934,9 +1069,13 @@ void FlattenMessage(const Message& msg, const std::string& prefix,
   for (int i = 0; i < d->field_count(); ++i) {
     const FieldDescriptor* f = d->field(i);
     std::string k = key(f->name());
+    if (f->is_map()) continue;  // command.env: not part of a rank config
     if (f->is_repeated()) {
       std::vector<std::string> items;
-      for (int j = 0; j < r->FieldSize(msg, f); ++j) items.push_back(absl::StrCat(r->GetRepeatedInt32(msg, f, j)));
+      for (int j = 0; j < r->FieldSize(msg, f); ++j) {
+        items.push_back(f->cpp_type() == FieldDescriptor::CPPTYPE_STRING ? r->GetRepeatedString(msg, f, j)
+                                                                         : absl::StrCat(r->GetRepeatedInt32(msg, f, j)));
+      }
       (*out)[k] = absl::StrJoin(items, ",");
       continue;
     }
@@ -1073,6 +1212,19 @@ void ResolveJobSpecDefaults(v1::JobSpec* s) {
   if (s->world_size() == 0) s->set_world_size(1);
   if (s->device() == v1::DEVICE_UNSPECIFIED) s->set_device(v1::DEVICE_AUTO);
   if (s->backend() == v1::BACKEND_UNSPECIFIED) s->set_backend(v1::BACKEND_AUTO);
+  if (s->has_command()) {
+    // The user's program: no engine settings to fill in.
+    v1::CommandSpec* c = s->mutable_command();
+    if (c->local_rank() == v1::LOCAL_RANK_MODE_UNSPECIFIED) c->set_local_rank(v1::LOCAL_RANK_MODE_ENV);
+    if (c->arg_style() == v1::LOCAL_RANK_ARG_STYLE_UNSPECIFIED) {
+      c->set_arg_style(v1::LOCAL_RANK_ARG_STYLE_UNDERSCORE);
+    }
+    v1::CheckpointSpec* cp = s->mutable_checkpoint();
+    if (!cp->has_every_epochs()) cp->set_every_epochs(1);
+    if (cp->keep() == 0) cp->set_keep(2);
+    if (!s->restart().has_max_restarts()) s->mutable_restart()->set_max_restarts(3);
+    return;
+  }
 
   if (s->model().has_cnn()) {
     v1::CnnModel* c = s->mutable_model()->mutable_cnn();

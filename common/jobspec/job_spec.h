@@ -96,6 +96,11 @@ std::string CheckpointSpecHash(const v1::JobSpec& spec);
 std::vector<SpecError> CheckResumeCompatible(const v1::JobSpec& from, const std::string& from_id,
                                              const v1::JobSpec& to);
 
+// A variable the worker sets for every rank of a command job (torchrun's
+// contract and TRAINCTL_*): command.env may not set it. OMP_NUM_THREADS and
+// PYTHONPATH are not among them (the job may choose them).
+bool IsCommandContractVariable(std::string_view name);
+
 // The user-facing lower-case name of an enum value ("adam", "cuda", ...).
 std::string EnumValueName(const google::protobuf::EnumValueDescriptor* value);
 

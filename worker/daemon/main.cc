@@ -39,6 +39,13 @@ ABSL_FLAG(std::vector<std::string>, data_root, {},
 ABSL_FLAG(std::vector<std::string>, checkpoint_root, {},
           "directories (comma separated) a job's checkpoint.dir must lie in (default: anywhere; a "
           "job without checkpoint.dir always uses the work dir)");
+ABSL_FLAG(bool, allow_commands, false,
+          "run command jobs (the submitter's own program, as this daemon's user); off by default "
+          "because such a job runs arbitrary code on this host");
+ABSL_FLAG(std::string, python_dir, "",
+          "directory holding the trainctl Python module, put on command ranks' PYTHONPATH "
+          "(default: the source tree's python/ when run from a build tree, else none: the "
+          "installed module is on Python's own path)");
 ABSL_FLAG(int, telemetry_buffer_mb, 64,
           "metrics, logs and rank reports held until the coordinator acknowledges them; when "
           "full, log lines are dropped first");
@@ -78,6 +85,9 @@ int main(int argc, char** argv) {
   o.address = absl::GetFlag(FLAGS_address).empty() ? o.hostname : absl::GetFlag(FLAGS_address);
   o.rank_binary = absl::GetFlag(FLAGS_rank_binary).empty() ? DefaultRankBinary() : absl::GetFlag(FLAGS_rank_binary);
   o.rank_timeout_s = absl::GetFlag(FLAGS_rank_timeout_s);
+  o.allow_commands = absl::GetFlag(FLAGS_allow_commands);
+  o.python_dir = absl::GetFlag(FLAGS_python_dir).empty() ? trainctl::worker::DefaultPythonDir()
+                                                         : absl::GetFlag(FLAGS_python_dir);
   for (auto [flag, roots, out] : {std::tuple{"--data-root", absl::GetFlag(FLAGS_data_root), &o.data_roots},
                                   std::tuple{"--checkpoint-root", absl::GetFlag(FLAGS_checkpoint_root),
                                              &o.checkpoint_roots}}) {

@@ -16,9 +16,11 @@
 #include <fstream>
 #include <iostream>
 #include <random>
+#include <regex>
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "common/jobspec/job_spec.h"
@@ -134,7 +136,56 @@ struct WorkerDaemon::LocalAttempt {
   // fail as a configuration error instead of starting.
   std::string path_error;
   std::string spec_hash;
+  // A command job (spec.command): ranks are the user's program.
+  bool command = false;
+  // command.working_dir resolved under the path policy (command jobs).
+  std::string command_dir;
 };
+
+std::vector<std::string> CommandEnvironment(const std::string& job_id, int32_t attempt,
+                                            const v1::RankAssignment& ra, int32_t max_restarts,
+                                            const std::string& master_addr, const std::string& master_port,
+                                            const std::string& checkpoint_dir) {
+  return {absl::StrCat("RANK=", ra.rank()),
+          absl::StrCat("LOCAL_RANK=", ra.local_rank()),
+          absl::StrCat("WORLD_SIZE=", ra.world_size()),
+          absl::StrCat("LOCAL_WORLD_SIZE=", ra.local_world_size()),
+          absl::StrCat("GROUP_RANK=", ra.node_rank()),
+          absl::StrCat("GROUP_WORLD_SIZE=", std::max(1, ra.num_nodes())),
+          absl::StrCat("ROLE_RANK=", ra.rank()),
+          absl::StrCat("ROLE_WORLD_SIZE=", ra.world_size()),
+          "ROLE_NAME=default",
+          absl::StrCat("MASTER_ADDR=", master_addr),
+          absl::StrCat("MASTER_PORT=", master_port),
+          absl::StrCat("TORCHELASTIC_RESTART_COUNT=", std::max(0, attempt - 1)),
+          absl::StrCat("TORCHELASTIC_MAX_RESTARTS=", max_restarts),
+          absl::StrCat("TORCHELASTIC_RUN_ID=", job_id),
+          absl::StrCat("TRAINCTL_JOB_ID=", job_id),
+          absl::StrCat("TRAINCTL_ATTEMPT=", attempt),
+          absl::StrCat("TRAINCTL_CHECKPOINT_DIR=", checkpoint_dir),
+          "TRAINCTL_STATUS_FD=3"};
+}
+
+std::string DefaultPythonDir() {
+#ifdef TRAINCTL_SOURCE_PYTHON_DIR
+  std::error_code ec;
+  if (fs::exists(fs::path(TRAINCTL_SOURCE_PYTHON_DIR) / "trainctl" / "__init__.py", ec)) {
+    return TRAINCTL_SOURCE_PYTHON_DIR;
+  }
+#endif
+  return "";
+}
+
+std::string ExceptionLine(const std::deque<std::string>& lines) {
+  // "ValueError: ...", "torch.distributed.DistBackendError: ...",
+  // "KeyboardInterrupt", "SystemExit: 3": a dotted name ending in one of
+  // Python's exception suffixes, at the start of the line.
+  static const std::regex kException(R"(^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b.*)");
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+    if (std::regex_match(*it, kException)) return it->size() > 300 ? it->substr(0, 300) : *it;
+  }
+  return "";
+}
 
 absl::StatusOr<std::string> GenerateNcclUniqueId() {
   void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
@@ -184,7 +235,7 @@ absl::Status WorkerDaemon::Start() {
   if (options_.rank_binary.find('/') != std::string::npos) {
     options_.rank_binary = fs::absolute(options_.rank_binary, ec).lexically_normal().string();
   }
-  if (access(options_.rank_binary.c_str(), X_OK) != 0) {
+  if (access(options_.rank_binary.c_str(), X_OK) != 0 && !options_.allow_commands) {
     return absl::InvalidArgumentError(
         absl::StrCat("--rank-binary ", options_.rank_binary, ": not an executable file"));
   }
@@ -355,6 +406,7 @@ void WorkerDaemon::SessionLoop() {
     for (const v1::Slot& s : options_.slots) *r->add_slots() = s;
     for (const auto& [k, v] : options_.labels) (*r->mutable_labels())[k] = v;
     r->set_version(options_.version);
+    r->set_allow_commands(options_.allow_commands);
     for (v1::RunningRank& rr : RanksForRegister()) *r->add_running() = std::move(rr);
 
     if (std::getenv("TRAINCTL_WORKER_DEBUG") != nullptr) {
@@ -523,6 +575,21 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
   a->produce_rendezvous = s.produce_rendezvous();
   if (s.has_resume()) a->resume = s.resume();
   a->spec_hash = s.spec_hash();
+  a->command = s.spec().has_command();
+  if (a->command && !options_.allow_commands) {
+    a->path_error = "this worker does not run commands (start trainctl-worker with --allow-commands)";
+  } else if (a->command && !s.spec().command().working_dir().empty()) {
+    absl::StatusOr<std::string> dir = ResolveJobPath("command.working_dir", s.spec().command().working_dir(),
+                                                     base_dir_, options_.data_roots, "--data_root");
+    std::error_code ec;
+    if (!dir.ok()) {
+      a->path_error = std::string(dir.status().message());
+    } else if (!fs::is_directory(*dir, ec)) {
+      a->path_error = absl::StrCat("command.working_dir: ", *dir, " is not a directory on this worker");
+    } else {
+      a->command_dir = *dir;
+    }
+  }
   // Absolute (against the daemon's working directory) so the rank, whose
   // working directory differs, reads and writes the same place; a directory
   // the job chose must lie inside --checkpoint_root when one is set.
@@ -562,7 +629,7 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
   LocalAttempt& at = *a;
   attempts_[akey] = std::move(a);
   if (!at.produce_rendezvous) return;  // Wait for the delivery.
-  if (at.gpu) {
+  if (at.gpu && !at.command) {
     absl::StatusOr<std::string> id = GenerateNcclUniqueId();
     if (!id.ok()) {
       for (auto& [rank, r] : at.ranks) ReportLaunchFailure(at, r, std::string(id.status().message()));
@@ -588,6 +655,11 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
   auto it = at.ranks.find(0);
   if (it == at.ranks.end()) return;
   if (!at.store_port.Reserve()) {
+    if (at.command) {  // The user's program cannot report a port.
+      for (auto& [rank, r] : at.ranks) ReportLaunchFailure(at, r, "cannot reserve a MASTER_PORT on this host");
+      MaybeForget(akey);
+      return;
+    }
     Launch(at, it->second);  // Rank 0 picks a port and reports it.
     return;
   }
@@ -621,6 +693,10 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
   const v1::RankAssignment& ra = r.assignment;
   if (!a.path_error.empty()) {
     ReportLaunchFailure(a, r, a.path_error, v1::FAILURE_KIND_CONFIG);
+    return;
+  }
+  if (a.command) {
+    LaunchCommand(a, r);
     return;
   }
   std::string dir = absl::StrCat(options_.work_dir, "/jobs/", a.job_id, "/attempt-", a.number, "/rank-", ra.rank());
@@ -703,6 +779,86 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
   }
   r.pid = *pid;
   ReportStatus(a, r, v1::RANK_STATE_STARTING);
+}
+
+void WorkerDaemon::LaunchCommand(LocalAttempt& a, LocalRank& r) {
+  const v1::RankAssignment& ra = r.assignment;
+  const v1::CommandSpec& cmd = a.spec.command();
+  std::string scratch =
+      absl::StrCat(options_.work_dir, "/jobs/", a.job_id, "/attempt-", a.number, "/rank-", ra.rank());
+  std::error_code ec;
+  fs::create_directories(scratch, ec);
+  fs::create_directories(a.checkpoint_dir, ec);
+  std::string dir = a.command_dir.empty() ? scratch : a.command_dir;
+
+  RankLaunch l;
+  l.key = r.key;
+  l.work_dir = dir;
+  // argv[0] as a shell finds it: through PATH without a '/', else against
+  // the working directory.
+  std::string program = cmd.argv(0);
+  if (program.find('/') == std::string::npos) {
+    const char* path = std::getenv("PATH");
+    std::string found;
+    for (absl::string_view d : absl::StrSplit(path != nullptr ? path : "/usr/bin:/bin", ':')) {
+      std::string candidate = absl::StrCat(d.empty() ? "." : d, "/", program);
+      if (access(candidate.c_str(), X_OK) == 0 && !fs::is_directory(candidate, ec)) {
+        found = candidate;
+        break;
+      }
+    }
+    program = found.empty() ? program : found;
+  } else if (program[0] != '/') {
+    program = (fs::path(dir) / program).lexically_normal().string();
+  }
+  l.binary = program;
+  l.args.assign(cmd.argv().begin() + 1, cmd.argv().end());
+  if (cmd.local_rank() == v1::LOCAL_RANK_MODE_ARG || cmd.local_rank() == v1::LOCAL_RANK_MODE_BOTH) {
+    l.args.push_back(absl::StrCat(cmd.arg_style() == v1::LOCAL_RANK_ARG_STYLE_DASH ? "--local-rank=" : "--local_rank=",
+                                  ra.local_rank()));
+  }
+  std::string master_addr = options_.address, master_port = "0";
+  if (a.rendezvous.has_value()) {
+    master_addr = a.rendezvous->master_addr();
+    master_port = absl::StrCat(a.rendezvous->master_port());
+  }
+  for (const auto& [k, v] : cmd.env()) l.env.push_back(absl::StrCat(k, "=", v));
+  // torchrun's rule: one thread per rank when several share the host,
+  // unless the job (or the daemon's environment) says otherwise.
+  if (ra.local_world_size() > 1 && cmd.env().count("OMP_NUM_THREADS") == 0 &&
+      std::getenv("OMP_NUM_THREADS") == nullptr) {
+    l.env.push_back("OMP_NUM_THREADS=1");
+  }
+  std::vector<std::string> contract = CommandEnvironment(a.job_id, a.number, ra, a.spec.restart().max_restarts(),
+                                                         master_addr, master_port, a.checkpoint_dir);
+  l.env.insert(l.env.end(), contract.begin(), contract.end());
+  if (a.gpu) {
+    // Every local rank's GPU, in local-rank order: LOCAL_RANK indexes the
+    // visible devices, as under torchrun (torch.cuda.set_device(local_rank)).
+    std::vector<std::pair<int32_t, int32_t>> local;
+    for (const auto& [rank, other] : a.ranks) {
+      local.emplace_back(other.assignment.local_rank(), other.assignment.slot().index());
+    }
+    std::sort(local.begin(), local.end());
+    std::vector<std::string> devices;
+    for (const auto& [lr, index] : local) devices.push_back(absl::StrCat(index));
+    l.env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", absl::StrJoin(devices, ",")));
+  }
+  if (!options_.python_dir.empty() && cmd.env().count("PYTHONPATH") == 0) {
+    const char* existing = std::getenv("PYTHONPATH");
+    l.env.push_back(absl::StrCat("PYTHONPATH=", options_.python_dir,
+                                 existing != nullptr && *existing != 0 ? absl::StrCat(":", existing) : ""));
+  }
+  r.launched = true;
+  absl::StatusOr<pid_t> pid = supervisor_->Launch(l);
+  if (!pid.ok()) {
+    ReportLaunchFailure(a, r, absl::StrCat("cannot start ", cmd.argv(0), ": ", pid.status().message()));
+    return;
+  }
+  r.pid = *pid;
+  ReportStatus(a, r, v1::RANK_STATE_STARTING);
+  // The program need not speak the rank protocol: started is ready.
+  ReportStatus(a, r, v1::RANK_STATE_RUNNING);
 }
 
 void WorkerDaemon::OnStopRanks(const v1::StopRanks& s) {
@@ -947,6 +1103,18 @@ void WorkerDaemon::OnExit(const std::string& key, int code, int signal) {
     } else {
       e->set_kind(code == 127 ? v1::FAILURE_KIND_LAUNCH : v1::FAILURE_KIND_EXIT);
       if (e->message().empty()) e->set_message(absl::StrCat("exited with code ", code));
+    }
+    if (a->command && !r->error_kind.has_value()) {
+      // The user's program: say which rank, how it ended and, for a Python
+      // traceback, the exception line.
+      std::string how = signal != 0 ? absl::StrCat("killed by signal ", signal, " (", strsignal(signal), ")")
+                                    : absl::StrCat("exited with code ", code);
+      if (code == 127) how += " (the program could not be executed)";
+      if (code == 2) how += " (a usage error, e.g. argparse rejected an argument)";
+      e->set_message(absl::StrCat("rank ", r->assignment.rank(), " ", how));
+      std::string exception = ExceptionLine(r->last_lines);
+      if (!exception.empty()) e->set_message(absl::StrCat(e->message(), ": ", exception));
+      if (signal == 0 && code != 127) e->set_kind(v1::FAILURE_KIND_USER_CODE);
     }
   }
   Enqueue(m, true);

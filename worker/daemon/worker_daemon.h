@@ -72,6 +72,13 @@ struct DaemonOptions {
   std::vector<std::string> data_roots;
   std::vector<std::string> checkpoint_roots;
   std::string version = "0.1.0";
+  // Run command jobs (the user's own program, docs/command-jobs.md) as this
+  // daemon's user. Off by default: a job then runs code of the submitter's
+  // choosing on this host.
+  bool allow_commands = false;
+  // Directory holding the `trainctl` Python module, prepended to a command
+  // rank's PYTHONPATH ("" = leave PYTHONPATH as the daemon has it).
+  std::string python_dir;
 };
 
 class WorkerDaemon {
@@ -120,6 +127,8 @@ class WorkerDaemon {
   void OnExit(const std::string& key, int code, int signal);
   void LaunchPending(LocalAttempt& a);
   void Launch(LocalAttempt& a, LocalRank& r);
+  // A command job's rank: the user's program under torchrun's environment.
+  void LaunchCommand(LocalAttempt& a, LocalRank& r);
   void ReportStatus(const LocalAttempt& a, const LocalRank& r, v1::RankState state);
   // A rank that could not be started ends FAILED (kind LAUNCH, or CONFIG for
   // a refused path) with `why`.
@@ -167,6 +176,21 @@ class WorkerDaemon {
   bool started_ = false;
   bool shut_down_ = false;
 };
+
+// torchrun's environment contract for one rank of a command job, plus
+// TRAINCTL_* (docs/command-jobs.md): "NAME=value" entries.
+std::vector<std::string> CommandEnvironment(const std::string& job_id, int32_t attempt,
+                                            const v1::RankAssignment& ra, int32_t max_restarts,
+                                            const std::string& master_addr, const std::string& master_port,
+                                            const std::string& checkpoint_dir);
+
+// The source tree's python/ (holding the trainctl module) when this build
+// knows one and it exists, else "".
+std::string DefaultPythonDir();
+
+// The last line of `lines` that reads like a Python exception
+// ("ValueError: bad shape"), or "" when none does.
+std::string ExceptionLine(const std::deque<std::string>& lines);
 
 // The 128-byte NCCL unique id, from libnccl.so.2 loaded at run time
 // (UNAVAILABLE when NCCL is not installed on this host).

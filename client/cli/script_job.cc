@@ -1,0 +1,164 @@
+#include "client/cli/script_job.h"
+
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <streambuf>
+#include <thread>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "client/cli/context.h"
+
+namespace trainctl::cli {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Hands complete lines to `target` under a mutex shared by several such
+// buffers, so that the follow printer and the rank-output printer (two
+// threads) never interleave within a line.
+class LineSink : public std::streambuf {
+ public:
+  LineSink(std::ostream& target, absl::Mutex& mu) : target_(target), mu_(mu) {}
+  ~LineSink() override { sync(); }
+
+ protected:
+  int overflow(int c) override {
+    if (c == traits_type::eof()) return 0;
+    line_.push_back(static_cast<char>(c));
+    if (c == '\n') sync();
+    return c;
+  }
+  std::streamsize xsputn(const char* s, std::streamsize n) override {
+    for (std::streamsize i = 0; i < n; ++i) overflow(static_cast<unsigned char>(s[i]));
+    return n;
+  }
+  int sync() override {
+    if (line_.empty()) return 0;
+    absl::MutexLock lock(&mu_);
+    target_ << line_ << std::flush;
+    line_.clear();
+    return 0;
+  }
+
+ private:
+  std::ostream& target_;
+  absl::Mutex& mu_;
+  std::string line_;
+};
+
+}  // namespace
+
+int FollowJobWithRankOutput(CliContext& ctx, Client& client, const std::string& job_id) {
+  // As torchrun --tee: every rank's output, live, prefixed by its rank,
+  // between the follow printer's lines (never inside one).
+  absl::Mutex out_mu;
+  LineSink follow_buf(ctx.out, out_mu), log_buf(ctx.out, out_mu);
+  std::ostream follow_out(&follow_buf), log_out(&log_buf);
+  CliContext follow_ctx(follow_out, ctx.err, ctx.env);
+  follow_ctx.output = ctx.output;
+  follow_ctx.verb = ctx.verb;
+  follow_ctx.coordinator_flag = ctx.coordinator_flag;
+  follow_ctx.timeout_s = ctx.timeout_s;
+  LogsOptions lo;
+  lo.follow = true;
+  std::thread logs([&] {
+    absl::Status s = client.Logs(job_id, lo, [&](const v1::LogChunk& chunk) {
+      for (const v1::LogLine& l : chunk.lines()) log_out << "[rank" << l.rank() << "]: " << l.text() << "\n";
+      return true;
+    });
+    (void)s;  // The job's outcome is what FollowJob reports.
+  });
+  int code = FollowJob(follow_ctx, client, job_id);
+  logs.join();
+  follow_out << std::flush;
+  log_out << std::flush;
+  return code;
+}
+
+void AddScriptOptions(CLI::App* verb, ScriptJobFlags* flags) {
+  verb->add_option("--nproc-per-node,--nproc_per_node", flags->nproc_per_node,
+                   "With a program as FILE: ranks per node, as torchrun's (default 1)")
+      ->check(CLI::Range(1, 65536));
+  verb->add_option("--nnodes", flags->nnodes, "With a program as FILE: nodes; world_size = nproc-per-node x nnodes")
+      ->check(CLI::Range(1, 65536));
+  verb->add_option("--python", flags->python, "With a .py FILE: the interpreter every rank runs it with")
+      ->capture_default_str();
+  verb->add_option("ARGS", flags->script_args, "With a program as FILE: its arguments");
+}
+
+bool IsScriptForm(const std::string& file, const ScriptJobFlags& flags) {
+  return flags.nproc_per_node > 0 || !(absl::EndsWith(file, ".yaml") || absl::EndsWith(file, ".yml"));
+}
+
+ParsedJobSpec ScriptJobSpec(const std::string& file, const ScriptJobFlags& flags,
+                            const std::vector<std::string>& sets) {
+  // The job's name from the program's: "train_ddp.py" -> "train-ddp".
+  std::string name;
+  for (char c : fs::path(file).stem().string()) {
+    if (name.size() >= 40) break;
+    char l = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+    bool ok = (l >= 'a' && l <= 'z') || (l >= '0' && l <= '9');
+    if (ok) {
+      name += l;
+    } else if (!name.empty() && name.back() != '-') {
+      name += '-';
+    }
+  }
+  while (!name.empty() && name.back() == '-') name.pop_back();
+  if (name.empty()) name = "script";
+
+  v1::JobSpec spec;
+  spec.set_name(name);
+  spec.set_world_size(std::max(1, flags.nproc_per_node) * std::max(1, flags.nnodes));
+  v1::CommandSpec* c = spec.mutable_command();
+  if (absl::EndsWith(file, ".py")) c->add_argv(flags.python);
+  c->add_argv(file);
+  for (const std::string& a : flags.script_args) c->add_argv(a);
+  std::error_code ec;
+  c->set_working_dir(fs::current_path(ec).string());
+  // Through the job.yaml path: the same validation, and --set on top.
+  return ParseJobSpecYaml(JobSpecToYaml(spec), file, sets);
+}
+
+std::vector<std::string> SeparateScriptArgs(int argc, const char* const argv[]) {
+  std::vector<std::string> out(argv, argv + argc);
+  // Options of trainctl (global, run, submit) that take a separate value.
+  static const char* const kTakesValue[] = {"--coordinator", "-o", "--output", "--timeout", "--set",
+                                            "--state-dir", "--resume", "--gpus", "--slots", "--rank-binary",
+                                            "--nproc-per-node", "--nproc_per_node", "--nnodes", "--python"};
+  auto takes_value = [](const std::string& a) {
+    for (const char* o : kTakesValue) {
+      if (a == o) return true;
+    }
+    return false;
+  };
+  size_t i = 1;
+  for (; i < out.size(); ++i) {
+    if (takes_value(out[i])) {
+      ++i;
+      continue;
+    }
+    if (!out[i].empty() && out[i][0] != '-') break;
+  }
+  if (i >= out.size() || (out[i] != "run" && out[i] != "submit")) return out;
+  for (size_t j = i + 1; j < out.size(); ++j) {
+    const std::string& a = out[j];
+    if (a == "--") return out;
+    if (takes_value(a)) {
+      ++j;
+      continue;
+    }
+    if (a.empty() || a[0] == '-') continue;
+    // FILE: a program with arguments after it gets the separator.
+    if (j + 1 < out.size() && out[j + 1] != "--" && !absl::EndsWith(a, ".yaml") && !absl::EndsWith(a, ".yml")) {
+      out.insert(out.begin() + static_cast<std::ptrdiff_t>(j) + 1, "--");
+    }
+    return out;
+  }
+  return out;
+}
+
+}  // namespace trainctl::cli

@@ -1,0 +1,62 @@
+// torchrun's command line for `trainctl run` and `trainctl submit`:
+//
+//   trainctl run --nproc-per-node 2 train.py --epochs 3
+//
+// FILE is then a program (not a job.yaml) and everything after it is its
+// own arguments; the verb builds a command job (docs/command-jobs.md) that
+// runs `python3 train.py --epochs 3` as every rank, in the current directory.
+//
+// Pure functions; thread-safe.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "common/jobspec/job_spec.h"
+
+namespace CLI {
+class App;
+}
+
+namespace trainctl {
+class Client;
+}
+
+namespace trainctl::cli {
+
+struct CliContext;
+
+// FollowJob, with every rank's log lines printed live as torchrun --tee
+// does ("[rank1]: epoch 0 ..."), for command jobs in table output.
+int FollowJobWithRankOutput(CliContext& ctx, Client& client, const std::string& job_id);
+
+struct ScriptJobFlags {
+  // Ranks per node (torchrun's --nproc-per-node); 0 = not given.
+  int nproc_per_node = 0;
+  // Nodes (torchrun's --nnodes): world_size = nproc_per_node * nnodes.
+  int nnodes = 1;
+  // Interpreter for a .py FILE.
+  std::string python = "python3";
+  // Arguments after FILE, for the program.
+  std::vector<std::string> script_args;
+};
+
+// Adds --nproc-per-node (also --nproc_per_node), --nnodes, --python and the
+// trailing ARGS to a verb that takes FILE.
+void AddScriptOptions(CLI::App* verb, ScriptJobFlags* flags);
+
+// FILE names a program rather than a job.yaml: it does not end in .yaml or
+// .yml, or --nproc-per-node was given.
+bool IsScriptForm(const std::string& file, const ScriptJobFlags& flags);
+
+// The command job for FILE (a .py file runs under flags.python), in the
+// current directory, with `sets` applied like on a job.yaml.
+ParsedJobSpec ScriptJobSpec(const std::string& file, const ScriptJobFlags& flags,
+                            const std::vector<std::string>& sets);
+
+// argv with "--" inserted after the FILE of `run` or `submit` when it names
+// a program and arguments follow, so that the program's own options
+// (`--epochs 3`) are not taken for trainctl's.
+std::vector<std::string> SeparateScriptArgs(int argc, const char* const argv[]);
+
+}  // namespace trainctl::cli

@@ -1,0 +1,45 @@
+"""Unit test of the trainctl Python module: lines on the status fd, silence without one."""
+import os
+import sys
+import unittest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+
+class ReportTest(unittest.TestCase):
+    def setUp(self):
+        import trainctl
+        self.t = trainctl
+        self.t._fd = None
+        self.t._broken = False
+
+    def test_without_fd_does_nothing(self):
+        os.environ.pop("TRAINCTL_STATUS_FD", None)
+        os.environ.pop("TRAINCTL_CHECKPOINT_DIR", None)
+        self.assertFalse(self.t.report(step=1, loss=0.5))
+        self.assertIsNone(self.t.checkpoint_dir())
+
+    def test_writes_protocol_lines(self):
+        r, w = os.pipe()
+        os.environ["TRAINCTL_STATUS_FD"] = str(w)
+        os.environ["TRAINCTL_CHECKPOINT_DIR"] = "/tmp/ck"
+        self.assertTrue(self.t.report(step=7, epoch=1, loss=0.25, lr=0.1, accuracy=0.9,
+                                      samples_seen=64.0))
+        os.close(w)
+        lines = os.read(r, 4096).decode().splitlines()
+        self.assertEqual(lines, ["progress 1 7",
+                                 "metric kind=train epoch=1 step=7 loss=0.25 lr=0.1 samples_seen=64"])
+        self.assertEqual(self.t.checkpoint_dir(), "/tmp/ck")
+
+    def test_closed_pipe_is_not_an_error(self):
+        r, w = os.pipe()
+        os.close(r)
+        os.environ["TRAINCTL_STATUS_FD"] = str(w)
+        import signal
+        signal.signal(signal.SIGPIPE, signal.SIG_IGN)
+        self.assertFalse(self.t.report(step=1, loss=float("nan")))
+        os.close(w)
+
+
+if __name__ == "__main__":
+    unittest.main()

@@ -1,0 +1,221 @@
+// Command jobs end to end: the DDP tutorial's own script (tests/support/
+// ddp_tutorial.py, Debian's python3-torch, Gloo on loopback) run by two real
+// worker daemons under torchrun's environment contract, with both launch
+// conventions; a rank killed with SIGKILL restarts the group; a raising
+// script's exception line is the job's reason; cancel leaves no process
+// (DataLoader workers included); a worker without --allow-commands runs none.
+#include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <sstream>
+
+#include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
+#include "common/jobspec/job_spec.h"
+#include "tests/support/cluster.h"
+
+namespace trainctl {
+namespace {
+
+using ::testing::HasSubstr;
+using trainctl::testing::Cluster;
+
+std::string SourceDir() {
+  const char* s = std::getenv("TRAINCTL_SOURCE_DIR");
+  return s != nullptr ? s : TRAINCTL_SOURCE_DIR_FALLBACK;
+}
+
+std::string Script() { return SourceDir() + "/tests/support/ddp_tutorial.py"; }
+
+bool HaveTorch() { return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0; }
+
+class CommandE2ETest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (!HaveTorch()) GTEST_SKIP() << "Debian's python3-torch is not installed";
+    std::string build = trainctl::testing::BuildDirOfThisTest();
+    cluster_ = std::make_unique<Cluster>(build, "/bin/false");
+    ASSERT_TRUE(cluster_->StartCoordinator());
+    ASSERT_TRUE(cluster_->StartWorker("w0", 1, false, {"--allow_commands"}));
+    ASSERT_TRUE(cluster_->StartWorker("w1", 1, false, {"--allow_commands"}));
+    ASSERT_TRUE(cluster_->WaitWorkers(2));
+  }
+
+  // A two-rank command job running the tutorial script with `args`.
+  v1::JobSpec Job(const std::string& local_rank, const std::string& args, int max_restarts = 1) {
+    std::string yaml = absl::StrCat("name: ddp-script\nworld_size: 2\ndevice: cpu\ncommand:\n  argv: [/usr/bin/python3, ",
+                                    Script(), args.empty() ? "" : ", ", args, "]\n  working_dir: ", cluster_->dir(),
+                                    "\n  local_rank: ", local_rank, "\nrestart: {max_restarts: ", max_restarts, "}\n");
+    ParsedJobSpec p = ParseJobSpecYaml(yaml, "job.yaml");
+    EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
+    return p.spec;
+  }
+
+  std::string RankLog(const std::string& id, int attempt, int rank) {
+    grpc::ClientContext ctx;
+    v1::GetLogsRequest req;
+    req.set_job_id(id);
+    req.set_attempt(attempt);
+    req.set_rank(rank);
+    auto logs = cluster_->jobs()->GetLogs(&ctx, req);
+    std::string all;
+    v1::LogChunk c;
+    while (logs->Read(&c)) {
+      for (const auto& l : c.lines()) all += l.text() + "\n";
+    }
+    return all;
+  }
+
+  // Waits for `path` to hold a pid; -1 on timeout.
+  static pid_t WaitForPid(const std::string& path, absl::Duration timeout) {
+    absl::Time deadline = absl::Now() + timeout;
+    while (absl::Now() < deadline) {
+      std::ifstream in(path);
+      pid_t pid = 0;
+      if (in >> pid && pid > 0) return pid;
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return -1;
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_F(CommandE2ETest, TutorialScriptTrainsWithEitherLaunchConvention) {
+  for (const std::string mode : {"arg", "env"}) {
+    SCOPED_TRACE(mode);
+    std::string id = cluster_->Submit(Job(mode, "--epochs, 2"));
+    ASSERT_FALSE(id.empty());
+    v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
+    ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
+    EXPECT_NE(j.attempts(0).ranks(0).worker_id(), j.attempts(0).ranks(1).worker_id()) << "2 ranks over 2 workers";
+    std::string log0 = RankLog(id, 1, 0), log1 = RankLog(id, 1, 1);
+    EXPECT_THAT(log1, HasSubstr(absl::StrCat("local_rank=0 from ", mode, " TORCHELASTIC_RESTART_COUNT=0")));
+    // The script all_gathers its parameters and prints them: equal on both.
+    size_t p0 = log0.find("final parameters"), p1 = log1.find("final parameters");
+    ASSERT_NE(p0, std::string::npos) << log0;
+    ASSERT_NE(p1, std::string::npos) << log1;
+    EXPECT_EQ(log0.substr(p0, log0.find('\n', p0) - p0), log1.substr(p1, log1.find('\n', p1) - p1));
+    EXPECT_THAT(log0, HasSubstr("identical=True"));
+    // trainctl.report() from the script reached the coordinator.
+    EXPECT_GT(j.progress().last_loss(), 0) << j.DebugString();
+  }
+}
+
+TEST_F(CommandE2ETest, KilledRankRestartsTheGroup) {
+  std::string marker = cluster_->dir() + "/victim.pid";
+  std::string id = cluster_->Submit(Job("env", absl::StrCat("--mode, hang-once, --marker, ", marker)));
+  pid_t victim = WaitForPid(marker, absl::Seconds(30));
+  ASSERT_GT(victim, 0);
+  ASSERT_EQ(kill(victim, SIGKILL), 0);
+  v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
+  ASSERT_EQ(j.attempts_size(), 2);
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_SIGNAL);
+  EXPECT_THAT(j.attempts(0).reason(), HasSubstr("rank 1 killed by signal 9")) << j.attempts(0).reason();
+  EXPECT_THAT(RankLog(id, 2, 1), HasSubstr("TORCHELASTIC_RESTART_COUNT=1"));
+  EXPECT_THAT(RankLog(id, 2, 0), HasSubstr("identical=True"));
+}
+
+TEST_F(CommandE2ETest, RaisingScriptNamesTheException) {
+  std::string id = cluster_->Submit(Job("env", "--mode, raise", /*max_restarts=*/0));
+  v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(60));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(j.state_reason(), HasSubstr("rank 1 exited with code 1: ValueError: learning rate must be positive, got -1"));
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_USER_CODE);
+}
+
+TEST_F(CommandE2ETest, CancelLeavesNoProcessBehind) {
+  std::string marker = cluster_->dir() + "/training.pid";
+  std::string id = cluster_->Submit(Job("env", absl::StrCat("--mode, hang, --marker, ", marker)));
+  ASSERT_GT(WaitForPid(marker, absl::Seconds(30)), 0);
+  const std::string needle = "--mode hang --marker " + marker;
+  // Two ranks, each with two DataLoader workers (forked: same command line).
+  EXPECT_GE(Cluster::ProcessesMatching(needle).size(), 4u);
+  grpc::ClientContext ctx;
+  v1::CancelJobRequest req;
+  req.set_job_id(id);
+  v1::Job ignored;
+  ASSERT_TRUE(cluster_->jobs()->CancelJob(&ctx, req, &ignored).ok());
+  v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_CANCELLED, absl::Seconds(30));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_CANCELLED);
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!Cluster::ProcessesMatching(needle).empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_TRUE(Cluster::ProcessesMatching(needle).empty());
+}
+
+TEST_F(CommandE2ETest, SubmitTakesTorchrunsFormAndFollowsWithRankOutput) {
+  std::string build = trainctl::testing::BuildDirOfThisTest();
+  trainctl::testing::Process submit({build + "/client/trainctl", "--coordinator", cluster_->address(), "submit",
+                                      "--follow", "--nproc-per-node", "2", "--python", "/usr/bin/python3", Script(),
+                                      "--epochs", "1"},
+                                     cluster_->dir() + "/submit.log", cluster_->dir());
+  ASSERT_TRUE(submit.Start());
+  int status = submit.Wait(absl::Seconds(60));
+  std::string out = submit.ReadLog();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("[rank1]: local_rank=0 from env TORCHELASTIC_RESTART_COUNT=0"));
+  EXPECT_THAT(out, HasSubstr("[rank0]: rank 0 final parameters"));
+  EXPECT_THAT(out, HasSubstr("SUCCEEDED"));
+
+  // The reporting script's progress points reach `--follow -o json`.
+  trainctl::testing::Process json({build + "/client/trainctl", "--coordinator", cluster_->address(), "-o", "json",
+                                    "submit", "--follow", "--nproc-per-node", "2", "--python", "/usr/bin/python3",
+                                    Script(), "--epochs", "1"},
+                                   cluster_->dir() + "/json.log", cluster_->dir());
+  ASSERT_TRUE(json.Start());
+  status = json.Wait(absl::Seconds(60));
+  out = json.ReadLog();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("\"kind\":\"KIND_TRAIN\"")) << out;
+  EXPECT_THAT(out, HasSubstr("\"loss\":"));
+}
+
+TEST(CommandPlacementTest, WorkerWithoutAllowCommandsRunsNone) {
+  std::string build = trainctl::testing::BuildDirOfThisTest();
+  Cluster cluster(build, "/bin/false");
+  ASSERT_TRUE(cluster.StartCoordinator());
+  ASSERT_TRUE(cluster.StartWorker("w0", 1));
+  ASSERT_TRUE(cluster.WaitWorkers(1));
+  v1::JobSpec spec;
+  spec.set_name("cmd");
+  spec.mutable_command()->add_argv("/bin/true");
+  std::string id = cluster.Submit(spec);
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  v1::Job j = cluster.Get(id);
+  while (j.state_reason().empty() && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+    j = cluster.Get(id);
+  }
+  EXPECT_EQ(j.state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(j.state_reason(), "no worker allows commands (start trainctl-worker with --allow-commands)");
+}
+
+TEST(CommandRunTest, TrainctlRunIsADropInForTorchrun) {
+  if (!HaveTorch()) GTEST_SKIP() << "Debian's python3-torch is not installed";
+  std::string build = trainctl::testing::BuildDirOfThisTest();
+  char tmpl[] = "/tmp/trainctl-run-cmd-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  trainctl::testing::Process run(
+      {build + "/client/trainctl", "run", "--nproc_per_node", "2", "--python", "/usr/bin/python3", "--state-dir",
+       dir + "/state", Script(), "--epochs", "1"},
+      dir + "/run.log", dir);
+  ASSERT_TRUE(run.Start());
+  int status = run.Wait(absl::Seconds(60));
+  std::string out = run.ReadLog();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("[rank0]: local_rank=0 from env TORCHELASTIC_RESTART_COUNT=0 OMP_NUM_THREADS=1"));
+  EXPECT_THAT(out, HasSubstr("[rank1]: local_rank=1 from env"));
+  EXPECT_THAT(out, HasSubstr("[rank1]: rank 1 final parameters"));
+  EXPECT_THAT(out, HasSubstr("identical=True"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
+}  // namespace
+}  // namespace trainctl

@@ -1,0 +1,42 @@
+// torchrun's environment for a command rank, and the exception line a
+// failed Python rank's reason quotes.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include "worker/daemon/worker_daemon.h"
+
+namespace trainctl::worker {
+namespace {
+
+using ::testing::ElementsAre;
+
+TEST(CommandEnvironmentTest, TorchrunsContract) {
+  v1::RankAssignment ra;
+  ra.set_rank(3);
+  ra.set_local_rank(1);
+  ra.set_world_size(4);
+  ra.set_local_world_size(2);
+  ra.set_node_rank(1);
+  ra.set_num_nodes(2);
+  EXPECT_THAT(CommandEnvironment("job-1", 3, ra, 5, "10.0.0.1", "29400", "/ck/job-1"),
+              ElementsAre("RANK=3", "LOCAL_RANK=1", "WORLD_SIZE=4", "LOCAL_WORLD_SIZE=2", "GROUP_RANK=1",
+                          "GROUP_WORLD_SIZE=2", "ROLE_RANK=3", "ROLE_WORLD_SIZE=4", "ROLE_NAME=default",
+                          "MASTER_ADDR=10.0.0.1", "MASTER_PORT=29400", "TORCHELASTIC_RESTART_COUNT=2",
+                          "TORCHELASTIC_MAX_RESTARTS=5", "TORCHELASTIC_RUN_ID=job-1", "TRAINCTL_JOB_ID=job-1",
+                          "TRAINCTL_ATTEMPT=3", "TRAINCTL_CHECKPOINT_DIR=/ck/job-1", "TRAINCTL_STATUS_FD=3"));
+}
+
+TEST(CommandEnvironmentTest, ExceptionLineIsTheLastOneThatReadsLikeAnException) {
+  std::deque<std::string> lines = {"Traceback (most recent call last):", "  File \"t.py\", line 3, in <module>",
+                                   "    raise ValueError('x')", "ValueError: x", "epoch 3 done"};
+  EXPECT_EQ(ExceptionLine(lines), "ValueError: x");
+  lines.push_back("torch.distributed.DistBackendError: NCCL error");
+  EXPECT_EQ(ExceptionLine(lines), "torch.distributed.DistBackendError: NCCL error");
+  EXPECT_EQ(ExceptionLine({"KeyboardInterrupt"}), "KeyboardInterrupt");
+  EXPECT_EQ(ExceptionLine({"SystemExit: 3"}), "SystemExit: 3");
+  EXPECT_EQ(ExceptionLine({"loss: 0.5", "Errors were found", "  ValueError: indented"}), "");
+  EXPECT_EQ(ExceptionLine({}), "");
+}
+
+}  // namespace
+}  // namespace trainctl::worker
