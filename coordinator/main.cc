@@ -32,7 +32,7 @@ ABSL_FLAG(int, progress_timeout_s, 300,
 ABSL_FLAG(int, rendezvous_timeout_s, 120, "an attempt whose ranks are not all ready by then fails");
 ABSL_FLAG(int, stop_grace_s, 10, "SIGTERM-to-SIGKILL grace for stopped ranks");
 ABSL_FLAG(int64_t, max_active_jobs, 100000, "most unfinished jobs held; more are refused");
-ABSL_FLAG(int64_t, metric_points_per_job, 100000, "metric points kept per job (oldest dropped)");
+ABSL_FLAG(int64_t, metric_points_per_job, 100000, "metric points kept per job (older ones downsampled to min/max/last per bucket)");
 ABSL_FLAG(int64_t, log_lines_per_rank, 10000, "log lines kept per rank and attempt (oldest dropped)");
 ABSL_FLAG(int, max_message_mb, 16, "largest gRPC message accepted or sent");
 
