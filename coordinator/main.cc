@@ -35,6 +35,9 @@ ABSL_FLAG(int64_t, max_active_jobs, 100000, "most unfinished jobs held; more are
 ABSL_FLAG(int64_t, metric_points_per_job, 100000, "metric points kept per job (older ones downsampled to min/max/last per bucket)");
 ABSL_FLAG(int64_t, log_lines_per_rank, 10000, "log lines kept per rank and attempt (oldest dropped)");
 ABSL_FLAG(int, max_message_mb, 16, "largest gRPC message accepted or sent");
+ABSL_FLAG(std::string, http_listen, "",
+          "HOST:PORT of an HTTP endpoint serving /metrics in Prometheus' text format (port 0: a free "
+          "one); empty (default): off");
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
@@ -75,6 +78,7 @@ int main(int argc, char** argv) {
   o.store.max_metric_points_per_job = absl::GetFlag(FLAGS_metric_points_per_job);
   o.store.max_log_lines_per_rank = absl::GetFlag(FLAGS_log_lines_per_rank);
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  o.http_listen = absl::GetFlag(FLAGS_http_listen);
   if (o.registry.heartbeat_interval <= absl::ZeroDuration() ||
       o.registry.lease_timeout <= o.registry.heartbeat_interval) {
     std::cerr << "trainctl-coordinator: --lease_timeout_ms must be greater than "
@@ -94,6 +98,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << "trainctl-coordinator listening on " << *addr << std::endl;
+  if (!server.http_address().empty()) {
+    std::cout << "trainctl-coordinator: metrics on http://" << server.http_address() << "/metrics" << std::endl;
+  }
 
   trainctl::WaitForStopSignal();
   std::cout << "trainctl-coordinator: shutting down" << std::endl;

@@ -22,6 +22,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
+#include "absl/time/clock.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -330,6 +331,8 @@ struct StateStore::Impl {
   // An open group transaction (BeginGroup .. CommitGroup/RollbackGroup), and
   // sqlite3_total_changes when it began (to tell whether it wrote anything).
   bool in_group ABSL_GUARDED_BY(mu) = false;
+  // Every COMMIT's duration (atomics: read without the lock).
+  LatencyHistogram commit_latency;
   int64_t group_changes ABSL_GUARDED_BY(mu) = 0;
 };
 
@@ -536,7 +539,9 @@ absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bo
   absl::Status status = body();
   if (status.ok() && write) status = InjectedFault(op);
   if (status.ok()) {
+    const absl::Time start = absl::Now();
     status = Query(db, stmts->commit, absl::StrCat(op, ": commit")).Run();
+    commit_latency.Observe(absl::Now() - start);
     if (status.ok()) return status;
   }
   // After some errors SQLite has already rolled back; then there is no
@@ -793,6 +798,8 @@ absl::StatusOr<int64_t> StateStore::Impl::DownsampleMetrics(const std::string& j
   return removed;
 }
 
+const LatencyHistogram& StateStore::commit_latency() const { return impl_->commit_latency; }
+
 absl::StatusOr<MetricPage> StateStore::ListMetricPage(const MetricPageQuery& query) {
   Impl& s = *impl_;
   absl::MutexLock lock(&s.mu);
@@ -990,7 +997,11 @@ absl::Status StateStore::CommitGroup(const std::string& worker_id, int64_t telem
     // nothing costs no disk write (see the header).
     status = Query(s.db, s.stmts->put_telemetry_seq, op).Bind(1, worker_id).Bind(2, telemetry_seq).Run();
   }
-  if (status.ok()) status = Query(s.db, s.stmts->commit, absl::StrCat(op, ": commit")).Run();
+  if (status.ok()) {
+    const absl::Time start = absl::Now();
+    status = Query(s.db, s.stmts->commit, absl::StrCat(op, ": commit")).Run();
+    s.commit_latency.Observe(absl::Now() - start);
+  }
   if (status.ok()) {
     s.in_group = false;
     return status;

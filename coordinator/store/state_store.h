@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/prometheus.h"
 #include "trainctl/v1/job.pb.h"
 #include "trainctl/v1/metrics.pb.h"
 #include "trainctl/v1/worker_service.pb.h"
@@ -150,6 +151,10 @@ class StateStore {
   absl::StatusOr<std::vector<v1::LogLine>> ListLogs(const std::string& job_id, int32_t attempt,
                                                     std::optional<int32_t> rank,
                                                     int64_t tail_lines);
+
+  // How long each COMMIT took (the fsync of synchronous=FULL): the
+  // coordinator's /metrics. Thread-safe to read at any time.
+  const LatencyHistogram& commit_latency() const;
 
   // Inserts or replaces the worker by id.
   absl::Status PutWorker(const v1::Worker& worker);

@@ -41,6 +41,9 @@ ABSL_FLAG(std::vector<std::string>, data_root, {},
 ABSL_FLAG(std::vector<std::string>, checkpoint_root, {},
           "directories (comma separated) a job's checkpoint.dir must lie in (default: anywhere; a "
           "job without checkpoint.dir always uses the work dir)");
+ABSL_FLAG(std::string, http_listen, "",
+          "HOST:PORT of an HTTP endpoint serving /metrics in Prometheus' text format (port 0: a free "
+          "one); empty (default): off");
 ABSL_FLAG(int, telemetry_buffer_mb, 64,
           "metrics, logs and rank reports held until the coordinator acknowledges them; when "
           "full, log lines are dropped first");
@@ -116,6 +119,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.slots = *slots;
+  o.http_listen = absl::GetFlag(FLAGS_http_listen);
 
   std::signal(SIGPIPE, SIG_IGN);
   trainctl::worker::WorkerDaemon daemon(o);
@@ -126,6 +130,9 @@ int main(int argc, char** argv) {
   std::cout << "trainctl-worker: " << o.slots.size() << " "
             << (o.slots[0].kind() == trainctl::v1::Slot::KIND_GPU ? "GPU" : "CPU")
             << " slot(s), coordinator " << o.coordinator << std::endl;
+  if (!daemon.http_address().empty()) {
+    std::cout << "trainctl-worker: metrics on http://" << daemon.http_address() << "/metrics" << std::endl;
+  }
   trainctl::WaitForStopSignal();
   std::cout << "trainctl-worker: stopping ranks and leaving" << std::endl;
   daemon.Shutdown(/*goodbye=*/true, absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s)));

@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "common/jobspec/job_spec.h"
+#include "common/prometheus.h"
 #include "common/time_util.h"
 #include "worker/daemon/path_policy.h"
 #include "worker/protocol/rank_protocol.h"
@@ -55,6 +56,9 @@ struct WorkerDaemon::LocalRank {
   // the next chunk, and the count dropped since the last one.
   std::vector<v1::LogLine> pending_logs;
   int64_t dropped = 0;
+  // Reported `ready`; its latest train window (for /metrics).
+  bool ready = false;
+  std::optional<v1::MetricPoint> last_train;
 };
 
 // A TCP port held for rank 0's store: bound (SO_REUSEADDR, not listening) so
@@ -211,15 +215,84 @@ absl::Status WorkerDaemon::Start() {
   supervisor_ = std::make_unique<RankSupervisor>(std::move(cb), so);
   loop_.Every(options_.metrics_flush, [this] { FlushMetrics(); });
   loop_.Every(options_.log_flush, [this] { FlushLogs(); });
+  if (!options_.http_listen.empty()) {
+    http_.Handle("/metrics", [this] {
+      return HttpServer::Reply{200, "text/plain; version=0.0.4; charset=utf-8", MetricsPage()};
+    });
+    absl::StatusOr<std::string> bound = http_.Start(options_.http_listen);
+    if (!bound.ok()) return bound.status();
+    http_address_ = *bound;
+  }
   started_ = true;
   session_ = std::thread([this] { SessionLoop(); });
   writer_ = std::thread([this] { WriterLoop(); });
   return absl::OkStatus();
 }
 
+std::string WorkerDaemon::MetricsPage() {
+  struct RankRow {
+    std::string job_id;
+    int32_t rank;
+    std::optional<v1::MetricPoint> last;
+  };
+  struct Snapshot {
+    std::map<std::string, int64_t> by_state;
+    std::vector<RankRow> running;
+  };
+  auto snap = std::make_shared<Snapshot>();
+  auto done = std::make_shared<absl::Notification>();
+  loop_.Post([this, snap, done] {
+    for (auto& [key, a] : attempts_) {
+      for (auto& [rank, r] : a->ranks) {
+        const char* state = !r.launched ? "waiting" : r.exited ? "exited" : r.ready ? "running" : "starting";
+        ++snap->by_state[state];
+        if (r.launched && !r.exited) snap->running.push_back({a->job_id, rank, r.last_train});
+      }
+    }
+    done->Notify();
+  });
+  const bool answered = done->WaitForNotificationWithTimeout(absl::Seconds(5));
+  PromWriter w;
+  w.Family("trainctl_worker_connected", "gauge", "1 while the daemon has a registered session with its coordinator.");
+  w.Sample("trainctl_worker_connected", {}, connected() ? 1 : 0);
+  w.Family("trainctl_worker_slots", "gauge", "Slots (GPUs or CPU slots) this worker offers.");
+  w.Sample("trainctl_worker_slots", {}, static_cast<double>(options_.slots.size()));
+  w.Family("trainctl_worker_loop_responsive", "gauge", "1 when the daemon's event loop answered within 5 s.");
+  w.Sample("trainctl_worker_loop_responsive", {}, answered ? 1 : 0);
+  if (!answered) return w.Take();
+  w.Family("trainctl_worker_ranks", "gauge",
+           "Rank processes of this worker's current attempts: waiting (not started), starting, running (ready), exited.");
+  for (const char* state : {"waiting", "starting", "running", "exited"}) {
+    w.Sample("trainctl_worker_ranks", {{"state", state}}, static_cast<double>(snap->by_state[state]));
+  }
+  struct Gauge {
+    const char* name;
+    const char* help;
+    double (*value)(const v1::MetricPoint&);
+  };
+  const Gauge gauges[] = {
+      {"trainctl_worker_rank_samples_per_second", "A running rank's samples/s (latest window).",
+       [](const v1::MetricPoint& p) { return p.samples_per_sec(); }},
+      {"trainctl_worker_rank_step_ms", "A running rank's mean ms per step: data + compute + exposed communication.",
+       [](const v1::MetricPoint& p) { return p.data_ms() + p.compute_ms() + p.comm_ms(); }},
+      {"trainctl_worker_rank_comm_ms", "A running rank's mean ms per step of communication not hidden behind backward.",
+       [](const v1::MetricPoint& p) { return p.comm_ms(); }},
+      {"trainctl_worker_rank_peak_memory_bytes", "A running rank's peak device memory (CUDA) or resident set (CPU).",
+       [](const v1::MetricPoint& p) { return static_cast<double>(p.peak_memory_bytes()); }},
+  };
+  for (const Gauge& g : gauges) {
+    w.Family(g.name, "gauge", g.help);
+    for (const RankRow& r : snap->running) {
+      if (r.last.has_value()) w.Sample(g.name, {{"job_id", r.job_id}, {"rank", absl::StrCat(r.rank)}}, g.value(*r.last));
+    }
+  }
+  return w.Take();
+}
+
 void WorkerDaemon::Shutdown(bool goodbye, absl::Duration grace) {
   if (shut_down_ || !started_) return;
   shut_down_ = true;
+  http_.Stop();
   // Stop every rank and wait (bounded) for them to go.
   for (const std::string& key : supervisor_->Running()) supervisor_->Stop(key, grace);
   absl::Time deadline = absl::Now() + grace + absl::Seconds(1);
@@ -756,6 +829,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       break;
     }
     case rankproto::StatusMessage::Type::kReady:
+      r->ready = true;
       ReportStatus(*a, *r, v1::RANK_STATE_RUNNING);
       break;
     case rankproto::StatusMessage::Type::kProgress: {
@@ -785,6 +859,17 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       Enqueue(m, true);
       break;
     }
+    case rankproto::StatusMessage::Type::kModel: {
+      if (r->assignment.rank() != 0) return;
+      v1::WorkerMessage m;
+      v1::FinalModelReport* rep = m.mutable_final_model();
+      rep->set_job_id(a->job_id);
+      rep->set_attempt(a->number);
+      rep->set_rank(0);
+      rep->set_path(msg->path);  // absolute: the rank got an absolute checkpoint dir
+      Enqueue(m, true);
+      break;
+    }
     case rankproto::StatusMessage::Type::kMetric: {
       const rankproto::RankMetric& rm = msg->metric;
       v1::MetricPoint p;
@@ -810,6 +895,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
         p.mutable_eval()->set_accuracy(rm.eval_accuracy);
         p.mutable_eval()->set_samples(rm.eval_samples);
       }
+      if (p.kind() == v1::MetricPoint::KIND_TRAIN) r->last_train = p;
       a->pending_metrics.push_back(std::move(p));
       if (a->pending_metrics.size() > 10000) a->pending_metrics.erase(a->pending_metrics.begin());
       break;
