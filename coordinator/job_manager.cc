@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/jobspec/job_spec.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
 #include "coordinator/scheduler/scheduler.h"
@@ -270,6 +271,16 @@ absl::Status JobManager::Commit(JobEntry& entry, v1::Job next, std::vector<Event
                                                StateName(next.state()), " transition: ", s.message()));
   }
 
+  if (from != next.state()) {
+    LogFields fields = {{"job_id", next.id()}, {"from", StateName(from)}, {"to", StateName(next.state())}};
+    if (next.attempts_size() > 0) fields.emplace_back("attempt", absl::StrCat(next.attempts(next.attempts_size() - 1).number()));
+    if (!next.state_reason().empty()) fields.emplace_back("reason", next.state_reason().substr(0, 300));
+    if (next.state() == v1::JOB_STATE_SUCCEEDED && !next.final_model().empty()) {
+      fields.emplace_back("final_model", next.final_model());
+    }
+    const bool bad = next.state() == v1::JOB_STATE_FAILED || next.state() == v1::JOB_STATE_RESTARTING;
+    LogEvent(bad ? LogLevel::kWarn : LogLevel::kInfo, "coordinator", "job_state", fields);
+  }
   bool was_active = !IsTerminal(from) && from != v1::JOB_STATE_UNSPECIFIED;
   entry.job = std::move(next);
   entry.last_event_seq = seq;

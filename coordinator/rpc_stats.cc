@@ -5,6 +5,7 @@
 #include <vector>
 
 #include "absl/time/clock.h"
+#include "common/log.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -16,7 +17,16 @@ class StatsInterceptor final : public grpc::experimental::Interceptor {
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
     if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
-      stats_->Record(method_, methods->GetSendStatus().error_code(), absl::Now() - start_);
+      const grpc::Status status = methods->GetSendStatus();
+      stats_->Record(method_, status.error_code(), absl::Now() - start_);
+      // A refused request, once, with the coordinator's reason. A cancelled
+      // stream (a watcher that went away) is not a refusal.
+      if (!status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
+        LogEvent(LogLevel::kInfo, "coordinator", "rpc_refused",
+                 {{"method", method_.substr(method_.rfind('/') + 1)},
+                  {"code", GrpcCodeName(status.error_code())},
+                  {"reason", status.error_message().substr(0, 300)}});
+      }
     }
     methods->Proceed();
   }

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "absl/time/clock.h"
 
@@ -333,6 +334,14 @@ struct StateStore::Impl {
   bool in_group ABSL_GUARDED_BY(mu) = false;
   // Every COMMIT's duration (atomics: read without the lock).
   LatencyHistogram commit_latency;
+  void ObserveCommit(absl::string_view op, absl::Duration took) {
+    commit_latency.Observe(took);
+    if (options.slow_commit_ms > 0 && took > absl::Milliseconds(options.slow_commit_ms)) {
+      LogEvent(LogLevel::kWarn, "coordinator", "slow_commit",
+               {{"op", std::string(op)}, {"took", absl::FormatDuration(took)},
+                {"threshold", absl::StrCat(options.slow_commit_ms, "ms")}});
+    }
+  }
   int64_t group_changes ABSL_GUARDED_BY(mu) = 0;
 };
 
@@ -541,7 +550,7 @@ absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bo
   if (status.ok()) {
     const absl::Time start = absl::Now();
     status = Query(db, stmts->commit, absl::StrCat(op, ": commit")).Run();
-    commit_latency.Observe(absl::Now() - start);
+    ObserveCommit(op, absl::Now() - start);
     if (status.ok()) return status;
   }
   // After some errors SQLite has already rolled back; then there is no
@@ -1000,7 +1009,7 @@ absl::Status StateStore::CommitGroup(const std::string& worker_id, int64_t telem
   if (status.ok()) {
     const absl::Time start = absl::Now();
     status = Query(s.db, s.stmts->commit, absl::StrCat(op, ": commit")).Run();
-    s.commit_latency.Observe(absl::Now() - start);
+    s.ObserveCommit(op, absl::Now() - start);
   }
   if (status.ok()) {
     s.in_group = false;

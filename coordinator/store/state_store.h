@@ -53,6 +53,8 @@ struct StoreOptions {
   int64_t max_metric_points_per_job = 100000;
   int64_t max_log_lines_per_rank = 10000;
   int64_t max_events_per_job = 10000;
+  // A COMMIT slower than this is logged (WARN slow_commit); <= 0: never.
+  int64_t slow_commit_ms = 200;
 };
 
 // Everything needed to rebuild the coordinator's memory at start.

@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "common/jobspec/job_spec.h"
+#include "common/log.h"
 #include "common/prometheus.h"
 #include "common/time_util.h"
 #include "worker/daemon/path_policy.h"
@@ -137,6 +138,11 @@ struct WorkerDaemon::LocalAttempt {
   std::string path_error;
   std::string spec_hash;
 };
+
+namespace {
+// "UNAVAILABLE" for a status without a message.
+std::string GrpcCodeText(grpc::StatusCode code) { return absl::StrCat("gRPC code ", static_cast<int>(code)); }
+}  // namespace
 
 absl::StatusOr<std::string> GenerateNcclUniqueId() {
   void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
@@ -401,6 +407,7 @@ std::vector<v1::RunningRank> WorkerDaemon::RanksForRegister() {
 void WorkerDaemon::SessionLoop() {
   std::mt19937_64 rng(std::random_device{}());
   absl::Duration backoff = options_.reconnect_min;
+  int64_t failures = 0;  // connection attempts in a row that did not register
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
@@ -449,6 +456,15 @@ void WorkerDaemon::SessionLoop() {
         stream_ = stream.get();
         connected_ = true;
       }
+      {
+        absl::MutexLock lock(&mu_);
+        LogEvent(LogLevel::kInfo, "worker", "registered",
+                 {{"worker_id", ack.worker_id()}, {"coordinator", options_.coordinator},
+                  {"running_ranks", absl::StrCat(r->running_size())},
+                  {"unacknowledged_reports", absl::StrCat(telemetry_.size())},
+                  {"heartbeat", absl::FormatDuration(heartbeat_interval_)}});
+      }
+      failures = 0;
       std::ofstream(id_file_ + ".tmp") << ack.worker_id() << "\n";
       std::rename((id_file_ + ".tmp").c_str(), id_file_.c_str());
       // Heartbeats from their own thread so a busy loop never delays them.
@@ -497,15 +513,24 @@ void WorkerDaemon::SessionLoop() {
       absl::MutexLock lock(&mu_);
       if (shutting_down_) return;
     }
-    if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS || st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-      std::cerr << "trainctl-worker: coordinator refused registration: " << st.error_message() << "\n";
-    } else if (registered) {
-      std::cerr << "trainctl-worker: session ended (" << st.error_message() << "); reconnecting\n";
-    }
     // Exponential backoff with full jitter.
     absl::Duration wait = absl::Milliseconds(
         std::uniform_int_distribution<int64_t>(absl::ToInt64Milliseconds(backoff) / 2,
                                                absl::ToInt64Milliseconds(backoff))(rng));
+    // Said at once and at every retry: an operator sees why nothing runs.
+    const std::string reason = st.error_message().empty() ? GrpcCodeText(st.error_code()) : st.error_message();
+    if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS || st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      LogEvent(LogLevel::kError, "worker", "registration_refused",
+               {{"coordinator", options_.coordinator}, {"reason", reason}, {"retry_in", absl::FormatDuration(wait)}});
+    } else if (registered) {
+      LogEvent(LogLevel::kWarn, "worker", "session_ended",
+               {{"coordinator", options_.coordinator}, {"reason", reason}, {"retry_in", absl::FormatDuration(wait)}});
+    } else {
+      ++failures;
+      LogEvent(LogLevel::kWarn, "worker", "coordinator_unreachable",
+               {{"coordinator", options_.coordinator}, {"reason", reason}, {"attempt", absl::StrCat(failures)},
+                {"retry_in", absl::FormatDuration(wait)}});
+    }
     absl::Time until = absl::Now() + wait;
     while (absl::Now() < until) {
       {
