@@ -4,6 +4,8 @@
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 
 namespace trainctl {
 
@@ -34,6 +36,11 @@ absl::StatusOr<std::string> HttpServer::Start(const std::string& listen) {
   int bound = port == 0 ? server_->bind_to_any_port(host.c_str()) : (server_->bind_to_port(host.c_str(), port) ? port : -1);
   if (bound <= 0) return absl::UnavailableError(absl::StrCat("--http-listen: cannot listen on ", listen));
   thread_ = std::thread([this] { server_->listen_after_bind(); });
+  // httplib's stop() does nothing before the accept loop runs (and the
+  // thread would then never end): return only once it runs.
+  for (absl::Time deadline = absl::Now() + absl::Seconds(5); !server_->is_running() && absl::Now() < deadline;) {
+    absl::SleepFor(absl::Milliseconds(1));
+  }
   return absl::StrCat(listen.substr(0, colon), ":", bound);
 }
 
