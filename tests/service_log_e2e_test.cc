@@ -108,6 +108,10 @@ TEST(ServiceLogE2ETest, CoordinatorAndWorkerLogRegistrationTransitionsAndRefusal
         << to << "\n" << log;
   }
 
+  EXPECT_TRUE(WaitLog(cluster.worker("w0"), "INFO worker rank_exited job_id=" + id + " attempt=1 rank=0 pid="))
+      << cluster.worker("w0")->ReadLog();
+  EXPECT_THAT(cluster.worker("w0")->ReadLog(), HasSubstr("INFO worker rank_started job_id=" + id + " attempt=1 rank=0"));
+
   // A refused request: its method, code and reason.
   grpc::ClientContext ctx;
   v1::GetJobRequest req;

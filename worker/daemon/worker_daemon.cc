@@ -783,6 +783,9 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
     return;
   }
   r.pid = *pid;
+  LogEvent(LogLevel::kInfo, "worker", "rank_started",
+           {{"job_id", a.job_id}, {"attempt", absl::StrCat(a.number)}, {"rank", absl::StrCat(r.assignment.rank())},
+            {"pid", absl::StrCat(r.pid)}});
   ReportStatus(a, r, v1::RANK_STATE_STARTING);
 }
 
@@ -1043,6 +1046,11 @@ void WorkerDaemon::OnExit(const std::string& key, int code, int signal) {
       if (e->message().empty()) e->set_message(absl::StrCat("exited with code ", code));
     }
   }
+  LogEvent(s->state() == v1::RANK_STATE_FAILED ? LogLevel::kWarn : LogLevel::kInfo, "worker", "rank_exited",
+           {{"job_id", a->job_id}, {"attempt", absl::StrCat(a->number)}, {"rank", absl::StrCat(r->assignment.rank())},
+            {"pid", absl::StrCat(r->pid)}, {"state", v1::RankState_Name(s->state())},
+            {"exit_code", absl::StrCat(code)}, {"signal", absl::StrCat(signal)},
+            {"reason", e->message().substr(0, 300)}});
   Enqueue(m, true);
   MaybeForget(key.substr(0, key.rfind('/')));
 }
