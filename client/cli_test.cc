@@ -314,6 +314,55 @@ TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
 
 // --- errors from the coordinator -------------------------------------------------
 
+TEST_F(CliTest, MetricsPrintsTheHistoryOfAnEndedJobAndDescribeSummarizesIt) {
+  cluster_.AddWorker("w0", 1);
+  cluster_.AddWorker("w1", 1);
+  std::string id = Submit();
+  ASSERT_TRUE(cluster_.RunAttemptToSuccess(id, 1, 2));
+
+  // Every stored point, after the job ended: 2 ranks x 2 epochs x (train, eval).
+  CliRun r = Run({"metrics", id});
+  ASSERT_EQ(r.code, 0) << r.err;
+  std::vector<std::string> lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 9u) << r.out;
+  EXPECT_THAT(lines[0], MatchesRegex("ATTEMPT +RANK +KIND +EPOCH +STEP +LOSS +LR +SAMPLES/S +DATA_MS +COMPUTE_MS "
+                                     "+COMM_MS +LOSS_SCALE +EVAL_LOSS +EVAL_ACC +TIME"));
+
+  r = Run({"metrics", id, "--rank", "1", "--kind", "eval", "-o", "csv"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_EQ(lines[0],
+            "attempt,rank,kind,epoch,step,loss,lr,samples_per_sec,data_ms,compute_ms,comm_ms,loss_scale,"
+            "eval_loss,eval_accuracy,time");
+  EXPECT_THAT(lines[1], StartsWith("1,1,eval,1,10,0.5,0,0.0,0.00,0.00,0.00,0,0.25,0.7500,"));
+  EXPECT_THAT(lines[2], StartsWith("1,1,eval,2,10,0.25,0,0.0,0.00,0.00,0.00,0,0.125,0.8500,"));
+
+  r = Run({"metrics", id, "--kind", "train", "-o", "json"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  auto resp = ParseJson<v1::GetMetricsResponse>(r.out);
+  ASSERT_EQ(resp.batches_size(), 1);
+  EXPECT_EQ(resp.batches(0).attempt(), 1);
+  EXPECT_EQ(resp.batches(0).points_size(), 4);
+
+  // The summary: best eval, rank 0's last loss, both ranks' mean throughput.
+  r = Run({"describe", id});
+  EXPECT_THAT(r.out, HasSubstr("Last eval:  epoch 2: loss 0.1250, accuracy 85.00%\n"));
+  EXPECT_THAT(r.out, HasSubstr("Summary:     best eval accuracy 85.00% (epoch 2, loss 0.1250), last loss 0.2500, "
+                               "mean 2000 samples/s\n"));
+
+  // Bad input names the field.
+  r = Run({"metrics", id, "--kind", "loss"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--kind"));
+  r = Run({"metrics", "no-such-job"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, HasSubstr("no-such-job"));
+  r = Run({"status", id, "-o", "csv"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--output: csv is only for `trainctl metrics`"));
+}
+
 TEST_F(CliTest, RpcErrorsPrintTheCoordinatorsReasonAndExitOne) {
   CliRun r = Run({"status", "no-such-job"});
   EXPECT_EQ(r.code, 1);

@@ -231,6 +231,32 @@ absl::Status Client::Logs(const std::string& job_id, const LogsOptions& options,
   return FromGrpc(status, options_.address);
 }
 
+absl::StatusOr<std::vector<v1::MetricBatch>> Client::Metrics(const std::string& job_id,
+                                                            const MetricsOptions& options) {
+  v1::GetMetricsRequest req;
+  req.set_job_id(job_id);
+  if (options.rank.has_value()) req.set_rank(*options.rank);
+  req.set_kind(options.kind);
+  std::vector<v1::MetricBatch> batches;
+  do {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline(options_.timeout));
+    v1::GetMetricsResponse resp;
+    absl::Status s = FromGrpc(stubs_->jobs->GetMetrics(&ctx, req, &resp), options_.address);
+    if (!s.ok()) return s;
+    for (v1::MetricBatch& b : *resp.mutable_batches()) {
+      // A page may continue the previous page's attempt: one batch per run.
+      if (!batches.empty() && batches.back().attempt() == b.attempt()) {
+        for (v1::MetricPoint& p : *b.mutable_points()) *batches.back().add_points() = std::move(p);
+      } else {
+        batches.push_back(std::move(b));
+      }
+    }
+    req.set_page_token(resp.next_page_token());
+  } while (!req.page_token().empty());
+  return batches;
+}
+
 absl::StatusOr<std::vector<v1::Worker>> Client::Workers(bool include_gone) {
   grpc::ClientContext ctx;
   ctx.set_deadline(Deadline(options_.timeout));

@@ -4,7 +4,11 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/grpcpp.h>
 
+#include <cctype>
+#include <map>
+
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
 #include "common/status_macros.h"
 
 namespace trainctl::coordinator {
@@ -41,6 +45,11 @@ absl::StatusOr<std::string> CoordinatorServer::Start() {
   builder.AddListeningPort(options_.listen, grpc::InsecureServerCredentials(), &port);
   builder.RegisterService(job_service_.get());
   builder.RegisterService(worker_service_.get());
+  {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+    interceptors.push_back(rpc_stats_.NewInterceptorFactory());
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
   // Keepalive: find dead peers on idle streams; accept the workers' pings.
@@ -59,8 +68,98 @@ absl::StatusOr<std::string> CoordinatorServer::Start() {
     jobs_->Tick();
     registry_->ForgetGone([this](const std::string& id) { return !jobs_->BusySlots(id).empty(); });
   });
+  if (!options_.http_listen.empty()) {
+    http_.Handle("/metrics", [this] {
+      return HttpServer::Reply{200, "text/plain; version=0.0.4; charset=utf-8", MetricsPage()};
+    });
+    TRAINCTL_ASSIGN_OR_RETURN(http_address_, http_.Start(options_.http_listen));
+  }
   std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
   return absl::StrCat(host, ":", port);
+}
+
+namespace {
+
+std::string Lower(const std::string& enum_name, const std::string& prefix) {
+  std::string s = enum_name.rfind(prefix, 0) == 0 ? enum_name.substr(prefix.size()) : enum_name;
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+}  // namespace
+
+std::string CoordinatorServer::MetricsPage() {
+  // State lives on the loop: take a snapshot there, format it here. A loop
+  // that does not answer in time leaves those families out, not the scrape
+  // hanging.
+  struct Snapshot {
+    JobGauges jobs;
+    std::map<v1::WorkerState, int64_t> workers;
+  };
+  auto snap = std::make_shared<Snapshot>();
+  auto done = std::make_shared<absl::Notification>();
+  loop_.Post([this, snap, done] {
+    snap->jobs = jobs_->Gauges();
+    for (const v1::Worker& w : registry_->List(/*include_gone=*/true)) ++snap->workers[w.state()];
+    done->Notify();
+  });
+  const bool answered = done->WaitForNotificationWithTimeout(absl::Seconds(5));
+
+  PromWriter w;
+  w.Family("trainctl_coordinator_up", "gauge", "1 while the coordinator serves; loop_responsive says whether its event loop answered this scrape.");
+  w.Sample("trainctl_coordinator_up", {}, 1);
+  w.Family("trainctl_coordinator_loop_responsive", "gauge", "1 when the control-plane loop answered within 5 s.");
+  w.Sample("trainctl_coordinator_loop_responsive", {}, answered ? 1 : 0);
+  if (answered) {
+    const JobGauges& g = snap->jobs;
+    w.Family("trainctl_jobs", "gauge", "Jobs the coordinator holds, by state.");
+    for (int s = v1::JOB_STATE_UNSPECIFIED + 1; v1::JobState_IsValid(s); ++s) {
+      auto it = g.jobs_by_state.find(static_cast<v1::JobState>(s));
+      w.Sample("trainctl_jobs", {{"state", Lower(v1::JobState_Name(s), "JOB_STATE_")}},
+               it == g.jobs_by_state.end() ? 0 : static_cast<double>(it->second));
+    }
+    w.Family("trainctl_queue_length", "gauge", "PENDING jobs waiting for slots.");
+    w.Sample("trainctl_queue_length", {}, static_cast<double>(g.queue_length));
+    w.Family("trainctl_queue_oldest_wait_seconds", "gauge", "How long the oldest PENDING job has waited.");
+    w.Sample("trainctl_queue_oldest_wait_seconds", {}, g.oldest_pending_seconds);
+    w.Family("trainctl_workers", "gauge", "Registered workers, by state.");
+    for (int s = v1::WORKER_STATE_UNSPECIFIED + 1; v1::WorkerState_IsValid(s); ++s) {
+      auto it = snap->workers.find(static_cast<v1::WorkerState>(s));
+      w.Sample("trainctl_workers", {{"state", Lower(v1::WorkerState_Name(s), "WORKER_STATE_")}},
+               it == snap->workers.end() ? 0 : static_cast<double>(it->second));
+    }
+    w.Family("trainctl_restarts_total", "counter", "Attempts that failed and were restarted, by failure kind.");
+    for (const auto& [kind, n] : g.restarts_by_kind) {
+      w.Sample("trainctl_restarts_total", {{"kind", Lower(v1::FailureKind_Name(kind), "FAILURE_KIND_")}},
+               static_cast<double>(n));
+    }
+    struct Gauge {
+      const char* name;
+      const char* help;
+      double JobGauges::Running::*field;
+    };
+    const Gauge gauges[] = {
+        {"trainctl_job_samples_per_second", "A running job's throughput, all ranks together (latest window).",
+         &JobGauges::Running::samples_per_sec},
+        {"trainctl_job_loss", "A running job's training loss (rank 0, latest window).", &JobGauges::Running::loss},
+        {"trainctl_job_step_data_ms", "Mean ms per step waiting for data (ranks averaged).", &JobGauges::Running::data_ms},
+        {"trainctl_job_step_compute_ms", "Mean ms per step in forward, backward and optimizer (ranks averaged).",
+         &JobGauges::Running::compute_ms},
+        {"trainctl_job_step_comm_ms", "Mean ms per step of communication not hidden behind backward (ranks averaged).",
+         &JobGauges::Running::comm_ms},
+        {"trainctl_job_loss_scale", "AMP fp16 loss scale of rank 0 (0 when off).", &JobGauges::Running::loss_scale},
+    };
+    for (const Gauge& gauge : gauges) {
+      w.Family(gauge.name, "gauge", gauge.help);
+      for (const JobGauges::Running& r : g.running) w.Sample(gauge.name, {{"job_id", r.id}}, r.*gauge.field);
+    }
+  }
+  rpc_stats_.Write(w);
+  if (store_ != nullptr) {
+    w.Family("trainctl_db_commit_duration_seconds", "histogram", "SQLite COMMIT time (synchronous=FULL: includes the fsync).");
+    store_->commit_latency().Write(w, "trainctl_db_commit_duration_seconds", {});
+  }
+  return w.Take();
 }
 
 std::shared_ptr<grpc::Channel> CoordinatorServer::InProcessChannel() {
@@ -76,6 +175,7 @@ void CoordinatorServer::Wait() {
 void CoordinatorServer::Shutdown() {
   if (shut_down_) return;
   shut_down_ = true;
+  http_.Stop();
   if (server_) {
     // Streams (sessions, watchers) are cancelled after the deadline.
     server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));

@@ -12,8 +12,10 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "common/event_loop.h"
+#include "common/http_server.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/metrics_hub.h"
+#include "coordinator/rpc_stats.h"
 #include "coordinator/services.h"
 #include "coordinator/store/state_store.h"
 #include "coordinator/telemetry_ledger.h"
@@ -36,6 +38,9 @@ struct CoordinatorOptions {
   StoreOptions store;
   // How often leases, hangs and timeouts are checked.
   absl::Duration check_interval = absl::Milliseconds(200);
+  // host:port of the HTTP endpoint serving /metrics (Prometheus); empty:
+  // none.
+  std::string http_listen;
   // Largest message accepted or sent, in bytes.
   int max_message_bytes = 16 << 20;
   const Clock* clock = SystemClock::Get();
@@ -58,6 +63,11 @@ class CoordinatorServer {
   // Runs fn on the control-plane loop and waits (tests and tools).
   void RunOnLoop(const std::function<void()>& fn) { loop_.RunSync(fn); }
   JobManager* jobs() { return jobs_.get(); }
+  // The /metrics page (Prometheus text format); callable from any thread
+  // but the loop's (it waits for a snapshot taken on the loop).
+  std::string MetricsPage();
+  // The bound HTTP "host:port" once started with http_listen; else empty.
+  const std::string& http_address() const { return http_address_; }
   WorkerRegistry* registry() { return registry_.get(); }
 
  private:
@@ -71,6 +81,10 @@ class CoordinatorServer {
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<grpc::Server> server_;
+  RpcStats rpc_stats_;
+  // Declared last: stopped (destroyed) first, before what it reads.
+  HttpServer http_;
+  std::string http_address_;
   bool shut_down_ = false;
 };
 

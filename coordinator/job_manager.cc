@@ -9,6 +9,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "common/jobspec/job_spec.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
 #include "coordinator/scheduler/scheduler.h"
@@ -295,11 +296,27 @@ absl::Status JobManager::Commit(JobEntry& entry, v1::Job next, std::vector<Event
     stored.push_back(std::move(ev));
   }
   if (IsTerminal(next.state()) && !next.has_end_time()) SetTimestamp(now, next.mutable_end_time());
+  if (next.state() == v1::JOB_STATE_SUCCEEDED && from != v1::JOB_STATE_SUCCEEDED &&
+      entry.final_model.has_value() && next.attempts_size() > 0 &&
+      entry.final_model->attempt() == next.attempts(next.attempts_size() - 1).number()) {
+    next.set_final_model(entry.final_model->path());
+    next.set_final_model_worker(entry.final_model_worker);
+  }
   if (absl::Status s = store_->PutJob(next, entry.submit_seq, stored); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("job ", next.id(), ": could not store the ",
                                                StateName(next.state()), " transition: ", s.message()));
   }
 
+  if (from != next.state()) {
+    LogFields fields = {{"job_id", next.id()}, {"from", StateName(from)}, {"to", StateName(next.state())}};
+    if (next.attempts_size() > 0) fields.emplace_back("attempt", absl::StrCat(next.attempts(next.attempts_size() - 1).number()));
+    if (!next.state_reason().empty()) fields.emplace_back("reason", next.state_reason().substr(0, 300));
+    if (next.state() == v1::JOB_STATE_SUCCEEDED && !next.final_model().empty()) {
+      fields.emplace_back("final_model", next.final_model());
+    }
+    const bool bad = next.state() == v1::JOB_STATE_FAILED || next.state() == v1::JOB_STATE_RESTARTING;
+    LogEvent(bad ? LogLevel::kWarn : LogLevel::kInfo, "coordinator", "job_state", fields);
+  }
   bool was_active = !IsTerminal(from) && from != v1::JOB_STATE_UNSPECIFIED;
   entry.job = std::move(next);
   entry.last_event_seq = seq;
@@ -967,6 +984,60 @@ absl::Status JobManager::ApplyRankStatus(const std::string& worker_id, const v1:
   }
 }
 
+JobGauges JobManager::Gauges() const {
+  JobGauges g;
+  const absl::Time now = clock_->Now();
+  for (const auto& [id, e] : jobs_) {
+    const v1::Job& job = e.job;
+    ++g.jobs_by_state[job.state()];
+    if (job.state() == v1::JOB_STATE_PENDING) {
+      ++g.queue_length;
+      g.oldest_pending_seconds =
+          std::max(g.oldest_pending_seconds, absl::ToDoubleSeconds(now - FromTimestamp(job.submit_time())));
+    }
+    for (int i = 0; i < job.attempts_size(); ++i) {
+      const bool followed = i + 1 < job.attempts_size() || job.state() == v1::JOB_STATE_RESTARTING;
+      if (job.attempts(i).state() == v1::ATTEMPT_STATE_FAILED && followed) {
+        ++g.restarts_by_kind[job.attempts(i).failure_kind()];
+      }
+    }
+    if (job.state() != v1::JOB_STATE_RUNNING) continue;
+    JobGauges::Running r;
+    r.id = id;
+    r.samples_per_sec = job.progress().samples_per_sec();
+    r.loss = job.progress().last_loss();
+    for (const auto& [rank, p] : e.last_points) {
+      r.data_ms += p.data_ms();
+      r.compute_ms += p.compute_ms();
+      r.comm_ms += p.comm_ms();
+      if (rank == 0) r.loss_scale = p.loss_scale();
+    }
+    if (!e.last_points.empty()) {
+      const double n = static_cast<double>(e.last_points.size());
+      r.data_ms /= n;
+      r.compute_ms /= n;
+      r.comm_ms /= n;
+    }
+    g.running.push_back(std::move(r));
+  }
+  return g;
+}
+
+absl::Status JobManager::OnFinalModel(const std::string& worker_id, const v1::FinalModelReport& rep) {
+  if (rep.path().empty() || rep.path()[0] != '/' || rep.path().size() > 4096 ||
+      rep.path().find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError("final_model.path: must be an absolute path of at most 4096 bytes");
+  }
+  if (rep.rank() != 0) return absl::InvalidArgumentError("final_model.rank: only rank 0 reports the final model");
+  v1::Attempt* a = nullptr;
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, EntryForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(),
+                                                         /*allow_stale=*/false, &a));
+  (void)a;
+  e->final_model = rep;
+  e->final_model_worker = worker_id;
+  return absl::OkStatus();
+}
+
 absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::CheckpointReport& rep) {
   const v1::CheckpointRecord& in = rep.record();
   if (in.path().empty() || in.path()[0] != '/' || in.path().size() > 4096 ||
@@ -1086,9 +1157,22 @@ absl::Status JobManager::OnMetrics(const std::string& worker_id, const v1::Metri
       r->set_last_step(global_step);
       SetTimestamp(now, r->mutable_last_progress_time());
     }
-    if (p.kind() == v1::MetricPoint::KIND_TRAIN) e->last_points[p.rank()] = p;
+    v1::MetricSummary* sum = e->job.mutable_metric_summary();
+    if (p.kind() == v1::MetricPoint::KIND_TRAIN) {
+      e->last_points[p.rank()] = p;
+      // Running mean of one rank's rate, times the ranks: all ranks together.
+      const double world = std::max(1, a->ranks_size());
+      double rank_mean = sum->mean_samples_per_sec() / world;
+      sum->set_train_points(sum->train_points() + 1);
+      rank_mean += (p.samples_per_sec() - rank_mean) / static_cast<double>(sum->train_points());
+      sum->set_mean_samples_per_sec(rank_mean * world);
+      if (p.rank() == 0) sum->set_last_loss(p.loss());
+    }
     if (p.kind() == v1::MetricPoint::KIND_EPOCH_END && p.rank() == 0 && p.has_eval()) {
       *e->job.mutable_progress()->mutable_last_eval() = p.eval();
+      if (!sum->has_best_eval() || p.eval().accuracy() > sum->best_eval().accuracy()) {
+        *sum->mutable_best_eval() = p.eval();
+      }
     }
     if (p.kind() == v1::MetricPoint::KIND_EPOCH_END && p.rank() == 0) {
       std::string msg = absl::StrFormat("epoch %d/%d done: loss %.4f", p.epoch() + 1,

@@ -36,6 +36,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -76,6 +77,28 @@ bool JobTransitionAllowed(v1::JobState from, v1::JobState to);
 bool IsTerminal(v1::JobState s);
 bool IsTerminal(v1::RankState s);
 
+// What the coordinator's /metrics shows of the jobs, taken on the loop.
+struct JobGauges {
+  std::map<v1::JobState, int64_t> jobs_by_state;
+  // PENDING jobs, and how long the oldest of them has waited.
+  int64_t queue_length = 0;
+  double oldest_pending_seconds = 0;
+  // Attempts that failed and were followed by a restart, by failure kind.
+  std::map<v1::FailureKind, int64_t> restarts_by_kind;
+  // Jobs RUNNING now: throughput summed over ranks; loss and loss scale of
+  // rank 0; step time split averaged over ranks (latest window each).
+  struct Running {
+    std::string id;
+    double samples_per_sec = 0;
+    double loss = 0;
+    double data_ms = 0;
+    double compute_ms = 0;
+    double comm_ms = 0;
+    double loss_scale = 0;
+  };
+  std::vector<Running> running;
+};
+
 class JobManager {
  public:
   JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* hub, const Clock* clock,
@@ -108,6 +131,13 @@ class JobManager {
   // Records a checkpoint a rank of this worker wrote (the coordinator's
   // record is what restarts and `resume_from` resume, nothing else).
   absl::Status OnCheckpoint(const std::string& worker_id, const v1::CheckpointReport& report);
+  // Rank 0 exported the final model: Job.final_model(_worker) are filled
+  // from it when the attempt SUCCEEDS (held in memory until then: a
+  // coordinator restarted in between leaves them empty).
+  absl::Status OnFinalModel(const std::string& worker_id, const v1::FinalModelReport& report);
+
+  // A snapshot for /metrics (on the loop; O(jobs + attempts)).
+  JobGauges Gauges() const;
 
   // --- periodic -----------------------------------------------------------
   // Hang detection and rendezvous timeouts; applies held and retried rank
@@ -132,6 +162,9 @@ class JobManager {
     int64_t last_event_seq = 0;
     // Latest KIND_TRAIN metric point per rank of the current attempt (memory only).
     absl::flat_hash_map<int32_t, v1::MetricPoint> last_points;
+    // Rank 0's final model report of the current attempt, until it SUCCEEDS.
+    std::optional<v1::FinalModelReport> final_model;
+    std::string final_model_worker;
   };
   struct EventSpec {
     std::string type;

@@ -281,11 +281,37 @@ TEST_F(JobManagerTest, WholeLifeWithRendezvousMetricsAndEvents) {
   auto stored = store_->ListMetrics(id, 100);
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(stored->size(), 3u);
+  EXPECT_EQ(j.metric_summary().train_points(), 2);
+  EXPECT_DOUBLE_EQ(j.metric_summary().mean_samples_per_sec(), 128) << "both ranks together";
+  EXPECT_DOUBLE_EQ(j.metric_summary().last_loss(), 0.5);
+  EXPECT_DOUBLE_EQ(j.metric_summary().best_eval().accuracy(), 0.75);
+
+  // Rank 0's final model: only rank 0, only an absolute path; shown once
+  // the job SUCCEEDED.
+  v1::FinalModelReport model;
+  model.set_job_id(id);
+  model.set_attempt(1);
+  model.set_rank(1);
+  model.set_path("/ckpt/model.pt");
+  EXPECT_EQ(jobs_->OnFinalModel("a", model).code(), absl::StatusCode::kInvalidArgument);
+  model.set_rank(0);
+  model.set_path("relative/model.pt");
+  EXPECT_EQ(jobs_->OnFinalModel("a", model).code(), absl::StatusCode::kInvalidArgument);
+  model.set_path("/ckpt/model.pt");
+  ASSERT_TRUE(jobs_->OnFinalModel("a", model).ok());
+  EXPECT_EQ(Get(id).final_model(), "");
 
   ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_SUCCEEDED).ok());
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
   ASSERT_TRUE(Status("a", id, 1, 1, v1::RANK_STATE_SUCCEEDED).ok());
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(Get(id).final_model(), "/ckpt/model.pt");
+  EXPECT_EQ(Get(id).final_model_worker(), "a");
+  // Stored with the job: a restarted coordinator still knows it.
+  auto snapshot = store_->LoadAll();
+  ASSERT_TRUE(snapshot.ok());
+  EXPECT_EQ(snapshot->jobs.back().final_model(), "/ckpt/model.pt");
+  EXPECT_EQ(snapshot->jobs.back().metric_summary().train_points(), 2);
   EXPECT_TRUE(Get(id).has_end_time());
   EXPECT_TRUE(sub.ended);
   EXPECT_THAT(sub.EventTypes(), ::testing::ElementsAre("running", "epoch_end", "succeeded"));

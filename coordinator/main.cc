@@ -10,6 +10,7 @@
 #include "common/stop_signals.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/match.h"
+#include "common/log.h"
 #include "coordinator/coordinator_server.h"
 
 ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
@@ -30,9 +31,13 @@ ABSL_FLAG(int, progress_timeout_s, 300,
 ABSL_FLAG(int, rendezvous_timeout_s, 120, "an attempt whose ranks are not all ready by then fails");
 ABSL_FLAG(int, stop_grace_s, 10, "SIGTERM-to-SIGKILL grace for stopped ranks");
 ABSL_FLAG(int64_t, max_active_jobs, 100000, "most unfinished jobs held; more are refused");
-ABSL_FLAG(int64_t, metric_points_per_job, 100000, "metric points kept per job (oldest dropped)");
+ABSL_FLAG(int64_t, metric_points_per_job, 100000, "metric points kept per job (older ones downsampled to min/max/last per bucket)");
 ABSL_FLAG(int64_t, log_lines_per_rank, 10000, "log lines kept per rank and attempt (oldest dropped)");
 ABSL_FLAG(int, max_message_mb, 16, "largest gRPC message accepted or sent");
+ABSL_FLAG(std::string, log_level, "info", "service log lines below this level are dropped: debug, info, warn, error");
+ABSL_FLAG(std::string, http_listen, "",
+          "HOST:PORT of an HTTP endpoint serving /metrics in Prometheus' text format (port 0: a free "
+          "one); empty (default): off");
 
 int main(int argc, char** argv) {
   trainctl::ParseDaemonFlags(
@@ -45,6 +50,14 @@ int main(int argc, char** argv) {
   // Debian's abseil keeps deadlock detection on in release builds; it costs
   // every lock a graph update (about 6% of the coordinator's CPU at 10k workers).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
+
+  trainctl::LogLevel level;
+  if (!trainctl::ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
+    std::cerr << "trainctl-coordinator: --log-level: '" << absl::GetFlag(FLAGS_log_level)
+              << "' is not one of debug, info, warn, error\n";
+    return 2;
+  }
+  trainctl::SetLogLevel(level);
 
   trainctl::coordinator::CoordinatorOptions o;
   o.listen = absl::GetFlag(FLAGS_listen);
@@ -68,6 +81,7 @@ int main(int argc, char** argv) {
   o.store.max_metric_points_per_job = absl::GetFlag(FLAGS_metric_points_per_job);
   o.store.max_log_lines_per_rank = absl::GetFlag(FLAGS_log_lines_per_rank);
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  o.http_listen = absl::GetFlag(FLAGS_http_listen);
   if (o.registry.heartbeat_interval <= absl::ZeroDuration() ||
       o.registry.lease_timeout <= o.registry.heartbeat_interval) {
     std::cerr << "trainctl-coordinator: --lease-timeout-ms must be greater than "
@@ -87,9 +101,14 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::cout << "trainctl-coordinator listening on " << *addr << std::endl;
+  trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "listening",
+                     {{"address", *addr}, {"db", o.db_path}, {"metrics", server.http_address().empty() ? "off" : "http://" + server.http_address() + "/metrics"}});
+  if (!server.http_address().empty()) {
+    std::cout << "trainctl-coordinator: metrics on http://" << server.http_address() << "/metrics" << std::endl;
+  }
 
   trainctl::WaitForStopSignal();
-  std::cout << "trainctl-coordinator: shutting down" << std::endl;
+  trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "shutting_down", {{"reason", "stop signal"}});
   server.Shutdown();
   return 0;
 }

@@ -5,7 +5,9 @@
 #include <iostream>
 
 #include "absl/cleanup/cleanup.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
 #include "absl/synchronization/mutex.h"
 
 namespace trainctl::coordinator {
@@ -439,6 +441,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
       case v1::WorkerMessage::kCheckpoint:
         s = ctx_.jobs->OnCheckpoint(worker_id_, msg.checkpoint());
         break;
+      case v1::WorkerMessage::kFinalModel:
+        s = ctx_.jobs->OnFinalModel(worker_id_, msg.final_model());
+        break;
       case v1::WorkerMessage::kGoodbye:
         Ended(/*left=*/true);
         Close(absl::OkStatus());
@@ -534,6 +539,41 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
 
 }  // namespace
 
+absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(JobManager& jobs, StateStore& store,
+                                                      const v1::GetMetricsRequest& req) {
+  TRAINCTL_RETURN_IF_ERROR(jobs.Get(req.job_id()).status());
+  MetricPageQuery q;
+  q.job_id = req.job_id();
+  if (req.has_rank()) {
+    if (req.rank() < 0) return absl::InvalidArgumentError(absl::StrCat("rank: ", req.rank(), " is negative"));
+    q.rank = req.rank();
+  }
+  if (!v1::MetricPoint::Kind_IsValid(req.kind())) {
+    return absl::InvalidArgumentError(absl::StrCat("kind: ", req.kind(), " is not a MetricPoint.Kind"));
+  }
+  q.kind = req.kind();
+  if (!req.page_token().empty() && (!absl::SimpleAtoi(req.page_token(), &q.after_id) || q.after_id < 0)) {
+    return absl::InvalidArgumentError(absl::StrCat("page_token: '", req.page_token().substr(0, 40),
+                                                   "' is not a token this coordinator returned"));
+  }
+  if (req.max_page_bytes() < 0) return absl::InvalidArgumentError("max_page_bytes: must not be negative");
+  q.max_bytes = req.max_page_bytes() == 0 ? kMaxMetricPageBytes
+                                          : std::clamp<int64_t>(req.max_page_bytes(), 1024, kMaxMetricPageBytes);
+  TRAINCTL_ASSIGN_OR_RETURN(MetricPage page, store.ListMetricPage(q));
+  v1::GetMetricsResponse resp;
+  v1::MetricBatch* batch = nullptr;
+  for (StoredMetricPoint& p : page.points) {
+    if (batch == nullptr || batch->attempt() != p.attempt) {
+      batch = resp.add_batches();
+      batch->set_job_id(req.job_id());
+      batch->set_attempt(p.attempt);
+    }
+    *batch->add_points() = std::move(p.point);
+  }
+  if (page.more) resp.set_next_page_token(absl::StrCat(page.points.back().id));
+  return resp;
+}
+
 // --- JobService ------------------------------------------------------------------
 
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* ctx,
@@ -584,6 +624,18 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
     absl::StatusOr<v1::Job> job = ctx_.jobs->Cancel(req->job_id(), req->reason());
     if (job.ok()) *resp = std::move(*job);
     reactor->Finish(ToGrpcStatus(job.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* JobServiceImpl::GetMetrics(grpc::CallbackServerContext* ctx,
+                                                     const v1::GetMetricsRequest* req,
+                                                     v1::GetMetricsResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  ctx_.loop->Post([this, reactor, req, resp] {
+    absl::StatusOr<v1::GetMetricsResponse> r = GetMetricsPage(*ctx_.jobs, *ctx_.store, *req);
+    if (r.ok()) *resp = std::move(*r);
+    reactor->Finish(ToGrpcStatus(r.status()));
   });
   return reactor;
 }

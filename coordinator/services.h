@@ -59,6 +59,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                                     const v1::WatchJobRequest* req) override;
   grpc::ServerWriteReactor<v1::LogChunk>* GetLogs(grpc::CallbackServerContext* ctx,
                                                   const v1::GetLogsRequest* req) override;
+  grpc::ServerUnaryReactor* GetMetrics(grpc::CallbackServerContext* ctx, const v1::GetMetricsRequest* req,
+                                       v1::GetMetricsResponse* resp) override;
 
  private:
   ServiceContext ctx_;
@@ -81,5 +83,11 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
 };
 
 grpc::Status ToGrpcStatus(const absl::Status& s);
+
+// Largest GetMetrics page (points' bytes): well under any message limit.
+inline constexpr int64_t kMaxMetricPageBytes = 1 << 20;
+// One GetMetrics page (on the loop): validates the request, reads the store.
+absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(JobManager& jobs, StateStore& store,
+                                                      const v1::GetMetricsRequest& req);
 
 }  // namespace trainctl::coordinator

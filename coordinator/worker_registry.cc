@@ -7,10 +7,18 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/log.h"
 #include "common/time_util.h"
 
 namespace trainctl::coordinator {
 namespace {
+
+// "WORKER_STATE_ALIVE" -> "alive".
+std::string Lower(const std::string& name) {
+  std::string s = name.substr(name.rfind('_') + 1);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
 
 constexpr int kMaxSlots = 1024;
 constexpr int kMaxLabels = 64;
@@ -100,6 +108,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
         "worker id ", id, " is held by a live session (host ", it->second.worker.hostname(),
         "); two daemons share a work dir, or the old session has not expired yet"));
   }
+  const std::string before = it != workers_.end() ? Lower(v1::WorkerState_Name(it->second.worker.state())) : "new";
   v1::Worker w = it != workers_.end() ? it->second.worker : v1::Worker();
   w.set_id(id);
   w.set_hostname(msg.hostname());
@@ -116,6 +125,10 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
   if (e.channel != nullptr && e.channel != channel) {
     e.channel->Close(absl::AbortedError("replaced by a new session of the same worker"));
   }
+  LogEvent(LogLevel::kInfo, "coordinator", "worker_registered",
+           {{"worker_id", id}, {"host", w.hostname()}, {"address", w.address()},
+            {"slots", absl::StrCat(w.slots_size())}, {"running_ranks", absl::StrCat(msg.running_size())},
+            {"was", before}});
   e.worker = std::move(w);
   e.channel = channel;
   e.lease_deadline = now + options_.lease_timeout;
@@ -140,6 +153,11 @@ void WorkerRegistry::SessionEnded(const std::string& id, const WorkerChannel* ch
   auto it = workers_.find(id);
   if (it == workers_.end() || it->second.channel != channel) return;
   it->second.channel = nullptr;
+  LogEvent(LogLevel::kInfo, "coordinator", "worker_session_ended",
+           {{"worker_id", id},
+            {"reason", left ? "goodbye (the daemon is shutting down)" : "stream broke without a goodbye"},
+            {"then", left ? "LEFT" : absl::StrCat("LOST unless it reconnects within ",
+                                                 absl::FormatDuration(options_.disconnect_grace))}});
   if (left && it->second.worker.state() == v1::WORKER_STATE_ALIVE) {
     it->second.worker.set_state(v1::WORKER_STATE_LEFT);
     // Memory goes ahead of a failed write: the worker is gone either way,
@@ -159,6 +177,9 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
   for (auto& [id, e] : workers_) {
     if (e.worker.state() != v1::WORKER_STATE_ALIVE || now < e.lease_deadline) continue;
     e.worker.set_state(v1::WORKER_STATE_LOST);
+    LogEvent(LogLevel::kWarn, "coordinator", "worker_lost",
+             {{"worker_id", id}, {"host", e.worker.hostname()},
+              {"reason", e.channel != nullptr ? "no heartbeat within the lease" : "no reconnect after its stream broke"}});
     // As for LEFT: a failed write only leaves a stale ALIVE row, which a
     // restarted coordinator expires again.
     if (absl::Status s = Persist(e.worker); !s.ok()) {
@@ -189,6 +210,7 @@ std::vector<std::string> WorkerRegistry::ForgetGone(const std::function<bool(con
       ++it;
       continue;  // tried again at the next pass
     }
+    LogEvent(LogLevel::kInfo, "coordinator", "worker_forgotten", {{"worker_id", it->first}});
     forgotten.push_back(it->first);
     it = workers_.erase(it);
   }

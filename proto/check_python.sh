@@ -16,7 +16,7 @@ assert job_pb2.JobSpec.FromString(spec.SerializeToString()) == spec
 assert hasattr(job_service_pb2_grpc, "JobServiceStub")
 assert hasattr(worker_service_pb2_grpc, "WorkerServiceStub")
 for svc, methods in [(job_service_pb2.DESCRIPTOR.services_by_name["JobService"],
-                      {"SubmitJob", "GetJob", "ListJobs", "CancelJob", "WatchJob", "GetLogs"}),
+                      {"SubmitJob", "GetJob", "ListJobs", "CancelJob", "WatchJob", "GetLogs", "GetMetrics"}),
                      (worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"],
                       {"Session", "ListWorkers"})]:
     assert set(svc.methods_by_name) == methods, (svc.name, set(svc.methods_by_name))

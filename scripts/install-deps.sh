@@ -20,6 +20,8 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-openmp
   # config, state, tests
   libyaml-cpp-dev libsqlite3-dev libgtest-dev libgmock-dev libcli11-dev
+  # /metrics endpoint (HTTP server), and the real Prometheus its test scrapes with
+  libcpp-httplib-dev prometheus
   # reference scripts, cross-language checks, real data
   python3-torch python3-grpcio python3-numpy dataset-fashion-mnist
 )

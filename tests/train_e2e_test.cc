@@ -114,6 +114,33 @@ TEST_F(TrainE2ETest, ClassicExampleTrainsOnShardsAndExportsTheModel) {
   }
   EXPECT_TRUE(tags.count("train/lr") && tags.count("train/samples_per_sec") && tags.count("epoch/loss"))
       << "tags seen: " << tags.size();
+  // Rank 0 reported where it put the model; the job says so.
+  EXPECT_EQ(j.final_model(), ckpt + "/model.pt");
+  EXPECT_EQ(j.final_model_worker(), j.attempts(0).ranks(0).worker_id());
+  EXPECT_GT(j.metric_summary().train_points(), 0);
+  EXPECT_GT(j.metric_summary().mean_samples_per_sec(), 0);
+  EXPECT_GT(j.metric_summary().last_loss(), 0);
+
+  // The metric history outlives the job: every epoch end of rank 1, in pages.
+  v1::GetMetricsRequest mreq;
+  mreq.set_job_id(id);
+  mreq.set_rank(1);
+  mreq.set_kind(v1::MetricPoint::KIND_EPOCH_END);
+  std::vector<int> epochs;
+  do {
+    grpc::ClientContext mctx;
+    v1::GetMetricsResponse resp;
+    ASSERT_TRUE(cluster_->jobs()->GetMetrics(&mctx, mreq, &resp).ok());
+    for (const auto& b : resp.batches()) {
+      EXPECT_EQ(b.attempt(), 1);
+      for (const auto& p : b.points()) {
+        EXPECT_EQ(p.rank(), 1);
+        epochs.push_back(p.epoch());
+      }
+    }
+    mreq.set_page_token(resp.next_page_token());
+  } while (!mreq.page_token().empty());
+  EXPECT_THAT(epochs, ::testing::ElementsAre(0, 1, 2));
 }
 
 TEST_F(TrainE2ETest, KilledDaemonMidRunRestartsFromTheCheckpoint) {

@@ -25,7 +25,7 @@ constexpr char kDefaultCoordinator[] = "localhost:7070";
 // function (see context.h) and one line here.
 constexpr VerbFactory kVerbs[] = {
     AddSubmitVerb, AddStatusVerb, AddDescribeVerb, AddListVerb,  AddLogsVerb,
-    AddCancelVerb, AddResumeVerb, AddCheckpointsVerb, AddWorkersVerb, AddRunVerb,
+    AddCancelVerb, AddResumeVerb, AddCheckpointsVerb, AddWorkersVerb, AddRunVerb, AddMetricsVerb,
 };
 
 constexpr char kMainFooter[] =
@@ -120,8 +120,9 @@ int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& 
   CliContext ctx(out, err, env);
   app.add_option("--coordinator", ctx.coordinator_flag, "Coordinator HOST:PORT")
       ->type_name("HOST:PORT");
-  app.add_option("-o,--output", ctx.output, "Output format: table (for people) or json (for scripts)")
-      ->check(CLI::IsMember({"table", "json"}))
+  app.add_option("-o,--output", ctx.output,
+                 "Output format: table (for people) or json (for scripts); csv for `metrics`")
+      ->check(CLI::IsMember({"table", "json", "csv"}))
       ->capture_default_str();
   app.add_option("--timeout", ctx.timeout_s, "Seconds to wait for the coordinator per call")
       ->check(CLI::PositiveNumber)
@@ -166,6 +167,10 @@ int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& 
   std::vector<CLI::App*> chosen = app.get_subcommands();
   if (chosen.empty()) return kExitUsage;  // require_subcommand already said so.
   ctx.verb = chosen.front()->get_name();
+  if (ctx.output == "csv" && ctx.verb != "metrics") {
+    err << "trainctl " << ctx.verb << ": --output: csv is only for `trainctl metrics`; use table or json\n";
+    return kExitUsage;
+  }
   auto it = runners.find(ctx.verb);
   if (it == runners.end()) return kExitUsage;
   return it->second();

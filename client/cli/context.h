@@ -28,6 +28,7 @@ struct CliContext {
 
   // Global flags.
   std::string coordinator_flag;
+  // "table", "json", or "csv" (metrics only).
   std::string output = "table";
   double timeout_s = 10;
   // The verb being run ("submit"), for error messages.
@@ -63,6 +64,8 @@ VerbRunner AddWorkersVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddResumeVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddCheckpointsVerb(CLI::App& app, CliContext& ctx);
+// metrics.cc: a job's stored metric points.
+VerbRunner AddMetricsVerb(CLI::App& app, CliContext& ctx);
 
 // Follows a job until it ends (follow mode output); 0 only when it SUCCEEDED.
 int FollowJob(CliContext& ctx, Client& client, const std::string& job_id);

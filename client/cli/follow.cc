@@ -139,7 +139,10 @@ int FollowPrinter::Finish(const v1::Job& job) {
     const v1::EvalResult& e = job.progress().last_eval();
     out_ << absl::StrFormat("final eval: loss %.4f, accuracy %.2f%%\n", e.loss(), e.accuracy() * 100);
   }
-  if (ok && !job.final_model().empty()) out_ << "final model: " << job.final_model() << "\n";
+  if (ok && !job.final_model().empty()) {
+    out_ << "final model: " << job.final_model() << " (torch.jit.load it in Python; on worker "
+         << job.final_model_worker() << ")\n";
+  }
   out_ << std::flush;
   return ok ? 0 : 1;
 }

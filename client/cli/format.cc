@@ -333,9 +333,25 @@ void PrintJobStatus(std::ostream& out, const v1::Job& job, absl::Time now) {
   out << text.substr(text.find('\n') + 1);
 }
 
+std::string MetricSummaryText(const v1::MetricSummary& s) {
+  std::vector<std::string> parts;
+  if (s.has_best_eval()) {
+    parts.push_back(absl::StrFormat("best eval accuracy %.2f%% (epoch %d, loss %.4f)", s.best_eval().accuracy() * 100,
+                                    s.best_eval().epoch() + 1, s.best_eval().loss()));
+  }
+  if (s.train_points() > 0) {
+    parts.push_back(absl::StrFormat("last loss %.4f", s.last_loss()));
+    parts.push_back(absl::StrCat("mean ", FormatRate(s.mean_samples_per_sec()), " samples/s"));
+  }
+  return absl::StrJoin(parts, ", ");
+}
+
 void PrintJobDescription(std::ostream& out, const v1::Job& job, const std::vector<v1::Event>& events,
                          absl::Time now) {
   PrintJobStatus(out, job, now);
+  if (std::string summary = MetricSummaryText(job.metric_summary()); !summary.empty()) {
+    out << "Summary:     " << summary << "\n";
+  }
   out << "\nSpec:\n";
   PrintSpecSummary(out, job.spec(), "  ");
   for (const v1::Attempt& a : job.attempts()) {

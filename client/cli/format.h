@@ -66,6 +66,9 @@ std::string ExitText(const v1::RankAssignment& r);
 void PrintSpecSummary(std::ostream& out, const v1::JobSpec& spec, const std::string& indent);
 // The `status` block: id, name, state and reason, attempts, progress, times.
 void PrintJobStatus(std::ostream& out, const v1::Job& job, absl::Time now);
+// "best eval accuracy 91.20% (epoch 3, loss 0.3012), last loss 0.2871, mean
+// 1234.5 samples/s"; parts without data are left out.
+std::string MetricSummaryText(const v1::MetricSummary& s);
 // The `describe` text: status block, spec summary, every attempt with its
 // placement and rank states, then the events.
 void PrintJobDescription(std::ostream& out, const v1::Job& job, const std::vector<v1::Event>& events,

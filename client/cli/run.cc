@@ -14,6 +14,7 @@
 #include <filesystem>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "client/cli/context.h"
 #include "client/cli/script_job.h"
 #include "common/jobspec/job_spec.h"
@@ -117,6 +118,9 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   co.db_path = state_dir + "/state.db";
   co.registry.heartbeat_interval = absl::Milliseconds(500);
   co.registry.lease_timeout = absl::Seconds(5);
+  // The embedded services' event lines (registrations, transitions) would
+  // only interleave with the follow output that already says what matters.
+  SetLogLevel(LogLevel::kError);
   coordinator::CoordinatorServer server(co);
   absl::StatusOr<std::string> addr = server.Start();
   if (!addr.ok()) return ctx.Fail(addr.status());
@@ -176,7 +180,10 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
     pthread_kill(on_signal.native_handle(), SIGUSR1);
     on_signal.join();
     std::string model = job->spec().checkpoint().dir() + "/model.pt";
-    if (code == kExitOk && !ctx.json() && !spec.has_command() && fs::exists(model)) {
+    // FollowJob printed it already when rank 0 reported it (Job.final_model).
+    absl::StatusOr<v1::Job> ended = client->Get(job->id());
+    const bool said = ended.ok() && !ended->final_model().empty();
+    if (code == kExitOk && !ctx.json() && !said && !spec.has_command() && fs::exists(model)) {
       ctx.out << "final model: " << model << " (torch.jit.load it in Python)\n";
     }
     if (interrupted && spec.has_command()) {

@@ -66,6 +66,14 @@ struct LogsOptions {
   bool follow = false;
 };
 
+// Which stored metric points Metrics returns.
+struct MetricsOptions {
+  // Only this rank; unset = every rank.
+  std::optional<int> rank;
+  // KIND_TRAIN or KIND_EPOCH_END (with the eval results); unset = both.
+  v1::MetricPoint::Kind kind = v1::MetricPoint::KIND_UNSPECIFIED;
+};
+
 // What a dry run says about a spec.
 struct DryRunResult {
   // The job as it would be stored: the resolved spec, state PENDING, no id.
@@ -126,6 +134,13 @@ class Client {
   // Returns OK also when `callback` stopped it.
   absl::Status Logs(const std::string& job_id, const LogsOptions& options,
                     const LogCallback& callback);
+
+  // A job's stored metric points (also after it ended), oldest first, one
+  // batch per run of points of one attempt; follows the coordinator's pages
+  // (each call bounded by options.timeout). Old train points of a long job
+  // are downsampled by the coordinator (min/max/last loss per bucket).
+  absl::StatusOr<std::vector<v1::MetricBatch>> Metrics(const std::string& job_id,
+                                                       const MetricsOptions& options = {});
 
   // Registered workers; with include_gone also LOST and LEFT ones.
   absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_gone = false);

@@ -6,6 +6,7 @@
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,7 +21,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/log.h"
 #include "common/status_macros.h"
+#include "absl/time/clock.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -252,6 +255,10 @@ struct StateStore::Impl {
   absl::Status Exec(const char* sql, absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::StatusOr<int64_t> PragmaInt(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Downsamples the job's oldest `oldest` metric rows in place (see
+  // StoreOptions); returns how many rows it deleted.
+  absl::StatusOr<int64_t> DownsampleMetrics(const std::string& job_id, int64_t oldest,
+                                            absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status PrepareStatements() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void RollbackGroupLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
@@ -312,6 +319,7 @@ struct StateStore::Impl {
     Statement trim_events, trim_metrics, trim_logs;
     Statement load_jobs, max_event_seq, load_workers;
     Statement list_events, list_metrics, log_ranks, list_logs_rank;
+    Statement oldest_metrics, delete_metric, page_metrics;
   };
   std::unique_ptr<Statements> stmts ABSL_GUARDED_BY(mu);
 
@@ -324,6 +332,16 @@ struct StateStore::Impl {
   // An open group transaction (BeginGroup .. CommitGroup/RollbackGroup), and
   // sqlite3_total_changes when it began (to tell whether it wrote anything).
   bool in_group ABSL_GUARDED_BY(mu) = false;
+  // Every COMMIT's duration (atomics: read without the lock).
+  LatencyHistogram commit_latency;
+  void ObserveCommit(absl::string_view op, absl::Duration took) {
+    commit_latency.Observe(took);
+    if (options.slow_commit_ms > 0 && took > absl::Milliseconds(options.slow_commit_ms)) {
+      LogEvent(LogLevel::kWarn, "coordinator", "slow_commit",
+               {{"op", std::string(op)}, {"took", absl::FormatDuration(took)},
+                {"threshold", absl::StrCat(options.slow_commit_ms, "ms")}});
+    }
+  }
   int64_t group_changes ABSL_GUARDED_BY(mu) = 0;
 };
 
@@ -489,6 +507,12 @@ absl::Status StateStore::Impl::PrepareStatements() {
       {&s.list_metrics,
        "SELECT id, blob FROM (SELECT id, blob FROM metrics WHERE job_id = ?1 "
        "ORDER BY id DESC LIMIT ?2) ORDER BY id"},
+      {&s.oldest_metrics,
+       "SELECT id, attempt, rank, blob FROM metrics WHERE job_id = ?1 ORDER BY id LIMIT ?2"},
+      {&s.delete_metric, "DELETE FROM metrics WHERE id = ?1"},
+      {&s.page_metrics,
+       "SELECT id, attempt, blob FROM metrics WHERE job_id = ?1 AND id > ?2 "
+       "AND (?3 < 0 OR rank = ?3) ORDER BY id"},
       {&s.log_ranks, "SELECT DISTINCT rank FROM logs WHERE job_id = ?1 AND attempt = ?2 ORDER BY rank"},
       {&s.list_logs_rank,
        "SELECT id, blob FROM (SELECT id, blob FROM logs WHERE job_id = ?1 AND attempt = ?2 "
@@ -527,7 +551,9 @@ absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bo
   absl::Status status = body();
   if (status.ok() && write) status = InjectedFault(op);
   if (status.ok()) {
+    const absl::Time start = absl::Now();
     status = Query(db, stmts->commit, absl::StrCat(op, ": commit")).Run();
+    ObserveCommit(op, absl::Now() - start);
     if (status.ok()) return status;
   }
   // After some errors SQLite has already rolled back; then there is no
@@ -723,6 +749,10 @@ absl::Status StateStore::AppendMetrics(const v1::MetricBatch& batch) {
     if (max_points <= 0) return absl::OkStatus();
     count += batch.points_size();
     if (count > max_points) {
+      TRAINCTL_ASSIGN_OR_RETURN(int64_t removed, s.DownsampleMetrics(batch.job_id(), count / 2, op));
+      count -= removed;
+    }
+    if (count > max_points) {
       TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->trim_metrics, absl::StrCat(op, ": retention"))
                                    .Bind(1, batch.job_id())
                                    .Bind(2, count - max_points)
@@ -738,6 +768,74 @@ absl::Status StateStore::AppendMetrics(const v1::MetricBatch& batch) {
     s.metric_counts.erase(batch.job_id());
   }
   return status;
+}
+
+absl::StatusOr<int64_t> StateStore::Impl::DownsampleMetrics(const std::string& job_id,
+                                                            int64_t oldest, absl::string_view op) {
+  struct Row {
+    int64_t id;
+    double loss;
+  };
+  // Consecutive train points per (attempt, rank) among the oldest rows.
+  std::map<std::pair<int64_t, int64_t>, std::vector<Row>> series;
+  {
+    Query q(db, stmts->oldest_metrics, absl::StrCat(op, ": downsample"));
+    q.Bind(1, job_id).Bind(2, oldest);
+    while (true) {
+      TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      v1::MetricPoint point;
+      TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(3), &point, absl::StrCat("metrics row ", q.Int(0))));
+      if (point.kind() != v1::MetricPoint::KIND_TRAIN) continue;
+      series[{q.Int(1), q.Int(2)}].push_back(Row{q.Int(0), point.loss()});
+    }
+  }
+  int64_t removed = 0;
+  for (const auto& [key, rows] : series) {
+    for (size_t start = 0; start + kMetricBucketPoints <= rows.size(); start += kMetricBucketPoints) {
+      const size_t end = start + kMetricBucketPoints;
+      size_t lo = start, hi = start;
+      for (size_t i = start; i < end; ++i) {
+        if (rows[i].loss < rows[lo].loss) lo = i;
+        if (rows[i].loss > rows[hi].loss) hi = i;
+      }
+      for (size_t i = start; i < end; ++i) {
+        if (i == lo || i == hi || i == end - 1) continue;
+        TRAINCTL_RETURN_IF_ERROR(
+            Query(db, stmts->delete_metric, absl::StrCat(op, ": downsample")).Bind(1, rows[i].id).Run());
+        ++removed;
+      }
+    }
+  }
+  return removed;
+}
+
+const LatencyHistogram& StateStore::commit_latency() const { return impl_->commit_latency; }
+
+absl::StatusOr<MetricPage> StateStore::ListMetricPage(const MetricPageQuery& query) {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  MetricPage page;
+  int64_t bytes = 0;
+  Query q(s.db, s.stmts->page_metrics, absl::StrCat("ListMetricPage('", query.job_id, "')"));
+  q.Bind(1, query.job_id).Bind(2, query.after_id).Bind(3, int64_t{query.rank.value_or(-1)});
+  while (true) {
+    TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    StoredMetricPoint stored{q.Int(0), static_cast<int32_t>(q.Int(1)), {}};
+    absl::string_view blob = q.Blob(2);
+    TRAINCTL_RETURN_IF_ERROR(ParseBlob(blob, &stored.point, absl::StrCat("metrics row ", stored.id)));
+    if (query.kind != v1::MetricPoint::KIND_UNSPECIFIED && stored.point.kind() != query.kind) continue;
+    // Room for the point and its framing in the response.
+    const int64_t size = static_cast<int64_t>(blob.size()) + 16;
+    if (!page.points.empty() && bytes + size > query.max_bytes) {
+      page.more = true;
+      break;
+    }
+    bytes += size;
+    page.points.push_back(std::move(stored));
+  }
+  return page;
 }
 
 absl::StatusOr<std::vector<v1::MetricPoint>> StateStore::ListMetrics(const std::string& job_id,
@@ -922,7 +1020,11 @@ absl::Status StateStore::CommitGroup(
       if (!status.ok()) break;
     }
   }
-  if (status.ok()) status = Query(s.db, s.stmts->commit, absl::StrCat(op, ": commit")).Run();
+  if (status.ok()) {
+    const absl::Time start = absl::Now();
+    status = Query(s.db, s.stmts->commit, absl::StrCat(op, ": commit")).Run();
+    s.ObserveCommit(op, absl::Now() - start);
+  }
   if (status.ok()) {
     s.in_group = false;
     return status;

@@ -33,6 +33,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/prometheus.h"
 #include "trainctl/v1/job.pb.h"
 #include "trainctl/v1/metrics.pb.h"
 #include "trainctl/v1/worker_service.pb.h"
@@ -40,14 +41,52 @@
 namespace trainctl::coordinator {
 
 struct StoreOptions {
-  // Retention: the oldest rows beyond these are deleted as new ones arrive,
-  // so a long job cannot fill the disk. A bound <= 0 means unbounded.
+  // Retention, so a long job cannot fill the disk. A bound <= 0 means
+  // unbounded. Metric points over the bound are first downsampled: the
+  // oldest half of the job's points is cut into buckets of
+  // kMetricBucketPoints consecutive train points of one (attempt, rank), and
+  // each bucket keeps only its min-loss, max-loss and last point (real
+  // points, in arrival order), so a long job keeps the shape of its whole
+  // curve, coarser where older; epoch-end (eval) points are never
+  // downsampled. Only when that is not enough are the oldest rows deleted.
+  // Events and log lines beyond their bounds: the oldest are deleted.
   int64_t max_metric_points_per_job = 100000;
   int64_t max_log_lines_per_rank = 10000;
   int64_t max_events_per_job = 10000;
+  // A COMMIT slower than this is logged (WARN slow_commit); <= 0: never.
+  int64_t slow_commit_ms = 200;
 };
 
 // Everything needed to rebuild the coordinator's memory at start.
+// Points per downsampling bucket (see StoreOptions); each keeps at most 3.
+inline constexpr int kMetricBucketPoints = 8;
+
+// One page of a job's stored metric points (StateStore::ListMetricPage).
+struct MetricPageQuery {
+  std::string job_id;
+  // Only rows stored after this one (a previous page's last_id); 0 = from
+  // the start.
+  int64_t after_id = 0;
+  // Only this rank; unset = every rank.
+  std::optional<int32_t> rank;
+  // Only this kind; KIND_UNSPECIFIED = every kind.
+  v1::MetricPoint::Kind kind = v1::MetricPoint::KIND_UNSPECIFIED;
+  // Stop before the serialized points would exceed this many bytes (at
+  // least one point is returned when one matches).
+  int64_t max_bytes = 1 << 20;
+};
+struct StoredMetricPoint {
+  int64_t id;
+  int32_t attempt;
+  v1::MetricPoint point;
+};
+struct MetricPage {
+  // Arrival order.
+  std::vector<StoredMetricPoint> points;
+  // True when more matching points follow the last one returned.
+  bool more = false;
+};
+
 struct StoreSnapshot {
   // Every job with its attempts, in submission order (ascending submit_seq).
   std::vector<v1::Job> jobs;
@@ -100,6 +139,9 @@ class StateStore {
   // The newest `limit` points of a job (all attempts), oldest first
   // (<= 0: every kept point).
   absl::StatusOr<std::vector<v1::MetricPoint>> ListMetrics(const std::string& job_id, int64_t limit);
+  // A page of a job's points matching `query`, oldest first, with the
+  // attempt and row id of each (the id pages the next call).
+  absl::StatusOr<MetricPage> ListMetricPage(const MetricPageQuery& query);
 
   // Appends the chunk's lines. Applies retention per (job, attempt, rank).
   // The chunk's rank is authoritative: each line is stored with it.
@@ -111,6 +153,10 @@ class StateStore {
   absl::StatusOr<std::vector<v1::LogLine>> ListLogs(const std::string& job_id, int32_t attempt,
                                                     std::optional<int32_t> rank,
                                                     int64_t tail_lines);
+
+  // How long each COMMIT took (the fsync of synchronous=FULL): the
+  // coordinator's /metrics. Thread-safe to read at any time.
+  const LatencyHistogram& commit_latency() const;
 
   // Inserts or replaces the worker by id.
   absl::Status PutWorker(const v1::Worker& worker);

@@ -372,6 +372,100 @@ TEST(StateStoreTest, MetricRetentionKeepsNewestPerJob) {
   EXPECT_EQ(b->size(), 4u);
 }
 
+// A long job keeps the shape of its whole curve: over the bound, the oldest
+// half is downsampled to min/max/last per bucket (real points, in order),
+// eval points are all kept, and nothing is trimmed while downsampling
+// suffices.
+TEST(StateStoreTest, MetricRetentionDownsamplesOldPointsKeepingMinMaxLast) {
+  StoreOptions options;
+  options.max_metric_points_per_job = 64;
+  auto store = OpenOrDie(":memory:", options);
+  ASSERT_NE(store, nullptr);
+  // Steps 1..64 of rank 0; loss spikes at step 3 and dips at step 6.
+  v1::MetricBatch batch = MakeMetrics("a", 1, 1, 64);
+  batch.mutable_points(2)->set_loss(100);
+  batch.mutable_points(5)->set_loss(0.0001);
+  v1::MetricPoint* eval = batch.mutable_points(4);
+  eval->set_kind(v1::MetricPoint::KIND_EPOCH_END);
+  eval->mutable_eval()->set_accuracy(0.5);
+  ASSERT_TRUE(store->AppendMetrics(batch).ok());
+  EXPECT_EQ(store->ListMetrics("a", 0)->size(), 64u);
+  // One more: 65 > 64, so the oldest 32 rows (31 train points + the eval
+  // point) are downsampled in buckets of 8 train points.
+  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 65, 1)).ok());
+  auto points = store->ListMetrics("a", 0);
+  ASSERT_TRUE(points.ok());
+  std::vector<int64_t> steps = Steps(*points);
+  // Bucket 1 (steps 1,2,3,4,6,7,8,9): max 3, min 6, last 9. Bucket 2
+  // (10..17): losses fall, so max 10, min and last 17. Bucket 3 (18..25):
+  // 18, 25. Steps 26..32 are not a full bucket and stay; the eval point too.
+  std::vector<int64_t> expected = {3, 5, 6, 9, 10, 17, 18, 25};
+  for (int64_t s = 26; s <= 65; ++s) expected.push_back(s);
+  EXPECT_EQ(steps, expected);
+  EXPECT_EQ((*points)[1].kind(), v1::MetricPoint::KIND_EPOCH_END);
+  // The bound holds however long the job runs, and the first bucket's
+  // extremes survive every later round.
+  for (int64_t s = 66; s < 2000; s += 10) ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, s, 10)).ok());
+  points = store->ListMetrics("a", 0);
+  ASSERT_TRUE(points.ok());
+  EXPECT_LE(points->size(), 64u);
+  EXPECT_EQ(points->back().step(), 2005);
+  double max_loss = 0, min_loss = 1;
+  for (const v1::MetricPoint& p : *points) {
+    max_loss = std::max(max_loss, p.loss());
+    min_loss = std::min(min_loss, p.loss());
+  }
+  EXPECT_EQ(max_loss, 100);
+  EXPECT_EQ(min_loss, 0.0001);
+}
+
+TEST(StateStoreTest, ListMetricPageFiltersAndPagesByBytes) {
+  auto store = OpenOrDie(":memory:");
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 1, 10, /*rank=*/0)).ok());
+  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 2, 1, 10, /*rank=*/1)).ok());
+  v1::MetricBatch eval = MakeMetrics("a", 2, 11, 1, /*rank=*/1);
+  eval.mutable_points(0)->set_kind(v1::MetricPoint::KIND_EPOCH_END);
+  ASSERT_TRUE(store->AppendMetrics(eval).ok());
+  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("b", 1, 1, 5)).ok());
+
+  MetricPageQuery query;
+  query.job_id = "a";
+  query.rank = 1;
+  query.max_bytes = 1;  // one point per page
+  std::vector<int64_t> steps;
+  for (int pages = 0;; ++pages) {
+    ASSERT_LT(pages, 20);
+    auto page = store->ListMetricPage(query);
+    ASSERT_TRUE(page.ok()) << page.status();
+    ASSERT_EQ(page->points.size(), 1u);
+    EXPECT_EQ(page->points[0].attempt, 2);
+    EXPECT_EQ(page->points[0].point.rank(), 1);
+    steps.push_back(page->points[0].point.step());
+    query.after_id = page->points[0].id;
+    if (!page->more) break;
+  }
+  EXPECT_THAT(steps, ElementsAre(1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11));
+
+  query = MetricPageQuery();
+  query.job_id = "a";
+  query.kind = v1::MetricPoint::KIND_EPOCH_END;
+  auto evals = store->ListMetricPage(query);
+  ASSERT_TRUE(evals.ok());
+  ASSERT_EQ(evals->points.size(), 1u);
+  EXPECT_EQ(evals->points[0].point.step(), 11);
+  EXPECT_FALSE(evals->more);
+
+  query = MetricPageQuery();
+  query.job_id = "a";
+  auto all = store->ListMetricPage(query);
+  ASSERT_TRUE(all.ok());
+  EXPECT_EQ(all->points.size(), 21u);
+  EXPECT_FALSE(all->more);
+  query.job_id = "none";
+  EXPECT_TRUE(store->ListMetricPage(query)->points.empty());
+}
+
 TEST(StateStoreTest, LogRetentionPerJobAttemptRank) {
   StoreOptions options;
   options.max_log_lines_per_rank = 3;

@@ -60,6 +60,7 @@ class Cluster {
                    const std::vector<std::string>& extra_flags = {});
   void KillWorker(const std::string& name, int sig = 9);
   Process* worker(const std::string& name) { return workers_[name].get(); }
+  Process* coordinator() { return coordinator_.get(); }
 
   // Waits until `n` workers are ALIVE.
   bool WaitWorkers(int n, absl::Duration timeout = absl::Seconds(15));

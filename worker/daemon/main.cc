@@ -17,6 +17,7 @@
 #include "absl/strings/str_split.h"
 #include "worker/daemon/slot_inventory.h"
 #include "worker/daemon/path_policy.h"
+#include "common/log.h"
 #include "worker/daemon/worker_daemon.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:7070", "coordinator host:port");
@@ -46,6 +47,10 @@ ABSL_FLAG(std::string, python_dir, "",
           "directory holding the trainctl Python module, put on command ranks' PYTHONPATH "
           "(default: the source tree's python/ when run from a build tree, else none: the "
           "installed module is on Python's own path)");
+ABSL_FLAG(std::string, log_level, "info", "service log lines below this level are dropped: debug, info, warn, error");
+ABSL_FLAG(std::string, http_listen, "",
+          "HOST:PORT of an HTTP endpoint serving /metrics in Prometheus' text format (port 0: a free "
+          "one); empty (default): off");
 ABSL_FLAG(int, telemetry_buffer_mb, 64,
           "metrics, logs and rank reports held until the coordinator acknowledges them; when "
           "full, log lines are dropped first");
@@ -121,6 +126,14 @@ int main(int argc, char** argv) {
     return 2;
   }
   o.slots = *slots;
+  o.http_listen = absl::GetFlag(FLAGS_http_listen);
+  trainctl::LogLevel level;
+  if (!trainctl::ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
+    std::cerr << "trainctl-worker: --log-level: '" << absl::GetFlag(FLAGS_log_level)
+              << "' is not one of debug, info, warn, error\n";
+    return 2;
+  }
+  trainctl::SetLogLevel(level);
 
   std::signal(SIGPIPE, SIG_IGN);
   trainctl::worker::WorkerDaemon daemon(o);
@@ -131,8 +144,15 @@ int main(int argc, char** argv) {
   std::cout << "trainctl-worker: " << o.slots.size() << " "
             << (o.slots[0].kind() == trainctl::v1::Slot::KIND_GPU ? "GPU" : "CPU")
             << " slot(s), coordinator " << o.coordinator << std::endl;
+  if (!daemon.http_address().empty()) {
+    std::cout << "trainctl-worker: metrics on http://" << daemon.http_address() << "/metrics" << std::endl;
+  }
+  trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", "started",
+                     {{"coordinator", o.coordinator}, {"slots", absl::StrCat(o.slots.size())},
+                      {"work_dir", o.work_dir},
+                      {"metrics", daemon.http_address().empty() ? "off" : "http://" + daemon.http_address() + "/metrics"}});
   trainctl::WaitForStopSignal();
-  std::cout << "trainctl-worker: stopping ranks and leaving" << std::endl;
+  trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", "stopping", {{"reason", "stop signal"}, {"then", "stop ranks, say goodbye"}});
   daemon.Shutdown(/*goodbye=*/true, absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s)));
   return 0;
 }

@@ -24,6 +24,8 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
 #include "common/jobspec/job_spec.h"
+#include "common/log.h"
+#include "common/prometheus.h"
 #include "common/time_util.h"
 #include "worker/daemon/path_policy.h"
 #include "worker/protocol/rank_protocol.h"
@@ -57,6 +59,9 @@ struct WorkerDaemon::LocalRank {
   // the next chunk, and the count dropped since the last one.
   std::vector<v1::LogLine> pending_logs;
   int64_t dropped = 0;
+  // Reported `ready`; its latest train window (for /metrics).
+  bool ready = false;
+  std::optional<v1::MetricPoint> last_train;
 };
 
 // A TCP port held for rank 0's store: bound (SO_REUSEADDR, not listening) so
@@ -186,6 +191,10 @@ std::string ExceptionLine(const std::deque<std::string>& lines) {
   }
   return "";
 }
+namespace {
+// "UNAVAILABLE" for a status without a message.
+std::string GrpcCodeText(grpc::StatusCode code) { return absl::StrCat("gRPC code ", static_cast<int>(code)); }
+}  // namespace
 
 absl::StatusOr<std::string> GenerateNcclUniqueId() {
   void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
@@ -264,15 +273,84 @@ absl::Status WorkerDaemon::Start() {
   supervisor_ = std::make_unique<RankSupervisor>(std::move(cb), so);
   loop_.Every(options_.metrics_flush, [this] { FlushMetrics(); });
   loop_.Every(options_.log_flush, [this] { FlushLogs(); });
+  if (!options_.http_listen.empty()) {
+    http_.Handle("/metrics", [this] {
+      return HttpServer::Reply{200, "text/plain; version=0.0.4; charset=utf-8", MetricsPage()};
+    });
+    absl::StatusOr<std::string> bound = http_.Start(options_.http_listen);
+    if (!bound.ok()) return bound.status();
+    http_address_ = *bound;
+  }
   started_ = true;
   session_ = std::thread([this] { SessionLoop(); });
   writer_ = std::thread([this] { WriterLoop(); });
   return absl::OkStatus();
 }
 
+std::string WorkerDaemon::MetricsPage() {
+  struct RankRow {
+    std::string job_id;
+    int32_t rank;
+    std::optional<v1::MetricPoint> last;
+  };
+  struct Snapshot {
+    std::map<std::string, int64_t> by_state;
+    std::vector<RankRow> running;
+  };
+  auto snap = std::make_shared<Snapshot>();
+  auto done = std::make_shared<absl::Notification>();
+  loop_.Post([this, snap, done] {
+    for (auto& [key, a] : attempts_) {
+      for (auto& [rank, r] : a->ranks) {
+        const char* state = !r.launched ? "waiting" : r.exited ? "exited" : r.ready ? "running" : "starting";
+        ++snap->by_state[state];
+        if (r.launched && !r.exited) snap->running.push_back({a->job_id, rank, r.last_train});
+      }
+    }
+    done->Notify();
+  });
+  const bool answered = done->WaitForNotificationWithTimeout(absl::Seconds(5));
+  PromWriter w;
+  w.Family("trainctl_worker_connected", "gauge", "1 while the daemon has a registered session with its coordinator.");
+  w.Sample("trainctl_worker_connected", {}, connected() ? 1 : 0);
+  w.Family("trainctl_worker_slots", "gauge", "Slots (GPUs or CPU slots) this worker offers.");
+  w.Sample("trainctl_worker_slots", {}, static_cast<double>(options_.slots.size()));
+  w.Family("trainctl_worker_loop_responsive", "gauge", "1 when the daemon's event loop answered within 5 s.");
+  w.Sample("trainctl_worker_loop_responsive", {}, answered ? 1 : 0);
+  if (!answered) return w.Take();
+  w.Family("trainctl_worker_ranks", "gauge",
+           "Rank processes of this worker's current attempts: waiting (not started), starting, running (ready), exited.");
+  for (const char* state : {"waiting", "starting", "running", "exited"}) {
+    w.Sample("trainctl_worker_ranks", {{"state", state}}, static_cast<double>(snap->by_state[state]));
+  }
+  struct Gauge {
+    const char* name;
+    const char* help;
+    double (*value)(const v1::MetricPoint&);
+  };
+  const Gauge gauges[] = {
+      {"trainctl_worker_rank_samples_per_second", "A running rank's samples/s (latest window).",
+       [](const v1::MetricPoint& p) { return p.samples_per_sec(); }},
+      {"trainctl_worker_rank_step_ms", "A running rank's mean ms per step: data + compute + exposed communication.",
+       [](const v1::MetricPoint& p) { return p.data_ms() + p.compute_ms() + p.comm_ms(); }},
+      {"trainctl_worker_rank_comm_ms", "A running rank's mean ms per step of communication not hidden behind backward.",
+       [](const v1::MetricPoint& p) { return p.comm_ms(); }},
+      {"trainctl_worker_rank_peak_memory_bytes", "A running rank's peak device memory (CUDA) or resident set (CPU).",
+       [](const v1::MetricPoint& p) { return static_cast<double>(p.peak_memory_bytes()); }},
+  };
+  for (const Gauge& g : gauges) {
+    w.Family(g.name, "gauge", g.help);
+    for (const RankRow& r : snap->running) {
+      if (r.last.has_value()) w.Sample(g.name, {{"job_id", r.job_id}, {"rank", absl::StrCat(r.rank)}}, g.value(*r.last));
+    }
+  }
+  return w.Take();
+}
+
 void WorkerDaemon::Shutdown(bool goodbye, absl::Duration grace) {
   if (shut_down_ || !started_) return;
   shut_down_ = true;
+  http_.Stop();
   // Stop every rank and wait (bounded) for them to go.
   for (const std::string& key : supervisor_->Running()) supervisor_->Stop(key, grace);
   absl::Time deadline = absl::Now() + grace + absl::Seconds(1);
@@ -381,6 +459,7 @@ std::vector<v1::RunningRank> WorkerDaemon::RanksForRegister() {
 void WorkerDaemon::SessionLoop() {
   std::mt19937_64 rng(std::random_device{}());
   absl::Duration backoff = options_.reconnect_min;
+  int64_t failures = 0;  // connection attempts in a row that did not register
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
   args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
@@ -430,6 +509,15 @@ void WorkerDaemon::SessionLoop() {
         stream_ = stream.get();
         connected_ = true;
       }
+      {
+        absl::MutexLock lock(&mu_);
+        LogEvent(LogLevel::kInfo, "worker", "registered",
+                 {{"worker_id", ack.worker_id()}, {"coordinator", options_.coordinator},
+                  {"running_ranks", absl::StrCat(r->running_size())},
+                  {"unacknowledged_reports", absl::StrCat(telemetry_.size())},
+                  {"heartbeat", absl::FormatDuration(heartbeat_interval_)}});
+      }
+      failures = 0;
       std::ofstream(id_file_ + ".tmp") << ack.worker_id() << "\n";
       std::rename((id_file_ + ".tmp").c_str(), id_file_.c_str());
       // Heartbeats from their own thread so a busy loop never delays them.
@@ -478,15 +566,24 @@ void WorkerDaemon::SessionLoop() {
       absl::MutexLock lock(&mu_);
       if (shutting_down_) return;
     }
-    if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS || st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
-      std::cerr << "trainctl-worker: coordinator refused registration: " << st.error_message() << "\n";
-    } else if (registered) {
-      std::cerr << "trainctl-worker: session ended (" << st.error_message() << "); reconnecting\n";
-    }
     // Exponential backoff with full jitter.
     absl::Duration wait = absl::Milliseconds(
         std::uniform_int_distribution<int64_t>(absl::ToInt64Milliseconds(backoff) / 2,
                                                absl::ToInt64Milliseconds(backoff))(rng));
+    // Said at once and at every retry: an operator sees why nothing runs.
+    const std::string reason = st.error_message().empty() ? GrpcCodeText(st.error_code()) : st.error_message();
+    if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS || st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+      LogEvent(LogLevel::kError, "worker", "registration_refused",
+               {{"coordinator", options_.coordinator}, {"reason", reason}, {"retry_in", absl::FormatDuration(wait)}});
+    } else if (registered) {
+      LogEvent(LogLevel::kWarn, "worker", "session_ended",
+               {{"coordinator", options_.coordinator}, {"reason", reason}, {"retry_in", absl::FormatDuration(wait)}});
+    } else {
+      ++failures;
+      LogEvent(LogLevel::kWarn, "worker", "coordinator_unreachable",
+               {{"coordinator", options_.coordinator}, {"reason", reason}, {"attempt", absl::StrCat(failures)},
+                {"retry_in", absl::FormatDuration(wait)}});
+    }
     absl::Time until = absl::Now() + wait;
     while (absl::Now() < until) {
       {
@@ -778,6 +875,9 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
     return;
   }
   r.pid = *pid;
+  LogEvent(LogLevel::kInfo, "worker", "rank_started",
+           {{"job_id", a.job_id}, {"attempt", absl::StrCat(a.number)}, {"rank", absl::StrCat(r.assignment.rank())},
+            {"pid", absl::StrCat(r.pid)}});
   ReportStatus(a, r, v1::RANK_STATE_STARTING);
 }
 
@@ -929,6 +1029,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       break;
     }
     case rankproto::StatusMessage::Type::kReady:
+      r->ready = true;
       ReportStatus(*a, *r, v1::RANK_STATE_RUNNING);
       break;
     case rankproto::StatusMessage::Type::kProgress: {
@@ -958,6 +1059,17 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       Enqueue(m, true);
       break;
     }
+    case rankproto::StatusMessage::Type::kModel: {
+      if (r->assignment.rank() != 0) return;
+      v1::WorkerMessage m;
+      v1::FinalModelReport* rep = m.mutable_final_model();
+      rep->set_job_id(a->job_id);
+      rep->set_attempt(a->number);
+      rep->set_rank(0);
+      rep->set_path(msg->path);  // absolute: the rank got an absolute checkpoint dir
+      Enqueue(m, true);
+      break;
+    }
     case rankproto::StatusMessage::Type::kMetric: {
       const rankproto::RankMetric& rm = msg->metric;
       v1::MetricPoint p;
@@ -983,6 +1095,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
         p.mutable_eval()->set_accuracy(rm.eval_accuracy);
         p.mutable_eval()->set_samples(rm.eval_samples);
       }
+      if (p.kind() == v1::MetricPoint::KIND_TRAIN) r->last_train = p;
       a->pending_metrics.push_back(std::move(p));
       if (a->pending_metrics.size() > 10000) a->pending_metrics.erase(a->pending_metrics.begin());
       break;
@@ -1117,6 +1230,11 @@ void WorkerDaemon::OnExit(const std::string& key, int code, int signal) {
       if (signal == 0 && code != 127) e->set_kind(v1::FAILURE_KIND_USER_CODE);
     }
   }
+  LogEvent(s->state() == v1::RANK_STATE_FAILED ? LogLevel::kWarn : LogLevel::kInfo, "worker", "rank_exited",
+           {{"job_id", a->job_id}, {"attempt", absl::StrCat(a->number)}, {"rank", absl::StrCat(r->assignment.rank())},
+            {"pid", absl::StrCat(r->pid)}, {"state", v1::RankState_Name(s->state())},
+            {"exit_code", absl::StrCat(code)}, {"signal", absl::StrCat(signal)},
+            {"reason", e->message().substr(0, 300)}});
   Enqueue(m, true);
   MaybeForget(key.substr(0, key.rfind('/')));
 }

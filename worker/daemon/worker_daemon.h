@@ -33,6 +33,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/event_loop.h"
+#include "common/http_server.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
 #include "worker/daemon/rank_supervisor.h"
 #include "worker/daemon/telemetry_buffer.h"
@@ -79,6 +80,8 @@ struct DaemonOptions {
   // Directory holding the `trainctl` Python module, prepended to a command
   // rank's PYTHONPATH ("" = leave PYTHONPATH as the daemon has it).
   std::string python_dir;
+  // host:port of an HTTP endpoint serving /metrics (Prometheus); empty: none.
+  std::string http_listen;
 };
 
 class WorkerDaemon {
@@ -100,6 +103,11 @@ class WorkerDaemon {
   int running_ranks();
   // True while a session is registered.
   bool connected();
+  // The /metrics page (Prometheus text format): ranks by state, per-rank
+  // throughput and step time. Any thread but the loop's.
+  std::string MetricsPage();
+  // The bound HTTP "host:port" after Start with http_listen; else empty.
+  const std::string& http_address() const { return http_address_; }
 
  private:
   struct LocalRank;
@@ -175,6 +183,9 @@ class WorkerDaemon {
   std::thread writer_;
   bool started_ = false;
   bool shut_down_ = false;
+  // Stopped first in Shutdown (its handler posts to the loop).
+  HttpServer http_;
+  std::string http_address_;
 };
 
 // torchrun's environment contract for one rank of a command job, plus

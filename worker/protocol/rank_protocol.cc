@@ -197,6 +197,12 @@ std::string FormatCheckpoint(const CheckpointNote& c) {
                       c.checksum.empty() ? "-" : c.checksum, " ", path, "\n");
 }
 
+std::string FormatModel(const std::string& path) {
+  std::string flat;
+  for (char ch : path) flat += (ch == '\n' || ch == '\r') ? ' ' : ch;
+  return absl::StrCat("model ", flat, "\n");
+}
+
 absl::StatusOr<StatusMessage> ParseStatusLine(std::string_view line) {
   std::string l(line);
   if (!l.empty() && l.back() == '\n') l.pop_back();
@@ -229,6 +235,12 @@ absl::StatusOr<StatusMessage> ParseStatusLine(std::string_view line) {
                                        : ErrorKind::kExit;
     size_t pos = l.find(k, 5) + k.size();
     m.message = pos < l.size() ? l.substr(pos + 1) : "";
+    return m;
+  }
+  if (verb == "model" && words.size() >= 2) {
+    m.type = StatusMessage::Type::kModel;
+    // The rest of the line (a path may hold spaces).
+    m.path = l.substr(l.find_first_not_of(' ', l.find("model") + 5));
     return m;
   }
   if (verb == "checkpoint" && words.size() >= 6) {

@@ -23,6 +23,8 @@
 //   checkpoint EPOCHS STEP BYTES CHECKSUM PATH
 //                                 a checkpoint writer finished a checkpoint
 //                                 (after its atomic rename); PATH last
+//   model PATH                    rank 0 exported the final model (after
+//                                 its last epoch, before it exits 0)
 //   error KIND MESSAGE            before a non-zero exit: why (KIND below)
 //
 // stdout/stderr are captured by the daemon as the rank's logs. The daemon
@@ -142,7 +144,7 @@ struct CheckpointNote {
 };
 
 struct StatusMessage {
-  enum class Type { kRendezvous, kReady, kProgress, kMetric, kError, kCheckpoint };
+  enum class Type { kRendezvous, kReady, kProgress, kMetric, kError, kCheckpoint, kModel };
   Type type = Type::kReady;
   std::string address;  // kRendezvous
   int32_t epoch = 0;    // kProgress
@@ -151,6 +153,7 @@ struct StatusMessage {
   ErrorKind error_kind = ErrorKind::kExit;  // kError
   std::string message;                      // kError
   CheckpointNote checkpoint;                // kCheckpoint
+  std::string path;                         // kModel
 };
 
 // --- config file --------------------------------------------------------------
@@ -180,6 +183,7 @@ std::string FormatProgress(int32_t epoch, int64_t global_step);
 std::string FormatMetric(const RankMetric& m);
 std::string FormatError(ErrorKind kind, std::string_view message);
 std::string FormatCheckpoint(const CheckpointNote& c);
+std::string FormatModel(const std::string& path);
 // Parses one line (with or without its newline).
 absl::StatusOr<StatusMessage> ParseStatusLine(std::string_view line);
 

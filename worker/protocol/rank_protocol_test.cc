@@ -51,6 +51,11 @@ TEST(RankProtocolTest, StatusLinesRoundTrip) {
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->error_kind, ErrorKind::kConfig);
   EXPECT_EQ(e->message, "data.train.images: no such file second");
+  auto model = ParseStatusLine(FormatModel("/ckpt/my job/model.pt"));
+  ASSERT_TRUE(model.ok());
+  EXPECT_EQ(model->type, StatusMessage::Type::kModel);
+  EXPECT_EQ(model->path, "/ckpt/my job/model.pt");
+  EXPECT_FALSE(ParseStatusLine("model").ok());
   EXPECT_FALSE(ParseStatusLine("bogus").ok());
   EXPECT_FALSE(ParseStatusLine("metric loss=abc").ok());
   EXPECT_FALSE(ParseStatusLine("").ok());

@@ -432,6 +432,9 @@ int Main(int argc, char** argv) {
   // 5. Train.
   auto result = (*trainer)->Run();
   if (!result.ok()) report(result.status());
+  if (run.rank == 0 && !result->exported_model.empty()) {
+    g_status.Send(rankproto::FormatModel(result->exported_model));
+  }
   LogLine(absl::StrCat("done: ", result->epochs_done, " epochs, ", result->global_step, " steps, ",
                        result->skipped_steps, " skipped"));
   std::cout.flush();

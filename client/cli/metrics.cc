@@ -1,0 +1,110 @@
+// `trainctl metrics JOB`: a job's stored metric points (also after it
+// ended) as a table, CSV (for a spreadsheet or pandas) or JSON.
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "client/cli/context.h"
+#include "client/cli/format.h"
+
+namespace trainctl::cli {
+namespace {
+
+struct MetricsFlags {
+  std::string job_id;
+  std::optional<int> rank;
+  std::string kind;
+};
+
+std::string G(double v) { return absl::StrFormat("%.6g", v); }
+
+// One row per point; the same columns in the table and the CSV.
+std::vector<std::string> Row(int32_t attempt, const v1::MetricPoint& p) {
+  const bool eval = p.has_eval();
+  return {absl::StrCat(attempt),
+          absl::StrCat(p.rank()),
+          p.kind() == v1::MetricPoint::KIND_EPOCH_END ? "eval" : "train",
+          absl::StrCat(p.epoch() + 1),
+          absl::StrCat(p.step()),
+          G(p.loss()),
+          G(p.lr()),
+          absl::StrFormat("%.1f", p.samples_per_sec()),
+          absl::StrFormat("%.2f", p.data_ms()),
+          absl::StrFormat("%.2f", p.compute_ms()),
+          absl::StrFormat("%.2f", p.comm_ms()),
+          G(p.loss_scale()),
+          eval ? G(p.eval().loss()) : "",
+          eval ? absl::StrFormat("%.4f", p.eval().accuracy()) : "",
+          FormatTimestamp(p.time())};
+}
+
+int RunMetrics(CliContext& ctx, const MetricsFlags& flags) {
+  MetricsOptions options;
+  options.rank = flags.rank;
+  if (flags.kind == "train") options.kind = v1::MetricPoint::KIND_TRAIN;
+  if (flags.kind == "eval") options.kind = v1::MetricPoint::KIND_EPOCH_END;
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<std::vector<v1::MetricBatch>> batches = (*client)->Metrics(flags.job_id, options);
+  if (!batches.ok()) return ctx.Fail(batches.status());
+  if (ctx.json()) {
+    v1::GetMetricsResponse all;
+    for (v1::MetricBatch& b : *batches) *all.add_batches() = std::move(b);
+    ctx.PrintJson(all);
+    return kExitOk;
+  }
+  if (ctx.output == "csv") {
+    ctx.out << "attempt,rank,kind,epoch,step,loss,lr,samples_per_sec,data_ms,compute_ms,comm_ms,loss_scale,"
+               "eval_loss,eval_accuracy,time\n";
+    for (const v1::MetricBatch& b : *batches) {
+      for (const v1::MetricPoint& p : b.points()) ctx.out << absl::StrJoin(Row(b.attempt(), p), ",") << "\n";
+    }
+    ctx.out << std::flush;
+    return kExitOk;
+  }
+  size_t n = 0;
+  for (const v1::MetricBatch& b : *batches) n += static_cast<size_t>(b.points_size());
+  if (n == 0) {
+    ctx.out << "job " << flags.job_id << " has no stored metric points"
+            << (flags.rank.has_value() || !flags.kind.empty() ? " that match" : "") << "\n";
+    return kExitOk;
+  }
+  Table t({"ATTEMPT", "RANK", "KIND", "EPOCH", "STEP", "LOSS", "LR", "SAMPLES/S", "DATA_MS", "COMPUTE_MS",
+           "COMM_MS", "LOSS_SCALE", "EVAL_LOSS", "EVAL_ACC", "TIME"});
+  for (const v1::MetricBatch& b : *batches) {
+    for (const v1::MetricPoint& p : b.points()) {
+      std::vector<std::string> row = Row(b.attempt(), p);
+      for (std::string& cell : row) {
+        if (cell.empty()) cell = "-";
+      }
+      t.AddRow(std::move(row));
+    }
+  }
+  t.Print(ctx.out);
+  ctx.out << std::flush;
+  return kExitOk;
+}
+
+}  // namespace
+
+VerbRunner AddMetricsVerb(CLI::App& app, CliContext& ctx) {
+  auto flags = std::make_shared<MetricsFlags>();
+  CLI::App* sub = app.add_subcommand(
+      "metrics", "Print a job's stored metric points (loss, lr, throughput, step time, eval), also after it ended");
+  sub->footer(
+      "Example:\n"
+      "  trainctl metrics mlp-synthetic-7f3a2c --rank 0 --kind eval\n"
+      "  trainctl metrics mlp-synthetic-7f3a2c -o csv > metrics.csv\n"
+      "EPOCH counts from 1; STEP is the optimizer step within the epoch. Old train points of a long\n"
+      "job are downsampled by the coordinator (min/max/last loss per bucket).\n");
+  sub->add_option("JOB", flags->job_id, "Job id")->required();
+  sub->add_option("--rank", flags->rank, "Only this rank")->check(CLI::NonNegativeNumber);
+  sub->add_option("--kind", flags->kind, "Only train windows or end-of-epoch (eval) points")
+      ->check(CLI::IsMember({"train", "eval"}));
+  return [&ctx, flags] { return RunMetrics(ctx, *flags); };
+}
+
+}  // namespace trainctl::cli
