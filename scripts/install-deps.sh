@@ -17,7 +17,7 @@ packages=(
   # training
   libtorch-dev libgloo-dev libopenblas0-openmp
   # config, state, tests
-  libyaml-cpp-dev libsqlite3-dev libgtest-dev libgmock-dev libcli11-dev
+  libyaml-cpp-dev libsqlite3-dev libgtest-dev libgmock-dev libcli11-dev libssl-dev
   # reference scripts, cross-language checks, real data
   python3-torch python3-grpcio python3-numpy dataset-fashion-mnist
 )

@@ -74,11 +74,12 @@ cleanup() {
 trap cleanup EXIT
 trap 'exit 130' INT TERM
 
-# start_coord NAME [extra coordinator flags...]: sets COORD_PID and ADDR.
+# start_coord NAME [extra coordinator flags...]: sets COORD_PID, ADDR and ADMIN_FILE.
 start_coord() {
   local name="$1"; shift
   mkdir -p "$WORK/$name"
-  "$COORD" --listen 127.0.0.1:0 --db "$WORK/$name/state.db" \
+  ADMIN_FILE="$WORK/$name/admin.token"
+  "$COORD" --listen 127.0.0.1:0 --db "$WORK/$name/state.db" --admin_token_file "$ADMIN_FILE" \
     --heartbeat_interval_ms 1000 --lease_timeout_ms 3000 "$@" \
     > "$WORK/$name/coord.out" 2> "$WORK/$name/coord.err" &
   COORD_PID=$!
@@ -109,7 +110,7 @@ bench() {
   echo "== $name (coordinator pid $COORD_PID at $ADDR; limit ${limit}s)"
   local rc=0
   # timeout forwards TERM (cleanup) to the generator; KILL after the limit.
-  timeout --signal=KILL "$limit" "$BENCH" --target="$ADDR" --coord_pid="$COORD_PID" \
+  timeout --signal=KILL "$limit" "$BENCH" --target="$ADDR" --admin_token_file="$ADMIN_FILE" --coord_pid="$COORD_PID" \
     --out="$OUT" --prefix="$prefix." "$@" > >(tee "$WORK/$name/bench.log") 2>&1 &
   BENCH_PID=$!
   wait "$BENCH_PID" || rc=$?

@@ -28,6 +28,8 @@ struct CliContext {
 
   // Global flags.
   std::string coordinator_flag;
+  std::string token_flag;
+  std::string ca_flag;
   std::string output = "table";
   double timeout_s = 10;
   // The verb being run ("submit"), for error messages.
@@ -63,6 +65,9 @@ VerbRunner AddWorkersVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddResumeVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddCheckpointsVerb(CLI::App& app, CliContext& ctx);
+// Tokens and login (auth_verbs.cc).
+VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx);
+VerbRunner AddLoginVerb(CLI::App& app, CliContext& ctx);
 
 // Follows a job until it ends (follow mode output); 0 only when it SUCCEEDED.
 int FollowJob(CliContext& ctx, Client& client, const std::string& job_id);

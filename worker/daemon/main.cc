@@ -10,6 +10,7 @@
 #include <iostream>
 
 #include "absl/flags/flag.h"
+#include "common/auth/secret.h"
 #include "common/stop_signals.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/flags/parse.h"
@@ -22,6 +23,10 @@
 #include "worker/daemon/worker_daemon.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:7070", "coordinator host:port");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding a worker-role token (trainctl token create --role worker); required");
+ABSL_FLAG(std::string, ca, "",
+          "cluster CA certificate (PEM): connect to the coordinator over TLS and verify it");
 ABSL_FLAG(std::string, gpus, "",
           "GPUs to offer: all, none, or indices like 0,1 (default: every visible GPU; CPU slots "
           "when there is none)");
@@ -76,6 +81,22 @@ int main(int argc, char** argv) {
 
   trainctl::worker::DaemonOptions o;
   o.coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (absl::GetFlag(FLAGS_token_file).empty()) {
+    std::cerr << "trainctl-worker: --token_file: required (a worker-role token: trainctl token "
+                 "create --role worker)\n";
+    return 2;
+  }
+  absl::StatusOr<std::string> token = trainctl::auth::ReadTokenFile(absl::GetFlag(FLAGS_token_file));
+  if (!token.ok()) {
+    std::cerr << "trainctl-worker: --token_file: " << token.status().message() << "\n";
+    return 2;
+  }
+  o.token = *token;
+  o.ca_file = absl::GetFlag(FLAGS_ca);
+  if (!o.ca_file.empty() && !trainctl::auth::ReadFile(o.ca_file).ok()) {
+    std::cerr << "trainctl-worker: --ca: " << o.ca_file << ": cannot read\n";
+    return 2;
+  }
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
