@@ -55,7 +55,9 @@ ABSL_FLAG(bool, insecure, false,
           "allow plaintext on a non-loopback --listen (tokens then cross the network in clear)");
 ABSL_FLAG(std::string, dir, "", "init: the directory to write the CA, certificates and tokens to");
 ABSL_FLAG(std::vector<std::string>, san, {},
-          "init: extra names or IP addresses for the coordinator's certificate (comma-separated)");
+          "init, worker-cert: extra names or IP addresses for the certificate (comma-separated)");
+ABSL_FLAG(std::string, worker_id, "", "worker-cert: the worker id the certificate names (its CN)");
+ABSL_FLAG(std::string, out, "", "worker-cert: where to write ID.crt and ID.key (default: --dir)");
 
 namespace {
 
@@ -148,12 +150,50 @@ int RunInit() {
   return 0;
 }
 
+// trainctl-coordinator worker-cert --dir TLSDIR --worker_id ID [--san ...]
+// [--out DIR]: a key and a certificate for worker ID signed by the cluster CA
+// in TLSDIR. With them (--cert/--key) the worker is ID, with no token.
+int RunWorkerCert() {
+  const std::string dir = absl::GetFlag(FLAGS_dir), id = absl::GetFlag(FLAGS_worker_id);
+  const std::string out = absl::GetFlag(FLAGS_out).empty() ? dir : absl::GetFlag(FLAGS_out);
+  if (dir.empty() || id.empty()) {
+    std::cerr << "trainctl-coordinator worker-cert: --dir (the init directory) and --worker_id are required\n";
+    return 2;
+  }
+  absl::StatusOr<std::string> ca_key = trainctl::auth::ReadFile(dir + "/ca.key");
+  absl::StatusOr<std::string> ca_cert = trainctl::auth::ReadFile(dir + "/ca.crt");
+  if (!ca_key.ok() || !ca_cert.ok()) {
+    std::cerr << "trainctl-coordinator worker-cert: --dir: " << dir << " has no ca.key/ca.crt (run init)\n";
+    return 2;
+  }
+  absl::StatusOr<std::string> key = trainctl::auth::NewPrivateKey();
+  absl::StatusOr<std::string> cert =
+      key.ok() ? trainctl::auth::SignCsr({*ca_key, *ca_cert}, *trainctl::auth::NewCsr(*key, id), id,
+                                         absl::GetFlag(FLAGS_san), absl::Hours(24 * 825))
+               : key.status();
+  if (!cert.ok()) {
+    std::cerr << "trainctl-coordinator worker-cert: " << cert.status().message() << "\n";
+    return 1;
+  }
+  for (auto [name, text] : {std::pair<std::string, const std::string*>{out + "/" + id + ".key", &*key},
+                            {out + "/" + id + ".crt", &*cert}}) {
+    if (absl::Status w = trainctl::auth::WritePrivateFile(name, *text); !w.ok()) {
+      std::cerr << "trainctl-coordinator worker-cert: " << w.message() << "\n";
+      return 1;
+    }
+  }
+  std::cout << "wrote " << out << "/" << id << ".crt and .key: trainctl-worker --ca ca.crt --cert " << id
+            << ".crt --key " << id << ".key\n";
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   absl::SetProgramUsageMessage(
       "trainctl-coordinator [--tls_dir DIR] --listen HOST:PORT --db PATH\n"
       "trainctl-coordinator init --dir DIR [--san NAME,...] --db PATH   (CA, certificates, tokens)\n"
+      "trainctl-coordinator worker-cert --dir DIR --worker_id ID [--san NAME,...] [--out DIR]\n"
       "The trainctl control plane: accepts jobs, gang-schedules ranks on worker daemons, runs "
       "the rendezvous, watches health, and stores everything in SQLite.");
   absl::FlagsUsageConfig usage;
@@ -164,8 +204,10 @@ int main(int argc, char** argv) {
   absl::SetFlagsUsageConfig(usage);
   std::vector<char*> args = absl::ParseCommandLine(argc, argv);
   if (args.size() > 1 && std::string(args[1]) == "init") return RunInit();
+  if (args.size() > 1 && std::string(args[1]) == "worker-cert") return RunWorkerCert();
   if (args.size() > 1) {
-    std::cerr << "trainctl-coordinator: unknown argument '" << args[1] << "' (the only command is init)\n";
+    std::cerr << "trainctl-coordinator: unknown argument '" << args[1]
+              << "' (commands: init, worker-cert)\n";
     return 2;
   }
   trainctl::BlockStopSignals();  // before any thread starts (see common/stop_signals.h)

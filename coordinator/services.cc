@@ -1,5 +1,7 @@
 #include "coordinator/services.h"
 
+#include <grpc/grpc_security_constants.h>
+
 #include <deque>
 #include <iostream>
 
@@ -215,8 +217,10 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
 class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>,
                              public WorkerChannel {
  public:
-  SessionReactor(ServiceContext ctx, std::string peer, Principal who)
-      : ctx_(ctx), peer_(std::move(peer)), who_(std::move(who)) {
+  // `cert_id`: the CN of the worker's verified client certificate ("" when
+  // it presented none); such a worker may register only under that id.
+  SessionReactor(ServiceContext ctx, std::string peer, Principal who, std::string cert_id)
+      : ctx_(ctx), peer_(std::move(peer)), who_(std::move(who)), cert_id_(std::move(cert_id)) {
     StartRead(&in_);
   }
 
@@ -288,8 +292,25 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
         Close(absl::FailedPreconditionError("register: already registered on this session"));
         return;
       }
-      // A worker id belongs to the token that first registered it: another
-      // token cannot take it over (not even after a coordinator restart).
+      // A worker with a certificate is the id its certificate names (the
+      // cluster CA signed it for that id) and nothing else.
+      if (!cert_id_.empty()) {
+        const std::string& wanted = msg.register_().worker_id();
+        if (!wanted.empty() && wanted != cert_id_) {
+          absl::Status s = absl::PermissionDeniedError(absl::StrCat(
+              "register: this worker's certificate is for '", cert_id_, "'; it may not register as '",
+              wanted, "'"));
+          std::cerr << "coordinator: refused registration from " << peer_ << ": " << s << "\n";
+          Close(s);
+          return;
+        }
+        v1::Register reg = msg.register_();
+        reg.set_worker_id(cert_id_);
+        Register(reg);
+        return;
+      }
+      // Without one, a worker id belongs to the token that first registered
+      // it: another token cannot take it over (not even after a restart).
       if (!msg.register_().worker_id().empty()) {
         absl::Status mine = ctx_.auth->CheckWorker(msg.register_().worker_id(), who_);
         if (!mine.ok()) {
@@ -298,33 +319,44 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
           return;
         }
       }
-      absl::StatusOr<std::string> id = ctx_.registry->Register(msg.register_(), this);
-      if (!id.ok()) {
-        Close(id.status());
-        return;
-      }
-      if (absl::Status bound = ctx_.auth->BindWorker(*id, who_); !bound.ok()) {
-        Close(bound);
-        return;
-      }
-      worker_id_ = *id;
-      v1::CoordinatorMessage ack;
-      ack.mutable_register_ack()->set_worker_id(worker_id_);
-      ack.mutable_register_ack()->set_heartbeat_interval_ms(
-          static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().heartbeat_interval)));
-      ack.mutable_register_ack()->set_lease_timeout_ms(
-          static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().lease_timeout)));
-      if (ctx_.telemetry != nullptr) {
-        ack.mutable_register_ack()->set_telemetry_acked_seq(ctx_.telemetry->Applied(worker_id_));
-      }
-      Send(ack);
-      ctx_.jobs->OnWorkerRegistered(worker_id_, msg.register_());
+      Register(msg.register_());
       return;
     }
     if (worker_id_.empty()) {
       Close(absl::FailedPreconditionError("the first message of a session must be register"));
       return;
     }
+    HandleRegistered(msg);
+  }
+
+  // Registers (identity already checked), binds a token worker's id, acks.
+  void Register(const v1::Register& reg) {
+    absl::StatusOr<std::string> id = ctx_.registry->Register(reg, this);
+    if (!id.ok()) {
+      Close(id.status());
+      return;
+    }
+    if (cert_id_.empty()) {
+      if (absl::Status bound = ctx_.auth->BindWorker(*id, who_); !bound.ok()) {
+        Close(bound);
+        return;
+      }
+    }
+    worker_id_ = *id;
+    v1::CoordinatorMessage ack;
+    ack.mutable_register_ack()->set_worker_id(worker_id_);
+    ack.mutable_register_ack()->set_heartbeat_interval_ms(
+        static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().heartbeat_interval)));
+    ack.mutable_register_ack()->set_lease_timeout_ms(
+        static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().lease_timeout)));
+    if (ctx_.telemetry != nullptr) {
+      ack.mutable_register_ack()->set_telemetry_acked_seq(ctx_.telemetry->Applied(worker_id_));
+    }
+    Send(ack);
+    ctx_.jobs->OnWorkerRegistered(worker_id_, reg);
+  }
+
+  void HandleRegistered(const v1::WorkerMessage& msg) {
     if (!ctx_.registry->OwnsSession(worker_id_, this)) {
       Close(absl::FailedPreconditionError("session replaced or expired; reconnect and register"));
       return;
@@ -459,6 +491,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   ServiceContext ctx_;
   const std::string peer_;
   const Principal who_;
+  const std::string cert_id_;
   v1::WorkerMessage in_;  // gRPC thread (one read in flight).
 
   absl::Mutex mu_;
@@ -674,9 +707,21 @@ grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetLogs(grpc::CallbackSe
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServiceImpl::Session(
     grpc::CallbackServerContext* ctx) {
-  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "Session", {kWorker});
+  // mTLS: a client certificate the cluster CA signed (verified in the
+  // handshake) names the worker; it needs no token.
+  std::string cert_id;
+  if (std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context()) {
+    std::vector<grpc::string_ref> cn = auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
+    if (!cn.empty()) cert_id.assign(cn.front().data(), cn.front().size());
+  }
+  absl::StatusOr<Principal> who;
+  if (!cert_id.empty() && ctx->client_metadata().find("authorization") == ctx->client_metadata().end()) {
+    who = Principal{absl::StrCat("cert:", cert_id), cert_id, v1::ROLE_WORKER};
+  } else {
+    who = Caller(ctx_, ctx, "Session", {kWorker});
+  }
   if (!who.ok()) return new RefusedSession(who.status());
-  return new SessionReactor(ctx_, ctx->peer(), *who);
+  return new SessionReactor(ctx_, ctx->peer(), *who, cert_id);
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,

@@ -80,10 +80,11 @@ grpc::Status Cancel(const std::string& address, const std::string& token, const 
 // Opens a Session with `token` and registers as `worker_id`; the status the
 // coordinator ends it with (OK when it acknowledged the registration).
 grpc::Status RegisterAs(const std::string& address, const std::string& token,
-                        const std::string& worker_id) {
+                        const std::string& worker_id, auth::ChannelSecurity security = {}) {
   grpc::ClientContext ctx;
   ctx.set_deadline(Soon());
-  auto stub = v1::WorkerService::NewStub(ChannelWith(address, token));
+  security.token = token;
+  auto stub = v1::WorkerService::NewStub(*auth::MakeChannel(address, security, grpc::ChannelArguments()));
   auto stream = stub->Session(&ctx);
   v1::WorkerMessage reg;
   reg.mutable_register_()->set_worker_id(worker_id);
@@ -298,6 +299,44 @@ TEST(AuthE2ETest, TlsRefusesPlaintextAndForeignCas) {
     EXPECT_FALSE(stream->Read(&in));
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
   }
+
+  // Mutual TLS: a worker certificate the cluster CA signed names the worker;
+  // it registers as that id only, with no token. A certificate from another
+  // CA does not get through the handshake.
+  auto write_cert = [&](const auth::KeyAndCert& ca, const std::string& cn, const std::string& stem) {
+    std::string key = *auth::NewPrivateKey();
+    absl::StatusOr<std::string> cert = auth::SignCsr(ca, *auth::NewCsr(key, cn), cn, {}, absl::Hours(1));
+    EXPECT_TRUE(cert.ok()) << cert.status();
+    EXPECT_TRUE(auth::WritePrivateFile(stem + ".key", key).ok());
+    EXPECT_TRUE(auth::WritePrivateFile(stem + ".crt", *cert).ok());
+    auth::ChannelSecurity security;
+    security.ca_file = cluster.ca_file();
+    security.cert_file = stem + ".crt";
+    security.key_file = stem + ".key";
+    return security;
+  };
+  auth::KeyAndCert cluster_ca{*auth::ReadFile(cluster.dir() + "/tls/ca.key"), *auth::ReadFile(cluster.ca_file())};
+  auth::ChannelSecurity mine = write_cert(cluster_ca, "cert-worker", cluster.dir() + "/cert-worker");
+  std::string real_id;
+  {
+    grpc::ClientContext ctx;
+    v1::ListWorkersResponse workers;
+    ASSERT_TRUE(cluster.workers_stub()->ListWorkers(&ctx, v1::ListWorkersRequest(), &workers).ok());
+    real_id = workers.workers(0).id();
+  }
+  s = RegisterAs(addr, "", real_id, mine);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << "another worker's id";
+  EXPECT_THAT(s.error_message(), HasSubstr("certificate is for 'cert-worker'"));
+  EXPECT_TRUE(RegisterAs(addr, "", "cert-worker", mine).ok()) << "its own id, no token needed";
+  EXPECT_TRUE(RegisterAs(addr, "", "", mine).ok()) << "no id asked: the certificate's";
+  auth::ChannelSecurity forged = write_cert(*other, "cert-worker", cluster.dir() + "/forged");
+  s = RegisterAs(addr, "", "cert-worker", forged);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
+  // Without a certificate and without a token: refused.
+  auth::ChannelSecurity bare;
+  bare.ca_file = cluster.ca_file();
+  EXPECT_EQ(RegisterAs(addr, "", "cert-worker", bare).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+
   v1::Job done = cluster.WaitState(victim, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
   EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.state_reason();
 }

@@ -339,6 +339,8 @@ void WorkerDaemon::SessionLoop() {
   auth::ChannelSecurity security;
   security.token = options_.token;
   security.ca_file = options_.ca_file;
+  security.cert_file = options_.cert_file;
+  security.key_file = options_.key_file;
   absl::StatusOr<std::shared_ptr<grpc::Channel>> made = auth::MakeChannel(options_.coordinator, security, args);
   if (!made.ok()) {
     // Checked by main before the daemon starts; a file removed since then.
