@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <filesystem>
+
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -48,7 +50,7 @@ std::string Unreachable() { return absl::StrCat("127.0.0.1:", testing::UnusedPor
 class CliTest : public ::testing::Test {
  protected:
   CliRun Run(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--coordinator", cluster_.address()});
+    args.insert(args.begin(), {"--coordinator", cluster_.address(), "--token", cluster_.admin_token()});
     return RunTrainctl(args);
   }
   // Submits the valid job file (with `sets`), returns its id.
@@ -177,6 +179,52 @@ TEST(CliUsageTest, DryRunWithoutACoordinatorValidatesAndSkipsThePlacement) {
   EXPECT_EQ(resp.job().spec().world_size(), 2);
   EXPECT_EQ(resp.job().spec().data().batch_size(), 30);
   EXPECT_TRUE(resp.planned().empty());
+}
+
+TEST_F(CliTest, TokenVerbsAndLoginWriteAConfigTheOtherVerbsUse) {
+  CliRun created = Run({"token", "create", "--role", "viewer", "--name", "carol", "--ttl", "1d"});
+  ASSERT_EQ(created.code, 0) << created.err;
+  EXPECT_THAT(created.out, HasSubstr("(carol), role viewer"));
+  std::string secret = created.out.substr(created.out.rfind("tct_"));
+  secret = secret.substr(0, secret.find('\n'));
+  CliRun bad = Run({"token", "create", "--role", "root"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--role: 'root' is not one of admin, submitter, viewer, worker"));
+  CliRun listed = Run({"token", "list"});
+  ASSERT_EQ(listed.code, 0) << listed.err;
+  EXPECT_THAT(listed.out, HasSubstr("carol"));
+
+  // login checks the token and writes the config (0600); the other verbs read it.
+  std::string home = ::testing::TempDir() + "/cli_login_home";
+  std::filesystem::remove_all(home);
+  cli::CliEnvironment env = testing::TestEnvironment();
+  env.getenv = [home](const std::string& name) -> std::optional<std::string> {
+    if (name == "XDG_CONFIG_HOME") return home;
+    return std::nullopt;
+  };
+  CliRun wrong = RunTrainctl({"login", "--address", cluster_.address(), "--token", "tct_t-0_00"}, env);
+  EXPECT_EQ(wrong.code, 1);
+  EXPECT_THAT(wrong.err, HasSubstr("unknown token"));
+  EXPECT_FALSE(std::filesystem::exists(home + "/trainctl/config.yaml")) << "a bad token is not saved";
+  CliRun login = RunTrainctl({"login", "--address", cluster_.address(), "--token", secret}, env);
+  ASSERT_EQ(login.code, 0) << login.err;
+  auto perms = std::filesystem::status(home + "/trainctl/config.yaml").permissions();
+  EXPECT_EQ(perms & std::filesystem::perms::all, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  CliRun list = RunTrainctl({"list"}, env);
+  EXPECT_EQ(list.code, 0) << list.err;
+  CliRun submit = RunTrainctl({"submit", job_file_}, env);
+  EXPECT_EQ(submit.code, 1);
+  EXPECT_THAT(submit.err, HasSubstr("SubmitJob needs role admin or submitter; token"));
+  // Revoked: the saved token stops working.
+  CliRun revoked = Run({"token", "revoke", secret.substr(4, secret.rfind('_') - 4)});
+  ASSERT_EQ(revoked.code, 0) << revoked.err;
+  list = RunTrainctl({"list"}, env);
+  EXPECT_EQ(list.code, 1);
+  EXPECT_THAT(list.err, HasSubstr("revoked"));
+  // No token at all.
+  CliRun none = RunTrainctl({"--coordinator", cluster_.address(), "list"});
+  EXPECT_EQ(none.code, 1);
+  EXPECT_THAT(none.err, HasSubstr("no token"));
 }
 
 TEST_F(CliTest, DryRunWithACoordinatorShowsThePlacement) {

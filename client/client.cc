@@ -7,6 +7,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/job_spec.h"
+#include "common/auth/secret.h"
+#include "trainctl/v1/auth.grpc.pb.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
 
@@ -16,6 +18,7 @@ struct Client::Stubs {
   std::shared_ptr<grpc::Channel> channel;
   std::unique_ptr<v1::JobService::Stub> jobs;
   std::unique_ptr<v1::WorkerService::Stub> workers;
+  std::unique_ptr<v1::AuthService::Stub> auth;
 };
 
 namespace {
@@ -46,7 +49,7 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& address) {
   return absl::Status(code, message);
 }
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options) {
   grpc::ChannelArguments args;
   // Keepalive: a watch or log stream can sit idle for minutes; pings keep
   // NAT/proxies from dropping it and detect a dead coordinator.
@@ -55,7 +58,11 @@ std::shared_ptr<grpc::Channel> MakeChannel(const std::string& address) {
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
-  return grpc::CreateCustomChannel(address, grpc::InsecureChannelCredentials(), args);
+  auth::ChannelSecurity security;
+  security.token = options.token;
+  security.ca_file = options.ca_file;
+  security.server_name_override = options.tls_server_name;
+  return auth::MakeChannel(options.address, security, args);
 }
 
 }  // namespace
@@ -65,6 +72,7 @@ Client::Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& opti
   stubs_->channel = std::move(channel);
   stubs_->jobs = v1::JobService::NewStub(stubs_->channel);
   stubs_->workers = v1::WorkerService::NewStub(stubs_->channel);
+  stubs_->auth = v1::AuthService::NewStub(stubs_->channel);
 }
 
 Client::~Client() = default;
@@ -73,7 +81,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   if (options.address.empty()) {
     return absl::InvalidArgumentError("coordinator address: empty (expected host:port)");
   }
-  std::shared_ptr<grpc::Channel> channel = MakeChannel(options.address);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> made = MakeChannel(options);
+  if (!made.ok()) return made.status();
+  std::shared_ptr<grpc::Channel> channel = *std::move(made);
   auto deadline = Deadline(options.timeout);
   // Wait for READY, but give up at the first TRANSIENT_FAILURE: every address
   // the name resolved to refused or failed, so waiting longer only delays
@@ -81,9 +91,14 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
   while (state != GRPC_CHANNEL_READY) {
     if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) {
-      return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", options.address,
-                                                 ": connection failed (is trainctl-coordinator "
-                                                 "running and listening there?)"));
+      return absl::UnavailableError(absl::StrCat(
+          "cannot reach the coordinator at ", options.address,
+          options.ca_file.empty()
+              ? ": connection failed (is trainctl-coordinator running and listening there? "
+                "a TLS coordinator also needs --ca)"
+              : absl::StrCat(": connection failed (is trainctl-coordinator running there, and is "
+                             "its certificate signed by the CA in ",
+                             options.ca_file, "?)")));
     }
     if (!channel->WaitForStateChange(state, deadline)) {
       return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", options.address,
@@ -266,6 +281,41 @@ absl::StatusOr<std::vector<v1::Worker>> Client::Workers(bool include_gone) {
   absl::Status s = FromGrpc(stubs_->workers->ListWorkers(&ctx, req, &resp), options_.address);
   if (!s.ok()) return s;
   return std::vector<v1::Worker>(resp.workers().begin(), resp.workers().end());
+}
+
+}  // namespace trainctl
+
+namespace trainctl {
+
+absl::StatusOr<v1::CreateTokenResponse> Client::CreateToken(const v1::CreateTokenRequest& req) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline(options_.timeout));
+  v1::CreateTokenResponse resp;
+  absl::Status s = FromGrpc(stubs_->auth->CreateToken(&ctx, req, &resp), options_.address);
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<std::vector<v1::Token>> Client::ListTokens(bool include_revoked) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline(options_.timeout));
+  v1::ListTokensRequest req;
+  req.set_include_revoked(include_revoked);
+  v1::ListTokensResponse resp;
+  absl::Status s = FromGrpc(stubs_->auth->ListTokens(&ctx, req, &resp), options_.address);
+  if (!s.ok()) return s;
+  return std::vector<v1::Token>(resp.tokens().begin(), resp.tokens().end());
+}
+
+absl::StatusOr<v1::Token> Client::RevokeToken(const std::string& id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline(options_.timeout));
+  v1::RevokeTokenRequest req;
+  req.set_id(id);
+  v1::Token resp;
+  absl::Status s = FromGrpc(stubs_->auth->RevokeToken(&ctx, req, &resp), options_.address);
+  if (!s.ok()) return s;
+  return resp;
 }
 
 }  // namespace trainctl

@@ -30,6 +30,7 @@ using trainctl::testing::TestCluster;
 std::unique_ptr<Client> ConnectTo(const TestCluster& cluster) {
   ClientOptions options;
   options.address = cluster.address();
+  options.token = cluster.admin_token();
   options.timeout = absl::Seconds(5);
   absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
   EXPECT_TRUE(client.ok()) << client.status();

@@ -11,6 +11,8 @@
 #include <fstream>
 #include <sstream>
 
+#include "common/auth/secret.h"
+
 #include "absl/strings/str_cat.h"
 #include "common/time_util.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
@@ -91,7 +93,13 @@ TestCluster::TestCluster() : dir_(MakeTempDir()) {
   absl::StatusOr<std::string> addr = server_->Start();
   EXPECT_TRUE(addr.ok()) << addr.status();
   if (addr.ok()) address_ = *addr;
-  channel_ = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+  auth::ChannelSecurity security;
+  security.token = server_->admin_token();
+  channel_ = *auth::MakeChannel(address_, security, grpc::ChannelArguments());
+  absl::StatusOr<std::string> wt = server_->IssueToken(v1::ROLE_WORKER, "fake-workers");
+  EXPECT_TRUE(wt.ok()) << wt.status();
+  if (wt.ok()) worker_token_ = *wt;
+  worker_channel_ = *auth::MakeChannel(address_, auth::ChannelSecurity{}, grpc::ChannelArguments());
 }
 
 TestCluster::~TestCluster() {
@@ -104,7 +112,8 @@ TestCluster::~TestCluster() {
 }
 
 FakeWorker& TestCluster::AddWorker(const std::string& id, int cpu_slots) {
-  workers_.push_back(std::make_unique<FakeWorker>(channel_, id, cpu_slots));
+  workers_.push_back(std::make_unique<FakeWorker>(worker_channel_, id, cpu_slots,
+                                                  absl::Milliseconds(100), worker_token_));
   EXPECT_TRUE(workers_.back()->Connect()) << "worker " << id << " did not register";
   return *workers_.back();
 }

@@ -47,7 +47,10 @@ class TestCluster {
 
   // "127.0.0.1:PORT" of the coordinator; empty when it failed to start.
   const std::string& address() const { return address_; }
+  // A channel that sends the coordinator's admin token on every call.
   std::shared_ptr<grpc::Channel> channel() { return channel_; }
+  const std::string& admin_token() const { return server_->admin_token(); }
+  coordinator::CoordinatorServer& server() { return *server_; }
 
   // Connects a fake worker "id" with `cpu_slots` CPU slots (host "host-<id>").
   FakeWorker& AddWorker(const std::string& id, int cpu_slots);
@@ -86,6 +89,9 @@ class TestCluster {
   std::unique_ptr<coordinator::CoordinatorServer> server_;
   std::string address_;
   std::shared_ptr<grpc::Channel> channel_;
+  // Fake workers register with this token, over a channel without one.
+  std::string worker_token_;
+  std::shared_ptr<grpc::Channel> worker_channel_;
   std::vector<std::unique_ptr<FakeWorker>> workers_;
 };
 

@@ -47,8 +47,8 @@ std::string DaemonFlagsHelp(absl::string_view usage, absl::string_view flags_fil
   return out;
 }
 
-void ParseDaemonFlags(int argc, char** argv, absl::string_view usage,
-                      absl::string_view flags_file_suffix) {
+std::vector<char*> ParseDaemonFlags(int argc, char** argv, absl::string_view usage,
+                                    absl::string_view flags_file_suffix) {
   absl::SetProgramUsageMessage(usage);
   // argv's strings must outlive parsing (abseil keeps no pointers after it,
   // but positional arguments are returned as pointers into argv).
@@ -69,7 +69,7 @@ void ParseDaemonFlags(int argc, char** argv, absl::string_view usage,
       argv[i] = rewritten->back().data();
     }
   }
-  absl::ParseCommandLine(argc, argv);
+  return absl::ParseCommandLine(argc, argv);
 }
 
 }  // namespace trainctl

@@ -14,6 +14,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 #include "absl/strings/string_view.h"
 
 namespace trainctl {
@@ -31,7 +32,8 @@ std::string DaemonFlagsHelp(absl::string_view usage, absl::string_view flags_fil
 // Rewrites argv's flag names to abseil's spelling (up to a bare "--"), then
 // parses. --help / -h / --helpshort print DaemonFlagsHelp and exit 0;
 // --helpfull is abseil's (every linked flag). Errors exit 1 as abseil does.
-void ParseDaemonFlags(int argc, char** argv, absl::string_view usage,
-                      absl::string_view flags_file_suffix);
+// Returns the positional arguments, argv[0] first (abseil's ParseCommandLine).
+std::vector<char*> ParseDaemonFlags(int argc, char** argv, absl::string_view usage,
+                                    absl::string_view flags_file_suffix);
 
 }  // namespace trainctl

@@ -19,6 +19,7 @@
 #include "coordinator/services.h"
 #include "coordinator/store/state_store.h"
 #include "coordinator/telemetry_ledger.h"
+#include "coordinator/token_authority.h"
 #include "coordinator/worker_registry.h"
 
 namespace grpc {
@@ -43,8 +44,22 @@ struct CoordinatorOptions {
   std::string http_listen;
   // Largest message accepted or sent, in bytes.
   int max_message_bytes = 16 << 20;
+  // The bootstrap admin secret (--admin-token-file). Empty: Start() makes a
+  // random one (admin_token() tells it), as `trainctl run` and tests want.
+  std::string admin_token;
+  // TLS (PEM contents, not paths): with a certificate and key the server
+  // speaks only TLS, and requests (does not require: joining workers have
+  // none yet) client certificates signed by tls_ca_pem. Without them it
+  // serves plaintext, and only on a loopback address unless `insecure`.
+  std::string tls_cert_pem;
+  std::string tls_key_pem;
+  std::string tls_ca_pem;
+  bool insecure = false;
   const Clock* clock = SystemClock::Get();
 };
+
+// "127.x.y.z:P", "localhost:P", "[::1]:P", "unix:...".
+bool IsLoopbackListen(const std::string& listen);
 
 class CoordinatorServer {
  public:
@@ -58,8 +73,9 @@ class CoordinatorServer {
   // Stops accepting calls, ends streams, stops the loop. Idempotent.
   void Shutdown();
 
-  // A channel to this server that skips the network (tests, embedded use).
-  std::shared_ptr<grpc::Channel> InProcessChannel();
+  // A channel to this server that skips the network (tests, embedded use),
+  // sending `token` as its bearer token ("" = none).
+  std::shared_ptr<grpc::Channel> InProcessChannel(const std::string& token);
   // Runs fn on the control-plane loop and waits (tests and tools).
   void RunOnLoop(const std::function<void()>& fn) { loop_.RunSync(fn); }
   JobManager* jobs() { return jobs_.get(); }
@@ -69,6 +85,13 @@ class CoordinatorServer {
   // The bound HTTP "host:port" once started with http_listen; else empty.
   const std::string& http_address() const { return http_address_; }
   WorkerRegistry* registry() { return registry_.get(); }
+  TokenAuthority* tokens() { return tokens_.get(); }
+  // Creates a token (on the loop) and returns its secret: how embedded use
+  // and tests hand tokens to their workers and clients.
+  absl::StatusOr<std::string> IssueToken(v1::Role role, const std::string& name,
+                                         absl::Duration ttl = absl::ZeroDuration());
+  // The bootstrap admin secret in force (set after Start()).
+  const std::string& admin_token() const { return options_.admin_token; }
 
  private:
   CoordinatorOptions options_;
@@ -78,8 +101,10 @@ class CoordinatorServer {
   MetricsHub hub_;
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<TelemetryLedger> telemetry_;
+  std::unique_ptr<TokenAuthority> tokens_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
+  std::unique_ptr<AuthServiceImpl> auth_service_;
   std::unique_ptr<grpc::Server> server_;
   RpcStats rpc_stats_;
   // Declared last: stopped (destroyed) first, before what it reads.

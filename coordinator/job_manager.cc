@@ -338,7 +338,8 @@ absl::Status JobManager::Commit(JobEntry& entry, v1::Job next, std::vector<Event
 
 // --- client API --------------------------------------------------------------
 
-absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::string& owner,
+                                           const std::string& owner_token_id) {
   TRAINCTL_RETURN_IF_ERROR(SpecErrorsToStatus(ValidateJobSpec(spec)));
   if (active_jobs_ >= options_.max_active_jobs) {
     return absl::ResourceExhaustedError(
@@ -355,6 +356,8 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec) {
   }
   if (!job.spec().resume_from().job().empty()) TRAINCTL_RETURN_IF_ERROR(AttachResumeSource(job));
   job.set_state(v1::JOB_STATE_PENDING);
+  job.set_owner(owner);
+  job.set_owner_token_id(owner_token_id);
   SetTimestamp(clock_->Now(), job.mutable_submit_time());
   job.mutable_progress()->set_epochs(job.spec().training().epochs());
   job.mutable_progress()->set_eta_seconds(-1);

@@ -109,7 +109,10 @@ class JobManager {
   absl::Status Recover(const StoreSnapshot& snapshot);
 
   // --- client API ---------------------------------------------------------
-  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
+  // `owner`/`owner_token_id`: the submitting token's name and id, kept on
+  // the job (Job.owner, Job.owner_token_id).
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& owner = "",
+                                 const std::string& owner_token_id = "");
   // Validates and shows where the job would run now; stores nothing.
   absl::StatusOr<v1::SubmitJobResponse> DryRun(const v1::JobSpec& spec);
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const;

@@ -2,6 +2,9 @@
 #include <pthread.h>
 
 #include <csignal>
+#include <filesystem>
+#include <tuple>
+#include <unistd.h>
 #include <iostream>
 #include <thread>
 
@@ -11,10 +14,14 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/match.h"
 #include "common/log.h"
+#include "absl/strings/str_join.h"
+#include "common/auth/pki.h"
+#include "common/auth/secret.h"
 #include "coordinator/coordinator_server.h"
 
-ABSL_FLAG(std::string, listen, "0.0.0.0:7070",
-          "host:port to serve gRPC on; port 0 picks a free port (printed at start)");
+ABSL_FLAG(std::string, listen, "",
+          "host:port to serve gRPC on; port 0 picks a free port (printed at start). Default: "
+          "0.0.0.0:7070 with TLS, 127.0.0.1:7070 without");
 ABSL_FLAG(std::string, db, "trainctl.db", "SQLite database holding every job, event and worker");
 ABSL_FLAG(int, heartbeat_interval_ms, 1000, "how often workers heartbeat");
 ABSL_FLAG(int, lease_timeout_ms, 3000, "a worker silent this long is LOST and its ranks fail");
@@ -39,13 +46,169 @@ ABSL_FLAG(std::string, http_listen, "",
           "HOST:PORT of an HTTP endpoint serving /metrics in Prometheus' text format (port 0: a free "
           "one); empty (default): off");
 
+ABSL_FLAG(std::string, admin_token_file, "",
+          "file holding the bootstrap admin token (created with mode 0600 when absent); "
+          "default: admin.token in --tls-dir, else beside --db");
+ABSL_FLAG(std::string, tls_dir, "",
+          "serve TLS with DIR/coordinator.crt and DIR/coordinator.key, client certificates "
+          "checked against DIR/ca.crt (the files `trainctl-coordinator init` writes)");
+ABSL_FLAG(std::string, tls_cert, "", "the coordinator's certificate (PEM); overrides --tls-dir's");
+ABSL_FLAG(std::string, tls_key, "", "the coordinator's private key (PEM); overrides --tls-dir's");
+ABSL_FLAG(std::string, tls_ca, "", "the cluster CA certificate (PEM); overrides --tls-dir's");
+ABSL_FLAG(bool, insecure, false,
+          "allow plaintext on a non-loopback --listen (tokens then cross the network in clear)");
+ABSL_FLAG(std::string, dir, "", "init: the directory to write the CA, certificates and tokens to");
+ABSL_FLAG(std::vector<std::string>, san, {},
+          "init, worker-cert: extra names or IP addresses for the certificate (comma-separated)");
+ABSL_FLAG(std::string, worker_id, "", "worker-cert: the worker id the certificate names (its CN)");
+ABSL_FLAG(std::string, out, "", "worker-cert: where to write ID.crt and ID.key (default: --dir)");
+
+namespace {
+
+// trainctl-coordinator init --dir DIR [--san a,b] [--db PATH]: the cluster CA,
+// the coordinator's certificate, the admin token, a worker token (stored in
+// --db) and a CLI config, in DIR. Refuses to overwrite an existing CA.
+int RunInit() {
+  namespace fs = std::filesystem;
+  using trainctl::auth::WritePrivateFile;
+  const std::string dir_flag = absl::GetFlag(FLAGS_dir);
+  if (dir_flag.empty()) {
+    std::cerr << "trainctl-coordinator init: --dir: required\n";
+    return 2;
+  }
+  std::error_code ec;
+  fs::create_directories(dir_flag, ec);
+  const std::string dir = fs::absolute(dir_flag, ec).string();
+  fs::permissions(dir, fs::perms::owner_all, ec);
+  if (fs::exists(dir + "/ca.key")) {
+    std::cerr << "trainctl-coordinator init: " << dir << "/ca.key exists: refusing to replace the cluster CA "
+              << "(every certificate it signed would stop working); use another --dir\n";
+    return 1;
+  }
+  auto fail = [](absl::string_view what, const absl::Status& s) {
+    std::cerr << "trainctl-coordinator init: " << what << ": " << s.message() << "\n";
+    return 1;
+  };
+  absl::StatusOr<trainctl::auth::KeyAndCert> ca =
+      trainctl::auth::NewCa("trainctl cluster CA", absl::Hours(24 * 3650));
+  if (!ca.ok()) return fail("CA", ca.status());
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  std::vector<std::string> sans = {"localhost", "127.0.0.1", "::1"};
+  if (host[0] != '\0') sans.push_back(host);
+  for (const std::string& s : absl::GetFlag(FLAGS_san)) {
+    if (!s.empty()) sans.push_back(s);
+  }
+  absl::StatusOr<std::string> key = trainctl::auth::NewPrivateKey();
+  if (!key.ok()) return fail("key", key.status());
+  absl::StatusOr<std::string> csr = trainctl::auth::NewCsr(*key, "trainctl-coordinator");
+  if (!csr.ok()) return fail("CSR", csr.status());
+  absl::StatusOr<std::string> cert =
+      trainctl::auth::SignCsr(*ca, *csr, "trainctl-coordinator", sans, absl::Hours(24 * 825));
+  if (!cert.ok()) return fail("--san", cert.status());
+  for (auto [name, text] : {std::pair<const char*, const std::string*>{"ca.key", &ca->key_pem},
+                            {"ca.crt", &ca->cert_pem},
+                            {"coordinator.key", &*key},
+                            {"coordinator.crt", &*cert}}) {
+    if (absl::Status w = WritePrivateFile(dir + "/" + name, *text); !w.ok()) return fail(name, w);
+  }
+  for (const char* pub : {"ca.crt", "coordinator.crt"}) {
+    fs::permissions(dir + "/" + pub, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                                         fs::perms::others_read, ec);
+  }
+  bool created = false;
+  absl::StatusOr<std::string> admin = trainctl::auth::ReadOrCreateTokenFile(dir + "/admin.token", &created);
+  if (!admin.ok()) return fail("admin.token", admin.status());
+  // A worker token, stored in the coordinator's database (so init runs with
+  // the coordinator's --db, before its first start).
+  {
+    absl::StatusOr<std::unique_ptr<trainctl::coordinator::StateStore>> store =
+        trainctl::coordinator::StateStore::Open(absl::GetFlag(FLAGS_db));
+    if (!store.ok()) return fail("--db", store.status());
+    trainctl::coordinator::TokenAuthority tokens(store->get(), trainctl::SystemClock::Get());
+    if (absl::Status s = tokens.Load(); !s.ok()) return fail("--db", s);
+    trainctl::v1::CreateTokenRequest req;
+    req.set_role(trainctl::v1::ROLE_WORKER);
+    req.set_name("workers");
+    absl::StatusOr<trainctl::v1::CreateTokenResponse> worker =
+        tokens.Create(req, {"init", "init", trainctl::v1::ROLE_ADMIN});
+    if (!worker.ok()) return fail("worker token", worker.status());
+    if (absl::Status w = WritePrivateFile(dir + "/worker.token", worker->secret() + "\n"); !w.ok()) {
+      return fail("worker.token", w);
+    }
+  }
+  const std::string address = absl::StrCat(sans.size() > 4 ? sans[4] : sans.size() > 3 ? sans[3] : "localhost", ":7070");
+  const std::string config = absl::StrCat("# trainctl CLI config written by `trainctl-coordinator init`: copy to\n",
+                                          "# ~/.config/trainctl/config.yaml (admin token: keep it private).\n",
+                                          "coordinator: \"", address, "\"\ntoken: \"", *admin, "\"\nca: \"", dir,
+                                          "/ca.crt\"\n");
+  if (absl::Status w = WritePrivateFile(dir + "/trainctl.yaml", config); !w.ok()) return fail("trainctl.yaml", w);
+  std::cout << "trainctl-coordinator init: wrote to " << dir << ":\n"
+            << "  ca.crt, ca.key            the cluster CA (keep ca.key private; copy ca.crt to every host)\n"
+            << "  coordinator.crt/.key      the coordinator's certificate (SANs: " << absl::StrJoin(sans, ", ") << ")\n"
+            << "  admin.token               the bootstrap admin token\n"
+            << "  worker.token              a worker token (stored in " << absl::GetFlag(FLAGS_db) << ")\n"
+            << "  trainctl.yaml             a CLI config (coordinator " << address << ", admin token, CA)\n"
+            << "Start: trainctl-coordinator --tls-dir " << dir << " --db " << absl::GetFlag(FLAGS_db) << "\n"
+            << "Workers: trainctl-worker --coordinator " << address << " --ca ca.crt --token-file worker.token\n";
+  return 0;
+}
+
+// trainctl-coordinator worker-cert --dir TLSDIR --worker_id ID [--san ...]
+// [--out DIR]: a key and a certificate for worker ID signed by the cluster CA
+// in TLSDIR. With them (--cert/--key) the worker is ID, with no token.
+int RunWorkerCert() {
+  const std::string dir = absl::GetFlag(FLAGS_dir), id = absl::GetFlag(FLAGS_worker_id);
+  const std::string out = absl::GetFlag(FLAGS_out).empty() ? dir : absl::GetFlag(FLAGS_out);
+  if (dir.empty() || id.empty()) {
+    std::cerr << "trainctl-coordinator worker-cert: --dir (the init directory) and --worker-id are required\n";
+    return 2;
+  }
+  absl::StatusOr<std::string> ca_key = trainctl::auth::ReadFile(dir + "/ca.key");
+  absl::StatusOr<std::string> ca_cert = trainctl::auth::ReadFile(dir + "/ca.crt");
+  if (!ca_key.ok() || !ca_cert.ok()) {
+    std::cerr << "trainctl-coordinator worker-cert: --dir: " << dir << " has no ca.key/ca.crt (run init)\n";
+    return 2;
+  }
+  absl::StatusOr<std::string> key = trainctl::auth::NewPrivateKey();
+  absl::StatusOr<std::string> cert =
+      key.ok() ? trainctl::auth::SignCsr({*ca_key, *ca_cert}, *trainctl::auth::NewCsr(*key, id), id,
+                                         absl::GetFlag(FLAGS_san), absl::Hours(24 * 825))
+               : key.status();
+  if (!cert.ok()) {
+    std::cerr << "trainctl-coordinator worker-cert: " << cert.status().message() << "\n";
+    return 1;
+  }
+  for (auto [name, text] : {std::pair<std::string, const std::string*>{out + "/" + id + ".key", &*key},
+                            {out + "/" + id + ".crt", &*cert}}) {
+    if (absl::Status w = trainctl::auth::WritePrivateFile(name, *text); !w.ok()) {
+      std::cerr << "trainctl-coordinator worker-cert: " << w.message() << "\n";
+      return 1;
+    }
+  }
+  std::cout << "wrote " << out << "/" << id << ".crt and .key: trainctl-worker --ca ca.crt --cert " << id
+            << ".crt --key " << id << ".key\n";
+  return 0;
+}
+
+}  // namespace
+
 int main(int argc, char** argv) {
-  trainctl::ParseDaemonFlags(
+  std::vector<char*> args = trainctl::ParseDaemonFlags(
       argc, argv,
-      "trainctl-coordinator --listen HOST:PORT --db PATH\n"
+      "trainctl-coordinator [--tls-dir DIR] --listen HOST:PORT --db PATH\n"
+      "trainctl-coordinator init --dir DIR [--san NAME,...] --db PATH   (CA, certificates, tokens)\n"
+      "trainctl-coordinator worker-cert --dir DIR --worker-id ID [--san NAME,...] [--out DIR]\n"
       "The trainctl control plane: accepts jobs, gang-schedules ranks on worker daemons, runs "
       "the rendezvous, watches health, and stores everything in SQLite.",
       "coordinator/main.cc");
+  if (args.size() > 1 && std::string(args[1]) == "init") return RunInit();
+  if (args.size() > 1 && std::string(args[1]) == "worker-cert") return RunWorkerCert();
+  if (args.size() > 1) {
+    std::cerr << "trainctl-coordinator: unknown argument '" << args[1]
+              << "' (commands: init, worker-cert)\n";
+    return 2;
+  }
   trainctl::BlockStopSignals();  // before any thread starts (see common/stop_signals.h)
   // Debian's abseil keeps deadlock detection on in release builds; it costs
   // every lock a graph update (about 6% of the coordinator's CPU at 10k workers).
@@ -60,7 +223,29 @@ int main(int argc, char** argv) {
   trainctl::SetLogLevel(level);
 
   trainctl::coordinator::CoordinatorOptions o;
+  const std::string tls_dir = absl::GetFlag(FLAGS_tls_dir);
+  auto tls_file = [&](const std::string& flag, const char* name) {
+    return !flag.empty() ? flag : tls_dir.empty() ? std::string() : tls_dir + "/" + name;
+  };
+  const std::string cert = tls_file(absl::GetFlag(FLAGS_tls_cert), "coordinator.crt");
+  const std::string key = tls_file(absl::GetFlag(FLAGS_tls_key), "coordinator.key");
+  const std::string ca = tls_file(absl::GetFlag(FLAGS_tls_ca), "ca.crt");
+  if (!cert.empty() || !key.empty()) {
+    for (auto [path, dest, flag] : {std::tuple{cert, &o.tls_cert_pem, "--tls-cert"},
+                                    std::tuple{key, &o.tls_key_pem, "--tls-key"},
+                                    std::tuple{ca, &o.tls_ca_pem, "--tls-ca"}}) {
+      absl::StatusOr<std::string> pem = path.empty() ? absl::InvalidArgumentError("not set")
+                                                     : trainctl::auth::ReadFile(path);
+      if (!pem.ok()) {
+        std::cerr << "trainctl-coordinator: " << flag << ": " << pem.status().message() << "\n";
+        return 2;
+      }
+      *dest = *pem;
+    }
+  }
+  o.insecure = absl::GetFlag(FLAGS_insecure);
   o.listen = absl::GetFlag(FLAGS_listen);
+  if (o.listen.empty()) o.listen = o.tls_cert_pem.empty() ? "127.0.0.1:7070" : "0.0.0.0:7070";
   o.db_path = absl::GetFlag(FLAGS_db);
   o.registry.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   o.registry.lease_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_lease_timeout_ms));
@@ -82,6 +267,20 @@ int main(int argc, char** argv) {
   o.store.max_log_lines_per_rank = absl::GetFlag(FLAGS_log_lines_per_rank);
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
   o.http_listen = absl::GetFlag(FLAGS_http_listen);
+  std::string admin_file = absl::GetFlag(FLAGS_admin_token_file);
+  if (admin_file.empty() && !tls_dir.empty()) admin_file = tls_dir + "/admin.token";
+  if (admin_file.empty()) {
+    std::filesystem::path db(o.db_path);
+    admin_file = (db.has_parent_path() ? db.parent_path() / "admin.token" : std::filesystem::path("admin.token")).string();
+  }
+  bool created = false;
+  absl::StatusOr<std::string> admin = trainctl::auth::ReadOrCreateTokenFile(admin_file, &created);
+  if (!admin.ok()) {
+    std::cerr << "trainctl-coordinator: --admin-token-file: " << admin.status().message() << "\n";
+    return 2;
+  }
+  o.admin_token = *admin;
+
   if (o.registry.heartbeat_interval <= absl::ZeroDuration() ||
       o.registry.lease_timeout <= o.registry.heartbeat_interval) {
     std::cerr << "trainctl-coordinator: --lease-timeout-ms must be greater than "
@@ -106,6 +305,12 @@ int main(int argc, char** argv) {
   if (!server.http_address().empty()) {
     std::cout << "trainctl-coordinator: metrics on http://" << server.http_address() << "/metrics" << std::endl;
   }
+  if (o.tls_cert_pem.empty() && !trainctl::coordinator::IsLoopbackListen(o.listen)) {
+    std::cerr << "trainctl-coordinator: WARNING: --insecure: serving plaintext on " << *addr
+              << ": tokens and job data cross the network unencrypted (docs/security.md)" << std::endl;
+  }
+  std::cout << "trainctl-coordinator: admin token " << (created ? "created in " : "read from ")
+            << admin_file << std::endl;
 
   trainctl::WaitForStopSignal();
   trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "shutting_down", {{"reason", "stop signal"}});

@@ -1,6 +1,8 @@
 #include "coordinator/services.h"
 
 #include <algorithm>
+#include <grpc/grpc_security_constants.h>
+
 #include <deque>
 #include <iostream>
 
@@ -18,6 +20,44 @@ grpc::Status ToGrpcStatus(const absl::Status& s) {
 }
 
 namespace {
+
+constexpr auto kAdmin = v1::ROLE_ADMIN;
+constexpr auto kSubmitter = v1::ROLE_SUBMITTER;
+constexpr auto kViewer = v1::ROLE_VIEWER;
+constexpr auto kWorker = v1::ROLE_WORKER;
+
+// The caller of `call`, when its token is valid and has one of `roles`;
+// else Unauthenticated / PermissionDenied to finish the call with.
+absl::StatusOr<Principal> Caller(const ServiceContext& c, grpc::CallbackServerContext* ctx,
+                                 absl::string_view call, std::initializer_list<v1::Role> roles) {
+  const auto& md = ctx->client_metadata();
+  auto it = md.find("authorization");
+  absl::string_view header;
+  if (it != md.end()) header = absl::string_view(it->second.data(), it->second.size());
+  absl::StatusOr<Principal> who = c.auth->Authenticate(header);
+  if (!who.ok()) {
+    return absl::Status(who.status().code(), absl::StrCat(call, ": ", who.status().message()));
+  }
+  absl::Status allowed = TokenAuthority::Authorize(*who, call, roles);
+  if (!allowed.ok()) return allowed;
+  return who;
+}
+
+// A submitter acts only on its own jobs; admins on every job.
+absl::Status MayActOnJob(const Principal& who, absl::string_view call, const v1::Job& job) {
+  if (who.role == v1::ROLE_ADMIN || job.owner_token_id() == who.token_id) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      call, ": job '", job.id(), "' belongs to '", job.owner().empty() ? "nobody" : job.owner(),
+      "'; a submitter acts only on its own jobs (role admin acts on every job)"));
+}
+
+// A Session refused before it began (bad token or role).
+class RefusedSession final
+    : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
+ public:
+  explicit RefusedSession(const absl::Status& why) { Finish(ToGrpcStatus(why)); }
+  void OnDone() override { delete this; }
+};
 
 // A server-streaming reactor with a bounded queue: Push() never blocks; when
 // the queue is full the oldest item is dropped and counted.
@@ -264,7 +304,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
                              public WorkerChannel,
                              public TelemetrySession {
  public:
-  SessionReactor(ServiceContext ctx, std::string peer) : ctx_(ctx), peer_(std::move(peer)) {
+  // `cert_id`: the CN of the worker's verified client certificate ("" when
+  // it presented none); such a worker may register only under that id.
+  SessionReactor(ServiceContext ctx, std::string peer, Principal who, std::string cert_id)
+      : ctx_(ctx), peer_(std::move(peer)), who_(std::move(who)), cert_id_(std::move(cert_id)) {
     StartRead(&in_);
   }
 
@@ -354,29 +397,71 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
         Close(absl::FailedPreconditionError("register: already registered on this session"));
         return;
       }
-      absl::StatusOr<std::string> id = ctx_.registry->Register(msg.register_(), this);
-      if (!id.ok()) {
-        Close(id.status());
+      // A worker with a certificate is the id its certificate names (the
+      // cluster CA signed it for that id) and nothing else.
+      if (!cert_id_.empty()) {
+        const std::string& wanted = msg.register_().worker_id();
+        if (!wanted.empty() && wanted != cert_id_) {
+          absl::Status s = absl::PermissionDeniedError(absl::StrCat(
+              "register: this worker's certificate is for '", cert_id_, "'; it may not register as '",
+              wanted, "'"));
+          std::cerr << "coordinator: refused registration from " << peer_ << ": " << s << "\n";
+          Close(s);
+          return;
+        }
+        v1::Register reg = msg.register_();
+        reg.set_worker_id(cert_id_);
+        Register(reg);
         return;
       }
-      worker_id_ = *id;
-      v1::CoordinatorMessage ack;
-      ack.mutable_register_ack()->set_worker_id(worker_id_);
-      ack.mutable_register_ack()->set_heartbeat_interval_ms(
-          static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().heartbeat_interval)));
-      ack.mutable_register_ack()->set_lease_timeout_ms(
-          static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().lease_timeout)));
-      if (ctx_.telemetry != nullptr) {
-        ack.mutable_register_ack()->set_telemetry_acked_seq(ctx_.telemetry->Applied(worker_id_));
+      // Without one, a worker id belongs to the token that first registered
+      // it: another token cannot take it over (not even after a restart).
+      if (!msg.register_().worker_id().empty()) {
+        absl::Status mine = ctx_.auth->CheckWorker(msg.register_().worker_id(), who_);
+        if (!mine.ok()) {
+          std::cerr << "coordinator: refused registration from " << peer_ << ": " << mine << "\n";
+          Close(mine);
+          return;
+        }
       }
-      Send(ack);
-      ctx_.jobs->OnWorkerRegistered(worker_id_, msg.register_());
+      Register(msg.register_());
       return;
     }
     if (worker_id_.empty()) {
       Close(absl::FailedPreconditionError("the first message of a session must be register"));
       return;
     }
+    HandleRegistered(msg);
+  }
+
+  // Registers (identity already checked), binds a token worker's id, acks.
+  void Register(const v1::Register& reg) {
+    absl::StatusOr<std::string> id = ctx_.registry->Register(reg, this);
+    if (!id.ok()) {
+      Close(id.status());
+      return;
+    }
+    if (cert_id_.empty()) {
+      if (absl::Status bound = ctx_.auth->BindWorker(*id, who_); !bound.ok()) {
+        Close(bound);
+        return;
+      }
+    }
+    worker_id_ = *id;
+    v1::CoordinatorMessage ack;
+    ack.mutable_register_ack()->set_worker_id(worker_id_);
+    ack.mutable_register_ack()->set_heartbeat_interval_ms(
+        static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().heartbeat_interval)));
+    ack.mutable_register_ack()->set_lease_timeout_ms(
+        static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().lease_timeout)));
+    if (ctx_.telemetry != nullptr) {
+      ack.mutable_register_ack()->set_telemetry_acked_seq(ctx_.telemetry->Applied(worker_id_));
+    }
+    Send(ack);
+    ctx_.jobs->OnWorkerRegistered(worker_id_, reg);
+  }
+
+  void HandleRegistered(const v1::WorkerMessage& msg) {
     if (!ctx_.registry->OwnsSession(worker_id_, this)) {
       Close(absl::FailedPreconditionError("session replaced or expired; reconnect and register"));
       return;
@@ -520,6 +605,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
 
   ServiceContext ctx_;
   const std::string peer_;
+  const Principal who_;
+  const std::string cert_id_;
   v1::WorkerMessage in_;  // gRPC thread (one read in flight).
 
   absl::Mutex mu_;
@@ -580,14 +667,30 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
                                                     const v1::SubmitJobRequest* req,
                                                     v1::SubmitJobResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  ctx_.loop->Post([this, reactor, req, resp] {
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "SubmitJob", {kAdmin, kSubmitter});
+  if (!who.ok()) {
+    reactor->Finish(ToGrpcStatus(who.status()));
+    return reactor;
+  }
+  ctx_.loop->Post([this, reactor, req, resp, who = *who] {
+    // Resuming from a job is acting on it: a submitter resumes its own.
+    if (!req->spec().resume_from().job().empty()) {
+      absl::StatusOr<v1::Job> source = ctx_.jobs->Get(req->spec().resume_from().job());
+      if (source.ok()) {
+        absl::Status mine = MayActOnJob(who, "SubmitJob (resume_from)", *source);
+        if (!mine.ok()) {
+          reactor->Finish(ToGrpcStatus(mine));
+          return;
+        }
+      }
+    }
     if (req->dry_run()) {
       absl::StatusOr<v1::SubmitJobResponse> r = ctx_.jobs->DryRun(req->spec());
       if (r.ok()) *resp = std::move(*r);
       reactor->Finish(ToGrpcStatus(r.status()));
       return;
     }
-    absl::StatusOr<v1::Job> job = ctx_.jobs->Submit(req->spec());
+    absl::StatusOr<v1::Job> job = ctx_.jobs->Submit(req->spec(), who.name, who.token_id);
     if (job.ok()) *resp->mutable_job() = std::move(*job);
     reactor->Finish(ToGrpcStatus(job.status()));
   });
@@ -597,6 +700,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
                                                  const v1::GetJobRequest* req, v1::Job* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "GetJob", {kAdmin, kSubmitter, kViewer});
+  if (!who.ok()) {
+    reactor->Finish(ToGrpcStatus(who.status()));
+    return reactor;
+  }
   ctx_.loop->Post([this, reactor, req, resp] {
     absl::StatusOr<v1::Job> job = ctx_.jobs->Get(req->job_id());
     if (job.ok()) *resp = std::move(*job);
@@ -609,6 +717,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
                                                    const v1::ListJobsRequest* req,
                                                    v1::ListJobsResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "ListJobs", {kAdmin, kSubmitter, kViewer});
+  if (!who.ok()) {
+    reactor->Finish(ToGrpcStatus(who.status()));
+    return reactor;
+  }
   ctx_.loop->Post([this, reactor, req, resp] {
     absl::StatusOr<v1::ListJobsResponse> r = ctx_.jobs->List(*req);
     if (r.ok()) *resp = std::move(*r);
@@ -620,7 +733,20 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* ctx,
                                                     const v1::CancelJobRequest* req, v1::Job* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  ctx_.loop->Post([this, reactor, req, resp] {
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "CancelJob", {kAdmin, kSubmitter});
+  if (!who.ok()) {
+    reactor->Finish(ToGrpcStatus(who.status()));
+    return reactor;
+  }
+  ctx_.loop->Post([this, reactor, req, resp, who = *who] {
+    absl::StatusOr<v1::Job> current = ctx_.jobs->Get(req->job_id());
+    if (current.ok()) {
+      absl::Status mine = MayActOnJob(who, "CancelJob", *current);
+      if (!mine.ok()) {
+        reactor->Finish(ToGrpcStatus(mine));
+        return;
+      }
+    }
     absl::StatusOr<v1::Job> job = ctx_.jobs->Cancel(req->job_id(), req->reason());
     if (job.ok()) *resp = std::move(*job);
     reactor->Finish(ToGrpcStatus(job.status()));
@@ -643,6 +769,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetMetrics(grpc::CallbackServerContext
 grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::CallbackServerContext* ctx,
                                                                   const v1::WatchJobRequest* req) {
   auto* reactor = new WatchReactor(ctx_, req->job_id());
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "WatchJob", {kAdmin, kSubmitter, kViewer});
+  if (!who.ok()) {
+    reactor->FinishAfterQueue(ToGrpcStatus(who.status()));
+    return reactor;
+  }
   v1::WatchJobRequest request = *req;
   ctx_.loop->Post([this, reactor, request] {
     absl::StatusOr<v1::Job> job = ctx_.jobs->Get(request.job_id());
@@ -685,6 +816,11 @@ grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::Callback
 grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetLogs(grpc::CallbackServerContext* ctx,
                                                                 const v1::GetLogsRequest* req) {
   auto* reactor = new LogsReactor(ctx_, *req);
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "GetLogs", {kAdmin, kSubmitter, kViewer});
+  if (!who.ok()) {
+    reactor->FinishAfterQueue(ToGrpcStatus(who.status()));
+    return reactor;
+  }
   v1::GetLogsRequest request = *req;
   ctx_.loop->Post([this, reactor, request] {
     absl::StatusOr<v1::Job> job = ctx_.jobs->Get(request.job_id());
@@ -740,19 +876,88 @@ WorkerServiceImpl::~WorkerServiceImpl() = default;
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServiceImpl::Session(
     grpc::CallbackServerContext* ctx) {
-  return new SessionReactor(ctx_, ctx->peer());
+  // mTLS: a client certificate the cluster CA signed (verified in the
+  // handshake) names the worker; it needs no token.
+  std::string cert_id;
+  if (std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context()) {
+    std::vector<grpc::string_ref> cn = auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
+    if (!cn.empty()) cert_id.assign(cn.front().data(), cn.front().size());
+  }
+  absl::StatusOr<Principal> who;
+  if (!cert_id.empty() && ctx->client_metadata().find("authorization") == ctx->client_metadata().end()) {
+    who = Principal{absl::StrCat("cert:", cert_id), cert_id, v1::ROLE_WORKER};
+  } else {
+    who = Caller(ctx_, ctx, "Session", {kWorker});
+  }
+  if (!who.ok()) return new RefusedSession(who.status());
+  return new SessionReactor(ctx_, ctx->peer(), *who, cert_id);
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
                                                          const v1::ListWorkersRequest* req,
                                                          v1::ListWorkersResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "ListWorkers", {kAdmin, kSubmitter, kViewer});
+  if (!who.ok()) {
+    reactor->Finish(ToGrpcStatus(who.status()));
+    return reactor;
+  }
   ctx_.loop->Post([this, reactor, req, resp] {
     for (v1::Worker& w : ctx_.registry->List(req->include_gone())) {
       for (int s : ctx_.jobs->BusySlots(w.id())) w.add_busy_slots(s);
       *resp->add_workers() = std::move(w);
     }
     reactor->Finish(grpc::Status::OK);
+  });
+  return reactor;
+}
+
+// --- AuthService ------------------------------------------------------------------
+// Token writes run on the loop: the store's telemetry groups assume one
+// writing thread.
+
+grpc::ServerUnaryReactor* AuthServiceImpl::CreateToken(grpc::CallbackServerContext* ctx,
+                                                       const v1::CreateTokenRequest* req,
+                                                       v1::CreateTokenResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "CreateToken", {kAdmin});
+  if (!who.ok()) {
+    reactor->Finish(ToGrpcStatus(who.status()));
+    return reactor;
+  }
+  ctx_.loop->Post([this, reactor, req, resp, who = *who] {
+    absl::StatusOr<v1::CreateTokenResponse> r = ctx_.auth->Create(*req, who);
+    if (r.ok()) *resp = std::move(*r);
+    reactor->Finish(ToGrpcStatus(r.status()));
+  });
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AuthServiceImpl::ListTokens(grpc::CallbackServerContext* ctx,
+                                                      const v1::ListTokensRequest* req,
+                                                      v1::ListTokensResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "ListTokens", {kAdmin});
+  if (who.ok()) {
+    for (v1::Token& t : ctx_.auth->List(req->include_revoked())) *resp->add_tokens() = std::move(t);
+  }
+  reactor->Finish(ToGrpcStatus(who.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AuthServiceImpl::RevokeToken(grpc::CallbackServerContext* ctx,
+                                                       const v1::RevokeTokenRequest* req,
+                                                       v1::Token* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "RevokeToken", {kAdmin});
+  if (!who.ok()) {
+    reactor->Finish(ToGrpcStatus(who.status()));
+    return reactor;
+  }
+  ctx_.loop->Post([this, reactor, req, resp] {
+    absl::StatusOr<v1::Token> r = ctx_.auth->Revoke(req->id());
+    if (r.ok()) *resp = std::move(*r);
+    reactor->Finish(ToGrpcStatus(r.status()));
   });
   return reactor;
 }

@@ -4,6 +4,13 @@
 //   JobService    — SubmitJob, GetJob, ListJobs, CancelJob (unary),
 //                   WatchJob, GetLogs (server streams).
 //   WorkerService — Session (one bidi stream per worker daemon), ListWorkers.
+//   AuthService   — CreateToken, ListTokens, RevokeToken (admin only).
+//
+// Every handler first authenticates the call's bearer token and checks its
+// role (TokenAuthority): reads need admin, submitter or viewer; SubmitJob
+// admin or submitter; CancelJob admin, or the submitter that owns the job;
+// Session a worker token (whose worker ids are bound to it); AuthService
+// admin. A refused call does no work.
 //
 // Handlers never touch manager state on gRPC threads: each posts a closure to
 // the loop, which calls the managers (which persist, then update memory, then
@@ -18,7 +25,9 @@
 #include "coordinator/metrics_hub.h"
 #include "coordinator/store/state_store.h"
 #include "coordinator/telemetry_ledger.h"
+#include "coordinator/token_authority.h"
 #include "coordinator/worker_registry.h"
+#include "trainctl/v1/auth.grpc.pb.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
 
@@ -39,6 +48,8 @@ struct ServiceContext {
   TelemetryLedger* telemetry = nullptr;
   // Group commit of sequenced metrics and logs (set by WorkerServiceImpl).
   TelemetryBatcher* batcher = nullptr;
+  // Authenticates every call. Required.
+  TokenAuthority* auth = nullptr;
 };
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
@@ -79,6 +90,23 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
 
  private:
   std::unique_ptr<TelemetryBatcher> batcher_;
+  ServiceContext ctx_;
+};
+
+class AuthServiceImpl final : public v1::AuthService::CallbackService {
+ public:
+  explicit AuthServiceImpl(ServiceContext ctx) : ctx_(ctx) {}
+
+  grpc::ServerUnaryReactor* CreateToken(grpc::CallbackServerContext* ctx,
+                                        const v1::CreateTokenRequest* req,
+                                        v1::CreateTokenResponse* resp) override;
+  grpc::ServerUnaryReactor* ListTokens(grpc::CallbackServerContext* ctx,
+                                       const v1::ListTokensRequest* req,
+                                       v1::ListTokensResponse* resp) override;
+  grpc::ServerUnaryReactor* RevokeToken(grpc::CallbackServerContext* ctx,
+                                        const v1::RevokeTokenRequest* req, v1::Token* resp) override;
+
+ private:
   ServiceContext ctx_;
 };
 

@@ -222,16 +222,29 @@ if has_step smoke; then
     health_c=${health_c:-trainctl-healthcheck} health_w=${health_w:-trainctl-healthcheck --worker}
     port=$(free_port)
     install -d -o 10001 -g 10001 "$wroot/var/lib/trainctl/w1" "$wroot/var/lib/trainctl/w2"
-    rm -f "$croot"/var/lib/trainctl/trainctl.db*
+    rm -rf "$croot"/var/lib/trainctl/trainctl.db* "$croot"/var/lib/trainctl/tls
+    # TLS and tokens, as deployed: init makes the CA, certificates and tokens;
+    # workers get ca.crt and the worker token, the CLI the CA and admin token.
+    if in_root "$croot" 10001:10001 trainctl-coordinator init --dir=/var/lib/trainctl/tls \
+         --db=/var/lib/trainctl/trainctl.db > "$work/init.log" 2>&1; then
+      pass "smoke: trainctl-coordinator init"
+    else
+      fail "smoke: trainctl-coordinator init (see $work/init.log)"
+    fi
+    for f in ca.crt worker.token; do
+      install -o 10001 -g 10001 -m 0600 "$croot/var/lib/trainctl/tls/$f" "$wroot/var/lib/trainctl/$f"
+    done
+    admin_token=$(cat "$croot/var/lib/trainctl/tls/admin.token")
+    tls_cli=(--ca=/var/lib/trainctl/tls/ca.crt --token="$admin_token")
     # shellcheck disable=SC2086  # the entrypoint is words
     start_bg coordinator "$croot" 10001:10001 $entry_c trainctl-coordinator --listen=127.0.0.1:"$port" \
-      --db=/var/lib/trainctl/trainctl.db
+      --db=/var/lib/trainctl/trainctl.db --tls_dir=/var/lib/trainctl/tls
     cjob=$bg_job cpid=$bg_pid
     up=0
     for _ in $(seq 1 50); do grep -q 'listening on' "$work/coordinator.log" && { up=1; break; }; sleep 0.2; done
     if [ "$up" = 1 ]; then pass "smoke: coordinator listening on 127.0.0.1:$port"; else fail "smoke: coordinator did not start (see $work/coordinator.log)"; fi
     # shellcheck disable=SC2086
-    if in_root "$croot" 10001:10001 env TRAINCTL_HEALTH_ADDRESS=127.0.0.1:"$port" $health_c > "$work/health.log" 2>&1; then
+    if in_root "$croot" 10001:10001 env TRAINCTL_HEALTH_ADDRESS=127.0.0.1:"$port" TRAINCTL_CA=/var/lib/trainctl/tls/ca.crt $health_c > "$work/health.log" 2>&1; then
       pass "smoke: coordinator HEALTHCHECK ($health_c): $(cat "$work/health.log")"
     else
       fail "smoke: coordinator HEALTHCHECK ($health_c): $(cat "$work/health.log")"
@@ -240,21 +253,22 @@ if has_step smoke; then
     for w in 1 2; do
       # shellcheck disable=SC2086
       start_bg worker-$w "$wroot" 10001:10001 $entry_w trainctl-worker --coordinator=127.0.0.1:"$port" --slots=1 \
-        --address=127.0.0.1 --work_dir=/var/lib/trainctl/w$w
+        --address=127.0.0.1 --work_dir=/var/lib/trainctl/w$w \
+        --ca=/var/lib/trainctl/ca.crt --token_file=/var/lib/trainctl/worker.token
       wpids+=("$bg_pid") wjobs+=("$bg_job")
     done
     sleep 3
     # shellcheck disable=SC2086
-    if in_root "$wroot" 10001:10001 env TRAINCTL_COORDINATOR=127.0.0.1:"$port" $health_w > "$work/health-worker.log" 2>&1; then
+    if in_root "$wroot" 10001:10001 env TRAINCTL_COORDINATOR=127.0.0.1:"$port" TRAINCTL_CA=/var/lib/trainctl/ca.crt $health_w > "$work/health-worker.log" 2>&1; then
       pass "smoke: worker HEALTHCHECK ($health_w): $(cat "$work/health-worker.log")"
     else
       fail "smoke: worker HEALTHCHECK ($health_w): $(cat "$work/health-worker.log")"
     fi
     if [ -x "$croot/usr/local/bin/trainctl" ] && [ -x "$wroot/usr/local/bin/trainctl-rank" ]; then
-      in_root "$croot" 10001:10001 trainctl --coordinator=127.0.0.1:"$port" workers > "$work/workers.log" 2>&1
+      in_root "$croot" 10001:10001 trainctl --coordinator=127.0.0.1:"$port" "${tls_cli[@]}" workers > "$work/workers.log" 2>&1
       sed 's/^/  /' "$work/workers.log"
       start=$(date +%s)
-      if timeout 600 bash -c 'in_root "$@"' _ "$croot" 10001:10001 trainctl --coordinator=127.0.0.1:"$port" \
+      if timeout 600 bash -c 'in_root "$@"' _ "$croot" 10001:10001 trainctl --coordinator=127.0.0.1:"$port" "${tls_cli[@]}" \
           submit /usr/local/share/trainctl/examples/mlp-synthetic.yaml --follow > "$work/submit.log" 2>&1 \
          && grep -qi 'succeeded' "$work/submit.log"; then
         pass "smoke: mlp-synthetic (2 ranks on 2 CPU workers) SUCCEEDED in $(( $(date +%s) - start ))s"

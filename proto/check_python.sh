@@ -10,6 +10,7 @@ cd "$out"
 /usr/bin/python3 - <<'PY'
 from trainctl.v1 import job_pb2, metrics_pb2, job_service_pb2, job_service_pb2_grpc
 from trainctl.v1 import worker_service_pb2, worker_service_pb2_grpc
+from trainctl.v1 import auth_pb2, auth_pb2_grpc
 spec = job_pb2.JobSpec(name="x", world_size=2)
 spec.model.mlp.input_dim = 5
 assert job_pb2.JobSpec.FromString(spec.SerializeToString()) == spec
@@ -18,7 +19,9 @@ assert hasattr(worker_service_pb2_grpc, "WorkerServiceStub")
 for svc, methods in [(job_service_pb2.DESCRIPTOR.services_by_name["JobService"],
                       {"SubmitJob", "GetJob", "ListJobs", "CancelJob", "WatchJob", "GetLogs", "GetMetrics"}),
                      (worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"],
-                      {"Session", "ListWorkers"})]:
+                      {"Session", "ListWorkers"}),
+                     (auth_pb2.DESCRIPTOR.services_by_name["AuthService"],
+                      {"CreateToken", "ListTokens", "RevokeToken"})]:
     assert set(svc.methods_by_name) == methods, (svc.name, set(svc.methods_by_name))
 print("python stubs ok")
 PY

@@ -19,7 +19,7 @@ packages=(
   # training
   libtorch-dev libgloo-dev libopenblas0-openmp
   # config, state, tests
-  libyaml-cpp-dev libsqlite3-dev libgtest-dev libgmock-dev libcli11-dev
+  libyaml-cpp-dev libsqlite3-dev libgtest-dev libgmock-dev libcli11-dev libssl-dev
   # /metrics endpoint (HTTP server), and the real Prometheus its test scrapes with
   libcpp-httplib-dev prometheus
   # reference scripts, cross-language checks, real data

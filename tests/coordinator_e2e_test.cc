@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/jobspec/job_spec.h"
+#include "common/auth/secret.h"
 #include "coordinator/coordinator_server.h"
 #include "tests/support/fake_worker.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
@@ -231,8 +232,25 @@ void RunToSuccess(v1::JobService::Stub* stub, FakeWorker& w0, FakeWorker& w1, co
   w1.SendStatus(id, attempt, 1, v1::RANK_STATE_SUCCEEDED);
 }
 
+// Every call goes through authentication: clients carry this admin secret,
+// fake workers a worker token (kept across restarts: their ids are bound).
+constexpr char kAdminToken[] = "tct_admin_coordinator-e2e-test";
+
+std::shared_ptr<grpc::Channel> Net(const std::string& addr, const std::string& token = kAdminToken) {
+  auth::ChannelSecurity security;
+  security.token = token;
+  return *auth::MakeChannel(addr, security, grpc::ChannelArguments());
+}
+
+std::string WorkerToken(coordinator::CoordinatorServer& server) {
+  absl::StatusOr<std::string> t = server.IssueToken(v1::ROLE_WORKER, "fake-workers");
+  EXPECT_TRUE(t.ok()) << t.status();
+  return t.ok() ? *t : "";
+}
+
 coordinator::CoordinatorOptions Options(const std::string& dir) {
   coordinator::CoordinatorOptions o;
+  o.admin_token = kAdminToken;
   o.listen = "127.0.0.1:0";
   o.db_path = dir + "/state.db";
   o.registry.heartbeat_interval = absl::Milliseconds(100);
@@ -245,10 +263,12 @@ TEST(CoordinatorE2ETest, InProcessJobLifeWithTwoWatchers) {
   std::string dir = TempDir();
   coordinator::CoordinatorServer server(Options(dir));
   ASSERT_TRUE(server.Start().ok());
-  auto channel = server.InProcessChannel();
+  auto channel = server.InProcessChannel(kAdminToken);
   auto stub = v1::JobService::NewStub(channel);
 
-  FakeWorker w0(channel, "w0", 1), w1(channel, "w1", 1);
+  std::string wt = WorkerToken(server);
+  auto wchannel = server.InProcessChannel("");
+  FakeWorker w0(wchannel, "w0", 1, absl::Milliseconds(100), wt), w1(wchannel, "w1", 1, absl::Milliseconds(100), wt);
   ASSERT_TRUE(w0.Connect());
   ASSERT_TRUE(w1.Connect());
   std::string id = Submit(stub.get(), Spec(2));
@@ -277,8 +297,10 @@ TEST(CoordinatorE2ETest, LoopbackLostWorkerRestartsAndBadInputIsRefused) {
   coordinator::CoordinatorServer server(Options(dir));
   absl::StatusOr<std::string> addr = server.Start();
   ASSERT_TRUE(addr.ok());
-  auto channel = grpc::CreateChannel(*addr, grpc::InsecureChannelCredentials());
+  auto channel = Net(*addr);
   auto stub = v1::JobService::NewStub(channel);
+  std::string wt = WorkerToken(server);
+  auto wchannel = Net(*addr, "");
 
 
   // Bad input: named field, nothing stored.
@@ -299,11 +321,12 @@ TEST(CoordinatorE2ETest, LoopbackLostWorkerRestartsAndBadInputIsRefused) {
     EXPECT_EQ(stub->GetJob(&ctx2, get, &job).error_code(), grpc::StatusCode::NOT_FOUND);
   }
 
-  FakeWorker w0(channel, "w0", 1), w1(channel, "w1", 1);
+  FakeWorker w0(wchannel, "w0", 1, absl::Milliseconds(100), wt),
+      w1(wchannel, "w1", 1, absl::Milliseconds(100), wt);
   ASSERT_TRUE(w0.Connect());
   ASSERT_TRUE(w1.Connect());
   // A second daemon claiming w0's id is refused.
-  FakeWorker imposter(channel, "w0", 1);
+  FakeWorker imposter(wchannel, "w0", 1, absl::Milliseconds(100), wt);
   EXPECT_FALSE(imposter.Connect());
 
   std::string id = Submit(stub.get(), Spec(2));
@@ -363,9 +386,10 @@ TEST(CoordinatorE2ETest, ShutdownAfterManySessionsDropAtOnce) {
   absl::StatusOr<std::string> addr = server->Start();
   ASSERT_TRUE(addr.ok());
   std::vector<std::unique_ptr<FakeWorker>> workers;
+  std::string wt = WorkerToken(*server);
   for (int i = 0; i < 60; ++i) {
-    auto channel = grpc::CreateChannel(*addr, grpc::InsecureChannelCredentials());
-    workers.push_back(std::make_unique<FakeWorker>(channel, absl::StrCat("w", i), 1, absl::Milliseconds(5)));
+    auto channel = Net(*addr, "");
+    workers.push_back(std::make_unique<FakeWorker>(channel, absl::StrCat("w", i), 1, absl::Milliseconds(5), wt));
     ASSERT_TRUE(workers.back()->Connect());
   }
   absl::SleepFor(absl::Milliseconds(200));
@@ -425,7 +449,9 @@ TEST(CoordinatorE2ETest, SigkilledCoordinatorLosesNothing) {
   std::string dir = TempDir();
   auto [pid, addr] = StartCoordinator(dir + "/state.db");
   ASSERT_FALSE(addr.empty());
-  auto stub = v1::JobService::NewStub(grpc::CreateChannel(addr, grpc::InsecureChannelCredentials()));
+  absl::StatusOr<std::string> admin = auth::ReadTokenFile(dir + "/admin.token");
+  ASSERT_TRUE(admin.ok()) << admin.status();
+  auto stub = v1::JobService::NewStub(Net(addr, *admin));
   std::vector<std::string> ids;
   for (int i = 0; i < 5; ++i) ids.push_back(Submit(stub.get(), Spec(1 + i % 2)));
   grpc::ClientContext cctx;
@@ -439,7 +465,7 @@ TEST(CoordinatorE2ETest, SigkilledCoordinatorLosesNothing) {
 
   auto [pid2, addr2] = StartCoordinator(dir + "/state.db");
   ASSERT_FALSE(addr2.empty());
-  auto stub2 = v1::JobService::NewStub(grpc::CreateChannel(addr2, grpc::InsecureChannelCredentials()));
+  auto stub2 = v1::JobService::NewStub(Net(addr2, *admin));
   grpc::ClientContext lctx;
   v1::ListJobsResponse list;
   ASSERT_TRUE(stub2->ListJobs(&lctx, v1::ListJobsRequest(), &list).ok());
@@ -448,8 +474,12 @@ TEST(CoordinatorE2ETest, SigkilledCoordinatorLosesNothing) {
     EXPECT_EQ(j.state(), j.id() == ids[0] ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_PENDING) << j.id();
   }
   // The restarted coordinator schedules what it recovered.
-  auto channel = grpc::CreateChannel(addr2, grpc::InsecureChannelCredentials());
-  FakeWorker w(channel, "w", 2);
+  grpc::ClientContext tctx;
+  v1::CreateTokenRequest treq;
+  treq.set_role(v1::ROLE_WORKER);
+  v1::CreateTokenResponse tresp;
+  ASSERT_TRUE(v1::AuthService::NewStub(Net(addr2, *admin))->CreateToken(&tctx, treq, &tresp).ok());
+  FakeWorker w(Net(addr2, ""), "w", 2, absl::Milliseconds(100), tresp.secret());
   ASSERT_TRUE(w.Connect());
   ASSERT_TRUE(w.WaitFor(IsStart));
   w.Leave();
@@ -464,9 +494,10 @@ TEST(CoordinatorE2ETest, SequencedTelemetryIsAppliedOnceAcrossARestart) {
   std::string dir = TempDir();
   auto server = std::make_unique<coordinator::CoordinatorServer>(Options(dir));
   ASSERT_TRUE(server->Start().ok());
-  auto channel = server->InProcessChannel();
+  auto channel = server->InProcessChannel(kAdminToken);
   auto stub = v1::JobService::NewStub(channel);
-  auto w = std::make_unique<FakeWorker>(channel, "w", 1);
+  const std::string wt = WorkerToken(*server);
+  auto w = std::make_unique<FakeWorker>(server->InProcessChannel(""), "w", 1, absl::Milliseconds(100), wt);
   ASSERT_TRUE(w->Connect());
   std::string id = Submit(stub.get(), Spec(1));
   ASSERT_TRUE(w->WaitFor(IsStart));
@@ -514,9 +545,9 @@ TEST(CoordinatorE2ETest, SequencedTelemetryIsAppliedOnceAcrossARestart) {
   server->Shutdown();
   server = std::make_unique<coordinator::CoordinatorServer>(Options(dir));
   ASSERT_TRUE(server->Start().ok());
-  channel = server->InProcessChannel();
+  channel = server->InProcessChannel(kAdminToken);
   stub = v1::JobService::NewStub(channel);
-  w = std::make_unique<FakeWorker>(channel, "w", 1);
+  w = std::make_unique<FakeWorker>(server->InProcessChannel(""), "w", 1, absl::Milliseconds(100), wt);
   v1::RunningRank rr;
   rr.set_job_id(id);
   rr.set_attempt(1);

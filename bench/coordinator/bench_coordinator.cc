@@ -66,12 +66,17 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
+#include "common/auth/secret.h"
 #include "common/jobspec/job_spec.h"
+#include "trainctl/v1/auth.grpc.pb.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
 
 ABSL_FLAG(std::string, mode, "heartbeat", "heartbeat | jobs | failure | telemetry | single_worker");
 ABSL_FLAG(std::string, target, "", "coordinator host:port");
+ABSL_FLAG(std::string, admin_token_file, "",
+          "the coordinator's --admin_token_file: jobs go through the admin token, simulated "
+          "workers through a worker token made with it");
 ABSL_FLAG(int, coord_pid, 0, "coordinator pid (for /proc CPU and RSS)");
 ABSL_FLAG(std::string, out, "", "append key=value results to this file");
 ABSL_FLAG(std::string, prefix, "", "prefix for every result key");
@@ -270,13 +275,20 @@ class Recorder {
   Dist d_;
 };
 
-std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, int index) {
+// The bearer tokens every call carries (set in main, before any thread).
+std::string g_admin_token;
+std::string g_worker_token;
+
+std::shared_ptr<grpc::Channel> MakeChannel(const std::string& target, int index,
+                                           const std::string& token) {
   grpc::ChannelArguments args;
   // A distinct argument and a local subchannel pool: one TCP connection each.
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   args.SetInt("trainctl.bench.channel", index);
   args.SetMaxReceiveMessageSize(64 << 20);
-  return grpc::CreateCustomChannel(target, grpc::InsecureChannelCredentials(), args);
+  auth::ChannelSecurity security;
+  security.token = token;
+  return *auth::MakeChannel(target, security, args);
 }
 
 v1::JobSpec MakeSpec(int max_restarts, bool cuda) {
@@ -306,10 +318,10 @@ class Hub {
  public:
   Hub(const std::string& target, int channels, int64_t heartbeat_ns) : heartbeat_ns_(heartbeat_ns) {
     for (int i = 0; i < channels; ++i) {
-      channels_.push_back(MakeChannel(target, i));
+      channels_.push_back(MakeChannel(target, i, g_worker_token));
       stubs_.push_back(v1::WorkerService::NewStub(channels_.back()));
     }
-    job_channel_ = MakeChannel(target, channels);
+    job_channel_ = MakeChannel(target, channels, g_admin_token);
     jobs_ = v1::JobService::NewStub(job_channel_);
     workers_stub_ = v1::WorkerService::NewStub(job_channel_);
     int n = std::max(1, absl::GetFlag(FLAGS_tickers));
@@ -889,8 +901,10 @@ void RunFailureTrials(Hub& hub, int count, int batch, bool process, bool cuda, c
           close(fds[1]);
           std::string a1 = "--mode=single_worker", a2 = "--target=" + absl::GetFlag(FLAGS_target),
                       a3 = "--worker_id=" + id, a4 = std::string("--slot_kind=") + (cuda ? "gpu" : "cpu"),
-                      a5 = absl::StrCat("--heartbeat_ms=", absl::GetFlag(FLAGS_heartbeat_ms));
-          execl(exe, exe, a1.c_str(), a2.c_str(), a3.c_str(), a4.c_str(), a5.c_str(), (char*)nullptr);
+                      a5 = absl::StrCat("--heartbeat_ms=", absl::GetFlag(FLAGS_heartbeat_ms)),
+                      a6 = "--admin_token_file=" + absl::GetFlag(FLAGS_admin_token_file);
+          execl(exe, exe, a1.c_str(), a2.c_str(), a3.c_str(), a4.c_str(), a5.c_str(), a6.c_str(),
+                (char*)nullptr);
           _exit(127);
         }
         close(fds[1]);
@@ -1698,6 +1712,27 @@ int main(int argc, char** argv) {
   if (absl::GetFlag(FLAGS_target).empty()) {
     std::cerr << "--target HOST:PORT is required\n";
     return 2;
+  }
+  absl::StatusOr<std::string> admin = trainctl::auth::ReadTokenFile(absl::GetFlag(FLAGS_admin_token_file));
+  if (!admin.ok()) {
+    std::cerr << "--admin_token_file: " << admin.status().message() << "\n";
+    return 2;
+  }
+  g_admin_token = *admin;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    trainctl::v1::CreateTokenRequest req;
+    req.set_role(trainctl::v1::ROLE_WORKER);
+    req.set_name("bench-workers");
+    trainctl::v1::CreateTokenResponse resp;
+    grpc::Status s = trainctl::v1::AuthService::NewStub(MakeChannel(absl::GetFlag(FLAGS_target), -1, g_admin_token))
+                         ->CreateToken(&ctx, req, &resp);
+    if (!s.ok()) {
+      std::cerr << "creating the simulated workers' token: " << s.error_message() << "\n";
+      return 1;
+    }
+    g_worker_token = resp.secret();
   }
   const std::string mode = absl::GetFlag(FLAGS_mode);
   int rc;

@@ -80,11 +80,12 @@ trap 'exit 130' INT TERM
 # Every scenario's coordinator runs with these (recorded in the results).
 COORD_FLAGS="--heartbeat-interval-ms 1000 --lease-timeout-ms 3000 --disconnect-grace-ms 1000"
 
-# start_coord NAME [extra coordinator flags...]: sets COORD_PID and ADDR.
+# start_coord NAME [extra coordinator flags...]: sets COORD_PID, ADDR and ADMIN_FILE.
 start_coord() {
   local name="$1"; shift
   mkdir -p "$WORK/$name"
-  "$COORD" --listen 127.0.0.1:0 --db "$WORK/$name/state.db" \
+  ADMIN_FILE="$WORK/$name/admin.token"
+  "$COORD" --listen 127.0.0.1:0 --db "$WORK/$name/state.db" --admin-token-file "$ADMIN_FILE" \
     $COORD_FLAGS "$@" \
     > "$WORK/$name/coord.out" 2> "$WORK/$name/coord.err" &
   COORD_PID=$!
@@ -115,7 +116,7 @@ bench() {
   echo "== $name (coordinator pid $COORD_PID at $ADDR; limit ${limit}s)"
   local rc=0
   # timeout forwards TERM (cleanup) to the generator; KILL after the limit.
-  timeout --signal=KILL "$limit" "$BENCH" --target="$ADDR" --coord_pid="$COORD_PID" \
+  timeout --signal=KILL "$limit" "$BENCH" --target="$ADDR" --admin_token_file="$ADMIN_FILE" --coord_pid="$COORD_PID" \
     --out="$OUT" --prefix="$prefix." "$@" > >(tee "$WORK/$name/bench.log") 2>&1 &
   BENCH_PID=$!
   wait "$BENCH_PID" || rc=$?

@@ -26,11 +26,14 @@ constexpr char kDefaultCoordinator[] = "localhost:7070";
 constexpr VerbFactory kVerbs[] = {
     AddSubmitVerb, AddStatusVerb, AddDescribeVerb, AddListVerb,  AddLogsVerb,
     AddCancelVerb, AddResumeVerb, AddCheckpointsVerb, AddWorkersVerb, AddRunVerb, AddMetricsVerb,
+    AddTokenVerb,  AddLoginVerb,
 };
 
 constexpr char kMainFooter[] =
-    "Coordinator: --coordinator, else $TRAINCTL_COORDINATOR, else `coordinator: host:port` in\n"
-    "~/.config/trainctl/config.yaml, else localhost:7070.\n"
+    "Coordinator: --coordinator, else $TRAINCTL_COORDINATOR (or $TRAINCTL_ADDRESS), else\n"
+    "`coordinator: host:port` in ~/.config/trainctl/config.yaml, else localhost:7070.\n"
+    "Token and CA: --token / --ca, else $TRAINCTL_TOKEN / $TRAINCTL_CA, else `token:` / `ca:` in\n"
+    "the config file (trainctl login writes it).\n"
     "Exit codes: 0 ok; 1 RPC error, or a followed job that did not succeed; 2 usage or\n"
     "validation error.\n\n"
     "Examples:\n"
@@ -50,52 +53,112 @@ CliEnvironment CliEnvironment::FromProcess() {
   return env;
 }
 
-std::optional<ResolvedAddress> ResolveCoordinator(const std::string& flag, const CliEnvironment& env,
-                                                  std::string* error) {
-  if (!flag.empty()) return ResolvedAddress{flag, "--coordinator"};
+std::string ConfigFilePath(const CliEnvironment& env) {
   auto get = [&](const std::string& name) -> std::string {
     if (!env.getenv) return "";
     return env.getenv(name).value_or("");
   };
-  std::string from_env = get("TRAINCTL_COORDINATOR");
-  if (!from_env.empty()) return ResolvedAddress{from_env, "TRAINCTL_COORDINATOR"};
-
   std::string config_dir = get("XDG_CONFIG_HOME");
   if (config_dir.empty() && !get("HOME").empty()) config_dir = get("HOME") + "/.config";
-  if (!config_dir.empty()) {
-    std::string path = config_dir + "/trainctl/config.yaml";
-    std::ifstream in(path);
-    if (in) {
-      try {
-        YAML::Node doc = YAML::Load(in);
-        if (doc.IsMap() && doc["coordinator"]) {
-          YAML::Node c = doc["coordinator"];
-          if (!c.IsScalar() || c.as<std::string>().empty()) {
-            *error = absl::StrCat(path, ":", c.Mark().line + 1, ":", c.Mark().column + 1,
-                                  ": coordinator: expected host:port");
-            return std::nullopt;
-          }
-          return ResolvedAddress{c.as<std::string>(), path};
-        }
-        if (!doc.IsNull() && !doc.IsMap()) {
-          *error = absl::StrCat(path, ": expected a mapping such as `coordinator: host:port`");
-          return std::nullopt;
-        }
-      } catch (const YAML::Exception& e) {
-        *error = absl::StrCat(path, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg);
-        return std::nullopt;
+  if (config_dir.empty()) return "";
+  return config_dir + "/trainctl/config.yaml";
+}
+
+namespace {
+
+// One scalar key of the config file ("" when the file or key is absent).
+// False with "path:line:col: reason" in *error when the file is malformed.
+bool ConfigValue(const CliEnvironment& env, const std::string& key, std::string* value,
+                 std::string* path_out, std::string* error) {
+  std::string path = ConfigFilePath(env);
+  *path_out = path;
+  value->clear();
+  if (path.empty()) return true;
+  std::ifstream in(path);
+  if (!in) return true;
+  try {
+    YAML::Node doc = YAML::Load(in);
+    if (!doc.IsNull() && !doc.IsMap()) {
+      *error = absl::StrCat(path, ": expected a mapping such as `coordinator: host:port`");
+      return false;
+    }
+    if (doc.IsMap() && doc[key]) {
+      YAML::Node c = doc[key];
+      if (!c.IsScalar() || c.as<std::string>().empty()) {
+        *error = absl::StrCat(path, ":", c.Mark().line + 1, ":", c.Mark().column + 1, ": ", key,
+                              key == "coordinator" ? ": expected host:port" : ": expected a string");
+        return false;
       }
+      *value = c.as<std::string>();
+    }
+  } catch (const YAML::Exception& e) {
+    *error = absl::StrCat(path, ":", e.mark.line + 1, ":", e.mark.column + 1, ": ", e.msg);
+    return false;
+  }
+  return true;
+}
+
+// flag, else $env_name, else the config file's `key`, else "".
+bool ResolveSetting(const std::string& flag, const std::vector<std::string>& env_names,
+                    const std::string& key, const CliEnvironment& env, std::string* value,
+                    std::string* source, std::string* error) {
+  if (!flag.empty()) {
+    *value = flag;
+    *source = "flag";
+    return true;
+  }
+  for (const std::string& name : env_names) {
+    std::optional<std::string> v = env.getenv ? env.getenv(name) : std::nullopt;
+    if (v.has_value() && !v->empty()) {
+      *value = *v;
+      *source = name;
+      return true;
     }
   }
-  return ResolvedAddress{kDefaultCoordinator, "default"};
+  std::string path;
+  if (!ConfigValue(env, key, value, &path, error)) return false;
+  *source = value->empty() ? "default" : path;
+  return true;
+}
+
+}  // namespace
+
+std::optional<ResolvedAddress> ResolveCoordinator(const std::string& flag, const CliEnvironment& env,
+                                                  std::string* error) {
+  std::string value, source;
+  if (!ResolveSetting(flag, {"TRAINCTL_COORDINATOR", "TRAINCTL_ADDRESS"}, "coordinator", env, &value,
+                      &source, error)) {
+    return std::nullopt;
+  }
+  if (source == "flag") return ResolvedAddress{value, "--coordinator"};
+  if (value.empty()) return ResolvedAddress{kDefaultCoordinator, "default"};
+  return ResolvedAddress{value, source};
+}
+
+std::optional<ResolvedCredentials> ResolveCredentials(const std::string& token_flag,
+                                                      const std::string& ca_flag,
+                                                      const CliEnvironment& env, std::string* error) {
+  ResolvedCredentials out;
+  std::string source;
+  if (!ResolveSetting(token_flag, {"TRAINCTL_TOKEN"}, "token", env, &out.token, &source, error)) {
+    return std::nullopt;
+  }
+  if (!ResolveSetting(ca_flag, {"TRAINCTL_CA"}, "ca", env, &out.ca_file, &source, error)) {
+    return std::nullopt;
+  }
+  return out;
 }
 
 absl::StatusOr<std::unique_ptr<Client>> CliContext::Connect(std::optional<absl::Duration> timeout) {
   std::string error;
   std::optional<ResolvedAddress> addr = ResolveCoordinator(coordinator_flag, env, &error);
   if (!addr.has_value()) return absl::InvalidArgumentError(error);
+  std::optional<ResolvedCredentials> creds = ResolveCredentials(token_flag, ca_flag, env, &error);
+  if (!creds.has_value()) return absl::InvalidArgumentError(error);
   ClientOptions options;
   options.address = addr->address;
+  options.token = creds->token;
+  options.ca_file = creds->ca_file;
   options.timeout = absl::Seconds(timeout_s);
   if (timeout.has_value()) options.timeout = *timeout;
   return Client::Connect(options);
@@ -120,6 +183,10 @@ int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& 
   CliContext ctx(out, err, env);
   app.add_option("--coordinator", ctx.coordinator_flag, "Coordinator HOST:PORT")
       ->type_name("HOST:PORT");
+  app.add_option("--token", ctx.token_flag, "Bearer token (default $TRAINCTL_TOKEN, then the config file)")
+      ->type_name("TOKEN");
+  app.add_option("--ca", ctx.ca_flag, "Cluster CA certificate (PEM): use TLS and verify the coordinator")
+      ->type_name("FILE");
   app.add_option("-o,--output", ctx.output,
                  "Output format: table (for people) or json (for scripts); csv for `metrics`")
       ->check(CLI::IsMember({"table", "json", "csv"}))
@@ -139,7 +206,8 @@ int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& 
   // CLI11 reports an unknown verb as "a subcommand is required"; name it.
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--coordinator" || arg == "-o" || arg == "--output" || arg == "--timeout") {
+    if (arg == "--coordinator" || arg == "-o" || arg == "--output" || arg == "--timeout" ||
+        arg == "--token" || arg == "--ca") {
       ++i;
       continue;
     }

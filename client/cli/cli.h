@@ -55,6 +55,18 @@ struct ResolvedAddress {
 std::optional<ResolvedAddress> ResolveCoordinator(const std::string& flag, const CliEnvironment& env,
                                                   std::string* error);
 
+// The token and CA file: each from its flag when set, else $TRAINCTL_TOKEN /
+// $TRAINCTL_CA, else `token:` / `ca:` in the config file, else "".
+struct ResolvedCredentials {
+  std::string token;
+  std::string ca_file;
+};
+std::optional<ResolvedCredentials> ResolveCredentials(const std::string& token_flag,
+                                                      const std::string& ca_flag,
+                                                      const CliEnvironment& env, std::string* error);
+// $XDG_CONFIG_HOME (or ~/.config)/trainctl/config.yaml; "" without either.
+std::string ConfigFilePath(const CliEnvironment& env);
+
 // Runs one trainctl command line; returns its exit code. Everything is
 // written to `out` (results) and `err` (errors, validation messages).
 int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& err,

@@ -28,6 +28,8 @@ struct CliContext {
 
   // Global flags.
   std::string coordinator_flag;
+  std::string token_flag;
+  std::string ca_flag;
   // "table", "json", or "csv" (metrics only).
   std::string output = "table";
   double timeout_s = 10;
@@ -66,6 +68,9 @@ VerbRunner AddResumeVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddCheckpointsVerb(CLI::App& app, CliContext& ctx);
 // metrics.cc: a job's stored metric points.
 VerbRunner AddMetricsVerb(CLI::App& app, CliContext& ctx);
+// Tokens and login (auth_verbs.cc).
+VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx);
+VerbRunner AddLoginVerb(CLI::App& app, CliContext& ctx);
 
 // Follows a job until it ends (follow mode output); 0 only when it SUCCEEDED.
 int FollowJob(CliContext& ctx, Client& client, const std::string& job_id);

@@ -17,6 +17,7 @@
 #include "common/log.h"
 #include "client/cli/context.h"
 #include "client/cli/script_job.h"
+#include "common/auth/secret.h"
 #include "common/jobspec/job_spec.h"
 #include "coordinator/coordinator_server.h"
 #include "worker/daemon/slot_inventory.h"
@@ -125,8 +126,22 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   absl::StatusOr<std::string> addr = server.Start();
   if (!addr.ok()) return ctx.Fail(addr.status());
 
+  // Zero-config auth on loopback: the coordinator made a random admin secret
+  // for this run; the local worker gets a worker token, kept in the state
+  // dir so that a reused --state-dir keeps the worker's id (ids are bound to
+  // the token that first registered them).
+  const std::string worker_token_file = state_dir + "/worker.token";
+  absl::StatusOr<std::string> worker_token = auth::ReadTokenFile(worker_token_file);
+  if (!worker_token.ok()) {
+    worker_token = server.IssueToken(v1::ROLE_WORKER, "local-worker");
+    if (!worker_token.ok()) return ctx.Fail(worker_token.status());
+    if (absl::Status w = auth::WritePrivateFile(worker_token_file, *worker_token + "\n"); !w.ok()) {
+      return ctx.Fail(w);
+    }
+  }
   worker::DaemonOptions wo;
   wo.coordinator = *addr;
+  wo.token = *worker_token;
   wo.work_dir = state_dir + "/worker";
   wo.slots = *slots;
   wo.hostname = "localhost";
@@ -140,7 +155,8 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
 
   ClientOptions copts;
   copts.address = *addr;
-  std::unique_ptr<Client> client = Client::FromChannel(server.InProcessChannel(), copts);
+  copts.token = server.admin_token();
+  std::unique_ptr<Client> client = Client::FromChannel(server.InProcessChannel(copts.token), copts);
   // Wait (bounded) for the local worker, so the job is placed at once.
   absl::Time deadline = absl::Now() + absl::Seconds(10);
   while (absl::Now() < deadline) {

@@ -17,6 +17,10 @@
 // The messages (Job, JobSpec, JobUpdate, LogChunk, Worker) are the public
 // protobuf API in proto/trainctl/v1/; this header adds only the calls.
 //
+// Authentication: set options.token (and options.ca_file for a TLS
+// coordinator); a missing or bad token is kUnauthenticated, a role that may
+// not make the call kPermissionDenied.
+//
 // Errors are absl::Status values whose code is the gRPC code, one to one
 // (NOT_FOUND → kNotFound, FAILED_PRECONDITION → kFailedPrecondition, ...), and
 // whose message is the coordinator's reason. Unary calls are bounded by
@@ -36,6 +40,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "trainctl/v1/auth.pb.h"
 #include "trainctl/v1/job.pb.h"
 #include "trainctl/v1/job_service.pb.h"
 #include "trainctl/v1/metrics.pb.h"
@@ -52,6 +57,15 @@ struct ClientOptions {
   std::string address = "localhost:7070";
   // Bounds Connect() and every unary call.
   absl::Duration timeout = absl::Seconds(10);
+  // Bearer token sent on every call (`authorization: Bearer <token>`).
+  // Every coordinator call needs one; see docs/security.md for the roles.
+  std::string token;
+  // PEM file of the cluster CA: connect over TLS and verify the coordinator
+  // against it. Empty: plaintext (a loopback or --insecure coordinator).
+  std::string ca_file;
+  // The name the coordinator's certificate must carry, when it differs
+  // from the address's host (tests).
+  std::string tls_server_name;
 };
 
 // What GetLogs sends back.
@@ -144,6 +158,11 @@ class Client {
 
   // Registered workers; with include_gone also LOST and LEFT ones.
   absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_gone = false);
+
+  // Tokens (an admin token's calls). The secret is in the response only.
+  absl::StatusOr<v1::CreateTokenResponse> CreateToken(const v1::CreateTokenRequest& req);
+  absl::StatusOr<std::vector<v1::Token>> ListTokens(bool include_revoked = false);
+  absl::StatusOr<v1::Token> RevokeToken(const std::string& id);
 
   const ClientOptions& options() const { return options_; }
 

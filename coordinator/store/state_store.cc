@@ -84,6 +84,19 @@ constexpr const char* kMigrations[] = {
         seq       INTEGER NOT NULL     -- highest WorkerMessage.seq applied
       ) WITHOUT ROWID;
     )sql",
+    // 2 -> 3: bearer tokens (only a SHA-256 of each secret) and which token
+    // first registered each worker id (a worker id belongs to one token).
+    R"sql(
+      CREATE TABLE tokens (
+        id          TEXT PRIMARY KEY NOT NULL,
+        secret_hash TEXT NOT NULL,     -- lowercase hex SHA-256 of the secret
+        blob        BLOB NOT NULL      -- v1.Token
+      ) WITHOUT ROWID;
+      CREATE TABLE worker_bindings (
+        worker_id TEXT PRIMARY KEY NOT NULL,
+        token_id  TEXT NOT NULL
+      ) WITHOUT ROWID;
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 
@@ -314,6 +327,7 @@ struct StateStore::Impl {
     Statement savepoint, release, rollback_to;
     Statement put_telemetry_seq, load_telemetry_seqs;
     Statement upsert_job, insert_event, put_worker, delete_worker;
+    Statement put_token, load_tokens, put_binding, load_bindings;
     Statement insert_metric, insert_log;
     Statement count_events, count_metrics, count_logs;
     Statement trim_events, trim_metrics, trim_logs;
@@ -484,6 +498,10 @@ absl::Status StateStore::Impl::PrepareStatements() {
       {&s.insert_event, "INSERT INTO events (job_id, seq, blob) VALUES (?1, ?2, ?3)"},
       {&s.put_worker, "INSERT OR REPLACE INTO workers (id, blob) VALUES (?1, ?2)"},
       {&s.delete_worker, "DELETE FROM workers WHERE id = ?1"},
+      {&s.put_token, "INSERT OR REPLACE INTO tokens (id, secret_hash, blob) VALUES (?1, ?2, ?3)"},
+      {&s.load_tokens, "SELECT id, secret_hash, blob FROM tokens ORDER BY id"},
+      {&s.put_binding, "INSERT OR IGNORE INTO worker_bindings (worker_id, token_id) VALUES (?1, ?2)"},
+      {&s.load_bindings, "SELECT worker_id, token_id FROM worker_bindings ORDER BY worker_id"},
       {&s.insert_metric,
        "INSERT INTO metrics (job_id, attempt, rank, blob) VALUES (?1, ?2, ?3, ?4)"},
       {&s.insert_log, "INSERT INTO logs (job_id, attempt, rank, blob) VALUES (?1, ?2, ?3, ?4)"},
@@ -977,6 +995,58 @@ absl::Status StateStore::DeleteWorker(const std::string& id) {
   const std::string op = absl::StrCat("DeleteWorker('", id, "')");
   TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
   return Query(s.db, s.stmts->delete_worker, op).Bind(1, id).Run();
+}
+
+absl::Status StateStore::PutToken(const v1::Token& token, const std::string& secret_hash) {
+  if (token.id().empty()) return absl::InvalidArgumentError("state store: PutToken: token has no id");
+  const std::string blob = token.SerializeAsString();
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  const std::string op = absl::StrCat("PutToken('", token.id(), "')");
+  TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
+  return Query(s.db, s.stmts->put_token, op).Bind(1, token.id()).Bind(2, secret_hash).BindBlob(3, blob).Run();
+}
+
+absl::StatusOr<std::vector<StoredToken>> StateStore::LoadTokens() {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  std::vector<StoredToken> out;
+  Query q(s.db, s.stmts->load_tokens, "LoadTokens");
+  while (true) {
+    TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    StoredToken t;
+    std::string id = q.Text(0);
+    t.secret_hash = q.Text(1);
+    TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(2), &t.token, absl::StrCat("tokens row '", id, "'")));
+    if (t.token.id() != id) {
+      return absl::DataLossError(absl::StrCat("state store: tokens row '", id, "' holds token '",
+                                              t.token.id(), "'"));
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+absl::Status StateStore::PutWorkerBinding(const std::string& worker_id, const std::string& token_id) {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  const std::string op = absl::StrCat("PutWorkerBinding('", worker_id, "')");
+  TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
+  return Query(s.db, s.stmts->put_binding, op).Bind(1, worker_id).Bind(2, token_id).Run();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> StateStore::LoadWorkerBindings() {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  std::vector<std::pair<std::string, std::string>> out;
+  Query q(s.db, s.stmts->load_bindings, "LoadWorkerBindings");
+  while (true) {
+    TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    out.emplace_back(q.Text(0), q.Text(1));
+  }
+  return out;
 }
 
 void StateStore::SetWriteFaultForTest(WriteFault fail) {

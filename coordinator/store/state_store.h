@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/prometheus.h"
+#include "trainctl/v1/auth.pb.h"
 #include "trainctl/v1/job.pb.h"
 #include "trainctl/v1/metrics.pb.h"
 #include "trainctl/v1/worker_service.pb.h"
@@ -101,6 +102,13 @@ struct StoreSnapshot {
   std::vector<std::pair<std::string, int64_t>> telemetry_seqs;
 };
 
+// A bearer token as stored: the listed record and the SHA-256 (hex) of its
+// secret. The secret itself is never stored.
+struct StoredToken {
+  v1::Token token;
+  std::string secret_hash;
+};
+
 class StateStore {
  public:
   // Opens the database at `path`, creating it when the path does not exist
@@ -162,6 +170,17 @@ class StateStore {
   absl::Status PutWorker(const v1::Worker& worker);
   // Removes the worker's row (a gone worker past its TTL); absent is fine.
   absl::Status DeleteWorker(const std::string& id);
+
+  // Inserts or replaces a token (by id) with the hash of its secret.
+  absl::Status PutToken(const v1::Token& token, const std::string& secret_hash);
+  // Every stored token, ascending by id. DataLoss naming the row when one
+  // does not parse.
+  absl::StatusOr<std::vector<StoredToken>> LoadTokens();
+  // Records that `worker_id` belongs to `token_id`; a binding, once stored,
+  // is never replaced (a second call for the same worker is a no-op).
+  absl::Status PutWorkerBinding(const std::string& worker_id, const std::string& token_id);
+  // (worker id, token id) for every binding, ascending by worker id.
+  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> LoadWorkerBindings();
 
   // Fault injection for tests (LevelDB's FaultInjectionTestEnv, in small):
   // `fail` is asked before each write (PutJob, AppendMetrics, AppendLogs,

@@ -1037,7 +1037,9 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
     ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before telemetry seqs left behind.
-  RawExec(path, "DROP TABLE telemetry_seqs; PRAGMA user_version=1");
+  // (Nor the later tables: tokens and worker_bindings came with version 3.)
+  RawExec(path, "DROP TABLE telemetry_seqs; DROP TABLE tokens; DROP TABLE worker_bindings; "
+                "PRAGMA user_version=1");
   auto store = OpenOrDie(path);
   ASSERT_TRUE(store->BeginGroup().ok());
   ASSERT_TRUE(store->AppendMetrics(MakeMetrics("old", 1, 1, 1)).ok());
@@ -1046,6 +1048,17 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
   ASSERT_EQ(snapshot->jobs.size(), 1u);
   EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w", 9)));
+  // Migrated on to version 3: tokens and worker bindings work.
+  v1::Token token;
+  token.set_id("t-1");
+  ASSERT_TRUE(store->PutToken(token, std::string(64, 'a')).ok());
+  ASSERT_TRUE(store->PutWorkerBinding("w", "t-1").ok());
+  ASSERT_TRUE(store->PutWorkerBinding("w", "t-2").ok()) << "a binding is never replaced";
+  auto tokens = store->LoadTokens();
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  ASSERT_EQ(tokens->size(), 1u);
+  EXPECT_EQ((*tokens)[0].secret_hash, std::string(64, 'a'));
+  EXPECT_THAT(*store->LoadWorkerBindings(), ElementsAre(std::pair<std::string, std::string>("w", "t-1")));
 }
 
 }  // namespace

@@ -13,6 +13,7 @@
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
+#include "common/auth/secret.h"
 #include "absl/strings/match.h"
 
 namespace trainctl::testing {
@@ -120,7 +121,9 @@ bool Cluster::StartCoordinator(std::vector<std::string> extra) {
   std::string listen = address_.empty() ? "127.0.0.1:0" : address_;
   std::vector<std::string> argv{build_dir_ + "/coordinator/trainctl-coordinator",
                                 "--listen=" + listen, "--db=" + dir_ + "/state.db",
-                                "--heartbeat_interval_ms=200", "--lease_timeout_ms=1500", "--stop_grace_s=2"};
+                                "--heartbeat_interval_ms=200", "--lease_timeout_ms=1500", "--stop_grace_s=2",
+                                "--admin_token_file=" + dir_ + "/admin.token"};
+  if (!tls_dir_.empty()) argv.push_back("--tls_dir=" + tls_dir_);
   argv.insert(argv.end(), extra.begin(), extra.end());
   std::string log = absl::StrCat(dir_, "/coordinator-", restarts_++, ".log");
   coordinator_ = std::make_unique<Process>(argv, log);
@@ -132,6 +135,9 @@ bool Cluster::StartCoordinator(std::vector<std::string> extra) {
     if (pos != std::string::npos && out.find('\n', pos) != std::string::npos) {
       std::string line = out.substr(pos + 13, out.find('\n', pos) - pos - 13);
       address_ = line;
+      absl::StatusOr<std::string> admin = auth::ReadTokenFile(dir_ + "/admin.token");
+      if (!admin.ok()) return false;
+      admin_token_ = *admin;
       Connect();
       return true;
     }
@@ -141,10 +147,33 @@ bool Cluster::StartCoordinator(std::vector<std::string> extra) {
   return false;
 }
 
+bool Cluster::InitTls() {
+  std::string cmd = absl::StrCat(build_dir_, "/coordinator/trainctl-coordinator init --dir=", dir_,
+                                 "/tls --db=", dir_, "/state.db > ", dir_, "/init.log 2>&1");
+  if (std::system(cmd.c_str()) != 0) return false;
+  tls_dir_ = dir_ + "/tls";
+  return true;
+}
+
 void Cluster::Connect() {
-  auto channel = grpc::CreateChannel(address_, grpc::InsecureChannelCredentials());
+  auth::ChannelSecurity security;
+  security.token = admin_token_;
+  security.ca_file = ca_file();
+  auto channel = *auth::MakeChannel(address_, security, grpc::ChannelArguments());
   jobs_ = v1::JobService::NewStub(channel);
   workers_stub_ = v1::WorkerService::NewStub(channel);
+  auth_stub_ = v1::AuthService::NewStub(channel);
+}
+
+std::string Cluster::CreateToken(v1::Role role, const std::string& name, int64_t ttl_s) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::CreateTokenRequest req;
+  req.set_role(role);
+  req.set_name(name);
+  req.mutable_ttl()->set_seconds(ttl_s);
+  v1::CreateTokenResponse resp;
+  return auth_stub_->CreateToken(&ctx, req, &resp).ok() ? resp.secret() : "";
 }
 
 void Cluster::KillCoordinator(int sig) {
@@ -171,6 +200,18 @@ bool Cluster::StartWorker(const std::string& name, int slots, bool relative_path
                                 "--rank_timeout_s=20",
                                 "--stop_grace_s=2"};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
+  // Each worker has its own worker token (its id is bound to it), unless
+  // the test passes its own --token_file.
+  bool own_token = false;
+  for (const std::string& f : extra_flags) own_token |= f.rfind("--token_file=", 0) == 0;
+  if (!own_token) {
+    if (!auth::ReadTokenFile(WorkerTokenFile(name)).ok()) {
+      std::string token = CreateToken(v1::ROLE_WORKER, "worker-" + name);
+      if (token.empty() || !auth::WritePrivateFile(WorkerTokenFile(name), token + "\n").ok()) return false;
+    }
+    argv.push_back("--token_file=" + WorkerTokenFile(name));
+  }
+  if (!tls_dir_.empty()) argv.push_back("--ca=" + ca_file());
   auto p = std::make_unique<Process>(argv, dir_ + "/worker-" + name + ".log",
                                      relative_paths ? dir_ : std::string());
   if (!p->Start()) return false;

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "trainctl/v1/auth.grpc.pb.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
 
@@ -49,6 +50,12 @@ class Cluster {
   Cluster(std::string build_dir, std::string rank_binary);
   ~Cluster();
 
+  // Runs `trainctl-coordinator init` into dir()/tls (CA, certificate, tokens)
+  // and from then on serves TLS: the coordinator gets --tls_dir, workers
+  // --ca, and jobs()/workers_stub() verify the server with the CA.
+  bool InitTls();
+  // The CA file clients must trust ("" without TLS).
+  std::string ca_file() const { return tls_dir_.empty() ? "" : tls_dir_ + "/ca.crt"; }
   // Starts (or restarts, on the same port and database) the coordinator.
   bool StartCoordinator(std::vector<std::string> extra_flags = {});
   void KillCoordinator(int sig = 9);
@@ -64,6 +71,13 @@ class Cluster {
 
   // Waits until `n` workers are ALIVE.
   bool WaitWorkers(int n, absl::Duration timeout = absl::Seconds(15));
+  // Every call of jobs()/workers_stub() carries the bootstrap admin token
+  // (read from the coordinator's --admin_token_file in dir()).
+  const std::string& admin_token() const { return admin_token_; }
+  // A new token with `role` (secret), created through AuthService; "" on failure.
+  std::string CreateToken(v1::Role role, const std::string& name, int64_t ttl_s = 0);
+  // The worker token `name` uses (created at its first StartWorker; kept for restarts).
+  std::string WorkerTokenFile(const std::string& name) const { return dir_ + "/worker-" + name + ".token"; }
   v1::JobService::Stub* jobs() { return jobs_.get(); }
   v1::WorkerService::Stub* workers_stub() { return workers_stub_.get(); }
   const std::string& address() const { return address_; }
@@ -85,6 +99,9 @@ class Cluster {
   std::map<std::string, std::unique_ptr<Process>> workers_;
   std::unique_ptr<v1::JobService::Stub> jobs_;
   std::unique_ptr<v1::WorkerService::Stub> workers_stub_;
+  std::unique_ptr<v1::AuthService::Stub> auth_stub_;
+  std::string admin_token_;
+  std::string tls_dir_;
   int restarts_ = 0;
 };
 

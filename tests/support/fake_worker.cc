@@ -3,12 +3,13 @@
 namespace trainctl::testing {
 
 FakeWorker::FakeWorker(std::shared_ptr<grpc::Channel> channel, std::string id, int cpu_slots,
-                       absl::Duration heartbeat)
+                       absl::Duration heartbeat, std::string token)
     : channel_(std::move(channel)),
       stub_(v1::WorkerService::NewStub(channel_)),
       id_(std::move(id)),
       slots_(cpu_slots),
-      heartbeat_(heartbeat) {}
+      heartbeat_(heartbeat),
+      token_(std::move(token)) {}
 
 FakeWorker::~FakeWorker() { Crash(); }
 
@@ -21,6 +22,7 @@ bool FakeWorker::Connect(std::vector<v1::RunningRank> running) {
     ended_.reset();
   }
   ctx_ = std::make_unique<grpc::ClientContext>();
+  if (!token_.empty()) ctx_->AddMetadata("authorization", "Bearer " + token_);
   stream_ = stub_->Session(ctx_.get());
   v1::WorkerMessage reg;
   v1::Register* r = reg.mutable_register_();

@@ -24,8 +24,10 @@ namespace trainctl::testing {
 
 class FakeWorker {
  public:
+  // `token`: the worker-role bearer token its Session sends ("" = none;
+  // give it a channel that sends none itself).
   FakeWorker(std::shared_ptr<grpc::Channel> channel, std::string id, int cpu_slots,
-             absl::Duration heartbeat = absl::Milliseconds(100));
+             absl::Duration heartbeat = absl::Milliseconds(100), std::string token = "");
   ~FakeWorker();
 
   // Opens the session and registers; true when the coordinator acknowledged.
@@ -58,6 +60,7 @@ class FakeWorker {
   std::string id_;
   int slots_;
   absl::Duration heartbeat_;
+  std::string token_;
 
   std::unique_ptr<grpc::ClientContext> ctx_;
   std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream_;

@@ -11,6 +11,7 @@
 
 #include "absl/flags/flag.h"
 #include "common/daemon_flags.h"
+#include "common/auth/secret.h"
 #include "common/stop_signals.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/strings/match.h"
@@ -21,6 +22,14 @@
 #include "worker/daemon/worker_daemon.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:7070", "coordinator host:port");
+ABSL_FLAG(std::string, token_file, "",
+          "file holding a worker-role token (trainctl token create --role worker); required");
+ABSL_FLAG(std::string, ca, "",
+          "cluster CA certificate (PEM): connect to the coordinator over TLS and verify it");
+ABSL_FLAG(std::string, cert, "",
+          "this worker's certificate (PEM, signed by the cluster CA, CN = its worker id): mutual "
+          "TLS; the worker then registers as that id and needs no token");
+ABSL_FLAG(std::string, key, "", "the private key of --cert (PEM)");
 ABSL_FLAG(std::string, gpus, "",
           "GPUs to offer: all, none, or indices like 0,1 (default: every visible GPU; CPU slots "
           "when there is none)");
@@ -83,6 +92,30 @@ int main(int argc, char** argv) {
 
   trainctl::worker::DaemonOptions o;
   o.coordinator = absl::GetFlag(FLAGS_coordinator);
+  o.cert_file = absl::GetFlag(FLAGS_cert);
+  o.key_file = absl::GetFlag(FLAGS_key);
+  o.ca_file = absl::GetFlag(FLAGS_ca);
+  if (!o.cert_file.empty() && (o.key_file.empty() || o.ca_file.empty())) {
+    std::cerr << "trainctl-worker: --cert: needs --key and --ca\n";
+    return 2;
+  }
+  if (absl::GetFlag(FLAGS_token_file).empty() && o.cert_file.empty()) {
+    std::cerr << "trainctl-worker: --token_file: required (a worker-role token: trainctl token "
+                 "create --role worker), unless --cert is given\n";
+    return 2;
+  }
+  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+    absl::StatusOr<std::string> token = trainctl::auth::ReadTokenFile(absl::GetFlag(FLAGS_token_file));
+    if (!token.ok()) {
+      std::cerr << "trainctl-worker: --token_file: " << token.status().message() << "\n";
+      return 2;
+    }
+    o.token = *token;
+  }
+  if (!o.ca_file.empty() && !trainctl::auth::ReadFile(o.ca_file).ok()) {
+    std::cerr << "trainctl-worker: --ca: " << o.ca_file << ": cannot read\n";
+    return 2;
+  }
   o.work_dir = absl::GetFlag(FLAGS_work_dir);
   char host[256] = {0};
   gethostname(host, sizeof host - 1);

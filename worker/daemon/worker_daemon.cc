@@ -1,5 +1,7 @@
 #include "worker/daemon/worker_daemon.h"
 
+#include "common/auth/secret.h"
+
 #include <dlfcn.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
@@ -466,7 +468,18 @@ void WorkerDaemon::SessionLoop() {
   args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
-  auto channel = grpc::CreateCustomChannel(options_.coordinator, grpc::InsecureChannelCredentials(), args);
+  auth::ChannelSecurity security;
+  security.token = options_.token;
+  security.ca_file = options_.ca_file;
+  security.cert_file = options_.cert_file;
+  security.key_file = options_.key_file;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> made = auth::MakeChannel(options_.coordinator, security, args);
+  if (!made.ok()) {
+    // Checked by main before the daemon starts; a file removed since then.
+    std::cerr << "trainctl-worker: " << made.status().message() << "\n";
+    return;
+  }
+  std::shared_ptr<grpc::Channel> channel = *std::move(made);
   auto stub = v1::WorkerService::NewStub(channel);
   while (true) {
     grpc::ClientContext ctx;
@@ -572,7 +585,9 @@ void WorkerDaemon::SessionLoop() {
                                                absl::ToInt64Milliseconds(backoff))(rng));
     // Said at once and at every retry: an operator sees why nothing runs.
     const std::string reason = st.error_message().empty() ? GrpcCodeText(st.error_code()) : st.error_message();
-    if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS || st.error_code() == grpc::StatusCode::INVALID_ARGUMENT) {
+    if (st.error_code() == grpc::StatusCode::ALREADY_EXISTS || st.error_code() == grpc::StatusCode::INVALID_ARGUMENT ||
+        st.error_code() == grpc::StatusCode::UNAUTHENTICATED ||
+        st.error_code() == grpc::StatusCode::PERMISSION_DENIED) {
       LogEvent(LogLevel::kError, "worker", "registration_refused",
                {{"coordinator", options_.coordinator}, {"reason", reason}, {"retry_in", absl::FormatDuration(wait)}});
     } else if (registered) {

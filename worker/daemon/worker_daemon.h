@@ -43,6 +43,13 @@ namespace trainctl::worker {
 struct DaemonOptions {
   // Coordinator host:port.
   std::string coordinator;
+  // Worker-role bearer token for the Session (--token-file).
+  std::string token;
+  // Cluster CA (PEM file): TLS to the coordinator, verified against it.
+  std::string ca_file;
+  // This worker's certificate and key (PEM files): mutual TLS, its identity.
+  std::string cert_file;
+  std::string key_file;
   // Holds the worker id file and each rank's scratch directory.
   std::string work_dir;
   std::vector<v1::Slot> slots;

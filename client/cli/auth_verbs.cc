@@ -1,0 +1,207 @@
+// trainctl token create|list|revoke, and trainctl login (writes the config
+// file the other verbs read). See docs/cli.md and docs/security.md.
+#include <CLI/CLI.hpp>
+#include <filesystem>
+#include <memory>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/time.h"
+#include "client/cli/context.h"
+#include "client/cli/format.h"
+#include "common/auth/secret.h"
+
+namespace trainctl::cli {
+
+namespace {
+
+std::string RoleText(v1::Role r) {
+  switch (r) {
+    case v1::ROLE_ADMIN: return "admin";
+    case v1::ROLE_SUBMITTER: return "submitter";
+    case v1::ROLE_VIEWER: return "viewer";
+    case v1::ROLE_WORKER: return "worker";
+    default: return "-";
+  }
+}
+
+// "24h", "90m", "7d", "1h30m"; "0" or "" = never expires.
+absl::StatusOr<absl::Duration> ParseTtl(const std::string& text) {
+  if (text.empty() || text == "0") return absl::ZeroDuration();
+  absl::Duration d;
+  int64_t days = 0;
+  if (absl::EndsWith(text, "d") && absl::SimpleAtoi(text.substr(0, text.size() - 1), &days) && days > 0) {
+    return absl::Hours(24 * days);
+  }
+  if (!absl::ParseDuration(text, &d) || d < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--ttl: '", text, "' is not a duration such as 24h, 90m or 7d"));
+  }
+  return d;
+}
+
+struct CreateArgs {
+  std::string role;
+  std::string name;
+  std::string ttl;
+  bool one_time = false;
+};
+
+int RunCreate(CliContext& ctx, const CreateArgs& a) {
+  v1::CreateTokenRequest req;
+  std::string role = absl::AsciiStrToLower(a.role);
+  if (role == "admin") req.set_role(v1::ROLE_ADMIN);
+  else if (role == "submitter") req.set_role(v1::ROLE_SUBMITTER);
+  else if (role == "viewer") req.set_role(v1::ROLE_VIEWER);
+  else if (role == "worker") req.set_role(v1::ROLE_WORKER);
+  else {
+    return ctx.Fail(absl::InvalidArgumentError(
+        absl::StrCat("--role: '", a.role, "' is not one of admin, submitter, viewer, worker")));
+  }
+  absl::StatusOr<absl::Duration> ttl = ParseTtl(a.ttl);
+  if (!ttl.ok()) return ctx.Fail(ttl.status());
+  req.mutable_ttl()->set_seconds(absl::ToInt64Seconds(*ttl));
+  req.set_name(a.name);
+  req.set_one_time(a.one_time);
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<v1::CreateTokenResponse> r = (*client)->CreateToken(req);
+  if (!r.ok()) return ctx.Fail(r.status());
+  if (ctx.json()) {
+    ctx.PrintJson(*r);
+    return kExitOk;
+  }
+  ctx.out << "token " << r->token().id() << " (" << r->token().name() << "), role "
+          << RoleText(r->token().role()) << ", expires "
+          << (r->token().has_expire_time() ? FormatTimestamp(r->token().expire_time()) : "never")
+          << (r->token().one_time() ? ", one-time" : "") << "\n"
+          << "secret (shown once; the coordinator keeps only its hash):\n"
+          << r->secret() << "\n";
+  return kExitOk;
+}
+
+int RunList(CliContext& ctx, bool all) {
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<std::vector<v1::Token>> tokens = (*client)->ListTokens(all);
+  if (!tokens.ok()) return ctx.Fail(tokens.status());
+  if (ctx.json()) {
+    v1::ListTokensResponse resp;
+    for (const v1::Token& t : *tokens) *resp.add_tokens() = t;
+    ctx.PrintJson(resp);
+    return kExitOk;
+  }
+  if (tokens->empty()) {
+    ctx.out << (all ? "no tokens\n" : "no live tokens (--all shows revoked and expired ones)\n");
+    return kExitOk;
+  }
+  Table t({"ID", "NAME", "ROLE", "CREATED", "EXPIRES", "STATE"});
+  for (const v1::Token& tok : *tokens) {
+    std::string state = "active";
+    if (tok.revoked()) state = "revoked";
+    else if (tok.one_time() && tok.used()) state = "used";
+    else if (tok.has_expire_time() && absl::Now() >= absl::FromUnixSeconds(tok.expire_time().seconds())) state = "expired";
+    else if (tok.one_time()) state = "one-time";
+    t.AddRow({tok.id(), tok.name(), RoleText(tok.role()), FormatTimestamp(tok.create_time()),
+              tok.has_expire_time() ? FormatTimestamp(tok.expire_time()) : "never", state});
+  }
+  t.Print(ctx.out);
+  return kExitOk;
+}
+
+int RunRevoke(CliContext& ctx, const std::string& id) {
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<v1::Token> t = (*client)->RevokeToken(id);
+  if (!t.ok()) return ctx.Fail(t.status());
+  if (ctx.json()) {
+    ctx.PrintJson(*t);
+    return kExitOk;
+  }
+  ctx.out << "token " << t->id() << " (" << t->name() << ") revoked\n";
+  return kExitOk;
+}
+
+int RunLogin(CliContext& ctx, const std::string& address) {
+  std::string addr = address.empty() ? ctx.coordinator_flag : address;
+  if (addr.empty()) return ctx.Fail(absl::InvalidArgumentError("--address: required (host:port)"));
+  if (ctx.token_flag.empty()) return ctx.Fail(absl::InvalidArgumentError("--token: required"));
+  std::string ca;
+  if (!ctx.ca_flag.empty()) {
+    std::error_code ec;
+    ca = std::filesystem::absolute(ctx.ca_flag, ec).string();
+    if (!std::filesystem::exists(ca, ec)) {
+      return ctx.Fail(absl::InvalidArgumentError(absl::StrCat("--ca: ", ctx.ca_flag, ": no such file")));
+    }
+  }
+  std::string path = ConfigFilePath(ctx.env);
+  if (path.empty()) return ctx.Fail(absl::InvalidArgumentError("config file: neither $XDG_CONFIG_HOME nor $HOME is set"));
+  // Check the token before saving it: a mistyped one fails here, not later.
+  ClientOptions options;
+  options.address = addr;
+  options.token = ctx.token_flag;
+  options.ca_file = ca;
+  options.timeout = absl::Seconds(ctx.timeout_s);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<std::vector<v1::Worker>> probe = (*client)->Workers(false);
+  if (!probe.ok() && probe.status().code() != absl::StatusCode::kPermissionDenied) {
+    return ctx.Fail(probe.status());
+  }
+  std::string yaml = absl::StrCat("# Written by `trainctl login`.\ncoordinator: \"", addr, "\"\ntoken: \"",
+                                  ctx.token_flag, "\"\n");
+  if (!ca.empty()) absl::StrAppend(&yaml, "ca: \"", ca, "\"\n");
+  absl::Status w = auth::WritePrivateFile(path, yaml);
+  if (!w.ok()) return ctx.Fail(w);
+  ctx.out << "logged in to " << addr << (ca.empty() ? " (plaintext)" : " (TLS)") << "; wrote " << path << "\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx) {
+  CLI::App* sub = app.add_subcommand("token", "Create, list and revoke bearer tokens (admin)");
+  sub->footer(
+      "Examples:\n"
+      "  trainctl token create --role submitter --name alice --ttl 30d\n"
+      "  trainctl token create --role worker --name gpu-07\n"
+      "  trainctl token list --all\n"
+      "  trainctl token revoke t-3f9a1c0d\n");
+  sub->require_subcommand(1, 1);
+  auto create = std::make_shared<CreateArgs>();
+  auto all = std::make_shared<bool>(false);
+  auto id = std::make_shared<std::string>();
+  auto which = std::make_shared<std::string>();
+  CLI::App* c = sub->add_subcommand("create", "Create a token and print its secret once");
+  c->add_option("--role", create->role, "admin, submitter, viewer or worker")->required();
+  c->add_option("--name", create->name, "Who or what holds it (default: its id)");
+  c->add_option("--ttl", create->ttl, "Lifetime, e.g. 24h, 90m, 7d (default: never expires)");
+  c->callback([which] { *which = "create"; });
+  CLI::App* l = sub->add_subcommand("list", "List tokens (never their secrets)");
+  l->add_flag("--all", *all, "Include revoked, expired and used tokens");
+  l->callback([which] { *which = "list"; });
+  CLI::App* r = sub->add_subcommand("revoke", "Revoke a token at once");
+  r->add_option("id", *id, "Token id (trainctl token list)")->required();
+  r->callback([which] { *which = "revoke"; });
+  return [&ctx, create, all, id, which] {
+    if (*which == "create") return RunCreate(ctx, *create);
+    if (*which == "list") return RunList(ctx, *all);
+    return RunRevoke(ctx, *id);
+  };
+}
+
+VerbRunner AddLoginVerb(CLI::App& app, CliContext& ctx) {
+  auto address = std::make_shared<std::string>();
+  CLI::App* sub = app.add_subcommand(
+      "login", "Check a token against a coordinator and save address, token and CA in the config file");
+  sub->footer(
+      "Example:\n"
+      "  trainctl login --address coord:7070 --token tct_t-3f9a1c0d_... --ca ca.crt\n"
+      "Writes $XDG_CONFIG_HOME (or ~/.config)/trainctl/config.yaml with mode 0600.\n");
+  sub->add_option("--address", *address, "Coordinator HOST:PORT")->type_name("HOST:PORT");
+  return [&ctx, address] { return RunLogin(ctx, *address); };
+}
+
+}  // namespace trainctl::cli

@@ -1,0 +1,201 @@
+#include "coordinator/token_authority.h"
+
+#include <algorithm>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
+#include "absl/strings/strip.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/time.h"
+#include "common/auth/secret.h"
+#include "common/status_macros.h"
+#include "common/time_util.h"
+
+namespace trainctl::coordinator {
+
+std::string RoleName(v1::Role role) {
+  switch (role) {
+    case v1::ROLE_ADMIN: return "admin";
+    case v1::ROLE_SUBMITTER: return "submitter";
+    case v1::ROLE_VIEWER: return "viewer";
+    case v1::ROLE_WORKER: return "worker";
+    default: return "unspecified";
+  }
+}
+
+absl::StatusOr<v1::Role> ParseRole(absl::string_view name) {
+  for (v1::Role r : {v1::ROLE_ADMIN, v1::ROLE_SUBMITTER, v1::ROLE_VIEWER, v1::ROLE_WORKER}) {
+    if (absl::AsciiStrToLower(name) == RoleName(r)) return r;
+  }
+  return absl::InvalidArgumentError(
+      absl::StrCat("role: '", name, "' is not one of admin, submitter, viewer, worker"));
+}
+
+absl::Status TokenAuthority::Load() {
+  TRAINCTL_ASSIGN_OR_RETURN(std::vector<StoredToken> tokens, store_->LoadTokens());
+  TRAINCTL_ASSIGN_OR_RETURN(auto bindings, store_->LoadWorkerBindings());
+  absl::MutexLock lock(&mu_);
+  for (StoredToken& t : tokens) {
+    std::string id = t.token.id();
+    tokens_[id] = std::move(t);
+  }
+  for (auto& [worker, token] : bindings) bindings_[worker] = token;
+  return absl::OkStatus();
+}
+
+void TokenAuthority::SetBootstrapAdmin(const std::string& secret) {
+  absl::MutexLock lock(&mu_);
+  admin_hash_ = secret.empty() ? "" : auth::Sha256Hex(secret);
+}
+
+absl::StatusOr<Principal> TokenAuthority::Authenticate(absl::string_view authorization) const {
+  if (authorization.empty()) {
+    return absl::UnauthenticatedError(
+        "no token: send `authorization: Bearer <token>` (trainctl login, --token or $TRAINCTL_TOKEN)");
+  }
+  absl::string_view secret = authorization;
+  if (!absl::ConsumePrefix(&secret, "Bearer ") && !absl::ConsumePrefix(&secret, "bearer ")) {
+    return absl::UnauthenticatedError("authorization: expected `Bearer <token>`");
+  }
+  secret = absl::StripAsciiWhitespace(secret);
+  absl::MutexLock lock(&mu_);
+  const std::string id = auth::TokenIdOfSecret(secret);
+  auto it = id.empty() ? tokens_.end() : tokens_.find(id);
+  if (it == tokens_.end() || !auth::SecretMatches(secret, it->second.secret_hash)) {
+    if (!admin_hash_.empty() && auth::SecretMatches(secret, admin_hash_)) {
+      return Principal{kBootstrapAdminId, kBootstrapAdminId, v1::ROLE_ADMIN};
+    }
+    return absl::UnauthenticatedError("unknown token (never issued by this coordinator, or mistyped)");
+  }
+  const v1::Token& t = it->second.token;
+  if (t.revoked()) {
+    return absl::UnauthenticatedError(absl::StrCat("token '", t.id(), "' (", t.name(), ") was revoked"));
+  }
+  if (t.has_expire_time() && clock_->Now() >= FromTimestamp(t.expire_time())) {
+    return absl::UnauthenticatedError(absl::StrCat("token '", t.id(), "' (", t.name(), ") expired at ",
+                                                   absl::FormatTime(FromTimestamp(t.expire_time()))));
+  }
+  if (t.one_time() && t.used()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("one-time token '", t.id(), "' (", t.name(), ") was already used"));
+  }
+  return Principal{t.id(), t.name(), t.role()};
+}
+
+absl::Status TokenAuthority::Authorize(const Principal& who, absl::string_view call,
+                                       std::initializer_list<v1::Role> roles) {
+  if (std::find(roles.begin(), roles.end(), who.role) != roles.end()) return absl::OkStatus();
+  std::vector<std::string> names;
+  for (v1::Role r : roles) names.push_back(RoleName(r));
+  return absl::PermissionDeniedError(absl::StrCat(call, " needs role ", absl::StrJoin(names, " or "),
+                                                  "; token '", who.token_id, "' has role ",
+                                                  RoleName(who.role)));
+}
+
+absl::StatusOr<v1::CreateTokenResponse> TokenAuthority::Create(const v1::CreateTokenRequest& req,
+                                                               const Principal& by) {
+  if (req.role() == v1::ROLE_UNSPECIFIED || !v1::Role_IsValid(req.role())) {
+    return absl::InvalidArgumentError("role: one of admin, submitter, viewer, worker");
+  }
+  if (req.name().size() > 64 ||
+      !std::all_of(req.name().begin(), req.name().end(), [](char c) {
+        return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '@' || c == '-';
+      })) {
+    return absl::InvalidArgumentError("name: at most 64 characters of [A-Za-z0-9._@-]");
+  }
+  absl::Duration ttl = absl::Seconds(req.ttl().seconds()) + absl::Nanoseconds(req.ttl().nanos());
+  if (ttl < absl::ZeroDuration()) return absl::InvalidArgumentError("ttl: must be >= 0 (0 = never expires)");
+  if (req.one_time()) {
+    // A one-time join token only makes sense once workers trade it for a
+    // certificate (a CSR signed at join); until then a worker reconnects
+    // with its token, so a used-up token would strand it.
+    return absl::InvalidArgumentError(
+        "one_time: join tokens need certificate bootstrap, which this coordinator does not have yet");
+  }
+  StoredToken st;
+  v1::Token& t = st.token;
+  absl::MutexLock lock(&mu_);
+  do {
+    t.set_id(auth::NewTokenId());
+  } while (tokens_.contains(t.id()) || t.id() == kBootstrapAdminId);
+  t.set_name(req.name().empty() ? t.id() : req.name());
+  t.set_role(req.role());
+  absl::Time now = clock_->Now();
+  SetTimestamp(now, t.mutable_create_time());
+  if (ttl > absl::ZeroDuration()) SetTimestamp(now + ttl, t.mutable_expire_time());
+  t.set_one_time(req.one_time());
+  t.set_created_by(by.token_id);
+  std::string secret = auth::NewSecret(t.id());
+  st.secret_hash = auth::Sha256Hex(secret);
+  TRAINCTL_RETURN_IF_ERROR(store_->PutToken(t, st.secret_hash));
+  v1::CreateTokenResponse resp;
+  *resp.mutable_token() = t;
+  resp.set_secret(secret);
+  tokens_[t.id()] = std::move(st);
+  return resp;
+}
+
+std::vector<v1::Token> TokenAuthority::List(bool include_revoked) const {
+  absl::MutexLock lock(&mu_);
+  std::vector<v1::Token> out;
+  absl::Time now = clock_->Now();
+  for (const auto& [id, st] : tokens_) {
+    const v1::Token& t = st.token;
+    bool gone = t.revoked() || (t.has_expire_time() && now >= FromTimestamp(t.expire_time())) ||
+                (t.one_time() && t.used());
+    if (gone && !include_revoked) continue;
+    out.push_back(t);
+  }
+  std::sort(out.begin(), out.end(), [](const v1::Token& a, const v1::Token& b) {
+    if (a.create_time().seconds() != b.create_time().seconds()) {
+      return a.create_time().seconds() < b.create_time().seconds();
+    }
+    return a.id() < b.id();
+  });
+  return out;
+}
+
+absl::StatusOr<v1::Token> TokenAuthority::Revoke(const std::string& id) {
+  absl::MutexLock lock(&mu_);
+  auto it = tokens_.find(id);
+  if (it == tokens_.end()) {
+    if (id == kBootstrapAdminId) {
+      return absl::InvalidArgumentError(
+          "id: the bootstrap admin token lives in --admin-token-file; replace that file and restart");
+    }
+    return absl::NotFoundError(absl::StrCat("token '", id, "' not found"));
+  }
+  if (it->second.token.revoked()) return it->second.token;
+  v1::Token t = it->second.token;
+  t.set_revoked(true);
+  SetTimestamp(clock_->Now(), t.mutable_revoke_time());
+  TRAINCTL_RETURN_IF_ERROR(store_->PutToken(t, it->second.secret_hash));
+  it->second.token = t;
+  return t;
+}
+
+absl::Status TokenAuthority::BindWorker(const std::string& worker_id, const Principal& who) {
+  absl::MutexLock lock(&mu_);
+  auto it = bindings_.find(worker_id);
+  if (it != bindings_.end()) {
+    if (it->second == who.token_id) return absl::OkStatus();
+    return absl::PermissionDeniedError(absl::StrCat("register: worker id '", worker_id,
+                                                    "' belongs to another token; token '",
+                                                    who.token_id, "' may not use it"));
+  }
+  TRAINCTL_RETURN_IF_ERROR(store_->PutWorkerBinding(worker_id, who.token_id));
+  bindings_[worker_id] = who.token_id;
+  return absl::OkStatus();
+}
+
+absl::Status TokenAuthority::CheckWorker(const std::string& worker_id, const Principal& who) const {
+  absl::MutexLock lock(&mu_);
+  auto it = bindings_.find(worker_id);
+  if (it == bindings_.end() || it->second == who.token_id) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat("register: worker id '", worker_id,
+                                                  "' belongs to another token; token '", who.token_id,
+                                                  "' may not use it"));
+}
+
+}  // namespace trainctl::coordinator

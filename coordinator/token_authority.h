@@ -1,0 +1,88 @@
+// Who is calling, and may they: the coordinator's bearer tokens.
+//
+// Holds every token (role, expiry, revocation; only the SHA-256 of each
+// secret) in memory, backed by the state store, plus the bootstrap admin
+// secret from --admin-token-file (never stored: rotate it by changing the
+// file and restarting). Authenticate() turns an `authorization` header into
+// a Principal or says why not; Authorize() checks a Principal's role for a
+// call. Worker ids are bound to the token that first registered them, so no
+// other token can take a worker's id (BindWorker).
+//
+// Called by the gRPC services (services.cc, auth_service.cc) from any
+// thread. Thread-safe: one absl::Mutex guards the maps; store writes happen
+// under it (the store never calls back), so memory follows the disk.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
+#include "common/clock.h"
+#include "coordinator/store/state_store.h"
+#include "trainctl/v1/auth.pb.h"
+
+namespace trainctl::coordinator {
+
+// The caller of an RPC, as its token says.
+struct Principal {
+  // The token's id ("admin-file" for the bootstrap admin secret).
+  std::string token_id;
+  // The token's name (shown as a job's owner).
+  std::string name;
+  v1::Role role = v1::ROLE_UNSPECIFIED;
+};
+
+// "admin", "submitter", "viewer", "worker".
+std::string RoleName(v1::Role role);
+// The inverse; InvalidArgument naming the choices.
+absl::StatusOr<v1::Role> ParseRole(absl::string_view name);
+
+class TokenAuthority {
+ public:
+  // The id the bootstrap admin secret (--admin-token-file) goes by.
+  static constexpr char kBootstrapAdminId[] = "admin-file";
+
+  TokenAuthority(StateStore* store, const Clock* clock) : store_(store), clock_(clock) {}
+
+  // Loads tokens and worker bindings from the store.
+  absl::Status Load();
+  // The bootstrap admin secret; "" disables it.
+  void SetBootstrapAdmin(const std::string& secret);
+
+  // The principal of an `authorization` header value ("Bearer <secret>").
+  // Unauthenticated, saying which: missing, malformed, unknown, revoked,
+  // expired, or an already used one-time token.
+  absl::StatusOr<Principal> Authenticate(absl::string_view authorization) const;
+  // OK when `who` has one of `roles`; PermissionDenied naming the call, the
+  // roles it needs and the caller's.
+  static absl::Status Authorize(const Principal& who, absl::string_view call,
+                                std::initializer_list<v1::Role> roles);
+
+  // Admin calls. InvalidArgument for a bad name, role or ttl.
+  absl::StatusOr<v1::CreateTokenResponse> Create(const v1::CreateTokenRequest& req,
+                                                 const Principal& by);
+  std::vector<v1::Token> List(bool include_revoked) const;
+  // Idempotent; NotFound for an unknown id.
+  absl::StatusOr<v1::Token> Revoke(const std::string& id);
+
+  // Binds `worker_id` to `who`'s token when unbound; PermissionDenied when
+  // it already belongs to another token.
+  absl::Status BindWorker(const std::string& worker_id, const Principal& who);
+  // PermissionDenied when `worker_id` is bound to a token other than `who`'s.
+  absl::Status CheckWorker(const std::string& worker_id, const Principal& who) const;
+
+ private:
+  StateStore* const store_;
+  const Clock* const clock_;
+  mutable absl::Mutex mu_;
+  absl::flat_hash_map<std::string, StoredToken> tokens_ ABSL_GUARDED_BY(mu_);
+  // worker id -> token id.
+  absl::flat_hash_map<std::string, std::string> bindings_ ABSL_GUARDED_BY(mu_);
+  // SHA-256 hex of the bootstrap admin secret; "" when none.
+  std::string admin_hash_ ABSL_GUARDED_BY(mu_);
+};
+
+}  // namespace trainctl::coordinator
