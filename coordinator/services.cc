@@ -758,6 +758,11 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetMetrics(grpc::CallbackServerContext
                                                      const v1::GetMetricsRequest* req,
                                                      v1::GetMetricsResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "GetMetrics", {kAdmin, kSubmitter, kViewer});
+  if (!who.ok()) {
+    reactor->Finish(ToGrpcStatus(who.status()));
+    return reactor;
+  }
   ctx_.loop->Post([this, reactor, req, resp] {
     absl::StatusOr<v1::GetMetricsResponse> r = GetMetricsPage(*ctx_.jobs, *ctx_.store, *req);
     if (r.ok()) *resp = std::move(*r);

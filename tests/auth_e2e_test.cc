@@ -68,6 +68,15 @@ grpc::Status GetJob(const std::string& address, const std::string& token, const 
   return v1::JobService::NewStub(ChannelWith(address, token))->GetJob(&ctx, req, &job);
 }
 
+grpc::Status GetMetrics(const std::string& address, const std::string& token, const std::string& id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Soon());
+  v1::GetMetricsRequest req;
+  req.set_job_id(id);
+  v1::GetMetricsResponse resp;
+  return v1::JobService::NewStub(ChannelWith(address, token))->GetMetrics(&ctx, req, &resp);
+}
+
 grpc::Status Cancel(const std::string& address, const std::string& token, const std::string& id) {
   grpc::ClientContext ctx;
   ctx.set_deadline(Soon());
@@ -123,6 +132,8 @@ TEST(AuthE2ETest, TokensAndRolesAreEnforcedWhileAVictimJobSucceeds) {
   grpc::Status s = GetJob(addr, "", victim);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_THAT(s.error_message(), HasSubstr("no token"));
+  s = GetMetrics(addr, "", victim);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << "GetMetrics without a token";
   s = GetJob(addr, "tct_t-00000000_" + std::string(64, 'f'), victim);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
   EXPECT_THAT(s.error_message(), HasSubstr("unknown token"));

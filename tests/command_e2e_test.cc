@@ -151,7 +151,7 @@ TEST_F(CommandE2ETest, CancelLeavesNoProcessBehind) {
 
 TEST_F(CommandE2ETest, SubmitTakesTorchrunsFormAndFollowsWithRankOutput) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
-  trainctl::testing::Process submit({build + "/client/trainctl", "--coordinator", cluster_->address(), "submit",
+  trainctl::testing::Process submit({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token", cluster_->admin_token(), "submit",
                                       "--follow", "--nproc-per-node", "2", "--python", "/usr/bin/python3", Script(),
                                       "--epochs", "1"},
                                      cluster_->dir() + "/submit.log", cluster_->dir());
@@ -164,7 +164,7 @@ TEST_F(CommandE2ETest, SubmitTakesTorchrunsFormAndFollowsWithRankOutput) {
   EXPECT_THAT(out, HasSubstr("SUCCEEDED"));
 
   // The reporting script's progress points reach `--follow -o json`.
-  trainctl::testing::Process json({build + "/client/trainctl", "--coordinator", cluster_->address(), "-o", "json",
+  trainctl::testing::Process json({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token", cluster_->admin_token(), "-o", "json",
                                     "submit", "--follow", "--nproc-per-node", "2", "--python", "/usr/bin/python3",
                                     Script(), "--epochs", "1"},
                                    cluster_->dir() + "/json.log", cluster_->dir());

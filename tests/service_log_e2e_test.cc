@@ -8,6 +8,8 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+
+#include <fstream>
 #include <netinet/in.h>
 #include <sys/socket.h>
 #include <unistd.h>
@@ -61,8 +63,14 @@ int ClosedPort() {
 TEST(ServiceLogE2ETest, WorkerWithoutACoordinatorSaysSoAtOnceAndAtEveryRetry) {
   Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
   const std::string address = absl::StrCat("127.0.0.1:", ClosedPort());
+  // A worker token (no coordinator will ever check it).
+  const std::string token_file = cluster.dir() + "/lonely.token";
+  {
+    std::ofstream(token_file) << "tct_t-00000000_" << std::string(64, 'a') << "\n";
+  }
   Process worker({trainctl::testing::BuildDirOfThisTest() + "/worker/daemon/trainctl-worker",
                   "--coordinator=" + address, "--slots=1", "--work_dir=" + cluster.dir() + "/lonely",
+                  "--token_file=" + token_file,
                   "--rank_binary=" + SourceDir() + "/tests/support/fake_rank.py"},
                  cluster.dir() + "/lonely.log");
   const absl::Time start = absl::Now();

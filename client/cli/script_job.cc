@@ -126,7 +126,7 @@ ParsedJobSpec ScriptJobSpec(const std::string& file, const ScriptJobFlags& flags
 std::vector<std::string> SeparateScriptArgs(int argc, const char* const argv[]) {
   std::vector<std::string> out(argv, argv + argc);
   // Options of trainctl (global, run, submit) that take a separate value.
-  static const char* const kTakesValue[] = {"--coordinator", "-o", "--output", "--timeout", "--set",
+  static const char* const kTakesValue[] = {"--coordinator", "--token", "--ca", "-o", "--output", "--timeout", "--set",
                                             "--state-dir", "--resume", "--gpus", "--slots", "--rank-binary",
                                             "--nproc-per-node", "--nproc_per_node", "--nnodes", "--python"};
   auto takes_value = [](const std::string& a) {

@@ -26,6 +26,9 @@ TEST(ScriptJobTest, ProgramArgumentsAreSeparatedFromTrainctls) {
   EXPECT_THAT(Split({"trainctl", "run", "job.yaml", "--set", "a=1"}),
               ElementsAre("trainctl", "run", "job.yaml", "--set", "a=1"));
   EXPECT_THAT(Split({"trainctl", "logs", "job", "-f"}), ElementsAre("trainctl", "logs", "job", "-f"));
+  // The global --token and --ca take a value too.
+  EXPECT_THAT(Split({"trainctl", "--token", "t.py", "--ca", "ca.crt", "run", "t.py", "-x"}),
+              ElementsAre("trainctl", "--token", "t.py", "--ca", "ca.crt", "run", "t.py", "--", "-x"));
   EXPECT_THAT(Split({"trainctl", "run", "t.py", "--", "-x"}), ElementsAre("trainctl", "run", "t.py", "--", "-x"));
   EXPECT_THAT(Split({"trainctl", "run", "t.py"}), ElementsAre("trainctl", "run", "t.py"));
 }
