@@ -238,7 +238,7 @@ if has_step smoke; then
     tls_cli=(--ca=/var/lib/trainctl/tls/ca.crt --token="$admin_token")
     # shellcheck disable=SC2086  # the entrypoint is words
     start_bg coordinator "$croot" 10001:10001 $entry_c trainctl-coordinator --listen=127.0.0.1:"$port" \
-      --db=/var/lib/trainctl/trainctl.db --tls_dir=/var/lib/trainctl/tls
+      --db=/var/lib/trainctl/trainctl.db --tls-dir=/var/lib/trainctl/tls
     cjob=$bg_job cpid=$bg_pid
     up=0
     for _ in $(seq 1 50); do grep -q 'listening on' "$work/coordinator.log" && { up=1; break; }; sleep 0.2; done
@@ -253,8 +253,8 @@ if has_step smoke; then
     for w in 1 2; do
       # shellcheck disable=SC2086
       start_bg worker-$w "$wroot" 10001:10001 $entry_w trainctl-worker --coordinator=127.0.0.1:"$port" --slots=1 \
-        --address=127.0.0.1 --work_dir=/var/lib/trainctl/w$w \
-        --ca=/var/lib/trainctl/ca.crt --token_file=/var/lib/trainctl/worker.token
+        --address=127.0.0.1 --work-dir=/var/lib/trainctl/w$w \
+        --ca=/var/lib/trainctl/ca.crt --token-file=/var/lib/trainctl/worker.token
       wpids+=("$bg_pid") wjobs+=("$bg_job")
     done
     sleep 3

@@ -116,7 +116,7 @@ bench() {
   echo "== $name (coordinator pid $COORD_PID at $ADDR; limit ${limit}s)"
   local rc=0
   # timeout forwards TERM (cleanup) to the generator; KILL after the limit.
-  timeout --signal=KILL "$limit" "$BENCH" --target="$ADDR" --admin_token_file="$ADMIN_FILE" --coord_pid="$COORD_PID" \
+  timeout --signal=KILL "$limit" "$BENCH" --target="$ADDR" --admin-token-file="$ADMIN_FILE" --coord-pid="$COORD_PID" \
     --out="$OUT" --prefix="$prefix." "$@" > >(tee "$WORK/$name/bench.log") 2>&1 &
   BENCH_PID=$!
   wait "$BENCH_PID" || rc=$?
@@ -145,51 +145,51 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 
 # 1a. Heartbeats, small point.
 start_coord hb_small
-bench hb_small hb_small 90 --mode=heartbeat --workers="$WORKERS_SMALL" --ramp_per_s="$RAMP_PER_S" \
-  --warmup_s=5 --steady_s=20 --mass_loss_fraction=0.1
+bench hb_small hb_small 90 --mode=heartbeat --workers="$WORKERS_SMALL" --ramp-per-s="$RAMP_PER_S" \
+  --warmup-s=5 --steady-s=20 --mass-loss-fraction=0.1
 stop_coord hb_small
 
 # 1b. Heartbeats, middle point.
 start_coord hb_mid
 bench hb_mid hb_mid $(( WORKERS_MID / RAMP_PER_S + 90 )) --mode=heartbeat --workers="$WORKERS_MID" \
-  --ramp_per_s="$RAMP_PER_S" --ramp_timeout_s=$(( WORKERS_MID / RAMP_PER_S + 40 )) --warmup_s=5 --steady_s=20
+  --ramp-per-s="$RAMP_PER_S" --ramp-timeout-s=$(( WORKERS_MID / RAMP_PER_S + 40 )) --warmup-s=5 --steady-s=20
 stop_coord hb_mid
 
 # 1c. Heartbeats, large point; failure detection under that load; mass loss.
 start_coord hb_large
 RAMP_LIMIT=$(( WORKERS_LARGE / RAMP_PER_S + 40 ))
 bench hb_large hb_large $(( RAMP_LIMIT + STEADY_S + 110 )) --mode=heartbeat --workers="$WORKERS_LARGE" \
-  --ramp_per_s="$RAMP_PER_S" --ramp_timeout_s="$RAMP_LIMIT" --warmup_s=5 --steady_s="$STEADY_S" \
-  --trials_under_load=10 --mass_loss_fraction=0.1 --mass_loss_timeout_s=45
+  --ramp-per-s="$RAMP_PER_S" --ramp-timeout-s="$RAMP_LIMIT" --warmup-s=5 --steady-s="$STEADY_S" \
+  --trials-under-load=10 --mass-loss-fraction=0.1 --mass-loss-timeout-s=45
 stop_coord hb_large
 
 # 1d. Telemetry at scale: TELEMETRY_JOBS jobs × 8 simulated ranks, each
 # sending a metric point and LOG_LINES log lines a second, beside the large
 # point's heartbeating workers; a watcher on every job.
-start_coord telemetry --rendezvous_timeout_s 3600 --progress_timeout_s 3600
+start_coord telemetry --rendezvous-timeout-s 3600 --progress-timeout-s 3600
 TEL_RAMP=$(( (WORKERS_LARGE + TELEMETRY_JOBS) / RAMP_PER_S + 40 ))
 bench telemetry tel $(( TEL_RAMP + STEADY_S + 120 )) --mode=telemetry --workers="$WORKERS_LARGE" \
-  --telemetry_jobs="$TELEMETRY_JOBS" --ranks_per_job=8 --log_lines_per_s="$LOG_LINES" \
-  --ramp_per_s="$RAMP_PER_S" --ramp_timeout_s="$TEL_RAMP" --warmup_s=5 --steady_s="$STEADY_S" --drain_s=10
+  --telemetry-jobs="$TELEMETRY_JOBS" --ranks-per-job=8 --log-lines-per-s="$LOG_LINES" \
+  --ramp-per-s="$RAMP_PER_S" --ramp-timeout-s="$TEL_RAMP" --warmup-s=5 --steady-s="$STEADY_S" --drain-s=10
 stop_coord telemetry
 
 # 2a. Job submission and scheduling with a deep queue (no free slot). Long
 # rendezvous/progress timeouts: the busy workers' jobs must stay RUNNING.
-start_coord jobs --rendezvous_timeout_s 3600 --progress_timeout_s 3600
-bench jobs jobs 150 --mode=jobs --jobs="$JOBS" --concurrency="$SUBMIT_CONCURRENCY" --submit_budget_s=100 \
-  --busy_workers=2 --sched_trials=20 --probe_calls=30
+start_coord jobs --rendezvous-timeout-s 3600 --progress-timeout-s 3600
+bench jobs jobs 150 --mode=jobs --jobs="$JOBS" --concurrency="$SUBMIT_CONCURRENCY" --submit-budget-s=100 \
+  --busy-workers=2 --sched-trials=20 --probe-calls=30
 stop_coord jobs
 
 # 2b. The same with many busy workers: the cost of one scheduling pass
 # grows with pending jobs × workers.
-start_coord jobs_wide --rendezvous_timeout_s 3600 --progress_timeout_s 3600
+start_coord jobs_wide --rendezvous-timeout-s 3600 --progress-timeout-s 3600
 bench jobs_wide jobs_wide 100 --mode=jobs --jobs="$WIDE_JOBS" --concurrency="$SUBMIT_CONCURRENCY" \
-  --submit_budget_s=40 --busy_workers="$WIDE_WORKERS" --sched_trials=10 --probe_calls=20
+  --submit-budget-s=40 --busy-workers="$WIDE_WORKERS" --sched-trials=10 --probe-calls=20
 stop_coord jobs_wide
 
 # 3. Failure detection, idle coordinator: stream cut, SIGKILLed process.
 start_coord failure
-bench failure fail 90 --mode=failure --trials_cut="$TRIALS_CUT" --trials_kill="$TRIALS_KILL" --batch=10
+bench failure fail 90 --mode=failure --trials-cut="$TRIALS_CUT" --trials-kill="$TRIALS_KILL" --batch=10
 stop_coord failure
 
 echo "meta.elapsed_s=$(( $(date +%s) - START ))" >> "$OUT"

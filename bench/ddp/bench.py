@@ -675,8 +675,8 @@ def start_cluster(build, workdir):
         raise SystemExit("coordinator did not start: %r" % line)
     addr = m.group(1)
     worker = subprocess.Popen([os.path.join(build, "worker", "daemon", "trainctl-worker"), "--coordinator", addr,
-                               "--slots", "2", "--work_dir", os.path.join(d, "worker"),
-                               "--rank_binary", os.path.join(build, "worker", "trainer", "trainctl-rank")],
+                               "--slots", "2", "--work-dir", os.path.join(d, "worker"),
+                               "--rank-binary", os.path.join(build, "worker", "trainer", "trainctl-rank")],
                               stdout=open(os.path.join(d, "worker.log"), "w"), stderr=subprocess.STDOUT,
                               start_new_session=True)
     CHILDREN.add(worker)
