@@ -14,6 +14,8 @@ packages=(
   build-essential cmake ninja-build pkg-config
   # RPC and serialisation
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  # HMAC for the rank rendezvous handshake
+  libssl-dev
   # training
   libtorch-dev libgloo-dev libopenblas0-openmp
   # config, state, tests

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "common/random_secret.h"
 #include "common/jobspec/job_spec.h"
 #include "common/time_util.h"
 #include "worker/daemon/path_policy.h"
@@ -132,6 +133,9 @@ struct WorkerDaemon::LocalAttempt {
   // fail as a configuration error instead of starting.
   std::string path_error;
   std::string spec_hash;
+  // The attempt's rendezvous secret: only ever written to the ranks' 0600
+  // config files, never logged or reported.
+  std::string store_secret;
 };
 
 absl::StatusOr<std::string> GenerateNcclUniqueId() {
@@ -521,6 +525,10 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
   a->produce_rendezvous = s.produce_rendezvous();
   if (s.has_resume()) a->resume = s.resume();
   a->spec_hash = s.spec_hash();
+  // A coordinator that sends none (older than this daemon, or a test's
+  // stand-in) still gets a store no stranger can use: a secret made here
+  // works where every rank of the attempt runs on this worker.
+  a->store_secret = s.rendezvous_secret().empty() ? NewSecretHex() : s.rendezvous_secret();
   // Absolute (against the daemon's working directory) so the rank, whose
   // working directory differs, reads and writes the same place; a directory
   // the job chose must lie inside --checkpoint_root when one is set.
@@ -622,6 +630,7 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
   cfg[rk::kDevice] = a.gpu ? "cuda" : "cpu";
   cfg[rk::kCudaDevice] = a.gpu ? "0" : "";
   cfg[rk::kBackend] = a.gpu ? "nccl" : "gloo";
+  if (!a.gpu) cfg[rk::kStoreSecret] = a.store_secret;
   cfg[rk::kWorkDir] = dir;
   if (absl::Status paths = ResolveDataPaths(cfg, base_dir_, options_.data_roots);
       !paths.ok()) {
