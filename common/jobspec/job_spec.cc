@@ -31,6 +31,46 @@ using google::protobuf::Reflection;
 
 constexpr int kMaxSequenceLength = 64;
 constexpr size_t kMaxStringBytes = 4096;
+
+// Well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF), as protobuf requires of a string field.
+bool IsValidUtf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint32_t cp;
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+      cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > n) return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff)) {
+      return false;
+    }
+    i += len;
+  }
+  return true;
+}
 // A whole spec as submitted over gRPC.
 constexpr size_t kMaxSpecBytes = 1 << 20;
 
@@ -571,6 +611,19 @@ class Validator {
           Error(path, absl::StrCat("at most ", kMaxStringBytes, " bytes, got ", v.size()));
         } else if (v.find('\0') != std::string::npos) {
           Error(path, "contains a NUL byte");
+        } else if (!IsValidUtf8(v)) {
+          // protobuf refuses to parse such a string field: the spec would
+          // pass here and fail on the wire (or in the rank's config).
+          Error(path, "is not valid UTF-8");
+        } else if (auto c = std::find_if(v.begin(), v.end(),
+                                         [](char ch) {
+                                           // Tabs and line breaks may be meant (a script);
+                                           // other C0 controls and DEL never are.
+                                           return ((ch >= 0 && ch < 0x20) || ch == 0x7f) &&
+                                                  ch != '\t' && ch != '\n' && ch != '\r';
+                                         });
+                   c != v.end()) {
+          Error(path, absl::StrCat("contains a control character (0x", absl::Hex(static_cast<unsigned char>(*c), absl::kZeroPad2), ")"));
         }
         break;
       }
