@@ -8,6 +8,8 @@
 #
 #   scripts/fuzz.sh [SECONDS] [TARGET...]
 #   FUZZ_BUILD=build-fuzz JOBS=2 scripts/fuzz.sh 20
+#   FUZZ_SEED=1 FUZZ_RUNS=3000 scripts/fuzz.sh 30   # reproducible (CI): a fixed
+#                                                   # seed and at most 3000 inputs
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -27,16 +29,24 @@ cmake --build "$build" -j "$jobs" --target "${targets[@]}"
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}
+repro=()
+if [ -n "${FUZZ_SEED:-}" ]; then repro+=(-seed="$FUZZ_SEED"); fi
+if [ -n "${FUZZ_RUNS:-}" ]; then repro+=(-runs="$FUZZ_RUNS"); fi
 failed=()
 for t in "${targets[@]}"; do
   scratch="$build/corpus/$t"
+  # A reproducible run starts from the repository's seeds alone.
+  if [ -n "${FUZZ_SEED:-}" ]; then rm -rf "$scratch"; fi
   mkdir -p "$scratch"
   echo "== $t: ${seconds}s =="
   # -rss_limit_mb/-malloc_limit_mb: an input that makes a parser allocate
   # more than the limit is a finding (decompression bombs, size fields).
-  if ! "$build/fuzz/$t" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
+  # The outer timeout bounds a run whose crash report itself hangs (seen:
+  # the symbolizer stuck after an out-of-memory report).
+  if ! timeout --kill-after=10 $((seconds + 60)) "$build/fuzz/$t" -max_total_time="$seconds" -max_len=65536 -timeout=10 \
        -rss_limit_mb=2048 -malloc_limit_mb=1024 -print_final_stats=1 \
-       -artifact_prefix="$build/crash-$t-" "$scratch" "fuzz/corpus/$t" 2>"$build/$t.log"; then
+       "${repro[@]}" -artifact_prefix="$build/crash-$t-" "$scratch" "fuzz/corpus/$t" \
+       2>"$build/$t.log"; then
     tail -n 60 "$build/$t.log"
     failed+=("$t")
   else
