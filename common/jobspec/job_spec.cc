@@ -1075,7 +1075,12 @@ int LineStartingWithStrayComma(std::string_view y) {
         if (line[k] == ' ' || line[k] == '\t') {
           ++k;
         } else if (line[k] == '!' || line[k] == '&') {
-          while (k < line.size() && line[k] != ' ' && line[k] != '\t') ++k;
+          // A property ends at a blank or a flow indicator ("&a,x" is "&a" ",x").
+          ++k;
+          while (k < line.size() && line[k] != ' ' && line[k] != '\t' && line[k] != ',' &&
+                 line[k] != '[' && line[k] != ']' && line[k] != '{' && line[k] != '}') {
+            ++k;
+          }
         } else {
           break;
         }

@@ -505,7 +505,7 @@ TEST(JobSpecTest, InvalidUtf8AndControlCharactersAreRefused) {
 // outside [] or {}. Refused before yaml-cpp reads it; near misses still parse or get
 // yaml-cpp's own error.
 TEST(JobSpecTest, DocumentStartingWithACommaIsRefusedNotHung) {
-  for (const std::string y : {",a", ", warmup_steps: 100}", "# c\n  ,a", "--- !t &x ,a",
+  for (const std::string y : {",a", ", warmup_steps: 100}", "# c\n  ,a", "--- !t &x ,a", "&a!,b",
                               "name: j\n---\n,a", "name: j\n...\n,}", "%YAML 1.2\n---\n,a"}) {
     std::vector<std::string> got = Errors(y);
     ASSERT_EQ(got.size(), 1u) << y;
@@ -533,6 +533,11 @@ TEST(JobSpecTest, DocumentStartingWithACommaIsRefusedNotHung) {
   slow2 << f2.rdbuf();
   ASSERT_FALSE(slow2.str().empty());
   EXPECT_THAT(Errors(slow2.str()), ::testing::Contains(HasSubstr("not valid YAML: a line starts with ','")));
+  std::ifstream f3(Source("fuzz/corpus/fuzz_job_yaml/yaml-cpp-loop-3"));
+  std::stringstream slow3;
+  slow3 << f3.rdbuf();
+  ASSERT_FALSE(slow3.str().empty());
+  EXPECT_THAT(Errors(slow3.str()), ::testing::Contains(HasSubstr("not valid YAML: a line starts with ','")));
 }
 
 }  // namespace
