@@ -1090,20 +1090,21 @@ int LineStartingWithStrayComma(std::string_view y) {
     // A node (flow collection or quoted scalar) starts only at the line's
     // first character, after "[", "{" or ",", or after ": " / "- "; a '{'
     // inside a plain scalar ("a{b") is text.
-    char prev = 0;       // last non-blank character on this line
-    bool blank = false;  // blanks since `prev`
+    char prev = 0;            // last non-blank character on this line
+    bool blank = false;       // blanks since `prev`
+    bool node_ended = false;  // a quoted scalar or [] / {} just closed at depth 0
     for (size_t k = i; k < line.size(); ++k) {
       const char c = line[k];
       if (quote == '"') {
         if (c == '\\') ++k;
-        else if (c == '"') quote = 0;
+        else if (c == '"') quote = 0, node_ended = depth == 0;
         prev = c;
         blank = false;
         continue;
       }
       if (quote == '\'') {
         if (c == '\'' && k + 1 < line.size() && line[k + 1] == '\'') ++k;
-        else if (c == '\'') quote = 0;
+        else if (c == '\'') quote = 0, node_ended = depth == 0;
         prev = c;
         blank = false;
         continue;
@@ -1112,6 +1113,10 @@ int LineStartingWithStrayComma(std::string_view y) {
         blank = true;
         continue;
       }
+      // A ',' right after a quoted scalar or a flow collection outside any
+      // [] or {} ("'a',b", "[a],b"): yaml-cpp loops on it as well.
+      if (node_ended && c == ',') return line_no;
+      node_ended = false;
       if (c == '#' && (k == 0 || blank)) break;
       const bool node_start = k == i || prev == '[' || prev == '{' || prev == ',' ||
                               ((prev == ':' || prev == '-' || prev == '?') && blank);
@@ -1121,6 +1126,7 @@ int LineStartingWithStrayComma(std::string_view y) {
         ++depth;
       } else if ((c == ']' || c == '}') && depth > 0) {
         --depth;
+        node_ended = depth == 0;
       }
       prev = c;
       blank = false;
@@ -1158,7 +1164,7 @@ ParsedJobSpec ParseJobSpecYaml(std::string_view yaml, std::string_view file,
     return doc_error(1, 1, "not a text file (it contains NUL bytes)");
   }
   if (int line = LineStartingWithStrayComma(yaml); line > 0) {
-    return doc_error(line, 1, "not valid YAML: a line starts with ',' outside [] or {}");
+    return doc_error(line, 1, "not valid YAML: ',' outside [] or {} at the start of a line or after a quoted or [] / {} value");
   }
   YAML::Node root;
   try {
