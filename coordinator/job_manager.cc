@@ -1,6 +1,9 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
+#include <cerrno>
+#include <cstdlib>
+#include <cstring>
 #include <iostream>
 #include <random>
 
@@ -10,6 +13,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/jobspec/job_spec.h"
 #include "common/log.h"
+#include "common/random_secret.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
 #include "coordinator/scheduler/scheduler.h"
@@ -527,8 +531,13 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
 
 // --- messages to workers -----------------------------------------------------
 
-void JobManager::SendStartRanks(const v1::Job& job, const v1::Attempt& attempt,
+void JobManager::SendStartRanks(JobEntry& entry, const v1::Attempt& attempt,
                                 const std::string& worker_id) {
+  const v1::Job& job = entry.job;
+  if (entry.secret_attempt != attempt.number() || entry.rendezvous_secret.empty()) {
+    entry.rendezvous_secret = NewSecretHex();
+    entry.secret_attempt = attempt.number();
+  }
   v1::CoordinatorMessage msg;
   v1::StartRanks* s = msg.mutable_start_ranks();
   s->set_job_id(job.id());
@@ -539,6 +548,7 @@ void JobManager::SendStartRanks(const v1::Job& job, const v1::Attempt& attempt,
     *s->mutable_resume() = attempt.resume();
   }
   s->set_spec_hash(CheckpointSpecHash(job.spec()));
+  s->set_rendezvous_secret(entry.rendezvous_secret);
   for (const v1::RankAssignment& r : attempt.ranks()) {
     if (r.worker_id() != worker_id) continue;
     *s->add_ranks() = r;
@@ -708,7 +718,7 @@ void JobManager::Schedule() {
       continue;
     }
     const v1::Attempt& placed = *CurrentAttempt(e.job);
-    for (const std::string& w : AttemptWorkers(placed)) SendStartRanks(e.job, placed, w);
+    for (const std::string& w : AttemptWorkers(placed)) SendStartRanks(e, placed, w);
   }
 }
 
@@ -1328,7 +1338,7 @@ void JobManager::OnWorkerRegistered(const std::string& worker_id, const v1::Regi
     }
     bool on_worker = std::any_of(cur->ranks().begin(), cur->ranks().end(),
                                  [&](const v1::RankAssignment& r) { return r.worker_id() == worker_id; });
-    if (has_assigned) SendStartRanks(e.job, *cur, worker_id);
+    if (has_assigned) SendStartRanks(e, *cur, worker_id);
     if (on_worker && cur->has_rendezvous()) SendRendezvous(e.job, *cur, worker_id);
   }
   RequestSchedule();

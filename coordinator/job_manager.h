@@ -168,6 +168,13 @@ class JobManager {
     // Rank 0's final model report of the current attempt, until it SUCCEEDS.
     std::optional<v1::FinalModelReport> final_model;
     std::string final_model_worker;
+    // The rendezvous secret of attempt `secret_attempt` (memory only, never
+    // in the Job): made at its first StartRanks, the same in every re-send.
+    // After a coordinator restart a re-send for an attempt still starting
+    // gets a new one; that attempt's rendezvous then fails and the job
+    // restarts (documented in docs/security.md).
+    std::string rendezvous_secret;
+    int32_t secret_attempt = 0;
   };
   struct EventSpec {
     std::string type;
@@ -211,7 +218,7 @@ class JobManager {
   // Ends a current attempt whose ranks all ended (see Tick). False when its
   // commit failed.
   bool SettleEndedAttempt(JobEntry& entry);
-  void SendStartRanks(const v1::Job& job, const v1::Attempt& attempt, const std::string& worker_id);
+  void SendStartRanks(JobEntry& entry, const v1::Attempt& attempt, const std::string& worker_id);
   void SendStop(const std::string& worker_id, const std::string& job_id, int32_t attempt,
                 const std::vector<int32_t>& ranks, const std::string& reason);
   void SendRendezvous(const v1::Job& job, const v1::Attempt& attempt, const std::string& worker_id);

@@ -9,6 +9,13 @@
 #   scripts/install-deps.sh --list   # print the package names, one a line
 set -euo pipefail
 
+# libFuzzer's runtime follows the distribution's clang: 14 on Debian 12,
+# 19 on Debian 13 (scripts/test-libtorch2.sh's root).
+case "$( (. /etc/os-release && echo "${VERSION_ID:-12}") 2>/dev/null)" in
+  13) clang_rt=libclang-rt-19-dev ;;
+  *) clang_rt=libclang-rt-14-dev ;;
+esac
+
 packages=(
   # build tools
   build-essential cmake ninja-build pkg-config
@@ -16,6 +23,10 @@ packages=(
   clang libclang-rt-14-dev
   # RPC and serialisation
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
+  # HMAC for the rank rendezvous handshake
+  libssl-dev
+  # fuzzing (scripts/fuzz.sh: libFuzzer with clang)
+  clang "$clang_rt"
   # training
   libtorch-dev libgloo-dev libopenblas0-openmp
   # config, state, tests

@@ -6,6 +6,9 @@
 #
 #   scripts/test.sh            # everything (what CI runs)
 #   SKIP_SANITIZE=1 scripts/test.sh
+#   SKIP_FUZZ=1 scripts/test.sh            # without the short fuzzing stage
+#   FUZZ_SECONDS=60 scripts/test.sh        # fuzz each target longer (default: 3000
+#                                          # inputs from a fixed seed, at most 20 s)
 #   CTEST_ARGS="-L long" scripts/test.sh   # the long tests (not run by default)
 #   LIBTORCH2=1 scripts/test.sh            # then again against LibTorch 2.x in a
 #   LIBTORCH2=torch scripts/test.sh        # Debian trixie root (root; opt-in, not in
@@ -29,6 +32,19 @@ if [ -z "${SKIP_SANITIZE:-}" ]; then
   cmake --build build-asan -j "$jobs"
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE long
+fi
+if [ -z "${SKIP_FUZZ:-}" ]; then
+  # Builds the libFuzzer targets (clang, ASan+UBSan, build-fuzz/) and runs
+  # each briefly from the seed corpus: a regression in a parser's handling
+  # of hostile input fails CI (scripts/fuzz.sh, docs/fuzzing.md).
+  # Reproducible by default (fixed seed, bounded inputs) so that CI fails
+  # only on a regression; long exploratory runs are scripts/fuzz.sh's job.
+  echo "== fuzz =="
+  if [ -n "${FUZZ_SECONDS:-}" ]; then
+    JOBS="$jobs" bash scripts/fuzz.sh "$FUZZ_SECONDS"
+  else
+    JOBS="$jobs" FUZZ_SEED=1 FUZZ_RUNS=3000 bash scripts/fuzz.sh 20
+  fi
 fi
 if [ -n "${LIBTORCH2:-}" ]; then
   echo "== LibTorch 2.x (Debian trixie root) =="

@@ -7,7 +7,13 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netdb.h>
+#include <poll.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
 #include <cmath>
 #include <cstdlib>
@@ -15,11 +21,14 @@
 #include <map>
 #include <regex>
 #include <set>
+#include <functional>
+#include <sstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/job_spec.h"
 #include "tests/support/cluster.h"
+#include "worker/dist/rendezvous_store.h"
 
 namespace trainctl {
 namespace {
@@ -141,6 +150,139 @@ TEST_F(TrainE2ETest, ClassicExampleTrainsOnShardsAndExportsTheModel) {
     mreq.set_page_token(resp.next_page_token());
   } while (!mreq.page_token().empty());
   EXPECT_THAT(epochs, ::testing::ElementsAre(0, 1, 2));
+}
+
+// A raw TCP client on the store's address (which GetJob shows) as an
+// attacker would write one: it reads the greeting and sends a request in the
+// store's framing, without a proof or with a proof made from a wrong secret.
+// The store closes on it with no reply, and the victim job still succeeds.
+std::string ReadAllFile(const std::string& path) {
+  std::ifstream f(path);
+  std::stringstream ss;
+  ss << f.rdbuf();
+  return ss.str();
+}
+
+int DialStore(const std::string& address) {
+  std::string host;
+  uint16_t port = 0;
+  if (!dist::RendezvousStore::ParseAddress(address, &host, &port).ok()) return -1;
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  if (getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res) != 0) return -1;
+  int fd = socket(res->ai_family, SOCK_STREAM, 0);
+  if (connect(fd, res->ai_addr, res->ai_addrlen) != 0) {
+    close(fd);
+    fd = -1;
+  }
+  freeaddrinfo(res);
+  return fd;
+}
+
+// Sends `after_greeting(server nonce)` once the greeting arrived; returns
+// what came back before the store closed the connection, or "<open>" when it
+// still had not closed after 10 s.
+std::string Attack(const std::string& address,
+                   const std::function<std::string(const std::string&)>& after_greeting) {
+  int fd = DialStore(address);
+  for (absl::Time until = absl::Now() + absl::Seconds(10); fd < 0 && absl::Now() < until;) {
+    absl::SleepFor(absl::Milliseconds(10));  // rank 0 may still be starting
+    fd = DialStore(address);
+  }
+  if (fd < 0) return "<no connection>";
+  std::string got;
+  bool closed = false;
+  bool sent = false;
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!closed && absl::Now() < deadline) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 50) <= 0) continue;
+    char buf[512];
+    ssize_t n = recv(fd, buf, sizeof buf, 0);
+    if (n <= 0) {
+      closed = true;
+      break;
+    }
+    got.append(buf, static_cast<size_t>(n));
+    if (!sent && got.size() >= 8 + dist::kRendezvousNonceBytes) {
+      const std::string request = after_greeting(got.substr(8, dist::kRendezvousNonceBytes));
+      (void)!send(fd, request.data(), request.size(), MSG_NOSIGNAL);
+      got.erase(0, 8 + dist::kRendezvousNonceBytes);
+      sent = true;
+    }
+  }
+  close(fd);
+  return closed && sent ? got : "<open>";
+}
+
+std::string SetRequest(const std::string& key, const std::string& value) {
+  std::string f(1, '\x01');
+  auto u32 = [&](uint32_t v) {
+    for (int i = 0; i < 4; ++i) f.push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+  };
+  u32(static_cast<uint32_t>(key.size()));
+  f += key;
+  u32(static_cast<uint32_t>(value.size()));
+  f += value;
+  return f;
+}
+
+TEST_F(TrainE2ETest, RendezvousStoreRefusesStrangersWhileTheJobSucceeds) {
+  std::string ckpt = cluster_->dir() + "/ckpt";
+  std::string id = cluster_->Submit(Classic(6, ckpt, 60000));
+  ASSERT_FALSE(id.empty());
+  // Every rank has met at the store (RUNNING): the attack comes while rank 0
+  // still hosts it, during training.
+  v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_RUNNING, absl::Seconds(60));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_RUNNING) << j.state_reason();
+  absl::Time deadline;
+  const std::string address = j.attempts(0).rendezvous().gloo_store_address();
+  ASSERT_FALSE(address.empty());
+  // Rank 0's config holds the secret, readable by its owner alone.
+  std::string conf;
+  deadline = absl::Now() + absl::Seconds(30);
+  while (conf.empty() && absl::Now() < deadline) {
+    for (const std::string name : {"w0", "w1"}) {
+      const std::string path = cluster_->dir() + "/worker-" + name + "/jobs/" + id + "/attempt-1/rank-0/rank.conf";
+      struct stat st{};
+      if (stat(path.c_str(), &st) == 0) {
+        EXPECT_EQ(st.st_mode & 0777, 0600u) << path;
+        conf = ReadAllFile(path);
+      }
+    }
+    if (conf.empty()) absl::SleepFor(absl::Milliseconds(20));
+  }
+  const auto at = conf.find("run.store_secret=");
+  ASSERT_NE(at, std::string::npos) << conf;
+  const std::string secret = conf.substr(at + 17, 64);
+  ASSERT_EQ(secret.size(), 64u);
+
+  const std::string key = absl::StrCat("/trainctl/", id, "/1/resume_from");
+  // No proof: a request where the proof belongs.
+  EXPECT_EQ(Attack(address, [&](const std::string&) { return SetRequest(key, "/evil.ckpt") + std::string(64, 0); }), "");
+  // A proof made with a wrong secret, then the same request.
+  const std::string wrong = dist::NewRendezvousSecret();
+  EXPECT_EQ(Attack(address, [&](const std::string& sn) {
+              const std::string cn(dist::kRendezvousNonceBytes, 'c');
+              return cn + dist::RendezvousMac(wrong, "client" + sn + cn) + SetRequest(key, "/evil.ckpt");
+            }), "");
+  // The store's own client with a wrong secret is refused too.
+  auto client = dist::RendezvousStore::Connect(address, absl::Seconds(5), wrong);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kPermissionDenied) << client.status();
+  // All of it happened while the victim trained.
+  EXPECT_EQ(cluster_->Get(id).state(), v1::JOB_STATE_RUNNING);
+
+  j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
+  EXPECT_EQ(j.attempts_size(), 1);
+  // The secret is nowhere a client or an operator reads: not in the job,
+  // nor in the coordinator's or the workers' logs.
+  EXPECT_FALSE(absl::StrContains(j.SerializeAsString(), secret));
+  EXPECT_FALSE(absl::StrContains(j.DebugString(), secret));
+  for (const std::string log : {"coordinator-0.log", "worker-w0.log", "worker-w1.log"}) {
+    EXPECT_FALSE(absl::StrContains(ReadAllFile(cluster_->dir() + "/" + log), secret)) << log;
+  }
 }
 
 TEST_F(TrainE2ETest, KilledDaemonMidRunRestartsFromTheCheckpoint) {

@@ -6,9 +6,9 @@
 //
 // Versions come from <torch/version.h> (TORCH_VERSION_MAJOR/MINOR). Where a
 // difference can be detected from the types themselves (a struct member that
-// exists or not) it is, instead of being assumed from the version. What only
-// the running library knows (whether it was built with libuv) is detected at
-// run time by its caller (worker/dist/rendezvous_store.cc).
+// exists or not) it is, instead of being assumed from the version. (The rank
+// rendezvous store is trainctl's own, not c10d's TCPStore, so the TCPStore
+// libuv/classic backend choice of 2.x is no longer ours to make.)
 //
 // Header only; include it from LibTorch code only (it pulls in c10 headers).
 // Threading: stateless, except the autocast functions, which act on the
@@ -78,34 +78,6 @@ inline void SetAutocastDtype(c10::DeviceType d, c10::ScalarType t) {
   }
 }
 #endif
-
-// ---- c10d::TCPStore's libuv backend ----
-// 2.2 added TCPStoreOptions::useLibUV and 2.4 made it default to true; a
-// LibTorch built without libuv (Debian's) then refuses every store with
-// "use_libuv was requested but PyTorch was build without libuv support",
-// while pip wheels have libuv. Whether the member exists is detected from the
-// type (no TCPStore include needed here); whether libuv works is for the
-// caller to find out by trying.
-template <typename Options, typename = void>
-struct HasUseLibUv : std::false_type {};
-template <typename Options>
-struct HasUseLibUv<Options, std::void_t<decltype(std::declval<Options&>().useLibUV)>>
-    : std::true_type {};
-
-// Asks for the libuv backend (on) or the classic one (off). Returns false,
-// changing nothing, where the options have no such choice (before 2.2: the
-// classic backend is the only one).
-template <typename Options>
-bool SetTcpStoreUseLibUv(Options& options, bool on) {
-  if constexpr (HasUseLibUv<Options>::value) {
-    options.useLibUV = on;
-    return true;
-  } else {
-    (void)options;
-    (void)on;
-    return false;
-  }
-}
 
 #if TRAINCTL_NCCL_TORCH_CUDA
 // ---- CUDA (only with a CUDA LibTorch) ----

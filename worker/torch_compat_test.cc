@@ -54,25 +54,5 @@ TEST(TorchCompatTest, AutocastStateRoundTripsPerDevice) {
   EXPECT_EQ(GetAutocastDtype(cuda), at::kHalf);
 }
 
-struct OptionsWithLibUv {
-  int port = 0;
-  bool useLibUV = true;
-};
-struct OptionsWithoutLibUv {
-  int port = 0;
-};
-
-TEST(TorchCompatTest, LibUvChoiceIsDetectedFromTheOptionsType) {
-  static_assert(HasUseLibUv<OptionsWithLibUv>::value);
-  static_assert(!HasUseLibUv<OptionsWithoutLibUv>::value);
-  OptionsWithLibUv with;
-  EXPECT_TRUE(SetTcpStoreUseLibUv(with, false));
-  EXPECT_FALSE(with.useLibUV);
-  EXPECT_TRUE(SetTcpStoreUseLibUv(with, true));
-  EXPECT_TRUE(with.useLibUV);
-  OptionsWithoutLibUv without;
-  EXPECT_FALSE(SetTcpStoreUseLibUv(without, true));
-}
-
 }  // namespace
 }  // namespace trainctl::torch_compat

@@ -38,6 +38,7 @@
 #include "absl/strings/str_split.h"
 #include "worker/dist/gloo_collectives.h"
 #include "worker/dist/rendezvous_store.h"
+#include <cstdlib>
 
 namespace td = trainctl::dist;
 using SteadyClock = std::chrono::steady_clock;
@@ -97,9 +98,14 @@ void SumFloats(void* c, const void* a, const void* b, size_t n) {
 
 int Run(const Flags& f) {
   const absl::Duration timeout = absl::Seconds(30);
+  // Rank 1 is this process's fork and gets the store's secret through its
+  // environment.
+  const char* env_secret = std::getenv("TRAINCTL_BENCH_STORE_SECRET");
+  const std::string secret =
+      f.rank == 0 ? td::NewRendezvousSecret() : std::string(env_secret != nullptr ? env_secret : "");
   absl::StatusOr<std::shared_ptr<td::RendezvousStore>> store =
-      f.rank == 0 ? td::RendezvousStore::Host("127.0.0.1", 0, timeout)
-                  : td::RendezvousStore::Connect(f.store, timeout);
+      f.rank == 0 ? td::RendezvousStore::Host("127.0.0.1", 0, timeout, secret)
+                  : td::RendezvousStore::Connect(f.store, timeout, secret);
   if (!store.ok()) {
     std::fprintf(stderr, "rank %d: %s\n", f.rank, store.status().ToString().c_str());
     return 1;
@@ -108,6 +114,7 @@ int Run(const Flags& f) {
   if (f.rank == 0) {
     child = fork();
     if (child == 0) {
+      setenv("TRAINCTL_BENCH_STORE_SECRET", secret.c_str(), 1);
       std::string self = "/proc/self/exe";
       std::vector<std::string> args = {"allreduce_latency", "--rank=1",
                                        "--store=" + (*store)->address(),

@@ -44,6 +44,46 @@ using google::protobuf::Reflection;
 
 constexpr int kMaxSequenceLength = 64;
 constexpr size_t kMaxStringBytes = 4096;
+
+// Well-formed UTF-8 (no overlong forms, surrogates or code points past
+// U+10FFFF), as protobuf requires of a string field.
+bool IsValidUtf8(const std::string& s) {
+  const auto* p = reinterpret_cast<const unsigned char*>(s.data());
+  const size_t n = s.size();
+  size_t i = 0;
+  while (i < n) {
+    const unsigned char c = p[i];
+    if (c < 0x80) {
+      ++i;
+      continue;
+    }
+    size_t len;
+    uint32_t cp;
+    if (c >= 0xc2 && c <= 0xdf) {
+      len = 2;
+      cp = c & 0x1f;
+    } else if (c >= 0xe0 && c <= 0xef) {
+      len = 3;
+      cp = c & 0x0f;
+    } else if (c >= 0xf0 && c <= 0xf4) {
+      len = 4;
+      cp = c & 0x07;
+    } else {
+      return false;
+    }
+    if (i + len > n) return false;
+    for (size_t k = 1; k < len; ++k) {
+      if ((p[i + k] & 0xc0) != 0x80) return false;
+      cp = (cp << 6) | (p[i + k] & 0x3f);
+    }
+    if ((len == 3 && cp < 0x800) || (len == 4 && (cp < 0x10000 || cp > 0x10ffff)) ||
+        (cp >= 0xd800 && cp <= 0xdfff)) {
+      return false;
+    }
+    i += len;
+  }
+  return true;
+}
 // A whole spec as submitted over gRPC.
 constexpr size_t kMaxSpecBytes = 1 << 20;
 
@@ -654,6 +694,19 @@ class Validator {
           Error(path, absl::StrCat("at most ", kMaxStringBytes, " bytes, got ", v.size()));
         } else if (v.find('\0') != std::string::npos) {
           Error(path, "contains a NUL byte");
+        } else if (!IsValidUtf8(v)) {
+          // protobuf refuses to parse such a string field: the spec would
+          // pass here and fail on the wire (or in the rank's config).
+          Error(path, "is not valid UTF-8");
+        } else if (auto c = std::find_if(v.begin(), v.end(),
+                                         [](char ch) {
+                                           // Tabs and line breaks may be meant (a script);
+                                           // other C0 controls and DEL never are.
+                                           return ((ch >= 0 && ch < 0x20) || ch == 0x7f) &&
+                                                  ch != '\t' && ch != '\n' && ch != '\r';
+                                         });
+                   c != v.end()) {
+          Error(path, absl::StrCat("contains a control character (0x", absl::Hex(static_cast<unsigned char>(*c), absl::kZeroPad2), ")"));
         }
         break;
       }
@@ -1124,6 +1177,116 @@ std::string EnumValueName(const EnumValueDescriptor* value) {
   return absl::AsciiStrToLower(value->name().substr(EnumPrefix(value->type()).size()));
 }
 
+namespace {
+
+// yaml-cpp 0.7 loops forever, growing its memory, on a ',' (a flow entry)
+// that starts a line outside any [] or {}: ",a", "--- !t ,a", or a document
+// whose last map line is followed by ", x: 1}" at a lower indentation; found
+// by fuzz/fuzz_job_yaml. A plain scalar cannot start with ',', so such a line
+// is never part of a job (at most the continuation of a multi-line plain
+// scalar, which a job.yaml has no use for): it is refused before yaml-cpp
+// reads the text. Returns the 1-based line, or 0. Tracks what changes the
+// meaning of a line start: flow depth, quotes spanning lines, comments and
+// block scalars (| and >), whose content lines are skipped.
+int LineStartingWithStrayComma(std::string_view y) {
+  int depth = 0;
+  char quote = 0;         // ' or " while inside a quoted scalar
+  int block_indent = -1;  // >= 0: inside a block scalar opened on a line with this indent
+  int line_no = 0;
+  size_t pos = 0;
+  while (pos <= y.size()) {
+    size_t end = y.find('\n', pos);
+    if (end == std::string_view::npos) end = y.size();
+    std::string_view line = y.substr(pos, end - pos);
+    pos = end + 1;
+    ++line_no;
+    size_t i = line.find_first_not_of(" \t\r");
+    if (block_indent >= 0) {
+      if (i == std::string_view::npos || static_cast<int>(i) > block_indent) continue;
+      block_indent = -1;
+    }
+    if (i == std::string_view::npos) continue;
+    const int indent = static_cast<int>(i);
+    if (quote == 0 && depth == 0) {
+      size_t k = i;
+      if (k == 0 && (line.compare(0, 3, "---") == 0 || line.compare(0, 3, "...") == 0)) k = 3;
+      while (k < line.size()) {  // blanks and node properties (!tag, &anchor)
+        if (line[k] == ' ' || line[k] == '\t') {
+          ++k;
+        } else if (line[k] == '!' || line[k] == '&') {
+          // A property ends at a blank or a flow indicator ("&a,x" is "&a" ",x").
+          ++k;
+          while (k < line.size() && line[k] != ' ' && line[k] != '\t' && line[k] != ',' &&
+                 line[k] != '[' && line[k] != ']' && line[k] != '{' && line[k] != '}') {
+            ++k;
+          }
+        } else {
+          break;
+        }
+      }
+      if (k < line.size() && line[k] == ',') return line_no;
+    }
+    // A node (flow collection or quoted scalar) starts only at the line's
+    // first character, after "[", "{" or ",", or after ": " / "- "; a '{'
+    // inside a plain scalar ("a{b") is text.
+    char prev = 0;            // last non-blank character on this line
+    bool blank = false;       // blanks since `prev`
+    bool node_ended = false;  // a quoted scalar or [] / {} just closed at depth 0
+    for (size_t k = i; k < line.size(); ++k) {
+      const char c = line[k];
+      if (quote == '"') {
+        if (c == '\\') ++k;
+        else if (c == '"') quote = 0, node_ended = depth == 0;
+        prev = c;
+        blank = false;
+        continue;
+      }
+      if (quote == '\'') {
+        if (c == '\'' && k + 1 < line.size() && line[k + 1] == '\'') ++k;
+        else if (c == '\'') quote = 0, node_ended = depth == 0;
+        prev = c;
+        blank = false;
+        continue;
+      }
+      if (c == ' ' || c == '\t' || c == '\r') {
+        blank = true;
+        continue;
+      }
+      // A ',' right after a quoted scalar or a flow collection outside any
+      // [] or {} ("'a',b", "[a],b"): yaml-cpp loops on it as well.
+      if (node_ended && c == ',') return line_no;
+      node_ended = false;
+      if (c == '#' && (k == 0 || blank)) break;
+      const bool node_start = k == i || prev == '[' || prev == '{' || prev == ',' ||
+                              ((prev == ':' || prev == '-' || prev == '?') && blank);
+      if (node_start && (c == '"' || c == '\'')) {
+        quote = c;
+      } else if (node_start && (c == '[' || c == '{')) {
+        ++depth;
+      } else if ((c == ']' || c == '}') && depth > 0) {
+        --depth;
+        node_ended = depth == 0;
+      }
+      prev = c;
+      blank = false;
+    }
+    // "key: |", "- >-", "|2": the next more-indented lines are scalar text.
+    if (quote == 0 && depth == 0) {
+      std::string_view t = line.substr(0, line.find(" #") == std::string_view::npos ? line.size() : line.find(" #"));
+      while (!t.empty() && (t.back() == ' ' || t.back() == '\t' || t.back() == '\r')) t.remove_suffix(1);
+      size_t j = t.size();
+      while (j > 0 && (t[j - 1] == '-' || t[j - 1] == '+' || (t[j - 1] >= '0' && t[j - 1] <= '9'))) --j;
+      if (j > 0 && (t[j - 1] == '|' || t[j - 1] == '>') &&
+          (j == 1 || t[j - 2] == ' ' || t[j - 2] == ':' || t[j - 2] == '-')) {
+        block_indent = indent;
+      }
+    }
+  }
+  return 0;
+}
+
+}  // namespace
+
 ParsedJobSpec ParseJobSpecYaml(std::string_view yaml, std::string_view file,
                                const std::vector<std::string>& overrides) {
   ParsedJobSpec result;
@@ -1138,6 +1301,9 @@ ParsedJobSpec ParseJobSpecYaml(std::string_view yaml, std::string_view file,
   }
   if (yaml.find('\0') != std::string_view::npos) {
     return doc_error(1, 1, "not a text file (it contains NUL bytes)");
+  }
+  if (int line = LineStartingWithStrayComma(yaml); line > 0) {
+    return doc_error(line, 1, "not valid YAML: ',' outside [] or {} at the start of a line or after a quoted or [] / {} value");
   }
   YAML::Node root;
   try {

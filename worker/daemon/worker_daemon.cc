@@ -25,6 +25,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
+#include "common/random_secret.h"
 #include "common/jobspec/job_spec.h"
 #include "common/log.h"
 #include "common/prometheus.h"
@@ -147,6 +148,9 @@ struct WorkerDaemon::LocalAttempt {
   bool command = false;
   // command.working_dir resolved under the path policy (command jobs).
   std::string command_dir;
+  // The attempt's rendezvous secret: only ever written to the ranks' 0600
+  // config files, never logged or reported.
+  std::string store_secret;
 };
 
 std::vector<std::string> CommandEnvironment(const std::string& job_id, int32_t attempt,
@@ -692,7 +696,7 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
     a->path_error = "this worker does not run commands (start trainctl-worker with --allow-commands)";
   } else if (a->command && !s.spec().command().working_dir().empty()) {
     absl::StatusOr<std::string> dir = ResolveJobPath("command.working_dir", s.spec().command().working_dir(),
-                                                     base_dir_, options_.data_roots, "--data_root");
+                                                     base_dir_, options_.data_roots, "--data-root");
     std::error_code ec;
     if (!dir.ok()) {
       a->path_error = std::string(dir.status().message());
@@ -702,6 +706,10 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
       a->command_dir = *dir;
     }
   }
+  // A coordinator that sends none (older than this daemon, or a test's
+  // stand-in) still gets a store no stranger can use: a secret made here
+  // works where every rank of the attempt runs on this worker.
+  a->store_secret = s.rendezvous_secret().empty() ? NewSecretHex() : s.rendezvous_secret();
   // Absolute (against the daemon's working directory) so the rank, whose
   // working directory differs, reads and writes the same place; a directory
   // the job chose must lie inside --checkpoint_root when one is set.
@@ -826,6 +834,7 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
   cfg[rk::kDevice] = a.gpu ? "cuda" : "cpu";
   cfg[rk::kCudaDevice] = a.gpu ? "0" : "";
   cfg[rk::kBackend] = a.gpu ? "nccl" : "gloo";
+  if (!a.gpu) cfg[rk::kStoreSecret] = a.store_secret;
   cfg[rk::kWorkDir] = dir;
   if (absl::Status paths = ResolveDataPaths(cfg, base_dir_, options_.data_roots);
       !paths.ok()) {

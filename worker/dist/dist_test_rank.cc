@@ -96,12 +96,12 @@ absl::Status Connect(const Args& a, Ctx* ctx) {
       std::max(ctx->timeout, absl::Milliseconds(a.Int("connect_timeout_ms", 30000)));
   absl::StatusOr<std::shared_ptr<td::RendezvousStore>> store;
   if (ctx->rank == 0) {
-    store = td::RendezvousStore::Host("127.0.0.1", 0, connect_timeout);
+    store = td::RendezvousStore::Host("127.0.0.1", 0, connect_timeout, a.Str("store_secret"));
     if (!store.ok()) return store.status();
     // What the coordinator would relay to the other ranks.
     td::testing::WriteFileAtomic(ctx->dir + "/store_address", (*store)->address());
   } else {
-    store = td::RendezvousStore::Connect(a.Str("store"), connect_timeout);
+    store = td::RendezvousStore::Connect(a.Str("store"), connect_timeout, a.Str("store_secret"));
     if (!store.ok()) return store.status();
   }
   // Every rank is up before the engine's own (short) rendezvous starts.

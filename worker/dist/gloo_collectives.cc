@@ -9,7 +9,6 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
-#include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
 #include <condition_variable>
@@ -18,6 +17,7 @@
 #include <list>
 #include <map>
 #include <exception>
+#include <stdexcept>
 #include <mutex>
 #include <thread>
 #include <utility>
@@ -35,36 +35,42 @@ std::chrono::milliseconds ToMillis(absl::Duration d) {
 }
 
 // Gloo's rendezvous speaks to a gloo::rendezvous::Store; this forwards it to
-// the c10d::TCPStore hosted by rank 0, under a key prefix.
+// the attempt's RendezvousStore (hosted by rank 0), under a key prefix. Gloo
+// expects exceptions; their text keeps "timed out" for StatusFromCommException.
 class GlooStoreAdapter final : public gloo::rendezvous::Store {
  public:
-  GlooStoreAdapter(c10d::Store& store, std::string prefix, std::chrono::milliseconds timeout)
+  GlooStoreAdapter(RendezvousStore& store, std::string prefix, absl::Duration timeout)
       : store_(store), prefix_(std::move(prefix)), timeout_(timeout) {}
 
   void set(const std::string& key, const std::vector<char>& data) override {
-    store_.set(prefix_ + key, std::vector<uint8_t>(data.begin(), data.end()));
+    absl::Status s = store_.Set(prefix_ + key, std::string(data.begin(), data.end()));
+    if (!s.ok()) throw std::runtime_error(s.ToString());
   }
 
   std::vector<char> get(const std::string& key) override {
-    // c10d's get blocks until the key exists, up to the store's timeout.
-    auto v = store_.get(prefix_ + key);
-    return std::vector<char>(v.begin(), v.end());
+    absl::StatusOr<std::string> v = store_.Get(prefix_ + key, timeout_);
+    if (!v.ok()) throw std::runtime_error(v.status().ToString());
+    return std::vector<char>(v->begin(), v->end());
   }
 
-  void wait(const std::vector<std::string>& keys) override { wait(keys, timeout_); }
+  void wait(const std::vector<std::string>& keys) override {
+    wait(keys, std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout_)));
+  }
 
   void wait(const std::vector<std::string>& keys,
             const std::chrono::milliseconds& timeout) override {
-    std::vector<std::string> prefixed;
-    prefixed.reserve(keys.size());
-    for (const auto& k : keys) prefixed.push_back(prefix_ + k);
-    store_.wait(prefixed, timeout);
+    const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
+    for (const auto& k : keys) {
+      absl::StatusOr<std::string> v =
+          store_.Get(prefix_ + k, std::max(deadline - absl::Now(), absl::ZeroDuration()));
+      if (!v.ok()) throw std::runtime_error(v.status().ToString());
+    }
   }
 
  private:
-  c10d::Store& store_;
+  RendezvousStore& store_;
   const std::string prefix_;
-  const std::chrono::milliseconds timeout_;
+  const absl::Duration timeout_;
 };
 
 template <typename T>
@@ -491,7 +497,7 @@ absl::StatusOr<std::shared_ptr<gloo::Context>> ConnectGlooContext(const GlooOpti
     auto device = gloo::transport::tcp::CreateDevice(attr);
     auto ctx = std::make_shared<gloo::rendezvous::Context>(options.rank, options.world_size);
     ctx->setTimeout(ToMillis(options.timeout));
-    GlooStoreAdapter adapter(store.c10d_store(), options.key_prefix, ToMillis(options.timeout));
+    GlooStoreAdapter adapter(store, options.key_prefix, options.timeout);
     ctx->connectFullMesh(adapter, device);
     if (sync_pairs) {
       for (int i = 0; i < options.world_size; ++i) {

@@ -4,7 +4,8 @@
 // guard their use with `#if TRAINCTL_HAVE_GLOO`.
 //
 // Rendezvous: every rank connects to the attempt's RendezvousStore (a
-// c10d::TCPStore hosted by rank 0, rendezvous_store.h), publishes the address
+// store hosted by rank 0 that only the attempt's ranks can use,
+// rendezvous_store.h), publishes the address
 // of its Gloo TCP device under `key_prefix`, and connects a full mesh of TCP
 // pairs. The rank process calls CreateGlooCollectives once at start-up.
 //

@@ -12,9 +12,7 @@
 #include "absl/strings/str_split.h"
 #include "worker/dist/rank_launcher.h"
 #include "worker/dist/rendezvous_store.h"
-#include "worker/torch_compat.h"
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
 namespace trainctl::dist {
 namespace {
@@ -36,63 +34,8 @@ std::string Logs(const RankRun& run) {
   return s;
 }
 
-TEST(RendezvousStoreTest, HostOnFreePortAndConnect) {
-  auto host = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5));
-  ASSERT_TRUE(host.ok()) << host.status();
-  std::string h;
-  uint16_t port = 0;
-  ASSERT_TRUE(RendezvousStore::ParseAddress((*host)->address(), &h, &port).ok());
-  EXPECT_EQ(h, "127.0.0.1");
-  EXPECT_NE(port, 0);
-  auto client = RendezvousStore::Connect((*host)->address(), absl::Seconds(5));
-  ASSERT_TRUE(client.ok()) << client.status();
-  ASSERT_TRUE((*host)->Set("k", "v1").ok());
-  auto v = (*client)->Get("k");
-  ASSERT_TRUE(v.ok()) << v.status();
-  EXPECT_EQ(*v, "v1");
-  EXPECT_EQ(*(*client)->Add("n", 2), 2);
-  EXPECT_EQ(*(*host)->Add("n", 3), 5);
-}
-
-// LibTorch 2.4+ asks for c10d's libuv backend by default; a LibTorch built
-// without libuv (Debian's 2.x) must fall back to the classic one instead of
-// failing every rendezvous, and 1.13 has only the classic one.
-TEST(RendezvousStoreTest, BackendIsLibUvWhereAvailableElseClassic) {
-  auto host = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5));
-  ASSERT_TRUE(host.ok()) << host.status();
-  auto client = RendezvousStore::Connect((*host)->address(), absl::Seconds(5));
-  ASSERT_TRUE(client.ok()) << client.status();
-  const std::string backend = (*host)->backend();
-  EXPECT_TRUE(backend == "libuv" || backend == "classic") << backend;
-  EXPECT_EQ((*client)->backend(), backend);
-  if (!torch_compat::HasUseLibUv<c10d::TCPStoreOptions>::value) {
-    EXPECT_EQ(backend, "classic");
-  }
-  // The outcome is remembered: a second store makes the same choice.
-  auto again = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5));
-  ASSERT_TRUE(again.ok()) << again.status();
-  EXPECT_EQ((*again)->backend(), backend);
-  ASSERT_TRUE((*client)->Set("k", "v").ok());
-  EXPECT_EQ(*(*host)->Get("k"), "v");
-}
-
-TEST(RendezvousStoreTest, MissingKeyTimesOut) {
-  auto host = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(1));
-  ASSERT_TRUE(host.ok()) << host.status();
-  auto v = (*host)->Get("never-set");
-  EXPECT_EQ(v.status().code(), absl::StatusCode::kDeadlineExceeded) << v.status();
-}
-
-TEST(RendezvousStoreTest, BadAddressesAreInvalidArgument) {
-  for (const char* a : {"", "localhost", ":123", "host:", "host:0", "host:70000", "host:x"}) {
-    EXPECT_EQ(RendezvousStore::Connect(a, absl::Seconds(1)).status().code(),
-              absl::StatusCode::kInvalidArgument)
-        << a;
-  }
-}
-
 TEST(GlooCollectivesTest, InvalidOptions) {
-  auto store = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5));
+  auto store = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5), NewRendezvousSecret());
   ASSERT_TRUE(store.ok());
   GlooOptions o;
   o.world_size = 2;
@@ -103,7 +46,7 @@ TEST(GlooCollectivesTest, InvalidOptions) {
 }
 
 TEST(GlooCollectivesTest, PeerThatNeverJoinsFailsRendezvousWithinTimeout) {
-  auto store = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(1));
+  auto store = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(1), NewRendezvousSecret());
   ASSERT_TRUE(store.ok());
   GlooOptions o;
   o.world_size = 2;

@@ -32,7 +32,7 @@ using testing::RunRanks;
 // One rank, in process.
 
 std::shared_ptr<Collectives> SingleRankGloo() {
-  auto store = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5));
+  auto store = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5), NewRendezvousSecret());
   EXPECT_TRUE(store.ok()) << store.status();
   GlooOptions o;
   o.timeout = absl::Seconds(5);

@@ -14,6 +14,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "worker/dist/rendezvous_store.h"
 
 namespace trainctl::dist::testing {
 namespace {
@@ -42,13 +43,16 @@ std::vector<std::string> Argv(const std::string& scenario, int rank, int world,
                               const std::string& dir,
                               const std::map<std::string, std::string>& args,
                               const std::vector<std::map<std::string, std::string>>& per_rank,
-                              const std::string& store) {
+                              const std::string& store, const std::string& secret) {
   std::vector<std::string> argv = {TRAINCTL_DIST_TEST_RANK,
                                    "--scenario=" + scenario,
                                    absl::StrCat("--rank=", rank),
                                    absl::StrCat("--world=", world),
                                    "--dir=" + dir};
   if (!store.empty()) argv.push_back("--store=" + store);
+  // Test support only: the attempt's secret on argv is fine for a test's
+  // ranks; trainctl's daemon hands it over in the 0600 rank config instead.
+  argv.push_back("--store_secret=" + secret);
   for (const auto& [k, v] : args) argv.push_back(absl::StrCat("--", k, "=", v));
   if (static_cast<size_t>(rank) < per_rank.size()) {
     for (const auto& [k, v] : per_rank[rank]) argv.push_back(absl::StrCat("--", k, "=", v));
@@ -120,7 +124,8 @@ absl::StatusOr<RankRun> RunRanks(const std::string& scenario, int world_size,
   };
 
   // Rank 0 first: it hosts the store and publishes its address.
-  pids[0] = Spawn(Argv(scenario, 0, world_size, run.dir, args, per_rank_args, ""), log_paths[0]);
+  const std::string secret = NewRendezvousSecret();
+  pids[0] = Spawn(Argv(scenario, 0, world_size, run.dir, args, per_rank_args, "", secret), log_paths[0]);
   std::string store;
   const std::string addr_path = run.dir + "/store_address";
   while (world_size > 1 && Clock::now() < deadline) {
@@ -134,7 +139,7 @@ absl::StatusOr<RankRun> RunRanks(const std::string& scenario, int world_size,
   }
   if (world_size > 1 && !store.empty()) {
     for (int r = 1; r < world_size; ++r) {
-      pids[r] = Spawn(Argv(scenario, r, world_size, run.dir, args, per_rank_args, store), log_paths[r]);
+      pids[r] = Spawn(Argv(scenario, r, world_size, run.dir, args, per_rank_args, store, secret), log_paths[r]);
     }
   }
   if (reap(true)) {

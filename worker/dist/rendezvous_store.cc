@@ -1,67 +1,128 @@
 #include "worker/dist/rendezvous_store.h"
 
-#include <torch/csrc/distributed/c10d/TCPStore.hpp>
-
+#include <arpa/inet.h>
 #include <netdb.h>
+#include <netinet/in.h>
+#include <netinet/tcp.h>
+#include <openssl/crypto.h>
+#include <openssl/evp.h>
+#include <openssl/hmac.h>
+#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <atomic>
 #include <cerrno>
-#include <chrono>
-#include <cstdio>
+#include <cstring>
 #include <exception>
+#include <list>
+#include <map>
+#include <thread>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
+#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
-#include "worker/torch_compat.h"
+#include "common/random_secret.h"
 
 namespace trainctl::dist {
 namespace {
 
-// Waits until something accepts TCP connections at host:port, trying every
-// 5 ms. The ranks of an attempt start together, so the others usually dial
-// before rank 0 (still loading LibTorch) listens; c10d's own client then
-// sleeps a whole second between attempts (start-up measured 0.8 s or 1.7 s
-// depending on who won). Returns when connected or at the deadline; the
-// TCPStore client that follows reports any error.
-void WaitUntilListening(const std::string& host, uint16_t port, absl::Time deadline) {
-  addrinfo hints{};
-  hints.ai_family = AF_UNSPEC;
-  hints.ai_socktype = SOCK_STREAM;
-  addrinfo* res = nullptr;
-  const std::string h = host.size() > 2 && host.front() == '[' ? host.substr(1, host.size() - 2) : host;
-  if (getaddrinfo(h.c_str(), std::to_string(port).c_str(), &hints, &res) != 0 || res == nullptr) return;
-  while (absl::Now() < deadline) {
-    bool refused = true;
-    for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
-      int fd = socket(ai->ai_family, ai->ai_socktype | SOCK_CLOEXEC, ai->ai_protocol);
-      if (fd < 0) continue;
-      const int rc = connect(fd, ai->ai_addr, ai->ai_addrlen);
-      const int err = errno;
-      close(fd);
-      if (rc == 0) {
-        freeaddrinfo(res);
-        return;
-      }
-      if (err != ECONNREFUSED) refused = false;
-    }
-    if (!refused) break;  // Unreachable or worse: let c10d say so.
-    absl::SleepFor(absl::Milliseconds(5));
+constexpr size_t kMagicBytes = 8;
+constexpr size_t kMaxKeyBytes = 4096;
+constexpr size_t kMaxValueBytes = 16u << 20;
+// Connections held at once (ranks + strays); more are closed on accept.
+constexpr int kMaxConnections = 256;
+// An unauthenticated connection must finish the handshake within this.
+constexpr absl::Duration kHandshakeTimeout = absl::Seconds(5);
+
+enum Op : uint8_t { kOpSet = 1, kOpGet = 2, kOpAdd = 3 };
+enum Code : uint8_t { kOk = 0, kTimedOut = 1, kBadRequest = 2 };
+
+void PutU32(std::string* out, uint32_t v) {
+  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
+}
+uint32_t GetU32(const char* p) {
+  uint32_t v = 0;
+  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
+  return v;
+}
+void PutI64(std::string* out, int64_t v) {
+  const auto u = static_cast<uint64_t>(v);
+  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((u >> (8 * i)) & 0xff));
+}
+int64_t GetI64(const std::string& s) {
+  uint64_t u = 0;
+  for (int i = 0; i < 8; ++i) u |= static_cast<uint64_t>(static_cast<uint8_t>(s[i])) << (8 * i);
+  return static_cast<int64_t>(u);
+}
+
+// Writes all of `data`; false when the peer went away.
+bool WriteAll(int fd, const std::string& data) {
+  size_t off = 0;
+  while (off < data.size()) {
+    ssize_t n = send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) return false;
+    off += static_cast<size_t>(n);
   }
-  freeaddrinfo(res);
+  return true;
+}
+
+// Reads exactly n bytes before `deadline` (InfiniteFuture = no deadline).
+// DeadlineExceeded when it passed, Unavailable when the peer closed.
+absl::Status ReadExactly(int fd, size_t n, std::string* out, absl::Time deadline) {
+  out->resize(n);
+  size_t off = 0;
+  while (off < n) {
+    int wait_ms = -1;
+    if (deadline != absl::InfiniteFuture()) {
+      const absl::Duration left = deadline - absl::Now();
+      if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError("timed out reading");
+      wait_ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
+    }
+    pollfd p{fd, POLLIN, 0};
+    int pr = poll(&p, 1, wait_ms);
+    if (pr < 0 && errno == EINTR) continue;
+    if (pr < 0) return absl::UnavailableError(absl::StrCat("poll: ", std::strerror(errno)));
+    if (pr == 0) continue;  // the deadline check above ends the loop
+    ssize_t r = recv(fd, out->data() + off, n - off, 0);
+    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (r <= 0) return absl::UnavailableError("connection closed by peer");
+    off += static_cast<size_t>(r);
+  }
+  return absl::OkStatus();
+}
+
+std::string HandshakeMessage(const char* who, const std::string& server_nonce,
+                             const std::string& client_nonce) {
+  return absl::StrCat(who, server_nonce, client_nonce);
+}
+
+bool MacEquals(const std::string& a, const std::string& b) {
+  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
+}
+
+std::string BracketIfV6(const std::string& host) {
+  return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host;
 }
 
 }  // namespace
 
-struct RendezvousStore::Impl {
-  c10::intrusive_ptr<c10d::TCPStore> store;
-  const char* backend = "classic";  // "libuv" or "classic" (NewTcpStore)
-};
+std::string RendezvousMac(const std::string& secret, const std::string& message) {
+  unsigned char out[EVP_MAX_MD_SIZE];
+  unsigned int len = 0;
+  HMAC(EVP_sha256(), secret.data(), static_cast<int>(secret.size()),
+       reinterpret_cast<const unsigned char*>(message.data()), message.size(), out, &len);
+  return std::string(reinterpret_cast<char*>(out), len);
+}
+
+std::string NewRendezvousSecret() { return NewSecretHex(); }
 
 absl::Status StatusFromCommException(const std::exception& e, const std::string& what) {
   std::string msg = e.what();
@@ -69,7 +130,8 @@ absl::Status StatusFromCommException(const std::exception& e, const std::string&
   if (auto nl = msg.find('\n'); nl != std::string::npos) msg.resize(nl);
   const std::string text = absl::StrCat(what, ": ", msg);
   const std::string lower = absl::AsciiStrToLower(msg);
-  if (absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout")) {
+  if (absl::StrContains(lower, "timed out") || absl::StrContains(lower, "timeout") ||
+      absl::StrContains(lower, "deadline_exceeded")) {
     return absl::DeadlineExceededError(text);
   }
   return absl::UnavailableError(text);
@@ -96,88 +158,393 @@ absl::Status RendezvousStore::ParseAddress(const std::string& address, std::stri
   return absl::OkStatus();
 }
 
-namespace {
+// --- the key-value state and the server ---------------------------------------
 
-// c10d's TCPStore counts its connect timeout in whole seconds; below one
-// second it gives up at once.
-std::chrono::milliseconds ToMillis(absl::Duration d) {
-  return std::chrono::milliseconds(absl::ToInt64Milliseconds(std::max(d, absl::Seconds(1))));
-}
+// The keys, shared by the server's connection threads and the host's own calls.
+class KeyValues {
+ public:
+  void Set(const std::string& key, std::string value) {
+    absl::MutexLock l(&mu_);
+    data_[key] = std::move(value);
+  }
+  // False when `deadline` passed (or `stopping` became true) without the key.
+  bool Get(const std::string& key, absl::Time deadline, const std::atomic<bool>& stopping,
+           std::string* value) {
+    absl::MutexLock l(&mu_);
+    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+      return data_.count(key) > 0 || stopping.load();
+    };
+    mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
+    auto it = data_.find(key);
+    if (it == data_.end()) return false;
+    *value = it->second;
+    return true;
+  }
+  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta) {
+    absl::MutexLock l(&mu_);
+    int64_t cur = 0;
+    auto it = data_.find(key);
+    if (it != data_.end() && !absl::SimpleAtoi(it->second, &cur)) {
+      return absl::InvalidArgumentError(absl::StrCat("store add '", key, "': value is not an integer"));
+    }
+    cur += delta;
+    data_[key] = absl::StrCat(cur);
+    return cur;
+  }
+  // Wakes every waiter (they re-check `stopping`).
+  void Poke() {
+    absl::MutexLock l(&mu_);
+    ++pokes_;
+  }
 
-// Whether this process's LibTorch can run c10d's libuv store backend: unknown
-// until the first store is made, then remembered (one failed try and one log
-// line per process, not per store).
-enum class LibUv { kUnknown, kAvailable, kMissing };
-std::atomic<LibUv> g_libuv{LibUv::kUnknown};
+ private:
+  absl::Mutex mu_;
+  std::map<std::string, std::string> data_ ABSL_GUARDED_BY(mu_);
+  int64_t pokes_ ABSL_GUARDED_BY(mu_) = 0;
+};
 
-// Builds the store with the libuv backend where this LibTorch has it and the
-// classic backend where it does not. LibTorch 2.4+ asks for libuv by default
-// and throws at construction (before any I/O) when it was built without it,
-// as Debian's is; pip wheels have it; 1.13 has only the classic backend (no
-// option, torch_compat). Both backends speak the same protocol, so the host
-// and the connecting ranks need not agree. Any other error is thrown on.
-c10::intrusive_ptr<c10d::TCPStore> NewTcpStore(const std::string& host,
-                                               c10d::TCPStoreOptions opts,
-                                               const char** backend) {
-  if (torch_compat::SetTcpStoreUseLibUv(opts, true) && g_libuv.load() != LibUv::kMissing) {
-    try {
-      auto store = c10::make_intrusive<c10d::TCPStore>(host, opts);
-      g_libuv.store(LibUv::kAvailable);
-      *backend = "libuv";
-      return store;
-    } catch (const std::exception& e) {
-      if (!absl::StrContains(e.what(), "without libuv")) throw;
-      if (g_libuv.exchange(LibUv::kMissing) != LibUv::kMissing) {
-        std::fprintf(stderr,
-                     "trainctl: this LibTorch was built without libuv; the rendezvous store "
-                     "uses c10d's classic TCPStore backend\n");
+class StoreServer {
+ public:
+  StoreServer(int listen_fd, std::string secret)
+      : listen_fd_(listen_fd), secret_(std::move(secret)) {
+    accept_thread_ = std::thread([this] { AcceptLoop(); });
+  }
+  ~StoreServer() {
+    stopping_.store(true);
+    shutdown(listen_fd_, SHUT_RDWR);
+    accept_thread_.join();
+    close(listen_fd_);
+    {
+      absl::MutexLock l(&mu_);
+      for (Conn& c : conns_) shutdown(c.fd, SHUT_RDWR);
+    }
+    kv_.Poke();
+    std::list<Conn> conns;
+    {
+      absl::MutexLock l(&mu_);
+      conns.swap(conns_);
+    }
+    for (Conn& c : conns) c.thread.join();
+  }
+
+  KeyValues& kv() { return kv_; }
+  int64_t rejected() const { return rejected_.load(); }
+
+ private:
+  struct Conn {
+    int fd = -1;
+    std::thread thread;
+    std::atomic<bool> done{false};
+  };
+
+  void AcceptLoop() {
+    while (!stopping_.load()) {
+      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
+      if (fd < 0) {
+        if (errno == EINTR || errno == ECONNABORTED) continue;
+        if (stopping_.load()) return;
+        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
+          absl::SleepFor(absl::Milliseconds(10));
+          continue;
+        }
+        return;  // the listening socket is gone
+      }
+      int one = 1;
+      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+      absl::MutexLock l(&mu_);
+      Reap();
+      if (static_cast<int>(conns_.size()) >= kMaxConnections || stopping_.load()) {
+        close(fd);
+        rejected_.fetch_add(1);
+        continue;
+      }
+      Conn& c = conns_.emplace_back();
+      c.fd = fd;
+      c.thread = std::thread([this, &c] {
+        Serve(c.fd);
+        close(c.fd);
+        c.done.store(true);
+      });
+    }
+  }
+
+  // Joins the threads of finished connections.
+  void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    for (auto it = conns_.begin(); it != conns_.end();) {
+      if (it->done.load()) {
+        it->thread.join();
+        it = conns_.erase(it);
+      } else {
+        ++it;
       }
     }
   }
-  torch_compat::SetTcpStoreUseLibUv(opts, false);
-  *backend = "classic";
-  return c10::make_intrusive<c10d::TCPStore>(host, opts);
+
+  // The handshake; true when the peer proved the secret (and got our proof).
+  bool Authenticate(int fd) {
+    const std::string sn = RandomBytes(kRendezvousNonceBytes);
+    if (!WriteAll(fd, std::string(kRendezvousMagic, kMagicBytes) + sn)) return false;
+    std::string reply;
+    if (!ReadExactly(fd, kRendezvousNonceBytes + kRendezvousMacBytes, &reply,
+                     absl::Now() + kHandshakeTimeout).ok()) {
+      return false;
+    }
+    const std::string cn = reply.substr(0, kRendezvousNonceBytes);
+    const std::string proof = reply.substr(kRendezvousNonceBytes);
+    if (!MacEquals(proof, RendezvousMac(secret_, HandshakeMessage("client", sn, cn)))) return false;
+    return WriteAll(fd, RendezvousMac(secret_, HandshakeMessage("server", sn, cn)));
+  }
+
+  void Serve(int fd) {
+    if (!Authenticate(fd)) {
+      rejected_.fetch_add(1);
+      return;
+    }
+    std::string head, key, len, value;
+    while (!stopping_.load()) {
+      if (!ReadExactly(fd, 5, &head, absl::InfiniteFuture()).ok()) return;
+      const auto op = static_cast<uint8_t>(head[0]);
+      const uint32_t klen = GetU32(head.data() + 1);
+      if (klen > kMaxKeyBytes) return;
+      if (!ReadExactly(fd, klen, &key, absl::InfiniteFuture()).ok()) return;
+      if (!ReadExactly(fd, 4, &len, absl::InfiniteFuture()).ok()) return;
+      const uint32_t vlen = GetU32(len.data());
+      if (vlen > kMaxValueBytes) return;
+      if (!ReadExactly(fd, vlen, &value, absl::InfiniteFuture()).ok()) return;
+      uint8_t code = kOk;
+      std::string payload;
+      switch (op) {
+        case kOpSet:
+          kv_.Set(key, value);
+          break;
+        case kOpGet: {
+          if (value.size() != 8) return;
+          const int64_t ms = std::clamp<int64_t>(GetI64(value), 0, int64_t{1} << 40);
+          if (!kv_.Get(key, absl::Now() + absl::Milliseconds(ms), stopping_, &payload)) code = kTimedOut;
+          break;
+        }
+        case kOpAdd: {
+          if (value.size() != 8) return;
+          absl::StatusOr<int64_t> v = kv_.Add(key, GetI64(value));
+          if (v.ok()) {
+            PutI64(&payload, *v);
+          } else {
+            code = kBadRequest;
+            payload = std::string(v.status().message());
+          }
+          break;
+        }
+        default:
+          return;  // not our protocol: close
+      }
+      std::string out(1, static_cast<char>(code));
+      PutU32(&out, static_cast<uint32_t>(payload.size()));
+      out += payload;
+      if (!WriteAll(fd, out)) return;
+    }
+  }
+
+  const int listen_fd_;
+  const std::string secret_;
+  std::atomic<bool> stopping_{false};
+  std::atomic<int64_t> rejected_{0};
+  KeyValues kv_;
+  absl::Mutex mu_;
+  std::list<Conn> conns_ ABSL_GUARDED_BY(mu_);
+  std::thread accept_thread_;
+};
+
+// --- the client -----------------------------------------------------------------
+
+struct RendezvousStore::Impl {
+  std::string address;
+  std::unique_ptr<StoreServer> server;  // host only
+  int fd = -1;                          // client only
+  absl::Mutex mu;                       // serialises a client's calls
+
+  ~Impl() {
+    server.reset();
+    if (fd >= 0) close(fd);
+  }
+
+  // One request/response on the client connection.
+  absl::StatusOr<std::pair<uint8_t, std::string>> Call(uint8_t op, const std::string& key,
+                                                       const std::string& value,
+                                                       absl::Duration reply_within) {
+    absl::MutexLock l(&mu);
+    if (fd < 0) return absl::UnavailableError("the store connection was lost earlier");
+    std::string out(1, static_cast<char>(op));
+    PutU32(&out, static_cast<uint32_t>(key.size()));
+    out += key;
+    PutU32(&out, static_cast<uint32_t>(value.size()));
+    out += value;
+    absl::Status st;
+    std::string head, payload;
+    if (!WriteAll(fd, out)) {
+      st = absl::UnavailableError("connection closed by the store");
+    } else {
+      const absl::Time deadline = absl::Now() + reply_within;
+      st = ReadExactly(fd, 5, &head, deadline);
+      if (st.ok()) st = ReadExactly(fd, GetU32(head.data() + 1), &payload, deadline);
+    }
+    if (!st.ok()) {
+      // Half a reply may still come: the connection is unusable now.
+      close(fd);
+      fd = -1;
+      return st;
+    }
+    return std::make_pair(static_cast<uint8_t>(head[0]), std::move(payload));
+  }
+};
+
+namespace {
+
+// Resolves host (numeric or a name) to the addresses to try, in order.
+absl::StatusOr<std::vector<sockaddr_storage>> Resolve(const std::string& host, uint16_t port,
+                                                      std::vector<socklen_t>* lens) {
+  addrinfo hints{};
+  hints.ai_family = AF_UNSPEC;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* res = nullptr;
+  const int rc = getaddrinfo(host.c_str(), std::to_string(port).c_str(), &hints, &res);
+  if (rc != 0 || res == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("store host '", host, "' does not resolve: ", gai_strerror(rc)));
+  }
+  std::vector<sockaddr_storage> out;
+  for (addrinfo* ai = res; ai != nullptr; ai = ai->ai_next) {
+    sockaddr_storage s{};
+    std::memcpy(&s, ai->ai_addr, ai->ai_addrlen);
+    out.push_back(s);
+    lens->push_back(ai->ai_addrlen);
+  }
+  freeaddrinfo(res);
+  return out;
+}
+
+// Connects and runs the client's half of the handshake. Unavailable when the
+// store is not (yet) there or closed on us; PermissionDenied when it answered
+// without the secret's proof.
+absl::StatusOr<int> DialAndAuthenticate(const sockaddr_storage& addr, socklen_t len,
+                                        const std::string& secret, absl::Time deadline) {
+  int fd = socket(addr.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) return absl::UnavailableError(absl::StrCat("socket: ", std::strerror(errno)));
+  if (connect(fd, reinterpret_cast<const sockaddr*>(&addr), len) != 0) {
+    const int err = errno;
+    close(fd);
+    return absl::UnavailableError(absl::StrCat("connect: ", std::strerror(err)));
+  }
+  int one = 1;
+  setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
+  std::string hello;
+  absl::Status st = ReadExactly(fd, kMagicBytes + kRendezvousNonceBytes, &hello,
+                                std::min(deadline, absl::Now() + kHandshakeTimeout));
+  if (st.ok() && hello.compare(0, kMagicBytes, kRendezvousMagic, kMagicBytes) != 0) {
+    st = absl::PermissionDeniedError("the listener does not speak trainctl's rendezvous protocol");
+  }
+  if (st.ok()) {
+    const std::string sn = hello.substr(kMagicBytes);
+    const std::string cn = RandomBytes(kRendezvousNonceBytes);
+    std::string server_proof;
+    if (!WriteAll(fd, cn + RendezvousMac(secret, HandshakeMessage("client", sn, cn)))) {
+      st = absl::UnavailableError("connection closed during the handshake");
+    } else if (!(st = ReadExactly(fd, kRendezvousMacBytes, &server_proof,
+                                  std::min(deadline, absl::Now() + kHandshakeTimeout))).ok()) {
+      // The store closes on a wrong proof; say what that most likely means.
+      if (absl::IsUnavailable(st)) {
+        st = absl::PermissionDeniedError(
+            "the store closed the connection during the handshake (wrong rendezvous secret?)");
+      }
+    } else if (!MacEquals(server_proof, RendezvousMac(secret, HandshakeMessage("server", sn, cn)))) {
+      st = absl::PermissionDeniedError("the store did not prove the attempt's rendezvous secret");
+    }
+  }
+  if (!st.ok()) {
+    close(fd);
+    return st;
+  }
+  return fd;
+}
+
+absl::Status CheckSecret(const std::string& secret) {
+  if (secret.size() < kRendezvousMinSecretBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("rendezvous secret: ", secret.size(),
+                                                   " bytes, at least ", kRendezvousMinSecretBytes,
+                                                   " needed"));
+  }
+  return absl::OkStatus();
 }
 
 }  // namespace
 
 absl::StatusOr<std::shared_ptr<RendezvousStore>> RendezvousStore::Host(
-    const std::string& advertise_host, uint16_t port, absl::Duration timeout) {
-  c10d::TCPStoreOptions opts;
-  opts.port = port;
-  opts.isServer = true;
-  opts.waitWorkers = false;  // ranks join later; the engine waits for them.
-  opts.timeout = ToMillis(timeout);
-  auto impl = std::make_unique<Impl>();
-  try {
-    impl->store = NewTcpStore(advertise_host, opts, &impl->backend);
-  } catch (const std::exception& e) {
-    return StatusFromCommException(
-        e, absl::StrCat("hosting the rendezvous store on port ", port));
+    const std::string& advertise_host, uint16_t port, absl::Duration timeout,
+    const std::string& secret) {
+  if (absl::Status s = CheckSecret(secret); !s.ok()) return s;
+  if (advertise_host.empty()) return absl::InvalidArgumentError("rendezvous store: empty host to bind");
+  std::vector<socklen_t> lens;
+  absl::StatusOr<std::vector<sockaddr_storage>> addrs = Resolve(advertise_host, port, &lens);
+  if (!addrs.ok()) return addrs.status();
+  std::string last_error;
+  for (size_t i = 0; i < addrs->size(); ++i) {
+    sockaddr_storage a = (*addrs)[i];
+    int fd = socket(a.ss_family, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) continue;
+    int on = 1;
+    // The daemon holds the port bound (not listening) with SO_REUSEADDR until
+    // the store listens on it.
+    setsockopt(fd, SOL_SOCKET, SO_REUSEADDR, &on, sizeof on);
+    if (bind(fd, reinterpret_cast<sockaddr*>(&a), lens[i]) != 0 || listen(fd, 128) != 0) {
+      last_error = std::strerror(errno);
+      close(fd);
+      continue;
+    }
+    socklen_t len = sizeof a;
+    getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
+    const uint16_t bound = ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&a)->sin6_port
+                                                         : reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+    auto impl = std::make_unique<Impl>();
+    impl->address = absl::StrCat(BracketIfV6(advertise_host), ":", bound);
+    impl->server = std::make_unique<StoreServer>(fd, secret);
+    return std::shared_ptr<RendezvousStore>(new RendezvousStore(std::move(impl), true, timeout));
   }
-  return std::shared_ptr<RendezvousStore>(new RendezvousStore(std::move(impl), true, timeout));
+  return absl::UnavailableError(absl::StrCat("hosting the rendezvous store on ", advertise_host, ":",
+                                             port, ": ", last_error));
 }
 
 absl::StatusOr<std::shared_ptr<RendezvousStore>> RendezvousStore::Connect(
-    const std::string& address, absl::Duration timeout) {
+    const std::string& address, absl::Duration timeout, const std::string& secret) {
+  if (absl::Status s = CheckSecret(secret); !s.ok()) return s;
   std::string host;
   uint16_t port = 0;
-  auto st = ParseAddress(address, &host, &port);
-  if (!st.ok()) return st;
-  c10d::TCPStoreOptions opts;
-  opts.port = port;
-  opts.isServer = false;
-  opts.waitWorkers = false;
-  opts.timeout = ToMillis(timeout);
-  WaitUntilListening(host, port, absl::Now() + timeout);
-  auto impl = std::make_unique<Impl>();
-  try {
-    impl->store = NewTcpStore(host, opts, &impl->backend);
-  } catch (const std::exception& e) {
-    return StatusFromCommException(
-        e, absl::StrCat("connecting to the rendezvous store at ", address));
+  if (absl::Status s = ParseAddress(address, &host, &port); !s.ok()) return s;
+  std::vector<socklen_t> lens;
+  absl::StatusOr<std::vector<sockaddr_storage>> addrs = Resolve(host, port, &lens);
+  if (!addrs.ok()) return addrs.status();
+  // The ranks of an attempt start together, so the others usually dial before
+  // rank 0 (still loading LibTorch) listens: retry every 5 ms until then.
+  const absl::Time deadline = absl::Now() + std::max(timeout, absl::Seconds(1));
+  absl::Status last;
+  while (true) {
+    for (size_t i = 0; i < addrs->size(); ++i) {
+      absl::StatusOr<int> fd = DialAndAuthenticate((*addrs)[i], lens[i], secret, deadline);
+      if (fd.ok()) {
+        auto impl = std::make_unique<Impl>();
+        impl->address = address;
+        impl->fd = *fd;
+        return std::shared_ptr<RendezvousStore>(new RendezvousStore(std::move(impl), false, timeout));
+      }
+      if (absl::IsPermissionDenied(fd.status())) {
+        return absl::PermissionDeniedError(
+            absl::StrCat("connecting to the rendezvous store at ", address, ": ", fd.status().message()));
+      }
+      last = fd.status();
+    }
+    if (absl::Now() >= deadline) break;
+    absl::SleepFor(absl::Milliseconds(5));
   }
-  return std::shared_ptr<RendezvousStore>(new RendezvousStore(std::move(impl), false, timeout));
+  return absl::DeadlineExceededError(absl::StrCat("connecting to the rendezvous store at ", address,
+                                                  ": timed out; last error: ", last.message()));
 }
 
 RendezvousStore::RendezvousStore(std::unique_ptr<Impl> impl, bool is_host,
@@ -186,40 +553,60 @@ RendezvousStore::RendezvousStore(std::unique_ptr<Impl> impl, bool is_host,
 
 RendezvousStore::~RendezvousStore() = default;
 
-std::string RendezvousStore::address() const {
-  const std::string& host = impl_->store->getHost();
-  const bool v6 = host.find(':') != std::string::npos;
-  return absl::StrCat(v6 ? "[" : "", host, v6 ? "]" : "", ":", impl_->store->getPort());
+std::string RendezvousStore::address() const { return impl_->address; }
+
+int64_t RendezvousStore::rejected_connections() const {
+  return impl_->server != nullptr ? impl_->server->rejected() : 0;
 }
 
-c10d::Store& RendezvousStore::c10d_store() { return *impl_->store; }
-
-std::string RendezvousStore::backend() const { return impl_->backend; }
-
 absl::Status RendezvousStore::Set(const std::string& key, const std::string& value) {
-  try {
-    impl_->store->set(key, std::vector<uint8_t>(value.begin(), value.end()));
-  } catch (const std::exception& e) {
-    return StatusFromCommException(e, absl::StrCat("store set '", key, "'"));
+  if (key.size() > kMaxKeyBytes || value.size() > kMaxValueBytes) {
+    return absl::InvalidArgumentError(absl::StrCat("store set '", key.substr(0, 64), "': key over ",
+                                                   kMaxKeyBytes, " or value over ", kMaxValueBytes, " bytes"));
   }
+  if (impl_->server != nullptr) {
+    impl_->server->kv().Set(key, value);
+    return absl::OkStatus();
+  }
+  auto r = impl_->Call(kOpSet, key, value, timeout_ + absl::Seconds(5));
+  if (!r.ok()) return absl::Status(r.status().code(), absl::StrCat("store set '", key, "': ", r.status().message()));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> RendezvousStore::Get(const std::string& key) {
-  try {
-    auto v = impl_->store->get(key);
-    return std::string(v.begin(), v.end());
-  } catch (const std::exception& e) {
-    return StatusFromCommException(e, absl::StrCat("store get '", key, "'"));
+absl::StatusOr<std::string> RendezvousStore::Get(const std::string& key) { return Get(key, timeout_); }
+
+absl::StatusOr<std::string> RendezvousStore::Get(const std::string& key, absl::Duration timeout) {
+  if (key.size() > kMaxKeyBytes) return absl::InvalidArgumentError("store get: key too long");
+  const std::string timed_out = absl::StrCat("store get '", key, "': timed out after ",
+                                             absl::FormatDuration(timeout));
+  if (impl_->server != nullptr) {
+    std::atomic<bool> never{false};
+    std::string v;
+    if (!impl_->server->kv().Get(key, absl::Now() + timeout, never, &v)) {
+      return absl::DeadlineExceededError(timed_out);
+    }
+    return v;
   }
+  std::string ms;
+  PutI64(&ms, absl::ToInt64Milliseconds(timeout));
+  auto r = impl_->Call(kOpGet, key, ms, timeout + absl::Seconds(5));
+  if (!r.ok()) return absl::Status(r.status().code(), absl::StrCat("store get '", key, "': ", r.status().message()));
+  if (r->first == kTimedOut) return absl::DeadlineExceededError(timed_out);
+  if (r->first != kOk) return absl::InternalError(absl::StrCat("store get '", key, "': ", r->second));
+  return std::move(r->second);
 }
 
 absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& key, int64_t delta) {
-  try {
-    return impl_->store->add(key, delta);
-  } catch (const std::exception& e) {
-    return StatusFromCommException(e, absl::StrCat("store add '", key, "'"));
+  if (key.size() > kMaxKeyBytes) return absl::InvalidArgumentError("store add: key too long");
+  if (impl_->server != nullptr) return impl_->server->kv().Add(key, delta);
+  std::string d;
+  PutI64(&d, delta);
+  auto r = impl_->Call(kOpAdd, key, d, timeout_ + absl::Seconds(5));
+  if (!r.ok()) return absl::Status(r.status().code(), absl::StrCat("store add '", key, "': ", r.status().message()));
+  if (r->first != kOk || r->second.size() != 8) {
+    return absl::InvalidArgumentError(absl::StrCat("store add '", key, "': ", r->second));
   }
+  return GetI64(r->second);
 }
 
 }  // namespace trainctl::dist

@@ -16,21 +16,9 @@
 
 #include "absl/status/statusor.h"
 #include "worker/engine/dataset.h"
+#include "worker/engine/dataset_formats.h"
 
 namespace trainctl::engine {
-
-struct CsvDataOptions {
-  std::string path;
-  bool has_header = true;  // first non-empty line names the columns
-  // The label column: by name (has_header must be true) when non-empty,
-  // otherwise by 0-based index; -1 means the last column.
-  std::string label_column;
-  int64_t label_column_index = -1;
-  char delimiter = ',';
-  // > 0: classification; labels must be integers in [0, classes).
-  // 0: regression; labels are any finite number.
-  int64_t classes = 0;
-};
 
 // NotFound for a missing file; InvalidArgument naming the file (and line and
 // column where it applies) for an unknown label column, a non-numeric cell, a

@@ -69,6 +69,11 @@ inline constexpr char kAdvertiseHost[] = "run.advertise_host";
 // reported back with a `rendezvous` status line). The daemon reserves the
 // port beforehand so that every rank can start at once.
 inline constexpr char kStorePort[] = "run.store_port";
+// Gloo: the attempt's rendezvous secret (every rank; the store refuses a
+// connection that does not prove it). Only in the config file, which
+// WriteConfigFile makes readable by its owner alone; never on argv or in the
+// environment.
+inline constexpr char kStoreSecret[] = "run.store_secret";
 // NCCL: the 128-byte unique id, hex encoded.
 inline constexpr char kNcclUniqueId[] = "run.nccl_unique_id";
 // Directory for this rank's scratch files.

@@ -1,6 +1,12 @@
 #include "worker/protocol/rank_protocol.h"
 
+#include <sys/stat.h>
+#include <unistd.h>
+
 #include <gtest/gtest.h>
+
+#include <cstdlib>
+#include <fstream>
 
 namespace trainctl::rankproto {
 namespace {
@@ -11,6 +17,24 @@ TEST(RankProtocolTest, ConfigRoundTripsWithEscapes) {
   ASSERT_TRUE(back.ok());
   EXPECT_EQ(*back, c);
   EXPECT_EQ(ParseConfig("novalue\n").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+// The config carries the attempt's rendezvous secret: owner-only, also when
+// it replaces a file that was readable by others.
+TEST(RankProtocolTest, ConfigFileIsOwnerOnly) {
+  char dir[] = "/tmp/rank_protocol_test.XXXXXX";
+  ASSERT_NE(mkdtemp(dir), nullptr);
+  const std::string path = std::string(dir) + "/rank.conf";
+  { std::ofstream(path + ".tmp") << "old\n"; }
+  chmod((path + ".tmp").c_str(), 0644);
+  FlatConfig c{{"run.store_secret", "s3cr3t-s3cr3t-s3cr3t"}};
+  ASSERT_TRUE(WriteConfigFile(path, c).ok());
+  struct stat st{};
+  ASSERT_EQ(stat(path.c_str(), &st), 0);
+  EXPECT_EQ(st.st_mode & 0777, 0600u);
+  EXPECT_EQ(*ReadConfigFile(path), c);
+  unlink(path.c_str());
+  rmdir(dir);
 }
 
 TEST(RankProtocolTest, TypedGettersNameTheKey) {

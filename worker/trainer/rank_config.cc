@@ -226,6 +226,10 @@ absl::StatusOr<RunOptions> ParseRun(const FlatConfig& c) {
   if (r.backend == "gloo" && r.rank != 0 && r.store_address.empty()) {
     return Bad(rk::kStoreAddress, "missing; every rank but 0 dials rank 0's store");
   }
+  r.store_secret = rankproto::GetString(c, rk::kStoreSecret, "");
+  if (r.backend == "gloo" && r.store_secret.size() < 16) {
+    return Bad(rk::kStoreSecret, "missing or shorter than 16 characters; the daemon passes the attempt's secret");
+  }
   r.advertise_host = rankproto::GetString(c, rk::kAdvertiseHost, "127.0.0.1");
   if (r.advertise_host.empty()) r.advertise_host = "127.0.0.1";
   TRAINCTL_ASSIGN_OR_RETURN(int64_t store_port, IntIn(c, rk::kStorePort, 0, 0, 65535));

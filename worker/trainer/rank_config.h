@@ -126,6 +126,7 @@ struct RunOptions {
   std::string store_address;
   std::string advertise_host = "127.0.0.1";
   int store_port = 0;  // rank 0: port to host the store on (0 = any free one)
+  std::string store_secret;  // gloo: the attempt's rendezvous secret
   std::string nccl_unique_id_hex;
   std::string job_id;
   int64_t attempt = 0;

@@ -23,6 +23,7 @@ rankproto::FlatConfig Classic() {
       {"run.rank", "1"},              {"run.world_size", "2"},
       {"run.device", "cpu"},          {"run.backend", "gloo"},
       {"run.store_address", "127.0.0.1:1234"}, {"run.checkpoint_dir", "/tmp/x"},
+      {"run.store_secret", "0123456789abcdef0123456789abcdef"},
   };
 }
 
@@ -116,6 +117,11 @@ TEST(RankConfigTest, ErrorsNameTheKey) {
   f = Classic();
   f["run.store_address"] = "";
   ExpectError(f, "run.store_address", "rank 0");
+  f = Classic();
+  f.erase("run.store_secret");
+  ExpectError(f, "run.store_secret", "missing");
+  f["run.store_secret"] = "short";
+  ExpectError(f, "run.store_secret", "16");
   f = Classic();
   f["run.store_port"] = "70000";
   ExpectError(f, "run.store_port", "65535");

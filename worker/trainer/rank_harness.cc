@@ -14,6 +14,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "worker/dist/rendezvous_store.h"
 
 namespace trainctl::trainer::testing {
 namespace {
@@ -45,8 +46,12 @@ absl::StatusOr<std::unique_ptr<RankGroup>> RankGroup::Start(
   std::unique_ptr<RankGroup> g(new RankGroup());
   g->dir_ = dir;
   g->procs_.resize(world_size);
+  // One secret for the group's store, as the daemon passes one per attempt
+  // (a test that sets its own keeps it).
+  const std::string secret = dist::NewRendezvousSecret();
   auto config_for = [&](int rank) {
     rankproto::FlatConfig c = base;
+    c.emplace(rankproto::run_keys::kStoreSecret, secret);
     c[rankproto::run_keys::kRank] = std::to_string(rank);
     c[rankproto::run_keys::kLocalRank] = std::to_string(rank);
     c[rankproto::run_keys::kWorldSize] = std::to_string(world_size);

@@ -275,12 +275,12 @@ int Main(int argc, char** argv) {
     std::shared_ptr<dist::RendezvousStore> store;
     if (run.rank == 0) {
       auto s = dist::RendezvousStore::Host(run.advertise_host, static_cast<uint16_t>(run.store_port),
-                                           timeout);
+                                           timeout, run.store_secret);
       if (!s.ok()) FailStatus(ErrorKind::kRendezvous, s.status(), kExitCollective);
       store = *s;
       g_status.Send(rankproto::FormatRendezvous(store->address()));
     } else {
-      auto s = dist::RendezvousStore::Connect(run.store_address, timeout);
+      auto s = dist::RendezvousStore::Connect(run.store_address, timeout, run.store_secret);
       if (!s.ok()) FailStatus(ErrorKind::kRendezvous, s.status(), kExitCollective);
       store = *s;
     }

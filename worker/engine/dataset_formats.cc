@@ -1,0 +1,213 @@
+#include "worker/engine/dataset_formats.h"
+
+#include <cmath>
+#include <cstring>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/status_macros.h"
+#include "worker/engine/file_bytes.h"
+
+namespace trainctl::engine {
+namespace {
+
+constexpr unsigned char kUnsignedByte = 0x08;
+
+// The size an IDX file's header declares (header + elements), or the
+// header's own size when it cannot be read (the caller then reports why).
+size_t DeclaredIdxBytes(const std::vector<char>& head, int expected_dims) {
+  const size_t header = 4 + 4 * static_cast<size_t>(expected_dims);
+  if (head.size() < header) return head.size();
+  const auto* b = reinterpret_cast<const unsigned char*>(head.data());
+  unsigned __int128 total = header;
+  unsigned __int128 elements = 1;
+  for (int d = 0; d < expected_dims; ++d) {
+    const unsigned char* p = b + 4 + 4 * d;
+    elements *= (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+  }
+  total += elements;
+  return total > SIZE_MAX ? SIZE_MAX : static_cast<size_t>(total);
+}
+
+}  // namespace
+
+absl::StatusOr<IdxArray> DecodeIdx(std::vector<char> raw, int expected_dims,
+                                   const std::string& path, absl::string_view what) {
+  IdxArray a;
+  if (IsGzip(raw)) {
+    // Inflate the header first; the whole file may inflate to no more than
+    // the header declares (a small file must not expand without bound).
+    TRAINCTL_ASSIGN_OR_RETURN(std::vector<char> head, Gunzip(raw, path, 4 + 4 * 3, /*prefix_only=*/true));
+    TRAINCTL_ASSIGN_OR_RETURN(a.bytes, Gunzip(raw, path, DeclaredIdxBytes(head, expected_dims)));
+  } else {
+    a.bytes = std::move(raw);
+  }
+  const auto* b = reinterpret_cast<const unsigned char*>(a.bytes.data());
+  if (a.bytes.size() < 4 || b[0] != 0 || b[1] != 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " '", path, "' is not an IDX file (bad magic number)"));
+  }
+  if (b[2] != kUnsignedByte) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " '", path, "' has IDX element type 0x",
+                                                   absl::Hex(b[2]),
+                                                   "; only unsigned bytes (0x08) are supported"));
+  }
+  if (b[3] != expected_dims) {
+    return absl::InvalidArgumentError(absl::StrCat(what, " '", path, "' has ",
+                                                   static_cast<int>(b[3]), " dimensions, expected ",
+                                                   expected_dims));
+  }
+  a.data_offset = 4 + 4 * static_cast<size_t>(expected_dims);
+  if (a.bytes.size() < a.data_offset) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(what, " '", path, "' is truncated inside its header"));
+  }
+  // Up to three 32-bit dimensions: the product fits in 128 bits.
+  unsigned __int128 elements = 1;
+  for (int d = 0; d < expected_dims; ++d) {
+    const unsigned char* p = b + 4 + 4 * d;
+    const uint32_t v =
+        (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+    a.dims.push_back(static_cast<int64_t>(v));
+    elements *= v;
+  }
+  const size_t available = a.bytes.size() - a.data_offset;
+  if (elements > available) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        what, " '", path, "' is truncated: its header promises more data (",
+        absl::StrJoin(a.dims, "x"), " bytes) than the file holds (", available, " bytes)"));
+  }
+  return a;
+}
+
+
+namespace {
+
+absl::string_view CleanField(absl::string_view field) {
+  field = absl::StripAsciiWhitespace(field);
+  if (field.size() >= 2 && field.front() == '"' && field.back() == '"') {
+    field = absl::StripAsciiWhitespace(field.substr(1, field.size() - 2));
+  }
+  return field;
+}
+
+std::string Shorten(absl::string_view s) {
+  return s.size() <= 40 ? std::string(s) : absl::StrCat(s.substr(0, 40), "...");
+}
+
+}  // namespace
+
+absl::StatusOr<CsvTable> ParseCsv(absl::string_view text, const CsvDataOptions& options) {
+  if (options.classes < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("csv classes must be >= 0, got ", options.classes));
+  }
+  if (!options.label_column.empty() && !options.has_header) {
+    return absl::InvalidArgumentError(absl::StrCat("csv label_column '", options.label_column,
+                                                   "' is a name but has_header is false"));
+  }
+  if (options.label_column.empty() && options.label_column_index < -1) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("csv label_column_index must be >= -1, got ", options.label_column_index));
+  }
+  const std::string& path = options.path;
+
+  int64_t columns = -1;  // fixed by the header or the first data row
+  int64_t label = -1;    // resolved label column
+  bool header_pending = options.has_header;
+  std::vector<float> features;
+  std::vector<float> float_labels;
+  std::vector<int64_t> class_labels;
+  int64_t rows = 0;
+  int64_t line_no = 0;
+
+  auto resolve_label_index = [&](int64_t ncols, int64_t line) -> absl::Status {
+    if (ncols < 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CSV file '", path, "' line ", line,
+                       ": need at least 2 columns (features and a label), got ", ncols));
+    }
+    label = options.label_column_index == -1 ? ncols - 1 : options.label_column_index;
+    if (label >= ncols) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "csv label_column_index ", label, " is outside the ", ncols, " columns of '", path, "'"));
+    }
+    return absl::OkStatus();
+  };
+
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    ++line_no;
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (absl::StripAsciiWhitespace(line).empty()) continue;
+    std::vector<absl::string_view> fields = absl::StrSplit(line, options.delimiter);
+    const int64_t n = static_cast<int64_t>(fields.size());
+    if (header_pending) {
+      header_pending = false;
+      columns = n;
+      if (!options.label_column.empty()) {
+        for (int64_t i = 0; i < n; ++i) {
+          if (CleanField(fields[i]) == options.label_column) label = i;
+        }
+        if (label < 0) {
+          return absl::InvalidArgumentError(absl::StrCat("csv label_column '", options.label_column,
+                                                         "' is not in the header of '", path, "'"));
+        }
+        if (n < 2) {
+          return absl::InvalidArgumentError(absl::StrCat(
+              "CSV file '", path, "' needs at least 2 columns (features and a label)"));
+        }
+      } else {
+        TRAINCTL_RETURN_IF_ERROR(resolve_label_index(n, line_no));
+      }
+      continue;
+    }
+    if (columns < 0) {
+      columns = n;
+      TRAINCTL_RETURN_IF_ERROR(resolve_label_index(n, line_no));
+    }
+    if (n != columns) {
+      return absl::InvalidArgumentError(absl::StrCat("CSV file '", path, "' line ", line_no,
+                                                     ": expected ", columns, " fields, got ", n));
+    }
+    for (int64_t i = 0; i < n; ++i) {
+      const absl::string_view cell = CleanField(fields[i]);
+      double value = 0;
+      if (!absl::SimpleAtod(cell, &value) || !std::isfinite(value)) {
+        return absl::InvalidArgumentError(absl::StrCat("CSV file '", path, "' line ", line_no,
+                                                       " column ", i + 1, ": '", Shorten(cell),
+                                                       "' is not a finite number"));
+      }
+      if (i != label) {
+        features.push_back(static_cast<float>(value));
+      } else if (options.classes > 0) {
+        if (value != std::floor(value) || value < 0 || value >= options.classes) {
+          return absl::InvalidArgumentError(
+              absl::StrCat("CSV file '", path, "' line ", line_no, ": label ", Shorten(cell),
+                           " is not a class id in [0, ", options.classes, ")"));
+        }
+        class_labels.push_back(static_cast<int64_t>(value));
+      } else {
+        float_labels.push_back(static_cast<float>(value));
+      }
+    }
+    ++rows;
+  }
+  if (rows == 0) {
+    return absl::InvalidArgumentError(absl::StrCat("CSV file '", path, "' has no data rows"));
+  }
+  CsvTable t;
+  t.rows = rows;
+  t.columns = columns;
+  t.features = std::move(features);
+  t.float_labels = std::move(float_labels);
+  t.class_labels = std::move(class_labels);
+  return t;
+}
+
+}  // namespace trainctl::engine
