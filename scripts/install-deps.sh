@@ -19,13 +19,12 @@ esac
 packages=(
   # build tools
   build-essential cmake ninja-build pkg-config
-  # the sanitizer build: clang (its thread-safety analysis) and its runtimes
-  clang libclang-rt-14-dev
   # RPC and serialisation
   libgrpc++-dev protobuf-compiler-grpc libprotobuf-dev protobuf-compiler libabsl-dev
   # HMAC for the rank rendezvous handshake
   libssl-dev
-  # fuzzing (scripts/fuzz.sh: libFuzzer with clang)
+  # the sanitizer build (clang: its thread-safety analysis) and fuzzing
+  # (scripts/fuzz.sh: libFuzzer with clang)
   clang "$clang_rt"
   # training
   libtorch-dev libgloo-dev libopenblas0-openmp
