@@ -588,6 +588,8 @@ TEST(JobSpecCommandTest, GrpcCommandsAreBounded) {
   EXPECT_THAT(errors(t), ElementsAre(::testing::StartsWith("resume_from.job: only for trainctl's engine")));
   EXPECT_TRUE(IsCommandContractVariable("TRAINCTL_STATUS_FD"));
   EXPECT_FALSE(IsCommandContractVariable("OMP_NUM_THREADS"));
+}
+
 // Found by fuzz/fuzz_job_yaml (fuzz/corpus/fuzz_job_yaml/invalid-utf8-path):
 // a path with invalid UTF-8 was accepted, and the spec could not be sent
 // (protobuf refuses to parse such a string field: the coordinator answered
