@@ -376,9 +376,13 @@ void WorkerDaemon::Shutdown(bool goodbye, absl::Duration grace) {
     v1::WorkerMessage bye;
     bye.mutable_goodbye()->set_reason("worker shutting down");
     Enqueue(bye, true);
+    // The coordinator ends the session when it has read the goodbye; until
+    // then the stream must not be cancelled, or the goodbye (taken off the
+    // queue, its write still in flight) may be lost and the coordinator
+    // waits out the disconnect grace instead (bounded).
     absl::MutexLock lock(&mu_);
-    auto sent = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return control_.empty() || !connected_; };
-    mu_.AwaitWithTimeout(absl::Condition(&sent), absl::Seconds(1));
+    auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !connected_; };
+    mu_.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(2));
   }
   {
     absl::MutexLock lock(&mu_);
