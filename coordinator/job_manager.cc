@@ -422,6 +422,7 @@ absl::StatusOr<v1::SubmitJobResponse> JobManager::DryRun(const v1::JobSpec& spec
   pj.job_id = "dry-run";
   pj.world_size = job->spec().world_size();
   pj.device = ToRequirement(job->spec().device());
+  pj.min_world_size = ElasticMinimum(*job, clock_->Now());
   absl::flat_hash_set<std::string> command_jobs;
   if (job->spec().has_command()) command_jobs.insert(pj.job_id);
   TRAINCTL_ASSIGN_OR_RETURN(scheduler::ScheduleResult result,
@@ -640,9 +641,78 @@ void JobManager::RequestSchedule() {
   });
 }
 
+static bool IsElastic(const v1::JobSpec& spec) {
+  return spec.has_elastic() && spec.elastic().min_ranks() >= 1 && spec.elastic().min_ranks() < spec.world_size();
+}
+
+absl::Time JobManager::ElasticDeadline(const v1::Job& job) const {
+  if (!IsElastic(job.spec()) || job.attempts_size() == 0) return absl::InfiniteFuture();
+  const v1::Attempt& last = job.attempts(job.attempts_size() - 1);
+  if (!AttemptEnded(last.state()) || last.grow_to() > 0) return absl::InfiniteFuture();
+  return FromTimestamp(last.end_time()) + absl::Seconds(job.spec().elastic().replace_timeout_s());
+}
+
+int JobManager::ElasticMinimum(const v1::Job& job, absl::Time now) const {
+  if (!IsElastic(job.spec())) return 0;
+  const v1::ElasticSpec& el = job.spec().elastic();
+  const int world = job.spec().world_size();
+  // A first attempt starts with what is free (at least min_ranks).
+  if (job.attempts_size() == 0) return el.min_ranks();
+  const v1::Attempt& last = job.attempts(job.attempts_size() - 1);
+  // Stopped to grow: exactly the size it stopped for (or more).
+  if (last.grow_to() > 0) return last.grow_to() >= world ? 0 : last.grow_to();
+  // After a failure: the size it ran with until the replace timeout, then
+  // what is free down to min_ranks.
+  if (now >= ElasticDeadline(job)) return el.min_ranks();
+  const int before = std::max(el.min_ranks(), last.ranks_size());
+  return before >= world ? 0 : before;
+}
+
+void JobManager::MaybeGrow(JobEntry& e, const v1::CheckpointRecord& r) {
+  const v1::JobSpec& spec = e.job.spec();
+  if (!IsElastic(spec) || spec.elastic().grow() == v1::ELASTIC_GROW_NEVER) return;
+  if (e.job.state() != v1::JOB_STATE_RUNNING) return;
+  const v1::Attempt* a = CurrentAttempt(e.job);
+  if (a == nullptr || a->state() != v1::ATTEMPT_STATE_RUNNING || a->number() != r.attempt()) return;
+  const int ranks = a->ranks_size();
+  if (ranks >= spec.world_size() || ranks == 0) return;
+  if (spec.elastic().grow() == v1::ELASTIC_GROW_AT_EPOCH && r.epoch_consumed() != 0) return;
+  if (r.epoch_consumed() == 0 && r.epochs_done() >= spec.training().epochs()) return;  // finishing anyway
+  // Pending jobs of this priority or higher get free slots first.
+  for (const std::string& id : pending_) {
+    if (id != e.job.id() && jobs_.at(id).job.spec().priority() >= spec.priority()) return;
+  }
+  const bool gpu = a->ranks(0).slot().kind() == v1::Slot::KIND_GPU;
+  int free = 0;
+  for (const scheduler::WorkerSlots& w : WorkerView()) {
+    if ((w.kind == scheduler::SlotKind::kGpu) == gpu) free += static_cast<int>(w.free_slots.size());
+  }
+  if (free < 1) return;
+  const int target = std::min(spec.world_size(), ranks + free);
+  v1::Job next = e.job;
+  v1::Attempt* na = CurrentAttempt(next);
+  const std::string why = absl::StrCat("elastic: growing from ", ranks, " to ", target, " ranks (", free,
+                                       " slot(s) free) at the checkpoint of step ", r.global_step());
+  na->set_state(v1::ATTEMPT_STATE_CANCELLED);
+  na->set_reason(why);
+  na->set_grow_to(target);
+  SetTimestamp(clock_->Now(), na->mutable_end_time());
+  RanksByWorker to_stop = LiveRanksByWorker(*na);
+  next.set_state(v1::JOB_STATE_RESTARTING);
+  next.set_state_reason(why);
+  if (absl::Status s = Commit(e, std::move(next), {{"resizing", why, a->number()}}); !s.ok()) {
+    std::cerr << "coordinator: " << s << " (growing at a later checkpoint)\n";
+    return;
+  }
+  const v1::Attempt* cur = CurrentAttempt(e.job);
+  for (auto& [w, rs] : to_stop) SendStop(w, e.job.id(), cur->number(), rs, why);
+  RequestSchedule();
+}
+
 void JobManager::Schedule() {
   if (pending_.empty()) return;
   std::vector<scheduler::WorkerSlots> workers = WorkerView();
+  const absl::Time sched_now = clock_->Now();
   std::vector<scheduler::PendingJob> jobs;
   absl::flat_hash_set<std::string> command_jobs;
   for (const std::string& id : pending_) {
@@ -654,6 +724,7 @@ void JobManager::Schedule() {
     pj.device = ToRequirement(e.job.spec().device());
     pj.priority = e.job.spec().priority();
     pj.submit_seq = static_cast<uint64_t>(e.submit_seq);
+    pj.min_world_size = ElasticMinimum(e.job, sched_now);
     jobs.push_back(std::move(pj));
   }
   absl::StatusOr<scheduler::ScheduleResult> result =
@@ -711,8 +782,26 @@ void JobManager::Schedule() {
     e.last_points.clear();
     std::string msg = absl::StrCat("attempt ", a->number(), " placed on ", absl::StrJoin(hosts, ", "));
     if (!resume_words.empty()) absl::StrAppend(&msg, "; ", resume_words);
-    if (absl::Status s = Commit(e, std::move(next), {{"scheduled", msg, static_cast<int32_t>(e.job.attempts_size() + 1)}});
-        !s.ok()) {
+    std::vector<EventSpec> placed_events;
+    if (IsElastic(next.spec())) {
+      const int before = next.attempts_size() >= 2 ? next.attempts(next.attempts_size() - 2).ranks_size()
+                                                   : next.spec().world_size();
+      if (p.world_size != before) {
+        std::string why = p.world_size < before
+                              ? absl::StrCat("no replacement within elastic.replace_timeout_s = ",
+                                             next.spec().elastic().replace_timeout_s(), " s")
+                              : std::string("slots freed up");
+        if (next.attempts_size() == 1) why = "the slots free at the start";
+        placed_events.push_back({"resized",
+                                 absl::StrCat("world size ", before, " -> ", p.world_size, " (", why,
+                                              "; elastic between ", next.spec().elastic().min_ranks(), " and ",
+                                              next.spec().world_size(), ")"),
+                                 a->number()});
+      }
+    }
+    placed_events.insert(placed_events.begin(),
+                         {"scheduled", msg, static_cast<int32_t>(e.job.attempts_size() + 1)});
+    if (absl::Status s = Commit(e, std::move(next), std::move(placed_events)); !s.ok()) {
       std::cerr << "coordinator: " << s << " (placed again at the next tick)\n";
       schedule_retry_ = true;  // Stays pending; Tick asks for another pass.
       continue;
@@ -1058,8 +1147,9 @@ absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::Ch
     return absl::InvalidArgumentError("checkpoint.record.path: must be an absolute path of at most 4096 bytes");
   }
   if (in.checksum().size() > 64) return absl::InvalidArgumentError("checkpoint.record.checksum: at most 64 bytes");
-  if (in.epochs_done() < 1 || in.global_step() < 0 || in.size_bytes() < 0) {
-    return absl::InvalidArgumentError("checkpoint.record: epochs_done must be >= 1, global_step and size_bytes >= 0");
+  // epochs_done is 0 for a checkpoint inside the first epoch (checkpoint.every_steps).
+  if (in.epochs_done() < 0 || in.global_step() < 1 || in.size_bytes() < 0) {
+    return absl::InvalidArgumentError("checkpoint.record: epochs_done must be >= 0, global_step >= 1 and size_bytes >= 0");
   }
   v1::Attempt* a_mem = nullptr;
   TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, EntryForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(),
@@ -1075,30 +1165,39 @@ absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::Ch
   r.set_spec_hash(CheckpointSpecHash(next.spec()));
   SetTimestamp(clock_->Now(), r.mutable_time());
 
-  // Keep, per holder, this job's newest `keep` epochs (the rank deletes the
-  // older files the same way); records of the job a resume started from stay.
+  // Keep, per holder, this job's newest `keep` checkpoints by global step
+  // (the rank deletes the older files the same way; a step identifies a
+  // checkpoint, inside an epoch or after it); records of the job a resume
+  // started from stay.
   google::protobuf::RepeatedPtrField<v1::CheckpointRecord> kept;
-  std::vector<int64_t> epochs;
+  std::vector<int64_t> steps;
   for (const v1::CheckpointRecord& x : next.checkpoints()) {
     if (x.job_id() == r.job_id() && x.worker_id() == r.worker_id() && x.shared() == r.shared() &&
-        x.epochs_done() != r.epochs_done()) {
-      epochs.push_back(x.epochs_done());
+        x.global_step() != r.global_step()) {
+      steps.push_back(x.global_step());
     }
   }
-  epochs.push_back(r.epochs_done());
-  std::sort(epochs.rbegin(), epochs.rend());
+  steps.push_back(r.global_step());
+  std::sort(steps.rbegin(), steps.rend());
   const int64_t keep = std::max<int64_t>(1, ck.keep());
-  const int64_t oldest_kept = epochs[static_cast<size_t>(std::min<int64_t>(keep, epochs.size()) - 1)];
+  const int64_t oldest_kept = steps[static_cast<size_t>(std::min<int64_t>(keep, steps.size()) - 1)];
   for (const v1::CheckpointRecord& x : next.checkpoints()) {
     bool same_holder = x.job_id() == r.job_id() && x.worker_id() == r.worker_id() && x.shared() == r.shared();
-    if (same_holder && (x.epochs_done() == r.epochs_done() || x.epochs_done() < oldest_kept)) continue;
+    if (same_holder && (x.global_step() == r.global_step() || x.global_step() < oldest_kept)) continue;
     *kept.Add() = x;
   }
   *kept.Add() = r;
   *next.mutable_checkpoints() = std::move(kept);
   std::string msg = absl::StrCat("checkpoint at epoch ", r.epochs_done(), " (step ", r.global_step(), ") on ",
                                  Holder(r), ": ", r.path(), " (", r.size_bytes(), " bytes)");
-  return Commit(*e, std::move(next), {{"checkpoint", msg, rep.attempt(), rep.rank()}});
+  if (r.epoch_consumed() > 0) {
+    msg = absl::StrCat("checkpoint inside epoch ", r.epochs_done() + 1, " after ", r.epoch_consumed(),
+                       " samples (step ", r.global_step(), ") on ", Holder(r), ": ", r.path(), " (",
+                       r.size_bytes(), " bytes)");
+  }
+  TRAINCTL_RETURN_IF_ERROR(Commit(*e, std::move(next), {{"checkpoint", msg, rep.attempt(), rep.rank()}}));
+  MaybeGrow(*e, r);
+  return absl::OkStatus();
 }
 
 absl::Status JobManager::OnRendezvous(const std::string& worker_id, const v1::RendezvousReport& rep) {
@@ -1425,7 +1524,13 @@ void JobManager::Tick() {
   for (const std::string& id : unsettled) {
     if (SettleEndedAttempt(jobs_.at(id))) unsettled_.erase(id);
   }
-  // 4. A placement whose write failed: place again.
+  // 4. A placement whose write failed, or an elastic job whose wait for a
+  //    replacement ran out: place again.
+  //    (A job still pending past its deadline waits for min_ranks slots;
+  //    a pass per tick for it is cheap next to the wait.)
+  for (const std::string& id : pending_) {
+    if (ElasticDeadline(jobs_.at(id).job) <= now) schedule_retry_ = true;
+  }
   if (schedule_retry_) {
     schedule_retry_ = false;
     RequestSchedule();

@@ -238,6 +238,16 @@ class JobManager {
   // record to resume (unset for a fresh start) plus the words for the event.
   std::pair<std::optional<v1::CheckpointRecord>, std::string> ChooseResume(const v1::Job& job,
                                                                          scheduler::Placement& p) const;
+  // Elastic jobs (docs/elastic.md): the fewest ranks the next attempt of
+  // `job` may start with now (scheduler::PendingJob::min_world_size; 0 =
+  // exactly world_size), and when that changes by itself (a replace timeout
+  // runs out; absl::InfiniteFuture() when it does not).
+  int ElasticMinimum(const v1::Job& job, absl::Time now) const;
+  absl::Time ElasticDeadline(const v1::Job& job) const;
+  // After checkpoint `r` of a running elastic job below world_size: when
+  // slots are free (and no pending job of its priority or higher waits),
+  // stops the attempt so that the job restarts larger from `r`.
+  void MaybeGrow(JobEntry& entry, const v1::CheckpointRecord& r);
   // Copies `spec.resume_from.job`'s newest checkpoint records into `job`.
   absl::Status AttachResumeSource(v1::Job& job) const;
 

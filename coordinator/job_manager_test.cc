@@ -13,6 +13,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/jobspec/job_spec.h"
 
@@ -750,6 +751,79 @@ TEST_F(JobManagerTest, CheckpointRecordsDecideWhereAndFromWhatARestartResumes) {
     }
   }
   EXPECT_TRUE(said);
+}
+
+// Elastic (docs/elastic.md): after a lost worker the restart waits
+// replace_timeout_s for the old size, then runs smaller; a checkpoint taken
+// while a slot is free stops the attempt and the job grows back from it,
+// without counting a restart.
+TEST_F(JobManagerTest, ElasticJobShrinksAfterTheReplaceTimeoutAndGrowsBackAtACheckpoint) {
+  a_ = AddWorker("a", 1);
+  b_ = AddWorker("b", 1);
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_training()->set_epochs(3);
+  spec.mutable_elastic()->set_min_ranks(1);
+  spec.mutable_elastic()->set_replace_timeout_s(10);
+  auto job = jobs_->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  ASSERT_TRUE(Rendezvous("a", id, 1).ok());
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_RUNNING).ok());
+  ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, 0, 5, "/w/a/ck-0-5").ok()) << "inside the first epoch";
+
+  // b is lost; a's rank stops. One slot is free: the job waits for two.
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_EQ(registry_->ExpireLeases(), std::vector<std::string>{"b"});
+  jobs_->OnWorkerLost("b");
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STOPPED).ok());
+  jobs_->Tick();
+  EXPECT_EQ(Get(id).attempts_size(), 1);
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
+
+  // The replace timeout runs out: attempt 2 runs on a alone, from the checkpoint.
+  clock_.Advance(absl::Seconds(11));
+  ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
+  jobs_->Tick();
+  v1::Job j = Get(id);
+  ASSERT_EQ(j.attempts_size(), 2);
+  ASSERT_EQ(j.attempts(1).ranks_size(), 1);
+  EXPECT_EQ(j.attempts(1).ranks(0).world_size(), 1);
+  EXPECT_EQ(j.attempts(1).resume().path(), "/w/a/ck-0-5");
+  EXPECT_EQ(a_->Starts().back().ranks(0).world_size(), 1);
+  ASSERT_TRUE(Rendezvous("a", id, 2).ok());
+  ASSERT_TRUE(Status("a", id, 2, 0, v1::RANK_STATE_RUNNING).ok());
+
+  // c joins; nothing changes until the next checkpoint, which grows the job.
+  FakeChannel* c = AddWorker("c", 1);
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_TRUE(c->Starts().empty());
+  ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 2, 0, 1, 12, "/w/a/ck-1").ok());
+  j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(j.attempts(1).state(), v1::ATTEMPT_STATE_CANCELLED);
+  EXPECT_EQ(j.attempts(1).grow_to(), 2);
+  EXPECT_EQ(j.restarts(), 1) << "growing is not a restart";
+  ASSERT_FALSE(a_->Stops().empty());
+  EXPECT_EQ(a_->Stops().back().attempt(), 2);
+  ASSERT_TRUE(Status("a", id, 2, 0, v1::RANK_STATE_STOPPED).ok());
+  j = Get(id);
+  ASSERT_EQ(j.attempts_size(), 3);
+  EXPECT_EQ(j.attempts(2).ranks_size(), 2);
+  EXPECT_EQ(j.attempts(2).resume().path(), "/w/a/ck-1");
+  ASSERT_FALSE(c->Starts().empty());
+
+  std::vector<std::string> events = StoredEvents(id);
+  std::vector<std::string> sized;
+  for (const std::string& e : events) {
+    if (absl::StartsWith(e, "resiz")) sized.push_back(e);
+  }
+  ASSERT_EQ(sized.size(), 3u) << absl::StrJoin(events, "\n");
+  EXPECT_THAT(sized[0], HasSubstr("resized@2: world size 2 -> 1 (no replacement within elastic.replace_timeout_s = 10 s"));
+  EXPECT_THAT(sized[1], HasSubstr("resizing@2: elastic: growing from 1 to 2 ranks (1 slot(s) free) at the checkpoint of step 12"));
+  EXPECT_THAT(sized[2], HasSubstr("resized@3: world size 1 -> 2 (slots freed up"));
 }
 
 TEST_F(JobManagerTest, RestartWithoutAReachableCheckpointSaysItStartsFromScratch) {

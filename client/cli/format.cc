@@ -268,8 +268,17 @@ void PrintSpecSummary(std::ostream& out, const v1::JobSpec& spec, const std::str
                                    " (TRAINCTL_CHECKPOINT_DIR)"));
   } else {
     row("checkpoint", absl::StrCat(spec.checkpoint().dir().empty() ? "worker work dir" : spec.checkpoint().dir(),
-                                   ", every ", spec.checkpoint().every_epochs(), " epoch(s), keep ",
-                                   spec.checkpoint().keep()));
+                                   ", every ", spec.checkpoint().every_epochs(), " epoch(s)",
+                                   spec.checkpoint().every_steps() > 0
+                                       ? absl::StrCat(" and ", spec.checkpoint().every_steps(), " step(s)")
+                                       : "",
+                                   ", keep ", spec.checkpoint().keep()));
+  }
+  if (spec.has_elastic() && spec.elastic().min_ranks() > 0) {
+    const v1::ElasticSpec& el = spec.elastic();
+    row("elastic", absl::StrCat(el.min_ranks(), " to ", spec.world_size(), " ranks, replace timeout ",
+                                el.replace_timeout_s(), "s, grow ", LowerName(v1::ElasticGrow_descriptor(), el.grow()),
+                                el.keep_global_batch() ? ", global batch kept" : ""));
   }
   std::string restart = absl::StrCat("at most ", spec.restart().max_restarts(), " restart(s)");
   if (spec.restart().progress_timeout_s() > 0) {
@@ -356,6 +365,8 @@ void PrintJobDescription(std::ostream& out, const v1::Job& job, const std::vecto
   PrintSpecSummary(out, job.spec(), "  ");
   for (const v1::Attempt& a : job.attempts()) {
     out << "\nAttempt " << a.number() << ": " << AttemptStateName(a.state());
+    if (a.ranks_size() != job.spec().world_size()) out << ", " << a.ranks_size() << " of " << job.spec().world_size() << " ranks";
+    if (a.grow_to() > 0) out << ", stopped to grow to " << a.grow_to() << " ranks";
     if (a.has_start_time()) {
       out << ", " << FormatTimestamp(a.start_time());
       if (a.has_end_time()) out << " → " << FormatTimestamp(a.end_time());

@@ -561,10 +561,12 @@ class Validator {
     CheckDdp(raw);
     Range("checkpoint.every_epochs", raw.checkpoint().every_epochs(), 0, 1000000, false);
     Range("checkpoint.keep", raw.checkpoint().keep(), 1, 1000, true);
+    Range("checkpoint.every_steps", raw.checkpoint().every_steps(), 0, 1000000000, false);
     Range("restart.max_restarts", raw.restart().max_restarts(), 0, 1000, false);
     Range("restart.progress_timeout_s", raw.restart().progress_timeout_s(), 0, 7 * 24 * 3600, false);
     Range("metrics.every_steps", raw.metrics().every_steps(), 1, 1000000, true);
     CheckResumeFrom(raw.resume_from().job());
+    CheckElastic(raw, s);
     return std::move(errors_);
   }
 
@@ -930,6 +932,16 @@ class Validator {
         s.device() == v1::DEVICE_CPU) {
       Error("training.amp.dtype", "fp16 autocast needs device: cuda; use bf16 on cpu");
     }
+  }
+
+  void CheckElastic(const v1::JobSpec& raw, const v1::JobSpec& s) {
+    if (!raw.has_elastic()) return;
+    const v1::ElasticSpec& e = raw.elastic();
+    if (e.min_ranks() < 0 || e.min_ranks() > s.world_size()) {
+      Error("elastic.min_ranks", absl::StrCat("must be in [1, world_size = ", s.world_size(), "], got ",
+                                              e.min_ranks()));
+    }
+    Range("elastic.replace_timeout_s", e.replace_timeout_s(), 0, 7 * 24 * 3600, false);
   }
 
   void CheckDdp(const v1::JobSpec& raw) {
@@ -1376,6 +1388,11 @@ std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& spec) {
 
 void ResolveJobSpecDefaults(v1::JobSpec* s) {
   if (s->world_size() == 0) s->set_world_size(1);
+  if (s->has_elastic()) {
+    v1::ElasticSpec* e = s->mutable_elastic();
+    if (!e->has_replace_timeout_s()) e->set_replace_timeout_s(60);
+    if (e->grow() == v1::ELASTIC_GROW_UNSPECIFIED) e->set_grow(v1::ELASTIC_GROW_AT_CHECKPOINT);
+  }
   if (s->device() == v1::DEVICE_UNSPECIFIED) s->set_device(v1::DEVICE_AUTO);
   if (s->backend() == v1::BACKEND_UNSPECIFIED) s->set_backend(v1::BACKEND_AUTO);
   if (s->has_command()) {

@@ -325,6 +325,30 @@ TEST(JobSpecTest, BadInputsGetExactMessages) {
   EXPECT_GE(checked, 25);
 }
 
+TEST(JobSpecTest, ElasticBlockIsReadResolvedAndChecked) {
+  ParsedJobSpec p = ParseJobSpecYaml(std::string(kBase) + "world_size: 4\nelastic: {min_ranks: 2}\ncheckpoint: {every_steps: 50}\n",
+                                     "job.yaml", {});
+  ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
+  EXPECT_EQ(p.spec.elastic().min_ranks(), 2);
+  EXPECT_EQ(p.spec.elastic().replace_timeout_s(), 60);
+  EXPECT_EQ(p.spec.elastic().grow(), v1::ELASTIC_GROW_AT_CHECKPOINT);
+  EXPECT_FALSE(p.spec.elastic().keep_global_batch());
+  EXPECT_EQ(p.spec.checkpoint().every_steps(), 50);
+  ParsedJobSpec q = ParseJobSpecYaml(kBase, "job.yaml",
+                                     {"world_size=3", "elastic.grow=never", "elastic.keep_global_batch=true",
+                                      "elastic.min_ranks=1", "elastic.replace_timeout_s=0"});
+  ASSERT_TRUE(q.ok()) << q.errors[0].ToString();
+  EXPECT_EQ(q.spec.elastic().grow(), v1::ELASTIC_GROW_NEVER);
+  EXPECT_EQ(q.spec.elastic().replace_timeout_s(), 0);
+  EXPECT_TRUE(q.spec.elastic().keep_global_batch());
+
+  EXPECT_EQ(Errors(std::string(kBase) + "world_size: 2\nelastic: {min_ranks: 3}\n"),
+            std::vector<std::string>{"job.yaml:6:22: elastic.min_ranks: must be in [1, world_size = 2], got 3"});
+  EXPECT_EQ(Errors(std::string(kBase) + "elastic: {min_ranks: 1, replace_timeout_s: -1}\n").size(), 1u);
+  EXPECT_EQ(Errors(std::string(kBase) + "elastic: {grow: sometimes}\n").size(), 1u);
+  EXPECT_EQ(Errors(std::string(kBase) + "checkpoint: {every_steps: -2}\n").size(), 1u);
+}
+
 TEST(JobSpecTest, LongListIsRefused) {
   std::string hidden;
   for (int i = 0; i < 65; ++i) hidden += (i ? ", 4" : "4");

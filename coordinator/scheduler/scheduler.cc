@@ -167,7 +167,16 @@ class Pass {
   }
 
   void ScheduleJob(int j, ScheduleResult& result) {
-    const PendingJob& job = *jobs_[j];
+    const PendingJob& asked = *jobs_[j];
+    const bool elastic = asked.min_world_size >= 1 && asked.min_world_size < asked.world_size;
+    // What the job needs at least: an elastic job is blocked, reserves and
+    // counts against capacity as a job of its minimum size.
+    PendingJob least = asked;
+    if (elastic) least.world_size = asked.min_world_size;
+    const PendingJob& job = least;
+    const std::string need =
+        elastic ? absl::StrCat("at least ", job.world_size, " (elastic, up to ", asked.world_size, ")")
+                : absl::StrCat(job.world_size);
     const SlotKind kind = ResolveKind(job.device);
     KindPool& pool = pools_[KindIndex(kind)];
     const std::string kind_name = SlotKindName(kind);
@@ -194,7 +203,7 @@ class Pass {
     if (job.world_size > pool.capacity) {
       pending.reason = PendingReason::kExceedsCapacity;
       pending.message = absl::StrCat(
-          "needs ", job.world_size, " ", kind_name, " slots, the cluster has ", pool.capacity,
+          "needs ", need, " ", kind_name, " slots, the cluster has ", pool.capacity,
           " in total across ", Count(static_cast<int>(pool.workers.size()), "worker", "workers"),
           "; it cannot fit until workers join");
       result.pending.push_back(std::move(pending));
@@ -209,8 +218,14 @@ class Pass {
       reserved += static_cast<long long>(workers_[w].reserved.size());
       if (!workers_[w].available.empty() || !workers_[w].reserved.empty()) ++workers_with_free;
     }
-    if (available >= job.world_size) {
-      result.placements.push_back(Place(job, kind, pool));
+    if (available >= asked.world_size) {
+      result.placements.push_back(Place(asked, kind, pool));
+      return;
+    }
+    if (elastic && available >= job.world_size) {
+      PendingJob smaller = asked;
+      smaller.world_size = static_cast<int>(available);
+      result.placements.push_back(Place(smaller, kind, pool));
       return;
     }
 
@@ -222,7 +237,7 @@ class Pass {
       pool.head = j;
       Reserve(job, pool, pending.reserved_slots);
       pending.reason = PendingReason::kInsufficientFreeSlots;
-      pending.message = absl::StrCat("needs ", job.world_size, " ", kind_name, " slots, ",
+      pending.message = absl::StrCat("needs ", need, " ", kind_name, " slots, ",
                                      free_text, "; first in line");
       if (!pending.reserved_slots.empty()) {
         absl::StrAppend(&pending.message, ", holds ", pending.reserved_slots.size(),
@@ -238,11 +253,11 @@ class Pass {
       pending.reason = PendingReason::kBlockedByReservation;
       pending.message =
           absl::StrCat("waiting behind job ", head.job_id, " (priority ", head.priority,
-                       ", reserved): needs ", job.world_size, " ", kind_name, " slots, ", free_text,
+                       ", reserved): needs ", need, " ", kind_name, " slots, ", free_text,
                        " but ", reserved, " of them are reserved for ", head.job_id);
     } else {
       pending.reason = PendingReason::kInsufficientFreeSlots;
-      pending.message = absl::StrCat("needs ", job.world_size, " ", kind_name, " slots, ",
+      pending.message = absl::StrCat("needs ", need, " ", kind_name, " slots, ",
                                      free_text, "; queued behind job ", head.job_id, " (reserved)");
     }
     result.pending.push_back(std::move(pending));

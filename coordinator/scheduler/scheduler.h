@@ -21,7 +21,11 @@
 //    waits for GPUs rather than silently falling back to CPU on a busy GPU
 //    cluster. All ranks of one job use one kind.
 //
-//  * Gang. A job gets all world_size slots in this pass or none.
+//  * Gang. A job gets all world_size slots in this pass or none. An elastic
+//    job (1 <= min_world_size < world_size) gets world_size slots when they
+//    are available, else as many as are available when that is at least
+//    min_world_size, else none; blocked, it reserves and is counted as a job
+//    of min_world_size.
 //
 //  * Packing. Ranks go on as few workers as possible:
 //      - if one worker can hold every rank, the tightest such worker (fewest
@@ -112,6 +116,9 @@ struct PendingJob {
   int priority = 0;
   // Order of submission (or of re-queueing for a restart); lower is older.
   std::uint64_t submit_seq = 0;
+  // Elastic: when in [1, world_size), the job may start with fewer ranks
+  // (at least this many); 0 = exactly world_size.
+  int min_world_size = 0;
 };
 
 // One worker's view for this pass.

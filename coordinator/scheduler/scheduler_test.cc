@@ -201,6 +201,9 @@ void CheckInvariants(const std::vector<PendingJob>& jobs, const std::vector<Work
 
   for (const PendingJob* job : order) {
     SCOPED_TRACE(job->job_id);
+    // An elastic job needs its minimum and takes up to world_size.
+    const bool elastic = job->min_world_size >= 1 && job->min_world_size < job->world_size;
+    const int need = elastic ? job->min_world_size : job->world_size;
     const SlotKind kind = kind_of(job->device);
     if (auto it = pending.find(job->job_id); it != pending.end()) {
       const PendingJobStatus& p = *it->second;
@@ -214,7 +217,7 @@ void CheckInvariants(const std::vector<PendingJob>& jobs, const std::vector<Work
         EXPECT_EQ(p.reason, PendingReason::kNoWorkerOfKind);
         continue;
       }
-      if (job->world_size > capacity[kind]) {
+      if (need > capacity[kind]) {
         EXPECT_EQ(p.reason, PendingReason::kExceedsCapacity);
         EXPECT_TRUE(p.reserved_slots.empty());
         continue;
@@ -223,13 +226,13 @@ void CheckInvariants(const std::vector<PendingJob>& jobs, const std::vector<Work
       const int usable_now = total(counts(kind, true));
       // Work conserving: a job is left pending only when it does not fit in
       // what later jobs were allowed to use.
-      EXPECT_LT(usable_now, job->world_size);
+      EXPECT_LT(usable_now, need);
       if (head.count(kind) == 0) {
         // The first blocked job of its kind holds the reservation.
         EXPECT_EQ(p.reason, PendingReason::kInsufficientFreeSlots);
-        EXPECT_LT(free_now, job->world_size);
+        EXPECT_LT(free_now, need);
         EXPECT_TRUE(p.blocked_by.empty());
-        EXPECT_LE(static_cast<int>(p.reserved_slots.size()), job->world_size);
+        EXPECT_LE(static_cast<int>(p.reserved_slots.size()), need);
         head[kind] = job->job_id;
         for (const SlotRef& r : p.reserved_slots) {
           const Slot s{r.worker_id, r.slot};
@@ -241,7 +244,7 @@ void CheckInvariants(const std::vector<PendingJob>& jobs, const std::vector<Work
       } else {
         EXPECT_EQ(p.blocked_by, head[kind]);
         EXPECT_TRUE(p.reserved_slots.empty());
-        if (free_now >= job->world_size) {
+        if (free_now >= need) {
           EXPECT_EQ(p.reason, PendingReason::kBlockedByReservation);
         } else {
           EXPECT_EQ(p.reason, PendingReason::kInsufficientFreeSlots);
@@ -251,16 +254,17 @@ void CheckInvariants(const std::vector<PendingJob>& jobs, const std::vector<Work
     }
 
     const Placement& p = *placed.at(job->job_id);
-    ASSERT_GE(job->world_size, 1);
+    ASSERT_GE(need, 1);
     EXPECT_EQ(p.kind, kind);
-    EXPECT_EQ(p.world_size, job->world_size);
-    ASSERT_EQ(static_cast<int>(p.ranks.size()), job->world_size);
+    EXPECT_GE(p.world_size, need);
+    EXPECT_LE(p.world_size, job->world_size);
+    ASSERT_EQ(static_cast<int>(p.ranks.size()), p.world_size);
     const std::map<std::string, int> before = counts(kind, true);
 
     // Ranks 0..n-1 in order, contiguous per worker, node/local ranks.
     std::vector<std::string> node_workers;
     std::map<std::string, int> per_worker;
-    for (int i = 0; i < job->world_size; ++i) {
+    for (int i = 0; i < p.world_size; ++i) {
       const RankAssignment& r = p.ranks[i];
       EXPECT_EQ(r.rank, i);
       if (node_workers.empty() || node_workers.back() != r.worker_id) {
@@ -285,12 +289,12 @@ void CheckInvariants(const std::vector<PendingJob>& jobs, const std::vector<Work
     // Packing: as few workers as possible; best fit when one suffices.
     std::vector<int> c;
     for (const auto& [id, n] : before) c.push_back(n);
-    EXPECT_EQ(p.num_nodes, MinWorkers(c, job->world_size)) << Layout(p);
+    EXPECT_EQ(p.num_nodes, MinWorkers(c, p.world_size)) << Layout(p);
     if (p.num_nodes == 1) {
       int tightest = 1 << 30;
       std::string tightest_id;
       for (const auto& [id, n] : before) {
-        if (n >= job->world_size && n < tightest) tightest = n, tightest_id = id;
+        if (n >= p.world_size && n < tightest) tightest = n, tightest_id = id;
       }
       EXPECT_EQ(p.ranks[0].worker_id, tightest_id) << "not best fit";
     }
@@ -891,6 +895,50 @@ TEST(PreferNodeZeroTest, MovesThePreferredNodeFirstAndRenumbers) {
   EXPECT_EQ(p.ranks[2].node_rank, 1);
   EXPECT_EQ(p.ranks[4].node_rank, 2);
   EXPECT_EQ(p.ranks[4].slot, 3);
+}
+
+}  // namespace
+}  // namespace trainctl::scheduler
+
+namespace trainctl::scheduler {
+namespace {
+
+PendingJob Elastic(std::string id, int world_size, int min_world_size, std::uint64_t seq = 0) {
+  PendingJob j = Job(std::move(id), world_size, DeviceRequirement::kCpu, 0, seq);
+  j.min_world_size = min_world_size;
+  return j;
+}
+
+// An elastic job takes world_size slots when they are free, else what is
+// free down to its minimum; below that it waits and reserves its minimum.
+TEST(SchedulerTest, ElasticJobTakesWhatIsFreeDownToItsMinimum) {
+  auto full = Check({Elastic("e", 3, 2)}, {Cpu("a", 1), Cpu("b", 1), Cpu("c", 1)});
+  ASSERT_TRUE(full.ok());
+  EXPECT_EQ(Outcome(*full), (std::map<std::string, std::string>{{"e", "a:0 b:0 c:0"}})) << Dump(*full);
+
+  auto two = Check({Elastic("e", 3, 2)}, {Cpu("a", 1), Cpu("b", 1), Cpu("c", 0, 1)});
+  ASSERT_TRUE(two.ok());
+  EXPECT_EQ(Outcome(*two), (std::map<std::string, std::string>{{"e", "a:0 b:0"}})) << Dump(*two);
+  ASSERT_EQ(two->placements.size(), 1u);
+  EXPECT_EQ(two->placements[0].world_size, 2);
+
+  // One free slot: below the minimum; it waits, holds what is free, and a
+  // plain job behind it does not take that slot.
+  auto one = Check({Elastic("e", 3, 2, 1), Job("p", 1, DeviceRequirement::kCpu, 0, 2)},
+                   {Cpu("a", 1), Cpu("b", 0, 1), Cpu("c", 0, 1)});
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(Outcome(*one), (std::map<std::string, std::string>{{"e", "pending:insufficient_free_slots"},
+                                                               {"p", "pending:blocked_by_reservation"}}))
+      << Dump(*one);
+  EXPECT_THAT(FindPending(*one, "e").message, HasSubstr("needs at least 2 (elastic, up to 3) cpu slots"));
+
+  // Capacity below the minimum never fits; at the minimum it does.
+  auto small = Check({Elastic("e", 4, 3)}, {Cpu("a", 2)});
+  ASSERT_TRUE(small.ok());
+  EXPECT_EQ(Outcome(*small), (std::map<std::string, std::string>{{"e", "pending:exceeds_capacity"}}));
+  auto enough = Check({Elastic("e", 4, 2)}, {Cpu("a", 2)});
+  ASSERT_TRUE(enough.ok());
+  EXPECT_EQ(Outcome(*enough), (std::map<std::string, std::string>{{"e", "a:0,1"}})) << Dump(*enough);
 }
 
 }  // namespace

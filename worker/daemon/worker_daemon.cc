@@ -1081,6 +1081,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       v1::CheckpointRecord* rec = rep->mutable_record();
       rec->set_epochs_done(c.epochs_done);
       rec->set_global_step(c.global_step);
+      rec->set_epoch_consumed(c.epoch_consumed);
       rec->set_size_bytes(c.size_bytes);
       rec->set_checksum(c.checksum);
       rec->set_path(c.path);  // absolute: the rank got an absolute checkpoint dir

@@ -210,7 +210,7 @@ std::string FormatCheckpoint(const CheckpointNote& c) {
   std::string path;
   for (char ch : c.path) path += (ch == '\n' || ch == '\r') ? ' ' : ch;
   return absl::StrCat("checkpoint ", c.epochs_done, " ", c.global_step, " ", c.size_bytes, " ",
-                      c.checksum.empty() ? "-" : c.checksum, " ", path, "\n");
+                      c.checksum.empty() ? "-" : c.checksum, " ", c.epoch_consumed, " ", path, "\n");
 }
 
 std::string FormatModel(const std::string& path) {
@@ -267,9 +267,16 @@ absl::StatusOr<StatusMessage> ParseStatusLine(std::string_view line) {
       return bad();
     }
     c.checksum = words[4] == "-" ? "" : words[4];
-    // The path is the rest of the line after the fifth word (it may hold spaces).
+    // CONSUMED (digits) before the path, which is absolute; lines without it
+    // (older ranks) mean an epoch boundary.
+    int fixed = 5;
+    if (words.size() >= 7 && !words[5].empty() && words[5][0] != '/') {
+      if (!absl::SimpleAtoi(words[5], &c.epoch_consumed) || c.epoch_consumed < 0) return bad();
+      fixed = 6;
+    }
+    // The path is the rest of the line after the fixed words (it may hold spaces).
     size_t pos = 0;
-    for (int w = 0; w < 5; ++w) {
+    for (int w = 0; w < fixed; ++w) {
       pos = l.find_first_not_of(' ', pos);
       pos = l.find(' ', pos);
     }

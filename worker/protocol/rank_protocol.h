@@ -20,7 +20,7 @@
 //   ready                         communicator initialised
 //   progress EPOCH GLOBAL_STEP    optional heartbeat of training progress
 //   metric k=v k=v ...            see RankMetric
-//   checkpoint EPOCHS STEP BYTES CHECKSUM PATH
+//   checkpoint EPOCHS STEP BYTES CHECKSUM CONSUMED PATH
 //                                 a checkpoint writer finished a checkpoint
 //                                 (after its atomic rename); PATH last
 //   model PATH                    rank 0 exported the final model (after
@@ -143,6 +143,7 @@ struct RankMetric {
 struct CheckpointNote {
   int64_t epochs_done = 0;
   int64_t global_step = 0;
+  int64_t epoch_consumed = 0;  // > 0: taken inside epoch `epochs_done`
   int64_t size_bytes = 0;
   std::string checksum;
   std::string path;

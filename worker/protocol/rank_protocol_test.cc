@@ -79,6 +79,25 @@ TEST(RankProtocolTest, StatusLinesRoundTrip) {
   ASSERT_TRUE(model.ok());
   EXPECT_EQ(model->type, StatusMessage::Type::kModel);
   EXPECT_EQ(model->path, "/ckpt/my job/model.pt");
+  CheckpointNote c;
+  c.epochs_done = 3;
+  c.global_step = 120;
+  c.epoch_consumed = 4500;
+  c.size_bytes = 99;
+  c.checksum = "crc32:0000abcd";
+  c.path = "/ckpt/a b/job.ckpt-epoch-000003-0000004500.pt";
+  auto ck = ParseStatusLine(FormatCheckpoint(c));
+  ASSERT_TRUE(ck.ok()) << ck.status();
+  EXPECT_EQ(ck->type, StatusMessage::Type::kCheckpoint);
+  EXPECT_EQ(ck->checkpoint.epoch_consumed, 4500);
+  EXPECT_EQ(ck->checkpoint.global_step, 120);
+  EXPECT_EQ(ck->checkpoint.path, c.path);
+  // A line without CONSUMED (an older rank) is an epoch boundary.
+  auto old = ParseStatusLine("checkpoint 2 80 99 - /ckpt/x y.pt");
+  ASSERT_TRUE(old.ok()) << old.status();
+  EXPECT_EQ(old->checkpoint.epoch_consumed, 0);
+  EXPECT_EQ(old->checkpoint.path, "/ckpt/x y.pt");
+  EXPECT_FALSE(ParseStatusLine("checkpoint 2 80 99 - -5 /ckpt/x.pt").ok());
   EXPECT_FALSE(ParseStatusLine("model").ok());
   EXPECT_FALSE(ParseStatusLine("bogus").ok());
   EXPECT_FALSE(ParseStatusLine("metric loss=abc").ok());

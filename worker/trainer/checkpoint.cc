@@ -11,6 +11,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <tuple>
 #include <fstream>
 #include <sstream>
 
@@ -165,13 +166,17 @@ double ReadDouble(torch::serialize::InputArchive& a, const std::string& key) {
 
 }  // namespace
 
-std::string CheckpointPath(const std::string& dir, const std::string& job_id, int64_t epochs_done) {
+std::string CheckpointPath(const std::string& dir, const std::string& job_id, int64_t epochs_done,
+                           int64_t epoch_consumed) {
+  if (epoch_consumed > 0) {
+    return absl::StrFormat("%s/%s%06d-%010d%s", dir, FilePrefix(job_id), epochs_done, epoch_consumed, kSuffix);
+  }
   return absl::StrFormat("%s/%s%06d%s", dir, FilePrefix(job_id), epochs_done, kSuffix);
 }
 
 std::vector<std::string> ListCheckpoints(const std::string& dir, const std::string& job_id) {
   const std::string prefix = FilePrefix(job_id);
-  std::vector<std::pair<int64_t, std::string>> found;
+  std::vector<std::tuple<int64_t, int64_t, std::string>> found;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -180,13 +185,20 @@ std::vector<std::string> ListCheckpoints(const std::string& dir, const std::stri
         name.compare(name.size() - slen, slen, kSuffix) != 0) {
       continue;
     }
-    const std::string digits = name.substr(plen, name.size() - plen - slen);
-    if (digits.empty() || digits.size() > 12 || !std::all_of(digits.begin(), digits.end(), ::isdigit)) continue;
-    found.emplace_back(std::stoll(digits), it->path().string());
+    // "NNNNNN" (after an epoch) or "NNNNNN-CCCCCCCCCC" (inside one).
+    const std::string stem = name.substr(plen, name.size() - plen - slen);
+    const size_t dash = stem.find('-');
+    const std::string epochs = stem.substr(0, dash);
+    const std::string consumed = dash == std::string::npos ? "0" : stem.substr(dash + 1);
+    auto numeric = [](const std::string& d) {
+      return !d.empty() && d.size() <= 12 && std::all_of(d.begin(), d.end(), ::isdigit);
+    };
+    if (!numeric(epochs) || !numeric(consumed)) continue;
+    found.emplace_back(std::stoll(epochs), std::stoll(consumed), it->path().string());
   }
   std::sort(found.begin(), found.end());
   std::vector<std::string> out;
-  for (auto& f : found) out.push_back(std::move(f.second));
+  for (auto& f : found) out.push_back(std::move(std::get<2>(f)));
   return out;
 }
 
@@ -238,7 +250,7 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
         absl::StrCat("cannot create checkpoint dir '", dir, "': ", ec.message()));
   }
   WrittenCheckpoint out;
-  out.path = CheckpointPath(dir, manifest.job_id, position.epochs_done);
+  out.path = CheckpointPath(dir, manifest.job_id, position.epochs_done, position.epoch_consumed);
   std::string bytes;
   try {
     torch::serialize::OutputArchive archive;
@@ -253,6 +265,7 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
     archive.write("scaler_growth_tracker", c10::IValue(position.scaler_growth_tracker));
     archive.write("data_seed", c10::IValue(static_cast<int64_t>(position.data_seed)));
     archive.write("world_size", c10::IValue(position.world_size));
+    archive.write("epoch_consumed", c10::IValue(position.epoch_consumed));
     WriteNamed(archive, "params", model.NamedParameters());
     WriteNamed(archive, "buffers", model.NamedBuffers());
     torch::serialize::OutputArchive opt;
@@ -357,6 +370,13 @@ absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& bytes, const 
     p.scaler_growth_tracker = ReadInt(archive, "scaler_growth_tracker");
     p.data_seed = static_cast<uint64_t>(ReadInt(archive, "data_seed"));
     p.world_size = ReadInt(archive, "world_size");
+    {
+      c10::IValue v;  // absent in checkpoints written before mid-epoch positions
+      if (archive.try_read("epoch_consumed", v)) p.epoch_consumed = v.toInt();
+      if (p.epoch_consumed < 0) {
+        return absl::InvalidArgumentError(absl::StrCat("checkpoint '", path, "' has a negative epoch position"));
+      }
+    }
     TRAINCTL_RETURN_IF_ERROR(ReadNamed(archive, "params", model.NamedParameters(), path));
     TRAINCTL_RETURN_IF_ERROR(ReadNamed(archive, "buffers", model.NamedBuffers(), path));
     torch::serialize::InputArchive opt;

@@ -5,14 +5,18 @@
 // wrote it, a hash of the spec fields that shape model and optimizer state),
 // the model's parameters and buffers (by name), the optimizer state
 // (torch::optim's own serialization), the loss scaler, the training position
-// (epochs completed, global optimizer step, skipped steps), the sampler's seed
-// and world size, and the CPU RNG state. Positions are epoch boundaries: a
-// checkpoint is taken after an epoch, and a resumed run starts at the next
-// epoch (the DistributedSampler's order is a function of seed + epoch, so the
-// sampler position is the epoch number).
+// (epochs completed, global optimizer step, skipped steps, and how many
+// positions of the next epoch's global order were consumed), the sampler's
+// seed and world size, and the CPU RNG state. A checkpoint taken after an
+// epoch has consumed 0 and a resumed run starts at the next epoch (the
+// DistributedSampler's order is a function of seed + epoch); one taken inside
+// an epoch (checkpoint.every_steps) lets a resumed run continue that epoch
+// where it stopped, at any world size (DistributedSampler::RemainingIndices).
 //
 // Identity: the file is named for its job (<dir>/<job>.ckpt-epoch-NNNNNN.pt,
-// NNNNNN = epochs completed) and `keep` deletes only that job's files. The
+// NNNNNN = epochs completed; <dir>/<job>.ckpt-epoch-NNNNNN-CCCCCCCCCC.pt
+// inside an epoch, CCCCCCCCCC = positions consumed) and `keep` deletes only
+// that job's files. The
 // writer returns the file's size and CRC-32 checksum; the coordinator records
 // them, and a resume reads exactly the recorded file, verifies the checksum
 // and the manifest (job, spec hash) before loading anything. Nothing here ever
@@ -56,6 +60,10 @@ struct TrainingPosition {
   int64_t scaler_growth_tracker = 0;
   uint64_t data_seed = 0;  // the sampler seed the run used
   int64_t world_size = 1;  // of the attempt that wrote it (informational)
+  // Positions of epoch `epochs_done`'s global order (the sampler's
+  // permutation for seed + epoch, before padding) already trained on; 0 at
+  // an epoch boundary.
+  int64_t epoch_consumed = 0;
 };
 
 // Who wrote a checkpoint and for which model/optimizer layout.
@@ -72,10 +80,13 @@ struct WrittenCheckpoint {
   std::string checksum;  // ChecksumOf(file contents)
 };
 
-// "<dir>/<job_id>.ckpt-epoch-NNNNNN.pt" ("<dir>/ckpt-epoch-NNNNNN.pt" for an empty id).
-std::string CheckpointPath(const std::string& dir, const std::string& job_id, int64_t epochs_done);
+// "<dir>/<job_id>.ckpt-epoch-NNNNNN.pt" ("<dir>/ckpt-epoch-NNNNNN.pt" for an
+// empty id); with epoch_consumed > 0 "...-NNNNNN-CCCCCCCCCC.pt".
+std::string CheckpointPath(const std::string& dir, const std::string& job_id, int64_t epochs_done,
+                           int64_t epoch_consumed = 0);
 
-// Complete checkpoints of `job_id` in `dir`, oldest first (temporary files
+// Complete checkpoints of `job_id` in `dir`, oldest first by (epochs done,
+// positions consumed) (temporary files
 // and other jobs' files ignored). An absent directory holds none.
 std::vector<std::string> ListCheckpoints(const std::string& dir, const std::string& job_id);
 

@@ -192,6 +192,7 @@ absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
 
   // checkpoint.* (run.checkpoint_dir wins over checkpoint.dir; see ParseRankConfig)
   TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.every_epochs, IntIn(c, "checkpoint.every_epochs", 1, 0, INT32_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.every_steps, IntIn(c, "checkpoint.every_steps", 0, 0, INT32_MAX));
   TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.keep, IntIn(c, "checkpoint.keep", 2, 1, 1 << 20));
   TRAINCTL_ASSIGN_OR_RETURN(t.metrics_every_steps, IntIn(c, "metrics.every_steps", 20, 1, INT32_MAX));
   return t;
@@ -253,6 +254,19 @@ absl::StatusOr<RunOptions> ParseRun(const FlatConfig& c) {
 
 }  // namespace
 
+BatchPlan KeepGlobalBatch(int64_t batch_size, int64_t grad_accumulation, int64_t max_world, int64_t world) {
+  BatchPlan p{batch_size, grad_accumulation, true};
+  if (world <= 0 || world >= max_world) return p;
+  const int64_t global = batch_size * grad_accumulation * max_world;
+  const int64_t least = (grad_accumulation * max_world + world - 1) / world;
+  for (int64_t acc = least; acc * world <= global; ++acc) {
+    if (global % (acc * world) == 0) return BatchPlan{global / (acc * world), acc, true};
+  }
+  p.grad_accumulation = std::max<int64_t>(1, (grad_accumulation * max_world + world / 2) / world);
+  p.exact = false;
+  return p;
+}
+
 absl::StatusOr<RankConfig> ParseRankConfig(const FlatConfig& config) {
   RankConfig rc;
   TRAINCTL_ASSIGN_OR_RETURN(rc.model, ParseModel(config));
@@ -263,6 +277,21 @@ absl::StatusOr<RankConfig> ParseRankConfig(const FlatConfig& config) {
   }
   TRAINCTL_ASSIGN_OR_RETURN(rc.training, ParseTraining(config));
   TRAINCTL_ASSIGN_OR_RETURN(rc.run, ParseRun(config));
+  TRAINCTL_ASSIGN_OR_RETURN(bool keep_global, rankproto::GetBool(config, "elastic.keep_global_batch", false));
+  if (keep_global) {
+    TRAINCTL_ASSIGN_OR_RETURN(int64_t max_world, IntIn(config, "world_size", rc.run.world_size, 1, 1 << 20));
+    const BatchPlan plan = KeepGlobalBatch(rc.training.data.batch_size, rc.training.grad_accumulation, max_world,
+                                           rc.run.world_size);
+    if (plan.batch_size != rc.training.data.batch_size || plan.grad_accumulation != rc.training.grad_accumulation) {
+      rc.notes.push_back(absl::StrCat(
+          "elastic.keep_global_batch: at ", rc.run.world_size, " of ", max_world, " ranks, batch ", plan.batch_size,
+          " x accumulation ", plan.grad_accumulation, " per rank (was ", rc.training.data.batch_size, " x ",
+          rc.training.grad_accumulation, ")",
+          plan.exact ? "" : "; the global batch cannot be kept exactly, accumulation rounded"));
+    }
+    rc.training.data.batch_size = plan.batch_size;
+    rc.training.grad_accumulation = plan.grad_accumulation;
+  }
 
   CheckpointOptions& ck = rc.training.checkpoint;
   ck.dir = rankproto::GetString(config, rankproto::run_keys::kCheckpointDir, "");

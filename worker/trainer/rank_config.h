@@ -19,6 +19,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "worker/dist/gradient_bucketer.h"
@@ -90,6 +91,7 @@ struct CheckpointOptions {
   // Where this host's writer rank puts checkpoints and the final model.pt; "" = nowhere.
   std::string dir;
   int64_t every_epochs = 1;  // 0: only after the last epoch
+  int64_t every_steps = 0;   // > 0: also every N optimizer steps inside an epoch
   int64_t keep = 2;          // >= 1
   bool writer = false;       // this rank writes (run.checkpoint_writer)
   // The coordinator's record to resume from (run.resume_*); "" = fresh start.
@@ -146,7 +148,21 @@ struct RankConfig {
   std::optional<DatasetSpec> eval;
   TrainingOptions training;
   RunOptions run;
+  // Said once in the rank's log (e.g. an elastic batch adjustment).
+  std::vector<std::string> notes;
 };
+
+// Elastic jobs with elastic.keep_global_batch: at `world` ranks of at most
+// `max_world`, the per-rank batch and accumulation that keep the global
+// batch (batch × accumulation × max_world). The smallest accumulation of at
+// least accumulation × max_world / world whose batch divides exactly;
+// `exact` false (batch kept, accumulation rounded) when none does.
+struct BatchPlan {
+  int64_t batch_size = 0;
+  int64_t grad_accumulation = 0;
+  bool exact = true;
+};
+BatchPlan KeepGlobalBatch(int64_t batch_size, int64_t grad_accumulation, int64_t max_world, int64_t world);
 
 // Parses and validates the whole config.
 absl::StatusOr<RankConfig> ParseRankConfig(const rankproto::FlatConfig& config);

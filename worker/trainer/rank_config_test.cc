@@ -86,6 +86,38 @@ void ExpectError(rankproto::FlatConfig f, const std::string& key, const std::str
   EXPECT_THAT(std::string(c.status().message()), HasSubstr(why));
 }
 
+// elastic.keep_global_batch: fewer ranks accumulate more (or take smaller
+// micro-batches) so that batch × accumulation × ranks stays the same.
+TEST(RankConfigTest, KeepGlobalBatchBelowTheElasticMaximum) {
+  auto plan = KeepGlobalBatch(32, 1, 4, 2);
+  EXPECT_EQ(plan.batch_size, 32);
+  EXPECT_EQ(plan.grad_accumulation, 2);
+  EXPECT_TRUE(plan.exact);
+  plan = KeepGlobalBatch(30, 1, 3, 2);  // 90 = 15 × 3 × 2
+  EXPECT_EQ(plan.batch_size, 15);
+  EXPECT_EQ(plan.grad_accumulation, 3);
+  EXPECT_TRUE(plan.exact);
+  plan = KeepGlobalBatch(7, 1, 3, 2);  // 21 is odd: no exact split over 2 ranks
+  EXPECT_EQ(plan.batch_size, 7);
+  EXPECT_EQ(plan.grad_accumulation, 2);
+  EXPECT_FALSE(plan.exact);
+  plan = KeepGlobalBatch(30, 2, 3, 3);  // at the maximum: unchanged
+  EXPECT_EQ(plan.batch_size, 30);
+  EXPECT_EQ(plan.grad_accumulation, 2);
+
+  rankproto::FlatConfig c = Classic();
+  c["world_size"] = "4";
+  c["elastic.keep_global_batch"] = "true";  // 30 × 1 × 4 over 2 ranks
+  auto rc = ParseRankConfig(c);
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  EXPECT_EQ(rc->training.data.batch_size, 30);
+  EXPECT_EQ(rc->training.grad_accumulation, 2);
+  c["elastic.keep_global_batch"] = "false";
+  rc = ParseRankConfig(c);
+  ASSERT_TRUE(rc.ok()) << rc.status();
+  EXPECT_EQ(rc->training.grad_accumulation, 1);
+}
+
 TEST(RankConfigTest, ErrorsNameTheKey) {
   auto f = Classic();
   f["model.name"] = "resnet";

@@ -25,9 +25,11 @@
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <atomic>
 #include <chrono>
 #include <cstdio>
+#include <fstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
@@ -36,6 +38,7 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "worker/dist/collectives.h"
 #include "worker/dist/rendezvous_store.h"
@@ -237,6 +240,7 @@ int Main(int argc, char** argv) {
   LogLine(absl::StrCat("trainctl-rank: rank ", run.rank, "/", run.world_size, " on ", device.str(),
                        ", backend ", run.backend.empty() ? "none" : run.backend, ", torch threads ",
                        run.num_threads));
+  for (const std::string& note : cfg.notes) LogLine(note);
 
   // 2. Data and model.
   // Classification splits need integer labels: bounded by the model's classes
@@ -354,6 +358,11 @@ int Main(int argc, char** argv) {
   }
   setup.stop = &g_stop;
   setup.debug_step_sleep_ms = run.debug_step_sleep_ms;
+  // Test hook: TRAINCTL_TEST_STEP_SLEEP_MS (through the daemon's
+  // environment) paces every rank like run.debug.step_sleep_ms.
+  if (const char* ms = std::getenv("TRAINCTL_TEST_STEP_SLEEP_MS"); ms != nullptr) {
+    setup.debug_step_sleep_ms = std::clamp(std::atoll(ms), 0LL, 60000LL);
+  }
   TrainerCallbacks callbacks;
   // Rank 0 also writes the job's scalars as TensorBoard event files.
   std::shared_ptr<TensorBoardWriter> tensorboard;
@@ -397,10 +406,24 @@ int Main(int argc, char** argv) {
     g_status.Send(rankproto::FormatProgress(epoch, step));
   };
   callbacks.on_log = [](const std::string& line) { LogLine(line); };
+  // Test hook: TRAINCTL_TEST_SAMPLE_LOG=DIR makes every rank append the
+  // sample indices of each optimizer step to DIR/<job>.a<attempt>.r<rank>.samples
+  // ("EPOCH GLOBAL_STEP i,i,..." per line), so end-to-end tests can check
+  // which samples a run trained on across restarts. Unset in production.
+  if (const char* dir = std::getenv("TRAINCTL_TEST_SAMPLE_LOG"); dir != nullptr && *dir != '\0') {
+    auto out = std::make_shared<std::ofstream>(absl::StrCat(dir, "/", run.job_id, ".a", run.attempt, ".r", run.rank,
+                                                            ".samples"),
+                                               std::ios::app);
+    callbacks.on_step_samples = [out](int64_t epoch, int64_t step, const std::vector<int64_t>& idx) {
+      *out << epoch << " " << step << " " << absl::StrJoin(idx, ",") << "\n";
+      out->flush();
+    };
+  }
   callbacks.on_checkpoint = [](const WrittenCheckpoint& w, const TrainingPosition& p) {
     rankproto::CheckpointNote note;
     note.epochs_done = p.epochs_done;
     note.global_step = p.global_step;
+    note.epoch_consumed = p.epoch_consumed;
     note.size_bytes = w.size_bytes;
     note.checksum = w.checksum;
     note.path = w.path;

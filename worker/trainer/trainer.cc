@@ -416,16 +416,50 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   TrainResult result;
   result.start_epoch = m.position.epochs_done;
 
+  // Writes a checkpoint at m.position (the host's writer rank only).
+  auto write_checkpoint = [&]() -> absl::Status {
+    m.position.loss_scale = m.scaler.scale();
+    m.position.scaler_growth_tracker = m.scaler.growth_tracker();
+    auto written =
+        WriteCheckpoint(o.checkpoint.dir, o.checkpoint.keep, m.setup.manifest, m.position, *m.model, *m.optimizer);
+    if (!written.ok()) {
+      const absl::Status& ws = written.status();
+      if (absl::IsResourceExhausted(ws)) return WithFailureKind(ws, FailureKind::kDiskFull);
+      if (absl::IsFailedPrecondition(ws)) return WithFailureKind(ws, FailureKind::kConfig);
+      return ws;
+    }
+    if (m.callbacks.on_checkpoint) m.callbacks.on_checkpoint(*written, m.position);
+    return absl::OkStatus();
+  };
+  const bool writes_checkpoints = m.setup.checkpoint_writer && !o.checkpoint.dir.empty();
+  const int64_t world = std::max<int64_t>(1, m.setup.world_size);
+
   for (int64_t epoch = m.position.epochs_done; epoch < o.epochs; ++epoch) {
     const auto epoch_start = Clock::now();
     m.sampler->set_epoch(epoch);
+    // A checkpoint taken inside this epoch: continue where it stopped, the
+    // rest of the epoch's order split over this attempt's ranks.
+    const int64_t consumed_base = m.position.epoch_consumed;
+    std::vector<int64_t> indices =
+        consumed_base > 0 ? m.sampler->RemainingIndices(consumed_base) : m.sampler->Indices();
+    if (consumed_base > 0) {
+      m.Log(absl::StrCat("continuing epoch ", epoch + 1, " after ", consumed_base, " of its ",
+                         m.sampler->options().dataset_size, " samples, at world size ", world, " (",
+                         indices.size(), " samples left on this rank)"));
+    }
     engine::DataLoaderOptions lo;
     lo.batch_size = o.data.batch_size;
     lo.drop_last = o.data.drop_last;
     lo.num_workers = o.data.num_workers;
     lo.pin_memory = pin;
-    TRAINCTL_ASSIGN_OR_RETURN(auto loader, engine::DataLoader::Create(m.train, m.sampler->Indices(), lo));
+    // Only the on_step_samples hook (tests) needs the order after this.
+    std::vector<int64_t> order;
+    if (m.callbacks.on_step_samples) order = indices;
+    TRAINCTL_ASSIGN_OR_RETURN(auto loader, engine::DataLoader::Create(m.train, std::move(indices), lo));
     const int64_t batches = loader->num_batches();
+    const int64_t epoch_steps = (batches + o.grad_accumulation - 1) / o.grad_accumulation;
+    // A continued epoch counts its steps from where a full one would be.
+    const int64_t step_offset = std::max<int64_t>(0, m.steps_per_epoch - epoch_steps);
     m.model->SetTraining(true);
     m.Progress(static_cast<int32_t>(epoch), /*force=*/true);
 
@@ -440,7 +474,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     auto window_start = Clock::now();
     double lr = 0;
 
-    int64_t step_in_epoch = 0;
+    int64_t step_in_epoch = step_offset;
     for (int64_t first = 0; first < batches; first += o.grad_accumulation) {
       const int64_t group = std::min<int64_t>(o.grad_accumulation, batches - first);
       const auto step_start = Clock::now();
@@ -519,7 +553,16 @@ absl::StatusOr<TrainResult> Trainer::Run() {
       epoch_data_ms += data_ms;
       epoch_step_ms += step_ms;
 
-      if (step_in_epoch % o.metrics_every_steps == 0 || step_in_epoch == m.steps_per_epoch) {
+      const bool epoch_done = first + group >= batches;
+      if (m.callbacks.on_step_samples) {
+        const size_t from = static_cast<size_t>(first * o.data.batch_size);
+        const size_t to = std::min(order.size(), static_cast<size_t>((first + group) * o.data.batch_size));
+        m.callbacks.on_step_samples(epoch, m.position.global_step,
+                                    std::vector<int64_t>(order.begin() + static_cast<std::ptrdiff_t>(from),
+                                                         order.begin() + static_cast<std::ptrdiff_t>(to)));
+      }
+      m.position.epoch_consumed = epoch_done ? 0 : consumed_base + epoch_samples * world;
+      if (step_in_epoch % o.metrics_every_steps == 0 || epoch_done) {
         const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
         rankproto::RankMetric metric;
         metric.kind = "train";
@@ -543,6 +586,10 @@ absl::StatusOr<TrainResult> Trainer::Run() {
         window_data_ms = window_comm_ms = window_step_ms = 0;
         window_start = Clock::now();
       }
+      if (writes_checkpoints && !epoch_done && o.checkpoint.every_steps > 0 &&
+          m.position.global_step % o.checkpoint.every_steps == 0) {
+        TRAINCTL_RETURN_IF_ERROR(write_checkpoint());
+      }
       m.Progress(static_cast<int32_t>(epoch), /*force=*/false);
       if (m.setup.debug_step_sleep_ms > 0) {
         std::this_thread::sleep_for(std::chrono::milliseconds(m.setup.debug_step_sleep_ms));
@@ -565,8 +612,8 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     const double epoch_secs = std::chrono::duration<double>(Clock::now() - epoch_start).count();
     end.samples_per_sec =
         epoch_secs > 0 ? static_cast<double>(epoch_samples) / epoch_secs : 0;
-    if (step_in_epoch > 0) {
-      const double steps = static_cast<double>(step_in_epoch);
+    if (step_in_epoch > step_offset) {
+      const double steps = static_cast<double>(step_in_epoch - step_offset);
       end.data_ms = epoch_data_ms / steps;
       end.comm_ms = epoch_comm_ms / steps;
       end.compute_ms = std::max(0.0, (epoch_step_ms - epoch_data_ms - epoch_comm_ms) / steps);
@@ -588,21 +635,11 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     }
 
     m.position.epochs_done = epoch + 1;
+    m.position.epoch_consumed = 0;
     const bool last = epoch + 1 == o.epochs;
     const int64_t every = o.checkpoint.every_epochs;
-    if (m.setup.checkpoint_writer && !o.checkpoint.dir.empty() &&
-        (last || (every > 0 && (epoch + 1) % every == 0))) {
-      m.position.loss_scale = m.scaler.scale();
-      m.position.scaler_growth_tracker = m.scaler.growth_tracker();
-      auto written =
-          WriteCheckpoint(o.checkpoint.dir, o.checkpoint.keep, m.setup.manifest, m.position, *m.model, *m.optimizer);
-      if (!written.ok()) {
-        const absl::Status& ws = written.status();
-        if (absl::IsResourceExhausted(ws)) return WithFailureKind(ws, FailureKind::kDiskFull);
-        if (absl::IsFailedPrecondition(ws)) return WithFailureKind(ws, FailureKind::kConfig);
-        return ws;
-      }
-      if (m.callbacks.on_checkpoint) m.callbacks.on_checkpoint(*written, m.position);
+    if (writes_checkpoints && (last || (every > 0 && (epoch + 1) % every == 0))) {
+      TRAINCTL_RETURN_IF_ERROR(write_checkpoint());
     }
     if (m.callbacks.on_metric) m.callbacks.on_metric(end);
     m.Progress(static_cast<int32_t>(epoch), /*force=*/true);

@@ -81,6 +81,9 @@ struct TrainerCallbacks {
   std::function<void(const std::string&)> on_log;
   // A checkpoint this rank wrote (after its atomic rename).
   std::function<void(const WrittenCheckpoint&, const TrainingPosition&)> on_checkpoint;
+  // Tests: the dataset indices this rank trained on in optimizer step
+  // `global_step` (1-based) of `epoch`, after the step. Unset in production.
+  std::function<void(int64_t epoch, int64_t global_step, const std::vector<int64_t>& indices)> on_step_samples;
 };
 
 struct TrainerSetup {

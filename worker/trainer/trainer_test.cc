@@ -215,6 +215,64 @@ TEST(TrainerTest, CheckpointResumeIsBitwiseEqual) {
   std::filesystem::remove_all(dir);
 }
 
+// checkpoint.every_steps: a checkpoint inside an epoch records how far the
+// epoch's order got, and a resume from it continues that epoch with the
+// next unseen sample: the run ends with the uninterrupted run's parameters.
+TEST(TrainerTest, MidEpochCheckpointContinuesTheEpochWhereItStopped) {
+  const std::string dir = ::testing::TempDir() + "/trainer_test_mid_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  auto data = Synthetic(150);  // 5 steps of 30 per epoch
+  TrainerSetup s = BaseSetup();
+  s.options.epochs = 2;
+  s.options.metrics_every_steps = 1;
+  auto full = Mlp({6});
+  ASSERT_TRUE(Train(s, full, data).ok());
+
+  TrainerSetup first = s;
+  first.options.checkpoint.dir = dir;
+  first.options.checkpoint.keep = 10;
+  first.options.checkpoint.every_steps = 2;
+  std::atomic<bool> stop{false};
+  first.stop = &stop;
+  TrainerCallbacks cb;
+  std::vector<TrainingPosition> written;
+  cb.on_checkpoint = [&written](const WrittenCheckpoint&, const TrainingPosition& p) { written.push_back(p); };
+  cb.on_metric = [&stop](const rankproto::RankMetric& m) {
+    if (m.kind == "train" && m.epoch == 1 && m.step == 1) stop = true;  // global step 6
+  };
+  auto part = Mlp({6});
+  auto t = Trainer::Create(first, part, data, nullptr, nullptr, cb);
+  ASSERT_TRUE(t.ok());
+  auto r = (*t)->Run();
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(FailureKindOf(r.status()), FailureKind::kStopped);
+  // Steps 2 and 4 inside epoch 0, the end of epoch 0 (step 5), step 6
+  // inside epoch 1; then the stop.
+  ASSERT_EQ(written.size(), 4u);
+  EXPECT_EQ(written[0].epochs_done, 0);
+  EXPECT_EQ(written[0].epoch_consumed, 60);
+  EXPECT_EQ(written[1].epoch_consumed, 120);
+  EXPECT_EQ(written[2].epochs_done, 1);
+  EXPECT_EQ(written[2].epoch_consumed, 0);
+  EXPECT_EQ(written[3].epochs_done, 1);
+  EXPECT_EQ(written[3].epoch_consumed, 30);
+  const std::vector<std::string> files = ListCheckpoints(dir, "");  // oldest first
+  EXPECT_EQ(files, (std::vector<std::string>{CheckpointPath(dir, "", 0, 60), CheckpointPath(dir, "", 0, 120),
+                                             CheckpointPath(dir, "", 1), CheckpointPath(dir, "", 1, 30)}));
+
+  // Resume from the checkpoint inside epoch 0 (after 4 of 5 steps).
+  TrainerSetup resumed = s;
+  resumed.resume_from = CheckpointPath(dir, "", 0, 120);
+  auto fresh = Mlp({6});
+  auto rr = Train(resumed, fresh, data);
+  ASSERT_TRUE(rr.ok()) << rr.status();
+  EXPECT_EQ(rr->start_epoch, 0);
+  EXPECT_EQ(rr->global_step, 10);
+  auto pa = Params(*full), pb = Params(*fresh);
+  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::equal(pa[i], pb[i])) << i;
+  std::filesystem::remove_all(dir);
+}
+
 TEST(TrainerTest, CheckpointOfAnotherModelIsRejected) {
   const std::string dir = ::testing::TempDir() + "/trainer_test_ckpt2_" + std::to_string(getpid());
   std::filesystem::remove_all(dir);
