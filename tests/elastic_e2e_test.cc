@@ -16,6 +16,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iostream>
 #include <map>
 #include <sstream>
 
@@ -161,6 +162,9 @@ TEST_F(ElasticE2ETest, ShrinksWhenAWorkerIsLostAndGrowsBackWithEverySampleSeenOn
 
   std::vector<std::string> resized;
   for (const v1::Event& e : Events(id)) {
+    if (e.type() != "checkpoint") {  // the timeline, for when this fails
+      std::cout << "event " << e.type() << "@" << e.attempt() << ": " << e.message() << "\n";
+    }
     if (e.type() == "resized") resized.push_back(e.message());
   }
   ASSERT_EQ(resized.size(), 2u);
