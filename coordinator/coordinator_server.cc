@@ -178,6 +178,8 @@ std::string CoordinatorServer::MetricsPage() {
         {"trainctl_job_step_comm_ms", "Mean ms per step of communication not hidden behind backward (ranks averaged).",
          &JobGauges::Running::comm_ms},
         {"trainctl_job_loss_scale", "AMP fp16 loss scale of rank 0 (0 when off).", &JobGauges::Running::loss_scale},
+        {"trainctl_job_world_size", "Ranks of a running job's current attempt (elastic jobs change it).",
+         &JobGauges::Running::world_size},
     };
     for (const Gauge& gauge : gauges) {
       w.Family(gauge.name, "gauge", gauge.help);

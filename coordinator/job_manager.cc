@@ -1108,6 +1108,7 @@ JobGauges JobManager::Gauges() const {
     r.id = id;
     r.samples_per_sec = job.progress().samples_per_sec();
     r.loss = job.progress().last_loss();
+    if (job.attempts_size() > 0) r.world_size = job.attempts(job.attempts_size() - 1).ranks_size();
     for (const auto& [rank, p] : e.last_points) {
       r.data_ms += p.data_ms();
       r.compute_ms += p.compute_ms();

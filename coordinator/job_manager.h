@@ -95,6 +95,7 @@ struct JobGauges {
     double compute_ms = 0;
     double comm_ms = 0;
     double loss_scale = 0;
+    double world_size = 0;  // ranks of the current attempt (elastic jobs change it)
   };
   std::vector<Running> running;
 };
