@@ -56,19 +56,6 @@ class CheckpointE2ETest : public ::testing::Test {
     ASSERT_TRUE(cluster_->StartCoordinator());
   }
 
-  // Polls the job until `done` holds (or the job ended otherwise, or time ran out).
-  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,
-                  absl::Duration timeout = absl::Seconds(90)) {
-    absl::Time deadline = absl::Now() + timeout;
-    v1::Job j;
-    while (absl::Now() < deadline) {
-      j = cluster_->Get(id);
-      if (done(j)) return j;
-      absl::SleepFor(absl::Milliseconds(25));
-    }
-    return j;
-  }
-
   static int64_t NewestEpochs(const v1::Job& j) {
     int64_t e = 0;
     for (const auto& r : j.checkpoints()) {
@@ -108,20 +95,6 @@ class CheckpointE2ETest : public ::testing::Test {
     return all;
   }
 
-  std::vector<v1::Event> Events(const std::string& id) {
-    grpc::ClientContext ctx;
-    v1::WatchJobRequest req;
-    req.set_job_id(id);
-    req.set_include_history(true);
-    auto reader = cluster_->jobs()->WatchJob(&ctx, req);
-    std::vector<v1::Event> out;
-    v1::JobUpdate u;
-    while (reader->Read(&u)) {
-      if (u.has_event()) out.push_back(u.event());
-      if (u.has_job()) break;
-    }
-    return out;
-  }
 
   // Name ("w0"...) of the worker running `rank` of attempt `attempt`.
   std::string WorkerOf(const std::string& id, int attempt, int rank, const std::vector<std::string>& names) {
@@ -157,7 +130,7 @@ TEST_F(CheckpointE2ETest, RestartResumesItsOwnRecordNotAnotherJobsNewerFile) {
   std::string id = cluster_->Submit(
       SlowClassic(3, {"checkpoint.dir=" + dir, "checkpoint.shared=true", "data.seed=7", "checkpoint.keep=1"}));
   ASSERT_FALSE(id.empty());
-  v1::Job j = WaitFor(id, [](const v1::Job& x) { return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED; });
+  v1::Job j = cluster_->WaitFor(id, [](const v1::Job& x) { return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED; });
   ASSERT_EQ(NewestEpochs(j), 1) << "the test needs to act in epoch 2; state " << j.state();
   std::vector<pid_t> victim = Cluster::ProcessesMatching(absl::StrCat("/jobs/", id, "/attempt-1/rank-1"));
   ASSERT_FALSE(victim.empty());
@@ -191,7 +164,7 @@ TEST_F(CheckpointE2ETest, LostHostsCheckpointResumesFromTheOtherHostsCopy) {
   std::string id = cluster_->Submit(SlowClassic(4));
   ASSERT_FALSE(id.empty());
   // Both hosts recorded their copy of the epoch-1 checkpoint.
-  v1::Job j = WaitFor(id, [](const v1::Job& x) {
+  v1::Job j = cluster_->WaitFor(id, [](const v1::Job& x) {
     int copies = 0;
     for (const auto& r : x.checkpoints()) copies += r.epochs_done() >= 1 ? 1 : 0;
     return copies >= 2 || x.state() >= v1::JOB_STATE_SUCCEEDED;
@@ -220,7 +193,7 @@ TEST_F(CheckpointE2ETest, LostHostsCheckpointResumesFromTheOtherHostsCopy) {
   EXPECT_EQ(a2.ranks(0).worker_id(), a2.resume().worker_id()) << "rank 0 runs where the checkpoint is";
   for (const auto& r : a2.ranks()) EXPECT_NE(r.worker_id(), rank0_id);
   bool said = false;
-  for (const v1::Event& e : Events(id)) {
+  for (const v1::Event& e : cluster_->Events(id)) {
     if (e.type() == "scheduled" && e.attempt() == 2) {
       said = true;
       EXPECT_THAT(e.message(), HasSubstr("resuming from the checkpoint of job " + id));
@@ -240,7 +213,7 @@ TEST_F(CheckpointE2ETest, ResumeFromContinuesCancelledAndFinishedJobs) {
   ASSERT_TRUE(cluster_->WaitWorkers(1));
   std::string id = cluster_->Submit(SlowClassic(6));
   ASSERT_FALSE(id.empty());
-  v1::Job j = WaitFor(id, [](const v1::Job& x) { return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED; });
+  v1::Job j = cluster_->WaitFor(id, [](const v1::Job& x) { return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED; });
   ASSERT_EQ(j.state(), v1::JOB_STATE_RUNNING);
   {
     grpc::ClientContext ctx;
@@ -252,7 +225,7 @@ TEST_F(CheckpointE2ETest, ResumeFromContinuesCancelledAndFinishedJobs) {
   j = cluster_->WaitState(id, v1::JOB_STATE_CANCELLED);
   ASSERT_EQ(j.state(), v1::JOB_STATE_CANCELLED);
   // Wait for the ranks to be gone (a checkpoint may still be reported).
-  WaitFor(id, [&](const v1::Job&) { return Cluster::ProcessesMatching("/jobs/" + id + "/attempt-1/rank-").empty(); });
+  cluster_->WaitFor(id, [&](const v1::Job&) { return Cluster::ProcessesMatching("/jobs/" + id + "/attempt-1/rank-").empty(); });
   j = cluster_->Get(id);
   const int64_t done = NewestEpochs(j);
   ASSERT_GE(done, 1);

@@ -51,32 +51,7 @@ class ElasticE2ETest : public ::testing::Test {
     ::unsetenv("TRAINCTL_TEST_STEP_SLEEP_MS");
   }
 
-  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,
-                  absl::Duration timeout) {
-    absl::Time deadline = absl::Now() + timeout;
-    v1::Job j;
-    while (absl::Now() < deadline) {
-      j = cluster_->Get(id);
-      if (done(j)) return j;
-      absl::SleepFor(absl::Milliseconds(25));
-    }
-    return j;
-  }
 
-  std::vector<v1::Event> Events(const std::string& id) {
-    grpc::ClientContext ctx;
-    v1::WatchJobRequest req;
-    req.set_job_id(id);
-    req.set_include_history(true);
-    auto reader = cluster_->jobs()->WatchJob(&ctx, req);
-    std::vector<v1::Event> out;
-    v1::JobUpdate u;
-    while (reader->Read(&u)) {
-      if (u.has_event()) out.push_back(u.event());
-      if (u.has_job()) break;
-    }
-    return out;
-  }
 
   // (epoch, global step) -> the indices every rank of `attempt` trained on
   // in that step, from the ranks' sample logs.
@@ -119,7 +94,7 @@ TEST_F(ElasticE2ETest, ShrinksWhenAWorkerIsLostAndGrowsBackWithEverySampleSeenOn
   ASSERT_FALSE(id.empty());
 
   // A checkpoint inside epoch 1 (the second), then lose rank 2's host for good.
-  v1::Job j = WaitFor(
+  v1::Job j = cluster_->WaitFor(
       id,
       [](const v1::Job& x) {
         for (const auto& r : x.checkpoints()) {
@@ -139,7 +114,7 @@ TEST_F(ElasticE2ETest, ShrinksWhenAWorkerIsLostAndGrowsBackWithEverySampleSeenOn
   cluster_->KillWorker(lost, SIGKILL);
 
   // Attempt 2 runs at 2 ranks, from the checkpoint inside epoch 1.
-  j = WaitFor(id, [](const v1::Job& x) {
+  j = cluster_->WaitFor(id, [](const v1::Job& x) {
     return (x.attempts_size() >= 2 && x.state() == v1::JOB_STATE_RUNNING) || x.state() >= v1::JOB_STATE_SUCCEEDED;
   }, absl::Seconds(60));
   ASSERT_GE(j.attempts_size(), 2) << j.state_reason();
@@ -161,7 +136,7 @@ TEST_F(ElasticE2ETest, ShrinksWhenAWorkerIsLostAndGrowsBackWithEverySampleSeenOn
   EXPECT_EQ(j.restarts(), 1) << "growing is not a restart";
 
   std::vector<std::string> resized;
-  for (const v1::Event& e : Events(id)) {
+  for (const v1::Event& e : cluster_->Events(id)) {
     if (e.type() != "checkpoint") {  // the timeline, for when this fails
       std::cout << "event " << e.type() << "@" << e.attempt() << ": " << e.message() << "\n";
     }

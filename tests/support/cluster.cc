@@ -258,6 +258,35 @@ v1::Job Cluster::Get(const std::string& id) {
   return job;
 }
 
+v1::Job Cluster::WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,
+                         absl::Duration timeout) {
+  absl::Time deadline = absl::Now() + timeout;
+  v1::Job j;
+  while (absl::Now() < deadline) {
+    j = Get(id);
+    if (done(j)) return j;
+    absl::SleepFor(absl::Milliseconds(25));
+  }
+  return j;
+}
+
+std::vector<v1::Event> Cluster::Events(const std::string& id) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::WatchJobRequest req;
+  req.set_job_id(id);
+  req.set_include_history(true);
+  auto reader = jobs_->WatchJob(&ctx, req);
+  std::vector<v1::Event> out;
+  v1::JobUpdate u;
+  while (reader->Read(&u)) {
+    if (u.has_event()) out.push_back(u.event());
+    if (u.has_job()) break;
+  }
+  ctx.TryCancel();
+  return out;
+}
+
 v1::Job Cluster::WaitState(const std::string& id, v1::JobState want, absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
   v1::Job job;

@@ -8,6 +8,7 @@
 
 #include <sys/types.h>
 
+#include <functional>
 #include <map>
 #include <memory>
 #include <string>
@@ -88,6 +89,11 @@ class Cluster {
   // Polls GetJob until the state is `want` (or the job ends in another terminal state).
   v1::Job WaitState(const std::string& id, v1::JobState want, absl::Duration timeout = absl::Seconds(60));
   v1::Job Get(const std::string& id);
+  // Polls GetJob every 25 ms until `done` holds or `timeout` passes; returns the last view.
+  v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,
+                  absl::Duration timeout = absl::Seconds(90));
+  // The job's stored events so far, oldest first.
+  std::vector<v1::Event> Events(const std::string& id);
   // Pids of live processes whose command line contains `needle`.
   static std::vector<pid_t> ProcessesMatching(const std::string& needle);
 
