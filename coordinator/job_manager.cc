@@ -13,6 +13,7 @@
 #include "absl/strings/str_replace.h"
 #include "common/jobspec/job_spec.h"
 #include "common/log.h"
+#include "common/nccl_id.h"
 #include "common/random_secret.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
@@ -1208,8 +1209,8 @@ absl::Status JobManager::OnRendezvous(const std::string& worker_id, const v1::Re
   const v1::RendezvousInfo& info = rep.info();
   switch (info.kind_case()) {
     case v1::RendezvousInfo::kNcclUniqueId:
-      if (info.nccl_unique_id().size() != 128) {
-        return absl::InvalidArgumentError(absl::StrCat("rendezvous.info.nccl_unique_id: must be 128 bytes, got ",
+      if (info.nccl_unique_id().size() != kNcclUniqueIdBytes) {
+        return absl::InvalidArgumentError(absl::StrCat("rendezvous.info.nccl_unique_id: must be ", kNcclUniqueIdBytes, " bytes, got ",
                                                        info.nccl_unique_id().size()));
       }
       break;

@@ -2,7 +2,6 @@
 
 #include "common/auth/secret.h"
 
-#include <dlfcn.h>
 #include <grpcpp/grpcpp.h>
 #include <netinet/in.h>
 #include <sys/socket.h>
@@ -28,6 +27,7 @@
 #include "common/random_secret.h"
 #include "common/jobspec/job_spec.h"
 #include "common/log.h"
+#include "common/nccl_id.h"
 #include "common/prometheus.h"
 #include "common/time_util.h"
 #include "worker/daemon/path_policy.h"
@@ -201,20 +201,6 @@ namespace {
 // "UNAVAILABLE" for a status without a message.
 std::string GrpcCodeText(grpc::StatusCode code) { return absl::StrCat("gRPC code ", static_cast<int>(code)); }
 }  // namespace
-
-absl::StatusOr<std::string> GenerateNcclUniqueId() {
-  void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return absl::UnavailableError("NCCL (libnccl.so.2) is not installed on this host");
-  using GetId = int (*)(void*);
-  auto get = reinterpret_cast<GetId>(dlsym(lib, "ncclGetUniqueId"));
-  if (get == nullptr) return absl::UnavailableError("libnccl.so.2 has no ncclGetUniqueId");
-  char id[128] = {0};
-  int rc = get(id);
-  // The library stays loaded: NCCL's bootstrap root lives in this process
-  // until every rank has initialised.
-  if (rc != 0) return absl::UnavailableError(absl::StrCat("ncclGetUniqueId failed (", rc, ")"));
-  return std::string(id, sizeof id);
-}
 
 WorkerDaemon::WorkerDaemon(DaemonOptions options)
     : options_(std::move(options)), telemetry_(options_.telemetry_buffer_bytes) {}

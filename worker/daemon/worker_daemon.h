@@ -210,8 +210,4 @@ std::string DefaultPythonDir();
 // ("ValueError: bad shape"), or "" when none does.
 std::string ExceptionLine(const std::deque<std::string>& lines);
 
-// The 128-byte NCCL unique id, from libnccl.so.2 loaded at run time
-// (UNAVAILABLE when NCCL is not installed on this host).
-absl::StatusOr<std::string> GenerateNcclUniqueId();
-
 }  // namespace trainctl::worker

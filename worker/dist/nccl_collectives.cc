@@ -368,15 +368,7 @@ absl::Status NcclWork::Wait(absl::Duration timeout) {
 
 }  // namespace
 
-absl::StatusOr<std::string> NcclUniqueIdGenerate() {
-  ncclUniqueId id;
-  const ncclResult_t r = ncclGetUniqueId(&id);
-  if (r != ncclSuccess) {
-    return absl::UnavailableError(absl::StrCat("ncclGetUniqueId: ", ncclGetErrorString(r)));
-  }
-  static_assert(sizeof(id.internal) == kNcclUniqueIdBytes, "ncclUniqueId size changed");
-  return std::string(id.internal, sizeof(id.internal));
-}
+static_assert(sizeof(ncclUniqueId::internal) == kNcclUniqueIdBytes, "ncclUniqueId size changed");
 
 absl::StatusOr<std::shared_ptr<NcclCollectives>> CreateNcclCollectives(const NcclOptions& options) {
   if (options.unique_id.size() != kNcclUniqueIdBytes) {

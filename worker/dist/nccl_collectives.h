@@ -2,7 +2,7 @@
 // one GPU per rank. Compiled only where the CUDA toolkit and NCCL were found
 // (TRAINCTL_HAVE_NCCL); callers guard their use with `#if TRAINCTL_HAVE_NCCL`.
 //
-// Bootstrap: rank 0's side calls NcclUniqueIdGenerate() (NCCL's bootstrap
+// Bootstrap: rank 0's side calls GenerateNcclUniqueId() (NCCL's bootstrap
 // root lives in the calling process, so rank 0's process or its daemon on the
 // same host calls it), the coordinator hands the 128 bytes to every rank, and
 // each rank calls CreateNcclCollectives, which runs ncclCommInitRankConfig
@@ -34,16 +34,14 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/nccl_id.h"
 #include "worker/dist/collectives.h"
 
 namespace trainctl::dist {
 
-// Size of an ncclUniqueId.
-inline constexpr size_t kNcclUniqueIdBytes = 128;
-
-// A fresh NCCL unique id (128 bytes) from ncclGetUniqueId. Needs no GPU, only
-// a network interface for NCCL's bootstrap socket. Unavailable on failure.
-absl::StatusOr<std::string> NcclUniqueIdGenerate();
+// The id's size and its generator live in common/nccl_id.h (the daemon and
+// the coordinator use them without linking NCCL).
+using ::trainctl::kNcclUniqueIdBytes;
 
 struct NcclOptions {
   int rank = 0;

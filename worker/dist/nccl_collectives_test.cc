@@ -19,9 +19,9 @@ bool HaveGpu() {
 }
 
 TEST(NcclUniqueIdTest, GeneratesDistinct128ByteIds) {
-  auto a = NcclUniqueIdGenerate();
+  auto a = GenerateNcclUniqueId();
   if (!a.ok()) GTEST_SKIP() << "ncclGetUniqueId unavailable here: " << a.status();
-  auto b = NcclUniqueIdGenerate();
+  auto b = GenerateNcclUniqueId();
   ASSERT_TRUE(b.ok()) << b.status();
   EXPECT_EQ(a->size(), kNcclUniqueIdBytes);
   EXPECT_NE(*a, *b);
@@ -40,7 +40,7 @@ class NcclGpuTest : public ::testing::Test {
  protected:
   void SetUp() override {
     if (!HaveGpu()) GTEST_SKIP() << "no CUDA device";
-    auto id = NcclUniqueIdGenerate();
+    auto id = GenerateNcclUniqueId();
     ASSERT_TRUE(id.ok()) << id.status();
     id_ = *id;
   }
