@@ -658,6 +658,7 @@ absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(JobManager& jobs, StateSto
     *batch->add_points() = std::move(p.point);
   }
   if (page.more) resp.set_next_page_token(absl::StrCat(page.points.back().id));
+  resp.set_resume_token(page.points.empty() ? req.page_token() : absl::StrCat(page.points.back().id));
   return resp;
 }
 
