@@ -193,7 +193,9 @@ function jobView(main, id) {
     const stateEl = document.getElementById('job-state');
     stateEl.textContent = s;
     stateEl.className = 'state ' + s;
-    document.getElementById('job-reason').textContent = j.state_reason || '';
+    const reason = document.getElementById('job-reason');
+    reason.textContent = j.state_reason || '';
+    reason.parentElement.hidden = !j.state_reason;
     document.getElementById('job-progress').innerHTML = progressCell(p);
     document.getElementById('job-rate').textContent = p.samples_per_sec ? `${fmtRate(p.samples_per_sec)} samples/s` : '';
     document.getElementById('job-eta').textContent = num(p.eta_seconds) > 0 && !TERMINAL.has(s) ? `ETA ${Math.round(num(p.eta_seconds))} s` : '';
