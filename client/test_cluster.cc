@@ -111,9 +111,10 @@ TestCluster::~TestCluster() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
-FakeWorker& TestCluster::AddWorker(const std::string& id, int cpu_slots) {
+FakeWorker& TestCluster::AddWorker(const std::string& id, int cpu_slots, std::map<std::string, std::string> labels) {
   workers_.push_back(std::make_unique<FakeWorker>(worker_channel_, id, cpu_slots,
                                                   absl::Milliseconds(100), worker_token_));
+  workers_.back()->set_labels(std::move(labels));
   EXPECT_TRUE(workers_.back()->Connect()) << "worker " << id << " did not register";
   return *workers_.back();
 }

@@ -2,6 +2,8 @@
 
 #include <google/protobuf/util/json_util.h>
 
+#include <algorithm>
+#include <climits>
 #include <memory>
 #include <optional>
 
@@ -195,18 +197,14 @@ absl::StatusOr<std::string> Dashboard::Logs(const std::string& id, const Request
   TRAINCTL_ASSIGN_OR_RETURN(std::optional<int64_t> attempt, IntParam(req, "attempt"));
   TRAINCTL_ASSIGN_OR_RETURN(std::optional<int64_t> rank, IntParam(req, "rank"));
   TRAINCTL_ASSIGN_OR_RETURN(std::optional<int64_t> tail, IntParam(req, "tail"));
-  const int64_t attempts = job.attempts_size();
-  if (attempt && (*attempt < 1 || *attempt > attempts)) {
-    return absl::InvalidArgumentError(absl::StrCat("attempt: ", *attempt, " is out of range; job '", id, "' has ",
-                                                   attempts, " attempt(s), numbered from 1"));
-  }
+  v1::GetLogsRequest check;
+  if (attempt) check.set_attempt(static_cast<int32_t>(std::min<int64_t>(*attempt, INT32_MAX)));
+  if (rank) check.set_rank(static_cast<int32_t>(std::min<int64_t>(*rank, INT32_MAX)));
+  TRAINCTL_RETURN_IF_ERROR(LogsRequestError(check, job));
+  const int32_t attempts = job.attempts_size();
   const int32_t world = job.spec().world_size();
-  if (rank && *rank >= world) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("rank: ", *rank, " is outside the job's world (world_size ", world, ": ranks 0..", world - 1, ")"));
-  }
   const int64_t lines_wanted = std::min(tail.value_or(500), kMaxLogLines);
-  const int32_t which = attempt ? static_cast<int32_t>(*attempt) : static_cast<int32_t>(attempts);
+  const int32_t which = attempt && *attempt > 0 ? static_cast<int32_t>(*attempt) : attempts;
   std::vector<v1::LogLine> lines;
   if (which > 0) {
     std::optional<int32_t> only;
