@@ -89,6 +89,7 @@ TestCluster::TestCluster() : dir_(MakeTempDir()) {
   o.registry.heartbeat_interval = absl::Milliseconds(100);
   o.registry.lease_timeout = absl::Seconds(2);
   o.check_interval = absl::Milliseconds(50);
+  o.http_listen = "127.0.0.1:0";  // /metrics and the dashboard
   server_ = std::make_unique<coordinator::CoordinatorServer>(o);
   absl::StatusOr<std::string> addr = server_->Start();
   EXPECT_TRUE(addr.ok()) << addr.status();
