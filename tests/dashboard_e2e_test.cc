@@ -6,7 +6,8 @@
 // while the job trains, and the test asserts, without any reload, that the
 // loss chart (Chart.js) gains points while the job runs and that the state
 // turns SUCCEEDED, with eval accuracy and throughput charted, events listed
-// and every resource served by the coordinator itself (offline).
+// and every resource served by the coordinator itself (offline); then the
+// job list shows the job and the workers page the worker's labels and slots.
 // The JSON API's authentication is checked over plain HTTP too.
 //
 // TRAINCTL_DASHBOARD_SCREENSHOT=PATH saves the finished job page as a PNG
@@ -327,6 +328,19 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
     ASSERT_TRUE(absl::Base64Unescape(png.fields().at("data").string_value(), &bytes));
     std::ofstream(shot, std::ios::binary) << bytes;
   }
+
+  // The other two views, signed in by the cookie: the job list and the workers.
+  browser.Eval("location.href = '/'; true");
+  EXPECT_TRUE(browser.WaitTrue(absl::StrCat("[...document.querySelectorAll('#jobs tbody tr')].some(tr => "
+                                            "tr.textContent.includes('", id, "') && tr.textContent.includes('SUCCEEDED'))"),
+                               absl::Seconds(15)))
+      << browser.String("document.body.innerText");
+  browser.Eval("location.href = '/workers'; true");
+  EXPECT_TRUE(browser.WaitTrue("[...document.querySelectorAll('#workers tbody tr')].some(tr => "
+                               "tr.textContent.includes('zone=lab') && tr.textContent.includes('disk=ssd') && "
+                               "tr.textContent.includes('0/2'))",
+                               absl::Seconds(15)))
+      << browser.String("document.body.innerText");
 }
 
 }  // namespace
