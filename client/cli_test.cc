@@ -6,8 +6,13 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
-#include <filesystem>
+#include <fcntl.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
 
+#include <filesystem>
+#include <fstream>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -15,6 +20,7 @@
 #include "client/cli/cli.h"
 #include "client/test_cluster.h"
 #include "trainctl/client.h"
+#include "worker/daemon/slot_inventory.h"
 
 namespace trainctl {
 namespace {
@@ -268,7 +274,7 @@ TEST_F(CliTest, SubmitAppliesSetOverridesAndPrintsTheJob) {
 }
 
 TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
-  cluster_.AddWorker("w0", 1);
+  cluster_.AddWorker("w0", 1, {{"zone", "lab"}, {"disk", "ssd"}});
   cluster_.AddWorker("w1", 1);
   std::string done = Submit();
   ASSERT_TRUE(cluster_.RunAttemptToSuccess(done, 1, 2));
@@ -347,8 +353,9 @@ TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
   EXPECT_EQ(r.code, 0) << r.err;
   lines = Lines(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
-  EXPECT_THAT(lines[0], MatchesRegex("ID +HOST +ADDRESS +STATE +SLOTS +BUSY +HEARTBEAT +VERSION"));
-  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw0 +host-w0 +127.0.0.1 +ALIVE +1 cpu +0/1 +.* +-\n(.|\n)*"));
+  EXPECT_THAT(lines[0], MatchesRegex("ID +HOST +ADDRESS +STATE +SLOTS +BUSY +LABELS +HEARTBEAT +VERSION"));
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw0 +host-w0 +127.0.0.1 +ALIVE +1 cpu +0/1 +disk=ssd,zone=lab +.* +-\n(.|\n)*"));
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw1 +host-w1 +127.0.0.1 +ALIVE +1 cpu +0/1 +- +.*"));
   cluster_.RemoveWorker("w1");
   absl::Time deadline = absl::Now() + absl::Seconds(5);
   while (absl::Now() < deadline && Lines(Run({"workers"}).out).size() != 2) absl::SleepFor(absl::Milliseconds(20));
@@ -358,6 +365,30 @@ TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
   ASSERT_EQ(workers.workers_size(), 2);
   r = Run({"workers", "--all"});
   EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw1 +host-w1 +127.0.0.1 +LEFT +1 cpu +0/1 .*"));
+}
+
+TEST_F(CliTest, StatusDescribeAndLogsTakeAUniqueJobName) {
+  cluster_.AddWorker("w0", 2);
+  std::string only = Submit({"name=only-one", "world_size=1"});
+  ASSERT_TRUE(cluster_.RunAttemptToSuccess(only, 1, 1));
+  std::string twin1 = Submit({"name=twin", "world_size=8"});
+  std::string twin2 = Submit({"name=twin", "world_size=8"});
+  CliRun r = Run({"status", "only-one"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Job:        " + only + "\n"));
+  r = Run({"describe", "only-one", "-o", "json"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr(only));
+  r = Run({"logs", "only-one"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(r.out, "[rank 0] rank 0 trained 1 epochs\n");
+  r = Run({"status", "twin"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("the name 'twin' is shared by 2 jobs"));
+  EXPECT_THAT(r.err, AllOf(HasSubstr(twin1), HasSubstr(twin2), HasSubstr("give a job id")));
+  r = Run({"status", "nobody"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "trainctl status: no job nobody\n");
 }
 
 // --- errors from the coordinator -------------------------------------------------
@@ -525,7 +556,23 @@ TEST_F(CliTest, LogsPrintsStoredLinesPerRank) {
   EXPECT_EQ(chunk.lines(0).text(), "rank 1 trained 2 epochs");
   r = Run({"logs", id, "--attempt", "9"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, StartsWith("trainctl logs: attempt: job has 1 attempt(s)"));
+  EXPECT_EQ(r.err, "trainctl logs: --attempt: 9 is out of range: job " + id + " has 1 attempt(s) (1..1)\n");
+  r = Run({"logs", id, "--rank", "2"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_EQ(r.err, "trainctl logs: --rank: 2 is outside job " + id + "'s world: world_size 2 (ranks 0..1)\n");
+  // Any client gets the same from the coordinator.
+  {
+    std::unique_ptr<Client> client = Client::FromChannel(cluster_.channel());
+    LogsOptions bad;
+    bad.rank = 7;
+    absl::Status s = client->Logs(id, bad, [](const v1::LogChunk&) { return true; });
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(s.message()), HasSubstr("rank: 7 is outside job '" + id + "''s world: world_size 2"));
+    bad.rank.reset();
+    bad.attempt = 4;
+    s = client->Logs(id, bad, [](const v1::LogChunk&) { return true; });
+    EXPECT_THAT(std::string(s.message()), HasSubstr("attempt: 4 is out of range: job '" + id + "' has 1 attempt(s) (1..1"));
+  }
   r = Run({"logs", "nope"});
   EXPECT_EQ(r.code, 1);
   EXPECT_EQ(r.err, "trainctl logs: no job nope\n");
@@ -604,6 +651,84 @@ TEST_F(CliTest, FollowExitsOneWithTheReasonWhenTheJobFails) {
                                   "  .*last log lines:\n"
                                   "  .*Traceback: the last words of rank 1\n"
                                   "  \\(no restarts left: 0 of 0 used\\)\n"));
+}
+
+TEST_F(CliTest, FollowSaysWhyTheJobIsPending) {
+  CliRun r;
+  std::thread follower([&] { r = Run({"submit", job_file_, "--follow", "--set", "world_size=1"}); });
+  // No worker yet: the job waits, and the plain output says why.
+  absl::SleepFor(absl::Milliseconds(500));
+  cluster_.AddWorker("w0", 1);
+  std::string id = cluster_.WaitForStartedJob();
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(cluster_.RunAttemptToSuccess(id, 1, 1));
+  follower.join();
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\n[0-9:]{8}  pending  no schedulable worker has cpu slots\n(.|\n)*")) << r.out;
+}
+
+TEST_F(CliTest, InterruptedFollowSaysTheJobKeepsRunningAndHowToFollowIt) {
+  cluster_.AddWorker("w0", 1);
+  const std::string log = dir_ + "/follow.log";
+  const std::vector<std::string> args = {TRAINCTL_CLI_BINARY, "--coordinator", cluster_.address(), "--token",
+                                         cluster_.admin_token(), "submit", job_file_, "--follow", "--set",
+                                         "world_size=1"};
+  std::vector<char*> argv;
+  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  pid_t pid = fork();
+  ASSERT_GE(pid, 0);
+  if (pid == 0) {
+    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+    dup2(fd, 1);
+    dup2(fd, 2);
+    execv(argv[0], argv.data());
+    _exit(127);
+  }
+  std::string id = cluster_.WaitForStartedJob();
+  ASSERT_FALSE(id.empty());
+  auto read_log = [&] {
+    std::ifstream f(log);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  // Interrupt once the watch printed the job's history (it is following).
+  for (absl::Time deadline = absl::Now() + absl::Seconds(15);
+       absl::Now() < deadline && read_log().find("  scheduled  ") == std::string::npos;) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_THAT(read_log(), HasSubstr("  scheduled  "));
+  kill(pid, SIGINT);
+  int status = 0;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(15);
+       absl::Now() < deadline && waitpid(pid, &status, WNOHANG) == 0;) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  if (waitpid(pid, &status, WNOHANG) == 0) {
+    kill(pid, SIGKILL);
+    waitpid(pid, &status, 0);
+    FAIL() << "trainctl did not exit on SIGINT\n" << read_log();
+  }
+  ASSERT_TRUE(WIFEXITED(status)) << read_log();
+  EXPECT_EQ(WEXITSTATUS(status), 130);
+  EXPECT_THAT(read_log(), HasSubstr("interrupted: job " + id + " keeps running on the cluster; follow it again with "
+                                    "`trainctl logs -f " + id + "` or `trainctl status " + id + "`"));
+  CliRun r = Run({"status", id});
+  EXPECT_THAT(r.out, Not(HasSubstr("CANCELLED"))) << "interrupting the follow does not stop the job";
+}
+
+TEST(CliUsageTest, RunWithDeviceCudaAndNoGpuFailsAtOnce) {
+  std::string dir = testing::MakeTempDir();
+  std::string file = testing::WriteFile(dir, "job.yaml", testing::ValidJobYaml(1));
+  absl::Time start = absl::Now();
+  CliRun r = RunTrainctl({"run", file, "--set", "device=cuda", "--gpus", "none"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_EQ(r.err, "trainctl run: device: cuda, but --gpus none leaves this run no GPU; use --set device=cpu "
+                   "(or device=auto)\n");
+  if (!worker::DiscoverGpus().empty()) GTEST_SKIP() << "this host has a GPU";
+  r = RunTrainctl({"run", file, "--set", "device=cuda"});
+  EXPECT_EQ(r.code, 1);
+  EXPECT_THAT(r.err, StartsWith("trainctl run: device: cuda, but this host has no GPU visible"));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "fails at once, not after waiting for a slot";
 }
 
 TEST_F(CliTest, FollowInJsonWritesOneDocumentPerLine) {

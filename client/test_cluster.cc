@@ -89,6 +89,7 @@ TestCluster::TestCluster() : dir_(MakeTempDir()) {
   o.registry.heartbeat_interval = absl::Milliseconds(100);
   o.registry.lease_timeout = absl::Seconds(2);
   o.check_interval = absl::Milliseconds(50);
+  o.http_listen = "127.0.0.1:0";  // /metrics and the dashboard
   server_ = std::make_unique<coordinator::CoordinatorServer>(o);
   absl::StatusOr<std::string> addr = server_->Start();
   EXPECT_TRUE(addr.ok()) << addr.status();
@@ -111,9 +112,10 @@ TestCluster::~TestCluster() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
-FakeWorker& TestCluster::AddWorker(const std::string& id, int cpu_slots) {
+FakeWorker& TestCluster::AddWorker(const std::string& id, int cpu_slots, std::map<std::string, std::string> labels) {
   workers_.push_back(std::make_unique<FakeWorker>(worker_channel_, id, cpu_slots,
                                                   absl::Milliseconds(100), worker_token_));
+  workers_.back()->set_labels(std::move(labels));
   EXPECT_TRUE(workers_.back()->Connect()) << "worker " << id << " did not register";
   return *workers_.back();
 }

@@ -6,6 +6,7 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -53,7 +54,7 @@ class TestCluster {
   coordinator::CoordinatorServer& server() { return *server_; }
 
   // Connects a fake worker "id" with `cpu_slots` CPU slots (host "host-<id>").
-  FakeWorker& AddWorker(const std::string& id, int cpu_slots);
+  FakeWorker& AddWorker(const std::string& id, int cpu_slots, std::map<std::string, std::string> labels = {});
   // Ends worker `id`'s session cleanly (Goodbye) and forgets it.
   void RemoveWorker(const std::string& id);
 

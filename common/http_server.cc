@@ -2,6 +2,9 @@
 
 #include <httplib.h>
 
+#include <algorithm>
+#include <cctype>
+
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
@@ -9,19 +12,73 @@
 
 namespace trainctl {
 
+namespace {
+
+void Send(const HttpServer::Reply& r, httplib::Response& res) {
+  res.status = r.status;
+  for (const auto& [name, value] : r.headers) res.set_header(name, value);
+  res.set_content(r.body, r.content_type.c_str());
+}
+
+}  // namespace
+
+std::string HttpServer::Request::Header(const std::string& name) const {
+  for (const auto& [key, value] : headers) {
+    if (key.size() == name.size() &&
+        std::equal(key.begin(), key.end(), name.begin(), [](char a, char b) {
+          return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+        })) {
+      return value;
+    }
+  }
+  return "";
+}
+
+std::string HttpServer::Request::Param(const std::string& name) const {
+  auto it = params.find(name);
+  return it == params.end() ? "" : it->second;
+}
+
 HttpServer::HttpServer() : server_(std::make_unique<httplib::Server>()) {
-  // Few, short requests (a scraper every few seconds).
-  server_->new_task_queue = [] { return new httplib::ThreadPool(2); };
+  // Short requests: a scraper every few seconds, a dashboard polling once a
+  // second. A fixed pool; idle keep-alive connections give their thread
+  // back after 2 s.
+  server_->new_task_queue = [] { return new httplib::ThreadPool(kThreads); };
+  server_->set_keep_alive_timeout(2);
+  // Forms (the dashboard's login) are small.
+  server_->set_payload_max_length(64 << 10);
 }
 
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Handle(const std::string& path, Handler handler) {
   server_->Get(path, [handler = std::move(handler)](const httplib::Request&, httplib::Response& res) {
-    Reply r = handler();
-    res.status = r.status;
-    res.set_content(r.body, r.content_type.c_str());
+    Send(handler(), res);
   });
+}
+
+void HttpServer::HandleRequest(const std::string& method, const std::string& pattern, RequestHandler handler) {
+  auto serve = [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
+    Request r;
+    r.method = req.method;
+    r.path = req.path;
+    for (size_t i = 1; i < req.matches.size(); ++i) r.matches.push_back(req.matches[i].str());
+    r.params.insert(req.params.begin(), req.params.end());
+    r.headers.insert(req.headers.begin(), req.headers.end());
+    r.body = req.body;
+    if (req.method == "POST" &&
+        req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0) {
+      httplib::Params form;
+      httplib::detail::parse_query_text(req.body, form);
+      r.params.insert(form.begin(), form.end());
+    }
+    Send(handler(r), res);
+  };
+  if (method == "POST") {
+    server_->Post(pattern, std::move(serve));
+  } else {
+    server_->Get(pattern, std::move(serve));
+  }
 }
 
 absl::StatusOr<std::string> HttpServer::Start(const std::string& listen) {

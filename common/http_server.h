@@ -1,16 +1,24 @@
-// A small HTTP server for the daemons' /metrics page (and later pages):
-// cpp-httplib (Debian libcpp-httplib-dev) on its own threads, never on the
-// caller's event loop. Each GET of a registered path calls its handler on
-// an HTTP thread; a handler that needs loop state posts to the loop and
-// waits for a snapshot (see the coordinator's and worker's /metrics).
+// A small HTTP server for the daemons' /metrics page and the coordinator's
+// dashboard: cpp-httplib (Debian libcpp-httplib-dev) on its own threads,
+// never on the caller's event loop. Each request to a registered path calls
+// its handler on an HTTP thread; a handler that needs loop state posts to
+// the loop and waits for a snapshot (see the coordinator's and worker's
+// /metrics, coordinator/dashboard.cc).
 //
-// Thread-safe: Handle before Start; Start and Stop from one owner thread.
+// Connections are served by a fixed pool of threads (kThreads): a browser
+// holding keep-alive connections or a scraper never makes the server spawn
+// more; keep-alive is short so that idle connections give their thread back.
+//
+// Thread-safe: Handle* before Start; Start and Stop from one owner thread.
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "absl/status/statusor.h"
 
@@ -22,12 +30,39 @@ namespace trainctl {
 
 class HttpServer {
  public:
+  // Threads serving connections (each holds one connection at a time).
+  static constexpr int kThreads = 8;
+
+  struct Request {
+    std::string method;
+    std::string path;
+    // The pattern's capture groups, in order.
+    std::vector<std::string> matches;
+    // Query parameters (and, for a POSTed form, its fields).
+    std::multimap<std::string, std::string> params;
+    // Header names as sent (look up with Header(), case-insensitive).
+    std::multimap<std::string, std::string> headers;
+    std::string body;
+
+    // The first value of a header or parameter; "" when absent.
+    std::string Header(const std::string& name) const;
+    std::string Param(const std::string& name) const;
+    bool HasParam(const std::string& name) const { return params.count(name) > 0; }
+  };
   struct Reply {
+    Reply() = default;
+    Reply(int status, std::string content_type, std::string body,
+          std::vector<std::pair<std::string, std::string>> headers = {})
+        : status(status), content_type(std::move(content_type)), body(std::move(body)), headers(std::move(headers)) {}
+
     int status = 200;
     std::string content_type = "text/plain; charset=utf-8";
     std::string body;
+    // Extra response headers (Set-Cookie, Location, Cache-Control...).
+    std::vector<std::pair<std::string, std::string>> headers;
   };
   using Handler = std::function<Reply()>;
+  using RequestHandler = std::function<Reply(const Request&)>;
 
   HttpServer();
   ~HttpServer();  // Stops.
@@ -36,6 +71,9 @@ class HttpServer {
 
   // GET `path` answers handler(); other paths are 404.
   void Handle(const std::string& path, Handler handler);
+  // `method` ("GET" or "POST") of a path matching the regular expression
+  // `pattern` (whole path) answers handler(request).
+  void HandleRequest(const std::string& method, const std::string& pattern, RequestHandler handler);
   // Binds "HOST:PORT" (port 0: a free one) and serves on a thread. Returns
   // the bound "HOST:PORT". InvalidArgument naming the flag value for a bad
   // address, Unavailable when it cannot bind.

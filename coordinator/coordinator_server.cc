@@ -102,6 +102,9 @@ absl::StatusOr<std::string> CoordinatorServer::Start() {
     http_.Handle("/metrics", [this] {
       return HttpServer::Reply{200, "text/plain; version=0.0.4; charset=utf-8", MetricsPage()};
     });
+    dashboard_ = std::make_unique<Dashboard>(
+        Dashboard::Deps{&loop_, store_.get(), registry_.get(), jobs_.get(), tokens_.get()});
+    dashboard_->Register(http_);
     TRAINCTL_ASSIGN_OR_RETURN(http_address_, http_.Start(options_.http_listen));
   }
   std::string host = options_.listen.substr(0, options_.listen.rfind(':'));

@@ -13,6 +13,7 @@
 #include "common/clock.h"
 #include "common/event_loop.h"
 #include "common/http_server.h"
+#include "coordinator/dashboard.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/metrics_hub.h"
 #include "coordinator/rpc_stats.h"
@@ -39,8 +40,8 @@ struct CoordinatorOptions {
   StoreOptions store;
   // How often leases, hangs and timeouts are checked.
   absl::Duration check_interval = absl::Milliseconds(200);
-  // host:port of the HTTP endpoint serving /metrics (Prometheus); empty:
-  // none.
+  // host:port of the HTTP endpoint serving /metrics (Prometheus) and the
+  // web dashboard (coordinator/dashboard.h); empty: none.
   std::string http_listen;
   // Largest message accepted or sent, in bytes.
   int max_message_bytes = 16 << 20;
@@ -107,6 +108,7 @@ class CoordinatorServer {
   std::unique_ptr<AuthServiceImpl> auth_service_;
   std::unique_ptr<grpc::Server> server_;
   RpcStats rpc_stats_;
+  std::unique_ptr<Dashboard> dashboard_;
   // Declared last: stopped (destroyed) first, before what it reads.
   HttpServer http_;
   std::string http_address_;

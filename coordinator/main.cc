@@ -43,8 +43,8 @@ ABSL_FLAG(int64_t, log_lines_per_rank, 10000, "log lines kept per rank and attem
 ABSL_FLAG(int, max_message_mb, 16, "largest gRPC message accepted or sent");
 ABSL_FLAG(std::string, log_level, "info", "service log lines below this level are dropped: debug, info, warn, error");
 ABSL_FLAG(std::string, http_listen, "",
-          "HOST:PORT of an HTTP endpoint serving /metrics in Prometheus' text format (port 0: a free "
-          "one); empty (default): off");
+          "HOST:PORT of an HTTP endpoint serving /metrics in Prometheus' text format and the web "
+          "dashboard at / (port 0: a free one); empty (default): off");
 
 ABSL_FLAG(std::string, admin_token_file, "",
           "file holding the bootstrap admin token (created with mode 0600 when absent); "
@@ -304,6 +304,7 @@ int main(int argc, char** argv) {
                      {{"address", *addr}, {"db", o.db_path}, {"metrics", server.http_address().empty() ? "off" : "http://" + server.http_address() + "/metrics"}});
   if (!server.http_address().empty()) {
     std::cout << "trainctl-coordinator: metrics on http://" << server.http_address() << "/metrics" << std::endl;
+    std::cout << "trainctl-coordinator: dashboard on http://" << server.http_address() << "/" << std::endl;
   }
   if (o.tls_cert_pem.empty() && !trainctl::coordinator::IsLoopbackListen(o.listen)) {
     std::cerr << "trainctl-coordinator: WARNING: --insecure: serving plaintext on " << *addr

@@ -658,6 +658,7 @@ absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(JobManager& jobs, StateSto
     *batch->add_points() = std::move(p.point);
   }
   if (page.more) resp.set_next_page_token(absl::StrCat(page.points.back().id));
+  resp.set_resume_token(page.points.empty() ? req.page_token() : absl::StrCat(page.points.back().id));
   return resp;
 }
 
@@ -818,6 +819,22 @@ grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::Callback
   return reactor;
 }
 
+absl::Status LogsRequestError(const v1::GetLogsRequest& req, const v1::Job& job) {
+  if (req.tail_lines() < 0) return absl::InvalidArgumentError("tail_lines: must be >= 0");
+  const int attempts = job.attempts_size();
+  if (req.attempt() < 0 || req.attempt() > attempts) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "attempt: ", req.attempt(), " is out of range: job '", job.id(), "' has ", attempts, " attempt(s)",
+        attempts > 0 ? absl::StrCat(" (1..", attempts, "; 0 = the latest)") : " yet"));
+  }
+  const int world = job.spec().world_size();
+  if (req.has_rank() && (req.rank() < 0 || (world > 0 && req.rank() >= world))) {
+    return absl::InvalidArgumentError(absl::StrCat("rank: ", req.rank(), " is outside job '", job.id(),
+                                                   "''s world: world_size ", world, " (ranks 0..", world - 1, ")"));
+  }
+  return absl::OkStatus();
+}
+
 grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetLogs(grpc::CallbackServerContext* ctx,
                                                                 const v1::GetLogsRequest* req) {
   auto* reactor = new LogsReactor(ctx_, *req);
@@ -833,9 +850,9 @@ grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetLogs(grpc::CallbackSe
       reactor->FinishAfterQueue(ToGrpcStatus(job.status()));
       return;
     }
-    if (request.attempt() < 0 || request.attempt() > job->attempts_size() || request.tail_lines() < 0) {
-      reactor->FinishAfterQueue(ToGrpcStatus(absl::InvalidArgumentError(
-          absl::StrCat("attempt: job has ", job->attempts_size(), " attempt(s); tail_lines >= 0"))));
+    absl::Status bad = LogsRequestError(request, *job);
+    if (!bad.ok()) {
+      reactor->FinishAfterQueue(ToGrpcStatus(bad));
       return;
     }
     int32_t attempt = request.attempt() == 0 ? job->attempts_size() : request.attempt();

@@ -112,6 +112,10 @@ class AuthServiceImpl final : public v1::AuthService::CallbackService {
 
 grpc::Status ToGrpcStatus(const absl::Status& s);
 
+// Why a GetLogs request cannot be answered for `job` (InvalidArgument naming
+// the field: tail_lines, an attempt out of range, a rank outside the world).
+absl::Status LogsRequestError(const v1::GetLogsRequest& req, const v1::Job& job);
+
 // Largest GetMetrics page (points' bytes): well under any message limit.
 inline constexpr int64_t kMaxMetricPageBytes = 1 << 20;
 // One GetMetrics page (on the loop): validates the request, reads the store.

@@ -32,6 +32,9 @@ packages=(
   libyaml-cpp-dev libsqlite3-dev libgtest-dev libgmock-dev libcli11-dev libssl-dev
   # /metrics endpoint (HTTP server), and the real Prometheus its test scrapes with
   libcpp-httplib-dev prometheus
+  # the web dashboard: its chart library (vendored from this package's npm
+  # release, coordinator/web/vendor/) and the browser its test drives
+  libjs-chart.js chromium
   # reference scripts, cross-language checks, real data
   python3-torch python3-grpcio python3-numpy dataset-fashion-mnist
 )

@@ -45,9 +45,16 @@ void FollowPrinter::OnUpdate(const v1::JobUpdate& update) {
         DrawStatus(/*force=*/state_changed);
         break;
       }
-      // Plain: a progress line now and then, only when it says something new.
-      std::string progress = ProgressText(job_.progress());
+      // Plain: why the job waits, each time the reason changes; a progress
+      // line now and then, only when it says something new.
       absl::Time now = now_();
+      if (job_.state() == v1::JOB_STATE_PENDING && !job_.state_reason().empty() &&
+          job_.state_reason() != last_pending_reason_) {
+        PrintLine(absl::StrCat(absl::FormatTime("%H:%M:%S", now, absl::LocalTimeZone()), "  pending  ",
+                               OneLine(job_.state_reason())));
+        last_pending_reason_ = job_.state_reason();
+      }
+      std::string progress = ProgressText(job_.progress());
       if (job_.state() == v1::JOB_STATE_RUNNING && !progress.empty() && progress != last_progress_text_ &&
           now - last_progress_line_ >= options_.progress_interval) {
         PrintLine(absl::StrCat(absl::FormatTime("%H:%M:%S", now, absl::LocalTimeZone()), "  progress  ",

@@ -59,6 +59,8 @@ class FollowPrinter {
   absl::Time last_draw_ = absl::InfinitePast();
   absl::Time last_progress_line_ = absl::InfinitePast();
   std::string last_progress_text_;
+  // The PENDING reason last printed (plain output).
+  std::string last_pending_reason_;
   int64_t skipped_reported_ = 0;
 };
 

@@ -82,6 +82,15 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
         (fs::absolute(fs::path("checkpoints") / spec.name()) / "{job_id}").string());
   }
   if (!flags.resume.empty()) spec.mutable_resume_from()->set_job(flags.resume);
+  // A CUDA job on a host without a usable GPU would wait for a slot forever:
+  // say so before starting anything.
+  if (spec.device() == v1::DEVICE_CUDA && (flags.gpus == "none" || worker::DiscoverGpus().empty())) {
+    return ctx.Fail(absl::FailedPreconditionError(
+        flags.gpus == "none"
+            ? "device: cuda, but --gpus none leaves this run no GPU; use --set device=cpu (or device=auto)"
+            : "device: cuda, but this host has no GPU visible (no NVIDIA driver or device found through "
+              "NVML); use --set device=cpu, or device=auto to take a GPU only where there is one"));
+  }
 
   std::string state_dir = flags.state_dir;
   bool temporary = state_dir.empty();

@@ -1,6 +1,12 @@
 // The trainctl verbs. Each Add*Verb declares its subcommand (flags, help,
 // example) and returns the runner that does the work after parsing.
+#include <pthread.h>
+#include <signal.h>
+#include <unistd.h>
+
 #include <algorithm>
+#include <cstring>
+#include <map>
 #include <memory>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +36,71 @@ std::string FirstLine(const std::string& s, size_t max = 60) {
   return line;
 }
 
+// The job `ref` names: its id, or else the name of exactly one job. NotFound
+// when neither; InvalidArgument listing the ids when the name is shared.
+absl::StatusOr<v1::Job> ResolveJob(Client& client, const std::string& ref) {
+  absl::StatusOr<v1::Job> job = client.Get(ref);
+  if (job.ok() || job.status().code() != absl::StatusCode::kNotFound) return job;
+  absl::StatusOr<std::vector<v1::Job>> all = client.List();
+  if (!all.ok()) return job.status();
+  std::vector<std::string> ids;
+  for (const v1::Job& j : *all) {
+    if (j.spec().name() == ref) ids.push_back(j.id());
+  }
+  if (ids.empty()) return job.status();
+  if (ids.size() > 1) {
+    return absl::InvalidArgumentError(absl::StrCat("JOB: the name '", ref, "' is shared by ", ids.size(),
+                                                   " jobs (", absl::StrJoin(ids, ", "), "); give a job id"));
+  }
+  return client.Get(ids[0]);
+}
+
+// SIGINT while following: say that the job goes on, and how to see it again.
+// The message is made before the handler is installed (the handler only
+// write()s and exits, both async-signal-safe).
+char follow_interrupt_message[512];
+size_t follow_interrupt_length = 0;
+
+extern "C" void OnFollowInterrupted(int) {
+  ssize_t ignored = write(STDERR_FILENO, follow_interrupt_message, follow_interrupt_length);
+  (void)ignored;
+  _exit(130);
+}
+
+// Installs the SIGINT message for `job_id` while alive (only where SIGINT
+// is unblocked and at its default: not under `trainctl run`, which blocks it
+// and takes it on its own thread).
+class FollowInterruptNotice {
+ public:
+  explicit FollowInterruptNotice(const std::string& job_id) {
+    std::string msg = absl::StrCat("\ninterrupted: job ", job_id,
+                                   " keeps running on the cluster; follow it again with `trainctl logs -f ", job_id,
+                                   "` or `trainctl status ", job_id, "` (`trainctl cancel ", job_id,
+                                   "` stops it)\n");
+    follow_interrupt_length = std::min(msg.size(), sizeof(follow_interrupt_message));
+    std::memcpy(follow_interrupt_message, msg.data(), follow_interrupt_length);
+    struct sigaction sa {};
+    sa.sa_handler = OnFollowInterrupted;
+    sigemptyset(&sa.sa_mask);
+    // `trainctl run` blocks SIGINT and takes it on a thread of its own.
+    sigset_t blocked;
+    const bool taken_elsewhere = pthread_sigmask(SIG_BLOCK, nullptr, &blocked) == 0 && sigismember(&blocked, SIGINT);
+    struct sigaction old {};
+    if (!taken_elsewhere && sigaction(SIGINT, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
+      installed_ = sigaction(SIGINT, &sa, &old_) == 0;
+    }
+  }
+  ~FollowInterruptNotice() {
+    if (installed_) sigaction(SIGINT, &old_, nullptr);
+  }
+  FollowInterruptNotice(const FollowInterruptNotice&) = delete;
+  FollowInterruptNotice& operator=(const FollowInterruptNotice&) = delete;
+
+ private:
+  bool installed_ = false;
+  struct sigaction old_ {};
+};
+
 }  // namespace
 
 // Follows a job until it ends; the exit code is 0 only when it SUCCEEDED.
@@ -39,6 +110,7 @@ int FollowJob(CliContext& ctx, Client& client, const std::string& job_id) {
   options.terminal = ctx.env.out_is_terminal && !options.json;
   options.progress_interval = ctx.env.progress_interval;
   FollowPrinter printer(ctx.out, options);
+  FollowInterruptNotice notice(job_id);
   absl::StatusOr<v1::Job> final_job =
       client.Watch(job_id, /*include_history=*/true, [&](const v1::JobUpdate& u) {
         printer.OnUpdate(u);
@@ -140,10 +212,10 @@ int RunSubmit(CliContext& ctx, const SubmitFlags& flags) {
 
 // --- job queries ---------------------------------------------------------------
 
-int RunStatus(CliContext& ctx, const std::string& job_id) {
+int RunStatus(CliContext& ctx, const std::string& job_ref) {
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Job> job = (*client)->Get(job_id);
+  absl::StatusOr<v1::Job> job = ResolveJob(**client, job_ref);
   if (!job.ok()) return ctx.Fail(job.status());
   if (ctx.json()) {
     ctx.PrintJson(*job);
@@ -153,9 +225,12 @@ int RunStatus(CliContext& ctx, const std::string& job_id) {
   return kExitOk;
 }
 
-int RunDescribe(CliContext& ctx, const std::string& job_id) {
+int RunDescribe(CliContext& ctx, const std::string& job_ref) {
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<v1::Job> resolved = ResolveJob(**client, job_ref);
+  if (!resolved.ok()) return ctx.Fail(resolved.status());
+  const std::string& job_id = resolved->id();
   // The job's events come from the watch history; the first job snapshot
   // follows the history, so stop there.
   std::vector<v1::Event> events;
@@ -234,14 +309,26 @@ int RunLogs(CliContext& ctx, const LogsFlags& flags, bool rank_given) {
   if (flags.tail < 0) return ctx.Fail(absl::InvalidArgumentError("--tail: must be >= 0"));
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<v1::Job> job = ResolveJob(**client, flags.job_id);
+  if (!job.ok()) return ctx.Fail(job.status());
+  const std::string job_id = job->id();
+  // Say what is wrong with --attempt and --rank before any line.
+  if (flags.attempt > job->attempts_size()) {
+    return ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--attempt: ", flags.attempt, " is out of range: job ", job_id, " has ", job->attempts_size(),
+        " attempt(s)", job->attempts_size() > 0 ? absl::StrCat(" (1..", job->attempts_size(), ")") : " yet")));
+  }
+  if (rank_given && job->spec().world_size() > 0 && flags.rank >= job->spec().world_size()) {
+    return ctx.Fail(absl::InvalidArgumentError(absl::StrCat("--rank: ", flags.rank, " is outside job ", job_id,
+                                                            "'s world: world_size ", job->spec().world_size(),
+                                                            " (ranks 0..", job->spec().world_size() - 1, ")")));
+  }
   if (flags.follow && flags.attempt == 0) {
     // A pending job has no attempt to follow yet: wait until it is placed,
     // so `submit` then `logs -f` shows the first attempt's lines.
-    absl::StatusOr<v1::Job> job = (*client)->Get(flags.job_id);
-    if (!job.ok()) return ctx.Fail(job.status());
     if (job->attempts_size() == 0 && job->state() == v1::JOB_STATE_PENDING) {
       absl::StatusOr<v1::Job> placed =
-          (*client)->Watch(flags.job_id, /*include_history=*/false, [](const v1::JobUpdate& u) {
+          (*client)->Watch(job_id, /*include_history=*/false, [](const v1::JobUpdate& u) {
             return !(u.has_job() && u.job().state() != v1::JOB_STATE_PENDING);
           });
       if (!placed.ok()) return ctx.Fail(placed.status());
@@ -252,7 +339,7 @@ int RunLogs(CliContext& ctx, const LogsFlags& flags, bool rank_given) {
   options.attempt = flags.attempt;
   options.tail = flags.tail;
   options.follow = flags.follow;
-  absl::Status s = (*client)->Logs(flags.job_id, options, [&](const v1::LogChunk& chunk) {
+  absl::Status s = (*client)->Logs(job_id, options, [&](const v1::LogChunk& chunk) {
     if (ctx.json()) {
       ctx.PrintJson(chunk);
     } else {
@@ -302,6 +389,14 @@ std::string SlotsText(const v1::Worker& w) {
   return parts.empty() ? "-" : absl::StrJoin(parts, ", ");
 }
 
+// "k=v,k=v" sorted by key; "-" when none.
+std::string LabelsText(const v1::Worker& w) {
+  std::map<std::string, std::string> sorted(w.labels().begin(), w.labels().end());
+  std::vector<std::string> parts;
+  for (const auto& [k, v] : sorted) parts.push_back(absl::StrCat(k, "=", v));
+  return parts.empty() ? "-" : absl::StrJoin(parts, ",");
+}
+
 int RunWorkers(CliContext& ctx, bool all) {
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
@@ -318,10 +413,10 @@ int RunWorkers(CliContext& ctx, bool all) {
     return kExitOk;
   }
   absl::Time now = absl::Now();
-  Table t({"ID", "HOST", "ADDRESS", "STATE", "SLOTS", "BUSY", "HEARTBEAT", "VERSION"});
+  Table t({"ID", "HOST", "ADDRESS", "STATE", "SLOTS", "BUSY", "LABELS", "HEARTBEAT", "VERSION"});
   for (const v1::Worker& w : *workers) {
     t.AddRow({w.id(), w.hostname(), w.address().empty() ? "-" : w.address(), WorkerStateName(w.state()),
-              SlotsText(w), absl::StrCat(w.busy_slots_size(), "/", w.slots_size()),
+              SlotsText(w), absl::StrCat(w.busy_slots_size(), "/", w.slots_size()), LabelsText(w),
               Age(w.last_heartbeat_time(), now), w.version().empty() ? "-" : w.version()});
   }
   t.Print(ctx.out);
@@ -354,7 +449,7 @@ VerbRunner AddStatusVerb(CLI::App& app, CliContext& ctx) {
   auto job = std::make_shared<std::string>();
   CLI::App* sub = AddVerb(app, "status", "Show a job's state, progress and times",
                           "  trainctl status mlp-synthetic-7f3a2c\n");
-  sub->add_option("JOB", *job, "Job id")->required();
+  sub->add_option("JOB", *job, "Job id, or the name of exactly one job")->required();
   return [&ctx, job] { return RunStatus(ctx, *job); };
 }
 
@@ -363,7 +458,7 @@ VerbRunner AddDescribeVerb(CLI::App& app, CliContext& ctx) {
   CLI::App* sub = AddVerb(app, "describe",
                           "Show a job in full: spec, attempts, placement, rank exits, events",
                           "  trainctl describe mlp-synthetic-7f3a2c\n");
-  sub->add_option("JOB", *job, "Job id")->required();
+  sub->add_option("JOB", *job, "Job id, or the name of exactly one job")->required();
   return [&ctx, job] { return RunDescribe(ctx, *job); };
 }
 
@@ -386,7 +481,7 @@ VerbRunner AddLogsVerb(CLI::App& app, CliContext& ctx) {
   auto flags = std::make_shared<LogsFlags>();
   CLI::App* sub = AddVerb(app, "logs", "Print a job's log lines (every rank, latest attempt)",
                           "  trainctl logs mlp-synthetic-7f3a2c -f --rank 0 --tail 100\n");
-  sub->add_option("JOB", flags->job_id, "Job id")->required();
+  sub->add_option("JOB", flags->job_id, "Job id, or the name of exactly one job")->required();
   sub->add_flag("-f,--follow", flags->follow, "Keep printing new lines until the job ends");
   CLI::Option* rank = sub->add_option("--rank", flags->rank, "Only this rank");
   sub->add_option("--attempt", flags->attempt, "Attempt number (default: the latest)");

@@ -29,6 +29,7 @@ bool FakeWorker::Connect(std::vector<v1::RunningRank> running) {
   r->set_worker_id(id_);
   r->set_hostname("host-" + id_);
   r->set_address("127.0.0.1");
+  r->mutable_labels()->insert(labels_.begin(), labels_.end());
   for (int i = 0; i < slots_; ++i) {
     v1::Slot* s = r->add_slots();
     s->set_kind(v1::Slot::KIND_CPU);

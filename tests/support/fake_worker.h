@@ -10,6 +10,7 @@
 #include <atomic>
 #include <deque>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -30,6 +31,8 @@ class FakeWorker {
              absl::Duration heartbeat = absl::Milliseconds(100), std::string token = "");
   ~FakeWorker();
 
+  // Labels sent at the next Connect().
+  void set_labels(std::map<std::string, std::string> labels) { labels_ = std::move(labels); }
   // Opens the session and registers; true when the coordinator acknowledged.
   bool Connect(std::vector<v1::RunningRank> running = {});
   // Stops heartbeating and cuts the stream, as a crashed daemon would.
@@ -58,6 +61,7 @@ class FakeWorker {
   std::shared_ptr<grpc::Channel> channel_;
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   std::string id_;
+  std::map<std::string, std::string> labels_;
   int slots_;
   absl::Duration heartbeat_;
   std::string token_;

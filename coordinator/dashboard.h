@@ -1,0 +1,74 @@
+// The web dashboard on the coordinator's HTTP port (--http-listen), beside
+// /metrics: pages (jobs with state and progress; a job's live loss, eval
+// accuracy and throughput charts, events and per-rank logs; workers with
+// their slots and labels) and the JSON endpoints they poll:
+//
+//   GET  /api/jobs                          ListJobs (newest first)
+//   GET  /api/jobs/ID?events_after=SEQ      GetJob + the job's events after SEQ
+//   GET  /api/jobs/ID/metrics?page_token=T  GetMetrics (resume_token follows)
+//   GET  /api/jobs/ID/logs?rank=R&attempt=A&tail=N   stored log lines
+//   GET  /api/workers                       ListWorkers (busy slots filled)
+//
+// Every page and endpoint but /login and /static/ needs a token with role
+// admin, submitter or viewer, as the JobService reads do: `Authorization:
+// Bearer SECRET`, or the HttpOnly cookie that the /login form sets. Answers
+// reuse the services' code (JobManager, StateStore, GetMetricsPage) on the
+// control-plane loop; an HTTP thread waits for it at most 5 s (503 then).
+//
+// Thread-safe: handlers run on the HTTP server's threads and touch manager
+// state only through closures posted to the loop.
+#pragma once
+
+#include <functional>
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "common/event_loop.h"
+#include "common/http_server.h"
+#include "coordinator/job_manager.h"
+#include "coordinator/store/state_store.h"
+#include "coordinator/token_authority.h"
+#include "coordinator/worker_registry.h"
+
+namespace trainctl::coordinator {
+
+class Dashboard {
+ public:
+  // The cookie /login sets (HttpOnly, SameSite=Strict): the token's secret.
+  static constexpr char kCookie[] = "trainctl_token";
+
+  struct Deps {
+    EventLoop* loop;
+    StateStore* store;
+    WorkerRegistry* registry;
+    JobManager* jobs;
+    TokenAuthority* auth;
+  };
+  explicit Dashboard(Deps deps) : deps_(deps) {}
+
+  // Registers every page and endpoint on `http` (before it starts).
+  void Register(HttpServer& http);
+
+ private:
+  using Reply = HttpServer::Reply;
+  using Request = HttpServer::Request;
+
+  // The caller, from the Authorization header or the cookie; Unauthenticated
+  // or PermissionDenied (with the reason) otherwise.
+  absl::StatusOr<Principal> Authenticate(const Request& req) const;
+  // A page: the app, or a redirect to /login when not signed in.
+  Reply Page(const Request& req) const;
+  Reply Login(const Request& req) const;
+  // An API endpoint: authenticates, runs `answer` on the loop, replies JSON.
+  Reply Api(const Request& req, std::function<absl::StatusOr<std::string>()> answer) const;
+
+  absl::StatusOr<std::string> Jobs() const;
+  absl::StatusOr<std::string> Job(const std::string& id, const Request& req) const;
+  absl::StatusOr<std::string> Metrics(const std::string& id, const Request& req) const;
+  absl::StatusOr<std::string> Logs(const std::string& id, const Request& req) const;
+  absl::StatusOr<std::string> Workers() const;
+
+  Deps deps_;
+};
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,225 @@
+// The trainctl dashboard: one page, three views chosen by the path
+// (/ jobs, /jobs/ID a job, /workers workers), each kept current by polling
+// the coordinator's JSON endpoints (coordinator/dashboard.h) about once a
+// second. Charts are Chart.js (vendored, /static/chart.min.js). Every
+// server string goes through esc() or textContent.
+'use strict';
+
+const POLL_MS = 1000;
+
+function esc(s) {
+  return String(s ?? '').replace(/[&<>"']/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'}[c]));
+}
+const stateName = s => String(s || 'JOB_STATE_UNSPECIFIED').replace(/^(JOB|WORKER)_STATE_/, '');
+const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
+const num = v => Number(v || 0);
+function fmtTime(ts) { return ts ? new Date(ts).toLocaleTimeString() : ''; }
+function fmtRate(v) { return v ? num(v).toFixed(1) : '–'; }
+
+async function getJson(url) {
+  const res = await fetch(url, {credentials: 'same-origin', cache: 'no-store'});
+  if (res.status === 401) { location.href = '/login?next=' + encodeURIComponent(location.pathname); throw new Error('signed out'); }
+  const body = await res.json();
+  if (!res.ok) throw new Error(body.error || res.statusText);
+  return body;
+}
+
+function setStatus(text, isError) {
+  const el = document.getElementById('status');
+  el.textContent = text;
+  el.className = isError ? 'error' : 'muted';
+}
+
+// Calls fn now and every POLL_MS until it returns false; errors are shown
+// and polling goes on (the coordinator may be restarting).
+function poll(fn) {
+  let stopped = false;
+  const tick = async () => {
+    let again = true;
+    try { again = (await fn()) !== false; setStatus('updated ' + new Date().toLocaleTimeString()); }
+    catch (e) { setStatus(e.message, true); }
+    if (again && !stopped) setTimeout(tick, POLL_MS);
+  };
+  tick();
+  return () => { stopped = true; };
+}
+
+function progressCell(p) {
+  if (!p || !num(p.epochs)) return '<span class="muted">–</span>';
+  const spe = num(p.steps_per_epoch);
+  const frac = Math.min(1, (num(p.epoch) + (spe ? num(p.step) / spe : 0)) / num(p.epochs));
+  return `<span class="bar"><span style="width:${(frac * 100).toFixed(1)}%"></span></span> ` +
+         `epoch ${num(p.epoch) + 1}/${num(p.epochs)}` + (spe ? `, step ${num(p.step)}/${spe}` : '');
+}
+
+// --- jobs -------------------------------------------------------------------
+function jobsView(main) {
+  main.innerHTML = '<h1>Jobs</h1><table id="jobs"><thead><tr><th>Job</th><th>State</th><th>Progress</th>' +
+    '<th>Samples/s</th><th>Loss</th><th>Owner</th><th>Submitted</th></tr></thead><tbody></tbody></table>';
+  poll(async () => {
+    const r = await getJson('/api/jobs');
+    const rows = (r.jobs || []).map(j => {
+      const s = stateName(j.state);
+      const p = j.progress || {};
+      return `<tr><td><a href="/jobs/${encodeURIComponent(j.id)}">${esc(j.id)}</a></td>` +
+        `<td><span class="state ${esc(s)}">${esc(s)}</span> <span class="muted">${esc(j.state_reason)}</span></td>` +
+        `<td>${TERMINAL.has(s) ? '' : progressCell(p)}</td><td>${fmtRate(p.samples_per_sec)}</td>` +
+        `<td>${p.last_loss ? num(p.last_loss).toFixed(4) : '–'}</td><td>${esc(j.owner)}</td>` +
+        `<td>${esc(fmtTime(j.submit_time))}</td></tr>`;
+    });
+    document.querySelector('#jobs tbody').innerHTML = rows.join('') || '<tr><td colspan="7" class="muted">No jobs yet.</td></tr>';
+  });
+}
+
+// --- workers ----------------------------------------------------------------
+function workersView(main) {
+  main.innerHTML = '<h1>Workers</h1><table id="workers"><thead><tr><th>Worker</th><th>Host</th><th>State</th>' +
+    '<th>Slots (busy/total)</th><th>Labels</th><th>Last heartbeat</th></tr></thead><tbody></tbody></table>';
+  poll(async () => {
+    const r = await getJson('/api/workers');
+    const rows = (r.workers || []).map(w => {
+      const slots = w.slots || [];
+      const kinds = [...new Set(slots.map(s => String(s.kind || '').replace(/^KIND_/, '').toLowerCase()).filter(Boolean))];
+      const labels = Object.entries(w.labels || {}).map(([k, v]) => `<span class="label">${esc(k)}=${esc(v)}</span>`).join('');
+      return `<tr><td>${esc(w.id)}</td><td>${esc(w.hostname)}</td><td>${esc(stateName(w.state))}</td>` +
+        `<td>${(w.busy_slots || []).length}/${slots.length} ${esc(kinds.join(', '))}</td>` +
+        `<td>${labels || '<span class="muted">none</span>'}</td><td>${esc(fmtTime(w.last_heartbeat_time))}</td></tr>`;
+    });
+    document.querySelector('#workers tbody').innerHTML = rows.join('') || '<tr><td colspan="6" class="muted">No workers registered.</td></tr>';
+  });
+}
+
+// --- one job ----------------------------------------------------------------
+function lineChart(id, yLabel, datasets, color) {
+  return new Chart(document.getElementById(id), {
+    type: 'line',
+    data: {datasets: datasets.map(label => ({label, data: [], pointRadius: 1.5, borderWidth: 1.5, tension: 0.1,
+                                             borderColor: color, backgroundColor: color}))},
+    options: {
+      animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
+      scales: {x: {type: 'linear', title: {display: true, text: id === 'eval-chart' ? 'epoch' : 'step'}},
+               y: {title: {display: true, text: yLabel}}},
+      plugins: {legend: {display: datasets.length > 1}},
+    },
+  });
+}
+
+function jobView(main, id) {
+  main.innerHTML = `
+    <h1>${esc(id)} <span id="job-state" class="state">…</span></h1>
+    <p class="facts"><span id="job-reason" class="muted"></span></p>
+    <p class="facts"><span id="job-progress"></span><span id="job-rate"></span><span id="job-eta"></span><span id="job-owner"></span></p>
+    <div class="charts">
+      <div class="chart"><h2>Training loss (rank 0)</h2><div class="box"><canvas id="loss-chart"></canvas></div></div>
+      <div class="chart"><h2>Eval accuracy (rank 0, per epoch)</h2><div class="box"><canvas id="eval-chart"></canvas></div></div>
+      <div class="chart"><h2>Throughput (samples/s, all ranks)</h2><div class="box"><canvas id="throughput-chart"></canvas></div></div>
+    </div>
+    <h2>Events</h2>
+    <table id="events"><thead><tr><th>#</th><th>Time</th><th>Attempt</th><th>Rank</th><th>Event</th><th>State</th><th>Message</th></tr></thead><tbody></tbody></table>
+    <h2>Logs</h2>
+    <p>Attempt <select id="log-attempt"></select> Rank <select id="log-rank"></select>
+       <span class="muted">(last 500 lines, refreshed while the job runs)</span></p>
+    <pre class="logs" id="logs"></pre>`;
+  const loss = lineChart('loss-chart', 'loss', ['loss'], '#3b82f6');
+  const evalChart = lineChart('eval-chart', 'accuracy', ['accuracy'], '#16a34a');
+  const rate = lineChart('throughput-chart', 'samples/s', ['samples/s'], '#f59e0b');
+  evalChart.options.scales.y.suggestedMin = 0;
+  evalChart.options.scales.y.suggestedMax = 1;
+  // Throughput: the ranks' windows summed per (attempt, step).
+  const rateByStep = new Map();
+  let metricsToken = '';
+  let eventsAfter = 0;
+  let terminalSeen = false;
+  let logsWorld = -1, logsAttempts = -1;
+
+  const addPoints = (attempt, points) => {
+    for (const p of points) {
+      const step = num(p.epoch) * num(p.steps_per_epoch) + num(p.step);
+      if (p.kind === 'KIND_EPOCH_END') {
+        if (num(p.rank) === 0 && p.eval) evalChart.data.datasets[0].data.push({x: num(p.epoch) + 1, y: num(p.eval.accuracy)});
+        continue;
+      }
+      if (num(p.rank) === 0) loss.data.datasets[0].data.push({x: step, y: num(p.loss)});
+      const key = attempt + ':' + step;
+      const entry = rateByStep.get(key);
+      if (entry) { entry.y += num(p.samples_per_sec); }
+      else {
+        const point = {x: step, y: num(p.samples_per_sec)};
+        rateByStep.set(key, point);
+        rate.data.datasets[0].data.push(point);
+      }
+    }
+  };
+
+  const fetchMetrics = async () => {
+    // Every page stored so far, then what arrived since (resume_token).
+    for (let pages = 0; pages < 50; pages++) {
+      const r = await getJson(`/api/jobs/${encodeURIComponent(id)}/metrics?page_token=${encodeURIComponent(metricsToken)}`);
+      for (const b of r.batches || []) addPoints(num(b.attempt), b.points || []);
+      metricsToken = r.next_page_token || r.resume_token || metricsToken;
+      if (!r.next_page_token) break;
+    }
+    loss.update(); evalChart.update(); rate.update();
+  };
+
+  const fetchLogs = async () => {
+    const att = document.getElementById('log-attempt').value;
+    const rank = document.getElementById('log-rank').value;
+    const q = new URLSearchParams({tail: '500'});
+    if (att) q.set('attempt', att);
+    if (rank !== '' && rank !== 'all') q.set('rank', rank);
+    const r = await getJson(`/api/jobs/${encodeURIComponent(id)}/logs?${q}`);
+    if (r.world_size !== logsWorld || r.attempts !== logsAttempts) {
+      logsWorld = r.world_size; logsAttempts = r.attempts;
+      const rs = document.getElementById('log-rank'), as = document.getElementById('log-attempt');
+      const keepR = rs.value, keepA = as.value;
+      rs.innerHTML = '<option value="all">all</option>' + Array.from({length: logsWorld}, (_, i) => `<option>${i}</option>`).join('');
+      as.innerHTML = Array.from({length: logsAttempts}, (_, i) => `<option>${logsAttempts - i}</option>`).join('');
+      if (keepR) rs.value = keepR;
+      if (keepA) as.value = keepA;
+    }
+    const pre = document.getElementById('logs');
+    const atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
+    pre.textContent = (r.lines || []).map(l => `[${num(l.rank)}] ${l.text}`).join('\n');
+    if (atBottom) pre.scrollTop = pre.scrollHeight;
+  };
+  document.getElementById('log-rank').onchange = () => fetchLogs().catch(e => setStatus(e.message, true));
+  document.getElementById('log-attempt').onchange = () => fetchLogs().catch(e => setStatus(e.message, true));
+
+  let tick = 0;
+  poll(async () => {
+    const r = await getJson(`/api/jobs/${encodeURIComponent(id)}?events_after=${eventsAfter}`);
+    const j = r.job, s = stateName(j.state), p = j.progress || {};
+    const stateEl = document.getElementById('job-state');
+    stateEl.textContent = s;
+    stateEl.className = 'state ' + s;
+    const reason = document.getElementById('job-reason');
+    reason.textContent = j.state_reason || '';
+    reason.parentElement.hidden = !j.state_reason;
+    document.getElementById('job-progress').innerHTML = progressCell(p);
+    document.getElementById('job-rate').textContent = p.samples_per_sec ? `${fmtRate(p.samples_per_sec)} samples/s` : '';
+    document.getElementById('job-eta').textContent = num(p.eta_seconds) > 0 && !TERMINAL.has(s) ? `ETA ${Math.round(num(p.eta_seconds))} s` : '';
+    document.getElementById('job-owner').textContent = j.owner ? `owner ${j.owner}` : '';
+    const tbody = document.querySelector('#events tbody');
+    for (const e of r.events || []) {
+      eventsAfter = Math.max(eventsAfter, num(e.seq));
+      const tr = document.createElement('tr');
+      for (const v of [e.seq, fmtTime(e.time), num(e.attempt) || '', num(e.rank) >= 0 ? num(e.rank) : '', e.type, stateName(e.state), e.message]) {
+        const td = document.createElement('td');
+        td.textContent = v ?? '';
+        tr.appendChild(td);
+      }
+      tbody.appendChild(tr);
+    }
+    await fetchMetrics();
+    if (tick++ % 2 === 0 || TERMINAL.has(s)) await fetchLogs();
+    // One last round after the job ended (its final points and lines), then stop.
+    if (TERMINAL.has(s)) { if (terminalSeen) return false; terminalSeen = true; }
+  });
+}
+
+const main = document.getElementById('main');
+const path = location.pathname;
+if (path.startsWith('/jobs/')) jobView(main, decodeURIComponent(path.slice('/jobs/'.length)));
+else if (path === '/workers') workersView(main);
+else jobsView(main);

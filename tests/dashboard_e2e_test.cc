@@ -1,0 +1,347 @@
+// The coordinator's web dashboard in a real browser: a coordinator and a
+// worker daemon as processes, a job that trains for ~20 s, and headless
+// Chromium (Debian `chromium`) driven over the DevTools protocol
+// (--remote-debugging-pipe: NUL-separated JSON on fds 3 and 4). The browser
+// signs in through the /login form with a viewer token, opens the job page
+// while the job trains, and the test asserts, without any reload, that the
+// loss chart (Chart.js) gains points while the job runs and that the state
+// turns SUCCEEDED, with eval accuracy and throughput charted, events listed
+// and every resource served by the coordinator itself (offline); then the
+// job list shows the job and the workers page the worker's labels and slots.
+// The JSON API's authentication is checked over plain HTTP too.
+//
+// TRAINCTL_DASHBOARD_SCREENSHOT=PATH saves the finished job page as a PNG
+// (how docs/dashboard.png is made). Skipped (with the reason) where
+// chromium is not installed.
+#include <fcntl.h>
+#include <google/protobuf/struct.pb.h>
+#include <google/protobuf/util/json_util.h>
+#include <grpcpp/grpcpp.h>
+#include <gtest/gtest.h>
+#include <httplib.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <fstream>
+#include <regex>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/jobspec/job_spec.h"
+#include "tests/support/cluster.h"
+
+namespace trainctl {
+namespace {
+
+using google::protobuf::Struct;
+using google::protobuf::Value;
+using trainctl::testing::Cluster;
+
+const char* kChromium = "/usr/bin/chromium";
+
+std::string SourceDir() {
+  const char* s = std::getenv("TRAINCTL_SOURCE_DIR");
+  return s ? s : std::string(TRAINCTL_SOURCE_DIR_FALLBACK);
+}
+
+// Headless Chromium and one page of it, over the DevTools pipe.
+class Browser {
+ public:
+  ~Browser() {
+    if (pid_ > 0) {
+      kill(pid_, SIGTERM);
+      int status = 0;
+      for (int i = 0; i < 100 && waitpid(pid_, &status, WNOHANG) == 0; ++i) absl::SleepFor(absl::Milliseconds(50));
+      if (waitpid(pid_, &status, WNOHANG) == 0) {
+        kill(pid_, SIGKILL);
+        waitpid(pid_, &status, 0);
+      }
+    }
+    if (to_ >= 0) close(to_);
+    if (from_ >= 0) close(from_);
+  }
+
+  bool Start(const std::string& profile_dir, const std::string& log_path) {
+    int to[2], from[2];
+    if (pipe(to) != 0 || pipe(from) != 0) return false;
+    pid_t parent = getpid();
+    pid_ = fork();
+    if (pid_ < 0) return false;
+    if (pid_ == 0) {
+      prctl(PR_SET_PDEATHSIG, SIGKILL);
+      if (getppid() != parent) _exit(126);
+      int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
+      dup2(log, 1);
+      dup2(log, 2);
+      // Chromium reads commands on fd 3 and writes answers on fd 4.
+      int r = dup(to[0]), w = dup(from[1]);
+      dup2(r, 3);
+      dup2(w, 4);
+      execl(kChromium, kChromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+            "--no-first-run", "--remote-debugging-pipe", ("--user-data-dir=" + profile_dir).c_str(),
+            "--window-size=1280,1000", "about:blank", static_cast<char*>(nullptr));
+      _exit(127);
+    }
+    close(to[0]);
+    close(from[1]);
+    to_ = to[1];
+    from_ = from[0];
+    return true;
+  }
+
+  // Sends a command (to the page once Open() attached) and returns its
+  // "result"; an error or a timeout fails the test and returns an empty one.
+  Struct Call(const std::string& method, const std::string& params_json = "{}", bool page = true,
+              absl::Duration timeout = absl::Seconds(20)) {
+    const int id = ++next_id_;
+    std::string msg = absl::StrCat("{\"id\":", id, ",\"method\":\"", method, "\",\"params\":", params_json);
+    if (page && !session_.empty()) absl::StrAppend(&msg, ",\"sessionId\":\"", session_, "\"");
+    msg += "}";
+    msg.push_back('\0');
+    if (write(to_, msg.data(), msg.size()) != static_cast<ssize_t>(msg.size())) {
+      ADD_FAILURE() << "cannot write to chromium";
+      return {};
+    }
+    for (absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline;) {
+      size_t nul;
+      while ((nul = buffer_.find('\0')) != std::string::npos) {
+        std::string one = buffer_.substr(0, nul);
+        buffer_.erase(0, nul + 1);
+        Struct reply;
+        if (!google::protobuf::util::JsonStringToMessage(one, &reply).ok()) continue;
+        auto f = reply.fields();
+        if (!f.count("id") || static_cast<int>(f["id"].number_value()) != id) continue;  // an event
+        if (f.count("error")) {
+          ADD_FAILURE() << method << ": " << one;
+          return {};
+        }
+        return f["result"].struct_value();
+      }
+      pollfd p{from_, POLLIN, 0};
+      if (poll(&p, 1, 200) > 0) {
+        char chunk[65536];
+        ssize_t n = read(from_, chunk, sizeof(chunk));
+        if (n <= 0) {
+          ADD_FAILURE() << "chromium closed its DevTools pipe";
+          return {};
+        }
+        buffer_.append(chunk, static_cast<size_t>(n));
+      }
+    }
+    ADD_FAILURE() << method << ": no answer in " << timeout;
+    return {};
+  }
+
+  // Opens `url` in a new page and attaches to it (commands go there after).
+  bool Open(const std::string& url) {
+    Struct target = Call("Target.createTarget", absl::StrCat("{\"url\":\"", url, "\"}"), false);
+    if (!target.fields().count("targetId")) return false;
+    Struct attached = Call("Target.attachToTarget",
+                           absl::StrCat("{\"targetId\":\"", target.fields().at("targetId").string_value(),
+                                        "\",\"flatten\":true}"),
+                           false);
+    if (!attached.fields().count("sessionId")) return false;
+    session_ = attached.fields().at("sessionId").string_value();
+    return true;
+  }
+
+  // The value of a JavaScript expression in the page (null on an exception).
+  Value Eval(const std::string& expression) {
+    Value expr;
+    expr.set_string_value(expression);
+    std::string quoted;
+    (void)google::protobuf::util::MessageToJsonString(expr, &quoted);
+    Struct r = Call("Runtime.evaluate", absl::StrCat("{\"expression\":", quoted, ",\"returnByValue\":true}"));
+    if (r.fields().count("exceptionDetails") || !r.fields().count("result")) return Value();
+    const Struct& result = r.fields().at("result").struct_value();
+    return result.fields().count("value") ? result.fields().at("value") : Value();
+  }
+  double Number(const std::string& expression) { return Eval(expression).number_value(); }
+  std::string String(const std::string& expression) { return Eval(expression).string_value(); }
+
+  // Polls `expression` until it is true; false on timeout.
+  bool WaitTrue(const std::string& expression, absl::Duration timeout) {
+    for (absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(100))) {
+      if (Eval(expression).bool_value()) return true;
+    }
+    return false;
+  }
+
+ private:
+  pid_t pid_ = -1;
+  int to_ = -1, from_ = -1;
+  int next_id_ = 0;
+  std::string session_;
+  std::string buffer_;
+};
+
+// "HOST:PORT" from the coordinator's "dashboard on http://HOST:PORT/" line.
+std::string DashboardAddress(testing::Process* p) {
+  static const std::regex re("dashboard on http://([^/\\s]+)/");
+  for (absl::Time deadline = absl::Now() + absl::Seconds(10); absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(20))) {
+    std::smatch m;
+    std::string log = p->ReadLog();
+    if (std::regex_search(log, m, re)) return m[1];
+  }
+  return "";
+}
+
+// A job that trains for ~10-25 s (by the machine) and evaluates every epoch.
+// Whether the real rank binary is built (a LibTorch build); else the stand-in.
+bool RealRank(const std::string& build) { return access((build + "/worker/trainer/trainctl-rank").c_str(), X_OK) == 0; }
+
+v1::JobSpec TrainingJob(bool real_rank) {
+  if (real_rank) {
+    // The classic example (trainctl-rank, Gloo on CPU, examples/mlp-synthetic.yaml)
+    // with more data and an eval set.
+    ParsedJobSpec p = ParseJobSpecYaml(
+        "name: dashboard-mlp\nworld_size: 2\ndevice: cpu\n"
+        "model: {name: mlp, input_dim: 5, hidden: [], classes: 2}\n"
+        "data:\n"
+        "  train: {format: synthetic, length: 600000, size: 5, classes: 2, seed: 0}\n"
+        "  eval: {format: synthetic, length: 600, size: 5, classes: 2, seed: 1}\n"
+        "  batch_size: 30\n"
+        "training: {epochs: 6, loss: cross_entropy, optimizer: {name: adam, lr: 0.001}}\n"
+        "metrics: {every_steps: 100}\n",
+        "dashboard.yaml", {"restart.max_restarts=0"});
+    EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].message);
+    return p.spec;
+  }
+  // The stand-in rank: epochs of ~1 s with an eval result each.
+  ParsedJobSpec p = ParseJobSpecYaml(
+      "model: {name: mlp, input_dim: 5, classes: 2}\n"
+      "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+      "dashboard.yaml", {"name=dashboard-slow", "world_size=2", "training.epochs=20", "restart.max_restarts=0"});
+  EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].message);
+  return p.spec;
+}
+
+TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
+  if (access(kChromium, X_OK) != 0) {
+    GTEST_SKIP() << kChromium << " is not installed (Debian package `chromium`, see scripts/install-deps.sh)";
+  }
+  const std::string build = trainctl::testing::BuildDirOfThisTest();
+  const bool real_rank = RealRank(build);
+  Cluster cluster(build, real_rank ? build + "/worker/trainer/trainctl-rank" : SourceDir() + "/tests/support/fake_rank.py");
+  ASSERT_TRUE(cluster.StartCoordinator({"--http_listen=127.0.0.1:0"}));
+  ASSERT_TRUE(cluster.StartWorker("w0", 2, false, {"--labels=zone=lab,disk=ssd"}));
+  ASSERT_TRUE(cluster.WaitWorkers(1));
+  const std::string addr = DashboardAddress(cluster.coordinator());
+  ASSERT_FALSE(addr.empty()) << cluster.coordinator()->ReadLog();
+  const std::string viewer = cluster.CreateToken(v1::ROLE_VIEWER, "dash-viewer");
+  ASSERT_FALSE(viewer.empty());
+
+  // The JSON API sits behind the same tokens as the gRPC API.
+  {
+    httplib::Client http(addr);
+    auto anonymous = http.Get("/api/jobs");
+    ASSERT_TRUE(anonymous);
+    EXPECT_EQ(anonymous->status, 401);
+    EXPECT_NE(anonymous->body.find("no token"), std::string::npos) << anonymous->body;
+    auto wrong = http.Get("/api/jobs", {{"Authorization", "Bearer not-a-token"}});
+    ASSERT_TRUE(wrong);
+    EXPECT_EQ(wrong->status, 401);
+    const std::string worker_secret = [&] {
+      std::ifstream f(cluster.WorkerTokenFile("w0"));
+      std::string s;
+      std::getline(f, s);
+      return s;
+    }();
+    auto as_worker = http.Get("/api/workers", {{"Authorization", "Bearer " + worker_secret}});
+    ASSERT_TRUE(as_worker);
+    EXPECT_EQ(as_worker->status, 403) << as_worker->body;
+    auto workers = http.Get("/api/workers", {{"Authorization", "Bearer " + viewer}});
+    ASSERT_TRUE(workers);
+    EXPECT_EQ(workers->status, 200);
+    EXPECT_NE(workers->body.find("\"zone\":\"lab\""), std::string::npos) << workers->body;
+    auto page = http.Get("/");
+    ASSERT_TRUE(page);
+    EXPECT_EQ(page->status, 303) << "a page without a token sends the browser to /login";
+    EXPECT_EQ(page->get_header_value("Location"), "/login?next=/");
+    auto bad_rank = http.Get("/api/jobs/nope/logs?rank=x", {{"Authorization", "Bearer " + viewer}});
+    ASSERT_TRUE(bad_rank);
+    EXPECT_EQ(bad_rank->status, 404) << bad_rank->body;
+  }
+
+  const std::string id = cluster.Submit(TrainingJob(real_rank));
+  ASSERT_FALSE(id.empty());
+
+  Browser browser;
+  ASSERT_TRUE(browser.Start(cluster.dir() + "/chromium-profile", cluster.dir() + "/chromium.log"));
+  ASSERT_TRUE(browser.Open(absl::StrCat("http://", addr, "/login?next=/jobs/", id)));
+  ASSERT_TRUE(browser.WaitTrue("document.readyState === 'complete' && !!document.getElementById('token')",
+                               absl::Seconds(30)));
+  browser.Eval(absl::StrCat("document.getElementById('token').value = '", viewer,
+                            "'; document.getElementById('login').submit(); true"));
+  ASSERT_TRUE(browser.WaitTrue(absl::StrCat("location.pathname === '/jobs/", id,
+                                            "' && typeof Chart !== 'undefined' && !!Chart.getChart('loss-chart')"),
+                               absl::Seconds(20)))
+      << "the login form did not lead to the job page";
+  // Anything that reloads the page loses this.
+  browser.Eval("window.__dashboardTestMarker = 42; true");
+
+  const std::string points = "Chart.getChart('loss-chart').data.datasets[0].data.length";
+  const std::string state = "document.getElementById('job-state').textContent";
+  double first_running = -1, last_running = -1;
+  std::string seen;
+  for (absl::Time deadline = absl::Now() + absl::Seconds(75); absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(250))) {
+    seen = browser.String(state);
+    if (seen == "SUCCEEDED" || seen == "FAILED" || seen == "CANCELLED") break;
+    if (seen == "RUNNING") {
+      const double n = browser.Number(points);
+      if (first_running < 0 && n > 0) first_running = n;
+      last_running = n;
+    }
+  }
+  ASSERT_EQ(seen, "SUCCEEDED") << cluster.Get(id).DebugString() << cluster.worker("w0")->ReadLog();
+  EXPECT_GT(first_running, 0) << "the loss chart had no point while the job ran";
+  EXPECT_GT(last_running, first_running) << "the loss chart did not gain points while the job ran";
+  EXPECT_EQ(browser.Number("window.__dashboardTestMarker"), 42) << "the page was reloaded";
+
+  // After the end: the last points arrive, then polling stops.
+  ASSERT_TRUE(browser.WaitTrue(absl::StrCat(points, " > ", last_running), absl::Seconds(10)) ||
+              browser.Number(points) >= last_running);
+  EXPECT_GE(browser.Number("Chart.getChart('eval-chart').data.datasets[0].data.length"), 1)
+      << "no eval accuracy point";
+  EXPECT_GE(browser.Number("Chart.getChart('throughput-chart').data.datasets[0].data.length"), 2);
+  EXPECT_GT(browser.Number("Chart.getChart('throughput-chart').data.datasets[0].data[0].y"), 0);
+  EXPECT_GE(browser.Number("document.querySelectorAll('#events tbody tr').length"), 3) << "events not listed";
+  EXPECT_TRUE(browser.WaitTrue("document.getElementById('logs').textContent.length > 0", absl::Seconds(10)))
+      << "no log lines shown";
+  // Offline: every script, style and request came from the coordinator.
+  EXPECT_TRUE(browser.Eval("performance.getEntriesByType('resource').every(e => e.name.startsWith(location.origin))")
+                  .bool_value());
+  EXPECT_EQ(browser.String("Chart.version"), "3.9.1");
+
+  if (const char* shot = std::getenv("TRAINCTL_DASHBOARD_SCREENSHOT"); shot != nullptr && *shot != '\0') {
+    browser.Call("Emulation.setDeviceMetricsOverride",
+                 "{\"width\":1280,\"height\":1000,\"deviceScaleFactor\":1,\"mobile\":false}");
+    absl::SleepFor(absl::Milliseconds(500));
+    Struct png = browser.Call("Page.captureScreenshot", "{\"format\":\"png\"}");
+    std::string bytes;
+    ASSERT_TRUE(absl::Base64Unescape(png.fields().at("data").string_value(), &bytes));
+    std::ofstream(shot, std::ios::binary) << bytes;
+  }
+
+  // The other two views, signed in by the cookie: the job list and the workers.
+  browser.Eval("location.href = '/'; true");
+  EXPECT_TRUE(browser.WaitTrue(absl::StrCat("[...document.querySelectorAll('#jobs tbody tr')].some(tr => "
+                                            "tr.textContent.includes('", id, "') && tr.textContent.includes('SUCCEEDED'))"),
+                               absl::Seconds(15)))
+      << browser.String("document.body.innerText");
+  browser.Eval("location.href = '/workers'; true");
+  EXPECT_TRUE(browser.WaitTrue("[...document.querySelectorAll('#workers tbody tr')].some(tr => "
+                               "tr.textContent.includes('zone=lab') && tr.textContent.includes('disk=ssd') && "
+                               "tr.textContent.includes('0/2'))",
+                               absl::Seconds(15)))
+      << browser.String("document.body.innerText");
+}
+
+}  // namespace
+}  // namespace trainctl
