@@ -49,6 +49,12 @@ absl::StatusOr<std::string> CoordinatorServer::Start() {
   ServiceContext ctx{&loop_, store_.get(), registry_.get(), jobs_.get(), &hub_};
   ctx.telemetry = telemetry_.get();
   ctx.auth = tokens_.get();
+  if (!options_.tls_ca_key_pem.empty() && !options_.tls_cert_pem.empty()) {
+    enroller_ = std::make_unique<WorkerEnroller>(auth::KeyAndCert{options_.tls_ca_key_pem, options_.tls_ca_pem},
+                                                 tokens_.get(), registry_.get(), options_.clock,
+                                                 options_.worker_cert_validity);
+    ctx.enroller = enroller_.get();
+  }
   job_service_ = std::make_unique<JobServiceImpl>(ctx);
   worker_service_ = std::make_unique<WorkerServiceImpl>(ctx);
   auth_service_ = std::make_unique<AuthServiceImpl>(ctx);

@@ -55,6 +55,10 @@ ABSL_FLAG(std::string, tls_dir, "",
 ABSL_FLAG(std::string, tls_cert, "", "the coordinator's certificate (PEM); overrides --tls-dir's");
 ABSL_FLAG(std::string, tls_key, "", "the coordinator's private key (PEM); overrides --tls-dir's");
 ABSL_FLAG(std::string, tls_ca, "", "the cluster CA certificate (PEM); overrides --tls-dir's");
+ABSL_FLAG(std::string, tls_ca_key, "",
+          "the cluster CA's private key (PEM): sign joining workers' certificates (trainctl-worker "
+          "--join-token); default: --tls-dir's ca.key when present; without it Join is refused");
+ABSL_FLAG(int, worker_cert_days, 365, "how long a joined worker's certificate is valid, in days");
 ABSL_FLAG(bool, insecure, false,
           "allow plaintext on a non-loopback --listen (tokens then cross the network in clear)");
 ABSL_FLAG(std::string, dir, "", "init: the directory to write the CA, certificates and tokens to");
@@ -150,7 +154,9 @@ int RunInit() {
             << "  worker.token              a worker token (stored in " << absl::GetFlag(FLAGS_db) << ")\n"
             << "  trainctl.yaml             a CLI config (coordinator " << address << ", admin token, CA)\n"
             << "Start: trainctl-coordinator --tls-dir " << dir << " --db " << absl::GetFlag(FLAGS_db) << "\n"
-            << "Workers: trainctl-worker --coordinator " << address << " --ca ca.crt --token-file worker.token\n";
+            << "Workers: trainctl token create --role join   (one-time), then on the worker host:\n"
+            << "  trainctl-worker --coordinator " << address << " --ca ca.crt --join-token-file join.token\n"
+            << "  (or, without joining: --token-file worker.token)\n";
   return 0;
 }
 
@@ -243,6 +249,29 @@ int main(int argc, char** argv) {
       *dest = *pem;
     }
   }
+  {
+    std::string ca_key = absl::GetFlag(FLAGS_tls_ca_key);
+    if (ca_key.empty() && !tls_dir.empty() && std::filesystem::exists(tls_dir + "/ca.key")) {
+      ca_key = tls_dir + "/ca.key";
+    }
+    if (!ca_key.empty()) {
+      if (o.tls_cert_pem.empty()) {
+        std::cerr << "trainctl-coordinator: --tls-ca-key: needs TLS (--tls-dir or --tls-cert/--tls-key/--tls-ca)\n";
+        return 2;
+      }
+      absl::StatusOr<std::string> pem = trainctl::auth::ReadFile(ca_key);
+      if (!pem.ok()) {
+        std::cerr << "trainctl-coordinator: --tls-ca-key: " << pem.status().message() << "\n";
+        return 2;
+      }
+      o.tls_ca_key_pem = *pem;
+    }
+  }
+  if (absl::GetFlag(FLAGS_worker_cert_days) < 1) {
+    std::cerr << "trainctl-coordinator: --worker-cert-days: must be at least 1\n";
+    return 2;
+  }
+  o.worker_cert_validity = absl::Hours(24 * absl::GetFlag(FLAGS_worker_cert_days));
   o.insecure = absl::GetFlag(FLAGS_insecure);
   o.listen = absl::GetFlag(FLAGS_listen);
   if (o.listen.empty()) o.listen = o.tls_cert_pem.empty() ? "127.0.0.1:7070" : "0.0.0.0:7070";

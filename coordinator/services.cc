@@ -8,7 +8,11 @@
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "absl/synchronization/mutex.h"
 
@@ -49,6 +53,54 @@ absl::Status MayActOnJob(const Principal& who, absl::string_view call, const v1:
   return absl::PermissionDeniedError(absl::StrCat(
       call, ": job '", job.id(), "' belongs to '", job.owner().empty() ? "nobody" : job.owner(),
       "'; a submitter acts only on its own jobs (role admin acts on every job)"));
+}
+
+// The IP address of a gRPC peer ("ipv4:10.0.0.5:4242", "ipv6:[::1]:4242",
+// "ipv6:%5B::1%5D:4242"); "" for anything else.
+std::string PeerIp(absl::string_view peer) {
+  std::string p(peer);
+  for (auto [from, to] : {std::pair<const char*, const char*>{"%5B", "["}, {"%5D", "]"}}) {
+    for (size_t at; (at = p.find(from)) != std::string::npos;) p.replace(at, 3, to);
+  }
+  absl::string_view v = p;
+  if (absl::ConsumePrefix(&v, "ipv4:")) return std::string(v.substr(0, v.rfind(':')));
+  if (absl::ConsumePrefix(&v, "ipv6:") && absl::ConsumePrefix(&v, "[")) {
+    absl::string_view ip = v.substr(0, v.find(']'));
+    absl::ConsumePrefix(&ip, "::ffff:");  // an IPv4 client on a dual-stack socket
+    return std::string(ip);
+  }
+  return "";
+}
+
+// The host of "host:port", "[v6]:port" or a bare host.
+std::string HostOf(absl::string_view address) {
+  if (absl::ConsumePrefix(&address, "[")) return std::string(address.substr(0, address.find(']')));
+  size_t colon = address.rfind(':');
+  if (colon != absl::string_view::npos && address.find(':') == colon) address = address.substr(0, colon);
+  return std::string(address);
+}
+
+// OK when every host a rendezvous report names (the store's address, and
+// MASTER_ADDR) is one of `own`; else PermissionDenied naming the host. A
+// worker that could name any host could send the other ranks of a job to a
+// machine of its choosing.
+absl::Status CheckRendezvousHosts(const v1::RendezvousInfo& info, const std::vector<std::string>& own) {
+  std::vector<std::pair<const char*, std::string>> named;
+  if (info.kind_case() == v1::RendezvousInfo::kGlooStoreAddress) {
+    named.emplace_back("gloo_store_address", HostOf(info.gloo_store_address()));
+  }
+  if (!info.master_addr().empty()) named.emplace_back("master_addr", HostOf(info.master_addr()));
+  for (const auto& [field, host] : named) {
+    bool mine = std::any_of(own.begin(), own.end(), [&](const std::string& o) {
+      return absl::EqualsIgnoreCase(o, host);
+    });
+    if (!mine) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "rendezvous.info.", field, ": host '", host, "' is not this worker's address (",
+          absl::StrJoin(own, ", "), "); a worker reports only its own address"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // A Session refused before it began (bad token or role).
@@ -306,8 +358,14 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
  public:
   // `cert_id`: the CN of the worker's verified client certificate ("" when
   // it presented none); such a worker may register only under that id.
-  SessionReactor(ServiceContext ctx, std::string peer, Principal who, std::string cert_id)
-      : ctx_(ctx), peer_(std::move(peer)), who_(std::move(who)), cert_id_(std::move(cert_id)) {
+  // `cert_sans`: that certificate's subject alternative names.
+  SessionReactor(ServiceContext ctx, std::string peer, Principal who, std::string cert_id,
+                 std::vector<std::string> cert_sans)
+      : ctx_(ctx),
+        peer_(std::move(peer)),
+        who_(std::move(who)),
+        cert_id_(std::move(cert_id)),
+        cert_sans_(std::move(cert_sans)) {
     StartRead(&in_);
   }
 
@@ -448,6 +506,17 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
       }
     }
     worker_id_ = *id;
+    // The hosts this worker may name in rendezvous reports: the address it
+    // connects from, and what vouches for it: its certificate's names (a
+    // certificate worker), or the address it registered (a token worker,
+    // which nothing else checks).
+    own_hosts_.clear();
+    if (std::string ip = PeerIp(peer_); !ip.empty()) own_hosts_.push_back(ip);
+    if (!cert_id_.empty()) {
+      own_hosts_.insert(own_hosts_.end(), cert_sans_.begin(), cert_sans_.end());
+    } else {
+      own_hosts_.push_back(reg.address().empty() ? reg.hostname() : reg.address());
+    }
     v1::CoordinatorMessage ack;
     ack.mutable_register_ack()->set_worker_id(worker_id_);
     ack.mutable_register_ack()->set_heartbeat_interval_ms(
@@ -512,6 +581,13 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
         s = ctx_.jobs->OnRankStatus(worker_id_, msg.rank_status());
         break;
       case v1::WorkerMessage::kRendezvous:
+        s = CheckRendezvousHosts(msg.rendezvous().info(), own_hosts_);
+        if (!s.ok()) {
+          LogEvent(LogLevel::kWarn, "coordinator", "rendezvous_refused",
+                   {{"worker_id", worker_id_}, {"peer", peer_}, {"job_id", msg.rendezvous().job_id()},
+                    {"reason", std::string(s.message())}});
+          break;
+        }
         s = ctx_.jobs->OnRendezvous(worker_id_, msg.rendezvous());
         break;
       case v1::WorkerMessage::kMetrics:
@@ -607,6 +683,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   const std::string peer_;
   const Principal who_;
   const std::string cert_id_;
+  const std::vector<std::string> cert_sans_;
+  // Hosts its rendezvous reports may name (set at registration; loop only).
+  std::vector<std::string> own_hosts_;
   v1::WorkerMessage in_;  // gRPC thread (one read in flight).
 
   absl::Mutex mu_;
@@ -884,9 +963,15 @@ grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServic
   // mTLS: a client certificate the cluster CA signed (verified in the
   // handshake) names the worker; it needs no token.
   std::string cert_id;
+  std::vector<std::string> cert_sans;
   if (std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context()) {
     std::vector<grpc::string_ref> cn = auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
     if (!cn.empty()) cert_id.assign(cn.front().data(), cn.front().size());
+    if (!cert_id.empty()) {
+      for (const grpc::string_ref& san : auth->FindPropertyValues(GRPC_X509_SAN_PROPERTY_NAME)) {
+        cert_sans.emplace_back(san.data(), san.size());
+      }
+    }
   }
   absl::StatusOr<Principal> who;
   if (!cert_id.empty() && ctx->client_metadata().find("authorization") == ctx->client_metadata().end()) {
@@ -895,7 +980,7 @@ grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServic
     who = Caller(ctx_, ctx, "Session", {kWorker});
   }
   if (!who.ok()) return new RefusedSession(who.status());
-  return new SessionReactor(ctx_, ctx->peer(), *who, cert_id);
+  return new SessionReactor(ctx_, ctx->peer(), *who, cert_id, std::move(cert_sans));
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
@@ -947,6 +1032,36 @@ grpc::ServerUnaryReactor* AuthServiceImpl::ListTokens(grpc::CallbackServerContex
     for (v1::Token& t : ctx_.auth->List(req->include_revoked())) *resp->add_tokens() = std::move(t);
   }
   reactor->Finish(ToGrpcStatus(who.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AuthServiceImpl::Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
+                                                v1::JoinResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "Join", {v1::ROLE_JOIN});
+  if (!who.ok()) {
+    reactor->Finish(ToGrpcStatus(who.status()));
+    return reactor;
+  }
+  // The certificate comes back in the reply: never over plaintext.
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  std::vector<grpc::string_ref> transport =
+      auth ? auth->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME) : std::vector<grpc::string_ref>();
+  if (transport.empty() || std::string(transport.front().data(), transport.front().size()) != "ssl") {
+    reactor->Finish(ToGrpcStatus(absl::FailedPreconditionError(
+        "Join: needs TLS (start the coordinator with --tls-dir; the worker with --ca)")));
+    return reactor;
+  }
+  if (ctx_.enroller == nullptr) {
+    reactor->Finish(ToGrpcStatus(absl::FailedPreconditionError("Join: this coordinator does not sign certificates")));
+    return reactor;
+  }
+  // A refusal is logged by the RPC interceptor (rpc_refused).
+  ctx_.loop->Post([this, reactor, req, resp, who = *who] {
+    absl::StatusOr<v1::JoinResponse> r = ctx_.enroller->Join(who, *req);
+    if (r.ok()) *resp = std::move(*r);
+    reactor->Finish(ToGrpcStatus(r.status()));
+  });
   return reactor;
 }
 

@@ -4,7 +4,8 @@
 //   JobService    — SubmitJob, GetJob, ListJobs, CancelJob (unary),
 //                   WatchJob, GetLogs (server streams).
 //   WorkerService — Session (one bidi stream per worker daemon), ListWorkers.
-//   AuthService   — CreateToken, ListTokens, RevokeToken (admin only).
+//   AuthService   — CreateToken, ListTokens, RevokeToken (admin only);
+//                   Join (a join token, over TLS: a worker's certificate).
 //
 // Every handler first authenticates the call's bearer token and checks its
 // role (TokenAuthority): reads need admin, submitter or viewer; SubmitJob
@@ -26,6 +27,7 @@
 #include "coordinator/store/state_store.h"
 #include "coordinator/telemetry_ledger.h"
 #include "coordinator/token_authority.h"
+#include "coordinator/worker_enroller.h"
 #include "coordinator/worker_registry.h"
 #include "trainctl/v1/auth.grpc.pb.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
@@ -50,6 +52,8 @@ struct ServiceContext {
   TelemetryBatcher* batcher = nullptr;
   // Authenticates every call. Required.
   TokenAuthority* auth = nullptr;
+  // Signs joining workers' certificates; nullptr: Join is refused.
+  WorkerEnroller* enroller = nullptr;
 };
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
@@ -105,6 +109,8 @@ class AuthServiceImpl final : public v1::AuthService::CallbackService {
                                        v1::ListTokensResponse* resp) override;
   grpc::ServerUnaryReactor* RevokeToken(grpc::CallbackServerContext* ctx,
                                         const v1::RevokeTokenRequest* req, v1::Token* resp) override;
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
+                                 v1::JoinResponse* resp) override;
 
  private:
   ServiceContext ctx_;
