@@ -459,9 +459,10 @@ TEST(AuthE2ETest, WorkerJoinsWithAOneTimeTokenAndKeepsItsCertificate) {
   ASSERT_GE(done.attempts_size(), 1);
   EXPECT_EQ(done.attempts(done.attempts_size() - 1).ranks(0).worker_id(), joined_id);
 
-  // A restart reuses the stored certificate: the spent token is not needed,
-  // and the next job runs on the same worker id.
+  // A restart reuses the stored certificate: the spent token is not needed
+  // (its file is even gone), and the next job runs on the same worker id.
   cluster.KillWorker("joined", SIGKILL);
+  ASSERT_EQ(std::remove(join_file.c_str()), 0);
   ASSERT_TRUE(cluster.StartWorker("joined", 1, false, {"--join_token_file=" + join_file}));
   std::string after = cluster.Submit(Spec("after-restart", 1));
   ASSERT_FALSE(after.empty());

@@ -110,23 +110,26 @@ int main(int argc, char** argv) {
   o.hostname = host;
   o.address = absl::GetFlag(FLAGS_address).empty() ? o.hostname : absl::GetFlag(FLAGS_address);
   // A certificate from an earlier join (kept in the work dir) comes first;
-  // else a join token gets one now.
-  std::string join_token = absl::GetFlag(FLAGS_join_token);
-  if (!absl::GetFlag(FLAGS_join_token_file).empty()) {
-    absl::StatusOr<std::string> t = trainctl::auth::ReadTokenFile(absl::GetFlag(FLAGS_join_token_file));
-    if (!t.ok()) {
-      std::cerr << "trainctl-worker: --join-token-file: " << t.status().message() << "\n";
-      return 2;
-    }
-    join_token = *t;
-  }
+  // else a join token gets one now. The token (file) is read only then: a
+  // spent one may stay configured, or be deleted, after the join.
+  const bool join_configured =
+      !absl::GetFlag(FLAGS_join_token).empty() || !absl::GetFlag(FLAGS_join_token_file).empty();
   if (o.cert_file.empty()) {
     absl::StatusOr<trainctl::worker::WorkerIdentity> id = trainctl::worker::JoinedIdentity(o.work_dir);
     if (!id.ok() && id.status().code() != absl::StatusCode::kNotFound) {
       std::cerr << "trainctl-worker: " << id.status().message() << "\n";
       return 2;
     }
-    if (!id.ok() && !join_token.empty()) {
+    if (!id.ok() && join_configured) {
+      std::string join_token = absl::GetFlag(FLAGS_join_token);
+      if (!absl::GetFlag(FLAGS_join_token_file).empty()) {
+        absl::StatusOr<std::string> t = trainctl::auth::ReadTokenFile(absl::GetFlag(FLAGS_join_token_file));
+        if (!t.ok()) {
+          std::cerr << "trainctl-worker: --join-token-file: " << t.status().message() << "\n";
+          return 2;
+        }
+        join_token = *t;
+      }
       if (o.ca_file.empty()) {
         std::cerr << "trainctl-worker: --join-token: needs --ca (the cluster CA verifies the coordinator)\n";
         return 2;
