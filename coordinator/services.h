@@ -2,7 +2,7 @@
 // requests to manager calls on the EventLoop, and back.
 //
 //   JobService    — SubmitJob, GetJob, ListJobs, CancelJob (unary),
-//                   WatchJob, GetLogs (server streams).
+//                   WatchJob, GetLogs, FetchArtifact (server streams).
 //   WorkerService — Session (one bidi stream per worker daemon), ListWorkers.
 //   AuthService   — CreateToken, ListTokens, RevokeToken (admin only);
 //                   Join (a join token, over TLS: a worker's certificate).
@@ -22,6 +22,7 @@
 #include <memory>
 
 #include "common/event_loop.h"
+#include "coordinator/artifact_fetches.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/metrics_hub.h"
 #include "coordinator/store/state_store.h"
@@ -54,6 +55,10 @@ struct ServiceContext {
   TokenAuthority* auth = nullptr;
   // Signs joining workers' certificates; nullptr: Join is refused.
   WorkerEnroller* enroller = nullptr;
+  // Fetches in flight (FetchArtifact); nullptr: refused.
+  ArtifactFetches* fetches = nullptr;
+  // Bytes a fetch asks a worker for at a time (<= 1 MiB).
+  int32_t fetch_chunk_bytes = 1 << 20;
 };
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
@@ -76,6 +81,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                                   const v1::GetLogsRequest* req) override;
   grpc::ServerUnaryReactor* GetMetrics(grpc::CallbackServerContext* ctx, const v1::GetMetricsRequest* req,
                                        v1::GetMetricsResponse* resp) override;
+  grpc::ServerWriteReactor<v1::ArtifactChunk>* FetchArtifact(grpc::CallbackServerContext* ctx,
+                                                             const v1::FetchArtifactRequest* req) override;
 
  private:
   ServiceContext ctx_;
