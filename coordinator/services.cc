@@ -93,7 +93,10 @@ absl::Status CheckRendezvousHosts(const v1::RendezvousInfo& info, const std::vec
     named.emplace_back("gloo_store_address", HostOf(info.gloo_store_address()));
   }
   if (!info.master_addr().empty()) named.emplace_back("master_addr", HostOf(info.master_addr()));
-  for (const auto& [field, host] : named) {
+  for (const auto& entry : named) {
+    // (Not a structured binding: C++17 lambdas cannot capture one.)
+    const char* field = entry.first;
+    const std::string& host = entry.second;
     bool mine = std::any_of(own.begin(), own.end(), [&](const std::string& o) {
       return absl::EqualsIgnoreCase(o, host);
     });
