@@ -458,6 +458,8 @@ TEST(AuthE2ETest, WorkerJoinsWithAOneTimeTokenAndKeepsItsCertificate) {
   EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.state_reason();
   ASSERT_GE(done.attempts_size(), 1);
   EXPECT_EQ(done.attempts(done.attempts_size() - 1).ranks(0).worker_id(), joined_id);
+  // Its rendezvous report named its own address (a name in its certificate).
+  EXPECT_EQ(done.attempts(done.attempts_size() - 1).rendezvous().master_addr(), "127.0.0.1");
 
   // A restart reuses the stored certificate: the spent token is not needed
   // (its file is even gone), and the next job runs on the same worker id.
