@@ -1,11 +1,13 @@
 #include "trainctl/client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "common/jobspec/job_spec.h"
 #include "common/auth/secret.h"
 #include "trainctl/v1/auth.grpc.pb.h"
@@ -244,6 +246,48 @@ absl::Status Client::Logs(const std::string& job_id, const LogsOptions& options,
   grpc::Status status = reader->Finish();
   if (stopped && status.error_code() == grpc::StatusCode::CANCELLED) return absl::OkStatus();
   return FromGrpc(status, options_.address);
+}
+
+absl::StatusOr<v1::ArtifactChunk> Client::Fetch(const std::string& job_id, int64_t checkpoint_step,
+                                                std::ostream& out) {
+  grpc::ClientContext ctx;
+  v1::FetchArtifactRequest req;
+  req.set_job_id(job_id);
+  req.set_checkpoint_step(checkpoint_step);
+  std::unique_ptr<grpc::ClientReader<v1::ArtifactChunk>> reader = stubs_->jobs->FetchArtifact(&ctx, req);
+  v1::ArtifactChunk chunk, head;
+  bool first = true;
+  int64_t offset = 0;
+  uLong crc = crc32(0L, Z_NULL, 0);
+  absl::Status broken;
+  while (broken.ok() && reader->Read(&chunk)) {
+    if (first) {
+      head = chunk;
+      head.clear_data();
+      first = false;
+    }
+    if (chunk.offset() != offset) {
+      broken = absl::DataLossError(absl::StrCat("fetch: a piece at offset ", chunk.offset(), ", expected ", offset));
+      break;
+    }
+    out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+    crc = crc32(crc, reinterpret_cast<const Bytef*>(chunk.data().data()), static_cast<uInt>(chunk.data().size()));
+    offset += static_cast<int64_t>(chunk.data().size());
+    if (!out) broken = absl::InternalError("fetch: cannot write the output");
+  }
+  if (!broken.ok()) ctx.TryCancel();
+  grpc::Status status = reader->Finish();
+  if (!broken.ok()) return broken;
+  if (absl::Status s = FromGrpc(status, options_.address); !s.ok()) return s;
+  if (first) return absl::DataLossError("fetch: the coordinator sent nothing");
+  if (offset != head.size()) {
+    return absl::DataLossError(absl::StrCat("fetch: got ", offset, " bytes of ", head.size()));
+  }
+  const std::string got = absl::StrFormat("crc32:%08x", static_cast<uint32_t>(crc));
+  if (!head.checksum().empty() && got != head.checksum()) {
+    return absl::DataLossError(absl::StrCat("fetch: the bytes are ", got, ", expected ", head.checksum()));
+  }
+  return head;
 }
 
 absl::StatusOr<std::vector<v1::MetricBatch>> Client::Metrics(const std::string& job_id,

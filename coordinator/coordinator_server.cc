@@ -4,6 +4,7 @@
 #include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
 #include <cctype>
 #include <map>
 
@@ -49,6 +50,15 @@ absl::StatusOr<std::string> CoordinatorServer::Start() {
   ServiceContext ctx{&loop_, store_.get(), registry_.get(), jobs_.get(), &hub_};
   ctx.telemetry = telemetry_.get();
   ctx.auth = tokens_.get();
+  fetches_ = std::make_unique<ArtifactFetches>(registry_.get(), options_.clock, options_.fetch_answer_timeout);
+  ctx.fetches = fetches_.get();
+  ctx.fetch_chunk_bytes = std::clamp<int32_t>(options_.fetch_chunk_bytes, 1, 1 << 20);
+  if (!options_.tls_ca_key_pem.empty() && !options_.tls_cert_pem.empty()) {
+    enroller_ = std::make_unique<WorkerEnroller>(auth::KeyAndCert{options_.tls_ca_key_pem, options_.tls_ca_pem},
+                                                 tokens_.get(), registry_.get(), options_.clock,
+                                                 options_.worker_cert_validity);
+    ctx.enroller = enroller_.get();
+  }
   job_service_ = std::make_unique<JobServiceImpl>(ctx);
   worker_service_ = std::make_unique<WorkerServiceImpl>(ctx);
   auth_service_ = std::make_unique<AuthServiceImpl>(ctx);
@@ -96,6 +106,7 @@ absl::StatusOr<std::string> CoordinatorServer::Start() {
   loop_.Every(options_.check_interval, [this] {
     for (const std::string& id : registry_->ExpireLeases()) jobs_->OnWorkerLost(id);
     jobs_->Tick();
+    fetches_->Expire();
     registry_->ForgetGone([this](const std::string& id) { return !jobs_->BusySlots(id).empty(); });
   });
   if (!options_.http_listen.empty()) {

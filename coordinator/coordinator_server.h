@@ -55,6 +55,16 @@ struct CoordinatorOptions {
   std::string tls_cert_pem;
   std::string tls_key_pem;
   std::string tls_ca_pem;
+  // The cluster CA's private key (PEM): with it (and TLS) the coordinator
+  // signs joining workers' certificates (AuthService.Join). Empty: Join is
+  // refused.
+  std::string tls_ca_key_pem;
+  // Bytes a fetch (trainctl fetch) asks a worker for at a time (1..1 MiB).
+  int32_t fetch_chunk_bytes = 1 << 20;
+  // How long a worker has to answer one piece of a fetch.
+  absl::Duration fetch_answer_timeout = absl::Seconds(30);
+  // How long a joined worker's certificate is valid.
+  absl::Duration worker_cert_validity = absl::Hours(24 * 365);
   bool insecure = false;
   const Clock* clock = SystemClock::Get();
 };
@@ -103,6 +113,8 @@ class CoordinatorServer {
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<TelemetryLedger> telemetry_;
   std::unique_ptr<TokenAuthority> tokens_;
+  std::unique_ptr<WorkerEnroller> enroller_;
+  std::unique_ptr<ArtifactFetches> fetches_;
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<AuthServiceImpl> auth_service_;

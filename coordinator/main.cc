@@ -55,11 +55,19 @@ ABSL_FLAG(std::string, tls_dir, "",
 ABSL_FLAG(std::string, tls_cert, "", "the coordinator's certificate (PEM); overrides --tls-dir's");
 ABSL_FLAG(std::string, tls_key, "", "the coordinator's private key (PEM); overrides --tls-dir's");
 ABSL_FLAG(std::string, tls_ca, "", "the cluster CA certificate (PEM); overrides --tls-dir's");
+ABSL_FLAG(std::string, tls_ca_key, "",
+          "the cluster CA's private key (PEM): sign joining workers' certificates (trainctl-worker "
+          "--join-token); default: --tls-dir's ca.key when present; without it Join is refused");
+ABSL_FLAG(int, worker_cert_days, 365, "how long a joined worker's certificate is valid, in days");
 ABSL_FLAG(bool, insecure, false,
           "allow plaintext on a non-loopback --listen (tokens then cross the network in clear)");
 ABSL_FLAG(std::string, dir, "", "init: the directory to write the CA, certificates and tokens to");
 ABSL_FLAG(std::vector<std::string>, san, {},
           "init, worker-cert: extra names or IP addresses for the certificate (comma-separated)");
+ABSL_FLAG(int, join_tokens, 0,
+          "init: also write N one-time join tokens, join-1.token ... join-N.token (role join, "
+          "expiring after --join-ttl-h), one per worker to join");
+ABSL_FLAG(int, join_ttl_h, 24, "init: hours until the --join-tokens expire");
 ABSL_FLAG(std::string, worker_id, "", "worker-cert: the worker id the certificate names (its CN)");
 ABSL_FLAG(std::string, out, "", "worker-cert: where to write ID.crt and ID.key (default: --dir)");
 
@@ -136,6 +144,21 @@ int RunInit() {
     if (absl::Status w = WritePrivateFile(dir + "/worker.token", worker->secret() + "\n"); !w.ok()) {
       return fail("worker.token", w);
     }
+    // One-time join tokens, for deployments that start their workers right
+    // away (compose): each worker trades its own for a certificate.
+    const int joins = absl::GetFlag(FLAGS_join_tokens);
+    if (joins < 0 || joins > 1000) return fail("--join-tokens", absl::InvalidArgumentError("must be 0..1000"));
+    if (absl::GetFlag(FLAGS_join_ttl_h) < 1) return fail("--join-ttl-h", absl::InvalidArgumentError("must be >= 1"));
+    for (int i = 1; i <= joins; ++i) {
+      trainctl::v1::CreateTokenRequest jreq;
+      jreq.set_role(trainctl::v1::ROLE_JOIN);
+      jreq.set_name(absl::StrCat("join-", i));
+      jreq.mutable_ttl()->set_seconds(int64_t{3600} * absl::GetFlag(FLAGS_join_ttl_h));
+      absl::StatusOr<trainctl::v1::CreateTokenResponse> join = tokens.Create(jreq, {"init", "init", trainctl::v1::ROLE_ADMIN});
+      if (!join.ok()) return fail("join token", join.status());
+      const std::string name = absl::StrCat("join-", i, ".token");
+      if (absl::Status w = WritePrivateFile(dir + "/" + name, join->secret() + "\n"); !w.ok()) return fail(name, w);
+    }
   }
   const std::string address = absl::StrCat(sans.size() > 4 ? sans[4] : sans.size() > 3 ? sans[3] : "localhost", ":7070");
   const std::string config = absl::StrCat("# trainctl CLI config written by `trainctl-coordinator init`: copy to\n",
@@ -148,9 +171,15 @@ int RunInit() {
             << "  coordinator.crt/.key      the coordinator's certificate (SANs: " << absl::StrJoin(sans, ", ") << ")\n"
             << "  admin.token               the bootstrap admin token\n"
             << "  worker.token              a worker token (stored in " << absl::GetFlag(FLAGS_db) << ")\n"
+            << (absl::GetFlag(FLAGS_join_tokens) > 0
+                    ? absl::StrCat("  join-1.token ... join-", absl::GetFlag(FLAGS_join_tokens),
+                                   ".token   one-time join tokens (expire in ", absl::GetFlag(FLAGS_join_ttl_h), " h)\n")
+                    : std::string())
             << "  trainctl.yaml             a CLI config (coordinator " << address << ", admin token, CA)\n"
             << "Start: trainctl-coordinator --tls-dir " << dir << " --db " << absl::GetFlag(FLAGS_db) << "\n"
-            << "Workers: trainctl-worker --coordinator " << address << " --ca ca.crt --token-file worker.token\n";
+            << "Workers: trainctl token create --role join   (one-time), then on the worker host:\n"
+            << "  trainctl-worker --coordinator " << address << " --ca ca.crt --join-token-file join.token\n"
+            << "  (or, without joining: --token-file worker.token)\n";
   return 0;
 }
 
@@ -197,7 +226,7 @@ int main(int argc, char** argv) {
   std::vector<char*> args = trainctl::ParseDaemonFlags(
       argc, argv,
       "trainctl-coordinator [--tls-dir DIR] --listen HOST:PORT --db PATH\n"
-      "trainctl-coordinator init --dir DIR [--san NAME,...] --db PATH   (CA, certificates, tokens)\n"
+      "trainctl-coordinator init --dir DIR [--san NAME,...] --db PATH [--join-tokens N]   (CA, certificates, tokens)\n"
       "trainctl-coordinator worker-cert --dir DIR --worker-id ID [--san NAME,...] [--out DIR]\n"
       "The trainctl control plane: accepts jobs, gang-schedules ranks on worker daemons, runs "
       "the rendezvous, watches health, and stores everything in SQLite.",
@@ -243,6 +272,29 @@ int main(int argc, char** argv) {
       *dest = *pem;
     }
   }
+  {
+    std::string ca_key = absl::GetFlag(FLAGS_tls_ca_key);
+    if (ca_key.empty() && !tls_dir.empty() && std::filesystem::exists(tls_dir + "/ca.key")) {
+      ca_key = tls_dir + "/ca.key";
+    }
+    if (!ca_key.empty()) {
+      if (o.tls_cert_pem.empty()) {
+        std::cerr << "trainctl-coordinator: --tls-ca-key: needs TLS (--tls-dir or --tls-cert/--tls-key/--tls-ca)\n";
+        return 2;
+      }
+      absl::StatusOr<std::string> pem = trainctl::auth::ReadFile(ca_key);
+      if (!pem.ok()) {
+        std::cerr << "trainctl-coordinator: --tls-ca-key: " << pem.status().message() << "\n";
+        return 2;
+      }
+      o.tls_ca_key_pem = *pem;
+    }
+  }
+  if (absl::GetFlag(FLAGS_worker_cert_days) < 1) {
+    std::cerr << "trainctl-coordinator: --worker-cert-days: must be at least 1\n";
+    return 2;
+  }
+  o.worker_cert_validity = absl::Hours(24 * absl::GetFlag(FLAGS_worker_cert_days));
   o.insecure = absl::GetFlag(FLAGS_insecure);
   o.listen = absl::GetFlag(FLAGS_listen);
   if (o.listen.empty()) o.listen = o.tls_cert_pem.empty() ? "127.0.0.1:7070" : "0.0.0.0:7070";

@@ -3,12 +3,19 @@
 #include <algorithm>
 #include <grpc/grpc_security_constants.h>
 
+#include <zlib.h>
+
 #include <deque>
 #include <iostream>
 
 #include "absl/cleanup/cleanup.h"
 #include "absl/strings/numbers.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "absl/synchronization/mutex.h"
 
@@ -49,6 +56,57 @@ absl::Status MayActOnJob(const Principal& who, absl::string_view call, const v1:
   return absl::PermissionDeniedError(absl::StrCat(
       call, ": job '", job.id(), "' belongs to '", job.owner().empty() ? "nobody" : job.owner(),
       "'; a submitter acts only on its own jobs (role admin acts on every job)"));
+}
+
+// The IP address of a gRPC peer ("ipv4:10.0.0.5:4242", "ipv6:[::1]:4242",
+// "ipv6:%5B::1%5D:4242"); "" for anything else.
+std::string PeerIp(absl::string_view peer) {
+  std::string p(peer);
+  for (auto [from, to] : {std::pair<const char*, const char*>{"%5B", "["}, {"%5D", "]"}}) {
+    for (size_t at; (at = p.find(from)) != std::string::npos;) p.replace(at, 3, to);
+  }
+  absl::string_view v = p;
+  if (absl::ConsumePrefix(&v, "ipv4:")) return std::string(v.substr(0, v.rfind(':')));
+  if (absl::ConsumePrefix(&v, "ipv6:") && absl::ConsumePrefix(&v, "[")) {
+    absl::string_view ip = v.substr(0, v.find(']'));
+    absl::ConsumePrefix(&ip, "::ffff:");  // an IPv4 client on a dual-stack socket
+    return std::string(ip);
+  }
+  return "";
+}
+
+// The host of "host:port", "[v6]:port" or a bare host.
+std::string HostOf(absl::string_view address) {
+  if (absl::ConsumePrefix(&address, "[")) return std::string(address.substr(0, address.find(']')));
+  size_t colon = address.rfind(':');
+  if (colon != absl::string_view::npos && address.find(':') == colon) address = address.substr(0, colon);
+  return std::string(address);
+}
+
+// OK when every host a rendezvous report names (the store's address, and
+// MASTER_ADDR) is one of `own`; else PermissionDenied naming the host. A
+// worker that could name any host could send the other ranks of a job to a
+// machine of its choosing.
+absl::Status CheckRendezvousHosts(const v1::RendezvousInfo& info, const std::vector<std::string>& own) {
+  std::vector<std::pair<const char*, std::string>> named;
+  if (info.kind_case() == v1::RendezvousInfo::kGlooStoreAddress) {
+    named.emplace_back("gloo_store_address", HostOf(info.gloo_store_address()));
+  }
+  if (!info.master_addr().empty()) named.emplace_back("master_addr", HostOf(info.master_addr()));
+  for (const auto& entry : named) {
+    // (Not a structured binding: C++17 lambdas cannot capture one.)
+    const char* field = entry.first;
+    const std::string& host = entry.second;
+    bool mine = std::any_of(own.begin(), own.end(), [&](const std::string& o) {
+      return absl::EqualsIgnoreCase(o, host);
+    });
+    if (!mine) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "rendezvous.info.", field, ": host '", host, "' is not this worker's address (",
+          absl::StrJoin(own, ", "), "); a worker reports only its own address"));
+    }
+  }
+  return absl::OkStatus();
 }
 
 // A Session refused before it began (bad token or role).
@@ -306,8 +364,14 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
  public:
   // `cert_id`: the CN of the worker's verified client certificate ("" when
   // it presented none); such a worker may register only under that id.
-  SessionReactor(ServiceContext ctx, std::string peer, Principal who, std::string cert_id)
-      : ctx_(ctx), peer_(std::move(peer)), who_(std::move(who)), cert_id_(std::move(cert_id)) {
+  // `cert_sans`: that certificate's subject alternative names.
+  SessionReactor(ServiceContext ctx, std::string peer, Principal who, std::string cert_id,
+                 std::vector<std::string> cert_sans)
+      : ctx_(ctx),
+        peer_(std::move(peer)),
+        who_(std::move(who)),
+        cert_id_(std::move(cert_id)),
+        cert_sans_(std::move(cert_sans)) {
     StartRead(&in_);
   }
 
@@ -448,6 +512,17 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
       }
     }
     worker_id_ = *id;
+    // The hosts this worker may name in rendezvous reports: the address it
+    // connects from, and what vouches for it: its certificate's names (a
+    // certificate worker), or the address it registered (a token worker,
+    // which nothing else checks).
+    own_hosts_.clear();
+    if (std::string ip = PeerIp(peer_); !ip.empty()) own_hosts_.push_back(ip);
+    if (!cert_id_.empty()) {
+      own_hosts_.insert(own_hosts_.end(), cert_sans_.begin(), cert_sans_.end());
+    } else {
+      own_hosts_.push_back(reg.address().empty() ? reg.hostname() : reg.address());
+    }
     v1::CoordinatorMessage ack;
     ack.mutable_register_ack()->set_worker_id(worker_id_);
     ack.mutable_register_ack()->set_heartbeat_interval_ms(
@@ -512,6 +587,13 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
         s = ctx_.jobs->OnRankStatus(worker_id_, msg.rank_status());
         break;
       case v1::WorkerMessage::kRendezvous:
+        s = CheckRendezvousHosts(msg.rendezvous().info(), own_hosts_);
+        if (!s.ok()) {
+          LogEvent(LogLevel::kWarn, "coordinator", "rendezvous_refused",
+                   {{"worker_id", worker_id_}, {"peer", peer_}, {"job_id", msg.rendezvous().job_id()},
+                    {"reason", std::string(s.message())}});
+          break;
+        }
         s = ctx_.jobs->OnRendezvous(worker_id_, msg.rendezvous());
         break;
       case v1::WorkerMessage::kMetrics:
@@ -529,6 +611,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
       case v1::WorkerMessage::kFinalModel:
         s = ctx_.jobs->OnFinalModel(worker_id_, msg.final_model());
         break;
+      case v1::WorkerMessage::kFileChunk:
+        if (ctx_.fetches != nullptr) ctx_.fetches->OnChunk(worker_id_, msg.file_chunk());
+        return;
       case v1::WorkerMessage::kGoodbye:
         Ended(/*left=*/true);
         Close(absl::OkStatus());
@@ -580,6 +665,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     }
     ended_ = true;
     ctx_.registry->SessionEnded(worker_id_, this, left);
+    if (ctx_.fetches != nullptr) ctx_.fetches->WorkerGone(worker_id_);
   }
 
   void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
@@ -607,6 +693,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   const std::string peer_;
   const Principal who_;
   const std::string cert_id_;
+  const std::vector<std::string> cert_sans_;
+  // Hosts its rendezvous reports may name (set at registration; loop only).
+  std::vector<std::string> own_hosts_;
   v1::WorkerMessage in_;  // gRPC thread (one read in flight).
 
   absl::Mutex mu_;
@@ -887,6 +976,202 @@ grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetLogs(grpc::CallbackSe
   return reactor;
 }
 
+// --- FetchArtifact ------------------------------------------------------------------
+
+namespace {
+
+// Where a fetch reads from: a connected worker, a path on it, and the
+// checksum the file was recorded with ("" when none was).
+struct ArtifactSource {
+  std::string worker;
+  std::string path;
+  std::string recorded_checksum;
+};
+
+// On the loop.
+absl::StatusOr<ArtifactSource> FindArtifact(const ServiceContext& c, const v1::FetchArtifactRequest& req) {
+  if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
+  if (req.checkpoint_step() < 0) return absl::InvalidArgumentError("checkpoint_step: must be >= 0 (0: the final model)");
+  TRAINCTL_ASSIGN_OR_RETURN(v1::Job job, c.jobs->Get(req.job_id()));
+  ArtifactSource src;
+  if (req.checkpoint_step() == 0) {
+    if (job.final_model().empty()) {
+      return absl::NotFoundError(absl::StrCat("job '", job.id(), "' has no final model (",
+                                              v1::JobState_Name(job.state()), "); fetch a checkpoint with --checkpoint STEP"));
+    }
+    src = {job.final_model_worker(), job.final_model(), ""};
+  } else {
+    const v1::CheckpointRecord* found = nullptr;
+    std::vector<std::string> steps;
+    for (const v1::CheckpointRecord& r : job.checkpoints()) {
+      steps.push_back(absl::StrCat(r.global_step()));
+      if (r.global_step() == req.checkpoint_step()) found = &r;
+    }
+    if (found == nullptr) {
+      return absl::NotFoundError(absl::StrCat("checkpoint_step: job '", job.id(), "' has no checkpoint at step ",
+                                              req.checkpoint_step(), " (it has: ",
+                                              steps.empty() ? "none" : absl::StrJoin(steps, ", "), ")"));
+    }
+    src = {found->worker_id(), found->path(), found->checksum()};
+    if (src.worker.empty()) {
+      // A shared checkpoint: any connected worker sees it.
+      std::vector<const v1::Worker*> alive = c.registry->Alive();
+      if (alive.empty()) return absl::UnavailableError("no worker is connected to read the shared checkpoint");
+      src.worker = alive.front()->id();
+    }
+  }
+  const v1::Worker* w = c.registry->Find(src.worker);
+  if (w == nullptr || w->state() != v1::WORKER_STATE_ALIVE) {
+    return absl::UnavailableError(absl::StrCat("worker '", src.worker, "' holding ", src.path, " is not connected (",
+                                               w == nullptr ? "unknown" : v1::WorkerState_Name(w->state()), ")"));
+  }
+  return src;
+}
+
+std::string Crc32Text(uint32_t crc) { return absl::StrFormat("crc32:%08x", crc); }
+
+// One FetchArtifact stream: asks the holder for a piece, writes it to the
+// client, and asks for the next only when the write is done (one piece in
+// flight). Its state is loop-only; gRPC callbacks post to the loop. It is
+// deleted on the loop after OnDone, when nothing refers to it any more.
+class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, public FetchSink {
+ public:
+  FetchReactor(ServiceContext ctx, int32_t chunk_bytes) : ctx_(ctx), chunk_bytes_(chunk_bytes) {}
+
+  // Loop.
+  void Start(ArtifactSource src) {
+    src_ = std::move(src);
+    Ask(/*want_checksum=*/true);
+  }
+  void Fail(const absl::Status& why) {
+    if (finished_) return;
+    finished_ = true;
+    if (ctx_.fetches != nullptr) ctx_.fetches->Cancel(this);
+    Finish(ToGrpcStatus(why));
+  }
+
+  // FetchSink (loop).
+  void OnPiece(const v1::FileChunk& c) override {
+    if (finished_) return;
+    const std::string holder = absl::StrCat("worker '", src_.worker, "': ");
+    if (!c.error().empty()) {
+      Fail(absl::FailedPreconditionError(absl::StrCat(holder, c.error())));
+      return;
+    }
+    if (c.offset() != offset_) {
+      Fail(absl::InternalError(absl::StrCat(holder, "answered for offset ", c.offset(), ", expected ", offset_)));
+      return;
+    }
+    out_.Clear();
+    if (first_) {
+      size_ = c.size();
+      expected_ = src_.recorded_checksum.empty() ? c.checksum() : src_.recorded_checksum;
+      if (!src_.recorded_checksum.empty() && !c.checksum().empty() && c.checksum() != src_.recorded_checksum) {
+        Fail(absl::DataLossError(absl::StrCat(holder, src_.path, " is ", c.checksum(), " on disk, recorded as ",
+                                              src_.recorded_checksum, " (the file changed or is damaged)")));
+        return;
+      }
+      out_.set_path(src_.path);
+      out_.set_worker_id(src_.worker);
+      out_.set_size(size_);
+      out_.set_checksum(expected_);
+    } else if (c.size() != size_) {
+      Fail(absl::DataLossError(absl::StrCat(holder, src_.path, " changed size during the fetch (", size_, " -> ",
+                                            c.size(), " bytes)")));
+      return;
+    }
+    if (c.data().empty() && offset_ < size_) {
+      Fail(absl::DataLossError(absl::StrCat(holder, "no bytes at offset ", offset_, " of ", size_)));
+      return;
+    }
+    crc_ = crc32(crc_, reinterpret_cast<const Bytef*>(c.data().data()), static_cast<uInt>(c.data().size()));
+    out_.set_offset(offset_);
+    out_.set_data(c.data());
+    offset_ += static_cast<int64_t>(c.data().size());
+    first_ = false;
+    StartWrite(&out_);
+  }
+  void OnFailed(const absl::Status& why) override { Fail(why); }
+
+  // gRPC callbacks: to the loop.
+  void OnWriteDone(bool ok) override {
+    ctx_.loop->Post([this, ok] {
+      if (finished_) return;
+      if (!ok) {
+        Fail(absl::CancelledError("the client went away"));
+        return;
+      }
+      if (offset_ < size_) {
+        Ask(/*want_checksum=*/false);
+        return;
+      }
+      if (!expected_.empty() && Crc32Text(static_cast<uint32_t>(crc_)) != expected_) {
+        Fail(absl::DataLossError(absl::StrCat("sent bytes are ", Crc32Text(static_cast<uint32_t>(crc_)), ", expected ",
+                                              expected_, ": discard them")));
+        return;
+      }
+      finished_ = true;
+      Finish(grpc::Status::OK);
+    });
+  }
+  void OnCancel() override {
+    ctx_.loop->Post([this] { Fail(absl::CancelledError("cancelled")); });
+  }
+  void OnDone() override {
+    ctx_.loop->Post([this] {
+      if (ctx_.fetches != nullptr) ctx_.fetches->Cancel(this);
+      delete this;
+    });
+  }
+
+ private:
+  void Ask(bool want_checksum) {
+    v1::ReadFile r;
+    r.set_path(src_.path);
+    r.set_offset(offset_);
+    r.set_max_bytes(chunk_bytes_);
+    r.set_want_checksum(want_checksum);
+    if (absl::Status s = ctx_.fetches->Request(src_.worker, r, this); !s.ok()) Fail(s);
+  }
+
+  ServiceContext ctx_;
+  const int32_t chunk_bytes_;
+  // Loop-only.
+  ArtifactSource src_;
+  v1::ArtifactChunk out_;
+  bool first_ = true;
+  bool finished_ = false;
+  int64_t offset_ = 0;
+  int64_t size_ = 0;
+  std::string expected_;
+  uLong crc_ = crc32(0L, Z_NULL, 0);
+};
+
+}  // namespace
+
+grpc::ServerWriteReactor<v1::ArtifactChunk>* JobServiceImpl::FetchArtifact(grpc::CallbackServerContext* ctx,
+                                                                          const v1::FetchArtifactRequest* req) {
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "FetchArtifact", {kAdmin, kSubmitter, kViewer});
+  auto* reactor = new FetchReactor(ctx_, ctx_.fetch_chunk_bytes);
+  if (!who.ok()) {
+    ctx_.loop->Post([reactor, s = who.status()] { reactor->Fail(s); });
+    return reactor;
+  }
+  if (ctx_.fetches == nullptr) {
+    ctx_.loop->Post([reactor] { reactor->Fail(absl::UnimplementedError("FetchArtifact: not served here")); });
+    return reactor;
+  }
+  ctx_.loop->Post([this, reactor, request = *req] {
+    absl::StatusOr<ArtifactSource> src = FindArtifact(ctx_, request);
+    if (!src.ok()) {
+      reactor->Fail(src.status());
+      return;
+    }
+    reactor->Start(*std::move(src));
+  });
+  return reactor;
+}
+
 // --- WorkerService ------------------------------------------------------------------
 
 WorkerServiceImpl::WorkerServiceImpl(ServiceContext ctx)
@@ -901,9 +1186,15 @@ grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServic
   // mTLS: a client certificate the cluster CA signed (verified in the
   // handshake) names the worker; it needs no token.
   std::string cert_id;
+  std::vector<std::string> cert_sans;
   if (std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context()) {
     std::vector<grpc::string_ref> cn = auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
     if (!cn.empty()) cert_id.assign(cn.front().data(), cn.front().size());
+    if (!cert_id.empty()) {
+      for (const grpc::string_ref& san : auth->FindPropertyValues(GRPC_X509_SAN_PROPERTY_NAME)) {
+        cert_sans.emplace_back(san.data(), san.size());
+      }
+    }
   }
   absl::StatusOr<Principal> who;
   if (!cert_id.empty() && ctx->client_metadata().find("authorization") == ctx->client_metadata().end()) {
@@ -912,7 +1203,7 @@ grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServic
     who = Caller(ctx_, ctx, "Session", {kWorker});
   }
   if (!who.ok()) return new RefusedSession(who.status());
-  return new SessionReactor(ctx_, ctx->peer(), *who, cert_id);
+  return new SessionReactor(ctx_, ctx->peer(), *who, cert_id, std::move(cert_sans));
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
@@ -964,6 +1255,36 @@ grpc::ServerUnaryReactor* AuthServiceImpl::ListTokens(grpc::CallbackServerContex
     for (v1::Token& t : ctx_.auth->List(req->include_revoked())) *resp->add_tokens() = std::move(t);
   }
   reactor->Finish(ToGrpcStatus(who.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AuthServiceImpl::Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
+                                                v1::JoinResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "Join", {v1::ROLE_JOIN});
+  if (!who.ok()) {
+    reactor->Finish(ToGrpcStatus(who.status()));
+    return reactor;
+  }
+  // The certificate comes back in the reply: never over plaintext.
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  std::vector<grpc::string_ref> transport =
+      auth ? auth->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME) : std::vector<grpc::string_ref>();
+  if (transport.empty() || std::string(transport.front().data(), transport.front().size()) != "ssl") {
+    reactor->Finish(ToGrpcStatus(absl::FailedPreconditionError(
+        "Join: needs TLS (start the coordinator with --tls-dir; the worker with --ca)")));
+    return reactor;
+  }
+  if (ctx_.enroller == nullptr) {
+    reactor->Finish(ToGrpcStatus(absl::FailedPreconditionError("Join: this coordinator does not sign certificates")));
+    return reactor;
+  }
+  // A refusal is logged by the RPC interceptor (rpc_refused).
+  ctx_.loop->Post([this, reactor, req, resp, who = *who] {
+    absl::StatusOr<v1::JoinResponse> r = ctx_.enroller->Join(who, *req);
+    if (r.ok()) *resp = std::move(*r);
+    reactor->Finish(ToGrpcStatus(r.status()));
+  });
   return reactor;
 }
 

@@ -2,9 +2,10 @@
 // requests to manager calls on the EventLoop, and back.
 //
 //   JobService    — SubmitJob, GetJob, ListJobs, CancelJob (unary),
-//                   WatchJob, GetLogs (server streams).
+//                   WatchJob, GetLogs, FetchArtifact (server streams).
 //   WorkerService — Session (one bidi stream per worker daemon), ListWorkers.
-//   AuthService   — CreateToken, ListTokens, RevokeToken (admin only).
+//   AuthService   — CreateToken, ListTokens, RevokeToken (admin only);
+//                   Join (a join token, over TLS: a worker's certificate).
 //
 // Every handler first authenticates the call's bearer token and checks its
 // role (TokenAuthority): reads need admin, submitter or viewer; SubmitJob
@@ -21,11 +22,13 @@
 #include <memory>
 
 #include "common/event_loop.h"
+#include "coordinator/artifact_fetches.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/metrics_hub.h"
 #include "coordinator/store/state_store.h"
 #include "coordinator/telemetry_ledger.h"
 #include "coordinator/token_authority.h"
+#include "coordinator/worker_enroller.h"
 #include "coordinator/worker_registry.h"
 #include "trainctl/v1/auth.grpc.pb.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
@@ -50,6 +53,12 @@ struct ServiceContext {
   TelemetryBatcher* batcher = nullptr;
   // Authenticates every call. Required.
   TokenAuthority* auth = nullptr;
+  // Signs joining workers' certificates; nullptr: Join is refused.
+  WorkerEnroller* enroller = nullptr;
+  // Fetches in flight (FetchArtifact); nullptr: refused.
+  ArtifactFetches* fetches = nullptr;
+  // Bytes a fetch asks a worker for at a time (<= 1 MiB).
+  int32_t fetch_chunk_bytes = 1 << 20;
 };
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
@@ -72,6 +81,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                                   const v1::GetLogsRequest* req) override;
   grpc::ServerUnaryReactor* GetMetrics(grpc::CallbackServerContext* ctx, const v1::GetMetricsRequest* req,
                                        v1::GetMetricsResponse* resp) override;
+  grpc::ServerWriteReactor<v1::ArtifactChunk>* FetchArtifact(grpc::CallbackServerContext* ctx,
+                                                             const v1::FetchArtifactRequest* req) override;
 
  private:
   ServiceContext ctx_;
@@ -105,6 +116,8 @@ class AuthServiceImpl final : public v1::AuthService::CallbackService {
                                        v1::ListTokensResponse* resp) override;
   grpc::ServerUnaryReactor* RevokeToken(grpc::CallbackServerContext* ctx,
                                         const v1::RevokeTokenRequest* req, v1::Token* resp) override;
+  grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
+                                 v1::JoinResponse* resp) override;
 
  private:
   ServiceContext ctx_;

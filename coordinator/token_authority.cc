@@ -20,12 +20,13 @@ std::string RoleName(v1::Role role) {
     case v1::ROLE_SUBMITTER: return "submitter";
     case v1::ROLE_VIEWER: return "viewer";
     case v1::ROLE_WORKER: return "worker";
+    case v1::ROLE_JOIN: return "join";
     default: return "unspecified";
   }
 }
 
 absl::StatusOr<v1::Role> ParseRole(absl::string_view name) {
-  for (v1::Role r : {v1::ROLE_ADMIN, v1::ROLE_SUBMITTER, v1::ROLE_VIEWER, v1::ROLE_WORKER}) {
+  for (v1::Role r : {v1::ROLE_ADMIN, v1::ROLE_SUBMITTER, v1::ROLE_VIEWER, v1::ROLE_WORKER, v1::ROLE_JOIN}) {
     if (absl::AsciiStrToLower(name) == RoleName(r)) return r;
   }
   return absl::InvalidArgumentError(
@@ -96,7 +97,7 @@ absl::Status TokenAuthority::Authorize(const Principal& who, absl::string_view c
 absl::StatusOr<v1::CreateTokenResponse> TokenAuthority::Create(const v1::CreateTokenRequest& req,
                                                                const Principal& by) {
   if (req.role() == v1::ROLE_UNSPECIFIED || !v1::Role_IsValid(req.role())) {
-    return absl::InvalidArgumentError("role: one of admin, submitter, viewer, worker");
+    return absl::InvalidArgumentError("role: one of admin, submitter, viewer, worker, join");
   }
   if (req.name().size() > 64 ||
       !std::all_of(req.name().begin(), req.name().end(), [](char c) {
@@ -106,13 +107,15 @@ absl::StatusOr<v1::CreateTokenResponse> TokenAuthority::Create(const v1::CreateT
   }
   absl::Duration ttl = absl::Seconds(req.ttl().seconds()) + absl::Nanoseconds(req.ttl().nanos());
   if (ttl < absl::ZeroDuration()) return absl::InvalidArgumentError("ttl: must be >= 0 (0 = never expires)");
-  if (req.one_time()) {
-    // A one-time join token only makes sense once workers trade it for a
-    // certificate (a CSR signed at join); until then a worker reconnects
-    // with its token, so a used-up token would strand it.
-    return absl::InvalidArgumentError(
-        "one_time: join tokens need certificate bootstrap, which this coordinator does not have yet");
+  const bool join = req.role() == v1::ROLE_JOIN;
+  if (req.one_time() && !join) {
+    // A reusable role's token that dies after one call would strand its
+    // holder (a worker reconnects with it); only joining happens once.
+    return absl::InvalidArgumentError("one_time: only join tokens are one-time");
   }
+  // A join token is always one-time and always expires: it is handed
+  // around (a provisioning script, a cloud-init file) before it is used.
+  if (join && ttl == absl::ZeroDuration()) ttl = kDefaultJoinTtl;
   StoredToken st;
   v1::Token& t = st.token;
   absl::MutexLock lock(&mu_);
@@ -124,7 +127,7 @@ absl::StatusOr<v1::CreateTokenResponse> TokenAuthority::Create(const v1::CreateT
   absl::Time now = clock_->Now();
   SetTimestamp(now, t.mutable_create_time());
   if (ttl > absl::ZeroDuration()) SetTimestamp(now + ttl, t.mutable_expire_time());
-  t.set_one_time(req.one_time());
+  t.set_one_time(join);
   t.set_created_by(by.token_id);
   std::string secret = auth::NewSecret(t.id());
   st.secret_hash = auth::Sha256Hex(secret);
@@ -173,6 +176,28 @@ absl::StatusOr<v1::Token> TokenAuthority::Revoke(const std::string& id) {
   TRAINCTL_RETURN_IF_ERROR(store_->PutToken(t, it->second.secret_hash));
   it->second.token = t;
   return t;
+}
+
+absl::Status TokenAuthority::ConsumeOneTime(const std::string& token_id) {
+  absl::MutexLock lock(&mu_);
+  auto it = tokens_.find(token_id);
+  if (it == tokens_.end() || !it->second.token.one_time()) {
+    return absl::InvalidArgumentError(absl::StrCat("token '", token_id, "' is not a one-time token"));
+  }
+  v1::Token t = it->second.token;
+  if (t.used()) {
+    return absl::UnauthenticatedError(
+        absl::StrCat("one-time token '", t.id(), "' (", t.name(), ") was already used"));
+  }
+  t.set_used(true);
+  TRAINCTL_RETURN_IF_ERROR(store_->PutToken(t, it->second.secret_hash));
+  it->second.token = t;
+  return absl::OkStatus();
+}
+
+bool TokenAuthority::WorkerBound(const std::string& worker_id) const {
+  absl::MutexLock lock(&mu_);
+  return bindings_.contains(worker_id);
 }
 
 absl::Status TokenAuthority::BindWorker(const std::string& worker_id, const Principal& who) {

@@ -35,7 +35,7 @@ struct Principal {
   v1::Role role = v1::ROLE_UNSPECIFIED;
 };
 
-// "admin", "submitter", "viewer", "worker".
+// "admin", "submitter", "viewer", "worker", "join".
 std::string RoleName(v1::Role role);
 // The inverse; InvalidArgument naming the choices.
 absl::StatusOr<v1::Role> ParseRole(absl::string_view name);
@@ -44,6 +44,11 @@ class TokenAuthority {
  public:
   // The id the bootstrap admin secret (--admin-token-file) goes by.
   static constexpr char kBootstrapAdminId[] = "admin-file";
+  // A join token's lifetime when its request gives none.
+  static constexpr absl::Duration kDefaultJoinTtl = absl::Hours(24);
+  // The token id a certificate worker's id is bound to ("cert:" + id), so
+  // that no token worker can take an id a certificate was issued for.
+  static std::string CertBinding(const std::string& worker_id) { return "cert:" + worker_id; }
 
   TokenAuthority(StateStore* store, const Clock* clock) : store_(store), clock_(clock) {}
 
@@ -61,12 +66,20 @@ class TokenAuthority {
   static absl::Status Authorize(const Principal& who, absl::string_view call,
                                 std::initializer_list<v1::Role> roles);
 
-  // Admin calls. InvalidArgument for a bad name, role or ttl.
+  // Admin calls. InvalidArgument for a bad name, role or ttl. Join tokens
+  // are made one-time, with kDefaultJoinTtl when ttl is zero.
   absl::StatusOr<v1::CreateTokenResponse> Create(const v1::CreateTokenRequest& req,
                                                  const Principal& by);
   std::vector<v1::Token> List(bool include_revoked) const;
   // Idempotent; NotFound for an unknown id.
   absl::StatusOr<v1::Token> Revoke(const std::string& id);
+
+  // Marks one-time token `token_id` used, on disk then in memory;
+  // Unauthenticated when it already was (so of two concurrent uses exactly
+  // one succeeds), InvalidArgument when it is not one-time.
+  absl::Status ConsumeOneTime(const std::string& token_id);
+  // Whether `worker_id` is bound to a token or a certificate.
+  bool WorkerBound(const std::string& worker_id) const;
 
   // Binds `worker_id` to `who`'s token when unbound; PermissionDenied when
   // it already belongs to another token.

@@ -175,5 +175,56 @@ TEST(TokenAuthorityTest, RolesAndWorkerBindings) {
   EXPECT_TRUE(auth.CheckWorker("gpu-1", w1).ok());
 }
 
+// Join tokens are one-time and always expire; a use survives a reopen; a
+// second use is refused naming the reason; other roles cannot be one-time.
+TEST(TokenAuthorityTest, JoinTokensAreOneTimeAndExpire) {
+  std::string db = TempDb();
+  FakeClock clock;
+  std::string secret, id;
+  {
+    auto store = StateStore::Open(db);
+    ASSERT_TRUE(store.ok()) << store.status();
+    TokenAuthority auth(store->get(), &clock);
+    ASSERT_TRUE(auth.Load().ok());
+    v1::CreateTokenRequest worker = Req(v1::ROLE_WORKER, "w");
+    worker.set_one_time(true);
+    absl::StatusOr<v1::CreateTokenResponse> refused = auth.Create(worker, kRoot);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status().message(), HasSubstr("one_time: only join tokens"));
+
+    auto join = auth.Create(Req(v1::ROLE_JOIN, "rack-3"), kRoot);
+    ASSERT_TRUE(join.ok()) << join.status();
+    EXPECT_TRUE(join->token().one_time()) << "join tokens are one-time even when not asked";
+    ASSERT_TRUE(join->token().has_expire_time());
+    EXPECT_EQ(join->token().expire_time().seconds() - join->token().create_time().seconds(),
+              absl::ToInt64Seconds(TokenAuthority::kDefaultJoinTtl));
+    secret = join->secret();
+    id = join->token().id();
+    absl::StatusOr<Principal> who = auth.Authenticate("Bearer " + secret);
+    ASSERT_TRUE(who.ok()) << who.status();
+    EXPECT_EQ(who->role, v1::ROLE_JOIN);
+    EXPECT_TRUE(auth.ConsumeOneTime(id).ok());
+    absl::Status again = auth.ConsumeOneTime(id);
+    EXPECT_EQ(again.code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_THAT(again.message(), HasSubstr("already used"));
+    EXPECT_EQ(auth.ConsumeOneTime("t-nope").code(), absl::StatusCode::kInvalidArgument);
+
+    auto brief = auth.Create(Req(v1::ROLE_JOIN, "brief", 60), kRoot);
+    ASSERT_TRUE(brief.ok());
+    clock.Advance(absl::Seconds(61));
+    absl::StatusOr<Principal> expired = auth.Authenticate("Bearer " + brief->secret());
+    EXPECT_EQ(expired.status().code(), absl::StatusCode::kUnauthenticated);
+    EXPECT_THAT(expired.status().message(), HasSubstr("expired"));
+  }
+  auto store = StateStore::Open(db);
+  ASSERT_TRUE(store.ok());
+  TokenAuthority reopened(store->get(), &clock);
+  ASSERT_TRUE(reopened.Load().ok());
+  absl::StatusOr<Principal> used = reopened.Authenticate("Bearer " + secret);
+  EXPECT_EQ(used.status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_THAT(used.status().message(), HasSubstr("already used"));
+  EXPECT_EQ(ParseRole("join").value(), v1::ROLE_JOIN);
+}
+
 }  // namespace
 }  // namespace trainctl::coordinator

@@ -224,14 +224,15 @@ if has_step smoke; then
     install -d -o 10001 -g 10001 "$wroot/var/lib/trainctl/w1" "$wroot/var/lib/trainctl/w2"
     rm -rf "$croot"/var/lib/trainctl/trainctl.db* "$croot"/var/lib/trainctl/tls
     # TLS and tokens, as deployed: init makes the CA, certificates and tokens;
-    # workers get ca.crt and the worker token, the CLI the CA and admin token.
+    # each worker gets ca.crt and its own one-time join token (it joins on
+    # its first start), the CLI the CA and admin token.
     if in_root "$croot" 10001:10001 trainctl-coordinator init --dir=/var/lib/trainctl/tls \
-         --db=/var/lib/trainctl/trainctl.db > "$work/init.log" 2>&1; then
+         --db=/var/lib/trainctl/trainctl.db --join-tokens=2 > "$work/init.log" 2>&1; then
       pass "smoke: trainctl-coordinator init"
     else
       fail "smoke: trainctl-coordinator init (see $work/init.log)"
     fi
-    for f in ca.crt worker.token; do
+    for f in ca.crt join-1.token join-2.token; do
       install -o 10001 -g 10001 -m 0600 "$croot/var/lib/trainctl/tls/$f" "$wroot/var/lib/trainctl/$f"
     done
     admin_token=$(cat "$croot/var/lib/trainctl/tls/admin.token")
@@ -254,7 +255,7 @@ if has_step smoke; then
       # shellcheck disable=SC2086
       start_bg worker-$w "$wroot" 10001:10001 $entry_w trainctl-worker --coordinator=127.0.0.1:"$port" --slots=1 \
         --address=127.0.0.1 --work-dir=/var/lib/trainctl/w$w \
-        --ca=/var/lib/trainctl/ca.crt --token-file=/var/lib/trainctl/worker.token
+        --ca=/var/lib/trainctl/ca.crt --join-token-file=/var/lib/trainctl/join-$w.token
       wpids+=("$bg_pid") wjobs+=("$bg_job")
     done
     sleep 3

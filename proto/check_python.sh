@@ -17,11 +17,12 @@ assert job_pb2.JobSpec.FromString(spec.SerializeToString()) == spec
 assert hasattr(job_service_pb2_grpc, "JobServiceStub")
 assert hasattr(worker_service_pb2_grpc, "WorkerServiceStub")
 for svc, methods in [(job_service_pb2.DESCRIPTOR.services_by_name["JobService"],
-                      {"SubmitJob", "GetJob", "ListJobs", "CancelJob", "WatchJob", "GetLogs", "GetMetrics"}),
+                      {"SubmitJob", "GetJob", "ListJobs", "CancelJob", "WatchJob", "GetLogs", "GetMetrics",
+                       "FetchArtifact"}),
                      (worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"],
                       {"Session", "ListWorkers"}),
                      (auth_pb2.DESCRIPTOR.services_by_name["AuthService"],
-                      {"CreateToken", "ListTokens", "RevokeToken"})]:
+                      {"CreateToken", "ListTokens", "RevokeToken", "Join"})]:
     assert set(svc.methods_by_name) == methods, (svc.name, set(svc.methods_by_name))
 print("python stubs ok")
 PY

@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/stat.h>
 
 #include <fstream>
 #include <iterator>
@@ -350,6 +351,140 @@ TEST(AuthE2ETest, TlsRefusesPlaintextAndForeignCas) {
 
   v1::Job done = cluster.WaitState(victim, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
   EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.state_reason();
+}
+
+// AuthService.Join with `token` over TLS (the cluster CA) for a new key's CSR.
+grpc::Status JoinWith(const std::string& address, const std::string& ca_file, const std::string& token,
+                      const std::string& worker_id, v1::JoinResponse* resp = nullptr) {
+  auth::ChannelSecurity security;
+  security.token = token;
+  security.ca_file = ca_file;
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Soon());
+  v1::JoinRequest req;
+  req.set_worker_id(worker_id);
+  req.set_csr_pem(*auth::NewCsr(*auth::NewPrivateKey(), "whatever"));
+  v1::JoinResponse ignored;
+  return v1::AuthService::NewStub(*auth::MakeChannel(address, security, grpc::ChannelArguments()))
+      ->Join(&ctx, req, resp != nullptr ? resp : &ignored);
+}
+
+// TLS bootstrap: a real worker daemon joins with a one-time join token (its
+// key stays in its work dir, mode 0600), runs a job to SUCCEEDED under the
+// id its certificate names, and after a SIGKILL comes back on the stored
+// certificate though the token is spent. The token cannot be reused; an
+// expired, a worker-role or a plaintext join is refused; a joined worker
+// cannot register as another worker, and nobody can join as a known id.
+TEST(AuthE2ETest, WorkerJoinsWithAOneTimeTokenAndKeepsItsCertificate) {
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  ASSERT_TRUE(cluster.InitTls());
+  ASSERT_TRUE(cluster.StartCoordinator());
+  const std::string addr = cluster.address();
+  const std::string join = cluster.CreateToken(v1::ROLE_JOIN, "rack-3");
+  ASSERT_FALSE(join.empty());
+  const std::string join_file = cluster.dir() + "/join.token";
+  ASSERT_TRUE(auth::WritePrivateFile(join_file, join + "\n").ok());
+  ASSERT_TRUE(cluster.StartWorker("joined", 1, false, {"--join_token_file=" + join_file}));
+  ASSERT_TRUE(cluster.WaitWorkers(1)) << cluster.worker("joined")->ReadLog();
+
+  const std::string work = cluster.dir() + "/worker-joined";
+  absl::StatusOr<std::string> cert = auth::ReadFile(work + "/worker.crt");
+  ASSERT_TRUE(cert.ok()) << cert.status();
+  std::string joined_id = *auth::CertCommonName(*cert);
+  for (const char* f : {"/worker.crt", "/worker.key"}) {
+    struct stat st;
+    ASSERT_EQ(stat((work + f).c_str(), &st), 0);
+    EXPECT_EQ(st.st_mode & 0777, 0600u) << f;
+  }
+  {
+    grpc::ClientContext ctx;
+    v1::ListWorkersResponse workers;
+    ASSERT_TRUE(cluster.workers_stub()->ListWorkers(&ctx, v1::ListWorkersRequest(), &workers).ok());
+    ASSERT_EQ(workers.workers_size(), 1);
+    EXPECT_EQ(workers.workers(0).id(), joined_id) << "registered as its certificate's id";
+  }
+  std::string victim = cluster.Submit(Spec("on-joined", 3));
+  ASSERT_FALSE(victim.empty());
+
+  // The join token is spent.
+  grpc::Status s = JoinWith(addr, cluster.ca_file(), join, "");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_THAT(s.error_message(), HasSubstr("already used"));
+  // An expired one.
+  const std::string brief = cluster.CreateToken(v1::ROLE_JOIN, "brief", /*ttl_s=*/1);
+  ASSERT_FALSE(brief.empty());
+  absl::SleepFor(absl::Milliseconds(1500));  // past its expiry (whole seconds on the server)
+  s = JoinWith(addr, cluster.ca_file(), brief, "late");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAUTHENTICATED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("expired"));
+  // Not a join token; no token; plaintext.
+  const std::string worker_token = cluster.CreateToken(v1::ROLE_WORKER, "plain-worker");
+  s = JoinWith(addr, cluster.ca_file(), worker_token, "");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), HasSubstr("Join needs role join"));
+  EXPECT_EQ(JoinWith(addr, cluster.ca_file(), "", "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  // Nobody joins as a known worker (that would be a second key for its id);
+  // a refused join leaves the token usable.
+  const std::string second = cluster.CreateToken(v1::ROLE_JOIN, "second");
+  s = JoinWith(addr, cluster.ca_file(), second, joined_id);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::ALREADY_EXISTS);
+  EXPECT_THAT(s.error_message(), HasSubstr("already known"));
+  s = JoinWith(addr, cluster.ca_file(), second, "bad/id");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
+  EXPECT_THAT(s.error_message(), HasSubstr("worker_id"));
+  v1::JoinResponse other;
+  s = JoinWith(addr, cluster.ca_file(), second, "other-worker", &other);
+  ASSERT_TRUE(s.ok()) << s.error_message();
+  EXPECT_EQ(other.worker_id(), "other-worker");
+  EXPECT_EQ(*auth::CertCommonName(other.cert_pem()), "other-worker");
+  // A token worker cannot take an id a certificate was issued for.
+  s = RegisterAs(addr, worker_token, "other-worker", [&] {
+    auth::ChannelSecurity tls;
+    tls.ca_file = cluster.ca_file();
+    return tls;
+  }());
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+
+  // The joined worker's certificate registers only as itself.
+  auth::ChannelSecurity joined;
+  joined.ca_file = cluster.ca_file();
+  joined.cert_file = work + "/worker.crt";
+  joined.key_file = work + "/worker.key";
+  s = RegisterAs(addr, "", "other-worker", joined);
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_THAT(s.error_message(), HasSubstr("certificate is for '" + joined_id + "'"));
+
+  v1::Job done = cluster.WaitState(victim, v1::JOB_STATE_SUCCEEDED, absl::Seconds(90));
+  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.state_reason();
+  ASSERT_GE(done.attempts_size(), 1);
+  EXPECT_EQ(done.attempts(done.attempts_size() - 1).ranks(0).worker_id(), joined_id);
+  // Its rendezvous report named its own address (a name in its certificate).
+  EXPECT_EQ(done.attempts(done.attempts_size() - 1).rendezvous().master_addr(), "127.0.0.1");
+
+  // A restart reuses the stored certificate: the spent token is not needed
+  // (its file is even gone), and the next job runs on the same worker id.
+  cluster.KillWorker("joined", SIGKILL);
+  ASSERT_EQ(std::remove(join_file.c_str()), 0);
+  ASSERT_TRUE(cluster.StartWorker("joined", 1, false, {"--join_token_file=" + join_file}));
+  std::string after = cluster.Submit(Spec("after-restart", 1));
+  ASSERT_FALSE(after.empty());
+  done = cluster.WaitState(after, v1::JOB_STATE_SUCCEEDED, absl::Seconds(90));
+  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.state_reason() << cluster.worker("joined")->ReadLog();
+  ASSERT_GE(done.attempts_size(), 1);
+  EXPECT_EQ(done.attempts(done.attempts_size() - 1).ranks(0).worker_id(), joined_id);
+  EXPECT_EQ(*auth::ReadFile(work + "/worker.crt"), *cert) << "the same certificate, not a new join";
+  EXPECT_THAT(cluster.worker("joined")->ReadLog(), ::testing::Not(HasSubstr("already used")));
+}
+
+// Join needs TLS: the certificate is never sent in clear.
+TEST(AuthE2ETest, JoinOverPlaintextIsRefused) {
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  ASSERT_TRUE(cluster.StartCoordinator());
+  const std::string join = cluster.CreateToken(v1::ROLE_JOIN, "clear");
+  ASSERT_FALSE(join.empty());
+  grpc::Status s = JoinWith(cluster.address(), "", join, "");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+  EXPECT_THAT(s.error_message(), HasSubstr("needs TLS"));
 }
 
 // Secure by default: plaintext only on loopback; elsewhere it takes

@@ -376,6 +376,61 @@ TEST(CoordinatorE2ETest, LoopbackLostWorkerRestartsAndBadInputIsRefused) {
   w1.Leave();
 }
 
+// A worker names only its own address in a rendezvous report (the address
+// it registered or connects from): a forged one is refused and logged, no
+// rank is sent there, and the job still succeeds with the true one.
+TEST(CoordinatorE2ETest, ForgedRendezvousAddressIsRefused) {
+  std::string dir = TempDir();
+  coordinator::CoordinatorServer server(Options(dir));
+  absl::StatusOr<std::string> addr = server.Start();
+  ASSERT_TRUE(addr.ok());
+  auto stub = v1::JobService::NewStub(Net(*addr));
+  std::string wt = WorkerToken(server);
+  auto wchannel = Net(*addr, "");
+  FakeWorker w0(wchannel, "w0", 1, absl::Milliseconds(100), wt), w1(wchannel, "w1", 1, absl::Milliseconds(100), wt);
+  ASSERT_TRUE(w0.Connect());
+  ASSERT_TRUE(w1.Connect());
+  std::string id = Submit(stub.get(), Spec(2));
+  ASSERT_TRUE(w0.WaitFor(StartOf(1)));
+  ASSERT_TRUE(w1.WaitFor(StartOf(1)));
+  ::testing::internal::CaptureStderr();
+  for (auto [store, master] : {std::pair<const char*, const char*>{"6.6.6.6:6666", ""},
+                               {"127.0.0.1:1234", "6.6.6.6"},
+                               {"[::6]:6666", ""}}) {
+    v1::WorkerMessage rdv;
+    rdv.mutable_rendezvous()->set_job_id(id);
+    rdv.mutable_rendezvous()->set_attempt(1);
+    rdv.mutable_rendezvous()->mutable_info()->set_gloo_store_address(store);
+    rdv.mutable_rendezvous()->mutable_info()->set_master_addr(master);
+    ASSERT_TRUE(w0.Send(rdv));
+  }
+  // Nothing reaches rank 1, and the attempt records no address, while the
+  // session stays up (a heartbeat round trip after the reports).
+  EXPECT_FALSE(w1.WaitFor(RendezvousOf(1), absl::Seconds(1)).has_value());
+  const size_t before = w0.received_count();
+  ASSERT_TRUE(w0.WaitFor([](const v1::CoordinatorMessage& m) { return m.has_heartbeat_ack(); },
+                         absl::Seconds(10), before));
+  std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_THAT(log, HasSubstr("rendezvous_refused"));
+  EXPECT_THAT(log, HasSubstr("host '6.6.6.6' is not this worker's address"));
+  EXPECT_THAT(log, HasSubstr("master_addr: host '6.6.6.6'"));
+  EXPECT_THAT(log, HasSubstr("host '::6'"));
+  {
+    grpc::ClientContext ctx;
+    v1::GetJobRequest req;
+    req.set_job_id(id);
+    v1::Job job;
+    ASSERT_TRUE(stub->GetJob(&ctx, req, &job).ok());
+    EXPECT_FALSE(job.attempts(0).has_rendezvous()) << job.attempts(0).rendezvous().DebugString();
+    EXPECT_FALSE(w0.ended().has_value()) << "a refused report does not end the session";
+  }
+  RunToSuccess(stub.get(), w0, w1, id, 1);
+  v1::Job done = WaitState(stub.get(), id, v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(done.attempts(0).rendezvous().gloo_store_address(), "127.0.0.1:1234");
+  w0.Leave();
+  w1.Leave();
+}
+
 TEST(CoordinatorE2ETest, ShutdownAfterManySessionsDropAtOnce) {
   // Sixty workers heartbeating every 5 ms vanish together, then the server
   // shuts down: every session must finish (bench/coordinator once saw one

@@ -23,6 +23,7 @@ std::string RoleText(v1::Role r) {
     case v1::ROLE_SUBMITTER: return "submitter";
     case v1::ROLE_VIEWER: return "viewer";
     case v1::ROLE_WORKER: return "worker";
+    case v1::ROLE_JOIN: return "join";
     default: return "-";
   }
 }
@@ -46,7 +47,6 @@ struct CreateArgs {
   std::string role;
   std::string name;
   std::string ttl;
-  bool one_time = false;
 };
 
 int RunCreate(CliContext& ctx, const CreateArgs& a) {
@@ -56,15 +56,16 @@ int RunCreate(CliContext& ctx, const CreateArgs& a) {
   else if (role == "submitter") req.set_role(v1::ROLE_SUBMITTER);
   else if (role == "viewer") req.set_role(v1::ROLE_VIEWER);
   else if (role == "worker") req.set_role(v1::ROLE_WORKER);
+  else if (role == "join") req.set_role(v1::ROLE_JOIN);
   else {
     return ctx.Fail(absl::InvalidArgumentError(
-        absl::StrCat("--role: '", a.role, "' is not one of admin, submitter, viewer, worker")));
+        absl::StrCat("--role: '", a.role, "' is not one of admin, submitter, viewer, worker, join")));
   }
   absl::StatusOr<absl::Duration> ttl = ParseTtl(a.ttl);
   if (!ttl.ok()) return ctx.Fail(ttl.status());
   req.mutable_ttl()->set_seconds(absl::ToInt64Seconds(*ttl));
   req.set_name(a.name);
-  req.set_one_time(a.one_time);
+  req.set_one_time(req.role() == v1::ROLE_JOIN);
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
   absl::StatusOr<v1::CreateTokenResponse> r = (*client)->CreateToken(req);
@@ -167,6 +168,7 @@ VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx) {
       "Examples:\n"
       "  trainctl token create --role submitter --name alice --ttl 30d\n"
       "  trainctl token create --role worker --name gpu-07\n"
+      "  trainctl token create --role join --ttl 1h     (one-time: trainctl-worker --join-token)\n"
       "  trainctl token list --all\n"
       "  trainctl token revoke t-3f9a1c0d\n");
   sub->require_subcommand(1, 1);
@@ -175,9 +177,12 @@ VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx) {
   auto id = std::make_shared<std::string>();
   auto which = std::make_shared<std::string>();
   CLI::App* c = sub->add_subcommand("create", "Create a token and print its secret once");
-  c->add_option("--role", create->role, "admin, submitter, viewer or worker")->required();
+  c->add_option("--role", create->role,
+                "admin, submitter, viewer, worker, or join (one-time: a new worker's certificate)")
+      ->required();
   c->add_option("--name", create->name, "Who or what holds it (default: its id)");
-  c->add_option("--ttl", create->ttl, "Lifetime, e.g. 24h, 90m, 7d (default: never expires)");
+  c->add_option("--ttl", create->ttl,
+                "Lifetime, e.g. 24h, 90m, 7d (default: never expires; join tokens 24h)");
   c->callback([which] { *which = "create"; });
   CLI::App* l = sub->add_subcommand("list", "List tokens (never their secrets)");
   l->add_flag("--all", *all, "Include revoked, expired and used tokens");

@@ -25,7 +25,7 @@ constexpr char kDefaultCoordinator[] = "localhost:7070";
 // function (see context.h) and one line here.
 constexpr VerbFactory kVerbs[] = {
     AddSubmitVerb, AddStatusVerb, AddDescribeVerb, AddListVerb,  AddLogsVerb,
-    AddCancelVerb, AddResumeVerb, AddCheckpointsVerb, AddWorkersVerb, AddRunVerb, AddMetricsVerb,
+    AddCancelVerb, AddResumeVerb, AddCheckpointsVerb, AddFetchVerb, AddWorkersVerb, AddRunVerb, AddMetricsVerb,
     AddTokenVerb,  AddLoginVerb,
 };
 

@@ -66,6 +66,7 @@ VerbRunner AddWorkersVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddResumeVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddCheckpointsVerb(CLI::App& app, CliContext& ctx);
+VerbRunner AddFetchVerb(CLI::App& app, CliContext& ctx);
 // metrics.cc: a job's stored metric points.
 VerbRunner AddMetricsVerb(CLI::App& app, CliContext& ctx);
 // Tokens and login (auth_verbs.cc).

@@ -32,6 +32,7 @@
 #pragma once
 
 #include <functional>
+#include <ostream>
 #include <memory>
 #include <optional>
 #include <string>
@@ -155,6 +156,15 @@ class Client {
   // are downsampled by the coordinator (min/max/last loss per bucket).
   absl::StatusOr<std::vector<v1::MetricBatch>> Metrics(const std::string& job_id,
                                                        const MetricsOptions& options = {});
+
+  // Writes a job's final model (checkpoint_step 0) or its checkpoint at that
+  // global step to `out`, streamed through the coordinator from the worker
+  // that holds it. Checks that the pieces are in order and that the bytes
+  // match the file's checksum (DataLoss otherwise: discard what was
+  // written). Returns the first chunk's description (path, worker, size,
+  // checksum; no data). No deadline: large files take their time.
+  absl::StatusOr<v1::ArtifactChunk> Fetch(const std::string& job_id, int64_t checkpoint_step,
+                                          std::ostream& out);
 
   // Registered workers; with include_gone also LOST and LEFT ones.
   absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_gone = false);

@@ -203,7 +203,9 @@ bool Cluster::StartWorker(const std::string& name, int slots, bool relative_path
   // Each worker has its own worker token (its id is bound to it), unless
   // the test passes its own --token_file.
   bool own_token = false;
-  for (const std::string& f : extra_flags) own_token |= f.rfind("--token_file=", 0) == 0;
+  for (const std::string& f : extra_flags) {
+    own_token |= f.rfind("--token_file=", 0) == 0 || f.rfind("--join_token", 0) == 0 || f.rfind("--cert=", 0) == 0;
+  }
   if (!own_token) {
     if (!auth::ReadTokenFile(WorkerTokenFile(name)).ok()) {
       std::string token = CreateToken(v1::ROLE_WORKER, "worker-" + name);

@@ -63,7 +63,8 @@ class Cluster {
   // Starts worker `name` (its work dir persists across restarts).
   // `relative_paths`: the daemon runs in the cluster's directory and gets
   // its --work_dir and --rank_binary relative to it (as typed by hand).
-  // `extra_flags` are appended to the daemon's command line.
+  // `extra_flags` are appended to the daemon's command line (with
+  // --token_file, --join_token* or --cert it gets no worker token of its own).
   bool StartWorker(const std::string& name, int slots = 1, bool relative_paths = false,
                    const std::vector<std::string>& extra_flags = {});
   void KillWorker(const std::string& name, int sig = 9);

@@ -18,6 +18,10 @@ in the job name (config key `name`):
                 epochs (a second of lines, so the rate limit's "dropped"
                 note comes before the last line)
 
+A job named "...model..." ends with rank 0 exporting a 2.5 MiB final model
+(deterministic bytes, several fetch pieces) and reporting it with a `model`
+line, as trainctl-rank does.
+
 The checkpoint writer (run.checkpoint_writer) keeps the epoch count in a file
 named for the job in run.checkpoint_dir and reports it with a `checkpoint`
 line; an attempt given run.resume_from starts from the epoch in that file.
@@ -121,6 +125,13 @@ def main():
         if "crash" in name and rank == 1 and attempt == 1 and epoch == 0:
             print("about to crash", flush=True)
             os.kill(os.getpid(), signal.SIGSEGV)
+    if "model" in name and rank == 0:
+        os.makedirs(ckpt, exist_ok=True)
+        path = os.path.join(ckpt, "%s.final.bin" % cfg["run.job_id"])
+        with open(path + ".tmp", "wb") as f:
+            f.write(bytes((i * 7 + i // 251) % 256 for i in range(5 * 512 * 1024)))
+        os.rename(path + ".tmp", path)
+        say("model %s" % path)
     sys.exit(0)
 
 main()

@@ -19,11 +19,16 @@
 #include "worker/daemon/slot_inventory.h"
 #include "worker/daemon/path_policy.h"
 #include "common/log.h"
+#include "worker/daemon/join.h"
 #include "worker/daemon/worker_daemon.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:7070", "coordinator host:port");
 ABSL_FLAG(std::string, token_file, "",
           "file holding a worker-role token (trainctl token create --role worker); required");
+ABSL_FLAG(std::string, join_token, "",
+          "a one-time join token (trainctl token create --role join): on first start, trade it for "
+          "this worker's certificate (kept in --work-dir, reused on restarts); needs --ca");
+ABSL_FLAG(std::string, join_token_file, "", "a file holding the join token (instead of --join-token)");
 ABSL_FLAG(std::string, ca, "",
           "cluster CA certificate (PEM): connect to the coordinator over TLS and verify it");
 ABSL_FLAG(std::string, cert, "",
@@ -81,7 +86,7 @@ std::string DefaultRankBinary() {
 int main(int argc, char** argv) {
   trainctl::ParseDaemonFlags(
       argc, argv,
-      "trainctl-worker --coordinator HOST:PORT [--gpus all|0,1 | --slots N] [--work-dir DIR]\n"
+      "trainctl-worker --coordinator HOST:PORT --ca CA [--join-token T | --token-file F] [--gpus all|0,1 | --slots N] [--work-dir DIR]\n"
       "The per-host daemon: registers this host's GPUs or CPU slots, launches and supervises "
       "rank processes, forwards their metrics and logs.",
       "worker/daemon/main.cc");
@@ -99,12 +104,71 @@ int main(int argc, char** argv) {
     std::cerr << "trainctl-worker: --cert: needs --key and --ca\n";
     return 2;
   }
+  o.work_dir = absl::GetFlag(FLAGS_work_dir);
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  o.hostname = host;
+  o.address = absl::GetFlag(FLAGS_address).empty() ? o.hostname : absl::GetFlag(FLAGS_address);
+  // A certificate from an earlier join (kept in the work dir) comes first;
+  // else a join token gets one now. The token (file) is read only then: a
+  // spent one may stay configured, or be deleted, after the join.
+  const bool join_configured =
+      !absl::GetFlag(FLAGS_join_token).empty() || !absl::GetFlag(FLAGS_join_token_file).empty();
+  if (o.cert_file.empty()) {
+    absl::StatusOr<trainctl::worker::WorkerIdentity> id = trainctl::worker::JoinedIdentity(o.work_dir);
+    if (!id.ok() && id.status().code() != absl::StatusCode::kNotFound) {
+      std::cerr << "trainctl-worker: " << id.status().message() << "\n";
+      return 2;
+    }
+    if (!id.ok() && join_configured) {
+      std::string join_token = absl::GetFlag(FLAGS_join_token);
+      if (!absl::GetFlag(FLAGS_join_token_file).empty()) {
+        absl::StatusOr<std::string> t = trainctl::auth::ReadTokenFile(absl::GetFlag(FLAGS_join_token_file));
+        if (!t.ok()) {
+          std::cerr << "trainctl-worker: --join-token-file: " << t.status().message() << "\n";
+          return 2;
+        }
+        join_token = *t;
+      }
+      if (o.ca_file.empty()) {
+        std::cerr << "trainctl-worker: --join-token: needs --ca (the cluster CA verifies the coordinator)\n";
+        return 2;
+      }
+      trainctl::worker::JoinOptions j;
+      j.coordinator = o.coordinator;
+      j.ca_file = o.ca_file;
+      j.join_token = join_token;
+      j.work_dir = o.work_dir;
+      j.addresses = {o.address};
+      if (o.hostname != o.address) j.addresses.push_back(o.hostname);
+      id = trainctl::worker::Join(j);
+      if (!id.ok()) {
+        std::cerr << "trainctl-worker: " << id.status().message() << "\n";
+        return id.status().code() == absl::StatusCode::kUnavailable ? 1 : 2;
+      }
+    }
+    if (id.ok()) {
+      if (o.ca_file.empty()) {
+        std::cerr << "trainctl-worker: " << id->cert_file << " (joined): needs --ca\n";
+        return 2;
+      }
+      trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", id->joined_now ? "joined" : "certificate",
+                         {{"worker_id", id->worker_id}, {"cert", id->cert_file}});
+      o.cert_file = id->cert_file;
+      o.key_file = id->key_file;
+      // The daemon registers as its worker-id file says: the certificate's id.
+      if (absl::Status w = trainctl::auth::WritePrivateFile(o.work_dir + "/worker-id", id->worker_id); !w.ok()) {
+        std::cerr << "trainctl-worker: " << w.message() << "\n";
+        return 2;
+      }
+    }
+  }
   if (absl::GetFlag(FLAGS_token_file).empty() && o.cert_file.empty()) {
     std::cerr << "trainctl-worker: --token_file: required (a worker-role token: trainctl token "
-                 "create --role worker), unless --cert is given\n";
+                 "create --role worker), unless --cert or --join-token is given\n";
     return 2;
   }
-  if (!absl::GetFlag(FLAGS_token_file).empty()) {
+  if (!absl::GetFlag(FLAGS_token_file).empty() && o.cert_file.empty()) {
     absl::StatusOr<std::string> token = trainctl::auth::ReadTokenFile(absl::GetFlag(FLAGS_token_file));
     if (!token.ok()) {
       std::cerr << "trainctl-worker: --token_file: " << token.status().message() << "\n";
@@ -116,11 +180,6 @@ int main(int argc, char** argv) {
     std::cerr << "trainctl-worker: --ca: " << o.ca_file << ": cannot read\n";
     return 2;
   }
-  o.work_dir = absl::GetFlag(FLAGS_work_dir);
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  o.hostname = host;
-  o.address = absl::GetFlag(FLAGS_address).empty() ? o.hostname : absl::GetFlag(FLAGS_address);
   o.rank_binary = absl::GetFlag(FLAGS_rank_binary).empty() ? DefaultRankBinary() : absl::GetFlag(FLAGS_rank_binary);
   o.rank_timeout_s = absl::GetFlag(FLAGS_rank_timeout_s);
   o.allow_commands = absl::GetFlag(FLAGS_allow_commands);

@@ -30,6 +30,7 @@
 #include "common/nccl_id.h"
 #include "common/prometheus.h"
 #include "common/time_util.h"
+#include "worker/daemon/artifact_reader.h"
 #include "worker/daemon/path_policy.h"
 #include "worker/protocol/rank_protocol.h"
 
@@ -383,9 +384,16 @@ void WorkerDaemon::Shutdown(bool goodbye, absl::Duration grace) {
 
 // --- session -------------------------------------------------------------------
 
+void WorkerDaemon::RememberArtifact(const std::string& path) {
+  std::error_code ec;
+  std::string canonical = std::filesystem::canonical(path, ec).string();
+  if (!ec) reported_artifacts_.insert(std::move(canonical));
+}
+
 bool WorkerDaemon::Enqueue(v1::WorkerMessage msg, bool critical) {
   absl::MutexLock lock(&mu_);
-  if (msg.has_heartbeat() || msg.has_goodbye()) {
+  // A file chunk answers a fetch of this session: not telemetry to replay.
+  if (msg.has_heartbeat() || msg.has_goodbye() || msg.has_file_chunk()) {
     if (!connected_ && !critical) return false;  // A heartbeat is only worth sending now.
     control_.push_back(std::move(msg));
     return true;
@@ -634,9 +642,24 @@ void WorkerDaemon::OnMessage(const v1::CoordinatorMessage& m) {
     case v1::CoordinatorMessage::kStopRanks:
       OnStopRanks(m.stop_ranks());
       break;
+    case v1::CoordinatorMessage::kReadFile:
+      OnReadFile(m.read_file());
+      break;
     default:
       break;
   }
+}
+
+void WorkerDaemon::OnReadFile(const v1::ReadFile& r) {
+  std::error_code ec;
+  const std::string work = std::filesystem::weakly_canonical(options_.work_dir, ec).string();
+  v1::WorkerMessage m;
+  *m.mutable_file_chunk() = ReadArtifactChunk(r, [&](const std::string& path) {
+    if (PathIsUnder(path, work) || reported_artifacts_.count(path) > 0) return true;
+    return std::any_of(options_.checkpoint_roots.begin(), options_.checkpoint_roots.end(),
+                       [&](const std::string& root) { return PathIsUnder(path, root); });
+  });
+  Enqueue(std::move(m), /*critical=*/false);
 }
 
 void WorkerDaemon::ReportStatus(const LocalAttempt& a, const LocalRank& r, v1::RankState state) {
@@ -1071,6 +1094,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       rec->set_size_bytes(c.size_bytes);
       rec->set_checksum(c.checksum);
       rec->set_path(c.path);  // absolute: the rank got an absolute checkpoint dir
+      RememberArtifact(c.path);
       Enqueue(m, true);
       break;
     }
@@ -1082,6 +1106,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       rep->set_attempt(a->number);
       rep->set_rank(0);
       rep->set_path(msg->path);  // absolute: the rank got an absolute checkpoint dir
+      RememberArtifact(msg->path);
       Enqueue(m, true);
       break;
     }

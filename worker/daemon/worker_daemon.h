@@ -25,6 +25,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
 #include <thread>
 #include <vector>
@@ -137,6 +138,10 @@ class WorkerDaemon {
   void OnStartRanks(const v1::StartRanks& s);
   void OnRendezvous(const v1::RendezvousDelivery& d);
   void OnStopRanks(const v1::StopRanks& s);
+  // Answers a fetch's ReadFile with one FileChunk (artifact_reader.h).
+  void OnReadFile(const v1::ReadFile& r);
+  // Adds a reported checkpoint or final model to reported_artifacts_.
+  void RememberArtifact(const std::string& path);
   void OnStatusLine(const std::string& key, const std::string& line);
   void OnLogBatch(const std::string& key, const RankLogBatch& batch);
   void OnExit(const std::string& key, int code, int signal);
@@ -162,6 +167,9 @@ class WorkerDaemon {
   // Loop-only state.
   std::map<std::string, std::unique_ptr<LocalAttempt>> attempts_;  // "job/attempt"
   std::string id_file_;
+  // Checkpoints and final models this daemon's ranks reported (canonical):
+  // served to a fetch wherever they lie.
+  std::set<std::string> reported_artifacts_;
   // The daemon's working directory at Start: the one base a job's relative
   // paths are resolved against (path_policy.h).
   std::string base_dir_;
@@ -171,7 +179,7 @@ class WorkerDaemon {
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   bool connected_ ABSL_GUARDED_BY(mu_) = false;
   bool shutting_down_ ABSL_GUARDED_BY(mu_) = false;
-  // Unsequenced messages (heartbeats, goodbye), sent before telemetry.
+  // Unsequenced messages (heartbeats, goodbye, file chunks), sent before telemetry.
   std::deque<v1::WorkerMessage> control_ ABSL_GUARDED_BY(mu_);
   TelemetryBuffer telemetry_ ABSL_GUARDED_BY(mu_);
   // Highest telemetry seq written on the current session (starts at the

@@ -1,0 +1,82 @@
+#include "coordinator/worker_enroller.h"
+
+#include <random>
+
+#include "absl/strings/ascii.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "common/time_util.h"
+
+namespace trainctl::coordinator {
+namespace {
+
+constexpr int kMaxAddresses = 16;
+
+bool ValidWorkerId(const std::string& id) {
+  return !id.empty() && id.size() <= 64 && id.find("..") == std::string::npos &&
+         std::all_of(id.begin(), id.end(),
+                     [](char c) { return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-'; });
+}
+
+bool ValidAddress(const std::string& a) {
+  return !a.empty() && a.size() <= 253 && std::all_of(a.begin(), a.end(), [](char c) {
+    return absl::ascii_isalnum(c) || c == '.' || c == '-' || c == ':' || c == '_';
+  });
+}
+
+}  // namespace
+
+absl::StatusOr<v1::JoinResponse> WorkerEnroller::Join(const Principal& who, const v1::JoinRequest& req) {
+  TRAINCTL_RETURN_IF_ERROR(TokenAuthority::Authorize(who, "Join", {v1::ROLE_JOIN}));
+  if (!enabled()) {
+    return absl::FailedPreconditionError(
+        "join: this coordinator has no CA key to sign with (start it with --tls-dir holding ca.key, or "
+        "--tls-ca-key)");
+  }
+  if (!req.worker_id().empty() && !ValidWorkerId(req.worker_id())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("worker_id: '", req.worker_id(), "': at most 64 characters of [A-Za-z0-9._-]"));
+  }
+  if (req.csr_pem().empty()) return absl::InvalidArgumentError("csr_pem: required (a PEM certificate request)");
+  if (req.csr_pem().size() > 16384) return absl::InvalidArgumentError("csr_pem: at most 16 KiB");
+  if (req.addresses_size() > kMaxAddresses) {
+    return absl::InvalidArgumentError(absl::StrCat("addresses: at most ", kMaxAddresses));
+  }
+  for (int i = 0; i < req.addresses_size(); ++i) {
+    if (!ValidAddress(req.addresses(i))) {
+      return absl::InvalidArgumentError(absl::StrCat("addresses[", i, "]: '", req.addresses(i),
+                                                     "' is not a host name or IP address"));
+    }
+  }
+  std::string id = req.worker_id();
+  if (id.empty()) {
+    static std::mt19937_64 rng(std::random_device{}());
+    do {
+      id = absl::StrFormat("w-%012x", rng() & 0xffffffffffffULL);
+    } while (registry_->Find(id) != nullptr || tokens_->WorkerBound(id));
+  } else if (registry_->Find(id) != nullptr || tokens_->WorkerBound(id)) {
+    // A second certificate for a known id would let its holder impersonate
+    // that worker; rejoining needs a new id (or the old worker forgotten).
+    return absl::AlreadyExistsError(absl::StrCat(
+        "worker_id: '", id, "' is already known to this coordinator; join under another id"));
+  }
+  std::vector<std::string> sans(req.addresses().begin(), req.addresses().end());
+  sans.push_back(id);
+  absl::StatusOr<std::string> cert = auth::SignCsr(ca_, req.csr_pem(), id, sans, validity_);
+  if (!cert.ok()) return absl::InvalidArgumentError(absl::StrCat("csr_pem: ", cert.status().message()));
+  // Consume first: a token used meanwhile (a concurrent Join) gets nothing.
+  TRAINCTL_RETURN_IF_ERROR(tokens_->ConsumeOneTime(who.token_id));
+  TRAINCTL_RETURN_IF_ERROR(tokens_->BindWorker(id, Principal{TokenAuthority::CertBinding(id), id, v1::ROLE_WORKER}));
+  v1::JoinResponse resp;
+  resp.set_worker_id(id);
+  resp.set_cert_pem(*std::move(cert));
+  resp.set_ca_pem(ca_.cert_pem);
+  SetTimestamp(clock_->Now() + validity_, resp.mutable_expire_time());
+  LogEvent(LogLevel::kInfo, "coordinator", "worker_joined",
+           {{"worker_id", id}, {"join_token", who.token_id}, {"token_name", who.name}});
+  return resp;
+}
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,50 @@
+// Worker TLS bootstrap: turns a join token and a worker's CSR into the
+// worker's certificate, signed by the cluster CA (as kubelet's TLS
+// bootstrap). The worker's key never leaves the worker.
+//
+// Join() checks the request, refuses ids the coordinator already knows (a
+// registered worker, or an id bound to a token or an earlier certificate),
+// signs, consumes the one-time token (a refused request leaves it usable;
+// of two uses exactly one gets a certificate), and binds the id to the
+// certificate, so that no token worker can take it.
+//
+// Called by AuthServiceImpl::Join on the coordinator's EventLoop (the
+// registry is loop-only). Not thread-safe: runs on the loop.
+#pragma once
+
+#include <string>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/auth/pki.h"
+#include "common/clock.h"
+#include "coordinator/token_authority.h"
+#include "coordinator/worker_registry.h"
+#include "trainctl/v1/auth.pb.h"
+
+namespace trainctl::coordinator {
+
+class WorkerEnroller {
+ public:
+  // `ca`: the cluster CA's key and certificate; an empty key disables Join
+  // (FailedPrecondition: this coordinator cannot sign).
+  WorkerEnroller(auth::KeyAndCert ca, TokenAuthority* tokens, WorkerRegistry* registry, const Clock* clock,
+                 absl::Duration validity)
+      : ca_(std::move(ca)), tokens_(tokens), registry_(registry), clock_(clock), validity_(validity) {}
+
+  bool enabled() const { return !ca_.key_pem.empty(); }
+
+  // `who`: the authenticated caller (must hold a join token: checked here
+  // too). InvalidArgument naming the field; AlreadyExists for a known id;
+  // Unauthenticated when the token was used meanwhile.
+  absl::StatusOr<v1::JoinResponse> Join(const Principal& who, const v1::JoinRequest& req);
+
+ private:
+  const auth::KeyAndCert ca_;
+  TokenAuthority* const tokens_;
+  WorkerRegistry* const registry_;
+  const Clock* const clock_;
+  const absl::Duration validity_;
+};
+
+}  // namespace trainctl::coordinator
