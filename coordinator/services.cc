@@ -529,6 +529,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
       case v1::WorkerMessage::kFinalModel:
         s = ctx_.jobs->OnFinalModel(worker_id_, msg.final_model());
         break;
+      case v1::WorkerMessage::kPreflight:
+        s = ctx_.jobs->OnPreflightReport(worker_id_, msg.preflight());
+        break;
       case v1::WorkerMessage::kGoodbye:
         Ended(/*left=*/true);
         Close(absl::OkStatus());
