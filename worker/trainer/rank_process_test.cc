@@ -270,7 +270,7 @@ TEST_F(RankProcessTest, ResumeAfterKillIsBitwiseEqualToAnUninterruptedRun) {
   }
 }
 
-TEST_F(RankProcessTest, MissingDataFileIsAConfigErrorNamingTheFile) {
+TEST_F(RankProcessTest, MissingDataFileIsADataErrorNamingTheFile) {
   auto c = Classic(dir_ + "/ckpt");
   c["data.train.format"] = "idx";
   c["data.train.images"] = dir_ + "/no-such-images.gz";
@@ -282,7 +282,7 @@ TEST_F(RankProcessTest, MissingDataFileIsAConfigErrorNamingTheFile) {
   EXPECT_EQ((*g)->exit_code(0), 2);
   auto errors = (*g)->LinesWithPrefix(0, "error ");
   ASSERT_EQ(errors.size(), 1u) << (*g)->Describe();
-  EXPECT_THAT(errors[0], HasSubstr("error config "));
+  EXPECT_THAT(errors[0], HasSubstr("error data "));  // FAILURE_KIND_DATA: not restarted
   EXPECT_THAT(errors[0], HasSubstr("data.train.images"));
   EXPECT_THAT(errors[0], HasSubstr("no-such-images.gz"));
   EXPECT_EQ(CountLines(**g, 0, "ready"), 0);
