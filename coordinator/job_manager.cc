@@ -550,6 +550,9 @@ void JobManager::SendPreflight(const JobEntry& e, const v1::Attempt& attempt, co
   p->set_attempt(attempt.number());
   *p->mutable_spec() = e.job.spec();
   if (attempt.has_resume()) *p->mutable_resume() = attempt.resume();
+  for (const v1::RankAssignment& r : attempt.ranks()) {
+    if (r.worker_id() == worker_id) *p->add_ranks() = r;
+  }
   registry_->Send(worker_id, msg);
 }
 

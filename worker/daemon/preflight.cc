@@ -1,5 +1,6 @@
 #include "worker/daemon/preflight.h"
 
+#include <dlfcn.h>
 #include <sys/statvfs.h>
 #include <unistd.h>
 
@@ -171,6 +172,26 @@ void CheckCommand(const v1::JobSpec& spec, const PreflightContext& ctx, std::vec
   }
 }
 
+void CheckGpus(const v1::JobSpec& spec, const PreflightContext& ctx, std::vector<std::string>* problems) {
+  if (ctx.gpu_indices.empty()) return;
+  std::error_code ec;
+  for (int i : ctx.gpu_indices) {
+    const std::string node = absl::StrCat(ctx.dev_dir, "/nvidia", i);
+    if (!fs::exists(node, ec)) {
+      problems->push_back(absl::StrCat("GPU ", i, ": ", node, " is missing (the device is not visible to this worker)"));
+    }
+  }
+  if (spec.has_command()) return;  // the user's program brings its own NCCL
+  void* lib = ::dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
+  if (lib == nullptr) {
+    const char* why = ::dlerror();
+    problems->push_back(absl::StrCat("NCCL: libnccl.so.2 does not load on this worker (", why != nullptr ? why : "unknown",
+                                     ")"));
+    return;
+  }
+  ::dlclose(lib);
+}
+
 }  // namespace
 
 std::vector<std::string> PreflightProblems(const v1::JobSpec& spec, const PreflightContext& ctx) {
@@ -181,6 +202,7 @@ std::vector<std::string> PreflightProblems(const v1::JobSpec& spec, const Prefli
     CheckEngineFiles(spec, ctx, &problems);
   }
   CheckCheckpointDir(spec, ctx, &problems);
+  CheckGpus(spec, ctx, &problems);
   return problems;
 }
 

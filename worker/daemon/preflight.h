@@ -12,8 +12,11 @@
 //    and it has room for one checkpoint (the size of the one resumed, when
 //    the attempt resumes one);
 //  * command jobs: --allow-commands, command.working_dir is a directory,
-//    argv[0] is an executable (through PATH without a '/').
-// Not checked (yet): GPUs free, NCCL loadable, rank 0's port reachable.
+//    argv[0] is an executable (through PATH without a '/');
+//  * GPU slots: each device node (/dev/nvidiaN) exists, and for engine jobs
+//    NCCL (libnccl.so.2) loads.
+// Not checked (yet): that a GPU is free of other processes, that rank 0's
+// rendezvous port is reachable from the other workers.
 //
 // Called by the WorkerDaemon on a Preflight message; stateless; thread-safe.
 #pragma once
@@ -37,6 +40,10 @@ struct PreflightContext {
   bool allow_commands = false;
   // Bytes one checkpoint needs (0 = unknown: only writability is checked).
   int64_t checkpoint_bytes = 0;
+  // CUDA device indices of this worker's GPU slots in the attempt.
+  std::vector<int> gpu_indices;
+  // Where the device nodes are (tests point it elsewhere).
+  std::string dev_dir = "/dev";
 };
 
 // One line per problem ("data.train.path /d/x.csv: no such file"); empty

@@ -101,5 +101,22 @@ TEST_F(PreflightTest, CommandChecksWorkingDirAndProgram) {
               ElementsAre(HasSubstr("this worker does not run commands")));
 }
 
+TEST_F(PreflightTest, GpuSlotWithoutItsDeviceNodeIsNamed) {
+  Write("data/img", Idx(3));
+  Write("data/lbl", Idx(1));
+  fs::create_directories(dir_ / "dev");
+  std::ofstream(dir_ / "dev/nvidia0") << "";
+  ctx_.dev_dir = (dir_ / "dev").string();
+  ctx_.gpu_indices = {0, 1};
+  std::vector<std::string> problems = PreflightProblems(Spec(kIdxJob), ctx_);
+  ASSERT_FALSE(problems.empty());
+  EXPECT_EQ(problems[0], "GPU 1: " + (dir_ / "dev/nvidia1").string() +
+                             " is missing (the device is not visible to this worker)");
+  // NCCL: whether it loads depends on the host; when it does not, it is named.
+  for (size_t i = 1; i < problems.size(); ++i) {
+    EXPECT_THAT(problems[i], HasSubstr("NCCL: libnccl.so.2 does not load on this worker"));
+  }
+}
+
 }  // namespace
 }  // namespace trainctl::worker

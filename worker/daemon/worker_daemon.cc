@@ -705,6 +705,9 @@ void WorkerDaemon::OnPreflight(const v1::Preflight& p) {
   ctx.checkpoint_roots = options_.checkpoint_roots;
   ctx.allow_commands = options_.allow_commands;
   ctx.checkpoint_bytes = p.has_resume() ? p.resume().size_bytes() : 0;
+  for (const v1::RankAssignment& r : p.ranks()) {
+    if (r.slot().kind() == v1::Slot::KIND_GPU) ctx.gpu_indices.push_back(r.slot().index());
+  }
   std::vector<std::string> problems = PreflightProblems(p.spec(), ctx);
   LogEvent(problems.empty() ? LogLevel::kInfo : LogLevel::kWarn, "worker", "preflight",
            {{"job_id", p.job_id()}, {"attempt", absl::StrCat(p.attempt())},
