@@ -180,6 +180,7 @@ int64_t PeakRss() {
 int g_rank_for_oom = 0;
 
 [[noreturn]] void FailOutOfMemory(absl::string_view what) {
+  what = what.substr(0, what.find('\n'));  // c10 appends a backtrace
   Fail(ErrorKind::kOutOfMemory,
        absl::StrFormat("rank %d ran out of memory (peak resident %.1f GiB): %s; lower data.batch_size "
                        "(or the model size, or data.num_workers)",
