@@ -48,7 +48,7 @@ const char kIdxJob[] =
 
 TEST_F(PreflightTest, PresentFilesWithTheirHeadersPass) {
   Write("data/img", Idx(3));
-  Write("data/lbl", Idx(1));
+  Write("data/lbl", std::string("\x1f\x8b\x08\0gz", 6));  // gzip IDX (MNIST's .gz): inflated by the rank
   EXPECT_THAT(PreflightProblems(Spec(kIdxJob), ctx_), IsEmpty());
   EXPECT_TRUE(fs::is_directory(dir_ / "work/jobs/j-1/checkpoints"));
 }
