@@ -521,6 +521,7 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
   if (a != nullptr && !AttemptEnded(a->state())) {
     a->set_state(v1::ATTEMPT_STATE_CANCELLED);
     a->set_reason(why);
+    a->set_failure_kind(v1::FAILURE_KIND_CANCELLED);
     SetTimestamp(clock_->Now(), a->mutable_end_time());
     to_stop = LiveRanksByWorker(*a);
   }
@@ -532,6 +533,76 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
 }
 
 // --- messages to workers -----------------------------------------------------
+
+void JobManager::LaunchAttempt(JobEntry& e, const v1::Attempt& attempt) {
+  if (!options_.preflight) {
+    for (const std::string& w : AttemptWorkers(attempt)) SendStartRanks(e, attempt, w);
+    return;
+  }
+  e.preflight_attempt = attempt.number();
+  e.preflight_reports.clear();
+  e.preflight_passed = false;
+  for (const std::string& w : AttemptWorkers(attempt)) SendPreflight(e, attempt, w);
+}
+
+void JobManager::SendPreflight(const JobEntry& e, const v1::Attempt& attempt, const std::string& worker_id) {
+  v1::CoordinatorMessage msg;
+  v1::Preflight* p = msg.mutable_preflight();
+  p->set_job_id(e.job.id());
+  p->set_attempt(attempt.number());
+  *p->mutable_spec() = e.job.spec();
+  if (attempt.has_resume()) *p->mutable_resume() = attempt.resume();
+  for (const v1::RankAssignment& r : attempt.ranks()) {
+    if (r.worker_id() == worker_id) *p->add_ranks() = r;
+  }
+  registry_->Send(worker_id, msg);
+}
+
+absl::Status JobManager::OnPreflightReport(const std::string& worker_id, const v1::PreflightReport& rep) {
+  v1::Attempt* a_mem = nullptr;
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e,
+                            EntryForWorker(worker_id, rep.job_id(), rep.attempt(), -1, false, &a_mem));
+  const std::vector<std::string> workers = AttemptWorkers(*a_mem);
+  if (std::find(workers.begin(), workers.end(), worker_id) == workers.end()) {
+    return absl::PermissionDeniedError(
+        absl::StrCat("preflight: worker ", worker_id, " holds no rank of attempt ", rep.attempt(), " of ", rep.job_id()));
+  }
+  if (rep.problems_size() > 64) return absl::InvalidArgumentError("preflight.problems: at most 64 lines");
+  for (const std::string& p : rep.problems()) {
+    if (p.size() > 2048) return absl::InvalidArgumentError("preflight.problems: a line is over 2048 bytes");
+  }
+  if (IsTerminal(e->job.state()) || AttemptEnded(a_mem->state())) return absl::AbortedError("the attempt already ended");
+  if (e->preflight_attempt != rep.attempt() || e->preflight_passed) return absl::OkStatus();  // stale or a re-send
+  e->preflight_reports[worker_id] = {rep.problems().begin(), rep.problems().end()};
+  for (const std::string& w : workers) {
+    if (e->preflight_reports.count(w) == 0) return absl::OkStatus();  // more to come
+  }
+  std::vector<std::string> failing;
+  for (const std::string& w : workers) {
+    const std::vector<std::string>& problems = e->preflight_reports[w];
+    if (!problems.empty()) failing.push_back(absl::StrCat(w, ": ", absl::StrJoin(problems, "; ")));
+  }
+  if (failing.empty()) {
+    e->preflight_passed = true;
+    const v1::Attempt& cur = *CurrentAttempt(e->job);
+    for (const std::string& w : workers) SendStartRanks(*e, cur, w);
+    return absl::OkStatus();
+  }
+  // One reason naming every failing worker; no rank was started.
+  std::string reason = absl::StrCat("pre-flight failed: ", absl::StrJoin(failing, "; "));
+  v1::Job next = e->job;
+  for (v1::RankAssignment& r : *CurrentAttempt(next)->mutable_ranks()) {
+    // Never started: ended here, so their slots are free at once.
+    if (IsTerminal(r.state())) continue;
+    r.set_state(v1::RANK_STATE_STOPPED);
+    r.mutable_exit()->set_kind(v1::FAILURE_KIND_PREFLIGHT);
+    r.mutable_exit()->set_exit_code(-1);
+    r.mutable_exit()->set_message("not started: pre-flight failed");
+  }
+  TRAINCTL_RETURN_IF_ERROR(CommitFailure(*e, std::move(next), {}, v1::FAILURE_KIND_PREFLIGHT, reason, -1));
+  RequestSchedule();
+  return absl::OkStatus();
+}
 
 void JobManager::SendStartRanks(JobEntry& entry, const v1::Attempt& attempt,
                                 const std::string& worker_id) {
@@ -551,6 +622,7 @@ void JobManager::SendStartRanks(JobEntry& entry, const v1::Attempt& attempt,
   }
   s->set_spec_hash(CheckpointSpecHash(job.spec()));
   s->set_rendezvous_secret(entry.rendezvous_secret);
+  *s->mutable_skip_steps() = attempt.skip_steps();
   for (const v1::RankAssignment& r : attempt.ranks()) {
     if (r.worker_id() != worker_id) continue;
     *s->add_ranks() = r;
@@ -746,8 +818,10 @@ void JobManager::Schedule() {
                                                 DescribeRecord(*NewestRecords(next).front()));
       continue;
     }
+    std::vector<int64_t> skip = RollbackSkipSteps(next);
     v1::Attempt* a = next.add_attempts();
     a->set_number(next.attempts_size());
+    for (int64_t step : skip) a->add_skip_steps(step);
     a->set_state(v1::ATTEMPT_STATE_STARTING);
     SetTimestamp(now, a->mutable_start_time());
     if (resume.has_value()) {
@@ -807,8 +881,7 @@ void JobManager::Schedule() {
       schedule_retry_ = true;  // Stays pending; Tick asks for another pass.
       continue;
     }
-    const v1::Attempt& placed = *CurrentAttempt(e.job);
-    for (const std::string& w : AttemptWorkers(placed)) SendStartRanks(e, placed, w);
+    LaunchAttempt(e, *CurrentAttempt(e.job));
   }
 }
 
@@ -849,6 +922,26 @@ std::pair<std::optional<v1::CheckpointRecord>, std::string> JobManager::ChooseRe
 
 // --- failures and restarts ------------------------------------------------------
 
+int64_t JobManager::NanStep(const v1::Attempt& a) {
+  int64_t step = -1;
+  for (const v1::RankAssignment& r : a.ranks()) {
+    if (r.exit().kind() == v1::FAILURE_KIND_NAN && (step < 0 || r.exit().step() < step)) step = r.exit().step();
+  }
+  return step;
+}
+
+std::vector<int64_t> JobManager::RollbackSkipSteps(const v1::Job& job) {
+  std::vector<int64_t> steps;
+  for (const v1::Attempt& a : job.attempts()) {
+    steps.insert(steps.end(), a.skip_steps().begin(), a.skip_steps().end());
+    if (a.failure_kind() != v1::FAILURE_KIND_NAN) continue;
+    if (int64_t s = NanStep(a); s >= 0) steps.push_back(s);
+  }
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  return steps;
+}
+
 JobManager::RanksByWorker JobManager::BuildAttemptFailure(v1::Job& next,
                                                          std::vector<EventSpec>& events,
                                                          absl::Time now, v1::FailureKind kind,
@@ -867,7 +960,52 @@ JobManager::RanksByWorker JobManager::BuildAttemptFailure(v1::Job& next,
   // failure twice in a row fails the job instead of burning every restart.
   const bool disk_full_again = kind == v1::FAILURE_KIND_DISK_FULL && next.attempts_size() >= 2 &&
                                next.attempts(next.attempts_size() - 2).failure_kind() == v1::FAILURE_KIND_DISK_FULL;
-  if (disk_full_again) {
+  const v1::HealthSpec& health = next.spec().health();
+  const int32_t max_rollbacks = health.has_max_rollbacks() ? health.max_rollbacks() : 3;
+  const int64_t nan_step = kind == v1::FAILURE_KIND_NAN ? NanStep(*a) : -1;
+  if (kind == v1::FAILURE_KIND_NAN) {
+    // Numerical health: its own budget, not restart.max_restarts.
+    int32_t used = 0;
+    for (const v1::Attempt& x : next.attempts()) {
+      if (&x != a && x.failure_kind() == v1::FAILURE_KIND_NAN) ++used;
+    }
+    if (health.on_nan() == v1::HealthSpec::ON_NAN_FAIL) {
+      next.set_state(v1::JOB_STATE_FAILED);
+      next.set_state_reason(absl::StrCat(reason, "\n(health.on_nan: fail)"));
+      events.push_back({"failed", absl::StrCat("NaN/Inf at step ", nan_step, "; health.on_nan: fail"), a->number()});
+    } else if (used >= max_rollbacks) {
+      next.set_state(v1::JOB_STATE_FAILED);
+      next.set_state_reason(absl::StrCat(reason, "\n(no rollbacks left: ", used, " of ", max_rollbacks, " used)"));
+      events.push_back({"failed", absl::StrCat("NaN/Inf at step ", nan_step, "; no rollbacks left (health.max_rollbacks: ",
+                                               max_rollbacks, ")"),
+                        a->number()});
+    } else {
+      next.set_state(v1::JOB_STATE_RESTARTING);
+      next.set_state_reason(absl::StrCat("rolling back after: ", reason));
+      const v1::CheckpointRecord* newest = nullptr;
+      for (const v1::CheckpointRecord& r : next.checkpoints()) {
+        if (newest == nullptr || r.global_step() > newest->global_step()) newest = &r;
+      }
+      events.push_back({"rollback",
+                        absl::StrCat("NaN/Inf at step ", nan_step, ": rolling back to ",
+                                     newest != nullptr ? absl::StrCat("the checkpoint at step ", newest->global_step())
+                                                       : std::string("the start (no checkpoint recorded yet)"),
+                                     " and skipping step ", nan_step, " (rollback ", used + 1, " of ", max_rollbacks, ")"),
+                        a->number(), failed_rank});
+    }
+  } else if (kind == v1::FAILURE_KIND_OUT_OF_MEMORY) {
+    next.set_state(v1::JOB_STATE_FAILED);
+    next.set_state_reason(absl::StrCat(reason, "\n(out of memory: not restarted; the same batch needs the same memory)"));
+    events.push_back({"failed", "out of memory; lower data.batch_size", a->number()});
+  } else if (kind == v1::FAILURE_KIND_DATA) {
+    next.set_state(v1::JOB_STATE_FAILED);
+    next.set_state_reason(absl::StrCat(reason, "\n(a data error: not restarted)"));
+    events.push_back({"failed", "data error; restarting cannot help", a->number()});
+  } else if (kind == v1::FAILURE_KIND_PREFLIGHT) {
+    next.set_state(v1::JOB_STATE_FAILED);
+    next.set_state_reason(absl::StrCat(reason, "\n(pre-flight: not restarted)"));
+    events.push_back({"failed", "pre-flight failed; fix what it names and submit again", a->number()});
+  } else if (disk_full_again) {
     next.set_state(v1::JOB_STATE_FAILED);
     next.set_state_reason(absl::StrCat(reason, "\n(the disk was full in the previous attempt too: not restarted again)"));
     events.push_back({"failed", "disk full twice in a row; free space or change checkpoint.dir", a->number()});
@@ -1439,7 +1577,13 @@ void JobManager::OnWorkerRegistered(const std::string& worker_id, const v1::Regi
     }
     bool on_worker = std::any_of(cur->ranks().begin(), cur->ranks().end(),
                                  [&](const v1::RankAssignment& r) { return r.worker_id() == worker_id; });
-    if (has_assigned) SendStartRanks(e, *cur, worker_id);
+    if (has_assigned) {
+      if (options_.preflight && e.preflight_attempt == cur->number() && !e.preflight_passed) {
+        if (e.preflight_reports.count(worker_id) == 0) SendPreflight(e, *cur, worker_id);
+      } else {
+        SendStartRanks(e, *cur, worker_id);
+      }
+    }
     if (on_worker && cur->has_rendezvous()) SendRendezvous(e.job, *cur, worker_id);
   }
   RequestSchedule();

@@ -70,6 +70,14 @@ struct JobManagerOptions {
   // lost session to explain it (see Blame above); 0: decide at once. The
   // coordinator sets it to the registry's disconnect_grace.
   absl::Duration lost_worker_wait = absl::ZeroDuration();
+  // Pre-flight (docs/failures.md): every worker of a placed attempt checks
+  // what its ranks need (a Preflight message) before any StartRanks; one
+  // worker's problem fails the attempt as FAILURE_KIND_PREFLIGHT, naming
+  // every failing worker, with no rank started. The coordinator binary turns
+  // it on (--preflight); off here so that a test's stand-in worker need not
+  // answer. State of an unanswered pre-flight is memory only: after a
+  // coordinator restart the attempt's StartRanks go out without one.
+  bool preflight = false;
 };
 
 // Whether a job may go from `from` to `to`. Every state change is checked here.
@@ -135,6 +143,10 @@ class JobManager {
   // Records a checkpoint a rank of this worker wrote (the coordinator's
   // record is what restarts and `resume_from` resume, nothing else).
   absl::Status OnCheckpoint(const std::string& worker_id, const v1::CheckpointReport& report);
+  // A worker's pre-flight result for its ranks of an attempt (see
+  // JobManagerOptions::preflight). When every worker of the attempt has
+  // answered: StartRanks to all, or the attempt fails as PREFLIGHT.
+  absl::Status OnPreflightReport(const std::string& worker_id, const v1::PreflightReport& report);
   // Rank 0 exported the final model: Job.final_model(_worker) are filled
   // from it when the attempt SUCCEEDS (held in memory until then: a
   // coordinator restarted in between leaves them empty).
@@ -176,6 +188,12 @@ class JobManager {
     // restarts (documented in docs/security.md).
     std::string rendezvous_secret;
     int32_t secret_attempt = 0;
+    // Pre-flight of attempt `preflight_attempt` (memory only): each worker's
+    // problems as it reported them; `preflight_passed` once every worker of
+    // the attempt reported none (StartRanks went out).
+    int32_t preflight_attempt = 0;
+    std::map<std::string, std::vector<std::string>> preflight_reports;
+    bool preflight_passed = false;
   };
   struct EventSpec {
     std::string type;
@@ -205,6 +223,18 @@ class JobManager {
   static RanksByWorker BuildAttemptFailure(v1::Job& next, std::vector<EventSpec>& events,
                                            absl::Time now, v1::FailureKind kind,
                                            const std::string& reason, int failed_rank);
+  // The step a FAILURE_KIND_NAN attempt failed at (the lowest its ranks
+  // reported), or -1.
+  static int64_t NanStep(const v1::Attempt& a);
+  // Steps the next attempt skips: every earlier attempt's skip list plus
+  // the step of each attempt that failed with FAILURE_KIND_NAN (sorted,
+  // unique). Restarts of other kinds keep the list, so a later resume from
+  // an older checkpoint still passes over the bad steps.
+  static std::vector<int64_t> RollbackSkipSteps(const v1::Job& job);
+  // Starts a placed attempt on its workers: pre-flight first when enabled,
+  // else StartRanks.
+  void LaunchAttempt(JobEntry& entry, const v1::Attempt& attempt);
+  void SendPreflight(const JobEntry& entry, const v1::Attempt& attempt, const std::string& worker_id);
   // BuildAttemptFailure + one Commit + stops to the surviving ranks.
   absl::Status CommitFailure(JobEntry& entry, v1::Job next, std::vector<EventSpec> events,
                              v1::FailureKind kind, const std::string& reason, int failed_rank);

@@ -36,6 +36,8 @@ ABSL_FLAG(int, progress_timeout_s, 300,
           "a running attempt with no step progress this long is failed as hung (per job: "
           "restart.progress_timeout_s)");
 ABSL_FLAG(int, rendezvous_timeout_s, 120, "an attempt whose ranks are not all ready by then fails");
+ABSL_FLAG(bool, preflight, true,
+          "workers check data files, checkpoint dir and command before any rank of an attempt starts");
 ABSL_FLAG(int, stop_grace_s, 10, "SIGTERM-to-SIGKILL grace for stopped ranks");
 ABSL_FLAG(int64_t, max_active_jobs, 100000, "most unfinished jobs held; more are refused");
 ABSL_FLAG(int64_t, metric_points_per_job, 100000, "metric points kept per job (older ones downsampled to min/max/last per bucket)");
@@ -312,6 +314,7 @@ int main(int argc, char** argv) {
   o.jobs.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_s));
   o.jobs.stop_grace = absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));
   o.jobs.max_active_jobs = absl::GetFlag(FLAGS_max_active_jobs);
+  o.jobs.preflight = absl::GetFlag(FLAGS_preflight);
   // A survivor's collective error waits this long for a dead peer's broken
   // stream, so the failure names the lost worker rather than the survivor.
   o.jobs.lost_worker_wait = o.registry.disconnect_grace;

@@ -614,6 +614,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
       case v1::WorkerMessage::kFileChunk:
         if (ctx_.fetches != nullptr) ctx_.fetches->OnChunk(worker_id_, msg.file_chunk());
         return;
+      case v1::WorkerMessage::kPreflight:
+        s = ctx_.jobs->OnPreflightReport(worker_id_, msg.preflight());
+        break;
       case v1::WorkerMessage::kGoodbye:
         Ended(/*left=*/true);
         Close(absl::OkStatus());

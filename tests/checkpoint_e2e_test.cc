@@ -272,8 +272,8 @@ TEST_F(CheckpointE2ETest, ResumeFromContinuesCancelledAndFinishedJobs) {
 }
 
 // A worker with --data-root / --checkpoint-root refuses a job whose files lie
-// elsewhere (after resolving '..' and symlinks) as a configuration error
-// naming the field, before any rank starts; a job inside them runs.
+// elsewhere (after resolving '..' and symlinks) in its pre-flight, naming
+// the field, before any rank starts; a job inside them runs.
 TEST_F(CheckpointE2ETest, PathsOutsideTheWorkersRootsAreRefused) {
   const std::string data = cluster_->dir() + "/data", ck = cluster_->dir() + "/ck";
   std::filesystem::create_directories(data);
@@ -287,9 +287,10 @@ TEST_F(CheckpointE2ETest, PathsOutsideTheWorkersRootsAreRefused) {
     ASSERT_FALSE(id.empty());
     v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(30));
     ASSERT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.state_reason();
-    EXPECT_EQ(j.attempts_size(), 1) << "a configuration error is not restarted";
+    EXPECT_EQ(j.attempts_size(), 1) << "a pre-flight failure is not restarted";
     EXPECT_THAT(j.state_reason(), HasSubstr(want));
-    EXPECT_EQ(j.attempts(0).ranks(0).exit().kind(), v1::FAILURE_KIND_CONFIG);
+    EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_PREFLIGHT);
+    EXPECT_EQ(j.attempts(0).ranks(0).state(), v1::RANK_STATE_STOPPED) << "never started";
   };
   failed(SlowClassic(1, {"checkpoint.dir=" + ck + "/../escape"}), "checkpoint.dir: '" + ck + "/../escape'");
   failed(SlowClassic(1, {"checkpoint.dir=/etc/trainctl"}), "is outside every --checkpoint-root of this worker");

@@ -128,6 +128,8 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   co.db_path = state_dir + "/state.db";
   co.registry.heartbeat_interval = absl::Milliseconds(500);
   co.registry.lease_timeout = absl::Seconds(5);
+  // A missing file or program is named before any rank starts.
+  co.jobs.preflight = true;
   // The embedded services' event lines (registrations, transitions) would
   // only interleave with the follow output that already says what matters.
   SetLogLevel(LogLevel::kError);

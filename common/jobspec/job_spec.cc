@@ -565,6 +565,7 @@ class Validator {
     Range("restart.max_restarts", raw.restart().max_restarts(), 0, 1000, false);
     Range("restart.progress_timeout_s", raw.restart().progress_timeout_s(), 0, 7 * 24 * 3600, false);
     Range("metrics.every_steps", raw.metrics().every_steps(), 1, 1000000, true);
+    CheckHealth(raw);
     CheckResumeFrom(raw.resume_from().job());
     CheckElastic(raw, s);
     return std::move(errors_);
@@ -764,6 +765,21 @@ class Validator {
   }
 
   // A job id: the name's characters plus the "-xxxxxx" the coordinator adds.
+  void CheckHealth(const v1::JobSpec& raw) {
+    const v1::HealthSpec& h = raw.health();
+    if (!raw.has_health()) return;
+    if (raw.has_command()) {
+      Error("health", "only for trainctl's engine (a command job's NaNs are its own)");
+      return;
+    }
+    if (h.has_max_rollbacks()) Range("health.max_rollbacks", h.max_rollbacks(), 0, 1000, false);
+    if (h.has_min_loss_scale()) NonNegativeNumber("health.min_loss_scale", h.min_loss_scale());
+    if (h.has_max_skipped_steps()) Range("health.max_skipped_steps", h.max_skipped_steps(), 0, 1 << 30, false);
+    if (h.debug_nan_at_step() < 0) {
+      Error("health.debug_nan_at_step", absl::StrCat("must be >= 0, got ", h.debug_nan_at_step()));
+    }
+  }
+
   void CheckResumeFrom(const std::string& id) {
     if (id.empty()) return;
     bool ok = id.size() <= 128 && std::all_of(id.begin(), id.end(), [](char c) {

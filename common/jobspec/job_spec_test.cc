@@ -349,6 +349,29 @@ TEST(JobSpecTest, ElasticBlockIsReadResolvedAndChecked) {
   EXPECT_EQ(Errors(std::string(kBase) + "checkpoint: {every_steps: -2}\n").size(), 1u);
 }
 
+TEST(JobSpecTest, HealthIsReadAndChecked) {
+  ParsedJobSpec p = ParseJobSpecYaml(std::string(kBase) +
+                                         "health: {on_nan: fail, max_rollbacks: 0, min_loss_scale: 0.5, "
+                                         "max_skipped_steps: 7, debug_nan_at_step: 12}\n",
+                                     "job.yaml", {});
+  ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
+  EXPECT_EQ(p.spec.health().on_nan(), v1::HealthSpec::ON_NAN_FAIL);
+  EXPECT_TRUE(p.spec.health().has_max_rollbacks());
+  EXPECT_EQ(p.spec.health().max_rollbacks(), 0);
+  EXPECT_EQ(p.spec.health().min_loss_scale(), 0.5);
+  EXPECT_EQ(p.spec.health().max_skipped_steps(), 7);
+  EXPECT_EQ(p.spec.health().debug_nan_at_step(), 12);
+  EXPECT_EQ(JobSpecToFlat(p.spec).at("health.debug_nan_at_step"), "12");
+  EXPECT_EQ(Errors(std::string(kBase) + "health: {max_rollbacks: -1}\n"),
+            std::vector<std::string>{"job.yaml:5:25: health.max_rollbacks: must be >= 0, got -1"});
+  EXPECT_EQ(Errors(std::string(kBase) + "health: {min_loss_scale: -2}\n"),
+            std::vector<std::string>{"job.yaml:5:26: health.min_loss_scale: must be >= 0, got -2"});
+  EXPECT_THAT(Errors(std::string(kBase) + "health: {on_nan: retry}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr("health.on_nan: must be one of rollback, fail, got 'retry'")));
+  EXPECT_EQ(Errors("name: j\ncommand: {argv: [python3, t.py]}\nhealth: {on_nan: fail}\n"),
+            std::vector<std::string>{"job.yaml:3:9: health: only for trainctl's engine (a command job's NaNs are its own)"});
+}
+
 TEST(JobSpecTest, LongListIsRefused) {
   std::string hidden;
   for (int i = 0; i < 65; ++i) hidden += (i ? ", 4" : "4");

@@ -97,6 +97,13 @@ bool FakeWorker::SendStatus(const std::string& job, int attempt, int rank, v1::R
 void FakeWorker::ReadLoop() {
   v1::CoordinatorMessage m;
   while (stream_->Read(&m)) {
+    if (m.has_preflight()) {
+      // A stand-in for a worker whose checks all pass.
+      v1::WorkerMessage rep;
+      rep.mutable_preflight()->set_job_id(m.preflight().job_id());
+      rep.mutable_preflight()->set_attempt(m.preflight().attempt());
+      Send(rep);
+    }
     absl::MutexLock lock(&mu_);
     received_.push_back(m);
   }

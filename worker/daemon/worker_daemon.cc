@@ -21,6 +21,7 @@
 
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/notification.h"
@@ -31,7 +32,9 @@
 #include "common/prometheus.h"
 #include "common/time_util.h"
 #include "worker/daemon/artifact_reader.h"
+#include "worker/daemon/oom_events.h"
 #include "worker/daemon/path_policy.h"
+#include "worker/daemon/preflight.h"
 #include "worker/protocol/rank_protocol.h"
 
 namespace trainctl::worker {
@@ -58,6 +61,9 @@ struct WorkerDaemon::LocalRank {
   pid_t pid = -1;
   std::optional<rankproto::ErrorKind> error_kind;
   std::string error_message;
+  int64_t error_step = 0;  // the step of a kNan error
+  // The cgroup's OOM-kill count when the rank was launched (unknown: none).
+  std::optional<int64_t> oom_kills_at_launch;
   std::deque<std::string> last_lines;
   // Log forwarding (already rate limited by the RankSupervisor): lines for
   // the next chunk, and the count dropped since the last one.
@@ -141,6 +147,8 @@ struct WorkerDaemon::LocalAttempt {
   std::string tensorboard_dir;
   // The coordinator's record to resume from (unset: a fresh start).
   std::optional<v1::CheckpointRecord> resume;
+  // Steps the ranks skip (a NaN rollback's), as run.skip_steps.
+  std::string skip_steps;
   // Why the job's paths are refused on this worker ("" = fine): its ranks
   // fail as a configuration error instead of starting.
   std::string path_error;
@@ -645,6 +653,9 @@ void WorkerDaemon::OnMessage(const v1::CoordinatorMessage& m) {
     case v1::CoordinatorMessage::kReadFile:
       OnReadFile(m.read_file());
       break;
+    case v1::CoordinatorMessage::kPreflight:
+      OnPreflight(m.preflight());
+      break;
     default:
       break;
   }
@@ -694,6 +705,30 @@ void WorkerDaemon::ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, cons
   Enqueue(m, true);
 }
 
+void WorkerDaemon::OnPreflight(const v1::Preflight& p) {
+  PreflightContext ctx;
+  ctx.job_id = p.job_id();
+  ctx.base_dir = base_dir_;
+  ctx.work_dir = options_.work_dir;
+  ctx.data_roots = options_.data_roots;
+  ctx.checkpoint_roots = options_.checkpoint_roots;
+  ctx.allow_commands = options_.allow_commands;
+  ctx.checkpoint_bytes = p.has_resume() ? p.resume().size_bytes() : 0;
+  for (const v1::RankAssignment& r : p.ranks()) {
+    if (r.slot().kind() == v1::Slot::KIND_GPU) ctx.gpu_indices.push_back(r.slot().index());
+  }
+  std::vector<std::string> problems = PreflightProblems(p.spec(), ctx);
+  LogEvent(problems.empty() ? LogLevel::kInfo : LogLevel::kWarn, "worker", "preflight",
+           {{"job_id", p.job_id()}, {"attempt", absl::StrCat(p.attempt())},
+            {"problems", absl::StrJoin(problems, "; ").substr(0, 500)}});
+  v1::WorkerMessage m;
+  v1::PreflightReport* rep = m.mutable_preflight();
+  rep->set_job_id(p.job_id());
+  rep->set_attempt(p.attempt());
+  for (std::string& line : problems) rep->add_problems(std::move(line));
+  Enqueue(m, /*critical=*/true);
+}
+
 void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
   std::string akey = absl::StrCat(s.job_id(), "/", s.attempt());
   if (attempts_.count(akey) > 0) return;  // A re-send after a reconnect.
@@ -704,6 +739,7 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
   a->produce_rendezvous = s.produce_rendezvous();
   if (s.has_resume()) a->resume = s.resume();
   a->spec_hash = s.spec_hash();
+  a->skip_steps = absl::StrJoin(s.skip_steps(), ",");
   a->command = s.spec().has_command();
   if (a->command && !options_.allow_commands) {
     a->path_error = "this worker does not run commands (start trainctl-worker with --allow-commands)";
@@ -860,6 +896,7 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
   const bool writer = a.spec.checkpoint().shared() ? ra.rank() == 0 : ra.local_rank() == 0;
   cfg[rk::kCheckpointWriter] = writer ? "true" : "false";
   cfg[rk::kSpecHash] = a.spec_hash;
+  if (!a.skip_steps.empty()) cfg[rk::kSkipSteps] = a.skip_steps;
   if (a.resume.has_value()) {
     cfg[rk::kResumeFrom] = a.resume->path();
     cfg[rk::kResumeChecksum] = a.resume->checksum();
@@ -906,6 +943,7 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
            absl::StrCat("TRAINCTL_ATTEMPT=", a.number)};
   if (a.gpu) l.env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", ra.slot().index()));
   r.launched = true;
+  r.oom_kills_at_launch = ReadOomKillCount();
   absl::StatusOr<pid_t> pid = supervisor_->Launch(l);
   if (!pid.ok()) {
     ReportLaunchFailure(a, r, absl::StrCat("cannot start the rank process: ", pid.status().message()));
@@ -987,6 +1025,7 @@ void WorkerDaemon::LaunchCommand(LocalAttempt& a, LocalRank& r) {
                                  existing != nullptr && *existing != 0 ? absl::StrCat(":", existing) : ""));
   }
   r.launched = true;
+  r.oom_kills_at_launch = ReadOomKillCount();
   absl::StatusOr<pid_t> pid = supervisor_->Launch(l);
   if (!pid.ok()) {
     ReportLaunchFailure(a, r, absl::StrCat("cannot start ", cmd.argv(0), ": ", pid.status().message()));
@@ -1143,6 +1182,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
     case rankproto::StatusMessage::Type::kError:
       r->error_kind = msg->error_kind;
       r->error_message = msg->message;
+      r->error_step = msg->step;
       break;
   }
 }
@@ -1212,6 +1252,19 @@ void WorkerDaemon::FlushLogs() {
   }
 }
 
+std::optional<std::string> WorkerDaemon::OomKilled(const LocalRank& r, int signal) const {
+  if (signal != SIGKILL || r.stop_requested || !r.oom_kills_at_launch.has_value()) return std::nullopt;
+  std::optional<int64_t> now = ReadOomKillCount();
+  if (!now.has_value() || *now <= *r.oom_kills_at_launch) return std::nullopt;
+  std::string at;
+  if (r.last_train.has_value() && r.last_train->peak_memory_bytes() > 0) {
+    at = absl::StrFormat(" at %.1f GiB", static_cast<double>(r.last_train->peak_memory_bytes()) / (1 << 30));
+  }
+  return absl::StrCat("rank ", r.assignment.rank(), " was killed by the OOM killer", at,
+                      " (its memory cgroup's oom_kill count rose from ", *r.oom_kills_at_launch, " to ", *now,
+                      "); lower data.batch_size");
+}
+
 void WorkerDaemon::OnExit(const std::string& key, int code, int signal) {
   LocalAttempt* a = nullptr;
   LocalRank* r = FindRank(key, &a);
@@ -1245,8 +1298,20 @@ void WorkerDaemon::OnExit(const std::string& key, int code, int signal) {
         case rankproto::ErrorKind::kCollective: e->set_kind(v1::FAILURE_KIND_COLLECTIVE); break;
         case rankproto::ErrorKind::kRendezvous: e->set_kind(v1::FAILURE_KIND_RENDEZVOUS); break;
         case rankproto::ErrorKind::kDiskFull: e->set_kind(v1::FAILURE_KIND_DISK_FULL); break;
+        case rankproto::ErrorKind::kData: e->set_kind(v1::FAILURE_KIND_DATA); break;
+        case rankproto::ErrorKind::kOutOfMemory: e->set_kind(v1::FAILURE_KIND_OUT_OF_MEMORY); break;
+        case rankproto::ErrorKind::kNan:
+          e->set_kind(v1::FAILURE_KIND_NAN);
+          e->set_step(r->error_step);
+          break;
         default: e->set_kind(v1::FAILURE_KIND_EXIT);
       }
+    } else if (std::optional<std::string> oom = OomKilled(*r, signal)) {
+      // A SIGKILL this daemon did not send, while the cgroup's OOM-kill
+      // count rose: the kernel's OOM killer.
+      e->set_kind(v1::FAILURE_KIND_OUT_OF_MEMORY);
+      e->set_message(*oom);
+      if (r->last_train.has_value()) e->set_peak_memory_bytes(r->last_train->peak_memory_bytes());
     } else if (signal != 0) {
       e->set_kind(v1::FAILURE_KIND_SIGNAL);
       if (e->message().empty()) {
@@ -1257,7 +1322,7 @@ void WorkerDaemon::OnExit(const std::string& key, int code, int signal) {
       e->set_kind(code == 127 ? v1::FAILURE_KIND_LAUNCH : v1::FAILURE_KIND_EXIT);
       if (e->message().empty()) e->set_message(absl::StrCat("exited with code ", code));
     }
-    if (a->command && !r->error_kind.has_value()) {
+    if (a->command && !r->error_kind.has_value() && e->kind() != v1::FAILURE_KIND_OUT_OF_MEMORY) {
       // The user's program: say which rank, how it ended and, for a Python
       // traceback, the exception line.
       std::string how = signal != 0 ? absl::StrCat("killed by signal ", signal, " (", strsignal(signal), ")")

@@ -145,6 +145,11 @@ class WorkerDaemon {
   void OnStatusLine(const std::string& key, const std::string& line);
   void OnLogBatch(const std::string& key, const RankLogBatch& batch);
   void OnExit(const std::string& key, int code, int signal);
+  // Runs the pre-flight checks (preflight.h) and reports them; starts nothing.
+  void OnPreflight(const v1::Preflight& p);
+  // The OOM-killer message when `r` died of a SIGKILL this daemon did not
+  // send while its cgroup's oom_kill count rose (oom_events.h).
+  std::optional<std::string> OomKilled(const LocalRank& r, int signal) const;
   void LaunchPending(LocalAttempt& a);
   void Launch(LocalAttempt& a, LocalRank& r);
   // A command job's rank: the user's program under torchrun's environment.

@@ -65,6 +65,9 @@ const char* ErrorKindName(ErrorKind k) {
     case ErrorKind::kCollective: return "collective";
     case ErrorKind::kRendezvous: return "rendezvous";
     case ErrorKind::kDiskFull: return "disk_full";
+    case ErrorKind::kData: return "data";
+    case ErrorKind::kOutOfMemory: return "out_of_memory";
+    case ErrorKind::kNan: return "nan";
     default: return "exit";
   }
 }
@@ -200,10 +203,12 @@ std::string FormatMetric(const RankMetric& m) {
   return out + "\n";
 }
 
-std::string FormatError(ErrorKind kind, std::string_view message) {
+std::string FormatError(ErrorKind kind, std::string_view message, int64_t step) {
   std::string flat;
   for (char c : message) flat += (c == '\n' || c == '\r') ? ' ' : c;
-  return absl::StrCat("error ", ErrorKindName(kind), " ", flat, "\n");
+  std::string k = ErrorKindName(kind);
+  if (step > 0) absl::StrAppend(&k, ":", step);
+  return absl::StrCat("error ", k, " ", flat, "\n");
 }
 
 std::string FormatCheckpoint(const CheckpointNote& c) {
@@ -243,13 +248,22 @@ absl::StatusOr<StatusMessage> ParseStatusLine(std::string_view line) {
   }
   if (verb == "error" && words.size() >= 2) {
     m.type = StatusMessage::Type::kError;
-    const std::string& k = words[1];
+    const std::string& word = words[1];
+    // KIND or KIND:STEP.
+    std::string k = word;
+    if (size_t colon = word.find(':'); colon != std::string::npos) {
+      k = word.substr(0, colon);
+      if (!absl::SimpleAtoi(word.substr(colon + 1), &m.step) || m.step < 0) return bad();
+    }
     m.error_kind = k == "config" ? ErrorKind::kConfig
-                   : k == "collective" ? ErrorKind::kCollective
-                   : k == "rendezvous" ? ErrorKind::kRendezvous
-                   : k == "disk_full"  ? ErrorKind::kDiskFull
-                                       : ErrorKind::kExit;
-    size_t pos = l.find(k, 5) + k.size();
+                   : k == "collective"    ? ErrorKind::kCollective
+                   : k == "rendezvous"    ? ErrorKind::kRendezvous
+                   : k == "disk_full"     ? ErrorKind::kDiskFull
+                   : k == "data"          ? ErrorKind::kData
+                   : k == "out_of_memory" ? ErrorKind::kOutOfMemory
+                   : k == "nan"           ? ErrorKind::kNan
+                                          : ErrorKind::kExit;
+    size_t pos = l.find(word, 5) + word.size();
     m.message = pos < l.size() ? l.substr(pos + 1) : "";
     return m;
   }

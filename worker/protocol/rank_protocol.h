@@ -25,7 +25,8 @@
 //                                 (after its atomic rename); PATH last
 //   model PATH                    rank 0 exported the final model (after
 //                                 its last epoch, before it exits 0)
-//   error KIND MESSAGE            before a non-zero exit: why (KIND below)
+//   error KIND[:STEP] MESSAGE     before a non-zero exit: why (KIND below);
+//                                 STEP (nan only): the optimizer step at fault
 //
 // stdout/stderr are captured by the daemon as the rank's logs. The daemon
 // stops a rank with SIGTERM, then SIGKILL after a grace period.
@@ -96,6 +97,8 @@ inline constexpr char kResumeJobId[] = "run.resume_job_id";
 inline constexpr char kSpecHash[] = "run.spec_hash";
 // File descriptor of the status pipe.
 inline constexpr char kStatusFd[] = "run.status_fd";
+// Optimizer steps to skip ("57,63"; NaN rollbacks: Attempt.skip_steps).
+inline constexpr char kSkipSteps[] = "run.skip_steps";
 // Seconds a collective or the rendezvous may take before it is an error.
 inline constexpr char kTimeoutSeconds[] = "run.timeout_s";
 }  // namespace run_keys
@@ -111,6 +114,13 @@ enum class ErrorKind {
   kRendezvous,
   // A checkpoint write ran out of disk space.
   kDiskFull,
+  // A data file is missing, unreadable or malformed.
+  kData,
+  // An allocation failed (std::bad_alloc, RLIMIT_AS, CUDA out of memory).
+  kOutOfMemory,
+  // The all-reduced gradients were NaN/Inf, or the AMP loss scale collapsed
+  // (numerical health; the error line carries the step).
+  kNan,
   // Anything else (an exception while training).
   kExit,
 };
@@ -154,10 +164,11 @@ struct StatusMessage {
   Type type = Type::kReady;
   std::string address;  // kRendezvous
   int32_t epoch = 0;    // kProgress
-  int64_t step = 0;     // kProgress
   RankMetric metric;    // kMetric
   ErrorKind error_kind = ErrorKind::kExit;  // kError
   std::string message;                      // kError
+  // kProgress: the global step; kError: the step at fault (kNan), else 0.
+  int64_t step = 0;
   CheckpointNote checkpoint;                // kCheckpoint
   std::string path;                         // kModel
 };
@@ -187,7 +198,8 @@ std::string FormatRendezvous(const std::string& address);
 std::string FormatReady();
 std::string FormatProgress(int32_t epoch, int64_t global_step);
 std::string FormatMetric(const RankMetric& m);
-std::string FormatError(ErrorKind kind, std::string_view message);
+// `step` > 0 is sent as KIND:STEP (the step a kNan failure happened at).
+std::string FormatError(ErrorKind kind, std::string_view message, int64_t step = 0);
 std::string FormatCheckpoint(const CheckpointNote& c);
 std::string FormatModel(const std::string& path);
 // Parses one line (with or without its newline).

@@ -104,5 +104,23 @@ TEST(RankProtocolTest, StatusLinesRoundTrip) {
   EXPECT_FALSE(ParseStatusLine("").ok());
 }
 
+TEST(RankProtocolTest, ErrorLinesCarryTheNewKindsAndANanStep) {
+  auto m = ParseStatusLine(FormatError(ErrorKind::kNan, "NaN/Inf gradients at step 57", 57));
+  ASSERT_TRUE(m.ok()) << m.status();
+  EXPECT_EQ(FormatError(ErrorKind::kNan, "x", 57), "error nan:57 x\n");
+  EXPECT_EQ(m->error_kind, ErrorKind::kNan);
+  EXPECT_EQ(m->step, 57);
+  EXPECT_EQ(m->message, "NaN/Inf gradients at step 57");
+  for (ErrorKind k : {ErrorKind::kData, ErrorKind::kOutOfMemory, ErrorKind::kDiskFull}) {
+    auto p = ParseStatusLine(FormatError(k, "why it failed"));
+    ASSERT_TRUE(p.ok()) << p.status();
+    EXPECT_EQ(p->error_kind, k) << ErrorKindName(k);
+    EXPECT_EQ(p->step, 0);
+    EXPECT_EQ(p->message, "why it failed");
+  }
+  EXPECT_FALSE(ParseStatusLine("error nan:x oops").ok());
+  EXPECT_FALSE(ParseStatusLine("error nan:-3 oops").ok());
+}
+
 }  // namespace
 }  // namespace trainctl::rankproto

@@ -1,5 +1,6 @@
 #include "worker/trainer/rank_config.h"
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -195,6 +196,11 @@ absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
   TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.every_steps, IntIn(c, "checkpoint.every_steps", 0, 0, INT32_MAX));
   TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.keep, IntIn(c, "checkpoint.keep", 2, 1, 1 << 20));
   TRAINCTL_ASSIGN_OR_RETURN(t.metrics_every_steps, IntIn(c, "metrics.every_steps", 20, 1, INT32_MAX));
+
+  // health.* (on_nan and max_rollbacks are the coordinator's)
+  TRAINCTL_ASSIGN_OR_RETURN(t.health.min_loss_scale, DoubleAtLeast(c, "health.min_loss_scale", 1e-4, 0));
+  TRAINCTL_ASSIGN_OR_RETURN(t.health.max_skipped_steps, IntIn(c, "health.max_skipped_steps", 50, 0, INT32_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(t.health.debug_nan_at_step, IntIn(c, "health.debug_nan_at_step", 0, 0, INT64_MAX));
   return t;
 }
 
@@ -249,6 +255,14 @@ absl::StatusOr<RunOptions> ParseRun(const FlatConfig& c) {
   TRAINCTL_ASSIGN_OR_RETURN(int64_t threads, IntIn(c, "run.num_threads", 1, 1, 1024));
   r.num_threads = static_cast<int>(threads);
   TRAINCTL_ASSIGN_OR_RETURN(r.debug_step_sleep_ms, IntIn(c, "run.debug.step_sleep_ms", 0, 0, 60000));
+  for (absl::string_view item : absl::StrSplit(rankproto::GetString(c, rk::kSkipSteps, ""), ',', absl::SkipEmpty())) {
+    int64_t step = 0;
+    if (!absl::SimpleAtoi(item, &step) || step < 0) {
+      return Bad(rk::kSkipSteps, absl::StrCat("'", item, "' is not a step number (a comma-separated list)"));
+    }
+    r.skip_steps.push_back(step);
+  }
+  std::sort(r.skip_steps.begin(), r.skip_steps.end());
   return r;
 }
 

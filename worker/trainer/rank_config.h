@@ -101,6 +101,20 @@ struct CheckpointOptions {
   std::string spec_hash;  // run.spec_hash, written into each manifest
 };
 
+// Numerical health (job.yaml health.*; docs/failures.md). The trainer only
+// detects and reports (FailureKind::kNan); whether the job rolls back or
+// fails is the coordinator's decision (health.on_nan, health.max_rollbacks).
+struct HealthOptions {
+  // fp16 loss scaling: a scale below this is a collapse; 0 = never.
+  double min_loss_scale = 1e-4;
+  // fp16 loss scaling: more than this many skipped steps in a row is a
+  // collapse; 0 = never.
+  int64_t max_skipped_steps = 50;
+  // Test hook (health.debug_nan_at_step): rank 0 multiplies its loss by NaN
+  // at this global step; 0 = never.
+  int64_t debug_nan_at_step = 0;
+};
+
 // The training loop's options (everything but the model and the data).
 struct TrainingOptions {
   int64_t epochs = 1;
@@ -114,6 +128,7 @@ struct TrainingOptions {
   dist::GradientBucketerOptions ddp;
   CheckpointOptions checkpoint;
   int64_t metrics_every_steps = 20;  // optimizer steps per "train" metric
+  HealthOptions health;
 };
 
 // The run.* keys.
@@ -140,6 +155,9 @@ struct RunOptions {
   // Test hook (run.debug.step_sleep_ms): sleep this long after every optimizer
   // step, so tests can interrupt a run at a known point. 0 in production.
   int64_t debug_step_sleep_ms = 0;
+  // Global steps to skip (run.skip_steps, sorted): steps earlier attempts
+  // failed at with a NaN, which this attempt's rollback passes over.
+  std::vector<int64_t> skip_steps;
 };
 
 struct RankConfig {

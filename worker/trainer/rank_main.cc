@@ -6,7 +6,7 @@
 //
 // Start-up, in order, so that cheap failures come first:
 //   1. read and parse the config            -> error config,     exit 2
-//   2. load the datasets, build the model   -> error config,     exit 2
+//   2. load the datasets, build the model   -> error data/config, exit 2
 //   3. rendezvous (Gloo: rank 0 hosts the store and reports
 //      "rendezvous HOST:PORT"; others dial run.store_address) and connect
 //      the communicator                     -> error rendezvous, exit 3
@@ -16,8 +16,12 @@
 // timed-out collective -> error collective, exit 3; SIGTERM/SIGINT -> stop
 // at the next step boundary (after at most ~10 s the communicator is aborted
 // so a blocked collective cannot delay it), error exit, exit 143; anything
-// else -> error exit, exit 1. Log lines go to stdout, errors also to stderr.
+// else -> error exit, exit 1. NaN/Inf gradients or a collapsed loss scale ->
+// error nan:STEP, exit 1; a failed allocation (std::bad_alloc, LibTorch's
+// "can't allocate memory", CUDA out of memory) -> error out_of_memory,
+// exit 1. Log lines go to stdout, errors also to stderr.
 #include <malloc.h>
+#include <sys/resource.h>
 
 #include <cstdlib>
 #include <signal.h>
@@ -27,18 +31,23 @@
 
 #include <algorithm>
 #include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <iostream>
 #include <memory>
 #include <mutex>
+#include <new>
 #include <string>
 #include <thread>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/string_view.h"
 #include "common/status_macros.h"
 #include "worker/dist/collectives.h"
 #include "worker/dist/rendezvous_store.h"
@@ -96,8 +105,8 @@ void LogLine(const std::string& line) {
   std::cout << line << std::endl;
 }
 
-[[noreturn]] void Fail(ErrorKind kind, const std::string& message, int exit_code) {
-  g_status.Send(rankproto::FormatError(kind, message));
+[[noreturn]] void Fail(ErrorKind kind, const std::string& message, int exit_code, int64_t step = 0) {
+  g_status.Send(rankproto::FormatError(kind, message, step));
   std::cerr << "trainctl-rank: error " << rankproto::ErrorKindName(kind) << ": " << message << std::endl;
   std::cout.flush();
   // Skip destructors: after a failure a communicator or loader thread may be
@@ -150,6 +159,56 @@ class StopWatcher {
   std::shared_ptr<dist::Collectives> comm_;
   std::thread thread_;
 };
+
+// An allocation failure in any of its spellings: std::bad_alloc, LibTorch's
+// CPU allocator ("DefaultCPUAllocator: can't allocate memory"), CUDA's
+// caching allocator ("CUDA out of memory").
+bool IsOutOfMemoryText(absl::string_view text) {
+  for (absl::string_view needle : {"can't allocate memory", "CUDA out of memory", "std::bad_alloc",
+                                  "out of memory", "Cannot allocate memory"}) {
+    if (text.find(needle) != absl::string_view::npos) return true;
+  }
+  return false;
+}
+
+// Peak resident memory of this process (VmHWM), or 0.
+int64_t PeakRss() {
+  struct rusage ru {};
+  if (getrusage(RUSAGE_SELF, &ru) != 0) return 0;
+  return static_cast<int64_t>(ru.ru_maxrss) * 1024;
+}
+
+int g_rank_for_oom = 0;
+
+[[noreturn]] void FailOutOfMemory(absl::string_view what) {
+  what = what.substr(0, what.find('\n'));  // c10 appends a backtrace
+  Fail(ErrorKind::kOutOfMemory,
+       absl::StrFormat("rank %d ran out of memory (peak resident %.1f GiB): %s; lower data.batch_size "
+                       "(or the model size, or data.num_workers)",
+                       g_rank_for_oom, static_cast<double>(PeakRss()) / (1 << 30), std::string(what).substr(0, 300)),
+       kExitOther);
+}
+
+// Test hook (run.debug.address_space_limit_mb): caps the address space at
+// what the process maps now plus this much, so a test can make a too-large
+// batch fail like a memory-limited host would. 0 = no cap.
+absl::Status LimitAddressSpace(int64_t extra_mb) {
+  if (extra_mb <= 0) return absl::OkStatus();
+  FILE* f = std::fopen("/proc/self/statm", "r");
+  if (f == nullptr) return absl::InternalError("run.debug.address_space_limit_mb: cannot read /proc/self/statm");
+  unsigned long pages = 0;
+  const int n = std::fscanf(f, "%lu", &pages);
+  std::fclose(f);
+  if (n != 1) return absl::InternalError("run.debug.address_space_limit_mb: bad /proc/self/statm");
+  const rlim_t limit = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) +
+                       static_cast<rlim_t>(extra_mb) * (1 << 20);
+  struct rlimit rl {limit, limit};
+  if (setrlimit(RLIMIT_AS, &rl) != 0) {
+    return absl::InternalError(absl::StrCat("run.debug.address_space_limit_mb: setrlimit: ", std::strerror(errno)));
+  }
+  LogLine(absl::StrCat("address space capped at ", limit >> 20, " MiB (run.debug.address_space_limit_mb)"));
+  return absl::OkStatus();
+}
 
 int64_t ModelClasses(const engine::ModelOptions& m) {
   if (m.name == "mlp") return m.mlp.output_dim;
@@ -250,12 +309,13 @@ int Main(int argc, char** argv) {
     classes = ModelClasses(cfg.model);
     if (classes == 0) classes = int64_t{1} << 30;
   }
+  g_rank_for_oom = run.rank;
   auto train = LoadDataset(cfg.train, classes);
-  if (!train.ok()) FailStatus(ErrorKind::kConfig, train.status(), kExitConfig);
+  if (!train.ok()) FailStatus(ErrorKind::kData, train.status(), kExitConfig);
   std::shared_ptr<const engine::Dataset> eval;
   if (cfg.eval.has_value()) {
     auto e = LoadDataset(*cfg.eval, classes);
-    if (!e.ok()) FailStatus(ErrorKind::kConfig, e.status(), kExitConfig);
+    if (!e.ok()) FailStatus(ErrorKind::kData, e.status(), kExitConfig);
     eval = *e;
   }
   auto model = engine::CreateModel(cfg.model);
@@ -363,6 +423,10 @@ int Main(int argc, char** argv) {
   if (const char* ms = std::getenv("TRAINCTL_TEST_STEP_SLEEP_MS"); ms != nullptr) {
     setup.debug_step_sleep_ms = std::clamp(std::atoll(ms), 0LL, 60000LL);
   }
+  setup.skip_steps = run.skip_steps;
+  if (!run.skip_steps.empty()) {
+    LogLine(absl::StrCat("rolled back: skipping step(s) ", absl::StrJoin(run.skip_steps, ", ")));
+  }
   TrainerCallbacks callbacks;
   // Rank 0 also writes the job's scalars as TensorBoard event files.
   std::shared_ptr<TensorBoardWriter> tensorboard;
@@ -431,12 +495,22 @@ int Main(int argc, char** argv) {
     LogLine(absl::StrCat("checkpoint ", w.path, " (", w.size_bytes, " bytes, ", w.checksum, ")"));
   };
 
+  Trainer* trainer_ptr = nullptr;
+  {
+    auto limit_mb = rankproto::GetInt(*flat, "run.debug.address_space_limit_mb", 0);
+    if (!limit_mb.ok()) FailStatus(ErrorKind::kConfig, limit_mb.status(), kExitConfig);
+    if (absl::Status s = LimitAddressSpace(*limit_mb); !s.ok()) FailStatus(ErrorKind::kConfig, s, kExitConfig);
+  }
   auto report = [&](const absl::Status& s) {
     if (g_stop.load()) {
       Fail(ErrorKind::kExit, absl::StrCat("stopped by signal ", g_signal.load(), ": ", s.message()),
            kExitTerminated);
     }
+    if (IsOutOfMemoryText(s.message())) FailOutOfMemory(s.message());
     switch (FailureKindOf(s)) {
+      case FailureKind::kNan:
+        Fail(ErrorKind::kNan, std::string(s.message()), kExitOther,
+             trainer_ptr != nullptr ? std::max<int64_t>(trainer_ptr->nan_step(), 0) : 0);
       case FailureKind::kConfig: FailStatus(ErrorKind::kConfig, s, kExitConfig);
       case FailureKind::kCollective: FailStatus(ErrorKind::kCollective, s, kExitCollective);
       case FailureKind::kStopped: FailStatus(ErrorKind::kExit, s, kExitTerminated);
@@ -448,6 +522,7 @@ int Main(int argc, char** argv) {
 
   auto trainer = Trainer::Create(setup, shared_model, *train, eval, comm, callbacks);
   if (!trainer.ok()) report(trainer.status());
+  trainer_ptr = trainer->get();
   LogLine(absl::StrCat("training ", cfg.training.epochs, " epochs of ", (*trainer)->steps_per_epoch(),
                        " steps from epoch ", (*trainer)->start_epoch()));
   g_status.Send(rankproto::FormatReady());
@@ -478,7 +553,13 @@ int main(int argc, char** argv) {
   if (std::getenv("MALLOC_MMAP_THRESHOLD_") == nullptr) mallopt(M_MMAP_THRESHOLD, 1 << 30);
   try {
     return trainctl::trainer::Main(argc, argv);
+  } catch (const std::bad_alloc& e) {
+    trainctl::trainer::FailOutOfMemory(e.what());
   } catch (const std::exception& e) {
+    if (trainctl::trainer::IsOutOfMemoryText(e.what())) {
+      std::string what = e.what();
+      trainctl::trainer::FailOutOfMemory(what.substr(0, what.find('\n')));
+    }
     std::string what = e.what();
     trainctl::trainer::Fail(trainctl::rankproto::ErrorKind::kExit, what.substr(0, what.find('\n')),
                             trainctl::trainer::kExitOther);

@@ -270,7 +270,7 @@ TEST_F(RankProcessTest, ResumeAfterKillIsBitwiseEqualToAnUninterruptedRun) {
   }
 }
 
-TEST_F(RankProcessTest, MissingDataFileIsAConfigErrorNamingTheFile) {
+TEST_F(RankProcessTest, MissingDataFileIsADataErrorNamingTheFile) {
   auto c = Classic(dir_ + "/ckpt");
   c["data.train.format"] = "idx";
   c["data.train.images"] = dir_ + "/no-such-images.gz";
@@ -282,7 +282,7 @@ TEST_F(RankProcessTest, MissingDataFileIsAConfigErrorNamingTheFile) {
   EXPECT_EQ((*g)->exit_code(0), 2);
   auto errors = (*g)->LinesWithPrefix(0, "error ");
   ASSERT_EQ(errors.size(), 1u) << (*g)->Describe();
-  EXPECT_THAT(errors[0], HasSubstr("error config "));
+  EXPECT_THAT(errors[0], HasSubstr("error data "));  // FAILURE_KIND_DATA: not restarted
   EXPECT_THAT(errors[0], HasSubstr("data.train.images"));
   EXPECT_THAT(errors[0], HasSubstr("no-such-images.gz"));
   EXPECT_EQ(CountLines(**g, 0, "ready"), 0);
@@ -391,6 +391,79 @@ TEST_F(RankProcessTest, Bf16AutocastTrainsAndLossDecreases) {
   auto ends1 = EpochEnds(**g, 1);
   ASSERT_EQ(ends1.size(), 4u);
   EXPECT_EQ(MetricField(ends.back(), "eval_loss"), MetricField(ends1.back(), "eval_loss"));
+}
+
+// Numerical health: rank 0's loss turns NaN at step 13; the gradient
+// all-reduce spreads it, so both ranks stop at that step and say so.
+TEST_F(RankProcessTest, NanLossOnOneRankFailsEveryRankAtTheSameStep) {
+  rankproto::FlatConfig c = Classic(dir_ + "/ckpt");
+  c["health.debug_nan_at_step"] = "13";  // epoch 1, after the epoch-0 checkpoint
+  auto g = RankGroup::Start(dir_, 2, c);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ((*g)->exit_code(r), 1) << (*g)->Describe();
+    auto errors = (*g)->LinesWithPrefix(r, "error ");
+    ASSERT_EQ(errors.size(), 1u) << (*g)->Describe();
+    EXPECT_THAT(errors[0], HasSubstr("error nan:13 NaN/Inf gradients at step 13 (epoch 1)"));
+  }
+  EXPECT_THAT((*g)->log(0), HasSubstr("health.debug_nan_at_step: a NaN loss at step 13"));
+}
+
+// The rollback's second half: with run.skip_steps the same run passes over
+// step 13 (the hook's step: it never fires) and finishes with finite weights.
+TEST_F(RankProcessTest, SkippedStepIsPassedOverAndTrainingFinishes) {
+  const std::string ckpt = dir_ + "/ckpt";
+  rankproto::FlatConfig c = Classic(ckpt);
+  c["health.debug_nan_at_step"] = "13";
+  c["run.skip_steps"] = "13";
+  auto g = RankGroup::Start(dir_, 2, c);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
+  for (int r = 0; r < 2; ++r) {
+    SCOPED_TRACE(absl::StrCat("rank ", r));
+    EXPECT_EQ((*g)->exit_code(r), 0) << (*g)->Describe();
+    EXPECT_THAT((*g)->log(r), HasSubstr("skipping step 13 (epoch 1): rolled back after a NaN there"));
+    EXPECT_THAT((*g)->log(r), HasSubstr("done: 2 epochs, 20 steps, 1 skipped"));
+  }
+  for (const auto& [name, p] : LoadParams(ckpt + "/model.pt")) {
+    EXPECT_TRUE(at::isfinite(p).all().item<bool>()) << name;
+  }
+}
+
+TEST_F(RankProcessTest, BadSkipStepsAreAConfigErrorNamingTheKey) {
+  rankproto::FlatConfig c = Classic(dir_ + "/ckpt");
+  c["run.skip_steps"] = "3,x";
+  auto g = RankGroup::Start(dir_, 1, c);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
+  EXPECT_EQ((*g)->exit_code(0), 2);
+  auto errors = (*g)->LinesWithPrefix(0, "error ");
+  ASSERT_EQ(errors.size(), 1u) << (*g)->Describe();
+  EXPECT_THAT(errors[0], HasSubstr("error config run.skip_steps: 'x' is not a step number"));
+}
+
+// A memory hog under a memory limit: a batch of 8192 x 4096 floats (128 MiB
+// per copy) with the address space capped 64 MiB above what the rank maps
+// after loading (RLIMIT_AS, the run.debug.address_space_limit_mb test hook).
+TEST_F(RankProcessTest, BatchTooLargeForTheMemoryLimitIsOutOfMemory) {
+  rankproto::FlatConfig c = Classic(dir_ + "/ckpt");
+  c["model.input_dim"] = "4096";
+  c["data.train.size"] = "4096";
+  c["data.train.length"] = "8192";
+  c["data.batch_size"] = "8192";
+  c["run.debug.address_space_limit_mb"] = "64";
+  auto g = RankGroup::Start(dir_, 1, c);
+  ASSERT_TRUE(g.ok()) << g.status();
+  ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
+  EXPECT_EQ((*g)->exit_code(0), 1) << (*g)->Describe();
+  auto errors = (*g)->LinesWithPrefix(0, "error ");
+  ASSERT_EQ(errors.size(), 1u) << (*g)->Describe();
+  EXPECT_THAT(errors[0], HasSubstr("error out_of_memory rank 0 ran out of memory (peak resident"));
+  EXPECT_THAT(errors[0], HasSubstr("DefaultCPUAllocator: can't allocate memory"));
+  EXPECT_THAT(errors[0], HasSubstr("; lower data.batch_size"));
+  EXPECT_THAT(errors[0], ::testing::Not(HasSubstr("frame #"))) << "one line, no c10 backtrace";
 }
 
 }  // namespace

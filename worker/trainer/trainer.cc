@@ -8,9 +8,11 @@
 #include <torch/optim/sgd.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <thread>
 #include <utility>
 #include <vector>
@@ -72,6 +74,7 @@ FailureKind FailureKindOf(const absl::Status& status) {
   if (v == "collective") return FailureKind::kCollective;
   if (v == "stopped") return FailureKind::kStopped;
   if (v == "disk_full") return FailureKind::kDiskFull;
+  if (v == "nan") return FailureKind::kNan;
   return FailureKind::kOther;
 }
 
@@ -81,6 +84,7 @@ absl::Status WithFailureKind(absl::Status status, FailureKind kind) {
                      : kind == FailureKind::kCollective ? "collective"
                      : kind == FailureKind::kStopped    ? "stopped"
                      : kind == FailureKind::kDiskFull   ? "disk_full"
+                     : kind == FailureKind::kNan        ? "nan"
                                                         : "other";
   status.SetPayload(kFailurePayload, absl::Cord(name));
   return status;
@@ -104,6 +108,11 @@ struct Trainer::Impl {
   int64_t batches_per_epoch = 0;
   int64_t steps_per_epoch = 0;
   TrainingPosition position;  // epochs_done = first epoch to run
+
+  // Numerical health: fp16 steps skipped in a row; the step a kNan failure
+  // happened at (-1 = none).
+  int64_t skipped_in_a_row = 0;
+  int64_t nan_step = -1;
 
   // Metrics state.
   int64_t samples_seen = 0;
@@ -391,6 +400,7 @@ Trainer::~Trainer() = default;
 int64_t Trainer::steps_per_epoch() const { return impl_->steps_per_epoch; }
 int64_t Trainer::total_steps() const { return impl_->steps_per_epoch * impl_->opt().epochs; }
 int64_t Trainer::start_epoch() const { return impl_->position.epochs_done; }
+int64_t Trainer::nan_step() const { return impl_->nan_step; }
 
 absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     TrainerSetup setup, std::shared_ptr<engine::Model> model,
@@ -455,6 +465,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     // Only the on_step_samples hook (tests) needs the order after this.
     std::vector<int64_t> order;
     if (m.callbacks.on_step_samples) order = indices;
+    const int64_t rank_samples = static_cast<int64_t>(indices.size());
     TRAINCTL_ASSIGN_OR_RETURN(auto loader, engine::DataLoader::Create(m.train, std::move(indices), lo));
     const int64_t batches = loader->num_batches();
     const int64_t epoch_steps = (batches + o.grad_accumulation - 1) / o.grad_accumulation;
@@ -477,6 +488,23 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     int64_t step_in_epoch = step_offset;
     for (int64_t first = 0; first < batches; first += o.grad_accumulation) {
       const int64_t group = std::min<int64_t>(o.grad_accumulation, batches - first);
+      if (std::binary_search(m.setup.skip_steps.begin(), m.setup.skip_steps.end(), m.position.global_step)) {
+        // A rollback passes over the step an earlier attempt failed at: its
+        // batches are consumed (the sampler order stays the same) and
+        // nothing else happens, on every rank alike.
+        for (int64_t i = 0; i < group; ++i) {
+          TRAINCTL_ASSIGN_OR_RETURN(std::optional<engine::Example> batch, loader->Next());
+          if (!batch.has_value()) return absl::InternalError("data loader ended before its batch count");
+        }
+        m.Log(absl::StrCat("skipping step ", m.position.global_step, " (epoch ", epoch,
+                           "): rolled back after a NaN there"));
+        ++m.position.skipped_steps;
+        ++m.position.global_step;
+        ++step_in_epoch;
+        continue;
+      }
+      const bool inject_nan = m.setup.rank == 0 && o.health.debug_nan_at_step > 0 &&
+                              m.position.global_step == o.health.debug_nan_at_step;
       const auto step_start = Clock::now();
       double data_ms = 0;
       for (int64_t i = 0; i < group; ++i) {
@@ -500,6 +528,10 @@ absl::StatusOr<TrainResult> Trainer::Run() {
         }
         if (!out.ok()) return Config(absl::StrCat("model does not fit data.train: ", out.status().message()));
         TRAINCTL_ASSIGN_OR_RETURN(at::Tensor loss, m.Loss(*out, y));
+        if (inject_nan && i == 0) {
+          m.Log(absl::StrCat("health.debug_nan_at_step: a NaN loss at step ", m.position.global_step));
+          loss = loss * std::numeric_limits<double>::quiet_NaN();
+        }
         if (m.ddp != nullptr && sync && o.ddp.find_unused_parameters) {
           // Lets buckets of parameters this forward did not use launch early.
           absl::Status s = m.ddp->PrepareForBackward({loss});
@@ -533,7 +565,15 @@ absl::StatusOr<TrainResult> Trainer::Run() {
 
       std::vector<at::Tensor> grads;
       for (const at::Tensor& p : m.params) grads.push_back(p.grad());
-      const bool found_inf = m.scaler.enabled() && m.scaler.Unscale(grads);
+      // The gradients are all-reduced: every rank sees the same NaN/Inf.
+      const bool found_inf = m.scaler.Unscale(grads);
+      if (found_inf && !m.scaler.enabled()) {
+        m.nan_step = m.position.global_step;
+        return WithFailureKind(
+            absl::DataLossError(absl::StrCat("NaN/Inf gradients at step ", m.position.global_step, " (epoch ",
+                                             epoch, "): the loss or a gradient was not finite on a rank")),
+            FailureKind::kNan);
+      }
       lr = LearningRateAt(o.lr_schedule, o.optimizer.lr, m.position.global_step, total_steps);
       if (found_inf) {
         ++m.position.skipped_steps;
@@ -543,6 +583,24 @@ absl::StatusOr<TrainResult> Trainer::Run() {
         m.optimizer->step();
       }
       m.scaler.Update(found_inf);
+      if (m.scaler.enabled()) {
+        m.skipped_in_a_row = found_inf ? m.skipped_in_a_row + 1 : 0;
+        std::string collapse;
+        if (o.health.max_skipped_steps > 0 && m.skipped_in_a_row > o.health.max_skipped_steps) {
+          collapse = absl::StrCat(m.skipped_in_a_row, " steps in a row had NaN/Inf gradients (health.max_skipped_steps: ",
+                                  o.health.max_skipped_steps, ")");
+        } else if (o.health.min_loss_scale > 0 && m.scaler.scale() < o.health.min_loss_scale) {
+          collapse = absl::StrFormat("the loss scale fell to %g, below health.min_loss_scale %g",
+                                     m.scaler.scale(), o.health.min_loss_scale);
+        }
+        if (!collapse.empty()) {
+          m.nan_step = m.position.global_step;
+          return WithFailureKind(absl::DataLossError(absl::StrCat("AMP loss scale collapsed at step ",
+                                                                  m.position.global_step, " (epoch ", epoch,
+                                                                  "): ", collapse)),
+                                 FailureKind::kNan);
+        }
+      }
       m.optimizer->zero_grad();
       ++m.position.global_step;
       ++step_in_epoch;
@@ -561,7 +619,9 @@ absl::StatusOr<TrainResult> Trainer::Run() {
                                     std::vector<int64_t>(order.begin() + static_cast<std::ptrdiff_t>(from),
                                                          order.begin() + static_cast<std::ptrdiff_t>(to)));
       }
-      m.position.epoch_consumed = epoch_done ? 0 : consumed_base + epoch_samples * world;
+      // Every rank took the same number of positions (skipped steps too).
+      m.position.epoch_consumed =
+          epoch_done ? 0 : consumed_base + std::min((first + group) * o.data.batch_size, rank_samples) * world;
       if (step_in_epoch % o.metrics_every_steps == 0 || epoch_done) {
         const double secs = std::chrono::duration<double>(Clock::now() - window_start).count();
         rankproto::RankMetric metric;

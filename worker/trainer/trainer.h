@@ -37,6 +37,15 @@
 // collective (a peer died), kStopped when the stop flag was raised, kOther
 // for anything else. After a kCollective error the communicator is broken.
 //
+// Numerical health: every optimizer step checks the all-reduced gradients
+// for NaN/Inf (identical on every rank, so every rank fails at the same
+// step; with fp16 loss scaling that is the scaler's usual skip instead).
+// Non-finite gradients without loss scaling, a loss scale below
+// health.min_loss_scale, or more than health.max_skipped_steps skipped steps
+// in a row end Run with kNan; nan_step() then says at which global step.
+// Steps listed in TrainerSetup::skip_steps (a rollback's) consume their
+// batches without a forward pass or an update.
+//
 // Threading: not thread-safe; one training thread calls Create and Run. The
 // stop flag may be set from any thread (or a signal handler); it is checked
 // at every optimizer-step boundary. Callbacks run on the training thread.
@@ -49,6 +58,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -67,6 +77,7 @@ enum class FailureKind {
   kCollective,  // a collective failed or timed out
   kStopped,     // the stop flag was raised (SIGTERM)
   kDiskFull,    // a checkpoint write ran out of space (ENOSPC/EDQUOT)
+  kNan,         // non-finite all-reduced gradients or a collapsed loss scale
 };
 FailureKind FailureKindOf(const absl::Status& status);
 // Returns `status` tagged with `kind` (OK stays OK).
@@ -108,6 +119,9 @@ struct TrainerSetup {
   const std::atomic<bool>* stop = nullptr;
   // Sleep after every optimizer step (tests only).
   int64_t debug_step_sleep_ms = 0;
+  // Global steps whose batches are consumed without a forward pass or an
+  // update (a NaN rollback's; sorted). Counted as skipped steps.
+  std::vector<int64_t> skip_steps;
 };
 
 struct TrainResult {
@@ -143,6 +157,8 @@ class Trainer {
   int64_t steps_per_epoch() const;
   int64_t total_steps() const;
   int64_t start_epoch() const;
+  // After Run failed with kNan: the global step at fault; else -1.
+  int64_t nan_step() const;
 
  private:
   struct Impl;
