@@ -52,6 +52,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/dist/collective_probe.h"
 #include "worker/dist/collectives.h"
 #include "worker/engine/dataset.h"
 #include "worker/engine/model.h"
@@ -105,6 +106,13 @@ struct TrainerSetup {
   const std::atomic<bool>* stop = nullptr;
   // Sleep after every optimizer step (tests only).
   int64_t debug_step_sleep_ms = 0;
+  // Sleep inside every optimizer step, counted as compute time (tests only:
+  // makes this rank a straggler).
+  int64_t debug_compute_sleep_ms = 0;
+  // Told the phase, the step in progress and each step's times, for the
+  // rank's heartbeat (hang and straggler detection). May be null. When set,
+  // `comm` should be a TrackedCollectives on the same probe.
+  std::shared_ptr<dist::CollectiveProbe> probe;
 };
 
 struct TrainResult {
