@@ -6,8 +6,9 @@
 // Hang: every rank is in its training steps (phase TRAIN) and none has made
 // progress (a new step or a new collective) for
 //     bound = max(hang_factor × the ranks' largest recent p99 step time, hang_floor),
-// with evidence: a rank still reporting that waits in a collective, or, with
-// none, silence for 3 × bound. Blame goes to the ranks that are NOT waiting in
+// with evidence: a rank that went silent while another still reports that it
+// waits in a collective; without a silent rank, or without a waiting one, the
+// stall must last 3 × bound (a rank busy on a slow read, a delayed stream). Blame goes to the ranks that are NOT waiting in
 // the collective the others wait in (the lowest collective sequence number
 // being waited on): a rank that went silent (SIGSTOP, frozen host) or one
 // busy elsewhere. A rank blocked in a collective because a peer stopped is

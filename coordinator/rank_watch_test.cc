@@ -87,16 +87,44 @@ TEST(RankWatchTest, SlowButMovingStepsAreNoHang) {
     }
     EXPECT_FALSE(w.CheckHang(a, kT0 + absl::Seconds(s)).has_value()) << s;
   }
-  // Until the bound passes: every rank waits, none is missing.
+  // Every rank waits and none is silent: 3 × the bound.
   for (int r = 0; r < 2; ++r) {
-    v1::RankProgress p = Beat(r, 10, 50, 50, 10, 21000);
+    v1::RankProgress p = Beat(r, 10, 50, 50, 10, 59000);
     p.set_p99_step_ms(4000);
-    w.OnHeartbeat(p, kT0 + absl::Seconds(21), 0.3);
+    w.OnHeartbeat(p, kT0 + absl::Seconds(59), 0.3);
   }
-  std::optional<HangVerdict> v = w.CheckHang(a, kT0 + absl::Seconds(21));
+  EXPECT_FALSE(w.CheckHang(a, kT0 + absl::Seconds(59)).has_value());
+  for (int r = 0; r < 2; ++r) {
+    v1::RankProgress p = Beat(r, 10, 50, 50, 10, 61000);
+    p.set_p99_step_ms(4000);
+    w.OnHeartbeat(p, kT0 + absl::Seconds(61), 0.3);
+  }
+  std::optional<HangVerdict> v = w.CheckHang(a, kT0 + absl::Seconds(61));
   ASSERT_TRUE(v.has_value());
   EXPECT_TRUE(v->blamed.empty());
   EXPECT_THAT(v->message, HasSubstr("every rank has waited in all-reduce #50"));
+}
+
+TEST(RankWatchTest, ARankAliveOutsideTheCollectiveIsBlamedAfterThreeBounds) {
+  RankWatch w;
+  w.Reset(1);
+  const v1::Attempt a = Attempt(2);
+  // Rank 1 keeps reporting but is stuck before #21 (a slow read, a
+  // deadlock in user code): not a hang at 1 × the bound, one at 3 ×.
+  for (int s = 0; s <= 16; ++s) {
+    w.OnHeartbeat(Beat(0, 10, 21, 21, 10, s * 1000), kT0 + absl::Seconds(s), 0.3);
+    w.OnHeartbeat(Beat(1, 10, 20, 0), kT0 + absl::Seconds(s), 0.3);
+    std::optional<HangVerdict> v = w.CheckHang(a, kT0 + absl::Seconds(s));
+    if (s <= 15) {
+      EXPECT_FALSE(v.has_value()) << s;
+      continue;
+    }
+    ASSERT_TRUE(v.has_value());
+    EXPECT_THAT(v->blamed, ::testing::ElementsAre(1));
+    EXPECT_THAT(v->message, HasSubstr("rank 1 (worker w1, pid 101) stopped before all-reduce #21 (step 11, bucket 3); "
+                                      "rank 0 waiting in it for 16.0 s"));
+    EXPECT_THAT(v->message, HasSubstr("it is alive but outside the collective"));
+  }
 }
 
 TEST(RankWatchTest, OtherPhasesAndRanksWithoutHeartbeatsAreLeftToTheFixedTimeout) {

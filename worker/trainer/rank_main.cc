@@ -120,30 +120,35 @@ class HeartbeatReporter {
     done_.store(true);
     thread_.join();
   }
-  // From the training loop's progress callback.
-  void SetProgress(int32_t epoch, int64_t step) {
+  // From the training loop's progress callback (at most once a second, and
+  // at epoch boundaries): records the position and reports at once.
+  void Progress(int32_t epoch, int64_t step) {
     epoch_.store(epoch, std::memory_order_relaxed);
     step_.store(step, std::memory_order_relaxed);
+    Send();
   }
 
  private:
+  void Send() {
+    const dist::ProbeSnapshot p = probe_->Snapshot();
+    rankproto::RankHeartbeat hb;
+    hb.phase = dist::ProbePhaseName(p.phase);
+    hb.seq = p.seq;
+    hb.waiting_seq = p.waiting_seq;
+    hb.op = dist::ProbeOpName(p.op);
+    hb.op_step = p.op_step;
+    hb.op_bucket = p.op_bucket;
+    hb.waiting_ms = absl::ToInt64Milliseconds(p.waiting);
+    hb.p99_step_ms = p.p99_step_ms;
+    hb.compute_ms = p.compute_ms;
+    g_status.Send(rankproto::FormatProgress(epoch_.load(), step_.load(), hb));
+  }
   void Loop() {
     using namespace std::chrono_literals;
-    auto next = std::chrono::steady_clock::now();
+    auto next = std::chrono::steady_clock::now() + 1s;
     while (!done_.load()) {
       if (std::chrono::steady_clock::now() >= next) {
-        const dist::ProbeSnapshot p = probe_->Snapshot();
-        rankproto::RankHeartbeat hb;
-        hb.phase = dist::ProbePhaseName(p.phase);
-        hb.seq = p.seq;
-        hb.waiting_seq = p.waiting_seq;
-        hb.op = dist::ProbeOpName(p.op);
-        hb.op_step = p.op_step;
-        hb.op_bucket = p.op_bucket;
-        hb.waiting_ms = absl::ToInt64Milliseconds(p.waiting);
-        hb.p99_step_ms = p.p99_step_ms;
-        hb.compute_ms = p.compute_ms;
-        g_status.Send(rankproto::FormatProgress(epoch_.load(), step_.load(), hb));
+        Send();
         next += 1s;
         if (next < std::chrono::steady_clock::now()) next = std::chrono::steady_clock::now() + 1s;
       }
@@ -459,7 +464,7 @@ int Main(int argc, char** argv) {
       LogLine(absl::StrCat("TensorBoard: ", s.message(), " (later failures are not logged)"));
     }
   };
-  callbacks.on_progress = [&heartbeat](int32_t epoch, int64_t step) { heartbeat.SetProgress(epoch, step); };
+  callbacks.on_progress = [&heartbeat](int32_t epoch, int64_t step) { heartbeat.Progress(epoch, step); };
   callbacks.on_log = [](const std::string& line) { LogLine(line); };
   callbacks.on_checkpoint = [](const WrittenCheckpoint& w, const TrainingPosition& p) {
     rankproto::CheckpointNote note;
