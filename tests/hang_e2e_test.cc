@@ -11,7 +11,11 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <regex>
@@ -40,7 +44,37 @@ class HangE2ETest : public ::testing::Test {
   void SetUp() override {
     std::string build = trainctl::testing::BuildDirOfThisTest();
     cluster_ = std::make_unique<Cluster>(build, build + "/worker/trainer/trainctl-rank");
-    ASSERT_TRUE(cluster_->StartCoordinator());
+    ASSERT_TRUE(cluster_->StartCoordinator({"--http_listen=127.0.0.1:0"}));
+  }
+
+  // The value of an unlabelled sample on the coordinator's /metrics, or -1
+  // (a plain HTTP/1.0 GET on loopback).
+  double CoordinatorMetric(const std::string& name) {
+    static const std::regex address("metrics on http://127\\.0\\.0\\.1:([0-9]+)/metrics");
+    std::smatch m;
+    const std::string log = cluster_->coordinator()->ReadLog();
+    if (!std::regex_search(log, m, address)) return -1;
+    const int fd = socket(AF_INET, SOCK_STREAM, 0);
+    if (fd < 0) return -1;
+    timeval tv{5, 0};  // never block the test on a server that keeps the connection
+    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_port = htons(static_cast<uint16_t>(std::stoi(m[1].str())));
+    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    std::string body;
+    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
+      const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+      if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
+        char buf[8192];
+        for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, static_cast<size_t>(n));
+      }
+    }
+    close(fd);
+    const std::regex sample("(^|\\n)" + name + " ([0-9.e+-]+)");
+    std::smatch v;
+    if (!std::regex_search(body, v, sample)) return -1;
+    return std::stod(v[2].str());
   }
 
   std::vector<v1::Event> Events(const std::string& id) {
@@ -134,6 +168,8 @@ TEST_F(HangE2ETest, StoppedRankIsNamedWithItsCollectiveWithinTenSecondsAndTheJob
                                      "waiting in it for [0-9.]+ s.*no heartbeat from rank 1"));
   EXPECT_TRUE(std::regex_search(hang->message(), want)) << hang->message();
 
+  EXPECT_EQ(CoordinatorMetric("trainctl_hangs_detected_total"), 1);
+
   j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(180));
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
   ASSERT_EQ(j.attempts_size(), 2);
@@ -159,6 +195,7 @@ TEST_F(HangE2ETest, SlowedRankRaisesAStragglerEventNamingItsWorker) {
   EXPECT_THAT(st->message(), ::testing::HasSubstr(absl::StrCat("rank ", st->rank(), " (worker ", r.worker_id())))
       << st->message();
   EXPECT_THAT(st->message(), ::testing::HasSubstr("is a straggler"));
+  EXPECT_EQ(CoordinatorMetric("trainctl_straggler_events_total"), 1);
   // A warning only: the job keeps running.
   EXPECT_EQ(j.state(), v1::JOB_STATE_RUNNING) << j.state_reason();
   grpc::ClientContext ctx;
