@@ -654,6 +654,7 @@ void JobManager::Schedule() {
     pj.device = ToRequirement(e.job.spec().device());
     pj.priority = e.job.spec().priority();
     pj.submit_seq = static_cast<uint64_t>(e.submit_seq);
+    if (e.job.spec().stragglers().policy() == v1::STRAGGLER_POLICY_AVOID) pj.avoid_workers = e.avoid_workers;
     jobs.push_back(std::move(pj));
   }
   absl::StatusOr<scheduler::ScheduleResult> result =
@@ -1489,9 +1490,19 @@ void JobManager::Tick() {
           }
           continue;
         }
+        // Commit replaces e.job: copy what the events need from `a` first.
+        const int32_t number = a->number();
         for (const Straggler& st : e.watch.TakeStragglers(*a)) {
-          s = Commit(e, e.job, {{"straggler", st.message, a->number(), st.rank}});
-          if (s.ok()) ++straggler_events_;
+          std::string message = st.message;
+          const std::string worker = CurrentAttempt(e.job)->ranks(st.rank).worker_id();
+          const bool avoid = e.job.spec().stragglers().policy() == v1::STRAGGLER_POLICY_AVOID;
+          if (avoid) absl::StrAppend(&message, "; the next attempt avoids worker ", worker, " if it can");
+          s = Commit(e, e.job, {{"straggler", message, number, st.rank}});
+          if (!s.ok()) continue;
+          ++straggler_events_;
+          if (avoid && std::find(e.avoid_workers.begin(), e.avoid_workers.end(), worker) == e.avoid_workers.end()) {
+            e.avoid_workers.push_back(worker);
+          }
         }
         a = CurrentAttempt(e.job);
       }

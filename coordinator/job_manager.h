@@ -185,6 +185,9 @@ class JobManager {
     int32_t secret_attempt = 0;
     // Heartbeats of the current attempt's ranks (memory only).
     RankWatch watch;
+    // Workers of this job's stragglers, placed around at the next attempts
+    // when stragglers.policy is avoid (memory only).
+    std::vector<std::string> avoid_workers;
   };
   struct EventSpec {
     std::string type;

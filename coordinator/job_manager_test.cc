@@ -562,6 +562,37 @@ TEST_F(JobManagerTest, ConsistentlySlowRankRaisesOneStragglerEvent) {
   EXPECT_EQ(jobs_->Gauges().straggler_events, 1);
 }
 
+TEST_F(JobManagerTest, StragglerPolicyAvoidPlacesTheNextAttemptOffItsWorker) {
+  AddWorker("a", 1);
+  AddWorker("b", 1);
+  AddWorker("c", 1);
+  AddWorker("d", 1);
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_stragglers()->set_policy(v1::STRAGGLER_POLICY_AVOID);
+  auto job = jobs_->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  v1::Job j = Get(id);
+  ASSERT_EQ(j.attempts(0).ranks(0).worker_id(), "a");
+  ASSERT_EQ(j.attempts(0).ranks(1).worker_id(), "b");
+  ASSERT_TRUE(Rendezvous("a", id, 1).ok());
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_RUNNING).ok());
+  for (int s = 1; s <= 6; ++s) {
+    ASSERT_TRUE(jobs_->OnProgress("a", Heartbeat(id, 0, s, s, 0, 10)).ok());
+    ASSERT_TRUE(jobs_->OnProgress("b", Heartbeat(id, 1, s, s, 0, 30)).ok());
+    clock_.Advance(absl::Seconds(1));
+    jobs_->Tick();
+  }
+  EXPECT_THAT(StoredEvents(id), ::testing::Contains(HasSubstr("the next attempt avoids worker b if it can")));
+  // Rank 1 crashes: b's slot is free again, and b would be the first choice.
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_FAILED, v1::FAILURE_KIND_EXIT, 1).ok());
+  j = Get(id);
+  ASSERT_EQ(j.attempts_size(), 2) << v1::JobState_Name(j.state()) << " " << j.state_reason();
+  EXPECT_EQ(j.attempts(1).ranks(0).worker_id(), "c");
+  EXPECT_EQ(j.attempts(1).ranks(1).worker_id(), "d");
+}
+
 v1::JobSpec CommandSpec(int world_size, const std::string& extra = "") {
   ParsedJobSpec p = ParseJobSpecYaml(absl::StrCat("name: c\ncommand: {argv: [python3, train.py]}\n", extra), "c.yaml",
                                      {absl::StrCat("world_size=", world_size)});

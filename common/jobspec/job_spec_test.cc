@@ -344,8 +344,8 @@ TEST(JobSpecTest, HangAndStragglerPolicies) {
                   "stragglers.threshold: must be in (0, 100] (a fraction: 0.3 = 30% slower than the median), got 0")));
   EXPECT_THAT(Errors(b + "stragglers: {threshold: -0.3}\n"),
               ::testing::ElementsAre(::testing::HasSubstr("stragglers.threshold: must be in (0, 100]")));
-  EXPECT_THAT(Errors(b + "stragglers: {policy: avoid}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr("stragglers.policy: must be one of warn, off, got 'avoid'")));
+  EXPECT_THAT(Errors(b + "stragglers: {policy: skip}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr("stragglers.policy: must be one of warn, off, avoid, got 'skip'")));
 }
 
 TEST(JobSpecTest, LongListIsRefused) {
