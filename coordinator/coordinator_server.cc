@@ -177,6 +177,12 @@ std::string CoordinatorServer::MetricsPage() {
       w.Sample("trainctl_restarts_total", {{"kind", Lower(v1::FailureKind_Name(kind), "FAILURE_KIND_")}},
                static_cast<double>(n));
     }
+    w.Family("trainctl_straggler_events_total", "counter",
+             "Straggler events (a rank consistently slower than the others) since the coordinator started.");
+    w.Sample("trainctl_straggler_events_total", {}, static_cast<double>(g.straggler_events));
+    w.Family("trainctl_hangs_detected_total", "counter",
+             "Attempts failed by the adaptive hang detection since the coordinator started.");
+    w.Sample("trainctl_hangs_detected_total", {}, static_cast<double>(g.hangs_detected));
     struct Gauge {
       const char* name;
       const char* help;

@@ -798,6 +798,7 @@ void JobManager::Schedule() {
     pj.priority = e.job.spec().priority();
     pj.submit_seq = static_cast<uint64_t>(e.submit_seq);
     pj.min_world_size = ElasticMinimum(e.job, sched_now);
+    if (e.job.spec().stragglers().policy() == v1::STRAGGLER_POLICY_AVOID) pj.avoid_workers = e.avoid_workers;
     jobs.push_back(std::move(pj));
   }
   absl::StatusOr<scheduler::ScheduleResult> result =
@@ -1009,6 +1010,10 @@ JobManager::RanksByWorker JobManager::BuildAttemptFailure(v1::Job& next,
     next.set_state(v1::JOB_STATE_FAILED);
     next.set_state_reason(absl::StrCat(reason, "\n(the disk was full in the previous attempt too: not restarted again)"));
     events.push_back({"failed", "disk full twice in a row; free space or change checkpoint.dir", a->number()});
+  } else if (kind == v1::FAILURE_KIND_HANG && next.spec().restart().on_hang() == v1::HANG_POLICY_FAIL) {
+    next.set_state(v1::JOB_STATE_FAILED);
+    next.set_state_reason(absl::StrCat(reason, "\n(restart.on_hang: fail)"));
+    events.push_back({"failed", "hung, and restart.on_hang is fail", a->number()});
   } else if (kind == v1::FAILURE_KIND_CONFIG) {
     next.set_state(v1::JOB_STATE_FAILED);
     next.set_state_reason(absl::StrCat(reason, "\n(a configuration or data error: not restarted)"));
@@ -1227,6 +1232,8 @@ absl::Status JobManager::ApplyRankStatus(const std::string& worker_id, const v1:
 
 JobGauges JobManager::Gauges() const {
   JobGauges g;
+  g.straggler_events = straggler_events_;
+  g.hangs_detected = hangs_detected_;
   const absl::Time now = clock_->Now();
   for (const auto& [id, e] : jobs_) {
     const v1::Job& job = e.job;
@@ -1379,11 +1386,22 @@ absl::Status JobManager::OnProgress(const std::string& worker_id, const v1::Rank
   v1::Attempt* a = nullptr;
   TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e,
                             EntryForWorker(worker_id, p.job_id(), p.attempt(), p.rank(), false, &a));
-  (void)e;
   v1::RankAssignment* r = a->mutable_ranks(p.rank());
+  const absl::Time now = clock_->Now();
   if (p.step() != r->last_step()) {
     r->set_last_step(p.step());
-    SetTimestamp(clock_->Now(), r->mutable_last_progress_time());
+    SetTimestamp(now, r->mutable_last_progress_time());
+  }
+  if (p.has_heartbeat()) {
+    if (e->watch.attempt() != p.attempt()) {
+      e->watch = RankWatch(options_.rank_watch);
+      e->watch.Reset(p.attempt());
+    }
+    const v1::StragglerSpec& st = e->job.spec().stragglers();
+    const double threshold = st.policy() == v1::STRAGGLER_POLICY_OFF ? 0
+                             : st.threshold() > 0                    ? st.threshold()
+                                                                     : 0.3;
+    e->watch.OnHeartbeat(p, now, threshold);
   }
   return absl::OkStatus();
 }
@@ -1707,6 +1725,38 @@ void JobManager::Tick() {
       // The user's program need not report progress (trainctl.report): it is
       // checked for hangs only when its job asks for it with a timeout.
     } else {
+      // Engine jobs: the adaptive bound from the ranks' heartbeats, unless
+      // the spec fixes one; the fixed timeout below stays as the backstop
+      // for what heartbeats cannot judge (start-up, eval, checkpoints).
+      if (e.job.spec().restart().progress_timeout_s() == 0 && e.watch.attempt() == a->number()) {
+        if (std::optional<HangVerdict> v = e.watch.CheckHang(*a, now); v.has_value()) {
+          const int blamed = v->blamed.empty() ? -1 : v->blamed.front();
+          s = CommitFailure(e, e.job, {{"hang", v->message, a->number(), blamed}}, v1::FAILURE_KIND_HANG,
+                            absl::StrCat("hung: ", v->message), blamed);
+          if (s.ok()) {
+            ++hangs_detected_;
+            RequestSchedule();
+          } else {
+            std::cerr << "coordinator: " << s << " (retried at the next tick)\n";
+          }
+          continue;
+        }
+        // Commit replaces e.job: copy what the events need from `a` first.
+        const int32_t number = a->number();
+        for (const Straggler& st : e.watch.TakeStragglers(*a)) {
+          std::string message = st.message;
+          const std::string worker = CurrentAttempt(e.job)->ranks(st.rank).worker_id();
+          const bool avoid = e.job.spec().stragglers().policy() == v1::STRAGGLER_POLICY_AVOID;
+          if (avoid) absl::StrAppend(&message, "; the next attempt avoids worker ", worker, " if it can");
+          s = Commit(e, e.job, {{"straggler", message, number, st.rank}});
+          if (!s.ok()) continue;
+          ++straggler_events_;
+          if (avoid && std::find(e.avoid_workers.begin(), e.avoid_workers.end(), worker) == e.avoid_workers.end()) {
+            e.avoid_workers.push_back(worker);
+          }
+        }
+        a = CurrentAttempt(e.job);
+      }
       absl::Duration timeout = ProgressTimeout(e.job);
       std::vector<std::string> stuck;
       int first = -1;

@@ -49,6 +49,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "coordinator/metrics_hub.h"
+#include "coordinator/rank_watch.h"
 #include "coordinator/scheduler/scheduler.h"
 #include "coordinator/store/state_store.h"
 #include "coordinator/worker_registry.h"
@@ -60,6 +61,9 @@ namespace trainctl::coordinator {
 struct JobManagerOptions {
   // Hang detection for jobs whose spec leaves restart.progress_timeout_s at 0.
   absl::Duration progress_timeout = absl::Minutes(5);
+  // Adaptive hang and straggler detection of engine jobs (rank_watch.h); a
+  // job's restart.progress_timeout_s replaces the adaptive bound.
+  RankWatchOptions rank_watch;
   // An attempt whose ranks are not all ready this long after it was placed fails.
   absl::Duration rendezvous_timeout = absl::Minutes(2);
   // SIGTERM → SIGKILL grace the workers get when told to stop ranks.
@@ -93,6 +97,10 @@ struct JobGauges {
   double oldest_pending_seconds = 0;
   // Attempts that failed and were followed by a restart, by failure kind.
   std::map<v1::FailureKind, int64_t> restarts_by_kind;
+  // Straggler events and adaptively detected hangs since the coordinator
+  // started.
+  int64_t straggler_events = 0;
+  int64_t hangs_detected = 0;
   // Jobs RUNNING now: throughput summed over ranks; loss and loss scale of
   // rank 0; step time split averaged over ranks (latest window each).
   struct Running {
@@ -194,6 +202,11 @@ class JobManager {
     int32_t preflight_attempt = 0;
     std::map<std::string, std::vector<std::string>> preflight_reports;
     bool preflight_passed = false;
+    // Heartbeats of the current attempt's ranks (memory only).
+    RankWatch watch;
+    // Workers of this job's stragglers, placed around at the next attempts
+    // when stragglers.policy is avoid (memory only).
+    std::vector<std::string> avoid_workers;
   };
   struct EventSpec {
     std::string type;
@@ -308,6 +321,9 @@ class JobManager {
   bool schedule_requested_ = false;
   // A placement's write failed in the last pass; Tick asks for another.
   bool schedule_retry_ = false;
+  // For /metrics (JobGauges): since this coordinator started.
+  int64_t straggler_events_ = 0;
+  int64_t hangs_detected_ = 0;
   // Pending reason per job from the last scheduling pass (not persisted).
   absl::flat_hash_map<std::string, std::string> pending_reasons_;
 };

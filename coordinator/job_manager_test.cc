@@ -495,6 +495,114 @@ TEST_F(JobManagerTest, HangIsDetectedAndRestarted) {
   EXPECT_THAT(j.attempts(0).reason(), HasSubstr("hung: no progress for 1m from rank(s) 1 (host-b, last step 3)"));
 }
 
+// A heartbeat of an engine rank in its training steps.
+v1::RankProgress Heartbeat(const std::string& id, int rank, int64_t step, int64_t seq, int64_t waiting_seq,
+                           double compute_ms = 10) {
+  v1::RankProgress p;
+  p.set_job_id(id);
+  p.set_attempt(1);
+  p.set_rank(rank);
+  p.set_step(step);
+  p.set_has_heartbeat(true);
+  p.set_phase(v1::RANK_PHASE_TRAIN);
+  p.set_collective_seq(seq);
+  p.set_waiting_seq(waiting_seq);
+  p.set_op(v1::COLLECTIVE_OP_ALL_REDUCE);
+  p.set_op_step(step + 1);
+  p.set_op_bucket(0);
+  p.set_p99_step_ms(100);
+  p.set_compute_ms(compute_ms);
+  p.set_pid(500 + rank);
+  return p;
+}
+
+TEST_F(JobManagerTest, HeartbeatsBlameTheStoppedRankAndOnHangFailEndsTheJob) {
+  a_ = AddWorker("a", 1);
+  b_ = AddWorker("b", 1);
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_restart()->set_on_hang(v1::HANG_POLICY_FAIL);
+  auto job = jobs_->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  ASSERT_TRUE(Rendezvous("a", id, 1).ok());
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_RUNNING).ok());
+  for (int s = 1; s <= 3; ++s) {
+    ASSERT_TRUE(jobs_->OnProgress("a", Heartbeat(id, 0, s, 2 * s, 0)).ok());
+    ASSERT_TRUE(jobs_->OnProgress("b", Heartbeat(id, 1, s, 2 * s, 0)).ok());
+    clock_.Advance(absl::Seconds(1));
+    jobs_->Tick();
+  }
+  // Rank 1 goes silent; rank 0 waits in all-reduce #8 and says so each second.
+  for (int s = 1; s <= 5; ++s) {
+    ASSERT_TRUE(jobs_->OnProgress("a", Heartbeat(id, 0, 3, 8, 8)).ok());
+    clock_.Advance(absl::Seconds(1));
+    jobs_->Tick();
+    ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING) << s << " s: within the 5 s bound";
+  }
+  ASSERT_TRUE(jobs_->OnProgress("a", Heartbeat(id, 0, 3, 8, 8)).ok());
+  clock_.Advance(absl::Milliseconds(500));
+  jobs_->Tick();
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_HANG);
+  EXPECT_THAT(j.attempts(0).reason(),
+              HasSubstr("hung: rank 1 (worker b, pid 501) stopped before all-reduce #8 (step 4, bucket 0); "
+                        "rank 0 waiting in it for"));
+  EXPECT_THAT(j.state_reason(), HasSubstr("(restart.on_hang: fail)"));
+  EXPECT_THAT(StoredEvents(id), ::testing::Contains(HasSubstr("hang@1: rank 1 (worker b, pid 501) stopped before")));
+}
+
+TEST_F(JobManagerTest, ConsistentlySlowRankRaisesOneStragglerEvent) {
+  std::string id = RunningJob();
+  for (int s = 1; s <= 8; ++s) {
+    ASSERT_TRUE(jobs_->OnProgress("a", Heartbeat(id, 0, s, s, 0, 10)).ok());
+    ASSERT_TRUE(jobs_->OnProgress("b", Heartbeat(id, 1, s, s, 0, 25)).ok());
+    clock_.Advance(absl::Seconds(1));
+    jobs_->Tick();
+  }
+  std::vector<std::string> stragglers;
+  for (const std::string& e : StoredEvents(id)) {
+    if (absl::StartsWith(e, "straggler@")) stragglers.push_back(e);
+  }
+  ASSERT_EQ(stragglers.size(), 1u);
+  EXPECT_THAT(stragglers[0], HasSubstr("straggler@1: rank 1 (worker b, host host-b) is a straggler: 25.0 ms of "
+                                       "compute per step, 150% slower than the median of the other ranks (10.0 ms)"));
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(jobs_->Gauges().straggler_events, 1);
+}
+
+TEST_F(JobManagerTest, StragglerPolicyAvoidPlacesTheNextAttemptOffItsWorker) {
+  AddWorker("a", 1);
+  AddWorker("b", 1);
+  AddWorker("c", 1);
+  AddWorker("d", 1);
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_stragglers()->set_policy(v1::STRAGGLER_POLICY_AVOID);
+  auto job = jobs_->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  v1::Job j = Get(id);
+  ASSERT_EQ(j.attempts(0).ranks(0).worker_id(), "a");
+  ASSERT_EQ(j.attempts(0).ranks(1).worker_id(), "b");
+  ASSERT_TRUE(Rendezvous("a", id, 1).ok());
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_RUNNING).ok());
+  for (int s = 1; s <= 6; ++s) {
+    ASSERT_TRUE(jobs_->OnProgress("a", Heartbeat(id, 0, s, s, 0, 10)).ok());
+    ASSERT_TRUE(jobs_->OnProgress("b", Heartbeat(id, 1, s, s, 0, 30)).ok());
+    clock_.Advance(absl::Seconds(1));
+    jobs_->Tick();
+  }
+  EXPECT_THAT(StoredEvents(id), ::testing::Contains(HasSubstr("the next attempt avoids worker b if it can")));
+  // Rank 1 crashes: b's slot is free again, and b would be the first choice.
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_FAILED, v1::FAILURE_KIND_EXIT, 1).ok());
+  j = Get(id);
+  ASSERT_EQ(j.attempts_size(), 2) << v1::JobState_Name(j.state()) << " " << j.state_reason();
+  EXPECT_EQ(j.attempts(1).ranks(0).worker_id(), "c");
+  EXPECT_EQ(j.attempts(1).ranks(1).worker_id(), "d");
+}
+
 v1::JobSpec CommandSpec(int world_size, const std::string& extra = "") {
   ParsedJobSpec p = ParseJobSpecYaml(absl::StrCat("name: c\ncommand: {argv: [python3, train.py]}\n", extra), "c.yaml",
                                      {absl::StrCat("world_size=", world_size)});

@@ -284,6 +284,7 @@ void PrintSpecSummary(std::ostream& out, const v1::JobSpec& spec, const std::str
   if (spec.restart().progress_timeout_s() > 0) {
     absl::StrAppend(&restart, ", hung after ", spec.restart().progress_timeout_s(), "s without progress");
   }
+  if (spec.restart().on_hang() == v1::HANG_POLICY_FAIL) absl::StrAppend(&restart, ", a hang fails the job");
   row("restart", restart);
   // Skip the empty header row.
   std::ostringstream body;

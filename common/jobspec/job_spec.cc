@@ -566,6 +566,12 @@ class Validator {
     Range("restart.progress_timeout_s", raw.restart().progress_timeout_s(), 0, 7 * 24 * 3600, false);
     Range("metrics.every_steps", raw.metrics().every_steps(), 1, 1000000, true);
     CheckHealth(raw);
+    if (const double t = raw.stragglers().threshold(); (t != 0 || Written("stragglers.threshold")) &&
+                                                       (!std::isfinite(t) || t <= 0 || t > 100)) {
+      Error("stragglers.threshold",
+            absl::StrCat("must be in (0, 100] (a fraction: 0.3 = 30% slower than the median), got ",
+                         FormatNumber(t)));
+    }
     CheckResumeFrom(raw.resume_from().job());
     CheckElastic(raw, s);
     return std::move(errors_);

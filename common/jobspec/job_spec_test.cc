@@ -372,6 +372,29 @@ TEST(JobSpecTest, HealthIsReadAndChecked) {
             std::vector<std::string>{"job.yaml:3:9: health: only for trainctl's engine (a command job's NaNs are its own)"});
 }
 
+TEST(JobSpecTest, HangAndStragglerPolicies) {
+  const std::string b = kBase;
+  ParsedJobSpec p = ParseJobSpecYaml(
+      b + "restart: {on_hang: fail}\nstragglers: {threshold: 0.5, policy: warn}\n", "job.yaml", {});
+  ASSERT_TRUE(p.ok()) << p.errors.front().ToString();
+  EXPECT_EQ(p.spec.restart().on_hang(), v1::HANG_POLICY_FAIL);
+  EXPECT_DOUBLE_EQ(p.spec.stragglers().threshold(), 0.5);
+  EXPECT_EQ(p.spec.stragglers().policy(), v1::STRAGGLER_POLICY_WARN);
+  p = ParseJobSpecYaml(b, "job.yaml", {});
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p.spec.restart().on_hang(), v1::HANG_POLICY_UNSPECIFIED);  // = restart
+  EXPECT_THAT(Errors(b + "restart: {on_hang: retry}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr(
+                  "restart.on_hang: must be one of restart, fail, got 'retry'")));
+  EXPECT_THAT(Errors(b + "stragglers: {threshold: 0}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr(
+                  "stragglers.threshold: must be in (0, 100] (a fraction: 0.3 = 30% slower than the median), got 0")));
+  EXPECT_THAT(Errors(b + "stragglers: {threshold: -0.3}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr("stragglers.threshold: must be in (0, 100]")));
+  EXPECT_THAT(Errors(b + "stragglers: {policy: skip}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr("stragglers.policy: must be one of warn, off, avoid, got 'skip'")));
+}
+
 TEST(JobSpecTest, LongListIsRefused) {
   std::string hidden;
   for (int i = 0; i < 65; ++i) hidden += (i ? ", 4" : "4");

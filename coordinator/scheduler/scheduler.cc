@@ -266,10 +266,18 @@ class Pass {
   // Places `job` on available slots of `pool` (the caller checked there are
   // enough) and removes them from the pool.
   Placement Place(const PendingJob& job, SlotKind kind, KindPool& pool) {
-    std::vector<long long> counts;
-    for (int w : pool.workers)
-      counts.push_back(static_cast<long long>(workers_[w].available.size()));
-    const std::vector<Share> shares = ChooseWorkers(counts, job.world_size);
+    std::vector<long long> counts, counts_avoiding;
+    long long total_avoiding = 0;
+    for (int w : pool.workers) {
+      const long long n = static_cast<long long>(workers_[w].available.size());
+      counts.push_back(n);
+      const bool avoid = std::find(job.avoid_workers.begin(), job.avoid_workers.end(),
+                                   workers_[w].in->worker_id) != job.avoid_workers.end();
+      counts_avoiding.push_back(avoid ? 0 : n);
+      total_avoiding += avoid ? 0 : n;
+    }
+    const bool avoiding = !job.avoid_workers.empty() && total_avoiding >= job.world_size;
+    const std::vector<Share> shares = ChooseWorkers(avoiding ? counts_avoiding : counts, job.world_size);
 
     Placement placement;
     placement.job_id = job.job_id;

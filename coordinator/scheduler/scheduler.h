@@ -64,6 +64,10 @@
 //    Only the head reserves: jobs behind a blocked head wait their turn
 //    (jobs that fit outside the reservation start at once).
 //
+//  * Avoidance. A job that names workers to avoid (its stragglers) is packed
+//    as above on the other workers when their available slots suffice, else
+//    as if it named none: a preference, never a reason to wait.
+//
 //  * Never fits. A job whose world_size exceeds the total slots of its kind on
 //    schedulable workers is left pending as kExceedsCapacity and skipped: it
 //    reserves nothing and blocks nobody. It may fit later when workers join;
@@ -119,6 +123,9 @@ struct PendingJob {
   // Elastic: when in [1, world_size), the job may start with fewer ranks
   // (at least this many); 0 = exactly world_size.
   int min_world_size = 0;
+  // Workers to keep the job off when the others' available slots suffice
+  // (stragglers.policy: avoid); otherwise they are used as any other.
+  std::vector<std::string> avoid_workers;
 };
 
 // One worker's view for this pass.

@@ -474,6 +474,27 @@ const PendingJobStatus& FindPending(const ScheduleResult& r, const std::string& 
   return none;
 }
 
+TEST(SchedulerTest, AvoidedWorkersAreSkippedWhenTheOthersSuffice) {
+  PendingJob j = Job("j", 2);
+  j.avoid_workers = {"a"};
+  // a would be the tightest fit; b and c hold the job without it.
+  std::vector<PendingJob> jobs{j};
+  std::vector<WorkerSlots> w1{Gpu("a", 2), Gpu("b", 1), Gpu("c", 4)};
+  auto r = Schedule(jobs, w1);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"j", "c:0,1"}}));
+  // Without enough elsewhere, the avoided worker is used as any other.
+  std::vector<WorkerSlots> w2{Gpu("a", 2), Gpu("b", 1)};
+  r = Schedule(jobs, w2);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"j", "a:0,1"}}));
+  jobs[0].avoid_workers = {"b"};
+  std::vector<WorkerSlots> w3{Gpu("a", 1), Gpu("b", 1), Gpu("c", 1)};
+  r = Schedule(jobs, w3);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"j", "a:0 c:0"}}));
+}
+
 TEST(SchedulerTest, PendingMessages) {
   {
     auto r = Check({Job("j", 4)}, {Gpu("a", 2, 4), Gpu("b", 0, 4)});

@@ -1116,6 +1116,25 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       p->set_rank(r->assignment.rank());
       p->set_epoch(msg->epoch);
       p->set_step(msg->step);
+      if (const rankproto::RankHeartbeat& hb = msg->heartbeat; hb.present) {
+        p->set_has_heartbeat(true);
+        p->set_phase(hb.phase == "train"        ? v1::RANK_PHASE_TRAIN
+                     : hb.phase == "eval"       ? v1::RANK_PHASE_EVAL
+                     : hb.phase == "checkpoint" ? v1::RANK_PHASE_CHECKPOINT
+                                                : v1::RANK_PHASE_INIT);
+        p->set_collective_seq(hb.seq);
+        p->set_waiting_seq(hb.waiting_seq);
+        p->set_op(hb.op == "allreduce"   ? v1::COLLECTIVE_OP_ALL_REDUCE
+                  : hb.op == "broadcast" ? v1::COLLECTIVE_OP_BROADCAST
+                  : hb.op == "barrier"   ? v1::COLLECTIVE_OP_BARRIER
+                                         : v1::COLLECTIVE_OP_UNSPECIFIED);
+        p->set_op_step(hb.op_step);
+        p->set_op_bucket(hb.op_bucket);
+        p->set_waiting_ms(hb.waiting_ms);
+        p->set_p99_step_ms(hb.p99_step_ms);
+        p->set_compute_ms(hb.compute_ms);
+        p->set_pid(static_cast<int32_t>(r->pid));
+      }
       Enqueue(m, false);
       break;
     }

@@ -186,6 +186,13 @@ std::string FormatReady() { return "ready\n"; }
 std::string FormatProgress(int32_t epoch, int64_t global_step) {
   return absl::StrCat("progress ", epoch, " ", global_step, "\n");
 }
+std::string FormatProgress(int32_t epoch, int64_t global_step, const RankHeartbeat& hb) {
+  auto word = [](const std::string& v) { return v.empty() || v.find_first_of(" \n=") != std::string::npos ? "-" : v; };
+  return absl::StrCat("progress ", epoch, " ", global_step, " phase=", word(hb.phase), " seq=", hb.seq,
+                      " wait=", hb.waiting_seq, " op=", word(hb.op), " op_step=", hb.op_step,
+                      " bucket=", hb.op_bucket, " wait_ms=", hb.waiting_ms, " p99_ms=", Num(hb.p99_step_ms),
+                      " compute_ms=", Num(hb.compute_ms), "\n");
+}
 
 std::string FormatMetric(const RankMetric& m) {
   std::string out = absl::StrCat("metric kind=", m.kind, " epoch=", m.epoch, " step=", m.step,
@@ -241,9 +248,27 @@ absl::StatusOr<StatusMessage> ParseStatusLine(std::string_view line) {
     m.address = words[1];
     return m;
   }
-  if (verb == "progress" && words.size() == 3) {
+  if (verb == "progress" && words.size() >= 3) {
     m.type = StatusMessage::Type::kProgress;
     if (!absl::SimpleAtoi(words[1], &m.epoch) || !absl::SimpleAtoi(words[2], &m.step)) return bad();
+    RankHeartbeat& hb = m.heartbeat;
+    hb.present = words.size() > 3;
+    for (size_t i = 3; i < words.size(); ++i) {
+      const size_t eq = words[i].find('=');
+      if (eq == std::string::npos) return bad();
+      const std::string k = words[i].substr(0, eq), v = words[i].substr(eq + 1);
+      bool ok = true;
+      if (k == "phase") hb.phase = v;
+      else if (k == "seq") ok = absl::SimpleAtoi(v, &hb.seq);
+      else if (k == "wait") ok = absl::SimpleAtoi(v, &hb.waiting_seq);
+      else if (k == "op") hb.op = v;
+      else if (k == "op_step") ok = absl::SimpleAtoi(v, &hb.op_step);
+      else if (k == "bucket") ok = absl::SimpleAtoi(v, &hb.op_bucket);
+      else if (k == "wait_ms") ok = absl::SimpleAtoi(v, &hb.waiting_ms);
+      else if (k == "p99_ms") ok = absl::SimpleAtod(v, &hb.p99_step_ms);
+      else if (k == "compute_ms") ok = absl::SimpleAtod(v, &hb.compute_ms);
+      if (!ok) return bad();
+    }
     return m;
   }
   if (verb == "error" && words.size() >= 2) {

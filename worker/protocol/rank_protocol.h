@@ -18,7 +18,11 @@
 //
 //   rendezvous HOST:PORT          rank 0, CPU: where its store listens
 //   ready                         communicator initialised
-//   progress EPOCH GLOBAL_STEP    optional heartbeat of training progress
+//   progress EPOCH GLOBAL_STEP [k=v ...]
+//                                 heartbeat of training progress; the k=v
+//                                 words (RankHeartbeat) come from the
+//                                 engine's reporter thread about once a
+//                                 second, also while a collective blocks
 //   metric k=v k=v ...            see RankMetric
 //   checkpoint EPOCHS STEP BYTES CHECKSUM CONSUMED PATH
 //                                 a checkpoint writer finished a checkpoint
@@ -159,11 +163,28 @@ struct CheckpointNote {
   std::string path;
 };
 
+// What a training rank is doing, for hang and straggler detection (the
+// optional k=v words of a `progress` line). Unknown keys are ignored, so
+// either side may add some.
+struct RankHeartbeat {
+  bool present = false;     // the line had k=v words
+  std::string phase;        // phase=init|train|eval|checkpoint
+  int64_t seq = 0;          // seq=: collectives issued so far
+  int64_t waiting_seq = 0;  // wait=: the collective the rank is blocked in, 0 = none
+  std::string op;           // op=allreduce|broadcast|barrier|none: waiting_seq's, else seq's
+  int64_t op_step = 0;      // op_step=: optimizer step (1-based) of that op
+  int32_t op_bucket = -1;   // bucket=: gradient bucket of an all-reduce, -1 otherwise
+  int64_t waiting_ms = 0;   // wait_ms=: how long it has been blocked
+  double p99_step_ms = 0;   // p99_ms=: recent step-time 99th percentile
+  double compute_ms = 0;    // compute_ms=: recent mean compute time per step
+};
+
 struct StatusMessage {
   enum class Type { kRendezvous, kReady, kProgress, kMetric, kError, kCheckpoint, kModel };
   Type type = Type::kReady;
   std::string address;  // kRendezvous
   int32_t epoch = 0;    // kProgress
+  RankHeartbeat heartbeat;  // kProgress
   RankMetric metric;    // kMetric
   ErrorKind error_kind = ErrorKind::kExit;  // kError
   std::string message;                      // kError
@@ -197,6 +218,7 @@ std::string GetString(const FlatConfig& c, const std::string& key, const std::st
 std::string FormatRendezvous(const std::string& address);
 std::string FormatReady();
 std::string FormatProgress(int32_t epoch, int64_t global_step);
+std::string FormatProgress(int32_t epoch, int64_t global_step, const RankHeartbeat& hb);
 std::string FormatMetric(const RankMetric& m);
 // `step` > 0 is sent as KIND:STEP (the step a kNan failure happened at).
 std::string FormatError(ErrorKind kind, std::string_view message, int64_t step = 0);

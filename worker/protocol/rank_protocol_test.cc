@@ -48,6 +48,41 @@ TEST(RankProtocolTest, TypedGettersNameTheKey) {
   EXPECT_EQ(GetString(c, "zz", "dflt"), "dflt");
 }
 
+TEST(RankProtocolTest, ProgressHeartbeatRoundTripsAndPlainProgressStillParses) {
+  RankHeartbeat hb;
+  hb.phase = "train";
+  hb.seq = 1234;
+  hb.waiting_seq = 1234;
+  hb.op = "allreduce";
+  hb.op_step = 617;
+  hb.op_bucket = 3;
+  hb.waiting_ms = 9800;
+  hb.p99_step_ms = 12.5;
+  hb.compute_ms = 7.25;
+  auto p = ParseStatusLine(FormatProgress(1, 616, hb));
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(p->type, StatusMessage::Type::kProgress);
+  EXPECT_EQ(p->epoch, 1);
+  EXPECT_EQ(p->step, 616);
+  EXPECT_TRUE(p->heartbeat.present);
+  EXPECT_EQ(p->heartbeat.phase, "train");
+  EXPECT_EQ(p->heartbeat.seq, 1234);
+  EXPECT_EQ(p->heartbeat.waiting_seq, 1234);
+  EXPECT_EQ(p->heartbeat.op, "allreduce");
+  EXPECT_EQ(p->heartbeat.op_step, 617);
+  EXPECT_EQ(p->heartbeat.op_bucket, 3);
+  EXPECT_EQ(p->heartbeat.waiting_ms, 9800);
+  EXPECT_DOUBLE_EQ(p->heartbeat.p99_step_ms, 12.5);
+  EXPECT_DOUBLE_EQ(p->heartbeat.compute_ms, 7.25);
+  auto plain = ParseStatusLine("progress 2 345\n");
+  ASSERT_TRUE(plain.ok());
+  EXPECT_FALSE(plain->heartbeat.present);
+  // Unknown keys are skipped (a newer rank); malformed numbers are errors.
+  EXPECT_TRUE(ParseStatusLine("progress 2 345 seq=4 future=x").ok());
+  EXPECT_FALSE(ParseStatusLine("progress 2 345 seq=four").ok());
+  EXPECT_FALSE(ParseStatusLine("progress 2 345 seq").ok());
+}
+
 TEST(RankProtocolTest, StatusLinesRoundTrip) {
   auto r = ParseStatusLine(FormatRendezvous("10.0.0.1:2345"));
   ASSERT_TRUE(r.ok());

@@ -44,11 +44,13 @@
 #include <thread>
 
 #include "absl/status/status.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "common/status_macros.h"
+#include "worker/dist/collective_probe.h"
 #include "worker/dist/collectives.h"
 #include "worker/dist/rendezvous_store.h"
 #include "worker/engine/model.h"
@@ -117,6 +119,61 @@ void LogLine(const std::string& line) {
 [[noreturn]] void FailStatus(ErrorKind kind, const absl::Status& s, int exit_code) {
   Fail(kind, std::string(s.message()), exit_code);
 }
+
+// Sends the rank's heartbeat (a `progress` line with the collective probe's
+// state) about once a second from its own thread, so that a rank blocked in
+// a collective keeps saying where it is blocked. A rank stopped with SIGSTOP
+// sends nothing at all, which is how the coordinator tells it apart.
+class HeartbeatReporter {
+ public:
+  explicit HeartbeatReporter(std::shared_ptr<dist::CollectiveProbe> probe)
+      : probe_(std::move(probe)), thread_([this] { Loop(); }) {}
+  ~HeartbeatReporter() {
+    done_.store(true);
+    thread_.join();
+  }
+  // From the training loop's progress callback (at most once a second, and
+  // at epoch boundaries): records the position and reports at once.
+  void Progress(int32_t epoch, int64_t step) {
+    epoch_.store(epoch, std::memory_order_relaxed);
+    step_.store(step, std::memory_order_relaxed);
+    Send();
+  }
+
+ private:
+  void Send() {
+    const dist::ProbeSnapshot p = probe_->Snapshot();
+    rankproto::RankHeartbeat hb;
+    hb.phase = dist::ProbePhaseName(p.phase);
+    hb.seq = p.seq;
+    hb.waiting_seq = p.waiting_seq;
+    hb.op = dist::ProbeOpName(p.op);
+    hb.op_step = p.op_step;
+    hb.op_bucket = p.op_bucket;
+    hb.waiting_ms = absl::ToInt64Milliseconds(p.waiting);
+    hb.p99_step_ms = p.p99_step_ms;
+    hb.compute_ms = p.compute_ms;
+    g_status.Send(rankproto::FormatProgress(epoch_.load(), step_.load(), hb));
+  }
+  void Loop() {
+    using namespace std::chrono_literals;
+    auto next = std::chrono::steady_clock::now() + 1s;
+    while (!done_.load()) {
+      if (std::chrono::steady_clock::now() >= next) {
+        Send();
+        next += 1s;
+        if (next < std::chrono::steady_clock::now()) next = std::chrono::steady_clock::now() + 1s;
+      }
+      std::this_thread::sleep_for(50ms);
+    }
+  }
+
+  std::shared_ptr<dist::CollectiveProbe> probe_;
+  std::atomic<int32_t> epoch_{0};
+  std::atomic<int64_t> step_{0};
+  std::atomic<bool> done_{false};
+  std::thread thread_;
+};
 
 // Kills a stop that the training loop cannot reach: aborts the communicator
 // when a stop was requested and the loop has not returned within 10 s, and
@@ -398,6 +455,10 @@ int Main(int argc, char** argv) {
 #endif
   }
   watcher.set_comm(comm);
+  // Every collective is numbered and every wait visible to the heartbeat.
+  auto probe = std::make_shared<dist::CollectiveProbe>();
+  if (comm != nullptr) comm = std::make_shared<dist::TrackedCollectives>(comm, probe);
+  HeartbeatReporter heartbeat(probe);
 
   // 4. Trainer (loads the checkpoint, broadcasts rank 0's parameters).
   TrainerSetup setup;
@@ -426,6 +487,16 @@ int Main(int argc, char** argv) {
   setup.skip_steps = run.skip_steps;
   if (!run.skip_steps.empty()) {
     LogLine(absl::StrCat("rolled back: skipping step(s) ", absl::StrJoin(run.skip_steps, ", ")));
+  }
+  setup.probe = probe;
+  // Test hook: TRAINCTL_DEBUG_COMPUTE_SLEEP_MS in the worker's environment
+  // makes its ranks stragglers (docs/failures.md).
+  if (const char* slow = std::getenv("TRAINCTL_DEBUG_COMPUTE_SLEEP_MS"); slow != nullptr) {
+    int64_t ms = 0;
+    if (absl::SimpleAtoi(slow, &ms) && ms > 0 && ms <= 60000) {
+      setup.debug_compute_sleep_ms = ms;
+      LogLine(absl::StrCat("test hook: sleeping ", ms, " ms of compute per step"));
+    }
   }
   TrainerCallbacks callbacks;
   // Rank 0 also writes the job's scalars as TensorBoard event files.
@@ -466,9 +537,7 @@ int Main(int argc, char** argv) {
       LogLine(absl::StrCat("TensorBoard: ", s.message(), " (later failures are not logged)"));
     }
   };
-  callbacks.on_progress = [](int32_t epoch, int64_t step) {
-    g_status.Send(rankproto::FormatProgress(epoch, step));
-  };
+  callbacks.on_progress = [&heartbeat](int32_t epoch, int64_t step) { heartbeat.Progress(epoch, step); };
   callbacks.on_log = [](const std::string& line) { LogLine(line); };
   // Test hook: TRAINCTL_TEST_SAMPLE_LOG=DIR makes every rank append the
   // sample indices of each optimizer step to DIR/<job>.a<attempt>.r<rank>.samples

@@ -133,6 +133,9 @@ struct Trainer::Impl {
     last_progress = now;
     if (callbacks.on_progress) callbacks.on_progress(epoch, position.global_step);
   }
+  void SetPhase(dist::ProbePhase p) {
+    if (setup.probe != nullptr) setup.probe->SetPhase(p);
+  }
   bool StopRequested() const {
     return setup.stop != nullptr && setup.stop->load(std::memory_order_relaxed);
   }
@@ -428,6 +431,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
 
   // Writes a checkpoint at m.position (the host's writer rank only).
   auto write_checkpoint = [&]() -> absl::Status {
+    m.SetPhase(dist::ProbePhase::kCheckpoint);
     m.position.loss_scale = m.scaler.scale();
     m.position.scaler_growth_tracker = m.scaler.growth_tracker();
     auto written =
@@ -472,6 +476,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     // A continued epoch counts its steps from where a full one would be.
     const int64_t step_offset = std::max<int64_t>(0, m.steps_per_epoch - epoch_steps);
     m.model->SetTraining(true);
+    m.SetPhase(dist::ProbePhase::kInit);  // until its first step: loader start-up
     m.Progress(static_cast<int32_t>(epoch), /*force=*/true);
 
     // Epoch and metric-window accumulators. Losses stay on the device until
@@ -506,7 +511,11 @@ absl::StatusOr<TrainResult> Trainer::Run() {
       const bool inject_nan = m.setup.rank == 0 && o.health.debug_nan_at_step > 0 &&
                               m.position.global_step == o.health.debug_nan_at_step;
       const auto step_start = Clock::now();
-      double data_ms = 0;
+      if (m.setup.probe != nullptr) {
+        m.setup.probe->BeginStep(m.position.global_step + 1);
+        m.setup.probe->SetPhase(dist::ProbePhase::kTrain);
+      }
+      double data_ms = 0, step_comm_ms = 0;
       for (int64_t i = 0; i < group; ++i) {
         const auto t0 = Clock::now();
         TRAINCTL_ASSIGN_OR_RETURN(std::optional<engine::Example> batch, loader->Next());
@@ -537,6 +546,9 @@ absl::StatusOr<TrainResult> Trainer::Run() {
           absl::Status s = m.ddp->PrepareForBackward({loss});
           if (!s.ok()) return IsCommunicationError(s) ? Collective(s, "gradient all-reduce") : s;
         }
+        if (m.setup.debug_compute_sleep_ms > 0) {
+          std::this_thread::sleep_for(std::chrono::milliseconds(m.setup.debug_compute_sleep_ms));
+        }
         try {
           (m.scaler.Scale(loss) / static_cast<double>(group)).backward();
         } catch (const std::exception& e) {
@@ -549,6 +561,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
           }
           if (sync) {
             const double comm_ms = absl::ToDoubleMilliseconds(m.ddp->last_step_stats().exposed_comm);
+            step_comm_ms += comm_ms;
             window_comm_ms += comm_ms;
             epoch_comm_ms += comm_ms;
           }
@@ -606,6 +619,9 @@ absl::StatusOr<TrainResult> Trainer::Run() {
       ++step_in_epoch;
       ++window_steps;
       const double step_ms = Ms(Clock::now() - step_start);
+      if (m.setup.probe != nullptr) {
+        m.setup.probe->EndStep(step_ms, std::max(0.0, step_ms - data_ms - step_comm_ms));
+      }
       window_data_ms += data_ms;
       window_step_ms += step_ms;
       epoch_data_ms += data_ms;
@@ -684,6 +700,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
     end.samples_seen = m.samples_seen;
     result.last_epoch_loss = end.loss;
     if (m.eval != nullptr) {
+      m.SetPhase(dist::ProbePhase::kEval);
       TRAINCTL_ASSIGN_OR_RETURN(auto sums, m.Evaluate());
       end.has_eval = true;
       end.eval_samples = static_cast<int64_t>(sums[2]);
@@ -720,6 +737,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
   result.global_step = m.position.global_step;
   result.skipped_steps = m.position.skipped_steps;
   if (m.setup.checkpoint_writer && !o.checkpoint.dir.empty()) {
+    m.SetPhase(dist::ProbePhase::kCheckpoint);
     const std::string path = o.checkpoint.dir + "/model.pt";
     TRAINCTL_RETURN_IF_ERROR(m.model->ExportTorchScript(path));
     TRAINCTL_RETURN_IF_ERROR(SyncFileAndDir(path));

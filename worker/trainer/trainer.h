@@ -62,6 +62,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "worker/dist/collective_probe.h"
 #include "worker/dist/collectives.h"
 #include "worker/engine/dataset.h"
 #include "worker/engine/model.h"
@@ -122,6 +123,13 @@ struct TrainerSetup {
   // Global steps whose batches are consumed without a forward pass or an
   // update (a NaN rollback's; sorted). Counted as skipped steps.
   std::vector<int64_t> skip_steps;
+  // Sleep inside every optimizer step, counted as compute time (tests only:
+  // makes this rank a straggler).
+  int64_t debug_compute_sleep_ms = 0;
+  // Told the phase, the step in progress and each step's times, for the
+  // rank's heartbeat (hang and straggler detection). May be null. When set,
+  // `comm` should be a TrackedCollectives on the same probe.
+  std::shared_ptr<dist::CollectiveProbe> probe;
 };
 
 struct TrainResult {

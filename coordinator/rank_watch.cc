@@ -1,0 +1,183 @@
+#include "coordinator/rank_watch.h"
+
+#include <algorithm>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+
+namespace trainctl::coordinator {
+namespace {
+
+bool Ended(v1::RankState s) {
+  return s == v1::RANK_STATE_SUCCEEDED || s == v1::RANK_STATE_FAILED || s == v1::RANK_STATE_STOPPED;
+}
+
+std::string Secs(absl::Duration d) { return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d)); }
+
+double Median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  const size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : (v[n / 2 - 1] + v[n / 2]) / 2;
+}
+
+}  // namespace
+
+std::string DescribeCollective(v1::CollectiveOp op, int64_t seq, int64_t step, int32_t bucket) {
+  const char* name = op == v1::COLLECTIVE_OP_ALL_REDUCE   ? "all-reduce"
+                     : op == v1::COLLECTIVE_OP_BROADCAST ? "broadcast"
+                     : op == v1::COLLECTIVE_OP_BARRIER   ? "barrier"
+                                                         : "collective";
+  std::string out = absl::StrCat(name, " #", seq);
+  if (op == v1::COLLECTIVE_OP_ALL_REDUCE && bucket >= 0) {
+    absl::StrAppend(&out, " (step ", step, ", bucket ", bucket, ")");
+  } else if (step > 0) {
+    absl::StrAppend(&out, " (step ", step, ")");
+  }
+  return out;
+}
+
+void RankWatch::Reset(int32_t attempt) {
+  attempt_ = attempt;
+  ranks_.clear();
+}
+
+void RankWatch::OnHeartbeat(const v1::RankProgress& p, absl::Time now, double straggler_threshold) {
+  RankState& r = ranks_[p.rank()];
+  const bool first = r.received == absl::Time();
+  if (first || p.step() != r.last.step() || p.collective_seq() != r.last.collective_seq() ||
+      p.phase() != r.last.phase()) {
+    r.advanced = now;
+  }
+  r.last = p;
+  r.received = now;
+  if (straggler_threshold <= 0 || p.phase() != v1::RANK_PHASE_TRAIN || p.compute_ms() <= 0) return;
+  std::vector<double> others;
+  for (const auto& [rank, o] : ranks_) {
+    if (rank == p.rank() || o.last.phase() != v1::RANK_PHASE_TRAIN || o.last.compute_ms() <= 0) continue;
+    others.push_back(o.last.compute_ms());
+  }
+  if (others.empty()) return;
+  if (p.compute_ms() > (1 + straggler_threshold) * Median(others)) {
+    ++r.slow_streak;
+  } else {
+    r.slow_streak = 0;
+  }
+}
+
+std::optional<HangVerdict> RankWatch::CheckHang(const v1::Attempt& attempt, absl::Time now) const {
+  struct Live {
+    const v1::RankAssignment* assignment;
+    const RankState* state;
+  };
+  std::vector<Live> live;
+  double p99_ms = 0;
+  for (const v1::RankAssignment& a : attempt.ranks()) {
+    if (Ended(a.state())) continue;
+    auto it = ranks_.find(a.rank());
+    if (it == ranks_.end() || !it->second.last.has_heartbeat() ||
+        it->second.last.phase() != v1::RANK_PHASE_TRAIN) {
+      return std::nullopt;
+    }
+    live.push_back({&a, &it->second});
+    p99_ms = std::max(p99_ms, it->second.last.p99_step_ms());
+  }
+  if (live.empty() || p99_ms <= 0) return std::nullopt;
+  const absl::Duration bound =
+      std::max(absl::Milliseconds(options_.hang_factor * p99_ms), options_.hang_floor);
+  absl::Duration stalled = absl::InfiniteDuration();
+  for (const Live& l : live) stalled = std::min(stalled, now - l.state->advanced);
+  if (stalled <= bound) return std::nullopt;
+
+  auto fresh = [&](const Live& l) { return now - l.state->received <= options_.silent_after; };
+  const Live* ref = nullptr;  // a reporting rank waiting in the lowest collective
+  for (const Live& l : live) {
+    const int64_t w = l.state->last.waiting_seq();
+    if (!fresh(l) || w <= 0) continue;
+    if (ref == nullptr || w < ref->state->last.waiting_seq()) ref = &l;
+  }
+  // Without a rank that says it waits, silence must last longer before it is
+  // a hang (a delayed telemetry stream looks like silence for a while).
+  if (ref == nullptr && stalled <= 3 * bound) return std::nullopt;
+
+  auto who = [](const Live& l) {
+    std::string s = absl::StrCat("rank ", l.assignment->rank(), " (worker ", l.assignment->worker_id());
+    if (l.state->last.pid() > 0) absl::StrAppend(&s, ", pid ", l.state->last.pid());
+    return s + ")";
+  };
+  HangVerdict v;
+  v.bound = bound;
+  std::vector<std::string> blamed_names, waiting_ranks, silent;
+  bool all_before = true;
+  const int64_t n = ref == nullptr ? 0 : ref->state->last.waiting_seq();
+  for (const Live& l : live) {
+    const v1::RankProgress& p = l.state->last;
+    if (ref != nullptr && fresh(l) && p.waiting_seq() == n) {
+      waiting_ranks.push_back(absl::StrCat(l.assignment->rank()));
+      continue;
+    }
+    v.blamed.push_back(l.assignment->rank());
+    blamed_names.push_back(who(l));
+    all_before &= p.collective_seq() < n;
+    if (!fresh(l)) {
+      silent.push_back(absl::StrCat("rank ", l.assignment->rank(), " for ", Secs(now - l.state->received)));
+    }
+  }
+  // A silent rank is strong evidence; ranks that all still report (one busy
+  // outside the collectives, say on a slow read) get the longer bound too.
+  if (silent.empty() && stalled <= 3 * bound) return std::nullopt;
+  if (ref == nullptr) {
+    v.message = absl::StrCat(absl::StrJoin(blamed_names, " and "), " made no progress for ", Secs(stalled),
+                             " (bound ", Secs(bound), "); no heartbeat from ", absl::StrJoin(silent, ", "));
+    return v;
+  }
+  const v1::RankProgress& rp = ref->state->last;
+  const std::string coll = DescribeCollective(rp.op(), n, rp.op_step(), rp.op_bucket());
+  const absl::Duration waited = absl::Milliseconds(rp.waiting_ms()) + (now - ref->state->received);
+  if (v.blamed.empty()) {
+    v.message = absl::StrCat("every rank has waited in ", coll, " for ", Secs(waited),
+                             " (bound ", Secs(bound), "): the collective itself is stuck, no rank is missing");
+    return v;
+  }
+  v.message = absl::StrCat(absl::StrJoin(blamed_names, " and "), all_before ? " stopped before " : " stopped in ",
+                           coll, "; ", waiting_ranks.size() == 1 ? "rank " : "ranks ",
+                           absl::StrJoin(waiting_ranks, ", "), " waiting in it for ", Secs(waited), " (bound ",
+                           Secs(bound), ")");
+  if (!silent.empty()) {
+    absl::StrAppend(&v.message, "; no heartbeat from ", absl::StrJoin(silent, ", "));
+  } else {
+    absl::StrAppend(&v.message, "; ", v.blamed.size() == 1 ? "it is" : "they are",
+                    " alive but outside the collective");
+  }
+  return v;
+}
+
+std::vector<Straggler> RankWatch::TakeStragglers(const v1::Attempt& attempt) {
+  std::vector<Straggler> out;
+  for (const v1::RankAssignment& a : attempt.ranks()) {
+    auto it = ranks_.find(a.rank());
+    if (it == ranks_.end() || Ended(a.state())) continue;
+    RankState& r = it->second;
+    if (r.straggler_reported || r.slow_streak < options_.straggler_reports) continue;
+    std::vector<double> others;
+    for (const auto& [rank, o] : ranks_) {
+      if (rank != a.rank() && o.last.compute_ms() > 0) others.push_back(o.last.compute_ms());
+    }
+    if (others.empty()) continue;
+    r.straggler_reported = true;
+    Straggler s;
+    s.rank = a.rank();
+    s.compute_ms = r.last.compute_ms();
+    s.median_others_ms = Median(others);
+    s.message = absl::StrFormat(
+        "rank %d (worker %s, host %s) is a straggler: %.1f ms of compute per step, %.0f%% slower than the "
+        "median of the other ranks (%.1f ms), for %d heartbeats in a row",
+        a.rank(), a.worker_id(), a.host(), s.compute_ms, 100 * (s.compute_ms / s.median_others_ms - 1),
+        s.median_others_ms, r.slow_streak);
+    out.push_back(std::move(s));
+  }
+  return out;
+}
+
+}  // namespace trainctl::coordinator

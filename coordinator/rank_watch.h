@@ -1,0 +1,106 @@
+// Hang and straggler detection for one attempt of an engine job, from the
+// ranks' heartbeats (RankProgress with has_heartbeat, about once a second
+// each, sent by a reporter thread in the rank so that a rank blocked in a
+// collective keeps reporting where it is blocked).
+//
+// Hang: every rank is in its training steps (phase TRAIN) and none has made
+// progress (a new step or a new collective) for
+//     bound = max(hang_factor × the ranks' largest recent p99 step time, hang_floor),
+// with evidence: a rank that went silent while another still reports that it
+// waits in a collective; without a silent rank, or without a waiting one, the
+// stall must last 3 × bound (a rank busy on a slow read, a delayed stream). Blame goes to the ranks that are NOT waiting in
+// the collective the others wait in (the lowest collective sequence number
+// being waited on): a rank that went silent (SIGSTOP, frozen host) or one
+// busy elsewhere. A rank blocked in a collective because a peer stopped is
+// never the one blamed. Other phases (start-up, eval, checkpoint) and ranks
+// that never sent a heartbeat are left to the fixed progress timeout.
+//
+// Straggler: a rank whose recent compute time per step exceeds the median
+// of the other ranks' by more than `threshold`, in straggler_reports
+// consecutive heartbeats, is reported once per attempt.
+//
+// Memory only (a coordinator restart starts watching afresh). Not
+// thread-safe: owned by the JobManager, on the coordinator's loop.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/time/time.h"
+#include "trainctl/v1/job.pb.h"
+#include "trainctl/v1/worker_service.pb.h"
+
+namespace trainctl::coordinator {
+
+struct RankWatchOptions {
+  // bound = max(hang_factor × p99 step time, hang_floor). The defaults find
+  // a stall within 10 s when steps take under a second: 5 s of no progress,
+  // plus up to a heartbeat interval and a check interval.
+  double hang_factor = 5;
+  absl::Duration hang_floor = absl::Seconds(5);
+  // A rank whose last heartbeat is older than this has gone silent.
+  absl::Duration silent_after = absl::Seconds(3);
+  // Consecutive slow heartbeats (about one a second) that make a straggler.
+  int straggler_reports = 5;
+};
+
+struct HangVerdict {
+  // Ranks blamed (not waiting in the stalled collective), lowest first;
+  // empty when every rank waits in it.
+  std::vector<int32_t> blamed;
+  // One line a person can act on, e.g. "rank 1 (worker w2, pid 77) stopped
+  // before all-reduce #1234 (step 617, bucket 3); ranks 0, 2 waiting in it
+  // for 9.8 s".
+  std::string message;
+  // The stall bound that was exceeded.
+  absl::Duration bound;
+};
+
+struct Straggler {
+  int32_t rank = 0;
+  double compute_ms = 0;         // the rank's recent compute per step
+  double median_others_ms = 0;   // the median of the other ranks'
+  std::string message;
+};
+
+class RankWatch {
+ public:
+  explicit RankWatch(RankWatchOptions options = {}) : options_(options) {}
+
+  // Forgets everything (a new attempt).
+  void Reset(int32_t attempt);
+  int32_t attempt() const { return attempt_; }
+
+  // A heartbeat arrived at `now`. `straggler_threshold` <= 0 disables the
+  // straggler streak.
+  void OnHeartbeat(const v1::RankProgress& p, absl::Time now, double straggler_threshold);
+
+  // A verdict when the attempt's ranks (from `attempt`, for worker ids and
+  // states) are hung at `now`; nullopt when not, or when this watch cannot
+  // tell (see the header comment).
+  std::optional<HangVerdict> CheckHang(const v1::Attempt& attempt, absl::Time now) const;
+
+  // Stragglers not reported yet in this attempt; each is returned once.
+  std::vector<Straggler> TakeStragglers(const v1::Attempt& attempt);
+
+ private:
+  struct RankState {
+    v1::RankProgress last;
+    absl::Time received;
+    absl::Time advanced;  // when (step, collective_seq) last changed
+    int slow_streak = 0;
+    bool straggler_reported = false;
+  };
+
+  RankWatchOptions options_;
+  int32_t attempt_ = 0;
+  absl::flat_hash_map<int32_t, RankState> ranks_;
+};
+
+// "all-reduce #12 (step 6, bucket 1)", "broadcast #3 (step 0)", "barrier #40".
+std::string DescribeCollective(v1::CollectiveOp op, int64_t seq, int64_t step, int32_t bucket);
+
+}  // namespace trainctl::coordinator
