@@ -67,7 +67,7 @@ class CheckpointE2ETest : public ::testing::Test {
   // Epochs (from 0) that `rank` of `attempt` finished, from its "epoch N/M:" log lines.
   std::set<int> EpochsTrained(const std::string& id, int attempt, int rank) {
     std::set<int> out;
-    std::istringstream in(RankLog(id, attempt, rank));
+    std::istringstream in(cluster_->RankLog(id, attempt, rank));
     std::string line;
     while (std::getline(in, line)) {
       size_t at = line.find("epoch ");
@@ -80,20 +80,6 @@ class CheckpointE2ETest : public ::testing::Test {
     return out;
   }
 
-  std::string RankLog(const std::string& id, int attempt, int rank) {
-    grpc::ClientContext ctx;
-    v1::GetLogsRequest req;
-    req.set_job_id(id);
-    req.set_attempt(attempt);
-    req.set_rank(rank);
-    auto logs = cluster_->jobs()->GetLogs(&ctx, req);
-    std::string all;
-    v1::LogChunk c;
-    while (logs->Read(&c)) {
-      for (const auto& l : c.lines()) all += l.text() + "\n";
-    }
-    return all;
-  }
 
 
   // Name ("w0"...) of the worker running `rank` of attempt `attempt`.
@@ -143,7 +129,7 @@ TEST_F(CheckpointE2ETest, RestartResumesItsOwnRecordNotAnotherJobsNewerFile) {
   ASSERT_TRUE(a2.has_resume());
   EXPECT_EQ(a2.resume().job_id(), id);
   EXPECT_EQ(a2.resume().epochs_done(), 1);
-  EXPECT_THAT(RankLog(id, 2, 0), HasSubstr("at epoch 1,"));
+  EXPECT_THAT(cluster_->RankLog(id, 2, 0), HasSubstr("at epoch 1,"));
   // Attempt 2 trained the remaining epochs (1 and 2), on both ranks.
   EXPECT_EQ(EpochsTrained(id, 2, 0), (std::set<int>{1, 2}));
   EXPECT_EQ(EpochsTrained(id, 2, 1), (std::set<int>{1, 2}));
@@ -200,7 +186,7 @@ TEST_F(CheckpointE2ETest, LostHostsCheckpointResumesFromTheOtherHostsCopy) {
     }
   }
   EXPECT_TRUE(said);
-  EXPECT_THAT(RankLog(id, 2, 1), HasSubstr("received by broadcast"));
+  EXPECT_THAT(cluster_->RankLog(id, 2, 1), HasSubstr("received by broadcast"));
   std::set<int> want;
   for (int e = static_cast<int>(a2.resume().epochs_done()); e < 4; ++e) want.insert(e);
   EXPECT_EQ(EpochsTrained(id, 2, 0), want);

@@ -56,20 +56,6 @@ class CommandE2ETest : public ::testing::Test {
     return p.spec;
   }
 
-  std::string RankLog(const std::string& id, int attempt, int rank) {
-    grpc::ClientContext ctx;
-    v1::GetLogsRequest req;
-    req.set_job_id(id);
-    req.set_attempt(attempt);
-    req.set_rank(rank);
-    auto logs = cluster_->jobs()->GetLogs(&ctx, req);
-    std::string all;
-    v1::LogChunk c;
-    while (logs->Read(&c)) {
-      for (const auto& l : c.lines()) all += l.text() + "\n";
-    }
-    return all;
-  }
 
   // Waits for `path` to hold a pid; -1 on timeout.
   static pid_t WaitForPid(const std::string& path, absl::Duration timeout) {
@@ -94,7 +80,7 @@ TEST_F(CommandE2ETest, TutorialScriptTrainsWithEitherLaunchConvention) {
     v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
     ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
     EXPECT_NE(j.attempts(0).ranks(0).worker_id(), j.attempts(0).ranks(1).worker_id()) << "2 ranks over 2 workers";
-    std::string log0 = RankLog(id, 1, 0), log1 = RankLog(id, 1, 1);
+    std::string log0 = cluster_->RankLog(id, 1, 0), log1 = cluster_->RankLog(id, 1, 1);
     EXPECT_THAT(log1, HasSubstr(absl::StrCat("local_rank=0 from ", mode, " TORCHELASTIC_RESTART_COUNT=0")));
     // The script all_gathers its parameters and prints them: equal on both.
     size_t p0 = log0.find("final parameters"), p1 = log1.find("final parameters");
@@ -118,8 +104,8 @@ TEST_F(CommandE2ETest, KilledRankRestartsTheGroup) {
   ASSERT_EQ(j.attempts_size(), 2);
   EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_SIGNAL);
   EXPECT_THAT(j.attempts(0).reason(), HasSubstr("rank 1 killed by signal 9")) << j.attempts(0).reason();
-  EXPECT_THAT(RankLog(id, 2, 1), HasSubstr("TORCHELASTIC_RESTART_COUNT=1"));
-  EXPECT_THAT(RankLog(id, 2, 0), HasSubstr("identical=True"));
+  EXPECT_THAT(cluster_->RankLog(id, 2, 1), HasSubstr("TORCHELASTIC_RESTART_COUNT=1"));
+  EXPECT_THAT(cluster_->RankLog(id, 2, 0), HasSubstr("identical=True"));
 }
 
 TEST_F(CommandE2ETest, RaisingScriptNamesTheException) {

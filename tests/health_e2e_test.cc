@@ -34,20 +34,6 @@ class HealthE2ETest : public ::testing::Test {
     ASSERT_TRUE(cluster_->StartCoordinator());
   }
 
-  std::string RankLog(const std::string& id, int attempt, int rank) {
-    grpc::ClientContext ctx;
-    v1::GetLogsRequest req;
-    req.set_job_id(id);
-    req.set_attempt(attempt);
-    req.set_rank(rank);
-    auto logs = cluster_->jobs()->GetLogs(&ctx, req);
-    std::string all;
-    v1::LogChunk c;
-    while (logs->Read(&c)) {
-      for (const auto& l : c.lines()) all += l.text() + "\n";
-    }
-    return all;
-  }
 
   // Stored events as "type@attempt: message".
   std::vector<std::string> Events(const std::string& id) {
@@ -102,7 +88,7 @@ TEST_F(HealthE2ETest, NanAtAStepRollsBackToTheLastCheckpointAndSucceeds) {
                               "rollback@1: NaN/Inf at step 60: rolling back to the checkpoint at step 50 and "
                               "skipping step 60 (rollback 1 of 1)"));
   for (int rank = 0; rank < 2; ++rank) {
-    std::string log = RankLog(id, 2, rank);
+    std::string log = cluster_->RankLog(id, 2, rank);
     EXPECT_THAT(log, HasSubstr("skipping step 60 (epoch 1): rolled back after a NaN there")) << log;
     EXPECT_THAT(log, HasSubstr("done: 3 epochs, 150 steps, 1 skipped")) << log;
   }

@@ -272,6 +272,22 @@ v1::Job Cluster::WaitFor(const std::string& id, const std::function<bool(const v
   return j;
 }
 
+std::string Cluster::RankLog(const std::string& id, int attempt, int rank) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::GetLogsRequest req;
+  req.set_job_id(id);
+  req.set_attempt(attempt);
+  req.set_rank(rank);
+  auto logs = jobs_->GetLogs(&ctx, req);
+  std::string all;
+  v1::LogChunk c;
+  while (logs->Read(&c)) {
+    for (const auto& l : c.lines()) all += l.text() + "\n";
+  }
+  return all;
+}
+
 std::vector<v1::Event> Cluster::Events(const std::string& id) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));

@@ -93,6 +93,8 @@ class Cluster {
   // Polls GetJob every 25 ms until `done` holds or `timeout` passes; returns the last view.
   v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,
                   absl::Duration timeout = absl::Seconds(90));
+  // The stored log lines of `rank` of `attempt`, one per line.
+  std::string RankLog(const std::string& id, int attempt, int rank);
   // The job's stored events so far, oldest first.
   std::vector<v1::Event> Events(const std::string& id);
   // Pids of live processes whose command line contains `needle`.
