@@ -8,6 +8,8 @@
 #include <fstream>
 #include <iostream>
 #include <map>
+#include <set>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -171,16 +173,16 @@ int CliContext::Fail(const absl::Status& status) {
 
 void CliContext::PrintJson(const google::protobuf::Message& msg) { out << ToJson(msg) << "\n"; }
 
-int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& err,
-           const CliEnvironment& env) {
-  CLI::App app("trainctl: submit, follow and manage distributed training jobs", "trainctl");
+namespace {
+
+// The whole command line: global flags and every verb; the verbs' runners by name.
+std::map<std::string, VerbRunner> BuildApp(CLI::App& app, CliContext& ctx) {
   app.footer(kMainFooter);
   app.set_version_flag("--version", "trainctl 0.1.0");
   app.require_subcommand(1, 1);
   // Global flags are accepted after the verb too: `trainctl status JOB -o json`.
   app.fallthrough();
 
-  CliContext ctx(out, err, env);
   app.add_option("--coordinator", ctx.coordinator_flag, "Coordinator HOST:PORT")
       ->type_name("HOST:PORT");
   app.add_option("--token", ctx.token_flag, "Bearer token (default $TRAINCTL_TOKEN, then the config file)")
@@ -202,12 +204,53 @@ int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& 
     std::vector<CLI::App*> all = app.get_subcommands({});
     if (all.size() > before) runners[all.back()->get_name()] = std::move(runner);
   }
+  return runners;
+}
+
+// "--name" and "-n" of every option of `app` (and of its verbs in `verbs`)
+// that takes a value, as CLI11 declares them: the lists that tell a value
+// from a verb or a program never drift from the flags themselves.
+std::set<std::string> OptionsTakingValues(const CLI::App& app, const std::vector<std::string>& verbs) {
+  std::set<std::string> out;
+  auto add = [&out](const CLI::App& a) {
+    for (const CLI::Option* o : a.get_options()) {
+      if (o->get_items_expected_min() == 0) continue;  // a flag (no value of its own)
+      for (const std::string& n : o->get_lnames()) out.insert("--" + n);
+      for (const std::string& n : o->get_snames()) out.insert("-" + n);
+    }
+  };
+  add(app);
+  for (const std::string& v : verbs) {
+    for (const CLI::App* sub : app.get_subcommands([&v](const CLI::App* s) { return s->get_name() == v; })) add(*sub);
+  }
+  return out;
+}
+
+}  // namespace
+
+bool ScriptVerbOptionTakesValue(const std::string& arg) {
+  static const std::set<std::string> names = [] {
+    std::ostringstream sink;
+    CliContext ctx(sink, sink, CliEnvironment::FromProcess());
+    CLI::App app("trainctl", "trainctl");
+    BuildApp(app, ctx);
+    return OptionsTakingValues(app, {"run", "submit"});
+  }();
+  return names.count(arg) > 0;
+}
+
+int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& err,
+           const CliEnvironment& env) {
+  CLI::App app("trainctl: submit, follow and manage distributed training jobs", "trainctl");
+  CliContext ctx(out, err, env);
+  std::map<std::string, VerbRunner> runners = BuildApp(app, ctx);
+  const std::set<std::string> global_values = OptionsTakingValues(app, {});
+  const std::set<std::string> script_values = OptionsTakingValues(app, {"run", "submit"});
 
   // CLI11 reports an unknown verb as "a subcommand is required"; name it.
   for (int i = 1; i < argc; ++i) {
     std::string arg = argv[i];
-    if (arg == "--coordinator" || arg == "-o" || arg == "--output" || arg == "--timeout" ||
-        arg == "--token" || arg == "--ca") {
+    if (global_values.count(arg) > 0) {
       ++i;
       continue;
     }
@@ -223,7 +266,8 @@ int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& 
   }
 
   // `run`/`submit` with a program as FILE: its own arguments follow it.
-  std::vector<std::string> args = SeparateScriptArgs(argc, argv);
+  std::vector<std::string> args =
+      SeparateScriptArgs(argc, argv, [&script_values](const std::string& a) { return script_values.count(a) > 0; });
   std::vector<const char*> arg_ptrs;
   for (const std::string& a : args) arg_ptrs.push_back(a.c_str());
   try {

@@ -75,4 +75,9 @@ int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& 
 // only when it is std::cout and stdout is one.
 int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& err);
 
+// Whether `arg` ("--set", "-o") is one of trainctl's options that takes a
+// separate value, globally or for `run`/`submit` (from the CLI11
+// declarations; what SeparateScriptArgs needs outside RunCli, e.g. tests).
+bool ScriptVerbOptionTakesValue(const std::string& arg);
+
 }  // namespace trainctl::cli

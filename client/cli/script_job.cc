@@ -123,18 +123,9 @@ ParsedJobSpec ScriptJobSpec(const std::string& file, const ScriptJobFlags& flags
   return ParseJobSpecYaml(JobSpecToYaml(spec), file, sets);
 }
 
-std::vector<std::string> SeparateScriptArgs(int argc, const char* const argv[]) {
+std::vector<std::string> SeparateScriptArgs(int argc, const char* const argv[],
+                                            const std::function<bool(const std::string&)>& takes_value) {
   std::vector<std::string> out(argv, argv + argc);
-  // Options of trainctl (global, run, submit) that take a separate value.
-  static const char* const kTakesValue[] = {"--coordinator", "--token", "--ca", "-o", "--output", "--timeout", "--set",
-                                            "--state-dir", "--resume", "--gpus", "--slots", "--rank-binary",
-                                            "--nproc-per-node", "--nproc_per_node", "--nnodes", "--python"};
-  auto takes_value = [](const std::string& a) {
-    for (const char* o : kTakesValue) {
-      if (a == o) return true;
-    }
-    return false;
-  };
   size_t i = 1;
   for (; i < out.size(); ++i) {
     if (takes_value(out[i])) {

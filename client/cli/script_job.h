@@ -9,6 +9,7 @@
 // Pure functions; thread-safe.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -56,7 +57,11 @@ ParsedJobSpec ScriptJobSpec(const std::string& file, const ScriptJobFlags& flags
 
 // argv with "--" inserted after the FILE of `run` or `submit` when it names
 // a program and arguments follow, so that the program's own options
-// (`--epochs 3`) are not taken for trainctl's.
-std::vector<std::string> SeparateScriptArgs(int argc, const char* const argv[]);
+// (`--epochs 3`) are not taken for trainctl's. `takes_value(arg)`: arg is one
+// of trainctl's options (global, run or submit) that takes a separate value
+// (RunCli derives it from the CLI11 declarations; see
+// ScriptVerbOptionTakesValue in cli.h).
+std::vector<std::string> SeparateScriptArgs(int argc, const char* const argv[],
+                                            const std::function<bool(const std::string&)>& takes_value);
 
 }  // namespace trainctl::cli

@@ -2,6 +2,8 @@
 // own arguments begin, and the command job built from it.
 #include "client/cli/script_job.h"
 
+#include "client/cli/cli.h"
+
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -13,7 +15,7 @@ namespace {
 using ::testing::ElementsAre;
 
 std::vector<std::string> Split(std::vector<const char*> argv) {
-  return SeparateScriptArgs(static_cast<int>(argv.size()), argv.data());
+  return SeparateScriptArgs(static_cast<int>(argv.size()), argv.data(), ScriptVerbOptionTakesValue);
 }
 
 TEST(ScriptJobTest, ProgramArgumentsAreSeparatedFromTrainctls) {
@@ -59,6 +61,21 @@ TEST(ScriptJobTest, BuildsAValidCommandJob) {
   EXPECT_EQ(sh.spec.world_size(), 1);
   EXPECT_EQ(sh.spec.command().argv(0), "./run.sh") << "not a .py: run directly";
   EXPECT_EQ(sh.spec.name(), "run");
+}
+
+}  // namespace
+}  // namespace trainctl::cli
+
+namespace trainctl::cli {
+namespace {
+
+// The options that take a value come from the CLI11 declarations.
+TEST(ScriptJobTest, OptionsTakingValuesComeFromTheDeclarations) {
+  for (const char* a : {"--python", "--nproc-per-node", "--nproc_per_node", "--nnodes", "--set", "-o", "--output",
+                        "--token", "--ca", "--coordinator", "--timeout"}) {
+    EXPECT_TRUE(ScriptVerbOptionTakesValue(a)) << a;
+  }
+  for (const char* a : {"--follow", "--epochs", "-f", "train.py"}) EXPECT_FALSE(ScriptVerbOptionTakesValue(a)) << a;
 }
 
 }  // namespace
