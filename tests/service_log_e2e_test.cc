@@ -111,7 +111,7 @@ TEST(ServiceLogE2ETest, CoordinatorAndWorkerLogRegistrationTransitionsAndRefusal
   ASSERT_EQ(cluster.WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(30)).state(), v1::JOB_STATE_SUCCEEDED);
   ASSERT_TRUE(WaitLog(coord, " to=SUCCEEDED")) << coord->ReadLog();
   const std::string log = coord->ReadLog();
-  for (const std::string& to : {"PENDING", "SCHEDULED", "RUNNING", "SUCCEEDED"}) {
+  for (const char* to : {"PENDING", "SCHEDULED", "RUNNING", "SUCCEEDED"}) {
     EXPECT_TRUE(std::regex_search(log, std::regex("INFO coordinator job_state job_id=" + id + " from=[A-Z]+ to=" + to)))
         << to << "\n" << log;
   }

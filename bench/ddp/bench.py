@@ -665,8 +665,10 @@ def start_cluster(build, workdir):
     """A coordinator and a 2-slot worker daemon on loopback; returns (address, processes)."""
     d = os.path.join(workdir, "cluster")
     os.makedirs(d, exist_ok=True)
+    admin_file = os.path.join(d, "admin.token")
     coord = subprocess.Popen([os.path.join(build, "coordinator", "trainctl-coordinator"), "--listen", "127.0.0.1:0",
-                              "--db", os.path.join(d, "state.db")], stdout=subprocess.PIPE,
+                              "--db", os.path.join(d, "state.db"), "--admin-token-file", admin_file],
+                             stdout=subprocess.PIPE,
                              stderr=open(os.path.join(d, "coordinator.log"), "w"), text=True, start_new_session=True)
     CHILDREN.add(coord)
     line = coord.stdout.readline()
@@ -674,7 +676,18 @@ def start_cluster(build, workdir):
     if not m:
         raise SystemExit("coordinator did not start: %r" % line)
     addr = m.group(1)
+    # Every call needs a token: the CLI calls of this run use the admin
+    # token the coordinator wrote ($TRAINCTL_TOKEN), the worker its own.
+    os.environ["TRAINCTL_TOKEN"] = open(admin_file).read().strip()
+    rc, out, err = run_cmd([os.path.join(build, "client", "trainctl"), "--coordinator", addr, "-o", "json",
+                            "token", "create", "--role", "worker", "--name", "bench-worker"], 10)
+    if rc != 0:
+        raise SystemExit("could not create a worker token: %s" % (err or out))
+    worker_token = os.path.join(d, "worker.token")
+    with open(os.open(worker_token, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as f:
+        f.write(json.loads(out)["secret"] + "\n")
     worker = subprocess.Popen([os.path.join(build, "worker", "daemon", "trainctl-worker"), "--coordinator", addr,
+                               "--token-file", worker_token,
                                "--slots", "2", "--work-dir", os.path.join(d, "worker"),
                                "--rank-binary", os.path.join(build, "worker", "trainer", "trainctl-rank")],
                               stdout=open(os.path.join(d, "worker.log"), "w"), stderr=subprocess.STDOUT,
