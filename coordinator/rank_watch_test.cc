@@ -1,4 +1,5 @@
 #include "coordinator/rank_watch.h"
+#include "coordinator/rank_progress_testing.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -25,21 +26,8 @@ v1::Attempt Attempt(int world) {
 
 v1::RankProgress Beat(int rank, int64_t step, int64_t seq, int64_t waiting_seq, double compute_ms = 10,
                       int64_t waiting_ms = 0) {
-  v1::RankProgress p;
-  p.set_attempt(1);
-  p.set_rank(rank);
-  p.set_step(step);
-  p.set_has_heartbeat(true);
-  p.set_phase(v1::RANK_PHASE_TRAIN);
-  p.set_collective_seq(seq);
-  p.set_waiting_seq(waiting_seq);
-  p.set_op(v1::COLLECTIVE_OP_ALL_REDUCE);
-  p.set_op_step(step + 1);
-  p.set_op_bucket(waiting_seq > 0 ? 3 : 0);
+  v1::RankProgress p = TrainHeartbeat(rank, step, seq, waiting_seq, compute_ms, {3, 200, 100});
   p.set_waiting_ms(waiting_ms);
-  p.set_p99_step_ms(200);
-  p.set_compute_ms(compute_ms);
-  p.set_pid(100 + rank);
   return p;
 }
 

@@ -1,0 +1,169 @@
+#include "coordinator/attempt_failure.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/time_util.h"
+
+namespace trainctl::coordinator {
+namespace {
+
+constexpr int kMaxLogLinesInReason = 5;
+
+// Kinds that fail the job at once: a restart would meet the same problem.
+struct NotRestarted {
+  v1::FailureKind kind;
+  const char* reason_note;  // appended to the job's reason, in parentheses
+  const char* event;        // the `failed` event's message
+};
+constexpr NotRestarted kNotRestarted[] = {
+    {v1::FAILURE_KIND_OUT_OF_MEMORY, "out of memory: not restarted; the same batch needs the same memory",
+     "out of memory; lower data.batch_size"},
+    {v1::FAILURE_KIND_DATA, "a data error: not restarted", "data error; restarting cannot help"},
+    {v1::FAILURE_KIND_PREFLIGHT, "pre-flight: not restarted", "pre-flight failed; fix what it names and submit again"},
+    {v1::FAILURE_KIND_CONFIG, "a configuration or data error: not restarted",
+     "configuration or data error; restarting cannot help"},
+};
+
+void FailJob(v1::Job& next, std::vector<JobEvent>& events, int32_t attempt, std::string reason, std::string event) {
+  next.set_state(v1::JOB_STATE_FAILED);
+  next.set_state_reason(std::move(reason));
+  events.push_back({"failed", std::move(event), attempt});
+}
+
+// NaN/Inf: a rollback to the newest checkpoint that skips the bad step, on
+// its own budget (health.max_rollbacks), not restart.max_restarts.
+void ApplyNanPolicy(v1::Job& next, std::vector<JobEvent>& events, const v1::Attempt& a, const std::string& reason,
+                    int failed_rank) {
+  const v1::HealthSpec& health = next.spec().health();
+  const int32_t max_rollbacks = health.has_max_rollbacks() ? health.max_rollbacks() : 3;
+  const int64_t nan_step = NanStep(a);
+  int32_t used = 0;
+  for (const v1::Attempt& x : next.attempts()) {
+    if (&x != &a && x.failure_kind() == v1::FAILURE_KIND_NAN) ++used;
+  }
+  if (health.on_nan() == v1::HealthSpec::ON_NAN_FAIL) {
+    FailJob(next, events, a.number(), absl::StrCat(reason, "\n(health.on_nan: fail)"),
+            absl::StrCat("NaN/Inf at step ", nan_step, "; health.on_nan: fail"));
+    return;
+  }
+  if (used >= max_rollbacks) {
+    FailJob(next, events, a.number(),
+            absl::StrCat(reason, "\n(no rollbacks left: ", used, " of ", max_rollbacks, " used)"),
+            absl::StrCat("NaN/Inf at step ", nan_step, "; no rollbacks left (health.max_rollbacks: ", max_rollbacks,
+                         ")"));
+    return;
+  }
+  next.set_state(v1::JOB_STATE_RESTARTING);
+  next.set_state_reason(absl::StrCat("rolling back after: ", reason));
+  const v1::CheckpointRecord* newest = nullptr;
+  for (const v1::CheckpointRecord& r : next.checkpoints()) {
+    if (newest == nullptr || r.global_step() > newest->global_step()) newest = &r;
+  }
+  events.push_back({"rollback",
+                    absl::StrCat("NaN/Inf at step ", nan_step, ": rolling back to ",
+                                 newest != nullptr ? absl::StrCat("the checkpoint at step ", newest->global_step())
+                                                   : std::string("the start (no checkpoint recorded yet)"),
+                                 " and skipping step ", nan_step, " (rollback ", used + 1, " of ", max_rollbacks, ")"),
+                    a.number(), failed_rank});
+}
+
+// Every other kind: fail the job when the kind or the budget says so, else
+// restart it.
+void ApplyRestartPolicy(v1::Job& next, std::vector<JobEvent>& events, int32_t attempt, v1::FailureKind kind,
+                        const std::string& reason) {
+  for (const NotRestarted& n : kNotRestarted) {
+    if (n.kind == kind) return FailJob(next, events, attempt, absl::StrCat(reason, "\n(", n.reason_note, ")"), n.event);
+  }
+  // A full disk gets one more attempt (space may have been freed); the same
+  // failure twice in a row fails the job instead of burning every restart.
+  const int n = next.attempts_size();
+  if (kind == v1::FAILURE_KIND_DISK_FULL && n >= 2 && next.attempts(n - 2).failure_kind() == v1::FAILURE_KIND_DISK_FULL) {
+    return FailJob(next, events, attempt,
+                   absl::StrCat(reason, "\n(the disk was full in the previous attempt too: not restarted again)"),
+                   "disk full twice in a row; free space or change checkpoint.dir");
+  }
+  if (kind == v1::FAILURE_KIND_HANG && next.spec().restart().on_hang() == v1::HANG_POLICY_FAIL) {
+    return FailJob(next, events, attempt, absl::StrCat(reason, "\n(restart.on_hang: fail)"),
+                   "hung, and restart.on_hang is fail");
+  }
+  const int32_t max_restarts = next.spec().restart().max_restarts();
+  if (next.restarts() >= max_restarts) {
+    return FailJob(next, events, attempt,
+                   absl::StrCat(reason, "\n(no restarts left: ", next.restarts(), " of ", max_restarts, " used)"),
+                   absl::StrCat("no restarts left (max_restarts: ", max_restarts, ")"));
+  }
+  next.set_state(v1::JOB_STATE_RESTARTING);
+  next.set_restarts(next.restarts() + 1);
+  next.set_state_reason(absl::StrCat("restarting after: ", reason));
+  events.push_back({"restarting",
+                    absl::StrCat("restart ", next.restarts(), " of ", max_restarts,
+                                 next.checkpoints_size() > 0 ? ", from the newest checkpoint it can reach"
+                                                             : ", from scratch (no checkpoint recorded yet)"),
+                    attempt});
+}
+
+}  // namespace
+
+std::string DescribeExit(const v1::RankAssignment& r, const v1::ExitInfo& exit, const std::string& cause) {
+  std::string how;
+  if (!cause.empty()) {
+    how = "then failed";
+  } else if (exit.signal() != 0) {
+    how = absl::StrCat("was killed by signal ", exit.signal());
+  } else if (exit.kind() == v1::FAILURE_KIND_WORKER_LOST) {
+    how = "was lost with its worker";
+  } else {
+    how = absl::StrCat("exited with code ", exit.exit_code());
+  }
+  std::string out = absl::StrCat(cause, cause.empty() ? "" : "; ", "rank ", r.rank(), " on ", r.host(), " (worker ",
+                                 r.worker_id(), ") ", how);
+  if (!exit.message().empty()) absl::StrAppend(&out, ": ", exit.message());
+  if (exit.last_log_lines_size() > 0) {
+    int from = std::max(0, exit.last_log_lines_size() - kMaxLogLinesInReason);
+    std::vector<std::string> lines(exit.last_log_lines().begin() + from, exit.last_log_lines().end());
+    absl::StrAppend(&out, "\n  last log lines:\n    ", absl::StrJoin(lines, "\n    "));
+  }
+  return out;
+}
+
+int64_t NanStep(const v1::Attempt& a) {
+  int64_t step = -1;
+  for (const v1::RankAssignment& r : a.ranks()) {
+    if (r.exit().kind() == v1::FAILURE_KIND_NAN && (step < 0 || r.exit().step() < step)) step = r.exit().step();
+  }
+  return step;
+}
+
+std::vector<int64_t> RollbackSkipSteps(const v1::Job& job) {
+  std::vector<int64_t> steps;
+  for (const v1::Attempt& a : job.attempts()) {
+    steps.insert(steps.end(), a.skip_steps().begin(), a.skip_steps().end());
+    if (a.failure_kind() != v1::FAILURE_KIND_NAN) continue;
+    if (int64_t s = NanStep(a); s >= 0) steps.push_back(s);
+  }
+  std::sort(steps.begin(), steps.end());
+  steps.erase(std::unique(steps.begin(), steps.end()), steps.end());
+  return steps;
+}
+
+RanksByWorker BuildAttemptFailure(v1::Job& next, std::vector<JobEvent>& events, absl::Time now,
+                                  v1::FailureKind kind, const std::string& reason, int failed_rank) {
+  v1::Attempt* a = CurrentAttempt(next);
+  if (a == nullptr || AttemptEnded(a->state()) || IsTerminal(next.state())) return {};
+  a->set_state(v1::ATTEMPT_STATE_FAILED);
+  a->set_reason(reason);
+  a->set_failure_kind(kind);
+  SetTimestamp(now, a->mutable_end_time());
+  RanksByWorker to_stop = LiveRanksByWorker(*a);
+  events.push_back({"attempt_failed", reason, a->number(), failed_rank});
+  if (kind == v1::FAILURE_KIND_NAN) {
+    ApplyNanPolicy(next, events, *a, reason, failed_rank);
+  } else {
+    ApplyRestartPolicy(next, events, a->number(), kind, reason);
+  }
+  return to_stop;
+}
+
+}  // namespace trainctl::coordinator

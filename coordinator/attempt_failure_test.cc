@@ -1,0 +1,145 @@
+// The restart policy of a failed attempt, as a pure function of the job:
+// which kinds fail the job at once, the restart and rollback budgets, and
+// the steps a rollback skips.
+#include "coordinator/attempt_failure.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+namespace trainctl::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+v1::Job RunningJob(int max_restarts) {
+  v1::Job j;
+  j.set_id("j");
+  j.set_state(v1::JOB_STATE_RUNNING);
+  j.mutable_spec()->mutable_restart()->set_max_restarts(max_restarts);
+  v1::Attempt* a = j.add_attempts();
+  a->set_number(1);
+  a->set_state(v1::ATTEMPT_STATE_RUNNING);
+  for (int r = 0; r < 2; ++r) {
+    v1::RankAssignment* ra = a->add_ranks();
+    ra->set_rank(r);
+    ra->set_worker_id(r == 0 ? "a" : "b");
+    ra->set_state(v1::RANK_STATE_RUNNING);
+  }
+  return j;
+}
+
+std::vector<std::string> Types(const std::vector<JobEvent>& events) {
+  std::vector<std::string> out;
+  for (const JobEvent& e : events) out.push_back(e.type);
+  return out;
+}
+
+TEST(AttemptFailureTest, RestartableKindRestartsAndStopsTheSurvivors) {
+  v1::Job j = RunningJob(2);
+  j.mutable_attempts(0)->mutable_ranks(1)->set_state(v1::RANK_STATE_FAILED);
+  std::vector<JobEvent> events;
+  RanksByWorker stop = BuildAttemptFailure(j, events, absl::Now(), v1::FAILURE_KIND_USER_CODE, "boom", 1);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(j.restarts(), 1);
+  EXPECT_EQ(j.attempts(0).state(), v1::ATTEMPT_STATE_FAILED);
+  EXPECT_THAT(Types(events), ElementsAre("attempt_failed", "restarting"));
+  ASSERT_EQ(stop.size(), 1u);
+  EXPECT_EQ(stop[0].first, "a");
+  EXPECT_THAT(stop[0].second, ElementsAre(0));
+}
+
+TEST(AttemptFailureTest, KindsThatARestartCannotHelpFailTheJob) {
+  for (v1::FailureKind kind : {v1::FAILURE_KIND_OUT_OF_MEMORY, v1::FAILURE_KIND_DATA, v1::FAILURE_KIND_PREFLIGHT,
+                               v1::FAILURE_KIND_CONFIG}) {
+    v1::Job j = RunningJob(5);
+    std::vector<JobEvent> events;
+    BuildAttemptFailure(j, events, absl::Now(), kind, "x", 0);
+    EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED) << v1::FailureKind_Name(kind);
+    EXPECT_EQ(j.restarts(), 0);
+    EXPECT_THAT(Types(events), ElementsAre("attempt_failed", "failed"));
+  }
+}
+
+TEST(AttemptFailureTest, BudgetsHangPolicyAndTheSecondFullDisk) {
+  v1::Job spent = RunningJob(1);
+  spent.set_restarts(1);
+  std::vector<JobEvent> events;
+  BuildAttemptFailure(spent, events, absl::Now(), v1::FAILURE_KIND_USER_CODE, "x", 0);
+  EXPECT_EQ(spent.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(spent.state_reason(), HasSubstr("no restarts left: 1 of 1 used"));
+
+  v1::Job hung = RunningJob(3);
+  hung.mutable_spec()->mutable_restart()->set_on_hang(v1::HANG_POLICY_FAIL);
+  events.clear();
+  BuildAttemptFailure(hung, events, absl::Now(), v1::FAILURE_KIND_HANG, "x", 0);
+  EXPECT_EQ(hung.state(), v1::JOB_STATE_FAILED);
+
+  v1::Job disk = RunningJob(3);
+  events.clear();
+  BuildAttemptFailure(disk, events, absl::Now(), v1::FAILURE_KIND_DISK_FULL, "x", 0);
+  EXPECT_EQ(disk.state(), v1::JOB_STATE_RESTARTING);  // once: space may have been freed
+  v1::Attempt* second = disk.add_attempts();
+  *second = disk.attempts(0);
+  second->set_number(2);
+  second->set_state(v1::ATTEMPT_STATE_RUNNING);
+  disk.set_state(v1::JOB_STATE_RUNNING);
+  events.clear();
+  BuildAttemptFailure(disk, events, absl::Now(), v1::FAILURE_KIND_DISK_FULL, "x", 0);
+  EXPECT_EQ(disk.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(disk.state_reason(), HasSubstr("previous attempt too"));
+}
+
+TEST(AttemptFailureTest, NanRollsBackOnItsOwnBudgetAndSkipsTheStep) {
+  v1::Job j = RunningJob(0);  // no restarts: rollbacks do not use them
+  j.mutable_spec()->mutable_health()->set_max_rollbacks(1);
+  j.mutable_attempts(0)->mutable_ranks(1)->mutable_exit()->set_kind(v1::FAILURE_KIND_NAN);
+  j.mutable_attempts(0)->mutable_ranks(1)->mutable_exit()->set_step(42);
+  std::vector<JobEvent> events;
+  BuildAttemptFailure(j, events, absl::Now(), v1::FAILURE_KIND_NAN, "nan", 1);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(Types(events), ElementsAre("attempt_failed", "rollback"));
+  EXPECT_THAT(events[1].message, HasSubstr("skipping step 42 (rollback 1 of 1)"));
+  EXPECT_THAT(RollbackSkipSteps(j), ElementsAre(42));
+  // A second NaN with the budget spent fails the job.
+  v1::Attempt* again = j.add_attempts();
+  *again = j.attempts(0);
+  again->set_number(2);
+  again->set_state(v1::ATTEMPT_STATE_RUNNING);
+  again->clear_failure_kind();
+  again->mutable_ranks(1)->mutable_exit()->set_step(7);
+  j.set_state(v1::JOB_STATE_RUNNING);
+  events.clear();
+  BuildAttemptFailure(j, events, absl::Now(), v1::FAILURE_KIND_NAN, "nan", 1);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(RollbackSkipSteps(j), ElementsAre(7, 42));
+}
+
+TEST(AttemptFailureTest, AnEndedAttemptIsNotFailedTwice) {
+  v1::Job j = RunningJob(3);
+  j.mutable_attempts(0)->set_state(v1::ATTEMPT_STATE_FAILED);
+  std::vector<JobEvent> events;
+  EXPECT_TRUE(BuildAttemptFailure(j, events, absl::Now(), v1::FAILURE_KIND_USER_CODE, "x", 0).empty());
+  EXPECT_TRUE(events.empty());
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RUNNING);
+}
+
+TEST(AttemptFailureTest, ExitWordsNameTheRankTheCauseAndTheLastLines) {
+  v1::RankAssignment r;
+  r.set_rank(3);
+  r.set_host("h");
+  r.set_worker_id("w");
+  v1::ExitInfo exit;
+  exit.set_exit_code(2);
+  exit.set_message("bad");
+  for (int i = 0; i < 7; ++i) exit.add_last_log_lines("line " + std::to_string(i));
+  std::string words = DescribeExit(r, exit);
+  EXPECT_THAT(words, HasSubstr("rank 3 on h (worker w) exited with code 2: bad"));
+  EXPECT_THAT(words, HasSubstr("line 6"));
+  EXPECT_THAT(words, ::testing::Not(HasSubstr("line 1\n")));  // the last 5 only
+  EXPECT_THAT(DescribeExit(r, exit, "worker x (host y) was lost"),
+              HasSubstr("worker x (host y) was lost; rank 3 on h (worker w) then failed"));
+}
+
+}  // namespace
+}  // namespace trainctl::coordinator

@@ -1,0 +1,69 @@
+// Starting an attempt on its workers and the messages that go with it: the
+// pre-flight round (when enabled), StartRanks with the attempt's rendezvous
+// secret, the rendezvous report of rank 0's worker and its delivery to every
+// worker of the attempt, StopRanks, and the re-sends a reconnecting worker
+// may have missed.
+//
+// Rendezvous: the worker holding rank 0 produces the NCCL unique id or the
+// Gloo store address, reports it, and the coordinator hands it to every
+// worker of that attempt. Reports about an attempt other than the job's
+// current one are refused with ABORTED.
+//
+// Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
+#pragma once
+
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "coordinator/job_actions.h"
+#include "coordinator/job_book.h"
+#include "coordinator/worker_registry.h"
+#include "trainctl/v1/worker_service.pb.h"
+
+namespace trainctl::coordinator {
+
+class AttemptStarter {
+ public:
+  struct Options {
+    // Pre-flight before StartRanks (JobManagerOptions::preflight).
+    bool preflight = false;
+    // SIGTERM → SIGKILL grace the workers get when told to stop ranks.
+    absl::Duration stop_grace = absl::Seconds(10);
+  };
+  AttemptStarter(JobBook* book, WorkerRegistry* registry, JobActions* actions, Options options)
+      : book_(book), registry_(registry), actions_(actions), options_(options) {}
+
+  // Starts a placed attempt on its workers: pre-flight first when enabled,
+  // else StartRanks.
+  void Launch(JobEntry& entry, const v1::Attempt& attempt);
+  // A worker's pre-flight result. When every worker of the attempt has
+  // answered: StartRanks to all, or the attempt fails as PREFLIGHT naming
+  // every failing worker, with no rank started.
+  absl::Status OnPreflightReport(const std::string& worker_id, const v1::PreflightReport& report);
+  // Rank 0's worker reports the attempt's rendezvous: stored, then sent to
+  // every worker of the attempt.
+  absl::Status OnRendezvous(const std::string& worker_id, const v1::RendezvousReport& report);
+  // After `worker_id` reconnected: what it may have missed of the current
+  // attempt `cur` (pre-flight or StartRanks for its ranks still ASSIGNED,
+  // and the rendezvous).
+  void Resend(JobEntry& entry, const v1::Attempt& cur, const std::string& worker_id);
+  void Stop(const std::string& worker_id, const std::string& job_id, int32_t attempt,
+            const std::vector<int32_t>& ranks, const std::string& reason);
+  void StopAll(const std::string& job_id, int32_t attempt, const RanksByWorker& ranks, const std::string& reason);
+
+ private:
+  void SendPreflight(const JobEntry& entry, const v1::Attempt& attempt, const std::string& worker_id);
+  void SendStartRanks(JobEntry& entry, const v1::Attempt& attempt, const std::string& worker_id);
+  void SendRendezvous(const v1::Job& job, const v1::Attempt& attempt, const std::string& worker_id);
+  // OnPreflightReport once every worker answered.
+  absl::Status ConcludePreflight(JobEntry& entry, const std::vector<std::string>& workers);
+
+  JobBook* book_;
+  WorkerRegistry* registry_;
+  JobActions* actions_;
+  Options options_;
+};
+
+}  // namespace trainctl::coordinator

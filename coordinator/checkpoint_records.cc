@@ -1,0 +1,110 @@
+#include "coordinator/checkpoint_records.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+
+namespace trainctl::coordinator {
+namespace {
+
+bool SameHolder(const v1::CheckpointRecord& a, const v1::CheckpointRecord& b) {
+  return a.job_id() == b.job_id() && a.worker_id() == b.worker_id() && a.shared() == b.shared();
+}
+
+}  // namespace
+
+std::vector<const v1::CheckpointRecord*> NewestRecords(const v1::Job& job) {
+  std::vector<const v1::CheckpointRecord*> out;
+  for (const v1::CheckpointRecord& r : job.checkpoints()) {
+    if (!out.empty() && r.global_step() < out.front()->global_step()) continue;
+    if (!out.empty() && r.global_step() > out.front()->global_step()) out.clear();
+    out.push_back(&r);
+  }
+  return out;
+}
+
+std::string Holder(const v1::CheckpointRecord& r) {
+  return r.shared() ? "the shared checkpoint dir" : absl::StrCat("worker ", r.worker_id());
+}
+
+std::string DescribeRecord(const v1::CheckpointRecord& r) {
+  return absl::StrCat("the checkpoint of job ", r.job_id(), " at epoch ", r.epochs_done(), " (step ",
+                      r.global_step(), ") on ", Holder(r));
+}
+
+absl::Status ValidateReportedCheckpoint(const v1::CheckpointRecord& in) {
+  if (in.path().empty() || in.path()[0] != '/' || in.path().size() > 4096 ||
+      in.path().find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError("checkpoint.record.path: must be an absolute path of at most 4096 bytes");
+  }
+  if (in.checksum().size() > 64) return absl::InvalidArgumentError("checkpoint.record.checksum: at most 64 bytes");
+  // epochs_done is 0 for a checkpoint inside the first epoch (checkpoint.every_steps).
+  if (in.epochs_done() < 0 || in.global_step() < 1 || in.size_bytes() < 0) {
+    return absl::InvalidArgumentError(
+        "checkpoint.record: epochs_done must be >= 0, global_step >= 1 and size_bytes >= 0");
+  }
+  return absl::OkStatus();
+}
+
+std::string AddCheckpointRecord(v1::Job& next, const v1::CheckpointRecord& r) {
+  std::vector<int64_t> steps;
+  for (const v1::CheckpointRecord& x : next.checkpoints()) {
+    if (SameHolder(x, r) && x.global_step() != r.global_step()) steps.push_back(x.global_step());
+  }
+  steps.push_back(r.global_step());
+  std::sort(steps.rbegin(), steps.rend());
+  const int64_t keep = std::max<int64_t>(1, next.spec().checkpoint().keep());
+  const int64_t oldest_kept = steps[static_cast<size_t>(std::min<int64_t>(keep, steps.size()) - 1)];
+  google::protobuf::RepeatedPtrField<v1::CheckpointRecord> kept;
+  for (const v1::CheckpointRecord& x : next.checkpoints()) {
+    if (SameHolder(x, r) && (x.global_step() == r.global_step() || x.global_step() < oldest_kept)) continue;
+    *kept.Add() = x;
+  }
+  *kept.Add() = r;
+  *next.mutable_checkpoints() = std::move(kept);
+  const std::string where =
+      absl::StrCat(" (step ", r.global_step(), ") on ", Holder(r), ": ", r.path(), " (", r.size_bytes(), " bytes)");
+  if (r.epoch_consumed() > 0) {
+    return absl::StrCat("checkpoint inside epoch ", r.epochs_done() + 1, " after ", r.epoch_consumed(), " samples",
+                        where);
+  }
+  return absl::StrCat("checkpoint at epoch ", r.epochs_done(), where);
+}
+
+std::pair<std::optional<v1::CheckpointRecord>, std::string> ChooseResume(const v1::Job& job,
+                                                                       scheduler::Placement& p,
+                                                                       const WorkerRegistry& registry) {
+  if (job.checkpoints_size() == 0) return {std::nullopt, ""};
+  std::vector<const v1::CheckpointRecord*> newest = NewestRecords(job);
+  auto holds = [](const v1::CheckpointRecord& r, const std::string& worker) {
+    return r.shared() || r.worker_id() == worker;
+  };
+  scheduler::PreferNodeZero(p, [&](const std::string& w) {
+    return std::any_of(newest.begin(), newest.end(), [&](const v1::CheckpointRecord* r) { return holds(*r, w); });
+  });
+  const std::string rank0 = p.ranks.empty() ? "" : p.ranks.front().worker_id;
+  // Newest first; the first record rank 0's host can read wins.
+  std::vector<const v1::CheckpointRecord*> all;
+  for (const v1::CheckpointRecord& r : job.checkpoints()) all.push_back(&r);
+  std::stable_sort(all.begin(), all.end(), [](const v1::CheckpointRecord* a, const v1::CheckpointRecord* b) {
+    return a->global_step() > b->global_step();
+  });
+  auto unreachable = [&](const v1::CheckpointRecord& r) {
+    const v1::Worker* w = registry.Find(r.worker_id());
+    std::string why = w == nullptr || w->state() != v1::WORKER_STATE_ALIVE
+                          ? absl::StrCat("worker ", r.worker_id(), " is not alive")
+                          : absl::StrCat("worker ", r.worker_id(), " is not in this placement");
+    return absl::StrCat(DescribeRecord(r), " is unreachable (", why, ")");
+  };
+  for (const v1::CheckpointRecord* r : all) {
+    if (!holds(*r, rank0)) continue;
+    std::string words = absl::StrCat("resuming from ", DescribeRecord(*r));
+    if (r->global_step() < newest.front()->global_step()) {
+      absl::StrAppend(&words, "; the newer ", unreachable(*newest.front()));
+    }
+    return {*r, words};
+  }
+  return {std::nullopt, absl::StrCat("starting from scratch: ", unreachable(*newest.front()))};
+}
+
+}  // namespace trainctl::coordinator

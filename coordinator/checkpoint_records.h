@@ -1,0 +1,43 @@
+// The coordinator's checkpoint records of a job (Job.checkpoints): what a
+// rank's report adds and how many are kept per holder, and which record a
+// new attempt resumes from (moving rank 0 onto a holder when it can).
+// Pure functions on the Job proto plus read-only registry lookups; run on
+// the coordinator's loop.
+#pragma once
+
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "coordinator/scheduler/scheduler.h"
+#include "coordinator/worker_registry.h"
+#include "trainctl/v1/job.pb.h"
+
+namespace trainctl::coordinator {
+
+// The records of `job` at its newest checkpoint (highest global step), one
+// per holder.
+std::vector<const v1::CheckpointRecord*> NewestRecords(const v1::Job& job);
+// "worker W" or "the shared checkpoint dir".
+std::string Holder(const v1::CheckpointRecord& r);
+// "the checkpoint of job J at epoch E (step S) on <holder>".
+std::string DescribeRecord(const v1::CheckpointRecord& r);
+
+// INVALID_ARGUMENT naming the field when a reported record cannot be kept.
+absl::Status ValidateReportedCheckpoint(const v1::CheckpointRecord& in);
+// Adds `r` to `next`'s records, keeping per holder the job's newest
+// checkpoint.keep ones by global step (the rank deletes older files the same
+// way); records of the job a resume started from stay. Returns the words of
+// the `checkpoint` event.
+std::string AddCheckpointRecord(v1::Job& next, const v1::CheckpointRecord& r);
+
+// For a new attempt of `job` placed as `p`: moves rank 0 onto a holder of
+// the newest checkpoint when one is in the placement, and returns the
+// record to resume (unset for a fresh start) plus the words for the event.
+std::pair<std::optional<v1::CheckpointRecord>, std::string> ChooseResume(const v1::Job& job,
+                                                                       scheduler::Placement& p,
+                                                                       const WorkerRegistry& registry);
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,247 @@
+#include "coordinator/job_book.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "common/time_util.h"
+
+namespace trainctl::coordinator {
+
+bool Unsettled(const v1::Job& job) {
+  if (IsTerminal(job.state())) return false;
+  const v1::Attempt* a = CurrentAttempt(job);
+  if (a == nullptr || AttemptEnded(a->state()) || a->ranks_size() == 0) return false;
+  return std::all_of(a->ranks().begin(), a->ranks().end(),
+                     [](const v1::RankAssignment& r) { return IsTerminal(r.state()); });
+}
+
+namespace {
+
+bool HasLiveRanks(const v1::Job& job) {
+  for (const v1::Attempt& a : job.attempts()) {
+    for (const v1::RankAssignment& r : a.ranks()) {
+      if (!IsTerminal(r.state())) return true;
+    }
+  }
+  return false;
+}
+
+void LogStateChange(v1::JobState from, const v1::Job& next) {
+  LogFields fields = {{"job_id", next.id()}, {"from", StateName(from)}, {"to", StateName(next.state())}};
+  if (const v1::Attempt* a = CurrentAttempt(next)) fields.emplace_back("attempt", absl::StrCat(a->number()));
+  if (!next.state_reason().empty()) fields.emplace_back("reason", next.state_reason().substr(0, 300));
+  if (next.state() == v1::JOB_STATE_SUCCEEDED && !next.final_model().empty()) {
+    fields.emplace_back("final_model", next.final_model());
+  }
+  const bool bad = next.state() == v1::JOB_STATE_FAILED || next.state() == v1::JOB_STATE_RESTARTING;
+  LogEvent(bad ? LogLevel::kWarn : LogLevel::kInfo, "coordinator", "job_state", fields);
+}
+
+}  // namespace
+
+v1::Attempt* CurrentAttempt(v1::Job& job) {
+  return job.attempts_size() == 0 ? nullptr : job.mutable_attempts(job.attempts_size() - 1);
+}
+
+const v1::Attempt* CurrentAttempt(const v1::Job& job) {
+  return job.attempts_size() == 0 ? nullptr : &job.attempts(job.attempts_size() - 1);
+}
+
+std::vector<std::string> AttemptWorkers(const v1::Attempt& a) {
+  std::vector<std::string> out;
+  for (const v1::RankAssignment& r : a.ranks()) {
+    if (std::find(out.begin(), out.end(), r.worker_id()) == out.end()) out.push_back(r.worker_id());
+  }
+  return out;
+}
+
+RanksByWorker LiveRanksByWorker(const v1::Attempt& a) {
+  RanksByWorker out;
+  for (const std::string& w : AttemptWorkers(a)) {
+    std::vector<int32_t> ranks;
+    for (const v1::RankAssignment& r : a.ranks()) {
+      if (r.worker_id() == w && !IsTerminal(r.state())) ranks.push_back(r.rank());
+    }
+    if (!ranks.empty()) out.emplace_back(w, std::move(ranks));
+  }
+  return out;
+}
+
+std::string JobBook::NewId(const std::string& name) const {
+  static std::mt19937_64 rng(std::random_device{}());
+  std::string id;
+  do {
+    id = absl::StrFormat("%s-%06x", name, rng() & 0xffffff);
+  } while (jobs_.contains(id));
+  return id;
+}
+
+JobEntry* JobBook::Find(const std::string& job_id) {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+const JobEntry* JobBook::Find(const std::string& job_id) const {
+  auto it = jobs_.find(job_id);
+  return it == jobs_.end() ? nullptr : &it->second;
+}
+
+const std::string* JobBook::PendingReason(const std::string& job_id) const {
+  auto it = pending_reasons_.find(job_id);
+  return it == pending_reasons_.end() ? nullptr : &it->second;
+}
+
+void JobBook::TrackIndexes(const JobEntry& e) {
+  const std::string& id = e.job.id();
+  v1::JobState s = e.job.state();
+  if (s == v1::JOB_STATE_PENDING || s == v1::JOB_STATE_RESTARTING) {
+    pending_.insert(id);
+  } else {
+    pending_.erase(id);
+    pending_reasons_.erase(id);
+  }
+  if (HasLiveRanks(e.job)) {
+    holding_slots_.insert(id);
+  } else {
+    holding_slots_.erase(id);
+  }
+}
+
+void JobBook::Recover(const StoreSnapshot& snapshot) {
+  const absl::Time now = clock_->Now();
+  for (size_t i = 0; i < snapshot.jobs.size(); ++i) {
+    JobEntry e;
+    e.job = snapshot.jobs[i];
+    e.submit_seq = snapshot.submit_seqs[i];
+    e.last_event_seq = snapshot.last_event_seqs[i];
+    next_submit_seq_ = std::max(next_submit_seq_, e.submit_seq + 1);
+    if (!IsTerminal(e.job.state())) ++active_jobs_;
+    for (v1::Attempt& a : *e.job.mutable_attempts()) {
+      for (v1::RankAssignment& r : *a.mutable_ranks()) {
+        if (!IsTerminal(r.state())) SetTimestamp(now, r.mutable_last_progress_time());
+      }
+    }
+    auto [it, inserted] = jobs_.emplace(e.job.id(), std::move(e));
+    TrackIndexes(it->second);
+    if (Unsettled(it->second.job)) unsettled_.insert(it->first);
+  }
+}
+
+absl::StatusOr<JobEntry*> JobBook::Add(v1::Job job, std::vector<JobEvent> events) {
+  const std::string id = job.id();
+  JobEntry entry;
+  entry.submit_seq = next_submit_seq_++;
+  entry.job.set_id(id);
+  auto [it, inserted] = jobs_.emplace(id, std::move(entry));
+  if (!inserted) return absl::AlreadyExistsError(absl::StrCat("job ", id, " exists"));
+  if (absl::Status s = Commit(it->second, std::move(job), std::move(events)); !s.ok()) {
+    jobs_.erase(it);
+    return s;
+  }
+  return &it->second;
+}
+
+absl::Status JobBook::Commit(JobEntry& entry, v1::Job next, std::vector<JobEvent> events) {
+  const v1::JobState from = entry.job.state();
+  if (absl::Status s = CheckJobChange(entry.job, next); !s.ok()) return s;
+  absl::Time now = clock_->Now();
+  std::vector<v1::Event> stored;
+  int64_t seq = entry.last_event_seq;
+  for (JobEvent& spec : events) {
+    v1::Event ev;
+    ev.set_seq(++seq);
+    SetTimestamp(now, ev.mutable_time());
+    ev.set_job_id(next.id());
+    ev.set_attempt(spec.attempt);
+    ev.set_rank(spec.rank);
+    ev.set_state(next.state());
+    ev.set_type(std::move(spec.type));
+    ev.set_message(std::move(spec.message));
+    stored.push_back(std::move(ev));
+  }
+  if (IsTerminal(next.state()) && !next.has_end_time()) SetTimestamp(now, next.mutable_end_time());
+  if (next.state() == v1::JOB_STATE_SUCCEEDED && from != v1::JOB_STATE_SUCCEEDED &&
+      entry.final_model.has_value() && next.attempts_size() > 0 &&
+      entry.final_model->attempt() == CurrentAttempt(next)->number()) {
+    next.set_final_model(entry.final_model->path());
+    next.set_final_model_worker(entry.final_model_worker);
+  }
+  if (absl::Status s = store_->PutJob(next, entry.submit_seq, stored); !s.ok()) {
+    return absl::UnavailableError(absl::StrCat("job ", next.id(), ": could not store the ",
+                                               StateName(next.state()), " transition: ", s.message()));
+  }
+
+  if (from != next.state()) LogStateChange(from, next);
+  const bool was_active = !IsTerminal(from) && from != v1::JOB_STATE_UNSPECIFIED;
+  const bool now_active = !IsTerminal(next.state());
+  entry.job = std::move(next);
+  entry.last_event_seq = seq;
+  active_jobs_ += (now_active ? 1 : 0) - (was_active ? 1 : 0);
+  TrackIndexes(entry);
+
+  for (const v1::Event& ev : stored) {
+    v1::JobUpdate u;
+    *u.mutable_event() = ev;
+    hub_->Publish(entry.job.id(), u);
+  }
+  PublishSnapshot(entry);
+  if (IsTerminal(entry.job.state()) && !IsTerminal(from)) hub_->JobEnded(entry.job.id());
+  return absl::OkStatus();
+}
+
+void JobBook::PublishSnapshot(const JobEntry& entry) {
+  v1::JobUpdate snapshot;
+  *snapshot.mutable_job() = entry.job;
+  snapshot.mutable_job()->clear_attempts();
+  hub_->Publish(entry.job.id(), snapshot);
+}
+
+absl::StatusOr<JobEntry*> JobBook::ForWorker(const std::string& worker_id, const std::string& job_id,
+                                             int32_t attempt, int32_t rank, bool allow_stale,
+                                             v1::Attempt** attempt_out) {
+  JobEntry* e = Find(job_id);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job ", job_id));
+  if (attempt < 1 || attempt > e->job.attempts_size()) {
+    return absl::InvalidArgumentError(absl::StrCat("attempt: job ", job_id, " has no attempt ", attempt));
+  }
+  bool stale = attempt != e->job.attempts_size();
+  if (stale && !allow_stale) {
+    return absl::AbortedError(absl::StrCat("attempt ", attempt, " of job ", job_id,
+                                           " is stale (current: ", e->job.attempts_size(), ")"));
+  }
+  v1::Attempt* a = e->job.mutable_attempts(attempt - 1);
+  if (rank >= 0) {
+    if (rank >= a->ranks_size()) {
+      return absl::InvalidArgumentError(absl::StrCat("rank: ", rank, " is not in [0, ", a->ranks_size(), ")"));
+    }
+    if (a->ranks(rank).worker_id() != worker_id) {
+      return absl::PermissionDeniedError(
+          absl::StrCat("rank ", rank, " of ", job_id, " is not assigned to worker ", worker_id));
+    }
+  }
+  *attempt_out = a;
+  return e;
+}
+
+absl::flat_hash_map<std::string, std::vector<int>> JobBook::BusySlotsByWorker() const {
+  absl::flat_hash_map<std::string, std::vector<int>> busy;
+  for (const std::string& id : holding_slots_) {
+    for (const v1::Attempt& a : jobs_.at(id).job.attempts()) {
+      for (const v1::RankAssignment& r : a.ranks()) {
+        if (!IsTerminal(r.state())) busy[r.worker_id()].push_back(r.slot().index());
+      }
+    }
+  }
+  return busy;
+}
+
+std::vector<int> JobBook::BusySlots(const std::string& worker_id) const {
+  absl::flat_hash_map<std::string, std::vector<int>> all = BusySlotsByWorker();
+  auto it = all.find(worker_id);
+  return it == all.end() ? std::vector<int>{} : std::move(it->second);
+}
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,158 @@
+// The coordinator's jobs in memory, and the one place they change.
+//
+// Every transition goes through Commit(): built in full by its owner first
+// (a rank's end together with the attempt failure and restart it causes),
+// checked against the transition table (job_transitions.h), written to the
+// StateStore (the job with its attempts, plus its events, in one
+// transaction), then applied to memory, then published to watchers. A failed
+// write leaves memory untouched and is UNAVAILABLE; nothing is ever
+// half-applied.
+//
+// Soft state — a job's progress and metric summary, its ranks' last step and
+// progress time, and the memory-only parts of a JobEntry — changes without a
+// write (telemetry would otherwise cost a transaction per report): it is
+// persisted with the job's next Commit and published by PublishSnapshot.
+//
+// Also keeps the indexes the owners walk (pending jobs, jobs holding slots,
+// unsettled jobs) and the pending reasons of the last scheduling pass.
+// Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/btree_set.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "coordinator/job_transitions.h"
+#include "coordinator/metrics_hub.h"
+#include "coordinator/rank_watch.h"
+#include "coordinator/store/state_store.h"
+#include "trainctl/v1/job.pb.h"
+#include "trainctl/v1/worker_service.pb.h"
+
+namespace trainctl::coordinator {
+
+// An event to store with a transition (Event.seq/time/state are set by Commit).
+struct JobEvent {
+  std::string type;
+  std::string message;
+  int32_t attempt = 0;
+  int32_t rank = -1;
+};
+
+// Ranks grouped by worker, in node order.
+using RanksByWorker = std::vector<std::pair<std::string, std::vector<int32_t>>>;
+
+struct JobEntry {
+  v1::Job job;
+  int64_t submit_seq = 0;
+  int64_t last_event_seq = 0;
+  // Latest KIND_TRAIN metric point per rank of the current attempt (memory only).
+  absl::flat_hash_map<int32_t, v1::MetricPoint> last_points;
+  // Rank 0's final model report of the current attempt, until it SUCCEEDS.
+  std::optional<v1::FinalModelReport> final_model;
+  std::string final_model_worker;
+  // The rendezvous secret of attempt `secret_attempt` (memory only, never
+  // in the Job): made at its first StartRanks, the same in every re-send.
+  // After a coordinator restart a re-send for an attempt still starting
+  // gets a new one; that attempt's rendezvous then fails and the job
+  // restarts (documented in docs/security.md).
+  std::string rendezvous_secret;
+  int32_t secret_attempt = 0;
+  // Pre-flight of attempt `preflight_attempt` (memory only): each worker's
+  // problems as it reported them; `preflight_passed` once every worker of
+  // the attempt reported none (StartRanks went out).
+  int32_t preflight_attempt = 0;
+  std::map<std::string, std::vector<std::string>> preflight_reports;
+  bool preflight_passed = false;
+  // Heartbeats of the current attempt's ranks (memory only).
+  RankWatch watch;
+  // Workers of this job's stragglers, placed around at the next attempts
+  // when stragglers.policy is avoid (memory only).
+  std::vector<std::string> avoid_workers;
+};
+
+// The current (last) attempt of `job`, or nullptr before the first.
+v1::Attempt* CurrentAttempt(v1::Job& job);
+const v1::Attempt* CurrentAttempt(const v1::Job& job);
+// A current attempt that has not ended although every rank has.
+bool Unsettled(const v1::Job& job);
+// Workers of an attempt, in node order.
+std::vector<std::string> AttemptWorkers(const v1::Attempt& a);
+// Ranks of an attempt that have not ended, grouped by worker (node order).
+RanksByWorker LiveRanksByWorker(const v1::Attempt& a);
+
+class JobBook {
+ public:
+  JobBook(StateStore* store, MetricsHub* hub, const Clock* clock) : store_(store), hub_(hub), clock_(clock) {}
+
+  // Rebuilds memory from the store. Hang detection restarts its clock: the
+  // coordinator was away, not the ranks.
+  void Recover(const StoreSnapshot& snapshot);
+
+  // Stores `job` (PENDING, with a new id from NewId) with its first events
+  // and keeps it; nothing is kept when the write fails.
+  absl::StatusOr<JobEntry*> Add(v1::Job job, std::vector<JobEvent> events);
+  // Persists `next` (the entry's job after a change) with `events`, then
+  // applies and publishes it. The only place a job's state changes.
+  absl::Status Commit(JobEntry& entry, v1::Job next, std::vector<JobEvent> events);
+  // Publishes the entry's job without its attempts (after a soft change).
+  void PublishSnapshot(const JobEntry& entry);
+
+  // An unused id for a job named `name`.
+  std::string NewId(const std::string& name) const;
+  JobEntry* Find(const std::string& job_id);
+  const JobEntry* Find(const std::string& job_id) const;
+  JobEntry& At(const std::string& job_id) { return jobs_.at(job_id); }
+  const JobEntry& At(const std::string& job_id) const { return jobs_.at(job_id); }
+  // The entry of `job_id` for a report of `worker_id` about `attempt` (and
+  // `rank` when >= 0, which must be that worker's): NOT_FOUND, INVALID_ARGUMENT,
+  // PERMISSION_DENIED, or ABORTED for an attempt that is not the current one
+  // unless `allow_stale`. `*attempt_out` points into the entry's job.
+  absl::StatusOr<JobEntry*> ForWorker(const std::string& worker_id, const std::string& job_id, int32_t attempt,
+                                      int32_t rank, bool allow_stale, v1::Attempt** attempt_out);
+
+  const absl::btree_map<std::string, JobEntry>& entries() const { return jobs_; }
+  // Jobs waiting for placement (PENDING, RESTARTING), by id.
+  const absl::btree_set<std::string>& pending() const { return pending_; }
+  // Jobs with at least one rank not ended, in any attempt (they hold slots).
+  const absl::btree_set<std::string>& holding_slots() const { return holding_slots_; }
+  // Jobs loaded by Recover whose current attempt has every rank ended but is
+  // not ended itself (written by a version that committed a rank's end and
+  // the attempt's failure separately); the JobManager's Tick settles them.
+  const absl::btree_set<std::string>& unsettled() const { return unsettled_; }
+  void MarkSettled(const std::string& job_id) { unsettled_.erase(job_id); }
+  // Why a pending job waits, from the last scheduling pass (not persisted).
+  void SetPendingReason(const std::string& job_id, std::string reason) { pending_reasons_[job_id] = std::move(reason); }
+  const std::string* PendingReason(const std::string& job_id) const;
+  // Jobs not terminal (PENDING...RUNNING).
+  int64_t active_jobs() const { return active_jobs_; }
+  // Slot indices of `worker_id` held by ranks that have not ended.
+  std::vector<int> BusySlots(const std::string& worker_id) const;
+  // The same for every worker.
+  absl::flat_hash_map<std::string, std::vector<int>> BusySlotsByWorker() const;
+
+ private:
+  void TrackIndexes(const JobEntry& entry);
+
+  StateStore* store_;
+  MetricsHub* hub_;
+  const Clock* clock_;
+  absl::btree_map<std::string, JobEntry> jobs_;
+  absl::btree_set<std::string> pending_;
+  absl::btree_set<std::string> holding_slots_;
+  absl::btree_set<std::string> unsettled_;
+  absl::flat_hash_map<std::string, std::string> pending_reasons_;
+  // Newest first for List: (submit_seq, id).
+  int64_t next_submit_seq_ = 1;
+  int64_t active_jobs_ = 0;
+};
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,64 @@
+// Health of running attempts, judged on the coordinator's tick: rendezvous
+// timeouts, hangs (adaptive from the ranks' heartbeats, rank_watch.h, or a
+// fixed restart.progress_timeout_s), stragglers, and ranks on workers whose
+// lease expired (LOST). Each finding fails the attempt through JobActions
+// (or records a `straggler` event); a failed write changes nothing in
+// memory, so the next tick finds the same condition and tries again.
+//
+// Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "coordinator/job_actions.h"
+#include "coordinator/job_book.h"
+#include "coordinator/worker_registry.h"
+
+namespace trainctl::coordinator {
+
+class JobHealth {
+ public:
+  struct Options {
+    // Hang bound for jobs whose spec leaves restart.progress_timeout_s at 0
+    // (the backstop behind the adaptive bound for engine jobs).
+    absl::Duration progress_timeout = absl::Minutes(5);
+    // An attempt whose ranks are not all ready this long after it was placed fails.
+    absl::Duration rendezvous_timeout = absl::Minutes(2);
+  };
+  JobHealth(JobBook* book, WorkerRegistry* registry, JobActions* actions, const Clock* clock, Options options)
+      : book_(book), registry_(registry), actions_(actions), clock_(clock), options_(options) {}
+
+  // Rendezvous timeouts, hangs and stragglers of every running attempt.
+  void CheckAttempts(absl::Time now);
+  // The worker's lease expired: its ranks failed (the current attempt's
+  // failure in the same write).
+  void OnWorkerLost(const std::string& worker_id);
+  // Ranks still placed on a LOST worker (an OnWorkerLost whose write failed).
+  void RetryLostWorkers();
+
+  // Since this coordinator started (JobGauges).
+  int64_t hangs_detected() const { return hangs_detected_; }
+  int64_t straggler_events() const { return straggler_events_; }
+
+ private:
+  absl::Status CheckStarting(JobEntry& e, const v1::Attempt& a, absl::Time now);
+  // The adaptive verdict; true when it failed the attempt (or tried to).
+  bool CheckAdaptiveHang(JobEntry& e, const v1::Attempt& a, absl::Time now);
+  void RecordStragglers(JobEntry& e, const v1::Attempt& a);
+  absl::Status CheckProgressTimeout(JobEntry& e, const v1::Attempt& a, absl::Time now);
+  absl::Duration ProgressTimeout(const v1::Job& job) const;
+
+  JobBook* book_;
+  WorkerRegistry* registry_;
+  JobActions* actions_;
+  const Clock* clock_;
+  Options options_;
+  int64_t hangs_detected_ = 0;
+  int64_t straggler_events_ = 0;
+};
+
+}  // namespace trainctl::coordinator

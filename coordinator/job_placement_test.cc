@@ -1,0 +1,237 @@
+// Placement (job_placer.h) through the JobManager: command jobs on workers
+// that allow them, resuming from the checkpoint a holder keeps, elastic
+// shrink and grow, and resume_from another job.
+#include "coordinator/job_manager_fixture.h"
+
+namespace trainctl::coordinator {
+namespace {
+
+TEST_F(JobManagerTest, CommandJobsRunOnlyOnWorkersThatAllowThem) {
+  FakeChannel* plain = AddWorker("a", 2);
+  auto cmd = jobs_->Submit(CommandSpec(1));
+  ASSERT_TRUE(cmd.ok()) << cmd.status();
+  EXPECT_EQ(Get(cmd->id()).state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(Get(cmd->id()).state_reason(), "no worker allows commands (start trainctl-worker with --allow-commands)");
+  EXPECT_TRUE(plain->Starts().empty());
+
+  // An engine job takes the allowing worker's only slot in the same pass:
+  // the command job waits for a slot there, not on the plain worker.
+  auto engine = jobs_->Submit(Spec(3));
+  ASSERT_TRUE(engine.ok());
+  FakeChannel* allowing = AddWorker("c", 1, {}, /*allow_commands=*/true);
+  EXPECT_EQ(Get(engine->id()).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(Get(cmd->id()).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(cmd->id()).state_reason(), ::testing::StartsWith("on workers that allow commands: needs 1 cpu slots"));
+
+  ASSERT_TRUE(jobs_->Cancel(engine->id(), "make room").ok());
+  for (int r = 0; r < 3; ++r) {
+    const std::string w = Get(engine->id()).attempts(0).ranks(r).worker_id();
+    ASSERT_TRUE(Status(w, engine->id(), 1, r, v1::RANK_STATE_STOPPED).ok());
+  }
+  v1::Job j = Get(cmd->id());
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SCHEDULED) << j.state_reason();
+  EXPECT_EQ(j.attempts(0).ranks(0).worker_id(), "c");
+  ASSERT_FALSE(allowing->Starts().empty());
+  EXPECT_TRUE(allowing->Starts().back().spec().has_command());
+  EXPECT_TRUE(allowing->Starts().back().produce_rendezvous());
+
+  // The dry run gives the same answer.
+  auto dry = jobs_->DryRun(CommandSpec(2));
+  ASSERT_TRUE(dry.ok());
+  EXPECT_TRUE(dry->planned().empty());
+  EXPECT_THAT(dry->pending_reason(), ::testing::StartsWith("on workers that allow commands: "));
+}
+
+
+
+
+TEST_F(JobManagerTest, CheckpointRecordsDecideWhereAndFromWhatARestartResumes) {
+  std::string id = RunningJob();
+  // Only the assigned worker may report a rank's checkpoint, with an absolute path.
+  EXPECT_EQ(Checkpoint(*jobs_, "b", id, 1, 0, 1, 10, "/w/a/ck1").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Checkpoint(*jobs_, "a", id, 1, 0, 1, 10, "relative/ck1").code(), absl::StatusCode::kInvalidArgument);
+  for (int e = 1; e <= 3; ++e) {
+    ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, e, 10 * e, absl::StrCat("/w/a/ck", e)).ok());
+  }
+  ASSERT_TRUE(Checkpoint(*jobs_, "b", id, 1, 1, 2, 20, "/w/b/ck2").ok());
+  v1::Job j = Get(id);
+  std::vector<std::string> paths;
+  for (const auto& r : j.checkpoints()) {
+    paths.push_back(r.path());
+    EXPECT_EQ(r.job_id(), id);
+    EXPECT_EQ(r.spec_hash(), CheckpointSpecHash(j.spec()));
+  }
+  EXPECT_EQ(paths, (std::vector<std::string>{"/w/a/ck2", "/w/a/ck3", "/w/b/ck2"}));
+
+  // Worker a (holding the newest) is lost; the restart runs on b and c.
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(registry_->Heartbeat("b", b_).ok());
+  clock_.Advance(absl::Seconds(2));  // a silent for 4 s > 3 s lease.
+  ASSERT_EQ(registry_->ExpireLeases(), std::vector<std::string>{"a"});
+  jobs_->OnWorkerLost("a");
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_STOPPED).ok());
+  FakeChannel* c = AddWorker("c", 1);
+  j = Get(id);
+  ASSERT_EQ(j.attempts_size(), 2);
+  const v1::Attempt& a2 = j.attempts(1);
+  EXPECT_EQ(a2.ranks(0).worker_id(), "b") << "rank 0 moves to the host with a copy";
+  ASSERT_TRUE(a2.has_resume());
+  EXPECT_EQ(a2.resume().path(), "/w/b/ck2");
+  EXPECT_EQ(a2.resume().global_step(), 20);
+  ASSERT_FALSE(b_->Starts().empty());
+  EXPECT_EQ(b_->Starts().back().resume().path(), "/w/b/ck2");
+  EXPECT_EQ(b_->Starts().back().resume().checksum(), "crc32:0000abcd");
+  EXPECT_TRUE(b_->Starts().back().produce_rendezvous());
+  ASSERT_FALSE(c->Starts().empty());
+  EXPECT_EQ(c->Starts().back().resume().path(), "/w/b/ck2") << "every rank learns the same record";
+  bool said = false;
+  auto events = store_->ListEvents(id, 0, 1000);
+  ASSERT_TRUE(events.ok());
+  for (const auto& e : *events) {
+    if (e.type() == "scheduled" && e.attempt() == 2) {
+      said = true;
+      EXPECT_THAT(e.message(), HasSubstr("resuming from the checkpoint of job " + id + " at epoch 2 (step 20) on worker b"));
+      EXPECT_THAT(e.message(), HasSubstr("the newer the checkpoint of job " + id + " at epoch 3 (step 30) on worker a is unreachable (worker a is not alive)"));
+    }
+  }
+  EXPECT_TRUE(said);
+}
+
+// Elastic (docs/elastic.md): after a lost worker the restart waits
+// replace_timeout_s for the old size, then runs smaller; a checkpoint taken
+// while a slot is free stops the attempt and the job grows back from it,
+// without counting a restart.
+TEST_F(JobManagerTest, ElasticJobShrinksAfterTheReplaceTimeoutAndGrowsBackAtACheckpoint) {
+  a_ = AddWorker("a", 1);
+  b_ = AddWorker("b", 1);
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_training()->set_epochs(3);
+  spec.mutable_elastic()->set_min_ranks(1);
+  spec.mutable_elastic()->set_replace_timeout_s(10);
+  auto job = jobs_->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  ASSERT_TRUE(Rendezvous("a", id, 1).ok());
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_RUNNING).ok());
+  ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, 0, 5, "/w/a/ck-0-5").ok()) << "inside the first epoch";
+
+  // b is lost; a's rank stops. One slot is free: the job waits for two.
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_EQ(registry_->ExpireLeases(), std::vector<std::string>{"b"});
+  jobs_->OnWorkerLost("b");
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STOPPED).ok());
+  jobs_->Tick();
+  EXPECT_EQ(Get(id).attempts_size(), 1);
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
+
+  // The replace timeout runs out: attempt 2 runs on a alone, from the checkpoint.
+  clock_.Advance(absl::Seconds(11));
+  ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
+  jobs_->Tick();
+  v1::Job j = Get(id);
+  ASSERT_EQ(j.attempts_size(), 2);
+  ASSERT_EQ(j.attempts(1).ranks_size(), 1);
+  EXPECT_EQ(j.attempts(1).ranks(0).world_size(), 1);
+  EXPECT_EQ(j.attempts(1).resume().path(), "/w/a/ck-0-5");
+  EXPECT_EQ(a_->Starts().back().ranks(0).world_size(), 1);
+  ASSERT_TRUE(Rendezvous("a", id, 2).ok());
+  ASSERT_TRUE(Status("a", id, 2, 0, v1::RANK_STATE_RUNNING).ok());
+
+  // c joins; nothing changes until the next checkpoint, which grows the job.
+  FakeChannel* c = AddWorker("c", 1);
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_TRUE(c->Starts().empty());
+  ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 2, 0, 1, 12, "/w/a/ck-1").ok());
+  j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(j.attempts(1).state(), v1::ATTEMPT_STATE_CANCELLED);
+  EXPECT_EQ(j.attempts(1).grow_to(), 2);
+  EXPECT_EQ(j.restarts(), 1) << "growing is not a restart";
+  ASSERT_FALSE(a_->Stops().empty());
+  EXPECT_EQ(a_->Stops().back().attempt(), 2);
+  ASSERT_TRUE(Status("a", id, 2, 0, v1::RANK_STATE_STOPPED).ok());
+  j = Get(id);
+  ASSERT_EQ(j.attempts_size(), 3);
+  EXPECT_EQ(j.attempts(2).ranks_size(), 2);
+  EXPECT_EQ(j.attempts(2).resume().path(), "/w/a/ck-1");
+  ASSERT_FALSE(c->Starts().empty());
+
+  std::vector<std::string> events = StoredEvents(id);
+  std::vector<std::string> sized;
+  for (const std::string& e : events) {
+    if (absl::StartsWith(e, "resiz")) sized.push_back(e);
+  }
+  ASSERT_EQ(sized.size(), 3u) << absl::StrJoin(events, "\n");
+  EXPECT_THAT(sized[0], HasSubstr("resized@2: world size 2 -> 1 (no replacement within elastic.replace_timeout_s = 10 s"));
+  EXPECT_THAT(sized[1], HasSubstr("resizing@2: elastic: growing from 1 to 2 ranks (1 slot(s) free) at the checkpoint of step 12"));
+  EXPECT_THAT(sized[2], HasSubstr("resized@3: world size 1 -> 2 (slots freed up"));
+}
+
+TEST_F(JobManagerTest, RestartWithoutAReachableCheckpointSaysItStartsFromScratch) {
+  std::string id = RunningJob();
+  ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, 1, 10, "/w/a/ck1").ok());
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(registry_->Heartbeat("b", b_).ok());
+  clock_.Advance(absl::Seconds(2));  // a silent for 4 s > 3 s lease.
+  ASSERT_EQ(registry_->ExpireLeases(), std::vector<std::string>{"a"});
+  jobs_->OnWorkerLost("a");
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_STOPPED).ok());
+  AddWorker("c", 1);
+  v1::Job j = Get(id);
+  ASSERT_EQ(j.attempts_size(), 2);
+  EXPECT_FALSE(j.attempts(1).has_resume());
+  auto events = store_->ListEvents(id, 0, 1000);
+  ASSERT_TRUE(events.ok());
+  std::string scheduled;
+  for (const auto& e : *events) {
+    if (e.type() == "scheduled" && e.attempt() == 2) scheduled = e.message();
+  }
+  EXPECT_THAT(scheduled, HasSubstr("starting from scratch: the checkpoint of job " + id +
+                                   " at epoch 1 (step 10) on worker a is unreachable (worker a is not alive)"));
+}
+
+TEST_F(JobManagerTest, ResumeFromAnotherJobChecksStateAndCompatibility) {
+  std::string id = RunningJob();
+  v1::JobSpec cont = Spec(2);
+  cont.mutable_training()->set_epochs(3);
+  cont.mutable_resume_from()->set_job(id);
+  EXPECT_EQ(jobs_->Submit(cont).status().code(), absl::StatusCode::kFailedPrecondition) << "still running";
+  ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, 1, 10, "/w/a/ck1").ok());
+  ASSERT_TRUE(jobs_->Cancel(id, "").ok());
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STOPPED).ok());
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_STOPPED).ok());
+
+  v1::JobSpec other_model = cont;
+  other_model.mutable_model()->mutable_mlp()->add_hidden(8);
+  auto refused = jobs_->Submit(other_model);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("model"));
+  v1::JobSpec other_opt = cont;
+  other_opt.mutable_training()->mutable_optimizer()->set_name(v1::OPTIMIZER_SGD);
+  refused = jobs_->Submit(other_opt);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("training.optimizer.name"));
+  v1::JobSpec done = cont;
+  done.mutable_training()->set_epochs(1);
+  refused = jobs_->Submit(done);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("training.epochs: 1, but job " + id));
+  v1::JobSpec missing = cont;
+  missing.mutable_resume_from()->set_job("no-such-job");
+  EXPECT_THAT(std::string(jobs_->Submit(missing).status().message()), HasSubstr("resume_from.job: no job"));
+
+  auto next = jobs_->Submit(cont);
+  ASSERT_TRUE(next.ok()) << next.status();
+  v1::Job j = Get(next->id());
+  ASSERT_EQ(j.attempts_size(), 1);
+  ASSERT_TRUE(j.attempts(0).has_resume());
+  EXPECT_EQ(j.attempts(0).resume().job_id(), id);
+  EXPECT_EQ(j.attempts(0).ranks(0).worker_id(), "a");
+  EXPECT_EQ(a_->Starts().back().resume().path(), "/w/a/ck1");
+}
+
+
+}  // namespace
+}  // namespace trainctl::coordinator

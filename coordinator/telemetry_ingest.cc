@@ -1,0 +1,157 @@
+#include "coordinator/telemetry_ingest.h"
+
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/status_macros.h"
+#include "common/time_util.h"
+
+namespace trainctl::coordinator {
+namespace {
+
+// The straggler threshold of a job's spec (0: off).
+double StragglerThreshold(const v1::JobSpec& spec) {
+  const v1::StragglerSpec& st = spec.stragglers();
+  if (st.policy() == v1::STRAGGLER_POLICY_OFF) return 0;
+  return st.threshold() > 0 ? st.threshold() : 0.3;
+}
+
+// A rank's progress: its last step changed (hang detection counts from here).
+void MarkStep(v1::RankAssignment& r, int64_t step, absl::Time now) {
+  if (step == r.last_step()) return;
+  r.set_last_step(step);
+  SetTimestamp(now, r.mutable_last_progress_time());
+}
+
+void FoldTrainPoint(v1::MetricSummary& sum, const v1::MetricPoint& p, int world_size) {
+  // Running mean of one rank's rate, times the ranks: all ranks together.
+  const double world = std::max(1, world_size);
+  double rank_mean = sum.mean_samples_per_sec() / world;
+  sum.set_train_points(sum.train_points() + 1);
+  rank_mean += (p.samples_per_sec() - rank_mean) / static_cast<double>(sum.train_points());
+  sum.set_mean_samples_per_sec(rank_mean * world);
+  if (p.rank() == 0) sum.set_last_loss(p.loss());
+}
+
+JobEvent EpochEndEvent(const v1::MetricPoint& p, int32_t epochs, int32_t attempt) {
+  std::string msg = absl::StrFormat("epoch %d/%d done: loss %.4f", p.epoch() + 1, epochs, p.loss());
+  if (p.has_eval()) {
+    absl::StrAppendFormat(&msg, ", eval loss %.4f, accuracy %.4f", p.eval().loss(), p.eval().accuracy());
+  }
+  return {"epoch_end", msg, attempt, 0};
+}
+
+}  // namespace
+
+int64_t GlobalStep(const v1::MetricPoint& p) {
+  return static_cast<int64_t>(p.epoch()) * std::max<int64_t>(p.steps_per_epoch(), 1) + p.step();
+}
+
+v1::Progress ProgressFromPoints(const v1::Job& job, const absl::flat_hash_map<int32_t, v1::MetricPoint>& last_points,
+                                v1::Progress prog) {
+  int64_t slowest = INT64_MAX;
+  double samples_per_sec = 0, min_rate = 0;
+  int64_t seen = 0;
+  const v1::MetricPoint* slow_point = nullptr;
+  for (const auto& [rank, p] : last_points) {
+    if (int64_t g = GlobalStep(p); g < slowest) {
+      slowest = g;
+      slow_point = &p;
+    }
+    samples_per_sec += p.samples_per_sec();
+    min_rate = min_rate == 0 ? p.samples_per_sec() : std::min(min_rate, p.samples_per_sec());
+    seen += p.samples_seen();
+  }
+  if (slow_point == nullptr) return prog;
+  prog.set_epoch(slow_point->epoch());
+  prog.set_step(slow_point->step());
+  prog.set_steps_per_epoch(slow_point->steps_per_epoch());
+  prog.set_samples_seen(seen);
+  if (samples_per_sec > 0) prog.set_samples_per_sec(samples_per_sec);
+  if (auto it = last_points.find(0); it != last_points.end()) prog.set_last_loss(it->second.loss());
+  int64_t total = static_cast<int64_t>(job.spec().training().epochs()) * slow_point->steps_per_epoch();
+  int32_t batch_size = job.spec().data().batch_size() * job.spec().training().grad_accumulation();
+  if (min_rate > 0 && batch_size > 0 && total > 0) {
+    double steps_per_sec = min_rate / batch_size;
+    prog.set_eta_seconds(std::max<double>(0, static_cast<double>(total - slowest) / steps_per_sec));
+  }
+  return prog;
+}
+
+absl::Status TelemetryIngest::OnProgress(const std::string& worker_id, const v1::RankProgress& p) {
+  v1::Attempt* a = nullptr;
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, book_->ForWorker(worker_id, p.job_id(), p.attempt(), p.rank(), false, &a));
+  const absl::Time now = clock_->Now();
+  MarkStep(*a->mutable_ranks(p.rank()), p.step(), now);
+  if (p.has_heartbeat()) {
+    if (e->watch.attempt() != p.attempt()) {
+      e->watch = RankWatch(rank_watch_);
+      e->watch.Reset(p.attempt());
+    }
+    e->watch.OnHeartbeat(p, now, StragglerThreshold(e->job.spec()));
+  }
+  return absl::OkStatus();
+}
+
+std::vector<JobEvent> TelemetryIngest::ApplyPoints(JobEntry& e, v1::Attempt& a, const v1::MetricBatch& batch) {
+  const absl::Time now = clock_->Now();
+  std::vector<JobEvent> events;
+  v1::MetricSummary* sum = e.job.mutable_metric_summary();
+  for (const v1::MetricPoint& p : batch.points()) {
+    MarkStep(*a.mutable_ranks(p.rank()), GlobalStep(p), now);
+    if (p.kind() == v1::MetricPoint::KIND_TRAIN) {
+      e.last_points[p.rank()] = p;
+      FoldTrainPoint(*sum, p, a.ranks_size());
+    }
+    if (p.kind() != v1::MetricPoint::KIND_EPOCH_END || p.rank() != 0) continue;
+    if (p.has_eval()) {
+      *e.job.mutable_progress()->mutable_last_eval() = p.eval();
+      if (!sum->has_best_eval() || p.eval().accuracy() > sum->best_eval().accuracy()) {
+        *sum->mutable_best_eval() = p.eval();
+      }
+    }
+    events.push_back(EpochEndEvent(p, e.job.spec().training().epochs(), batch.attempt()));
+  }
+  return events;
+}
+
+absl::Status TelemetryIngest::OnMetrics(const std::string& worker_id, const v1::MetricBatch& batch) {
+  if (batch.points_size() > 10000) return absl::InvalidArgumentError("metrics.points: at most 10000 per batch");
+  v1::Attempt* a = nullptr;
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e,
+                            book_->ForWorker(worker_id, batch.job_id(), batch.attempt(), -1, false, &a));
+  for (const v1::MetricPoint& p : batch.points()) {
+    if (p.rank() < 0 || p.rank() >= a->ranks_size() || a->ranks(p.rank()).worker_id() != worker_id) {
+      return absl::InvalidArgumentError(absl::StrCat("metrics.points.rank: ", p.rank(), " is not on this worker"));
+    }
+  }
+  TRAINCTL_RETURN_IF_ERROR(store_->AppendMetrics(batch));
+  std::vector<JobEvent> events = ApplyPoints(*e, *a, batch);
+  v1::Progress prog = ProgressFromPoints(e->job, e->last_points, e->job.progress());
+  v1::JobUpdate u;
+  *u.mutable_metrics() = batch;
+  hub_->Publish(e->job.id(), u);
+  if (!events.empty()) {
+    v1::Job next = e->job;
+    *next.mutable_progress() = std::move(prog);
+    return book_->Commit(*e, std::move(next), std::move(events));
+  }
+  // Progress alone is soft state: kept in memory, persisted with the next
+  // transition, published to watchers now.
+  *e->job.mutable_progress() = std::move(prog);
+  book_->PublishSnapshot(*e);
+  return absl::OkStatus();
+}
+
+absl::Status TelemetryIngest::OnLogs(const std::string& worker_id, const v1::LogChunk& chunk) {
+  if (chunk.lines_size() > 10000) return absl::InvalidArgumentError("logs.lines: at most 10000 per chunk");
+  v1::Attempt* a = nullptr;
+  TRAINCTL_RETURN_IF_ERROR(
+      book_->ForWorker(worker_id, chunk.job_id(), chunk.attempt(), chunk.rank(), true, &a).status());
+  TRAINCTL_RETURN_IF_ERROR(store_->AppendLogs(chunk));
+  hub_->PublishLogs(chunk);
+  return absl::OkStatus();
+}
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,57 @@
+// Telemetry from the ranks: metric batches (stored, published, folded into
+// the job's progress, ETA and metric summary), log chunks (stored,
+// published) and progress heartbeats (the ranks' last step and the
+// RankWatch that judges hangs and stragglers).
+//
+// What it changes of a job is soft state (job_book.h): kept in memory,
+// persisted with the next Commit, published now; an epoch's end is an event
+// and so a Commit.
+//
+// Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
+#pragma once
+
+#include <string>
+
+#include "absl/status/status.h"
+#include "common/clock.h"
+#include "coordinator/job_book.h"
+#include "coordinator/metrics_hub.h"
+#include "coordinator/rank_watch.h"
+#include "coordinator/store/state_store.h"
+#include "trainctl/v1/worker_service.pb.h"
+
+namespace trainctl::coordinator {
+
+// The global step of a metric point: epoch × steps per epoch + step.
+int64_t GlobalStep(const v1::MetricPoint& p);
+
+// The job's progress from the latest train point of each rank: the slowest
+// rank's position, throughput summed over ranks, rank 0's loss, and the ETA
+// at the slowest rank's rate. `prog` is the job's current progress.
+v1::Progress ProgressFromPoints(const v1::Job& job, const absl::flat_hash_map<int32_t, v1::MetricPoint>& last_points,
+                                v1::Progress prog);
+
+class TelemetryIngest {
+ public:
+  TelemetryIngest(JobBook* book, StateStore* store, MetricsHub* hub, const Clock* clock,
+                  RankWatchOptions rank_watch)
+      : book_(book), store_(store), hub_(hub), clock_(clock), rank_watch_(rank_watch) {}
+
+  absl::Status OnProgress(const std::string& worker_id, const v1::RankProgress& progress);
+  // Stores the batch, updates progress, publishes it.
+  absl::Status OnMetrics(const std::string& worker_id, const v1::MetricBatch& batch);
+  absl::Status OnLogs(const std::string& worker_id, const v1::LogChunk& chunk);
+
+ private:
+  // Folds each point into the ranks' last step, the job's metric summary and
+  // last eval; returns the events they make (epoch ends).
+  std::vector<JobEvent> ApplyPoints(JobEntry& e, v1::Attempt& a, const v1::MetricBatch& batch);
+
+  JobBook* book_;
+  StateStore* store_;
+  MetricsHub* hub_;
+  const Clock* clock_;
+  RankWatchOptions rank_watch_;
+};
+
+}  // namespace trainctl::coordinator
