@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Draws bench/plots/*.png from the data files there (written by
-# bench/ddp/run.sh, which also calls this). Needs gnuplot
+# bench/ddp/run.sh and bench/coordinator/run.sh, which also call this). Needs gnuplot
 # (apt-get install gnuplot-nox). Usage: bench/plot.sh
 set -euo pipefail
 cd "$(dirname "$0")/plots"
@@ -38,4 +38,24 @@ plot 'loss-cnn-trainctl.dat' using 1:2 with linespoints pt 7 ps 0.5 lw 2 title '
      'loss-cnn-python.dat' using 1:2 with linespoints pt 5 ps 0.5 lw 2 title 'PyTorch DDP (Python)'
 GP
 fi
+if [[ -f telemetry.dat ]]; then
+  gnuplot <<'GP'
+set terminal pngcairo size 820,460 font ",11"
+set output 'telemetry.png'
+set title "bench/coordinator: telemetry at scale, second by second (sizes: RESULTS.md)"
+set xlabel "second of the steady window"
+set ylabel "p99 latency (ms)"
+set y2label "coordinator CPU (cores)"
+set ytics nomirror
+set y2tics
+set yrange [0:*]
+set y2range [0:*]
+set grid
+set key top left
+plot 'telemetry.dat' using 1:3 with linespoints pt 7 ps 0.5 lw 2 title 'heartbeat round trip p99', \
+     '' using 1:4 with linespoints pt 5 ps 0.5 lw 2 title 'metric ingest p99 (rank → watcher)', \
+     '' using 1:2 axes x1y2 with lines lw 2 dt 2 title 'coordinator CPU (right axis)'
+GP
+fi
+
 ls -1 *.png 2>/dev/null || true

@@ -599,6 +599,15 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
         hub_->ScheduleHeartbeat(this, index_, now + std::min(interval, hub_->heartbeat_ns()));
         break;
       }
+      case v1::CoordinatorMessage::kPreflight: {
+        // A simulated host has whatever a job needs: every check passes
+        // (the coordinator's --preflight is on by default).
+        v1::WorkerMessage rep;
+        rep.mutable_preflight()->set_job_id(m.preflight().job_id());
+        rep.mutable_preflight()->set_attempt(m.preflight().attempt());
+        Send(std::move(rep));
+        break;
+      }
       case v1::CoordinatorMessage::kStartRanks:
         if (auto_run && m.start_ranks().produce_rendezvous()) {
           v1::WorkerMessage rdv;
@@ -1206,7 +1215,26 @@ int RunTelemetry() {
   int64_t sent0 = hub.heartbeats_sent, acks0 = hub.acks;
   hub.rtt.Enable(true);
   ingest.Enable(true);
-  SleepNs(int64_t{steady} * 1000000000);
+  // Each second of the window is one row of the series (report.py draws
+  // bench/plots/telemetry.png from it): coordinator CPU, heartbeat RTT p99,
+  // ingest p99 and write syscalls of that second.
+  Dist rtt_all, ingest_all;
+  CpuSnap prev = c0;
+  auto w_prev = w0;
+  for (int s = 1; s <= steady; ++s) {
+    SleepUntilNs(c0.t + int64_t{s} * 1000000000);
+    Dist rtt = hub.rtt.Take(), ing = ingest.Take();
+    CpuSnap c = SnapCpu(pid);
+    auto w = ProcWrites(pid);
+    const double dt = (c.t - prev.t) / 1e9;
+    Put(absl::StrCat("series.", s),
+        absl::StrFormat("%.3f %.2f %.2f %.0f", (c.coord - prev.coord) / dt, rtt.Pct(99), ing.Pct(99),
+                        w.first >= 0 && w_prev.first >= 0 ? (w.first - w_prev.first) / dt : -1.0));
+    rtt_all.v.insert(rtt_all.v.end(), rtt.v.begin(), rtt.v.end());
+    ingest_all.v.insert(ingest_all.v.end(), ing.v.begin(), ing.v.end());
+    prev = c;
+    w_prev = w;
+  }
   hub.rtt.Enable(false);
   ingest.Enable(false);
   CpuSnap c1 = SnapCpu(pid);
@@ -1224,8 +1252,8 @@ int RunTelemetry() {
     Put("coord_write_syscalls_per_s", (w1.first - w0.first) / secs);
     Put("coord_write_mb_per_s", (w1.second - w0.second) / secs / 1e6);
   }
-  hub.rtt.Take().Report("rtt");
-  ingest.Take().Report("ingest");
+  rtt_all.Report("rtt");
+  ingest_all.Report("ingest");
 
   // Drain, then count what arrived.
   SleepNs(int64_t{absl::GetFlag(FLAGS_drain_s)} * 1000000000);

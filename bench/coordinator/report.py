@@ -6,6 +6,7 @@ prints it, and writes the "## Coordinator at scale" section of RESULTS.md.
 """
 import os
 import re
+import subprocess
 import sys
 
 SECTION = "## Coordinator at scale"
@@ -50,6 +51,22 @@ def strict(ms):
     if ms is None or ms < 0:
         return "n/a"
     return "PASS" if ms <= 3000 else f"FAIL (+{ms - 3000:,.0f} ms)"
+
+
+def write_telemetry_series(r, plots_dir):
+    """bench/plots/telemetry.dat from the run's tel.series.N rows (second N of
+    the steady window: coordinator cores, heartbeat RTT p99 ms, ingest p99 ms,
+    write syscalls/s). False when the run has none."""
+    rows = sorted((int(k.rsplit(".", 1)[1]), v) for k, v in r.items() if k.startswith("tel.series."))
+    if not rows:
+        return False
+    os.makedirs(plots_dir, exist_ok=True)
+    with open(os.path.join(plots_dir, "telemetry.dat"), "w") as f:
+        f.write(f"# bench/coordinator/run.sh {r.get('meta.date', '?')} (commit {r.get('meta.commit', '?')}): "
+                "second, coordinator cores, heartbeat RTT p99 ms, ingest p99 ms, write syscalls/s\n")
+        for sec, v in rows:
+            f.write(f"{sec} {v}\n")
+    return True
 
 
 def main():
@@ -252,6 +269,16 @@ def main():
     md.append("| --- | --- | --- | --- | --- |")
     for x in rows:
         md.append("| " + " | ".join(v.replace("|", "\\|") for v in x) + " |")
+    if write_telemetry_series(r, os.path.join(os.path.dirname(os.path.abspath(res_md)), "plots")):
+        plot = subprocess.run(["bash", os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "plot.sh")],
+                              capture_output=True, text=True)
+        if plot.returncode != 0:
+            print(f"bench/plot.sh failed: {plot.stderr.strip()[-500:]}", file=sys.stderr)
+        md.append("")
+        md.append("Telemetry at scale, second by second through the steady window (the same run; "
+                  "`bench/plot.sh` draws it from `plots/telemetry.dat`):")
+        md.append("")
+        md.append("![telemetry at scale](plots/telemetry.png)")
     md.append("")
     md.append("Notes (what the figures mean; measurements of earlier runs are in [HISTORY.md](HISTORY.md)):")
     md.append("- Failure detection: a session that breaks without a goodbye (the worker process was killed, "
