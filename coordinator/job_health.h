@@ -13,7 +13,6 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
-#include "common/clock.h"
 #include "coordinator/job_actions.h"
 #include "coordinator/job_book.h"
 #include "coordinator/worker_registry.h"
@@ -29,8 +28,8 @@ class JobHealth {
     // An attempt whose ranks are not all ready this long after it was placed fails.
     absl::Duration rendezvous_timeout = absl::Minutes(2);
   };
-  JobHealth(JobBook* book, WorkerRegistry* registry, JobActions* actions, const Clock* clock, Options options)
-      : book_(book), registry_(registry), actions_(actions), clock_(clock), options_(options) {}
+  JobHealth(JobBook* book, WorkerRegistry* registry, JobActions* actions, Options options)
+      : book_(book), registry_(registry), actions_(actions), options_(options) {}
 
   // Rendezvous timeouts, hangs and stragglers of every running attempt.
   void CheckAttempts(absl::Time now);
@@ -55,7 +54,6 @@ class JobHealth {
   JobBook* book_;
   WorkerRegistry* registry_;
   JobActions* actions_;
-  const Clock* clock_;
   Options options_;
   int64_t hangs_detected_ = 0;
   int64_t straggler_events_ = 0;

@@ -58,7 +58,7 @@ JobManager::JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* 
       starter_(&book_, registry, this, {options.preflight, options.stop_grace}),
       placer_(&book_, registry, &starter_, clock),
       ingest_(&book_, store, hub, clock, options.rank_watch),
-      health_(&book_, registry, this, clock, {options.progress_timeout, options.rendezvous_timeout}),
+      health_(&book_, registry, this, {options.progress_timeout, options.rendezvous_timeout}),
       queries_(&book_, registry, &placer_, &health_, clock) {}
 
 absl::Status JobManager::Recover(const StoreSnapshot& snapshot) {
