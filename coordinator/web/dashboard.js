@@ -52,41 +52,42 @@ function progressCell(p) {
          `epoch ${num(p.epoch) + 1}/${num(p.epochs)}` + (spe ? `, step ${num(p.step)}/${spe}` : '');
 }
 
+// A polled table: `url`'s `key` list, one row each (or `empty`).
+function tableView(main, title, id, headers, url, key, row, empty) {
+  main.innerHTML = `<h1>${title}</h1><table id="${id}"><thead><tr>` + headers.map(h => `<th>${h}</th>`).join('') +
+    '</tr></thead><tbody></tbody></table>';
+  poll(async () => {
+    const r = await getJson(url);
+    document.querySelector(`#${id} tbody`).innerHTML =
+      (r[key] || []).map(row).join('') || `<tr><td colspan="${headers.length}" class="muted">${empty}</td></tr>`;
+  });
+}
+
 // --- jobs -------------------------------------------------------------------
 function jobsView(main) {
-  main.innerHTML = '<h1>Jobs</h1><table id="jobs"><thead><tr><th>Job</th><th>State</th><th>Progress</th>' +
-    '<th>Samples/s</th><th>Loss</th><th>Owner</th><th>Submitted</th></tr></thead><tbody></tbody></table>';
-  poll(async () => {
-    const r = await getJson('/api/jobs');
-    const rows = (r.jobs || []).map(j => {
-      const s = stateName(j.state);
-      const p = j.progress || {};
-      return `<tr><td><a href="/jobs/${encodeURIComponent(j.id)}">${esc(j.id)}</a></td>` +
-        `<td><span class="state ${esc(s)}">${esc(s)}</span> <span class="muted">${esc(j.state_reason)}</span></td>` +
-        `<td>${TERMINAL.has(s) ? '' : progressCell(p)}</td><td>${fmtRate(p.samples_per_sec)}</td>` +
-        `<td>${p.last_loss ? num(p.last_loss).toFixed(4) : '–'}</td><td>${esc(j.owner)}</td>` +
-        `<td>${esc(fmtTime(j.submit_time))}</td></tr>`;
-    });
-    document.querySelector('#jobs tbody').innerHTML = rows.join('') || '<tr><td colspan="7" class="muted">No jobs yet.</td></tr>';
-  });
+  tableView(main, 'Jobs', 'jobs', ['Job', 'State', 'Progress', 'Samples/s', 'Loss', 'Owner', 'Submitted'],
+            '/api/jobs', 'jobs', j => {
+    const s = stateName(j.state);
+    const p = j.progress || {};
+    return `<tr><td><a href="/jobs/${encodeURIComponent(j.id)}">${esc(j.id)}</a></td>` +
+      `<td><span class="state ${esc(s)}">${esc(s)}</span> <span class="muted">${esc(j.state_reason)}</span></td>` +
+      `<td>${TERMINAL.has(s) ? '' : progressCell(p)}</td><td>${fmtRate(p.samples_per_sec)}</td>` +
+      `<td>${p.last_loss ? num(p.last_loss).toFixed(4) : '–'}</td><td>${esc(j.owner)}</td>` +
+      `<td>${esc(fmtTime(j.submit_time))}</td></tr>`;
+  }, 'No jobs yet.');
 }
 
 // --- workers ----------------------------------------------------------------
 function workersView(main) {
-  main.innerHTML = '<h1>Workers</h1><table id="workers"><thead><tr><th>Worker</th><th>Host</th><th>State</th>' +
-    '<th>Slots (busy/total)</th><th>Labels</th><th>Last heartbeat</th></tr></thead><tbody></tbody></table>';
-  poll(async () => {
-    const r = await getJson('/api/workers');
-    const rows = (r.workers || []).map(w => {
-      const slots = w.slots || [];
-      const kinds = [...new Set(slots.map(s => String(s.kind || '').replace(/^KIND_/, '').toLowerCase()).filter(Boolean))];
-      const labels = Object.entries(w.labels || {}).map(([k, v]) => `<span class="label">${esc(k)}=${esc(v)}</span>`).join('');
-      return `<tr><td>${esc(w.id)}</td><td>${esc(w.hostname)}</td><td>${esc(stateName(w.state))}</td>` +
-        `<td>${(w.busy_slots || []).length}/${slots.length} ${esc(kinds.join(', '))}</td>` +
-        `<td>${labels || '<span class="muted">none</span>'}</td><td>${esc(fmtTime(w.last_heartbeat_time))}</td></tr>`;
-    });
-    document.querySelector('#workers tbody').innerHTML = rows.join('') || '<tr><td colspan="6" class="muted">No workers registered.</td></tr>';
-  });
+  tableView(main, 'Workers', 'workers', ['Worker', 'Host', 'State', 'Slots (busy/total)', 'Labels', 'Last heartbeat'],
+            '/api/workers', 'workers', w => {
+    const slots = w.slots || [];
+    const kinds = [...new Set(slots.map(s => String(s.kind || '').replace(/^KIND_/, '').toLowerCase()).filter(Boolean))];
+    const labels = Object.entries(w.labels || {}).map(([k, v]) => `<span class="label">${esc(k)}=${esc(v)}</span>`).join('');
+    return `<tr><td>${esc(w.id)}</td><td>${esc(w.hostname)}</td><td>${esc(stateName(w.state))}</td>` +
+      `<td>${(w.busy_slots || []).length}/${slots.length} ${esc(kinds.join(', '))}</td>` +
+      `<td>${labels || '<span class="muted">none</span>'}</td><td>${esc(fmtTime(w.last_heartbeat_time))}</td></tr>`;
+  }, 'No workers registered.');
 }
 
 // --- one job ----------------------------------------------------------------
