@@ -226,22 +226,28 @@ absl::StatusOr<JobEntry*> JobBook::ForWorker(const std::string& worker_id, const
   return e;
 }
 
-absl::flat_hash_map<std::string, std::vector<int>> JobBook::BusySlotsByWorker() const {
-  absl::flat_hash_map<std::string, std::vector<int>> busy;
+void JobBook::ForEachLiveRank(const std::function<void(const v1::RankAssignment&)>& fn) const {
   for (const std::string& id : holding_slots_) {
     for (const v1::Attempt& a : jobs_.at(id).job.attempts()) {
       for (const v1::RankAssignment& r : a.ranks()) {
-        if (!IsTerminal(r.state())) busy[r.worker_id()].push_back(r.slot().index());
+        if (!IsTerminal(r.state())) fn(r);
       }
     }
   }
+}
+
+absl::flat_hash_map<std::string, std::vector<int>> JobBook::BusySlotsByWorker() const {
+  absl::flat_hash_map<std::string, std::vector<int>> busy;
+  ForEachLiveRank([&](const v1::RankAssignment& r) { busy[r.worker_id()].push_back(r.slot().index()); });
   return busy;
 }
 
 std::vector<int> JobBook::BusySlots(const std::string& worker_id) const {
-  absl::flat_hash_map<std::string, std::vector<int>> all = BusySlotsByWorker();
-  auto it = all.find(worker_id);
-  return it == all.end() ? std::vector<int>{} : std::move(it->second);
+  std::vector<int> busy;
+  ForEachLiveRank([&](const v1::RankAssignment& r) {
+    if (r.worker_id() == worker_id) busy.push_back(r.slot().index());
+  });
+  return busy;
 }
 
 }  // namespace trainctl::coordinator

@@ -19,6 +19,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <map>
 #include <optional>
 #include <string>
@@ -138,6 +139,8 @@ class JobBook {
   std::vector<int> BusySlots(const std::string& worker_id) const;
   // The same for every worker.
   absl::flat_hash_map<std::string, std::vector<int>> BusySlotsByWorker() const;
+  // Calls `fn` for every rank, of any attempt, that has not ended.
+  void ForEachLiveRank(const std::function<void(const v1::RankAssignment&)>& fn) const;
 
  private:
   void TrackIndexes(const JobEntry& entry);
