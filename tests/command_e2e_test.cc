@@ -18,17 +18,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/job_spec.h"
 #include "tests/support/cluster.h"
+#include "tests/support/source_dir.h"
 
 namespace trainctl {
 namespace {
 
+using trainctl::testing::SourceDir;
 using ::testing::HasSubstr;
 using trainctl::testing::Cluster;
-
-std::string SourceDir() {
-  const char* s = std::getenv("TRAINCTL_SOURCE_DIR");
-  return s != nullptr ? s : TRAINCTL_SOURCE_DIR_FALLBACK;
-}
 
 std::string Script() { return SourceDir() + "/tests/support/ddp_tutorial.py"; }
 

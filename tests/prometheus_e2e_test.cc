@@ -20,17 +20,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/job_spec.h"
 #include "tests/support/cluster.h"
+#include "tests/support/source_dir.h"
 
 namespace trainctl {
 namespace {
 
+using trainctl::testing::SourceDir;
 using trainctl::testing::Cluster;
 using trainctl::testing::Process;
-
-std::string SourceDir() {
-  const char* s = std::getenv("TRAINCTL_SOURCE_DIR");
-  return s ? s : std::string(TRAINCTL_SOURCE_DIR_FALLBACK);
-}
 
 const char* kPrometheus = "/usr/bin/prometheus";
 

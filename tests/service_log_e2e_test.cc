@@ -20,18 +20,15 @@
 #include "absl/strings/str_split.h"
 #include "common/jobspec/job_spec.h"
 #include "tests/support/cluster.h"
+#include "tests/support/source_dir.h"
 
 namespace trainctl {
 namespace {
 
+using trainctl::testing::SourceDir;
 using ::testing::HasSubstr;
 using trainctl::testing::Cluster;
 using trainctl::testing::Process;
-
-std::string SourceDir() {
-  const char* s = std::getenv("TRAINCTL_SOURCE_DIR");
-  return s ? s : std::string(TRAINCTL_SOURCE_DIR_FALLBACK);
-}
 
 int Count(const std::string& text, const std::string& needle) {
   int n = 0;

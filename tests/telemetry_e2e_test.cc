@@ -25,16 +25,13 @@
 #include "common/jobspec/job_spec.h"
 #include "common/time_util.h"
 #include "tests/support/cluster.h"
+#include "tests/support/source_dir.h"
 
 namespace trainctl {
 namespace {
 
+using trainctl::testing::SourceDir;
 using trainctl::testing::Cluster;
-
-std::string SourceDir() {
-  const char* s = std::getenv("TRAINCTL_SOURCE_DIR");
-  return s ? s : std::string(TRAINCTL_SOURCE_DIR_FALLBACK);
-}
 
 v1::JobSpec Spec(const std::string& name, int world_size, int epochs) {
   ParsedJobSpec p = ParseJobSpecYaml(

@@ -13,17 +13,14 @@
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/job_spec.h"
 #include "tests/support/cluster.h"
+#include "tests/support/source_dir.h"
 
 namespace trainctl {
 namespace {
 
+using trainctl::testing::SourceDir;
 using ::testing::HasSubstr;
 using trainctl::testing::Cluster;
-
-std::string SourceDir() {
-  const char* s = std::getenv("TRAINCTL_SOURCE_DIR");
-  return s ? s : std::string(TRAINCTL_SOURCE_DIR_FALLBACK);
-}
 
 v1::JobSpec Spec(const std::string& name, int world_size, int epochs, int max_restarts = 3) {
   ParsedJobSpec p = ParseJobSpecYaml(
