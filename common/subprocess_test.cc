@@ -11,6 +11,7 @@
 #include <fstream>
 #include <sstream>
 #include <thread>
+#include <tuple>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_split.h"
@@ -201,85 +202,87 @@ TEST(SubprocessTest, PollDoesNotBlockAndWaitForTimesOut) {
   EXPECT_EQ(p->exit_status()->signal, SIGKILL);
 }
 
-TEST(SubprocessTest, ChildLeadsItsOwnGroupOrSession) {
-  SpawnOptions o;
+// Runs `cat /proc/self/stat` under `o`: (its pid, process group, session).
+std::tuple<pid_t, long, long> GroupOfChild(SpawnOptions o) {
   o.argv = {"/bin/cat", "/proc/self/stat"};
   Pipe out;
   o.fds = {{1, out.write}};
   absl::StatusOr<Subprocess> p = Subprocess::Spawn(o);
-  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p.ok()) << p.status();
+  if (!p.ok()) return {-1, 0, 0};
   auto [pgrp, sid] = GroupAndSession(out.ReadAll());
-  EXPECT_EQ(pgrp, p->pid());
-  EXPECT_NE(sid, p->pid());
   p->Wait();
+  return {p->pid(), pgrp, sid};
+}
+
+TEST(SubprocessTest, ChildLeadsItsOwnGroupOrSession) {
+  SpawnOptions o;
+  auto [pid, pgrp, sid] = GroupOfChild(o);
+  EXPECT_EQ(pgrp, pid);
+  EXPECT_NE(sid, pid);
 
   o.new_session = true;
-  Pipe out2;
-  o.fds = {{1, out2.write}};
-  p = Subprocess::Spawn(o);
-  ASSERT_TRUE(p.ok());
-  auto [pgrp2, sid2] = GroupAndSession(out2.ReadAll());
-  EXPECT_EQ(pgrp2, p->pid());
-  EXPECT_EQ(sid2, p->pid());
-  p->Wait();
+  auto [pid2, pgrp2, sid2] = GroupOfChild(o);
+  EXPECT_EQ(pgrp2, pid2);
+  EXPECT_EQ(sid2, pid2);
 
   o.new_session = false;
   o.new_process_group = false;
-  Pipe out3;
-  o.fds = {{1, out3.write}};
-  p = Subprocess::Spawn(o);
-  ASSERT_TRUE(p.ok());
-  EXPECT_EQ(GroupAndSession(out3.ReadAll()).first, getpgrp());
-  p->Wait();
+  auto [pid3, pgrp3, sid3] = GroupOfChild(o);
+  EXPECT_EQ(pgrp3, getpgrp());
+  EXPECT_EQ(sid3, getsid(0));
 }
 
-TEST(SubprocessTest, TerminateReachesGrandchildren) {
-  // The shell starts a grandchild that ignores nothing and prints its pid.
+// A shell that starts a grandchild (sleep) and waits; `grandchild` is its pid.
+Subprocess SpawnWithGrandchild(pid_t* grandchild) {
   Pipe out;
   SpawnOptions o = Shell("sleep 60 & echo $!; wait");
   o.fds = {{1, out.write}};
   absl::StatusOr<Subprocess> p = Subprocess::Spawn(o);
-  ASSERT_TRUE(p.ok());
+  EXPECT_TRUE(p.ok()) << p.status();
   out.CloseWrite();
   std::string line;
   char c;
   while (read(out.read, &c, 1) == 1 && c != '\n') line.push_back(c);
-  int grandchild = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(line, &grandchild)) << line;
+  EXPECT_TRUE(absl::SimpleAtoi(line, grandchild)) << line;
+  return p.ok() ? std::move(*p) : Subprocess();
+}
+
+TEST(SubprocessTest, TerminateReachesGrandchildren) {
+  pid_t grandchild = 0;
+  Subprocess p = SpawnWithGrandchild(&grandchild);
+  ASSERT_GT(grandchild, 0);
   ASSERT_TRUE(Alive(grandchild));
-  ExitStatus st = p->Terminate(absl::Seconds(5));
+  ExitStatus st = p.Terminate(absl::Seconds(5));
   EXPECT_EQ(st.signal, SIGTERM);
   EXPECT_TRUE(GoneWithin(grandchild, absl::Seconds(10)));
 }
 
-TEST(SubprocessTest, TerminateKillsAChildThatIgnoresSigterm) {
-  // "ready" once the trap is set, so SIGTERM cannot come before it.
+// Spawns `o` with stdout into a pipe and returns once it printed "ready".
+absl::StatusOr<Subprocess> SpawnUntilReady(SpawnOptions o) {
   Pipe out;
-  SpawnOptions o = Shell("trap '' TERM; echo ready; while :; do sleep 0.05; done");
-  o.fds = {{1, out.write}};
+  o.fds.push_back({1, out.write});
   absl::StatusOr<Subprocess> p = Subprocess::Spawn(o);
-  ASSERT_TRUE(p.ok());
   out.CloseWrite();
   char buf[6];
-  ASSERT_EQ(read(out.read, buf, sizeof buf), 6);
+  if (p.ok() && read(out.read, buf, sizeof buf) != 6) return absl::InternalError("no ready line");
+  return p;
+}
+
+TEST(SubprocessTest, TerminateKillsAChildThatIgnoresSigterm) {
+  // "ready" once the trap is set, so SIGTERM cannot come before it.
+  absl::StatusOr<Subprocess> p = SpawnUntilReady(Shell("trap '' TERM; echo ready; while :; do sleep 0.05; done"));
+  ASSERT_TRUE(p.ok());
   const absl::Time start = absl::Now();
   EXPECT_EQ(p->Terminate(absl::Milliseconds(200)).signal, SIGKILL);
   EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
 }
 
 TEST(SubprocessTest, DestructorKillsTheGroup) {
-  Pipe out;
   pid_t grandchild = 0;
   {
-    SpawnOptions o = Shell("sleep 60 & echo $!; wait");
-    o.fds = {{1, out.write}};
-    absl::StatusOr<Subprocess> p = Subprocess::Spawn(o);
-    ASSERT_TRUE(p.ok());
-    out.CloseWrite();
-    std::string line;
-    char c;
-    while (read(out.read, &c, 1) == 1 && c != '\n') line.push_back(c);
-    ASSERT_TRUE(absl::SimpleAtoi(line, &grandchild)) << line;
+    Subprocess p = SpawnWithGrandchild(&grandchild);
+    ASSERT_GT(grandchild, 0);
   }
   EXPECT_TRUE(GoneWithin(grandchild, absl::Seconds(10)));
 }
@@ -303,15 +306,10 @@ TEST(SubprocessTest, ParentDeathSignalFollowsTheSpawningThread) {
   // The thread waits for the child's "ready" (printed after its prctl):
   // a thread that exits before then leaves a child with no signal to get.
   std::thread spawner([&] {
-    Pipe out;
     SpawnOptions o = Shell("echo ready; exec sleep 30");
     o.parent_death_signal = SIGKILL;
-    o.fds = {{1, out.write}};
-    absl::StatusOr<Subprocess> p = Subprocess::Spawn(o);
+    absl::StatusOr<Subprocess> p = SpawnUntilReady(o);
     ASSERT_TRUE(p.ok());
-    out.CloseWrite();
-    char buf[6];
-    ASSERT_EQ(read(out.read, buf, sizeof buf), 6);
     child = std::move(*p);
   });
   spawner.join();
