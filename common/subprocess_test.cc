@@ -9,6 +9,7 @@
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -68,7 +69,14 @@ std::pair<std::string, ExitStatus> RunToEnd(SpawnOptions o) {
   return {text, p->Wait()};
 }
 
-bool Alive(pid_t pid) { return kill(pid, 0) == 0; }
+// A zombie counts as dead: an orphan waits for init to reap it.
+bool Alive(pid_t pid) {
+  if (kill(pid, 0) != 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] != 'Z';
+}
 
 // Waits until `pid` no longer exists (it was reaped by its parent or init).
 bool GoneWithin(pid_t pid, absl::Duration timeout) {
@@ -188,7 +196,7 @@ TEST(SubprocessTest, FdsMaySwapPlaces) {
 }
 
 TEST(SubprocessTest, PollDoesNotBlockAndWaitForTimesOut) {
-  absl::StatusOr<Subprocess> p = Subprocess::Spawn(Shell("sleep 30"));
+  absl::StatusOr<Subprocess> p = Subprocess::Spawn(Shell("exec sleep 30"));
   ASSERT_TRUE(p.ok());
   EXPECT_FALSE(p->Poll().has_value());
   EXPECT_FALSE(p->WaitFor(absl::Milliseconds(50)).has_value());
