@@ -14,16 +14,13 @@
 #include "common/auth/secret.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/temp_dir.h"
 #include "common/time_util.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
 
 namespace trainctl::testing {
 
-std::string MakeTempDir() {
-  char tmpl[] = "/tmp/trainctl_client_XXXXXX";
-  char* dir = mkdtemp(tmpl);
-  return dir == nullptr ? std::string("/tmp") : std::string(dir);
-}
+std::string MakeTempDir() { return trainctl::MakeTempDir("trainctl_client"); }
 
 std::string WriteFile(const std::string& dir, const std::string& name, const std::string& content) {
   std::string path = dir + "/" + name;
