@@ -8,7 +8,6 @@
 
 #include <fcntl.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -19,6 +18,7 @@
 #include "absl/strings/str_split.h"
 #include "client/cli/cli.h"
 #include "client/test_cluster.h"
+#include "common/subprocess.h"
 #include "trainctl/client.h"
 #include "worker/daemon/slot_inventory.h"
 
@@ -673,18 +673,14 @@ TEST_F(CliTest, InterruptedFollowSaysTheJobKeepsRunningAndHowToFollowIt) {
   const std::vector<std::string> args = {TRAINCTL_CLI_BINARY, "--coordinator", cluster_.address(), "--token",
                                          cluster_.admin_token(), "submit", job_file_, "--follow", "--set",
                                          "world_size=1"};
-  std::vector<char*> argv;
-  for (const std::string& a : args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  pid_t pid = fork();
-  ASSERT_GE(pid, 0);
-  if (pid == 0) {
-    int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  ASSERT_GE(fd, 0);
+  SpawnOptions o;
+  o.argv = args;
+  o.fds = {{1, fd}, {2, fd}};
+  absl::StatusOr<Subprocess> cli = Subprocess::Spawn(o);
+  close(fd);
+  ASSERT_TRUE(cli.ok()) << cli.status();
   std::string id = cluster_.WaitForStartedJob();
   ASSERT_FALSE(id.empty());
   auto read_log = [&] {
@@ -697,19 +693,14 @@ TEST_F(CliTest, InterruptedFollowSaysTheJobKeepsRunningAndHowToFollowIt) {
     absl::SleepFor(absl::Milliseconds(20));
   }
   ASSERT_THAT(read_log(), HasSubstr("  scheduled  "));
-  kill(pid, SIGINT);
-  int status = 0;
-  for (absl::Time deadline = absl::Now() + absl::Seconds(15);
-       absl::Now() < deadline && waitpid(pid, &status, WNOHANG) == 0;) {
-    absl::SleepFor(absl::Milliseconds(20));
-  }
-  if (waitpid(pid, &status, WNOHANG) == 0) {
-    kill(pid, SIGKILL);
-    waitpid(pid, &status, 0);
+  cli->Signal(SIGINT);
+  std::optional<ExitStatus> status = cli->WaitFor(absl::Seconds(15));
+  if (!status) {
+    cli->Terminate(absl::ZeroDuration());
     FAIL() << "trainctl did not exit on SIGINT\n" << read_log();
   }
-  ASSERT_TRUE(WIFEXITED(status)) << read_log();
-  EXPECT_EQ(WEXITSTATUS(status), 130);
+  ASSERT_TRUE(status->exited()) << read_log();
+  EXPECT_EQ(status->code, 130);
   EXPECT_THAT(read_log(), HasSubstr("interrupted: job " + id + " keeps running on the cluster; follow it again with "
                                     "`trainctl logs -f " + id + "` or `trainctl status " + id + "`"));
   CliRun r = Run({"status", id});

@@ -1,10 +1,7 @@
 #include "client/test_cluster.h"
 
-#include <arpa/inet.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <stdlib.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -14,37 +11,18 @@
 #include "common/auth/secret.h"
 
 #include "absl/strings/str_cat.h"
+#include "common/temp_dir.h"
 #include "common/time_util.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
 
 namespace trainctl::testing {
 
-std::string MakeTempDir() {
-  char tmpl[] = "/tmp/trainctl_client_XXXXXX";
-  char* dir = mkdtemp(tmpl);
-  return dir == nullptr ? std::string("/tmp") : std::string(dir);
-}
+std::string MakeTempDir() { return trainctl::MakeTempDir("trainctl_client"); }
 
 std::string WriteFile(const std::string& dir, const std::string& name, const std::string& content) {
   std::string path = dir + "/" + name;
   std::ofstream(path) << content;
   return path;
-}
-
-int UnusedPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  int port = 0;
-  if (bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
-      getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0) {
-    port = ntohs(addr.sin_port);
-  }
-  close(fd);
-  return port;
 }
 
 std::string ValidJobYaml(int world_size) {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "tests/support/ports.h"
 #include "absl/time/time.h"
 #include "client/cli/cli.h"
 #include "coordinator/coordinator_server.h"
@@ -19,12 +20,11 @@
 
 namespace trainctl::testing {
 
-// A fresh directory under /tmp.
+// A fresh directory under $TMPDIR (or /tmp; common/temp_dir.h).
 std::string MakeTempDir();
 // Writes `content` to dir/name and returns the path.
 std::string WriteFile(const std::string& dir, const std::string& name, const std::string& content);
-// A loopback port nothing listens on (bound, then closed).
-int UnusedPort();
+// UnusedPort(): tests/support/ports.h.
 
 // A valid 2-rank CPU job file's text (classic example, 2 epochs, eval set).
 std::string ValidJobYaml(int world_size = 2);

@@ -57,6 +57,16 @@ bool ParseLogLevel(absl::string_view text, LogLevel* out) {
   return true;
 }
 
+absl::Status SetLogLevelFlag(absl::string_view text) {
+  LogLevel level;
+  if (!ParseLogLevel(text, &level)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--log-level: '", text, "' is not one of debug, info, warn, error"));
+  }
+  SetLogLevel(level);
+  return absl::OkStatus();
+}
+
 std::string FormatLogLine(absl::string_view time_text, LogLevel level, absl::string_view component,
                           absl::string_view event, const LogFields& fields) {
   std::string line = absl::StrCat(time_text, " ", LevelName(level), " ", component, " ", event);

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <string>
+#include "absl/status/status.h"
 #include "absl/strings/string_view.h"
 #include <utility>
 #include <vector>
@@ -30,6 +31,9 @@ void SetLogLevel(LogLevel level);
 LogLevel GetLogLevel();
 // "debug", "info", "warn" (or "warning"), "error"; false for anything else.
 bool ParseLogLevel(absl::string_view text, LogLevel* out);
+// --log-level for a daemon's main: parses `text` and sets the level, or says
+// what is wrong (InvalidArgument, naming the flag) and leaves it.
+absl::Status SetLogLevelFlag(absl::string_view text);
 
 // Writes one line (when `level` is enabled).
 void LogEvent(LogLevel level, absl::string_view component, absl::string_view event, const LogFields& fields = {});

@@ -34,5 +34,15 @@ TEST(LogTest, LevelsParseAndFilter) {
   SetLogLevel(LogLevel::kInfo);
 }
 
+TEST(LogTest, LogLevelFlagSetsTheLevelOrNamesTheFlag) {
+  ASSERT_TRUE(SetLogLevelFlag("warn").ok());
+  EXPECT_EQ(GetLogLevel(), LogLevel::kWarn);
+  absl::Status bad = SetLogLevelFlag("verbose");
+  EXPECT_EQ(bad.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(bad.message(), "--log-level: 'verbose' is not one of debug, info, warn, error");
+  EXPECT_EQ(GetLogLevel(), LogLevel::kWarn);
+  SetLogLevel(LogLevel::kInfo);
+}
+
 }  // namespace
 }  // namespace trainctl

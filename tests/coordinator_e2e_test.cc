@@ -6,6 +6,7 @@
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -19,6 +20,8 @@
 #include "absl/synchronization/notification.h"
 #include "common/jobspec/job_spec.h"
 #include "common/auth/secret.h"
+#include "common/subprocess.h"
+#include "common/temp_dir.h"
 #include "coordinator/coordinator_server.h"
 #include "tests/support/fake_worker.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
@@ -30,10 +33,7 @@ using ::testing::Contains;
 using ::testing::HasSubstr;
 using trainctl::testing::FakeWorker;
 
-std::string TempDir() {
-  char tmpl[] = "/tmp/coord_e2e_XXXXXX";
-  return mkdtemp(tmpl);
-}
+std::string TempDir() { return MakeTempDir("coord_e2e"); }
 
 v1::JobSpec Spec(int world_size, int max_restarts = 3) {
   ParsedJobSpec p = ParseJobSpecYaml(
@@ -464,23 +464,21 @@ TEST(CoordinatorE2ETest, ShutdownAfterManySessionsDropAtOnce) {
   stopper.join();
 }
 
-// Starts the real binary; returns its pid and the address it printed.
-std::pair<pid_t, std::string> StartCoordinator(const std::string& db) {
+// Starts the real binary; returns it and the address it printed.
+std::pair<Subprocess, std::string> StartCoordinator(const std::string& db) {
   // This test binary is build/tests/coordinator_e2e_test.
   char self[4096] = {0};
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   std::string exe(self, n > 0 ? static_cast<size_t>(n) : 0);
   std::string bin = exe.substr(0, exe.rfind("/tests/")) + "/coordinator/trainctl-coordinator";
   int fds[2];
-  EXPECT_EQ(pipe(fds), 0);
-  pid_t pid = fork();
-  if (pid == 0) {
-    dup2(fds[1], 1);
-    close(fds[0]);
-    execl(bin.c_str(), bin.c_str(), "--listen=127.0.0.1:0", ("--db=" + db).c_str(), nullptr);
-    _exit(127);
-  }
+  EXPECT_EQ(pipe2(fds, O_CLOEXEC), 0);
+  SpawnOptions o;
+  o.argv = {bin, "--listen=127.0.0.1:0", "--db=" + db};
+  o.fds = {{1, fds[1]}};
+  absl::StatusOr<Subprocess> coordinator = Subprocess::Spawn(o);
   close(fds[1]);
+  EXPECT_TRUE(coordinator.ok()) << coordinator.status();
   FILE* out = fdopen(fds[0], "r");
   char line[256] = {0};
   std::string addr;
@@ -497,12 +495,12 @@ std::pair<pid_t, std::string> StartCoordinator(const std::string& db) {
     }
     fclose(out);
   }).detach();
-  return {pid, addr};
+  return {coordinator.ok() ? std::move(*coordinator) : Subprocess(), addr};
 }
 
 TEST(CoordinatorE2ETest, SigkilledCoordinatorLosesNothing) {
   std::string dir = TempDir();
-  auto [pid, addr] = StartCoordinator(dir + "/state.db");
+  auto [coordinator, addr] = StartCoordinator(dir + "/state.db");
   ASSERT_FALSE(addr.empty());
   absl::StatusOr<std::string> admin = auth::ReadTokenFile(dir + "/admin.token");
   ASSERT_TRUE(admin.ok()) << admin.status();
@@ -514,11 +512,10 @@ TEST(CoordinatorE2ETest, SigkilledCoordinatorLosesNothing) {
   cancel.set_job_id(ids[0]);
   v1::Job cancelled;
   ASSERT_TRUE(stub->CancelJob(&cctx, cancel, &cancelled).ok());
-  kill(pid, SIGKILL);
-  int status = 0;
-  waitpid(pid, &status, 0);
+  coordinator.Signal(SIGKILL);
+  coordinator.Wait();
 
-  auto [pid2, addr2] = StartCoordinator(dir + "/state.db");
+  auto [coordinator2, addr2] = StartCoordinator(dir + "/state.db");
   ASSERT_FALSE(addr2.empty());
   auto stub2 = v1::JobService::NewStub(Net(addr2, *admin));
   grpc::ClientContext lctx;
@@ -538,9 +535,8 @@ TEST(CoordinatorE2ETest, SigkilledCoordinatorLosesNothing) {
   ASSERT_TRUE(w.Connect());
   ASSERT_TRUE(w.WaitFor(IsStart));
   w.Leave();
-  kill(pid2, SIGTERM);
-  waitpid(pid2, &status, 0);
-  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << "clean exit on SIGTERM";
+  coordinator2.Signal(SIGTERM);
+  EXPECT_TRUE(coordinator2.Wait().success()) << "clean exit on SIGTERM";
 }
 
 // Sequenced telemetry over the real Session: applied once, acknowledged

@@ -21,8 +21,6 @@
 #include <httplib.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -32,6 +30,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/jobspec/job_spec.h"
+#include "common/subprocess.h"
 #include "tests/support/cluster.h"
 
 namespace trainctl {
@@ -52,44 +51,36 @@ std::string SourceDir() {
 class Browser {
  public:
   ~Browser() {
-    if (pid_ > 0) {
-      kill(pid_, SIGTERM);
-      int status = 0;
-      for (int i = 0; i < 100 && waitpid(pid_, &status, WNOHANG) == 0; ++i) absl::SleepFor(absl::Milliseconds(50));
-      if (waitpid(pid_, &status, WNOHANG) == 0) {
-        kill(pid_, SIGKILL);
-        waitpid(pid_, &status, 0);
-      }
-    }
+    chromium_.Terminate(absl::Seconds(5));
     if (to_ >= 0) close(to_);
     if (from_ >= 0) close(from_);
   }
 
   bool Start(const std::string& profile_dir, const std::string& log_path) {
     int to[2], from[2];
-    if (pipe(to) != 0 || pipe(from) != 0) return false;
-    pid_t parent = getpid();
-    pid_ = fork();
-    if (pid_ < 0) return false;
-    if (pid_ == 0) {
-      prctl(PR_SET_PDEATHSIG, SIGKILL);
-      if (getppid() != parent) _exit(126);
-      int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND, 0644);
-      dup2(log, 1);
-      dup2(log, 2);
-      // Chromium reads commands on fd 3 and writes answers on fd 4.
-      int r = dup(to[0]), w = dup(from[1]);
-      dup2(r, 3);
-      dup2(w, 4);
-      execl(kChromium, kChromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-            "--no-first-run", "--remote-debugging-pipe", ("--user-data-dir=" + profile_dir).c_str(),
-            "--window-size=1280,1000", "about:blank", static_cast<char*>(nullptr));
-      _exit(127);
+    if (pipe2(to, O_CLOEXEC) != 0) return false;
+    if (pipe2(from, O_CLOEXEC) != 0) {
+      close(to[0]);
+      close(to[1]);
+      return false;
     }
-    close(to[0]);
-    close(from[1]);
+    const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+    SpawnOptions o;
+    o.argv = {kChromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+              "--no-first-run", "--remote-debugging-pipe", "--user-data-dir=" + profile_dir,
+              "--window-size=1280,1000", "about:blank"};
+    // Chromium reads commands on fd 3 and writes answers on fd 4.
+    o.fds = {{3, to[0]}, {4, from[1]}};
+    if (log >= 0) o.fds.insert(o.fds.end(), {{1, log}, {2, log}});
+    o.parent_death_signal = SIGKILL;
+    absl::StatusOr<Subprocess> chromium = Subprocess::Spawn(o);
+    for (int fd : {to[0], from[1], log}) {
+      if (fd >= 0) close(fd);
+    }
     to_ = to[1];
     from_ = from[0];
+    if (!chromium.ok()) return false;
+    chromium_ = std::move(*chromium);
     return true;
   }
 
@@ -172,7 +163,7 @@ class Browser {
   }
 
  private:
-  pid_t pid_ = -1;
+  Subprocess chromium_;
   int to_ = -1, from_ = -1;
   int next_id_ = 0;
   std::string session_;

@@ -77,21 +77,7 @@ class HangE2ETest : public ::testing::Test {
     return std::stod(v[2].str());
   }
 
-  std::vector<v1::Event> Events(const std::string& id) {
-    grpc::ClientContext ctx;
-    v1::WatchJobRequest req;
-    req.set_job_id(id);
-    req.set_include_history(true);
-    auto reader = cluster_->jobs()->WatchJob(&ctx, req);
-    std::vector<v1::Event> out;
-    v1::JobUpdate u;
-    while (reader->Read(&u)) {
-      if (u.has_event()) out.push_back(u.event());
-      if (u.has_job()) break;
-    }
-    ctx.TryCancel();
-    return out;
-  }
+  std::vector<v1::Event> Events(const std::string& id) { return cluster_->Events(id); }
 
   std::optional<v1::Event> WaitEvent(const std::string& id, const std::string& type, absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;

@@ -10,8 +10,6 @@
 #include <gtest/gtest.h>
 
 #include <fstream>
-#include <netinet/in.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <regex>
@@ -21,6 +19,7 @@
 #include "common/jobspec/job_spec.h"
 #include "tests/support/cluster.h"
 #include "tests/support/source_dir.h"
+#include "tests/support/ports.h"
 
 namespace trainctl {
 namespace {
@@ -44,22 +43,9 @@ bool WaitLog(Process* p, const std::string& needle, int times = 1, absl::Duratio
   return false;
 }
 
-// A loopback port nothing listens on.
-int ClosedPort() {
-  int fd = socket(AF_INET, SOCK_STREAM, 0);
-  sockaddr_in a{};
-  a.sin_family = AF_INET;
-  a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  socklen_t len = sizeof(a);
-  bind(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a));
-  getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-  close(fd);
-  return ntohs(a.sin_port);
-}
-
 TEST(ServiceLogE2ETest, WorkerWithoutACoordinatorSaysSoAtOnceAndAtEveryRetry) {
   Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
-  const std::string address = absl::StrCat("127.0.0.1:", ClosedPort());
+  const std::string address = absl::StrCat("127.0.0.1:", testing::UnusedPort());
   // A worker token (no coordinator will ever check it).
   const std::string token_file = cluster.dir() + "/lonely.token";
   {

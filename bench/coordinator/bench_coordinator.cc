@@ -34,9 +34,7 @@
 #include <pthread.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/resource.h>
-#include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
@@ -68,6 +66,7 @@
 #include "absl/strings/str_split.h"
 #include "common/auth/secret.h"
 #include "common/jobspec/job_spec.h"
+#include "common/subprocess.h"
 #include "trainctl/v1/auth.grpc.pb.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
@@ -839,7 +838,7 @@ class JobWatch : public grpc::ClientReadReactor<v1::JobUpdate> {
 struct Victim {
   bool process = false;
   std::unique_ptr<SimWorker> sim;
-  pid_t pid = -1;
+  Subprocess child;  // process = true: a single_worker child
   int out_fd = -1;
   std::thread reader;
   std::mutex mu;
@@ -901,23 +900,18 @@ void RunFailureTrials(Hub& hub, int count, int batch, bool process, bool cuda, c
       std::string id = absl::StrCat("fail-", tag, "-", trial + i);
       if (process) {
         int fds[2];
-        if (pipe(fds) != 0) { perror("pipe"); std::exit(1); }
-        pid_t pid = fork();
-        if (pid == 0) {
-          prctl(PR_SET_PDEATHSIG, SIGKILL);
-          dup2(fds[1], 1);
-          close(fds[0]);
-          close(fds[1]);
-          std::string a1 = "--mode=single_worker", a2 = "--target=" + absl::GetFlag(FLAGS_target),
-                      a3 = "--worker_id=" + id, a4 = std::string("--slot_kind=") + (cuda ? "gpu" : "cpu"),
-                      a5 = absl::StrCat("--heartbeat_ms=", absl::GetFlag(FLAGS_heartbeat_ms)),
-                      a6 = "--admin_token_file=" + absl::GetFlag(FLAGS_admin_token_file);
-          execl(exe, exe, a1.c_str(), a2.c_str(), a3.c_str(), a4.c_str(), a5.c_str(), a6.c_str(),
-                (char*)nullptr);
-          _exit(127);
-        }
+        if (pipe2(fds, O_CLOEXEC) != 0) { perror("pipe"); std::exit(1); }
+        SpawnOptions o;
+        o.argv = {exe, "--mode=single_worker", "--target=" + absl::GetFlag(FLAGS_target), "--worker_id=" + id,
+                  std::string("--slot_kind=") + (cuda ? "gpu" : "cpu"),
+                  absl::StrCat("--heartbeat_ms=", absl::GetFlag(FLAGS_heartbeat_ms)),
+                  "--admin_token_file=" + absl::GetFlag(FLAGS_admin_token_file)};
+        o.fds = {{1, fds[1]}};
+        o.parent_death_signal = SIGKILL;
+        absl::StatusOr<Subprocess> child = Subprocess::Spawn(o);
         close(fds[1]);
-        v->pid = pid;
+        if (!child.ok()) { std::cerr << child.status() << "\n"; std::exit(1); }
+        v->child = std::move(*child);
         v->out_fd = fds[0];
         Victim* raw = v.get();
         v->reader = std::thread([raw] { ReadChildLines(raw); });
@@ -980,7 +974,7 @@ void RunFailureTrials(Hub& hub, int count, int batch, bool process, bool cuda, c
     for (auto& [t, v] : plan) {
       SleepUntilNs(t);
       if (v->process) {
-        kill(v->pid, SIGKILL);
+        v->child.Signal(SIGKILL);
         v->cut_ns = NowNs();
       } else {
         v->last_hb_ns = v->sim->last_hb_sent_ns;
@@ -990,7 +984,7 @@ void RunFailureTrials(Hub& hub, int count, int batch, bool process, bool cuda, c
     }
     for (auto& v : vs) {
       if (v->process) {
-        waitpid(v->pid, nullptr, 0);
+        v->child.Wait();
         v->reader.join();  // The pipe is drained: every HB line is in.
         std::lock_guard<std::mutex> l(v->mu);
         for (int64_t t : v->hb_times) if (t <= v->cut_ns) v->last_hb_ns = std::max(v->last_hb_ns, t);

@@ -23,7 +23,6 @@
 #include <gloo/allreduce_ring.h>
 #include <gloo/context.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -36,6 +35,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/subprocess.h"
 #include "worker/dist/gloo_collectives.h"
 #include "worker/dist/rendezvous_store.h"
 #include <cstdlib>
@@ -110,24 +110,20 @@ int Run(const Flags& f) {
     std::fprintf(stderr, "rank %d: %s\n", f.rank, store.status().ToString().c_str());
     return 1;
   }
-  pid_t child = -1;
+  trainctl::Subprocess child;
   if (f.rank == 0) {
-    child = fork();
-    if (child == 0) {
-      setenv("TRAINCTL_BENCH_STORE_SECRET", secret.c_str(), 1);
-      std::string self = "/proc/self/exe";
-      std::vector<std::string> args = {"allreduce_latency", "--rank=1",
-                                       "--store=" + (*store)->address(),
-                                       absl::StrCat("--iters=", f.iters),
-                                       absl::StrCat("--floats=", f.floats),
-                                       absl::StrCat("--compute_us=", f.compute_us),
-                                       "--modes=" + absl::StrJoin(f.modes, ",")};
-      std::vector<char*> argv;
-      for (auto& a : args) argv.push_back(a.data());
-      argv.push_back(nullptr);
-      execv(self.c_str(), argv.data());
-      _exit(127);
-    }
+    char self[4096] = {0};
+    const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
+    trainctl::SpawnOptions o;
+    o.argv = {n > 0 ? std::string(self, static_cast<size_t>(n)) : "/proc/self/exe", "--rank=1",
+              "--store=" + (*store)->address(), absl::StrCat("--iters=", f.iters),
+              absl::StrCat("--floats=", f.floats), absl::StrCat("--compute_us=", f.compute_us),
+              "--modes=" + absl::StrJoin(f.modes, ",")};
+    o.env = {"TRAINCTL_BENCH_STORE_SECRET=" + secret};
+    o.parent_death_signal = SIGKILL;
+    absl::StatusOr<trainctl::Subprocess> c = trainctl::Subprocess::Spawn(o);
+    if (!c.ok()) return std::fprintf(stderr, "%s\n", c.status().ToString().c_str()), 1;
+    child = std::move(*c);
   }
   std::vector<float> data(static_cast<size_t>(f.floats), 1.0f);
   for (const std::string& mode : f.modes) {
@@ -191,10 +187,9 @@ int Run(const Flags& f) {
       std::fflush(stdout);
     }
   }
-  if (child > 0) {
-    int status = 0;
-    waitpid(child, &status, 0);
-    return WIFEXITED(status) ? WEXITSTATUS(status) : 1;
+  if (child.running()) {
+    const trainctl::ExitStatus status = child.Wait();
+    return status.exited() ? status.code : 1;
   }
   return 0;
 }

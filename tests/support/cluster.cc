@@ -4,8 +4,6 @@
 #include <fcntl.h>
 #include <grpcpp/grpcpp.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -14,6 +12,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/auth/secret.h"
+#include "common/subprocess.h"
+#include "common/temp_dir.h"
 #include "absl/strings/match.h"
 
 namespace trainctl::testing {
@@ -30,62 +30,33 @@ std::string BuildDirOfThisTest() {
 Process::Process(std::vector<std::string> argv, std::string log_path, std::string cwd)
     : argv_(std::move(argv)), log_path_(std::move(log_path)), cwd_(std::move(cwd)) {}
 
-Process::~Process() {
-  if (!reaped_) {
-    Kill(SIGKILL);
-    Wait(absl::Seconds(5));
-  }
-}
+Process::~Process() = default;  // The Subprocess kills and reaps a running child.
 
 bool Process::Start() {
-  std::vector<char*> argv;
-  for (std::string& a : argv_) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
-  pid_t parent = getpid();
-  pid_ = fork();
-  if (pid_ < 0) return false;
-  if (pid_ == 0) {
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(126);
-    dup2(fd, 1);
-    dup2(fd, 2);
-    if (!cwd_.empty() && chdir(cwd_.c_str()) != 0) _exit(125);
-    execv(argv[0], argv.data());
-    _exit(127);
-  }
+  const int fd = open(log_path_.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
+  if (fd < 0) return false;
+  SpawnOptions o;
+  o.argv = argv_;
+  o.work_dir = cwd_;
+  o.fds = {{1, fd}, {2, fd}};
+  // A test that dies takes its cluster with it.
+  o.parent_death_signal = SIGKILL;
+  absl::StatusOr<Subprocess> p = Subprocess::Spawn(o);
   close(fd);
-  reaped_ = false;
+  if (!p.ok()) return false;
+  process_ = std::move(*p);
   return true;
 }
 
-void Process::Kill(int sig) {
-  if (!reaped_ && pid_ > 0) kill(pid_, sig);
-}
+void Process::Kill(int sig) { process_.Signal(sig); }
 
 int Process::Wait(absl::Duration timeout) {
-  if (reaped_) return 0;
-  absl::Time deadline = absl::Now() + timeout;
-  while (absl::Now() < deadline) {
-    int status = 0;
-    if (waitpid(pid_, &status, WNOHANG) == pid_) {
-      reaped_ = true;
-      return status;
-    }
-    absl::SleepFor(absl::Milliseconds(10));
-  }
-  return -1;
+  if (!process_.running()) return 0;
+  std::optional<ExitStatus> st = process_.WaitFor(timeout);
+  return st ? st->raw : -1;
 }
 
-bool Process::running() {
-  if (reaped_) return false;
-  int status = 0;
-  if (waitpid(pid_, &status, WNOHANG) == pid_) {
-    reaped_ = true;
-    return false;
-  }
-  return true;
-}
+bool Process::running() { return process_.running() && !process_.Poll().has_value(); }
 
 std::string Process::ReadLog() const {
   std::ifstream in(log_path_);
@@ -96,8 +67,7 @@ std::string Process::ReadLog() const {
 
 Cluster::Cluster(std::string build_dir, std::string rank_binary)
     : build_dir_(std::move(build_dir)), rank_binary_(std::move(rank_binary)) {
-  char tmpl[] = "/tmp/trainctl_cluster_XXXXXX";
-  dir_ = mkdtemp(tmpl);
+  dir_ = MakeTempDir("trainctl_cluster");
 }
 
 Cluster::~Cluster() {

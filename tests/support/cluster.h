@@ -15,13 +15,14 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/subprocess.h"
 #include "trainctl/v1/auth.grpc.pb.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
 
 namespace trainctl::testing {
 
-// A child process with its stdout+stderr in a file.
+// A child process with its stdout+stderr in a file (common/subprocess.h).
 class Process {
  public:
   // `cwd`: the child's working directory (empty: the test's).
@@ -32,7 +33,7 @@ class Process {
   // Waits for exit; returns the raw wait status, or -1 on timeout.
   int Wait(absl::Duration timeout);
   bool running();
-  pid_t pid() const { return pid_; }
+  pid_t pid() const { return process_.pid(); }
   const std::string& log_path() const { return log_path_; }
   std::string ReadLog() const;
 
@@ -40,8 +41,7 @@ class Process {
   std::vector<std::string> argv_;
   std::string log_path_;
   std::string cwd_;
-  pid_t pid_ = -1;
-  bool reaped_ = true;
+  Subprocess process_;
 };
 
 class Cluster {

@@ -1,25 +1,32 @@
 // trainctl-worker: the per-host daemon. See docs/operator.md.
+//
+// main reads the flags into DaemonOptions in named steps (the base options,
+// the identity: certificate or join, the token and CA, what ranks run, what
+// the host offers, the log level), then runs the daemon until SIGTERM or
+// SIGINT. Single-threaded until WorkerDaemon::Start.
 #include <unistd.h>
-
-#include <pthread.h>
 
 #include <csignal>
 #include <filesystem>
+#include <iostream>
+#include <map>
+#include <string>
 #include <tuple>
 #include <vector>
-#include <iostream>
 
 #include "absl/flags/flag.h"
-#include "common/daemon_flags.h"
-#include "common/auth/secret.h"
-#include "common/stop_signals.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/strings/match.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "worker/daemon/slot_inventory.h"
-#include "worker/daemon/path_policy.h"
+#include "absl/synchronization/mutex.h"
+#include "common/auth/secret.h"
+#include "common/daemon_flags.h"
 #include "common/log.h"
+#include "common/stop_signals.h"
 #include "worker/daemon/join.h"
+#include "worker/daemon/path_policy.h"
+#include "worker/daemon/slot_inventory.h"
 #include "worker/daemon/worker_daemon.h"
 
 ABSL_FLAG(std::string, coordinator, "localhost:7070", "coordinator host:port");
@@ -71,6 +78,17 @@ ABSL_FLAG(int, telemetry_buffer_mb, 64,
 
 namespace {
 
+using trainctl::worker::DaemonOptions;
+
+// Every startup step's error is a value; main prints it and exits with
+// ExitCode: 2 for a configuration that cannot work, 1 when the coordinator
+// could not be reached for a join (Unavailable: a restart may succeed).
+absl::Status Misconfigured(absl::string_view flag, absl::string_view message) {
+  return absl::InvalidArgumentError(flag.empty() ? std::string(message) : absl::StrCat(flag, ": ", message));
+}
+
+int ExitCode(const absl::Status& s) { return s.code() == absl::StatusCode::kUnavailable ? 1 : 2; }
+
 std::string DefaultRankBinary() {
   char self[4096] = {0};
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
@@ -81,6 +99,175 @@ std::string DefaultRankBinary() {
   }
   return (dir / "trainctl-rank").string();
 }
+
+// Flags → the options that need no file and no network: the coordinator,
+// the TLS files named, the work dir, this host's names.
+absl::StatusOr<DaemonOptions> BaseOptions() {
+  DaemonOptions o;
+  o.coordinator = absl::GetFlag(FLAGS_coordinator);
+  o.cert_file = absl::GetFlag(FLAGS_cert);
+  o.key_file = absl::GetFlag(FLAGS_key);
+  o.ca_file = absl::GetFlag(FLAGS_ca);
+  if (!o.cert_file.empty() && (o.key_file.empty() || o.ca_file.empty())) {
+    return Misconfigured("--cert", "needs --key and --ca");
+  }
+  o.work_dir = absl::GetFlag(FLAGS_work_dir);
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  o.hostname = host;
+  o.address = absl::GetFlag(FLAGS_address).empty() ? o.hostname : absl::GetFlag(FLAGS_address);
+  return o;
+}
+
+// Trades the join token (--join-token or --join-token-file) for this
+// worker's certificate, kept in the work dir.
+absl::StatusOr<trainctl::worker::WorkerIdentity> JoinNow(const DaemonOptions& o) {
+  std::string join_token = absl::GetFlag(FLAGS_join_token);
+  if (!absl::GetFlag(FLAGS_join_token_file).empty()) {
+    absl::StatusOr<std::string> t = trainctl::auth::ReadTokenFile(absl::GetFlag(FLAGS_join_token_file));
+    if (!t.ok()) return Misconfigured("--join-token-file", t.status().message());
+    join_token = *t;
+  }
+  if (o.ca_file.empty()) {
+    return Misconfigured("--join-token", "needs --ca (the cluster CA verifies the coordinator)");
+  }
+  trainctl::worker::JoinOptions j;
+  j.coordinator = o.coordinator;
+  j.ca_file = o.ca_file;
+  j.join_token = join_token;
+  j.work_dir = o.work_dir;
+  j.addresses = {o.address};
+  if (o.hostname != o.address) j.addresses.push_back(o.hostname);
+  absl::StatusOr<trainctl::worker::WorkerIdentity> id = trainctl::worker::Join(j);
+  // Unavailable stays Unavailable (exit 1: the coordinator may come back).
+  if (!id.ok() && id.status().code() != absl::StatusCode::kUnavailable) {
+    return Misconfigured("", id.status().message());
+  }
+  return id;
+}
+
+// Without --cert: a certificate from an earlier join (kept in the work dir)
+// comes first; else a join token gets one now. The token (file) is read
+// only then: a spent one may stay configured, or be deleted, after the join.
+absl::Status ResolveIdentity(DaemonOptions& o) {
+  if (!o.cert_file.empty()) return absl::OkStatus();
+  absl::StatusOr<trainctl::worker::WorkerIdentity> id = trainctl::worker::JoinedIdentity(o.work_dir);
+  if (!id.ok() && id.status().code() != absl::StatusCode::kNotFound) {
+    return Misconfigured("", id.status().message());
+  }
+  const bool join_configured =
+      !absl::GetFlag(FLAGS_join_token).empty() || !absl::GetFlag(FLAGS_join_token_file).empty();
+  if (!id.ok() && join_configured) id = JoinNow(o);
+  if (!id.ok()) return id.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : id.status();
+  if (o.ca_file.empty()) return Misconfigured("", absl::StrCat(id->cert_file, " (joined): needs --ca"));
+  trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", id->joined_now ? "joined" : "certificate",
+                     {{"worker_id", id->worker_id}, {"cert", id->cert_file}});
+  o.cert_file = id->cert_file;
+  o.key_file = id->key_file;
+  // The daemon registers as its worker-id file says: the certificate's id.
+  if (absl::Status w = trainctl::auth::WritePrivateFile(o.work_dir + "/worker-id", id->worker_id); !w.ok()) {
+    return Misconfigured("", w.message());
+  }
+  return absl::OkStatus();
+}
+
+// A worker without a certificate authenticates with its token; a CA given
+// must be readable (TLS to the coordinator).
+absl::Status ResolveTokenAndCa(DaemonOptions& o) {
+  const std::string token_file = absl::GetFlag(FLAGS_token_file);
+  if (o.cert_file.empty()) {
+    if (token_file.empty()) {
+      return Misconfigured("--token_file",
+                           "required (a worker-role token: trainctl token create --role worker), unless "
+                           "--cert or --join-token is given");
+    }
+    absl::StatusOr<std::string> token = trainctl::auth::ReadTokenFile(token_file);
+    if (!token.ok()) return Misconfigured("--token_file", token.status().message());
+    o.token = *token;
+  }
+  if (!o.ca_file.empty() && !trainctl::auth::ReadFile(o.ca_file).ok()) {
+    return Misconfigured("--ca", absl::StrCat(o.ca_file, ": cannot read"));
+  }
+  return absl::OkStatus();
+}
+
+// What ranks run and where their files may lie.
+absl::Status ApplyRankFlags(DaemonOptions& o) {
+  o.rank_binary = absl::GetFlag(FLAGS_rank_binary).empty() ? DefaultRankBinary() : absl::GetFlag(FLAGS_rank_binary);
+  o.rank_timeout_s = absl::GetFlag(FLAGS_rank_timeout_s);
+  o.allow_commands = absl::GetFlag(FLAGS_allow_commands);
+  o.python_dir = absl::GetFlag(FLAGS_python_dir).empty() ? trainctl::worker::DefaultPythonDir()
+                                                         : absl::GetFlag(FLAGS_python_dir);
+  for (auto [flag, roots, out] : {std::tuple{"--data-root", absl::GetFlag(FLAGS_data_root), &o.data_roots},
+                                  std::tuple{"--checkpoint-root", absl::GetFlag(FLAGS_checkpoint_root),
+                                             &o.checkpoint_roots}}) {
+    absl::StatusOr<std::vector<std::string>> canonical = trainctl::worker::CanonicalRoots(roots, flag);
+    if (!canonical.ok()) return Misconfigured("", canonical.status().message());
+    *out = *canonical;
+  }
+  return absl::OkStatus();
+}
+
+// --labels key=value,key=value.
+absl::Status ParseLabels(const std::string& labels, std::map<std::string, std::string>& out) {
+  if (labels.empty()) return absl::OkStatus();
+  for (absl::string_view kv : absl::StrSplit(labels, ',')) {
+    std::vector<std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
+    if (p.size() != 2 || p[0].empty()) return Misconfigured("--labels", absl::StrCat("expected key=value, got '", kv, "'"));
+    out[p[0]] = p[1];
+  }
+  return absl::OkStatus();
+}
+
+// What this host offers and reports: telemetry bound, labels, slots, /metrics.
+absl::Status ApplyHostFlags(DaemonOptions& o) {
+  if (absl::GetFlag(FLAGS_telemetry_buffer_mb) < 1) {
+    return Misconfigured("", "--telemetry-buffer-mb must be at least 1");
+  }
+  o.telemetry_buffer_bytes = int64_t{absl::GetFlag(FLAGS_telemetry_buffer_mb)} << 20;
+  if (absl::Status s = ParseLabels(absl::GetFlag(FLAGS_labels), o.labels); !s.ok()) return s;
+  auto slots = trainctl::worker::ChooseSlots(absl::GetFlag(FLAGS_gpus), absl::GetFlag(FLAGS_slots),
+                                             trainctl::worker::DiscoverGpus());
+  if (!slots.ok()) return Misconfigured("", slots.status().message());
+  o.slots = *slots;
+  o.http_listen = absl::GetFlag(FLAGS_http_listen);
+  return absl::OkStatus();
+}
+
+// Every flag, in the order a misconfiguration is reported.
+absl::StatusOr<DaemonOptions> OptionsFromFlags() {
+  absl::StatusOr<DaemonOptions> o = BaseOptions();
+  if (!o.ok()) return o.status();
+  for (absl::Status (*step)(DaemonOptions&) : {ResolveIdentity, ResolveTokenAndCa, ApplyRankFlags, ApplyHostFlags}) {
+    if (absl::Status s = step(*o); !s.ok()) return s;
+  }
+  if (absl::Status s = trainctl::SetLogLevelFlag(absl::GetFlag(FLAGS_log_level)); !s.ok()) return s;
+  return o;
+}
+
+// Starts the daemon, says where it serves, and runs until SIGTERM or
+// SIGINT; then stops the ranks and says goodbye to the coordinator.
+int RunUntilStopSignal(const DaemonOptions& o) {
+  std::signal(SIGPIPE, SIG_IGN);
+  trainctl::worker::WorkerDaemon daemon(o);
+  if (absl::Status s = daemon.Start(); !s.ok()) {
+    std::cerr << "trainctl-worker: " << s.message() << "\n";
+    return 2;
+  }
+  const std::string metrics = daemon.http_address().empty() ? "" : "http://" + daemon.http_address() + "/metrics";
+  std::cout << "trainctl-worker: " << o.slots.size() << " "
+            << (o.slots[0].kind() == trainctl::v1::Slot::KIND_GPU ? "GPU" : "CPU")
+            << " slot(s), coordinator " << o.coordinator << std::endl;
+  if (!metrics.empty()) std::cout << "trainctl-worker: metrics on " << metrics << std::endl;
+  trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", "started",
+                     {{"coordinator", o.coordinator}, {"slots", absl::StrCat(o.slots.size())},
+                      {"work_dir", o.work_dir}, {"metrics", metrics.empty() ? "off" : metrics}});
+  trainctl::WaitForStopSignal();
+  trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", "stopping", {{"reason", "stop signal"}, {"then", "stop ranks, say goodbye"}});
+  daemon.Shutdown(/*goodbye=*/true, absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s)));
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -94,157 +281,10 @@ int main(int argc, char** argv) {
   // Debian's abseil keeps deadlock detection on in release builds; it costs
   // every lock a graph update (about 6% of the coordinator's CPU at 10k workers).
   absl::SetMutexDeadlockDetectionMode(absl::OnDeadlockCycle::kIgnore);
-
-  trainctl::worker::DaemonOptions o;
-  o.coordinator = absl::GetFlag(FLAGS_coordinator);
-  o.cert_file = absl::GetFlag(FLAGS_cert);
-  o.key_file = absl::GetFlag(FLAGS_key);
-  o.ca_file = absl::GetFlag(FLAGS_ca);
-  if (!o.cert_file.empty() && (o.key_file.empty() || o.ca_file.empty())) {
-    std::cerr << "trainctl-worker: --cert: needs --key and --ca\n";
-    return 2;
+  absl::StatusOr<DaemonOptions> options = OptionsFromFlags();
+  if (!options.ok()) {
+    std::cerr << "trainctl-worker: " << options.status().message() << "\n";
+    return ExitCode(options.status());
   }
-  o.work_dir = absl::GetFlag(FLAGS_work_dir);
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  o.hostname = host;
-  o.address = absl::GetFlag(FLAGS_address).empty() ? o.hostname : absl::GetFlag(FLAGS_address);
-  // A certificate from an earlier join (kept in the work dir) comes first;
-  // else a join token gets one now. The token (file) is read only then: a
-  // spent one may stay configured, or be deleted, after the join.
-  const bool join_configured =
-      !absl::GetFlag(FLAGS_join_token).empty() || !absl::GetFlag(FLAGS_join_token_file).empty();
-  if (o.cert_file.empty()) {
-    absl::StatusOr<trainctl::worker::WorkerIdentity> id = trainctl::worker::JoinedIdentity(o.work_dir);
-    if (!id.ok() && id.status().code() != absl::StatusCode::kNotFound) {
-      std::cerr << "trainctl-worker: " << id.status().message() << "\n";
-      return 2;
-    }
-    if (!id.ok() && join_configured) {
-      std::string join_token = absl::GetFlag(FLAGS_join_token);
-      if (!absl::GetFlag(FLAGS_join_token_file).empty()) {
-        absl::StatusOr<std::string> t = trainctl::auth::ReadTokenFile(absl::GetFlag(FLAGS_join_token_file));
-        if (!t.ok()) {
-          std::cerr << "trainctl-worker: --join-token-file: " << t.status().message() << "\n";
-          return 2;
-        }
-        join_token = *t;
-      }
-      if (o.ca_file.empty()) {
-        std::cerr << "trainctl-worker: --join-token: needs --ca (the cluster CA verifies the coordinator)\n";
-        return 2;
-      }
-      trainctl::worker::JoinOptions j;
-      j.coordinator = o.coordinator;
-      j.ca_file = o.ca_file;
-      j.join_token = join_token;
-      j.work_dir = o.work_dir;
-      j.addresses = {o.address};
-      if (o.hostname != o.address) j.addresses.push_back(o.hostname);
-      id = trainctl::worker::Join(j);
-      if (!id.ok()) {
-        std::cerr << "trainctl-worker: " << id.status().message() << "\n";
-        return id.status().code() == absl::StatusCode::kUnavailable ? 1 : 2;
-      }
-    }
-    if (id.ok()) {
-      if (o.ca_file.empty()) {
-        std::cerr << "trainctl-worker: " << id->cert_file << " (joined): needs --ca\n";
-        return 2;
-      }
-      trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", id->joined_now ? "joined" : "certificate",
-                         {{"worker_id", id->worker_id}, {"cert", id->cert_file}});
-      o.cert_file = id->cert_file;
-      o.key_file = id->key_file;
-      // The daemon registers as its worker-id file says: the certificate's id.
-      if (absl::Status w = trainctl::auth::WritePrivateFile(o.work_dir + "/worker-id", id->worker_id); !w.ok()) {
-        std::cerr << "trainctl-worker: " << w.message() << "\n";
-        return 2;
-      }
-    }
-  }
-  if (absl::GetFlag(FLAGS_token_file).empty() && o.cert_file.empty()) {
-    std::cerr << "trainctl-worker: --token_file: required (a worker-role token: trainctl token "
-                 "create --role worker), unless --cert or --join-token is given\n";
-    return 2;
-  }
-  if (!absl::GetFlag(FLAGS_token_file).empty() && o.cert_file.empty()) {
-    absl::StatusOr<std::string> token = trainctl::auth::ReadTokenFile(absl::GetFlag(FLAGS_token_file));
-    if (!token.ok()) {
-      std::cerr << "trainctl-worker: --token_file: " << token.status().message() << "\n";
-      return 2;
-    }
-    o.token = *token;
-  }
-  if (!o.ca_file.empty() && !trainctl::auth::ReadFile(o.ca_file).ok()) {
-    std::cerr << "trainctl-worker: --ca: " << o.ca_file << ": cannot read\n";
-    return 2;
-  }
-  o.rank_binary = absl::GetFlag(FLAGS_rank_binary).empty() ? DefaultRankBinary() : absl::GetFlag(FLAGS_rank_binary);
-  o.rank_timeout_s = absl::GetFlag(FLAGS_rank_timeout_s);
-  o.allow_commands = absl::GetFlag(FLAGS_allow_commands);
-  o.python_dir = absl::GetFlag(FLAGS_python_dir).empty() ? trainctl::worker::DefaultPythonDir()
-                                                         : absl::GetFlag(FLAGS_python_dir);
-  for (auto [flag, roots, out] : {std::tuple{"--data-root", absl::GetFlag(FLAGS_data_root), &o.data_roots},
-                                  std::tuple{"--checkpoint-root", absl::GetFlag(FLAGS_checkpoint_root),
-                                             &o.checkpoint_roots}}) {
-    auto canonical = trainctl::worker::CanonicalRoots(roots, flag);
-    if (!canonical.ok()) {
-      std::cerr << "trainctl-worker: " << canonical.status().message() << "\n";
-      return 2;
-    }
-    *out = *canonical;
-  }
-  if (absl::GetFlag(FLAGS_telemetry_buffer_mb) < 1) {
-    std::cerr << "trainctl-worker: --telemetry-buffer-mb must be at least 1\n";
-    return 2;
-  }
-  o.telemetry_buffer_bytes = int64_t{absl::GetFlag(FLAGS_telemetry_buffer_mb)} << 20;
-  std::string labels = absl::GetFlag(FLAGS_labels);
-  if (!labels.empty()) {
-    for (absl::string_view kv : absl::StrSplit(labels, ',')) {
-      std::vector<std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
-      if (p.size() != 2 || p[0].empty()) {
-        std::cerr << "trainctl-worker: --labels: expected key=value, got '" << kv << "'\n";
-        return 2;
-      }
-      o.labels[p[0]] = p[1];
-    }
-  }
-  auto slots = trainctl::worker::ChooseSlots(absl::GetFlag(FLAGS_gpus), absl::GetFlag(FLAGS_slots),
-                                             trainctl::worker::DiscoverGpus());
-  if (!slots.ok()) {
-    std::cerr << "trainctl-worker: " << slots.status().message() << "\n";
-    return 2;
-  }
-  o.slots = *slots;
-  o.http_listen = absl::GetFlag(FLAGS_http_listen);
-  trainctl::LogLevel level;
-  if (!trainctl::ParseLogLevel(absl::GetFlag(FLAGS_log_level), &level)) {
-    std::cerr << "trainctl-worker: --log-level: '" << absl::GetFlag(FLAGS_log_level)
-              << "' is not one of debug, info, warn, error\n";
-    return 2;
-  }
-  trainctl::SetLogLevel(level);
-
-  std::signal(SIGPIPE, SIG_IGN);
-  trainctl::worker::WorkerDaemon daemon(o);
-  if (absl::Status s = daemon.Start(); !s.ok()) {
-    std::cerr << "trainctl-worker: " << s.message() << "\n";
-    return 2;
-  }
-  std::cout << "trainctl-worker: " << o.slots.size() << " "
-            << (o.slots[0].kind() == trainctl::v1::Slot::KIND_GPU ? "GPU" : "CPU")
-            << " slot(s), coordinator " << o.coordinator << std::endl;
-  if (!daemon.http_address().empty()) {
-    std::cout << "trainctl-worker: metrics on http://" << daemon.http_address() << "/metrics" << std::endl;
-  }
-  trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", "started",
-                     {{"coordinator", o.coordinator}, {"slots", absl::StrCat(o.slots.size())},
-                      {"work_dir", o.work_dir},
-                      {"metrics", daemon.http_address().empty() ? "off" : "http://" + daemon.http_address() + "/metrics"}});
-  trainctl::WaitForStopSignal();
-  trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", "stopping", {{"reason", "stop signal"}, {"then", "stop ranks, say goodbye"}});
-  daemon.Shutdown(/*goodbye=*/true, absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s)));
-  return 0;
+  return RunUntilStopSignal(*options);
 }

@@ -3,9 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/prctl.h>
-#include <sys/syscall.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -14,14 +11,10 @@
 
 #include "absl/strings/str_cat.h"
 
-extern char** environ;
-
 namespace trainctl::worker {
 namespace {
 
 constexpr size_t kMaxLine = 4096;
-
-std::string EnvName(const std::string& kv) { return kv.substr(0, kv.find('=')); }
 
 }  // namespace
 
@@ -33,7 +26,7 @@ RankSupervisor::~RankSupervisor() {
     absl::MutexLock lock(&mu_);
     stopping_ = true;
     for (auto& [key, c] : children_) {
-      if (c.pid > 0) kill(-c.pid, SIGKILL);
+      c.process.SignalGroup(SIGKILL);
     }
   }
   monitor_.join();
@@ -44,75 +37,37 @@ absl::StatusOr<pid_t> RankSupervisor::Launch(const RankLaunch& l) {
     absl::MutexLock lock(&mu_);
     if (children_.count(l.key) > 0) return absl::AlreadyExistsError(absl::StrCat("rank ", l.key, " is running"));
   }
-  // Everything the child needs is built before fork: after it, only
-  // async-signal-safe calls.
-  std::vector<std::string> args{l.binary};
-  args.insert(args.end(), l.args.begin(), l.args.end());
-  std::vector<char*> argv;
-  for (std::string& a : args) argv.push_back(a.data());
-  argv.push_back(nullptr);
-  std::vector<std::string> env;
-  for (char** e = environ; *e != nullptr; ++e) {
-    std::string kv(*e);
-    bool overridden = false;
-    for (const std::string& o : l.env) overridden |= EnvName(o) == EnvName(kv);
-    if (!overridden) env.push_back(kv);
+  // Three pipes: stdout, stderr, status (read ends here, write ends to the child).
+  int fds[6];
+  for (int i = 0; i < 3; ++i) {
+    if (pipe2(fds + 2 * i, O_CLOEXEC) != 0) {
+      for (int j = 0; j < 2 * i; ++j) close(fds[j]);
+      return absl::InternalError(absl::StrCat("pipe failed: ", std::strerror(errno)));
+    }
   }
-  env.insert(env.end(), l.env.begin(), l.env.end());
-  std::vector<char*> envp;
-  for (std::string& e : env) envp.push_back(e.data());
-  envp.push_back(nullptr);
-
-  int out[2], err[2], st[2];
-  if (pipe2(out, O_CLOEXEC) != 0) return absl::InternalError("pipe failed");
-  if (pipe2(err, O_CLOEXEC) != 0) {
-    close(out[0]);
-    close(out[1]);
-    return absl::InternalError("pipe failed");
+  SpawnOptions o;
+  o.argv = {l.binary};
+  o.argv.insert(o.argv.end(), l.args.begin(), l.args.end());
+  o.env = l.env;
+  o.work_dir = l.work_dir;
+  o.fds = {{0, ChildFd::kDevNull}, {1, fds[1]}, {2, fds[3]}, {3, fds[5]}};
+  // If the daemon dies, its ranks die with it.
+  o.parent_death_signal = SIGKILL;
+  o.exec_error_message = "trainctl-worker: cannot execute the rank binary\n";
+  absl::StatusOr<Subprocess> process = Subprocess::Spawn(o);
+  for (int i : {1, 3, 5}) close(fds[i]);
+  if (!process.ok()) {
+    for (int i : {0, 2, 4}) close(fds[i]);
+    return process.status();
   }
-  if (pipe2(st, O_CLOEXEC) != 0) {
-    close(out[0]); close(out[1]); close(err[0]); close(err[1]);
-    return absl::InternalError("pipe failed");
-  }
-  pid_t parent = getpid();
-  pid_t pid = fork();
-  if (pid < 0) {
-    for (int fd : {out[0], out[1], err[0], err[1], st[0], st[1]}) close(fd);
-    return absl::ResourceExhaustedError(absl::StrCat("fork failed: ", std::strerror(errno)));
-  }
-  if (pid == 0) {
-    setpgid(0, 0);
-    prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (getppid() != parent) _exit(126);  // The daemon died before prctl.
-    // Move the pipe ends above 3 first so the dup2s below cannot clobber them.
-    int o = fcntl(out[1], F_DUPFD, 10), e = fcntl(err[1], F_DUPFD, 10), s = fcntl(st[1], F_DUPFD, 10);
-    int devnull = open("/dev/null", O_RDONLY);
-    if (devnull >= 0) dup2(devnull, 0);
-    dup2(o, 1);
-    dup2(e, 2);
-    dup2(s, 3);
-    syscall(SYS_close_range, 4U, ~0U, 0U);
-    signal(SIGPIPE, SIG_DFL);
-    sigset_t none;
-    sigemptyset(&none);
-    sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (!l.work_dir.empty() && chdir(l.work_dir.c_str()) != 0) _exit(125);
-    execve(argv[0], argv.data(), envp.data());
-    const char msg[] = "trainctl-worker: cannot execute the rank binary\n";
-    (void)!write(2, msg, sizeof msg - 1);
-    _exit(127);
-  }
-  setpgid(pid, pid);  // Also from the parent: no race with an early Stop.
-  close(out[1]);
-  close(err[1]);
-  close(st[1]);
-  for (int fd : {out[0], err[0], st[0]}) fcntl(fd, F_SETFL, fcntl(fd, F_GETFL) | O_NONBLOCK);
+  for (int i : {0, 2, 4}) fcntl(fds[i], F_SETFL, fcntl(fds[i], F_GETFL) | O_NONBLOCK);
+  const pid_t pid = process->pid();
   absl::MutexLock lock(&mu_);
   Child& c = children_[l.key];
-  c.pid = pid;
-  c.out_fd = out[0];
-  c.err_fd = err[0];
-  c.status_fd = st[0];
+  c.process = std::move(*process);
+  c.out_fd = fds[0];
+  c.err_fd = fds[2];
+  c.status_fd = fds[4];
   c.tokens = options_.log_burst;
   c.refill_at = absl::Now();
   return pid;
@@ -121,8 +76,8 @@ absl::StatusOr<pid_t> RankSupervisor::Launch(const RankLaunch& l) {
 bool RankSupervisor::Stop(const std::string& key, absl::Duration grace) {
   absl::MutexLock lock(&mu_);
   auto it = children_.find(key);
-  if (it == children_.end() || it->second.pid <= 0) return false;
-  kill(-it->second.pid, SIGTERM);
+  if (it == children_.end() || !it->second.process.running()) return false;
+  it->second.process.SignalGroup(SIGTERM);
   it->second.kill_at = std::min(it->second.kill_at, absl::Now() + grace);
   return true;
 }
@@ -137,7 +92,7 @@ std::vector<std::string> RankSupervisor::Running() const {
 pid_t RankSupervisor::Pid(const std::string& key) const {
   absl::MutexLock lock(&mu_);
   auto it = children_.find(key);
-  return it == children_.end() ? -1 : it->second.pid;
+  return it == children_.end() ? -1 : it->second.process.pid();
 }
 
 bool RankSupervisor::Drain(const std::string& key, Child& c, int& fd, std::string& buf, int stream) {
@@ -170,6 +125,18 @@ bool RankSupervisor::Drain(const std::string& key, Child& c, int& fd, std::strin
     return false;
   }
   return true;  // More to read next round.
+}
+
+void RankSupervisor::DrainAfterExit(const std::string& key, Child& c, int& fd, std::string& buf, int stream) {
+  // Until EAGAIN or EOF: the group is dead, the pipe ends soon.
+  while (Drain(key, c, fd, buf, stream)) {
+    pollfd p{fd, POLLIN, 0};
+    if (poll(&p, 1, 0) <= 0) break;
+  }
+  if (fd >= 0) {
+    close(fd);
+    fd = -1;
+  }
 }
 
 void RankSupervisor::Line(const std::string& key, Child& c, int stream, absl::string_view line) {
@@ -251,34 +218,17 @@ void RankSupervisor::Monitor() {
         Drain(key, c, c.err_fd, c.err_buf, 2);
         EmitBatch(key, c);
         if (now >= c.kill_at) {
-          kill(-c.pid, SIGKILL);
+          c.process.SignalGroup(SIGKILL);
           c.kill_at = absl::InfiniteFuture();
         }
-        int status = 0;
-        pid_t r = waitpid(c.pid, &status, WNOHANG);
-        if (r == c.pid) {
+        if (std::optional<ExitStatus> status = c.process.Poll()) {
           // Whatever it left behind in its group goes too.
-          kill(-c.pid, SIGKILL);
-          for (int* fd : {&c.status_fd, &c.out_fd, &c.err_fd}) {
-            if (*fd >= 0) {
-              std::string* buf = fd == &c.status_fd ? &c.status_buf : fd == &c.out_fd ? &c.out_buf : &c.err_buf;
-              int stream = fd == &c.status_fd ? 3 : fd == &c.out_fd ? 1 : 2;
-              while (Drain(key, c, *fd, *buf, stream)) {
-                // Until EAGAIN or EOF: the group is dead, the pipe ends soon.
-                if (*fd < 0) break;
-                pollfd p{*fd, POLLIN, 0};
-                if (poll(&p, 1, 0) <= 0) break;
-              }
-              if (*fd >= 0) {
-                close(*fd);
-                *fd = -1;
-              }
-            }
-          }
+          c.process.SignalGroup(SIGKILL);
+          DrainAfterExit(key, c, c.status_fd, c.status_buf, 3);
+          DrainAfterExit(key, c, c.out_fd, c.out_buf, 1);
+          DrainAfterExit(key, c, c.err_fd, c.err_buf, 2);
           EmitBatch(key, c);
-          int code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-          int sig = WIFSIGNALED(status) ? WTERMSIG(status) : 0;
-          exited.emplace_back(key, code, sig);
+          exited.emplace_back(key, status->code, status->signal);
           it = children_.erase(it);
           continue;
         }

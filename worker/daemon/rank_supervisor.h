@@ -36,6 +36,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/subprocess.h"
 
 namespace trainctl::worker {
 
@@ -113,7 +114,8 @@ class RankSupervisor {
 
  private:
   struct Child {
-    pid_t pid = -1;
+    // Reaped by the monitor, which then erases the child.
+    Subprocess process;
     int out_fd = -1, err_fd = -1, status_fd = -1;
     std::string out_buf, err_buf, status_buf;
     absl::Time kill_at = absl::InfiniteFuture();
@@ -132,6 +134,9 @@ class RankSupervisor {
   void Monitor();
   // Reads what is available (at most max_read_per_round); returns false at EOF.
   bool Drain(const std::string& key, Child& c, int& fd, std::string& buf, int stream)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // After the child exited: reads what its pipe still holds, then closes it.
+  void DrainAfterExit(const std::string& key, Child& c, int& fd, std::string& buf, int stream)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A complete output line: status lines go to on_status, output lines into
   // the child's batch (or are dropped and counted).

@@ -4,7 +4,6 @@
 #include <signal.h>
 #include <stdlib.h>
 #include <sys/stat.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +13,8 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/subprocess.h"
+#include "common/temp_dir.h"
 #include "worker/dist/rendezvous_store.h"
 
 namespace trainctl::dist::testing {
@@ -21,22 +22,16 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
-pid_t Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
-  std::vector<char*> cargv;
-  for (const auto& a : argv) cargv.push_back(const_cast<char*>(a.c_str()));
-  cargv.push_back(nullptr);
+// Starts one rank with stdout and stderr in `log_path` (a rank that cannot
+// start shows as exit code 127 or a missing log).
+Subprocess Spawn(const std::vector<std::string>& argv, const std::string& log_path) {
   const int log_fd = ::open(log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    if (log_fd >= 0) {
-      ::dup2(log_fd, 1);
-      ::dup2(log_fd, 2);
-    }
-    ::execv(cargv[0], cargv.data());
-    _exit(127);
-  }
+  SpawnOptions o;
+  o.argv = argv;
+  if (log_fd >= 0) o.fds = {{1, log_fd}, {2, log_fd}};
+  absl::StatusOr<Subprocess> p = Subprocess::Spawn(o);
   if (log_fd >= 0) ::close(log_fd);
-  return pid;
+  return p.ok() ? std::move(*p) : Subprocess();
 }
 
 std::vector<std::string> Argv(const std::string& scenario, int rank, int world,
@@ -62,14 +57,7 @@ std::vector<std::string> Argv(const std::string& scenario, int rank, int world,
 
 }  // namespace
 
-std::string MakeTempDir(const std::string& tag) {
-  const char* base = std::getenv("TMPDIR");
-  std::string tmpl = absl::StrCat(base && *base ? base : "/tmp", "/trainctl_dist_", tag, "_XXXXXX");
-  std::vector<char> buf(tmpl.begin(), tmpl.end());
-  buf.push_back('\0');
-  if (::mkdtemp(buf.data()) == nullptr) return "";
-  return std::string(buf.data());
-}
+std::string MakeTempDir(const std::string& tag) { return trainctl::MakeTempDir("trainctl_dist_" + tag); }
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -99,21 +87,19 @@ absl::StatusOr<RankRun> RunRanks(const std::string& scenario, int world_size,
   if (run.dir.empty()) return absl::InternalError("mkdtemp failed");
   const auto start = Clock::now();
   const auto deadline = start + absl::ToChronoNanoseconds(timeout);
-  std::vector<pid_t> pids(world_size, -1);
+  std::vector<Subprocess> ranks(world_size);
   std::vector<std::string> log_paths;
   for (int r = 0; r < world_size; ++r) log_paths.push_back(absl::StrCat(run.dir, "/rank", r, ".log"));
   run.exit_codes.assign(world_size, -1000);
 
+  // Reaps what exited; true while some rank still runs.
   auto reap = [&](bool block_until_deadline) {
     for (;;) {
       bool running = false;
       for (int r = 0; r < world_size; ++r) {
-        if (pids[r] <= 0) continue;
-        int st = 0;
-        const pid_t got = ::waitpid(pids[r], &st, WNOHANG);
-        if (got == pids[r]) {
-          run.exit_codes[r] = WIFEXITED(st) ? WEXITSTATUS(st) : -WTERMSIG(st);
-          pids[r] = -1;
+        if (!ranks[r].running()) continue;
+        if (std::optional<ExitStatus> st = ranks[r].Poll()) {
+          run.exit_codes[r] = st->CodeOrMinusSignal();
         } else {
           running = true;
         }
@@ -125,7 +111,7 @@ absl::StatusOr<RankRun> RunRanks(const std::string& scenario, int world_size,
 
   // Rank 0 first: it hosts the store and publishes its address.
   const std::string secret = NewRendezvousSecret();
-  pids[0] = Spawn(Argv(scenario, 0, world_size, run.dir, args, per_rank_args, "", secret), log_paths[0]);
+  ranks[0] = Spawn(Argv(scenario, 0, world_size, run.dir, args, per_rank_args, "", secret), log_paths[0]);
   std::string store;
   const std::string addr_path = run.dir + "/store_address";
   while (world_size > 1 && Clock::now() < deadline) {
@@ -134,21 +120,20 @@ absl::StatusOr<RankRun> RunRanks(const std::string& scenario, int world_size,
       break;
     }
     reap(false);
-    if (pids[0] <= 0) break;  // rank 0 died before publishing
+    if (!ranks[0].running()) break;  // rank 0 died before publishing
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
   }
   if (world_size > 1 && !store.empty()) {
     for (int r = 1; r < world_size; ++r) {
-      pids[r] = Spawn(Argv(scenario, r, world_size, run.dir, args, per_rank_args, store, secret), log_paths[r]);
+      ranks[r] = Spawn(Argv(scenario, r, world_size, run.dir, args, per_rank_args, store, secret), log_paths[r]);
     }
   }
   if (reap(true)) {
-    for (int r = 0; r < world_size; ++r) {
-      if (pids[r] > 0) {
-        ::kill(pids[r], SIGKILL);
-        ::waitpid(pids[r], nullptr, 0);
-        run.exit_codes[r] = -1000;
-        pids[r] = -1;
+    // Past the deadline: what still runs is killed and stays at -1000.
+    for (Subprocess& rank : ranks) {
+      if (rank.running()) {
+        rank.SignalGroup(SIGKILL);
+        rank.Wait();
       }
     }
   }

@@ -3,7 +3,6 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
-#include <sys/wait.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,6 +13,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/subprocess.h"
+#include "common/temp_dir.h"
 #include "worker/dist/rendezvous_store.h"
 
 namespace trainctl::trainer::testing {
@@ -31,14 +32,7 @@ std::string RankBinary() {
   return absl::StrCat(bin != nullptr ? bin : ".", "/worker/trainer/trainctl-rank");
 }
 
-std::string MakeTempDir(const std::string& tag) {
-  const char* tmp = std::getenv("TMPDIR");
-  std::string pattern = absl::StrCat(tmp != nullptr && *tmp ? tmp : "/tmp", "/trainctl_", tag, "_XXXXXX");
-  std::vector<char> buf(pattern.begin(), pattern.end());
-  buf.push_back('\0');
-  if (mkdtemp(buf.data()) == nullptr) return "";
-  return buf.data();
-}
+std::string MakeTempDir(const std::string& tag) { return trainctl::MakeTempDir(absl::StrCat("trainctl_", tag)); }
 
 absl::StatusOr<std::unique_ptr<RankGroup>> RankGroup::Start(
     const std::string& dir, int world_size, const rankproto::FlatConfig& base,
@@ -70,7 +64,7 @@ absl::StatusOr<std::unique_ptr<RankGroup>> RankGroup::Start(
   if (world_size == 1) return g;
   std::string address;
   const absl::Time deadline = absl::Now() + rendezvous_timeout;
-  while (address.empty() && !g->procs_[0].exited && absl::Now() < deadline) {
+  while (address.empty() && !g->procs_[0].exited() && absl::Now() < deadline) {
     g->Pump(absl::Milliseconds(50), [&](int rank, const std::string& line) {
       if (rank == 0 && line.rfind("rendezvous ", 0) == 0) {
         address = line.substr(11);
@@ -80,7 +74,7 @@ absl::StatusOr<std::unique_ptr<RankGroup>> RankGroup::Start(
     });
   }
   if (address.empty()) {
-    if (g->procs_[0].exited) return g;  // failed before the rendezvous; the caller inspects it
+    if (g->procs_[0].exited()) return g;  // failed before the rendezvous; the caller inspects it
     return absl::DeadlineExceededError(absl::StrCat("rank 0 reported no rendezvous line\n", g->Describe()));
   }
   for (int r = 1; r < world_size; ++r) {
@@ -98,35 +92,26 @@ absl::Status RankGroup::Launch(int rank, const rankproto::FlatConfig& config) {
   absl::Status s = rankproto::WriteConfigFile(config_path, config);
   if (!s.ok()) return s;
   p.log_path = absl::StrCat(dir_, "/rank-", rank, ".log");
+  // The child: status pipe on fd 3, stdout and stderr to the log file.
+  const int log = open(p.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (log < 0) return absl::InternalError(absl::StrCat("cannot open ", p.log_path));
   int fds[2];
-  if (pipe2(fds, O_CLOEXEC) != 0) return absl::InternalError("pipe2 failed");
-  const std::string binary = RankBinary();
-  pid_t pid = fork();
-  if (pid < 0) {
-    close(fds[0]);
-    close(fds[1]);
-    return absl::InternalError("fork failed");
+  if (pipe2(fds, O_CLOEXEC) != 0) {
+    close(log);
+    return absl::InternalError("pipe2 failed");
   }
-  if (pid == 0) {
-    // Child: status pipe on fd 3, logs to the file, then exec.
-    // (No allocation here: the parent may have threads.)
-    if (fds[1] == kChildStatusFd) {
-      fcntl(fds[1], F_SETFD, 0);  // dup2 onto itself would keep FD_CLOEXEC
-    } else {
-      dup2(fds[1], kChildStatusFd);
-    }
-    int log = open(p.log_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-    if (log >= 0) {
-      dup2(log, STDOUT_FILENO);
-      dup2(log, STDERR_FILENO);
-    }
-    const char* argv[] = {binary.c_str(), "--config", config_path.c_str(), nullptr};
-    execv(binary.c_str(), const_cast<char* const*>(argv));
-    _exit(127);
-  }
+  SpawnOptions o;
+  o.argv = {RankBinary(), "--config", config_path};
+  o.fds = {{kChildStatusFd, fds[1]}, {STDOUT_FILENO, log}, {STDERR_FILENO, log}};
+  absl::StatusOr<Subprocess> process = Subprocess::Spawn(o);
   close(fds[1]);
+  close(log);
+  if (!process.ok()) {
+    close(fds[0]);
+    return process.status();
+  }
   fcntl(fds[0], F_SETFL, O_NONBLOCK);
-  p.pid = pid;
+  p.process = std::move(*process);
   p.fd = fds[0];
   return absl::OkStatus();
 }
@@ -171,19 +156,15 @@ bool RankGroup::Pump(absl::Duration wait, const std::function<bool(int, const st
     }
   }
   for (Proc& p : procs_) {
-    if (p.pid <= 0 || p.exited) continue;
-    int status = 0;
-    if (waitpid(p.pid, &status, WNOHANG) == p.pid) {
-      p.exited = true;
-      p.exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : -WTERMSIG(status);
-    }
+    if (!p.process.running()) continue;
+    if (std::optional<ExitStatus> st = p.process.Poll()) p.exit_code = st->CodeOrMinusSignal();
   }
   return matched;
 }
 
 bool RankGroup::AllExited() const {
   for (const Proc& p : procs_) {
-    if (p.pid > 0 && (!p.exited || p.fd >= 0)) return false;
+    if (p.process.running() || p.fd >= 0) return false;
   }
   return true;
 }
@@ -212,13 +193,12 @@ void RankGroup::Signal(int sig) {
 }
 
 void RankGroup::SignalRank(int rank, int sig) {
-  const Proc& p = procs_[rank];
-  if (p.pid > 0 && !p.exited) kill(p.pid, sig);
+  procs_[rank].process.Signal(sig);
 }
 
 int RankGroup::started() const {
   int n = 0;
-  for (const Proc& p : procs_) n += p.pid > 0 ? 1 : 0;
+  for (const Proc& p : procs_) n += p.process.pid() > 0 ? 1 : 0;
   return n;
 }
 
@@ -241,11 +221,11 @@ std::string RankGroup::Describe() const {
   std::string out;
   for (size_t r = 0; r < procs_.size(); ++r) {
     const Proc& p = procs_[r];
-    absl::StrAppend(&out, "--- rank ", r, " pid ", p.pid, " exit ", p.exit_code, ", ", p.lines.size(),
+    absl::StrAppend(&out, "--- rank ", r, " pid ", p.process.pid(), " exit ", p.exit_code, ", ", p.lines.size(),
                     " status lines\n");
     size_t first = p.lines.size() > 8 ? p.lines.size() - 8 : 0;
     for (size_t i = first; i < p.lines.size(); ++i) absl::StrAppend(&out, "  | ", p.lines[i], "\n");
-    if (p.pid > 0) {
+    if (p.process.pid() > 0) {
       std::string l = log(static_cast<int>(r));
       if (l.size() > 3000) l = l.substr(l.size() - 3000);
       absl::StrAppend(&out, "  log:\n", l, "\n");
@@ -255,13 +235,8 @@ std::string RankGroup::Describe() const {
 }
 
 RankGroup::~RankGroup() {
+  // Each Subprocess kills and reaps its child.
   for (Proc& p : procs_) {
-    if (p.pid > 0 && !p.exited) {
-      kill(p.pid, SIGKILL);
-      int status;
-      waitpid(p.pid, &status, 0);
-      p.exited = true;
-    }
     if (p.fd >= 0) close(p.fd);
   }
 }

@@ -4,7 +4,8 @@
 // their status lines and exit codes. Rank 0 starts first; once it reports
 // "rendezvous HOST:PORT" the other ranks start with run.store_address set.
 // Everything is bounded: processes still alive at a deadline are SIGKILLed
-// (by pid), and the destructor kills and reaps whatever is left.
+// (by pid), and the destructor kills (each rank's process group) and reaps
+// whatever is left. Processes start through common/subprocess.h.
 //
 // Test-only (rank_process_test, fashion_mnist_train_test). Not thread-safe;
 // one test thread uses a RankGroup.
@@ -19,6 +20,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/subprocess.h"
 #include "worker/protocol/rank_protocol.h"
 
 namespace trainctl::trainer::testing {
@@ -73,13 +75,13 @@ class RankGroup {
 
  private:
   struct Proc {
-    pid_t pid = -1;
+    Subprocess process;  // pid -1 until started
     int fd = -1;  // read end of the status pipe
-    bool exited = false;
     int exit_code = -1000;
     std::string partial;
     std::vector<std::string> lines;
     std::string log_path;
+    bool exited() const { return process.exit_status().has_value(); }
   };
   RankGroup() = default;
   absl::Status Launch(int rank, const rankproto::FlatConfig& config);

@@ -1,0 +1,365 @@
+#include "common/subprocess.h"
+
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
+#include <cstdlib>
+#include <fstream>
+#include <iterator>
+#include <sstream>
+#include <thread>
+#include <tuple>
+
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
+#include "common/temp_dir.h"
+
+namespace trainctl {
+namespace {
+
+// A pipe whose ends close with it.
+struct Pipe {
+  int read = -1, write = -1;
+  Pipe() {
+    int fds[2];
+    EXPECT_EQ(pipe2(fds, O_CLOEXEC), 0);
+    read = fds[0];
+    write = fds[1];
+  }
+  ~Pipe() {
+    CloseWrite();
+    if (read >= 0) close(read);
+  }
+  void CloseWrite() {
+    if (write >= 0) close(write);
+    write = -1;
+  }
+  // Everything until EOF (close the parent's write end first).
+  std::string ReadAll() {
+    CloseWrite();
+    std::string out;
+    char buf[4096];
+    ssize_t n;
+    while ((n = ::read(read, buf, sizeof buf)) > 0 || (n < 0 && errno == EINTR)) {
+      if (n > 0) out.append(buf, static_cast<size_t>(n));
+    }
+    return out;
+  }
+};
+
+SpawnOptions Shell(const std::string& script) {
+  SpawnOptions o;
+  o.argv = {"/bin/sh", "-c", script};
+  return o;
+}
+
+// Runs `o` with stdout into a pipe; returns (what it printed, how it ended).
+std::pair<std::string, ExitStatus> RunToEnd(SpawnOptions o) {
+  Pipe out;
+  o.fds.push_back({1, out.write});
+  absl::StatusOr<Subprocess> p = Subprocess::Spawn(o);
+  EXPECT_TRUE(p.ok()) << p.status();
+  if (!p.ok()) return {"", ExitStatus{}};
+  std::string text = out.ReadAll();
+  return {text, p->Wait()};
+}
+
+// A zombie counts as dead: an orphan waits for init to reap it.
+bool Alive(pid_t pid) {
+  if (kill(pid, 0) != 0) return false;
+  std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+  std::string text((std::istreambuf_iterator<char>(stat)), std::istreambuf_iterator<char>());
+  const size_t paren = text.rfind(')');
+  return paren == std::string::npos || paren + 2 >= text.size() || text[paren + 2] != 'Z';
+}
+
+// Waits until `pid` no longer exists (it was reaped by its parent or init).
+bool GoneWithin(pid_t pid, absl::Duration timeout) {
+  for (absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(10))) {
+    if (!Alive(pid)) return true;
+  }
+  return !Alive(pid);
+}
+
+// Fields 5 (process group) and 6 (session) of /proc/<pid>/stat as the child printed it.
+std::pair<long, long> GroupAndSession(const std::string& stat) {
+  std::string after = stat.substr(stat.rfind(')') + 2);
+  std::vector<std::string> f = absl::StrSplit(after, ' ');
+  long pgrp = 0, sid = 0;
+  EXPECT_TRUE(absl::SimpleAtoi(f[2], &pgrp));
+  EXPECT_TRUE(absl::SimpleAtoi(f[3], &sid));
+  return {pgrp, sid};
+}
+
+TEST(SubprocessTest, ExitCodesAreDecoded) {
+  for (int code : {0, 3, 255}) {
+    auto [out, st] = RunToEnd(Shell("exit " + std::to_string(code)));
+    EXPECT_TRUE(st.exited());
+    EXPECT_EQ(st.code, code);
+    EXPECT_EQ(st.signal, 0);
+    EXPECT_EQ(st.CodeOrMinusSignal(), code);
+    EXPECT_EQ(st.success(), code == 0);
+  }
+  EXPECT_EQ(ExitStatus::FromWaitStatus(3 << 8).ToString(), "exit code 3");
+}
+
+TEST(SubprocessTest, DeathBySignalIsDecoded) {
+  auto [out, st] = RunToEnd(Shell("kill -9 $$"));
+  EXPECT_FALSE(st.exited());
+  EXPECT_EQ(st.code, -1);
+  EXPECT_EQ(st.signal, SIGKILL);
+  EXPECT_EQ(st.CodeOrMinusSignal(), -SIGKILL);
+  EXPECT_TRUE(WIFSIGNALED(st.raw));
+}
+
+TEST(SubprocessTest, MissingProgramExits127WithTheMessage) {
+  Pipe err;
+  SpawnOptions o;
+  o.argv = {"/nonexistent/program"};
+  o.exec_error_message = "cannot run it\n";
+  o.fds.push_back({2, err.write});
+  absl::StatusOr<Subprocess> p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_EQ(err.ReadAll(), "cannot run it\n");
+  EXPECT_EQ(p->Wait().code, 127);
+  EXPECT_FALSE(Subprocess::Spawn(SpawnOptions{}).ok());
+}
+
+TEST(SubprocessTest, EnvironmentIsInheritedWithOverridesOrExact) {
+  setenv("SUBPROCESS_TEST_KEEP", "kept", 1);
+  setenv("SUBPROCESS_TEST_OVER", "old", 1);
+  SpawnOptions o = Shell("echo \"$SUBPROCESS_TEST_KEEP $SUBPROCESS_TEST_OVER $SUBPROCESS_TEST_NEW\"");
+  o.env = {"SUBPROCESS_TEST_OVER=new", "SUBPROCESS_TEST_NEW=added"};
+  EXPECT_EQ(RunToEnd(o).first, "kept new added\n");
+
+  SpawnOptions exact;
+  exact.argv = {"/usr/bin/env"};
+  exact.env = {"ONLY=this"};
+  exact.inherit_env = false;
+  EXPECT_EQ(RunToEnd(exact).first, "ONLY=this\n");
+}
+
+TEST(SubprocessTest, WorkingDirectoryIsSetOrTheChildExits125) {
+  const std::string dir = MakeTempDir("subprocess_test");
+  ASSERT_FALSE(dir.empty());
+  SpawnOptions o;
+  o.argv = {"/bin/pwd"};
+  o.work_dir = dir;
+  char real[4096];
+  ASSERT_NE(realpath(dir.c_str(), real), nullptr);
+  EXPECT_EQ(RunToEnd(o).first, std::string(real) + "\n");
+  o.work_dir = dir + "/missing";
+  EXPECT_EQ(RunToEnd(o).second.code, 125);
+  rmdir(dir.c_str());
+}
+
+TEST(SubprocessTest, FdsAreRedirectedAndOthersClosed) {
+  Pipe extra, err;
+  // Not close-on-exec: without close_other_fds the child would see it.
+  const int leaked = open("/dev/null", O_RDONLY);
+  ASSERT_GE(leaked, 0);
+  const std::string leak_check =
+      "if (: <&" + std::to_string(leaked) + ") 2>/dev/null; then echo leaked; else echo closed; fi";
+  SpawnOptions o = Shell("echo to-five >&5; echo to-err >&2; cat; " + leak_check);
+  o.fds = {{0, ChildFd::kDevNull}, {5, extra.write}, {2, err.write}};
+  auto [out, st] = RunToEnd(o);
+  EXPECT_EQ(st.code, 0);
+  EXPECT_EQ(out, "closed\n");  // cat read /dev/null: nothing
+  EXPECT_EQ(extra.ReadAll(), "to-five\n");
+  EXPECT_EQ(err.ReadAll(), "to-err\n");
+
+  SpawnOptions keep = Shell(leak_check);
+  keep.close_other_fds = false;
+  EXPECT_EQ(RunToEnd(keep).first, "leaked\n");
+  close(leaked);
+}
+
+TEST(SubprocessTest, FdsMaySwapPlaces) {
+  // The child's 1 is the parent's pipe now on 4 and vice versa: the copies
+  // must not clobber each other.
+  Pipe a, b;
+  const int a4 = fcntl(a.write, F_DUPFD_CLOEXEC, 20), b1 = fcntl(b.write, F_DUPFD_CLOEXEC, 21);
+  SpawnOptions o = Shell("echo one; echo four >&4");
+  o.fds = {{1, a4}, {4, b1}};
+  absl::StatusOr<Subprocess> p = Subprocess::Spawn(o);
+  ASSERT_TRUE(p.ok());
+  close(a4);
+  close(b1);
+  EXPECT_EQ(a.ReadAll(), "one\n");
+  EXPECT_EQ(b.ReadAll(), "four\n");
+  EXPECT_EQ(p->Wait().code, 0);
+}
+
+TEST(SubprocessTest, PollDoesNotBlockAndWaitForTimesOut) {
+  absl::StatusOr<Subprocess> p = Subprocess::Spawn(Shell("exec sleep 30"));
+  ASSERT_TRUE(p.ok());
+  EXPECT_FALSE(p->Poll().has_value());
+  EXPECT_FALSE(p->WaitFor(absl::Milliseconds(50)).has_value());
+  EXPECT_TRUE(p->running());
+  EXPECT_TRUE(p->Signal(SIGKILL));
+  std::optional<ExitStatus> st = p->WaitFor(absl::Seconds(10));
+  ASSERT_TRUE(st.has_value());
+  EXPECT_EQ(st->signal, SIGKILL);
+  EXPECT_FALSE(p->running());
+  EXPECT_FALSE(p->Signal(SIGKILL));
+  EXPECT_EQ(p->exit_status()->signal, SIGKILL);
+}
+
+// Runs `cat /proc/self/stat` under `o`: (its pid, process group, session).
+std::tuple<pid_t, long, long> GroupOfChild(SpawnOptions o) {
+  o.argv = {"/bin/cat", "/proc/self/stat"};
+  Pipe out;
+  o.fds = {{1, out.write}};
+  absl::StatusOr<Subprocess> p = Subprocess::Spawn(o);
+  EXPECT_TRUE(p.ok()) << p.status();
+  if (!p.ok()) return {-1, 0, 0};
+  auto [pgrp, sid] = GroupAndSession(out.ReadAll());
+  p->Wait();
+  return {p->pid(), pgrp, sid};
+}
+
+TEST(SubprocessTest, ChildLeadsItsOwnGroupOrSession) {
+  SpawnOptions o;
+  auto [pid, pgrp, sid] = GroupOfChild(o);
+  EXPECT_EQ(pgrp, pid);
+  EXPECT_NE(sid, pid);
+
+  o.new_session = true;
+  auto [pid2, pgrp2, sid2] = GroupOfChild(o);
+  EXPECT_EQ(pgrp2, pid2);
+  EXPECT_EQ(sid2, pid2);
+
+  o.new_session = false;
+  o.new_process_group = false;
+  auto [pid3, pgrp3, sid3] = GroupOfChild(o);
+  EXPECT_EQ(pgrp3, getpgrp());
+  EXPECT_EQ(sid3, getsid(0));
+}
+
+// A shell that starts a grandchild (sleep) and waits; `grandchild` is its pid.
+Subprocess SpawnWithGrandchild(pid_t* grandchild) {
+  Pipe out;
+  SpawnOptions o = Shell("sleep 60 & echo $!; wait");
+  o.fds = {{1, out.write}};
+  absl::StatusOr<Subprocess> p = Subprocess::Spawn(o);
+  EXPECT_TRUE(p.ok()) << p.status();
+  out.CloseWrite();
+  std::string line;
+  char c;
+  while (read(out.read, &c, 1) == 1 && c != '\n') line.push_back(c);
+  EXPECT_TRUE(absl::SimpleAtoi(line, grandchild)) << line;
+  return p.ok() ? std::move(*p) : Subprocess();
+}
+
+TEST(SubprocessTest, TerminateReachesGrandchildren) {
+  pid_t grandchild = 0;
+  Subprocess p = SpawnWithGrandchild(&grandchild);
+  ASSERT_GT(grandchild, 0);
+  ASSERT_TRUE(Alive(grandchild));
+  ExitStatus st = p.Terminate(absl::Seconds(5));
+  EXPECT_EQ(st.signal, SIGTERM);
+  EXPECT_TRUE(GoneWithin(grandchild, absl::Seconds(10)));
+}
+
+// Spawns `o` with stdout into a pipe and returns once it printed "ready".
+absl::StatusOr<Subprocess> SpawnUntilReady(SpawnOptions o) {
+  Pipe out;
+  o.fds.push_back({1, out.write});
+  absl::StatusOr<Subprocess> p = Subprocess::Spawn(o);
+  out.CloseWrite();
+  char buf[6];
+  if (p.ok() && read(out.read, buf, sizeof buf) != 6) return absl::InternalError("no ready line");
+  return p;
+}
+
+TEST(SubprocessTest, TerminateKillsAChildThatIgnoresSigterm) {
+  // "ready" once the trap is set, so SIGTERM cannot come before it.
+  absl::StatusOr<Subprocess> p = SpawnUntilReady(Shell("trap '' TERM; echo ready; while :; do sleep 0.05; done"));
+  ASSERT_TRUE(p.ok());
+  const absl::Time start = absl::Now();
+  EXPECT_EQ(p->Terminate(absl::Milliseconds(200)).signal, SIGKILL);
+  EXPECT_GE(absl::Now() - start, absl::Milliseconds(200));
+}
+
+TEST(SubprocessTest, DestructorKillsTheGroup) {
+  pid_t grandchild = 0;
+  {
+    Subprocess p = SpawnWithGrandchild(&grandchild);
+    ASSERT_GT(grandchild, 0);
+  }
+  EXPECT_TRUE(GoneWithin(grandchild, absl::Seconds(10)));
+}
+
+TEST(SubprocessTest, BlockedSignalsAreUnblockedInTheChild) {
+  // Daemons block SIGTERM in every thread (common/stop_signals.h); their
+  // children must still take it.
+  sigset_t term, old;
+  sigemptyset(&term);
+  sigaddset(&term, SIGTERM);
+  pthread_sigmask(SIG_BLOCK, &term, &old);
+  absl::StatusOr<Subprocess> p = Subprocess::Spawn(Shell("exec sleep 30"));
+  pthread_sigmask(SIG_SETMASK, &old, nullptr);
+  ASSERT_TRUE(p.ok());
+  EXPECT_EQ(p->Terminate(absl::Seconds(10)).signal, SIGTERM);
+}
+
+TEST(SubprocessTest, ParentDeathSignalFollowsTheSpawningThread) {
+  // PR_SET_PDEATHSIG fires when the thread that forked exits.
+  std::optional<Subprocess> child;
+  // The thread waits for the child's "ready" (printed after its prctl):
+  // a thread that exits before then leaves a child with no signal to get.
+  std::thread spawner([&] {
+    SpawnOptions o = Shell("echo ready; exec sleep 30");
+    o.parent_death_signal = SIGKILL;
+    absl::StatusOr<Subprocess> p = SpawnUntilReady(o);
+    ASSERT_TRUE(p.ok());
+    child = std::move(*p);
+  });
+  spawner.join();
+  ASSERT_TRUE(child.has_value());
+  std::optional<ExitStatus> st = child->WaitFor(absl::Seconds(10));
+  ASSERT_TRUE(st.has_value()) << "the child outlived its spawning thread";
+  EXPECT_EQ(st->signal, SIGKILL);
+}
+
+TEST(SubprocessTest, MoveKeepsOneOwner) {
+  absl::StatusOr<Subprocess> p = Subprocess::Spawn(Shell("exit 4"));
+  ASSERT_TRUE(p.ok());
+  Subprocess a = std::move(*p);
+  EXPECT_EQ(p->pid(), -1);
+  EXPECT_FALSE(p->running());
+  Subprocess b;
+  b = std::move(a);
+  EXPECT_EQ(b.Wait().code, 4);
+}
+
+TEST(TempDirTest, MakesAFreshPrivateDirectoryUnderTmpdir) {
+  const std::string base = MakeTempDir("temp_dir_test_base");
+  ASSERT_FALSE(base.empty());
+  const char* old = std::getenv("TMPDIR");
+  const std::string saved = old != nullptr ? old : "";
+  setenv("TMPDIR", base.c_str(), 1);
+  const std::string a = MakeTempDir("x"), b = MakeTempDir("x");
+  if (old != nullptr) {
+    setenv("TMPDIR", saved.c_str(), 1);
+  } else {
+    unsetenv("TMPDIR");
+  }
+  EXPECT_NE(a, b);
+  EXPECT_EQ(a.rfind(base + "/x_", 0), 0u) << a;
+  struct stat st;
+  ASSERT_EQ(stat(a.c_str(), &st), 0);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(st.st_mode & 0777, 0700u);
+  rmdir(a.c_str());
+  rmdir(b.c_str());
+  rmdir(base.c_str());
+}
+
+}  // namespace
+}  // namespace trainctl
