@@ -21,6 +21,7 @@
 // (writing_), so nothing touches a finished stream.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <map>
 #include <memory>
@@ -31,6 +32,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/event_loop.h"
@@ -38,6 +40,7 @@
 #include "trainctl/v1/worker_service.grpc.pb.h"
 #include "worker/daemon/rank_supervisor.h"
 #include "worker/daemon/telemetry_buffer.h"
+#include "worker/protocol/rank_protocol.h"
 
 namespace trainctl::worker {
 
@@ -121,8 +124,21 @@ class WorkerDaemon {
   struct LocalRank;
   struct LocalAttempt;
 
-  // Session (threads).
+  // Session (threads; daemon_session.cc).
   void SessionLoop();
+  // Registers on `stream` and, once acknowledged, reads it until it ends;
+  // true when the coordinator acknowledged the registration.
+  bool RunSession(grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>& stream);
+  v1::WorkerMessage RegisterMessage();
+  // Takes a registration's acknowledgement: the id, heartbeat and resend point.
+  void OnRegistered(const v1::RegisterAck& ack,
+                    grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream, int running_ranks);
+  // Sends heartbeats until `stop` (its own thread: a busy loop never delays them).
+  void HeartbeatLoop(const std::atomic<bool>& stop);
+  // Says why a session ended (or never began), and when the next try is.
+  void LogSessionEnd(const grpc::Status& st, bool registered, absl::Duration wait, int64_t& failures);
+  // Sleeps `wait` unless a shutdown begins; false when it did.
+  bool SleepUnlessShuttingDown(absl::Duration wait);
   // Queues a message for the coordinator. Heartbeats and goodbyes are sent
   // once (a heartbeat is dropped while disconnected, as is a non-critical
   // one); every other kind is sequenced telemetry (TelemetryBuffer), kept
@@ -135,35 +151,56 @@ class WorkerDaemon {
 
   // Loop handlers.
   void OnMessage(const v1::CoordinatorMessage& m);
+  // Rank lifecycle (rank_launch.cc, rank_end.cc).
   void OnStartRanks(const v1::StartRanks& s);
+  // An attempt's record with its paths resolved under the path policy.
+  std::unique_ptr<LocalAttempt> NewAttempt(const v1::StartRanks& s);
+  void ResolveAttemptPaths(LocalAttempt& a);
+  // Rank 0's daemon: makes the rendezvous (RendezvousBackend), reports it
+  // and starts the local ranks.
+  void ProduceRendezvous(LocalAttempt& a);
+  void ReportRendezvous(const LocalAttempt& a, const v1::RendezvousInfo& info);
   void OnRendezvous(const v1::RendezvousDelivery& d);
   void OnStopRanks(const v1::StopRanks& s);
-  // Answers a fetch's ReadFile with one FileChunk (artifact_reader.h).
-  void OnReadFile(const v1::ReadFile& r);
-  // Adds a reported checkpoint or final model to reported_artifacts_.
-  void RememberArtifact(const std::string& path);
-  void OnStatusLine(const std::string& key, const std::string& line);
-  void OnLogBatch(const std::string& key, const RankLogBatch& batch);
-  void OnExit(const std::string& key, int code, int signal);
   // Runs the pre-flight checks (preflight.h) and reports them; starts nothing.
   void OnPreflight(const v1::Preflight& p);
-  // The OOM-killer message when `r` died of a SIGKILL this daemon did not
-  // send while its cgroup's oom_kill count rose (oom_events.h).
-  std::optional<std::string> OomKilled(const LocalRank& r, int signal) const;
   void LaunchPending(LocalAttempt& a);
   void Launch(LocalAttempt& a, LocalRank& r);
+  // An engine rank's config (the job spec flattened plus its place in the
+  // attempt); an error for a refused data path.
+  absl::StatusOr<rankproto::FlatConfig> RankConfig(const LocalAttempt& a, const v1::RankAssignment& ra,
+                                                   const std::string& dir);
   // A command job's rank: the user's program under torchrun's environment.
   void LaunchCommand(LocalAttempt& a, LocalRank& r);
-  void ReportStatus(const LocalAttempt& a, const LocalRank& r, v1::RankState state);
+  std::vector<std::string> CommandLaunchEnvironment(const LocalAttempt& a, const v1::RankAssignment& ra);
+  // Starts `l` for `r` and reports STARTING; a spawn error ends the rank
+  // FAILED with "<what>: <error>". False when it did not start.
+  bool StartProcess(LocalAttempt& a, LocalRank& r, const RankLaunch& l, const std::string& what);
+  // Reports the RankState of `r`'s phase (with exit details for an end).
+  void ReportStatus(const LocalAttempt& a, const LocalRank& r);
   // A rank that could not be started ends FAILED (kind LAUNCH, or CONFIG for
   // a refused path) with `why`.
   void ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, const std::string& why,
                            v1::FailureKind kind = v1::FAILURE_KIND_LAUNCH);
-  void FlushMetrics();
-  void FlushLogs();
+  void OnExit(const std::string& key, int code, int signal);
+  // Why a failed rank failed: kind and message into `e`.
+  void DescribeFailure(const LocalAttempt& a, const LocalRank& r, int code, int signal, v1::ExitInfo& e) const;
+  // The OOM-killer message when `r` died of a SIGKILL this daemon did not
+  // send while its cgroup's oom_kill count rose (oom_events.h).
+  std::optional<std::string> OomKilled(const LocalRank& r, int signal) const;
   void MaybeForget(const std::string& attempt_key);
   std::vector<v1::RunningRank> RunningRanks();
   LocalRank* FindRank(const std::string& key, LocalAttempt** attempt);
+  // Status lines, logs and metrics (rank_status_lines.cc).
+  void OnStatusLine(const std::string& key, const std::string& line);
+  void OnLogBatch(const std::string& key, const RankLogBatch& batch);
+  void FlushMetrics();
+  void FlushLogs();
+  // Artifacts (daemon_artifacts.cc).
+  // Answers a fetch's ReadFile with one FileChunk (artifact_reader.h).
+  void OnReadFile(const v1::ReadFile& r);
+  // Adds a reported checkpoint or final model to reported_artifacts_.
+  void RememberArtifact(const std::string& path);
 
   DaemonOptions options_;
   EventLoop loop_;

@@ -1,0 +1,286 @@
+// WorkerDaemon's Session stream: connect, register (with the ranks still
+// running and the telemetry not yet acknowledged), read the coordinator's
+// messages onto the loop, heartbeat, write, and reconnect with exponential
+// backoff and full jitter.
+//
+// Threading: SessionLoop, RunSession and its helpers run on the session
+// thread; HeartbeatLoop on a thread the session starts per registration;
+// WriterLoop on the writer thread, the only one that writes to a registered
+// stream; Enqueue on any thread. Shared state is mu_'s (worker_daemon.h).
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <atomic>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <random>
+
+#include "absl/strings/str_cat.h"
+#include "common/auth/secret.h"
+#include "common/log.h"
+#include "worker/daemon/worker_daemon_internal.h"
+
+namespace trainctl::worker {
+namespace {
+
+// A rank's final status (the kind that travels with a re-registration).
+bool IsEnd(const v1::WorkerMessage& m) {
+  if (!m.has_rank_status()) return false;
+  v1::RankState s = m.rank_status().state();
+  return s == v1::RANK_STATE_SUCCEEDED || s == v1::RANK_STATE_FAILED || s == v1::RANK_STATE_STOPPED;
+}
+
+// "UNAVAILABLE" for a status without a message.
+std::string GrpcCodeText(grpc::StatusCode code) { return absl::StrCat("gRPC code ", static_cast<int>(code)); }
+
+// The coordinator refused this worker (not a network failure).
+bool IsRefusal(grpc::StatusCode code) {
+  return code == grpc::StatusCode::ALREADY_EXISTS || code == grpc::StatusCode::INVALID_ARGUMENT ||
+         code == grpc::StatusCode::UNAUTHENTICATED || code == grpc::StatusCode::PERMISSION_DENIED;
+}
+
+}  // namespace
+
+bool WorkerDaemon::Enqueue(v1::WorkerMessage msg, bool critical) {
+  absl::MutexLock lock(&mu_);
+  // A file chunk answers a fetch of this session: not telemetry to replay.
+  if (msg.has_heartbeat() || msg.has_goodbye() || msg.has_file_chunk()) {
+    if (!connected_ && !critical) return false;  // A heartbeat is only worth sending now.
+    control_.push_back(std::move(msg));
+    return true;
+  }
+  telemetry_.Append(std::move(msg));
+  return true;
+}
+
+void WorkerDaemon::WriterLoop() {
+  while (true) {
+    v1::WorkerMessage msg;
+    grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream = nullptr;
+    {
+      absl::MutexLock lock(&mu_);
+      auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+        return shutting_down_ ||
+               (stream_ != nullptr && (!control_.empty() || telemetry_.NextAfter(sent_seq_, nullptr)));
+      };
+      mu_.Await(absl::Condition(&ready));
+      if (shutting_down_) return;
+      if (!control_.empty()) {
+        msg = std::move(control_.front());
+        control_.pop_front();
+      } else {
+        telemetry_.NextAfter(sent_seq_, &msg);
+        // Sent once per session; a resend happens only on the next one.
+        sent_seq_ = msg.seq();
+      }
+      stream = stream_;
+      writing_ = true;
+    }
+    bool ok = stream->Write(msg);
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok && stream_ == stream) {
+      // The stream broke: the session thread sees it on its Read, ends the
+      // session and reconnects. Nothing more goes on this stream.
+      stream_ = nullptr;
+      connected_ = false;
+    }
+  }
+}
+
+std::vector<v1::RunningRank> WorkerDaemon::RanksForRegister() {
+  std::vector<v1::RunningRank> running;
+  loop_.RunSync([&] { running = RunningRanks(); });
+  // A rank whose end the coordinator has not acknowledged is still running
+  // as far as it knows: its end follows on the stream, after the metrics and
+  // logs sent before it (listing it as ended would apply the end first).
+  absl::MutexLock lock(&mu_);
+  telemetry_.ForEach([&](const v1::WorkerMessage& m) {
+    if (!IsEnd(m)) return;
+    const v1::RankStatus& st = m.rank_status();
+    for (const v1::RunningRank& r : running) {
+      if (r.job_id() == st.job_id() && r.attempt() == st.attempt() && r.rank() == st.rank()) return;
+    }
+    AboutRank(&running.emplace_back(), st.job_id(), st.attempt(), st.rank())->set_pid(st.pid());
+  });
+  return running;
+}
+
+void WorkerDaemon::SessionLoop() {
+  std::mt19937_64 rng(std::random_device{}());
+  absl::Duration backoff = options_.reconnect_min;
+  int64_t failures = 0;  // connection attempts in a row that did not register
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
+  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
+  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  auth::ChannelSecurity security;
+  security.token = options_.token;
+  security.ca_file = options_.ca_file;
+  security.cert_file = options_.cert_file;
+  security.key_file = options_.key_file;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> made = auth::MakeChannel(options_.coordinator, security, args);
+  if (!made.ok()) {
+    // Checked by main before the daemon starts; a file removed since then.
+    std::cerr << "trainctl-worker: " << made.status().message() << "\n";
+    return;
+  }
+  std::shared_ptr<grpc::Channel> channel = *std::move(made);
+  auto stub = v1::WorkerService::NewStub(channel);
+  while (true) {
+    grpc::ClientContext ctx;
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutting_down_) return;
+      ctx_ = &ctx;
+    }
+    std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream =
+        stub->Session(&ctx);
+    const bool registered = RunSession(*stream);
+    if (registered) {
+      backoff = options_.reconnect_min;
+      failures = 0;
+    }
+    // Take the stream away from the writer, make a Write in flight return
+    // (cancel), and wait for it: then nothing else touches the stream.
+    ctx.TryCancel();
+    {
+      absl::MutexLock lock(&mu_);
+      connected_ = false;
+      stream_ = nullptr;
+      ctx_ = nullptr;
+      control_.clear();  // Heartbeats of this session; a goodbye has no session left to end.
+      auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !writing_; };
+      mu_.Await(absl::Condition(&idle));
+    }
+    grpc::Status st = stream->Finish();
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutting_down_) return;
+    }
+    // Exponential backoff with full jitter.
+    absl::Duration wait = absl::Milliseconds(
+        std::uniform_int_distribution<int64_t>(absl::ToInt64Milliseconds(backoff) / 2,
+                                               absl::ToInt64Milliseconds(backoff))(rng));
+    LogSessionEnd(st, registered, wait, failures);
+    if (!SleepUnlessShuttingDown(wait)) return;
+    backoff = std::min(backoff * 2, options_.reconnect_max);
+  }
+}
+
+v1::WorkerMessage WorkerDaemon::RegisterMessage() {
+  v1::WorkerMessage reg;
+  v1::Register* r = reg.mutable_register_();
+  r->set_worker_id(worker_id());
+  r->set_hostname(options_.hostname);
+  r->set_address(options_.address);
+  for (const v1::Slot& s : options_.slots) *r->add_slots() = s;
+  for (const auto& [k, v] : options_.labels) (*r->mutable_labels())[k] = v;
+  r->set_version(options_.version);
+  r->set_allow_commands(options_.allow_commands);
+  for (v1::RunningRank& rr : RanksForRegister()) *r->add_running() = std::move(rr);
+  return reg;
+}
+
+bool WorkerDaemon::RunSession(grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>& stream) {
+  v1::WorkerMessage reg = RegisterMessage();
+  const int running = reg.register_().running_size();
+  if (std::getenv("TRAINCTL_WORKER_DEBUG") != nullptr) {
+    absl::MutexLock lock(&mu_);
+    std::cerr << "trainctl-worker: registering with " << running << " running rank(s), " << telemetry_.size()
+              << " unacknowledged report(s)\n";
+  }
+  v1::CoordinatorMessage in;
+  // Only this thread uses the stream until stream_ is set in OnRegistered.
+  if (!stream.Write(reg) || !stream.Read(&in) || !in.has_register_ack()) return false;
+  OnRegistered(in.register_ack(), &stream, running);
+  std::atomic<bool> hb_stop{false};
+  std::thread heartbeat([this, &hb_stop] { HeartbeatLoop(hb_stop); });
+  while (stream.Read(&in)) {
+    if (in.has_telemetry_ack()) {
+      absl::MutexLock lock(&mu_);
+      telemetry_.Ack(in.telemetry_ack().seq());
+      continue;
+    }
+    v1::CoordinatorMessage copy = in;
+    loop_.Post([this, copy] { OnMessage(copy); });
+  }
+  hb_stop = true;
+  heartbeat.join();
+  return true;
+}
+
+void WorkerDaemon::OnRegistered(const v1::RegisterAck& ack,
+                                grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
+                                int running_ranks) {
+  {
+    absl::MutexLock lock(&mu_);
+    worker_id_ = ack.worker_id();
+    heartbeat_interval_ = absl::Milliseconds(std::max(50, ack.heartbeat_interval_ms()));
+    telemetry_.OnRegistered(ack.telemetry_acked_seq());
+    sent_seq_ = telemetry_.acked();  // Resend everything not acknowledged.
+    stream_ = stream;
+    connected_ = true;
+  }
+  {
+    absl::MutexLock lock(&mu_);
+    LogEvent(LogLevel::kInfo, "worker", "registered",
+             {{"worker_id", ack.worker_id()}, {"coordinator", options_.coordinator},
+              {"running_ranks", absl::StrCat(running_ranks)},
+              {"unacknowledged_reports", absl::StrCat(telemetry_.size())},
+              {"heartbeat", absl::FormatDuration(heartbeat_interval_)}});
+  }
+  std::ofstream(id_file_ + ".tmp") << ack.worker_id() << "\n";
+  std::rename((id_file_ + ".tmp").c_str(), id_file_.c_str());
+}
+
+void WorkerDaemon::HeartbeatLoop(const std::atomic<bool>& stop) {
+  int64_t seq = 0;
+  while (!stop) {
+    v1::WorkerMessage hb;
+    hb.mutable_heartbeat()->set_seq(++seq);
+    Enqueue(hb, false);
+    absl::Duration d;
+    {
+      absl::MutexLock lock(&mu_);
+      d = heartbeat_interval_;
+    }
+    absl::Time until = absl::Now() + d;
+    while (!stop && absl::Now() < until) absl::SleepFor(absl::Milliseconds(10));
+  }
+}
+
+void WorkerDaemon::LogSessionEnd(const grpc::Status& st, bool registered, absl::Duration wait, int64_t& failures) {
+  // Said at once and at every retry: an operator sees why nothing runs.
+  const std::string reason = st.error_message().empty() ? GrpcCodeText(st.error_code()) : st.error_message();
+  if (IsRefusal(st.error_code())) {
+    LogEvent(LogLevel::kError, "worker", "registration_refused",
+             {{"coordinator", options_.coordinator}, {"reason", reason}, {"retry_in", absl::FormatDuration(wait)}});
+  } else if (registered) {
+    LogEvent(LogLevel::kWarn, "worker", "session_ended",
+             {{"coordinator", options_.coordinator}, {"reason", reason}, {"retry_in", absl::FormatDuration(wait)}});
+  } else {
+    ++failures;
+    LogEvent(LogLevel::kWarn, "worker", "coordinator_unreachable",
+             {{"coordinator", options_.coordinator}, {"reason", reason}, {"attempt", absl::StrCat(failures)},
+              {"retry_in", absl::FormatDuration(wait)}});
+  }
+}
+
+bool WorkerDaemon::SleepUnlessShuttingDown(absl::Duration wait) {
+  absl::Time until = absl::Now() + wait;
+  while (absl::Now() < until) {
+    {
+      absl::MutexLock lock(&mu_);
+      if (shutting_down_) return false;
+    }
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  return true;
+}
+
+}  // namespace trainctl::worker

@@ -1,0 +1,216 @@
+// The end of a rank on this host: a stop the coordinator asked for, a
+// process exit (with the failure's kind and message: the rank's own error
+// line, the OOM killer, a signal, a command's exit code and Python
+// exception), a rank that could not start, and forgetting an attempt once
+// every local rank's end is reported. Each end is reported once: the
+// LocalRankState transition into it decides who reports.
+//
+// Threading: every function here runs on the daemon's EventLoop.
+#include <csignal>
+#include <cstring>
+#include <regex>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "worker/daemon/oom_events.h"
+#include "worker/daemon/worker_daemon_internal.h"
+
+namespace trainctl::worker {
+
+namespace {
+
+// The failure kind of a rank's own error line.
+v1::FailureKind FailureKindOf(rankproto::ErrorKind kind) {
+  switch (kind) {
+    case rankproto::ErrorKind::kConfig: return v1::FAILURE_KIND_CONFIG;
+    case rankproto::ErrorKind::kCollective: return v1::FAILURE_KIND_COLLECTIVE;
+    case rankproto::ErrorKind::kRendezvous: return v1::FAILURE_KIND_RENDEZVOUS;
+    case rankproto::ErrorKind::kDiskFull: return v1::FAILURE_KIND_DISK_FULL;
+    case rankproto::ErrorKind::kData: return v1::FAILURE_KIND_DATA;
+    case rankproto::ErrorKind::kOutOfMemory: return v1::FAILURE_KIND_OUT_OF_MEMORY;
+    case rankproto::ErrorKind::kNan: return v1::FAILURE_KIND_NAN;
+    default: return v1::FAILURE_KIND_EXIT;
+  }
+}
+
+// How a command rank (the user's program) ended: which rank, how and, for a
+// Python traceback, the exception line.
+std::string CommandExitMessage(int32_t rank, int code, int signal, const std::deque<std::string>& last_lines) {
+  std::string how = signal != 0 ? absl::StrCat("killed by signal ", signal, " (", strsignal(signal), ")")
+                                : absl::StrCat("exited with code ", code);
+  if (code == 127) how += " (the program could not be executed)";
+  if (code == 2) how += " (a usage error, e.g. argparse rejected an argument)";
+  std::string message = absl::StrCat("rank ", rank, " ", how);
+  std::string exception = ExceptionLine(last_lines);
+  if (!exception.empty()) absl::StrAppend(&message, ": ", exception);
+  return message;
+}
+
+}  // namespace
+
+std::string ExceptionLine(const std::deque<std::string>& lines) {
+  // "ValueError: ...", "torch.distributed.DistBackendError: ...",
+  // "KeyboardInterrupt", "SystemExit: 3": a dotted name ending in one of
+  // Python's exception suffixes, at the start of the line.
+  static const std::regex kException(R"(^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b.*)");
+  for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
+    if (std::regex_match(*it, kException)) return it->size() > 300 ? it->substr(0, 300) : *it;
+  }
+  return "";
+}
+
+void WorkerDaemon::ReportStatus(const LocalAttempt& a, const LocalRank& r) {
+  v1::WorkerMessage m;
+  v1::RankStatus* s = AboutRank(m.mutable_rank_status(), a.job_id, a.number, r.assignment.rank());
+  s->set_state(r.state.proto());
+  s->set_pid(r.pid);
+  if (r.state.ended()) {
+    v1::ExitInfo* e = s->mutable_exit();
+    e->set_exit_code(-1);
+    for (const std::string& l : r.last_lines) e->add_last_log_lines(l);
+  }
+  Enqueue(m, /*critical=*/true);
+}
+
+void WorkerDaemon::ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, const std::string& why,
+                                       v1::FailureKind kind) {
+  if (!r.state.Apply(RankEvent::kLaunchFailed)) return;
+  v1::WorkerMessage m;
+  v1::RankStatus* st = AboutRank(m.mutable_rank_status(), a.job_id, a.number, r.assignment.rank());
+  st->set_state(v1::RANK_STATE_FAILED);
+  st->mutable_exit()->set_kind(kind);
+  st->mutable_exit()->set_exit_code(-1);
+  st->mutable_exit()->set_message(why);
+  Enqueue(m, true);
+}
+
+void WorkerDaemon::OnStopRanks(const v1::StopRanks& s) {
+  const std::string akey = AttemptKey(s.job_id(), s.attempt());
+  auto it = attempts_.find(akey);
+  absl::Duration grace = absl::Milliseconds(std::max(0, s.grace_period_ms()));
+  if (it == attempts_.end()) {
+    // Not ours (any more): a rank still running under that key is stopped.
+    for (int32_t rank : s.ranks()) supervisor_->Stop(absl::StrCat(akey, "/", rank), grace);
+    return;
+  }
+  LocalAttempt& a = *it->second;
+  for (auto& [rank, r] : a.ranks) {
+    bool listed = s.ranks_size() == 0 ||
+                  std::find(s.ranks().begin(), s.ranks().end(), rank) != s.ranks().end();
+    if (!listed || r.state.ended()) continue;
+    const bool live = r.state.live();
+    r.state.Apply(RankEvent::kStop);
+    if (live) {
+      supervisor_->Stop(r.key, grace);  // Its exit reports it STOPPED.
+    } else {
+      ReportStatus(a, r);  // Never started: STOPPED now.
+    }
+  }
+  MaybeForget(akey);
+}
+
+void WorkerDaemon::OnExit(const std::string& key, int code, int signal) {
+  LocalAttempt* a = nullptr;
+  LocalRank* r = FindRank(key, &a);
+  if (r == nullptr || r->state.ended()) return;
+  r->state.Apply(code == 0 ? RankEvent::kExitZero : RankEvent::kExitNonZero);
+  FlushMetrics();
+  FlushLogs();
+  v1::WorkerMessage m;
+  v1::RankStatus* s = AboutRank(m.mutable_rank_status(), a->job_id, a->number, r->assignment.rank());
+  s->set_pid(r->pid);
+  s->set_state(r->state.proto());
+  v1::ExitInfo* e = s->mutable_exit();
+  e->set_exit_code(code);
+  e->set_signal(signal);
+  for (const std::string& l : r->last_lines) e->add_last_log_lines(l);
+  if (r->state.phase() == RankPhase::kStopped) {
+    e->set_message("stopped on request");
+  } else if (r->state.phase() == RankPhase::kFailed) {
+    DescribeFailure(*a, *r, code, signal, *e);
+  }
+  LogEvent(s->state() == v1::RANK_STATE_FAILED ? LogLevel::kWarn : LogLevel::kInfo, "worker", "rank_exited",
+           {{"job_id", a->job_id}, {"attempt", absl::StrCat(a->number)}, {"rank", absl::StrCat(r->assignment.rank())},
+            {"pid", absl::StrCat(r->pid)}, {"state", v1::RankState_Name(s->state())},
+            {"exit_code", absl::StrCat(code)}, {"signal", absl::StrCat(signal)},
+            {"reason", e->message().substr(0, 300)}});
+  Enqueue(m, true);
+  MaybeForget(key.substr(0, key.rfind('/')));
+}
+
+void WorkerDaemon::DescribeFailure(const LocalAttempt& a, const LocalRank& r, int code, int signal,
+                                   v1::ExitInfo& e) const {
+  e.set_message(r.error_message);
+  if (r.error_kind.has_value()) {
+    e.set_kind(FailureKindOf(*r.error_kind));
+    if (*r.error_kind == rankproto::ErrorKind::kNan) e.set_step(r.error_step);
+  } else if (std::optional<std::string> oom = OomKilled(r, signal)) {
+    // A SIGKILL this daemon did not send, while the cgroup's OOM-kill
+    // count rose: the kernel's OOM killer.
+    e.set_kind(v1::FAILURE_KIND_OUT_OF_MEMORY);
+    e.set_message(*oom);
+    if (r.last_train.has_value()) e.set_peak_memory_bytes(r.last_train->peak_memory_bytes());
+  } else if (signal != 0) {
+    e.set_kind(v1::FAILURE_KIND_SIGNAL);
+    if (e.message().empty()) {
+      e.set_message(signal == SIGKILL ? "killed (SIGKILL: out of memory, or killed from outside)"
+                                      : absl::StrCat("killed by signal ", signal, " (", strsignal(signal), ")"));
+    }
+  } else {
+    e.set_kind(code == 127 ? v1::FAILURE_KIND_LAUNCH : v1::FAILURE_KIND_EXIT);
+    if (e.message().empty()) e.set_message(absl::StrCat("exited with code ", code));
+  }
+  if (a.command && !r.error_kind.has_value() && e.kind() != v1::FAILURE_KIND_OUT_OF_MEMORY) {
+    e.set_message(CommandExitMessage(r.assignment.rank(), code, signal, r.last_lines));
+    if (signal == 0 && code != 127) e.set_kind(v1::FAILURE_KIND_USER_CODE);
+  }
+}
+
+std::optional<std::string> WorkerDaemon::OomKilled(const LocalRank& r, int signal) const {
+  if (signal != SIGKILL || r.state.stop_requested() || !r.oom_kills_at_launch.has_value()) return std::nullopt;
+  std::optional<int64_t> now = ReadOomKillCount();
+  if (!now.has_value() || *now <= *r.oom_kills_at_launch) return std::nullopt;
+  std::string at;
+  if (r.last_train.has_value() && r.last_train->peak_memory_bytes() > 0) {
+    at = absl::StrFormat(" at %.1f GiB", static_cast<double>(r.last_train->peak_memory_bytes()) / (1 << 30));
+  }
+  return absl::StrCat("rank ", r.assignment.rank(), " was killed by the OOM killer", at,
+                      " (its memory cgroup's oom_kill count rose from ", *r.oom_kills_at_launch, " to ", *now,
+                      "); lower data.batch_size");
+}
+
+std::vector<v1::RunningRank> WorkerDaemon::RunningRanks() {
+  std::vector<v1::RunningRank> out;
+  for (auto& [k, a] : attempts_) {
+    for (auto& [rank, r] : a->ranks) {
+      if (!r.state.live()) continue;
+      AboutRank(&out.emplace_back(), a->job_id, a->number, rank)->set_pid(r.pid);
+    }
+  }
+  return out;
+}
+
+WorkerDaemon::LocalRank* WorkerDaemon::FindRank(const std::string& key, LocalAttempt** attempt) {
+  size_t slash = key.rfind('/');
+  auto it = attempts_.find(key.substr(0, slash));
+  if (it == attempts_.end()) return nullptr;
+  int rank = std::stoi(key.substr(slash + 1));
+  auto r = it->second->ranks.find(rank);
+  if (r == it->second->ranks.end()) return nullptr;
+  *attempt = it->second.get();
+  return &r->second;
+}
+
+void WorkerDaemon::MaybeForget(const std::string& akey) {
+  auto it = attempts_.find(akey);
+  if (it == attempts_.end()) return;
+  for (auto& [rank, r] : it->second->ranks) {
+    if (!r.state.ended()) return;
+  }
+  FlushMetrics();
+  FlushLogs();
+  attempts_.erase(it);
+}
+
+}  // namespace trainctl::worker

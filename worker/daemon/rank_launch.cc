@@ -1,0 +1,392 @@
+// Starting an attempt's ranks on this host: the attempt's record and its
+// paths (path_policy.h), the one rendezvous flow (rank 0's daemon makes it
+// with the attempt's RendezvousBackend and reports it, the others wait for
+// the coordinator's delivery), and each rank's launch: an engine rank with
+// its config file, a command rank (docs/command-jobs.md) with torchrun's
+// environment.
+//
+// Threading: every function here runs on the daemon's EventLoop.
+#include <unistd.h>
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "common/jobspec/job_spec.h"
+#include "common/log.h"
+#include "common/random_secret.h"
+#include "worker/daemon/oom_events.h"
+#include "worker/daemon/path_policy.h"
+#include "worker/daemon/preflight.h"
+#include "worker/daemon/worker_daemon_internal.h"
+
+namespace trainctl::worker {
+
+namespace fs = std::filesystem;
+namespace rk = rankproto::run_keys;
+
+namespace {
+
+// argv[0] as a shell finds it: through PATH without a '/', else against the
+// working directory `dir`.
+std::string ResolveProgram(const std::string& program, const std::string& dir) {
+  if (program.find('/') == std::string::npos) {
+    std::error_code ec;
+    const char* path = std::getenv("PATH");
+    for (absl::string_view d : absl::StrSplit(path != nullptr ? path : "/usr/bin:/bin", ':')) {
+      std::string candidate = absl::StrCat(d.empty() ? "." : d, "/", program);
+      if (access(candidate.c_str(), X_OK) == 0 && !fs::is_directory(candidate, ec)) return candidate;
+    }
+    return program;
+  }
+  if (program[0] != '/') return (fs::path(dir) / program).lexically_normal().string();
+  return program;
+}
+
+// The variables of CommandEnvironment an engine rank gets too.
+bool EngineVariable(const std::string& entry) {
+  static const char* const kNames[] = {"RANK",        "LOCAL_RANK",  "WORLD_SIZE",      "LOCAL_WORLD_SIZE",
+                                       "GROUP_RANK",  "MASTER_ADDR", "MASTER_PORT",     "TRAINCTL_JOB_ID",
+                                       "TRAINCTL_ATTEMPT"};
+  const std::string name = entry.substr(0, entry.find('='));
+  return std::any_of(std::begin(kNames), std::end(kNames), [&](const char* n) { return name == n; });
+}
+
+}  // namespace
+
+std::vector<std::string> CommandEnvironment(const std::string& job_id, int32_t attempt,
+                                            const v1::RankAssignment& ra, int32_t max_restarts,
+                                            const std::string& master_addr, const std::string& master_port,
+                                            const std::string& checkpoint_dir) {
+  return {absl::StrCat("RANK=", ra.rank()),
+          absl::StrCat("LOCAL_RANK=", ra.local_rank()),
+          absl::StrCat("WORLD_SIZE=", ra.world_size()),
+          absl::StrCat("LOCAL_WORLD_SIZE=", ra.local_world_size()),
+          absl::StrCat("GROUP_RANK=", ra.node_rank()),
+          absl::StrCat("GROUP_WORLD_SIZE=", std::max(1, ra.num_nodes())),
+          absl::StrCat("ROLE_RANK=", ra.rank()),
+          absl::StrCat("ROLE_WORLD_SIZE=", ra.world_size()),
+          "ROLE_NAME=default",
+          absl::StrCat("MASTER_ADDR=", master_addr),
+          absl::StrCat("MASTER_PORT=", master_port),
+          absl::StrCat("TORCHELASTIC_RESTART_COUNT=", std::max(0, attempt - 1)),
+          absl::StrCat("TORCHELASTIC_MAX_RESTARTS=", max_restarts),
+          absl::StrCat("TORCHELASTIC_RUN_ID=", job_id),
+          absl::StrCat("TRAINCTL_JOB_ID=", job_id),
+          absl::StrCat("TRAINCTL_ATTEMPT=", attempt),
+          absl::StrCat("TRAINCTL_CHECKPOINT_DIR=", checkpoint_dir),
+          "TRAINCTL_STATUS_FD=3"};
+}
+
+std::string DefaultPythonDir() {
+#ifdef TRAINCTL_SOURCE_PYTHON_DIR
+  std::error_code ec;
+  if (fs::exists(fs::path(TRAINCTL_SOURCE_PYTHON_DIR) / "trainctl" / "__init__.py", ec)) {
+    return TRAINCTL_SOURCE_PYTHON_DIR;
+  }
+#endif
+  return "";
+}
+
+void WorkerDaemon::OnPreflight(const v1::Preflight& p) {
+  PreflightContext ctx;
+  ctx.job_id = p.job_id();
+  ctx.base_dir = base_dir_;
+  ctx.work_dir = options_.work_dir;
+  ctx.data_roots = options_.data_roots;
+  ctx.checkpoint_roots = options_.checkpoint_roots;
+  ctx.allow_commands = options_.allow_commands;
+  ctx.checkpoint_bytes = p.has_resume() ? p.resume().size_bytes() : 0;
+  for (const v1::RankAssignment& r : p.ranks()) {
+    if (r.slot().kind() == v1::Slot::KIND_GPU) ctx.gpu_indices.push_back(r.slot().index());
+  }
+  std::vector<std::string> problems = PreflightProblems(p.spec(), ctx);
+  LogEvent(problems.empty() ? LogLevel::kInfo : LogLevel::kWarn, "worker", "preflight",
+           {{"job_id", p.job_id()}, {"attempt", absl::StrCat(p.attempt())},
+            {"problems", absl::StrJoin(problems, "; ").substr(0, 500)}});
+  v1::WorkerMessage m;
+  v1::PreflightReport* rep = m.mutable_preflight();
+  rep->set_job_id(p.job_id());
+  rep->set_attempt(p.attempt());
+  for (std::string& line : problems) rep->add_problems(std::move(line));
+  Enqueue(m, /*critical=*/true);
+}
+
+void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
+  const std::string akey = AttemptKey(s.job_id(), s.attempt());
+  if (attempts_.count(akey) > 0) return;  // A re-send after a reconnect.
+  std::unique_ptr<LocalAttempt> a = NewAttempt(s);
+  LocalAttempt& at = *a;
+  attempts_[akey] = std::move(a);
+  if (at.produce_rendezvous) ProduceRendezvous(at);
+  // Otherwise the ranks wait for the delivery (OnRendezvous).
+}
+
+std::unique_ptr<WorkerDaemon::LocalAttempt> WorkerDaemon::NewAttempt(const v1::StartRanks& s) {
+  auto a = std::make_unique<LocalAttempt>();
+  a->job_id = s.job_id();
+  a->number = s.attempt();
+  a->spec = s.spec();
+  a->produce_rendezvous = s.produce_rendezvous();
+  if (s.has_resume()) a->resume = s.resume();
+  a->spec_hash = s.spec_hash();
+  a->skip_steps = absl::StrJoin(s.skip_steps(), ",");
+  a->command = s.spec().has_command();
+  // A coordinator that sends none (older than this daemon, or a test's
+  // stand-in) still gets a store no stranger can use: a secret made here
+  // works where every rank of the attempt runs on this worker.
+  a->store_secret = s.rendezvous_secret().empty() ? NewSecretHex() : s.rendezvous_secret();
+  ResolveAttemptPaths(*a);
+  const std::string akey = AttemptKey(s.job_id(), s.attempt());
+  for (const v1::RankAssignment& ra : s.ranks()) {
+    LocalRank& r = a->ranks[ra.rank()];
+    r.assignment = ra;
+    r.key = absl::StrCat(akey, "/", ra.rank());
+    a->gpu = ra.slot().kind() == v1::Slot::KIND_GPU;
+  }
+  a->rendezvous_backend = MakeRendezvousBackend(a->gpu, a->command);
+  return a;
+}
+
+void WorkerDaemon::ResolveAttemptPaths(LocalAttempt& a) {
+  const v1::JobSpec& spec = a.spec;
+  if (a.command && !options_.allow_commands) {
+    a.path_error = "this worker does not run commands (start trainctl-worker with --allow-commands)";
+  } else if (a.command && !spec.command().working_dir().empty()) {
+    absl::StatusOr<std::string> dir = ResolveJobPath("command.working_dir", spec.command().working_dir(),
+                                                     base_dir_, options_.data_roots, "--data-root");
+    std::error_code ec;
+    if (!dir.ok()) {
+      a.path_error = std::string(dir.status().message());
+    } else if (!fs::is_directory(*dir, ec)) {
+      a.path_error = absl::StrCat("command.working_dir: ", *dir, " is not a directory on this worker");
+    } else {
+      a.command_dir = *dir;
+    }
+  }
+  // Absolute (against the daemon's working directory) so the rank, whose
+  // working directory differs, reads and writes the same place; a directory
+  // the job chose must lie inside --checkpoint_root when one is set.
+  if (spec.checkpoint().dir().empty()) {
+    a.checkpoint_dir =
+        fs::absolute(absl::StrCat(options_.work_dir, "/jobs/", a.job_id, "/checkpoints")).lexically_normal().string();
+  } else {
+    absl::StatusOr<std::string> dir = ResolveJobPath("checkpoint.dir", spec.checkpoint().dir(), base_dir_,
+                                                     options_.checkpoint_roots, "--checkpoint-root");
+    if (dir.ok()) {
+      a.checkpoint_dir = *dir;
+    } else {
+      a.path_error = std::string(dir.status().message());
+    }
+  }
+  if (!spec.tensorboard().enabled() && spec.tensorboard().dir().empty()) return;
+  if (spec.tensorboard().dir().empty()) {
+    a.tensorboard_dir = a.checkpoint_dir.empty() ? "" : a.checkpoint_dir + "/tensorboard";
+    return;
+  }
+  absl::StatusOr<std::string> dir = ResolveJobPath("tensorboard.dir", spec.tensorboard().dir(), base_dir_,
+                                                   options_.checkpoint_roots, "--checkpoint-root");
+  if (dir.ok()) {
+    a.tensorboard_dir = *dir;
+  } else if (a.path_error.empty()) {
+    a.path_error = std::string(dir.status().message());
+  }
+}
+
+void WorkerDaemon::ProduceRendezvous(LocalAttempt& a) {
+  auto zero = a.ranks.find(0);
+  if (zero == a.ranks.end()) return;
+  absl::StatusOr<std::optional<v1::RendezvousInfo>> made = a.rendezvous_backend->Produce(options_.address);
+  if (!made.ok()) {
+    for (auto& [rank, r] : a.ranks) ReportLaunchFailure(a, r, std::string(made.status().message()));
+    MaybeForget(AttemptKey(a.job_id, a.number));
+    return;
+  }
+  if (!made->has_value()) {
+    Launch(a, zero->second);  // Rank 0 picks a port and reports it.
+    return;
+  }
+  // Known before any rank runs: report it and start every local rank at once
+  // (each spends ~0.5 s loading LibTorch; rank 0 first and the others after
+  // it reported would take that twice).
+  ReportRendezvous(a, **made);
+  a.rendezvous = *std::move(*made);
+  LaunchPending(a);
+}
+
+void WorkerDaemon::ReportRendezvous(const LocalAttempt& a, const v1::RendezvousInfo& info) {
+  v1::WorkerMessage m;
+  v1::RendezvousReport* rep = m.mutable_rendezvous();
+  rep->set_job_id(a.job_id);
+  rep->set_attempt(a.number);
+  *rep->mutable_info() = info;
+  Enqueue(m, true);
+}
+
+void WorkerDaemon::OnRendezvous(const v1::RendezvousDelivery& d) {
+  auto it = attempts_.find(AttemptKey(d.job_id(), d.attempt()));
+  if (it == attempts_.end()) return;
+  it->second->rendezvous = d.info();
+  LaunchPending(*it->second);
+}
+
+void WorkerDaemon::LaunchPending(LocalAttempt& a) {
+  for (auto& [rank, r] : a.ranks) {
+    if (r.state.waiting()) Launch(a, r);
+  }
+}
+
+void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
+  const v1::RankAssignment& ra = r.assignment;
+  if (!a.path_error.empty()) {
+    ReportLaunchFailure(a, r, a.path_error, v1::FAILURE_KIND_CONFIG);
+    return;
+  }
+  if (a.command) {
+    LaunchCommand(a, r);
+    return;
+  }
+  std::string dir = absl::StrCat(options_.work_dir, "/jobs/", a.job_id, "/attempt-", a.number, "/rank-", ra.rank());
+  std::error_code ec;
+  fs::create_directories(dir, ec);  // the checkpoint dir is the writer rank's to create (and check)
+  absl::StatusOr<rankproto::FlatConfig> cfg = RankConfig(a, ra, dir);
+  if (!cfg.ok()) {
+    ReportLaunchFailure(a, r, std::string(cfg.status().message()), v1::FAILURE_KIND_CONFIG);
+    return;
+  }
+  std::string config_path = dir + "/rank.conf";
+  if (absl::Status s = rankproto::WriteConfigFile(config_path, *cfg); !s.ok()) {
+    r.error_message = std::string(s.message());
+  }
+  RankLaunch l;
+  l.key = r.key;
+  l.binary = options_.rank_binary;
+  l.args = options_.rank_binary_args;
+  l.args.push_back("--config");
+  l.args.push_back(config_path);
+  l.work_dir = dir;
+  const auto [master_addr, master_port] = MasterEndpoint(a.rendezvous, options_.address);
+  for (std::string& v : CommandEnvironment(a.job_id, a.number, ra, a.spec.restart().max_restarts(), master_addr,
+                                           master_port, a.checkpoint_dir)) {
+    if (EngineVariable(v)) l.env.push_back(std::move(v));
+  }
+  if (a.gpu) l.env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", ra.slot().index()));
+  StartProcess(a, r, l, "cannot start the rank process");
+}
+
+absl::StatusOr<rankproto::FlatConfig> WorkerDaemon::RankConfig(const LocalAttempt& a, const v1::RankAssignment& ra,
+                                                               const std::string& dir) {
+  rankproto::FlatConfig cfg = JobSpecToFlat(a.spec);
+  cfg[rk::kJobId] = a.job_id;
+  cfg[rk::kAttempt] = absl::StrCat(a.number);
+  cfg[rk::kRank] = absl::StrCat(ra.rank());
+  cfg[rk::kLocalRank] = absl::StrCat(ra.local_rank());
+  cfg[rk::kWorldSize] = absl::StrCat(ra.world_size());
+  cfg[rk::kLocalWorldSize] = absl::StrCat(ra.local_world_size());
+  cfg[rk::kNodeRank] = absl::StrCat(ra.node_rank());
+  cfg[rk::kDevice] = a.gpu ? "cuda" : "cpu";
+  cfg[rk::kCudaDevice] = a.gpu ? "0" : "";
+  cfg[rk::kBackend] = a.gpu ? "nccl" : "gloo";
+  if (!a.gpu) cfg[rk::kStoreSecret] = a.store_secret;
+  cfg[rk::kWorkDir] = dir;
+  if (absl::Status paths = ResolveDataPaths(cfg, base_dir_, options_.data_roots); !paths.ok()) return paths;
+  cfg[rk::kCheckpointDir] = a.checkpoint_dir;
+  if (!a.tensorboard_dir.empty()) cfg[rk::kTensorBoardDir] = a.tensorboard_dir;
+  // One writer per host (its first rank), or only rank 0 on a shared dir.
+  const bool writer = a.spec.checkpoint().shared() ? ra.rank() == 0 : ra.local_rank() == 0;
+  cfg[rk::kCheckpointWriter] = writer ? "true" : "false";
+  cfg[rk::kSpecHash] = a.spec_hash;
+  if (!a.skip_steps.empty()) cfg[rk::kSkipSteps] = a.skip_steps;
+  if (a.resume.has_value()) {
+    cfg[rk::kResumeFrom] = a.resume->path();
+    cfg[rk::kResumeChecksum] = a.resume->checksum();
+    cfg[rk::kResumeJobId] = a.resume->job_id();
+  }
+  cfg[rk::kStatusFd] = "3";
+  cfg[rk::kTimeoutSeconds] = absl::StrCat(options_.rank_timeout_s);
+  cfg[rk::kAdvertiseHost] = options_.address;
+  a.rendezvous_backend->ConfigureRank(a.rendezvous, ra.rank() == 0 && a.produce_rendezvous, cfg);
+  return cfg;
+}
+
+void WorkerDaemon::LaunchCommand(LocalAttempt& a, LocalRank& r) {
+  const v1::RankAssignment& ra = r.assignment;
+  const v1::CommandSpec& cmd = a.spec.command();
+  std::string scratch =
+      absl::StrCat(options_.work_dir, "/jobs/", a.job_id, "/attempt-", a.number, "/rank-", ra.rank());
+  std::error_code ec;
+  fs::create_directories(scratch, ec);
+  fs::create_directories(a.checkpoint_dir, ec);
+  std::string dir = a.command_dir.empty() ? scratch : a.command_dir;
+
+  RankLaunch l;
+  l.key = r.key;
+  l.work_dir = dir;
+  l.binary = ResolveProgram(cmd.argv(0), dir);
+  l.args.assign(cmd.argv().begin() + 1, cmd.argv().end());
+  if (cmd.local_rank() == v1::LOCAL_RANK_MODE_ARG || cmd.local_rank() == v1::LOCAL_RANK_MODE_BOTH) {
+    l.args.push_back(absl::StrCat(cmd.arg_style() == v1::LOCAL_RANK_ARG_STYLE_DASH ? "--local-rank=" : "--local_rank=",
+                                  ra.local_rank()));
+  }
+  l.env = CommandLaunchEnvironment(a, ra);
+  if (!StartProcess(a, r, l, absl::StrCat("cannot start ", cmd.argv(0)))) return;
+  // The program need not speak the rank protocol: started is ready.
+  r.state.Apply(RankEvent::kReady);
+  ReportStatus(a, r);
+}
+
+std::vector<std::string> WorkerDaemon::CommandLaunchEnvironment(const LocalAttempt& a, const v1::RankAssignment& ra) {
+  const v1::CommandSpec& cmd = a.spec.command();
+  std::vector<std::string> env;
+  for (const auto& [k, v] : cmd.env()) env.push_back(absl::StrCat(k, "=", v));
+  // torchrun's rule: one thread per rank when several share the host,
+  // unless the job (or the daemon's environment) says otherwise.
+  if (ra.local_world_size() > 1 && cmd.env().count("OMP_NUM_THREADS") == 0 &&
+      std::getenv("OMP_NUM_THREADS") == nullptr) {
+    env.push_back("OMP_NUM_THREADS=1");
+  }
+  const auto [master_addr, master_port] = MasterEndpoint(a.rendezvous, options_.address);
+  std::vector<std::string> contract = CommandEnvironment(a.job_id, a.number, ra, a.spec.restart().max_restarts(),
+                                                         master_addr, master_port, a.checkpoint_dir);
+  env.insert(env.end(), contract.begin(), contract.end());
+  if (a.gpu) {
+    // Every local rank's GPU, in local-rank order: LOCAL_RANK indexes the
+    // visible devices, as under torchrun (torch.cuda.set_device(local_rank)).
+    std::vector<std::pair<int32_t, int32_t>> local;
+    for (const auto& [rank, other] : a.ranks) {
+      local.emplace_back(other.assignment.local_rank(), other.assignment.slot().index());
+    }
+    std::sort(local.begin(), local.end());
+    std::vector<std::string> devices;
+    for (const auto& [lr, index] : local) devices.push_back(absl::StrCat(index));
+    env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", absl::StrJoin(devices, ",")));
+  }
+  if (!options_.python_dir.empty() && cmd.env().count("PYTHONPATH") == 0) {
+    const char* existing = std::getenv("PYTHONPATH");
+    env.push_back(absl::StrCat("PYTHONPATH=", options_.python_dir,
+                               existing != nullptr && *existing != 0 ? absl::StrCat(":", existing) : ""));
+  }
+  return env;
+}
+
+bool WorkerDaemon::StartProcess(LocalAttempt& a, LocalRank& r, const RankLaunch& l, const std::string& what) {
+  r.state.Apply(RankEvent::kLaunch);
+  r.oom_kills_at_launch = ReadOomKillCount();
+  absl::StatusOr<pid_t> pid = supervisor_->Launch(l);
+  if (!pid.ok()) {
+    ReportLaunchFailure(a, r, absl::StrCat(what, ": ", pid.status().message()));
+    return false;
+  }
+  r.pid = *pid;
+  LogEvent(LogLevel::kInfo, "worker", "rank_started",
+           {{"job_id", a.job_id}, {"attempt", absl::StrCat(a.number)}, {"rank", absl::StrCat(r.assignment.rank())},
+            {"pid", absl::StrCat(r.pid)}});
+  ReportStatus(a, r);
+  return true;
+}
+
+}  // namespace trainctl::worker

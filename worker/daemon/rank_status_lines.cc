@@ -1,0 +1,219 @@
+// What a rank says on its status pipe (worker/protocol/rank_protocol.h) and
+// prints, turned into reports for the coordinator: readiness, rank 0's
+// store address, progress heartbeats, checkpoints and the final model,
+// metrics (batched per attempt, flushed every --metrics-flush), error
+// lines kept for the exit report, and log lines (batched per rank, flushed
+// every --log-flush, bounded between flushes).
+//
+// Threading: every function here runs on the daemon's EventLoop.
+#include <algorithm>
+
+#include "absl/strings/str_cat.h"
+#include "common/time_util.h"
+#include "worker/daemon/worker_daemon_internal.h"
+
+namespace trainctl::worker {
+
+namespace {
+
+v1::RankPhase PhaseOf(const std::string& phase) {
+  return phase == "train"        ? v1::RANK_PHASE_TRAIN
+         : phase == "eval"       ? v1::RANK_PHASE_EVAL
+         : phase == "checkpoint" ? v1::RANK_PHASE_CHECKPOINT
+                                 : v1::RANK_PHASE_INIT;
+}
+
+v1::CollectiveOp OpOf(const std::string& op) {
+  return op == "allreduce"   ? v1::COLLECTIVE_OP_ALL_REDUCE
+         : op == "broadcast" ? v1::COLLECTIVE_OP_BROADCAST
+         : op == "barrier"   ? v1::COLLECTIVE_OP_BARRIER
+                             : v1::COLLECTIVE_OP_UNSPECIFIED;
+}
+
+// A `progress` line (with its collective heartbeat, when it has one).
+v1::WorkerMessage ProgressMessage(const std::string& job_id, int32_t attempt, int32_t rank, pid_t pid,
+                                  const rankproto::StatusMessage& msg) {
+  v1::WorkerMessage m;
+  v1::RankProgress* p = AboutRank(m.mutable_progress(), job_id, attempt, rank);
+  p->set_epoch(msg.epoch);
+  p->set_step(msg.step);
+  if (const rankproto::RankHeartbeat& hb = msg.heartbeat; hb.present) {
+    p->set_has_heartbeat(true);
+    p->set_phase(PhaseOf(hb.phase));
+    p->set_collective_seq(hb.seq);
+    p->set_waiting_seq(hb.waiting_seq);
+    p->set_op(OpOf(hb.op));
+    p->set_op_step(hb.op_step);
+    p->set_op_bucket(hb.op_bucket);
+    p->set_waiting_ms(hb.waiting_ms);
+    p->set_p99_step_ms(hb.p99_step_ms);
+    p->set_compute_ms(hb.compute_ms);
+    p->set_pid(static_cast<int32_t>(pid));
+  }
+  return m;
+}
+
+// A `checkpoint` line: the record the coordinator keeps for resuming.
+v1::WorkerMessage CheckpointMessage(const std::string& job_id, int32_t attempt, int32_t rank,
+                                    const rankproto::CheckpointNote& c) {
+  v1::WorkerMessage m;
+  v1::CheckpointReport* rep = AboutRank(m.mutable_checkpoint(), job_id, attempt, rank);
+  v1::CheckpointRecord* rec = rep->mutable_record();
+  rec->set_epochs_done(c.epochs_done);
+  rec->set_global_step(c.global_step);
+  rec->set_epoch_consumed(c.epoch_consumed);
+  rec->set_size_bytes(c.size_bytes);
+  rec->set_checksum(c.checksum);
+  rec->set_path(c.path);  // absolute: the rank got an absolute checkpoint dir
+  return m;
+}
+
+// A `metric` line as a point of the attempt's next MetricBatch.
+v1::MetricPoint MetricPointOf(int32_t rank, const rankproto::RankMetric& rm) {
+  v1::MetricPoint p;
+  p.set_kind(rm.kind == "epoch_end" ? v1::MetricPoint::KIND_EPOCH_END : v1::MetricPoint::KIND_TRAIN);
+  p.set_rank(rank);
+  p.set_epoch(rm.epoch);
+  p.set_step(rm.step);
+  p.set_steps_per_epoch(rm.steps_per_epoch);
+  SetTimestamp(absl::Now(), p.mutable_time());
+  p.set_loss(rm.loss);
+  p.set_lr(rm.lr);
+  p.set_samples_per_sec(rm.samples_per_sec);
+  p.set_data_ms(rm.data_ms);
+  p.set_compute_ms(rm.compute_ms);
+  p.set_comm_ms(rm.comm_ms);
+  p.set_loss_scale(rm.loss_scale);
+  p.set_skipped_steps(rm.skipped_steps);
+  p.set_peak_memory_bytes(rm.peak_memory_bytes);
+  p.set_samples_seen(rm.samples_seen);
+  if (rm.has_eval) {
+    p.mutable_eval()->set_epoch(rm.epoch);
+    p.mutable_eval()->set_loss(rm.eval_loss);
+    p.mutable_eval()->set_accuracy(rm.eval_accuracy);
+    p.mutable_eval()->set_samples(rm.eval_samples);
+  }
+  return p;
+}
+
+}  // namespace
+
+void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line) {
+  LocalAttempt* a = nullptr;
+  LocalRank* r = FindRank(key, &a);
+  if (r == nullptr) return;
+  absl::StatusOr<rankproto::StatusMessage> msg = rankproto::ParseStatusLine(line);
+  if (!msg.ok()) {
+    RankLogBatch note;
+    note.lines.push_back(RankLogLine{2, absl::Now(), absl::StrCat("[trainctl-worker] ignored status line: ", line)});
+    note.recent.push_back(note.lines.back().text);
+    OnLogBatch(key, note);
+    return;
+  }
+  const int32_t rank = r->assignment.rank();
+  switch (msg->type) {
+    case rankproto::StatusMessage::Type::kRendezvous: {
+      // Rank 0 listens on its store: reported here when the daemon could not
+      // reserve its port (RendezvousBackend).
+      if (rank != 0 || !a->produce_rendezvous) return;
+      std::optional<v1::RendezvousInfo> info = a->rendezvous_backend->RankListening(msg->address);
+      if (info.has_value()) ReportRendezvous(*a, *info);
+      break;
+    }
+    case rankproto::StatusMessage::Type::kReady:
+      if (r->state.Apply(RankEvent::kReady)) ReportStatus(*a, *r);
+      break;
+    case rankproto::StatusMessage::Type::kProgress:
+      Enqueue(ProgressMessage(a->job_id, a->number, rank, r->pid, *msg), false);
+      break;
+    case rankproto::StatusMessage::Type::kCheckpoint:
+      RememberArtifact(msg->checkpoint.path);
+      Enqueue(CheckpointMessage(a->job_id, a->number, rank, msg->checkpoint), true);
+      break;
+    case rankproto::StatusMessage::Type::kModel: {
+      if (rank != 0) return;
+      v1::WorkerMessage m;
+      v1::FinalModelReport* rep = AboutRank(m.mutable_final_model(), a->job_id, a->number, 0);
+      rep->set_path(msg->path);  // absolute: the rank got an absolute checkpoint dir
+      RememberArtifact(msg->path);
+      Enqueue(m, true);
+      break;
+    }
+    case rankproto::StatusMessage::Type::kMetric: {
+      v1::MetricPoint p = MetricPointOf(rank, msg->metric);
+      if (p.kind() == v1::MetricPoint::KIND_TRAIN) r->last_train = p;
+      a->pending_metrics.push_back(std::move(p));
+      if (a->pending_metrics.size() > 10000) a->pending_metrics.erase(a->pending_metrics.begin());
+      break;
+    }
+    case rankproto::StatusMessage::Type::kError:
+      r->error_kind = msg->error_kind;
+      r->error_message = msg->message;
+      r->error_step = msg->step;
+      break;
+  }
+}
+
+void WorkerDaemon::OnLogBatch(const std::string& key, const RankLogBatch& batch) {
+  LocalAttempt* a = nullptr;
+  LocalRank* r = FindRank(key, &a);
+  if (r == nullptr) return;
+  r->dropped += batch.dropped;
+  for (const std::string& line : batch.recent) {
+    r->last_lines.push_back(line);
+    if (r->last_lines.size() > kLastLogLines) r->last_lines.pop_front();
+  }
+  for (const RankLogLine& line : batch.lines) {
+    // Bounded between flushes too (the supervisor's rate makes this rare).
+    if (r->pending_logs.size() >= static_cast<size_t>(std::max(options_.log_burst, 1))) {
+      ++r->dropped;
+      continue;
+    }
+    v1::LogLine l;
+    l.set_rank(r->assignment.rank());
+    l.set_stream(line.stream == 1 ? v1::LogLine::STREAM_STDOUT : v1::LogLine::STREAM_STDERR);
+    SetTimestamp(line.time, l.mutable_time());
+    l.set_text(line.text);
+    r->pending_logs.push_back(std::move(l));
+  }
+}
+
+void WorkerDaemon::FlushMetrics() {
+  for (auto& [k, a] : attempts_) {
+    if (a->pending_metrics.empty()) continue;
+    v1::WorkerMessage m;
+    v1::MetricBatch* b = m.mutable_metrics();
+    b->set_job_id(a->job_id);
+    b->set_attempt(a->number);
+    for (auto& p : a->pending_metrics) *b->add_points() = std::move(p);
+    a->pending_metrics.clear();
+    // Epoch ends carry eval results: keep them across a reconnect.
+    bool has_epoch_end = false;
+    for (const auto& p : b->points()) has_epoch_end |= p.kind() == v1::MetricPoint::KIND_EPOCH_END;
+    Enqueue(std::move(m), has_epoch_end);
+  }
+}
+
+void WorkerDaemon::FlushLogs() {
+  for (auto& [k, a] : attempts_) {
+    for (auto& [rank, r] : a->ranks) {
+      if (r.pending_logs.empty() && r.dropped == 0) continue;
+      v1::WorkerMessage m;
+      v1::LogChunk* c = AboutRank(m.mutable_logs(), a->job_id, a->number, rank);
+      c->set_dropped_lines(r.dropped);
+      for (auto& l : r.pending_logs) *c->add_lines() = std::move(l);
+      if (r.dropped > 0) {
+        v1::LogLine* note = c->add_lines();
+        note->set_rank(rank);
+        note->set_stream(v1::LogLine::STREAM_STDERR);
+        SetTimestamp(absl::Now(), note->mutable_time());
+        note->set_text(absl::StrCat("[trainctl-worker] ", r.dropped, " log lines dropped (rate limit)"));
+      }
+      r.pending_logs.clear();
+      r.dropped = 0;
+      Enqueue(std::move(m), false);
+    }
+  }
+}
+
+}  // namespace trainctl::worker

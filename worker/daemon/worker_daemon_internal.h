@@ -1,0 +1,99 @@
+// The WorkerDaemon's per-attempt and per-rank records, shared by the files
+// that implement it (worker_daemon.cc: start/stop and /metrics;
+// daemon_session.cc: the Session stream; rank_launch.cc: starting ranks and
+// the rendezvous; rank_end.cc: stops and exits; rank_status_lines.cc:
+// status lines, logs and metrics; daemon_artifacts.cc: fetches). Not part of
+// the daemon's public face (worker_daemon.h).
+//
+// Threading: every field here belongs to the daemon's EventLoop; only loop
+// handlers read or write them.
+#pragma once
+
+#include <sys/types.h>
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "trainctl/v1/worker_service.pb.h"
+#include "worker/daemon/local_rank_state.h"
+#include "worker/daemon/rendezvous_backend.h"
+#include "worker/daemon/worker_daemon.h"
+#include "worker/protocol/rank_protocol.h"
+
+namespace trainctl::worker {
+
+// Lines of a rank's output kept for its end report.
+inline constexpr size_t kLastLogLines = 20;
+
+struct WorkerDaemon::LocalRank {
+  v1::RankAssignment assignment;
+  std::string key;  // "job/attempt/rank"
+  // Where the rank stands; its end is reported by the transition into it.
+  LocalRankState state;
+  pid_t pid = -1;
+  std::optional<rankproto::ErrorKind> error_kind;
+  std::string error_message;
+  int64_t error_step = 0;  // the step of a kNan error
+  // The cgroup's OOM-kill count when the rank was launched (unknown: none).
+  std::optional<int64_t> oom_kills_at_launch;
+  std::deque<std::string> last_lines;
+  // Log forwarding (already rate limited by the RankSupervisor): lines for
+  // the next chunk, and the count dropped since the last one.
+  std::vector<v1::LogLine> pending_logs;
+  int64_t dropped = 0;
+  // Its latest train window (for /metrics and an OOM report).
+  std::optional<v1::MetricPoint> last_train;
+};
+
+struct WorkerDaemon::LocalAttempt {
+  std::string job_id;
+  int32_t number = 0;
+  v1::JobSpec spec;
+  // This daemon hosts rank 0 and makes the rendezvous (RendezvousBackend).
+  bool produce_rendezvous = false;
+  bool gpu = false;
+  // Set once the rendezvous is known here (made, or delivered); ranks other
+  // than a self-reporting rank 0 start only then.
+  std::optional<v1::RendezvousInfo> rendezvous;
+  std::unique_ptr<RendezvousBackend> rendezvous_backend;
+  std::map<int32_t, LocalRank> ranks;
+  std::vector<v1::MetricPoint> pending_metrics;
+  std::string checkpoint_dir;
+  // Where rank 0 writes TensorBoard event files ("" = the job has none).
+  std::string tensorboard_dir;
+  // The coordinator's record to resume from (unset: a fresh start).
+  std::optional<v1::CheckpointRecord> resume;
+  // Steps the ranks skip (a NaN rollback's), as run.skip_steps.
+  std::string skip_steps;
+  // Why the job's paths are refused on this worker ("" = fine): its ranks
+  // fail as a configuration error instead of starting.
+  std::string path_error;
+  std::string spec_hash;
+  // A command job (spec.command): ranks are the user's program.
+  bool command = false;
+  // command.working_dir resolved under the path policy (command jobs).
+  std::string command_dir;
+  // The attempt's rendezvous secret: only ever written to the ranks' 0600
+  // config files, never logged or reported.
+  std::string store_secret;
+};
+
+// "job/attempt", the key of attempts_.
+std::string AttemptKey(const std::string& job_id, int32_t attempt);
+
+// Names the rank a report is about (job, attempt, rank): RankStatus,
+// RankProgress, CheckpointReport, FinalModelReport, LogChunk.
+template <typename Report>
+Report* AboutRank(Report* report, const std::string& job_id, int32_t attempt, int32_t rank) {
+  report->set_job_id(job_id);
+  report->set_attempt(attempt);
+  report->set_rank(rank);
+  return report;
+}
+
+}  // namespace trainctl::worker
