@@ -1190,8 +1190,10 @@ void FlattenMessage(const Message& msg, const std::string& prefix,
 }  // namespace
 
 std::map<std::string, std::string> JobSpecToFlat(const v1::JobSpec& spec) {
+  v1::JobSpec resolved = spec;
+  ResolveJobSpecDefaults(&resolved);  // idempotent; a spec stored before a default was added gets it here
   std::map<std::string, std::string> out;
-  FlattenMessage(spec, "", &out);
+  FlattenMessage(resolved, "", &out);
   return out;
 }
 
@@ -1417,6 +1419,12 @@ void ResolveJobSpecDefaults(v1::JobSpec* s) {
   }
   if (s->device() == v1::DEVICE_UNSPECIFIED) s->set_device(v1::DEVICE_AUTO);
   if (s->backend() == v1::BACKEND_UNSPECIFIED) s->set_backend(v1::BACKEND_AUTO);
+  v1::RestartSpec* restart = s->mutable_restart();
+  if (!restart->has_max_restarts()) restart->set_max_restarts(3);
+  if (restart->on_hang() == v1::HANG_POLICY_UNSPECIFIED) restart->set_on_hang(v1::HANG_POLICY_RESTART);
+  v1::StragglerSpec* st = s->mutable_stragglers();
+  if (st->policy() == v1::STRAGGLER_POLICY_UNSPECIFIED) st->set_policy(v1::STRAGGLER_POLICY_WARN);
+  if (st->threshold() == 0) st->set_threshold(0.3);
   if (s->has_command()) {
     // The user's program: no engine settings to fill in.
     v1::CommandSpec* c = s->mutable_command();
@@ -1427,7 +1435,6 @@ void ResolveJobSpecDefaults(v1::JobSpec* s) {
     v1::CheckpointSpec* cp = s->mutable_checkpoint();
     if (!cp->has_every_epochs()) cp->set_every_epochs(1);
     if (cp->keep() == 0) cp->set_keep(2);
-    if (!s->restart().has_max_restarts()) s->mutable_restart()->set_max_restarts(3);
     return;
   }
 
@@ -1478,8 +1485,15 @@ void ResolveJobSpecDefaults(v1::JobSpec* s) {
   v1::CheckpointSpec* c = s->mutable_checkpoint();
   if (!c->has_every_epochs()) c->set_every_epochs(1);
   if (c->keep() == 0) c->set_keep(2);
-  if (!s->restart().has_max_restarts()) s->mutable_restart()->set_max_restarts(3);
   if (s->metrics().every_steps() == 0) s->mutable_metrics()->set_every_steps(20);
+
+  // Numerical health: the rank reads min_loss_scale and max_skipped_steps,
+  // the coordinator on_nan and max_rollbacks.
+  v1::HealthSpec* h = s->mutable_health();
+  if (h->on_nan() == v1::HealthSpec::ON_NAN_UNSPECIFIED) h->set_on_nan(v1::HealthSpec::ON_NAN_ROLLBACK);
+  if (!h->has_max_rollbacks()) h->set_max_rollbacks(3);
+  if (!h->has_min_loss_scale()) h->set_min_loss_scale(1e-4);
+  if (!h->has_max_skipped_steps()) h->set_max_skipped_steps(50);
 }
 
 absl::Status SpecErrorsToStatus(const std::vector<SpecError>& errors) {

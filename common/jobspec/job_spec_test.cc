@@ -382,7 +382,9 @@ TEST(JobSpecTest, HangAndStragglerPolicies) {
   EXPECT_EQ(p.spec.stragglers().policy(), v1::STRAGGLER_POLICY_WARN);
   p = ParseJobSpecYaml(b, "job.yaml", {});
   ASSERT_TRUE(p.ok());
-  EXPECT_EQ(p.spec.restart().on_hang(), v1::HANG_POLICY_UNSPECIFIED);  // = restart
+  EXPECT_EQ(p.spec.restart().on_hang(), v1::HANG_POLICY_RESTART);  // resolved, as documented
+  EXPECT_DOUBLE_EQ(p.spec.stragglers().threshold(), 0.3);
+  EXPECT_EQ(p.spec.stragglers().policy(), v1::STRAGGLER_POLICY_WARN);
   EXPECT_THAT(Errors(b + "restart: {on_hang: retry}\n"),
               ::testing::ElementsAre(::testing::HasSubstr(
                   "restart.on_hang: must be one of restart, fail, got 'retry'")));
