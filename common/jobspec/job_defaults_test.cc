@@ -23,6 +23,7 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/strip.h"
 #include "common/jobspec/job_spec.h"
+#include "common/jobspec/spec_test_util.h"
 #include "worker/protocol/rank_protocol.h"
 
 namespace trainctl {
@@ -31,16 +32,8 @@ namespace {
 using Flat = std::map<std::string, std::string>;
 
 // The minimal engine job: what testdata/resolved_defaults.conf resolves.
-constexpr char kMinimal[] =
-    "name: j\n"
-    "model: {name: mlp, input_dim: 5, classes: 2}\n"
-    "data:\n"
-    "  train: {format: synthetic, length: 100, size: 5, classes: 2}\n";
-
-std::string Source(const std::string& rel) {
-  const char* dir = std::getenv("TRAINCTL_SOURCE_DIR");
-  return std::string(dir ? dir : ".") + "/" + rel;
-}
+constexpr const char* kMinimal = testing_spec::kBase;
+using testing_spec::Source;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path);
