@@ -15,11 +15,7 @@
 namespace trainctl {
 namespace {
 
-using ::testing::ElementsAre;
-using ::testing::HasSubstr;
-using testing_spec::Errors;
-using testing_spec::kBase;
-using testing_spec::Source;
+using namespace testing_spec;  // NOLINT: kBase, Errors, Source, matchers
 
 TEST(JobSpecTest, LongListIsRefused) {
   std::string hidden;

@@ -7,8 +7,13 @@
 #include <vector>
 
 #include "common/jobspec/job_spec.h"
+#include "gmock/gmock.h"
 
 namespace trainctl::testing_spec {
+
+// The matchers every case uses (a test file says `using namespace testing_spec`).
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
 
 // A valid minimal job; cases append to it (its lines are 1-4).
 inline constexpr char kBase[] =
