@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 
@@ -237,23 +238,23 @@ TEST(RankConfigTest, EveryKeyTheRankReadsIsRequired) {
     ASSERT_EQ(f.erase(key), 1u) << key << " is not in the resolved spec's keys";
     ExpectError(f, key, "missing");
   }
-  // checkpoint.dir is read when the worker gives no run.checkpoint_dir.
-  auto f = Classic();
-  f.erase("run.checkpoint_dir");
-  f.erase("checkpoint.dir");
-  ExpectError(f, "checkpoint.dir", "missing");
-  // A cnn, csv or tensors config needs its own keys too.
-  f = Classic();
-  f["model.name"] = "cnn";
-  ExpectError(f, "model.batch_norm", "missing");
-  f = Classic();
-  f["data.train.format"] = "csv";
-  f["data.train.path"] = "/a.csv";
-  ExpectError(f, "data.train.label_column", "missing");
-  f = Classic();
-  f["data.train.format"] = "tensors";
-  f["data.train.path"] = "/a.pt";
-  ExpectError(f, "data.train.inputs_key", "missing");
+  // checkpoint.dir is read when the worker gives no run.checkpoint_dir; a
+  // cnn, csv or tensors config needs its own keys too.
+  struct Case {
+    rankproto::FlatConfig set;
+    std::vector<std::string> erase;
+    std::string missing;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{}, {"run.checkpoint_dir", "checkpoint.dir"}, "checkpoint.dir"},
+           {{{"model.name", "cnn"}}, {}, "model.batch_norm"},
+           {{{"data.train.format", "csv"}, {"data.train.path", "/a.csv"}}, {}, "data.train.label_column"},
+           {{{"data.train.format", "tensors"}, {"data.train.path", "/a.pt"}}, {}, "data.train.inputs_key"}}) {
+    auto f = Classic();
+    for (const auto& [k, v] : c.set) f[k] = v;
+    for (const std::string& k : c.erase) f.erase(k);
+    ExpectError(f, c.missing, "missing");
+  }
 }
 
 }  // namespace
