@@ -67,6 +67,16 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& 
   return auth::MakeChannel(options.address, security, args);
 }
 
+// One unary call under the client's deadline: `rpc` is the stub's method
+// (&v1::JobService::Stub::GetJob); the call's status with the address named.
+template <typename Stub, typename Request, typename Response>
+absl::Status Unary(Stub* stub, grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
+                   const Request& req, Response* resp, const ClientOptions& options) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(Deadline(options.timeout));
+  return FromGrpc((stub->*rpc)(&ctx, req, resp), options.address);
+}
+
 }  // namespace
 
 Client::Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
@@ -118,12 +128,10 @@ std::unique_ptr<Client> Client::FromChannel(std::shared_ptr<grpc::Channel> chann
 }
 
 absl::StatusOr<v1::Job> Client::Submit(const v1::JobSpec& spec) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(Deadline(options_.timeout));
   v1::SubmitJobRequest req;
   *req.mutable_spec() = spec;
   v1::SubmitJobResponse resp;
-  absl::Status s = FromGrpc(stubs_->jobs->SubmitJob(&ctx, req, &resp), options_.address);
+  absl::Status s = Unary(stubs_->jobs.get(), &v1::JobService::Stub::SubmitJob, req, &resp, options_);
   if (!s.ok()) return s;
   return std::move(*resp.mutable_job());
 }
@@ -136,13 +144,11 @@ absl::StatusOr<v1::Job> Client::SubmitFile(const std::string& path,
 }
 
 absl::StatusOr<DryRunResult> Client::DryRun(const v1::JobSpec& spec) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(Deadline(options_.timeout));
   v1::SubmitJobRequest req;
   *req.mutable_spec() = spec;
   req.set_dry_run(true);
   v1::SubmitJobResponse resp;
-  absl::Status s = FromGrpc(stubs_->jobs->SubmitJob(&ctx, req, &resp), options_.address);
+  absl::Status s = Unary(stubs_->jobs.get(), &v1::JobService::Stub::SubmitJob, req, &resp, options_);
   if (!s.ok()) return s;
   DryRunResult out;
   out.job = std::move(*resp.mutable_job());
@@ -152,12 +158,10 @@ absl::StatusOr<DryRunResult> Client::DryRun(const v1::JobSpec& spec) {
 }
 
 absl::StatusOr<v1::Job> Client::Get(const std::string& job_id) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(Deadline(options_.timeout));
   v1::GetJobRequest req;
   req.set_job_id(job_id);
   v1::Job job;
-  absl::Status s = FromGrpc(stubs_->jobs->GetJob(&ctx, req, &job), options_.address);
+  absl::Status s = Unary(stubs_->jobs.get(), &v1::JobService::Stub::GetJob, req, &job, options_);
   if (!s.ok()) return s;
   return job;
 }
@@ -172,10 +176,8 @@ absl::StatusOr<std::vector<v1::Job>> Client::List(const std::vector<v1::JobState
     int want = limit == 0 ? kListPageSize
                           : std::min<int>(kListPageSize, limit - static_cast<int>(out.size()));
     req.set_page_size(want);
-    grpc::ClientContext ctx;
-    ctx.set_deadline(Deadline(options_.timeout));
     v1::ListJobsResponse resp;
-    absl::Status s = FromGrpc(stubs_->jobs->ListJobs(&ctx, req, &resp), options_.address);
+    absl::Status s = Unary(stubs_->jobs.get(), &v1::JobService::Stub::ListJobs, req, &resp, options_);
     if (!s.ok()) return s;
     for (v1::Job& j : *resp.mutable_jobs()) out.push_back(std::move(j));
     req.set_page_token(resp.next_page_token());
@@ -185,13 +187,11 @@ absl::StatusOr<std::vector<v1::Job>> Client::List(const std::vector<v1::JobState
 }
 
 absl::StatusOr<v1::Job> Client::Cancel(const std::string& job_id, const std::string& reason) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(Deadline(options_.timeout));
   v1::CancelJobRequest req;
   req.set_job_id(job_id);
   req.set_reason(reason);
   v1::Job job;
-  absl::Status s = FromGrpc(stubs_->jobs->CancelJob(&ctx, req, &job), options_.address);
+  absl::Status s = Unary(stubs_->jobs.get(), &v1::JobService::Stub::CancelJob, req, &job, options_);
   if (!s.ok()) return s;
   return job;
 }
@@ -298,10 +298,8 @@ absl::StatusOr<std::vector<v1::MetricBatch>> Client::Metrics(const std::string& 
   req.set_kind(options.kind);
   std::vector<v1::MetricBatch> batches;
   do {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(Deadline(options_.timeout));
     v1::GetMetricsResponse resp;
-    absl::Status s = FromGrpc(stubs_->jobs->GetMetrics(&ctx, req, &resp), options_.address);
+    absl::Status s = Unary(stubs_->jobs.get(), &v1::JobService::Stub::GetMetrics, req, &resp, options_);
     if (!s.ok()) return s;
     for (v1::MetricBatch& b : *resp.mutable_batches()) {
       // A page may continue the previous page's attempt: one batch per run.
@@ -317,12 +315,10 @@ absl::StatusOr<std::vector<v1::MetricBatch>> Client::Metrics(const std::string& 
 }
 
 absl::StatusOr<std::vector<v1::Worker>> Client::Workers(bool include_gone) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(Deadline(options_.timeout));
   v1::ListWorkersRequest req;
   req.set_include_gone(include_gone);
   v1::ListWorkersResponse resp;
-  absl::Status s = FromGrpc(stubs_->workers->ListWorkers(&ctx, req, &resp), options_.address);
+  absl::Status s = Unary(stubs_->workers.get(), &v1::WorkerService::Stub::ListWorkers, req, &resp, options_);
   if (!s.ok()) return s;
   return std::vector<v1::Worker>(resp.workers().begin(), resp.workers().end());
 }
@@ -332,32 +328,26 @@ absl::StatusOr<std::vector<v1::Worker>> Client::Workers(bool include_gone) {
 namespace trainctl {
 
 absl::StatusOr<v1::CreateTokenResponse> Client::CreateToken(const v1::CreateTokenRequest& req) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(Deadline(options_.timeout));
   v1::CreateTokenResponse resp;
-  absl::Status s = FromGrpc(stubs_->auth->CreateToken(&ctx, req, &resp), options_.address);
+  absl::Status s = Unary(stubs_->auth.get(), &v1::AuthService::Stub::CreateToken, req, &resp, options_);
   if (!s.ok()) return s;
   return resp;
 }
 
 absl::StatusOr<std::vector<v1::Token>> Client::ListTokens(bool include_revoked) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(Deadline(options_.timeout));
   v1::ListTokensRequest req;
   req.set_include_revoked(include_revoked);
   v1::ListTokensResponse resp;
-  absl::Status s = FromGrpc(stubs_->auth->ListTokens(&ctx, req, &resp), options_.address);
+  absl::Status s = Unary(stubs_->auth.get(), &v1::AuthService::Stub::ListTokens, req, &resp, options_);
   if (!s.ok()) return s;
   return std::vector<v1::Token>(resp.tokens().begin(), resp.tokens().end());
 }
 
 absl::StatusOr<v1::Token> Client::RevokeToken(const std::string& id) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(Deadline(options_.timeout));
   v1::RevokeTokenRequest req;
   req.set_id(id);
   v1::Token resp;
-  absl::Status s = FromGrpc(stubs_->auth->RevokeToken(&ctx, req, &resp), options_.address);
+  absl::Status s = Unary(stubs_->auth.get(), &v1::AuthService::Stub::RevokeToken, req, &resp, options_);
   if (!s.ok()) return s;
   return resp;
 }

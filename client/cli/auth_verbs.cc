@@ -88,12 +88,7 @@ int RunList(CliContext& ctx, bool all) {
   if (!client.ok()) return ctx.Fail(client.status());
   absl::StatusOr<std::vector<v1::Token>> tokens = (*client)->ListTokens(all);
   if (!tokens.ok()) return ctx.Fail(tokens.status());
-  if (ctx.json()) {
-    v1::ListTokensResponse resp;
-    for (const v1::Token& t : *tokens) *resp.add_tokens() = t;
-    ctx.PrintJson(resp);
-    return kExitOk;
-  }
+  if (ctx.json()) return PrintJsonList(ctx, *tokens, &v1::ListTokensResponse::mutable_tokens);
   if (tokens->empty()) {
     ctx.out << (all ? "no tokens\n" : "no live tokens (--all shows revoked and expired ones)\n");
     return kExitOk;
@@ -163,14 +158,14 @@ int RunLogin(CliContext& ctx, const std::string& address) {
 }  // namespace
 
 VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx) {
-  CLI::App* sub = app.add_subcommand("token", "Create, list and revoke bearer tokens (admin)");
-  sub->footer(
-      "Examples:\n"
+  CLI::App* sub = AddVerb(
+      app, "token", "Create, list and revoke bearer tokens (admin)",
       "  trainctl token create --role submitter --name alice --ttl 30d\n"
       "  trainctl token create --role worker --name gpu-07\n"
       "  trainctl token create --role join --ttl 1h     (one-time: trainctl-worker --join-token)\n"
       "  trainctl token list --all\n"
-      "  trainctl token revoke t-3f9a1c0d\n");
+      "  trainctl token revoke t-3f9a1c0d\n",
+      "Examples:");
   sub->require_subcommand(1, 1);
   auto create = std::make_shared<CreateArgs>();
   auto all = std::make_shared<bool>(false);
@@ -199,10 +194,8 @@ VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx) {
 
 VerbRunner AddLoginVerb(CLI::App& app, CliContext& ctx) {
   auto address = std::make_shared<std::string>();
-  CLI::App* sub = app.add_subcommand(
-      "login", "Check a token against a coordinator and save address, token and CA in the config file");
-  sub->footer(
-      "Example:\n"
+  CLI::App* sub = AddVerb(
+      app, "login", "Check a token against a coordinator and save address, token and CA in the config file",
       "  trainctl login --address coord:7070 --token tct_t-3f9a1c0d_... --ca ca.crt\n"
       "Writes $XDG_CONFIG_HOME (or ~/.config)/trainctl/config.yaml with mode 0600.\n");
   sub->add_option("--address", *address, "Coordinator HOST:PORT")->type_name("HOST:PORT");

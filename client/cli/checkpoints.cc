@@ -94,18 +94,16 @@ int RunResume(CliContext& ctx, const ResumeFlags& flags) {
 
 VerbRunner AddCheckpointsVerb(CLI::App& app, CliContext& ctx) {
   auto job = std::make_shared<std::string>();
-  CLI::App* sub = app.add_subcommand("checkpoints", "List the checkpoints a job can resume from, newest first");
-  sub->footer("Example:\n  trainctl checkpoints mlp-synthetic-7f3a2c\n");
+  CLI::App* sub = AddVerb(app, "checkpoints", "List the checkpoints a job can resume from, newest first",
+                          "  trainctl checkpoints mlp-synthetic-7f3a2c\n");
   sub->add_option("JOB", *job, "Job id")->required();
   return [&ctx, job] { return RunCheckpoints(ctx, *job); };
 }
 
 VerbRunner AddResumeVerb(CLI::App& app, CliContext& ctx) {
   auto flags = std::make_shared<ResumeFlags>();
-  CLI::App* sub = app.add_subcommand(
-      "resume", "Submit a new job that continues JOB (cancelled, failed or finished) from its newest checkpoint");
-  sub->footer(
-      "Example:\n"
+  CLI::App* sub = AddVerb(
+      app, "resume", "Submit a new job that continues JOB (cancelled, failed or finished) from its newest checkpoint",
       "  trainctl resume mlp-synthetic-7f3a2c --follow\n"
       "  trainctl resume mlp-synthetic-7f3a2c --set training.epochs=10   # train 10 epochs in all\n"
       "Changes that keep the checkpoint loadable are allowed (epochs, learning rate, data, world_size);\n"

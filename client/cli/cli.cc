@@ -173,6 +173,13 @@ int CliContext::Fail(const absl::Status& status) {
 
 void CliContext::PrintJson(const google::protobuf::Message& msg) { out << ToJson(msg) << "\n"; }
 
+CLI::App* AddVerb(CLI::App& app, const std::string& name, const std::string& description,
+                  const std::string& examples, const std::string& heading) {
+  CLI::App* sub = app.add_subcommand(name, description);
+  sub->footer(absl::StrCat(heading, "\n", examples));
+  return sub;
+}
+
 namespace {
 
 // The whole command line: global flags and every verb; the verbs' runners by name.

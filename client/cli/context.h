@@ -9,11 +9,13 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "client/cli/cli.h"
 #include "google/protobuf/message.h"
+#include "google/protobuf/repeated_ptr_field.h"
 #include "trainctl/client.h"
 
 namespace trainctl::cli {
@@ -48,6 +50,22 @@ struct CliContext {
   // Prints one JSON document on its own line.
   void PrintJson(const google::protobuf::Message& msg);
 };
+
+// A verb's subcommand with its one-line description and, in --help, its
+// examples under `heading`.
+CLI::App* AddVerb(CLI::App& app, const std::string& name, const std::string& description,
+                  const std::string& examples, const std::string& heading = "Example:");
+
+// --output json for a listing: `items` in their List RPC's response message
+// (`field`: e.g. &v1::ListWorkersResponse::mutable_workers). Returns kExitOk.
+template <typename Response, typename Item>
+int PrintJsonList(CliContext& ctx, const std::vector<Item>& items,
+                  google::protobuf::RepeatedPtrField<Item>* (Response::*field)()) {
+  Response resp;
+  for (const Item& item : items) *(resp.*field)()->Add() = item;
+  ctx.PrintJson(resp);
+  return kExitOk;
+}
 
 // A verb's body, bound to its parsed flags; returns the exit code.
 using VerbRunner = std::function<int()>;

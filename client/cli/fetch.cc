@@ -65,12 +65,11 @@ int RunFetch(CliContext& ctx, const FetchFlags& f) {
 
 VerbRunner AddFetchVerb(CLI::App& app, CliContext& ctx) {
   auto flags = std::make_shared<FetchFlags>();
-  CLI::App* sub = app.add_subcommand(
-      "fetch", "Download a job's final model or a checkpoint from the worker that holds it (checksum verified)");
-  sub->footer(
-      "Examples:\n"
+  CLI::App* sub = AddVerb(
+      app, "fetch", "Download a job's final model or a checkpoint from the worker that holds it (checksum verified)",
       "  trainctl fetch mlp-synthetic-7f3a2c                     # the final model, named as on the worker\n"
-      "  trainctl fetch mlp-synthetic-7f3a2c --checkpoint 400 -O ckpt.pt\n");
+      "  trainctl fetch mlp-synthetic-7f3a2c --checkpoint 400 -O ckpt.pt\n",
+      "Examples:");
   sub->add_option("JOB", flags->job_id, "Job id")->required();
   sub->add_option("--checkpoint", flags->checkpoint_step,
                   "The checkpoint at this global step (trainctl checkpoints JOB) instead of the final model");

@@ -211,81 +211,108 @@ std::string ExitText(const v1::RankAssignment& r) {
   return out;
 }
 
+namespace {
+
+// A "key:" / value row of a two-column summary table.
+void AddField(Table& t, const std::string& k, const std::string& v) { t.AddRow({k + ":", v}); }
+
+// The user's program: what runs, where, and with what on top of torchrun's environment.
+void AddCommandFields(Table& t, const v1::CommandSpec& c) {
+  std::vector<std::string> argv;
+  for (const std::string& a : c.argv()) {
+    bool plain = !a.empty() && a.find_first_of(" \t'\"$\\") == std::string::npos;
+    argv.push_back(plain ? a : absl::StrCat("'", absl::StrReplaceAll(a, {{"'", "'\\''"}}), "'"));
+  }
+  AddField(t, "command", absl::StrJoin(argv, " "));
+  AddField(t, "working dir", c.working_dir().empty() ? "the rank's scratch dir" : c.working_dir());
+  std::map<std::string, std::string> env(c.env().begin(), c.env().end());
+  if (!env.empty()) AddField(t, "env", absl::StrJoin(env, " ", absl::PairFormatter("=")));
+  AddField(t, "local rank",
+           c.local_rank() == v1::LOCAL_RANK_MODE_ENV
+               ? "LOCAL_RANK (torchrun)"
+               : absl::StrCat("LOCAL_RANK and ",
+                              c.arg_style() == v1::LOCAL_RANK_ARG_STYLE_DASH ? "--local-rank=N" : "--local_rank=N",
+                              " (torch.distributed.launch)"));
+}
+
+std::string LoaderText(const v1::DataSpec& d) {
+  std::string loader = absl::StrCat("batch ", d.batch_size(), " per rank, ", d.shuffle() ? "shuffled" : "in order",
+                                    ", seed ", d.seed());
+  if (d.drop_last()) absl::StrAppend(&loader, ", drop_last");
+  absl::StrAppend(&loader, ", ", d.num_workers(), " loader threads");
+  return loader;
+}
+
+std::string TrainingText(const v1::TrainingSpec& tr) {
+  std::string training = absl::StrCat(tr.epochs(), " epoch", tr.epochs() == 1 ? "" : "s", ", ",
+                                      LowerName(v1::Loss_descriptor(), tr.loss()), " loss");
+  if (tr.grad_accumulation() > 1) absl::StrAppend(&training, ", accumulate ", tr.grad_accumulation());
+  if (tr.max_grad_norm() > 0) absl::StrAppend(&training, ", clip ", Num(tr.max_grad_norm()));
+  absl::StrAppend(&training, ", amp ",
+                  tr.amp().enabled() ? LowerName(v1::AmpDtype_descriptor(), tr.amp().dtype()) : "off");
+  return training;
+}
+
+std::string OptimizerText(const v1::TrainingSpec& tr) {
+  std::string opt = absl::StrCat(LowerName(v1::Optimizer_descriptor(), tr.optimizer().name()), " lr ",
+                                 Num(tr.optimizer().lr()));
+  if (tr.optimizer().weight_decay() > 0) absl::StrAppend(&opt, ", weight decay ", Num(tr.optimizer().weight_decay()));
+  if (tr.optimizer().momentum() > 0) absl::StrAppend(&opt, ", momentum ", Num(tr.optimizer().momentum()));
+  absl::StrAppend(&opt, ", schedule ", LowerName(v1::LrSchedule_descriptor(), tr.lr_schedule().name()));
+  if (tr.lr_schedule().warmup_steps() > 0) absl::StrAppend(&opt, " (warm-up ", tr.lr_schedule().warmup_steps(), " steps)");
+  return opt;
+}
+
+// trainctl's engine: model, data, loop, optimizer and DDP settings.
+void AddEngineFields(Table& t, const v1::JobSpec& spec) {
+  AddField(t, "model", ModelText(spec.model()));
+  const v1::DataSpec& d = spec.data();
+  AddField(t, "train data", DatasetText(d.train()));
+  if (d.has_eval()) AddField(t, "eval data", DatasetText(d.eval()));
+  AddField(t, "loader", LoaderText(d));
+  AddField(t, "training", TrainingText(spec.training()));
+  AddField(t, "optimizer", OptimizerText(spec.training()));
+  AddField(t, "ddp", absl::StrCat("buckets ", Num(spec.ddp().bucket_cap_mb()), " MiB",
+                                  spec.ddp().find_unused_parameters() ? ", find unused parameters" : ""));
+}
+
+std::string CheckpointText(const v1::JobSpec& spec) {
+  const v1::CheckpointSpec& c = spec.checkpoint();
+  const std::string dir = c.dir().empty() ? "worker work dir" : c.dir();
+  if (spec.has_command()) return absl::StrCat(dir, " (TRAINCTL_CHECKPOINT_DIR)");
+  return absl::StrCat(dir, ", every ", c.every_epochs(), " epoch(s)",
+                      c.every_steps() > 0 ? absl::StrCat(" and ", c.every_steps(), " step(s)") : "", ", keep ",
+                      c.keep());
+}
+
+std::string RestartText(const v1::RestartSpec& r) {
+  std::string restart = absl::StrCat("at most ", r.max_restarts(), " restart(s)");
+  if (r.progress_timeout_s() > 0) absl::StrAppend(&restart, ", hung after ", r.progress_timeout_s(), "s without progress");
+  if (r.on_hang() == v1::HANG_POLICY_FAIL) absl::StrAppend(&restart, ", a hang fails the job");
+  return restart;
+}
+
+}  // namespace
+
 void PrintSpecSummary(std::ostream& out, const v1::JobSpec& spec, const std::string& indent) {
   Table t({"", ""});
-  auto row = [&](const std::string& k, const std::string& v) { t.AddRow({k + ":", v}); };
-  row("ranks", absl::StrCat(spec.world_size(), ", device ", LowerName(v1::Device_descriptor(), spec.device()),
-                            ", backend ", LowerName(v1::Backend_descriptor(), spec.backend()),
-                            ", priority ", spec.priority()));
+  AddField(t, "ranks", absl::StrCat(spec.world_size(), ", device ", LowerName(v1::Device_descriptor(), spec.device()),
+                                    ", backend ", LowerName(v1::Backend_descriptor(), spec.backend()), ", priority ",
+                                    spec.priority()));
   if (spec.has_command()) {
-    // The user's program: what runs, where, and with what on top of torchrun's environment.
-    const v1::CommandSpec& c = spec.command();
-    std::vector<std::string> argv;
-    for (const std::string& a : c.argv()) {
-      bool plain = !a.empty() && a.find_first_of(" \t'\"$\\") == std::string::npos;
-      argv.push_back(plain ? a : absl::StrCat("'", absl::StrReplaceAll(a, {{"'", "'\\''"}}), "'"));
-    }
-    row("command", absl::StrJoin(argv, " "));
-    row("working dir", c.working_dir().empty() ? "the rank's scratch dir" : c.working_dir());
-    std::map<std::string, std::string> env(c.env().begin(), c.env().end());
-    if (!env.empty()) row("env", absl::StrJoin(env, " ", absl::PairFormatter("=")));
-    row("local rank", c.local_rank() == v1::LOCAL_RANK_MODE_ENV
-                          ? "LOCAL_RANK (torchrun)"
-                          : absl::StrCat("LOCAL_RANK and ",
-                                         c.arg_style() == v1::LOCAL_RANK_ARG_STYLE_DASH ? "--local-rank=N"
-                                                                                        : "--local_rank=N",
-                                         " (torch.distributed.launch)"));
+    AddCommandFields(t, spec.command());
   } else {
-    row("model", ModelText(spec.model()));
-    const v1::DataSpec& d = spec.data();
-    row("train data", DatasetText(d.train()));
-    if (d.has_eval()) row("eval data", DatasetText(d.eval()));
-    std::string loader = absl::StrCat("batch ", d.batch_size(), " per rank, ",
-                                      d.shuffle() ? "shuffled" : "in order", ", seed ", d.seed());
-    if (d.drop_last()) absl::StrAppend(&loader, ", drop_last");
-    absl::StrAppend(&loader, ", ", d.num_workers(), " loader threads");
-    row("loader", loader);
-    const v1::TrainingSpec& tr = spec.training();
-    std::string training = absl::StrCat(tr.epochs(), " epoch", tr.epochs() == 1 ? "" : "s", ", ",
-                                        LowerName(v1::Loss_descriptor(), tr.loss()), " loss");
-    if (tr.grad_accumulation() > 1) absl::StrAppend(&training, ", accumulate ", tr.grad_accumulation());
-    if (tr.max_grad_norm() > 0) absl::StrAppend(&training, ", clip ", Num(tr.max_grad_norm()));
-    absl::StrAppend(&training, ", amp ",
-                    tr.amp().enabled() ? LowerName(v1::AmpDtype_descriptor(), tr.amp().dtype()) : "off");
-    row("training", training);
-    std::string opt = absl::StrCat(LowerName(v1::Optimizer_descriptor(), tr.optimizer().name()), " lr ",
-                                   Num(tr.optimizer().lr()));
-    if (tr.optimizer().weight_decay() > 0) absl::StrAppend(&opt, ", weight decay ", Num(tr.optimizer().weight_decay()));
-    if (tr.optimizer().momentum() > 0) absl::StrAppend(&opt, ", momentum ", Num(tr.optimizer().momentum()));
-    absl::StrAppend(&opt, ", schedule ", LowerName(v1::LrSchedule_descriptor(), tr.lr_schedule().name()));
-    if (tr.lr_schedule().warmup_steps() > 0) absl::StrAppend(&opt, " (warm-up ", tr.lr_schedule().warmup_steps(), " steps)");
-    row("optimizer", opt);
-    row("ddp", absl::StrCat("buckets ", Num(spec.ddp().bucket_cap_mb()), " MiB",
-                            spec.ddp().find_unused_parameters() ? ", find unused parameters" : ""));
+    AddEngineFields(t, spec);
   }
-  if (spec.has_command()) {
-    row("checkpoint", absl::StrCat(spec.checkpoint().dir().empty() ? "worker work dir" : spec.checkpoint().dir(),
-                                   " (TRAINCTL_CHECKPOINT_DIR)"));
-  } else {
-    row("checkpoint", absl::StrCat(spec.checkpoint().dir().empty() ? "worker work dir" : spec.checkpoint().dir(),
-                                   ", every ", spec.checkpoint().every_epochs(), " epoch(s)",
-                                   spec.checkpoint().every_steps() > 0
-                                       ? absl::StrCat(" and ", spec.checkpoint().every_steps(), " step(s)")
-                                       : "",
-                                   ", keep ", spec.checkpoint().keep()));
-  }
+  AddField(t, "checkpoint", CheckpointText(spec));
   if (spec.has_elastic() && spec.elastic().min_ranks() > 0) {
     const v1::ElasticSpec& el = spec.elastic();
-    row("elastic", absl::StrCat(el.min_ranks(), " to ", spec.world_size(), " ranks, replace timeout ",
-                                el.replace_timeout_s(), "s, grow ", LowerName(v1::ElasticGrow_descriptor(), el.grow()),
-                                el.keep_global_batch() ? ", global batch kept" : ""));
+    AddField(t, "elastic",
+             absl::StrCat(el.min_ranks(), " to ", spec.world_size(), " ranks, replace timeout ", el.replace_timeout_s(),
+                          "s, grow ", LowerName(v1::ElasticGrow_descriptor(), el.grow()),
+                          el.keep_global_batch() ? ", global batch kept" : ""));
   }
-  std::string restart = absl::StrCat("at most ", spec.restart().max_restarts(), " restart(s)");
-  if (spec.restart().progress_timeout_s() > 0) {
-    absl::StrAppend(&restart, ", hung after ", spec.restart().progress_timeout_s(), "s without progress");
-  }
-  if (spec.restart().on_hang() == v1::HANG_POLICY_FAIL) absl::StrAppend(&restart, ", a hang fails the job");
-  row("restart", restart);
+  AddField(t, "restart", RestartText(spec.restart()));
   // Skip the empty header row.
   std::ostringstream body;
   t.Print(body, indent);

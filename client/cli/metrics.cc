@@ -50,12 +50,7 @@ int RunMetrics(CliContext& ctx, const MetricsFlags& flags) {
   if (!client.ok()) return ctx.Fail(client.status());
   absl::StatusOr<std::vector<v1::MetricBatch>> batches = (*client)->Metrics(flags.job_id, options);
   if (!batches.ok()) return ctx.Fail(batches.status());
-  if (ctx.json()) {
-    v1::GetMetricsResponse all;
-    for (v1::MetricBatch& b : *batches) *all.add_batches() = std::move(b);
-    ctx.PrintJson(all);
-    return kExitOk;
-  }
+  if (ctx.json()) return PrintJsonList(ctx, *batches, &v1::GetMetricsResponse::mutable_batches);
   if (ctx.output == "csv") {
     ctx.out << "attempt,rank,kind,epoch,step,loss,lr,samples_per_sec,data_ms,compute_ms,comm_ms,loss_scale,"
                "eval_loss,eval_accuracy,time\n";
@@ -92,10 +87,8 @@ int RunMetrics(CliContext& ctx, const MetricsFlags& flags) {
 
 VerbRunner AddMetricsVerb(CLI::App& app, CliContext& ctx) {
   auto flags = std::make_shared<MetricsFlags>();
-  CLI::App* sub = app.add_subcommand(
-      "metrics", "Print a job's stored metric points (loss, lr, throughput, step time, eval), also after it ended");
-  sub->footer(
-      "Example:\n"
+  CLI::App* sub = AddVerb(
+      app, "metrics", "Print a job's stored metric points (loss, lr, throughput, step time, eval), also after it ended",
       "  trainctl metrics mlp-synthetic-7f3a2c --rank 0 --kind eval\n"
       "  trainctl metrics mlp-synthetic-7f3a2c -o csv > metrics.csv\n"
       "EPOCH counts from 1; STEP is the optimizer step within the epoch. Old train points of a long\n"

@@ -12,6 +12,8 @@
 
 #include <cstdlib>
 #include <filesystem>
+#include <optional>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "common/log.h"
@@ -65,14 +67,18 @@ std::string FindRankBinary(const CliEnvironment& env) {
   return (dir / "trainctl-rank").string();
 }
 
-int RunLocal(CliContext& ctx, const RunFlags& flags) {
+// The job as the user asked for it, made ready for a local run (checkpoints
+// in ./checkpoints/<name>/<id>, --resume). Nullopt, with `*code` set and the
+// reason said, when it cannot run here.
+std::optional<v1::JobSpec> LocalJobSpec(CliContext& ctx, const RunFlags& flags, int* code) {
   const bool script = IsScriptForm(flags.file, flags.script);
   ParsedJobSpec parsed = script ? ScriptJobSpec(flags.file, flags.script, flags.sets)
                                 : ParseJobSpecFile(flags.file, flags.sets);
   if (!parsed.ok()) {
     for (const SpecError& e : parsed.errors) ctx.err << e.ToString() << "\n";
     ctx.err << std::flush;
-    return kExitUsage;
+    *code = kExitUsage;
+    return std::nullopt;
   }
   v1::JobSpec spec = parsed.spec;
   // The final model and checkpoints land where the user can find them, in a
@@ -85,12 +91,145 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   // A CUDA job on a host without a usable GPU would wait for a slot forever:
   // say so before starting anything.
   if (spec.device() == v1::DEVICE_CUDA && (flags.gpus == "none" || worker::DiscoverGpus().empty())) {
-    return ctx.Fail(absl::FailedPreconditionError(
+    *code = ctx.Fail(absl::FailedPreconditionError(
         flags.gpus == "none"
             ? "device: cuda, but --gpus none leaves this run no GPU; use --set device=cpu (or device=auto)"
             : "device: cuda, but this host has no GPU visible (no NVIDIA driver or device found through "
               "NVML); use --set device=cpu, or device=auto to take a GPU only where there is one"));
+    return std::nullopt;
   }
+  return spec;
+}
+
+// Slots: every GPU for a job that may use them, else one CPU slot per rank.
+absl::StatusOr<std::vector<v1::Slot>> LocalSlots(const v1::JobSpec& spec, const RunFlags& flags) {
+  std::vector<worker::GpuInfo> gpus = worker::DiscoverGpus();
+  std::string gpu_flag = flags.gpus;
+  int cpu_slots = flags.slots;
+  if (spec.device() == v1::DEVICE_CPU || (gpus.empty() && gpu_flag.empty())) {
+    gpu_flag = "none";
+    if (cpu_slots == 0) cpu_slots = spec.world_size();
+  }
+  return worker::ChooseSlots(gpu_flag, cpu_slots, gpus);
+}
+
+coordinator::CoordinatorOptions LocalCoordinatorOptions(const std::string& state_dir) {
+  coordinator::CoordinatorOptions co;
+  co.listen = "127.0.0.1:0";
+  co.db_path = state_dir + "/state.db";
+  co.registry.heartbeat_interval = absl::Milliseconds(500);
+  co.registry.lease_timeout = absl::Seconds(5);
+  // A missing file or program is named before any rank starts.
+  co.jobs.preflight = true;
+  return co;
+}
+
+// Zero-config auth on loopback: the coordinator made a random admin secret
+// for this run; the local worker gets a worker token, kept in the state
+// dir so that a reused --state-dir keeps the worker's id (ids are bound to
+// the token that first registered them).
+absl::StatusOr<std::string> LocalWorkerToken(coordinator::CoordinatorServer& server, const std::string& state_dir) {
+  const std::string worker_token_file = state_dir + "/worker.token";
+  absl::StatusOr<std::string> worker_token = auth::ReadTokenFile(worker_token_file);
+  if (worker_token.ok()) return worker_token;
+  worker_token = server.IssueToken(v1::ROLE_WORKER, "local-worker");
+  if (!worker_token.ok()) return worker_token;
+  if (absl::Status w = auth::WritePrivateFile(worker_token_file, *worker_token + "\n"); !w.ok()) return w;
+  return worker_token;
+}
+
+worker::DaemonOptions LocalDaemonOptions(CliContext& ctx, const RunFlags& flags, const std::string& coordinator,
+                                         const std::string& token, const std::string& state_dir,
+                                         std::vector<v1::Slot> slots) {
+  worker::DaemonOptions wo;
+  wo.coordinator = coordinator;
+  wo.token = token;
+  wo.work_dir = state_dir + "/worker";
+  wo.slots = std::move(slots);
+  wo.hostname = "localhost";
+  wo.address = "127.0.0.1";
+  wo.rank_binary = flags.rank_binary.empty() ? FindRankBinary(ctx.env) : flags.rank_binary;
+  // The user's own program, on the user's own machine.
+  wo.allow_commands = true;
+  wo.python_dir = worker::DefaultPythonDir();
+  return wo;
+}
+
+// Wait (bounded) for the local worker, so the job is placed at once.
+void WaitForLocalWorker(Client& client) {
+  absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (absl::Now() < deadline) {
+    absl::StatusOr<std::vector<v1::Worker>> w = client.Workers(false);
+    if (w.ok() && !w->empty()) break;
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+}
+
+// After Ctrl-C: an engine job with a checkpoint keeps its state (the
+// coordinator's checkpoint records) and says how to continue. True when the
+// state directory must be kept.
+bool ReportInterrupted(CliContext& ctx, Client& client, const RunFlags& flags, const v1::JobSpec& spec,
+                       const std::string& job_id, const std::string& state_dir) {
+  if (spec.has_command()) {
+    // The program's own files (TRAINCTL_CHECKPOINT_DIR) are what it resumes from.
+    ctx.err << "interrupted; every rank was stopped\n";
+    return false;
+  }
+  absl::StatusOr<v1::Job> last = client.Get(job_id);
+  if (!last.ok() || last->checkpoints_size() == 0) {
+    ctx.err << "interrupted before the first checkpoint; nothing to resume\n";
+    return false;
+  }
+  std::string cmd = absl::StrCat("trainctl run ", Quote(flags.file));
+  for (const std::string& set : flags.sets) absl::StrAppend(&cmd, " --set ", Quote(set));
+  absl::StrAppend(&cmd, " --state-dir ", Quote(state_dir), " --resume ", job_id);
+  ctx.err << "interrupted; continue from the last checkpoint with:\n  " << cmd << "\n";
+  return true;
+}
+
+struct LocalOutcome {
+  int code = kExitOk;
+  bool keep_state = false;  // interrupted with a checkpoint to resume from
+};
+
+// Follows the submitted job to its end. Ctrl-C / SIGTERM (taken from
+// `stop_signals` by a thread of its own) cancel it; following then ends.
+LocalOutcome FollowLocalJob(CliContext& ctx, Client& client, const RunFlags& flags, const v1::JobSpec& spec,
+                            const v1::Job& job, const std::string& state_dir, const sigset_t& stop_signals) {
+  if (!ctx.json()) ctx.out << "submitted job " << job.id() << "\n" << std::flush;
+  std::atomic<bool> followed{false};
+  std::atomic<bool> interrupted{false};
+  std::thread on_signal([&] {
+    int sig = 0;
+    while (sigwait(&stop_signals, &sig) == 0 && !followed) {
+      if (sig == SIGINT || sig == SIGTERM) {
+        interrupted = true;
+        absl::StatusOr<v1::Job> c = client.Cancel(job.id(), absl::StrCat("trainctl run got signal ", sig));
+        if (!c.ok()) ctx.err << "trainctl run: could not cancel " << job.id() << ": " << c.status().message() << "\n";
+      }
+    }
+  });
+  LocalOutcome out;
+  out.code = spec.has_command() && !ctx.json() ? FollowJobWithRankOutput(ctx, client, job.id())
+                                               : FollowJob(ctx, client, job.id());
+  followed = true;
+  pthread_kill(on_signal.native_handle(), SIGUSR1);
+  on_signal.join();
+  std::string model = job.spec().checkpoint().dir() + "/model.pt";
+  // FollowJob printed it already when rank 0 reported it (Job.final_model).
+  absl::StatusOr<v1::Job> ended = client.Get(job.id());
+  const bool said = ended.ok() && !ended->final_model().empty();
+  if (out.code == kExitOk && !ctx.json() && !said && !spec.has_command() && fs::exists(model)) {
+    ctx.out << "final model: " << model << " (torch.jit.load it in Python)\n";
+  }
+  if (interrupted) out.keep_state = ReportInterrupted(ctx, client, flags, spec, job.id(), state_dir);
+  return out;
+}
+
+int RunLocal(CliContext& ctx, const RunFlags& flags) {
+  int code = kExitOk;
+  std::optional<v1::JobSpec> spec = LocalJobSpec(ctx, flags, &code);
+  if (!spec) return code;
 
   std::string state_dir = flags.state_dir;
   bool temporary = state_dir.empty();
@@ -102,9 +241,9 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   std::error_code ec;
   fs::create_directories(state_dir, ec);
 
-  // Signals are taken by a thread (below), not delivered to whichever thread
-  // runs; the mask is inherited by every thread started from here on (rank
-  // processes reset theirs).
+  // Signals are taken by a thread (FollowLocalJob), not delivered to
+  // whichever thread runs; the mask is inherited by every thread started
+  // from here on (rank processes reset theirs).
   sigset_t stop_signals;
   sigemptyset(&stop_signals);
   sigaddset(&stop_signals, SIGINT);
@@ -112,140 +251,49 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   sigaddset(&stop_signals, SIGUSR1);
   pthread_sigmask(SIG_BLOCK, &stop_signals, nullptr);
 
-  // Slots: every GPU for a job that may use them, else one CPU slot per rank.
-  std::vector<worker::GpuInfo> gpus = worker::DiscoverGpus();
-  std::string gpu_flag = flags.gpus;
-  int cpu_slots = flags.slots;
-  if (spec.device() == v1::DEVICE_CPU || (gpus.empty() && gpu_flag.empty())) {
-    gpu_flag = "none";
-    if (cpu_slots == 0) cpu_slots = spec.world_size();
-  }
-  absl::StatusOr<std::vector<v1::Slot>> slots = worker::ChooseSlots(gpu_flag, cpu_slots, gpus);
+  absl::StatusOr<std::vector<v1::Slot>> slots = LocalSlots(*spec, flags);
   if (!slots.ok()) return ctx.Fail(slots.status());
-
-  coordinator::CoordinatorOptions co;
-  co.listen = "127.0.0.1:0";
-  co.db_path = state_dir + "/state.db";
-  co.registry.heartbeat_interval = absl::Milliseconds(500);
-  co.registry.lease_timeout = absl::Seconds(5);
-  // A missing file or program is named before any rank starts.
-  co.jobs.preflight = true;
   // The embedded services' event lines (registrations, transitions) would
   // only interleave with the follow output that already says what matters.
   SetLogLevel(LogLevel::kError);
-  coordinator::CoordinatorServer server(co);
+  coordinator::CoordinatorServer server(LocalCoordinatorOptions(state_dir));
   absl::StatusOr<std::string> addr = server.Start();
   if (!addr.ok()) return ctx.Fail(addr.status());
-
-  // Zero-config auth on loopback: the coordinator made a random admin secret
-  // for this run; the local worker gets a worker token, kept in the state
-  // dir so that a reused --state-dir keeps the worker's id (ids are bound to
-  // the token that first registered them).
-  const std::string worker_token_file = state_dir + "/worker.token";
-  absl::StatusOr<std::string> worker_token = auth::ReadTokenFile(worker_token_file);
-  if (!worker_token.ok()) {
-    worker_token = server.IssueToken(v1::ROLE_WORKER, "local-worker");
-    if (!worker_token.ok()) return ctx.Fail(worker_token.status());
-    if (absl::Status w = auth::WritePrivateFile(worker_token_file, *worker_token + "\n"); !w.ok()) {
-      return ctx.Fail(w);
-    }
-  }
-  worker::DaemonOptions wo;
-  wo.coordinator = *addr;
-  wo.token = *worker_token;
-  wo.work_dir = state_dir + "/worker";
-  wo.slots = *slots;
-  wo.hostname = "localhost";
-  wo.address = "127.0.0.1";
-  wo.rank_binary = flags.rank_binary.empty() ? FindRankBinary(ctx.env) : flags.rank_binary;
-  // The user's own program, on the user's own machine.
-  wo.allow_commands = true;
-  wo.python_dir = worker::DefaultPythonDir();
-  worker::WorkerDaemon daemon(wo);
+  absl::StatusOr<std::string> worker_token = LocalWorkerToken(server, state_dir);
+  if (!worker_token.ok()) return ctx.Fail(worker_token.status());
+  worker::WorkerDaemon daemon(LocalDaemonOptions(ctx, flags, *addr, *worker_token, state_dir, *slots));
   if (absl::Status s = daemon.Start(); !s.ok()) return ctx.Fail(s);
 
   ClientOptions copts;
   copts.address = *addr;
   copts.token = server.admin_token();
   std::unique_ptr<Client> client = Client::FromChannel(server.InProcessChannel(copts.token), copts);
-  // Wait (bounded) for the local worker, so the job is placed at once.
-  absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (absl::Now() < deadline) {
-    absl::StatusOr<std::vector<v1::Worker>> w = client->Workers(false);
-    if (w.ok() && !w->empty()) break;
-    absl::SleepFor(absl::Milliseconds(20));
-  }
+  WaitForLocalWorker(*client);
   if (!ctx.json()) {
     ctx.out << "local cluster: coordinator " << *addr << ", 1 worker with " << slots->size() << " "
             << ((*slots)[0].kind() == v1::Slot::KIND_GPU ? "GPU" : "CPU") << " slot(s); state in "
             << state_dir << "\n";
   }
-  absl::StatusOr<v1::Job> job = client->Submit(spec);
-  int code;
-  bool keep_for_resume = false;
+  absl::StatusOr<v1::Job> job = client->Submit(*spec);
+  LocalOutcome outcome;
   if (!job.ok()) {
-    code = ctx.Fail(job.status());
+    outcome.code = ctx.Fail(job.status());
   } else {
-    if (!ctx.json()) ctx.out << "submitted job " << job->id() << "\n" << std::flush;
-    // Ctrl-C / SIGTERM cancel the job; following then ends and everything
-    // below still runs (ranks stopped, state directory removed).
-    std::atomic<bool> followed{false};
-    std::atomic<bool> interrupted{false};
-    std::thread on_signal([&] {
-      int sig = 0;
-      while (sigwait(&stop_signals, &sig) == 0 && !followed) {
-        if (sig == SIGINT || sig == SIGTERM) {
-          interrupted = true;
-          absl::StatusOr<v1::Job> c = client->Cancel(job->id(), absl::StrCat("trainctl run got signal ", sig));
-          if (!c.ok()) ctx.err << "trainctl run: could not cancel " << job->id() << ": " << c.status().message() << "\n";
-        }
-      }
-    });
-    code = spec.has_command() && !ctx.json() ? FollowJobWithRankOutput(ctx, *client, job->id())
-                                             : FollowJob(ctx, *client, job->id());
-    followed = true;
-    pthread_kill(on_signal.native_handle(), SIGUSR1);
-    on_signal.join();
-    std::string model = job->spec().checkpoint().dir() + "/model.pt";
-    // FollowJob printed it already when rank 0 reported it (Job.final_model).
-    absl::StatusOr<v1::Job> ended = client->Get(job->id());
-    const bool said = ended.ok() && !ended->final_model().empty();
-    if (code == kExitOk && !ctx.json() && !said && !spec.has_command() && fs::exists(model)) {
-      ctx.out << "final model: " << model << " (torch.jit.load it in Python)\n";
-    }
-    if (interrupted && spec.has_command()) {
-      // The program's own files (TRAINCTL_CHECKPOINT_DIR) are what it resumes from.
-      ctx.err << "interrupted; every rank was stopped\n";
-    } else if (interrupted) {
-      // Keep the state (the coordinator's checkpoint records) so the job can
-      // be continued where it stopped.
-      absl::StatusOr<v1::Job> last = client->Get(job->id());
-      if (last.ok() && last->checkpoints_size() > 0) {
-        keep_for_resume = true;
-        std::string cmd = absl::StrCat("trainctl run ", Quote(flags.file));
-        for (const std::string& set : flags.sets) absl::StrAppend(&cmd, " --set ", Quote(set));
-        absl::StrAppend(&cmd, " --state-dir ", Quote(state_dir), " --resume ", job->id());
-        ctx.err << "interrupted; continue from the last checkpoint with:\n  " << cmd << "\n";
-      } else {
-        ctx.err << "interrupted before the first checkpoint; nothing to resume\n";
-      }
-    }
+    outcome = FollowLocalJob(ctx, *client, flags, *spec, *job, state_dir, stop_signals);
   }
   ctx.out << std::flush;
   daemon.Shutdown(/*goodbye=*/true, absl::Seconds(5));
   server.Shutdown();
-  if (temporary && !flags.keep_state && !keep_for_resume) fs::remove_all(state_dir, ec);
-  return code;
+  if (temporary && !flags.keep_state && !outcome.keep_state) fs::remove_all(state_dir, ec);
+  return outcome.code;
 }
 
 }  // namespace
 
 VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx) {
   auto flags = std::make_shared<RunFlags>();
-  CLI::App* sub = app.add_subcommand(
-      "run", "Run a job locally: embedded coordinator + a worker for this host's GPUs or CPU slots");
-  sub->footer(
-      "Example:\n"
+  CLI::App* sub = AddVerb(
+      app, "run", "Run a job locally: embedded coordinator + a worker for this host's GPUs or CPU slots",
       "  trainctl run examples/mlp-synthetic.yaml\n"
       "  trainctl run examples/fashion-mnist-cnn.yaml --set training.epochs=1\n"
       "  trainctl run job.yaml --state-dir DIR --resume JOB   # continue an interrupted run\n"

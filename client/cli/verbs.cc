@@ -22,14 +22,6 @@ namespace trainctl::cli {
 
 namespace {
 
-// A verb's subcommand with its one-line description and an example in --help.
-CLI::App* AddVerb(CLI::App& app, const std::string& name, const std::string& description,
-                  const std::string& examples) {
-  CLI::App* sub = app.add_subcommand(name, description);
-  sub->footer(absl::StrCat("Example:\n", examples));
-  return sub;
-}
-
 std::string FirstLine(const std::string& s, size_t max = 60) {
   std::string line = s.substr(0, s.find('\n'));
   if (line.size() > max) line = line.substr(0, max - 3) + "...";
@@ -266,12 +258,7 @@ int RunList(CliContext& ctx, const std::vector<std::string>& state_names, int li
   if (!client.ok()) return ctx.Fail(client.status());
   absl::StatusOr<std::vector<v1::Job>> jobs = (*client)->List(states, limit);
   if (!jobs.ok()) return ctx.Fail(jobs.status());
-  if (ctx.json()) {
-    v1::ListJobsResponse resp;
-    for (const v1::Job& j : *jobs) *resp.add_jobs() = j;
-    ctx.PrintJson(resp);
-    return kExitOk;
-  }
+  if (ctx.json()) return PrintJsonList(ctx, *jobs, &v1::ListJobsResponse::mutable_jobs);
   if (jobs->empty()) {
     ctx.out << "no jobs\n";
     return kExitOk;
@@ -402,12 +389,7 @@ int RunWorkers(CliContext& ctx, bool all) {
   if (!client.ok()) return ctx.Fail(client.status());
   absl::StatusOr<std::vector<v1::Worker>> workers = (*client)->Workers(all);
   if (!workers.ok()) return ctx.Fail(workers.status());
-  if (ctx.json()) {
-    v1::ListWorkersResponse resp;
-    for (const v1::Worker& w : *workers) *resp.add_workers() = w;
-    ctx.PrintJson(resp);
-    return kExitOk;
-  }
+  if (ctx.json()) return PrintJsonList(ctx, *workers, &v1::ListWorkersResponse::mutable_workers);
   if (workers->empty()) {
     ctx.out << (all ? "no workers\n" : "no live workers (--all shows lost and left ones)\n");
     return kExitOk;

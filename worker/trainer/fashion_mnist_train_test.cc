@@ -23,7 +23,7 @@ TEST(FashionMnistTrainTest, CnnReaches90PercentTestAccuracyOnTwoRanks) {
     GTEST_SKIP() << "Fashion-MNIST is not installed (Debian package dataset-fashion-mnist)";
   }
   const std::string dir = testing::MakeTempDir("fashion_mnist");
-  rankproto::FlatConfig c = {
+  rankproto::FlatConfig c = testing::ResolvedJobConfig({
       {"name", "fashion-mnist-cnn"},
       {"model.name", "cnn"},
       {"model.classes", "10"},
@@ -65,7 +65,7 @@ TEST(FashionMnistTrainTest, CnnReaches90PercentTestAccuracyOnTwoRanks) {
       {"run.advertise_host", "127.0.0.1"},
       {"run.timeout_s", "300"},
       {"run.checkpoint_dir", dir + "/ckpt"},
-  };
+  });
   const auto start = std::chrono::steady_clock::now();
   auto g = RankGroup::Start(dir, 2, c, absl::Seconds(120));
   ASSERT_TRUE(g.ok()) << g.status();

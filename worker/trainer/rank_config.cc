@@ -21,10 +21,12 @@ absl::Status Bad(const std::string& key, const std::string& why) {
   return absl::InvalidArgumentError(absl::StrCat(key, ": ", why));
 }
 
-// Integer key with a fallback, checked against [lo, hi].
-absl::StatusOr<int64_t> IntIn(const FlatConfig& c, const std::string& key, int64_t fallback,
-                              int64_t lo, int64_t hi) {
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t v, rankproto::GetInt(c, key, fallback));
+// Every job key is required: the worker writes the whole resolved spec
+// (JobSpecToFlat), so a missing one is a broken config, not a default.
+
+// Integer key checked against [lo, hi].
+absl::StatusOr<int64_t> IntIn(const FlatConfig& c, const std::string& key, int64_t lo, int64_t hi) {
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t v, rankproto::GetInt(c, key));
   if (v < lo || v > hi) {
     std::string range = hi == INT64_MAX ? absl::StrCat(">= ", lo) : absl::StrCat("in [", lo, ", ", hi, "]");
     return Bad(key, absl::StrCat("must be ", range, ", got ", v));
@@ -32,10 +34,18 @@ absl::StatusOr<int64_t> IntIn(const FlatConfig& c, const std::string& key, int64
   return v;
 }
 
-// Double key with a fallback that must be finite and >= lo (and < hi when given).
-absl::StatusOr<double> DoubleAtLeast(const FlatConfig& c, const std::string& key, double fallback,
-                                     double lo, double hi = INFINITY, bool hi_open = true) {
-  TRAINCTL_ASSIGN_OR_RETURN(double v, rankproto::GetDouble(c, key, fallback));
+// A run key the protocol lets the worker leave out (rank_protocol.h says what
+// its absence means): `absent` then, else checked against [lo, hi].
+absl::StatusOr<int64_t> OptionalIntIn(const FlatConfig& c, const std::string& key, int64_t absent, int64_t lo,
+                                      int64_t hi) {
+  if (c.find(key) == c.end()) return absent;
+  return IntIn(c, key, lo, hi);
+}
+
+// Double key that must be finite and >= lo (and < hi when given).
+absl::StatusOr<double> DoubleAtLeast(const FlatConfig& c, const std::string& key, double lo,
+                                     double hi = INFINITY, bool hi_open = true) {
+  TRAINCTL_ASSIGN_OR_RETURN(double v, rankproto::GetDouble(c, key));
   if (!std::isfinite(v) || v < lo || (hi_open ? v >= hi : v > hi)) {
     std::string range = std::isinf(hi) ? absl::StrCat(">= ", lo)
                                        : absl::StrCat("in [", lo, ", ", hi, hi_open ? ")" : "]");
@@ -44,29 +54,40 @@ absl::StatusOr<double> DoubleAtLeast(const FlatConfig& c, const std::string& key
   return v;
 }
 
+// Double key that must be finite and > 0.
+absl::StatusOr<double> Positive(const FlatConfig& c, const std::string& key) {
+  TRAINCTL_ASSIGN_OR_RETURN(double v, rankproto::GetDouble(c, key));
+  if (!std::isfinite(v) || v <= 0) return Bad(key, absl::StrCat("must be > 0, got ", v));
+  return v;
+}
+
 // A key whose value is one of `names`; returns its index.
-absl::StatusOr<int> OneOf(const FlatConfig& c, const std::string& key, const std::string& fallback,
-                          const std::vector<std::string>& names) {
-  std::string v = rankproto::GetString(c, key, fallback);
+absl::StatusOr<int> OneOf(const FlatConfig& c, const std::string& key, const std::vector<std::string>& names) {
+  TRAINCTL_ASSIGN_OR_RETURN(std::string v, rankproto::GetString(c, key));
   for (size_t i = 0; i < names.size(); ++i) {
     if (v == names[i]) return static_cast<int>(i);
   }
   return Bad(key, absl::StrCat("unknown value '", v, "'; expected one of ", absl::StrJoin(names, ", ")));
 }
 
-absl::StatusOr<std::string> RequiredPath(const FlatConfig& c, const std::string& key) {
+absl::StatusOr<std::string> RequiredNonEmpty(const FlatConfig& c, const std::string& key,
+                                             const char* what = "empty") {
   TRAINCTL_ASSIGN_OR_RETURN(std::string v, rankproto::GetString(c, key));
-  if (v.empty()) return Bad(key, "empty path");
+  if (v.empty()) return Bad(key, what);
   return v;
+}
+
+absl::StatusOr<std::string> RequiredPath(const FlatConfig& c, const std::string& key) {
+  return RequiredNonEmpty(c, key, "empty path");
 }
 
 absl::StatusOr<engine::ModelOptions> ParseModel(const FlatConfig& c) {
   engine::ModelOptions m;
   TRAINCTL_ASSIGN_OR_RETURN(m.name, rankproto::GetString(c, "model.name"));
   if (m.name == "mlp") {
-    TRAINCTL_ASSIGN_OR_RETURN(m.mlp.input_dim, IntIn(c, "model.input_dim", 0, 1, INT32_MAX));
-    TRAINCTL_ASSIGN_OR_RETURN(m.mlp.output_dim, IntIn(c, "model.classes", 0, 1, INT32_MAX));
-    std::string hidden = rankproto::GetString(c, "model.hidden", "");
+    TRAINCTL_ASSIGN_OR_RETURN(m.mlp.input_dim, IntIn(c, "model.input_dim", 1, INT32_MAX));
+    TRAINCTL_ASSIGN_OR_RETURN(m.mlp.output_dim, IntIn(c, "model.classes", 1, INT32_MAX));
+    TRAINCTL_ASSIGN_OR_RETURN(std::string hidden, rankproto::GetString(c, "model.hidden"));
     for (absl::string_view part : absl::StrSplit(hidden, ',', absl::SkipWhitespace())) {
       int64_t width;
       if (!absl::SimpleAtoi(part, &width) || width < 1) {
@@ -76,12 +97,12 @@ absl::StatusOr<engine::ModelOptions> ParseModel(const FlatConfig& c) {
       m.mlp.hidden_sizes.push_back(width);
     }
   } else if (m.name == "cnn") {
-    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.classes, IntIn(c, "model.classes", 0, 1, INT32_MAX));
-    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.batch_norm, rankproto::GetBool(c, "model.batch_norm", false));
-    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.conv1_channels, IntIn(c, "model.conv1_channels", 32, 1, 4096));
-    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.conv2_channels, IntIn(c, "model.conv2_channels", 64, 1, 4096));
-    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.hidden, IntIn(c, "model.hidden", 128, 1, 1 << 20));
-    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.image_size, IntIn(c, "model.image_size", 28, 4, 4096));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.classes, IntIn(c, "model.classes", 1, INT32_MAX));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.batch_norm, rankproto::GetBool(c, "model.batch_norm"));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.conv1_channels, IntIn(c, "model.conv1_channels", 1, 4096));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.conv2_channels, IntIn(c, "model.conv2_channels", 1, 4096));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.hidden, IntIn(c, "model.hidden", 1, 1 << 20));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.image_size, IntIn(c, "model.image_size", 4, 4096));
   } else if (m.name == "torchscript") {
     TRAINCTL_ASSIGN_OR_RETURN(m.torchscript.path, RequiredPath(c, "model.path"));
   } else {
@@ -97,12 +118,11 @@ absl::StatusOr<DatasetSpec> ParseDataset(const FlatConfig& c, const std::string&
   TRAINCTL_ASSIGN_OR_RETURN(std::string format, rankproto::GetString(c, key("format")));
   if (format == "synthetic") {
     d.format = DatasetSpec::Format::kSynthetic;
-    TRAINCTL_ASSIGN_OR_RETURN(d.length, IntIn(c, key("length"), 0, 1, INT64_MAX));
-    TRAINCTL_ASSIGN_OR_RETURN(d.size, IntIn(c, key("size"), 0, 1, INT32_MAX));
-    TRAINCTL_ASSIGN_OR_RETURN(d.classes, IntIn(c, key("classes"), 0, 0, INT32_MAX));
-    TRAINCTL_ASSIGN_OR_RETURN(d.target_dim, IntIn(c, key("target_dim"), 1, 0, INT32_MAX));
-    if (d.target_dim == 0) d.target_dim = 1;
-    TRAINCTL_ASSIGN_OR_RETURN(int64_t seed, IntIn(c, key("seed"), 0, 0, INT64_MAX));
+    TRAINCTL_ASSIGN_OR_RETURN(d.length, IntIn(c, key("length"), 1, INT64_MAX));
+    TRAINCTL_ASSIGN_OR_RETURN(d.size, IntIn(c, key("size"), 1, INT32_MAX));
+    TRAINCTL_ASSIGN_OR_RETURN(d.classes, IntIn(c, key("classes"), 0, INT32_MAX));
+    TRAINCTL_ASSIGN_OR_RETURN(d.target_dim, IntIn(c, key("target_dim"), 0, INT32_MAX));
+    TRAINCTL_ASSIGN_OR_RETURN(int64_t seed, IntIn(c, key("seed"), 0, INT64_MAX));
     d.seed = static_cast<uint64_t>(seed);
   } else if (format == "idx") {
     d.format = DatasetSpec::Format::kIdx;
@@ -111,15 +131,13 @@ absl::StatusOr<DatasetSpec> ParseDataset(const FlatConfig& c, const std::string&
   } else if (format == "csv") {
     d.format = DatasetSpec::Format::kCsv;
     TRAINCTL_ASSIGN_OR_RETURN(d.path, RequiredPath(c, key("path")));
-    d.label_column = rankproto::GetString(c, key("label_column"), "");
-    TRAINCTL_ASSIGN_OR_RETURN(d.header, rankproto::GetBool(c, key("header"), true));
+    TRAINCTL_ASSIGN_OR_RETURN(d.label_column, rankproto::GetString(c, key("label_column")));
+    TRAINCTL_ASSIGN_OR_RETURN(d.header, rankproto::GetBool(c, key("header")));
   } else if (format == "tensors") {
     d.format = DatasetSpec::Format::kTensors;
     TRAINCTL_ASSIGN_OR_RETURN(d.path, RequiredPath(c, key("path")));
-    d.inputs_key = rankproto::GetString(c, key("inputs_key"), "inputs");
-    d.targets_key = rankproto::GetString(c, key("targets_key"), "targets");
-    if (d.inputs_key.empty()) d.inputs_key = "inputs";
-    if (d.targets_key.empty()) d.targets_key = "targets";
+    TRAINCTL_ASSIGN_OR_RETURN(d.inputs_key, RequiredNonEmpty(c, key("inputs_key")));
+    TRAINCTL_ASSIGN_OR_RETURN(d.targets_key, RequiredNonEmpty(c, key("targets_key")));
   } else {
     return Bad(key("format"), absl::StrCat("unknown format '", format,
                                            "'; expected synthetic, idx, csv or tensors"));
@@ -131,99 +149,89 @@ absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
   TrainingOptions t;
   // data.*
   DataOptions& d = t.data;
-  TRAINCTL_ASSIGN_OR_RETURN(d.batch_size, IntIn(c, "data.batch_size", 32, 1, 1 << 24));
-  TRAINCTL_ASSIGN_OR_RETURN(d.shuffle, rankproto::GetBool(c, "data.shuffle", true));
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t seed, IntIn(c, "data.seed", 0, 0, INT64_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(d.batch_size, IntIn(c, "data.batch_size", 1, 1 << 24));
+  TRAINCTL_ASSIGN_OR_RETURN(d.shuffle, rankproto::GetBool(c, "data.shuffle"));
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t seed, IntIn(c, "data.seed", 0, INT64_MAX));
   d.seed = static_cast<uint64_t>(seed);
-  TRAINCTL_ASSIGN_OR_RETURN(d.drop_last, rankproto::GetBool(c, "data.drop_last", false));
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t workers, IntIn(c, "data.num_workers", 0, 0, 64));
+  TRAINCTL_ASSIGN_OR_RETURN(d.drop_last, rankproto::GetBool(c, "data.drop_last"));
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t workers, IntIn(c, "data.num_workers", 0, 64));
   d.num_workers = static_cast<int>(workers);
-  TRAINCTL_ASSIGN_OR_RETURN(d.pin_memory, rankproto::GetBool(c, "data.pin_memory", true));
+  TRAINCTL_ASSIGN_OR_RETURN(d.pin_memory, rankproto::GetBool(c, "data.pin_memory"));
 
   // training.*
-  TRAINCTL_ASSIGN_OR_RETURN(t.epochs, IntIn(c, "training.epochs", 1, 1, 1 << 20));
-  TRAINCTL_ASSIGN_OR_RETURN(int loss, OneOf(c, "training.loss", "cross_entropy", {"cross_entropy", "mse"}));
+  TRAINCTL_ASSIGN_OR_RETURN(t.epochs, IntIn(c, "training.epochs", 1, 1 << 20));
+  TRAINCTL_ASSIGN_OR_RETURN(int loss, OneOf(c, "training.loss", {"cross_entropy", "mse"}));
   t.loss = loss == 0 ? LossKind::kCrossEntropy : LossKind::kMse;
 
   OptimizerOptions& o = t.optimizer;
-  TRAINCTL_ASSIGN_OR_RETURN(int opt, OneOf(c, "training.optimizer.name", "adam", {"sgd", "adam", "adamw"}));
+  TRAINCTL_ASSIGN_OR_RETURN(int opt, OneOf(c, "training.optimizer.name", {"sgd", "adam", "adamw"}));
   o.kind = opt == 0 ? OptimizerKind::kSgd : opt == 1 ? OptimizerKind::kAdam : OptimizerKind::kAdamW;
-  TRAINCTL_ASSIGN_OR_RETURN(o.lr, rankproto::GetDouble(c, "training.optimizer.lr", 0.001));
-  if (!std::isfinite(o.lr) || o.lr <= 0) {
-    return Bad("training.optimizer.lr", absl::StrCat("must be > 0, got ", o.lr));
-  }
-  TRAINCTL_ASSIGN_OR_RETURN(o.weight_decay, DoubleAtLeast(c, "training.optimizer.weight_decay", 0, 0));
-  TRAINCTL_ASSIGN_OR_RETURN(o.momentum, DoubleAtLeast(c, "training.optimizer.momentum", 0, 0, 1));
-  TRAINCTL_ASSIGN_OR_RETURN(o.beta1, DoubleAtLeast(c, "training.optimizer.beta1", 0.9, 0, 1));
-  TRAINCTL_ASSIGN_OR_RETURN(o.beta2, DoubleAtLeast(c, "training.optimizer.beta2", 0.999, 0, 1));
-  TRAINCTL_ASSIGN_OR_RETURN(o.eps, rankproto::GetDouble(c, "training.optimizer.eps", 1e-8));
-  if (!std::isfinite(o.eps) || o.eps <= 0) {
-    return Bad("training.optimizer.eps", absl::StrCat("must be > 0, got ", o.eps));
-  }
+  TRAINCTL_ASSIGN_OR_RETURN(o.lr, Positive(c, "training.optimizer.lr"));
+  TRAINCTL_ASSIGN_OR_RETURN(o.weight_decay, DoubleAtLeast(c, "training.optimizer.weight_decay", 0));
+  TRAINCTL_ASSIGN_OR_RETURN(o.momentum, DoubleAtLeast(c, "training.optimizer.momentum", 0, 1));
+  TRAINCTL_ASSIGN_OR_RETURN(o.beta1, DoubleAtLeast(c, "training.optimizer.beta1", 0, 1));
+  TRAINCTL_ASSIGN_OR_RETURN(o.beta2, DoubleAtLeast(c, "training.optimizer.beta2", 0, 1));
+  TRAINCTL_ASSIGN_OR_RETURN(o.eps, Positive(c, "training.optimizer.eps"));
 
   LrScheduleOptions& s = t.lr_schedule;
-  TRAINCTL_ASSIGN_OR_RETURN(int sched, OneOf(c, "training.lr_schedule.name", "constant",
-                                             {"constant", "step", "cosine"}));
+  TRAINCTL_ASSIGN_OR_RETURN(int sched, OneOf(c, "training.lr_schedule.name", {"constant", "step", "cosine"}));
   s.kind = sched == 0 ? ScheduleKind::kConstant : sched == 1 ? ScheduleKind::kStep : ScheduleKind::kCosine;
-  TRAINCTL_ASSIGN_OR_RETURN(s.warmup_steps, IntIn(c, "training.lr_schedule.warmup_steps", 0, 0, INT32_MAX));
-  TRAINCTL_ASSIGN_OR_RETURN(s.step_size, IntIn(c, "training.lr_schedule.step_size", 0, 0, INT32_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(s.warmup_steps, IntIn(c, "training.lr_schedule.warmup_steps", 0, INT32_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(s.step_size, IntIn(c, "training.lr_schedule.step_size", 0, INT32_MAX));
   if (s.kind == ScheduleKind::kStep && s.step_size < 1) {
     return Bad("training.lr_schedule.step_size", "must be > 0 for the step schedule");
   }
-  TRAINCTL_ASSIGN_OR_RETURN(s.gamma, rankproto::GetDouble(c, "training.lr_schedule.gamma", 0.1));
+  TRAINCTL_ASSIGN_OR_RETURN(s.gamma, rankproto::GetDouble(c, "training.lr_schedule.gamma"));
   if (!(s.gamma > 0 && s.gamma <= 1)) {
     return Bad("training.lr_schedule.gamma", absl::StrCat("must be in (0, 1], got ", s.gamma));
   }
-  TRAINCTL_ASSIGN_OR_RETURN(s.min_lr, DoubleAtLeast(c, "training.lr_schedule.min_lr", 0, 0));
+  TRAINCTL_ASSIGN_OR_RETURN(s.min_lr, DoubleAtLeast(c, "training.lr_schedule.min_lr", 0));
 
-  TRAINCTL_ASSIGN_OR_RETURN(t.grad_accumulation, IntIn(c, "training.grad_accumulation", 1, 1, 1 << 16));
-  TRAINCTL_ASSIGN_OR_RETURN(t.max_grad_norm, DoubleAtLeast(c, "training.max_grad_norm", 0, 0));
-  TRAINCTL_ASSIGN_OR_RETURN(t.amp.enabled, rankproto::GetBool(c, "training.amp.enabled", false));
-  TRAINCTL_ASSIGN_OR_RETURN(int amp_dtype, OneOf(c, "training.amp.dtype", "bf16", {"bf16", "fp16"}));
+  TRAINCTL_ASSIGN_OR_RETURN(t.grad_accumulation, IntIn(c, "training.grad_accumulation", 1, 1 << 16));
+  TRAINCTL_ASSIGN_OR_RETURN(t.max_grad_norm, DoubleAtLeast(c, "training.max_grad_norm", 0));
+  TRAINCTL_ASSIGN_OR_RETURN(t.amp.enabled, rankproto::GetBool(c, "training.amp.enabled"));
+  TRAINCTL_ASSIGN_OR_RETURN(int amp_dtype, OneOf(c, "training.amp.dtype", {"bf16", "fp16"}));
   t.amp.dtype = amp_dtype == 0 ? AmpDtype::kBFloat16 : AmpDtype::kFloat16;
 
   // ddp.*
-  TRAINCTL_ASSIGN_OR_RETURN(t.ddp.bucket_cap_mb, rankproto::GetDouble(c, "ddp.bucket_cap_mb", 25));
-  if (!std::isfinite(t.ddp.bucket_cap_mb) || t.ddp.bucket_cap_mb <= 0) {
-    return Bad("ddp.bucket_cap_mb", absl::StrCat("must be > 0, got ", t.ddp.bucket_cap_mb));
-  }
-  TRAINCTL_ASSIGN_OR_RETURN(t.ddp.broadcast_buffers, rankproto::GetBool(c, "ddp.broadcast_buffers", true));
+  TRAINCTL_ASSIGN_OR_RETURN(t.ddp.bucket_cap_mb, Positive(c, "ddp.bucket_cap_mb"));
+  TRAINCTL_ASSIGN_OR_RETURN(t.ddp.broadcast_buffers, rankproto::GetBool(c, "ddp.broadcast_buffers"));
   TRAINCTL_ASSIGN_OR_RETURN(t.ddp.find_unused_parameters,
-                            rankproto::GetBool(c, "ddp.find_unused_parameters", false));
+                            rankproto::GetBool(c, "ddp.find_unused_parameters"));
 
   // checkpoint.* (run.checkpoint_dir wins over checkpoint.dir; see ParseRankConfig)
-  TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.every_epochs, IntIn(c, "checkpoint.every_epochs", 1, 0, INT32_MAX));
-  TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.every_steps, IntIn(c, "checkpoint.every_steps", 0, 0, INT32_MAX));
-  TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.keep, IntIn(c, "checkpoint.keep", 2, 1, 1 << 20));
-  TRAINCTL_ASSIGN_OR_RETURN(t.metrics_every_steps, IntIn(c, "metrics.every_steps", 20, 1, INT32_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.every_epochs, IntIn(c, "checkpoint.every_epochs", 0, INT32_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.every_steps, IntIn(c, "checkpoint.every_steps", 0, INT32_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.keep, IntIn(c, "checkpoint.keep", 1, 1 << 20));
+  TRAINCTL_ASSIGN_OR_RETURN(t.metrics_every_steps, IntIn(c, "metrics.every_steps", 1, INT32_MAX));
 
   // health.* (on_nan and max_rollbacks are the coordinator's)
-  TRAINCTL_ASSIGN_OR_RETURN(t.health.min_loss_scale, DoubleAtLeast(c, "health.min_loss_scale", 1e-4, 0));
-  TRAINCTL_ASSIGN_OR_RETURN(t.health.max_skipped_steps, IntIn(c, "health.max_skipped_steps", 50, 0, INT32_MAX));
-  TRAINCTL_ASSIGN_OR_RETURN(t.health.debug_nan_at_step, IntIn(c, "health.debug_nan_at_step", 0, 0, INT64_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(t.health.min_loss_scale, DoubleAtLeast(c, "health.min_loss_scale", 0));
+  TRAINCTL_ASSIGN_OR_RETURN(t.health.max_skipped_steps, IntIn(c, "health.max_skipped_steps", 0, INT32_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(t.health.debug_nan_at_step, IntIn(c, "health.debug_nan_at_step", 0, INT64_MAX));
   return t;
 }
 
 absl::StatusOr<RunOptions> ParseRun(const FlatConfig& c) {
   RunOptions r;
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t world, IntIn(c, rk::kWorldSize, 1, 1, 1 << 20));
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t world, IntIn(c, rk::kWorldSize, 1, 1 << 20));
   r.world_size = static_cast<int>(world);
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t rank, IntIn(c, rk::kRank, 0, 0, world - 1));
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t rank, IntIn(c, rk::kRank, 0, world - 1));
   r.rank = static_cast<int>(rank);
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t local_rank, IntIn(c, rk::kLocalRank, 0, 0, 1 << 20));
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t local_rank, IntIn(c, rk::kLocalRank, 0, 1 << 20));
   r.local_rank = static_cast<int>(local_rank);
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t local_world, IntIn(c, rk::kLocalWorldSize, 1, 1, 1 << 20));
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t local_world, IntIn(c, rk::kLocalWorldSize, 1, 1 << 20));
   r.local_world_size = static_cast<int>(local_world);
-  TRAINCTL_ASSIGN_OR_RETURN(int device, OneOf(c, rk::kDevice, "cpu", {"cpu", "cuda"}));
+  TRAINCTL_ASSIGN_OR_RETURN(int device, OneOf(c, rk::kDevice, {"cpu", "cuda"}));
   r.device = device == 0 ? "cpu" : "cuda";
   std::string cuda_device = rankproto::GetString(c, rk::kCudaDevice, "");
   if (!cuda_device.empty()) {
-    TRAINCTL_ASSIGN_OR_RETURN(int64_t idx, IntIn(c, rk::kCudaDevice, 0, 0, 1024));
+    TRAINCTL_ASSIGN_OR_RETURN(int64_t idx, IntIn(c, rk::kCudaDevice, 0, 1024));
     r.cuda_device = static_cast<int>(idx);
   } else {
     r.cuda_device = r.local_rank;
   }
-  TRAINCTL_ASSIGN_OR_RETURN(int backend, OneOf(c, rk::kBackend, "", {"", "gloo", "nccl"}));
+  TRAINCTL_ASSIGN_OR_RETURN(int backend, OneOf(c, rk::kBackend, {"", "gloo", "nccl"}));
   r.backend = backend == 0 ? "" : backend == 1 ? "gloo" : "nccl";
   if (r.backend.empty() && r.world_size > 1) {
     return Bad(rk::kBackend, absl::StrCat("missing; world size ", r.world_size, " needs gloo or nccl"));
@@ -237,24 +245,27 @@ absl::StatusOr<RunOptions> ParseRun(const FlatConfig& c) {
   if (r.backend == "gloo" && r.store_secret.size() < 16) {
     return Bad(rk::kStoreSecret, "missing or shorter than 16 characters; the daemon passes the attempt's secret");
   }
-  r.advertise_host = rankproto::GetString(c, rk::kAdvertiseHost, "127.0.0.1");
-  if (r.advertise_host.empty()) r.advertise_host = "127.0.0.1";
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t store_port, IntIn(c, rk::kStorePort, 0, 0, 65535));
+  TRAINCTL_ASSIGN_OR_RETURN(r.advertise_host, rankproto::GetString(c, rk::kAdvertiseHost));
+  if (r.advertise_host.empty()) r.advertise_host = "127.0.0.1";  // the protocol's "": loopback
+  // Absent or 0: any free port (rank_protocol.h); other ranks have none.
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t store_port, OptionalIntIn(c, rk::kStorePort, 0, 0, 65535));
   r.store_port = static_cast<int>(store_port);
   r.nccl_unique_id_hex = rankproto::GetString(c, rk::kNcclUniqueId, "");
   if (r.backend == "nccl" && r.nccl_unique_id_hex.empty()) return Bad(rk::kNcclUniqueId, "missing");
+  // Identity for logs and checkpoint manifests; a rank started by hand may have none.
   r.job_id = rankproto::GetString(c, rk::kJobId, "");
-  TRAINCTL_ASSIGN_OR_RETURN(r.attempt, IntIn(c, rk::kAttempt, 0, 0, INT32_MAX));
-  r.work_dir = rankproto::GetString(c, rk::kWorkDir, "");
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t fd, IntIn(c, rk::kStatusFd, -1, -1, INT32_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(r.attempt, OptionalIntIn(c, rk::kAttempt, 0, 0, INT32_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(r.work_dir, rankproto::GetString(c, rk::kWorkDir));
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t fd, IntIn(c, rk::kStatusFd, -1, INT32_MAX));
   r.status_fd = static_cast<int>(fd);
-  TRAINCTL_ASSIGN_OR_RETURN(r.timeout_s, rankproto::GetDouble(c, rk::kTimeoutSeconds, 300));
+  // The worker's --rank-timeout-s: the rank has no timeout of its own.
+  TRAINCTL_ASSIGN_OR_RETURN(r.timeout_s, rankproto::GetDouble(c, rk::kTimeoutSeconds));
   if (!std::isfinite(r.timeout_s) || r.timeout_s < 1) {
     return Bad(rk::kTimeoutSeconds, absl::StrCat("must be >= 1, got ", r.timeout_s));
   }
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t threads, IntIn(c, "run.num_threads", 1, 1, 1024));
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t threads, OptionalIntIn(c, "run.num_threads", 1, 1, 1024));
   r.num_threads = static_cast<int>(threads);
-  TRAINCTL_ASSIGN_OR_RETURN(r.debug_step_sleep_ms, IntIn(c, "run.debug.step_sleep_ms", 0, 0, 60000));
+  TRAINCTL_ASSIGN_OR_RETURN(r.debug_step_sleep_ms, OptionalIntIn(c, "run.debug.step_sleep_ms", 0, 0, 60000));
   for (absl::string_view item : absl::StrSplit(rankproto::GetString(c, rk::kSkipSteps, ""), ',', absl::SkipEmpty())) {
     int64_t step = 0;
     if (!absl::SimpleAtoi(item, &step) || step < 0) {
@@ -291,9 +302,9 @@ absl::StatusOr<RankConfig> ParseRankConfig(const FlatConfig& config) {
   }
   TRAINCTL_ASSIGN_OR_RETURN(rc.training, ParseTraining(config));
   TRAINCTL_ASSIGN_OR_RETURN(rc.run, ParseRun(config));
-  TRAINCTL_ASSIGN_OR_RETURN(bool keep_global, rankproto::GetBool(config, "elastic.keep_global_batch", false));
+  TRAINCTL_ASSIGN_OR_RETURN(bool keep_global, rankproto::GetBool(config, "elastic.keep_global_batch", /*no elastic section*/ false));
   if (keep_global) {
-    TRAINCTL_ASSIGN_OR_RETURN(int64_t max_world, IntIn(config, "world_size", rc.run.world_size, 1, 1 << 20));
+    TRAINCTL_ASSIGN_OR_RETURN(int64_t max_world, IntIn(config, "world_size", 1, 1 << 20));
     const BatchPlan plan = KeepGlobalBatch(rc.training.data.batch_size, rc.training.grad_accumulation, max_world,
                                            rc.run.world_size);
     if (plan.batch_size != rc.training.data.batch_size || plan.grad_accumulation != rc.training.grad_accumulation) {
@@ -309,7 +320,9 @@ absl::StatusOr<RankConfig> ParseRankConfig(const FlatConfig& config) {
 
   CheckpointOptions& ck = rc.training.checkpoint;
   ck.dir = rankproto::GetString(config, rankproto::run_keys::kCheckpointDir, "");
-  if (ck.dir.empty()) ck.dir = rankproto::GetString(config, "checkpoint.dir", "");
+  if (ck.dir.empty()) {
+    TRAINCTL_ASSIGN_OR_RETURN(ck.dir, rankproto::GetString(config, "checkpoint.dir"));
+  }
   if (ck.dir.empty()) ck.dir = rc.run.work_dir;
   // Without run.checkpoint_writer, rank 0 writes (a rank started by hand).
   TRAINCTL_ASSIGN_OR_RETURN(ck.writer, rankproto::GetBool(config, rankproto::run_keys::kCheckpointWriter,

@@ -8,10 +8,21 @@
 // sections to the dataset loaders (datasets.h), CreateModel and the Trainer.
 // Tests build the structs directly.
 //
+// Defaults live in one place, ResolveJobSpecDefaults (common/jobspec): the
+// worker writes every key of the resolved spec, and this parser has no
+// defaults of its own. A missing job key is an error naming it ("training.
+// epochs: missing"); the only absences with a meaning are structural (no
+// data.eval.* = no eval split, no elastic.* = not elastic) and the run keys
+// rank_protocol.h marks optional (store_port, store_address, store_secret,
+// nccl_unique_id, resume_*, skip_steps, cuda_device: the local rank,
+// checkpoint_writer: rank 0, job_id / attempt, num_threads: 1 and the
+// run.debug.* test hooks). Tests start from a resolved spec's keys
+// (common/jobspec/testdata/resolved_defaults.conf, checked by job_spec_test).
+// Field initialisers below serve tests that build the structs directly;
+// ParseRankConfig sets every field from the config.
+//
 // Errors: InvalidArgument naming the key and the reason ("training.loss:
-// unknown loss 'l1'; expected cross_entropy or mse"). A missing optional key
-// takes the job spec's documented default, so a hand-written config needs only
-// model.*, data.train.* and the run.* keys.
+// unknown value 'l1'; expected one of cross_entropy, mse").
 //
 // Threading: plain value types and a stateless function; thread-safe.
 #pragma once
@@ -137,11 +148,11 @@ struct RunOptions {
   int world_size = 1;
   int local_rank = 0;
   int local_world_size = 1;
-  std::string device = "cpu";  // "cpu" or "cuda"
+  std::string device;  // "cpu" or "cuda"
   int cuda_device = 0;
   std::string backend;  // "gloo", "nccl", or "" (no communicator; world size 1 only)
   std::string store_address;
-  std::string advertise_host = "127.0.0.1";
+  std::string advertise_host;  // "" in the config: 127.0.0.1
   int store_port = 0;  // rank 0: port to host the store on (0 = any free one)
   std::string store_secret;  // gloo: the attempt's rendezvous secret
   std::string nccl_unique_id_hex;
@@ -149,8 +160,8 @@ struct RunOptions {
   int64_t attempt = 0;
   std::string work_dir;
   int status_fd = -1;  // -1: no status pipe (status lines go nowhere)
-  double timeout_s = 300;
-  // Intra-op threads per rank (run.num_threads; default 1: ranks share a host).
+  double timeout_s = 0;  // run.timeout_s: the worker's --rank-timeout-s
+  // Intra-op threads per rank (run.num_threads; absent: 1, ranks share a host).
   int num_threads = 1;
   // Test hook (run.debug.step_sleep_ms): sleep this long after every optimizer
   // step, so tests can interrupt a run at a known point. 0 in production.

@@ -1,6 +1,10 @@
 #include "worker/trainer/rank_config.h"
 
+#include <cstdlib>
 #include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
 
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -10,21 +14,34 @@ namespace {
 
 using ::testing::HasSubstr;
 
+// What the worker writes for a job: every key of the resolved spec (the
+// minimal job, common/jobspec/testdata/resolved_defaults.conf, kept equal to
+// ResolveJobSpecDefaults by job_defaults_test) and the run keys.
+rankproto::FlatConfig ResolvedJob() {
+  const char* src = std::getenv("TRAINCTL_SOURCE_DIR");
+  auto c = rankproto::ReadConfigFile(
+      absl::StrCat(src != nullptr ? src : ".", "/common/jobspec/testdata/resolved_defaults.conf"));
+  EXPECT_TRUE(c.ok()) << c.status();
+  return c.ok() ? *c : rankproto::FlatConfig{};
+}
+
 rankproto::FlatConfig Classic() {
-  return {
-      {"model.name", "mlp"},          {"model.input_dim", "5"},
-      {"model.hidden", ""},           {"model.classes", "2"},
-      {"data.train.format", "synthetic"}, {"data.train.length", "3000"},
-      {"data.train.size", "5"},       {"data.train.classes", "2"},
-      {"data.train.seed", "0"},       {"data.batch_size", "30"},
-      {"data.shuffle", "true"},       {"data.seed", "0"},
-      {"training.epochs", "3"},       {"training.loss", "cross_entropy"},
-      {"training.optimizer.name", "adam"}, {"training.optimizer.lr", "0.001"},
-      {"run.rank", "1"},              {"run.world_size", "2"},
-      {"run.device", "cpu"},          {"run.backend", "gloo"},
-      {"run.store_address", "127.0.0.1:1234"}, {"run.checkpoint_dir", "/tmp/x"},
-      {"run.store_secret", "0123456789abcdef0123456789abcdef"},
-  };
+  rankproto::FlatConfig c = ResolvedJob();
+  for (const auto& [k, v] : rankproto::FlatConfig{
+           {"data.train.length", "3000"},  {"data.batch_size", "30"},
+           {"training.epochs", "3"},       {"run.job_id", "j-1"},
+           {"run.attempt", "1"},           {"run.rank", "1"},
+           {"run.local_rank", "1"},        {"run.world_size", "2"},
+           {"run.local_world_size", "2"},  {"run.device", "cpu"},
+           {"run.backend", "gloo"},        {"run.store_address", "127.0.0.1:1234"},
+           {"run.checkpoint_dir", "/tmp/x"}, {"run.work_dir", "/tmp/w"},
+           {"run.status_fd", "3"},         {"run.timeout_s", "120"},
+           {"run.advertise_host", "127.0.0.1"},
+           {"run.store_secret", "0123456789abcdef0123456789abcdef"},
+       }) {
+    c[k] = v;
+  }
+  return c;
 }
 
 TEST(RankConfigTest, ParsesTheClassicExample) {
@@ -54,12 +71,16 @@ TEST(RankConfigTest, ParsesCnnIdxEvalAndSchedules) {
   f["model.classes"] = "10";
   f["model.batch_norm"] = "true";
   f["model.hidden"] = "64";
+  f["model.conv1_channels"] = "32";
+  f["model.conv2_channels"] = "64";
+  f["model.image_size"] = "28";
   f["data.train.format"] = "idx";
   f["data.train.images"] = "/a";
   f["data.train.labels"] = "/b";
   f["data.eval.format"] = "csv";
   f["data.eval.path"] = "/c.csv";
   f["data.eval.label_column"] = "y";
+  f["data.eval.header"] = "true";
   f["training.lr_schedule.name"] = "cosine";
   f["training.lr_schedule.warmup_steps"] = "100";
   f["training.amp.enabled"] = "true";
@@ -170,6 +191,70 @@ TEST(RankConfigTest, ErrorsNameTheKey) {
   f = Classic();
   f["training.epochs"] = "three";
   ExpectError(f, "training.epochs", "not an integer");
+}
+
+// The resolved spec's values come through unchanged: the rank has no
+// defaults that could disagree with the job's (docs/job-yaml.md).
+TEST(RankConfigTest, TakesEveryValueFromTheResolvedSpec) {
+  auto c = ParseRankConfig(Classic());
+  ASSERT_TRUE(c.ok()) << c.status();
+  EXPECT_TRUE(c->training.data.shuffle);
+  EXPECT_TRUE(c->training.data.pin_memory);
+  EXPECT_DOUBLE_EQ(c->training.optimizer.lr, 0.001);
+  EXPECT_DOUBLE_EQ(c->training.optimizer.beta1, 0.9);
+  EXPECT_DOUBLE_EQ(c->training.optimizer.beta2, 0.999);
+  EXPECT_DOUBLE_EQ(c->training.optimizer.eps, 1e-8);
+  EXPECT_DOUBLE_EQ(c->training.lr_schedule.gamma, 0.1);
+  EXPECT_EQ(c->training.amp.dtype, AmpDtype::kBFloat16);
+  EXPECT_DOUBLE_EQ(c->training.ddp.bucket_cap_mb, 25);
+  EXPECT_TRUE(c->training.ddp.broadcast_buffers);
+  EXPECT_EQ(c->training.checkpoint.every_epochs, 1);
+  EXPECT_EQ(c->training.metrics_every_steps, 20);
+  EXPECT_DOUBLE_EQ(c->training.health.min_loss_scale, 1e-4);
+  EXPECT_EQ(c->training.health.max_skipped_steps, 50);
+  EXPECT_DOUBLE_EQ(c->run.timeout_s, 120);
+}
+
+// No key the rank reads has a fallback: each one missing is an error naming
+// it. (The run keys rank_protocol.h marks optional are the exceptions.)
+TEST(RankConfigTest, EveryKeyTheRankReadsIsRequired) {
+  const std::vector<std::string> required = {
+      "model.name", "model.input_dim", "model.classes", "model.hidden",
+      "data.train.format", "data.train.length", "data.train.size", "data.train.classes",
+      "data.train.target_dim", "data.train.seed", "data.batch_size", "data.shuffle", "data.seed",
+      "data.drop_last", "data.num_workers", "data.pin_memory", "training.epochs", "training.loss",
+      "training.optimizer.name", "training.optimizer.lr", "training.optimizer.weight_decay",
+      "training.optimizer.momentum", "training.optimizer.beta1", "training.optimizer.beta2",
+      "training.optimizer.eps", "training.lr_schedule.name", "training.lr_schedule.warmup_steps",
+      "training.lr_schedule.step_size", "training.lr_schedule.gamma", "training.lr_schedule.min_lr",
+      "training.grad_accumulation", "training.max_grad_norm", "training.amp.enabled",
+      "training.amp.dtype", "ddp.bucket_cap_mb", "ddp.broadcast_buffers", "ddp.find_unused_parameters",
+      "checkpoint.every_epochs", "checkpoint.every_steps", "checkpoint.keep", "metrics.every_steps",
+      "health.min_loss_scale", "health.max_skipped_steps", "health.debug_nan_at_step",
+      "run.world_size", "run.rank", "run.local_rank", "run.local_world_size", "run.device",
+      "run.backend", "run.advertise_host", "run.work_dir", "run.status_fd", "run.timeout_s"};
+  for (const std::string& key : required) {
+    auto f = Classic();
+    ASSERT_EQ(f.erase(key), 1u) << key << " is not in the resolved spec's keys";
+    ExpectError(f, key, "missing");
+  }
+  // checkpoint.dir is read when the worker gives no run.checkpoint_dir; a
+  // cnn, csv or tensors config needs its own keys too.
+  struct Case {
+    rankproto::FlatConfig set;
+    std::vector<std::string> erase;
+    std::string missing;
+  };
+  for (const Case& c : std::vector<Case>{
+           {{}, {"run.checkpoint_dir", "checkpoint.dir"}, "checkpoint.dir"},
+           {{{"model.name", "cnn"}}, {}, "model.batch_norm"},
+           {{{"data.train.format", "csv"}, {"data.train.path", "/a.csv"}}, {}, "data.train.label_column"},
+           {{{"data.train.format", "tensors"}, {"data.train.path", "/a.pt"}}, {}, "data.train.inputs_key"}}) {
+    auto f = Classic();
+    for (const auto& [k, v] : c.set) f[k] = v;
+    for (const std::string& k : c.erase) f.erase(k);
+    ExpectError(f, c.missing, "missing");
+  }
 }
 
 }  // namespace

@@ -34,6 +34,16 @@ std::string RankBinary() {
 
 std::string MakeTempDir(const std::string& tag) { return trainctl::MakeTempDir(absl::StrCat("trainctl_", tag)); }
 
+rankproto::FlatConfig ResolvedJobConfig(const rankproto::FlatConfig& overrides) {
+  const char* src = std::getenv("TRAINCTL_SOURCE_DIR");
+  absl::StatusOr<rankproto::FlatConfig> c = rankproto::ReadConfigFile(
+      absl::StrCat(src != nullptr ? src : ".", "/common/jobspec/testdata/resolved_defaults.conf"));
+  // Unreadable: the overrides alone, and the rank names the first missing key.
+  rankproto::FlatConfig out = c.ok() ? *std::move(c) : rankproto::FlatConfig{};
+  for (const auto& [k, v] : overrides) out[k] = v;
+  return out;
+}
+
 absl::StatusOr<std::unique_ptr<RankGroup>> RankGroup::Start(
     const std::string& dir, int world_size, const rankproto::FlatConfig& base,
     absl::Duration rendezvous_timeout, const std::vector<rankproto::FlatConfig>& per_rank) {

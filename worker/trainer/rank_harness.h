@@ -31,6 +31,12 @@ std::string RankBinary();
 // A fresh directory under $TMPDIR (or /tmp).
 std::string MakeTempDir(const std::string& tag);
 
+// The job keys the worker writes for the minimal job (every default
+// resolved: common/jobspec/testdata/resolved_defaults.conf, kept equal to
+// ResolveJobSpecDefaults by job_defaults_test) with `overrides` on top. The
+// rank has no defaults of its own, so a test config starts here.
+rankproto::FlatConfig ResolvedJobConfig(const rankproto::FlatConfig& overrides);
+
 class RankGroup {
  public:
   // Starts `world_size` ranks with `base` plus run.rank / run.world_size /

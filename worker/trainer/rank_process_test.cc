@@ -39,7 +39,7 @@ class RankProcessTest : public ::testing::Test {
   // The classic DDP example: synthetic 5 -> 2 classification, Linear(5, 2),
   // Adam, cross-entropy, batch 30 per rank.
   rankproto::FlatConfig Classic(const std::string& ckpt) const {
-    return {
+    return testing::ResolvedJobConfig({
         {"name", "mlp-synthetic"},
         {"model.name", "mlp"},
         {"model.input_dim", "5"},
@@ -77,7 +77,7 @@ class RankProcessTest : public ::testing::Test {
         {"run.checkpoint_dir", ckpt},
         {"run.job_id", "test-job"},
         {"run.attempt", "1"},
-    };
+    });
   }
 
   std::string dir_;
@@ -365,9 +365,11 @@ TEST_F(RankProcessTest, Bf16AutocastTrainsAndLossDecreases) {
   c["data.train.format"] = "csv";
   c["data.train.path"] = dir_ + "/train.csv";
   c["data.train.label_column"] = "label";
+  c["data.train.header"] = "true";
   c["data.eval.format"] = "csv";
   c["data.eval.path"] = dir_ + "/eval.csv";
   c["data.eval.label_column"] = "";
+  c["data.eval.header"] = "true";
   c["model.hidden"] = "16";
   c["data.batch_size"] = "16";
   c["training.epochs"] = "4";
