@@ -22,6 +22,19 @@ using trainer_internal::Collective;
 using trainer_internal::Config;
 using trainer_internal::IsCommunicationError;
 
+namespace {
+
+// Adam and AdamW take the same options (AdamW applies the weight decay
+// decoupled from the gradient).
+template <typename Options>
+Options AdamFamilyOptions(const OptimizerOptions& oo) {
+  Options options(oo.lr);
+  options.betas(std::make_tuple(oo.beta1, oo.beta2)).eps(oo.eps).weight_decay(oo.weight_decay);
+  return options;
+}
+
+}  // namespace
+
 absl::Status Trainer::Impl::Init() {
   TRAINCTL_RETURN_IF_ERROR(CheckSetup());
   TRAINCTL_RETURN_IF_ERROR(CheckTargets());
@@ -94,18 +107,10 @@ void Trainer::Impl::BuildOptimizer() {
           params, torch::optim::SGDOptions(oo.lr).momentum(oo.momentum).weight_decay(oo.weight_decay));
       break;
     case OptimizerKind::kAdam:
-      optimizer = std::make_unique<torch::optim::Adam>(
-          params, torch::optim::AdamOptions(oo.lr)
-                      .betas(std::make_tuple(oo.beta1, oo.beta2))
-                      .eps(oo.eps)
-                      .weight_decay(oo.weight_decay));
+      optimizer = std::make_unique<torch::optim::Adam>(params, AdamFamilyOptions<torch::optim::AdamOptions>(oo));
       break;
     case OptimizerKind::kAdamW:
-      optimizer = std::make_unique<torch::optim::AdamW>(
-          params, torch::optim::AdamWOptions(oo.lr)
-                      .betas(std::make_tuple(oo.beta1, oo.beta2))
-                      .eps(oo.eps)
-                      .weight_decay(oo.weight_decay));
+      optimizer = std::make_unique<torch::optim::AdamW>(params, AdamFamilyOptions<torch::optim::AdamWOptions>(oo));
       break;
   }
 }
