@@ -6,7 +6,7 @@
 //    the other rank waits in; the attempt fails as HANG, the job restarts
 //    from its checkpoint and SUCCEEDS.
 //  * A worker whose ranks are slowed by the test hook
-//    (TRAINCTL_DEBUG_COMPUTE_SLEEP_MS): a `straggler` event names its rank
+//    (TRAINCTL_TEST_STEP_SLEEP_MS): a `straggler` event names its rank
 //    and worker.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
@@ -106,9 +106,9 @@ class HangE2ETest : public ::testing::Test {
 TEST_F(HangE2ETest, StoppedRankIsNamedWithItsCollectiveWithinTenSecondsAndTheJobResumes) {
   // 3 ms of compute per step on every rank: epochs of at least 3 s (1000
   // steps), long enough to stop a rank mid-epoch; steps stay sub-second.
-  setenv("TRAINCTL_DEBUG_COMPUTE_SLEEP_MS", "3", 1);
+  setenv("TRAINCTL_TEST_STEP_SLEEP_MS", "3", 1);
   const bool started = cluster_->StartWorker("w0") && cluster_->StartWorker("w1");
-  unsetenv("TRAINCTL_DEBUG_COMPUTE_SLEEP_MS");
+  unsetenv("TRAINCTL_TEST_STEP_SLEEP_MS");
   ASSERT_TRUE(started);
   ASSERT_TRUE(cluster_->WaitWorkers(2));
   const std::string ckpt = cluster_->dir() + "/ckpt";
@@ -165,9 +165,9 @@ TEST_F(HangE2ETest, StoppedRankIsNamedWithItsCollectiveWithinTenSecondsAndTheJob
 TEST_F(HangE2ETest, SlowedRankRaisesAStragglerEventNamingItsWorker) {
   ASSERT_TRUE(cluster_->StartWorker("w0"));
   // Only w1's ranks are slowed: 15 ms of extra compute per step.
-  setenv("TRAINCTL_DEBUG_COMPUTE_SLEEP_MS", "15", 1);
+  setenv("TRAINCTL_TEST_STEP_SLEEP_MS", "15", 1);
   const bool started = cluster_->StartWorker("w1");
-  unsetenv("TRAINCTL_DEBUG_COMPUTE_SLEEP_MS");
+  unsetenv("TRAINCTL_TEST_STEP_SLEEP_MS");
   ASSERT_TRUE(started);
   ASSERT_TRUE(cluster_->WaitWorkers(2));
   const std::string id = cluster_->Submit(Classic(2, cluster_->dir() + "/ckpt", 60000));

@@ -24,6 +24,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/status_macros.h"
 #include "worker/dist/gloo_collectives.h"
 #include "worker/dist/gradient_bucketer.h"
 #include "worker/dist/rank_launcher.h"
@@ -307,24 +308,95 @@ std::string Bytes(const std::vector<torch::Tensor>& tensors) {
 // each rank's forward and re-synchronised before the next one, as in DDP.
 std::string StateBytes(Net& net) { return Bytes(net->parameters()); }
 
-int RunTrain(const Args& a, Ctx& ctx) {
-  const int in = 16, out = 4;
-  const int hidden = static_cast<int>(a.Int("hidden", 32));
-  const int depth = static_cast<int>(a.Int("depth", 2));
-  const int steps = static_cast<int>(a.Int("steps", 3));
-  const int batch = static_cast<int>(a.Int("batch", 8));
-  const int micro = static_cast<int>(a.Int("micro", 1));
-  const bool bn = a.Int("bn", 0) != 0;
-  const std::string unused = a.Str("unused", "none");  // none | all | rank0
-  const int die_step = static_cast<int>(a.Int("die_at_step", -1));
-  const int die_rank = static_cast<int>(a.Int("die_rank", -1));
-  const std::string die_mode = a.Str("die_mode", "exit");  // exit | stall
-  const bool expect_error = a.Int("expect_error", 0) != 0;
+// RunTrain's arguments.
+struct TrainArgs {
+  static constexpr int kIn = 16, kOut = 4;
+  int hidden, depth, steps, batch, micro;
+  bool bn;
+  std::string unused;  // none | all | rank0
+  int die_step, die_rank;
+  std::string die_mode;  // exit | stall
+  bool expect_error;
 
+  explicit TrainArgs(const Args& a)
+      : hidden(static_cast<int>(a.Int("hidden", 32))),
+        depth(static_cast<int>(a.Int("depth", 2))),
+        steps(static_cast<int>(a.Int("steps", 3))),
+        batch(static_cast<int>(a.Int("batch", 8))),
+        micro(static_cast<int>(a.Int("micro", 1))),
+        bn(a.Int("bn", 0) != 0),
+        unused(a.Str("unused", "none")),
+        die_step(static_cast<int>(a.Int("die_at_step", -1))),
+        die_rank(static_cast<int>(a.Int("die_rank", -1))),
+        die_mode(a.Str("die_mode", "exit")),
+        expect_error(a.Int("expect_error", 0) != 0) {}
+};
+
+void WriteStepStats(std::ofstream& stats, int s, const td::StepCommStats& ss, Clock::time_point backward_returned) {
+  stats << "step " << s << " launches " << ss.launches.size() << " first_from_hook "
+        << ss.launches[0].from_hook << " first_grads_ready " << ss.launches[0].grads_ready
+        << " num_params " << ss.num_params << " first_before_backward_return_us "
+        << std::chrono::duration_cast<std::chrono::microseconds>(backward_returned - ss.launches[0].time).count()
+        << " last_from_hook " << ss.launches.back().from_hook << " exposed_comm_us "
+        << absl::ToInt64Microseconds(ss.exposed_comm) << " unused " << ss.unused_params << "\n";
+}
+
+// Step s's micro-batches over this rank's shard of the global batch (x, y):
+// rank r's rows are [r*micro*batch, (r+1)*micro*batch). Returns the
+// bucketer's error, if any; a broken expectation goes to *broken.
+absl::Status StepMicroBatches(const TrainArgs& t, const Ctx& ctx, Net& net, td::GradientBucketer& ddp, int s,
+                              const torch::Tensor& x, const torch::Tensor& y, std::ofstream& stats,
+                              std::string* broken) {
+  for (int m = 0; m < t.micro; ++m) {
+    const bool last = m == t.micro - 1;
+    std::optional<td::GradientBucketer::NoSyncGuard> no_sync;
+    if (!last) no_sync.emplace(&ddp);
+    TRAINCTL_RETURN_IF_ERROR(ddp.PrepareForward());
+    if (m == 0) {
+      td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/buffers_r", ctx.rank, "_s", s, ".bin"),
+                                   Bytes(net->buffers()));
+    }
+    const int64_t row0 = (static_cast<int64_t>(ctx.rank) * t.micro + m) * t.batch;
+    const bool use_extra = t.unused == "rank0" && ctx.rank != 0;
+    auto pred = net->forward(x.narrow(0, row0, t.batch), use_extra);
+    auto loss = torch::mse_loss(pred, y.narrow(0, row0, t.batch)) / t.micro;
+    TRAINCTL_RETURN_IF_ERROR(ddp.PrepareForBackward({loss}));
+    loss.backward();
+    const auto backward_returned = Clock::now();
+    TRAINCTL_RETURN_IF_ERROR(ddp.FinalizeBackward());
+    const auto ss = ddp.last_step_stats();
+    if (!last) {
+      if (ss.synced || !ss.launches.empty()) {
+        *broken = "no_sync micro-step communicated";
+        return absl::OkStatus();
+      }
+      continue;
+    }
+    if (!ss.synced || ss.launches.size() != ddp.buckets().size()) {
+      *broken = "synced step did not launch every bucket";
+      return absl::OkStatus();
+    }
+    WriteStepStats(stats, s, ss, backward_returned);
+  }
+  return absl::OkStatus();
+}
+
+// A step's collective error: recorded for the test (error_r<rank>), then
+// success when the test expected it.
+int StepFailed(const TrainArgs& t, Ctx& ctx, int s, const absl::Status& st, Clock::time_point step_start) {
+  const double ms = MsSince(step_start);
+  Release(ctx);
+  td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/error_r", ctx.rank), absl::StrCat(ms, "\n", st.ToString()));
+  std::printf("rank %d step %d: %s after %.0f ms\n", ctx.rank, s, st.ToString().c_str(), ms);
+  return t.expect_error ? 0 : Fail(st.ToString());
+}
+
+int RunTrain(const Args& a, Ctx& ctx) {
+  const TrainArgs t(a);
   // Ranks other than 0 start from different weights: the constructor's
   // broadcast must make them equal.
   torch::manual_seed(a.Int("init_seed", 1) + 1000 * ctx.rank);
-  Net net(in, hidden, depth, out, bn, unused != "none");
+  Net net(TrainArgs::kIn, t.hidden, t.depth, TrainArgs::kOut, t.bn, t.unused != "none");
 
   td::GradientBucketerOptions opts;
   opts.bucket_cap_mb = a.Dbl("bucket_cap_mb", 25.0);
@@ -340,70 +412,26 @@ int RunTrain(const Args& a, Ctx& ctx) {
   std::ofstream stats(absl::StrCat(ctx.dir, "/stats_r", ctx.rank, ".txt"));
   stats << "num_buckets " << ddp->buckets().size() << " num_params "
         << ddp->parameter_names().size() << "\n";
-  for (int s = 0; s < steps; ++s) {
-    if (s == die_step && ctx.rank == die_rank) {
-      if (die_mode == "exit") _exit(3);
+  for (int s = 0; s < t.steps; ++s) {
+    if (s == t.die_step && ctx.rank == t.die_rank) {
+      if (t.die_mode == "exit") _exit(3);
       StallUntilReleased(ctx, 30);
       return 0;
     }
     const auto step_start = Clock::now();
-    // The global batch of this step; rank r's shard is rows [r*micro*batch, (r+1)*micro*batch).
     torch::manual_seed(a.Int("data_seed", 7) * 1000 + s);
-    const int64_t rows = static_cast<int64_t>(ctx.world) * micro * batch;
-    auto x = torch::randn({rows, in});
-    auto y = torch::randn({rows, out});
-    absl::Status st;
-    for (int m = 0; m < micro && st.ok(); ++m) {
-      const bool last = m == micro - 1;
-      std::optional<td::GradientBucketer::NoSyncGuard> no_sync;
-      if (!last) no_sync.emplace(ddp.get());
-      st = ddp->PrepareForward();
-      if (!st.ok()) break;
-      if (m == 0) {
-        td::testing::WriteFileAtomic(
-            absl::StrCat(ctx.dir, "/buffers_r", ctx.rank, "_s", s, ".bin"), Bytes(net->buffers()));
-      }
-      const int64_t row0 = (static_cast<int64_t>(ctx.rank) * micro + m) * batch;
-      const bool use_extra = unused == "rank0" && ctx.rank != 0;
-      auto pred = net->forward(x.narrow(0, row0, batch), use_extra);
-      auto loss = torch::mse_loss(pred, y.narrow(0, row0, batch)) / micro;
-      st = ddp->PrepareForBackward({loss});
-      if (!st.ok()) break;
-      loss.backward();
-      const auto backward_returned = Clock::now();
-      st = ddp->FinalizeBackward();
-      if (!st.ok()) break;
-      const auto ss = ddp->last_step_stats();
-      if (!last) {
-        if (ss.synced || !ss.launches.empty()) return Fail("no_sync micro-step communicated");
-        continue;
-      }
-      if (!ss.synced || ss.launches.size() != ddp->buckets().size()) {
-        return Fail("synced step did not launch every bucket");
-      }
-      stats << "step " << s << " launches " << ss.launches.size() << " first_from_hook "
-            << ss.launches[0].from_hook << " first_grads_ready " << ss.launches[0].grads_ready
-            << " num_params " << ss.num_params << " first_before_backward_return_us "
-            << std::chrono::duration_cast<std::chrono::microseconds>(backward_returned -
-                                                                     ss.launches[0].time)
-                   .count()
-            << " last_from_hook " << ss.launches.back().from_hook << " exposed_comm_us "
-            << absl::ToInt64Microseconds(ss.exposed_comm) << " unused " << ss.unused_params
-            << "\n";
-    }
-    if (!st.ok()) {
-      const double ms = MsSince(step_start);
-      Release(ctx);
-      td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/error_r", ctx.rank),
-                                   absl::StrCat(ms, "\n", st.ToString()));
-      std::printf("rank %d step %d: %s after %.0f ms\n", ctx.rank, s, st.ToString().c_str(), ms);
-      return expect_error ? 0 : Fail(st.ToString());
-    }
-    if (unused != "none" && opts.find_unused_parameters) {
+    const int64_t rows = static_cast<int64_t>(ctx.world) * t.micro * t.batch;
+    auto x = torch::randn({rows, TrainArgs::kIn});
+    auto y = torch::randn({rows, TrainArgs::kOut});
+    std::string broken;
+    const absl::Status st = StepMicroBatches(t, ctx, net, *ddp, s, x, y, stats, &broken);
+    if (!broken.empty()) return Fail(broken);
+    if (!st.ok()) return StepFailed(t, ctx, s, st, step_start);
+    if (t.unused != "none" && opts.find_unused_parameters) {
       // The extra layer: untouched (undefined) when no rank used it, the
       // average when some rank did.
       const bool defined = net->side->weight.grad().defined();
-      if (defined != (unused == "rank0")) return Fail("unused parameter's gradient state wrong");
+      if (defined != (t.unused == "rank0")) return Fail("unused parameter's gradient state wrong");
     }
     sgd.step();
     sgd.zero_grad();
@@ -411,7 +439,7 @@ int RunTrain(const Args& a, Ctx& ctx) {
                                  StateBytes(net));
   }
   stats.flush();
-  if (expect_error) return Fail("expected an error, training succeeded");
+  if (t.expect_error) return Fail("expected an error, training succeeded");
   return 0;
 }
 

@@ -16,6 +16,7 @@
 #include <deque>
 #include <list>
 #include <map>
+#include <optional>
 #include <exception>
 #include <stdexcept>
 #include <mutex>
@@ -26,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/status_macros.h"
 #include "worker/dist/shm_allreduce.h"
+#include "worker/dist/work_status.h"
 
 namespace trainctl::dist {
 namespace {
@@ -122,22 +124,14 @@ class GlooWork final : public CollectiveWork {
   GlooWork(std::weak_ptr<GlooCore> engine, std::string description, absl::Duration timeout)
       : engine_(std::move(engine)), description_(std::move(description)), timeout_(timeout) {}
 
-  void Finish(absl::Status status) {
-    absl::MutexLock l(&mu_);
-    if (done_) return;
-    done_ = true;
-    status_ = std::move(status);
-  }
+  void Finish(absl::Status status) { result_.Finish(std::move(status)); }
 
   absl::Status Wait(absl::Duration timeout) override;
   // Gloo enforces the engine timeout on the operation itself and reports the
   // more precise error; the grace lets that error arrive first.
   absl::Status Wait() override { return Wait(timeout_ + absl::Seconds(2)); }
 
-  bool IsCompleted() override {
-    absl::MutexLock l(&mu_);
-    return done_;
-  }
+  bool IsCompleted() override { return result_.done(); }
 
   const std::string& description() const { return description_; }
 
@@ -145,9 +139,7 @@ class GlooWork final : public CollectiveWork {
   const std::weak_ptr<GlooCore> engine_;
   const std::string description_;
   const absl::Duration timeout_;
-  absl::Mutex mu_;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  WorkStatus result_;
 };
 
 struct Op {
@@ -461,18 +453,13 @@ class GlooCollectives final : public Collectives {
 };
 
 absl::Status GlooWork::Wait(absl::Duration timeout) {
-  {
-    absl::MutexLock l(&mu_);
-    auto done = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done_; };
-    if (mu_.AwaitWithTimeout(absl::Condition(&done), timeout)) return status_;
-  }
+  if (std::optional<absl::Status> done = result_.Await(timeout)) return *done;
   auto status = absl::DeadlineExceededError(absl::StrCat(
       description_, " did not finish within ", absl::FormatDuration(timeout),
       "; a peer rank is dead or stalled"));
   Finish(status);
   if (auto engine = engine_.lock()) engine->Fail(status);
-  absl::MutexLock l(&mu_);
-  return status_;
+  return result_.status();
 }
 
 }  // namespace

@@ -346,60 +346,21 @@ absl::Status GradientBucketer::FinalizeBackward() {
   current_.backward_end = backward_end;
 
   absl::Status status = step_error_;
-  std::vector<size_t> missing;
-  for (size_t i = 0; i < params_.size(); ++i) {
-    if (!ready_[i]) missing.push_back(i);
-  }
-  if (status.ok() && !missing.empty()) {
-    if (options_.find_unused_parameters) {
-      for (size_t i : missing) MarkReadyLocked(i, /*unused=*/true, /*from_hook=*/false);
-      LaunchReadyBucketsLocked(/*from_hook=*/false);
-    } else {
-      // Buckets holding these never launched, so the ranks would disagree on
-      // what to all-reduce next; fail here instead of hanging.
-      status = absl::FailedPreconditionError(absl::StrCat(
-          "GradientBucketer: ", missing.size(), " of ", params_.size(),
-          " parameters received no gradient in this backward pass: ", DescribeParams(missing),
-          ". Every parameter must take part in producing the loss, or set "
-          "find_unused_parameters=true (the model has parameters unused in forward)"));
-    }
-  }
-
-  at::Tensor global_used;
-  if (status.ok()) {
-    for (auto& b : buckets_) {
-      absl::Status st = b.work ? b.work->Wait() : absl::InternalError("bucket never launched");
-      if (!st.ok()) {
-        status = st;
-        break;
-      }
-    }
-  }
+  if (status.ok()) status = HandleMissingGradsLocked();
+  if (status.ok()) status = WaitBucketsLocked();
+  at::Tensor globally_used;
   if (status.ok() && options_.find_unused_parameters) {
-    // Which parameters did any rank use? A parameter no rank used keeps its
-    // gradient untouched, as in PyTorch.
-    global_used = at::tensor(std::vector<int32_t>(locally_used_.begin(), locally_used_.end()),
-                             at::TensorOptions().dtype(at::kInt));
-    if (comm_->device() == CommDevice::kCuda) global_used = global_used.to(params_[0].device());
-    status = AllReduceSum(*comm_, global_used)->Wait();
-    if (status.ok()) global_used = global_used.cpu();
+    absl::StatusOr<at::Tensor> used = GloballyUsedLocked();
+    if (used.ok()) {
+      globally_used = *std::move(used);
+    } else {
+      status = used.status();
+    }
   }
   current_.exposed_comm = Since(backward_end);
 
   if (status.ok()) {
-    c10::NoGradGuard no_grad;
-    for (auto& b : buckets_) {
-      for (size_t slot = 0; slot < b.params.size(); ++slot) {
-        const size_t i = b.params[slot];
-        if (global_used.defined() && global_used.data_ptr<int32_t>()[i] == 0) continue;
-        at::Tensor& grad = params_[i].mutable_grad();
-        if (grad.defined()) {
-          grad.copy_(b.views[slot]);
-        } else {
-          grad = b.views[slot].clone();
-        }
-      }
-    }
+    CopyBucketGradsLocked(globally_used);
     current_.synced = true;
     current_.step = ++synced_steps_;
     require_forward_param_sync_ = true;
@@ -409,6 +370,60 @@ absl::Status GradientBucketer::FinalizeBackward() {
   last_ = current_;
   ResetStepLocked();
   return status;
+}
+
+absl::Status GradientBucketer::HandleMissingGradsLocked() {
+  std::vector<size_t> missing;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (!ready_[i]) missing.push_back(i);
+  }
+  if (missing.empty()) return absl::OkStatus();
+  if (options_.find_unused_parameters) {
+    for (size_t i : missing) MarkReadyLocked(i, /*unused=*/true, /*from_hook=*/false);
+    LaunchReadyBucketsLocked(/*from_hook=*/false);
+    return absl::OkStatus();
+  }
+  // Buckets holding these never launched, so the ranks would disagree on
+  // what to all-reduce next; fail here instead of hanging.
+  return absl::FailedPreconditionError(absl::StrCat(
+      "GradientBucketer: ", missing.size(), " of ", params_.size(),
+      " parameters received no gradient in this backward pass: ", DescribeParams(missing),
+      ". Every parameter must take part in producing the loss, or set "
+      "find_unused_parameters=true (the model has parameters unused in forward)"));
+}
+
+absl::Status GradientBucketer::WaitBucketsLocked() {
+  for (auto& b : buckets_) {
+    absl::Status st = b.work ? b.work->Wait() : absl::InternalError("bucket never launched");
+    if (!st.ok()) return st;
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<at::Tensor> GradientBucketer::GloballyUsedLocked() {
+  // Which parameters did any rank use? A parameter no rank used keeps its
+  // gradient untouched, as in PyTorch.
+  at::Tensor used = at::tensor(std::vector<int32_t>(locally_used_.begin(), locally_used_.end()),
+                               at::TensorOptions().dtype(at::kInt));
+  if (comm_->device() == CommDevice::kCuda) used = used.to(params_[0].device());
+  TRAINCTL_RETURN_IF_ERROR(AllReduceSum(*comm_, used)->Wait());
+  return used.cpu();
+}
+
+void GradientBucketer::CopyBucketGradsLocked(const at::Tensor& globally_used) {
+  c10::NoGradGuard no_grad;
+  for (auto& b : buckets_) {
+    for (size_t slot = 0; slot < b.params.size(); ++slot) {
+      const size_t i = b.params[slot];
+      if (globally_used.defined() && globally_used.data_ptr<int32_t>()[i] == 0) continue;
+      at::Tensor& grad = params_[i].mutable_grad();
+      if (grad.defined()) {
+        grad.copy_(b.views[slot]);
+      } else {
+        grad = b.views[slot].clone();
+      }
+    }
+  }
 }
 
 }  // namespace trainctl::dist

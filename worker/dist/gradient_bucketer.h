@@ -220,6 +220,16 @@ class GradientBucketer {
   // incomplete one, so that launch order is bucket order on every rank.
   void LaunchReadyBucketsLocked(bool from_hook) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   void ResetStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // FinalizeBackward's parts. Parameters without a gradient this step: with
+  // find_unused_parameters their buckets launch now, else an error.
+  absl::Status HandleMissingGradsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  absl::Status WaitBucketsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // find_unused_parameters: which parameters any rank used (int32 on the
+  // CPU, all-reduced).
+  absl::StatusOr<at::Tensor> GloballyUsedLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Copies the averaged bucket views into the gradients (skipping
+  // parameters no rank used, when `globally_used` is defined).
+  void CopyBucketGradsLocked(const at::Tensor& globally_used) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DescribeParams(const std::vector<size_t>& indices) const;
 
   const GradientBucketerOptions options_;

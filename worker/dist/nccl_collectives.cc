@@ -15,6 +15,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "worker/dist/work_status.h"
 
 namespace trainctl::dist {
 namespace {
@@ -103,11 +104,7 @@ class NcclWork final : public CollectiveWork {
   absl::Status Wait(absl::Duration timeout) override;
   absl::Status Wait() override { return Wait(timeout_); }
   bool IsCompleted() override {
-    {
-      absl::MutexLock l(&mu_);
-      if (done_) return true;
-    }
-    return cudaEventQuery(inflight_->done) == cudaSuccess;
+    return result_.done() || cudaEventQuery(inflight_->done) == cudaSuccess;
   }
 
  private:
@@ -115,9 +112,7 @@ class NcclWork final : public CollectiveWork {
   const std::shared_ptr<Inflight> inflight_;
   const std::string description_;
   const absl::Duration timeout_;
-  absl::Mutex mu_;
-  bool done_ ABSL_GUARDED_BY(mu_) = false;
-  absl::Status status_ ABSL_GUARDED_BY(mu_);
+  WorkStatus result_;
 };
 
 class NcclEngine final : public NcclCollectives, public std::enable_shared_from_this<NcclEngine> {
@@ -347,23 +342,16 @@ class NcclEngine final : public NcclCollectives, public std::enable_shared_from_
 };
 
 absl::Status NcclWork::Wait(absl::Duration timeout) {
-  {
-    absl::MutexLock l(&mu_);
-    if (done_) return status_;
-  }
+  if (result_.done()) return result_.status();
   absl::Status st;
   if (auto engine = engine_.lock()) {
     st = engine->WaitFor(*inflight_, description_, timeout);
   } else {
     st = absl::AbortedError(description_ + ": the nccl collectives were destroyed");
   }
-  absl::MutexLock l(&mu_);
   // Errors are final; success is cached too (the event cannot un-fire).
-  if (!done_) {
-    done_ = true;
-    status_ = st;
-  }
-  return status_;
+  result_.Finish(st);
+  return result_.status();
 }
 
 }  // namespace

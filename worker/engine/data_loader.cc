@@ -8,6 +8,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/types/span.h"
+#include "common/status_macros.h"
+#include "worker/engine/engine_errors.h"
 
 namespace trainctl::engine {
 
@@ -15,18 +17,9 @@ absl::StatusOr<std::unique_ptr<DataLoader>> DataLoader::Create(
     std::shared_ptr<const Dataset> dataset, std::vector<int64_t> indices,
     const DataLoaderOptions& options) {
   if (dataset == nullptr) return absl::InvalidArgumentError("data loader needs a dataset");
-  if (options.batch_size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("batch_size must be >= 1, got ", options.batch_size));
-  }
-  if (options.num_workers < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("num_workers must be >= 0, got ", options.num_workers));
-  }
-  if (options.prefetch_factor < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("prefetch_factor must be >= 1, got ", options.prefetch_factor));
-  }
+  TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("batch_size", options.batch_size, 1));
+  TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("num_workers", options.num_workers, 0));
+  TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("prefetch_factor", options.prefetch_factor, 1));
   const int64_t n = dataset->size();
   for (int64_t index : indices) {
     if (index < 0 || index >= n) {

@@ -10,6 +10,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/engine/engine_errors.h"
 
 namespace trainctl::engine {
 
@@ -77,31 +78,19 @@ absl::StatusOr<Example> TensorDataset::GetBatch(absl::Span<const int64_t> indice
 
 absl::StatusOr<std::unique_ptr<TensorDataset>> MakeSyntheticDataset(
     const SyntheticDataOptions& options) {
-  if (options.length < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("synthetic length must be >= 0, got ", options.length));
-  }
-  if (options.size < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("synthetic size must be >= 1, got ", options.size));
-  }
+  TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("synthetic length", options.length, 0));
+  TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("synthetic size", options.size, 1));
   at::Generator gen = at::detail::createCPUGenerator(options.seed);
   at::Tensor inputs = at::randn({options.length, options.size}, gen);
   at::Tensor targets;
   switch (options.task) {
     case SyntheticTask::kClassification:
-      if (options.classes < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("synthetic classes must be >= 1, got ", options.classes));
-      }
+      TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("synthetic classes", options.classes, 1));
       targets = at::randint(0, options.classes, {options.length}, gen,
                             at::TensorOptions().dtype(at::kLong));
       break;
     case SyntheticTask::kRegression:
-      if (options.target_dim < 1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("synthetic target_dim must be >= 1, got ", options.target_dim));
-      }
+      TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("synthetic target_dim", options.target_dim, 1));
       targets = at::randn({options.length, options.target_dim}, gen);
       break;
   }

@@ -12,6 +12,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/status_macros.h"
+#include "worker/engine/engine_errors.h"
 #include "worker/engine/file_bytes.h"
 
 namespace trainctl::engine {
@@ -101,113 +102,127 @@ std::string Shorten(absl::string_view s) {
   return s.size() <= 40 ? std::string(s) : absl::StrCat(s.substr(0, 40), "...");
 }
 
-}  // namespace
-
-absl::StatusOr<CsvTable> ParseCsv(absl::string_view text, const CsvDataOptions& options) {
-  if (options.classes < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("csv classes must be >= 0, got ", options.classes));
-  }
+absl::Status CheckCsvOptions(const CsvDataOptions& options) {
+  TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("csv classes", options.classes, 0));
   if (!options.label_column.empty() && !options.has_header) {
     return absl::InvalidArgumentError(absl::StrCat("csv label_column '", options.label_column,
                                                    "' is a name but has_header is false"));
   }
-  if (options.label_column.empty() && options.label_column_index < -1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("csv label_column_index must be >= -1, got ", options.label_column_index));
+  if (options.label_column.empty()) {
+    TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("csv label_column_index", options.label_column_index, -1));
   }
-  const std::string& path = options.path;
+  return absl::OkStatus();
+}
 
-  int64_t columns = -1;  // fixed by the header or the first data row
-  int64_t label = -1;    // resolved label column
-  bool header_pending = options.has_header;
-  std::vector<float> features;
-  std::vector<float> float_labels;
-  std::vector<int64_t> class_labels;
-  int64_t rows = 0;
-  int64_t line_no = 0;
+// Builds a CsvTable from a CSV file's lines, fed in order.
+class CsvReader {
+ public:
+  explicit CsvReader(const CsvDataOptions& options) : o_(options), header_pending_(options.has_header) {
+    t_.columns = -1;  // until the header or the first data row fixes it
+  }
 
-  auto resolve_label_index = [&](int64_t ncols, int64_t line) -> absl::Status {
-    if (ncols < 2) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("CSV file '", path, "' line ", line,
-                       ": need at least 2 columns (features and a label), got ", ncols));
+  // One line (without its '\n'), numbered from 1.
+  absl::Status Line(absl::string_view line, int64_t line_no) {
+    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+    if (absl::StripAsciiWhitespace(line).empty()) return absl::OkStatus();
+    std::vector<absl::string_view> fields = absl::StrSplit(line, o_.delimiter);
+    const int64_t n = static_cast<int64_t>(fields.size());
+    if (header_pending_) {
+      header_pending_ = false;
+      t_.columns = n;
+      return o_.label_column.empty() ? ResolveLabelIndex(n, line_no) : FindLabelColumn(fields);
     }
-    label = options.label_column_index == -1 ? ncols - 1 : options.label_column_index;
-    if (label >= ncols) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "csv label_column_index ", label, " is outside the ", ncols, " columns of '", path, "'"));
+    if (t_.columns < 0) {
+      t_.columns = n;
+      TRAINCTL_RETURN_IF_ERROR(ResolveLabelIndex(n, line_no));
+    }
+    if (n != t_.columns) {
+      return absl::InvalidArgumentError(absl::StrCat("CSV file '", o_.path, "' line ", line_no,
+                                                     ": expected ", t_.columns, " fields, got ", n));
+    }
+    for (int64_t i = 0; i < n; ++i) TRAINCTL_RETURN_IF_ERROR(Cell(CleanField(fields[i]), i, line_no));
+    ++t_.rows;
+    return absl::OkStatus();
+  }
+
+  absl::StatusOr<CsvTable> Finish() && {
+    if (t_.rows == 0) {
+      return absl::InvalidArgumentError(absl::StrCat("CSV file '", o_.path, "' has no data rows"));
+    }
+    return std::move(t_);
+  }
+
+ private:
+  // label_column names a header column.
+  absl::Status FindLabelColumn(const std::vector<absl::string_view>& header) {
+    const int64_t n = static_cast<int64_t>(header.size());
+    for (int64_t i = 0; i < n; ++i) {
+      if (CleanField(header[i]) == o_.label_column) label_ = i;
+    }
+    if (label_ < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("csv label_column '", o_.label_column,
+                                                     "' is not in the header of '", o_.path, "'"));
+    }
+    if (n < 2) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("CSV file '", o_.path, "' needs at least 2 columns (features and a label)"));
     }
     return absl::OkStatus();
-  };
+  }
 
+  // label_column_index (-1: the last column) among `ncols` columns.
+  absl::Status ResolveLabelIndex(int64_t ncols, int64_t line_no) {
+    if (ncols < 2) {
+      return absl::InvalidArgumentError(absl::StrCat("CSV file '", o_.path, "' line ", line_no,
+                                                     ": need at least 2 columns (features and a label), got ",
+                                                     ncols));
+    }
+    label_ = o_.label_column_index == -1 ? ncols - 1 : o_.label_column_index;
+    if (label_ >= ncols) {
+      return absl::InvalidArgumentError(absl::StrCat("csv label_column_index ", label_, " is outside the ", ncols,
+                                                     " columns of '", o_.path, "'"));
+    }
+    return absl::OkStatus();
+  }
+
+  // Column i's cell: a feature, a class id or a float label.
+  absl::Status Cell(absl::string_view cell, int64_t i, int64_t line_no) {
+    double value = 0;
+    if (!absl::SimpleAtod(cell, &value) || !std::isfinite(value)) {
+      return absl::InvalidArgumentError(absl::StrCat("CSV file '", o_.path, "' line ", line_no, " column ", i + 1,
+                                                     ": '", Shorten(cell), "' is not a finite number"));
+    }
+    if (i != label_) {
+      t_.features.push_back(static_cast<float>(value));
+    } else if (o_.classes > 0) {
+      if (value != std::floor(value) || value < 0 || value >= o_.classes) {
+        return absl::InvalidArgumentError(absl::StrCat("CSV file '", o_.path, "' line ", line_no, ": label ",
+                                                       Shorten(cell), " is not a class id in [0, ", o_.classes,
+                                                       ")"));
+      }
+      t_.class_labels.push_back(static_cast<int64_t>(value));
+    } else {
+      t_.float_labels.push_back(static_cast<float>(value));
+    }
+    return absl::OkStatus();
+  }
+
+  const CsvDataOptions& o_;
+  bool header_pending_;
+  int64_t label_ = -1;  // resolved label column
+  CsvTable t_;
+};
+
+}  // namespace
+
+absl::StatusOr<CsvTable> ParseCsv(absl::string_view text, const CsvDataOptions& options) {
+  TRAINCTL_RETURN_IF_ERROR(CheckCsvOptions(options));
+  CsvReader reader(options);
+  int64_t line_no = 0;
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    ++line_no;
-    if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
-    if (absl::StripAsciiWhitespace(line).empty()) continue;
-    std::vector<absl::string_view> fields = absl::StrSplit(line, options.delimiter);
-    const int64_t n = static_cast<int64_t>(fields.size());
-    if (header_pending) {
-      header_pending = false;
-      columns = n;
-      if (!options.label_column.empty()) {
-        for (int64_t i = 0; i < n; ++i) {
-          if (CleanField(fields[i]) == options.label_column) label = i;
-        }
-        if (label < 0) {
-          return absl::InvalidArgumentError(absl::StrCat("csv label_column '", options.label_column,
-                                                         "' is not in the header of '", path, "'"));
-        }
-        if (n < 2) {
-          return absl::InvalidArgumentError(absl::StrCat(
-              "CSV file '", path, "' needs at least 2 columns (features and a label)"));
-        }
-      } else {
-        TRAINCTL_RETURN_IF_ERROR(resolve_label_index(n, line_no));
-      }
-      continue;
-    }
-    if (columns < 0) {
-      columns = n;
-      TRAINCTL_RETURN_IF_ERROR(resolve_label_index(n, line_no));
-    }
-    if (n != columns) {
-      return absl::InvalidArgumentError(absl::StrCat("CSV file '", path, "' line ", line_no,
-                                                     ": expected ", columns, " fields, got ", n));
-    }
-    for (int64_t i = 0; i < n; ++i) {
-      const absl::string_view cell = CleanField(fields[i]);
-      double value = 0;
-      if (!absl::SimpleAtod(cell, &value) || !std::isfinite(value)) {
-        return absl::InvalidArgumentError(absl::StrCat("CSV file '", path, "' line ", line_no,
-                                                       " column ", i + 1, ": '", Shorten(cell),
-                                                       "' is not a finite number"));
-      }
-      if (i != label) {
-        features.push_back(static_cast<float>(value));
-      } else if (options.classes > 0) {
-        if (value != std::floor(value) || value < 0 || value >= options.classes) {
-          return absl::InvalidArgumentError(
-              absl::StrCat("CSV file '", path, "' line ", line_no, ": label ", Shorten(cell),
-                           " is not a class id in [0, ", options.classes, ")"));
-        }
-        class_labels.push_back(static_cast<int64_t>(value));
-      } else {
-        float_labels.push_back(static_cast<float>(value));
-      }
-    }
-    ++rows;
+    TRAINCTL_RETURN_IF_ERROR(reader.Line(line, ++line_no));
   }
-  if (rows == 0) {
-    return absl::InvalidArgumentError(absl::StrCat("CSV file '", path, "' has no data rows"));
-  }
-  CsvTable t;
-  t.rows = rows;
-  t.columns = columns;
-  t.features = std::move(features);
-  t.float_labels = std::move(float_labels);
-  t.class_labels = std::move(class_labels);
-  return t;
+  return std::move(reader).Finish();
 }
 
 }  // namespace trainctl::engine

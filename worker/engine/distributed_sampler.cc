@@ -7,19 +7,15 @@
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "worker/engine/engine_errors.h"
 
 namespace trainctl::engine {
 
 absl::StatusOr<DistributedSampler> DistributedSampler::Create(
     const DistributedSamplerOptions& options) {
-  if (options.dataset_size < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampler dataset_size must be >= 0, got ", options.dataset_size));
-  }
-  if (options.num_replicas < 1) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("sampler num_replicas must be >= 1, got ", options.num_replicas));
-  }
+  TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("sampler dataset_size", options.dataset_size, 0));
+  TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("sampler num_replicas", options.num_replicas, 1));
   if (options.rank < 0 || options.rank >= options.num_replicas) {
     return absl::InvalidArgumentError(absl::StrCat("sampler rank must be in [0, ",
                                                    options.num_replicas, "), got ", options.rank));

@@ -11,6 +11,7 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "worker/engine/dataset_formats.h"
+#include "worker/engine/engine_errors.h"
 #include "worker/engine/file_bytes.h"
 
 namespace trainctl::engine {
@@ -26,14 +27,8 @@ absl::StatusOr<IdxArray> ReadIdx(const std::string& path, int expected_dims,
 }  // namespace
 
 absl::StatusOr<std::unique_ptr<TensorDataset>> LoadIdxDataset(const IdxDataOptions& options) {
-  if (options.classes < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("idx classes must be >= 0, got ", options.classes));
-  }
-  if (options.max_samples < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("idx max_samples must be >= 0, got ", options.max_samples));
-  }
+  TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("idx classes", options.classes, 0));
+  TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("idx max_samples", options.max_samples, 0));
   TRAINCTL_ASSIGN_OR_RETURN(IdxArray images, ReadIdx(options.images_path, 3, "IDX images file"));
   TRAINCTL_ASSIGN_OR_RETURN(IdxArray labels, ReadIdx(options.labels_path, 1, "IDX labels file"));
   const int64_t n_images = images.dims[0];

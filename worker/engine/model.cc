@@ -13,22 +13,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
+#include "worker/engine/engine_errors.h"
 
 namespace trainctl::engine {
 namespace {
-
-std::string FirstLine(const char* what) {
-  std::string s(what);
-  const size_t nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
-}
-
-absl::Status CheckPositive(const char* field, int64_t value) {
-  if (value < 1) {
-    return absl::InvalidArgumentError(absl::StrCat(field, " must be >= 1, got ", value));
-  }
-  return absl::OkStatus();
-}
 
 absl::Status CheckReadable(const std::string& path, const char* what) {
   struct stat st;
@@ -337,21 +325,21 @@ class ScriptModel final : public Model {
 absl::StatusOr<std::unique_ptr<Model>> CreateModel(const ModelOptions& options) {
   if (options.name == "mlp") {
     const MlpOptions& o = options.mlp;
-    TRAINCTL_RETURN_IF_ERROR(CheckPositive("mlp input_dim", o.input_dim));
-    TRAINCTL_RETURN_IF_ERROR(CheckPositive("mlp output_dim", o.output_dim));
+    TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("mlp input_dim", o.input_dim, 1));
+    TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("mlp output_dim", o.output_dim, 1));
     for (size_t i = 0; i < o.hidden_sizes.size(); ++i) {
       TRAINCTL_RETURN_IF_ERROR(
-          CheckPositive(absl::StrCat("mlp hidden_sizes[", i, "]").c_str(), o.hidden_sizes[i]));
+          CheckAtLeast(absl::StrCat("mlp hidden_sizes[", i, "]"), o.hidden_sizes[i], 1));
     }
     return std::unique_ptr<Model>(new NnModel<MlpNet, MlpOptions>("mlp", o));
   }
   if (options.name == "cnn") {
     const CnnOptions& o = options.cnn;
-    TRAINCTL_RETURN_IF_ERROR(CheckPositive("cnn in_channels", o.in_channels));
-    TRAINCTL_RETURN_IF_ERROR(CheckPositive("cnn conv1_channels", o.conv1_channels));
-    TRAINCTL_RETURN_IF_ERROR(CheckPositive("cnn conv2_channels", o.conv2_channels));
-    TRAINCTL_RETURN_IF_ERROR(CheckPositive("cnn hidden", o.hidden));
-    TRAINCTL_RETURN_IF_ERROR(CheckPositive("cnn classes", o.classes));
+    TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("cnn in_channels", o.in_channels, 1));
+    TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("cnn conv1_channels", o.conv1_channels, 1));
+    TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("cnn conv2_channels", o.conv2_channels, 1));
+    TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("cnn hidden", o.hidden, 1));
+    TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("cnn classes", o.classes, 1));
     if (o.image_size < 4) {
       return absl::InvalidArgumentError(
           absl::StrCat("cnn image_size must be >= 4 (two 2x2 pools), got ", o.image_size));

@@ -9,18 +9,10 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/engine/engine_errors.h"
 #include "worker/engine/file_bytes.h"
 
 namespace trainctl::engine {
-namespace {
-
-std::string FirstLine(const char* what) {
-  std::string s(what);
-  const size_t nl = s.find('\n');
-  return nl == std::string::npos ? s : s.substr(0, nl);
-}
-
-}  // namespace
 
 absl::StatusOr<std::unique_ptr<TensorDataset>> LoadTensorFileDataset(
     const TensorFileDataOptions& options) {

@@ -5,13 +5,10 @@
 #include <unistd.h>
 
 #include <cerrno>
-#include <cstring>
-
-#include <cerrno>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <sstream>
-#include <unistd.h>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -55,6 +52,172 @@ std::string Num(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.9g", v);
   return buf;
+}
+
+// `text` with line breaks as spaces, so that it fits on one status line.
+std::string OneLine(std::string_view text) {
+  std::string out;
+  for (char c : text) out += (c == '\n' || c == '\r') ? ' ' : c;
+  return out;
+}
+
+// The metric line's numeric fields after kind= and epoch=, in the order the
+// line carries them: one of `real` and `integer` is set.
+struct MetricField {
+  const char* key;
+  double RankMetric::*real;
+  int64_t RankMetric::*integer;
+  bool eval;  // carried only by metrics with an evaluation
+};
+
+constexpr MetricField kMetricFields[] = {
+    {"step", nullptr, &RankMetric::step, false},
+    {"steps_per_epoch", nullptr, &RankMetric::steps_per_epoch, false},
+    {"loss", &RankMetric::loss, nullptr, false},
+    {"lr", &RankMetric::lr, nullptr, false},
+    {"samples_per_sec", &RankMetric::samples_per_sec, nullptr, false},
+    {"data_ms", &RankMetric::data_ms, nullptr, false},
+    {"compute_ms", &RankMetric::compute_ms, nullptr, false},
+    {"comm_ms", &RankMetric::comm_ms, nullptr, false},
+    {"loss_scale", &RankMetric::loss_scale, nullptr, false},
+    {"skipped_steps", nullptr, &RankMetric::skipped_steps, false},
+    {"peak_memory_bytes", nullptr, &RankMetric::peak_memory_bytes, false},
+    {"samples_seen", nullptr, &RankMetric::samples_seen, false},
+    {"eval_loss", &RankMetric::eval_loss, nullptr, true},
+    {"eval_accuracy", &RankMetric::eval_accuracy, nullptr, true},
+    {"eval_samples", nullptr, &RankMetric::eval_samples, true},
+};
+
+// Sets metric field `k` from `v`; false when `v` is not a number. Unknown
+// keys are ignored: a newer rank may report more.
+bool SetMetricField(RankMetric& r, const std::string& k, const std::string& v) {
+  if (k == "kind") {
+    r.kind = v;
+    return true;
+  }
+  if (k == "epoch") return absl::SimpleAtoi(v, &r.epoch);
+  for (const MetricField& f : kMetricFields) {
+    if (k != f.key) continue;
+    if (f.eval) r.has_eval = true;
+    return f.real != nullptr ? absl::SimpleAtod(v, &(r.*f.real)) : absl::SimpleAtoi(v, &(r.*f.integer));
+  }
+  return true;
+}
+
+// Sets heartbeat field `k` from `v`; false when `v` is not a number.
+// Unknown keys are ignored.
+bool SetHeartbeatField(RankHeartbeat& hb, const std::string& k, const std::string& v) {
+  if (k == "phase") hb.phase = v;
+  if (k == "op") hb.op = v;
+  if (k == "seq") return absl::SimpleAtoi(v, &hb.seq);
+  if (k == "wait") return absl::SimpleAtoi(v, &hb.waiting_seq);
+  if (k == "op_step") return absl::SimpleAtoi(v, &hb.op_step);
+  if (k == "bucket") return absl::SimpleAtoi(v, &hb.op_bucket);
+  if (k == "wait_ms") return absl::SimpleAtoi(v, &hb.waiting_ms);
+  if (k == "p99_ms") return absl::SimpleAtod(v, &hb.p99_step_ms);
+  if (k == "compute_ms") return absl::SimpleAtod(v, &hb.compute_ms);
+  return true;
+}
+
+// Calls set(key, value) for each KEY=VALUE word from words[first] on; false
+// when a word has no '=' or `set` rejects its value.
+template <typename Set>
+bool ForEachKeyValue(const std::vector<std::string>& words, size_t first, Set set) {
+  for (size_t i = first; i < words.size(); ++i) {
+    const size_t eq = words[i].find('=');
+    if (eq == std::string::npos || !set(words[i].substr(0, eq), words[i].substr(eq + 1))) return false;
+  }
+  return true;
+}
+
+ErrorKind ErrorKindFromName(const std::string& k) {
+  for (ErrorKind kind : {ErrorKind::kConfig, ErrorKind::kCollective, ErrorKind::kRendezvous, ErrorKind::kDiskFull,
+                         ErrorKind::kData, ErrorKind::kOutOfMemory, ErrorKind::kNan}) {
+    if (k == ErrorKindName(kind)) return kind;
+  }
+  return ErrorKind::kExit;
+}
+
+// "error KIND[:STEP] MESSAGE" (the message may be empty).
+bool ParseErrorLine(const std::string& l, const std::vector<std::string>& words, StatusMessage& m) {
+  const std::string& word = words[1];
+  std::string k = word;
+  if (size_t colon = word.find(':'); colon != std::string::npos) {
+    k = word.substr(0, colon);
+    if (!absl::SimpleAtoi(word.substr(colon + 1), &m.step) || m.step < 0) return false;
+  }
+  m.error_kind = ErrorKindFromName(k);
+  size_t pos = l.find(word, 5) + word.size();
+  m.message = pos < l.size() ? l.substr(pos + 1) : "";
+  return true;
+}
+
+// "checkpoint EPOCHS STEP BYTES CHECKSUM [CONSUMED] PATH".
+bool ParseCheckpointLine(const std::string& l, const std::vector<std::string>& words, CheckpointNote& c) {
+  if (!absl::SimpleAtoi(words[1], &c.epochs_done) || !absl::SimpleAtoi(words[2], &c.global_step) ||
+      !absl::SimpleAtoi(words[3], &c.size_bytes)) {
+    return false;
+  }
+  c.checksum = words[4] == "-" ? "" : words[4];
+  // CONSUMED (digits) before the path, which is absolute; lines without it
+  // (older ranks) mean an epoch boundary.
+  int fixed = 5;
+  if (words.size() >= 7 && !words[5].empty() && words[5][0] != '/') {
+    if (!absl::SimpleAtoi(words[5], &c.epoch_consumed) || c.epoch_consumed < 0) return false;
+    fixed = 6;
+  }
+  // The path is the rest of the line after the fixed words (it may hold spaces).
+  size_t pos = 0;
+  for (int w = 0; w < fixed; ++w) {
+    pos = l.find_first_not_of(' ', pos);
+    pos = l.find(' ', pos);
+  }
+  c.path = l.substr(l.find_first_not_of(' ', pos));
+  return true;
+}
+
+// Parses `l` (without its newline) into `m`; false for a malformed line.
+bool ParseStatusWords(const std::string& l, const std::vector<std::string>& words, StatusMessage& m) {
+  using Type = StatusMessage::Type;
+  const std::string& verb = words[0];
+  if (verb == "ready" && words.size() == 1) {
+    m.type = Type::kReady;
+    return true;
+  }
+  if (verb == "rendezvous" && words.size() == 2) {
+    m.type = Type::kRendezvous;
+    m.address = words[1];
+    return true;
+  }
+  if (verb == "progress" && words.size() >= 3) {
+    m.type = Type::kProgress;
+    if (!absl::SimpleAtoi(words[1], &m.epoch) || !absl::SimpleAtoi(words[2], &m.step)) return false;
+    m.heartbeat.present = words.size() > 3;
+    return ForEachKeyValue(words, 3, [&m](const std::string& k, const std::string& v) {
+      return SetHeartbeatField(m.heartbeat, k, v);
+    });
+  }
+  if (verb == "error" && words.size() >= 2) {
+    m.type = Type::kError;
+    return ParseErrorLine(l, words, m);
+  }
+  if (verb == "model" && words.size() >= 2) {
+    m.type = Type::kModel;
+    // The rest of the line (a path may hold spaces).
+    m.path = l.substr(l.find_first_not_of(' ', l.find("model") + 5));
+    return true;
+  }
+  if (verb == "checkpoint" && words.size() >= 6) {
+    m.type = Type::kCheckpoint;
+    return ParseCheckpointLine(l, words, m.checkpoint);
+  }
+  if (verb == "metric") {
+    m.type = Type::kMetric;
+    return ForEachKeyValue(words, 1, [&m](const std::string& k, const std::string& v) {
+      return SetMetricField(m.metric, k, v);
+    });
+  }
+  return false;
 }
 
 }  // namespace
@@ -125,9 +288,41 @@ absl::StatusOr<FlatConfig> ReadConfigFile(const std::string& path) {
   return ParseConfig(ss.str());
 }
 
+namespace {
+
+absl::Status Missing(const std::string& key) { return absl::InvalidArgumentError(absl::StrCat(key, ": missing")); }
+
+// The value of `key` converted by `parse`; InvalidArgument "KEY: not WHAT"
+// when it does not convert. A missing key is `*fallback`, or an error
+// without one.
+template <typename T, typename Parse>
+absl::StatusOr<T> GetParsed(const FlatConfig& c, const std::string& key, const char* what, Parse parse,
+                            const T* fallback) {
+  auto it = c.find(key);
+  if (it == c.end()) {
+    if (fallback != nullptr) return *fallback;
+    return Missing(key);
+  }
+  T v;
+  if (!parse(it->second, &v)) {
+    return absl::InvalidArgumentError(absl::StrCat(key, ": not ", what, ": '", it->second, "'"));
+  }
+  return v;
+}
+
+bool ParseInt(const std::string& text, int64_t* out) { return absl::SimpleAtoi(text, out); }
+bool ParseDouble(const std::string& text, double* out) { return absl::SimpleAtod(text, out); }
+bool ParseBool(const std::string& text, bool* out) {
+  if (text != "true" && text != "false") return false;
+  *out = text == "true";
+  return true;
+}
+
+}  // namespace
+
 absl::StatusOr<std::string> GetString(const FlatConfig& c, const std::string& key) {
   auto it = c.find(key);
-  if (it == c.end()) return absl::InvalidArgumentError(absl::StrCat(key, ": missing"));
+  if (it == c.end()) return Missing(key);
   return it->second;
 }
 
@@ -137,46 +332,27 @@ std::string GetString(const FlatConfig& c, const std::string& key, const std::st
 }
 
 absl::StatusOr<int64_t> GetInt(const FlatConfig& c, const std::string& key) {
-  auto it = c.find(key);
-  if (it == c.end()) return absl::InvalidArgumentError(absl::StrCat(key, ": missing"));
-  int64_t v;
-  if (!absl::SimpleAtoi(it->second, &v)) {
-    return absl::InvalidArgumentError(absl::StrCat(key, ": not an integer: '", it->second, "'"));
-  }
-  return v;
+  return GetParsed<int64_t>(c, key, "an integer", ParseInt, nullptr);
 }
 
 absl::StatusOr<int64_t> GetInt(const FlatConfig& c, const std::string& key, int64_t fallback) {
-  if (c.find(key) == c.end()) return fallback;
-  return GetInt(c, key);
+  return GetParsed<int64_t>(c, key, "an integer", ParseInt, &fallback);
 }
 
 absl::StatusOr<double> GetDouble(const FlatConfig& c, const std::string& key) {
-  auto it = c.find(key);
-  if (it == c.end()) return absl::InvalidArgumentError(absl::StrCat(key, ": missing"));
-  double v;
-  if (!absl::SimpleAtod(it->second, &v)) {
-    return absl::InvalidArgumentError(absl::StrCat(key, ": not a number: '", it->second, "'"));
-  }
-  return v;
+  return GetParsed<double>(c, key, "a number", ParseDouble, nullptr);
 }
 
 absl::StatusOr<double> GetDouble(const FlatConfig& c, const std::string& key, double fallback) {
-  if (c.find(key) == c.end()) return fallback;
-  return GetDouble(c, key);
+  return GetParsed<double>(c, key, "a number", ParseDouble, &fallback);
 }
 
 absl::StatusOr<bool> GetBool(const FlatConfig& c, const std::string& key) {
-  auto it = c.find(key);
-  if (it == c.end()) return absl::InvalidArgumentError(absl::StrCat(key, ": missing"));
-  if (it->second == "true") return true;
-  if (it->second == "false") return false;
-  return absl::InvalidArgumentError(absl::StrCat(key, ": not true/false: '", it->second, "'"));
+  return GetParsed<bool>(c, key, "true/false", ParseBool, nullptr);
 }
 
 absl::StatusOr<bool> GetBool(const FlatConfig& c, const std::string& key, bool fallback) {
-  if (c.find(key) == c.end()) return fallback;
-  return GetBool(c, key);
+  return GetParsed<bool>(c, key, "true/false", ParseBool, &fallback);
 }
 
 std::string FormatRendezvous(const std::string& address) {
@@ -195,164 +371,38 @@ std::string FormatProgress(int32_t epoch, int64_t global_step, const RankHeartbe
 }
 
 std::string FormatMetric(const RankMetric& m) {
-  std::string out = absl::StrCat("metric kind=", m.kind, " epoch=", m.epoch, " step=", m.step,
-                                 " steps_per_epoch=", m.steps_per_epoch, " loss=", Num(m.loss),
-                                 " lr=", Num(m.lr), " samples_per_sec=", Num(m.samples_per_sec),
-                                 " data_ms=", Num(m.data_ms), " compute_ms=", Num(m.compute_ms),
-                                 " comm_ms=", Num(m.comm_ms), " loss_scale=", Num(m.loss_scale),
-                                 " skipped_steps=", m.skipped_steps,
-                                 " peak_memory_bytes=", m.peak_memory_bytes,
-                                 " samples_seen=", m.samples_seen);
-  if (m.has_eval) {
-    absl::StrAppend(&out, " eval_loss=", Num(m.eval_loss), " eval_accuracy=", Num(m.eval_accuracy),
-                    " eval_samples=", m.eval_samples);
+  std::string out = absl::StrCat("metric kind=", m.kind, " epoch=", m.epoch);
+  for (const MetricField& f : kMetricFields) {
+    if (f.eval && !m.has_eval) continue;
+    absl::StrAppend(&out, " ", f.key, "=", f.real != nullptr ? Num(m.*f.real) : absl::StrCat(m.*f.integer));
   }
   return out + "\n";
 }
 
 std::string FormatError(ErrorKind kind, std::string_view message, int64_t step) {
-  std::string flat;
-  for (char c : message) flat += (c == '\n' || c == '\r') ? ' ' : c;
   std::string k = ErrorKindName(kind);
   if (step > 0) absl::StrAppend(&k, ":", step);
-  return absl::StrCat("error ", k, " ", flat, "\n");
+  return absl::StrCat("error ", k, " ", OneLine(message), "\n");
 }
 
 std::string FormatCheckpoint(const CheckpointNote& c) {
-  std::string path;
-  for (char ch : c.path) path += (ch == '\n' || ch == '\r') ? ' ' : ch;
   return absl::StrCat("checkpoint ", c.epochs_done, " ", c.global_step, " ", c.size_bytes, " ",
-                      c.checksum.empty() ? "-" : c.checksum, " ", c.epoch_consumed, " ", path, "\n");
+                      c.checksum.empty() ? "-" : c.checksum, " ", c.epoch_consumed, " ", OneLine(c.path), "\n");
 }
 
 std::string FormatModel(const std::string& path) {
-  std::string flat;
-  for (char ch : path) flat += (ch == '\n' || ch == '\r') ? ' ' : ch;
-  return absl::StrCat("model ", flat, "\n");
+  return absl::StrCat("model ", OneLine(path), "\n");
 }
 
 absl::StatusOr<StatusMessage> ParseStatusLine(std::string_view line) {
   std::string l(line);
   if (!l.empty() && l.back() == '\n') l.pop_back();
   StatusMessage m;
-  auto bad = [&] { return absl::InvalidArgumentError(absl::StrCat("bad status line: '", l.substr(0, 80), "'")); };
   std::vector<std::string> words = absl::StrSplit(l, ' ', absl::SkipEmpty());
-  if (words.empty()) return bad();
-  const std::string& verb = words[0];
-  if (verb == "ready" && words.size() == 1) {
-    m.type = StatusMessage::Type::kReady;
-    return m;
+  if (words.empty() || !ParseStatusWords(l, words, m)) {
+    return absl::InvalidArgumentError(absl::StrCat("bad status line: '", l.substr(0, 80), "'"));
   }
-  if (verb == "rendezvous" && words.size() == 2) {
-    m.type = StatusMessage::Type::kRendezvous;
-    m.address = words[1];
-    return m;
-  }
-  if (verb == "progress" && words.size() >= 3) {
-    m.type = StatusMessage::Type::kProgress;
-    if (!absl::SimpleAtoi(words[1], &m.epoch) || !absl::SimpleAtoi(words[2], &m.step)) return bad();
-    RankHeartbeat& hb = m.heartbeat;
-    hb.present = words.size() > 3;
-    for (size_t i = 3; i < words.size(); ++i) {
-      const size_t eq = words[i].find('=');
-      if (eq == std::string::npos) return bad();
-      const std::string k = words[i].substr(0, eq), v = words[i].substr(eq + 1);
-      bool ok = true;
-      if (k == "phase") hb.phase = v;
-      else if (k == "seq") ok = absl::SimpleAtoi(v, &hb.seq);
-      else if (k == "wait") ok = absl::SimpleAtoi(v, &hb.waiting_seq);
-      else if (k == "op") hb.op = v;
-      else if (k == "op_step") ok = absl::SimpleAtoi(v, &hb.op_step);
-      else if (k == "bucket") ok = absl::SimpleAtoi(v, &hb.op_bucket);
-      else if (k == "wait_ms") ok = absl::SimpleAtoi(v, &hb.waiting_ms);
-      else if (k == "p99_ms") ok = absl::SimpleAtod(v, &hb.p99_step_ms);
-      else if (k == "compute_ms") ok = absl::SimpleAtod(v, &hb.compute_ms);
-      if (!ok) return bad();
-    }
-    return m;
-  }
-  if (verb == "error" && words.size() >= 2) {
-    m.type = StatusMessage::Type::kError;
-    const std::string& word = words[1];
-    // KIND or KIND:STEP.
-    std::string k = word;
-    if (size_t colon = word.find(':'); colon != std::string::npos) {
-      k = word.substr(0, colon);
-      if (!absl::SimpleAtoi(word.substr(colon + 1), &m.step) || m.step < 0) return bad();
-    }
-    m.error_kind = k == "config" ? ErrorKind::kConfig
-                   : k == "collective"    ? ErrorKind::kCollective
-                   : k == "rendezvous"    ? ErrorKind::kRendezvous
-                   : k == "disk_full"     ? ErrorKind::kDiskFull
-                   : k == "data"          ? ErrorKind::kData
-                   : k == "out_of_memory" ? ErrorKind::kOutOfMemory
-                   : k == "nan"           ? ErrorKind::kNan
-                                          : ErrorKind::kExit;
-    size_t pos = l.find(word, 5) + word.size();
-    m.message = pos < l.size() ? l.substr(pos + 1) : "";
-    return m;
-  }
-  if (verb == "model" && words.size() >= 2) {
-    m.type = StatusMessage::Type::kModel;
-    // The rest of the line (a path may hold spaces).
-    m.path = l.substr(l.find_first_not_of(' ', l.find("model") + 5));
-    return m;
-  }
-  if (verb == "checkpoint" && words.size() >= 6) {
-    m.type = StatusMessage::Type::kCheckpoint;
-    CheckpointNote& c = m.checkpoint;
-    if (!absl::SimpleAtoi(words[1], &c.epochs_done) || !absl::SimpleAtoi(words[2], &c.global_step) ||
-        !absl::SimpleAtoi(words[3], &c.size_bytes)) {
-      return bad();
-    }
-    c.checksum = words[4] == "-" ? "" : words[4];
-    // CONSUMED (digits) before the path, which is absolute; lines without it
-    // (older ranks) mean an epoch boundary.
-    int fixed = 5;
-    if (words.size() >= 7 && !words[5].empty() && words[5][0] != '/') {
-      if (!absl::SimpleAtoi(words[5], &c.epoch_consumed) || c.epoch_consumed < 0) return bad();
-      fixed = 6;
-    }
-    // The path is the rest of the line after the fixed words (it may hold spaces).
-    size_t pos = 0;
-    for (int w = 0; w < fixed; ++w) {
-      pos = l.find_first_not_of(' ', pos);
-      pos = l.find(' ', pos);
-    }
-    c.path = l.substr(l.find_first_not_of(' ', pos));
-    return m;
-  }
-  if (verb == "metric") {
-    m.type = StatusMessage::Type::kMetric;
-    RankMetric& r = m.metric;
-    for (size_t i = 1; i < words.size(); ++i) {
-      size_t eq = words[i].find('=');
-      if (eq == std::string::npos) return bad();
-      std::string k = words[i].substr(0, eq), v = words[i].substr(eq + 1);
-      bool ok = true;
-      if (k == "kind") r.kind = v;
-      else if (k == "epoch") ok = absl::SimpleAtoi(v, &r.epoch);
-      else if (k == "step") ok = absl::SimpleAtoi(v, &r.step);
-      else if (k == "steps_per_epoch") ok = absl::SimpleAtoi(v, &r.steps_per_epoch);
-      else if (k == "loss") ok = absl::SimpleAtod(v, &r.loss);
-      else if (k == "lr") ok = absl::SimpleAtod(v, &r.lr);
-      else if (k == "samples_per_sec") ok = absl::SimpleAtod(v, &r.samples_per_sec);
-      else if (k == "data_ms") ok = absl::SimpleAtod(v, &r.data_ms);
-      else if (k == "compute_ms") ok = absl::SimpleAtod(v, &r.compute_ms);
-      else if (k == "comm_ms") ok = absl::SimpleAtod(v, &r.comm_ms);
-      else if (k == "loss_scale") ok = absl::SimpleAtod(v, &r.loss_scale);
-      else if (k == "skipped_steps") ok = absl::SimpleAtoi(v, &r.skipped_steps);
-      else if (k == "peak_memory_bytes") ok = absl::SimpleAtoi(v, &r.peak_memory_bytes);
-      else if (k == "samples_seen") ok = absl::SimpleAtoi(v, &r.samples_seen);
-      else if (k == "eval_loss") { ok = absl::SimpleAtod(v, &r.eval_loss); r.has_eval = true; }
-      else if (k == "eval_accuracy") { ok = absl::SimpleAtod(v, &r.eval_accuracy); r.has_eval = true; }
-      else if (k == "eval_samples") { ok = absl::SimpleAtoi(v, &r.eval_samples); r.has_eval = true; }
-      // Unknown keys are ignored: a newer rank may report more.
-      if (!ok) return bad();
-    }
-    return m;
-  }
-  return bad();
+  return m;
 }
 
 bool WriteLine(int fd, const std::string& line) {

@@ -157,5 +157,44 @@ TEST(RankProtocolTest, ErrorLinesCarryTheNewKindsAndANanStep) {
   EXPECT_FALSE(ParseStatusLine("error nan:-3 oops").ok());
 }
 
+// The metric line's words and their order are what older daemons parse:
+// pinned here, with every field set, eval fields only with has_eval.
+TEST(RankProtocolTest, MetricLineKeepsItsWordsAndOrder) {
+  RankMetric m;
+  m.kind = "train";
+  m.epoch = 2;
+  m.step = 7;
+  m.steps_per_epoch = 50;
+  m.loss = 0.5;
+  m.lr = 0.01;
+  m.samples_per_sec = 100;
+  m.data_ms = 1.5;
+  m.compute_ms = 2.5;
+  m.comm_ms = 3.5;
+  m.loss_scale = 65536;
+  m.skipped_steps = 1;
+  m.peak_memory_bytes = 4096;
+  m.samples_seen = 640;
+  const std::string plain =
+      "metric kind=train epoch=2 step=7 steps_per_epoch=50 loss=0.5 lr=0.01 samples_per_sec=100 data_ms=1.5 "
+      "compute_ms=2.5 comm_ms=3.5 loss_scale=65536 skipped_steps=1 peak_memory_bytes=4096 samples_seen=640";
+  EXPECT_EQ(FormatMetric(m), plain + "\n");
+  m.has_eval = true;
+  m.eval_loss = 0.25;
+  m.eval_accuracy = 0.75;
+  m.eval_samples = 1000;
+  EXPECT_EQ(FormatMetric(m), plain + " eval_loss=0.25 eval_accuracy=0.75 eval_samples=1000\n");
+  auto parsed = ParseStatusLine(FormatMetric(m));
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->metric.steps_per_epoch, 50);
+  EXPECT_EQ(parsed->metric.peak_memory_bytes, 4096);
+  EXPECT_DOUBLE_EQ(parsed->metric.comm_ms, 3.5);
+  EXPECT_EQ(parsed->metric.eval_samples, 1000);
+  // Unknown keys are ignored (a newer rank may report more).
+  auto newer = ParseStatusLine("metric kind=train epoch=1 future_key=3");
+  ASSERT_TRUE(newer.ok()) << newer.status();
+  EXPECT_FALSE(newer->metric.has_eval);
+}
+
 }  // namespace
 }  // namespace trainctl::rankproto

@@ -118,14 +118,13 @@ struct TrainerSetup {
   // Raised from outside (SIGTERM): Run returns a kStopped error at the next
   // step boundary. May be null.
   const std::atomic<bool>* stop = nullptr;
-  // Sleep after every optimizer step (tests only).
+  // Sleep this long at the end of every optimizer step, inside the step's
+  // time, so it counts as compute time (tests only: paces a run, or makes a
+  // rank a straggler).
   int64_t debug_step_sleep_ms = 0;
   // Global steps whose batches are consumed without a forward pass or an
   // update (a NaN rollback's; sorted). Counted as skipped steps.
   std::vector<int64_t> skip_steps;
-  // Sleep inside every optimizer step, counted as compute time (tests only:
-  // makes this rank a straggler).
-  int64_t debug_compute_sleep_ms = 0;
   // Told the phase, the step in progress and each step's times, for the
   // rank's heartbeat (hang and straggler detection). May be null. When set,
   // `comm` should be a TrackedCollectives on the same probe.
