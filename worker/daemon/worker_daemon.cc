@@ -27,6 +27,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/random_secret.h"
 #include "common/jobspec/job_spec.h"
+#include "common/grpc_keepalive.h"
 #include "common/log.h"
 #include "common/nccl_id.h"
 #include "common/prometheus.h"
@@ -473,9 +474,7 @@ void WorkerDaemon::SessionLoop() {
   absl::Duration backoff = options_.reconnect_min;
   int64_t failures = 0;  // connection attempts in a row that did not register
   grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  SetKeepalive(args, kSessionKeepalive);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   auth::ChannelSecurity security;
