@@ -4,6 +4,7 @@
 // the loop.
 #include <zlib.h>
 
+#include <cassert>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
 
   // Loop.
   void Start(ArtifactSource src) {
+    assert(ctx_.loop->InLoop());
     src_ = std::move(src);
     Ask(/*want_checksum=*/true);
   }
@@ -90,6 +92,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
 
   // FetchSink (loop).
   void OnPiece(const v1::FileChunk& c) override {
+    assert(ctx_.loop->InLoop());
     if (finished_) return;
     const std::string holder = absl::StrCat("worker '", src_.worker, "': ");
     if (!c.error().empty()) {

@@ -50,6 +50,7 @@ absl::Status CoordinatorServer::RecoverOwners() {
   TRAINCTL_ASSIGN_OR_RETURN(store_, StateStore::Open(options_.db_path, options_.store));
   TRAINCTL_ASSIGN_OR_RETURN(StoreSnapshot snapshot, store_->LoadAll());
   registry_ = std::make_unique<WorkerRegistry>(store_.get(), options_.clock, options_.registry);
+  registry_->BindToLoop(&loop_);
   jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), &hub_, options_.clock,
                                        options_.jobs);
   jobs_->SetDeferral([this](std::function<void()> fn) { loop_.Post(std::move(fn)); });

@@ -1,11 +1,13 @@
 #include "coordinator/telemetry_batcher.h"
 
 #include <algorithm>
+#include <cassert>
 #include <iostream>
 
 namespace trainctl::coordinator {
 
 void TelemetryBatcher::Drain() {
+  assert(ctx_.loop->InLoop());
   drain_posted_ = false;
   if (queue_.empty()) return;
   std::vector<Queued> queued = std::move(queue_);

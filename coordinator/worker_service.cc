@@ -7,6 +7,7 @@
 // sends and gRPC completes writes.
 #include <grpc/grpc_security_constants.h>
 
+#include <cassert>
 #include <deque>
 #include <iostream>
 #include <string>
@@ -127,6 +128,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
 
   // Loop only.
   void Handle(const v1::WorkerMessage& msg) {
+    assert(ctx_.loop->InLoop());
     // Everything but a heartbeat and a queued report waits for what is
     // queued: a worker's messages are applied in the order it sent them, and
     // a RegisterAck's applied seq covers what was queued.
@@ -175,6 +177,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
 
   // Registers (identity already checked), binds a token worker's id, acks.
   void Register(const v1::Register& reg) {
+    assert(ctx_.loop->InLoop());
     absl::StatusOr<std::string> id = ctx_.registry->Register(reg, this);
     if (!id.ok()) {
       Close(id.status());
@@ -343,6 +346,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   }
 
   void Ended(bool left) {
+    assert(ctx_.loop->InLoop());
     // What the worker sent before it left is applied before it is gone.
     if (ctx_.batcher != nullptr) ctx_.batcher->Drain();
     if (ended_ || worker_id_.empty()) {
