@@ -14,7 +14,7 @@
 
 namespace trainctl::coordinator {
 
-using store_internal::ParseBlob;
+using store_internal::ReadBlobRows;
 using store_internal::Query;
 using store_internal::SqlLimit;
 
@@ -68,13 +68,9 @@ absl::StatusOr<std::vector<v1::Event>> StateStore::ListEvents(const std::string&
   std::vector<v1::Event> events;
   Query q(s.db, s.stmts->list_events, absl::StrCat("ListEvents('", job_id, "')"));
   q.Bind(1, job_id).Bind(2, after_seq).Bind(3, SqlLimit(limit));
-  while (true) {
-    TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
-    if (!row) break;
-    v1::Event& event = events.emplace_back();
-    TRAINCTL_RETURN_IF_ERROR(ParseBlob(
-        q.Blob(1), &event, absl::StrCat("events row ('", job_id, "', ", q.Int(0), ")")));
-  }
+  TRAINCTL_RETURN_IF_ERROR(ReadBlobRows(q, 1, events, [&](const Query& row) {
+    return absl::StrCat("events row ('", job_id, "', ", row.Int(0), ")");
+  }));
   return events;
 }
 

@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -122,6 +123,18 @@ absl::Status ParseBlob(absl::string_view blob, Message* msg, absl::string_view w
                                             msg->GetTypeName()));
   }
   return absl::OkStatus();
+}
+
+// Reads every remaining row of `q`, parsing column `blob_col` into a new
+// element of `out`; `where(q)` names the row in the DataLoss error.
+template <typename Message, typename Where>
+absl::Status ReadBlobRows(Query& q, int blob_col, std::vector<Message>& out, Where where) {
+  while (true) {
+    TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) return absl::OkStatus();
+    Message& msg = out.emplace_back();
+    TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(blob_col), &msg, where(q)));
+  }
 }
 
 // Limit for LIMIT clauses: <= 0 means no limit (SQLite's -1).

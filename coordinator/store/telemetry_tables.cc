@@ -18,6 +18,7 @@ namespace trainctl::coordinator {
 
 using store_internal::ParseBlob;
 using store_internal::Query;
+using store_internal::ReadBlobRows;
 using store_internal::SqlLimit;
 
 absl::Status StateStore::AppendMetrics(const v1::MetricBatch& batch) {
@@ -128,12 +129,8 @@ absl::StatusOr<std::vector<v1::MetricPoint>> StateStore::ListMetrics(const std::
   std::vector<v1::MetricPoint> points;
   Query q(s.db, s.stmts->list_metrics, absl::StrCat("ListMetrics('", job_id, "')"));
   q.Bind(1, job_id).Bind(2, SqlLimit(limit));
-  while (true) {
-    TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
-    if (!row) break;
-    v1::MetricPoint& point = points.emplace_back();
-    TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(1), &point, absl::StrCat("metrics row ", q.Int(0))));
-  }
+  TRAINCTL_RETURN_IF_ERROR(
+      ReadBlobRows(q, 1, points, [](const Query& row) { return absl::StrCat("metrics row ", row.Int(0)); }));
   return points;
 }
 
@@ -208,12 +205,8 @@ absl::StatusOr<std::vector<v1::LogLine>> StateStore::ListLogs(const std::string&
     // Each rank is its own index range, so the tail is a bounded backward scan.
     Query q(s.db, s.stmts->list_logs_rank, op);
     q.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, int64_t{r}).Bind(4, SqlLimit(tail_lines));
-    while (true) {
-      TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
-      if (!row) break;
-      v1::LogLine& line = lines.emplace_back();
-      TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(1), &line, absl::StrCat("logs row ", q.Int(0))));
-    }
+    TRAINCTL_RETURN_IF_ERROR(
+        ReadBlobRows(q, 1, lines, [](const Query& row) { return absl::StrCat("logs row ", row.Int(0)); }));
   }
   return lines;
 }
