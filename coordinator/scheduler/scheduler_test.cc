@@ -131,137 +131,162 @@ int MinWorkers(std::vector<int> counts, int need) {
   return -1;
 }
 
-void CheckInvariants(const std::vector<PendingJob>& jobs, const std::vector<WorkerSlots>& workers,
-                     const ScheduleResult& result) {
-  using Slot = std::pair<std::string, int>;
-  // Free slots and capacity per kind, over schedulable workers.
-  absl::flat_hash_map<std::string, const WorkerSlots*> by_id;
-  std::map<SlotKind, long long> capacity;
-  std::set<Slot> free;
-  for (const WorkerSlots& w : workers) {
-    if (!w.schedulable) continue;
-    by_id[w.worker_id] = &w;
-    capacity[w.kind] += w.total_slots;
-    for (int s : w.free_slots) free.insert({w.worker_id, s});
+// Replays the scheduling order over what was free and checks every outcome:
+// each job exactly once, output lists in scheduling order, every pending
+// reason against what was free at that point, every placement's ranks,
+// slots and packing.
+class InvariantCheck {
+ public:
+  InvariantCheck(const std::vector<PendingJob>& jobs, const std::vector<WorkerSlots>& workers,
+                 const ScheduleResult& result)
+      : jobs_(jobs), result_(result) {
+    // Free slots and capacity per kind, over schedulable workers.
+    for (const WorkerSlots& w : workers) {
+      if (!w.schedulable) continue;
+      by_id_[w.worker_id] = &w;
+      capacity_[w.kind] += w.total_slots;
+      for (int s : w.free_slots) free_.insert({w.worker_id, s});
+    }
   }
-  auto kind_of = [&](DeviceRequirement d) {
+
+  void Run() {
+    EachJobOnce();
+    if (::testing::Test::HasFatalFailure()) return;
+    InSchedulingOrder();
+    for (const PendingJob* job : order_) {
+      SCOPED_TRACE(job->job_id);
+      if (auto it = pending_.find(job->job_id); it != pending_.end()) {
+        CheckPending(*job, *it->second);
+        continue;
+      }
+      CheckPlaced(*job, *placed_.at(job->job_id));
+      if (::testing::Test::HasFatalFailure()) return;
+    }
+  }
+
+ private:
+  using Slot = std::pair<std::string, int>;
+
+  // An elastic job needs its minimum and takes up to world_size.
+  static int Need(const PendingJob& job) {
+    const bool elastic = job.min_world_size >= 1 && job.min_world_size < job.world_size;
+    return elastic ? job.min_world_size : job.world_size;
+  }
+
+  SlotKind KindOf(DeviceRequirement d) {
     if (d == DeviceRequirement::kCuda) return SlotKind::kGpu;
     if (d == DeviceRequirement::kCpu) return SlotKind::kCpu;
-    return capacity[SlotKind::kGpu] > 0 ? SlotKind::kGpu : SlotKind::kCpu;
-  };
-
-  // Each job exactly once.
-  absl::flat_hash_map<std::string, const Placement*> placed;
-  absl::flat_hash_map<std::string, const PendingJobStatus*> pending;
-  for (const Placement& p : result.placements) ASSERT_TRUE(placed.emplace(p.job_id, &p).second);
-  for (const PendingJobStatus& p : result.pending) {
-    ASSERT_TRUE(pending.emplace(p.job_id, &p).second);
-    ASSERT_FALSE(placed.contains(p.job_id)) << p.job_id;
+    return capacity_[SlotKind::kGpu] > 0 ? SlotKind::kGpu : SlotKind::kCpu;
   }
-  ASSERT_EQ(placed.size() + pending.size(), jobs.size());
 
-  std::vector<const PendingJob*> order;
-  for (const PendingJob& j : jobs) order.push_back(&j);
-  std::sort(order.begin(), order.end(),
-            [](const PendingJob* a, const PendingJob* b) { return Before(*a, *b); });
+  // Available count per worker of `kind` at this point (free, unused, and
+  // outside the reservation when `respect_reservation`).
+  std::map<std::string, int> Counts(SlotKind kind, bool respect_reservation) {
+    std::map<std::string, int> c;
+    for (const Slot& s : free_) {
+      if (by_id_[s.first]->kind != kind || used_.count(s)) continue;
+      if (respect_reservation && reserved_[kind].count(s)) continue;
+      ++c[s.first];
+    }
+    return c;
+  }
 
-  // Output lists are in scheduling order.
-  {
+  static int Total(const std::map<std::string, int>& c) {
+    int t = 0;
+    for (const auto& [id, n] : c) t += n;
+    return t;
+  }
+
+  void EachJobOnce() {
+    for (const Placement& p : result_.placements) ASSERT_TRUE(placed_.emplace(p.job_id, &p).second);
+    for (const PendingJobStatus& p : result_.pending) {
+      ASSERT_TRUE(pending_.emplace(p.job_id, &p).second);
+      ASSERT_FALSE(placed_.contains(p.job_id)) << p.job_id;
+    }
+    ASSERT_EQ(placed_.size() + pending_.size(), jobs_.size());
+  }
+
+  // Sorts order_; the output lists are in that order.
+  void InSchedulingOrder() {
+    for (const PendingJob& j : jobs_) order_.push_back(&j);
+    std::sort(order_.begin(), order_.end(),
+              [](const PendingJob* a, const PendingJob* b) { return Before(*a, *b); });
     std::vector<std::string> placed_order, pending_order;
-    for (const PendingJob* j : order) {
-      (placed.contains(j->job_id) ? placed_order : pending_order).push_back(j->job_id);
+    for (const PendingJob* j : order_) {
+      (placed_.contains(j->job_id) ? placed_order : pending_order).push_back(j->job_id);
     }
     std::vector<std::string> got_placed, got_pending;
-    for (const Placement& p : result.placements) got_placed.push_back(p.job_id);
-    for (const PendingJobStatus& p : result.pending) got_pending.push_back(p.job_id);
+    for (const Placement& p : result_.placements) got_placed.push_back(p.job_id);
+    for (const PendingJobStatus& p : result_.pending) got_pending.push_back(p.job_id);
     EXPECT_EQ(got_placed, placed_order);
     EXPECT_EQ(got_pending, pending_order);
   }
 
-  std::set<Slot> used;
-  std::map<SlotKind, std::string> head;         // kind -> head job id
-  std::map<SlotKind, std::set<Slot>> reserved;  // kind -> its head's slots
-
-  // Available count per worker of `kind` at this point (free, unused, and
-  // outside the reservation when `respect_reservation`).
-  auto counts = [&](SlotKind kind, bool respect_reservation) {
-    std::map<std::string, int> c;
-    for (const Slot& s : free) {
-      if (by_id[s.first]->kind != kind || used.count(s)) continue;
-      if (respect_reservation && reserved[kind].count(s)) continue;
-      ++c[s.first];
+  void CheckPending(const PendingJob& job, const PendingJobStatus& p) {
+    const int need = Need(job);
+    const SlotKind kind = KindOf(job.device);
+    EXPECT_FALSE(p.message.empty());
+    if (job.world_size < 1) {
+      EXPECT_EQ(p.reason, PendingReason::kInvalidJob);
+      return;
     }
-    return c;
-  };
-  auto total = [](const std::map<std::string, int>& c) {
-    int t = 0;
-    for (const auto& [id, n] : c) t += n;
-    return t;
-  };
-
-  for (const PendingJob* job : order) {
-    SCOPED_TRACE(job->job_id);
-    // An elastic job needs its minimum and takes up to world_size.
-    const bool elastic = job->min_world_size >= 1 && job->min_world_size < job->world_size;
-    const int need = elastic ? job->min_world_size : job->world_size;
-    const SlotKind kind = kind_of(job->device);
-    if (auto it = pending.find(job->job_id); it != pending.end()) {
-      const PendingJobStatus& p = *it->second;
-      EXPECT_FALSE(p.message.empty());
-      if (job->world_size < 1) {
-        EXPECT_EQ(p.reason, PendingReason::kInvalidJob);
-        continue;
-      }
-      EXPECT_EQ(p.kind, kind);
-      if (capacity[kind] == 0) {
-        EXPECT_EQ(p.reason, PendingReason::kNoWorkerOfKind);
-        continue;
-      }
-      if (need > capacity[kind]) {
-        EXPECT_EQ(p.reason, PendingReason::kExceedsCapacity);
-        EXPECT_TRUE(p.reserved_slots.empty());
-        continue;
-      }
-      const int free_now = total(counts(kind, false));
-      const int usable_now = total(counts(kind, true));
-      // Work conserving: a job is left pending only when it does not fit in
-      // what later jobs were allowed to use.
-      EXPECT_LT(usable_now, need);
-      if (head.count(kind) == 0) {
-        // The first blocked job of its kind holds the reservation.
-        EXPECT_EQ(p.reason, PendingReason::kInsufficientFreeSlots);
-        EXPECT_LT(free_now, need);
-        EXPECT_TRUE(p.blocked_by.empty());
-        EXPECT_LE(static_cast<int>(p.reserved_slots.size()), need);
-        head[kind] = job->job_id;
-        for (const SlotRef& r : p.reserved_slots) {
-          const Slot s{r.worker_id, r.slot};
-          EXPECT_TRUE(free.count(s)) << r.worker_id << "/" << r.slot;
-          EXPECT_EQ(by_id[r.worker_id]->kind, kind);
-          EXPECT_FALSE(used.count(s));
-          EXPECT_TRUE(reserved[kind].insert(s).second);
-        }
-      } else {
-        EXPECT_EQ(p.blocked_by, head[kind]);
-        EXPECT_TRUE(p.reserved_slots.empty());
-        if (free_now >= need) {
-          EXPECT_EQ(p.reason, PendingReason::kBlockedByReservation);
-        } else {
-          EXPECT_EQ(p.reason, PendingReason::kInsufficientFreeSlots);
-        }
-      }
-      continue;
+    EXPECT_EQ(p.kind, kind);
+    if (capacity_[kind] == 0) {
+      EXPECT_EQ(p.reason, PendingReason::kNoWorkerOfKind);
+      return;
     }
+    if (need > capacity_[kind]) {
+      EXPECT_EQ(p.reason, PendingReason::kExceedsCapacity);
+      EXPECT_TRUE(p.reserved_slots.empty());
+      return;
+    }
+    const int free_now = Total(Counts(kind, false));
+    const int usable_now = Total(Counts(kind, true));
+    // Work conserving: a job is left pending only when it does not fit in
+    // what later jobs were allowed to use.
+    EXPECT_LT(usable_now, need);
+    if (head_.count(kind) == 0) {
+      // The first blocked job of its kind holds the reservation.
+      EXPECT_EQ(p.reason, PendingReason::kInsufficientFreeSlots);
+      EXPECT_LT(free_now, need);
+      EXPECT_TRUE(p.blocked_by.empty());
+      EXPECT_LE(static_cast<int>(p.reserved_slots.size()), need);
+      head_[kind] = job.job_id;
+      for (const SlotRef& r : p.reserved_slots) {
+        const Slot s{r.worker_id, r.slot};
+        EXPECT_TRUE(free_.count(s)) << r.worker_id << "/" << r.slot;
+        EXPECT_EQ(by_id_[r.worker_id]->kind, kind);
+        EXPECT_FALSE(used_.count(s));
+        EXPECT_TRUE(reserved_[kind].insert(s).second);
+      }
+      return;
+    }
+    EXPECT_EQ(p.blocked_by, head_[kind]);
+    EXPECT_TRUE(p.reserved_slots.empty());
+    if (free_now >= need) {
+      EXPECT_EQ(p.reason, PendingReason::kBlockedByReservation);
+    } else {
+      EXPECT_EQ(p.reason, PendingReason::kInsufficientFreeSlots);
+    }
+  }
 
-    const Placement& p = *placed.at(job->job_id);
+  void CheckPlaced(const PendingJob& job, const Placement& p) {
+    const int need = Need(job);
+    const SlotKind kind = KindOf(job.device);
     ASSERT_GE(need, 1);
     EXPECT_EQ(p.kind, kind);
     EXPECT_GE(p.world_size, need);
-    EXPECT_LE(p.world_size, job->world_size);
+    EXPECT_LE(p.world_size, job.world_size);
     ASSERT_EQ(static_cast<int>(p.ranks.size()), p.world_size);
-    const std::map<std::string, int> before = counts(kind, true);
+    const std::map<std::string, int> before = Counts(kind, true);
+    CheckRanks(p, kind);
+    if (::testing::Test::HasFatalFailure()) return;
+    CheckPacking(p, before);
+  }
 
-    // Ranks 0..n-1 in order, contiguous per worker, node/local ranks.
+  // Ranks 0..n-1 in order, contiguous per worker, node/local ranks, on free
+  // unreserved slots of the job's kind, each slot once.
+  void CheckRanks(const Placement& p, SlotKind kind) {
     std::vector<std::string> node_workers;
     std::map<std::string, int> per_worker;
     for (int i = 0; i < p.world_size; ++i) {
@@ -276,17 +301,19 @@ void CheckInvariants(const std::vector<PendingJob>& jobs, const std::vector<Work
       EXPECT_EQ(r.node_rank, static_cast<int>(node_workers.size()) - 1);
       EXPECT_EQ(r.local_rank, per_worker[r.worker_id]++);
       const Slot s{r.worker_id, r.slot};
-      ASSERT_TRUE(by_id.contains(r.worker_id)) << "unschedulable or unknown worker";
-      EXPECT_EQ(by_id[r.worker_id]->kind, kind) << "device kind not respected";
-      EXPECT_TRUE(free.count(s)) << "slot was not free";
-      EXPECT_FALSE(reserved[kind].count(s)) << "slot reserved for " << head[kind];
-      EXPECT_TRUE(used.insert(s).second) << "slot used twice: " << r.worker_id << "/" << r.slot;
+      ASSERT_TRUE(by_id_.contains(r.worker_id)) << "unschedulable or unknown worker";
+      EXPECT_EQ(by_id_[r.worker_id]->kind, kind) << "device kind not respected";
+      EXPECT_TRUE(free_.count(s)) << "slot was not free";
+      EXPECT_FALSE(reserved_[kind].count(s)) << "slot reserved for " << head_[kind];
+      EXPECT_TRUE(used_.insert(s).second) << "slot used twice: " << r.worker_id << "/" << r.slot;
     }
     EXPECT_EQ(p.ranks[0].node_rank, 0);
     EXPECT_EQ(p.num_nodes, static_cast<int>(node_workers.size()));
     for (const RankAssignment& r : p.ranks) EXPECT_EQ(r.local_world_size, per_worker[r.worker_id]);
+  }
 
-    // Packing: as few workers as possible; best fit when one suffices.
+  // Packing: as few workers as possible; best fit when one suffices.
+  static void CheckPacking(const Placement& p, const std::map<std::string, int>& before) {
     std::vector<int> c;
     for (const auto& [id, n] : before) c.push_back(n);
     EXPECT_EQ(p.num_nodes, MinWorkers(c, p.world_size)) << Layout(p);
@@ -299,6 +326,23 @@ void CheckInvariants(const std::vector<PendingJob>& jobs, const std::vector<Work
       EXPECT_EQ(p.ranks[0].worker_id, tightest_id) << "not best fit";
     }
   }
+
+  const std::vector<PendingJob>& jobs_;
+  const ScheduleResult& result_;
+  absl::flat_hash_map<std::string, const WorkerSlots*> by_id_;
+  std::map<SlotKind, long long> capacity_;
+  std::set<Slot> free_;
+  absl::flat_hash_map<std::string, const Placement*> placed_;
+  absl::flat_hash_map<std::string, const PendingJobStatus*> pending_;
+  std::vector<const PendingJob*> order_;
+  std::set<Slot> used_;
+  std::map<SlotKind, std::string> head_;         // kind -> head job id
+  std::map<SlotKind, std::set<Slot>> reserved_;  // kind -> its head's slots
+};
+
+void CheckInvariants(const std::vector<PendingJob>& jobs, const std::vector<WorkerSlots>& workers,
+                     const ScheduleResult& result) {
+  InvariantCheck(jobs, workers, result).Run();
 }
 
 absl::StatusOr<ScheduleResult> Check(const std::vector<PendingJob>& jobs,
