@@ -10,6 +10,7 @@
 #include "absl/strings/str_format.h"
 #include "common/jobspec/job_spec.h"
 #include "common/auth/secret.h"
+#include "common/grpc_keepalive.h"
 #include "trainctl/v1/auth.grpc.pb.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
@@ -55,9 +56,7 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& 
   grpc::ChannelArguments args;
   // Keepalive: a watch or log stream can sit idle for minutes; pings keep
   // NAT/proxies from dropping it and detect a dead coordinator.
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 30000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 10000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 0);
+  SetKeepalive(args, kClientKeepalive);
   args.SetMaxReceiveMessageSize(kMaxMessageBytes);
   args.SetMaxSendMessageSize(kMaxMessageBytes);
   auth::ChannelSecurity security;

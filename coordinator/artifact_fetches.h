@@ -4,7 +4,7 @@
 // the last one, so a fetch holds at most one piece in memory and a slow
 // client slows only its own fetch.
 //
-// Called by the FetchArtifact stream (services.cc), the Session streams
+// Called by the FetchArtifact stream (artifact_fetch_service.cc), the Session streams
 // (answers, a worker's end) and the coordinator's periodic check (answers
 // that never come). Not thread-safe: runs on the coordinator's EventLoop.
 #pragma once

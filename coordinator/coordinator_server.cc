@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/auth/secret.h"
+#include "common/grpc_keepalive.h"
 #include "common/status_macros.h"
 
 namespace trainctl::coordinator {
@@ -28,9 +29,28 @@ CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std:
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 
 absl::StatusOr<std::string> CoordinatorServer::Start() {
+  TRAINCTL_RETURN_IF_ERROR(RecoverOwners());
+  MakeServices();
+  TRAINCTL_ASSIGN_OR_RETURN(int port, Serve());
+  StartHousekeeping();
+  if (!options_.http_listen.empty()) {
+    http_.Handle("/metrics", [this] {
+      return HttpServer::Reply{200, "text/plain; version=0.0.4; charset=utf-8", MetricsPage()};
+    });
+    dashboard_ = std::make_unique<Dashboard>(
+        Dashboard::Deps{&loop_, store_.get(), registry_.get(), jobs_.get(), tokens_.get()});
+    dashboard_->Register(http_);
+    TRAINCTL_ASSIGN_OR_RETURN(http_address_, http_.Start(options_.http_listen));
+  }
+  std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
+  return absl::StrCat(host, ":", port);
+}
+
+absl::Status CoordinatorServer::RecoverOwners() {
   TRAINCTL_ASSIGN_OR_RETURN(store_, StateStore::Open(options_.db_path, options_.store));
   TRAINCTL_ASSIGN_OR_RETURN(StoreSnapshot snapshot, store_->LoadAll());
   registry_ = std::make_unique<WorkerRegistry>(store_.get(), options_.clock, options_.registry);
+  registry_->BindToLoop(&loop_);
   jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), &hub_, options_.clock,
                                        options_.jobs);
   jobs_->SetDeferral([this](std::function<void()> fn) { loop_.Post(std::move(fn)); });
@@ -45,8 +65,10 @@ absl::StatusOr<std::string> CoordinatorServer::Start() {
     recovered = jobs_->Recover(snapshot);
     telemetry_->Recover(snapshot);
   });
-  TRAINCTL_RETURN_IF_ERROR(recovered);
+  return recovered;
+}
 
+void CoordinatorServer::MakeServices() {
   ServiceContext ctx{&loop_, store_.get(), registry_.get(), jobs_.get(), &hub_};
   ctx.telemetry = telemetry_.get();
   ctx.auth = tokens_.get();
@@ -62,25 +84,29 @@ absl::StatusOr<std::string> CoordinatorServer::Start() {
   job_service_ = std::make_unique<JobServiceImpl>(ctx);
   worker_service_ = std::make_unique<WorkerServiceImpl>(ctx);
   auth_service_ = std::make_unique<AuthServiceImpl>(ctx);
+}
 
-  grpc::EnableDefaultHealthCheckService(true);
-  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
-  grpc::ServerBuilder builder;
-  int port = 0;
-  std::shared_ptr<grpc::ServerCredentials> creds;
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CoordinatorServer::Credentials() const {
   if (!options_.tls_cert_pem.empty()) {
     grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
     ssl.pem_root_certs = options_.tls_ca_pem;
     ssl.pem_key_cert_pairs.push_back({options_.tls_key_pem, options_.tls_cert_pem});
-    creds = grpc::SslServerCredentials(ssl);
-  } else {
-    if (!IsLoopbackListen(options_.listen) && !options_.insecure) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "listen: ", options_.listen, " is not a loopback address and no TLS certificate is set: "
-          "serve TLS (--tls-dir, made by `trainctl-coordinator init`) or pass --insecure"));
-    }
-    creds = grpc::InsecureServerCredentials();
+    return grpc::SslServerCredentials(ssl);
   }
+  if (!IsLoopbackListen(options_.listen) && !options_.insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "listen: ", options_.listen, " is not a loopback address and no TLS certificate is set: "
+        "serve TLS (--tls-dir, made by `trainctl-coordinator init`) or pass --insecure"));
+  }
+  return grpc::InsecureServerCredentials();
+}
+
+absl::StatusOr<int> CoordinatorServer::Serve() {
+  grpc::EnableDefaultHealthCheckService(true);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  TRAINCTL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, Credentials());
   builder.AddListeningPort(options_.listen, creds, &port);
   builder.RegisterService(job_service_.get());
   builder.RegisterService(worker_service_.get());
@@ -93,33 +119,21 @@ absl::StatusOr<std::string> CoordinatorServer::Start() {
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
   // Keepalive: find dead peers on idle streams; accept the workers' pings.
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
-  builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
+  SetServerKeepalive(builder);
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen));
   }
+  return port;
+}
 
+void CoordinatorServer::StartHousekeeping() {
   loop_.Every(options_.check_interval, [this] {
     for (const std::string& id : registry_->ExpireLeases()) jobs_->OnWorkerLost(id);
     jobs_->Tick();
     fetches_->Expire();
     registry_->ForgetGone([this](const std::string& id) { return !jobs_->BusySlots(id).empty(); });
   });
-  if (!options_.http_listen.empty()) {
-    http_.Handle("/metrics", [this] {
-      return HttpServer::Reply{200, "text/plain; version=0.0.4; charset=utf-8", MetricsPage()};
-    });
-    dashboard_ = std::make_unique<Dashboard>(
-        Dashboard::Deps{&loop_, store_.get(), registry_.get(), jobs_.get(), tokens_.get()});
-    dashboard_->Register(http_);
-    TRAINCTL_ASSIGN_OR_RETURN(http_address_, http_.Start(options_.http_listen));
-  }
-  std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
-  return absl::StrCat(host, ":", port);
 }
 
 namespace {
@@ -128,6 +142,71 @@ std::string Lower(const std::string& enum_name, const std::string& prefix) {
   std::string s = enum_name.rfind(prefix, 0) == 0 ? enum_name.substr(prefix.size()) : enum_name;
   for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
   return s;
+}
+
+// One sample per valid value of a state enum (after UNSPECIFIED), 0 for the
+// states nothing is in: a dashboard sees every state, not only the busy ones.
+template <typename State, typename IsValid, typename NameOf>
+void WriteByState(PromWriter& w, const char* family, const std::map<State, int64_t>& counts,
+                  IsValid is_valid, NameOf name_of, const std::string& prefix) {
+  for (int s = 1; is_valid(s); ++s) {
+    auto it = counts.find(static_cast<State>(s));
+    w.Sample(family, {{"state", Lower(name_of(s), prefix)}},
+             it == counts.end() ? 0 : static_cast<double>(it->second));
+  }
+}
+
+// Jobs and workers by state, the queue, restarts, stragglers and hangs.
+void WriteClusterFamilies(PromWriter& w, const JobGauges& g,
+                          const std::map<v1::WorkerState, int64_t>& workers) {
+  static_assert(v1::JOB_STATE_UNSPECIFIED == 0 && v1::WORKER_STATE_UNSPECIFIED == 0);
+  w.Family("trainctl_jobs", "gauge", "Jobs the coordinator holds, by state.");
+  WriteByState(w, "trainctl_jobs", g.jobs_by_state, v1::JobState_IsValid,
+               [](int s) { return v1::JobState_Name(s); }, "JOB_STATE_");
+  w.Family("trainctl_queue_length", "gauge", "PENDING jobs waiting for slots.");
+  w.Sample("trainctl_queue_length", {}, static_cast<double>(g.queue_length));
+  w.Family("trainctl_queue_oldest_wait_seconds", "gauge", "How long the oldest PENDING job has waited.");
+  w.Sample("trainctl_queue_oldest_wait_seconds", {}, g.oldest_pending_seconds);
+  w.Family("trainctl_workers", "gauge", "Registered workers, by state.");
+  WriteByState(w, "trainctl_workers", workers, v1::WorkerState_IsValid,
+               [](int s) { return v1::WorkerState_Name(s); }, "WORKER_STATE_");
+  w.Family("trainctl_restarts_total", "counter", "Attempts that failed and were restarted, by failure kind.");
+  for (const auto& [kind, n] : g.restarts_by_kind) {
+    w.Sample("trainctl_restarts_total", {{"kind", Lower(v1::FailureKind_Name(kind), "FAILURE_KIND_")}},
+             static_cast<double>(n));
+  }
+  w.Family("trainctl_straggler_events_total", "counter",
+           "Straggler events (a rank consistently slower than the others) since the coordinator started.");
+  w.Sample("trainctl_straggler_events_total", {}, static_cast<double>(g.straggler_events));
+  w.Family("trainctl_hangs_detected_total", "counter",
+           "Attempts failed by the adaptive hang detection since the coordinator started.");
+  w.Sample("trainctl_hangs_detected_total", {}, static_cast<double>(g.hangs_detected));
+}
+
+// Per running job: throughput, loss, the step's split, loss scale, world.
+void WriteRunningJobFamilies(PromWriter& w, const std::vector<JobGauges::Running>& running) {
+  struct Gauge {
+    const char* name;
+    const char* help;
+    double JobGauges::Running::*field;
+  };
+  const Gauge gauges[] = {
+      {"trainctl_job_samples_per_second", "A running job's throughput, all ranks together (latest window).",
+       &JobGauges::Running::samples_per_sec},
+      {"trainctl_job_loss", "A running job's training loss (rank 0, latest window).", &JobGauges::Running::loss},
+      {"trainctl_job_step_data_ms", "Mean ms per step waiting for data (ranks averaged).", &JobGauges::Running::data_ms},
+      {"trainctl_job_step_compute_ms", "Mean ms per step in forward, backward and optimizer (ranks averaged).",
+       &JobGauges::Running::compute_ms},
+      {"trainctl_job_step_comm_ms", "Mean ms per step of communication not hidden behind backward (ranks averaged).",
+       &JobGauges::Running::comm_ms},
+      {"trainctl_job_loss_scale", "AMP fp16 loss scale of rank 0 (0 when off).", &JobGauges::Running::loss_scale},
+      {"trainctl_job_world_size", "Ranks of a running job's current attempt (elastic jobs change it).",
+       &JobGauges::Running::world_size},
+  };
+  for (const Gauge& gauge : gauges) {
+    w.Family(gauge.name, "gauge", gauge.help);
+    for (const JobGauges::Running& r : running) w.Sample(gauge.name, {{"job_id", r.id}}, r.*gauge.field);
+  }
 }
 
 }  // namespace
@@ -155,56 +234,8 @@ std::string CoordinatorServer::MetricsPage() {
   w.Family("trainctl_coordinator_loop_responsive", "gauge", "1 when the control-plane loop answered within 5 s.");
   w.Sample("trainctl_coordinator_loop_responsive", {}, answered ? 1 : 0);
   if (answered) {
-    const JobGauges& g = snap->jobs;
-    w.Family("trainctl_jobs", "gauge", "Jobs the coordinator holds, by state.");
-    for (int s = v1::JOB_STATE_UNSPECIFIED + 1; v1::JobState_IsValid(s); ++s) {
-      auto it = g.jobs_by_state.find(static_cast<v1::JobState>(s));
-      w.Sample("trainctl_jobs", {{"state", Lower(v1::JobState_Name(s), "JOB_STATE_")}},
-               it == g.jobs_by_state.end() ? 0 : static_cast<double>(it->second));
-    }
-    w.Family("trainctl_queue_length", "gauge", "PENDING jobs waiting for slots.");
-    w.Sample("trainctl_queue_length", {}, static_cast<double>(g.queue_length));
-    w.Family("trainctl_queue_oldest_wait_seconds", "gauge", "How long the oldest PENDING job has waited.");
-    w.Sample("trainctl_queue_oldest_wait_seconds", {}, g.oldest_pending_seconds);
-    w.Family("trainctl_workers", "gauge", "Registered workers, by state.");
-    for (int s = v1::WORKER_STATE_UNSPECIFIED + 1; v1::WorkerState_IsValid(s); ++s) {
-      auto it = snap->workers.find(static_cast<v1::WorkerState>(s));
-      w.Sample("trainctl_workers", {{"state", Lower(v1::WorkerState_Name(s), "WORKER_STATE_")}},
-               it == snap->workers.end() ? 0 : static_cast<double>(it->second));
-    }
-    w.Family("trainctl_restarts_total", "counter", "Attempts that failed and were restarted, by failure kind.");
-    for (const auto& [kind, n] : g.restarts_by_kind) {
-      w.Sample("trainctl_restarts_total", {{"kind", Lower(v1::FailureKind_Name(kind), "FAILURE_KIND_")}},
-               static_cast<double>(n));
-    }
-    w.Family("trainctl_straggler_events_total", "counter",
-             "Straggler events (a rank consistently slower than the others) since the coordinator started.");
-    w.Sample("trainctl_straggler_events_total", {}, static_cast<double>(g.straggler_events));
-    w.Family("trainctl_hangs_detected_total", "counter",
-             "Attempts failed by the adaptive hang detection since the coordinator started.");
-    w.Sample("trainctl_hangs_detected_total", {}, static_cast<double>(g.hangs_detected));
-    struct Gauge {
-      const char* name;
-      const char* help;
-      double JobGauges::Running::*field;
-    };
-    const Gauge gauges[] = {
-        {"trainctl_job_samples_per_second", "A running job's throughput, all ranks together (latest window).",
-         &JobGauges::Running::samples_per_sec},
-        {"trainctl_job_loss", "A running job's training loss (rank 0, latest window).", &JobGauges::Running::loss},
-        {"trainctl_job_step_data_ms", "Mean ms per step waiting for data (ranks averaged).", &JobGauges::Running::data_ms},
-        {"trainctl_job_step_compute_ms", "Mean ms per step in forward, backward and optimizer (ranks averaged).",
-         &JobGauges::Running::compute_ms},
-        {"trainctl_job_step_comm_ms", "Mean ms per step of communication not hidden behind backward (ranks averaged).",
-         &JobGauges::Running::comm_ms},
-        {"trainctl_job_loss_scale", "AMP fp16 loss scale of rank 0 (0 when off).", &JobGauges::Running::loss_scale},
-        {"trainctl_job_world_size", "Ranks of a running job's current attempt (elastic jobs change it).",
-         &JobGauges::Running::world_size},
-    };
-    for (const Gauge& gauge : gauges) {
-      w.Family(gauge.name, "gauge", gauge.help);
-      for (const JobGauges::Running& r : g.running) w.Sample(gauge.name, {{"job_id", r.id}}, r.*gauge.field);
-    }
+    WriteClusterFamilies(w, snap->jobs, snap->workers);
+    WriteRunningJobFamilies(w, snap->jobs.running);
   }
   rpc_stats_.Write(w);
   if (store_ != nullptr) {

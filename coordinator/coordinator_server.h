@@ -26,6 +26,7 @@
 namespace grpc {
 class Channel;
 class Server;
+class ServerCredentials;
 }
 
 namespace trainctl::coordinator {
@@ -105,6 +106,15 @@ class CoordinatorServer {
   const std::string& admin_token() const { return options_.admin_token; }
 
  private:
+  // The parts of Start(), in order: open the store and recover every owner
+  // from it; build the gRPC services over them; listen (returns the bound
+  // port); check leases, timeouts and fetches on the loop.
+  absl::Status RecoverOwners();
+  void MakeServices();
+  absl::StatusOr<int> Serve();
+  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() const;
+  void StartHousekeeping();
+
   CoordinatorOptions options_;
   std::unique_ptr<StateStore> store_;
   EventLoop loop_;

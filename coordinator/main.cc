@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "common/auth/pki.h"
 #include "common/auth/secret.h"
+#include "common/status_macros.h"
 #include "coordinator/coordinator_server.h"
 
 ABSL_FLAG(std::string, listen, "",
@@ -75,33 +76,13 @@ ABSL_FLAG(std::string, out, "", "worker-cert: where to write ID.crt and ID.key (
 
 namespace {
 
-// trainctl-coordinator init --dir DIR [--san a,b] [--db PATH]: the cluster CA,
-// the coordinator's certificate, the admin token, a worker token (stored in
-// --db) and a CLI config, in DIR. Refuses to overwrite an existing CA.
-int RunInit() {
-  namespace fs = std::filesystem;
-  using trainctl::auth::WritePrivateFile;
-  const std::string dir_flag = absl::GetFlag(FLAGS_dir);
-  if (dir_flag.empty()) {
-    std::cerr << "trainctl-coordinator init: --dir: required\n";
-    return 2;
-  }
-  std::error_code ec;
-  fs::create_directories(dir_flag, ec);
-  const std::string dir = fs::absolute(dir_flag, ec).string();
-  fs::permissions(dir, fs::perms::owner_all, ec);
-  if (fs::exists(dir + "/ca.key")) {
-    std::cerr << "trainctl-coordinator init: " << dir << "/ca.key exists: refusing to replace the cluster CA "
-              << "(every certificate it signed would stop working); use another --dir\n";
-    return 1;
-  }
-  auto fail = [](absl::string_view what, const absl::Status& s) {
-    std::cerr << "trainctl-coordinator init: " << what << ": " << s.message() << "\n";
-    return 1;
-  };
-  absl::StatusOr<trainctl::auth::KeyAndCert> ca =
-      trainctl::auth::NewCa("trainctl cluster CA", absl::Hours(24 * 3650));
-  if (!ca.ok()) return fail("CA", ca.status());
+// `what: why`, as init reports a step that failed.
+absl::Status InitStep(absl::string_view what, const absl::Status& s) {
+  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
+}
+
+// The names the coordinator's certificate is for: loopback, this host, --san.
+std::vector<std::string> CoordinatorSans() {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   std::vector<std::string> sans = {"localhost", "127.0.0.1", "::1"};
@@ -109,65 +90,76 @@ int RunInit() {
   for (const std::string& s : absl::GetFlag(FLAGS_san)) {
     if (!s.empty()) sans.push_back(s);
   }
+  return sans;
+}
+
+// The cluster CA and the coordinator's key and certificate (for `sans`), in
+// `dir`; the certificates readable by all, the keys by the owner only.
+absl::Status WriteTlsFiles(const std::string& dir, const std::vector<std::string>& sans) {
+  namespace fs = std::filesystem;
+  absl::StatusOr<trainctl::auth::KeyAndCert> ca =
+      trainctl::auth::NewCa("trainctl cluster CA", absl::Hours(24 * 3650));
+  if (!ca.ok()) return InitStep("CA", ca.status());
   absl::StatusOr<std::string> key = trainctl::auth::NewPrivateKey();
-  if (!key.ok()) return fail("key", key.status());
+  if (!key.ok()) return InitStep("key", key.status());
   absl::StatusOr<std::string> csr = trainctl::auth::NewCsr(*key, "trainctl-coordinator");
-  if (!csr.ok()) return fail("CSR", csr.status());
+  if (!csr.ok()) return InitStep("CSR", csr.status());
   absl::StatusOr<std::string> cert =
       trainctl::auth::SignCsr(*ca, *csr, "trainctl-coordinator", sans, absl::Hours(24 * 825));
-  if (!cert.ok()) return fail("--san", cert.status());
+  if (!cert.ok()) return InitStep("--san", cert.status());
   for (auto [name, text] : {std::pair<const char*, const std::string*>{"ca.key", &ca->key_pem},
                             {"ca.crt", &ca->cert_pem},
                             {"coordinator.key", &*key},
                             {"coordinator.crt", &*cert}}) {
-    if (absl::Status w = WritePrivateFile(dir + "/" + name, *text); !w.ok()) return fail(name, w);
+    if (absl::Status w = trainctl::auth::WritePrivateFile(dir + "/" + name, *text); !w.ok()) {
+      return InitStep(name, w);
+    }
   }
+  std::error_code ec;
   for (const char* pub : {"ca.crt", "coordinator.crt"}) {
     fs::permissions(dir + "/" + pub, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
                                          fs::perms::others_read, ec);
   }
-  bool created = false;
-  absl::StatusOr<std::string> admin = trainctl::auth::ReadOrCreateTokenFile(dir + "/admin.token", &created);
-  if (!admin.ok()) return fail("admin.token", admin.status());
-  // A worker token, stored in the coordinator's database (so init runs with
-  // the coordinator's --db, before its first start).
-  {
-    absl::StatusOr<std::unique_ptr<trainctl::coordinator::StateStore>> store =
-        trainctl::coordinator::StateStore::Open(absl::GetFlag(FLAGS_db));
-    if (!store.ok()) return fail("--db", store.status());
-    trainctl::coordinator::TokenAuthority tokens(store->get(), trainctl::SystemClock::Get());
-    if (absl::Status s = tokens.Load(); !s.ok()) return fail("--db", s);
-    trainctl::v1::CreateTokenRequest req;
-    req.set_role(trainctl::v1::ROLE_WORKER);
-    req.set_name("workers");
-    absl::StatusOr<trainctl::v1::CreateTokenResponse> worker =
-        tokens.Create(req, {"init", "init", trainctl::v1::ROLE_ADMIN});
-    if (!worker.ok()) return fail("worker token", worker.status());
-    if (absl::Status w = WritePrivateFile(dir + "/worker.token", worker->secret() + "\n"); !w.ok()) {
-      return fail("worker.token", w);
-    }
-    // One-time join tokens, for deployments that start their workers right
-    // away (compose): each worker trades its own for a certificate.
-    const int joins = absl::GetFlag(FLAGS_join_tokens);
-    if (joins < 0 || joins > 1000) return fail("--join-tokens", absl::InvalidArgumentError("must be 0..1000"));
-    if (absl::GetFlag(FLAGS_join_ttl_h) < 1) return fail("--join-ttl-h", absl::InvalidArgumentError("must be >= 1"));
-    for (int i = 1; i <= joins; ++i) {
-      trainctl::v1::CreateTokenRequest jreq;
-      jreq.set_role(trainctl::v1::ROLE_JOIN);
-      jreq.set_name(absl::StrCat("join-", i));
-      jreq.mutable_ttl()->set_seconds(int64_t{3600} * absl::GetFlag(FLAGS_join_ttl_h));
-      absl::StatusOr<trainctl::v1::CreateTokenResponse> join = tokens.Create(jreq, {"init", "init", trainctl::v1::ROLE_ADMIN});
-      if (!join.ok()) return fail("join token", join.status());
-      const std::string name = absl::StrCat("join-", i, ".token");
-      if (absl::Status w = WritePrivateFile(dir + "/" + name, join->secret() + "\n"); !w.ok()) return fail(name, w);
-    }
+  return absl::OkStatus();
+}
+
+// A worker token, stored in the coordinator's database (so init runs with
+// the coordinator's --db, before its first start), and --join-tokens
+// one-time join tokens, for deployments that start their workers right away
+// (compose): each worker trades its own for a certificate.
+absl::Status WriteClusterTokens(const std::string& dir) {
+  using trainctl::auth::WritePrivateFile;
+  absl::StatusOr<std::unique_ptr<trainctl::coordinator::StateStore>> store =
+      trainctl::coordinator::StateStore::Open(absl::GetFlag(FLAGS_db));
+  if (!store.ok()) return InitStep("--db", store.status());
+  trainctl::coordinator::TokenAuthority tokens(store->get(), trainctl::SystemClock::Get());
+  if (absl::Status s = tokens.Load(); !s.ok()) return InitStep("--db", s);
+  trainctl::v1::CreateTokenRequest req;
+  req.set_role(trainctl::v1::ROLE_WORKER);
+  req.set_name("workers");
+  absl::StatusOr<trainctl::v1::CreateTokenResponse> worker =
+      tokens.Create(req, {"init", "init", trainctl::v1::ROLE_ADMIN});
+  if (!worker.ok()) return InitStep("worker token", worker.status());
+  if (absl::Status w = WritePrivateFile(dir + "/worker.token", worker->secret() + "\n"); !w.ok()) {
+    return InitStep("worker.token", w);
   }
-  const std::string address = absl::StrCat(sans.size() > 4 ? sans[4] : sans.size() > 3 ? sans[3] : "localhost", ":7070");
-  const std::string config = absl::StrCat("# trainctl CLI config written by `trainctl-coordinator init`: copy to\n",
-                                          "# ~/.config/trainctl/config.yaml (admin token: keep it private).\n",
-                                          "coordinator: \"", address, "\"\ntoken: \"", *admin, "\"\nca: \"", dir,
-                                          "/ca.crt\"\n");
-  if (absl::Status w = WritePrivateFile(dir + "/trainctl.yaml", config); !w.ok()) return fail("trainctl.yaml", w);
+  const int joins = absl::GetFlag(FLAGS_join_tokens);
+  if (joins < 0 || joins > 1000) return InitStep("--join-tokens", absl::InvalidArgumentError("must be 0..1000"));
+  if (absl::GetFlag(FLAGS_join_ttl_h) < 1) return InitStep("--join-ttl-h", absl::InvalidArgumentError("must be >= 1"));
+  for (int i = 1; i <= joins; ++i) {
+    trainctl::v1::CreateTokenRequest jreq;
+    jreq.set_role(trainctl::v1::ROLE_JOIN);
+    jreq.set_name(absl::StrCat("join-", i));
+    jreq.mutable_ttl()->set_seconds(int64_t{3600} * absl::GetFlag(FLAGS_join_ttl_h));
+    absl::StatusOr<trainctl::v1::CreateTokenResponse> join = tokens.Create(jreq, {"init", "init", trainctl::v1::ROLE_ADMIN});
+    if (!join.ok()) return InitStep("join token", join.status());
+    const std::string name = absl::StrCat("join-", i, ".token");
+    if (absl::Status w = WritePrivateFile(dir + "/" + name, join->secret() + "\n"); !w.ok()) return InitStep(name, w);
+  }
+  return absl::OkStatus();
+}
+
+void PrintInitSummary(const std::string& dir, const std::vector<std::string>& sans, const std::string& address) {
   std::cout << "trainctl-coordinator init: wrote to " << dir << ":\n"
             << "  ca.crt, ca.key            the cluster CA (keep ca.key private; copy ca.crt to every host)\n"
             << "  coordinator.crt/.key      the coordinator's certificate (SANs: " << absl::StrJoin(sans, ", ") << ")\n"
@@ -182,6 +174,50 @@ int RunInit() {
             << "Workers: trainctl token create --role join   (one-time), then on the worker host:\n"
             << "  trainctl-worker --coordinator " << address << " --ca ca.crt --join-token-file join.token\n"
             << "  (or, without joining: --token-file worker.token)\n";
+}
+
+// trainctl-coordinator init --dir DIR [--san a,b] [--db PATH]: the cluster CA,
+// the coordinator's certificate, the admin token, a worker token (stored in
+// --db) and a CLI config, in DIR. Refuses to overwrite an existing CA.
+int RunInit() {
+  namespace fs = std::filesystem;
+  const std::string dir_flag = absl::GetFlag(FLAGS_dir);
+  if (dir_flag.empty()) {
+    std::cerr << "trainctl-coordinator init: --dir: required\n";
+    return 2;
+  }
+  std::error_code ec;
+  fs::create_directories(dir_flag, ec);
+  const std::string dir = fs::absolute(dir_flag, ec).string();
+  fs::permissions(dir, fs::perms::owner_all, ec);
+  if (fs::exists(dir + "/ca.key")) {
+    std::cerr << "trainctl-coordinator init: " << dir << "/ca.key exists: refusing to replace the cluster CA "
+              << "(every certificate it signed would stop working); use another --dir\n";
+    return 1;
+  }
+  const std::vector<std::string> sans = CoordinatorSans();
+  bool created = false;
+  absl::StatusOr<std::string> admin;
+  absl::Status s = WriteTlsFiles(dir, sans);
+  if (s.ok()) {
+    admin = trainctl::auth::ReadOrCreateTokenFile(dir + "/admin.token", &created);
+    s = admin.ok() ? WriteClusterTokens(dir) : InitStep("admin.token", admin.status());
+  }
+  const std::string address = absl::StrCat(sans.size() > 4 ? sans[4] : sans.size() > 3 ? sans[3] : "localhost", ":7070");
+  if (s.ok()) {
+    const std::string config = absl::StrCat("# trainctl CLI config written by `trainctl-coordinator init`: copy to\n",
+                                            "# ~/.config/trainctl/config.yaml (admin token: keep it private).\n",
+                                            "coordinator: \"", address, "\"\ntoken: \"", *admin, "\"\nca: \"", dir,
+                                            "/ca.crt\"\n");
+    if (absl::Status w = trainctl::auth::WritePrivateFile(dir + "/trainctl.yaml", config); !w.ok()) {
+      s = InitStep("trainctl.yaml", w);
+    }
+  }
+  if (!s.ok()) {
+    std::cerr << "trainctl-coordinator init: " << s.message() << "\n";
+    return 1;
+  }
+  PrintInitSummary(dir, sans, address);
   return 0;
 }
 
@@ -222,6 +258,127 @@ int RunWorkerCert() {
   return 0;
 }
 
+// The TLS files named by --tls-dir / --tls-cert / --tls-key / --tls-ca and
+// --tls-ca-key, read into `o`; the error names the flag.
+absl::Status TlsFromFlags(const std::string& tls_dir, trainctl::coordinator::CoordinatorOptions& o) {
+  auto tls_file = [&](const std::string& flag, const char* name) {
+    return !flag.empty() ? flag : tls_dir.empty() ? std::string() : tls_dir + "/" + name;
+  };
+  const std::string cert = tls_file(absl::GetFlag(FLAGS_tls_cert), "coordinator.crt");
+  const std::string key = tls_file(absl::GetFlag(FLAGS_tls_key), "coordinator.key");
+  const std::string ca = tls_file(absl::GetFlag(FLAGS_tls_ca), "ca.crt");
+  if (!cert.empty() || !key.empty()) {
+    for (auto [path, dest, flag] : {std::tuple{cert, &o.tls_cert_pem, "--tls-cert"},
+                                    std::tuple{key, &o.tls_key_pem, "--tls-key"},
+                                    std::tuple{ca, &o.tls_ca_pem, "--tls-ca"}}) {
+      absl::StatusOr<std::string> pem = path.empty() ? absl::InvalidArgumentError("not set")
+                                                     : trainctl::auth::ReadFile(path);
+      if (!pem.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", pem.status().message()));
+      *dest = *pem;
+    }
+  }
+  std::string ca_key = absl::GetFlag(FLAGS_tls_ca_key);
+  if (ca_key.empty() && !tls_dir.empty() && std::filesystem::exists(tls_dir + "/ca.key")) {
+    ca_key = tls_dir + "/ca.key";
+  }
+  if (ca_key.empty()) return absl::OkStatus();
+  if (o.tls_cert_pem.empty()) {
+    return absl::InvalidArgumentError("--tls-ca-key: needs TLS (--tls-dir or --tls-cert/--tls-key/--tls-ca)");
+  }
+  absl::StatusOr<std::string> pem = trainctl::auth::ReadFile(ca_key);
+  if (!pem.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls-ca-key: ", pem.status().message()));
+  o.tls_ca_key_pem = *pem;
+  return absl::OkStatus();
+}
+
+// Every other serving flag, into `o`; the error names the flag.
+absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
+  if (absl::GetFlag(FLAGS_worker_cert_days) < 1) {
+    return absl::InvalidArgumentError("--worker-cert-days: must be at least 1");
+  }
+  o.worker_cert_validity = absl::Hours(24 * absl::GetFlag(FLAGS_worker_cert_days));
+  o.insecure = absl::GetFlag(FLAGS_insecure);
+  o.listen = absl::GetFlag(FLAGS_listen);
+  if (o.listen.empty()) o.listen = o.tls_cert_pem.empty() ? "127.0.0.1:7070" : "0.0.0.0:7070";
+  o.db_path = absl::GetFlag(FLAGS_db);
+  o.registry.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
+  o.registry.lease_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_lease_timeout_ms));
+  o.registry.disconnect_grace = absl::Milliseconds(absl::GetFlag(FLAGS_disconnect_grace_ms));
+  o.registry.gone_ttl = absl::Seconds(absl::GetFlag(FLAGS_gone_worker_ttl_s));
+  if (o.registry.gone_ttl <= absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--gone-worker-ttl-s must be > 0");
+  }
+  o.registry.recovery_grace = absl::Seconds(absl::GetFlag(FLAGS_recovery_grace_s));
+  o.jobs.progress_timeout = absl::Seconds(absl::GetFlag(FLAGS_progress_timeout_s));
+  o.jobs.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_s));
+  o.jobs.stop_grace = absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));
+  o.jobs.max_active_jobs = absl::GetFlag(FLAGS_max_active_jobs);
+  o.jobs.preflight = absl::GetFlag(FLAGS_preflight);
+  // A survivor's collective error waits this long for a dead peer's broken
+  // stream, so the failure names the lost worker rather than the survivor.
+  o.jobs.lost_worker_wait = o.registry.disconnect_grace;
+  o.store.max_metric_points_per_job = absl::GetFlag(FLAGS_metric_points_per_job);
+  o.store.max_log_lines_per_rank = absl::GetFlag(FLAGS_log_lines_per_rank);
+  o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  o.http_listen = absl::GetFlag(FLAGS_http_listen);
+  return absl::OkStatus();
+}
+
+// --admin-token-file, else the --tls-dir's admin.token, else admin.token
+// beside the database.
+std::string AdminTokenFile(const std::string& tls_dir, const std::string& db_path) {
+  std::string admin_file = absl::GetFlag(FLAGS_admin_token_file);
+  if (admin_file.empty() && !tls_dir.empty()) admin_file = tls_dir + "/admin.token";
+  if (admin_file.empty()) {
+    std::filesystem::path db(db_path);
+    admin_file = (db.has_parent_path() ? db.parent_path() / "admin.token" : std::filesystem::path("admin.token")).string();
+  }
+  return admin_file;
+}
+
+absl::Status CheckRegistryTimes(const trainctl::coordinator::RegistryOptions& r) {
+  if (r.heartbeat_interval <= absl::ZeroDuration() || r.lease_timeout <= r.heartbeat_interval) {
+    return absl::InvalidArgumentError("--lease-timeout-ms must be greater than --heartbeat-interval-ms > 0");
+  }
+  if (r.disconnect_grace < absl::ZeroDuration()) {
+    return absl::InvalidArgumentError("--disconnect-grace-ms must be >= 0");
+  }
+  return absl::OkStatus();
+}
+
+// What a started coordinator tells its operator (stdout, and the log).
+void Announce(const trainctl::coordinator::CoordinatorServer& server,
+              const trainctl::coordinator::CoordinatorOptions& o, const std::string& addr,
+              const std::string& admin_file, bool created) {
+  std::cout << "trainctl-coordinator listening on " << addr << std::endl;
+  trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "listening",
+                     {{"address", addr}, {"db", o.db_path}, {"metrics", server.http_address().empty() ? "off" : "http://" + server.http_address() + "/metrics"}});
+  if (!server.http_address().empty()) {
+    std::cout << "trainctl-coordinator: metrics on http://" << server.http_address() << "/metrics" << std::endl;
+    std::cout << "trainctl-coordinator: dashboard on http://" << server.http_address() << "/" << std::endl;
+  }
+  if (o.tls_cert_pem.empty() && !trainctl::coordinator::IsLoopbackListen(o.listen)) {
+    std::cerr << "trainctl-coordinator: WARNING: --insecure: serving plaintext on " << addr
+              << ": tokens and job data cross the network unencrypted (docs/security.md)" << std::endl;
+  }
+  std::cout << "trainctl-coordinator: admin token " << (created ? "created in " : "read from ")
+            << admin_file << std::endl;
+}
+
+// Options from the flags, or a usage error (exit 2) naming the flag.
+absl::Status ServeOptions(trainctl::coordinator::CoordinatorOptions& o, std::string* admin_file, bool* created) {
+  const std::string tls_dir = absl::GetFlag(FLAGS_tls_dir);
+  TRAINCTL_RETURN_IF_ERROR(TlsFromFlags(tls_dir, o));
+  TRAINCTL_RETURN_IF_ERROR(OptionsFromFlags(o));
+  *admin_file = AdminTokenFile(tls_dir, o.db_path);
+  absl::StatusOr<std::string> admin = trainctl::auth::ReadOrCreateTokenFile(*admin_file, created);
+  if (!admin.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--admin-token-file: ", admin.status().message()));
+  }
+  o.admin_token = *admin;
+  return CheckRegistryTimes(o.registry);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -254,96 +411,10 @@ int main(int argc, char** argv) {
   trainctl::SetLogLevel(level);
 
   trainctl::coordinator::CoordinatorOptions o;
-  const std::string tls_dir = absl::GetFlag(FLAGS_tls_dir);
-  auto tls_file = [&](const std::string& flag, const char* name) {
-    return !flag.empty() ? flag : tls_dir.empty() ? std::string() : tls_dir + "/" + name;
-  };
-  const std::string cert = tls_file(absl::GetFlag(FLAGS_tls_cert), "coordinator.crt");
-  const std::string key = tls_file(absl::GetFlag(FLAGS_tls_key), "coordinator.key");
-  const std::string ca = tls_file(absl::GetFlag(FLAGS_tls_ca), "ca.crt");
-  if (!cert.empty() || !key.empty()) {
-    for (auto [path, dest, flag] : {std::tuple{cert, &o.tls_cert_pem, "--tls-cert"},
-                                    std::tuple{key, &o.tls_key_pem, "--tls-key"},
-                                    std::tuple{ca, &o.tls_ca_pem, "--tls-ca"}}) {
-      absl::StatusOr<std::string> pem = path.empty() ? absl::InvalidArgumentError("not set")
-                                                     : trainctl::auth::ReadFile(path);
-      if (!pem.ok()) {
-        std::cerr << "trainctl-coordinator: " << flag << ": " << pem.status().message() << "\n";
-        return 2;
-      }
-      *dest = *pem;
-    }
-  }
-  {
-    std::string ca_key = absl::GetFlag(FLAGS_tls_ca_key);
-    if (ca_key.empty() && !tls_dir.empty() && std::filesystem::exists(tls_dir + "/ca.key")) {
-      ca_key = tls_dir + "/ca.key";
-    }
-    if (!ca_key.empty()) {
-      if (o.tls_cert_pem.empty()) {
-        std::cerr << "trainctl-coordinator: --tls-ca-key: needs TLS (--tls-dir or --tls-cert/--tls-key/--tls-ca)\n";
-        return 2;
-      }
-      absl::StatusOr<std::string> pem = trainctl::auth::ReadFile(ca_key);
-      if (!pem.ok()) {
-        std::cerr << "trainctl-coordinator: --tls-ca-key: " << pem.status().message() << "\n";
-        return 2;
-      }
-      o.tls_ca_key_pem = *pem;
-    }
-  }
-  if (absl::GetFlag(FLAGS_worker_cert_days) < 1) {
-    std::cerr << "trainctl-coordinator: --worker-cert-days: must be at least 1\n";
-    return 2;
-  }
-  o.worker_cert_validity = absl::Hours(24 * absl::GetFlag(FLAGS_worker_cert_days));
-  o.insecure = absl::GetFlag(FLAGS_insecure);
-  o.listen = absl::GetFlag(FLAGS_listen);
-  if (o.listen.empty()) o.listen = o.tls_cert_pem.empty() ? "127.0.0.1:7070" : "0.0.0.0:7070";
-  o.db_path = absl::GetFlag(FLAGS_db);
-  o.registry.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
-  o.registry.lease_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_lease_timeout_ms));
-  o.registry.disconnect_grace = absl::Milliseconds(absl::GetFlag(FLAGS_disconnect_grace_ms));
-  o.registry.gone_ttl = absl::Seconds(absl::GetFlag(FLAGS_gone_worker_ttl_s));
-  if (o.registry.gone_ttl <= absl::ZeroDuration()) {
-    std::cerr << "trainctl-coordinator: --gone-worker-ttl-s must be > 0\n";
-    return 2;
-  }
-  o.registry.recovery_grace = absl::Seconds(absl::GetFlag(FLAGS_recovery_grace_s));
-  o.jobs.progress_timeout = absl::Seconds(absl::GetFlag(FLAGS_progress_timeout_s));
-  o.jobs.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_s));
-  o.jobs.stop_grace = absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));
-  o.jobs.max_active_jobs = absl::GetFlag(FLAGS_max_active_jobs);
-  o.jobs.preflight = absl::GetFlag(FLAGS_preflight);
-  // A survivor's collective error waits this long for a dead peer's broken
-  // stream, so the failure names the lost worker rather than the survivor.
-  o.jobs.lost_worker_wait = o.registry.disconnect_grace;
-  o.store.max_metric_points_per_job = absl::GetFlag(FLAGS_metric_points_per_job);
-  o.store.max_log_lines_per_rank = absl::GetFlag(FLAGS_log_lines_per_rank);
-  o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
-  o.http_listen = absl::GetFlag(FLAGS_http_listen);
-  std::string admin_file = absl::GetFlag(FLAGS_admin_token_file);
-  if (admin_file.empty() && !tls_dir.empty()) admin_file = tls_dir + "/admin.token";
-  if (admin_file.empty()) {
-    std::filesystem::path db(o.db_path);
-    admin_file = (db.has_parent_path() ? db.parent_path() / "admin.token" : std::filesystem::path("admin.token")).string();
-  }
+  std::string admin_file;
   bool created = false;
-  absl::StatusOr<std::string> admin = trainctl::auth::ReadOrCreateTokenFile(admin_file, &created);
-  if (!admin.ok()) {
-    std::cerr << "trainctl-coordinator: --admin-token-file: " << admin.status().message() << "\n";
-    return 2;
-  }
-  o.admin_token = *admin;
-
-  if (o.registry.heartbeat_interval <= absl::ZeroDuration() ||
-      o.registry.lease_timeout <= o.registry.heartbeat_interval) {
-    std::cerr << "trainctl-coordinator: --lease-timeout-ms must be greater than "
-                 "--heartbeat-interval-ms > 0\n";
-    return 2;
-  }
-  if (o.registry.disconnect_grace < absl::ZeroDuration()) {
-    std::cerr << "trainctl-coordinator: --disconnect-grace-ms must be >= 0\n";
+  if (absl::Status s = ServeOptions(o, &admin_file, &created); !s.ok()) {
+    std::cerr << "trainctl-coordinator: " << s.message() << "\n";
     return 2;
   }
 
@@ -354,19 +425,7 @@ int main(int argc, char** argv) {
     std::cerr << "trainctl-coordinator: " << addr.status().message() << "\n";
     return 1;
   }
-  std::cout << "trainctl-coordinator listening on " << *addr << std::endl;
-  trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "listening",
-                     {{"address", *addr}, {"db", o.db_path}, {"metrics", server.http_address().empty() ? "off" : "http://" + server.http_address() + "/metrics"}});
-  if (!server.http_address().empty()) {
-    std::cout << "trainctl-coordinator: metrics on http://" << server.http_address() << "/metrics" << std::endl;
-    std::cout << "trainctl-coordinator: dashboard on http://" << server.http_address() << "/" << std::endl;
-  }
-  if (o.tls_cert_pem.empty() && !trainctl::coordinator::IsLoopbackListen(o.listen)) {
-    std::cerr << "trainctl-coordinator: WARNING: --insecure: serving plaintext on " << *addr
-              << ": tokens and job data cross the network unencrypted (docs/security.md)" << std::endl;
-  }
-  std::cout << "trainctl-coordinator: admin token " << (created ? "created in " : "read from ")
-            << admin_file << std::endl;
+  Announce(server, o, *addr, admin_file, created);
 
   trainctl::WaitForStopSignal();
   trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "shutting_down", {{"reason", "stop signal"}});

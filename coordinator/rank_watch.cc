@@ -67,12 +67,24 @@ void RankWatch::OnHeartbeat(const v1::RankProgress& p, absl::Time now, double st
 }
 
 std::optional<HangVerdict> RankWatch::CheckHang(const v1::Attempt& attempt, absl::Time now) const {
-  struct Live {
-    const v1::RankAssignment* assignment;
-    const RankState* state;
-  };
-  std::vector<Live> live;
   double p99_ms = 0;
+  std::optional<std::vector<Live>> live = TrainingRanks(attempt, &p99_ms);
+  if (!live.has_value() || live->empty() || p99_ms <= 0) return std::nullopt;
+  const absl::Duration bound =
+      std::max(absl::Milliseconds(options_.hang_factor * p99_ms), options_.hang_floor);
+  absl::Duration stalled = absl::InfiniteDuration();
+  for (const Live& l : *live) stalled = std::min(stalled, now - l.state->advanced);
+  if (stalled <= bound) return std::nullopt;
+  const Live* ref = LowestWaiter(*live, now);
+  // Without a rank that says it waits, silence must last longer before it is
+  // a hang (a delayed telemetry stream looks like silence for a while).
+  if (ref == nullptr && stalled <= 3 * bound) return std::nullopt;
+  return Blame(*live, ref, stalled, bound, now);
+}
+
+std::optional<std::vector<RankWatch::Live>> RankWatch::TrainingRanks(const v1::Attempt& attempt,
+                                                                     double* p99_ms) const {
+  std::vector<Live> live;
   for (const v1::RankAssignment& a : attempt.ranks()) {
     if (Ended(a.state())) continue;
     auto it = ranks_.find(a.rank());
@@ -81,26 +93,24 @@ std::optional<HangVerdict> RankWatch::CheckHang(const v1::Attempt& attempt, absl
       return std::nullopt;
     }
     live.push_back({&a, &it->second});
-    p99_ms = std::max(p99_ms, it->second.last.p99_step_ms());
+    *p99_ms = std::max(*p99_ms, it->second.last.p99_step_ms());
   }
-  if (live.empty() || p99_ms <= 0) return std::nullopt;
-  const absl::Duration bound =
-      std::max(absl::Milliseconds(options_.hang_factor * p99_ms), options_.hang_floor);
-  absl::Duration stalled = absl::InfiniteDuration();
-  for (const Live& l : live) stalled = std::min(stalled, now - l.state->advanced);
-  if (stalled <= bound) return std::nullopt;
+  return live;
+}
 
-  auto fresh = [&](const Live& l) { return now - l.state->received <= options_.silent_after; };
-  const Live* ref = nullptr;  // a reporting rank waiting in the lowest collective
+const RankWatch::Live* RankWatch::LowestWaiter(const std::vector<Live>& live, absl::Time now) const {
+  const Live* ref = nullptr;
   for (const Live& l : live) {
     const int64_t w = l.state->last.waiting_seq();
-    if (!fresh(l) || w <= 0) continue;
+    if (!Fresh(l, now) || w <= 0) continue;
     if (ref == nullptr || w < ref->state->last.waiting_seq()) ref = &l;
   }
-  // Without a rank that says it waits, silence must last longer before it is
-  // a hang (a delayed telemetry stream looks like silence for a while).
-  if (ref == nullptr && stalled <= 3 * bound) return std::nullopt;
+  return ref;
+}
 
+std::optional<HangVerdict> RankWatch::Blame(const std::vector<Live>& live, const Live* ref,
+                                            absl::Duration stalled, absl::Duration bound,
+                                            absl::Time now) const {
   auto who = [](const Live& l) {
     std::string s = absl::StrCat("rank ", l.assignment->rank(), " (worker ", l.assignment->worker_id());
     if (l.state->last.pid() > 0) absl::StrAppend(&s, ", pid ", l.state->last.pid());
@@ -113,14 +123,14 @@ std::optional<HangVerdict> RankWatch::CheckHang(const v1::Attempt& attempt, absl
   const int64_t n = ref == nullptr ? 0 : ref->state->last.waiting_seq();
   for (const Live& l : live) {
     const v1::RankProgress& p = l.state->last;
-    if (ref != nullptr && fresh(l) && p.waiting_seq() == n) {
+    if (ref != nullptr && Fresh(l, now) && p.waiting_seq() == n) {
       waiting_ranks.push_back(absl::StrCat(l.assignment->rank()));
       continue;
     }
     v.blamed.push_back(l.assignment->rank());
     blamed_names.push_back(who(l));
     all_before &= p.collective_seq() < n;
-    if (!fresh(l)) {
+    if (!Fresh(l, now)) {
       silent.push_back(absl::StrCat("rank ", l.assignment->rank(), " for ", Secs(now - l.state->received)));
     }
   }

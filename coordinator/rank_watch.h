@@ -94,6 +94,22 @@ class RankWatch {
     int slow_streak = 0;
     bool straggler_reported = false;
   };
+  // A rank of the attempt that has not ended, with what it last reported.
+  struct Live {
+    const v1::RankAssignment* assignment;
+    const RankState* state;
+  };
+
+  // The parts of CheckHang: the attempt's live ranks when every one reports
+  // training (else none), with the largest p99 step time among them; the
+  // fresh rank waiting in the lowest collective (nullptr: none says it
+  // waits); and the verdict that names who holds the others up.
+  std::optional<std::vector<Live>> TrainingRanks(const v1::Attempt& attempt, double* p99_ms) const;
+  const Live* LowestWaiter(const std::vector<Live>& live, absl::Time now) const;
+  std::optional<HangVerdict> Blame(const std::vector<Live>& live, const Live* ref, absl::Duration stalled,
+                                   absl::Duration bound, absl::Time now) const;
+  // It reported within options_.silent_after of `now`.
+  bool Fresh(const Live& l, absl::Time now) const { return now - l.state->received <= options_.silent_after; }
 
   RankWatchOptions options_;
   int32_t attempt_ = 0;

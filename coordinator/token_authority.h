@@ -8,7 +8,7 @@
 // call. Worker ids are bound to the token that first registered them, so no
 // other token can take a worker's id (BindWorker).
 //
-// Called by the gRPC services (services.cc, auth_service.cc) from any
+// Called by the gRPC services (service_support.cc, auth_service.cc) from any
 // thread. Thread-safe: one absl::Mutex guards the maps; store writes happen
 // under it (the store never calls back), so memory follows the disk.
 #pragma once

@@ -82,6 +82,7 @@ WorkerRegistry::WorkerRegistry(StateStore* store, const Clock* clock, RegistryOp
 absl::Status WorkerRegistry::Persist(const v1::Worker& w) { return store_->PutWorker(w); }
 
 void WorkerRegistry::Recover(const std::vector<v1::Worker>& workers) {
+  CheckOnLoop();
   absl::Time now = clock_->Now();
   for (const v1::Worker& w : workers) {
     Entry& e = workers_[w.id()];
@@ -93,6 +94,7 @@ void WorkerRegistry::Recover(const std::vector<v1::Worker>& workers) {
 
 absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
                                                      WorkerChannel* channel) {
+  CheckOnLoop();
   if (absl::Status s = ValidateRegister(msg); !s.ok()) return s;
   absl::Time now = clock_->Now();
   std::string id = msg.worker_id();
@@ -136,6 +138,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
 }
 
 absl::Status WorkerRegistry::Heartbeat(const std::string& id, const WorkerChannel* channel) {
+  CheckOnLoop();
   auto it = workers_.find(id);
   if (it == workers_.end() || it->second.channel != channel) {
     return absl::FailedPreconditionError("this session no longer owns the worker id");
@@ -150,6 +153,7 @@ absl::Status WorkerRegistry::Heartbeat(const std::string& id, const WorkerChanne
 }
 
 void WorkerRegistry::SessionEnded(const std::string& id, const WorkerChannel* channel, bool left) {
+  CheckOnLoop();
   auto it = workers_.find(id);
   if (it == workers_.end() || it->second.channel != channel) return;
   it->second.channel = nullptr;
@@ -172,6 +176,7 @@ void WorkerRegistry::SessionEnded(const std::string& id, const WorkerChannel* ch
 }
 
 std::vector<std::string> WorkerRegistry::ExpireLeases() {
+  CheckOnLoop();
   absl::Time now = clock_->Now();
   std::vector<std::string> lost;
   for (auto& [id, e] : workers_) {
@@ -195,6 +200,7 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
 }
 
 std::vector<std::string> WorkerRegistry::ForgetGone(const std::function<bool(const std::string&)>& holds_ranks) {
+  CheckOnLoop();
   const absl::Time now = clock_->Now();
   std::vector<std::string> forgotten;
   for (auto it = workers_.begin(); it != workers_.end();) {
@@ -218,23 +224,27 @@ std::vector<std::string> WorkerRegistry::ForgetGone(const std::function<bool(con
 }
 
 bool WorkerRegistry::Send(const std::string& id, const v1::CoordinatorMessage& msg) {
+  CheckOnLoop();
   auto it = workers_.find(id);
   if (it == workers_.end() || it->second.channel == nullptr) return false;
   return it->second.channel->Send(msg);
 }
 
 bool WorkerRegistry::OwnsSession(const std::string& id, const WorkerChannel* channel) const {
+  CheckOnLoop();
   auto it = workers_.find(id);
   return it != workers_.end() && channel != nullptr && it->second.channel == channel;
 }
 
 bool WorkerRegistry::Connected(const std::string& id) const {
+  CheckOnLoop();
   auto it = workers_.find(id);
   return it != workers_.end() && it->second.channel != nullptr &&
          it->second.worker.state() == v1::WORKER_STATE_ALIVE;
 }
 
 std::vector<const v1::Worker*> WorkerRegistry::Alive() const {
+  CheckOnLoop();
   std::vector<const v1::Worker*> out;
   for (const auto& [id, e] : workers_) {
     if (e.worker.state() == v1::WORKER_STATE_ALIVE) out.push_back(&e.worker);
@@ -243,11 +253,13 @@ std::vector<const v1::Worker*> WorkerRegistry::Alive() const {
 }
 
 const v1::Worker* WorkerRegistry::Find(const std::string& id) const {
+  CheckOnLoop();
   auto it = workers_.find(id);
   return it == workers_.end() ? nullptr : &it->second.worker;
 }
 
 std::vector<v1::Worker> WorkerRegistry::List(bool include_gone) const {
+  CheckOnLoop();
   std::vector<v1::Worker> out;
   for (const auto& [id, e] : workers_) {
     if (include_gone || e.worker.state() == v1::WORKER_STATE_ALIVE) out.push_back(e.worker);

@@ -13,6 +13,7 @@
 // Not thread-safe: runs on the coordinator's EventLoop.
 #pragma once
 
+#include <cassert>
 #include <functional>
 #include <memory>
 #include <string>
@@ -23,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/event_loop.h"
 #include "coordinator/store/state_store.h"
 #include "trainctl/v1/worker_service.pb.h"
 
@@ -60,6 +62,10 @@ struct RegistryOptions {
 class WorkerRegistry {
  public:
   WorkerRegistry(StateStore* store, const Clock* clock, RegistryOptions options);
+
+  // The loop every call must come from; checked (assert) in debug builds.
+  // Unbound (tests that drive the registry from one thread): not checked.
+  void BindToLoop(const EventLoop* loop) { loop_ = loop; }
 
   // Loads workers from the store at start. Every ALIVE one gets
   // max(lease_timeout, recovery_grace) from now to reconnect in.
@@ -113,11 +119,17 @@ class WorkerRegistry {
     absl::Time lease_deadline;
   };
   absl::Status Persist(const v1::Worker& w);
+  // Asserts (debug builds) that the caller runs on the bound loop.
+  void CheckOnLoop() const {
+    assert(loop_ == nullptr || loop_->InLoop());
+    static_cast<void>(loop_);
+  }
 
   StateStore* store_;
   const Clock* clock_;
   RegistryOptions options_;
   absl::btree_map<std::string, Entry> workers_;
+  const EventLoop* loop_ = nullptr;
 };
 
 }  // namespace trainctl::coordinator

@@ -179,17 +179,39 @@ class Pass {
                 : absl::StrCat(job.world_size);
     const SlotKind kind = ResolveKind(job.device);
     KindPool& pool = pools_[KindIndex(kind)];
-    const std::string kind_name = SlotKindName(kind);
 
     PendingJobStatus pending;
     pending.job_id = job.job_id;
     pending.kind = kind;
+    if (CannotFit(job, need, pool, pending)) {
+      result.pending.push_back(std::move(pending));
+      return;
+    }
+    const PoolFree free = FreeIn(pool);
+    if (free.available >= asked.world_size) {
+      result.placements.push_back(Place(asked, kind, pool));
+      return;
+    }
+    if (elastic && free.available >= job.world_size) {
+      PendingJob smaller = asked;
+      smaller.world_size = static_cast<int>(free.available);
+      result.placements.push_back(Place(smaller, kind, pool));
+      return;
+    }
+    Wait(j, job, need, pool, free, pending);
+    result.pending.push_back(std::move(pending));
+  }
 
+  // True (with `pending` saying why) when `job` cannot be placed however
+  // many slots free up: it is invalid, no worker has its kind of slot, or
+  // it needs more than the whole cluster has.
+  bool CannotFit(const PendingJob& job, const std::string& need, const KindPool& pool,
+                 PendingJobStatus& pending) const {
+    const std::string kind_name = SlotKindName(pending.kind);
     if (job.world_size < 1) {
       pending.reason = PendingReason::kInvalidJob;
       pending.message = absl::StrCat("world_size must be >= 1, got ", job.world_size);
-      result.pending.push_back(std::move(pending));
-      return;
+      return true;
     }
     if (pool.workers.empty()) {
       pending.reason = PendingReason::kNoWorkerOfKind;
@@ -197,8 +219,7 @@ class Pass {
       if (job.device == DeviceRequirement::kAuto) {
         absl::StrAppend(&pending.message, " (device auto: no GPU worker either)");
       }
-      result.pending.push_back(std::move(pending));
-      return;
+      return true;
     }
     if (job.world_size > pool.capacity) {
       pending.reason = PendingReason::kExceedsCapacity;
@@ -206,32 +227,36 @@ class Pass {
           "needs ", need, " ", kind_name, " slots, the cluster has ", pool.capacity,
           " in total across ", Count(static_cast<int>(pool.workers.size()), "worker", "workers"),
           "; it cannot fit until workers join");
-      result.pending.push_back(std::move(pending));
-      return;
+      return true;
     }
+    return false;
+  }
 
+  // A pool's slots this pass: available, reserved by its head, and on how
+  // many workers either lies.
+  struct PoolFree {
     long long available = 0;
     long long reserved = 0;
     int workers_with_free = 0;
+  };
+  PoolFree FreeIn(const KindPool& pool) const {
+    PoolFree f;
     for (int w : pool.workers) {
-      available += static_cast<long long>(workers_[w].available.size());
-      reserved += static_cast<long long>(workers_[w].reserved.size());
-      if (!workers_[w].available.empty() || !workers_[w].reserved.empty()) ++workers_with_free;
+      f.available += static_cast<long long>(workers_[w].available.size());
+      f.reserved += static_cast<long long>(workers_[w].reserved.size());
+      if (!workers_[w].available.empty() || !workers_[w].reserved.empty()) ++f.workers_with_free;
     }
-    if (available >= asked.world_size) {
-      result.placements.push_back(Place(asked, kind, pool));
-      return;
-    }
-    if (elastic && available >= job.world_size) {
-      PendingJob smaller = asked;
-      smaller.world_size = static_cast<int>(available);
-      result.placements.push_back(Place(smaller, kind, pool));
-      return;
-    }
+    return f;
+  }
 
-    const long long free = available + reserved;
+  // Job `j` (`job`: its least size) waits: the first blocked job of its kind
+  // takes the reservation; a later one says whom it waits behind.
+  void Wait(int j, const PendingJob& job, const std::string& need, KindPool& pool, const PoolFree& f,
+            PendingJobStatus& pending) {
+    const std::string kind_name = SlotKindName(pending.kind);
+    const long long free = f.available + f.reserved;
     const std::string free_text =
-        absl::StrCat(free, " free across ", Count(workers_with_free, "worker", "workers"));
+        absl::StrCat(free, " free across ", Count(f.workers_with_free, "worker", "workers"));
     if (pool.head < 0) {
       // First blocked job of this kind: it holds the reservation.
       pool.head = j;
@@ -243,10 +268,8 @@ class Pass {
         absl::StrAppend(&pending.message, ", holds ", pending.reserved_slots.size(),
                         " of them until enough free up");
       }
-      result.pending.push_back(std::move(pending));
       return;
     }
-
     const PendingJob& head = *jobs_[pool.head];
     pending.blocked_by = head.job_id;
     if (free >= job.world_size) {
@@ -254,13 +277,12 @@ class Pass {
       pending.message =
           absl::StrCat("waiting behind job ", head.job_id, " (priority ", head.priority,
                        ", reserved): needs ", need, " ", kind_name, " slots, ", free_text,
-                       " but ", reserved, " of them are reserved for ", head.job_id);
+                       " but ", f.reserved, " of them are reserved for ", head.job_id);
     } else {
       pending.reason = PendingReason::kInsufficientFreeSlots;
       pending.message = absl::StrCat("needs ", need, " ", kind_name, " slots, ",
                                      free_text, "; queued behind job ", head.job_id, " (reserved)");
     }
-    result.pending.push_back(std::move(pending));
   }
 
   // Places `job` on available slots of `pool` (the caller checked there are

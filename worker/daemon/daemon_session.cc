@@ -18,6 +18,7 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "common/grpc_keepalive.h"
 #include "common/auth/secret.h"
 #include "common/log.h"
 #include "worker/daemon/worker_daemon_internal.h"
@@ -113,9 +114,7 @@ void WorkerDaemon::SessionLoop() {
   absl::Duration backoff = options_.reconnect_min;
   int64_t failures = 0;  // connection attempts in a row that did not register
   grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIME_MS, 10000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, 5000);
-  args.SetInt(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, 1);
+  SetKeepalive(args, kSessionKeepalive);
   args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
   args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
   auth::ChannelSecurity security;

@@ -1,0 +1,81 @@
+// AuthService: tokens (create, list, revoke; admin only) and Join (a join
+// token, over TLS, buys a worker certificate from the WorkerEnroller).
+//
+// Threading: token writes and Join run on the loop (the store's telemetry
+// groups assume one writing thread); ListTokens reads the TokenAuthority,
+// which is thread-safe, on the gRPC thread.
+#include <grpc/grpc_security_constants.h>
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "common/status_macros.h"
+#include "coordinator/service_support.h"
+#include "coordinator/services.h"
+
+namespace trainctl::coordinator {
+
+namespace {
+
+// Why Join cannot be served on this call, before any work: the certificate
+// comes back in the reply, so never over plaintext; and only a coordinator
+// with an enroller signs.
+absl::Status JoinPrecondition(grpc::CallbackServerContext* ctx, const WorkerEnroller* enroller) {
+  std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
+  std::vector<grpc::string_ref> transport =
+      auth ? auth->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME) : std::vector<grpc::string_ref>();
+  if (transport.empty() || std::string(transport.front().data(), transport.front().size()) != "ssl") {
+    return absl::FailedPreconditionError(
+        "Join: needs TLS (start the coordinator with --tls-dir; the worker with --ca)");
+  }
+  if (enroller == nullptr) {
+    return absl::FailedPreconditionError("Join: this coordinator does not sign certificates");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* AuthServiceImpl::CreateToken(grpc::CallbackServerContext* ctx,
+                                                       const v1::CreateTokenRequest* req,
+                                                       v1::CreateTokenResponse* resp) {
+  return UnaryOnLoop(ctx_, ctx, "CreateToken", {kAdmin}, [this, req, resp](const Principal& who) {
+    return MoveInto(ctx_.auth->Create(*req, who), resp);
+  });
+}
+
+grpc::ServerUnaryReactor* AuthServiceImpl::ListTokens(grpc::CallbackServerContext* ctx,
+                                                      const v1::ListTokensRequest* req,
+                                                      v1::ListTokensResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "ListTokens", {kAdmin});
+  if (who.ok()) {
+    for (v1::Token& t : ctx_.auth->List(req->include_revoked())) *resp->add_tokens() = std::move(t);
+  }
+  reactor->Finish(ToGrpcStatus(who.status()));
+  return reactor;
+}
+
+grpc::ServerUnaryReactor* AuthServiceImpl::Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
+                                                v1::JoinResponse* resp) {
+  // Checked here, on the gRPC thread, as the call's transport is; answered
+  // after the token check, which comes first.
+  absl::Status ready = JoinPrecondition(ctx, ctx_.enroller);
+  // A refusal is logged by the RPC interceptor (rpc_refused).
+  return UnaryOnLoop(ctx_, ctx, "Join", {v1::ROLE_JOIN},
+                     [this, req, resp, ready](const Principal& who) -> absl::Status {
+                       TRAINCTL_RETURN_IF_ERROR(ready);
+                       return MoveInto(ctx_.enroller->Join(who, *req), resp);
+                     });
+}
+
+grpc::ServerUnaryReactor* AuthServiceImpl::RevokeToken(grpc::CallbackServerContext* ctx,
+                                                       const v1::RevokeTokenRequest* req,
+                                                       v1::Token* resp) {
+  return UnaryOnLoop(ctx_, ctx, "RevokeToken", {kAdmin}, [this, req, resp](const Principal&) {
+    return MoveInto(ctx_.auth->Revoke(req->id()), resp);
+  });
+}
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,61 @@
+// What every gRPC handler of the coordinator shares: who is calling (its
+// bearer token and role), whether a submitter may act on a job, and the
+// shape of a unary call answered on the loop (authenticate on the gRPC
+// thread; a refused call does no work; else answer on the loop).
+//
+// Threading: Caller and UnaryOnLoop run on gRPC threads (TokenAuthority's
+// Authenticate is thread-safe); what UnaryOnLoop posts runs on the loop.
+#pragma once
+
+#include <initializer_list>
+#include <utility>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+#include "coordinator/services.h"
+#include "coordinator/token_authority.h"
+
+namespace trainctl::coordinator {
+
+inline constexpr v1::Role kAdmin = v1::ROLE_ADMIN;
+inline constexpr v1::Role kSubmitter = v1::ROLE_SUBMITTER;
+inline constexpr v1::Role kViewer = v1::ROLE_VIEWER;
+inline constexpr v1::Role kWorker = v1::ROLE_WORKER;
+
+// The caller of `call`, when its token is valid and has one of `roles`;
+// else Unauthenticated / PermissionDenied to finish the call with.
+absl::StatusOr<Principal> Caller(const ServiceContext& c, grpc::CallbackServerContext* ctx,
+                                 absl::string_view call, std::initializer_list<v1::Role> roles);
+
+// A submitter acts only on its own jobs; admins on every job.
+absl::Status MayActOnJob(const Principal& who, absl::string_view call, const v1::Job& job);
+
+// Moves a result into the response it answers; returns its status.
+template <typename T, typename Response>
+absl::Status MoveInto(absl::StatusOr<T> result, Response* resp) {
+  if (result.ok()) *resp = *std::move(result);
+  return result.status();
+}
+
+// One unary call: authenticates `call` for `roles` here, on the gRPC thread
+// (a refused call is finished at once and does no work), then runs
+// `answer(const Principal& who) -> absl::Status` on the loop and finishes
+// the call with the status it returns.
+template <typename Answer>
+grpc::ServerUnaryReactor* UnaryOnLoop(const ServiceContext& c, grpc::CallbackServerContext* ctx,
+                                      absl::string_view call, std::initializer_list<v1::Role> roles,
+                                      Answer answer) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  absl::StatusOr<Principal> who = Caller(c, ctx, call, roles);
+  if (!who.ok()) {
+    reactor->Finish(ToGrpcStatus(who.status()));
+    return reactor;
+  }
+  c.loop->Post([reactor, answer = std::move(answer), who = *std::move(who)] {
+    reactor->Finish(ToGrpcStatus(answer(who)));
+  });
+  return reactor;
+}
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,98 @@
+// StateStore: who belongs to the cluster -- the workers table, tokens
+// (stored by the hash of their secret) and worker-id -> token bindings.
+// Each write is one statement (its own transaction). Threading: see
+// state_store.h (every method takes the store's mutex).
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/store/state_store.h"
+#include "coordinator/store/state_store_impl.h"
+
+namespace trainctl::coordinator {
+
+using store_internal::ParseBlob;
+using store_internal::Query;
+
+absl::Status StateStore::PutWorker(const v1::Worker& worker) {
+  if (worker.id().empty()) {
+    return absl::InvalidArgumentError("state store: PutWorker: worker has no id");
+  }
+  const std::string blob = worker.SerializeAsString();
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  const std::string op = absl::StrCat("PutWorker('", worker.id(), "')");
+  TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
+  // A single statement is its own transaction.
+  return Query(s.db, s.stmts->put_worker, op)
+      .Bind(1, worker.id())
+      .BindBlob(2, blob)
+      .Run();
+}
+
+absl::Status StateStore::DeleteWorker(const std::string& id) {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  const std::string op = absl::StrCat("DeleteWorker('", id, "')");
+  TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
+  return Query(s.db, s.stmts->delete_worker, op).Bind(1, id).Run();
+}
+
+absl::Status StateStore::PutToken(const v1::Token& token, const std::string& secret_hash) {
+  if (token.id().empty()) return absl::InvalidArgumentError("state store: PutToken: token has no id");
+  const std::string blob = token.SerializeAsString();
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  const std::string op = absl::StrCat("PutToken('", token.id(), "')");
+  TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
+  return Query(s.db, s.stmts->put_token, op).Bind(1, token.id()).Bind(2, secret_hash).BindBlob(3, blob).Run();
+}
+
+absl::StatusOr<std::vector<StoredToken>> StateStore::LoadTokens() {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  std::vector<StoredToken> out;
+  Query q(s.db, s.stmts->load_tokens, "LoadTokens");
+  while (true) {
+    TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    StoredToken t;
+    std::string id = q.Text(0);
+    t.secret_hash = q.Text(1);
+    TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(2), &t.token, absl::StrCat("tokens row '", id, "'")));
+    if (t.token.id() != id) {
+      return absl::DataLossError(absl::StrCat("state store: tokens row '", id, "' holds token '",
+                                              t.token.id(), "'"));
+    }
+    out.push_back(std::move(t));
+  }
+  return out;
+}
+
+absl::Status StateStore::PutWorkerBinding(const std::string& worker_id, const std::string& token_id) {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  const std::string op = absl::StrCat("PutWorkerBinding('", worker_id, "')");
+  TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
+  return Query(s.db, s.stmts->put_binding, op).Bind(1, worker_id).Bind(2, token_id).Run();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, std::string>>> StateStore::LoadWorkerBindings() {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  std::vector<std::pair<std::string, std::string>> out;
+  Query q(s.db, s.stmts->load_bindings, "LoadWorkerBindings");
+  while (true) {
+    TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    out.emplace_back(q.Text(0), q.Text(1));
+  }
+  return out;
+}
+
+
+}  // namespace trainctl::coordinator

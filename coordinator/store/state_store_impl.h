@@ -1,0 +1,252 @@
+// StateStore's private state, shared by the files that implement it
+// (state_store.cc: open, schema, snapshot, groups; jobs_table.cc;
+// membership_tables.cc; telemetry_tables.cc): the connection, its prepared
+// statements, the cached row counts for retention, and the transaction
+// helpers. Not part of the store's API.
+//
+// Threading: every field below `mu` is guarded by it; every method is
+// called with it held.
+#pragma once
+
+#include <sqlite3.h>
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <tuple>
+#include <utility>
+
+#include "absl/base/thread_annotations.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/string_view.h"
+#include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "coordinator/store/sqlite_query.h"
+#include "coordinator/store/state_store.h"
+
+namespace trainctl::coordinator {
+
+struct StateStore::Impl {
+  using Statement = store_internal::Statement;
+  using Query = store_internal::Query;
+  using LogKey = std::tuple<std::string, int32_t, int32_t>;  // (job, attempt, rank)
+
+  Impl(std::string path, StoreOptions options) : path(std::move(path)), options(options) {}
+  ~Impl() {
+    absl::MutexLock lock(&mu);
+    stmts.reset();
+    // Checkpoints the WAL into the database and removes it.
+    sqlite3_close_v2(db);
+  }
+
+  absl::Status OpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status Exec(const char* sql, absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::StatusOr<int64_t> PragmaInt(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Downsamples the job's oldest `oldest` metric rows in place (see
+  // StoreOptions); returns how many rows it deleted.
+  absl::StatusOr<int64_t> DownsampleMetrics(const std::string& job_id, int64_t oldest,
+                                            absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status PrepareStatements() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void RollbackGroupLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // Runs `body` inside BEGIN IMMEDIATE ... COMMIT; rolls back when it or the
+  // commit fails. Inside a group (BeginGroup) it is a savepoint instead: the
+  // body is still all or nothing, and the group's COMMIT makes it durable. A
+  // write asks the injected fault (if any) before its commit or release.
+  template <typename Body>
+  absl::Status InTransaction(absl::string_view op, Body body, bool write = true)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // Unavailable when the test's write fault fails this write (see
+  // StateStore::SetWriteFaultForTest); counts the write.
+  absl::Status InjectedFault(absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    if (!write_fault) return absl::OkStatus();
+    if (!write_fault(++writes_since_fault, op)) return absl::OkStatus();
+    return absl::UnavailableError(
+        absl::StrCat("state store: ", op, ": injected write fault (test), rolled back"));
+  }
+
+  // Rows under `key` before this transaction's inserts, for retention.
+  // Counts are cached so that an append costs one indexed delete of the
+  // overflow instead of a count. Loaded lazily from the database (`bind`
+  // binds the key to `count`); exact because this connection holds the
+  // database's only lock (locking_mode=EXCLUSIVE), so nothing else changes
+  // the tables. Call before inserting.
+  template <typename Key, typename BindKey>
+  absl::StatusOr<int64_t> RowsBefore(const absl::flat_hash_map<Key, int64_t>& cache,
+                                     const Key& key, const Statement& count,
+                                     absl::string_view op, BindKey bind)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    auto it = cache.find(key);
+    if (it != cache.end()) return it->second;
+    Query q(db, count, absl::StrCat(op, ": count rows"));
+    bind(q);
+    TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+    return row ? q.Int(0) : 0;
+  }
+
+  // A table whose rows under one key are kept to a bound: the cached count
+  // of its rows under `key`, the statements that count them and trim the
+  // oldest (trim binds the key, then how many rows to delete), and how the
+  // key is bound (`key_params` parameters).
+  template <typename Key>
+  struct Retained {
+    absl::flat_hash_map<Key, int64_t>* counts;
+    Key key;
+    const Statement* count;
+    const Statement* trim;
+    int key_params;
+    std::function<void(Query&)> bind_key;
+    int64_t max_rows;  // <= 0: unbounded
+  };
+
+  // One append of `added` rows under a bound, in one transaction: counts the
+  // rows already there (RowsBefore), runs `insert`, and when the count is
+  // over the bound lets `reduce(count)` remove rows its own way (it returns
+  // how many it removed), then trims the oldest overflow. The cached count
+  // follows the commit; a failed transaction drops it (reloaded next time).
+  template <typename Key, typename Insert, typename Reduce>
+  absl::Status AppendRetained(absl::string_view op, const Retained<Key>& table, int64_t added,
+                              Insert insert, Reduce reduce) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  template <typename Key, typename Insert>
+  absl::Status AppendRetained(absl::string_view op, const Retained<Key>& table, int64_t added,
+                              Insert insert) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return AppendRetained(op, table, added, insert,
+                          [](int64_t) -> absl::StatusOr<int64_t> { return 0; });
+  }
+
+  const std::string path;
+  const StoreOptions options;
+
+  absl::Mutex mu;
+  sqlite3* db ABSL_GUARDED_BY(mu) = nullptr;
+  // True when Open found no file at `path` (or it is ":memory:"): only then
+  // may Migrate turn an empty database into a new trainctl one.
+  bool created ABSL_GUARDED_BY(mu) = false;
+  StateStore::WriteFault write_fault ABSL_GUARDED_BY(mu);
+  int64_t writes_since_fault ABSL_GUARDED_BY(mu) = 0;
+
+  struct Statements {
+    Statement begin, commit, rollback;
+    Statement savepoint, release, rollback_to;
+    Statement put_telemetry_seq, load_telemetry_seqs;
+    Statement upsert_job, insert_event, put_worker, delete_worker;
+    Statement put_token, load_tokens, put_binding, load_bindings;
+    Statement insert_metric, insert_log;
+    Statement count_events, count_metrics, count_logs;
+    Statement trim_events, trim_metrics, trim_logs;
+    Statement load_jobs, max_event_seq, load_workers;
+    Statement list_events, list_metrics, log_ranks, list_logs_rank;
+    Statement oldest_metrics, delete_metric, page_metrics;
+  };
+  std::unique_ptr<Statements> stmts ABSL_GUARDED_BY(mu);
+
+  // Cached row counts (see RowsBefore); an entry is dropped when a
+  // transaction that touched it fails, and reloaded on next use.
+  absl::flat_hash_map<std::string, int64_t> event_counts ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<std::string, int64_t> metric_counts ABSL_GUARDED_BY(mu);
+  absl::flat_hash_map<LogKey, int64_t> log_counts ABSL_GUARDED_BY(mu);
+
+  // An open group transaction (BeginGroup .. CommitGroup/RollbackGroup), and
+  // sqlite3_total_changes when it began (to tell whether it wrote anything).
+  bool in_group ABSL_GUARDED_BY(mu) = false;
+  // Every COMMIT's duration (atomics: read without the lock).
+  LatencyHistogram commit_latency;
+  void ObserveCommit(absl::string_view op, absl::Duration took) {
+    commit_latency.Observe(took);
+    if (options.slow_commit_ms > 0 && took > absl::Milliseconds(options.slow_commit_ms)) {
+      LogEvent(LogLevel::kWarn, "coordinator", "slow_commit",
+               {{"op", std::string(op)}, {"took", absl::FormatDuration(took)},
+                {"threshold", absl::StrCat(options.slow_commit_ms, "ms")}});
+    }
+  }
+  int64_t group_changes ABSL_GUARDED_BY(mu) = 0;
+};
+
+// Clang's analysis cannot tell that a body's `s.mu` is this `mu` (callers
+// still must hold it: see the declaration), hence no analysis inside.
+template <typename Body>
+absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bool write)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (in_group) {
+    if (sqlite3_get_autocommit(db)) {
+      // SQLite rolled the group back after an error: nothing may be written
+      // outside it until the owner ends it.
+      return absl::UnavailableError(
+          absl::StrCat("state store: ", op, ": the enclosing transaction was rolled back"));
+    }
+    TRAINCTL_RETURN_IF_ERROR(Query(db, stmts->savepoint, absl::StrCat(op, ": savepoint")).Run());
+    absl::Status status = body();
+    if (status.ok() && write) status = InjectedFault(op);
+    if (!status.ok() && !sqlite3_get_autocommit(db)) {
+      Query(db, stmts->rollback_to, absl::StrCat(op, ": rollback to savepoint")).Run().IgnoreError();
+    }
+    if (!sqlite3_get_autocommit(db)) {
+      absl::Status released = Query(db, stmts->release, absl::StrCat(op, ": release")).Run();
+      if (status.ok()) status = released;
+    }
+    return status;
+  }
+  TRAINCTL_RETURN_IF_ERROR(Query(db, stmts->begin, absl::StrCat(op, ": begin")).Run());
+  absl::Status status = body();
+  if (status.ok() && write) status = InjectedFault(op);
+  if (status.ok()) {
+    const absl::Time start = absl::Now();
+    status = Query(db, stmts->commit, absl::StrCat(op, ": commit")).Run();
+    ObserveCommit(op, absl::Now() - start);
+    if (status.ok()) return status;
+  }
+  // After some errors SQLite has already rolled back; then there is no
+  // transaction to end and ROLLBACK's own error says nothing new.
+  if (!sqlite3_get_autocommit(db)) {
+    Query(db, stmts->rollback, absl::StrCat(op, ": rollback")).Run().IgnoreError();
+  }
+  return status;
+}
+
+// As InTransaction: the analysis cannot follow `mu` into the body.
+template <typename Key, typename Insert, typename Reduce>
+absl::Status StateStore::Impl::AppendRetained(absl::string_view op, const Retained<Key>& table,
+                                              int64_t added, Insert insert, Reduce reduce)
+    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const bool bounded = table.max_rows > 0 && added > 0;
+  std::optional<int64_t> new_count;
+  // (The body calls `insert` and `reduce`, which their callers annotate with
+  // their own name for `mu`: the analysis is off here too.)
+  absl::Status status = InTransaction(op, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+    int64_t count = 0;
+    if (bounded) {
+      TRAINCTL_ASSIGN_OR_RETURN(count, RowsBefore(*table.counts, table.key, *table.count, op, table.bind_key));
+    }
+    TRAINCTL_RETURN_IF_ERROR(insert());
+    if (!bounded) return absl::OkStatus();
+    count += added;
+    if (count > table.max_rows) {
+      TRAINCTL_ASSIGN_OR_RETURN(int64_t removed, reduce(count));
+      count -= removed;
+    }
+    if (count > table.max_rows) {
+      Query trim(db, *table.trim, absl::StrCat(op, ": retention"));
+      table.bind_key(trim);
+      TRAINCTL_RETURN_IF_ERROR(trim.Bind(table.key_params + 1, count - table.max_rows).Run());
+      count = table.max_rows;
+    }
+    new_count = count;
+    return absl::OkStatus();
+  });
+  if (status.ok() && new_count.has_value()) {
+    (*table.counts)[table.key] = *new_count;
+  } else if (!status.ok()) {
+    table.counts->erase(table.key);
+  }
+  return status;
+}
+
+}  // namespace trainctl::coordinator

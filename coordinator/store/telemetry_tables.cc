@@ -1,0 +1,214 @@
+// StateStore: what running jobs report -- metric points (kept to
+// max_metric_points_per_job, downsampled before the oldest are deleted) and
+// log lines (kept to max_log_lines_per_rank per attempt and rank).
+// Threading: see state_store.h (every method takes the store's mutex).
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "common/status_macros.h"
+#include "coordinator/store/state_store.h"
+#include "coordinator/store/state_store_impl.h"
+
+namespace trainctl::coordinator {
+
+using store_internal::ParseBlob;
+using store_internal::Query;
+using store_internal::ReadBlobRows;
+using store_internal::SqlLimit;
+
+absl::Status StateStore::AppendMetrics(const v1::MetricBatch& batch) {
+  if (batch.job_id().empty()) {
+    return absl::InvalidArgumentError("state store: AppendMetrics: batch has no job_id");
+  }
+  if (batch.points().empty()) return absl::OkStatus();
+  const std::string op = absl::StrCat("AppendMetrics('", batch.job_id(), "')");
+  std::vector<std::string> blobs;
+  blobs.reserve(batch.points_size());
+  for (const v1::MetricPoint& point : batch.points()) blobs.push_back(point.SerializeAsString());
+
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  const Impl::Retained<std::string> metrics{&s.metric_counts, batch.job_id(), &s.stmts->count_metrics,
+                                            &s.stmts->trim_metrics, 1,
+                                            [&](Query& q) { q.Bind(1, batch.job_id()); },
+                                            s.options.max_metric_points_per_job};
+  return s.AppendRetained(
+      op, metrics, batch.points_size(),
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) -> absl::Status {
+        for (int i = 0; i < batch.points_size(); ++i) {
+          TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->insert_metric, op)
+                                       .Bind(1, batch.job_id())
+                                       .Bind(2, int64_t{batch.attempt()})
+                                       .Bind(3, int64_t{batch.points(i).rank()})
+                                       .BindBlob(4, blobs[i])
+                                       .Run());
+        }
+        return absl::OkStatus();
+      },
+      // Over the bound: first downsample the oldest half (StoreOptions).
+      [&](int64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+        return s.DownsampleMetrics(batch.job_id(), count / 2, op);
+      });
+}
+
+absl::StatusOr<int64_t> StateStore::Impl::DownsampleMetrics(const std::string& job_id,
+                                                            int64_t oldest, absl::string_view op) {
+  struct Row {
+    int64_t id;
+    double loss;
+  };
+  // Consecutive train points per (attempt, rank) among the oldest rows.
+  std::map<std::pair<int64_t, int64_t>, std::vector<Row>> series;
+  {
+    Query q(db, stmts->oldest_metrics, absl::StrCat(op, ": downsample"));
+    q.Bind(1, job_id).Bind(2, oldest);
+    while (true) {
+      TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      v1::MetricPoint point;
+      TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(3), &point, absl::StrCat("metrics row ", q.Int(0))));
+      if (point.kind() != v1::MetricPoint::KIND_TRAIN) continue;
+      series[{q.Int(1), q.Int(2)}].push_back(Row{q.Int(0), point.loss()});
+    }
+  }
+  int64_t removed = 0;
+  for (const auto& [key, rows] : series) {
+    for (size_t start = 0; start + kMetricBucketPoints <= rows.size(); start += kMetricBucketPoints) {
+      const size_t end = start + kMetricBucketPoints;
+      size_t lo = start, hi = start;
+      for (size_t i = start; i < end; ++i) {
+        if (rows[i].loss < rows[lo].loss) lo = i;
+        if (rows[i].loss > rows[hi].loss) hi = i;
+      }
+      for (size_t i = start; i < end; ++i) {
+        if (i == lo || i == hi || i == end - 1) continue;
+        TRAINCTL_RETURN_IF_ERROR(
+            Query(db, stmts->delete_metric, absl::StrCat(op, ": downsample")).Bind(1, rows[i].id).Run());
+        ++removed;
+      }
+    }
+  }
+  return removed;
+}
+
+absl::StatusOr<MetricPage> StateStore::ListMetricPage(const MetricPageQuery& query) {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  MetricPage page;
+  int64_t bytes = 0;
+  Query q(s.db, s.stmts->page_metrics, absl::StrCat("ListMetricPage('", query.job_id, "')"));
+  q.Bind(1, query.job_id).Bind(2, query.after_id).Bind(3, int64_t{query.rank.value_or(-1)});
+  while (true) {
+    TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    StoredMetricPoint stored{q.Int(0), static_cast<int32_t>(q.Int(1)), {}};
+    absl::string_view blob = q.Blob(2);
+    TRAINCTL_RETURN_IF_ERROR(ParseBlob(blob, &stored.point, absl::StrCat("metrics row ", stored.id)));
+    if (query.kind != v1::MetricPoint::KIND_UNSPECIFIED && stored.point.kind() != query.kind) continue;
+    // Room for the point and its framing in the response.
+    const int64_t size = static_cast<int64_t>(blob.size()) + 16;
+    if (!page.points.empty() && bytes + size > query.max_bytes) {
+      page.more = true;
+      break;
+    }
+    bytes += size;
+    page.points.push_back(std::move(stored));
+  }
+  return page;
+}
+
+absl::StatusOr<std::vector<v1::MetricPoint>> StateStore::ListMetrics(const std::string& job_id,
+                                                                     int64_t limit) {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  std::vector<v1::MetricPoint> points;
+  Query q(s.db, s.stmts->list_metrics, absl::StrCat("ListMetrics('", job_id, "')"));
+  q.Bind(1, job_id).Bind(2, SqlLimit(limit));
+  TRAINCTL_RETURN_IF_ERROR(
+      ReadBlobRows(q, 1, points, [](const Query& row) { return absl::StrCat("metrics row ", row.Int(0)); }));
+  return points;
+}
+
+absl::Status StateStore::AppendLogs(const v1::LogChunk& chunk) {
+  if (chunk.job_id().empty()) {
+    return absl::InvalidArgumentError("state store: AppendLogs: chunk has no job_id");
+  }
+  if (chunk.lines().empty()) return absl::OkStatus();
+  const std::string op =
+      absl::StrCat("AppendLogs('", chunk.job_id(), "', attempt ", chunk.attempt(), ", rank ",
+                   chunk.rank(), ")");
+  // The chunk's rank is authoritative: every stored line carries it, so
+  // ListLogs over several ranks tells the lines apart.
+  std::vector<std::string> blobs;
+  blobs.reserve(chunk.lines_size());
+  for (const v1::LogLine& line : chunk.lines()) {
+    if (line.rank() == chunk.rank()) {
+      blobs.push_back(line.SerializeAsString());
+    } else {
+      v1::LogLine stored = line;
+      stored.set_rank(chunk.rank());
+      blobs.push_back(stored.SerializeAsString());
+    }
+  }
+
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  const Impl::Retained<Impl::LogKey> logs{&s.log_counts,
+                                          Impl::LogKey{chunk.job_id(), chunk.attempt(), chunk.rank()},
+                                          &s.stmts->count_logs, &s.stmts->trim_logs, 3,
+                                          [&](Query& q) {
+                                            q.Bind(1, chunk.job_id())
+                                                .Bind(2, int64_t{chunk.attempt()})
+                                                .Bind(3, int64_t{chunk.rank()});
+                                          },
+                                          s.options.max_log_lines_per_rank};
+  return s.AppendRetained(op, logs, chunk.lines_size(),
+                          [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) -> absl::Status {
+    for (const std::string& blob : blobs) {
+      TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->insert_log, op)
+                                   .Bind(1, chunk.job_id())
+                                   .Bind(2, int64_t{chunk.attempt()})
+                                   .Bind(3, int64_t{chunk.rank()})
+                                   .BindBlob(4, blob)
+                                   .Run());
+    }
+    return absl::OkStatus();
+  });
+}
+
+absl::StatusOr<std::vector<v1::LogLine>> StateStore::ListLogs(const std::string& job_id,
+                                                              int32_t attempt,
+                                                              std::optional<int32_t> rank,
+                                                              int64_t tail_lines) {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  const std::string op = absl::StrCat("ListLogs('", job_id, "', attempt ", attempt, ")");
+  std::vector<int32_t> ranks;
+  if (rank.has_value()) {
+    ranks.push_back(*rank);
+  } else {
+    Query q(s.db, s.stmts->log_ranks, op);
+    q.Bind(1, job_id).Bind(2, int64_t{attempt});
+    while (true) {
+      TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+      if (!row) break;
+      ranks.push_back(static_cast<int32_t>(q.Int(0)));
+    }
+  }
+  std::vector<v1::LogLine> lines;
+  for (int32_t r : ranks) {
+    // Each rank is its own index range, so the tail is a bounded backward scan.
+    Query q(s.db, s.stmts->list_logs_rank, op);
+    q.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, int64_t{r}).Bind(4, SqlLimit(tail_lines));
+    TRAINCTL_RETURN_IF_ERROR(
+        ReadBlobRows(q, 1, lines, [](const Query& row) { return absl::StrCat("logs row ", row.Int(0)); }));
+  }
+  return lines;
+}
+
+}  // namespace trainctl::coordinator

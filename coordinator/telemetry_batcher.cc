@@ -1,0 +1,42 @@
+#include "coordinator/telemetry_batcher.h"
+
+#include <algorithm>
+#include <cassert>
+#include <iostream>
+
+namespace trainctl::coordinator {
+
+void TelemetryBatcher::Drain() {
+  assert(ctx_.loop->InLoop());
+  drain_posted_ = false;
+  if (queue_.empty()) return;
+  std::vector<Queued> queued = std::move(queue_);
+  queue_.clear();
+  std::vector<TelemetryLedger::Item> items;
+  items.reserve(queued.size());
+  for (const Queued& q : queued) {
+    items.push_back({q.worker_id, q.msg.seq(), [this, &q]() -> absl::Status {
+                       absl::Status s = q.msg.has_metrics()
+                                            ? ctx_.jobs->OnMetrics(q.worker_id, q.msg.metrics())
+                                            : ctx_.jobs->OnLogs(q.worker_id, q.msg.logs());
+                       if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
+                         std::cerr << "coordinator: worker " << q.worker_id << ": " << s << "\n";
+                       }
+                       return s;
+                     }});
+  }
+  TelemetryLedger::Result r = ctx_.telemetry->ApplyBatch(items);
+  // One answer per session, after the commit.
+  std::vector<TelemetrySession*> sessions;
+  for (const Queued& q : queued) {
+    if (std::find(sessions.begin(), sessions.end(), q.session) != sessions.end()) continue;
+    sessions.push_back(q.session);
+    if (r.outcome == TelemetryLedger::Outcome::kRetry) {
+      q.session->TelemetryNotApplied(q.msg.seq(), r.status);
+    } else {
+      q.session->TelemetryApplied();
+    }
+  }
+}
+
+}  // namespace trainctl::coordinator

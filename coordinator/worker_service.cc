@@ -1,0 +1,454 @@
+// WorkerService: one bidi Session stream per worker daemon (registration,
+// heartbeats, sequenced reports handed to the managers) and ListWorkers.
+//
+// Threading: a SessionReactor reads on gRPC threads and posts every message
+// to the loop, where all of its own state (worker id, hosts, telemetry
+// failure) lives; its outgoing queue is guarded by its mutex, since the loop
+// sends and gRPC completes writes.
+#include <grpc/grpc_security_constants.h>
+
+#include <cassert>
+#include <deque>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/log.h"
+#include "coordinator/peer_address.h"
+#include "coordinator/service_support.h"
+#include "coordinator/services.h"
+#include "coordinator/telemetry_batcher.h"
+
+namespace trainctl::coordinator {
+
+namespace {
+
+// A Session refused before it began (bad token or role).
+class RefusedSession final
+    : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage> {
+ public:
+  explicit RefusedSession(const absl::Status& why) { Finish(ToGrpcStatus(why)); }
+  void OnDone() override { delete this; }
+};
+
+// One worker daemon's Session stream.
+class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>,
+                             public WorkerChannel,
+                             public TelemetrySession {
+ public:
+  // `cert_id`: the CN of the worker's verified client certificate ("" when
+  // it presented none); such a worker may register only under that id.
+  // `cert_sans`: that certificate's subject alternative names.
+  SessionReactor(ServiceContext ctx, std::string peer, Principal who, std::string cert_id,
+                 std::vector<std::string> cert_sans)
+      : ctx_(ctx),
+        peer_(std::move(peer)),
+        who_(std::move(who)),
+        cert_id_(std::move(cert_id)),
+        cert_sans_(std::move(cert_sans)) {
+    StartRead(&in_);
+  }
+
+  // WorkerChannel (called on the loop).
+  bool Send(const v1::CoordinatorMessage& msg) override {
+    absl::MutexLock lock(&mu_);
+    if (closed_) return false;
+    out_.push_back(msg);
+    MaybeWriteLocked();
+    return true;
+  }
+  void Close(const absl::Status& status) override {
+    absl::MutexLock lock(&mu_);
+    CloseLocked(ToGrpcStatus(status));
+  }
+
+  void OnReadDone(bool ok) override {
+    if (!ok) {
+      // The worker closed its side or the stream broke.
+      ctx_.loop->Post([this] { Ended(/*left=*/false); });
+      absl::MutexLock lock(&mu_);
+      CloseLocked(grpc::Status::OK);
+      return;
+    }
+    v1::WorkerMessage msg = std::move(in_);
+    in_.Clear();
+    ctx_.loop->Post([this, msg = std::move(msg)] { Handle(msg); });
+    StartRead(&in_);
+  }
+
+  void OnWriteDone(bool ok) override {
+    absl::MutexLock lock(&mu_);
+    writing_ = false;
+    if (!ok) {
+      // The stream is broken: nothing queued can go out. Finish even when a
+      // Close came first (the read side ended while this write was in
+      // flight), or OnDone never runs and the reactor and server shutdown
+      // wait forever.
+      out_.clear();
+      if (!closed_) {
+        closed_ = true;
+        final_ = grpc::Status(grpc::StatusCode::UNAVAILABLE, "write failed");
+      }
+      if (!finished_) {
+        finished_ = true;
+        Finish(final_);
+      }
+      return;
+    }
+    MaybeWriteLocked();
+  }
+
+  void OnCancel() override {
+    ctx_.loop->Post([this] { Ended(false); });
+  }
+
+  void OnDone() override {
+    ctx_.loop->Post([this] {
+      Ended(false);
+      // Nothing queued may outlive the session it answers to.
+      if (ctx_.batcher != nullptr) ctx_.batcher->Drain();
+      delete this;
+    });
+  }
+
+  // TelemetrySession (loop).
+  void TelemetryApplied() override { AckTelemetry(); }
+  void TelemetryNotApplied(int64_t seq, const absl::Status& why) override {
+    if (!telemetry_failed_) TelemetryFailed(seq, why);
+  }
+
+ private:
+  // Sequenced metrics and logs go through the group commit.
+  bool Batched(const v1::WorkerMessage& msg) const {
+    return ctx_.batcher != nullptr && ctx_.telemetry != nullptr && msg.seq() > 0 &&
+           (msg.has_metrics() || msg.has_logs());
+  }
+
+  // Loop only.
+  void Handle(const v1::WorkerMessage& msg) {
+    assert(ctx_.loop->InLoop());
+    // Everything but a heartbeat and a queued report waits for what is
+    // queued: a worker's messages are applied in the order it sent them, and
+    // a RegisterAck's applied seq covers what was queued.
+    if (ctx_.batcher != nullptr && !msg.has_heartbeat() && !Batched(msg)) ctx_.batcher->Drain();
+    if (msg.has_register_()) {
+      if (!worker_id_.empty()) {
+        Close(absl::FailedPreconditionError("register: already registered on this session"));
+        return;
+      }
+      // A worker with a certificate is the id its certificate names (the
+      // cluster CA signed it for that id) and nothing else.
+      if (!cert_id_.empty()) {
+        const std::string& wanted = msg.register_().worker_id();
+        if (!wanted.empty() && wanted != cert_id_) {
+          absl::Status s = absl::PermissionDeniedError(absl::StrCat(
+              "register: this worker's certificate is for '", cert_id_, "'; it may not register as '",
+              wanted, "'"));
+          std::cerr << "coordinator: refused registration from " << peer_ << ": " << s << "\n";
+          Close(s);
+          return;
+        }
+        v1::Register reg = msg.register_();
+        reg.set_worker_id(cert_id_);
+        Register(reg);
+        return;
+      }
+      // Without one, a worker id belongs to the token that first registered
+      // it: another token cannot take it over (not even after a restart).
+      if (!msg.register_().worker_id().empty()) {
+        absl::Status mine = ctx_.auth->CheckWorker(msg.register_().worker_id(), who_);
+        if (!mine.ok()) {
+          std::cerr << "coordinator: refused registration from " << peer_ << ": " << mine << "\n";
+          Close(mine);
+          return;
+        }
+      }
+      Register(msg.register_());
+      return;
+    }
+    if (worker_id_.empty()) {
+      Close(absl::FailedPreconditionError("the first message of a session must be register"));
+      return;
+    }
+    HandleRegistered(msg);
+  }
+
+  // Registers (identity already checked), binds a token worker's id, acks.
+  void Register(const v1::Register& reg) {
+    assert(ctx_.loop->InLoop());
+    absl::StatusOr<std::string> id = ctx_.registry->Register(reg, this);
+    if (!id.ok()) {
+      Close(id.status());
+      return;
+    }
+    if (cert_id_.empty()) {
+      if (absl::Status bound = ctx_.auth->BindWorker(*id, who_); !bound.ok()) {
+        Close(bound);
+        return;
+      }
+    }
+    worker_id_ = *id;
+    // The hosts this worker may name in rendezvous reports: the address it
+    // connects from, and what vouches for it: its certificate's names (a
+    // certificate worker), or the address it registered (a token worker,
+    // which nothing else checks).
+    own_hosts_.clear();
+    if (std::string ip = PeerIp(peer_); !ip.empty()) own_hosts_.push_back(ip);
+    if (!cert_id_.empty()) {
+      own_hosts_.insert(own_hosts_.end(), cert_sans_.begin(), cert_sans_.end());
+    } else {
+      own_hosts_.push_back(reg.address().empty() ? reg.hostname() : reg.address());
+    }
+    v1::CoordinatorMessage ack;
+    ack.mutable_register_ack()->set_worker_id(worker_id_);
+    ack.mutable_register_ack()->set_heartbeat_interval_ms(
+        static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().heartbeat_interval)));
+    ack.mutable_register_ack()->set_lease_timeout_ms(
+        static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().lease_timeout)));
+    if (ctx_.telemetry != nullptr) {
+      ack.mutable_register_ack()->set_telemetry_acked_seq(ctx_.telemetry->Applied(worker_id_));
+    }
+    Send(ack);
+    ctx_.jobs->OnWorkerRegistered(worker_id_, reg);
+  }
+
+  void HandleRegistered(const v1::WorkerMessage& msg) {
+    if (!ctx_.registry->OwnsSession(worker_id_, this)) {
+      Close(absl::FailedPreconditionError("session replaced or expired; reconnect and register"));
+      return;
+    }
+    if (Batched(msg)) {
+      // After a failed apply the session is closing (see below).
+      if (!telemetry_failed_) ctx_.batcher->Queue(this, worker_id_, msg);
+      return;
+    }
+    switch (msg.msg_case()) {
+      case v1::WorkerMessage::kHeartbeat:
+        OnHeartbeat(msg.heartbeat());
+        return;
+      case v1::WorkerMessage::kGoodbye:
+        Ended(/*left=*/true);
+        Close(absl::OkStatus());
+        return;
+      default:
+        HandleReport(msg);
+    }
+  }
+
+  // The session's own liveness: renews the lease and answers.
+  void OnHeartbeat(const v1::Heartbeat& beat) {
+    absl::Status s = ctx_.registry->Heartbeat(worker_id_, this);
+    if (!s.ok()) {
+      Close(s);
+      return;
+    }
+    v1::CoordinatorMessage ack;
+    ack.mutable_heartbeat_ack()->set_seq(beat.seq());
+    Send(ack);
+  }
+
+  // A report (anything but a heartbeat or goodbye). Sequenced telemetry is
+  // applied at most once, in one store transaction with its seq, and
+  // acknowledged after that commit (TelemetryLedger).
+  void HandleReport(const v1::WorkerMessage& msg) {
+    const bool sequenced = msg.seq() > 0 && ctx_.telemetry != nullptr;
+    if (sequenced && !BeginTelemetry(msg.seq())) return;
+    absl::Status s = ApplyReport(msg);
+    // A bad or stale report is refused without ending the session: the worker
+    // may be a step behind (a stale attempt) and everything else it says is
+    // still needed.
+    if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
+      std::cerr << "coordinator: worker " << worker_id_ << " (" << peer_ << "): " << s << "\n";
+    }
+    if (sequenced) FinishTelemetry(msg.seq(), s);
+  }
+
+  // Opens the store group of sequenced message `seq`; false when it is not
+  // to be applied (a duplicate, acknowledged again, or a failed store).
+  bool BeginTelemetry(int64_t seq) {
+    // After a failed apply the session is closing: what follows is resent
+    // on the next session, in order, after the one that failed.
+    if (telemetry_failed_) return false;
+    TelemetryLedger::Result begun = ctx_.telemetry->Begin(worker_id_, seq);
+    if (begun.outcome == TelemetryLedger::Outcome::kDuplicate) {
+      AckTelemetry();
+      return false;
+    }
+    if (begun.outcome == TelemetryLedger::Outcome::kRetry) {
+      TelemetryFailed(seq, begun.status);
+      return false;
+    }
+    return true;
+  }
+
+  // Hands one report to its owner; how it went.
+  absl::Status ApplyReport(const v1::WorkerMessage& msg) {
+    switch (msg.msg_case()) {
+      case v1::WorkerMessage::kRankStatus:
+        return ctx_.jobs->OnRankStatus(worker_id_, msg.rank_status());
+      case v1::WorkerMessage::kRendezvous: {
+        absl::Status s = CheckRendezvousHosts(msg.rendezvous().info(), own_hosts_);
+        if (!s.ok()) {
+          LogEvent(LogLevel::kWarn, "coordinator", "rendezvous_refused",
+                   {{"worker_id", worker_id_}, {"peer", peer_}, {"job_id", msg.rendezvous().job_id()},
+                    {"reason", std::string(s.message())}});
+          return s;
+        }
+        return ctx_.jobs->OnRendezvous(worker_id_, msg.rendezvous());
+      }
+      case v1::WorkerMessage::kMetrics:
+        return ctx_.jobs->OnMetrics(worker_id_, msg.metrics());
+      case v1::WorkerMessage::kLogs:
+        return ctx_.jobs->OnLogs(worker_id_, msg.logs());
+      case v1::WorkerMessage::kProgress:
+        return ctx_.jobs->OnProgress(worker_id_, msg.progress());
+      case v1::WorkerMessage::kCheckpoint:
+        return ctx_.jobs->OnCheckpoint(worker_id_, msg.checkpoint());
+      case v1::WorkerMessage::kFinalModel:
+        return ctx_.jobs->OnFinalModel(worker_id_, msg.final_model());
+      case v1::WorkerMessage::kFileChunk:
+        if (ctx_.fetches != nullptr) ctx_.fetches->OnChunk(worker_id_, msg.file_chunk());
+        return absl::OkStatus();
+      case v1::WorkerMessage::kPreflight:
+        return ctx_.jobs->OnPreflightReport(worker_id_, msg.preflight());
+      default:
+        return absl::InvalidArgumentError("message: empty or unknown kind");
+    }
+  }
+
+  // Ends the group Begin opened for message `seq` (handled with `handled`).
+  void FinishTelemetry(int64_t seq, const absl::Status& handled) {
+    TelemetryLedger::Result done = ctx_.telemetry->Finish(worker_id_, seq, handled);
+    if (done.outcome == TelemetryLedger::Outcome::kRetry) {
+      TelemetryFailed(seq, done.status);
+      return;
+    }
+    AckTelemetry();
+  }
+
+  // Tells the worker how far its telemetry is applied and committed.
+  void AckTelemetry() {
+    v1::CoordinatorMessage ack;
+    ack.mutable_telemetry_ack()->set_seq(ctx_.telemetry->Applied(worker_id_));
+    Send(ack);
+  }
+
+  // A store failure kept message `seq` from being applied: end the session
+  // so the worker reconnects and resends from its last acknowledged seq.
+  void TelemetryFailed(int64_t seq, const absl::Status& why) {
+    telemetry_failed_ = true;
+    std::cerr << "coordinator: worker " << worker_id_ << " (" << peer_ << "): telemetry seq " << seq
+              << " not applied: " << why << "\n";
+    Close(absl::UnavailableError(absl::StrCat("telemetry seq ", seq, " not applied (", why.message(),
+                                              "); reconnect and resend")));
+  }
+
+  void Ended(bool left) {
+    assert(ctx_.loop->InLoop());
+    // What the worker sent before it left is applied before it is gone.
+    if (ctx_.batcher != nullptr) ctx_.batcher->Drain();
+    if (ended_ || worker_id_.empty()) {
+      ended_ = true;
+      return;
+    }
+    ended_ = true;
+    ctx_.registry->SessionEnded(worker_id_, this, left);
+    if (ctx_.fetches != nullptr) ctx_.fetches->WorkerGone(worker_id_);
+  }
+
+  void MaybeWriteLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (writing_ || finished_ || out_.empty()) {
+      if (!writing_ && closed_ && !finished_ && out_.empty()) {
+        finished_ = true;
+        Finish(final_);
+      }
+      return;
+    }
+    current_ = std::move(out_.front());
+    out_.pop_front();
+    writing_ = true;
+    StartWrite(&current_);
+  }
+
+  void CloseLocked(grpc::Status status) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    if (closed_) return;
+    closed_ = true;
+    final_ = std::move(status);
+    MaybeWriteLocked();
+  }
+
+  ServiceContext ctx_;
+  const std::string peer_;
+  const Principal who_;
+  const std::string cert_id_;
+  const std::vector<std::string> cert_sans_;
+  // Hosts its rendezvous reports may name (set at registration; loop only).
+  std::vector<std::string> own_hosts_;
+  v1::WorkerMessage in_;  // gRPC thread (one read in flight).
+
+  absl::Mutex mu_;
+  std::deque<v1::CoordinatorMessage> out_ ABSL_GUARDED_BY(mu_);
+  v1::CoordinatorMessage current_ ABSL_GUARDED_BY(mu_);
+  bool writing_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
+  bool finished_ ABSL_GUARDED_BY(mu_) = false;
+  grpc::Status final_ ABSL_GUARDED_BY(mu_);
+
+  // Loop only.
+  std::string worker_id_;
+  bool ended_ = false;
+  // A sequenced message failed to apply; later ones wait for the resend.
+  bool telemetry_failed_ = false;
+};
+
+}  // namespace
+
+// --- WorkerService ------------------------------------------------------------------
+
+WorkerServiceImpl::WorkerServiceImpl(ServiceContext ctx)
+    : batcher_(std::make_unique<TelemetryBatcher>(ctx)), ctx_(ctx) {
+  ctx_.batcher = batcher_.get();
+}
+
+WorkerServiceImpl::~WorkerServiceImpl() = default;
+
+grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServiceImpl::Session(
+    grpc::CallbackServerContext* ctx) {
+  // mTLS: a client certificate the cluster CA signed (verified in the
+  // handshake) names the worker; it needs no token.
+  std::string cert_id;
+  std::vector<std::string> cert_sans;
+  if (std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context()) {
+    std::vector<grpc::string_ref> cn = auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
+    if (!cn.empty()) cert_id.assign(cn.front().data(), cn.front().size());
+    if (!cert_id.empty()) {
+      for (const grpc::string_ref& san : auth->FindPropertyValues(GRPC_X509_SAN_PROPERTY_NAME)) {
+        cert_sans.emplace_back(san.data(), san.size());
+      }
+    }
+  }
+  absl::StatusOr<Principal> who;
+  if (!cert_id.empty() && ctx->client_metadata().find("authorization") == ctx->client_metadata().end()) {
+    who = Principal{absl::StrCat("cert:", cert_id), cert_id, v1::ROLE_WORKER};
+  } else {
+    who = Caller(ctx_, ctx, "Session", {kWorker});
+  }
+  if (!who.ok()) return new RefusedSession(who.status());
+  return new SessionReactor(ctx_, ctx->peer(), *who, cert_id, std::move(cert_sans));
+}
+
+grpc::ServerUnaryReactor* WorkerServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
+                                                         const v1::ListWorkersRequest* req,
+                                                         v1::ListWorkersResponse* resp) {
+  return UnaryOnLoop(ctx_, ctx, "ListWorkers", {kAdmin, kSubmitter, kViewer}, [this, req, resp](const Principal&) {
+    for (v1::Worker& w : ctx_.registry->List(req->include_gone())) {
+      for (int s : ctx_.jobs->BusySlots(w.id())) w.add_busy_slots(s);
+      *resp->add_workers() = std::move(w);
+    }
+    return absl::OkStatus();
+  });
+}
+
+}  // namespace trainctl::coordinator
