@@ -40,7 +40,7 @@ GP
 fi
 if [[ -f telemetry.dat ]]; then
   gnuplot <<'GP'
-set terminal pngcairo size 820,460 font ",11"
+set terminal pngcairo size 820,500 font ",11"
 set output 'telemetry.png'
 set title "bench/coordinator: telemetry at scale, second by second (sizes: RESULTS.md)"
 set xlabel "second of the steady window"
@@ -51,7 +51,7 @@ set y2tics
 set yrange [0:*]
 set y2range [0:*]
 set grid
-set key top left
+set key below horizontal
 plot 'telemetry.dat' using 1:3 with linespoints pt 7 ps 0.5 lw 2 title 'heartbeat round trip p99', \
      '' using 1:4 with linespoints pt 5 ps 0.5 lw 2 title 'metric ingest p99 (rank → watcher)', \
      '' using 1:2 axes x1y2 with lines lw 2 dt 2 title 'coordinator CPU (right axis)'
