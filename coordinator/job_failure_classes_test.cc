@@ -127,13 +127,8 @@ absl::Status PreflightReport(JobManager& jobs, const std::string& worker, const 
 }
 
 TEST_F(JobManagerTest, PreflightProblemOnOneWorkerFailsTheAttemptBeforeAnyRankStarts) {
-  preflight_ = true;
-  Open();
-  a_ = AddWorker("a", 1);
-  b_ = AddWorker("b", 1);
-  auto job = jobs_->Submit(Spec(2));
-  ASSERT_TRUE(job.ok()) << job.status();
-  const std::string id = job->id();
+  const std::string id = SubmitWithPreflight();
+  ASSERT_FALSE(id.empty());
   EXPECT_EQ(a_->Preflights(), 1);
   EXPECT_EQ(b_->Preflights(), 1);
   EXPECT_TRUE(a_->Starts().empty()) << "no StartRanks before every worker passed";
@@ -166,22 +161,18 @@ TEST_F(JobManagerTest, PreflightProblemOnOneWorkerFailsTheAttemptBeforeAnyRankSt
 }
 
 TEST_F(JobManagerTest, PreflightPassedOnEveryWorkerStartsTheRanks) {
-  preflight_ = true;
-  Open();
-  a_ = AddWorker("a", 1);
-  b_ = AddWorker("b", 1);
-  auto job = jobs_->Submit(Spec(2));
-  ASSERT_TRUE(job.ok()) << job.status();
-  ASSERT_TRUE(PreflightReport(*jobs_, "b", job->id(), 1, {}).ok());
+  const std::string id = SubmitWithPreflight();
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(PreflightReport(*jobs_, "b", id, 1, {}).ok());
   EXPECT_TRUE(b_->Starts().empty());
-  ASSERT_TRUE(PreflightReport(*jobs_, "a", job->id(), 1, {}).ok());
+  ASSERT_TRUE(PreflightReport(*jobs_, "a", id, 1, {}).ok());
   ASSERT_EQ(a_->Starts().size(), 1u);
   ASSERT_EQ(b_->Starts().size(), 1u);
   EXPECT_TRUE(a_->Starts()[0].produce_rendezvous());
   // A late duplicate changes nothing.
-  ASSERT_TRUE(PreflightReport(*jobs_, "a", job->id(), 1, {"late"}).ok());
+  ASSERT_TRUE(PreflightReport(*jobs_, "a", id, 1, {"late"}).ok());
   EXPECT_EQ(a_->Starts().size(), 1u);
-  EXPECT_EQ(Get(job->id()).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SCHEDULED);
 }
 
 }  // namespace

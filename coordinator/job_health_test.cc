@@ -38,12 +38,8 @@ TEST_F(JobManagerTest, HeartbeatsBlameTheStoppedRankAndOnHangFailEndsTheJob) {
   b_ = AddWorker("b", 1);
   v1::JobSpec spec = Spec(2);
   spec.mutable_restart()->set_on_hang(v1::HANG_POLICY_FAIL);
-  auto job = jobs_->Submit(spec);
-  ASSERT_TRUE(job.ok()) << job.status();
-  const std::string id = job->id();
-  ASSERT_TRUE(Rendezvous("a", id, 1).ok());
-  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
-  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_RUNNING).ok());
+  const std::string id = RunTwoRanks(spec);
+  ASSERT_FALSE(id.empty());
   for (int s = 1; s <= 3; ++s) {
     ASSERT_TRUE(jobs_->OnProgress("a", Heartbeat(id, 0, s, 2 * s, 0)).ok());
     ASSERT_TRUE(jobs_->OnProgress("b", Heartbeat(id, 1, s, 2 * s, 0)).ok());

@@ -177,8 +177,27 @@ class JobManagerTest : public ::testing::Test {
   std::string RunningJob(int max_restarts = 3) {
     a_ = AddWorker("a", 1);
     b_ = AddWorker("b", 1);
-    auto job = jobs_->Submit(Spec(2, max_restarts));
+    return RunTwoRanks(Spec(2, max_restarts));
+  }
+
+  // With pre-flight on: workers a and b, and a 2-rank job submitted (its
+  // id; "" when the submission fails).
+  std::string SubmitWithPreflight() {
+    preflight_ = true;
+    Open();
+    a_ = AddWorker("a", 1);
+    b_ = AddWorker("b", 1);
+    auto job = jobs_->Submit(Spec(2));
     EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->id() : "";
+  }
+
+  // Submits `spec` (2 ranks, on workers a and b) and brings it to RUNNING;
+  // "" when the submission fails.
+  std::string RunTwoRanks(const v1::JobSpec& spec) {
+    auto job = jobs_->Submit(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    if (!job.ok()) return "";
     std::string id = job->id();
     EXPECT_TRUE(Rendezvous("a", id, 1).ok());
     EXPECT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_RUNNING).ok());

@@ -109,12 +109,8 @@ TEST_F(JobManagerTest, ElasticJobShrinksAfterTheReplaceTimeoutAndGrowsBackAtAChe
   spec.mutable_training()->set_epochs(3);
   spec.mutable_elastic()->set_min_ranks(1);
   spec.mutable_elastic()->set_replace_timeout_s(10);
-  auto job = jobs_->Submit(spec);
-  ASSERT_TRUE(job.ok()) << job.status();
-  const std::string id = job->id();
-  ASSERT_TRUE(Rendezvous("a", id, 1).ok());
-  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
-  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_RUNNING).ok());
+  const std::string id = RunTwoRanks(spec);
+  ASSERT_FALSE(id.empty());
   ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, 0, 5, "/w/a/ck-0-5").ok()) << "inside the first epoch";
 
   // b is lost; a's rank stops. One slot is free: the job waits for two.
