@@ -37,7 +37,7 @@ void FailJob(v1::Job& next, std::vector<JobEvent>& events, int32_t attempt, std:
 void ApplyNanPolicy(v1::Job& next, std::vector<JobEvent>& events, const v1::Attempt& a, const std::string& reason,
                     int failed_rank) {
   const v1::HealthSpec& health = next.spec().health();
-  const int32_t max_rollbacks = health.has_max_rollbacks() ? health.max_rollbacks() : 3;
+  const int32_t max_rollbacks = health.max_rollbacks();
   const int64_t nan_step = NanStep(a);
   int32_t used = 0;
   for (const v1::Attempt& x : next.attempts()) {

@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/jobspec/job_spec.h"
 #include "common/log.h"
 #include "common/time_util.h"
 
@@ -115,6 +116,9 @@ void JobBook::Recover(const StoreSnapshot& snapshot) {
   for (size_t i = 0; i < snapshot.jobs.size(); ++i) {
     JobEntry e;
     e.job = snapshot.jobs[i];
+    // A job stored by a version with fewer defaults gets today's (the rank
+    // and the coordinator read only resolved specs).
+    ResolveJobSpecDefaults(e.job.mutable_spec());
     e.submit_seq = snapshot.submit_seqs[i];
     e.last_event_seq = snapshot.last_event_seqs[i];
     next_submit_seq_ = std::max(next_submit_seq_, e.submit_seq + 1);

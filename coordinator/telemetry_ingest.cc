@@ -14,7 +14,7 @@ namespace {
 double StragglerThreshold(const v1::JobSpec& spec) {
   const v1::StragglerSpec& st = spec.stragglers();
   if (st.policy() == v1::STRAGGLER_POLICY_OFF) return 0;
-  return st.threshold() > 0 ? st.threshold() : 0.3;
+  return st.threshold();
 }
 
 // A rank's progress: its last step changed (hang detection counts from here).
