@@ -53,6 +53,7 @@ absl::Status CoordinatorServer::RecoverOwners() {
   registry_->BindToLoop(&loop_);
   jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), &hub_, options_.clock,
                                        options_.jobs);
+  jobs_->BindToLoop(&loop_);
   jobs_->SetDeferral([this](std::function<void()> fn) { loop_.Post(std::move(fn)); });
   telemetry_ = std::make_unique<TelemetryLedger>(store_.get());
   tokens_ = std::make_unique<TokenAuthority>(store_.get(), options_.clock);

@@ -81,11 +81,13 @@ std::string JobBook::NewId(const std::string& name) const {
 }
 
 JobEntry* JobBook::Find(const std::string& job_id) {
+  CheckOnLoop();
   auto it = jobs_.find(job_id);
   return it == jobs_.end() ? nullptr : &it->second;
 }
 
 const JobEntry* JobBook::Find(const std::string& job_id) const {
+  CheckOnLoop();
   auto it = jobs_.find(job_id);
   return it == jobs_.end() ? nullptr : &it->second;
 }
@@ -112,6 +114,7 @@ void JobBook::TrackIndexes(const JobEntry& e) {
 }
 
 void JobBook::Recover(const StoreSnapshot& snapshot) {
+  CheckOnLoop();
   const absl::Time now = clock_->Now();
   for (size_t i = 0; i < snapshot.jobs.size(); ++i) {
     JobEntry e;
@@ -135,6 +138,7 @@ void JobBook::Recover(const StoreSnapshot& snapshot) {
 }
 
 absl::StatusOr<JobEntry*> JobBook::Add(v1::Job job, std::vector<JobEvent> events) {
+  CheckOnLoop();
   const std::string id = job.id();
   JobEntry entry;
   entry.submit_seq = next_submit_seq_++;
@@ -149,6 +153,7 @@ absl::StatusOr<JobEntry*> JobBook::Add(v1::Job job, std::vector<JobEvent> events
 }
 
 absl::Status JobBook::Commit(JobEntry& entry, v1::Job next, std::vector<JobEvent> events) {
+  CheckOnLoop();
   const v1::JobState from = entry.job.state();
   if (absl::Status s = CheckJobChange(entry.job, next); !s.ok()) return s;
   absl::Time now = clock_->Now();
@@ -197,6 +202,7 @@ absl::Status JobBook::Commit(JobEntry& entry, v1::Job next, std::vector<JobEvent
 }
 
 void JobBook::PublishSnapshot(const JobEntry& entry) {
+  CheckOnLoop();
   v1::JobUpdate snapshot;
   *snapshot.mutable_job() = entry.job;
   snapshot.mutable_job()->clear_attempts();
@@ -231,6 +237,7 @@ absl::StatusOr<JobEntry*> JobBook::ForWorker(const std::string& worker_id, const
 }
 
 void JobBook::ForEachLiveRank(const std::function<void(const v1::RankAssignment&)>& fn) const {
+  CheckOnLoop();
   for (const std::string& id : holding_slots_) {
     for (const v1::Attempt& a : jobs_.at(id).job.attempts()) {
       for (const v1::RankAssignment& r : a.ranks()) {

@@ -18,6 +18,7 @@
 // Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
 #pragma once
 
+#include <cassert>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -31,6 +32,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "common/event_loop.h"
 #include "coordinator/job_transitions.h"
 #include "coordinator/metrics_hub.h"
 #include "coordinator/rank_watch.h"
@@ -93,6 +95,9 @@ RanksByWorker LiveRanksByWorker(const v1::Attempt& a);
 class JobBook {
  public:
   JobBook(StateStore* store, MetricsHub* hub, const Clock* clock) : store_(store), hub_(hub), clock_(clock) {}
+  // The loop every call must come from (asserted in debug builds); unbound
+  // (unit tests) checks nothing.
+  void BindToLoop(const EventLoop* loop) { loop_ = loop; }
 
   // Rebuilds memory from the store. Hang detection restarts its clock: the
   // coordinator was away, not the ranks.
@@ -144,10 +149,15 @@ class JobBook {
 
  private:
   void TrackIndexes(const JobEntry& entry);
+  void CheckOnLoop() const {
+    assert(loop_ == nullptr || loop_->InLoop());
+    static_cast<void>(loop_);
+  }
 
   StateStore* store_;
   MetricsHub* hub_;
   const Clock* clock_;
+  const EventLoop* loop_ = nullptr;
   absl::btree_map<std::string, JobEntry> jobs_;
   absl::btree_set<std::string> pending_;
   absl::btree_set<std::string> holding_slots_;

@@ -96,6 +96,9 @@ class JobManager : private JobActions {
   JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* hub, const Clock* clock,
              JobManagerOptions options);
 
+  // Every call must then come from `loop` (asserted in debug builds).
+  void BindToLoop(const EventLoop* loop) { book_.BindToLoop(loop); }
+
   // Rebuilds memory from the store (after WorkerRegistry::Recover). Running
   // attempts continue when their workers reconnect (see OnWorkerRegistered).
   absl::Status Recover(const StoreSnapshot& snapshot);
