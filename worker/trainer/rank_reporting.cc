@@ -122,7 +122,9 @@ void HeartbeatReporter::Send() {
 
 void HeartbeatReporter::Loop() {
   using namespace std::chrono_literals;
-  auto next = std::chrono::steady_clock::now() + 1s;
+  // The first at once: a rank stopped before its first second is already
+  // known to the coordinator, which judges only ranks it has heard.
+  auto next = std::chrono::steady_clock::now();
   while (!done_.load()) {
     if (std::chrono::steady_clock::now() >= next) {
       Send();
