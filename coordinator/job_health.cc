@@ -25,19 +25,25 @@ void JobHealth::CheckAttempts(absl::Time now) {
     const v1::Attempt* a = CurrentAttempt(e.job);
     if (a == nullptr || AttemptEnded(a->state())) continue;
     absl::Status s;
+    // Engine jobs are judged from the ranks' heartbeats (only their ranks
+    // send them, so only they are in the watch). A rank whose heartbeat is
+    // missing past the bound is hung in any phase, while the attempt starts
+    // too (a resume's checkpoint broadcast) and with a fixed progress
+    // timeout too: the heartbeat does not depend on steps. The adaptive
+    // stall bound applies while running, unless the spec fixes one.
+    const bool watched = e.watch.attempt() == a->number();
+    const bool adaptive = watched && a->state() != v1::ATTEMPT_STATE_STARTING && !e.job.spec().has_command() &&
+                          e.job.spec().restart().progress_timeout_s() == 0;
+    if (watched && CheckAdaptiveHang(e, *a, now, /*stall_rule=*/adaptive)) continue;
     if (a->state() == v1::ATTEMPT_STATE_STARTING) {
       s = CheckStarting(e, *a, now);
     } else if (e.job.spec().has_command() && e.job.spec().restart().progress_timeout_s() == 0) {
       // The user's program need not report progress (trainctl.report): it is
       // checked for hangs only when its job asks for it with a timeout.
     } else {
-      // Engine jobs: the adaptive bound from the ranks' heartbeats, unless
-      // the spec fixes one; the fixed timeout stays as the backstop for
-      // what heartbeats cannot judge (start-up, eval, checkpoints).
-      if (e.job.spec().restart().progress_timeout_s() == 0 && e.watch.attempt() == a->number()) {
-        if (CheckAdaptiveHang(e, *a, now)) continue;
-        RecordStragglers(e, *a);
-      }
+      // The fixed timeout stays as the backstop for what heartbeats cannot
+      // judge (a rank that never sent one).
+      if (adaptive) RecordStragglers(e, *a);
       s = CheckProgressTimeout(e, *CurrentAttempt(e.job), now);
     }
     if (!s.ok()) std::cerr << "coordinator: " << s << " (retried at the next tick)\n";
@@ -59,8 +65,16 @@ absl::Status JobHealth::CheckStarting(JobEntry& e, const v1::Attempt& a, absl::T
   return s;
 }
 
-bool JobHealth::CheckAdaptiveHang(JobEntry& e, const v1::Attempt& a, absl::Time now) {
-  std::optional<HangVerdict> v = e.watch.CheckHang(a, now);
+bool JobHealth::CheckAdaptiveHang(JobEntry& e, const v1::Attempt& a, absl::Time now, bool stall_rule) {
+  // Silence is counted only while the rank's worker keeps heartbeating on
+  // its session (the same stream and loop as the rank's heartbeats).
+  const RankWatch::LastHeard heard = [this](const std::string& worker_id) {
+    const v1::Worker* w = registry_->Find(worker_id);
+    if (w == nullptr || !w->has_last_heartbeat_time()) return absl::InfiniteFuture();
+    return FromTimestamp(w->last_heartbeat_time());
+  };
+  std::optional<HangVerdict> v = e.watch.CheckSilence(a, now, heard);
+  if (!v.has_value() && stall_rule) v = e.watch.CheckHang(a, now);
   if (!v.has_value()) return false;
   const int blamed = v->blamed.empty() ? -1 : v->blamed.front();
   absl::Status s = actions_->FailAttempt(e, e.job, {{"hang", v->message, a.number(), blamed}},

@@ -1,6 +1,7 @@
 // Health of running attempts, judged on the coordinator's tick: rendezvous
-// timeouts, hangs (adaptive from the ranks' heartbeats, rank_watch.h, or a
-// fixed restart.progress_timeout_s), stragglers, and ranks on workers whose
+// timeouts, hangs (a rank's heartbeat missing past the bound, in any phase;
+// adaptive from the ranks' heartbeats, rank_watch.h, or a fixed
+// restart.progress_timeout_s), stragglers, and ranks on workers whose
 // lease expired (LOST). Each finding fails the attempt through JobActions
 // (or records a `straggler` event); a failed write changes nothing in
 // memory, so the next tick finds the same condition and tries again.
@@ -45,8 +46,9 @@ class JobHealth {
 
  private:
   absl::Status CheckStarting(JobEntry& e, const v1::Attempt& a, absl::Time now);
-  // The adaptive verdict; true when it failed the attempt (or tried to).
-  bool CheckAdaptiveHang(JobEntry& e, const v1::Attempt& a, absl::Time now);
+  // The heartbeat verdicts (rank_watch.h): silence, and with `stall_rule`
+  // the adaptive stall bound; true when it failed the attempt (or tried to).
+  bool CheckAdaptiveHang(JobEntry& e, const v1::Attempt& a, absl::Time now, bool stall_rule);
   void RecordStragglers(JobEntry& e, const v1::Attempt& a);
   absl::Status CheckProgressTimeout(JobEntry& e, const v1::Attempt& a, absl::Time now);
   absl::Duration ProgressTimeout(const v1::Job& job) const;

@@ -66,6 +66,70 @@ TEST_F(JobManagerTest, HeartbeatsBlameTheStoppedRankAndOnHangFailEndsTheJob) {
   EXPECT_THAT(StoredEvents(id), ::testing::Contains(HasSubstr("hang@1: rank 1 (worker b, pid 501) stopped before")));
 }
 
+// A heartbeat of an engine rank still starting (a resume's checkpoint
+// broadcast): collective #seq issued, waiting in broadcast #waiting_seq.
+v1::RankProgress StartingHeartbeat(const std::string& id, int rank, int64_t seq, int64_t waiting_seq) {
+  v1::RankProgress p = Heartbeat(id, rank, 0, seq, waiting_seq);
+  p.set_phase(v1::RANK_PHASE_INIT);
+  p.set_op(v1::COLLECTIVE_OP_BROADCAST);
+  p.set_op_step(0);
+  p.set_op_bucket(-1);
+  p.set_p99_step_ms(0);
+  return p;
+}
+
+TEST_F(JobManagerTest, ARankSilentPastTheBoundWhileTheAttemptStartsIsAHang) {
+  a_ = AddWorker("a", 1);
+  b_ = AddWorker("b", 1);
+  auto job = jobs_->Submit(Spec(2));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  ASSERT_TRUE(Rendezvous("a", id, 1).ok());
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
+  // Rank 1 beats twice, then stops before the checkpoint broadcast (#2)
+  // that rank 0 waits in; both workers keep heartbeating on their sessions.
+  for (int s = 0; s <= 7; ++s) {
+    ASSERT_TRUE(jobs_->OnProgress("a", StartingHeartbeat(id, 0, 2, 2)).ok());
+    if (s <= 1) {
+      ASSERT_TRUE(jobs_->OnProgress("b", StartingHeartbeat(id, 1, 1, 0)).ok());
+    }
+    ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
+    ASSERT_TRUE(registry_->Heartbeat("b", b_).ok());
+    clock_.Advance(absl::Seconds(1));
+    jobs_->Tick();
+    if (s < 7) {
+      // Worker b heard at s, rank 1 last at 1: silent s - 1 s, within 5 s.
+      ASSERT_EQ(Get(id).attempts(0).state(), v1::ATTEMPT_STATE_STARTING) << s;
+    }
+  }
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_HANG);
+  EXPECT_THAT(j.attempts(0).reason(),
+              HasSubstr("hung: rank 1 (worker b, pid 501) stopped before broadcast #2 in its start-up phase "
+                        "(epoch 1, step 0); rank 0 waiting in it for"));
+  EXPECT_THAT(StoredEvents(id), ::testing::Contains(HasSubstr("hang@1: rank 1 (worker b, pid 501) stopped before")));
+  EXPECT_EQ(jobs_->Gauges().hangs_detected, 1);
+}
+
+TEST_F(JobManagerTest, ACheckpointWriteLongerThanTheBoundWithItsHeartbeatIsNoHang) {
+  std::string id = RunningJob();
+  for (int s = 1; s <= 50; ++s) {
+    // Rank 0 writes its checkpoint for 50 s, its heartbeat thread beating;
+    // rank 1 waits for it in the next step's all-reduce.
+    v1::RankProgress ck = Heartbeat(id, 0, 10, 20, 0);
+    ck.set_phase(v1::RANK_PHASE_CHECKPOINT);
+    ASSERT_TRUE(jobs_->OnProgress("a", ck).ok());
+    ASSERT_TRUE(jobs_->OnProgress("b", Heartbeat(id, 1, 10, 21, 21)).ok());
+    ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
+    ASSERT_TRUE(registry_->Heartbeat("b", b_).ok());
+    clock_.Advance(absl::Seconds(1));
+    jobs_->Tick();
+    ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING) << s << " s";
+  }
+  for (const std::string& e : StoredEvents(id)) EXPECT_FALSE(absl::StartsWith(e, "hang@")) << e;
+}
+
 TEST_F(JobManagerTest, ConsistentlySlowRankRaisesOneStragglerEvent) {
   std::string id = RunningJob();
   for (int s = 1; s <= 8; ++s) {

@@ -38,6 +38,18 @@ std::string DescribeCollective(v1::CollectiveOp op, int64_t seq, int64_t step, i
   return out;
 }
 
+std::string DescribePhase(const v1::RankProgress& p) {
+  // The rank reports its step from its first epoch on: an init phase
+  // after a step is the start of an epoch (its sampler, loader, first
+  // batch); before any, start-up (resume, the initial broadcast).
+  const char* name = p.phase() == v1::RANK_PHASE_TRAIN        ? "training"
+                     : p.phase() == v1::RANK_PHASE_EVAL       ? "eval"
+                     : p.phase() == v1::RANK_PHASE_CHECKPOINT ? "checkpoint"
+                     : p.step() > 0                           ? "epoch start"
+                                                              : "start-up";
+  return absl::StrCat(name, " phase (epoch ", p.epoch() + 1, ", step ", p.step(), ")");
+}
+
 void RankWatch::Reset(int32_t attempt) {
   attempt_ = attempt;
   ranks_.clear();
@@ -66,12 +78,89 @@ void RankWatch::OnHeartbeat(const v1::RankProgress& p, absl::Time now, double st
   }
 }
 
+absl::Duration RankWatch::Bound(double p99_ms) const {
+  return std::max(absl::Milliseconds(options_.hang_factor * p99_ms), options_.hang_floor);
+}
+
+std::optional<HangVerdict> RankWatch::CheckSilence(const v1::Attempt& attempt, absl::Time now,
+                                                   const LastHeard& heard) const {
+  std::vector<Live> live;
+  double p99_ms = 0;
+  for (const v1::RankAssignment& a : attempt.ranks()) {
+    if (Ended(a.state())) continue;
+    auto it = ranks_.find(a.rank());
+    if (it == ranks_.end() || !it->second.last.has_heartbeat()) continue;
+    live.push_back({&a, &it->second});
+    p99_ms = std::max(p99_ms, it->second.last.p99_step_ms());
+  }
+  const absl::Duration bound = Bound(p99_ms);
+  std::vector<const Live*> silent;
+  for (const Live& l : live) {
+    // Silence as the rank's worker saw it: only while the coordinator kept
+    // hearing from that worker does a missing heartbeat count.
+    absl::Time until = now;
+    if (heard != nullptr) until = std::min(now, heard(l.assignment->worker_id()));
+    if (until - l.state->received > bound) silent.push_back(&l);
+  }
+  if (silent.empty()) return std::nullopt;
+
+  HangVerdict v;
+  v.bound = bound;
+  // The collective the ranks still reporting wait in, if any.
+  const Live* ref = LowestWaiter(live, now);
+  const int64_t n = ref == nullptr ? 0 : ref->state->last.waiting_seq();
+  std::string coll;
+  if (ref != nullptr) {
+    const v1::RankProgress& rp = ref->state->last;
+    coll = DescribeCollective(rp.op(), n, rp.op_step(), rp.op_bucket());
+  }
+  std::vector<std::string> parts, quiet;
+  for (const Live* l : silent) {
+    const v1::RankProgress& p = l->state->last;
+    v.blamed.push_back(l->assignment->rank());
+    std::string s = absl::StrCat("rank ", l->assignment->rank(), " (worker ", l->assignment->worker_id());
+    if (p.pid() > 0) absl::StrAppend(&s, ", pid ", p.pid());
+    absl::StrAppend(&s, ")");
+    if (ref != nullptr) {
+      // "rank 1 (…) stopped before all-reduce #18 (step 501, bucket 0) in its
+      // epoch start phase (epoch 2, step 500)".
+      absl::StrAppend(&s, p.collective_seq() >= n ? " stopped in " : " stopped before ", coll, " in its ",
+                      DescribePhase(p));
+    } else {
+      absl::StrAppend(&s, " stopped in its ", DescribePhase(p));
+      if (p.waiting_seq() > 0) {
+        absl::StrAppend(&s, ", waiting in ",
+                        DescribeCollective(p.op(), p.waiting_seq(), p.op_step(), p.op_bucket()));
+      } else if (p.collective_seq() > 0) {
+        absl::StrAppend(&s, ", after ",
+                        DescribeCollective(p.op(), p.collective_seq(), p.op_step(), p.op_bucket()));
+      }
+    }
+    parts.push_back(std::move(s));
+    quiet.push_back(absl::StrCat("rank ", l->assignment->rank(), " for ", Secs(now - l->state->received)));
+  }
+  if (ref == nullptr) {
+    v.message = absl::StrCat(absl::StrJoin(parts, " and "), "; no heartbeat from ", absl::StrJoin(quiet, ", "),
+                             " (bound ", Secs(bound), ")");
+    return v;
+  }
+  std::vector<std::string> waiting_ranks;
+  for (const Live& l : live) {
+    if (Fresh(l, now) && l.state->last.waiting_seq() == n) waiting_ranks.push_back(absl::StrCat(l.assignment->rank()));
+  }
+  const v1::RankProgress& rp = ref->state->last;
+  const absl::Duration waited = absl::Milliseconds(rp.waiting_ms()) + (now - ref->state->received);
+  v.message = absl::StrCat(absl::StrJoin(parts, " and "), "; ", waiting_ranks.size() == 1 ? "rank " : "ranks ",
+                           absl::StrJoin(waiting_ranks, ", "), " waiting in it for ", Secs(waited), " (bound ",
+                           Secs(bound), "); no heartbeat from ", absl::StrJoin(quiet, ", "));
+  return v;
+}
+
 std::optional<HangVerdict> RankWatch::CheckHang(const v1::Attempt& attempt, absl::Time now) const {
   double p99_ms = 0;
   std::optional<std::vector<Live>> live = TrainingRanks(attempt, &p99_ms);
   if (!live.has_value() || live->empty() || p99_ms <= 0) return std::nullopt;
-  const absl::Duration bound =
-      std::max(absl::Milliseconds(options_.hang_factor * p99_ms), options_.hang_floor);
+  const absl::Duration bound = Bound(p99_ms);
   absl::Duration stalled = absl::InfiniteDuration();
   for (const Live& l : *live) stalled = std::min(stalled, now - l.state->advanced);
   if (stalled <= bound) return std::nullopt;

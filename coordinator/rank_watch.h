@@ -12,8 +12,18 @@
 // the collective the others wait in (the lowest collective sequence number
 // being waited on): a rank that went silent (SIGSTOP, frozen host) or one
 // busy elsewhere. A rank blocked in a collective because a peer stopped is
-// never the one blamed. Other phases (start-up, eval, checkpoint) and ranks
-// that never sent a heartbeat are left to the fixed progress timeout.
+// never the one blamed.
+//
+// Silence (CheckSilence): a rank whose heartbeat has been missing for longer
+// than the bound is hung by itself, in any phase (start-up, resume, epoch
+// start, eval, checkpoint, training) and whatever the other ranks do. The
+// heartbeat comes from its own thread, so a rank that is merely slow (a long
+// checkpoint write, a long eval) keeps beating and is never silent; a rank
+// stopped (SIGSTOP) or frozen is. Silence is counted up to the last time the
+// coordinator heard from the rank's worker, so that a late stream or a
+// stalled coordinator loop (which delays the worker's heartbeats too) is not
+// taken for a silent rank. Ranks that never sent a heartbeat in this
+// attempt are left to the rendezvous and fixed progress timeouts.
 //
 // Straggler: a rank whose recent compute time per step exceeds the median
 // of the other ranks' by more than `threshold`, in straggler_reports
@@ -24,6 +34,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <string>
 #include <vector>
@@ -79,9 +90,19 @@ class RankWatch {
   void OnHeartbeat(const v1::RankProgress& p, absl::Time now, double straggler_threshold);
 
   // A verdict when the attempt's ranks (from `attempt`, for worker ids and
-  // states) are hung at `now`; nullopt when not, or when this watch cannot
-  // tell (see the header comment).
+  // states) are hung at `now` by the stall rule; nullopt when not, or when
+  // this watch cannot tell (see the header comment).
   std::optional<HangVerdict> CheckHang(const v1::Attempt& attempt, absl::Time now) const;
+
+  // When the coordinator last heard from a worker (its session's heartbeat);
+  // absl::InfiniteFuture() when it cannot say (then `now` is used).
+  using LastHeard = std::function<absl::Time(const std::string& worker_id)>;
+  // A verdict when a live rank of `attempt` that sent heartbeats in it has
+  // sent none for longer than the bound (see the header comment), naming
+  // it, its phase and the collective it was last in or before; nullopt
+  // when none is silent. `heard` may be null (every worker heard at `now`).
+  std::optional<HangVerdict> CheckSilence(const v1::Attempt& attempt, absl::Time now,
+                                          const LastHeard& heard) const;
 
   // Stragglers not reported yet in this attempt; each is returned once.
   std::vector<Straggler> TakeStragglers(const v1::Attempt& attempt);
@@ -108,6 +129,8 @@ class RankWatch {
   const Live* LowestWaiter(const std::vector<Live>& live, absl::Time now) const;
   std::optional<HangVerdict> Blame(const std::vector<Live>& live, const Live* ref, absl::Duration stalled,
                                    absl::Duration bound, absl::Time now) const;
+  // max(hang_factor × the largest p99 step time of `live`, hang_floor).
+  absl::Duration Bound(double p99_ms) const;
   // It reported within options_.silent_after of `now`.
   bool Fresh(const Live& l, absl::Time now) const { return now - l.state->received <= options_.silent_after; }
 
@@ -118,5 +141,9 @@ class RankWatch {
 
 // "all-reduce #12 (step 6, bucket 1)", "broadcast #3 (step 0)", "barrier #40".
 std::string DescribeCollective(v1::CollectiveOp op, int64_t seq, int64_t step, int32_t bucket);
+
+// "checkpoint phase (epoch 2, step 500)": where a heartbeat says its rank is
+// (the epoch 1-based, as logs and events count them).
+std::string DescribePhase(const v1::RankProgress& p);
 
 }  // namespace trainctl::coordinator

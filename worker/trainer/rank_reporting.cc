@@ -122,12 +122,22 @@ void HeartbeatReporter::Send() {
 
 void HeartbeatReporter::Loop() {
   using namespace std::chrono_literals;
-  auto next = std::chrono::steady_clock::now() + 1s;
+  // The first at once: a rank stopped before its first second is already
+  // known to the coordinator, which judges only ranks it has heard.
+  auto next = std::chrono::steady_clock::now();
+  dist::ProbePhase sent_phase = probe_->Snapshot().phase;
   while (!done_.load()) {
+    // A new phase (eval, checkpoint, the next epoch) is reported at once, so
+    // that a rank stopped just after entering it is named in it.
+    const dist::ProbePhase phase = probe_->Snapshot().phase;
     if (std::chrono::steady_clock::now() >= next) {
+      sent_phase = phase;
       Send();
       next += 1s;
       if (next < std::chrono::steady_clock::now()) next = std::chrono::steady_clock::now() + 1s;
+    } else if (phase != sent_phase) {
+      sent_phase = phase;
+      Send();
     }
     std::this_thread::sleep_for(50ms);
   }

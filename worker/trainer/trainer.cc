@@ -15,6 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "common/status_macros.h"
 #include "worker/trainer/checkpoint.h"
+#include "worker/trainer/test_hooks.h"
 #include "worker/trainer/trainer_impl.h"
 #include "worker/trainer/training_policy.h"
 
@@ -123,6 +124,7 @@ absl::StatusOr<TrainResult> Trainer::Run() {
 
 absl::Status Trainer::Impl::RunEpoch(int64_t epoch, TrainResult* result) {
   TRAINCTL_ASSIGN_OR_RETURN(std::unique_ptr<EpochRun> run, BeginEpoch(epoch));
+  if (epoch > result->start_epoch) TestPhaseSleep("epoch_start", [this](const std::string& l) { Log(l); });
   const int64_t accumulation = opt().grad_accumulation;
   for (int64_t first = 0; first < run->batches; first += accumulation) {
     TRAINCTL_RETURN_IF_ERROR(RunStep(*run, first, std::min<int64_t>(accumulation, run->batches - first)));
@@ -199,6 +201,7 @@ absl::Status Trainer::Impl::EndEpoch(EpochRun& run, TrainResult* result) {
 
 absl::Status Trainer::Impl::EvaluateInto(rankproto::RankMetric* end, TrainResult* result) {
   SetPhase(dist::ProbePhase::kEval);
+  TestPhaseSleep("eval", [this](const std::string& l) { Log(l); });
   TRAINCTL_ASSIGN_OR_RETURN(auto sums, Evaluate());
   end->has_eval = true;
   end->eval_samples = static_cast<int64_t>(sums[2]);
@@ -214,6 +217,7 @@ absl::Status Trainer::Impl::EvaluateInto(rankproto::RankMetric* end, TrainResult
 absl::Status Trainer::Impl::WriteCheckpointNow() {
   const CheckpointOptions& c = opt().checkpoint;
   SetPhase(dist::ProbePhase::kCheckpoint);
+  TestPhaseSleep("checkpoint", [this](const std::string& l) { Log(l); });
   position.loss_scale = scaler.scale();
   position.scaler_growth_tracker = scaler.growth_tracker();
   auto written = WriteCheckpoint(c.dir, c.keep, setup.manifest, position, *model, *optimizer);

@@ -14,6 +14,7 @@
 #include "common/status_macros.h"
 #include "worker/dist/tensor_collectives.h"
 #include "worker/trainer/checkpoint.h"
+#include "worker/trainer/test_hooks.h"
 #include "worker/trainer/trainer_impl.h"
 
 namespace trainctl::trainer {
@@ -162,6 +163,7 @@ absl::StatusOr<std::string> Trainer::Impl::ResumeBytes() {
     if (setup.rank == 0) return WithFailureKind(bytes.status(), FailureKind::kConfig);
     return Config(absl::StrCat("rank 0 could not read the checkpoint '", setup.resume_from, "'"));
   }
+  TestPhaseSleep("resume", [this](const std::string& l) { Log(l); });
   at::Tensor data = setup.rank == 0
                         ? at::from_blob(bytes->data(), {size}, at::TensorOptions().dtype(at::kByte)).to(setup.device)
                         : at::empty({size}, opts.dtype(at::kByte));
