@@ -90,6 +90,29 @@ TEST_F(DashboardApiTest, PagesNeedATokenAndTheLoginFormSetsAnHttpOnlyCookie) {
   auto elsewhere = http_->Post("/login", "token=" + viewer_ + "&next=//evil.example/",
                                "application/x-www-form-urlencoded");
   EXPECT_EQ(elsewhere->get_header_value("Location"), "/");
+  // Browsers read '\' as '/': /\evil.example is //evil.example (issue 25).
+  auto backslash = http_->Post("/login", "token=" + viewer_ + "&next=%2F%5Cevil.example",
+                               "application/x-www-form-urlencoded");
+  ASSERT_TRUE(backslash);
+  EXPECT_EQ(backslash->get_header_value("Location"), "/");
+  // Every answer carries the security headers, a 404 of the server's own too.
+  for (auto* r : {&page, &ok, &backslash}) {
+    EXPECT_THAT((*r)->get_header_value("Content-Security-Policy"), HasSubstr("frame-ancestors 'none'"));
+    EXPECT_EQ((*r)->get_header_value("X-Frame-Options"), "DENY");
+    EXPECT_EQ((*r)->get_header_value("X-Content-Type-Options"), "nosniff");
+  }
+  auto unknown = http_->Get("/no/such/page");
+  ASSERT_TRUE(unknown);
+  EXPECT_EQ(unknown->status, 404);
+  EXPECT_EQ(unknown->get_header_value("X-Frame-Options"), "DENY");
+  // /metrics needs a viewer token too.
+  auto metrics = http_->Get("/metrics");
+  ASSERT_TRUE(metrics);
+  EXPECT_EQ(metrics->status, 401);
+  auto metrics_ok = http_->Get("/metrics", {{"Authorization", "Bearer " + viewer_}});
+  ASSERT_TRUE(metrics_ok);
+  EXPECT_EQ(metrics_ok->status, 200);
+  EXPECT_THAT(metrics_ok->body, HasSubstr("trainctl_coordinator_up"));
 
   auto with_cookie = http_->Get("/jobs/x", {{"Cookie", "a=b; trainctl_token=" + viewer_}});
   ASSERT_TRUE(with_cookie);

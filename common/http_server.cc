@@ -1,6 +1,13 @@
 #include "common/http_server.h"
 
+// Debian's libcpp-httplib is compiled with OpenSSL: the header must say so
+// too, or the classes it declares do not match the library's (and
+// SSLServer is missing).
+#define CPPHTTPLIB_OPENSSL_SUPPORT 1
 #include <httplib.h>
+#include <openssl/err.h>
+#include <openssl/pem.h>
+#include <openssl/ssl.h>
 
 #include <algorithm>
 #include <cctype>
@@ -9,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/http_request.h"
 
 namespace trainctl {
 
@@ -39,7 +47,21 @@ std::string HttpServer::Request::Param(const std::string& name) const {
   return it == params.end() ? "" : it->second;
 }
 
-HttpServer::HttpServer() : server_(std::make_unique<httplib::Server>()) {
+const std::vector<std::pair<std::string, std::string>>& HttpServer::SecurityHeaders() {
+  static const auto* const kHeaders = new std::vector<std::pair<std::string, std::string>>{
+      {"Content-Security-Policy",
+       "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"},
+      {"X-Frame-Options", "DENY"},
+      {"X-Content-Type-Options", "nosniff"},
+      {"Referrer-Policy", "no-referrer"},
+  };
+  return *kHeaders;
+}
+
+HttpServer::HttpServer() : server_(std::make_unique<httplib::Server>()) { Configure(); }
+
+void HttpServer::Configure() {
   // Short requests: a scraper every few seconds, a dashboard polling once a
   // second. A fixed pool; idle keep-alive connections give their thread
   // back after 2 s.
@@ -47,6 +69,53 @@ HttpServer::HttpServer() : server_(std::make_unique<httplib::Server>()) {
   server_->set_keep_alive_timeout(2);
   // Forms (the dashboard's login) are small.
   server_->set_payload_max_length(64 << 10);
+  httplib::Headers headers;
+  for (const auto& [name, value] : SecurityHeaders()) headers.emplace(name, value);
+  if (tls_) headers.emplace("Strict-Transport-Security", "max-age=31536000");
+  server_->set_default_headers(std::move(headers));
+}
+
+absl::Status HttpServer::EnableTls(const std::string& cert_pem, const std::string& key_pem) {
+  std::string error;
+  auto setup = [&](SSL_CTX& ctx) {
+    auto fail = [&](const char* what) {
+      error = absl::StrCat(what, ": ", ERR_error_string(ERR_get_error(), nullptr));
+      return false;
+    };
+    BIO* cert_bio = BIO_new_mem_buf(cert_pem.data(), static_cast<int>(cert_pem.size()));
+    X509* cert = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+    bool ok = cert != nullptr && SSL_CTX_use_certificate(&ctx, cert) == 1;
+    X509_free(cert);
+    // The rest of the PEM: intermediate certificates, sent along.
+    while (ok) {
+      X509* extra = PEM_read_bio_X509(cert_bio, nullptr, nullptr, nullptr);
+      if (extra == nullptr) break;
+      if (SSL_CTX_add_extra_chain_cert(&ctx, extra) != 1) {
+        X509_free(extra);
+        ok = false;
+      }
+    }
+    ERR_clear_error();  // the end of the PEM reads as an error
+    BIO_free(cert_bio);
+    if (!ok) return fail("certificate");
+    BIO* key_bio = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
+    EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
+    BIO_free(key_bio);
+    ok = key != nullptr && SSL_CTX_use_PrivateKey(&ctx, key) == 1 && SSL_CTX_check_private_key(&ctx) == 1;
+    EVP_PKEY_free(key);
+    if (!ok) return fail("private key");
+    SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
+    return true;
+  };
+  auto server = std::make_unique<httplib::SSLServer>(setup);
+  if (!server->is_valid()) {
+    return absl::InvalidArgumentError(absl::StrCat("HTTPS: cannot use the TLS certificate and key: ",
+                                                   error.empty() ? "invalid" : error));
+  }
+  server_ = std::move(server);
+  tls_ = true;
+  Configure();
+  return absl::OkStatus();
 }
 
 HttpServer::~HttpServer() { Stop(); }
@@ -62,14 +131,14 @@ void HttpServer::HandleRequest(const std::string& method, const std::string& pat
     Request r;
     r.method = req.method;
     r.path = req.path;
+    r.remote_addr = req.remote_addr;
     for (size_t i = 1; i < req.matches.size(); ++i) r.matches.push_back(req.matches[i].str());
     r.params.insert(req.params.begin(), req.params.end());
     r.headers.insert(req.headers.begin(), req.headers.end());
     r.body = req.body;
     if (req.method == "POST" &&
         req.get_header_value("Content-Type").rfind("application/x-www-form-urlencoded", 0) == 0) {
-      httplib::Params form;
-      httplib::detail::parse_query_text(req.body, form);
+      std::multimap<std::string, std::string> form = http::ParseUrlEncoded(req.body);
       r.params.insert(form.begin(), form.end());
     }
     Send(handler(r), res);

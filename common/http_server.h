@@ -9,7 +9,13 @@
 // holding keep-alive connections or a scraper never makes the server spawn
 // more; keep-alive is short so that idle connections give their thread back.
 //
-// Thread-safe: Handle* before Start; Start and Stop from one owner thread.
+// Every response carries the headers of kSecurityHeaders (a CSP allowing
+// only this origin's scripts and styles, no framing, no MIME sniffing), 404s
+// of unknown paths included. EnableTls serves HTTPS (cpp-httplib's
+// SSLServer; Debian builds the library with OpenSSL).
+//
+// Thread-safe: EnableTls, then Handle*, before Start; Start and Stop from
+// one owner thread.
 #pragma once
 
 #include <functional>
@@ -36,6 +42,8 @@ class HttpServer {
   struct Request {
     std::string method;
     std::string path;
+    // The client's IP address as the socket says.
+    std::string remote_addr;
     // The pattern's capture groups, in order.
     std::vector<std::string> matches;
     // Query parameters (and, for a POSTed form, its fields).
@@ -64,8 +72,18 @@ class HttpServer {
   using Handler = std::function<Reply()>;
   using RequestHandler = std::function<Reply(const Request&)>;
 
+  // Sent with every response. The dashboard loads only its own scripts,
+  // styles and JSON (no inline script or style attribute, no eval); no
+  // other site may frame it (clickjacking the sign-in form).
+  static const std::vector<std::pair<std::string, std::string>>& SecurityHeaders();
+
   HttpServer();
   ~HttpServer();  // Stops.
+
+  // Serves HTTPS with this certificate chain and key (PEM contents). Before
+  // any Handle*; InvalidArgument when the PEM does not load.
+  absl::Status EnableTls(const std::string& cert_pem, const std::string& key_pem);
+  bool tls() const { return tls_; }
   HttpServer(const HttpServer&) = delete;
   HttpServer& operator=(const HttpServer&) = delete;
 
@@ -81,7 +99,11 @@ class HttpServer {
   void Stop();
 
  private:
+  // The server's settings (thread pool, timeouts, limits, headers).
+  void Configure();
+
   std::unique_ptr<httplib::Server> server_;
+  bool tls_ = false;
   std::thread thread_;
 };
 

@@ -161,8 +161,13 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
   void OnDone() override {
     ctx_.loop->Post([this] {
       if (ctx_.fetches != nullptr) ctx_.fetches->Cancel(this);
+      if (live_ != 0) ctx_.live->Remove(live_);
       delete this;
     });
+  }
+  // Ends the fetch when `who`'s token lapses (loop).
+  void Track(const Principal& who) {
+    if (ctx_.live != nullptr) live_ = ctx_.live->Add(who, [this](const absl::Status& why) { Fail(why); });
   }
 
  private:
@@ -182,6 +187,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
   v1::ArtifactChunk out_;
   bool first_ = true;
   bool finished_ = false;
+  LiveCalls::Id live_ = 0;  // 0: untracked.
   int64_t offset_ = 0;
   int64_t size_ = 0;
   std::string expected_;
@@ -202,7 +208,8 @@ grpc::ServerWriteReactor<v1::ArtifactChunk>* JobServiceImpl::FetchArtifact(grpc:
     ctx_.loop->Post([reactor] { reactor->Fail(absl::UnimplementedError("FetchArtifact: not served here")); });
     return reactor;
   }
-  ctx_.loop->Post([this, reactor, request = *req] {
+  ctx_.loop->Post([this, reactor, request = *req, who = *std::move(who)] {
+    reactor->Track(who);
     absl::StatusOr<ArtifactSource> src = FindArtifact(ctx_, request);
     if (!src.ok()) {
       reactor->Fail(src.status());

@@ -33,17 +33,31 @@ absl::StatusOr<std::string> CoordinatorServer::Start() {
   MakeServices();
   TRAINCTL_ASSIGN_OR_RETURN(int port, Serve());
   StartHousekeeping();
-  if (!options_.http_listen.empty()) {
-    http_.Handle("/metrics", [this] {
-      return HttpServer::Reply{200, "text/plain; version=0.0.4; charset=utf-8", MetricsPage()};
-    });
-    dashboard_ = std::make_unique<Dashboard>(
-        Dashboard::Deps{&loop_, store_.get(), registry_.get(), jobs_.get(), tokens_.get()});
-    dashboard_->Register(http_);
-    TRAINCTL_ASSIGN_OR_RETURN(http_address_, http_.Start(options_.http_listen));
-  }
+  if (!options_.http_listen.empty()) TRAINCTL_RETURN_IF_ERROR(ServeHttp());
   std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
   return absl::StrCat(host, ":", port);
+}
+
+absl::Status CoordinatorServer::ServeHttp() {
+  // The dashboard takes tokens (a sign-in form, bearer headers): in clear
+  // text only where nobody else can listen, or when the operator says so.
+  if (!options_.tls_cert_pem.empty()) {
+    if (absl::Status s = http_.EnableTls(options_.tls_cert_pem, options_.tls_key_pem); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--http-listen: ", s.message()));
+    }
+  } else if (!IsLoopbackListen(options_.http_listen) && !options_.insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--http-listen: ", options_.http_listen, " is not a loopback address and no TLS certificate is set: "
+        "the dashboard would take tokens in clear text; serve TLS (--tls-dir) or pass --insecure"));
+  }
+  Dashboard::Deps deps{&loop_, store_.get(), registry_.get(), jobs_.get(), tokens_.get()};
+  deps.refusals = &http_refusals_;
+  deps.secure_cookie = http_.tls();
+  dashboard_ = std::make_unique<Dashboard>(deps);
+  dashboard_->RegisterMetrics(http_, [this] { return MetricsPage(); }, options_.metrics_open);
+  dashboard_->Register(http_);
+  TRAINCTL_ASSIGN_OR_RETURN(http_address_, http_.Start(options_.http_listen));
+  return absl::OkStatus();
 }
 
 absl::Status CoordinatorServer::RecoverOwners() {
@@ -73,6 +87,12 @@ void CoordinatorServer::MakeServices() {
   ServiceContext ctx{&loop_, store_.get(), registry_.get(), jobs_.get(), &hub_};
   ctx.telemetry = telemetry_.get();
   ctx.auth = tokens_.get();
+  live_ = std::make_unique<LiveCalls>(tokens_.get());
+  live_->BindToLoop(&loop_);
+  ctx.live = live_.get();
+  // A revocation ends that token's streams and sessions now, not at the
+  // next periodic sweep.
+  tokens_->OnRevoke([this](const std::string&) { loop_.Post([this] { live_->Sweep(); }); });
   fetches_ = std::make_unique<ArtifactFetches>(registry_.get(), options_.clock, options_.fetch_answer_timeout);
   ctx.fetches = fetches_.get();
   ctx.fetch_chunk_bytes = std::clamp<int32_t>(options_.fetch_chunk_bytes, 1, 1 << 20);
@@ -113,7 +133,7 @@ absl::StatusOr<int> CoordinatorServer::Serve() {
   builder.RegisterService(worker_service_.get());
   {
     std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
-    interceptors.push_back(rpc_stats_.NewInterceptorFactory());
+    interceptors.push_back(rpc_stats_.NewInterceptorFactory(&rpc_refusals_));
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
   builder.RegisterService(auth_service_.get());
@@ -121,6 +141,11 @@ absl::StatusOr<int> CoordinatorServer::Serve() {
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
   // Keepalive: find dead peers on idle streams; accept the workers' pings.
   SetServerKeepalive(builder);
+  // A connection that never finishes its handshake (a scanner, or someone
+  // holding sockets open) is dropped after this, not gRPC's 120 s. gRPC
+  // 1.51 has no per-peer cap on unfinished handshakes (docs/security.md).
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(options_.handshake_timeout)));
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen));
@@ -134,6 +159,15 @@ void CoordinatorServer::StartHousekeeping() {
     jobs_->Tick();
     fetches_->Expire();
     registry_->ForgetGone([this](const std::string& id) { return !jobs_->BusySlots(id).empty(); });
+  });
+  // Tokens also lapse by expiry, which nothing announces: re-check the
+  // open streams and sessions every second.
+  loop_.Every(absl::Seconds(1), [this] {
+    live_->Sweep();
+    // The counts of refusals held back (RefusalLog), once their interval
+    // is over. Thread-safe: they lock themselves.
+    rpc_refusals_.Flush();
+    http_refusals_.Flush();
   });
 }
 

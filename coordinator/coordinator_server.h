@@ -15,7 +15,9 @@
 #include "common/http_server.h"
 #include "coordinator/dashboard.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/live_calls.h"
 #include "coordinator/metrics_hub.h"
+#include "coordinator/refusal_log.h"
 #include "coordinator/rpc_stats.h"
 #include "coordinator/services.h"
 #include "coordinator/store/state_store.h"
@@ -42,8 +44,15 @@ struct CoordinatorOptions {
   // How often leases, hangs and timeouts are checked.
   absl::Duration check_interval = absl::Milliseconds(200);
   // host:port of the HTTP endpoint serving /metrics (Prometheus) and the
-  // web dashboard (coordinator/dashboard.h); empty: none.
+  // web dashboard (coordinator/dashboard.h); empty: none. With TLS (a
+  // certificate below) it serves HTTPS with the same certificate; plain
+  // HTTP only on a loopback address, unless `insecure`.
   std::string http_listen;
+  // /metrics without a token (else it needs viewer or better).
+  bool metrics_open = false;
+  // A connection must finish its TLS and HTTP/2 handshake within this, or
+  // it is closed (gRPC's default holds an idle one 120 s).
+  absl::Duration handshake_timeout = absl::Seconds(5);
   // Largest message accepted or sent, in bytes.
   int max_message_bytes = 16 << 20;
   // The bootstrap admin secret (--admin-token-file). Empty: Start() makes a
@@ -96,6 +105,8 @@ class CoordinatorServer {
   std::string MetricsPage();
   // The bound HTTP "host:port" once started with http_listen; else empty.
   const std::string& http_address() const { return http_address_; }
+  // "https" or "http": how http_address() is served.
+  const char* http_scheme() const { return http_.tls() ? "https" : "http"; }
   WorkerRegistry* registry() { return registry_.get(); }
   TokenAuthority* tokens() { return tokens_.get(); }
   // Creates a token (on the loop) and returns its secret: how embedded use
@@ -114,6 +125,8 @@ class CoordinatorServer {
   absl::StatusOr<int> Serve();
   absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() const;
   void StartHousekeeping();
+  // The dashboard and /metrics on http_listen.
+  absl::Status ServeHttp();
 
   CoordinatorOptions options_;
   std::unique_ptr<StateStore> store_;
@@ -123,6 +136,8 @@ class CoordinatorServer {
   std::unique_ptr<JobManager> jobs_;
   std::unique_ptr<TelemetryLedger> telemetry_;
   std::unique_ptr<TokenAuthority> tokens_;
+  // Streams and sessions to end when their token lapses (loop only).
+  std::unique_ptr<LiveCalls> live_;
   std::unique_ptr<WorkerEnroller> enroller_;
   std::unique_ptr<ArtifactFetches> fetches_;
   std::unique_ptr<JobServiceImpl> job_service_;
@@ -130,6 +145,9 @@ class CoordinatorServer {
   std::unique_ptr<AuthServiceImpl> auth_service_;
   std::unique_ptr<grpc::Server> server_;
   RpcStats rpc_stats_;
+  // Refused calls and sign-ins, logged at most once per client per 10 s.
+  RefusalLog rpc_refusals_{"coordinator", "rpc_refused"};
+  RefusalLog http_refusals_{"coordinator", "http_auth_refused"};
   std::unique_ptr<Dashboard> dashboard_;
   // Declared last: stopped (destroyed) first, before what it reads.
   HttpServer http_;

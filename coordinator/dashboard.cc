@@ -13,6 +13,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "absl/synchronization/notification.h"
+#include "common/http_request.h"
 #include "common/status_macros.h"
 #include "coordinator/services.h"
 #include "coordinator/web_assets.h"
@@ -85,49 +86,51 @@ HttpServer::Reply Asset(const std::string& path) {
   return {200, a->content_type, std::string(a->bytes()), {{"Cache-Control", "no-cache"}}};
 }
 
-// The value of cookie `name` in a Cookie header; "" when absent.
-std::string CookieValue(const std::string& header, absl::string_view name) {
-  for (absl::string_view part : absl::StrSplit(header, ';')) {
-    part = absl::StripAsciiWhitespace(part);
-    if (absl::ConsumePrefix(&part, name) && absl::ConsumePrefix(&part, "=")) return std::string(part);
-  }
-  return "";
-}
-
 // An optional non-negative integer parameter; InvalidArgument naming it.
 absl::StatusOr<std::optional<int64_t>> IntParam(const HttpServer::Request& req, const std::string& name) {
   if (!req.HasParam(name) || req.Param(name).empty()) return std::optional<int64_t>();
-  int64_t v = 0;
-  if (!absl::SimpleAtoi(req.Param(name), &v) || v < 0) {
+  std::optional<int64_t> v = http::ParseNonNegativeInt(req.Param(name));
+  if (!v) {
     return absl::InvalidArgumentError(
         absl::StrCat(name, ": '", req.Param(name).substr(0, 40), "' is not a non-negative integer"));
   }
-  return std::optional<int64_t>(v);
+  return v;
 }
 
 }  // namespace
 
-absl::StatusOr<Principal> Dashboard::Authenticate(const Request& req) const {
+absl::StatusOr<Principal> Dashboard::Authenticate(const Request& req, absl::string_view what) const {
   std::string header = req.Header("Authorization");
   if (header.empty()) {
-    std::string secret = CookieValue(req.Header("Cookie"), kCookie);
+    std::string secret = http::CookieValue(req.Header("Cookie"), kCookie);
     if (!secret.empty()) header = "Bearer " + secret;
   }
-  TRAINCTL_ASSIGN_OR_RETURN(Principal who, deps_.auth->Authenticate(header));
-  TRAINCTL_RETURN_IF_ERROR(
-      TokenAuthority::Authorize(who, "dashboard", {v1::ROLE_ADMIN, v1::ROLE_SUBMITTER, v1::ROLE_VIEWER}));
+  absl::StatusOr<Principal> who = deps_.auth->Authenticate(header);
+  if (who.ok()) {
+    absl::Status allowed =
+        TokenAuthority::Authorize(*who, "dashboard", {v1::ROLE_ADMIN, v1::ROLE_SUBMITTER, v1::ROLE_VIEWER});
+    if (!allowed.ok()) who = allowed;
+  }
+  // A browser that was never signed in is not knocking; a token refused is.
+  if (!who.ok() && !header.empty() && deps_.refusals != nullptr) {
+    deps_.refusals->Note(req.remote_addr, {{"what", std::string(what)},
+                                          {"path", req.path.substr(0, 100)},
+                                          {"reason", std::string(who.status().message()).substr(0, 300)}});
+  }
   return who;
 }
 
 HttpServer::Reply Dashboard::Page(const Request& req) const {
-  if (!Authenticate(req).ok()) return Redirect("/login?next=" + req.path);
+  if (!Authenticate(req, "page").ok()) return Redirect("/login?next=" + http::UrlEncode(req.path));
   return Asset("/index.html");
 }
 
 HttpServer::Reply Dashboard::Login(const Request& req) const {
   Request with_token;
+  with_token.path = req.path;
+  with_token.remote_addr = req.remote_addr;
   with_token.headers.emplace("Authorization", "Bearer " + req.Param("token"));
-  absl::StatusOr<Principal> who = Authenticate(with_token);
+  absl::StatusOr<Principal> who = Authenticate(with_token, "sign-in");
   if (!who.ok()) {
     std::string why;
     for (char c : who.status().message()) {
@@ -139,14 +142,20 @@ HttpServer::Reply Dashboard::Login(const Request& req) const {
             {}};
   }
   // Only a path on this server: never an open redirect.
-  std::string next = req.Param("next");
-  if (next.empty() || next[0] != '/' || absl::StartsWith(next, "//")) next = "/";
-  return Redirect(next, {{"Set-Cookie", absl::StrCat(kCookie, "=", req.Param("token"),
-                                                     "; Path=/; HttpOnly; SameSite=Strict")}});
+  const std::string next = http::SafeRedirectPath(req.Param("next"));
+  // The secret as it authenticated (trimmed): never a CR, LF or ';' into
+  // the header.
+  const std::string secret(absl::StripAsciiWhitespace(req.Param("token")));
+  if (secret.find_first_of(";\r\n\t ,\"\\") != std::string::npos) {
+    return Error(absl::InvalidArgumentError("token: not a token this coordinator issues"));
+  }
+  return Redirect(next, {{"Set-Cookie", absl::StrCat(kCookie, "=", secret,
+                                                     "; Path=/; HttpOnly; SameSite=Strict",
+                                                     deps_.secure_cookie ? "; Secure" : "")}});
 }
 
 HttpServer::Reply Dashboard::Api(const Request& req, std::function<absl::StatusOr<std::string>()> answer) const {
-  if (absl::StatusOr<Principal> who = Authenticate(req); !who.ok()) return Error(who.status());
+  if (absl::StatusOr<Principal> who = Authenticate(req, "api"); !who.ok()) return Error(who.status());
   // The answer is computed on the loop; this thread waits, bounded. What the
   // closure writes outlives a wait that gave up.
   struct Shared {
@@ -224,6 +233,20 @@ absl::StatusOr<std::string> Dashboard::Workers() const {
     *resp.add_workers() = std::move(w);
   }
   return ToJson(resp);
+}
+
+void Dashboard::RegisterMetrics(HttpServer& http, std::function<std::string()> page, bool open) {
+  http.HandleRequest("GET", "/metrics", [this, page = std::move(page), open](const Request& req) {
+    if (!open) {
+      if (absl::StatusOr<Principal> who = Authenticate(req, "metrics"); !who.ok()) {
+        Reply r = Error(who.status());
+        // Prometheus sends the token with `authorization: {credentials_file: ...}`.
+        if (r.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"trainctl\"");
+        return r;
+      }
+    }
+    return Reply{200, "text/plain; version=0.0.4; charset=utf-8", page(), {}};
+  });
 }
 
 void Dashboard::Register(HttpServer& http) {

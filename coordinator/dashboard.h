@@ -11,7 +11,12 @@
 //
 // Every page and endpoint but /login and /static/ needs a token with role
 // admin, submitter or viewer, as the JobService reads do: `Authorization:
-// Bearer SECRET`, or the HttpOnly cookie that the /login form sets. Answers
+// Bearer SECRET`, or the HttpOnly cookie that the /login form sets (Secure
+// over HTTPS). /metrics too, unless it is open (--metrics-open): its job
+// ids, losses and refusal counters are not for anyone who can reach the
+// port. After signing in, the browser goes back only to a path on this
+// server (http::SafeRedirectPath). Refused tokens and sign-ins are logged,
+// bounded per client address (RefusalLog). Answers
 // reuse the services' code (JobManager, StateStore, GetMetricsPage) on the
 // control-plane loop; an HTTP thread waits for it at most 5 s (503 then).
 //
@@ -26,6 +31,7 @@
 #include "common/event_loop.h"
 #include "common/http_server.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/refusal_log.h"
 #include "coordinator/store/state_store.h"
 #include "coordinator/token_authority.h"
 #include "coordinator/worker_registry.h"
@@ -43,19 +49,27 @@ class Dashboard {
     WorkerRegistry* registry;
     JobManager* jobs;
     TokenAuthority* auth;
+    // Where refused tokens and sign-ins are logged; nullptr: not logged.
+    RefusalLog* refusals = nullptr;
+    // HTTPS: the sign-in cookie gets the Secure attribute.
+    bool secure_cookie = false;
   };
   explicit Dashboard(Deps deps) : deps_(deps) {}
 
   // Registers every page and endpoint on `http` (before it starts).
   void Register(HttpServer& http);
+  // Registers GET /metrics answering `page()`: needs a viewer token (or
+  // better) unless `open`.
+  void RegisterMetrics(HttpServer& http, std::function<std::string()> page, bool open);
 
  private:
   using Reply = HttpServer::Reply;
   using Request = HttpServer::Request;
 
   // The caller, from the Authorization header or the cookie; Unauthenticated
-  // or PermissionDenied (with the reason) otherwise.
-  absl::StatusOr<Principal> Authenticate(const Request& req) const;
+  // or PermissionDenied (with the reason) otherwise, noted in the refusal
+  // log as refused `what` when a token was sent.
+  absl::StatusOr<Principal> Authenticate(const Request& req, absl::string_view what = "request") const;
   // A page: the app, or a redirect to /login when not signed in.
   Reply Page(const Request& req) const;
   Reply Login(const Request& req) const;

@@ -43,6 +43,17 @@ class QueuedWriter : public grpc::ServerWriteReactor<T> {
     MaybeWriteLocked();
   }
 
+  // Drops what is queued and finishes with `status` as soon as no write is
+  // in flight: nothing more goes to a caller whose token lapsed.
+  void FinishNow(grpc::Status status) {
+    absl::MutexLock lock(&mu_);
+    if (finished_) return;
+    queue_.clear();
+    done_writing_ = true;
+    final_status_ = std::move(status);
+    MaybeWriteLocked();
+  }
+
   // Sends what is queued, then finishes with `status`.
   void FinishAfterQueue(grpc::Status status) {
     absl::MutexLock lock(&mu_);
@@ -114,6 +125,15 @@ class QueuedWriter : public grpc::ServerWriteReactor<T> {
   int64_t skipped_ ABSL_GUARDED_BY(mu_) = 0;
 };
 
+// Tracks stream `reactor` of `who` in ctx.live (when set): a lapsed token
+// finishes it at once, dropping what is queued. Returns the id to Remove
+// (0 when untracked). Loop only.
+template <typename Reactor>
+LiveCalls::Id TrackCall(const ServiceContext& ctx, const Principal& who, Reactor* reactor) {
+  if (ctx.live == nullptr) return 0;
+  return ctx.live->Add(who, [reactor](const absl::Status& why) { reactor->FinishNow(ToGrpcStatus(why)); });
+}
+
 class WatchReactor final : public QueuedWriter<v1::JobUpdate>, public JobSubscriber {
  public:
   WatchReactor(ServiceContext ctx, std::string job_id)
@@ -129,11 +149,14 @@ class WatchReactor final : public QueuedWriter<v1::JobUpdate>, public JobSubscri
     FinishAfterQueue(grpc::Status::OK);
   }
   void set_subscribed() { subscribed_ = true; }
+  // Ends the stream when `who`'s token lapses (loop).
+  void Track(const Principal& who) { live_ = TrackCall(ctx_, who, this); }
 
   void OnDone() override {
     // Unsubscribe on the loop (where Offer is called), then free.
     ctx_.loop->Post([this] {
       if (subscribed_) ctx_.hub->Unsubscribe(job_id_, this);
+      if (live_ != 0) ctx_.live->Remove(live_);
       delete this;
     });
   }
@@ -147,6 +170,7 @@ class WatchReactor final : public QueuedWriter<v1::JobUpdate>, public JobSubscri
   ServiceContext ctx_;
   std::string job_id_;
   bool subscribed_ = false;  // Loop only.
+  LiveCalls::Id live_ = 0;   // Loop only; 0: untracked.
 };
 
 class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscriber {
@@ -171,9 +195,12 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
     attempt_ = attempt;
     subscribed_ = subscribe;
   }
+  // Ends the stream when `who`'s token lapses (loop).
+  void Track(const Principal& who) { live_ = TrackCall(ctx_, who, this); }
   void OnDone() override {
     ctx_.loop->Post([this] {
       if (subscribed_) ctx_.hub->UnsubscribeLogs(req_.job_id(), this);
+      if (live_ != 0) ctx_.live->Remove(live_);
       delete this;
     });
   }
@@ -183,6 +210,7 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
   v1::GetLogsRequest req_;
   int32_t attempt_ = 0;
   bool subscribed_ = false;
+  LiveCalls::Id live_ = 0;  // Loop only; 0: untracked.
 };
 
 // A server stream about one job (WatchJob, GetLogs): authenticates `call`
@@ -197,7 +225,11 @@ Reactor* OpenJobStream(const ServiceContext& c, grpc::CallbackServerContext* ctx
     reactor->FinishAfterQueue(ToGrpcStatus(who.status()));
     return reactor;
   }
-  c.loop->Post([jobs = c.jobs, reactor, job_id = std::move(job_id), start = std::move(start)] {
+  c.loop->Post([jobs = c.jobs, reactor, who = *std::move(who), job_id = std::move(job_id),
+                start = std::move(start)] {
+    // Tracked before anything is sent: a stream of a token revoked from
+    // here on ends (OnDone untracks it, on the loop, after this closure).
+    reactor->Track(who);
     absl::StatusOr<v1::Job> job = jobs->Get(job_id);
     if (!job.ok()) {
       reactor->FinishAfterQueue(ToGrpcStatus(job.status()));

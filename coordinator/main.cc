@@ -8,6 +8,7 @@
 #include <iostream>
 #include <thread>
 
+#include "absl/strings/str_cat.h"
 #include "absl/flags/flag.h"
 #include "common/daemon_flags.h"
 #include "common/stop_signals.h"
@@ -47,7 +48,11 @@ ABSL_FLAG(int, max_message_mb, 16, "largest gRPC message accepted or sent");
 ABSL_FLAG(std::string, log_level, "info", "service log lines below this level are dropped: debug, info, warn, error");
 ABSL_FLAG(std::string, http_listen, "",
           "HOST:PORT of an HTTP endpoint serving /metrics in Prometheus' text format and the web "
-          "dashboard at / (port 0: a free one); empty (default): off");
+          "dashboard at / (port 0: a free one); HTTPS with the coordinator's certificate when TLS is "
+          "set, else plain HTTP on a loopback address only (or with --insecure); empty (default): off");
+ABSL_FLAG(bool, metrics_open, false,
+          "serve /metrics without a token (default: it needs a viewer token or better, sent as "
+          "`Authorization: Bearer`; Prometheus: authorization: {credentials_file: FILE})");
 
 ABSL_FLAG(std::string, admin_token_file, "",
           "file holding the bootstrap admin token (created with mode 0600 when absent); "
@@ -63,7 +68,8 @@ ABSL_FLAG(std::string, tls_ca_key, "",
           "--join-token); default: --tls-dir's ca.key when present; without it Join is refused");
 ABSL_FLAG(int, worker_cert_days, 365, "how long a joined worker's certificate is valid, in days");
 ABSL_FLAG(bool, insecure, false,
-          "allow plaintext on a non-loopback --listen (tokens then cross the network in clear)");
+          "allow plaintext on a non-loopback --listen or --http-listen (tokens then cross the network "
+          "in clear)");
 ABSL_FLAG(std::string, dir, "", "init: the directory to write the CA, certificates and tokens to");
 ABSL_FLAG(std::vector<std::string>, san, {},
           "init, worker-cert: extra names or IP addresses for the certificate (comma-separated)");
@@ -321,6 +327,7 @@ absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
   o.store.max_log_lines_per_rank = absl::GetFlag(FLAGS_log_lines_per_rank);
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
   o.http_listen = absl::GetFlag(FLAGS_http_listen);
+  o.metrics_open = absl::GetFlag(FLAGS_metrics_open);
   return absl::OkStatus();
 }
 
@@ -351,11 +358,18 @@ void Announce(const trainctl::coordinator::CoordinatorServer& server,
               const trainctl::coordinator::CoordinatorOptions& o, const std::string& addr,
               const std::string& admin_file, bool created) {
   std::cout << "trainctl-coordinator listening on " << addr << std::endl;
+  const std::string http =
+      server.http_address().empty() ? "" : absl::StrCat(server.http_scheme(), "://", server.http_address());
   trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "listening",
-                     {{"address", addr}, {"db", o.db_path}, {"metrics", server.http_address().empty() ? "off" : "http://" + server.http_address() + "/metrics"}});
-  if (!server.http_address().empty()) {
-    std::cout << "trainctl-coordinator: metrics on http://" << server.http_address() << "/metrics" << std::endl;
-    std::cout << "trainctl-coordinator: dashboard on http://" << server.http_address() << "/" << std::endl;
+                     {{"address", addr}, {"db", o.db_path}, {"metrics", http.empty() ? "off" : http + "/metrics"}});
+  if (!http.empty()) {
+    std::cout << "trainctl-coordinator: metrics on " << http << "/metrics"
+              << (o.metrics_open ? " (open: no token needed)" : " (needs a viewer token)") << std::endl;
+    std::cout << "trainctl-coordinator: dashboard on " << http << "/" << std::endl;
+  }
+  if (!http.empty() && std::string(server.http_scheme()) == "http" && !trainctl::coordinator::IsLoopbackListen(o.http_listen)) {
+    std::cerr << "trainctl-coordinator: WARNING: --insecure: the dashboard on " << http
+              << " takes tokens in clear text (docs/security.md)" << std::endl;
   }
   if (o.tls_cert_pem.empty() && !trainctl::coordinator::IsLoopbackListen(o.listen)) {
     std::cerr << "trainctl-coordinator: WARNING: --insecure: serving plaintext on " << addr

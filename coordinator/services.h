@@ -24,6 +24,7 @@
 #include "common/event_loop.h"
 #include "coordinator/artifact_fetches.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/live_calls.h"
 #include "coordinator/metrics_hub.h"
 #include "coordinator/store/state_store.h"
 #include "coordinator/telemetry_ledger.h"
@@ -57,6 +58,9 @@ struct ServiceContext {
   WorkerEnroller* enroller = nullptr;
   // Fetches in flight (FetchArtifact); nullptr: refused.
   ArtifactFetches* fetches = nullptr;
+  // Streams and sessions open under a token, ended when it lapses;
+  // nullptr: not tracked (they end only when they finish).
+  LiveCalls* live = nullptr;
   // Bytes a fetch asks a worker for at a time (<= 1 MiB).
   int32_t fetch_chunk_bytes = 1 << 20;
 };

@@ -13,6 +13,22 @@
 #include "common/time_util.h"
 
 namespace trainctl::coordinator {
+namespace {
+
+// Why token `t` no longer authenticates anyone at `now` (revoked or
+// expired); OK while it does.
+absl::Status Lapsed(const v1::Token& t, absl::Time now) {
+  if (t.revoked()) {
+    return absl::UnauthenticatedError(absl::StrCat("token '", t.id(), "' (", t.name(), ") was revoked"));
+  }
+  if (t.has_expire_time() && now >= FromTimestamp(t.expire_time())) {
+    return absl::UnauthenticatedError(absl::StrCat("token '", t.id(), "' (", t.name(), ") expired at ",
+                                                   absl::FormatTime(FromTimestamp(t.expire_time()))));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
 
 std::string RoleName(v1::Role role) {
   switch (role) {
@@ -70,18 +86,26 @@ absl::StatusOr<Principal> TokenAuthority::Authenticate(absl::string_view authori
     return absl::UnauthenticatedError("unknown token (never issued by this coordinator, or mistyped)");
   }
   const v1::Token& t = it->second.token;
-  if (t.revoked()) {
-    return absl::UnauthenticatedError(absl::StrCat("token '", t.id(), "' (", t.name(), ") was revoked"));
-  }
-  if (t.has_expire_time() && clock_->Now() >= FromTimestamp(t.expire_time())) {
-    return absl::UnauthenticatedError(absl::StrCat("token '", t.id(), "' (", t.name(), ") expired at ",
-                                                   absl::FormatTime(FromTimestamp(t.expire_time()))));
-  }
+  TRAINCTL_RETURN_IF_ERROR(Lapsed(t, clock_->Now()));
   if (t.one_time() && t.used()) {
     return absl::UnauthenticatedError(
         absl::StrCat("one-time token '", t.id(), "' (", t.name(), ") was already used"));
   }
   return Principal{t.id(), t.name(), t.role()};
+}
+
+absl::Status TokenAuthority::StillValid(const Principal& who) const {
+  if (absl::StartsWith(who.token_id, "cert:")) return absl::OkStatus();
+  absl::MutexLock lock(&mu_);
+  if (who.token_id == kBootstrapAdminId) {
+    if (!admin_hash_.empty()) return absl::OkStatus();
+    return absl::UnauthenticatedError("the bootstrap admin token was disabled");
+  }
+  auto it = tokens_.find(who.token_id);
+  if (it == tokens_.end()) {
+    return absl::UnauthenticatedError(absl::StrCat("token '", who.token_id, "' is no longer known"));
+  }
+  return Lapsed(it->second.token, clock_->Now());
 }
 
 absl::Status TokenAuthority::Authorize(const Principal& who, absl::string_view call,
@@ -160,21 +184,26 @@ std::vector<v1::Token> TokenAuthority::List(bool include_revoked) const {
 }
 
 absl::StatusOr<v1::Token> TokenAuthority::Revoke(const std::string& id) {
-  absl::MutexLock lock(&mu_);
-  auto it = tokens_.find(id);
-  if (it == tokens_.end()) {
-    if (id == kBootstrapAdminId) {
-      return absl::InvalidArgumentError(
-          "id: the bootstrap admin token lives in --admin-token-file; replace that file and restart");
+  v1::Token t;
+  {
+    absl::MutexLock lock(&mu_);
+    auto it = tokens_.find(id);
+    if (it == tokens_.end()) {
+      if (id == kBootstrapAdminId) {
+        return absl::InvalidArgumentError(
+            "id: the bootstrap admin token lives in --admin-token-file; replace that file and restart");
+      }
+      return absl::NotFoundError(absl::StrCat("token '", id, "' not found"));
     }
-    return absl::NotFoundError(absl::StrCat("token '", id, "' not found"));
+    if (it->second.token.revoked()) return it->second.token;
+    t = it->second.token;
+    t.set_revoked(true);
+    SetTimestamp(clock_->Now(), t.mutable_revoke_time());
+    TRAINCTL_RETURN_IF_ERROR(store_->PutToken(t, it->second.secret_hash));
+    it->second.token = t;
   }
-  if (it->second.token.revoked()) return it->second.token;
-  v1::Token t = it->second.token;
-  t.set_revoked(true);
-  SetTimestamp(clock_->Now(), t.mutable_revoke_time());
-  TRAINCTL_RETURN_IF_ERROR(store_->PutToken(t, it->second.secret_hash));
-  it->second.token = t;
+  // Outside the lock: the listener may ask StillValid right away.
+  if (on_revoke_) on_revoke_(id);
   return t;
 }
 

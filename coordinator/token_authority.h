@@ -13,6 +13,7 @@
 // under it (the store never calls back), so memory follows the disk.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
 
@@ -66,6 +67,17 @@ class TokenAuthority {
   static absl::Status Authorize(const Principal& who, absl::string_view call,
                                 std::initializer_list<v1::Role> roles);
 
+  // Whether the token `who` was authenticated with still holds: OK, or
+  // Unauthenticated (revoked, expired, no longer known) saying which. What a
+  // long call (a stream, a worker's session) re-checks while it lasts
+  // (LiveCalls). The bootstrap admin and certificate workers ("cert:" ids,
+  // not tokens) are OK here: neither is revoked through this authority.
+  absl::Status StillValid(const Principal& who) const;
+  // Calls `fn(token_id)` after each revocation (from the revoking thread,
+  // outside the lock), so that live calls of that token end at once rather
+  // than at their next periodic check. Set before the first Revoke.
+  void OnRevoke(std::function<void(const std::string& token_id)> fn) { on_revoke_ = std::move(fn); }
+
   // Admin calls. InvalidArgument for a bad name, role or ttl. Join tokens
   // are made one-time, with kDefaultJoinTtl when ttl is zero.
   absl::StatusOr<v1::CreateTokenResponse> Create(const v1::CreateTokenRequest& req,
@@ -96,6 +108,8 @@ class TokenAuthority {
   absl::flat_hash_map<std::string, std::string> bindings_ ABSL_GUARDED_BY(mu_);
   // SHA-256 hex of the bootstrap admin secret; "" when none.
   std::string admin_hash_ ABSL_GUARDED_BY(mu_);
+  // Set once before serving (OnRevoke); read after each Revoke.
+  std::function<void(const std::string&)> on_revoke_;
 };
 
 }  // namespace trainctl::coordinator

@@ -48,6 +48,13 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
         who_(std::move(who)),
         cert_id_(std::move(cert_id)),
         cert_sans_(std::move(cert_sans)) {
+    // Posted before any read completes, so it runs before every Handle and
+    // before OnDone's closure (which untracks).
+    if (ctx_.live != nullptr) {
+      ctx_.loop->Post([this] {
+        live_ = ctx_.live->Add(who_, [this](const absl::Status& why) { Revoked(why); });
+      });
+    }
     StartRead(&in_);
   }
 
@@ -106,6 +113,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
 
   void OnDone() override {
     ctx_.loop->Post([this] {
+      if (live_ != 0) ctx_.live->Remove(live_);
       Ended(false);
       // Nothing queued may outlive the session it answers to.
       if (ctx_.batcher != nullptr) ctx_.batcher->Drain();
@@ -126,9 +134,25 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
            (msg.has_metrics() || msg.has_logs());
   }
 
+  // The token this session opened with was revoked or expired (loop): the
+  // worker is disconnected, nothing more it sends is applied, and its
+  // reconnects are refused (the token no longer authenticates), so the
+  // registry declares it LOST after the disconnect grace and its ranks are
+  // rescheduled.
+  void Revoked(const absl::Status& why) {
+    assert(ctx_.loop->InLoop());
+    live_ = 0;
+    revoked_ = true;
+    LogEvent(LogLevel::kWarn, "coordinator", "worker_session_revoked",
+             {{"worker_id", worker_id_.empty() ? "(unregistered)" : worker_id_}, {"peer", peer_},
+              {"reason", std::string(why.message())}});
+    Close(why);
+  }
+
   // Loop only.
   void Handle(const v1::WorkerMessage& msg) {
     assert(ctx_.loop->InLoop());
+    if (revoked_) return;
     // Everything but a heartbeat and a queued report waits for what is
     // queued: a worker's messages are applied in the order it sent them, and
     // a RegisterAck's applied seq covers what was queued.
@@ -401,6 +425,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   bool ended_ = false;
   // A sequenced message failed to apply; later ones wait for the resend.
   bool telemetry_failed_ = false;
+  // Tracked in ctx_.live while open (0: not, or already ended by it).
+  LiveCalls::Id live_ = 0;
+  // Its token lapsed (Revoked): what it still sends is dropped.
+  bool revoked_ = false;
 };
 
 }  // namespace

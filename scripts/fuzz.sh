@@ -17,7 +17,7 @@ seconds=${1:-60}
 shift || true
 build=${FUZZ_BUILD:-build-fuzz}
 jobs=${JOBS:-2}
-all=(fuzz_job_yaml fuzz_set_override fuzz_job_spec_proto fuzz_rank_protocol fuzz_idx fuzz_csv)
+all=(fuzz_job_yaml fuzz_set_override fuzz_job_spec_proto fuzz_rank_protocol fuzz_idx fuzz_csv fuzz_http_request)
 targets=("$@")
 [ ${#targets[@]} -gt 0 ] || targets=("${all[@]}")
 

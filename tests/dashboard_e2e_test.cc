@@ -267,6 +267,14 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
   ASSERT_TRUE(browser.Open(absl::StrCat("http://", addr, "/login?next=/jobs/", id)));
   ASSERT_TRUE(browser.WaitTrue("document.readyState === 'complete' && !!document.getElementById('token')",
                                absl::Seconds(30)));
+  // Every page from here on records what its Content-Security-Policy
+  // blocked: the dashboard must work under it with nothing blocked.
+  browser.Call("Page.enable");
+  browser.Call("Page.addScriptToEvaluateOnNewDocument",
+               "{\"source\":\"window.__csp = []; document.addEventListener('securitypolicyviolation', "
+               "e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));\"}");
+  EXPECT_EQ(browser.String("document.getElementById('next').value"), absl::StrCat("/jobs/", id))
+      << "login.js fills in where to return";
   browser.Eval(absl::StrCat("document.getElementById('token').value = '", viewer,
                             "'; document.getElementById('login').submit(); true"));
   ASSERT_TRUE(browser.WaitTrue(absl::StrCat("location.pathname === '/jobs/", id,
@@ -309,6 +317,7 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
   EXPECT_TRUE(browser.Eval("performance.getEntriesByType('resource').every(e => e.name.startsWith(location.origin))")
                   .bool_value());
   EXPECT_EQ(browser.String("Chart.version"), "3.9.1");
+  EXPECT_EQ(browser.String("JSON.stringify(window.__csp)"), "[]") << "the CSP blocked part of the page";
 
   if (const char* shot = std::getenv("TRAINCTL_DASHBOARD_SCREENSHOT"); shot != nullptr && *shot != '\0') {
     browser.Call("Emulation.setDeviceMetricsOverride",
@@ -332,6 +341,7 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
                                "tr.textContent.includes('0/2'))",
                                absl::Seconds(15)))
       << browser.String("document.body.innerText");
+  EXPECT_EQ(browser.String("JSON.stringify(window.__csp)"), "[]") << "the CSP blocked part of the page";
 }
 
 }  // namespace

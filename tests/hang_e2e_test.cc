@@ -64,7 +64,8 @@ class HangE2ETest : public ::testing::Test {
     a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
     std::string body;
     if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
-      const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\n\r\n";
+      const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
+                              cluster_->admin_token() + "\r\n\r\n";
       if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
         char buf[8192];
         for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, static_cast<size_t>(n));

@@ -102,12 +102,25 @@ TEST(PrometheusE2ETest, RealPrometheusScrapesTheRunningJobsSamplesPerSecond) {
 
   const std::string dir = cluster.dir() + "/prometheus";
   std::filesystem::create_directories(dir + "/data");
+  // The coordinator's /metrics needs a viewer token: Prometheus sends it
+  // from a file (docs/observability.md), as an operator would set it up.
+  const std::string viewer = cluster.CreateToken(v1::ROLE_VIEWER, "prometheus");
+  ASSERT_FALSE(viewer.empty());
   {
+    std::ofstream(dir + "/viewer.token") << viewer << "\n";
     std::ofstream cfg(dir + "/prometheus.yml");
     cfg << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         << "scrape_configs:\n"
         << "  - job_name: trainctl-coordinator\n    static_configs: [{targets: ['" << coord << "']}]\n"
+        << "    authorization: {credentials_file: " << dir << "/viewer.token}\n"
         << "  - job_name: trainctl-worker\n    static_configs: [{targets: ['" << worker << "']}]\n";
+  }
+  {
+    // Without it: refused.
+    httplib::Client anonymous(coord);
+    auto r = anonymous.Get("/metrics");
+    ASSERT_TRUE(r);
+    EXPECT_EQ(r->status, 401);
   }
   const int port = FreePort();
   ASSERT_GT(port, 0);

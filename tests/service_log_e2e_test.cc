@@ -103,13 +103,16 @@ TEST(ServiceLogE2ETest, CoordinatorAndWorkerLogRegistrationTransitionsAndRefusal
       << cluster.worker("w0")->ReadLog();
   EXPECT_THAT(cluster.worker("w0")->ReadLog(), HasSubstr("INFO worker rank_started job_id=" + id + " attempt=1 rank=0"));
 
-  // A refused request: its method, code and reason.
+  // A refused request: the client's address, how many refusals the line
+  // stands for, its method, code and reason (at once, or, after another
+  // refusal from this address in the last 10 s, with the count then).
   grpc::ClientContext ctx;
   v1::GetJobRequest req;
   req.set_job_id("no-such-job");
   v1::Job ignored;
   EXPECT_EQ(cluster.jobs()->GetJob(&ctx, req, &ignored).error_code(), grpc::StatusCode::NOT_FOUND);
-  EXPECT_TRUE(WaitLog(coord, "INFO coordinator rpc_refused method=GetJob code=NOT_FOUND reason=")) << coord->ReadLog();
+  EXPECT_TRUE(WaitLog(coord, "method=GetJob code=NOT_FOUND reason=", 1, absl::Seconds(20))) << coord->ReadLog();
+  EXPECT_THAT(coord->ReadLog(), HasSubstr("INFO coordinator rpc_refused peer=127.0.0.1 count="));
 
   // The worker goes away: the coordinator says why.
   cluster.KillWorker("w0", SIGTERM);

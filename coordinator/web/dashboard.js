@@ -48,8 +48,16 @@ function progressCell(p) {
   if (!p || !num(p.epochs)) return '<span class="muted">–</span>';
   const spe = num(p.steps_per_epoch);
   const frac = Math.min(1, (num(p.epoch) + (spe ? num(p.step) / spe : 0)) / num(p.epochs));
-  return `<span class="bar"><span style="width:${(frac * 100).toFixed(1)}%"></span></span> ` +
+  // The width is set by sizeBars (CSSOM): the page's CSP allows no style attributes.
+  return `<span class="bar"><span data-frac="${frac.toFixed(4)}"></span></span> ` +
          `epoch ${num(p.epoch) + 1}/${num(p.epochs)}` + (spe ? `, step ${num(p.step)}/${spe}` : '');
+}
+
+// Sizes the progress bars under `root` from their data-frac.
+function sizeBars(root) {
+  root.querySelectorAll('.bar > span[data-frac]').forEach(el => {
+    el.style.width = (Number(el.dataset.frac) * 100).toFixed(1) + '%';
+  });
 }
 
 // A polled table: `url`'s `key` list, one row each (or `empty`).
@@ -58,8 +66,10 @@ function tableView(main, title, id, headers, url, key, row, empty) {
     '</tr></thead><tbody></tbody></table>';
   poll(async () => {
     const r = await getJson(url);
-    document.querySelector(`#${id} tbody`).innerHTML =
+    const body = document.querySelector(`#${id} tbody`);
+    body.innerHTML =
       (r[key] || []).map(row).join('') || `<tr><td colspan="${headers.length}" class="muted">${empty}</td></tr>`;
+    sizeBars(body);
   });
 }
 
@@ -198,6 +208,7 @@ function jobView(main, id) {
     reason.textContent = j.state_reason || '';
     reason.parentElement.hidden = !j.state_reason;
     document.getElementById('job-progress').innerHTML = progressCell(p);
+    sizeBars(document.getElementById('job-progress'));
     document.getElementById('job-rate').textContent = p.samples_per_sec ? `${fmtRate(p.samples_per_sec)} samples/s` : '';
     document.getElementById('job-eta').textContent = num(p.eta_seconds) > 0 && !TERMINAL.has(s) ? `ETA ${Math.round(num(p.eta_seconds))} s` : '';
     document.getElementById('job-owner').textContent = j.owner ? `owner ${j.owner}` : '';
