@@ -1,6 +1,8 @@
 #include "common/subprocess.h"
 
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/syscall.h>
@@ -33,6 +35,21 @@ std::vector<std::string> ChildEnv(const SpawnOptions& o) {
       if (!overridden) env.push_back(std::move(kv));
     }
   }
+  if (o.run_as.has_value()) {
+    // As login(1) and su(1) set them: a program that writes under $HOME
+    // must not aim at the spawning user's home.
+    const std::pair<std::string, std::string> identity[] = {
+        {"HOME", o.run_as->home}, {"USER", o.run_as->name}, {"LOGNAME", o.run_as->name}};
+    for (const auto& [name, value] : identity) {
+      bool named = false;
+      for (const std::string& v : o.env) named |= EnvName(v) == name;
+      if (named) continue;
+      const std::string& n = name;
+      env.erase(std::remove_if(env.begin(), env.end(), [&n](const std::string& kv) { return EnvName(kv) == n; }),
+                env.end());
+      env.push_back(absl::StrCat(name, "=", value));
+    }
+  }
   env.insert(env.end(), o.env.begin(), o.env.end());
   return env;
 }
@@ -50,8 +67,18 @@ struct ChildPlan {
   std::vector<std::string> args, env;
   std::vector<char*> argv, envp;
   std::string error_message;
+  std::string run_as_error;
   pid_t parent = -1;
 };
+
+// Takes on the identity of `u`, groups first (setgid and setgroups need the
+// privilege setuid gives up). Raw system calls: they change this thread's
+// credentials only, and after fork this thread is the whole process;
+// glibc's wrappers would try to reach threads the child does not have.
+bool SwitchUser(const RunAs& u) {
+  return syscall(SYS_setgroups, u.groups.size(), u.groups.data()) == 0 &&
+         syscall(SYS_setresgid, u.gid, u.gid, u.gid) == 0 && syscall(SYS_setresuid, u.uid, u.uid, u.uid) == 0;
+}
 
 // In the child, after fork: only async-signal-safe calls from here on.
 [[noreturn]] void RunChild(const SpawnOptions& o, ChildPlan& plan) {
@@ -59,10 +86,6 @@ struct ChildPlan {
     setsid();
   } else if (o.new_process_group) {
     setpgid(0, 0);
-  }
-  if (o.parent_death_signal != 0) {
-    prctl(PR_SET_PDEATHSIG, o.parent_death_signal);
-    if (getppid() != plan.parent) _exit(126);  // The parent died before prctl.
   }
   // Copy every source above the targets first, so that one dup2 cannot
   // clobber the source of another (and dup2 onto itself would keep
@@ -96,6 +119,16 @@ struct ChildPlan {
     }
     syscall(SYS_close_range, static_cast<unsigned>(top + 1), ~0U, 0U);
   }
+  // After the fds (so the message reaches the child's fd 2), before the
+  // parent-death signal: a change of credentials clears it.
+  if (o.run_as.has_value() && !SwitchUser(*o.run_as)) {
+    (void)!write(2, plan.run_as_error.data(), plan.run_as_error.size());
+    _exit(124);
+  }
+  if (o.parent_death_signal != 0) {
+    prctl(PR_SET_PDEATHSIG, o.parent_death_signal);
+    if (getppid() != plan.parent) _exit(126);  // The parent died before prctl.
+  }
   signal(SIGPIPE, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
@@ -107,6 +140,35 @@ struct ChildPlan {
 }
 
 }  // namespace
+
+absl::StatusOr<RunAs> LookupUser(const std::string& user) {
+  if (user.empty()) return absl::InvalidArgumentError("user: empty name");
+  long size_hint = sysconf(_SC_GETPW_R_SIZE_MAX);
+  std::vector<char> buf(size_hint > 0 ? static_cast<size_t>(size_hint) : 16384);
+  passwd pw{};
+  passwd* found = nullptr;
+  int err;
+  while ((err = getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found)) == ERANGE && buf.size() < (1u << 22)) {
+    buf.resize(buf.size() * 2);
+  }
+  if (err != 0) return absl::InternalError(absl::StrCat("user ", user, ": cannot read the passwd database: ", std::strerror(err)));
+  if (found == nullptr) return absl::NotFoundError(absl::StrCat("user ", user, ": no such user on this host"));
+  RunAs u;
+  u.name = pw.pw_name;
+  u.home = pw.pw_dir != nullptr ? pw.pw_dir : "/";
+  u.uid = pw.pw_uid;
+  u.gid = pw.pw_gid;
+  int n = 32;
+  std::vector<gid_t> groups(static_cast<size_t>(n));
+  while (getgrouplist(u.name.c_str(), u.gid, groups.data(), &n) < 0) {
+    if (n <= static_cast<int>(groups.size())) n = static_cast<int>(groups.size()) * 2;  // glibc sets n; others may not
+    if (n > (1 << 16)) return absl::InternalError(absl::StrCat("user ", user, ": too many groups"));
+    groups.resize(static_cast<size_t>(n));
+  }
+  groups.resize(static_cast<size_t>(n));
+  u.groups = std::move(groups);
+  return u;
+}
 
 std::string ExitStatus::ToString() const {
   if (exited()) return absl::StrCat("exit code ", code);
@@ -136,6 +198,9 @@ absl::StatusOr<Subprocess> Subprocess::Spawn(const SpawnOptions& o) {
   plan.envp = Pointers(plan.env);
   plan.error_message = o.exec_error_message.empty() ? absl::StrCat(o.argv[0], ": cannot execute\n")
                                                     : o.exec_error_message;
+  if (o.run_as.has_value()) {
+    plan.run_as_error = absl::StrCat(o.argv[0], ": cannot run as user ", o.run_as->name, "\n");
+  }
   plan.parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return absl::ResourceExhaustedError(absl::StrCat("fork failed: ", std::strerror(errno)));

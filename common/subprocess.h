@@ -1,7 +1,8 @@
 // Starting and ending child processes: the one fork/exec in trainctl.
 //
 // Spawn() starts a program with the file descriptors, environment, working
-// directory, process group and parent-death signal the caller asks for, and
+// directory, process group, user and parent-death signal the caller asks
+// for, and
 // returns a Subprocess that reaps it (blocking or not, with the exit code or
 // signal decoded) and can end its whole process group (SIGTERM, a grace
 // period, SIGKILL). Callers: the worker daemon's rank supervisor, the test
@@ -57,6 +58,24 @@ struct ChildFd {
   int parent_fd = -1;
 };
 
+// A Unix user a child runs as (SpawnOptions::run_as): everything the switch
+// needs, resolved before any fork (LookupUser), so that the child makes
+// only system calls.
+struct RunAs {
+  // The user's name (for USER and LOGNAME) and home directory (HOME).
+  std::string name;
+  std::string home;
+  uid_t uid = 0;
+  gid_t gid = 0;
+  // Every group the user is in (its primary group included), as
+  // initgroups(3) would set them.
+  std::vector<gid_t> groups;
+};
+
+// `user` from the passwd database (getpwnam_r) with its groups
+// (getgrouplist). NotFound naming the user when there is none.
+absl::StatusOr<RunAs> LookupUser(const std::string& user);
+
 struct SpawnOptions {
   // argv[0] is the path executed (no PATH search) and the child's argv[0].
   std::vector<std::string> argv;
@@ -82,6 +101,13 @@ struct SpawnOptions {
   // spawning thread that exits before the child's prctl is not caught:
   // spawn from a long-lived thread).
   int parent_death_signal = 0;
+  // Run the child as this user: its supplementary groups, then real,
+  // effective and saved gid and uid, set in the child before exec (needs
+  // root, or CAP_SETUID and CAP_SETGID). Its HOME, USER and LOGNAME become
+  // the user's unless `env` names them. When the switch fails the child
+  // writes "<argv[0]>: cannot run as user NAME" to (its) fd 2 and exits
+  // 124, before it changes directory or executes anything.
+  std::optional<RunAs> run_as;
   // Written to the child's fd 2 when exec fails (then it exits 127);
   // "" means "<argv[0]>: cannot execute\n".
   std::string exec_error_message;

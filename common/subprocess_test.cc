@@ -6,10 +6,12 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <fstream>
 #include <iterator>
+#include <optional>
 #include <sstream>
 #include <thread>
 #include <tuple>
@@ -336,6 +338,104 @@ TEST(SubprocessTest, MoveKeepsOneOwner) {
   Subprocess b;
   b = std::move(a);
   EXPECT_EQ(b.Wait().code, 4);
+}
+
+TEST(SubprocessTest, LookupUserReadsThePasswdDatabase) {
+  absl::StatusOr<RunAs> nobody = LookupUser("nobody");
+  ASSERT_TRUE(nobody.ok()) << nobody.status();
+  EXPECT_EQ(nobody->name, "nobody");
+  EXPECT_NE(nobody->uid, 0u);
+  EXPECT_FALSE(nobody->home.empty());
+  // Its primary group is among its groups, as initgroups would set them.
+  EXPECT_NE(std::find(nobody->groups.begin(), nobody->groups.end(), nobody->gid), nobody->groups.end());
+  absl::StatusOr<RunAs> stranger = LookupUser("no-such-user-trainctl");
+  EXPECT_EQ(stranger.status().code(), absl::StatusCode::kNotFound);
+  EXPECT_NE(stranger.status().message().find("no-such-user-trainctl"), std::string::npos) << stranger.status();
+  EXPECT_EQ(LookupUser("").status().code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST(SubprocessTest, RunAsSwitchesUidGidGroupsAndIdentityVariables) {
+  if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  absl::StatusOr<RunAs> nobody = LookupUser("nobody");
+  ASSERT_TRUE(nobody.ok()) << nobody.status();
+  SpawnOptions o = Shell("id -u; id -g; id -G; echo \"$HOME $USER $LOGNAME $KEEP\"; cat /proc/self/status | grep ^Uid:");
+  o.run_as = *nobody;
+  o.env = {"KEEP=kept", "LOGNAME=chosen"};  // a name in env wins over the user's
+  auto [out, st] = RunToEnd(o);
+  ASSERT_TRUE(st.success()) << st.ToString() << " " << out;
+  std::vector<std::string> lines = absl::StrSplit(out, '\n');
+  ASSERT_GE(lines.size(), 5u) << out;
+  EXPECT_EQ(lines[0], std::to_string(nobody->uid));
+  EXPECT_EQ(lines[1], std::to_string(nobody->gid));
+  std::vector<std::string> groups = absl::StrSplit(lines[2], ' ');
+  std::vector<std::string> want;
+  for (gid_t g : nobody->groups) want.push_back(std::to_string(g));
+  std::sort(groups.begin(), groups.end());
+  std::sort(want.begin(), want.end());
+  want.erase(std::unique(want.begin(), want.end()), want.end());
+  EXPECT_EQ(groups, want) << "root's groups must not stay: " << lines[2];
+  EXPECT_EQ(lines[3], nobody->home + " nobody chosen kept");
+  // Real, effective, saved and filesystem uid alike: no way back to root.
+  const std::string u = std::to_string(nobody->uid);
+  EXPECT_EQ(lines[4], "Uid:\t" + u + "\t" + u + "\t" + u + "\t" + u);
+}
+
+TEST(SubprocessTest, RunAsChildCannotReadTheParentsPrivateFile) {
+  if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  absl::StatusOr<RunAs> nobody = LookupUser("nobody");
+  ASSERT_TRUE(nobody.ok()) << nobody.status();
+  const std::string dir = MakeTempDir("subprocess_run_as");
+  ASSERT_EQ(chmod(dir.c_str(), 0755), 0);
+  const std::string secret = dir + "/secret.key";
+  std::ofstream(secret) << "private\n";
+  ASSERT_EQ(chmod(secret.c_str(), 0600), 0);
+  Pipe err;
+  SpawnOptions o = Shell("cat " + secret);
+  o.run_as = *nobody;
+  o.fds.push_back({2, err.write});
+  auto [out, st] = RunToEnd(o);
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(st.code, 1);
+  EXPECT_NE(err.ReadAll().find("Permission denied"), std::string::npos);
+  // Without run_as the same child (root) reads it: the refusal is the user's.
+  EXPECT_EQ(RunToEnd(Shell("cat " + secret)).first, "private\n");
+  std::system(("rm -rf " + dir).c_str());
+}
+
+TEST(SubprocessTest, RunAsKeepsTheParentDeathSignal) {
+  if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  // A change of credentials clears PR_SET_PDEATHSIG: it must be set after
+  // the switch, or a child of a dead daemon would live on.
+  absl::StatusOr<RunAs> nobody = LookupUser("nobody");
+  ASSERT_TRUE(nobody.ok()) << nobody.status();
+  std::optional<Subprocess> child;
+  std::thread spawner([&] {
+    SpawnOptions o = Shell("echo ready; exec sleep 30");
+    o.run_as = *nobody;
+    o.parent_death_signal = SIGKILL;
+    absl::StatusOr<Subprocess> p = SpawnUntilReady(o);
+    ASSERT_TRUE(p.ok());
+    child = std::move(*p);
+  });
+  spawner.join();
+  ASSERT_TRUE(child.has_value());
+  std::optional<ExitStatus> st = child->WaitFor(absl::Seconds(10));
+  ASSERT_TRUE(st.has_value()) << "the child outlived its spawning thread";
+  EXPECT_EQ(st->signal, SIGKILL);
+}
+
+TEST(SubprocessTest, RunAsWithoutThePrivilegeExits124) {
+  if (geteuid() == 0) GTEST_SKIP() << "root may switch to any user";
+  absl::StatusOr<RunAs> nobody = LookupUser("nobody");
+  ASSERT_TRUE(nobody.ok()) << nobody.status();
+  Pipe err;
+  SpawnOptions o = Shell("echo ran");
+  o.run_as = *nobody;
+  o.fds.push_back({2, err.write});
+  auto [out, st] = RunToEnd(o);
+  EXPECT_EQ(out, "");
+  EXPECT_EQ(st.code, 124);
+  EXPECT_EQ(err.ReadAll(), "/bin/sh: cannot run as user nobody\n");
 }
 
 TEST(TempDirTest, MakesAFreshPrivateDirectoryUnderTmpdir) {

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Installs trainctl from a CMake build directory: the binaries, the systemd
-# units (with their paths filled in), the sysusers.d entry for the worker's
+# units (with their paths filled in), the sysusers.d entry for the ranks'
 # user, example configuration for /etc/trainctl/, the deployment docs, and
 # the `trainctl` Python module where Debian's python3 finds it.
 # Works into a staging root (DESTDIR) for packaging or images. It never
@@ -129,7 +129,7 @@ fi
 
 [ "$binaries_only" = 1 ] && exit 0
 
-# ---- systemd units and the worker's system user ----------------------------
+# ---- systemd units and the ranks' system user ----------------------------
 install -d -m 0755 "$destdir$unitdir" "$destdir$sysusersdir"
 for unit in trainctl-coordinator.service trainctl-worker.service; do
   sed -e "s|@BINDIR@|$bindir|g" -e "s|@CONFDIR@|$confdir|g" -e "s|@DOCDIR@|$docdir|g" \
@@ -158,7 +158,7 @@ done
 
 # ---- live system only: create the user, reload units -------------------------
 if [ "$activate" = 1 ] && [ -z "$destdir" ] && [ -d /run/systemd/system ]; then
-  systemd-sysusers "$sysusersdir/trainctl.conf" || say "warning: systemd-sysusers failed; create the 'trainctl' user yourself"
+  systemd-sysusers "$sysusersdir/trainctl.conf" || say "warning: systemd-sysusers failed; create the 'trainctl-rank' user yourself (useradd --system --home-dir /nonexistent --shell /usr/sbin/nologin trainctl-rank)"
   systemctl daemon-reload || true
   say "next: edit $confdir/*.env, then: systemctl enable --now trainctl-coordinator (control host) / trainctl-worker (each GPU host)"
 fi

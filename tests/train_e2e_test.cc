@@ -244,7 +244,7 @@ TEST_F(TrainE2ETest, RendezvousStoreRefusesStrangersWhileTheJobSucceeds) {
   deadline = absl::Now() + absl::Seconds(30);
   while (conf.empty() && absl::Now() < deadline) {
     for (const std::string name : {"w0", "w1"}) {
-      const std::string path = cluster_->dir() + "/worker-" + name + "/jobs/" + id + "/attempt-1/rank-0/rank.conf";
+      const std::string path = cluster_->dir() + "/worker-" + name + "/jobs/" + id + "/attempt-1/rank-0.conf";
       struct stat st{};
       if (stat(path.c_str(), &st) == 0) {
         EXPECT_EQ(st.st_mode & 0777, 0600u) << path;

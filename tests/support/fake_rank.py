@@ -54,8 +54,11 @@ def chatty_epoch(say, rank, epoch):
 
 def main():
     cfg = {}
-    path = sys.argv[sys.argv.index("--config") + 1]
-    for line in open(path):
+    if "--config-fd" in sys.argv:  # the daemon's way: rank.conf opened for us
+        source = os.fdopen(int(sys.argv[sys.argv.index("--config-fd") + 1]))
+    else:
+        source = open(sys.argv[sys.argv.index("--config") + 1])
+    for line in source:
         line = line.rstrip("\n")
         if line and "=" in line:
             k, v = line.split("=", 1)

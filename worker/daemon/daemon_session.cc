@@ -233,8 +233,10 @@ void WorkerDaemon::OnRegistered(const v1::RegisterAck& ack,
               {"unacknowledged_reports", absl::StrCat(telemetry_.size())},
               {"heartbeat", absl::FormatDuration(heartbeat_interval_)}});
   }
-  std::ofstream(id_file_ + ".tmp") << ack.worker_id() << "\n";
-  std::rename((id_file_ + ".tmp").c_str(), id_file_.c_str());
+  // 0600, as the daemon's other files: not for its ranks (--rank-user) to read.
+  if (absl::Status w = auth::WritePrivateFile(id_file_, ack.worker_id() + "\n"); !w.ok()) {
+    LogEvent(LogLevel::kWarn, "worker", "worker_id_not_saved", {{"error", std::string(w.message())}});
+  }
 }
 
 void WorkerDaemon::HeartbeatLoop(const std::atomic<bool>& stop) {

@@ -62,8 +62,13 @@ ABSL_FLAG(std::vector<std::string>, checkpoint_root, {},
           "directories (comma separated) a job's checkpoint.dir must lie in (default: anywhere; a "
           "job without checkpoint.dir always uses the work dir)");
 ABSL_FLAG(bool, allow_commands, false,
-          "run command jobs (the submitter's own program, as this daemon's user); off by default "
+          "run command jobs (the submitter's own program, as --rank-user); off by default "
           "because such a job runs arbitrary code on this host");
+ABSL_FLAG(std::string, rank_user, "",
+          "Unix user that rank processes (engine ranks, command jobs and all they start) run as, "
+          "so they cannot read this daemon's key, token or other jobs' rank.conf; needs a daemon "
+          "running as root (default: this daemon's user; the deploy/ units and images set "
+          "trainctl-rank)");
 ABSL_FLAG(std::string, python_dir, "",
           "directory holding the trainctl Python module, put on command ranks' PYTHONPATH "
           "(default: the source tree's python/ when run from a build tree, else none: the "
@@ -191,8 +196,27 @@ absl::Status ResolveTokenAndCa(DaemonOptions& o) {
   return absl::OkStatus();
 }
 
+// --rank-user, looked up once (the rank launches then only make system
+// calls): a user that does not exist, or one a non-root daemon cannot
+// become, is a configuration error. The daemon's own user needs no switch.
+absl::Status ResolveRankUser(DaemonOptions& o) {
+  const std::string name = absl::GetFlag(FLAGS_rank_user);
+  if (name.empty()) return absl::OkStatus();
+  absl::StatusOr<trainctl::RunAs> user = trainctl::LookupUser(name);
+  if (!user.ok()) return Misconfigured("--rank-user", user.status().message());
+  if (user->uid == geteuid()) return absl::OkStatus();
+  if (geteuid() != 0) {
+    return Misconfigured("--rank-user", absl::StrCat("this daemon runs as uid ", geteuid(), ", not root: it cannot start "
+                                                     "ranks as ", name, " (uid ", user->uid,
+                                                     "); run it as root, or leave --rank-user out"));
+  }
+  o.rank_user = *std::move(user);
+  return absl::OkStatus();
+}
+
 // What ranks run and where their files may lie.
 absl::Status ApplyRankFlags(DaemonOptions& o) {
+  if (absl::Status s = ResolveRankUser(o); !s.ok()) return s;
   o.rank_binary = absl::GetFlag(FLAGS_rank_binary).empty() ? DefaultRankBinary() : absl::GetFlag(FLAGS_rank_binary);
   o.rank_timeout_s = absl::GetFlag(FLAGS_rank_timeout_s);
   o.allow_commands = absl::GetFlag(FLAGS_allow_commands);

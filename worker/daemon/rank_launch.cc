@@ -3,13 +3,18 @@
 // with the attempt's RendezvousBackend and reports it, the others wait for
 // the coordinator's delivery), and each rank's launch: an engine rank with
 // its config file, a command rank (docs/command-jobs.md) with torchrun's
-// environment.
+// environment. With --rank-user every rank runs as that user, in
+// directories laid out as rank_files.h says, with its config handed over
+// as an open fd.
 //
 // Threading: every function here runs on the daemon's EventLoop.
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <utility>
 
@@ -19,9 +24,11 @@
 #include "common/jobspec/job_spec.h"
 #include "common/log.h"
 #include "common/random_secret.h"
+#include "common/status_macros.h"
 #include "worker/daemon/oom_events.h"
 #include "worker/daemon/path_policy.h"
 #include "worker/daemon/preflight.h"
+#include "worker/daemon/rank_files.h"
 #include "worker/daemon/worker_daemon_internal.h"
 
 namespace trainctl::worker {
@@ -30,6 +37,9 @@ namespace fs = std::filesystem;
 namespace rk = rankproto::run_keys;
 
 namespace {
+
+// The fd an engine rank reads its config from (--config-fd).
+constexpr int kConfigFd = 4;
 
 // argv[0] as a shell finds it: through PATH without a '/', else against the
 // working directory `dir`.
@@ -104,7 +114,20 @@ void WorkerDaemon::OnPreflight(const v1::Preflight& p) {
   for (const v1::RankAssignment& r : p.ranks()) {
     if (r.slot().kind() == v1::Slot::KIND_GPU) ctx.gpu_indices.push_back(r.slot().index());
   }
-  std::vector<std::string> problems = PreflightProblems(p.spec(), ctx);
+  std::vector<std::string> problems;
+  if (absl::Status dirs = MakeJobDirs(p.job_id(), p.spec()); !dirs.ok()) {
+    problems.push_back(std::string(dirs.message()));
+  } else {
+    // The checks touch the job's files as its ranks will: a file only root
+    // could read, or a checkpoint.dir only root could create, is refused
+    // here (and root creates nothing there for the job).
+    AsRankUser as_rank_user(options_.rank_user);
+    if (as_rank_user.ok()) {
+      problems = PreflightProblems(p.spec(), ctx);
+    } else {
+      problems.push_back("cannot take on --rank-user's identity for the checks");
+    }
+  }
   LogEvent(problems.empty() ? LogLevel::kInfo : LogLevel::kWarn, "worker", "preflight",
            {{"job_id", p.job_id()}, {"attempt", absl::StrCat(p.attempt())},
             {"problems", absl::StrJoin(problems, "; ").substr(0, 500)}});
@@ -197,6 +220,30 @@ void WorkerDaemon::ResolveAttemptPaths(LocalAttempt& a) {
   }
 }
 
+std::string WorkerDaemon::JobDir(const std::string& job_id) const {
+  return absl::StrCat(options_.work_dir, "/jobs/", job_id);
+}
+
+std::string WorkerDaemon::AttemptDir(const LocalAttempt& a) const {
+  return absl::StrCat(JobDir(a.job_id), "/attempt-", a.number);
+}
+
+absl::Status WorkerDaemon::MakeJobDirs(const std::string& job_id, const v1::JobSpec& spec) {
+  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(JobDir(job_id), options_.rank_user));
+  if (!spec.checkpoint().dir().empty()) return absl::OkStatus();
+  // The default checkpoint.dir is the daemon's to make (its ranks cannot
+  // create anything in the job's directory) and the rank user's to write.
+  return MakeRankDir(JobDir(job_id) + "/checkpoints", options_.rank_user);
+}
+
+absl::StatusOr<std::string> WorkerDaemon::MakeRankDirs(const LocalAttempt& a, const v1::RankAssignment& ra) {
+  TRAINCTL_RETURN_IF_ERROR(MakeJobDirs(a.job_id, a.spec));
+  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(AttemptDir(a), options_.rank_user));
+  std::string dir = absl::StrCat(AttemptDir(a), "/rank-", ra.rank());
+  TRAINCTL_RETURN_IF_ERROR(MakeRankDir(dir, options_.rank_user));
+  return dir;
+}
+
 void WorkerDaemon::ProduceRendezvous(LocalAttempt& a) {
   auto zero = a.ranks.find(0);
   if (zero == a.ranks.end()) return;
@@ -250,25 +297,39 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
     LaunchCommand(a, r);
     return;
   }
-  std::string dir = absl::StrCat(options_.work_dir, "/jobs/", a.job_id, "/attempt-", a.number, "/rank-", ra.rank());
-  std::error_code ec;
-  fs::create_directories(dir, ec);  // the checkpoint dir is the writer rank's to create (and check)
-  absl::StatusOr<rankproto::FlatConfig> cfg = RankConfig(a, ra, dir);
+  // A checkpoint.dir the job chose is the writer rank's to create (and check).
+  absl::StatusOr<std::string> dir = MakeRankDirs(a, ra);
+  if (!dir.ok()) {
+    ReportLaunchFailure(a, r, absl::StrCat("rank directory: ", dir.status().message()));
+    return;
+  }
+  absl::StatusOr<rankproto::FlatConfig> cfg = RankConfig(a, ra, *dir);
   if (!cfg.ok()) {
     ReportLaunchFailure(a, r, std::string(cfg.status().message()), v1::FAILURE_KIND_CONFIG);
     return;
   }
-  std::string config_path = dir + "/rank.conf";
+  // Beside the rank's directory, in the attempt's (the daemon's): the rank
+  // gets it as an open fd and has no permission on the file, so no rank
+  // reads another's store secret.
+  const std::string config_path = absl::StrCat(AttemptDir(a), "/rank-", ra.rank(), ".conf");
   if (absl::Status s = rankproto::WriteConfigFile(config_path, *cfg); !s.ok()) {
-    r.error_message = std::string(s.message());
+    ReportLaunchFailure(a, r, std::string(s.message()));
+    return;
+  }
+  const int config_fd = ::open(config_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (config_fd < 0) {
+    ReportLaunchFailure(a, r, absl::StrCat("cannot open ", config_path, ": ", std::strerror(errno)));
+    return;
   }
   RankLaunch l;
   l.key = r.key;
   l.binary = options_.rank_binary;
   l.args = options_.rank_binary_args;
-  l.args.push_back("--config");
-  l.args.push_back(config_path);
-  l.work_dir = dir;
+  l.args.push_back("--config-fd");
+  l.args.push_back(absl::StrCat(kConfigFd));
+  l.extra_fds = {{kConfigFd, config_fd}};
+  l.run_as = options_.rank_user;
+  l.work_dir = *dir;
   const auto [master_addr, master_port] = MasterEndpoint(a.rendezvous, options_.address);
   for (std::string& v : CommandEnvironment(a.job_id, a.number, ra, a.spec.restart().max_restarts(), master_addr,
                                            master_port, a.checkpoint_dir)) {
@@ -276,6 +337,7 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
   }
   if (a.gpu) l.env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", ra.slot().index()));
   StartProcess(a, r, l, "cannot start the rank process");
+  ::close(config_fd);
 }
 
 absl::StatusOr<rankproto::FlatConfig> WorkerDaemon::RankConfig(const LocalAttempt& a, const v1::RankAssignment& ra,
@@ -316,16 +378,24 @@ absl::StatusOr<rankproto::FlatConfig> WorkerDaemon::RankConfig(const LocalAttemp
 void WorkerDaemon::LaunchCommand(LocalAttempt& a, LocalRank& r) {
   const v1::RankAssignment& ra = r.assignment;
   const v1::CommandSpec& cmd = a.spec.command();
-  std::string scratch =
-      absl::StrCat(options_.work_dir, "/jobs/", a.job_id, "/attempt-", a.number, "/rank-", ra.rank());
-  std::error_code ec;
-  fs::create_directories(scratch, ec);
-  fs::create_directories(a.checkpoint_dir, ec);
-  std::string dir = a.command_dir.empty() ? scratch : a.command_dir;
+  absl::StatusOr<std::string> scratch = MakeRankDirs(a, ra);
+  if (!scratch.ok()) {
+    ReportLaunchFailure(a, r, absl::StrCat("rank directory: ", scratch.status().message()));
+    return;
+  }
+  if (!a.spec.checkpoint().dir().empty()) {
+    // A directory the job chose: made as the rank user would make it, so
+    // that root creates nothing for the job where that user could not.
+    AsRankUser as_rank_user(options_.rank_user);
+    std::error_code ec;
+    if (as_rank_user.ok()) fs::create_directories(a.checkpoint_dir, ec);
+  }
+  std::string dir = a.command_dir.empty() ? *scratch : a.command_dir;
 
   RankLaunch l;
   l.key = r.key;
   l.work_dir = dir;
+  l.run_as = options_.rank_user;
   l.binary = ResolveProgram(cmd.argv(0), dir);
   l.args.assign(cmd.argv().begin() + 1, cmd.argv().end());
   if (cmd.local_rank() == v1::LOCAL_RANK_MODE_ARG || cmd.local_rank() == v1::LOCAL_RANK_MODE_BOTH) {

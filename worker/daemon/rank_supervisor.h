@@ -28,6 +28,7 @@
 #include <functional>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
@@ -47,8 +48,14 @@ struct RankLaunch {
   std::vector<std::string> args;
   // Added to (or replacing in) the daemon's environment: "NAME=value".
   std::vector<std::string> env;
-  // Working directory of the process (must exist).
+  // Working directory of the process (must exist; entered as run_as).
   std::string work_dir;
+  // fds the process gets besides 0-3 (e.g. its config at 4). The caller
+  // keeps and closes its own copies.
+  std::vector<ChildFd> extra_fds;
+  // The user the process (and all it starts) runs as; nullopt: the
+  // daemon's (--rank-user, docs/security.md).
+  std::optional<RunAs> run_as;
 };
 
 // One line a rank printed.

@@ -1,8 +1,14 @@
 #include "worker/daemon/rank_supervisor.h"
 
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
+#include <unistd.h>
 
+#include <cstdlib>
+
+#include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 
 namespace trainctl::worker {
@@ -68,6 +74,40 @@ TEST(RankSupervisorTest, CapturesStreamsStatusAndExitCode) {
   EXPECT_EQ(r.status, std::vector<std::string>{"ready"});
   EXPECT_EQ(r.code, 7);
   EXPECT_EQ(r.sig, 0);
+}
+
+TEST(RankSupervisorTest, RunsTheRankAsItsUserWithItsExtraFds) {
+  if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
+  absl::StatusOr<RunAs> nobody = LookupUser("nobody");
+  ASSERT_TRUE(nobody.ok()) << nobody.status();
+  // The config the daemon opened: the rank reads it through fd 4 although
+  // the file is root's, 0600, in a directory the rank cannot enter.
+  char tmpl[] = "/tmp/sup_XXXXXX";
+  std::string dir = mkdtemp(tmpl);
+  const std::string conf = dir + "/rank-0.conf";
+  FILE* f = fopen(conf.c_str(), "w");
+  ASSERT_NE(f, nullptr);
+  fputs("run.rank=0\n", f);
+  fclose(f);
+  ASSERT_EQ(chmod(conf.c_str(), 0600), 0);
+  const int fd = open(conf.c_str(), O_RDONLY | O_CLOEXEC);
+  ASSERT_GE(fd, 0);
+  Recorder r;
+  RankSupervisor sup(r.Callbacks());
+  RankLaunch l = Sh("id -u; cat <&4; cat " + conf + " || echo refused; kill -0 $PPID || echo cannot signal the daemon");
+  l.extra_fds = {{4, fd}};
+  l.run_as = *nobody;
+  ASSERT_TRUE(sup.Launch(l).ok());
+  close(fd);
+  ASSERT_TRUE(r.WaitExit());
+  absl::MutexLock lock(&r.mu);
+  EXPECT_EQ(r.out, (std::vector<std::string>{std::to_string(nobody->uid), "run.rank=0", "refused",
+                                             "cannot signal the daemon"}));
+  const std::string err = absl::StrJoin(r.err, "\n");
+  EXPECT_NE(err.find(conf + ": Permission denied"), std::string::npos) << err;
+  EXPECT_NE(err.find("not permitted"), std::string::npos) << err;
+  EXPECT_EQ(r.code, 0);
+  std::system(("rm -rf " + dir).c_str());
 }
 
 TEST(RankSupervisorTest, ReportsSignalsAndKillsStubbornRanksAfterGrace) {

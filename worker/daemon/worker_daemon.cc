@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/prometheus.h"
+#include "worker/daemon/rank_files.h"
 #include "worker/daemon/worker_daemon_internal.h"
 
 namespace trainctl::worker {
@@ -55,6 +56,8 @@ absl::Status WorkerDaemon::Start() {
   if (ec) return absl::InvalidArgumentError(absl::StrCat("--work-dir ", options_.work_dir, ": ", ec.message()));
   options_.work_dir = absolute.lexically_normal().string();
   while (options_.work_dir.size() > 1 && options_.work_dir.back() == '/') options_.work_dir.pop_back();
+  // The daemon's files out of its ranks' reach (rank_files.h).
+  if (absl::Status s = SecureWorkDir(options_.work_dir, options_.rank_user); !s.ok()) return s;
   if (options_.rank_binary.find('/') != std::string::npos) {
     options_.rank_binary = fs::absolute(options_.rank_binary, ec).lexically_normal().string();
   }

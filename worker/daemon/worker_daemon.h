@@ -84,10 +84,13 @@ struct DaemonOptions {
   std::vector<std::string> data_roots;
   std::vector<std::string> checkpoint_roots;
   std::string version = "0.1.0";
-  // Run command jobs (the user's own program, docs/command-jobs.md) as this
-  // daemon's user. Off by default: a job then runs code of the submitter's
+  // Run command jobs (the user's own program, docs/command-jobs.md), as
+  // rank_user. Off by default: a job then runs code of the submitter's
   // choosing on this host.
   bool allow_commands = false;
+  // The user rank processes run as (--rank-user; rank_files.h lays out the
+  // work dir for it); nullopt: this daemon's user.
+  std::optional<RunAs> rank_user;
   // Directory holding the `trainctl` Python module, prepended to a command
   // rank's PYTHONPATH ("" = leave PYTHONPATH as the daemon has it).
   std::string python_dir;
@@ -165,6 +168,12 @@ class WorkerDaemon {
   // Runs the pre-flight checks (preflight.h) and reports them; starts nothing.
   void OnPreflight(const v1::Preflight& p);
   void LaunchPending(LocalAttempt& a);
+  // Paths and directories of rank_files.h: jobs/JOB, its attempt-N, a
+  // rank's own directory (returned), and the default checkpoint.dir.
+  std::string JobDir(const std::string& job_id) const;
+  std::string AttemptDir(const LocalAttempt& a) const;
+  absl::Status MakeJobDirs(const std::string& job_id, const v1::JobSpec& spec);
+  absl::StatusOr<std::string> MakeRankDirs(const LocalAttempt& a, const v1::RankAssignment& ra);
   void Launch(LocalAttempt& a, LocalRank& r);
   // An engine rank's config (the job spec flattened plus its place in the
   // attempt); an error for a refused data path.

@@ -288,6 +288,20 @@ absl::StatusOr<FlatConfig> ReadConfigFile(const std::string& path) {
   return ParseConfig(ss.str());
 }
 
+absl::StatusOr<FlatConfig> ReadConfigFd(int fd) {
+  std::string text;
+  char buf[8192];
+  while (true) {
+    const ssize_t n = ::read(fd, buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n < 0) return absl::NotFoundError(absl::StrCat("rank config fd ", fd, ": cannot read: ", std::strerror(errno)));
+    if (n == 0) break;
+    text.append(buf, static_cast<size_t>(n));
+    if (text.size() > (size_t{64} << 20)) return absl::InvalidArgumentError(absl::StrCat("rank config fd ", fd, ": over 64 MiB"));
+  }
+  return ParseConfig(text);
+}
+
 namespace {
 
 absl::Status Missing(const std::string& key) { return absl::InvalidArgumentError(absl::StrCat(key, ": missing")); }

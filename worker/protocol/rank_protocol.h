@@ -201,6 +201,11 @@ std::string FormatConfig(const FlatConfig& config);
 absl::StatusOr<FlatConfig> ParseConfig(std::string_view text);
 absl::Status WriteConfigFile(const std::string& path, const FlatConfig& config);
 absl::StatusOr<FlatConfig> ReadConfigFile(const std::string& path);
+// The config from an fd the daemon opened and the rank inherited (read from
+// its current offset to EOF; the fd stays open). The daemon hands rank.conf
+// over this way so that a rank needs no permission on the file: it runs as
+// another user (--rank-user) than the daemon that owns it.
+absl::StatusOr<FlatConfig> ReadConfigFd(int fd);
 
 // Typed look-ups with errors that name the key.
 absl::StatusOr<std::string> GetString(const FlatConfig& c, const std::string& key);

@@ -2,7 +2,11 @@
 // supervised by trainctl-worker (see worker/protocol/rank_protocol.h for the
 // contract).
 //
-//   trainctl-rank --config PATH
+//   trainctl-rank --config PATH | --config-fd N
+//
+// The daemon passes --config-fd: rank.conf opened by the daemon and
+// inherited, so that the rank, running as --rank-user, needs no permission
+// on the file (it holds the attempt's store secret; docs/security.md).
 //
 // Start-up, in order, so that cheap failures come first:
 //   1. read and parse the config            -> error config,     exit 2
@@ -84,25 +88,39 @@ using rank::LogLine;
 // overrides run.debug.step_sleep_ms.
 constexpr char kStepSleepEnv[] = "TRAINCTL_TEST_STEP_SLEEP_MS";
 
-// The --config argument; exits with usage on anything else.
-std::string ParseArgs(int argc, char** argv) {
-  std::string config_path;
+// Where the config comes from: a path, or an inherited fd (-1: none).
+struct ConfigSource {
+  std::string path;
+  int fd = -1;
+};
+
+// --config PATH or --config-fd N; exits with usage on anything else.
+ConfigSource ParseArgs(int argc, char** argv) {
+  ConfigSource src;
+  auto usage = [](const std::string& why) {
+    std::cerr << "usage: trainctl-rank --config PATH | --config-fd N" << why << std::endl;
+    std::_Exit(kExitConfig);
+  };
   for (int i = 1; i < argc; ++i) {
     std::string a = argv[i];
+    std::string fd_text;
     if (a == "--config" && i + 1 < argc) {
-      config_path = argv[++i];
+      src.path = argv[++i];
     } else if (a.rfind("--config=", 0) == 0) {
-      config_path = a.substr(9);
+      src.path = a.substr(9);
+    } else if (a == "--config-fd" && i + 1 < argc) {
+      fd_text = argv[++i];
+    } else if (a.rfind("--config-fd=", 0) == 0) {
+      fd_text = a.substr(12);
     } else {
-      std::cerr << "usage: trainctl-rank --config PATH (unknown argument '" << a << "')" << std::endl;
-      std::_Exit(kExitConfig);
+      usage(" (unknown argument '" + a + "')");
+    }
+    if (!fd_text.empty() && (!absl::SimpleAtoi(fd_text, &src.fd) || src.fd < 0)) {
+      usage(" (--config-fd: not an fd: '" + fd_text + "')");
     }
   }
-  if (config_path.empty()) {
-    std::cerr << "usage: trainctl-rank --config PATH" << std::endl;
-    std::_Exit(kExitConfig);
-  }
-  return config_path;
+  if (src.path.empty() == (src.fd < 0)) usage("");
+  return src;
 }
 
 struct LoadedConfig {
@@ -111,8 +129,9 @@ struct LoadedConfig {
 };
 
 // 1. Config. Until run.status_fd is known, errors can only go to stderr.
-LoadedConfig ReadConfig(const std::string& path) {
-  auto flat = rankproto::ReadConfigFile(path);
+LoadedConfig ReadConfig(const ConfigSource& src) {
+  auto flat = src.fd >= 0 ? rankproto::ReadConfigFd(src.fd) : rankproto::ReadConfigFile(src.path);
+  if (src.fd >= 0) ::close(src.fd);
   if (!flat.ok()) FailStatus(ErrorKind::kConfig, flat.status(), kExitConfig);
   if (auto fd = rankproto::GetInt(*flat, rankproto::run_keys::kStatusFd, -1); fd.ok()) {
     rank::DaemonPipe().set_fd(static_cast<int>(*fd));
