@@ -14,7 +14,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "common/auth/pki.h"
 #include "common/auth/secret.h"
@@ -356,7 +358,11 @@ TEST(SecurityCertsE2ETest, WeakKeysAndSelfChosenRendezvousAddressesAreRefused) {
   EXPECT_THAT(log, HasSubstr("rendezvous_refused"));
   EXPECT_THAT(log, HasSubstr("host '6.6.6.6' is not this worker's address"));
   for (const std::string& id : {joined.worker_id(), std::string("rogue-token")}) {
-    EXPECT_THAT(log, ::testing::ContainsRegex("rendezvous_refused[^\n]*" + id)) << id;
+    bool refused = false;
+    for (absl::string_view line : absl::StrSplit(log, '\n')) {
+      refused |= absl::StrContains(line, "rendezvous_refused") && absl::StrContains(line, id);
+    }
+    EXPECT_TRUE(refused) << id << "'s forged report was not refused:\n" << log;
   }
   EXPECT_FALSE(cluster.Get(attack).attempts(0).has_rendezvous());
   // Control: the true address (the IP it connects from) is delivered, and
@@ -408,7 +414,7 @@ TEST(SecurityCertsE2ETest, ARevokedWorkerCertificateIsDropped) {
   const std::string work = cluster.dir() + "/worker-joined";
   const std::string joined_id = *auth::CertCommonName(*auth::ReadFile(work + "/worker.crt"));
 
-  const std::string victim = cluster.Submit(Spec("slow-victim", 4));
+  const std::string victim = cluster.Submit(Spec("slow-victim", 15));
   ASSERT_FALSE(victim.empty());
   v1::Job running = cluster.WaitState(victim, v1::JOB_STATE_RUNNING, absl::Seconds(60));
   ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.state_reason();
