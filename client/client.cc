@@ -351,4 +351,13 @@ absl::StatusOr<v1::Token> Client::RevokeToken(const std::string& id) {
   return resp;
 }
 
+absl::StatusOr<v1::RevokeWorkerResponse> Client::RevokeWorker(const std::string& worker_id) {
+  v1::RevokeWorkerRequest req;
+  req.set_worker_id(worker_id);
+  v1::RevokeWorkerResponse resp;
+  absl::Status s = Unary(stubs_->auth.get(), &v1::AuthService::Stub::RevokeWorker, req, &resp, options_);
+  if (!s.ok()) return s;
+  return resp;
+}
+
 }  // namespace trainctl

@@ -1,5 +1,6 @@
-// AuthService: tokens (create, list, revoke; admin only) and Join (a join
-// token, over TLS, buys a worker certificate from the WorkerEnroller).
+// AuthService: tokens (create, list, revoke; admin only), Join (a join
+// token, over TLS, buys a worker's client certificate from the
+// WorkerEnroller) and RevokeWorker (admin: a worker's certificates).
 //
 // Threading: token writes and Join run on the loop (the store's telemetry
 // groups assume one writing thread); ListTokens reads the TokenAuthority,
@@ -10,6 +11,8 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/str_join.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/service_support.h"
 #include "coordinator/services.h"
@@ -75,6 +78,24 @@ grpc::ServerUnaryReactor* AuthServiceImpl::RevokeToken(grpc::CallbackServerConte
                                                        v1::Token* resp) {
   return UnaryOnLoop(ctx_, ctx, "RevokeToken", {kAdmin}, [this, req, resp](const Principal&) {
     return MoveInto(ctx_.auth->Revoke(req->id()), resp);
+  });
+}
+
+grpc::ServerUnaryReactor* AuthServiceImpl::RevokeWorker(grpc::CallbackServerContext* ctx,
+                                                        const v1::RevokeWorkerRequest* req,
+                                                        v1::RevokeWorkerResponse* resp) {
+  return UnaryOnLoop(ctx_, ctx, "RevokeWorker", {kAdmin}, [this, req, resp](const Principal& who) -> absl::Status {
+    if (req->worker_id().empty() || req->worker_id().size() > 64) {
+      return absl::InvalidArgumentError("worker_id: required, at most 64 characters");
+    }
+    // Persisted first: from here on no session of that certificate is
+    // accepted; then the live one ends and its ranks are rescheduled.
+    TRAINCTL_RETURN_IF_ERROR(MoveInto(ctx_.auth->RevokeWorkerCert(req->worker_id()), resp));
+    absl::Status why = ctx_.auth->CheckCert(req->worker_id(), "");
+    ExpelWorker(ctx_, req->worker_id(), why);
+    LogEvent(LogLevel::kWarn, "coordinator", "worker_revoked",
+             {{"worker_id", req->worker_id()}, {"by", who.token_id}, {"serials", absl::StrJoin(resp->serials(), ",")}});
+    return absl::OkStatus();
   });
 }
 

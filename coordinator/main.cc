@@ -77,6 +77,9 @@ ABSL_FLAG(int, join_tokens, 0,
           "init: also write N one-time join tokens, join-1.token ... join-N.token (role join, "
           "expiring after --join-ttl-h), one per worker to join");
 ABSL_FLAG(int, join_ttl_h, 24, "init: hours until the --join-tokens expire");
+ABSL_FLAG(std::vector<std::string>, join_addresses, {},
+          "init: the address (host name or IP) each join token authorises, in order: join-I.token's "
+          "worker gets a certificate naming the I-th (comma-separated; implies --join-tokens N)");
 ABSL_FLAG(std::string, worker_id, "", "worker-cert: the worker id the certificate names (its CN)");
 ABSL_FLAG(std::string, out, "", "worker-cert: where to write ID.crt and ID.key (default: --dir)");
 
@@ -111,7 +114,8 @@ absl::Status WriteTlsFiles(const std::string& dir, const std::vector<std::string
   absl::StatusOr<std::string> csr = trainctl::auth::NewCsr(*key, "trainctl-coordinator");
   if (!csr.ok()) return InitStep("CSR", csr.status());
   absl::StatusOr<std::string> cert =
-      trainctl::auth::SignCsr(*ca, *csr, "trainctl-coordinator", sans, absl::Hours(24 * 825));
+      trainctl::auth::SignCsr(*ca, *csr, "trainctl-coordinator", sans, absl::Hours(24 * 825),
+                              trainctl::auth::CertPurpose::kServer);
   if (!cert.ok()) return InitStep("--san", cert.status());
   for (auto [name, text] : {std::pair<const char*, const std::string*>{"ca.key", &ca->key_pem},
                             {"ca.crt", &ca->cert_pem},
@@ -149,14 +153,26 @@ absl::Status WriteClusterTokens(const std::string& dir) {
   if (absl::Status w = WritePrivateFile(dir + "/worker.token", worker->secret() + "\n"); !w.ok()) {
     return InitStep("worker.token", w);
   }
-  const int joins = absl::GetFlag(FLAGS_join_tokens);
+  const std::vector<std::string> join_addresses = absl::GetFlag(FLAGS_join_addresses);
+  int joins = absl::GetFlag(FLAGS_join_tokens);
   if (joins < 0 || joins > 1000) return InitStep("--join-tokens", absl::InvalidArgumentError("must be 0..1000"));
+  if (!join_addresses.empty()) {
+    if (joins != 0 && joins != static_cast<int>(join_addresses.size())) {
+      return InitStep("--join-addresses", absl::InvalidArgumentError(absl::StrCat(
+                                              "names ", join_addresses.size(), " addresses for ", joins,
+                                              " --join-tokens (one address per join token)")));
+    }
+    joins = static_cast<int>(join_addresses.size());
+  }
   if (absl::GetFlag(FLAGS_join_ttl_h) < 1) return InitStep("--join-ttl-h", absl::InvalidArgumentError("must be >= 1"));
   for (int i = 1; i <= joins; ++i) {
     trainctl::v1::CreateTokenRequest jreq;
     jreq.set_role(trainctl::v1::ROLE_JOIN);
     jreq.set_name(absl::StrCat("join-", i));
     jreq.mutable_ttl()->set_seconds(int64_t{3600} * absl::GetFlag(FLAGS_join_ttl_h));
+    // The one name the joined worker's certificate carries, and the one
+    // host its rendezvous reports may name besides the IP it connects from.
+    if (!join_addresses.empty()) jreq.add_addresses(join_addresses[static_cast<size_t>(i - 1)]);
     absl::StatusOr<trainctl::v1::CreateTokenResponse> join = tokens.Create(jreq, {"init", "init", trainctl::v1::ROLE_ADMIN});
     if (!join.ok()) return InitStep("join token", join.status());
     const std::string name = absl::StrCat("join-", i, ".token");
@@ -165,14 +181,19 @@ absl::Status WriteClusterTokens(const std::string& dir) {
   return absl::OkStatus();
 }
 
+// How many join tokens init writes: --join-tokens, or one per --join-addresses.
+int JoinTokenCount() {
+  return std::max(absl::GetFlag(FLAGS_join_tokens), static_cast<int>(absl::GetFlag(FLAGS_join_addresses).size()));
+}
+
 void PrintInitSummary(const std::string& dir, const std::vector<std::string>& sans, const std::string& address) {
   std::cout << "trainctl-coordinator init: wrote to " << dir << ":\n"
             << "  ca.crt, ca.key            the cluster CA (keep ca.key private; copy ca.crt to every host)\n"
             << "  coordinator.crt/.key      the coordinator's certificate (SANs: " << absl::StrJoin(sans, ", ") << ")\n"
             << "  admin.token               the bootstrap admin token\n"
             << "  worker.token              a worker token (stored in " << absl::GetFlag(FLAGS_db) << ")\n"
-            << (absl::GetFlag(FLAGS_join_tokens) > 0
-                    ? absl::StrCat("  join-1.token ... join-", absl::GetFlag(FLAGS_join_tokens),
+            << (JoinTokenCount() > 0
+                    ? absl::StrCat("  join-1.token ... join-", JoinTokenCount(),
                                    ".token   one-time join tokens (expire in ", absl::GetFlag(FLAGS_join_ttl_h), " h)\n")
                     : std::string())
             << "  trainctl.yaml             a CLI config (coordinator " << address << ", admin token, CA)\n"
@@ -244,9 +265,13 @@ int RunWorkerCert() {
     return 2;
   }
   absl::StatusOr<std::string> key = trainctl::auth::NewPrivateKey();
+  // Client authentication only, as a joined worker's: the admin's --san
+  // names are where ranks may reach the worker, not a server to trust.
+  std::vector<std::string> sans = absl::GetFlag(FLAGS_san);
+  sans.push_back(trainctl::auth::WorkerUri(id));
   absl::StatusOr<std::string> cert =
-      key.ok() ? trainctl::auth::SignCsr({*ca_key, *ca_cert}, *trainctl::auth::NewCsr(*key, id), id,
-                                         absl::GetFlag(FLAGS_san), absl::Hours(24 * 825))
+      key.ok() ? trainctl::auth::SignCsr({*ca_key, *ca_cert}, *trainctl::auth::NewCsr(*key, id), id, sans,
+                                         absl::Hours(24 * 825), trainctl::auth::CertPurpose::kClient)
                : key.status();
   if (!cert.ok()) {
     std::cerr << "trainctl-coordinator worker-cert: " << cert.status().message() << "\n";

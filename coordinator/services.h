@@ -4,8 +4,9 @@
 //   JobService    — SubmitJob, GetJob, ListJobs, CancelJob (unary),
 //                   WatchJob, GetLogs, FetchArtifact (server streams).
 //   WorkerService — Session (one bidi stream per worker daemon), ListWorkers.
-//   AuthService   — CreateToken, ListTokens, RevokeToken (admin only);
-//                   Join (a join token, over TLS: a worker's certificate).
+//   AuthService   — CreateToken, ListTokens, RevokeToken, RevokeWorker
+//                   (admin only); Join (a join token, over TLS: a worker's
+//                   client certificate).
 //
 // Every handler first authenticates the call's bearer token and checks its
 // role (TokenAuthority): reads need admin, submitter or viewer; SubmitJob
@@ -122,12 +123,20 @@ class AuthServiceImpl final : public v1::AuthService::CallbackService {
                                         const v1::RevokeTokenRequest* req, v1::Token* resp) override;
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
                                  v1::JoinResponse* resp) override;
+  grpc::ServerUnaryReactor* RevokeWorker(grpc::CallbackServerContext* ctx, const v1::RevokeWorkerRequest* req,
+                                         v1::RevokeWorkerResponse* resp) override;
 
  private:
   ServiceContext ctx_;
 };
 
 grpc::Status ToGrpcStatus(const absl::Status& s);
+
+// Cuts worker `worker_id` off now (its certificate or token was revoked):
+// ends its session with `why`, marks it LOST (persisted) and hands its ranks
+// to the job manager to reschedule, as a lost lease would. No-op for a
+// worker that is not ALIVE. Loop only.
+void ExpelWorker(const ServiceContext& ctx, const std::string& worker_id, const absl::Status& why);
 
 // Why a GetLogs request cannot be answered for `job` (InvalidArgument naming
 // the field: tail_lines, an attempt out of range, a rank outside the world).

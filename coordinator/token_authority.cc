@@ -30,6 +30,12 @@ absl::Status Lapsed(const v1::Token& t, absl::Time now) {
 
 }  // namespace
 
+bool ValidWorkerAddress(absl::string_view a) {
+  return !a.empty() && a.size() <= 253 && std::all_of(a.begin(), a.end(), [](char c) {
+    return absl::ascii_isalnum(c) || c == '.' || c == '-' || c == ':' || c == '_';
+  });
+}
+
 std::string RoleName(v1::Role role) {
   switch (role) {
     case v1::ROLE_ADMIN: return "admin";
@@ -52,7 +58,13 @@ absl::StatusOr<v1::Role> ParseRole(absl::string_view name) {
 absl::Status TokenAuthority::Load() {
   TRAINCTL_ASSIGN_OR_RETURN(std::vector<StoredToken> tokens, store_->LoadTokens());
   TRAINCTL_ASSIGN_OR_RETURN(auto bindings, store_->LoadWorkerBindings());
+  TRAINCTL_ASSIGN_OR_RETURN(std::vector<v1::RevokeWorkerResponse> revoked, store_->LoadRevokedWorkers());
   absl::MutexLock lock(&mu_);
+  for (v1::RevokeWorkerResponse& r : revoked) {
+    for (const std::string& serial : r.serials()) revoked_serials_[serial] = r.worker_id();
+    std::string id = r.worker_id();
+    revoked_workers_[id] = std::move(r);
+  }
   for (StoredToken& t : tokens) {
     std::string id = t.token.id();
     tokens_[id] = std::move(t);
@@ -91,7 +103,7 @@ absl::StatusOr<Principal> TokenAuthority::Authenticate(absl::string_view authori
     return absl::UnauthenticatedError(
         absl::StrCat("one-time token '", t.id(), "' (", t.name(), ") was already used"));
   }
-  return Principal{t.id(), t.name(), t.role()};
+  return Principal{t.id(), t.name(), t.role(), std::vector<std::string>(t.addresses().begin(), t.addresses().end())};
 }
 
 absl::Status TokenAuthority::StillValid(const Principal& who) const {
@@ -137,6 +149,19 @@ absl::StatusOr<v1::CreateTokenResponse> TokenAuthority::Create(const v1::CreateT
     // holder (a worker reconnects with it); only joining happens once.
     return absl::InvalidArgumentError("one_time: only join tokens are one-time");
   }
+  if (req.addresses_size() > 0 && !join && req.role() != v1::ROLE_WORKER) {
+    return absl::InvalidArgumentError("addresses: only join and worker tokens name a worker's addresses");
+  }
+  if (req.addresses_size() > kMaxTokenAddresses) {
+    return absl::InvalidArgumentError(absl::StrCat("addresses: at most ", kMaxTokenAddresses));
+  }
+  for (int i = 0; i < req.addresses_size(); ++i) {
+    if (!ValidWorkerAddress(req.addresses(i))) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "addresses[", i, "]: '", req.addresses(i),
+          "' is not a host name or IP address (at most 253 characters of [A-Za-z0-9.:_-])"));
+    }
+  }
   // A join token is always one-time and always expires: it is handed
   // around (a provisioning script, a cloud-init file) before it is used.
   if (join && ttl == absl::ZeroDuration()) ttl = kDefaultJoinTtl;
@@ -153,6 +178,7 @@ absl::StatusOr<v1::CreateTokenResponse> TokenAuthority::Create(const v1::CreateT
   if (ttl > absl::ZeroDuration()) SetTimestamp(now + ttl, t.mutable_expire_time());
   t.set_one_time(join);
   t.set_created_by(by.token_id);
+  *t.mutable_addresses() = req.addresses();
   std::string secret = auth::NewSecret(t.id());
   st.secret_hash = auth::Sha256Hex(secret);
   TRAINCTL_RETURN_IF_ERROR(store_->PutToken(t, st.secret_hash));
@@ -250,6 +276,48 @@ absl::Status TokenAuthority::CheckWorker(const std::string& worker_id, const Pri
   return absl::PermissionDeniedError(absl::StrCat("register: worker id '", worker_id,
                                                   "' belongs to another token; token '", who.token_id,
                                                   "' may not use it"));
+}
+
+void TokenAuthority::NoteCertSerial(const std::string& worker_id, const std::string& serial) {
+  absl::MutexLock lock(&mu_);
+  std::vector<std::string>& seen = seen_serials_[worker_id];
+  if (std::find(seen.begin(), seen.end(), serial) != seen.end()) return;
+  if (seen.size() >= kMaxSerialsSeen) seen.erase(seen.begin());
+  seen.push_back(serial);
+}
+
+absl::StatusOr<v1::RevokeWorkerResponse> TokenAuthority::RevokeWorkerCert(const std::string& worker_id) {
+  if (worker_id.empty()) return absl::InvalidArgumentError("worker_id: required");
+  absl::MutexLock lock(&mu_);
+  if (auto it = revoked_workers_.find(worker_id); it != revoked_workers_.end()) {
+    v1::RevokeWorkerResponse again = it->second;
+    again.set_newly_revoked(false);
+    return again;
+  }
+  v1::RevokeWorkerResponse r;
+  r.set_worker_id(worker_id);
+  if (auto seen = seen_serials_.find(worker_id); seen != seen_serials_.end()) {
+    for (const std::string& serial : seen->second) r.add_serials(serial);
+  }
+  SetTimestamp(clock_->Now(), r.mutable_revoke_time());
+  r.set_newly_revoked(true);
+  TRAINCTL_RETURN_IF_ERROR(store_->PutRevokedWorker(r));
+  for (const std::string& serial : r.serials()) revoked_serials_[serial] = worker_id;
+  revoked_workers_[worker_id] = r;
+  return r;
+}
+
+absl::Status TokenAuthority::CheckCert(const std::string& worker_id, const std::string& serial) const {
+  absl::MutexLock lock(&mu_);
+  auto it = revoked_workers_.find(worker_id);
+  if (it == revoked_workers_.end() && !serial.empty()) {
+    if (auto s = revoked_serials_.find(serial); s != revoked_serials_.end()) it = revoked_workers_.find(s->second);
+  }
+  if (it == revoked_workers_.end()) return absl::OkStatus();
+  return absl::PermissionDeniedError(absl::StrCat(
+      "certificate of worker '", worker_id, "'", serial.empty() ? "" : absl::StrCat(" (serial ", serial, ")"),
+      " was revoked at ", absl::FormatTime(FromTimestamp(it->second.revoke_time())),
+      " (trainctl worker revoke ", it->second.worker_id(), ")"));
 }
 
 }  // namespace trainctl::coordinator

@@ -9,7 +9,8 @@
 // other token can take a worker's id (BindWorker).
 //
 // Called by the gRPC services (service_support.cc, auth_service.cc) from any
-// thread. Thread-safe: one absl::Mutex guards the maps; store writes happen
+// thread. Also holds the revoked worker certificates (RevokeWorkerCert),
+// which WorkerService checks at every Session open and message. Thread-safe: one absl::Mutex guards the maps; store writes happen
 // under it (the store never calls back), so memory follows the disk.
 #pragma once
 
@@ -34,7 +35,15 @@ struct Principal {
   // The token's name (shown as a job's owner).
   std::string name;
   v1::Role role = v1::ROLE_UNSPECIFIED;
+  // The addresses the admin authorised for the worker holding the token
+  // (Token.addresses; join and worker tokens). A worker's rendezvous reports
+  // may name these; a joined worker's certificate names only these.
+  std::vector<std::string> addresses = {};
 };
+
+// A host name or IP address a worker may be reached at: at most 253
+// characters of [A-Za-z0-9.:_-] (join token --address, JoinRequest).
+bool ValidWorkerAddress(absl::string_view address);
 
 // "admin", "submitter", "viewer", "worker", "join".
 std::string RoleName(v1::Role role);
@@ -50,6 +59,10 @@ class TokenAuthority {
   // The token id a certificate worker's id is bound to ("cert:" + id), so
   // that no token worker can take an id a certificate was issued for.
   static std::string CertBinding(const std::string& worker_id) { return "cert:" + worker_id; }
+  // At most this many authorised addresses per token.
+  static constexpr int kMaxTokenAddresses = 16;
+  // Serials remembered per worker id for RevokeWorkerCert's record.
+  static constexpr size_t kMaxSerialsSeen = 8;
 
   TokenAuthority(StateStore* store, const Clock* clock) : store_(store), clock_(clock) {}
 
@@ -99,6 +112,22 @@ class TokenAuthority {
   // PermissionDenied when `worker_id` is bound to a token other than `who`'s.
   absl::Status CheckWorker(const std::string& worker_id, const Principal& who) const;
 
+  // --- worker certificates ---------------------------------------------------
+  // Revocation is by worker id (a certificate's CN): ids are never reused
+  // (Join refuses known ids), so revoking the id revokes every certificate
+  // issued for it, including a hand-made `worker-cert` this coordinator never
+  // saw. The serials seen for the id are recorded with it as well.
+
+  // Records that a session presented certificate `serial` for `worker_id`
+  // (memory only: what RevokeWorkerCert lists).
+  void NoteCertSerial(const std::string& worker_id, const std::string& serial);
+  // Revokes, on disk then in memory; idempotent (newly_revoked false).
+  // InvalidArgument for an empty id.
+  absl::StatusOr<v1::RevokeWorkerResponse> RevokeWorkerCert(const std::string& worker_id);
+  // PermissionDenied, saying when, when the certificate (`worker_id` = its
+  // CN, `serial` its serial) was revoked; OK otherwise.
+  absl::Status CheckCert(const std::string& worker_id, const std::string& serial) const;
+
  private:
   StateStore* const store_;
   const Clock* const clock_;
@@ -106,6 +135,11 @@ class TokenAuthority {
   absl::flat_hash_map<std::string, StoredToken> tokens_ ABSL_GUARDED_BY(mu_);
   // worker id -> token id.
   absl::flat_hash_map<std::string, std::string> bindings_ ABSL_GUARDED_BY(mu_);
+  // Revoked worker ids -> their record; revoked serials -> worker id.
+  absl::flat_hash_map<std::string, v1::RevokeWorkerResponse> revoked_workers_ ABSL_GUARDED_BY(mu_);
+  absl::flat_hash_map<std::string, std::string> revoked_serials_ ABSL_GUARDED_BY(mu_);
+  // Serials seen per worker id (bounded by kMaxSerialsSeen per id).
+  absl::flat_hash_map<std::string, std::vector<std::string>> seen_serials_ ABSL_GUARDED_BY(mu_);
   // SHA-256 hex of the bootstrap admin secret; "" when none.
   std::string admin_hash_ ABSL_GUARDED_BY(mu_);
   // Set once before serving (OnRevoke); read after each Revoke.

@@ -226,5 +226,77 @@ TEST(TokenAuthorityTest, JoinTokensAreOneTimeAndExpire) {
   EXPECT_EQ(ParseRole("join").value(), v1::ROLE_JOIN);
 }
 
+// The addresses an admin authorises with a join or worker token are stored
+// with it and come back on its principal; other roles cannot carry them.
+TEST(TokenAuthorityTest, JoinAndWorkerTokensCarryTheAddressesTheAdminAuthorised) {
+  std::string db = TempDb();
+  FakeClock clock;
+  std::string secret;
+  {
+    auto store = StateStore::Open(db);
+    ASSERT_TRUE(store.ok()) << store.status();
+    TokenAuthority auth(store->get(), &clock);
+    ASSERT_TRUE(auth.Load().ok());
+    v1::CreateTokenRequest join = Req(v1::ROLE_JOIN, "gpu-07");
+    join.add_addresses("10.0.3.7");
+    join.add_addresses("gpu-07.lan");
+    auto made = auth.Create(join, kRoot);
+    ASSERT_TRUE(made.ok()) << made.status();
+    EXPECT_THAT(made->token().addresses(), ::testing::ElementsAre("10.0.3.7", "gpu-07.lan"));
+    secret = made->secret();
+
+    v1::CreateTokenRequest viewer = Req(v1::ROLE_VIEWER, "v");
+    viewer.add_addresses("10.0.3.7");
+    absl::StatusOr<v1::CreateTokenResponse> refused = auth.Create(viewer, kRoot);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status().message(), HasSubstr("addresses: only join and worker tokens"));
+    v1::CreateTokenRequest bad = Req(v1::ROLE_WORKER, "w");
+    bad.add_addresses("evil host/x");
+    refused = auth.Create(bad, kRoot);
+    EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(refused.status().message(), HasSubstr("addresses[0]: 'evil host/x'"));
+  }
+  auto store = StateStore::Open(db);
+  ASSERT_TRUE(store.ok());
+  TokenAuthority reopened(store->get(), &clock);
+  ASSERT_TRUE(reopened.Load().ok());
+  absl::StatusOr<Principal> who = reopened.Authenticate("Bearer " + secret);
+  ASSERT_TRUE(who.ok()) << who.status();
+  EXPECT_THAT(who->addresses, ::testing::ElementsAre("10.0.3.7", "gpu-07.lan"));
+}
+
+// A revoked worker certificate is refused by id and by serial, survives a
+// reopen, and revoking twice is harmless.
+TEST(TokenAuthorityTest, RevokedWorkerCertificatesStayRevoked) {
+  std::string db = TempDb();
+  FakeClock clock;
+  {
+    auto store = StateStore::Open(db);
+    ASSERT_TRUE(store.ok()) << store.status();
+    TokenAuthority auth(store->get(), &clock);
+    ASSERT_TRUE(auth.Load().ok());
+    auth.NoteCertSerial("w-1", "0abc");
+    EXPECT_TRUE(auth.CheckCert("w-1", "0abc").ok());
+    absl::StatusOr<v1::RevokeWorkerResponse> r = auth.RevokeWorkerCert("w-1");
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_TRUE(r->newly_revoked());
+    EXPECT_THAT(r->serials(), ::testing::ElementsAre("0abc"));
+    absl::Status refused = auth.CheckCert("w-1", "0def");
+    EXPECT_EQ(refused.code(), absl::StatusCode::kPermissionDenied);
+    EXPECT_THAT(refused.message(), HasSubstr("certificate of worker 'w-1'"));
+    EXPECT_THAT(refused.message(), HasSubstr("was revoked"));
+    EXPECT_FALSE(auth.RevokeWorkerCert("w-1")->newly_revoked());
+    EXPECT_TRUE(auth.CheckCert("w-2", "0fff").ok());
+    EXPECT_EQ(auth.RevokeWorkerCert("").status().code(), absl::StatusCode::kInvalidArgument);
+  }
+  auto store = StateStore::Open(db);
+  ASSERT_TRUE(store.ok());
+  TokenAuthority reopened(store->get(), &clock);
+  ASSERT_TRUE(reopened.Load().ok());
+  EXPECT_EQ(reopened.CheckCert("w-1", "").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(reopened.CheckCert("renamed", "0abc").code(), absl::StatusCode::kPermissionDenied)
+      << "a known revoked serial is refused under any name";
+}
+
 }  // namespace
 }  // namespace trainctl::coordinator

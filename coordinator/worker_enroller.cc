@@ -1,10 +1,12 @@
 #include "coordinator/worker_enroller.h"
 
+#include <algorithm>
 #include <random>
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
@@ -18,12 +20,6 @@ bool ValidWorkerId(const std::string& id) {
   return !id.empty() && id.size() <= 64 && id.find("..") == std::string::npos &&
          std::all_of(id.begin(), id.end(),
                      [](char c) { return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-'; });
-}
-
-bool ValidAddress(const std::string& a) {
-  return !a.empty() && a.size() <= 253 && std::all_of(a.begin(), a.end(), [](char c) {
-    return absl::ascii_isalnum(c) || c == '.' || c == '-' || c == ':' || c == '_';
-  });
 }
 
 }  // namespace
@@ -45,7 +41,7 @@ absl::StatusOr<v1::JoinResponse> WorkerEnroller::Join(const Principal& who, cons
     return absl::InvalidArgumentError(absl::StrCat("addresses: at most ", kMaxAddresses));
   }
   for (int i = 0; i < req.addresses_size(); ++i) {
-    if (!ValidAddress(req.addresses(i))) {
+    if (!ValidWorkerAddress(req.addresses(i))) {
       return absl::InvalidArgumentError(absl::StrCat("addresses[", i, "]: '", req.addresses(i),
                                                      "' is not a host name or IP address"));
     }
@@ -62,9 +58,21 @@ absl::StatusOr<v1::JoinResponse> WorkerEnroller::Join(const Principal& who, cons
     return absl::AlreadyExistsError(absl::StrCat(
         "worker_id: '", id, "' is already known to this coordinator; join under another id"));
   }
-  std::vector<std::string> sans(req.addresses().begin(), req.addresses().end());
-  sans.push_back(id);
-  absl::StatusOr<std::string> cert = auth::SignCsr(ca_, req.csr_pem(), id, sans, validity_);
+  // A weak key is refused before anything else is decided (the token stays usable).
+  TRAINCTL_RETURN_IF_ERROR(auth::CheckCsr(req.csr_pem(), "csr_pem"));
+  // The certificate names only what the admin authorised with the token:
+  // whatever else the worker asks for (its --address, its hostname) is
+  // left out, so a join token cannot buy a name of the coordinator or of
+  // another host. The URI names the worker; with it gRPC's name check never
+  // falls back to the CN (the id, which the joiner may choose).
+  std::vector<std::string> sans = who.addresses;
+  std::vector<std::string> ignored;
+  for (const std::string& a : req.addresses()) {
+    if (std::find(sans.begin(), sans.end(), a) == sans.end()) ignored.push_back(a);
+  }
+  sans.push_back(auth::WorkerUri(id));
+  absl::StatusOr<std::string> cert =
+      auth::SignCsr(ca_, req.csr_pem(), id, sans, validity_, auth::CertPurpose::kClient);
   if (!cert.ok()) return absl::InvalidArgumentError(absl::StrCat("csr_pem: ", cert.status().message()));
   // Consume first: a token used meanwhile (a concurrent Join) gets nothing.
   TRAINCTL_RETURN_IF_ERROR(tokens_->ConsumeOneTime(who.token_id));
@@ -75,7 +83,9 @@ absl::StatusOr<v1::JoinResponse> WorkerEnroller::Join(const Principal& who, cons
   resp.set_ca_pem(ca_.cert_pem);
   SetTimestamp(clock_->Now() + validity_, resp.mutable_expire_time());
   LogEvent(LogLevel::kInfo, "coordinator", "worker_joined",
-           {{"worker_id", id}, {"join_token", who.token_id}, {"token_name", who.name}});
+           {{"worker_id", id}, {"join_token", who.token_id}, {"token_name", who.name},
+            {"addresses", absl::StrJoin(who.addresses, ",")},
+            {"not_authorised", absl::StrJoin(ignored, ",")}});
   return resp;
 }
 

@@ -2,9 +2,11 @@
 // worker's certificate, signed by the cluster CA (as kubelet's TLS
 // bootstrap). The worker's key never leaves the worker.
 //
-// Join() checks the request, refuses ids the coordinator already knows (a
-// registered worker, or an id bound to a token or an earlier certificate),
-// signs, consumes the one-time token (a refused request leaves it usable;
+// Join() checks the request (a weak key is refused), refuses ids the
+// coordinator already knows (a registered worker, or an id bound to a token
+// or an earlier certificate), signs a client-auth-only certificate whose
+// names are only what the admin authorised with the join token (its
+// addresses, never the worker's own choice), consumes the one-time token (a refused request leaves it usable;
 // of two uses exactly one gets a certificate), and binds the id to the
 // certificate, so that no token worker can take it.
 //

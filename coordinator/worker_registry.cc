@@ -175,6 +175,26 @@ void WorkerRegistry::SessionEnded(const std::string& id, const WorkerChannel* ch
       std::min(it->second.lease_deadline, clock_->Now() + options_.disconnect_grace);
 }
 
+bool WorkerRegistry::Expel(const std::string& id, const absl::Status& why) {
+  CheckOnLoop();
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.worker.state() != v1::WORKER_STATE_ALIVE) return false;
+  Entry& e = it->second;
+  e.worker.set_state(v1::WORKER_STATE_LOST);
+  LogEvent(LogLevel::kWarn, "coordinator", "worker_lost",
+           {{"worker_id", id}, {"host", e.worker.hostname()}, {"reason", std::string(why.message())}});
+  // As in ExpireLeases: a failed write leaves a stale ALIVE row, which a
+  // restarted coordinator expires (and the revocation refuses it).
+  if (absl::Status s = Persist(e.worker); !s.ok()) {
+    std::cerr << "coordinator: worker " << id << " expelled, but storing that failed: " << s << "\n";
+  }
+  if (e.channel != nullptr) {
+    e.channel->Close(why);
+    e.channel = nullptr;
+  }
+  return true;
+}
+
 std::vector<std::string> WorkerRegistry::ExpireLeases() {
   CheckOnLoop();
   absl::Time now = clock_->Now();

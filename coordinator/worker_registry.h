@@ -85,6 +85,11 @@ class WorkerRegistry {
   // nothing; with `left` (a Goodbye) it is LEFT at once.
   void SessionEnded(const std::string& id, const WorkerChannel* channel, bool left);
 
+  // Marks ALIVE worker `id` LOST at once (persisted) and closes its session
+  // with `why`: its certificate or token was revoked. True when it was
+  // ALIVE (the caller then reschedules its ranks, as for ExpireLeases).
+  bool Expel(const std::string& id, const absl::Status& why);
+
   // Marks every worker whose lease ran out LOST and returns their ids.
   std::vector<std::string> ExpireLeases();
   // Forgets (in memory and in the store) every LOST or LEFT worker whose last

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/auth/pki.h"
 #include "common/log.h"
 #include "coordinator/peer_address.h"
 #include "coordinator/service_support.h"
@@ -40,14 +41,16 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
  public:
   // `cert_id`: the CN of the worker's verified client certificate ("" when
   // it presented none); such a worker may register only under that id.
-  // `cert_sans`: that certificate's subject alternative names.
+  // `cert_sans`: that certificate's subject alternative names (host names
+  // and IP addresses only); `cert_serial`: its serial (hex).
   SessionReactor(ServiceContext ctx, std::string peer, Principal who, std::string cert_id,
-                 std::vector<std::string> cert_sans)
+                 std::vector<std::string> cert_sans, std::string cert_serial)
       : ctx_(ctx),
         peer_(std::move(peer)),
         who_(std::move(who)),
         cert_id_(std::move(cert_id)),
-        cert_sans_(std::move(cert_sans)) {
+        cert_sans_(std::move(cert_sans)),
+        cert_serial_(std::move(cert_serial)) {
     // Posted before any read completes, so it runs before every Handle and
     // before OnDone's closure (which untracks).
     if (ctx_.live != nullptr) {
@@ -157,6 +160,18 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     // queued: a worker's messages are applied in the order it sent them, and
     // a RegisterAck's applied seq covers what was queued.
     if (ctx_.batcher != nullptr && !msg.has_heartbeat() && !Batched(msg)) ctx_.batcher->Drain();
+    // A revoked certificate (trainctl worker revoke) is checked on every
+    // message, not only when the session opened: the revocation may come
+    // while it is open.
+    if (absl::Status revoked = ctx_.auth->CheckCert(cert_id_.empty() ? worker_id_ : cert_id_, cert_serial_);
+        !revoked.ok()) {
+      revoked_ = true;
+      LogEvent(LogLevel::kWarn, "coordinator", "worker_revoked_refused",
+               {{"worker_id", worker_id_}, {"peer", peer_}, {"reason", std::string(revoked.message())}});
+      Close(revoked);
+      if (!worker_id_.empty()) ExpelWorker(ctx_, worker_id_, revoked);
+      return;
+    }
     if (msg.has_register_()) {
       if (!worker_id_.empty()) {
         Close(absl::FailedPreconditionError("register: already registered on this session"));
@@ -202,6 +217,14 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // Registers (identity already checked), binds a token worker's id, acks.
   void Register(const v1::Register& reg) {
     assert(ctx_.loop->InLoop());
+    // A revoked worker id (trainctl worker revoke) does not come back,
+    // whatever credential it registers with.
+    if (!reg.worker_id().empty()) {
+      if (absl::Status revoked = ctx_.auth->CheckCert(reg.worker_id(), cert_serial_); !revoked.ok()) {
+        Close(revoked);
+        return;
+      }
+    }
     absl::StatusOr<std::string> id = ctx_.registry->Register(reg, this);
     if (!id.ok()) {
       Close(id.status());
@@ -215,16 +238,15 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     }
     worker_id_ = *id;
     // The hosts this worker may name in rendezvous reports: the address it
-    // connects from, and what vouches for it: its certificate's names (a
-    // certificate worker), or the address it registered (a token worker,
-    // which nothing else checks).
+    // connects from, and what the admin authorised for it: its certificate's
+    // names (a certificate worker; a joined one's come from its join
+    // token), or its token's addresses (a token worker). Never the address
+    // it registered: that is the worker's own word (a worker that joined
+    // with --address 6.6.6.6 must not send ranks there).
     own_hosts_.clear();
     if (std::string ip = PeerIp(peer_); !ip.empty()) own_hosts_.push_back(ip);
-    if (!cert_id_.empty()) {
-      own_hosts_.insert(own_hosts_.end(), cert_sans_.begin(), cert_sans_.end());
-    } else {
-      own_hosts_.push_back(reg.address().empty() ? reg.hostname() : reg.address());
-    }
+    const std::vector<std::string>& vouched = cert_id_.empty() ? who_.addresses : cert_sans_;
+    own_hosts_.insert(own_hosts_.end(), vouched.begin(), vouched.end());
     v1::CoordinatorMessage ack;
     ack.mutable_register_ack()->set_worker_id(worker_id_);
     ack.mutable_register_ack()->set_heartbeat_interval_ms(
@@ -408,6 +430,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   const Principal who_;
   const std::string cert_id_;
   const std::vector<std::string> cert_sans_;
+  const std::string cert_serial_;
   // Hosts its rendezvous reports may name (set at registration; loop only).
   std::vector<std::string> own_hosts_;
   v1::WorkerMessage in_;  // gRPC thread (one read in flight).
@@ -423,15 +446,24 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // Loop only.
   std::string worker_id_;
   bool ended_ = false;
+  // Closed because its token, certificate or id was revoked (Revoked, or
+  // the certificate check in Handle); later messages are dropped.
+  bool revoked_ = false;
   // A sequenced message failed to apply; later ones wait for the resend.
   bool telemetry_failed_ = false;
   // Tracked in ctx_.live while open (0: not, or already ended by it).
   LiveCalls::Id live_ = 0;
-  // Its token lapsed (Revoked): what it still sends is dropped.
-  bool revoked_ = false;
 };
 
 }  // namespace
+
+void ExpelWorker(const ServiceContext& ctx, const std::string& worker_id, const absl::Status& why) {
+  assert(ctx.loop->InLoop());
+  if (ctx.registry->Expel(worker_id, why)) {
+    if (ctx.fetches != nullptr) ctx.fetches->WorkerGone(worker_id);
+    ctx.jobs->OnWorkerLost(worker_id);
+  }
+}
 
 // --- WorkerService ------------------------------------------------------------------
 
@@ -448,13 +480,28 @@ grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServic
   // handshake) names the worker; it needs no token.
   std::string cert_id;
   std::vector<std::string> cert_sans;
+  std::string cert_serial;
   if (std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context()) {
     std::vector<grpc::string_ref> cn = auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
     if (!cn.empty()) cert_id.assign(cn.front().data(), cn.front().size());
     if (!cert_id.empty()) {
       for (const grpc::string_ref& san : auth->FindPropertyValues(GRPC_X509_SAN_PROPERTY_NAME)) {
-        cert_sans.emplace_back(san.data(), san.size());
+        std::string name(san.data(), san.size());
+        // Host names and IP addresses only (not the spiffe:// URI).
+        if (name.find("://") == std::string::npos) cert_sans.push_back(std::move(name));
       }
+      std::vector<grpc::string_ref> pem = auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
+      if (!pem.empty()) {
+        absl::StatusOr<std::string> serial = auth::CertSerialHex(std::string(pem.front().data(), pem.front().size()));
+        if (serial.ok()) cert_serial = *serial;
+      }
+      // Refused before the session starts: a revoked certificate gets nothing.
+      if (absl::Status revoked = ctx_.auth->CheckCert(cert_id, cert_serial); !revoked.ok()) {
+        LogEvent(LogLevel::kWarn, "coordinator", "worker_revoked_refused",
+                 {{"worker_id", cert_id}, {"peer", ctx->peer()}, {"reason", std::string(revoked.message())}});
+        return new RefusedSession(revoked);
+      }
+      if (!cert_serial.empty()) ctx_.auth->NoteCertSerial(cert_id, cert_serial);
     }
   }
   absl::StatusOr<Principal> who;
@@ -464,7 +511,7 @@ grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServic
     who = Caller(ctx_, ctx, "Session", {kWorker});
   }
   if (!who.ok()) return new RefusedSession(who.status());
-  return new SessionReactor(ctx_, ctx->peer(), *who, cert_id, std::move(cert_sans));
+  return new SessionReactor(ctx_, ctx->peer(), *who, cert_id, std::move(cert_sans), std::move(cert_serial));
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,

@@ -314,7 +314,8 @@ TEST(AuthE2ETest, TlsRefusesPlaintextAndForeignCas) {
   // CA does not get through the handshake.
   auto write_cert = [&](const auth::KeyAndCert& ca, const std::string& cn, const std::string& stem) {
     std::string key = *auth::NewPrivateKey();
-    absl::StatusOr<std::string> cert = auth::SignCsr(ca, *auth::NewCsr(key, cn), cn, {}, absl::Hours(1));
+    absl::StatusOr<std::string> cert = auth::SignCsr(ca, *auth::NewCsr(key, cn), cn, {}, absl::Hours(1),
+                                                      auth::CertPurpose::kClient);
     EXPECT_TRUE(cert.ok()) << cert.status();
     EXPECT_TRUE(auth::WritePrivateFile(stem + ".key", key).ok());
     EXPECT_TRUE(auth::WritePrivateFile(stem + ".crt", *cert).ok());

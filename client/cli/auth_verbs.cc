@@ -8,6 +8,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/time/time.h"
 #include "client/cli/context.h"
 #include "client/cli/format.h"
@@ -47,6 +48,7 @@ struct CreateArgs {
   std::string role;
   std::string name;
   std::string ttl;
+  std::vector<std::string> addresses;
 };
 
 int RunCreate(CliContext& ctx, const CreateArgs& a) {
@@ -66,6 +68,9 @@ int RunCreate(CliContext& ctx, const CreateArgs& a) {
   req.mutable_ttl()->set_seconds(absl::ToInt64Seconds(*ttl));
   req.set_name(a.name);
   req.set_one_time(req.role() == v1::ROLE_JOIN);
+  for (const std::string& addr : a.addresses) {
+    if (!addr.empty()) req.add_addresses(addr);
+  }
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
   absl::StatusOr<v1::CreateTokenResponse> r = (*client)->CreateToken(req);
@@ -77,7 +82,11 @@ int RunCreate(CliContext& ctx, const CreateArgs& a) {
   ctx.out << "token " << r->token().id() << " (" << r->token().name() << "), role "
           << RoleText(r->token().role()) << ", expires "
           << (r->token().has_expire_time() ? FormatTimestamp(r->token().expire_time()) : "never")
-          << (r->token().one_time() ? ", one-time" : "") << "\n"
+          << (r->token().one_time() ? ", one-time" : "")
+          << (r->token().addresses_size() > 0
+                  ? absl::StrCat(", addresses ", absl::StrJoin(r->token().addresses(), ","))
+                  : "")
+          << "\n"
           << "secret (shown once; the coordinator keeps only its hash):\n"
           << r->secret() << "\n";
   return kExitOk;
@@ -162,7 +171,8 @@ VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx) {
       app, "token", "Create, list and revoke bearer tokens (admin)",
       "  trainctl token create --role submitter --name alice --ttl 30d\n"
       "  trainctl token create --role worker --name gpu-07\n"
-      "  trainctl token create --role join --ttl 1h     (one-time: trainctl-worker --join-token)\n"
+      "  trainctl token create --role join --ttl 1h --address 10.0.3.7 --name gpu-07\n"
+      "                                     (one-time: trainctl-worker --join-token)\n"
       "  trainctl token list --all\n"
       "  trainctl token revoke t-3f9a1c0d\n",
       "Examples:");
@@ -178,6 +188,12 @@ VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx) {
   c->add_option("--name", create->name, "Who or what holds it (default: its id)");
   c->add_option("--ttl", create->ttl,
                 "Lifetime, e.g. 24h, 90m, 7d (default: never expires; join tokens 24h)");
+  c->add_option("--address", create->addresses,
+                "Join and worker tokens: a host name or IP address the worker may be reached at "
+                "(repeat or comma-separate). A joined worker's certificate names only these; its "
+                "rendezvous reports may name only these or the IP it connects from")
+      ->delimiter(',')
+      ->type_name("HOST");
   c->callback([which] { *which = "create"; });
   CLI::App* l = sub->add_subcommand("list", "List tokens (never their secrets)");
   l->add_flag("--all", *all, "Include revoked, expired and used tokens");
@@ -190,6 +206,34 @@ VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx) {
     if (*which == "list") return RunList(ctx, *all);
     return RunRevoke(ctx, *id);
   };
+}
+
+int RunWorkerRevoke(CliContext& ctx, const std::string& id) {
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<v1::RevokeWorkerResponse> r = (*client)->RevokeWorker(id);
+  if (!r.ok()) return ctx.Fail(r.status());
+  if (ctx.json()) {
+    ctx.PrintJson(*r);
+    return kExitOk;
+  }
+  ctx.out << "worker " << r->worker_id() << (r->newly_revoked() ? " revoked" : " was already revoked")
+          << " at " << FormatTimestamp(r->revoke_time())
+          << (r->serials_size() > 0 ? absl::StrCat(" (certificate serials ", absl::StrJoin(r->serials(), ","), ")")
+                                    : "")
+          << "; a token worker keeps its token: revoke that too (trainctl token revoke)\n";
+  return kExitOk;
+}
+
+VerbRunner AddWorkerVerb(CLI::App& app, CliContext& ctx) {
+  CLI::App* sub = AddVerb(app, "worker", "Manage one worker (admin): revoke its certificate",
+                          "  trainctl worker revoke w-3f9a1c0d2b4e\n", "Examples:");
+  sub->require_subcommand(1, 1);
+  auto id = std::make_shared<std::string>();
+  CLI::App* r = sub->add_subcommand(
+      "revoke", "Revoke a worker's certificate at once: its session ends, its ranks are rescheduled");
+  r->add_option("id", *id, "Worker id (trainctl workers)")->required();
+  return [&ctx, id] { return RunWorkerRevoke(ctx, *id); };
 }
 
 VerbRunner AddLoginVerb(CLI::App& app, CliContext& ctx) {

@@ -28,7 +28,7 @@ constexpr char kDefaultCoordinator[] = "localhost:7070";
 constexpr VerbFactory kVerbs[] = {
     AddSubmitVerb, AddStatusVerb, AddDescribeVerb, AddListVerb,  AddLogsVerb,
     AddCancelVerb, AddResumeVerb, AddCheckpointsVerb, AddFetchVerb, AddWorkersVerb, AddRunVerb, AddMetricsVerb,
-    AddTokenVerb,  AddLoginVerb,
+    AddTokenVerb,  AddLoginVerb,  AddWorkerVerb,
 };
 
 constexpr char kMainFooter[] =

@@ -90,6 +90,7 @@ VerbRunner AddMetricsVerb(CLI::App& app, CliContext& ctx);
 // Tokens and login (auth_verbs.cc).
 VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddLoginVerb(CLI::App& app, CliContext& ctx);
+VerbRunner AddWorkerVerb(CLI::App& app, CliContext& ctx);
 
 // Follows a job until it ends (follow mode output); 0 only when it SUCCEEDED.
 int FollowJob(CliContext& ctx, Client& client, const std::string& job_id);

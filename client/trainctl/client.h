@@ -173,6 +173,9 @@ class Client {
   absl::StatusOr<v1::CreateTokenResponse> CreateToken(const v1::CreateTokenRequest& req);
   absl::StatusOr<std::vector<v1::Token>> ListTokens(bool include_revoked = false);
   absl::StatusOr<v1::Token> RevokeToken(const std::string& id);
+  // Revokes worker `worker_id`'s certificates (admin): its session ends, it
+  // is LOST at once, and no certificate naming it is accepted again.
+  absl::StatusOr<v1::RevokeWorkerResponse> RevokeWorker(const std::string& worker_id);
 
   const ClientOptions& options() const { return options_; }
 

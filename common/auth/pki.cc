@@ -12,6 +12,8 @@
 
 #include <memory>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 
@@ -143,30 +145,83 @@ absl::StatusOr<std::string> NewCsr(const std::string& key_pem, const std::string
   return BioText(bio.get());
 }
 
+std::string WorkerUri(const std::string& worker_id) {
+  return absl::StrCat("spiffe://trainctl/worker/", worker_id);
+}
+
+namespace {
+
+// The CSR in `csr_pem`, parsed and self-signature checked, with its key's
+// strength checked; InvalidArgument naming `field` otherwise.
+absl::StatusOr<Req> ParseCheckedCsr(const std::string& csr_pem, const std::string& field) {
+  Bio bio(BIO_new_mem_buf(csr_pem.data(), static_cast<int>(csr_pem.size())));
+  Req req(PEM_read_bio_X509_REQ(bio.get(), nullptr, nullptr, nullptr));
+  if (!req) return absl::InvalidArgumentError(OpenSslError(absl::StrCat(field, ": not a PEM certificate request")));
+  Key pub(X509_REQ_get_pubkey(req.get()));
+  if (!pub || X509_REQ_verify(req.get(), pub.get()) != 1) {
+    return absl::InvalidArgumentError(OpenSslError(absl::StrCat(field, ": signature does not verify")));
+  }
+  // A weak key makes the certificate's holder anyone who factors it: an
+  // RSA-512 key falls in hours on one machine.
+  switch (EVP_PKEY_get_base_id(pub.get())) {
+    case EVP_PKEY_RSA: {
+      int bits = EVP_PKEY_get_bits(pub.get());
+      if (bits < 2048) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ": an RSA key of ", bits,
+                                                       " bits is too weak (at least 2048; or EC P-256/P-384)"));
+      }
+      return req;
+    }
+    case EVP_PKEY_EC: {
+      char group[64] = {0};
+      size_t len = 0;
+      if (EVP_PKEY_get_group_name(pub.get(), group, sizeof group, &len) != 1) {
+        return absl::InvalidArgumentError(absl::StrCat(field, ": an EC key on an unnamed curve (use P-256 or P-384)"));
+      }
+      std::string g(group, len);
+      if (g != "prime256v1" && g != "P-256" && g != "secp384r1" && g != "P-384") {
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ": an EC key on curve ", g, " is not accepted (use P-256 or P-384)"));
+      }
+      return req;
+    }
+    default:
+      return absl::InvalidArgumentError(absl::StrCat(field, ": a ", OBJ_nid2sn(EVP_PKEY_get_base_id(pub.get())),
+                                                     " key is not accepted (EC P-256/P-384, or RSA >= 2048)"));
+  }
+}
+
+}  // namespace
+
+absl::Status CheckCsr(const std::string& csr_pem, const std::string& field) {
+  return ParseCheckedCsr(csr_pem, field).status();
+}
+
 absl::StatusOr<std::string> SignCsr(const KeyAndCert& ca, const std::string& csr_pem,
                                     const std::string& common_name,
-                                    const std::vector<std::string>& sans, absl::Duration validity) {
+                                    const std::vector<std::string>& sans, absl::Duration validity,
+                                    CertPurpose purpose) {
   Key ca_key = ParseKey(ca.key_pem);
   Cert ca_cert = ParseCert(ca.cert_pem);
   if (!ca_key || !ca_cert) return absl::FailedPreconditionError(OpenSslError("CA key or certificate: cannot parse"));
-  Bio bio(BIO_new_mem_buf(csr_pem.data(), static_cast<int>(csr_pem.size())));
-  Req req(PEM_read_bio_X509_REQ(bio.get(), nullptr, nullptr, nullptr));
-  if (!req) return absl::InvalidArgumentError(OpenSslError("csr: not a PEM certificate request"));
-  Key pub(X509_REQ_get_pubkey(req.get()));
-  if (!pub || X509_REQ_verify(req.get(), pub.get()) != 1) {
-    return absl::InvalidArgumentError(OpenSslError("csr: signature does not verify"));
-  }
+  absl::StatusOr<Req> req = ParseCheckedCsr(csr_pem, "csr");
+  if (!req.ok()) return req.status();
+  Key pub(X509_REQ_get_pubkey(req->get()));
   Cert cert = NewCert(pub.get(), common_name, validity);
   X509_set_issuer_name(cert.get(), X509_get_subject_name(ca_cert.get()));
   std::vector<std::string> alt;
   for (const std::string& s : sans) {
     unsigned char buf[16];
     bool ip = inet_pton(AF_INET, s.c_str(), buf) == 1 || inet_pton(AF_INET6, s.c_str(), buf) == 1;
-    alt.push_back(absl::StrCat(ip ? "IP:" : "DNS:", s));
+    alt.push_back(absl::StrCat(ip ? "IP:" : absl::StartsWith(s, "spiffe://") ? "URI:" : "DNS:", s));
   }
+  // An EC key signs (ECDHE); an RSA key may also encipher (RSA key exchange).
+  const bool rsa = EVP_PKEY_get_base_id(pub.get()) == EVP_PKEY_RSA;
   if (!AddExtension(cert.get(), ca_cert.get(), NID_basic_constraints, "critical,CA:FALSE") ||
-      !AddExtension(cert.get(), ca_cert.get(), NID_key_usage, "critical,digitalSignature,keyEncipherment") ||
-      !AddExtension(cert.get(), ca_cert.get(), NID_ext_key_usage, "serverAuth,clientAuth") ||
+      !AddExtension(cert.get(), ca_cert.get(), NID_key_usage,
+                    rsa ? "critical,digitalSignature,keyEncipherment" : "critical,digitalSignature") ||
+      !AddExtension(cert.get(), ca_cert.get(), NID_ext_key_usage,
+                    purpose == CertPurpose::kServer ? "serverAuth" : "clientAuth") ||
       !AddExtension(cert.get(), ca_cert.get(), NID_authority_key_identifier, "keyid:always") ||
       (!alt.empty() &&
        !AddExtension(cert.get(), ca_cert.get(), NID_subject_alt_name, absl::StrJoin(alt, ",")))) {
@@ -184,6 +239,26 @@ absl::StatusOr<std::string> CertCommonName(const std::string& cert_pem) {
     return absl::InvalidArgumentError("certificate: no CN");
   }
   return std::string(cn);
+}
+
+absl::StatusOr<std::string> CertSerialHex(const std::string& cert_pem) {
+  Cert cert = ParseCert(cert_pem);
+  if (!cert) return absl::InvalidArgumentError(OpenSslError("certificate: cannot parse"));
+  BIGNUM* bn = ASN1_INTEGER_to_BN(X509_get0_serialNumber(cert.get()), nullptr);
+  if (bn == nullptr) return absl::InvalidArgumentError("certificate: bad serial number");
+  char* hex = BN_bn2hex(bn);
+  BN_free(bn);
+  std::string out = absl::AsciiStrToLower(hex != nullptr ? hex : "");
+  OPENSSL_free(hex);
+  return out;
+}
+
+absl::StatusOr<std::string> NewRsaCsrForTest(int bits, const std::string& common_name) {
+  Key key(EVP_PKEY_Q_keygen(nullptr, nullptr, "RSA", static_cast<size_t>(bits)));
+  if (!key) return absl::InternalError(OpenSslError("generate RSA key"));
+  absl::StatusOr<std::string> pem = KeyPem(key.get());
+  if (!pem.ok()) return pem.status();
+  return NewCsr(*pem, common_name);
 }
 
 }  // namespace trainctl::auth

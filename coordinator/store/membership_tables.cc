@@ -94,5 +94,36 @@ absl::StatusOr<std::vector<std::pair<std::string, std::string>>> StateStore::Loa
   return out;
 }
 
+absl::Status StateStore::PutRevokedWorker(const v1::RevokeWorkerResponse& revoked) {
+  if (revoked.worker_id().empty()) {
+    return absl::InvalidArgumentError("state store: PutRevokedWorker: no worker id");
+  }
+  const std::string blob = revoked.SerializeAsString();
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  const std::string op = absl::StrCat("PutRevokedWorker('", revoked.worker_id(), "')");
+  TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
+  return Query(s.db, s.stmts->put_revoked_worker, op).Bind(1, revoked.worker_id()).BindBlob(2, blob).Run();
+}
+
+absl::StatusOr<std::vector<v1::RevokeWorkerResponse>> StateStore::LoadRevokedWorkers() {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  std::vector<v1::RevokeWorkerResponse> out;
+  Query q(s.db, s.stmts->load_revoked_workers, "LoadRevokedWorkers");
+  while (true) {
+    TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    v1::RevokeWorkerResponse r;
+    std::string id = q.Text(0);
+    TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(1), &r, absl::StrCat("revoked_workers row '", id, "'")));
+    if (r.worker_id() != id) {
+      return absl::DataLossError(absl::StrCat("state store: revoked_workers row '", id, "' holds worker '",
+                                              r.worker_id(), "'"));
+    }
+    out.push_back(std::move(r));
+  }
+  return out;
+}
 
 }  // namespace trainctl::coordinator

@@ -105,6 +105,14 @@ constexpr const char* kMigrations[] = {
         token_id  TEXT NOT NULL
       ) WITHOUT ROWID;
     )sql",
+    // 3 -> 4: revoked worker certificates (trainctl worker revoke), checked
+    // at every Session open and message.
+    R"sql(
+      CREATE TABLE revoked_workers (
+        worker_id TEXT PRIMARY KEY NOT NULL,
+        blob      BLOB NOT NULL        -- v1.RevokeWorkerResponse
+      ) WITHOUT ROWID;
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 
@@ -269,6 +277,8 @@ absl::Status StateStore::Impl::PrepareStatements() {
       {&s.load_tokens, "SELECT id, secret_hash, blob FROM tokens ORDER BY id"},
       {&s.put_binding, "INSERT OR IGNORE INTO worker_bindings (worker_id, token_id) VALUES (?1, ?2)"},
       {&s.load_bindings, "SELECT worker_id, token_id FROM worker_bindings ORDER BY worker_id"},
+      {&s.put_revoked_worker, "INSERT OR REPLACE INTO revoked_workers (worker_id, blob) VALUES (?1, ?2)"},
+      {&s.load_revoked_workers, "SELECT worker_id, blob FROM revoked_workers ORDER BY worker_id"},
       {&s.insert_metric,
        "INSERT INTO metrics (job_id, attempt, rank, blob) VALUES (?1, ?2, ?3, ?4)"},
       {&s.insert_log, "INSERT INTO logs (job_id, attempt, rank, blob) VALUES (?1, ?2, ?3, ?4)"},

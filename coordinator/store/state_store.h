@@ -181,6 +181,11 @@ class StateStore {
   absl::Status PutWorkerBinding(const std::string& worker_id, const std::string& token_id);
   // (worker id, token id) for every binding, ascending by worker id.
   absl::StatusOr<std::vector<std::pair<std::string, std::string>>> LoadWorkerBindings();
+  // Inserts or replaces the revocation record of a worker's certificates.
+  absl::Status PutRevokedWorker(const v1::RevokeWorkerResponse& revoked);
+  // Every revocation record, ascending by worker id; DataLoss naming the row
+  // when one does not parse.
+  absl::StatusOr<std::vector<v1::RevokeWorkerResponse>> LoadRevokedWorkers();
 
   // Fault injection for tests (LevelDB's FaultInjectionTestEnv, in small):
   // `fail` is asked before each write (PutJob, AppendMetrics, AppendLogs,

@@ -28,7 +28,7 @@ bool FakeWorker::Connect(std::vector<v1::RunningRank> running) {
   v1::Register* r = reg.mutable_register_();
   r->set_worker_id(id_);
   r->set_hostname("host-" + id_);
-  r->set_address("127.0.0.1");
+  r->set_address(address_);
   r->mutable_labels()->insert(labels_.begin(), labels_.end());
   for (int i = 0; i < slots_; ++i) {
     v1::Slot* s = r->add_slots();

@@ -33,6 +33,8 @@ class FakeWorker {
 
   // Labels sent at the next Connect().
   void set_labels(std::map<std::string, std::string> labels) { labels_ = std::move(labels); }
+  // The address registered at the next Connect() (default 127.0.0.1).
+  void set_address(std::string address) { address_ = std::move(address); }
   // Opens the session and registers; true when the coordinator acknowledged.
   bool Connect(std::vector<v1::RunningRank> running = {});
   // Stops heartbeating and cuts the stream, as a crashed daemon would.
@@ -62,6 +64,7 @@ class FakeWorker {
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   std::string id_;
   std::map<std::string, std::string> labels_;
+  std::string address_ = "127.0.0.1";
   int slots_;
   absl::Duration heartbeat_;
   std::string token_;
