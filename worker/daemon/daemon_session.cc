@@ -21,6 +21,7 @@
 #include "common/grpc_keepalive.h"
 #include "common/auth/secret.h"
 #include "common/log.h"
+#include "common/safe_file.h"
 #include "worker/daemon/worker_daemon_internal.h"
 
 namespace trainctl::worker {
@@ -233,8 +234,13 @@ void WorkerDaemon::OnRegistered(const v1::RegisterAck& ack,
               {"unacknowledged_reports", absl::StrCat(telemetry_.size())},
               {"heartbeat", absl::FormatDuration(heartbeat_interval_)}});
   }
-  std::ofstream(id_file_ + ".tmp") << ack.worker_id() << "\n";
-  std::rename((id_file_ + ".tmp").c_str(), id_file_.c_str());
+  // Kept so a restart registers as the same worker (and its ranks' reports
+  // are accepted). A failure does not stop this session, but is said: the
+  // next start would take a new id and lose this one's ranks.
+  if (absl::Status w = WriteFileSafely(id_file_, absl::StrCat(ack.worker_id(), "\n")); !w.ok()) {
+    LogEvent(LogLevel::kError, "worker", "worker_id_not_saved",
+             {{"worker_id", ack.worker_id()}, {"error", std::string(w.message())}});
+  }
 }
 
 void WorkerDaemon::HeartbeatLoop(const std::atomic<bool>& stop) {
