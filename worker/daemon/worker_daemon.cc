@@ -16,6 +16,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/prometheus.h"
+#include "worker/daemon/path_policy.h"
 #include "worker/daemon/worker_daemon_internal.h"
 
 namespace trainctl::worker {
@@ -55,6 +56,14 @@ absl::Status WorkerDaemon::Start() {
   if (ec) return absl::InvalidArgumentError(absl::StrCat("--work-dir ", options_.work_dir, ": ", ec.message()));
   options_.work_dir = absolute.lexically_normal().string();
   while (options_.work_dir.size() > 1 && options_.work_dir.back() == '/') options_.work_dir.pop_back();
+  // Without --data-root a job reads data only where the operator expects
+  // jobs' data (a path anywhere would read any file this user can).
+  if (options_.data_roots.empty()) {
+    data_read_roots_ = DefaultDataRoots(options_.work_dir);
+    data_roots_name_ = kDefaultDataRootsName;
+  } else {
+    data_read_roots_ = options_.data_roots;
+  }
   if (options_.rank_binary.find('/') != std::string::npos) {
     options_.rank_binary = fs::absolute(options_.rank_binary, ec).lexically_normal().string();
   }
