@@ -80,7 +80,9 @@ TEST_F(PathPolicyTest, DefaultRootsAreTheWorkDirAndTheSystemDatasets) {
   EXPECT_EQ(roots[0], dir_ + "/data");
   const bool system = fs::is_directory("/usr/share/datasets");
   EXPECT_EQ(roots.size(), system ? 2u : 1u);
-  if (system) EXPECT_EQ(roots[1], fs::canonical("/usr/share/datasets").string());
+  if (system) {
+    EXPECT_EQ(roots[1], fs::canonical("/usr/share/datasets").string());
+  }
   rankproto::FlatConfig ok = {{"data.train.path", "data/mnist/train.idx"}};
   ASSERT_TRUE(ResolveDataPaths(ok, dir_, roots, kDefaultDataRootsName).ok());
   for (const std::string& bad : {std::string("/etc/shadow"), dir_ + "/other/x.csv", std::string("data/escape/passwd")}) {
