@@ -72,4 +72,18 @@ std::vector<char*> ParseDaemonFlags(int argc, char** argv, absl::string_view usa
   return absl::ParseCommandLine(argc, argv);
 }
 
+absl::StatusOr<mode_t> ParseUmask(absl::string_view text) {
+  mode_t mask = 0;
+  bool ok = !text.empty() && text.size() <= 4;
+  for (char c : text) {
+    ok = ok && c >= '0' && c <= '7';
+    if (ok) mask = static_cast<mode_t>(mask * 8 + static_cast<mode_t>(c - '0'));
+  }
+  if (!ok || mask > 0777) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--umask: '", text, "' is not an octal file mode mask such as 0077 or 0027"));
+  }
+  return mask;
+}
+
 }  // namespace trainctl

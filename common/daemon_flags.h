@@ -13,8 +13,12 @@
 // Not thread-safe: call once, first thing in main.
 #pragma once
 
+#include <sys/types.h>
+
 #include <string>
 #include <vector>
+
+#include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 
 namespace trainctl {
@@ -35,5 +39,9 @@ std::string DaemonFlagsHelp(absl::string_view usage, absl::string_view flags_fil
 // Returns the positional arguments, argv[0] first (abseil's ParseCommandLine).
 std::vector<char*> ParseDaemonFlags(int argc, char** argv, absl::string_view usage,
                                     absl::string_view flags_file_suffix);
+
+// --umask's value: octal digits ("0077", "027"), at most 0777.
+// INVALID_ARGUMENT naming --umask otherwise.
+absl::StatusOr<mode_t> ParseUmask(absl::string_view text);
 
 }  // namespace trainctl

@@ -35,5 +35,16 @@ TEST(DaemonFlags, BothSpellingsParse) {
   EXPECT_EQ(absl::GetFlag(FLAGS_some_test_flag), "kebab");
 }
 
+TEST(DaemonFlags, UmaskIsOctalUpTo0777) {
+  EXPECT_EQ(*ParseUmask("0077"), 077u);
+  EXPECT_EQ(*ParseUmask("027"), 027u);
+  EXPECT_EQ(*ParseUmask("0"), 0u);
+  for (const char* bad : {"", "8", "0o77", "77777", "-1", "0x1f", "1777"}) {
+    absl::StatusOr<mode_t> m = ParseUmask(bad);
+    EXPECT_EQ(m.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_NE(m.status().message().find("--umask"), std::string::npos);
+  }
+}
+
 }  // namespace
 }  // namespace trainctl

@@ -1,5 +1,6 @@
 // trainctl-coordinator: the control plane. See docs/operator.md.
 #include <pthread.h>
+#include <sys/stat.h>
 
 #include <csignal>
 #include <filesystem>
@@ -429,6 +430,11 @@ int main(int argc, char** argv) {
       "The trainctl control plane: accepts jobs, gang-schedules ranks on worker daemons, runs "
       "the rendezvous, watches health, and stores everything in SQLite.",
       "coordinator/main.cc");
+  // Private by default: the database and its -wal/-shm (every job, token
+  // hash and log line), keys and tokens are this user's alone, whatever
+  // umask the coordinator was started with. Public files (ca.crt) get
+  // their mode explicitly.
+  ::umask(077);
   if (args.size() > 1 && std::string(args[1]) == "init") return RunInit();
   if (args.size() > 1 && std::string(args[1]) == "worker-cert") return RunWorkerCert();
   if (args.size() > 1) {

@@ -165,8 +165,10 @@ TEST_F(HealthE2ETest, ProgramKilledByTheOomKillerIsOutOfMemory) {
 // attempt with one reason naming only that worker, before any rank starts.
 TEST_F(HealthE2ETest, DataFileMissingOnOneWorkerFailsPreflightBeforeAnyRankStarts) {
   namespace fs = std::filesystem;
-  ASSERT_TRUE(cluster_->StartWorker("w0", 1, /*relative_paths=*/true));  // runs in dir()
-  ASSERT_TRUE(cluster_->StartWorker("w1", 1));                          // runs in the test's directory
+  // Data anywhere (--data-root=/): without it a worker reads only its work
+  // dir and /usr/share/datasets.
+  ASSERT_TRUE(cluster_->StartWorker("w0", 1, /*relative_paths=*/true, {"--data-root=/"}));  // runs in dir()
+  ASSERT_TRUE(cluster_->StartWorker("w1", 1, false, {"--data-root=/"}));  // runs in the test's directory
   ASSERT_TRUE(cluster_->WaitWorkers(2));
   const std::string rel = absl::StrCat("preflight-data-", ::getpid(), "/train.csv");
   fs::create_directories((fs::path(cluster_->dir()) / rel).parent_path());

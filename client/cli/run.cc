@@ -152,6 +152,9 @@ worker::DaemonOptions LocalDaemonOptions(CliContext& ctx, const RunFlags& flags,
   // The user's own program, on the user's own machine.
   wo.allow_commands = true;
   wo.python_dir = worker::DefaultPythonDir();
+  // The user's own files, read as the user: data anywhere (a worker daemon
+  // without --data-root reads only its work dir and /usr/share/datasets).
+  wo.data_roots = {"/"};
   return wo;
 }
 

@@ -21,6 +21,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "common/safe_file.h"
 
 namespace trainctl::auth {
 
@@ -89,16 +90,10 @@ absl::Status WritePrivateFile(const std::string& path, absl::string_view content
     if (ec) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot create its directory: ", ec.message()));
     fs::permissions(p.parent_path(), fs::perms::owner_all, ec);
   }
-  std::string tmp = absl::StrCat(path, ".tmp.", getpid());
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
-  bool ok = ::write(fd, contents.data(), contents.size()) == static_cast<ssize_t>(contents.size());
-  ok = ::fsync(fd) == 0 && ok;
-  ::close(fd);
-  if (!ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
-    ::unlink(tmp.c_str());
-    return absl::InvalidArgumentError(absl::StrCat(path, ": cannot write: ", std::strerror(errno)));
-  }
+  // Created without following links (a link planted at the name or a
+  // temporary name is never written through), 0600 from the first byte.
+  absl::Status w = WriteFileSafely(path, contents, PrivateFile());
+  if (!w.ok()) return absl::InvalidArgumentError(w.message());
   return absl::OkStatus();
 }
 

@@ -21,6 +21,7 @@
 #include "common/grpc_keepalive.h"
 #include "common/auth/secret.h"
 #include "common/log.h"
+#include "common/safe_file.h"
 #include "worker/daemon/worker_daemon_internal.h"
 
 namespace trainctl::worker {
@@ -233,9 +234,13 @@ void WorkerDaemon::OnRegistered(const v1::RegisterAck& ack,
               {"unacknowledged_reports", absl::StrCat(telemetry_.size())},
               {"heartbeat", absl::FormatDuration(heartbeat_interval_)}});
   }
-  // 0600, as the daemon's other files: not for its ranks (--rank-user) to read.
-  if (absl::Status w = auth::WritePrivateFile(id_file_, ack.worker_id() + "\n"); !w.ok()) {
-    LogEvent(LogLevel::kWarn, "worker", "worker_id_not_saved", {{"error", std::string(w.message())}});
+  // 0600, as the daemon's other files: not for its ranks (--rank-user) to
+  // read. Kept so a restart registers as the same worker (and its ranks' reports
+  // are accepted). A failure does not stop this session, but is said: the
+  // next start would take a new id and lose this one's ranks.
+  if (absl::Status w = WriteFileSafely(id_file_, absl::StrCat(ack.worker_id(), "\n"), PrivateFile()); !w.ok()) {
+    LogEvent(LogLevel::kError, "worker", "worker_id_not_saved",
+             {{"worker_id", ack.worker_id()}, {"error", std::string(w.message())}});
   }
 }
 

@@ -4,6 +4,7 @@
 // the identity: certificate or join, the token and CA, what ranks run, what
 // the host offers, the log level), then runs the daemon until SIGTERM or
 // SIGINT. Single-threaded until WorkerDaemon::Start.
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <csignal>
@@ -77,6 +78,10 @@ ABSL_FLAG(std::string, log_level, "info", "service log lines below this level ar
 ABSL_FLAG(std::string, http_listen, "",
           "HOST:PORT of an HTTP endpoint serving /metrics in Prometheus' text format (port 0: a free "
           "one); empty (default): off");
+ABSL_FLAG(std::string, umask, "0077",
+          "file mode mask for everything the daemon and its ranks create (work dir, rank files, "
+          "checkpoints, models): 0077 keeps them to this user; 0027 shares them with its group "
+          "(docs/security.md)");
 ABSL_FLAG(int, telemetry_buffer_mb, 64,
           "metrics, logs and rank reports held until the coordinator acknowledges them; when "
           "full, log lines are dropped first");
@@ -301,6 +306,14 @@ int main(int argc, char** argv) {
       "The per-host daemon: registers this host's GPUs or CPU slots, launches and supervises "
       "rank processes, forwards their metrics and logs.",
       "worker/daemon/main.cc");
+  // Private by default, before the first file (a joined certificate, the
+  // work dir) is made: ranks inherit it, so checkpoints and models are too.
+  absl::StatusOr<mode_t> mask = trainctl::ParseUmask(absl::GetFlag(FLAGS_umask));
+  if (!mask.ok()) {
+    std::cerr << "trainctl-worker: " << mask.status().message() << "\n";
+    return 2;
+  }
+  ::umask(*mask);
   trainctl::BlockStopSignals();  // before any thread starts (see common/stop_signals.h)
   // Debian's abseil keeps deadlock detection on in release builds; it costs
   // every lock a graph update (about 6% of the coordinator's CPU at 10k workers).

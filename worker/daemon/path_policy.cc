@@ -59,15 +59,27 @@ absl::StatusOr<std::vector<std::string>> CanonicalRoots(const std::vector<std::s
   return out;
 }
 
+std::vector<std::string> DefaultDataRoots(const std::string& work_dir) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  fs::path w = fs::weakly_canonical(work_dir, ec);
+  out.push_back(ec ? work_dir : w.string());
+  for (const char* dir : kSystemDataDirs) {
+    fs::path c = fs::canonical(dir, ec);
+    if (!ec && fs::is_directory(c, ec)) out.push_back(c.string());
+  }
+  return out;
+}
+
 absl::Status ResolveDataPaths(rankproto::FlatConfig& config, const std::string& base,
-                              const std::vector<std::string>& data_roots) {
+                              const std::vector<std::string>& data_roots, const std::string& roots_name) {
   for (auto& [key, value] : config) {
     const bool data_file = absl::StartsWith(key, "data.") &&
                            (absl::EndsWith(key, ".path") || absl::EndsWith(key, ".images") ||
                             absl::EndsWith(key, ".labels"));
     if (!data_file && key != "model.path") continue;
     if (value.empty()) continue;
-    absl::StatusOr<std::string> resolved = ResolveJobPath(key, value, base, data_roots, "--data-root");
+    absl::StatusOr<std::string> resolved = ResolveJobPath(key, value, base, data_roots, roots_name);
     if (!resolved.ok()) return resolved.status();
     value = *resolved;
   }

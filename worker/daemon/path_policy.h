@@ -4,7 +4,9 @@
 // own working directories differ); `..` and symlinks are resolved; and when
 // the operator gave roots (--data-root, --checkpoint-root), the result must
 // lie inside one of them, so a job cannot make the worker read /etc/shadow as
-// a dataset or write checkpoints over /etc.
+// a dataset or write checkpoints over /etc. Data is read only from roots:
+// without --data-root, the work dir and the distribution's dataset
+// directories (DefaultDataRoots).
 //
 // Called by the WorkerDaemon before it launches a rank.
 // Threading: stateless functions; thread-safe.
@@ -31,10 +33,23 @@ absl::StatusOr<std::string> ResolveJobPath(const std::string& field, const std::
 absl::StatusOr<std::vector<std::string>> CanonicalRoots(const std::vector<std::string>& roots,
                                                         const std::string& flag);
 
+// Where Debian's dataset packages install (fashion-mnist, ...): read by
+// default, as the work dir is.
+inline constexpr const char* kSystemDataDirs[] = {"/usr/share/datasets"};
+
+// The roots a worker without --data-root reads data and model files from:
+// `work_dir` and those of kSystemDataDirs that exist, canonical.
+std::vector<std::string> DefaultDataRoots(const std::string& work_dir);
+
+// How errors name DefaultDataRoots (in place of "--data-root").
+inline constexpr char kDefaultDataRootsName[] = "data root (without --data-root: the work dir and /usr/share/datasets)";
+
 // Rewrites every data and model file path in a rank config (data.*.path,
 // data.*.images, data.*.labels, model.path) through ResolveJobPath with
-// `data_roots`. The first refused path is the error.
+// `data_roots` (named `roots_name` in errors). The first refused path is
+// the error.
 absl::Status ResolveDataPaths(rankproto::FlatConfig& config, const std::string& base,
-                              const std::vector<std::string>& data_roots);
+                              const std::vector<std::string>& data_roots,
+                              const std::string& roots_name = "--data-root");
 
 }  // namespace trainctl::worker

@@ -71,5 +71,27 @@ TEST_F(PathPolicyTest, EveryDataAndModelPathOfARankConfigIsResolved) {
   EXPECT_THAT(std::string(s.message()), HasSubstr("data.eval.path: '/etc/shadow'"));
 }
 
+// Without --data-root: the work dir and the system dataset dirs that exist,
+// nothing else (a job must not read /etc/shadow or another job's rank.conf
+// as its "data").
+TEST_F(PathPolicyTest, DefaultRootsAreTheWorkDirAndTheSystemDatasets) {
+  std::vector<std::string> roots = DefaultDataRoots(dir_ + "/data/../data");
+  ASSERT_FALSE(roots.empty());
+  EXPECT_EQ(roots[0], dir_ + "/data");
+  const bool system = fs::is_directory("/usr/share/datasets");
+  EXPECT_EQ(roots.size(), system ? 2u : 1u);
+  if (system) {
+    EXPECT_EQ(roots[1], fs::canonical("/usr/share/datasets").string());
+  }
+  rankproto::FlatConfig ok = {{"data.train.path", "data/mnist/train.idx"}};
+  ASSERT_TRUE(ResolveDataPaths(ok, dir_, roots, kDefaultDataRootsName).ok());
+  for (const std::string& bad : {std::string("/etc/shadow"), dir_ + "/other/x.csv", std::string("data/escape/passwd")}) {
+    rankproto::FlatConfig c = {{"data.train.path", bad}};
+    absl::Status s = ResolveDataPaths(c, dir_, roots, kDefaultDataRootsName);
+    EXPECT_EQ(s.code(), absl::StatusCode::kFailedPrecondition) << bad;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("is outside every data root (without --data-root: the work dir"));
+  }
+}
+
 }  // namespace
 }  // namespace trainctl::worker

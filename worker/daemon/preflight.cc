@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/jobspec/job_spec.h"
+#include "common/safe_file.h"
 #include "worker/daemon/path_policy.h"
 
 namespace trainctl::worker {
@@ -70,7 +71,7 @@ void CheckFile(const std::string& field, const std::string& path, const std::str
 
 void CheckEngineFiles(const v1::JobSpec& spec, const PreflightContext& ctx, std::vector<std::string>* problems) {
   rankproto::FlatConfig flat = JobSpecToFlat(spec);
-  if (absl::Status s = ResolveDataPaths(flat, ctx.base_dir, ctx.data_roots); !s.ok()) {
+  if (absl::Status s = ResolveDataPaths(flat, ctx.base_dir, ctx.data_roots, ctx.data_roots_name); !s.ok()) {
     problems->push_back(std::string(s.message()));
     return;
   }
@@ -111,18 +112,16 @@ void CheckCheckpointDir(const v1::JobSpec& spec, const PreflightContext& ctx, st
     problems->push_back(absl::StrCat("checkpoint.dir ", dir, ": cannot be created (", ec.message(), ")"));
     return;
   }
-  const std::string probe = absl::StrCat(dir, "/.trainctl-preflight-", ::getpid());
-  {
-    std::ofstream out(probe, std::ios::binary);
-    out << "preflight";
-    out.flush();
-    if (!out) {
-      problems->push_back(absl::StrCat("checkpoint.dir ", dir, ": not writable (", std::strerror(errno), ")"));
-      fs::remove(probe, ec);
-      return;
-    }
+  // Created with O_EXCL|O_NOFOLLOW and removed (common/safe_file.h): the
+  // directory is the job's, and a link planted at the probe's name must not
+  // make the daemon (root, often) write through it.
+  if (absl::Status probe = ProbeWritableDir(dir, absl::StrCat(".trainctl-preflight-", ::getpid()), "preflight");
+      !probe.ok()) {
+    const int err = SafeFileErrno(probe);
+    problems->push_back(absl::StrCat("checkpoint.dir ", dir, ": not writable (",
+                                     err != 0 ? std::strerror(err) : probe.message(), ")"));
+    return;
   }
-  fs::remove(probe, ec);
   struct statvfs st {};
   if (ctx.checkpoint_bytes > 0 && ::statvfs(dir.c_str(), &st) == 0) {
     const uint64_t free_bytes = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
@@ -143,7 +142,8 @@ void CheckCommand(const v1::JobSpec& spec, const PreflightContext& ctx, std::vec
   std::string dir = ctx.base_dir;
   if (!cmd.working_dir().empty()) {
     absl::StatusOr<std::string> d =
-        ResolveJobPath("command.working_dir", cmd.working_dir(), ctx.base_dir, ctx.data_roots, "--data-root");
+        ResolveJobPath("command.working_dir", cmd.working_dir(), ctx.base_dir, ctx.command_dir_roots,
+                       "--data-root");
     if (!d.ok()) {
       problems->push_back(std::string(d.status().message()));
       return;

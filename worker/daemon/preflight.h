@@ -35,7 +35,13 @@ struct PreflightContext {
   std::string base_dir;
   // --work-dir: the default checkpoint directory lies under it.
   std::string work_dir;
+  // Where data and model files may be read (empty: anywhere), and how
+  // errors name them.
   std::vector<std::string> data_roots;
+  std::string data_roots_name = "--data-root";
+  // Where a command job's working_dir may be (--data-root as given; empty:
+  // anywhere).
+  std::vector<std::string> command_dir_roots;
   std::vector<std::string> checkpoint_roots;
   bool allow_commands = false;
   // Bytes one checkpoint needs (0 = unknown: only writability is checked).

@@ -107,7 +107,9 @@ void WorkerDaemon::OnPreflight(const v1::Preflight& p) {
   ctx.job_id = p.job_id();
   ctx.base_dir = base_dir_;
   ctx.work_dir = options_.work_dir;
-  ctx.data_roots = options_.data_roots;
+  ctx.data_roots = data_read_roots_;
+  ctx.data_roots_name = data_roots_name_;
+  ctx.command_dir_roots = options_.data_roots;
   ctx.checkpoint_roots = options_.checkpoint_roots;
   ctx.allow_commands = options_.allow_commands;
   ctx.checkpoint_bytes = p.has_resume() ? p.resume().size_bytes() : 0;
@@ -355,7 +357,7 @@ absl::StatusOr<rankproto::FlatConfig> WorkerDaemon::RankConfig(const LocalAttemp
   cfg[rk::kBackend] = a.gpu ? "nccl" : "gloo";
   if (!a.gpu) cfg[rk::kStoreSecret] = a.store_secret;
   cfg[rk::kWorkDir] = dir;
-  if (absl::Status paths = ResolveDataPaths(cfg, base_dir_, options_.data_roots); !paths.ok()) return paths;
+  if (absl::Status paths = ResolveDataPaths(cfg, base_dir_, data_read_roots_, data_roots_name_); !paths.ok()) return paths;
   cfg[rk::kCheckpointDir] = a.checkpoint_dir;
   if (!a.tensorboard_dir.empty()) cfg[rk::kTensorBoardDir] = a.tensorboard_dir;
   // One writer per host (its first rank), or only rank 0 on a shared dir.

@@ -17,6 +17,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/prometheus.h"
 #include "worker/daemon/rank_files.h"
+#include "worker/daemon/path_policy.h"
 #include "worker/daemon/worker_daemon_internal.h"
 
 namespace trainctl::worker {
@@ -58,6 +59,14 @@ absl::Status WorkerDaemon::Start() {
   while (options_.work_dir.size() > 1 && options_.work_dir.back() == '/') options_.work_dir.pop_back();
   // The daemon's files out of its ranks' reach (rank_files.h).
   if (absl::Status s = SecureWorkDir(options_.work_dir, options_.rank_user); !s.ok()) return s;
+  // Without --data-root a job reads data only where the operator expects
+  // jobs' data (a path anywhere would read any file this user can).
+  if (options_.data_roots.empty()) {
+    data_read_roots_ = DefaultDataRoots(options_.work_dir);
+    data_roots_name_ = kDefaultDataRootsName;
+  } else {
+    data_read_roots_ = options_.data_roots;
+  }
   if (options_.rank_binary.find('/') != std::string::npos) {
     options_.rank_binary = fs::absolute(options_.rank_binary, ec).lexically_normal().string();
   }

@@ -78,9 +78,12 @@ struct DaemonOptions {
   // Collective and rendezvous timeout handed to ranks.
   int rank_timeout_s = 120;
   // When non-empty (canonical directories, see path_policy.h), a job's data
-  // and model files must lie inside one of data_roots, and a checkpoint.dir
-  // it sets inside one of checkpoint_roots; otherwise its ranks fail as a
-  // configuration error before they start.
+  // and model files must lie inside one of data_roots (a command job's
+  // working_dir too), and a checkpoint.dir it sets inside one of
+  // checkpoint_roots; otherwise its ranks fail as a configuration error
+  // before they start. Empty data_roots: data and model files only from the
+  // work dir and the system dataset dirs (DefaultDataRoots); {"/"}: anywhere
+  // (local trainctl run, the user's own files).
   std::vector<std::string> data_roots;
   std::vector<std::string> checkpoint_roots;
   std::string version = "0.1.0";
@@ -224,6 +227,11 @@ class WorkerDaemon {
   // The daemon's working directory at Start: the one base a job's relative
   // paths are resolved against (path_policy.h).
   std::string base_dir_;
+  // Where data and model files are read from (set at Start): --data-root,
+  // else DefaultDataRoots (the work dir, /usr/share/datasets); and how
+  // errors name them.
+  std::vector<std::string> data_read_roots_;
+  std::string data_roots_name_ = "--data-root";
 
   // Session state shared with the session threads.
   absl::Mutex mu_;

@@ -13,6 +13,7 @@
 #include <thread>
 
 #include "absl/strings/str_cat.h"
+#include "common/safe_file.h"
 #include "common/subprocess.h"
 #include "common/temp_dir.h"
 #include "worker/dist/rendezvous_store.h"
@@ -68,14 +69,7 @@ absl::StatusOr<std::string> ReadFile(const std::string& path) {
 }
 
 bool WriteFileAtomic(const std::string& path, const std::string& content) {
-  const std::string tmp = path + ".tmp";
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    if (!out) return false;
-    out << content;
-    if (!out.flush()) return false;
-  }
-  return std::rename(tmp.c_str(), path.c_str()) == 0;
+  return WriteFileSafely(path, content).ok();
 }
 
 absl::StatusOr<RankRun> RunRanks(const std::string& scenario, int world_size,

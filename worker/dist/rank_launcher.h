@@ -37,7 +37,8 @@ absl::StatusOr<RankRun> RunRanks(const std::string& scenario, int world_size,
 // A fresh directory under $TMPDIR (or /tmp).
 std::string MakeTempDir(const std::string& tag);
 absl::StatusOr<std::string> ReadFile(const std::string& path);
-// Writes atomically (temp file + rename) so readers never see half a file.
+// Writes atomically (temp file + rename, common/safe_file.h) so readers never
+// see half a file.
 bool WriteFileAtomic(const std::string& path, const std::string& content);
 
 }  // namespace trainctl::dist::testing

@@ -98,10 +98,6 @@ absl::string_view CleanField(absl::string_view field) {
   return field;
 }
 
-std::string Shorten(absl::string_view s) {
-  return s.size() <= 40 ? std::string(s) : absl::StrCat(s.substr(0, 40), "...");
-}
-
 absl::Status CheckCsvOptions(const CsvDataOptions& options) {
   TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("csv classes", options.classes, 0));
   if (!options.label_column.empty() && !options.has_header) {
@@ -189,16 +185,17 @@ class CsvReader {
   absl::Status Cell(absl::string_view cell, int64_t i, int64_t line_no) {
     double value = 0;
     if (!absl::SimpleAtod(cell, &value) || !std::isfinite(value)) {
+      // Never the cell itself: the error reaches every viewer of the job,
+      // and a data path may name a file that is not the job's to show.
       return absl::InvalidArgumentError(absl::StrCat("CSV file '", o_.path, "' line ", line_no, " column ", i + 1,
-                                                     ": '", Shorten(cell), "' is not a finite number"));
+                                                     ": not a finite number"));
     }
     if (i != label_) {
       t_.features.push_back(static_cast<float>(value));
     } else if (o_.classes > 0) {
       if (value != std::floor(value) || value < 0 || value >= o_.classes) {
-        return absl::InvalidArgumentError(absl::StrCat("CSV file '", o_.path, "' line ", line_no, ": label ",
-                                                       Shorten(cell), " is not a class id in [0, ", o_.classes,
-                                                       ")"));
+        return absl::InvalidArgumentError(absl::StrCat("CSV file '", o_.path, "' line ", line_no, " column ", i + 1,
+                                                       ": the label is not a class id in [0, ", o_.classes, ")"));
       }
       t_.class_labels.push_back(static_cast<int64_t>(value));
     } else {

@@ -51,9 +51,28 @@ TEST(DatasetFormatsTest, CsvErrorsNameLineAndColumn) {
   o.path = "d.csv";
   o.has_header = false;
   EXPECT_EQ(ParseCsv("1,2\n3,x\n", o).status().message(),
-            "CSV file 'd.csv' line 2 column 2: 'x' is not a finite number");
+            "CSV file 'd.csv' line 2 column 2: not a finite number");
   EXPECT_EQ(ParseCsv("1,2\n3\n", o).status().message(), "CSV file 'd.csv' line 2: expected 2 fields, got 1");
   EXPECT_EQ(ParseCsv("\n \n", o).status().message(), "CSV file 'd.csv' has no data rows");
+}
+
+// A data path may name a file that is not the job's (a secret): errors go
+// to every viewer of the job, so they say where and why, never what.
+TEST(DatasetFormatsTest, CsvErrorsNeverEchoTheFilesContent) {
+  CsvDataOptions o;
+  o.path = "secret.csv";
+  o.has_header = false;
+  absl::Status s = ParseCsv("TOPSECRET-password-abc\n", o).status();
+  EXPECT_EQ(s.message(), "CSV file 'secret.csv' line 1: need at least 2 columns (features and a label), got 1");
+  for (const char* text : {"1,TOPSECRET-password-abc\n", "TOPSECRET,password\n", "1,2\n3,TOPSECRET\n"}) {
+    s = ParseCsv(text, o).status();
+    EXPECT_FALSE(s.ok()) << text;
+    EXPECT_EQ(s.message().find("TOPSECRET"), absl::string_view::npos) << s.message();
+    EXPECT_EQ(s.message().find("password"), absl::string_view::npos) << s.message();
+  }
+  o.classes = 2;
+  s = ParseCsv("1,7\n", o).status();
+  EXPECT_EQ(s.message(), "CSV file 'secret.csv' line 1 column 2: the label is not a class id in [0, 2)");
 }
 
 }  // namespace

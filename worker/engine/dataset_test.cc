@@ -229,7 +229,7 @@ TEST(IdxDatasetTest, BadFilesAreClearErrors) {
               "3 images but labels file");
   WriteFile(dir.File("lbl_big"), IdxLabels({1, 12, 3}));
   ExpectError(LoadIdxDataset({img, dir.File("lbl_big"), 10}).status(),
-              absl::StatusCode::kInvalidArgument, "label 12 of example 1 is outside [0, 10)");
+              absl::StatusCode::kInvalidArgument, "the label of example 1 is outside [0, 10)");
   EXPECT_TRUE(LoadIdxDataset({img, dir.File("lbl_big"), 0}).ok());
   ExpectError(LoadIdxDataset({img, lbl, -1}).status(), absl::StatusCode::kInvalidArgument,
               "classes");
@@ -285,7 +285,7 @@ TEST(CsvDatasetTest, BadFilesAreClearErrors) {
   WriteFile(dir.File("text.csv"), "a,b,y\n1,2,0\n3,abc,1\n");
   o.path = dir.File("text.csv");
   ExpectError(LoadCsvDataset(o).status(), absl::StatusCode::kInvalidArgument,
-              "line 3 column 2: 'abc' is not a finite number");
+              "line 3 column 2: not a finite number");
 
   WriteFile(dir.File("ragged.csv"), "a,b,y\n1,2,0\n3,1\n");
   o.path = dir.File("ragged.csv");
@@ -300,7 +300,7 @@ TEST(CsvDatasetTest, BadFilesAreClearErrors) {
   o.label_column = "y";
   o.classes = 3;
   ExpectError(LoadCsvDataset(o).status(), absl::StatusCode::kInvalidArgument,
-              "line 3: label 5 is not a class id in [0, 3)");
+              "line 3 column 3: the label is not a class id in [0, 3)");
   o.label_column.clear();
   o.label_column_index = 7;
   o.classes = 0;

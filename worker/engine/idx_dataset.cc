@@ -48,8 +48,8 @@ absl::StatusOr<std::unique_ptr<TensorDataset>> LoadIdxDataset(const IdxDataOptio
     for (int64_t i = 0; i < n; ++i) {
       if (label_bytes[i] >= options.classes) {
         return absl::InvalidArgumentError(
-            absl::StrCat("IDX labels file '", options.labels_path, "': label ", int{label_bytes[i]},
-                         " of example ", i, " is outside [0, ", options.classes, ")"));
+            absl::StrCat("IDX labels file '", options.labels_path, "': the label of example ", i,
+                         " is outside [0, ", options.classes, ")"));
       }
     }
   }

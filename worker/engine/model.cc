@@ -6,12 +6,15 @@
 #include <cstdio>
 #include <exception>
 #include <map>
+#include <memory>
+#include <ostream>
 #include <utility>
 
 #include <sys/stat.h>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/safe_file.h"
 #include "common/status_macros.h"
 #include "worker/engine/engine_errors.h"
 
@@ -29,23 +32,22 @@ absl::Status CheckReadable(const std::string& path, const char* what) {
   return absl::OkStatus();
 }
 
-// Runs `write(tmp)` then renames tmp over `path`, so a crash never leaves a
-// half-written model behind.
+// Runs `write(stream)` into a new file created beside `path` without
+// following links (common/safe_file.h: the checkpoint directory is the job's,
+// a link planted at "model.pt.tmp" must not turn a victim file into a
+// model), then renames it over `path`, so a crash never leaves a
+// half-written model behind. LibTorch gets a stream, never a path.
 template <typename WriteFn>
 absl::Status SaveAtomically(const std::string& path, WriteFn write) {
-  const std::string tmp = path + ".tmp";
+  absl::StatusOr<std::unique_ptr<SafeFileWriter>> file = SafeFileWriter::Create(path);
+  if (!file.ok()) return file.status();
   try {
-    write(tmp);
+    write((*file)->stream());
   } catch (const std::exception& e) {
-    std::remove(tmp.c_str());
     return absl::InternalError(
         absl::StrCat("saving model to '", path, "' failed: ", FirstLine(e.what())));
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat("renaming '", tmp, "' to '", path, "' failed"));
-  }
-  return absl::OkStatus();
+  return (*file)->Commit();
 }
 
 // Copies every tensor of `src` into the same-named tensor of `dst` in place.
@@ -196,14 +198,14 @@ class NnModel final : public Model {
     return absl::OkStatus();
   }
   absl::Status Save(const std::string& path) override {
-    return SaveAtomically(path, [this](const std::string& tmp) {
+    return SaveAtomically(path, [this](std::ostream& out) {
       torch::serialize::OutputArchive archive;
       net_->save(archive);
-      archive.save_to(tmp);
+      archive.save_to(out);
     });
   }
   absl::Status ExportTorchScript(const std::string& path) override {
-    return SaveAtomically(path, [this](const std::string& tmp) {
+    return SaveAtomically(path, [this](std::ostream& stream) {
       torch::NoGradGuard no_grad;
       torch::jit::Module out(absl::StrCat("trainctl.", name_));
       auto flat = [](std::string name) {
@@ -218,7 +220,7 @@ class NnModel final : public Model {
       }
       out.define(net_->ScriptSource());
       out.eval();
-      out.save(tmp);
+      out.save(stream);
     });
   }
   absl::Status Load(const std::string& path) override {
@@ -305,7 +307,7 @@ class ScriptModel final : public Model {
     return absl::OkStatus();
   }
   absl::Status Save(const std::string& path) override {
-    return SaveAtomically(path, [this](const std::string& tmp) { module_.save(tmp); });
+    return SaveAtomically(path, [this](std::ostream& out) { module_.save(out); });
   }
   absl::Status ExportTorchScript(const std::string& path) override { return Save(path); }
   absl::Status Load(const std::string& path) override {

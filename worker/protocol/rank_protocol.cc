@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
+#include "common/safe_file.h"
 
 namespace trainctl::rankproto {
 namespace {
@@ -259,24 +260,10 @@ absl::StatusOr<FlatConfig> ParseConfig(std::string_view text) {
 }
 
 absl::Status WriteConfigFile(const std::string& path, const FlatConfig& config) {
-  // Owner-only: the config carries the attempt's rendezvous secret.
-  const std::string tmp = path + ".tmp";
-  const std::string text = FormatConfig(config);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot write ", tmp, ": ", std::strerror(errno)));
-  bool ok = ::fchmod(fd, 0600) == 0;  // an older file keeps its mode through O_TRUNC
-  size_t off = 0;
-  while (ok && off < text.size()) {
-    ssize_t n = ::write(fd, text.data() + off, text.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    ok = n > 0;
-    if (ok) off += static_cast<size_t>(n);
-  }
-  ok = ::close(fd) == 0 && ok;
-  if (!ok) return absl::InternalError(absl::StrCat("cannot write ", tmp));
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
-    return absl::InternalError(absl::StrCat("cannot rename ", tmp, " to ", path));
-  }
+  // Owner-only: the config carries the attempt's rendezvous secret. Created
+  // without following links: the rank's directory is the job's.
+  absl::Status s = WriteFileSafely(path, FormatConfig(config), PrivateFile());
+  if (!s.ok()) return absl::InternalError(absl::StrCat("rank config: ", s.message()));
   return absl::OkStatus();
 }
 

@@ -24,6 +24,7 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/safe_file.h"
 #include "common/status_macros.h"
 
 namespace trainctl::trainer {
@@ -55,41 +56,6 @@ int64_t FreeBytes(const std::string& dir) {
   struct statvfs st {};
   if (::statvfs(dir.c_str(), &st) != 0) return -1;
   return static_cast<int64_t>(st.f_bavail) * static_cast<int64_t>(st.f_frsize);
-}
-
-// Writes all of `data` to a new file at `path` and fsyncs it. On failure the
-// file is removed and the errno of the failing call is in `*err`.
-absl::Status WriteWholeFile(const std::string& path, std::string_view data, int* err) {
-  *err = 0;
-  int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    *err = errno;
-    return absl::InternalError(absl::StrCat("open '", path, "': ", std::strerror(*err)));
-  }
-  size_t off = 0;
-  const char* what = "write";
-  while (off < data.size()) {
-    ssize_t n = ::write(fd, data.data() + off, data.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      *err = n < 0 ? errno : ENOSPC;
-      break;
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (*err == 0 && ::fsync(fd) != 0) {
-    *err = errno;
-    what = "fsync";
-  }
-  if (::close(fd) != 0 && *err == 0) {
-    *err = errno;
-    what = "close";
-  }
-  if (*err != 0) {
-    ::unlink(path.c_str());
-    return absl::InternalError(absl::StrCat(what, " '", path, "': ", std::strerror(*err)));
-  }
-  return absl::OkStatus();
 }
 
 std::string FirstLine(const std::string& s) { return s.substr(0, s.find('\n')); }
@@ -220,15 +186,14 @@ absl::Status CheckCheckpointDir(const std::string& dir) {
     return absl::FailedPreconditionError(
         absl::StrCat("checkpoint dir '", dir, "' cannot be created: ", ec.message()));
   }
-  const std::string probe = absl::StrCat(dir, "/.trainctl-write-probe.", ::getpid());
-  int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) {
-    int e = errno;
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint dir '", dir, "' is not writable: ", std::strerror(e)));
+  // Created with O_EXCL|O_NOFOLLOW and removed: a link planted at the
+  // probe's name (the directory is the job's) is never written through.
+  absl::Status probe = ProbeWritableDir(dir, absl::StrCat(".trainctl-write-probe.", ::getpid()));
+  if (!probe.ok()) {
+    const int err = SafeFileErrno(probe);
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint dir '", dir, "' is not writable: ",
+                                                      err != 0 ? std::strerror(err) : probe.message()));
   }
-  ::close(fd);
-  ::unlink(probe.c_str());
   return absl::OkStatus();
 }
 
@@ -285,12 +250,14 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
   out.size_bytes = static_cast<int64_t>(bytes.size());
   out.checksum = ChecksumOf(bytes);
 
-  // Unique per process: two writers sharing a directory never share a temporary file.
-  const std::string tmp = absl::StrCat(out.path, ".tmp.", ::getpid());
-  int err = 0;
-  absl::Status written = WriteWholeFile(tmp, bytes, &err);
+  // A new file under a random name, created without following links
+  // (common/safe_file.h: two writers sharing a directory never share a
+  // temporary file, and a link a job planted is never written through),
+  // fsync'ed, renamed over the final name, the directory fsync'ed.
+  absl::Status written = WriteFileSafely(out.path, bytes);
   if (!written.ok()) {
-    if (err == ENOSPC || err == EDQUOT) {
+    const int err = SafeFileErrno(written);
+    if (absl::IsResourceExhausted(written)) {
       int64_t free_bytes = FreeBytes(dir);
       return absl::ResourceExhaustedError(absl::StrCat(
           "disk full: writing checkpoint '", out.path, "' failed: ", std::strerror(err), "; it needs ",
@@ -298,18 +265,11 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
           free_bytes < 0 ? std::string("an unknown amount") : HumanBytes(static_cast<double>(free_bytes)),
           " free"));
     }
-    if (err == EACCES || err == EROFS || err == EPERM) {
+    if (absl::IsPermissionDenied(written)) {
       return absl::FailedPreconditionError(absl::StrCat("checkpoint dir '", dir, "' is not writable: ", written.message()));
     }
     return absl::InternalError(absl::StrCat("writing checkpoint '", out.path, "' failed: ", written.message()));
   }
-  if (std::rename(tmp.c_str(), out.path.c_str()) != 0) {
-    int e = errno;
-    std::remove(tmp.c_str());
-    return absl::InternalError(absl::StrCat("renaming '", tmp, "' to '", out.path, "' failed: ", std::strerror(e)));
-  }
-  TRAINCTL_RETURN_IF_ERROR(FsyncFd(dir, O_RDONLY | O_DIRECTORY));
-
   std::vector<std::string> all = ListCheckpoints(dir, manifest.job_id);
   for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {
     fs::remove(all[i], ec);

@@ -357,6 +357,35 @@ TEST(TrainerTest, CheckpointIdentityIsVerified) {
   std::filesystem::remove_all(dir);
 }
 
+// The checkpoint dir is the job's: links planted at every name the writers
+// used to open by path (the write probe, a checkpoint's and the model's
+// temporary names, their final names) are never written through, and
+// training succeeds.
+TEST(TrainerTest, LinksPlantedInTheCheckpointDirAreNeverWrittenThrough) {
+  namespace fs = std::filesystem;
+  const std::string base = ::testing::TempDir() + "/trainer_test_links_" + std::to_string(getpid());
+  fs::remove_all(base);
+  const std::string dir = base + "/ckpt", victim = base + "/victim";
+  fs::create_directories(dir);
+  { std::ofstream(victim) << "precious"; }
+  const std::string ckpt = CheckpointPath(dir, "job-l", 1);
+  for (const std::string& name : {dir + "/.trainctl-write-probe." + std::to_string(getpid()),
+                                  ckpt + ".tmp." + std::to_string(getpid()), ckpt, dir + "/model.pt.tmp",
+                                  dir + "/model.pt"}) {
+    fs::create_symlink(victim, name);
+  }
+  TrainerSetup s = BaseSetup();
+  s.options.checkpoint.dir = dir;
+  s.manifest.job_id = "job-l";
+  auto r = Train(s, Mlp({6}), Synthetic(30));
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::ifstream in(victim);
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), "precious");
+  EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(ckpt)));  // the link replaced, not followed
+  EXPECT_TRUE(fs::is_symlink(dir + "/.trainctl-write-probe." + std::to_string(getpid())));  // left alone
+  fs::remove_all(base);
+}
+
 // A full disk is a typed failure that names the path, the errno text and the
 // size, and leaves no temporary file; an unwritable directory is a
 // configuration error. Needs root to mount a tiny tmpfs.

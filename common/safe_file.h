@@ -1,0 +1,121 @@
+// Files created without following links: the one way trainctl writes a file
+// into a directory that someone else (a job, another user) may control.
+//
+// A job chooses its checkpoint directory, and a job's own program (or another
+// job of the same owner) can plant a symlink there under any name it can
+// predict: "model.pt.tmp" -> /etc/shadow. A writer that opens by path with
+// O_TRUNC, or std::ofstream, then writes through the link as the writer's user
+// (root, often). Here every file is created relative to an open directory fd
+// with O_CREAT|O_EXCL|O_NOFOLLOW under a random temporary name (a planted
+// name fails with EEXIST, a planted link is never followed), written,
+// fsync'ed and renamed into place (rename replaces a link at the final name;
+// it never writes through it), and the directory is fsync'ed. A reader sees
+// the old file or the new one, never half of one, even after a crash.
+//
+// The directory itself is opened by path and may be reached through links
+// (a checkpoint root on /data -> /mnt/data is normal); the daemon resolves a
+// job's directory once (worker/daemon/path_policy.h).
+//
+// Errors are values naming the path and the errno text: ENOSPC/EDQUOT are
+// RESOURCE_EXHAUSTED (callers keep their disk-full class), EACCES/EPERM/EROFS
+// PERMISSION_DENIED, an existing final name with `replace = false`
+// ALREADY_EXISTS, a missing directory NOT_FOUND, anything else INTERNAL.
+// The errno is also attached (SafeFileErrno).
+//
+// Callers: token and key files (common/auth), the rank config
+// (worker/protocol), models and checkpoints (worker/engine, worker/trainer),
+// trainctl fetch, the worker-id file, the pre-flight and write probes.
+// Threading: a SafeFileWriter is used by one thread; the functions are
+// thread-safe (two writers of one name never share a temporary file).
+#pragma once
+
+#include <sys/types.h>
+
+#include <memory>
+#include <ostream>
+#include <string>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
+
+namespace trainctl {
+
+struct SafeWriteOptions {
+  // Permission bits of the new file, before the process umask (0666: what the
+  // umask allows, as for any file the process creates; 0600 for secrets).
+  mode_t mode = 0666;
+  // false: an existing file (or link) at the final name is left alone and
+  // Commit fails with ALREADY_EXISTS (trainctl fetch without --force).
+  bool replace = true;
+  // fsync the file before the rename and the directory after it.
+  bool sync = true;
+};
+
+// Mode 0600 (tokens, keys, the rank config, fetched files).
+inline SafeWriteOptions PrivateFile(bool replace = true) {
+  SafeWriteOptions o;
+  o.mode = 0600;
+  o.replace = replace;
+  return o;
+}
+
+// One file being written: created at "<path>.tmp.<16 random hex>" in the
+// final name's directory; Commit renames it over `path`. Destroyed without a
+// successful Commit, the temporary file is removed.
+class SafeFileWriter {
+ public:
+  static absl::StatusOr<std::unique_ptr<SafeFileWriter>> Create(const std::string& path,
+                                                                const SafeWriteOptions& options = {});
+  ~SafeFileWriter();
+  SafeFileWriter(const SafeFileWriter&) = delete;
+  SafeFileWriter& operator=(const SafeFileWriter&) = delete;
+
+  // Appends `data` (retrying short writes and EINTR).
+  absl::Status Append(absl::string_view data);
+  // The file as a stream (for writers that take a std::ostream: LibTorch's
+  // archives, the client's Fetch). A failed write sets badbit; Commit then
+  // reports the errno.
+  std::ostream& stream();
+  // fsync (options.sync), close, rename into place, fsync the directory.
+  // Once only; on failure the temporary file is gone.
+  absl::Status Commit();
+
+  const std::string& path() const { return path_; }
+  const std::string& temp_path() const { return temp_path_; }
+
+ private:
+  class FdBuf;
+  SafeFileWriter(std::string path, SafeWriteOptions options);
+  absl::Status Error(const std::string& what, int err) const;
+  void Abandon();
+
+  std::string path_;
+  std::string temp_path_;
+  std::string name_;       // basename of path_
+  std::string temp_name_;  // basename of temp_path_
+  SafeWriteOptions options_;
+  int dir_fd_ = -1;
+  int fd_ = -1;
+  int write_errno_ = 0;  // first failed write (Append or stream)
+  std::unique_ptr<FdBuf> buf_;
+  std::unique_ptr<std::ostream> stream_;
+};
+
+// Create + Append(contents) + Commit.
+absl::Status WriteFileSafely(const std::string& path, absl::string_view contents,
+                             const SafeWriteOptions& options = {});
+
+// Checks that a file can be created in `dir`: creates "<dir>/<name>" with
+// O_CREAT|O_EXCL|O_NOFOLLOW (mode 0600), writes `contents` and removes it. A
+// file or link already at that name is never opened or written through: the
+// probe then uses "<name>.<random hex>" instead. Status as above.
+absl::Status ProbeWritableDir(const std::string& dir, const std::string& name, absl::string_view contents = "");
+
+// The errno a status of this file attached, or 0.
+int SafeFileErrno(const absl::Status& status);
+
+// The status code for an errno of a file operation (see above).
+absl::StatusCode SafeFileCode(int err);
+
+}  // namespace trainctl
