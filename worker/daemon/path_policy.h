@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainctl/v1/job.pb.h"
 #include "worker/protocol/rank_protocol.h"
 
 namespace trainctl::worker {
@@ -30,6 +31,21 @@ absl::StatusOr<std::string> ResolveJobPath(const std::string& field, const std::
 // naming `flag` when one is not an existing directory.
 absl::StatusOr<std::vector<std::string>> CanonicalRoots(const std::vector<std::string>& roots,
                                                         const std::string& flag);
+
+// A job's checkpoint directory on this worker: `path` (canonical) is where
+// its ranks write; `named` the same directory as the job names it (the
+// spec's checkpoint.dir made absolute against `base`, without resolving
+// links), the form checkpoint reports carry so that the coordinator can
+// check them against the spec (checkpoint_records.h).
+struct CheckpointDir {
+  std::string path;
+  std::string named;
+};
+// checkpoint.dir resolved under --checkpoint-root (`roots`); unset, it is
+// <roots[0]>/<owner>/<job id> with roots, else <work_dir>/jobs/<job id>/checkpoints.
+absl::StatusOr<CheckpointDir> ResolveCheckpointDir(const v1::JobSpec& spec, const std::string& job_id,
+                                                   const std::string& owner, const std::string& work_dir,
+                                                   const std::string& base, const std::vector<std::string>& roots);
 
 // Rewrites every data and model file path in a rank config (data.*.path,
 // data.*.images, data.*.labels, model.path) through ResolveJobPath with

@@ -80,7 +80,8 @@ struct DaemonOptions {
   // When non-empty (canonical directories, see path_policy.h), a job's data
   // and model files must lie inside one of data_roots, and a checkpoint.dir
   // it sets inside one of checkpoint_roots; otherwise its ranks fail as a
-  // configuration error before they start.
+  // configuration error before they start. A job without checkpoint.dir
+  // writes to <checkpoint_roots[0]>/<owner>/<job id> when there are roots.
   std::vector<std::string> data_roots;
   std::vector<std::string> checkpoint_roots;
   std::string version = "0.1.0";
@@ -193,14 +194,14 @@ class WorkerDaemon {
   LocalRank* FindRank(const std::string& key, LocalAttempt** attempt);
   // Status lines, logs and metrics (rank_status_lines.cc).
   void OnStatusLine(const std::string& key, const std::string& line);
+  // A status line not acted on: said in the rank's log (stderr), with `why`.
+  void IgnoredReport(const std::string& key, const std::string& line, const std::string& why);
   void OnLogBatch(const std::string& key, const RankLogBatch& batch);
   void FlushMetrics();
   void FlushLogs();
   // Artifacts (daemon_artifacts.cc).
   // Answers a fetch's ReadFile with one FileChunk (artifact_reader.h).
   void OnReadFile(const v1::ReadFile& r);
-  // Adds a reported checkpoint or final model to reported_artifacts_.
-  void RememberArtifact(const std::string& path);
 
   DaemonOptions options_;
   EventLoop loop_;
@@ -209,9 +210,6 @@ class WorkerDaemon {
   // Loop-only state.
   std::map<std::string, std::unique_ptr<LocalAttempt>> attempts_;  // "job/attempt"
   std::string id_file_;
-  // Checkpoints and final models this daemon's ranks reported (canonical):
-  // served to a fetch wherever they lie.
-  std::set<std::string> reported_artifacts_;
   // The daemon's working directory at Start: the one base a job's relative
   // paths are resolved against (path_policy.h).
   std::string base_dir_;
