@@ -92,12 +92,12 @@ TEST(CheckArtifactPathTest, OnlyTheJobsFilesInItsResolvedDirectoryAreRecorded) {
   v1::Job abs = JobWithDir("j-1", "alice", "/mnt/ck/");
   EXPECT_TRUE(CheckArtifactPath(abs, "/mnt/ck/j-1.ckpt-epoch-000001.pt", false, f).ok());
   EXPECT_TRUE(CheckArtifactPath(abs, "/mnt/ck/j-1.model.pt", true, f).ok());
-  for (const std::string& bad : {"/var/lib/trainctl-worker/worker.key", "/mnt/ck/j-1.model.pt",
+  for (const char* bad : {"/var/lib/trainctl-worker/worker.key", "/mnt/ck/j-1.model.pt",
                                  "/mnt/ck/j-2.ckpt-epoch-000001.pt", "/mnt/ck/sub/j-1.ckpt-epoch-000001.pt",
                                  "/mnt/other/j-1.ckpt-epoch-000001.pt", "/mnt/ck/../ck/j-1.ckpt-epoch-000001.pt"}) {
     absl::Status s = CheckArtifactPath(abs, bad, false, f);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_THAT(s.message(), HasSubstr("checkpoint.record.path: '" + bad + "' is not a checkpoint of job j-1"));
+    EXPECT_THAT(s.message(), HasSubstr("checkpoint.record.path: '" + std::string(bad) + "' is not a checkpoint of job j-1"));
     EXPECT_THAT(s.message(), HasSubstr("expected /mnt/ck/j-1.ckpt-epoch-NNNNNN[-CCCCCCCCCC].pt"));
   }
   // Unset: the worker's per-job directory, or <root>/<owner>/<job>.

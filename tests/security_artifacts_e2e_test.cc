@@ -207,7 +207,7 @@ TEST(SecurityArtifactsE2ETest, NoReportFetchesAFileOutsideTheJobsDirectory) {
                         << "sleep 1\n";
   ParsedJobSpec cmd = ParseJobSpecYaml(
       absl::StrCat("name: fd3\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: [/bin/sh, ", script,
-                   "]\ncheckpoint: {dir: ", shared, "/{job_id}, shared: true}\n"),
+                   "]\ncheckpoint: {dir: '", shared, "/{job_id}', shared: true}\n"),
       "fd3.yaml");
   ASSERT_TRUE(cmd.ok());
   const std::string submitter = cluster.CreateToken(v1::ROLE_SUBMITTER, "mallory");
