@@ -427,7 +427,7 @@ TEST_F(CliTest, CheckpointsListsRecordsAndResumeContinuesFromThem) {
   rep->mutable_record()->set_global_step(20);
   rep->mutable_record()->set_size_bytes(3000);
   rep->mutable_record()->set_checksum("crc32:12345678");
-  rep->mutable_record()->set_path("/work/ck/" + id + ".ckpt-epoch-000002.pt");
+  rep->mutable_record()->set_path("/work/jobs/" + id + "/checkpoints/" + id + ".ckpt-epoch-000002.pt");
   ASSERT_TRUE(w.Send(m));
   for (int i = 0; i < 200; ++i) {
     r = Run({"checkpoints", id});
@@ -466,7 +466,7 @@ TEST_F(CliTest, CheckpointsListsRecordsAndResumeContinuesFromThem) {
     return c.has_start_ranks() && c.start_ranks().job_id() == next.id();
   });
   ASSERT_TRUE(start.has_value());
-  EXPECT_EQ(start->start_ranks().resume().path(), "/work/ck/" + id + ".ckpt-epoch-000002.pt");
+  EXPECT_EQ(start->start_ranks().resume().path(), "/work/jobs/" + id + "/checkpoints/" + id + ".ckpt-epoch-000002.pt");
   EXPECT_EQ(start->start_ranks().resume().checksum(), "crc32:12345678");
 }
 

@@ -19,12 +19,15 @@ namespace trainctl::coordinator {
 
 namespace {
 
-// Where a fetch reads from: a connected worker, a path on it, and the
-// checksum the file was recorded with ("" when none was).
+// Where a fetch reads from: the connected worker that reported the file, a
+// path on it, the job the file belongs to (the worker serves it only as
+// that job's), and the checksum the file was recorded with ("" when none
+// was).
 struct ArtifactSource {
   std::string worker;
   std::string path;
   std::string recorded_checksum;
+  std::string job_id;
 };
 
 // On the loop.
@@ -38,7 +41,7 @@ absl::StatusOr<ArtifactSource> FindArtifact(const ServiceContext& c, const v1::F
       return absl::NotFoundError(absl::StrCat("job '", job.id(), "' has no final model (",
                                               v1::JobState_Name(job.state()), "); fetch a checkpoint with --checkpoint STEP"));
     }
-    src = {job.final_model_worker(), job.final_model(), ""};
+    src = {job.final_model_worker(), job.final_model(), "", job.id()};
   } else {
     const v1::CheckpointRecord* found = nullptr;
     std::vector<std::string> steps;
@@ -51,13 +54,16 @@ absl::StatusOr<ArtifactSource> FindArtifact(const ServiceContext& c, const v1::F
                                               req.checkpoint_step(), " (it has: ",
                                               steps.empty() ? "none" : absl::StrJoin(steps, ", "), ")"));
     }
-    src = {found->worker_id(), found->path(), found->checksum()};
-    if (src.worker.empty()) {
-      // A shared checkpoint: any connected worker sees it.
-      std::vector<const v1::Worker*> alive = c.registry->Alive();
-      if (alive.empty()) return absl::UnavailableError("no worker is connected to read the shared checkpoint");
-      src.worker = alive.front()->id();
+    // By record, never by path: only the worker that reported the file is
+    // asked for it (also for a shared checkpoint, which others may see at
+    // the same path), and only as a file of the record's job.
+    const std::string& reporter = found->reported_by().empty() ? found->worker_id() : found->reported_by();
+    if (reporter.empty()) {
+      return absl::FailedPreconditionError(absl::StrCat(
+          "checkpoint_step: the shared checkpoint at step ", req.checkpoint_step(), " of job '", job.id(),
+          "' was recorded without the worker that wrote it; copy ", found->path(), " from the shared directory"));
     }
+    src = {reporter, found->path(), found->checksum(), found->job_id().empty() ? job.id() : found->job_id()};
   }
   const v1::Worker* w = c.registry->Find(src.worker);
   if (w == nullptr || w->state() != v1::WORKER_STATE_ALIVE) {
@@ -177,6 +183,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
     r.set_offset(offset_);
     r.set_max_bytes(chunk_bytes_);
     r.set_want_checksum(want_checksum);
+    r.set_job_id(src_.job_id);
     if (absl::Status s = ctx_.fetches->Request(src_.worker, r, this); !s.ok()) Fail(s);
   }
 

@@ -45,6 +45,13 @@ absl::Status ValidatePreflightReport(const v1::PreflightReport& rep) {
 
 }  // namespace
 
+std::string AttemptStarter::ResumeOwner(const v1::Job& job) const {
+  const std::string& from = job.spec().resume_from().job();
+  if (from.empty()) return "";
+  const JobEntry* src = book_->Find(from);
+  return src == nullptr ? "" : src->job.owner();
+}
+
 void AttemptStarter::Launch(JobEntry& e, const v1::Attempt& attempt) {
   if (!options_.preflight) {
     for (const std::string& w : AttemptWorkers(attempt)) SendStartRanks(e, attempt, w);
@@ -80,6 +87,8 @@ void AttemptStarter::SendPreflight(const JobEntry& e, const v1::Attempt& attempt
   p->set_attempt(attempt.number());
   *p->mutable_spec() = e.job.spec();
   if (attempt.has_resume()) *p->mutable_resume() = attempt.resume();
+  p->set_owner(e.job.owner());
+  p->set_resume_owner(ResumeOwner(e.job));
   for (const v1::RankAssignment& r : attempt.ranks()) {
     if (r.worker_id() == worker_id) *p->add_ranks() = r;
   }
@@ -150,6 +159,8 @@ void AttemptStarter::SendStartRanks(JobEntry& entry, const v1::Attempt& attempt,
   }
   s->set_spec_hash(CheckpointSpecHash(job.spec()));
   s->set_rendezvous_secret(entry.rendezvous_secret);
+  s->set_owner(job.owner());
+  s->set_resume_owner(ResumeOwner(job));
   *s->mutable_skip_steps() = attempt.skip_steps();
   for (const v1::RankAssignment& r : attempt.ranks()) {
     if (r.worker_id() != worker_id) continue;

@@ -54,6 +54,10 @@ class AttemptStarter {
   void StopAll(const std::string& job_id, int32_t attempt, const RanksByWorker& ranks, const std::string& reason);
 
  private:
+  // The owner of the job `job` resumes ("" when none): the worker lets the
+  // job use that owner's checkpoint directory (SubmitJob checked that the
+  // caller may resume it).
+  std::string ResumeOwner(const v1::Job& job) const;
   void SendPreflight(const JobEntry& entry, const v1::Attempt& attempt, const std::string& worker_id);
   void SendStartRanks(JobEntry& entry, const v1::Attempt& attempt, const std::string& worker_id);
   void SendRendezvous(const v1::Job& job, const v1::Attempt& attempt, const std::string& worker_id);

@@ -2,7 +2,10 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
+#include "common/jobspec/artifact_names.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -44,6 +47,59 @@ absl::Status ValidateReportedCheckpoint(const v1::CheckpointRecord& in) {
         "checkpoint.record: epochs_done must be >= 0, global_step >= 1 and size_bytes >= 0");
   }
   return absl::OkStatus();
+}
+
+absl::Status CheckArtifactPath(const v1::Job& job, const std::string& path, bool final_model,
+                               const std::string& field) {
+  const std::string name_rule = final_model ? FinalModelFileName(job.id())
+                                            : absl::StrCat(job.id(), ".ckpt-epoch-NNNNNN[-CCCCCCCCCC].pt");
+  const size_t slash = path.rfind('/');
+  const std::string dir = slash == std::string::npos ? "" : path.substr(0, slash);
+  const std::string name = slash == std::string::npos ? path : path.substr(slash + 1);
+  const bool named = final_model ? IsFinalModelFileName(job.id(), name) : IsCheckpointFileName(job.id(), name);
+  const std::string& spec_dir = job.spec().checkpoint().dir();
+  bool inside = false;
+  std::string where;
+  if (spec_dir.empty()) {
+    inside = absl::EndsWith(dir, absl::StrCat("/jobs/", job.id(), "/checkpoints")) ||
+             absl::EndsWith(dir, absl::StrCat("/", OwnerPathComponent(job.owner()), "/", job.id()));
+    where = absl::StrCat("<work dir>/jobs/", job.id(), "/checkpoints or <checkpoint root>/",
+                         OwnerPathComponent(job.owner()), "/", job.id());
+  } else if (spec_dir[0] == '/') {
+    where = NormalDirPath(spec_dir);
+    inside = dir == where;
+  } else {
+    // Relative: resolved against the worker's working directory, which the
+    // coordinator does not know; the directory must end in it.
+    const std::string normal = NormalDirPath(spec_dir);
+    absl::string_view tail = normal;
+    while (absl::ConsumePrefix(&tail, "../")) {
+    }
+    inside = tail.empty() || tail == "." || tail == ".." || absl::EndsWith(dir, absl::StrCat("/", tail));
+    where = absl::StrCat("<worker dir>/", tail);
+  }
+  if (named && inside && dir.find("/../") == std::string::npos && !absl::EndsWith(dir, "/..")) {
+    return absl::OkStatus();
+  }
+  return absl::InvalidArgumentError(absl::StrCat(field, ": '", path, "' is not ", final_model ? "the final model" : "a checkpoint",
+                                                 " of job ", job.id(), " in its checkpoint.dir (expected ", where,
+                                                 "/", name_rule, "); not recorded"));
+}
+
+std::optional<std::pair<std::string, std::string>> DirOwnerFromRecords(const std::vector<const v1::Job*>& jobs,
+                                                                       const std::string& dir) {
+  const v1::Job* first = nullptr;
+  for (const v1::Job* j : jobs) {
+    const std::string& d = j->spec().checkpoint().dir();
+    if (d.empty() || d[0] != '/' || NormalDirPath(d) != dir) continue;
+    auto earlier = [](const v1::Job& a, const v1::Job& b) {
+      return std::make_pair(a.submit_time().seconds(), a.submit_time().nanos()) <
+             std::make_pair(b.submit_time().seconds(), b.submit_time().nanos());
+    };
+    if (first == nullptr || earlier(*j, *first)) first = j;
+  }
+  if (first == nullptr) return std::nullopt;
+  return std::make_pair(first->owner(), first->id());
 }
 
 std::string AddCheckpointRecord(v1::Job& next, const v1::CheckpointRecord& r) {

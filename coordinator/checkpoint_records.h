@@ -27,6 +27,23 @@ std::string DescribeRecord(const v1::CheckpointRecord& r);
 
 // INVALID_ARGUMENT naming the field when a reported record cannot be kept.
 absl::Status ValidateReportedCheckpoint(const v1::CheckpointRecord& in);
+
+// INVALID_ARGUMENT naming `field` unless `path` (absolute) is a file of
+// `job` with the job's name (a checkpoint, or with `final_model` the final
+// model: common/jobspec/artifact_names.h) directly inside the job's
+// checkpoint directory as the worker resolves it: checkpoint.dir itself
+// when absolute, a directory ending in it when relative, and when unset
+// .../jobs/<job>/checkpoints or .../<owner>/<job> (under a
+// --checkpoint-root). A report naming any other file (a worker's key, a
+// rank's rank.conf) is never recorded, so no fetch can follow it.
+absl::Status CheckArtifactPath(const v1::Job& job, const std::string& path, bool final_model,
+                               const std::string& field);
+
+// Who owns the directory `dir` (absolute, NormalDirPath) by the
+// coordinator's records: (owner, job id) of the earliest submitted of `jobs`
+// whose checkpoint.dir is `dir` (lexically); nullopt when none.
+std::optional<std::pair<std::string, std::string>> DirOwnerFromRecords(
+    const std::vector<const v1::Job*>& jobs, const std::string& dir);
 // Adds `r` to `next`'s records, keeping per holder the job's newest
 // checkpoint.keep ones by global step (the rank deletes older files the same
 // way); records of the job a resume started from stay. Returns the words of

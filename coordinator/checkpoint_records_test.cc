@@ -73,3 +73,57 @@ TEST(CheckpointRecordsTest, ReportedRecordsAreValidated) {
 
 }  // namespace
 }  // namespace trainctl::coordinator
+
+namespace trainctl::coordinator {
+namespace {
+
+v1::Job JobWithDir(const std::string& id, const std::string& owner, const std::string& dir, int64_t submitted = 0) {
+  v1::Job j;
+  j.set_id(id);
+  j.set_owner(owner);
+  j.mutable_spec()->mutable_checkpoint()->set_dir(dir);
+  j.mutable_submit_time()->set_seconds(submitted);
+  return j;
+}
+
+TEST(CheckArtifactPathTest, OnlyTheJobsFilesInItsResolvedDirectoryAreRecorded) {
+  const std::string f = "checkpoint.record.path";
+  // Absolute checkpoint.dir: that directory, lexically.
+  v1::Job abs = JobWithDir("j-1", "alice", "/mnt/ck/");
+  EXPECT_TRUE(CheckArtifactPath(abs, "/mnt/ck/j-1.ckpt-epoch-000001.pt", false, f).ok());
+  EXPECT_TRUE(CheckArtifactPath(abs, "/mnt/ck/j-1.model.pt", true, f).ok());
+  for (const char* bad : {"/var/lib/trainctl-worker/worker.key", "/mnt/ck/j-1.model.pt",
+                                 "/mnt/ck/j-2.ckpt-epoch-000001.pt", "/mnt/ck/sub/j-1.ckpt-epoch-000001.pt",
+                                 "/mnt/other/j-1.ckpt-epoch-000001.pt", "/mnt/ck/../ck/j-1.ckpt-epoch-000001.pt"}) {
+    absl::Status s = CheckArtifactPath(abs, bad, false, f);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(s.message(), HasSubstr("checkpoint.record.path: '" + std::string(bad) + "' is not a checkpoint of job j-1"));
+    EXPECT_THAT(s.message(), HasSubstr("expected /mnt/ck/j-1.ckpt-epoch-NNNNNN[-CCCCCCCCCC].pt"));
+  }
+  // Unset: the worker's per-job directory, or <root>/<owner>/<job>.
+  v1::Job def = JobWithDir("j-1", "a b", "");
+  EXPECT_TRUE(CheckArtifactPath(def, "/w/jobs/j-1/checkpoints/j-1.ckpt-epoch-000002.pt", false, f).ok());
+  EXPECT_TRUE(CheckArtifactPath(def, "/roots/a_b/j-1/j-1.model.pt", true, f).ok());
+  EXPECT_FALSE(CheckArtifactPath(def, "/w/j-1.model.pt", true, f).ok());
+  EXPECT_FALSE(CheckArtifactPath(def, "/w/jobs/j-2/checkpoints/j-1.model.pt", true, f).ok());
+  // Relative: a directory ending in it (the worker's base is not known here).
+  v1::Job rel = JobWithDir("j-1", "alice", "./out/../ck");
+  EXPECT_TRUE(CheckArtifactPath(rel, "/home/w/ck/j-1.model.pt", true, f).ok());
+  EXPECT_FALSE(CheckArtifactPath(rel, "/home/w/out/j-1.model.pt", true, f).ok());
+}
+
+TEST(DirOwnerFromRecordsTest, TheEarliestJobOfADirectoryOwnsIt) {
+  v1::Job a = JobWithDir("a-1", "alice", "/ck/shared/", 10);
+  v1::Job b = JobWithDir("b-1", "bob", "/ck/shared", 20);
+  v1::Job c = JobWithDir("c-1", "carol", "/ck/other", 5);
+  v1::Job rel = JobWithDir("r-1", "rita", "ck/shared", 1);
+  std::vector<const v1::Job*> jobs = {&b, &c, &a, &rel};
+  auto owner = DirOwnerFromRecords(jobs, "/ck/shared");
+  ASSERT_TRUE(owner.has_value());
+  EXPECT_EQ(owner->first, "alice");
+  EXPECT_EQ(owner->second, "a-1");
+  EXPECT_FALSE(DirOwnerFromRecords(jobs, "/ck/none").has_value());
+}
+
+}  // namespace
+}  // namespace trainctl::coordinator

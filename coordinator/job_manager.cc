@@ -5,6 +5,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "common/jobspec/artifact_names.h"
 #include "common/jobspec/job_spec.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
@@ -83,6 +84,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::s
     absl::StrReplaceAll({{"{job_id}", job.id()}}, dir);
   }
   if (!job.spec().resume_from().job().empty()) TRAINCTL_RETURN_IF_ERROR(AttachResumeSource(job));
+  TRAINCTL_RETURN_IF_ERROR(CheckDirOwner(job.spec(), owner));
   job.set_state(v1::JOB_STATE_PENDING);
   job.set_owner(owner);
   job.set_owner_token_id(owner_token_id);
@@ -95,6 +97,25 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::s
   if (!e.ok()) return absl::UnavailableError(absl::StrCat("could not store the job: ", e.status().message()));
   RequestSchedule();
   return (*e)->job;
+}
+
+absl::Status JobManager::CheckDirOwner(const v1::JobSpec& spec, const std::string& owner) const {
+  const std::string& dir = spec.checkpoint().dir();
+  if (dir.empty() || dir[0] != '/') return absl::OkStatus();  // resolved on each worker: its pre-flight checks
+  std::vector<const v1::Job*> jobs;
+  for (const auto& [id, e] : book_.entries()) jobs.push_back(&e.job);
+  auto claimed = DirOwnerFromRecords(jobs, NormalDirPath(dir));
+  if (!claimed.has_value() || claimed->first.empty() || claimed->first == owner) return absl::OkStatus();
+  // Resuming a job of that owner (the caller was allowed to: SubmitJob
+  // checked) may use its directory.
+  if (const std::string& from = spec.resume_from().job(); !from.empty()) {
+    const JobEntry* src = book_.Find(from);
+    if (src != nullptr && src->job.owner() == claimed->first) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "checkpoint.dir: ", dir, " belongs to '", claimed->first, "' (job ", claimed->second, "); a job of '", owner,
+      "' may not write there: use a directory of your own, or resume a job of '", claimed->first,
+      "' (resume_from) with a token allowed to"));
 }
 
 absl::Status JobManager::AttachResumeSource(v1::Job& job) const {
@@ -321,6 +342,7 @@ absl::Status JobManager::OnFinalModel(const std::string& worker_id, const v1::Fi
   v1::Attempt* a = nullptr;
   TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, book_.ForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(),
                                                           /*allow_stale=*/false, &a));
+  TRAINCTL_RETURN_IF_ERROR(CheckArtifactPath(e->job, rep.path(), /*final_model=*/true, "final_model.path"));
   e->final_model = rep;
   e->final_model_worker = worker_id;
   return absl::OkStatus();
@@ -331,6 +353,8 @@ absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::Ch
   v1::Attempt* a_mem = nullptr;
   TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, book_.ForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(),
                                                           /*allow_stale=*/true, &a_mem));
+  TRAINCTL_RETURN_IF_ERROR(
+      CheckArtifactPath(e->job, rep.record().path(), /*final_model=*/false, "checkpoint.record.path"));
   v1::Job next = e->job;
   const bool shared = next.spec().checkpoint().shared();
   v1::CheckpointRecord r = rep.record();
@@ -339,6 +363,7 @@ absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::Ch
   r.set_world_size(a_mem->ranks_size());
   r.set_shared(shared);
   r.set_worker_id(shared ? "" : worker_id);
+  r.set_reported_by(worker_id);  // a fetch asks this worker only
   r.set_spec_hash(CheckpointSpecHash(next.spec()));
   SetTimestamp(clock_->Now(), r.mutable_time());
   std::string msg = AddCheckpointRecord(next, r);

@@ -206,6 +206,11 @@ class JobManager : private JobActions {
                           const absl::flat_hash_set<std::string>& reported);
   // Copies `spec.resume_from.job`'s newest checkpoint records into `job`.
   absl::Status AttachResumeSource(v1::Job& job) const;
+  // PERMISSION_DENIED naming the owner when an absolute checkpoint.dir is
+  // another owner's by the records (DirOwnerFromRecords), unless the job
+  // resumes a job of that owner. Relative and default directories are
+  // checked by each worker's pre-flight (worker/daemon/job_dir.h).
+  absl::Status CheckDirOwner(const v1::JobSpec& spec, const std::string& owner) const;
 
   const Clock* clock_;
   JobManagerOptions options_;

@@ -15,6 +15,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/jobspec/job_spec.h"
@@ -256,16 +257,23 @@ inline v1::RankStatus Failed(const std::string& job, int attempt, int rank, v1::
   return st;
 }
 
-// A checkpoint report of `worker` for a rank of `job`.
+// Where a worker whose work dir is `place` keeps `job`'s checkpoint after
+// `epochs` (the default checkpoint dir, with the job's file name).
+inline std::string CkPath(const std::string& place, const std::string& job, int64_t epochs) {
+  return absl::StrFormat("%s/jobs/%s/checkpoints/%s.ckpt-epoch-%06d.pt", place, job, job, epochs);
+}
+
+// A checkpoint report of `worker` for a rank of `job`, at CkPath(`place`)
+// (a relative `place` is reported as it is).
 inline absl::Status Checkpoint(JobManager& jobs, const std::string& worker, const std::string& job, int attempt,
-                        int rank, int64_t epochs, int64_t step, const std::string& path) {
+                        int rank, int64_t epochs, int64_t step, const std::string& place) {
   v1::CheckpointReport rep;
   rep.set_job_id(job);
   rep.set_attempt(attempt);
   rep.set_rank(rank);
   rep.mutable_record()->set_epochs_done(epochs);
   rep.mutable_record()->set_global_step(step);
-  rep.mutable_record()->set_path(path);
+  rep.mutable_record()->set_path(!place.empty() && place[0] == '/' ? CkPath(place, job, epochs) : place);
   rep.mutable_record()->set_checksum("crc32:0000abcd");
   rep.mutable_record()->set_size_bytes(100);
   return jobs.OnCheckpoint(worker, rep);

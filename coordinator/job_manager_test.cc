@@ -87,18 +87,29 @@ TEST_F(JobManagerTest, WholeLifeWithRendezvousMetricsAndEvents) {
   EXPECT_DOUBLE_EQ(j.metric_summary().last_loss(), 0.5);
   EXPECT_DOUBLE_EQ(j.metric_summary().best_eval().accuracy(), 0.75);
 
-  // Rank 0's final model: only rank 0, only an absolute path; shown once
-  // the job SUCCEEDED.
+  // Rank 0's final model: only rank 0, only the job's file in its
+  // checkpoint dir; shown once the job SUCCEEDED.
+  const std::string model_path = absl::StrCat("/w/jobs/", id, "/checkpoints/", id, ".model.pt");
   v1::FinalModelReport model;
   model.set_job_id(id);
   model.set_attempt(1);
   model.set_rank(1);
-  model.set_path("/ckpt/model.pt");
+  model.set_path(model_path);
   EXPECT_EQ(jobs_->OnFinalModel("a", model).code(), absl::StatusCode::kInvalidArgument);
   model.set_rank(0);
   model.set_path("relative/model.pt");
   EXPECT_EQ(jobs_->OnFinalModel("a", model).code(), absl::StatusCode::kInvalidArgument);
-  model.set_path("/ckpt/model.pt");
+  // Not the job's file, or not in its directory: never recorded, so no
+  // fetch can follow it (a worker's key, another job's model).
+  for (const std::string& bad : {std::string("/w/worker.key"), absl::StrCat("/w/jobs/", id, "/checkpoints/model.pt"),
+                                 absl::StrCat("/w/jobs/other/checkpoints/", id, ".model.pt"),
+                                 absl::StrCat("/w/jobs/", id, "/checkpoints/../", id, ".model.pt")}) {
+    model.set_path(bad);
+    absl::Status s = jobs_->OnFinalModel("a", model);
+    EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(s.message(), HasSubstr("is not the final model of job " + id + " in its checkpoint.dir")) << bad;
+  }
+  model.set_path(model_path);
   ASSERT_TRUE(jobs_->OnFinalModel("a", model).ok());
   EXPECT_EQ(Get(id).final_model(), "");
 
@@ -106,12 +117,12 @@ TEST_F(JobManagerTest, WholeLifeWithRendezvousMetricsAndEvents) {
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
   ASSERT_TRUE(Status("a", id, 1, 1, v1::RANK_STATE_SUCCEEDED).ok());
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
-  EXPECT_EQ(Get(id).final_model(), "/ckpt/model.pt");
+  EXPECT_EQ(Get(id).final_model(), model_path);
   EXPECT_EQ(Get(id).final_model_worker(), "a");
   // Stored with the job: a restarted coordinator still knows it.
   auto snapshot = store_->LoadAll();
   ASSERT_TRUE(snapshot.ok());
-  EXPECT_EQ(snapshot->jobs.back().final_model(), "/ckpt/model.pt");
+  EXPECT_EQ(snapshot->jobs.back().final_model(), model_path);
   EXPECT_EQ(snapshot->jobs.back().metric_summary().train_points(), 2);
   EXPECT_TRUE(Get(id).has_end_time());
   EXPECT_TRUE(sub.ended);
@@ -586,6 +597,49 @@ TEST_F(JobManagerTest, VanishedRankWhoseWriteFailedIsFailedByTheNextTick) {
   EXPECT_EQ(j.attempts(0).reason(),
             "rank 1 on host-b (worker b) was lost with its worker: the rank process was gone when "
             "its worker reconnected");
+}
+
+
+TEST_F(JobManagerTest, ACheckpointDirBelongsToTheOwnerOfItsFirstJob) {
+  Open();
+  v1::JobSpec spec = Spec(1);
+  spec.mutable_checkpoint()->set_dir("/mnt/ck/team");
+  auto alice = jobs_->Submit(spec, "alice", "t-alice");
+  ASSERT_TRUE(alice.ok()) << alice.status();
+  ASSERT_TRUE(jobs_->Submit(spec, "alice", "t-alice").ok()) << "one owner's jobs share a directory";
+  spec.mutable_checkpoint()->set_dir("/mnt/ck/./team/");
+  auto bob = jobs_->Submit(spec, "bob", "t-bob");
+  EXPECT_EQ(bob.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(bob.status().message(), HasSubstr("checkpoint.dir: /mnt/ck/./team/ belongs to 'alice' (job " +
+                                                alice->id() + "); a job of 'bob' may not write there"));
+  spec.mutable_checkpoint()->set_dir("/mnt/ck/{job_id}");
+  EXPECT_TRUE(jobs_->Submit(spec, "bob", "t-bob").ok()) << "a directory of its own";
+}
+
+TEST_F(JobManagerTest, ASharedCheckpointRecordNamesTheWorkerThatReportedIt) {
+  Open();
+  a_ = AddWorker("a", 1);
+  b_ = AddWorker("b", 1);
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_checkpoint()->set_dir("/mnt/shared/{job_id}");
+  spec.mutable_checkpoint()->set_shared(true);
+  std::string id = RunTwoRanks(spec);
+  ASSERT_FALSE(id.empty());
+  v1::CheckpointReport rep;
+  rep.set_job_id(id);
+  rep.set_attempt(1);
+  rep.set_rank(1);
+  rep.mutable_record()->set_epochs_done(1);
+  rep.mutable_record()->set_global_step(10);
+  rep.mutable_record()->set_path(absl::StrCat("/mnt/shared/", id, "/", id, ".ckpt-epoch-000001.pt"));
+  ASSERT_TRUE(jobs_->OnCheckpoint("b", rep).ok());
+  rep.mutable_record()->set_path("/var/lib/trainctl-worker/worker.key");
+  EXPECT_EQ(jobs_->OnCheckpoint("b", rep).code(), absl::StatusCode::kInvalidArgument);
+  v1::Job j = Get(id);
+  ASSERT_EQ(j.checkpoints_size(), 1);
+  EXPECT_TRUE(j.checkpoints(0).shared());
+  EXPECT_EQ(j.checkpoints(0).worker_id(), "");
+  EXPECT_EQ(j.checkpoints(0).reported_by(), "b") << "a fetch asks b, never the first connected worker";
 }
 
 

@@ -61,7 +61,7 @@ TEST_F(JobManagerTest, CheckpointRecordsDecideWhereAndFromWhatARestartResumes) {
     EXPECT_EQ(r.job_id(), id);
     EXPECT_EQ(r.spec_hash(), CheckpointSpecHash(j.spec()));
   }
-  EXPECT_EQ(paths, (std::vector<std::string>{"/w/a/ck2", "/w/a/ck3", "/w/b/ck2"}));
+  EXPECT_EQ(paths, (std::vector<std::string>{CkPath("/w/a/ck2", id, 2), CkPath("/w/a/ck3", id, 3), CkPath("/w/b/ck2", id, 2)}));
 
   // Worker a (holding the newest) is lost; the restart runs on b and c.
   clock_.Advance(absl::Seconds(2));
@@ -77,14 +77,14 @@ TEST_F(JobManagerTest, CheckpointRecordsDecideWhereAndFromWhatARestartResumes) {
   const v1::Attempt& a2 = j.attempts(1);
   EXPECT_EQ(a2.ranks(0).worker_id(), "b") << "rank 0 moves to the host with a copy";
   ASSERT_TRUE(a2.has_resume());
-  EXPECT_EQ(a2.resume().path(), "/w/b/ck2");
+  EXPECT_EQ(a2.resume().path(), CkPath("/w/b/ck2", id, 2));
   EXPECT_EQ(a2.resume().global_step(), 20);
   ASSERT_FALSE(b_->Starts().empty());
-  EXPECT_EQ(b_->Starts().back().resume().path(), "/w/b/ck2");
+  EXPECT_EQ(b_->Starts().back().resume().path(), CkPath("/w/b/ck2", id, 2));
   EXPECT_EQ(b_->Starts().back().resume().checksum(), "crc32:0000abcd");
   EXPECT_TRUE(b_->Starts().back().produce_rendezvous());
   ASSERT_FALSE(c->Starts().empty());
-  EXPECT_EQ(c->Starts().back().resume().path(), "/w/b/ck2") << "every rank learns the same record";
+  EXPECT_EQ(c->Starts().back().resume().path(), CkPath("/w/b/ck2", id, 2)) << "every rank learns the same record";
   bool said = false;
   auto events = store_->ListEvents(id, 0, 1000);
   ASSERT_TRUE(events.ok());
@@ -132,7 +132,7 @@ TEST_F(JobManagerTest, ElasticJobShrinksAfterTheReplaceTimeoutAndGrowsBackAtAChe
   ASSERT_EQ(j.attempts_size(), 2);
   ASSERT_EQ(j.attempts(1).ranks_size(), 1);
   EXPECT_EQ(j.attempts(1).ranks(0).world_size(), 1);
-  EXPECT_EQ(j.attempts(1).resume().path(), "/w/a/ck-0-5");
+  EXPECT_EQ(j.attempts(1).resume().path(), CkPath("/w/a/ck-0-5", id, 0));
   EXPECT_EQ(a_->Starts().back().ranks(0).world_size(), 1);
   ASSERT_TRUE(Rendezvous("a", id, 2).ok());
   ASSERT_TRUE(Status("a", id, 2, 0, v1::RANK_STATE_RUNNING).ok());
@@ -153,7 +153,7 @@ TEST_F(JobManagerTest, ElasticJobShrinksAfterTheReplaceTimeoutAndGrowsBackAtAChe
   j = Get(id);
   ASSERT_EQ(j.attempts_size(), 3);
   EXPECT_EQ(j.attempts(2).ranks_size(), 2);
-  EXPECT_EQ(j.attempts(2).resume().path(), "/w/a/ck-1");
+  EXPECT_EQ(j.attempts(2).resume().path(), CkPath("/w/a/ck-1", id, 1));
   ASSERT_FALSE(c->Starts().empty());
 
   std::vector<std::string> events = StoredEvents(id);
@@ -225,7 +225,7 @@ TEST_F(JobManagerTest, ResumeFromAnotherJobChecksStateAndCompatibility) {
   ASSERT_TRUE(j.attempts(0).has_resume());
   EXPECT_EQ(j.attempts(0).resume().job_id(), id);
   EXPECT_EQ(j.attempts(0).ranks(0).worker_id(), "a");
-  EXPECT_EQ(a_->Starts().back().resume().path(), "/w/a/ck1");
+  EXPECT_EQ(a_->Starts().back().resume().path(), CkPath("/w/a/ck1", id, 1));
 }
 
 

@@ -3,7 +3,7 @@
 # builds, and trains the classic DDP example (examples/mlp-synthetic.yaml,
 # 2 ranks) through a local coordinator, worker daemon and rank processes,
 # streaming its progress. The trained model ends in
-# ./checkpoints/mlp-synthetic/<job id>/model.pt (the last line printed says where).
+# ./checkpoints/mlp-synthetic/<job id>/<job id>.model.pt (the last line printed says where).
 #
 #   scripts/quickstart.sh [JOB.yaml] [--set key=value ...]
 set -euo pipefail

@@ -107,7 +107,7 @@ TEST_F(CheckpointE2ETest, RestartResumesItsOwnRecordNotAnotherJobsNewerFile) {
   ASSERT_FALSE(first.empty());
   v1::Job j1 = cluster_->WaitState(first, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
   ASSERT_EQ(j1.state(), v1::JOB_STATE_SUCCEEDED) << j1.state_reason();
-  const std::string first_model = ReadFile(dir + "/model.pt");
+  const std::string first_model = ReadFile(dir + "/" + first + ".model.pt");
   ASSERT_FALSE(first_model.empty());
   ASSERT_TRUE(std::filesystem::exists(absl::StrCat(dir, "/", first, ".ckpt-epoch-000003.pt")));
 
@@ -133,10 +133,13 @@ TEST_F(CheckpointE2ETest, RestartResumesItsOwnRecordNotAnotherJobsNewerFile) {
   // Attempt 2 trained the remaining epochs (1 and 2), on both ranks.
   EXPECT_EQ(EpochsTrained(id, 2, 0), (std::set<int>{1, 2}));
   EXPECT_EQ(EpochsTrained(id, 2, 1), (std::set<int>{1, 2}));
-  // The exported model is this job's, not the earlier run's.
-  const std::string model = ReadFile(dir + "/model.pt");
+  // The exported model is this job's, beside the earlier run's, which is
+  // intact (every file a job writes is named for it).
+  const std::string model = ReadFile(dir + "/" + id + ".model.pt");
   ASSERT_FALSE(model.empty());
   EXPECT_NE(model, first_model);
+  EXPECT_EQ(ReadFile(dir + "/" + first + ".model.pt"), first_model);
+  EXPECT_EQ(j.final_model(), dir + "/" + id + ".model.pt");
   // keep=1 deleted only this job's older files: the earlier run's are intact.
   EXPECT_TRUE(std::filesystem::exists(absl::StrCat(dir, "/", first, ".ckpt-epoch-000003.pt")));
 }
@@ -291,7 +294,7 @@ TEST_F(CheckpointE2ETest, PathsOutsideTheWorkersRootsAreRefused) {
   std::string ok = cluster_->Submit(SlowClassic(1, {"checkpoint.dir=" + ck + "/{job_id}", "data.train.length=600"}));
   v1::Job j = cluster_->WaitState(ok, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
-  EXPECT_TRUE(std::filesystem::exists(ck + "/" + ok + "/model.pt"));
+  EXPECT_TRUE(std::filesystem::exists(ck + "/" + ok + "/" + ok + ".model.pt"));
 }
 
 }  // namespace

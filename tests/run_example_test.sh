@@ -11,10 +11,11 @@ out=$("$build/client/trainctl" run "$src/examples/mlp-synthetic.yaml" --set trai
 echo "$out"
 grep -q "SUCCEEDED" <<<"$out"
 grep -q "epoch 2/2 done" <<<"$out"
-# The model lands in a directory of the job's own: checkpoints/<name>/<job id>/.
+# The model lands in a directory of the job's own, named for the job:
+# checkpoints/<name>/<job id>/<job id>.model.pt.
 model=$(sed -n 's/^final model: \(.*\) (torch.jit.load.*/\1/p' <<<"$out")
 job=$(sed -n 's/^submitted job \(.*\)$/\1/p' <<<"$out")
-test "$model" = "$PWD/checkpoints/mlp-synthetic/$job/model.pt"
+test "$model" = "$PWD/checkpoints/mlp-synthetic/$job/$job.model.pt"
 test -f "$model"
 /usr/bin/python3 -c "
 import torch

@@ -91,8 +91,8 @@ TEST_F(TrainE2ETest, ClassicExampleTrainsOnShardsAndExportsTheModel) {
   EXPECT_EQ(samples_per_rank[1], 3 * 1500);
   v1::Job j = cluster_->Get(id);
   EXPECT_NE(j.attempts(0).ranks(0).worker_id(), j.attempts(0).ranks(1).worker_id());
-  std::string py = "/usr/bin/python3 -c \"import torch; m=torch.jit.load('" + ckpt +
-                   "/model.pt'); assert tuple(m(torch.randn(3,5)).shape)==(3,2)\"";
+  std::string py = "/usr/bin/python3 -c \"import torch; m=torch.jit.load('" + ckpt + "/" + id +
+                   ".model.pt'); assert tuple(m(torch.randn(3,5)).shape)==(3,2)\"";
   EXPECT_EQ(std::system(py.c_str()), 0) << "the exported model runs in Python";
 
   // TensorBoard: rank 0's event file, read by an independent reader, holds
@@ -124,7 +124,7 @@ TEST_F(TrainE2ETest, ClassicExampleTrainsOnShardsAndExportsTheModel) {
   EXPECT_TRUE(tags.count("train/lr") && tags.count("train/samples_per_sec") && tags.count("epoch/loss"))
       << "tags seen: " << tags.size();
   // Rank 0 reported where it put the model; the job says so.
-  EXPECT_EQ(j.final_model(), ckpt + "/model.pt");
+  EXPECT_EQ(j.final_model(), ckpt + "/" + id + ".model.pt");
   EXPECT_EQ(j.final_model_worker(), j.attempts(0).ranks(0).worker_id());
   EXPECT_GT(j.metric_summary().train_points(), 0);
   EXPECT_GT(j.metric_summary().mean_samples_per_sec(), 0);

@@ -4,6 +4,7 @@
 // follows it, and exits with its outcome — torchrun's convenience with the
 // whole system (scheduling, rendezvous, supervision, restarts) underneath.
 #include <pthread.h>
+#include <pwd.h>
 #include <signal.h>
 #include <unistd.h>
 
@@ -20,6 +21,7 @@
 #include "client/cli/context.h"
 #include "client/cli/script_job.h"
 #include "common/auth/secret.h"
+#include "common/jobspec/artifact_names.h"
 #include "common/jobspec/job_spec.h"
 #include "coordinator/coordinator_server.h"
 #include "worker/daemon/slot_inventory.h"
@@ -158,6 +160,18 @@ worker::DaemonOptions LocalDaemonOptions(CliContext& ctx, const RunFlags& flags,
   return wo;
 }
 
+// The name of this process's Unix user (its uid when it has none).
+std::string LocalUserName() {
+  std::vector<char> buf(16384);
+  struct passwd pw {};
+  struct passwd* found = nullptr;
+  if (getpwuid_r(geteuid(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr &&
+      found->pw_name != nullptr && *found->pw_name != 0) {
+    return found->pw_name;
+  }
+  return absl::StrCat("uid-", geteuid());
+}
+
 // Wait (bounded) for the local worker, so the job is placed at once.
 void WaitForLocalWorker(Client& client) {
   absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -218,7 +232,7 @@ LocalOutcome FollowLocalJob(CliContext& ctx, Client& client, const RunFlags& fla
   followed = true;
   pthread_kill(on_signal.native_handle(), SIGUSR1);
   on_signal.join();
-  std::string model = job.spec().checkpoint().dir() + "/model.pt";
+  std::string model = absl::StrCat(job.spec().checkpoint().dir(), "/", FinalModelFileName(job.id()));
   // FollowJob printed it already when rank 0 reported it (Job.final_model).
   absl::StatusOr<v1::Job> ended = client.Get(job.id());
   const bool said = ended.ok() && !ended->final_model().empty();
@@ -267,9 +281,13 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   worker::WorkerDaemon daemon(LocalDaemonOptions(ctx, flags, *addr, *worker_token, state_dir, *slots));
   if (absl::Status s = daemon.Start(); !s.ok()) return ctx.Fail(s);
 
+  // Jobs are owned by the Unix user (Job.owner), who thereby claims its
+  // checkpoint directories (docs/checkpoints.md "Whose directory").
+  absl::StatusOr<std::string> user_token = server.IssueToken(v1::ROLE_ADMIN, LocalUserName());
+  if (!user_token.ok()) return ctx.Fail(user_token.status());
   ClientOptions copts;
   copts.address = *addr;
-  copts.token = server.admin_token();
+  copts.token = *user_token;
   std::unique_ptr<Client> client = Client::FromChannel(server.InProcessChannel(copts.token), copts);
   WaitForLocalWorker(*client);
   if (!ctx.json()) {
@@ -301,7 +319,7 @@ VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx) {
       "  trainctl run examples/fashion-mnist-cnn.yaml --set training.epochs=1\n"
       "  trainctl run job.yaml --state-dir DIR --resume JOB   # continue an interrupted run\n"
       "  trainctl run --nproc-per-node 2 train.py --epochs 3   # your own script, as torchrun runs it\n"
-      "The final model goes to checkpoint.dir (default ./checkpoints/<name>/<job id>/model.pt).\n");
+      "The final model goes to checkpoint.dir (default ./checkpoints/<name>/<job id>/<job id>.model.pt).\n");
   sub->add_option("FILE", flags->file, "The job.yaml, or a program to run as every rank (train.py)")->required();
   sub->add_option("--set", flags->sets, "Override a field: key.path=value (repeatable)");
   sub->add_option("--state-dir", flags->state_dir,

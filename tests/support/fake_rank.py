@@ -19,8 +19,8 @@ in the job name (config key `name`):
                 note comes before the last line)
 
 A job named "...model..." ends with rank 0 exporting a 2.5 MiB final model
-(deterministic bytes, several fetch pieces) and reporting it with a `model`
-line, as trainctl-rank does.
+<job id>.model.pt (deterministic bytes after the job id, several fetch
+pieces) and reporting it with a `model` line, as trainctl-rank does.
 
 The checkpoint writer (run.checkpoint_writer) keeps the epoch count in a file
 named for the job in run.checkpoint_dir and reports it with a `checkpoint`
@@ -33,7 +33,7 @@ CHATTY_STEPS = 20
 def write_checkpoint(say, ckpt, job, epochs, step):
     """The epoch count, written atomically and reported as trainctl-rank does."""
     os.makedirs(ckpt, exist_ok=True)
-    path = os.path.join(ckpt, "%s.ckpt-epoch-%06d.txt" % (job, epochs))
+    path = os.path.join(ckpt, "%s.ckpt-epoch-%06d.pt" % (job, epochs))
     data = str(epochs).encode()
     with open(path + ".tmp", "wb") as f:
         f.write(data)
@@ -130,9 +130,11 @@ def main():
             os.kill(os.getpid(), signal.SIGSEGV)
     if "model" in name and rank == 0:
         os.makedirs(ckpt, exist_ok=True)
-        path = os.path.join(ckpt, "%s.final.bin" % cfg["run.job_id"])
+        path = os.path.join(ckpt, "%s.model.pt" % cfg["run.job_id"])
+        # Deterministic bytes that start with the job id (two jobs' models differ).
+        job = cfg["run.job_id"].encode()
         with open(path + ".tmp", "wb") as f:
-            f.write(bytes((i * 7 + i // 251) % 256 for i in range(5 * 512 * 1024)))
+            f.write(job + bytes((i * 7 + i // 251) % 256 for i in range(len(job), 5 * 512 * 1024)))
         os.rename(path + ".tmp", path)
         say("model %s" % path)
     sys.exit(0)

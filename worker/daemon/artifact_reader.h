@@ -1,13 +1,25 @@
 // Answers the coordinator's ReadFile (trainctl fetch): one bounded piece of
-// a checkpoint or final model on this host, and on request the whole file's
-// CRC-32 (the checksum checkpoints are recorded with).
+// a job's checkpoint or final model on this host, and on request the whole
+// file's CRC-32 (the checksum checkpoints are recorded with).
+//
+// Artifacts by record, never by path (docs/security.md): the coordinator
+// asks only the worker that reported the file, naming the record's job, and
+// this worker serves it only when
+//  * its name is the job's (<job>.ckpt-epoch-*.pt or <job>.model.pt), so
+//    worker.key, rank.conf or any other file is never a candidate;
+//  * the file is opened relative to its directory's descriptor with
+//    O_NOFOLLOW: a regular file with one link (a symlink, or a hard link to
+//    another file, is refused);
+//  * after that open, the same directory holds the job's manifest
+//    (job_dir.h), written by this daemon's user: the directory is one a
+//    daemon prepared for that job's ranks.
 //
 // Called by the WorkerDaemon on its loop. Stateless; thread-safe.
 #pragma once
 
-#include <functional>
 #include <string>
 
+#include "absl/status/statusor.h"
 #include "trainctl/v1/worker_service.pb.h"
 
 namespace trainctl::worker {
@@ -15,13 +27,30 @@ namespace trainctl::worker {
 // Largest piece sent, whatever the request asks.
 inline constexpr int kMaxFileChunkBytes = 1 << 20;
 
-// The answer to `req`. `allowed` gets the canonical path (symlinks and ".."
-// resolved) and says whether this worker may send it; a refused, missing or
-// non-regular file is answered with `error` set.
-v1::FileChunk ReadArtifactChunk(const v1::ReadFile& req,
-                                const std::function<bool(const std::string& canonical)>& allowed);
+// An open artifact: a read-only descriptor (closed by the destructor) and
+// its size.
+class OpenArtifact {
+ public:
+  OpenArtifact(int fd, int64_t size) : fd_(fd), size_(size) {}
+  ~OpenArtifact();
+  OpenArtifact(OpenArtifact&& o) noexcept : fd_(o.fd_), size_(o.size_) { o.fd_ = -1; }
+  OpenArtifact(const OpenArtifact&) = delete;
+  OpenArtifact& operator=(const OpenArtifact&) = delete;
+  OpenArtifact& operator=(OpenArtifact&&) = delete;
+  int fd() const { return fd_; }
+  int64_t size() const { return size_; }
 
-// True when canonical `path` lies inside canonical directory `dir`.
-bool PathIsUnder(const std::string& path, const std::string& dir);
+ private:
+  int fd_;
+  int64_t size_;
+};
+
+// Opens `path` as a checkpoint or final model of `job_id` under the rules
+// above; FAILED_PRECONDITION (or NOT_FOUND) saying which rule refused it.
+absl::StatusOr<OpenArtifact> OpenJobArtifact(const std::string& path, const std::string& job_id);
+
+// The answer to `req`: a refused, missing or non-regular file is answered
+// with `error` set.
+v1::FileChunk ReadArtifactChunk(const v1::ReadFile& req);
 
 }  // namespace trainctl::worker

@@ -1,7 +1,10 @@
-// ReadArtifactChunk on real files: bounded pieces that cover the file, the
-// zlib CRC-32 the trainer records, and refusals with their reasons.
+// ReadArtifactChunk and the checkpoint directory manifests on real files:
+// bounded pieces that cover the file, the zlib CRC-32 the trainer records,
+// and every refusal of a file that is not the record's job's (another
+// name, a symlink, a hard link, no manifest, another job's manifest).
 #include "worker/daemon/artifact_reader.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
@@ -12,41 +15,45 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "worker/daemon/job_dir.h"
 
 namespace trainctl::worker {
 namespace {
 
 using ::testing::HasSubstr;
+namespace fs = std::filesystem;
 
-std::string TempDir() {
-  std::string dir = absl::StrCat(::testing::TempDir(), "/artifact_reader_test.", getpid());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir + "/served");
-  return std::filesystem::canonical(dir).string();
+std::string TempDir(const std::string& name) {
+  std::string dir = absl::StrCat(::testing::TempDir(), "/artifact_reader_test.", getpid(), ".", name);
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  return fs::canonical(dir).string();
 }
 
-v1::ReadFile Req(const std::string& path, int64_t offset, int32_t max, bool checksum = false) {
+v1::ReadFile Req(const std::string& path, int64_t offset, int32_t max, bool checksum = false,
+                 const std::string& job = "j-1") {
   v1::ReadFile r;
   r.set_request_id(7);
   r.set_path(path);
   r.set_offset(offset);
   r.set_max_bytes(max);
   r.set_want_checksum(checksum);
+  r.set_job_id(job);
   return r;
 }
 
 TEST(ArtifactReaderTest, PiecesCoverTheFileAndTheChecksumIsZlibs) {
-  const std::string dir = TempDir();
-  const std::string path = dir + "/served/model.pt";
+  const std::string dir = TempDir("pieces") + "/ck";
+  ASSERT_TRUE(ClaimCheckpointDir(dir, "j-1", "alice", "").ok());
+  const std::string path = dir + "/j-1.model.pt";
   std::string content;
   for (int i = 0; i < 3000; ++i) content += static_cast<char>(i * 31 % 251);
   std::ofstream(path, std::ios::binary) << content;
-  auto under = [&](const std::string& p) { return PathIsUnder(p, dir + "/served"); };
 
   std::string got;
   int pieces = 0;
   for (int64_t off = 0; off < static_cast<int64_t>(content.size()); ++pieces) {
-    v1::FileChunk c = ReadArtifactChunk(Req(path, off, 1000, off == 0), under);
+    v1::FileChunk c = ReadArtifactChunk(Req(path, off, 1000, off == 0));
     ASSERT_EQ(c.error(), "");
     EXPECT_EQ(c.request_id(), 7);
     EXPECT_EQ(c.offset(), off);
@@ -64,28 +71,98 @@ TEST(ArtifactReaderTest, PiecesCoverTheFileAndTheChecksumIsZlibs) {
   EXPECT_EQ(got, content);
   EXPECT_EQ(pieces, 3);
   // Never more than the cap, whatever is asked.
-  EXPECT_LE(ReadArtifactChunk(Req(path, 0, 1 << 30), under).data().size(),
-            static_cast<size_t>(kMaxFileChunkBytes));
-  EXPECT_THAT(ReadArtifactChunk(Req(path, 3001, 10), under).error(), HasSubstr("offset"));
+  EXPECT_LE(ReadArtifactChunk(Req(path, 0, 1 << 30)).data().size(), static_cast<size_t>(kMaxFileChunkBytes));
+  EXPECT_THAT(ReadArtifactChunk(Req(path, 3001, 10)).error(), HasSubstr("offset"));
 }
 
-TEST(ArtifactReaderTest, RefusesWhatItMayNotServe) {
-  const std::string dir = TempDir();
-  std::ofstream(dir + "/secret") << "x";
-  std::filesystem::create_symlink(dir + "/secret", dir + "/served/link");
-  auto under = [&](const std::string& p) { return PathIsUnder(p, dir + "/served"); };
-  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/secret", 0, 10), under).error(), HasSubstr("not a file this worker serves"));
-  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/served/link", 0, 10), under).error(),
-              HasSubstr("not a file this worker serves"))
-      << "a symlink out of the served directory";
-  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/served/../secret", 0, 10), under).error(),
-              HasSubstr("not a file this worker serves"));
-  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/served/none", 0, 10), under).error(), HasSubstr("No such file"));
-  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/served", 0, 10), [](const std::string&) { return true; }).error(),
-              HasSubstr("not a regular file"));
-  EXPECT_THAT(ReadArtifactChunk(Req("relative", 0, 10), under).error(), HasSubstr("absolute"));
-  EXPECT_FALSE(PathIsUnder("/a/bc", "/a/b"));
-  EXPECT_TRUE(PathIsUnder("/a/b/c", "/a/b"));
+TEST(ArtifactReaderTest, ServesOnlyTheRecordsJobsFilesInItsOwnDirectory) {
+  const std::string root = TempDir("refusals");
+  const std::string dir = root + "/ck";
+  ASSERT_TRUE(ClaimCheckpointDir(dir, "j-1", "alice", "").ok());
+  std::ofstream(root + "/worker.key") << "KEY";
+  std::ofstream(dir + "/j-1.ckpt-epoch-000001.pt") << "ck";
+  EXPECT_EQ(ReadArtifactChunk(Req(dir + "/j-1.ckpt-epoch-000001.pt", 0, 10)).data(), "ck");
+
+  // The fd-3 trick: the key by its own name, or through "..".
+  EXPECT_THAT(ReadArtifactChunk(Req(root + "/worker.key", 0, 10)).error(),
+              HasSubstr("not a checkpoint or final model of job j-1"));
+  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/../worker.key", 0, 10)).error(), HasSubstr("not a checkpoint"));
+  // A job-named symlink or hard link to the key.
+  fs::create_symlink(root + "/worker.key", dir + "/j-1.ckpt-epoch-000002.pt");
+  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-1.ckpt-epoch-000002.pt", 0, 10)).error(), HasSubstr("symbolic link"));
+  fs::create_hard_link(root + "/worker.key", dir + "/j-1.ckpt-epoch-000003.pt");
+  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-1.ckpt-epoch-000003.pt", 0, 10)).error(), HasSubstr("2 links"));
+  // A job-named file in a directory no daemon prepared for the job.
+  std::ofstream(root + "/j-1.model.pt") << "m";
+  EXPECT_THAT(ReadArtifactChunk(Req(root + "/j-1.model.pt", 0, 10)).error(), HasSubstr("no manifest of job j-1"));
+  // Another job's record cannot point into j-1's directory; a link to j-1's
+  // own directory finds the same manifest.
+  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-1.ckpt-epoch-000001.pt", 0, 10, false, "j-2")).error(),
+              HasSubstr("not a checkpoint or final model of job j-2"));
+  std::ofstream(dir + "/j-2.model.pt") << "2";
+  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-2.model.pt", 0, 10, false, "j-2")).error(),
+              HasSubstr("no manifest of job j-2"));
+  fs::create_directory_symlink(dir, root + "/ck-link");
+  EXPECT_EQ(ReadArtifactChunk(Req(root + "/ck-link/j-1.ckpt-epoch-000001.pt", 0, 10)).data(), "ck");
+  // A forged manifest must be a regular file naming the job.
+  fs::create_directories(root + "/forged");
+  std::ofstream(root + "/forged/j-1.trainctl-job") << "trainctl job 1\njob j-9\n";
+  std::ofstream(root + "/forged/j-1.model.pt") << "m";
+  EXPECT_THAT(ReadArtifactChunk(Req(root + "/forged/j-1.model.pt", 0, 10)).error(), HasSubstr("does not name job j-1"));
+
+  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-1.ckpt-epoch-000009.pt", 0, 10)).error(), HasSubstr("No such file"));
+  EXPECT_THAT(ReadArtifactChunk(Req("relative", 0, 10)).error(), HasSubstr("absolute"));
+  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-1.model.pt", 0, 10, false, "")).error(), HasSubstr("job_id"));
+}
+
+TEST(JobDirTest, TheFirstOwnerClaimsTheDirectoryAndOthersAreRefusedByName) {
+  const std::string dir = TempDir("claim") + "/shared";
+  ASSERT_TRUE(ClaimCheckpointDir(dir, "a-1", "alice", "").ok());
+  ASSERT_TRUE(ClaimCheckpointDir(dir, "a-2", "alice", "").ok()) << "one owner's jobs share a directory";
+  absl::Status s = ClaimCheckpointDir(dir, "b-1", "bob", "");
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(s.message(), HasSubstr("belongs to 'alice' (claimed by job a-1)"));
+  EXPECT_TRUE(ClaimCheckpointDir(dir, "b-2", "bob", "alice").ok()) << "resuming alice's job";
+  absl::StatusOr<std::optional<DirClaim>> claim = ReadDirClaim(dir);
+  ASSERT_TRUE(claim.ok() && claim->has_value());
+  EXPECT_EQ((*claim)->owner, "alice");
+  EXPECT_EQ((*claim)->job_id, "a-1");
+  EXPECT_TRUE(fs::exists(dir + "/a-2.trainctl-job"));
+  EXPECT_FALSE(fs::exists(dir + "/b-1.trainctl-job")) << "a refused job writes nothing";
+  EXPECT_FALSE(ReadDirClaim(dir + "/none")->has_value());
+  for (const auto& e : fs::directory_iterator(dir)) {
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << "no temporary file left";
+  }
+}
+
+TEST(JobDirTest, ManifestsAreNeverWrittenThroughALink) {
+  const std::string root = TempDir("links");
+  const std::string dir = root + "/ck";
+  fs::create_directories(dir);
+  std::ofstream(root + "/victim") << "victim";
+  fs::create_symlink(root + "/victim", dir + "/.trainctl-dir");
+  EXPECT_FALSE(ClaimCheckpointDir(dir, "j-1", "alice", "").ok()) << "a planted link is not a claim";
+  fs::remove(dir + "/.trainctl-dir");
+  fs::create_symlink(root + "/victim", dir + "/j-1.trainctl-job");
+  ASSERT_TRUE(ClaimCheckpointDir(dir, "j-1", "alice", "").ok());
+  std::ifstream in(root + "/victim");
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  EXPECT_EQ(text, "victim") << "the link was replaced, its target untouched";
+  EXPECT_FALSE(fs::is_symlink(dir + "/j-1.trainctl-job"));
+  // The directory itself as a link is refused.
+  fs::create_directory_symlink(dir, root + "/ck-link");
+  EXPECT_FALSE(ClaimCheckpointDir(root + "/ck-link", "j-2", "alice", "").ok());
+}
+
+TEST(JobDirTest, OnlyJobNamedFilesInTheAttemptsDirectoryAreReported) {
+  const std::string d = "/real/ck", named = "/link/ck";
+  EXPECT_EQ(JobArtifactReport("/real/ck/j.ckpt-epoch-000001.pt", "j", d, named, false), "/link/ck/j.ckpt-epoch-000001.pt");
+  EXPECT_EQ(JobArtifactReport("/link/ck/j.model.pt", "j", d, named, true), "/link/ck/j.model.pt");
+  EXPECT_EQ(JobArtifactReport("/work/worker.key", "j", d, named, false), std::nullopt);
+  EXPECT_EQ(JobArtifactReport("/real/ck/../j.ckpt-epoch-000001.pt", "j", d, named, false), std::nullopt);
+  EXPECT_EQ(JobArtifactReport("/real/ck/sub/j.model.pt", "j", d, named, true), std::nullopt);
+  EXPECT_EQ(JobArtifactReport("/real/ck/k.model.pt", "j", d, named, true), std::nullopt);
+  EXPECT_EQ(JobArtifactReport("/real/ck/j.model.pt", "j", d, named, false), std::nullopt) << "not a checkpoint name";
 }
 
 }  // namespace

@@ -60,8 +60,9 @@ ABSL_FLAG(std::vector<std::string>, data_root, {},
           "directories (comma separated) a job's data and model files must lie in, after resolving "
           "symlinks and '..' (default: anywhere the worker's user can read)");
 ABSL_FLAG(std::vector<std::string>, checkpoint_root, {},
-          "directories (comma separated) a job's checkpoint.dir must lie in (default: anywhere; a "
-          "job without checkpoint.dir always uses the work dir)");
+          "directories (comma separated) a job's checkpoint.dir must lie in (default: anywhere); a "
+          "job without checkpoint.dir writes to <first root>/<owner>/<job id> (without roots: the "
+          "work dir)");
 ABSL_FLAG(bool, allow_commands, false,
           "run command jobs (the submitter's own program, as --rank-user); off by default "
           "because such a job runs arbitrary code on this host");

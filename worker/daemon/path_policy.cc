@@ -5,6 +5,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/jobspec/artifact_names.h"
 
 namespace trainctl::worker {
 namespace {
@@ -69,6 +70,22 @@ std::vector<std::string> DefaultDataRoots(const std::string& work_dir) {
     if (!ec && fs::is_directory(c, ec)) out.push_back(c.string());
   }
   return out;
+}
+
+absl::StatusOr<CheckpointDir> ResolveCheckpointDir(const v1::JobSpec& spec, const std::string& job_id,
+                                                   const std::string& owner, const std::string& work_dir,
+                                                   const std::string& base, const std::vector<std::string>& roots) {
+  const std::string& dir = spec.checkpoint().dir();
+  if (dir.empty()) {
+    const fs::path d = roots.empty() ? fs::path(work_dir) / "jobs" / job_id / "checkpoints"
+                                     : fs::path(roots.front()) / OwnerPathComponent(owner) / job_id;
+    const std::string abs = NormalDirPath(fs::absolute(d).string());
+    return CheckpointDir{abs, abs};
+  }
+  absl::StatusOr<std::string> canonical = ResolveJobPath("checkpoint.dir", dir, base, roots, "--checkpoint-root");
+  if (!canonical.ok()) return canonical.status();
+  const fs::path p(dir);
+  return CheckpointDir{*canonical, NormalDirPath((p.is_relative() ? fs::path(base) / p : p).string())};
 }
 
 absl::Status ResolveDataPaths(rankproto::FlatConfig& config, const std::string& base,

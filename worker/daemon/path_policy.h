@@ -16,6 +16,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "trainctl/v1/job.pb.h"
 #include "worker/protocol/rank_protocol.h"
 
 namespace trainctl::worker {
@@ -43,6 +44,21 @@ std::vector<std::string> DefaultDataRoots(const std::string& work_dir);
 
 // How errors name DefaultDataRoots (in place of "--data-root").
 inline constexpr char kDefaultDataRootsName[] = "data root (without --data-root: the work dir and /usr/share/datasets)";
+
+// A job's checkpoint directory on this worker: `path` (canonical) is where
+// its ranks write; `named` the same directory as the job names it (the
+// spec's checkpoint.dir made absolute against `base`, without resolving
+// links), the form checkpoint reports carry so that the coordinator can
+// check them against the spec (checkpoint_records.h).
+struct CheckpointDir {
+  std::string path;
+  std::string named;
+};
+// checkpoint.dir resolved under --checkpoint-root (`roots`); unset, it is
+// <roots[0]>/<owner>/<job id> with roots, else <work_dir>/jobs/<job id>/checkpoints.
+absl::StatusOr<CheckpointDir> ResolveCheckpointDir(const v1::JobSpec& spec, const std::string& job_id,
+                                                   const std::string& owner, const std::string& work_dir,
+                                                   const std::string& base, const std::vector<std::string>& roots);
 
 // Rewrites every data and model file path in a rank config (data.*.path,
 // data.*.images, data.*.labels, model.path) through ResolveJobPath with

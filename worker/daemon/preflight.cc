@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "common/jobspec/job_spec.h"
 #include "common/safe_file.h"
+#include "worker/daemon/job_dir.h"
 #include "worker/daemon/path_policy.h"
 
 namespace trainctl::worker {
@@ -93,18 +94,26 @@ void CheckEngineFiles(const v1::JobSpec& spec, const PreflightContext& ctx, std:
   if (!get("model.path").empty()) CheckFile("model.path", get("model.path"), "zip", problems);
 }
 
+// Another owner's claim on `dir` (job_dir.h), in words; "" when none.
+std::string ClaimProblem(const std::string& dir, const PreflightContext& ctx) {
+  absl::StatusOr<std::optional<DirClaim>> claim = ReadDirClaim(dir);
+  if (!claim.ok()) return absl::StrCat("checkpoint.dir ", dir, ": ", claim.status().message());
+  if (!claim->has_value()) return "";
+  absl::Status s = CheckDirClaim(dir, **claim, ctx.owner, ctx.resume_owner);
+  return s.ok() ? "" : std::string(s.message());
+}
+
 void CheckCheckpointDir(const v1::JobSpec& spec, const PreflightContext& ctx, std::vector<std::string>* problems) {
-  std::string dir;
-  if (spec.checkpoint().dir().empty()) {
-    dir = fs::absolute(absl::StrCat(ctx.work_dir, "/jobs/", ctx.job_id, "/checkpoints")).lexically_normal().string();
-  } else {
-    absl::StatusOr<std::string> d = ResolveJobPath("checkpoint.dir", spec.checkpoint().dir(), ctx.base_dir,
-                                                   ctx.checkpoint_roots, "--checkpoint-root");
-    if (!d.ok()) {
-      problems->push_back(std::string(d.status().message()));
-      return;
-    }
-    dir = *d;
+  absl::StatusOr<CheckpointDir> d =
+      ResolveCheckpointDir(spec, ctx.job_id, ctx.owner, ctx.work_dir, ctx.base_dir, ctx.checkpoint_roots);
+  if (!d.ok()) {
+    problems->push_back(std::string(d.status().message()));
+    return;
+  }
+  const std::string dir = d->path;
+  if (std::string owned = ClaimProblem(dir, ctx); !owned.empty()) {
+    problems->push_back(owned);
+    return;
   }
   std::error_code ec;
   fs::create_directories(dir, ec);

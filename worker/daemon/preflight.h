@@ -8,8 +8,9 @@
 //    resolves inside --data-root, exists, is readable and has the expected
 //    header (IDX: the 0x0000 08 magic and the dimension count; CSV: a
 //    non-empty first line; tensors/TorchScript: a zip archive, "PK\3\4");
-//  * the checkpoint directory can be created, a file can be written in it,
-//    and it has room for one checkpoint (the size of the one resumed, when
+//  * the checkpoint directory is not claimed by another owner (job_dir.h;
+//    the message names the owner), can be created, a file can be written in
+//    it, and it has room for one checkpoint (the size of the one resumed, when
 //    the attempt resumes one);
 //  * command jobs: --allow-commands, command.working_dir is a directory,
 //    argv[0] is an executable (through PATH without a '/');
@@ -31,6 +32,9 @@ namespace trainctl::worker {
 
 struct PreflightContext {
   std::string job_id;
+  // Job.owner and the owner of the job it resumes (job_dir.h CheckDirClaim).
+  std::string owner;
+  std::string resume_owner;
   // The daemon's working directory: relative job paths resolve against it.
   std::string base_dir;
   // --work-dir: the default checkpoint directory lies under it.

@@ -7,6 +7,7 @@
 #include <fstream>
 
 #include "common/jobspec/job_spec.h"
+#include "worker/daemon/job_dir.h"
 
 namespace trainctl::worker {
 namespace {
@@ -116,6 +117,33 @@ TEST_F(PreflightTest, GpuSlotWithoutItsDeviceNodeIsNamed) {
   for (size_t i = 1; i < problems.size(); ++i) {
     EXPECT_THAT(problems[i], HasSubstr("NCCL: libnccl.so.2 does not load on this worker"));
   }
+}
+
+TEST_F(PreflightTest, AnotherOwnersCheckpointDirIsRefusedNamingTheOwner) {
+  Write("data/img", Idx(3));
+  Write("data/lbl", std::string("\x1f\x8b\x08\0gz", 6));
+  const std::string team = (dir_ / "team").string();
+  ASSERT_TRUE(ClaimCheckpointDir(team, "a-1", "alice", "").ok());
+  const v1::JobSpec spec = Spec(std::string(kIdxJob) + "checkpoint: {dir: team}\n");
+  ctx_.owner = "bob";
+  std::vector<std::string> problems = PreflightProblems(spec, ctx_);
+  ASSERT_EQ(problems.size(), 1u);
+  EXPECT_THAT(problems[0], HasSubstr("checkpoint.dir " + team + " belongs to 'alice' (claimed by job a-1)"));
+  ctx_.resume_owner = "alice";
+  EXPECT_THAT(PreflightProblems(spec, ctx_), IsEmpty()) << "bob resumes alice's job";
+  ctx_.owner = "alice";
+  ctx_.resume_owner = "";
+  EXPECT_THAT(PreflightProblems(spec, ctx_), IsEmpty());
+}
+
+TEST_F(PreflightTest, WithACheckpointRootTheDefaultDirIsTheOwnersOwn) {
+  Write("data/img", Idx(3));
+  Write("data/lbl", std::string("\x1f\x8b\x08\0gz", 6));
+  fs::create_directories(dir_ / "roots");
+  ctx_.checkpoint_roots = {fs::canonical(dir_ / "roots").string()};
+  ctx_.owner = "al/ice";
+  EXPECT_THAT(PreflightProblems(Spec(kIdxJob), ctx_), IsEmpty());
+  EXPECT_TRUE(fs::is_directory(dir_ / "roots/al_ice/j-1"));
 }
 
 }  // namespace

@@ -25,6 +25,7 @@
 #include "common/log.h"
 #include "common/random_secret.h"
 #include "common/status_macros.h"
+#include "worker/daemon/job_dir.h"
 #include "worker/daemon/oom_events.h"
 #include "worker/daemon/path_policy.h"
 #include "worker/daemon/preflight.h"
@@ -105,6 +106,8 @@ std::string DefaultPythonDir() {
 void WorkerDaemon::OnPreflight(const v1::Preflight& p) {
   PreflightContext ctx;
   ctx.job_id = p.job_id();
+  ctx.owner = p.owner();
+  ctx.resume_owner = p.resume_owner();
   ctx.base_dir = base_dir_;
   ctx.work_dir = options_.work_dir;
   ctx.data_roots = data_read_roots_;
@@ -161,6 +164,8 @@ std::unique_ptr<WorkerDaemon::LocalAttempt> WorkerDaemon::NewAttempt(const v1::S
   a->spec_hash = s.spec_hash();
   a->skip_steps = absl::StrJoin(s.skip_steps(), ",");
   a->command = s.spec().has_command();
+  a->owner = s.owner();
+  a->resume_owner = s.resume_owner();
   // A coordinator that sends none (older than this daemon, or a test's
   // stand-in) still gets a store no stranger can use: a secret made here
   // works where every rank of the attempt runs on this worker.
@@ -195,18 +200,20 @@ void WorkerDaemon::ResolveAttemptPaths(LocalAttempt& a) {
   }
   // Absolute (against the daemon's working directory) so the rank, whose
   // working directory differs, reads and writes the same place; a directory
-  // the job chose must lie inside --checkpoint_root when one is set.
-  if (spec.checkpoint().dir().empty()) {
-    a.checkpoint_dir =
-        fs::absolute(absl::StrCat(options_.work_dir, "/jobs/", a.job_id, "/checkpoints")).lexically_normal().string();
-  } else {
-    absl::StatusOr<std::string> dir = ResolveJobPath("checkpoint.dir", spec.checkpoint().dir(), base_dir_,
-                                                     options_.checkpoint_roots, "--checkpoint-root");
-    if (dir.ok()) {
-      a.checkpoint_dir = *dir;
-    } else {
-      a.path_error = std::string(dir.status().message());
+  // the job chose must lie inside --checkpoint_root when one is set; and it
+  // must be this owner's (claimed before any rank writes there, job_dir.h).
+  absl::StatusOr<CheckpointDir> ck = ResolveCheckpointDir(spec, a.job_id, a.owner, options_.work_dir, base_dir_,
+                                                          options_.checkpoint_roots);
+  if (ck.ok()) {
+    a.checkpoint_dir = ck->path;
+    a.checkpoint_dir_named = ck->named;
+    if (a.path_error.empty()) {
+      if (absl::Status claim = ClaimCheckpointDir(a.checkpoint_dir, a.job_id, a.owner, a.resume_owner); !claim.ok()) {
+        a.path_error = std::string(claim.message());
+      }
     }
+  } else {
+    a.path_error = std::string(ck.status().message());
   }
   if (!spec.tensorboard().enabled() && spec.tensorboard().dir().empty()) return;
   if (spec.tensorboard().dir().empty()) {

@@ -10,6 +10,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/time_util.h"
+#include "worker/daemon/job_dir.h"
 #include "worker/daemon/worker_daemon_internal.h"
 
 namespace trainctl::worker {
@@ -98,16 +99,22 @@ v1::MetricPoint MetricPointOf(int32_t rank, const rankproto::RankMetric& rm) {
 
 }  // namespace
 
+void WorkerDaemon::IgnoredReport(const std::string& key, const std::string& line, const std::string& why) {
+  RankLogBatch note;
+  note.lines.push_back(RankLogLine{2, absl::Now(), absl::StrCat("[trainctl-worker] ignored status line",
+                                                                why.empty() ? "" : absl::StrCat(" (", why, ")"),
+                                                                ": ", line)});
+  note.recent.push_back(note.lines.back().text);
+  OnLogBatch(key, note);
+}
+
 void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line) {
   LocalAttempt* a = nullptr;
   LocalRank* r = FindRank(key, &a);
   if (r == nullptr) return;
   absl::StatusOr<rankproto::StatusMessage> msg = rankproto::ParseStatusLine(line);
   if (!msg.ok()) {
-    RankLogBatch note;
-    note.lines.push_back(RankLogLine{2, absl::Now(), absl::StrCat("[trainctl-worker] ignored status line: ", line)});
-    note.recent.push_back(note.lines.back().text);
-    OnLogBatch(key, note);
+    IgnoredReport(key, line, "");
     return;
   }
   const int32_t rank = r->assignment.rank();
@@ -126,16 +133,32 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
     case rankproto::StatusMessage::Type::kProgress:
       Enqueue(ProgressMessage(a->job_id, a->number, rank, r->pid, *msg), false);
       break;
-    case rankproto::StatusMessage::Type::kCheckpoint:
-      RememberArtifact(msg->checkpoint.path);
-      Enqueue(CheckpointMessage(a->job_id, a->number, rank, msg->checkpoint), true);
+    case rankproto::StatusMessage::Type::kCheckpoint: {
+      // Only a file named for the job in its own checkpoint directory is
+      // reported: a rank (a command job's fd 3) naming any other path, say
+      // the daemon's worker.key, gets no record that a fetch could follow.
+      std::optional<std::string> path =
+          JobArtifactReport(msg->checkpoint.path, a->job_id, a->checkpoint_dir, a->checkpoint_dir_named, false);
+      if (!path.has_value()) {
+        IgnoredReport(key, line, "not a checkpoint of this job in its checkpoint.dir");
+        return;
+      }
+      rankproto::CheckpointNote note = msg->checkpoint;
+      note.path = *path;
+      Enqueue(CheckpointMessage(a->job_id, a->number, rank, note), true);
       break;
+    }
     case rankproto::StatusMessage::Type::kModel: {
       if (rank != 0) return;
+      std::optional<std::string> path =
+          JobArtifactReport(msg->path, a->job_id, a->checkpoint_dir, a->checkpoint_dir_named, true);
+      if (!path.has_value()) {
+        IgnoredReport(key, line, "not this job's final model in its checkpoint.dir");
+        return;
+      }
       v1::WorkerMessage m;
       v1::FinalModelReport* rep = AboutRank(m.mutable_final_model(), a->job_id, a->number, 0);
-      rep->set_path(msg->path);  // absolute: the rank got an absolute checkpoint dir
-      RememberArtifact(msg->path);
+      rep->set_path(*path);
       Enqueue(m, true);
       break;
     }

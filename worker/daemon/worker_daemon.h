@@ -83,7 +83,8 @@ struct DaemonOptions {
   // checkpoint_roots; otherwise its ranks fail as a configuration error
   // before they start. Empty data_roots: data and model files only from the
   // work dir and the system dataset dirs (DefaultDataRoots); {"/"}: anywhere
-  // (local trainctl run, the user's own files).
+  // (local trainctl run, the user's own files). A job without checkpoint.dir
+  // writes to <checkpoint_roots[0]>/<owner>/<job id> when there are roots.
   std::vector<std::string> data_roots;
   std::vector<std::string> checkpoint_roots;
   std::string version = "0.1.0";
@@ -205,14 +206,14 @@ class WorkerDaemon {
   LocalRank* FindRank(const std::string& key, LocalAttempt** attempt);
   // Status lines, logs and metrics (rank_status_lines.cc).
   void OnStatusLine(const std::string& key, const std::string& line);
+  // A status line not acted on: said in the rank's log (stderr), with `why`.
+  void IgnoredReport(const std::string& key, const std::string& line, const std::string& why);
   void OnLogBatch(const std::string& key, const RankLogBatch& batch);
   void FlushMetrics();
   void FlushLogs();
   // Artifacts (daemon_artifacts.cc).
   // Answers a fetch's ReadFile with one FileChunk (artifact_reader.h).
   void OnReadFile(const v1::ReadFile& r);
-  // Adds a reported checkpoint or final model to reported_artifacts_.
-  void RememberArtifact(const std::string& path);
 
   DaemonOptions options_;
   EventLoop loop_;
@@ -221,9 +222,6 @@ class WorkerDaemon {
   // Loop-only state.
   std::map<std::string, std::unique_ptr<LocalAttempt>> attempts_;  // "job/attempt"
   std::string id_file_;
-  // Checkpoints and final models this daemon's ranks reported (canonical):
-  // served to a fetch wherever they lie.
-  std::set<std::string> reported_artifacts_;
   // The daemon's working directory at Start: the one base a job's relative
   // paths are resolved against (path_policy.h).
   std::string base_dir_;

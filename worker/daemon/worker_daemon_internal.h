@@ -63,7 +63,16 @@ struct WorkerDaemon::LocalAttempt {
   std::unique_ptr<RendezvousBackend> rendezvous_backend;
   std::map<int32_t, LocalRank> ranks;
   std::vector<v1::MetricPoint> pending_metrics;
+  // Where the writer ranks put checkpoints and the final model (canonical),
+  // and the same directory as the job named it (checkpoint_dir_named: the
+  // form reports carry, so that the coordinator can check them against the
+  // spec; path_policy.h ResolveCheckpointDir).
   std::string checkpoint_dir;
+  std::string checkpoint_dir_named;
+  // Job.owner, and the owner of the job it resumes: who may have claimed
+  // checkpoint_dir (job_dir.h).
+  std::string owner;
+  std::string resume_owner;
   // Where rank 0 writes TensorBoard event files ("" = the job has none).
   std::string tensorboard_dir;
   // The coordinator's record to resume from (unset: a fresh start).

@@ -128,7 +128,7 @@ TEST_F(RankProcessTest, ClassicExampleTrainsOnTwoRanksAndExportsTorchScript) {
   EXPECT_EQ((*g)->lines(0)[0].rfind("rendezvous ", 0), 0u);
   EXPECT_EQ((*g)->lines(0)[1], "ready");
 
-  const std::string model = ckpt + "/model.pt";
+  const std::string model = ckpt + "/test-job.model.pt";
   ASSERT_TRUE(std::filesystem::exists(model));
   EXPECT_EQ(ListCheckpoints(ckpt, "test-job").size(), 2u);
   // The exported model runs in Python.
@@ -175,8 +175,8 @@ TEST_F(RankProcessTest, TwoRanksOfBatchBEqualOneRankOfBatch2B) {
   EXPECT_EQ(MetricField(EpochEnds(**g1, 0).back(), "steps_per_epoch"), "20");
   EXPECT_EQ(MetricField(EpochEnds(**g2, 0).back(), "steps_per_epoch"), "20");
 
-  auto a = LoadParams(dir_ + "/two/model.pt");
-  auto b = LoadParams(dir_ + "/one/model.pt");
+  auto a = LoadParams(dir_ + "/two/test-job.model.pt");
+  auto b = LoadParams(dir_ + "/one/test-job.model.pt");
   ASSERT_EQ(a.size(), b.size());
   ASSERT_EQ(a.size(), 4u);  // layers_0_weight/bias, layers_2_weight/bias (names from the export)
   for (const auto& [name, t] : b) {
@@ -233,7 +233,7 @@ TEST_F(RankProcessTest, ResumeAfterKillIsBitwiseEqualToAnUninterruptedRun) {
     EXPECT_EQ((*g)->exit_code(0), -SIGKILL);
     EXPECT_EQ((*g)->exit_code(1), -SIGKILL);
   }
-  ASSERT_FALSE(std::filesystem::exists(ckpt + "/model.pt"));
+  ASSERT_FALSE(std::filesystem::exists(ckpt + "/test-job.model.pt"));
   ASSERT_FALSE(ListCheckpoints(ckpt, "test-job").empty());
   const std::string latest = LatestCheckpoint(ckpt, "test-job");
   EXPECT_EQ(latest.substr(ckpt.size()).rfind("/test-job.ckpt-epoch-00000", 0), 0u);
@@ -260,8 +260,8 @@ TEST_F(RankProcessTest, ResumeAfterKillIsBitwiseEqualToAnUninterruptedRun) {
     EXPECT_THAT((*g)->log(0), HasSubstr("resumed from"));
     EXPECT_THAT((*g)->log(1), HasSubstr("resumed from"));
   }
-  auto a = LoadParams(dir_ + "/full/model.pt");
-  auto b = LoadParams(ckpt + "/model.pt");
+  auto a = LoadParams(dir_ + "/full/test-job.model.pt");
+  auto b = LoadParams(ckpt + "/test-job.model.pt");
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, t] : a) {
     ASSERT_TRUE(b.count(name)) << name;
@@ -429,7 +429,7 @@ TEST_F(RankProcessTest, SkippedStepIsPassedOverAndTrainingFinishes) {
     EXPECT_THAT((*g)->log(r), HasSubstr("skipping step 13 (epoch 1): rolled back after a NaN there"));
     EXPECT_THAT((*g)->log(r), HasSubstr("done: 2 epochs, 20 steps, 1 skipped"));
   }
-  for (const auto& [name, p] : LoadParams(ckpt + "/model.pt")) {
+  for (const auto& [name, p] : LoadParams(ckpt + "/test-job.model.pt")) {
     EXPECT_TRUE(at::isfinite(p).all().item<bool>()) << name;
   }
 }

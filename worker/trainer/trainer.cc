@@ -13,6 +13,7 @@
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/jobspec/artifact_names.h"
 #include "common/status_macros.h"
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/test_hooks.h"
@@ -231,11 +232,16 @@ absl::Status Trainer::Impl::WriteCheckpointNow() {
   return absl::OkStatus();
 }
 
-// Checkpoint writers export <checkpoint dir>/model.pt (TorchScript).
+// Checkpoint writers export <checkpoint dir>/<job id>.model.pt (TorchScript;
+// named for the job, as its checkpoints are, so that jobs sharing a
+// directory keep their own; model.pt for a rank started by hand, with no
+// job id).
 absl::Status Trainer::Impl::ExportFinalModel(TrainResult* result) {
   if (!writes_checkpoints()) return absl::OkStatus();
   SetPhase(dist::ProbePhase::kCheckpoint);
-  const std::string path = opt().checkpoint.dir + "/model.pt";
+  const std::string& job = setup.manifest.job_id;
+  const std::string path =
+      absl::StrCat(opt().checkpoint.dir, "/", job.empty() ? std::string("model.pt") : FinalModelFileName(job));
   TRAINCTL_RETURN_IF_ERROR(model->ExportTorchScript(path));
   TRAINCTL_RETURN_IF_ERROR(SyncFileAndDir(path));
   result->exported_model = path;

@@ -140,7 +140,7 @@ struct TrainResult {
   bool has_eval = false;
   double eval_loss = 0;
   double eval_accuracy = 0;
-  std::string exported_model;  // checkpoint writers: path of model.pt ("" when no checkpoint dir)
+  std::string exported_model;  // checkpoint writers: path of <job id>.model.pt ("" when no checkpoint dir)
 };
 
 class Trainer {

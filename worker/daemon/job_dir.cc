@@ -1,0 +1,223 @@
+#include "worker/daemon/job_dir.h"
+
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <atomic>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <vector>
+
+#include "absl/strings/escaping.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
+#include "absl/time/clock.h"
+#include "common/jobspec/artifact_names.h"
+
+namespace trainctl::worker {
+namespace {
+
+constexpr char kClaimHeader[] = "trainctl checkpoint dir 1";
+constexpr char kJobHeader[] = "trainctl job 1";
+// Manifests are a few lines; anything larger is not one.
+constexpr off_t kMaxManifestBytes = 4096;
+
+class Fd {
+ public:
+  explicit Fd(int fd) : fd_(fd) {}
+  ~Fd() {
+    if (fd_ >= 0) ::close(fd_);
+  }
+  Fd(const Fd&) = delete;
+  Fd& operator=(const Fd&) = delete;
+  int get() const { return fd_; }
+
+ private:
+  int fd_;
+};
+
+absl::Status Errno(const std::string& what, int err) {
+  return absl::Status(err == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kFailedPrecondition,
+                      absl::StrCat(what, ": ", std::strerror(err)));
+}
+
+// A small regular file `name` in `dirfd`, not through a link; its stat in *st.
+absl::StatusOr<std::string> ReadSmallFileAt(int dirfd, const std::string& name, struct stat* st) {
+  Fd fd(::openat(dirfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC));
+  if (const int e = errno; fd.get() < 0) return Errno(name, e);
+  if (::fstat(fd.get(), st) != 0) {
+    const int e = errno;
+    return Errno(name, e);
+  }
+  if (!S_ISREG(st->st_mode) || st->st_size > kMaxManifestBytes) {
+    return absl::DataLossError(absl::StrCat(name, ": not a trainctl manifest (not a small regular file)"));
+  }
+  std::string out(static_cast<size_t>(st->st_size), '\0');
+  ssize_t n = ::pread(fd.get(), out.data(), out.size(), 0);
+  if (const int e = errno; n < 0) return Errno(name, e);
+  out.resize(static_cast<size_t>(n));
+  return out;
+}
+
+// "key value" lines after `header`; values C-escaped. Nullopt when the
+// header is not there.
+std::optional<std::vector<std::pair<std::string, std::string>>> ParseManifest(const std::string& text,
+                                                                              const char* header) {
+  std::vector<std::string> lines = absl::StrSplit(text, '\n', absl::SkipEmpty());
+  if (lines.empty() || lines[0] != header) return std::nullopt;
+  std::vector<std::pair<std::string, std::string>> out;
+  for (size_t i = 1; i < lines.size(); ++i) {
+    std::pair<std::string, std::string> kv = absl::StrSplit(lines[i], absl::MaxSplits(' ', 1));
+    std::string value;
+    if (!absl::CUnescape(kv.second, &value)) return std::nullopt;
+    out.emplace_back(kv.first, value);
+  }
+  return out;
+}
+
+std::string Manifest(const char* header, const std::vector<std::pair<std::string, std::string>>& fields) {
+  std::string out = absl::StrCat(header, "\n");
+  for (const auto& [k, v] : fields) absl::StrAppend(&out, k, " ", absl::CEscape(v), "\n");
+  return out;
+}
+
+std::string Field(const std::vector<std::pair<std::string, std::string>>& fields, const std::string& key) {
+  for (const auto& [k, v] : fields) {
+    if (k == key) return v;
+  }
+  return "";
+}
+
+int OpenDir(const std::string& dir) { return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC); }
+
+}  // namespace
+
+absl::Status WriteFileAt(int dirfd, const std::string& name, const std::string& content, bool replace) {
+  static std::atomic<uint64_t> counter{0};
+  std::string tmp;
+  int raw = -1;
+  for (int i = 0; i < 8 && raw < 0; ++i) {
+    tmp = absl::StrCat(".", name, ".tmp.", ::getpid(), ".", absl::GetCurrentTimeNanos() % 1000000007, ".",
+                       counter.fetch_add(1));
+    raw = ::openat(dirfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
+    if (const int e = errno; raw < 0 && e != EEXIST) return Errno(absl::StrCat("creating ", tmp), e);
+  }
+  if (raw < 0) return absl::InternalError(absl::StrCat("no free temporary name for ", name));
+  Fd fd(raw);
+  size_t off = 0;
+  int err = 0;
+  while (off < content.size() && err == 0) {
+    ssize_t n = ::write(fd.get(), content.data() + off, content.size() - off);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      err = n < 0 ? errno : ENOSPC;
+      break;
+    }
+    off += static_cast<size_t>(n);
+  }
+  if (err == 0 && ::fsync(fd.get()) != 0) err = errno;
+  if (err == 0) {
+    if (replace) {
+      if (::renameat(dirfd, tmp.c_str(), dirfd, name.c_str()) != 0) err = errno;
+    } else if (::linkat(dirfd, tmp.c_str(), dirfd, name.c_str(), 0) != 0) {
+      err = errno;
+    }
+  }
+  if (err != 0 || !replace) ::unlinkat(dirfd, tmp.c_str(), 0);
+  if (err == EEXIST && !replace) return absl::AlreadyExistsError(absl::StrCat(name, " exists"));
+  if (err != 0) return Errno(absl::StrCat("writing ", name), err);
+  ::fsync(dirfd);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::optional<DirClaim>> ReadDirClaimAt(int dirfd) {
+  struct stat st {};
+  absl::StatusOr<std::string> text = ReadSmallFileAt(dirfd, kDirManifestName, &st);
+  if (absl::IsNotFound(text.status())) return std::nullopt;
+  if (!text.ok()) return text.status();
+  auto fields = ParseManifest(*text, kClaimHeader);
+  if (!fields) return absl::DataLossError(absl::StrCat(kDirManifestName, ": not a trainctl directory claim"));
+  return DirClaim{Field(*fields, "owner"), Field(*fields, "job")};
+}
+
+absl::StatusOr<std::optional<DirClaim>> ReadDirClaim(const std::string& dir) {
+  Fd dfd(OpenDir(dir));
+  if (const int e = errno; dfd.get() < 0) {
+    if (e == ENOENT) return std::nullopt;  // nobody claimed what does not exist
+    return Errno(dir, e);
+  }
+  return ReadDirClaimAt(dfd.get());
+}
+
+absl::Status CheckDirClaim(const std::string& dir, const DirClaim& claim, const std::string& owner,
+                           const std::string& resume_owner) {
+  if (claim.owner.empty() || claim.owner == owner || (!resume_owner.empty() && claim.owner == resume_owner)) {
+    return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "checkpoint.dir ", dir, " belongs to '", claim.owner, "' (claimed by job ", claim.job_id,
+      "); a job of '", owner, "' may not write there: use a directory of your own, or resume a job of '",
+      claim.owner, "' (resume_from) with a token allowed to"));
+}
+
+absl::Status ClaimCheckpointDir(const std::string& dir, const std::string& job_id, const std::string& owner,
+                                const std::string& resume_owner) {
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": cannot be created (", ec.message(), ")"));
+  Fd dfd(OpenDir(dir));
+  if (const int e = errno; dfd.get() < 0) return Errno(absl::StrCat("checkpoint.dir ", dir), e);
+  absl::StatusOr<std::optional<DirClaim>> claim = ReadDirClaimAt(dfd.get());
+  if (!claim.ok()) return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": ", claim.status().message()));
+  if (!claim->has_value()) {
+    absl::Status w = WriteFileAt(dfd.get(), kDirManifestName,
+                                 Manifest(kClaimHeader, {{"owner", owner}, {"job", job_id}}), /*replace=*/false);
+    if (!w.ok() && !absl::IsAlreadyExists(w)) {
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": ", w.message()));
+    }
+    // Claimed now, by this job or (a race lost) by another: read who.
+    claim = ReadDirClaimAt(dfd.get());
+    if (!claim.ok() || !claim->has_value()) {
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": its claim cannot be read back"));
+    }
+  }
+  if (absl::Status s = CheckDirClaim(dir, **claim, owner, resume_owner); !s.ok()) return s;
+  if (CheckJobManifestAt(dfd.get(), job_id).ok()) return absl::OkStatus();
+  absl::Status w = WriteFileAt(dfd.get(), JobManifestName(job_id),
+                               Manifest(kJobHeader, {{"job", job_id}, {"owner", owner}}), /*replace=*/true);
+  if (!w.ok()) return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": ", w.message()));
+  return absl::OkStatus();
+}
+
+absl::Status CheckJobManifestAt(int dirfd, const std::string& job_id) {
+  struct stat st {};
+  absl::StatusOr<std::string> text = ReadSmallFileAt(dirfd, JobManifestName(job_id), &st);
+  if (!text.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("no manifest of job ", job_id, " in this directory (", text.status().message(), ")"));
+  }
+  if (st.st_uid != ::geteuid()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("the manifest of job ", job_id, " was not written by this worker's user"));
+  }
+  auto fields = ParseManifest(*text, kJobHeader);
+  if (!fields || Field(*fields, "job") != job_id) {
+    return absl::FailedPreconditionError(absl::StrCat("the manifest ", JobManifestName(job_id), " does not name job ", job_id));
+  }
+  return absl::OkStatus();
+}
+
+std::optional<std::string> JobArtifactReport(const std::string& reported, const std::string& job_id,
+                                             const std::string& dir, const std::string& named_dir, bool final_model) {
+  const size_t slash = reported.rfind('/');
+  if (slash == std::string::npos || slash == 0 || dir.empty()) return std::nullopt;
+  const std::string parent = reported.substr(0, slash);
+  const std::string name = reported.substr(slash + 1);
+  const bool named = final_model ? IsFinalModelFileName(job_id, name) : IsCheckpointFileName(job_id, name);
+  if (!named || (parent != dir && parent != named_dir)) return std::nullopt;
+  return absl::StrCat(named_dir.empty() ? dir : named_dir, "/", name);
+}
+
+}  // namespace trainctl::worker
