@@ -370,9 +370,10 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
     ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before telemetry seqs left behind.
-  // (Nor the later tables: tokens and worker_bindings came with version 3.)
+  // (Nor the later tables: tokens and worker_bindings came with version 3,
+  // revoked_workers with 4.)
   RawExec(path, "DROP TABLE telemetry_seqs; DROP TABLE tokens; DROP TABLE worker_bindings; "
-                "PRAGMA user_version=1");
+                "DROP TABLE revoked_workers; PRAGMA user_version=1");
   auto store = OpenOrDie(path);
   ASSERT_TRUE(store->BeginGroup().ok());
   ASSERT_TRUE(store->AppendMetrics(MakeMetrics("old", 1, 1, 1)).ok());
@@ -381,7 +382,7 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
   ASSERT_EQ(snapshot->jobs.size(), 1u);
   EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w", 9)));
-  // Migrated on to version 3: tokens and worker bindings work.
+  // Migrated on to the current version: tokens and worker bindings work.
   v1::Token token;
   token.set_id("t-1");
   ASSERT_TRUE(store->PutToken(token, std::string(64, 'a')).ok());

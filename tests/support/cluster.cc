@@ -322,7 +322,13 @@ std::vector<pid_t> Cluster::ProcessesMatching(const std::string& needle) {
     std::string stat = ReadProcFile(absl::StrCat("/proc/", pid, "/stat"));
     const size_t paren = stat.rfind(')');
     bool zombie = paren != std::string::npos && stat.size() > paren + 2 && stat[paren + 2] == 'Z';
-    if (!zombie && absl::StrContains(cmd, needle)) out.push_back(pid);
+    // Or its working directory: an engine rank gets its config as an
+    // inherited fd (no path on its command line) and runs in
+    // <work dir>/jobs/<job>/attempt-N/rank-R.
+    char cwd[4096];
+    const ssize_t n = readlink(absl::StrCat("/proc/", pid, "/cwd").c_str(), cwd, sizeof(cwd) - 1);
+    const std::string dir = n > 0 ? std::string(cwd, static_cast<size_t>(n)) + "/" : "";
+    if (!zombie && (absl::StrContains(cmd, needle) || absl::StrContains(dir, needle))) out.push_back(pid);
   }
   closedir(d);
   return out;
