@@ -169,7 +169,7 @@ TEST_F(RankUserE2ETest, EngineJobSucceedsAsTheRankUserAndNoRankReadsAnotherAttem
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n" << cluster_->RankLog(id, 1, 0);
   // Trained and wrote its model as the rank user, in the directory the
   // daemon made for it.
-  EXPECT_EQ(j.final_model(), work_ + "/jobs/" + id + "/checkpoints/model.pt");
+  EXPECT_EQ(j.final_model(), work_ + "/jobs/" + id + "/checkpoints/" + id + ".model.pt");
   EXPECT_EQ(FileStat(j.final_model()).st_uid, nobody_.uid);
   // Each rank's config (with the attempt's store secret) stays the
   // daemon's: the rank got it as an open fd.
