@@ -132,9 +132,11 @@ class SecurityLiveE2ETest : public ::testing::Test {
   // "HOST:PORT" of the dashboard, from "dashboard on https://HOST:PORT/".
   std::string DashboardAddress() {
     static const std::regex re("dashboard on (https?)://([^/\\s]+)/");
+    // `m` points into `log`: both live past the wait.
+    std::string log;
     std::smatch m;
     if (!Eventually([&] {
-          const std::string log = cluster_->coordinator()->ReadLog();
+          log = cluster_->coordinator()->ReadLog();
           return std::regex_search(log, m, re);
         }, absl::Seconds(10))) {
       return "";
