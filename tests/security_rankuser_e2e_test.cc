@@ -17,6 +17,7 @@
 #include <unistd.h>
 
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <iterator>
 #include <optional>
@@ -71,7 +72,21 @@ class RankUserE2ETest : public ::testing::Test {
     if (!nobody.ok()) GTEST_SKIP() << nobody.status();
     nobody_ = *nobody;
     build_ = trainctl::testing::BuildDirOfThisTest();
-    cluster_ = std::make_unique<Cluster>(build_, build_ + "/worker/trainer/trainctl-rank");
+    // The rank user runs trainctl-rank: a build tree under a directory it
+    // cannot pass (a checkout in /root) would fail the engine job for that
+    // reason alone, so the daemon is given a copy it can reach.
+    std::string rank_binary = build_ + "/worker/trainer/trainctl-rank";
+    if (access(rank_binary.c_str(), X_OK) == 0) {
+      bin_dir_ = MakeTempDir("trainctl_rank_bin_");
+      const std::string copy = bin_dir_ + "/trainctl-rank";
+      std::error_code ec;
+      std::filesystem::copy_file(rank_binary, copy, ec);
+      ASSERT_FALSE(ec) << ec.message();
+      ASSERT_EQ(chmod(bin_dir_.c_str(), 0711), 0);
+      ASSERT_EQ(chmod(copy.c_str(), 0755), 0);
+      rank_binary = copy;
+    }
+    cluster_ = std::make_unique<Cluster>(build_, rank_binary);
     // The rank user passes through the test's directory (0700 from
     // mkdtemp) to the worker's work dir and the scripts, as it would
     // through /var/lib; it cannot list it.
@@ -125,8 +140,15 @@ class RankUserE2ETest : public ::testing::Test {
     EXPECT_THAT(log, Not(HasSubstr("READ ")));
   }
 
+  void TearDown() override {
+    if (!bin_dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(bin_dir_, ec);
+    }
+  }
+
   RunAs nobody_;
-  std::string build_, work_, join_file_;
+  std::string build_, work_, join_file_, bin_dir_;
   std::unique_ptr<Cluster> cluster_;
 };
 
