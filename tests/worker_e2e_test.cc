@@ -200,6 +200,28 @@ TEST_F(WorkerE2ETest, SigkilledCoordinatorResumesTheRunningJob) {
   cluster_->KillCoordinator(SIGKILL);
   absl::SleepFor(absl::Milliseconds(500));
   ASSERT_TRUE(cluster_->StartCoordinator());
+  // Both workers are back within the reconnect budget (2 s after the
+  // coordinator answers; the bound adds margin for a loaded machine but
+  // stays far below the 15 s recovery grace they would otherwise be lost at).
+  const absl::Time answering = absl::Now();
+  absl::Duration back = absl::InfiniteDuration();
+  while (absl::Now() - answering < absl::Seconds(20)) {
+    grpc::ClientContext ctx;
+    v1::ListWorkersResponse resp;
+    int reconnected = 0;
+    if (cluster_->workers_stub()->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
+      for (const v1::Worker& w : resp.workers()) {
+        reconnected += w.last_heartbeat_time().seconds() * 1000 + w.last_heartbeat_time().nanos() / 1000000 >=
+                       absl::ToUnixMillis(answering);
+      }
+    }
+    if (reconnected == 2) {
+      back = absl::Now() - answering;
+      break;
+    }
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_LE(back, absl::Seconds(6)) << "workers took this long to reconnect";
   v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << Describe(j);
   EXPECT_EQ(j.attempts_size(), 1) << "the ranks kept running through the coordinator restart\n" << Describe(j);

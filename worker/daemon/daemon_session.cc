@@ -116,22 +116,29 @@ void WorkerDaemon::SessionLoop() {
   int64_t failures = 0;  // connection attempts in a row that did not register
   grpc::ChannelArguments args;
   SetKeepalive(args, kSessionKeepalive);
-  args.SetInt(GRPC_ARG_INITIAL_RECONNECT_BACKOFF_MS, 100);
-  args.SetInt(GRPC_ARG_MAX_RECONNECT_BACKOFF_MS, 2000);
+  // Each connection attempt gets a channel of its own with a subchannel of
+  // its own: a channel kept across attempts remembers its failures, and
+  // gRPC's own reconnect backoff then fails calls with the last error for
+  // seconds after the coordinator answers again. A fresh one dials at once,
+  // so the reconnect is bounded by our backoff (capped at reconnect_max).
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   auth::ChannelSecurity security;
   security.token = options_.token;
   security.ca_file = options_.ca_file;
   security.cert_file = options_.cert_file;
   security.key_file = options_.key_file;
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> made = auth::MakeChannel(options_.coordinator, security, args);
-  if (!made.ok()) {
-    // Checked by main before the daemon starts; a file removed since then.
-    std::cerr << "trainctl-worker: " << made.status().message() << "\n";
-    return;
-  }
-  std::shared_ptr<grpc::Channel> channel = *std::move(made);
-  auto stub = v1::WorkerService::NewStub(channel);
   while (true) {
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = auth::MakeChannel(options_.coordinator, security, args);
+    if (!channel.ok()) {
+      // Checked by main before the daemon starts: a file removed or being
+      // replaced since then. Said, and tried again after the backoff.
+      LogEvent(LogLevel::kWarn, "worker", "coordinator_channel",
+               {{"coordinator", options_.coordinator}, {"reason", std::string(channel.status().message())}});
+      if (!SleepUnlessShuttingDown(backoff)) return;
+      backoff = std::min(backoff * 2, options_.reconnect_max);
+      continue;
+    }
+    auto stub = v1::WorkerService::NewStub(*channel);
     grpc::ClientContext ctx;
     {
       absl::MutexLock lock(&mu_);
@@ -145,9 +152,11 @@ void WorkerDaemon::SessionLoop() {
       backoff = options_.reconnect_min;
       failures = 0;
     }
-    // Take the stream away from the writer, make a Write in flight return
-    // (cancel), and wait for it: then nothing else touches the stream.
-    ctx.TryCancel();
+    // Take the stream away from the writer and wait for a Write in flight:
+    // then nothing else touches the stream. The read side has ended, so such
+    // a Write returns; only one stuck past a second is cancelled (a cancel
+    // would replace the coordinator's reason, which Finish reports, with
+    // CANCELLED).
     {
       absl::MutexLock lock(&mu_);
       connected_ = false;
@@ -155,7 +164,10 @@ void WorkerDaemon::SessionLoop() {
       ctx_ = nullptr;
       control_.clear();  // Heartbeats of this session; a goodbye has no session left to end.
       auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !writing_; };
-      mu_.Await(absl::Condition(&idle));
+      if (!mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(1))) {
+        ctx.TryCancel();
+        mu_.Await(absl::Condition(&idle));
+      }
     }
     grpc::Status st = stream->Finish();
     {

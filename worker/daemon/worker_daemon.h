@@ -70,8 +70,10 @@ struct DaemonOptions {
   // Per-rank log rate limit: a bucket of log_burst lines refilled at log_lines_per_sec.
   int log_lines_per_sec = 200;
   int log_burst = 1000;
+  // Backoff between connection attempts (full jitter in [b/2, b]); the cap
+  // bounds how long after the coordinator answers again a worker is back.
   absl::Duration reconnect_min = absl::Milliseconds(100);
-  absl::Duration reconnect_max = absl::Seconds(5);
+  absl::Duration reconnect_max = absl::Seconds(1);
   // Bound on unacknowledged telemetry held for the coordinator (see
   // TelemetryBuffer: log lines are dropped first when it is full).
   int64_t telemetry_buffer_bytes = int64_t{64} << 20;
