@@ -172,17 +172,36 @@ absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::Create(const std
     const int e = errno;
     return ErrnoStatus(absl::StrCat("cannot open the directory of '", path, "': ", std::strerror(e)), e);
   }
+  return CreateTemp(std::move(w), path.find('/') == std::string::npos ? "" : std::string(dir));
+}
+
+absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::CreateAt(int dir_fd, const std::string& name,
+                                                                         const SafeWriteOptions& options) {
+  if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
+    return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a plain file name"));
+  }
+  std::unique_ptr<SafeFileWriter> w(new SafeFileWriter(name, options));
+  w->name_ = name;
+  w->dir_fd_ = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
+  if (w->dir_fd_ < 0) {
+    const int e = errno;
+    return ErrnoStatus(absl::StrCat("cannot use the directory of '", name, "': ", std::strerror(e)), e);
+  }
+  return CreateTemp(std::move(w), "");
+}
+
+absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::CreateTemp(std::unique_ptr<SafeFileWriter> w,
+                                                                           const std::string& dir) {
   // A random name: nobody can plant something there in advance; EEXIST
   // (a collision, or a guess) just takes another.
   int err = 0;
   for (int tries = 0; tries < 8; ++tries) {
-    w->temp_name_ = absl::StrCat(name, ".tmp.", RandomSuffix());
-    w->fd_ = CreateExclusive(w->dir_fd_, w->temp_name_, options.mode);
+    w->temp_name_ = absl::StrCat(w->name_, ".tmp.", RandomSuffix());
+    w->fd_ = CreateExclusive(w->dir_fd_, w->temp_name_, w->options_.mode);
     err = w->fd_ < 0 ? errno : 0;
     if (err != EEXIST) break;
   }
-  w->temp_path_ = path.find('/') == std::string::npos ? w->temp_name_
-                                                      : absl::StrCat(dir == "/" ? "" : dir, "/", w->temp_name_);
+  w->temp_path_ = dir.empty() ? w->temp_name_ : absl::StrCat(dir == "/" ? "" : dir, "/", w->temp_name_);
   if (w->fd_ < 0) return w->Error("cannot create a file for", err);
   return w;
 }
@@ -253,6 +272,14 @@ absl::Status SafeFileWriter::Commit() {
 
 absl::Status WriteFileSafely(const std::string& path, absl::string_view contents, const SafeWriteOptions& options) {
   absl::StatusOr<std::unique_ptr<SafeFileWriter>> w = SafeFileWriter::Create(path, options);
+  if (!w.ok()) return w.status();
+  if (absl::Status s = (*w)->Append(contents); !s.ok()) return s;
+  return (*w)->Commit();
+}
+
+absl::Status WriteFileSafelyAt(int dir_fd, const std::string& name, absl::string_view contents,
+                               const SafeWriteOptions& options) {
+  absl::StatusOr<std::unique_ptr<SafeFileWriter>> w = SafeFileWriter::CreateAt(dir_fd, name, options);
   if (!w.ok()) return w.status();
   if (absl::Status s = (*w)->Append(contents); !s.ok()) return s;
   return (*w)->Commit();

@@ -67,6 +67,11 @@ class SafeFileWriter {
  public:
   static absl::StatusOr<std::unique_ptr<SafeFileWriter>> Create(const std::string& path,
                                                                 const SafeWriteOptions& options = {});
+  // The same in the directory open as `dir_fd` (the writer uses a dup of
+  // it): for a caller that opened and checked the directory itself.
+  // `name` is a plain file name; errors name it.
+  static absl::StatusOr<std::unique_ptr<SafeFileWriter>> CreateAt(int dir_fd, const std::string& name,
+                                                                  const SafeWriteOptions& options = {});
   ~SafeFileWriter();
   SafeFileWriter(const SafeFileWriter&) = delete;
   SafeFileWriter& operator=(const SafeFileWriter&) = delete;
@@ -87,6 +92,9 @@ class SafeFileWriter {
  private:
   class FdBuf;
   SafeFileWriter(std::string path, SafeWriteOptions options);
+  // Create/CreateAt once dir_fd_ is open: the temporary file.
+  static absl::StatusOr<std::unique_ptr<SafeFileWriter>> CreateTemp(std::unique_ptr<SafeFileWriter> w,
+                                                                    const std::string& dir);
   absl::Status Error(const std::string& what, int err) const;
   void Abandon();
 
@@ -105,6 +113,9 @@ class SafeFileWriter {
 // Create + Append(contents) + Commit.
 absl::Status WriteFileSafely(const std::string& path, absl::string_view contents,
                              const SafeWriteOptions& options = {});
+// CreateAt + Append(contents) + Commit.
+absl::Status WriteFileSafelyAt(int dir_fd, const std::string& name, absl::string_view contents,
+                               const SafeWriteOptions& options = {});
 
 // Checks that a file can be created in `dir`: creates "<dir>/<name>" with
 // O_CREAT|O_EXCL|O_NOFOLLOW (mode 0600), writes `contents` and removes it. A

@@ -2,6 +2,7 @@
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -84,6 +85,25 @@ TEST_F(SafeFileTest, WritesAtomicallyWithTheRequestedModeAndLeavesNoTemporaryFil
   ASSERT_TRUE(WriteFileSafely(path, "second\n", PrivateFile()).ok());
   EXPECT_EQ(Slurp(path), "second\n");
   EXPECT_EQ(Names(dir_), (std::vector<std::string>{"plain", "token"}));
+}
+
+TEST_F(SafeFileTest, WritingAtAnOpenDirectoryNeverFollowsALinkAndKeepsWhatExistsWhenAsked) {
+  const int dfd = ::open(dir_.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  ASSERT_GE(dfd, 0);
+  ASSERT_EQ(::symlink(victim_.c_str(), (dir_ + "/claim").c_str()), 0);
+  // Not replacing: the planted link holds the name; nothing is written through it.
+  absl::Status kept = WriteFileSafelyAt(dfd, "claim", "owner: mallory\n", PrivateFile(/*replace=*/false));
+  EXPECT_EQ(kept.code(), absl::StatusCode::kAlreadyExists) << kept;
+  EXPECT_EQ(Slurp(victim_), "precious");
+  // Replacing: the link itself is replaced by a 0600 file.
+  ASSERT_TRUE(WriteFileSafelyAt(dfd, "claim", "owner: ann\n", PrivateFile()).ok());
+  EXPECT_FALSE(fs::is_symlink(dir_ + "/claim"));
+  EXPECT_EQ(Slurp(dir_ + "/claim"), "owner: ann\n");
+  EXPECT_EQ(ModeOf(dir_ + "/claim") & 0777, 0600u);
+  EXPECT_EQ(Slurp(victim_), "precious");
+  EXPECT_EQ(WriteFileSafelyAt(dfd, "../escape", "x").code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Names(dir_), std::vector<std::string>{"claim"});
+  ::close(dfd);
 }
 
 TEST_F(SafeFileTest, AStreamWriterCommitsAndAnAbandonedOneLeavesNothing) {

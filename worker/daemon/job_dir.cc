@@ -4,7 +4,6 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
-#include <atomic>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -13,8 +12,8 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/time/clock.h"
 #include "common/jobspec/artifact_names.h"
+#include "common/safe_file.h"
 
 namespace trainctl::worker {
 namespace {
@@ -94,42 +93,10 @@ int OpenDir(const std::string& dir) { return ::open(dir.c_str(), O_RDONLY | O_DI
 
 }  // namespace
 
+// 0600, created without following links in the checked directory, whole or
+// not at all (common/safe_file.h).
 absl::Status WriteFileAt(int dirfd, const std::string& name, const std::string& content, bool replace) {
-  static std::atomic<uint64_t> counter{0};
-  std::string tmp;
-  int raw = -1;
-  for (int i = 0; i < 8 && raw < 0; ++i) {
-    tmp = absl::StrCat(".", name, ".tmp.", ::getpid(), ".", absl::GetCurrentTimeNanos() % 1000000007, ".",
-                       counter.fetch_add(1));
-    raw = ::openat(dirfd, tmp.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0600);
-    if (const int e = errno; raw < 0 && e != EEXIST) return Errno(absl::StrCat("creating ", tmp), e);
-  }
-  if (raw < 0) return absl::InternalError(absl::StrCat("no free temporary name for ", name));
-  Fd fd(raw);
-  size_t off = 0;
-  int err = 0;
-  while (off < content.size() && err == 0) {
-    ssize_t n = ::write(fd.get(), content.data() + off, content.size() - off);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      err = n < 0 ? errno : ENOSPC;
-      break;
-    }
-    off += static_cast<size_t>(n);
-  }
-  if (err == 0 && ::fsync(fd.get()) != 0) err = errno;
-  if (err == 0) {
-    if (replace) {
-      if (::renameat(dirfd, tmp.c_str(), dirfd, name.c_str()) != 0) err = errno;
-    } else if (::linkat(dirfd, tmp.c_str(), dirfd, name.c_str(), 0) != 0) {
-      err = errno;
-    }
-  }
-  if (err != 0 || !replace) ::unlinkat(dirfd, tmp.c_str(), 0);
-  if (err == EEXIST && !replace) return absl::AlreadyExistsError(absl::StrCat(name, " exists"));
-  if (err != 0) return Errno(absl::StrCat("writing ", name), err);
-  ::fsync(dirfd);
-  return absl::OkStatus();
+  return WriteFileSafelyAt(dirfd, name, content, PrivateFile(replace));
 }
 
 absl::StatusOr<std::optional<DirClaim>> ReadDirClaimAt(int dirfd) {
