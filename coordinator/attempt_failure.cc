@@ -73,16 +73,28 @@ void ApplyNanPolicy(v1::Job& next, std::vector<JobEvent>& events, const v1::Atte
 // restart it.
 void ApplyRestartPolicy(v1::Job& next, std::vector<JobEvent>& events, int32_t attempt, v1::FailureKind kind,
                         const std::string& reason) {
+  // What to do next, when the job has a checkpoint to go on from: `resume`
+  // (a new submit would start from scratch).
+  const std::string resume =
+      next.checkpoints_size() > 0
+          ? absl::StrCat("; then `trainctl resume ", next.id(), "` goes on from its newest checkpoint")
+          : "";
   for (const NotRestarted& n : kNotRestarted) {
-    if (n.kind == kind) return FailJob(next, events, attempt, absl::StrCat(reason, "\n(", n.reason_note, ")"), n.event);
+    if (n.kind != kind) continue;
+    std::string event = n.event;
+    if (kind == v1::FAILURE_KIND_PREFLIGHT && !resume.empty()) {
+      event = absl::StrCat("pre-flight failed; fix what it names", resume);
+    }
+    return FailJob(next, events, attempt, absl::StrCat(reason, "\n(", n.reason_note, ")"), std::move(event));
   }
   // A full disk gets one more attempt (space may have been freed); the same
   // failure twice in a row fails the job instead of burning every restart.
   const int n = next.attempts_size();
   if (kind == v1::FAILURE_KIND_DISK_FULL && n >= 2 && next.attempts(n - 2).failure_kind() == v1::FAILURE_KIND_DISK_FULL) {
     return FailJob(next, events, attempt,
-                   absl::StrCat(reason, "\n(the disk was full in the previous attempt too: not restarted again)"),
-                   "disk full twice in a row; free space or change checkpoint.dir");
+                   absl::StrCat(reason, "\n(the disk was full in the previous attempt too: not restarted again",
+                                resume, ")"),
+                   absl::StrCat("disk full twice in a row; free space or change checkpoint.dir", resume));
   }
   if (kind == v1::FAILURE_KIND_HANG && next.spec().restart().on_hang() == v1::HANG_POLICY_FAIL) {
     return FailJob(next, events, attempt, absl::StrCat(reason, "\n(restart.on_hang: fail)"),

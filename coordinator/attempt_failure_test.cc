@@ -11,6 +11,7 @@ namespace {
 
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using ::testing::Not;
 
 v1::Job RunningJob(int max_restarts) {
   v1::Job j;
@@ -88,6 +89,32 @@ TEST(AttemptFailureTest, BudgetsHangPolicyAndTheSecondFullDisk) {
   BuildAttemptFailure(disk, events, absl::Now(), v1::FAILURE_KIND_DISK_FULL, "x", 0);
   EXPECT_EQ(disk.state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(disk.state_reason(), HasSubstr("previous attempt too"));
+  EXPECT_THAT(disk.state_reason(), Not(HasSubstr("resume"))) << "no checkpoint to resume from";
+}
+
+TEST(AttemptFailureTest, AJobWithACheckpointIsToldToResumeNotToSubmitAgain) {
+  // A full disk at the third epoch's checkpoint, then pre-flight finds no
+  // room for the restart: `resume` keeps the epochs done, a submit would not.
+  v1::Job j = RunningJob(3);
+  j.add_checkpoints()->set_global_step(200);
+  std::vector<JobEvent> events;
+  BuildAttemptFailure(j, events, absl::Now(), v1::FAILURE_KIND_PREFLIGHT, "no room", 0);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
+  ASSERT_EQ(events.size(), 2u);
+  EXPECT_THAT(events[1].message, HasSubstr("`trainctl resume j` goes on from its newest checkpoint"));
+  EXPECT_THAT(events[1].message, Not(HasSubstr("submit again")));
+
+  v1::Job disk = RunningJob(3);
+  disk.add_checkpoints()->set_global_step(200);
+  disk.mutable_attempts(0)->set_failure_kind(v1::FAILURE_KIND_DISK_FULL);
+  v1::Attempt* second = disk.add_attempts();
+  *second = disk.attempts(0);
+  second->set_number(2);
+  second->set_state(v1::ATTEMPT_STATE_RUNNING);
+  events.clear();
+  BuildAttemptFailure(disk, events, absl::Now(), v1::FAILURE_KIND_DISK_FULL, "x", 0);
+  EXPECT_EQ(disk.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(disk.state_reason(), HasSubstr("`trainctl resume j`"));
 }
 
 TEST(AttemptFailureTest, NanRollsBackOnItsOwnBudgetAndSkipsTheStep) {

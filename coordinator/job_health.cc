@@ -125,6 +125,7 @@ absl::Status JobHealth::CheckProgressTimeout(JobEntry& e, const v1::Attempt& a, 
 }
 
 void JobHealth::OnWorkerLost(const std::string& worker_id) {
+  const std::string why = registry_->LossReason(worker_id);
   std::vector<std::string> ids(book_->holding_slots().begin(), book_->holding_slots().end());
   for (const std::string& id : ids) {
     JobEntry& e = book_->At(id);
@@ -139,7 +140,7 @@ void JobHealth::OnWorkerLost(const std::string& worker_id) {
         r.set_state(current ? v1::RANK_STATE_FAILED : v1::RANK_STATE_STOPPED);
         r.mutable_exit()->set_kind(v1::FAILURE_KIND_WORKER_LOST);
         r.mutable_exit()->set_exit_code(-1);
-        r.mutable_exit()->set_message("its worker stopped heartbeating (lease expired)");
+        r.mutable_exit()->set_message(why);
         changed = true;
         if (current && failed_rank < 0) failed_rank = r.rank();
       }

@@ -268,6 +268,10 @@ TEST_F(JobManagerTest, HeldCollectiveFailureIsBlamedOnAPeerLostMomentsLater) {
   clock_.Advance(absl::Seconds(1));
   for (const std::string& w : registry_->ExpireLeases()) jobs_->OnWorkerLost(w);
   EXPECT_EQ(Get(id).attempts(0).ranks(1).exit().kind(), v1::FAILURE_KIND_WORKER_LOST);
+  // Said as what happened: the stream broke, not a lease that ran out.
+  EXPECT_EQ(Get(id).attempts(0).ranks(1).exit().message(),
+            "its worker's stream broke without a goodbye and it did not reconnect within 1s (daemon killed, host or "
+            "network down)");
   EXPECT_EQ(Get(id).restarts(), 1);
 }
 

@@ -89,6 +89,8 @@ void WorkerRegistry::Recover(const std::vector<v1::Worker>& workers) {
     e.worker = w;
     e.channel = nullptr;
     e.lease_deadline = now + std::max(options_.lease_timeout, options_.recovery_grace);
+    e.awaiting = absl::StrCat("its worker did not reconnect within ",
+                              absl::FormatDuration(e.lease_deadline - now), " of the coordinator's restart");
   }
 }
 
@@ -134,6 +136,8 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
   e.worker = std::move(w);
   e.channel = channel;
   e.lease_deadline = now + options_.lease_timeout;
+  e.awaiting.clear();
+  e.lost_reason.clear();
   return id;
 }
 
@@ -173,6 +177,9 @@ void WorkerRegistry::SessionEnded(const std::string& id, const WorkerChannel* ch
   }
   it->second.lease_deadline =
       std::min(it->second.lease_deadline, clock_->Now() + options_.disconnect_grace);
+  it->second.awaiting = absl::StrCat("its worker's stream broke without a goodbye and it did not reconnect within ",
+                                     absl::FormatDuration(options_.disconnect_grace),
+                                     " (daemon killed, host or network down)");
 }
 
 bool WorkerRegistry::Expel(const std::string& id, const absl::Status& why) {
@@ -181,6 +188,7 @@ bool WorkerRegistry::Expel(const std::string& id, const absl::Status& why) {
   if (it == workers_.end() || it->second.worker.state() != v1::WORKER_STATE_ALIVE) return false;
   Entry& e = it->second;
   e.worker.set_state(v1::WORKER_STATE_LOST);
+  e.lost_reason = absl::StrCat("its worker was expelled: ", why.message());
   LogEvent(LogLevel::kWarn, "coordinator", "worker_lost",
            {{"worker_id", id}, {"host", e.worker.hostname()}, {"reason", std::string(why.message())}});
   // As in ExpireLeases: a failed write leaves a stale ALIVE row, which a
@@ -202,9 +210,10 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
   for (auto& [id, e] : workers_) {
     if (e.worker.state() != v1::WORKER_STATE_ALIVE || now < e.lease_deadline) continue;
     e.worker.set_state(v1::WORKER_STATE_LOST);
+    e.lost_reason = e.channel != nullptr || e.awaiting.empty() ? "its worker stopped heartbeating (lease expired)"
+                                                               : e.awaiting;
     LogEvent(LogLevel::kWarn, "coordinator", "worker_lost",
-             {{"worker_id", id}, {"host", e.worker.hostname()},
-              {"reason", e.channel != nullptr ? "no heartbeat within the lease" : "no reconnect after its stream broke"}});
+             {{"worker_id", id}, {"host", e.worker.hostname()}, {"reason", e.lost_reason}});
     // As for LEFT: a failed write only leaves a stale ALIVE row, which a
     // restarted coordinator expires again.
     if (absl::Status s = Persist(e.worker); !s.ok()) {
@@ -217,6 +226,12 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
     lost.push_back(id);
   }
   return lost;
+}
+
+std::string WorkerRegistry::LossReason(const std::string& id) const {
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.lost_reason.empty()) return "its worker stopped heartbeating (lease expired)";
+  return it->second.lost_reason;
 }
 
 std::vector<std::string> WorkerRegistry::ForgetGone(const std::function<bool(const std::string&)>& holds_ranks) {

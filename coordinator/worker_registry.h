@@ -92,6 +92,9 @@ class WorkerRegistry {
 
   // Marks every worker whose lease ran out LOST and returns their ids.
   std::vector<std::string> ExpireLeases();
+  // Why LOST worker `id` was lost, for its ranks' ends ("its worker stopped
+  // heartbeating (lease expired)", "its worker's stream broke ...").
+  std::string LossReason(const std::string& id) const;
   // Forgets (in memory and in the store) every LOST or LEFT worker whose last
   // heartbeat is older than gone_ttl and for which `holds_ranks` is false,
   // and returns their ids. Such a worker that comes back simply registers
@@ -122,6 +125,11 @@ class WorkerRegistry {
     // The open session; null while disconnected.
     WorkerChannel* channel = nullptr;
     absl::Time lease_deadline;
+    // What lease_deadline waits for when it is not the next heartbeat (a
+    // reconnect after a broken stream or a coordinator restart); what made
+    // the worker LOST. Both cleared by a registration.
+    std::string awaiting;
+    std::string lost_reason;
   };
   absl::Status Persist(const v1::Worker& w);
   // Asserts (debug builds) that the caller runs on the bound loop.
