@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <random>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -19,6 +20,9 @@ namespace trainctl {
 
 struct Client::Stubs {
   std::shared_ptr<grpc::Channel> channel;
+  // Made by Connect from options (a watch may make another to reconnect);
+  // false for FromChannel's.
+  bool own_channel = false;
   std::unique_ptr<v1::JobService::Stub> jobs;
   std::unique_ptr<v1::WorkerService::Stub> workers;
   std::unique_ptr<v1::AuthService::Stub> auth;
@@ -38,6 +42,14 @@ std::chrono::system_clock::time_point Deadline(absl::Duration timeout) {
 
 std::string TimeoutText(absl::Duration d) { return absl::FormatDuration(d); }
 
+// 128 random bits as 32 hex digits: a submission's SubmitJobRequest.request_id.
+std::string NewRequestId() {
+  std::random_device rd;
+  std::string out;
+  for (int i = 0; i < 4; ++i) absl::StrAppendFormat(&out, "%08x", static_cast<uint32_t>(rd()));
+  return out;
+}
+
 // gRPC status → absl::Status with the same code. Connection problems name
 // the address; everything else keeps the coordinator's message as it is.
 absl::Status FromGrpc(const grpc::Status& s, const std::string& address) {
@@ -52,8 +64,11 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& address) {
   return absl::Status(code, message);
 }
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options) {
+// `fresh`: a subchannel of its own, so that a reconnect dials at once
+// instead of inheriting gRPC's backoff from the broken connection.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options, bool fresh = false) {
   grpc::ChannelArguments args;
+  if (fresh) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   // Keepalive: a watch or log stream can sit idle for minutes; pings keep
   // NAT/proxies from dropping it and detect a dead coordinator.
   SetKeepalive(args, kClientKeepalive);
@@ -118,7 +133,9 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     }
     state = channel->GetState(/*try_to_connect=*/true);
   }
-  return std::unique_ptr<Client>(new Client(std::move(channel), options));
+  std::unique_ptr<Client> client(new Client(std::move(channel), options));
+  client->stubs_->own_channel = true;
+  return client;
 }
 
 std::unique_ptr<Client> Client::FromChannel(std::shared_ptr<grpc::Channel> channel,
@@ -126,11 +143,19 @@ std::unique_ptr<Client> Client::FromChannel(std::shared_ptr<grpc::Channel> chann
   return std::unique_ptr<Client>(new Client(std::move(channel), options));
 }
 
-absl::StatusOr<v1::Job> Client::Submit(const v1::JobSpec& spec) {
+absl::StatusOr<v1::Job> Client::Submit(const v1::JobSpec& spec, const std::string& request_id) {
   v1::SubmitJobRequest req;
   *req.mutable_spec() = spec;
+  req.set_request_id(request_id.empty() ? NewRequestId() : request_id);
   v1::SubmitJobResponse resp;
-  absl::Status s = Unary(stubs_->jobs.get(), &v1::JobService::Stub::SubmitJob, req, &resp, options_);
+  absl::Status s;
+  for (int attempt = 0; attempt < 3; ++attempt) {
+    if (attempt > 0) absl::SleepFor(absl::Milliseconds(250) * attempt);
+    s = Unary(stubs_->jobs.get(), &v1::JobService::Stub::SubmitJob, req, &resp, options_);
+    // Only an answer that may have been lost is retried (the same id makes
+    // the retry return the first call's job, never a second one).
+    if (s.code() != absl::StatusCode::kUnavailable && s.code() != absl::StatusCode::kDeadlineExceeded) break;
+  }
   if (!s.ok()) return s;
   return std::move(*resp.mutable_job());
 }
@@ -197,29 +222,69 @@ absl::StatusOr<v1::Job> Client::Cancel(const std::string& job_id, const std::str
 
 absl::StatusOr<v1::Job> Client::Watch(const std::string& job_id, bool include_history,
                                       const WatchCallback& callback) {
-  grpc::ClientContext ctx;  // No deadline: the stream lasts as long as the job.
-  v1::WatchJobRequest req;
-  req.set_job_id(job_id);
-  req.set_include_history(include_history);
-  std::unique_ptr<grpc::ClientReader<v1::JobUpdate>> reader = stubs_->jobs->WatchJob(&ctx, req);
-  v1::JobUpdate update;
   std::optional<v1::Job> last;
+  int64_t last_seq = 0;  // The newest event delivered: a resumed stream continues after it.
+  // After a break, a channel (and stub) of the watch's own.
+  std::unique_ptr<v1::JobService::Stub> fresh_stub;
+  v1::JobService::Stub* stub = stubs_->jobs.get();
+  std::mt19937_64 rng(std::random_device{}());
+  absl::Duration backoff = absl::Milliseconds(100);
+  absl::Time broke = absl::InfinitePast();  // Start of the current break.
   bool stopped = false;
-  while (reader->Read(&update)) {
-    if (update.has_job()) last = update.job();
-    if (callback && !callback(update)) {
-      stopped = true;
-      ctx.TryCancel();
-      break;
+  while (true) {
+    grpc::ClientContext ctx;  // No deadline: the stream lasts as long as the job.
+    v1::WatchJobRequest req;
+    req.set_job_id(job_id);
+    req.set_include_history(include_history || last_seq > 0);
+    req.set_after_event_seq(last_seq);
+    std::unique_ptr<grpc::ClientReader<v1::JobUpdate>> reader = stub->WatchJob(&ctx, req);
+    v1::JobUpdate update;
+    bool delivered = false;
+    while (reader->Read(&update)) {
+      delivered = true;
+      if (update.has_job()) last = update.job();
+      if (update.has_event()) last_seq = std::max(last_seq, update.event().seq());
+      if (callback && !callback(update)) {
+        stopped = true;
+        ctx.TryCancel();
+        break;
+      }
+    }
+    grpc::Status status = reader->Finish();
+    if (status.ok() || stopped) break;
+    // A stream that broke (not one the coordinator refused): UNAVAILABLE, or
+    // CANCELLED by a coordinator shutting down (this side cancels only when
+    // the callback stopped).
+    const bool broken = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+                        status.error_code() == grpc::StatusCode::CANCELLED;
+    const absl::Time now = absl::Now();
+    if (delivered || broke == absl::InfinitePast()) {
+      broke = now;
+      backoff = absl::Milliseconds(100);
+      if (broken && options_.on_watch_broken) options_.on_watch_broken(FromGrpc(status, options_.address));
+    }
+    if (!broken || now - broke >= options_.watch_reconnect_for) return FromGrpc(status, options_.address);
+    // Full jitter in [b/2, b], b doubling to 1 s: back within a second of
+    // the coordinator answering again.
+    absl::SleepFor(absl::Milliseconds(std::uniform_int_distribution<int64_t>(
+        absl::ToInt64Milliseconds(backoff) / 2, absl::ToInt64Milliseconds(backoff))(rng)));
+    backoff = std::min(backoff * 2, absl::Seconds(1));
+    if (stubs_->own_channel) {
+      absl::StatusOr<std::shared_ptr<grpc::Channel>> made = MakeChannel(options_, /*fresh=*/true);
+      if (made.ok()) {
+        fresh_stub = v1::JobService::NewStub(*made);
+        stub = fresh_stub.get();
+      }
     }
   }
-  grpc::Status status = reader->Finish();
-  if (!status.ok() && !(stopped && status.error_code() == grpc::StatusCode::CANCELLED)) {
-    return FromGrpc(status, options_.address);
-  }
-  // The stream carries jobs without attempts; fetch the whole one.
-  absl::StatusOr<v1::Job> job = Get(job_id);
-  if (!job.ok() && last.has_value()) return *last;
+  // The stream carries jobs without attempts; fetch the whole one (on the
+  // channel that is known to work).
+  v1::GetJobRequest get;
+  get.set_job_id(job_id);
+  v1::Job job;
+  absl::Status s = Unary(stub, &v1::JobService::Stub::GetJob, get, &job, options_);
+  if (!s.ok() && last.has_value()) return *last;
+  if (!s.ok()) return s;
   return job;
 }
 

@@ -64,13 +64,54 @@ JobManager::JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* 
 
 absl::Status JobManager::Recover(const StoreSnapshot& snapshot) {
   book_.Recover(snapshot);
+  for (const auto& [id, e] : book_.entries()) RememberRequest(e.job);
   return absl::OkStatus();
+}
+
+namespace {
+
+std::string RequestKey(const std::string& owner, const std::string& request_id) {
+  return absl::StrCat(owner.size(), ":", owner, "/", request_id);
+}
+
+absl::Status RequestIdError(const std::string& id) {
+  if (id.size() > 128) return absl::InvalidArgumentError(absl::StrCat("request_id: ", id.size(), " characters (at most 128)"));
+  for (char c : id) {
+    if (c < 0x21 || c > 0x7e) return absl::InvalidArgumentError("request_id: only printable ASCII without spaces");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void JobManager::RememberRequest(const v1::Job& job) {
+  if (job.request_id().empty()) return;
+  const absl::Time now = clock_->Now();
+  if (now - FromTimestamp(job.submit_time()) >= kRequestIdLifetime) return;
+  requests_[RequestKey(job.owner(), job.request_id())] = job.id();
+  // Drop expired entries whenever the map has doubled since the last time.
+  if (requests_.size() < 2 * std::max<size_t>(requests_pruned_at_, 512)) return;
+  absl::erase_if(requests_, [&](const auto& kv) {
+    const JobEntry* e = book_.Find(kv.second);
+    return e == nullptr || now - FromTimestamp(e->job.submit_time()) >= kRequestIdLifetime;
+  });
+  requests_pruned_at_ = requests_.size();
 }
 
 // --- client API --------------------------------------------------------------
 
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::string& owner,
-                                           const std::string& owner_token_id) {
+                                           const std::string& owner_token_id, const std::string& request_id) {
+  if (!request_id.empty()) {
+    TRAINCTL_RETURN_IF_ERROR(RequestIdError(request_id));
+    // A retry: the job the first request made, whatever its state now.
+    if (auto it = requests_.find(RequestKey(owner, request_id)); it != requests_.end()) {
+      const JobEntry* first = book_.Find(it->second);
+      if (first != nullptr && clock_->Now() - FromTimestamp(first->job.submit_time()) < kRequestIdLifetime) {
+        return first->job;
+      }
+    }
+  }
   TRAINCTL_RETURN_IF_ERROR(SpecErrorsToStatus(ValidateJobSpec(spec)));
   if (book_.active_jobs() >= options_.max_active_jobs) {
     return absl::ResourceExhaustedError(
@@ -88,6 +129,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::s
   job.set_state(v1::JOB_STATE_PENDING);
   job.set_owner(owner);
   job.set_owner_token_id(owner_token_id);
+  job.set_request_id(request_id);
   SetTimestamp(clock_->Now(), job.mutable_submit_time());
   job.mutable_progress()->set_epochs(job.spec().training().epochs());
   job.mutable_progress()->set_eta_seconds(-1);
@@ -95,6 +137,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::s
   if (job.checkpoints_size() > 0) absl::StrAppend(&submitted, "; continues from ", DescribeRecord(job.checkpoints(0)));
   absl::StatusOr<JobEntry*> e = book_.Add(std::move(job), {{"submitted", submitted}});
   if (!e.ok()) return absl::UnavailableError(absl::StrCat("could not store the job: ", e.status().message()));
+  RememberRequest((*e)->job);
   RequestSchedule();
   return (*e)->job;
 }

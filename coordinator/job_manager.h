@@ -45,6 +45,7 @@
 #include <vector>
 
 #include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
@@ -106,8 +107,12 @@ class JobManager : private JobActions {
   // --- client API ---------------------------------------------------------
   // `owner`/`owner_token_id`: the submitting token's name and id, kept on
   // the job (Job.owner, Job.owner_token_id).
+  // `request_id` (SubmitJobRequest.request_id): a second Submit of the same
+  // owner with the same non-empty id within kRequestIdLifetime returns the
+  // job the first one created, as it is now, and creates nothing.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& owner = "",
-                                 const std::string& owner_token_id = "");
+                                 const std::string& owner_token_id = "", const std::string& request_id = "");
+  static constexpr absl::Duration kRequestIdLifetime = absl::Hours(24);
   // Validates and shows where the job would run now; stores nothing.
   absl::StatusOr<v1::SubmitJobResponse> DryRun(const v1::JobSpec& spec) { return queries_.DryRun(spec); }
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const { return queries_.Get(job_id); }
@@ -223,6 +228,12 @@ class JobManager : private JobActions {
   JobQueries queries_;
   // Rank ends waiting for Tick, by "job/attempt/rank" (see HeldReport).
   absl::btree_map<std::string, HeldReport> held_reports_;
+  // Submissions by (owner, request_id) → job id; entries older than
+  // kRequestIdLifetime are ignored and dropped now and then.
+  absl::flat_hash_map<std::string, std::string> requests_;
+  size_t requests_pruned_at_ = 0;  // requests_.size() after the last prune
+  // Notes the submission of `job` (its owner and request_id, when set).
+  void RememberRequest(const v1::Job& job);
 };
 
 }  // namespace trainctl::coordinator

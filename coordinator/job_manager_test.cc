@@ -135,6 +135,40 @@ TEST_F(JobManagerTest, WholeLifeWithRendezvousMetricsAndEvents) {
   EXPECT_TRUE(jobs_->BusySlots("a").empty());
 }
 
+TEST_F(JobManagerTest, ARetriedSubmitWithTheSameRequestIdReturnsTheFirstJob) {
+  auto first = jobs_->Submit(Spec(2), "ann", "tok-ann", "req-1");
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(first->request_id(), "req-1");
+  // The answer was lost; the client sends the same request again.
+  auto again = jobs_->Submit(Spec(2), "ann", "tok-ann", "req-1");
+  ASSERT_TRUE(again.ok()) << again.status();
+  EXPECT_EQ(again->id(), first->id());
+  // Another owner's id is its own; another id is another job.
+  auto bob = jobs_->Submit(Spec(2), "bob", "tok-bob", "req-1");
+  ASSERT_TRUE(bob.ok());
+  EXPECT_NE(bob->id(), first->id());
+  auto other = jobs_->Submit(Spec(2), "ann", "tok-ann", "req-2");
+  ASSERT_TRUE(other.ok());
+  EXPECT_NE(other->id(), first->id());
+  // Kept across a coordinator restart (from the stored job).
+  Open();
+  auto after_restart = jobs_->Submit(Spec(2), "ann", "tok-ann", "req-1");
+  ASSERT_TRUE(after_restart.ok());
+  EXPECT_EQ(after_restart->id(), first->id());
+  auto listed = jobs_->List(v1::ListJobsRequest());
+  ASSERT_TRUE(listed.ok());
+  EXPECT_EQ(listed->jobs_size(), 3);
+  // For a day.
+  clock_.Advance(JobManager::kRequestIdLifetime);
+  auto next_day = jobs_->Submit(Spec(2), "ann", "tok-ann", "req-1");
+  ASSERT_TRUE(next_day.ok());
+  EXPECT_NE(next_day->id(), first->id());
+  // A bad id is named.
+  auto bad = jobs_->Submit(Spec(2), "ann", "tok-ann", "has space");
+  EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(bad.status().message(), HasSubstr("request_id"));
+}
+
 TEST_F(JobManagerTest, RankFailureRestartsFromANewAttemptOnceSlotsFree) {
   std::string id = RunningJob();
   ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_FAILED, v1::FAILURE_KIND_SIGNAL).ok());

@@ -290,7 +290,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
       if (source.ok()) TRAINCTL_RETURN_IF_ERROR(MayActOnJob(who, "SubmitJob (resume_from)", *source));
     }
     if (req->dry_run()) return MoveInto(ctx_.jobs->DryRun(req->spec()), resp);
-    return MoveInto(ctx_.jobs->Submit(req->spec(), who.name, who.token_id), resp->mutable_job());
+    return MoveInto(ctx_.jobs->Submit(req->spec(), who.name, who.token_id, req->request_id()), resp->mutable_job());
   });
 }
 
@@ -330,7 +330,8 @@ grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::Callback
   auto start = [this, reactor, request = *req](const v1::Job& job) {
     // History and subscription in one loop turn: no gap, no duplicate.
     if (request.include_history()) {
-      absl::StatusOr<std::vector<v1::Event>> events = ctx_.store->ListEvents(request.job_id(), 0, 100000);
+      absl::StatusOr<std::vector<v1::Event>> events =
+          ctx_.store->ListEvents(request.job_id(), std::max<int64_t>(0, request.after_event_seq()), 100000);
       if (events.ok()) {
         for (v1::Event& e : *events) {
           v1::JobUpdate u;
@@ -338,7 +339,9 @@ grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::Callback
           reactor->Offer(u);
         }
       }
-      absl::StatusOr<std::vector<v1::MetricPoint>> points = ctx_.store->ListMetrics(request.job_id(), 10000);
+      absl::StatusOr<std::vector<v1::MetricPoint>> points =
+          request.after_event_seq() > 0 ? std::vector<v1::MetricPoint>{}
+                                        : ctx_.store->ListMetrics(request.job_id(), 10000);
       if (points.ok() && !points->empty()) {
         v1::JobUpdate u;
         u.mutable_metrics()->set_job_id(request.job_id());

@@ -8,6 +8,9 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
+
+#include <fstream>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -225,6 +228,45 @@ TEST_F(WorkerE2ETest, SigkilledCoordinatorResumesTheRunningJob) {
   v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << Describe(j);
   EXPECT_EQ(j.attempts_size(), 1) << "the ranks kept running through the coordinator restart\n" << Describe(j);
+}
+
+TEST_F(WorkerE2ETest, FollowOutlivesACoordinatorRestart) {
+  StartWorkers(2);
+  const std::string yaml = cluster_->dir() + "/follow.yaml";
+  {
+    std::ofstream f(yaml);
+    f << "name: fake-slow\nworld_size: 2\ntraining: {epochs: 5}\n"
+         "model: {name: mlp, input_dim: 5, classes: 2}\n"
+         "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n";
+  }
+  trainctl::testing::Process follow({trainctl::testing::BuildDirOfThisTest() + "/client/trainctl", "--coordinator",
+                                     cluster_->address(), "--token", cluster_->admin_token(), "submit", yaml,
+                                     "--follow"},
+                                    cluster_->dir() + "/follow.log", cluster_->dir());
+  ASSERT_TRUE(follow.Start());
+  // Kill the coordinator once the job runs (its first epoch_end is on the
+  // follower's screen), bring it back a second later.
+  absl::Time deadline = absl::Now() + absl::Seconds(30);
+  while (!absl::StrContains(follow.ReadLog(), "epoch_end") && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_THAT(follow.ReadLog(), HasSubstr("epoch_end"));
+  cluster_->KillCoordinator(SIGKILL);
+  absl::SleepFor(absl::Seconds(1));
+  ASSERT_TRUE(cluster_->StartCoordinator());
+  const int status = follow.Wait(absl::Seconds(60));
+  const std::string out = follow.ReadLog();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("the stream broke"));
+  EXPECT_THAT(out, HasSubstr("SUCCEEDED"));
+  // Every event once: what happened during the break came after it, and
+  // what was seen before it did not come again.
+  for (const std::string epoch :
+       {"epoch_end  epoch 1/", "epoch_end  epoch 2/", "epoch_end  epoch 3/", "epoch_end  epoch 4/", "epoch_end  epoch 5/"}) {
+    size_t count = 0;
+    for (size_t at = out.find(epoch); at != std::string::npos; at = out.find(epoch, at + 1)) ++count;
+    EXPECT_EQ(count, 1u) << epoch << "\n" << out;
+  }
 }
 
 TEST_F(WorkerE2ETest, JobWaitsForSlotsUntilAWorkerJoins) {

@@ -163,6 +163,12 @@ absl::StatusOr<std::unique_ptr<Client>> CliContext::Connect(std::optional<absl::
   options.ca_file = creds->ca_file;
   options.timeout = absl::Seconds(timeout_s);
   if (timeout.has_value()) options.timeout = *timeout;
+  // A followed job outlives a coordinator restart: say so once per break.
+  options.on_watch_broken = [this, reconnect_for = options.watch_reconnect_for](const absl::Status& why) {
+    err << "trainctl " << verb << ": the stream broke (" << why.message() << "); reconnecting for up to "
+        << absl::FormatDuration(reconnect_for) << "\n"
+        << std::flush;
+  };
   return Client::Connect(options);
 }
 

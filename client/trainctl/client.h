@@ -67,6 +67,14 @@ struct ClientOptions {
   // The name the coordinator's certificate must carry, when it differs
   // from the address's host (tests).
   std::string tls_server_name;
+  // Watch resumes a stream that broke (the coordinator restarted or the
+  // network dropped) for this long after the break: it reconnects within 1 s
+  // of the coordinator answering again and continues after the last event
+  // it delivered, with no event repeated or lost. Zero: a broken stream is
+  // an error at once.
+  absl::Duration watch_reconnect_for = absl::Minutes(2);
+  // Called once per break that Watch is resuming from, with the reason.
+  std::function<void(const absl::Status&)> on_watch_broken;
 };
 
 // What GetLogs sends back.
@@ -120,7 +128,14 @@ class Client {
 
   // Submits a job; it is PENDING (stored) when this returns. InvalidArgument
   // from the coordinator names every bad field, one per line.
-  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec);
+  //
+  // Safe to retry: each call sends a request_id of its own (`request_id`,
+  // or a random one when empty), and a call whose answer is lost (the
+  // coordinator restarted, the network dropped: UNAVAILABLE or
+  // DEADLINE_EXCEEDED) is retried with it up to twice, so one call makes at
+  // most one job. Retrying a failed call with the same request_id yourself
+  // returns the job it made, if it made one.
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& request_id = "");
   // Parses and validates job.yaml locally (with `overrides`, "key.path=value"
   // like the CLI's --set), then submits. InvalidArgument holds every error,
   // one "file:line:col: field: reason" per line, and nothing is sent.
@@ -142,7 +157,9 @@ class Client {
 
   // Delivers the job's updates (with include_history: its stored events and
   // metrics first) until the job ends or `callback` returns false, then
-  // returns the job as it is then, with its attempts.
+  // returns the job as it is then, with its attempts. A broken stream is
+  // resumed (options.watch_reconnect_for): the events missed meanwhile come
+  // first, stored metrics are not sent again.
   absl::StatusOr<v1::Job> Watch(const std::string& job_id, bool include_history,
                                 const WatchCallback& callback);
   // Delivers the job's log lines; with options.follow, until the job ends.
