@@ -8,6 +8,7 @@
 #include <grpc/grpc_security_constants.h>
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -65,6 +66,22 @@ grpc::ServerUnaryReactor* AuthServiceImpl::Join(grpc::CallbackServerContext* ctx
   // Checked here, on the gRPC thread, as the call's transport is; answered
   // after the token check, which comes first.
   absl::Status ready = JoinPrecondition(ctx, ctx_.enroller);
+  // Renewal: a worker's own certificate and no token.
+  std::optional<CertPeer> peer = CertPeerOf(*ctx);
+  if (peer.has_value() && ctx->client_metadata().find("authorization") == ctx->client_metadata().end()) {
+    grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+    ctx_.loop->Post([this, reactor, req, resp, ready, peer = *std::move(peer)] {
+      absl::Status s = ready;
+      if (s.ok()) s = ctx_.auth->CheckCert(peer.id, peer.serial);
+      if (s.ok()) s = MoveInto(ctx_.enroller->Renew(peer.id, peer.sans, *req), resp);
+      if (!s.ok()) {
+        LogEvent(LogLevel::kWarn, "coordinator", "worker_cert_renewal_refused",
+                 {{"worker_id", peer.id}, {"reason", std::string(s.message())}});
+      }
+      reactor->Finish(ToGrpcStatus(s));
+    });
+    return reactor;
+  }
   // A refusal is logged by the RPC interceptor (rpc_refused).
   return UnaryOnLoop(ctx_, ctx, "Join", {v1::ROLE_JOIN},
                      [this, req, resp, ready](const Principal& who) -> absl::Status {

@@ -46,6 +46,9 @@ ABSL_FLAG(int64_t, max_active_jobs, 100000, "most unfinished jobs held; more are
 ABSL_FLAG(int64_t, metric_points_per_job, 100000, "metric points kept per job (older ones downsampled to min/max/last per bucket)");
 ABSL_FLAG(int64_t, log_lines_per_rank, 10000, "log lines kept per rank and attempt (oldest dropped)");
 ABSL_FLAG(int, max_message_mb, 16, "largest gRPC message accepted or sent");
+ABSL_FLAG(int, db_check_timeout_s, 30,
+          "at start, an existing --db is checked (PRAGMA quick_check) for at most this long before "
+          "anything is written; a damaged one is refused and left as it was; 0: no check");
 ABSL_FLAG(std::string, log_level, "info", "service log lines below this level are dropped: debug, info, warn, error");
 ABSL_FLAG(std::string, http_listen, "",
           "HOST:PORT of an HTTP endpoint serving /metrics in Prometheus' text format and the web "
@@ -67,7 +70,9 @@ ABSL_FLAG(std::string, tls_ca, "", "the cluster CA certificate (PEM); overrides 
 ABSL_FLAG(std::string, tls_ca_key, "",
           "the cluster CA's private key (PEM): sign joining workers' certificates (trainctl-worker "
           "--join-token); default: --tls-dir's ca.key when present; without it Join is refused");
-ABSL_FLAG(int, worker_cert_days, 365, "how long a joined worker's certificate is valid, in days");
+ABSL_FLAG(double, worker_cert_days, 365,
+          "how long a joined worker's certificate is valid, in days (fractions allowed); the worker renews "
+          "it when a third is left");
 ABSL_FLAG(bool, insecure, false,
           "allow plaintext on a non-loopback --listen or --http-listen (tokens then cross the network "
           "in clear)");
@@ -325,10 +330,10 @@ absl::Status TlsFromFlags(const std::string& tls_dir, trainctl::coordinator::Coo
 
 // Every other serving flag, into `o`; the error names the flag.
 absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
-  if (absl::GetFlag(FLAGS_worker_cert_days) < 1) {
-    return absl::InvalidArgumentError("--worker-cert-days: must be at least 1");
-  }
   o.worker_cert_validity = absl::Hours(24 * absl::GetFlag(FLAGS_worker_cert_days));
+  if (!(o.worker_cert_validity >= absl::Seconds(30))) {
+    return absl::InvalidArgumentError("--worker-cert-days: must be at least 30 s (0.00035)");
+  }
   o.insecure = absl::GetFlag(FLAGS_insecure);
   o.listen = absl::GetFlag(FLAGS_listen);
   if (o.listen.empty()) o.listen = o.tls_cert_pem.empty() ? "127.0.0.1:7070" : "0.0.0.0:7070";
@@ -351,6 +356,10 @@ absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
   o.jobs.lost_worker_wait = o.registry.disconnect_grace;
   o.store.max_metric_points_per_job = absl::GetFlag(FLAGS_metric_points_per_job);
   o.store.max_log_lines_per_rank = absl::GetFlag(FLAGS_log_lines_per_rank);
+  if (absl::GetFlag(FLAGS_db_check_timeout_s) < 0) {
+    return absl::InvalidArgumentError("--db-check-timeout-s: must be >= 0 (0: no check)");
+  }
+  o.store.integrity_check_timeout = absl::Seconds(absl::GetFlag(FLAGS_db_check_timeout_s));
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
   o.http_listen = absl::GetFlag(FLAGS_http_listen);
   o.metrics_open = absl::GetFlag(FLAGS_metrics_open);
@@ -411,7 +420,12 @@ absl::Status ServeOptions(trainctl::coordinator::CoordinatorOptions& o, std::str
   TRAINCTL_RETURN_IF_ERROR(TlsFromFlags(tls_dir, o));
   TRAINCTL_RETURN_IF_ERROR(OptionsFromFlags(o));
   *admin_file = AdminTokenFile(tls_dir, o.db_path);
-  absl::StatusOr<std::string> admin = trainctl::auth::ReadOrCreateTokenFile(*admin_file, created);
+  // An absent file is written only once the coordinator has started: a
+  // refused start (a damaged or foreign --db) leaves nothing behind.
+  std::error_code ec;
+  *created = !std::filesystem::exists(*admin_file, ec);
+  absl::StatusOr<std::string> admin =
+      *created ? trainctl::auth::NewSecret("admin") : trainctl::auth::ReadTokenFile(*admin_file);
   if (!admin.ok()) {
     return absl::InvalidArgumentError(absl::StrCat("--admin-token-file: ", admin.status().message()));
   }
@@ -469,6 +483,13 @@ int main(int argc, char** argv) {
   if (!addr.ok()) {
     std::cerr << "trainctl-coordinator: " << addr.status().message() << "\n";
     return 1;
+  }
+  if (created) {
+    if (absl::Status w = trainctl::auth::WritePrivateFile(admin_file, absl::StrCat(o.admin_token, "\n")); !w.ok()) {
+      std::cerr << "trainctl-coordinator: --admin-token-file: " << w.message() << "\n";
+      server.Shutdown();
+      return 1;
+    }
   }
   Announce(server, o, *addr, admin_file, created);
 

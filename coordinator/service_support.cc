@@ -1,6 +1,9 @@
 #include "coordinator/service_support.h"
 
+#include <grpc/grpc_security_constants.h>
+
 #include "absl/strings/str_cat.h"
+#include "common/auth/pki.h"
 
 namespace trainctl::coordinator {
 
@@ -24,6 +27,25 @@ absl::StatusOr<Principal> Caller(const ServiceContext& c, grpc::CallbackServerCo
   absl::Status allowed = TokenAuthority::Authorize(*who, call, roles);
   if (!allowed.ok()) return allowed;
   return who;
+}
+
+std::optional<CertPeer> CertPeerOf(const grpc::CallbackServerContext& ctx) {
+  std::shared_ptr<const grpc::AuthContext> auth = ctx.auth_context();
+  if (!auth) return std::nullopt;
+  std::vector<grpc::string_ref> cn = auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
+  if (cn.empty() || cn.front().empty()) return std::nullopt;
+  CertPeer peer;
+  peer.id.assign(cn.front().data(), cn.front().size());
+  for (const grpc::string_ref& san : auth->FindPropertyValues(GRPC_X509_SAN_PROPERTY_NAME)) {
+    std::string name(san.data(), san.size());
+    if (name.find("://") == std::string::npos) peer.sans.push_back(std::move(name));
+  }
+  std::vector<grpc::string_ref> pem = auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
+  if (!pem.empty()) {
+    absl::StatusOr<std::string> serial = auth::CertSerialHex(std::string(pem.front().data(), pem.front().size()));
+    if (serial.ok()) peer.serial = *serial;
+  }
+  return peer;
 }
 
 // A submitter acts only on its own jobs; admins on every job.

@@ -8,7 +8,10 @@
 #pragma once
 
 #include <initializer_list>
+#include <optional>
+#include <string>
 #include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -27,6 +30,17 @@ inline constexpr v1::Role kWorker = v1::ROLE_WORKER;
 // else Unauthenticated / PermissionDenied to finish the call with.
 absl::StatusOr<Principal> Caller(const ServiceContext& c, grpc::CallbackServerContext* ctx,
                                  absl::string_view call, std::initializer_list<v1::Role> roles);
+
+// The client certificate of an mTLS call, which the handshake verified
+// against the cluster CA: its CN (a worker id), its host-name and IP SANs
+// (not the spiffe:// URI), its serial (lowercase hex; empty if unreadable).
+struct CertPeer {
+  std::string id;
+  std::vector<std::string> sans;
+  std::string serial;
+};
+// nullopt when the call presented no client certificate.
+std::optional<CertPeer> CertPeerOf(const grpc::CallbackServerContext& ctx);
 
 // A submitter acts only on its own jobs; admins on every job.
 absl::Status MayActOnJob(const Principal& who, absl::string_view call, const v1::Job& job);

@@ -22,7 +22,45 @@ bool ValidWorkerId(const std::string& id) {
                      [](char c) { return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-'; });
 }
 
+absl::Status CsrFieldError(const v1::JoinRequest& req) {
+  if (req.csr_pem().empty()) return absl::InvalidArgumentError("csr_pem: required (a PEM certificate request)");
+  if (req.csr_pem().size() > 16384) return absl::InvalidArgumentError("csr_pem: at most 16 KiB");
+  return absl::OkStatus();
+}
+
 }  // namespace
+
+absl::StatusOr<v1::JoinResponse> WorkerEnroller::Renew(const std::string& worker_id,
+                                                       const std::vector<std::string>& sans,
+                                                       const v1::JoinRequest& req) {
+  if (!enabled()) {
+    return absl::FailedPreconditionError("renew: this coordinator has no CA key to sign with");
+  }
+  if (!req.worker_id().empty() && req.worker_id() != worker_id) {
+    return absl::PermissionDeniedError(absl::StrCat("worker_id: '", req.worker_id(),
+                                                    "': a certificate renews only itself (it names '", worker_id,
+                                                    "')"));
+  }
+  TRAINCTL_RETURN_IF_ERROR(CsrFieldError(req));
+  TRAINCTL_RETURN_IF_ERROR(auth::CheckCsr(req.csr_pem(), "csr_pem"));
+  std::vector<std::string> names = sans;
+  names.push_back(auth::WorkerUri(worker_id));
+  absl::StatusOr<std::string> cert =
+      auth::SignCsr(ca_, req.csr_pem(), worker_id, names, validity_, auth::CertPurpose::kClient);
+  if (!cert.ok()) return absl::InvalidArgumentError(absl::StrCat("csr_pem: ", cert.status().message()));
+  absl::StatusOr<std::string> serial = auth::CertSerialHex(*cert);
+  // What RevokeWorker lists for the id (revocation itself is by id).
+  if (serial.ok()) tokens_->NoteCertSerial(worker_id, *serial);
+  v1::JoinResponse resp;
+  resp.set_worker_id(worker_id);
+  resp.set_cert_pem(*std::move(cert));
+  resp.set_ca_pem(ca_.cert_pem);
+  SetTimestamp(clock_->Now() + validity_, resp.mutable_expire_time());
+  LogEvent(LogLevel::kInfo, "coordinator", "worker_cert_renewed",
+           {{"worker_id", worker_id}, {"serial", serial.ok() ? *serial : ""},
+            {"addresses", absl::StrJoin(sans, ",")}, {"valid_for", absl::FormatDuration(validity_)}});
+  return resp;
+}
 
 absl::StatusOr<v1::JoinResponse> WorkerEnroller::Join(const Principal& who, const v1::JoinRequest& req) {
   TRAINCTL_RETURN_IF_ERROR(TokenAuthority::Authorize(who, "Join", {v1::ROLE_JOIN}));
@@ -35,8 +73,7 @@ absl::StatusOr<v1::JoinResponse> WorkerEnroller::Join(const Principal& who, cons
     return absl::InvalidArgumentError(
         absl::StrCat("worker_id: '", req.worker_id(), "': at most 64 characters of [A-Za-z0-9._-]"));
   }
-  if (req.csr_pem().empty()) return absl::InvalidArgumentError("csr_pem: required (a PEM certificate request)");
-  if (req.csr_pem().size() > 16384) return absl::InvalidArgumentError("csr_pem: at most 16 KiB");
+  TRAINCTL_RETURN_IF_ERROR(CsrFieldError(req));
   if (req.addresses_size() > kMaxAddresses) {
     return absl::InvalidArgumentError(absl::StrCat("addresses: at most ", kMaxAddresses));
   }

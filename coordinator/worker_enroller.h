@@ -15,6 +15,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -40,6 +41,15 @@ class WorkerEnroller {
   // too). InvalidArgument naming the field; AlreadyExists for a known id;
   // Unauthenticated when the token was used meanwhile.
   absl::StatusOr<v1::JoinResponse> Join(const Principal& who, const v1::JoinRequest& req);
+
+  // Renewal: a worker presenting its own certificate (mTLS, verified by the
+  // handshake; the caller checked that it is not revoked) gets a new one for
+  // a new key, with the same id and names (`sans`: the presented
+  // certificate's host names and addresses, which the admin authorised
+  // when it joined) and a full validity from now. `req.worker_id` must be
+  // empty or the certificate's id; no token is used.
+  absl::StatusOr<v1::JoinResponse> Renew(const std::string& worker_id, const std::vector<std::string>& sans,
+                                         const v1::JoinRequest& req);
 
  private:
   const auth::KeyAndCert ca_;

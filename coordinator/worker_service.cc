@@ -5,8 +5,6 @@
 // to the loop, where all of its own state (worker id, hosts, telemetry
 // failure) lives; its outgoing queue is guarded by its mutex, since the loop
 // sends and gRPC completes writes.
-#include <grpc/grpc_security_constants.h>
-
 #include <cassert>
 #include <deque>
 #include <iostream>
@@ -16,7 +14,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
-#include "common/auth/pki.h"
 #include "common/log.h"
 #include "coordinator/peer_address.h"
 #include "coordinator/service_support.h"
@@ -489,28 +486,17 @@ grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServic
   std::string cert_id;
   std::vector<std::string> cert_sans;
   std::string cert_serial;
-  if (std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context()) {
-    std::vector<grpc::string_ref> cn = auth->FindPropertyValues(GRPC_X509_CN_PROPERTY_NAME);
-    if (!cn.empty()) cert_id.assign(cn.front().data(), cn.front().size());
-    if (!cert_id.empty()) {
-      for (const grpc::string_ref& san : auth->FindPropertyValues(GRPC_X509_SAN_PROPERTY_NAME)) {
-        std::string name(san.data(), san.size());
-        // Host names and IP addresses only (not the spiffe:// URI).
-        if (name.find("://") == std::string::npos) cert_sans.push_back(std::move(name));
-      }
-      std::vector<grpc::string_ref> pem = auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
-      if (!pem.empty()) {
-        absl::StatusOr<std::string> serial = auth::CertSerialHex(std::string(pem.front().data(), pem.front().size()));
-        if (serial.ok()) cert_serial = *serial;
-      }
-      // Refused before the session starts: a revoked certificate gets nothing.
-      if (absl::Status revoked = ctx_.auth->CheckCert(cert_id, cert_serial); !revoked.ok()) {
-        LogEvent(LogLevel::kWarn, "coordinator", "worker_revoked_refused",
-                 {{"worker_id", cert_id}, {"peer", ctx->peer()}, {"reason", std::string(revoked.message())}});
-        return new RefusedSession(revoked);
-      }
-      if (!cert_serial.empty()) ctx_.auth->NoteCertSerial(cert_id, cert_serial);
+  if (std::optional<CertPeer> peer = CertPeerOf(*ctx)) {
+    cert_id = peer->id;
+    cert_sans = std::move(peer->sans);
+    cert_serial = peer->serial;
+    // Refused before the session starts: a revoked certificate gets nothing.
+    if (absl::Status revoked = ctx_.auth->CheckCert(cert_id, cert_serial); !revoked.ok()) {
+      LogEvent(LogLevel::kWarn, "coordinator", "worker_revoked_refused",
+               {{"worker_id", cert_id}, {"peer", ctx->peer()}, {"reason", std::string(revoked.message())}});
+      return new RefusedSession(revoked);
     }
+    if (!cert_serial.empty()) ctx_.auth->NoteCertSerial(cert_id, cert_serial);
   }
   absl::StatusOr<Principal> who;
   if (!cert_id.empty() && ctx->client_metadata().find("authorization") == ctx->client_metadata().end()) {

@@ -14,6 +14,8 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <random>
+#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
@@ -615,26 +617,70 @@ TEST(CoordinatorE2ETest, SequencedTelemetryIsAppliedOnceAcrossARestart) {
 }
 
 }  // namespace
-TEST(CoordinatorE2ETest, EmptyDbFileIsRefusedInsteadOfStartingAnEmptyCluster) {
-  std::string dir = TempDir();
-  const std::string db = dir + "/empty.db";
-  { std::ofstream touch(db); }
+// Runs the coordinator binary on `db` (admin token beside it) to its exit;
+// returns its wait status and output.
+std::pair<int, std::string> RunCoordinatorToExit(const std::string& db) {
   char self[4096] = {0};
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   std::string exe(self, n > 0 ? static_cast<size_t>(n) : 0);
   std::string bin = exe.substr(0, exe.rfind("/tests/")) + "/coordinator/trainctl-coordinator";
   FILE* p = popen((bin + " --listen=127.0.0.1:0 --db=" + db + " 2>&1").c_str(), "r");
-  ASSERT_NE(p, nullptr);
+  if (p == nullptr) return {-1, "popen failed"};
   std::string out;
   char buf[512];
   while (fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  int status = pclose(p);
+  return {pclose(p), out};
+}
+
+std::string FileBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
+TEST(CoordinatorE2ETest, EmptyDbFileIsRefusedInsteadOfStartingAnEmptyCluster) {
+  std::string dir = TempDir();
+  const std::string db = dir + "/empty.db";
+  { std::ofstream touch(db); }
+  auto [status, out] = RunCoordinatorToExit(db);
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << "\n" << out;
   EXPECT_THAT(out, HasSubstr(db));
   EXPECT_THAT(out, HasSubstr("not a trainctl database (it is empty)"));
   EXPECT_THAT(out, ::testing::Not(HasSubstr("listening")));
   std::ifstream in(db, std::ios::binary | std::ios::ate);
   EXPECT_EQ(in.tellg(), 0) << "the file is left as it was";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/admin.token")) << "a refused start creates no token file";
+}
+
+TEST(CoordinatorE2ETest, DamagedDbIsRefusedAtStartAndLeftAsItWas) {
+  std::string dir = TempDir();
+  const std::string db = dir + "/state.db";
+  {
+    auto [coordinator, addr] = StartCoordinator(db);
+    ASSERT_FALSE(addr.empty());
+    absl::StatusOr<std::string> admin = auth::ReadTokenFile(dir + "/admin.token");
+    ASSERT_TRUE(admin.ok()) << admin.status();
+    auto stub = v1::JobService::NewStub(Net(addr, *admin));
+    for (int i = 0; i < 200; ++i) ASSERT_FALSE(Submit(stub.get(), Spec(1)).empty());
+    coordinator.Signal(SIGTERM);
+    ASSERT_TRUE(coordinator.Wait().success());
+  }
+  std::filesystem::remove(dir + "/admin.token");
+  // 4 KiB of garbage over a page in the middle of the file.
+  std::string bytes = FileBytes(db);
+  ASSERT_GT(bytes.size(), 8u * 4096) << "the stopped coordinator left its data in the file";
+  const size_t page = (bytes.size() / 4096 / 2) * 4096;
+  std::mt19937 rng(3);
+  for (size_t i = page; i < page + 4096; ++i) bytes[i] = static_cast<char>(rng());
+  {
+    std::ofstream out(db, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  auto [status, out] = RunCoordinatorToExit(db);
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("the database is damaged"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("listening")));
+  EXPECT_EQ(FileBytes(db), bytes) << "the damaged file is left byte for byte";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/admin.token")) << "a refused start creates no token file";
 }
 
 }  // namespace trainctl

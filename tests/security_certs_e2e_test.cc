@@ -472,5 +472,82 @@ TEST(SecurityCertsE2ETest, ARevokedWorkerCertificateIsDropped) {
   EXPECT_THAT(s.error_message(), HasSubstr("was revoked"));
 }
 
+// #25 (renewal): a joined worker renews its certificate while a third of
+// its validity is left, for the same id and the names the admin authorised,
+// with no token; after the first certificate has expired the worker still
+// connects (a coordinator restart makes it present the renewed one). A
+// certificate renews only itself, and a revoked one cannot renew.
+TEST(SecurityCertsE2ETest, AJoinedWorkerRenewsItsCertificateBeforeItExpires) {
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  ASSERT_TRUE(cluster.InitTls());
+  // 43 s (back-dated 10 s): renewed when less than 18 s is left.
+  const std::vector<std::string> short_certs = {"--worker_cert_days=0.0005"};
+  ASSERT_TRUE(cluster.StartCoordinator(short_certs));
+  const std::string ca = cluster.ca_file();
+  const std::string join_file = cluster.dir() + "/join.token";
+  ASSERT_TRUE(
+      auth::WritePrivateFile(join_file, CreateToken(cluster, v1::ROLE_JOIN, "rack-1", {"127.0.0.1"}) + "\n").ok());
+  ASSERT_TRUE(cluster.StartWorker("joined", 1, false, {"--join_token_file=" + join_file}));
+  ASSERT_TRUE(cluster.WaitWorkers(1, absl::Seconds(30))) << cluster.worker("joined")->ReadLog();
+  const std::string work = cluster.dir() + "/worker-joined";
+  const std::string first = *auth::ReadFile(work + "/worker.crt");
+  const std::string id = *auth::CertCommonName(first);
+  const auth::CertValidity first_valid = *auth::CertValidityOf(first);
+  ASSERT_LT(first_valid.not_after - first_valid.not_before, absl::Seconds(60));
+
+  std::string renewed;
+  ASSERT_TRUE(Eventually(
+      [&] {
+        absl::StatusOr<std::string> now = auth::ReadFile(work + "/worker.crt");
+        if (!now.ok() || *now == first) return false;
+        renewed = *now;
+        return true;
+      },
+      absl::Seconds(60)))
+      << cluster.worker("joined")->ReadLog();
+  EXPECT_EQ(*auth::CertCommonName(renewed), id) << "the same worker";
+  EXPECT_NE(*auth::CertSerialHex(renewed), *auth::CertSerialHex(first));
+  EXPECT_GT(auth::CertValidityOf(renewed)->not_after, first_valid.not_after);
+  EXPECT_TRUE(CertNames(renewed, "127.0.0.1")) << "the authorised name is kept";
+  EXPECT_THAT(cluster.worker("joined")->ReadLog(), HasSubstr("certificate_renewed"));
+  EXPECT_THAT(cluster.coordinator()->ReadLog(), HasSubstr("worker_cert_renewed worker_id=" + id));
+
+  // Past the first certificate's end: a new session presents the renewed one.
+  const absl::Duration left = first_valid.not_after + absl::Seconds(1) - absl::Now();
+  if (left > absl::ZeroDuration()) absl::SleepFor(left);
+  cluster.KillCoordinator(SIGTERM);
+  ASSERT_TRUE(cluster.StartCoordinator(short_certs));
+  const std::string job = cluster.Submit(Spec("after-renewal", 1));
+  v1::Job done = cluster.WaitState(job, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.state_reason() << cluster.worker("joined")->ReadLog();
+  EXPECT_EQ(done.attempts(0).ranks(0).worker_id(), id);
+
+  // A certificate renews only itself; a revoked one not at all.
+  const std::string key = *auth::NewPrivateKey();
+  auto renew = [&](const std::string& as) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Soon());
+    v1::JoinRequest req;
+    req.set_worker_id(as);
+    req.set_csr_pem(*auth::NewCsr(key, "x"));
+    v1::JoinResponse resp;
+    return v1::AuthService::NewStub(Tls(cluster.address(), ca, "", work + "/worker.crt", work + "/worker.key"))
+        ->Join(&ctx, req, &resp);
+  };
+  grpc::Status s = renew("someone-else");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  grpc::ClientContext rctx;
+  rctx.set_deadline(Soon());
+  v1::RevokeWorkerRequest revoke;
+  revoke.set_worker_id(id);
+  v1::RevokeWorkerResponse revoked;
+  ASSERT_TRUE(v1::AuthService::NewStub(Tls(cluster.address(), ca, cluster.admin_token()))
+                  ->RevokeWorker(&rctx, revoke, &revoked)
+                  .ok());
+  s = renew("");
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
+  EXPECT_THAT(s.error_message(), HasSubstr("was revoked"));
+}
+
 }  // namespace
 }  // namespace trainctl

@@ -10,6 +10,8 @@
 #include <openssl/x509.h>
 #include <openssl/x509v3.h>
 
+#include <algorithm>
+#include <ctime>
 #include <memory>
 
 #include "absl/strings/ascii.h"
@@ -92,7 +94,9 @@ Cert NewCert(EVP_PKEY* subject_key, const std::string& cn, absl::Duration validi
   BIGNUM* bn = BN_bin2bn(serial, sizeof serial, nullptr);
   BN_to_ASN1_INTEGER(bn, X509_get_serialNumber(cert.get()));
   BN_free(bn);
-  X509_gmtime_adj(X509_getm_notBefore(cert.get()), -300);
+  // Back-dated for clocks a little behind (5 min; a quarter of a short
+  // validity, so that its renewal point stays where the validity says).
+  X509_gmtime_adj(X509_getm_notBefore(cert.get()), -std::min<int64_t>(300, absl::ToInt64Seconds(validity) / 4));
   X509_gmtime_adj(X509_getm_notAfter(cert.get()), absl::ToInt64Seconds(validity));
   X509_set_pubkey(cert.get(), subject_key);
   X509_NAME* name = X509_get_subject_name(cert.get());
@@ -251,6 +255,23 @@ absl::StatusOr<std::string> CertSerialHex(const std::string& cert_pem) {
   std::string out = absl::AsciiStrToLower(hex != nullptr ? hex : "");
   OPENSSL_free(hex);
   return out;
+}
+
+absl::StatusOr<CertValidity> CertValidityOf(const std::string& cert_pem) {
+  Cert cert = ParseCert(cert_pem);
+  if (!cert) return absl::InvalidArgumentError(OpenSslError("certificate: cannot parse"));
+  auto to_time = [](const ASN1_TIME* t, absl::Time* out) {
+    struct tm tm {};
+    if (t == nullptr || ASN1_TIME_to_tm(t, &tm) != 1) return false;
+    *out = absl::FromTimeT(timegm(&tm));
+    return true;
+  };
+  CertValidity v;
+  if (!to_time(X509_get0_notBefore(cert.get()), &v.not_before) ||
+      !to_time(X509_get0_notAfter(cert.get()), &v.not_after)) {
+    return absl::InvalidArgumentError("certificate: bad validity dates");
+  }
+  return v;
 }
 
 absl::StatusOr<std::string> NewRsaCsrForTest(int bits, const std::string& common_name) {

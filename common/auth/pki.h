@@ -63,6 +63,13 @@ absl::StatusOr<std::string> CertCommonName(const std::string& cert_pem);
 // zeros (as `openssl x509 -serial` prints it, lowercased).
 absl::StatusOr<std::string> CertSerialHex(const std::string& cert_pem);
 
+// When a PEM certificate starts and stops being valid.
+struct CertValidity {
+  absl::Time not_before;
+  absl::Time not_after;
+};
+absl::StatusOr<CertValidity> CertValidityOf(const std::string& cert_pem);
+
 // Test helper for weak-key refusals: a CSR for a new RSA key of `bits`.
 absl::StatusOr<std::string> NewRsaCsrForTest(int bits, const std::string& common_name);
 

@@ -19,6 +19,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/log.h"
@@ -184,6 +185,7 @@ absl::Status StateStore::Impl::OpenLocked() {
   // (no -shm file). journal_mode is the first statement that reads the file,
   // so a file that is not SQLite fails here with SQLITE_NOTADB.
   TRAINCTL_RETURN_IF_ERROR(Exec("PRAGMA locking_mode=EXCLUSIVE", absl::StrCat("open ", path)));
+  if (!created) TRAINCTL_RETURN_IF_ERROR(CheckExistingFile());
   {
     Statement stmt;
     const std::string op = absl::StrCat("open ", path, ": set WAL mode");
@@ -205,6 +207,94 @@ absl::Status StateStore::Impl::OpenLocked() {
   return PrepareStatements();
 }
 
+absl::Status StateStore::Impl::IdentityError(int64_t app_id, int64_t version, int64_t objects) {
+  const bool blank = app_id == 0 && version == 0 && objects == 0;
+  if (blank && !created) {
+    return EmptyFileError(path);
+  }
+  if (app_id != kApplicationId && !blank) {
+    // Another program's database (or an older file without the marker).
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state store: open ", path, ": not a trainctl database (application_id ", app_id,
+        ", user_version ", version, ", ", objects, " schema objects); refusing to modify it"));
+  }
+  if (version > kSchemaVersion) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("state store: open ", path, ": schema version ", version,
+                     " is newer than this binary knows (", kSchemaVersion,
+                     "); run a newer trainctl-coordinator"));
+  }
+  if (version < 0) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("state store: open ", path, ": invalid schema version ", version));
+  }
+  return absl::OkStatus();
+}
+
+// Before anything is written to an existing file (the WAL switch rewrites
+// its header): is it ours, and is it whole? Refused files stay as they were.
+absl::Status StateStore::Impl::CheckExistingFile() {
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t app_id, PragmaInt("PRAGMA application_id"));
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t version, PragmaInt("PRAGMA user_version"));
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t objects, PragmaInt("SELECT COUNT(*) FROM sqlite_master"));
+  TRAINCTL_RETURN_IF_ERROR(IdentityError(app_id, version, objects));
+  if (options.integrity_check_timeout <= absl::ZeroDuration()) return absl::OkStatus();
+  // quick_check reads every page (O(size)); bounded so that a huge database
+  // does not hold up a restart: past the bound it is interrupted, said, and
+  // the open goes on unchecked.
+  const absl::Time start = absl::Now();
+  struct Bound {
+    absl::Time deadline;
+    bool hit = false;
+  } bound{start + options.integrity_check_timeout};
+  sqlite3_progress_handler(
+      db, 10000,
+      [](void* p) -> int {
+        auto* b = static_cast<Bound*>(p);
+        b->hit = b->hit || absl::Now() > b->deadline;
+        return b->hit ? 1 : 0;
+      },
+      &bound);
+  std::vector<std::string> problems;
+  int rc = SQLITE_OK;
+  {
+    Statement stmt;
+    const std::string op = absl::StrCat("open ", path, ": quick_check");
+    absl::Status prepared = stmt.Prepare(db, "PRAGMA quick_check(20)", op);
+    if (!prepared.ok()) {
+      sqlite3_progress_handler(db, 0, nullptr, nullptr);
+      return prepared;
+    }
+    while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
+      const unsigned char* text = sqlite3_column_text(stmt.get(), 0);
+      std::string line = text != nullptr ? reinterpret_cast<const char*>(text) : "";
+      if (line != "ok") problems.push_back(std::move(line));
+    }
+  }
+  sqlite3_progress_handler(db, 0, nullptr, nullptr);
+  if (bound.hit) {
+    LogEvent(
+        LogLevel::kWarn, "coordinator", "db_check_cut_short",
+        {{"db", path},
+         {"after", absl::FormatDuration(absl::Now() - start)},
+         {"hint",
+          "raise --db-check-timeout-s, or check it offline: sqlite3 DB 'PRAGMA integrity_check'"}});
+    return absl::OkStatus();
+  }
+  if (rc != SQLITE_DONE && problems.empty()) {
+    return SqliteStatus(db, rc, absl::StrCat("open ", path, ": quick_check"));
+  }
+  if (!problems.empty()) {
+    return absl::DataLossError(absl::StrCat(
+        "state store: open ", path,
+        ": the database is damaged (PRAGMA quick_check: ", absl::StrJoin(problems, "; "),
+        "); refusing to start on it (the file is left as it was): restore a backup "
+        "(docs/operator.md), or "
+        "move it aside to start a new cluster"));
+  }
+  return absl::OkStatus();
+}
+
 absl::Status StateStore::Impl::Migrate() {
   const std::string op = absl::StrCat("open ", path, ": migrate schema");
   TRAINCTL_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", op));
@@ -212,26 +302,7 @@ absl::Status StateStore::Impl::Migrate() {
     TRAINCTL_ASSIGN_OR_RETURN(int64_t app_id, PragmaInt("PRAGMA application_id"));
     TRAINCTL_ASSIGN_OR_RETURN(int64_t version, PragmaInt("PRAGMA user_version"));
     TRAINCTL_ASSIGN_OR_RETURN(int64_t objects, PragmaInt("SELECT COUNT(*) FROM sqlite_master"));
-    const bool blank = app_id == 0 && version == 0 && objects == 0;
-    if (blank && !created) {
-      return EmptyFileError(path);
-    }
-    if (app_id != kApplicationId && !blank) {
-      // Another program's database (or an older file without the marker).
-      return absl::FailedPreconditionError(absl::StrCat(
-          "state store: open ", path, ": not a trainctl database (application_id ", app_id,
-          ", user_version ", version, ", ", objects, " schema objects); refusing to modify it"));
-    }
-    if (version > kSchemaVersion) {
-      return absl::FailedPreconditionError(
-          absl::StrCat("state store: open ", path, ": schema version ", version,
-                       " is newer than this binary knows (", kSchemaVersion,
-                       "); run a newer trainctl-coordinator"));
-    }
-    if (version < 0) {
-      return absl::FailedPreconditionError(absl::StrCat(
-          "state store: open ", path, ": invalid schema version ", version));
-    }
+    TRAINCTL_RETURN_IF_ERROR(IdentityError(app_id, version, objects));
     for (int64_t v = version; v < kSchemaVersion; ++v) {
       TRAINCTL_RETURN_IF_ERROR(
           Exec(kMigrations[v], absl::StrCat(op, " from version ", v, " to ", v + 1)));

@@ -32,6 +32,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/time/time.h"
 #include "absl/strings/string_view.h"
 #include "common/prometheus.h"
 #include "trainctl/v1/auth.pb.h"
@@ -56,6 +57,11 @@ struct StoreOptions {
   int64_t max_events_per_job = 10000;
   // A COMMIT slower than this is logged (WARN slow_commit); <= 0: never.
   int64_t slow_commit_ms = 200;
+  // Before anything is written to an existing file, `PRAGMA quick_check`
+  // runs for at most this long: damage found refuses the open (the file
+  // untouched); a check cut short by the bound is logged and the open goes
+  // on. Zero: no check.
+  absl::Duration integrity_check_timeout = absl::Seconds(30);
 };
 
 // Everything needed to rebuild the coordinator's memory at start.

@@ -48,6 +48,10 @@ struct StateStore::Impl {
   absl::Status OpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status Exec(const char* sql, absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Refuses a file that is not a trainctl database of a version this binary
+  // knows (the pragmas' values); OK otherwise.
+  absl::Status IdentityError(int64_t app_id, int64_t version, int64_t objects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status CheckExistingFile() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::StatusOr<int64_t> PragmaInt(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Downsamples the job's oldest `oldest` metric rows in place (see
   // StoreOptions); returns how many rows it deleted.

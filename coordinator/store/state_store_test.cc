@@ -165,6 +165,11 @@ TEST(StateStoreTest, SchemaVersionTooNewIsFailedPrecondition) {
   EXPECT_THAT(store.status().message(), HasSubstr(path));
 }
 
+std::string ReadBytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+}
+
 TEST(StateStoreTest, GarbageFileIsAClearError) {
   TempDir dir;
   for (size_t size : {size_t{16}, size_t{4096}}) {
@@ -192,10 +197,51 @@ TEST(StateStoreTest, ForeignSqliteDatabaseIsRefused) {
   TempDir dir;
   const std::string path = dir.File("other.db");
   RawExec(path, "CREATE TABLE notes (text TEXT)");
+  const std::string before = ReadBytes(path);
   auto store = StateStore::Open(path);
   ASSERT_FALSE(store.ok());
   EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
   EXPECT_THAT(store.status().message(), HasSubstr("not a trainctl database"));
+  // Refused before the WAL switch, which would rewrite its header.
+  EXPECT_EQ(ReadBytes(path), before) << "the foreign file is left byte for byte";
+}
+
+TEST(StateStoreTest, DamagedDatabaseIsRefusedAtOpenAndLeftAsItWas) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  {
+    std::unique_ptr<StateStore> store = OpenOrDie(path);
+    ASSERT_NE(store, nullptr);
+    // Many small rows: b-tree pages all through the file (no overflow or
+    // free pages, whose bytes no check could fault).
+    for (int i = 0; i < 400; ++i) {
+      const std::string id = absl::StrCat("job-", i);
+      std::vector<v1::Event> events;
+      for (int e = 1; e <= 10; ++e) events.push_back(MakeEvent(id, e));
+      ASSERT_TRUE(store->PutJob(MakeJob(id), i + 1, events).ok());
+    }
+  }
+  const size_t size = std::filesystem::file_size(path);
+  ASSERT_GT(size, 16u * 4096) << "the closed store checkpointed its WAL into the file";
+  std::string bytes = ReadBytes(path);
+  std::mt19937 rng(7);
+  const size_t page = (size / 4096 / 2) * 4096;
+  for (size_t i = page; i < page + 4096; ++i) bytes[i] = static_cast<char>(rng());
+  {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out << bytes;
+  }
+  auto store = StateStore::Open(path);
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kDataLoss) << store.status();
+  EXPECT_THAT(store.status().message(), HasSubstr("the database is damaged"));
+  EXPECT_THAT(store.status().message(), HasSubstr(path));
+  EXPECT_EQ(ReadBytes(path), bytes) << "the damaged file is left byte for byte";
+  EXPECT_FALSE(std::filesystem::exists(path + "-wal"));
+  // The check can be turned off (an operator who knows better).
+  StoreOptions unchecked;
+  unchecked.integrity_check_timeout = absl::ZeroDuration();
+  EXPECT_TRUE(StateStore::Open(path, unchecked).ok());
 }
 
 TEST(StateStoreTest, EmptyExistingFileIsRefusedNotStartedAsANewCluster) {

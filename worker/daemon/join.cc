@@ -2,6 +2,8 @@
 
 #include <grpcpp/grpcpp.h>
 
+#include <algorithm>
+#include <chrono>
 #include <filesystem>
 #include <fstream>
 
@@ -15,7 +17,42 @@ namespace trainctl::worker {
 std::string JoinedCertFile(const std::string& work_dir) { return work_dir + "/worker.crt"; }
 std::string JoinedKeyFile(const std::string& work_dir) { return work_dir + "/worker.key"; }
 
+namespace {
+
+std::string NewSuffix(const std::string& path) { return path + ".new"; }
+
+// A renewal writes worker.key.new and worker.crt.new, then renames the key,
+// then the certificate. Both .new files left: the swap had not begun (the
+// old pair is whole): drop them. Only the certificate's: the key is the new
+// one already: finish with the certificate.
+void FinishInterruptedSwap(const std::string& work_dir) {
+  const std::string key_new = NewSuffix(JoinedKeyFile(work_dir));
+  const std::string cert_new = NewSuffix(JoinedCertFile(work_dir));
+  std::error_code ec;
+  if (!std::filesystem::exists(cert_new, ec)) {
+    std::filesystem::remove(key_new, ec);
+    return;
+  }
+  if (std::filesystem::exists(key_new, ec)) {
+    std::filesystem::remove(key_new, ec);
+    std::filesystem::remove(cert_new, ec);
+    return;
+  }
+  std::filesystem::rename(cert_new, JoinedCertFile(work_dir), ec);
+}
+
+grpc::Status CallJoin(v1::AuthService::Stub* stub, const v1::JoinRequest& req, v1::JoinResponse* resp,
+                      bool wait_for_ready) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  ctx.set_wait_for_ready(wait_for_ready);
+  return stub->Join(&ctx, req, resp);
+}
+
+}  // namespace
+
 absl::StatusOr<WorkerIdentity> JoinedIdentity(const std::string& work_dir) {
+  FinishInterruptedSwap(work_dir);
   WorkerIdentity id{"", JoinedCertFile(work_dir), JoinedKeyFile(work_dir), false};
   absl::StatusOr<std::string> cert = auth::ReadFile(id.cert_file);
   if (!cert.ok() || !auth::ReadFile(id.key_file).ok()) {
@@ -54,10 +91,7 @@ absl::StatusOr<WorkerIdentity> Join(const JoinOptions& o) {
   grpc::Status s;
   absl::Time deadline = absl::Now() + o.timeout;
   while (true) {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-    ctx.set_wait_for_ready(true);
-    s = stub->Join(&ctx, req, &resp);
+    s = CallJoin(stub.get(), req, &resp, /*wait_for_ready=*/true);
     // A coordinator not up yet (a compose file starts everything at once):
     // try again. Anything else is its answer.
     if (s.ok() || (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
@@ -83,6 +117,78 @@ absl::StatusOr<WorkerIdentity> Join(const JoinOptions& o) {
     if (absl::Status w = auth::WritePrivateFile(path, *text); !w.ok()) return w;
   }
   return id;
+}
+
+RenewResult RenewCertificateIfDue(const std::string& coordinator, const std::string& ca_file,
+                                  const std::string& work_dir, absl::Time now) {
+  RenewResult r;
+  const std::string cert_file = JoinedCertFile(work_dir);
+  const std::string key_file = JoinedKeyFile(work_dir);
+  absl::StatusOr<std::string> cert = auth::ReadFile(cert_file);
+  absl::StatusOr<auth::CertValidity> validity =
+      cert.ok() ? auth::CertValidityOf(*cert) : absl::StatusOr<auth::CertValidity>(cert.status());
+  if (!validity.ok()) {
+    r.error = absl::Status(validity.status().code(), absl::StrCat(cert_file, ": ", validity.status().message()));
+    return r;
+  }
+  const absl::Duration total = validity->not_after - validity->not_before;
+  r.expires = validity->not_after;
+  r.next_check = std::clamp(total / 20, absl::Seconds(1), absl::Hours(1));
+  if (validity->not_after - now > total / 3) return r;
+
+  absl::StatusOr<std::string> key = auth::NewPrivateKey();
+  absl::StatusOr<std::string> csr = key.ok() ? auth::NewCsr(*key, "trainctl-worker") : key.status();
+  if (!csr.ok()) {
+    r.error = csr.status();
+    return r;
+  }
+  auth::ChannelSecurity security;
+  security.ca_file = ca_file;
+  security.cert_file = cert_file;
+  security.key_file = key_file;
+  grpc::ChannelArguments args;
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = auth::MakeChannel(coordinator, security, args);
+  if (!channel.ok()) {
+    r.error = channel.status();
+    return r;
+  }
+  v1::JoinRequest req;
+  req.set_csr_pem(*csr);
+  v1::JoinResponse resp;
+  grpc::Status s = CallJoin(v1::AuthService::NewStub(*channel).get(), req, &resp, /*wait_for_ready=*/false);
+  if (!s.ok()) {
+    r.error = absl::Status(static_cast<absl::StatusCode>(s.error_code()),
+                           absl::StrCat("renew at ", coordinator, ": ", s.error_message()));
+    return r;
+  }
+  absl::StatusOr<std::string> old_cn = auth::CertCommonName(*cert);
+  absl::StatusOr<std::string> cn = auth::CertCommonName(resp.cert_pem());
+  absl::StatusOr<auth::CertValidity> renewed = auth::CertValidityOf(resp.cert_pem());
+  if (!cn.ok() || !old_cn.ok() || *cn != *old_cn || !renewed.ok()) {
+    r.error = absl::DataLossError("renew: the coordinator's certificate does not name this worker");
+    return r;
+  }
+  // Both written whole first; then the key, then the certificate (see
+  // FinishInterruptedSwap for a crash in between).
+  for (auto [path, text] : {std::pair<std::string, const std::string*>{NewSuffix(key_file), &*key},
+                            {NewSuffix(cert_file), &resp.cert_pem()}}) {
+    if (absl::Status w = auth::WritePrivateFile(path, *text); !w.ok()) {
+      r.error = w;
+      return r;
+    }
+  }
+  std::error_code ec;
+  std::filesystem::rename(NewSuffix(key_file), key_file, ec);
+  if (!ec) std::filesystem::rename(NewSuffix(cert_file), cert_file, ec);
+  if (ec) {
+    r.error = absl::InternalError(absl::StrCat("renew: replacing ", cert_file, ": ", ec.message()));
+    return r;
+  }
+  r.renewed = true;
+  r.expires = renewed->not_after;
+  r.next_check = std::clamp((renewed->not_after - renewed->not_before) / 20, absl::Seconds(1), absl::Hours(1));
+  return r;
 }
 
 }  // namespace trainctl::worker

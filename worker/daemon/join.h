@@ -6,8 +6,8 @@
 // certificate and key are kept in the work dir (mode 0600) with the id the
 // coordinator gave, so a restarted worker reuses them and needs no token.
 //
-// Called once by trainctl-worker's main before the daemon starts. No shared
-// state.
+// Join is called once by trainctl-worker's main before the daemon starts;
+// RenewCertificateIfDue by the daemon's renewal thread. No shared state.
 #pragma once
 
 #include <string>
@@ -49,5 +49,23 @@ struct JoinOptions {
 // worker-id into the work dir. The coordinator's refusal comes back as its
 // status (e.g. Unauthenticated: the token was already used).
 absl::StatusOr<WorkerIdentity> Join(const JoinOptions& options);
+
+// Renewal of a joined certificate before it expires (as kubelet's
+// certificate rotation): once less than a third of its validity is left,
+// a new key and CSR go to AuthService.Join over mutual TLS with the current
+// certificate (no token); the coordinator signs the same id and names for a
+// full validity. The new pair replaces the old one in the work dir (key,
+// then certificate, each written whole; JoinedIdentity completes a swap a
+// crash interrupted), and the daemon's next connection presents it.
+struct RenewResult {
+  bool renewed = false;
+  // Why a renewal that was due failed (it is tried again at the next check).
+  absl::Status error;
+  // When to look again: a twentieth of the validity (1 s .. 1 h).
+  absl::Duration next_check = absl::Hours(1);
+  absl::Time expires;  // of the certificate in place after this call
+};
+RenewResult RenewCertificateIfDue(const std::string& coordinator, const std::string& ca_file,
+                                  const std::string& work_dir, absl::Time now);
 
 }  // namespace trainctl::worker

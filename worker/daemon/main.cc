@@ -175,6 +175,7 @@ absl::Status ResolveIdentity(DaemonOptions& o) {
                      {{"worker_id", id->worker_id}, {"cert", id->cert_file}});
   o.cert_file = id->cert_file;
   o.key_file = id->key_file;
+  o.renew_certificate = true;
   // The daemon registers as its worker-id file says: the certificate's id.
   if (absl::Status w = trainctl::auth::WritePrivateFile(o.work_dir + "/worker-id", id->worker_id); !w.ok()) {
     return Misconfigured("", w.message());

@@ -15,7 +15,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/log.h"
 #include "common/prometheus.h"
+#include "worker/daemon/join.h"
 #include "worker/daemon/rank_files.h"
 #include "worker/daemon/path_policy.h"
 #include "worker/daemon/worker_daemon_internal.h"
@@ -110,7 +112,24 @@ absl::Status WorkerDaemon::Start() {
   started_ = true;
   session_ = std::thread([this] { SessionLoop(); });
   writer_ = std::thread([this] { WriterLoop(); });
+  if (options_.renew_certificate) renewer_ = std::thread([this] { RenewLoop(); });
   return absl::OkStatus();
+}
+
+void WorkerDaemon::RenewLoop() {
+  do {
+    RenewResult r = RenewCertificateIfDue(options_.coordinator, options_.ca_file, options_.work_dir, absl::Now());
+    if (r.renewed) {
+      LogEvent(LogLevel::kInfo, "worker", "certificate_renewed",
+               {{"worker_id", worker_id()}, {"cert", options_.cert_file}, {"expires", absl::FormatTime(r.expires)}});
+    } else if (!r.error.ok()) {
+      LogEvent(LogLevel::kWarn, "worker", "certificate_renewal_failed",
+               {{"worker_id", worker_id()}, {"reason", std::string(r.error.message())},
+                {"expires", r.expires == absl::Time() ? "" : absl::FormatTime(r.expires)},
+                {"retry_in", absl::FormatDuration(r.next_check)}});
+    }
+    if (!SleepUnlessShuttingDown(r.next_check)) return;
+  } while (true);
 }
 
 std::string WorkerDaemon::MetricsPage() {
@@ -210,6 +229,7 @@ void WorkerDaemon::Shutdown(bool goodbye, absl::Duration grace) {
   }
   if (session_.joinable()) session_.join();
   if (writer_.joinable()) writer_.join();
+  if (renewer_.joinable()) renewer_.join();
   loop_.StopAndJoin();
   supervisor_.reset();
 }

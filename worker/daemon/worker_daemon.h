@@ -54,6 +54,9 @@ struct DaemonOptions {
   // This worker's certificate and key (PEM files): mutual TLS, its identity.
   std::string cert_file;
   std::string key_file;
+  // cert_file/key_file are the work dir's joined pair (join.h): renew them
+  // before they expire (RenewCertificateIfDue, on a thread of its own).
+  bool renew_certificate = false;
   // Holds the worker id file and each rank's scratch directory.
   std::string work_dir;
   std::vector<v1::Slot> slots;
@@ -135,6 +138,8 @@ class WorkerDaemon {
 
   // Session (threads; daemon_session.cc).
   void SessionLoop();
+  // Checks the joined certificate now and then and renews it when due.
+  void RenewLoop();
   // Registers on `stream` and, once acknowledged, reads it until it ends;
   // true when the coordinator acknowledged the registration.
   bool RunSession(grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>& stream);
@@ -255,6 +260,7 @@ class WorkerDaemon {
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   std::thread session_;
   std::thread writer_;
+  std::thread renewer_;
   bool started_ = false;
   bool shut_down_ = false;
   // Stopped first in Shutdown (its handler posts to the loop).
