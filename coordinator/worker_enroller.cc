@@ -30,6 +30,23 @@ absl::Status CsrFieldError(const v1::JoinRequest& req) {
 
 }  // namespace
 
+absl::StatusOr<std::string> WorkerEnroller::Sign(const std::string& id, std::vector<std::string> sans,
+                                                 const std::string& csr_pem) const {
+  sans.push_back(auth::WorkerUri(id));
+  absl::StatusOr<std::string> cert = auth::SignCsr(ca_, csr_pem, id, sans, validity_, auth::CertPurpose::kClient);
+  if (!cert.ok()) return absl::InvalidArgumentError(absl::StrCat("csr_pem: ", cert.status().message()));
+  return cert;
+}
+
+v1::JoinResponse WorkerEnroller::Reply(const std::string& id, std::string cert_pem) const {
+  v1::JoinResponse resp;
+  resp.set_worker_id(id);
+  resp.set_cert_pem(std::move(cert_pem));
+  resp.set_ca_pem(ca_.cert_pem);
+  SetTimestamp(clock_->Now() + validity_, resp.mutable_expire_time());
+  return resp;
+}
+
 absl::StatusOr<v1::JoinResponse> WorkerEnroller::Renew(const std::string& worker_id,
                                                        const std::vector<std::string>& sans,
                                                        const v1::JoinRequest& req) {
@@ -43,19 +60,12 @@ absl::StatusOr<v1::JoinResponse> WorkerEnroller::Renew(const std::string& worker
   }
   TRAINCTL_RETURN_IF_ERROR(CsrFieldError(req));
   TRAINCTL_RETURN_IF_ERROR(auth::CheckCsr(req.csr_pem(), "csr_pem"));
-  std::vector<std::string> names = sans;
-  names.push_back(auth::WorkerUri(worker_id));
-  absl::StatusOr<std::string> cert =
-      auth::SignCsr(ca_, req.csr_pem(), worker_id, names, validity_, auth::CertPurpose::kClient);
-  if (!cert.ok()) return absl::InvalidArgumentError(absl::StrCat("csr_pem: ", cert.status().message()));
+  absl::StatusOr<std::string> cert = Sign(worker_id, sans, req.csr_pem());
+  if (!cert.ok()) return cert.status();
   absl::StatusOr<std::string> serial = auth::CertSerialHex(*cert);
   // What RevokeWorker lists for the id (revocation itself is by id).
   if (serial.ok()) tokens_->NoteCertSerial(worker_id, *serial);
-  v1::JoinResponse resp;
-  resp.set_worker_id(worker_id);
-  resp.set_cert_pem(*std::move(cert));
-  resp.set_ca_pem(ca_.cert_pem);
-  SetTimestamp(clock_->Now() + validity_, resp.mutable_expire_time());
+  v1::JoinResponse resp = Reply(worker_id, *std::move(cert));
   LogEvent(LogLevel::kInfo, "coordinator", "worker_cert_renewed",
            {{"worker_id", worker_id}, {"serial", serial.ok() ? *serial : ""},
             {"addresses", absl::StrJoin(sans, ",")}, {"valid_for", absl::FormatDuration(validity_)}});
@@ -107,18 +117,12 @@ absl::StatusOr<v1::JoinResponse> WorkerEnroller::Join(const Principal& who, cons
   for (const std::string& a : req.addresses()) {
     if (std::find(sans.begin(), sans.end(), a) == sans.end()) ignored.push_back(a);
   }
-  sans.push_back(auth::WorkerUri(id));
-  absl::StatusOr<std::string> cert =
-      auth::SignCsr(ca_, req.csr_pem(), id, sans, validity_, auth::CertPurpose::kClient);
-  if (!cert.ok()) return absl::InvalidArgumentError(absl::StrCat("csr_pem: ", cert.status().message()));
+  absl::StatusOr<std::string> cert = Sign(id, sans, req.csr_pem());
+  if (!cert.ok()) return cert.status();
   // Consume first: a token used meanwhile (a concurrent Join) gets nothing.
   TRAINCTL_RETURN_IF_ERROR(tokens_->ConsumeOneTime(who.token_id));
   TRAINCTL_RETURN_IF_ERROR(tokens_->BindWorker(id, Principal{TokenAuthority::CertBinding(id), id, v1::ROLE_WORKER}));
-  v1::JoinResponse resp;
-  resp.set_worker_id(id);
-  resp.set_cert_pem(*std::move(cert));
-  resp.set_ca_pem(ca_.cert_pem);
-  SetTimestamp(clock_->Now() + validity_, resp.mutable_expire_time());
+  v1::JoinResponse resp = Reply(id, *std::move(cert));
   LogEvent(LogLevel::kInfo, "coordinator", "worker_joined",
            {{"worker_id", id}, {"join_token", who.token_id}, {"token_name", who.name},
             {"addresses", absl::StrJoin(who.addresses, ",")},

@@ -52,6 +52,12 @@ class WorkerEnroller {
                                          const v1::JoinRequest& req);
 
  private:
+  // A client certificate for `id` naming `sans` and the worker URI, or
+  // InvalidArgument naming csr_pem.
+  absl::StatusOr<std::string> Sign(const std::string& id, std::vector<std::string> sans,
+                                   const std::string& csr_pem) const;
+  v1::JoinResponse Reply(const std::string& id, std::string cert_pem) const;
+
   const auth::KeyAndCert ca_;
   TokenAuthority* const tokens_;
   WorkerRegistry* const registry_;
