@@ -48,7 +48,7 @@ TEST_F(CliTest, LogsPrintsStoredLinesPerRank) {
   }
   r = Run({"logs", "nope"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "trainctl logs: no job nope\n");
+  EXPECT_EQ(r.err, "trainctl logs: no job 'nope' (not an id, a job name or the start of an id)\n");
 }
 
 TEST_F(CliTest, LogsFollowWaitsForThePlacementThenStreamsUntilTheJobEnds) {

@@ -302,7 +302,7 @@ TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
   EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw1 +host-w1 +127.0.0.1 +LEFT +1 cpu +0/1 .*"));
 }
 
-TEST_F(CliTest, StatusDescribeAndLogsTakeAUniqueJobName) {
+TEST_F(CliTest, EveryVerbTakesAnIdANameOrAnIdPrefix) {
   cluster_.AddWorker("w0", 2);
   std::string only = Submit({"name=only-one", "world_size=1"});
   ASSERT_TRUE(cluster_.RunAttemptToSuccess(only, 1, 1));
@@ -317,13 +317,26 @@ TEST_F(CliTest, StatusDescribeAndLogsTakeAUniqueJobName) {
   r = Run({"logs", "only-one"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "[rank 0] rank 0 trained 1 epochs\n");
+  // The verbs that took only an id take a name too, and a unique id prefix.
+  for (const std::string& verb : {"checkpoints", "metrics"}) {
+    r = Run({verb, "only-one", "-o", "json"});
+    EXPECT_EQ(r.code, 0) << verb << ": " << r.err;
+  }
+  const std::string prefix = only.substr(0, only.size() - 2);
+  r = Run({"status", prefix});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("Job:        " + only + "\n"));
+  // Several matches: listed newest first, or the newest with --latest.
   r = Run({"status", "twin"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("the name 'twin' is shared by 2 jobs"));
-  EXPECT_THAT(r.err, AllOf(HasSubstr(twin1), HasSubstr(twin2), HasSubstr("give a job id")));
+  EXPECT_THAT(r.err, HasSubstr("'twin' matches 2 jobs by name, newest first: " + twin2 + ", " + twin1));
+  EXPECT_THAT(r.err, HasSubstr("give an id, or --latest for the newest"));
+  r = Run({"cancel", "twin", "--latest"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("job " + twin2 + " CANCELLED"));
   r = Run({"status", "nobody"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "trainctl status: no job nobody\n");
+  EXPECT_EQ(r.err, "trainctl status: no job 'nobody' (not an id, a job name or the start of an id)\n");
 }
 
 // --- errors from the coordinator -------------------------------------------------
@@ -380,7 +393,7 @@ TEST_F(CliTest, MetricsPrintsTheHistoryOfAnEndedJobAndDescribeSummarizesIt) {
 TEST_F(CliTest, RpcErrorsPrintTheCoordinatorsReasonAndExitOne) {
   CliRun r = Run({"status", "no-such-job"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "trainctl status: no job no-such-job\n");
+  EXPECT_EQ(r.err, "trainctl status: no job 'no-such-job' (not an id, a job name or the start of an id)\n");
   EXPECT_EQ(r.out, "");
 
   std::string nowhere = Unreachable();

@@ -2,7 +2,9 @@
 
 #include <algorithm>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
 #include "common/time_util.h"
 
@@ -131,7 +133,28 @@ std::string DescribeExit(const v1::RankAssignment& r, const v1::ExitInfo& exit, 
   }
   std::string out = absl::StrCat(cause, cause.empty() ? "" : "; ", "rank ", r.rank(), " on ", r.host(), " (worker ",
                                  r.worker_id(), ") ", how);
-  if (!exit.message().empty()) absl::StrAppend(&out, ": ", exit.message());
+  // The worker's message may say again which rank and how it ended ("rank 1
+  // exited with code 1: ValueError"): each is said once.
+  absl::string_view message = exit.message();
+  const bool names_rank = absl::ConsumePrefix(&message, absl::StrCat("rank ", r.rank(), " "));
+  bool repeated = false;
+  if (cause.empty()) {
+    for (const std::string& said :
+         {absl::StrCat("exited with code ", exit.exit_code()), absl::StrCat("killed by signal ", exit.signal())}) {
+      absl::string_view rest = message;
+      if (absl::ConsumePrefix(&rest, said) &&
+          (rest.empty() || absl::StartsWith(rest, ": ") || absl::StartsWith(rest, " ("))) {
+        message = rest;
+        repeated = true;
+        break;
+      }
+    }
+  }
+  if (repeated) {
+    absl::StrAppend(&out, message);  // ": ValueError", " (Killed)", or nothing
+  } else if (!exit.message().empty()) {
+    absl::StrAppend(&out, ": ", names_rank ? absl::string_view(exit.message()) : message);
+  }
   if (exit.last_log_lines_size() > 0) {
     int from = std::max(0, exit.last_log_lines_size() - kMaxLogLinesInReason);
     std::vector<std::string> lines(exit.last_log_lines().begin() + from, exit.last_log_lines().end());

@@ -168,5 +168,25 @@ TEST(AttemptFailureTest, ExitWordsNameTheRankTheCauseAndTheLastLines) {
               HasSubstr("worker x (host y) was lost; rank 3 on h (worker w) then failed"));
 }
 
+TEST(AttemptFailureTest, AReasonSaysEachThingOnce) {
+  v1::RankAssignment r;
+  r.set_rank(1);
+  r.set_host("h");
+  r.set_worker_id("w");
+  v1::ExitInfo exit;
+  exit.set_exit_code(1);
+  exit.set_message("rank 1 exited with code 1: RuntimeError: boom");
+  EXPECT_EQ(DescribeExit(r, exit), "rank 1 on h (worker w) exited with code 1: RuntimeError: boom");
+  exit.set_message("exited with code 1");
+  EXPECT_EQ(DescribeExit(r, exit), "rank 1 on h (worker w) exited with code 1");
+  exit.set_exit_code(0);
+  exit.set_signal(9);
+  exit.set_message("rank 1 killed by signal 9 (Killed)");
+  EXPECT_EQ(DescribeExit(r, exit), "rank 1 on h (worker w) was killed by signal 9 (Killed)");
+  // A message that says something else keeps all of its words.
+  exit.set_message("rank 1 ran out of memory");
+  EXPECT_EQ(DescribeExit(r, exit), "rank 1 on h (worker w) was killed by signal 9: rank 1 ran out of memory");
+}
+
 }  // namespace
 }  // namespace trainctl::coordinator

@@ -9,6 +9,7 @@
 #include <iostream>
 #include <thread>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/flags/flag.h"
 #include "common/daemon_flags.h"
@@ -236,7 +237,15 @@ int RunInit() {
     admin = trainctl::auth::ReadOrCreateTokenFile(dir + "/admin.token", &created);
     s = admin.ok() ? WriteClusterTokens(dir) : InitStep("admin.token", admin.status());
   }
-  const std::string address = absl::StrCat(sans.size() > 4 ? sans[4] : sans.size() > 3 ? sans[3] : "localhost", ":7070");
+  // The port the coordinator will listen on: --listen's, when given with init.
+  std::string port = "7070";
+  if (const std::string listen = absl::GetFlag(FLAGS_listen); !listen.empty()) {
+    const std::string given = listen.substr(listen.rfind(':') + 1);
+    int n = 0;
+    if (absl::SimpleAtoi(given, &n) && n > 0 && n < 65536) port = given;
+  }
+  const std::string address =
+      absl::StrCat(sans.size() > 4 ? sans[4] : sans.size() > 3 ? sans[3] : "localhost", ":", port);
   if (s.ok()) {
     const std::string config = absl::StrCat("# trainctl CLI config written by `trainctl-coordinator init`: copy to\n",
                                             "# ~/.config/trainctl/config.yaml (admin token: keep it private).\n",

@@ -474,6 +474,20 @@ TEST(AuthE2ETest, WorkerJoinsWithAOneTimeTokenAndKeepsItsCertificate) {
   EXPECT_THAT(cluster.worker("joined")->ReadLog(), ::testing::Not(HasSubstr("already used")));
 }
 
+// `init --listen HOST:PORT` writes the port the coordinator will listen on
+// into the CLI config (it wrote 7070 whatever --listen said).
+TEST(AuthE2ETest, InitWritesTheListenPortIntoTheCliConfig) {
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  const std::string dir = cluster.dir() + "/tls-9443";
+  const std::string cmd = absl::StrCat(trainctl::testing::BuildDirOfThisTest(),
+                                       "/coordinator/trainctl-coordinator init --dir=", dir, " --db=", cluster.dir(),
+                                       "/state.db --listen=0.0.0.0:9443 > ", cluster.dir(), "/init.log 2>&1");
+  ASSERT_EQ(std::system(cmd.c_str()), 0);
+  absl::StatusOr<std::string> config = auth::ReadFile(dir + "/trainctl.yaml");
+  ASSERT_TRUE(config.ok()) << config.status();
+  EXPECT_THAT(*config, ::testing::MatchesRegex("(.|\n)*coordinator: \"[^\"]+:9443\"(.|\n)*"));
+}
+
 // Join needs TLS: the certificate is never sent in clear.
 TEST(AuthE2ETest, JoinOverPlaintextIsRefused) {
   Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");

@@ -18,10 +18,10 @@ std::string SizeText(int64_t bytes) {
   return absl::StrCat(bytes, " B");
 }
 
-int RunCheckpoints(CliContext& ctx, const std::string& job_id) {
+int RunCheckpoints(CliContext& ctx, const std::string& job_ref) {
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Job> job = (*client)->Get(job_id);
+  absl::StatusOr<v1::Job> job = ResolveJob(ctx, **client, job_ref);
   if (!job.ok()) return ctx.Fail(job.status());
   if (ctx.json()) {
     v1::Job only;
@@ -57,28 +57,29 @@ struct ResumeFlags {
 int RunResume(CliContext& ctx, const ResumeFlags& flags) {
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Job> source = (*client)->Get(flags.job_id);
+  absl::StatusOr<v1::Job> source = ResolveJob(ctx, **client, flags.job_id);
   if (!source.ok()) return ctx.Fail(source.status());
+  const std::string& source_id = source->id();
   // The source's spec as job.yaml, with the user's --set on top: the same
   // checks and messages as a submitted file.
   v1::JobSpec base = source->spec();
   base.clear_resume_from();
   // The resolved dir had "{job_id}" replaced; the new job keeps the source's
   // directory unless --set changes it (files are named by job, so they never mix).
-  ParsedJobSpec parsed = ParseJobSpecYaml(JobSpecToYaml(base), absl::StrCat("job ", flags.job_id), flags.sets);
+  ParsedJobSpec parsed = ParseJobSpecYaml(JobSpecToYaml(base), absl::StrCat("job ", source_id), flags.sets);
   if (!parsed.ok()) {
     for (const SpecError& e : parsed.errors) ctx.err << e.ToString() << "\n";
     ctx.err << std::flush;
     return kExitUsage;
   }
   v1::JobSpec spec = parsed.spec;
-  spec.mutable_resume_from()->set_job(flags.job_id);
+  spec.mutable_resume_from()->set_job(source_id);
   absl::StatusOr<v1::Job> job = (*client)->Submit(spec);
   if (!job.ok()) return ctx.Fail(job.status());
   if (ctx.json()) {
     ctx.PrintJson(*job);
   } else {
-    ctx.out << "submitted job " << job->id() << ", continuing " << flags.job_id;
+    ctx.out << "submitted job " << job->id() << ", continuing " << source_id;
     if (job->checkpoints_size() > 0) {
       const v1::CheckpointRecord& r = job->checkpoints(0);
       ctx.out << " from epoch " << r.epochs_done() << " (step " << r.global_step() << ")";
@@ -96,7 +97,7 @@ VerbRunner AddCheckpointsVerb(CLI::App& app, CliContext& ctx) {
   auto job = std::make_shared<std::string>();
   CLI::App* sub = AddVerb(app, "checkpoints", "List the checkpoints a job can resume from, newest first",
                           "  trainctl checkpoints mlp-synthetic-7f3a2c\n");
-  sub->add_option("JOB", *job, "Job id")->required();
+  sub->add_option("JOB", *job, kJobRefHelp)->required();
   return [&ctx, job] { return RunCheckpoints(ctx, *job); };
 }
 
@@ -108,7 +109,7 @@ VerbRunner AddResumeVerb(CLI::App& app, CliContext& ctx) {
       "  trainctl resume mlp-synthetic-7f3a2c --set training.epochs=10   # train 10 epochs in all\n"
       "Changes that keep the checkpoint loadable are allowed (epochs, learning rate, data, world_size);\n"
       "a different model or optimizer is refused naming the field.\n");
-  sub->add_option("JOB", flags->job_id, "The job to continue")->required();
+  sub->add_option("JOB", flags->job_id, absl::StrCat("The job to continue: ", kJobRefHelp))->required();
   sub->add_option("--set", flags->sets, "Override a field of JOB's spec (repeatable)")
       ->type_name("KEY.PATH=VALUE")
       ->allow_extra_args(false);

@@ -206,6 +206,7 @@ std::map<std::string, VerbRunner> BuildApp(CLI::App& app, CliContext& ctx) {
                  "Output format: table (for people) or json (for scripts); csv for `metrics`")
       ->check(CLI::IsMember({"table", "json", "csv"}))
       ->capture_default_str();
+  app.add_flag("--latest", ctx.latest, "A JOB that matches several jobs (by name or id prefix) means the newest");
   app.add_option("--timeout", ctx.timeout_s, "Seconds to wait for the coordinator per call")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();

@@ -35,6 +35,8 @@ struct CliContext {
   // "table", "json", or "csv" (metrics only).
   std::string output = "table";
   double timeout_s = 10;
+  // A job reference that matches several jobs means the newest of them.
+  bool latest = false;
   // The verb being run ("submit"), for error messages.
   std::string verb;
 
@@ -50,6 +52,15 @@ struct CliContext {
   // Prints one JSON document on its own line.
   void PrintJson(const google::protobuf::Message& msg);
 };
+
+// The job `ref` names, the same rule for every verb that takes a JOB: its
+// id; else the jobs with that name; else the jobs whose id starts with it.
+// Several matches: the newest with ctx.latest, else InvalidArgument listing
+// them newest first. NotFound when nothing matches.
+absl::StatusOr<v1::Job> ResolveJob(const CliContext& ctx, Client& client, const std::string& ref);
+// The help text of every JOB argument.
+inline constexpr char kJobRefHelp[] =
+    "Job id, a job name, or the start of an id (several matches: an error listing them, or --latest)";
 
 // A verb's subcommand with its one-line description and, in --help, its
 // examples under `heading`.

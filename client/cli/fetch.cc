@@ -41,19 +41,21 @@ int RunFetch(CliContext& ctx, const FetchFlags& f) {
   if (f.checkpoint_step < 0) {
     return ctx.Fail(absl::InvalidArgumentError("--checkpoint: a global step > 0 (trainctl checkpoints JOB)"));
   }
-  const std::string out = f.out.empty() ? DefaultOutName(f.job_id, f.checkpoint_step) : f.out;
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<v1::Job> job = ResolveJob(ctx, **client, f.job_id);
+  if (!job.ok()) return ctx.Fail(job.status());
+  const std::string out = f.out.empty() ? DefaultOutName(job->id(), f.checkpoint_step) : f.out;
   // Refused before anything is downloaded; the rename checks again (no
   // replace), so a file appearing meanwhile is not overwritten either.
   struct stat st {};
   if (!f.force && ::lstat(out.c_str(), &st) == 0) {
     return ctx.Fail(absl::AlreadyExistsError(absl::StrCat(out, " exists; not overwritten (--force to replace it)")));
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
   absl::StatusOr<std::unique_ptr<SafeFileWriter>> file =
       SafeFileWriter::Create(out, PrivateFile(/*replace=*/f.force));
   if (!file.ok()) return ctx.Fail(absl::Status(file.status().code(), absl::StrCat("-O: ", file.status().message())));
-  absl::StatusOr<v1::ArtifactChunk> head = (*client)->Fetch(f.job_id, f.checkpoint_step, (*file)->stream());
+  absl::StatusOr<v1::ArtifactChunk> head = (*client)->Fetch(job->id(), f.checkpoint_step, (*file)->stream());
   // A failed fetch drops the temporary file with the writer.
   if (!head.ok()) return ctx.Fail(head.status());
   if (absl::Status s = (*file)->Commit(); !s.ok()) {
@@ -82,7 +84,7 @@ VerbRunner AddFetchVerb(CLI::App& app, CliContext& ctx) {
       "  trainctl fetch mlp-synthetic-7f3a2c --checkpoint 400    # mlp-synthetic-7f3a2c-step-400.pt\n"
       "  trainctl fetch mlp-synthetic-7f3a2c --checkpoint 400 -O ckpt.pt --force\n",
       "Examples:");
-  sub->add_option("JOB", flags->job_id, "Job id")->required();
+  sub->add_option("JOB", flags->job_id, kJobRefHelp)->required();
   sub->add_option("--checkpoint", flags->checkpoint_step,
                   "The checkpoint at this global step (trainctl checkpoints JOB) instead of the final model");
   sub->add_option("-O,--out-file", flags->out,

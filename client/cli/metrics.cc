@@ -48,7 +48,9 @@ int RunMetrics(CliContext& ctx, const MetricsFlags& flags) {
   if (flags.kind == "eval") options.kind = v1::MetricPoint::KIND_EPOCH_END;
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<std::vector<v1::MetricBatch>> batches = (*client)->Metrics(flags.job_id, options);
+  absl::StatusOr<v1::Job> job = ResolveJob(ctx, **client, flags.job_id);
+  if (!job.ok()) return ctx.Fail(job.status());
+  absl::StatusOr<std::vector<v1::MetricBatch>> batches = (*client)->Metrics(job->id(), options);
   if (!batches.ok()) return ctx.Fail(batches.status());
   if (ctx.json()) return PrintJsonList(ctx, *batches, &v1::GetMetricsResponse::mutable_batches);
   if (ctx.output == "csv") {
@@ -63,7 +65,7 @@ int RunMetrics(CliContext& ctx, const MetricsFlags& flags) {
   size_t n = 0;
   for (const v1::MetricBatch& b : *batches) n += static_cast<size_t>(b.points_size());
   if (n == 0) {
-    ctx.out << "job " << flags.job_id << " has no stored metric points"
+    ctx.out << "job " << job->id() << " has no stored metric points"
             << (flags.rank.has_value() || !flags.kind.empty() ? " that match" : "") << "\n";
     return kExitOk;
   }
@@ -93,7 +95,7 @@ VerbRunner AddMetricsVerb(CLI::App& app, CliContext& ctx) {
       "  trainctl metrics mlp-synthetic-7f3a2c -o csv > metrics.csv\n"
       "EPOCH counts from 1; STEP is the optimizer step within the epoch. Old train points of a long\n"
       "job are downsampled by the coordinator (min/max/last loss per bucket).\n");
-  sub->add_option("JOB", flags->job_id, "Job id")->required();
+  sub->add_option("JOB", flags->job_id, kJobRefHelp)->required();
   sub->add_option("--rank", flags->rank, "Only this rank")->check(CLI::NonNegativeNumber);
   sub->add_option("--kind", flags->kind, "Only train windows or end-of-epoch (eval) points")
       ->check(CLI::IsMember({"train", "eval"}));

@@ -9,6 +9,7 @@
 #include <map>
 #include <memory>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
@@ -26,25 +27,6 @@ std::string FirstLine(const std::string& s, size_t max = 60) {
   std::string line = s.substr(0, s.find('\n'));
   if (line.size() > max) line = line.substr(0, max - 3) + "...";
   return line;
-}
-
-// The job `ref` names: its id, or else the name of exactly one job. NotFound
-// when neither; InvalidArgument listing the ids when the name is shared.
-absl::StatusOr<v1::Job> ResolveJob(Client& client, const std::string& ref) {
-  absl::StatusOr<v1::Job> job = client.Get(ref);
-  if (job.ok() || job.status().code() != absl::StatusCode::kNotFound) return job;
-  absl::StatusOr<std::vector<v1::Job>> all = client.List();
-  if (!all.ok()) return job.status();
-  std::vector<std::string> ids;
-  for (const v1::Job& j : *all) {
-    if (j.spec().name() == ref) ids.push_back(j.id());
-  }
-  if (ids.empty()) return job.status();
-  if (ids.size() > 1) {
-    return absl::InvalidArgumentError(absl::StrCat("JOB: the name '", ref, "' is shared by ", ids.size(),
-                                                   " jobs (", absl::StrJoin(ids, ", "), "); give a job id"));
-  }
-  return client.Get(ids[0]);
 }
 
 // SIGINT while following: say that the job goes on, and how to see it again.
@@ -94,6 +76,31 @@ class FollowInterruptNotice {
 };
 
 }  // namespace
+
+absl::StatusOr<v1::Job> ResolveJob(const CliContext& ctx, Client& client, const std::string& ref) {
+  absl::StatusOr<v1::Job> job = client.Get(ref);
+  if (job.ok() || job.status().code() != absl::StatusCode::kNotFound) return job;
+  absl::StatusOr<std::vector<v1::Job>> all = client.List();  // newest first
+  if (!all.ok()) return job.status();
+  std::vector<const v1::Job*> named, prefixed;
+  for (const v1::Job& j : *all) {
+    if (j.spec().name() == ref) named.push_back(&j);
+    if (absl::StartsWith(j.id(), ref)) prefixed.push_back(&j);
+  }
+  const std::vector<const v1::Job*>& found = named.empty() ? prefixed : named;
+  if (found.empty()) {
+    return absl::NotFoundError(absl::StrCat("no job '", ref, "' (not an id, a job name or the start of an id)"));
+  }
+  if (found.size() > 1 && !ctx.latest) {
+    std::vector<std::string> ids;
+    for (size_t i = 0; i < found.size() && i < 10; ++i) ids.push_back(found[i]->id());
+    return absl::InvalidArgumentError(absl::StrCat(
+        "JOB: '", ref, "' matches ", found.size(), " jobs by ", named.empty() ? "id prefix" : "name",
+        ", newest first: ", absl::StrJoin(ids, ", "), found.size() > ids.size() ? ", ..." : "",
+        "; give an id, or --latest for the newest"));
+  }
+  return client.Get(found.front()->id());
+}
 
 // Follows a job until it ends; the exit code is 0 only when it SUCCEEDED.
 int FollowJob(CliContext& ctx, Client& client, const std::string& job_id) {
@@ -207,7 +214,7 @@ int RunSubmit(CliContext& ctx, const SubmitFlags& flags) {
 int RunStatus(CliContext& ctx, const std::string& job_ref) {
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Job> job = ResolveJob(**client, job_ref);
+  absl::StatusOr<v1::Job> job = ResolveJob(ctx, **client, job_ref);
   if (!job.ok()) return ctx.Fail(job.status());
   if (ctx.json()) {
     ctx.PrintJson(*job);
@@ -220,7 +227,7 @@ int RunStatus(CliContext& ctx, const std::string& job_ref) {
 int RunDescribe(CliContext& ctx, const std::string& job_ref) {
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Job> resolved = ResolveJob(**client, job_ref);
+  absl::StatusOr<v1::Job> resolved = ResolveJob(ctx, **client, job_ref);
   if (!resolved.ok()) return ctx.Fail(resolved.status());
   const std::string& job_id = resolved->id();
   // The job's events come from the watch history; the first job snapshot
@@ -296,7 +303,7 @@ int RunLogs(CliContext& ctx, const LogsFlags& flags, bool rank_given) {
   if (flags.tail < 0) return ctx.Fail(absl::InvalidArgumentError("--tail: must be >= 0"));
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Job> job = ResolveJob(**client, flags.job_id);
+  absl::StatusOr<v1::Job> job = ResolveJob(ctx, **client, flags.job_id);
   if (!job.ok()) return ctx.Fail(job.status());
   const std::string job_id = job->id();
   // Say what is wrong with --attempt and --rank before any line.
@@ -344,10 +351,12 @@ int RunLogs(CliContext& ctx, const LogsFlags& flags, bool rank_given) {
   return kExitOk;
 }
 
-int RunCancel(CliContext& ctx, const std::string& job_id, const std::string& reason) {
+int RunCancel(CliContext& ctx, const std::string& job_ref, const std::string& reason) {
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Job> job = (*client)->Cancel(job_id, reason);
+  absl::StatusOr<v1::Job> target = ResolveJob(ctx, **client, job_ref);
+  if (!target.ok()) return ctx.Fail(target.status());
+  absl::StatusOr<v1::Job> job = (*client)->Cancel(target->id(), reason);
   if (!job.ok()) return ctx.Fail(job.status());
   if (ctx.json()) {
     ctx.PrintJson(*job);
@@ -431,7 +440,7 @@ VerbRunner AddStatusVerb(CLI::App& app, CliContext& ctx) {
   auto job = std::make_shared<std::string>();
   CLI::App* sub = AddVerb(app, "status", "Show a job's state, progress and times",
                           "  trainctl status mlp-synthetic-7f3a2c\n");
-  sub->add_option("JOB", *job, "Job id, or the name of exactly one job")->required();
+  sub->add_option("JOB", *job, kJobRefHelp)->required();
   return [&ctx, job] { return RunStatus(ctx, *job); };
 }
 
@@ -440,7 +449,7 @@ VerbRunner AddDescribeVerb(CLI::App& app, CliContext& ctx) {
   CLI::App* sub = AddVerb(app, "describe",
                           "Show a job in full: spec, attempts, placement, rank exits, events",
                           "  trainctl describe mlp-synthetic-7f3a2c\n");
-  sub->add_option("JOB", *job, "Job id, or the name of exactly one job")->required();
+  sub->add_option("JOB", *job, kJobRefHelp)->required();
   return [&ctx, job] { return RunDescribe(ctx, *job); };
 }
 
@@ -463,7 +472,7 @@ VerbRunner AddLogsVerb(CLI::App& app, CliContext& ctx) {
   auto flags = std::make_shared<LogsFlags>();
   CLI::App* sub = AddVerb(app, "logs", "Print a job's log lines (every rank, latest attempt)",
                           "  trainctl logs mlp-synthetic-7f3a2c -f --rank 0 --tail 100\n");
-  sub->add_option("JOB", flags->job_id, "Job id, or the name of exactly one job")->required();
+  sub->add_option("JOB", flags->job_id, kJobRefHelp)->required();
   sub->add_flag("-f,--follow", flags->follow, "Keep printing new lines until the job ends");
   CLI::Option* rank = sub->add_option("--rank", flags->rank, "Only this rank");
   sub->add_option("--attempt", flags->attempt, "Attempt number (default: the latest)");
@@ -476,7 +485,7 @@ VerbRunner AddCancelVerb(CLI::App& app, CliContext& ctx) {
   auto reason = std::make_shared<std::string>();
   CLI::App* sub = AddVerb(app, "cancel", "Stop every rank of a job and mark it CANCELLED",
                           "  trainctl cancel mlp-synthetic-7f3a2c --reason \"wrong learning rate\"\n");
-  sub->add_option("JOB", *job, "Job id")->required();
+  sub->add_option("JOB", *job, kJobRefHelp)->required();
   sub->add_option("--reason", *reason, "Recorded in the job's events");
   return [&ctx, job, reason] { return RunCancel(ctx, *job, *reason); };
 }
