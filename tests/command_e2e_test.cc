@@ -182,6 +182,37 @@ TEST(CommandPlacementTest, WorkerWithoutAllowCommandsRunsNone) {
   EXPECT_EQ(j.state_reason(), "no worker allows commands (start trainctl-worker with --allow-commands)");
 }
 
+// torchrun's defaults and flags: a script that is not there fails once (no
+// restarts in a local run, and exit 2 would not heal anyway), --standalone
+// is accepted, and a rendezvous flag is refused by name.
+TEST(CommandRunTest, AMissingScriptFailsOnceAndTorchrunsFlagsAreKnown) {
+  std::string build = trainctl::testing::BuildDirOfThisTest();
+  char tmpl[] = "/tmp/trainctl-run-missing-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  trainctl::testing::Process run({build + "/client/trainctl", "run", "--standalone", "--nproc-per-node", "2",
+                                  "--python", "/usr/bin/python3", "--state-dir", dir + "/state", "nothere.py"},
+                                 dir + "/run.log", dir);
+  ASSERT_TRUE(run.Start());
+  int status = run.Wait(absl::Seconds(60));
+  std::string out = run.ReadLog();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("exited with code 2 (a usage error"));
+  EXPECT_THAT(out, HasSubstr("can't open file"));
+  EXPECT_THAT(out, ::testing::Not(HasSubstr("  restarting  "))) << "one attempt, no restart";
+  EXPECT_THAT(out, HasSubstr("not restarted"));
+
+  trainctl::testing::Process refused({build + "/client/trainctl", "run", "--master-addr", "10.0.0.1", "--python",
+                                      "/usr/bin/python3", "--state-dir", dir + "/state2", "t.py"},
+                                     dir + "/refused.log", dir);
+  ASSERT_TRUE(refused.Start());
+  status = refused.Wait(absl::Seconds(30));
+  out = refused.ReadLog();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("--master-addr: trainctl does the rendezvous"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
 TEST(CommandRunTest, TrainctlRunIsADropInForTorchrun) {
   if (!HaveTorch()) GTEST_SKIP() << "Debian's python3-torch is not installed";
   std::string build = trainctl::testing::BuildDirOfThisTest();

@@ -84,6 +84,22 @@ void AddScriptOptions(CLI::App* verb, ScriptJobFlags* flags) {
       ->check(CLI::Range(1, 65536));
   verb->add_option("--nnodes", flags->nnodes, "With a program as FILE: nodes; world_size = nproc-per-node x nnodes")
       ->check(CLI::Range(1, 65536));
+  verb->add_option("--max-restarts,--max_restarts", flags->max_restarts,
+                   "As torchrun's: restarts of the whole group before the job fails (restart.max_restarts; "
+                   "default: 0 for `run` of a program, the job's setting otherwise)")
+      ->check(CLI::Range(0, 1000));
+  verb->add_flag("--standalone", flags->standalone, "As torchrun's: accepted (trainctl does the rendezvous)");
+  // torchrun's rendezvous flags: trainctl's coordinator does the rendezvous
+  // (MASTER_ADDR/MASTER_PORT, the store), so they have nothing to set.
+  for (const char* name : {"--rdzv-backend,--rdzv_backend", "--rdzv-endpoint,--rdzv_endpoint", "--rdzv-id,--rdzv_id",
+                           "--rdzv-conf,--rdzv_conf", "--master-addr,--master_addr", "--master-port,--master_port",
+                           "--node-rank,--node_rank"}) {
+    const std::string flag = std::string(name).substr(0, std::string(name).find(','));
+    verb->add_option_function<std::string>(
+            name, [flags, flag](const std::string&) { flags->rendezvous_flag = flag; },
+            "torchrun's; refused: the coordinator does the rendezvous")
+        ->group("torchrun flags that do not apply");
+  }
   verb->add_option("--python", flags->python, "With a .py FILE: the interpreter every rank runs it with")
       ->capture_default_str();
   verb->add_option("ARGS", flags->script_args, "With a program as FILE: its arguments");
@@ -110,6 +126,16 @@ ParsedJobSpec ScriptJobSpec(const std::string& file, const ScriptJobFlags& flags
   while (!name.empty() && name.back() == '-') name.pop_back();
   if (name.empty()) name = "script";
 
+  if (!flags.rendezvous_flag.empty()) {
+    ParsedJobSpec refused;
+    SpecError e;
+    e.field = flags.rendezvous_flag;
+    e.message =
+        "trainctl does the rendezvous: the coordinator places the ranks and hands each its MASTER_ADDR, "
+        "MASTER_PORT, RANK and WORLD_SIZE; leave it out";
+    refused.errors.push_back(e);
+    return refused;
+  }
   v1::JobSpec spec;
   spec.set_name(name);
   spec.set_world_size(std::max(1, flags.nproc_per_node) * std::max(1, flags.nnodes));
@@ -119,6 +145,7 @@ ParsedJobSpec ScriptJobSpec(const std::string& file, const ScriptJobFlags& flags
   for (const std::string& a : flags.script_args) c->add_argv(a);
   std::error_code ec;
   c->set_working_dir(fs::current_path(ec).string());
+  if (flags.max_restarts.has_value()) spec.mutable_restart()->set_max_restarts(*flags.max_restarts);
   // Through the job.yaml path: the same validation, and --set on top.
   return ParseJobSpecYaml(JobSpecToYaml(spec), file, sets);
 }

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <functional>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -40,10 +41,19 @@ struct ScriptJobFlags {
   std::string python = "python3";
   // Arguments after FILE, for the program.
   std::vector<std::string> script_args;
+  // torchrun's --max-restarts: restart.max_restarts (unset: the job's
+  // default; a local `trainctl run` of a program then uses torchrun's 0).
+  std::optional<int> max_restarts;
+  // torchrun's --standalone: accepted (a local run is standalone already).
+  bool standalone = false;
+  // A torchrun rendezvous flag that was given (trainctl does the
+  // rendezvous): refused by ScriptJobSpec, naming it.
+  std::string rendezvous_flag;
 };
 
-// Adds --nproc-per-node (also --nproc_per_node), --nnodes, --python and the
-// trailing ARGS to a verb that takes FILE.
+// Adds --nproc-per-node (also --nproc_per_node), --nnodes, --max-restarts,
+// --standalone, torchrun's rendezvous flags (to refuse them), --python and
+// the trailing ARGS to a verb that takes FILE.
 void AddScriptOptions(CLI::App* verb, ScriptJobFlags* flags);
 
 // FILE names a program rather than a job.yaml: it does not end in .yaml or

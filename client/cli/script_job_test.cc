@@ -63,6 +63,22 @@ TEST(ScriptJobTest, BuildsAValidCommandJob) {
   EXPECT_EQ(sh.spec.name(), "run");
 }
 
+TEST(ScriptJobTest, TorchrunsRestartAndRendezvousFlags) {
+  ScriptJobFlags f;
+  f.max_restarts = 0;
+  ParsedJobSpec p = ScriptJobSpec("t.py", f, {});
+  ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
+  ASSERT_TRUE(p.spec.restart().has_max_restarts());
+  EXPECT_EQ(p.spec.restart().max_restarts(), 0) << "--max-restarts 0, not the default 3";
+  p = ScriptJobSpec("t.py", f, {"restart.max_restarts=2"});
+  EXPECT_EQ(p.spec.restart().max_restarts(), 2) << "--set comes last";
+  f.rendezvous_flag = "--master-addr";
+  p = ScriptJobSpec("t.py", f, {});
+  ASSERT_FALSE(p.ok());
+  EXPECT_EQ(p.errors[0].field, "--master-addr");
+  EXPECT_THAT(p.errors[0].message, ::testing::HasSubstr("trainctl does the rendezvous"));
+}
+
 }  // namespace
 }  // namespace trainctl::cli
 
@@ -72,10 +88,11 @@ namespace {
 // The options that take a value come from the CLI11 declarations.
 TEST(ScriptJobTest, OptionsTakingValuesComeFromTheDeclarations) {
   for (const char* a : {"--python", "--nproc-per-node", "--nproc_per_node", "--nnodes", "--set", "-o", "--output",
-                        "--token", "--ca", "--coordinator", "--timeout"}) {
+                        "--token", "--ca", "--coordinator", "--timeout", "--max-restarts", "--max_restarts",
+                        "--master-addr", "--rdzv_endpoint", "--node-rank"}) {
     EXPECT_TRUE(ScriptVerbOptionTakesValue(a)) << a;
   }
-  for (const char* a : {"--follow", "--epochs", "-f", "train.py"}) EXPECT_FALSE(ScriptVerbOptionTakesValue(a)) << a;
+  for (const char* a : {"--follow", "--epochs", "-f", "train.py", "--standalone", "--latest"}) EXPECT_FALSE(ScriptVerbOptionTakesValue(a)) << a;
 }
 
 }  // namespace

@@ -38,5 +38,14 @@ TEST(CommandEnvironmentTest, ExceptionLineIsTheLastOneThatReadsLikeAnException) 
   EXPECT_EQ(ExceptionLine({}), "");
 }
 
+TEST(CommandEnvironmentTest, ErrorsARestartWouldRepeatAreNamed) {
+  EXPECT_TRUE(CommandCannotHeal(2, 0, {"/usr/bin/python3: can't open file '/x/nothere.py': [Errno 2] No such file"}));
+  EXPECT_TRUE(CommandCannotHeal(1, 0, {"Traceback (most recent call last):", "ModuleNotFoundError: No module named 'x'"}));
+  EXPECT_TRUE(CommandCannotHeal(1, 0, {"  File \"t.py\", line 3", "SyntaxError: invalid syntax"}));
+  EXPECT_FALSE(CommandCannotHeal(1, 0, {"RuntimeError: Connection reset by peer"}));
+  EXPECT_FALSE(CommandCannotHeal(0, 9, {})) << "a signal may heal";
+  EXPECT_FALSE(CommandCannotHeal(1, 0, {}));
+}
+
 }  // namespace
 }  // namespace trainctl::worker

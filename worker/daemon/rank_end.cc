@@ -10,6 +10,7 @@
 #include <cstring>
 #include <regex>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
@@ -40,7 +41,7 @@ std::string CommandExitMessage(int32_t rank, int code, int signal, const std::de
   std::string how = signal != 0 ? absl::StrCat("killed by signal ", signal, " (", strsignal(signal), ")")
                                 : absl::StrCat("exited with code ", code);
   if (code == 127) how += " (the program could not be executed)";
-  if (code == 2) how += " (a usage error, e.g. argparse rejected an argument)";
+  if (code == 2) how += " (a usage error: argparse rejected an argument, or python could not open the script)";
   std::string message = absl::StrCat("rank ", rank, " ", how);
   std::string exception = ExceptionLine(last_lines);
   if (!exception.empty()) absl::StrAppend(&message, ": ", exception);
@@ -48,6 +49,18 @@ std::string CommandExitMessage(int32_t rank, int code, int signal, const std::de
 }
 
 }  // namespace
+
+bool CommandCannotHeal(int code, int signal, const std::deque<std::string>& last_lines) {
+  if (signal != 0) return false;
+  // Exit 2: argparse's usage error, or python's "can't open file".
+  if (code == 2) return true;
+  // The program cannot be imported or parsed: the same code fails again.
+  const std::string exception = ExceptionLine(last_lines);
+  for (const char* name : {"ModuleNotFoundError", "ImportError", "SyntaxError", "IndentationError", "TabError"}) {
+    if (absl::StartsWith(exception, name)) return true;
+  }
+  return false;
+}
 
 std::string ExceptionLine(const std::deque<std::string>& lines) {
   // "ValueError: ...", "torch.distributed.DistBackendError: ...",
@@ -164,6 +177,9 @@ void WorkerDaemon::DescribeFailure(const LocalAttempt& a, const LocalRank& r, in
   if (a.command && !r.error_kind.has_value() && e.kind() != v1::FAILURE_KIND_OUT_OF_MEMORY) {
     e.set_message(CommandExitMessage(r.assignment.rank(), code, signal, r.last_lines));
     if (signal == 0 && code != 127) e.set_kind(v1::FAILURE_KIND_USER_CODE);
+    // Errors a restart meets again fail the job at once (CONFIG is not
+    // restarted), as torchrun users expect of a typo.
+    if (CommandCannotHeal(code, signal, r.last_lines)) e.set_kind(v1::FAILURE_KIND_CONFIG);
   }
 }
 

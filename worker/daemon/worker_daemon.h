@@ -282,5 +282,9 @@ std::string DefaultPythonDir();
 // The last line of `lines` that reads like a Python exception
 // ("ValueError: bad shape"), or "" when none does.
 std::string ExceptionLine(const std::deque<std::string>& lines);
+// A command rank's end that a restart would only repeat: exit 2 (a usage
+// error, or python could not open the script), or an ImportError,
+// ModuleNotFoundError or SyntaxError as its last exception.
+bool CommandCannotHeal(int code, int signal, const std::deque<std::string>& last_lines);
 
 }  // namespace trainctl::worker
