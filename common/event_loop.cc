@@ -1,5 +1,7 @@
 #include "common/event_loop.h"
 
+#include "common/clock.h"
+
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 
@@ -20,7 +22,7 @@ void EventLoop::Post(std::function<void()> fn) {
 
 void EventLoop::Every(absl::Duration period, std::function<void()> fn) {
   absl::MutexLock lock(&mu_);
-  timers_.push_back(Timer{period, absl::Now() + period, std::move(fn)});
+  timers_.push_back(Timer{period, MonotonicNow() + period, std::move(fn)});
 }
 
 void EventLoop::RunSync(const std::function<void()>& fn) {
@@ -62,8 +64,10 @@ void EventLoop::Run() {
         mu_.AssertHeld();  // Await evaluates it under mu_ (tells clang's analysis)
         return stopping_ || !queue_.empty();
       };
-      mu_.AwaitWithDeadline(absl::Condition(&ready),
-                            std::min(deadline, absl::Now() + absl::Milliseconds(50)));
+      // Timers run on monotonic time: a wall clock stepped back does not
+      // hold them up, nor does one stepped forward fire them early.
+      mu_.AwaitWithTimeout(absl::Condition(&ready),
+                           std::min(deadline - MonotonicNow(), absl::Duration(absl::Milliseconds(50))));
       if (stopping_) {
         // Run what RunSync callers wait for? They are notified by their own
         // closure; drop the queue and release them by running nothing:
@@ -80,7 +84,7 @@ void EventLoop::Run() {
       }
       // A due timer goes first: lease expiry and hang detection must not
       // wait for a flood of posted work to drain.
-      absl::Time now = absl::Now();
+      absl::Time now = MonotonicNow();
       for (Timer& t : timers_) {
         if (t.next <= now) {
           t.next = now + t.period;

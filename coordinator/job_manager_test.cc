@@ -135,6 +135,21 @@ TEST_F(JobManagerTest, WholeLifeWithRendezvousMetricsAndEvents) {
   EXPECT_TRUE(jobs_->BusySlots("a").empty());
 }
 
+TEST_F(JobManagerTest, WorkerLeasesRunOnTheMonotonicClock) {
+  std::string id = RunningJob();
+  // The wall clock stepped 5 s forward: no lease is cut short.
+  clock_.StepWall(absl::Seconds(5));
+  EXPECT_TRUE(registry_->ExpireLeases().empty());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  // Stepped 120 s back: a worker that stops heartbeating is still lost when
+  // its lease (3 s) runs out, not 120 s later.
+  clock_.StepWall(absl::Seconds(-120));
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
+  clock_.Advance(absl::Seconds(2));
+  EXPECT_THAT(registry_->ExpireLeases(), ::testing::ElementsAre("b"));
+}
+
 TEST_F(JobManagerTest, ARetriedSubmitWithTheSameRequestIdReturnsTheFirstJob) {
   auto first = jobs_->Submit(Spec(2), "ann", "tok-ann", "req-1");
   ASSERT_TRUE(first.ok()) << first.status();

@@ -83,7 +83,7 @@ absl::Status WorkerRegistry::Persist(const v1::Worker& w) { return store_->PutWo
 
 void WorkerRegistry::Recover(const std::vector<v1::Worker>& workers) {
   CheckOnLoop();
-  absl::Time now = clock_->Now();
+  absl::Time now = clock_->Mono();
   for (const v1::Worker& w : workers) {
     Entry& e = workers_[w.id()];
     e.worker = w;
@@ -135,7 +135,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
             {"was", before}});
   e.worker = std::move(w);
   e.channel = channel;
-  e.lease_deadline = now + options_.lease_timeout;
+  e.lease_deadline = clock_->Mono() + options_.lease_timeout;
   e.awaiting.clear();
   e.lost_reason.clear();
   return id;
@@ -150,9 +150,8 @@ absl::Status WorkerRegistry::Heartbeat(const std::string& id, const WorkerChanne
   if (it->second.worker.state() != v1::WORKER_STATE_ALIVE) {
     return absl::FailedPreconditionError("worker was declared LOST; register again");
   }
-  absl::Time now = clock_->Now();
-  it->second.lease_deadline = now + options_.lease_timeout;
-  SetTimestamp(now, it->second.worker.mutable_last_heartbeat_time());
+  it->second.lease_deadline = clock_->Mono() + options_.lease_timeout;
+  SetTimestamp(clock_->Now(), it->second.worker.mutable_last_heartbeat_time());
   return absl::OkStatus();
 }
 
@@ -176,7 +175,7 @@ void WorkerRegistry::SessionEnded(const std::string& id, const WorkerChannel* ch
     return;
   }
   it->second.lease_deadline =
-      std::min(it->second.lease_deadline, clock_->Now() + options_.disconnect_grace);
+      std::min(it->second.lease_deadline, clock_->Mono() + options_.disconnect_grace);
   it->second.awaiting = absl::StrCat("its worker's stream broke without a goodbye and it did not reconnect within ",
                                      absl::FormatDuration(options_.disconnect_grace),
                                      " (daemon killed, host or network down)");
@@ -205,7 +204,7 @@ bool WorkerRegistry::Expel(const std::string& id, const absl::Status& why) {
 
 std::vector<std::string> WorkerRegistry::ExpireLeases() {
   CheckOnLoop();
-  absl::Time now = clock_->Now();
+  absl::Time now = clock_->Mono();
   std::vector<std::string> lost;
   for (auto& [id, e] : workers_) {
     if (e.worker.state() != v1::WORKER_STATE_ALIVE || now < e.lease_deadline) continue;

@@ -124,6 +124,8 @@ class WorkerRegistry {
     v1::Worker worker;
     // The open session; null while disconnected.
     WorkerChannel* channel = nullptr;
+    // On the monotonic clock (Clock::Mono): a stepped wall clock neither
+    // expires every lease at once nor keeps a dead worker alive.
     absl::Time lease_deadline;
     // What lease_deadline waits for when it is not the next heartbeat (a
     // reconnect after a broken stream or a coordinator restart); what made

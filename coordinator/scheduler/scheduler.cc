@@ -232,19 +232,16 @@ class Pass {
     return false;
   }
 
-  // A pool's slots this pass: available, reserved by its head, and on how
-  // many workers either lies.
+  // A pool's slots this pass: available, and reserved by its head.
   struct PoolFree {
     long long available = 0;
     long long reserved = 0;
-    int workers_with_free = 0;
   };
   PoolFree FreeIn(const KindPool& pool) const {
     PoolFree f;
     for (int w : pool.workers) {
       f.available += static_cast<long long>(workers_[w].available.size());
       f.reserved += static_cast<long long>(workers_[w].reserved.size());
-      if (!workers_[w].available.empty() || !workers_[w].reserved.empty()) ++f.workers_with_free;
     }
     return f;
   }
@@ -255,8 +252,10 @@ class Pass {
             PendingJobStatus& pending) {
     const std::string kind_name = SlotKindName(pending.kind);
     const long long free = f.available + f.reserved;
-    const std::string free_text =
-        absl::StrCat(free, " free across ", Count(f.workers_with_free, "worker", "workers"));
+    // "0 of 4 free on 2 workers": all of the kind's workers, busy ones too
+    // (counting only those with a free slot said "0 free across 0 workers").
+    const std::string free_text = absl::StrCat(free, " of ", pool.capacity, " free on ",
+                                               Count(static_cast<int>(pool.workers.size()), "worker", "workers"));
     if (pool.head < 0) {
       // First blocked job of this kind: it holds the reservation.
       pool.head = j;

@@ -195,7 +195,7 @@ struct SlotRef {
 struct PendingJobStatus {
   std::string job_id;
   PendingReason reason = PendingReason::kInsufficientFreeSlots;
-  // One line for a person, e.g. "needs 4 cuda slots, 2 free across 1 worker".
+  // One line for a person, e.g. "needs 4 cuda slots, 2 of 8 free on 2 workers".
   std::string message;
   // The kind it waits for (auto resolved); meaningless for kInvalidJob.
   SlotKind kind = SlotKind::kCpu;

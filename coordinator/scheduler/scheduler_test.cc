@@ -208,7 +208,7 @@ TEST(SchedulerTest, PendingMessages) {
     auto r = Check({Job("j", 4)}, {Gpu("a", 2, 4), Gpu("b", 0, 4)});
     ASSERT_TRUE(r.ok());
     EXPECT_THAT(FindPending(*r, "j").message,
-                HasSubstr("needs 4 cuda slots, 2 free across 1 worker"));
+                HasSubstr("needs 4 cuda slots, 2 of 8 free on 2 workers"));
   }
   {
     auto r = Check({Job("j", 1, kCuda)}, {Cpu("c", 4)});
@@ -261,7 +261,7 @@ TEST(SchedulerTest, HeadReservesItsTargetWorkerAndOthersBackfill) {
     EXPECT_EQ(big.reserved_slots[i].slot, i);
   }
   EXPECT_THAT(big.message,
-              HasSubstr("needs 6 cuda slots, 5 free across 2 workers; first in line, holds 3"));
+              HasSubstr("needs 6 cuda slots, 5 of 20 free on 3 workers; first in line, holds 3"));
   EXPECT_EQ(FindPending(*r, "s2").blocked_by, "big");
 }
 

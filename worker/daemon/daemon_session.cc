@@ -20,6 +20,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/grpc_keepalive.h"
 #include "common/auth/secret.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/safe_file.h"
 #include "worker/daemon/worker_daemon_internal.h"
@@ -267,8 +268,9 @@ void WorkerDaemon::HeartbeatLoop(const std::atomic<bool>& stop) {
       absl::MutexLock lock(&mu_);
       d = heartbeat_interval_;
     }
-    absl::Time until = absl::Now() + d;
-    while (!stop && absl::Now() < until) absl::SleepFor(absl::Milliseconds(10));
+    // Monotonic: a wall clock stepped back must not hold heartbeats up.
+    absl::Time until = MonotonicNow() + d;
+    while (!stop && MonotonicNow() < until) absl::SleepFor(absl::Milliseconds(10));
   }
 }
 
@@ -290,8 +292,8 @@ void WorkerDaemon::LogSessionEnd(const grpc::Status& st, bool registered, absl::
 }
 
 bool WorkerDaemon::SleepUnlessShuttingDown(absl::Duration wait) {
-  absl::Time until = absl::Now() + wait;
-  while (absl::Now() < until) {
+  absl::Time until = MonotonicNow() + wait;
+  while (MonotonicNow() < until) {
     {
       absl::MutexLock lock(&mu_);
       if (shutting_down_) return false;

@@ -10,6 +10,8 @@
 #include <cstring>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "common/clock.h"
 
 namespace trainctl::worker {
 namespace {
@@ -71,7 +73,7 @@ absl::StatusOr<pid_t> RankSupervisor::Launch(const RankLaunch& l) {
   c.err_fd = fds[2];
   c.status_fd = fds[4];
   c.tokens = options_.log_burst;
-  c.refill_at = absl::Now();
+  c.refill_at = MonotonicNow();
   return pid;
 }
 
@@ -80,7 +82,7 @@ bool RankSupervisor::Stop(const std::string& key, absl::Duration grace) {
   auto it = children_.find(key);
   if (it == children_.end() || !it->second.process.running()) return false;
   it->second.process.SignalGroup(SIGTERM);
-  it->second.kill_at = std::min(it->second.kill_at, absl::Now() + grace);
+  it->second.kill_at = std::min(it->second.kill_at, MonotonicNow() + grace);
   return true;
 }
 
@@ -148,7 +150,7 @@ void RankSupervisor::Line(const std::string& key, Child& c, int stream, absl::st
   }
   // Token bucket: a rank printing in a tight loop is cut to the rate here,
   // before a line costs anything beyond reading it.
-  absl::Time now = absl::Now();
+  absl::Time now = MonotonicNow();
   c.tokens = std::min<double>(options_.log_burst,
                               c.tokens + absl::ToDoubleSeconds(now - c.refill_at) * options_.log_lines_per_sec);
   c.refill_at = now;
@@ -162,7 +164,7 @@ void RankSupervisor::Line(const std::string& key, Child& c, int stream, absl::st
   }
   c.tokens -= 1;
   c.batch_bytes += bytes;
-  c.batch.push_back(RankLogLine{stream, now, std::string(line)});
+  c.batch.push_back(RankLogLine{stream, absl::Now(), std::string(line)});  // wall time: shown with the line
 }
 
 void RankSupervisor::EmitBatch(const std::string& key, Child& c) {
@@ -210,7 +212,7 @@ void RankSupervisor::Monitor() {
     std::vector<std::tuple<std::string, int, int>> exited;
     {
       absl::MutexLock lock(&mu_);
-      absl::Time now = absl::Now();
+      absl::Time now = MonotonicNow();
       for (auto it = children_.begin(); it != children_.end();) {
         const std::string& key = it->first;
         Child& c = it->second;

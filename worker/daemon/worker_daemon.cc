@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/prometheus.h"
 #include "worker/daemon/join.h"
@@ -197,8 +198,8 @@ void WorkerDaemon::Shutdown(bool goodbye, absl::Duration grace) {
   http_.Stop();
   // Stop every rank and wait (bounded) for them to go.
   for (const std::string& key : supervisor_->Running()) supervisor_->Stop(key, grace);
-  absl::Time deadline = absl::Now() + grace + absl::Seconds(1);
-  while (!supervisor_->Running().empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  absl::Time deadline = MonotonicNow() + grace + absl::Seconds(1);
+  while (!supervisor_->Running().empty() && MonotonicNow() < deadline) absl::SleepFor(absl::Milliseconds(20));
   loop_.RunSync([this] {
     FlushMetrics();
     FlushLogs();
