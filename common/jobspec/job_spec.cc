@@ -9,6 +9,8 @@
 #include <algorithm>
 #include <fstream>
 #include <optional>
+#include <sstream>
+#include <string>
 #include <tuple>
 
 #include "absl/container/flat_hash_set.h"
@@ -20,6 +22,7 @@
 #include "common/jobspec/spec_fields.h"
 #include "common/jobspec/validator.h"
 #include "common/jobspec/yaml_reader.h"
+#include "yaml-cpp/eventhandler.h"
 #include "yaml-cpp/yaml.h"
 
 namespace trainctl {
@@ -63,13 +66,35 @@ bool LessByPosition(const SpecError& a, const SpecError& b) {
   return key(a) < key(b);
 }
 
+// Takes a document's events and keeps none: counting documents.
+class IgnoreEvents final : public YAML::EventHandler {
+ public:
+  void OnDocumentStart(const YAML::Mark&) override {}
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+};
+
 // The one YAML document of `yaml` as a mapping (an empty one when the text
 // is empty but overrides follow), or the reason it is not one.
 std::optional<jobspec::TextProblem> LoadDocument(std::string_view yaml, bool have_overrides, YAML::Node* root) {
   try {
-    std::vector<YAML::Node> docs = YAML::LoadAll(std::string(yaml));
-    if (docs.size() > 1) return jobspec::TextProblem{1, 1, "holds several YAML documents; a job.yaml holds one"};
-    if (!docs.empty()) *root = docs[0];
+    // Not YAML::LoadAll: yaml-cpp 0.7's never returns on some malformed
+    // text (a scalar document then a stray ',': "'',s''"), reporting an
+    // empty document for each token it cannot consume (found by
+    // fuzz_job_yaml). The first document, then at most two counted.
+    *root = YAML::Load(std::string(yaml));
+    std::istringstream again{std::string(yaml)};
+    YAML::Parser parser(again);
+    IgnoreEvents ignore;
+    int docs = 0;
+    while (docs < 2 && parser.HandleNextDocument(ignore)) ++docs;
+    if (docs > 1) return jobspec::TextProblem{1, 1, "holds several YAML documents; a job.yaml holds one"};
   } catch (const YAML::Exception& e) {
     int line = e.mark.is_null() ? 1 : e.mark.line + 1;
     int column = e.mark.is_null() ? 1 : e.mark.column + 1;

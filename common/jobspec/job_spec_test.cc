@@ -225,6 +225,13 @@ TEST(JobSpecTest, BadInputsGetExactMessages) {
       {"a list at top", "- a\n- b\n", {"job.yaml:1:1: must be a mapping of job fields, got a list"}},
       {"a scalar at top", "hello\n", {"job.yaml:1:1: must be a mapping of job fields, got a scalar"}},
       {"two documents", b + "---\nname: k\n", {"job.yaml:1:1: holds several YAML documents; a job.yaml holds one"}},
+      // yaml-cpp's LoadAll never returned on these (fuzz_job_yaml).
+      {"scalar then a stray comma", "'',s''",
+       {"job.yaml:1:1: not valid YAML: ',' outside [] or {} at the start of a line or after a quoted or [] / {} value"}},
+      // The fuzzer's input, past that check: the parser no longer loops.
+      {"quoted scalars then commas", "'NUL' '''''''',s''',s''Y",
+       {"job.yaml:1:1: holds several YAML documents; a job.yaml holds one"}},
+      {"quoted scalars then a comma", "'a' '',", {"job.yaml:1:1: holds several YAML documents; a job.yaml holds one"}},
       {"negative world size", b + "world_size: -2\n", {"job.yaml:5:13: world_size: must be > 0, got -2"}},
       {"zero world size", b + "world_size: 0\n", {"job.yaml:5:13: world_size: must be > 0, got 0"}},
       {"huge number", b + "world_size: 99999999999999999999\n",
