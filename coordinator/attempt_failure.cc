@@ -7,6 +7,7 @@
 #include "absl/strings/strip.h"
 #include "absl/strings/str_join.h"
 #include "common/time_util.h"
+#include "coordinator/checkpoint_records.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -69,6 +70,42 @@ void ApplyNanPolicy(v1::Job& next, std::vector<JobEvent>& events, const v1::Atte
                                                    : std::string("the start (no checkpoint recorded yet)"),
                                  " and skipping step ", nan_step, " (rollback ", used + 1, " of ", max_rollbacks, ")"),
                     a.number(), failed_rank});
+}
+
+// The checkpoint the attempt resumed from could not be read: forget that
+// record and go on from the next older one, or from scratch; not counted as
+// a restart (each fallback forgets a record, so it ends). A checkpoint of
+// another job (resume_from) is what the user asked for: the job fails.
+void ApplyResumeFallback(v1::Job& next, std::vector<JobEvent>& events, const v1::Attempt& a,
+                         const std::string& reason) {
+  if (!a.has_resume() || a.resume().job_id() != next.id()) {
+    FailJob(next, events, a.number(),
+            absl::StrCat(reason, "\n(the checkpoint it resumes from",
+                         a.has_resume() ? absl::StrCat(", of job ", a.resume().job_id(), ",") : std::string(),
+                         " cannot be read: not restarted)"),
+            "the checkpoint to resume from cannot be read; restarting cannot help");
+    return;
+  }
+  const v1::CheckpointRecord bad = a.resume();
+  google::protobuf::RepeatedPtrField<v1::CheckpointRecord> kept;
+  for (const v1::CheckpointRecord& r : next.checkpoints()) {
+    if (!SameCopy(r, bad)) *kept.Add() = r;
+  }
+  *next.mutable_checkpoints() = std::move(kept);
+  const v1::CheckpointRecord* newest = nullptr;
+  for (const v1::CheckpointRecord& r : next.checkpoints()) {
+    if (newest == nullptr || r.global_step() > newest->global_step()) newest = &r;
+  }
+  next.set_state(v1::JOB_STATE_RESTARTING);
+  next.set_state_reason(absl::StrCat("falling back after: ", reason));
+  events.push_back({"resume_fallback",
+                    absl::StrCat(DescribeRecord(bad), " (", bad.path(), ") could not be read; forgotten: ",
+                                 newest != nullptr
+                                     ? absl::StrCat("the next attempt resumes from the checkpoint at step ",
+                                                    newest->global_step())
+                                     : std::string("the next attempt starts from scratch (no older checkpoint)"),
+                                 " (not counted as a restart)"),
+                    a.number()});
 }
 
 // Every other kind: fail the job when the kind or the budget says so, else
@@ -195,6 +232,8 @@ RanksByWorker BuildAttemptFailure(v1::Job& next, std::vector<JobEvent>& events, 
   events.push_back({"attempt_failed", reason, a->number(), failed_rank});
   if (kind == v1::FAILURE_KIND_NAN) {
     ApplyNanPolicy(next, events, *a, reason, failed_rank);
+  } else if (kind == v1::FAILURE_KIND_RESUME) {
+    ApplyResumeFallback(next, events, *a, reason);
   } else {
     ApplyRestartPolicy(next, events, a->number(), kind, reason);
   }

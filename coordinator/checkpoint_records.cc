@@ -16,6 +16,10 @@ bool SameHolder(const v1::CheckpointRecord& a, const v1::CheckpointRecord& b) {
 
 }  // namespace
 
+bool SameCopy(const v1::CheckpointRecord& a, const v1::CheckpointRecord& b) {
+  return SameHolder(a, b) && a.path() == b.path();
+}
+
 std::vector<const v1::CheckpointRecord*> NewestRecords(const v1::Job& job) {
   std::vector<const v1::CheckpointRecord*> out;
   for (const v1::CheckpointRecord& r : job.checkpoints()) {
@@ -102,7 +106,12 @@ std::optional<std::pair<std::string, std::string>> DirOwnerFromRecords(const std
   return std::make_pair(first->owner(), first->id());
 }
 
-std::string AddCheckpointRecord(v1::Job& next, const v1::CheckpointRecord& r) {
+std::string AddCheckpointRecord(v1::Job& next, const v1::CheckpointRecord& r,
+                                std::vector<v1::CheckpointRecord>* dropped) {
+  const v1::Attempt* current = next.attempts().empty() ? nullptr : &next.attempts(next.attempts_size() - 1);
+  auto resumed_now = [&](const v1::CheckpointRecord& x) {
+    return current != nullptr && current->has_resume() && SameCopy(current->resume(), x);
+  };
   std::vector<int64_t> steps;
   for (const v1::CheckpointRecord& x : next.checkpoints()) {
     if (SameHolder(x, r) && x.global_step() != r.global_step()) steps.push_back(x.global_step());
@@ -113,8 +122,13 @@ std::string AddCheckpointRecord(v1::Job& next, const v1::CheckpointRecord& r) {
   const int64_t oldest_kept = steps[static_cast<size_t>(std::min<int64_t>(keep, steps.size()) - 1)];
   google::protobuf::RepeatedPtrField<v1::CheckpointRecord> kept;
   for (const v1::CheckpointRecord& x : next.checkpoints()) {
-    if (SameHolder(x, r) && (x.global_step() == r.global_step() || x.global_step() < oldest_kept)) continue;
-    *kept.Add() = x;
+    const bool replaced = SameHolder(x, r) && x.global_step() == r.global_step();
+    const bool too_old = SameHolder(x, r) && x.global_step() < oldest_kept && !resumed_now(x);
+    if (!replaced && !too_old) {
+      *kept.Add() = x;
+      continue;
+    }
+    if (dropped != nullptr && x.job_id() == next.id() && x.path() != r.path()) dropped->push_back(x);
   }
   *kept.Add() = r;
   *next.mutable_checkpoints() = std::move(kept);

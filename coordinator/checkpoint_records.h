@@ -45,10 +45,17 @@ absl::Status CheckArtifactPath(const v1::Job& job, const std::string& path, bool
 std::optional<std::pair<std::string, std::string>> DirOwnerFromRecords(
     const std::vector<const v1::Job*>& jobs, const std::string& dir);
 // Adds `r` to `next`'s records, keeping per holder the job's newest
-// checkpoint.keep ones by global step (the rank deletes older files the same
-// way); records of the job a resume started from stay. Returns the words of
-// the `checkpoint` event.
-std::string AddCheckpointRecord(v1::Job& next, const v1::CheckpointRecord& r);
+// checkpoint.keep ones by global step; records of the job a resume started
+// from stay, and so does the record the current attempt resumed from
+// (fencing: a checkpoint a placement resumes from is never deleted). The
+// records it no longer keeps whose files are to be deleted (the job's own,
+// at another path than `r`) go to `*dropped` when given. Returns the words
+// of the `checkpoint` event.
+std::string AddCheckpointRecord(v1::Job& next, const v1::CheckpointRecord& r,
+                                std::vector<v1::CheckpointRecord>* dropped = nullptr);
+
+// The same copy: job, holder and path.
+bool SameCopy(const v1::CheckpointRecord& a, const v1::CheckpointRecord& b);
 
 // For a new attempt of `job` placed as `p`: moves rank 0 onto a holder of
 // the newest checkpoint when one is in the placement, and returns the

@@ -5,6 +5,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 namespace trainctl::coordinator {
 namespace {
 
@@ -47,6 +49,50 @@ TEST(CheckpointRecordsTest, KeepsTheNewestPerHolder) {
   std::vector<const v1::CheckpointRecord*> newest = NewestRecords(j);
   ASSERT_EQ(newest.size(), 1u);
   EXPECT_EQ(newest[0]->global_step(), 40);
+}
+
+// Fencing: the records keep drops are the files to delete, never the one
+// the current attempt resumed from, never another job's.
+TEST(CheckpointRecordsTest, DroppedRecordsAreTheFilesToDeleteButNeverTheResumedOne) {
+  v1::Job j;
+  j.set_id("j");
+  j.mutable_spec()->mutable_checkpoint()->set_keep(1);
+  auto at = [](const std::string& w, int64_t step) {
+    v1::CheckpointRecord r = Record(w, step);
+    r.set_path(absl::StrCat("/ck/j.ckpt-epoch-", step, ".", w, ".pt"));
+    return r;
+  };
+  std::vector<v1::CheckpointRecord> dropped;
+  AddCheckpointRecord(j, at("a", 10), &dropped);
+  EXPECT_TRUE(dropped.empty());
+  AddCheckpointRecord(j, at("a", 20), &dropped);
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_EQ(dropped[0].path(), "/ck/j.ckpt-epoch-10.a.pt");
+  // The same step again replaces its record; the file was overwritten, not orphaned.
+  dropped.clear();
+  AddCheckpointRecord(j, at("a", 20), &dropped);
+  EXPECT_TRUE(dropped.empty());
+  // Attempt 2 resumed from step 20: that record and file stay while it is current.
+  v1::Attempt* a2 = j.add_attempts();
+  a2->set_number(2);
+  *a2->mutable_resume() = at("a", 20);
+  AddCheckpointRecord(j, at("a", 30), &dropped);
+  EXPECT_TRUE(dropped.empty());
+  EXPECT_THAT(Steps(j, "a"), ::testing::UnorderedElementsAre(20, 30));
+  AddCheckpointRecord(j, at("a", 40), &dropped);
+  ASSERT_EQ(dropped.size(), 1u);
+  EXPECT_EQ(dropped[0].global_step(), 30);
+  EXPECT_THAT(Steps(j, "a"), ::testing::UnorderedElementsAre(20, 40));
+  // Attempt 3 resumes elsewhere: step 20 goes with the next record.
+  v1::Attempt* a3 = j.add_attempts();
+  a3->set_number(3);
+  *a3->mutable_resume() = at("a", 40);
+  dropped.clear();
+  AddCheckpointRecord(j, at("a", 50), &dropped);
+  std::vector<int64_t> gone;
+  for (const auto& d : dropped) gone.push_back(d.global_step());
+  EXPECT_THAT(gone, ::testing::UnorderedElementsAre(20));
+  EXPECT_THAT(Steps(j, "a"), ::testing::UnorderedElementsAre(40, 50));
 }
 
 TEST(CheckpointRecordsTest, EventWordsSayWhereAndInsideWhichEpoch) {

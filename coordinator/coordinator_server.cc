@@ -216,6 +216,9 @@ void WriteClusterFamilies(PromWriter& w, const JobGauges& g,
   w.Family("trainctl_hangs_detected_total", "counter",
            "Attempts failed by the adaptive hang detection since the coordinator started.");
   w.Sample("trainctl_hangs_detected_total", {}, static_cast<double>(g.hangs_detected));
+  w.Family("trainctl_stale_reports_refused_total", "counter",
+           "Checkpoint and final-model reports of attempts that were no longer current, refused (fencing).");
+  w.Sample("trainctl_stale_reports_refused_total", {}, static_cast<double>(g.stale_reports_refused));
 }
 
 // Per running job: throughput, loss, the step's split, loss scale, world.

@@ -2,11 +2,13 @@
 
 #include <algorithm>
 #include <iostream>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "common/jobspec/artifact_names.h"
 #include "common/jobspec/job_spec.h"
+#include "common/log.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
 #include "coordinator/attempt_failure.h"
@@ -380,11 +382,25 @@ absl::Status JobManager::ApplyRankFailed(const std::string& worker_id, const v1:
 
 // --- artifacts -------------------------------------------------------------------
 
+absl::Status JobManager::RefuseIfStale(const absl::Status& s, const std::string& worker_id, const char* what,
+                                       const std::string& job_id, int32_t attempt) {
+  if (!absl::IsAborted(s)) return s;
+  // Fencing: a report of an attempt that is not the job's current one (its
+  // ranks ran on while their worker was cut off) never becomes a record.
+  ++stale_reports_refused_;
+  LogEvent(LogLevel::kWarn, "coordinator", "stale_report_refused",
+           {{"worker_id", worker_id}, {"what", what}, {"job_id", job_id}, {"attempt", absl::StrCat(attempt)},
+            {"reason", std::string(s.message())}});
+  return s;
+}
+
 absl::Status JobManager::OnFinalModel(const std::string& worker_id, const v1::FinalModelReport& rep) {
   TRAINCTL_RETURN_IF_ERROR(ValidateFinalModel(rep));
   v1::Attempt* a = nullptr;
-  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, book_.ForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(),
-                                                          /*allow_stale=*/false, &a));
+  absl::StatusOr<JobEntry*> found =
+      book_.ForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(), /*allow_stale=*/false, &a);
+  if (!found.ok()) return RefuseIfStale(found.status(), worker_id, "final_model", rep.job_id(), rep.attempt());
+  JobEntry* e = *found;
   TRAINCTL_RETURN_IF_ERROR(CheckArtifactPath(e->job, rep.path(), /*final_model=*/true, "final_model.path"));
   e->final_model = rep;
   e->final_model_worker = worker_id;
@@ -394,8 +410,10 @@ absl::Status JobManager::OnFinalModel(const std::string& worker_id, const v1::Fi
 absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::CheckpointReport& rep) {
   TRAINCTL_RETURN_IF_ERROR(ValidateReportedCheckpoint(rep.record()));
   v1::Attempt* a_mem = nullptr;
-  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, book_.ForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(),
-                                                          /*allow_stale=*/true, &a_mem));
+  absl::StatusOr<JobEntry*> found =
+      book_.ForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(), /*allow_stale=*/false, &a_mem);
+  if (!found.ok()) return RefuseIfStale(found.status(), worker_id, "checkpoint", rep.job_id(), rep.attempt());
+  JobEntry* e = *found;
   TRAINCTL_RETURN_IF_ERROR(
       CheckArtifactPath(e->job, rep.record().path(), /*final_model=*/false, "checkpoint.record.path"));
   v1::Job next = e->job;
@@ -409,10 +427,27 @@ absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::Ch
   r.set_reported_by(worker_id);  // a fetch asks this worker only
   r.set_spec_hash(CheckpointSpecHash(next.spec()));
   SetTimestamp(clock_->Now(), r.mutable_time());
-  std::string msg = AddCheckpointRecord(next, r);
+  std::vector<v1::CheckpointRecord> dropped;
+  std::string msg = AddCheckpointRecord(next, r, &dropped);
   TRAINCTL_RETURN_IF_ERROR(book_.Commit(*e, std::move(next), {{"checkpoint", msg, rep.attempt(), rep.rank()}}));
+  // The files of the records checkpoint.keep no longer keeps go, deleted by
+  // the worker that reported each (ranks delete none: fencing). A command
+  // job's program owns its own files.
+  if (!e->job.spec().has_command()) DropCheckpointFiles(e->job.id(), dropped);
   placer_.MaybeGrow(*e, r);
   return absl::OkStatus();
+}
+
+void JobManager::DropCheckpointFiles(const std::string& job_id, const std::vector<v1::CheckpointRecord>& dropped) {
+  std::map<std::string, v1::CoordinatorMessage> by_worker;
+  for (const v1::CheckpointRecord& d : dropped) {
+    const std::string& w = d.reported_by().empty() ? d.worker_id() : d.reported_by();
+    if (w.empty()) continue;
+    v1::DropCheckpoints* m = by_worker[w].mutable_drop_checkpoints();
+    m->set_job_id(job_id);
+    m->add_paths(d.path());
+  }
+  for (const auto& [w, msg] : by_worker) registry_->Send(w, msg);
 }
 
 // --- worker sessions -------------------------------------------------------------

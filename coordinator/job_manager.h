@@ -156,7 +156,11 @@ class JobManager : private JobActions {
   absl::Status OnFinalModel(const std::string& worker_id, const v1::FinalModelReport& report);
 
   // A snapshot for /metrics (on the loop; O(jobs + attempts)).
-  JobGauges Gauges() const { return queries_.Gauges(); }
+  JobGauges Gauges() const {
+    JobGauges g = queries_.Gauges();
+    g.stale_reports_refused = stale_reports_refused_;
+    return g;
+  }
 
   // --- periodic -----------------------------------------------------------
   // Hang detection and rendezvous timeouts; applies held and retried rank
@@ -218,6 +222,14 @@ class JobManager : private JobActions {
   absl::Status CheckDirOwner(const v1::JobSpec& spec, const std::string& owner) const;
 
   const Clock* clock_;
+  // ABORTED `s` (a stale attempt's report): counted and logged. Returns `s`.
+  absl::Status RefuseIfStale(const absl::Status& s, const std::string& worker_id, const char* what,
+                             const std::string& job_id, int32_t attempt);
+  // Asks the workers that reported `dropped` to delete those files.
+  void DropCheckpointFiles(const std::string& job_id, const std::vector<v1::CheckpointRecord>& dropped);
+
+  // Checkpoint and final-model reports of stale attempts refused (/metrics).
+  int64_t stale_reports_refused_ = 0;
   JobManagerOptions options_;
   WorkerRegistry* registry_;
   JobBook book_;

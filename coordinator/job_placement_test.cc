@@ -3,6 +3,9 @@
 // shrink and grow, and resume_from another job.
 #include "coordinator/job_manager_fixture.h"
 
+#include "absl/strings/match.h"
+#include "coordinator/attempt_failure.h"
+
 namespace trainctl::coordinator {
 namespace {
 
@@ -165,6 +168,82 @@ TEST_F(JobManagerTest, ElasticJobShrinksAfterTheReplaceTimeoutAndGrowsBackAtAChe
   EXPECT_THAT(sized[0], HasSubstr("resized@2: world size 2 -> 1 (no replacement within elastic.replace_timeout_s = 10 s"));
   EXPECT_THAT(sized[1], HasSubstr("resizing@2: elastic: growing from 1 to 2 ranks (1 slot(s) free) at the checkpoint of step 12"));
   EXPECT_THAT(sized[2], HasSubstr("resized@3: world size 1 -> 2 (slots freed up"));
+}
+
+// Fencing (#30): the files of records `keep` drops are deleted by the
+// worker that reported them, on the coordinator's word; a stale attempt's
+// report is refused (and counted); a resume that cannot read its record
+// forgets it and the next attempt goes on from the next older one, without
+// counting a restart.
+TEST_F(JobManagerTest, FencingDropsStaleReportsAndFallsBackFromAnUnreadableResume) {
+  std::string id = RunningJob();
+  for (int e = 1; e <= 3; ++e) {
+    ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, e, 10 * e, absl::StrCat("/w/a/ck", e)).ok());
+    ASSERT_TRUE(Checkpoint(*jobs_, "b", id, 1, 1, e, 10 * e, absl::StrCat("/w/b/ck", e)).ok());
+  }
+  auto drops = [](const FakeChannel* ch) {
+    std::vector<std::string> out;
+    for (const auto& m : ch->sent) {
+      if (m.has_drop_checkpoints()) out.insert(out.end(), m.drop_checkpoints().paths().begin(), m.drop_checkpoints().paths().end());
+    }
+    return out;
+  };
+  EXPECT_EQ(drops(a_), std::vector<std::string>{CkPath("/w/a/ck1", id, 1)}) << "keep 2: a's step 10 goes";
+  EXPECT_EQ(drops(b_), std::vector<std::string>{CkPath("/w/b/ck1", id, 1)});
+
+  // Worker a is lost; attempt 2 runs on b and c, resuming b's step-30 copy.
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(registry_->Heartbeat("b", b_).ok());
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_EQ(registry_->ExpireLeases(), std::vector<std::string>{"a"});
+  jobs_->OnWorkerLost("a");
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_STOPPED).ok());
+  AddWorker("c", 1);
+  v1::Job j = Get(id);
+  ASSERT_EQ(j.attempts_size(), 2);
+  ASSERT_TRUE(j.attempts(1).has_resume());
+  EXPECT_EQ(j.attempts(1).resume().global_step(), 30);
+  EXPECT_EQ(j.restarts(), 1);
+
+  // Attempt 1's late report (its ranks ran on) is refused: no record, no drop.
+  const size_t records = j.checkpoints_size();
+  EXPECT_EQ(Checkpoint(*jobs_, "b", id, 1, 1, 4, 40, "/w/b/ck4").code(), absl::StatusCode::kAborted);
+  EXPECT_EQ(Get(id).checkpoints_size(), static_cast<int>(records));
+  EXPECT_EQ(jobs_->Gauges().stale_reports_refused, 1);
+
+  // Rank 0 cannot read the step-30 copy (a stale rank replaced it): the
+  // record is forgotten, the next attempt resumes step 20, no restart counted.
+  ASSERT_TRUE(jobs_->OnRankStatus("b", Failed(id, 2, 0, v1::FAILURE_KIND_RESUME, "checkpoint is corrupt")).ok());
+  j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING) << j.state_reason();
+  EXPECT_EQ(j.restarts(), 1);
+  for (const auto& r : j.checkpoints()) EXPECT_NE(r.path(), CkPath("/w/b/ck3", id, 3)) << "forgotten";
+  std::string fallback;
+  for (const auto& e : StoredEvents(id)) {
+    if (absl::StrContains(e, "resume_fallback")) fallback = e;
+  }
+  EXPECT_THAT(fallback, HasSubstr("could not be read; forgotten: the next attempt resumes from the checkpoint at step 30"))
+      << "a's step-30 record is still newest";
+  ASSERT_TRUE(Status("c", id, 2, 1, v1::RANK_STATE_STOPPED).ok());
+  j = Get(id);
+  ASSERT_EQ(j.attempts_size(), 3);
+  ASSERT_TRUE(j.attempts(2).has_resume());
+  EXPECT_EQ(j.attempts(2).resume().global_step(), 20) << "a's newer copy is unreachable; b's step 20 remains";
+}
+
+// A resume_from checkpoint of another job that cannot be read is what the
+// user asked for: the job fails, it does not start from scratch.
+TEST_F(JobManagerTest, AnUnreadableCheckpointOfAnotherJobFailsTheJob) {
+  std::string id = RunningJob();
+  v1::Job next = Get(id);
+  v1::Attempt a;
+  a.set_number(1);
+  a.mutable_resume()->set_job_id("older-job");
+  std::vector<JobEvent> events;
+  *next.mutable_attempts(0)->mutable_resume() = a.resume();
+  BuildAttemptFailure(next, events, absl::Now(), v1::FAILURE_KIND_RESUME, "cannot open checkpoint", 0);
+  EXPECT_EQ(next.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(next.state_reason(), HasSubstr("of job older-job, cannot be read: not restarted"));
 }
 
 TEST_F(JobManagerTest, RestartWithoutAReachableCheckpointSaysItStartsFromScratch) {

@@ -31,6 +31,9 @@ struct JobGauges {
   // started.
   int64_t straggler_events = 0;
   int64_t hangs_detected = 0;
+  // Checkpoint and final-model reports of attempts that were no longer
+  // current (fencing), refused since the coordinator started.
+  int64_t stale_reports_refused = 0;
   // Jobs RUNNING now: throughput summed over ranks; loss and loss scale of
   // rank 0; step time split averaged over ranks (latest window each).
   struct Running {

@@ -260,6 +260,83 @@ TEST_F(CheckpointE2ETest, ResumeFromContinuesCancelledAndFinishedJobs) {
   EXPECT_EQ(EpochsTrained(id3, 1, 0), (std::set<int>{6, 7}));
 }
 
+// Fencing (#30 finding 1): the daemon is stopped (SIGSTOP) past its lease
+// while its ranks train on and keep checkpointing; the coordinator places
+// attempt 2 on the newest checkpoint it recorded. The stale ranks' late
+// reports are refused and they delete nothing (only the coordinator decides
+// which files go), so attempt 2 finds its checkpoint and the job succeeds
+// (before: "cannot open checkpoint", CONFIG, FAILED in 4 of 5 trials).
+TEST_F(CheckpointE2ETest, AStoppedDaemonsStaleRanksNeverDestroyTheNewAttemptsCheckpoint) {
+  ASSERT_TRUE(cluster_->StartWorker("w0", 2));
+  ASSERT_TRUE(cluster_->WaitWorkers(1));
+  std::string id = cluster_->Submit(SlowClassic(5, {"checkpoint.every_steps=50"}));
+  ASSERT_FALSE(id.empty());
+  v1::Job j = cluster_->WaitFor(id, [](const v1::Job& x) {
+    return x.checkpoints_size() >= 2 || x.state() >= v1::JOB_STATE_SUCCEEDED;
+  });
+  ASSERT_EQ(j.state(), v1::JOB_STATE_RUNNING) << j.state_reason();
+  cluster_->worker("w0")->Kill(SIGSTOP);
+  j = cluster_->WaitFor(id, [](const v1::Job& x) { return x.state() != v1::JOB_STATE_RUNNING; }, absl::Seconds(30));
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING) << j.state_reason();
+  // The orphans train on (and, before fencing, rotated the recorded files
+  // away) for a while after the coordinator moved on.
+  const std::string attempt1 = absl::StrCat("/jobs/", id, "/attempt-1/rank-");
+  absl::SleepFor(absl::Seconds(4));
+  EXPECT_FALSE(Cluster::ProcessesMatching(attempt1).empty()) << "the stale ranks ran on";
+  cluster_->worker("w0")->Kill(SIGCONT);
+
+  j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(180));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
+  ASSERT_GE(j.attempts_size(), 2);
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_WORKER_LOST);
+  const v1::Attempt& a2 = j.attempts(1);
+  ASSERT_TRUE(a2.has_resume()) << "attempt 2 started from scratch";
+  EXPECT_EQ(a2.state(), v1::ATTEMPT_STATE_SUCCEEDED) << a2.reason();
+  EXPECT_THAT(cluster_->RankLog(id, 2, 0), HasSubstr("resumed from " + a2.resume().path()));
+  EXPECT_TRUE(Cluster::ProcessesMatching(attempt1).empty()) << "the stale ranks were stopped";
+  // Every recorded checkpoint is attempt 2's or older than the stop, and
+  // each file is there with its recorded size.
+  for (const auto& r : j.checkpoints()) {
+    EXPECT_TRUE(r.attempt() == 2 || r.global_step() <= a2.resume().global_step()) << r.path();
+    std::error_code ec;
+    EXPECT_EQ(static_cast<int64_t>(std::filesystem::file_size(r.path(), ec)), r.size_bytes()) << r.path();
+  }
+}
+
+// One writer per path (#30 finding 2): three hosts share one checkpoint.dir
+// (not checkpoint.shared: each keeps its own copy). Each copy carries its
+// worker's id in its name, so no host overwrites another's; after rank 0's
+// host is lost the resume reads the copy its record names and succeeds.
+TEST_F(CheckpointE2ETest, HostsSharingOneDirectoryWriteTheirOwnCopies) {
+  for (const char* w : {"w0", "w1", "w2"}) ASSERT_TRUE(cluster_->StartWorker(w));
+  ASSERT_TRUE(cluster_->WaitWorkers(3));
+  const std::string dir = cluster_->dir() + "/one-dir";
+  std::string id = cluster_->Submit(SlowClassic(4, {"world_size=3", "checkpoint.dir=" + dir}));
+  ASSERT_FALSE(id.empty());
+  v1::Job j = cluster_->WaitFor(id, [](const v1::Job& x) {
+    int copies = 0;
+    for (const auto& r : x.checkpoints()) copies += r.epochs_done() >= 1 ? 1 : 0;
+    return copies >= 3 || x.state() >= v1::JOB_STATE_SUCCEEDED;
+  });
+  ASSERT_EQ(j.state(), v1::JOB_STATE_RUNNING) << j.state_reason();
+  std::set<std::string> paths;
+  for (const auto& r : j.checkpoints()) {
+    if (r.epochs_done() != 1) continue;
+    paths.insert(r.path());
+    EXPECT_THAT(r.path(), HasSubstr("." + r.worker_id() + ".pt")) << "a per-host copy names its writer";
+  }
+  EXPECT_EQ(paths.size(), 3u) << "three hosts, three files";
+  const std::string rank0 = WorkerOf(id, 1, 0, {"w0", "w1", "w2"});
+  ASSERT_FALSE(rank0.empty());
+  cluster_->KillWorker(rank0, SIGKILL);
+  ASSERT_TRUE(cluster_->StartWorker("w3"));
+  j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(180));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
+  ASSERT_GE(j.attempts_size(), 2);
+  EXPECT_TRUE(j.attempts(1).has_resume()) << "attempt 2 started from scratch";
+  for (const auto& a : j.attempts()) EXPECT_NE(a.failure_kind(), v1::FAILURE_KIND_RESUME) << a.reason();
+}
+
 // A worker with --data-root / --checkpoint-root refuses a job whose files lie
 // elsewhere (after resolving '..' and symlinks) in its pre-flight, naming
 // the field, before any rank starts; a job inside them runs.

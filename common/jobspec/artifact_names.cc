@@ -5,6 +5,7 @@
 #include <filesystem>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/strip.h"
 
@@ -14,16 +15,42 @@ std::string JobManifestName(const std::string& job_id) { return absl::StrCat(job
 
 std::string FinalModelFileName(const std::string& job_id) { return absl::StrCat(job_id, ".model.pt"); }
 
+std::optional<CheckpointNameParts> ParseCheckpointStem(std::string_view stem_in) {
+  absl::string_view stem(stem_in.data(), stem_in.size());
+  CheckpointNameParts parts;
+  if (const size_t dot = stem.find('.'); dot != absl::string_view::npos) {
+    absl::string_view writer = stem.substr(dot + 1);
+    if (writer.empty() || writer.size() > 128 || writer == "." || writer == ".." ||
+        !std::all_of(writer.begin(), writer.end(), [](char c) {
+          return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
+        })) {
+      return std::nullopt;
+    }
+    parts.writer = std::string(writer);
+    stem = stem.substr(0, dot);
+  }
+  auto number = [](absl::string_view d, int64_t* out) {
+    if (d.empty() || d.size() > 12 || !std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+      return false;
+    }
+    return absl::SimpleAtoi(d, out);
+  };
+  const size_t dash = stem.find('-');
+  if (!number(stem.substr(0, dash), &parts.epochs_done)) return std::nullopt;
+  if (dash != absl::string_view::npos && !number(stem.substr(dash + 1), &parts.epoch_consumed)) return std::nullopt;
+  return parts;
+}
+
 bool IsCheckpointFileName(const std::string& job_id, std::string_view file) {
   const std::string prefix = absl::StrCat(job_id, ".ckpt-epoch-");
   absl::string_view name(file.data(), file.size());
   if (job_id.empty() || !absl::ConsumePrefix(&name, prefix) || !absl::ConsumeSuffix(&name, ".pt")) return false;
-  auto digits = [](absl::string_view d) {
-    return !d.empty() && d.size() <= 12 && std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; });
-  };
-  const size_t dash = name.find('-');
-  if (dash == absl::string_view::npos) return digits(name);
-  return digits(name.substr(0, dash)) && digits(name.substr(dash + 1));
+  return ParseCheckpointStem(std::string_view(name.data(), name.size())).has_value();
+}
+
+std::string CheckpointWriterTag(const std::string& worker_id) {
+  std::string out = OwnerPathComponent(worker_id);
+  return out;
 }
 
 bool IsFinalModelFileName(const std::string& job_id, std::string_view name) {

@@ -10,6 +10,8 @@
 // Stateless; thread-safe.
 #pragma once
 
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 
@@ -28,8 +30,24 @@ std::string JobManifestName(const std::string& job_id);
 std::string FinalModelFileName(const std::string& job_id);
 
 // "<job>.ckpt-epoch-NNNNNN.pt" or "<job>.ckpt-epoch-NNNNNN-CCCCCCCCCC.pt"
-// (digits only, at most 12 each), as worker/trainer/checkpoint.cc writes them.
+// (digits only, at most 12 each), each optionally with ".<writer>" before
+// ".pt" (a per-host copy: the writing worker's id, so that hosts sharing
+// one directory never write one path), as worker/trainer/checkpoint.cc
+// writes them.
 bool IsCheckpointFileName(const std::string& job_id, std::string_view name);
+
+// The parts of a checkpoint file name after "<job>.ckpt-epoch-" (or
+// "ckpt-epoch-") and before ".pt": "NNNNNN[-CCCCCCCCCC][.<writer>]".
+struct CheckpointNameParts {
+  int64_t epochs_done = 0;
+  int64_t epoch_consumed = 0;
+  std::string writer;  // "" for a shared or single copy
+};
+std::optional<CheckpointNameParts> ParseCheckpointStem(std::string_view stem);
+
+// A worker id as a checkpoint name's writer part: [A-Za-z0-9._-], others
+// '_', at most 128 bytes.
+std::string CheckpointWriterTag(const std::string& worker_id);
 bool IsFinalModelFileName(const std::string& job_id, std::string_view name);
 
 // `owner` as one safe path component ([A-Za-z0-9._-], others '_'; never

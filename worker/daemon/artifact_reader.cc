@@ -8,6 +8,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -22,23 +23,33 @@ OpenArtifact::~OpenArtifact() {
   if (fd_ >= 0) ::close(fd_);
 }
 
-absl::StatusOr<OpenArtifact> OpenJobArtifact(const std::string& path, const std::string& job_id) {
+namespace {
+
+// OpenJobArtifact's checks, leaving the directory's descriptor in `*dir`
+// and the file's name in `*name`.
+absl::StatusOr<OpenArtifact> OpenArtifactIn(const std::string& path, const std::string& job_id,
+                                            bool checkpoints_only, std::optional<OpenArtifact>* dir,
+                                            std::string* name) {
   if (job_id.empty()) return absl::InvalidArgumentError("job_id: required (a coordinator older than this worker?)");
   if (path.empty() || path[0] != '/') return absl::InvalidArgumentError("path: must be absolute");
   const size_t slash = path.rfind('/');
-  const std::string dir = slash == 0 ? "/" : path.substr(0, slash);
-  const std::string name = path.substr(slash + 1);
-  if (!IsCheckpointFileName(job_id, name) && !IsFinalModelFileName(job_id, name)) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        path, ": not a checkpoint or final model of job ", job_id, " (this worker serves only those)"));
+  const std::string dir_path = slash == 0 ? "/" : path.substr(0, slash);
+  *name = path.substr(slash + 1);
+  if (!IsCheckpointFileName(job_id, *name) && (checkpoints_only || !IsFinalModelFileName(job_id, *name))) {
+    return absl::FailedPreconditionError(
+        absl::StrCat(path, checkpoints_only ? ": not a checkpoint of job " : ": not a checkpoint or final model of job ",
+                     job_id, " (this worker serves only those)"));
   }
   // The directory may be reached through links (a checkpoint.dir under a
   // symlinked mount is reported in the spec's form): what decides is the
   // manifest found through this descriptor.
-  const int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (const int e = errno; dfd < 0) return absl::FailedPreconditionError(absl::StrCat(dir, ": ", std::strerror(e)));
-  OpenArtifact dir_guard(dfd, 0);
-  const int fd = ::openat(dfd, name.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  const int dfd = ::open(dir_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (const int e = errno; dfd < 0) {
+    return absl::Status(e == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kFailedPrecondition,
+                        absl::StrCat(dir_path, ": ", std::strerror(e)));
+  }
+  dir->emplace(dfd, 0);
+  const int fd = ::openat(dfd, name->c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
     return absl::Status(e == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kFailedPrecondition,
@@ -61,10 +72,32 @@ absl::StatusOr<OpenArtifact> OpenJobArtifact(const std::string& path, const std:
   // The manifest is checked after the open, through the same directory
   // descriptor: swapping the directory after the check gains nothing.
   if (absl::Status m = CheckJobManifestAt(dfd, job_id); !m.ok()) {
-    return absl::FailedPreconditionError(absl::StrCat(dir, ": ", m.message()));
+    return absl::FailedPreconditionError(absl::StrCat(dir_path, ": ", m.message()));
   }
-  ::fcntl(fd, F_SETFL, 0);  // blocking reads from here (O_NONBLOCK only kept a FIFO from hanging the open)
   return absl::StatusOr<OpenArtifact>(std::move(file));
+}
+
+}  // namespace
+
+absl::StatusOr<OpenArtifact> OpenJobArtifact(const std::string& path, const std::string& job_id) {
+  std::optional<OpenArtifact> dir;
+  std::string name;
+  absl::StatusOr<OpenArtifact> file = OpenArtifactIn(path, job_id, /*checkpoints_only=*/false, &dir, &name);
+  if (file.ok()) ::fcntl(file->fd(), F_SETFL, 0);  // blocking reads from here (O_NONBLOCK only kept a FIFO from hanging the open)
+  return file;
+}
+
+absl::Status DropJobCheckpoint(const std::string& path, const std::string& job_id) {
+  std::optional<OpenArtifact> dir;
+  std::string name;
+  absl::StatusOr<OpenArtifact> file = OpenArtifactIn(path, job_id, /*checkpoints_only=*/true, &dir, &name);
+  if (!file.ok()) return file.status();
+  if (::unlinkat(dir->fd(), name.c_str(), 0) != 0) {
+    const int e = errno;
+    return absl::Status(e == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kFailedPrecondition,
+                        absl::StrCat(path, ": ", std::strerror(e)));
+  }
+  return absl::OkStatus();
 }
 
 v1::FileChunk ReadArtifactChunk(const v1::ReadFile& req) {

@@ -53,4 +53,11 @@ absl::StatusOr<OpenArtifact> OpenJobArtifact(const std::string& path, const std:
 // with `error` set.
 v1::FileChunk ReadArtifactChunk(const v1::ReadFile& req);
 
+// Deletes `path` when it is a checkpoint (not the final model) of `job_id`
+// that OpenJobArtifact would serve (the coordinator's DropCheckpoints):
+// unlinked through the same directory descriptor its checks used.
+// NOT_FOUND when it is already gone; FAILED_PRECONDITION saying which rule
+// refused it.
+absl::Status DropJobCheckpoint(const std::string& path, const std::string& job_id);
+
 }  // namespace trainctl::worker

@@ -154,6 +154,33 @@ TEST(JobDirTest, ManifestsAreNeverWrittenThroughALink) {
   EXPECT_FALSE(ClaimCheckpointDir(root + "/ck-link", "j-2", "alice", "").ok());
 }
 
+// DropCheckpoints: the coordinator's deletions meet the rules a fetch meets;
+// only the job's checkpoints go, never its final model, a link's target, or
+// a file of a directory no daemon prepared for the job.
+TEST(ArtifactReaderTest, DropDeletesOnlyTheJobsOwnCheckpoints) {
+  const std::string root = TempDir("drop");
+  const std::string dir = root + "/ck";
+  ASSERT_TRUE(ClaimCheckpointDir(dir, "j-1", "alice", "").ok());
+  std::ofstream(root + "/worker.key") << "KEY";
+  std::ofstream(dir + "/j-1.ckpt-epoch-000001.w-a.pt") << "ck";
+  std::ofstream(dir + "/j-1.model.pt") << "model";
+  EXPECT_TRUE(DropJobCheckpoint(dir + "/j-1.ckpt-epoch-000001.w-a.pt", "j-1").ok());
+  EXPECT_FALSE(fs::exists(dir + "/j-1.ckpt-epoch-000001.w-a.pt"));
+  EXPECT_TRUE(absl::IsNotFound(DropJobCheckpoint(dir + "/j-1.ckpt-epoch-000001.w-a.pt", "j-1")));
+  EXPECT_THAT(DropJobCheckpoint(dir + "/j-1.model.pt", "j-1").message(), HasSubstr("not a checkpoint of job j-1"));
+  EXPECT_TRUE(fs::exists(dir + "/j-1.model.pt"));
+  EXPECT_THAT(DropJobCheckpoint(root + "/worker.key", "j-1").message(), HasSubstr("not a checkpoint"));
+  fs::create_symlink(root + "/worker.key", dir + "/j-1.ckpt-epoch-000002.pt");
+  EXPECT_THAT(DropJobCheckpoint(dir + "/j-1.ckpt-epoch-000002.pt", "j-1").message(), HasSubstr("symbolic link"));
+  EXPECT_TRUE(fs::exists(root + "/worker.key"));
+  std::ofstream(root + "/j-1.ckpt-epoch-000003.pt") << "x";
+  EXPECT_THAT(DropJobCheckpoint(root + "/j-1.ckpt-epoch-000003.pt", "j-1").message(), HasSubstr("no manifest of job j-1"));
+  EXPECT_TRUE(fs::exists(root + "/j-1.ckpt-epoch-000003.pt"));
+  std::ofstream(dir + "/j-1.ckpt-epoch-000004.pt") << "y";
+  EXPECT_FALSE(DropJobCheckpoint(dir + "/j-1.ckpt-epoch-000004.pt", "j-2").ok()) << "another job's record";
+  EXPECT_TRUE(fs::exists(dir + "/j-1.ckpt-epoch-000004.pt"));
+}
+
 TEST(JobDirTest, OnlyJobNamedFilesInTheAttemptsDirectoryAreReported) {
   const std::string d = "/real/ck", named = "/link/ck";
   EXPECT_EQ(JobArtifactReport("/real/ck/j.ckpt-epoch-000001.pt", "j", d, named, false), "/link/ck/j.ckpt-epoch-000001.pt");

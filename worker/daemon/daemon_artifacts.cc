@@ -21,4 +21,16 @@ void WorkerDaemon::OnReadFile(const v1::ReadFile& r) {
   Enqueue(std::move(m), /*critical=*/false);
 }
 
+void WorkerDaemon::OnDropCheckpoints(const v1::DropCheckpoints& d) {
+  for (const std::string& path : d.paths()) {
+    absl::Status s = DropJobCheckpoint(path, d.job_id());
+    if (s.ok()) {
+      LogEvent(LogLevel::kInfo, "worker", "checkpoint_dropped", {{"job_id", d.job_id()}, {"path", path}});
+    } else if (!absl::IsNotFound(s)) {
+      LogEvent(LogLevel::kWarn, "worker", "checkpoint_drop_refused",
+               {{"job_id", d.job_id()}, {"path", path}, {"reason", std::string(s.message())}});
+    }
+  }
+}
+
 }  // namespace trainctl::worker

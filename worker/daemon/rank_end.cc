@@ -31,6 +31,7 @@ v1::FailureKind FailureKindOf(rankproto::ErrorKind kind) {
     case rankproto::ErrorKind::kData: return v1::FAILURE_KIND_DATA;
     case rankproto::ErrorKind::kOutOfMemory: return v1::FAILURE_KIND_OUT_OF_MEMORY;
     case rankproto::ErrorKind::kNan: return v1::FAILURE_KIND_NAN;
+    case rankproto::ErrorKind::kResume: return v1::FAILURE_KIND_RESUME;
     default: return v1::FAILURE_KIND_EXIT;
   }
 }

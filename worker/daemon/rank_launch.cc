@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/jobspec/artifact_names.h"
 #include "common/jobspec/job_spec.h"
 #include "common/log.h"
 #include "common/random_secret.h"
@@ -370,6 +371,11 @@ absl::StatusOr<rankproto::FlatConfig> WorkerDaemon::RankConfig(const LocalAttemp
   // One writer per host (its first rank), or only rank 0 on a shared dir.
   const bool writer = a.spec.checkpoint().shared() ? ra.rank() == 0 : ra.local_rank() == 0;
   cfg[rk::kCheckpointWriter] = writer ? "true" : "false";
+  // Per-host copies carry this worker's id in their names: hosts that share
+  // one directory never write one path. The coordinator alone decides which
+  // checkpoints go (DropCheckpoints): a rank of a stale attempt deletes none.
+  if (!a.spec.checkpoint().shared()) cfg[rk::kCheckpointWriterTag] = CheckpointWriterTag(worker_id());
+  cfg[rk::kCheckpointPrune] = "false";
   cfg[rk::kSpecHash] = a.spec_hash;
   if (!a.skip_steps.empty()) cfg[rk::kSkipSteps] = a.skip_steps;
   if (a.resume.has_value()) {

@@ -241,6 +241,7 @@ void WorkerDaemon::OnMessage(const v1::CoordinatorMessage& m) {
     case v1::CoordinatorMessage::kRendezvous: return OnRendezvous(m.rendezvous());
     case v1::CoordinatorMessage::kStopRanks: return OnStopRanks(m.stop_ranks());
     case v1::CoordinatorMessage::kReadFile: return OnReadFile(m.read_file());
+    case v1::CoordinatorMessage::kDropCheckpoints: return OnDropCheckpoints(m.drop_checkpoints());
     case v1::CoordinatorMessage::kPreflight: return OnPreflight(m.preflight());
     default: return;  // Acknowledgements: the session thread takes those it needs.
   }

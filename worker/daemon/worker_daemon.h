@@ -221,6 +221,9 @@ class WorkerDaemon {
   // Artifacts (daemon_artifacts.cc).
   // Answers a fetch's ReadFile with one FileChunk (artifact_reader.h).
   void OnReadFile(const v1::ReadFile& r);
+  // Deletes the checkpoint files the coordinator no longer records (ranks
+  // never delete checkpoints under a daemon: fencing, docs/failures.md).
+  void OnDropCheckpoints(const v1::DropCheckpoints& d);
 
   DaemonOptions options_;
   EventLoop loop_;

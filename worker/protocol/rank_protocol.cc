@@ -133,7 +133,7 @@ bool ForEachKeyValue(const std::vector<std::string>& words, size_t first, Set se
 
 ErrorKind ErrorKindFromName(const std::string& k) {
   for (ErrorKind kind : {ErrorKind::kConfig, ErrorKind::kCollective, ErrorKind::kRendezvous, ErrorKind::kDiskFull,
-                         ErrorKind::kData, ErrorKind::kOutOfMemory, ErrorKind::kNan}) {
+                         ErrorKind::kData, ErrorKind::kOutOfMemory, ErrorKind::kNan, ErrorKind::kResume}) {
     if (k == ErrorKindName(kind)) return kind;
   }
   return ErrorKind::kExit;
@@ -232,6 +232,7 @@ const char* ErrorKindName(ErrorKind k) {
     case ErrorKind::kData: return "data";
     case ErrorKind::kOutOfMemory: return "out_of_memory";
     case ErrorKind::kNan: return "nan";
+    case ErrorKind::kResume: return "resume";
     default: return "exit";
   }
 }

@@ -90,6 +90,13 @@ inline constexpr char kTensorBoardDir[] = "run.tensorboard_dir";
 // "true" for the rank that writes this host's checkpoints (the first rank on
 // each host, or only rank 0 when checkpoint.shared is set).
 inline constexpr char kCheckpointWriter[] = "run.checkpoint_writer";
+// A per-host copy's writer tag (the worker id) in its file names; unset for
+// the one copy of a shared directory.
+inline constexpr char kCheckpointWriterTag[] = "run.checkpoint_writer_tag";
+// "false": the rank never deletes checkpoints (the coordinator decides from
+// its records and tells the worker daemon); unset or "true": the rank keeps
+// checkpoint.keep itself (a rank started by hand).
+inline constexpr char kCheckpointPrune[] = "run.checkpoint_prune";
 // The coordinator's record to resume from ("" = fresh start): the file on
 // rank 0's host, its checksum and the job that wrote it. Rank 0 reads and
 // verifies it and broadcasts it to the other ranks.
@@ -125,6 +132,8 @@ enum class ErrorKind {
   // The all-reduced gradients were NaN/Inf, or the AMP loss scale collapsed
   // (numerical health; the error line carries the step).
   kNan,
+  // The checkpoint to resume from was missing, unreadable or corrupt.
+  kResume,
   // Anything else (an exception while training).
   kExit,
 };

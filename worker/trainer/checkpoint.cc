@@ -19,11 +19,13 @@
 #include <cstdio>
 #include <filesystem>
 #include <mutex>
+#include <optional>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/jobspec/artifact_names.h"
 #include "common/safe_file.h"
 #include "common/status_macros.h"
 
@@ -133,16 +135,22 @@ double ReadDouble(torch::serialize::InputArchive& a, const std::string& key) {
 }  // namespace
 
 std::string CheckpointPath(const std::string& dir, const std::string& job_id, int64_t epochs_done,
-                           int64_t epoch_consumed) {
+                           int64_t epoch_consumed, const std::string& writer) {
+  const std::string tag = writer.empty() ? "" : absl::StrCat(".", writer);
   if (epoch_consumed > 0) {
-    return absl::StrFormat("%s/%s%06d-%010d%s", dir, FilePrefix(job_id), epochs_done, epoch_consumed, kSuffix);
+    return absl::StrFormat("%s/%s%06d-%010d%s%s", dir, FilePrefix(job_id), epochs_done, epoch_consumed, tag, kSuffix);
   }
-  return absl::StrFormat("%s/%s%06d%s", dir, FilePrefix(job_id), epochs_done, kSuffix);
+  return absl::StrFormat("%s/%s%06d%s%s", dir, FilePrefix(job_id), epochs_done, tag, kSuffix);
 }
 
-std::vector<std::string> ListCheckpoints(const std::string& dir, const std::string& job_id) {
+namespace {
+
+// (epochs done, positions consumed, writer, path) of `job_id`'s checkpoints
+// in `dir`, oldest first.
+std::vector<std::tuple<int64_t, int64_t, std::string, std::string>> FindCheckpoints(const std::string& dir,
+                                                                                   const std::string& job_id) {
   const std::string prefix = FilePrefix(job_id);
-  std::vector<std::tuple<int64_t, int64_t, std::string>> found;
+  std::vector<std::tuple<int64_t, int64_t, std::string, std::string>> found;
   std::error_code ec;
   for (fs::directory_iterator it(dir, ec), end; !ec && it != end; it.increment(ec)) {
     const std::string name = it->path().filename().string();
@@ -151,20 +159,19 @@ std::vector<std::string> ListCheckpoints(const std::string& dir, const std::stri
         name.compare(name.size() - slen, slen, kSuffix) != 0) {
       continue;
     }
-    // "NNNNNN" (after an epoch) or "NNNNNN-CCCCCCCCCC" (inside one).
-    const std::string stem = name.substr(plen, name.size() - plen - slen);
-    const size_t dash = stem.find('-');
-    const std::string epochs = stem.substr(0, dash);
-    const std::string consumed = dash == std::string::npos ? "0" : stem.substr(dash + 1);
-    auto numeric = [](const std::string& d) {
-      return !d.empty() && d.size() <= 12 && std::all_of(d.begin(), d.end(), ::isdigit);
-    };
-    if (!numeric(epochs) || !numeric(consumed)) continue;
-    found.emplace_back(std::stoll(epochs), std::stoll(consumed), it->path().string());
+    std::optional<CheckpointNameParts> parts = ParseCheckpointStem(name.substr(plen, name.size() - plen - slen));
+    if (!parts.has_value()) continue;
+    found.emplace_back(parts->epochs_done, parts->epoch_consumed, parts->writer, it->path().string());
   }
   std::sort(found.begin(), found.end());
+  return found;
+}
+
+}  // namespace
+
+std::vector<std::string> ListCheckpoints(const std::string& dir, const std::string& job_id) {
   std::vector<std::string> out;
-  for (auto& f : found) out.push_back(std::move(std::get<2>(f)));
+  for (auto& f : FindCheckpoints(dir, job_id)) out.push_back(std::move(std::get<3>(f)));
   return out;
 }
 
@@ -215,7 +222,7 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
         absl::StrCat("cannot create checkpoint dir '", dir, "': ", ec.message()));
   }
   WrittenCheckpoint out;
-  out.path = CheckpointPath(dir, manifest.job_id, position.epochs_done, position.epoch_consumed);
+  out.path = CheckpointPath(dir, manifest.job_id, position.epochs_done, position.epoch_consumed, manifest.writer);
   std::string bytes;
   try {
     torch::serialize::OutputArchive archive;
@@ -270,9 +277,12 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
     }
     return absl::InternalError(absl::StrCat("writing checkpoint '", out.path, "' failed: ", written.message()));
   }
-  std::vector<std::string> all = ListCheckpoints(dir, manifest.job_id);
-  for (size_t i = 0; i + static_cast<size_t>(keep) < all.size(); ++i) {
-    fs::remove(all[i], ec);
+  if (keep > 0) {
+    std::vector<std::string> mine;
+    for (auto& f : FindCheckpoints(dir, manifest.job_id)) {
+      if (std::get<2>(f) == manifest.writer) mine.push_back(std::move(std::get<3>(f)));
+    }
+    for (size_t i = 0; i + static_cast<size_t>(keep) < mine.size(); ++i) fs::remove(mine[i], ec);
   }
   return out;
 }

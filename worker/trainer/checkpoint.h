@@ -15,8 +15,11 @@
 //
 // Identity: the file is named for its job (<dir>/<job>.ckpt-epoch-NNNNNN.pt,
 // NNNNNN = epochs completed; <dir>/<job>.ckpt-epoch-NNNNNN-CCCCCCCCCC.pt
-// inside an epoch, CCCCCCCCCC = positions consumed) and `keep` deletes only
-// that job's files. The
+// inside an epoch, CCCCCCCCCC = positions consumed; a per-host copy adds
+// ".<worker id>" before ".pt", so hosts sharing one directory never write
+// one path) and `keep` deletes only that job's files. Under a worker
+// daemon `keep` is 0: the coordinator decides from its records which files
+// go (fencing, docs/failures.md), never a rank on its own. The
 // writer returns the file's size and CRC-32 checksum; the coordinator records
 // them, and a resume reads exactly the recorded file, verifies the checksum
 // and the manifest (job, spec hash) before loading anything. Nothing here ever
@@ -71,6 +74,9 @@ struct CheckpointManifest {
   std::string job_id;     // the job that wrote it ("" in tests)
   int64_t attempt = 0;    // its attempt
   std::string spec_hash;  // hash of the spec fields that shape the state ("" = unchecked)
+  // A per-host copy's writer (the worker id, in the file name); "" for the
+  // one copy of a shared directory or a rank started by hand.
+  std::string writer;
 };
 
 // What WriteCheckpoint produced.
@@ -81,13 +87,14 @@ struct WrittenCheckpoint {
 };
 
 // "<dir>/<job_id>.ckpt-epoch-NNNNNN.pt" ("<dir>/ckpt-epoch-NNNNNN.pt" for an
-// empty id); with epoch_consumed > 0 "...-NNNNNN-CCCCCCCCCC.pt".
+// empty id); with epoch_consumed > 0 "...-NNNNNN-CCCCCCCCCC.pt"; with a
+// writer "....<writer>.pt".
 std::string CheckpointPath(const std::string& dir, const std::string& job_id, int64_t epochs_done,
-                           int64_t epoch_consumed = 0);
+                           int64_t epoch_consumed = 0, const std::string& writer = "");
 
-// Complete checkpoints of `job_id` in `dir`, oldest first by (epochs done,
-// positions consumed) (temporary files
-// and other jobs' files ignored). An absent directory holds none.
+// Complete checkpoints of `job_id` in `dir` (any writer), oldest first by
+// (epochs done, positions consumed) (temporary files and other jobs' files
+// ignored). An absent directory holds none.
 std::vector<std::string> ListCheckpoints(const std::string& dir, const std::string& job_id);
 
 // The newest complete checkpoint of `job_id` in `dir`, or "" (tests).
@@ -101,8 +108,9 @@ std::string ChecksumOf(std::string_view bytes);
 // configuration error: retrying cannot help).
 absl::Status CheckCheckpointDir(const std::string& dir);
 
-// Writes a checkpoint atomically (creating `dir`), then deletes all but the
-// newest `keep` of this job's checkpoints. RESOURCE_EXHAUSTED when the disk
+// Writes a checkpoint atomically (creating `dir`), then, with keep > 0,
+// deletes all but the newest `keep` of this job's checkpoints by this
+// writer (keep 0 deletes nothing). RESOURCE_EXHAUSTED when the disk
 // is full (see above), FAILED_PRECONDITION when the directory cannot be
 // created, INTERNAL on other I/O errors; no temporary file is left behind.
 absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_t keep,

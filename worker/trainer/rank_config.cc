@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/jobspec/artifact_names.h"
 #include "common/status_macros.h"
 
 namespace trainctl::trainer {
@@ -331,6 +332,11 @@ absl::StatusOr<RankConfig> ParseRankConfig(const FlatConfig& config) {
   ck.resume_checksum = rankproto::GetString(config, rankproto::run_keys::kResumeChecksum, "");
   ck.resume_job_id = rankproto::GetString(config, rankproto::run_keys::kResumeJobId, "");
   ck.spec_hash = rankproto::GetString(config, rankproto::run_keys::kSpecHash, "");
+  TRAINCTL_ASSIGN_OR_RETURN(ck.prune, rankproto::GetBool(config, rankproto::run_keys::kCheckpointPrune, true));
+  ck.writer_tag = rankproto::GetString(config, rankproto::run_keys::kCheckpointWriterTag, "");
+  if (!ck.writer_tag.empty() && CheckpointWriterTag(ck.writer_tag) != ck.writer_tag) {
+    return Bad(rankproto::run_keys::kCheckpointWriterTag, "at most 128 of [A-Za-z0-9._-]");
+  }
   if (rc.training.amp.enabled && rc.training.amp.dtype == AmpDtype::kFloat16 && rc.run.device != "cuda") {
     return Bad("training.amp.dtype", "fp16 autocast needs run.device=cuda; use bf16 on CPU");
   }

@@ -104,6 +104,12 @@ struct CheckpointOptions {
   int64_t every_epochs = 1;  // 0: only after the last epoch
   int64_t every_steps = 0;   // > 0: also every N optimizer steps inside an epoch
   int64_t keep = 2;          // >= 1
+  // The rank deletes all but `keep` of its checkpoints itself
+  // (run.checkpoint_prune; false under a worker daemon: the coordinator
+  // decides).
+  bool prune = true;
+  // Per-host copies: the writer tag in file names (run.checkpoint_writer_tag).
+  std::string writer_tag;
   bool writer = false;       // this rank writes (run.checkpoint_writer)
   // The coordinator's record to resume from (run.resume_*); "" = fresh start.
   std::string resume_from;

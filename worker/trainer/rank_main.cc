@@ -331,6 +331,7 @@ TrainerSetup MakeTrainerSetup(const RankConfig& cfg, c10::Device device,
   setup.manifest.job_id = run.job_id;
   setup.manifest.attempt = run.attempt;
   setup.manifest.spec_hash = ck.spec_hash;
+  setup.manifest.writer = ck.writer_tag;
   setup.checkpoint_writer = ck.writer;
   setup.resume_from = ck.resume_from;
   setup.resume_checksum = ck.resume_checksum;
@@ -476,6 +477,7 @@ void ApplyAddressSpaceLimit(const rankproto::FlatConfig& flat) {
     case FailureKind::kCollective: FailStatus(ErrorKind::kCollective, s, kExitCollective);
     case FailureKind::kStopped: FailStatus(ErrorKind::kExit, s, kExitTerminated);
     case FailureKind::kDiskFull: FailStatus(ErrorKind::kDiskFull, s, kExitOther);
+    case FailureKind::kResume: FailStatus(ErrorKind::kResume, s, kExitConfig);
     case FailureKind::kOther: FailStatus(ErrorKind::kExit, s, kExitOther);
   }
   FailStatus(ErrorKind::kExit, s, kExitOther);

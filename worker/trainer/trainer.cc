@@ -67,6 +67,7 @@ FailureKind FailureKindOf(const absl::Status& status) {
   if (v == "stopped") return FailureKind::kStopped;
   if (v == "disk_full") return FailureKind::kDiskFull;
   if (v == "nan") return FailureKind::kNan;
+  if (v == "resume") return FailureKind::kResume;
   return FailureKind::kOther;
 }
 
@@ -77,6 +78,7 @@ absl::Status WithFailureKind(absl::Status status, FailureKind kind) {
                      : kind == FailureKind::kStopped    ? "stopped"
                      : kind == FailureKind::kDiskFull   ? "disk_full"
                      : kind == FailureKind::kNan        ? "nan"
+                     : kind == FailureKind::kResume     ? "resume"
                                                         : "other";
   status.SetPayload(kFailurePayload, absl::Cord(name));
   return status;
@@ -221,7 +223,7 @@ absl::Status Trainer::Impl::WriteCheckpointNow() {
   TestPhaseSleep("checkpoint", [this](const std::string& l) { Log(l); });
   position.loss_scale = scaler.scale();
   position.scaler_growth_tracker = scaler.growth_tracker();
-  auto written = WriteCheckpoint(c.dir, c.keep, setup.manifest, position, *model, *optimizer);
+  auto written = WriteCheckpoint(c.dir, c.prune ? c.keep : 0, setup.manifest, position, *model, *optimizer);
   if (!written.ok()) {
     const absl::Status& ws = written.status();
     if (absl::IsResourceExhausted(ws)) return WithFailureKind(ws, FailureKind::kDiskFull);

@@ -79,6 +79,7 @@ enum class FailureKind {
   kStopped,     // the stop flag was raised (SIGTERM)
   kDiskFull,    // a checkpoint write ran out of space (ENOSPC/EDQUOT)
   kNan,         // non-finite all-reduced gradients or a collapsed loss scale
+  kResume,      // the checkpoint to resume from was missing, unreadable or corrupt
 };
 FailureKind FailureKindOf(const absl::Status& status);
 // Returns `status` tagged with `kind` (OK stays OK).

@@ -145,7 +145,7 @@ absl::Status Trainer::Impl::Resume() {
 absl::StatusOr<std::string> Trainer::Impl::ResumeBytes() {
   if (comm == nullptr || setup.world_size == 1) {
     auto b = ReadCheckpointBytes(setup.resume_from, setup.resume_checksum);
-    if (!b.ok()) return WithFailureKind(b.status(), FailureKind::kConfig);
+    if (!b.ok()) return WithFailureKind(b.status(), FailureKind::kResume);
     return b;
   }
   absl::StatusOr<std::string> bytes = std::string();
@@ -160,8 +160,12 @@ absl::StatusOr<std::string> Trainer::Impl::ResumeBytes() {
       Collective(dist::BroadcastCoalesced(*comm, {size_tensor}, 0), "broadcasting the checkpoint's size"));
   size = size_tensor.cpu().item<int64_t>();
   if (size < 0) {
-    if (setup.rank == 0) return WithFailureKind(bytes.status(), FailureKind::kConfig);
-    return Config(absl::StrCat("rank 0 could not read the checkpoint '", setup.resume_from, "'"));
+    // Every rank says RESUME, so the coordinator falls back to an older
+    // record whichever rank's end it hears first.
+    if (setup.rank == 0) return WithFailureKind(bytes.status(), FailureKind::kResume);
+    return WithFailureKind(
+        absl::NotFoundError(absl::StrCat("rank 0 could not read the checkpoint '", setup.resume_from, "'")),
+        FailureKind::kResume);
   }
   TestPhaseSleep("resume", [this](const std::string& l) { Log(l); });
   at::Tensor data = setup.rank == 0

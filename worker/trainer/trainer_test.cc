@@ -354,6 +354,38 @@ TEST(TrainerTest, CheckpointIdentityIsVerified) {
   ASSERT_FALSE(e3.ok());
   EXPECT_TRUE(absl::IsDataLoss(e3.status())) << e3.status();
   EXPECT_THAT(std::string(e3.status().message()), HasSubstr("is corrupt: checksum"));
+  // Unreadable or replaced files are RESUME (the coordinator falls back to
+  // an older record), not CONFIG.
+  EXPECT_EQ(FailureKindOf(e3.status()), FailureKind::kResume);
+  TrainerSetup missing = r;
+  missing.resume_from = dir + "/job-a.ckpt-epoch-000009.pt";
+  auto e4 = Train(missing, Mlp({6}), Synthetic(30));
+  ASSERT_FALSE(e4.ok());
+  EXPECT_EQ(FailureKindOf(e4.status()), FailureKind::kResume) << e4.status();
+  std::filesystem::remove_all(dir);
+}
+
+// Under a worker daemon: per-host copies carry the writer in their names and
+// the rank deletes none (keep is the coordinator's: fencing).
+TEST(TrainerTest, PerHostCopiesNameTheirWriterAndADaemonsRankDeletesNone) {
+  const std::string dir = ::testing::TempDir() + "/trainer_test_writer_" + std::to_string(getpid());
+  std::filesystem::remove_all(dir);
+  TrainerSetup s = BaseSetup();
+  s.options.epochs = 3;
+  s.options.checkpoint.dir = dir;
+  s.options.checkpoint.keep = 1;
+  s.options.checkpoint.prune = false;
+  s.manifest.job_id = "job-w";
+  s.manifest.writer = "w-host1";
+  std::vector<std::string> written;
+  TrainerCallbacks cb;
+  cb.on_checkpoint = [&](const WrittenCheckpoint& w, const TrainingPosition&) { written.push_back(w.path); };
+  auto t = Trainer::Create(s, Mlp({6}), Synthetic(30), nullptr, nullptr, cb);
+  ASSERT_TRUE(t.ok()) << t.status();
+  ASSERT_TRUE((*t)->Run().ok());
+  ASSERT_EQ(written.size(), 3u);
+  EXPECT_EQ(written.back(), dir + "/job-w.ckpt-epoch-000003.w-host1.pt");
+  EXPECT_EQ(ListCheckpoints(dir, "job-w"), written) << "keep 1, but the rank deleted nothing";
   std::filesystem::remove_all(dir);
 }
 
