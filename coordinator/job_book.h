@@ -77,6 +77,13 @@ struct JobEntry {
   bool preflight_passed = false;
   // Heartbeats of the current attempt's ranks (memory only).
   RankWatch watch;
+  // The current attempt's timers on the monotonic clock (Clock::Mono;
+  // memory only): when it was placed (rendezvous timeout) and each rank's
+  // last progress (progress timeout). A stepped wall clock moves neither.
+  // Unknown after a coordinator restart (InfiniteFuture / absent): the
+  // timer then counts from the first check.
+  absl::Time start_mono = absl::InfiniteFuture();
+  absl::flat_hash_map<int32_t, absl::Time> progress_mono;
   // Workers of this job's stragglers, placed around at the next attempts
   // when stragglers.policy is avoid (memory only).
   std::vector<std::string> avoid_workers;

@@ -51,7 +51,9 @@ void JobHealth::CheckAttempts(absl::Time now) {
 }
 
 absl::Status JobHealth::CheckStarting(JobEntry& e, const v1::Attempt& a, absl::Time now) {
-  if (now - FromTimestamp(a.start_time()) <= options_.rendezvous_timeout) return absl::OkStatus();
+  // `now` and the anchors are monotonic (JobEntry::start_mono).
+  if (e.start_mono == absl::InfiniteFuture()) e.start_mono = now;
+  if (now - e.start_mono <= options_.rendezvous_timeout) return absl::OkStatus();
   std::vector<std::string> waiting;
   for (const v1::RankAssignment& r : a.ranks()) {
     if (r.state() != v1::RANK_STATE_RUNNING) waiting.push_back(absl::StrCat(r.rank()));
@@ -69,9 +71,7 @@ bool JobHealth::CheckAdaptiveHang(JobEntry& e, const v1::Attempt& a, absl::Time 
   // Silence is counted only while the rank's worker keeps heartbeating on
   // its session (the same stream and loop as the rank's heartbeats).
   const RankWatch::LastHeard heard = [this](const std::string& worker_id) {
-    const v1::Worker* w = registry_->Find(worker_id);
-    if (w == nullptr || !w->has_last_heartbeat_time()) return absl::InfiniteFuture();
-    return FromTimestamp(w->last_heartbeat_time());
+    return registry_->LastHeardMono(worker_id);
   };
   std::optional<HangVerdict> v = e.watch.CheckSilence(a, now, heard);
   if (!v.has_value() && stall_rule) v = e.watch.CheckHang(a, now);
@@ -110,7 +110,8 @@ absl::Status JobHealth::CheckProgressTimeout(JobEntry& e, const v1::Attempt& a, 
   int first = -1;
   for (const v1::RankAssignment& r : a.ranks()) {
     if (IsTerminal(r.state())) continue;
-    if (now - FromTimestamp(r.last_progress_time()) > timeout) {
+    const absl::Time last = e.progress_mono.try_emplace(r.rank(), now).first->second;
+    if (now - last > timeout) {
       stuck.push_back(absl::StrCat(r.rank(), " (", r.host(), ", last step ", r.last_step(), ")"));
       if (first < 0) first = r.rank();
     }

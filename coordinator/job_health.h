@@ -33,6 +33,8 @@ class JobHealth {
       : book_(book), registry_(registry), actions_(actions), options_(options) {}
 
   // Rendezvous timeouts, hangs and stragglers of every running attempt.
+  // `now` is monotonic (Clock::Mono), as are every timer's anchors: a
+  // stepped wall clock neither declares a hang nor hides one.
   void CheckAttempts(absl::Time now);
   // The worker's lease expired: its ranks failed (the current attempt's
   // failure in the same write).

@@ -213,6 +213,55 @@ TEST_F(JobManagerTest, RendezvousTimeout) {
 }
 
 
+// Hang, silence and rendezvous timers run on the monotonic clock (#30
+// finding 3): a wall clock stepped by minutes neither fails a healthy
+// attempt nor delays finding a hung one.
+TEST_F(JobManagerTest, AStepOfTheWallClockNeitherDeclaresNorHidesAHang) {
+  std::string id = RunningJob();
+  v1::RankProgress p;
+  p.set_job_id(id);
+  p.set_attempt(1);
+  for (int i = 1; i <= 2; ++i) {
+    clock_.Advance(absl::Seconds(10));
+    for (const auto& [rank, worker] : {std::pair<int, const char*>{0, "a"}, {1, "b"}}) {
+      p.set_rank(rank);
+      p.set_step(i);
+      ASSERT_TRUE(jobs_->OnProgress(worker, p).ok());
+    }
+  }
+  clock_.StepWall(absl::Minutes(10));  // forward: 10 min "without progress"
+  jobs_->Tick();
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING) << "a forward step is no hang";
+  clock_.StepWall(-absl::Minutes(20));  // back: a wall-clock timer would wait 10 more minutes
+  clock_.Advance(absl::Seconds(30));
+  p.set_rank(0);
+  p.set_step(3);
+  ASSERT_TRUE(jobs_->OnProgress("a", p).ok());
+  clock_.Advance(absl::Seconds(31));  // rank 1 silent 61 s > 60 s, monotonic
+  ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
+  ASSERT_TRUE(registry_->Heartbeat("b", b_).ok());
+  jobs_->Tick();
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(j.attempts(0).reason(), HasSubstr("hung: no progress for 1m from rank(s) 1"));
+}
+
+TEST_F(JobManagerTest, RendezvousTimeoutIgnoresWallClockSteps) {
+  AddWorker("a", 2);
+  auto job = jobs_->Submit(Spec(2, 0));
+  ASSERT_TRUE(job.ok());
+  ASSERT_TRUE(Status("a", job->id(), 1, 0, v1::RANK_STATE_RUNNING).ok());
+  clock_.StepWall(absl::Hours(1));
+  jobs_->Tick();
+  ASSERT_EQ(Get(job->id()).state(), v1::JOB_STATE_SCHEDULED) << "an hour of wall clock is not 30 s";
+  clock_.StepWall(-absl::Hours(2));
+  clock_.Advance(absl::Seconds(31));
+  jobs_->Tick();
+  v1::Job j = Get(job->id());
+  EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(j.state_reason(), HasSubstr("rendezvous timed out after 30s"));
+}
+
 // --- a lost worker is named as the cause ---------------------------------
 
 TEST_F(JobManagerTest, CollectiveFailureAfterAPeersStreamBrokeBlamesThePeer) {

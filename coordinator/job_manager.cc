@@ -296,6 +296,7 @@ absl::Status JobManager::ApplyRankStatus(const std::string& worker_id, const v1:
   v1::RankAssignment* r = next.mutable_attempts(st.attempt() - 1)->mutable_ranks(st.rank());
   r->set_state(st.state());
   SetTimestamp(now, r->mutable_last_progress_time());
+  e->progress_mono[st.rank()] = clock_->Mono();
   if (IsTerminal(st.state())) *r->mutable_exit() = st.exit();
   switch (st.state()) {
     case v1::RANK_STATE_STARTING:
@@ -337,7 +338,11 @@ absl::Status JobManager::ApplyRankRunning(JobEntry& e, v1::Job next, absl::Time 
     next.set_state(v1::JOB_STATE_RUNNING);
     next.set_state_reason("");
     // Hang detection counts from here for every rank.
-    for (v1::RankAssignment& x : *a->mutable_ranks()) SetTimestamp(now, x.mutable_last_progress_time());
+    const absl::Time mono = clock_->Mono();
+    for (v1::RankAssignment& x : *a->mutable_ranks()) {
+      SetTimestamp(now, x.mutable_last_progress_time());
+      e.progress_mono[x.rank()] = mono;
+    }
     events.push_back({"running", absl::StrCat("all ", a->ranks_size(), " ranks ready"), a->number()});
   }
   return book_.Commit(e, std::move(next), std::move(events));
@@ -570,7 +575,7 @@ void JobManager::Tick() {
   //    replacement ran out: place again.
   placer_.OnTick(now);
   // 5. Rendezvous timeouts, hangs and stragglers.
-  health_.CheckAttempts(now);
+  health_.CheckAttempts(clock_->Mono());
 }
 
 }  // namespace trainctl::coordinator

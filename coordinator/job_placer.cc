@@ -250,6 +250,9 @@ void JobPlacer::Place(JobEntry& e, scheduler::Placement& p, absl::Time now) {
     schedule_retry_ = true;  // Stays pending; the tick asks for another pass.
     return;
   }
+  e.start_mono = clock_->Mono();
+  e.progress_mono.clear();
+  for (const v1::RankAssignment& r : CurrentAttempt(e.job)->ranks()) e.progress_mono[r.rank()] = e.start_mono;
   starter_->Launch(e, *CurrentAttempt(e.job));
 }
 

@@ -18,10 +18,13 @@ double StragglerThreshold(const v1::JobSpec& spec) {
 }
 
 // A rank's progress: its last step changed (hang detection counts from here).
-void MarkStep(v1::RankAssignment& r, int64_t step, absl::Time now) {
+// A new step of `r` (an attempt of `e`): its progress time, wall for people
+// and monotonic for the progress timeout.
+void MarkStep(JobEntry& e, int32_t attempt, v1::RankAssignment& r, int64_t step, absl::Time now, absl::Time mono) {
   if (step == r.last_step()) return;
   r.set_last_step(step);
   SetTimestamp(now, r.mutable_last_progress_time());
+  if (attempt == e.job.attempts_size()) e.progress_mono[r.rank()] = mono;
 }
 
 void FoldTrainPoint(v1::MetricSummary& sum, const v1::MetricPoint& p, int world_size) {
@@ -82,24 +85,25 @@ v1::Progress ProgressFromPoints(const v1::Job& job, const absl::flat_hash_map<in
 absl::Status TelemetryIngest::OnProgress(const std::string& worker_id, const v1::RankProgress& p) {
   v1::Attempt* a = nullptr;
   TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, book_->ForWorker(worker_id, p.job_id(), p.attempt(), p.rank(), false, &a));
-  const absl::Time now = clock_->Now();
-  MarkStep(*a->mutable_ranks(p.rank()), p.step(), now);
+  const absl::Time mono = clock_->Mono();
+  MarkStep(*e, p.attempt(), *a->mutable_ranks(p.rank()), p.step(), clock_->Now(), mono);
   if (p.has_heartbeat()) {
     if (e->watch.attempt() != p.attempt()) {
       e->watch = RankWatch(rank_watch_);
       e->watch.Reset(p.attempt());
     }
-    e->watch.OnHeartbeat(p, now, StragglerThreshold(e->job.spec()));
+    // Silence and stalls are timed on the monotonic clock.
+    e->watch.OnHeartbeat(p, mono, StragglerThreshold(e->job.spec()));
   }
   return absl::OkStatus();
 }
 
 std::vector<JobEvent> TelemetryIngest::ApplyPoints(JobEntry& e, v1::Attempt& a, const v1::MetricBatch& batch) {
-  const absl::Time now = clock_->Now();
+  const absl::Time now = clock_->Now(), mono = clock_->Mono();
   std::vector<JobEvent> events;
   v1::MetricSummary* sum = e.job.mutable_metric_summary();
   for (const v1::MetricPoint& p : batch.points()) {
-    MarkStep(*a.mutable_ranks(p.rank()), GlobalStep(p), now);
+    MarkStep(e, a.number(), *a.mutable_ranks(p.rank()), GlobalStep(p), now, mono);
     if (p.kind() == v1::MetricPoint::KIND_TRAIN) {
       e.last_points[p.rank()] = p;
       FoldTrainPoint(*sum, p, a.ranks_size());

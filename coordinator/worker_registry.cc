@@ -107,7 +107,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
   }
   auto it = workers_.find(id);
   if (it != workers_.end() && it->second.channel != nullptr && it->second.channel != channel &&
-      it->second.worker.state() == v1::WORKER_STATE_ALIVE && now < it->second.lease_deadline) {
+      it->second.worker.state() == v1::WORKER_STATE_ALIVE && clock_->Mono() < it->second.lease_deadline) {
     return absl::AlreadyExistsError(absl::StrCat(
         "worker id ", id, " is held by a live session (host ", it->second.worker.hostname(),
         "); two daemons share a work dir, or the old session has not expired yet"));
@@ -135,7 +135,8 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
             {"was", before}});
   e.worker = std::move(w);
   e.channel = channel;
-  e.lease_deadline = clock_->Mono() + options_.lease_timeout;
+  e.last_heard_mono = clock_->Mono();
+  e.lease_deadline = e.last_heard_mono + options_.lease_timeout;
   e.awaiting.clear();
   e.lost_reason.clear();
   return id;
@@ -150,7 +151,8 @@ absl::Status WorkerRegistry::Heartbeat(const std::string& id, const WorkerChanne
   if (it->second.worker.state() != v1::WORKER_STATE_ALIVE) {
     return absl::FailedPreconditionError("worker was declared LOST; register again");
   }
-  it->second.lease_deadline = clock_->Mono() + options_.lease_timeout;
+  it->second.last_heard_mono = clock_->Mono();
+  it->second.lease_deadline = it->second.last_heard_mono + options_.lease_timeout;
   SetTimestamp(clock_->Now(), it->second.worker.mutable_last_heartbeat_time());
   return absl::OkStatus();
 }
@@ -290,6 +292,12 @@ const v1::Worker* WorkerRegistry::Find(const std::string& id) const {
   CheckOnLoop();
   auto it = workers_.find(id);
   return it == workers_.end() ? nullptr : &it->second.worker;
+}
+
+absl::Time WorkerRegistry::LastHeardMono(const std::string& id) const {
+  CheckOnLoop();
+  auto it = workers_.find(id);
+  return it == workers_.end() ? absl::InfiniteFuture() : it->second.last_heard_mono;
 }
 
 std::vector<v1::Worker> WorkerRegistry::List(bool include_gone) const {

@@ -114,6 +114,10 @@ class WorkerRegistry {
   // ALIVE workers (scheduling candidates), by id.
   std::vector<const v1::Worker*> Alive() const;
   const v1::Worker* Find(const std::string& id) const;
+  // When worker `id` last registered or heartbeat, on the monotonic clock
+  // (Clock::Mono); absl::InfiniteFuture() when unknown (not heard since the
+  // coordinator started).
+  absl::Time LastHeardMono(const std::string& id) const;
   // Every worker (include_gone: also LOST and LEFT ones), by id.
   std::vector<v1::Worker> List(bool include_gone) const;
 
@@ -127,6 +131,8 @@ class WorkerRegistry {
     // On the monotonic clock (Clock::Mono): a stepped wall clock neither
     // expires every lease at once nor keeps a dead worker alive.
     absl::Time lease_deadline;
+    // The last registration or heartbeat (monotonic); unknown before one.
+    absl::Time last_heard_mono = absl::InfiniteFuture();
     // What lease_deadline waits for when it is not the next heartbeat (a
     // reconnect after a broken stream or a coordinator restart); what made
     // the worker LOST. Both cleared by a registration.

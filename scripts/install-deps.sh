@@ -35,8 +35,12 @@ packages=(
   # the web dashboard: its chart library (vendored from this package's npm
   # release, coordinator/web/vendor/) and the browser its test drives
   libjs-chart.js chromium
+  # wall-clock steps under libfaketime (tests/clock_e2e_test.cc)
+  faketime
   # reference scripts, cross-language checks, real data
   python3-torch python3-grpcio python3-numpy dataset-fashion-mnist
+  # the Python client (python/trainctl/client.py): protobuf messages, job.yaml
+  python3-protobuf python3-yaml
 )
 
 if [ "${1:-}" = "--list" ]; then

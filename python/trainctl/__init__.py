@@ -11,12 +11,34 @@ the same script runs unchanged::
         ...
         trainctl.report(step=step, epoch=epoch, loss=loss.item(), lr=lr)
     torch.save(state, os.path.join(trainctl.checkpoint_dir() or ".", "model.pt"))
+
+The gRPC client (``trainctl.Client``, ``trainctl.TrainctlError``; see
+``trainctl/client.py`` and docs/python-client.md) is imported only when first
+used: it needs grpcio, protobuf, PyYAML and the generated ``trainctl.v1``
+stubs, and ``report()`` needs none of them.
 """
 
 import math
 import os
 
 __all__ = ["report", "checkpoint_dir"]
+
+# The generated stubs (trainctl.v1.*_pb2) sit beside this file once installed;
+# from a build tree, python/gen_stubs.sh writes them to a directory that
+# $TRAINCTL_PYTHON_STUBS names (it holds trainctl/v1/).
+_stubs = os.environ.get("TRAINCTL_PYTHON_STUBS")
+if _stubs:
+    __path__.append(os.path.join(_stubs, "trainctl"))
+
+# Names of trainctl.client that `trainctl.X` offers, imported on first use.
+_CLIENT_NAMES = ("Client", "TrainctlError", "Artifact")
+
+
+def __getattr__(name):
+    if name in _CLIENT_NAMES:
+        from trainctl import client
+        return getattr(client, name)
+    raise AttributeError("module 'trainctl' has no attribute %r" % name)
 
 # Metric keys the worker understands; others are accepted and ignored.
 _KNOWN = ("steps_per_epoch", "lr", "samples_per_sec", "data_ms", "compute_ms", "comm_ms",

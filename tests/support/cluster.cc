@@ -95,6 +95,7 @@ bool Cluster::StartCoordinator(std::vector<std::string> extra) {
                                 "--admin_token_file=" + dir_ + "/admin.token"};
   if (!tls_dir_.empty()) argv.push_back("--tls_dir=" + tls_dir_);
   argv.insert(argv.end(), extra.begin(), extra.end());
+  argv.insert(argv.begin(), prefix_.begin(), prefix_.end());
   std::string log = absl::StrCat(dir_, "/coordinator-", restarts_++, ".log");
   coordinator_ = std::make_unique<Process>(argv, log);
   if (!coordinator_->Start()) return false;
@@ -184,6 +185,7 @@ bool Cluster::StartWorker(const std::string& name, int slots, bool relative_path
     argv.push_back("--token_file=" + WorkerTokenFile(name));
   }
   if (!tls_dir_.empty()) argv.push_back("--ca=" + ca_file());
+  argv.insert(argv.begin(), prefix_.begin(), prefix_.end());
   auto p = std::make_unique<Process>(argv, dir_ + "/worker-" + name + ".log",
                                      relative_paths ? dir_ : std::string());
   if (!p->Start()) return false;

@@ -68,6 +68,9 @@ class Cluster {
   bool StartWorker(const std::string& name, int slots = 1, bool relative_paths = false,
                    const std::vector<std::string>& extra_flags = {});
   void KillWorker(const std::string& name, int sig = 9);
+  // Words put before the coordinator's and workers' command lines from the
+  // next start on (e.g. {"/usr/bin/env", "LD_PRELOAD=..."}: libfaketime); {} = none.
+  void set_command_prefix(std::vector<std::string> prefix) { prefix_ = std::move(prefix); }
   Process* worker(const std::string& name) { return workers_[name].get(); }
   Process* coordinator() { return coordinator_.get(); }
 
@@ -112,6 +115,7 @@ class Cluster {
   std::string admin_token_;
   std::string tls_dir_;
   int restarts_ = 0;
+  std::vector<std::string> prefix_;
 };
 
 // The build directory of the running test binary (its parent's parent when

@@ -25,6 +25,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "common/status_macros.h"
 #include "worker/dist/shm_allreduce.h"
 #include "worker/dist/work_status.h"
@@ -344,7 +345,7 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
     const auto timeout = ToMillis(options_.timeout);
     if (shm_ != nullptr && op.kind == OpKind::kAllReduce && ShmAllReduce::Supports(op.buffer.type)) {
       absl::Status st = shm_->AllReduceSum(op.buffer.data, op.buffer.count, op.buffer.type,
-                                           absl::Now() + options_.timeout);
+                                           MonotonicNow() + options_.timeout);
       if (st.ok()) return st;
       return absl::Status(st.code(), absl::StrCat(op.work->description(), " on rank ", options_.rank,
                                                   " failed: ", st.message()));

@@ -15,6 +15,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 
 namespace trainctl::dist {
 
@@ -162,7 +163,7 @@ absl::Status ShmAllReduce::Barrier(absl::Time deadline) {
       CpuRelax();
       continue;
     }
-    if (absl::Now() >= deadline) {
+    if (MonotonicNow() >= deadline) {
       Break();
       return absl::DeadlineExceededError("shared-memory all-reduce: a peer rank did not arrive in time");
     }

@@ -57,8 +57,9 @@ class ShmAllReduce {
 
   // Sums `count` elements at `data` across the ranks, in place. Every rank
   // calls it with the same count and type, in the same order.
-  // DeadlineExceeded at `deadline`; Unavailable when a peer died; Aborted
-  // after Break().
+  // DeadlineExceeded at `deadline` (on MonotonicNow(), common/clock.h: a
+  // stepped wall clock neither ends the wait early nor stretches it);
+  // Unavailable when a peer died; Aborted after Break().
   absl::Status AllReduceSum(void* data, size_t count, CommDataType type, absl::Time deadline);
 
   // Marks the segment broken and wakes every waiter (here and in the peers).

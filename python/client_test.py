@@ -1,0 +1,581 @@
+"""End-to-end test of the Python client (trainctl.client) against a real
+trainctl-coordinator and a real trainctl-worker on loopback, started from
+the build directory in $TRAINCTL_BUILD_DIR (default: <repo>/build) with the
+flags tests/support/cluster.cc uses, in a temporary directory, on ports the
+kernel chooses.
+
+    TRAINCTL_BUILD_DIR=build TRAINCTL_PYTHON_STUBS=DIR /usr/bin/python3 python/client_test.py
+
+Without $TRAINCTL_PYTHON_STUBS (and no installed trainctl.v1), the stubs are
+generated into the temporary directory with python/gen_stubs.sh. Every wait
+is bounded; the daemons are stopped when the test ends, also when it fails
+(and, through setpriv --pdeathsig where there is one, when it is killed).
+"""
+import glob
+import os
+import shutil
+import signal
+import stat
+import subprocess
+import sys
+import tempfile
+import time
+import unittest
+from unittest import mock
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(HERE)
+sys.path.insert(0, HERE)
+
+EXAMPLE = os.path.join(REPO, "examples", "mlp-synthetic.yaml")
+# The whole test's work: the cluster's files, the stubs, fetched files.
+WORK = tempfile.mkdtemp(prefix="trainctl_pyclient_")
+
+
+def _ensure_stubs():
+    """Generates the stubs into WORK unless they can be imported already."""
+    if os.environ.get("TRAINCTL_PYTHON_STUBS"):
+        return
+    try:
+        import trainctl.v1.job_pb2  # noqa: F401  (installed beside the package)
+        return
+    except ImportError:
+        pass
+    out = os.path.join(WORK, "stubs")
+    subprocess.run([os.path.join(HERE, "gen_stubs.sh"), out], check=True, timeout=60)
+    import trainctl
+    trainctl.__path__.append(os.path.join(out, "trainctl"))
+
+
+_ensure_stubs()
+
+import grpc  # noqa: E402
+from trainctl.client import Client, TrainctlError  # noqa: E402
+from trainctl.v1 import auth_pb2, auth_pb2_grpc, job_pb2  # noqa: E402
+from trainctl.v1 import worker_service_pb2, worker_service_pb2_grpc  # noqa: E402
+
+# Bounds for every wait (generous: a loaded 2-core machine).
+START_TIMEOUT_S = 30
+JOB_TIMEOUT_S = 60
+
+
+def _build_dir():
+    return os.path.abspath(os.environ.get("TRAINCTL_BUILD_DIR") or os.path.join(REPO, "build"))
+
+
+def _wait_for_binary(path, timeout=START_TIMEOUT_S):
+    """Waits while the binary is missing or being replaced by a build."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if os.access(path, os.X_OK) and os.path.getsize(path) > 0:
+                return path
+        except OSError:
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError("%s: missing (set TRAINCTL_BUILD_DIR to a trainctl build directory)" % path)
+        time.sleep(0.5)
+
+
+class Cluster:
+    """A coordinator and worker daemons as child processes (tests/support/cluster.cc)."""
+
+    def __init__(self, build_dir, directory):
+        self.build_dir = build_dir
+        self.dir = directory
+        self.coordinator = None
+        self.workers = {}
+        self.address = None
+        self.admin_token = None
+        self._channel = None
+        self._starts = 0
+        self.tls_dir = None
+
+    def _spawn(self, argv, log_name):
+        # A test that dies takes its cluster with it.
+        prefix = ["setpriv", "--pdeathsig", "KILL", "--"] if shutil.which("setpriv") else []
+        deadline = time.monotonic() + START_TIMEOUT_S
+        with open(os.path.join(self.dir, log_name), "ab") as log:
+            while True:
+                _wait_for_binary(argv[0])
+                try:
+                    return subprocess.Popen(prefix + argv, stdin=subprocess.DEVNULL, stdout=log, stderr=log)
+                except OSError:  # ETXTBSY: a build is writing the binary right now.
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.5)
+
+    def log(self, name):
+        with open(os.path.join(self.dir, name), errors="replace") as f:
+            return f.read()
+
+    def start_coordinator(self):
+        """Starts the coordinator; again: on the same port and database."""
+        argv = [os.path.join(self.build_dir, "coordinator", "trainctl-coordinator"),
+                "--listen=" + (self.address or "127.0.0.1:0"), "--db=%s/state.db" % self.dir,
+                "--heartbeat_interval_ms=200", "--lease_timeout_ms=1500", "--stop_grace_s=2",
+                "--admin_token_file=%s/admin.token" % self.dir]
+        if self.tls_dir:
+            argv.append("--tls_dir=" + self.tls_dir)
+        log = "coordinator-%d.log" % self._starts
+        self._starts += 1
+        self.coordinator = self._spawn(argv, log)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            text = self.log(log)
+            pos = text.find("listening on ")
+            if pos >= 0 and "\n" in text[pos:]:
+                self.address = text[pos + len("listening on "):].split("\n", 1)[0].strip()
+                with open(os.path.join(self.dir, "admin.token")) as f:
+                    self.admin_token = f.readline().strip()
+                if self._channel is None and self.tls_dir:
+                    with open(os.path.join(self.tls_dir, "ca.crt"), "rb") as f:
+                        creds = grpc.ssl_channel_credentials(f.read())
+                    self._channel = grpc.secure_channel(self.address, creds)
+                elif self._channel is None:
+                    self._channel = grpc.insecure_channel(self.address)
+                return
+            if self.coordinator.poll() is not None:
+                raise AssertionError("the coordinator exited:\n" + text)
+            time.sleep(0.05)
+        raise AssertionError("the coordinator did not listen within %ds:\n%s" % (START_TIMEOUT_S, text))
+
+    def init_tls(self):
+        """``trainctl-coordinator init``: a CA, the coordinator's certificate
+        and key; from then on the coordinator serves TLS."""
+        coordinator = _wait_for_binary(os.path.join(self.build_dir, "coordinator", "trainctl-coordinator"))
+        with open(os.path.join(self.dir, "init.log"), "wb") as log:
+            subprocess.run([coordinator, "init", "--dir=%s/tls" % self.dir, "--db=%s/state.db" % self.dir],
+                           stdout=log, stderr=log, check=True, timeout=START_TIMEOUT_S)
+        self.tls_dir = os.path.join(self.dir, "tls")
+
+    def kill_coordinator(self):
+        self.coordinator.kill()
+        self.coordinator.wait(10)
+
+    def _admin(self):
+        return (("authorization", "Bearer " + self.admin_token),)
+
+    def create_token(self, role, name):
+        """A new token's secret, created with the admin token."""
+        stub = auth_pb2_grpc.AuthServiceStub(self._channel)
+        resp = stub.CreateToken(auth_pb2.CreateTokenRequest(role=role, name=name), timeout=10,
+                                metadata=self._admin())
+        return resp.secret
+
+    def start_worker(self, name, slots):
+        token_file = os.path.join(self.dir, "worker-%s.token" % name)
+        fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(self.create_token(auth_pb2.ROLE_WORKER, "worker-" + name) + "\n")
+        rank_binary = _wait_for_binary(os.path.join(self.build_dir, "worker", "trainer", "trainctl-rank"))
+        argv = [os.path.join(self.build_dir, "worker", "daemon", "trainctl-worker"),
+                "--coordinator=" + self.address, "--slots=%d" % slots,
+                "--work_dir=%s/worker-%s" % (self.dir, name), "--address=127.0.0.1",
+                "--rank_binary=" + rank_binary, "--rank_timeout_s=20", "--stop_grace_s=2",
+                "--token_file=" + token_file]
+        self.workers[name] = self._spawn(argv, "worker-%s.log" % name)
+
+    def wait_workers(self, n):
+        stub = worker_service_pb2_grpc.WorkerServiceStub(self._channel)
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while time.monotonic() < deadline:
+            try:
+                resp = stub.ListWorkers(worker_service_pb2.ListWorkersRequest(), timeout=2, metadata=self._admin())
+                if len(resp.workers) >= n:
+                    return
+            except grpc.RpcError:
+                pass
+            time.sleep(0.05)
+        raise AssertionError("%d worker(s) did not register within %ds" % (n, START_TIMEOUT_S))
+
+    def stop(self):
+        """SIGTERM (the workers stop their ranks), then SIGKILL; always reaps."""
+        if self._channel is not None:
+            self._channel.close()
+        for proc, grace in [(w, 10) for w in self.workers.values()] + [(self.coordinator, 5)]:
+            if proc is None or proc.poll() is not None:
+                continue
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(grace)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+
+    def logs_tail(self):
+        out = []
+        for path in sorted(glob.glob(os.path.join(self.dir, "*.log"))):
+            with open(path, errors="replace") as f:
+                out.append("--- %s\n%s" % (os.path.basename(path), "".join(f.readlines()[-30:])))
+        return "\n".join(out)
+
+
+class ClusterTestCase(unittest.TestCase):
+    """A test with ``self.cluster``: on failure, the daemons' last lines say why."""
+
+    def run(self, result=None):
+        failures = len(result.failures) + len(result.errors) if result else 0
+        out = super().run(result)
+        cluster = getattr(self, "cluster", None)
+        if cluster is not None and result and len(result.failures) + len(result.errors) > failures:
+            sys.stderr.write(cluster.logs_tail() + "\n")
+        return out
+
+
+class ClientTest(ClusterTestCase):
+    """Every call of trainctl.client against one cluster: a coordinator and a
+    worker with two CPU slots."""
+
+    @classmethod
+    def setUpClass(cls):
+        cls.cluster = Cluster(_build_dir(), os.path.join(WORK, "cluster"))
+        os.mkdir(cls.cluster.dir)
+        try:
+            cls.cluster.start_coordinator()
+            cls.cluster.start_worker("a", slots=2)
+            cls.cluster.wait_workers(1)
+            cls.client = Client(cls.cluster.address, token=cls.cluster.admin_token)
+        except BaseException:
+            cls.cluster.stop()
+            raise
+
+    @classmethod
+    def tearDownClass(cls):
+        if hasattr(cls, "client"):
+            cls.client.close()
+        cls.cluster.stop()
+
+    def wait_state(self, job, states, timeout=JOB_TIMEOUT_S):
+        """Polls until the job is in one of ``states``; returns it."""
+        deadline = time.monotonic() + timeout
+        while True:
+            got = self.client.get(job)
+            if got.state in states or time.monotonic() > deadline:
+                return got
+            time.sleep(0.1)
+
+    def test_submit_watch_metrics_fetch(self):
+        job = self.client.submit(EXAMPLE, **{"training.epochs": 1, "name": "py-train", "world_size": "2"})
+        self.assertTrue(job.id.startswith("py-train-"), job.id)
+        self.assertEqual(job.state, job_pb2.JOB_STATE_PENDING)
+        self.assertEqual(job.spec.training.epochs, 1)  # the override, not the file's 3
+        self.assertEqual(job.spec.model.mlp.input_dim, 5)
+        self.assertEqual(len(job.request_id), 32)
+
+        events, snapshots, points = [], [], 0
+        for update in self.client.watch(job, timeout=JOB_TIMEOUT_S):
+            kind = update.WhichOneof("update")
+            if kind == "event":
+                events.append(update.event)
+            elif kind == "job":
+                snapshots.append(update.job.state)
+            elif kind == "metrics":
+                points += len(update.metrics.points)
+        final = self.client.get(job)
+        self.assertEqual(final.state, job_pb2.JOB_STATE_SUCCEEDED, final.state_reason)
+        self.assertEqual(snapshots[-1], job_pb2.JOB_STATE_SUCCEEDED)
+        self.assertEqual([e.seq for e in events], list(range(1, len(events) + 1)))
+        self.assertEqual(events[0].type, "submitted")
+        self.assertGreater(points, 0)
+
+        batches = self.client.metrics(job)
+        self.assertTrue(batches and all(b.attempt == 1 for b in batches))
+        self.assertTrue(any(p.loss > 0 for b in batches for p in b.points))
+        self.assertEqual(self.client.metrics(job, rank=1, kind="train")[0].points[0].rank, 1)
+
+        out = os.path.join(WORK, "model.pt")
+        got = self.client.fetch(job, path=out)
+        with open(out, "rb") as f:
+            data = f.read()
+        self.assertGreater(len(data), 0)
+        self.assertEqual(got.size, len(data))
+        self.assertEqual(got.path, out)
+        self.assertTrue(got.checksum.startswith("crc32:"))
+        self.assertEqual(stat.S_IMODE(os.stat(out).st_mode), 0o600)
+        with self.assertRaises(TrainctlError) as refused:
+            self.client.fetch(job, path=out)
+        self.assertEqual(refused.exception.code, grpc.StatusCode.ALREADY_EXISTS)
+        self.assertEqual(os.listdir(WORK).count("model.pt"), 1)
+        self.assertEqual(self.client.fetch(job, path=out, force=True).size, len(data))
+        self.assertEqual([n for n in os.listdir(WORK) if ".tmp." in n], [])
+
+        # A checkpoint, by its global step.
+        record = final.checkpoints[-1]
+        ckpt = self.client.fetch(job.id, step=record.global_step, path=os.path.join(WORK, "ckpt.pt"))
+        self.assertEqual((ckpt.size, ckpt.checksum), (record.size_bytes, record.checksum))
+        self.assertEqual(os.path.getsize(ckpt.path), record.size_bytes)
+        with self.assertRaises(TrainctlError) as missing:
+            self.client.fetch(job, step=10 ** 9, path=os.path.join(WORK, "none.pt"))
+        self.assertEqual(missing.exception.code, grpc.StatusCode.NOT_FOUND)
+        self.assertFalse(os.path.exists(os.path.join(WORK, "none.pt")))
+
+        lines = [line.text for chunk in self.client.logs(job, rank=0) for line in chunk.lines]
+        self.assertTrue(lines)
+
+        resumed = self.client.resume(job.id, **{"training.epochs": 2})
+        self.assertNotEqual(resumed.id, job.id)
+        self.assertEqual(resumed.spec.resume_from.job, job.id)
+        self.assertEqual(resumed.spec.training.epochs, 2)
+        done = self.wait_state(resumed, (job_pb2.JOB_STATE_SUCCEEDED, job_pb2.JOB_STATE_FAILED))
+        self.assertEqual(done.state, job_pb2.JOB_STATE_SUCCEEDED, done.state_reason)
+        self.assertTrue(done.attempts[0].resumed_from)
+
+    def test_viewer_may_read_but_not_submit(self):
+        secret = self.cluster.create_token(auth_pb2.ROLE_VIEWER, "py-viewer")
+        with Client(self.cluster.address, token=secret) as viewer:
+            self.assertIsInstance(viewer.list(), list)
+            with self.assertRaises(TrainctlError) as denied:
+                viewer.submit(EXAMPLE, name="py-denied")
+            self.assertEqual(denied.exception.code, grpc.StatusCode.PERMISSION_DENIED)
+            self.assertTrue(denied.exception.message)
+        with Client(self.cluster.address, token="t-bogus") as stranger:
+            with self.assertRaises(TrainctlError) as unknown:
+                stranger.list()
+            self.assertEqual(unknown.exception.code, grpc.StatusCode.UNAUTHENTICATED)
+
+    def test_job_references(self):
+        # Too large for the cluster's two slots: it stays PENDING, runs nothing.
+        first = self.client.submit(EXAMPLE, name="py-ref", world_size=4)
+        self.assertEqual(self.client.get("py-ref").id, first.id)
+        self.assertEqual(self.client.get(first.id[:-2]).id, first.id)
+        self.assertEqual(self.client.get(first).id, first.id)
+        # A retried submission (same request_id) gets the first one's job.
+        again = self.client.submit(EXAMPLE, name="py-ref", world_size=4, request_id=first.request_id)
+        self.assertEqual(again.id, first.id)
+
+        second = self.client.submit(EXAMPLE, name="py-ref", world_size=4)
+        with self.assertRaises(TrainctlError) as ambiguous:
+            self.client.get("py-ref")
+        self.assertEqual(ambiguous.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn(second.id + ", " + first.id, ambiguous.exception.message)
+        self.assertEqual(self.client.resolve("py-ref", latest=True).id, second.id)
+
+        with self.assertRaises(TrainctlError) as unknown:
+            self.client.get("py-no-such-job")
+        self.assertEqual(unknown.exception.code, grpc.StatusCode.NOT_FOUND)
+
+        listed = [j.id for j in self.client.list(states=["pending"])]
+        self.assertIn(first.id, listed)
+        for job in (first, second):
+            self.assertEqual(self.client.cancel(job.id, reason="done testing").state, job_pb2.JOB_STATE_CANCELLED)
+        with self.assertRaises(TrainctlError) as ended:
+            self.client.cancel(first)
+        self.assertEqual(ended.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+
+    def test_invalid_specs(self):
+        # Shape errors are found here, with their place, and nothing is sent.
+        with self.assertRaises(TrainctlError) as local:
+            self.client.submit(EXAMPLE, **{"training.epochs": "three", "model.input_dims": 5})
+        self.assertEqual(local.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("override: model.input_dims: unknown key in model; did you mean 'input_dim'?",
+                      local.exception.message)
+        self.assertIn("training.epochs: must be an integer, got 'three'", local.exception.message)
+        # Ranges are the coordinator's.
+        with self.assertRaises(TrainctlError) as remote:
+            self.client.submit(EXAMPLE, **{"training.optimizer.lr": -1})
+        self.assertEqual(remote.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("training.optimizer.lr", remote.exception.message)
+        self.assertEqual([j for j in self.client.list() if j.spec.training.optimizer.lr < 0], [])
+
+
+class WatchResumeTest(ClusterTestCase):
+    """A watch outlives a coordinator restart: it resumes after the last
+    event it delivered, none repeated or lost (after_event_seq)."""
+
+    def setUp(self):
+        self.cluster = Cluster(_build_dir(), os.path.join(WORK, "restart"))
+        os.mkdir(self.cluster.dir)
+        self.addCleanup(self.cluster.stop)
+        self.cluster.start_coordinator()
+        self.client = Client(self.cluster.address, token=self.cluster.admin_token)
+        self.addCleanup(self.client.close)
+
+    def test_watch_resumes_after_restart(self):
+        job = self.client.submit(EXAMPLE, name="py-watch")  # no worker: it stays PENDING
+        updates = self.client.watch(job, timeout=JOB_TIMEOUT_S)
+        seqs = []
+        for update in updates:  # the stored history, then the first snapshot
+            if update.HasField("event"):
+                seqs.append(update.event.seq)
+            if update.HasField("job"):
+                break
+        self.assertEqual(seqs, [1])
+
+        self.cluster.kill_coordinator()
+        self.cluster.start_coordinator()
+        deadline = time.monotonic() + START_TIMEOUT_S
+        while True:  # the client's channel reconnects by itself
+            try:
+                self.client.cancel(job, reason="restart test")
+                break
+            except TrainctlError as e:
+                if e.code != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
+                    raise
+                time.sleep(0.2)
+
+        types, last = [], None
+        for update in updates:
+            if update.HasField("event"):
+                seqs.append(update.event.seq)
+                types.append(update.event.type)
+            if update.HasField("job"):
+                last = update.job.state
+        self.assertEqual(seqs, list(range(1, len(seqs) + 1)))
+        self.assertIn("cancelled", types)
+        self.assertEqual(last, job_pb2.JOB_STATE_CANCELLED)
+
+
+class TlsTest(ClusterTestCase):
+    """A TLS coordinator, found through the CLI's config file."""
+
+    def setUp(self):
+        self.cluster = Cluster(_build_dir(), os.path.join(WORK, "tls"))
+        os.mkdir(self.cluster.dir)
+        self.addCleanup(self.cluster.stop)
+        self.cluster.init_tls()
+        self.cluster.start_coordinator()
+
+    def test_config_file_and_ca(self):
+        config_home = os.path.join(self.cluster.dir, "config")
+        os.makedirs(os.path.join(config_home, "trainctl"))
+        ca = os.path.join(self.cluster.tls_dir, "ca.crt")
+        with open(os.path.join(config_home, "trainctl", "config.yaml"), "w") as f:
+            f.write('coordinator: "%s"\ntoken: "%s"\nca: %s\n' % (self.cluster.address, self.cluster.admin_token, ca))
+        with mock.patch.dict(os.environ, {"XDG_CONFIG_HOME": config_home}):
+            for name in ("TRAINCTL_COORDINATOR", "TRAINCTL_ADDRESS", "TRAINCTL_TOKEN", "TRAINCTL_CA"):
+                os.environ.pop(name, None)
+            with Client() as client:
+                self.assertEqual((client.address, client.ca_file), (self.cluster.address, ca))
+                job = client.submit(EXAMPLE, name="py-tls")
+                self.assertEqual(client.get("py-tls").id, job.id)
+        # Without the CA, the TLS port does not answer a plaintext client.
+        started = time.monotonic()
+        with self.assertRaises(TrainctlError) as plain:
+            Client(self.cluster.address, token=self.cluster.admin_token, ca="")
+        self.assertEqual(plain.exception.code, grpc.StatusCode.UNAVAILABLE)
+        self.assertIn(self.cluster.address, plain.exception.message)
+        self.assertLess(time.monotonic() - started, 10)
+
+
+class SettingsTest(unittest.TestCase):
+    """Address, token and CA as the CLI finds them (client/cli/cli.cc)."""
+
+    def setUp(self):
+        self.home = tempfile.mkdtemp(dir=WORK)
+        os.makedirs(os.path.join(self.home, ".config", "trainctl"))
+        self.config = os.path.join(self.home, ".config", "trainctl", "config.yaml")
+
+    def write_config(self, text):
+        with open(self.config, "w") as f:
+            f.write(text)
+
+    def test_order(self):
+        from trainctl.client import resolve_settings
+        env = {"HOME": self.home}
+        self.assertEqual(resolve_settings(environ=env), ("localhost:7070", "", ""))
+        self.write_config("coordinator: conf:1\ntoken: 12345\nca: /etc/ca.crt\n")
+        self.assertEqual(resolve_settings(environ=env), ("conf:1", "12345", "/etc/ca.crt"))
+        env.update(TRAINCTL_ADDRESS="addr:2", TRAINCTL_TOKEN="tok", TRAINCTL_CA="")
+        self.assertEqual(resolve_settings(environ=env), ("addr:2", "tok", "/etc/ca.crt"))
+        env["TRAINCTL_COORDINATOR"] = "coord:3"
+        self.assertEqual(resolve_settings(environ=env)[0], "coord:3")
+        self.assertEqual(resolve_settings("flag:4", "t", "c", environ=env), ("flag:4", "t", "c"))
+        xdg = {"XDG_CONFIG_HOME": os.path.join(self.home, ".config"), "HOME": "/nonexistent"}
+        self.assertEqual(resolve_settings(environ=xdg)[0], "conf:1")
+
+    def test_malformed_config(self):
+        from trainctl.client import resolve_settings
+        self.write_config("coordinator: [a, b]\n")
+        with self.assertRaises(TrainctlError) as bad:
+            resolve_settings(environ={"HOME": self.home})
+        self.assertEqual(bad.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertEqual(bad.exception.message, self.config + ":1:14: coordinator: expected host:port")
+
+
+class JobSpecTest(unittest.TestCase):
+    """job.yaml -> JobSpec in Python, as common/jobspec reads it."""
+
+    def parse(self, text, **overrides):
+        from trainctl import jobspec
+        return jobspec.parse_job_yaml(text, "j.yaml", overrides)
+
+    def errors(self, text, **overrides):
+        from trainctl import jobspec
+        with self.assertRaises(jobspec.SpecErrors) as e:
+            self.parse(text, **overrides)
+        return [str(x) for x in e.exception.errors]
+
+    def test_examples_round_trip(self):
+        from trainctl import jobspec
+        paths = glob.glob(os.path.join(REPO, "examples", "*.yaml")) + \
+            glob.glob(os.path.join(REPO, "examples", "*", "job.yaml"))
+        self.assertGreater(len(paths), 2)
+        for path in paths:
+            spec = jobspec.parse_job_file(path)
+            self.assertTrue(spec.name, path)
+            self.assertEqual(jobspec.parse_job_yaml(jobspec.spec_to_yaml(spec)), spec, path)
+
+    def test_values(self):
+        spec = self.parse("name: a\nmodel: {name: cnn, classes: 10}\ntraining:\n  optimizer: {name: sgd, lr: 1e-2}\n"
+                          "command:\n  argv: [python3, '5']\n  env: {OMP_NUM_THREADS: 2}\n"
+                          "data: {train: {format: csv, path: x.csv, header: false}, seed: 18446744073709551615}\n"
+                          "health: {on_nan: fail}\n")
+        self.assertEqual(spec.model.WhichOneof("kind"), "cnn")
+        self.assertEqual(spec.training.optimizer.name, job_pb2.OPTIMIZER_SGD)
+        self.assertEqual(spec.training.optimizer.lr, 0.01)
+        self.assertEqual(list(spec.command.argv), ["python3", "5"])
+        self.assertEqual(dict(spec.command.env), {"OMP_NUM_THREADS": "2"})
+        self.assertTrue(spec.data.train.csv.HasField("header"))
+        self.assertEqual(spec.data.seed, 2 ** 64 - 1)
+        self.assertEqual(spec.health.on_nan, job_pb2.HealthSpec.ON_NAN_FAIL)
+
+    def test_overrides(self):
+        spec = self.parse("name: a\n", **{"training.optimizer.lr": 0.5, "model": {"name": "mlp", "hidden": [4, 2]},
+                                          "world_size": "3", "data.train": "{format: synthetic, length: 9}"})
+        self.assertEqual(spec.training.optimizer.lr, 0.5)
+        self.assertEqual(list(spec.model.mlp.hidden), [4, 2])
+        self.assertEqual(spec.world_size, 3)
+        self.assertEqual(spec.data.train.synthetic.length, 9)
+        self.assertEqual(self.parse("", name="b").name, "b")
+        self.assertEqual(self.errors("name: a\n", **{"name.x": 1}),
+                         ["override: name.x: 'name' is not a mapping in the file"])
+
+    def test_errors_name_their_place(self):
+        self.assertEqual(self.errors("name: a\nworld_size: '2'\nwold: 1\nname: b\nmodel: {name: mlp}\n"), [
+            "j.yaml:2:13: world_size: must be an integer, got the string '2'",
+            "j.yaml:3:1: wold: unknown key",
+            "j.yaml:4:1: name: duplicate key (first at line 1)"])
+        self.assertEqual(self.errors("name: a\ndevice: gpu\nmodel: {input_dim: 5}\n"), [
+            "j.yaml:2:9: device: must be one of auto, cuda, cpu, got 'gpu'; did you mean 'cpu'?",
+            "j.yaml:3:8: model.name: required: one of mlp, cnn, torchscript"])
+        self.assertEqual(self.errors("name: a\nmodel: {name: mlp, hidden: [%s]}\n" % ",".join(["1"] * 65)),
+                         ["j.yaml:2:28: model.hidden: at most 64 entries, got 65"])
+        self.assertEqual(self.errors("name: a\n---\nname: b\n"),
+                         ["j.yaml:1:1: holds several YAML documents; a job.yaml holds one"])
+        self.assertEqual(self.errors(""),
+                         ["j.yaml:1:1: the file is empty; a job needs at least name, model and data.train"])
+        self.assertEqual(self.errors("- a\n"), ["j.yaml:1:1: must be a mapping of job fields, got a list"])
+        self.assertIn("not valid YAML", self.errors("name: [a\n")[0])
+
+
+class ImportTest(unittest.TestCase):
+    """``import trainctl`` stays dependency-free (command jobs' report())."""
+
+    def test_report_without_grpc(self):
+        code = ("import sys; sys.modules['grpc'] = None; sys.modules['yaml'] = None\n"
+                "import trainctl\n"
+                "assert trainctl.report(step=1, loss=0.5) is False\n"
+                "try:\n    trainctl.Client\nexcept ImportError:\n    pass\nelse:\n    raise SystemExit('imported')\n")
+        env = dict(os.environ, PYTHONPATH=HERE)
+        env.pop("TRAINCTL_STATUS_FD", None)
+        subprocess.run([sys.executable, "-c", code], check=True, env=env, timeout=30)
+
+
+def tearDownModule():
+    if os.environ.get("TRAINCTL_KEEP_TEST_DIRS") is None:
+        shutil.rmtree(WORK, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    unittest.main()

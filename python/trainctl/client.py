@@ -1,0 +1,699 @@
+"""trainctl Python client: submit, query, watch, cancel, resume and fetch
+training jobs on a trainctl-coordinator, over its gRPC API.
+
+    from trainctl.client import Client, TrainctlError
+
+    client = Client()                      # address, token, CA as the CLI finds them
+    job = client.submit("job.yaml", **{"training.epochs": 2})
+    for update in client.watch(job):       # events, metric batches, job snapshots
+        if update.HasField("event"):
+            print(update.event.message)
+    print(client.get(job).state)           # trainctl.v1.JOB_STATE_SUCCEEDED == 5
+    client.fetch(job, path="model.pt")
+
+The calls mirror the ``trainctl`` CLI (client/cli) and the C++ client
+(client/trainctl/client.h); the messages (Job, JobUpdate, MetricBatch,
+LogChunk, ArtifactChunk) are the generated ``trainctl.v1`` protobuf classes.
+
+Where the coordinator is: ``address``, else $TRAINCTL_COORDINATOR (or
+$TRAINCTL_ADDRESS), else ``coordinator:`` in $XDG_CONFIG_HOME (or
+~/.config)/trainctl/config.yaml, else localhost:7070. The token and CA file:
+each from its argument, else $TRAINCTL_TOKEN / $TRAINCTL_CA, else ``token:`` /
+``ca:`` in that file (``trainctl login`` writes it). A CA means TLS.
+
+A JOB argument is a Job message, an id, a job name, or the start of an id
+(the CLI's rule): several matches are an INVALID_ARGUMENT listing them,
+unless ``latest`` (then the newest).
+
+Errors: every failure is a TrainctlError whose ``code`` is the gRPC status
+code (grpc.StatusCode) and ``message`` the coordinator's reason; problems
+found before anything is sent use the same codes (INVALID_ARGUMENT for a bad
+job.yaml, ALREADY_EXISTS for a fetch onto an existing file).
+
+Thread-safety: a Client may be used from several threads; an iterator
+(watch, logs) belongs to the thread that reads it.
+"""
+
+import dataclasses
+import errno
+import os
+import queue
+import random
+import secrets
+import time
+import zlib
+
+import grpc
+import yaml
+
+try:
+    from trainctl.v1 import job_pb2, job_service_pb2, job_service_pb2_grpc, metrics_pb2
+except ImportError as e:  # pragma: no cover - depends on the installation
+    raise ImportError(
+        "trainctl.client needs the generated trainctl.v1 stubs: run python/gen_stubs.sh DIR and set "
+        "TRAINCTL_PYTHON_STUBS=DIR, or install the package (cmake --install): %s" % e) from e
+
+from trainctl import jobspec
+
+__all__ = ["Client", "TrainctlError", "Artifact", "resolve_settings"]
+
+DEFAULT_COORDINATOR = "localhost:7070"
+# Largest message either side sends: a Job with many attempts, a log chunk.
+_MAX_MESSAGE_BYTES = 16 << 20
+# ListJobs page size (the coordinator's default).
+_LIST_PAGE_SIZE = 100
+# Keepalive as the CLI's channel (common/grpc_keepalive.h kClientKeepalive):
+# a watch or log stream can sit idle for minutes behind NATs and proxies.
+_CHANNEL_OPTIONS = [
+    ("grpc.keepalive_time_ms", 30000),
+    ("grpc.keepalive_timeout_ms", 10000),
+    ("grpc.keepalive_permit_without_calls", 0),
+    ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
+    ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
+]
+_TERMINAL = (job_pb2.JOB_STATE_SUCCEEDED, job_pb2.JOB_STATE_FAILED, job_pb2.JOB_STATE_CANCELLED)
+
+
+class TrainctlError(Exception):
+    """A failed call: ``code`` is a grpc.StatusCode, ``message`` the reason."""
+
+    def __init__(self, code, message):
+        super().__init__(code, message)
+        self.code = code
+        self.message = message
+
+    def __str__(self):
+        return "%s: %s" % (self.code.name, self.message)
+
+
+@dataclasses.dataclass(frozen=True)
+class Artifact:
+    """A fetched file: where it was written and what it is."""
+
+    # The local file written (mode 0600).
+    path: str
+    size: int
+    # "crc32:xxxxxxxx", checked against the bytes written.
+    checksum: str
+    # Where it lies on the worker that holds it, and that worker.
+    source_path: str
+    worker_id: str
+
+
+# --- where the coordinator is ------------------------------------------------
+
+
+def config_file_path(environ=None):
+    """$XDG_CONFIG_HOME (or $HOME/.config)/trainctl/config.yaml; "" without either."""
+    environ = os.environ if environ is None else environ
+    config_dir = environ.get("XDG_CONFIG_HOME", "")
+    if not config_dir and environ.get("HOME"):
+        config_dir = environ["HOME"] + "/.config"
+    return config_dir + "/trainctl/config.yaml" if config_dir else ""
+
+
+# Scalars as text, as yaml-cpp reads them (`token: 12345` is "12345").
+_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
+
+
+def _is_null(node):
+    return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null" and not node.style
+
+
+def _config_value(key, environ):
+    """One scalar key of the config file ("" when the file or key is absent);
+    a malformed file is an INVALID_ARGUMENT naming path:line:col."""
+    path = config_file_path(environ)
+    if not path:
+        return ""
+    try:
+        with open(path, encoding="utf-8") as f:
+            text = f.read()
+    except (OSError, UnicodeDecodeError):
+        return ""
+    try:
+        doc = yaml.compose(text, Loader=_YAML_LOADER)
+    except yaml.MarkedYAMLError as e:
+        mark = e.problem_mark or e.context_mark
+        where = "%d:%d" % (mark.line + 1, mark.column + 1) if mark else "1:1"
+        raise _invalid("%s:%s: %s" % (path, where, e.problem or e.context))
+    if doc is None or _is_null(doc):
+        return ""
+    if not isinstance(doc, yaml.MappingNode):
+        raise _invalid("%s: expected a mapping such as `coordinator: host:port`" % path)
+    node = next((v for k, v in doc.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
+    if node is None:
+        return ""
+    if not isinstance(node, yaml.ScalarNode) or _is_null(node) or not node.value:
+        raise _invalid("%s:%d:%d: %s: %s" % (
+            path, node.start_mark.line + 1, node.start_mark.column + 1, key,
+            "expected host:port" if key == "coordinator" else "expected a string"))
+    return node.value
+
+
+def _setting(given, env_names, key, environ):
+    """``given``, else the first non-empty $env_name, else the config file's ``key``, else ""."""
+    if given:
+        return given
+    for name in env_names:
+        if environ.get(name):
+            return environ[name]
+    return _config_value(key, environ)
+
+
+def resolve_settings(address=None, token=None, ca=None, environ=None):
+    """(address, token, ca_file) as the trainctl CLI resolves them (client/cli/cli.cc)."""
+    environ = os.environ if environ is None else environ
+    address = _setting(address, ("TRAINCTL_COORDINATOR", "TRAINCTL_ADDRESS"), "coordinator", environ)
+    token = _setting(token, ("TRAINCTL_TOKEN",), "token", environ)
+    ca = _setting(ca, ("TRAINCTL_CA",), "ca", environ)
+    return address or DEFAULT_COORDINATOR, token, ca
+
+
+# --- the client --------------------------------------------------------------
+
+
+class Client:
+    """A connection to a trainctl-coordinator; see the module docstring."""
+
+    def __init__(self, address=None, token=None, ca=None, *, timeout=10.0, latest=False,
+                 tls_server_name=None, watch_reconnect_for=120.0):
+        """Connects and waits until the coordinator answers, at most ``timeout``
+        seconds (UNAVAILABLE naming the address when nothing listens).
+
+        timeout: also bounds every unary call (streams are unbounded).
+        latest: a JOB that matches several jobs means the newest (the CLI's --latest).
+        tls_server_name: the name the coordinator's certificate must carry when
+            it differs from the address's host (tests).
+        watch_reconnect_for: how long watch() resumes a broken stream, in seconds.
+        """
+        self.address, token, self.ca_file = resolve_settings(address, token, ca)
+        self.timeout = timeout
+        self.latest = latest
+        self.watch_reconnect_for = watch_reconnect_for
+        self._tls_server_name = tls_server_name
+        self._metadata = (("authorization", "Bearer " + token),) if token else ()
+        self._root_certs = None
+        if self.ca_file:
+            try:
+                with open(self.ca_file, "rb") as f:
+                    self._root_certs = f.read()
+            except OSError as e:
+                raise _invalid("CA file %s: %s" % (self.ca_file, e.strerror))
+        self._channel = self._make_channel()
+        try:
+            self._wait_ready(self._channel)
+        except BaseException:
+            self._channel.close()
+            raise
+        self._jobs = job_service_pb2_grpc.JobServiceStub(self._channel)
+
+    def close(self):
+        """Closes the connection; calls in flight end with CANCELLED."""
+        self._channel.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.close()
+
+    # --- jobs ---
+
+    def submit(self, spec, /, *, request_id=None, **overrides):
+        """Submits a job; it is PENDING (stored) when this returns the Job.
+
+        spec: a job.yaml path, a dict in job.yaml's shape, or a JobSpec.
+        overrides: job.yaml paths to values, the CLI's --set:
+            ``submit("job.yaml", **{"training.epochs": 2}, name="run-7")``;
+            a str value is YAML text as after --set key=, others are written
+            as YAML would; a mapping replaces the whole mapping.
+
+        The YAML is read here (trainctl.jobspec: INVALID_ARGUMENT with every
+        shape error and its line, nothing sent); ranges, cross-field rules and
+        defaults are the coordinator's (INVALID_ARGUMENT naming each field).
+
+        Safe to retry: the call sends a request_id (given, or a random one)
+        and retries an answer that may have been lost (UNAVAILABLE,
+        DEADLINE_EXCEEDED) with it up to twice: one call makes at most one job.
+        """
+        return self._submit(self._read_spec(spec, overrides), request_id)
+
+    def get(self, job):
+        """The job with its attempts and checkpoints. NOT_FOUND when no job matches."""
+        if isinstance(job, job_pb2.Job):
+            return self._unary(self._jobs.GetJob, job_service_pb2.GetJobRequest(job_id=job.id))
+        return self.resolve(job)
+
+    def list(self, states=None, limit=0):
+        """Jobs, newest first, without attempts; only those in ``states``
+        (JobState values or names: "running", "succeeded", ...) when given;
+        at most ``limit`` (0 = all), following the coordinator's pages."""
+        if limit < 0:
+            raise _invalid("limit: must be >= 0")
+        req = job_service_pb2.ListJobsRequest(states=[_job_state(s) for s in states or ()])
+        out = []
+        while True:
+            req.page_size = _LIST_PAGE_SIZE if limit == 0 else min(_LIST_PAGE_SIZE, limit - len(out))
+            resp = self._unary(self._jobs.ListJobs, req)
+            out.extend(resp.jobs)
+            req.page_token = resp.next_page_token
+            if not req.page_token or (limit and len(out) >= limit):
+                break
+        return out[:limit] if limit else out
+
+    def cancel(self, job, reason=""):
+        """Stops every rank and marks the job CANCELLED (recording ``reason``);
+        returns the Job. FAILED_PRECONDITION when it already ended."""
+        req = job_service_pb2.CancelJobRequest(job_id=self._job_id(job), reason=reason)
+        return self._unary(self._jobs.CancelJob, req)
+
+    def resume(self, job, *, request_id=None, **overrides):
+        """Submits a new job that continues ``job`` from its newest checkpoint
+        (``trainctl resume``): the source's spec with ``overrides`` on top
+        (e.g. ``**{"training.epochs": 10}`` trains 10 epochs in all) and
+        resume_from set. Returns the new Job."""
+        source = self.get(job)
+        base = job_pb2.JobSpec()
+        base.CopyFrom(source.spec)
+        base.ClearField("resume_from")
+        spec = _checked(lambda: jobspec.parse_job_yaml(jobspec.spec_to_yaml(base), "job " + source.id, overrides))
+        spec.resume_from.job = source.id
+        return self._submit(spec, request_id)
+
+    def resolve(self, ref, latest=None):
+        """The job ``ref`` names (client/cli's ResolveJob): its id; else the
+        jobs with that name; else the jobs whose id starts with it. Several:
+        the newest when ``latest`` (default: the client's), else
+        INVALID_ARGUMENT listing them. NOT_FOUND when none."""
+        latest = self.latest if latest is None else latest
+        try:
+            return self._unary(self._jobs.GetJob, job_service_pb2.GetJobRequest(job_id=ref))
+        except TrainctlError as e:
+            if e.code != grpc.StatusCode.NOT_FOUND:
+                raise
+            not_found = e
+        try:
+            jobs = self.list()  # newest first
+        except TrainctlError:
+            raise not_found from None
+        named = [j for j in jobs if j.spec.name == ref]
+        found = named or [j for j in jobs if j.id.startswith(ref)]
+        if not found:
+            raise TrainctlError(grpc.StatusCode.NOT_FOUND,
+                                "no job '%s' (not an id, a job name or the start of an id)" % ref)
+        if len(found) > 1 and not latest:
+            ids = [j.id for j in found[:10]]
+            raise _invalid("JOB: '%s' matches %d jobs by %s, newest first: %s%s; give an id, or latest=True for "
+                           "the newest" % (ref, len(found), "name" if named else "id prefix", ", ".join(ids),
+                                           ", ..." if len(found) > len(ids) else ""))
+        return self._unary(self._jobs.GetJob, job_service_pb2.GetJobRequest(job_id=found[0].id))
+
+    # --- following a job ---
+
+    def watch(self, job, include_history=True, timeout=None):
+        """Iterates over the job's updates (trainctl.v1.JobUpdate: ``job``,
+        ``event`` or ``metrics``, see update.WhichOneof("update")) until the
+        job ends; with include_history, its stored events and metrics first.
+
+        A broken stream (the coordinator restarted, the network dropped) is
+        resumed for up to watch_reconnect_for seconds after the break: the
+        events missed meanwhile come first (after the last event seen, by
+        Event.seq), stored metrics are not sent again. ``timeout`` bounds the
+        whole watch in seconds (DEADLINE_EXCEEDED). Leaving the loop early
+        cancels the stream. The job is resolved now, not at the first next().
+        """
+        job_id = self._job_id(job)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        return self._watch(job_id, include_history, deadline)
+
+    def metrics(self, job, rank=None, kind=None):
+        """The job's stored metric points (also after it ended), oldest first:
+        a list of trainctl.v1.MetricBatch, one per run of points of one
+        attempt. ``rank``: only that rank; ``kind``: "train" (train windows)
+        or "eval" (end-of-epoch points, with the eval results)."""
+        kinds = {None: 0, "train": metrics_pb2.MetricPoint.KIND_TRAIN, "eval": metrics_pb2.MetricPoint.KIND_EPOCH_END}
+        if kind not in kinds and kind not in metrics_pb2.MetricPoint.Kind.values():
+            raise _invalid("kind: one of 'train', 'eval', got %r" % (kind,))
+        req = job_service_pb2.GetMetricsRequest(job_id=self._job_id(job), kind=kinds.get(kind, kind))
+        if rank is not None:
+            req.rank = rank
+        batches = []
+        while True:
+            resp = self._unary(self._jobs.GetMetrics, req)
+            for b in resp.batches:
+                # A page may continue the previous page's attempt: one batch per run.
+                if batches and batches[-1].attempt == b.attempt:
+                    batches[-1].points.extend(b.points)
+                else:
+                    batches.append(b)
+            req.page_token = resp.next_page_token
+            if not req.page_token:
+                return batches
+
+    def logs(self, job, rank=None, attempt=0, tail=0, follow=False):
+        """Iterates over the job's log lines as trainctl.v1.LogChunk (one
+        rank's lines each, in order; chunk.lines[i].text): every rank of the
+        latest attempt unless ``rank``/``attempt`` (from 1) say otherwise;
+        ``tail``: only the last N kept lines per rank first; ``follow``: new
+        lines until the job ends (a pending job is waited for first).
+        Checked now: a rank or attempt the job does not have is INVALID_ARGUMENT."""
+        if rank is not None and rank < 0:
+            raise _invalid("rank: must be >= 0")
+        if attempt < 0:
+            raise _invalid("attempt: must be >= 1 (0 = latest)")
+        if tail < 0:
+            raise _invalid("tail: must be >= 0")
+        found = self.get(job)
+        if attempt > len(found.attempts):
+            have = len(found.attempts)
+            raise _invalid("attempt: %d is out of range: job %s has %d attempt(s)%s" % (
+                attempt, found.id, have, " (1..%d)" % have if have else " yet"))
+        world = found.spec.world_size
+        if rank is not None and world > 0 and rank >= world:
+            raise _invalid("rank: %d is outside job %s's world: world_size %d (ranks 0..%d)" % (
+                rank, found.id, world, world - 1))
+        req = job_service_pb2.GetLogsRequest(job_id=found.id, attempt=attempt, tail_lines=tail, follow=follow)
+        if rank is not None:
+            req.rank = rank
+        wait_placed = follow and attempt == 0 and not found.attempts and found.state == job_pb2.JOB_STATE_PENDING
+        return self._logs(req, wait_placed)
+
+    def fetch(self, job, step=None, path=None, force=False):
+        """Downloads the job's final model (or its checkpoint at global
+        ``step``) from the worker that holds it, through the coordinator;
+        returns an Artifact.
+
+        path: where to write it (default: JOB-model.pt, or JOB-step-STEP.pt,
+        in the current directory). The file is written under a temporary name
+        beside it, mode 0600, created without following links, and renamed to
+        ``path`` only once its bytes match the recorded checksum (DATA_LOSS
+        otherwise). An existing ``path`` is kept (ALREADY_EXISTS) unless ``force``.
+        """
+        step = step or 0
+        if step < 0:
+            raise _invalid("step: a global step > 0 (Job.checkpoints)")
+        job_id = self._job_id(job)
+        out = os.fspath(path) if path is not None else _default_out_name(job_id, step)
+        if not force and os.path.lexists(out):
+            raise _exists(out)
+        req = job_service_pb2.FetchArtifactRequest(job_id=job_id, checkpoint_step=step)
+        with _PrivateFile(out, replace=force) as f:
+            head = self._receive_artifact(req, f)
+            f.commit()
+        return Artifact(path=out, size=head.size, checksum=head.checksum, source_path=head.path,
+                        worker_id=head.worker_id)
+
+    # --- internals ---
+
+    def _make_channel(self, fresh=False):
+        options = list(_CHANNEL_OPTIONS)
+        if fresh:
+            # A subchannel of its own: a reconnect dials at once instead of
+            # inheriting gRPC's backoff from the broken connection.
+            options.append(("grpc.use_local_subchannel_pool", 1))
+        if self._root_certs is None:
+            return grpc.insecure_channel(self.address, options=options)
+        if self._tls_server_name:
+            options.append(("grpc.ssl_target_name_override", self._tls_server_name))
+        creds = grpc.ssl_channel_credentials(root_certificates=self._root_certs)
+        return grpc.secure_channel(self.address, creds, options=options)
+
+    def _wait_ready(self, channel):
+        """Waits for READY, giving up at the first TRANSIENT_FAILURE: every
+        address the name resolved to refused, so waiting longer only delays
+        the error (as the C++ client's Connect)."""
+        states = queue.Queue()
+        on_state = states.put
+        channel.subscribe(on_state, try_to_connect=True)
+        try:
+            deadline = time.monotonic() + self.timeout
+            while True:
+                try:
+                    state = states.get(timeout=max(0.0, deadline - time.monotonic()))
+                except queue.Empty:
+                    raise TrainctlError(grpc.StatusCode.UNAVAILABLE, "cannot reach the coordinator at %s: no answer "
+                                        "within %gs" % (self.address, self.timeout)) from None
+                if state == grpc.ChannelConnectivity.READY:
+                    return
+                if state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN):
+                    hint = ("is trainctl-coordinator running and listening there? a TLS coordinator also needs a CA"
+                            if not self.ca_file else
+                            "is trainctl-coordinator running there, and is its certificate signed by the CA in %s?"
+                            % self.ca_file)
+                    raise TrainctlError(grpc.StatusCode.UNAVAILABLE, "cannot reach the coordinator at %s: "
+                                        "connection failed (%s)" % (self.address, hint))
+        finally:
+            channel.unsubscribe(on_state)
+
+    def _unary(self, method, request):
+        try:
+            return method(request, timeout=self.timeout, metadata=self._metadata)
+        except grpc.RpcError as e:
+            raise _error(e, self.address) from None
+
+    def _job_id(self, job):
+        return job.id if isinstance(job, job_pb2.Job) else self.resolve(job).id
+
+    @staticmethod
+    def _read_spec(spec, overrides):
+        if isinstance(spec, job_pb2.JobSpec):
+            if not overrides:
+                return spec
+            return _checked(lambda: jobspec.parse_job_yaml(jobspec.spec_to_yaml(spec), "<JobSpec>", overrides))
+        if isinstance(spec, dict):
+            return _checked(lambda: jobspec.parse_job_dict(spec, overrides))
+        if isinstance(spec, (str, os.PathLike)):
+            return _checked(lambda: jobspec.parse_job_file(os.fspath(spec), overrides))
+        raise TypeError("submit: a job.yaml path, a dict or a trainctl.v1.JobSpec, got %s" % type(spec).__name__)
+
+    def _submit(self, spec, request_id):
+        req = job_service_pb2.SubmitJobRequest(spec=spec, request_id=request_id or secrets.token_hex(16))
+        for attempt in range(3):
+            if attempt:
+                time.sleep(0.25 * attempt)
+            try:
+                return self._unary(self._jobs.SubmitJob, req).job
+            except TrainctlError as e:
+                # Only an answer that may have been lost is retried: the same
+                # id makes a retry return the first call's job, never a second.
+                if e.code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or attempt == 2:
+                    raise
+
+    def _watch(self, job_id, include_history, deadline):
+        """The generator behind watch() (client/client.cc's Watch loop)."""
+        last_seq = 0  # The newest event delivered: a resumed stream continues after it.
+        broke = None  # When the current break started.
+        backoff = 0.1
+        stub, channel = self._jobs, None  # After a break, a channel of the watch's own.
+        try:
+            while True:
+                req = job_service_pb2.WatchJobRequest(job_id=job_id, include_history=include_history or last_seq > 0,
+                                                      after_event_seq=last_seq)
+                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+                call = stub.WatchJob(req, timeout=remaining, metadata=self._metadata)
+                delivered = False
+                try:
+                    for update in call:
+                        delivered = True
+                        if update.HasField("event"):
+                            last_seq = max(last_seq, update.event.seq)
+                        yield update
+                    return  # The job ended.
+                except grpc.RpcError as e:
+                    status = e
+                finally:
+                    call.cancel()  # A no-op once the stream ended; stops it when the caller left the loop.
+                # A stream that broke (not one the coordinator refused):
+                # UNAVAILABLE, or CANCELLED by a coordinator shutting down.
+                broken = status.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+                now = time.monotonic()
+                if delivered or broke is None:
+                    broke, backoff = now, 0.1
+                if not broken or now - broke >= self.watch_reconnect_for:
+                    raise _error(status, self.address)
+                # Full jitter in [b/2, b], b doubling to 1 s: back within a
+                # second of the coordinator answering again.
+                pause = random.uniform(backoff / 2, backoff)
+                if deadline is not None and now + pause >= deadline:
+                    raise TrainctlError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                        "watch of %s: %s" % (job_id, _error(status, self.address).message))
+                time.sleep(pause)
+                backoff = min(backoff * 2, 1.0)
+                if channel is not None:
+                    channel.close()
+                channel = self._make_channel(fresh=True)
+                stub = job_service_pb2_grpc.JobServiceStub(channel)
+        finally:
+            if channel is not None:
+                channel.close()
+
+    def _logs(self, req, wait_placed):
+        """The generator behind logs()."""
+        if wait_placed:
+            # A pending job has no attempt to follow yet: wait until it is
+            # placed, so submit then logs(follow=True) shows the first attempt.
+            for update in self._watch(req.job_id, False, None):
+                if update.HasField("job") and update.job.state != job_pb2.JOB_STATE_PENDING:
+                    break
+        call = self._jobs.GetLogs(req, metadata=self._metadata)
+        try:
+            yield from call
+        except grpc.RpcError as e:
+            raise _error(e, self.address) from None
+        finally:
+            call.cancel()
+
+    def _receive_artifact(self, req, out):
+        """Streams FetchArtifact into ``out``, checking order, size and
+        checksum; returns the first chunk (without data)."""
+        call = self._jobs.FetchArtifact(req, metadata=self._metadata)
+        head, offset, crc = None, 0, 0
+        try:
+            for chunk in call:
+                if head is None:
+                    head = job_service_pb2.ArtifactChunk()
+                    head.CopyFrom(chunk)
+                    head.ClearField("data")
+                if chunk.offset != offset:
+                    raise TrainctlError(grpc.StatusCode.DATA_LOSS,
+                                        "fetch: a piece at offset %d, expected %d" % (chunk.offset, offset))
+                out.write(chunk.data)
+                crc = zlib.crc32(chunk.data, crc)
+                offset += len(chunk.data)
+        except grpc.RpcError as e:
+            raise _error(e, self.address) from None
+        finally:
+            call.cancel()
+        if head is None:
+            raise TrainctlError(grpc.StatusCode.DATA_LOSS, "fetch: the coordinator sent nothing")
+        if offset != head.size:
+            raise TrainctlError(grpc.StatusCode.DATA_LOSS, "fetch: got %d bytes of %d" % (offset, head.size))
+        got = "crc32:%08x" % crc
+        if head.checksum and got != head.checksum:
+            raise TrainctlError(grpc.StatusCode.DATA_LOSS,
+                                "fetch: the bytes are %s, expected %s" % (got, head.checksum))
+        return head
+
+
+def _error(rpc_error, address):
+    """grpc.RpcError -> TrainctlError with the same code; connection problems name the address."""
+    code, message = rpc_error.code(), rpc_error.details() or ""
+    if code == grpc.StatusCode.UNAVAILABLE:
+        message = "coordinator at %s unavailable: %s" % (address, message)
+    elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
+        message = "coordinator at %s did not answer in time: %s" % (address, message)
+    return TrainctlError(code, message)
+
+
+def _invalid(message):
+    return TrainctlError(grpc.StatusCode.INVALID_ARGUMENT, message)
+
+
+def _exists(path):
+    return TrainctlError(grpc.StatusCode.ALREADY_EXISTS, "%s exists; not overwritten (force=True to replace it)" % path)
+
+
+def _checked(parse):
+    """parse(), with a job spec's errors as INVALID_ARGUMENT (one per line)."""
+    try:
+        return parse()
+    except jobspec.SpecErrors as e:
+        raise _invalid(str(e)) from None
+
+
+def _job_state(state):
+    if isinstance(state, str):
+        try:
+            return job_pb2.JobState.Value("JOB_STATE_" + state.upper())
+        except ValueError:
+            raise _invalid("states: unknown state '%s'; one of pending, scheduled, running, restarting, succeeded, "
+                           "failed, cancelled" % state) from None
+    return state
+
+
+def _default_out_name(job_id, step):
+    """"<job>-model.pt" or "<job>-step-<N>.pt" in the current directory, whatever the id holds."""
+    job = job_id.replace("/", "_")
+    if not job or job.startswith("."):
+        job = "job" + job
+    return "%s-step-%d.pt" % (job, step) if step > 0 else "%s-model.pt" % job
+
+
+class _PrivateFile:
+    """A new file at ``path``, mode 0600 (common/safe_file.h's SafeFileWriter):
+    written under a random temporary name beside it, created with
+    O_EXCL|O_NOFOLLOW (a planted link is never written through), fsync'ed,
+    then renamed into place by commit(); without ``replace`` an existing
+    file at ``path`` is kept (ALREADY_EXISTS). Left without commit(), the
+    temporary file is removed."""
+
+    def __init__(self, path, replace):
+        self.path = path
+        self.replace = replace
+        directory, self.name = os.path.split(path)
+        if not self.name:
+            raise _invalid("path: %r names a directory, not a file" % path)
+        self.temp = "%s.tmp.%s" % (self.name, secrets.token_hex(8))
+        self.dir_fd = self.fd = -1
+        try:
+            self.dir_fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            self.fd = os.open(self.temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                              0o600, dir_fd=self.dir_fd)
+        except OSError as e:
+            self._abandon()
+            raise _os_error("creating", path, e) from None
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self._abandon()
+
+    def write(self, data):
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self.fd, view):]
+        except OSError as e:
+            raise _os_error("writing", self.path, e) from None
+
+    def commit(self):
+        try:
+            os.fsync(self.fd)
+            os.close(self.fd)
+            self.fd = -1
+            if self.replace:
+                os.rename(self.temp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
+            else:
+                # link never replaces an existing name (nor follows a link there).
+                os.link(self.temp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd, follow_symlinks=False)
+                os.unlink(self.temp, dir_fd=self.dir_fd)
+            self.temp = None
+            os.fsync(self.dir_fd)
+        except FileExistsError:
+            raise _exists(self.path) from None
+        except OSError as e:
+            raise _os_error("renaming a new file into", self.path, e) from None
+
+    def _abandon(self):
+        if self.fd >= 0:
+            os.close(self.fd)
+            self.fd = -1
+        if self.dir_fd >= 0:
+            if self.temp is not None:
+                try:
+                    os.unlink(self.temp, dir_fd=self.dir_fd)
+                except OSError:
+                    pass
+            os.close(self.dir_fd)
+            self.dir_fd = -1
+
+
+def _os_error(what, path, e):
+    """An OSError as common/safe_file.h maps errno to a code."""
+    codes = {errno.ENOSPC: grpc.StatusCode.RESOURCE_EXHAUSTED, errno.EDQUOT: grpc.StatusCode.RESOURCE_EXHAUSTED,
+             errno.EACCES: grpc.StatusCode.PERMISSION_DENIED, errno.EPERM: grpc.StatusCode.PERMISSION_DENIED,
+             errno.EROFS: grpc.StatusCode.PERMISSION_DENIED, errno.EEXIST: grpc.StatusCode.ALREADY_EXISTS,
+             errno.ENOENT: grpc.StatusCode.NOT_FOUND, errno.ENOTDIR: grpc.StatusCode.NOT_FOUND}
+    return TrainctlError(codes.get(e.errno, grpc.StatusCode.INTERNAL), "%s '%s': %s" % (what, path, e.strerror))
