@@ -111,7 +111,7 @@ void ApplyResumeFallback(v1::Job& next, std::vector<JobEvent>& events, const v1:
 // Every other kind: fail the job when the kind or the budget says so, else
 // restart it.
 void ApplyRestartPolicy(v1::Job& next, std::vector<JobEvent>& events, int32_t attempt, v1::FailureKind kind,
-                        const std::string& reason) {
+                        const std::string& reason, absl::Duration first_backoff) {
   // What to do next, when the job has a checkpoint to go on from: `resume`
   // (a new submit would start from scratch).
   const std::string resume =
@@ -150,6 +150,10 @@ void ApplyRestartPolicy(v1::Job& next, std::vector<JobEvent>& events, int32_t at
   next.set_state_reason(absl::StrCat("restarting after: ", reason));
   events.push_back({"restarting",
                     absl::StrCat("restart ", next.restarts(), " of ", max_restarts,
+                                 first_backoff > absl::ZeroDuration()
+                                     ? absl::StrCat(" in ", absl::FormatDuration(
+                                                                RestartBackoff(next.restarts(), first_backoff)))
+                                     : std::string(),
                                  next.checkpoints_size() > 0 ? ", from the newest checkpoint it can reach"
                                                              : ", from scratch (no checkpoint recorded yet)"),
                     attempt});
@@ -200,6 +204,13 @@ std::string DescribeExit(const v1::RankAssignment& r, const v1::ExitInfo& exit, 
   return out;
 }
 
+absl::Duration RestartBackoff(int32_t restarts, absl::Duration first) {
+  const absl::Duration cap = std::max(first, absl::Seconds(30));
+  absl::Duration d = first;
+  for (int32_t i = 1; i < restarts && d < cap; ++i) d *= 2;
+  return std::min(d, cap);
+}
+
 int64_t NanStep(const v1::Attempt& a) {
   int64_t step = -1;
   for (const v1::RankAssignment& r : a.ranks()) {
@@ -221,7 +232,8 @@ std::vector<int64_t> RollbackSkipSteps(const v1::Job& job) {
 }
 
 RanksByWorker BuildAttemptFailure(v1::Job& next, std::vector<JobEvent>& events, absl::Time now,
-                                  v1::FailureKind kind, const std::string& reason, int failed_rank) {
+                                  v1::FailureKind kind, const std::string& reason, int failed_rank,
+                                  absl::Duration first_backoff) {
   v1::Attempt* a = CurrentAttempt(next);
   if (a == nullptr || AttemptEnded(a->state()) || IsTerminal(next.state())) return {};
   a->set_state(v1::ATTEMPT_STATE_FAILED);
@@ -235,7 +247,7 @@ RanksByWorker BuildAttemptFailure(v1::Job& next, std::vector<JobEvent>& events, 
   } else if (kind == v1::FAILURE_KIND_RESUME) {
     ApplyResumeFallback(next, events, *a, reason);
   } else {
-    ApplyRestartPolicy(next, events, a->number(), kind, reason);
+    ApplyRestartPolicy(next, events, a->number(), kind, reason, first_backoff);
   }
   return to_stop;
 }

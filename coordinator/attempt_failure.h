@@ -24,8 +24,18 @@ std::string DescribeExit(const v1::RankAssignment& r, const v1::ExitInfo& exit, 
 // and `kind`, the job RESTARTING or FAILED by its restart policy, their
 // events appended to `events`. Returns the ranks to stop once it is
 // committed; nothing when the attempt had already ended.
+// `first_backoff` is RestartBackoff's `first` (the `restarting` event says
+// how long the restart waits).
 RanksByWorker BuildAttemptFailure(v1::Job& next, std::vector<JobEvent>& events, absl::Time now,
-                                  v1::FailureKind kind, const std::string& reason, int failed_rank);
+                                  v1::FailureKind kind, const std::string& reason, int failed_rank,
+                                  absl::Duration first_backoff = absl::ZeroDuration());
+
+// How long the next attempt waits after the failure that used restart
+// number `restarts` (1 for the first): `first`, doubling, at most 30 s
+// (docs/failures.md "Restart backoff"); 0 when `first` is 0. A fault that
+// keeps recurring (a crashing dependency, a flapping host) does not burn
+// every restart in a second.
+absl::Duration RestartBackoff(int32_t restarts, absl::Duration first);
 
 // The step a FAILURE_KIND_NAN attempt failed at (the lowest its ranks
 // reported), or -1.

@@ -2,6 +2,8 @@
 // NaN rollbacks and their budget, cancel, and pre-flight.
 #include "coordinator/job_manager_fixture.h"
 
+#include "coordinator/attempt_failure.h"
+
 namespace trainctl::coordinator {
 namespace {
 
@@ -34,6 +36,38 @@ TEST_F(JobManagerTest, EachFailureClassHasItsAction) {
     EXPECT_EQ(j.attempts_size(), row.restarts ? 2 : 1);
     // NaN rollbacks have their own budget.
     EXPECT_EQ(j.restarts(), row.restarts && row.kind != v1::FAILURE_KIND_NAN ? 1 : 0);
+  }
+}
+
+// Restart backoff (#27): a counted restart waits 1 s, then 2 s, ... (at
+// most 30 s) on the monotonic clock; a NaN rollback does not wait.
+TEST_F(JobManagerTest, RestartsBackOffExponentially) {
+  EXPECT_EQ(RestartBackoff(1, absl::Seconds(1)), absl::Seconds(1));
+  EXPECT_EQ(RestartBackoff(2, absl::Seconds(1)), absl::Seconds(2));
+  EXPECT_EQ(RestartBackoff(5, absl::Seconds(1)), absl::Seconds(16));
+  EXPECT_EQ(RestartBackoff(6, absl::Seconds(1)), absl::Seconds(30));
+  EXPECT_EQ(RestartBackoff(1000, absl::Seconds(1)), absl::Seconds(30));
+  EXPECT_EQ(RestartBackoff(3, absl::ZeroDuration()), absl::ZeroDuration());
+
+  restart_backoff_ = absl::Seconds(1);
+  Open();
+  a_ = AddWorker("a", 1);
+  auto job = jobs_->Submit(Spec(1));
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  for (int restart = 1; restart <= 2; ++restart) {
+    ASSERT_TRUE(Status("a", id, restart, 0, v1::RANK_STATE_FAILED, v1::FAILURE_KIND_SIGNAL, -1).ok());
+    const absl::Duration wait = absl::Seconds(restart == 1 ? 1 : 2);
+    EXPECT_THAT(StoredEvents(id), Contains(absl::StrCat("restarting@", restart, ": restart ", restart, " of 3 in ",
+                                                        absl::FormatDuration(wait), ", from scratch (no checkpoint recorded yet)")));
+    clock_.StepWall(absl::Hours(1));  // the wall clock does not count
+    clock_.Advance(wait - absl::Milliseconds(10));
+    jobs_->Tick();
+    ASSERT_EQ(Get(id).attempts_size(), restart) << "restart " << restart << " waits its backoff";
+    EXPECT_THAT(Get(id).state_reason(), HasSubstr("restarting after"));
+    clock_.Advance(absl::Milliseconds(20));
+    jobs_->Tick();
+    ASSERT_EQ(Get(id).attempts_size(), restart + 1) << "placed once the backoff is over";
   }
 }
 

@@ -222,8 +222,16 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
 
 absl::Status JobManager::FailAttempt(JobEntry& e, v1::Job next, std::vector<JobEvent> events, v1::FailureKind kind,
                                      const std::string& reason, int failed_rank) {
-  RanksByWorker to_stop = BuildAttemptFailure(next, events, clock_->Now(), kind, reason, failed_rank);
+  const int32_t restarts_before = next.restarts();
+  RanksByWorker to_stop =
+      BuildAttemptFailure(next, events, clock_->Now(), kind, reason, failed_rank, options_.restart_backoff);
+  const int32_t restarts = next.restarts();
   TRAINCTL_RETURN_IF_ERROR(book_.Commit(e, std::move(next), std::move(events)));
+  // A counted restart waits its backoff (a rollback, a resume fallback or an
+  // elastic resize does not).
+  if (restarts > restarts_before && options_.restart_backoff > absl::ZeroDuration()) {
+    e.restart_not_before = clock_->Mono() + RestartBackoff(restarts, options_.restart_backoff);
+  }
   starter_.StopAll(e.job.id(), CurrentAttempt(e.job)->number(), to_stop, "a peer rank failed");
   return absl::OkStatus();
 }

@@ -90,6 +90,10 @@ struct JobManagerOptions {
   // answer. State of an unanswered pre-flight is memory only: after a
   // coordinator restart the attempt's StartRanks go out without one.
   bool preflight = false;
+  // The first restart's backoff (attempt_failure.h RestartBackoff: doubling
+  // per restart, at most 30 s); 0 = restart at once. The coordinator binary
+  // sets --restart-backoff-s (1 s); 0 here so that tests place at once.
+  absl::Duration restart_backoff = absl::ZeroDuration();
 };
 
 class JobManager : private JobActions {

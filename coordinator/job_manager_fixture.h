@@ -115,6 +115,7 @@ class JobManagerTest : public ::testing::Test {
     jo.rendezvous_timeout = absl::Seconds(30);
     jo.lost_worker_wait = lost_worker_wait_;
     jo.preflight = preflight_;
+    jo.restart_backoff = restart_backoff_;
     jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), &hub_, &clock_, jo);
     auto snap = store_->LoadAll();
     ASSERT_TRUE(snap.ok()) << snap.status();
@@ -218,6 +219,7 @@ class JobManagerTest : public ::testing::Test {
 
   absl::Duration lost_worker_wait_ = absl::ZeroDuration();
   bool preflight_ = false;
+  absl::Duration restart_backoff_ = absl::ZeroDuration();
   std::string dir_;
   FakeClock clock_;
   MetricsHub hub_;

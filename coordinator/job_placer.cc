@@ -169,8 +169,14 @@ void JobPlacer::RequestSchedule() {
 void JobPlacer::OnTick(absl::Time now) {
   // (A job still pending past its deadline waits for min_ranks slots; a
   // pass per tick for it is cheap next to the wait.)
+  const absl::Time mono = clock_->Mono();
   for (const std::string& id : book_->pending()) {
-    if (ElasticDeadline(book_->At(id).job) <= now) schedule_retry_ = true;
+    JobEntry& e = book_->At(id);
+    if (ElasticDeadline(e.job) <= now) schedule_retry_ = true;
+    if (e.restart_not_before != absl::InfinitePast() && e.restart_not_before <= mono) {
+      e.restart_not_before = absl::InfinitePast();  // due: one pass places it when slots allow
+      schedule_retry_ = true;
+    }
   }
   if (!schedule_retry_) return;
   schedule_retry_ = false;
@@ -204,8 +210,13 @@ void JobPlacer::Schedule() {
   const absl::Time now = clock_->Now();
   std::vector<scheduler::PendingJob> jobs;
   absl::flat_hash_set<std::string> command_jobs;
+  const absl::Time mono = clock_->Mono();
   for (const std::string& id : book_->pending()) {
     const JobEntry& e = book_->At(id);
+    // A restart waiting its backoff keeps its reason ("restarting after:
+    // ..."; the `restarting` event says how long); OnTick asks for a pass
+    // when it is due.
+    if (e.restart_not_before > mono) continue;
     if (e.job.spec().has_command()) command_jobs.insert(id);
     jobs.push_back(ToPending(e, now));
   }

@@ -40,6 +40,9 @@ ABSL_FLAG(int, progress_timeout_s, 300,
           "a running attempt with no step progress this long is failed as hung (per job: "
           "restart.progress_timeout_s)");
 ABSL_FLAG(int, rendezvous_timeout_s, 120, "an attempt whose ranks are not all ready by then fails");
+ABSL_FLAG(double, restart_backoff_s, 1,
+          "a job restarted after a failure waits this long before its next attempt, doubling with each "
+          "restart up to 30 s; 0 = at once");
 ABSL_FLAG(bool, preflight, true,
           "workers check data files, checkpoint dir and command before any rank of an attempt starts");
 ABSL_FLAG(int, stop_grace_s, 10, "SIGTERM-to-SIGKILL grace for stopped ranks");
@@ -357,6 +360,9 @@ absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
   o.registry.recovery_grace = absl::Seconds(absl::GetFlag(FLAGS_recovery_grace_s));
   o.jobs.progress_timeout = absl::Seconds(absl::GetFlag(FLAGS_progress_timeout_s));
   o.jobs.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_s));
+  const double backoff_s = absl::GetFlag(FLAGS_restart_backoff_s);
+  if (!(backoff_s >= 0 && backoff_s <= 30)) return absl::InvalidArgumentError("--restart-backoff-s must be in [0, 30]");
+  o.jobs.restart_backoff = absl::Seconds(backoff_s);
   o.jobs.stop_grace = absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));
   o.jobs.max_active_jobs = absl::GetFlag(FLAGS_max_active_jobs);
   o.jobs.preflight = absl::GetFlag(FLAGS_preflight);
