@@ -208,6 +208,19 @@ class JobManagerTest : public ::testing::Test {
     return id;
   }
 
+  // Worker `lost` goes silent past its 3 s lease while `alive` (its channel
+  // `alive_ch`) heartbeats, and is lost; then `alive`'s rank `alive_rank` of
+  // attempt 1 of `job` reports its stop.
+  void LoseWorker(const std::string& lost, const std::string& alive, FakeChannel* alive_ch, const std::string& job,
+                  int alive_rank) {
+    clock_.Advance(absl::Seconds(2));
+    ASSERT_TRUE(registry_->Heartbeat(alive, alive_ch).ok());
+    clock_.Advance(absl::Seconds(2));  // `lost` silent for 4 s > 3 s lease.
+    ASSERT_EQ(registry_->ExpireLeases(), std::vector<std::string>{lost});
+    jobs_->OnWorkerLost(lost);
+    ASSERT_TRUE(Status(alive, job, 1, alive_rank, v1::RANK_STATE_STOPPED).ok());
+  }
+
   // Events of a job as stored, as "type@attempt: message".
   std::vector<std::string> StoredEvents(const std::string& id) {
     auto events = store_->ListEvents(id, 0, 0);

@@ -67,13 +67,8 @@ TEST_F(JobManagerTest, CheckpointRecordsDecideWhereAndFromWhatARestartResumes) {
   EXPECT_EQ(paths, (std::vector<std::string>{CkPath("/w/a/ck2", id, 2), CkPath("/w/a/ck3", id, 3), CkPath("/w/b/ck2", id, 2)}));
 
   // Worker a (holding the newest) is lost; the restart runs on b and c.
-  clock_.Advance(absl::Seconds(2));
-  ASSERT_TRUE(registry_->Heartbeat("b", b_).ok());
-  clock_.Advance(absl::Seconds(2));  // a silent for 4 s > 3 s lease.
-  ASSERT_EQ(registry_->ExpireLeases(), std::vector<std::string>{"a"});
-  jobs_->OnWorkerLost("a");
+  ASSERT_NO_FATAL_FAILURE(LoseWorker("a", "b", b_, id, 1));
   ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
-  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_STOPPED).ok());
   FakeChannel* c = AddWorker("c", 1);
   j = Get(id);
   ASSERT_EQ(j.attempts_size(), 2);
@@ -117,12 +112,7 @@ TEST_F(JobManagerTest, ElasticJobShrinksAfterTheReplaceTimeoutAndGrowsBackAtAChe
   ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, 0, 5, "/w/a/ck-0-5").ok()) << "inside the first epoch";
 
   // b is lost; a's rank stops. One slot is free: the job waits for two.
-  clock_.Advance(absl::Seconds(2));
-  ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
-  clock_.Advance(absl::Seconds(2));
-  ASSERT_EQ(registry_->ExpireLeases(), std::vector<std::string>{"b"});
-  jobs_->OnWorkerLost("b");
-  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STOPPED).ok());
+  ASSERT_NO_FATAL_FAILURE(LoseWorker("b", "a", a_, id, 0));
   jobs_->Tick();
   EXPECT_EQ(Get(id).attempts_size(), 1);
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
@@ -192,12 +182,7 @@ TEST_F(JobManagerTest, FencingDropsStaleReportsAndFallsBackFromAnUnreadableResum
   EXPECT_EQ(drops(b_), std::vector<std::string>{CkPath("/w/b/ck1", id, 1)});
 
   // Worker a is lost; attempt 2 runs on b and c, resuming b's step-30 copy.
-  clock_.Advance(absl::Seconds(2));
-  ASSERT_TRUE(registry_->Heartbeat("b", b_).ok());
-  clock_.Advance(absl::Seconds(2));
-  ASSERT_EQ(registry_->ExpireLeases(), std::vector<std::string>{"a"});
-  jobs_->OnWorkerLost("a");
-  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_STOPPED).ok());
+  ASSERT_NO_FATAL_FAILURE(LoseWorker("a", "b", b_, id, 1));
   AddWorker("c", 1);
   v1::Job j = Get(id);
   ASSERT_EQ(j.attempts_size(), 2);
@@ -249,12 +234,7 @@ TEST_F(JobManagerTest, AnUnreadableCheckpointOfAnotherJobFailsTheJob) {
 TEST_F(JobManagerTest, RestartWithoutAReachableCheckpointSaysItStartsFromScratch) {
   std::string id = RunningJob();
   ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, 1, 10, "/w/a/ck1").ok());
-  clock_.Advance(absl::Seconds(2));
-  ASSERT_TRUE(registry_->Heartbeat("b", b_).ok());
-  clock_.Advance(absl::Seconds(2));  // a silent for 4 s > 3 s lease.
-  ASSERT_EQ(registry_->ExpireLeases(), std::vector<std::string>{"a"});
-  jobs_->OnWorkerLost("a");
-  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_STOPPED).ok());
+  ASSERT_NO_FATAL_FAILURE(LoseWorker("a", "b", b_, id, 1));
   AddWorker("c", 1);
   v1::Job j = Get(id);
   ASSERT_EQ(j.attempts_size(), 2);
