@@ -460,7 +460,12 @@ void JobManager::DropCheckpointFiles(const std::string& job_id, const std::vecto
     m->set_job_id(job_id);
     m->add_paths(d.path());
   }
-  for (const auto& [w, msg] : by_worker) registry_->Send(w, msg);
+  for (const auto& [w, msg] : by_worker) {
+    if (registry_->Send(w, msg)) continue;
+    std::deque<v1::CoordinatorMessage>& q = pending_drops_[w];
+    q.push_back(msg);
+    if (q.size() > kMaxPendingDrops) q.pop_front();
+  }
 }
 
 // --- worker sessions -------------------------------------------------------------
@@ -489,6 +494,12 @@ void JobManager::OnWorkerRegistered(const std::string& worker_id, const v1::Regi
   // 2. Ranks the coordinator placed there: resend, keep, or fail as vanished.
   std::vector<std::string> ids(book_.holding_slots().begin(), book_.holding_slots().end());
   for (const std::string& id : ids) ReconcileWorkerJob(worker_id, book_.At(id), reported);
+  // 3. Checkpoint files it was to delete while it was away.
+  if (auto it = pending_drops_.find(worker_id); it != pending_drops_.end()) {
+    std::deque<v1::CoordinatorMessage> drops = std::move(it->second);
+    pending_drops_.erase(it);
+    for (const v1::CoordinatorMessage& m : drops) registry_->Send(worker_id, m);
+  }
   RequestSchedule();
 }
 

@@ -39,6 +39,7 @@
 #pragma once
 
 #include <cstdint>
+#include <deque>
 #include <functional>
 #include <optional>
 #include <string>
@@ -234,6 +235,12 @@ class JobManager : private JobActions {
 
   // Checkpoint and final-model reports of stale attempts refused (/metrics).
   int64_t stale_reports_refused_ = 0;
+  // DropCheckpoints a worker was not connected to receive (a shared
+  // directory's record it reported), sent when it registers again. Memory
+  // only: after a coordinator restart those files stay. At most
+  // kMaxPendingDrops per worker, the oldest forgotten first.
+  static constexpr size_t kMaxPendingDrops = 1000;
+  absl::flat_hash_map<std::string, std::deque<v1::CoordinatorMessage>> pending_drops_;
   JobManagerOptions options_;
   WorkerRegistry* registry_;
   JobBook book_;
