@@ -60,10 +60,8 @@ void ApplyNanPolicy(v1::Job& next, std::vector<JobEvent>& events, const v1::Atte
   }
   next.set_state(v1::JOB_STATE_RESTARTING);
   next.set_state_reason(absl::StrCat("rolling back after: ", reason));
-  const v1::CheckpointRecord* newest = nullptr;
-  for (const v1::CheckpointRecord& r : next.checkpoints()) {
-    if (newest == nullptr || r.global_step() > newest->global_step()) newest = &r;
-  }
+  const std::vector<const v1::CheckpointRecord*> newest_records = NewestRecords(next);
+  const v1::CheckpointRecord* newest = newest_records.empty() ? nullptr : newest_records.front();
   events.push_back({"rollback",
                     absl::StrCat("NaN/Inf at step ", nan_step, ": rolling back to ",
                                  newest != nullptr ? absl::StrCat("the checkpoint at step ", newest->global_step())
@@ -92,10 +90,8 @@ void ApplyResumeFallback(v1::Job& next, std::vector<JobEvent>& events, const v1:
     if (!SameCopy(r, bad)) *kept.Add() = r;
   }
   *next.mutable_checkpoints() = std::move(kept);
-  const v1::CheckpointRecord* newest = nullptr;
-  for (const v1::CheckpointRecord& r : next.checkpoints()) {
-    if (newest == nullptr || r.global_step() > newest->global_step()) newest = &r;
-  }
+  const std::vector<const v1::CheckpointRecord*> newest_records = NewestRecords(next);
+  const v1::CheckpointRecord* newest = newest_records.empty() ? nullptr : newest_records.front();
   next.set_state(v1::JOB_STATE_RESTARTING);
   next.set_state_reason(absl::StrCat("falling back after: ", reason));
   events.push_back({"resume_fallback",

@@ -83,10 +83,10 @@ struct JobEntry {
   // Unknown after a coordinator restart (InfiniteFuture / absent): the
   // timer then counts from the first check.
   absl::Time start_mono = absl::InfiniteFuture();
+  absl::flat_hash_map<int32_t, absl::Time> progress_mono;
   // A RESTARTING job is not placed before this (monotonic; the restart
   // backoff, attempt_failure.h RestartBackoff); InfinitePast = no wait.
   absl::Time restart_not_before = absl::InfinitePast();
-  absl::flat_hash_map<int32_t, absl::Time> progress_mono;
   // Workers of this job's stragglers, placed around at the next attempts
   // when stragglers.policy is avoid (memory only).
   std::vector<std::string> avoid_workers;

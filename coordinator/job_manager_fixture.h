@@ -288,7 +288,10 @@ inline absl::Status Checkpoint(JobManager& jobs, const std::string& worker, cons
   rep.set_rank(rank);
   rep.mutable_record()->set_epochs_done(epochs);
   rep.mutable_record()->set_global_step(step);
-  rep.mutable_record()->set_path(!place.empty() && place[0] == '/' ? CkPath(place, job, epochs) : place);
+  // `place`: a worker's root (absolute), a whole file path ("....pt"), or
+  // any other (refused) text.
+  const bool root = !place.empty() && place[0] == '/' && !absl::EndsWith(place, ".pt");
+  rep.mutable_record()->set_path(root ? CkPath(place, job, epochs) : place);
   rep.mutable_record()->set_checksum("crc32:0000abcd");
   rep.mutable_record()->set_size_bytes(100);
   return jobs.OnCheckpoint(worker, rep);

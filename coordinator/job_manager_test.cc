@@ -683,25 +683,16 @@ TEST_F(JobManagerTest, ADropForAnAbsentWorkerIsSentWhenItReturns) {
   spec.mutable_checkpoint()->set_keep(1);
   std::string id = RunTwoRanks(spec);
   ASSERT_FALSE(id.empty());
-  auto report = [&](const std::string& worker, int rank, int64_t epochs) {
-    v1::CheckpointReport rep;
-    rep.set_job_id(id);
-    rep.set_attempt(1);
-    rep.set_rank(rank);
-    rep.mutable_record()->set_epochs_done(epochs);
-    rep.mutable_record()->set_global_step(10 * epochs);
-    rep.mutable_record()->set_path(absl::StrFormat("/mnt/shared/%s/%s.ckpt-epoch-%06d.pt", id, id, epochs));
-    return jobs_->OnCheckpoint(worker, rep);
-  };
-  ASSERT_TRUE(report("a", 0, 1).ok());
+  auto path = [&](int64_t epochs) { return absl::StrFormat("/mnt/shared/%s/%s.ckpt-epoch-%06d.pt", id, id, epochs); };
+  ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, 1, 10, path(1)).ok());
   registry_->SessionEnded("a", a_, /*left=*/false);
-  ASSERT_TRUE(report("b", 1, 2).ok());  // keep 1: epoch 1's file goes, a is away
+  ASSERT_TRUE(Checkpoint(*jobs_, "b", id, 1, 1, 2, 20, path(2)).ok());  // keep 1: epoch 1's file goes, a is away
   FakeChannel* back = AddWorker("a", 1);
   std::vector<std::string> drops;
   for (const auto& m : back->sent) {
     if (m.has_drop_checkpoints()) drops.insert(drops.end(), m.drop_checkpoints().paths().begin(), m.drop_checkpoints().paths().end());
   }
-  EXPECT_EQ(drops, std::vector<std::string>{absl::StrFormat("/mnt/shared/%s/%s.ckpt-epoch-%06d.pt", id, id, 1)});
+  EXPECT_EQ(drops, std::vector<std::string>{path(1)});
 }
 
 TEST_F(JobManagerTest, ASharedCheckpointRecordNamesTheWorkerThatReportedIt) {

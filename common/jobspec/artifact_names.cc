@@ -19,14 +19,10 @@ std::optional<CheckpointNameParts> ParseCheckpointStem(std::string_view stem_in)
   absl::string_view stem(stem_in.data(), stem_in.size());
   CheckpointNameParts parts;
   if (const size_t dot = stem.find('.'); dot != absl::string_view::npos) {
-    absl::string_view writer = stem.substr(dot + 1);
-    if (writer.empty() || writer.size() > 128 || writer == "." || writer == ".." ||
-        !std::all_of(writer.begin(), writer.end(), [](char c) {
-          return std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' || c == '-';
-        })) {
-      return std::nullopt;
-    }
-    parts.writer = std::string(writer);
+    parts.writer = std::string(stem.substr(dot + 1));
+    // A writer is a tag CheckpointWriterTag could have made (never "", "."
+    // or "..", no '/').
+    if (CheckpointWriterTag(parts.writer) != parts.writer) return std::nullopt;
     stem = stem.substr(0, dot);
   }
   auto number = [](absl::string_view d, int64_t* out) {
@@ -48,10 +44,7 @@ bool IsCheckpointFileName(const std::string& job_id, std::string_view file) {
   return ParseCheckpointStem(std::string_view(name.data(), name.size())).has_value();
 }
 
-std::string CheckpointWriterTag(const std::string& worker_id) {
-  std::string out = OwnerPathComponent(worker_id);
-  return out;
-}
+std::string CheckpointWriterTag(const std::string& worker_id) { return OwnerPathComponent(worker_id); }
 
 bool IsFinalModelFileName(const std::string& job_id, std::string_view name) {
   return !job_id.empty() && name == FinalModelFileName(job_id);
