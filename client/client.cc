@@ -378,13 +378,19 @@ absl::StatusOr<std::vector<v1::MetricBatch>> Client::Metrics(const std::string& 
   return batches;
 }
 
-absl::StatusOr<std::vector<v1::Worker>> Client::Workers(bool include_gone) {
+absl::StatusOr<v1::ListWorkersResponse> Client::ListWorkers(bool include_gone) {
   v1::ListWorkersRequest req;
   req.set_include_gone(include_gone);
   v1::ListWorkersResponse resp;
   absl::Status s = Unary(stubs_->workers.get(), &v1::WorkerService::Stub::ListWorkers, req, &resp, options_);
   if (!s.ok()) return s;
-  return std::vector<v1::Worker>(resp.workers().begin(), resp.workers().end());
+  return resp;
+}
+
+absl::StatusOr<std::vector<v1::Worker>> Client::Workers(bool include_gone) {
+  absl::StatusOr<v1::ListWorkersResponse> resp = ListWorkers(include_gone);
+  if (!resp.ok()) return resp.status();
+  return std::vector<v1::Worker>(resp->workers().begin(), resp->workers().end());
 }
 
 }  // namespace trainctl

@@ -279,6 +279,12 @@ std::string CoordinatorServer::MetricsPage() {
   if (store_ != nullptr) {
     w.Family("trainctl_db_commit_duration_seconds", "histogram", "SQLite COMMIT time (synchronous=FULL: includes the fsync).");
     store_->commit_latency().Write(w, "trainctl_db_commit_duration_seconds", {});
+    const StateStore::WriteHealth health = store_->write_health();
+    w.Family("trainctl_store_failing", "gauge",
+             "1 while the state store fails its writes (workers stay connected; telemetry waits).");
+    w.Sample("trainctl_store_failing", {}, health.failing ? 1 : 0);
+    w.Family("trainctl_store_failed_writes_total", "counter", "State store writes that failed since the coordinator started.");
+    w.Sample("trainctl_store_failed_writes_total", {}, static_cast<double>(health.failed_writes));
   }
   return w.Take();
 }

@@ -15,6 +15,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/http_request.h"
 #include "common/status_macros.h"
+#include "coordinator/service_support.h"
 #include "coordinator/services.h"
 #include "coordinator/web_assets.h"
 
@@ -232,6 +233,7 @@ absl::StatusOr<std::string> Dashboard::Workers() const {
     for (int s : deps_.jobs->BusySlots(w.id())) w.add_busy_slots(s);
     *resp.add_workers() = std::move(w);
   }
+  FillStoreHealth(deps_.store, resp.mutable_store());
   return ToJson(resp);
 }
 

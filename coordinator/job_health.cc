@@ -46,7 +46,7 @@ void JobHealth::CheckAttempts(absl::Time now) {
       if (adaptive) RecordStragglers(e, *a);
       s = CheckProgressTimeout(e, *CurrentAttempt(e.job), now);
     }
-    if (!s.ok()) std::cerr << "coordinator: " << s << " (retried at the next tick)\n";
+    if (!s.ok() && !StateStore::IsWriteFailure(s)) std::cerr << "coordinator: " << s << " (retried at the next tick)\n";
   }
 }
 
@@ -82,7 +82,7 @@ bool JobHealth::CheckAdaptiveHang(JobEntry& e, const v1::Attempt& a, absl::Time 
   if (s.ok()) {
     ++hangs_detected_;
     actions_->RequestSchedule();
-  } else {
+  } else if (!StateStore::IsWriteFailure(s)) {
     std::cerr << "coordinator: " << s << " (retried at the next tick)\n";
   }
   return true;
@@ -157,7 +157,9 @@ void JobHealth::OnWorkerLost(const std::string& worker_id) {
       s = book_->Commit(e, std::move(next), {});
     }
     // Memory is untouched: RetryLostWorkers finds these ranks on a LOST worker again.
-    if (!s.ok()) std::cerr << "coordinator: worker " << worker_id << " lost: " << s << " (retried at the next tick)\n";
+    if (!s.ok() && !StateStore::IsWriteFailure(s)) {
+      std::cerr << "coordinator: worker " << worker_id << " lost: " << s << " (retried at the next tick)\n";
+    }
   }
   actions_->RequestSchedule();
 }

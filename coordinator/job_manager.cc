@@ -257,7 +257,7 @@ bool JobManager::SettleEndedAttempt(JobEntry& e) {
     std::string reason = DescribeExit(*failed, failed->exit());
     s = FailAttempt(e, std::move(next), {}, failed->exit().kind(), reason, failed->rank());
   }
-  if (!s.ok()) {
+  if (!s.ok() && !StateStore::IsWriteFailure(s)) {
     std::cerr << "coordinator: " << s << " (retried at the next tick)\n";
     return false;
   }
@@ -537,7 +537,7 @@ void JobManager::ReconcileWorkerJob(const std::string& worker_id, JobEntry& e,
     } else {
       s = book_.Commit(e, std::move(next), {});
     }
-    if (!s.ok()) {
+    if (!s.ok() && !StateStore::IsWriteFailure(s)) {
       std::cerr << "coordinator: worker " << worker_id << " reconnected: " << s << " (retried at the next tick)\n";
       for (const v1::RankStatus& end : ends) HoldReport(worker_id, end, clock_->Now());
       return;

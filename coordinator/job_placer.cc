@@ -257,7 +257,7 @@ void JobPlacer::Place(JobEntry& e, scheduler::Placement& p, absl::Time now) {
   std::vector<JobEvent> events = {{"scheduled", msg, a->number()}};
   if (std::optional<JobEvent> resized = ResizedEvent(next, p.world_size)) events.push_back(std::move(*resized));
   if (absl::Status s = book_->Commit(e, std::move(next), std::move(events)); !s.ok()) {
-    std::cerr << "coordinator: " << s << " (placed again at the next tick)\n";
+    if (!StateStore::IsWriteFailure(s)) std::cerr << "coordinator: " << s << " (placed again at the next tick)\n";
     schedule_retry_ = true;  // Stays pending; the tick asks for another pass.
     return;
   }

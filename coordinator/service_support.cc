@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/auth/pki.h"
+#include "common/time_util.h"
+#include "coordinator/store/state_store.h"
 
 namespace trainctl::coordinator {
 
@@ -54,6 +56,15 @@ absl::Status MayActOnJob(const Principal& who, absl::string_view call, const v1:
   return absl::PermissionDeniedError(absl::StrCat(
       call, ": job '", job.id(), "' belongs to '", job.owner().empty() ? "nobody" : job.owner(),
       "'; a submitter acts only on its own jobs (role admin acts on every job)"));
+}
+
+void FillStoreHealth(const StateStore* store, v1::StoreHealth* out) {
+  if (store == nullptr) return;
+  const StateStore::WriteHealth h = store->write_health();
+  out->set_failing(h.failing);
+  if (h.failing) SetTimestamp(h.failing_since, out->mutable_failing_since());
+  out->set_failed_writes(h.failed_writes);
+  out->set_last_error(h.last_error);
 }
 
 }  // namespace trainctl::coordinator

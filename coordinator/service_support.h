@@ -45,6 +45,10 @@ std::optional<CertPeer> CertPeerOf(const grpc::CallbackServerContext& ctx);
 // A submitter acts only on its own jobs; admins on every job.
 absl::Status MayActOnJob(const Principal& who, absl::string_view call, const v1::Job& job);
 
+// The state store's write health as ListWorkers and the dashboard show it
+// (`store` null: left empty).
+void FillStoreHealth(const StateStore* store, v1::StoreHealth* out);
+
 // Moves a result into the response it answers; returns its status.
 template <typename T, typename Response>
 absl::Status MoveInto(absl::StatusOr<T> result, Response* resp) {

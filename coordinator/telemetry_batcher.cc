@@ -32,7 +32,11 @@ void TelemetryBatcher::Drain() {
     if (std::find(sessions.begin(), sessions.end(), q.session) != sessions.end()) continue;
     sessions.push_back(q.session);
     if (r.outcome == TelemetryLedger::Outcome::kRetry) {
-      q.session->TelemetryNotApplied(q.msg.seq(), r.status);
+      std::vector<v1::WorkerMessage> mine;
+      for (Queued& m : queued) {
+        if (m.session == q.session) mine.push_back(std::move(m.msg));
+      }
+      q.session->TelemetryNotApplied(std::move(mine), r.status);
     } else {
       q.session->TelemetryApplied();
     }

@@ -21,8 +21,10 @@ class TelemetrySession {
   virtual ~TelemetrySession() = default;
   // Committed: acknowledge the worker's applied seq.
   virtual void TelemetryApplied() = 0;
-  // Not applied (a store failure): end the session so the worker resends.
-  virtual void TelemetryNotApplied(int64_t seq, const absl::Status& why) = 0;
+  // Not applied (a store failure): `msgs` are the session's messages of the
+  // failed batch, in the order it sent them; the session holds them and
+  // retries (see SessionReactor), the worker keeps them unacknowledged.
+  virtual void TelemetryNotApplied(std::vector<v1::WorkerMessage> msgs, const absl::Status& why) = 0;
 };
 
 // Group commit of sequenced metric and log messages. Applying each in its

@@ -124,7 +124,12 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
   w.set_state(v1::WORKER_STATE_ALIVE);
   SetTimestamp(now, w.mutable_registered_time());
   SetTimestamp(now, w.mutable_last_heartbeat_time());
-  if (absl::Status s = Persist(w); !s.ok()) return s;
+  // Memory goes ahead of a failed write (a full or failing store): refusing
+  // would turn a store outage into lost workers. A coordinator restarted
+  // from the older row sees the worker register again.
+  if (absl::Status s = Persist(w); !s.ok()) {
+    std::cerr << "coordinator: worker " << id << " registered, but storing that failed: " << s << "\n";
+  }
   Entry& e = workers_[id];
   if (e.channel != nullptr && e.channel != channel) {
     e.channel->Close(absl::AbortedError("replaced by a new session of the same worker"));

@@ -63,6 +63,9 @@ class WorkerRegistry {
  public:
   WorkerRegistry(StateStore* store, const Clock* clock, RegistryOptions options);
 
+  // The clock its leases run on (sessions time their own retries by it).
+  const Clock* clock() const { return clock_; }
+
   // The loop every call must come from; checked (assert) in debug builds.
   // Unbound (tests that drive the registry from one thread): not checked.
   void BindToLoop(const EventLoop* loop) { loop_ = loop; }

@@ -5,6 +5,7 @@
 // to the loop, where all of its own state (worker id, hosts, telemetry
 // failure) lives; its outgoing queue is guarded by its mutex, since the loop
 // sends and gRPC completes writes.
+#include <algorithm>
 #include <cassert>
 #include <deque>
 #include <iostream>
@@ -124,11 +125,13 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
 
   // TelemetrySession (loop).
   void TelemetryApplied() override { AckTelemetry(); }
-  void TelemetryNotApplied(int64_t seq, const absl::Status& why) override {
-    if (!telemetry_failed_) TelemetryFailed(seq, why);
+  void TelemetryNotApplied(std::vector<v1::WorkerMessage> msgs, const absl::Status& why) override {
+    Hold(std::move(msgs), why);
   }
 
  private:
+  bool Sequenced(const v1::WorkerMessage& msg) const { return msg.seq() > 0 && ctx_.telemetry != nullptr; }
+
   // Sequenced metrics and logs go through the group commit.
   bool Batched(const v1::WorkerMessage& msg) const {
     return ctx_.batcher != nullptr && ctx_.telemetry != nullptr && msg.seq() > 0 &&
@@ -270,6 +273,12 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
       Close(absl::FailedPreconditionError("session replaced or expired; reconnect and register"));
       return;
     }
+    // While earlier messages wait for the store, a sequenced one waits
+    // behind them: the worker's reports are applied in the order it sent them.
+    if (!held_.empty() && Sequenced(msg)) {
+      Hold({msg}, absl::OkStatus());
+      return;
+    }
     if (Batched(msg)) {
       // After a failed apply the session is closing (see below).
       if (!telemetry_failed_) ctx_.batcher->Queue(this, worker_id_, msg);
@@ -278,6 +287,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     switch (msg.msg_case()) {
       case v1::WorkerMessage::kHeartbeat:
         OnHeartbeat(msg.heartbeat());
+        RetryHeld();
         return;
       case v1::WorkerMessage::kGoodbye:
         Ended(/*left=*/true);
@@ -304,34 +314,97 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // applied at most once, in one store transaction with its seq, and
   // acknowledged after that commit (TelemetryLedger).
   void HandleReport(const v1::WorkerMessage& msg) {
-    const bool sequenced = msg.seq() > 0 && ctx_.telemetry != nullptr;
-    if (sequenced && !BeginTelemetry(msg.seq())) return;
-    absl::Status s = ApplyReport(msg);
-    // A bad or stale report is refused without ending the session: the worker
-    // may be a step behind (a stale attempt) and everything else it says is
-    // still needed.
-    if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
-      std::cerr << "coordinator: worker " << worker_id_ << " (" << peer_ << "): " << s << "\n";
+    const bool sequenced = Sequenced(msg);
+    if (!sequenced) {
+      LogRefusal(ApplyReport(msg));
+      return;
     }
-    if (sequenced) FinishTelemetry(msg.seq(), s);
+    if (telemetry_failed_) return;  // closing; resent on the next session
+    TelemetryLedger::Result r = ctx_.telemetry->Apply(worker_id_, msg.seq(), [&] {
+      absl::Status s = ApplyReport(msg);
+      LogRefusal(s);
+      return s;
+    });
+    if (r.outcome == TelemetryLedger::Outcome::kRetry) {
+      Hold({msg}, r.status);
+      return;
+    }
+    AckTelemetry();
   }
 
-  // Opens the store group of sequenced message `seq`; false when it is not
-  // to be applied (a duplicate, acknowledged again, or a failed store).
-  bool BeginTelemetry(int64_t seq) {
-    // After a failed apply the session is closing: what follows is resent
-    // on the next session, in order, after the one that failed.
-    if (telemetry_failed_) return false;
-    TelemetryLedger::Result begun = ctx_.telemetry->Begin(worker_id_, seq);
-    if (begun.outcome == TelemetryLedger::Outcome::kDuplicate) {
-      AckTelemetry();
-      return false;
+  // A bad or stale report is refused without ending the session: the worker
+  // may be a step behind (a stale attempt) and everything else it says is
+  // still needed. A store failure is the store's to log (StateStore).
+  void LogRefusal(const absl::Status& s) const {
+    if (s.ok() || s.code() == absl::StatusCode::kAborted || s.code() == absl::StatusCode::kUnavailable ||
+        s.code() == absl::StatusCode::kResourceExhausted) {
+      return;
     }
-    if (begun.outcome == TelemetryLedger::Outcome::kRetry) {
-      TelemetryFailed(seq, begun.status);
-      return false;
+    std::cerr << "coordinator: worker " << worker_id_ << " (" << peer_ << "): " << s << "\n";
+  }
+
+  // Sequenced messages a store failure kept from being applied, and every
+  // sequenced one after them: kept in seq order and retried (RetryHeld) with
+  // backoff, unacknowledged meanwhile (the worker keeps them too). The
+  // session, its heartbeats and everything unsequenced go on. Past
+  // kMaxHeldBytes the session ends instead (the worker resends on its next
+  // one). `why` is OK for a message held only because others wait.
+  void Hold(std::vector<v1::WorkerMessage> msgs, const absl::Status& why) {
+    assert(ctx_.loop->InLoop());
+    if (telemetry_failed_) return;
+    if (held_.empty()) {
+      retry_backoff_ = kFirstRetry;
+      retry_at_ = ctx_.registry->clock()->Mono() + retry_backoff_;
+      if (!why.ok()) {
+        LogEvent(LogLevel::kWarn, "coordinator", "telemetry_held",
+                 {{"worker_id", worker_id_}, {"from_seq", absl::StrCat(msgs.empty() ? 0 : msgs.front().seq())},
+                  {"reason", std::string(why.message())},
+                  {"then", "kept unacknowledged and retried; the session stays up"}});
+      }
     }
-    return true;
+    for (v1::WorkerMessage& m : msgs) {
+      held_bytes_ += static_cast<int64_t>(m.ByteSizeLong());
+      held_.push_back(std::move(m));
+    }
+    std::stable_sort(held_.begin(), held_.end(),
+                     [](const v1::WorkerMessage& a, const v1::WorkerMessage& b) { return a.seq() < b.seq(); });
+    if (held_bytes_ > kMaxHeldBytes) {
+      const int64_t first = held_.front().seq();
+      held_.clear();
+      held_bytes_ = 0;
+      TelemetryFailed(first, absl::ResourceExhaustedError(absl::StrCat(
+                                 "more than ", kMaxHeldBytes >> 20, " MiB of telemetry waits for the store")));
+    }
+  }
+
+  // At a heartbeat once the backoff has passed: applies everything held in
+  // one store group; acknowledges on success, else backs off (doubling up
+  // to kMaxRetry).
+  void RetryHeld() {
+    if (held_.empty() || telemetry_failed_) return;
+    const absl::Time now = ctx_.registry->clock()->Mono();
+    if (now < retry_at_) return;
+    std::vector<TelemetryLedger::Item> items;
+    items.reserve(held_.size());
+    for (const v1::WorkerMessage& m : held_) {
+      items.push_back({worker_id_, m.seq(), [this, &m]() -> absl::Status {
+                         absl::Status s = ApplyReport(m);
+                         LogRefusal(s);
+                         return s;
+                       }});
+    }
+    TelemetryLedger::Result r = ctx_.telemetry->ApplyBatch(items);
+    if (r.outcome == TelemetryLedger::Outcome::kRetry) {
+      retry_backoff_ = std::min(retry_backoff_ * 2, kMaxRetry);
+      retry_at_ = now + retry_backoff_;
+      return;
+    }
+    LogEvent(LogLevel::kInfo, "coordinator", "telemetry_applied_after_wait",
+             {{"worker_id", worker_id_}, {"messages", absl::StrCat(held_.size())},
+              {"through_seq", absl::StrCat(held_.back().seq())}});
+    held_.clear();
+    held_bytes_ = 0;
+    AckTelemetry();
   }
 
   // Hands one report to its owner; how it went.
@@ -369,16 +442,6 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     }
   }
 
-  // Ends the group Begin opened for message `seq` (handled with `handled`).
-  void FinishTelemetry(int64_t seq, const absl::Status& handled) {
-    TelemetryLedger::Result done = ctx_.telemetry->Finish(worker_id_, seq, handled);
-    if (done.outcome == TelemetryLedger::Outcome::kRetry) {
-      TelemetryFailed(seq, done.status);
-      return;
-    }
-    AckTelemetry();
-  }
-
   // Tells the worker how far its telemetry is applied and committed.
   void AckTelemetry() {
     v1::CoordinatorMessage ack;
@@ -386,8 +449,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     Send(ack);
   }
 
-  // A store failure kept message `seq` from being applied: end the session
-  // so the worker reconnects and resends from its last acknowledged seq.
+  // More telemetry waits for the store than a session holds (Hold): end the
+  // session so the worker reconnects and resends from its last acknowledged
+  // seq.
   void TelemetryFailed(int64_t seq, const absl::Status& why) {
     telemetry_failed_ = true;
     std::cerr << "coordinator: worker " << worker_id_ << " (" << peer_ << "): telemetry seq " << seq
@@ -454,8 +518,17 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // Closed because its token, certificate or id was revoked (Revoked, or
   // the certificate check in Handle); later messages are dropped.
   bool revoked_ = false;
-  // A sequenced message failed to apply; later ones wait for the resend.
+  // Held telemetry past its bound: the session is closing, and later
+  // messages wait for the resend on the next one.
   bool telemetry_failed_ = false;
+  // Telemetry waiting for the store (Hold, RetryHeld); loop only.
+  static constexpr int64_t kMaxHeldBytes = 64 << 20;
+  static constexpr absl::Duration kFirstRetry = absl::Milliseconds(500);
+  static constexpr absl::Duration kMaxRetry = absl::Seconds(8);
+  std::vector<v1::WorkerMessage> held_;
+  int64_t held_bytes_ = 0;
+  absl::Time retry_at_;
+  absl::Duration retry_backoff_ = kFirstRetry;
   // Tracked in ctx_.live while open (0: not, or already ended by it).
   LiveCalls::Id live_ = 0;
 };
@@ -516,6 +589,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ListWorkers(grpc::CallbackServerCon
       for (int s : ctx_.jobs->BusySlots(w.id())) w.add_busy_slots(s);
       *resp->add_workers() = std::move(w);
     }
+    FillStoreHealth(ctx_.store, resp->mutable_store());
     return absl::OkStatus();
   });
 }

@@ -2,6 +2,7 @@
 // worker daemons, trainctl-rank or a command's program, Gloo on loopback):
 //  - a NaN loss injected at step N (health.debug_nan_at_step) rolls the job
 //    back to its last checkpoint, skips step N, and the job SUCCEEDS;
+//  - a loss that runs away (health.divergence) fails the job as NAN;
 //  - a program killed by the kernel's OOM killer (a memory cgroup with a
 //    limit around its worker) fails the job as OUT_OF_MEMORY, not a crash.
 #include <gmock/gmock.h>
@@ -92,6 +93,39 @@ TEST_F(HealthE2ETest, NanAtAStepRollsBackToTheLastCheckpointAndSucceeds) {
     EXPECT_THAT(log, HasSubstr("skipping step 60 (epoch 1): rolled back after a NaN there")) << log;
     EXPECT_THAT(log, HasSubstr("done: 3 epochs, 150 steps, 1 skipped")) << log;
   }
+}
+
+// Issue #30 item 8: Adam at lr 1e6 runs the loss up to ~1e6 within the first
+// metric window. That is a divergence (health.divergence.factor, default
+// 1e4, against the first step's loss): with on_nan: fail the job FAILS as
+// NAN at the first window (step 9, metrics every 10 steps) on both ranks,
+// instead of "succeeding" with a ruined model.
+TEST_F(HealthE2ETest, ARunawayLossFailsTheJobAsNan) {
+  ASSERT_TRUE(cluster_->StartWorker("w0"));
+  ASSERT_TRUE(cluster_->StartWorker("w1"));
+  ASSERT_TRUE(cluster_->WaitWorkers(2));
+  std::string src = std::getenv("TRAINCTL_SOURCE_DIR") ? std::getenv("TRAINCTL_SOURCE_DIR") : ".";
+  ParsedJobSpec p = ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
+                                     {"training.optimizer.lr=1000000", "health.on_nan=fail",
+                                      "restart.max_restarts=0"});
+  ASSERT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
+  std::string id = cluster_->Submit(p.spec);
+  ASSERT_FALSE(id.empty());
+  v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(120));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.state_reason();
+  ASSERT_EQ(j.attempts_size(), 1);
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_NAN);
+  EXPECT_THAT(j.attempts(0).reason(), HasSubstr("loss diverged at step 9 (epoch 0)"));
+  EXPECT_THAT(j.attempts(0).reason(), HasSubstr("health.divergence.factor 10000"));
+  // Every rank decides alike: the first to report fails the attempt, and
+  // no rank fails any other way (the rest are stopped or report NAN too).
+  int nan = 0;
+  for (const v1::RankAssignment& r : j.attempts(0).ranks()) {
+    nan += r.exit().kind() == v1::FAILURE_KIND_NAN;
+    EXPECT_THAT(r.exit().kind(), ::testing::AnyOf(v1::FAILURE_KIND_NAN, v1::FAILURE_KIND_UNSPECIFIED))
+        << "rank " << r.rank() << ": " << r.exit().message();
+  }
+  EXPECT_GE(nan, 1);
 }
 
 // A memory cgroup with a limit, or "" when this host does not let the test

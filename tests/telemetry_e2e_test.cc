@@ -7,13 +7,18 @@
 //    database and port: what a watcher and `trainctl logs` (GetLogs) get
 //    afterwards equals a clean run of the same job — every metric point,
 //    every log line, once — and the events are in order.
+//  * The coordinator's database disk filling mid-job and freed again: the
+//    workers stay connected and the same holds (issue #30 item 4).
 //  * A rank printing 100 MB in a tight loop: the daemon's memory stays
 //    within 100 MB of its baseline and it keeps heartbeating (ALIVE).
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <unistd.h>
 
+#include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <map>
 #include <string>
@@ -105,9 +110,10 @@ constexpr int kSteps = 20;  // fake_rank.py CHATTY_STEPS
 
 // Runs the chatty job on a fresh cluster; `fault` runs once the job is past
 // its first epoch.
-Telemetry RunChattyJob(const std::function<void(Cluster&)>& fault) {
+Telemetry RunChattyJob(const std::function<void(Cluster&)>& fault,
+                       const std::vector<std::string>& coordinator_flags = {}) {
   std::unique_ptr<Cluster> cluster = NewCluster();
-  EXPECT_TRUE(cluster->StartCoordinator());
+  EXPECT_TRUE(cluster->StartCoordinator(coordinator_flags));
   for (int i = 0; i < kWorld; ++i) EXPECT_TRUE(cluster->StartWorker(absl::StrCat("w", i)));
   EXPECT_TRUE(cluster->WaitWorkers(kWorld));
   std::string id = cluster->Submit(Spec("chatty", kWorld, kEpochs));
@@ -182,6 +188,102 @@ TEST(TelemetryE2ETest, CoordinatorKilledForFiveSecondsMidJobLosesNoTelemetry) {
   EXPECT_EQ(faulted.job.progress().step(), clean.job.progress().step());
   EXPECT_EQ(faulted.job.progress().samples_seen(), clean.job.progress().samples_seen());
   EXPECT_DOUBLE_EQ(faulted.job.progress().last_eval().accuracy(), 0.75);
+}
+
+// A tmpfs of `mb` MiB mounted on a new directory, or "" when this host does
+// not let the test mount one (not root); unmounted and removed at the end.
+struct SmallDisk {
+  std::string dir;
+  explicit SmallDisk(int mb) {
+    char tmpl[] = "/tmp/trainctl-small-disk-XXXXXX";
+    if (::mkdtemp(tmpl) == nullptr) return;
+    const std::string cmd = absl::StrCat("mount -t tmpfs -o size=", mb, "m tmpfs ", tmpl, " 2>/dev/null");
+    if (std::system(cmd.c_str()) != 0) {
+      ::rmdir(tmpl);
+      return;
+    }
+    dir = tmpl;
+  }
+  ~SmallDisk() {
+    if (dir.empty()) return;
+    if (std::system(absl::StrCat("umount -l ", dir).c_str()) != 0) std::cerr << "could not unmount " << dir << "\n";
+    ::rmdir(dir.c_str());
+  }
+  // Writes `path` until the disk is full (ENOSPC); the bytes written.
+  int64_t Fill(const std::string& path) const {
+    std::FILE* f = std::fopen(path.c_str(), "wb");
+    if (f == nullptr) return 0;
+    std::vector<char> block(64 << 10, 'x');
+    int64_t total = 0;
+    while (std::fwrite(block.data(), 1, block.size(), f) == block.size()) total += static_cast<int64_t>(block.size());
+    std::fclose(f);
+    return total;
+  }
+};
+
+v1::ListWorkersResponse ListWorkers(Cluster& c) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::ListWorkersRequest req;
+  req.set_include_gone(true);
+  v1::ListWorkersResponse resp;
+  grpc::Status s = c.workers_stub()->ListWorkers(&ctx, req, &resp);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+  return resp;
+}
+
+// Issue #30 item 4: the coordinator's database fills its disk mid-job. The
+// workers stay connected (ALIVE, never LOST) past several leases, the store
+// reports itself failing (ListWorkers' store), the telemetry waits in the
+// workers' buffers; once space returns, the job SUCCEEDS with one attempt
+// and every metric point and log line is stored exactly once — the same as
+// a clean run.
+TEST(TelemetryE2ETest, AFullStoreDiskKeepsWorkersConnectedAndLosesNoTelemetry) {
+  SmallDisk disk(24);
+  if (disk.dir.empty()) GTEST_SKIP() << "cannot mount a tmpfs here (needs root)";
+  Telemetry clean = RunChattyJob(nullptr);
+  bool saw_failing = false;
+  int lost_seen = 0;
+  Telemetry faulted = RunChattyJob(
+      [&](Cluster& c) {
+        const std::string filler = disk.dir + "/filler";
+        EXPECT_GT(disk.Fill(filler), 0);
+        // The next writes that need new space fail (the WAL grows with each
+        // batch of metrics); wait for the store to say so.
+        absl::Time deadline = absl::Now() + absl::Seconds(20);
+        while (absl::Now() < deadline && !saw_failing) {
+          v1::ListWorkersResponse r = ListWorkers(c);
+          saw_failing = r.store().failing();
+          if (!saw_failing) absl::SleepFor(absl::Milliseconds(50));
+        }
+        ASSERT_TRUE(saw_failing) << "the store never failed with its disk full";
+        v1::ListWorkersResponse r = ListWorkers(c);
+        EXPECT_GT(r.store().failed_writes(), 0);
+        EXPECT_FALSE(r.store().last_error().empty());
+        EXPECT_TRUE(r.store().has_failing_since());
+        // Three leases (1.5 s each) with the disk full: nobody is LOST.
+        absl::Time until = absl::Now() + absl::Milliseconds(4500);
+        while (absl::Now() < until) {
+          const v1::ListWorkersResponse now = ListWorkers(c);
+          for (const v1::Worker& w : now.workers()) lost_seen += w.state() != v1::WORKER_STATE_ALIVE;
+          absl::SleepFor(absl::Milliseconds(100));
+        }
+        std::remove(filler.c_str());
+        deadline = absl::Now() + absl::Seconds(30);
+        while (absl::Now() < deadline && ListWorkers(c).store().failing()) absl::SleepFor(absl::Milliseconds(50));
+        EXPECT_FALSE(ListWorkers(c).store().failing()) << "the store recovers once there is room";
+      },
+      {"--db=" + disk.dir + "/state.db"});
+  EXPECT_TRUE(saw_failing);
+  EXPECT_EQ(lost_seen, 0) << "a worker left ALIVE while the store was failing";
+  EXPECT_EQ(faulted.job.state(), v1::JOB_STATE_SUCCEEDED) << faulted.job.state_reason();
+  EXPECT_EQ(faulted.job.restarts(), 0) << "no attempt failed over the store";
+  for (const std::string& e : faulted.events) {
+    EXPECT_FALSE(absl::StartsWith(e, "attempt_failed") || absl::StartsWith(e, "restarting")) << e;
+  }
+  ASSERT_EQ(clean.points.size(), static_cast<size_t>(kWorld * kEpochs * (kSteps + 1)));
+  EXPECT_EQ(faulted.points, clean.points);
+  for (int r = 0; r < kWorld; ++r) EXPECT_EQ(faulted.logs[r], clean.logs[r]) << "rank " << r;
 }
 
 // VmRSS of a process in bytes (0 when it is gone).

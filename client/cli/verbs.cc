@@ -396,16 +396,26 @@ std::string LabelsText(const v1::Worker& w) {
 int RunWorkers(CliContext& ctx, bool all) {
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<std::vector<v1::Worker>> workers = (*client)->Workers(all);
-  if (!workers.ok()) return ctx.Fail(workers.status());
-  if (ctx.json()) return PrintJsonList(ctx, *workers, &v1::ListWorkersResponse::mutable_workers);
-  if (workers->empty()) {
-    ctx.out << (all ? "no workers\n" : "no live workers (--all shows lost and left ones)\n");
+  absl::StatusOr<v1::ListWorkersResponse> resp = (*client)->ListWorkers(all);
+  if (!resp.ok()) return ctx.Fail(resp.status());
+  if (ctx.json()) {
+    ctx.PrintJson(*resp);
     return kExitOk;
   }
   absl::Time now = absl::Now();
+  if (const v1::StoreHealth& store = resp->store(); store.failing()) {
+    // A header above the table: the workers below stay connected meanwhile.
+    ctx.out << "coordinator store FAILING (began " << Age(store.failing_since(), now) << "): "
+            << store.failed_writes() << " writes failed (" << store.last_error()
+            << "); telemetry waits, job changes are retried\n";
+  }
+  const auto& workers = resp->workers();
+  if (workers.empty()) {
+    ctx.out << (all ? "no workers\n" : "no live workers (--all shows lost and left ones)\n");
+    return kExitOk;
+  }
   Table t({"ID", "HOST", "ADDRESS", "STATE", "SLOTS", "BUSY", "LABELS", "HEARTBEAT", "VERSION"});
-  for (const v1::Worker& w : *workers) {
+  for (const v1::Worker& w : workers) {
     t.AddRow({w.id(), w.hostname(), w.address().empty() ? "-" : w.address(), WorkerStateName(w.state()),
               SlotsText(w), absl::StrCat(w.busy_slots_size(), "/", w.slots_size()), LabelsText(w),
               Age(w.last_heartbeat_time(), now), w.version().empty() ? "-" : w.version()});

@@ -185,6 +185,8 @@ class Client {
 
   // Registered workers; with include_gone also LOST and LEFT ones.
   absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_gone = false);
+  // The same with the coordinator's store health (ListWorkersResponse.store).
+  absl::StatusOr<v1::ListWorkersResponse> ListWorkers(bool include_gone = false);
 
   // Tokens (an admin token's calls). The secret is in the response only.
   absl::StatusOr<v1::CreateTokenResponse> CreateToken(const v1::CreateTokenRequest& req);

@@ -85,13 +85,15 @@ void ResolveTrainingDefaults(v1::JobSpec* s) {
   if (!p->has_broadcast_buffers()) p->set_broadcast_buffers(true);
   if (s->metrics().every_steps() == 0) s->mutable_metrics()->set_every_steps(20);
 
-  // Numerical health: the rank reads min_loss_scale and max_skipped_steps,
+  // Numerical health: the rank reads min_loss_scale, max_skipped_steps and
+  // divergence.factor,
   // the coordinator on_nan and max_rollbacks.
   v1::HealthSpec* h = s->mutable_health();
   if (h->on_nan() == v1::HealthSpec::ON_NAN_UNSPECIFIED) h->set_on_nan(v1::HealthSpec::ON_NAN_ROLLBACK);
   if (!h->has_max_rollbacks()) h->set_max_rollbacks(3);
   if (!h->has_min_loss_scale()) h->set_min_loss_scale(1e-4);
   if (!h->has_max_skipped_steps()) h->set_max_skipped_steps(50);
+  if (!h->divergence().has_factor()) h->mutable_divergence()->set_factor(1e4);
 }
 
 }  // namespace

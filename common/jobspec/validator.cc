@@ -264,6 +264,12 @@ class Validator {
     if (h.has_max_rollbacks()) Range("health.max_rollbacks", h.max_rollbacks(), 0, 1000, false);
     if (h.has_min_loss_scale()) NonNegativeNumber("health.min_loss_scale", h.min_loss_scale());
     if (h.has_max_skipped_steps()) Range("health.max_skipped_steps", h.max_skipped_steps(), 0, 1 << 30, false);
+    if (h.divergence().has_factor()) {
+      const double f = h.divergence().factor();
+      if (!std::isfinite(f) || (f != 0 && f <= 1)) {
+        Error("health.divergence.factor", absl::StrCat("must be 0 (off) or > 1, got ", FormatNumber(f)));
+      }
+    }
     if (h.debug_nan_at_step() < 0) {
       Error("health.debug_nan_at_step", absl::StrCat("must be >= 0, got ", h.debug_nan_at_step()));
     }

@@ -17,6 +17,10 @@ absl::Status SqliteStatus(sqlite3* db, int rc, absl::string_view op) {
       return absl::DataLossError(message);
     case SQLITE_FULL:
       return absl::ResourceExhaustedError(message);
+    case SQLITE_IOERR:
+      // A failed read or write of the file (ENOSPC in some paths, EIO, a
+      // network file system): a retry may cure it, so telemetry waits.
+      return absl::UnavailableError(message);
     case SQLITE_CONSTRAINT:
       if (rc == SQLITE_CONSTRAINT_PRIMARYKEY || rc == SQLITE_CONSTRAINT_UNIQUE) {
         return absl::AlreadyExistsError(message);

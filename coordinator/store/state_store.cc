@@ -464,6 +464,59 @@ absl::StatusOr<StoreSnapshot> StateStore::LoadAll() {
 
 const LatencyHistogram& StateStore::commit_latency() const { return impl_->commit_latency; }
 
+StateStore::WriteHealth StateStore::write_health() const {
+  absl::MutexLock lock(&impl_->health_mu);
+  return impl_->health;
+}
+
+void StateStore::Impl::NoteWrite(absl::string_view op, const absl::Status& s) {
+  switch (s.code()) {
+    case absl::StatusCode::kInvalidArgument:
+    case absl::StatusCode::kAlreadyExists:
+    case absl::StatusCode::kNotFound:
+    case absl::StatusCode::kFailedPrecondition:
+      return;  // the caller's mistake, not the store's
+    default:
+      break;
+  }
+  const absl::Time now = absl::Now();
+  absl::MutexLock lock(&health_mu);
+  if (s.ok()) {
+    if (!health.failing) return;
+    LogEvent(LogLevel::kInfo, "coordinator", "store_recovered",
+             {{"op", std::string(op)}, {"failed_writes", absl::StrCat(failed_in_run)},
+              {"lasted", absl::FormatDuration(absl::Trunc(now - health.failing_since, absl::Milliseconds(1)))}});
+    health.failing = false;
+    health.failing_since = absl::InfinitePast();
+    failed_in_run = 0;
+    failed_since_log = 0;
+    return;
+  }
+  ++health.failed_writes;
+  ++failed_in_run;
+  ++failed_since_log;
+  health.last_error = std::string(s.message());
+  if (!health.failing) {
+    health.failing = true;
+    health.failing_since = now;
+    health_logged = now;
+    failed_since_log = 0;
+    LogEvent(LogLevel::kError, "coordinator", "store_failing",
+             {{"op", std::string(op)}, {"error", health.last_error},
+              {"then", "workers stay connected and their telemetry waits unacknowledged; job changes are "
+                       "retried; logged again every 30 s while it lasts"}});
+    return;
+  }
+  if (now - health_logged >= absl::Seconds(30)) {
+    LogEvent(LogLevel::kWarn, "coordinator", "store_still_failing",
+             {{"failed_writes", absl::StrCat(failed_since_log)},
+              {"for", absl::FormatDuration(absl::Trunc(now - health.failing_since, absl::Seconds(1)))},
+              {"error", health.last_error}});
+    health_logged = now;
+    failed_since_log = 0;
+  }
+}
+
 void StateStore::SetWriteFaultForTest(WriteFault fail) {
   Impl& s = *impl_;
   absl::MutexLock lock(&s.mu);
@@ -495,11 +548,13 @@ absl::Status StateStore::CommitGroup(
           ? absl::StrCat("CommitGroup('", telemetry_seqs[0].first, "', seq ", telemetry_seqs[0].second, ")")
           : absl::StrCat("CommitGroup(", telemetry_seqs.size(), " workers)");
   absl::Status status;
+  bool wrote = false;
   if (sqlite3_get_autocommit(s.db)) {
     status = absl::UnavailableError(absl::StrCat("state store: ", op, ": the transaction was rolled back"));
   } else if (sqlite3_total_changes64(s.db) != s.group_changes) {
     // Only a group that wrote something records its seqs: one that changed
     // nothing costs no disk write (see the header).
+    wrote = true;
     for (const auto& [worker_id, seq] : telemetry_seqs) {
       status = Query(s.db, s.stmts->put_telemetry_seq, op).Bind(1, worker_id).Bind(2, seq).Run();
       if (!status.ok()) break;
@@ -510,6 +565,7 @@ absl::Status StateStore::CommitGroup(
     status = Query(s.db, s.stmts->commit, absl::StrCat(op, ": commit")).Run();
     s.ObserveCommit(op, absl::Now() - start);
   }
+  if (wrote || !status.ok()) s.NoteWrite(op, status);
   if (status.ok()) {
     s.in_group = false;
     return status;

@@ -172,6 +172,24 @@ class StateStore {
   // coordinator's /metrics. Thread-safe to read at any time.
   const LatencyHistogram& commit_latency() const;
 
+  // How the store's writes are going (docs/failures.md, "A full or failing
+  // store"): failing from a write that failed until one commits again. The
+  // store logs the start of a run of failures, then at most one line per
+  // 30 s with the count, and the recovery. Thread-safe.
+  struct WriteHealth {
+    bool failing = false;
+    absl::Time failing_since = absl::InfinitePast();  // wall clock, for people
+    int64_t failed_writes = 0;                         // since the store opened
+    std::string last_error;
+  };
+  WriteHealth write_health() const;
+  // Whether `s` is what a failed store write returns (Unavailable or
+  // ResourceExhausted): the store has logged it (see above), so a caller
+  // that retries at its next tick need not log it again.
+  static bool IsWriteFailure(const absl::Status& s) {
+    return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kResourceExhausted;
+  }
+
   // Inserts or replaces the worker by id.
   absl::Status PutWorker(const v1::Worker& worker);
   // Removes the worker's row (a gone worker past its TTL); absent is fine.

@@ -173,6 +173,17 @@ struct StateStore::Impl {
     }
   }
   int64_t group_changes ABSL_GUARDED_BY(mu) = 0;
+
+  // Write health (StateStore::write_health). Its own lock: /metrics and
+  // ListWorkers read it while a write may hold `mu`.
+  mutable absl::Mutex health_mu;
+  StateStore::WriteHealth health ABSL_GUARDED_BY(health_mu);
+  absl::Time health_logged ABSL_GUARDED_BY(health_mu);
+  int64_t failed_in_run ABSL_GUARDED_BY(health_mu) = 0;    // this run of failures
+  int64_t failed_since_log ABSL_GUARDED_BY(health_mu) = 0;
+  // A write's outcome: OK for a commit that wrote, else its error (errors
+  // that say the caller was wrong, not the store, do not count).
+  void NoteWrite(absl::string_view op, const absl::Status& s);
 };
 
 // Clang's analysis cannot tell that a body's `s.mu` is this `mu` (callers
@@ -190,6 +201,7 @@ absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bo
     TRAINCTL_RETURN_IF_ERROR(Query(db, stmts->savepoint, absl::StrCat(op, ": savepoint")).Run());
     absl::Status status = body();
     if (status.ok() && write) status = InjectedFault(op);
+    if (!status.ok() && write) NoteWrite(op, status);
     if (!status.ok() && !sqlite3_get_autocommit(db)) {
       Query(db, stmts->rollback_to, absl::StrCat(op, ": rollback to savepoint")).Run().IgnoreError();
     }
@@ -206,7 +218,10 @@ absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bo
     const absl::Time start = absl::Now();
     status = Query(db, stmts->commit, absl::StrCat(op, ": commit")).Run();
     ObserveCommit(op, absl::Now() - start);
+    if (write) NoteWrite(op, status);
     if (status.ok()) return status;
+  } else if (write) {
+    NoteWrite(op, status);
   }
   // After some errors SQLite has already rolled back; then there is no
   // transaction to end and ROLLBACK's own error says nothing new.

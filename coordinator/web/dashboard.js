@@ -60,12 +60,14 @@ function sizeBars(root) {
   });
 }
 
-// A polled table: `url`'s `key` list, one row each (or `empty`).
-function tableView(main, title, id, headers, url, key, row, empty) {
-  main.innerHTML = `<h1>${title}</h1><table id="${id}"><thead><tr>` + headers.map(h => `<th>${h}</th>`).join('') +
-    '</tr></thead><tbody></tbody></table>';
+// A polled table: `url`'s `key` list, one row each (or `empty`), under
+// what `banner` (optional) makes of the whole answer.
+function tableView(main, title, id, headers, url, key, row, empty, banner) {
+  main.innerHTML = `<h1>${title}</h1><div id="${id}-banner"></div><table id="${id}"><thead><tr>` +
+    headers.map(h => `<th>${h}</th>`).join('') + '</tr></thead><tbody></tbody></table>';
   poll(async () => {
     const r = await getJson(url);
+    document.getElementById(`${id}-banner`).innerHTML = banner ? banner(r) : '';
     const body = document.querySelector(`#${id} tbody`);
     body.innerHTML =
       (r[key] || []).map(row).join('') || `<tr><td colspan="${headers.length}" class="muted">${empty}</td></tr>`;
@@ -97,7 +99,16 @@ function workersView(main) {
     return `<tr><td>${esc(w.id)}</td><td>${esc(w.hostname)}</td><td>${esc(stateName(w.state))}</td>` +
       `<td>${(w.busy_slots || []).length}/${slots.length} ${esc(kinds.join(', '))}</td>` +
       `<td>${labels || '<span class="muted">none</span>'}</td><td>${esc(fmtTime(w.last_heartbeat_time))}</td></tr>`;
-  }, 'No workers registered.');
+  }, 'No workers registered.', storeBanner);
+}
+
+// The coordinator's state store, when its writes fail (ListWorkers' store).
+function storeBanner(r) {
+  const s = r.store || {};
+  if (!s.failing) return '';
+  return `<p class="alert" id="store-failing">Coordinator store failing since ${esc(fmtTime(s.failing_since))}: ` +
+    `${esc(String(s.failed_writes || 0))} writes failed (${esc(s.last_error)}). Workers stay connected; ` +
+    'their telemetry waits and job changes are retried.</p>';
 }
 
 // --- one job ----------------------------------------------------------------

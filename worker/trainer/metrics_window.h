@@ -30,6 +30,9 @@ class MetricsWindow {
   void AddStep(double data_ms, double comm_ms, double step_ms);
 
   int64_t steps() const { return steps_; }
+  int64_t micro_batches() const { return micro_batches_; }
+  // The window's loss sum (a kDouble scalar on the device).
+  const at::Tensor& loss_sum() const { return loss_sum_; }
   // Mean loss per micro-batch (the sum when there were none, i.e. 0); reads
   // the device.
   double MeanLoss() const;

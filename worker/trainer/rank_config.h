@@ -127,6 +127,9 @@ struct HealthOptions {
   // fp16 loss scaling: more than this many skipped steps in a row is a
   // collapse; 0 = never.
   int64_t max_skipped_steps = 50;
+  // A "train" window's loss (mean over every rank) above this many times the
+  // running median (DivergenceDetector) is a divergence; 0 = never.
+  double divergence_factor = 1e4;
   // Test hook (health.debug_nan_at_step): rank 0 multiplies its loss by NaN
   // at this global step; 0 = never.
   int64_t debug_nan_at_step = 0;

@@ -30,6 +30,7 @@
 #include "worker/trainer/loss_scaler.h"
 #include "worker/trainer/metrics_window.h"
 #include "worker/trainer/trainer.h"
+#include "worker/trainer/training_policy.h"
 
 namespace trainctl::trainer {
 
@@ -102,6 +103,10 @@ struct Trainer::Impl {
   // happened at (-1 = none).
   int64_t skipped_in_a_row = 0;
   int64_t nan_step = -1;
+  // health.divergence: the detector (made in Init) and, until its baseline
+  // is set at the first check, the attempt's first micro-batch loss.
+  DivergenceDetector divergence{0};
+  at::Tensor first_loss;
 
   // Metrics state.
   int64_t samples_seen = 0;
@@ -140,6 +145,10 @@ struct Trainer::Impl {
   absl::Status ApplyGradients(EpochRun& run);
   // A kNan failure at the current global step (recorded as nan_step).
   absl::Status NanFailure(const std::string& message);
+  // At a "train" metric: the window's loss over every rank against
+  // health.divergence (a kNan failure at the window's last step when it ran
+  // away). Every rank calls it at the same steps (one small all-reduce).
+  absl::Status CheckDivergence(EpochRun& run);
   absl::Status AfterStep(EpochRun& run, int64_t first, int64_t group);
   void ReportWindow(EpochRun& run);
   // A metric of `kind` with the fields every metric carries; the loss is

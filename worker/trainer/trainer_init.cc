@@ -47,6 +47,7 @@ absl::Status Trainer::Impl::Init() {
   if (params.empty()) return Config("model: no trainable parameters");
   TRAINCTL_RETURN_IF_ERROR(BuildSampler());
   BuildOptimizer();
+  divergence = DivergenceDetector(opt().health.divergence_factor);
 
   LossScalerOptions lso;
   lso.enabled = opt().amp.enabled && opt().amp.dtype == AmpDtype::kFloat16;

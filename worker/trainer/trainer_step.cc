@@ -17,6 +17,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
+#include "worker/dist/tensor_collectives.h"
 #include "worker/trainer/autocast.h"
 #include "worker/trainer/lr_schedule.h"
 #include "worker/trainer/trainer_impl.h"
@@ -142,6 +143,7 @@ absl::Status Trainer::Impl::MicroBatch(EpochRun& run, int64_t i, int64_t group, 
     if (sync) times->comm_ms += absl::ToDoubleMilliseconds(ddp->last_step_stats().exposed_comm);
   }
   at::Tensor detached = loss.detach().to(at::kDouble);
+  if (divergence.enabled() && !divergence.has_baseline() && !first_loss.defined()) first_loss = detached;
   run.totals.AddMicroBatch(detached, x.size(0));
   run.window.AddMicroBatch(detached, x.size(0));
   samples_seen += x.size(0);
@@ -170,7 +172,15 @@ absl::Status Trainer::Impl::ApplyGradients(EpochRun& run) {
   if (found_inf) {
     ++position.skipped_steps;
   } else {
-    if (o.max_grad_norm > 0) torch::nn::utils::clip_grad_norm_(params, o.max_grad_norm);
+    if (o.max_grad_norm > 0) {
+      // The total norm comes free with clipping: a non-finite one is a NaN
+      // anywhere in the gradients, not only in the output layer's.
+      const double norm = torch::nn::utils::clip_grad_norm_(params, o.max_grad_norm);
+      if (!std::isfinite(norm)) {
+        return NanFailure(absl::StrCat("the gradient norm is ", norm, " at step ", position.global_step, " (epoch ",
+                                       run.epoch, ")"));
+      }
+    }
     SetLearningRate(run.lr);
     optimizer->step();
   }
@@ -192,6 +202,34 @@ absl::Status Trainer::Impl::NanFailure(const std::string& message) {
   return WithFailureKind(absl::DataLossError(message), FailureKind::kNan);
 }
 
+absl::Status Trainer::Impl::CheckDivergence(EpochRun& run) {
+  if (!divergence.enabled() || run.window.micro_batches() == 0) return absl::OkStatus();
+  const auto dopts = at::TensorOptions().dtype(at::kDouble).device(setup.device);
+  const bool first = !divergence.has_baseline();
+  std::vector<at::Tensor> parts = {run.window.loss_sum(),
+                                   at::full({}, static_cast<double>(run.window.micro_batches()), dopts)};
+  if (first) {
+    parts.push_back(first_loss.defined() ? first_loss.to(dopts) : at::zeros({}, dopts));
+    parts.push_back(at::full({}, first_loss.defined() ? 1.0 : 0.0, dopts));
+  }
+  at::Tensor sums = at::stack(parts);
+  if (comm != nullptr) {
+    TRAINCTL_RETURN_IF_ERROR(
+        Collective(dist::AllReduceSum(*comm, sums)->Wait(), "all-reducing the loss for health.divergence"));
+  }
+  at::Tensor cpu = sums.cpu();
+  if (first) {
+    if (cpu[3].item<double>() > 0) divergence.SetBaseline(cpu[2].item<double>() / cpu[3].item<double>());
+    first_loss = at::Tensor();
+  }
+  const std::string why = divergence.AddWindow(cpu[0].item<double>() / cpu[1].item<double>());
+  if (why.empty()) return absl::OkStatus();
+  absl::Status failed = NanFailure(absl::StrCat("loss diverged at step ", position.global_step - 1, " (epoch ",
+                                                run.epoch, "): ", why));
+  nan_step = position.global_step - 1;  // the window's last step, which already ran
+  return failed;
+}
+
 void Trainer::Impl::SetLearningRate(double lr) {
   for (auto& group : optimizer->param_groups()) group.options().set_lr(lr);
 }
@@ -211,7 +249,10 @@ absl::Status Trainer::Impl::AfterStep(EpochRun& run, int64_t first, int64_t grou
   }
   position.epoch_consumed = EpochConsumed(run.consumed_base, first + group, o.data.batch_size, run.rank_samples,
                                           std::max<int64_t>(1, setup.world_size), epoch_done);
-  if (MetricsDue(run.step_in_epoch, o.metrics_every_steps, epoch_done)) ReportWindow(run);
+  if (MetricsDue(run.step_in_epoch, o.metrics_every_steps, epoch_done)) {
+    TRAINCTL_RETURN_IF_ERROR(CheckDivergence(run));
+    ReportWindow(run);
+  }
   if (writes_checkpoints() && CheckpointDueAfterStep(o.checkpoint, position.global_step, epoch_done)) {
     TRAINCTL_RETURN_IF_ERROR(WriteCheckpointNow());
   }

@@ -116,6 +116,32 @@ TEST(TrainerTest, ClippingBoundsTheGlobalGradientNorm) {
   EXPECT_NEAR(std::sqrt(sq), 0.01, 1e-4);  // one SGD step of lr 1 on the clipped gradient
 }
 
+// Issue #30: Adam at lr 1e6 ran to a loss of 8e23 and "succeeded". The
+// divergence check (health.divergence.factor, default 1e4) fails it as a NaN
+// at the first metric window; with the check off the same run completes.
+TEST(TrainerTest, ARunawayLossIsANanFailureUnlessTheCheckIsOff) {
+  auto data = Synthetic(600, 10);
+  TrainerSetup s = BaseSetup();
+  s.options.optimizer.kind = OptimizerKind::kAdam;
+  s.options.optimizer.lr = 1e6;
+  s.options.metrics_every_steps = 5;
+  auto r = Train(s, Mlp({64}, 10), data);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(FailureKindOf(r.status()), FailureKind::kNan) << r.status();
+  EXPECT_THAT(r.status().message(), HasSubstr("loss diverged at step 4 (epoch 0)"));
+  EXPECT_THAT(r.status().message(), HasSubstr("health.divergence.factor 10000"));
+
+  s.options.health.divergence_factor = 0;
+  auto off = Train(s, Mlp({64}, 10), data);
+  EXPECT_TRUE(off.ok()) << off.status();
+
+  // A healthy run at a sane rate is never flagged.
+  s.options.health.divergence_factor = 1e4;
+  s.options.optimizer.lr = 1e-3;
+  auto sane = Train(s, Mlp({64}, 10), data);
+  EXPECT_TRUE(sane.ok()) << sane.status();
+}
+
 TEST(TrainerTest, MseRegressionTrainsAndEvaluates) {
   auto data = LinearRegression(256);
   auto eval = LinearRegression(64);

@@ -1,6 +1,7 @@
 #include "worker/trainer/training_policy.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -37,6 +38,37 @@ std::string LossScaleCollapse(const HealthOptions& h, int64_t skipped_in_a_row, 
     return absl::StrFormat("the loss scale fell to %g, below health.min_loss_scale %g", scale, h.min_loss_scale);
   }
   return "";
+}
+
+void DivergenceDetector::SetBaseline(double first_step_loss) {
+  has_baseline_ = true;
+  baseline_ = first_step_loss;
+  history_.assign(1, first_step_loss);
+}
+
+std::string DivergenceDetector::AddWindow(double window_loss) {
+  if (!enabled()) return "";
+  std::string why;
+  if (!std::isfinite(window_loss)) {
+    why = absl::StrFormat("the mean loss over the window is %g", window_loss);
+  } else if (has_baseline_ && std::isfinite(baseline_) && !history_.empty()) {
+    std::vector<double> sorted = history_;
+    const size_t mid = sorted.size() / 2;
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(mid), sorted.end());
+    double median = sorted[mid];
+    if (sorted.size() % 2 == 0) {
+      median = (median + *std::max_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
+    }
+    if (median > 0 && window_loss > factor_ * median && window_loss > baseline_) {
+      why = absl::StrFormat(
+          "the mean loss over the window, %g, is above health.divergence.factor %g times the running median %g "
+          "(and above the first step's %g)",
+          window_loss, factor_, median, baseline_);
+    }
+  }
+  if (std::isfinite(window_loss)) history_.push_back(window_loss);
+  if (history_.size() > kHistory) history_.erase(history_.begin());
+  return why;
 }
 
 int64_t EpochConsumed(int64_t consumed_base, int64_t batches_done, int64_t batch_size,

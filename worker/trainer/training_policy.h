@@ -40,6 +40,36 @@ bool InjectsNanAt(const HealthOptions& h, int rank, int64_t global_step);
 // below health.min_loss_scale (each check off at 0).
 std::string LossScaleCollapse(const HealthOptions& h, int64_t skipped_in_a_row, double scale);
 
+// Divergence (health.divergence.factor): fed the loss of an attempt's first
+// step, then each "train" window's mean loss over every rank, it says when
+// a window's loss ran away: above `factor` times the median of the values
+// before it (the first step's among them, so a run that diverges within its
+// first window is caught) and above the first step's loss (a run still below
+// where it started has not diverged, however small its median). Every rank
+// feeds it the same all-reduced values, so every rank decides alike.
+class DivergenceDetector {
+ public:
+  // `factor` <= 0: never diverges.
+  explicit DivergenceDetector(double factor) : factor_(factor) {}
+
+  bool enabled() const { return factor_ > 0; }
+  bool has_baseline() const { return has_baseline_; }
+  // The attempt's first step's loss (mean over every rank).
+  void SetBaseline(double first_step_loss);
+  // A window's mean loss: "" when it did not diverge, else why it did. The
+  // value joins the history either way (the median is over at most the
+  // last kHistory values).
+  std::string AddWindow(double window_loss);
+
+  static constexpr size_t kHistory = 1000;
+
+ private:
+  double factor_;
+  bool has_baseline_ = false;
+  double baseline_ = 0;
+  std::vector<double> history_;  // oldest first, at most kHistory
+};
+
 // How many positions of the epoch's sampler order all ranks together have
 // consumed after `batches_done` batches of this attempt (every rank takes the
 // same number of positions, skipped steps too), counted from

@@ -1,9 +1,15 @@
 #include "worker/trainer/training_policy.h"
 
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
+
+#include <cmath>
+#include <limits>
 
 namespace trainctl::trainer {
 namespace {
+
+using ::testing::HasSubstr;
 
 TEST(TrainingPolicyTest, StepCheckpointsEveryNStepsInsideAnEpochOnly) {
   CheckpointOptions c;
@@ -70,6 +76,48 @@ TEST(TrainingPolicyTest, EpochConsumedCountsEveryRanksPositions) {
   // The last batch is short: no more than the rank's samples count.
   EXPECT_EQ(EpochConsumed(0, 3, 4, 10, 2, false), 20);
   EXPECT_EQ(EpochConsumed(10, 3, 4, 100, 2, true), 0);
+}
+
+TEST(DivergenceDetectorTest, ARunThatExplodesInItsFirstWindowIsCaughtAgainstTheFirstStep) {
+  // Adam at lr 1e6 (issue #30): the first step's loss is ln(10), the first
+  // window's mean already ~3e6.
+  DivergenceDetector d(1e4);
+  d.SetBaseline(2.3);
+  const std::string why = d.AddWindow(3.02e6);
+  EXPECT_THAT(why, HasSubstr("health.divergence.factor 10000"));
+  EXPECT_THAT(why, HasSubstr("running median 2.3"));
+}
+
+TEST(DivergenceDetectorTest, ANormalRunAndASmallLossRisingAgainAreNotDivergence) {
+  DivergenceDetector d(1e4);
+  d.SetBaseline(2.3);
+  for (double loss : {1.2, 0.6, 0.3, 0.1, 0.01, 1e-4, 1e-6, 1e-8}) EXPECT_EQ(d.AddWindow(loss), "") << loss;
+  // 1e4 times the recent losses, but still below where the run started.
+  EXPECT_EQ(d.AddWindow(0.5), "");
+  // A spike far above the median and the start is caught.
+  EXPECT_THAT(d.AddWindow(1e5), HasSubstr("above health.divergence.factor"));
+}
+
+TEST(DivergenceDetectorTest, ANonFiniteWindowLossIsDivergenceAndFactorZeroIsOff) {
+  DivergenceDetector d(1e4);
+  d.SetBaseline(2.3);
+  EXPECT_THAT(d.AddWindow(std::numeric_limits<double>::infinity()), HasSubstr("is inf"));
+  EXPECT_EQ(d.AddWindow(1.0), "") << "the non-finite value stays out of the median";
+  DivergenceDetector off(0);
+  off.SetBaseline(2.3);
+  EXPECT_FALSE(off.enabled());
+  EXPECT_EQ(off.AddWindow(1e30), "");
+  EXPECT_EQ(off.AddWindow(std::nan("")), "");
+}
+
+TEST(DivergenceDetectorTest, TheMedianSpansEarlierWindowsSoASteadyClimbIsCaught) {
+  DivergenceDetector d(100);
+  d.SetBaseline(1.0);
+  // Ten times per window: the median of what came before lags behind.
+  EXPECT_EQ(d.AddWindow(10), "");   // median 1: 10 is not above 100
+  EXPECT_EQ(d.AddWindow(100), "");  // median 5.5
+  EXPECT_EQ(d.AddWindow(1e3), "");  // median 10: 1000 is not above 1000
+  EXPECT_THAT(d.AddWindow(1e4), HasSubstr("running median 55 "));  // (10 + 100) / 2
 }
 
 }  // namespace
