@@ -87,6 +87,10 @@ struct JobEntry {
   // A RESTARTING job is not placed before this (monotonic; the restart
   // backoff, attempt_failure.h RestartBackoff); InfinitePast = no wait.
   absl::Time restart_not_before = absl::InfinitePast();
+  // When a PENDING job was submitted, monotonic (scheduling.
+  // pending_timeout_s); InfinitePast = not stamped yet (after a coordinator
+  // restart the first tick stamps it).
+  absl::Time pending_since_mono = absl::InfinitePast();
   // Workers of this job's stragglers, placed around at the next attempts
   // when stragglers.policy is avoid (memory only).
   std::vector<std::string> avoid_workers;

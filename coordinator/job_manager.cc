@@ -129,6 +129,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::s
   if (!job.spec().resume_from().job().empty()) TRAINCTL_RETURN_IF_ERROR(AttachResumeSource(job));
   TRAINCTL_RETURN_IF_ERROR(CheckDirOwner(job.spec(), owner));
   job.set_state(v1::JOB_STATE_PENDING);
+  TRAINCTL_RETURN_IF_ERROR(RefuseIfUnschedulable(job));
   job.set_owner(owner);
   job.set_owner_token_id(owner_token_id);
   job.set_request_id(request_id);
@@ -139,9 +140,52 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::s
   if (job.checkpoints_size() > 0) absl::StrAppend(&submitted, "; continues from ", DescribeRecord(job.checkpoints(0)));
   absl::StatusOr<JobEntry*> e = book_.Add(std::move(job), {{"submitted", submitted}});
   if (!e.ok()) return absl::UnavailableError(absl::StrCat("could not store the job: ", e.status().message()));
+  (*e)->pending_since_mono = clock_->Mono();
   RememberRequest((*e)->job);
   RequestSchedule();
   return (*e)->job;
+}
+
+absl::Status JobManager::RefuseIfUnschedulable(const v1::Job& job) const {
+  if (!options_.refuse_unschedulable || job.spec().scheduling().wait_for_capacity()) return absl::OkStatus();
+  if (registry_->Alive().empty()) return absl::OkStatus();  // nobody joined yet
+  absl::StatusOr<scheduler::ScheduleResult> plan = placer_.Plan(job);
+  if (!plan.ok() || plan->pending.empty()) return absl::OkStatus();
+  const scheduler::PendingJobStatus& p = plan->pending[0];
+  if (p.reason != scheduler::PendingReason::kExceedsCapacity &&
+      p.reason != scheduler::PendingReason::kNoWorkerOfKind) {
+    return absl::OkStatus();  // it fits once slots free up: it waits
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the cluster as it is can never run this job: ", p.message,
+      ". Add workers, lower world_size (or set elastic.min_ranks), or submit with --wait-for-capacity "
+      "(scheduling.wait_for_capacity: true) to wait for workers to join"));
+}
+
+void JobManager::FailOverduePending(absl::Time mono) {
+  std::vector<std::string> overdue;
+  for (const std::string& id : book_.pending()) {
+    JobEntry& e = book_.At(id);
+    const double timeout_s = e.job.spec().scheduling().pending_timeout_s();
+    if (timeout_s <= 0 || e.job.state() != v1::JOB_STATE_PENDING) continue;
+    if (e.pending_since_mono == absl::InfinitePast()) e.pending_since_mono = mono;
+    if (mono - e.pending_since_mono >= absl::Seconds(timeout_s)) overdue.push_back(id);
+  }
+  for (const std::string& id : overdue) {
+    JobEntry& e = book_.At(id);
+    const std::string* waiting = book_.PendingReason(id);
+    std::string why = absl::StrCat("still pending after scheduling.pending_timeout_s (",
+                                   absl::FormatDuration(absl::Seconds(e.job.spec().scheduling().pending_timeout_s())),
+                                   ")");
+    if (waiting != nullptr && !waiting->empty()) absl::StrAppend(&why, ": ", *waiting);
+    v1::Job next = e.job;
+    next.set_state(v1::JOB_STATE_FAILED);
+    next.set_state_reason(why);
+    if (absl::Status s = book_.Commit(e, std::move(next), {{"failed", why}});
+        !s.ok() && !StateStore::IsWriteFailure(s)) {
+      std::cerr << "coordinator: " << s << " (retried at the next tick)\n";
+    }
+  }
 }
 
 absl::Status JobManager::CheckDirOwner(const v1::JobSpec& spec, const std::string& owner) const {
@@ -257,8 +301,8 @@ bool JobManager::SettleEndedAttempt(JobEntry& e) {
     std::string reason = DescribeExit(*failed, failed->exit());
     s = FailAttempt(e, std::move(next), {}, failed->exit().kind(), reason, failed->rank());
   }
-  if (!s.ok() && !StateStore::IsWriteFailure(s)) {
-    std::cerr << "coordinator: " << s << " (retried at the next tick)\n";
+  if (!s.ok()) {
+    if (!StateStore::IsWriteFailure(s)) std::cerr << "coordinator: " << s << " (retried at the next tick)\n";
     return false;
   }
   RequestSchedule();
@@ -537,8 +581,10 @@ void JobManager::ReconcileWorkerJob(const std::string& worker_id, JobEntry& e,
     } else {
       s = book_.Commit(e, std::move(next), {});
     }
-    if (!s.ok() && !StateStore::IsWriteFailure(s)) {
-      std::cerr << "coordinator: worker " << worker_id << " reconnected: " << s << " (retried at the next tick)\n";
+    if (!s.ok()) {
+      if (!StateStore::IsWriteFailure(s)) {
+        std::cerr << "coordinator: worker " << worker_id << " reconnected: " << s << " (retried at the next tick)\n";
+      }
       for (const v1::RankStatus& end : ends) HoldReport(worker_id, end, clock_->Now());
       return;
     }
@@ -595,6 +641,8 @@ void JobManager::Tick() {
   placer_.OnTick(now);
   // 5. Rendezvous timeouts, hangs and stragglers.
   health_.CheckAttempts(clock_->Mono());
+  // 6. Jobs pending past their scheduling.pending_timeout_s.
+  FailOverduePending(clock_->Mono());
 }
 
 }  // namespace trainctl::coordinator

@@ -95,6 +95,13 @@ struct JobManagerOptions {
   // per restart, at most 30 s); 0 = restart at once. The coordinator binary
   // sets --restart-backoff-s (1 s); 0 here so that tests place at once.
   absl::Duration restart_backoff = absl::ZeroDuration();
+  // Refuse at submit a job the cluster as it is can never run (more slots of
+  // its kind than all live workers have, or no worker that can run it),
+  // unless its scheduling.wait_for_capacity is set; a cluster with no live
+  // worker takes every job (its workers have not joined yet). The
+  // coordinator binary turns it on; off here so that tests may submit
+  // before their workers register.
+  bool refuse_unschedulable = false;
 };
 
 class JobManager : private JobActions {
@@ -225,6 +232,11 @@ class JobManager : private JobActions {
   // resumes a job of that owner. Relative and default directories are
   // checked by each worker's pre-flight (worker/daemon/job_dir.h).
   absl::Status CheckDirOwner(const v1::JobSpec& spec, const std::string& owner) const;
+  // FailedPrecondition when `job` can never run on the cluster as it is
+  // (see JobManagerOptions::refuse_unschedulable).
+  absl::Status RefuseIfUnschedulable(const v1::Job& job) const;
+  // Fails the PENDING jobs past their scheduling.pending_timeout_s.
+  void FailOverduePending(absl::Time mono);
 
   const Clock* clock_;
   // ABORTED `s` (a stale attempt's report): counted and logged. Returns `s`.

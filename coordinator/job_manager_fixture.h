@@ -116,6 +116,7 @@ class JobManagerTest : public ::testing::Test {
     jo.lost_worker_wait = lost_worker_wait_;
     jo.preflight = preflight_;
     jo.restart_backoff = restart_backoff_;
+    jo.refuse_unschedulable = refuse_unschedulable_;
     jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), &hub_, &clock_, jo);
     auto snap = store_->LoadAll();
     ASSERT_TRUE(snap.ok()) << snap.status();
@@ -233,6 +234,7 @@ class JobManagerTest : public ::testing::Test {
   absl::Duration lost_worker_wait_ = absl::ZeroDuration();
   bool preflight_ = false;
   absl::Duration restart_backoff_ = absl::ZeroDuration();
+  bool refuse_unschedulable_ = false;
   std::string dir_;
   FakeClock clock_;
   MetricsHub hub_;

@@ -288,5 +288,51 @@ TEST_F(JobManagerTest, ResumeFromAnotherJobChecksStateAndCompatibility) {
 }
 
 
+// Issue #27 item 7: a job the cluster as it is can never run is refused at
+// submit (saying why and what to do), unless it waits for capacity; a
+// cluster nobody joined yet takes it.
+TEST_F(JobManagerTest, AJobThatCanNeverFitIsRefusedUnlessItWaitsForCapacity) {
+  refuse_unschedulable_ = true;
+  Open();
+  EXPECT_TRUE(jobs_->Submit(Spec(16)).ok()) << "no worker has joined yet: it waits";
+  a_ = AddWorker("a", 2);
+  b_ = AddWorker("b", 2);
+  absl::StatusOr<v1::Job> big = jobs_->Submit(Spec(16));
+  ASSERT_EQ(big.status().code(), absl::StatusCode::kFailedPrecondition) << big.status();
+  EXPECT_THAT(std::string(big.status().message()),
+              HasSubstr("the cluster as it is can never run this job: needs 16 cpu slots, the cluster has 4 in "
+                        "total across 2 workers"));
+  EXPECT_THAT(std::string(big.status().message()), HasSubstr("--wait-for-capacity"));
+  absl::StatusOr<v1::Job> cmd = jobs_->Submit(CommandSpec(1));
+  EXPECT_EQ(cmd.status().code(), absl::StatusCode::kFailedPrecondition) << "no worker allows commands";
+
+  v1::JobSpec waits = Spec(16);
+  waits.mutable_scheduling()->set_wait_for_capacity(true);
+  absl::StatusOr<v1::Job> w = jobs_->Submit(waits);
+  ASSERT_TRUE(w.ok()) << w.status();
+  EXPECT_EQ(w->state(), v1::JOB_STATE_PENDING);
+  // One that fits once slots free up is taken, as before.
+  EXPECT_TRUE(jobs_->Submit(Spec(4)).ok());
+}
+
+TEST_F(JobManagerTest, AJobPendingPastItsTimeoutFailsWithItsPendingReason) {
+  Open();
+  a_ = AddWorker("a", 1);
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_scheduling()->set_pending_timeout_s(30);
+  absl::StatusOr<v1::Job> j = jobs_->Submit(spec);
+  ASSERT_TRUE(j.ok()) << j.status();
+  jobs_->Schedule();
+  clock_.Advance(absl::Seconds(29));
+  jobs_->Tick();
+  EXPECT_EQ(Get(j->id()).state(), v1::JOB_STATE_PENDING);
+  clock_.Advance(absl::Seconds(2));
+  jobs_->Tick();
+  v1::Job failed = Get(j->id());
+  EXPECT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(failed.state_reason(), HasSubstr("still pending after scheduling.pending_timeout_s (30s): needs 2"));
+  EXPECT_THAT(StoredEvents(j->id()), ::testing::Contains(HasSubstr("failed@0: still pending after")));
+}
+
 }  // namespace
 }  // namespace trainctl::coordinator

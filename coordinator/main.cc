@@ -366,6 +366,7 @@ absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
   o.jobs.stop_grace = absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));
   o.jobs.max_active_jobs = absl::GetFlag(FLAGS_max_active_jobs);
   o.jobs.preflight = absl::GetFlag(FLAGS_preflight);
+  o.jobs.refuse_unschedulable = true;
   // A survivor's collective error waits this long for a dead peer's broken
   // stream, so the failure names the lost worker rather than the survivor.
   o.jobs.lost_worker_wait = o.registry.disconnect_grace;

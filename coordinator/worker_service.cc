@@ -524,7 +524,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // Telemetry waiting for the store (Hold, RetryHeld); loop only.
   static constexpr int64_t kMaxHeldBytes = 64 << 20;
   static constexpr absl::Duration kFirstRetry = absl::Milliseconds(500);
-  static constexpr absl::Duration kMaxRetry = absl::Seconds(8);
+  static constexpr absl::Duration kMaxRetry = absl::Seconds(4);
   std::vector<v1::WorkerMessage> held_;
   int64_t held_bytes_ = 0;
   absl::Time retry_at_;

@@ -335,16 +335,22 @@ class ClientTest(ClusterTestCase):
             self.assertEqual(unknown.exception.code, grpc.StatusCode.UNAUTHENTICATED)
 
     def test_job_references(self):
-        # Too large for the cluster's two slots: it stays PENDING, runs nothing.
-        first = self.client.submit(EXAMPLE, name="py-ref", world_size=4)
+        # Too large for the cluster's two slots: refused, unless it may wait
+        # for capacity; then it stays PENDING and runs nothing.
+        with self.assertRaises(TrainctlError) as refused:
+            self.client.submit(EXAMPLE, name="py-ref", world_size=4)
+        self.assertEqual(refused.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertIn("needs 4 cpu slots", refused.exception.message)
+        waits = {"scheduling.wait_for_capacity": True}
+        first = self.client.submit(EXAMPLE, name="py-ref", world_size=4, **waits)
         self.assertEqual(self.client.get("py-ref").id, first.id)
         self.assertEqual(self.client.get(first.id[:-2]).id, first.id)
         self.assertEqual(self.client.get(first).id, first.id)
         # A retried submission (same request_id) gets the first one's job.
-        again = self.client.submit(EXAMPLE, name="py-ref", world_size=4, request_id=first.request_id)
+        again = self.client.submit(EXAMPLE, name="py-ref", world_size=4, request_id=first.request_id, **waits)
         self.assertEqual(again.id, first.id)
 
-        second = self.client.submit(EXAMPLE, name="py-ref", world_size=4)
+        second = self.client.submit(EXAMPLE, name="py-ref", world_size=4, **waits)
         with self.assertRaises(TrainctlError) as ambiguous:
             self.client.get("py-ref")
         self.assertEqual(ambiguous.exception.code, grpc.StatusCode.INVALID_ARGUMENT)

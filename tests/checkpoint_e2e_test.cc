@@ -227,11 +227,7 @@ TEST_F(CheckpointE2ETest, ResumeFromContinuesCancelledAndFinishedJobs) {
   {
     v1::JobSpec bad = SlowClassic(6, {"model.hidden=[64]"});
     bad.mutable_resume_from()->set_job(id);
-    grpc::ClientContext ctx;
-    v1::SubmitJobRequest req;
-    *req.mutable_spec() = bad;
-    v1::SubmitJobResponse resp;
-    grpc::Status s = cluster_->jobs()->SubmitJob(&ctx, req, &resp);
+    grpc::Status s = cluster_->TrySubmit(bad);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
     EXPECT_THAT(s.error_message(), HasSubstr("model"));
   }

@@ -9,6 +9,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -171,6 +172,14 @@ TEST(CommandPlacementTest, WorkerWithoutAllowCommandsRunsNone) {
   v1::JobSpec spec;
   spec.set_name("cmd");
   spec.mutable_command()->add_argv("/bin/true");
+  {
+    // The cluster as it is can never run it: refused at submit, saying why.
+    grpc::Status s = cluster.TrySubmit(spec);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(s.error_message(), ::testing::HasSubstr("no worker allows commands"));
+  }
+  // With scheduling.wait_for_capacity it waits, with that reason.
+  spec.mutable_scheduling()->set_wait_for_capacity(true);
   std::string id = cluster.Submit(spec);
   absl::Time deadline = absl::Now() + absl::Seconds(10);
   v1::Job j = cluster.Get(id);
@@ -231,6 +240,60 @@ TEST(CommandRunTest, TrainctlRunIsADropInForTorchrun) {
   EXPECT_THAT(out, HasSubstr("[rank1]: local_rank=1 from env"));
   EXPECT_THAT(out, HasSubstr("[rank1]: rank 1 final parameters"));
   EXPECT_THAT(out, HasSubstr("identical=True"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// Issue #27 item 4, in a pseudo-terminal (util-linux `script`): the live
+// status line and the ranks' output never share a screen line. A terminal is
+// emulated on the captured bytes: "\r\033[K" clears the line, a lone "\r"
+// returns to its start, "\r\n" (the pty's newline) ends it.
+TEST(CommandRunTest, InATerminalRankLinesNeverLandOnTheStatusLine) {
+  if (!HaveTorch()) GTEST_SKIP() << "Debian's python3-torch is not installed";
+  if (access("/usr/bin/script", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/script (util-linux) for a pty";
+  std::string build = trainctl::testing::BuildDirOfThisTest();
+  char tmpl[] = "/tmp/trainctl-run-pty-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  const std::string cmd = absl::StrCat(build, "/client/trainctl run --nproc_per_node 2 --python /usr/bin/python3 ",
+                                       "--state-dir ", dir, "/state ", Script(), " --epochs 1");
+  trainctl::testing::Process run({"/usr/bin/script", "-qec", cmd, "/dev/null"}, dir + "/run.log", dir);
+  ASSERT_TRUE(run.Start());
+  int status = run.Wait(absl::Seconds(90));
+  const std::string out = run.ReadLog();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("\r\033[K")) << "a terminal gets the live status line";
+  std::vector<std::string> screen;
+  std::string line;
+  size_t col = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out.compare(i, 4, "\r\033[K") == 0) {
+      line.clear();
+      col = 0;
+      i += 3;
+    } else if (out.compare(i, 2, "\r\n") == 0 || out[i] == '\n') {
+      screen.push_back(line);
+      line.clear();
+      col = 0;
+      if (out[i] == '\r') ++i;
+    } else if (out[i] == '\r') {
+      col = 0;
+    } else {
+      if (col < line.size()) {
+        line[col] = out[i];
+      } else {
+        line += out[i];
+      }
+      ++col;
+    }
+  }
+  int rank_lines = 0;
+  for (const std::string& l : screen) {
+    const size_t at = l.find("[rank");
+    if (at == std::string::npos) continue;
+    ++rank_lines;
+    EXPECT_EQ(at, 0u) << "a rank line shares its screen line: '" << l << "'";
+  }
+  EXPECT_GT(rank_lines, 2);
   std::system(("rm -rf " + dir).c_str());
 }
 

@@ -71,9 +71,14 @@ TEST_F(TrainE2ETest, ClassicExampleTrainsOnShardsAndExportsTheModel) {
   std::map<int, std::set<int>> epochs_per_rank;
   std::map<int, int64_t> samples_per_rank;
   std::map<int64_t, double> rank0_loss;  // global step -> train loss
+  std::vector<std::string> timeline;      // rank 0's epoch_end and checkpoint events, in order
   v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
   v1::JobUpdate u;
   while (reader->Read(&u)) {
+    if (u.has_event() && u.event().rank() == 0 &&
+        (u.event().type() == "epoch_end" || u.event().type() == "checkpoint")) {
+      timeline.push_back(u.event().type());
+    }
     for (const auto& p : u.metrics().points()) {
       if (p.kind() == v1::MetricPoint::KIND_EPOCH_END) epochs_per_rank[p.rank()].insert(p.epoch());
       if (p.kind() == v1::MetricPoint::KIND_TRAIN) {
@@ -84,6 +89,9 @@ TEST_F(TrainE2ETest, ClassicExampleTrainsOnShardsAndExportsTheModel) {
     if (u.has_job()) last = u.job().state();
   }
   ASSERT_EQ(last, v1::JOB_STATE_SUCCEEDED) << cluster_->Get(id).state_reason();
+  // Issue #27 item 11: each epoch's end comes before the checkpoint after it.
+  EXPECT_THAT(timeline, ::testing::ElementsAre("epoch_end", "checkpoint", "epoch_end", "checkpoint", "epoch_end",
+                                               "checkpoint"));
   EXPECT_EQ(epochs_per_rank[0], (std::set<int>{0, 1, 2}));
   EXPECT_EQ(epochs_per_rank[1], (std::set<int>{0, 1, 2}));
   // DistributedSampler: each rank sees half of the 3000 samples per epoch.

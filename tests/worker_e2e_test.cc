@@ -271,7 +271,15 @@ TEST_F(WorkerE2ETest, FollowOutlivesACoordinatorRestart) {
 
 TEST_F(WorkerE2ETest, JobWaitsForSlotsUntilAWorkerJoins) {
   StartWorkers(1);
-  std::string id = cluster_->Submit(Spec("fake-ok", 2, 1));
+  v1::JobSpec spec = Spec("fake-ok", 2, 1);
+  {
+    // Two ranks on a one-slot cluster: refused at submit unless it waits.
+    grpc::Status s = cluster_->TrySubmit(spec);
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
+    EXPECT_THAT(s.error_message(), HasSubstr("can never run this job: needs 2 cpu slots, the cluster has 1"));
+  }
+  spec.mutable_scheduling()->set_wait_for_capacity(true);
+  std::string id = cluster_->Submit(spec);
   absl::SleepFor(absl::Seconds(1));
   v1::Job j = cluster_->Get(id);
   EXPECT_EQ(j.state(), v1::JOB_STATE_PENDING);

@@ -14,49 +14,70 @@ namespace trainctl::cli {
 
 namespace fs = std::filesystem;
 
+// --- TerminalMux -------------------------------------------------------------
+
 namespace {
-
-// Hands complete lines to `target` under a mutex shared by several such
-// buffers, so that the follow printer and the rank-output printer (two
-// threads) never interleave within a line.
-class LineSink : public std::streambuf {
- public:
-  LineSink(std::ostream& target, absl::Mutex& mu) : target_(target), mu_(mu) {}
-  ~LineSink() override { sync(); }
-
- protected:
-  int overflow(int c) override {
-    if (c == traits_type::eof()) return 0;
-    line_.push_back(static_cast<char>(c));
-    if (c == '\n') sync();
-    return c;
-  }
-  std::streamsize xsputn(const char* s, std::streamsize n) override {
-    for (std::streamsize i = 0; i < n; ++i) overflow(static_cast<unsigned char>(s[i]));
-    return n;
-  }
-  int sync() override {
-    if (line_.empty()) return 0;
-    absl::MutexLock lock(&mu_);
-    target_ << line_ << std::flush;
-    line_.clear();
-    return 0;
-  }
-
- private:
-  std::ostream& target_;
-  absl::Mutex& mu_;
-  std::string line_;
-};
-
+// What the follow printer draws a status line with (follow.cc).
+constexpr std::string_view kClearLine = "\r\033[K";
 }  // namespace
+
+TerminalMux::Sink::Sink(TerminalMux& mux, bool status) : mux_(mux), status_(status) {}
+
+TerminalMux::Sink::~Sink() { sync(); }
+
+int TerminalMux::Sink::overflow(int c) {
+  if (c == traits_type::eof()) return 0;
+  pending_.push_back(static_cast<char>(c));
+  // Rank output goes out a whole line at a time; the follow printer's
+  // text (a status line has no newline) whenever it flushes.
+  if (c == '\n' && !status_) sync();
+  return c;
+}
+
+std::streamsize TerminalMux::Sink::xsputn(const char* s, std::streamsize n) {
+  for (std::streamsize i = 0; i < n; ++i) overflow(static_cast<unsigned char>(s[i]));
+  return n;
+}
+
+int TerminalMux::Sink::sync() {
+  if (pending_.empty()) return 0;
+  absl::MutexLock lock(&mux_.mu_);
+  if (status_) {
+    mux_.target_ << pending_;
+    // What is on the status line's screen line now: the text after the last
+    // newline and after the last clear.
+    std::string screen = mux_.status_ + pending_;
+    if (const size_t nl = screen.rfind('\n'); nl != std::string::npos) screen.erase(0, nl + 1);
+    if (const size_t cl = screen.rfind(kClearLine); cl != std::string::npos) screen.erase(0, cl + kClearLine.size());
+    mux_.status_ = std::move(screen);
+  } else if (mux_.status_.empty()) {
+    mux_.target_ << pending_;
+  } else {
+    // Clear the status line, print the rank's lines, draw the status again
+    // below them: no screen line holds both.
+    mux_.target_ << kClearLine << pending_ << mux_.status_;
+  }
+  mux_.target_ << std::flush;
+  pending_.clear();
+  return 0;
+}
+
+TerminalMux::TerminalMux(std::ostream& target)
+    : target_(target), status_sink_(*this, true), lines_sink_(*this, false), status_out_(&status_sink_),
+      lines_out_(&lines_sink_) {}
+
+TerminalMux::~TerminalMux() {
+  status_out_ << std::flush;
+  lines_out_ << std::flush;
+}
 
 int FollowJobWithRankOutput(CliContext& ctx, Client& client, const std::string& job_id) {
   // As torchrun --tee: every rank's output, live, prefixed by its rank,
-  // between the follow printer's lines (never inside one).
-  absl::Mutex out_mu;
-  LineSink follow_buf(ctx.out, out_mu), log_buf(ctx.out, out_mu);
-  std::ostream follow_out(&follow_buf), log_out(&log_buf);
+  // between the follow printer's lines (never inside one, nor after the
+  // status line on the same screen line).
+  TerminalMux mux(ctx.out);
+  std::ostream& follow_out = mux.status_out();
+  std::ostream& log_out = mux.lines_out();
   CliContext follow_ctx(follow_out, ctx.err, ctx.env);
   follow_ctx.output = ctx.output;
   follow_ctx.verb = ctx.verb;

@@ -11,9 +11,13 @@
 
 #include <functional>
 #include <optional>
+#include <ostream>
+#include <streambuf>
 #include <string>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
+#include "absl/synchronization/mutex.h"
 #include "common/jobspec/job_spec.h"
 
 namespace CLI {
@@ -31,6 +35,45 @@ struct CliContext;
 // FollowJob, with every rank's log lines printed live as torchrun --tee
 // does ("[rank1]: epoch 0 ..."), for command jobs in table output.
 int FollowJobWithRankOutput(CliContext& ctx, Client& client, const std::string& job_id);
+
+// Two writers on one terminal: the follow printer (status_out: its lines and
+// its status line, which has no newline and is redrawn with "\r\033[K") and
+// the ranks' output (lines_out, whole lines), from two threads. A rank line
+// never lands on the status line's screen line: when a status line is
+// showing, it is cleared first and drawn again below the rank's line.
+// Without a terminal the follow printer draws no status line, and nothing
+// here adds a control character. Thread-safe (one mutex).
+class TerminalMux {
+ public:
+  explicit TerminalMux(std::ostream& target);
+  ~TerminalMux();
+  std::ostream& status_out() { return status_out_; }
+  std::ostream& lines_out() { return lines_out_; }
+
+ private:
+  class Sink : public std::streambuf {
+   public:
+    Sink(TerminalMux& mux, bool status);
+    ~Sink() override;
+
+   protected:
+    int overflow(int c) override;
+    std::streamsize xsputn(const char* s, std::streamsize n) override;
+    int sync() override;
+
+   private:
+    TerminalMux& mux_;
+    const bool status_;
+    std::string pending_;
+  };
+
+  std::ostream& target_;
+  absl::Mutex mu_;
+  // The status line on screen now ("" when none).
+  std::string status_ ABSL_GUARDED_BY(mu_);
+  Sink status_sink_, lines_sink_;
+  std::ostream status_out_, lines_out_;
+};
 
 struct ScriptJobFlags {
   // Ranks per node (torchrun's --nproc-per-node); 0 = not given.

@@ -8,6 +8,7 @@
 #include <gtest/gtest.h>
 
 #include <filesystem>
+#include <sstream>
 
 namespace trainctl::cli {
 namespace {
@@ -93,6 +94,48 @@ TEST(ScriptJobTest, OptionsTakingValuesComeFromTheDeclarations) {
     EXPECT_TRUE(ScriptVerbOptionTakesValue(a)) << a;
   }
   for (const char* a : {"--follow", "--epochs", "-f", "train.py", "--standalone", "--latest"}) EXPECT_FALSE(ScriptVerbOptionTakesValue(a)) << a;
+}
+
+// Issue #27 item 4: "RUNNING  step 30  loss 0.5978[rank0]: epoch 0 ..." in
+// a terminal. A rank line clears the status line first and the status is
+// drawn again below it; no screen line holds both. Without a status line
+// (no terminal) nothing adds a control character.
+TEST(TerminalMuxTest, ARankLineNeverSharesTheStatusLinesScreenLine) {
+  std::ostringstream screen;
+  {
+    TerminalMux mux(screen);
+    mux.status_out() << "\r\033[KRUNNING  step 30" << std::flush;
+    mux.lines_out() << "[rank0]: epoch 0: loss 0.6170\n";
+    mux.status_out() << "\r\033[KRUNNING  step 40" << std::flush;
+    mux.status_out() << "\r\033[K" << "12:00:01  epoch_end  epoch 1/3 done\n" << "\r\033[KRUNNING  step 50" << std::flush;
+    mux.lines_out() << "[rank1]: done\n";
+  }
+  // What a terminal shows: "\r\033[K" clears the line the cursor is on.
+  std::vector<std::string> lines;
+  std::string current;
+  const std::string out = screen.str();
+  for (size_t i = 0; i < out.size(); ++i) {
+    if (out.compare(i, 4, "\r\033[K") == 0) {
+      current.clear();
+      i += 3;
+    } else if (out[i] == '\n') {
+      lines.push_back(current);
+      current.clear();
+    } else {
+      current += out[i];
+    }
+  }
+  lines.push_back(current);
+  EXPECT_THAT(lines, ::testing::ElementsAre("[rank0]: epoch 0: loss 0.6170", "12:00:01  epoch_end  epoch 1/3 done",
+                                            "[rank1]: done", "RUNNING  step 50"));
+
+  std::ostringstream plain;
+  {
+    TerminalMux mux(plain);
+    mux.status_out() << "12:00:01  running\n" << std::flush;
+    mux.lines_out() << "[rank0]: hello\n";
+  }
+  EXPECT_EQ(plain.str(), "12:00:01  running\n[rank0]: hello\n");
 }
 
 }  // namespace

@@ -130,6 +130,7 @@ struct SubmitFlags {
   std::string file;
   bool follow = false;
   bool dry_run = false;
+  bool wait_for_capacity = false;
   std::vector<std::string> sets;
   ScriptJobFlags script;
 };
@@ -181,9 +182,10 @@ int RunDryRun(CliContext& ctx, const SubmitFlags& flags, const v1::JobSpec& spec
 }
 
 int RunSubmit(CliContext& ctx, const SubmitFlags& flags) {
-  ParsedJobSpec parsed = IsScriptForm(flags.file, flags.script)
-                             ? ScriptJobSpec(flags.file, flags.script, flags.sets)
-                             : ParseJobSpecFile(flags.file, flags.sets);
+  std::vector<std::string> sets = flags.sets;
+  if (flags.wait_for_capacity) sets.push_back("scheduling.wait_for_capacity=true");
+  ParsedJobSpec parsed = IsScriptForm(flags.file, flags.script) ? ScriptJobSpec(flags.file, flags.script, sets)
+                                                                : ParseJobSpecFile(flags.file, sets);
   if (!parsed.ok()) {
     // One line per problem, each starting with the file (or --set) and position.
     for (const SpecError& e : parsed.errors) ctx.err << e.ToString() << "\n";
@@ -442,6 +444,9 @@ VerbRunner AddSubmitVerb(CLI::App& app, CliContext& ctx) {
   sub->add_option("--set", flags->sets, "Override a field of the file (repeatable)")
       ->type_name("KEY.PATH=VALUE")
       ->allow_extra_args(false);
+  sub->add_flag("--wait-for-capacity", flags->wait_for_capacity,
+                "Take the job even if the cluster as it is can never run it: it waits for workers to join "
+                "(scheduling.wait_for_capacity)");
   AddScriptOptions(sub, &flags->script);
   return [&ctx, flags] { return RunSubmit(ctx, *flags); };
 }

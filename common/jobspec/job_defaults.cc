@@ -94,6 +94,9 @@ void ResolveTrainingDefaults(v1::JobSpec* s) {
   if (!h->has_min_loss_scale()) h->set_min_loss_scale(1e-4);
   if (!h->has_max_skipped_steps()) h->set_max_skipped_steps(50);
   if (!h->divergence().has_factor()) h->mutable_divergence()->set_factor(1e4);
+
+  // Scheduling (the coordinator's): wait_for_capacity false, pending_timeout_s 0.
+  s->mutable_scheduling();
 }
 
 }  // namespace

@@ -356,6 +356,24 @@ TEST(JobSpecTest, HealthIsReadAndChecked) {
               ::testing::ElementsAre(::testing::HasSubstr("health.on_nan: must be one of rollback, fail, got 'retry'")));
   EXPECT_EQ(Errors("name: j\ncommand: {argv: [python3, t.py]}\nhealth: {on_nan: fail}\n"),
             std::vector<std::string>{"job.yaml:3:9: health: only for trainctl's engine (a command job's NaNs are its own)"});
+  // Divergence: default 1e4 on the rank's key, 0 turns it off, (0, 1] is refused.
+  ParsedJobSpec d = ParseJobSpecYaml(std::string(kBase), "job.yaml", {});
+  ASSERT_TRUE(d.ok());
+  ResolveJobSpecDefaults(&d.spec);
+  EXPECT_EQ(JobSpecToFlat(d.spec).at("health.divergence.factor"), "10000");
+  EXPECT_TRUE(Errors(std::string(kBase) + "health: {divergence: {factor: 0}}\n").empty());
+  EXPECT_THAT(Errors(std::string(kBase) + "health: {divergence: {factor: 0.5}}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr("health.divergence.factor: must be 0 (off) or > 1, got 0.5")));
+}
+
+TEST(JobSpecTest, SchedulingIsReadAndChecked) {
+  ParsedJobSpec p = ParseJobSpecYaml(std::string(kBase) + "scheduling: {wait_for_capacity: true, pending_timeout_s: 90}\n",
+                                     "job.yaml", {});
+  ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
+  EXPECT_TRUE(p.spec.scheduling().wait_for_capacity());
+  EXPECT_EQ(p.spec.scheduling().pending_timeout_s(), 90);
+  EXPECT_THAT(Errors(std::string(kBase) + "scheduling: {pending_timeout_s: -1}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr("scheduling.pending_timeout_s: must be >= 0")));
 }
 
 TEST(JobSpecTest, HangAndStragglerPolicies) {

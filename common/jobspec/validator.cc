@@ -55,6 +55,7 @@ class Validator {
             absl::StrCat("must be in (0, 100] (a fraction: 0.3 = 30% slower than the median), got ",
                          FormatNumber(t)));
     }
+    CheckScheduling(raw.scheduling());
     CheckResumeFrom(raw.resume_from().job());
     CheckElastic(raw, s);
     return std::move(errors_);
@@ -272,6 +273,13 @@ class Validator {
     }
     if (h.debug_nan_at_step() < 0) {
       Error("health.debug_nan_at_step", absl::StrCat("must be >= 0, got ", h.debug_nan_at_step()));
+    }
+  }
+
+  void CheckScheduling(const v1::SchedulingSpec& s) {
+    const double t = s.pending_timeout_s();
+    if (!std::isfinite(t) || t < 0) {
+      Error("scheduling.pending_timeout_s", absl::StrCat("must be >= 0 (0 = wait forever), got ", FormatNumber(t)));
     }
   }
 

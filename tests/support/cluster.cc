@@ -212,14 +212,20 @@ bool Cluster::WaitWorkers(int n, absl::Duration timeout) {
   return false;
 }
 
-std::string Cluster::Submit(const v1::JobSpec& spec) {
+grpc::Status Cluster::TrySubmit(const v1::JobSpec& spec, std::string* id) {
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::SubmitJobRequest req;
   *req.mutable_spec() = spec;
   v1::SubmitJobResponse resp;
   grpc::Status s = jobs_->SubmitJob(&ctx, req, &resp);
-  return s.ok() ? resp.job().id() : "";
+  if (s.ok() && id != nullptr) *id = resp.job().id();
+  return s;
+}
+
+std::string Cluster::Submit(const v1::JobSpec& spec) {
+  std::string id;
+  return TrySubmit(spec, &id).ok() ? id : "";
 }
 
 v1::Job Cluster::Get(const std::string& id) {

@@ -90,6 +90,9 @@ class Cluster {
 
   // Submits and returns the job id ("" on failure; the test fails).
   std::string Submit(const v1::JobSpec& spec);
+  // The same, answering the call's status (a refusal is no test failure);
+  // the id goes to `*id` when it is OK.
+  grpc::Status TrySubmit(const v1::JobSpec& spec, std::string* id = nullptr);
   // Polls GetJob until the state is `want` (or the job ends in another terminal state).
   v1::Job WaitState(const std::string& id, v1::JobState want, absl::Duration timeout = absl::Seconds(60));
   v1::Job Get(const std::string& id);

@@ -145,6 +145,9 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       }
       rankproto::CheckpointNote note = msg->checkpoint;
       note.path = *path;
+      // The metrics the rank reported before it (an epoch's end) go first:
+      // the job's events follow the rank's timeline (issue #27 item 11).
+      FlushMetrics();
       Enqueue(CheckpointMessage(a->job_id, a->number, rank, note), true);
       break;
     }
@@ -159,6 +162,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       v1::WorkerMessage m;
       v1::FinalModelReport* rep = AboutRank(m.mutable_final_model(), a->job_id, a->number, 0);
       rep->set_path(*path);
+      FlushMetrics();
       Enqueue(m, true);
       break;
     }

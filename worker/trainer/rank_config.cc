@@ -209,7 +209,10 @@ absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
   // health.* (on_nan and max_rollbacks are the coordinator's)
   TRAINCTL_ASSIGN_OR_RETURN(t.health.min_loss_scale, DoubleAtLeast(c, "health.min_loss_scale", 0));
   TRAINCTL_ASSIGN_OR_RETURN(t.health.max_skipped_steps, IntIn(c, "health.max_skipped_steps", 0, INT32_MAX));
-  TRAINCTL_ASSIGN_OR_RETURN(t.health.divergence_factor, DoubleAtLeast(c, "health.divergence.factor", 0));
+  // Optional: a spec resolved before the key existed keeps the default.
+  if (c.find("health.divergence.factor") != c.end()) {
+    TRAINCTL_ASSIGN_OR_RETURN(t.health.divergence_factor, DoubleAtLeast(c, "health.divergence.factor", 0));
+  }
   if (t.health.divergence_factor > 0 && t.health.divergence_factor <= 1) {
     return Bad("health.divergence.factor", absl::StrCat("must be 0 (off) or > 1, got ", t.health.divergence_factor));
   }

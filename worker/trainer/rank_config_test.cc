@@ -191,6 +191,9 @@ TEST(RankConfigTest, ErrorsNameTheKey) {
   f = Classic();
   f["training.epochs"] = "three";
   ExpectError(f, "training.epochs", "not an integer");
+  f = Classic();
+  f["health.divergence.factor"] = "0.5";
+  ExpectError(f, "health.divergence.factor", "0 (off) or > 1");
 }
 
 // The resolved spec's values come through unchanged: the rank has no
@@ -230,8 +233,7 @@ TEST(RankConfigTest, EveryKeyTheRankReadsIsRequired) {
       "training.grad_accumulation", "training.max_grad_norm", "training.amp.enabled",
       "training.amp.dtype", "ddp.bucket_cap_mb", "ddp.broadcast_buffers", "ddp.find_unused_parameters",
       "checkpoint.every_epochs", "checkpoint.every_steps", "checkpoint.keep", "metrics.every_steps",
-      "health.min_loss_scale", "health.max_skipped_steps", "health.divergence.factor",
-      "health.debug_nan_at_step",
+      "health.min_loss_scale", "health.max_skipped_steps", "health.debug_nan_at_step",
       "run.world_size", "run.rank", "run.local_rank", "run.local_world_size", "run.device",
       "run.backend", "run.advertise_host", "run.work_dir", "run.status_fd", "run.timeout_s"};
   for (const std::string& key : required) {

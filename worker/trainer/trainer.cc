@@ -186,10 +186,12 @@ absl::Status Trainer::Impl::EndEpoch(EpochRun& run, TrainResult* result) {
 
   position.epochs_done = run.epoch + 1;
   position.epoch_consumed = 0;
+  // The epoch's end, then its checkpoint: in that order on the job's
+  // timeline (`--follow` shows epoch_end N before the checkpoint after it).
+  if (callbacks.on_metric) callbacks.on_metric(end);
   if (writes_checkpoints() && CheckpointDueAfterEpoch(o.checkpoint, run.epoch, o.epochs)) {
     TRAINCTL_RETURN_IF_ERROR(WriteCheckpointNow());
   }
-  if (callbacks.on_metric) callbacks.on_metric(end);
   Progress(static_cast<int32_t>(run.epoch), /*force=*/true);
   std::string line = absl::StrFormat("epoch %d/%d: loss %.5f, lr %.3g, %d steps, %.1f s", run.epoch + 1,
                                      o.epochs, end.loss, run.lr, run.step_in_epoch, epoch_secs);
