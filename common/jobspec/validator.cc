@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/jobspec/spec_bounds.h"
 
 namespace trainctl::jobspec {
 namespace {
@@ -42,12 +43,12 @@ class Validator {
     }
     CheckDevice(s);
     CheckDdp(raw);
-    Range("checkpoint.every_epochs", raw.checkpoint().every_epochs(), 0, 1000000, false);
-    Range("checkpoint.keep", raw.checkpoint().keep(), 1, 1000, true);
-    Range("checkpoint.every_steps", raw.checkpoint().every_steps(), 0, 1000000000, false);
+    Bounded("checkpoint.every_epochs", raw.checkpoint().every_epochs(), false);
+    Bounded("checkpoint.keep", raw.checkpoint().keep(), true);
+    Bounded("checkpoint.every_steps", raw.checkpoint().every_steps(), false);
     Range("restart.max_restarts", raw.restart().max_restarts(), 0, 1000, false);
     Range("restart.progress_timeout_s", raw.restart().progress_timeout_s(), 0, 7 * 24 * 3600, false);
-    Range("metrics.every_steps", raw.metrics().every_steps(), 1, 1000000, true);
+    Bounded("metrics.every_steps", raw.metrics().every_steps(), true);
     CheckHealth(raw);
     if (const double t = raw.stragglers().threshold(); (t != 0 || Written("stragglers.threshold")) &&
                                                        (!std::isfinite(t) || t <= 0 || t > 100)) {
@@ -107,6 +108,16 @@ class Validator {
   }
 
   // lo <= v <= hi. A zero that means "default" is fine unless it was written.
+  // Range with the bounds of spec_bounds.h (shared with the rank's parser).
+  void Bounded(const std::string& path, int64_t v, bool zero_is_default) {
+    const spec_bounds::IntBound* b = spec_bounds::FindBound(path);
+    if (b == nullptr) {
+      Error(path, "internal: no bound in spec_bounds.h");
+      return;
+    }
+    Range(path, v, b->lo, b->hi, zero_is_default);
+  }
+
   void Range(const std::string& path, int64_t v, int64_t lo, int64_t hi, bool zero_is_default) {
     if (v == 0 && zero_is_default && !Written(path)) return;
     if (v < lo || v > hi) {
@@ -264,7 +275,7 @@ class Validator {
     }
     if (h.has_max_rollbacks()) Range("health.max_rollbacks", h.max_rollbacks(), 0, 1000, false);
     if (h.has_min_loss_scale()) NonNegativeNumber("health.min_loss_scale", h.min_loss_scale());
-    if (h.has_max_skipped_steps()) Range("health.max_skipped_steps", h.max_skipped_steps(), 0, 1 << 30, false);
+    if (h.has_max_skipped_steps()) Bounded("health.max_skipped_steps", h.max_skipped_steps(), false);
     if (h.divergence().has_factor()) {
       const double f = h.divergence().factor();
       if (!std::isfinite(f) || (f != 0 && f <= 1)) {
@@ -315,19 +326,19 @@ class Validator {
         Error("model", "required (name: mlp, cnn or torchscript), or a command: block");
         break;
       case v1::ModelSpec::kMlp:
-        Range("model.input_dim", m.mlp().input_dim(), 1, 1 << 24, false);
-        Range("model.classes", m.mlp().classes(), 1, 1 << 24, false);
+        Bounded("model.input_dim", m.mlp().input_dim(), false);
+        Bounded("model.classes", m.mlp().classes(), false);
         for (int i = 0; i < m.mlp().hidden_size(); ++i) {
           Range(absl::StrCat("model.hidden[", i, "]"), m.mlp().hidden(i), 1, 1 << 20, false);
         }
         break;
       case v1::ModelSpec::kCnn: {
         const v1::CnnModel& c = m.cnn();
-        Range("model.classes", c.classes(), 1, 1 << 24, false);
-        Range("model.conv1_channels", c.conv1_channels(), 1, 4096, true);
-        Range("model.conv2_channels", c.conv2_channels(), 1, 4096, true);
-        Range("model.hidden", c.hidden(), 1, 1 << 20, true);
-        Range("model.image_size", c.image_size(), 8, 4096, true);
+        Bounded("model.classes", c.classes(), false);
+        Bounded("model.conv1_channels", c.conv1_channels(), true);
+        Bounded("model.conv2_channels", c.conv2_channels(), true);
+        Bounded("model.hidden", c.hidden(), true);
+        Bounded("model.image_size", c.image_size(), true);
         if (c.image_size() != 0 && c.image_size() % 4 != 0) {
           Error("model.image_size",
                 absl::StrCat("must be a multiple of 4 (two 2x2 poolings), got ", c.image_size()));
@@ -375,8 +386,8 @@ class Validator {
     const v1::DataSpec& d = raw.data();
     CheckDataset("data.train", d.train());
     if (d.has_eval()) CheckDataset("data.eval", d.eval());
-    Range("data.batch_size", d.batch_size(), 1, 1 << 20, true);
-    Range("data.num_workers", d.num_workers(), 0, 64, false);
+    Bounded("data.batch_size", d.batch_size(), true);
+    Bounded("data.num_workers", d.num_workers(), false);
 
     // The classic example's shapes must fit the model.
     const v1::ModelSpec& m = s.model();
@@ -402,8 +413,8 @@ class Validator {
 
   void CheckTraining(const v1::JobSpec& raw, const v1::JobSpec& s) {
     const v1::TrainingSpec& t = raw.training();
-    Range("training.epochs", t.epochs(), 1, 1000000, true);
-    Range("training.grad_accumulation", t.grad_accumulation(), 1, 1 << 20, true);
+    Bounded("training.epochs", t.epochs(), true);
+    Bounded("training.grad_accumulation", t.grad_accumulation(), true);
     NonNegativeNumber("training.max_grad_norm", t.max_grad_norm());
 
     const v1::OptimizerSpec& o = t.optimizer();
@@ -418,8 +429,8 @@ class Validator {
     if (o.has_eps()) PositiveNumber("training.optimizer.eps", o.eps(), false);
 
     const v1::LrScheduleSpec& l = t.lr_schedule();
-    Range("training.lr_schedule.warmup_steps", l.warmup_steps(), 0, 1 << 30, false);
-    Range("training.lr_schedule.step_size", l.step_size(), 1, 1 << 30, true);
+    Bounded("training.lr_schedule.warmup_steps", l.warmup_steps(), false);
+    Bounded("training.lr_schedule.step_size", l.step_size(), true);
     if (s.training().lr_schedule().name() == v1::LR_SCHEDULE_STEP && l.step_size() == 0) {
       Error("training.lr_schedule.step_size", "required for name: step");
     }

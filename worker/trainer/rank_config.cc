@@ -10,6 +10,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "common/jobspec/artifact_names.h"
+#include "common/jobspec/spec_bounds.h"
 #include "common/status_macros.h"
 
 namespace trainctl::trainer {
@@ -41,6 +42,13 @@ absl::StatusOr<int64_t> OptionalIntIn(const FlatConfig& c, const std::string& ke
                                       int64_t hi) {
   if (c.find(key) == c.end()) return absent;
   return IntIn(c, key, lo, hi);
+}
+
+// Integer key in its spec_bounds.h range (the validator's, at submit).
+absl::StatusOr<int64_t> BoundedInt(const FlatConfig& c, const std::string& key) {
+  const spec_bounds::IntBound* b = spec_bounds::FindBound(key);
+  if (b == nullptr) return absl::InternalError(absl::StrCat(key, ": no bound in spec_bounds.h"));
+  return IntIn(c, key, b->lo, b->hi);
 }
 
 // Double key that must be finite and >= lo (and < hi when given).
@@ -86,8 +94,8 @@ absl::StatusOr<engine::ModelOptions> ParseModel(const FlatConfig& c) {
   engine::ModelOptions m;
   TRAINCTL_ASSIGN_OR_RETURN(m.name, rankproto::GetString(c, "model.name"));
   if (m.name == "mlp") {
-    TRAINCTL_ASSIGN_OR_RETURN(m.mlp.input_dim, IntIn(c, "model.input_dim", 1, INT32_MAX));
-    TRAINCTL_ASSIGN_OR_RETURN(m.mlp.output_dim, IntIn(c, "model.classes", 1, INT32_MAX));
+    TRAINCTL_ASSIGN_OR_RETURN(m.mlp.input_dim, BoundedInt(c, "model.input_dim"));
+    TRAINCTL_ASSIGN_OR_RETURN(m.mlp.output_dim, BoundedInt(c, "model.classes"));
     TRAINCTL_ASSIGN_OR_RETURN(std::string hidden, rankproto::GetString(c, "model.hidden"));
     for (absl::string_view part : absl::StrSplit(hidden, ',', absl::SkipWhitespace())) {
       int64_t width;
@@ -98,12 +106,12 @@ absl::StatusOr<engine::ModelOptions> ParseModel(const FlatConfig& c) {
       m.mlp.hidden_sizes.push_back(width);
     }
   } else if (m.name == "cnn") {
-    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.classes, IntIn(c, "model.classes", 1, INT32_MAX));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.classes, BoundedInt(c, "model.classes"));
     TRAINCTL_ASSIGN_OR_RETURN(m.cnn.batch_norm, rankproto::GetBool(c, "model.batch_norm"));
-    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.conv1_channels, IntIn(c, "model.conv1_channels", 1, 4096));
-    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.conv2_channels, IntIn(c, "model.conv2_channels", 1, 4096));
-    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.hidden, IntIn(c, "model.hidden", 1, 1 << 20));
-    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.image_size, IntIn(c, "model.image_size", 4, 4096));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.conv1_channels, BoundedInt(c, "model.conv1_channels"));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.conv2_channels, BoundedInt(c, "model.conv2_channels"));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.hidden, BoundedInt(c, "model.hidden"));
+    TRAINCTL_ASSIGN_OR_RETURN(m.cnn.image_size, BoundedInt(c, "model.image_size"));
   } else if (m.name == "torchscript") {
     TRAINCTL_ASSIGN_OR_RETURN(m.torchscript.path, RequiredPath(c, "model.path"));
   } else {
@@ -150,17 +158,17 @@ absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
   TrainingOptions t;
   // data.*
   DataOptions& d = t.data;
-  TRAINCTL_ASSIGN_OR_RETURN(d.batch_size, IntIn(c, "data.batch_size", 1, 1 << 24));
+  TRAINCTL_ASSIGN_OR_RETURN(d.batch_size, BoundedInt(c, "data.batch_size"));
   TRAINCTL_ASSIGN_OR_RETURN(d.shuffle, rankproto::GetBool(c, "data.shuffle"));
   TRAINCTL_ASSIGN_OR_RETURN(int64_t seed, IntIn(c, "data.seed", 0, INT64_MAX));
   d.seed = static_cast<uint64_t>(seed);
   TRAINCTL_ASSIGN_OR_RETURN(d.drop_last, rankproto::GetBool(c, "data.drop_last"));
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t workers, IntIn(c, "data.num_workers", 0, 64));
+  TRAINCTL_ASSIGN_OR_RETURN(int64_t workers, BoundedInt(c, "data.num_workers"));
   d.num_workers = static_cast<int>(workers);
   TRAINCTL_ASSIGN_OR_RETURN(d.pin_memory, rankproto::GetBool(c, "data.pin_memory"));
 
   // training.*
-  TRAINCTL_ASSIGN_OR_RETURN(t.epochs, IntIn(c, "training.epochs", 1, 1 << 20));
+  TRAINCTL_ASSIGN_OR_RETURN(t.epochs, BoundedInt(c, "training.epochs"));
   TRAINCTL_ASSIGN_OR_RETURN(int loss, OneOf(c, "training.loss", {"cross_entropy", "mse"}));
   t.loss = loss == 0 ? LossKind::kCrossEntropy : LossKind::kMse;
 
@@ -177,8 +185,8 @@ absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
   LrScheduleOptions& s = t.lr_schedule;
   TRAINCTL_ASSIGN_OR_RETURN(int sched, OneOf(c, "training.lr_schedule.name", {"constant", "step", "cosine"}));
   s.kind = sched == 0 ? ScheduleKind::kConstant : sched == 1 ? ScheduleKind::kStep : ScheduleKind::kCosine;
-  TRAINCTL_ASSIGN_OR_RETURN(s.warmup_steps, IntIn(c, "training.lr_schedule.warmup_steps", 0, INT32_MAX));
-  TRAINCTL_ASSIGN_OR_RETURN(s.step_size, IntIn(c, "training.lr_schedule.step_size", 0, INT32_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(s.warmup_steps, BoundedInt(c, "training.lr_schedule.warmup_steps"));
+  TRAINCTL_ASSIGN_OR_RETURN(s.step_size, IntIn(c, "training.lr_schedule.step_size", 0, spec_bounds::FindBound("training.lr_schedule.step_size")->hi));
   if (s.kind == ScheduleKind::kStep && s.step_size < 1) {
     return Bad("training.lr_schedule.step_size", "must be > 0 for the step schedule");
   }
@@ -188,7 +196,7 @@ absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
   }
   TRAINCTL_ASSIGN_OR_RETURN(s.min_lr, DoubleAtLeast(c, "training.lr_schedule.min_lr", 0));
 
-  TRAINCTL_ASSIGN_OR_RETURN(t.grad_accumulation, IntIn(c, "training.grad_accumulation", 1, 1 << 16));
+  TRAINCTL_ASSIGN_OR_RETURN(t.grad_accumulation, BoundedInt(c, "training.grad_accumulation"));
   TRAINCTL_ASSIGN_OR_RETURN(t.max_grad_norm, DoubleAtLeast(c, "training.max_grad_norm", 0));
   TRAINCTL_ASSIGN_OR_RETURN(t.amp.enabled, rankproto::GetBool(c, "training.amp.enabled"));
   TRAINCTL_ASSIGN_OR_RETURN(int amp_dtype, OneOf(c, "training.amp.dtype", {"bf16", "fp16"}));
@@ -201,14 +209,14 @@ absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
                             rankproto::GetBool(c, "ddp.find_unused_parameters"));
 
   // checkpoint.* (run.checkpoint_dir wins over checkpoint.dir; see ParseRankConfig)
-  TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.every_epochs, IntIn(c, "checkpoint.every_epochs", 0, INT32_MAX));
-  TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.every_steps, IntIn(c, "checkpoint.every_steps", 0, INT32_MAX));
-  TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.keep, IntIn(c, "checkpoint.keep", 1, 1 << 20));
-  TRAINCTL_ASSIGN_OR_RETURN(t.metrics_every_steps, IntIn(c, "metrics.every_steps", 1, INT32_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.every_epochs, BoundedInt(c, "checkpoint.every_epochs"));
+  TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.every_steps, BoundedInt(c, "checkpoint.every_steps"));
+  TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.keep, BoundedInt(c, "checkpoint.keep"));
+  TRAINCTL_ASSIGN_OR_RETURN(t.metrics_every_steps, BoundedInt(c, "metrics.every_steps"));
 
   // health.* (on_nan and max_rollbacks are the coordinator's)
   TRAINCTL_ASSIGN_OR_RETURN(t.health.min_loss_scale, DoubleAtLeast(c, "health.min_loss_scale", 0));
-  TRAINCTL_ASSIGN_OR_RETURN(t.health.max_skipped_steps, IntIn(c, "health.max_skipped_steps", 0, INT32_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(t.health.max_skipped_steps, BoundedInt(c, "health.max_skipped_steps"));
   // Optional: a spec resolved before the key existed keeps the default.
   if (c.find("health.divergence.factor") != c.end()) {
     TRAINCTL_ASSIGN_OR_RETURN(t.health.divergence_factor, DoubleAtLeast(c, "health.divergence.factor", 0));

@@ -1,9 +1,13 @@
 #include "worker/trainer/rank_config.h"
 
+#include "common/jobspec/job_spec.h"
+#include "common/jobspec/spec_bounds.h"
+
 #include <cstdlib>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 
 #include "gmock/gmock.h"
@@ -257,6 +261,55 @@ TEST(RankConfigTest, EveryKeyTheRankReadsIsRequired) {
     for (const auto& [k, v] : c.set) f[k] = v;
     for (const std::string& k : c.erase) f.erase(k);
     ExpectError(f, c.missing, "missing");
+  }
+}
+
+// spec_bounds.h is the one table of integer ranges: the validator (at
+// submit) and the rank's parser (at start) refuse the same values, so a job
+// accepted at submit is never refused by its ranks for a range.
+TEST(SpecBoundsTest, TheValidatorAndTheRanksParserAgreeOnEveryRow) {
+  for (const spec_bounds::IntBound& b : spec_bounds::kIntBounds) {
+    const std::string key(b.key);
+    SCOPED_TRACE(key);
+    const bool cnn = key == "model.conv1_channels" || key == "model.conv2_channels" || key == "model.hidden" ||
+                     key == "model.image_size";
+    const std::string yaml = cnn ? "name: j\nmodel: {name: cnn, classes: 10}\n"
+                                   "data: {train: {format: synthetic, length: 100, size: 784, classes: 10}}\n"
+                                 : "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\n"
+                                   "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n";
+    auto names_key = [&](int64_t v) {
+      std::vector<std::string> sets = {absl::StrCat(key, "=", v)};
+      if (key == "training.lr_schedule.step_size") sets.push_back("training.lr_schedule.name=step");
+      ParsedJobSpec p = ParseJobSpecYaml(yaml, "job.yaml", sets);
+      for (const SpecError& e : p.errors) {
+        if (e.field == key) return true;
+      }
+      return false;
+    };
+    rankproto::FlatConfig f = Classic();
+    if (cnn) {
+      f["model.name"] = "cnn";
+      f["model.classes"] = "10";
+      f["model.batch_norm"] = "false";
+      f["model.hidden"] = "64";
+      f["model.conv1_channels"] = "32";
+      f["model.conv2_channels"] = "64";
+      f["model.image_size"] = "28";
+    }
+    auto rank_refuses = [&](int64_t v) {
+      rankproto::FlatConfig g = f;
+      g[key] = absl::StrCat(v);
+      absl::StatusOr<RankConfig> c = ParseRankConfig(g);
+      return !c.ok() && absl::StrContains(c.status().message(), key);
+    };
+    EXPECT_TRUE(names_key(b.hi + 1)) << "the validator takes " << b.hi + 1;
+    EXPECT_TRUE(rank_refuses(b.hi + 1)) << "the rank takes " << b.hi + 1;
+    EXPECT_FALSE(names_key(b.hi)) << "the validator refuses " << b.hi;
+    EXPECT_FALSE(rank_refuses(b.hi)) << "the rank refuses " << b.hi;
+    if (b.lo > 0) {
+      EXPECT_TRUE(names_key(b.lo - 1) || b.lo - 1 == 0) << "the validator takes " << b.lo - 1;
+      EXPECT_TRUE(rank_refuses(b.lo - 1) || key == "training.lr_schedule.step_size") << "the rank takes " << b.lo - 1;
+    }
   }
 }
 
