@@ -139,6 +139,7 @@ absl::Status WriteTlsFiles(const std::string& dir, const std::vector<std::string
   for (const char* pub : {"ca.crt", "coordinator.crt"}) {
     fs::permissions(dir + "/" + pub, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
                                          fs::perms::others_read, ec);
+    if (ec) return absl::InternalError(absl::StrCat(dir, "/", pub, ": cannot make it readable (0644): ", ec.message()));
   }
   return absl::OkStatus();
 }
@@ -225,8 +226,13 @@ int RunInit() {
   }
   std::error_code ec;
   fs::create_directories(dir_flag, ec);
-  const std::string dir = fs::absolute(dir_flag, ec).string();
-  fs::permissions(dir, fs::perms::owner_all, ec);
+  const std::string dir = ec ? dir_flag : fs::absolute(dir_flag, ec).string();
+  if (!ec) fs::permissions(dir, fs::perms::owner_all, ec);
+  if (ec) {
+    std::cerr << "trainctl-coordinator init: --dir " << dir_flag << ": cannot create it owner-only (0700): "
+              << ec.message() << "\n";
+    return 1;
+  }
   if (fs::exists(dir + "/ca.key")) {
     std::cerr << "trainctl-coordinator init: " << dir << "/ca.key exists: refusing to replace the cluster CA "
               << "(every certificate it signed would stop working); use another --dir\n";

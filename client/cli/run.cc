@@ -261,6 +261,10 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   }
   std::error_code ec;
   fs::create_directories(state_dir, ec);
+  if (ec) {
+    return ctx.Fail(absl::FailedPreconditionError(
+        absl::StrCat("--state-dir ", state_dir, ": cannot create it: ", ec.message())));
+  }
 
   // Signals are taken by a thread (FollowLocalJob), not delivered to
   // whichever thread runs; the mask is inherited by every thread started

@@ -123,8 +123,12 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       // Rank 0 listens on its store: reported here when the daemon could not
       // reserve its port (RendezvousBackend).
       if (rank != 0 || !a->produce_rendezvous) return;
-      std::optional<v1::RendezvousInfo> info = a->rendezvous_backend->RankListening(msg->address);
-      if (info.has_value()) ReportRendezvous(*a, *info);
+      absl::StatusOr<std::optional<v1::RendezvousInfo>> info = a->rendezvous_backend->RankListening(msg->address);
+      if (!info.ok()) {
+        IgnoredReport(key, line, std::string(info.status().message()));
+      } else if (info->has_value()) {
+        ReportRendezvous(*a, **info);
+      }
       break;
     }
     case rankproto::StatusMessage::Type::kReady:

@@ -86,12 +86,16 @@ class ReservedPortRendezvous : public RendezvousBackend {
     return Info(address, port_.port());
   }
 
-  std::optional<v1::RendezvousInfo> RankListening(const std::string& address) override {
+  absl::StatusOr<std::optional<v1::RendezvousInfo>> RankListening(const std::string& address) override {
     port_.Release();  // The store listens on it now.
     if (reported_) return std::nullopt;
-    reported_ = true;
+    const size_t colon = address.rfind(':');
     int port = 0;
-    (void)absl::SimpleAtoi(address.substr(address.rfind(':') + 1), &port);
+    if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 1 ||
+        port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat("store address '", address, "': not host:port"));
+    }
+    reported_ = true;
     v1::RendezvousInfo info = Info(address.substr(0, address.rfind(':')), port);
     info.set_gloo_store_address(address);
     return info;
@@ -136,7 +140,9 @@ class NcclRendezvous : public RendezvousBackend {
   }
 
   // An NCCL attempt's rank 0 hosts no store of the daemon's making.
-  std::optional<v1::RendezvousInfo> RankListening(const std::string&) override { return std::nullopt; }
+  absl::StatusOr<std::optional<v1::RendezvousInfo>> RankListening(const std::string&) override {
+    return std::nullopt;
+  }
 
   void ConfigureRank(const std::optional<v1::RendezvousInfo>& info, bool rank_zero_here,
                      rankproto::FlatConfig& cfg) const override {

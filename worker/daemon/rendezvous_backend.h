@@ -42,8 +42,9 @@ class RendezvousBackend {
 
   // Rank 0 (on the producing host) says its store listens on `address`
   // ("host:port"): the reservation is let go; returns the info to report
-  // when Produce did not report one, else std::nullopt.
-  virtual std::optional<v1::RendezvousInfo> RankListening(const std::string& address) = 0;
+  // when Produce did not report one, else std::nullopt; InvalidArgument when
+  // `address` has no valid port (nothing is reported then).
+  virtual absl::StatusOr<std::optional<v1::RendezvousInfo>> RankListening(const std::string& address) = 0;
 
   // An engine rank's rendezvous entries: `info` is unset only for rank 0
   // when Produce returned std::nullopt; `rank_zero_here` when the rank is

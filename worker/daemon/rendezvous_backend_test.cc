@@ -38,7 +38,7 @@ TEST(RendezvousBackend, GlooReservesRankZerosStorePortAndReportsItOnce) {
   EXPECT_TRUE(info.nccl_unique_id().empty());
   // Held for rank 0's store until it listens.
   EXPECT_FALSE(PortFree(info.master_port()));
-  EXPECT_FALSE(b->RankListening(info.gloo_store_address()).has_value());  // Already reported.
+  EXPECT_FALSE(b->RankListening(info.gloo_store_address())->has_value());  // Already reported.
   EXPECT_TRUE(PortFree(info.master_port()));
 }
 
@@ -64,12 +64,17 @@ TEST(RendezvousBackend, AStoreAddressRankZeroReportsIsReportedWhenNoneWasMade) {
   // The path a host that refuses a reservation takes: Produce is skipped
   // here, as it returned nullopt there.
   std::unique_ptr<RendezvousBackend> b = MakeRendezvousBackend(false, false);
-  std::optional<v1::RendezvousInfo> info = b->RankListening("host-a:4567");
-  ASSERT_TRUE(info.has_value());
-  EXPECT_EQ(info->gloo_store_address(), "host-a:4567");
-  EXPECT_EQ(info->master_addr(), "host-a");
-  EXPECT_EQ(info->master_port(), 4567);
-  EXPECT_FALSE(b->RankListening("host-a:4567").has_value());
+  // An address without a valid port is refused, not reported with port 0.
+  for (const char* bad : {"host-a", "host-a:", "host-a:x", "host-a:0", "host-a:70000"}) {
+    EXPECT_EQ(b->RankListening(bad).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+  }
+  absl::StatusOr<std::optional<v1::RendezvousInfo>> got = b->RankListening("host-a:4567");
+  ASSERT_TRUE(got.ok() && got->has_value());
+  const v1::RendezvousInfo& info = **got;
+  EXPECT_EQ(info.gloo_store_address(), "host-a:4567");
+  EXPECT_EQ(info.master_addr(), "host-a");
+  EXPECT_EQ(info.master_port(), 4567);
+  EXPECT_FALSE(b->RankListening("host-a:4567")->has_value());
 }
 
 TEST(RendezvousBackend, CommandJobsGetAMasterPortOnCpuAndGpu) {
@@ -101,7 +106,7 @@ TEST(RendezvousBackend, NcclHandsEveryRankTheUniqueId) {
   EXPECT_EQ(zero.count(rk::kStorePort), 0u);
   b->ConfigureRank(info, false, other);
   EXPECT_EQ(other[rk::kNcclUniqueId], zero[rk::kNcclUniqueId]);
-  EXPECT_FALSE(b->RankListening("10.0.0.7:1").has_value());
+  EXPECT_FALSE(b->RankListening("10.0.0.7:1")->has_value());
   absl::StatusOr<std::optional<v1::RendezvousInfo>> made = b->Produce("10.0.0.7");
   if (!made.ok()) GTEST_SKIP() << "no NCCL here: " << made.status();
   ASSERT_TRUE(made->has_value());

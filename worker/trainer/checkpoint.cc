@@ -282,7 +282,9 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
     for (auto& f : FindCheckpoints(dir, manifest.job_id)) {
       if (std::get<2>(f) == manifest.writer) mine.push_back(std::move(std::get<3>(f)));
     }
-    for (size_t i = 0; i + static_cast<size_t>(keep) < mine.size(); ++i) fs::remove(mine[i], ec);
+    for (size_t i = 0; i + static_cast<size_t>(keep) < mine.size(); ++i) {
+      if (!fs::remove(mine[i], ec) && ec) out.not_pruned.push_back(absl::StrCat(mine[i], ": ", ec.message()));
+    }
   }
   return out;
 }

@@ -84,6 +84,9 @@ struct WrittenCheckpoint {
   std::string path;
   int64_t size_bytes = 0;
   std::string checksum;  // ChecksumOf(file contents)
+  // Older checkpoints past `keep` that could not be deleted, with why
+  // (the write itself succeeded; the caller logs these).
+  std::vector<std::string> not_pruned;
 };
 
 // "<dir>/<job_id>.ckpt-epoch-NNNNNN.pt" ("<dir>/ckpt-epoch-NNNNNN.pt" for an

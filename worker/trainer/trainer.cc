@@ -232,6 +232,9 @@ absl::Status Trainer::Impl::WriteCheckpointNow() {
     if (absl::IsFailedPrecondition(ws)) return WithFailureKind(ws, FailureKind::kConfig);
     return ws;
   }
+  for (const std::string& left : written->not_pruned) {
+    Log(absl::StrCat("warning: an old checkpoint past checkpoint.keep could not be deleted: ", left));
+  }
   if (callbacks.on_checkpoint) callbacks.on_checkpoint(*written, position);
   return absl::OkStatus();
 }
