@@ -1,3 +1,4 @@
+#include "coordinator/retry_log.h"
 #include "coordinator/job_health.h"
 
 #include <algorithm>
@@ -46,7 +47,7 @@ void JobHealth::CheckAttempts(absl::Time now) {
       if (adaptive) RecordStragglers(e, *a);
       s = CheckProgressTimeout(e, *CurrentAttempt(e.job), now);
     }
-    if (!s.ok() && !StateStore::IsWriteFailure(s)) std::cerr << "coordinator: " << s << " (retried at the next tick)\n";
+    LogDeferred(s, "retried at the next tick");
   }
 }
 
@@ -82,8 +83,8 @@ bool JobHealth::CheckAdaptiveHang(JobEntry& e, const v1::Attempt& a, absl::Time 
   if (s.ok()) {
     ++hangs_detected_;
     actions_->RequestSchedule();
-  } else if (!StateStore::IsWriteFailure(s)) {
-    std::cerr << "coordinator: " << s << " (retried at the next tick)\n";
+  } else {
+    LogDeferred(s, "retried at the next tick");
   }
   return true;
 }
@@ -157,9 +158,7 @@ void JobHealth::OnWorkerLost(const std::string& worker_id) {
       s = book_->Commit(e, std::move(next), {});
     }
     // Memory is untouched: RetryLostWorkers finds these ranks on a LOST worker again.
-    if (!s.ok() && !StateStore::IsWriteFailure(s)) {
-      std::cerr << "coordinator: worker " << worker_id << " lost: " << s << " (retried at the next tick)\n";
-    }
+    LogDeferred(s, "retried at the next tick", {{"worker_id", worker_id}, {"on", "worker lost"}});
   }
   actions_->RequestSchedule();
 }

@@ -1,3 +1,4 @@
+#include "coordinator/retry_log.h"
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
@@ -182,8 +183,8 @@ void JobManager::FailOverduePending(absl::Time mono) {
     next.set_state(v1::JOB_STATE_FAILED);
     next.set_state_reason(why);
     if (absl::Status s = book_.Commit(e, std::move(next), {{"failed", why}});
-        !s.ok() && !StateStore::IsWriteFailure(s)) {
-      std::cerr << "coordinator: " << s << " (retried at the next tick)\n";
+        !s.ok()) {
+      LogDeferred(s, "retried at the next tick");
     }
   }
 }
@@ -302,7 +303,7 @@ bool JobManager::SettleEndedAttempt(JobEntry& e) {
     s = FailAttempt(e, std::move(next), {}, failed->exit().kind(), reason, failed->rank());
   }
   if (!s.ok()) {
-    if (!StateStore::IsWriteFailure(s)) std::cerr << "coordinator: " << s << " (retried at the next tick)\n";
+    LogDeferred(s, "retried at the next tick");
     return false;
   }
   RequestSchedule();
@@ -519,7 +520,8 @@ void JobManager::OnWorkerRegistered(const std::string& worker_id, const v1::Regi
   for (const v1::RankStatus& st : msg.ended()) {
     absl::Status s = OnRankStatus(worker_id, st);
     if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
-      std::cerr << "coordinator: worker " << worker_id << ": rank end reported at registration: " << s << "\n";
+      LogEvent(LogLevel::kWarn, "coordinator", "report_refused",
+               {{"worker_id", worker_id}, {"report", "rank end at registration"}, {"error", std::string(s.message())}});
     }
   }
   // 1. Ranks it runs that the coordinator no longer wants: stop them.
@@ -582,9 +584,7 @@ void JobManager::ReconcileWorkerJob(const std::string& worker_id, JobEntry& e,
       s = book_.Commit(e, std::move(next), {});
     }
     if (!s.ok()) {
-      if (!StateStore::IsWriteFailure(s)) {
-        std::cerr << "coordinator: worker " << worker_id << " reconnected: " << s << " (retried at the next tick)\n";
-      }
+      LogDeferred(s, "retried at the next tick", {{"worker_id", worker_id}, {"on", "worker reconnected"}});
       for (const v1::RankStatus& end : ends) HoldReport(worker_id, end, clock_->Now());
       return;
     }
@@ -619,7 +619,8 @@ void JobManager::ApplyDueReports(absl::Time now) {
     if (s.code() == absl::StatusCode::kUnavailable) {
       HoldReport(r.worker_id, r.status, now);
     } else if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
-      std::cerr << "coordinator: worker " << r.worker_id << ": held rank end: " << s << "\n";
+      LogEvent(LogLevel::kWarn, "coordinator", "report_refused",
+               {{"worker_id", r.worker_id}, {"report", "held rank end"}, {"error", std::string(s.message())}});
     }
   }
 }

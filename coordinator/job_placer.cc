@@ -1,3 +1,4 @@
+#include "coordinator/retry_log.h"
 #include "coordinator/job_placer.h"
 
 #include <algorithm>
@@ -257,7 +258,7 @@ void JobPlacer::Place(JobEntry& e, scheduler::Placement& p, absl::Time now) {
   std::vector<JobEvent> events = {{"scheduled", msg, a->number()}};
   if (std::optional<JobEvent> resized = ResizedEvent(next, p.world_size)) events.push_back(std::move(*resized));
   if (absl::Status s = book_->Commit(e, std::move(next), std::move(events)); !s.ok()) {
-    if (!StateStore::IsWriteFailure(s)) std::cerr << "coordinator: " << s << " (placed again at the next tick)\n";
+    LogDeferred(s, "placed again at the next tick");
     schedule_retry_ = true;  // Stays pending; the tick asks for another pass.
     return;
   }
@@ -300,7 +301,7 @@ void JobPlacer::MaybeGrow(JobEntry& e, const v1::CheckpointRecord& r) {
   next.set_state(v1::JOB_STATE_RESTARTING);
   next.set_state_reason(why);
   if (absl::Status s = book_->Commit(e, std::move(next), {{"resizing", why, a->number()}}); !s.ok()) {
-    std::cerr << "coordinator: " << s << " (growing at a later checkpoint)\n";
+    LogDeferred(s, "growing at a later checkpoint");
     return;
   }
   starter_->StopAll(e.job.id(), CurrentAttempt(e.job)->number(), to_stop, why);

@@ -4,6 +4,9 @@
 #include <cassert>
 #include <iostream>
 
+#include "common/log.h"
+#include "coordinator/store/state_store.h"
+
 namespace trainctl::coordinator {
 
 void TelemetryBatcher::Drain() {
@@ -19,8 +22,9 @@ void TelemetryBatcher::Drain() {
                        absl::Status s = q.msg.has_metrics()
                                             ? ctx_.jobs->OnMetrics(q.worker_id, q.msg.metrics())
                                             : ctx_.jobs->OnLogs(q.worker_id, q.msg.logs());
-                       if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
-                         std::cerr << "coordinator: worker " << q.worker_id << ": " << s << "\n";
+                       if (!s.ok() && s.code() != absl::StatusCode::kAborted && !StateStore::IsWriteFailure(s)) {
+                         LogEvent(LogLevel::kWarn, "coordinator", "report_refused",
+                                  {{"worker_id", q.worker_id}, {"error", std::string(s.message())}});
                        }
                        return s;
                      }});

@@ -1,3 +1,4 @@
+#include "coordinator/retry_log.h"
 #include "coordinator/worker_registry.h"
 
 #include <algorithm>
@@ -128,7 +129,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
   // would turn a store outage into lost workers. A coordinator restarted
   // from the older row sees the worker register again.
   if (absl::Status s = Persist(w); !s.ok()) {
-    std::cerr << "coordinator: worker " << id << " registered, but storing that failed: " << s << "\n";
+    LogDeferred(s, "memory goes ahead; the row is written at its next change", {{"worker_id", id}, {"on", "registered"}});
   }
   Entry& e = workers_[id];
   if (e.channel != nullptr && e.channel != channel) {
@@ -177,7 +178,7 @@ void WorkerRegistry::SessionEnded(const std::string& id, const WorkerChannel* ch
     // Memory goes ahead of a failed write: the worker is gone either way,
     // and a coordinator restarted from the stale row sees it expire.
     if (absl::Status s = Persist(it->second.worker); !s.ok()) {
-      std::cerr << "coordinator: worker " << id << " left, but storing that failed: " << s << "\n";
+      LogDeferred(s, "memory goes ahead; the row is written at its next change", {{"worker_id", id}, {"on", "left"}});
     }
     return;
   }
@@ -200,7 +201,7 @@ bool WorkerRegistry::Expel(const std::string& id, const absl::Status& why) {
   // As in ExpireLeases: a failed write leaves a stale ALIVE row, which a
   // restarted coordinator expires (and the revocation refuses it).
   if (absl::Status s = Persist(e.worker); !s.ok()) {
-    std::cerr << "coordinator: worker " << id << " expelled, but storing that failed: " << s << "\n";
+    LogDeferred(s, "memory goes ahead; the row is written at its next change", {{"worker_id", id}, {"on", "expelled"}});
   }
   if (e.channel != nullptr) {
     e.channel->Close(why);
@@ -223,7 +224,7 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
     // As for LEFT: a failed write only leaves a stale ALIVE row, which a
     // restarted coordinator expires again.
     if (absl::Status s = Persist(e.worker); !s.ok()) {
-      std::cerr << "coordinator: worker " << id << " lost, but storing that failed: " << s << "\n";
+      LogDeferred(s, "memory goes ahead; the row is written at its next change", {{"worker_id", id}, {"on", "lost"}});
     }
     if (e.channel != nullptr) {
       e.channel->Close(absl::UnavailableError("lease expired: no heartbeat in time"));
@@ -253,7 +254,7 @@ std::vector<std::string> WorkerRegistry::ForgetGone(const std::function<bool(con
       continue;
     }
     if (absl::Status s = store_->DeleteWorker(it->first); !s.ok()) {
-      std::cerr << "coordinator: forgetting gone worker " << it->first << " failed: " << s << "\n";
+      LogDeferred(s, "forgotten again at the next sweep", {{"worker_id", it->first}, {"on", "forgetting a gone worker"}});
       ++it;
       continue;  // tried again at the next pass
     }

@@ -186,7 +186,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
           absl::Status s = absl::PermissionDeniedError(absl::StrCat(
               "register: this worker's certificate is for '", cert_id_, "'; it may not register as '",
               wanted, "'"));
-          std::cerr << "coordinator: refused registration from " << peer_ << ": " << s << "\n";
+          LogEvent(LogLevel::kWarn, "coordinator", "registration_refused",
+                   {{"peer", peer_}, {"error", std::string(s.message())}});
           Close(s);
           return;
         }
@@ -200,7 +201,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
       if (!msg.register_().worker_id().empty()) {
         absl::Status mine = ctx_.auth->CheckWorker(msg.register_().worker_id(), who_);
         if (!mine.ok()) {
-          std::cerr << "coordinator: refused registration from " << peer_ << ": " << mine << "\n";
+          LogEvent(LogLevel::kWarn, "coordinator", "registration_refused",
+                   {{"peer", peer_}, {"error", std::string(mine.message())}});
           Close(mine);
           return;
         }
@@ -340,7 +342,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
         s.code() == absl::StatusCode::kResourceExhausted) {
       return;
     }
-    std::cerr << "coordinator: worker " << worker_id_ << " (" << peer_ << "): " << s << "\n";
+    LogEvent(LogLevel::kWarn, "coordinator", "report_refused",
+             {{"worker_id", worker_id_}, {"peer", peer_}, {"error", std::string(s.message())}});
   }
 
   // Sequenced messages a store failure kept from being applied, and every
@@ -454,8 +457,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // seq.
   void TelemetryFailed(int64_t seq, const absl::Status& why) {
     telemetry_failed_ = true;
-    std::cerr << "coordinator: worker " << worker_id_ << " (" << peer_ << "): telemetry seq " << seq
-              << " not applied: " << why << "\n";
+    LogEvent(LogLevel::kWarn, "coordinator", "telemetry_session_ended",
+             {{"worker_id", worker_id_}, {"peer", peer_}, {"from_seq", absl::StrCat(seq)},
+              {"reason", std::string(why.message())}, {"then", "the worker reconnects and resends"}});
     Close(absl::UnavailableError(absl::StrCat("telemetry seq ", seq, " not applied (", why.message(),
                                               "); reconnect and resend")));
   }
