@@ -202,10 +202,10 @@ v1::WorkerMessage WorkerDaemon::RegisterMessage() {
 bool WorkerDaemon::RunSession(grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>& stream) {
   v1::WorkerMessage reg = RegisterMessage();
   const int running = reg.register_().running_size();
-  if (std::getenv("TRAINCTL_WORKER_DEBUG") != nullptr) {
+  {
     absl::MutexLock lock(&mu_);
-    std::cerr << "trainctl-worker: registering with " << running << " running rank(s), " << telemetry_.size()
-              << " unacknowledged report(s)\n";
+    LogEvent(LogLevel::kDebug, "worker", "registering",
+             {{"running_ranks", absl::StrCat(running)}, {"unacknowledged_reports", absl::StrCat(telemetry_.size())}});
   }
   v1::CoordinatorMessage in;
   // Only this thread uses the stream until stream_ is set in OnRegistered.
