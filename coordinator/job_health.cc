@@ -2,7 +2,6 @@
 #include "coordinator/job_health.h"
 
 #include <algorithm>
-#include <iostream>
 #include <vector>
 
 #include "absl/container/btree_set.h"

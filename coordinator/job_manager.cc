@@ -2,7 +2,6 @@
 #include "coordinator/job_manager.h"
 
 #include <algorithm>
-#include <iostream>
 #include <map>
 
 #include "absl/strings/str_cat.h"

@@ -197,6 +197,16 @@ class JobManagerTest : public ::testing::Test {
 
   // Submits `spec` (2 ranks, on workers a and b) and brings it to RUNNING;
   // "" when the submission fails.
+  // Two ranks on a and b (registered first) with one shared checkpoint
+  // directory, /mnt/shared/<job id>; keep 0 = the default.
+  std::string RunSharedTwoRanks(int keep = 0) {
+    v1::JobSpec spec = Spec(2);
+    spec.mutable_checkpoint()->set_dir("/mnt/shared/{job_id}");
+    spec.mutable_checkpoint()->set_shared(true);
+    if (keep > 0) spec.mutable_checkpoint()->set_keep(keep);
+    return RunTwoRanks(spec);
+  }
+
   std::string RunTwoRanks(const v1::JobSpec& spec) {
     auto job = jobs_->Submit(spec);
     EXPECT_TRUE(job.ok()) << job.status();

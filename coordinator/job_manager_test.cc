@@ -677,11 +677,7 @@ TEST_F(JobManagerTest, ADropForAnAbsentWorkerIsSentWhenItReturns) {
   Open();
   a_ = AddWorker("a", 1);
   b_ = AddWorker("b", 1);
-  v1::JobSpec spec = Spec(2);
-  spec.mutable_checkpoint()->set_dir("/mnt/shared/{job_id}");
-  spec.mutable_checkpoint()->set_shared(true);
-  spec.mutable_checkpoint()->set_keep(1);
-  std::string id = RunTwoRanks(spec);
+  std::string id = RunSharedTwoRanks(/*keep=*/1);
   ASSERT_FALSE(id.empty());
   auto path = [&](int64_t epochs) { return absl::StrFormat("/mnt/shared/%s/%s.ckpt-epoch-%06d.pt", id, id, epochs); };
   ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, 1, 10, path(1)).ok());
@@ -699,10 +695,7 @@ TEST_F(JobManagerTest, ASharedCheckpointRecordNamesTheWorkerThatReportedIt) {
   Open();
   a_ = AddWorker("a", 1);
   b_ = AddWorker("b", 1);
-  v1::JobSpec spec = Spec(2);
-  spec.mutable_checkpoint()->set_dir("/mnt/shared/{job_id}");
-  spec.mutable_checkpoint()->set_shared(true);
-  std::string id = RunTwoRanks(spec);
+  std::string id = RunSharedTwoRanks();
   ASSERT_FALSE(id.empty());
   v1::CheckpointReport rep;
   rep.set_job_id(id);

@@ -2,7 +2,6 @@
 #include "coordinator/job_placer.h"
 
 #include <algorithm>
-#include <iostream>
 #include <optional>
 
 #include "absl/strings/str_cat.h"

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cassert>
-#include <iostream>
 
 #include "common/log.h"
 #include "coordinator/store/state_store.h"

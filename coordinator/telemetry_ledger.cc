@@ -6,9 +6,7 @@ namespace trainctl::coordinator {
 namespace {
 
 // A failure that says nothing about the message: retrying may succeed.
-bool Retryable(const absl::Status& s) {
-  return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kResourceExhausted;
-}
+bool Retryable(const absl::Status& s) { return StateStore::IsWriteFailure(s); }
 
 }  // namespace
 

@@ -2,7 +2,6 @@
 #include "coordinator/worker_registry.h"
 
 #include <algorithm>
-#include <iostream>
 #include <random>
 
 #include "absl/container/flat_hash_set.h"

@@ -8,7 +8,6 @@
 #include <algorithm>
 #include <cassert>
 #include <deque>
-#include <iostream>
 #include <string>
 #include <vector>
 
@@ -338,10 +337,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // may be a step behind (a stale attempt) and everything else it says is
   // still needed. A store failure is the store's to log (StateStore).
   void LogRefusal(const absl::Status& s) const {
-    if (s.ok() || s.code() == absl::StatusCode::kAborted || s.code() == absl::StatusCode::kUnavailable ||
-        s.code() == absl::StatusCode::kResourceExhausted) {
-      return;
-    }
+    if (s.ok() || s.code() == absl::StatusCode::kAborted || StateStore::IsWriteFailure(s)) return;
     LogEvent(LogLevel::kWarn, "coordinator", "report_refused",
              {{"worker_id", worker_id_}, {"peer", peer_}, {"error", std::string(s.message())}});
   }
@@ -365,12 +361,17 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
                   {"then", "kept unacknowledged and retried; the session stays up"}});
       }
     }
+    // Messages come in seq order (a failed batch is handed back before
+    // anything later is held), so this is an append; sorted only if not.
+    const bool in_order = held_.empty() || msgs.empty() || msgs.front().seq() > held_.back().seq();
     for (v1::WorkerMessage& m : msgs) {
       held_bytes_ += static_cast<int64_t>(m.ByteSizeLong());
       held_.push_back(std::move(m));
     }
-    std::stable_sort(held_.begin(), held_.end(),
-                     [](const v1::WorkerMessage& a, const v1::WorkerMessage& b) { return a.seq() < b.seq(); });
+    if (!in_order) {
+      std::stable_sort(held_.begin(), held_.end(),
+                       [](const v1::WorkerMessage& a, const v1::WorkerMessage& b) { return a.seq() < b.seq(); });
+    }
     if (held_bytes_ > kMaxHeldBytes) {
       const int64_t first = held_.front().seq();
       held_.clear();
