@@ -5,6 +5,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/jobspec/job_spec.h"
+#include "common/log.h"
 #include "common/nccl_id.h"
 #include "common/random_secret.h"
 #include "common/status_macros.h"
@@ -52,6 +53,16 @@ std::string AttemptStarter::ResumeOwner(const v1::Job& job) const {
   return src == nullptr ? "" : src->job.owner();
 }
 
+int64_t AttemptStarter::OwnerNumber(const v1::Job& job) {
+  std::string whose = ResumeOwner(job);
+  if (whose.empty()) whose = job.owner();
+  absl::StatusOr<int64_t> n = owners_->Get(whose);
+  if (n.ok()) return *n;
+  LogEvent(LogLevel::kWarn, "coordinator", "owner_number_unavailable",
+           {{"job_id", job.id()}, {"owner", whose}, {"error", std::string(n.status().message())}});
+  return 0;
+}
+
 void AttemptStarter::Launch(JobEntry& e, const v1::Attempt& attempt) {
   if (!options_.preflight) {
     for (const std::string& w : AttemptWorkers(attempt)) SendStartRanks(e, attempt, w);
@@ -89,6 +100,7 @@ void AttemptStarter::SendPreflight(const JobEntry& e, const v1::Attempt& attempt
   if (attempt.has_resume()) *p->mutable_resume() = attempt.resume();
   p->set_owner(e.job.owner());
   p->set_resume_owner(ResumeOwner(e.job));
+  p->set_owner_number(OwnerNumber(e.job));
   for (const v1::RankAssignment& r : attempt.ranks()) {
     if (r.worker_id() == worker_id) *p->add_ranks() = r;
   }
@@ -161,6 +173,7 @@ void AttemptStarter::SendStartRanks(JobEntry& entry, const v1::Attempt& attempt,
   s->set_rendezvous_secret(entry.rendezvous_secret);
   s->set_owner(job.owner());
   s->set_resume_owner(ResumeOwner(job));
+  s->set_owner_number(OwnerNumber(job));
   *s->mutable_skip_steps() = attempt.skip_steps();
   for (const v1::RankAssignment& r : attempt.ranks()) {
     if (r.worker_id() != worker_id) continue;

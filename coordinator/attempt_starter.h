@@ -19,6 +19,7 @@
 #include "absl/time/time.h"
 #include "coordinator/job_actions.h"
 #include "coordinator/job_book.h"
+#include "coordinator/owner_numbers.h"
 #include "coordinator/worker_registry.h"
 #include "trainctl/v1/worker_service.pb.h"
 
@@ -32,8 +33,9 @@ class AttemptStarter {
     // SIGTERM → SIGKILL grace the workers get when told to stop ranks.
     absl::Duration stop_grace = absl::Seconds(10);
   };
-  AttemptStarter(JobBook* book, WorkerRegistry* registry, JobActions* actions, Options options)
-      : book_(book), registry_(registry), actions_(actions), options_(options) {}
+  AttemptStarter(JobBook* book, WorkerRegistry* registry, JobActions* actions, OwnerNumbers* owners,
+                 Options options)
+      : book_(book), registry_(registry), actions_(actions), owners_(owners), options_(options) {}
 
   // Starts a placed attempt on its workers: pre-flight first when enabled,
   // else StartRanks.
@@ -58,6 +60,10 @@ class AttemptStarter {
   // job use that owner's checkpoint directory (SubmitJob checked that the
   // caller may resume it).
   std::string ResumeOwner(const v1::Job& job) const;
+  // The number of the owner whose files the job works in (ResumeOwner when
+  // set, else the job's owner); 0, logged, when none could be stored (a
+  // worker with --rank-uids then refuses to start its ranks).
+  int64_t OwnerNumber(const v1::Job& job);
   void SendPreflight(const JobEntry& entry, const v1::Attempt& attempt, const std::string& worker_id);
   void SendStartRanks(JobEntry& entry, const v1::Attempt& attempt, const std::string& worker_id);
   void SendRendezvous(const v1::Job& job, const v1::Attempt& attempt, const std::string& worker_id);
@@ -67,6 +73,7 @@ class AttemptStarter {
   JobBook* book_;
   WorkerRegistry* registry_;
   JobActions* actions_;
+  OwnerNumbers* owners_;
   Options options_;
 };
 

@@ -58,7 +58,8 @@ JobManager::JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* 
       options_(options),
       registry_(registry),
       book_(store, hub, clock),
-      starter_(&book_, registry, this, {options.preflight, options.stop_grace}),
+      owners_(store),
+      starter_(&book_, registry, this, &owners_, {options.preflight, options.stop_grace}),
       placer_(&book_, registry, &starter_, clock),
       ingest_(&book_, store, hub, clock, options.rank_watch),
       health_(&book_, registry, this, {options.progress_timeout, options.rendezvous_timeout}),
@@ -130,6 +131,9 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::s
   TRAINCTL_RETURN_IF_ERROR(CheckDirOwner(job.spec(), owner));
   job.set_state(v1::JOB_STATE_PENDING);
   TRAINCTL_RETURN_IF_ERROR(RefuseIfUnschedulable(job));
+  // Numbered before it is stored: every attempt's ranks run as this owner's
+  // uid on a worker with --rank-uids (owner_numbers.h).
+  TRAINCTL_RETURN_IF_ERROR(owners_.Get(owner).status());
   job.set_owner(owner);
   job.set_owner_token_id(owner_token_id);
   job.set_request_id(request_id);

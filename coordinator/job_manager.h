@@ -256,6 +256,7 @@ class JobManager : private JobActions {
   JobManagerOptions options_;
   WorkerRegistry* registry_;
   JobBook book_;
+  OwnerNumbers owners_;
   AttemptStarter starter_;
   JobPlacer placer_;
   TelemetryIngest ingest_;

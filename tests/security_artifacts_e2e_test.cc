@@ -63,17 +63,6 @@ std::shared_ptr<grpc::Channel> Channel(const Cluster& c, const std::string& toke
   return *auth::MakeChannel(c.address(), security, grpc::ChannelArguments());
 }
 
-grpc::Status SubmitAs(const Cluster& c, const std::string& token, const v1::JobSpec& spec, std::string* id) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  v1::SubmitJobRequest req;
-  *req.mutable_spec() = spec;
-  v1::SubmitJobResponse resp;
-  grpc::Status s = v1::JobService::NewStub(Channel(c, token))->SubmitJob(&ctx, req, &resp);
-  *id = resp.job().id();
-  return s;
-}
-
 // FetchArtifact: the status, and every byte received in *data.
 grpc::Status Fetch(const Cluster& c, const std::string& token, const std::string& job, int64_t step,
                    std::string* data) {
@@ -212,7 +201,7 @@ TEST(SecurityArtifactsE2ETest, NoReportFetchesAFileOutsideTheJobsDirectory) {
   ASSERT_TRUE(cmd.ok());
   const std::string submitter = cluster.CreateToken(v1::ROLE_SUBMITTER, "mallory");
   std::string trick;
-  ASSERT_TRUE(SubmitAs(cluster, submitter, cmd.spec, &trick).ok());
+  ASSERT_TRUE(cluster.SubmitAs(submitter, cmd.spec, &trick).ok());
   v1::Job tj = cluster.WaitState(trick, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
   ASSERT_EQ(tj.state(), v1::JOB_STATE_SUCCEEDED) << tj.state_reason();
   EXPECT_EQ(Steps(tj), (std::set<int64_t>{8, 9})) << "only job-named files in its directory are reported";
@@ -254,12 +243,12 @@ TEST(SecurityArtifactsE2ETest, ACheckpointDirBelongsToItsFirstOwnerWhoseJobsKeep
   const std::string team = cluster.dir() + "/team";
 
   std::string a1, a2;
-  ASSERT_TRUE(SubmitAs(cluster, alice, Spec("slow-model-a1", 2, {"checkpoint.dir=" + team}), &a1).ok());
-  ASSERT_TRUE(SubmitAs(cluster, alice, Spec("model-a2", 1, {"checkpoint.dir=" + team}), &a2).ok());
+  ASSERT_TRUE(cluster.SubmitAs(alice, Spec("slow-model-a1", 2, {"checkpoint.dir=" + team}), &a1).ok());
+  ASSERT_TRUE(cluster.SubmitAs(alice, Spec("model-a2", 1, {"checkpoint.dir=" + team}), &a2).ok());
 
   // Bob, by the same path: refused at submit, naming the owner.
   std::string b;
-  grpc::Status s = SubmitAs(cluster, bob, Spec("model-b", 1, {"checkpoint.dir=" + team + "/"}), &b);
+  grpc::Status s = cluster.SubmitAs(bob, Spec("model-b", 1, {"checkpoint.dir=" + team + "/"}), &b);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
   EXPECT_THAT(s.error_message(), HasSubstr("belongs to 'alice' (job " + a1 + ")"));
   // By a path the coordinator cannot match (a symlink): refused by the
@@ -268,7 +257,7 @@ TEST(SecurityArtifactsE2ETest, ACheckpointDirBelongsToItsFirstOwnerWhoseJobsKeep
   ASSERT_GE(first.state(), v1::JOB_STATE_RUNNING);
   ASSERT_TRUE(std::filesystem::exists(team + "/.trainctl-dir"));
   std::filesystem::create_directory_symlink(team, cluster.dir() + "/team-link");
-  ASSERT_TRUE(SubmitAs(cluster, bob, Spec("model-b", 1, {"checkpoint.dir=" + cluster.dir() + "/team-link"}), &b).ok());
+  ASSERT_TRUE(cluster.SubmitAs(bob, Spec("model-b", 1, {"checkpoint.dir=" + cluster.dir() + "/team-link"}), &b).ok());
   v1::Job bj = cluster.WaitState(b, v1::JOB_STATE_FAILED, absl::Seconds(60));
   ASSERT_EQ(bj.state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(bj.attempts(0).failure_kind(), v1::FAILURE_KIND_PREFLIGHT);

@@ -8,7 +8,9 @@
 // user and write their checkpoints; pre-flight touches a job-chosen
 // checkpoint.dir as the rank user, so root creates nothing for the job
 // where that user could not; a daemon that cannot switch users refuses to
-// start.
+// start. With --rank-uids, two owners' jobs run as two uids of their own
+// and neither reads the other's checkpoint or scratch files, while one
+// owner's jobs share theirs.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -30,6 +32,7 @@
 #include "common/temp_dir.h"
 #include "tests/support/cluster.h"
 #include "tests/support/source_dir.h"
+#include "worker/daemon/rank_files.h"
 
 namespace trainctl {
 namespace {
@@ -56,6 +59,17 @@ set -e
 echo "uid=$(id -u)"
 echo "weights" > "$TRAINCTL_CHECKPOINT_DIR/model.txt"
 echo "wrote $TRAINCTL_CHECKPOINT_DIR/model.txt"
+)sh";
+
+// A job of some owner: prints who it runs as, writes its checkpoint and a
+// scratch file, then tries to read every file named (READ/DENIED per file).
+constexpr char kOwnerScript[] = R"sh(#!/bin/sh
+echo "uid=$(id -u) gid=$(id -g) home=$HOME"
+echo "weights" > "$TRAINCTL_CHECKPOINT_DIR/model.txt"
+echo "scratch" > scratch.txt
+for f in "$@"; do
+  if cat "$f" >/dev/null 2>&1; then echo "READ $f"; else echo "DENIED $f"; fi
+done
 )sh";
 
 struct stat FileStat(const std::string& path) {
@@ -97,11 +111,13 @@ class RankUserE2ETest : public ::testing::Test {
     ASSERT_FALSE(join.empty());
     join_file_ = cluster_->dir() + "/join.token";
     ASSERT_TRUE(auth::WritePrivateFile(join_file_, join + "\n").ok());
-    ASSERT_TRUE(cluster_->StartWorker("w0", 2, false,
-                                      {"--join_token_file=" + join_file_, "--allow_commands", "--rank-user=nobody"}));
+    std::vector<std::string> flags = {"--join_token_file=" + join_file_, "--allow_commands", "--rank-user=nobody"};
+    for (const std::string& f : ExtraWorkerFlags()) flags.push_back(f);
+    ASSERT_TRUE(cluster_->StartWorker("w0", 2, false, flags));
     ASSERT_TRUE(cluster_->WaitWorkers(1)) << cluster_->worker("w0")->ReadLog();
     work_ = cluster_->dir() + "/worker-w0";
-    for (const auto& [name, text] : {std::pair{"attack.sh", kAttackScript}, std::pair{"writer.sh", kWriterScript}}) {
+    for (const auto& [name, text] : {std::pair{"attack.sh", kAttackScript}, std::pair{"writer.sh", kWriterScript},
+                                     std::pair{"owner.sh", kOwnerScript}}) {
       const std::string path = cluster_->dir() + "/" + name;
       std::ofstream(path) << text;
       ASSERT_EQ(chmod(path.c_str(), 0755), 0);
@@ -139,6 +155,8 @@ class RankUserE2ETest : public ::testing::Test {
     }
     EXPECT_THAT(log, Not(HasSubstr("READ ")));
   }
+
+  virtual std::vector<std::string> ExtraWorkerFlags() const { return {}; }
 
   void TearDown() override {
     if (!bin_dir_.empty()) {
@@ -232,6 +250,75 @@ TEST_F(RankUserE2ETest, PreflightMakesAJobChosenCheckpointDirAsTheRankUser) {
   EXPECT_EQ(FileStat(made_dir + "/model.txt").st_uid, nobody_.uid);
 }
 
+// Ids far above any user or group a test machine has.
+constexpr uid_t kFirstOwnerUid = 2147000000;
+constexpr uid_t kLastOwnerUid = 2147000099;
+
+class OwnerUidsE2ETest : public RankUserE2ETest {
+ protected:
+  void SetUp() override {
+    if (geteuid() == 0) {
+      absl::Status unused = worker::CheckRankUidsUnused({kFirstOwnerUid, kLastOwnerUid});
+      if (!unused.ok()) GTEST_SKIP() << unused;
+    }
+    RankUserE2ETest::SetUp();
+  }
+  std::vector<std::string> ExtraWorkerFlags() const override {
+    return {absl::StrCat("--rank-uids=", kFirstOwnerUid, "-", kLastOwnerUid)};
+  }
+
+  // Runs owner.sh as the holder of `token` trying to read `files`; the job
+  // must succeed. Its rank's output.
+  std::string RunOwnerJob(const std::string& token, const std::string& name, const std::vector<std::string>& files,
+                          std::string* id) {
+    EXPECT_TRUE(cluster_->SubmitAs(token, Command(name, "owner.sh", files), id).ok());
+    v1::Job j = cluster_->WaitState(*id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
+    const std::string log = cluster_->RankLog(*id, 1, 0);
+    EXPECT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n" << log;
+    return log;
+  }
+};
+
+TEST_F(OwnerUidsE2ETest, EachOwnersRanksRunAsTheirOwnUidAndCannotReadAnotherOwnersFiles) {
+  const std::string alice = cluster_->CreateToken(v1::ROLE_SUBMITTER, "alice");
+  const std::string bob = cluster_->CreateToken(v1::ROLE_SUBMITTER, "bob");
+  ASSERT_FALSE(alice.empty());
+  ASSERT_FALSE(bob.empty());
+  std::string a1, b1, a2;
+  const std::string a1_log = RunOwnerJob(alice, "alice-1", {}, &a1);
+  const std::string model = work_ + "/jobs/" + a1 + "/checkpoints/model.txt";
+  const std::string scratch = work_ + "/jobs/" + a1 + "/attempt-1/rank-0/scratch.txt";
+  // The files alice's job wrote are hers, in directories only she passes.
+  const uid_t alice_uid = FileStat(model).st_uid;
+  EXPECT_GE(alice_uid, kFirstOwnerUid);
+  EXPECT_LE(alice_uid, kLastOwnerUid);
+  EXPECT_EQ(FileStat(scratch).st_uid, alice_uid);
+  EXPECT_THAT(a1_log, HasSubstr(absl::StrCat("uid=", alice_uid, " gid=", alice_uid, " home=", work_, "/homes/",
+                                             alice_uid)));
+  EXPECT_EQ(FileStat(work_ + "/homes/" + std::to_string(alice_uid)).st_uid, alice_uid);
+  EXPECT_EQ(FileStat(work_ + "/jobs/" + a1).st_gid, alice_uid);
+  EXPECT_EQ(FileStat(work_ + "/jobs/" + a1).st_mode & 0777, 0710u);
+
+  // Bob's job runs as another uid of the range and reads none of it.
+  const std::string b1_log = RunOwnerJob(bob, "bob-1", {model, scratch}, &b1);
+  const uid_t bob_uid = FileStat(work_ + "/jobs/" + b1 + "/checkpoints/model.txt").st_uid;
+  EXPECT_NE(bob_uid, alice_uid);
+  EXPECT_GE(bob_uid, kFirstOwnerUid);
+  EXPECT_LE(bob_uid, kLastOwnerUid);
+  EXPECT_THAT(b1_log, HasSubstr(absl::StrCat("uid=", bob_uid, " ")));
+  EXPECT_THAT(b1_log, HasSubstr("DENIED " + model));
+  EXPECT_THAT(b1_log, HasSubstr("DENIED " + scratch));
+  EXPECT_THAT(b1_log, Not(HasSubstr("READ ")));
+
+  // Alice's next job is alice again: same uid, her files are hers to read.
+  const std::string a2_log = RunOwnerJob(alice, "alice-2", {model, scratch}, &a2);
+  EXPECT_THAT(a2_log, HasSubstr(absl::StrCat("uid=", alice_uid, " ")));
+  EXPECT_THAT(a2_log, HasSubstr("READ " + model));
+  EXPECT_THAT(a2_log, HasSubstr("READ " + scratch));
+  // Neither owner reaches the daemon's secrets.
+  EXPECT_EQ(FileStat(work_ + "/worker.key").st_mode & 0777, 0600u);
+}
+
 TEST(RankUserFlagTest, ADaemonThatCannotSwitchUsersRefusesToStart) {
   const std::string build = trainctl::testing::BuildDirOfThisTest();
   const std::string worker = build + "/worker/daemon/trainctl-worker";
@@ -262,6 +349,12 @@ TEST(RankUserFlagTest, ADaemonThatCannotSwitchUsersRefusesToStart) {
   auto [code, out] = start({"--rank-user=no-such-user-trainctl"}, std::nullopt);
   EXPECT_EQ(code, 2) << out;
   EXPECT_THAT(out, HasSubstr("--rank-user: user no-such-user-trainctl: no such user on this host"));
+  std::tie(code, out) = start({"--rank-uids=20-10"}, std::nullopt);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, HasSubstr("--rank-uids: 20-10: needs 1 <= FIRST <= LAST"));
+  std::tie(code, out) = start({"--rank-uids=2147000000-2147000009"}, std::nullopt);
+  EXPECT_EQ(code, 2) << out;
+  EXPECT_THAT(out, HasSubstr("--rank-uids: needs --rank-user"));
   if (geteuid() != 0) GTEST_SKIP() << "starting the daemon as another user needs root";
   absl::StatusOr<RunAs> nobody = LookupUser("nobody");
   ASSERT_TRUE(nobody.ok()) << nobody.status();

@@ -126,4 +126,27 @@ absl::StatusOr<std::vector<v1::RevokeWorkerResponse>> StateStore::LoadRevokedWor
   return out;
 }
 
+absl::Status StateStore::PutOwnerNumber(const std::string& owner, int64_t number) {
+  if (number <= 0) return absl::InvalidArgumentError("state store: PutOwnerNumber: a number is >= 1");
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  const std::string op = absl::StrCat("PutOwnerNumber('", owner, "', ", number, ")");
+  TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
+  // A taken owner or number is AlreadyExists (the UNIQUE constraints).
+  return Query(s.db, s.stmts->put_owner_number, op).Bind(1, owner).Bind(2, number).Run();
+}
+
+absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> StateStore::LoadOwnerNumbers() {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  std::vector<std::pair<std::string, int64_t>> out;
+  Query q(s.db, s.stmts->load_owner_numbers, "LoadOwnerNumbers");
+  while (true) {
+    TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    out.emplace_back(q.Text(0), q.Int(1));
+  }
+  return out;
+}
+
 }  // namespace trainctl::coordinator

@@ -114,6 +114,15 @@ constexpr const char* kMigrations[] = {
         blob      BLOB NOT NULL        -- v1.RevokeWorkerResponse
       ) WITHOUT ROWID;
     )sql",
+    // 4 -> 5: each job owner's number (StartRanks.owner_number): a worker
+    // with --rank-uids runs an owner's ranks as its own uid, the same on
+    // every host. A number is never given to another owner.
+    R"sql(
+      CREATE TABLE owner_numbers (
+        owner  TEXT PRIMARY KEY NOT NULL,
+        number INTEGER NOT NULL UNIQUE
+      ) WITHOUT ROWID;
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 
@@ -350,6 +359,8 @@ absl::Status StateStore::Impl::PrepareStatements() {
       {&s.load_bindings, "SELECT worker_id, token_id FROM worker_bindings ORDER BY worker_id"},
       {&s.put_revoked_worker, "INSERT OR REPLACE INTO revoked_workers (worker_id, blob) VALUES (?1, ?2)"},
       {&s.load_revoked_workers, "SELECT worker_id, blob FROM revoked_workers ORDER BY worker_id"},
+      {&s.put_owner_number, "INSERT INTO owner_numbers (owner, number) VALUES (?1, ?2)"},
+      {&s.load_owner_numbers, "SELECT owner, number FROM owner_numbers ORDER BY number"},
       {&s.insert_metric,
        "INSERT INTO metrics (job_id, attempt, rank, blob) VALUES (?1, ?2, ?3, ?4)"},
       {&s.insert_log, "INSERT INTO logs (job_id, attempt, rank, blob) VALUES (?1, ?2, ?3, ?4)"},

@@ -210,6 +210,12 @@ class StateStore {
   // Every revocation record, ascending by worker id; DataLoss naming the row
   // when one does not parse.
   absl::StatusOr<std::vector<v1::RevokeWorkerResponse>> LoadRevokedWorkers();
+  // Records `owner`'s number (StartRanks.owner_number). AlreadyExists when
+  // the owner has one or another owner has that number: a number is given
+  // once.
+  absl::Status PutOwnerNumber(const std::string& owner, int64_t number);
+  // (owner, number) for every owner, ascending by number.
+  absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> LoadOwnerNumbers();
 
   // Fault injection for tests (LevelDB's FaultInjectionTestEnv, in small):
   // `fail` is asked before each write (PutJob, AppendMetrics, AppendLogs,

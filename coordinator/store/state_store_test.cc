@@ -408,6 +408,23 @@ TEST(StateStoreTest, GroupRollbackDiscardsEverythingAndAFailedWriteOnlyItself) {
   EXPECT_EQ(snapshot->jobs[0].state(), v1::JOB_STATE_PENDING);
 }
 
+TEST(StateStoreTest, OwnerNumbersAreGivenOnceAndSurviveAReopen) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_TRUE(store->PutOwnerNumber("alice", 1).ok());
+    ASSERT_TRUE(store->PutOwnerNumber("", 2).ok()) << "jobs submitted without tokens have owner ''";
+    EXPECT_TRUE(absl::IsAlreadyExists(store->PutOwnerNumber("bob", 1))) << "a number is given once";
+    EXPECT_TRUE(absl::IsAlreadyExists(store->PutOwnerNumber("alice", 3))) << "an owner has one number";
+    EXPECT_TRUE(absl::IsInvalidArgument(store->PutOwnerNumber("carol", 0)));
+  }
+  auto store = OpenOrDie(path);
+  auto numbers = store->LoadOwnerNumbers();
+  ASSERT_TRUE(numbers.ok()) << numbers.status();
+  EXPECT_THAT(*numbers, ElementsAre(std::pair<std::string, int64_t>("alice", 1), std::pair<std::string, int64_t>("", 2)));
+}
+
 TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   TempDir dir;
   const std::string path = dir.File("state.db");
@@ -417,9 +434,9 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   }
   // What a coordinator before telemetry seqs left behind.
   // (Nor the later tables: tokens and worker_bindings came with version 3,
-  // revoked_workers with 4.)
+  // revoked_workers with 4, owner_numbers with 5.)
   RawExec(path, "DROP TABLE telemetry_seqs; DROP TABLE tokens; DROP TABLE worker_bindings; "
-                "DROP TABLE revoked_workers; PRAGMA user_version=1");
+                "DROP TABLE revoked_workers; DROP TABLE owner_numbers; PRAGMA user_version=1");
   auto store = OpenOrDie(path);
   ASSERT_TRUE(store->BeginGroup().ok());
   ASSERT_TRUE(store->AppendMetrics(MakeMetrics("old", 1, 1, 1)).ok());

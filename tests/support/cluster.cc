@@ -223,6 +223,23 @@ grpc::Status Cluster::TrySubmit(const v1::JobSpec& spec, std::string* id) {
   return s;
 }
 
+grpc::Status Cluster::SubmitAs(const std::string& token, const v1::JobSpec& spec, std::string* id) {
+  auth::ChannelSecurity security;
+  security.token = token;
+  security.ca_file = ca_file();
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      auth::MakeChannel(address_, security, grpc::ChannelArguments());
+  if (!channel.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, std::string(channel.status().message()));
+  grpc::ClientContext ctx;
+  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+  v1::SubmitJobRequest req;
+  *req.mutable_spec() = spec;
+  v1::SubmitJobResponse resp;
+  grpc::Status s = v1::JobService::NewStub(*channel)->SubmitJob(&ctx, req, &resp);
+  if (s.ok() && id != nullptr) *id = resp.job().id();
+  return s;
+}
+
 std::string Cluster::Submit(const v1::JobSpec& spec) {
   std::string id;
   return TrySubmit(spec, &id).ok() ? id : "";

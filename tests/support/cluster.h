@@ -93,6 +93,9 @@ class Cluster {
   // The same, answering the call's status (a refusal is no test failure);
   // the id goes to `*id` when it is OK.
   grpc::Status TrySubmit(const v1::JobSpec& spec, std::string* id = nullptr);
+  // Submits as the holder of `token` (another owner than the admin) over
+  // this cluster's transport (TLS with its CA once InitTls ran).
+  grpc::Status SubmitAs(const std::string& token, const v1::JobSpec& spec, std::string* id);
   // Polls GetJob until the state is `want` (or the job ends in another terminal state).
   v1::Job WaitState(const std::string& id, v1::JobState want, absl::Duration timeout = absl::Seconds(60));
   v1::Job Get(const std::string& id);

@@ -71,6 +71,11 @@ ABSL_FLAG(std::string, rank_user, "",
           "so they cannot read this daemon's key, token or other jobs' rank.conf; needs a daemon "
           "running as root (default: this daemon's user; the deploy/ units and images set "
           "trainctl-rank)");
+ABSL_FLAG(std::string, rank_uids, "",
+          "FIRST-LAST: run each job owner's ranks as a uid (and gid) of their own from this range, "
+          "the same on every worker, so that jobs of different owners cannot read each other's "
+          "files or signal each other's processes; ids no user or group of this host has; needs "
+          "--rank-user, whose groups the ranks get besides (default: every rank runs as --rank-user)");
 ABSL_FLAG(std::string, python_dir, "",
           "directory holding the trainctl Python module, put on command ranks' PYTHONPATH "
           "(default: the source tree's python/ when run from a build tree, else none: the "
@@ -221,9 +226,28 @@ absl::Status ResolveRankUser(DaemonOptions& o) {
   return absl::OkStatus();
 }
 
+// --rank-uids: a range no user or group of this host has, on top of a
+// --rank-user (the daemon is then root).
+absl::Status ResolveRankUids(DaemonOptions& o) {
+  const std::string text = absl::GetFlag(FLAGS_rank_uids);
+  if (text.empty()) return absl::OkStatus();
+  absl::StatusOr<trainctl::worker::RankUidRange> range = trainctl::worker::ParseRankUids(text);
+  if (!range.ok()) return Misconfigured("", range.status().message());
+  if (!o.rank_user.has_value()) {
+    return Misconfigured("--rank-uids", "needs --rank-user (another user than this daemon's, whose groups every "
+                                        "owner's ranks get besides their own)");
+  }
+  if (absl::Status unused = trainctl::worker::CheckRankUidsUnused(*range); !unused.ok()) {
+    return Misconfigured("", unused.message());
+  }
+  o.rank_uids = *range;
+  return absl::OkStatus();
+}
+
 // What ranks run and where their files may lie.
 absl::Status ApplyRankFlags(DaemonOptions& o) {
   if (absl::Status s = ResolveRankUser(o); !s.ok()) return s;
+  if (absl::Status s = ResolveRankUids(o); !s.ok()) return s;
   o.rank_binary = absl::GetFlag(FLAGS_rank_binary).empty() ? DefaultRankBinary() : absl::GetFlag(FLAGS_rank_binary);
   o.rank_timeout_s = absl::GetFlag(FLAGS_rank_timeout_s);
   o.allow_commands = absl::GetFlag(FLAGS_allow_commands);

@@ -1,6 +1,8 @@
 #include "worker/daemon/rank_files.h"
 
 #include <fcntl.h>
+#include <grp.h>
+#include <pwd.h>
 #include <sys/stat.h>
 #include <sys/syscall.h>
 #include <unistd.h>
@@ -9,7 +11,9 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/log.h"
 
 namespace trainctl::worker {
@@ -60,6 +64,74 @@ absl::Status PrivateFile(const std::string& path) {
 bool Privileged() { return ::geteuid() == 0; }
 
 }  // namespace
+
+absl::StatusOr<RankUidRange> ParseRankUids(absl::string_view text) {
+  std::vector<absl::string_view> parts = absl::StrSplit(text, '-');
+  uint32_t first = 0, last = 0;
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &first) || !absl::SimpleAtoi(parts[1], &last)) {
+    return absl::InvalidArgumentError(absl::StrCat("--rank-uids: '", text, "' is not FIRST-LAST (e.g. 61000-61999)"));
+  }
+  if (first < 1 || last < first || last >= (1u << 31)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank-uids: ", text, ": needs 1 <= FIRST <= LAST < 2147483648 (root's 0 is never a rank's)"));
+  }
+  if (last - first >= 65536) {
+    return absl::InvalidArgumentError(absl::StrCat("--rank-uids: ", text, ": ", last - first + 1,
+                                                   " ids; at most 65536 (one per job owner)"));
+  }
+  return RankUidRange{first, last};
+}
+
+absl::Status CheckRankUidsUnused(const RankUidRange& range) {
+  auto in_range = [&](uint32_t id) { return id >= range.first && id <= range.last; };
+  std::string taken;
+  ::setpwent();
+  while (const passwd* pw = ::getpwent()) {
+    if (in_range(pw->pw_uid)) {
+      taken = absl::StrCat("user ", pw->pw_name, " has uid ", pw->pw_uid);
+      break;
+    }
+  }
+  ::endpwent();
+  if (taken.empty()) {
+    ::setgrent();
+    while (const group* gr = ::getgrent()) {
+      if (in_range(gr->gr_gid)) {
+        taken = absl::StrCat("group ", gr->gr_name, " has gid ", gr->gr_gid);
+        break;
+      }
+    }
+    ::endgrent();
+  }
+  if (taken.empty()) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat("--rank-uids ", range.first, "-", range.last, ": ", taken,
+                                                    " on this host; choose ids no user or group has"));
+}
+
+absl::StatusOr<RunAs> OwnerIdentity(const RankUidRange& range, int64_t owner_number, const RunAs& rank_user,
+                                    const std::string& homes_dir) {
+  if (owner_number <= 0) {
+    return absl::FailedPreconditionError(
+        "this worker runs each job owner's ranks as a uid of their own (--rank-uids) and the coordinator "
+        "sent no owner number (a coordinator older than the worker, or its store failed: see its log)");
+  }
+  const int64_t size = static_cast<int64_t>(range.last) - range.first + 1;
+  if (owner_number > size) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "the job's owner is number ", owner_number, " and --rank-uids ", range.first, "-", range.last, " has ", size,
+        " ids: widen the range on this worker"));
+  }
+  RunAs r;
+  r.uid = static_cast<uid_t>(range.first + owner_number - 1);
+  r.gid = static_cast<gid_t>(r.uid);
+  r.name = absl::StrCat("trainctl-", r.uid);
+  r.home = absl::StrCat(homes_dir, "/", r.uid);
+  r.groups.push_back(r.gid);
+  for (gid_t g : rank_user.groups) {
+    if (g != r.gid) r.groups.push_back(g);
+  }
+  return r;
+}
 
 absl::Status MakeDaemonDir(const std::string& path, const std::optional<RunAs>& rank_user) {
   absl::StatusOr<int> fd = MakeAndOpen(path);

@@ -23,7 +23,10 @@
 // Directories under jobs/ that a rank user owns belong to the one rank user
 // every job shares: the ranks of two jobs on one host can read each other's
 // scratch and default checkpoint directories (not rank.conf, not the
-// daemon's files).
+// daemon's files). With --rank-uids each owner's ranks get a uid of their
+// own instead (OwnerIdentity): jobs/JOB/ and below are that uid's and its
+// group's, so another owner's ranks cannot pass; and HOME is
+// <work dir>/homes/<uid> (the daemon's homes/ 0710, group of the rank user).
 //
 // Stateless; thread-safe. AsRankUser changes the calling thread only.
 #pragma once
@@ -35,9 +38,36 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "common/subprocess.h"
 
 namespace trainctl::worker {
+
+// --rank-uids FIRST-LAST: the uids (and, the same numbers, gids) that
+// owners' ranks run as; owner number N gets FIRST + N - 1.
+struct RankUidRange {
+  uid_t first = 0;
+  uid_t last = 0;
+};
+
+// Parses "FIRST-LAST": 1 <= FIRST <= LAST < 2^31, at most 65536 ids.
+// InvalidArgument naming --rank-uids and the reason.
+absl::StatusOr<RankUidRange> ParseRankUids(absl::string_view text);
+
+// FailedPrecondition naming the first user or group of this host (its
+// passwd and group databases, as enumerated) whose id lies in `range`:
+// those ids must belong to nobody but trainctl's ranks, or a job would run
+// as that user (or with that group).
+absl::Status CheckRankUidsUnused(const RankUidRange& range);
+
+// The identity the ranks of owner number `owner_number` run as: uid and gid
+// FIRST + owner_number - 1; besides its own group, the groups of
+// `rank_user` (data every job may read is shared with that group); USER
+// and LOGNAME "trainctl-<uid>"; HOME <homes_dir>/<uid>. FailedPrecondition
+// for number 0 (the coordinator gave none) or one past the range.
+absl::StatusOr<RunAs> OwnerIdentity(const RankUidRange& range, int64_t owner_number, const RunAs& rank_user,
+                                    const std::string& homes_dir);
 
 // Sets the work dir's own mode (0711 with a rank user, else 0700) and that of
 // the daemon's files in it (worker.key, worker.crt, worker-id, *.tmp: 0600),

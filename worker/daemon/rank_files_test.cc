@@ -1,6 +1,7 @@
 #include "worker/daemon/rank_files.h"
 
 #include <fcntl.h>
+#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -161,6 +162,49 @@ TEST_F(RankFilesTest, AsRankUserTouchesFilesAsTheRankWouldOnThisThreadOnly) {
   AsRankUser none(std::nullopt);
   EXPECT_TRUE(none.ok());
   EXPECT_EQ(mkdir((root_only + "/plain").c_str(), 0700), 0);
+}
+
+TEST(RankUidsTest, ParsesARangeAndRefusesBadOnesNamingTheFlag) {
+  absl::StatusOr<RankUidRange> r = ParseRankUids("61000-61999");
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->first, 61000u);
+  EXPECT_EQ(r->last, 61999u);
+  for (const char* bad : {"", "61000", "61000-", "a-b", "0-10", "20-10", "1-2147483648", "1000-70000", "1-2-3"}) {
+    absl::StatusOr<RankUidRange> b = ParseRankUids(bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(b.status())) << bad;
+    EXPECT_THAT(std::string(b.status().message()), ::testing::HasSubstr("--rank-uids")) << bad;
+  }
+}
+
+TEST(RankUidsTest, IdsOfAnExistingUserOrGroupAreRefused) {
+  // root (uid and gid 0) exists everywhere; ids this high are nobody's here.
+  absl::Status root = CheckRankUidsUnused({0, 5});
+  EXPECT_TRUE(absl::IsFailedPrecondition(root)) << root;
+  EXPECT_THAT(std::string(root.message()), ::testing::HasSubstr("has uid 0"));
+  EXPECT_TRUE(CheckRankUidsUnused({2147000000, 2147000999}).ok());
+}
+
+TEST(RankUidsTest, EachOwnerNumberHasItsOwnIdentityWithTheRankUsersGroups) {
+  RunAs rank_user;
+  rank_user.uid = 500;
+  rank_user.gid = 501;
+  rank_user.groups = {501, 44};
+  const RankUidRange range{61000, 61009};
+  absl::StatusOr<RunAs> one = OwnerIdentity(range, 1, rank_user, "/w/homes");
+  ASSERT_TRUE(one.ok()) << one.status();
+  EXPECT_EQ(one->uid, 61000u);
+  EXPECT_EQ(one->gid, 61000u);
+  EXPECT_EQ(one->name, "trainctl-61000");
+  EXPECT_EQ(one->home, "/w/homes/61000");
+  EXPECT_EQ(one->groups, (std::vector<gid_t>{61000, 501, 44}));
+  absl::StatusOr<RunAs> last = OwnerIdentity(range, 10, rank_user, "/w/homes");
+  ASSERT_TRUE(last.ok());
+  EXPECT_EQ(last->uid, 61009u);
+  absl::Status beyond = OwnerIdentity(range, 11, rank_user, "/w/homes").status();
+  EXPECT_TRUE(absl::IsFailedPrecondition(beyond));
+  EXPECT_THAT(std::string(beyond.message()), ::testing::HasSubstr("widen the range"));
+  absl::Status none = OwnerIdentity(range, 0, rank_user, "/w/homes").status();
+  EXPECT_THAT(std::string(none.message()), ::testing::HasSubstr("sent no owner number"));
 }
 
 }  // namespace

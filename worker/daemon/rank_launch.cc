@@ -121,17 +121,20 @@ void WorkerDaemon::OnPreflight(const v1::Preflight& p) {
     if (r.slot().kind() == v1::Slot::KIND_GPU) ctx.gpu_indices.push_back(r.slot().index());
   }
   std::vector<std::string> problems;
-  if (absl::Status dirs = MakeJobDirs(p.job_id(), p.spec()); !dirs.ok()) {
+  absl::StatusOr<std::optional<RunAs>> as = JobIdentity(p.owner_number());
+  if (!as.ok()) {
+    problems.push_back(std::string(as.status().message()));
+  } else if (absl::Status dirs = MakeJobDirs(p.job_id(), p.spec(), *as); !dirs.ok()) {
     problems.push_back(std::string(dirs.message()));
   } else {
     // The checks touch the job's files as its ranks will: a file only root
     // could read, or a checkpoint.dir only root could create, is refused
     // here (and root creates nothing there for the job).
-    AsRankUser as_rank_user(options_.rank_user);
+    AsRankUser as_rank_user(*as);
     if (as_rank_user.ok()) {
       problems = PreflightProblems(p.spec(), ctx);
     } else {
-      problems.push_back("cannot take on --rank-user's identity for the checks");
+      problems.push_back("cannot take on the ranks' identity for the checks");
     }
   }
   LogEvent(problems.empty() ? LogLevel::kInfo : LogLevel::kWarn, "worker", "preflight",
@@ -167,11 +170,14 @@ std::unique_ptr<WorkerDaemon::LocalAttempt> WorkerDaemon::NewAttempt(const v1::S
   a->command = s.spec().has_command();
   a->owner = s.owner();
   a->resume_owner = s.resume_owner();
+  absl::StatusOr<std::optional<RunAs>> as = JobIdentity(s.owner_number());
+  if (as.ok()) a->run_as = *std::move(as);
   // A coordinator that sends none (older than this daemon, or a test's
   // stand-in) still gets a store no stranger can use: a secret made here
   // works where every rank of the attempt runs on this worker.
   a->store_secret = s.rendezvous_secret().empty() ? NewSecretHex() : s.rendezvous_secret();
   ResolveAttemptPaths(*a);
+  if (!as.ok() && a->path_error.empty()) a->path_error = std::string(as.status().message());
   const std::string akey = AttemptKey(s.job_id(), s.attempt());
   for (const v1::RankAssignment& ra : s.ranks()) {
     LocalRank& r = a->ranks[ra.rank()];
@@ -238,19 +244,32 @@ std::string WorkerDaemon::AttemptDir(const LocalAttempt& a) const {
   return absl::StrCat(JobDir(a.job_id), "/attempt-", a.number);
 }
 
-absl::Status WorkerDaemon::MakeJobDirs(const std::string& job_id, const v1::JobSpec& spec) {
-  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(JobDir(job_id), options_.rank_user));
+absl::StatusOr<std::optional<RunAs>> WorkerDaemon::JobIdentity(int64_t owner_number) const {
+  if (!options_.rank_uids.has_value() || !options_.rank_user.has_value()) return options_.rank_user;
+  TRAINCTL_ASSIGN_OR_RETURN(RunAs as, OwnerIdentity(*options_.rank_uids, owner_number, *options_.rank_user,
+                                                    options_.work_dir + "/homes"));
+  return std::optional<RunAs>(std::move(as));
+}
+
+absl::Status WorkerDaemon::MakeJobDirs(const std::string& job_id, const v1::JobSpec& spec,
+                                       const std::optional<RunAs>& as) {
+  // Passable by the job's ranks only (its owner's group with --rank-uids).
+  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(JobDir(job_id), as));
+  if (options_.rank_uids.has_value() && as.has_value()) {
+    TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(options_.work_dir + "/homes", options_.rank_user));
+    TRAINCTL_RETURN_IF_ERROR(MakeRankDir(as->home, as));
+  }
   if (!spec.checkpoint().dir().empty()) return absl::OkStatus();
   // The default checkpoint.dir is the daemon's to make (its ranks cannot
-  // create anything in the job's directory) and the rank user's to write.
-  return MakeRankDir(JobDir(job_id) + "/checkpoints", options_.rank_user);
+  // create anything in the job's directory) and the ranks' to write.
+  return MakeRankDir(JobDir(job_id) + "/checkpoints", as);
 }
 
 absl::StatusOr<std::string> WorkerDaemon::MakeRankDirs(const LocalAttempt& a, const v1::RankAssignment& ra) {
-  TRAINCTL_RETURN_IF_ERROR(MakeJobDirs(a.job_id, a.spec));
-  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(AttemptDir(a), options_.rank_user));
+  TRAINCTL_RETURN_IF_ERROR(MakeJobDirs(a.job_id, a.spec, a.run_as));
+  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(AttemptDir(a), a.run_as));
   std::string dir = absl::StrCat(AttemptDir(a), "/rank-", ra.rank());
-  TRAINCTL_RETURN_IF_ERROR(MakeRankDir(dir, options_.rank_user));
+  TRAINCTL_RETURN_IF_ERROR(MakeRankDir(dir, a.run_as));
   return dir;
 }
 
@@ -338,7 +357,7 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
   l.args.push_back("--config-fd");
   l.args.push_back(absl::StrCat(kConfigFd));
   l.extra_fds = {{kConfigFd, config_fd}};
-  l.run_as = options_.rank_user;
+  l.run_as = a.run_as;
   l.work_dir = *dir;
   const auto [master_addr, master_port] = MasterEndpoint(a.rendezvous, options_.address);
   for (std::string& v : CommandEnvironment(a.job_id, a.number, ra, a.spec.restart().max_restarts(), master_addr,
@@ -401,7 +420,7 @@ void WorkerDaemon::LaunchCommand(LocalAttempt& a, LocalRank& r) {
   if (!a.spec.checkpoint().dir().empty()) {
     // A directory the job chose: made as the rank user would make it, so
     // that root creates nothing for the job where that user could not.
-    AsRankUser as_rank_user(options_.rank_user);
+    AsRankUser as_rank_user(a.run_as);
     std::error_code ec;
     if (as_rank_user.ok()) fs::create_directories(a.checkpoint_dir, ec);
   }
@@ -410,7 +429,7 @@ void WorkerDaemon::LaunchCommand(LocalAttempt& a, LocalRank& r) {
   RankLaunch l;
   l.key = r.key;
   l.work_dir = dir;
-  l.run_as = options_.rank_user;
+  l.run_as = a.run_as;
   l.binary = ResolveProgram(cmd.argv(0), dir);
   l.args.assign(cmd.argv().begin() + 1, cmd.argv().end());
   if (cmd.local_rank() == v1::LOCAL_RANK_MODE_ARG || cmd.local_rank() == v1::LOCAL_RANK_MODE_BOTH) {

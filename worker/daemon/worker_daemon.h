@@ -38,6 +38,7 @@
 #include "common/event_loop.h"
 #include "common/http_server.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
+#include "worker/daemon/rank_files.h"
 #include "worker/daemon/rank_supervisor.h"
 #include "worker/daemon/telemetry_buffer.h"
 #include "worker/protocol/rank_protocol.h"
@@ -100,6 +101,10 @@ struct DaemonOptions {
   // The user rank processes run as (--rank-user; rank_files.h lays out the
   // work dir for it); nullopt: this daemon's user.
   std::optional<RunAs> rank_user;
+  // --rank-uids: each job owner's ranks run as a uid of their own from this
+  // range (OwnerIdentity, rank_files.h) instead of as rank_user, whose
+  // groups they get besides. Needs rank_user.
+  std::optional<RankUidRange> rank_uids;
   // Directory holding the `trainctl` Python module, prepended to a command
   // rank's PYTHONPATH ("" = leave PYTHONPATH as the daemon has it).
   std::string python_dir;
@@ -183,7 +188,11 @@ class WorkerDaemon {
   // rank's own directory (returned), and the default checkpoint.dir.
   std::string JobDir(const std::string& job_id) const;
   std::string AttemptDir(const LocalAttempt& a) const;
-  absl::Status MakeJobDirs(const std::string& job_id, const v1::JobSpec& spec);
+  // Who a job's ranks (and the daemon's work on the job's files) run as:
+  // the owner's own uid with --rank-uids, else --rank-user (nullopt: this
+  // daemon's user).
+  absl::StatusOr<std::optional<RunAs>> JobIdentity(int64_t owner_number) const;
+  absl::Status MakeJobDirs(const std::string& job_id, const v1::JobSpec& spec, const std::optional<RunAs>& as);
   absl::StatusOr<std::string> MakeRankDirs(const LocalAttempt& a, const v1::RankAssignment& ra);
   void Launch(LocalAttempt& a, LocalRank& r);
   // An engine rank's config (the job spec flattened plus its place in the

@@ -73,6 +73,8 @@ struct WorkerDaemon::LocalAttempt {
   // checkpoint_dir (job_dir.h).
   std::string owner;
   std::string resume_owner;
+  // Who its ranks run as (WorkerDaemon::JobIdentity).
+  std::optional<RunAs> run_as;
   // Where rank 0 writes TensorBoard event files ("" = the job has none).
   std::string tensorboard_dir;
   // The coordinator's record to resume from (unset: a fresh start).
