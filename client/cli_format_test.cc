@@ -5,6 +5,7 @@
 
 #include <sstream>
 
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "client/cli/follow.h"
 #include "client/cli/format.h"
@@ -93,6 +94,35 @@ std::vector<std::string> Lines(const std::string& s) {
   std::vector<std::string> out = absl::StrSplit(s, '\n');
   if (!out.empty() && out.back().empty()) out.pop_back();
   return out;
+}
+
+// Issue #27 item 9: a continuation names the job it continues and where
+// from; `list --tree` puts continuations under their source.
+TEST(FormatTest, LineageShowsWhatAJobContinuesAndTreesContinuations) {
+  v1::Job cont;
+  cont.set_id("mlp-b2");
+  cont.mutable_spec()->mutable_resume_from()->set_job("mlp-a1");
+  v1::CheckpointRecord* r = cont.add_checkpoints();
+  r->set_job_id("mlp-a1");
+  r->set_epochs_done(2);
+  r->set_global_step(40);
+  std::ostringstream out;
+  PrintJobStatus(out, cont, absl::Now(), {"mlp-c3"});
+  EXPECT_THAT(out.str(), HasSubstr("Continues:     mlp-a1 (from its checkpoint at epoch 2, step 40)\n"));
+  EXPECT_THAT(out.str(), HasSubstr("Continued by:  mlp-c3\n"));
+
+  // Newest first, as ListJobs answers: a2 continues a1, a3 continues a2,
+  // x continues a job not listed (a root), b stands alone.
+  std::vector<v1::Job> jobs(5);
+  const char* ids[] = {"a3", "b", "a2", "x", "a1"};
+  const char* from[] = {"a2", "", "a1", "gone", ""};
+  for (int i = 0; i < 5; ++i) {
+    jobs[i].set_id(ids[i]);
+    jobs[i].mutable_spec()->mutable_resume_from()->set_job(from[i]);
+  }
+  std::vector<std::string> order;
+  for (const auto& [job, depth] : LineageOrder(jobs)) order.push_back(absl::StrCat(depth, ":", job->id()));
+  EXPECT_THAT(order, ElementsAre("0:b", "0:x", "0:a1", "1:a2", "2:a3"));
 }
 
 TEST(FormatTest, CommandJobSummaryShowsTheProgramNotTheEngine) {

@@ -393,6 +393,14 @@ absl::StatusOr<std::vector<v1::Worker>> Client::Workers(bool include_gone) {
   return std::vector<v1::Worker>(resp->workers().begin(), resp->workers().end());
 }
 
+absl::StatusOr<v1::CreateSignInCodeResponse> Client::CreateSignInCode() {
+  v1::CreateSignInCodeRequest req;
+  v1::CreateSignInCodeResponse resp;
+  absl::Status s = Unary(stubs_->auth.get(), &v1::AuthService::Stub::CreateSignInCode, req, &resp, options_);
+  if (!s.ok()) return s;
+  return resp;
+}
+
 }  // namespace trainctl
 
 namespace trainctl {

@@ -12,7 +12,9 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "coordinator/service_support.h"
@@ -114,6 +116,38 @@ grpc::ServerUnaryReactor* AuthServiceImpl::RevokeWorker(grpc::CallbackServerCont
              {{"worker_id", req->worker_id()}, {"by", who.token_id}, {"serials", absl::StrJoin(resp->serials(), ",")}});
     return absl::OkStatus();
   });
+}
+
+grpc::ServerUnaryReactor* AuthServiceImpl::CreateSignInCode(grpc::CallbackServerContext* ctx,
+                                                            const v1::CreateSignInCodeRequest*,
+                                                            v1::CreateSignInCodeResponse* resp) {
+  grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
+  // Every role the dashboard lets in; the code stands for the caller's own
+  // token (its bearer secret), so it grants nothing the caller lacks.
+  absl::Status s =
+      Caller(ctx_, ctx, "CreateSignInCode", {kAdmin, v1::ROLE_SUBMITTER, v1::ROLE_VIEWER}).status();
+  const SignInCodes::Endpoint dashboard =
+      ctx_.sign_in != nullptr ? ctx_.sign_in->endpoint() : SignInCodes::Endpoint{};
+  if (s.ok() && dashboard.port == 0) {
+    s = absl::FailedPreconditionError(
+        "CreateSignInCode: this coordinator serves no dashboard (start it with --http-listen HOST:PORT)");
+  }
+  if (s.ok()) {
+    const auto& md = ctx->client_metadata();
+    auto it = md.find("authorization");
+    const std::string header = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+    constexpr absl::string_view kBearer = "Bearer ";
+    if (!absl::StartsWith(header, kBearer)) {
+      s = absl::FailedPreconditionError("CreateSignInCode: needs a bearer token (a certificate cannot sign in)");
+    } else {
+      resp->set_code(ctx_.sign_in->Create(std::string(absl::StripAsciiWhitespace(header.substr(kBearer.size())))));
+      resp->set_expires_in_s(static_cast<int32_t>(absl::ToInt64Seconds(SignInCodes::kTtl)));
+      resp->set_http_port(dashboard.port);
+      resp->set_https(dashboard.https);
+    }
+  }
+  reactor->Finish(ToGrpcStatus(s));
+  return reactor;
 }
 
 }  // namespace trainctl::coordinator

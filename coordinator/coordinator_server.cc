@@ -9,6 +9,7 @@
 #include <map>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "common/auth/secret.h"
@@ -53,10 +54,14 @@ absl::Status CoordinatorServer::ServeHttp() {
   Dashboard::Deps deps{&loop_, store_.get(), registry_.get(), jobs_.get(), tokens_.get()};
   deps.refusals = &http_refusals_;
   deps.secure_cookie = http_.tls();
+  deps.sign_in = sign_in_.get();
   dashboard_ = std::make_unique<Dashboard>(deps);
   dashboard_->RegisterMetrics(http_, [this] { return MetricsPage(); }, options_.metrics_open);
   dashboard_->Register(http_);
   TRAINCTL_ASSIGN_OR_RETURN(http_address_, http_.Start(options_.http_listen));
+  int port = 0;
+  if (!absl::SimpleAtoi(http_address_.substr(http_address_.rfind(':') + 1), &port)) port = 0;
+  sign_in_->SetEndpoint({port, http_.tls()});
   return absl::OkStatus();
 }
 
@@ -96,6 +101,8 @@ void CoordinatorServer::MakeServices() {
   fetches_ = std::make_unique<ArtifactFetches>(registry_.get(), options_.clock, options_.fetch_answer_timeout);
   ctx.fetches = fetches_.get();
   ctx.fetch_chunk_bytes = std::clamp<int32_t>(options_.fetch_chunk_bytes, 1, 1 << 20);
+  sign_in_ = std::make_unique<SignInCodes>(options_.clock);
+  ctx.sign_in = sign_in_.get();
   if (!options_.tls_ca_key_pem.empty() && !options_.tls_cert_pem.empty()) {
     enroller_ = std::make_unique<WorkerEnroller>(auth::KeyAndCert{options_.tls_ca_key_pem, options_.tls_ca_pem},
                                                  tokens_.get(), registry_.get(), options_.clock,

@@ -149,6 +149,7 @@ class CoordinatorServer {
   RefusalLog rpc_refusals_{"coordinator", "rpc_refused"};
   RefusalLog http_refusals_{"coordinator", "http_auth_refused"};
   std::unique_ptr<Dashboard> dashboard_;
+  std::unique_ptr<SignInCodes> sign_in_;
   // Declared last: stopped (destroyed) first, before what it reads.
   HttpServer http_;
   std::string http_address_;

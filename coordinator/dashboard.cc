@@ -142,17 +142,45 @@ HttpServer::Reply Dashboard::Login(const Request& req) const {
                          "<p id=\"error\">Token refused: ", why, "</p><p><a href=\"/login\">Try again</a></p>\n"),
             {}};
   }
-  // Only a path on this server: never an open redirect.
-  const std::string next = http::SafeRedirectPath(req.Param("next"));
-  // The secret as it authenticated (trimmed): never a CR, LF or ';' into
-  // the header.
-  const std::string secret(absl::StripAsciiWhitespace(req.Param("token")));
+  // The secret as it authenticated (trimmed).
+  return SignedIn(std::string(absl::StripAsciiWhitespace(req.Param("token"))), req.Param("next"));
+}
+
+HttpServer::Reply Dashboard::SignedIn(const std::string& secret, const std::string& next) const {
+  // Never a CR, LF or ';' into the header.
   if (secret.find_first_of(";\r\n\t ,\"\\") != std::string::npos) {
     return Error(absl::InvalidArgumentError("token: not a token this coordinator issues"));
   }
-  return Redirect(next, {{"Set-Cookie", absl::StrCat(kCookie, "=", secret,
-                                                     "; Path=/; HttpOnly; SameSite=Strict",
-                                                     deps_.secure_cookie ? "; Secure" : "")}});
+  // Only a path on this server: never an open redirect.
+  return Redirect(http::SafeRedirectPath(next),
+                  {{"Set-Cookie", absl::StrCat(kCookie, "=", secret, "; Path=/; HttpOnly; SameSite=Strict",
+                                               deps_.secure_cookie ? "; Secure" : "")}});
+}
+
+HttpServer::Reply Dashboard::SignIn(const Request& req) const {
+  absl::StatusOr<std::string> secret = deps_.sign_in == nullptr
+                                           ? absl::NotFoundError("this dashboard takes no sign-in links")
+                                           : deps_.sign_in->Redeem(req.Param("code"));
+  // Still a token the dashboard lets in (not revoked since).
+  if (secret.ok()) {
+    Request with_token;
+    with_token.path = req.path;
+    with_token.remote_addr = req.remote_addr;
+    with_token.headers.emplace("Authorization", "Bearer " + *secret);
+    if (absl::Status s = Authenticate(with_token, "sign-in link").status(); !s.ok()) secret = s;
+  } else if (deps_.refusals != nullptr) {
+    deps_.refusals->Note(req.remote_addr, {{"what", "sign-in link"}, {"reason", std::string(secret.status().message())}});
+  }
+  if (!secret.ok()) {
+    return {401, "text/html; charset=utf-8",
+            absl::StrCat("<!doctype html><meta charset=\"utf-8\"><title>trainctl: sign in</title>"
+                         "<p id=\"error\">", secret.status().code() == absl::StatusCode::kNotFound
+                                                  ? "This sign-in link is unknown, used or expired"
+                                                  : "The token behind this link is no longer accepted",
+                         ": run <code>trainctl dashboard</code> again.</p><p><a href=\"/login\">Sign in with a token</a></p>\n"),
+            {}};
+  }
+  return SignedIn(*secret, req.Param("next"));
 }
 
 HttpServer::Reply Dashboard::Api(const Request& req, std::function<absl::StatusOr<std::string>()> answer) const {
@@ -257,6 +285,7 @@ void Dashboard::Register(HttpServer& http) {
   http.HandleRequest("GET", "/workers", [this](const Request& req) { return Page(req); });
   http.HandleRequest("GET", "/login", [](const Request&) { return Asset("/login.html"); });
   http.HandleRequest("POST", "/login", [this](const Request& req) { return Login(req); });
+  http.HandleRequest("GET", "/signin", [this](const Request& req) { return SignIn(req); });
   http.HandleRequest("POST", "/logout", [](const Request&) {
     return Redirect("/login", {{"Set-Cookie", absl::StrCat(kCookie, "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")}});
   });

@@ -32,6 +32,7 @@
 #include "common/http_server.h"
 #include "coordinator/job_manager.h"
 #include "coordinator/refusal_log.h"
+#include "coordinator/sign_in_codes.h"
 #include "coordinator/store/state_store.h"
 #include "coordinator/token_authority.h"
 #include "coordinator/worker_registry.h"
@@ -53,6 +54,8 @@ class Dashboard {
     RefusalLog* refusals = nullptr;
     // HTTPS: the sign-in cookie gets the Secure attribute.
     bool secure_cookie = false;
+    // One-time sign-in codes (GET /signin?code=); nullptr: none taken.
+    SignInCodes* sign_in = nullptr;
   };
   explicit Dashboard(Deps deps) : deps_(deps) {}
 
@@ -73,6 +76,10 @@ class Dashboard {
   // A page: the app, or a redirect to /login when not signed in.
   Reply Page(const Request& req) const;
   Reply Login(const Request& req) const;
+  // GET /signin?code=: a one-time code (SignInCodes) for the cookie.
+  Reply SignIn(const Request& req) const;
+  // The sign-in cookie holding `secret`, then to `next`.
+  Reply SignedIn(const std::string& secret, const std::string& next) const;
   // An API endpoint: authenticates, runs `answer` on the loop, replies JSON.
   Reply Api(const Request& req, std::function<absl::StatusOr<std::string>()> answer) const;
 

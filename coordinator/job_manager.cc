@@ -236,6 +236,18 @@ absl::Status JobManager::AttachResumeSource(v1::Job& job) const {
                                                    " (e.g. --set training.epochs=", done + 1, ")"));
   }
   for (const v1::CheckpointRecord* r : newest) *job.add_checkpoints() = *r;
+  // Lineage: a continuation's TensorBoard events go on in the run directory
+  // of the job it continues (its step axis goes on too: steps count from the
+  // checkpoint's), not into a new directory per job id.
+  const v1::TensorBoardSpec& src_tb = source.spec().tensorboard();
+  v1::TensorBoardSpec* tb = job.mutable_spec()->mutable_tensorboard();
+  if ((tb->enabled() || src_tb.enabled()) && tb->dir().empty()) {
+    if (!src_tb.dir().empty()) {
+      tb->set_dir(src_tb.dir());
+    } else if (src_tb.enabled() && !source.spec().checkpoint().dir().empty()) {
+      tb->set_dir(source.spec().checkpoint().dir() + "/tensorboard");
+    }
+  }
   return absl::OkStatus();
 }
 

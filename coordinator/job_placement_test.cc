@@ -287,6 +287,34 @@ TEST_F(JobManagerTest, ResumeFromAnotherJobChecksStateAndCompatibility) {
   EXPECT_EQ(a_->Starts().back().resume().path(), CkPath("/w/a/ck1", id, 1));
 }
 
+// Issue #27 item 9: a continuation writes its TensorBoard events into the
+// run directory of the job it continues, whatever its own checkpoint.dir.
+TEST_F(JobManagerTest, AContinuationWritesTensorBoardIntoItsSourcesRun) {
+  a_ = AddWorker("a", 1);
+  b_ = AddWorker("b", 1);
+  v1::JobSpec first = Spec(2);
+  first.mutable_checkpoint()->set_dir("/ck/{job_id}");
+  first.mutable_tensorboard()->set_enabled(true);
+  const std::string id = RunTwoRanks(first);
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, 1, 10, absl::StrCat("/ck/", id, "/", id, ".ckpt-epoch-000001.pt")).ok());
+  ASSERT_TRUE(jobs_->Cancel(id, "").ok());
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STOPPED).ok());
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_STOPPED).ok());
+  v1::JobSpec cont = first;
+  cont.mutable_training()->set_epochs(3);
+  cont.mutable_resume_from()->set_job(id);
+  auto next = jobs_->Submit(cont);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->spec().checkpoint().dir(), "/ck/" + next->id()) << "its own checkpoints, in its own directory";
+  EXPECT_EQ(next->spec().tensorboard().dir(), "/ck/" + id + "/tensorboard") << "the source's TensorBoard run";
+  // An explicit tensorboard.dir is the user's choice.
+  cont.mutable_tensorboard()->set_dir("/tb/mine");
+  auto mine = jobs_->Submit(cont);
+  ASSERT_TRUE(mine.ok()) << mine.status();
+  EXPECT_EQ(mine->spec().tensorboard().dir(), "/tb/mine");
+}
+
 
 // Issue #27 item 7: a job the cluster as it is can never run is refused at
 // submit (saying why and what to do), unless it waits for capacity; a

@@ -28,6 +28,7 @@
 #include "coordinator/live_calls.h"
 #include "coordinator/metrics_hub.h"
 #include "coordinator/store/state_store.h"
+#include "coordinator/sign_in_codes.h"
 #include "coordinator/telemetry_ledger.h"
 #include "coordinator/token_authority.h"
 #include "coordinator/worker_enroller.h"
@@ -64,6 +65,8 @@ struct ServiceContext {
   LiveCalls* live = nullptr;
   // Bytes a fetch asks a worker for at a time (<= 1 MiB).
   int32_t fetch_chunk_bytes = 1 << 20;
+  // One-time dashboard sign-in codes (CreateSignInCode); nullptr: refused.
+  SignInCodes* sign_in = nullptr;
 };
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
@@ -125,6 +128,9 @@ class AuthServiceImpl final : public v1::AuthService::CallbackService {
                                  v1::JoinResponse* resp) override;
   grpc::ServerUnaryReactor* RevokeWorker(grpc::CallbackServerContext* ctx, const v1::RevokeWorkerRequest* req,
                                          v1::RevokeWorkerResponse* resp) override;
+  grpc::ServerUnaryReactor* CreateSignInCode(grpc::CallbackServerContext* ctx,
+                                             const v1::CreateSignInCodeRequest* req,
+                                             v1::CreateSignInCodeResponse* resp) override;
 
  private:
   ServiceContext ctx_;

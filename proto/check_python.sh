@@ -22,7 +22,8 @@ for svc, methods in [(job_service_pb2.DESCRIPTOR.services_by_name["JobService"],
                      (worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"],
                       {"Session", "ListWorkers"}),
                      (auth_pb2.DESCRIPTOR.services_by_name["AuthService"],
-                      {"CreateToken", "ListTokens", "RevokeToken", "Join", "RevokeWorker"})]:
+                      {"CreateToken", "ListTokens", "RevokeToken", "Join", "RevokeWorker",
+                       "CreateSignInCode"})]:
     assert set(svc.methods_by_name) == methods, (svc.name, set(svc.methods_by_name))
 print("python stubs ok")
 PY

@@ -28,8 +28,28 @@ class ReportTest(unittest.TestCase):
         os.close(w)
         lines = os.read(r, 4096).decode().splitlines()
         self.assertEqual(lines, ["progress 1 7",
-                                 "metric kind=train epoch=1 step=7 loss=0.25 lr=0.1 samples_seen=64"])
+                                 "metric kind=train epoch=1 step=7 loss=0.25 lr=0.1 samples_seen=64 "
+                                 "s.accuracy=0.9"])
         self.assertEqual(self.t.checkpoint_dir(), "/tmp/ck")
+
+    def test_custom_scalars_are_sent_by_name_and_bad_ones_warned_about_once(self):
+        r, w = os.pipe()
+        os.environ["TRAINCTL_STATUS_FD"] = str(w)
+        import io
+        err, sys.stderr = sys.stderr, io.StringIO()
+        try:
+            for _ in range(2):
+                self.assertTrue(self.t.report(step=3, loss=1.5, val_f1=0.8, **{"eval/top5": 0.5, "bad name": 1,
+                                                                              "nan_one": float("nan"),
+                                                                              "text": "x"}))
+            warned = sys.stderr.getvalue()
+        finally:
+            sys.stderr = err
+        os.close(w)
+        lines = os.read(r, 4096).decode().splitlines()
+        self.assertEqual(lines[1], "metric kind=train epoch=0 step=3 loss=1.5 s.eval/top5=0.5 s.val_f1=0.8")
+        self.assertEqual(warned.count("'bad name' is not a scalar name"), 1)
+        self.assertEqual(warned.count("text='x' is not a number"), 1)
 
     def test_closed_pipe_is_not_an_error(self):
         r, w = os.pipe()

@@ -10,6 +10,12 @@
 // job list shows the job and the workers page the worker's labels and slots.
 // The JSON API's authentication is checked over plain HTTP too.
 //
+// A second test opens the dashboard through `trainctl dashboard`'s one-time
+// sign-in link (no login form) on a command job that reports a loss and a
+// custom scalar: signed in, the job page charts exactly those two (no empty
+// throughput or eval chart), a screenshot is taken, the link works once,
+// and `trainctl metrics -o csv` lists the custom scalar as a column.
+//
 // TRAINCTL_DASHBOARD_SCREENSHOT=PATH saves the finished job page as a PNG
 // (how docs/dashboard.png is made). Skipped (with the reason) where
 // chromium is not installed.
@@ -21,6 +27,7 @@
 #include <httplib.h>
 #include <poll.h>
 #include <signal.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <fstream>
@@ -277,10 +284,12 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
       << "login.js fills in where to return";
   browser.Eval(absl::StrCat("document.getElementById('token').value = '", viewer,
                             "'; document.getElementById('login').submit(); true"));
-  ASSERT_TRUE(browser.WaitTrue(absl::StrCat("location.pathname === '/jobs/", id,
-                                            "' && typeof Chart !== 'undefined' && !!Chart.getChart('loss-chart')"),
+  ASSERT_TRUE(browser.WaitTrue(absl::StrCat("location.pathname === '/jobs/", id, "' && typeof Chart !== 'undefined'"),
                                absl::Seconds(20)))
       << "the login form did not lead to the job page";
+  // The loss chart appears with the job's first metric point.
+  ASSERT_TRUE(browser.WaitTrue("!!Chart.getChart('loss-chart')", absl::Seconds(120)))
+      << browser.String("document.body.innerText");
   // Anything that reloads the page loses this.
   browser.Eval("window.__dashboardTestMarker = 42; true");
 
@@ -341,8 +350,10 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
 
   // The other two views, signed in by the cookie: the job list and the workers.
   browser.Eval("location.href = '/'; true");
+  // A finished job's row shows its progress: complete.
   EXPECT_TRUE(browser.WaitTrue(absl::StrCat("[...document.querySelectorAll('#jobs tbody tr')].some(tr => "
-                                            "tr.textContent.includes('", id, "') && tr.textContent.includes('SUCCEEDED'))"),
+                                            "tr.textContent.includes('", id, "') && tr.textContent.includes('SUCCEEDED') "
+                                            "&& tr.textContent.includes(', done'))"),
                                absl::Seconds(15)))
       << browser.String("document.body.innerText");
   browser.Eval("location.href = '/workers'; true");
@@ -352,6 +363,90 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
                                absl::Seconds(15)))
       << browser.String("document.body.innerText");
   EXPECT_EQ(browser.String("JSON.stringify(window.__csp)"), "[]") << "the CSP blocked part of the page";
+}
+
+// Reports a loss and a custom scalar at steps 1..5.
+constexpr char kReportingScript[] = R"py(
+import trainctl
+for step in range(1, 6):
+    trainctl.report(step=step, epoch=0, loss=1.0 / step, val_f1=0.5 + step / 20.0)
+print("reported")
+)py";
+
+TEST(DashboardE2ETest, ASignInLinkOpensTheJobPageSignedInWithOnlyTheChartsTheJobReports) {
+  if (access(kChromium, X_OK) != 0) {
+    GTEST_SKIP() << kChromium << " is not installed (Debian package `chromium`, see scripts/install-deps.sh)";
+  }
+  const std::string build = trainctl::testing::BuildDirOfThisTest();
+  Cluster cluster(build, SourceDir() + "/tests/support/fake_rank.py");
+  ASSERT_TRUE(cluster.StartCoordinator({"--http_listen=127.0.0.1:0"}));
+  ASSERT_TRUE(cluster.StartWorker("w0", 1, false, {"--allow_commands"}));
+  ASSERT_TRUE(cluster.WaitWorkers(1));
+  const std::string addr = DashboardAddress(cluster.coordinator());
+  ASSERT_FALSE(addr.empty()) << cluster.coordinator()->ReadLog();
+  const std::string script = cluster.dir() + "/report.py";
+  std::ofstream(script) << kReportingScript;
+  ParsedJobSpec p = ParseJobSpecYaml(absl::StrCat("name: scalars\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: [/usr/bin/python3, ",
+                                                  script, "]\nrestart: {max_restarts: 0}\n"),
+                                     "scalars.yaml");
+  ASSERT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].message);
+  const std::string id = cluster.Submit(p.spec);
+  ASSERT_FALSE(id.empty());
+  v1::Job job = cluster.WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.state_reason() << "\n" << cluster.RankLog(id, 1, 0);
+
+  const std::string viewer = cluster.CreateToken(v1::ROLE_VIEWER, "link-viewer");
+  ASSERT_FALSE(viewer.empty());
+  auto cli = [&](const std::string& name, std::vector<std::string> args) {
+    std::vector<std::string> argv = {build + "/client/trainctl", "--coordinator", cluster.address(), "--token", viewer};
+    argv.insert(argv.end(), args.begin(), args.end());
+    trainctl::testing::Process proc(argv, cluster.dir() + "/" + name + ".log");
+    EXPECT_TRUE(proc.Start());
+    const int status = proc.Wait(absl::Seconds(30));
+    EXPECT_TRUE(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << proc.ReadLog();
+    return proc.ReadLog();
+  };
+  // The custom scalar is a column of `trainctl metrics`.
+  const std::string csv = cli("metrics", {"metrics", id, "-o", "csv"});
+  EXPECT_NE(csv.find(",eval_accuracy,val_f1,time\n"), std::string::npos) << csv;
+  EXPECT_NE(csv.find(",0.75,"), std::string::npos) << "step 5's val_f1\n" << csv;
+
+  const std::string printed = cli("dashboard", {"dashboard"});
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(printed, m, std::regex("(http://[^\\s]+/signin\\?code=[0-9a-f]{64})"))) << printed;
+  const std::string link = m[1];
+  EXPECT_EQ(link.substr(0, link.find("/signin")), "http://" + addr) << "the host the CLI dialed, the dashboard's port";
+
+  Browser browser;
+  ASSERT_TRUE(browser.Start(cluster.dir() + "/chromium-profile", cluster.dir() + "/chromium.log"));
+  ASSERT_TRUE(browser.Open(absl::StrCat(link, "&next=/jobs/", id)));
+  ASSERT_TRUE(browser.WaitTrue(absl::StrCat("location.pathname === '/jobs/", id,
+                                            "' && document.getElementById('job-state')?.textContent === 'SUCCEEDED' "
+                                            "&& typeof Chart !== 'undefined' && !!Chart.getChart('scalar-val_f1')"),
+                               absl::Seconds(30)))
+      << "not signed in on the job page: " << browser.String("location.href + ' ' + document.body.innerText");
+  EXPECT_TRUE(browser.WaitTrue("Chart.getChart('scalar-val_f1').data.datasets[0].data.length === 5 && "
+                               "Chart.getChart('loss-chart').data.datasets[0].data.length === 5",
+                               absl::Seconds(10)));
+  EXPECT_DOUBLE_EQ(browser.Number("Chart.getChart('scalar-val_f1').data.datasets[0].data[4].y"), 0.75);
+  EXPECT_TRUE(browser.Eval("Chart.getChart('throughput-chart') === undefined && "
+                           "Chart.getChart('eval-chart') === undefined && document.querySelectorAll('canvas').length === 2")
+                  .bool_value())
+      << "a chart for a metric the job never reported";
+  Struct png = browser.Call("Page.captureScreenshot", "{\"format\":\"png\"}");
+  std::string bytes;
+  ASSERT_TRUE(png.fields().count("data"));
+  ASSERT_TRUE(absl::Base64Unescape(png.fields().at("data").string_value(), &bytes));
+  EXPECT_GT(bytes.size(), 5000u);
+  EXPECT_EQ(bytes.substr(0, 4), "\x89PNG");
+  std::ofstream(cluster.dir() + "/signed-in.png", std::ios::binary) << bytes;
+
+  // The link worked once.
+  httplib::Client http(addr);
+  auto again = http.Get(link.substr(link.find("/signin")));
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 401);
+  EXPECT_NE(again->body.find("unknown, used or expired"), std::string::npos) << again->body;
 }
 
 }  // namespace

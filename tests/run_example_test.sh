@@ -7,6 +7,8 @@ build=$1 src=$2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
+# Runs are kept under the runs directory: this test's own.
+export TRAINCTL_RUNS_DIR="$work/runs"
 out=$("$build/client/trainctl" run "$src/examples/mlp-synthetic.yaml" --set training.epochs=2 2>&1)
 echo "$out"
 grep -q "SUCCEEDED" <<<"$out"
@@ -17,6 +19,18 @@ model=$(sed -n 's/^final model: \(.*\) (torch.jit.load.*/\1/p' <<<"$out")
 job=$(sed -n 's/^submitted job \(.*\)$/\1/p' <<<"$out")
 test "$model" = "$PWD/checkpoints/mlp-synthetic/$job/$job.model.pt"
 test -f "$model"
+# The run is kept: listed by `trainctl runs`, and its metrics, logs and
+# description read back with --run, nothing started by hand.
+runs=$("$build/client/trainctl" runs)
+echo "$runs"
+grep -q -- "-mlp-synthetic *$job *SUCCEEDED" <<<"$runs"
+csv=$("$build/client/trainctl" metrics --run latest -o csv)
+head -3 <<<"$csv"
+grep -q "^attempt,rank,kind,epoch,step,loss" <<<"$csv"
+test "$(grep -c ',eval,2,' <<<"$csv")" -ge 1
+run_name=$(ls "$TRAINCTL_RUNS_DIR")
+"$build/client/trainctl" describe --run "$run_name" | grep -q "$job"
+"$build/client/trainctl" logs --run "$TRAINCTL_RUNS_DIR/$run_name" "$job" --tail 5 | grep -q .
 /usr/bin/python3 -c "
 import torch
 m = torch.jit.load('$model')
@@ -47,7 +61,7 @@ cat sigterm.log
 test "$code" -eq 1
 grep -q "CANCELLED" sigterm.log
 sleep 0.5
-! pgrep -f "trainctl-run-.*/jobs/mlp-synthetic" >/dev/null
+! pgrep -f "$TRAINCTL_RUNS_DIR/.*/jobs/mlp-synthetic" >/dev/null
 # Ctrl-C after a checkpoint prints the command that continues the run, and
 # that command resumes from the checkpoint and finishes.
 "$build/client/trainctl" run "$src/examples/mlp-synthetic.yaml" --set training.epochs=4 \

@@ -236,6 +236,36 @@ VerbRunner AddWorkerVerb(CLI::App& app, CliContext& ctx) {
   return [&ctx, id] { return RunWorkerRevoke(ctx, *id); };
 }
 
+// The dashboard's one-time sign-in link: the host this CLI dialed, the
+// port and scheme the coordinator's dashboard listens with.
+int RunDashboard(CliContext& ctx) {
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<v1::CreateSignInCodeResponse> r = (*client)->CreateSignInCode();
+  if (!r.ok()) return ctx.Fail(r.status());
+  const std::string& address = (*client)->options().address;
+  std::string host = address.substr(0, address.rfind(':'));
+  if (absl::StartsWith(host, "dns:///")) host = host.substr(7);
+  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+  if (host == "[::]") host = "[::1]";
+  const std::string url =
+      absl::StrCat(r->https() ? "https" : "http", "://", host, ":", r->http_port(), "/signin?code=", r->code());
+  if (ctx.json()) {
+    ctx.out << "{\"url\":\"" << url << "\",\"expires_in_s\":" << r->expires_in_s() << "}\n";
+    return kExitOk;
+  }
+  ctx.out << url << "\n";
+  ctx.err << "open it within " << r->expires_in_s() << " s; it signs one browser in with your token, once\n";
+  return kExitOk;
+}
+
+VerbRunner AddDashboardVerb(CLI::App& app, CliContext& ctx) {
+  AddVerb(app, "dashboard", "Print a one-time link that opens the dashboard signed in (valid 60 s)",
+          "  trainctl dashboard                  # https://coord:8443/signin?code=...\n"
+          "  chromium --headless --screenshot \"$(trainctl dashboard)\"\n");
+  return [&ctx] { return RunDashboard(ctx); };
+}
+
 VerbRunner AddLoginVerb(CLI::App& app, CliContext& ctx) {
   auto address = std::make_shared<std::string>();
   CLI::App* sub = AddVerb(

@@ -97,7 +97,7 @@ VerbRunner AddCheckpointsVerb(CLI::App& app, CliContext& ctx) {
   auto job = std::make_shared<std::string>();
   CLI::App* sub = AddVerb(app, "checkpoints", "List the checkpoints a job can resume from, newest first",
                           "  trainctl checkpoints mlp-synthetic-7f3a2c\n");
-  sub->add_option("JOB", *job, kJobRefHelp)->required();
+  sub->add_option("JOB", *job, kJobRefOrRunHelp);
   return [&ctx, job] { return RunCheckpoints(ctx, *job); };
 }
 

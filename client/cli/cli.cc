@@ -27,8 +27,9 @@ constexpr char kDefaultCoordinator[] = "localhost:7070";
 // function (see context.h) and one line here.
 constexpr VerbFactory kVerbs[] = {
     AddSubmitVerb, AddStatusVerb, AddDescribeVerb, AddListVerb,  AddLogsVerb,
-    AddCancelVerb, AddResumeVerb, AddCheckpointsVerb, AddFetchVerb, AddWorkersVerb, AddRunVerb, AddMetricsVerb,
-    AddTokenVerb,  AddLoginVerb,  AddWorkerVerb,
+    AddCancelVerb, AddResumeVerb, AddCheckpointsVerb, AddFetchVerb, AddWorkersVerb, AddRunVerb, AddRunsVerb,
+    AddMetricsVerb,
+    AddTokenVerb,  AddLoginVerb,  AddWorkerVerb, AddDashboardVerb,
 };
 
 constexpr char kMainFooter[] =
@@ -152,6 +153,7 @@ std::optional<ResolvedCredentials> ResolveCredentials(const std::string& token_f
 }
 
 absl::StatusOr<std::unique_ptr<Client>> CliContext::Connect(std::optional<absl::Duration> timeout) {
+  if (!run_flag.empty()) return ConnectToRun(*this);
   std::string error;
   std::optional<ResolvedAddress> addr = ResolveCoordinator(coordinator_flag, env, &error);
   if (!addr.has_value()) return absl::InvalidArgumentError(error);
@@ -198,6 +200,10 @@ std::map<std::string, VerbRunner> BuildApp(CLI::App& app, CliContext& ctx) {
 
   app.add_option("--coordinator", ctx.coordinator_flag, "Coordinator HOST:PORT")
       ->type_name("HOST:PORT");
+  app.add_option("--run", ctx.run_flag,
+                 "Read a kept local run instead of a coordinator: its directory, its name (or the start "
+                 "or end of one) from `trainctl runs`, or latest")
+      ->type_name("RUN");
   app.add_option("--token", ctx.token_flag, "Bearer token (default $TRAINCTL_TOKEN, then the config file)")
       ->type_name("TOKEN");
   app.add_option("--ca", ctx.ca_flag, "Cluster CA certificate (PEM): use TLS and verify the coordinator")

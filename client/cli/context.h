@@ -39,6 +39,12 @@ struct CliContext {
   bool latest = false;
   // The verb being run ("submit"), for error messages.
   std::string verb;
+  // --run RUN: verbs read a kept local run (ConnectToRun) instead of a
+  // coordinator; run_job is that run's job (the default JOB), run_server the
+  // embedded coordinator serving it (alive as long as the context).
+  std::string run_flag;
+  std::string run_job;
+  std::shared_ptr<void> run_server;
 
   bool json() const { return output == "json"; }
 
@@ -61,6 +67,14 @@ absl::StatusOr<v1::Job> ResolveJob(const CliContext& ctx, Client& client, const 
 // The help text of every JOB argument.
 inline constexpr char kJobRefHelp[] =
     "Job id, a job name, or the start of an id (several matches: an error listing them, or --latest)";
+// ... of a JOB that --run may stand for.
+inline constexpr char kJobRefOrRunHelp[] =
+    "Job id, a job name, or the start of an id (several matches: an error listing them, or --latest); "
+    "with --run, default: that run's job";
+
+// --run: an embedded coordinator (no worker) on a kept local run's state
+// (run.cc), kept in ctx.run_server, and a client of it.
+absl::StatusOr<std::unique_ptr<Client>> ConnectToRun(CliContext& ctx);
 
 // A verb's subcommand with its one-line description and, in --help, its
 // examples under `heading`.
@@ -93,6 +107,7 @@ VerbRunner AddCancelVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddWorkersVerb(CLI::App& app, CliContext& ctx);
 // Local mode (run.cc): embedded coordinator and workers.
 VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx);
+VerbRunner AddRunsVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddResumeVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddCheckpointsVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddFetchVerb(CLI::App& app, CliContext& ctx);
@@ -102,6 +117,7 @@ VerbRunner AddMetricsVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddLoginVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddWorkerVerb(CLI::App& app, CliContext& ctx);
+VerbRunner AddDashboardVerb(CLI::App& app, CliContext& ctx);
 
 // Follows a job until it ends (follow mode output); 0 only when it SUCCEEDED.
 int FollowJob(CliContext& ctx, Client& client, const std::string& job_id);

@@ -4,9 +4,12 @@
 
 #include <algorithm>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <sstream>
 
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/strip.h"
@@ -320,13 +323,24 @@ void PrintSpecSummary(std::ostream& out, const v1::JobSpec& spec, const std::str
   out << text.substr(text.find('\n') + 1);
 }
 
-void PrintJobStatus(std::ostream& out, const v1::Job& job, absl::Time now) {
+void PrintJobStatus(std::ostream& out, const v1::Job& job, absl::Time now,
+                    const std::vector<std::string>& continued_by) {
   Table t({"", ""});
   auto row = [&](const std::string& k, const std::string& v) { t.AddRow({k + ":", v}); };
   row("Job", job.id());
   row("Name", job.spec().name());
   row("State", JobStateName(job.state()));
   if (!job.state_reason().empty()) row("Reason", Continue(job.state_reason(), std::string(12, ' ')));
+  if (const std::string& from = job.spec().resume_from().job(); !from.empty()) {
+    std::string text = from;
+    for (const v1::CheckpointRecord& r : job.checkpoints()) {
+      if (r.job_id() != from) continue;
+      text = absl::StrCat(from, " (from its checkpoint at epoch ", r.epochs_done(), ", step ", r.global_step(), ")");
+      break;
+    }
+    row("Continues", text);
+  }
+  if (!continued_by.empty()) row("Continued by", absl::StrJoin(continued_by, ", "));
   int attempts = job.attempts_size();
   row("Attempt", absl::StrCat(attempts == 0 ? "-" : absl::StrCat(attempts), " (restarts ", job.restarts(),
                               " of ", job.spec().restart().max_restarts(), ")"));
@@ -383,9 +397,36 @@ std::string MetricSummaryText(const v1::MetricSummary& s) {
   return absl::StrJoin(parts, ", ");
 }
 
+std::vector<std::pair<const v1::Job*, int>> LineageOrder(const std::vector<v1::Job>& jobs) {
+  absl::flat_hash_map<std::string, const v1::Job*> by_id;
+  for (const v1::Job& j : jobs) by_id[j.id()] = &j;
+  absl::flat_hash_map<std::string, std::vector<const v1::Job*>> children;
+  std::vector<const v1::Job*> roots;
+  for (const v1::Job& j : jobs) {
+    const std::string& from = j.spec().resume_from().job();
+    if (!from.empty() && from != j.id() && by_id.contains(from)) {
+      children[from].push_back(&j);
+    } else {
+      roots.push_back(&j);
+    }
+  }
+  std::vector<std::pair<const v1::Job*, int>> out;
+  absl::flat_hash_set<const v1::Job*> seen;
+  std::function<void(const v1::Job*, int)> walk = [&](const v1::Job* j, int depth) {
+    if (!seen.insert(j).second) return;
+    out.emplace_back(j, depth);
+    auto it = children.find(j->id());
+    if (it == children.end()) return;
+    // Oldest continuation first: generations read top to bottom.
+    for (auto c = it->second.rbegin(); c != it->second.rend(); ++c) walk(*c, depth + 1);
+  };
+  for (const v1::Job* r : roots) walk(r, 0);
+  return out;
+}
+
 void PrintJobDescription(std::ostream& out, const v1::Job& job, const std::vector<v1::Event>& events,
-                         absl::Time now) {
-  PrintJobStatus(out, job, now);
+                         absl::Time now, const std::vector<std::string>& continued_by) {
+  PrintJobStatus(out, job, now, continued_by);
   if (std::string summary = MetricSummaryText(job.metric_summary()); !summary.empty()) {
     out << "Summary:     " << summary << "\n";
   }

@@ -6,6 +6,7 @@
 
 #include <ostream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/time/time.h"
@@ -64,15 +65,22 @@ std::string ExitText(const v1::RankAssignment& r);
 
 // Writes "key:   value" lines of a spec summary (model, data, training, ...).
 void PrintSpecSummary(std::ostream& out, const v1::JobSpec& spec, const std::string& indent);
-// The `status` block: id, name, state and reason, attempts, progress, times.
-void PrintJobStatus(std::ostream& out, const v1::Job& job, absl::Time now);
+// The `status` block: id, name, state and reason, the job it continues,
+// attempts, progress, times; `continued_by`: the jobs that continue it.
+void PrintJobStatus(std::ostream& out, const v1::Job& job, absl::Time now,
+                    const std::vector<std::string>& continued_by = {});
 // "best eval accuracy 91.20% (epoch 3, loss 0.3012), last loss 0.2871, mean
 // 1234.5 samples/s"; parts without data are left out.
 std::string MetricSummaryText(const v1::MetricSummary& s);
 // The `describe` text: status block, spec summary, every attempt with its
 // placement and rank states, then the events.
 void PrintJobDescription(std::ostream& out, const v1::Job& job, const std::vector<v1::Event>& events,
-                         absl::Time now);
+                         absl::Time now, const std::vector<std::string>& continued_by = {});
+
+// `list --tree`: jobs (newest first) with each continuation (resume_from)
+// right under the job it continues, indented one level per generation;
+// (job, depth) in print order. A job whose source is not in `jobs` is a root.
+std::vector<std::pair<const v1::Job*, int>> LineageOrder(const std::vector<v1::Job>& jobs);
 
 // A multi-line message (a reason with a rank's last log lines) on one line:
 // its trimmed lines joined with " | ".

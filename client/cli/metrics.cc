@@ -1,6 +1,7 @@
 // `trainctl metrics JOB`: a job's stored metric points (also after it
 // ended) as a table, CSV (for a spreadsheet or pandas) or JSON.
 #include <memory>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -21,8 +22,34 @@ struct MetricsFlags {
 
 std::string G(double v) { return absl::StrFormat("%.6g", v); }
 
+// Every custom scalar name (MetricPoint.scalars) the points carry, sorted:
+// a column each, after the fixed ones.
+std::vector<std::string> ScalarNames(const std::vector<v1::MetricBatch>& batches) {
+  std::set<std::string> names;
+  for (const v1::MetricBatch& b : batches) {
+    for (const v1::MetricPoint& p : b.points()) {
+      for (const auto& [name, value] : p.scalars()) names.insert(name);
+    }
+  }
+  return {names.begin(), names.end()};
+}
+
+std::vector<std::string> FixedColumns(int32_t attempt, const v1::MetricPoint& p);
+
 // One row per point; the same columns in the table and the CSV.
-std::vector<std::string> Row(int32_t attempt, const v1::MetricPoint& p) {
+std::vector<std::string> Row(int32_t attempt, const v1::MetricPoint& p, const std::vector<std::string>& scalars) {
+  std::vector<std::string> row = FixedColumns(attempt, p);
+  row.pop_back();  // the time goes last
+  for (const std::string& name : scalars) {
+    auto it = p.scalars().find(name);
+    row.push_back(it == p.scalars().end() ? "" : G(it->second));
+  }
+  row.push_back(FormatTimestamp(p.time()));
+  return row;
+}
+
+// The columns every point has, its time last.
+std::vector<std::string> FixedColumns(int32_t attempt, const v1::MetricPoint& p) {
   const bool eval = p.has_eval();
   return {absl::StrCat(attempt),
           absl::StrCat(p.rank()),
@@ -53,11 +80,14 @@ int RunMetrics(CliContext& ctx, const MetricsFlags& flags) {
   absl::StatusOr<std::vector<v1::MetricBatch>> batches = (*client)->Metrics(job->id(), options);
   if (!batches.ok()) return ctx.Fail(batches.status());
   if (ctx.json()) return PrintJsonList(ctx, *batches, &v1::GetMetricsResponse::mutable_batches);
+  const std::vector<std::string> scalars = ScalarNames(*batches);
   if (ctx.output == "csv") {
+    // Scalar names hold no comma or quote (IsScalarName): no quoting needed.
     ctx.out << "attempt,rank,kind,epoch,step,loss,lr,samples_per_sec,data_ms,compute_ms,comm_ms,loss_scale,"
-               "eval_loss,eval_accuracy,time\n";
+               "eval_loss,eval_accuracy,"
+            << absl::StrJoin(scalars, ",") << (scalars.empty() ? "" : ",") << "time\n";
     for (const v1::MetricBatch& b : *batches) {
-      for (const v1::MetricPoint& p : b.points()) ctx.out << absl::StrJoin(Row(b.attempt(), p), ",") << "\n";
+      for (const v1::MetricPoint& p : b.points()) ctx.out << absl::StrJoin(Row(b.attempt(), p, scalars), ",") << "\n";
     }
     ctx.out << std::flush;
     return kExitOk;
@@ -69,11 +99,15 @@ int RunMetrics(CliContext& ctx, const MetricsFlags& flags) {
             << (flags.rank.has_value() || !flags.kind.empty() ? " that match" : "") << "\n";
     return kExitOk;
   }
-  Table t({"ATTEMPT", "RANK", "KIND", "EPOCH", "STEP", "LOSS", "LR", "SAMPLES/S", "DATA_MS", "COMPUTE_MS",
-           "COMM_MS", "LOSS_SCALE", "EVAL_LOSS", "EVAL_ACC", "TIME"});
+  std::vector<std::string> headers = {"ATTEMPT",    "RANK",    "KIND",       "EPOCH",     "STEP",
+                                      "LOSS",       "LR",      "SAMPLES/S",  "DATA_MS",   "COMPUTE_MS",
+                                      "COMM_MS",    "LOSS_SCALE", "EVAL_LOSS", "EVAL_ACC"};
+  headers.insert(headers.end(), scalars.begin(), scalars.end());
+  headers.push_back("TIME");
+  Table t(headers);
   for (const v1::MetricBatch& b : *batches) {
     for (const v1::MetricPoint& p : b.points()) {
-      std::vector<std::string> row = Row(b.attempt(), p);
+      std::vector<std::string> row = Row(b.attempt(), p, scalars);
       for (std::string& cell : row) {
         if (cell.empty()) cell = "-";
       }
@@ -95,7 +129,7 @@ VerbRunner AddMetricsVerb(CLI::App& app, CliContext& ctx) {
       "  trainctl metrics mlp-synthetic-7f3a2c -o csv > metrics.csv\n"
       "EPOCH counts from 1; STEP is the optimizer step within the epoch. Old train points of a long\n"
       "job are downsampled by the coordinator (min/max/last loss per bucket).\n");
-  sub->add_option("JOB", flags->job_id, kJobRefHelp)->required();
+  sub->add_option("JOB", flags->job_id, kJobRefOrRunHelp);
   sub->add_option("--rank", flags->rank, "Only this rank")->check(CLI::NonNegativeNumber);
   sub->add_option("--kind", flags->kind, "Only train windows or end-of-epoch (eval) points")
       ->check(CLI::IsMember({"train", "eval"}));

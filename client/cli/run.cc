@@ -1,23 +1,37 @@
 // `trainctl run FILE`: local mode. Starts an embedded coordinator (state in
-// a temporary or given directory) and one local worker daemon offering the
-// host's GPUs, or as many CPU slots as the job has ranks, submits the job,
-// follows it, and exits with its outcome — torchrun's convenience with the
-// whole system (scheduling, rendezvous, supervision, restarts) underneath.
+// the run's own directory under the runs directory, or a given one) and one
+// local worker daemon offering the host's GPUs, or as many CPU slots as the
+// job has ranks, submits the job, follows it, and exits with its outcome —
+// torchrun's convenience with the whole system (scheduling, rendezvous,
+// supervision, restarts) underneath. Runs are kept: `trainctl runs` lists
+// them and `--run RUN` points any verb at a finished one (an embedded
+// coordinator on its state, no worker).
 #include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <atomic>
 #include <thread>
 
+#include <algorithm>
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
+#include <fstream>
+#include <map>
 #include <optional>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "absl/time/clock.h"
+#include "client/cli/format.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "client/cli/context.h"
 #include "client/cli/script_job.h"
 #include "common/auth/secret.h"
@@ -247,17 +261,127 @@ LocalOutcome FollowLocalJob(CliContext& ctx, Client& client, const RunFlags& fla
   return out;
 }
 
+// --- kept runs ----------------------------------------------------------------
+
+// How many runs the runs directory keeps; a new run removes the oldest past it.
+constexpr size_t kKeptRuns = 50;
+constexpr char kRunRecord[] = "run.txt";
+
+// Where local runs keep their state: $TRAINCTL_RUNS_DIR, else
+// $XDG_STATE_HOME/trainctl/runs, else ~/.local/state/trainctl/runs.
+std::string RunsDir(const CliEnvironment& env) {
+  if (std::optional<std::string> d = env.getenv("TRAINCTL_RUNS_DIR"); d && !d->empty()) return *d;
+  if (std::optional<std::string> x = env.getenv("XDG_STATE_HOME"); x && !x->empty()) return *x + "/trainctl/runs";
+  std::optional<std::string> home = env.getenv("HOME");
+  std::string h = home && !home->empty() ? *home : "";
+  if (h.empty()) {
+    std::vector<char> buf(16384);
+    struct passwd pw {};
+    struct passwd* found = nullptr;
+    if (getpwuid_r(geteuid(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) h = found->pw_dir;
+  }
+  return h + "/.local/state/trainctl/runs";
+}
+
+// A run's record (run.txt: key=value lines): job, name, started, cwd,
+// command; state once it is over.
+using RunRecord = std::map<std::string, std::string>;
+
+RunRecord ReadRunRecord(const std::string& dir) {
+  RunRecord r;
+  std::ifstream in(dir + "/" + kRunRecord);
+  std::string line;
+  while (std::getline(in, line)) {
+    const size_t eq = line.find('=');
+    if (eq != std::string::npos) r[line.substr(0, eq)] = line.substr(eq + 1);
+  }
+  return r;
+}
+
+absl::Status WriteRunRecord(const std::string& dir, const RunRecord& r) {
+  std::string text;
+  for (const auto& [k, v] : r) {
+    std::string one_line = v;
+    for (char& c : one_line) {
+      if (c == '\n' || c == '\r') c = ' ';
+    }
+    absl::StrAppend(&text, k, "=", one_line, "\n");
+  }
+  return auth::WritePrivateFile(dir + "/" + kRunRecord, text);
+}
+
+// Every kept run (a directory with a run.txt), oldest first (names start
+// with their UTC start time).
+std::vector<std::string> KeptRuns(const std::string& runs) {
+  std::vector<std::string> out;
+  std::error_code ec;
+  for (const fs::directory_entry& e : fs::directory_iterator(runs, ec)) {
+    if (e.is_directory(ec) && fs::exists(e.path() / kRunRecord, ec)) out.push_back(e.path().filename().string());
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+// A new run's directory: <runs>/<UTC yyyymmdd-hhmmss>-<job name>, private
+// to the user; the oldest runs past kKeptRuns are removed first.
+absl::StatusOr<std::string> NewRunDir(const CliEnvironment& env, const std::string& name) {
+  const std::string runs = RunsDir(env);
+  std::error_code ec;
+  fs::create_directories(runs, ec);
+  if (ec) {
+    return absl::FailedPreconditionError(absl::StrCat("runs directory ", runs, ": cannot create it: ", ec.message()));
+  }
+  std::vector<std::string> kept = KeptRuns(runs);
+  for (size_t i = 0; i + kKeptRuns <= kept.size(); ++i) fs::remove_all(fs::path(runs) / kept[i], ec);
+  const std::string base =
+      absl::StrCat(absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::UTCTimeZone()), "-", name);
+  for (int n = 1; n < 1000; ++n) {
+    const std::string dir = absl::StrCat(runs, "/", base, n == 1 ? "" : absl::StrCat("-", n));
+    if (::mkdir(dir.c_str(), 0700) == 0) return dir;
+    if (errno != EEXIST) {
+      return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir, ": ", std::strerror(errno)));
+    }
+  }
+  return absl::ResourceExhaustedError(absl::StrCat("too many runs named ", base, " in ", runs));
+}
+
+// --run RUN: a directory (holding state.db), or under the runs directory a
+// run's name, a unique start or end of one, or "latest".
+absl::StatusOr<std::string> FindRun(const CliEnvironment& env, const std::string& run) {
+  std::error_code ec;
+  if (run.find('/') != std::string::npos || run == "." || run == "..") {
+    if (fs::exists(fs::path(run) / "state.db", ec)) return run;
+    return absl::NotFoundError(absl::StrCat("--run ", run, ": no state.db there (not a trainctl run's directory)"));
+  }
+  const std::string runs = RunsDir(env);
+  std::vector<std::string> kept = KeptRuns(runs);
+  if (run == "latest") {
+    if (kept.empty()) return absl::NotFoundError(absl::StrCat("--run latest: no runs in ", runs));
+    return runs + "/" + kept.back();
+  }
+  std::vector<std::string> match;
+  for (const std::string& k : kept) {
+    if (k == run) return runs + "/" + k;
+    if (absl::StartsWith(k, run) || absl::EndsWith(k, "-" + run)) match.push_back(k);
+  }
+  if (match.size() == 1) return runs + "/" + match[0];
+  if (match.empty()) {
+    return absl::NotFoundError(absl::StrCat("--run ", run, ": no such run in ", runs, " (trainctl runs lists them)"));
+  }
+  return absl::InvalidArgumentError(absl::StrCat("--run ", run, ": matches ", match.size(), " runs (",
+                                                 absl::StrJoin(match, ", "), "); name one"));
+}
+
 int RunLocal(CliContext& ctx, const RunFlags& flags) {
   int code = kExitOk;
   std::optional<v1::JobSpec> spec = LocalJobSpec(ctx, flags, &code);
   if (!spec) return code;
 
   std::string state_dir = flags.state_dir;
-  bool temporary = state_dir.empty();
-  if (temporary) {
-    std::string tmpl = (fs::temp_directory_path() / "trainctl-run-XXXXXX").string();
-    if (mkdtemp(tmpl.data()) == nullptr) return ctx.Fail(absl::InternalError("cannot create a state directory"));
-    state_dir = tmpl;
+  if (state_dir.empty()) {
+    absl::StatusOr<std::string> dir = NewRunDir(ctx.env, spec->name());
+    if (!dir.ok()) return ctx.Fail(dir.status());
+    state_dir = *dir;
   }
   std::error_code ec;
   fs::create_directories(state_dir, ec);
@@ -305,19 +429,89 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   }
   absl::StatusOr<v1::Job> job = client->Submit(*spec);
   LocalOutcome outcome;
+  RunRecord record = ReadRunRecord(state_dir);
   if (!job.ok()) {
     outcome.code = ctx.Fail(job.status());
   } else {
+    // Kept for `trainctl runs` and `--run` (a --state-dir used again keeps
+    // the record of its latest job).
+    record["job"] = job->id();
+    record["name"] = spec->name();
+    record["started"] = FormatTimestamp(job->submit_time());
+    record["cwd"] = fs::current_path(ec).string();
+    record["command"] = absl::StrCat("trainctl run ", flags.file);
+    record.erase("state");
+    if (absl::Status w = WriteRunRecord(state_dir, record); !w.ok()) {
+      ctx.err << "trainctl run: " << w.message() << "\n";
+    }
     outcome = FollowLocalJob(ctx, *client, flags, *spec, *job, state_dir, stop_signals);
+    if (absl::StatusOr<v1::Job> ended = client->Get(job->id()); ended.ok()) {
+      record["state"] = JobStateName(ended->state());
+      (void)WriteRunRecord(state_dir, record);
+    }
   }
   ctx.out << std::flush;
   daemon.Shutdown(/*goodbye=*/true, absl::Seconds(5));
   server.Shutdown();
-  if (temporary && !flags.keep_state && !outcome.keep_state) fs::remove_all(state_dir, ec);
+  if (job.ok() && !ctx.json()) {
+    ctx.err << "run kept in " << state_dir << " (trainctl runs; trainctl metrics --run "
+            << fs::path(state_dir).filename().string() << ")\n";
+  }
   return outcome.code;
 }
 
+// `trainctl runs`: the kept local runs, newest first.
+int RunRuns(CliContext& ctx) {
+  const std::string runs = RunsDir(ctx.env);
+  std::vector<std::string> kept = KeptRuns(runs);
+  if (kept.empty()) {
+    ctx.out << "no local runs in " << runs << "\n";
+    return kExitOk;
+  }
+  Table t({"RUN", "JOB", "STATE", "STARTED", "COMMAND"});
+  for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
+    RunRecord r = ReadRunRecord(runs + "/" + *it);
+    t.AddRow({*it, r["job"], r["state"].empty() ? "-" : r["state"], r["started"], r["command"]});
+  }
+  t.Print(ctx.out);
+  ctx.out << "(in " << runs << "; any verb takes --run RUN: trainctl metrics --run " << kept.back() << ")\n"
+          << std::flush;
+  return kExitOk;
+}
+
 }  // namespace
+
+absl::StatusOr<std::unique_ptr<Client>> ConnectToRun(CliContext& ctx) {
+  TRAINCTL_ASSIGN_OR_RETURN(std::string dir, FindRun(ctx.env, ctx.run_flag));
+  // Its lines (recovery, transitions) are not what the verb is asked for.
+  SetLogLevel(LogLevel::kError);
+  coordinator::CoordinatorOptions co = LocalCoordinatorOptions(dir);
+  co.admin_token = auth::NewSecret("admin");
+  auto server = std::make_shared<coordinator::CoordinatorServer>(co);
+  absl::StatusOr<std::string> addr = server->Start();
+  if (!addr.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("--run ", dir, ": ", addr.status().message(), " (is that run still going?)"));
+  }
+  ctx.run_job = ReadRunRecord(dir)["job"];
+  ClientOptions copts;
+  copts.address = *addr;
+  copts.token = co.admin_token;
+  copts.timeout = absl::Seconds(ctx.timeout_s);
+  std::unique_ptr<Client> client = Client::FromChannel(server->InProcessChannel(copts.token), copts);
+  ctx.run_server = std::move(server);
+  return client;
+}
+
+VerbRunner AddRunsVerb(CLI::App& app, CliContext& ctx) {
+  AddVerb(app, "runs", "List the kept local runs (trainctl run), newest first",
+          "  trainctl runs\n"
+          "  trainctl metrics --run latest        # the newest run's job\n"
+          "  trainctl logs --run 20261202-091500-mlp-synthetic\n"
+          "Runs are kept in $TRAINCTL_RUNS_DIR, else $XDG_STATE_HOME/trainctl/runs, else\n"
+          "~/.local/state/trainctl/runs: the newest 50.\n");
+  return [&ctx] { return RunRuns(ctx); };
+}
 
 VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx) {
   auto flags = std::make_shared<RunFlags>();
@@ -331,9 +525,9 @@ VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx) {
   sub->add_option("FILE", flags->file, "The job.yaml, or a program to run as every rank (train.py)")->required();
   sub->add_option("--set", flags->sets, "Override a field: key.path=value (repeatable)");
   sub->add_option("--state-dir", flags->state_dir,
-                  "Keep the coordinator database and worker files here (default: a temporary "
-                  "directory, removed at the end)");
-  sub->add_flag("--keep-state", flags->keep_state, "Keep the temporary state directory");
+                  "Keep the coordinator database and worker files here (default: a new directory "
+                  "of this run's own under the runs directory, see trainctl runs)");
+  sub->add_flag("--keep-state", flags->keep_state, "Accepted for older scripts: every run's state is kept");
   sub->add_option("--resume", flags->resume,
                   "Continue this job (of the --state-dir's coordinator) from its newest checkpoint; "
                   "an interrupted run prints the command");

@@ -77,7 +77,12 @@ class FollowInterruptNotice {
 
 }  // namespace
 
-absl::StatusOr<v1::Job> ResolveJob(const CliContext& ctx, Client& client, const std::string& ref) {
+absl::StatusOr<v1::Job> ResolveJob(const CliContext& ctx, Client& client, const std::string& given) {
+  const std::string& ref = given.empty() ? ctx.run_job : given;
+  if (ref.empty()) {
+    return absl::InvalidArgumentError(ctx.run_flag.empty() ? "JOB: required (a job id, a name or the start of an id)"
+                                                           : "JOB: required (that run has no job on record)");
+  }
   absl::StatusOr<v1::Job> job = client.Get(ref);
   if (job.ok() || job.status().code() != absl::StatusCode::kNotFound) return job;
   absl::StatusOr<std::vector<v1::Job>> all = client.List();  // newest first
@@ -247,12 +252,19 @@ int RunDescribe(CliContext& ctx, const std::string& job_ref) {
     for (const v1::Event& e : events) docs.push_back(ToJson(e));
     ctx.out << "{\"job\":" << ToJson(*job) << ",\"events\":[" << absl::StrJoin(docs, ",") << "]}\n";
   } else {
-    PrintJobDescription(ctx.out, *job, events, absl::Now());
+    // Lineage: the jobs that continue this one (resume_from).
+    std::vector<std::string> continued_by;
+    if (absl::StatusOr<std::vector<v1::Job>> all = (*client)->List(); all.ok()) {
+      for (auto it = all->rbegin(); it != all->rend(); ++it) {
+        if (it->spec().resume_from().job() == job_id) continued_by.push_back(it->id());
+      }
+    }
+    PrintJobDescription(ctx.out, *job, events, absl::Now(), continued_by);
   }
   return kExitOk;
 }
 
-int RunList(CliContext& ctx, const std::vector<std::string>& state_names, int limit) {
+int RunList(CliContext& ctx, const std::vector<std::string>& state_names, int limit, bool tree) {
   std::vector<v1::JobState> states;
   for (const std::string& name : state_names) {
     v1::JobState s;
@@ -274,14 +286,23 @@ int RunList(CliContext& ctx, const std::vector<std::string>& state_names, int li
   }
   absl::Time now = absl::Now();
   Table t({"ID", "NAME", "STATE", "RANKS", "PROGRESS", "RESTARTS", "SUBMITTED", "REASON"});
-  for (const v1::Job& j : *jobs) {
+  std::vector<std::pair<const v1::Job*, int>> order;
+  if (tree) {
+    order = LineageOrder(*jobs);
+  } else {
+    for (const v1::Job& j : *jobs) order.emplace_back(&j, 0);
+  }
+  for (const auto& [job, depth] : order) {
+    const v1::Job& j = *job;
     std::string progress = "-";
     double f = ProgressFraction(j.progress());
     if (f >= 0) {
       progress = absl::StrCat("epoch ", std::min(j.progress().epoch() + 1, j.progress().epochs()), "/",
                               j.progress().epochs(), " ", static_cast<int>(f * 100), "%");
     }
-    t.AddRow({j.id(), j.spec().name(), JobStateName(j.state()), absl::StrCat(j.spec().world_size()),
+    std::string id = j.id();
+    if (depth > 0) id = absl::StrCat(std::string(2 * (depth - 1), ' '), "`- ", id);
+    t.AddRow({id, j.spec().name(), JobStateName(j.state()), absl::StrCat(j.spec().world_size()),
               progress, absl::StrCat(j.restarts()), Age(j.submit_time(), now),
               j.state_reason().empty() ? "-" : FirstLine(j.state_reason())});
   }
@@ -455,7 +476,7 @@ VerbRunner AddStatusVerb(CLI::App& app, CliContext& ctx) {
   auto job = std::make_shared<std::string>();
   CLI::App* sub = AddVerb(app, "status", "Show a job's state, progress and times",
                           "  trainctl status mlp-synthetic-7f3a2c\n");
-  sub->add_option("JOB", *job, kJobRefHelp)->required();
+  sub->add_option("JOB", *job, kJobRefOrRunHelp);
   return [&ctx, job] { return RunStatus(ctx, *job); };
 }
 
@@ -464,7 +485,7 @@ VerbRunner AddDescribeVerb(CLI::App& app, CliContext& ctx) {
   CLI::App* sub = AddVerb(app, "describe",
                           "Show a job in full: spec, attempts, placement, rank exits, events",
                           "  trainctl describe mlp-synthetic-7f3a2c\n");
-  sub->add_option("JOB", *job, kJobRefHelp)->required();
+  sub->add_option("JOB", *job, kJobRefOrRunHelp);
   return [&ctx, job] { return RunDescribe(ctx, *job); };
 }
 
@@ -480,14 +501,17 @@ VerbRunner AddListVerb(CLI::App& app, CliContext& ctx) {
       ->allow_extra_args(false)
       ->type_name("STATE");
   sub->add_option("--limit", *limit, "At most this many jobs (0 = all)")->check(CLI::NonNegativeNumber);
-  return [&ctx, states, limit] { return RunList(ctx, *states, *limit); };
+  auto tree = std::make_shared<bool>(false);
+  sub->add_flag("--tree", *tree,
+                "Show each continuation (trainctl resume, resume_from) indented under the job it continues");
+  return [&ctx, states, limit, tree] { return RunList(ctx, *states, *limit, *tree); };
 }
 
 VerbRunner AddLogsVerb(CLI::App& app, CliContext& ctx) {
   auto flags = std::make_shared<LogsFlags>();
   CLI::App* sub = AddVerb(app, "logs", "Print a job's log lines (every rank, latest attempt)",
                           "  trainctl logs mlp-synthetic-7f3a2c -f --rank 0 --tail 100\n");
-  sub->add_option("JOB", flags->job_id, kJobRefHelp)->required();
+  sub->add_option("JOB", flags->job_id, kJobRefOrRunHelp);
   sub->add_flag("-f,--follow", flags->follow, "Keep printing new lines until the job ends");
   CLI::Option* rank = sub->add_option("--rank", flags->rank, "Only this rank");
   sub->add_option("--attempt", flags->attempt, "Attempt number (default: the latest)");

@@ -195,6 +195,8 @@ class Client {
   // Revokes worker `worker_id`'s certificates (admin): its session ends, it
   // is LOST at once, and no certificate naming it is accepted again.
   absl::StatusOr<v1::RevokeWorkerResponse> RevokeWorker(const std::string& worker_id);
+  // A one-time dashboard sign-in code for this client's token.
+  absl::StatusOr<v1::CreateSignInCodeResponse> CreateSignInCode();
 
   const ClientOptions& options() const { return options_; }
 

@@ -44,13 +44,18 @@ function poll(fn) {
   return () => { stopped = true; };
 }
 
-function progressCell(p) {
+// Progress of a job in state `s`: a SUCCEEDED job is full; one that ended
+// otherwise shows where it stopped.
+function progressCell(p, s) {
   if (!p || !num(p.epochs)) return '<span class="muted">–</span>';
   const spe = num(p.steps_per_epoch);
-  const frac = Math.min(1, (num(p.epoch) + (spe ? num(p.step) / spe : 0)) / num(p.epochs));
+  const done = s === 'SUCCEEDED';
+  const frac = done ? 1 : Math.min(1, (num(p.epoch) + (spe ? num(p.step) / spe : 0)) / num(p.epochs));
   // The width is set by sizeBars (CSSOM): the page's CSP allows no style attributes.
-  return `<span class="bar"><span data-frac="${frac.toFixed(4)}"></span></span> ` +
-         `epoch ${num(p.epoch) + 1}/${num(p.epochs)}` + (spe ? `, step ${num(p.step)}/${spe}` : '');
+  const bar = `<span class="bar"><span data-frac="${frac.toFixed(4)}"></span></span> `;
+  if (done) return bar + `epoch ${num(p.epochs)}/${num(p.epochs)}, done`;
+  return bar + `epoch ${num(p.epoch) + 1}/${num(p.epochs)}` + (spe ? `, step ${num(p.step)}/${spe}` : '') +
+         (TERMINAL.has(s) ? ' (stopped)' : '');
 }
 
 // Sizes the progress bars under `root` from their data-frac.
@@ -83,7 +88,7 @@ function jobsView(main) {
     const p = j.progress || {};
     return `<tr><td><a href="/jobs/${encodeURIComponent(j.id)}">${esc(j.id)}</a></td>` +
       `<td><span class="state ${esc(s)}">${esc(s)}</span> <span class="muted">${esc(j.state_reason)}</span></td>` +
-      `<td>${TERMINAL.has(s) ? '' : progressCell(p)}</td><td>${fmtRate(p.samples_per_sec)}</td>` +
+      `<td>${progressCell(p, s)}</td><td>${TERMINAL.has(s) ? '–' : fmtRate(p.samples_per_sec)}</td>` +
       `<td>${p.last_loss ? num(p.last_loss).toFixed(4) : '–'}</td><td>${esc(j.owner)}</td>` +
       `<td>${esc(fmtTime(j.submit_time))}</td></tr>`;
   }, 'No jobs yet.');
@@ -130,23 +135,47 @@ function jobView(main, id) {
   main.innerHTML = `
     <h1>${esc(id)} <span id="job-state" class="state">…</span></h1>
     <p class="facts"><span id="job-reason" class="muted"></span></p>
-    <p class="facts"><span id="job-progress"></span><span id="job-rate"></span><span id="job-eta"></span><span id="job-owner"></span></p>
-    <div class="charts">
-      <div class="chart"><h2>Training loss (rank 0)</h2><div class="box"><canvas id="loss-chart"></canvas></div></div>
-      <div class="chart"><h2>Eval accuracy (rank 0, per epoch)</h2><div class="box"><canvas id="eval-chart"></canvas></div></div>
-      <div class="chart"><h2>Throughput (samples/s, all ranks)</h2><div class="box"><canvas id="throughput-chart"></canvas></div></div>
-    </div>
+    <p class="facts"><span id="job-progress"></span><span id="job-rate"></span><span id="job-eta"></span><span id="job-owner"></span><span id="job-lineage"></span></p>
+    <div class="charts" id="charts"><p class="muted" id="no-metrics">No metrics reported yet.</p></div>
     <h2>Events</h2>
     <table id="events"><thead><tr><th>#</th><th>Time</th><th>Attempt</th><th>Rank</th><th>Event</th><th>State</th><th>Message</th></tr></thead><tbody></tbody></table>
     <h2>Logs</h2>
     <p>Attempt <select id="log-attempt"></select> Rank <select id="log-rank"></select>
        <span class="muted">(last 500 lines, refreshed while the job runs)</span></p>
     <pre class="logs" id="logs"></pre>`;
-  const loss = lineChart('loss-chart', 'loss', ['loss'], '#3b82f6');
-  const evalChart = lineChart('eval-chart', 'accuracy', ['accuracy'], '#16a34a');
-  const rate = lineChart('throughput-chart', 'samples/s', ['samples/s'], '#f59e0b');
-  evalChart.options.scales.y.suggestedMin = 0;
-  evalChart.options.scales.y.suggestedMax = 1;
+  // A chart appears with the first point of what it shows: a job that
+  // reports no throughput (a command job) gets no empty throughput chart,
+  // and each custom scalar (trainctl.report(val_f1=...)) gets its own.
+  const charts = new Map();
+  const COLORS = ['#8b5cf6', '#ec4899', '#14b8a6', '#64748b', '#ef4444', '#84cc16'];
+  let customCharts = 0;
+  const chart = (id, title, yLabel, color) => {
+    let c = charts.get(id);
+    if (c) return c;
+    document.getElementById('no-metrics')?.remove();
+    const div = document.createElement('div');
+    div.className = 'chart';
+    const h2 = document.createElement('h2');
+    h2.textContent = title;
+    const box = document.createElement('div');
+    box.className = 'box';
+    const canvas = document.createElement('canvas');
+    canvas.id = id;
+    box.appendChild(canvas);
+    div.append(h2, box);
+    document.getElementById('charts').appendChild(div);
+    c = lineChart(id, yLabel, [yLabel], color || COLORS[customCharts++ % COLORS.length]);
+    charts.set(id, c);
+    return c;
+  };
+  const loss = () => chart('loss-chart', 'Training loss (rank 0)', 'loss', '#3b82f6');
+  const evalChart = () => {
+    const c = chart('eval-chart', 'Eval accuracy (rank 0, per epoch)', 'accuracy', '#16a34a');
+    c.options.scales.y.suggestedMin = 0;
+    c.options.scales.y.suggestedMax = 1;
+    return c;
+  };
+  const rate = () => chart('throughput-chart', 'Throughput (samples/s, all ranks)', 'samples/s', '#f59e0b');
   // Throughput: the ranks' windows summed per (attempt, step).
   const rateByStep = new Map();
   let metricsToken = '';
@@ -157,18 +186,25 @@ function jobView(main, id) {
   const addPoints = (attempt, points) => {
     for (const p of points) {
       const step = num(p.epoch) * num(p.steps_per_epoch) + num(p.step);
+      if (num(p.rank) === 0) {
+        for (const [name, v] of Object.entries(p.scalars || {}).sort()) {
+          chart('scalar-' + name, `${name} (rank 0)`, name).data.datasets[0].data.push({x: step, y: num(v)});
+        }
+      }
       if (p.kind === 'KIND_EPOCH_END') {
-        if (num(p.rank) === 0 && p.eval) evalChart.data.datasets[0].data.push({x: num(p.epoch) + 1, y: num(p.eval.accuracy)});
+        if (num(p.rank) === 0 && p.eval) evalChart().data.datasets[0].data.push({x: num(p.epoch) + 1, y: num(p.eval.accuracy)});
         continue;
       }
-      if (num(p.rank) === 0) loss.data.datasets[0].data.push({x: step, y: num(p.loss)});
+      // proto3 JSON leaves out zeros: a point without loss reported none.
+      if (num(p.rank) === 0 && p.loss !== undefined) loss().data.datasets[0].data.push({x: step, y: num(p.loss)});
+      if (!num(p.samples_per_sec)) continue;
       const key = attempt + ':' + step;
       const entry = rateByStep.get(key);
       if (entry) { entry.y += num(p.samples_per_sec); }
       else {
         const point = {x: step, y: num(p.samples_per_sec)};
         rateByStep.set(key, point);
-        rate.data.datasets[0].data.push(point);
+        rate().data.datasets[0].data.push(point);
       }
     }
   };
@@ -181,7 +217,7 @@ function jobView(main, id) {
       metricsToken = r.next_page_token || r.resume_token || metricsToken;
       if (!r.next_page_token) break;
     }
-    loss.update(); evalChart.update(); rate.update();
+    for (const c of charts.values()) c.update();
   };
 
   const fetchLogs = async () => {
@@ -218,11 +254,15 @@ function jobView(main, id) {
     const reason = document.getElementById('job-reason');
     reason.textContent = j.state_reason || '';
     reason.parentElement.hidden = !j.state_reason;
-    document.getElementById('job-progress').innerHTML = progressCell(p);
+    document.getElementById('job-progress').innerHTML = progressCell(p, s);
     sizeBars(document.getElementById('job-progress'));
     document.getElementById('job-rate').textContent = p.samples_per_sec ? `${fmtRate(p.samples_per_sec)} samples/s` : '';
     document.getElementById('job-eta').textContent = num(p.eta_seconds) > 0 && !TERMINAL.has(s) ? `ETA ${Math.round(num(p.eta_seconds))} s` : '';
     document.getElementById('job-owner').textContent = j.owner ? `owner ${j.owner}` : '';
+    // Lineage: the job this one continues (resume_from), a link to it.
+    const from = (j.spec && j.spec.resume_from && j.spec.resume_from.job) || '';
+    document.getElementById('job-lineage').innerHTML =
+      from ? `continues <a href="/jobs/${encodeURIComponent(from)}">${esc(from)}</a>` : '';
     const tbody = document.querySelector('#events tbody');
     for (const e of r.events || []) {
       eventsAfter = Math.max(eventsAfter, num(e.seq));

@@ -20,6 +20,8 @@ stubs, and ``report()`` needs none of them.
 
 import math
 import os
+import re
+import sys
 
 __all__ = ["report", "checkpoint_dir"]
 
@@ -40,14 +42,27 @@ def __getattr__(name):
         return getattr(client, name)
     raise AttributeError("module 'trainctl' has no attribute %r" % name)
 
-# Metric keys the worker understands; others are accepted and ignored.
+# Metric keys with a field of their own in trainctl.v1.MetricPoint; any other
+# name is a custom scalar (MetricPoint.scalars): stored, listed by
+# `trainctl metrics` and charted by the dashboard.
 _KNOWN = ("steps_per_epoch", "lr", "samples_per_sec", "data_ms", "compute_ms", "comm_ms",
           "loss_scale", "skipped_steps", "peak_memory_bytes", "samples_seen",
           "eval_loss", "eval_accuracy", "eval_samples")
 _INTS = ("steps_per_epoch", "skipped_steps", "peak_memory_bytes", "samples_seen", "eval_samples")
 
+# A custom scalar's name (the worker refuses others) and how many one report carries.
+_SCALAR_NAME = re.compile(r"^[A-Za-z0-9_./-]{1,64}$")
+_MAX_SCALARS = 32
+
 _fd = None
 _broken = False
+_warned = set()
+
+
+def _warn_once(key, text):
+    if key not in _warned:
+        _warned.add(key)
+        sys.stderr.write("trainctl.report: %s\n" % text)
 
 
 def _status_fd():
@@ -83,8 +98,10 @@ def _number(value):
 
 def report(step=None, epoch=None, loss=None, **scalars):
     """Reports training progress: global optimizer ``step`` (over all epochs),
-    ``epoch`` (from 0), ``loss`` and other scalars (``lr``, ``samples_per_sec``,
-    ``eval_loss``, ``eval_accuracy``...). Returns True when trainctl got it."""
+    ``epoch`` (from 0), ``loss`` and other scalars: trainctl's own (``lr``,
+    ``samples_per_sec``, ``eval_loss``, ``eval_accuracy``...) and any of your
+    own (``val_f1=0.82``: names of 1-64 letters, digits and ``_./-``, at most
+    32 per report). Returns True when trainctl got it."""
     epoch = int(epoch) if epoch is not None else 0
     step = int(step) if step is not None else 0
     parts = ["metric", "kind=train", "epoch=%d" % epoch, "step=%d" % step]
@@ -100,6 +117,25 @@ def report(step=None, epoch=None, loss=None, **scalars):
                 text = _number(scalars[key])
                 if text is not None:
                     parts.append("%s=%s" % (key, text))
+    custom = 0
+    for key in sorted(scalars):
+        value = scalars[key]
+        if key in _KNOWN or value is None:
+            continue
+        if not _SCALAR_NAME.match(key):
+            _warn_once(key, "%r is not a scalar name (1-64 of A-Z a-z 0-9 _ . / -): not reported" % key)
+            continue
+        if custom == _MAX_SCALARS:
+            _warn_once("#max", "more than %d scalars in one report: the rest are not reported" % _MAX_SCALARS)
+            break
+        try:
+            text = _number(value)
+        except (TypeError, ValueError):
+            _warn_once(key, "%s=%r is not a number: not reported" % (key, value))
+            continue
+        if text is not None:
+            parts.append("s.%s=%s" % (key, text))
+            custom += 1
     if not _write("progress %d %d" % (epoch, step)):
         return False
     return _write(" ".join(parts))

@@ -94,6 +94,7 @@ v1::MetricPoint MetricPointOf(int32_t rank, const rankproto::RankMetric& rm) {
     p.mutable_eval()->set_accuracy(rm.eval_accuracy);
     p.mutable_eval()->set_samples(rm.eval_samples);
   }
+  for (const auto& [name, value] : rm.scalars) (*p.mutable_scalars())[name] = value;
   return p;
 }
 

@@ -5,12 +5,15 @@
 #include <unistd.h>
 
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <sstream>
 #include <vector>
 
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
@@ -94,6 +97,16 @@ constexpr MetricField kMetricFields[] = {
 bool SetMetricField(RankMetric& r, const std::string& k, const std::string& v) {
   if (k == "kind") {
     r.kind = v;
+    return true;
+  }
+  if (absl::StartsWith(k, "s.")) {
+    double value = 0;
+    const std::string name = k.substr(2);
+    if (!IsScalarName(name) || r.scalars.size() >= kMaxScalars || !absl::SimpleAtod(v, &value) ||
+        !std::isfinite(value)) {
+      return false;
+    }
+    r.scalars.emplace_back(name, value);
     return true;
   }
   if (k == "epoch") return absl::SimpleAtoi(v, &r.epoch);
@@ -378,7 +391,18 @@ std::string FormatMetric(const RankMetric& m) {
     if (f.eval && !m.has_eval) continue;
     absl::StrAppend(&out, " ", f.key, "=", f.real != nullptr ? Num(m.*f.real) : absl::StrCat(m.*f.integer));
   }
+  for (const auto& [name, value] : m.scalars) absl::StrAppend(&out, " s.", name, "=", Num(value));
   return out + "\n";
+}
+
+bool IsScalarName(std::string_view name) {
+  if (name.empty() || name.size() > 64) return false;
+  for (char c : name) {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '/' && c != '-') {
+      return false;
+    }
+  }
+  return true;
 }
 
 std::string FormatError(ErrorKind kind, std::string_view message, int64_t step) {

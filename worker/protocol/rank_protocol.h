@@ -43,6 +43,8 @@
 #include <map>
 #include <string>
 #include <string_view>
+#include <utility>
+#include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
@@ -160,7 +162,12 @@ struct RankMetric {
   double eval_loss = 0;
   double eval_accuracy = 0;
   int64_t eval_samples = 0;
+  // Custom scalars, `s.NAME=VALUE` on the line (MetricPoint.scalars): NAME
+  // 1-64 of [A-Za-z0-9_./-] (IsScalarName), at most kMaxScalars, finite.
+  std::vector<std::pair<std::string, double>> scalars;
 };
+inline constexpr size_t kMaxScalars = 32;
+bool IsScalarName(std::string_view name);
 
 // A checkpoint a rank wrote.
 struct CheckpointNote {

@@ -5,6 +5,8 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
+
 #include <cstdlib>
 #include <fstream>
 
@@ -194,6 +196,26 @@ TEST(RankProtocolTest, MetricLineKeepsItsWordsAndOrder) {
   auto newer = ParseStatusLine("metric kind=train epoch=1 future_key=3");
   ASSERT_TRUE(newer.ok()) << newer.status();
   EXPECT_FALSE(newer->metric.has_eval);
+}
+
+TEST(RankProtocolTest, CustomScalarsRoundTripAndBadOnesMakeTheLineMalformed) {
+  RankMetric m;
+  m.step = 3;
+  m.scalars = {{"val_f1", 0.8}, {"eval/top5", 0.5}};
+  const std::string line = FormatMetric(m);
+  EXPECT_NE(line.find(" s.val_f1=0.8 s.eval/top5=0.5\n"), std::string::npos) << line;
+  auto parsed = ParseStatusLine(line);
+  ASSERT_TRUE(parsed.ok()) << parsed.status();
+  EXPECT_EQ(parsed->metric.scalars, m.scalars);
+  for (const char* bad : {"metric kind=train epoch=0 s.=1", "metric kind=train epoch=0 s.a$b=1",
+                          "metric kind=train epoch=0 s.x=nan", "metric kind=train epoch=0 s.x=abc"}) {
+    EXPECT_FALSE(ParseStatusLine(bad).ok()) << bad;
+  }
+  std::string many = "metric kind=train epoch=0";
+  for (size_t i = 0; i <= kMaxScalars; ++i) absl::StrAppend(&many, " s.m", i, "=1");
+  EXPECT_FALSE(ParseStatusLine(many).ok()) << "at most kMaxScalars";
+  EXPECT_TRUE(IsScalarName(std::string(64, 'a')));
+  EXPECT_FALSE(IsScalarName(std::string(65, 'a')));
 }
 
 }  // namespace
