@@ -13,8 +13,9 @@
 // A second test opens the dashboard through `trainctl dashboard`'s one-time
 // sign-in link (no login form) on a command job that reports a loss and a
 // custom scalar: signed in, the job page charts exactly those two (no empty
-// throughput or eval chart), a screenshot is taken, the link works once,
-// and `trainctl metrics -o csv` lists the custom scalar as a column.
+// throughput or eval chart), a screenshot is taken, the link works once;
+// `trainctl metrics -o csv` lists the custom scalar as a column and the
+// worker wrote both into the job's TensorBoard directory.
 //
 // TRAINCTL_DASHBOARD_SCREENSHOT=PATH saves the finished job page as a PNG
 // (how docs/dashboard.png is made). Skipped (with the reason) where
@@ -30,7 +31,9 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <fstream>
+#include <iterator>
 #include <regex>
 
 #include "absl/strings/escaping.h"
@@ -373,7 +376,7 @@ for step in range(1, 6):
 print("reported")
 )py";
 
-TEST(DashboardE2ETest, ASignInLinkOpensTheJobPageSignedInWithOnlyTheChartsTheJobReports) {
+TEST(DashboardE2ETest, ASignInLinkShowsACommandJobsOwnScalarsWhichReachMetricsAndTensorBoard) {
   if (access(kChromium, X_OK) != 0) {
     GTEST_SKIP() << kChromium << " is not installed (Debian package `chromium`, see scripts/install-deps.sh)";
   }
@@ -386,8 +389,10 @@ TEST(DashboardE2ETest, ASignInLinkOpensTheJobPageSignedInWithOnlyTheChartsTheJob
   ASSERT_FALSE(addr.empty()) << cluster.coordinator()->ReadLog();
   const std::string script = cluster.dir() + "/report.py";
   std::ofstream(script) << kReportingScript;
+  const std::string ckpt = cluster.dir() + "/ck";
   ParsedJobSpec p = ParseJobSpecYaml(absl::StrCat("name: scalars\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: [/usr/bin/python3, ",
-                                                  script, "]\nrestart: {max_restarts: 0}\n"),
+                                                  script, "]\nrestart: {max_restarts: 0}\ncheckpoint: {dir: ", ckpt,
+                                                  "}\ntensorboard: {enabled: true}\n"),
                                      "scalars.yaml");
   ASSERT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].message);
   const std::string id = cluster.Submit(p.spec);
@@ -406,6 +411,24 @@ TEST(DashboardE2ETest, ASignInLinkOpensTheJobPageSignedInWithOnlyTheChartsTheJob
     EXPECT_TRUE(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << proc.ReadLog();
     return proc.ReadLog();
   };
+  // The worker wrote rank 0's reports as TensorBoard scalars (read by an
+  // independent reader): the loss under the engine's tag, val_f1 under its
+  // own name, at steps 1..5.
+  const std::string events = cluster.dir() + "/tfevents.jsonl";
+  const std::string read = absl::StrCat("/usr/bin/python3 ", SourceDir(), "/tests/support/read_tfevents.py ", ckpt,
+                                        "/tensorboard > ", events, " 2>&1");
+  ASSERT_EQ(std::system(read.c_str()), 0) << read;
+  std::string tb;
+  {
+    std::ifstream in(events);
+    tb.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  }
+  EXPECT_NE(tb.find("\"file_version\""), std::string::npos) << tb;
+  EXPECT_NE(tb.find("\"step\": 5,"), std::string::npos) << tb;
+  EXPECT_NE(tb.find("\"val_f1\": 0.75"), std::string::npos) << tb;
+  EXPECT_NE(tb.find("\"train/loss\": 0.2"), std::string::npos) << "step 5's loss 1/5\n" << tb;
+  EXPECT_EQ(tb.find("train/samples_per_sec"), std::string::npos) << "a field the job never reported\n" << tb;
+
   // The custom scalar is a column of `trainctl metrics`.
   const std::string csv = cli("metrics", {"metrics", id, "-o", "csv"});
   EXPECT_NE(csv.find(",eval_accuracy,val_f1,time\n"), std::string::npos) << csv;

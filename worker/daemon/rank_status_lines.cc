@@ -7,10 +7,14 @@
 //
 // Threading: every function here runs on the daemon's EventLoop.
 #include <algorithm>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/log.h"
 #include "common/time_util.h"
 #include "worker/daemon/job_dir.h"
+#include "worker/daemon/rank_files.h"
 #include "worker/daemon/worker_daemon_internal.h"
 
 namespace trainctl::worker {
@@ -98,7 +102,54 @@ v1::MetricPoint MetricPointOf(int32_t rank, const rankproto::RankMetric& rm) {
   return p;
 }
 
+// The scalars a command job's report carries, under the tags an engine job's
+// rank 0 writes (rank_main.cc) for trainctl's fields it set (a field left
+// out of the line is 0: not written), and each custom scalar under its own
+// name.
+std::vector<std::pair<std::string, float>> ReportedScalars(const rankproto::RankMetric& m) {
+  std::vector<std::pair<std::string, float>> out;
+  auto add = [&](const char* tag, double v) {
+    if (v != 0) out.emplace_back(tag, static_cast<float>(v));
+  };
+  const bool epoch = m.kind == "epoch_end";
+  add(epoch ? "epoch/loss" : "train/loss", m.loss);
+  add(epoch ? "epoch/samples_per_sec" : "train/samples_per_sec", m.samples_per_sec);
+  if (!epoch) add("train/lr", m.lr);
+  if (m.has_eval) {
+    out.emplace_back("eval/loss", static_cast<float>(m.eval_loss));
+    out.emplace_back("eval/accuracy", static_cast<float>(m.eval_accuracy));
+  }
+  for (const auto& [name, value] : m.scalars) out.emplace_back(name, static_cast<float>(value));
+  return out;
+}
+
 }  // namespace
+
+void WorkerDaemon::WriteCommandTensorBoard(LocalAttempt& a, const rankproto::RankMetric& m) {
+  if (a.tensorboard_dir.empty() || a.tensorboard_failed) return;
+  auto give_up = [&](const absl::Status& s) {
+    a.tensorboard_failed = true;
+    LogEvent(LogLevel::kWarn, "worker", "tensorboard_failed",
+             {{"job_id", a.job_id}, {"dir", a.tensorboard_dir}, {"error", std::string(s.message())}});
+  };
+  if (a.tensorboard == nullptr) {
+    absl::StatusOr<std::unique_ptr<trainer::TensorBoardWriter>> w =
+        absl::PermissionDeniedError("cannot take on the ranks' identity");
+    {
+      // In a directory the job chose: created as its ranks would, never
+      // by root where they could not (the writer creates with O_EXCL).
+      AsRankUser as_rank_user(a.run_as);
+      if (as_rank_user.ok()) w = trainer::TensorBoardWriter::Open(a.tensorboard_dir);
+    }
+    if (!w.ok()) return give_up(w.status());
+    a.tensorboard = *std::move(w);
+  }
+  std::vector<std::pair<std::string, float>> scalars = ReportedScalars(m);
+  if (scalars.empty()) return;
+  if (absl::Status s = a.tensorboard->Write(int64_t{m.epoch} * m.steps_per_epoch + m.step, scalars); !s.ok()) {
+    give_up(s);
+  }
+}
 
 void WorkerDaemon::IgnoredReport(const std::string& key, const std::string& line, const std::string& why) {
   RankLogBatch note;
@@ -172,6 +223,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       break;
     }
     case rankproto::StatusMessage::Type::kMetric: {
+      if (a->command && rank == 0) WriteCommandTensorBoard(*a, msg->metric);
       v1::MetricPoint p = MetricPointOf(rank, msg->metric);
       if (p.kind() == v1::MetricPoint::KIND_TRAIN) r->last_train = p;
       a->pending_metrics.push_back(std::move(p));

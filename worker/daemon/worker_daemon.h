@@ -224,6 +224,10 @@ class WorkerDaemon {
   void OnStatusLine(const std::string& key, const std::string& line);
   // A status line not acted on: said in the rank's log (stderr), with `why`.
   void IgnoredReport(const std::string& key, const std::string& line, const std::string& why);
+  // A command job's rank 0 report as TensorBoard scalars in the job's
+  // tensorboard dir (an engine job's rank 0 writes its own): the event file
+  // is created as the ranks' identity; a failure costs the plot, logged once.
+  void WriteCommandTensorBoard(LocalAttempt& a, const rankproto::RankMetric& m);
   void OnLogBatch(const std::string& key, const RankLogBatch& batch);
   void FlushMetrics();
   void FlushLogs();

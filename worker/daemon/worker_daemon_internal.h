@@ -24,6 +24,7 @@
 #include "worker/daemon/rendezvous_backend.h"
 #include "worker/daemon/worker_daemon.h"
 #include "worker/protocol/rank_protocol.h"
+#include "worker/trainer/tensorboard_writer.h"
 
 namespace trainctl::worker {
 
@@ -77,6 +78,10 @@ struct WorkerDaemon::LocalAttempt {
   std::optional<RunAs> run_as;
   // Where rank 0 writes TensorBoard event files ("" = the job has none).
   std::string tensorboard_dir;
+  // A command job's: the daemon writes its rank 0's reports there
+  // (WriteCommandTensorBoard), opened at the first; failed: given up.
+  std::unique_ptr<trainer::TensorBoardWriter> tensorboard;
+  bool tensorboard_failed = false;
   // The coordinator's record to resume from (unset: a fresh start).
   std::optional<v1::CheckpointRecord> resume;
   // Steps the ranks skip (a NaN rollback's), as run.skip_steps.
