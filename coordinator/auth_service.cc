@@ -46,7 +46,7 @@ absl::Status JoinPrecondition(grpc::CallbackServerContext* ctx, const WorkerEnro
 grpc::ServerUnaryReactor* AuthServiceImpl::CreateToken(grpc::CallbackServerContext* ctx,
                                                        const v1::CreateTokenRequest* req,
                                                        v1::CreateTokenResponse* resp) {
-  return UnaryOnLoop(ctx_, ctx, "CreateToken", {kAdmin}, [this, req, resp](const Principal& who) {
+  return UnaryOnLoop(ctx_, ctx, "CreateToken", [this, req, resp](const Principal& who) {
     return MoveInto(ctx_.auth->Create(*req, who), resp);
   });
 }
@@ -55,7 +55,7 @@ grpc::ServerUnaryReactor* AuthServiceImpl::ListTokens(grpc::CallbackServerContex
                                                       const v1::ListTokensRequest* req,
                                                       v1::ListTokensResponse* resp) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "ListTokens", {kAdmin});
+  absl::StatusOr<Principal> who = Caller(ctx_, ctx, "ListTokens");
   if (who.ok()) {
     for (v1::Token& t : ctx_.auth->List(req->include_revoked())) *resp->add_tokens() = std::move(t);
   }
@@ -85,7 +85,7 @@ grpc::ServerUnaryReactor* AuthServiceImpl::Join(grpc::CallbackServerContext* ctx
     return reactor;
   }
   // A refusal is logged by the RPC interceptor (rpc_refused).
-  return UnaryOnLoop(ctx_, ctx, "Join", {v1::ROLE_JOIN},
+  return UnaryOnLoop(ctx_, ctx, "Join",
                      [this, req, resp, ready](const Principal& who) -> absl::Status {
                        TRAINCTL_RETURN_IF_ERROR(ready);
                        return MoveInto(ctx_.enroller->Join(who, *req), resp);
@@ -95,7 +95,7 @@ grpc::ServerUnaryReactor* AuthServiceImpl::Join(grpc::CallbackServerContext* ctx
 grpc::ServerUnaryReactor* AuthServiceImpl::RevokeToken(grpc::CallbackServerContext* ctx,
                                                        const v1::RevokeTokenRequest* req,
                                                        v1::Token* resp) {
-  return UnaryOnLoop(ctx_, ctx, "RevokeToken", {kAdmin}, [this, req, resp](const Principal&) {
+  return UnaryOnLoop(ctx_, ctx, "RevokeToken", [this, req, resp](const Principal&) {
     return MoveInto(ctx_.auth->Revoke(req->id()), resp);
   });
 }
@@ -103,7 +103,7 @@ grpc::ServerUnaryReactor* AuthServiceImpl::RevokeToken(grpc::CallbackServerConte
 grpc::ServerUnaryReactor* AuthServiceImpl::RevokeWorker(grpc::CallbackServerContext* ctx,
                                                         const v1::RevokeWorkerRequest* req,
                                                         v1::RevokeWorkerResponse* resp) {
-  return UnaryOnLoop(ctx_, ctx, "RevokeWorker", {kAdmin}, [this, req, resp](const Principal& who) -> absl::Status {
+  return UnaryOnLoop(ctx_, ctx, "RevokeWorker", [this, req, resp](const Principal& who) -> absl::Status {
     if (req->worker_id().empty() || req->worker_id().size() > 64) {
       return absl::InvalidArgumentError("worker_id: required, at most 64 characters");
     }
@@ -125,7 +125,7 @@ grpc::ServerUnaryReactor* AuthServiceImpl::CreateSignInCode(grpc::CallbackServer
   // Every role the dashboard lets in; the code stands for the caller's own
   // token (its bearer secret), so it grants nothing the caller lacks.
   absl::Status s =
-      Caller(ctx_, ctx, "CreateSignInCode", {kAdmin, v1::ROLE_SUBMITTER, v1::ROLE_VIEWER}).status();
+      Caller(ctx_, ctx, "CreateSignInCode").status();
   const SignInCodes::Endpoint dashboard =
       ctx_.sign_in != nullptr ? ctx_.sign_in->endpoint() : SignInCodes::Endpoint{};
   if (s.ok() && dashboard.port == 0) {

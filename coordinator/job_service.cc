@@ -220,7 +220,7 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
 template <typename Reactor, typename Start>
 Reactor* OpenJobStream(const ServiceContext& c, grpc::CallbackServerContext* ctx, absl::string_view call,
                        Reactor* reactor, std::string job_id, Start start) {
-  absl::StatusOr<Principal> who = Caller(c, ctx, call, {kAdmin, kSubmitter, kViewer});
+  absl::StatusOr<Principal> who = Caller(c, ctx, call);
   if (!who.ok()) {
     reactor->FinishAfterQueue(ToGrpcStatus(who.status()));
     return reactor;
@@ -283,7 +283,7 @@ absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(JobManager& jobs, StateSto
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* ctx,
                                                     const v1::SubmitJobRequest* req,
                                                     v1::SubmitJobResponse* resp) {
-  return UnaryOnLoop(ctx_, ctx, "SubmitJob", {kAdmin, kSubmitter}, [this, req, resp](const Principal& who) -> absl::Status {
+  return UnaryOnLoop(ctx_, ctx, "SubmitJob", [this, req, resp](const Principal& who) -> absl::Status {
     // Resuming from a job is acting on it: a submitter resumes its own.
     if (!req->spec().resume_from().job().empty()) {
       absl::StatusOr<v1::Job> source = ctx_.jobs->Get(req->spec().resume_from().job());
@@ -296,20 +296,20 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
                                                  const v1::GetJobRequest* req, v1::Job* resp) {
-  return UnaryOnLoop(ctx_, ctx, "GetJob", {kAdmin, kSubmitter, kViewer},
+  return UnaryOnLoop(ctx_, ctx, "GetJob",
                      [this, req, resp](const Principal&) { return MoveInto(ctx_.jobs->Get(req->job_id()), resp); });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
                                                    const v1::ListJobsRequest* req,
                                                    v1::ListJobsResponse* resp) {
-  return UnaryOnLoop(ctx_, ctx, "ListJobs", {kAdmin, kSubmitter, kViewer},
+  return UnaryOnLoop(ctx_, ctx, "ListJobs",
                      [this, req, resp](const Principal&) { return MoveInto(ctx_.jobs->List(*req), resp); });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* ctx,
                                                     const v1::CancelJobRequest* req, v1::Job* resp) {
-  return UnaryOnLoop(ctx_, ctx, "CancelJob", {kAdmin, kSubmitter}, [this, req, resp](const Principal& who) -> absl::Status {
+  return UnaryOnLoop(ctx_, ctx, "CancelJob", [this, req, resp](const Principal& who) -> absl::Status {
     absl::StatusOr<v1::Job> current = ctx_.jobs->Get(req->job_id());
     if (current.ok()) TRAINCTL_RETURN_IF_ERROR(MayActOnJob(who, "CancelJob", *current));
     return MoveInto(ctx_.jobs->Cancel(req->job_id(), req->reason()), resp);
@@ -319,7 +319,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
 grpc::ServerUnaryReactor* JobServiceImpl::GetMetrics(grpc::CallbackServerContext* ctx,
                                                      const v1::GetMetricsRequest* req,
                                                      v1::GetMetricsResponse* resp) {
-  return UnaryOnLoop(ctx_, ctx, "GetMetrics", {kAdmin, kSubmitter, kViewer}, [this, req, resp](const Principal&) {
+  return UnaryOnLoop(ctx_, ctx, "GetMetrics", [this, req, resp](const Principal&) {
     return MoveInto(GetMetricsPage(*ctx_.jobs, *ctx_.store, *req), resp);
   });
 }

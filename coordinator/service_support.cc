@@ -14,10 +14,8 @@ grpc::Status ToGrpcStatus(const absl::Status& s) {
   return grpc::Status(static_cast<grpc::StatusCode>(s.code()), std::string(s.message()));
 }
 
-// The caller of `call`, when its token is valid and has one of `roles`;
-// else Unauthenticated / PermissionDenied to finish the call with.
 absl::StatusOr<Principal> Caller(const ServiceContext& c, grpc::CallbackServerContext* ctx,
-                                 absl::string_view call, std::initializer_list<v1::Role> roles) {
+                                 absl::string_view call) {
   const auto& md = ctx->client_metadata();
   auto it = md.find("authorization");
   absl::string_view header;
@@ -26,6 +24,8 @@ absl::StatusOr<Principal> Caller(const ServiceContext& c, grpc::CallbackServerCo
   if (!who.ok()) {
     return absl::Status(who.status().code(), absl::StrCat(call, ": ", who.status().message()));
   }
+  absl::Span<const v1::Role> roles = RolesOf(call);
+  if (roles.empty()) return absl::PermissionDeniedError(absl::StrCat(call, ": no role may call it"));
   absl::Status allowed = TokenAuthority::Authorize(*who, call, roles);
   if (!allowed.ok()) return allowed;
   return who;

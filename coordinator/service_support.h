@@ -16,20 +16,18 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "coordinator/method_roles.h"
 #include "coordinator/services.h"
 #include "coordinator/token_authority.h"
 
 namespace trainctl::coordinator {
 
-inline constexpr v1::Role kAdmin = v1::ROLE_ADMIN;
-inline constexpr v1::Role kSubmitter = v1::ROLE_SUBMITTER;
-inline constexpr v1::Role kViewer = v1::ROLE_VIEWER;
-inline constexpr v1::Role kWorker = v1::ROLE_WORKER;
-
-// The caller of `call`, when its token is valid and has one of `roles`;
-// else Unauthenticated / PermissionDenied to finish the call with.
+// The caller of the RPC `call` (its method name, e.g. "SubmitJob"), when
+// its token is valid and has one of the roles method_roles.h gives that
+// method; else Unauthenticated / PermissionDenied to finish the call with
+// (a name the table lacks: PermissionDenied for every caller).
 absl::StatusOr<Principal> Caller(const ServiceContext& c, grpc::CallbackServerContext* ctx,
-                                 absl::string_view call, std::initializer_list<v1::Role> roles);
+                                 absl::string_view call);
 
 // The client certificate of an mTLS call, which the handshake verified
 // against the cluster CA: its CN (a worker id), its host-name and IP SANs
@@ -56,16 +54,15 @@ absl::Status MoveInto(absl::StatusOr<T> result, Response* resp) {
   return result.status();
 }
 
-// One unary call: authenticates `call` for `roles` here, on the gRPC thread
+// One unary call: authenticates `call` (method_roles.h) here, on the gRPC thread
 // (a refused call is finished at once and does no work), then runs
 // `answer(const Principal& who) -> absl::Status` on the loop and finishes
 // the call with the status it returns.
 template <typename Answer>
 grpc::ServerUnaryReactor* UnaryOnLoop(const ServiceContext& c, grpc::CallbackServerContext* ctx,
-                                      absl::string_view call, std::initializer_list<v1::Role> roles,
-                                      Answer answer) {
+                                      absl::string_view call, Answer answer) {
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
-  absl::StatusOr<Principal> who = Caller(c, ctx, call, roles);
+  absl::StatusOr<Principal> who = Caller(c, ctx, call);
   if (!who.ok()) {
     reactor->Finish(ToGrpcStatus(who.status()));
     return reactor;

@@ -121,7 +121,7 @@ absl::Status TokenAuthority::StillValid(const Principal& who) const {
 }
 
 absl::Status TokenAuthority::Authorize(const Principal& who, absl::string_view call,
-                                       std::initializer_list<v1::Role> roles) {
+                                       absl::Span<const v1::Role> roles) {
   if (std::find(roles.begin(), roles.end(), who.role) != roles.end()) return absl::OkStatus();
   std::vector<std::string> names;
   for (v1::Role r : roles) names.push_back(RoleName(r));

@@ -22,6 +22,7 @@
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/types/span.h"
 #include "common/clock.h"
 #include "coordinator/store/state_store.h"
 #include "trainctl/v1/auth.pb.h"
@@ -77,8 +78,7 @@ class TokenAuthority {
   absl::StatusOr<Principal> Authenticate(absl::string_view authorization) const;
   // OK when `who` has one of `roles`; PermissionDenied naming the call, the
   // roles it needs and the caller's.
-  static absl::Status Authorize(const Principal& who, absl::string_view call,
-                                std::initializer_list<v1::Role> roles);
+  static absl::Status Authorize(const Principal& who, absl::string_view call, absl::Span<const v1::Role> roles);
 
   // Whether the token `who` was authenticated with still holds: OK, or
   // Unauthenticated (revoked, expired, no longer known) saying which. What a
