@@ -1,13 +1,14 @@
+// RendezvousStore: the client (and the hosting rank's handle on its own
+// server, rendezvous_store_server.cc); the wire format is
+// rendezvous_wire.h.
 #include "worker/dist/rendezvous_store.h"
 
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <netinet/in.h>
 #include <netinet/tcp.h>
-#include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/hmac.h>
-#include <poll.h>
 #include <sys/socket.h>
 #include <unistd.h>
 
@@ -16,97 +17,38 @@
 #include <cerrno>
 #include <cstring>
 #include <exception>
-#include <list>
-#include <map>
-#include <thread>
 
-#include "absl/base/thread_annotations.h"
 #include "absl/strings/ascii.h"
-#include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/random_secret.h"
+#include "worker/dist/rendezvous_store_server.h"
+#include "worker/dist/rendezvous_wire.h"
 
 namespace trainctl::dist {
+
+using wire::GetI64;
+using wire::GetU32;
+using wire::HandshakeMessage;
+using wire::kHandshakeTimeout;
+using wire::kMagicBytes;
+using wire::kMaxKeyBytes;
+using wire::kMaxValueBytes;
+using wire::kOk;
+using wire::kOpAdd;
+using wire::kOpGet;
+using wire::kOpSet;
+using wire::kTimedOut;
+using wire::MacEquals;
+using wire::PutI64;
+using wire::PutU32;
+using wire::ReadExactly;
+using wire::WriteAll;
+
 namespace {
-
-constexpr size_t kMagicBytes = 8;
-constexpr size_t kMaxKeyBytes = 4096;
-constexpr size_t kMaxValueBytes = 16u << 20;
-// Connections held at once (ranks + strays); more are closed on accept.
-constexpr int kMaxConnections = 256;
-// An unauthenticated connection must finish the handshake within this.
-constexpr absl::Duration kHandshakeTimeout = absl::Seconds(5);
-
-enum Op : uint8_t { kOpSet = 1, kOpGet = 2, kOpAdd = 3 };
-enum Code : uint8_t { kOk = 0, kTimedOut = 1, kBadRequest = 2 };
-
-void PutU32(std::string* out, uint32_t v) {
-  for (int i = 0; i < 4; ++i) out->push_back(static_cast<char>((v >> (8 * i)) & 0xff));
-}
-uint32_t GetU32(const char* p) {
-  uint32_t v = 0;
-  for (int i = 0; i < 4; ++i) v |= static_cast<uint32_t>(static_cast<uint8_t>(p[i])) << (8 * i);
-  return v;
-}
-void PutI64(std::string* out, int64_t v) {
-  const auto u = static_cast<uint64_t>(v);
-  for (int i = 0; i < 8; ++i) out->push_back(static_cast<char>((u >> (8 * i)) & 0xff));
-}
-int64_t GetI64(const std::string& s) {
-  uint64_t u = 0;
-  for (int i = 0; i < 8; ++i) u |= static_cast<uint64_t>(static_cast<uint8_t>(s[i])) << (8 * i);
-  return static_cast<int64_t>(u);
-}
-
-// Writes all of `data`; false when the peer went away.
-bool WriteAll(int fd, const std::string& data) {
-  size_t off = 0;
-  while (off < data.size()) {
-    ssize_t n = send(fd, data.data() + off, data.size() - off, MSG_NOSIGNAL);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) return false;
-    off += static_cast<size_t>(n);
-  }
-  return true;
-}
-
-// Reads exactly n bytes before `deadline` (InfiniteFuture = no deadline).
-// DeadlineExceeded when it passed, Unavailable when the peer closed.
-absl::Status ReadExactly(int fd, size_t n, std::string* out, absl::Time deadline) {
-  out->resize(n);
-  size_t off = 0;
-  while (off < n) {
-    int wait_ms = -1;
-    if (deadline != absl::InfiniteFuture()) {
-      const absl::Duration left = deadline - absl::Now();
-      if (left <= absl::ZeroDuration()) return absl::DeadlineExceededError("timed out reading");
-      wait_ms = static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(left) + 1, 1 << 30));
-    }
-    pollfd p{fd, POLLIN, 0};
-    int pr = poll(&p, 1, wait_ms);
-    if (pr < 0 && errno == EINTR) continue;
-    if (pr < 0) return absl::UnavailableError(absl::StrCat("poll: ", std::strerror(errno)));
-    if (pr == 0) continue;  // the deadline check above ends the loop
-    ssize_t r = recv(fd, out->data() + off, n - off, 0);
-    if (r < 0 && (errno == EINTR || errno == EAGAIN)) continue;
-    if (r <= 0) return absl::UnavailableError("connection closed by peer");
-    off += static_cast<size_t>(r);
-  }
-  return absl::OkStatus();
-}
-
-std::string HandshakeMessage(const char* who, const std::string& server_nonce,
-                             const std::string& client_nonce) {
-  return absl::StrCat(who, server_nonce, client_nonce);
-}
-
-bool MacEquals(const std::string& a, const std::string& b) {
-  return a.size() == b.size() && CRYPTO_memcmp(a.data(), b.data(), a.size()) == 0;
-}
 
 std::string BracketIfV6(const std::string& host) {
   return host.find(':') != std::string::npos ? absl::StrCat("[", host, "]") : host;
@@ -157,202 +99,6 @@ absl::Status RendezvousStore::ParseAddress(const std::string& address, std::stri
   *port = static_cast<uint16_t>(p);
   return absl::OkStatus();
 }
-
-// --- the key-value state and the server ---------------------------------------
-
-// The keys, shared by the server's connection threads and the host's own calls.
-class KeyValues {
- public:
-  void Set(const std::string& key, std::string value) {
-    absl::MutexLock l(&mu_);
-    data_[key] = std::move(value);
-  }
-  // False when `deadline` passed (or `stopping` became true) without the key.
-  bool Get(const std::string& key, absl::Time deadline, const std::atomic<bool>& stopping,
-           std::string* value) {
-    absl::MutexLock l(&mu_);
-    auto ready = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-      return data_.count(key) > 0 || stopping.load();
-    };
-    mu_.AwaitWithDeadline(absl::Condition(&ready), deadline);
-    auto it = data_.find(key);
-    if (it == data_.end()) return false;
-    *value = it->second;
-    return true;
-  }
-  absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta) {
-    absl::MutexLock l(&mu_);
-    int64_t cur = 0;
-    auto it = data_.find(key);
-    if (it != data_.end() && !absl::SimpleAtoi(it->second, &cur)) {
-      return absl::InvalidArgumentError(absl::StrCat("store add '", key, "': value is not an integer"));
-    }
-    cur += delta;
-    data_[key] = absl::StrCat(cur);
-    return cur;
-  }
-  // Wakes every waiter (they re-check `stopping`).
-  void Poke() {
-    absl::MutexLock l(&mu_);
-    ++pokes_;
-  }
-
- private:
-  absl::Mutex mu_;
-  std::map<std::string, std::string> data_ ABSL_GUARDED_BY(mu_);
-  int64_t pokes_ ABSL_GUARDED_BY(mu_) = 0;
-};
-
-class StoreServer {
- public:
-  StoreServer(int listen_fd, std::string secret)
-      : listen_fd_(listen_fd), secret_(std::move(secret)) {
-    accept_thread_ = std::thread([this] { AcceptLoop(); });
-  }
-  ~StoreServer() {
-    stopping_.store(true);
-    shutdown(listen_fd_, SHUT_RDWR);
-    accept_thread_.join();
-    close(listen_fd_);
-    {
-      absl::MutexLock l(&mu_);
-      for (Conn& c : conns_) shutdown(c.fd, SHUT_RDWR);
-    }
-    kv_.Poke();
-    std::list<Conn> conns;
-    {
-      absl::MutexLock l(&mu_);
-      conns.swap(conns_);
-    }
-    for (Conn& c : conns) c.thread.join();
-  }
-
-  KeyValues& kv() { return kv_; }
-  int64_t rejected() const { return rejected_.load(); }
-
- private:
-  struct Conn {
-    int fd = -1;
-    std::thread thread;
-    std::atomic<bool> done{false};
-  };
-
-  void AcceptLoop() {
-    while (!stopping_.load()) {
-      int fd = accept4(listen_fd_, nullptr, nullptr, SOCK_CLOEXEC);
-      if (fd < 0) {
-        if (errno == EINTR || errno == ECONNABORTED) continue;
-        if (stopping_.load()) return;
-        if (errno == EMFILE || errno == ENFILE || errno == ENOBUFS || errno == ENOMEM) {
-          absl::SleepFor(absl::Milliseconds(10));
-          continue;
-        }
-        return;  // the listening socket is gone
-      }
-      int one = 1;
-      setsockopt(fd, IPPROTO_TCP, TCP_NODELAY, &one, sizeof one);
-      absl::MutexLock l(&mu_);
-      Reap();
-      if (static_cast<int>(conns_.size()) >= kMaxConnections || stopping_.load()) {
-        close(fd);
-        rejected_.fetch_add(1);
-        continue;
-      }
-      Conn& c = conns_.emplace_back();
-      c.fd = fd;
-      c.thread = std::thread([this, &c] {
-        Serve(c.fd);
-        close(c.fd);
-        c.done.store(true);
-      });
-    }
-  }
-
-  // Joins the threads of finished connections.
-  void Reap() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-    for (auto it = conns_.begin(); it != conns_.end();) {
-      if (it->done.load()) {
-        it->thread.join();
-        it = conns_.erase(it);
-      } else {
-        ++it;
-      }
-    }
-  }
-
-  // The handshake; true when the peer proved the secret (and got our proof).
-  bool Authenticate(int fd) {
-    const std::string sn = RandomBytes(kRendezvousNonceBytes);
-    if (!WriteAll(fd, std::string(kRendezvousMagic, kMagicBytes) + sn)) return false;
-    std::string reply;
-    if (!ReadExactly(fd, kRendezvousNonceBytes + kRendezvousMacBytes, &reply,
-                     absl::Now() + kHandshakeTimeout).ok()) {
-      return false;
-    }
-    const std::string cn = reply.substr(0, kRendezvousNonceBytes);
-    const std::string proof = reply.substr(kRendezvousNonceBytes);
-    if (!MacEquals(proof, RendezvousMac(secret_, HandshakeMessage("client", sn, cn)))) return false;
-    return WriteAll(fd, RendezvousMac(secret_, HandshakeMessage("server", sn, cn)));
-  }
-
-  void Serve(int fd) {
-    if (!Authenticate(fd)) {
-      rejected_.fetch_add(1);
-      return;
-    }
-    std::string head, key, len, value;
-    while (!stopping_.load()) {
-      if (!ReadExactly(fd, 5, &head, absl::InfiniteFuture()).ok()) return;
-      const auto op = static_cast<uint8_t>(head[0]);
-      const uint32_t klen = GetU32(head.data() + 1);
-      if (klen > kMaxKeyBytes) return;
-      if (!ReadExactly(fd, klen, &key, absl::InfiniteFuture()).ok()) return;
-      if (!ReadExactly(fd, 4, &len, absl::InfiniteFuture()).ok()) return;
-      const uint32_t vlen = GetU32(len.data());
-      if (vlen > kMaxValueBytes) return;
-      if (!ReadExactly(fd, vlen, &value, absl::InfiniteFuture()).ok()) return;
-      uint8_t code = kOk;
-      std::string payload;
-      switch (op) {
-        case kOpSet:
-          kv_.Set(key, value);
-          break;
-        case kOpGet: {
-          if (value.size() != 8) return;
-          const int64_t ms = std::clamp<int64_t>(GetI64(value), 0, int64_t{1} << 40);
-          if (!kv_.Get(key, absl::Now() + absl::Milliseconds(ms), stopping_, &payload)) code = kTimedOut;
-          break;
-        }
-        case kOpAdd: {
-          if (value.size() != 8) return;
-          absl::StatusOr<int64_t> v = kv_.Add(key, GetI64(value));
-          if (v.ok()) {
-            PutI64(&payload, *v);
-          } else {
-            code = kBadRequest;
-            payload = std::string(v.status().message());
-          }
-          break;
-        }
-        default:
-          return;  // not our protocol: close
-      }
-      std::string out(1, static_cast<char>(code));
-      PutU32(&out, static_cast<uint32_t>(payload.size()));
-      out += payload;
-      if (!WriteAll(fd, out)) return;
-    }
-  }
-
-  const int listen_fd_;
-  const std::string secret_;
-  std::atomic<bool> stopping_{false};
-  std::atomic<int64_t> rejected_{0};
-  KeyValues kv_;
-  absl::Mutex mu_;
-  std::list<Conn> conns_ ABSL_GUARDED_BY(mu_);
-  std::thread accept_thread_;
-};
 
 // --- the client -----------------------------------------------------------------
 
