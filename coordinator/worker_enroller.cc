@@ -10,6 +10,7 @@
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
+#include "coordinator/method_roles.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -73,7 +74,7 @@ absl::StatusOr<v1::JoinResponse> WorkerEnroller::Renew(const std::string& worker
 }
 
 absl::StatusOr<v1::JoinResponse> WorkerEnroller::Join(const Principal& who, const v1::JoinRequest& req) {
-  TRAINCTL_RETURN_IF_ERROR(TokenAuthority::Authorize(who, "Join", {v1::ROLE_JOIN}));
+  TRAINCTL_RETURN_IF_ERROR(TokenAuthority::Authorize(who, "Join", RolesOf("Join")));
   if (!enabled()) {
     return absl::FailedPreconditionError(
         "join: this coordinator has no CA key to sign with (start it with --tls-dir holding ca.key, or "
