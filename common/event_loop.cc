@@ -1,5 +1,8 @@
 #include "common/event_loop.h"
 
+#include <cstdio>
+#include <cstdlib>
+
 #include "common/clock.h"
 
 #include "absl/synchronization/notification.h"
@@ -51,7 +54,19 @@ void EventLoop::StopAndJoin() {
   if (!InLoop() && thread_.joinable()) thread_.join();
 }
 
+void EventLoop::CheckInLoop(const char* what) const {
+  const std::thread::id loop = loop_id_.load(std::memory_order_acquire);
+  if (loop == std::thread::id() || loop == std::this_thread::get_id()) return;
+  std::fprintf(stderr, "trainctl: %s called off its event loop's thread while the loop runs; aborting\n", what);
+  std::abort();
+}
+
 void EventLoop::Run() {
+  loop_id_.store(std::this_thread::get_id(), std::memory_order_release);
+  struct Exited {
+    std::atomic<std::thread::id>* id;
+    ~Exited() { id->store(std::thread::id(), std::memory_order_release); }
+  } exited{&loop_id_};
   while (true) {
     std::function<void()> next;
     {

@@ -11,6 +11,7 @@
 // Thread-safe: Post/Every/Stop may be called from any thread.
 #pragma once
 
+#include <atomic>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -46,8 +47,15 @@ class EventLoop {
   // anything a queued closure may touch: after it returns, nothing runs.
   void StopAndJoin();
 
-  // True on the loop thread: managers check this in debug builds.
-  bool InLoop() const { return std::this_thread::get_id() == thread_.get_id(); }
+  // True on the loop thread.
+  bool InLoop() const { return std::this_thread::get_id() == loop_id_.load(std::memory_order_acquire); }
+
+  // The check every loop-only entry point makes, in release builds too (one
+  // thread-id compare): called off the loop thread while the loop runs, it
+  // prints `what` and aborts, rather than let two threads touch state that
+  // only the loop may. Once the loop has exited (shutdown, one thread left)
+  // any thread may call.
+  void CheckInLoop(const char* what) const;
 
  private:
   struct Timer {
@@ -61,6 +69,8 @@ class EventLoop {
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<Timer> timers_ ABSL_GUARDED_BY(mu_);
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // The loop thread's id while Run() runs; the default id once it returned.
+  std::atomic<std::thread::id> loop_id_{};
   std::thread thread_;
 };
 

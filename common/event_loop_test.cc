@@ -23,6 +23,22 @@ TEST(EventLoopTest, PostedWorkRunsInOrderOnTheLoopThread) {
   EXPECT_FALSE(loop.InLoop());
 }
 
+// The check loop-only code makes in every build: passes on the loop thread
+// and once the loop has exited; aborts from another thread while it runs.
+TEST(EventLoopDeathTest, CheckInLoopAbortsOffTheLoopWhileItRuns) {
+  GTEST_FLAG_SET(death_test_style, "threadsafe");
+  EventLoop loop;
+  bool checked = false;
+  loop.RunSync([&] {
+    loop.CheckInLoop("the test's closure");
+    checked = true;
+  });
+  EXPECT_TRUE(checked);
+  EXPECT_DEATH(loop.CheckInLoop("JobBook"), "JobBook called off its event loop's thread");
+  loop.StopAndJoin();
+  loop.CheckInLoop("shutdown");  // one thread left: allowed
+}
+
 TEST(EventLoopTest, DueTimerRunsBeforeAFloodOfPostedWork) {
   EventLoop loop;
   std::atomic<int> posted_before_timer{-1};

@@ -4,7 +4,6 @@
 // the loop.
 #include <zlib.h>
 
-#include <cassert>
 #include <string>
 #include <vector>
 
@@ -85,7 +84,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
 
   // Loop.
   void Start(ArtifactSource src) {
-    assert(ctx_.loop->InLoop());
+    ctx_.loop->CheckInLoop("a fetch");
     src_ = std::move(src);
     Ask(/*want_checksum=*/true);
   }
@@ -98,7 +97,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
 
   // FetchSink (loop).
   void OnPiece(const v1::FileChunk& c) override {
-    assert(ctx_.loop->InLoop());
+    ctx_.loop->CheckInLoop("a fetch");
     if (finished_) return;
     const std::string holder = absl::StrCat("worker '", src_.worker, "': ");
     if (!c.error().empty()) {

@@ -18,7 +18,6 @@
 // Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
 #pragma once
 
-#include <cassert>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -164,7 +163,7 @@ class JobBook {
  private:
   void TrackIndexes(const JobEntry& entry);
   void CheckOnLoop() const {
-    assert(loop_ == nullptr || loop_->InLoop());
+    if (loop_ != nullptr) loop_->CheckInLoop("JobBook");
     static_cast<void>(loop_);
   }
 

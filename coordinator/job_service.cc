@@ -6,7 +6,6 @@
 // the loop; a stream's subscription state is loop-only, its outgoing queue
 // (QueuedWriter) is guarded by its own mutex.
 #include <algorithm>
-#include <cassert>
 #include <deque>
 #include <optional>
 #include <string>
@@ -140,7 +139,7 @@ class WatchReactor final : public QueuedWriter<v1::JobUpdate>, public JobSubscri
       : QueuedWriter(ctx.max_queued_updates), ctx_(ctx), job_id_(std::move(job_id)) {}
 
   void Offer(const v1::JobUpdate& u) override {
-    assert(ctx_.loop->InLoop());
+    ctx_.loop->CheckInLoop("a JobService stream");
     v1::JobUpdate copy = u;
     Push(std::move(copy));
   }
@@ -179,7 +178,7 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
       : QueuedWriter(ctx.max_queued_updates), ctx_(ctx), req_(std::move(req)) {}
 
   void Offer(const v1::LogChunk& c) override {
-    assert(ctx_.loop->InLoop());
+    ctx_.loop->CheckInLoop("a JobService stream");
     // Following the latest attempt (attempt 0 asked): move on to a restart's
     // new attempt; lines of older attempts that arrive late stay out.
     if (req_.attempt() == 0 && c.attempt() > attempt_) attempt_ = c.attempt();

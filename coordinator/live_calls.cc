@@ -1,6 +1,5 @@
 #include "coordinator/live_calls.h"
 
-#include <cassert>
 #include <utility>
 #include <vector>
 
@@ -9,8 +8,7 @@
 namespace trainctl::coordinator {
 
 void LiveCalls::CheckOnLoop() const {
-  assert(loop_ == nullptr || loop_->InLoop());
-  static_cast<void>(loop_);
+  if (loop_ != nullptr) loop_->CheckInLoop("LiveCalls");
 }
 
 LiveCalls::Id LiveCalls::Add(Principal who, End end) {

@@ -1,7 +1,6 @@
 #include "coordinator/telemetry_batcher.h"
 
 #include <algorithm>
-#include <cassert>
 
 #include "common/log.h"
 #include "coordinator/store/state_store.h"
@@ -9,7 +8,7 @@
 namespace trainctl::coordinator {
 
 void TelemetryBatcher::Drain() {
-  assert(ctx_.loop->InLoop());
+  ctx_.loop->CheckInLoop("TelemetryBatcher");
   drain_posted_ = false;
   if (queue_.empty()) return;
   std::vector<Queued> queued = std::move(queue_);

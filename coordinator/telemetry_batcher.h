@@ -5,7 +5,6 @@
 // Threading: loop only (Queue, Drain, and the TelemetrySession callbacks).
 #pragma once
 
-#include <cassert>
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -43,7 +42,7 @@ class TelemetryBatcher {
   explicit TelemetryBatcher(ServiceContext ctx) : ctx_(ctx) {}
 
   void Queue(TelemetrySession* session, const std::string& worker_id, v1::WorkerMessage msg) {
-    assert(ctx_.loop->InLoop());
+    ctx_.loop->CheckInLoop("TelemetryBatcher");
     queue_.push_back({session, worker_id, std::move(msg)});
     if (!drain_posted_) {
       drain_posted_ = true;

@@ -13,7 +13,6 @@
 // Not thread-safe: runs on the coordinator's EventLoop.
 #pragma once
 
-#include <cassert>
 #include <functional>
 #include <memory>
 #include <string>
@@ -145,7 +144,7 @@ class WorkerRegistry {
   absl::Status Persist(const v1::Worker& w);
   // Asserts (debug builds) that the caller runs on the bound loop.
   void CheckOnLoop() const {
-    assert(loop_ == nullptr || loop_->InLoop());
+    if (loop_ != nullptr) loop_->CheckInLoop("WorkerRegistry");
     static_cast<void>(loop_);
   }
 

@@ -6,7 +6,6 @@
 // failure) lives; its outgoing queue is guarded by its mutex, since the loop
 // sends and gRPC completes writes.
 #include <algorithm>
-#include <cassert>
 #include <deque>
 #include <string>
 #include <vector>
@@ -143,7 +142,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // registry declares it LOST after the disconnect grace and its ranks are
   // rescheduled.
   void Revoked(const absl::Status& why) {
-    assert(ctx_.loop->InLoop());
+    ctx_.loop->CheckInLoop("a worker session");
     live_ = 0;
     revoked_ = true;
     LogEvent(LogLevel::kWarn, "coordinator", "worker_session_revoked",
@@ -154,7 +153,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
 
   // Loop only.
   void Handle(const v1::WorkerMessage& msg) {
-    assert(ctx_.loop->InLoop());
+    ctx_.loop->CheckInLoop("a worker session");
     if (revoked_) return;
     // Everything but a heartbeat and a queued report waits for what is
     // queued: a worker's messages are applied in the order it sent them, and
@@ -218,7 +217,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
 
   // Registers (identity already checked), binds a token worker's id, acks.
   void Register(const v1::Register& reg) {
-    assert(ctx_.loop->InLoop());
+    ctx_.loop->CheckInLoop("a worker session");
     // A revoked worker id (trainctl worker revoke) does not come back,
     // whatever credential it registers with.
     if (!reg.worker_id().empty()) {
@@ -349,7 +348,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // kMaxHeldBytes the session ends instead (the worker resends on its next
   // one). `why` is OK for a message held only because others wait.
   void Hold(std::vector<v1::WorkerMessage> msgs, const absl::Status& why) {
-    assert(ctx_.loop->InLoop());
+    ctx_.loop->CheckInLoop("a worker session");
     if (telemetry_failed_) return;
     if (held_.empty()) {
       retry_backoff_ = kFirstRetry;
@@ -466,7 +465,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   }
 
   void Ended(bool left) {
-    assert(ctx_.loop->InLoop());
+    ctx_.loop->CheckInLoop("a worker session");
     // What the worker sent before it left is applied before it is gone.
     if (ctx_.batcher != nullptr) ctx_.batcher->Drain();
     if (ended_ || worker_id_.empty()) {
@@ -541,7 +540,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
 }  // namespace
 
 void ExpelWorker(const ServiceContext& ctx, const std::string& worker_id, const absl::Status& why) {
-  assert(ctx.loop->InLoop());
+  ctx.loop->CheckInLoop("a worker session");
   if (ctx.registry->Expel(worker_id, why)) {
     if (ctx.fetches != nullptr) ctx.fetches->WorkerGone(worker_id);
     ctx.jobs->OnWorkerLost(worker_id);

@@ -125,6 +125,7 @@ void WorkerDaemon::OnStopRanks(const v1::StopRanks& s) {
 }
 
 void WorkerDaemon::OnExit(const std::string& key, int code, int signal) {
+  loop_.CheckInLoop("WorkerDaemon::OnExit");
   LocalAttempt* a = nullptr;
   LocalRank* r = FindRank(key, &a);
   if (r == nullptr || r->state.ended()) return;

@@ -161,6 +161,7 @@ void WorkerDaemon::IgnoredReport(const std::string& key, const std::string& line
 }
 
 void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line) {
+  loop_.CheckInLoop("WorkerDaemon::OnStatusLine");
   LocalAttempt* a = nullptr;
   LocalRank* r = FindRank(key, &a);
   if (r == nullptr) return;
@@ -239,6 +240,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
 }
 
 void WorkerDaemon::OnLogBatch(const std::string& key, const RankLogBatch& batch) {
+  loop_.CheckInLoop("WorkerDaemon::OnLogBatch");
   LocalAttempt* a = nullptr;
   LocalRank* r = FindRank(key, &a);
   if (r == nullptr) return;

@@ -236,6 +236,7 @@ void WorkerDaemon::Shutdown(bool goodbye, absl::Duration grace) {
 }
 
 void WorkerDaemon::OnMessage(const v1::CoordinatorMessage& m) {
+  loop_.CheckInLoop("WorkerDaemon::OnMessage");
   switch (m.msg_case()) {
     case v1::CoordinatorMessage::kStartRanks: return OnStartRanks(m.start_ranks());
     case v1::CoordinatorMessage::kRendezvous: return OnRendezvous(m.rendezvous());

@@ -14,7 +14,9 @@
 // session resends what is not acknowledged, in order.
 //
 // Threads: all rank state lives on one EventLoop; the RankSupervisor's
-// monitor only posts to it. The session thread connects, registers and
+// monitor only posts to it (the loop's entry points, OnMessage,
+// OnStatusLine, OnLogBatch and OnExit, check they run on it, in release
+// builds too: EventLoop::CheckInLoop). The session thread connects, registers and
 // reads; the writer thread is the only one that writes to the stream. The
 // session thread destroys a stream only after taking it away from the
 // writer (stream_ = nullptr) and waiting until no Write is in flight
