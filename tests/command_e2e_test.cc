@@ -13,6 +13,8 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <regex>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -26,6 +28,7 @@ namespace {
 
 using trainctl::testing::SourceDir;
 using ::testing::HasSubstr;
+using ::testing::Not;
 using ::testing::MatchesRegex;
 using trainctl::testing::Cluster;
 
@@ -219,6 +222,54 @@ TEST(CommandRunTest, AMissingScriptFailsOnceAndTorchrunsFlagsAreKnown) {
   out = refused.ReadLog();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status << "\n" << out;
   EXPECT_THAT(out, HasSubstr("--master-addr: trainctl does the rendezvous"));
+  std::system(("rm -rf " + dir).c_str());
+}
+
+// torchrun's --log-dir / --redirects / --tee: each rank's selected streams
+// land in <log dir>/<job id>/attempt_1/<rank>/{stdout,stderr}.log; a
+// redirected stream stays off the terminal, a teed one is on both.
+TEST(CommandRunTest, LogDirRedirectsAndTeeWriteEachRanksStreamsToFiles) {
+  std::string build = trainctl::testing::BuildDirOfThisTest();
+  char tmpl[] = "/tmp/trainctl-run-logs-XXXXXX";
+  ASSERT_NE(mkdtemp(tmpl), nullptr);
+  std::string dir = tmpl;
+  std::ofstream(dir + "/talk.py") << "import os, sys\n"
+                                     "r = os.environ['RANK']\n"
+                                     "print('out of rank ' + r, flush=True)\n"
+                                     "print('err of rank ' + r, file=sys.stderr, flush=True)\n";
+  trainctl::testing::Process run({build + "/client/trainctl", "run", "--nproc-per-node", "2", "--python",
+                                  "/usr/bin/python3", "--state-dir", dir + "/state", "--log-dir", dir + "/logs",
+                                  "--redirects", "1", "--tee", "0:2", "talk.py"},
+                                 dir + "/run.log", dir);
+  ASSERT_TRUE(run.Start());
+  int status = run.Wait(absl::Seconds(60));
+  const std::string out = run.ReadLog();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("submitted job (\\S+)"))) << out;
+  const std::string job = m[1];
+  auto slurp = [](const std::string& path) {
+    std::ifstream in(path);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  for (int r : {0, 1}) {
+    const std::string ranks = absl::StrCat(dir, "/logs/", job, "/attempt_1/", r);
+    EXPECT_EQ(slurp(ranks + "/stdout.log"), absl::StrCat("out of rank ", r, "\n")) << ranks;
+    EXPECT_THAT(out, Not(HasSubstr(absl::StrCat("out of rank ", r)))) << "stdout is redirected";
+    EXPECT_THAT(out, HasSubstr(absl::StrCat("[rank", r, "]: err of rank ", r))) << "stderr stays on the terminal";
+  }
+  EXPECT_EQ(slurp(dir + "/logs/" + job + "/attempt_1/0/stderr.log"), "err of rank 0\n") << "rank 0's stderr is teed";
+  EXPECT_NE(access((dir + "/logs/" + job + "/attempt_1/1/stderr.log").c_str(), F_OK), 0) << "rank 1's is not";
+
+  // --redirects without --log-dir is a usage error, before anything starts.
+  trainctl::testing::Process refused({build + "/client/trainctl", "run", "--nproc-per-node", "1", "--python",
+                                      "/usr/bin/python3", "--state-dir", dir + "/state2", "--redirects", "3",
+                                      "talk.py"},
+                                     dir + "/refused.log", dir);
+  ASSERT_TRUE(refused.Start());
+  status = refused.Wait(absl::Seconds(30));
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status << "\n" << refused.ReadLog();
+  EXPECT_THAT(refused.ReadLog(), HasSubstr("--redirects: needs --log-dir"));
   std::system(("rm -rf " + dir).c_str());
 }
 

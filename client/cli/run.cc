@@ -245,7 +245,9 @@ LocalOutcome FollowLocalJob(CliContext& ctx, Client& client, const RunFlags& fla
     }
   });
   LocalOutcome out;
-  out.code = spec.has_command() && !ctx.json() ? FollowJobWithRankOutput(ctx, client, job.id())
+  // Checked before anything started (RunLocal).
+  const RankOutput rank_output = RankOutputOf(flags.script).value_or(RankOutput{});
+  out.code = spec.has_command() && !ctx.json() ? FollowJobWithRankOutput(ctx, client, job.id(), rank_output)
                                                : FollowJob(ctx, client, job.id());
   followed = true;
   pthread_kill(on_signal.native_handle(), SIGUSR1);
@@ -376,6 +378,7 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   int code = kExitOk;
   std::optional<v1::JobSpec> spec = LocalJobSpec(ctx, flags, &code);
   if (!spec) return code;
+  if (absl::Status s = RankOutputOf(flags.script).status(); !s.ok()) return ctx.Fail(s);
 
   std::string state_dir = flags.state_dir;
   if (state_dir.empty()) {

@@ -2,13 +2,21 @@
 
 #include <CLI/CLI.hpp>
 #include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <map>
+#include <memory>
+#include <set>
 #include <streambuf>
 #include <thread>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "client/cli/context.h"
+#include "common/status_macros.h"
 
 namespace trainctl::cli {
 
@@ -71,7 +79,97 @@ TerminalMux::~TerminalMux() {
   lines_out_ << std::flush;
 }
 
-int FollowJobWithRankOutput(CliContext& ctx, Client& client, const std::string& job_id) {
+absl::StatusOr<StdStreams> StdStreams::Parse(const std::string& flag, const std::string& text) {
+  StdStreams s;
+  auto stream = [&](absl::string_view v, int* out) -> absl::Status {
+    if (!absl::SimpleAtoi(v, out) || *out < 0 || *out > 3) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": '", v, "' is not 0 (none), 1 (stdout), 2 (stderr) or 3 (both)"));
+    }
+    return absl::OkStatus();
+  };
+  if (text.empty()) return s;
+  if (text.find(':') == std::string::npos) {
+    TRAINCTL_RETURN_IF_ERROR(stream(text, &s.all_));
+    return s;
+  }
+  for (absl::string_view item : absl::StrSplit(text, ',')) {
+    std::vector<absl::string_view> kv = absl::StrSplit(item, ':');
+    int rank = -1, mask = 0;
+    if (kv.size() != 2 || !absl::SimpleAtoi(kv[0], &rank) || rank < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(flag, ": '", item, "' is not RANK:STREAMS (e.g. 0:3,1:2)"));
+    }
+    TRAINCTL_RETURN_IF_ERROR(stream(kv[1], &mask));
+    s.per_rank_.emplace_back(rank, mask);
+  }
+  return s;
+}
+
+int StdStreams::Mask(int rank) const {
+  for (const auto& [r, m] : per_rank_) {
+    if (r == rank) return m;
+  }
+  return all_;
+}
+
+bool StdStreams::any() const {
+  if (all_ != 0) return true;
+  for (const auto& [r, m] : per_rank_) {
+    if (m != 0) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<RankOutput> RankOutputOf(const ScriptJobFlags& flags) {
+  RankOutput out;
+  out.log_dir = flags.log_dir;
+  TRAINCTL_ASSIGN_OR_RETURN(out.redirects, StdStreams::Parse("--redirects", flags.redirects));
+  TRAINCTL_ASSIGN_OR_RETURN(out.tee, StdStreams::Parse("--tee", flags.tee));
+  if (out.log_dir.empty() && (out.redirects.any() || out.tee.any())) {
+    return absl::InvalidArgumentError(
+        absl::StrCat(out.redirects.any() ? "--redirects" : "--tee", ": needs --log-dir (where the files go)"));
+  }
+  return out;
+}
+
+namespace {
+
+// The per-rank log files of one followed job, opened at their first line.
+class RankLogFiles {
+ public:
+  RankLogFiles(const RankOutput& out, std::string job_id) : out_(out), job_id_(std::move(job_id)) {}
+
+  // True when the line stays off the terminal (its stream is redirected).
+  bool Write(int32_t attempt, const v1::LogLine& l) {
+    if (out_.log_dir.empty()) return false;
+    const int bit = l.stream() == v1::LogLine::STREAM_STDOUT ? 1 : 2;
+    const bool redirected = (out_.redirects.Mask(l.rank()) & bit) != 0;
+    if (!redirected && (out_.tee.Mask(l.rank()) & bit) == 0) return false;
+    const std::string dir =
+        absl::StrCat(out_.log_dir, "/", job_id_, "/attempt_", attempt, "/", l.rank());
+    const std::string path = absl::StrCat(dir, bit == 1 ? "/stdout.log" : "/stderr.log");
+    auto it = files_.find(path);
+    if (it == files_.end()) {
+      std::error_code ec;
+      std::filesystem::create_directories(dir, ec);
+      it = files_.emplace(path, std::make_unique<std::ofstream>(path, std::ios::app)).first;
+      if (!*it->second && warned_.insert(path).second) {
+        std::cerr << "trainctl: cannot write " << path << (ec ? ": " + ec.message() : "") << "\n";
+      }
+    }
+    *it->second << l.text() << "\n" << std::flush;
+    return redirected;
+  }
+
+ private:
+  const RankOutput& out_;
+  const std::string job_id_;
+  std::map<std::string, std::unique_ptr<std::ofstream>> files_;
+  std::set<std::string> warned_;
+};
+
+}  // namespace
+
+int FollowJobWithRankOutput(CliContext& ctx, Client& client, const std::string& job_id, const RankOutput& out) {
   // As torchrun --tee: every rank's output, live, prefixed by its rank,
   // between the follow printer's lines (never inside one, nor after the
   // status line on the same screen line).
@@ -85,9 +183,13 @@ int FollowJobWithRankOutput(CliContext& ctx, Client& client, const std::string& 
   follow_ctx.timeout_s = ctx.timeout_s;
   LogsOptions lo;
   lo.follow = true;
+  RankLogFiles files(out, job_id);
   std::thread logs([&] {
     absl::Status s = client.Logs(job_id, lo, [&](const v1::LogChunk& chunk) {
-      for (const v1::LogLine& l : chunk.lines()) log_out << "[rank" << l.rank() << "]: " << l.text() << "\n";
+      for (const v1::LogLine& l : chunk.lines()) {
+        if (files.Write(chunk.attempt(), l)) continue;  // redirected: the file only
+        log_out << "[rank" << l.rank() << "]: " << l.text() << "\n";
+      }
       return true;
     });
     (void)s;  // The job's outcome is what FollowJob reports.
@@ -121,6 +223,14 @@ void AddScriptOptions(CLI::App* verb, ScriptJobFlags* flags) {
             "torchrun's; refused: the coordinator does the rendezvous")
         ->group("torchrun flags that do not apply");
   }
+  verb->add_option("--log-dir,--log_dir", flags->log_dir,
+                   "As torchrun's: per-rank files DIR/<job id>/attempt_<N>/<rank>/{stdout,stderr}.log for the "
+                   "streams --redirects or --tee select");
+  verb->add_option("--redirects", flags->redirects,
+                   "As torchrun's: 0 none, 1 stdout, 2 stderr, 3 both (or per rank: 0:3,1:2): those streams go "
+                   "to the --log-dir files only");
+  verb->add_option("--tee", flags->tee,
+                   "As torchrun's: the same values: those streams go to the --log-dir files and the terminal");
   verb->add_option("--python", flags->python, "With a .py FILE: the interpreter every rank runs it with")
       ->capture_default_str();
   verb->add_option("ARGS", flags->script_args, "With a program as FILE: its arguments");

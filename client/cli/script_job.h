@@ -14,9 +14,11 @@
 #include <ostream>
 #include <streambuf>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
 #include "common/jobspec/job_spec.h"
 
@@ -32,9 +34,35 @@ namespace trainctl::cli {
 
 struct CliContext;
 
+// torchrun's --redirects / --tee value: 0 (none), 1 (stdout), 2 (stderr),
+// 3 (both), for every rank, or per rank as "0:1,1:2" (ranks not named: 0).
+// Mask(rank) is the streams selected (bit 1 stdout, bit 2 stderr).
+class StdStreams {
+ public:
+  // InvalidArgument naming `flag` and the reason.
+  static absl::StatusOr<StdStreams> Parse(const std::string& flag, const std::string& text);
+  int Mask(int rank) const;
+  bool any() const;
+
+ private:
+  int all_ = 0;
+  std::vector<std::pair<int, int>> per_rank_;
+};
+
+// Where the ranks' output goes besides the terminal (torchrun's --log-dir,
+// --redirects, --tee): with a log dir, the streams `redirects` or `tee`
+// select for a rank are written to <log_dir>/<job id>/attempt_<N>/<rank>/
+// {stdout,stderr}.log; what `redirects` selects is kept off the terminal.
+struct RankOutput {
+  std::string log_dir;
+  StdStreams redirects, tee;
+};
+
 // FollowJob, with every rank's log lines printed live as torchrun --tee
-// does ("[rank1]: epoch 0 ..."), for command jobs in table output.
-int FollowJobWithRankOutput(CliContext& ctx, Client& client, const std::string& job_id);
+// does ("[rank1]: epoch 0 ..."), for command jobs in table output, and
+// written to per-rank files as `out` says.
+int FollowJobWithRankOutput(CliContext& ctx, Client& client, const std::string& job_id,
+                            const RankOutput& out = {});
 
 // Two writers on one terminal: the follow printer (status_out: its lines and
 // its status line, which has no newline and is redrawn with "\r\033[K") and
@@ -92,7 +120,15 @@ struct ScriptJobFlags {
   // A torchrun rendezvous flag that was given (trainctl does the
   // rendezvous): refused by ScriptJobSpec, naming it.
   std::string rendezvous_flag;
+  // torchrun's --log-dir, --redirects, --tee (RankOutput; "" = not given).
+  std::string log_dir;
+  std::string redirects;
+  std::string tee;
 };
+
+// The RankOutput the flags ask for; InvalidArgument naming the flag (a
+// --redirects or --tee without --log-dir, or a malformed value).
+absl::StatusOr<RankOutput> RankOutputOf(const ScriptJobFlags& flags);
 
 // Adds --nproc-per-node (also --nproc_per_node), --nnodes, --max-restarts,
 // --standalone, torchrun's rendezvous flags (to refuse them), --python and

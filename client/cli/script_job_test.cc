@@ -100,6 +100,35 @@ TEST(ScriptJobTest, OptionsTakingValuesComeFromTheDeclarations) {
 // a terminal. A rank line clears the status line first and the status is
 // drawn again below it; no screen line holds both. Without a status line
 // (no terminal) nothing adds a control character.
+// torchrun's --log-dir / --redirects / --tee values.
+TEST(ScriptJobTest, RedirectsAndTeeTakeTorchrunsValues) {
+  absl::StatusOr<StdStreams> all = StdStreams::Parse("--redirects", "3");
+  ASSERT_TRUE(all.ok()) << all.status();
+  EXPECT_EQ(all->Mask(0), 3);
+  EXPECT_EQ(all->Mask(7), 3);
+  absl::StatusOr<StdStreams> per = StdStreams::Parse("--tee", "0:1,2:2");
+  ASSERT_TRUE(per.ok()) << per.status();
+  EXPECT_EQ(per->Mask(0), 1);
+  EXPECT_EQ(per->Mask(1), 0) << "a rank not named: none";
+  EXPECT_EQ(per->Mask(2), 2);
+  for (const char* bad : {"4", "x", "0:", "a:1", "0:9", "-1:1"}) {
+    absl::StatusOr<StdStreams> b = StdStreams::Parse("--tee", bad);
+    EXPECT_TRUE(absl::IsInvalidArgument(b.status())) << bad;
+    EXPECT_THAT(std::string(b.status().message()), ::testing::StartsWith("--tee: ")) << bad;
+  }
+  ScriptJobFlags flags;
+  flags.redirects = "1";
+  absl::Status needs_dir = RankOutputOf(flags).status();
+  EXPECT_EQ(needs_dir.message(), "--redirects: needs --log-dir (where the files go)");
+  flags.log_dir = "/tmp/logs";
+  absl::StatusOr<RankOutput> out = RankOutputOf(flags);
+  ASSERT_TRUE(out.ok()) << out.status();
+  EXPECT_EQ(out->redirects.Mask(0), 1);
+  EXPECT_FALSE(out->tee.any());
+  EXPECT_THAT(Split({"trainctl", "run", "--log-dir", "L", "--redirects", "3", "t.py", "--tee", "x"}),
+              ElementsAre("trainctl", "run", "--log-dir", "L", "--redirects", "3", "t.py", "--", "--tee", "x"));
+}
+
 TEST(TerminalMuxTest, ARankLineNeverSharesTheStatusLinesScreenLine) {
   std::ostringstream screen;
   {

@@ -197,6 +197,8 @@ int RunSubmit(CliContext& ctx, const SubmitFlags& flags) {
     ctx.err << std::flush;
     return kExitUsage;
   }
+  absl::StatusOr<RankOutput> rank_output = RankOutputOf(flags.script);
+  if (!rank_output.ok()) return ctx.Fail(rank_output.status());
   if (flags.dry_run) return RunDryRun(ctx, flags, parsed.spec);
 
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
@@ -212,7 +214,9 @@ int RunSubmit(CliContext& ctx, const SubmitFlags& flags) {
   }
   ctx.out << std::flush;
   if (!flags.follow) return kExitOk;
-  if (parsed.spec.has_command() && !ctx.json()) return FollowJobWithRankOutput(ctx, **client, job->id());
+  if (parsed.spec.has_command() && !ctx.json()) {
+    return FollowJobWithRankOutput(ctx, **client, job->id(), *rank_output);
+  }
   return FollowJob(ctx, **client, job->id());
 }
 
