@@ -351,6 +351,23 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
     std::ofstream(shot, std::ios::binary) << bytes;
   }
 
+  // Lineage: a continuation of the finished job is linked from its page, and
+  // links back (it need not finish for that).
+  v1::JobSpec cont = TrainingJob(real_rank);
+  cont.mutable_training()->set_epochs(cont.training().epochs() + 1);
+  cont.mutable_resume_from()->set_job(id);
+  const std::string next = cluster.Submit(cont);
+  ASSERT_FALSE(next.empty()) << "the finished job checkpointed every epoch: it can be continued";
+  browser.Eval(absl::StrCat("location.href = '/jobs/", id, "'; true"));
+  EXPECT_TRUE(browser.WaitTrue(absl::StrCat("document.getElementById('job-lineage')?.textContent === 'continued by ",
+                                            next, "'"),
+                               absl::Seconds(15)))
+      << browser.String("document.body.innerText");
+  browser.Eval(absl::StrCat("location.href = '/jobs/", next, "'; true"));
+  EXPECT_TRUE(browser.WaitTrue(
+      absl::StrCat("document.getElementById('job-lineage')?.textContent === 'continues ", id, "'"), absl::Seconds(15)))
+      << browser.String("document.body.innerText");
+
   // The other two views, signed in by the cookie: the job list and the workers.
   browser.Eval("location.href = '/'; true");
   // A finished job's row shows its progress: complete.

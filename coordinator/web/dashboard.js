@@ -181,6 +181,7 @@ function jobView(main, id) {
   let metricsToken = '';
   let eventsAfter = 0;
   let terminalSeen = false;
+  let continuedBy = [];
   let logsWorld = -1, logsAttempts = -1;
 
   const addPoints = (attempt, points) => {
@@ -259,10 +260,18 @@ function jobView(main, id) {
     document.getElementById('job-rate').textContent = p.samples_per_sec ? `${fmtRate(p.samples_per_sec)} samples/s` : '';
     document.getElementById('job-eta').textContent = num(p.eta_seconds) > 0 && !TERMINAL.has(s) ? `ETA ${Math.round(num(p.eta_seconds))} s` : '';
     document.getElementById('job-owner').textContent = j.owner ? `owner ${j.owner}` : '';
-    // Lineage: the job this one continues (resume_from), a link to it.
+    // Lineage: the job this one continues (resume_from) and, once it ended,
+    // the jobs that continue it: links.
     const from = (j.spec && j.spec.resume_from && j.spec.resume_from.job) || '';
-    document.getElementById('job-lineage').innerHTML =
-      from ? `continues <a href="/jobs/${encodeURIComponent(from)}">${esc(from)}</a>` : '';
+    const link = id => `<a href="/jobs/${encodeURIComponent(id)}">${esc(id)}</a>`;
+    let lineage = from ? `continues ${link(from)}` : '';
+    if (TERMINAL.has(s) && !terminalSeen) {
+      const all = await getJson('/api/jobs');
+      continuedBy = (all.jobs || []).filter(o => o.spec && o.spec.resume_from && o.spec.resume_from.job === id)
+                                    .map(o => o.id).reverse();
+    }
+    if (continuedBy.length) lineage += (lineage ? '; ' : '') + 'continued by ' + continuedBy.map(link).join(', ');
+    document.getElementById('job-lineage').innerHTML = lineage;
     const tbody = document.querySelector('#events tbody');
     for (const e of r.events || []) {
       eventsAfter = Math.max(eventsAfter, num(e.seq));
