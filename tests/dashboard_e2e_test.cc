@@ -367,6 +367,15 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
   EXPECT_TRUE(browser.WaitTrue(
       absl::StrCat("document.getElementById('job-lineage')?.textContent === 'continues ", id, "'"), absl::Seconds(15)))
       << browser.String("document.body.innerText");
+  {
+    // Its slots are free again for the workers page below.
+    grpc::ClientContext cancel_ctx;
+    cancel_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::CancelJobRequest cancel;
+    cancel.set_job_id(next);
+    v1::Job cancelled;
+    ASSERT_TRUE(cluster.jobs()->CancelJob(&cancel_ctx, cancel, &cancelled).ok());
+  }
 
   // The other two views, signed in by the cookie: the job list and the workers.
   browser.Eval("location.href = '/'; true");
