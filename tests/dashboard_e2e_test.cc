@@ -389,7 +389,7 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
   EXPECT_TRUE(browser.WaitTrue("[...document.querySelectorAll('#workers tbody tr')].some(tr => "
                                "tr.textContent.includes('zone=lab') && tr.textContent.includes('disk=ssd') && "
                                "tr.textContent.includes('0/2'))",
-                               absl::Seconds(15)))
+                               absl::Seconds(40)))
       << browser.String("document.body.innerText");
   EXPECT_EQ(browser.String("JSON.stringify(window.__csp)"), "[]") << "the CSP blocked part of the page";
 }
