@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <optional>
 #include <streambuf>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "common/random_secret.h"
 
 namespace trainctl {
@@ -73,7 +75,26 @@ int RenameNoReplace(int dir_fd, const std::string& from, const std::string& to) 
   return 0;
 }
 
+// The test's fault (SetSafeFileFaultForTest); null when none.
+absl::Mutex fault_mu;
+std::shared_ptr<const SafeFileFault> fault_fn ABSL_GUARDED_BY(fault_mu);
+
+// The errno the test's fault injects into this step, or 0.
+int InjectedFault(SafeFileStep step, const std::string& path, int64_t size) {
+  std::shared_ptr<const SafeFileFault> f;
+  {
+    absl::MutexLock lock(&fault_mu);
+    f = fault_fn;
+  }
+  return f == nullptr ? 0 : (*f)(step, path, size);
+}
+
 }  // namespace
+
+void SetSafeFileFaultForTest(SafeFileFault fault) {
+  absl::MutexLock lock(&fault_mu);
+  fault_fn = fault ? std::make_shared<const SafeFileFault>(std::move(fault)) : nullptr;
+}
 
 absl::StatusCode SafeFileCode(int err) {
   switch (err) {
@@ -197,6 +218,10 @@ absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::CreateTemp(std::
   int err = 0;
   for (int tries = 0; tries < 8; ++tries) {
     w->temp_name_ = absl::StrCat(w->name_, ".tmp.", RandomSuffix());
+    if (const int injected = InjectedFault(SafeFileStep::kCreate, w->path_, 0); injected != 0) {
+      err = injected;
+      break;
+    }
     w->fd_ = CreateExclusive(w->dir_fd_, w->temp_name_, w->options_.mode);
     err = w->fd_ < 0 ? errno : 0;
     if (err != EEXIST) break;
@@ -209,8 +234,10 @@ absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::CreateTemp(std::
 absl::Status SafeFileWriter::Append(absl::string_view data) {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("'", path_, "': already committed or abandoned"));
   if (write_errno_ != 0) return Error("writing", write_errno_);
-  write_errno_ = WriteAll(fd_, data.data(), data.size());
+  write_errno_ = InjectedFault(SafeFileStep::kWrite, path_, written_ + static_cast<int64_t>(data.size()));
+  if (write_errno_ == 0) write_errno_ = WriteAll(fd_, data.data(), data.size());
   if (write_errno_ != 0) return Error("writing", write_errno_);
+  written_ += static_cast<int64_t>(data.size());
   return absl::OkStatus();
 }
 
@@ -230,6 +257,9 @@ absl::Status SafeFileWriter::Commit() {
     failed = Error("writing", write_errno_);
   } else if (stream_ != nullptr && !*stream_) {
     failed = absl::InternalError(absl::StrCat("writing '", path_, "' failed"));
+  } else if (const int injected = options_.sync ? InjectedFault(SafeFileStep::kSync, path_, written_) : 0;
+             injected != 0) {
+    failed = Error("fsync of", injected);
   } else if (options_.sync && ::fsync(fd_) != 0) {
     failed = Error("fsync of", errno);
   }
@@ -245,8 +275,10 @@ absl::Status SafeFileWriter::Commit() {
     Abandon();
     return failed;
   }
-  int err = 0;
-  if (options_.replace) {
+  int err = InjectedFault(SafeFileStep::kRename, path_, written_);
+  if (err != 0) {
+    // As a failed rename(2) would: the new file never takes the name.
+  } else if (options_.replace) {
     // rename replaces whatever is at the final name, a link included, and
     // never writes through it.
     if (::renameat(dir_fd_, temp_name_.c_str(), dir_fd_, name_.c_str()) != 0) err = errno;

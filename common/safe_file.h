@@ -31,6 +31,8 @@
 
 #include <sys/types.h>
 
+#include <cstdint>
+#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -106,6 +108,7 @@ class SafeFileWriter {
   int dir_fd_ = -1;
   int fd_ = -1;
   int write_errno_ = 0;  // first failed write (Append or stream)
+  int64_t written_ = 0;  // bytes in the temporary file
   std::unique_ptr<FdBuf> buf_;
   std::unique_ptr<std::ostream> stream_;
 };
@@ -125,6 +128,18 @@ absl::Status ProbeWritableDir(const std::string& dir, const std::string& name, a
 
 // The errno a status of this file attached, or 0.
 int SafeFileErrno(const absl::Status& status);
+
+// Fault injection for tests, at the one writer every file trainctl creates
+// goes through (LevelDB's FaultInjectionTestEnv, in small): `fault` is asked
+// before each step of every SafeFileWriter in the process -- creating the
+// temporary file, each write (with the size the file would have after it),
+// the fsync, the rename -- with the final path, and a non-zero errno it
+// returns fails that step as the system call would have (ENOSPC after N
+// bytes, EIO on rename, EACCES on create ...). An empty function ends it.
+// Thread-safe; `fault` runs on the writing thread.
+enum class SafeFileStep { kCreate, kWrite, kSync, kRename };
+using SafeFileFault = std::function<int(SafeFileStep step, const std::string& path, int64_t size)>;
+void SetSafeFileFaultForTest(SafeFileFault fault);
 
 // The status code for an errno of a file operation (see above).
 absl::StatusCode SafeFileCode(int err);

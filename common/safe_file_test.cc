@@ -106,6 +106,54 @@ TEST_F(SafeFileTest, WritingAtAnOpenDirectoryNeverFollowsALinkAndKeepsWhatExists
   ::close(dfd);
 }
 
+// The fault seam (SetSafeFileFaultForTest): a full disk partway through, an
+// EIO at the rename or the fsync, a refused create -- without root or a
+// special file system. Each fails with the errno's class, keeps the file
+// that was there, and leaves no temporary file.
+TEST_F(SafeFileTest, InjectedFaultsFailLikeTheSystemCallAndKeepTheOldFile) {
+  const std::string path = dir_ + "/ckpt";
+  ASSERT_TRUE(WriteFileSafely(path, "old").ok());
+  struct Case {
+    SafeFileStep step;
+    int err;
+    absl::StatusCode code;
+  };
+  for (const Case& c : {Case{SafeFileStep::kWrite, ENOSPC, absl::StatusCode::kResourceExhausted},
+                        Case{SafeFileStep::kSync, EIO, absl::StatusCode::kInternal},
+                        Case{SafeFileStep::kRename, EIO, absl::StatusCode::kInternal},
+                        Case{SafeFileStep::kCreate, EACCES, absl::StatusCode::kPermissionDenied}}) {
+    std::vector<SafeFileStep> asked;
+    SetSafeFileFaultForTest([&](SafeFileStep step, const std::string& p, int64_t size) {
+      asked.push_back(step);
+      EXPECT_EQ(p, path);
+      // The write fails only once the file would pass 4 bytes: a disk that
+      // fills partway through the stream.
+      if (step == SafeFileStep::kWrite) return size > 4 && c.step == step ? c.err : 0;
+      return step == c.step ? c.err : 0;
+    });
+    absl::Status s;
+    {
+      absl::StatusOr<std::unique_ptr<SafeFileWriter>> w = SafeFileWriter::Create(path);
+      s = w.status();
+      if (w.ok()) {
+        s = (*w)->Append("new");
+        if (s.ok()) s = (*w)->Append("er and longer");
+        if (s.ok()) s = (*w)->Commit();
+      }
+    }  // a writer that failed before Commit removes its temporary file here
+    SetSafeFileFaultForTest(nullptr);
+    EXPECT_EQ(s.code(), c.code) << s;
+    EXPECT_EQ(SafeFileErrno(s), c.err) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(path));
+    EXPECT_EQ(Slurp(path), "old") << "the old file stays when the new one fails";
+    EXPECT_EQ(Names(dir_), std::vector<std::string>{"ckpt"}) << "no temporary file";
+    EXPECT_FALSE(asked.empty());
+  }
+  // Without a fault, the same write goes through.
+  ASSERT_TRUE(WriteFileSafely(path, "newer").ok());
+  EXPECT_EQ(Slurp(path), "newer");
+}
+
 TEST_F(SafeFileTest, AStreamWriterCommitsAndAnAbandonedOneLeavesNothing) {
   const std::string path = dir_ + "/model.pt";
   {

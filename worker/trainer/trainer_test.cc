@@ -4,6 +4,8 @@
 
 #include <torch/torch.h>
 
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <vector>
@@ -12,6 +14,7 @@
 #include "gtest/gtest.h"
 #include "worker/engine/dataset.h"
 #include "worker/trainer/checkpoint.h"
+#include "common/safe_file.h"
 
 namespace trainctl::trainer {
 namespace {
@@ -442,6 +445,45 @@ TEST(TrainerTest, LinksPlantedInTheCheckpointDirAreNeverWrittenThrough) {
   EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(ckpt)));  // the link replaced, not followed
   EXPECT_TRUE(fs::is_symlink(dir + "/.trainctl-write-probe." + std::to_string(getpid())));  // left alone
   fs::remove_all(base);
+}
+
+// The same without root, through the file writer's fault seam: the disk
+// fills while the epoch-2 checkpoint is written (epoch 1's went through) and
+// an EIO hits a rename: each is a typed failure naming the checkpoint, and
+// the checkpoint written before stays whole.
+TEST(TrainerTest, InjectedWriteFaultsAreTypedAndKeepTheEarlierCheckpoint) {
+  const std::string dir = ::testing::TempDir() + "/trainer_test_faults_" + std::to_string(getpid());
+  std::filesystem::create_directories(dir);
+  struct Case {
+    SafeFileStep step;
+    int err;
+    FailureKind kind;
+  };
+  for (const Case& c : {Case{SafeFileStep::kWrite, ENOSPC, FailureKind::kDiskFull},
+                        Case{SafeFileStep::kRename, EIO, FailureKind::kOther}}) {
+    std::filesystem::remove_all(dir);
+    std::filesystem::create_directories(dir);
+    TrainerSetup s = BaseSetup();
+    s.options.epochs = 2;
+    s.options.checkpoint.dir = dir;
+    s.manifest.job_id = "job-faults";
+    const std::string second = CheckpointPath(dir, "job-faults", 2);
+    SetSafeFileFaultForTest([&](SafeFileStep step, const std::string& path, int64_t) {
+      return step == c.step && path == second ? c.err : 0;
+    });
+    auto r = Train(s, Mlp({8}), Synthetic(30));
+    SetSafeFileFaultForTest(nullptr);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(FailureKindOf(r.status()), c.kind) << r.status();
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(second)) << r.status();
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(std::strerror(c.err)));
+    EXPECT_TRUE(std::filesystem::exists(CheckpointPath(dir, "job-faults", 1))) << "epoch 1's checkpoint stays";
+    EXPECT_FALSE(std::filesystem::exists(second));
+    for (const auto& e : std::filesystem::directory_iterator(dir)) {
+      EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << "left behind: " << e.path();
+    }
+  }
+  std::filesystem::remove_all(dir);
 }
 
 // A full disk is a typed failure that names the path, the errno text and the
