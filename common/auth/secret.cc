@@ -92,9 +92,9 @@ absl::Status WritePrivateFile(const std::string& path, absl::string_view content
   }
   // Created without following links (a link planted at the name or a
   // temporary name is never written through), 0600 from the first byte.
-  absl::Status w = WriteFileSafely(path, contents, PrivateFile());
-  if (!w.ok()) return absl::InvalidArgumentError(w.message());
-  return absl::OkStatus();
+  // Its errors keep their class and errno (a full disk is not a bad
+  // argument): common/safe_file.h.
+  return WriteFileSafely(path, contents, PrivateFile());
 }
 
 absl::StatusOr<std::string> ReadOrCreateTokenFile(const std::string& path, bool* created) {

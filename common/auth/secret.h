@@ -46,6 +46,9 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path);
 // parent directories 0700) holding a new random secret. *created tells which.
 absl::StatusOr<std::string> ReadOrCreateTokenFile(const std::string& path, bool* created);
 // Writes `contents` to `path` with mode 0600 (atomically: temp + rename).
+// Errors as common/safe_file.h's (RESOURCE_EXHAUSTED for a full disk,
+// PERMISSION_DENIED, ..., the errno attached); a directory that cannot be
+// created is INVALID_ARGUMENT naming the path.
 absl::Status WritePrivateFile(const std::string& path, absl::string_view contents);
 // The whole file; NotFound / InvalidArgument naming the path.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
