@@ -368,13 +368,15 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
       absl::StrCat("document.getElementById('job-lineage')?.textContent === 'continues ", id, "'"), absl::Seconds(15)))
       << browser.String("document.body.innerText");
   {
-    // Its slots are free again for the workers page below.
+    // Its slots are free again for the workers page below (a stand-in rank
+    // may have finished its one more epoch already: nothing to cancel).
     grpc::ClientContext cancel_ctx;
     cancel_ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     v1::CancelJobRequest cancel;
     cancel.set_job_id(next);
     v1::Job cancelled;
-    ASSERT_TRUE(cluster.jobs()->CancelJob(&cancel_ctx, cancel, &cancelled).ok());
+    grpc::Status c = cluster.jobs()->CancelJob(&cancel_ctx, cancel, &cancelled);
+    ASSERT_TRUE(c.ok() || c.error_code() == grpc::StatusCode::FAILED_PRECONDITION) << c.error_message();
   }
 
   // The other two views, signed in by the cookie: the job list and the workers.
