@@ -102,27 +102,6 @@ v1::MetricPoint MetricPointOf(int32_t rank, const rankproto::RankMetric& rm) {
   return p;
 }
 
-// The scalars a command job's report carries, under the tags an engine job's
-// rank 0 writes (rank_main.cc) for trainctl's fields it set (a field left
-// out of the line is 0: not written), and each custom scalar under its own
-// name.
-std::vector<std::pair<std::string, float>> ReportedScalars(const rankproto::RankMetric& m) {
-  std::vector<std::pair<std::string, float>> out;
-  auto add = [&](const char* tag, double v) {
-    if (v != 0) out.emplace_back(tag, static_cast<float>(v));
-  };
-  const bool epoch = m.kind == "epoch_end";
-  add(epoch ? "epoch/loss" : "train/loss", m.loss);
-  add(epoch ? "epoch/samples_per_sec" : "train/samples_per_sec", m.samples_per_sec);
-  if (!epoch) add("train/lr", m.lr);
-  if (m.has_eval) {
-    out.emplace_back("eval/loss", static_cast<float>(m.eval_loss));
-    out.emplace_back("eval/accuracy", static_cast<float>(m.eval_accuracy));
-  }
-  for (const auto& [name, value] : m.scalars) out.emplace_back(name, static_cast<float>(value));
-  return out;
-}
-
 }  // namespace
 
 void WorkerDaemon::WriteCommandTensorBoard(LocalAttempt& a, const rankproto::RankMetric& m) {
@@ -144,7 +123,7 @@ void WorkerDaemon::WriteCommandTensorBoard(LocalAttempt& a, const rankproto::Ran
     if (!w.ok()) return give_up(w.status());
     a.tensorboard = *std::move(w);
   }
-  std::vector<std::pair<std::string, float>> scalars = ReportedScalars(m);
+  std::vector<std::pair<std::string, float>> scalars = trainer::MetricScalars(m, /*reported_only=*/true);
   if (scalars.empty()) return;
   if (absl::Status s = a.tensorboard->Write(int64_t{m.epoch} * m.steps_per_epoch + m.step, scalars); !s.ok()) {
     give_up(s);

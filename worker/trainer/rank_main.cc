@@ -350,29 +350,6 @@ TrainerSetup MakeTrainerSetup(const RankConfig& cfg, c10::Device device,
   return setup;
 }
 
-// A metric's TensorBoard scalars.
-std::vector<std::pair<std::string, float>> TensorBoardScalars(const rankproto::RankMetric& m) {
-  std::vector<std::pair<std::string, float>> scalars;
-  auto add = [&](const char* tag, double v) { scalars.emplace_back(tag, static_cast<float>(v)); };
-  if (m.kind == "epoch_end") {
-    add("epoch/loss", m.loss);
-    add("epoch/samples_per_sec", m.samples_per_sec);
-    if (m.has_eval) {
-      add("eval/loss", m.eval_loss);
-      add("eval/accuracy", m.eval_accuracy);
-    }
-    return scalars;
-  }
-  add("train/loss", m.loss);
-  add("train/lr", m.lr);
-  add("train/samples_per_sec", m.samples_per_sec);
-  add("train/step_ms/data", m.data_ms);
-  add("train/step_ms/compute", m.compute_ms);
-  add("train/step_ms/comm", m.comm_ms);
-  if (m.loss_scale > 0) add("train/loss_scale", m.loss_scale);
-  return scalars;
-}
-
 // Rank 0 also writes the job's scalars as TensorBoard event files; null
 // elsewhere or without run.tensorboard_dir.
 std::shared_ptr<TensorBoardWriter> OpenTensorBoard(const rankproto::FlatConfig& flat, const RunOptions& run) {
@@ -422,7 +399,7 @@ TrainerCallbacks MakeCallbacks(const rankproto::FlatConfig& flat, const RunOptio
     // A failed write (disk full) costs the plot, not the training.
     static bool warned = false;
     const int64_t step = int64_t{m.epoch} * m.steps_per_epoch + m.step;
-    if (absl::Status s = tensorboard->Write(step, TensorBoardScalars(m)); !s.ok() && !warned) {
+    if (absl::Status s = tensorboard->Write(step, MetricScalars(m, /*reported_only=*/false)); !s.ok() && !warned) {
       warned = true;
       LogLine(absl::StrCat("TensorBoard: ", s.message(), " (later failures are not logged)"));
     }

@@ -102,6 +102,31 @@ std::string FrameRecord(absl::string_view data) {
   return out;
 }
 
+std::vector<std::pair<std::string, float>> MetricScalars(const rankproto::RankMetric& m, bool reported_only) {
+  std::vector<std::pair<std::string, float>> scalars;
+  auto add = [&](const char* tag, double v) {
+    if (!reported_only || v != 0) scalars.emplace_back(tag, static_cast<float>(v));
+  };
+  if (m.kind == "epoch_end") {
+    add("epoch/loss", m.loss);
+    add("epoch/samples_per_sec", m.samples_per_sec);
+  } else {
+    add("train/loss", m.loss);
+    add("train/lr", m.lr);
+    add("train/samples_per_sec", m.samples_per_sec);
+    add("train/step_ms/data", m.data_ms);
+    add("train/step_ms/compute", m.compute_ms);
+    add("train/step_ms/comm", m.comm_ms);
+    if (m.loss_scale > 0) add("train/loss_scale", m.loss_scale);
+  }
+  if (m.has_eval) {
+    scalars.emplace_back("eval/loss", static_cast<float>(m.eval_loss));
+    scalars.emplace_back("eval/accuracy", static_cast<float>(m.eval_accuracy));
+  }
+  for (const auto& [name, value] : m.scalars) scalars.emplace_back(name, static_cast<float>(value));
+  return scalars;
+}
+
 absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const std::string& dir) {
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);

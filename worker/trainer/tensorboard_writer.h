@@ -22,6 +22,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "worker/protocol/rank_protocol.h"
 
 namespace trainctl::trainer {
 
@@ -35,6 +36,16 @@ std::string EncodeScalarsEvent(double wall_time, int64_t step,
                                const std::vector<std::pair<std::string, float>>& scalars);
 // One TFRecord around `data`.
 std::string FrameRecord(absl::string_view data);
+
+// A metric's TensorBoard scalars, under the tags docs/observability.md
+// lists: at an epoch's end epoch/loss, epoch/samples_per_sec and eval/*;
+// for a train window train/loss, train/lr, train/samples_per_sec,
+// train/step_ms/{data,compute,comm} and train/loss_scale (AMP only); every
+// custom scalar under its own name. `reported_only` (a command job's
+// trainctl.report(), where a field it left out reads 0): fields that are 0
+// are left out. Engine ranks (rank_main.cc) and the worker daemon (command
+// jobs) both tag with this.
+std::vector<std::pair<std::string, float>> MetricScalars(const rankproto::RankMetric& m, bool reported_only);
 
 class TensorBoardWriter {
  public:

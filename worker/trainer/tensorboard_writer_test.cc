@@ -74,5 +74,30 @@ TEST(TensorBoardWriter, AnUnwritableDirectoryIsNamed) {
       << w.status();
 }
 
+// The one tag table: an engine rank's window writes every field (a 0 is a
+// value there); a command job's report only what it set, plus its own
+// scalars under their own names.
+TEST(TensorBoardTest, MetricScalarsTagEngineWindowsAndCommandReports) {
+  rankproto::RankMetric m;
+  m.loss = 0.5;
+  m.lr = 0.1;
+  auto tags = [](const std::vector<std::pair<std::string, float>>& v) {
+    std::vector<std::string> out;
+    for (const auto& [tag, value] : v) out.push_back(tag);
+    return out;
+  };
+  EXPECT_EQ(tags(MetricScalars(m, false)),
+            (std::vector<std::string>{"train/loss", "train/lr", "train/samples_per_sec", "train/step_ms/data",
+                                      "train/step_ms/compute", "train/step_ms/comm"}));
+  m.scalars = {{"val_f1", 0.75}};
+  std::vector<std::pair<std::string, float>> reported = MetricScalars(m, true);
+  EXPECT_EQ(tags(reported), (std::vector<std::string>{"train/loss", "train/lr", "val_f1"}));
+  EXPECT_FLOAT_EQ(reported.back().second, 0.75f);
+  m.kind = "epoch_end";
+  m.has_eval = true;
+  m.eval_accuracy = 0.9;
+  EXPECT_EQ(tags(MetricScalars(m, true)), (std::vector<std::string>{"epoch/loss", "eval/loss", "eval/accuracy", "val_f1"}));
+}
+
 }  // namespace
 }  // namespace trainctl::trainer
