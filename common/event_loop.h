@@ -9,6 +9,13 @@
 // work per call is small (memory + one SQLite transaction).
 //
 // Thread-safe: Post/Every/Stop may be called from any thread.
+//
+// "On the loop" is also a capability clang's thread-safety analysis
+// understands (as Chromium's sequence checkers are): state only the loop may
+// touch is ABSL_GUARDED_BY(loop_), functions that run only on it are
+// ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_), and an entry point that other
+// threads reach only through Post first calls loop_.CheckInLoop(...), which
+// checks it at run time (in release builds too) and tells the analysis.
 #pragma once
 
 #include <atomic>
@@ -17,12 +24,13 @@
 #include <thread>
 #include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 
 namespace trainctl {
 
-class EventLoop {
+class ABSL_LOCKABLE EventLoop {
  public:
   EventLoop();
   // Stops and joins the thread; closures already queued still run.
@@ -55,7 +63,8 @@ class EventLoop {
   // prints `what` and aborts, rather than let two threads touch state that
   // only the loop may. Once the loop has exited (shutdown, one thread left)
   // any thread may call.
-  void CheckInLoop(const char* what) const;
+  // Asserts the loop capability for the analysis (see the top).
+  void CheckInLoop(const char* what) const ABSL_ASSERT_EXCLUSIVE_LOCK();
 
  private:
   struct Timer {

@@ -14,7 +14,7 @@
 //    (job_dir.h), written by this daemon's user: the directory is one a
 //    daemon prepared for that job's ranks.
 //
-// Called by the WorkerDaemon on its loop. Stateless; thread-safe.
+// Called by the daemon's RankTable on its loop. Stateless; thread-safe.
 #pragma once
 
 #include <string>

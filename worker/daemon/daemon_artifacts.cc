@@ -7,21 +7,21 @@
 // Threading: runs on the daemon's EventLoop.
 #include "common/log.h"
 #include "worker/daemon/artifact_reader.h"
-#include "worker/daemon/worker_daemon_internal.h"
+#include "worker/daemon/rank_table_internal.h"
 
 namespace trainctl::worker {
 
-void WorkerDaemon::OnReadFile(const v1::ReadFile& r) {
+void RankTable::OnReadFile(const v1::ReadFile& r) {
   v1::WorkerMessage m;
   *m.mutable_file_chunk() = ReadArtifactChunk(r);
   if (!m.file_chunk().error().empty()) {
     LogEvent(LogLevel::kWarn, "worker", "fetch_refused",
              {{"job_id", r.job_id()}, {"path", r.path()}, {"reason", m.file_chunk().error()}});
   }
-  Enqueue(std::move(m), /*critical=*/false);
+  out_.Send(std::move(m), /*critical=*/false);
 }
 
-void WorkerDaemon::OnDropCheckpoints(const v1::DropCheckpoints& d) {
+void RankTable::OnDropCheckpoints(const v1::DropCheckpoints& d) {
   for (const std::string& path : d.paths()) {
     absl::Status s = DropJobCheckpoint(path, d.job_id());
     if (s.ok()) {

@@ -1,29 +1,26 @@
-// WorkerDaemon's Session stream: connect, register (with the ranks still
-// running and the telemetry not yet acknowledged), read the coordinator's
-// messages onto the loop, heartbeat, write, and reconnect with exponential
-// backoff and full jitter.
+// DaemonSession (daemon_session.h): connect, register, read, heartbeat,
+// write, reconnect.
 //
 // Threading: SessionLoop, RunSession and its helpers run on the session
 // thread; HeartbeatLoop on a thread the session starts per registration;
 // WriterLoop on the writer thread, the only one that writes to a registered
-// stream; Enqueue on any thread. Shared state is mu_'s (worker_daemon.h).
-#include <grpcpp/grpcpp.h>
+// stream; Send on any thread. Shared state is mu_'s.
+#include "worker/daemon/daemon_session.h"
 
 #include <algorithm>
 #include <atomic>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <iostream>
 #include <random>
 
 #include "absl/strings/str_cat.h"
+#include "worker/daemon/coordinator_outbox.h"
 #include "common/grpc_keepalive.h"
 #include "common/auth/secret.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/safe_file.h"
-#include "worker/daemon/worker_daemon_internal.h"
 
 namespace trainctl::worker {
 namespace {
@@ -46,7 +43,61 @@ bool IsRefusal(grpc::StatusCode code) {
 
 }  // namespace
 
-bool WorkerDaemon::Enqueue(v1::WorkerMessage msg, bool critical) {
+DaemonSession::DaemonSession(const DaemonOptions& options, std::string id_file, SessionHooks hooks)
+    : options_(options), id_file_(std::move(id_file)), hooks_(std::move(hooks)),
+      telemetry_(options.telemetry_buffer_bytes) {}
+
+DaemonSession::~DaemonSession() { Stop(); }
+
+void DaemonSession::Start() {
+  std::ifstream in(id_file_);
+  std::string id;
+  if (in >> id) {
+    absl::MutexLock lock(&mu_);
+    worker_id_ = id;
+  }
+  started_ = true;
+  session_ = std::thread([this] { SessionLoop(); });
+  writer_ = std::thread([this] { WriterLoop(); });
+}
+
+std::string DaemonSession::worker_id() {
+  absl::MutexLock lock(&mu_);
+  return worker_id_;
+}
+
+bool DaemonSession::connected() {
+  absl::MutexLock lock(&mu_);
+  return connected_;
+}
+
+void DaemonSession::AwaitAcknowledged(absl::Duration timeout) {
+  absl::MutexLock lock(&mu_);
+  auto flushed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return telemetry_.empty() || !connected_; };
+  mu_.AwaitWithTimeout(absl::Condition(&flushed), timeout);
+}
+
+void DaemonSession::SayGoodbye(const std::string& reason, absl::Duration timeout) {
+  v1::WorkerMessage bye;
+  bye.mutable_goodbye()->set_reason(reason);
+  Send(bye, true);
+  // The coordinator ends the session when it has read the goodbye.
+  absl::MutexLock lock(&mu_);
+  auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !connected_; };
+  mu_.AwaitWithTimeout(absl::Condition(&ended), timeout);
+}
+
+void DaemonSession::Stop() {
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+    if (ctx_ != nullptr) ctx_->TryCancel();
+  }
+  if (session_.joinable()) session_.join();
+  if (writer_.joinable()) writer_.join();
+}
+
+bool DaemonSession::Send(v1::WorkerMessage msg, bool critical) {
   absl::MutexLock lock(&mu_);
   // A file chunk answers a fetch of this session: not telemetry to replay.
   if (msg.has_heartbeat() || msg.has_goodbye() || msg.has_file_chunk()) {
@@ -58,18 +109,18 @@ bool WorkerDaemon::Enqueue(v1::WorkerMessage msg, bool critical) {
   return true;
 }
 
-void WorkerDaemon::WriterLoop() {
+void DaemonSession::WriterLoop() {
   while (true) {
     v1::WorkerMessage msg;
-    grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream = nullptr;
+    Stream* stream = nullptr;
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return shutting_down_ ||
+        return stopping_ ||
                (stream_ != nullptr && (!control_.empty() || telemetry_.NextAfter(sent_seq_, nullptr)));
       };
       mu_.Await(absl::Condition(&ready));
-      if (shutting_down_) return;
+      if (stopping_) return;
       if (!control_.empty()) {
         msg = std::move(control_.front());
         control_.pop_front();
@@ -93,9 +144,8 @@ void WorkerDaemon::WriterLoop() {
   }
 }
 
-std::vector<v1::RunningRank> WorkerDaemon::RanksForRegister() {
-  std::vector<v1::RunningRank> running;
-  loop_.RunSync([&] { running = RunningRanks(); });
+std::vector<v1::RunningRank> DaemonSession::RanksForRegister() {
+  std::vector<v1::RunningRank> running = hooks_.running_ranks();
   // A rank whose end the coordinator has not acknowledged is still running
   // as far as it knows: its end follows on the stream, after the metrics and
   // logs sent before it (listing it as ended would apply the end first).
@@ -111,7 +161,7 @@ std::vector<v1::RunningRank> WorkerDaemon::RanksForRegister() {
   return running;
 }
 
-void WorkerDaemon::SessionLoop() {
+void DaemonSession::SessionLoop() {
   std::mt19937_64 rng(std::random_device{}());
   absl::Duration backoff = options_.reconnect_min;
   int64_t failures = 0;  // connection attempts in a row that did not register
@@ -135,7 +185,7 @@ void WorkerDaemon::SessionLoop() {
       // replaced since then. Said, and tried again after the backoff.
       LogEvent(LogLevel::kWarn, "worker", "coordinator_channel",
                {{"coordinator", options_.coordinator}, {"reason", std::string(channel.status().message())}});
-      if (!SleepUnlessShuttingDown(backoff)) return;
+      if (!SleepUnlessStopping(backoff)) return;
       backoff = std::min(backoff * 2, options_.reconnect_max);
       continue;
     }
@@ -143,11 +193,10 @@ void WorkerDaemon::SessionLoop() {
     grpc::ClientContext ctx;
     {
       absl::MutexLock lock(&mu_);
-      if (shutting_down_) return;
+      if (stopping_) return;
       ctx_ = &ctx;
     }
-    std::unique_ptr<grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>> stream =
-        stub->Session(&ctx);
+    std::unique_ptr<Stream> stream = stub->Session(&ctx);
     const bool registered = RunSession(*stream);
     if (registered) {
       backoff = options_.reconnect_min;
@@ -173,19 +222,19 @@ void WorkerDaemon::SessionLoop() {
     grpc::Status st = stream->Finish();
     {
       absl::MutexLock lock(&mu_);
-      if (shutting_down_) return;
+      if (stopping_) return;
     }
     // Exponential backoff with full jitter.
     absl::Duration wait = absl::Milliseconds(
         std::uniform_int_distribution<int64_t>(absl::ToInt64Milliseconds(backoff) / 2,
                                                absl::ToInt64Milliseconds(backoff))(rng));
     LogSessionEnd(st, registered, wait, failures);
-    if (!SleepUnlessShuttingDown(wait)) return;
+    if (!SleepUnlessStopping(wait)) return;
     backoff = std::min(backoff * 2, options_.reconnect_max);
   }
 }
 
-v1::WorkerMessage WorkerDaemon::RegisterMessage() {
+v1::WorkerMessage DaemonSession::RegisterMessage() {
   v1::WorkerMessage reg;
   v1::Register* r = reg.mutable_register_();
   r->set_worker_id(worker_id());
@@ -199,7 +248,7 @@ v1::WorkerMessage WorkerDaemon::RegisterMessage() {
   return reg;
 }
 
-bool WorkerDaemon::RunSession(grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>& stream) {
+bool DaemonSession::RunSession(Stream& stream) {
   v1::WorkerMessage reg = RegisterMessage();
   const int running = reg.register_().running_size();
   {
@@ -219,17 +268,14 @@ bool WorkerDaemon::RunSession(grpc::ClientReaderWriter<v1::WorkerMessage, v1::Co
       telemetry_.Ack(in.telemetry_ack().seq());
       continue;
     }
-    v1::CoordinatorMessage copy = in;
-    loop_.Post([this, copy] { OnMessage(copy); });
+    hooks_.on_message(in);
   }
   hb_stop = true;
   heartbeat.join();
   return true;
 }
 
-void WorkerDaemon::OnRegistered(const v1::RegisterAck& ack,
-                                grpc::ClientReaderWriter<v1::WorkerMessage, v1::CoordinatorMessage>* stream,
-                                int running_ranks) {
+void DaemonSession::OnRegistered(const v1::RegisterAck& ack, Stream* stream, int running_ranks) {
   {
     absl::MutexLock lock(&mu_);
     worker_id_ = ack.worker_id();
@@ -257,12 +303,12 @@ void WorkerDaemon::OnRegistered(const v1::RegisterAck& ack,
   }
 }
 
-void WorkerDaemon::HeartbeatLoop(const std::atomic<bool>& stop) {
+void DaemonSession::HeartbeatLoop(const std::atomic<bool>& stop) {
   int64_t seq = 0;
   while (!stop) {
     v1::WorkerMessage hb;
     hb.mutable_heartbeat()->set_seq(++seq);
-    Enqueue(hb, false);
+    Send(hb, false);
     absl::Duration d;
     {
       absl::MutexLock lock(&mu_);
@@ -274,7 +320,7 @@ void WorkerDaemon::HeartbeatLoop(const std::atomic<bool>& stop) {
   }
 }
 
-void WorkerDaemon::LogSessionEnd(const grpc::Status& st, bool registered, absl::Duration wait, int64_t& failures) {
+void DaemonSession::LogSessionEnd(const grpc::Status& st, bool registered, absl::Duration wait, int64_t& failures) {
   // Said at once and at every retry: an operator sees why nothing runs.
   const std::string reason = st.error_message().empty() ? GrpcCodeText(st.error_code()) : st.error_message();
   if (IsRefusal(st.error_code())) {
@@ -291,12 +337,12 @@ void WorkerDaemon::LogSessionEnd(const grpc::Status& st, bool registered, absl::
   }
 }
 
-bool WorkerDaemon::SleepUnlessShuttingDown(absl::Duration wait) {
+bool DaemonSession::SleepUnlessStopping(absl::Duration wait) {
   absl::Time until = MonotonicNow() + wait;
   while (MonotonicNow() < until) {
     {
       absl::MutexLock lock(&mu_);
-      if (shutting_down_) return false;
+      if (stopping_) return false;
     }
     absl::SleepFor(absl::Milliseconds(10));
   }

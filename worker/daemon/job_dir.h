@@ -14,7 +14,7 @@
 // Every file is created without following links, relative to a directory
 // descriptor opened with O_NOFOLLOW (WriteFileAt).
 //
-// Called by the WorkerDaemon on its loop (launch, pre-flight) and by the
+// Called by the daemon's RankTable on its loop (launch, pre-flight) and by the
 // artifact reader. Stateless functions; thread-safe.
 #pragma once
 

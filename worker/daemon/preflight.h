@@ -19,7 +19,7 @@
 // Not checked (yet): that a GPU is free of other processes, that rank 0's
 // rendezvous port is reachable from the other workers.
 //
-// Called by the WorkerDaemon on a Preflight message; stateless; thread-safe.
+// Called by the daemon's RankTable on a Preflight message; stateless; thread-safe.
 #pragma once
 
 #include <cstdint>

@@ -15,7 +15,7 @@
 #include "absl/strings/str_format.h"
 #include "common/log.h"
 #include "worker/daemon/oom_events.h"
-#include "worker/daemon/worker_daemon_internal.h"
+#include "worker/daemon/rank_table_internal.h"
 
 namespace trainctl::worker {
 
@@ -74,7 +74,7 @@ std::string ExceptionLine(const std::deque<std::string>& lines) {
   return "";
 }
 
-void WorkerDaemon::ReportStatus(const LocalAttempt& a, const LocalRank& r) {
+void RankTable::ReportStatus(const LocalAttempt& a, const LocalRank& r) {
   v1::WorkerMessage m;
   v1::RankStatus* s = AboutRank(m.mutable_rank_status(), a.job_id, a.number, r.assignment.rank());
   s->set_state(r.state.proto());
@@ -84,10 +84,10 @@ void WorkerDaemon::ReportStatus(const LocalAttempt& a, const LocalRank& r) {
     e->set_exit_code(-1);
     for (const std::string& l : r.last_lines) e->add_last_log_lines(l);
   }
-  Enqueue(m, /*critical=*/true);
+  out_.Send(m, /*critical=*/true);
 }
 
-void WorkerDaemon::ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, const std::string& why,
+void RankTable::ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, const std::string& why,
                                        v1::FailureKind kind) {
   if (!r.state.Apply(RankEvent::kLaunchFailed)) return;
   v1::WorkerMessage m;
@@ -96,16 +96,16 @@ void WorkerDaemon::ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, cons
   st->mutable_exit()->set_kind(kind);
   st->mutable_exit()->set_exit_code(-1);
   st->mutable_exit()->set_message(why);
-  Enqueue(m, true);
+  out_.Send(m, true);
 }
 
-void WorkerDaemon::OnStopRanks(const v1::StopRanks& s) {
+void RankTable::OnStopRanks(const v1::StopRanks& s) {
   const std::string akey = AttemptKey(s.job_id(), s.attempt());
   auto it = attempts_.find(akey);
   absl::Duration grace = absl::Milliseconds(std::max(0, s.grace_period_ms()));
   if (it == attempts_.end()) {
     // Not ours (any more): a rank still running under that key is stopped.
-    for (int32_t rank : s.ranks()) supervisor_->Stop(absl::StrCat(akey, "/", rank), grace);
+    for (int32_t rank : s.ranks()) launcher_.Stop(absl::StrCat(akey, "/", rank), grace);
     return;
   }
   LocalAttempt& a = *it->second;
@@ -116,7 +116,7 @@ void WorkerDaemon::OnStopRanks(const v1::StopRanks& s) {
     const bool live = r.state.live();
     r.state.Apply(RankEvent::kStop);
     if (live) {
-      supervisor_->Stop(r.key, grace);  // Its exit reports it STOPPED.
+      launcher_.Stop(r.key, grace);  // Its exit reports it STOPPED.
     } else {
       ReportStatus(a, r);  // Never started: STOPPED now.
     }
@@ -124,8 +124,8 @@ void WorkerDaemon::OnStopRanks(const v1::StopRanks& s) {
   MaybeForget(akey);
 }
 
-void WorkerDaemon::OnExit(const std::string& key, int code, int signal) {
-  loop_.CheckInLoop("WorkerDaemon::OnExit");
+void RankTable::OnExit(const std::string& key, int code, int signal) {
+  loop_.CheckInLoop("RankTable::OnExit");
   LocalAttempt* a = nullptr;
   LocalRank* r = FindRank(key, &a);
   if (r == nullptr || r->state.ended()) return;
@@ -150,11 +150,11 @@ void WorkerDaemon::OnExit(const std::string& key, int code, int signal) {
             {"pid", absl::StrCat(r->pid)}, {"state", v1::RankState_Name(s->state())},
             {"exit_code", absl::StrCat(code)}, {"signal", absl::StrCat(signal)},
             {"reason", e->message().substr(0, 300)}});
-  Enqueue(m, true);
+  out_.Send(m, true);
   MaybeForget(key.substr(0, key.rfind('/')));
 }
 
-void WorkerDaemon::DescribeFailure(const LocalAttempt& a, const LocalRank& r, int code, int signal,
+void RankTable::DescribeFailure(const LocalAttempt& a, const LocalRank& r, int code, int signal,
                                    v1::ExitInfo& e) const {
   e.set_message(r.error_message);
   if (r.error_kind.has_value()) {
@@ -185,7 +185,7 @@ void WorkerDaemon::DescribeFailure(const LocalAttempt& a, const LocalRank& r, in
   }
 }
 
-std::optional<std::string> WorkerDaemon::OomKilled(const LocalRank& r, int signal) const {
+std::optional<std::string> RankTable::OomKilled(const LocalRank& r, int signal) const {
   if (signal != SIGKILL || r.state.stop_requested() || !r.oom_kills_at_launch.has_value()) return std::nullopt;
   std::optional<int64_t> now = ReadOomKillCount();
   if (!now.has_value() || *now <= *r.oom_kills_at_launch) return std::nullopt;
@@ -198,7 +198,8 @@ std::optional<std::string> WorkerDaemon::OomKilled(const LocalRank& r, int signa
                       "); lower data.batch_size");
 }
 
-std::vector<v1::RunningRank> WorkerDaemon::RunningRanks() {
+std::vector<v1::RunningRank> RankTable::RunningRanks() {
+  loop_.CheckInLoop("RankTable::RunningRanks");
   std::vector<v1::RunningRank> out;
   for (auto& [k, a] : attempts_) {
     for (auto& [rank, r] : a->ranks) {
@@ -209,7 +210,7 @@ std::vector<v1::RunningRank> WorkerDaemon::RunningRanks() {
   return out;
 }
 
-WorkerDaemon::LocalRank* WorkerDaemon::FindRank(const std::string& key, LocalAttempt** attempt) {
+RankTable::LocalRank* RankTable::FindRank(const std::string& key, LocalAttempt** attempt) {
   size_t slash = key.rfind('/');
   auto it = attempts_.find(key.substr(0, slash));
   if (it == attempts_.end()) return nullptr;
@@ -220,7 +221,7 @@ WorkerDaemon::LocalRank* WorkerDaemon::FindRank(const std::string& key, LocalAtt
   return &r->second;
 }
 
-void WorkerDaemon::MaybeForget(const std::string& akey) {
+void RankTable::MaybeForget(const std::string& akey) {
   auto it = attempts_.find(akey);
   if (it == attempts_.end()) return;
   for (auto& [rank, r] : it->second->ranks) {

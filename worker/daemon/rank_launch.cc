@@ -31,7 +31,7 @@
 #include "worker/daemon/path_policy.h"
 #include "worker/daemon/preflight.h"
 #include "worker/daemon/rank_files.h"
-#include "worker/daemon/worker_daemon_internal.h"
+#include "worker/daemon/rank_table_internal.h"
 
 namespace trainctl::worker {
 
@@ -104,15 +104,15 @@ std::string DefaultPythonDir() {
   return "";
 }
 
-void WorkerDaemon::OnPreflight(const v1::Preflight& p) {
+void RankTable::OnPreflight(const v1::Preflight& p) {
   PreflightContext ctx;
   ctx.job_id = p.job_id();
   ctx.owner = p.owner();
   ctx.resume_owner = p.resume_owner();
-  ctx.base_dir = base_dir_;
+  ctx.base_dir = paths_.base_dir;
   ctx.work_dir = options_.work_dir;
-  ctx.data_roots = data_read_roots_;
-  ctx.data_roots_name = data_roots_name_;
+  ctx.data_roots = paths_.data_read_roots;
+  ctx.data_roots_name = paths_.data_roots_name;
   ctx.command_dir_roots = options_.data_roots;
   ctx.checkpoint_roots = options_.checkpoint_roots;
   ctx.allow_commands = options_.allow_commands;
@@ -145,10 +145,10 @@ void WorkerDaemon::OnPreflight(const v1::Preflight& p) {
   rep->set_job_id(p.job_id());
   rep->set_attempt(p.attempt());
   for (std::string& line : problems) rep->add_problems(std::move(line));
-  Enqueue(m, /*critical=*/true);
+  out_.Send(m, /*critical=*/true);
 }
 
-void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
+void RankTable::OnStartRanks(const v1::StartRanks& s) {
   const std::string akey = AttemptKey(s.job_id(), s.attempt());
   if (attempts_.count(akey) > 0) return;  // A re-send after a reconnect.
   std::unique_ptr<LocalAttempt> a = NewAttempt(s);
@@ -158,7 +158,7 @@ void WorkerDaemon::OnStartRanks(const v1::StartRanks& s) {
   // Otherwise the ranks wait for the delivery (OnRendezvous).
 }
 
-std::unique_ptr<WorkerDaemon::LocalAttempt> WorkerDaemon::NewAttempt(const v1::StartRanks& s) {
+std::unique_ptr<RankTable::LocalAttempt> RankTable::NewAttempt(const v1::StartRanks& s) {
   auto a = std::make_unique<LocalAttempt>();
   a->job_id = s.job_id();
   a->number = s.attempt();
@@ -189,13 +189,13 @@ std::unique_ptr<WorkerDaemon::LocalAttempt> WorkerDaemon::NewAttempt(const v1::S
   return a;
 }
 
-void WorkerDaemon::ResolveAttemptPaths(LocalAttempt& a) {
+void RankTable::ResolveAttemptPaths(LocalAttempt& a) {
   const v1::JobSpec& spec = a.spec;
   if (a.command && !options_.allow_commands) {
     a.path_error = "this worker does not run commands (start trainctl-worker with --allow-commands)";
   } else if (a.command && !spec.command().working_dir().empty()) {
     absl::StatusOr<std::string> dir = ResolveJobPath("command.working_dir", spec.command().working_dir(),
-                                                     base_dir_, options_.data_roots, "--data-root");
+                                                     paths_.base_dir, options_.data_roots, "--data-root");
     std::error_code ec;
     if (!dir.ok()) {
       a.path_error = std::string(dir.status().message());
@@ -209,7 +209,7 @@ void WorkerDaemon::ResolveAttemptPaths(LocalAttempt& a) {
   // working directory differs, reads and writes the same place; a directory
   // the job chose must lie inside --checkpoint_root when one is set; and it
   // must be this owner's (claimed before any rank writes there, job_dir.h).
-  absl::StatusOr<CheckpointDir> ck = ResolveCheckpointDir(spec, a.job_id, a.owner, options_.work_dir, base_dir_,
+  absl::StatusOr<CheckpointDir> ck = ResolveCheckpointDir(spec, a.job_id, a.owner, options_.work_dir, paths_.base_dir,
                                                           options_.checkpoint_roots);
   if (ck.ok()) {
     a.checkpoint_dir = ck->path;
@@ -227,7 +227,7 @@ void WorkerDaemon::ResolveAttemptPaths(LocalAttempt& a) {
     a.tensorboard_dir = a.checkpoint_dir.empty() ? "" : a.checkpoint_dir + "/tensorboard";
     return;
   }
-  absl::StatusOr<std::string> dir = ResolveJobPath("tensorboard.dir", spec.tensorboard().dir(), base_dir_,
+  absl::StatusOr<std::string> dir = ResolveJobPath("tensorboard.dir", spec.tensorboard().dir(), paths_.base_dir,
                                                    options_.checkpoint_roots, "--checkpoint-root");
   if (dir.ok()) {
     a.tensorboard_dir = *dir;
@@ -236,22 +236,22 @@ void WorkerDaemon::ResolveAttemptPaths(LocalAttempt& a) {
   }
 }
 
-std::string WorkerDaemon::JobDir(const std::string& job_id) const {
+std::string RankTable::JobDir(const std::string& job_id) const {
   return absl::StrCat(options_.work_dir, "/jobs/", job_id);
 }
 
-std::string WorkerDaemon::AttemptDir(const LocalAttempt& a) const {
+std::string RankTable::AttemptDir(const LocalAttempt& a) const {
   return absl::StrCat(JobDir(a.job_id), "/attempt-", a.number);
 }
 
-absl::StatusOr<std::optional<RunAs>> WorkerDaemon::JobIdentity(int64_t owner_number) const {
+absl::StatusOr<std::optional<RunAs>> RankTable::JobIdentity(int64_t owner_number) const {
   if (!options_.rank_uids.has_value() || !options_.rank_user.has_value()) return options_.rank_user;
   TRAINCTL_ASSIGN_OR_RETURN(RunAs as, OwnerIdentity(*options_.rank_uids, owner_number, *options_.rank_user,
                                                     options_.work_dir + "/homes"));
   return std::optional<RunAs>(std::move(as));
 }
 
-absl::Status WorkerDaemon::MakeJobDirs(const std::string& job_id, const v1::JobSpec& spec,
+absl::Status RankTable::MakeJobDirs(const std::string& job_id, const v1::JobSpec& spec,
                                        const std::optional<RunAs>& as) {
   // Passable by the job's ranks only (its owner's group with --rank-uids).
   TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(JobDir(job_id), as));
@@ -265,7 +265,7 @@ absl::Status WorkerDaemon::MakeJobDirs(const std::string& job_id, const v1::JobS
   return MakeRankDir(JobDir(job_id) + "/checkpoints", as);
 }
 
-absl::StatusOr<std::string> WorkerDaemon::MakeRankDirs(const LocalAttempt& a, const v1::RankAssignment& ra) {
+absl::StatusOr<std::string> RankTable::MakeRankDirs(const LocalAttempt& a, const v1::RankAssignment& ra) {
   TRAINCTL_RETURN_IF_ERROR(MakeJobDirs(a.job_id, a.spec, a.run_as));
   TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(AttemptDir(a), a.run_as));
   std::string dir = absl::StrCat(AttemptDir(a), "/rank-", ra.rank());
@@ -273,7 +273,7 @@ absl::StatusOr<std::string> WorkerDaemon::MakeRankDirs(const LocalAttempt& a, co
   return dir;
 }
 
-void WorkerDaemon::ProduceRendezvous(LocalAttempt& a) {
+void RankTable::ProduceRendezvous(LocalAttempt& a) {
   auto zero = a.ranks.find(0);
   if (zero == a.ranks.end()) return;
   absl::StatusOr<std::optional<v1::RendezvousInfo>> made = a.rendezvous_backend->Produce(options_.address);
@@ -294,29 +294,29 @@ void WorkerDaemon::ProduceRendezvous(LocalAttempt& a) {
   LaunchPending(a);
 }
 
-void WorkerDaemon::ReportRendezvous(const LocalAttempt& a, const v1::RendezvousInfo& info) {
+void RankTable::ReportRendezvous(const LocalAttempt& a, const v1::RendezvousInfo& info) {
   v1::WorkerMessage m;
   v1::RendezvousReport* rep = m.mutable_rendezvous();
   rep->set_job_id(a.job_id);
   rep->set_attempt(a.number);
   *rep->mutable_info() = info;
-  Enqueue(m, true);
+  out_.Send(m, true);
 }
 
-void WorkerDaemon::OnRendezvous(const v1::RendezvousDelivery& d) {
+void RankTable::OnRendezvous(const v1::RendezvousDelivery& d) {
   auto it = attempts_.find(AttemptKey(d.job_id(), d.attempt()));
   if (it == attempts_.end()) return;
   it->second->rendezvous = d.info();
   LaunchPending(*it->second);
 }
 
-void WorkerDaemon::LaunchPending(LocalAttempt& a) {
+void RankTable::LaunchPending(LocalAttempt& a) {
   for (auto& [rank, r] : a.ranks) {
     if (r.state.waiting()) Launch(a, r);
   }
 }
 
-void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
+void RankTable::Launch(LocalAttempt& a, LocalRank& r) {
   const v1::RankAssignment& ra = r.assignment;
   if (!a.path_error.empty()) {
     ReportLaunchFailure(a, r, a.path_error, v1::FAILURE_KIND_CONFIG);
@@ -369,7 +369,7 @@ void WorkerDaemon::Launch(LocalAttempt& a, LocalRank& r) {
   ::close(config_fd);
 }
 
-absl::StatusOr<rankproto::FlatConfig> WorkerDaemon::RankConfig(const LocalAttempt& a, const v1::RankAssignment& ra,
+absl::StatusOr<rankproto::FlatConfig> RankTable::RankConfig(const LocalAttempt& a, const v1::RankAssignment& ra,
                                                                const std::string& dir) {
   rankproto::FlatConfig cfg = JobSpecToFlat(a.spec);
   cfg[rk::kJobId] = a.job_id;
@@ -384,7 +384,7 @@ absl::StatusOr<rankproto::FlatConfig> WorkerDaemon::RankConfig(const LocalAttemp
   cfg[rk::kBackend] = a.gpu ? "nccl" : "gloo";
   if (!a.gpu) cfg[rk::kStoreSecret] = a.store_secret;
   cfg[rk::kWorkDir] = dir;
-  if (absl::Status paths = ResolveDataPaths(cfg, base_dir_, data_read_roots_, data_roots_name_); !paths.ok()) return paths;
+  if (absl::Status paths = ResolveDataPaths(cfg, paths_.base_dir, paths_.data_read_roots, paths_.data_roots_name); !paths.ok()) return paths;
   cfg[rk::kCheckpointDir] = a.checkpoint_dir;
   if (!a.tensorboard_dir.empty()) cfg[rk::kTensorBoardDir] = a.tensorboard_dir;
   // One writer per host (its first rank), or only rank 0 on a shared dir.
@@ -393,7 +393,7 @@ absl::StatusOr<rankproto::FlatConfig> WorkerDaemon::RankConfig(const LocalAttemp
   // Per-host copies carry this worker's id in their names: hosts that share
   // one directory never write one path. The coordinator alone decides which
   // checkpoints go (DropCheckpoints): a rank of a stale attempt deletes none.
-  if (!a.spec.checkpoint().shared()) cfg[rk::kCheckpointWriterTag] = CheckpointWriterTag(worker_id());
+  if (!a.spec.checkpoint().shared()) cfg[rk::kCheckpointWriterTag] = CheckpointWriterTag(out_.worker_id());
   cfg[rk::kCheckpointPrune] = "false";
   cfg[rk::kSpecHash] = a.spec_hash;
   if (!a.skip_steps.empty()) cfg[rk::kSkipSteps] = a.skip_steps;
@@ -409,7 +409,7 @@ absl::StatusOr<rankproto::FlatConfig> WorkerDaemon::RankConfig(const LocalAttemp
   return cfg;
 }
 
-void WorkerDaemon::LaunchCommand(LocalAttempt& a, LocalRank& r) {
+void RankTable::LaunchCommand(LocalAttempt& a, LocalRank& r) {
   const v1::RankAssignment& ra = r.assignment;
   const v1::CommandSpec& cmd = a.spec.command();
   absl::StatusOr<std::string> scratch = MakeRankDirs(a, ra);
@@ -443,7 +443,7 @@ void WorkerDaemon::LaunchCommand(LocalAttempt& a, LocalRank& r) {
   ReportStatus(a, r);
 }
 
-std::vector<std::string> WorkerDaemon::CommandLaunchEnvironment(const LocalAttempt& a, const v1::RankAssignment& ra) {
+std::vector<std::string> RankTable::CommandLaunchEnvironment(const LocalAttempt& a, const v1::RankAssignment& ra) {
   const v1::CommandSpec& cmd = a.spec.command();
   std::vector<std::string> env;
   for (const auto& [k, v] : cmd.env()) env.push_back(absl::StrCat(k, "=", v));
@@ -477,10 +477,10 @@ std::vector<std::string> WorkerDaemon::CommandLaunchEnvironment(const LocalAttem
   return env;
 }
 
-bool WorkerDaemon::StartProcess(LocalAttempt& a, LocalRank& r, const RankLaunch& l, const std::string& what) {
+bool RankTable::StartProcess(LocalAttempt& a, LocalRank& r, const RankLaunch& l, const std::string& what) {
   r.state.Apply(RankEvent::kLaunch);
   r.oom_kills_at_launch = ReadOomKillCount();
-  absl::StatusOr<pid_t> pid = supervisor_->Launch(l);
+  absl::StatusOr<pid_t> pid = launcher_.Launch(l);
   if (!pid.ok()) {
     ReportLaunchFailure(a, r, absl::StrCat(what, ": ", pid.status().message()));
     return false;

@@ -15,7 +15,7 @@
 #include "common/time_util.h"
 #include "worker/daemon/job_dir.h"
 #include "worker/daemon/rank_files.h"
-#include "worker/daemon/worker_daemon_internal.h"
+#include "worker/daemon/rank_table_internal.h"
 
 namespace trainctl::worker {
 
@@ -104,7 +104,7 @@ v1::MetricPoint MetricPointOf(int32_t rank, const rankproto::RankMetric& rm) {
 
 }  // namespace
 
-void WorkerDaemon::WriteCommandTensorBoard(LocalAttempt& a, const rankproto::RankMetric& m) {
+void RankTable::WriteCommandTensorBoard(LocalAttempt& a, const rankproto::RankMetric& m) {
   if (a.tensorboard_dir.empty() || a.tensorboard_failed) return;
   auto give_up = [&](const absl::Status& s) {
     a.tensorboard_failed = true;
@@ -130,7 +130,7 @@ void WorkerDaemon::WriteCommandTensorBoard(LocalAttempt& a, const rankproto::Ran
   }
 }
 
-void WorkerDaemon::IgnoredReport(const std::string& key, const std::string& line, const std::string& why) {
+void RankTable::IgnoredReport(const std::string& key, const std::string& line, const std::string& why) {
   RankLogBatch note;
   note.lines.push_back(RankLogLine{2, absl::Now(), absl::StrCat("[trainctl-worker] ignored status line",
                                                                 why.empty() ? "" : absl::StrCat(" (", why, ")"),
@@ -139,8 +139,8 @@ void WorkerDaemon::IgnoredReport(const std::string& key, const std::string& line
   OnLogBatch(key, note);
 }
 
-void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line) {
-  loop_.CheckInLoop("WorkerDaemon::OnStatusLine");
+void RankTable::OnStatusLine(const std::string& key, const std::string& line) {
+  loop_.CheckInLoop("RankTable::OnStatusLine");
   LocalAttempt* a = nullptr;
   LocalRank* r = FindRank(key, &a);
   if (r == nullptr) return;
@@ -167,7 +167,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       if (r->state.Apply(RankEvent::kReady)) ReportStatus(*a, *r);
       break;
     case rankproto::StatusMessage::Type::kProgress:
-      Enqueue(ProgressMessage(a->job_id, a->number, rank, r->pid, *msg), false);
+      out_.Send(ProgressMessage(a->job_id, a->number, rank, r->pid, *msg), false);
       break;
     case rankproto::StatusMessage::Type::kCheckpoint: {
       // Only a file named for the job in its own checkpoint directory is
@@ -184,7 +184,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       // The metrics the rank reported before it (an epoch's end) go first:
       // the job's events follow the rank's timeline (issue #27 item 11).
       FlushMetrics();
-      Enqueue(CheckpointMessage(a->job_id, a->number, rank, note), true);
+      out_.Send(CheckpointMessage(a->job_id, a->number, rank, note), true);
       break;
     }
     case rankproto::StatusMessage::Type::kModel: {
@@ -199,7 +199,7 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
       v1::FinalModelReport* rep = AboutRank(m.mutable_final_model(), a->job_id, a->number, 0);
       rep->set_path(*path);
       FlushMetrics();
-      Enqueue(m, true);
+      out_.Send(m, true);
       break;
     }
     case rankproto::StatusMessage::Type::kMetric: {
@@ -218,8 +218,8 @@ void WorkerDaemon::OnStatusLine(const std::string& key, const std::string& line)
   }
 }
 
-void WorkerDaemon::OnLogBatch(const std::string& key, const RankLogBatch& batch) {
-  loop_.CheckInLoop("WorkerDaemon::OnLogBatch");
+void RankTable::OnLogBatch(const std::string& key, const RankLogBatch& batch) {
+  loop_.CheckInLoop("RankTable::OnLogBatch");
   LocalAttempt* a = nullptr;
   LocalRank* r = FindRank(key, &a);
   if (r == nullptr) return;
@@ -243,7 +243,8 @@ void WorkerDaemon::OnLogBatch(const std::string& key, const RankLogBatch& batch)
   }
 }
 
-void WorkerDaemon::FlushMetrics() {
+void RankTable::FlushMetrics() {
+  loop_.CheckInLoop("RankTable::FlushMetrics");
   for (auto& [k, a] : attempts_) {
     if (a->pending_metrics.empty()) continue;
     v1::WorkerMessage m;
@@ -255,11 +256,12 @@ void WorkerDaemon::FlushMetrics() {
     // Epoch ends carry eval results: keep them across a reconnect.
     bool has_epoch_end = false;
     for (const auto& p : b->points()) has_epoch_end |= p.kind() == v1::MetricPoint::KIND_EPOCH_END;
-    Enqueue(std::move(m), has_epoch_end);
+    out_.Send(std::move(m), has_epoch_end);
   }
 }
 
-void WorkerDaemon::FlushLogs() {
+void RankTable::FlushLogs() {
+  loop_.CheckInLoop("RankTable::FlushLogs");
   for (auto& [k, a] : attempts_) {
     for (auto& [rank, r] : a->ranks) {
       if (r.pending_logs.empty() && r.dropped == 0) continue;
@@ -276,7 +278,7 @@ void WorkerDaemon::FlushLogs() {
       }
       r.pending_logs.clear();
       r.dropped = 0;
-      Enqueue(std::move(m), false);
+      out_.Send(std::move(m), false);
     }
   }
 }

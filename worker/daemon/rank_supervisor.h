@@ -102,7 +102,20 @@ struct RankCallbacks {
   std::function<void(const std::string& key, int exit_code, int signal)> on_exit;
 };
 
-class RankSupervisor {
+// Starting and stopping rank processes: what the daemon's rank table needs
+// of a RankSupervisor (its unit tests give it a fake).
+class RankLauncher {
+ public:
+  virtual ~RankLauncher() = default;
+  // Starts the process; returns its pid. ALREADY_EXISTS for a running key.
+  virtual absl::StatusOr<pid_t> Launch(const RankLaunch& launch) = 0;
+  // SIGTERM now, SIGKILL after `grace` if still running. False if not running.
+  virtual bool Stop(const std::string& key, absl::Duration grace) = 0;
+  // Keys of ranks that have not exited yet.
+  virtual std::vector<std::string> Running() const = 0;
+};
+
+class RankSupervisor final : public RankLauncher {
  public:
   explicit RankSupervisor(RankCallbacks callbacks, SupervisorOptions options = {});
   // Kills every rank (SIGKILL to their groups) and waits for the monitor.
@@ -110,12 +123,9 @@ class RankSupervisor {
   RankSupervisor(const RankSupervisor&) = delete;
   RankSupervisor& operator=(const RankSupervisor&) = delete;
 
-  // Starts the process; returns its pid. ALREADY_EXISTS for a running key.
-  absl::StatusOr<pid_t> Launch(const RankLaunch& launch);
-  // SIGTERM now, SIGKILL after `grace` if still running. False if not running.
-  bool Stop(const std::string& key, absl::Duration grace);
-  // Keys of ranks that have not exited yet.
-  std::vector<std::string> Running() const;
+  absl::StatusOr<pid_t> Launch(const RankLaunch& launch) override;
+  bool Stop(const std::string& key, absl::Duration grace) override;
+  std::vector<std::string> Running() const override;
   // pid of a running rank, or -1.
   pid_t Pid(const std::string& key) const;
 

@@ -17,7 +17,7 @@
 // rendezvous, kinds this file does not know) is never dropped: it may exceed
 // the bound by its own size, and it is small and rare.
 //
-// Not thread-safe: the WorkerDaemon guards it with its session mutex.
+// Not thread-safe: the DaemonSession (its outbox) guards it with its mutex.
 #pragma once
 
 #include <cstdint>

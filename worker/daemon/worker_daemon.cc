@@ -1,17 +1,13 @@
-// WorkerDaemon: start and shutdown, the loop's message dispatch and the
-// /metrics page. The Session stream is daemon_session.cc; ranks are
-// rank_launch.cc (start, rendezvous), rank_end.cc (stop, exit) and
-// rank_status_lines.cc (status lines, logs, metrics); fetches are
-// daemon_artifacts.cc.
+// WorkerDaemon: wiring its owners together (worker_daemon.h), start and
+// shutdown, and the /metrics page.
 //
 // Threading: Start and Shutdown run on the owner's thread; MetricsPage on
-// the HTTP server's (it asks the loop for a snapshot); OnMessage on the loop.
+// the HTTP server's (it asks the loop for the table's snapshot).
 #include "worker/daemon/worker_daemon.h"
 
 #include <unistd.h>
 
 #include <filesystem>
-#include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
@@ -21,28 +17,23 @@
 #include "worker/daemon/join.h"
 #include "worker/daemon/rank_files.h"
 #include "worker/daemon/path_policy.h"
-#include "worker/daemon/worker_daemon_internal.h"
 
 namespace trainctl::worker {
 
 namespace fs = std::filesystem;
 
-std::string AttemptKey(const std::string& job_id, int32_t attempt) { return absl::StrCat(job_id, "/", attempt); }
+WorkerDaemon::WorkerDaemon(DaemonOptions options) : options_(std::move(options)) {}
 
-WorkerDaemon::WorkerDaemon(DaemonOptions options)
-    : options_(std::move(options)), telemetry_(options_.telemetry_buffer_bytes) {}
-
-WorkerDaemon::~WorkerDaemon() { Shutdown(false, absl::Seconds(2)); }
-
-std::string WorkerDaemon::worker_id() {
-  absl::MutexLock lock(&mu_);
-  return worker_id_;
+WorkerDaemon::~WorkerDaemon() {
+  Shutdown(false, absl::Seconds(2));
+  // A Start that failed half way may have left timers on the loop that
+  // touch the table: nothing runs after this.
+  loop_.StopAndJoin();
 }
 
-bool WorkerDaemon::connected() {
-  absl::MutexLock lock(&mu_);
-  return connected_;
-}
+std::string WorkerDaemon::worker_id() { return session_ ? session_->worker_id() : ""; }
+
+bool WorkerDaemon::connected() { return session_ && session_->connected(); }
 
 int WorkerDaemon::running_ranks() {
   return supervisor_ ? static_cast<int>(supervisor_->Running().size()) : 0;
@@ -50,7 +41,8 @@ int WorkerDaemon::running_ranks() {
 
 absl::Status WorkerDaemon::Start() {
   std::error_code ec;
-  base_dir_ = fs::current_path(ec).string();
+  RankTablePaths paths;
+  paths.base_dir = fs::current_path(ec).string();
   if (ec) return absl::InternalError(absl::StrCat("cannot read the working directory: ", ec.message()));
   fs::create_directories(options_.work_dir, ec);
   if (ec) return absl::InvalidArgumentError(absl::StrCat("--work-dir ", options_.work_dir, ": ", ec.message()));
@@ -65,10 +57,10 @@ absl::Status WorkerDaemon::Start() {
   // Without --data-root a job reads data only where the operator expects
   // jobs' data (a path anywhere would read any file this user can).
   if (options_.data_roots.empty()) {
-    data_read_roots_ = DefaultDataRoots(options_.work_dir);
-    data_roots_name_ = kDefaultDataRootsName;
+    paths.data_read_roots = DefaultDataRoots(options_.work_dir);
+    paths.data_roots_name = kDefaultDataRootsName;
   } else {
-    data_read_roots_ = options_.data_roots;
+    paths.data_read_roots = options_.data_roots;
   }
   if (options_.rank_binary.find('/') != std::string::npos) {
     options_.rank_binary = fs::absolute(options_.rank_binary, ec).lexically_normal().string();
@@ -77,31 +69,35 @@ absl::Status WorkerDaemon::Start() {
     return absl::InvalidArgumentError(
         absl::StrCat("--rank-binary ", options_.rank_binary, ": not an executable file"));
   }
-  id_file_ = options_.work_dir + "/worker-id";
-  {
-    std::ifstream in(id_file_);
-    std::string id;
-    if (in >> id) {
-      absl::MutexLock lock(&mu_);
-      worker_id_ = id;
-    }
-  }
+  // The supervisor and the session hand what they learn to the loop, where
+  // the table acts on it.
   RankCallbacks cb;
   cb.on_status = [this](const std::string& key, const std::string& line) {
-    loop_.Post([this, key, line] { OnStatusLine(key, line); });
+    loop_.Post([this, key, line] { table_->OnStatusLine(key, line); });
   };
   cb.on_logs = [this](const std::string& key, std::shared_ptr<const RankLogBatch> batch) {
-    loop_.Post([this, key, batch = std::move(batch)] { OnLogBatch(key, *batch); });
+    loop_.Post([this, key, batch = std::move(batch)] { table_->OnLogBatch(key, *batch); });
   };
   cb.on_exit = [this](const std::string& key, int code, int sig) {
-    loop_.Post([this, key, code, sig] { OnExit(key, code, sig); });
+    loop_.Post([this, key, code, sig] { table_->OnExit(key, code, sig); });
   };
   SupervisorOptions so;
   so.log_lines_per_sec = options_.log_lines_per_sec;
   so.log_burst = options_.log_burst;
   supervisor_ = std::make_unique<RankSupervisor>(std::move(cb), so);
-  loop_.Every(options_.metrics_flush, [this] { FlushMetrics(); });
-  loop_.Every(options_.log_flush, [this] { FlushLogs(); });
+  SessionHooks hooks;
+  hooks.running_ranks = [this] {
+    std::vector<v1::RunningRank> running;
+    loop_.RunSync([&] { running = table_->RunningRanks(); });
+    return running;
+  };
+  hooks.on_message = [this](const v1::CoordinatorMessage& m) {
+    loop_.Post([this, m] { table_->OnMessage(m); });
+  };
+  session_ = std::make_unique<DaemonSession>(options_, options_.work_dir + "/worker-id", std::move(hooks));
+  table_ = std::make_unique<RankTable>(options_, std::move(paths), loop_, *session_, *supervisor_);
+  loop_.Every(options_.metrics_flush, [this] { table_->FlushMetrics(); });
+  loop_.Every(options_.log_flush, [this] { table_->FlushLogs(); });
   if (!options_.http_listen.empty()) {
     http_.Handle("/metrics", [this] {
       return HttpServer::Reply{200, "text/plain; version=0.0.4; charset=utf-8", MetricsPage()};
@@ -111,8 +107,7 @@ absl::Status WorkerDaemon::Start() {
     http_address_ = *bound;
   }
   started_ = true;
-  session_ = std::thread([this] { SessionLoop(); });
-  writer_ = std::thread([this] { WriterLoop(); });
+  session_->Start();
   if (options_.renew_certificate) renewer_ = std::thread([this] { RenewLoop(); });
   return absl::OkStatus();
 }
@@ -129,29 +124,15 @@ void WorkerDaemon::RenewLoop() {
                 {"expires", r.expires == absl::Time() ? "" : absl::FormatTime(r.expires)},
                 {"retry_in", absl::FormatDuration(r.next_check)}});
     }
-    if (!SleepUnlessShuttingDown(r.next_check)) return;
+    if (!session_->SleepUnlessStopping(r.next_check)) return;
   } while (true);
 }
 
 std::string WorkerDaemon::MetricsPage() {
-  struct RankRow {
-    std::string job_id;
-    int32_t rank;
-    std::optional<v1::MetricPoint> last;
-  };
-  struct Snapshot {
-    std::map<std::string, int64_t> by_state;
-    std::vector<RankRow> running;
-  };
-  auto snap = std::make_shared<Snapshot>();
+  auto snap = std::make_shared<RankTable::Snapshot>();
   auto done = std::make_shared<absl::Notification>();
   loop_.Post([this, snap, done] {
-    for (auto& [key, a] : attempts_) {
-      for (auto& [rank, r] : a->ranks) {
-        ++snap->by_state[r.state.gauge_label()];
-        if (r.state.live()) snap->running.push_back({a->job_id, rank, r.last_train});
-      }
-    }
+    *snap = table_->TakeSnapshot();
     done->Notify();
   });
   const bool answered = done->WaitForNotificationWithTimeout(absl::Seconds(5));
@@ -185,8 +166,10 @@ std::string WorkerDaemon::MetricsPage() {
   };
   for (const Gauge& g : gauges) {
     w.Family(g.name, "gauge", g.help);
-    for (const RankRow& r : snap->running) {
-      if (r.last.has_value()) w.Sample(g.name, {{"job_id", r.job_id}, {"rank", absl::StrCat(r.rank)}}, g.value(*r.last));
+    for (const RankTable::LiveRank& r : snap->live) {
+      if (r.last_train.has_value()) {
+        w.Sample(g.name, {{"job_id", r.job_id}, {"rank", absl::StrCat(r.rank)}}, g.value(*r.last_train));
+      }
     }
   }
   return w.Take();
@@ -201,51 +184,19 @@ void WorkerDaemon::Shutdown(bool goodbye, absl::Duration grace) {
   absl::Time deadline = MonotonicNow() + grace + absl::Seconds(1);
   while (!supervisor_->Running().empty() && MonotonicNow() < deadline) absl::SleepFor(absl::Milliseconds(20));
   loop_.RunSync([this] {
-    FlushMetrics();
-    FlushLogs();
+    table_->FlushMetrics();
+    table_->FlushLogs();
   });
   if (goodbye) {
     // What the ranks said last reaches the coordinator before the goodbye
     // (bounded: a coordinator that is away gets what it missed never).
-    {
-      absl::MutexLock lock(&mu_);
-      auto flushed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return telemetry_.empty() || !connected_; };
-      mu_.AwaitWithTimeout(absl::Condition(&flushed), absl::Seconds(2));
-    }
-    v1::WorkerMessage bye;
-    bye.mutable_goodbye()->set_reason("worker shutting down");
-    Enqueue(bye, true);
-    // The coordinator ends the session when it has read the goodbye; until
-    // then the stream must not be cancelled, or the goodbye (taken off the
-    // queue, its write still in flight) may be lost and the coordinator
-    // waits out the disconnect grace instead (bounded).
-    absl::MutexLock lock(&mu_);
-    auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !connected_; };
-    mu_.AwaitWithTimeout(absl::Condition(&ended), absl::Seconds(2));
+    session_->AwaitAcknowledged(absl::Seconds(2));
+    session_->SayGoodbye("worker shutting down", absl::Seconds(2));
   }
-  {
-    absl::MutexLock lock(&mu_);
-    shutting_down_ = true;
-    if (ctx_ != nullptr) ctx_->TryCancel();
-  }
-  if (session_.joinable()) session_.join();
-  if (writer_.joinable()) writer_.join();
+  session_->Stop();
   if (renewer_.joinable()) renewer_.join();
   loop_.StopAndJoin();
   supervisor_.reset();
-}
-
-void WorkerDaemon::OnMessage(const v1::CoordinatorMessage& m) {
-  loop_.CheckInLoop("WorkerDaemon::OnMessage");
-  switch (m.msg_case()) {
-    case v1::CoordinatorMessage::kStartRanks: return OnStartRanks(m.start_ranks());
-    case v1::CoordinatorMessage::kRendezvous: return OnRendezvous(m.rendezvous());
-    case v1::CoordinatorMessage::kStopRanks: return OnStopRanks(m.stop_ranks());
-    case v1::CoordinatorMessage::kReadFile: return OnReadFile(m.read_file());
-    case v1::CoordinatorMessage::kDropCheckpoints: return OnDropCheckpoints(m.drop_checkpoints());
-    case v1::CoordinatorMessage::kPreflight: return OnPreflight(m.preflight());
-    default: return;  // Acknowledgements: the session thread takes those it needs.
-  }
 }
 
 }  // namespace trainctl::worker

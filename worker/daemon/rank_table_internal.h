@@ -1,9 +1,9 @@
-// The WorkerDaemon's per-attempt and per-rank records, shared by the files
-// that implement it (worker_daemon.cc: start/stop and /metrics;
-// daemon_session.cc: the Session stream; rank_launch.cc: starting ranks and
-// the rendezvous; rank_end.cc: stops and exits; rank_status_lines.cc:
-// status lines, logs and metrics; daemon_artifacts.cc: fetches). Not part of
-// the daemon's public face (worker_daemon.h).
+// The RankTable's per-attempt and per-rank records, shared by the files
+// that implement it (rank_table.cc: dispatch, the attempt table and
+// /metrics' snapshot; rank_launch.cc: starting ranks and the rendezvous;
+// rank_end.cc: stops and exits; rank_status_lines.cc: status lines, logs and
+// metrics; daemon_artifacts.cc: fetches). Not part of the table's public
+// face (rank_table.h).
 //
 // Threading: every field here belongs to the daemon's EventLoop; only loop
 // handlers read or write them.
@@ -22,7 +22,7 @@
 #include "trainctl/v1/worker_service.pb.h"
 #include "worker/daemon/local_rank_state.h"
 #include "worker/daemon/rendezvous_backend.h"
-#include "worker/daemon/worker_daemon.h"
+#include "worker/daemon/rank_table.h"
 #include "worker/protocol/rank_protocol.h"
 #include "worker/trainer/tensorboard_writer.h"
 
@@ -31,7 +31,7 @@ namespace trainctl::worker {
 // Lines of a rank's output kept for its end report.
 inline constexpr size_t kLastLogLines = 20;
 
-struct WorkerDaemon::LocalRank {
+struct RankTable::LocalRank {
   v1::RankAssignment assignment;
   std::string key;  // "job/attempt/rank"
   // Where the rank stands; its end is reported by the transition into it.
@@ -51,7 +51,7 @@ struct WorkerDaemon::LocalRank {
   std::optional<v1::MetricPoint> last_train;
 };
 
-struct WorkerDaemon::LocalAttempt {
+struct RankTable::LocalAttempt {
   std::string job_id;
   int32_t number = 0;
   v1::JobSpec spec;
@@ -74,7 +74,7 @@ struct WorkerDaemon::LocalAttempt {
   // checkpoint_dir (job_dir.h).
   std::string owner;
   std::string resume_owner;
-  // Who its ranks run as (WorkerDaemon::JobIdentity).
+  // Who its ranks run as (RankTable::JobIdentity).
   std::optional<RunAs> run_as;
   // Where rank 0 writes TensorBoard event files ("" = the job has none).
   std::string tensorboard_dir;
@@ -102,14 +102,5 @@ struct WorkerDaemon::LocalAttempt {
 // "job/attempt", the key of attempts_.
 std::string AttemptKey(const std::string& job_id, int32_t attempt);
 
-// Names the rank a report is about (job, attempt, rank): RankStatus,
-// RankProgress, CheckpointReport, FinalModelReport, LogChunk.
-template <typename Report>
-Report* AboutRank(Report* report, const std::string& job_id, int32_t attempt, int32_t rank) {
-  report->set_job_id(job_id);
-  report->set_attempt(attempt);
-  report->set_rank(rank);
-  return report;
-}
 
 }  // namespace trainctl::worker

@@ -1,0 +1,196 @@
+// RankTable: the worker daemon's ranks. One record per attempt this host
+// runs ranks of, one LocalRankState machine per rank; it acts on the
+// coordinator's messages (StartRanks, the rendezvous flow, StopRanks,
+// Preflight, ReadFile, DropCheckpoints) and on what its ranks do (status
+// lines, output, exits), and reports each change through its
+// CoordinatorOutbox. It starts and stops processes only through its
+// RankLauncher, so that both can be fakes in its unit tests
+// (rank_table_test.cc); the WorkerDaemon wires the real ones.
+//
+// Threading: everything runs on the daemon's EventLoop. The public entry
+// points check it (EventLoop::CheckInLoop, in release builds too); the rest
+// require it, and clang's thread-safety analysis checks that they do.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/status/status.h"
+#include "absl/status/statusor.h"
+#include "common/event_loop.h"
+#include "trainctl/v1/worker_service.pb.h"
+#include "worker/daemon/coordinator_outbox.h"
+#include "worker/daemon/daemon_options.h"
+#include "worker/daemon/rank_files.h"
+#include "worker/daemon/rank_supervisor.h"
+#include "worker/protocol/rank_protocol.h"
+
+namespace trainctl::worker {
+
+// Where a job's relative paths and data files are resolved (the daemon
+// settles them at Start).
+struct RankTablePaths {
+  // The daemon's working directory at Start: the one base a job's relative
+  // paths are resolved against (path_policy.h).
+  std::string base_dir;
+  // Where data and model files are read from: --data-root, else
+  // DefaultDataRoots (the work dir, /usr/share/datasets); and how errors
+  // name them.
+  std::vector<std::string> data_read_roots;
+  std::string data_roots_name = "--data-root";
+};
+
+class RankTable {
+ public:
+  // `options` (with work_dir and rank_binary made absolute), `loop`, `out`
+  // and `launcher` outlive the table.
+  RankTable(const DaemonOptions& options, RankTablePaths paths, EventLoop& loop,
+            CoordinatorOutbox& out, RankLauncher& launcher);
+  ~RankTable();
+  RankTable(const RankTable&) = delete;
+  RankTable& operator=(const RankTable&) = delete;
+
+  // A coordinator message (acknowledgements are the session's, ignored here).
+  void OnMessage(const v1::CoordinatorMessage& m);
+  // What the launcher reports of the rank with `key` ("job/attempt/rank").
+  void OnStatusLine(const std::string& key, const std::string& line);
+  void OnLogBatch(const std::string& key, const RankLogBatch& batch);
+  void OnExit(const std::string& key, int code, int signal);
+  // Sends the metrics and log lines gathered since the last flush (the
+  // daemon calls them every --metrics-flush and --log-flush).
+  void FlushMetrics();
+  void FlushLogs();
+  // The ranks that run now (a registration lists them).
+  std::vector<v1::RunningRank> RunningRanks();
+
+  // For /metrics: ranks by LocalRankState::gauge_label, and each live
+  // rank's latest train window.
+  struct LiveRank {
+    std::string job_id;
+    int32_t rank = 0;
+    std::optional<v1::MetricPoint> last_train;
+  };
+  struct Snapshot {
+    std::map<std::string, int64_t> by_state;
+    std::vector<LiveRank> live;
+  };
+  Snapshot TakeSnapshot();
+
+ private:
+  struct LocalRank;
+  struct LocalAttempt;
+
+  // Rank lifecycle (rank_launch.cc, rank_end.cc).
+  void OnStartRanks(const v1::StartRanks& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // An attempt's record with its paths resolved under the path policy.
+  std::unique_ptr<LocalAttempt> NewAttempt(const v1::StartRanks& s)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  void ResolveAttemptPaths(LocalAttempt& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // Rank 0's daemon: makes the rendezvous (RendezvousBackend), reports it
+  // and starts the local ranks.
+  void ProduceRendezvous(LocalAttempt& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  void ReportRendezvous(const LocalAttempt& a, const v1::RendezvousInfo& info)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  void OnRendezvous(const v1::RendezvousDelivery& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  void OnStopRanks(const v1::StopRanks& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // Runs the pre-flight checks (preflight.h) and reports them; starts nothing.
+  void OnPreflight(const v1::Preflight& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  void LaunchPending(LocalAttempt& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // Paths and directories of rank_files.h: jobs/JOB, its attempt-N, a
+  // rank's own directory (returned), and the default checkpoint.dir.
+  std::string JobDir(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  std::string AttemptDir(const LocalAttempt& a) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // Who a job's ranks (and the daemon's work on the job's files) run as:
+  // the owner's own uid with --rank-uids, else --rank-user (nullopt: this
+  // daemon's user).
+  absl::StatusOr<std::optional<RunAs>> JobIdentity(int64_t owner_number) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  absl::Status MakeJobDirs(const std::string& job_id, const v1::JobSpec& spec,
+                           const std::optional<RunAs>& as) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  absl::StatusOr<std::string> MakeRankDirs(const LocalAttempt& a, const v1::RankAssignment& ra)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  void Launch(LocalAttempt& a, LocalRank& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // An engine rank's config (the job spec flattened plus its place in the
+  // attempt); an error for a refused data path.
+  absl::StatusOr<rankproto::FlatConfig> RankConfig(const LocalAttempt& a,
+                                                   const v1::RankAssignment& ra,
+                                                   const std::string& dir)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // A command job's rank: the user's program under torchrun's environment.
+  void LaunchCommand(LocalAttempt& a, LocalRank& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  std::vector<std::string> CommandLaunchEnvironment(const LocalAttempt& a,
+                                                    const v1::RankAssignment& ra)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // Starts `l` for `r` and reports STARTING; a spawn error ends the rank
+  // FAILED with "<what>: <error>". False when it did not start.
+  bool StartProcess(LocalAttempt& a, LocalRank& r, const RankLaunch& l, const std::string& what)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // Reports the RankState of `r`'s phase (with exit details for an end).
+  void ReportStatus(const LocalAttempt& a, const LocalRank& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // A rank that could not be started ends FAILED (kind LAUNCH, or CONFIG for
+  // a refused path) with `why`.
+  void ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, const std::string& why,
+                           v1::FailureKind kind = v1::FAILURE_KIND_LAUNCH)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // Why a failed rank failed: kind and message into `e`.
+  void DescribeFailure(const LocalAttempt& a, const LocalRank& r, int code, int signal,
+                       v1::ExitInfo& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // The OOM-killer message when `r` died of a SIGKILL this daemon did not
+  // send while its cgroup's oom_kill count rose (oom_events.h).
+  std::optional<std::string> OomKilled(const LocalRank& r, int signal) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  void MaybeForget(const std::string& attempt_key) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  LocalRank* FindRank(const std::string& key, LocalAttempt** attempt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // Status lines (rank_status_lines.cc): one not acted on is said in the
+  // rank's log (stderr), with `why`.
+  void IgnoredReport(const std::string& key, const std::string& line, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // A command job's rank 0 report as TensorBoard scalars in the job's
+  // tensorboard dir (an engine job's rank 0 writes its own): the event file
+  // is created as the ranks' identity; a failure costs the plot, logged once.
+  void WriteCommandTensorBoard(LocalAttempt& a, const rankproto::RankMetric& m)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // Artifacts (daemon_artifacts.cc).
+  // Answers a fetch's ReadFile with one FileChunk (artifact_reader.h).
+  void OnReadFile(const v1::ReadFile& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // Deletes the checkpoint files the coordinator no longer records (ranks
+  // never delete checkpoints under a daemon: fencing, docs/failures.md).
+  void OnDropCheckpoints(const v1::DropCheckpoints& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+
+  const DaemonOptions& options_;
+  const RankTablePaths paths_;
+  EventLoop& loop_;
+  CoordinatorOutbox& out_;
+  RankLauncher& launcher_;
+  // Loop-only state (the analysis checks it: EventLoop's capability).
+  std::map<std::string, std::unique_ptr<LocalAttempt>> attempts_
+      ABSL_GUARDED_BY(loop_);  // "job/attempt"
+};
+
+// torchrun's environment contract for one rank of a command job, plus
+// TRAINCTL_* (docs/command-jobs.md): "NAME=value" entries.
+std::vector<std::string> CommandEnvironment(const std::string& job_id, int32_t attempt,
+                                            const v1::RankAssignment& ra, int32_t max_restarts,
+                                            const std::string& master_addr,
+                                            const std::string& master_port,
+                                            const std::string& checkpoint_dir);
+
+// The source tree's python/ (holding the trainctl module) when this build
+// knows one and it exists, else "".
+std::string DefaultPythonDir();
+
+// The last line of `lines` that reads like a Python exception
+// ("ValueError: bad shape"), or "" when none does.
+std::string ExceptionLine(const std::deque<std::string>& lines);
+// A command rank's end that a restart would only repeat: exit 2 (a usage
+// error, or python could not open the script), or an ImportError,
+// ModuleNotFoundError or SyntaxError as its last exception.
+bool CommandCannotHeal(int code, int signal, const std::deque<std::string>& last_lines);
+
+}  // namespace trainctl::worker

@@ -1,0 +1,327 @@
+// The worker daemon's rank table with fakes for its two neighbours: a
+// launcher that records what it is asked to start and stop (no process
+// runs), and an outbox that records every report. Each test drives the
+// table on a real EventLoop, as the daemon does, through the messages a
+// coordinator sends and the events a launcher reports.
+#include "worker/daemon/rank_table.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <csignal>
+#include <filesystem>
+#include <functional>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
+#include "common/jobspec/artifact_names.h"
+#include "common/jobspec/job_spec.h"
+
+namespace trainctl::worker {
+namespace {
+
+namespace fs = std::filesystem;
+using ::testing::Contains;
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::IsEmpty;
+
+class FakeLauncher final : public RankLauncher {
+ public:
+  absl::StatusOr<pid_t> Launch(const RankLaunch& launch) override {
+    if (!fail_with.ok()) return fail_with;
+    launches.push_back(launch);
+    running.push_back(launch.key);
+    return next_pid++;
+  }
+  bool Stop(const std::string& key, absl::Duration grace) override {
+    stops.emplace_back(key, grace);
+    return std::find(running.begin(), running.end(), key) != running.end();
+  }
+  std::vector<std::string> Running() const override { return running; }
+
+  absl::Status fail_with = absl::OkStatus();
+  pid_t next_pid = 1000;
+  std::vector<RankLaunch> launches;
+  std::vector<std::string> running;
+  std::vector<std::pair<std::string, absl::Duration>> stops;
+};
+
+class FakeOutbox final : public CoordinatorOutbox {
+ public:
+  bool Send(v1::WorkerMessage msg, bool critical) override {
+    sent.push_back({std::move(msg), critical});
+    return true;
+  }
+  std::string worker_id() override { return "w-7"; }
+
+  struct Sent {
+    v1::WorkerMessage msg;
+    bool critical;
+  };
+  std::vector<Sent> sent;
+};
+
+// "RANK=0" in a launch's environment.
+std::string EnvOf(const RankLaunch& l, const std::string& name) {
+  for (const std::string& e : l.env) {
+    if (e.rfind(name + "=", 0) == 0) return e.substr(name.size() + 1);
+  }
+  return "<unset>";
+}
+
+class RankTableTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    dir_ = absl::StrCat(::testing::TempDir(), "/rank_table_test.", getpid());
+    fs::remove_all(dir_);
+    fs::create_directories(dir_ + "/work");
+    options_.work_dir = dir_ + "/work";
+    options_.address = "127.0.0.1";
+    options_.allow_commands = true;
+    options_.data_roots = {"/"};
+    unsetenv("OMP_NUM_THREADS");  // torchrun's one-thread rule applies
+  }
+  void TearDown() override {
+    loop_.StopAndJoin();
+    table_.reset();
+    fs::remove_all(dir_);
+  }
+
+  RankTable& Table() {
+    if (!table_) {
+      RankTablePaths paths;
+      paths.base_dir = dir_;
+      paths.data_read_roots = {"/"};
+      table_ = std::make_unique<RankTable>(options_, paths, loop_, out_, launcher_);
+    }
+    return *table_;
+  }
+  // Runs `fn` on the loop, as the daemon's posts do.
+  void OnLoop(const std::function<void()>& fn) { loop_.RunSync(fn); }
+  void Deliver(const v1::CoordinatorMessage& m) {
+    OnLoop([&] { Table().OnMessage(m); });
+  }
+
+  // A command job of two ranks, both on this host, rank 0's host making the
+  // rendezvous (MASTER_PORT).
+  static v1::CoordinatorMessage Start(int32_t attempt = 1) {
+    ParsedJobSpec p = ParseJobSpecYaml(
+        "name: t\nworld_size: 2\ndevice: cpu\ncommand:\n  argv: [/bin/sh, -c, 'exit 0']\n", "t.yaml", {});
+    EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
+    v1::CoordinatorMessage m;
+    v1::StartRanks* s = m.mutable_start_ranks();
+    s->set_job_id("job-1");
+    s->set_attempt(attempt);
+    *s->mutable_spec() = p.spec;
+    s->set_produce_rendezvous(true);
+    s->set_owner("alice");
+    s->set_rendezvous_secret("00112233");
+    for (int rank : {0, 1}) {
+      v1::RankAssignment* ra = s->add_ranks();
+      ra->set_rank(rank);
+      ra->set_local_rank(rank);
+      ra->set_world_size(2);
+      ra->set_local_world_size(2);
+      ra->set_num_nodes(1);
+      ra->mutable_slot()->set_kind(v1::Slot::KIND_CPU);
+      ra->mutable_slot()->set_index(rank);
+    }
+    return m;
+  }
+  static v1::CoordinatorMessage Stop(int32_t attempt, std::vector<int32_t> ranks, int grace_ms) {
+    v1::CoordinatorMessage m;
+    v1::StopRanks* s = m.mutable_stop_ranks();
+    s->set_job_id("job-1");
+    s->set_attempt(attempt);
+    for (int32_t r : ranks) s->add_ranks(r);
+    s->set_grace_period_ms(grace_ms);
+    return m;
+  }
+
+  // The rank statuses sent, as "rank:STATE".
+  std::vector<std::string> Statuses() const {
+    std::vector<std::string> out;
+    for (const FakeOutbox::Sent& s : out_.sent) {
+      if (!s.msg.has_rank_status()) continue;
+      out.push_back(absl::StrCat(s.msg.rank_status().rank(), ":", v1::RankState_Name(s.msg.rank_status().state())));
+    }
+    return out;
+  }
+  const v1::RankStatus& LastStatus() const {
+    for (auto it = out_.sent.rbegin(); it != out_.sent.rend(); ++it) {
+      if (it->msg.has_rank_status()) return it->msg.rank_status();
+    }
+    static const v1::RankStatus none;
+    ADD_FAILURE() << "no rank status was sent";
+    return none;
+  }
+  std::vector<v1::RunningRank> Running() {
+    std::vector<v1::RunningRank> r;
+    OnLoop([&] { r = Table().RunningRanks(); });
+    return r;
+  }
+
+  std::string dir_;
+  DaemonOptions options_;
+  EventLoop loop_;
+  FakeLauncher launcher_;
+  FakeOutbox out_;
+  std::unique_ptr<RankTable> table_;
+};
+
+TEST_F(RankTableTest, StartReportsTheRendezvousThenLaunchesEveryRankUnderTorchrunsContract) {
+  Deliver(Start());
+  ASSERT_FALSE(out_.sent.empty());
+  ASSERT_TRUE(out_.sent[0].msg.has_rendezvous()) << out_.sent[0].msg.DebugString();
+  EXPECT_TRUE(out_.sent[0].critical);
+  const std::string port = absl::StrCat(out_.sent[0].msg.rendezvous().info().master_port());
+  ASSERT_EQ(launcher_.launches.size(), 2u);
+  for (int rank : {0, 1}) {
+    const RankLaunch& l = launcher_.launches[rank];
+    EXPECT_EQ(l.key, absl::StrCat("job-1/1/", rank));
+    EXPECT_EQ(l.binary, "/bin/sh");
+    EXPECT_THAT(l.args, ElementsAre("-c", "exit 0"));
+    EXPECT_EQ(EnvOf(l, "RANK"), absl::StrCat(rank));
+    EXPECT_EQ(EnvOf(l, "WORLD_SIZE"), "2");
+    EXPECT_EQ(EnvOf(l, "MASTER_ADDR"), "127.0.0.1");
+    EXPECT_EQ(EnvOf(l, "MASTER_PORT"), port);
+    EXPECT_EQ(EnvOf(l, "OMP_NUM_THREADS"), "1");  // two ranks share the host
+    EXPECT_TRUE(fs::is_directory(l.work_dir)) << l.work_dir;
+  }
+  // A command rank is ready once started.
+  EXPECT_THAT(Statuses(), ElementsAre("0:RANK_STATE_STARTING", "0:RANK_STATE_RUNNING", "1:RANK_STATE_STARTING",
+                                      "1:RANK_STATE_RUNNING"));
+  for (const FakeOutbox::Sent& s : out_.sent) EXPECT_TRUE(s.critical) << s.msg.DebugString();
+}
+
+TEST_F(RankTableTest, AReconnectListsTheRunningRanksAndTheResentStartLaunchesNothing) {
+  Deliver(Start());
+  std::vector<v1::RunningRank> running = Running();
+  ASSERT_EQ(running.size(), 2u);
+  EXPECT_EQ(running[0].job_id(), "job-1");
+  EXPECT_EQ(running[0].attempt(), 1);
+  EXPECT_EQ(running[0].pid(), 1000);
+  EXPECT_EQ(running[1].pid(), 1001);
+  const size_t sent = out_.sent.size();
+  // The coordinator resends StartRanks to a worker that registered again.
+  Deliver(Start());
+  EXPECT_EQ(launcher_.launches.size(), 2u);
+  EXPECT_EQ(out_.sent.size(), sent);
+}
+
+TEST_F(RankTableTest, StopAsksTheLauncherAndTheExitReportsStoppedOnce) {
+  Deliver(Start());
+  out_.sent.clear();
+  Deliver(Stop(1, {}, 1500));
+  ASSERT_EQ(launcher_.stops.size(), 2u);
+  EXPECT_EQ(launcher_.stops[0].first, "job-1/1/0");
+  EXPECT_EQ(launcher_.stops[0].second, absl::Milliseconds(1500));
+  EXPECT_THAT(Statuses(), IsEmpty());  // Each exit reports its own end.
+  OnLoop([&] { Table().OnExit("job-1/1/0", -1, SIGTERM); });
+  EXPECT_EQ(LastStatus().state(), v1::RANK_STATE_STOPPED);
+  EXPECT_EQ(LastStatus().exit().message(), "stopped on request");
+  OnLoop([&] { Table().OnExit("job-1/1/1", 0, 0); });
+  EXPECT_EQ(LastStatus().rank(), 1);
+  EXPECT_EQ(LastStatus().state(), v1::RANK_STATE_STOPPED);
+  // Every end reported: the attempt is forgotten; a late exit says nothing.
+  EXPECT_THAT(Running(), IsEmpty());
+  OnLoop([&] { Table().OnExit("job-1/1/1", 0, 0); });
+  EXPECT_THAT(Statuses(), ElementsAre("0:RANK_STATE_STOPPED", "1:RANK_STATE_STOPPED"));
+}
+
+TEST_F(RankTableTest, ARankThatFailsIsReportedWithItsPythonException) {
+  Deliver(Start());
+  auto batch = std::make_shared<RankLogBatch>();
+  batch->lines.push_back({2, absl::Now(), "Traceback (most recent call last):"});
+  batch->lines.push_back({2, absl::Now(), "ValueError: bad shape"});
+  batch->recent = {"Traceback (most recent call last):", "ValueError: bad shape"};
+  OnLoop([&] {
+    Table().OnLogBatch("job-1/1/0", *batch);
+    Table().OnExit("job-1/1/0", 1, 0);
+  });
+  const v1::RankStatus& st = LastStatus();
+  EXPECT_EQ(st.rank(), 0);
+  EXPECT_EQ(st.state(), v1::RANK_STATE_FAILED);
+  EXPECT_EQ(st.exit().exit_code(), 1);
+  EXPECT_EQ(st.exit().kind(), v1::FAILURE_KIND_USER_CODE);
+  EXPECT_THAT(st.exit().message(), HasSubstr("rank 0 exited with code 1: ValueError: bad shape"));
+  EXPECT_THAT(st.exit().last_log_lines(), Contains("ValueError: bad shape"));
+  // Its lines went out before its end; rank 1 runs on.
+  bool logs_before_end = false;
+  for (const FakeOutbox::Sent& s : out_.sent) {
+    if (s.msg.has_logs() && s.msg.logs().lines_size() == 2) logs_before_end = true;
+    if (s.msg.has_rank_status() && s.msg.rank_status().state() == v1::RANK_STATE_FAILED) break;
+  }
+  EXPECT_TRUE(logs_before_end);
+  std::vector<v1::RunningRank> running = Running();
+  ASSERT_EQ(running.size(), 1u);
+  EXPECT_EQ(running[0].rank(), 1);
+}
+
+TEST_F(RankTableTest, AStaleAttemptToldToStopIsStoppedByKeyWithoutAReport) {
+  // Attempt 3 is not in the table (this daemon restarted, or it ended
+  // here): a rank still running under its key is stopped all the same.
+  Deliver(Stop(3, {0, 1}, 200));
+  ASSERT_EQ(launcher_.stops.size(), 2u);
+  EXPECT_EQ(launcher_.stops[0].first, "job-1/3/0");
+  EXPECT_EQ(launcher_.stops[1].first, "job-1/3/1");
+  EXPECT_TRUE(out_.sent.empty());
+  // A newer attempt of the job starts normally after it.
+  Deliver(Start(4));
+  EXPECT_EQ(launcher_.launches.size(), 2u);
+  EXPECT_EQ(launcher_.launches[0].key, "job-1/4/0");
+}
+
+TEST_F(RankTableTest, ASpawnErrorEndsTheRankFailedKindLaunch) {
+  launcher_.fail_with = absl::InternalError("fork: resource temporarily unavailable");
+  Deliver(Start());
+  const v1::RankStatus& st = LastStatus();
+  EXPECT_EQ(st.state(), v1::RANK_STATE_FAILED);
+  EXPECT_EQ(st.exit().kind(), v1::FAILURE_KIND_LAUNCH);
+  EXPECT_THAT(st.exit().message(), HasSubstr("cannot start /bin/sh: fork: resource temporarily unavailable"));
+  EXPECT_THAT(Statuses(), ElementsAre("0:RANK_STATE_FAILED", "1:RANK_STATE_FAILED"));
+  EXPECT_THAT(Running(), IsEmpty());
+}
+
+TEST_F(RankTableTest, ACommandJobOnAWorkerWithoutAllowCommandsFailsAsConfigurationAndStartsNothing) {
+  options_.allow_commands = false;
+  Deliver(Start());
+  EXPECT_TRUE(launcher_.launches.empty());
+  EXPECT_EQ(LastStatus().exit().kind(), v1::FAILURE_KIND_CONFIG);
+  EXPECT_THAT(LastStatus().exit().message(), HasSubstr("--allow-commands"));
+}
+
+TEST_F(RankTableTest, OnlyACheckpointOfTheJobInItsDirectoryIsReportedAndItsMetricsGoFirst) {
+  Deliver(Start());
+  out_.sent.clear();
+  const std::string ck_dir = options_.work_dir + "/jobs/job-1/checkpoints";
+  rankproto::RankMetric metric;
+  metric.kind = "epoch_end";
+  metric.epoch = 1;
+  rankproto::CheckpointNote note;
+  note.epochs_done = 1;
+  note.global_step = 10;
+  note.path = ck_dir + "/job-1.ckpt-epoch-000001.pt";
+  rankproto::CheckpointNote elsewhere = note;
+  elsewhere.path = options_.work_dir + "/worker.key";
+  OnLoop([&] {
+    Table().OnStatusLine("job-1/1/0", rankproto::FormatMetric(metric));
+    Table().OnStatusLine("job-1/1/0", rankproto::FormatCheckpoint(note));
+    Table().OnStatusLine("job-1/1/0", rankproto::FormatCheckpoint(elsewhere));
+  });
+  ASSERT_EQ(out_.sent.size(), 2u);
+  EXPECT_TRUE(out_.sent[0].msg.has_metrics());
+  EXPECT_TRUE(out_.sent[0].critical);  // an epoch end is kept across a reconnect
+  ASSERT_TRUE(out_.sent[1].msg.has_checkpoint());
+  EXPECT_TRUE(out_.sent[1].critical);
+  EXPECT_EQ(out_.sent[1].msg.checkpoint().record().path(), note.path);
+  EXPECT_EQ(out_.sent[1].msg.checkpoint().record().epochs_done(), 1);
+}
+
+}  // namespace
+}  // namespace trainctl::worker
