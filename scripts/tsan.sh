@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# ThreadSanitizer stage: builds trainctl with clang -fsanitize=thread (no
+# LibTorch, as the ASan build) into build-tsan/ and runs its tests with
+# Debian's shared abseil swapped for an instrumented build of the same
+# source (scripts/tsan-abseil.sh, cached under /var/cache), so that TSan sees
+# absl::Mutex in trainctl and in Debian's gRPC alike. gRPC's and protobuf's
+# own memory accesses stay uninstrumented: they neither report nor hide
+# races in trainctl's code.
+#
+#   sudo scripts/tsan.sh              # everything: abseil (cached), build, tests (-LE long)
+#   TSAN_TESTS='daemon|session' sudo scripts/tsan.sh   # only the tests matching a ctest -R regex
+#   LIBTORCH2 / SKIP_TSAN: see scripts/test.sh (the README's test command runs this stage)
+#
+# Every process of the tests (coordinators, workers and CLIs they start
+# too) runs with TSAN_OPTIONS halt_on_error=1 and writes its reports under
+# build-tsan/tsan-reports/; the stage fails when a test fails or any report
+# was written (a child's race fails the stage even when its test did not
+# notice). Known, explained reports are suppressed in scripts/tsan.supp,
+# each entry with its reason.
+#
+# Needs root the first time (apt-get source for abseil); JOBS (2).
+set -euo pipefail
+src=$(cd "$(dirname "$0")/.." && pwd)
+cd "$src"
+jobs=${JOBS:-2}
+build=build-tsan
+cache=${TSAN_CACHE:-/var/cache/trainctl-tsan-abseil}
+declare -a timings=()
+
+stage() {  # stage NAME CMD... : runs CMD and records its time
+  local name=$1 t0=$SECONDS
+  shift
+  echo "== tsan: $name"
+  "$@"
+  timings+=("$name $((SECONDS - t0)) s")
+}
+
+summary() {
+  local rc=$?
+  echo "== tsan: stage times: ${timings[*]:-none}"
+  exit "$rc"
+}
+trap summary EXIT
+
+abseil() { TSAN_CACHE="$cache" bash scripts/tsan-abseil.sh; }
+
+configure_and_build() {
+  CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRAINCTL_TSAN=ON >/dev/null
+  cmake --build "$build" -j "$jobs"
+}
+
+run_tests() {
+  local reports="$src/$build/tsan-reports"
+  rm -rf "$reports"
+  mkdir -p "$reports"
+  local filter=(-LE long)
+  if [ -n "${TSAN_TESTS:-}" ]; then filter+=(-R "$TSAN_TESTS"); fi
+  local rc=0
+  # Several test binaries at once: TSan makes each slower, not hungrier for cores.
+  LD_LIBRARY_PATH="$cache/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$src/scripts/tsan.supp log_path=$reports/report" \
+    ctest --test-dir "$build" --output-on-failure -j "$jobs" "${filter[@]}" || rc=$?
+  if compgen -G "$reports/report*" >/dev/null; then
+    echo "tsan: ThreadSanitizer reports (each process's, also those whose test passed):"
+    for f in "$reports"/report*; do
+      echo "---- $f"
+      head -80 "$f"
+    done
+    rc=1
+  fi
+  return "$rc"
+}
+
+stage abseil abseil
+stage build configure_and_build
+stage tests run_tests
+echo "== tsan: no race reported"
