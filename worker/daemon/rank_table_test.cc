@@ -77,7 +77,8 @@ std::string EnvOf(const RankLaunch& l, const std::string& name) {
 class RankTableTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = absl::StrCat(::testing::TempDir(), "/rank_table_test.", getpid());
+    // Canonical, as the daemon makes its work dir at Start.
+    dir_ = fs::path(absl::StrCat(::testing::TempDir(), "/rank_table_test.", getpid())).lexically_normal().string();
     fs::remove_all(dir_);
     fs::create_directories(dir_ + "/work");
     options_.work_dir = dir_ + "/work";
