@@ -39,6 +39,7 @@ class FakeChannel : public WorkerChannel {
     closed = true;
     close_status = status;
   }
+  bool Unhandled() const override { return unhandled; }
   std::vector<v1::StartRanks> Starts() const {
     std::vector<v1::StartRanks> out;
     for (const auto& m : sent) if (m.has_start_ranks()) out.push_back(m.start_ranks());
@@ -62,6 +63,8 @@ class FakeChannel : public WorkerChannel {
   std::vector<v1::CoordinatorMessage> sent;
   bool closed = false;
   absl::Status close_status;
+  // Messages read off the stream wait for the loop (WorkerChannel::Unhandled).
+  bool unhandled = false;
 };
 
 class RecordingSubscriber : public JobSubscriber {

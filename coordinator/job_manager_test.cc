@@ -135,6 +135,25 @@ TEST_F(JobManagerTest, WholeLifeWithRendezvousMetricsAndEvents) {
   EXPECT_TRUE(jobs_->BusySlots("a").empty());
 }
 
+TEST_F(JobManagerTest, ALeaseDoesNotRunOutWhileTheWorkersMessagesWaitForTheLoop) {
+  std::string id = RunningJob();
+  // The loop stalled 4 s (a slow commit) while b's heartbeats were read and
+  // queued behind it; the lease timer runs first: b is not silent.
+  clock_.Advance(absl::Seconds(4));
+  ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
+  b_->unhandled = true;
+  EXPECT_TRUE(registry_->ExpireLeases().empty());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  // Handled: the heartbeat renews the lease.
+  b_->unhandled = false;
+  ASSERT_TRUE(registry_->Heartbeat("b", b_).ok());
+  EXPECT_TRUE(registry_->ExpireLeases().empty());
+  // Silent for real past its lease (3 s): lost.
+  clock_.Advance(absl::Seconds(4));
+  ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
+  EXPECT_THAT(registry_->ExpireLeases(), ::testing::ElementsAre("b"));
+}
+
 TEST_F(JobManagerTest, WorkerLeasesRunOnTheMonotonicClock) {
   std::string id = RunningJob();
   // The wall clock stepped 5 s forward: no lease is cut short.

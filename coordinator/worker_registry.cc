@@ -215,6 +215,10 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
   std::vector<std::string> lost;
   for (auto& [id, e] : workers_) {
     if (e.worker.state() != v1::WORKER_STATE_ALIVE || now < e.lease_deadline) continue;
+    // Its heartbeats may be queued behind a stalled loop (a due timer runs
+    // before posted work): not silent, so not lost; they renew the lease
+    // once handled.
+    if (e.channel != nullptr && e.channel->Unhandled()) continue;
     e.worker.set_state(v1::WORKER_STATE_LOST);
     e.lost_reason = e.channel != nullptr || e.awaiting.empty() ? "its worker stopped heartbeating (lease expired)"
                                                                : e.awaiting;

@@ -38,6 +38,11 @@ class WorkerChannel {
   virtual bool Send(const v1::CoordinatorMessage& msg) = 0;
   // Ends the stream with a status (e.g. the worker was declared LOST).
   virtual void Close(const absl::Status& status) = 0;
+  // True while messages this session read off the worker's stream wait for
+  // the loop: the worker spoke, the loop is behind (a slow commit). Its
+  // lease does not run out meanwhile (ExpireLeases): a lease measures the
+  // worker's silence, not the coordinator's.
+  virtual bool Unhandled() const { return false; }
 };
 
 struct RegistryOptions {

@@ -6,6 +6,7 @@
 // failure) lives; its outgoing queue is guarded by its mutex, since the loop
 // sends and gRPC completes writes.
 #include <algorithm>
+#include <atomic>
 #include <deque>
 #include <string>
 #include <vector>
@@ -70,6 +71,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     absl::MutexLock lock(&mu_);
     CloseLocked(ToGrpcStatus(status));
   }
+  bool Unhandled() const override { return read_.load(std::memory_order_relaxed) > handled_; }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
@@ -81,6 +83,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     }
     v1::WorkerMessage msg = std::move(in_);
     in_.Clear();
+    read_.fetch_add(1, std::memory_order_relaxed);
     ctx_.loop->Post([this, msg = std::move(msg)] { Handle(msg); });
     StartRead(&in_);
   }
@@ -154,6 +157,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // Loop only.
   void Handle(const v1::WorkerMessage& msg) {
     ctx_.loop->CheckInLoop("a worker session");
+    ++handled_;
     if (revoked_) return;
     // Everything but a heartbeat and a queued report waits for what is
     // queued: a worker's messages are applied in the order it sent them, and
@@ -507,6 +511,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // Hosts its rendezvous reports may name (set at registration; loop only).
   std::vector<std::string> own_hosts_;
   v1::WorkerMessage in_;  // gRPC thread (one read in flight).
+  // Messages read off the stream (gRPC thread) and handled (loop only):
+  // more read than handled means some wait for the loop (Unhandled).
+  std::atomic<int64_t> read_{0};
+  int64_t handled_ = 0;
 
   absl::Mutex mu_;
   std::deque<v1::CoordinatorMessage> out_ ABSL_GUARDED_BY(mu_);

@@ -7,6 +7,7 @@
 #   scripts/test.sh            # everything (what CI runs)
 #   SKIP_SANITIZE=1 scripts/test.sh
 #   SKIP_FUZZ=1 scripts/test.sh            # without the short fuzzing stage
+#   SKIP_TSAN=1 scripts/test.sh            # without the ThreadSanitizer stage (scripts/tsan.sh)
 #   FUZZ_SECONDS=60 scripts/test.sh        # fuzz each target longer (default: 3000
 #                                          # inputs from a fixed seed, at most 20 s)
 #   CTEST_ARGS="-L long" scripts/test.sh   # the long tests (not run by default)
@@ -17,21 +18,42 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 jobs=${JOBS:-2}
+# Each stage's time, printed at the end however the run ends (docs/testing.md
+# keeps the figures of a cold run).
+declare -a marks=()
+mark_at=$SECONDS
+mark() {  # mark NAME: the time since the previous mark is NAME's
+  marks+=("$(printf '%-14s %5d s' "$1" $((SECONDS - mark_at)))")
+  mark_at=$SECONDS
+}
+print_marks() {
+  local rc=$?
+  echo "== test.sh stage times (total $((SECONDS / 60)) min $((SECONDS % 60)) s, exit $rc)"
+  printf '  %s\n' "${marks[@]}"
+  exit "$rc"
+}
+trap print_marks EXIT
+
 bash scripts/install-deps.sh
+mark install-deps
 
 echo "== build (RelWithDebInfo) =="
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
 cmake --build build -j "$jobs"
+mark build
 
 echo "== tests =="
 ctest --test-dir build --output-on-failure -j "$jobs" ${CTEST_ARGS:--LE long}
+mark tests
 
 if [ -z "${SKIP_SANITIZE:-}" ]; then
   echo "== sanitizer build (clang: address+undefined and the thread-safety analysis, without LibTorch) =="
   CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRAINCTL_SANITIZE=ON
   cmake --build build-asan -j "$jobs"
+  mark asan-build
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
     ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE long
+  mark asan-tests
 fi
 if [ -z "${SKIP_FUZZ:-}" ]; then
   # Builds the libFuzzer targets (clang, ASan+UBSan, build-fuzz/) and runs
@@ -45,6 +67,33 @@ if [ -z "${SKIP_FUZZ:-}" ]; then
   else
     JOBS="$jobs" FUZZ_SEED=1 FUZZ_RUNS=3000 bash scripts/fuzz.sh 20
   fi
+  mark fuzz
+fi
+if [ -z "${SKIP_TSAN:-}" ]; then
+  # clang -fsanitize=thread over the daemons, the client and their tests,
+  # with an instrumented abseil (scripts/tsan.sh; docs/testing.md). Bounded:
+  # CI stops a run at 90 minutes, so the stage starts only within
+  # TSAN_START_MIN minutes of this run and is given until TSAN_END_MIN; a
+  # stage cut short, or not started, is said loudly (never silently), and
+  # does not turn a green suite red. A race it reports fails the run.
+  start_by=${TSAN_START_MIN:-50}
+  end_by=${TSAN_END_MIN:-82}
+  elapsed=$((SECONDS / 60))
+  if [ "$elapsed" -ge "$start_by" ]; then
+    echo "== ThreadSanitizer stage NOT RUN: this run has taken ${elapsed} min (starts only before ${start_by}); run scripts/tsan.sh"
+  else
+    echo "== ThreadSanitizer =="
+    sudo=""
+    if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
+    rc=0
+    $sudo timeout --kill-after=30s "$((end_by - elapsed))m" env JOBS="$jobs" bash scripts/tsan.sh || rc=$?
+    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+      echo "== ThreadSanitizer stage CUT SHORT at ${end_by} min of this run (CI's limit is 90): INCOMPLETE; run scripts/tsan.sh"
+    elif [ "$rc" -ne 0 ]; then
+      exit "$rc"
+    fi
+    mark tsan
+  fi
 fi
 if [ -n "${LIBTORCH2:-}" ]; then
   echo "== LibTorch 2.x (Debian trixie root) =="
@@ -55,5 +104,6 @@ if [ -n "${LIBTORCH2:-}" ]; then
   else
     $sudo env JOBS="$jobs" bash scripts/test-libtorch2.sh
   fi
+  mark libtorch2
 fi
 echo "== all tests passed =="

@@ -124,7 +124,11 @@ TEST_F(CheckpointE2ETest, RestartResumesItsOwnRecordNotAnotherJobsNewerFile) {
 
   j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
-  ASSERT_EQ(j.attempts_size(), 2);
+  ASSERT_EQ(j.attempts_size(), 2) << [&] {
+    std::string events;
+    for (const v1::Event& e : cluster_->Events(id)) absl::StrAppend(&events, "\n  ", e.type(), " #", e.attempt(), ": ", e.message());
+    return events;
+  }();
   const v1::Attempt& a2 = j.attempts(1);
   ASSERT_TRUE(a2.has_resume());
   EXPECT_EQ(a2.resume().job_id(), id);
@@ -174,7 +178,11 @@ TEST_F(CheckpointE2ETest, LostHostsCheckpointResumesFromTheOtherHostsCopy) {
   ASSERT_TRUE(cluster_->StartWorker("w2"));
   j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
-  ASSERT_EQ(j.attempts_size(), 2);
+  ASSERT_EQ(j.attempts_size(), 2) << [&] {
+    std::string events;
+    for (const v1::Event& e : cluster_->Events(id)) absl::StrAppend(&events, "\n  ", e.type(), " #", e.attempt(), ": ", e.message());
+    return events;
+  }();
   const v1::Attempt& a2 = j.attempts(1);
   ASSERT_TRUE(a2.has_resume()) << "attempt 2 started from scratch";
   EXPECT_GE(a2.resume().global_step(), steps_per_epoch);
