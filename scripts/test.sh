@@ -46,6 +46,10 @@ echo "== tests =="
 ctest --test-dir build --output-on-failure -j "$jobs" ${CTEST_ARGS:--LE long}
 mark tests
 
+echo "== thread-safety analysis of the LibTorch code (clang -fsyntax-only over build/'s LibTorch files) =="
+JOBS="$jobs" bash scripts/thread-safety.sh
+mark thread-safety
+
 if [ -z "${SKIP_SANITIZE:-}" ]; then
   echo "== sanitizer build (clang: address+undefined and the thread-safety analysis, without LibTorch) =="
   CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRAINCTL_SANITIZE=ON

@@ -50,7 +50,9 @@ std::string HumanBytes(double b) {
     b /= 1024;
     ++u;
   }
-  return absl::StrFormat(u == 0 ? "%.0f %s" : "%.1f %s", b, units[u]);
+  // Two literal formats: absl checks a format at compile time (clang
+  // refuses one chosen at run time).
+  return u == 0 ? absl::StrFormat("%.0f %s", b, units[u]) : absl::StrFormat("%.1f %s", b, units[u]);
 }
 
 // Free bytes for an unprivileged writer on the filesystem holding `dir`, or -1.
