@@ -43,11 +43,20 @@ endif()
 if(TRAINCTL_SANITIZE OR TRAINCTL_FUZZ OR TRAINCTL_TSAN)
   set(TRAINCTL_WITH_TORCH OFF CACHE BOOL "" FORCE)
 endif()
+set(TRAINCTL_TSAN_ABSEIL "" CACHE PATH
+    "With TRAINCTL_TSAN: the lib dir of an instrumented abseil (scripts/tsan-abseil.sh)")
 if(TRAINCTL_TSAN)
-  # Debian's shared abseil is swapped for an instrumented build at run time
-  # (scripts/tsan.sh sets LD_LIBRARY_PATH), so that TSan sees its mutexes.
   add_compile_options(-fsanitize=thread -fno-omit-frame-pointer)
   add_link_options(-fsanitize=thread)
+  if(TRAINCTL_TSAN_ABSEIL)
+    # Debian's shared abseil is swapped for the instrumented build, so that
+    # TSan sees its mutexes: an old-style RPATH (not RUNPATH) is searched for
+    # every library the program loads, Debian's libgrpc's own abseil too,
+    # while other programs the tests start (python3 with Debian's grpcio)
+    # keep Debian's abseil (LD_LIBRARY_PATH would hand them libraries that
+    # need the TSan runtime).
+    add_link_options(-Wl,--disable-new-dtags -Wl,-rpath,${TRAINCTL_TSAN_ABSEIL})
+  endif()
 endif()
 if(TRAINCTL_SANITIZE)
   add_compile_options(-fsanitize=address,undefined -fno-omit-frame-pointer -fno-sanitize-recover=undefined)

@@ -115,6 +115,11 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   }
 
   void OnDone() override {
+    // gRPC calls OnDone after every other reaction returned, but tells that
+    // to the thread it runs OnDone on through its own (uninstrumented)
+    // queues; taking mu_ here makes the order explicit: the last reaction
+    // released mu_ before this, so the delete below follows it (ThreadSanitizer).
+    { absl::MutexLock lock(&mu_); }
     ctx_.loop->Post([this] {
       if (live_ != 0) ctx_.live->Remove(live_);
       Ended(false);

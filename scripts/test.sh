@@ -90,7 +90,13 @@ if [ -z "${SKIP_TSAN:-}" ]; then
     sudo=""
     if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
     rc=0
-    $sudo timeout --kill-after=30s "$((end_by - elapsed))m" env JOBS="$jobs" bash scripts/tsan.sh || rc=$?
+    # The tests that serve or call gRPC are left out of this gate: gRPC
+    # core is not instrumented, and TSan reports its callback API's own
+    # hand-overs (header code) as races (docs/testing.md); scripts/tsan.sh
+    # alone runs them too, with scripts/tsan.supp.
+    tsan_exclude=${TSAN_EXCLUDE-'e2e|^cli_|^client_test$|^dashboard_api_test$|^script_job_test$|^daemon_session_test$|^deploy_verify_units$|^docs_flags_test$|python'}
+    $sudo timeout --kill-after=30s "$((end_by - elapsed))m" env JOBS="$jobs" TSAN_EXCLUDE="$tsan_exclude" \
+      bash scripts/tsan.sh || rc=$?
     if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
       echo "== ThreadSanitizer stage CUT SHORT at ${end_by} min of this run (CI's limit is 90): INCOMPLETE; run scripts/tsan.sh"
     elif [ "$rc" -ne 0 ]; then

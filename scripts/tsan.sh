@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # ThreadSanitizer stage: builds trainctl with clang -fsanitize=thread (no
 # LibTorch, as the ASan build) into build-tsan/ and runs its tests with
-# Debian's shared abseil swapped for an instrumented build of the same
-# source (scripts/tsan-abseil.sh, cached under /var/cache), so that TSan sees
+# Debian's shared abseil swapped (an RPATH) for an instrumented build of the
+# same source (scripts/tsan-abseil.sh, cached under /var/cache), so that TSan sees
 # absl::Mutex in trainctl and in Debian's gRPC alike. gRPC's and protobuf's
 # own memory accesses stay uninstrumented: they neither report nor hide
 # races in trainctl's code.
 #
 #   sudo scripts/tsan.sh              # everything: abseil (cached), build, tests (-LE long)
 #   TSAN_TESTS='daemon|session' sudo scripts/tsan.sh   # only the tests matching a ctest -R regex
+#   TSAN_EXCLUDE='e2e' sudo scripts/tsan.sh            # all but those matching a ctest -E regex
+#   (with either, only the selected tests' targets are built)
 #   LIBTORCH2 / SKIP_TSAN: see scripts/test.sh (the README's test command runs this stage)
 #
 # Every process of the tests (coordinators, workers and CLIs they start
@@ -44,20 +46,39 @@ trap summary EXIT
 
 abseil() { TSAN_CACHE="$cache" bash scripts/tsan-abseil.sh; }
 
+# ctest's selection: TSAN_TESTS (a -R regex) and TSAN_EXCLUDE (a -E regex).
+selection() {
+  local f=(-LE long)
+  if [ -n "${TSAN_TESTS:-}" ]; then f+=(-R "$TSAN_TESTS"); fi
+  if [ -n "${TSAN_EXCLUDE:-}" ]; then f+=(-E "$TSAN_EXCLUDE"); fi
+  printf '%s\n' "${f[@]}"
+}
+
 configure_and_build() {
-  CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRAINCTL_TSAN=ON >/dev/null
-  cmake --build "$build" -j "$jobs"
+  CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRAINCTL_TSAN=ON \
+    -DTRAINCTL_TSAN_ABSEIL="$cache/lib" >/dev/null
+  if [ -z "${TSAN_TESTS:-}${TSAN_EXCLUDE:-}" ]; then
+    cmake --build "$build" -j "$jobs"
+    return
+  fi
+  # Only the selected tests' targets (a test is named as its executable).
+  local sel targets
+  mapfile -t sel < <(selection)
+  targets=$(ctest --test-dir "$build" -N "${sel[@]}" | awk '/Test +#/{print $3}')
+  # shellcheck disable=SC2086  # one target per word
+  cmake --build "$build" -j "$jobs" --target $targets
 }
 
 run_tests() {
   local reports="$src/$build/tsan-reports"
   rm -rf "$reports"
   mkdir -p "$reports"
-  local filter=(-LE long)
-  if [ -n "${TSAN_TESTS:-}" ]; then filter+=(-R "$TSAN_TESTS"); fi
+  local filter
+  mapfile -t filter < <(selection)
   local rc=0
-  # Several test binaries at once: TSan makes each slower, not hungrier for cores.
-  LD_LIBRARY_PATH="$cache/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}" \
+  # The binaries find the instrumented abseil through their RPATH
+  # (TRAINCTL_TSAN_ABSEIL): no LD_LIBRARY_PATH, which would break the
+  # uninstrumented programs the tests start.
   TSAN_OPTIONS="halt_on_error=1 second_deadlock_stack=1 suppressions=$src/scripts/tsan.supp log_path=$reports/report" \
     ctest --test-dir "$build" --output-on-failure -j "$jobs" "${filter[@]}" || rc=$?
   if compgen -G "$reports/report*" >/dev/null; then
