@@ -8,10 +8,9 @@
 #
 # Preparation on the Debian build machine (see ../shared/gpu-build.md and
 # docs/gpu.md):
-#   ../shared/gpu/pack-debs.sh .devdeps && (cd .devdeps && apt-get download libcli11-dev)
-#   echo /.devdeps/ >> .git/info/exclude
+#   scripts/gpu-pack-debs.sh .devdeps && echo /.devdeps/ >> .git/info/exclude
 # then on the GPU machine, from the repository root:
-#   bash bench/gpu/run.sh
+#   bash scripts/gpu-check.sh      (checks .devdeps, then runs this)
 #
 # Not yet run on a GPU: the first session with one should expect to fix
 # paths here. Every step prints what it does; a failed step is reported in
