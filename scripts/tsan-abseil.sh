@@ -149,7 +149,7 @@ summary() {
   fi
   if [ "$rc" -eq 0 ]; then
     echo "cache: $cache ($(du -sh "$cache/lib/" 2>/dev/null | cut -f1) in lib/)"
-    echo "use:   LD_LIBRARY_PATH=$cache/lib"
+    echo "use:   -DTRAINCTL_TSAN_ABSEIL=$cache/lib (scripts/tsan.sh), or LD_LIBRARY_PATH=$cache/lib for one TSan program"
   fi
   exit "$rc"
 }
