@@ -74,8 +74,8 @@ if [ -z "${SKIP_FUZZ:-}" ]; then
   mark fuzz
 fi
 if [ -z "${SKIP_TSAN:-}" ]; then
-  # clang -fsanitize=thread over the daemons, the client and their tests,
-  # with an instrumented abseil (scripts/tsan.sh; docs/testing.md). Bounded:
+  # clang -fsanitize=thread over the tests that do not serve or call gRPC
+  # (below), with an instrumented abseil (scripts/tsan.sh; docs/testing.md). Bounded:
   # CI stops a run at 90 minutes, so the stage starts only within
   # TSAN_START_MIN minutes of this run and is given until TSAN_END_MIN; a
   # stage cut short, or not started, is said loudly (never silently), and

@@ -11,7 +11,7 @@
 #   TSAN_TESTS='daemon|session' sudo scripts/tsan.sh   # only the tests matching a ctest -R regex
 #   TSAN_EXCLUDE='e2e' sudo scripts/tsan.sh            # all but those matching a ctest -E regex
 #   (with either, only the selected tests' targets are built)
-#   LIBTORCH2 / SKIP_TSAN: see scripts/test.sh (the README's test command runs this stage)
+#   scripts/test.sh runs this stage with its TSAN_EXCLUDE (SKIP_TSAN=1 skips it)
 #
 # Every process of the tests (coordinators, workers and CLIs they start
 # too) runs with TSAN_OPTIONS halt_on_error=1 and writes its reports under

@@ -15,7 +15,6 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "worker/daemon/coordinator_outbox.h"
 #include "common/grpc_keepalive.h"
 #include "common/auth/secret.h"
 #include "common/clock.h"
@@ -56,7 +55,6 @@ void DaemonSession::Start() {
     absl::MutexLock lock(&mu_);
     worker_id_ = id;
   }
-  started_ = true;
   session_ = std::thread([this] { SessionLoop(); });
   writer_ = std::thread([this] { WriterLoop(); });
 }

@@ -115,7 +115,6 @@ class DaemonSession final : public CoordinatorOutbox {
   absl::Duration heartbeat_interval_ ABSL_GUARDED_BY(mu_) = absl::Seconds(1);
   std::thread session_;
   std::thread writer_;
-  bool started_ = false;
 };
 
 }  // namespace trainctl::worker
