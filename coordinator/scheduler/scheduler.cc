@@ -10,13 +10,16 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "coordinator/scheduler/queue_admission.h"
 
 namespace trainctl::scheduler {
 namespace {
 
-constexpr int kNumKinds = 2;
-
-int KindIndex(SlotKind kind) { return kind == SlotKind::kGpu ? 0 : 1; }
+using internal::Admission;
+using internal::KindIndex;
+using internal::kNumKinds;
+using internal::QueueBook;
 
 std::string Count(int n, const char* singular, const char* plural) {
   return absl::StrCat(n, " ", n == 1 ? singular : plural);
@@ -27,7 +30,7 @@ struct WorkerState {
   const WorkerSlots* in = nullptr;
   // Free slots neither placed nor reserved in this pass, ascending.
   std::vector<int> available;
-  // Slots held for the head job of this worker's kind, ascending.
+  // Slots held for the jobs holding this kind's reservations.
   std::vector<int> reserved;
 };
 
@@ -40,6 +43,12 @@ struct KindPool {
   // Index of the job holding this kind's reservation, or -1 when no job of
   // this kind has been blocked yet in this pass.
   int head = -1;
+  // Jobs holding reserved slots of this kind: the head, and a job that
+  // preempts for slots when it is not the head.
+  std::vector<int> holders;
+  // Whether a job of this kind has preempted (or waits for stopping jobs)
+  // in this pass: only one may.
+  bool preempted = false;
 };
 
 // A share of a job on one worker, in node order.
@@ -124,10 +133,17 @@ bool ScheduledBefore(const PendingJob& a, const PendingJob& b) {
 
 class Pass {
  public:
-  Pass(absl::Span<const PendingJob> jobs, absl::Span<const WorkerSlots> workers) {
+  Pass(absl::Span<const PendingJob> jobs, absl::Span<const WorkerSlots> workers,
+       const QueueInput& queues)
+      : book_(queues) {
     for (const PendingJob& job : jobs) jobs_.push_back(&job);
     std::sort(jobs_.begin(), jobs_.end(),
               [](const PendingJob* a, const PendingJob* b) { return ScheduledBefore(*a, *b); });
+    lines_.resize(static_cast<size_t>(book_.size()));
+    for (int j = 0; j < static_cast<int>(jobs_.size()); ++j) {
+      const int q = book_.Find(jobs_[j]->queue);
+      (q < 0 ? unknown_queue_ : lines_[q]).push_back(j);
+    }
 
     for (const WorkerSlots& worker : workers) {
       if (!worker.schedulable || worker.total_slots == 0) continue;
@@ -149,11 +165,36 @@ class Pass {
 
   ScheduleResult Run() {
     ScheduleResult result;
-    for (int j = 0; j < static_cast<int>(jobs_.size()); ++j) ScheduleJob(j, result);
+    // Jobs that would borrow, set aside by the first round, per queue.
+    std::vector<std::vector<int>> borrowing(lines_.size());
+    ByShare(lines_, [&](int j, int q) {
+      if (!ScheduleJob(j, q, /*may_borrow=*/false, result)) borrowing[q].push_back(j);
+    });
+    ByShare(borrowing, [&](int j, int q) { ScheduleJob(j, q, /*may_borrow=*/true, result); });
+    for (int j : unknown_queue_) ScheduleJob(j, -1, /*may_borrow=*/true, result);
     return result;
   }
 
  private:
+  // Calls `consider(job, queue)` for every job of `lines` (one list per
+  // queue, each in scheduling order): next the head of the queue with the
+  // lowest share, ties by queue name (queue index order).
+  template <typename Consider>
+  void ByShare(const std::vector<std::vector<int>>& lines, Consider consider) {
+    std::vector<size_t> next(lines.size(), 0);
+    while (true) {
+      int best = -1;
+      double best_share = 0;
+      for (int q = 0; q < static_cast<int>(lines.size()); ++q) {
+        if (next[q] >= lines[q].size()) continue;
+        const double share = book_.Share(q);
+        if (best < 0 || share < best_share) best = q, best_share = share;
+      }
+      if (best < 0) return;
+      consider(lines[best][next[best]++], best);
+    }
+  }
+
   SlotKind ResolveKind(DeviceRequirement device) const {
     switch (device) {
       case DeviceRequirement::kCuda:
@@ -166,11 +207,14 @@ class Pass {
     return pools_[KindIndex(SlotKind::kGpu)].workers.empty() ? SlotKind::kCpu : SlotKind::kGpu;
   }
 
-  void ScheduleJob(int j, ScheduleResult& result) {
+  // Considers job `j` of queue `q` (-1: not defined). Returns false, doing
+  // nothing, when it would borrow and `may_borrow` is false (the first
+  // round); otherwise the job ends in placements or pending.
+  bool ScheduleJob(int j, int q, bool may_borrow, ScheduleResult& result) {
     const PendingJob& asked = *jobs_[j];
     const bool elastic = asked.min_world_size >= 1 && asked.min_world_size < asked.world_size;
     // What the job needs at least: an elastic job is blocked, reserves and
-    // counts against capacity as a job of its minimum size.
+    // counts against capacity and quota as a job of its minimum size.
     PendingJob least = asked;
     if (elastic) least.world_size = asked.min_world_size;
     const PendingJob& job = least;
@@ -183,34 +227,76 @@ class Pass {
     PendingJobStatus pending;
     pending.job_id = job.job_id;
     pending.kind = kind;
-    if (CannotFit(job, need, pool, pending)) {
+    if (CannotFit(job, q, need, pool, pending)) {
       result.pending.push_back(std::move(pending));
-      return;
+      return true;
+    }
+    const Admission admission = book_.Admit(q, kind, job.world_size);
+    if (admission == Admission::kBorrow && !may_borrow) return false;
+    if (admission == Admission::kOverQuota) {
+      pending.reason = PendingReason::kQuotaExceeded;
+      pending.message = absl::StrCat("needs ", need, " ", SlotKindName(kind),
+                                     " slots, more than its queue's quota admits now (",
+                                     book_.QuotaText(q, kind), ")");
+      result.pending.push_back(std::move(pending));
+      return true;
     }
     const PoolFree free = FreeIn(pool);
-    if (free.available >= asked.world_size) {
-      result.placements.push_back(Place(asked, kind, pool));
-      return;
+    if (admission != Admission::kReclaim) {
+      // Without queues every bound but world_size and availability is unbounded.
+      const long long size = std::min({static_cast<long long>(asked.world_size), free.available,
+                                       book_.Headroom(q, kind, may_borrow), book_.MaxJobSize(q)});
+      if (size >= job.world_size) {
+        PendingJob sized = asked;
+        sized.world_size = static_cast<int>(size);
+        result.placements.push_back(Place(sized, kind, pool));
+        book_.Charge(q, kind, size);
+        return true;
+      }
     }
-    if (elastic && free.available >= job.world_size) {
-      PendingJob smaller = asked;
-      smaller.world_size = static_cast<int>(free.available);
-      result.placements.push_back(Place(smaller, kind, pool));
-      return;
+    const bool reclaims =
+        admission == Admission::kWithinNominal || admission == Admission::kReclaim;
+    if (reclaims && !pool.preempted && Preempt(j, q, job, need, pool, free, pending, result)) {
+      result.pending.push_back(std::move(pending));
+      return true;
+    }
+    if (admission == Admission::kReclaim) {
+      pending.reason = PendingReason::kQuotaExceeded;
+      pending.message = absl::StrCat(
+          "needs ", need, " ", SlotKindName(kind), " slots within its queue's nominal quota (",
+          book_.QuotaText(q, kind),
+          "), but the cohort lent that quota out and preempting borrowers cannot free enough");
+      result.pending.push_back(std::move(pending));
+      return true;
     }
     Wait(j, job, need, pool, free, pending);
     result.pending.push_back(std::move(pending));
+    return true;
   }
 
-  // True (with `pending` saying why) when `job` cannot be placed however
-  // many slots free up: it is invalid, no worker has its kind of slot, or
-  // it needs more than the whole cluster has.
-  bool CannotFit(const PendingJob& job, const std::string& need, const KindPool& pool,
+  // True (with `pending` saying why) when `job` of queue `q` cannot be
+  // placed however many slots free up: it is invalid, its queue is not
+  // defined, it is larger than its queue allows, no worker has its kind of
+  // slot, or it needs more than the whole cluster has.
+  bool CannotFit(const PendingJob& job, int q, const std::string& need, const KindPool& pool,
                  PendingJobStatus& pending) const {
     const std::string kind_name = SlotKindName(pending.kind);
     if (job.world_size < 1) {
       pending.reason = PendingReason::kInvalidJob;
       pending.message = absl::StrCat("world_size must be >= 1, got ", job.world_size);
+      return true;
+    }
+    if (q < 0) {
+      pending.reason = PendingReason::kUnknownQueue;
+      pending.message =
+          absl::StrCat("queue \"", job.queue.empty() ? "default" : job.queue, "\" is not defined");
+      return true;
+    }
+    if (job.world_size > book_.MaxJobSize(q)) {
+      pending.reason = PendingReason::kExceedsQueueLimit;
+      pending.message =
+          absl::StrCat("needs ", need, " ", kind_name, " slots, queue ", book_.Name(q),
+                       " takes jobs of at most ", book_.MaxJobSize(q), " (max_job_size)");
       return true;
     }
     if (pool.workers.empty()) {
@@ -229,10 +315,18 @@ class Pass {
           "; it cannot fit until workers join");
       return true;
     }
+    if (job.world_size > book_.Ceiling(q, pending.kind)) {
+      pending.reason = PendingReason::kExceedsQueueLimit;
+      pending.message =
+          absl::StrCat("needs ", need, " ", kind_name, " slots, more than queue ", book_.Name(q),
+                       "'s nominal quota with all its cohort could ever lend (",
+                       book_.Ceiling(q, pending.kind), ")");
+      return true;
+    }
     return false;
   }
 
-  // A pool's slots this pass: available, and reserved by its head.
+  // A pool's slots this pass: available, and reserved by its holders.
   struct PoolFree {
     long long available = 0;
     long long reserved = 0;
@@ -246,19 +340,60 @@ class Pass {
     return f;
   }
 
+  // "0 of 4 free on 2 workers": all of the kind's workers, busy ones too
+  // (counting only those with a free slot said "0 free across 0 workers").
+  static std::string FreeText(const KindPool& pool, const PoolFree& f) {
+    return absl::StrCat(f.available + f.reserved, " of ", pool.capacity, " free on ",
+                        Count(static_cast<int>(pool.workers.size()), "worker", "workers"));
+  }
+
+  // Job `j` (`job`: its least size) of queue `q`, within its nominal quota
+  // but blocked, picks running jobs to preempt (see the header). Returns
+  // false, changing nothing, when preempting cannot free enough.
+  bool Preempt(int j, int q, const PendingJob& job, const std::string& need, KindPool& pool,
+               const PoolFree& f, PendingJobStatus& pending, ScheduleResult& result) {
+    const internal::VictimChoice choice =
+        book_.ChooseVictims(q, pending.kind, job.priority, job.world_size, f.available);
+    if (!choice.enough) return false;
+    pool.preempted = true;
+    if (pool.head < 0) pool.head = j;
+    pool.holders.push_back(j);
+    Reserve(job, pool, pending.reserved_slots);
+    pending.reason = PendingReason::kPreempting;
+    pending.message = absl::StrCat("needs ", need, " ", SlotKindName(pending.kind),
+                                   " slots within its queue's nominal quota (",
+                                   book_.QuotaText(q, pending.kind), "), ", FreeText(pool, f));
+    std::vector<std::string> names;
+    if (choice.victims.empty()) {
+      for (const RunningJob* r : choice.stopping) names.push_back(r->job_id);
+      absl::StrAppend(&pending.message, "; waiting for stopping jobs ", absl::StrJoin(names, ", "),
+                      " to free their slots");
+    } else {
+      for (const RunningJob* r : choice.victims) {
+        names.push_back(absl::StrCat(r->job_id, " (queue ", r->queue.empty() ? "default" : r->queue,
+                                     ", priority ", r->priority, ", ", r->slots, " slots)"));
+        result.preemptions.push_back({r->job_id, job.job_id});
+      }
+      absl::StrAppend(&pending.message, "; preempting ", absl::StrJoin(names, ", "));
+    }
+    if (!pending.reserved_slots.empty()) {
+      absl::StrAppend(&pending.message, "; holds ", pending.reserved_slots.size(),
+                      " free slots meanwhile");
+    }
+    return true;
+  }
+
   // Job `j` (`job`: its least size) waits: the first blocked job of its kind
   // takes the reservation; a later one says whom it waits behind.
   void Wait(int j, const PendingJob& job, const std::string& need, KindPool& pool, const PoolFree& f,
             PendingJobStatus& pending) {
     const std::string kind_name = SlotKindName(pending.kind);
     const long long free = f.available + f.reserved;
-    // "0 of 4 free on 2 workers": all of the kind's workers, busy ones too
-    // (counting only those with a free slot said "0 free across 0 workers").
-    const std::string free_text = absl::StrCat(free, " of ", pool.capacity, " free on ",
-                                               Count(static_cast<int>(pool.workers.size()), "worker", "workers"));
+    const std::string free_text = FreeText(pool, f);
     if (pool.head < 0) {
       // First blocked job of this kind: it holds the reservation.
       pool.head = j;
+      pool.holders.push_back(j);
       Reserve(job, pool, pending.reserved_slots);
       pending.reason = PendingReason::kInsufficientFreeSlots;
       pending.message = absl::StrCat("needs ", need, " ", kind_name, " slots, ",
@@ -272,11 +407,13 @@ class Pass {
     const PendingJob& head = *jobs_[pool.head];
     pending.blocked_by = head.job_id;
     if (free >= job.world_size) {
+      std::vector<std::string> holders;
+      for (int h : pool.holders) holders.push_back(jobs_[h]->job_id);
       pending.reason = PendingReason::kBlockedByReservation;
       pending.message =
           absl::StrCat("waiting behind job ", head.job_id, " (priority ", head.priority,
-                       ", reserved): needs ", need, " ", kind_name, " slots, ", free_text,
-                       " but ", f.reserved, " of them are reserved for ", head.job_id);
+                       ", reserved): needs ", need, " ", kind_name, " slots, ", free_text, " but ",
+                       f.reserved, " of them are reserved for ", absl::StrJoin(holders, " and "));
     } else {
       pending.reason = PendingReason::kInsufficientFreeSlots;
       pending.message = absl::StrCat("needs ", need, " ", kind_name, " slots, ",
@@ -357,13 +494,22 @@ class Pass {
     for (const Share& target : targets) {
       WorkerState& worker = workers_[pool.workers[target.candidate]];
       const int hold = std::min(target.take, static_cast<int>(worker.available.size()));
-      worker.reserved.assign(worker.available.begin(), worker.available.begin() + hold);
+      for (int i = 0; i < hold; ++i) {
+        worker.reserved.push_back(worker.available[i]);
+        out.push_back({worker.in->worker_id, worker.available[i]});
+      }
       worker.available.erase(worker.available.begin(), worker.available.begin() + hold);
-      for (int slot : worker.reserved) out.push_back({worker.in->worker_id, slot});
     }
   }
 
+  // Quota accounting; without queues, one unlimited queue.
+  QueueBook book_;
+  // Sorted by ScheduledBefore.
   std::vector<const PendingJob*> jobs_;
+  // Per queue (QueueBook index), its jobs' indices in jobs_, in order.
+  std::vector<std::vector<int>> lines_;
+  // Jobs naming a queue that is not defined, in order.
+  std::vector<int> unknown_queue_;
   // Schedulable workers with slots, sorted by id.
   std::vector<WorkerState> workers_;
   std::array<KindPool, kNumKinds> pools_;
@@ -385,14 +531,29 @@ const char* PendingReasonName(PendingReason reason) {
       return "insufficient_free_slots";
     case PendingReason::kBlockedByReservation:
       return "blocked_by_reservation";
+    case PendingReason::kUnknownQueue:
+      return "unknown_queue";
+    case PendingReason::kExceedsQueueLimit:
+      return "exceeds_queue_limit";
+    case PendingReason::kQuotaExceeded:
+      return "quota_exceeded";
+    case PendingReason::kPreempting:
+      return "preempting";
   }
   return "unknown";
 }
 
 absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
                                         absl::Span<const WorkerSlots> workers) {
+  return Schedule(jobs, workers, QueueInput{});
+}
+
+absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
+                                        absl::Span<const WorkerSlots> workers,
+                                        const QueueInput& queues) {
   if (absl::Status status = Validate(jobs, workers); !status.ok()) return status;
-  return Pass(jobs, workers).Run();
+  if (absl::Status status = internal::ValidateQueues(jobs, queues); !status.ok()) return status;
+  return Pass(jobs, workers, queues).Run();
 }
 
 bool PreferNodeZero(Placement& placement, const std::function<bool(const std::string&)>& prefer) {

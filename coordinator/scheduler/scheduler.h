@@ -1,10 +1,13 @@
 // Gang scheduler: decides which pending jobs start now and on which slots.
 //
-// A pure function of (pending jobs, workers' free slots) -> (placements, jobs
-// left pending with a reason). No I/O, no clock, no protos: the job manager
-// maps its stored state onto these structs, calls Schedule() once per
-// scheduling pass (on submit, on slots freed, on a worker joining or leaving),
-// writes the resulting attempts, and only then tells the workers.
+// A pure function of (pending jobs, workers' free slots[, queues with their
+// quotas and running jobs]) -> (placements, jobs left pending with a reason,
+// running jobs to preempt). No I/O, no clock, no protos: the job manager maps
+// its stored state onto these structs, calls Schedule() once per scheduling
+// pass (on submit, on slots freed, on a worker joining or leaving), writes the
+// resulting attempts, and only then tells the workers. Without queues (the
+// default) every job is in one implicit queue with no quota, and the result is
+// exactly what it was before queues existed.
 //
 // Threading: stateless; safe to call from any thread.
 //
@@ -77,7 +80,101 @@
 //    slots are neither used nor counted as capacity.
 //
 //  * Determinism. The same set of jobs and workers gives the same result
-//    whatever the order of either input (and of each worker's free slots).
+//    whatever the order of either input (and of each worker's free slots);
+//    with queues, whatever the order of the queues and running jobs too.
+//
+// Queues (only when QueueInput::queues is non-empty; the rules below are
+// inert for the implicit queue):
+//
+//  * Membership. A job belongs to the queue it names ("" = "default"); a job
+//    naming a queue that is not defined stays pending as kUnknownQueue (and
+//    is reported after every other job). With no queues defined, every job
+//    (and every running job) is in one implicit queue "default" with no quota,
+//    no size limit and no cohort, whatever it names: the same result as one
+//    explicit unlimited "default" queue.
+//
+//  * Quota. Per queue and slot kind K a nominal quota: the slots of kind K its
+//    jobs may use, or -1 for unlimited. `used` of a queue and kind is the
+//    slots of its running jobs (stopping ones too, until they are gone from
+//    `running`) plus what this pass has placed. A queue's "group" is its
+//    cohort (every queue naming that cohort) or, without a cohort, the queue
+//    alone. For K, the group's nominal and used are the sums over its queues
+//    whose nominal for K is finite. A job's size here is its least size (an
+//    elastic job's min_world_size, else world_size). For a job of size s in
+//    queue Q with a finite nominal for K:
+//      - s > the group's nominal (Q's nominal plus all its cohort could ever
+//        lend): kExceedsQueueLimit, skipped, reserves nothing;
+//      - used_Q + s <= nominal_Q ("within nominal") and group used + s <=
+//        group nominal: admitted;
+//      - within nominal but group used + s > group nominal (other queues
+//        borrowed Q's idle quota): it may preempt (below), else kQuotaExceeded;
+//      - used_Q + s > nominal_Q ("borrowing") and group used + s <= group
+//        nominal: admitted, borrowing the cohort's idle quota, but only after
+//        every job that does not borrow (the second round, below);
+//      - otherwise kQuotaExceeded.
+//    The cohort's lendable quota is thus the group's nominal minus the
+//    group's used: other queues' idle quota less what is already borrowed
+//    from it. (Summing only the other queues' idle quota, max(0, nominal -
+//    used) each, would lend the same idle slot to two borrowers.) Invariant:
+//    a pass never places a job that makes a group's used exceed the group's
+//    nominal; a queue without cohort never exceeds its own nominal. A queue
+//    with an unlimited nominal for K is never limited for K, lends nothing and
+//    borrows nothing: it is outside its cohort's sums for K. A job blocked by
+//    quota holds no reservation and blocks nobody, not even later jobs of its
+//    own queue (best effort FIFO, as Kueue's BestEffortFIFO).
+//
+//  * Job size limits. A job whose least size exceeds its queue's
+//    max_job_size (0 = none) stays pending as kExceedsQueueLimit (checked
+//    before the workers: it never fits this queue however the cluster grows).
+//    Elastic jobs start with min(world_size, available slots, max_job_size,
+//    quota headroom) ranks when that is at least min_world_size; the
+//    headroom is the group's nominal minus its used, and in the first round
+//    also no more than the queue's own nominal minus its used (an elastic job
+//    grows into borrowed quota only in the second round).
+//
+//  * Fair share. Queues take turns by dominant share: share_Q = max over
+//    kinds K with a finite nominal_Q,K > 0 of (usage_Q,K + slots of K placed
+//    for Q in this pass) / nominal_Q,K, where usage is the caller's decayed
+//    past use; a queue with no such kind has share 0. The next job considered
+//    is the next one (by the order above: priority, FIFO, id) of the queue
+//    with the lowest share, ties by queue name; a placement raises its
+//    queue's share, so one pass interleaves queues. The pass runs twice over
+//    this merge: the first round considers every job except those that would
+//    borrow, which are set aside; the second round considers those, again by
+//    share. Why: quota a queue is guaranteed must not wait behind another
+//    queue borrowing it (else a victim preempted for a job could take its
+//    slots back at once, in every pass). Within each round, the reservation
+//    rule above applies across all queues: the first job of a kind (in
+//    consideration order) blocked for slots and admitted by quota is the
+//    head. "Scheduling order" in the result is consideration order.
+//
+//  * Preemption (reclaiming quota). A job J of size s (its least size) and
+//    kind K in queue Q, within Q's nominal for K (finite), that cannot start
+//    for lack of available slots of K or because its cohort lent Q's quota
+//    out, may pick running jobs to preempt. Candidates are the running jobs
+//    of kind K not stopping that are either (a) of another queue P of Q's
+//    cohort with a finite nominal for K that is borrowing at the time of the
+//    pick: used_P - stopping_P - slots already picked from P > nominal_P;
+//    or (b) of Q itself with a priority strictly lower than J's. They are
+//    taken in the order: lowest priority, then youngest (highest start_seq),
+//    then fewest slots, then job id; each eligible one is picked until both
+//      available slots of K + slots of stopping jobs of K + picked >= s and
+//      group used - group stopping - picked + s <= group nominal.
+//    If stopping jobs alone satisfy both, none is picked (J waits for them);
+//    if the candidates cannot, none is picked (never preempt uselessly) and J
+//    is handled as any blocked job (kInsufficientFreeSlots or
+//    kQuotaExceeded). Otherwise J stays pending as kPreempting (message names
+//    the victims or the stopping jobs it waits for) and holds a reservation
+//    like the head's (it becomes the head when its kind has none), so later
+//    jobs do not take the slots it is about to get. Only the first such job
+//    per kind in a pass preempts or waits this way: a pass never frees the
+//    same slots for two jobs, and the caller sees victims for one job per
+//    kind at a time. Stopping jobs are never picked again; they count as used
+//    for admission until the caller drops them from `running`. A queue with
+//    an unlimited nominal for K never preempts for K, so without queues
+//    nothing is ever preempted. Preempting is the caller's job (ask the
+//    victims to checkpoint and stop, then mark them stopping); a later pass
+//    places J once their slots are free.
 #pragma once
 
 #include <cstdint>
@@ -126,6 +223,9 @@ struct PendingJob {
   // Workers to keep the job off when the others' available slots suffice
   // (stragglers.policy: avoid); otherwise they are used as any other.
   std::vector<std::string> avoid_workers;
+  // The queue it was submitted to; "" = "default". Ignored when no queues are
+  // defined.
+  std::string queue;
 };
 
 // One worker's view for this pass.
@@ -184,6 +284,17 @@ enum class PendingReason {
   kInsufficientFreeSlots,
   // Enough free slots, but some are reserved for an earlier blocked job.
   kBlockedByReservation,
+  // Its queue is not defined (only when queues are). Skipped; blocks nobody.
+  kUnknownQueue,
+  // Larger than its queue's max_job_size, or than its queue's nominal quota
+  // plus all its cohort could ever lend: never fits this queue. Skipped.
+  kExceedsQueueLimit,
+  // Its queue's quota (with what the cohort has idle to lend) does not
+  // admit it now. Holds no reservation; blocks nobody.
+  kQuotaExceeded,
+  // Running jobs are being preempted (or are stopping) to free its slots or
+  // its quota; it holds a reservation like the head's.
+  kPreempting,
 };
 
 // A slot of a worker; used to report reservations.
@@ -206,11 +317,62 @@ struct PendingJobStatus {
   std::string blocked_by;
 };
 
+// A running job asked to stop so that another can start.
+struct Preemption {
+  std::string victim_job_id;
+  // The pending job (kPreempting) its slots or quota are freed for.
+  std::string for_job_id;
+};
+
 struct ScheduleResult {
   // In scheduling order; no slot appears twice across all placements.
   std::vector<Placement> placements;
   // Every input job not placed, in scheduling order.
   std::vector<PendingJobStatus> pending;
+  // Running jobs to preempt, grouped by the job they are for, in pick order.
+  // At most one for_job_id per slot kind; empty without queues.
+  std::vector<Preemption> preemptions;
+};
+
+// A queue: a share of the cluster for the jobs submitted to it.
+struct QueueSpec {
+  // Unique among the queues of one call; not empty.
+  std::string name;
+  // Nominal quota in slots per kind; -1 = unlimited, else >= 0.
+  int nominal_gpu = -1;
+  int nominal_cpu = -1;
+  // Queues naming the same cohort lend each other their idle quota; "" = none.
+  std::string cohort;
+  // The largest job (least size) the queue accepts; 0 = no limit, else > 0.
+  int max_job_size = 0;
+  // Decayed past use in slot-seconds per kind (the caller applies the
+  // half-life); >= 0. Orders queues for fair share; nothing else.
+  double usage_gpu = 0;
+  double usage_cpu = 0;
+};
+
+// A job holding slots now; counts against its queue's quota and may be a
+// preemption victim.
+struct RunningJob {
+  // Unique among the running jobs and not one of the pending jobs' ids.
+  std::string job_id;
+  // Must name a defined queue when queues are defined; "" = "default".
+  std::string queue;
+  SlotKind kind = SlotKind::kCpu;
+  // Slots it holds; >= 0.
+  int slots = 0;
+  int priority = 0;
+  // Order of starting; higher = started later (younger).
+  std::uint64_t start_seq = 0;
+  // Already being preempted or stopped: its slots count as coming free for
+  // preemption, as used for admission, and it is never picked again.
+  bool stopping = false;
+};
+
+struct QueueInput {
+  // Empty: one implicit unlimited "default" queue (behaviour without queues).
+  std::vector<QueueSpec> queues;
+  std::vector<RunningJob> running;
 };
 
 // Places what can start now. Returns InvalidArgument for malformed input: a
@@ -219,6 +381,16 @@ struct ScheduleResult {
 // job ends in exactly one of placements or pending.
 absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
                                         absl::Span<const WorkerSlots> workers);
+
+// The same with queues, quotas and running jobs (see the Queues policy
+// above). Also InvalidArgument, naming the field, for a queue with an empty or
+// duplicate name, a nominal below -1, a negative max_job_size, a negative or
+// non-finite usage; a running job with an empty or duplicate id, an id of a
+// pending job, negative slots, or (queues defined) a queue not defined.
+// Schedule(jobs, workers) == Schedule(jobs, workers, QueueInput{}).
+absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
+                                        absl::Span<const WorkerSlots> workers,
+                                        const QueueInput& queues);
 
 // Moves the node of `placement` whose worker `prefer` accepts (the first such
 // node in node order) to node 0, keeping every node's slots and the order of

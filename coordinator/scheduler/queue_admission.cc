@@ -1,0 +1,270 @@
+#include "coordinator/scheduler/queue_admission.h"
+
+#include <algorithm>
+#include <cmath>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+
+namespace trainctl::scheduler::internal {
+namespace {
+
+constexpr SlotKind kKinds[kNumKinds] = {SlotKind::kGpu, SlotKind::kCpu};
+
+const std::string& QueueName(const std::string& name) {
+  static const std::string kDefault = "default";
+  return name.empty() ? kDefault : name;
+}
+
+// Preemption order: lowest priority, youngest, fewest slots, job id.
+bool VictimBefore(const RunningJob& a, const RunningJob& b) {
+  if (a.priority != b.priority) return a.priority < b.priority;
+  if (a.start_seq != b.start_seq) return a.start_seq > b.start_seq;
+  if (a.slots != b.slots) return a.slots < b.slots;
+  return a.job_id < b.job_id;
+}
+
+}  // namespace
+
+absl::Status ValidateQueues(absl::Span<const PendingJob> jobs, const QueueInput& input) {
+  absl::flat_hash_set<std::string> names;
+  for (size_t i = 0; i < input.queues.size(); ++i) {
+    const QueueSpec& queue = input.queues[i];
+    if (queue.name.empty()) {
+      return absl::InvalidArgumentError(absl::StrCat("queues[", i, "].name: empty"));
+    }
+    if (!names.insert(queue.name).second) {
+      return absl::InvalidArgumentError(absl::StrCat("queue name: duplicate \"", queue.name, "\""));
+    }
+    const std::string where = absl::StrCat("queue \"", queue.name, "\": ");
+    for (const auto& [field, value] :
+         {std::pair<const char*, int>{"nominal_gpu", queue.nominal_gpu},
+          std::pair<const char*, int>{"nominal_cpu", queue.nominal_cpu}}) {
+      if (value < -1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, field, ": must be >= -1 (-1 = unlimited), got ", value));
+      }
+    }
+    if (queue.max_job_size < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "max_job_size: must be >= 0 (0 = none), got ", queue.max_job_size));
+    }
+    for (const auto& [field, value] :
+         {std::pair<const char*, double>{"usage_gpu", queue.usage_gpu},
+          std::pair<const char*, double>{"usage_cpu", queue.usage_cpu}}) {
+      if (!std::isfinite(value) || value < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, field, ": must be finite and >= 0, got ", value));
+      }
+    }
+  }
+  absl::flat_hash_set<std::string> pending;
+  for (const PendingJob& job : jobs) pending.insert(job.job_id);
+  absl::flat_hash_set<std::string> running;
+  for (const RunningJob& job : input.running) {
+    if (job.job_id.empty()) return absl::InvalidArgumentError("running job_id: empty");
+    if (!running.insert(job.job_id).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("running job_id: duplicate \"", job.job_id, "\""));
+    }
+    const std::string where = absl::StrCat("running job \"", job.job_id, "\": ");
+    if (pending.contains(job.job_id)) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "job_id: also a pending job"));
+    }
+    if (job.slots < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "slots: must be >= 0, got ", job.slots));
+    }
+    if (!input.queues.empty() && !names.contains(QueueName(job.queue))) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "queue: \"", QueueName(job.queue), "\" is not defined"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+QueueBook::QueueBook(const QueueInput& input) : implicit_(input.queues.empty()) {
+  if (implicit_) {
+    // One unlimited queue; running jobs cannot matter to it.
+    Queue queue;
+    queue.name = "default";
+    queue.nominal = {-1, -1};
+    queues_.push_back(std::move(queue));
+    groups_.push_back(Group{{0}, {}, {}, {}});
+    by_name_["default"] = 0;
+    return;
+  }
+  for (const QueueSpec& spec : input.queues) {
+    Queue queue;
+    queue.name = spec.name;
+    queue.cohort = spec.cohort;
+    queue.nominal = {spec.nominal_gpu, spec.nominal_cpu};
+    queue.usage = {spec.usage_gpu, spec.usage_cpu};
+    queue.max_job_size = spec.max_job_size;
+    queues_.push_back(std::move(queue));
+  }
+  std::sort(queues_.begin(), queues_.end(),
+            [](const Queue& a, const Queue& b) { return a.name < b.name; });
+  absl::flat_hash_map<std::string, int> cohorts;
+  for (int q = 0; q < size(); ++q) {
+    Queue& queue = queues_[q];
+    by_name_[queue.name] = q;
+    if (queue.cohort.empty()) {
+      queue.group = static_cast<int>(groups_.size());
+      groups_.emplace_back();
+    } else {
+      auto [it, added] = cohorts.try_emplace(queue.cohort, static_cast<int>(groups_.size()));
+      if (added) groups_.emplace_back();
+      queue.group = it->second;
+    }
+    Group& group = groups_[queue.group];
+    group.members.push_back(q);
+    for (int k = 0; k < kNumKinds; ++k) {
+      if (queue.nominal[k] >= 0) group.nominal[k] += queue.nominal[k];
+    }
+  }
+  for (const RunningJob& job : input.running) {
+    const int q = Find(job.queue);
+    running_.emplace_back(&job, q);
+    const int k = KindIndex(job.kind);
+    Queue& queue = queues_[q];
+    queue.used[k] += job.slots;
+    if (job.stopping) queue.stopping[k] += job.slots;
+    if (queue.nominal[k] >= 0) {
+      groups_[queue.group].used[k] += job.slots;
+      if (job.stopping) groups_[queue.group].stopping[k] += job.slots;
+    }
+  }
+  std::sort(running_.begin(), running_.end(),
+            [](const auto& a, const auto& b) { return a.first->job_id < b.first->job_id; });
+}
+
+int QueueBook::Find(const std::string& name) const {
+  if (implicit_) return 0;
+  auto it = by_name_.find(QueueName(name));
+  return it == by_name_.end() ? -1 : it->second;
+}
+
+long long QueueBook::MaxJobSize(int q) const {
+  return queues_[q].max_job_size > 0 ? queues_[q].max_job_size : kUnbounded;
+}
+
+long long QueueBook::Ceiling(int q, SlotKind kind) const {
+  if (!Finite(q, kind)) return kUnbounded;
+  return groups_[queues_[q].group].nominal[KindIndex(kind)];
+}
+
+Admission QueueBook::Admit(int q, SlotKind kind, long long slots) const {
+  if (!Finite(q, kind)) return Admission::kUnlimited;
+  const int k = KindIndex(kind);
+  const Queue& queue = queues_[q];
+  const Group& group = groups_[queue.group];
+  const bool within = queue.used[k] + slots <= queue.nominal[k];
+  const bool group_fits = group.used[k] + slots <= group.nominal[k];
+  if (within) return group_fits ? Admission::kWithinNominal : Admission::kReclaim;
+  return group_fits ? Admission::kBorrow : Admission::kOverQuota;
+}
+
+long long QueueBook::Headroom(int q, SlotKind kind, bool borrow) const {
+  if (!Finite(q, kind)) return kUnbounded;
+  const int k = KindIndex(kind);
+  const Queue& queue = queues_[q];
+  const Group& group = groups_[queue.group];
+  long long headroom = group.nominal[k] - group.used[k];
+  if (!borrow) headroom = std::min(headroom, queue.nominal[k] - queue.used[k]);
+  return std::max(0LL, headroom);
+}
+
+void QueueBook::Charge(int q, SlotKind kind, long long slots) {
+  const int k = KindIndex(kind);
+  Queue& queue = queues_[q];
+  queue.used[k] += slots;
+  queue.placed[k] += slots;
+  if (queue.nominal[k] >= 0) groups_[queue.group].used[k] += slots;
+}
+
+double QueueBook::Share(int q) const {
+  const Queue& queue = queues_[q];
+  double share = 0;
+  for (int k = 0; k < kNumKinds; ++k) {
+    if (queue.nominal[k] <= 0) continue;
+    share = std::max(share, (queue.usage[k] + static_cast<double>(queue.placed[k])) /
+                                static_cast<double>(queue.nominal[k]));
+  }
+  return share;
+}
+
+VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, long long need,
+                                      long long available) const {
+  const int k = KindIndex(kind);
+  const Queue& queue = queues_[q];
+  const Group& group = groups_[queue.group];
+  VictimChoice choice;
+  long long stopping_slots = 0;
+  for (const auto& [job, jq] : running_) {
+    if (job->kind != kind || !job->stopping) continue;
+    choice.stopping.push_back(job);
+    stopping_slots += job->slots;
+  }
+  long long picked = 0;
+  auto enough = [&] {
+    return available + stopping_slots + picked >= need &&
+           group.used[k] - group.stopping[k] - picked + need <= group.nominal[k];
+  };
+  if (enough()) {
+    choice.enough = true;
+    return choice;
+  }
+  // Candidates: (a) other queues of the cohort with a finite nominal, while
+  // they borrow; (b) lower-priority jobs of the queue itself. Every candidate
+  // is in the group, so each pick frees quota as well as slots.
+  std::vector<std::pair<const RunningJob*, int>> candidates;
+  for (const auto& [job, jq] : running_) {
+    if (job->kind != kind || job->stopping || job->slots <= 0) continue;
+    const bool same_queue_lower = jq == q && job->priority < priority;
+    const bool cohort_peer = jq != q && queues_[jq].group == queue.group && Finite(jq, kind);
+    if (same_queue_lower || cohort_peer) candidates.emplace_back(job, jq);
+  }
+  std::sort(candidates.begin(), candidates.end(),
+            [](const auto& a, const auto& b) { return VictimBefore(*a.first, *b.first); });
+  absl::flat_hash_map<int, long long> picked_from;
+  for (const auto& [job, jq] : candidates) {
+    if (jq != q) {
+      const Queue& peer = queues_[jq];
+      const bool borrowing = peer.used[k] - peer.stopping[k] - picked_from[jq] > peer.nominal[k];
+      if (!borrowing) continue;
+    }
+    choice.victims.push_back(job);
+    picked_from[jq] += job->slots;
+    picked += job->slots;
+    if (enough()) {
+      choice.enough = true;
+      return choice;
+    }
+  }
+  choice.victims.clear();
+  return choice;
+}
+
+std::string QueueBook::QuotaText(int q, SlotKind kind) const {
+  const int k = KindIndex(kind);
+  const Queue& queue = queues_[q];
+  const char* kind_name = SlotKindName(kKinds[k]);
+  if (queue.nominal[k] < 0) {
+    return absl::StrCat("queue ", queue.name, ": ", queue.used[k], " ", kind_name,
+                        " used, no quota");
+  }
+  std::string text = absl::StrCat("queue ", queue.name, ": ", queue.used[k], " of ",
+                                  queue.nominal[k], " ", kind_name, " used");
+  if (!queue.cohort.empty()) {
+    const Group& group = groups_[queue.group];
+    absl::StrAppend(&text, ", cohort ", queue.cohort, ": ", group.used[k], " of ",
+                    group.nominal[k]);
+  }
+  return text;
+}
+
+}  // namespace trainctl::scheduler::internal

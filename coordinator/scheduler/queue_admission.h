@@ -1,0 +1,129 @@
+// Quota accounting for one scheduling pass: what each queue and cohort uses
+// of its nominal quota, what the quota admits, the fair-share order of the
+// queues, and preemption victims. Internal to the scheduler: scheduler.h's
+// "Queues" policy list is the contract; this file implements its arithmetic
+// so that scheduler.cc keeps only placement.
+//
+// Threading: one instance per Schedule() call; not thread-safe.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/status.h"
+#include "absl/types/span.h"
+#include "coordinator/scheduler/scheduler.h"
+
+namespace trainctl::scheduler::internal {
+
+inline constexpr int kNumKinds = 2;
+inline int KindIndex(SlotKind kind) { return kind == SlotKind::kGpu ? 0 : 1; }
+
+// Larger than any slot count: an unlimited quota's headroom.
+inline constexpr long long kUnbounded = 1LL << 60;
+
+// InvalidArgument naming the field for malformed queues or running jobs.
+absl::Status ValidateQueues(absl::Span<const PendingJob> jobs, const QueueInput& input);
+
+// What the quota says about more slots of a kind for a queue now.
+enum class Admission {
+  // The queue has no finite nominal for the kind: quota never limits it.
+  kUnlimited,
+  // Fits the queue's own nominal, and its group has room.
+  kWithinNominal,
+  // Fits the queue's own nominal, but its cohort lent that room out.
+  kReclaim,
+  // Exceeds the queue's nominal; the group's idle quota covers the excess.
+  kBorrow,
+  // Exceeds the queue's nominal and what its group has idle.
+  kOverQuota,
+};
+
+// Running jobs chosen to free slots and quota for one pending job.
+struct VictimChoice {
+  // True when `victims` (possibly none: stopping jobs suffice) free enough.
+  bool enough = false;
+  // In pick order; empty when !enough.
+  std::vector<const RunningJob*> victims;
+  // Stopping jobs of the kind (sorted by id), whose slots are coming free.
+  std::vector<const RunningJob*> stopping;
+};
+
+class QueueBook {
+ public:
+  // `input` must have passed ValidateQueues. Holds pointers into it.
+  explicit QueueBook(const QueueInput& input);
+
+  // True when no queue is defined: one implicit unlimited "default" queue.
+  bool implicit() const { return implicit_; }
+  // The queue a job or running job names ("" = "default"), or -1 when it is
+  // not defined. Always 0 when implicit.
+  int Find(const std::string& name) const;
+  const std::string& Name(int q) const { return queues_[q].name; }
+  int size() const { return static_cast<int>(queues_.size()); }
+  // max_job_size, or kUnbounded when none.
+  long long MaxJobSize(int q) const;
+
+  bool Finite(int q, SlotKind kind) const { return Nominal(q, kind) >= 0; }
+  // The largest job the queue can ever run of this kind: its group's
+  // nominal (its own plus all its cohort could lend); kUnbounded if unlimited.
+  long long Ceiling(int q, SlotKind kind) const;
+  Admission Admit(int q, SlotKind kind, long long slots) const;
+  // Slots the queue may still take now: the group's nominal minus its used;
+  // without `borrow` also at most the queue's nominal minus its used.
+  // kUnbounded when unlimited; never negative.
+  long long Headroom(int q, SlotKind kind, bool borrow) const;
+  // Counts a placement of this pass.
+  void Charge(int q, SlotKind kind, long long slots);
+  // Dominant share (see scheduler.h, "Fair share").
+  double Share(int q) const;
+
+  // Victims for a job of `priority` needing `need` slots of `kind` in queue
+  // `q` (within its nominal), given `available` slots usable for it now.
+  VictimChoice ChooseVictims(int q, SlotKind kind, int priority, long long need,
+                             long long available) const;
+
+  // "queue a: 2 of 4 cuda used, cohort c: 6 of 8" for messages.
+  std::string QuotaText(int q, SlotKind kind) const;
+
+ private:
+  struct Queue {
+    std::string name;
+    std::string cohort;
+    // Index into groups_.
+    int group = 0;
+    std::array<long long, kNumKinds> nominal{};  // -1 = unlimited
+    std::array<double, kNumKinds> usage{};
+    long long max_job_size = 0;
+    // Running (stopping included) plus placed in this pass.
+    std::array<long long, kNumKinds> used{};
+    // Of `used`: slots of stopping running jobs.
+    std::array<long long, kNumKinds> stopping{};
+    // Placed in this pass (for the share).
+    std::array<long long, kNumKinds> placed{};
+  };
+  // A cohort, or a queue without one; sums over member queues with a finite
+  // nominal for the kind.
+  struct Group {
+    std::vector<int> members;
+    std::array<long long, kNumKinds> nominal{};
+    std::array<long long, kNumKinds> used{};
+    std::array<long long, kNumKinds> stopping{};
+  };
+
+  long long Nominal(int q, SlotKind kind) const { return queues_[q].nominal[KindIndex(kind)]; }
+
+  bool implicit_ = true;
+  // Sorted by name.
+  std::vector<Queue> queues_;
+  absl::flat_hash_map<std::string, int> by_name_;
+  std::vector<Group> groups_;
+  // Running jobs with a queue index, sorted by job id.
+  std::vector<std::pair<const RunningJob*, int>> running_;
+};
+
+}  // namespace trainctl::scheduler::internal
