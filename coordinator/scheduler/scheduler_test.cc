@@ -493,3 +493,470 @@ TEST(SchedulerTest, ElasticJobTakesWhatIsFreeDownToItsMinimum) {
 }  // namespace
 }  // namespace trainctl::scheduler
 
+// ---------------------------------------------------------------------------
+// Queues, quotas, cohorts, fair share and preemption.
+
+namespace trainctl::scheduler {
+namespace {
+
+using ::testing::HasSubstr;
+
+const PendingJobStatus& PendingOf(const ScheduleResult& r, const std::string& id) {
+  for (const PendingJobStatus& p : r.pending) {
+    if (p.job_id == id) return p;
+  }
+  ADD_FAILURE() << id << " is not pending";
+  static const PendingJobStatus none;
+  return none;
+}
+
+std::vector<std::string> Victims(const ScheduleResult& r) {
+  std::vector<std::string> out;
+  for (const Preemption& p : r.preemptions) out.push_back(p.victim_job_id + ">" + p.for_job_id);
+  return out;
+}
+
+std::vector<std::string> PlacementOrder(const ScheduleResult& r) {
+  std::vector<std::string> out;
+  for (const Placement& p : r.placements) out.push_back(p.job_id);
+  return out;
+}
+
+using Outcomes = std::map<std::string, std::string>;
+
+TEST(SchedulerQueueTest, WithoutQueuesQueueNamesAndRunningJobsChangeNothing) {
+  std::vector<PendingJob> jobs = {Queued("a", Job("j1", 4, kCuda, 0, 1)),
+                                  Queued("nope", Job("j2", 2, kCuda, 1, 2)),
+                                  Job("j3", 8, kCuda, 0, 3)};
+  std::vector<WorkerSlots> workers = {Gpu("g1", 3, 4), Gpu("g2", 4)};
+  QueueInput input;
+  input.running = {Running("r1", "a", 1, 9), Running("r2", "zzz", 4, -1, 5, SlotKind::kGpu, true)};
+  auto plain = Check(jobs, workers);
+  auto with = CheckQ(jobs, workers, input);
+  ASSERT_TRUE(plain.ok() && with.ok());
+  EXPECT_EQ(Dump(*with), Dump(*plain));
+  EXPECT_TRUE(with->preemptions.empty());
+}
+
+// The worked example of issue #26: two teams in one cohort on 2 workers x 2
+// GPUs. B borrows A's idle quota for a 4-rank job; A submits 2 ranks within
+// its nominal quota; B's job is preempted for it; once B's job is gone, A's
+// job starts and B's job, back in the queue, waits for quota.
+TEST(SchedulerQueueTest, WorkedExampleReclaimsBorrowedQuotaByPreemption) {
+  QueueInput input;
+  input.queues = {Queue("A", 2, -1, "c"), Queue("B", 2, -1, "c")};
+  std::vector<PendingJob> jobs = {Queued("A", Job("a-job", 2, kCuda, 0, 10))};
+
+  // Pass 1: B's job runs on all 4 GPUs (borrowing 2 of A's). A's job is
+  // within A's nominal quota: B's job is picked.
+  input.running = {Running("b-job", "B", 4, 0, 1)};
+  std::vector<WorkerSlots> busy = {Gpu("w1", 0, 2), Gpu("w2", 0, 2)};
+  auto r1 = CheckQ(jobs, busy, input);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  EXPECT_EQ(Victims(*r1), std::vector<std::string>{"b-job>a-job"});
+  const PendingJobStatus& a1 = PendingOf(*r1, "a-job");
+  EXPECT_EQ(a1.reason, PendingReason::kPreempting);
+  EXPECT_THAT(a1.message, HasSubstr("within its queue's nominal quota (queue A: 0 of 2 cuda used, "
+                                    "cohort c: 4 of 4)"));
+  EXPECT_THAT(a1.message, HasSubstr("preempting b-job (queue B, priority 0, 4 slots)"));
+
+  // Pass 2: the caller asked b-job to stop; it still holds its slots. A's
+  // job waits for it; nothing more is preempted.
+  input.running[0].stopping = true;
+  auto r2 = CheckQ(jobs, busy, input);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_TRUE(r2->preemptions.empty());
+  EXPECT_EQ(PendingOf(*r2, "a-job").reason, PendingReason::kPreempting);
+  EXPECT_THAT(PendingOf(*r2, "a-job").message,
+              HasSubstr("waiting for stopping jobs b-job to free their slots"));
+
+  // Pass 3: b-job checkpointed and exited: it is pending again. A's job
+  // starts; B's job is over what the cohort has idle now.
+  input.running.clear();
+  jobs.push_back(Queued("B", Job("b-job", 4, kCuda, 0, 1)));
+  auto r3 = CheckQ(jobs, {Gpu("w1", 2), Gpu("w2", 2)}, input);
+  ASSERT_TRUE(r3.ok());
+  EXPECT_EQ(Outcome(*r3), (Outcomes{{"a-job", "w1:0,1"}, {"b-job", "pending:quota_exceeded"}}))
+      << Dump(*r3);
+  EXPECT_TRUE(r3->preemptions.empty());
+  EXPECT_THAT(PendingOf(*r3, "b-job").message,
+              HasSubstr("queue B: 0 of 2 cuda used, cohort c: 2 of 4"));
+}
+
+TEST(SchedulerQueueTest, QuotaBlockedJobHoldsNoReservationAndBlocksNobody) {
+  QueueInput input;
+  input.queues = {Queue("A", 2), Queue("U", -1)};
+  input.running = {Running("a-running", "A", 1)};
+  // A has 1 of 2 in use: its 2-rank job is over quota, its 1-rank job fits.
+  auto r =
+      CheckQ({Queued("A", Job("a-big", 2, kCuda, 5, 1)),
+              Queued("A", Job("a-small", 1, kCuda, 0, 2)), Queued("U", Job("u", 3, kCuda, 0, 3))},
+             {Gpu("w", 4)}, input);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r),
+            (Outcomes{{"a-big", "pending:quota_exceeded"}, {"a-small", "w:0"}, {"u", "w:1,2,3"}}))
+      << Dump(*r);
+  EXPECT_TRUE(PendingOf(*r, "a-big").reserved_slots.empty());
+  EXPECT_THAT(PendingOf(*r, "a-big").message,
+              HasSubstr("more than its queue's quota admits now (queue A: 1 of 2 cuda used)"));
+}
+
+TEST(SchedulerQueueTest, CohortLendsIdleQuotaWithoutLendingItTwice) {
+  QueueInput input;
+  input.queues = {Queue("A", 2, -1, "c"), Queue("B", 2, -1, "c"), Queue("C", 2, -1, "c")};
+  // B already borrows 1 of A's 2 idle slots: 1 is left to lend.
+  input.running = {Running("b", "B", 3)};
+  std::vector<WorkerSlots> workers = {Gpu("w", 8, 11)};
+  auto over = CheckQ({Queued("C", Job("c4", 4))}, workers, input);
+  ASSERT_TRUE(over.ok());
+  // Counting only the others' idle quota (2 from A) would admit it and put
+  // the cohort at 7 of 6.
+  EXPECT_EQ(Outcome(*over), (Outcomes{{"c4", "pending:quota_exceeded"}})) << Dump(*over);
+  auto fits = CheckQ({Queued("C", Job("c3", 3))}, workers, input);
+  ASSERT_TRUE(fits.ok());
+  EXPECT_EQ(Outcome(*fits), (Outcomes{{"c3", "w:0,1,2"}})) << Dump(*fits);
+}
+
+TEST(SchedulerQueueTest, QueueWithoutCohortNeverExceedsItsNominal) {
+  QueueInput input;
+  input.queues = {Queue("A", 3, 0)};
+  auto r = CheckQ({Queued("A", Job("a1", 2, kCuda, 0, 1)), Queued("A", Job("a2", 2, kCuda, 0, 2)),
+                   Queued("A", Job("a3", 1, kCuda, 0, 3)), Queued("A", Job("cpu", 1, kCpu, 0, 4))},
+                  {Gpu("g", 8), Cpu("c", 8)}, input);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Outcome(*r), (Outcomes{{"a1", "g:0,1"},
+                                   {"a2", "pending:quota_exceeded"},
+                                   {"a3", "g:2"},
+                                   {"cpu", "pending:exceeds_queue_limit"}}))
+      << Dump(*r);
+  EXPECT_THAT(
+      PendingOf(*r, "cpu").message,
+      HasSubstr("more than queue A's nominal quota with all its cohort could ever lend (0)"));
+}
+
+TEST(SchedulerQueueTest, JobsLargerThanTheQueueAllowsNeverWait) {
+  QueueInput input;
+  input.queues = {Queue("A", 4, -1, "c", /*max_job_size=*/3), Queue("B", 2, -1, "c")};
+  PendingJob elastic = Queued("A", Job("elastic", 6, kCuda, 0, 4));
+  elastic.min_world_size = 2;
+  auto r = CheckQ({Queued("A", Job("too-big", 4, kCuda, 9, 1)),
+                   Queued("B", Job("over-cohort", 7, kCuda, 9, 2)), elastic},
+                  {Gpu("w", 8)}, input);
+  ASSERT_TRUE(r.ok());
+  // The elastic job is capped at max_job_size; the others never fit their
+  // queue, hold nothing and block nobody.
+  EXPECT_EQ(Outcome(*r), (Outcomes{{"too-big", "pending:exceeds_queue_limit"},
+                                   {"over-cohort", "pending:exceeds_queue_limit"},
+                                   {"elastic", "w:0,1,2"}}))
+      << Dump(*r);
+  EXPECT_THAT(PendingOf(*r, "too-big").message,
+              HasSubstr("queue A takes jobs of at most 3 (max_job_size)"));
+  EXPECT_THAT(PendingOf(*r, "over-cohort").message, HasSubstr("could ever lend (6)"));
+}
+
+TEST(SchedulerQueueTest, UnknownQueueIsReportedLast) {
+  QueueInput input;
+  input.queues = {Queue("default", -1), Queue("A", 2)};
+  auto r = CheckQ({Queued("nope", Job("lost", 1, kCuda, 9, 0)), Job("plain", 1, kCuda, 0, 1),
+                   Queued("A", Job("a", 1, kCuda, 0, 2))},
+                  {Gpu("w", 4)}, input);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Outcome(*r),
+            (Outcomes{{"lost", "pending:unknown_queue"}, {"plain", "w:1"}, {"a", "w:0"}}))
+      << Dump(*r);
+  EXPECT_THAT(PendingOf(*r, "lost").message, HasSubstr("queue \"nope\" is not defined"));
+  // Without a "default" queue, a job naming none is in an unknown queue.
+  input.queues = {Queue("A", 2)};
+  auto r2 = CheckQ({Job("plain", 1)}, {Gpu("w", 4)}, input);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(Outcome(*r2), (Outcomes{{"plain", "pending:unknown_queue"}}));
+}
+
+TEST(SchedulerQueueTest, FairShareInterleavesQueuesWithinAPass) {
+  QueueInput input;
+  input.queues = {Queue("A", 4), Queue("B", 4)};
+  std::vector<PendingJob> jobs;
+  for (int i = 0; i < 4; ++i) {
+    // A's jobs are older and of higher priority: without queues they would
+    // all go first.
+    jobs.push_back(Queued("A", Job(absl::StrCat("a", i), 1, kCuda, 5, i)));
+    jobs.push_back(Queued("B", Job(absl::StrCat("b", i), 1, kCuda, 0, 10 + i)));
+  }
+  auto r = CheckQ(jobs, {Gpu("w", 4)}, input);
+  ASSERT_TRUE(r.ok());
+  // Equal shares: A first by name; then whoever has placed less.
+  EXPECT_EQ(PlacementOrder(*r), (std::vector<std::string>{"a0", "b0", "a1", "b1"}));
+  // B used more lately: it goes after A until their shares meet.
+  input.queues[1].usage_gpu = 1.5;
+  auto r2 = CheckQ(jobs, {Gpu("w", 4)}, input);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(PlacementOrder(*r2), (std::vector<std::string>{"a0", "a1", "b0", "a2"}));
+  // Dominant share: each queue's most used kind counts. GPU jobs raise A's
+  // GPU share past its CPU share (0.5) only at the third placement.
+  input.queues = {Queue("A", 4, 100), Queue("B", 4, 1)};
+  input.queues[0].usage_cpu = 50;   // A: max(0/4, 50/100) = 0.5
+  input.queues[1].usage_cpu = 0.6;  // B: max(0/4, 0.6/1) = 0.6
+  auto r3 = CheckQ(jobs, {Gpu("w", 4)}, input);
+  ASSERT_TRUE(r3.ok());
+  EXPECT_EQ(PlacementOrder(*r3), (std::vector<std::string>{"a0", "a1", "a2", "b0"}));
+}
+
+TEST(SchedulerQueueTest, BorrowingJobsGoAfterJobsWithinNominal) {
+  QueueInput input;
+  input.queues = {Queue("A", 2, -1, "c"), Queue("B", 2, -1, "c")};
+  // B has no recent use and would go first by share, but its job borrows.
+  input.queues[0].usage_gpu = 100;
+  input.running = {Running("b-running", "B", 2)};
+  auto r =
+      CheckQ({Queued("B", Job("b-borrows", 2, kCuda, 9, 1)), Queued("A", Job("a", 2, kCuda, 0, 2))},
+             {Gpu("w", 2, 4)}, input);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Outcome(*r), (Outcomes{{"a", "w:0,1"}, {"b-borrows", "pending:quota_exceeded"}}))
+      << Dump(*r);
+  // With room for both, the borrower starts too, after A's job.
+  auto r2 =
+      CheckQ({Queued("B", Job("b-borrows", 1, kCuda, 9, 1)), Queued("A", Job("a", 1, kCuda, 0, 2))},
+             {Gpu("w", 2, 4)}, input);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(PlacementOrder(*r2), (std::vector<std::string>{"a", "b-borrows"}));
+}
+
+TEST(SchedulerQueueTest, ElasticJobsSizeToTheirQuota) {
+  QueueInput input;
+  input.queues = {Queue("A", 2, -1, "c"), Queue("B", 4, -1, "c")};
+  PendingJob e = Queued("A", Job("e", 6, kCuda, 0, 1));
+  e.min_world_size = 1;
+  // Its minimum fits A's nominal: it starts within it, without borrowing.
+  auto r = CheckQ({e}, {Gpu("w", 8)}, input);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Outcome(*r), (Outcomes{{"e", "w:0,1"}})) << Dump(*r);
+  // A's nominal is in use: it borrows what the cohort has idle (B's 4).
+  input.running = {Running("a-running", "A", 2)};
+  auto r2 = CheckQ({e}, {Gpu("w", 6, 8)}, input);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(Outcome(*r2), (Outcomes{{"e", "w:0,1,2,3"}})) << Dump(*r2);
+}
+
+// Victims: lowest priority, then youngest, then fewest slots, then id; only
+// while their queue borrows.
+TEST(SchedulerQueueTest, VictimOrderAndOnlyBorrowedQuotaIsReclaimed) {
+  QueueInput input;
+  input.queues = {Queue("A", 4, -1, "c"), Queue("B", 3, -1, "c")};
+  input.running = {Running("old-low", "B", 1, 0, 1), Running("young-low", "B", 1, 0, 5),
+                   Running("young-low-2", "B", 2, 0, 5), Running("high", "B", 2, 7, 9),
+                   Running("a-low", "A", 1, -5, 0)};
+  // 7 GPUs, all busy. A uses 1 of 4; B uses 6 of 3 (borrows 3).
+  std::vector<WorkerSlots> busy = {Gpu("w", 0, 7)};
+  auto r = CheckQ({Queued("A", Job("a2", 2, kCuda, 0, 1))}, busy, input);
+  ASSERT_TRUE(r.ok());
+  // a-low, A's own job of lower priority (-5 < 0), goes first by priority;
+  // then B's youngest, fewest slots first.
+  EXPECT_EQ(Victims(*r), (std::vector<std::string>{"a-low>a2", "young-low>a2"})) << Dump(*r);
+
+  // A job of A's priority -5 has no same-queue victim; it needs 3: B's
+  // lowest-priority jobs, youngest first, fewest slots first.
+  auto r2 = CheckQ({Queued("A", Job("a3", 3, kCuda, -5, 1))}, busy, input);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(Victims(*r2), (std::vector<std::string>{"young-low>a3", "young-low-2>a3"}))
+      << Dump(*r2);
+
+  // A queue is a candidate only while it borrows: once picks bring B to its
+  // nominal, its older job b1 is skipped and C's youngest borrower is next.
+  input.queues = {Queue("A", 6, -1, "c"), Queue("B", 3, -1, "c"), Queue("C", 1, -1, "c")};
+  input.running = {Running("x", "B", 2, 0, 9), Running("b2", "B", 2, 0, 8),
+                   Running("b1", "B", 2, 0, 7), Running("c1", "C", 1, 0, 1),
+                   Running("c0", "C", 1, 0, 0)};
+  auto r3 = CheckQ({Queued("A", Job("a6", 6, kCuda, 0, 1))}, {Gpu("w", 1, 9)}, input);
+  ASSERT_TRUE(r3.ok());
+  // B: 6 > 3 (x), 4 > 3 (b2), 2 (b1 skipped); C: 2 > 1 (c1), then 1 + 5
+  // picked >= 6 slots.
+  EXPECT_EQ(Victims(*r3), (std::vector<std::string>{"x>a6", "b2>a6", "c1>a6"})) << Dump(*r3);
+}
+
+TEST(SchedulerQueueTest, NeverPreemptsUselessly) {
+  // U (no cohort, unlimited) holds 2 of 6 GPUs; B borrows 2 of A's. A's job
+  // of 4 is within A's nominal, but B's borrowed 2 cannot make 4 slots free.
+  QueueInput input;
+  input.queues = {Queue("A", 4, -1, "c"), Queue("B", 2, -1, "c"), Queue("U", -1)};
+  input.running = {Running("u", "U", 2), Running("b1", "B", 2, 0, 1), Running("b2", "B", 2, 0, 2)};
+  auto r = CheckQ({Queued("A", Job("a", 4, kCuda, 0, 1))}, {Gpu("w", 0, 6)}, input);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->preemptions.empty()) << Dump(*r);
+  EXPECT_EQ(PendingOf(*r, "a").reason, PendingReason::kQuotaExceeded);
+  EXPECT_THAT(PendingOf(*r, "a").message, HasSubstr("preempting borrowers cannot free enough"));
+}
+
+TEST(SchedulerQueueTest, SameQueuePreemptionNeedsStrictlyLowerPriority) {
+  QueueInput input;
+  input.queues = {Queue("A", 4)};
+  input.running = {Running("low", "A", 2, 0, 1), Running("mid", "A", 2, 3, 2)};
+  std::vector<WorkerSlots> busy = {Gpu("w", 0, 4)};
+  // A uses 4 of 4: a new job is not within nominal, whatever its priority.
+  auto r = CheckQ({Queued("A", Job("urgent", 2, kCuda, 9, 1))}, busy, input);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->preemptions.empty());
+  EXPECT_EQ(PendingOf(*r, "urgent").reason, PendingReason::kQuotaExceeded);
+  // With A's quota larger than the cluster: within nominal, blocked for slots.
+  input.queues = {Queue("A", 8)};
+  auto r2 = CheckQ({Queued("A", Job("urgent", 2, kCuda, 3, 1))}, busy, input);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(Victims(*r2), std::vector<std::string>{"low>urgent"});
+  // Equal priority is no reason: it waits (and holds the head's place).
+  auto r3 = CheckQ({Queued("A", Job("peer", 2, kCuda, 0, 1))}, busy, input);
+  ASSERT_TRUE(r3.ok());
+  EXPECT_TRUE(r3->preemptions.empty());
+  EXPECT_EQ(PendingOf(*r3, "peer").reason, PendingReason::kInsufficientFreeSlots);
+}
+
+TEST(SchedulerQueueTest, OnePreemptorPerKindAndItHoldsItsSlots) {
+  QueueInput input;
+  input.queues = {Queue("A", 4, 4, "c"), Queue("B", 0, 0, "c"), Queue("U", -1, -1)};
+  input.running = {Running("b-gpu-1", "B", 2, 0, 1), Running("b-gpu-2", "B", 2, 0, 2),
+                   Running("b-cpu", "B", 2, 0, 3, SlotKind::kCpu)};
+  // 2 GPUs free of 6: A's first job is within nominal but the cohort (4)
+  // lent all of it to B. It preempts one of B's jobs and holds the 2 free
+  // GPUs; A's second job does not preempt in this pass; U's job, later in
+  // the order, may not take the held GPUs. On CPU, independently, A's job
+  // preempts B's.
+  auto r = CheckQ({Queued("A", Job("a1", 2, kCuda, 0, 1)), Queued("A", Job("a2", 2, kCuda, 0, 2)),
+                   Queued("A", Job("a-cpu", 2, kCpu, 0, 3)), Queued("U", Job("u", 1, kCuda, 0, 4))},
+                  {Gpu("w", 2, 6), Cpu("c", 0, 2)}, input);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Victims(*r), (std::vector<std::string>{"b-gpu-2>a1", "b-cpu>a-cpu"})) << Dump(*r);
+  EXPECT_EQ(Outcome(*r), (Outcomes{{"a1", "pending:preempting"},
+                                   {"a2", "pending:quota_exceeded"},
+                                   {"a-cpu", "pending:preempting"},
+                                   {"u", "pending:blocked_by_reservation"}}))
+      << Dump(*r);
+  EXPECT_EQ(PendingOf(*r, "a1").reserved_slots.size(), 2u);
+  EXPECT_EQ(PendingOf(*r, "u").blocked_by, "a1");
+}
+
+TEST(SchedulerQueueTest, UnlimitedQueuesNeverPreempt) {
+  QueueInput input;
+  input.queues = {Queue("default", -1)};
+  input.running = {Running("low", "default", 4, -10, 1)};
+  auto r = CheckQ({Job("high", 4, kCuda, 10, 1)}, {Gpu("w", 0, 4)}, input);
+  ASSERT_TRUE(r.ok());
+  EXPECT_TRUE(r->preemptions.empty());
+  EXPECT_EQ(PendingOf(*r, "high").reason, PendingReason::kInsufficientFreeSlots);
+}
+
+TEST(SchedulerQueueTest, RejectsMalformedQueueInput) {
+  auto queue = [](std::function<void(QueueSpec&)> edit) {
+    QueueSpec q = Queue("A", 2);
+    edit(q);
+    return q;
+  };
+  struct Bad {
+    std::string name;
+    QueueInput input;
+    std::string field;
+  };
+  const std::vector<Bad> cases = {
+      {"empty queue name",
+       {{queue([](QueueSpec& q) { q.name = ""; })}, {}},
+       "queues[0].name: empty"},
+      {"duplicate queue", {{Queue("A", 1), Queue("A", 2)}, {}}, "queue name: duplicate \"A\""},
+      {"nominal below -1", {{queue([](QueueSpec& q) { q.nominal_cpu = -2; })}, {}}, "nominal_cpu"},
+      {"negative max size",
+       {{queue([](QueueSpec& q) { q.max_job_size = -1; })}, {}},
+       "max_job_size"},
+      {"negative usage", {{queue([](QueueSpec& q) { q.usage_gpu = -1; })}, {}}, "usage_gpu"},
+      {"nan usage", {{queue([](QueueSpec& q) { q.usage_cpu = std::nan(""); })}, {}}, "usage_cpu"},
+      {"running empty id", {{Queue("A", 2)}, {Running("", "A", 1)}}, "running job_id: empty"},
+      {"running duplicate",
+       {{Queue("A", 2)}, {Running("r", "A", 1), Running("r", "A", 1)}},
+       "running job_id: duplicate"},
+      {"running also pending",
+       {{Queue("A", 2)}, {Running("p", "A", 1)}},
+       "job_id: also a pending job"},
+      {"running negative slots", {{Queue("A", 2)}, {Running("r", "A", -1)}}, "slots: must be >= 0"},
+      {"running unknown queue",
+       {{Queue("A", 2)}, {Running("r", "Z", 1)}},
+       "queue: \"Z\" is not defined"},
+      {"running in no queue without default",
+       {{Queue("A", 2)}, {Running("r", "", 1)}},
+       "queue: \"default\" is not defined"},
+      {"running checked without queues too", {{}, {Running("r", "", -3)}}, "slots: must be >= 0"},
+  };
+  for (const Bad& c : cases) {
+    SCOPED_TRACE(c.name);
+    absl::StatusOr<ScheduleResult> r = Schedule({Job("p", 1)}, {Gpu("w", 1)}, c.input);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(c.field));
+  }
+}
+
+// Issue #26's starvation worry: a stream of borrowing jobs never keeps a job
+// within its queue's nominal quota waiting. Victims stop one tick after they
+// are picked.
+TEST(SchedulerQueueTest, JobWithinNominalStartsDespiteAStreamOfBorrowers) {
+  QueueInput input;
+  input.queues = {Queue("A", 4, -1, "c"), Queue("B", 4, -1, "c")};
+  struct Live {
+    RunningJob job;
+    std::vector<std::pair<std::string, int>> slots;
+    int end = 0;
+  };
+  std::map<std::string, Live> live;
+  std::map<std::string, int> stop_at;
+  std::vector<PendingJob> pending;
+  std::map<std::string, int> started;
+  std::uint64_t seq = 0, start_seq = 0;
+  for (int tick = 0; tick < 60 && !started.count("a-job"); ++tick) {
+    // B submits two 1-GPU jobs a tick, each running 30 ticks: far more than
+    // its quota; A submits one 4-GPU job at tick 10.
+    for (int k = 0; k < 2; ++k) {
+      pending.push_back(Queued("B", Job(absl::StrCat("b", seq), 1, kCuda, 0, seq)));
+      ++seq;
+    }
+    if (tick == 10) pending.push_back(Queued("A", Job("a-job", 4, kCuda, 0, seq++)));
+    std::map<std::string, std::set<int>> busy;
+    input.running.clear();
+    for (auto it = live.begin(); it != live.end();) {
+      const bool stopped = stop_at.count(it->first) && stop_at[it->first] <= tick;
+      if (it->second.end <= tick || stopped) {
+        it = live.erase(it);
+        continue;
+      }
+      for (const auto& [w, s] : it->second.slots) busy[w].insert(s);
+      RunningJob r = it->second.job;
+      r.stopping = stop_at.count(it->first) > 0;
+      input.running.push_back(r);
+      ++it;
+    }
+    std::vector<WorkerSlots> workers;
+    for (const std::string w : {"w1", "w2"}) {
+      std::vector<int> free;
+      for (int s = 0; s < 4; ++s) {
+        if (!busy[w].count(s)) free.push_back(s);
+      }
+      workers.push_back(Worker(w, SlotKind::kGpu, free, 4));
+    }
+    auto r = CheckQ(pending, workers, input);
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (const Preemption& p : r->preemptions) stop_at[p.victim_job_id] = tick + 1;
+    std::vector<PendingJob> still;
+    for (const PendingJob& j : pending) {
+      const Placement* placed = nullptr;
+      for (const Placement& p : r->placements) placed = p.job_id == j.job_id ? &p : placed;
+      if (placed == nullptr) {
+        still.push_back(j);
+        continue;
+      }
+      started[j.job_id] = tick;
+      Live l{Running(j.job_id, j.queue, placed->world_size, 0, start_seq++), {}, tick + 30};
+      for (const RankAssignment& a : placed->ranks) l.slots.push_back({a.worker_id, a.slot});
+      live[j.job_id] = l;
+    }
+    pending = still;
+  }
+  ASSERT_TRUE(started.count("a-job")) << "A's job starved";
+  // Tick 10: B's borrowers are picked; 11: they stop; 11 or 12: A starts.
+  EXPECT_LE(started["a-job"], 12);
+}
+
+}  // namespace
+}  // namespace trainctl::scheduler

@@ -105,6 +105,9 @@ inline std::string Dump(const ScheduleResult& result) {
     for (const SlotRef& r : p.reserved_slots) absl::StrAppend(&s, r.worker_id, "/", r.slot, ",");
     absl::StrAppend(&s, "\n");
   }
+  for (const Preemption& p : result.preemptions) {
+    absl::StrAppend(&s, "X ", p.victim_job_id, " for=", p.for_job_id, "\n");
+  }
   return s;
 }
 
@@ -351,6 +354,339 @@ inline absl::StatusOr<ScheduleResult> Check(const std::vector<PendingJob>& jobs,
   return result;
 }
 
+// ---------------------------------------------------------------------------
+// Queues: builders and the invariant checker for Schedule(jobs, workers,
+// queues). Unlike InvariantCheck it does not replay the order (fair share
+// interleaves queues); it checks what must hold whatever the order.
+
+inline QueueSpec Queue(std::string name, int nominal_gpu, int nominal_cpu = -1,
+                       std::string cohort = "", int max_job_size = 0) {
+  QueueSpec q;
+  q.name = std::move(name);
+  q.nominal_gpu = nominal_gpu;
+  q.nominal_cpu = nominal_cpu;
+  q.cohort = std::move(cohort);
+  q.max_job_size = max_job_size;
+  return q;
+}
+
+inline RunningJob Running(std::string id, std::string queue, int slots, int priority = 0,
+                          std::uint64_t start_seq = 0, SlotKind kind = SlotKind::kGpu,
+                          bool stopping = false) {
+  RunningJob r;
+  r.job_id = std::move(id);
+  r.queue = std::move(queue);
+  r.slots = slots;
+  r.priority = priority;
+  r.start_seq = start_seq;
+  r.kind = kind;
+  r.stopping = stopping;
+  return r;
+}
+
+inline PendingJob Queued(std::string queue, PendingJob job) {
+  job.queue = std::move(queue);
+  return job;
+}
+
+class QueueInvariantCheck {
+ public:
+  QueueInvariantCheck(const std::vector<PendingJob>& jobs, const std::vector<WorkerSlots>& workers,
+                      const QueueInput& input, const ScheduleResult& result)
+      : jobs_(jobs), input_(input), result_(result) {
+    for (const WorkerSlots& w : workers) {
+      if (!w.schedulable) continue;
+      by_id_[w.worker_id] = &w;
+      capacity_[w.kind] += w.total_slots;
+      for (int s : w.free_slots) free_.insert({w.worker_id, s});
+    }
+    for (const QueueSpec& q : input.queues) queues_[q.name] = &q;
+    for (const RunningJob& r : input.running) {
+      running_[r.job_id] = &r;
+      if (input.queues.empty()) continue;
+      used_running_[{Name(r.queue), r.kind}] += r.slots;
+      if (r.stopping) stopping_[{Name(r.queue), r.kind}] += r.slots;
+    }
+  }
+
+  void Run() {
+    EachJobOnce();
+    if (::testing::Test::HasFatalFailure()) return;
+    for (const Placement& p : result_.placements) CheckPlaced(*jobs_by_id_.at(p.job_id), p);
+    for (const PendingJobStatus& p : result_.pending) CheckPending(*jobs_by_id_.at(p.job_id), p);
+    CheckGroups();
+    CheckPreemptions();
+  }
+
+ private:
+  using Slot = std::pair<std::string, int>;
+  using QueueKind = std::pair<std::string, SlotKind>;
+
+  static std::string Name(const std::string& queue) { return queue.empty() ? "default" : queue; }
+  static int Least(const PendingJob& job) {
+    const bool elastic = job.min_world_size >= 1 && job.min_world_size < job.world_size;
+    return elastic ? job.min_world_size : job.world_size;
+  }
+  SlotKind KindOf(DeviceRequirement d) {
+    if (d == DeviceRequirement::kCuda) return SlotKind::kGpu;
+    if (d == DeviceRequirement::kCpu) return SlotKind::kCpu;
+    return capacity_[SlotKind::kGpu] > 0 ? SlotKind::kGpu : SlotKind::kCpu;
+  }
+  // The queue's spec; nullptr when no queues are defined (implicit default)
+  // or the queue is not defined.
+  const QueueSpec* Spec(const std::string& queue) const {
+    auto it = queues_.find(Name(queue));
+    return it == queues_.end() ? nullptr : it->second;
+  }
+  static long long Nominal(const QueueSpec& q, SlotKind k) {
+    return k == SlotKind::kGpu ? q.nominal_gpu : q.nominal_cpu;
+  }
+  static std::string Group(const QueueSpec& q) {
+    return q.cohort.empty() ? "queue:" + q.name : "cohort:" + q.cohort;
+  }
+  // Sum over the group's queues with a finite nominal for k of f(queue).
+  template <typename F>
+  long long GroupSum(const QueueSpec& of, SlotKind k, F f) const {
+    long long sum = 0;
+    for (const auto& [name, q] : queues_) {
+      if (Group(*q) == Group(of) && Nominal(*q, k) >= 0) sum += f(*q);
+    }
+    return sum;
+  }
+  long long GroupNominal(const QueueSpec& q, SlotKind k) const {
+    return GroupSum(q, k, [&](const QueueSpec& m) { return Nominal(m, k); });
+  }
+  long long At(const std::map<QueueKind, long long>& m, const std::string& q, SlotKind k) const {
+    auto it = m.find({q, k});
+    return it == m.end() ? 0 : it->second;
+  }
+  long long UsedFinal(const QueueSpec& q, SlotKind k) const {
+    return At(used_running_, q.name, k) + At(placed_, q.name, k);
+  }
+
+  void EachJobOnce() {
+    for (const PendingJob& j : jobs_) jobs_by_id_[j.job_id] = &j;
+    std::set<std::string> seen;
+    for (const Placement& p : result_.placements) ASSERT_TRUE(seen.insert(p.job_id).second);
+    for (const PendingJobStatus& p : result_.pending) ASSERT_TRUE(seen.insert(p.job_id).second);
+    ASSERT_EQ(seen.size(), jobs_.size());
+    for (const std::string& id : seen) ASSERT_TRUE(jobs_by_id_.contains(id)) << id;
+    // Reservations first: placements must avoid every holder's slots.
+    for (const PendingJobStatus& p : result_.pending) {
+      if (!p.reserved_slots.empty()) {
+        EXPECT_TRUE(p.reason == PendingReason::kInsufficientFreeSlots ||
+                    p.reason == PendingReason::kPreempting)
+            << p.job_id << " " << PendingReasonName(p.reason);
+      }
+      for (const SlotRef& r : p.reserved_slots) {
+        const Slot s{r.worker_id, r.slot};
+        EXPECT_TRUE(free_.count(s)) << r.worker_id << "/" << r.slot;
+        EXPECT_EQ(by_id_[r.worker_id]->kind, p.kind);
+        EXPECT_TRUE(reserved_.insert(s).second)
+            << "reserved twice " << r.worker_id << "/" << r.slot;
+      }
+    }
+  }
+
+  // A gang is whole: every rank on a distinct free, unreserved slot of its
+  // kind; size within [least, world_size] and the queue's max_job_size.
+  void CheckPlaced(const PendingJob& job, const Placement& p) {
+    SCOPED_TRACE(job.job_id);
+    const SlotKind kind = KindOf(job.device);
+    EXPECT_EQ(p.kind, kind);
+    EXPECT_GE(p.world_size, std::max(1, Least(job)));
+    EXPECT_LE(p.world_size, job.world_size);
+    ASSERT_EQ(static_cast<int>(p.ranks.size()), p.world_size) << "gang split";
+    std::vector<std::string> nodes;
+    for (int i = 0; i < p.world_size; ++i) {
+      const RankAssignment& r = p.ranks[i];
+      EXPECT_EQ(r.rank, i);
+      if (nodes.empty() || nodes.back() != r.worker_id) nodes.push_back(r.worker_id);
+      EXPECT_EQ(r.node_rank, static_cast<int>(nodes.size()) - 1);
+      const Slot s{r.worker_id, r.slot};
+      ASSERT_TRUE(by_id_.contains(r.worker_id));
+      EXPECT_EQ(by_id_[r.worker_id]->kind, kind);
+      EXPECT_TRUE(free_.count(s)) << "slot was not free";
+      EXPECT_FALSE(reserved_.count(s)) << "slot was reserved";
+      EXPECT_TRUE(used_.insert(s).second) << "slot used twice";
+    }
+    EXPECT_EQ(p.num_nodes, static_cast<int>(nodes.size()));
+    const QueueSpec* q = Spec(job.queue);
+    if (!input_.queues.empty()) {
+      ASSERT_NE(q, nullptr) << "placed from an undefined queue";
+      if (q->max_job_size > 0) {
+        EXPECT_LE(p.world_size, q->max_job_size);
+      }
+      placed_[{q->name, kind}] += p.world_size;
+    }
+  }
+
+  void CheckPending(const PendingJob& job, const PendingJobStatus& p) {
+    SCOPED_TRACE(job.job_id);
+    EXPECT_FALSE(p.message.empty());
+    const int least = Least(job);
+    if (job.world_size < 1) {
+      EXPECT_EQ(p.reason, PendingReason::kInvalidJob);
+      return;
+    }
+    const SlotKind kind = KindOf(job.device);
+    EXPECT_EQ(p.kind, kind);
+    const QueueSpec* q = Spec(job.queue);
+    if (!input_.queues.empty() && q == nullptr) {
+      EXPECT_EQ(p.reason, PendingReason::kUnknownQueue);
+      return;
+    }
+    EXPECT_NE(p.reason, PendingReason::kUnknownQueue);
+    if (q != nullptr && q->max_job_size > 0 && least > q->max_job_size) {
+      EXPECT_EQ(p.reason, PendingReason::kExceedsQueueLimit);
+      return;
+    }
+    if (capacity_[kind] == 0) {
+      EXPECT_EQ(p.reason, PendingReason::kNoWorkerOfKind);
+      return;
+    }
+    if (least > capacity_[kind]) {
+      EXPECT_EQ(p.reason, PendingReason::kExceedsCapacity);
+      return;
+    }
+    const bool finite = q != nullptr && Nominal(*q, kind) >= 0;
+    if (finite && least > GroupNominal(*q, kind)) {
+      EXPECT_EQ(p.reason, PendingReason::kExceedsQueueLimit);
+      return;
+    }
+    EXPECT_NE(p.reason, PendingReason::kExceedsQueueLimit);
+    if (p.reason == PendingReason::kQuotaExceeded) {
+      // Quota only grows within a pass: what blocked it still does.
+      ASSERT_TRUE(finite) << "quota_exceeded in a queue without quota";
+      EXPECT_GT(GroupSum(*q, kind, [&](const QueueSpec& m) { return UsedFinal(m, kind); }) + least,
+                GroupNominal(*q, kind));
+    }
+    if (p.reason == PendingReason::kPreempting) {
+      ASSERT_TRUE(finite) << "preempting in a queue without quota";
+      EXPECT_LE(At(used_running_, q->name, kind) + least, Nominal(*q, kind))
+          << "preempts while not within its nominal quota";
+      preempting_[kind].push_back(&job);
+    }
+  }
+
+  // Quota is never exceeded except by borrowing within the cohort: where a
+  // queue with a finite nominal placed a job, its group's used (running plus
+  // placed) is within its group's nominal.
+  void CheckGroups() {
+    for (const auto& [qk, n] : placed_) {
+      const QueueSpec& q = *queues_.at(qk.first);
+      const SlotKind k = qk.second;
+      if (n == 0 || Nominal(q, k) < 0) continue;
+      SCOPED_TRACE(absl::StrCat(Group(q), " ", SlotKindName(k)));
+      EXPECT_LE(GroupSum(q, k, [&](const QueueSpec& m) { return UsedFinal(m, k); }),
+                GroupNominal(q, k));
+      if (q.cohort.empty()) {
+        EXPECT_LE(UsedFinal(q, k), Nominal(q, k));
+      }
+    }
+  }
+
+  // Victims are running, not stopping, of the preempting job's kind, from a
+  // borrowing queue of its cohort or lower priority in its own queue; at most
+  // one job per kind preempts; what is picked can suffice.
+  void CheckPreemptions() {
+    for (const auto& [kind, list] : preempting_) {
+      EXPECT_EQ(list.size(), 1u) << "two preemptors";
+      // One that picks no victim waits for stopping jobs of its kind.
+      const bool picks = std::any_of(
+          result_.preemptions.begin(), result_.preemptions.end(),
+          [&](const Preemption& x) { return x.for_job_id == list.front()->job_id; });
+      const bool stopping = std::any_of(
+          input_.running.begin(), input_.running.end(),
+          [&](const RunningJob& r) { return r.kind == kind && r.stopping && r.slots > 0; });
+      EXPECT_TRUE(picks || stopping) << list.front()->job_id << " preempting nothing";
+    }
+    std::map<std::string, std::vector<const RunningJob*>> victims_of;
+    std::set<std::string> victims;
+    for (const Preemption& x : result_.preemptions) {
+      SCOPED_TRACE(absl::StrCat(x.victim_job_id, " for ", x.for_job_id));
+      ASSERT_TRUE(running_.count(x.victim_job_id)) << "victim not running";
+      ASSERT_TRUE(jobs_by_id_.contains(x.for_job_id));
+      EXPECT_TRUE(victims.insert(x.victim_job_id).second) << "victim picked twice";
+      victims_of[x.for_job_id].push_back(running_.at(x.victim_job_id));
+    }
+    for (const auto& [for_id, picked] : victims_of) {
+      const PendingJob& job = *jobs_by_id_.at(for_id);
+      SCOPED_TRACE(for_id);
+      const SlotKind kind = KindOf(job.device);
+      bool is_preempting = false;
+      for (const auto& [k, list] : preempting_) {
+        for (const PendingJob* j : list) is_preempting |= j->job_id == for_id;
+      }
+      ASSERT_TRUE(is_preempting) << "preemptions for a job not kPreempting";
+      const QueueSpec& q = *Spec(job.queue);
+      std::map<std::string, long long> picked_from;
+      long long picked_slots = 0;
+      for (const RunningJob* v : picked) {
+        EXPECT_FALSE(v->stopping) << v->job_id;
+        EXPECT_EQ(v->kind, kind) << v->job_id;
+        const QueueSpec& vq = *Spec(v->queue);
+        if (vq.name == q.name) {
+          EXPECT_LT(v->priority, job.priority) << v->job_id << " same queue, not lower priority";
+        } else {
+          EXPECT_FALSE(q.cohort.empty());
+          EXPECT_EQ(vq.cohort, q.cohort) << v->job_id << " outside the cohort";
+          ASSERT_GE(Nominal(vq, kind), 0);
+          // Borrowing at the time of the pick (final used bounds it above).
+          EXPECT_GT(UsedFinal(vq, kind) - At(stopping_, vq.name, kind) - picked_from[vq.name],
+                    Nominal(vq, kind))
+              << v->job_id << " from a queue not borrowing";
+        }
+        picked_from[vq.name] += v->slots;
+        picked_slots += v->slots;
+      }
+      long long stopping_slots = 0;
+      for (const RunningJob& r : input_.running) {
+        if (r.kind == kind && r.stopping) stopping_slots += r.slots;
+      }
+      long long free_of_kind = 0;
+      for (const Slot& s : free_) free_of_kind += by_id_[s.first]->kind == kind;
+      EXPECT_GE(free_of_kind + stopping_slots + picked_slots, Least(job))
+          << "victims cannot suffice";
+      const long long group_running =
+          GroupSum(q, kind, [&](const QueueSpec& m) { return At(used_running_, m.name, kind); });
+      const long long group_stopping =
+          GroupSum(q, kind, [&](const QueueSpec& m) { return At(stopping_, m.name, kind); });
+      EXPECT_LE(group_running - group_stopping - picked_slots + Least(job), GroupNominal(q, kind))
+          << "victims free too little quota";
+    }
+  }
+
+  const std::vector<PendingJob>& jobs_;
+  const QueueInput& input_;
+  const ScheduleResult& result_;
+  absl::flat_hash_map<std::string, const PendingJob*> jobs_by_id_;
+  absl::flat_hash_map<std::string, const WorkerSlots*> by_id_;
+  std::map<std::string, const QueueSpec*> queues_;
+  std::map<std::string, const RunningJob*> running_;
+  std::map<SlotKind, long long> capacity_;
+  std::set<Slot> free_;
+  std::set<Slot> used_;
+  std::set<Slot> reserved_;
+  std::map<QueueKind, long long> used_running_;  // running, stopping included
+  std::map<QueueKind, long long> stopping_;
+  std::map<QueueKind, long long> placed_;
+  std::map<SlotKind, std::vector<const PendingJob*>> preempting_;
+};
+
+inline void CheckQueueInvariants(const std::vector<PendingJob>& jobs,
+                                 const std::vector<WorkerSlots>& workers, const QueueInput& input,
+                                 const ScheduleResult& result) {
+  QueueInvariantCheck(jobs, workers, input, result).Run();
+}
+
+inline absl::StatusOr<ScheduleResult> CheckQ(const std::vector<PendingJob>& jobs,
+                                             const std::vector<WorkerSlots>& workers,
+                                             const QueueInput& input) {
+  absl::StatusOr<ScheduleResult> result = Schedule(jobs, workers, input);
+  if (result.ok()) CheckQueueInvariants(jobs, workers, input, *result);
+  return result;
+}
 
 inline constexpr DeviceRequirement kCuda = DeviceRequirement::kCuda;
 inline constexpr DeviceRequirement kCpu = DeviceRequirement::kCpu;
