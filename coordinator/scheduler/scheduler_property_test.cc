@@ -1,5 +1,8 @@
 // Randomized properties of the scheduler (fixed seeds): invariants on random
-// clusters, determinism under permuted input, and no starvation.
+// clusters, determinism under permuted input, and no starvation; with
+// queues: quota kept except by borrowing, gangs whole, victims eligible,
+// sufficient and no more than needed, determinism, no starvation of a queue
+// under its nominal quota, and no queues == one unlimited "default" queue.
 #include "coordinator/scheduler/scheduler.h"
 
 #include <algorithm>
@@ -8,6 +11,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -139,6 +143,434 @@ TEST(SchedulerPropertyTest, EveryJobThatFitsEventuallyRuns) {
     EXPECT_EQ(sim.start_tick.size(), jobs.size());
     if (HasFailure()) return;
   }
+}
+
+// ---------------------------------------------------------------------------
+// Queues (fixed seeds).
+
+struct RandomQueueInput {
+  std::vector<PendingJob> jobs;
+  std::vector<WorkerSlots> workers;
+  QueueInput queues;
+};
+
+// Random queues (finite, unlimited and zero quotas; cohorts, mostly one
+// shared; size limits; usage), running jobs (some stopping), RandomCluster's
+// workers and jobs of modest size, each job in a random queue (a few
+// undefined).
+RandomQueueInput RandomQueues(std::mt19937& rng, int max_jobs = 12) {
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  RandomQueueInput in;
+  in.workers = RandomCluster(rng).workers;
+  auto nominal = [&] { return uniform(0, 3) == 0 ? -1 : uniform(0, 8); };
+  const int num_queues = uniform(1, 4);
+  for (int q = 0; q < num_queues; ++q) {
+    QueueSpec spec;
+    spec.name = q == 0 && uniform(0, 1) ? "default" : absl::StrCat("q", q);
+    spec.nominal_gpu = nominal();
+    spec.nominal_cpu = nominal();
+    const int cohort = uniform(0, 4);
+    spec.cohort = cohort == 0 ? "" : cohort == 1 ? "c2" : "c1";
+    spec.max_job_size = uniform(0, 4) == 0 ? uniform(1, 6) : 0;
+    spec.usage_gpu = uniform(0, 2) == 0 ? 0 : uniform(0, 40) / 4.0;
+    spec.usage_cpu = uniform(0, 2) == 0 ? 0 : uniform(0, 40) / 4.0;
+    in.queues.queues.push_back(std::move(spec));
+  }
+  auto some_queue = [&] { return in.queues.queues[uniform(0, num_queues - 1)].name; };
+  const int num_jobs = uniform(0, max_jobs);
+  for (int j = 0; j < num_jobs; ++j) {
+    PendingJob job;
+    job.job_id = absl::StrCat("j", j);
+    job.world_size = uniform(0, 30) == 0 ? 0 : uniform(1, uniform(0, 3) == 0 ? 12 : 4);
+    job.device = static_cast<DeviceRequirement>(uniform(0, 2));
+    job.priority = uniform(0, 2);
+    job.submit_seq = static_cast<std::uint64_t>(uniform(0, 20));
+    const int pick = uniform(0, 29);
+    job.queue = pick == 0 ? "nope" : pick == 1 ? "" : some_queue();
+    if (uniform(0, 5) == 0 && job.world_size > 1)
+      job.min_world_size = uniform(1, job.world_size - 1);
+    in.jobs.push_back(std::move(job));
+  }
+  const int num_running = uniform(0, 10);
+  for (int r = 0; r < num_running; ++r) {
+    RunningJob job;
+    job.job_id = absl::StrCat("r", r);
+    job.queue = some_queue();
+    job.kind = uniform(0, 2) == 0 ? SlotKind::kCpu : SlotKind::kGpu;
+    job.slots = uniform(0, 12) == 0 ? 0 : uniform(1, 5);
+    job.priority = uniform(0, 2);
+    job.start_seq = static_cast<std::uint64_t>(uniform(0, 20));
+    job.stopping = uniform(0, 6) == 0;
+    in.queues.running.push_back(std::move(job));
+  }
+  return in;
+}
+
+TEST(SchedulerQueuePropertyTest, InvariantsOnRandomQueues) {
+  std::mt19937 rng(20260126);
+  std::map<std::string, int> seen;
+  for (int iter = 0; iter < 6000; ++iter) {
+    RandomQueueInput in = RandomQueues(rng);
+    SCOPED_TRACE(iter);
+    absl::StatusOr<ScheduleResult> r = Schedule(in.jobs, in.workers, in.queues);
+    ASSERT_TRUE(r.ok()) << r.status();
+    CheckQueueInvariants(in.jobs, in.workers, in.queues, *r);
+    if (HasFailure()) FAIL() << "result:\n" << Dump(*r);
+    seen["placed"] += static_cast<int>(r->placements.size());
+    seen["victims"] += static_cast<int>(r->preemptions.size());
+    for (const PendingJobStatus& p : r->pending) ++seen[PendingReasonName(p.reason)];
+    // Placements beyond the queue's own nominal (borrowing).
+    std::map<std::pair<std::string, SlotKind>, long long> used;
+    for (const RunningJob& j : in.queues.running) used[{j.queue, j.kind}] += j.slots;
+    std::map<std::string, const PendingJob*> by_id;
+    for (const PendingJob& j : in.jobs) by_id[j.job_id] = &j;
+    for (const Placement& p : r->placements) {
+      const std::string queue = by_id[p.job_id]->queue.empty() ? "default" : by_id[p.job_id]->queue;
+      used[{queue, p.kind}] += p.world_size;
+      for (const QueueSpec& q : in.queues.queues) {
+        const int nominal = p.kind == SlotKind::kGpu ? q.nominal_gpu : q.nominal_cpu;
+        if (q.name == queue && nominal >= 0 && used[{queue, p.kind}] > nominal) ++seen["borrowed"];
+      }
+    }
+  }
+  // The generator exercises every path.
+  for (const char* what :
+       {"placed", "borrowed", "victims", "preempting", "quota_exceeded", "exceeds_queue_limit",
+        "unknown_queue", "insufficient_free_slots", "blocked_by_reservation"}) {
+    EXPECT_GT(seen[what], 30) << what;
+  }
+}
+
+TEST(SchedulerQueuePropertyTest, DeterministicUnderPermutedInput) {
+  std::mt19937 rng(11);
+  for (int iter = 0; iter < 2000; ++iter) {
+    RandomQueueInput in = RandomQueues(rng);
+    SCOPED_TRACE(iter);
+    absl::StatusOr<ScheduleResult> want = Schedule(in.jobs, in.workers, in.queues);
+    ASSERT_TRUE(want.ok());
+    for (int perm = 0; perm < 3; ++perm) {
+      RandomQueueInput shuffled = in;
+      std::shuffle(shuffled.jobs.begin(), shuffled.jobs.end(), rng);
+      std::shuffle(shuffled.workers.begin(), shuffled.workers.end(), rng);
+      for (WorkerSlots& w : shuffled.workers)
+        std::shuffle(w.free_slots.begin(), w.free_slots.end(), rng);
+      std::shuffle(shuffled.queues.queues.begin(), shuffled.queues.queues.end(), rng);
+      std::shuffle(shuffled.queues.running.begin(), shuffled.queues.running.end(), rng);
+      absl::StatusOr<ScheduleResult> got =
+          Schedule(shuffled.jobs, shuffled.workers, shuffled.queues);
+      ASSERT_TRUE(got.ok());
+      ASSERT_EQ(Dump(*got), Dump(*want));
+    }
+  }
+}
+
+// The hard requirement: without queues the result is the same as with
+// every job (and running job) in one unlimited "default" queue, and the
+// same as the two-argument Schedule().
+TEST(SchedulerQueuePropertyTest, NoQueuesEqualsOneUnlimitedDefaultQueue) {
+  std::mt19937 rng(26);
+  int compared = 0;
+  for (int iter = 0; iter < 4000; ++iter) {
+    RandomQueueInput in = RandomQueues(rng);
+    SCOPED_TRACE(iter);
+    QueueInput none;
+    none.running = in.queues.running;  // in whatever queues they name
+    absl::StatusOr<ScheduleResult> without = Schedule(in.jobs, in.workers, none);
+    absl::StatusOr<ScheduleResult> plain = Schedule(in.jobs, in.workers);
+    ASSERT_TRUE(without.ok() && plain.ok());
+    ASSERT_EQ(Dump(*without), Dump(*plain));
+    CheckInvariants(in.jobs, in.workers, *without);
+
+    RandomQueueInput one = in;
+    QueueSpec unlimited;
+    unlimited.name = "default";
+    unlimited.usage_gpu = iter % 7;  // usage alone changes nothing
+    one.queues.queues = {unlimited};
+    for (PendingJob& j : one.jobs) j.queue = iter % 2 ? "default" : "";
+    for (RunningJob& r : one.queues.running) r.queue = iter % 3 ? "default" : "";
+    absl::StatusOr<ScheduleResult> with = Schedule(one.jobs, one.workers, one.queues);
+    ASSERT_TRUE(with.ok()) << with.status();
+    ASSERT_EQ(Dump(*with), Dump(*without));
+    EXPECT_TRUE(with->preemptions.empty());
+    compared += !with->placements.empty();
+  }
+  EXPECT_GT(compared, 1000);
+}
+
+// With a single pending job nothing else takes slots or quota first, so the
+// victim rule can be replayed exactly: within its nominal and blocked, the
+// job picks eligible candidates in victim order until slots and quota
+// suffice, and picks none when they never do or stopping jobs already do.
+TEST(SchedulerQueuePropertyTest, VictimsAreEligibleSufficientAndNoMoreThanNeeded) {
+  std::mt19937 rng(3);
+  int preempted = 0, waited = 0, refused = 0;
+  for (int iter = 0; iter < 40000; ++iter) {
+    RandomQueueInput in = RandomQueues(rng, /*max_jobs=*/1);
+    if (in.jobs.empty()) continue;
+    SCOPED_TRACE(iter);
+    absl::StatusOr<ScheduleResult> r = Schedule(in.jobs, in.workers, in.queues);
+    ASSERT_TRUE(r.ok()) << r.status();
+    CheckQueueInvariants(in.jobs, in.workers, in.queues, *r);
+
+    const PendingJob& job = in.jobs[0];
+    std::map<SlotKind, long long> capacity, free;
+    for (const WorkerSlots& w : in.workers) {
+      if (!w.schedulable) continue;
+      capacity[w.kind] += w.total_slots;
+      free[w.kind] += static_cast<long long>(w.free_slots.size());
+    }
+    const SlotKind kind = job.device == kCpu             ? SlotKind::kCpu
+                          : job.device == kCuda          ? SlotKind::kGpu
+                          : capacity[SlotKind::kGpu] > 0 ? SlotKind::kGpu
+                                                         : SlotKind::kCpu;
+    const long long need = job.min_world_size >= 1 && job.min_world_size < job.world_size
+                               ? job.min_world_size
+                               : job.world_size;
+    auto nominal = [&](const QueueSpec& q) -> long long {
+      return kind == SlotKind::kGpu ? q.nominal_gpu : q.nominal_cpu;
+    };
+    const QueueSpec* queue = nullptr;
+    for (const QueueSpec& q : in.queues.queues) {
+      if (q.name == (job.queue.empty() ? "default" : job.queue)) queue = &q;
+    }
+    auto in_group = [&](const QueueSpec& q) {
+      return nominal(q) >= 0 &&
+             (q.name == queue->name || (!queue->cohort.empty() && q.cohort == queue->cohort));
+    };
+    const bool eligible_job = job.world_size >= 1 && queue != nullptr && nominal(*queue) >= 0 &&
+                              (queue->max_job_size == 0 || need <= queue->max_job_size) &&
+                              need <= capacity[kind];
+    long long group_nominal = 0, group_used = 0, group_stopping = 0, queue_used = 0, stopping = 0;
+    std::map<std::string, long long> used, queue_stopping;
+    if (eligible_job) {
+      for (const QueueSpec& q : in.queues.queues) group_nominal += in_group(q) ? nominal(q) : 0;
+      for (const RunningJob& run : in.queues.running) {
+        if (run.kind != kind) continue;
+        used[run.queue] += run.slots;
+        if (run.stopping) stopping += run.slots, queue_stopping[run.queue] += run.slots;
+      }
+      for (const QueueSpec& q : in.queues.queues) {
+        if (!in_group(q)) continue;
+        group_used += used[q.name];
+        group_stopping += queue_stopping[q.name];
+      }
+      queue_used = used[queue->name];
+    }
+    const bool within =
+        eligible_job && need <= group_nominal && queue_used + need <= nominal(*queue);
+    const bool blocked = free[kind] < need || group_used + need > group_nominal;
+    if (!within || !blocked) {
+      EXPECT_TRUE(r->preemptions.empty()) << Dump(*r);
+      continue;
+    }
+    // Replay the rule.
+    std::vector<const RunningJob*> candidates;
+    for (const RunningJob& run : in.queues.running) {
+      if (run.kind != kind || run.stopping || run.slots == 0) continue;
+      const QueueSpec* rq = nullptr;
+      for (const QueueSpec& q : in.queues.queues) rq = q.name == run.queue ? &q : rq;
+      if (run.queue == queue->name ? run.priority < job.priority : in_group(*rq)) {
+        candidates.push_back(&run);
+      }
+    }
+    std::sort(candidates.begin(), candidates.end(), [](const RunningJob* a, const RunningJob* b) {
+      return std::make_tuple(a->priority, -static_cast<long long>(a->start_seq), a->slots,
+                             a->job_id) < std::make_tuple(b->priority,
+                                                          -static_cast<long long>(b->start_seq),
+                                                          b->slots, b->job_id);
+    });
+    long long picked = 0;
+    std::map<std::string, long long> picked_from;
+    auto enough = [&] {
+      return free[kind] + stopping + picked >= need &&
+             group_used - group_stopping - picked + need <= group_nominal;
+    };
+    std::vector<std::string> want;
+    bool ok = enough();
+    for (const RunningJob* c : candidates) {
+      if (ok) break;
+      if (c->queue != queue->name) {
+        const QueueSpec* cq = nullptr;
+        for (const QueueSpec& q : in.queues.queues) cq = q.name == c->queue ? &q : cq;
+        if (used[c->queue] - queue_stopping[c->queue] - picked_from[c->queue] <= nominal(*cq)) {
+          continue;
+        }
+      }
+      want.push_back(absl::StrCat(c->job_id, ">", job.job_id));
+      picked += c->slots;
+      picked_from[c->queue] += c->slots;
+      ok = enough();
+    }
+    if (!ok) want.clear();
+    std::vector<std::string> got;
+    for (const Preemption& p : r->preemptions) got.push_back(p.victim_job_id + ">" + p.for_job_id);
+    ASSERT_EQ(got, want) << Dump(*r);
+    ASSERT_EQ(r->pending.size(), 1u);
+    if (ok) {
+      EXPECT_EQ(r->pending[0].reason, PendingReason::kPreempting) << Dump(*r);
+      (want.empty() ? waited : preempted)++;
+    } else {
+      EXPECT_NE(r->pending[0].reason, PendingReason::kPreempting) << Dump(*r);
+      ++refused;
+    }
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(preempted, 100);
+  EXPECT_GT(waited, 20);
+  EXPECT_GT(refused, 100);
+}
+
+// A cluster whose capacity covers every queue's nominal quota, running
+// random jobs (some borrowing) through passes: finished jobs leave,
+// victims stop a tick or two after they are picked and go back to pending
+// with the work they had left, usage decays. Every job, borrower or not,
+// eventually runs to completion: in particular no queue under its nominal
+// quota starves.
+TEST(SchedulerQueuePropertyTest, NoQueueUnderItsNominalQuotaStarves) {
+  std::mt19937 rng(126);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int preemptions = 0, borrowed = 0;
+  for (int iter = 0; iter < 200; ++iter) {
+    SCOPED_TRACE(iter);
+    // Workers of both kinds; quotas summing to at most the capacity.
+    std::vector<WorkerSlots> workers;
+    std::map<SlotKind, int> capacity;
+    const int num_workers = uniform(1, 4);
+    for (int w = 0; w < num_workers; ++w) {
+      const SlotKind kind = w == 0               ? SlotKind::kGpu
+                            : uniform(0, 2) == 0 ? SlotKind::kCpu
+                                                 : SlotKind::kGpu;
+      const int total = uniform(2, 8);
+      workers.push_back(Worker(absl::StrCat("w", w), kind, {}, total));
+      capacity[kind] += total;
+    }
+    QueueInput input;
+    const int num_queues = uniform(2, 4);
+    std::map<SlotKind, int> left = capacity;
+    for (int q = 0; q < num_queues; ++q) {
+      QueueSpec spec = Queue(absl::StrCat("q", q), 0, 0, uniform(0, 2) ? "c" : "");
+      spec.nominal_gpu = uniform(0, left[SlotKind::kGpu] / (num_queues - q));
+      spec.nominal_cpu = uniform(0, left[SlotKind::kCpu] / (num_queues - q));
+      left[SlotKind::kGpu] -= spec.nominal_gpu;
+      left[SlotKind::kCpu] -= spec.nominal_cpu;
+      input.queues.push_back(spec);
+    }
+    auto group_nominal = [&](const QueueSpec& of, SlotKind k) {
+      int sum = 0;
+      for (const QueueSpec& q : input.queues) {
+        if (q.name == of.name || (!of.cohort.empty() && q.cohort == of.cohort)) {
+          sum += k == SlotKind::kGpu ? q.nominal_gpu : q.nominal_cpu;
+        }
+      }
+      return sum;
+    };
+    struct Work {
+      PendingJob spec;
+      int arrival = 0;
+      int left = 0;  // ticks of work left
+    };
+    std::vector<Work> work;
+    const int num_jobs = uniform(5, 30);
+    for (int j = 0; j < num_jobs; ++j) {
+      const QueueSpec& q = input.queues[uniform(0, num_queues - 1)];
+      const SlotKind kind = uniform(0, 3) == 0 ? SlotKind::kCpu : SlotKind::kGpu;
+      const int most = group_nominal(q, kind);
+      if (most == 0) continue;
+      const int own = kind == SlotKind::kGpu ? q.nominal_gpu : q.nominal_cpu;
+      // Mostly within the queue's own nominal; some must borrow.
+      const int size = own > 0 && uniform(0, 3) ? uniform(1, own) : uniform(1, most);
+      Work w{Queued(q.name, Job(absl::StrCat("j", j), size, kind == SlotKind::kGpu ? kCuda : kCpu,
+                                uniform(0, 2), static_cast<std::uint64_t>(j))),
+             uniform(0, 30), uniform(1, 8)};
+      work.push_back(w);
+    }
+    struct Live {
+      RunningJob job;
+      std::vector<std::pair<std::string, int>> slots;
+      int end = 0;
+      int stop_at = -1;
+      Work* work = nullptr;
+    };
+    std::map<std::string, Live> live;
+    std::map<std::string, Work*> pending;
+    std::set<std::string> done;
+    std::uint64_t start_seq = 0;
+    for (int tick = 0; tick < 3000 && done.size() < work.size(); ++tick) {
+      for (Work& w : work) {
+        if (w.arrival == tick) pending[w.spec.job_id] = &w;
+      }
+      for (auto it = live.begin(); it != live.end();) {
+        Live& l = it->second;
+        if (l.end <= tick) {
+          done.insert(it->first);
+        } else if (l.stop_at >= 0 && l.stop_at <= tick) {
+          l.work->left = l.end - tick;  // resumes from its checkpoint
+          pending[it->first] = l.work;
+        } else {
+          ++it;
+          continue;
+        }
+        it = live.erase(it);
+      }
+      // Usage: decayed slot-ticks (half-life of about 3 ticks).
+      for (QueueSpec& q : input.queues) q.usage_gpu *= 0.8, q.usage_cpu *= 0.8;
+      std::map<std::string, std::set<int>> busy;
+      input.running.clear();
+      for (const auto& [id, l] : live) {
+        for (const auto& [w, s] : l.slots) busy[w].insert(s);
+        RunningJob r = l.job;
+        r.stopping = l.stop_at >= 0;
+        input.running.push_back(r);
+        for (QueueSpec& q : input.queues) {
+          if (q.name != r.queue) continue;
+          (r.kind == SlotKind::kGpu ? q.usage_gpu : q.usage_cpu) += r.slots;
+        }
+      }
+      for (WorkerSlots& w : workers) {
+        w.free_slots.clear();
+        for (int s = 0; s < w.total_slots; ++s) {
+          if (!busy[w.worker_id].count(s)) w.free_slots.push_back(s);
+        }
+      }
+      std::vector<PendingJob> jobs;
+      for (const auto& [id, w] : pending) jobs.push_back(w->spec);
+      absl::StatusOr<ScheduleResult> r = CheckQ(jobs, workers, input);
+      ASSERT_TRUE(r.ok()) << r.status();
+      if (HasFailure()) FAIL() << "tick " << tick << "\n" << Dump(*r);
+      for (const Preemption& p : r->preemptions) {
+        live.at(p.victim_job_id).stop_at = tick + uniform(1, 2);
+        ++preemptions;
+      }
+      for (const Placement& p : r->placements) {
+        Work* w = pending.at(p.job_id);
+        Live l{
+            Running(p.job_id, w->spec.queue, p.world_size, w->spec.priority, start_seq++, p.kind),
+            {},
+            tick + w->left,
+            -1,
+            w};
+        for (const RankAssignment& a : p.ranks) l.slots.push_back({a.worker_id, a.slot});
+        live[p.job_id] = l;
+        pending.erase(p.job_id);
+        const QueueSpec& q =
+            *std::find_if(input.queues.begin(), input.queues.end(),
+                          [&](const QueueSpec& s) { return s.name == w->spec.queue; });
+        long long used = 0;
+        for (const auto& [id, other] : live) {
+          used += other.job.queue == q.name && other.job.kind == p.kind ? other.job.slots : 0;
+        }
+        borrowed += used > (p.kind == SlotKind::kGpu ? q.nominal_gpu : q.nominal_cpu);
+      }
+    }
+    EXPECT_EQ(done.size(), work.size()) << "some job never finished";
+    if (HasFailure()) {
+      for (const auto& [id, w] : pending) ADD_FAILURE() << "still pending: " << id;
+      return;
+    }
+  }
+  // The generator exercises borrowing and reclaiming.
+  EXPECT_GT(borrowed, 200);
+  EXPECT_GT(preemptions, 80);
 }
 
 }  // namespace

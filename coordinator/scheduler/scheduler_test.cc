@@ -890,11 +890,14 @@ TEST(SchedulerQueueTest, RejectsMalformedQueueInput) {
 }
 
 // Issue #26's starvation worry: a stream of borrowing jobs never keeps a job
-// within its queue's nominal quota waiting. Victims stop one tick after they
-// are picked.
+// within its queue's nominal quota waiting, even when fair share puts the
+// borrowers' queue first (else the borrowers would take back, pass after
+// pass, the slots their preempted jobs freed). Victims stop one tick after
+// they are picked.
 TEST(SchedulerQueueTest, JobWithinNominalStartsDespiteAStreamOfBorrowers) {
   QueueInput input;
   input.queues = {Queue("A", 4, -1, "c"), Queue("B", 4, -1, "c")};
+  input.queues[0].usage_gpu = 1000;  // A used much lately; B goes first
   struct Live {
     RunningJob job;
     std::vector<std::pair<std::string, int>> slots;
