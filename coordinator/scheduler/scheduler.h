@@ -15,7 +15,9 @@
 //
 //  * Order. Jobs are considered by priority (higher first), then submit
 //    sequence (lower first: FIFO), then job id (a tiebreak so the result never
-//    depends on input order). Workers are sorted by id internally.
+//    depends on input order); with queues, this is the order within a queue
+//    (see Fair share for the order across queues). Workers are sorted by id
+//    internally.
 //
 //  * Device. A `kCuda` job uses GPU slots only, a `kCpu` job CPU slots only.
 //    A `kAuto` job resolves to GPU when any schedulable worker with at least
@@ -103,7 +105,8 @@
 //    elastic job's min_world_size, else world_size). For a job of size s in
 //    queue Q with a finite nominal for K:
 //      - s > the group's nominal (Q's nominal plus all its cohort could ever
-//        lend): kExceedsQueueLimit, skipped, reserves nothing;
+//        lend): kExceedsQueueLimit, skipped, reserves nothing (checked after
+//        kNoWorkerOfKind and kExceedsCapacity);
 //      - used_Q + s <= nominal_Q ("within nominal") and group used + s <=
 //        group nominal: admitted;
 //      - within nominal but group used + s > group nominal (other queues
@@ -126,6 +129,9 @@
 //  * Job size limits. A job whose least size exceeds its queue's
 //    max_job_size (0 = none) stays pending as kExceedsQueueLimit (checked
 //    before the workers: it never fits this queue however the cluster grows).
+//    The checks that skip a job apply in this order: kInvalidJob,
+//    kUnknownQueue, max_job_size, kNoWorkerOfKind, kExceedsCapacity, the
+//    group's nominal (the last two kExceedsQueueLimit).
 //    Elastic jobs start with min(world_size, available slots, max_job_size,
 //    quota headroom) ranks when that is at least min_world_size; the
 //    headroom is the group's nominal minus its used, and in the first round
@@ -143,19 +149,25 @@
 //    borrow, which are set aside; the second round considers those, again by
 //    share. Why: quota a queue is guaranteed must not wait behind another
 //    queue borrowing it (else a victim preempted for a job could take its
-//    slots back at once, in every pass). Within each round, the reservation
-//    rule above applies across all queues: the first job of a kind (in
-//    consideration order) blocked for slots and admitted by quota is the
-//    head. "Scheduling order" in the result is consideration order.
+//    slots back at once, in every pass). The reservation rule above applies
+//    across all queues and both rounds: the first job of a kind, in
+//    consideration order, admitted by quota but blocked for slots is the head
+//    (or the preempting job, below). As shares change between passes, so can
+//    the head: with queues, the guarantee against starvation is a queue's
+//    nominal quota, made good by preemption. "Scheduling order" in the
+//    result is consideration order: first round, second round, then unknown
+//    queues.
 //
 //  * Preemption (reclaiming quota). A job J of size s (its least size) and
 //    kind K in queue Q, within Q's nominal for K (finite), that cannot start
-//    for lack of available slots of K or because its cohort lent Q's quota
-//    out, may pick running jobs to preempt. Candidates are the running jobs
-//    of kind K not stopping that are either (a) of another queue P of Q's
-//    cohort with a finite nominal for K that is borrowing at the time of the
-//    pick: used_P - stopping_P - slots already picked from P > nominal_P;
-//    or (b) of Q itself with a priority strictly lower than J's. They are
+//    for lack of available slots of K (free, not placed and not reserved in
+//    this pass) or because its cohort lent Q's quota out, may pick running
+//    jobs to preempt. Candidates are the running jobs of kind K not stopping
+//    that are either (a) of another queue P of Q's cohort with a finite
+//    nominal for K that is borrowing at the time of the pick: used_P (as
+//    above, this pass's placements included) - slots of P's stopping jobs -
+//    slots already picked from P > nominal_P; or (b) of Q itself with a
+//    priority strictly lower than J's. They are
 //    taken in the order: lowest priority, then youngest (highest start_seq),
 //    then fewest slots, then job id; each eligible one is picked until both
 //      available slots of K + slots of stopping jobs of K + picked >= s and
@@ -167,9 +179,9 @@
 //    the victims or the stopping jobs it waits for) and holds a reservation
 //    like the head's (it becomes the head when its kind has none), so later
 //    jobs do not take the slots it is about to get. Only the first such job
-//    per kind in a pass preempts or waits this way: a pass never frees the
-//    same slots for two jobs, and the caller sees victims for one job per
-//    kind at a time. Stopping jobs are never picked again; they count as used
+//    per kind in a pass preempts or waits this way (later ones are handled as
+//    any blocked job): a pass never frees the same slots for two jobs, and
+//    the caller sees victims for one job per kind at a time. Stopping jobs are never picked again; they count as used
 //    for admission until the caller drops them from `running`. A queue with
 //    an unlimited nominal for K never preempts for K, so without queues
 //    nothing is ever preempted. Preempting is the caller's job (ask the
@@ -310,8 +322,9 @@ struct PendingJobStatus {
   std::string message;
   // The kind it waits for (auto resolved); meaningless for kInvalidJob.
   SlotKind kind = SlotKind::kCpu;
-  // For the head of its kind (kInsufficientFreeSlots): the slots held for it
-  // in this pass, ordered by worker id then slot. Empty otherwise.
+  // For the head of its kind (kInsufficientFreeSlots) or a preempting job
+  // (kPreempting): the slots held for it in this pass, ordered by worker id
+  // then slot. Empty otherwise.
   std::vector<SlotRef> reserved_slots;
   // For kBlockedByReservation: the job holding the reservation.
   std::string blocked_by;
