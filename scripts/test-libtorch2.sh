@@ -8,8 +8,11 @@
 #   sudo scripts/test-libtorch2.sh               # build everything, run the suite (-LE long)
 #   sudo scripts/test-libtorch2.sh --torch-only  # the LibTorch-dependent targets and the
 #                                                # engine/dist/trainer/e2e tests only
+#   sudo scripts/test-libtorch2.sh --torch-libs  # only the LibTorch libraries, trainctl-rank
+#                                                # and their tests (engine/dist/trainer; CI)
 #   sudo scripts/test-libtorch2.sh --prepare     # only make (or check) the cached root
-#   LIBTORCH2=1 scripts/test.sh                  # the main suite, then this (opt-in)
+#   scripts/test.sh                              # the main suite, then --torch-only
+#                                                # (CI; the root made in the background)
 #
 # Needs root (debootstrap, chroot, mounts) and the Debian mirror apt already
 # uses (the first one in /etc/apt/sources.list*; DEBIAN_MIRROR overrides).
@@ -34,9 +37,10 @@ self="$src/scripts/test-libtorch2.sh"
 scope=all
 case "${1:-}" in
   --torch-only) scope=torch ;;
+  --torch-libs) scope=libs ;;
   --prepare) scope=prepare ;;
   "") ;;
-  *) echo "usage: $0 [--torch-only | --prepare]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--torch-only | --torch-libs | --prepare]" >&2; exit 2 ;;
 esac
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -136,7 +140,10 @@ in_root() {  # in_root DIR CMD... : runs CMD in the root with a clean environmen
   local r=$1
   shift
   local env=(PATH=/usr/local/bin:/usr/bin:/bin:/usr/sbin:/sbin HOME=/root LANG=C.UTF-8
-             DEBIAN_FRONTEND=noninteractive CCACHE_DIR=/var/cache/ccache CCACHE_BASEDIR=/src)
+             DEBIAN_FRONTEND=noninteractive CCACHE_DIR=/var/cache/ccache CCACHE_BASEDIR=/src
+             # What ccache needs to cache the files that use the precompiled
+             # <torch/torch.h> (cmake/TorchPch.cmake; ccache's manual).
+             CCACHE_SLOPPINESS=pch_defines,time_macros)
   # CCACHE_DISABLE=1: measure a build as a fresh CI machine would run it.
   if [ -n "${CCACHE_DISABLE:-}" ]; then env+=(CCACHE_DISABLE=1); fi
   chroot "$r" /usr/bin/env -i "${env[@]}" "$@"
@@ -193,10 +200,12 @@ configure() {
   grep -E '^Torch_DIR' "$src/$build/CMakeCache.txt"
 }
 
-torch_targets=(worker/engine/all worker/dist/all worker/trainer/all torch_compat_test
-               trainctl trainctl-coordinator trainctl-worker train_e2e_test)
+lib_targets=(worker/engine/all worker/dist/all worker/trainer/all torch_compat_test)
+torch_targets=("${lib_targets[@]}" trainctl trainctl-coordinator trainctl-worker train_e2e_test)
 build_it() {
-  if [ "$scope" = torch ]; then
+  if [ "$scope" = libs ]; then
+    in_root "$root" nice -n 19 cmake --build "/src/$build" -j "$jobs" --target "${lib_targets[@]}"
+  elif [ "$scope" = torch ]; then
     in_root "$root" nice -n 19 cmake --build "/src/$build" -j "$jobs" --target "${torch_targets[@]}"
   else
     in_root "$root" nice -n 19 cmake --build "/src/$build" -j "$jobs"
@@ -208,13 +217,14 @@ run_tests() {
   local args=(--output-on-failure -j "$jobs")
   # shellcheck disable=SC2206
   local filter=(${CTEST_ARGS:--LE long})
-  if [ "$scope" = torch ]; then
+  if [ "$scope" = torch ] || [ "$scope" = libs ]; then
     local d rc=0
     for d in worker/engine worker/dist worker/trainer; do
       in_root "$root" nice -n 19 ctest --test-dir "/src/$build/$d" "${args[@]}" "${filter[@]}" || rc=1
     done
-    in_root "$root" nice -n 19 ctest --test-dir "/src/$build" "${args[@]}" "${filter[@]}" \
-      -R '^(torch_compat_test|train_e2e_test|run_example_test)$' || rc=1
+    local also='^(torch_compat_test|train_e2e_test|run_example_test)$'
+    if [ "$scope" = libs ]; then also='^torch_compat_test$'; fi
+    in_root "$root" nice -n 19 ctest --test-dir "/src/$build" "${args[@]}" "${filter[@]}" -R "$also" || rc=1
     return "$rc"
   fi
   in_root "$root" nice -n 19 ctest --test-dir "/src/$build" "${args[@]}" "${filter[@]}"

@@ -128,10 +128,11 @@ absl::Status Trainer::Impl::Resume() {
   auto p = LoadCheckpoint(bytes, setup.resume_from, expect, *model, *optimizer, setup.device);
   if (!p.ok()) return WithFailureKind(p.status(), FailureKind::kConfig);
   position = *p;
-  if (position.data_seed != seed) {
+  // The checkpoint keeps the seed as it was stored (uint64_t).
+  if (position.data_seed != static_cast<uint64_t>(seed)) {
     Log(absl::StrCat("warning: checkpoint was written with data.seed=", position.data_seed, ", this run uses ",
                      seed));
-    position.data_seed = seed;
+    position.data_seed = static_cast<uint64_t>(seed);
   }
   position.world_size = setup.world_size;
   scaler.Restore(position.loss_scale, position.scaler_growth_tracker);
