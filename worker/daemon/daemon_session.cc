@@ -78,11 +78,20 @@ void DaemonSession::AwaitAcknowledged(absl::Duration timeout) {
 void DaemonSession::SayGoodbye(const std::string& reason, absl::Duration timeout) {
   v1::WorkerMessage bye;
   bye.mutable_goodbye()->set_reason(reason);
+  {
+    absl::MutexLock lock(&mu_);
+    said_goodbye_ = true;
+  }
   Send(bye, true);
   // The coordinator ends the session when it has read the goodbye.
   absl::MutexLock lock(&mu_);
   auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !connected_; };
   mu_.AwaitWithTimeout(absl::Condition(&ended), timeout);
+}
+
+bool DaemonSession::closed() {
+  absl::MutexLock lock(&mu_);
+  return closed_;
 }
 
 void DaemonSession::Stop() {
@@ -221,6 +230,13 @@ void DaemonSession::SessionLoop() {
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return;
+      if (said_goodbye_) {
+        // The end the goodbye asked for: the daemon is on its way out.
+        closed_ = true;
+        LogEvent(LogLevel::kInfo, "worker", "session_closed",
+                 {{"coordinator", options_.coordinator}, {"status", GrpcCodeText(st.error_code())}});
+        return;
+      }
     }
     // Exponential backoff with full jitter.
     absl::Duration wait = absl::Milliseconds(

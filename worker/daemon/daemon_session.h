@@ -67,6 +67,9 @@ class DaemonSession final : public CoordinatorOutbox {
   // the session (cancelling the stream earlier may lose the goodbye, and
   // the coordinator then waits out the disconnect grace).
   void SayGoodbye(const std::string& reason, absl::Duration timeout);
+  // True once the coordinator ended the session after SayGoodbye: it is
+  // not reconnected (said as `session_closed`, not as a broken session).
+  bool closed();
   // Ends the session and joins its threads. Idempotent.
   void Stop();
   // Sleeps `wait` unless Stop began; false when it did (for the daemon's
@@ -99,6 +102,10 @@ class DaemonSession final : public CoordinatorOutbox {
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   bool connected_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // SayGoodbye was called: the session the coordinator then ends is not
+  // reconnected, and its end is no warning.
+  bool said_goodbye_ ABSL_GUARDED_BY(mu_) = false;
+  bool closed_ ABSL_GUARDED_BY(mu_) = false;
   // Unsequenced messages (heartbeats, goodbye, file chunks), sent before telemetry.
   std::deque<v1::WorkerMessage> control_ ABSL_GUARDED_BY(mu_);
   TelemetryBuffer telemetry_ ABSL_GUARDED_BY(mu_);

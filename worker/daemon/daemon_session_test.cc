@@ -28,6 +28,8 @@ namespace {
 
 namespace fs = std::filesystem;
 using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+using ::testing::Not;
 
 // Deadlines are generous: CI machines are loaded. Every wait ends on an event.
 constexpr absl::Duration kWait = absl::Seconds(30);
@@ -252,12 +254,21 @@ TEST_F(DaemonSessionTest, AKeptIdIsUsedMessagesAreHandedOnAndAGoodbyeEndsTheSess
   EXPECT_EQ(fake_.registers()[0].worker_id(), "w-9");
   EXPECT_TRUE(session_->connected());
   EXPECT_EQ(session_->worker_id(), "w-1");
+  ::testing::internal::CaptureStderr();
   session_->SayGoodbye("worker shutting down", kWait);
   EXPECT_FALSE(session_->connected());
   std::vector<FakeCoordinator::Received> got = fake_.received();
   ASSERT_FALSE(got.empty());
   EXPECT_EQ(got.back().msg.goodbye().reason(), "worker shutting down");
   EXPECT_EQ(got.back().msg.seq(), 0);  // not telemetry
+  // The end the goodbye asked for: no reconnect, and no warning.
+  const absl::Time deadline = absl::Now() + kWait;
+  while (!session_->closed() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  EXPECT_TRUE(session_->closed()) << log;
+  EXPECT_THAT(log, HasSubstr("session_closed")) << log;
+  EXPECT_THAT(log, Not(HasSubstr("session_ended"))) << log;
+  EXPECT_EQ(fake_.registers().size(), 1u);
 }
 
 TEST_F(DaemonSessionTest, AnIdThatCannotBeKeptIsSaidAndTheSessionGoesOn) {
