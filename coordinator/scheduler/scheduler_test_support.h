@@ -590,7 +590,10 @@ class QueueInvariantCheck {
   // borrowing queue of its cohort or lower priority in its own queue; at most
   // one job per kind preempts; what is picked can suffice.
   void CheckPreemptions() {
-    for (const auto& [kind, list] : preempting_) {
+    for (const auto& entry : preempting_) {
+      // Named copies: C++17 lambdas cannot capture structured bindings (clang).
+      const auto& kind = entry.first;
+      const auto& list = entry.second;
       EXPECT_EQ(list.size(), 1u) << "two preemptors";
       // One that picks no victim waits for stopping jobs of its kind.
       const bool picks = std::any_of(
