@@ -12,6 +12,8 @@
 // Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
 #pragma once
 
+#include <optional>
+
 #include <string>
 #include <vector>
 
@@ -51,9 +53,13 @@ class AttemptStarter {
   // attempt `cur` (pre-flight or StartRanks for its ranks still ASSIGNED,
   // and the rendezvous).
   void Resend(JobEntry& entry, const v1::Attempt& cur, const std::string& worker_id);
+  // Tells a worker to stop ranks: SIGTERM, then SIGKILL after `grace`
+  // (default Options::stop_grace).
   void Stop(const std::string& worker_id, const std::string& job_id, int32_t attempt,
-            const std::vector<int32_t>& ranks, const std::string& reason);
-  void StopAll(const std::string& job_id, int32_t attempt, const RanksByWorker& ranks, const std::string& reason);
+            const std::vector<int32_t>& ranks, const std::string& reason,
+            std::optional<absl::Duration> grace = std::nullopt);
+  void StopAll(const std::string& job_id, int32_t attempt, const RanksByWorker& ranks, const std::string& reason,
+               std::optional<absl::Duration> grace = std::nullopt);
 
  private:
   // The owner of the job `job` resumes ("" when none): the worker lets the

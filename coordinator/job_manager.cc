@@ -60,7 +60,7 @@ JobManager::JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* 
       book_(store, hub, clock),
       owners_(store),
       starter_(&book_, registry, this, &owners_, {options.preflight, options.stop_grace}),
-      placer_(&book_, registry, &starter_, clock),
+      placer_(&book_, registry, &starter_, clock, options.placer),
       ingest_(&book_, store, hub, clock, options.rank_watch),
       health_(&book_, registry, this, {options.progress_timeout, options.rendezvous_timeout}),
       queries_(&book_, registry, &placer_, &health_, clock) {}

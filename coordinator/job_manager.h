@@ -102,6 +102,10 @@ struct JobManagerOptions {
   // coordinator binary turns it on; off here so that tests may submit
   // before their workers register.
   bool refuse_unschedulable = false;
+  // Queues (docs/queues.md): the grace a preempted job's ranks get and the
+  // half-life of fair share's usage (--preemption-grace-s,
+  // --fair-share-half-life-s).
+  PlacerOptions placer;
 };
 
 class JobManager : private JobActions {
@@ -184,6 +188,10 @@ class JobManager : private JobActions {
   void Schedule() { placer_.Schedule(); }
   // See JobPlacer::SetDeferral.
   void SetDeferral(std::function<void(std::function<void()>)> post) { placer_.SetDeferral(std::move(post)); }
+  // See JobPlacer::SetQueueSource.
+  void SetQueueSource(QueueSource source) { placer_.SetQueueSource(std::move(source)); }
+  // Decayed usage per queue (fair share), as of the last pass or tick.
+  const absl::flat_hash_map<std::string, QueueUsage>& QueueUsages() const { return placer_.usage(); }
 
   // Slot indices of `worker_id` running a rank that has not ended.
   std::vector<int> BusySlots(const std::string& worker_id) const { return book_.BusySlots(worker_id); }

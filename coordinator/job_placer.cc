@@ -2,6 +2,8 @@
 #include "coordinator/job_placer.h"
 
 #include <algorithm>
+#include <cmath>
+#include <cstdint>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -14,14 +16,19 @@
 namespace trainctl::coordinator {
 namespace {
 
+// The scheduler's pass over `jobs`: engine jobs on every worker, then command
+// jobs on the workers that allow them with what the first pass left (with
+// queues, the first pass's placements count as running and its victims as
+// stopping in the second).
 absl::StatusOr<scheduler::ScheduleResult> ScheduleWithCommands(
     const std::vector<scheduler::PendingJob>& jobs, const absl::flat_hash_set<std::string>& command_jobs,
-    std::vector<scheduler::WorkerSlots> workers, const absl::flat_hash_set<std::string>& allowing) {
+    std::vector<scheduler::WorkerSlots> workers, const absl::flat_hash_set<std::string>& allowing,
+    scheduler::QueueInput queues) {
   std::vector<scheduler::PendingJob> engine, command;
   for (const scheduler::PendingJob& j : jobs) (command_jobs.contains(j.job_id) ? command : engine).push_back(j);
   scheduler::ScheduleResult out;
   if (!engine.empty()) {
-    TRAINCTL_ASSIGN_OR_RETURN(out, scheduler::Schedule(engine, workers));
+    TRAINCTL_ASSIGN_OR_RETURN(out, scheduler::Schedule(engine, workers, queues));
   }
   if (command.empty()) return out;
   std::vector<scheduler::WorkerSlots> cmd_workers;
@@ -35,15 +42,40 @@ absl::StatusOr<scheduler::ScheduleResult> ScheduleWithCommands(
     }
     cmd_workers.push_back(std::move(w));
   }
-  TRAINCTL_ASSIGN_OR_RETURN(scheduler::ScheduleResult second, scheduler::Schedule(command, cmd_workers));
+  if (!queues.queues.empty()) {
+    std::uint64_t next_seq = 0;
+    for (const scheduler::RunningJob& r : queues.running) next_seq = std::max(next_seq, r.start_seq + 1);
+    for (const scheduler::Placement& p : out.placements) {
+      const auto it = std::find_if(engine.begin(), engine.end(),
+                                   [&](const scheduler::PendingJob& j) { return j.job_id == p.job_id; });
+      scheduler::RunningJob r;
+      r.job_id = p.job_id;
+      r.queue = it->queue;
+      r.kind = p.kind;
+      r.slots = p.world_size;
+      r.priority = it->priority;
+      r.start_seq = next_seq++;
+      queues.running.push_back(std::move(r));
+    }
+    for (const scheduler::Preemption& v : out.preemptions) {
+      for (scheduler::RunningJob& r : queues.running) {
+        if (r.job_id == v.victim_job_id) r.stopping = true;
+      }
+    }
+  }
+  TRAINCTL_ASSIGN_OR_RETURN(scheduler::ScheduleResult second, scheduler::Schedule(command, cmd_workers, queues));
   for (scheduler::Placement& p : second.placements) out.placements.push_back(std::move(p));
   for (scheduler::PendingJobStatus& p : second.pending) {
     p.message = cmd_workers.empty() ? "no worker allows commands (start trainctl-worker with --allow-commands)"
                                     : absl::StrCat("on workers that allow commands: ", p.message);
     out.pending.push_back(std::move(p));
   }
+  for (scheduler::Preemption& v : second.preemptions) out.preemptions.push_back(std::move(v));
   return out;
 }
+
+// A job's queue as the scheduler names it.
+std::string QueueName(const v1::JobSpec& spec) { return spec.queue().empty() ? "default" : spec.queue(); }
 
 scheduler::DeviceRequirement ToRequirement(v1::Device d) {
   switch (d) {
@@ -170,6 +202,7 @@ void JobPlacer::OnTick(absl::Time now) {
   // (A job still pending past its deadline waits for min_ranks slots; a
   // pass per tick for it is cheap next to the wait.)
   const absl::Time mono = clock_->Mono();
+  UpdateUsage(mono);
   for (const std::string& id : book_->pending()) {
     JobEntry& e = book_->At(id);
     if (ElasticDeadline(e.job) <= now) schedule_retry_ = true;
@@ -190,6 +223,7 @@ scheduler::PendingJob JobPlacer::ToPending(const JobEntry& e, absl::Time now) co
   pj.device = ToRequirement(e.job.spec().device());
   pj.priority = e.job.spec().priority();
   pj.submit_seq = static_cast<uint64_t>(e.submit_seq);
+  pj.queue = QueueName(e.job.spec());
   pj.min_world_size = ElasticMinimum(e.job, now);
   if (e.job.spec().stragglers().policy() == v1::STRAGGLER_POLICY_AVOID) pj.avoid_workers = e.avoid_workers;
   return pj;
@@ -202,7 +236,82 @@ absl::StatusOr<scheduler::ScheduleResult> JobPlacer::Plan(const v1::Job& job) co
   scheduler::PendingJob pj = ToPending(probe, clock_->Now());
   absl::flat_hash_set<std::string> command_jobs;
   if (job.spec().has_command()) command_jobs.insert(pj.job_id);
-  return ScheduleWithCommands({pj}, command_jobs, WorkerView(), AllowingCommands());
+  absl::flat_hash_set<std::string> stopping;
+  return ScheduleWithCommands({pj}, command_jobs, WorkerView(), AllowingCommands(), Queues(&stopping));
+}
+
+scheduler::QueueInput JobPlacer::Queues(absl::flat_hash_set<std::string>* stopping_jobs) const {
+  scheduler::QueueInput in;
+  if (queue_source_) in.queues = queue_source_();
+  if (in.queues.empty()) return in;
+  absl::flat_hash_set<std::string> defined;
+  for (scheduler::QueueSpec& q : in.queues) {
+    defined.insert(q.name);
+    if (auto it = usage_.find(q.name); it != usage_.end()) {
+      q.usage_gpu = it->second[0];
+      q.usage_cpu = it->second[1];
+    }
+  }
+  // Live ranks per job: the slots each job holds, and of which attempt.
+  struct Held {
+    int slots = 0;
+    bool gpu = false;
+    bool current = true;  // every live rank is of the current, unended attempt
+  };
+  absl::flat_hash_map<std::string, Held> held;
+  book_->ForEachLiveRank([&](const v1::RankAssignment& r) {
+    Held& h = held[r.job_id()];
+    ++h.slots;
+    h.gpu = r.slot().kind() == v1::Slot::KIND_GPU;
+    const v1::Attempt* a = CurrentAttempt(book_->At(r.job_id()).job);
+    if (a == nullptr || a->number() != r.attempt() || AttemptEnded(a->state())) h.current = false;
+  });
+  for (const auto& [id, h] : held) {
+    const JobEntry& e = book_->At(id);
+    const std::string queue = QueueName(e.job.spec());
+    // A job of a queue deleted since (or submitted before queues existed
+    // and not in "default") counts against no quota and is never a victim.
+    if (!defined.contains(queue)) continue;
+    scheduler::RunningJob r;
+    r.job_id = id;
+    r.queue = queue;
+    r.kind = h.gpu ? scheduler::SlotKind::kGpu : scheduler::SlotKind::kCpu;
+    r.slots = h.slots;
+    r.priority = e.job.spec().priority();
+    const v1::Attempt* a = CurrentAttempt(e.job);
+    r.start_seq = a != nullptr ? static_cast<std::uint64_t>(std::max<int64_t>(
+                                     0, absl::ToUnixMicros(FromTimestamp(a->start_time()))))
+                               : 0;
+    r.stopping = !h.current || IsTerminal(e.job.state());
+    if (r.stopping && !IsTerminal(e.job.state())) stopping_jobs->insert(id);
+    in.running.push_back(std::move(r));
+  }
+  return in;
+}
+
+void JobPlacer::UpdateUsage(absl::Time mono) {
+  if (!queue_source_) return;
+  const absl::Time last = usage_mono_;
+  usage_mono_ = mono;
+  if (last == absl::InfinitePast() || mono <= last) return;
+  // Held slots are taken as constant since the last call (passes and ticks
+  // come at least once a second): usage' = usage * f + held * h/ln2 * (1 - f)
+  // with f = 2^(-dt/h), the exact decayed integral of a constant.
+  const double h = absl::ToDoubleSeconds(options_.fair_share_half_life);
+  const double dt = absl::ToDoubleSeconds(mono - last);
+  const double f = std::exp2(-dt / h);
+  const double gain = h / std::log(2.0) * (1 - f);
+  absl::flat_hash_map<std::string, QueueUsage> held;
+  book_->ForEachLiveRank([&](const v1::RankAssignment& r) {
+    const int k = r.slot().kind() == v1::Slot::KIND_GPU ? 0 : 1;
+    held[QueueName(book_->At(r.job_id()).job.spec())][k] += 1;
+  });
+  for (auto& [q, u] : usage_) {
+    for (double& x : u) x *= f;
+  }
+  for (const auto& [q, n] : held) {
+    for (int k = 0; k < 2; ++k) usage_[q][k] += n[k] * gain;
+  }
 }
 
 void JobPlacer::Schedule() {
@@ -211,8 +320,15 @@ void JobPlacer::Schedule() {
   std::vector<scheduler::PendingJob> jobs;
   absl::flat_hash_set<std::string> command_jobs;
   const absl::Time mono = clock_->Mono();
+  UpdateUsage(mono);
+  absl::flat_hash_set<std::string> stopping;
+  scheduler::QueueInput queues = Queues(&stopping);
   for (const std::string& id : book_->pending()) {
     const JobEntry& e = book_->At(id);
+    // With queues, a preempted (or restarting) job whose earlier ranks still
+    // hold slots waits for them: it is one of the running jobs, stopping.
+    // (It keeps its reason: "preempted for job ...", "restarting after ...".)
+    if (stopping.contains(id)) continue;
     // A restart waiting its backoff keeps its reason ("restarting after:
     // ..."; the `restarting` event says how long); OnTick asks for a pass
     // when it is due.
@@ -221,10 +337,59 @@ void JobPlacer::Schedule() {
     jobs.push_back(ToPending(e, now));
   }
   absl::StatusOr<scheduler::ScheduleResult> result =
-      ScheduleWithCommands(jobs, command_jobs, WorkerView(), AllowingCommands());
-  if (!result.ok()) return;  // Inputs come from validated state; nothing to place.
+      ScheduleWithCommands(jobs, command_jobs, WorkerView(), AllowingCommands(), std::move(queues));
+  if (!result.ok()) {
+    // Inputs come from validated state; a refusal is a bug worth a log line.
+    LogDeferred(result.status(), "no placement in this pass");
+    return;
+  }
   for (const scheduler::PendingJobStatus& p : result->pending) book_->SetPendingReason(p.job_id, p.message);
+  for (const scheduler::Preemption& v : result->preemptions) Preempt(v.victim_job_id, v.for_job_id);
   for (scheduler::Placement& p : result->placements) Place(book_->At(p.job_id), p, now);
+}
+
+void JobPlacer::Preempt(const std::string& victim, const std::string& for_job) {
+  JobEntry* e = book_->Find(victim);
+  const JobEntry* f = book_->Find(for_job);
+  if (e == nullptr || f == nullptr || IsTerminal(e->job.state())) return;
+  const v1::Attempt* a = CurrentAttempt(e->job);
+  if (a == nullptr || AttemptEnded(a->state())) return;
+  const std::string why =
+      absl::StrCat("preempted for job ", for_job, " (queue ", QueueName(f->job.spec()), ", priority ",
+                   f->job.spec().priority(), "); resumes from its latest checkpoint when slots free");
+  v1::Job next = e->job;
+  v1::Attempt* na = CurrentAttempt(next);
+  na->set_state(v1::ATTEMPT_STATE_CANCELLED);
+  na->set_reason(why);
+  na->set_preempted_for(for_job);
+  SetTimestamp(clock_->Now(), na->mutable_end_time());
+  RanksByWorker to_stop = LiveRanksByWorker(*na);
+  next.set_state(v1::JOB_STATE_RESTARTING);
+  next.set_state_reason(why);
+  if (absl::Status s = book_->Commit(*e, std::move(next), {{"preempted", why, a->number()}}); !s.ok()) {
+    LogDeferred(s, "preempted at a later pass");
+    schedule_retry_ = true;
+    return;
+  }
+  starter_->StopAll(victim, CurrentAttempt(e->job)->number(), to_stop, why, options_.preemption_grace);
+}
+
+bool JobPlacer::QueueHasRoom(const JobEntry& e, bool gpu) const {
+  if (!queue_source_) return true;
+  const std::vector<scheduler::QueueSpec> queues = queue_source_();
+  if (queues.empty()) return true;
+  const std::string name = QueueName(e.job.spec());
+  const auto q = std::find_if(queues.begin(), queues.end(), [&](const scheduler::QueueSpec& s) { return s.name == name; });
+  if (q == queues.end()) return false;
+  const int nominal = gpu ? q->nominal_gpu : q->nominal_cpu;
+  if (nominal < 0) return true;
+  int used = 0;
+  book_->ForEachLiveRank([&](const v1::RankAssignment& r) {
+    if ((r.slot().kind() == v1::Slot::KIND_GPU) == gpu && QueueName(book_->At(r.job_id()).job.spec()) == name) ++used;
+  });
+  // Growing into borrowed quota would only be preempted back: within the
+  // queue's own nominal only.
+  return used < nominal;
 }
 
 void JobPlacer::Place(JobEntry& e, scheduler::Placement& p, absl::Time now) {
@@ -282,6 +447,7 @@ void JobPlacer::MaybeGrow(JobEntry& e, const v1::CheckpointRecord& r) {
     if (id != e.job.id() && book_->At(id).job.spec().priority() >= spec.priority()) return;
   }
   const bool gpu = a->ranks(0).slot().kind() == v1::Slot::KIND_GPU;
+  if (!QueueHasRoom(e, gpu)) return;
   int free = 0;
   for (const scheduler::WorkerSlots& w : WorkerView()) {
     if ((w.kind == scheduler::SlotKind::kGpu) == gpu) free += static_cast<int>(w.free_slots.size());

@@ -6,13 +6,23 @@
 // started with --allow-commands (a second pass over what the engine jobs
 // left free: the pure scheduler stays unaware of the distinction).
 //
+// With queues (docs/queues.md) each pass also gives the scheduler the
+// queues' quotas, the running jobs and each queue's decayed usage (fair
+// share), and stops the running jobs it names as preemption victims: their
+// attempt ends CANCELLED with `preempted_for`, the job goes back to
+// RESTARTING (not a failure: no restart is counted) and resumes from its
+// latest checkpoint once slots free. While a victim's ranks are still
+// stopping it is not placed again; it counts as a stopping running job.
+//
 // Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
@@ -33,10 +43,31 @@ bool IsElastic(const v1::JobSpec& spec);
 int ElasticMinimum(const v1::Job& job, absl::Time now);
 absl::Time ElasticDeadline(const v1::Job& job);
 
+struct PlacerOptions {
+  // SIGTERM -> SIGKILL grace a preempted job's ranks get: a training rank
+  // stops at its next step boundary, a command gets SIGTERM.
+  absl::Duration preemption_grace = absl::Seconds(60);
+  // Half-life of the usage fair share orders queues by (> 0).
+  absl::Duration fair_share_half_life = absl::Hours(1);
+};
+
+// The defined queues as the scheduler sees them (usage left 0: the placer
+// fills it in); empty = no queues, today's behaviour.
+using QueueSource = std::function<std::vector<scheduler::QueueSpec>()>;
+
+// Decayed usage of one queue in slot-seconds per kind ([0] GPU, [1] CPU).
+using QueueUsage = std::array<double, 2>;
+
 class JobPlacer {
  public:
-  JobPlacer(JobBook* book, WorkerRegistry* registry, AttemptStarter* starter, const Clock* clock)
-      : book_(book), registry_(registry), starter_(starter), clock_(clock) {}
+  JobPlacer(JobBook* book, WorkerRegistry* registry, AttemptStarter* starter, const Clock* clock,
+            PlacerOptions options = {})
+      : book_(book), registry_(registry), starter_(starter), clock_(clock), options_(options) {}
+
+  // Where the queues come from (QueueRegistry::Specs); unset = no queues.
+  void SetQueueSource(QueueSource source) { queue_source_ = std::move(source); }
+  // Decayed usage per queue name, as of the last pass or tick.
+  const absl::flat_hash_map<std::string, QueueUsage>& usage() const { return usage_; }
 
   // One scheduling pass: places what can start and launches the attempts.
   void Schedule();
@@ -63,13 +94,30 @@ class JobPlacer {
   // Ids of the alive workers started with --allow-commands.
   absl::flat_hash_set<std::string> AllowingCommands() const;
   scheduler::PendingJob ToPending(const JobEntry& e, absl::Time now) const;
+  // The queues with their usage and the jobs holding slots; empty without
+  // queues. `stopping_jobs` gets the pending jobs whose earlier attempt's
+  // ranks still hold slots (they wait until those have stopped).
+  scheduler::QueueInput Queues(absl::flat_hash_set<std::string>* stopping_jobs) const;
+  // Ages the usage to `mono` and adds what the jobs held since the last call.
+  void UpdateUsage(absl::Time mono);
   // Makes placement `p` the job's new attempt and launches it.
   void Place(JobEntry& e, scheduler::Placement& p, absl::Time now);
+  // Stops running job `victim` so that pending job `for_job` gets its slots
+  // or its queue's quota.
+  void Preempt(const std::string& victim, const std::string& for_job);
+  // With queues: whether `e`'s queue has quota left for another slot of the
+  // kind its current attempt runs on (an elastic job grows only then).
+  bool QueueHasRoom(const JobEntry& e, bool gpu) const;
 
   JobBook* book_;
   WorkerRegistry* registry_;
   AttemptStarter* starter_;
   const Clock* clock_;
+  PlacerOptions options_;
+  QueueSource queue_source_;
+  absl::flat_hash_map<std::string, QueueUsage> usage_;
+  // When usage_ was last aged (monotonic); InfinitePast = never.
+  absl::Time usage_mono_ = absl::InfinitePast();
   std::function<void(std::function<void()>)> post_;
   bool schedule_requested_ = false;
   // A placement's write failed in the last pass; the tick asks for another.

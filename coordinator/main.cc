@@ -46,6 +46,11 @@ ABSL_FLAG(double, restart_backoff_s, 1,
 ABSL_FLAG(bool, preflight, true,
           "workers check data files, checkpoint dir and command before any rank of an attempt starts");
 ABSL_FLAG(int, stop_grace_s, 10, "SIGTERM-to-SIGKILL grace for stopped ranks");
+ABSL_FLAG(int, preemption_grace_s, 60,
+          "SIGTERM-to-SIGKILL grace for the ranks of a job preempted to reclaim its queue's quota "
+          "(docs/queues.md)");
+ABSL_FLAG(double, fair_share_half_life_s, 3600,
+          "half-life of the usage that orders queues for fair share (docs/queues.md); > 0");
 ABSL_FLAG(int64_t, max_active_jobs, 100000, "most unfinished jobs held; more are refused");
 ABSL_FLAG(int64_t, metric_points_per_job, 100000, "metric points kept per job (older ones downsampled to min/max/last per bucket)");
 ABSL_FLAG(int64_t, log_lines_per_rank, 10000, "log lines kept per rank and attempt (oldest dropped)");
@@ -370,6 +375,13 @@ absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
   if (!(backoff_s >= 0 && backoff_s <= 30)) return absl::InvalidArgumentError("--restart-backoff-s must be in [0, 30]");
   o.jobs.restart_backoff = absl::Seconds(backoff_s);
   o.jobs.stop_grace = absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));
+  o.jobs.placer.preemption_grace = absl::Seconds(absl::GetFlag(FLAGS_preemption_grace_s));
+  const double half_life_s = absl::GetFlag(FLAGS_fair_share_half_life_s);
+  if (!(half_life_s > 0 && half_life_s <= 1e9)) {
+    return absl::InvalidArgumentError("--fair-share-half-life-s must be > 0 (seconds)");
+  }
+  o.jobs.placer.fair_share_half_life = absl::Seconds(half_life_s);
+  if (absl::GetFlag(FLAGS_preemption_grace_s) < 0) return absl::InvalidArgumentError("--preemption-grace-s must be >= 0");
   o.jobs.max_active_jobs = absl::GetFlag(FLAGS_max_active_jobs);
   o.jobs.preflight = absl::GetFlag(FLAGS_preflight);
   o.jobs.refuse_unschedulable = true;

@@ -210,9 +210,13 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, long l
     stopping_slots += job->slots;
   }
   long long picked = 0;
+  absl::flat_hash_map<int, long long> picked_from;
+  // The queue's own nominal too: a job over it only by the queue's own
+  // lower-priority jobs frees them, never borrows through preemption.
   auto enough = [&] {
     return available + stopping_slots + picked >= need &&
-           group.used[k] - group.stopping[k] - picked + need <= group.nominal[k];
+           group.used[k] - group.stopping[k] - picked + need <= group.nominal[k] &&
+           queue.used[k] - queue.stopping[k] - picked_from[q] + need <= queue.nominal[k];
   };
   if (enough()) {
     choice.enough = true;
@@ -230,7 +234,6 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, long l
   }
   std::sort(candidates.begin(), candidates.end(),
             [](const auto& a, const auto& b) { return VictimBefore(*a.first, *b.first); });
-  absl::flat_hash_map<int, long long> picked_from;
   for (const auto& [job, jq] : candidates) {
     if (jq != q) {
       const Queue& peer = queues_[jq];

@@ -234,6 +234,13 @@ class Pass {
     const Admission admission = book_.Admit(q, kind, job.world_size);
     if (admission == Admission::kBorrow && !may_borrow) return false;
     if (admission == Admission::kOverQuota) {
+      // Over its queue's nominal only because of the queue's own jobs of a
+      // lower priority: those are preempted (ChooseVictims keeps the queue
+      // within its nominal).
+      if (!pool.preempted && Preempt(j, q, job, need, pool, FreeIn(pool), pending, result)) {
+        result.pending.push_back(std::move(pending));
+        return true;
+      }
       pending.reason = PendingReason::kQuotaExceeded;
       pending.message = absl::StrCat("needs ", need, " ", SlotKindName(kind),
                                      " slots, more than its queue's quota admits now (",

@@ -159,10 +159,11 @@
 //    queues.
 //
 //  * Preemption (reclaiming quota). A job J of size s (its least size) and
-//    kind K in queue Q, within Q's nominal for K (finite), that cannot start
-//    for lack of available slots of K (free, not placed and not reserved in
-//    this pass) or because its cohort lent Q's quota out, may pick running
-//    jobs to preempt. Candidates are the running jobs of kind K not stopping
+//    kind K in queue Q with a finite nominal for K, that cannot start for
+//    lack of available slots of K (free, not placed and not reserved in this
+//    pass), because its cohort lent Q's quota out, or because Q's own running
+//    jobs fill Q's nominal (kOverQuota: then only Q's jobs of a lower
+//    priority than J's can make room), may pick running jobs to preempt. Candidates are the running jobs of kind K not stopping
 //    that are either (a) of another queue P of Q's cohort with a finite
 //    nominal for K that is borrowing at the time of the pick: used_P (as
 //    above, this pass's placements included) - slots of P's stopping jobs -
@@ -170,8 +171,10 @@
 //    priority strictly lower than J's. They are
 //    taken in the order: lowest priority, then youngest (highest start_seq),
 //    then fewest slots, then job id; each eligible one is picked until both
-//      available slots of K + slots of stopping jobs of K + picked >= s and
-//      group used - group stopping - picked + s <= group nominal.
+//      available slots of K + slots of stopping jobs of K + picked >= s,
+//      group used - group stopping - picked + s <= group nominal, and
+//      used_Q - Q's stopping - picked from Q + s <= nominal_Q (so
+//      preemption never makes J borrow).
 //    If stopping jobs alone satisfy both, none is picked (J waits for them);
 //    if the candidates cannot, none is picked (never preempt uselessly) and J
 //    is handled as any blocked job (kInsufficientFreeSlots or

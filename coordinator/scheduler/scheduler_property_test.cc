@@ -298,9 +298,10 @@ TEST(SchedulerQueuePropertyTest, NoQueuesEqualsOneUnlimitedDefaultQueue) {
 }
 
 // With a single pending job nothing else takes slots or quota first, so the
-// victim rule can be replayed exactly: within its nominal and blocked, the
-// job picks eligible candidates in victim order until slots and quota
-// suffice, and picks none when they never do or stopping jobs already do.
+// victim rule can be replayed exactly: blocked (and not merely borrowing),
+// the job picks eligible candidates in victim order until slots and quota
+// (its group's and its queue's own) suffice, and picks none when they never
+// do or stopping jobs already do.
 TEST(SchedulerQueuePropertyTest, VictimsAreEligibleSufficientAndNoMoreThanNeeded) {
   std::mt19937 rng(3);
   int preempted = 0, waited = 0, refused = 0;
@@ -356,10 +357,15 @@ TEST(SchedulerQueuePropertyTest, VictimsAreEligibleSufficientAndNoMoreThanNeeded
       }
       queue_used = used[queue->name];
     }
-    const bool within =
-        eligible_job && need <= group_nominal && queue_used + need <= nominal(*queue);
-    const bool blocked = free[kind] < need || group_used + need > group_nominal;
-    if (!within || !blocked) {
+    // Every admission but borrowing may preempt when blocked: within its
+    // nominal (blocked for slots or by lent quota), or over it (then only
+    // its queue's lower-priority jobs can make room: the queue condition in
+    // `enough`).
+    const bool over_own = eligible_job && queue_used + need > nominal(*queue);
+    const bool group_fits = group_used + need <= group_nominal;
+    const bool tries = eligible_job && need <= group_nominal && !(over_own && group_fits);
+    const bool blocked = free[kind] < need || !group_fits || over_own;
+    if (!tries || !blocked) {
       EXPECT_TRUE(r->preemptions.empty()) << Dump(*r);
       continue;
     }
@@ -383,7 +389,9 @@ TEST(SchedulerQueuePropertyTest, VictimsAreEligibleSufficientAndNoMoreThanNeeded
     std::map<std::string, long long> picked_from;
     auto enough = [&] {
       return free[kind] + stopping + picked >= need &&
-             group_used - group_stopping - picked + need <= group_nominal;
+             group_used - group_stopping - picked + need <= group_nominal &&
+             queue_used - queue_stopping[queue->name] - picked_from[queue->name] + need <=
+                 nominal(*queue);
     };
     std::vector<std::string> want;
     bool ok = enough();

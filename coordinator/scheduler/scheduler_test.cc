@@ -587,9 +587,10 @@ TEST(SchedulerQueueTest, QuotaBlockedJobHoldsNoReservationAndBlocksNobody) {
   QueueInput input;
   input.queues = {Queue("A", 2), Queue("U", -1)};
   input.running = {Running("a-running", "A", 1)};
-  // A has 1 of 2 in use: its 2-rank job is over quota, its 1-rank job fits.
+  // A has 1 of 2 in use: its 2-rank job is over quota (of the running job's
+  // priority, so it does not preempt it), its 1-rank job fits.
   auto r =
-      CheckQ({Queued("A", Job("a-big", 2, kCuda, 5, 1)),
+      CheckQ({Queued("A", Job("a-big", 2, kCuda, 0, 1)),
               Queued("A", Job("a-small", 1, kCuda, 0, 2)), Queued("U", Job("u", 3, kCuda, 0, 3))},
              {Gpu("w", 4)}, input);
   ASSERT_TRUE(r.ok()) << r.status();
@@ -599,6 +600,30 @@ TEST(SchedulerQueueTest, QuotaBlockedJobHoldsNoReservationAndBlocksNobody) {
   EXPECT_TRUE(PendingOf(*r, "a-big").reserved_slots.empty());
   EXPECT_THAT(PendingOf(*r, "a-big").message,
               HasSubstr("more than its queue's quota admits now (queue A: 1 of 2 cuda used)"));
+}
+
+TEST(SchedulerQueueTest, AFullQueueMakesRoomByPreemptingItsOwnLowerPriorityJobs) {
+  QueueInput input;
+  input.queues = {Queue("A", 2)};
+  input.running = {Running("low-old", "A", 1, 0, 1), Running("low-young", "A", 1, 0, 2)};
+  // A's quota is full of priority-0 jobs and 2 slots are free: a priority-5
+  // job of 1 rank preempts the youngest one (never borrowing through it).
+  auto r = CheckQ({Queued("A", Job("high", 1, kCuda, 5, 3))}, {Gpu("w", 4)}, input);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r), (Outcomes{{"high", "pending:preempting"}})) << Dump(*r);
+  ASSERT_EQ(r->preemptions.size(), 1u);
+  EXPECT_EQ(r->preemptions[0].victim_job_id, "low-young");
+  // Of the same priority: no preemption, it waits for quota.
+  auto same = CheckQ({Queued("A", Job("same", 1, kCuda, 0, 3))}, {Gpu("w", 4)}, input);
+  ASSERT_TRUE(same.ok());
+  EXPECT_EQ(Outcome(*same), (Outcomes{{"same", "pending:quota_exceeded"}}));
+  EXPECT_TRUE(same->preemptions.empty());
+  // Larger than the whole nominal once the lower jobs are gone: none picked.
+  input.running = {Running("low", "A", 1, 0, 1), Running("peer", "A", 1, 5, 2)};
+  auto big = CheckQ({Queued("A", Job("big", 2, kCuda, 5, 3))}, {Gpu("w", 4)}, input);
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(Outcome(*big), (Outcomes{{"big", "pending:quota_exceeded"}}));
+  EXPECT_TRUE(big->preemptions.empty());
 }
 
 TEST(SchedulerQueueTest, CohortLendsIdleQuotaWithoutLendingItTwice) {
@@ -708,7 +733,7 @@ TEST(SchedulerQueueTest, BorrowingJobsGoAfterJobsWithinNominal) {
   input.queues[0].usage_gpu = 100;
   input.running = {Running("b-running", "B", 2)};
   auto r =
-      CheckQ({Queued("B", Job("b-borrows", 2, kCuda, 9, 1)), Queued("A", Job("a", 2, kCuda, 0, 2))},
+      CheckQ({Queued("B", Job("b-borrows", 2, kCuda, 0, 1)), Queued("A", Job("a", 2, kCuda, 0, 2))},
              {Gpu("w", 2, 4)}, input);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Outcome(*r), (Outcomes{{"a", "w:0,1"}, {"b-borrows", "pending:quota_exceeded"}}))
@@ -791,11 +816,12 @@ TEST(SchedulerQueueTest, SameQueuePreemptionNeedsStrictlyLowerPriority) {
   input.queues = {Queue("A", 4)};
   input.running = {Running("low", "A", 2, 0, 1), Running("mid", "A", 2, 3, 2)};
   std::vector<WorkerSlots> busy = {Gpu("w", 0, 4)};
-  // A uses 4 of 4: a new job is not within nominal, whatever its priority.
+  // A uses 4 of 4: a new job makes room within A's nominal by preempting
+  // the lowest-priority job of A.
   auto r = CheckQ({Queued("A", Job("urgent", 2, kCuda, 9, 1))}, busy, input);
   ASSERT_TRUE(r.ok());
-  EXPECT_TRUE(r->preemptions.empty());
-  EXPECT_EQ(PendingOf(*r, "urgent").reason, PendingReason::kQuotaExceeded);
+  EXPECT_EQ(Victims(*r), std::vector<std::string>{"low>urgent"});
+  EXPECT_EQ(PendingOf(*r, "urgent").reason, PendingReason::kPreempting);
   // With A's quota larger than the cluster: within nominal, blocked for slots.
   input.queues = {Queue("A", 8)};
   auto r2 = CheckQ({Queued("A", Job("urgent", 2, kCuda, 3, 1))}, busy, input);

@@ -563,7 +563,16 @@ class QueueInvariantCheck {
     }
     if (p.reason == PendingReason::kPreempting) {
       ASSERT_TRUE(finite) << "preempting in a queue without quota";
-      EXPECT_LE(At(used_running_, q->name, kind) + least, Nominal(*q, kind))
+      // Within its nominal, or over it only by its queue's stopping jobs and
+      // running jobs of a lower priority (those it may preempt).
+      long long lower = 0;
+      for (const auto& entry : running_) {
+        const RunningJob& r = *entry.second;
+        if (Name(r.queue) == q->name && r.kind == kind && (r.stopping || r.priority < job.priority)) {
+          lower += r.slots;
+        }
+      }
+      EXPECT_LE(At(used_running_, q->name, kind) - lower + least, Nominal(*q, kind))
           << "preempts while not within its nominal quota";
       preempting_[kind].push_back(&job);
     }
