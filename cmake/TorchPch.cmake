@@ -8,8 +8,8 @@
 # information goes into every object), so a file that includes only
 # LibTorch's light headers (<ATen/core/Tensor.h>, c10's) gets slower with
 # it, and a file without LibTorch much slower. So a source uses it only when
-# it includes one of the headers below itself (our headers include only
-# light ones). Measured over build/ (docs/testing.md): ~25 files use it, and
+# it includes one of the headers in torch-heavy-headers.txt itself (ours include only
+# light ones). Measured over build/ (docs/testing.md): 22 files use it, and
 # their compile time falls by about a half.
 #
 # The first target with such a file compiles the header once; every other
@@ -21,8 +21,11 @@
 # (scripts/thread-safety.sh makes its own) do not use it.
 option(TRAINCTL_TORCH_PCH "Precompile <torch/torch.h> for the files that include LibTorch's heavy headers" ON)
 
-set(_TRAINCTL_TORCH_HEAVY
-    "#include <(torch/torch\\.h|torch/script\\.h|torch/nn/module\\.h|ATen/Functions\\.h|ATen/autocast_mode\\.h)>")
+# The heavy headers, one a line: also read by scripts/thread-safety.sh.
+file(STRINGS "${CMAKE_CURRENT_LIST_DIR}/torch-heavy-headers.txt" _trainctl_heavy_headers)
+list(TRANSFORM _trainctl_heavy_headers REPLACE "\\." "\\\\.")
+list(JOIN _trainctl_heavy_headers "|" _trainctl_heavy_alternatives)
+set(_TRAINCTL_TORCH_HEAVY "#include <(${_trainctl_heavy_alternatives})>")
 
 function(_trainctl_targets_under dir out)
   get_property(targets DIRECTORY "${dir}" PROPERTY BUILDSYSTEM_TARGETS)

@@ -11,7 +11,7 @@
 #   sudo scripts/test-libtorch2.sh --torch-libs  # only the LibTorch libraries, trainctl-rank
 #                                                # and their tests (engine/dist/trainer; CI)
 #   sudo scripts/test-libtorch2.sh --prepare     # only make (or check) the cached root
-#   scripts/test.sh                              # the main suite, then --torch-only
+#   scripts/test.sh                              # the main suite, then --torch-libs
 #                                                # (CI; the root made in the background)
 #
 # Needs root (debootstrap, chroot, mounts) and the Debian mirror apt already

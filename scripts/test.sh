@@ -97,6 +97,20 @@ if [ -z "${SKIP_FUZZ:-}" ]; then
   fi
   mark fuzz
 fi
+# A bounded stage (LibTorch 2.x, TSan): runs "$@" until minute $end_by of
+# this run (the caller sets end_by and elapsed). Cut short is said loudly and
+# does not fail the run; any other failure does. $1: the stage's name, $2:
+# the script that runs it alone.
+run_bounded() {
+  local name=$1 script=$2 rc=0
+  shift 2
+  $sudo timeout --kill-after=30s "$((end_by - elapsed))m" "$@" || rc=$?
+  if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
+    echo "== $name stage CUT SHORT at ${end_by} min of this run (CI's limit is 90): INCOMPLETE; run $script"
+  elif [ "$rc" -ne 0 ]; then
+    exit "$rc"
+  fi
+}
 if [ -z "${SKIP_LIBTORCH2:-}" ]; then
   # The LibTorch targets built and tested against LibTorch 2.6 (gcc 14) in
   # the trixie root made in the background above: a GPU machine has a
@@ -122,13 +136,7 @@ if [ -z "${SKIP_LIBTORCH2:-}" ]; then
     fi
     tail -n 12 "$libtorch2_prepare_log"
     mark libtorch2-root
-    $sudo timeout --kill-after=30s "$((end_by - elapsed))m" env JOBS="$jobs" \
-      bash scripts/test-libtorch2.sh $scope || rc=$?
-    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-      echo "== LibTorch 2.x stage CUT SHORT at ${end_by} min of this run (CI's limit is 90): INCOMPLETE; run scripts/test-libtorch2.sh"
-    elif [ "$rc" -ne 0 ]; then
-      exit "$rc"
-    fi
+    run_bounded "LibTorch 2.x" scripts/test-libtorch2.sh env JOBS="$jobs" bash scripts/test-libtorch2.sh $scope
     mark libtorch2
   fi
 fi
@@ -146,19 +154,12 @@ if [ -z "${SKIP_TSAN:-}" ]; then
     echo "== ThreadSanitizer stage NOT RUN: this run has taken ${elapsed} min (starts only before ${start_by}); run scripts/tsan.sh"
   else
     echo "== ThreadSanitizer =="
-    rc=0
     # The tests that serve or call gRPC are left out of this gate: gRPC
     # core is not instrumented, and TSan reports its callback API's own
     # hand-overs (header code) as races (docs/testing.md); scripts/tsan.sh
     # alone runs them too, with scripts/tsan.supp.
     tsan_exclude=${TSAN_EXCLUDE-'e2e|^cli_|^client_test$|^dashboard_api_test$|^script_job_test$|^daemon_session_test$|^deploy_verify_units$|^docs_flags_test$|python'}
-    $sudo timeout --kill-after=30s "$((end_by - elapsed))m" env JOBS="$jobs" TSAN_EXCLUDE="$tsan_exclude" \
-      bash scripts/tsan.sh || rc=$?
-    if [ "$rc" -eq 124 ] || [ "$rc" -eq 137 ]; then
-      echo "== ThreadSanitizer stage CUT SHORT at ${end_by} min of this run (CI's limit is 90): INCOMPLETE; run scripts/tsan.sh"
-    elif [ "$rc" -ne 0 ]; then
-      exit "$rc"
-    fi
+    run_bounded ThreadSanitizer scripts/tsan.sh env JOBS="$jobs" TSAN_EXCLUDE="$tsan_exclude" bash scripts/tsan.sh
     mark tsan
   fi
 fi

@@ -85,8 +85,8 @@ if units:
 # As in cmake/TorchPch.cmake: only a file that includes one of LibTorch's
 # heavy headers itself gains; for the others loading it costs more than
 # the light headers they include.
-heavy = re.compile(r"#include <(torch/torch\.h|torch/script\.h|torch/nn/module\.h|"
-                   r"ATen/Functions\.h|ATen/autocast_mode\.h)>")
+with open("cmake/torch-heavy-headers.txt") as f:
+    heavy = re.compile("#include <(%s)>" % "|".join(re.escape(h) for h in f.read().split()))
 for directory, file, keep in units:
     cmd = [clangxx] + keep + ["-fsyntax-only", "-Wthread-safety", "-Werror=thread-safety",
                               "-Wno-unknown-warning-option", file]
