@@ -184,21 +184,21 @@ void AttemptStarter::SendStartRanks(JobEntry& entry, const v1::Attempt& attempt,
 }
 
 void AttemptStarter::Stop(const std::string& worker_id, const std::string& job_id, int32_t attempt,
-                          const std::vector<int32_t>& ranks, const std::string& reason,
-                          std::optional<absl::Duration> grace) {
+                          const std::vector<int32_t>& ranks, const std::string& reason, StopHow how) {
   v1::CoordinatorMessage msg;
   v1::StopRanks* s = msg.mutable_stop_ranks();
   s->set_job_id(job_id);
   s->set_attempt(attempt);
   for (int32_t r : ranks) s->add_ranks(r);
   s->set_reason(reason);
-  s->set_grace_period_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(grace.value_or(options_.stop_grace))));
+  s->set_grace_period_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(how.grace.value_or(options_.stop_grace))));
+  s->set_checkpoint_first(how.checkpoint_first);
   registry_->Send(worker_id, msg);
 }
 
 void AttemptStarter::StopAll(const std::string& job_id, int32_t attempt, const RanksByWorker& ranks,
-                             const std::string& reason, std::optional<absl::Duration> grace) {
-  for (const auto& [w, rs] : ranks) Stop(w, job_id, attempt, rs, reason, grace);
+                             const std::string& reason, StopHow how) {
+  for (const auto& [w, rs] : ranks) Stop(w, job_id, attempt, rs, reason, how);
 }
 
 void AttemptStarter::SendRendezvous(const v1::Job& job, const v1::Attempt& attempt, const std::string& worker_id) {

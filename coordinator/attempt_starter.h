@@ -27,6 +27,14 @@
 
 namespace trainctl::coordinator {
 
+// How ranks are stopped: SIGTERM, then SIGKILL after `grace` (default
+// AttemptStarter::Options::stop_grace); `checkpoint_first` for a preemption
+// (StopRanks.checkpoint_first).
+struct StopHow {
+  std::optional<absl::Duration> grace;
+  bool checkpoint_first = false;
+};
+
 class AttemptStarter {
  public:
   struct Options {
@@ -53,13 +61,11 @@ class AttemptStarter {
   // attempt `cur` (pre-flight or StartRanks for its ranks still ASSIGNED,
   // and the rendezvous).
   void Resend(JobEntry& entry, const v1::Attempt& cur, const std::string& worker_id);
-  // Tells a worker to stop ranks: SIGTERM, then SIGKILL after `grace`
-  // (default Options::stop_grace).
+  // Tells a worker to stop ranks.
   void Stop(const std::string& worker_id, const std::string& job_id, int32_t attempt,
-            const std::vector<int32_t>& ranks, const std::string& reason,
-            std::optional<absl::Duration> grace = std::nullopt);
+            const std::vector<int32_t>& ranks, const std::string& reason, StopHow how = {});
   void StopAll(const std::string& job_id, int32_t attempt, const RanksByWorker& ranks, const std::string& reason,
-               std::optional<absl::Duration> grace = std::nullopt);
+               StopHow how = {});
 
  private:
   // The owner of the job `job` resumes ("" when none): the worker lets the

@@ -371,7 +371,8 @@ void JobPlacer::Preempt(const std::string& victim, const std::string& for_job) {
     schedule_retry_ = true;
     return;
   }
-  starter_->StopAll(victim, CurrentAttempt(e->job)->number(), to_stop, why, options_.preemption_grace);
+  starter_->StopAll(victim, CurrentAttempt(e->job)->number(), to_stop, why,
+                    {options_.preemption_grace, /*checkpoint_first=*/true});
 }
 
 bool JobPlacer::QueueHasRoom(const JobEntry& e, bool gpu) const {

@@ -98,6 +98,7 @@ TEST_F(JobQueuesTest, ABorrowerIsPreemptedWhenTheLenderNeedsItsQuotaAndResumesLa
     for (const v1::StopRanks& s : c->Stops()) {
       EXPECT_EQ(s.job_id(), borrower);
       EXPECT_EQ(s.grace_period_ms(), 60000) << "the preemption grace, not --stop-grace-s";
+      EXPECT_TRUE(s.checkpoint_first());
       stops += s.ranks_size();
     }
   }

@@ -60,6 +60,18 @@ class ReportTest(unittest.TestCase):
         self.assertFalse(self.t.report(step=1, loss=float("nan")))
         os.close(w)
 
+    def test_should_checkpoint_follows_the_preemption_file(self):
+        import tempfile
+        os.environ.pop("TRAINCTL_PREEMPT_FILE", None)
+        self.assertFalse(self.t.should_checkpoint())
+        with tempfile.TemporaryDirectory() as d:
+            path = os.path.join(d, "rank-0.preempted")
+            os.environ["TRAINCTL_PREEMPT_FILE"] = path
+            self.assertFalse(self.t.should_checkpoint())
+            open(path, "w").close()
+            self.assertTrue(self.t.should_checkpoint())
+        os.environ.pop("TRAINCTL_PREEMPT_FILE", None)
+
 
 if __name__ == "__main__":
     unittest.main()

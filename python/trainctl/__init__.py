@@ -23,7 +23,7 @@ import os
 import re
 import sys
 
-__all__ = ["report", "checkpoint_dir"]
+__all__ = ["report", "checkpoint_dir", "should_checkpoint"]
 
 # The generated stubs (trainctl.v1.*_pb2) sit beside this file once installed;
 # from a build tree, python/gen_stubs.sh writes them to a directory that
@@ -145,3 +145,13 @@ def checkpoint_dir():
     """The directory trainctl keeps this job's checkpoints in (on this host),
     or None when not run by trainctl."""
     return os.environ.get("TRAINCTL_CHECKPOINT_DIR") or None
+
+
+def should_checkpoint():
+    """True once trainctl is preempting this job (docs/queues.md): save a
+    checkpoint now and exit 0 (or let SIGTERM end the process); the job
+    resumes later on freed slots. A preemption sends SIGTERM after making
+    the file in ``TRAINCTL_PREEMPT_FILE``, and SIGKILL after the
+    coordinator's --preemption-grace-s. False when not run by trainctl."""
+    path = os.environ.get("TRAINCTL_PREEMPT_FILE")
+    return bool(path) and os.path.exists(path)

@@ -6,6 +6,10 @@
 // LocalRankState transition into it decides who reports.
 //
 // Threading: every function here runs on the daemon's EventLoop.
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <regex>
@@ -99,6 +103,20 @@ void RankTable::ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, const s
   out_.Send(m, true);
 }
 
+void RankTable::MarkPreempted(const LocalAttempt& a, int32_t rank) {
+  const std::string path = PreemptFile(a, rank);
+  // Empty; never through a link (O_EXCL|O_NOFOLLOW). Already there (a
+  // second StopRanks): the same.
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  if (fd >= 0) {
+    ::close(fd);
+  } else if (errno != EEXIST) {
+    // The rank then stops at once, without its checkpoint: said, not fatal.
+    LogEvent(LogLevel::kWarn, "worker", "preempt_file_failed",
+             {{"job_id", a.job_id}, {"rank", absl::StrCat(rank)}, {"path", path}, {"error", std::strerror(errno)}});
+  }
+}
+
 void RankTable::OnStopRanks(const v1::StopRanks& s) {
   const std::string akey = AttemptKey(s.job_id(), s.attempt());
   auto it = attempts_.find(akey);
@@ -115,6 +133,7 @@ void RankTable::OnStopRanks(const v1::StopRanks& s) {
     if (!listed || r.state.ended()) continue;
     const bool live = r.state.live();
     r.state.Apply(RankEvent::kStop);
+    if (live && s.checkpoint_first()) MarkPreempted(a, rank);
     if (live) {
       launcher_.Stop(r.key, grace);  // Its exit reports it STOPPED.
     } else {

@@ -244,6 +244,10 @@ std::string RankTable::AttemptDir(const LocalAttempt& a) const {
   return absl::StrCat(JobDir(a.job_id), "/attempt-", a.number);
 }
 
+std::string RankTable::PreemptFile(const LocalAttempt& a, int32_t rank) const {
+  return absl::StrCat(AttemptDir(a), "/rank-", rank, ".preempted");
+}
+
 absl::StatusOr<std::optional<RunAs>> RankTable::JobIdentity(int64_t owner_number) const {
   if (!options_.rank_uids.has_value() || !options_.rank_user.has_value()) return options_.rank_user;
   TRAINCTL_ASSIGN_OR_RETURN(RunAs as, OwnerIdentity(*options_.rank_uids, owner_number, *options_.rank_user,
@@ -384,6 +388,7 @@ absl::StatusOr<rankproto::FlatConfig> RankTable::RankConfig(const LocalAttempt& 
   cfg[rk::kBackend] = a.gpu ? "nccl" : "gloo";
   if (!a.gpu) cfg[rk::kStoreSecret] = a.store_secret;
   cfg[rk::kWorkDir] = dir;
+  cfg[rk::kPreemptFile] = PreemptFile(a, ra.rank());
   if (absl::Status paths = ResolveDataPaths(cfg, paths_.base_dir, paths_.data_read_roots, paths_.data_roots_name); !paths.ok()) return paths;
   cfg[rk::kCheckpointDir] = a.checkpoint_dir;
   if (!a.tensorboard_dir.empty()) cfg[rk::kTensorBoardDir] = a.tensorboard_dir;
@@ -457,6 +462,8 @@ std::vector<std::string> RankTable::CommandLaunchEnvironment(const LocalAttempt&
   std::vector<std::string> contract = CommandEnvironment(a.job_id, a.number, ra, a.spec.restart().max_restarts(),
                                                          master_addr, master_port, a.checkpoint_dir);
   env.insert(env.end(), contract.begin(), contract.end());
+  // trainctl.should_checkpoint() (python/trainctl) looks for it.
+  env.push_back(absl::StrCat("TRAINCTL_PREEMPT_FILE=", PreemptFile(a, ra.rank())));
   if (a.gpu) {
     // Every local rank's GPU, in local-rank order: LOCAL_RANK indexes the
     // visible devices, as under torchrun (torch.cuda.set_device(local_rank)).

@@ -98,6 +98,8 @@ class RankTable {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   void OnRendezvous(const v1::RendezvousDelivery& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   void OnStopRanks(const v1::StopRanks& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // Makes rank `rank`'s preemption file (StopRanks.checkpoint_first).
+  void MarkPreempted(const LocalAttempt& a, int32_t rank) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   // Runs the pre-flight checks (preflight.h) and reports them; starts nothing.
   void OnPreflight(const v1::Preflight& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   void LaunchPending(LocalAttempt& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
@@ -105,6 +107,10 @@ class RankTable {
   // rank's own directory (returned), and the default checkpoint.dir.
   std::string JobDir(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   std::string AttemptDir(const LocalAttempt& a) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // The file a preemption makes for rank `rank` (rank_protocol.h
+  // kPreemptFile): in the attempt's directory, which the daemon owns (the
+  // rank may stat it, never plant a link there).
+  std::string PreemptFile(const LocalAttempt& a, int32_t rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   // Who a job's ranks (and the daemon's work on the job's files) run as:
   // the owner's own uid with --rank-uids, else --rank-user (nullopt: this
   // daemon's user).

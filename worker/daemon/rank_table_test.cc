@@ -235,6 +235,25 @@ TEST_F(RankTableTest, StopAsksTheLauncherAndTheExitReportsStoppedOnce) {
   EXPECT_THAT(Statuses(), ElementsAre("0:RANK_STATE_STOPPED", "1:RANK_STATE_STOPPED"));
 }
 
+TEST_F(RankTableTest, APreemptionMakesEachRanksPreemptionFileBeforeItsStop) {
+  Deliver(Start());
+  ASSERT_EQ(launcher_.launches.size(), 2u);
+  std::vector<std::string> files;
+  for (const RankLaunch& l : launcher_.launches) files.push_back(EnvOf(l, "TRAINCTL_PREEMPT_FILE"));
+  EXPECT_EQ(files[0], dir_ + "/work/jobs/job-1/attempt-1/rank-0.preempted");
+  EXPECT_EQ(files[1], dir_ + "/work/jobs/job-1/attempt-1/rank-1.preempted");
+  for (const std::string& f : files) EXPECT_FALSE(fs::exists(f));
+  // A plain stop makes none.
+  Deliver(Stop(1, {1}, 1000));
+  EXPECT_FALSE(fs::exists(files[1]));
+  v1::CoordinatorMessage preempt = Stop(1, {0}, 60000);
+  preempt.mutable_stop_ranks()->set_checkpoint_first(true);
+  Deliver(preempt);
+  EXPECT_TRUE(fs::exists(files[0]));
+  ASSERT_EQ(launcher_.stops.size(), 2u);
+  EXPECT_EQ(launcher_.stops[1].second, absl::Milliseconds(60000));
+}
+
 TEST_F(RankTableTest, ARankThatFailsIsReportedWithItsPythonException) {
   Deliver(Start());
   auto batch = std::make_shared<RankLogBatch>();

@@ -85,6 +85,13 @@ inline constexpr char kStoreSecret[] = "run.store_secret";
 inline constexpr char kNcclUniqueId[] = "run.nccl_unique_id";
 // Directory for this rank's scratch files.
 inline constexpr char kWorkDir[] = "run.work_dir";
+// Preemption (docs/queues.md): the daemon makes this file before the
+// SIGTERM of a preemption. A rank that finds it when its stop flag is
+// raised does not stop at once: the ranks agree on a step (the next
+// multiple of kPreemptAgreeEverySteps, or the epoch's end), the checkpoint
+// writers write a checkpoint there, and every rank stops. Unset = every
+// stop is immediate.
+inline constexpr char kPreemptFile[] = "run.preempt_file";
 // Checkpoints (shared by the job's ranks on one host).
 inline constexpr char kCheckpointDir[] = "run.checkpoint_dir";
 // Absolute directory rank 0 writes TensorBoard event files to; unset = none.

@@ -272,6 +272,7 @@ absl::StatusOr<RunOptions> ParseRun(const FlatConfig& c) {
   r.job_id = rankproto::GetString(c, rk::kJobId, "");
   TRAINCTL_ASSIGN_OR_RETURN(r.attempt, OptionalIntIn(c, rk::kAttempt, 0, 0, INT32_MAX));
   TRAINCTL_ASSIGN_OR_RETURN(r.work_dir, rankproto::GetString(c, rk::kWorkDir));
+  r.preempt_file = rankproto::GetString(c, rk::kPreemptFile, "");
   TRAINCTL_ASSIGN_OR_RETURN(int64_t fd, IntIn(c, rk::kStatusFd, -1, INT32_MAX));
   r.status_fd = static_cast<int>(fd);
   // The worker's --rank-timeout-s: the rank has no timeout of its own.

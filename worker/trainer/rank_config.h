@@ -168,6 +168,8 @@ struct RunOptions {
   std::string job_id;
   int64_t attempt = 0;
   std::string work_dir;
+  // run.preempt_file ("" = none; TrainerSetup::preempt_file).
+  std::string preempt_file;
   int status_fd = -1;  // -1: no status pipe (status lines go nowhere)
   double timeout_s = 0;  // run.timeout_s: the worker's --rank-timeout-s
   // Intra-op threads per rank (run.num_threads; absent: 1, ranks share a host).

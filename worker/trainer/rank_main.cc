@@ -341,6 +341,7 @@ TrainerSetup MakeTrainerSetup(const RankConfig& cfg, c10::Device device,
                          run.rank == 0 ? "" : " (read by rank 0, received by broadcast)"));
   }
   setup.stop = &rank::g_stop;
+  setup.preempt_file = run.preempt_file;
   setup.skip_steps = run.skip_steps;
   if (!run.skip_steps.empty()) {
     LogLine(absl::StrCat("rolled back: skipping step(s) ", absl::StrJoin(run.skip_steps, ", ")));

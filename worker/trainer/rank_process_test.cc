@@ -18,6 +18,7 @@
 #include "gtest/gtest.h"
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/rank_harness.h"
+#include "worker/trainer/trainer.h"
 
 namespace trainctl::trainer {
 namespace {
@@ -274,6 +275,92 @@ TEST_F(RankProcessTest, ResumeAfterKillIsBitwiseEqualToAnUninterruptedRun) {
     ASSERT_TRUE(b.count(name)) << name;
     EXPECT_TRUE(torch::equal(t, b[name])) << name << " differs by "
                                           << (t - b[name]).abs().max().item<double>();
+  }
+}
+
+// The global step a rank's "preempted ... (global step N)" line names; -1
+// without one.
+int64_t PreemptedStep(const std::string& log) {
+  const std::string key = "(global step ";
+  const size_t at = log.find("preempted ");
+  if (at == std::string::npos) return -1;
+  const size_t k = log.find(key, at);
+  return k == std::string::npos ? -1 : std::stoll(log.substr(k + key.size()));
+}
+
+// A preemption as the daemon makes it (the preemption file, then SIGTERM):
+// both ranks stop at one agreed step, the writer checkpoints there, and
+// resuming from that checkpoint gives bitwise the parameters of a run
+// without the preemption.
+TEST_F(RankProcessTest, PreemptionStopsBothRanksAtOneStepWithACheckpointThatResumesExactly) {
+  auto base = Classic("");
+  base["model.hidden"] = "8";
+  base["training.epochs"] = "4";
+  base["data.batch_size"] = "15";  // 20 steps per epoch
+  base["training.optimizer.name"] = "sgd";
+  base["training.optimizer.momentum"] = "0.9";
+  base["checkpoint.every_epochs"] = "0";
+  base["checkpoint.every_steps"] = "0";
+
+  auto full = base;
+  full["run.checkpoint_dir"] = dir_ + "/full";
+  {
+    std::filesystem::create_directories(dir_ + "/a");
+    auto g = RankGroup::Start(dir_ + "/a", 2, full);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
+    ASSERT_EQ((*g)->exit_code(0), 0) << (*g)->Describe();
+  }
+
+  const std::string ckpt = dir_ + "/preempted";
+  const std::string marker = dir_ + "/rank.preempted";
+  auto slow = base;
+  slow["run.checkpoint_dir"] = ckpt;
+  slow["run.debug.step_sleep_ms"] = "20";
+  slow["run.preempt_file"] = marker;
+  int64_t step = -1;
+  {
+    std::filesystem::create_directories(dir_ + "/b");
+    auto g = RankGroup::Start(dir_ + "/b", 2, slow);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE((*g)->WaitForLine(
+        [](int rank, const std::string& line) {
+          return rank == 1 && line.rfind("metric kind=train", 0) == 0 && MetricField(line, "epoch") == "1";
+        },
+        absl::Seconds(60)))
+        << (*g)->Describe();
+    std::ofstream(marker).close();
+    (*g)->Signal(SIGTERM);
+    ASSERT_TRUE((*g)->Wait(absl::Seconds(30))) << (*g)->Describe();
+    for (int r = 0; r < 2; ++r) EXPECT_EQ((*g)->exit_code(r), 128 + SIGTERM) << (*g)->Describe();
+    step = PreemptedStep((*g)->log(0));
+    EXPECT_EQ(PreemptedStep((*g)->log(1)), step) << "both ranks stop at the agreed step";
+    EXPECT_GT(step, 20);
+    EXPECT_EQ(step % kPreemptAgreeEverySteps, 0) << step;
+    EXPECT_THAT((*g)->log(0) + (*g)->log(1), HasSubstr("checkpoint written"));
+  }
+  const std::string latest = LatestCheckpoint(ckpt, "test-job");
+  ASSERT_FALSE(latest.empty()) << "the preemption wrote the only checkpoint";
+
+  auto resume = base;
+  resume["run.checkpoint_dir"] = ckpt;
+  resume["run.resume_from"] = latest;
+  resume["run.resume_job_id"] = "test-job";
+  resume["run.attempt"] = "2";
+  {
+    std::filesystem::create_directories(dir_ + "/c");
+    auto g = RankGroup::Start(dir_ + "/c", 2, resume);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
+    ASSERT_EQ((*g)->exit_code(0), 0) << (*g)->Describe();
+    EXPECT_THAT((*g)->log(0), HasSubstr("resumed from"));
+  }
+  auto a = LoadParams(dir_ + "/full/test-job.model.pt");
+  auto b = LoadParams(ckpt + "/test-job.model.pt");
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    EXPECT_TRUE(torch::equal(t, b[name])) << name;
   }
 }
 

@@ -5,6 +5,7 @@
 #include "worker/trainer/trainer.h"
 
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <chrono>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "common/jobspec/artifact_names.h"
 #include "common/status_macros.h"
+#include "worker/dist/tensor_collectives.h"
 #include "worker/trainer/checkpoint.h"
 #include "worker/trainer/test_hooks.h"
 #include "worker/trainer/trainer_impl.h"
@@ -200,7 +202,11 @@ absl::Status Trainer::Impl::EndEpoch(EpochRun& run, TrainResult* result) {
                           end.eval_accuracy, end.eval_samples);
   }
   Log(line);
-  if (StopRequested()) return StoppedError(absl::StrCat("after epoch ", run.epoch));
+  if (!setup.preempt_file.empty()) {
+    TRAINCTL_ASSIGN_OR_RETURN(bool preempted, PreemptionAgreed());
+    if (preempted) return StopForPreemption(absl::StrCat("after epoch ", run.epoch));
+  }
+  if (StopRequested() && !StopWaitsForAgreement()) return StoppedError(absl::StrCat("after epoch ", run.epoch));
   return absl::OkStatus();
 }
 
@@ -235,6 +241,7 @@ absl::Status Trainer::Impl::WriteCheckpointNow() {
   for (const std::string& left : written->not_pruned) {
     Log(absl::StrCat("warning: an old checkpoint past checkpoint.keep could not be deleted: ", left));
   }
+  checkpoint_step = position.global_step;
   if (callbacks.on_checkpoint) callbacks.on_checkpoint(*written, position);
   return absl::OkStatus();
 }
@@ -254,6 +261,31 @@ absl::Status Trainer::Impl::ExportFinalModel(TrainResult* result) {
   result->exported_model = path;
   Log(absl::StrCat("exported the final model to ", path));
   return absl::OkStatus();
+}
+
+bool Trainer::Impl::PreemptionSeen() {
+  if (!preempt_seen && !setup.preempt_file.empty() && StopRequested()) {
+    preempt_seen = ::access(setup.preempt_file.c_str(), F_OK) == 0;
+    if (preempt_seen) Log("preempted: stopping at the next agreed step, after a checkpoint");
+  }
+  return preempt_seen;
+}
+
+absl::StatusOr<bool> Trainer::Impl::PreemptionAgreed() {
+  const bool seen = PreemptionSeen();
+  if (comm == nullptr) return seen;
+  at::Tensor flag = at::full({1}, seen ? 1.0F : 0.0F, at::TensorOptions().dtype(at::kFloat).device(setup.device));
+  TRAINCTL_RETURN_IF_ERROR(Collective(dist::AllReduceSum(*comm, flag)->Wait(), "agreeing on a preemption stop"));
+  return flag.cpu().item<float>() > 0;
+}
+
+absl::Status Trainer::Impl::StopForPreemption(const std::string& where) {
+  if (writes_checkpoints() && checkpoint_step != position.global_step) {
+    TRAINCTL_RETURN_IF_ERROR(WriteCheckpointNow());
+  }
+  Log(absl::StrCat("preempted ", where, " (global step ", position.global_step, ")",
+                   writes_checkpoints() ? ": checkpoint written" : ""));
+  return WithFailureKind(absl::CancelledError(absl::StrCat("preempted ", where)), FailureKind::kStopped);
 }
 
 absl::Status Trainer::Impl::StoppedError(const std::string& where) const {

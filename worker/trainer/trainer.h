@@ -99,6 +99,10 @@ struct TrainerCallbacks {
   std::function<void(int64_t epoch, int64_t global_step, const std::vector<int64_t>& indices)> on_step_samples;
 };
 
+// How often (in global steps) ranks agree on a preemption stop: one
+// all-reduce of a scalar per this many steps while a preemption file is set.
+inline constexpr int64_t kPreemptAgreeEverySteps = 10;
+
 struct TrainerSetup {
   TrainingOptions options;
   int rank = 0;
@@ -119,6 +123,13 @@ struct TrainerSetup {
   // Raised from outside (SIGTERM): Run returns a kStopped error at the next
   // step boundary. May be null.
   const std::atomic<bool>* stop = nullptr;
+  // Preemption (rank_protocol.h kPreemptFile; "" = none): when the stop flag
+  // is raised and this file exists, the ranks do not stop at once but agree
+  // on a step: every kPreemptAgreeEverySteps global steps and at each
+  // epoch's end, one all-reduce of whether any rank saw the file. There the
+  // checkpoint writers write a checkpoint (the exact sampler position) and
+  // every rank returns kStopped. Without collectives, at the next step.
+  std::string preempt_file;
   // Sleep this long at the end of every optimizer step, inside the step's
   // time, so it counts as compute time (tests only: paces a run, or makes a
   // rank a straggler).

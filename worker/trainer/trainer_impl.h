@@ -103,6 +103,11 @@ struct Trainer::Impl {
   // happened at (-1 = none).
   int64_t skipped_in_a_row = 0;
   int64_t nan_step = -1;
+  // Preemption (TrainerSetup::preempt_file): whether this rank found the
+  // file after its stop flag rose; the global step of the last checkpoint
+  // written (-1 = none), so a preemption stop writes none twice.
+  bool preempt_seen = false;
+  int64_t checkpoint_step = -1;
   // health.divergence: the detector (made in Init) and, until its baseline
   // is set at the first check, the attempt's first micro-batch loss.
   DivergenceDetector divergence{0};
@@ -136,6 +141,18 @@ struct Trainer::Impl {
   absl::Status ExportFinalModel(TrainResult* result);
   bool writes_checkpoints() const { return setup.checkpoint_writer && !opt().checkpoint.dir.empty(); }
   absl::Status StoppedError(const std::string& where) const;
+  // Preemption: whether the stop flag is raised and the preemption file
+  // exists (looked for once the flag rises).
+  bool PreemptionSeen();
+  // At an agreement point: whether any rank saw a preemption (an all-reduce
+  // when there are collectives).
+  absl::StatusOr<bool> PreemptionAgreed();
+  // The agreed stop: a checkpoint (writers, unless one was just written at
+  // this step), then kStopped.
+  absl::Status StopForPreemption(const std::string& where);
+  // A raised stop flag that waits for the preemption agreement instead of
+  // stopping now.
+  bool StopWaitsForAgreement() { return comm != nullptr && PreemptionSeen(); }
 
   // trainer_step.cc: one optimizer step over micro-batches [first, first + group).
   absl::Status RunStep(EpochRun& run, int64_t first, int64_t group);

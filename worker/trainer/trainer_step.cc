@@ -257,7 +257,14 @@ absl::Status Trainer::Impl::AfterStep(EpochRun& run, int64_t first, int64_t grou
     TRAINCTL_RETURN_IF_ERROR(WriteCheckpointNow());
   }
   Progress(static_cast<int32_t>(run.epoch), /*force=*/false);
-  if (StopRequested()) {
+  // Preemption agreement points: the same steps on every rank (an epoch's
+  // last step agrees at the epoch's end instead, after its checkpoint).
+  if (!setup.preempt_file.empty() && !epoch_done &&
+      (comm == nullptr || position.global_step % kPreemptAgreeEverySteps == 0)) {
+    TRAINCTL_ASSIGN_OR_RETURN(bool preempted, PreemptionAgreed());
+    if (preempted) return StopForPreemption(absl::StrCat("at epoch ", run.epoch, ", global step ", position.global_step));
+  }
+  if (StopRequested() && !StopWaitsForAgreement()) {
     return StoppedError(absl::StrCat("at epoch ", run.epoch, ", global step ", position.global_step));
   }
   return absl::OkStatus();
