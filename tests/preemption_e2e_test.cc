@@ -4,11 +4,14 @@
 // -> b's job is preempted (its ranks get SIGTERM, its attempt ends
 // CANCELLED naming a's job, no restart counted), a's job runs and SUCCEEDS,
 // then b's job runs again and SUCCEEDS. Command jobs (a shell script), so no
-// LibTorch is needed.
+// LibTorch is needed. And with trainctl-rank (a LibTorch build): a training
+// job preempted mid-epoch stops at a step its ranks agree on, checkpoints
+// there, and its next attempt resumes from that checkpoint.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <filesystem>
 #include <fstream>
 #include <string>
 #include <vector>
@@ -18,6 +21,7 @@
 #include "common/jobspec/job_spec.h"
 #include "common/time_util.h"
 #include "tests/support/cluster.h"
+#include "tests/support/source_dir.h"
 
 namespace trainctl {
 namespace {
@@ -27,12 +31,14 @@ using trainctl::testing::Cluster;
 
 class PreemptionE2ETest : public ::testing::Test {
  protected:
-  void SetUp() override {
+  // A coordinator and workers w0, w1 of `slots` CPU slots each, running
+  // `rank_binary` for training jobs.
+  void StartCluster(int slots, const std::string& rank_binary) {
     build_ = trainctl::testing::BuildDirOfThisTest();
-    cluster_ = std::make_unique<Cluster>(build_, "/bin/false");
-    ASSERT_TRUE(cluster_->StartCoordinator({"--preemption_grace_s=30"}));
-    ASSERT_TRUE(cluster_->StartWorker("w0", 2, false, {"--allow_commands"}));
-    ASSERT_TRUE(cluster_->StartWorker("w1", 2, false, {"--allow_commands"}));
+    cluster_ = std::make_unique<Cluster>(build_, rank_binary);
+    ASSERT_TRUE(cluster_->StartCoordinator({"--preemption_grace_s=60"}));
+    ASSERT_TRUE(cluster_->StartWorker("w0", slots, false, {"--allow_commands"}));
+    ASSERT_TRUE(cluster_->StartWorker("w1", slots, false, {"--allow_commands"}));
     ASSERT_TRUE(cluster_->WaitWorkers(2));
   }
 
@@ -67,6 +73,7 @@ class PreemptionE2ETest : public ::testing::Test {
 };
 
 TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) {
+  ASSERT_NO_FATAL_FAILURE(StartCluster(2, "/bin/false"));
   std::string out;
   ASSERT_EQ(Cli({"queue", "create", "team-a", "--cpu", "2", "--cohort", "lab"}, &out), 0) << out;
   ASSERT_EQ(Cli({"queue", "create", "team-b", "--cpu", "2", "--cohort", "lab"}, &out), 0) << out;
@@ -112,6 +119,56 @@ TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) 
   EXPECT_TRUE(preempted);
   EXPECT_THAT(cluster_->RankLog(borrower, 1, 0), HasSubstr("rank 0 got SIGTERM"));
   EXPECT_THAT(cluster_->RankLog(borrower, 2, 0), HasSubstr("rank 0 attempt 2 done"));
+}
+
+TEST_F(PreemptionE2ETest, APreemptedTrainingJobCheckpointsAtAnAgreedStepAndResumesFromIt) {
+  const std::string rank = trainctl::testing::BuildDirOfThisTest() + "/worker/trainer/trainctl-rank";
+  if (!std::filesystem::exists(rank)) GTEST_SKIP() << "no trainctl-rank (a build without LibTorch)";
+  ASSERT_NO_FATAL_FAILURE(StartCluster(1, rank));
+  std::string out;
+  ASSERT_EQ(Cli({"queue", "create", "team-a", "--cpu", "1", "--cohort", "lab"}, &out), 0) << out;
+  ASSERT_EQ(Cli({"queue", "create", "team-b", "--cpu", "1", "--cohort", "lab"}, &out), 0) << out;
+
+  // b: the classic example made slow (1,000 steps an epoch), 2 ranks, with
+  // no periodic checkpoint inside an epoch.
+  const std::string src = trainctl::testing::SourceDir();
+  ParsedJobSpec slow = ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
+                                        {"training.epochs=1", "data.train.length=60000", "model.hidden=[64]",
+                                         "device=cpu"});
+  ASSERT_TRUE(slow.ok()) << (slow.errors.empty() ? "" : slow.errors[0].ToString());
+  slow.spec.set_queue("team-b");
+  const std::string borrower = cluster_->Submit(slow.spec);
+  ASSERT_FALSE(borrower.empty());
+  v1::Job b = cluster_->WaitFor(borrower, [](const v1::Job& j) {
+    return j.state() >= v1::JOB_STATE_SUCCEEDED || (j.state() == v1::JOB_STATE_RUNNING && j.progress().step() >= 25);
+  });
+  ASSERT_EQ(b.state(), v1::JOB_STATE_RUNNING) << "the test acts inside the epoch; " << b.state_reason();
+
+  ParsedJobSpec small = ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
+                                         {"world_size=1", "training.epochs=1", "device=cpu"});
+  ASSERT_TRUE(small.ok());
+  small.spec.set_queue("team-a");
+  const std::string lender = cluster_->Submit(small.spec);
+  ASSERT_FALSE(lender.empty());
+  const v1::Job a = cluster_->WaitState(lender, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
+  ASSERT_EQ(a.state(), v1::JOB_STATE_SUCCEEDED) << a.state_reason();
+
+  b = cluster_->WaitState(borrower, v1::JOB_STATE_SUCCEEDED, absl::Seconds(240));
+  ASSERT_EQ(b.state(), v1::JOB_STATE_SUCCEEDED) << b.state_reason();
+  ASSERT_EQ(b.attempts_size(), 2);
+  EXPECT_EQ(b.attempts(0).preempted_for(), lender);
+  EXPECT_EQ(b.restarts(), 0);
+  // Attempt 2 resumed from the checkpoint the preemption wrote: attempt 1's,
+  // inside the epoch, at a step both ranks agreed on.
+  const v1::Attempt& resumed = b.attempts(1);
+  ASSERT_TRUE(resumed.has_resume()) << "resumed from nothing";
+  EXPECT_EQ(resumed.resume().attempt(), 1);
+  EXPECT_GT(resumed.resume().epoch_consumed(), 0);
+  EXPECT_EQ(resumed.resume().global_step() % 10, 0) << resumed.resume().global_step();
+  const std::string log0 = cluster_->RankLog(borrower, 1, 0), log1 = cluster_->RankLog(borrower, 1, 1);
+  EXPECT_THAT(log0, HasSubstr(absl::StrCat("(global step ", resumed.resume().global_step(), ")"))) << log0;
+  EXPECT_THAT(log1, HasSubstr(absl::StrCat("(global step ", resumed.resume().global_step(), ")"))) << log1;
+  EXPECT_THAT(cluster_->RankLog(borrower, 2, 0), HasSubstr("resumed from"));
 }
 
 }  // namespace

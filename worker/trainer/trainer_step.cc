@@ -262,7 +262,7 @@ absl::Status Trainer::Impl::AfterStep(EpochRun& run, int64_t first, int64_t grou
   if (!setup.preempt_file.empty() && !epoch_done &&
       (comm == nullptr || position.global_step % kPreemptAgreeEverySteps == 0)) {
     TRAINCTL_ASSIGN_OR_RETURN(bool preempted, PreemptionAgreed());
-    if (preempted) return StopForPreemption(absl::StrCat("at epoch ", run.epoch, ", global step ", position.global_step));
+    if (preempted) return StopForPreemption(absl::StrCat("at epoch ", run.epoch));
   }
   if (StopRequested() && !StopWaitsForAgreement()) {
     return StoppedError(absl::StrCat("at epoch ", run.epoch, ", global step ", position.global_step));
