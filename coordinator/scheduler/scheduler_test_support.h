@@ -137,6 +137,21 @@ inline int MinWorkers(std::vector<int> counts, int need) {
 // each job exactly once, output lists in scheduling order, every pending
 // reason against what was free at that point, every placement's ranks,
 // slots and packing.
+// A job's least size: an elastic job's minimum, else world_size.
+inline int LeastSize(const PendingJob& job) {
+  const bool elastic = job.min_world_size >= 1 && job.min_world_size < job.world_size;
+  return elastic ? job.min_world_size : job.world_size;
+}
+
+// The slot kind a job of requirement `d` uses, given the schedulable
+// capacity per kind (auto: GPU when there is any).
+inline SlotKind ResolvedKind(DeviceRequirement d, const std::map<SlotKind, long long>& capacity) {
+  if (d == DeviceRequirement::kCuda) return SlotKind::kGpu;
+  if (d == DeviceRequirement::kCpu) return SlotKind::kCpu;
+  auto gpu = capacity.find(SlotKind::kGpu);
+  return gpu != capacity.end() && gpu->second > 0 ? SlotKind::kGpu : SlotKind::kCpu;
+}
+
 class InvariantCheck {
  public:
   InvariantCheck(const std::vector<PendingJob>& jobs, const std::vector<WorkerSlots>& workers,
@@ -169,17 +184,8 @@ class InvariantCheck {
  private:
   using Slot = std::pair<std::string, int>;
 
-  // An elastic job needs its minimum and takes up to world_size.
-  static int Need(const PendingJob& job) {
-    const bool elastic = job.min_world_size >= 1 && job.min_world_size < job.world_size;
-    return elastic ? job.min_world_size : job.world_size;
-  }
-
-  SlotKind KindOf(DeviceRequirement d) {
-    if (d == DeviceRequirement::kCuda) return SlotKind::kGpu;
-    if (d == DeviceRequirement::kCpu) return SlotKind::kCpu;
-    return capacity_[SlotKind::kGpu] > 0 ? SlotKind::kGpu : SlotKind::kCpu;
-  }
+  static int Need(const PendingJob& job) { return LeastSize(job); }
+  SlotKind KindOf(DeviceRequirement d) { return ResolvedKind(d, capacity_); }
 
   // Available count per worker of `kind` at this point (free, unused, and
   // outside the reservation when `respect_reservation`).
@@ -423,15 +429,8 @@ class QueueInvariantCheck {
   using QueueKind = std::pair<std::string, SlotKind>;
 
   static std::string Name(const std::string& queue) { return queue.empty() ? "default" : queue; }
-  static int Least(const PendingJob& job) {
-    const bool elastic = job.min_world_size >= 1 && job.min_world_size < job.world_size;
-    return elastic ? job.min_world_size : job.world_size;
-  }
-  SlotKind KindOf(DeviceRequirement d) {
-    if (d == DeviceRequirement::kCuda) return SlotKind::kGpu;
-    if (d == DeviceRequirement::kCpu) return SlotKind::kCpu;
-    return capacity_[SlotKind::kGpu] > 0 ? SlotKind::kGpu : SlotKind::kCpu;
-  }
+  static int Least(const PendingJob& job) { return LeastSize(job); }
+  SlotKind KindOf(DeviceRequirement d) { return ResolvedKind(d, capacity_); }
   // The queue's spec; nullptr when no queues are defined (implicit default)
   // or the queue is not defined.
   const QueueSpec* Spec(const std::string& queue) const {
