@@ -55,7 +55,8 @@ TEST(JobSpecTest, MinimalSpecGetsEveryDefault) {
 // file without it leaves it unset for the queue's default_priority.
 TEST(JobSpecTest, QueueKeyAndUnsetPriority) {
   const std::string base =
-      "name: q-job\nworld_size: 2\nmodel: {name: mlp}\ndata: {train: {format: synthetic, length: 10, size: 5}}\n";
+      "name: q-job\nworld_size: 2\nmodel: {name: mlp, input_dim: 5, classes: 2}\n"
+      "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n";
   ParsedJobSpec r = ParseJobSpecYaml(base + "queue: team-a\n", "job.yaml");
   ASSERT_TRUE(r.ok()) << r.errors[0].ToString();
   EXPECT_EQ(r.spec.queue(), "team-a");
