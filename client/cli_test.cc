@@ -239,9 +239,9 @@ TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
   EXPECT_EQ(r.code, 0) << r.err;
   std::vector<std::string> lines = Lines(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
-  EXPECT_THAT(lines[0], MatchesRegex("ID +NAME +STATE +RANKS +PROGRESS +RESTARTS +SUBMITTED +REASON"));
-  EXPECT_THAT(lines[1], MatchesRegex(waiting + " +classic +PENDING +4 +- +0 +(just now|.* ago) +needs 4 cpu slots.*"));
-  EXPECT_THAT(lines[2], MatchesRegex(done + " +classic +SUCCEEDED +2 +epoch 2/2 100% +0 +(just now|.* ago) +-"));
+  EXPECT_THAT(lines[0], MatchesRegex("ID +NAME +QUEUE +STATE +RANKS +PROGRESS +RESTARTS +SUBMITTED +REASON"));
+  EXPECT_THAT(lines[1], MatchesRegex(waiting + " +classic +default +PENDING +4 +- +0 +(just now|.* ago) +needs 4 cpu slots.*"));
+  EXPECT_THAT(lines[2], MatchesRegex(done + " +classic +default +SUCCEEDED +2 +epoch 2/2 100% +0 +(just now|.* ago) +-"));
   r = Run({"list", "--state", "succeeded,failed"});
   EXPECT_EQ(Lines(r.out).size(), 2u) << r.out;
   EXPECT_THAT(r.out, HasSubstr(done));

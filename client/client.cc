@@ -14,6 +14,7 @@
 #include "common/grpc_keepalive.h"
 #include "trainctl/v1/auth.grpc.pb.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
+#include "trainctl/v1/queue.grpc.pb.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
 
 namespace trainctl {
@@ -26,6 +27,7 @@ struct Client::Stubs {
   std::unique_ptr<v1::JobService::Stub> jobs;
   std::unique_ptr<v1::WorkerService::Stub> workers;
   std::unique_ptr<v1::AuthService::Stub> auth;
+  std::unique_ptr<v1::QueueService::Stub> queues;
 };
 
 namespace {
@@ -99,6 +101,7 @@ Client::Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& opti
   stubs_->jobs = v1::JobService::NewStub(stubs_->channel);
   stubs_->workers = v1::WorkerService::NewStub(stubs_->channel);
   stubs_->auth = v1::AuthService::NewStub(stubs_->channel);
+  stubs_->queues = v1::QueueService::NewStub(stubs_->channel);
 }
 
 Client::~Client() = default;
@@ -437,6 +440,40 @@ absl::StatusOr<v1::RevokeWorkerResponse> Client::RevokeWorker(const std::string&
   absl::Status s = Unary(stubs_->auth.get(), &v1::AuthService::Stub::RevokeWorker, req, &resp, options_);
   if (!s.ok()) return s;
   return resp;
+}
+
+absl::StatusOr<v1::Queue> Client::CreateQueue(const v1::Queue& queue, bool update) {
+  v1::CreateQueueRequest req;
+  *req.mutable_queue() = queue;
+  req.set_update(update);
+  v1::Queue resp;
+  absl::Status s = Unary(stubs_->queues.get(), &v1::QueueService::Stub::CreateQueue, req, &resp, options_);
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<v1::QueueStatus> Client::GetQueue(const std::string& name) {
+  v1::GetQueueRequest req;
+  req.set_name(name);
+  v1::QueueStatus resp;
+  absl::Status s = Unary(stubs_->queues.get(), &v1::QueueService::Stub::GetQueue, req, &resp, options_);
+  if (!s.ok()) return s;
+  return resp;
+}
+
+absl::StatusOr<std::vector<v1::QueueStatus>> Client::ListQueues() {
+  v1::ListQueuesRequest req;
+  v1::ListQueuesResponse resp;
+  absl::Status s = Unary(stubs_->queues.get(), &v1::QueueService::Stub::ListQueues, req, &resp, options_);
+  if (!s.ok()) return s;
+  return std::vector<v1::QueueStatus>(resp.queues().begin(), resp.queues().end());
+}
+
+absl::Status Client::DeleteQueue(const std::string& name) {
+  v1::DeleteQueueRequest req;
+  req.set_name(name);
+  v1::DeleteQueueResponse resp;
+  return Unary(stubs_->queues.get(), &v1::QueueService::Stub::DeleteQueue, req, &resp, options_);
 }
 
 }  // namespace trainctl

@@ -74,6 +74,8 @@ absl::Status CoordinatorServer::RecoverOwners() {
                                        options_.jobs);
   jobs_->BindToLoop(&loop_);
   jobs_->SetDeferral([this](std::function<void()> fn) { loop_.Post(std::move(fn)); });
+  queues_ = std::make_unique<QueueRegistry>(store_.get(), options_.clock);
+  queues_->BindToLoop(&loop_);
   telemetry_ = std::make_unique<TelemetryLedger>(store_.get());
   tokens_ = std::make_unique<TokenAuthority>(store_.get(), options_.clock);
   TRAINCTL_RETURN_IF_ERROR(tokens_->Load());
@@ -81,6 +83,8 @@ absl::Status CoordinatorServer::RecoverOwners() {
   tokens_->SetBootstrapAdmin(options_.admin_token);
   absl::Status recovered;
   loop_.RunSync([&] {
+    recovered = queues_->Load();
+    if (!recovered.ok()) return;
     registry_->Recover(snapshot.workers);
     recovered = jobs_->Recover(snapshot);
     telemetry_->Recover(snapshot);
@@ -92,6 +96,7 @@ void CoordinatorServer::MakeServices() {
   ServiceContext ctx{&loop_, store_.get(), registry_.get(), jobs_.get(), &hub_};
   ctx.telemetry = telemetry_.get();
   ctx.auth = tokens_.get();
+  ctx.queues = queues_.get();
   live_ = std::make_unique<LiveCalls>(tokens_.get());
   live_->BindToLoop(&loop_);
   ctx.live = live_.get();
@@ -112,6 +117,7 @@ void CoordinatorServer::MakeServices() {
   job_service_ = std::make_unique<JobServiceImpl>(ctx);
   worker_service_ = std::make_unique<WorkerServiceImpl>(ctx);
   auth_service_ = std::make_unique<AuthServiceImpl>(ctx);
+  queue_service_ = std::make_unique<QueueServiceImpl>(ctx);
 }
 
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CoordinatorServer::Credentials() const {
@@ -144,6 +150,7 @@ absl::StatusOr<int> CoordinatorServer::Serve() {
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
   builder.RegisterService(auth_service_.get());
+  builder.RegisterService(queue_service_.get());
   builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
   builder.SetMaxSendMessageSize(options_.max_message_bytes);
   // Keepalive: find dead peers on idle streams; accept the workers' pings.

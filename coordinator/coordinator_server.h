@@ -108,6 +108,8 @@ class CoordinatorServer {
   // "https" or "http": how http_address() is served.
   const char* http_scheme() const { return http_.tls() ? "https" : "http"; }
   WorkerRegistry* registry() { return registry_.get(); }
+  // The defined queues (loop only; the scheduler's QueueInput reads Specs()).
+  QueueRegistry* queues() { return queues_.get(); }
   TokenAuthority* tokens() { return tokens_.get(); }
   // Creates a token (on the loop) and returns its secret: how embedded use
   // and tests hand tokens to their workers and clients.
@@ -134,6 +136,7 @@ class CoordinatorServer {
   std::unique_ptr<WorkerRegistry> registry_;
   MetricsHub hub_;
   std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<QueueRegistry> queues_;
   std::unique_ptr<TelemetryLedger> telemetry_;
   std::unique_ptr<TokenAuthority> tokens_;
   // Streams and sessions to end when their token lapses (loop only).
@@ -143,6 +146,7 @@ class CoordinatorServer {
   std::unique_ptr<JobServiceImpl> job_service_;
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<AuthServiceImpl> auth_service_;
+  std::unique_ptr<QueueServiceImpl> queue_service_;
   std::unique_ptr<grpc::Server> server_;
   RpcStats rpc_stats_;
   // Refused calls and sign-ins, logged at most once per client per 10 s.

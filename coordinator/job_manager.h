@@ -41,6 +41,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -136,6 +137,8 @@ class JobManager : private JobActions {
     return queries_.List(request);
   }
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+  // Per queue, what its live jobs hold now (JobQueries::QueueUsages).
+  std::map<std::string, QueueUsage> QueueUsages() const { return queries_.QueueUsages(); }
 
   // --- worker sessions ----------------------------------------------------
   // After WorkerRegistry::Register: reconciles what the worker runs with what

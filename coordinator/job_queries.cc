@@ -7,6 +7,7 @@
 #include "common/jobspec/job_spec.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
+#include "coordinator/job_transitions.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -146,6 +147,27 @@ JobGauges JobQueries::Gauges() const {
     if (job.state() == v1::JOB_STATE_RUNNING) g.running.push_back(RunningGauge(id, e));
   }
   return g;
+}
+
+std::map<std::string, QueueUsage> JobQueries::QueueUsages() const {
+  std::map<std::string, QueueUsage> out;
+  for (const auto& entry : book_->entries()) {
+    const v1::Job& job = entry.second.job;
+    const v1::JobState state = job.state();
+    const bool pending = state == v1::JOB_STATE_PENDING || state == v1::JOB_STATE_RESTARTING;
+    const bool running = state == v1::JOB_STATE_SCHEDULED || state == v1::JOB_STATE_RUNNING;
+    if (!pending && !running) continue;
+    QueueUsage& u = out[job.spec().queue().empty() ? std::string("default") : job.spec().queue()];
+    ++(pending ? u.pending_jobs : u.running_jobs);
+    const v1::Attempt* attempt = CurrentAttempt(job);
+    if (attempt == nullptr) continue;
+    for (const v1::RankAssignment& r : attempt->ranks()) {
+      if (IsTerminal(r.state())) continue;
+      if (r.slot().kind() == v1::Slot::KIND_GPU) ++u.used_gpu;
+      if (r.slot().kind() == v1::Slot::KIND_CPU) ++u.used_cpu;
+    }
+  }
+  return out;
 }
 
 }  // namespace trainctl::coordinator

@@ -49,6 +49,16 @@ struct JobGauges {
   std::vector<Running> running;
 };
 
+// What the live jobs of one queue hold now (QueueService's QueueStatus).
+struct QueueUsage {
+  // Slots of the current attempts' ranks that have not ended, by kind.
+  int32_t used_gpu = 0;
+  int32_t used_cpu = 0;
+  // PENDING or RESTARTING jobs; SCHEDULED or RUNNING jobs.
+  int32_t pending_jobs = 0;
+  int32_t running_jobs = 0;
+};
+
 class JobQueries {
  public:
   JobQueries(const JobBook* book, const WorkerRegistry* registry, const JobPlacer* placer, const JobHealth* health,
@@ -62,6 +72,10 @@ class JobQueries {
   absl::StatusOr<v1::SubmitJobResponse> DryRun(const v1::JobSpec& spec) const;
   // A snapshot for /metrics (O(jobs + attempts)).
   JobGauges Gauges() const;
+  // Per queue (a job naming none counts as "default"), the live jobs' use:
+  // O(jobs + ranks of current attempts). Queues without a live job are
+  // absent.
+  std::map<std::string, QueueUsage> QueueUsages() const;
 
  private:
   const JobBook* book_;

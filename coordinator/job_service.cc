@@ -288,8 +288,12 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
       absl::StatusOr<v1::Job> source = ctx_.jobs->Get(req->spec().resume_from().job());
       if (source.ok()) TRAINCTL_RETURN_IF_ERROR(MayActOnJob(who, "SubmitJob (resume_from)", *source));
     }
-    if (req->dry_run()) return MoveInto(ctx_.jobs->DryRun(req->spec()), resp);
-    return MoveInto(ctx_.jobs->Submit(req->spec(), who.name, who.token_id, req->request_id()), resp->mutable_job());
+    // The job's queue and default priority (docs/queues.md); a dry run is
+    // refused what a submit would be.
+    v1::JobSpec spec = req->spec();
+    if (ctx_.queues != nullptr) TRAINCTL_RETURN_IF_ERROR(ResolveQueue(spec, who.role, who.queues, *ctx_.queues));
+    if (req->dry_run()) return MoveInto(ctx_.jobs->DryRun(spec), resp);
+    return MoveInto(ctx_.jobs->Submit(spec, who.name, who.token_id, req->request_id()), resp->mutable_job());
   });
 }
 

@@ -6,6 +6,7 @@ namespace {
 constexpr absl::string_view kJobs = "trainctl.v1.JobService";
 constexpr absl::string_view kWorkers = "trainctl.v1.WorkerService";
 constexpr absl::string_view kAuth = "trainctl.v1.AuthService";
+constexpr absl::string_view kQueues = "trainctl.v1.QueueService";
 constexpr v1::Role kAdmin = v1::ROLE_ADMIN;
 constexpr v1::Role kSubmitter = v1::ROLE_SUBMITTER;
 constexpr v1::Role kViewer = v1::ROLE_VIEWER;
@@ -30,6 +31,10 @@ const std::vector<MethodRoles>& AllMethodRoles() {
       {kAuth, "Join", {v1::ROLE_JOIN}},
       {kAuth, "RevokeWorker", {kAdmin}},
       {kAuth, "CreateSignInCode", {kAdmin, kSubmitter, kViewer}},
+      {kQueues, "CreateQueue", {kAdmin}},
+      {kQueues, "GetQueue", {kAdmin, kSubmitter, kViewer}},
+      {kQueues, "ListQueues", {kAdmin, kSubmitter, kViewer}},
+      {kQueues, "DeleteQueue", {kAdmin}},
   };
   return *table;
 }

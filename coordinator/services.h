@@ -7,6 +7,7 @@
 //   AuthService   — CreateToken, ListTokens, RevokeToken, RevokeWorker
 //                   (admin only); Join (a join token, over TLS: a worker's
 //                   client certificate).
+//   QueueService  — CreateQueue, DeleteQueue (admin); GetQueue, ListQueues.
 //
 // Every handler first authenticates the call's bearer token and checks its
 // role (TokenAuthority): reads need admin, submitter or viewer; SubmitJob
@@ -27,6 +28,7 @@
 #include "coordinator/job_manager.h"
 #include "coordinator/live_calls.h"
 #include "coordinator/metrics_hub.h"
+#include "coordinator/queue_registry.h"
 #include "coordinator/store/state_store.h"
 #include "coordinator/sign_in_codes.h"
 #include "coordinator/telemetry_ledger.h"
@@ -35,6 +37,7 @@
 #include "coordinator/worker_registry.h"
 #include "trainctl/v1/auth.grpc.pb.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
+#include "trainctl/v1/queue.grpc.pb.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
 
 namespace trainctl::coordinator {
@@ -67,6 +70,10 @@ struct ServiceContext {
   int32_t fetch_chunk_bytes = 1 << 20;
   // One-time dashboard sign-in codes (CreateSignInCode); nullptr: refused.
   SignInCodes* sign_in = nullptr;
+  // The defined queues: SubmitJob puts each job in one (ResolveQueue) and
+  // the QueueService edits them. nullptr: no queues (jobs keep the queue
+  // they name; the QueueService answers FAILED_PRECONDITION).
+  QueueRegistry* queues = nullptr;
 };
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
@@ -131,6 +138,23 @@ class AuthServiceImpl final : public v1::AuthService::CallbackService {
   grpc::ServerUnaryReactor* CreateSignInCode(grpc::CallbackServerContext* ctx,
                                              const v1::CreateSignInCodeRequest* req,
                                              v1::CreateSignInCodeResponse* resp) override;
+
+ private:
+  ServiceContext ctx_;
+};
+
+class QueueServiceImpl final : public v1::QueueService::CallbackService {
+ public:
+  explicit QueueServiceImpl(ServiceContext ctx) : ctx_(ctx) {}
+
+  grpc::ServerUnaryReactor* CreateQueue(grpc::CallbackServerContext* ctx, const v1::CreateQueueRequest* req,
+                                        v1::Queue* resp) override;
+  grpc::ServerUnaryReactor* GetQueue(grpc::CallbackServerContext* ctx, const v1::GetQueueRequest* req,
+                                     v1::QueueStatus* resp) override;
+  grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* ctx, const v1::ListQueuesRequest* req,
+                                       v1::ListQueuesResponse* resp) override;
+  grpc::ServerUnaryReactor* DeleteQueue(grpc::CallbackServerContext* ctx, const v1::DeleteQueueRequest* req,
+                                        v1::DeleteQueueResponse* resp) override;
 
  private:
   ServiceContext ctx_;

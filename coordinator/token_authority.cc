@@ -11,6 +11,7 @@
 #include "common/auth/secret.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
+#include "coordinator/queue_registry.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -103,7 +104,8 @@ absl::StatusOr<Principal> TokenAuthority::Authenticate(absl::string_view authori
     return absl::UnauthenticatedError(
         absl::StrCat("one-time token '", t.id(), "' (", t.name(), ") was already used"));
   }
-  return Principal{t.id(), t.name(), t.role(), std::vector<std::string>(t.addresses().begin(), t.addresses().end())};
+  return Principal{t.id(), t.name(), t.role(), std::vector<std::string>(t.addresses().begin(), t.addresses().end()),
+                   std::vector<std::string>(t.queues().begin(), t.queues().end())};
 }
 
 absl::Status TokenAuthority::StillValid(const Principal& who) const {
@@ -162,6 +164,23 @@ absl::StatusOr<v1::CreateTokenResponse> TokenAuthority::Create(const v1::CreateT
           "' is not a host name or IP address (at most 253 characters of [A-Za-z0-9.:_-])"));
     }
   }
+  // Queues are not checked against the defined ones: a token may be made
+  // before its queues are (a job naming an undefined queue is refused then).
+  if (req.queues_size() > 0 && req.role() != v1::ROLE_SUBMITTER && req.role() != v1::ROLE_ADMIN) {
+    return absl::InvalidArgumentError("queues: only submitter and admin tokens name queues");
+  }
+  if (req.queues_size() > kMaxTokenQueues) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("queues: at most ", kMaxTokenQueues, ", got ", req.queues_size()));
+  }
+  for (int i = 0; i < req.queues_size(); ++i) {
+    TRAINCTL_RETURN_IF_ERROR(CheckQueueName(absl::StrCat("queues[", i, "]"), req.queues(i)));
+    for (int j = 0; j < i; ++j) {
+      if (req.queues(j) == req.queues(i)) {
+        return absl::InvalidArgumentError(absl::StrCat("queues[", i, "]: '", req.queues(i), "' is named twice"));
+      }
+    }
+  }
   // A join token is always one-time and always expires: it is handed
   // around (a provisioning script, a cloud-init file) before it is used.
   if (join && ttl == absl::ZeroDuration()) ttl = kDefaultJoinTtl;
@@ -179,6 +198,7 @@ absl::StatusOr<v1::CreateTokenResponse> TokenAuthority::Create(const v1::CreateT
   t.set_one_time(join);
   t.set_created_by(by.token_id);
   *t.mutable_addresses() = req.addresses();
+  *t.mutable_queues() = req.queues();
   std::string secret = auth::NewSecret(t.id());
   st.secret_hash = auth::Sha256Hex(secret);
   TRAINCTL_RETURN_IF_ERROR(store_->PutToken(t, st.secret_hash));

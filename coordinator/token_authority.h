@@ -40,6 +40,9 @@ struct Principal {
   // (Token.addresses; join and worker tokens). A worker's rendezvous reports
   // may name these; a joined worker's certificate names only these.
   std::vector<std::string> addresses = {};
+  // The queues a submitter or admin token may submit to (Token.queues); the
+  // first is where a job naming none goes. Empty: any queue.
+  std::vector<std::string> queues = {};
 };
 
 // A host name or IP address a worker may be reached at: at most 253

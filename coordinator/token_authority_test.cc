@@ -265,6 +265,60 @@ TEST(TokenAuthorityTest, JoinAndWorkerTokensCarryTheAddressesTheAdminAuthorised)
   EXPECT_THAT(who->addresses, ::testing::ElementsAre("10.0.3.7", "gpu-07.lan"));
 }
 
+// A submitter token bound to queues keeps them across a reopen and hands
+// them to the Principal (ResolveQueue's input); bad lists are refused.
+TEST(TokenAuthorityTest, SubmitterTokensCarryTheirQueues) {
+  std::string db = TempDb();
+  FakeClock clock;
+  std::string secret;
+  {
+    auto store = StateStore::Open(db);
+    ASSERT_TRUE(store.ok()) << store.status();
+    TokenAuthority auth(store->get(), &clock);
+    ASSERT_TRUE(auth.Load().ok());
+    v1::CreateTokenRequest req = Req(v1::ROLE_SUBMITTER, "team-a");
+    req.add_queues("a");
+    req.add_queues("not-defined-yet");
+    auto made = auth.Create(req, kRoot);
+    ASSERT_TRUE(made.ok()) << made.status() << " (queues need not exist when the token is made)";
+    EXPECT_THAT(made->token().queues(), ::testing::ElementsAre("a", "not-defined-yet"));
+    secret = made->secret();
+
+    auto refused = [&](v1::CreateTokenRequest r) {
+      absl::StatusOr<v1::CreateTokenResponse> out = auth.Create(r, kRoot);
+      EXPECT_EQ(out.status().code(), absl::StatusCode::kInvalidArgument);
+      return std::string(out.status().message());
+    };
+    v1::CreateTokenRequest viewer = Req(v1::ROLE_VIEWER, "v");
+    viewer.add_queues("a");
+    EXPECT_EQ(refused(viewer), "queues: only submitter and admin tokens name queues");
+    v1::CreateTokenRequest worker = Req(v1::ROLE_WORKER, "w");
+    worker.add_queues("a");
+    EXPECT_EQ(refused(worker), "queues: only submitter and admin tokens name queues");
+    v1::CreateTokenRequest bad = Req(v1::ROLE_SUBMITTER, "s");
+    bad.add_queues("a");
+    bad.add_queues("Bad Name");
+    EXPECT_THAT(refused(bad), HasSubstr("queues[1]: must be lower-case"));
+    v1::CreateTokenRequest twice = Req(v1::ROLE_SUBMITTER, "s");
+    twice.add_queues("a");
+    twice.add_queues("a");
+    EXPECT_EQ(refused(twice), "queues[1]: 'a' is named twice");
+    v1::CreateTokenRequest many = Req(v1::ROLE_ADMIN, "s");
+    for (int i = 0; i < 17; ++i) many.add_queues(absl::StrCat("q", i));
+    EXPECT_EQ(refused(many), "queues: at most 16, got 17");
+    many.mutable_queues()->RemoveLast();
+    EXPECT_TRUE(auth.Create(many, kRoot).ok()) << "16 is allowed, and admins may have queues";
+  }
+  auto store = StateStore::Open(db);
+  ASSERT_TRUE(store.ok());
+  TokenAuthority reopened(store->get(), &clock);
+  ASSERT_TRUE(reopened.Load().ok());
+  absl::StatusOr<Principal> who = reopened.Authenticate("Bearer " + secret);
+  ASSERT_TRUE(who.ok()) << who.status();
+  EXPECT_THAT(who->queues, ::testing::ElementsAre("a", "not-defined-yet"));
+  EXPECT_EQ(reopened.List(false).size(), 2u);
+}
+
 // A revoked worker certificate is refused by id and by serial, survives a
 // reopen, and revoking twice is harmless.
 TEST(TokenAuthorityTest, RevokedWorkerCertificatesStayRevoked) {

@@ -49,6 +49,7 @@ struct CreateArgs {
   std::string name;
   std::string ttl;
   std::vector<std::string> addresses;
+  std::vector<std::string> queues;
 };
 
 int RunCreate(CliContext& ctx, const CreateArgs& a) {
@@ -71,6 +72,9 @@ int RunCreate(CliContext& ctx, const CreateArgs& a) {
   for (const std::string& addr : a.addresses) {
     if (!addr.empty()) req.add_addresses(addr);
   }
+  for (const std::string& q : a.queues) {
+    if (!q.empty()) req.add_queues(q);
+  }
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
   absl::StatusOr<v1::CreateTokenResponse> r = (*client)->CreateToken(req);
@@ -86,6 +90,8 @@ int RunCreate(CliContext& ctx, const CreateArgs& a) {
           << (r->token().addresses_size() > 0
                   ? absl::StrCat(", addresses ", absl::StrJoin(r->token().addresses(), ","))
                   : "")
+          << (r->token().queues_size() > 0 ? absl::StrCat(", queues ", absl::StrJoin(r->token().queues(), ","))
+                                           : "")
           << "\n"
           << "secret (shown once; the coordinator keeps only its hash):\n"
           << r->secret() << "\n";
@@ -170,6 +176,7 @@ VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx) {
   CLI::App* sub = AddVerb(
       app, "token", "Create, list and revoke bearer tokens (admin)",
       "  trainctl token create --role submitter --name alice --ttl 30d\n"
+      "  trainctl token create --role submitter --name team-a --queues team-a,shared\n"
       "  trainctl token create --role worker --name gpu-07\n"
       "  trainctl token create --role join --ttl 1h --address 10.0.3.7 --name gpu-07\n"
       "                                     (one-time: trainctl-worker --join-token)\n"
@@ -194,6 +201,12 @@ VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx) {
                 "rendezvous reports may name only these or the IP it connects from")
       ->delimiter(',')
       ->type_name("HOST");
+  c->add_option("--queues", create->queues,
+                "Submitter and admin tokens: the queues it may submit to (comma-separated, at most 16); the "
+                "first is where a job naming none goes. A submitter token is refused other queues. Queues "
+                "need not exist yet")
+      ->delimiter(',')
+      ->type_name("QUEUE");
   c->callback([which] { *which = "create"; });
   CLI::App* l = sub->add_subcommand("list", "List tokens (never their secrets)");
   l->add_flag("--all", *all, "Include revoked, expired and used tokens");

@@ -29,6 +29,7 @@ constexpr VerbFactory kVerbs[] = {
     AddSubmitVerb, AddStatusVerb, AddDescribeVerb, AddListVerb,  AddLogsVerb,
     AddCancelVerb, AddResumeVerb, AddCheckpointsVerb, AddFetchVerb, AddWorkersVerb, AddRunVerb, AddRunsVerb,
     AddMetricsVerb,
+    AddQueueVerb,
     AddTokenVerb,  AddLoginVerb,  AddWorkerVerb, AddDashboardVerb,
 };
 

@@ -118,6 +118,8 @@ VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddLoginVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddWorkerVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddDashboardVerb(CLI::App& app, CliContext& ctx);
+// Queues (queues.cc).
+VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx);
 
 // Follows a job until it ends (follow mode output); 0 only when it SUCCEEDED.
 int FollowJob(CliContext& ctx, Client& client, const std::string& job_id);

@@ -302,6 +302,7 @@ void PrintSpecSummary(std::ostream& out, const v1::JobSpec& spec, const std::str
   AddField(t, "ranks", absl::StrCat(spec.world_size(), ", device ", LowerName(v1::Device_descriptor(), spec.device()),
                                     ", backend ", LowerName(v1::Backend_descriptor(), spec.backend()), ", priority ",
                                     spec.priority()));
+  AddField(t, "queue", spec.queue().empty() ? "(the token's first queue, else default)" : spec.queue());
   if (spec.has_command()) {
     AddCommandFields(t, spec.command());
   } else {

@@ -137,6 +137,8 @@ struct SubmitFlags {
   bool dry_run = false;
   bool wait_for_capacity = false;
   std::vector<std::string> sets;
+  // --queue: the job's queue, over the file's queue:.
+  std::string queue;
   ScriptJobFlags script;
 };
 
@@ -189,6 +191,7 @@ int RunDryRun(CliContext& ctx, const SubmitFlags& flags, const v1::JobSpec& spec
 int RunSubmit(CliContext& ctx, const SubmitFlags& flags) {
   std::vector<std::string> sets = flags.sets;
   if (flags.wait_for_capacity) sets.push_back("scheduling.wait_for_capacity=true");
+  if (!flags.queue.empty()) sets.push_back(absl::StrCat("queue=", flags.queue));
   ParsedJobSpec parsed = IsScriptForm(flags.file, flags.script) ? ScriptJobSpec(flags.file, flags.script, sets)
                                                                 : ParseJobSpecFile(flags.file, sets);
   if (!parsed.ok()) {
@@ -289,7 +292,7 @@ int RunList(CliContext& ctx, const std::vector<std::string>& state_names, int li
     return kExitOk;
   }
   absl::Time now = absl::Now();
-  Table t({"ID", "NAME", "STATE", "RANKS", "PROGRESS", "RESTARTS", "SUBMITTED", "REASON"});
+  Table t({"ID", "NAME", "QUEUE", "STATE", "RANKS", "PROGRESS", "RESTARTS", "SUBMITTED", "REASON"});
   std::vector<std::pair<const v1::Job*, int>> order;
   if (tree) {
     order = LineageOrder(*jobs);
@@ -306,7 +309,8 @@ int RunList(CliContext& ctx, const std::vector<std::string>& state_names, int li
     }
     std::string id = j.id();
     if (depth > 0) id = absl::StrCat(std::string(2 * (depth - 1), ' '), "`- ", id);
-    t.AddRow({id, j.spec().name(), JobStateName(j.state()), absl::StrCat(j.spec().world_size()),
+    t.AddRow({id, j.spec().name(), j.spec().queue().empty() ? "default" : j.spec().queue(), JobStateName(j.state()),
+              absl::StrCat(j.spec().world_size()),
               progress, absl::StrCat(j.restarts()), Age(j.submit_time(), now),
               j.state_reason().empty() ? "-" : FirstLine(j.state_reason())});
   }
@@ -472,6 +476,10 @@ VerbRunner AddSubmitVerb(CLI::App& app, CliContext& ctx) {
   sub->add_flag("--wait-for-capacity", flags->wait_for_capacity,
                 "Take the job even if the cluster as it is can never run it: it waits for workers to join "
                 "(scheduling.wait_for_capacity)");
+  sub->add_option("--queue", flags->queue,
+                  "The queue to submit to (overrides the file's queue:; default: the token's first queue, "
+                  "else default; docs/queues.md)")
+      ->type_name("QUEUE");
   AddScriptOptions(sub, &flags->script);
   return [&ctx, flags] { return RunSubmit(ctx, *flags); };
 }

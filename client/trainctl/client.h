@@ -45,6 +45,7 @@
 #include "trainctl/v1/job.pb.h"
 #include "trainctl/v1/job_service.pb.h"
 #include "trainctl/v1/metrics.pb.h"
+#include "trainctl/v1/queue.pb.h"
 #include "trainctl/v1/worker_service.pb.h"
 
 namespace grpc {
@@ -197,6 +198,15 @@ class Client {
   absl::StatusOr<v1::RevokeWorkerResponse> RevokeWorker(const std::string& worker_id);
   // A one-time dashboard sign-in code for this client's token.
   absl::StatusOr<v1::CreateSignInCodeResponse> CreateSignInCode();
+
+  // Queues (docs/queues.md). Create and delete need an admin token;
+  // `update` replaces a queue of that name (else AlreadyExists).
+  absl::StatusOr<v1::Queue> CreateQueue(const v1::Queue& queue, bool update = false);
+  absl::StatusOr<v1::QueueStatus> GetQueue(const std::string& name);
+  // Ascending by name, each with what its jobs use now.
+  absl::StatusOr<std::vector<v1::QueueStatus>> ListQueues();
+  // FailedPrecondition while the queue has pending or running jobs.
+  absl::Status DeleteQueue(const std::string& name);
 
   const ClientOptions& options() const { return options_; }
 

@@ -51,6 +51,25 @@ TEST(JobSpecTest, MinimalSpecGetsEveryDefault) {
   EXPECT_EQ(s.metrics().every_steps(), 20);
 }
 
+// queue: (docs/queues.md) is a top-level key; priority is optional, so a
+// file without it leaves it unset for the queue's default_priority.
+TEST(JobSpecTest, QueueKeyAndUnsetPriority) {
+  const std::string base =
+      "name: q-job\nworld_size: 2\nmodel: {name: mlp, input_dim: 5, classes: 2}\n"
+      "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n";
+  ParsedJobSpec r = ParseJobSpecYaml(base + "queue: team-a\n", "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.errors[0].ToString();
+  EXPECT_EQ(r.spec.queue(), "team-a");
+  EXPECT_FALSE(r.spec.has_priority()) << "no priority: key leaves it to the queue";
+  r = ParseJobSpecYaml(base + "queue: team-a\npriority: 0\n", "job.yaml", {"queue=team-b"});
+  ASSERT_TRUE(r.ok()) << r.errors[0].ToString();
+  EXPECT_EQ(r.spec.queue(), "team-b") << "--set overrides the file";
+  EXPECT_TRUE(r.spec.has_priority()) << "an explicit 0 is kept";
+  r = ParseJobSpecYaml(base, "job.yaml");
+  ASSERT_TRUE(r.ok()) << r.errors[0].ToString();
+  EXPECT_EQ(r.spec.queue(), "") << "no queue: the coordinator picks (token's first, else default)";
+}
+
 TEST(JobSpecTest, EveryFieldIsRead) {
   const std::string yaml = R"(
 name: full-job-1

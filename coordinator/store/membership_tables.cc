@@ -1,5 +1,6 @@
 // StateStore: who belongs to the cluster -- the workers table, tokens
-// (stored by the hash of their secret) and worker-id -> token bindings.
+// (stored by the hash of their secret), worker-id -> token bindings, and the
+// queues jobs are submitted to.
 // Each write is one statement (its own transaction). Threading: see
 // state_store.h (every method takes the store's mutex).
 #include <cstdint>
@@ -145,6 +146,44 @@ absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> StateStore::LoadOwn
     TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
     if (!row) break;
     out.emplace_back(q.Text(0), q.Int(1));
+  }
+  return out;
+}
+
+absl::Status StateStore::PutQueue(const v1::Queue& queue) {
+  if (queue.name().empty()) return absl::InvalidArgumentError("state store: PutQueue: queue has no name");
+  const std::string blob = queue.SerializeAsString();
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  const std::string op = absl::StrCat("PutQueue('", queue.name(), "')");
+  TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
+  return Query(s.db, s.stmts->put_queue, op).Bind(1, queue.name()).BindBlob(2, blob).Run();
+}
+
+absl::Status StateStore::DeleteQueue(const std::string& name) {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  const std::string op = absl::StrCat("DeleteQueue('", name, "')");
+  TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
+  return Query(s.db, s.stmts->delete_queue, op).Bind(1, name).Run();
+}
+
+absl::StatusOr<std::vector<v1::Queue>> StateStore::LoadQueues() {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  std::vector<v1::Queue> out;
+  Query q(s.db, s.stmts->load_queues, "LoadQueues");
+  while (true) {
+    TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+    if (!row) break;
+    v1::Queue queue;
+    std::string name = q.Text(0);
+    TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(1), &queue, absl::StrCat("queues row '", name, "'")));
+    if (queue.name() != name) {
+      return absl::DataLossError(absl::StrCat("state store: queues row '", name, "' holds queue '",
+                                              queue.name(), "'"));
+    }
+    out.push_back(std::move(queue));
   }
   return out;
 }

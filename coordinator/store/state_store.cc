@@ -123,6 +123,13 @@ constexpr const char* kMigrations[] = {
         number INTEGER NOT NULL UNIQUE
       ) WITHOUT ROWID;
     )sql",
+    // 5 -> 6: queues (docs/queues.md), defined by an admin.
+    R"sql(
+      CREATE TABLE queues (
+        name TEXT PRIMARY KEY NOT NULL,
+        blob BLOB NOT NULL             -- v1.Queue
+      ) WITHOUT ROWID;
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 
@@ -361,6 +368,9 @@ absl::Status StateStore::Impl::PrepareStatements() {
       {&s.load_revoked_workers, "SELECT worker_id, blob FROM revoked_workers ORDER BY worker_id"},
       {&s.put_owner_number, "INSERT INTO owner_numbers (owner, number) VALUES (?1, ?2)"},
       {&s.load_owner_numbers, "SELECT owner, number FROM owner_numbers ORDER BY number"},
+      {&s.put_queue, "INSERT OR REPLACE INTO queues (name, blob) VALUES (?1, ?2)"},
+      {&s.delete_queue, "DELETE FROM queues WHERE name = ?1"},
+      {&s.load_queues, "SELECT name, blob FROM queues ORDER BY name"},
       {&s.insert_metric,
        "INSERT INTO metrics (job_id, attempt, rank, blob) VALUES (?1, ?2, ?3, ?4)"},
       {&s.insert_log, "INSERT INTO logs (job_id, attempt, rank, blob) VALUES (?1, ?2, ?3, ?4)"},

@@ -38,6 +38,7 @@
 #include "trainctl/v1/auth.pb.h"
 #include "trainctl/v1/job.pb.h"
 #include "trainctl/v1/metrics.pb.h"
+#include "trainctl/v1/queue.pb.h"
 #include "trainctl/v1/worker_service.pb.h"
 
 namespace trainctl::coordinator {
@@ -216,6 +217,13 @@ class StateStore {
   absl::Status PutOwnerNumber(const std::string& owner, int64_t number);
   // (owner, number) for every owner, ascending by number.
   absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> LoadOwnerNumbers();
+  // Inserts or replaces a queue by name (one commit).
+  absl::Status PutQueue(const v1::Queue& queue);
+  // Removes the queue's row; absent is fine.
+  absl::Status DeleteQueue(const std::string& name);
+  // Every stored queue, ascending by name; DataLoss naming the row when one
+  // does not parse or holds another name.
+  absl::StatusOr<std::vector<v1::Queue>> LoadQueues();
 
   // Fault injection for tests (LevelDB's FaultInjectionTestEnv, in small):
   // `fail` is asked before each write (PutJob, AppendMetrics, AppendLogs,

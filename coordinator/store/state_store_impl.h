@@ -145,6 +145,7 @@ struct StateStore::Impl {
     Statement put_token, load_tokens, put_binding, load_bindings;
     Statement put_revoked_worker, load_revoked_workers;
     Statement put_owner_number, load_owner_numbers;
+    Statement put_queue, delete_queue, load_queues;
     Statement insert_metric, insert_log;
     Statement count_events, count_metrics, count_logs;
     Statement trim_events, trim_metrics, trim_logs;

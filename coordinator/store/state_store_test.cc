@@ -434,9 +434,10 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   }
   // What a coordinator before telemetry seqs left behind.
   // (Nor the later tables: tokens and worker_bindings came with version 3,
-  // revoked_workers with 4, owner_numbers with 5.)
+  // revoked_workers with 4, owner_numbers with 5, queues with 6.)
   RawExec(path, "DROP TABLE telemetry_seqs; DROP TABLE tokens; DROP TABLE worker_bindings; "
-                "DROP TABLE revoked_workers; DROP TABLE owner_numbers; PRAGMA user_version=1");
+                "DROP TABLE revoked_workers; DROP TABLE owner_numbers; DROP TABLE queues; "
+                "PRAGMA user_version=1");
   auto store = OpenOrDie(path);
   ASSERT_TRUE(store->BeginGroup().ok());
   ASSERT_TRUE(store->AppendMetrics(MakeMetrics("old", 1, 1, 1)).ok());
@@ -456,6 +457,101 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   ASSERT_EQ(tokens->size(), 1u);
   EXPECT_EQ((*tokens)[0].secret_hash, std::string(64, 'a'));
   EXPECT_THAT(*store->LoadWorkerBindings(), ElementsAre(std::pair<std::string, std::string>("w", "t-1")));
+}
+
+TEST(StateStoreTest, QueuesRoundTripReplaceDeleteAndSurviveAReopen) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  {
+    auto store = OpenOrDie(path);
+    v1::Queue a;
+    a.set_name("a");
+    a.set_nominal_gpu(8);
+    a.set_cohort("research");
+    a.set_max_job_size(4);
+    a.set_default_priority(5);
+    a.mutable_create_time()->set_seconds(1700000000);
+    v1::Queue b;
+    b.set_name("b");  // nominals unset: unlimited
+    ASSERT_TRUE(store->PutQueue(b).ok());
+    ASSERT_TRUE(store->PutQueue(a).ok());
+    a.set_nominal_gpu(2);
+    ASSERT_TRUE(store->PutQueue(a).ok()) << "a put replaces";
+    v1::Queue c;
+    c.set_name("c");
+    ASSERT_TRUE(store->PutQueue(c).ok());
+    ASSERT_TRUE(store->DeleteQueue("c").ok());
+    ASSERT_TRUE(store->DeleteQueue("never-there").ok()) << "absent is fine";
+    EXPECT_TRUE(absl::IsInvalidArgument(store->PutQueue(v1::Queue())));
+  }
+  auto store = OpenOrDie(path);
+  auto queues = store->LoadQueues();
+  ASSERT_TRUE(queues.ok()) << queues.status();
+  ASSERT_EQ(queues->size(), 2u);
+  EXPECT_EQ((*queues)[0].name(), "a");
+  EXPECT_EQ((*queues)[0].nominal_gpu(), 2);
+  EXPECT_FALSE((*queues)[0].has_nominal_cpu()) << "unset (unlimited) stays unset";
+  EXPECT_EQ((*queues)[0].cohort(), "research");
+  EXPECT_EQ((*queues)[0].max_job_size(), 4);
+  EXPECT_EQ((*queues)[0].default_priority(), 5);
+  EXPECT_EQ((*queues)[0].create_time().seconds(), 1700000000);
+  EXPECT_EQ((*queues)[1].name(), "b");
+  EXPECT_FALSE((*queues)[1].has_nominal_gpu());
+}
+
+TEST(StateStoreTest, QueueWritesGoThroughTheWriteFault) {
+  auto store = OpenOrDie(":memory:");
+  std::vector<std::string> ops;
+  store->SetWriteFaultForTest([&](int64_t, absl::string_view op) {
+    ops.emplace_back(op);
+    return true;
+  });
+  v1::Queue a;
+  a.set_name("a");
+  EXPECT_TRUE(absl::IsUnavailable(store->PutQueue(a)));
+  EXPECT_TRUE(absl::IsUnavailable(store->DeleteQueue("a")));
+  store->SetWriteFaultForTest(nullptr);
+  EXPECT_THAT(ops, ElementsAre("PutQueue('a')", "DeleteQueue('a')"));
+  EXPECT_TRUE(store->LoadQueues()->empty()) << "a failed put stores nothing";
+}
+
+TEST(StateStoreTest, ATokensQueuesPersist) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  {
+    auto store = OpenOrDie(path);
+    v1::Token token;
+    token.set_id("t-1");
+    token.set_role(v1::ROLE_SUBMITTER);
+    token.add_queues("a");
+    token.add_queues("b");
+    ASSERT_TRUE(store->PutToken(token, std::string(64, 'a')).ok());
+  }
+  auto store = OpenOrDie(path);
+  auto tokens = store->LoadTokens();
+  ASSERT_TRUE(tokens.ok()) << tokens.status();
+  ASSERT_EQ(tokens->size(), 1u);
+  EXPECT_THAT((*tokens)[0].token.queues(), ElementsAre("a", "b"));
+}
+
+TEST(StateStoreTest, SchemaVersion5MigratesToTheQueuesTable) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
+  }
+  // What a coordinator before queues left behind.
+  RawExec(path, "DROP TABLE queues; PRAGMA user_version=5");
+  auto store = OpenOrDie(path);
+  auto snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  ASSERT_EQ(snapshot->jobs.size(), 1u);
+  EXPECT_TRUE(store->LoadQueues()->empty());
+  v1::Queue a;
+  a.set_name("a");
+  ASSERT_TRUE(store->PutQueue(a).ok());
+  EXPECT_EQ(store->LoadQueues()->size(), 1u);
 }
 
 }  // namespace

@@ -1,0 +1,164 @@
+// trainctl queue create|list|describe|delete (docs/queues.md). Create and
+// delete need an admin token; list and describe a viewer's.
+#include <CLI/CLI.hpp>
+#include <memory>
+#include <sstream>
+#include <string>
+
+#include "absl/strings/str_cat.h"
+#include "client/cli/context.h"
+#include "client/cli/format.h"
+
+namespace trainctl::cli {
+
+namespace {
+
+struct QueueArgs {
+  std::string name;
+  // -1 (also when omitted): unlimited, sent unset.
+  int gpu = -1;
+  int cpu = -1;
+  std::string cohort;
+  int max_job_size = 0;
+  int default_priority = 0;
+  bool update = false;
+};
+
+// "used/nominal", "-" for an unlimited nominal ("3/-").
+std::string QuotaText(int used, bool has_nominal, int nominal) {
+  return absl::StrCat(used, "/", has_nominal ? absl::StrCat(nominal) : std::string("-"));
+}
+
+int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
+  v1::Queue q;
+  q.set_name(a.name);
+  if (a.gpu != -1) q.set_nominal_gpu(a.gpu);
+  if (a.cpu != -1) q.set_nominal_cpu(a.cpu);
+  q.set_cohort(a.cohort);
+  q.set_max_job_size(a.max_job_size);
+  q.set_default_priority(a.default_priority);
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<v1::Queue> made = (*client)->CreateQueue(q, a.update);
+  if (!made.ok()) return ctx.Fail(made.status());
+  if (ctx.json()) {
+    ctx.PrintJson(*made);
+    return kExitOk;
+  }
+  ctx.out << "queue " << made->name() << (a.update ? " created or updated" : " created") << ": gpu "
+          << (made->has_nominal_gpu() ? absl::StrCat(made->nominal_gpu()) : "unlimited") << ", cpu "
+          << (made->has_nominal_cpu() ? absl::StrCat(made->nominal_cpu()) : "unlimited")
+          << (made->cohort().empty() ? "" : absl::StrCat(", cohort ", made->cohort()))
+          << (made->max_job_size() > 0 ? absl::StrCat(", max job size ", made->max_job_size()) : "")
+          << ", default priority " << made->default_priority() << "\n";
+  return kExitOk;
+}
+
+int RunQueueList(CliContext& ctx) {
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<std::vector<v1::QueueStatus>> queues = (*client)->ListQueues();
+  if (!queues.ok()) return ctx.Fail(queues.status());
+  if (ctx.json()) return PrintJsonList(ctx, *queues, &v1::ListQueuesResponse::mutable_queues);
+  if (queues->empty()) {
+    ctx.out << "no queues (every job runs as before queues: one unlimited queue)\n";
+    return kExitOk;
+  }
+  Table t({"NAME", "COHORT", "GPU", "CPU", "MAX-JOB", "PRIORITY", "PENDING", "RUNNING"});
+  for (const v1::QueueStatus& s : *queues) {
+    const v1::Queue& q = s.queue();
+    t.AddRow({q.name(), q.cohort().empty() ? "-" : q.cohort(),
+              QuotaText(s.used_gpu(), q.has_nominal_gpu(), q.nominal_gpu()),
+              QuotaText(s.used_cpu(), q.has_nominal_cpu(), q.nominal_cpu()),
+              q.max_job_size() > 0 ? absl::StrCat(q.max_job_size()) : "-", absl::StrCat(q.default_priority()),
+              absl::StrCat(s.pending_jobs()), absl::StrCat(s.running_jobs())});
+  }
+  t.Print(ctx.out);
+  return kExitOk;
+}
+
+int RunQueueDescribe(CliContext& ctx, const std::string& name) {
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<v1::QueueStatus> s = (*client)->GetQueue(name);
+  if (!s.ok()) return ctx.Fail(s.status());
+  if (ctx.json()) {
+    ctx.PrintJson(*s);
+    return kExitOk;
+  }
+  const v1::Queue& q = s->queue();
+  Table t({"", ""});
+  t.AddRow({"Name:", q.name()});
+  t.AddRow({"Cohort:", q.cohort().empty() ? "- (lends and borrows nothing)" : q.cohort()});
+  t.AddRow({"GPU slots:", absl::StrCat(s->used_gpu(), " used of ",
+                                       q.has_nominal_gpu() ? absl::StrCat(q.nominal_gpu()) : "unlimited")});
+  t.AddRow({"CPU slots:", absl::StrCat(s->used_cpu(), " used of ",
+                                       q.has_nominal_cpu() ? absl::StrCat(q.nominal_cpu()) : "unlimited")});
+  t.AddRow({"Max job size:", q.max_job_size() > 0 ? absl::StrCat(q.max_job_size(), " ranks") : "no limit"});
+  t.AddRow({"Default priority:", absl::StrCat(q.default_priority())});
+  t.AddRow({"Jobs:", absl::StrCat(s->pending_jobs(), " pending, ", s->running_jobs(), " running")});
+  t.AddRow({"Created:", FormatTimestamp(q.create_time())});
+  std::ostringstream body;
+  t.Print(body);
+  const std::string text = body.str();
+  ctx.out << text.substr(text.find('\n') + 1);
+  return kExitOk;
+}
+
+int RunQueueDelete(CliContext& ctx, const std::string& name) {
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::Status s = (*client)->DeleteQueue(name);
+  if (!s.ok()) return ctx.Fail(s);
+  if (!ctx.json()) ctx.out << "queue " << name << " deleted\n";
+  return kExitOk;
+}
+
+}  // namespace
+
+VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
+  CLI::App* sub = AddVerb(
+      app, "queue", "Create, list, describe and delete queues (docs/queues.md)",
+      "  trainctl queue create research --gpu 16 --cohort lab --default-priority 10\n"
+      "  trainctl queue create research --gpu 24 --cohort lab --update\n"
+      "  trainctl queue list\n"
+      "  trainctl queue describe research\n"
+      "  trainctl queue delete research\n",
+      "Examples:");
+  sub->require_subcommand(1, 1);
+  auto create = std::make_shared<QueueArgs>();
+  auto name = std::make_shared<std::string>();
+  auto which = std::make_shared<std::string>();
+  CLI::App* c = sub->add_subcommand("create", "Define a queue, or with --update replace one (admin)");
+  c->add_option("NAME", create->name, "Queue name: [a-z0-9-], at most 63 characters")->required();
+  c->add_option("--gpu", create->gpu, "Nominal GPU slots its jobs may hold (default: unlimited; -1 = unlimited)")
+      ->type_name("N");
+  c->add_option("--cpu", create->cpu, "Nominal CPU slots its jobs may hold (default: unlimited; -1 = unlimited)")
+      ->type_name("N");
+  c->add_option("--cohort", create->cohort,
+                "Queues of one cohort lend each other idle quota and reclaim it by preemption");
+  c->add_option("--max-job-size", create->max_job_size,
+                "Refuse jobs of more ranks (elastic: min_ranks) at submission (default 0: no limit)")
+      ->type_name("N");
+  c->add_option("--default-priority", create->default_priority,
+                "Priority of a job submitted here without one (default 0)")
+      ->type_name("P");
+  c->add_flag("--update", create->update, "Replace the queue if it exists (else create it)");
+  c->callback([which] { *which = "create"; });
+  CLI::App* l = sub->add_subcommand("list", "List queues with their use (GPU and CPU: used/nominal, - = unlimited)");
+  l->callback([which] { *which = "list"; });
+  CLI::App* d = sub->add_subcommand("describe", "Show one queue in full");
+  d->add_option("NAME", *name, "Queue name")->required();
+  d->callback([which] { *which = "describe"; });
+  CLI::App* del = sub->add_subcommand("delete", "Delete a queue that has no pending or running job (admin)");
+  del->add_option("NAME", *name, "Queue name")->required();
+  del->callback([which] { *which = "delete"; });
+  return [&ctx, create, name, which] {
+    if (*which == "create") return RunQueueCreate(ctx, *create);
+    if (*which == "list") return RunQueueList(ctx);
+    if (*which == "describe") return RunQueueDescribe(ctx, *name);
+    return RunQueueDelete(ctx, *name);
+  };
+}
+
+}  // namespace trainctl::cli

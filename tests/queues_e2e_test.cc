@@ -1,0 +1,214 @@
+// Queues end to end (issue #26, docs/queues.md): a real coordinator process,
+// no workers (jobs stay pending). An admin defines queues through the CLI and
+// the client library; a submitter token bound to queue `a` lands there
+// without naming it and is refused queue `b`; a queue with a pending job
+// cannot be deleted; an update keeps the queue and changes its quota; queues
+// survive a coordinator restart.
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <fstream>
+#include <optional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "absl/strings/str_cat.h"
+#include "client/cli/cli.h"
+#include "common/jobspec/job_spec.h"
+#include "tests/support/cluster.h"
+#include "trainctl/client.h"
+
+namespace trainctl {
+namespace {
+
+using ::testing::ContainsRegex;
+using ::testing::HasSubstr;
+using ::testing::MatchesRegex;
+using trainctl::testing::Cluster;
+
+v1::JobSpec Spec(const std::string& name) {
+  ParsedJobSpec p = ParseJobSpecYaml(
+      "model: {name: mlp, input_dim: 5, classes: 2}\n"
+      "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+      "queues.yaml", {"name=" + name, "world_size=1"});
+  EXPECT_TRUE(p.ok());
+  return p.spec;
+}
+
+struct CliResult {
+  int code;
+  std::string out;
+  std::string err;
+};
+
+// Runs one trainctl command line in-process against the cluster, as `token`.
+CliResult RunTrainctl(const Cluster& cluster, const std::string& token, std::vector<std::string> args) {
+  cli::CliEnvironment env;
+  const std::string address = cluster.address();
+  env.getenv = [address, token](const std::string& name) -> std::optional<std::string> {
+    if (name == "TRAINCTL_COORDINATOR") return address;
+    if (name == "TRAINCTL_TOKEN") return token;
+    if (name == "HOME" || name == "XDG_CONFIG_HOME") return std::string("/nonexistent-trainctl-home");
+    return std::nullopt;
+  };
+  std::vector<const char*> argv = {"trainctl"};
+  for (const std::string& a : args) argv.push_back(a.c_str());
+  std::ostringstream out, err;
+  int code = cli::RunCli(static_cast<int>(argv.size()), argv.data(), out, err, env);
+  return {code, out.str(), err.str()};
+}
+
+// nullptr when it cannot connect (a test failure unless `may_fail`).
+std::unique_ptr<Client> ClientAs(const Cluster& cluster, const std::string& token, bool may_fail = false) {
+  ClientOptions options;
+  options.address = cluster.address();
+  options.token = token;
+  options.timeout = absl::Seconds(10);
+  absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(options);
+  if (!may_fail) {
+    EXPECT_TRUE(c.ok()) << c.status();
+  }
+  return c.ok() ? *std::move(c) : nullptr;
+}
+
+TEST(QueuesE2ETest, AdminDefinesQueuesTokensBindSubmittersDeleteWaitsForJobs) {
+  Cluster cluster(testing::BuildDirOfThisTest(), "");
+  ASSERT_TRUE(cluster.StartCoordinator());
+  const std::string admin = cluster.admin_token();
+
+  // Without queues every job is taken as before, in "default".
+  std::unique_ptr<Client> as_admin = ClientAs(cluster, admin);
+  ASSERT_NE(as_admin, nullptr);
+  absl::StatusOr<v1::Job> before = as_admin->Submit(Spec("before-queues"));
+  ASSERT_TRUE(before.ok()) << before.status();
+  EXPECT_EQ(before->spec().queue(), "default");
+  ASSERT_TRUE(as_admin->Cancel(before->id(), "done").ok());
+  CliResult none = RunTrainctl(cluster, admin, {"queue", "list"});
+  EXPECT_EQ(none.code, 0) << none.err;
+  EXPECT_THAT(none.out, HasSubstr("no queues"));
+
+  // The admin defines two queues through the CLI.
+  CliResult made = RunTrainctl(cluster, admin,
+                               {"queue", "create", "a", "--gpu", "4", "--cohort", "lab", "--default-priority", "7"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_THAT(made.out, HasSubstr("queue a created"));
+  made = RunTrainctl(cluster, admin, {"queue", "create", "b", "--max-job-size", "2"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  CliResult again = RunTrainctl(cluster, admin, {"queue", "create", "b"});
+  EXPECT_NE(again.code, 0);
+  EXPECT_THAT(again.err, HasSubstr("already exists"));
+  CliResult bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--gpu", "-3"});
+  EXPECT_EQ(bad.code, 2) << "INVALID_ARGUMENT is a usage error";
+  EXPECT_THAT(bad.err, HasSubstr("queue.nominal_gpu: must be -1 (unlimited) or >= 0, got -3"));
+
+  // A submitter bound to queue a.
+  CliResult tok = RunTrainctl(cluster, admin,
+                              {"token", "create", "--role", "submitter", "--name", "team-a", "--queues", "a", "-o",
+                               "json"});
+  ASSERT_EQ(tok.code, 0) << tok.err;
+  size_t at = tok.out.find("\"secret\"");
+  ASSERT_NE(at, std::string::npos) << tok.out;
+  at = tok.out.find('"', tok.out.find(':', at)) + 1;
+  const std::string secret = tok.out.substr(at, tok.out.find('"', at) - at);
+  ASSERT_FALSE(secret.empty()) << tok.out;
+  std::unique_ptr<Client> as_a = ClientAs(cluster, secret);
+  ASSERT_NE(as_a, nullptr);
+
+  absl::StatusOr<v1::Job> job = as_a->Submit(Spec("in-a"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().queue(), "a") << "a job naming no queue goes to the token's first";
+  EXPECT_EQ(job->spec().priority(), 7) << "and gets the queue's default priority";
+  EXPECT_EQ(job->state(), v1::JOB_STATE_PENDING);
+
+  v1::JobSpec to_b = Spec("to-b");
+  to_b.set_queue("b");
+  absl::StatusOr<v1::Job> refused = as_a->Submit(to_b);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(refused.status().message(), HasSubstr("queue 'b'"));
+  // Through the CLI: --queue overrides the file's queue:.
+  const std::string file = cluster.dir() + "/job.yaml";
+  {
+    std::ofstream f(file);
+    f << "name: from-cli\nworld_size: 1\nqueue: a\nmodel: {name: mlp, input_dim: 5, classes: 2}\n"
+         "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n";
+  }
+  CliResult via_cli = RunTrainctl(cluster, secret, {"submit", file, "--queue", "b"});
+  EXPECT_EQ(via_cli.code, 1);
+  EXPECT_THAT(via_cli.err, HasSubstr("may not submit to queue 'b' (its queues: a)"));
+  via_cli = RunTrainctl(cluster, secret, {"submit", file, "-o", "json"});
+  EXPECT_EQ(via_cli.code, 0) << via_cli.err;
+  EXPECT_THAT(via_cli.out, ContainsRegex("\"queue\": ?\"a\""));
+  // An admin may submit anywhere; an undefined queue is refused by name.
+  v1::JobSpec nowhere = Spec("nowhere");
+  nowhere.set_queue("zz");
+  refused = as_admin->Submit(nowhere);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("queue: no queue named 'zz' (defined: a, b)"));
+  v1::JobSpec big = Spec("big");
+  big.set_queue("b");
+  big.set_world_size(3);
+  refused = as_admin->Submit(big);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(refused.status().message(), HasSubstr("max_job_size of 2"));
+
+  // The listing shows the pending job in a; describe and list of jobs name the queue.
+  CliResult list = RunTrainctl(cluster, secret, {"queue", "list"});
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_THAT(list.out, HasSubstr("NAME"));
+  std::istringstream lines(list.out);
+  std::string header, row_a, row_b;
+  std::getline(lines, header);
+  std::getline(lines, row_a);
+  std::getline(lines, row_b);
+  EXPECT_THAT(header, MatchesRegex("NAME +COHORT +GPU +CPU +MAX-JOB +PRIORITY +PENDING +RUNNING *"));
+  EXPECT_THAT(row_a, MatchesRegex("a +lab +0/4 +0/- +- +7 +2 +0 *"));
+  EXPECT_THAT(row_b, MatchesRegex("b +- +0/- +0/- +2 +0 +0 +0 *"));
+  CliResult jobs = RunTrainctl(cluster, secret, {"list"});
+  ASSERT_EQ(jobs.code, 0) << jobs.err;
+  EXPECT_THAT(jobs.out, ContainsRegex("in-a-[0-9a-f]+ +in-a +a +PENDING"));
+  EXPECT_THAT(jobs.out, ContainsRegex("from-cli-[0-9a-f]+ +from-cli +a +PENDING"));
+
+  // Delete waits for the queue's jobs; viewers and submitters may not delete.
+  CliResult del = RunTrainctl(cluster, admin, {"queue", "delete", "a"});
+  EXPECT_NE(del.code, 0);
+  EXPECT_THAT(del.err, HasSubstr("2 pending and 0 running"));
+  EXPECT_EQ(as_a->DeleteQueue("b").code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(as_admin->DeleteQueue("default").code(), absl::StatusCode::kNotFound);
+
+  // An update replaces the quota, keeps create_time.
+  absl::StatusOr<v1::QueueStatus> old_a = as_admin->GetQueue("a");
+  ASSERT_TRUE(old_a.ok()) << old_a.status();
+  CliResult upd = RunTrainctl(cluster, admin, {"queue", "create", "a", "--gpu", "8", "--update"});
+  ASSERT_EQ(upd.code, 0) << upd.err;
+  absl::StatusOr<v1::QueueStatus> new_a = as_admin->GetQueue("a");
+  ASSERT_TRUE(new_a.ok()) << new_a.status();
+  EXPECT_EQ(new_a->queue().nominal_gpu(), 8);
+  EXPECT_EQ(new_a->queue().cohort(), "") << "an update replaces the whole queue";
+  EXPECT_EQ(new_a->queue().create_time().seconds(), old_a->queue().create_time().seconds());
+  EXPECT_EQ(new_a->pending_jobs(), 2);
+
+  // Once its job is gone the queue can go; b survives a coordinator restart.
+  ASSERT_TRUE(as_admin->Cancel(job->id(), "test over").ok());
+  absl::StatusOr<std::vector<v1::Job>> all = as_admin->List({v1::JOB_STATE_PENDING});
+  ASSERT_TRUE(all.ok()) << all.status();
+  for (const v1::Job& j : *all) ASSERT_TRUE(as_admin->Cancel(j.id(), "test over").ok()) << j.id();
+  del = RunTrainctl(cluster, admin, {"queue", "delete", "a"});
+  EXPECT_EQ(del.code, 0) << del.err;
+  cluster.KillCoordinator();
+  ASSERT_TRUE(cluster.StartCoordinator());
+  // The restarted coordinator answers once its port is served again.
+  absl::StatusOr<std::vector<v1::QueueStatus>> queues = absl::UnavailableError("not asked");
+  for (absl::Time end = absl::Now() + absl::Seconds(15); absl::Now() < end && !queues.ok();) {
+    std::unique_ptr<Client> after = ClientAs(cluster, cluster.admin_token(), /*may_fail=*/true);
+    if (after != nullptr) queues = after->ListQueues();
+    if (!queues.ok()) absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(queues.ok()) << queues.status();
+  ASSERT_EQ(queues->size(), 1u);
+  EXPECT_EQ((*queues)[0].queue().name(), "b");
+  EXPECT_EQ((*queues)[0].queue().max_job_size(), 2);
+}
+
+}  // namespace
+}  // namespace trainctl
