@@ -76,6 +76,8 @@ absl::Status CoordinatorServer::RecoverOwners() {
   jobs_->SetDeferral([this](std::function<void()> fn) { loop_.Post(std::move(fn)); });
   queues_ = std::make_unique<QueueRegistry>(store_.get(), options_.clock);
   queues_->BindToLoop(&loop_);
+  // The placer reads the queues at every pass (docs/queues.md).
+  jobs_->SetQueueSource([queues = queues_.get()] { return queues->Specs(); });
   telemetry_ = std::make_unique<TelemetryLedger>(store_.get());
   tokens_ = std::make_unique<TokenAuthority>(store_.get(), options_.clock);
   TRAINCTL_RETURN_IF_ERROR(tokens_->Load());

@@ -194,7 +194,7 @@ class JobManager : private JobActions {
   // See JobPlacer::SetQueueSource.
   void SetQueueSource(QueueSource source) { placer_.SetQueueSource(std::move(source)); }
   // Decayed usage per queue (fair share), as of the last pass or tick.
-  const absl::flat_hash_map<std::string, QueueUsage>& QueueUsages() const { return placer_.usage(); }
+  const absl::flat_hash_map<std::string, DecayedUsage>& FairShareUsage() const { return placer_.usage(); }
 
   // Slot indices of `worker_id` running a rank that has not ended.
   std::vector<int> BusySlots(const std::string& worker_id) const { return book_.BusySlots(worker_id); }

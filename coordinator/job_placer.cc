@@ -301,7 +301,7 @@ void JobPlacer::UpdateUsage(absl::Time mono) {
   const double dt = absl::ToDoubleSeconds(mono - last);
   const double f = std::exp2(-dt / h);
   const double gain = h / std::log(2.0) * (1 - f);
-  absl::flat_hash_map<std::string, QueueUsage> held;
+  absl::flat_hash_map<std::string, DecayedUsage> held;
   book_->ForEachLiveRank([&](const v1::RankAssignment& r) {
     const int k = r.slot().kind() == v1::Slot::KIND_GPU ? 0 : 1;
     held[QueueName(book_->At(r.job_id()).job.spec())][k] += 1;

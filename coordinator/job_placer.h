@@ -56,7 +56,7 @@ struct PlacerOptions {
 using QueueSource = std::function<std::vector<scheduler::QueueSpec>()>;
 
 // Decayed usage of one queue in slot-seconds per kind ([0] GPU, [1] CPU).
-using QueueUsage = std::array<double, 2>;
+using DecayedUsage = std::array<double, 2>;
 
 class JobPlacer {
  public:
@@ -67,7 +67,7 @@ class JobPlacer {
   // Where the queues come from (QueueRegistry::Specs); unset = no queues.
   void SetQueueSource(QueueSource source) { queue_source_ = std::move(source); }
   // Decayed usage per queue name, as of the last pass or tick.
-  const absl::flat_hash_map<std::string, QueueUsage>& usage() const { return usage_; }
+  const absl::flat_hash_map<std::string, DecayedUsage>& usage() const { return usage_; }
 
   // One scheduling pass: places what can start and launches the attempts.
   void Schedule();
@@ -115,7 +115,7 @@ class JobPlacer {
   const Clock* clock_;
   PlacerOptions options_;
   QueueSource queue_source_;
-  absl::flat_hash_map<std::string, QueueUsage> usage_;
+  absl::flat_hash_map<std::string, DecayedUsage> usage_;
   // When usage_ was last aged (monotonic); InfinitePast = never.
   absl::Time usage_mono_ = absl::InfinitePast();
   std::function<void(std::function<void()>)> post_;

@@ -160,7 +160,7 @@ TEST_F(JobQueuesTest, UsageDecaysWithItsHalfLife) {
   clock_.Advance(absl::Seconds(10));
   jobs_->Tick();
   // 2 slots for 10 s with a one-hour half-life: ~20 slot-seconds.
-  const auto& usage = jobs_->QueueUsages();
+  const auto& usage = jobs_->FairShareUsage();
   ASSERT_TRUE(usage.contains("a"));
   const double after = usage.at("a")[1];
   EXPECT_NEAR(after, 20.0, 0.1);
@@ -170,10 +170,10 @@ TEST_F(JobQueuesTest, UsageDecaysWithItsHalfLife) {
   ASSERT_TRUE(jobs_->Cancel(job, "done").ok());
   AllRanks(job, 1, v1::RANK_STATE_STOPPED);
   jobs_->Tick();
-  const double at_end = jobs_->QueueUsages().at("a")[1];
+  const double at_end = jobs_->FairShareUsage().at("a")[1];
   clock_.Advance(absl::Hours(1));
   jobs_->Tick();
-  EXPECT_NEAR(jobs_->QueueUsages().at("a")[1], at_end / 2, 1e-6);
+  EXPECT_NEAR(jobs_->FairShareUsage().at("a")[1], at_end / 2, 1e-6);
 }
 
 }  // namespace

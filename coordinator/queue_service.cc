@@ -33,8 +33,10 @@ grpc::ServerUnaryReactor* QueueServiceImpl::CreateQueue(grpc::CallbackServerCont
                                                         const v1::CreateQueueRequest* req, v1::Queue* resp) {
   return UnaryOnLoop(ctx_, ctx, "CreateQueue", [this, req, resp](const Principal&) -> absl::Status {
     if (ctx_.queues == nullptr) return NoRegistry();
-    // A new quota applies from the placer's next pass.
-    return MoveInto(ctx_.queues->Create(req->queue(), req->update()), resp);
+    // A new quota applies from a pass made now.
+    absl::Status s = MoveInto(ctx_.queues->Create(req->queue(), req->update()), resp);
+    if (s.ok()) ctx_.jobs->Schedule();
+    return s;
   });
 }
 
