@@ -108,8 +108,8 @@ class QueueRegistry {
 //  - a job whose least size (elastic.min_ranks when elastic, else
 //    world_size) exceeds the queue's max_job_size: InvalidArgument naming
 //    the queue and the limit.
-// `role`/`token_queues`: the submitting token's (ROLE_ADMIN with no queues
-// when the coordinator runs without tokens).
+// `role`/`token_queues`: the submitting token's (Principal::role, ::queues;
+// the bootstrap admin secret has no queues).
 absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role, absl::Span<const std::string> token_queues,
                           const QueueRegistry& queues);
 

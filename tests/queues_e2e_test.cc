@@ -136,6 +136,10 @@ TEST(QueuesE2ETest, AdminDefinesQueuesTokensBindSubmittersDeleteWaitsForJobs) {
   CliResult via_cli = RunTrainctl(cluster, secret, {"submit", file, "--queue", "b"});
   EXPECT_EQ(via_cli.code, 1);
   EXPECT_THAT(via_cli.err, HasSubstr("may not submit to queue 'b' (its queues: a)"));
+  // A dry run is refused what the submit would be.
+  via_cli = RunTrainctl(cluster, secret, {"submit", file, "--queue", "b", "--dry-run"});
+  EXPECT_EQ(via_cli.code, 1);
+  EXPECT_THAT(via_cli.err, HasSubstr("may not submit to queue 'b'"));
   via_cli = RunTrainctl(cluster, secret, {"submit", file, "-o", "json"});
   EXPECT_EQ(via_cli.code, 0) << via_cli.err;
   EXPECT_THAT(via_cli.out, ContainsRegex("\"queue\": ?\"a\""));
