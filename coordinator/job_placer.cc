@@ -293,6 +293,12 @@ void JobPlacer::UpdateUsage(absl::Time mono) {
   if (!queue_source_) return;
   const absl::Time last = usage_mono_;
   usage_mono_ = mono;
+  // No queues: no fair share to keep, and no walk over every live rank per
+  // tick. Queues defined later start from no usage.
+  if (queue_source_().empty()) {
+    usage_.clear();
+    return;
+  }
   if (last == absl::InfinitePast() || mono <= last) return;
   // Held slots are taken as constant since the last call (passes and ticks
   // come at least once a second): usage' = usage * f + held * h/ln2 * (1 - f)
@@ -301,17 +307,21 @@ void JobPlacer::UpdateUsage(absl::Time mono) {
   const double dt = absl::ToDoubleSeconds(mono - last);
   const double f = std::exp2(-dt / h);
   const double gain = h / std::log(2.0) * (1 - f);
-  absl::flat_hash_map<std::string, DecayedUsage> held;
-  book_->ForEachLiveRank([&](const v1::RankAssignment& r) {
-    const int k = r.slot().kind() == v1::Slot::KIND_GPU ? 0 : 1;
-    held[QueueName(book_->At(r.job_id()).job.spec())][k] += 1;
-  });
   for (auto& [q, u] : usage_) {
     for (double& x : u) x *= f;
   }
-  for (const auto& [q, n] : held) {
+  for (const auto& [q, n] : SlotsHeldByQueue()) {
     for (int k = 0; k < 2; ++k) usage_[q][k] += n[k] * gain;
   }
+}
+
+absl::flat_hash_map<std::string, std::array<int, 2>> JobPlacer::SlotsHeldByQueue() const {
+  absl::flat_hash_map<std::string, std::array<int, 2>> held;
+  book_->ForEachLiveRank([&](const v1::RankAssignment& r) {
+    const int k = r.slot().kind() == v1::Slot::KIND_GPU ? 0 : 1;
+    ++held[QueueName(book_->At(r.job_id()).job.spec())][k];
+  });
+  return held;
 }
 
 void JobPlacer::Schedule() {
@@ -384,10 +394,9 @@ bool JobPlacer::QueueHasRoom(const JobEntry& e, bool gpu) const {
   if (q == queues.end()) return false;
   const int nominal = gpu ? q->nominal_gpu : q->nominal_cpu;
   if (nominal < 0) return true;
-  int used = 0;
-  book_->ForEachLiveRank([&](const v1::RankAssignment& r) {
-    if ((r.slot().kind() == v1::Slot::KIND_GPU) == gpu && QueueName(book_->At(r.job_id()).job.spec()) == name) ++used;
-  });
+  const auto held = SlotsHeldByQueue();
+  const auto it = held.find(name);
+  const int used = it == held.end() ? 0 : it->second[gpu ? 0 : 1];
   // Growing into borrowed quota would only be preempted back: within the
   // queue's own nominal only.
   return used < nominal;

@@ -99,7 +99,10 @@ class JobPlacer {
   // ranks still hold slots (they wait until those have stopped).
   scheduler::QueueInput Queues(absl::flat_hash_set<std::string>* stopping_jobs) const;
   // Ages the usage to `mono` and adds what the jobs held since the last call.
+  // Without queues it only keeps the time (nothing to share).
   void UpdateUsage(absl::Time mono);
+  // The slots live ranks hold, per queue name: [0] GPU, [1] CPU.
+  absl::flat_hash_map<std::string, std::array<int, 2>> SlotsHeldByQueue() const;
   // Makes placement `p` the job's new attempt and launches it.
   void Place(JobEntry& e, scheduler::Placement& p, absl::Time now);
   // Stops running job `victim` so that pending job `for_job` gets its slots

@@ -10,8 +10,10 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <memory>
 #include <random>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
 #include "gmock/gmock.h"
@@ -81,6 +83,42 @@ class RankProcessTest : public ::testing::Test {
     });
   }
 
+  // The classic example made longer and stateful: hidden 8, 4 epochs of 20
+  // steps, SGD with momentum; a resume that restores anything wrong ends
+  // with other parameters.
+  rankproto::FlatConfig SmallSgd() const {
+    auto c = Classic("");
+    c["model.hidden"] = "8";
+    c["training.epochs"] = "4";
+    c["data.batch_size"] = "15";  // 20 steps per epoch
+    c["training.optimizer.name"] = "sgd";
+    c["training.optimizer.momentum"] = "0.9";
+    return c;
+  }
+
+  // `base` resumed from checkpoint `latest` in `ckpt` as attempt 2.
+  static rankproto::FlatConfig ResumeFrom(rankproto::FlatConfig base, const std::string& ckpt,
+                                          const std::string& latest) {
+    base["run.checkpoint_dir"] = ckpt;
+    base["run.resume_from"] = latest;
+    base["run.resume_job_id"] = "test-job";
+    base["run.attempt"] = "2";
+    return base;
+  }
+
+  // Runs `config` on two ranks (working dir dir_/sub) to the end; both exit
+  // 0. `out`, when given, keeps the group for more checks.
+  void RunToSuccess(const std::string& sub, const rankproto::FlatConfig& config,
+                    std::unique_ptr<RankGroup>* out = nullptr) {
+    std::filesystem::create_directories(dir_ + "/" + sub);
+    auto g = RankGroup::Start(dir_ + "/" + sub, 2, config);
+    ASSERT_TRUE(g.ok()) << g.status();
+    ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
+    ASSERT_EQ((*g)->exit_code(0), 0) << (*g)->Describe();
+    ASSERT_EQ((*g)->exit_code(1), 0) << (*g)->Describe();
+    if (out != nullptr) *out = std::move(*g);
+  }
+
   std::string dir_;
 };
 
@@ -90,6 +128,17 @@ std::map<std::string, at::Tensor> LoadParams(const std::string& path) {
   torch::jit::Module m = torch::jit::load(path);
   for (const auto& p : m.named_parameters()) out[p.name] = p.value.detach().clone();
   return out;
+}
+
+// The exported models at `a` and `b` have bitwise equal parameters.
+void ExpectSameParams(const std::string& a_path, const std::string& b_path) {
+  auto a = LoadParams(a_path);
+  auto b = LoadParams(b_path);
+  ASSERT_EQ(a.size(), b.size());
+  for (const auto& [name, t] : a) {
+    ASSERT_TRUE(b.count(name)) << name;
+    EXPECT_TRUE(torch::equal(t, b[name])) << name << " differs by " << (t - b[name]).abs().max().item<double>();
+  }
 }
 
 int CountLines(const RankGroup& g, int rank, const std::string& prefix) {
@@ -199,26 +248,14 @@ TEST_F(RankProcessTest, TwoRanksOfBatchBEqualOneRankOfBatch2B) {
 }
 
 TEST_F(RankProcessTest, ResumeAfterKillIsBitwiseEqualToAnUninterruptedRun) {
-  auto base = Classic("");
-  base["model.hidden"] = "8";
-  base["training.epochs"] = "4";
-  base["data.batch_size"] = "15";  // 20 steps per epoch
-  base["training.optimizer.name"] = "sgd";
-  base["training.optimizer.momentum"] = "0.9";
+  auto base = SmallSgd();
   base["training.optimizer.lr"] = "0.05";
   base["training.lr_schedule.name"] = "cosine";
   base["training.lr_schedule.warmup_steps"] = "5";
 
   auto full = base;
   full["run.checkpoint_dir"] = dir_ + "/full";
-  {
-    std::filesystem::create_directories(dir_ + "/a");
-    auto g = RankGroup::Start(dir_ + "/a", 2, full);
-    ASSERT_TRUE(g.ok()) << g.status();
-    ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
-    ASSERT_EQ((*g)->exit_code(0), 0) << (*g)->Describe();
-    ASSERT_EQ((*g)->exit_code(1), 0) << (*g)->Describe();
-  }
+  ASSERT_NO_FATAL_FAILURE(RunToSuccess("a", full));
 
   const std::string ckpt = dir_ + "/resumed";
   auto slow = base;
@@ -249,33 +286,15 @@ TEST_F(RankProcessTest, ResumeAfterKillIsBitwiseEqualToAnUninterruptedRun) {
   { std::ofstream(ckpt + "/test-job.ckpt-epoch-000003.pt.tmp.1") << "torn"; }
   { std::ofstream(CheckpointPath(ckpt, "another-job", 3)) << "foreign"; }
 
-  auto resume = base;
-  resume["run.checkpoint_dir"] = ckpt;
-  resume["run.resume_from"] = latest;
-  resume["run.resume_job_id"] = "test-job";
-  resume["run.attempt"] = "2";
-  {
-    std::filesystem::create_directories(dir_ + "/c");
-    auto g = RankGroup::Start(dir_ + "/c", 2, resume);
-    ASSERT_TRUE(g.ok()) << g.status();
-    ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
-    ASSERT_EQ((*g)->exit_code(0), 0) << (*g)->Describe();
-    ASSERT_EQ((*g)->exit_code(1), 0) << (*g)->Describe();
-    auto ends = EpochEnds(**g, 0);
-    ASSERT_FALSE(ends.empty());
-    EXPECT_NE(MetricField(ends.front(), "epoch"), "0");  // resumed, not restarted
-    EXPECT_EQ(MetricField(ends.back(), "epoch"), "3");
-    EXPECT_THAT((*g)->log(0), HasSubstr("resumed from"));
-    EXPECT_THAT((*g)->log(1), HasSubstr("resumed from"));
-  }
-  auto a = LoadParams(dir_ + "/full/test-job.model.pt");
-  auto b = LoadParams(ckpt + "/test-job.model.pt");
-  ASSERT_EQ(a.size(), b.size());
-  for (const auto& [name, t] : a) {
-    ASSERT_TRUE(b.count(name)) << name;
-    EXPECT_TRUE(torch::equal(t, b[name])) << name << " differs by "
-                                          << (t - b[name]).abs().max().item<double>();
-  }
+  std::unique_ptr<RankGroup> g;
+  ASSERT_NO_FATAL_FAILURE(RunToSuccess("c", ResumeFrom(base, ckpt, latest), &g));
+  auto ends = EpochEnds(*g, 0);
+  ASSERT_FALSE(ends.empty());
+  EXPECT_NE(MetricField(ends.front(), "epoch"), "0");  // resumed, not restarted
+  EXPECT_EQ(MetricField(ends.back(), "epoch"), "3");
+  EXPECT_THAT(g->log(0), HasSubstr("resumed from"));
+  EXPECT_THAT(g->log(1), HasSubstr("resumed from"));
+  ExpectSameParams(dir_ + "/full/test-job.model.pt", ckpt + "/test-job.model.pt");
 }
 
 // The global step a rank's "preempted ... (global step N)" line names; -1
@@ -293,24 +312,13 @@ int64_t PreemptedStep(const std::string& log) {
 // resuming from that checkpoint gives bitwise the parameters of a run
 // without the preemption.
 TEST_F(RankProcessTest, PreemptionStopsBothRanksAtOneStepWithACheckpointThatResumesExactly) {
-  auto base = Classic("");
-  base["model.hidden"] = "8";
-  base["training.epochs"] = "4";
-  base["data.batch_size"] = "15";  // 20 steps per epoch
-  base["training.optimizer.name"] = "sgd";
-  base["training.optimizer.momentum"] = "0.9";
+  auto base = SmallSgd();
   base["checkpoint.every_epochs"] = "0";
   base["checkpoint.every_steps"] = "0";
 
   auto full = base;
   full["run.checkpoint_dir"] = dir_ + "/full";
-  {
-    std::filesystem::create_directories(dir_ + "/a");
-    auto g = RankGroup::Start(dir_ + "/a", 2, full);
-    ASSERT_TRUE(g.ok()) << g.status();
-    ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
-    ASSERT_EQ((*g)->exit_code(0), 0) << (*g)->Describe();
-  }
+  ASSERT_NO_FATAL_FAILURE(RunToSuccess("a", full));
 
   const std::string ckpt = dir_ + "/preempted";
   const std::string marker = dir_ + "/rank.preempted";
@@ -318,7 +326,6 @@ TEST_F(RankProcessTest, PreemptionStopsBothRanksAtOneStepWithACheckpointThatResu
   slow["run.checkpoint_dir"] = ckpt;
   slow["run.debug.step_sleep_ms"] = "20";
   slow["run.preempt_file"] = marker;
-  int64_t step = -1;
   {
     std::filesystem::create_directories(dir_ + "/b");
     auto g = RankGroup::Start(dir_ + "/b", 2, slow);
@@ -333,7 +340,7 @@ TEST_F(RankProcessTest, PreemptionStopsBothRanksAtOneStepWithACheckpointThatResu
     (*g)->Signal(SIGTERM);
     ASSERT_TRUE((*g)->Wait(absl::Seconds(30))) << (*g)->Describe();
     for (int r = 0; r < 2; ++r) EXPECT_EQ((*g)->exit_code(r), 128 + SIGTERM) << (*g)->Describe();
-    step = PreemptedStep((*g)->log(0));
+    const int64_t step = PreemptedStep((*g)->log(0));
     EXPECT_EQ(PreemptedStep((*g)->log(1)), step) << "both ranks stop at the agreed step";
     EXPECT_GT(step, 20);
     EXPECT_EQ(step % kPreemptAgreeEverySteps, 0) << step;
@@ -342,26 +349,10 @@ TEST_F(RankProcessTest, PreemptionStopsBothRanksAtOneStepWithACheckpointThatResu
   const std::string latest = LatestCheckpoint(ckpt, "test-job");
   ASSERT_FALSE(latest.empty()) << "the preemption wrote the only checkpoint";
 
-  auto resume = base;
-  resume["run.checkpoint_dir"] = ckpt;
-  resume["run.resume_from"] = latest;
-  resume["run.resume_job_id"] = "test-job";
-  resume["run.attempt"] = "2";
-  {
-    std::filesystem::create_directories(dir_ + "/c");
-    auto g = RankGroup::Start(dir_ + "/c", 2, resume);
-    ASSERT_TRUE(g.ok()) << g.status();
-    ASSERT_TRUE((*g)->Wait(absl::Seconds(60))) << (*g)->Describe();
-    ASSERT_EQ((*g)->exit_code(0), 0) << (*g)->Describe();
-    EXPECT_THAT((*g)->log(0), HasSubstr("resumed from"));
-  }
-  auto a = LoadParams(dir_ + "/full/test-job.model.pt");
-  auto b = LoadParams(ckpt + "/test-job.model.pt");
-  ASSERT_EQ(a.size(), b.size());
-  for (const auto& [name, t] : a) {
-    ASSERT_TRUE(b.count(name)) << name;
-    EXPECT_TRUE(torch::equal(t, b[name])) << name;
-  }
+  std::unique_ptr<RankGroup> g;
+  ASSERT_NO_FATAL_FAILURE(RunToSuccess("c", ResumeFrom(base, ckpt, latest), &g));
+  EXPECT_THAT(g->log(0), HasSubstr("resumed from"));
+  ExpectSameParams(dir_ + "/full/test-job.model.pt", ckpt + "/test-job.model.pt");
 }
 
 TEST_F(RankProcessTest, MissingDataFileIsADataErrorNamingTheFile) {
