@@ -6,11 +6,13 @@
 // then b's job runs again and SUCCEEDS. Command jobs (a shell script), so no
 // LibTorch is needed. And with trainctl-rank (a LibTorch build): a training
 // job preempted mid-epoch stops at a step its ranks agree on, checkpoints
-// there, and its next attempt resumes from that checkpoint.
+// there, its next attempt resumes from that checkpoint, and its final
+// parameters are bitwise those of the same job run without a preemption.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
 
+#include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <string>
@@ -169,6 +171,23 @@ TEST_F(PreemptionE2ETest, APreemptedTrainingJobCheckpointsAtAnAgreedStepAndResum
   EXPECT_THAT(log0, HasSubstr(absl::StrCat("(global step ", resumed.resume().global_step(), ")"))) << log0;
   EXPECT_THAT(log1, HasSubstr(absl::StrCat("(global step ", resumed.resume().global_step(), ")"))) << log1;
   EXPECT_THAT(cluster_->RankLog(borrower, 2, 0), HasSubstr("resumed from"));
+
+  // The same job run without a preemption ends with bitwise the same
+  // parameters: the preemption lost no work and no sample.
+  slow.spec.set_name("mlp-reference");
+  const std::string reference = cluster_->Submit(slow.spec);
+  ASSERT_FALSE(reference.empty());
+  const v1::Job r = cluster_->WaitState(reference, v1::JOB_STATE_SUCCEEDED, absl::Seconds(240));
+  ASSERT_EQ(r.state(), v1::JOB_STATE_SUCCEEDED) << r.state_reason();
+  ASSERT_EQ(r.attempts_size(), 1);
+  ASSERT_FALSE(b.final_model().empty());
+  ASSERT_FALSE(r.final_model().empty());
+  const std::string compare =
+      "/usr/bin/python3 -c \"import sys, torch; p = [dict(torch.jit.load(f).named_parameters()) for f in sys.argv[1:]]; "
+      "assert p[0].keys() == p[1].keys() and p[0], 'parameter names differ'; "
+      "d = [k for k in p[0] if not torch.equal(p[0][k], p[1][k])]; assert not d, 'differ: %s' % d\" " +
+      b.final_model() + " " + r.final_model();
+  EXPECT_EQ(std::system(compare.c_str()), 0) << compare;
 }
 
 }  // namespace
