@@ -58,6 +58,7 @@ absl::Status CoordinatorServer::ServeHttp() {
   deps.refusals = &http_refusals_;
   deps.secure_cookie = http_.tls();
   deps.sign_in = sign_in_.get();
+  deps.queues = queues_.get();
   dashboard_ = std::make_unique<Dashboard>(deps);
   dashboard_->RegisterMetrics(http_, [this] { return MetricsPage(); }, options_.metrics_open);
   dashboard_->Register(http_);
