@@ -50,6 +50,25 @@ TEST(FormatTest, NamesDurationsAndStates) {
   EXPECT_FALSE(ParseJobState("runnning", &s));
 }
 
+TEST(FormatTest, SinceTakesADurationBackFromNowOrAnRfc3339Time) {
+  const absl::Time now = absl::FromUnixSeconds(1800000000);
+  EXPECT_EQ(*ParseSince("7d", now), now - absl::Hours(7 * 24));
+  EXPECT_EQ(*ParseSince("12h", now), now - absl::Hours(12));
+  EXPECT_EQ(*ParseSince("30m", now), now - absl::Minutes(30));
+  EXPECT_EQ(*ParseSince("45s", now), now - absl::Seconds(45));
+  EXPECT_EQ(*ParseSince("2w", now), now - absl::Hours(14 * 24));
+  EXPECT_EQ(*ParseSince("1.5h", now), now - absl::Minutes(90));
+  EXPECT_EQ(*ParseSince("2026-05-01T00:00:00Z", now), absl::FromUnixSeconds(1777593600));
+  EXPECT_EQ(*ParseSince("2026-05-01T02:00:00+02:00", now), absl::FromUnixSeconds(1777593600));
+  for (const char* bad : {"", "d", "7", "-7d", "7y", "seven days", "2026-05-01", "nand", "infh"}) {
+    absl::StatusOr<absl::Time> t = ParseSince(bad, now);
+    EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_THAT(std::string(t.status().message()), ::testing::StartsWith("--since: '")) << bad;
+  }
+  EXPECT_THAT(std::string(ParseSince("2027-05-01T00:00:00Z", now).status().message()), ::testing::HasSubstr("future"));
+  EXPECT_THAT(std::string(ParseSince("99999999d", now).status().message()), ::testing::HasSubstr("too far"));
+}
+
 TEST(FormatTest, ProgressBarAndText) {
   EXPECT_EQ(ProgressBar(0, 10), "[>         ]   0%");
   EXPECT_EQ(ProgressBar(0.5, 10), "[=====>    ]  50%");

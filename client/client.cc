@@ -476,4 +476,11 @@ absl::Status Client::DeleteQueue(const std::string& name) {
   return Unary(stubs_->queues.get(), &v1::QueueService::Stub::DeleteQueue, req, &resp, options_);
 }
 
+absl::StatusOr<v1::GetUsageResponse> Client::GetUsage(const v1::GetUsageRequest& req) {
+  v1::GetUsageResponse resp;
+  absl::Status s = Unary(stubs_->queues.get(), &v1::QueueService::Stub::GetUsage, req, &resp, options_);
+  if (!s.ok()) return s;
+  return resp;
+}
+
 }  // namespace trainctl

@@ -195,5 +195,47 @@ TEST_F(DashboardApiTest, EndpointsAnswerJobsEventsMetricsLogsAndWorkers) {
   EXPECT_EQ(workers.workers(0).slots_size(), 2);
 }
 
+TEST_F(DashboardApiTest, QueuesPageAndEndpointShowQuotaUseAndJobs) {
+  auto empty = Get("/api/queues", viewer_);
+  ASSERT_EQ(empty->status, 200) << empty->body;
+  EXPECT_EQ(Parse<v1::ListQueuesResponse>(empty->body).queues_size(), 0);
+
+  std::unique_ptr<Client> admin = Client::FromChannel(cluster_.channel());
+  v1::Queue a;
+  a.set_name("team-a");
+  a.set_nominal_cpu(2);
+  a.set_cohort("lab");
+  ASSERT_TRUE(admin->CreateQueue(a).ok());
+  v1::Queue b;
+  b.set_name("team-b");
+  ASSERT_TRUE(admin->CreateQueue(b).ok());
+  // No worker: the job waits in its queue.
+  absl::StatusOr<v1::Job> job = admin->SubmitFile(
+      testing::WriteFile(testing::MakeTempDir(), "job.yaml", testing::ValidJobYaml(2)), {"name=queued", "queue=team-a"});
+  ASSERT_TRUE(job.ok()) << job.status();
+
+  auto page = Get("/queues", viewer_);
+  ASSERT_EQ(page->status, 200);
+  EXPECT_THAT(page->body, HasSubstr("<nav>"));
+  auto anonymous = http_->Get("/api/queues");
+  ASSERT_TRUE(anonymous);
+  EXPECT_EQ(anonymous->status, 401);
+
+  auto answer = Get("/api/queues", viewer_);
+  ASSERT_EQ(answer->status, 200) << answer->body;
+  EXPECT_EQ(answer->get_header_value("Content-Type"), "application/json");
+  auto queues = Parse<v1::ListQueuesResponse>(answer->body);
+  ASSERT_EQ(queues.queues_size(), 2) << answer->body;
+  EXPECT_EQ(queues.queues(0).queue().name(), "team-a");
+  EXPECT_EQ(queues.queues(0).queue().nominal_cpu(), 2);
+  EXPECT_FALSE(queues.queues(0).queue().has_nominal_gpu()) << "unlimited";
+  EXPECT_EQ(queues.queues(0).queue().cohort(), "lab");
+  EXPECT_EQ(queues.queues(0).pending_jobs(), 1);
+  EXPECT_EQ(queues.queues(0).running_jobs(), 0);
+  EXPECT_EQ(queues.queues(0).used_cpu(), 0);
+  EXPECT_EQ(queues.queues(1).queue().name(), "team-b");
+  EXPECT_EQ(queues.queues(1).pending_jobs(), 0);
+}
+
 }  // namespace
 }  // namespace trainctl

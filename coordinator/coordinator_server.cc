@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cctype>
 #include <map>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -15,6 +17,7 @@
 #include "common/auth/secret.h"
 #include "common/grpc_keepalive.h"
 #include "common/status_macros.h"
+#include "coordinator/queue_status.h"
 
 namespace trainctl::coordinator {
 
@@ -55,6 +58,7 @@ absl::Status CoordinatorServer::ServeHttp() {
   deps.refusals = &http_refusals_;
   deps.secure_cookie = http_.tls();
   deps.sign_in = sign_in_.get();
+  deps.queues = queues_.get();
   dashboard_ = std::make_unique<Dashboard>(deps);
   dashboard_->RegisterMetrics(http_, [this] { return MetricsPage(); }, options_.metrics_open);
   dashboard_->Register(http_);
@@ -263,6 +267,50 @@ void WriteRunningJobFamilies(PromWriter& w, const std::vector<JobGauges::Running
   }
 }
 
+// Per defined queue: nominal quota, used and borrowed slots by kind, pending
+// and running jobs; per queue any job names: slot-seconds held (accounting).
+void WriteQueueFamilies(PromWriter& w, const std::vector<v1::QueueStatus>& queues,
+                        const std::vector<UsageRow>& usage) {
+  w.Family("trainctl_queue_nominal_slots", "gauge",
+           "A queue's nominal quota of slots, by kind (absent: unlimited).");
+  for (const v1::QueueStatus& s : queues) {
+    const v1::Queue& q = s.queue();
+    if (q.has_nominal_gpu() && q.nominal_gpu() >= 0) {
+      w.Sample("trainctl_queue_nominal_slots", {{"queue", q.name()}, {"kind", "gpu"}}, q.nominal_gpu());
+    }
+    if (q.has_nominal_cpu() && q.nominal_cpu() >= 0) {
+      w.Sample("trainctl_queue_nominal_slots", {{"queue", q.name()}, {"kind", "cpu"}}, q.nominal_cpu());
+    }
+  }
+  w.Family("trainctl_queue_used_slots", "gauge", "Slots the running attempts of a queue's jobs hold, by kind.");
+  for (const v1::QueueStatus& s : queues) {
+    w.Sample("trainctl_queue_used_slots", {{"queue", s.queue().name()}, {"kind", "gpu"}}, s.used_gpu());
+    w.Sample("trainctl_queue_used_slots", {{"queue", s.queue().name()}, {"kind", "cpu"}}, s.used_cpu());
+  }
+  w.Family("trainctl_queue_borrowed_slots", "gauge",
+           "Slots a queue's jobs hold beyond its nominal quota (borrowed from its cohort), by kind.");
+  for (const v1::QueueStatus& s : queues) {
+    w.Sample("trainctl_queue_borrowed_slots", {{"queue", s.queue().name()}, {"kind", "gpu"}}, BorrowedGpu(s));
+    w.Sample("trainctl_queue_borrowed_slots", {{"queue", s.queue().name()}, {"kind", "cpu"}}, BorrowedCpu(s));
+  }
+  w.Family("trainctl_queue_pending_jobs", "gauge", "A queue's PENDING or RESTARTING jobs.");
+  for (const v1::QueueStatus& s : queues) {
+    w.Sample("trainctl_queue_pending_jobs", {{"queue", s.queue().name()}}, s.pending_jobs());
+  }
+  w.Family("trainctl_queue_running_jobs", "gauge", "A queue's SCHEDULED or RUNNING jobs.");
+  for (const v1::QueueStatus& s : queues) {
+    w.Sample("trainctl_queue_running_jobs", {{"queue", s.queue().name()}}, s.running_jobs());
+  }
+  // Summed over owners: one series per queue and kind.
+  std::map<std::pair<std::string, std::string>, double> seconds;
+  for (const UsageRow& r : usage) seconds[{r.queue, r.kind}] += r.slot_seconds;
+  w.Family("trainctl_queue_slot_seconds_total", "counter",
+           "Slot-seconds the attempts of a queue's jobs have held, by kind (trainctl usage).");
+  for (const auto& [key, value] : seconds) {
+    w.Sample("trainctl_queue_slot_seconds_total", {{"queue", key.first}, {"kind", key.second}}, value);
+  }
+}
+
 }  // namespace
 
 std::string CoordinatorServer::MetricsPage() {
@@ -272,12 +320,17 @@ std::string CoordinatorServer::MetricsPage() {
   struct Snapshot {
     JobGauges jobs;
     std::map<v1::WorkerState, int64_t> workers;
+    std::vector<v1::QueueStatus> queues;
+    std::vector<UsageRow> usage;
   };
   auto snap = std::make_shared<Snapshot>();
   auto done = std::make_shared<absl::Notification>();
   loop_.Post([this, snap, done] {
     snap->jobs = jobs_->Gauges();
     for (const v1::Worker& w : registry_->List(/*include_gone=*/true)) ++snap->workers[w.state()];
+    snap->queues = QueueStatusesOf(queues_->List(), jobs_->QueueUsages());
+    absl::StatusOr<UsageReport> usage = jobs_->Usage(UsageFilter{});
+    if (usage.ok()) snap->usage = std::move(usage->rows);
     done->Notify();
   });
   const bool answered = done->WaitForNotificationWithTimeout(absl::Seconds(5));
@@ -290,6 +343,7 @@ std::string CoordinatorServer::MetricsPage() {
   if (answered) {
     WriteClusterFamilies(w, snap->jobs, snap->workers);
     WriteRunningJobFamilies(w, snap->jobs.running);
+    WriteQueueFamilies(w, snap->queues, snap->usage);
   }
   rpc_stats_.Write(w);
   if (store_ != nullptr) {

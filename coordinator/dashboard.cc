@@ -6,6 +6,7 @@
 #include <climits>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
@@ -15,6 +16,7 @@
 #include "absl/synchronization/notification.h"
 #include "common/http_request.h"
 #include "common/status_macros.h"
+#include "coordinator/queue_status.h"
 #include "coordinator/service_support.h"
 #include "coordinator/services.h"
 #include "coordinator/web_assets.h"
@@ -265,6 +267,16 @@ absl::StatusOr<std::string> Dashboard::Workers() const {
   return ToJson(resp);
 }
 
+absl::StatusOr<std::string> Dashboard::Queues() const {
+  v1::ListQueuesResponse resp;
+  if (deps_.queues != nullptr) {
+    for (v1::QueueStatus& st : QueueStatusesOf(deps_.queues->List(), deps_.jobs->QueueUsages())) {
+      *resp.add_queues() = std::move(st);
+    }
+  }
+  return ToJson(resp);
+}
+
 void Dashboard::RegisterMetrics(HttpServer& http, std::function<std::string()> page, bool open) {
   http.HandleRequest("GET", "/metrics", [this, page = std::move(page), open](const Request& req) {
     if (!open) {
@@ -283,6 +295,7 @@ void Dashboard::Register(HttpServer& http) {
   http.HandleRequest("GET", "/", [this](const Request& req) { return Page(req); });
   http.HandleRequest("GET", "/jobs/[^/]+", [this](const Request& req) { return Page(req); });
   http.HandleRequest("GET", "/workers", [this](const Request& req) { return Page(req); });
+  http.HandleRequest("GET", "/queues", [this](const Request& req) { return Page(req); });
   http.HandleRequest("GET", "/login", [](const Request&) { return Asset("/login.html"); });
   http.HandleRequest("POST", "/login", [this](const Request& req) { return Login(req); });
   http.HandleRequest("GET", "/signin", [this](const Request& req) { return SignIn(req); });
@@ -305,6 +318,9 @@ void Dashboard::Register(HttpServer& http) {
   });
   http.HandleRequest("GET", "/api/workers", [this](const Request& req) {
     return Api(req, [this] { return Workers(); });
+  });
+  http.HandleRequest("GET", "/api/queues", [this](const Request& req) {
+    return Api(req, [this] { return Queues(); });
   });
 }
 

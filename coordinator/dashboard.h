@@ -8,6 +8,8 @@
 //   GET  /api/jobs/ID/metrics?page_token=T  GetMetrics (resume_token follows)
 //   GET  /api/jobs/ID/logs?rank=R&attempt=A&tail=N   stored log lines
 //   GET  /api/workers                       ListWorkers (busy slots filled)
+//   GET  /api/queues                        ListQueues (quota, used slots,
+//                                           pending and running jobs)
 //
 // Every page and endpoint but /login and /static/ needs a token with role
 // admin, submitter or viewer, as the JobService reads do: `Authorization:
@@ -31,6 +33,7 @@
 #include "common/event_loop.h"
 #include "common/http_server.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/queue_registry.h"
 #include "coordinator/refusal_log.h"
 #include "coordinator/sign_in_codes.h"
 #include "coordinator/store/state_store.h"
@@ -56,6 +59,8 @@ class Dashboard {
     bool secure_cookie = false;
     // One-time sign-in codes (GET /signin?code=); nullptr: none taken.
     SignInCodes* sign_in = nullptr;
+    // The defined queues (/queues, /api/queues); nullptr: none listed.
+    const QueueRegistry* queues = nullptr;
   };
   explicit Dashboard(Deps deps) : deps_(deps) {}
 
@@ -88,6 +93,7 @@ class Dashboard {
   absl::StatusOr<std::string> Metrics(const std::string& id, const Request& req) const;
   absl::StatusOr<std::string> Logs(const std::string& id, const Request& req) const;
   absl::StatusOr<std::string> Workers() const;
+  absl::StatusOr<std::string> Queues() const;
 
   Deps deps_;
 };

@@ -139,6 +139,8 @@ class JobManager : private JobActions {
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
   // Per queue, what its live jobs hold now (JobQueries::QueueUsages).
   std::map<std::string, QueueUsage> QueueUsages() const { return queries_.QueueUsages(); }
+  // Slot-seconds per queue, owner and kind up to now (JobQueries::Usage).
+  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter) const { return queries_.Usage(filter); }
 
   // --- worker sessions ----------------------------------------------------
   // After WorkerRegistry::Register: reconciles what the worker runs with what

@@ -170,4 +170,25 @@ std::map<std::string, QueueUsage> JobQueries::QueueUsages() const {
   return out;
 }
 
+absl::StatusOr<UsageReport> JobQueries::Usage(const UsageFilter& filter) const {
+  UsageReport report;
+  report.since = filter.since;
+  report.until = clock_->Now();
+  if (filter.since > report.until) {
+    return absl::InvalidArgumentError(absl::StrCat("since: ", absl::FormatTime(absl::RFC3339_sec, filter.since,
+                                                                               absl::UTCTimeZone()),
+                                                   " is after the coordinator's now (",
+                                                   absl::FormatTime(absl::RFC3339_sec, report.until,
+                                                                    absl::UTCTimeZone()),
+                                                   ")"));
+  }
+  std::vector<const v1::Job*> jobs;
+  jobs.reserve(book_->entries().size());
+  for (const auto& entry : book_->entries()) jobs.push_back(&entry.second.job);
+  UsageFilter window = filter;
+  window.until = report.until;
+  report.rows = SumUsage(jobs, window);
+  return report;
+}
+
 }  // namespace trainctl::coordinator

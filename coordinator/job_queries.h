@@ -14,6 +14,7 @@
 #include "coordinator/job_book.h"
 #include "coordinator/job_health.h"
 #include "coordinator/job_placer.h"
+#include "coordinator/usage_report.h"
 #include "coordinator/worker_registry.h"
 #include "trainctl/v1/job_service.pb.h"
 
@@ -76,6 +77,10 @@ class JobQueries {
   // O(jobs + ranks of current attempts). Queues without a live job are
   // absent.
   std::map<std::string, QueueUsage> QueueUsages() const;
+  // Accounting: SumUsage over every job the coordinator knows, up to now
+  // (`filter.until` is ignored). InvalidArgument naming `since` when it is
+  // after now. O(jobs + attempts).
+  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter) const;
 
  private:
   const JobBook* book_;

@@ -176,5 +176,42 @@ TEST_F(JobQueuesTest, UsageDecaysWithItsHalfLife) {
   EXPECT_NEAR(jobs_->FairShareUsage().at("a")[1], at_end / 2, 1e-6);
 }
 
+TEST_F(JobQueuesTest, UsageSumsSlotSecondsUpToNowAndRefusesASinceAfterIt) {
+  queues_ = {Queue("a", 4), Queue("b", 4)};
+  jobs_->SetQueueSource([this] { return queues_; });
+  AddWorker("w1", 4);
+  const std::string a = Submit(2, "a");
+  const std::string b = Submit(1, "b");
+  const std::string waiting = Submit(4, "b");
+  AllRanks(a, 1, v1::RANK_STATE_RUNNING);
+  AllRanks(b, 1, v1::RANK_STATE_RUNNING);
+  ASSERT_EQ(Get(waiting).state(), v1::JOB_STATE_PENDING);
+  clock_.Advance(absl::Seconds(10));
+
+  absl::StatusOr<UsageReport> r = jobs_->Usage(UsageFilter{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->until, clock_.Now());
+  ASSERT_EQ(r->rows.size(), 2u);
+  EXPECT_EQ(r->rows[0].queue, "a");
+  EXPECT_EQ(r->rows[0].kind, "cpu");
+  EXPECT_NEAR(r->rows[0].slot_seconds, 20, 1e-6) << "2 running slots for 10 s, counted up to now";
+  EXPECT_EQ(r->rows[1].queue, "b");
+  EXPECT_NEAR(r->rows[1].slot_seconds, 10, 1e-6) << "the pending job holds nothing";
+  EXPECT_EQ(r->rows[1].jobs, 1);
+
+  UsageFilter f;
+  f.queue = "b";
+  f.since = clock_.Now() - absl::Seconds(4);
+  r = jobs_->Usage(f);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->rows.size(), 1u);
+  EXPECT_NEAR(r->rows[0].slot_seconds, 4, 1e-6);
+
+  f.since = clock_.Now() + absl::Seconds(1);
+  r = jobs_->Usage(f);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("since: "));
+}
+
 }  // namespace
 }  // namespace trainctl::coordinator

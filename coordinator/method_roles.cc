@@ -35,6 +35,7 @@ const std::vector<MethodRoles>& AllMethodRoles() {
       {kQueues, "GetQueue", {kAdmin, kSubmitter, kViewer}},
       {kQueues, "ListQueues", {kAdmin, kSubmitter, kViewer}},
       {kQueues, "DeleteQueue", {kAdmin}},
+      {kQueues, "GetUsage", {kAdmin, kSubmitter, kViewer}},
   };
   return *table;
 }

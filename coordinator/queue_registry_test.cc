@@ -1,13 +1,16 @@
 // QueueRegistry: validation, create/update/delete through the store, the
-// scheduler's specs, and the submit-time rule (ResolveQueue).
+// scheduler's specs, and the submit-time rule (ResolveQueue); a queue's
+// status (queue_status.h: used and borrowed slots).
 #include "coordinator/queue_registry.h"
 
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "coordinator/queue_status.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -235,6 +238,31 @@ TEST_F(QueueRegistryTest, ResolveRefusesAJobOverTheQueuesMaxJobSize) {
   spec = MakeSpec(64);
   spec.set_queue("b");
   EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok()) << "0 = no limit";
+}
+
+TEST(QueueStatusTest, UsedSlotsAndBorrowingFollowTheNominalQuota) {
+  v1::Queue q;
+  q.set_name("a");
+  q.set_nominal_cpu(2);
+  std::map<std::string, QueueUsage> usages;
+  usages["a"] = QueueUsage{1, 5, 3, 2};
+  usages["other"] = QueueUsage{7, 7, 7, 7};
+  const v1::QueueStatus st = QueueStatusOf(q, usages);
+  EXPECT_EQ(st.queue().name(), "a");
+  EXPECT_EQ(st.used_gpu(), 1);
+  EXPECT_EQ(st.used_cpu(), 5);
+  EXPECT_EQ(st.pending_jobs(), 3);
+  EXPECT_EQ(st.running_jobs(), 2);
+  EXPECT_EQ(BorrowedCpu(st), 3) << "5 used on a nominal of 2";
+  EXPECT_EQ(BorrowedGpu(st), 0) << "an unlimited nominal borrows nothing";
+  EXPECT_EQ(BorrowedSlots(1, true, 2), 0);
+  EXPECT_EQ(BorrowedSlots(1, true, 0), 1) << "a queue with no quota of its own borrows all it holds";
+  v1::Queue idle;
+  idle.set_name("idle");
+  const std::vector<v1::QueueStatus> all = QueueStatusesOf({q, idle}, usages);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[1].used_cpu(), 0) << "a queue without live jobs uses nothing";
+  EXPECT_EQ(all[1].pending_jobs(), 0);
 }
 
 }  // namespace

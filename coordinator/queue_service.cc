@@ -2,8 +2,11 @@
 // updates memory) and the JobManager's per-queue usage, on the loop.
 #include <map>
 #include <string>
+#include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/time_util.h"
+#include "coordinator/queue_status.h"
 #include "coordinator/service_support.h"
 #include "coordinator/services.h"
 
@@ -14,17 +17,13 @@ absl::Status NoRegistry() {
   return absl::FailedPreconditionError("this coordinator serves no queues");
 }
 
-v1::QueueStatus StatusOf(const v1::Queue& queue, const std::map<std::string, QueueUsage>& usages) {
-  v1::QueueStatus st;
-  *st.mutable_queue() = queue;
-  auto it = usages.find(queue.name());
-  if (it != usages.end()) {
-    st.set_used_gpu(it->second.used_gpu);
-    st.set_used_cpu(it->second.used_cpu);
-    st.set_pending_jobs(it->second.pending_jobs);
-    st.set_running_jobs(it->second.running_jobs);
+// Timestamp's documented range: 0001-01-01 to 9999-12-31, nanos in [0, 1e9).
+absl::Status CheckTimestamp(const char* field, const google::protobuf::Timestamp& ts) {
+  if (ts.seconds() < -62135596800 || ts.seconds() > 253402300799 || ts.nanos() < 0 || ts.nanos() > 999999999) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": not a valid timestamp (seconds ", ts.seconds(),
+                                                   ", nanos ", ts.nanos(), ")"));
   }
-  return st;
+  return absl::OkStatus();
 }
 
 }  // namespace
@@ -49,7 +48,7 @@ grpc::ServerUnaryReactor* QueueServiceImpl::GetQueue(grpc::CallbackServerContext
       return absl::NotFoundError(
           absl::StrCat("no queue named '", req->name(), "' (defined: ", ctx_.queues->NameList(), ")"));
     }
-    *resp = StatusOf(*queue, ctx_.jobs->QueueUsages());
+    *resp = QueueStatusOf(*queue, ctx_.jobs->QueueUsages());
     return absl::OkStatus();
   });
 }
@@ -58,8 +57,9 @@ grpc::ServerUnaryReactor* QueueServiceImpl::ListQueues(grpc::CallbackServerConte
                                                        const v1::ListQueuesRequest*, v1::ListQueuesResponse* resp) {
   return UnaryOnLoop(ctx_, ctx, "ListQueues", [this, resp](const Principal&) -> absl::Status {
     if (ctx_.queues == nullptr) return NoRegistry();
-    const std::map<std::string, QueueUsage> usages = ctx_.jobs->QueueUsages();
-    for (const v1::Queue& q : ctx_.queues->List()) *resp->add_queues() = StatusOf(q, usages);
+    for (v1::QueueStatus& st : QueueStatusesOf(ctx_.queues->List(), ctx_.jobs->QueueUsages())) {
+      *resp->add_queues() = std::move(st);
+    }
     return absl::OkStatus();
   });
 }
@@ -72,6 +72,34 @@ grpc::ServerUnaryReactor* QueueServiceImpl::DeleteQueue(grpc::CallbackServerCont
     auto it = usages.find(req->name());
     const QueueUsage use = it == usages.end() ? QueueUsage{} : it->second;
     return ctx_.queues->Delete(req->name(), use.pending_jobs, use.running_jobs);
+  });
+}
+
+grpc::ServerUnaryReactor* QueueServiceImpl::GetUsage(grpc::CallbackServerContext* ctx,
+                                                     const v1::GetUsageRequest* req, v1::GetUsageResponse* resp) {
+  return UnaryOnLoop(ctx_, ctx, "GetUsage", [this, req, resp](const Principal&) -> absl::Status {
+    // Works without queues too: every job then counts as "default".
+    UsageFilter filter;
+    filter.queue = req->queue();
+    filter.owner = req->owner();
+    if (req->has_since()) {
+      if (absl::Status s = CheckTimestamp("since", req->since()); !s.ok()) return s;
+      filter.since = FromTimestamp(req->since());
+    }
+    absl::StatusOr<UsageReport> report = ctx_.jobs->Usage(filter);
+    if (!report.ok()) return report.status();
+    for (const UsageRow& r : report->rows) {
+      v1::UsageRow* row = resp->add_rows();
+      row->set_queue(r.queue);
+      row->set_owner(r.owner);
+      row->set_kind(r.kind);
+      row->set_slot_seconds(r.slot_seconds);
+      row->set_attempts(r.attempts);
+      row->set_jobs(r.jobs);
+    }
+    if (req->has_since()) *resp->mutable_since() = req->since();
+    SetTimestamp(report->until, resp->mutable_until());
+    return absl::OkStatus();
   });
 }
 

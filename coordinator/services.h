@@ -7,7 +7,8 @@
 //   AuthService   — CreateToken, ListTokens, RevokeToken, RevokeWorker
 //                   (admin only); Join (a join token, over TLS: a worker's
 //                   client certificate).
-//   QueueService  — CreateQueue, DeleteQueue (admin); GetQueue, ListQueues.
+//   QueueService  — CreateQueue, DeleteQueue (admin); GetQueue, ListQueues,
+//                   GetUsage.
 //
 // Every handler first authenticates the call's bearer token and checks its
 // role (TokenAuthority): reads need admin, submitter or viewer; SubmitJob
@@ -155,6 +156,8 @@ class QueueServiceImpl final : public v1::QueueService::CallbackService {
                                        v1::ListQueuesResponse* resp) override;
   grpc::ServerUnaryReactor* DeleteQueue(grpc::CallbackServerContext* ctx, const v1::DeleteQueueRequest* req,
                                         v1::DeleteQueueResponse* resp) override;
+  grpc::ServerUnaryReactor* GetUsage(grpc::CallbackServerContext* ctx, const v1::GetUsageRequest* req,
+                                     v1::GetUsageResponse* resp) override;
 
  private:
   ServiceContext ctx_;

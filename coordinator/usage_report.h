@@ -41,6 +41,13 @@ struct UsageRow {
   int jobs = 0;
 };
 
+// A report over the window [since, until] (JobQueries::Usage, GetUsage).
+struct UsageReport {
+  std::vector<UsageRow> rows;
+  absl::Time since = absl::InfinitePast();
+  absl::Time until;
+};
+
 // Rows ordered by queue, owner, kind; only rows with an attempt in the window.
 std::vector<UsageRow> SumUsage(const std::vector<const v1::Job*>& jobs, const UsageFilter& filter);
 

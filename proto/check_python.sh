@@ -28,7 +28,7 @@ for svc, methods in [(job_service_pb2.DESCRIPTOR.services_by_name["JobService"],
                       {"CreateToken", "ListTokens", "RevokeToken", "Join", "RevokeWorker",
                        "CreateSignInCode"}),
                      (queue_pb2.DESCRIPTOR.services_by_name["QueueService"],
-                      {"CreateQueue", "GetQueue", "ListQueues", "DeleteQueue"})]:
+                      {"CreateQueue", "GetQueue", "ListQueues", "DeleteQueue", "GetUsage"})]:
     assert set(svc.methods_by_name) == methods, (svc.name, set(svc.methods_by_name))
 print("python stubs ok")
 PY

@@ -7,7 +7,8 @@
 // loss chart (Chart.js) gains points while the job runs and that the state
 // turns SUCCEEDED, with eval accuracy and throughput charted, events listed
 // and every resource served by the coordinator itself (offline); then the
-// job list shows the job and the workers page the worker's labels and slots.
+// job list shows the job, the workers page the worker's labels and slots,
+// and the queues page a queue's quota and cohort.
 // The JSON API's authentication is checked over plain HTTP too.
 //
 // A second test opens the dashboard through `trainctl dashboard`'s one-time
@@ -399,6 +400,22 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
                                "tr.textContent.includes('zone=lab') && tr.textContent.includes('disk=ssd') && "
                                "tr.textContent.includes('0/2'))",
                                absl::Seconds(40)))
+      << browser.String("document.body.innerText");
+  // The queues view: a queue the admin defines, with its quota and cohort,
+  // none of it used (its one job ended).
+  {
+    trainctl::testing::Process create({build + "/client/trainctl", "--coordinator", cluster.address(), "--token",
+                                       cluster.admin_token(), "queue", "create", "team-a", "--cpu", "2", "--cohort",
+                                       "lab"},
+                                      cluster.dir() + "/queue-create.log", cluster.dir());
+    ASSERT_TRUE(create.Start());
+    ASSERT_EQ(create.Wait(absl::Seconds(30)), 0) << create.ReadLog();
+  }
+  browser.Eval("location.href = '/queues'; true");
+  EXPECT_TRUE(browser.WaitTrue("[...document.querySelectorAll('#queues tbody tr')].some(tr => "
+                               "tr.textContent.includes('team-a') && tr.textContent.includes('lab') && "
+                               "tr.textContent.includes('0/2') && tr.textContent.includes('0/-'))",
+                               absl::Seconds(20)))
       << browser.String("document.body.innerText");
   EXPECT_EQ(browser.String("JSON.stringify(window.__csp)"), "[]") << "the CSP blocked part of the page";
 }

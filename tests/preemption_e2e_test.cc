@@ -8,17 +8,26 @@
 // job preempted mid-epoch stops at a step its ranks agree on, checkpoints
 // there, its next attempt resumes from that checkpoint, and its final
 // parameters are bitwise those of the same job run without a preemption.
+// `trainctl usage` splits the slot-seconds between the two queues.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+// As the library is built (common/CMakeLists.txt): its classes' layout
+// depends on it.
+#define CPPHTTPLIB_OPENSSL_SUPPORT 1
+#include <httplib.h>
 #include <sys/wait.h>
 
+#include <cmath>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/time/clock.h"
 #include "common/jobspec/job_spec.h"
 #include "common/time_util.h"
@@ -35,10 +44,11 @@ class PreemptionE2ETest : public ::testing::Test {
  protected:
   // A coordinator and workers w0, w1 of `slots` CPU slots each, running
   // `rank_binary` for training jobs.
+  // The coordinator also serves /metrics (on a port of its choosing).
   void StartCluster(int slots, const std::string& rank_binary) {
     build_ = trainctl::testing::BuildDirOfThisTest();
     cluster_ = std::make_unique<Cluster>(build_, rank_binary);
-    ASSERT_TRUE(cluster_->StartCoordinator({"--preemption_grace_s=60"}));
+    ASSERT_TRUE(cluster_->StartCoordinator({"--preemption_grace_s=60", "--http_listen=127.0.0.1:0"}));
     ASSERT_TRUE(cluster_->StartWorker("w0", slots, false, {"--allow_commands"}));
     ASSERT_TRUE(cluster_->StartWorker("w1", slots, false, {"--allow_commands"}));
     ASSERT_TRUE(cluster_->WaitWorkers(2));
@@ -69,6 +79,71 @@ class PreemptionE2ETest : public ::testing::Test {
     return p.spec;
   }
 
+  // The coordinator's /metrics page, as the admin ("" when it cannot be read).
+  std::string MetricsPage() {
+    const std::string log = cluster_->coordinator()->ReadLog();
+    const std::string mark = "metrics on http://";
+    const size_t at = log.find(mark);
+    if (at == std::string::npos) {
+      ADD_FAILURE() << "no metrics address in the coordinator's log";
+      return "";
+    }
+    const size_t from = at + mark.size();
+    const std::string address = log.substr(from, log.find('/', from) - from);
+    httplib::Client http(address);
+    http.set_connection_timeout(5);
+    auto r = http.Get("/metrics", httplib::Headers{{"Authorization", "Bearer " + cluster_->admin_token()}});
+    if (!r || r->status != 200) {
+      ADD_FAILURE() << "GET /metrics failed";
+      return "";
+    }
+    return r->body;
+  }
+
+  // The value of one sample of a /metrics page (`series`: name and labels
+  // as the page writes them); NaN when the page has no such sample.
+  static double Sample(const std::string& page, const std::string& series) {
+    const std::string key = "\n" + series + " ";
+    const size_t at = page.find(key);
+    double v = 0;
+    if (at == std::string::npos ||
+        !absl::SimpleAtod(page.substr(at + key.size(), page.find('\n', at + key.size()) - at - key.size()), &v)) {
+      return std::nan("");
+    }
+    return v;
+  }
+
+  // Ranks x seconds of every attempt of `job` that started and ended.
+  static double SlotSeconds(const v1::Job& job) {
+    double sum = 0;
+    for (const v1::Attempt& at : job.attempts()) {
+      if (!at.has_start_time() || !at.has_end_time()) continue;
+      sum += absl::ToDoubleSeconds(FromTimestamp(at.end_time()) - FromTimestamp(at.start_time())) * at.ranks_size();
+    }
+    return sum;
+  }
+
+  // `trainctl usage -o csv`'s slot_seconds summed per queue (its header
+  // checked).
+  static std::map<std::string, double> UsageByQueue(const std::string& csv) {
+    std::map<std::string, double> out;
+    std::vector<std::string> lines = absl::StrSplit(csv, '\n', absl::SkipEmpty());
+    EXPECT_FALSE(lines.empty());
+    if (lines.empty()) return out;
+    EXPECT_EQ(lines[0], "queue,owner,kind,slot_seconds,slot_hours,attempts,jobs");
+    for (size_t i = 1; i < lines.size(); ++i) {
+      std::vector<std::string> f = absl::StrSplit(lines[i], ',');
+      double seconds = 0;
+      EXPECT_EQ(f.size(), 7u) << lines[i];
+      if (f.size() != 7 || !absl::SimpleAtod(f[3], &seconds)) {
+        ADD_FAILURE() << "not a usage row: " << lines[i];
+        continue;
+      }
+      out[f[0]] += seconds;
+    }
+    return out;
+  }
+
   std::string build_;
   std::unique_ptr<Cluster> cluster_;
   int cli_runs_ = 0;
@@ -94,6 +169,20 @@ TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) 
   v1::Job b = cluster_->WaitState(borrower, v1::JOB_STATE_RUNNING);
   ASSERT_EQ(b.state(), v1::JOB_STATE_RUNNING) << b.state_reason();
   ASSERT_EQ(b.attempts(0).ranks_size(), 4) << "b borrows a's idle quota: 4 slots on a nominal of 2";
+
+  // /metrics shows the borrowing per queue (nothing changes until a's job
+  // is submitted: b's first attempt runs until preempted).
+  std::string page = MetricsPage();
+  EXPECT_EQ(Sample(page, "trainctl_queue_nominal_slots{queue=\"team-b\",kind=\"cpu\"}"), 2) << page;
+  EXPECT_EQ(Sample(page, "trainctl_queue_used_slots{queue=\"team-b\",kind=\"cpu\"}"), 4) << page;
+  EXPECT_EQ(Sample(page, "trainctl_queue_borrowed_slots{queue=\"team-b\",kind=\"cpu\"}"), 2) << page;
+  EXPECT_EQ(Sample(page, "trainctl_queue_borrowed_slots{queue=\"team-b\",kind=\"gpu\"}"), 0) << page;
+  EXPECT_EQ(Sample(page, "trainctl_queue_used_slots{queue=\"team-a\",kind=\"cpu\"}"), 0) << page;
+  EXPECT_EQ(Sample(page, "trainctl_queue_running_jobs{queue=\"team-b\"}"), 1) << page;
+  EXPECT_EQ(Sample(page, "trainctl_queue_pending_jobs{queue=\"team-a\"}"), 0) << page;
+  EXPECT_TRUE(std::isnan(Sample(page, "trainctl_queue_nominal_slots{queue=\"team-b\",kind=\"gpu\"}")))
+      << "an unlimited nominal has no sample";
+  EXPECT_GT(Sample(page, "trainctl_queue_slot_seconds_total{queue=\"team-b\",kind=\"cpu\"}"), 0) << page;
 
   const absl::Time submitted = absl::Now();
   const std::string lender =
@@ -121,6 +210,34 @@ TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) 
   EXPECT_TRUE(preempted);
   EXPECT_THAT(cluster_->RankLog(borrower, 1, 0), HasSubstr("rank 0 got SIGTERM"));
   EXPECT_THAT(cluster_->RankLog(borrower, 2, 0), HasSubstr("rank 0 attempt 2 done"));
+
+  // Accounting: `trainctl usage` splits the slot-seconds between the two
+  // queues, each as its jobs' attempts recorded them (both jobs ended, so
+  // the sums no longer grow).
+  const std::map<std::string, double> want = {{"team-a", SlotSeconds(a)}, {"team-b", SlotSeconds(b)}};
+  ASSERT_EQ(Cli({"usage", "-o", "csv"}, &out), 0) << out;
+  std::map<std::string, double> got = UsageByQueue(out);
+  ASSERT_EQ(got.size(), 2u) << out;
+  for (const auto& [queue, seconds] : want) {
+    EXPECT_GT(got[queue], 0) << queue << "\n" << out;
+    EXPECT_NEAR(got[queue], seconds, 0.01) << queue << "\n" << out;
+  }
+  ASSERT_EQ(Cli({"usage", "--queue", "team-a", "-o", "csv"}, &out), 0) << out;
+  got = UsageByQueue(out);
+  ASSERT_EQ(got.size(), 1u) << out;
+  EXPECT_NEAR(got["team-a"], want.at("team-a"), 0.01) << out;
+  ASSERT_EQ(Cli({"usage", "--since", "yesterday"}, &out), 2) << out;
+  EXPECT_THAT(out, HasSubstr("--since"));
+  // /metrics counts the same slot-seconds; nothing is held any more.
+  page = MetricsPage();
+  EXPECT_NEAR(Sample(page, "trainctl_queue_slot_seconds_total{queue=\"team-a\",kind=\"cpu\"}"), want.at("team-a"),
+              0.01)
+      << page;
+  EXPECT_NEAR(Sample(page, "trainctl_queue_slot_seconds_total{queue=\"team-b\",kind=\"cpu\"}"), want.at("team-b"),
+              0.01)
+      << page;
+  EXPECT_EQ(Sample(page, "trainctl_queue_used_slots{queue=\"team-b\",kind=\"cpu\"}"), 0) << page;
+  EXPECT_EQ(Sample(page, "trainctl_queue_running_jobs{queue=\"team-b\"}"), 0) << page;
 }
 
 TEST_F(PreemptionE2ETest, APreemptedTrainingJobCheckpointsAtAnAgreedStepAndResumesFromIt) {

@@ -214,5 +214,54 @@ TEST(QueuesE2ETest, AdminDefinesQueuesTokensBindSubmittersDeleteWaitsForJobs) {
   EXPECT_EQ((*queues)[0].queue().max_job_size(), 2);
 }
 
+// Accounting without workers: a job that never ran holds no slot time, a
+// viewer may ask, and a malformed or future `since` is refused naming it
+// (through the API and the CLI's --since).
+TEST(QueuesE2ETest, UsageCountsOnlySlotTimeAndRefusesABadSince) {
+  Cluster cluster(testing::BuildDirOfThisTest(), "");
+  ASSERT_TRUE(cluster.StartCoordinator());
+  std::unique_ptr<Client> as_admin = ClientAs(cluster, cluster.admin_token());
+  ASSERT_NE(as_admin, nullptr);
+  ASSERT_TRUE(as_admin->Submit(Spec("never-placed")).ok());
+  v1::CreateTokenRequest tok;
+  tok.set_name("auditor");
+  tok.set_role(v1::ROLE_VIEWER);
+  absl::StatusOr<v1::CreateTokenResponse> viewer = as_admin->CreateToken(tok);
+  ASSERT_TRUE(viewer.ok()) << viewer.status();
+  std::unique_ptr<Client> as_viewer = ClientAs(cluster, viewer->secret());
+  ASSERT_NE(as_viewer, nullptr);
+
+  absl::StatusOr<v1::GetUsageResponse> usage = as_viewer->GetUsage(v1::GetUsageRequest());
+  ASSERT_TRUE(usage.ok()) << usage.status();
+  EXPECT_EQ(usage->rows_size(), 0) << "a pending job held no slot";
+  EXPECT_FALSE(usage->has_since());
+  EXPECT_GT(usage->until().seconds(), 0);
+
+  v1::GetUsageRequest future;
+  future.mutable_since()->set_seconds(absl::ToUnixSeconds(absl::Now() + absl::Hours(1)));
+  absl::StatusOr<v1::GetUsageResponse> refused = as_viewer->GetUsage(future);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("since: "));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("after the coordinator's now"));
+  v1::GetUsageRequest malformed;
+  malformed.mutable_since()->set_nanos(-1);
+  refused = as_viewer->GetUsage(malformed);
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("since: not a valid timestamp"));
+
+  CliResult table = RunTrainctl(cluster, viewer->secret(), {"usage", "--since", "7d"});
+  EXPECT_EQ(table.code, 0) << table.err;
+  EXPECT_THAT(table.out, HasSubstr("no slot time since "));
+  CliResult csv = RunTrainctl(cluster, viewer->secret(), {"usage", "-o", "csv"});
+  EXPECT_EQ(csv.code, 0) << csv.err;
+  EXPECT_EQ(csv.out, "queue,owner,kind,slot_seconds,slot_hours,attempts,jobs\n");
+  CliResult bad = RunTrainctl(cluster, viewer->secret(), {"usage", "--since", "last week"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("trainctl usage: --since: 'last week' is neither a duration"));
+  bad = RunTrainctl(cluster, viewer->secret(), {"usage", "--since", "2999-01-01T00:00:00Z"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--since: '2999-01-01T00:00:00Z' is in the future"));
+}
+
 }  // namespace
 }  // namespace trainctl

@@ -29,7 +29,7 @@ constexpr VerbFactory kVerbs[] = {
     AddSubmitVerb, AddStatusVerb, AddDescribeVerb, AddListVerb,  AddLogsVerb,
     AddCancelVerb, AddResumeVerb, AddCheckpointsVerb, AddFetchVerb, AddWorkersVerb, AddRunVerb, AddRunsVerb,
     AddMetricsVerb,
-    AddQueueVerb,
+    AddQueueVerb,  AddUsageVerb,
     AddTokenVerb,  AddLoginVerb,  AddWorkerVerb, AddDashboardVerb,
 };
 
@@ -210,7 +210,7 @@ std::map<std::string, VerbRunner> BuildApp(CLI::App& app, CliContext& ctx) {
   app.add_option("--ca", ctx.ca_flag, "Cluster CA certificate (PEM): use TLS and verify the coordinator")
       ->type_name("FILE");
   app.add_option("-o,--output", ctx.output,
-                 "Output format: table (for people) or json (for scripts); csv for `metrics`")
+                 "Output format: table (for people) or json (for scripts); csv for `metrics` and `usage`")
       ->check(CLI::IsMember({"table", "json", "csv"}))
       ->capture_default_str();
   app.add_flag("--latest", ctx.latest, "A JOB that matches several jobs (by name or id prefix) means the newest");
@@ -300,8 +300,9 @@ int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& 
   std::vector<CLI::App*> chosen = app.get_subcommands();
   if (chosen.empty()) return kExitUsage;  // require_subcommand already said so.
   ctx.verb = chosen.front()->get_name();
-  if (ctx.output == "csv" && ctx.verb != "metrics") {
-    err << "trainctl " << ctx.verb << ": --output: csv is only for `trainctl metrics`; use table or json\n";
+  if (ctx.output == "csv" && ctx.verb != "metrics" && ctx.verb != "usage") {
+    err << "trainctl " << ctx.verb
+        << ": --output: csv is only for `trainctl metrics` and `trainctl usage`; use table or json\n";
     return kExitUsage;
   }
   auto it = runners.find(ctx.verb);

@@ -32,7 +32,7 @@ struct CliContext {
   std::string coordinator_flag;
   std::string token_flag;
   std::string ca_flag;
-  // "table", "json", or "csv" (metrics only).
+  // "table", "json", or "csv" (metrics and usage only).
   std::string output = "table";
   double timeout_s = 10;
   // A job reference that matches several jobs means the newest of them.
@@ -120,6 +120,7 @@ VerbRunner AddWorkerVerb(CLI::App& app, CliContext& ctx);
 VerbRunner AddDashboardVerb(CLI::App& app, CliContext& ctx);
 // Queues (queues.cc).
 VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx);
+VerbRunner AddUsageVerb(CLI::App& app, CliContext& ctx);
 
 // Follows a job until it ends (follow mode output); 0 only when it SUCCEEDED.
 int FollowJob(CliContext& ctx, Client& client, const std::string& job_id);

@@ -12,6 +12,7 @@
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -138,6 +139,31 @@ std::string HumanDuration(absl::Duration d) {
   if (s < 3600) return absl::StrFormat("%dm%02ds", s / 60, s % 60);
   if (s < 86400) return absl::StrFormat("%dh%02dm", s / 3600, (s % 3600) / 60);
   return absl::StrFormat("%dd%02dh", s / 86400, (s % 86400) / 3600);
+}
+
+absl::StatusOr<absl::Time> ParseSince(const std::string& text, absl::Time now) {
+  const std::string what =
+      "--since: '" + text + "' is neither a duration back from now (7d, 12h, 30m, 45s, 2w) nor an RFC 3339 time "
+      "(2026-05-01T00:00:00Z)";
+  if (text.size() >= 2 && std::string("smhdw").find(text.back()) != std::string::npos) {
+    double n = 0;
+    if (!absl::SimpleAtod(text.substr(0, text.size() - 1), &n) || !std::isfinite(n) ||
+        !absl::ascii_isdigit(static_cast<unsigned char>(text[0]))) {
+      return absl::InvalidArgumentError(what);
+    }
+    const absl::Duration unit = text.back() == 's'   ? absl::Seconds(1)
+                                : text.back() == 'm' ? absl::Minutes(1)
+                                : text.back() == 'h' ? absl::Hours(1)
+                                : text.back() == 'd' ? absl::Hours(24)
+                                                     : absl::Hours(24 * 7);
+    if (n > 1e6) return absl::InvalidArgumentError("--since: '" + text + "' reaches back too far");
+    return now - n * unit;
+  }
+  absl::Time t;
+  std::string err;
+  if (!absl::ParseTime(absl::RFC3339_full, text, &t, &err)) return absl::InvalidArgumentError(what);
+  if (t > now) return absl::InvalidArgumentError("--since: '" + text + "' is in the future");
+  return t;
 }
 
 std::string FormatTimestamp(const google::protobuf::Timestamp& ts) {

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "google/protobuf/message.h"
 #include "google/protobuf/timestamp.pb.h"
@@ -43,6 +44,11 @@ bool ParseJobState(const std::string& text, v1::JobState* out);
 
 // "850ms", "12s", "3m05s", "2h07m", "3d04h".
 std::string HumanDuration(absl::Duration d);
+// `trainctl usage --since`: a duration back from `now` ("7d", "12h", "30m",
+// "45s", "2w"; a whole or decimal number and one unit) or an RFC 3339 time
+// ("2026-05-01T00:00:00Z", "2026-05-01T09:00:00+02:00"). InvalidArgument
+// naming --since and what it takes otherwise.
+absl::StatusOr<absl::Time> ParseSince(const std::string& text, absl::Time now);
 // "2024-05-01 12:00:03" in the local time zone; "-" when unset.
 std::string FormatTimestamp(const google::protobuf::Timestamp& ts);
 // "3m05s ago"; "-" when unset.

@@ -1,11 +1,14 @@
 // trainctl queue create|list|describe|delete (docs/queues.md). Create and
 // delete need an admin token; list and describe a viewer's.
+// trainctl usage: slot-seconds per queue, owner and slot kind (a viewer's).
 #include <CLI/CLI.hpp>
 #include <memory>
 #include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/time_util.h"
 #include "client/cli/context.h"
 #include "client/cli/format.h"
 
@@ -114,7 +117,87 @@ int RunQueueDelete(CliContext& ctx, const std::string& name) {
   return kExitOk;
 }
 
+struct UsageArgs {
+  std::string queue;
+  std::string owner;
+  std::string since;
+};
+
+// A CSV field: quoted when it holds a comma, quote or line break (owners
+// are token names, free text).
+std::string CsvField(const std::string& s) {
+  if (s.find_first_of(",\"\r\n") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+int RunUsage(CliContext& ctx, const UsageArgs& a) {
+  v1::GetUsageRequest req;
+  req.set_queue(a.queue);
+  req.set_owner(a.owner);
+  if (!a.since.empty()) {
+    absl::StatusOr<absl::Time> since = ParseSince(a.since, absl::Now());
+    if (!since.ok()) return ctx.Fail(since.status());
+    SetTimestamp(*since, req.mutable_since());
+  }
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  absl::StatusOr<v1::GetUsageResponse> usage = (*client)->GetUsage(req);
+  if (!usage.ok()) return ctx.Fail(usage.status());
+  if (ctx.json()) {
+    ctx.PrintJson(*usage);
+    return kExitOk;
+  }
+  if (ctx.output == "csv") {
+    ctx.out << "queue,owner,kind,slot_seconds,slot_hours,attempts,jobs\n";
+    for (const v1::UsageRow& r : usage->rows()) {
+      ctx.out << CsvField(r.queue()) << "," << CsvField(r.owner()) << "," << r.kind() << ","
+              << absl::StrFormat("%.3f,%.6f", r.slot_seconds(), r.slot_seconds() / 3600) << "," << r.attempts()
+              << "," << r.jobs() << "\n";
+    }
+    ctx.out << std::flush;
+    return kExitOk;
+  }
+  const std::string window = absl::StrCat(
+      usage->has_since() ? absl::StrCat("since ", FormatTimestamp(usage->since())) : std::string("since the first job"),
+      ", until ", FormatTimestamp(usage->until()));
+  if (usage->rows_size() == 0) {
+    ctx.out << "no slot time " << window << (a.queue.empty() && a.owner.empty() ? "" : " that matches") << "\n";
+    return kExitOk;
+  }
+  Table t({"QUEUE", "OWNER", "KIND", "SLOT-SECONDS", "SLOT-HOURS", "ATTEMPTS", "JOBS"});
+  for (const v1::UsageRow& r : usage->rows()) {
+    t.AddRow({r.queue(), r.owner().empty() ? "-" : r.owner(), r.kind(), absl::StrFormat("%.0f", r.slot_seconds()),
+              absl::StrFormat("%.2f", r.slot_seconds() / 3600), absl::StrCat(r.attempts()), absl::StrCat(r.jobs())});
+  }
+  t.Print(ctx.out);
+  ctx.out << "(" << window << ")\n";
+  return kExitOk;
+}
+
 }  // namespace
+
+VerbRunner AddUsageVerb(CLI::App& app, CliContext& ctx) {
+  CLI::App* sub = AddVerb(app, "usage",
+                          "Slot-seconds the jobs' attempts held, per queue, owner and slot kind (docs/queues.md)",
+                          "  trainctl usage\n"
+                          "  trainctl usage --queue research --since 7d\n"
+                          "  trainctl usage --owner alice --since 2026-05-01T00:00:00Z -o csv > usage.csv\n",
+                          "Examples:");
+  auto args = std::make_shared<UsageArgs>();
+  sub->add_option("--queue", args->queue, "Only this queue's jobs (a job naming none counts as default)")
+      ->type_name("Q");
+  sub->add_option("--owner", args->owner, "Only jobs of this owner (the submitting token's name)")->type_name("O");
+  sub->add_option("--since", args->since,
+                  "Only slot time after this: a duration back from now (7d, 12h, 30m, 45s, 2w) or an RFC 3339 "
+                  "time (default: since the first job)")
+      ->type_name("WHEN");
+  return [&ctx, args] { return RunUsage(ctx, *args); };
+}
 
 VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
   CLI::App* sub = AddVerb(

@@ -207,6 +207,9 @@ class Client {
   absl::StatusOr<std::vector<v1::QueueStatus>> ListQueues();
   // FailedPrecondition while the queue has pending or running jobs.
   absl::Status DeleteQueue(const std::string& name);
+  // Slot-seconds per queue, owner and slot kind (viewer and up); the
+  // request's empty fields filter nothing.
+  absl::StatusOr<v1::GetUsageResponse> GetUsage(const v1::GetUsageRequest& req);
 
   const ClientOptions& options() const { return options_; }
 

@@ -1,5 +1,5 @@
-// The trainctl dashboard: one page, three views chosen by the path
-// (/ jobs, /jobs/ID a job, /workers workers), each kept current by polling
+// The trainctl dashboard: one page, four views chosen by the path
+// (/ jobs, /jobs/ID a job, /workers workers, /queues queues), each kept current by polling
 // the coordinator's JSON endpoints (coordinator/dashboard.h) about once a
 // second. Charts are Chart.js (vendored, /static/chart.min.js). Every
 // server string goes through esc() or textContent.
@@ -105,6 +105,30 @@ function workersView(main) {
       `<td>${(w.busy_slots || []).length}/${slots.length} ${esc(kinds.join(', '))}</td>` +
       `<td>${labels || '<span class="muted">none</span>'}</td><td>${esc(fmtTime(w.last_heartbeat_time))}</td></tr>`;
   }, 'No workers registered.', storeBanner);
+}
+
+// --- queues -----------------------------------------------------------------
+// "used/nominal" of one slot kind ("-" = unlimited) and what the queue
+// borrows beyond its nominal (docs/queues.md; coordinator/queue_status.h
+// has the same rule for /metrics).
+function quotaCell(used, nominal) {
+  const limited = nominal !== undefined && nominal !== null && num(nominal) >= 0;
+  const borrowed = limited ? Math.max(0, num(used) - num(nominal)) : 0;
+  return `${num(used)}/${limited ? num(nominal) : '-'}` +
+    (borrowed ? ` <span class="borrowed">(${borrowed} borrowed)</span>` : '');
+}
+
+function queuesView(main) {
+  tableView(main, 'Queues', 'queues', ['Queue', 'Cohort', 'GPU (used/quota)', 'CPU (used/quota)', 'Pending jobs',
+                                       'Running jobs', 'Max job', 'Default priority'],
+            '/api/queues', 'queues', st => {
+    const q = st.queue || {};
+    return `<tr><td>${esc(q.name)}</td><td>${q.cohort ? esc(q.cohort) : '<span class="muted">none</span>'}</td>` +
+      `<td>${quotaCell(st.used_gpu, q.nominal_gpu)}</td><td>${quotaCell(st.used_cpu, q.nominal_cpu)}</td>` +
+      `<td>${num(st.pending_jobs)}</td><td>${num(st.running_jobs)}</td>` +
+      `<td>${num(q.max_job_size) ? num(q.max_job_size) : '<span class="muted">no limit</span>'}</td>` +
+      `<td>${num(q.default_priority)}</td></tr>`;
+  }, 'No queues defined: every job runs in one unlimited queue.');
 }
 
 // The coordinator's state store, when its writes fail (ListWorkers' store).
@@ -294,4 +318,5 @@ const main = document.getElementById('main');
 const path = location.pathname;
 if (path.startsWith('/jobs/')) jobView(main, decodeURIComponent(path.slice('/jobs/'.length)));
 else if (path === '/workers') workersView(main);
+else if (path === '/queues') queuesView(main);
 else jobsView(main);
