@@ -1,9 +1,8 @@
 #include "common/http_server.h"
 
-// Debian's libcpp-httplib is compiled with OpenSSL: the header must say so
-// too, or the classes it declares do not match the library's (and
-// SSLServer is missing).
-#define CPPHTTPLIB_OPENSSL_SUPPORT 1
+// Debian's libcpp-httplib is compiled with OpenSSL: the trainctl_httplib
+// target defines CPPHTTPLIB_OPENSSL_SUPPORT for every file that includes
+// the header, or the classes it declares would not match the library's.
 #include <httplib.h>
 #include <openssl/err.h>
 #include <openssl/pem.h>

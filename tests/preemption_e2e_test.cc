@@ -11,10 +11,7 @@
 // `trainctl usage` splits the slot-seconds between the two queues.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-// As the library is built (common/CMakeLists.txt): its classes' layout
-// depends on it.
-#define CPPHTTPLIB_OPENSSL_SUPPORT 1
-#include <httplib.h>
+#include <httplib.h>  // CPPHTTPLIB_OPENSSL_SUPPORT comes with the target (common/CMakeLists.txt)
 #include <sys/wait.h>
 
 #include <cmath>

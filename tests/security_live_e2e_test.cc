@@ -15,7 +15,6 @@
 //    INVALID_ARGUMENT naming its type; a connection that never handshakes
 //    is closed within seconds.
 // See docs/security.md.
-#define CPPHTTPLIB_OPENSSL_SUPPORT 1  // as Debian builds libcpp-httplib
 #include <arpa/inet.h>
 #include <grpcpp/generic/generic_stub.h>
 #include <grpcpp/grpcpp.h>
