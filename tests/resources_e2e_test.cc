@@ -6,6 +6,7 @@
 // behind. A worker that cannot enforce limits fails such a job's launch,
 // saying why, instead of running it unlimited.
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -55,6 +56,15 @@ std::vector<std::string> CgroupBases() {
   return out;
 }
 
+// The one worker's registration, as the coordinator lists it.
+v1::Worker OnlyWorker(Cluster& cluster) {
+  grpc::ClientContext ctx;
+  v1::ListWorkersResponse workers;
+  EXPECT_TRUE(cluster.workers_stub()->ListWorkers(&ctx, v1::ListWorkersRequest(), &workers).ok());
+  EXPECT_EQ(workers.workers_size(), 1);
+  return workers.workers_size() > 0 ? workers.workers(0) : v1::Worker();
+}
+
 std::vector<std::string> CgroupsOf(const std::string& job_id) {
   std::vector<std::string> out;
   std::error_code ec;
@@ -72,6 +82,7 @@ TEST(ResourcesE2ETest, RankOverItsMemoryLimitFailsOutOfMemoryWhileAJobBesideItRu
   ASSERT_TRUE(cluster.StartCoordinator());
   ASSERT_TRUE(cluster.StartWorker("w0", 2, false, {"--allow_commands"}));
   ASSERT_TRUE(cluster.WaitWorkers(1));
+  EXPECT_TRUE(OnlyWorker(cluster).allocatable().enforces_limits());
 
   // The neighbour: limited too (a cgroup of its own), runs until told.
   const std::string go = cluster.dir() + "/neighbour-may-finish";
@@ -120,6 +131,11 @@ TEST(ResourcesE2ETest, AWorkerThatCannotEnforceLimitsFailsTheLaunchSayingWhy) {
   ASSERT_TRUE(cluster.StartCoordinator());
   ASSERT_TRUE(cluster.StartWorker("w0", 1, false, {"--allow_commands", "--cgroup_root="}));
   ASSERT_TRUE(cluster.WaitWorkers(1));
+  // It says so at registration, with what it has.
+  const v1::Worker w = OnlyWorker(cluster);
+  EXPECT_FALSE(w.allocatable().enforces_limits());
+  EXPECT_GT(w.allocatable().cpus(), 0);
+  EXPECT_GT(w.allocatable().memory_bytes(), 0);
   const std::string id =
       cluster.Submit(Spec("name: limited\ndevice: cpu\nresources: {memory: 1Gi}\ncommand:\n  argv: [/bin/true]\n"));
   v1::Job j = cluster.WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(60));

@@ -1,6 +1,7 @@
 #include "worker/daemon/cgroup_limits.h"
 
 #include <dirent.h>
+#include <sched.h>
 #include <fcntl.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
@@ -475,6 +476,71 @@ absl::StatusOr<RankCgroup> CgroupLimits::Create(const std::string& name, const v
     g.procs_fds_.push_back(fd);
   }
   return g;
+}
+
+v1::Allocatable ComputeAllocatable(int online_cpus, double cpu_quota, absl::string_view meminfo,
+                                   int64_t memory_limit, bool enforces_limits) {
+  v1::Allocatable a;
+  double cpus = std::max(0, online_cpus);
+  if (cpu_quota > 0 && (cpus == 0 || cpu_quota < cpus)) cpus = cpu_quota;
+  a.set_cpus(cpus);
+  // "MemTotal:       16314220 kB"
+  int64_t total = 0;
+  for (absl::string_view line : absl::StrSplit(meminfo, '\n')) {
+    if (!absl::ConsumePrefix(&line, "MemTotal:")) continue;
+    line = absl::StripAsciiWhitespace(line);
+    const bool kb = absl::ConsumeSuffix(&line, "kB");
+    int64_t v = 0;
+    if (absl::SimpleAtoi(absl::StripAsciiWhitespace(line), &v)) total = kb ? v * 1024 : v;
+  }
+  if (memory_limit > 0 && (total == 0 || memory_limit < total)) total = memory_limit;
+  a.set_memory_bytes(total);
+  a.set_enforces_limits(enforces_limits);
+  return a;
+}
+
+v1::Allocatable AllocatableHere(const std::string& cgroup_root) {
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  const int online = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
+                                                                    : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  double quota = 0;
+  int64_t limit = 0;
+  bool enforces = false;
+  if (!cgroup_root.empty()) {
+    // This daemon's own cgroup's limits (a container's, a systemd unit's).
+    const std::string self = ReadSmallFile("/proc/self/cgroup");
+    for (absl::string_view line : absl::StrSplit(self, '\n', absl::SkipEmpty())) {
+      std::vector<absl::string_view> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+      if (parts.size() != 3) continue;
+      const std::string path(parts[2]);
+      if (parts[0] == "0" && parts[1].empty()) {
+        const std::string dir = JoinPath(cgroup_root, VisiblePath(cgroup_root, path));
+        int64_t v = 0;
+        if (absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadSmallFile(dir + "/memory.max")), &v)) limit = v;
+        std::vector<std::string> cpu_max = absl::StrSplit(absl::StripAsciiWhitespace(ReadSmallFile(dir + "/cpu.max")), ' ');
+        int64_t q = 0, p = 0;
+        if (cpu_max.size() == 2 && absl::SimpleAtoi(cpu_max[0], &q) && absl::SimpleAtoi(cpu_max[1], &p) && p > 0) {
+          quota = static_cast<double>(q) / static_cast<double>(p);
+        }
+        continue;
+      }
+      for (absl::string_view ctl : absl::StrSplit(parts[1], ',')) {
+        const std::string mount = absl::StrCat(cgroup_root, "/", ctl);
+        const std::string dir = JoinPath(mount, VisiblePath(mount, path));
+        if (ctl == "memory") {
+          // v1 says "no limit" with a huge number: above MemTotal, ignored.
+          limit = ReadNumber(dir + "/memory.limit_in_bytes").value_or(0);
+        } else if (ctl == "cpu") {
+          const int64_t q = ReadNumber(dir + "/cpu.cfs_quota_us").value_or(-1);
+          const int64_t p = ReadNumber(dir + "/cpu.cfs_period_us").value_or(0);
+          if (q > 0 && p > 0) quota = static_cast<double>(q) / static_cast<double>(p);
+        }
+      }
+    }
+    enforces = CgroupLimits::DetectHere(cgroup_root).available();
+  }
+  return ComputeAllocatable(online, quota, ReadSmallFile("/proc/meminfo"), limit, enforces);
 }
 
 }  // namespace trainctl::worker

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "trainctl/v1/job.pb.h"
+#include "trainctl/v1/worker_service.pb.h"
 
 namespace trainctl::worker {
 
@@ -125,6 +126,16 @@ class CgroupLimits {
   bool v2_prepared_ = false;
   std::string v1_memory_, v1_cpu_, v1_pids_;
 };
+
+// The CPUs and memory this host offers ranks: `online_cpus` (the daemon's
+// affinity) within `cpu_quota` (its cgroup's quota in CPUs, 0 = none),
+// `meminfo`'s MemTotal within `memory_limit` (its cgroup's limit, 0 or
+// above MemTotal = none). Pure (AllocatableHere reads the files).
+v1::Allocatable ComputeAllocatable(int online_cpus, double cpu_quota, absl::string_view meminfo,
+                                   int64_t memory_limit, bool enforces_limits);
+// ComputeAllocatable for this process, with cgroups found under
+// `cgroup_root` ("" = none).
+v1::Allocatable AllocatableHere(const std::string& cgroup_root);
 
 // Writes `value` to the existing file `path` (no O_CREAT, O_NOFOLLOW).
 absl::Status WriteCgroupFile(const std::string& path, absl::string_view value);

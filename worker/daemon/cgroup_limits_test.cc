@@ -172,6 +172,25 @@ TEST_F(CgroupLimitsTest, NeverWritesThroughALink) {
   EXPECT_EQ(Read(fs::path(dir_.path()) / "victim"), "keep");
 }
 
+TEST(Allocatable, CpusAndMemoryWithinTheDaemonsOwnLimits) {
+  const std::string meminfo = "MemTotal:       16314220 kB\nMemFree:  1000 kB\n";
+  v1::Allocatable a = ComputeAllocatable(8, 0, meminfo, 0, true);
+  EXPECT_EQ(a.cpus(), 8);
+  EXPECT_EQ(a.memory_bytes(), int64_t{16314220} * 1024);
+  EXPECT_TRUE(a.enforces_limits());
+  // A container's quota and limit bound them; v1's "no limit" does not.
+  a = ComputeAllocatable(8, 2.5, meminfo, int64_t{4} << 30, false);
+  EXPECT_EQ(a.cpus(), 2.5);
+  EXPECT_EQ(a.memory_bytes(), int64_t{4} << 30);
+  EXPECT_FALSE(a.enforces_limits());
+  a = ComputeAllocatable(8, 0, meminfo, 9223372036854771712, true);
+  EXPECT_EQ(a.memory_bytes(), int64_t{16314220} * 1024);
+  // This host: something sensible.
+  a = AllocatableHere("/sys/fs/cgroup");
+  EXPECT_GE(a.cpus(), 0.01);
+  EXPECT_GT(a.memory_bytes(), 0);
+}
+
 // The real thing: a process over its memory limit is killed by the OOM
 // killer inside its cgroup, which says so; a sibling is untouched.
 TEST(CgroupLimitsRealTest, OverTheLimitIsKilledAndCounted) {
