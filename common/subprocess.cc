@@ -68,6 +68,7 @@ struct ChildPlan {
   std::vector<char*> argv, envp;
   std::string error_message;
   std::string run_as_error;
+  std::string cgroup_error;
   pid_t parent = -1;
 };
 
@@ -82,6 +83,10 @@ bool SwitchUser(const RunAs& u) {
 
 // In the child, after fork: only async-signal-safe calls from here on.
 [[noreturn]] void RunChild(const SpawnOptions& o, ChildPlan& plan) {
+  // Into the cgroups first (before the fds below are shuffled and closed):
+  // "0" is the writing process.
+  bool cgroup_failed = false;
+  for (int fd : o.cgroup_procs_fds) cgroup_failed |= write(fd, "0", 1) != 1;
   if (o.new_session) {
     setsid();
   } else if (o.new_process_group) {
@@ -118,6 +123,10 @@ bool SwitchUser(const RunAs& u) {
       if (!named) close(fd);
     }
     syscall(SYS_close_range, static_cast<unsigned>(top + 1), ~0U, 0U);
+  }
+  if (cgroup_failed) {
+    (void)!write(2, plan.cgroup_error.data(), plan.cgroup_error.size());
+    _exit(123);
   }
   // After the fds (so the message reaches the child's fd 2), before the
   // parent-death signal: a change of credentials clears it.
@@ -201,6 +210,7 @@ absl::StatusOr<Subprocess> Subprocess::Spawn(const SpawnOptions& o) {
   if (o.run_as.has_value()) {
     plan.run_as_error = absl::StrCat(o.argv[0], ": cannot run as user ", o.run_as->name, "\n");
   }
+  plan.cgroup_error = absl::StrCat(o.argv[0], ": cannot join its cgroup\n");
   plan.parent = getpid();
   const pid_t pid = fork();
   if (pid < 0) return absl::ResourceExhaustedError(absl::StrCat("fork failed: ", std::strerror(errno)));

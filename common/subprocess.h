@@ -108,6 +108,13 @@ struct SpawnOptions {
   // writes "<argv[0]>: cannot run as user NAME" to (its) fd 2 and exits
   // 124, before it changes directory or executes anything.
   std::optional<RunAs> run_as;
+  // Open cgroup.procs files (of one cgroup per v1 hierarchy, or one v2
+  // cgroup): the child writes "0" to each first thing after fork, which
+  // moves it, and so everything it later starts, into those cgroups before
+  // it executes anything. When a write fails the child writes "<argv[0]>:
+  // cannot join its cgroup" to (its) fd 2 and exits 123. The caller keeps
+  // and closes its copies.
+  std::vector<int> cgroup_procs_fds;
   // Written to the child's fd 2 when exec fails (then it exits 127);
   // "" means "<argv[0]>: cannot execute\n".
   std::string exec_error_message;

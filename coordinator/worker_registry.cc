@@ -121,6 +121,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
   *w.mutable_labels() = msg.labels();
   w.set_version(msg.version());
   w.set_allow_commands(msg.allow_commands());
+  *w.mutable_allocatable() = msg.allocatable();
   w.set_state(v1::WORKER_STATE_ALIVE);
   SetTimestamp(now, w.mutable_registered_time());
   SetTimestamp(now, w.mutable_last_heartbeat_time());

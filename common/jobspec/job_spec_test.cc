@@ -395,6 +395,44 @@ TEST(JobSpecTest, SchedulingIsReadAndChecked) {
               ::testing::ElementsAre(::testing::HasSubstr("scheduling.pending_timeout_s: must be >= 0")));
 }
 
+TEST(JobSpecTest, ResourcesAreReadWithByteQuantities) {
+  ParsedJobSpec p = ParseJobSpecYaml(std::string(kBase) + "resources: {cpus: 1.5, memory: 4Gi, pids: 512}\n",
+                                     "job.yaml", {});
+  ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
+  EXPECT_DOUBLE_EQ(p.spec.resources().cpus(), 1.5);
+  EXPECT_EQ(p.spec.resources().memory(), int64_t{4} << 30);
+  EXPECT_EQ(p.spec.resources().pids(), 512);
+  for (const auto& [text, bytes] : std::vector<std::pair<std::string, int64_t>>{
+           {"1048576", 1048576}, {"64Mi", 64 << 20}, {"\"2048Ki\"", 2048 << 10}, {"2G", 2000000000},
+           {"1.5Gi", int64_t{3} << 29}, {"300M", 300000000}, {"5000k", 5000000}}) {
+    ParsedJobSpec q = ParseJobSpecYaml(std::string(kBase) + "resources: {memory: " + text + "}\n", "job.yaml", {});
+    ASSERT_TRUE(q.ok()) << text << ": " << q.errors[0].ToString();
+    EXPECT_EQ(q.spec.resources().memory(), bytes) << text;
+  }
+  // --set takes the same form.
+  ParsedJobSpec o = ParseJobSpecYaml(kBase, "job.yaml", {"resources.memory=256Mi"});
+  ASSERT_TRUE(o.ok()) << o.errors[0].ToString();
+  EXPECT_EQ(o.spec.resources().memory(), 256 << 20);
+}
+
+TEST(JobSpecTest, BadResourcesNameTheField) {
+  const std::string b = kBase;
+  EXPECT_THAT(Errors(b + "resources: {memory: 4GB}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr("resources.memory: must be a byte quantity")));
+  EXPECT_THAT(Errors(b + "resources: {memory: -1Mi}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr("resources.memory: must be a byte quantity")));
+  EXPECT_THAT(Errors(b + "resources: {memory: 99999999Ti}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr("resources.memory: must be a byte quantity")));
+  EXPECT_THAT(Errors(b + "resources: {memory: 100}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr("resources.memory: must be 0 (no limit) or at least 1Mi")));
+  EXPECT_THAT(Errors(b + "resources: {cpus: -1}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr("resources.cpus: must be 0 (no limit) or in [0.01, 4096]")));
+  EXPECT_THAT(Errors(b + "resources: {pids: 2}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr("resources.pids: must be 0 (no limit) or in [8, 4194304]")));
+  EXPECT_THAT(Errors(b + "resources: {memroy: 1Gi}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr("did you mean 'memory'")));
+}
+
 TEST(JobSpecTest, HangAndStragglerPolicies) {
   const std::string b = kBase;
   ParsedJobSpec p = ParseJobSpecYaml(

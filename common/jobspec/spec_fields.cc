@@ -6,6 +6,7 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/job_spec.h"
 #include "trainctl/v1/job.pb.h"
@@ -109,6 +110,46 @@ std::string Quote(std::string_view s) {
 std::string FormatNumber(double v) {
   if (v == std::floor(v) && std::fabs(v) < 1e15) return absl::StrCat(static_cast<int64_t>(v));
   return absl::StrCat(v);
+}
+
+bool IsByteQuantityField(const FieldDescriptor* f) {
+  return f->containing_type() == v1::ResourceSpec::descriptor() && f->name() == "memory";
+}
+
+std::optional<int64_t> ParseByteQuantity(std::string_view std_text) {
+  // This abseil's string_view is its own type.
+  const absl::string_view text(std_text.data(), std_text.size());
+  static constexpr struct {
+    const char* suffix;
+    double factor;
+  } kSuffixes[] = {{"Ki", 1024.0},   {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
+                   {"k", 1e3},       {"K", 1e3},        {"M", 1e6},           {"G", 1e9},
+                   {"T", 1e12}};
+  absl::string_view number = text;
+  double factor = 1;
+  for (const auto& s : kSuffixes) {
+    if (absl::EndsWith(text, s.suffix)) {
+      number = text.substr(0, text.size() - absl::string_view(s.suffix).size());
+      factor = s.factor;
+      break;
+    }
+  }
+  if (number.empty() || !std::all_of(number.begin(), number.end(), [](char c) {
+        return (c >= '0' && c <= '9') || c == '.';
+      })) {
+    return std::nullopt;
+  }
+  if (factor == 1 && number.find('.') == absl::string_view::npos) {
+    int64_t v;
+    if (!absl::SimpleAtoi(number, &v)) return std::nullopt;
+    return v;
+  }
+  double v;
+  if (!absl::SimpleAtod(number, &v) || !std::isfinite(v)) return std::nullopt;
+  const double bytes = std::floor(v * factor);
+  // 2^63 is the first double past INT64_MAX.
+  if (bytes < 0 || bytes >= 9223372036854775808.0) return std::nullopt;
+  return static_cast<int64_t>(bytes);
 }
 
 }  // namespace trainctl::jobspec

@@ -7,6 +7,8 @@
 #pragma once
 
 #include <cstddef>
+#include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -63,5 +65,15 @@ std::string Quote(std::string_view s);
 
 // A number as an error message shows it: integers without a fraction.
 std::string FormatNumber(double v);
+
+// Fields written as a byte quantity in job.yaml (resources.memory).
+bool IsByteQuantityField(const google::protobuf::FieldDescriptor* f);
+
+// A byte quantity as Kubernetes writes it: plain bytes ("1048576"), binary
+// suffixes Ki Mi Gi Ti (powers of 1024) or decimal K M G T (powers of 1000;
+// lower-case k too), an integer or decimal number before the suffix
+// ("1.5Gi"). nullopt for anything else, a negative value, or one past
+// INT64_MAX bytes.
+std::optional<int64_t> ParseByteQuantity(std::string_view text);
 
 }  // namespace trainctl::jobspec

@@ -57,6 +57,7 @@ class Validator {
                          FormatNumber(t)));
     }
     CheckScheduling(raw.scheduling());
+    CheckResources(raw.resources());
     CheckResumeFrom(raw.resume_from().job());
     CheckElastic(raw, s);
     return std::move(errors_);
@@ -291,6 +292,22 @@ class Validator {
     const double t = s.pending_timeout_s();
     if (!std::isfinite(t) || t < 0) {
       Error("scheduling.pending_timeout_s", absl::StrCat("must be >= 0 (0 = wait forever), got ", FormatNumber(t)));
+    }
+  }
+
+  void CheckResources(const v1::ResourceSpec& r) {
+    // 0 (or left out) is "no limit"; a CPU quota below 1% of a core is
+    // below what CFS can enforce; memory below 1 MiB cannot even hold the
+    // program.
+    const double cpus = r.cpus();
+    if (!std::isfinite(cpus) || cpus < 0 || (cpus > 0 && cpus < 0.01) || cpus > 4096) {
+      Error("resources.cpus", absl::StrCat("must be 0 (no limit) or in [0.01, 4096] CPUs, got ", FormatNumber(cpus)));
+    }
+    if (r.memory() < 0 || (r.memory() > 0 && r.memory() < (int64_t{1} << 20))) {
+      Error("resources.memory", absl::StrCat("must be 0 (no limit) or at least 1Mi (1048576 bytes), got ", r.memory()));
+    }
+    if (r.pids() < 0 || (r.pids() > 0 && r.pids() < 8) || r.pids() > (int64_t{1} << 22)) {
+      Error("resources.pids", absl::StrCat("must be 0 (no limit) or in [8, 4194304], got ", r.pids()));
     }
   }
 

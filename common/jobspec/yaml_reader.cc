@@ -319,6 +319,19 @@ class YamlReader {
 
   bool StoreInteger(const Scalar& s, const Target& t) {
     auto [msg, field, r, rep] = t;
+    if (IsByteQuantityField(field) && field->cpp_type() == FieldDescriptor::CPPTYPE_INT64 && !rep) {
+      // `memory: 4Gi` (quoted or not).
+      std::optional<int64_t> bytes = ParseByteQuantity(s.text);
+      if (!bytes.has_value()) {
+        Error(s.node.Mark(), s.path,
+              absl::StrCat("must be a byte quantity (bytes, or a number with Ki, Mi, Gi, Ti, K, M, G or T: "
+                           "512Mi, 4Gi), got ",
+                           Quote(s.text)));
+        return false;
+      }
+      r->SetInt64(msg, field, *bytes);
+      return true;
+    }
     if (field->cpp_type() == FieldDescriptor::CPPTYPE_UINT64) {
       uint64_t v;
       if (s.quoted || absl::StartsWith(s.text, "-") || !absl::SimpleAtoi(s.text, &v)) {

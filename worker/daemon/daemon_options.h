@@ -81,6 +81,10 @@ struct DaemonOptions {
   std::string python_dir;
   // host:port of an HTTP endpoint serving /metrics (Prometheus); empty: none.
   std::string http_listen;
+  // Where the cgroup filesystem is mounted (--cgroup-root): ranks of a job
+  // with `resources` get a cgroup of their own there (cgroup_limits.h).
+  // "": cgroups off (such a job's ranks fail to launch, saying so).
+  std::string cgroup_root = "/sys/fs/cgroup";
 };
 
 }  // namespace trainctl::worker

@@ -20,6 +20,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/safe_file.h"
+#include "worker/daemon/cgroup_limits.h"
 
 namespace trainctl::worker {
 namespace {
@@ -258,6 +259,7 @@ v1::WorkerMessage DaemonSession::RegisterMessage() {
   for (const auto& [k, v] : options_.labels) (*r->mutable_labels())[k] = v;
   r->set_version(options_.version);
   r->set_allow_commands(options_.allow_commands);
+  *r->mutable_allocatable() = AllocatableHere(options_.cgroup_root);
   for (v1::RunningRank& rr : RanksForRegister()) *r->add_running() = std::move(rr);
   return reg;
 }

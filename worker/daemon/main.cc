@@ -76,6 +76,10 @@ ABSL_FLAG(std::string, rank_uids, "",
           "the same on every worker, so that jobs of different owners cannot read each other's "
           "files or signal each other's processes; ids no user or group of this host has; needs "
           "--rank-user, whose groups the ranks get besides (default: every rank runs as --rank-user)");
+ABSL_FLAG(std::string, cgroup_root, "/sys/fs/cgroup",
+          "where the cgroup filesystem is mounted: a job's `resources` limits are enforced with a cgroup per rank "
+          "there (v2, or v1's memory, cpu and pids hierarchies); \"\" turns them off (such jobs then fail to "
+          "launch here, saying why)");
 ABSL_FLAG(std::string, python_dir, "",
           "directory holding the trainctl Python module, put on command ranks' PYTHONPATH "
           "(default: the source tree's python/ when run from a build tree, else none: the "
@@ -251,6 +255,7 @@ absl::Status ApplyRankFlags(DaemonOptions& o) {
   o.rank_binary = absl::GetFlag(FLAGS_rank_binary).empty() ? DefaultRankBinary() : absl::GetFlag(FLAGS_rank_binary);
   o.rank_timeout_s = absl::GetFlag(FLAGS_rank_timeout_s);
   o.allow_commands = absl::GetFlag(FLAGS_allow_commands);
+  o.cgroup_root = absl::GetFlag(FLAGS_cgroup_root);
   o.python_dir = absl::GetFlag(FLAGS_python_dir).empty() ? trainctl::worker::DefaultPythonDir()
                                                          : absl::GetFlag(FLAGS_python_dir);
   for (auto [flag, roots, out] : {std::tuple{"--data-root", absl::GetFlag(FLAGS_data_root), &o.data_roots},

@@ -17,6 +17,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/log.h"
 #include "worker/daemon/oom_events.h"
 #include "worker/daemon/rank_table_internal.h"
@@ -164,6 +165,8 @@ void RankTable::OnExit(const std::string& key, int code, int signal) {
   } else if (r->state.phase() == RankPhase::kFailed) {
     DescribeFailure(*a, *r, code, signal, *e);
   }
+  // Read what it had to say; anything of it still there goes now.
+  RemoveRankCgroup(*a, *r);
   LogEvent(s->state() == v1::RANK_STATE_FAILED ? LogLevel::kWarn : LogLevel::kInfo, "worker", "rank_exited",
            {{"job_id", a->job_id}, {"attempt", absl::StrCat(a->number)}, {"rank", absl::StrCat(r->assignment.rank())},
             {"pid", absl::StrCat(r->pid)}, {"state", v1::RankState_Name(s->state())},
@@ -179,6 +182,11 @@ void RankTable::DescribeFailure(const LocalAttempt& a, const LocalRank& r, int c
   if (r.error_kind.has_value()) {
     e.set_kind(FailureKindOf(*r.error_kind));
     if (*r.error_kind == rankproto::ErrorKind::kNan) e.set_step(r.error_step);
+  } else if (std::optional<std::string> over = OverMemoryLimit(r, code, signal)) {
+    // Its own cgroup's OOM killer: the job's resources.memory.
+    e.set_kind(v1::FAILURE_KIND_OUT_OF_MEMORY);
+    e.set_message(*over);
+    e.set_peak_memory_bytes(r.cgroup->PeakMemoryBytes());
   } else if (std::optional<std::string> oom = OomKilled(r, signal)) {
     // A SIGKILL this daemon did not send, while the cgroup's OOM-kill
     // count rose: the kernel's OOM killer.
@@ -202,6 +210,34 @@ void RankTable::DescribeFailure(const LocalAttempt& a, const LocalRank& r, int c
     // restarted), as torchrun users expect of a typo.
     if (CommandCannotHeal(code, signal, r.last_lines)) e.set_kind(v1::FAILURE_KIND_CONFIG);
   }
+}
+
+std::optional<std::string> RankTable::OverMemoryLimit(const LocalRank& r, int code, int signal) const {
+  if (!r.cgroup.has_value() || r.cgroup->memory_limit() <= 0 || r.state.stop_requested()) return std::nullopt;
+  if (code == 0 && signal == 0) return std::nullopt;
+  // In a cgroup of its own any OOM kill is this rank's (its main process,
+  // or a DataLoader worker it then died of). Where the kernel does not
+  // count kills, a SIGKILL after the limit was hit.
+  const std::optional<int64_t> kills = r.cgroup->OomKills();
+  const bool oom = kills.has_value() ? *kills > 0 : signal == SIGKILL && r.cgroup->MemoryLimitHit();
+  if (!oom) return std::nullopt;
+  const int64_t peak = r.cgroup->PeakMemoryBytes();
+  std::vector<std::string> details;
+  if (kills.has_value()) details.push_back(absl::StrCat(*kills, " kill", *kills == 1 ? "" : "s", " in its cgroup"));
+  if (peak > 0) details.push_back(absl::StrCat("peak ", FormatBytes(peak)));
+  return absl::StrCat("rank ", r.assignment.rank(), " exceeded its memory limit of ",
+                      FormatBytes(r.cgroup->memory_limit()), " (resources.memory) and was killed by the OOM killer",
+                      details.empty() ? "" : absl::StrCat(" (", absl::StrJoin(details, ", "), ")"),
+                      "; raise resources.memory or use less memory");
+}
+
+void RankTable::RemoveRankCgroup(const LocalAttempt& a, LocalRank& r) {
+  if (!r.cgroup.has_value()) return;
+  if (absl::Status s = r.cgroup->Remove(); !s.ok()) {
+    LogEvent(LogLevel::kWarn, "worker", "cgroup_remove_failed",
+             {{"job_id", a.job_id}, {"rank", absl::StrCat(r.assignment.rank())}, {"error", std::string(s.message())}});
+  }
+  r.cgroup.reset();
 }
 
 std::optional<std::string> RankTable::OomKilled(const LocalRank& r, int signal) const {
@@ -248,6 +284,7 @@ void RankTable::MaybeForget(const std::string& akey) {
   }
   FlushMetrics();
   FlushLogs();
+  for (auto& [rank, r] : it->second->ranks) RemoveRankCgroup(*it->second, r);
   attempts_.erase(it);
 }
 

@@ -484,11 +484,48 @@ std::vector<std::string> RankTable::CommandLaunchEnvironment(const LocalAttempt&
   return env;
 }
 
+namespace {
+
+bool HasLimits(const v1::ResourceSpec& r) { return r.cpus() > 0 || r.memory() > 0 || r.pids() > 0; }
+
+}  // namespace
+
+absl::Status RankTable::MakeRankCgroup(const LocalAttempt& a, LocalRank& r) {
+  if (!HasLimits(a.spec.resources())) return absl::OkStatus();
+  if (!cgroups_.has_value()) {
+    cgroups_ = CgroupLimits::DetectHere(options_.cgroup_root);
+    LogEvent(cgroups_->available() ? LogLevel::kInfo : LogLevel::kWarn, "worker", "cgroups",
+             {{"available", cgroups_->available() ? "true" : "false"}, {"layout", cgroups_->Describe()}});
+  }
+  absl::StatusOr<RankCgroup> g =
+      cgroups_->Create(absl::StrCat(a.job_id, "-", a.number, "-rank", r.assignment.rank()), a.spec.resources());
+  if (!g.ok()) {
+    // Limits the user asked for are never dropped silently: the rank does
+    // not start, and the job says why (docs/job-yaml.md, resources).
+    return absl::FailedPreconditionError(
+        absl::StrCat("resources: this worker cannot enforce the job's limits: ", g.status().message(),
+                     " (the worker needs root and a writable cgroup v1 or v2 hierarchy; or leave out resources)"));
+  }
+  r.cgroup = *std::move(g);
+  return absl::OkStatus();
+}
+
 bool RankTable::StartProcess(LocalAttempt& a, LocalRank& r, const RankLaunch& l, const std::string& what) {
   r.state.Apply(RankEvent::kLaunch);
   r.oom_kills_at_launch = ReadOomKillCount();
-  absl::StatusOr<pid_t> pid = launcher_.Launch(l);
+  if (absl::Status s = MakeRankCgroup(a, r); !s.ok()) {
+    LogEvent(LogLevel::kWarn, "worker", "rank_limits_unenforceable",
+             {{"job_id", a.job_id}, {"attempt", absl::StrCat(a.number)}, {"rank", absl::StrCat(r.assignment.rank())},
+              {"reason", std::string(s.message())}});
+    ReportLaunchFailure(a, r, std::string(s.message()), v1::FAILURE_KIND_CONFIG);
+    return false;
+  }
+  RankLaunch launch = l;
+  if (r.cgroup.has_value()) launch.cgroup_procs_fds = r.cgroup->procs_fds();
+  absl::StatusOr<pid_t> pid = launcher_.Launch(launch);
+  if (r.cgroup.has_value()) r.cgroup->CloseProcsFds();
   if (!pid.ok()) {
+    RemoveRankCgroup(a, r);
     ReportLaunchFailure(a, r, absl::StrCat(what, ": ", pid.status().message()));
     return false;
   }

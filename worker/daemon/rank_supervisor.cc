@@ -55,6 +55,7 @@ absl::StatusOr<pid_t> RankSupervisor::Launch(const RankLaunch& l) {
   o.fds = {{0, ChildFd::kDevNull}, {1, fds[1]}, {2, fds[3]}, {3, fds[5]}};
   o.fds.insert(o.fds.end(), l.extra_fds.begin(), l.extra_fds.end());
   o.run_as = l.run_as;
+  o.cgroup_procs_fds = l.cgroup_procs_fds;
   // If the daemon dies, its ranks die with it.
   o.parent_death_signal = SIGKILL;
   o.exec_error_message = "trainctl-worker: cannot execute the rank binary\n";

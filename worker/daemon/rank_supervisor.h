@@ -56,6 +56,9 @@ struct RankLaunch {
   // The user the process (and all it starts) runs as; nullopt: the
   // daemon's (--rank-user, docs/security.md).
   std::optional<RunAs> run_as;
+  // cgroup.procs files the process joins before it executes (its resource
+  // limits, cgroup_limits.h); the caller keeps and closes them.
+  std::vector<int> cgroup_procs_fds;
 };
 
 // One line a rank printed.

@@ -17,7 +17,15 @@ RankTable::RankTable(const DaemonOptions& options, RankTablePaths paths, EventLo
                      RankLauncher& launcher)
     : options_(options), paths_(std::move(paths)), loop_(loop), out_(out), launcher_(launcher) {}
 
-RankTable::~RankTable() = default;
+RankTable::~RankTable() {
+  // The daemon is going: no rank cgroup outlives it (what is still in one
+  // is killed; the supervisor kills the ranks anyway).
+  for (auto& [key, a] : attempts_) {
+    for (auto& [rank, r] : a->ranks) {
+      if (r.cgroup.has_value()) (void)r.cgroup->Remove();
+    }
+  }
+}
 
 void RankTable::OnMessage(const v1::CoordinatorMessage& m) {
   loop_.CheckInLoop("RankTable::OnMessage");

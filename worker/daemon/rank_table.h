@@ -27,6 +27,7 @@
 #include "worker/daemon/coordinator_outbox.h"
 #include "worker/daemon/daemon_options.h"
 #include "worker/daemon/rank_files.h"
+#include "worker/daemon/cgroup_limits.h"
 #include "worker/daemon/rank_supervisor.h"
 #include "worker/protocol/rank_protocol.h"
 
@@ -146,6 +147,16 @@ class RankTable {
   // Why a failed rank failed: kind and message into `e`.
   void DescribeFailure(const LocalAttempt& a, const LocalRank& r, int code, int signal,
                        v1::ExitInfo& e) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // The message for a rank of a job with resources.memory whose own cgroup
+  // saw the OOM killer (or, where the kernel does not count kills, hit its
+  // limit and died of SIGKILL): "exceeded its memory limit of 64 MiB".
+  std::optional<std::string> OverMemoryLimit(const LocalRank& r, int code, int signal) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // Makes `r`'s cgroup when the job sets resources; the error says why the
+  // limits cannot be enforced on this worker.
+  absl::Status MakeRankCgroup(const LocalAttempt& a, LocalRank& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // Removes `r`'s cgroup, if it has one (a failure is logged).
+  void RemoveRankCgroup(const LocalAttempt& a, LocalRank& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   // The OOM-killer message when `r` died of a SIGKILL this daemon did not
   // send while its cgroup's oom_kill count rose (oom_events.h).
   std::optional<std::string> OomKilled(const LocalRank& r, int signal) const
@@ -177,6 +188,8 @@ class RankTable {
   // Loop-only state (the analysis checks it: EventLoop's capability).
   std::map<std::string, std::unique_ptr<LocalAttempt>> attempts_
       ABSL_GUARDED_BY(loop_);  // "job/attempt"
+  // Where rank cgroups go: found at the first job with `resources`.
+  std::optional<CgroupLimits> cgroups_ ABSL_GUARDED_BY(loop_);
 };
 
 // torchrun's environment contract for one rank of a command job, plus

@@ -20,6 +20,7 @@
 #include <vector>
 
 #include "trainctl/v1/worker_service.pb.h"
+#include "worker/daemon/cgroup_limits.h"
 #include "worker/daemon/local_rank_state.h"
 #include "worker/daemon/rendezvous_backend.h"
 #include "worker/daemon/rank_table.h"
@@ -42,6 +43,8 @@ struct RankTable::LocalRank {
   int64_t error_step = 0;  // the step of a kNan error
   // The cgroup's OOM-kill count when the rank was launched (unknown: none).
   std::optional<int64_t> oom_kills_at_launch;
+  // Its own cgroup, when the job has `resources` (removed at its end).
+  std::optional<RankCgroup> cgroup;
   std::deque<std::string> last_lines;
   // Log forwarding (already rate limited by the RankSupervisor): lines for
   // the next chunk, and the count dropped since the last one.
