@@ -8,6 +8,7 @@
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <filesystem>
@@ -41,7 +42,21 @@ std::string CgroupsUnusable() {
   r.set_memory(64 << 20);
   absl::StatusOr<worker::RankCgroup> g = cg.Create(absl::StrCat("probe-", ::getpid()), r);
   if (!g.ok()) return absl::StrCat("cannot create a memory cgroup: ", g.status().message());
+  // And a process can join it, as a rank's child does before exec (v2 has
+  // rules of its own about which cgroups may hold processes).
+  const pid_t child = ::fork();
+  if (child == 0) {
+    for (int fd : g->procs_fds()) {
+      if (::write(fd, "0", 1) != 1) ::_exit(1);
+    }
+    ::_exit(0);
+  }
+  int status = 0;
+  const bool joined = child > 0 && ::waitpid(child, &status, 0) == child && WIFEXITED(status) &&
+                      WEXITSTATUS(status) == 0;
+  g->CloseProcsFds();
   if (absl::Status s = g->Remove(); !s.ok()) return std::string(s.message());
+  if (!joined) return "a process cannot join a rank cgroup here";
   return "";
 }
 
