@@ -26,11 +26,13 @@
 #include "common/status_macros.h"
 #include "absl/time/clock.h"
 
+#include "coordinator/store/sqlite_db.h"
 #include "coordinator/store/state_store_impl.h"
 
 namespace trainctl::coordinator {
 
 using store_internal::Query;
+using store_internal::SqliteDb;
 using store_internal::SqliteStatus;
 using store_internal::Statement;
 using store_internal::ParseBlob;
@@ -152,22 +154,7 @@ absl::Status EmptyFileError(absl::string_view path) {
 }  // namespace
 
 absl::Status StateStore::Impl::Exec(const char* sql, absl::string_view op) {
-  char* error = nullptr;
-  int rc = sqlite3_exec(db, sql, nullptr, nullptr, &error);
-  if (rc == SQLITE_OK) return absl::OkStatus();
-  absl::Status status = SqliteStatus(db, rc, op);
-  sqlite3_free(error);
-  return status;
-}
-
-absl::StatusOr<int64_t> StateStore::Impl::PragmaInt(const char* sql) {
-  const std::string op = absl::StrCat("open ", path);
-  Statement stmt;
-  TRAINCTL_RETURN_IF_ERROR(stmt.Prepare(db, sql, op));
-  Query q(db, stmt, absl::StrCat(op, ": ", sql));
-  TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
-  if (!row) return absl::InternalError(absl::StrCat("state store: ", op, ": ", sql, ": no result"));
-  return q.Int(0);
+  return db->Exec(sql, op);
 }
 
 absl::Status StateStore::Impl::OpenLocked() {
@@ -188,12 +175,16 @@ absl::Status StateStore::Impl::OpenLocked() {
           absl::StrCat("state store: open ", path, ": ", std::strerror(errno)));
     }
   }
-  int rc = sqlite3_open_v2(path.c_str(), &db,
+  sqlite3* raw = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &raw,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            nullptr);
-  if (rc != SQLITE_OK) return SqliteStatus(db, rc, absl::StrCat("open ", path));
-  sqlite3_extended_result_codes(db, 1);
-  sqlite3_busy_timeout(db, kOpenBusyTimeoutMs);
+  // The connection is owned from here on, even when the open failed.
+  conn = std::make_unique<SqliteDb>(raw);
+  db = conn.get();
+  if (rc != SQLITE_OK) return SqliteStatus(raw, rc, absl::StrCat("open ", path));
+  sqlite3_extended_result_codes(raw, 1);
+  sqlite3_busy_timeout(raw, kOpenBusyTimeoutMs);
 
   // Exclusive locking before WAL: the connection keeps the database locked
   // for its lifetime, so a second coordinator on the same file fails at Open
@@ -201,7 +192,7 @@ absl::Status StateStore::Impl::OpenLocked() {
   // (no -shm file). journal_mode is the first statement that reads the file,
   // so a file that is not SQLite fails here with SQLITE_NOTADB.
   TRAINCTL_RETURN_IF_ERROR(Exec("PRAGMA locking_mode=EXCLUSIVE", absl::StrCat("open ", path)));
-  if (!created) TRAINCTL_RETURN_IF_ERROR(CheckExistingFile());
+  if (!created) TRAINCTL_RETURN_IF_ERROR(CheckExistingFile(raw));
   {
     Statement stmt;
     const std::string op = absl::StrCat("open ", path, ": set WAL mode");
@@ -219,7 +210,7 @@ absl::Status StateStore::Impl::OpenLocked() {
   TRAINCTL_RETURN_IF_ERROR(Exec("PRAGMA synchronous=FULL", absl::StrCat("open ", path)));
   TRAINCTL_RETURN_IF_ERROR(Exec("PRAGMA foreign_keys=ON", absl::StrCat("open ", path)));
   TRAINCTL_RETURN_IF_ERROR(Migrate());
-  sqlite3_busy_timeout(db, kBusyTimeoutMs);
+  sqlite3_busy_timeout(raw, kBusyTimeoutMs);
   return PrepareStatements();
 }
 
@@ -249,11 +240,10 @@ absl::Status StateStore::Impl::IdentityError(int64_t app_id, int64_t version, in
 
 // Before anything is written to an existing file (the WAL switch rewrites
 // its header): is it ours, and is it whole? Refused files stay as they were.
-absl::Status StateStore::Impl::CheckExistingFile() {
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t app_id, PragmaInt("PRAGMA application_id"));
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t version, PragmaInt("PRAGMA user_version"));
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t objects, PragmaInt("SELECT COUNT(*) FROM sqlite_master"));
-  TRAINCTL_RETURN_IF_ERROR(IdentityError(app_id, version, objects));
+absl::Status StateStore::Impl::CheckExistingFile(sqlite3* raw) {
+  TRAINCTL_ASSIGN_OR_RETURN(store_internal::DbIdentity id,
+                            db->ReadIdentity(absl::StrCat("open ", path)));
+  TRAINCTL_RETURN_IF_ERROR(IdentityError(id.app_id, id.version, id.objects));
   if (options.integrity_check_timeout <= absl::ZeroDuration()) return absl::OkStatus();
   // quick_check reads every page (O(size)); bounded so that a huge database
   // does not hold up a restart: past the bound it is interrupted, said, and
@@ -264,7 +254,7 @@ absl::Status StateStore::Impl::CheckExistingFile() {
     bool hit = false;
   } bound{start + options.integrity_check_timeout};
   sqlite3_progress_handler(
-      db, 10000,
+      raw, 10000,
       [](void* p) -> int {
         auto* b = static_cast<Bound*>(p);
         b->hit = b->hit || absl::Now() > b->deadline;
@@ -274,20 +264,22 @@ absl::Status StateStore::Impl::CheckExistingFile() {
   std::vector<std::string> problems;
   int rc = SQLITE_OK;
   {
-    Statement stmt;
-    const std::string op = absl::StrCat("open ", path, ": quick_check");
-    absl::Status prepared = stmt.Prepare(db, "PRAGMA quick_check(20)", op);
-    if (!prepared.ok()) {
-      sqlite3_progress_handler(db, 0, nullptr, nullptr);
-      return prepared;
+    sqlite3_stmt* raw_stmt = nullptr;
+    rc = sqlite3_prepare_v3(raw, "PRAGMA quick_check(20)", -1, 0, &raw_stmt, nullptr);
+    if (rc != SQLITE_OK) {
+      sqlite3_progress_handler(raw, 0, nullptr, nullptr);
+      sqlite3_finalize(raw_stmt);
+      return SqliteStatus(raw, rc,
+                          absl::StrCat("open ", path, ": quick_check prepare \"PRAGMA quick_check(20)\""));
     }
-    while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-      const unsigned char* text = sqlite3_column_text(stmt.get(), 0);
+    while ((rc = sqlite3_step(raw_stmt)) == SQLITE_ROW) {
+      const unsigned char* text = sqlite3_column_text(raw_stmt, 0);
       std::string line = text != nullptr ? reinterpret_cast<const char*>(text) : "";
       if (line != "ok") problems.push_back(std::move(line));
     }
+    sqlite3_finalize(raw_stmt);
   }
-  sqlite3_progress_handler(db, 0, nullptr, nullptr);
+  sqlite3_progress_handler(raw, 0, nullptr, nullptr);
   if (bound.hit) {
     LogEvent(
         LogLevel::kWarn, "coordinator", "db_check_cut_short",
@@ -298,7 +290,7 @@ absl::Status StateStore::Impl::CheckExistingFile() {
     return absl::OkStatus();
   }
   if (rc != SQLITE_DONE && problems.empty()) {
-    return SqliteStatus(db, rc, absl::StrCat("open ", path, ": quick_check"));
+    return SqliteStatus(raw, rc, absl::StrCat("open ", path, ": quick_check"));
   }
   if (!problems.empty()) {
     return absl::DataLossError(absl::StrCat(
@@ -313,21 +305,17 @@ absl::Status StateStore::Impl::CheckExistingFile() {
 
 absl::Status StateStore::Impl::Migrate() {
   const std::string op = absl::StrCat("open ", path, ": migrate schema");
-  TRAINCTL_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", op));
+  TRAINCTL_RETURN_IF_ERROR(Exec(db->BeginSql(), op));
   absl::Status status = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) -> absl::Status {
-    TRAINCTL_ASSIGN_OR_RETURN(int64_t app_id, PragmaInt("PRAGMA application_id"));
-    TRAINCTL_ASSIGN_OR_RETURN(int64_t version, PragmaInt("PRAGMA user_version"));
-    TRAINCTL_ASSIGN_OR_RETURN(int64_t objects, PragmaInt("SELECT COUNT(*) FROM sqlite_master"));
-    TRAINCTL_RETURN_IF_ERROR(IdentityError(app_id, version, objects));
-    for (int64_t v = version; v < kSchemaVersion; ++v) {
-      TRAINCTL_RETURN_IF_ERROR(
-          Exec(kMigrations[v], absl::StrCat(op, " from version ", v, " to ", v + 1)));
+    TRAINCTL_ASSIGN_OR_RETURN(store_internal::DbIdentity id,
+                              db->ReadIdentity(absl::StrCat("open ", path)));
+    TRAINCTL_RETURN_IF_ERROR(IdentityError(id.app_id, id.version, id.objects));
+    for (int64_t v = id.version; v < kSchemaVersion; ++v) {
+      TRAINCTL_RETURN_IF_ERROR(db->Exec(db->SchemaSql(kMigrations[v]),
+                                        absl::StrCat(op, " from version ", v, " to ", v + 1)));
     }
-    if (version != kSchemaVersion) {
-      TRAINCTL_RETURN_IF_ERROR(
-          Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion).c_str(), op));
-      TRAINCTL_RETURN_IF_ERROR(
-          Exec(absl::StrCat("PRAGMA application_id=", kApplicationId).c_str(), op));
+    if (id.version != kSchemaVersion) {
+      TRAINCTL_RETURN_IF_ERROR(db->WriteIdentity(kApplicationId, kSchemaVersion, op));
     }
     return absl::OkStatus();
   }();
@@ -551,7 +539,7 @@ absl::Status StateStore::BeginGroup() {
   if (s.in_group) return absl::FailedPreconditionError("state store: BeginGroup: a group is already open");
   TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->begin, "BeginGroup: begin").Run());
   s.in_group = true;
-  s.group_changes = sqlite3_total_changes64(s.db);
+  s.group_changes = s.db->TotalChanges();
   return absl::OkStatus();
 }
 
@@ -570,9 +558,9 @@ absl::Status StateStore::CommitGroup(
           : absl::StrCat("CommitGroup(", telemetry_seqs.size(), " workers)");
   absl::Status status;
   bool wrote = false;
-  if (sqlite3_get_autocommit(s.db)) {
+  if (!s.db->InTransaction()) {
     status = absl::UnavailableError(absl::StrCat("state store: ", op, ": the transaction was rolled back"));
-  } else if (sqlite3_total_changes64(s.db) != s.group_changes) {
+  } else if (s.db->TotalChanges() != s.group_changes) {
     // Only a group that wrote something records its seqs: one that changed
     // nothing costs no disk write (see the header).
     wrote = true;
@@ -602,7 +590,7 @@ void StateStore::RollbackGroup() {
 }
 
 void StateStore::Impl::RollbackGroupLocked() {
-  if (!sqlite3_get_autocommit(db)) Query(db, stmts->rollback, "RollbackGroup").Run().IgnoreError();
+  if (db->InTransaction()) Query(db, stmts->rollback, "RollbackGroup").Run().IgnoreError();
   in_group = false;
   // Row counts cached by the group's appends may count rows that are gone.
   event_counts.clear();
