@@ -70,6 +70,9 @@ class SqlDb {
   // Rows changed by this connection since it opened (also by statements
   // later rolled back): tells whether a group wrote anything.
   virtual int64_t TotalChanges() = 0;
+  // Counts re-established connections (PostgreSQL): what a lost connection
+  // held (caches of row counts, a transaction) is gone.
+  virtual int64_t ConnectionEpoch() const { return 0; }
   // The statement that opens a write transaction.
   virtual const char* BeginSql() const = 0;
   // The schema step `sqlite_ddl` (SQLite's dialect) in this backend's.

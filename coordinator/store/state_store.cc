@@ -26,6 +26,8 @@
 #include "common/status_macros.h"
 #include "absl/time/clock.h"
 
+#include "absl/strings/match.h"
+#include "coordinator/store/pg_db.h"
 #include "coordinator/store/sqlite_db.h"
 #include "coordinator/store/state_store_impl.h"
 
@@ -331,8 +333,16 @@ absl::Status StateStore::Impl::Migrate() {
 absl::Status StateStore::Impl::PrepareStatements() {
   stmts = std::make_unique<Statements>();
   Statements& s = *stmts;
-  const std::pair<Statement*, const char*> all[] = {
-      {&s.begin, "BEGIN IMMEDIATE"},
+  // A statement's SQL, and PostgreSQL's where it differs (upserts, MAX of two
+  // values, LIMIT -1 for "no limit", an alias for a subquery, typed
+  // parameters); SQLite's is used as written.
+  struct Sql {
+    Statement* stmt;
+    const char* sqlite;
+    const char* postgres = nullptr;
+  };
+  const Sql all[] = {
+      {&s.begin, "BEGIN IMMEDIATE", "BEGIN"},
       {&s.commit, "COMMIT"},
       {&s.rollback, "ROLLBACK"},
       {&s.savepoint, "SAVEPOINT nested"},
@@ -340,23 +350,35 @@ absl::Status StateStore::Impl::PrepareStatements() {
       {&s.rollback_to, "ROLLBACK TO nested"},
       {&s.put_telemetry_seq,
        "INSERT INTO telemetry_seqs (worker_id, seq) VALUES (?1, ?2) "
-       "ON CONFLICT (worker_id) DO UPDATE SET seq = MAX(seq, excluded.seq)"},
+       "ON CONFLICT (worker_id) DO UPDATE SET seq = MAX(seq, excluded.seq)",
+       "INSERT INTO telemetry_seqs (worker_id, seq) VALUES (?1, ?2) ON CONFLICT (worker_id) "
+       "DO UPDATE SET seq = GREATEST(telemetry_seqs.seq, excluded.seq)"},
       {&s.load_telemetry_seqs, "SELECT worker_id, seq FROM telemetry_seqs ORDER BY worker_id"},
       {&s.upsert_job,
        "INSERT INTO jobs (id, submit_seq, state, blob) VALUES (?1, ?2, ?3, ?4) "
        "ON CONFLICT (id) DO UPDATE SET state = excluded.state, blob = excluded.blob"},
       {&s.insert_event, "INSERT INTO events (job_id, seq, blob) VALUES (?1, ?2, ?3)"},
-      {&s.put_worker, "INSERT OR REPLACE INTO workers (id, blob) VALUES (?1, ?2)"},
+      {&s.put_worker, "INSERT OR REPLACE INTO workers (id, blob) VALUES (?1, ?2)",
+       "INSERT INTO workers (id, blob) VALUES (?1, ?2) "
+       "ON CONFLICT (id) DO UPDATE SET blob = excluded.blob"},
       {&s.delete_worker, "DELETE FROM workers WHERE id = ?1"},
-      {&s.put_token, "INSERT OR REPLACE INTO tokens (id, secret_hash, blob) VALUES (?1, ?2, ?3)"},
+      {&s.put_token, "INSERT OR REPLACE INTO tokens (id, secret_hash, blob) VALUES (?1, ?2, ?3)",
+       "INSERT INTO tokens (id, secret_hash, blob) VALUES (?1, ?2, ?3) ON CONFLICT (id) "
+       "DO UPDATE SET secret_hash = excluded.secret_hash, blob = excluded.blob"},
       {&s.load_tokens, "SELECT id, secret_hash, blob FROM tokens ORDER BY id"},
-      {&s.put_binding, "INSERT OR IGNORE INTO worker_bindings (worker_id, token_id) VALUES (?1, ?2)"},
+      {&s.put_binding, "INSERT OR IGNORE INTO worker_bindings (worker_id, token_id) VALUES (?1, ?2)",
+       "INSERT INTO worker_bindings (worker_id, token_id) VALUES (?1, ?2) "
+       "ON CONFLICT (worker_id) DO NOTHING"},
       {&s.load_bindings, "SELECT worker_id, token_id FROM worker_bindings ORDER BY worker_id"},
-      {&s.put_revoked_worker, "INSERT OR REPLACE INTO revoked_workers (worker_id, blob) VALUES (?1, ?2)"},
+      {&s.put_revoked_worker, "INSERT OR REPLACE INTO revoked_workers (worker_id, blob) VALUES (?1, ?2)",
+       "INSERT INTO revoked_workers (worker_id, blob) VALUES (?1, ?2) "
+       "ON CONFLICT (worker_id) DO UPDATE SET blob = excluded.blob"},
       {&s.load_revoked_workers, "SELECT worker_id, blob FROM revoked_workers ORDER BY worker_id"},
       {&s.put_owner_number, "INSERT INTO owner_numbers (owner, number) VALUES (?1, ?2)"},
       {&s.load_owner_numbers, "SELECT owner, number FROM owner_numbers ORDER BY number"},
-      {&s.put_queue, "INSERT OR REPLACE INTO queues (name, blob) VALUES (?1, ?2)"},
+      {&s.put_queue, "INSERT OR REPLACE INTO queues (name, blob) VALUES (?1, ?2)",
+       "INSERT INTO queues (name, blob) VALUES (?1, ?2) "
+       "ON CONFLICT (name) DO UPDATE SET blob = excluded.blob"},
       {&s.delete_queue, "DELETE FROM queues WHERE name = ?1"},
       {&s.load_queues, "SELECT name, blob FROM queues ORDER BY name"},
       {&s.insert_metric,
@@ -378,23 +400,35 @@ absl::Status StateStore::Impl::PrepareStatements() {
       {&s.max_event_seq, "SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?1"},
       {&s.load_workers, "SELECT id, blob FROM workers ORDER BY id"},
       {&s.list_events,
-       "SELECT seq, blob FROM events WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"},
+       "SELECT seq, blob FROM events WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+       "SELECT seq, blob FROM events WHERE job_id = ?1 AND seq > ?2 ORDER BY seq "
+       "LIMIT NULLIF(?3::BIGINT, -1)"},
       {&s.list_metrics,
        "SELECT id, blob FROM (SELECT id, blob FROM metrics WHERE job_id = ?1 "
-       "ORDER BY id DESC LIMIT ?2) ORDER BY id"},
+       "ORDER BY id DESC LIMIT ?2) ORDER BY id",
+       "SELECT id, blob FROM (SELECT id, blob FROM metrics WHERE job_id = ?1 "
+       "ORDER BY id DESC LIMIT NULLIF(?2::BIGINT, -1)) AS newest ORDER BY id"},
       {&s.oldest_metrics,
        "SELECT id, attempt, rank, blob FROM metrics WHERE job_id = ?1 ORDER BY id LIMIT ?2"},
       {&s.delete_metric, "DELETE FROM metrics WHERE id = ?1"},
       {&s.page_metrics,
        "SELECT id, attempt, blob FROM metrics WHERE job_id = ?1 AND id > ?2 "
-       "AND (?3 < 0 OR rank = ?3) ORDER BY id"},
+       "AND (?3 < 0 OR rank = ?3) ORDER BY id",
+       "SELECT id, attempt, blob FROM metrics WHERE job_id = ?1 AND id > ?2 "
+       "AND (?3::BIGINT < 0 OR rank = ?3::BIGINT) ORDER BY id"},
       {&s.log_ranks, "SELECT DISTINCT rank FROM logs WHERE job_id = ?1 AND attempt = ?2 ORDER BY rank"},
       {&s.list_logs_rank,
        "SELECT id, blob FROM (SELECT id, blob FROM logs WHERE job_id = ?1 AND attempt = ?2 "
-       "AND rank = ?3 ORDER BY id DESC LIMIT ?4) ORDER BY id"},
+       "AND rank = ?3 ORDER BY id DESC LIMIT ?4) ORDER BY id",
+       "SELECT id, blob FROM (SELECT id, blob FROM logs WHERE job_id = ?1 AND attempt = ?2 "
+       "AND rank = ?3 ORDER BY id DESC LIMIT NULLIF(?4::BIGINT, -1)) AS newest ORDER BY id"},
   };
   const std::string op = absl::StrCat("open ", path, ": prepare");
-  for (const auto& [stmt, sql] : all) TRAINCTL_RETURN_IF_ERROR(stmt->Prepare(db, sql, op));
+  const bool postgres = db->backend() == store_internal::SqlBackend::kPostgres;
+  for (const Sql& sql : all) {
+    const char* text = postgres && sql.postgres != nullptr ? sql.postgres : sql.sqlite;
+    TRAINCTL_RETURN_IF_ERROR(sql.stmt->Prepare(db, text, op));
+  }
   return absl::OkStatus();
 }
 
@@ -414,6 +448,35 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
     TRAINCTL_RETURN_IF_ERROR(impl->OpenLocked());
   }
   return std::unique_ptr<StateStore>(new StateStore(std::move(impl)));
+}
+
+absl::Status StateStore::Impl::OpenPostgresLocked(const std::string& conninfo) {
+  TRAINCTL_ASSIGN_OR_RETURN(conn, store_internal::ConnectPostgres(conninfo, path));
+  db = conn.get();
+  // The database is given by the operator (CREATE DATABASE): an empty one
+  // becomes a new trainctl store; one with other tables is refused.
+  created = true;
+  TRAINCTL_RETURN_IF_ERROR(Migrate());
+  connection_epoch = db->ConnectionEpoch();
+  return PrepareStatements();
+}
+
+absl::StatusOr<std::unique_ptr<StateStore>> StateStore::OpenSpec(const std::string& spec,
+                                                                 StoreOptions options) {
+  constexpr absl::string_view kSqlite = "sqlite:";
+  if (absl::StartsWith(spec, kSqlite)) return Open(spec.substr(kSqlite.size()), options);
+  if (absl::StartsWith(spec, "postgresql://") || absl::StartsWith(spec, "postgres://")) {
+    TRAINCTL_ASSIGN_OR_RETURN(std::string display, store_internal::PostgresDisplayName(spec));
+    auto impl = std::make_unique<Impl>(display, options);
+    {
+      absl::MutexLock lock(&impl->mu);
+      TRAINCTL_RETURN_IF_ERROR(impl->OpenPostgresLocked(spec));
+    }
+    return std::unique_ptr<StateStore>(new StateStore(std::move(impl)));
+  }
+  return absl::InvalidArgumentError(
+      "state store: the store is 'sqlite:PATH' or a PostgreSQL connection URI "
+      "('postgresql://USER@HOST:PORT/DB?sslmode=...'); the given one is neither");
 }
 
 absl::StatusOr<StoreSnapshot> StateStore::LoadAll() {
@@ -593,9 +656,7 @@ void StateStore::Impl::RollbackGroupLocked() {
   if (db->InTransaction()) Query(db, stmts->rollback, "RollbackGroup").Run().IgnoreError();
   in_group = false;
   // Row counts cached by the group's appends may count rows that are gone.
-  event_counts.clear();
-  metric_counts.clear();
-  log_counts.clear();
+  ClearCachedCounts();
 }
 
 }  // namespace trainctl::coordinator

@@ -128,6 +128,17 @@ class StateStore {
   // StateStore holds the file.
   static absl::StatusOr<std::unique_ptr<StateStore>> Open(const std::string& path,
                                                           StoreOptions options = {});
+  // Opens the store `spec` names: "sqlite:PATH" (Open(PATH)) or a PostgreSQL
+  // connection URI ("postgresql://..." or "postgres://...", as libpq takes
+  // it: TLS, a password file and the PG* environment work as in psql). On
+  // PostgreSQL the database must exist; an empty one becomes a new store,
+  // one with other tables is refused (FailedPrecondition). The connection
+  // holds an advisory lock for its lifetime, so a second store on the same
+  // database is Unavailable. Unavailable when the server cannot be reached
+  // (the message names host and database, never a password);
+  // InvalidArgument for a spec that is neither.
+  static absl::StatusOr<std::unique_ptr<StateStore>> OpenSpec(const std::string& spec,
+                                                              StoreOptions options = {});
   ~StateStore();
   StateStore(const StateStore&) = delete;
   StateStore& operator=(const StateStore&) = delete;

@@ -165,6 +165,12 @@ struct StateStore::Impl {
   absl::flat_hash_map<std::string, int64_t> event_counts ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, int64_t> metric_counts ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<LogKey, int64_t> log_counts ABSL_GUARDED_BY(mu);
+  int64_t connection_epoch ABSL_GUARDED_BY(mu) = 0;
+  void ClearCachedCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    event_counts.clear();
+    metric_counts.clear();
+    log_counts.clear();
+  }
 
   // An open group transaction (BeginGroup .. CommitGroup/RollbackGroup), and
   // SqlDb::TotalChanges when it began (to tell whether it wrote anything).
@@ -217,6 +223,11 @@ absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bo
       if (status.ok()) status = released;
     }
     return status;
+  }
+  if (db->ConnectionEpoch() != connection_epoch) {
+    // A new connection (PostgreSQL): the cached counts may be stale.
+    ClearCachedCounts();
+    connection_epoch = db->ConnectionEpoch();
   }
   TRAINCTL_RETURN_IF_ERROR(Query(db, stmts->begin, absl::StrCat(op, ": begin")).Run());
   absl::Status status = body();
