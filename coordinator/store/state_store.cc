@@ -479,6 +479,16 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::OpenSpec(const std::stri
       "('postgresql://USER@HOST:PORT/DB?sslmode=...'); the given one is neither");
 }
 
+std::string StateStore::DescribeSpec(const std::string& spec) {
+  constexpr absl::string_view kSqlite = "sqlite:";
+  if (absl::StartsWith(spec, kSqlite)) return spec.substr(kSqlite.size());
+  if (absl::StartsWith(spec, "postgresql://") || absl::StartsWith(spec, "postgres://")) {
+    absl::StatusOr<std::string> display = store_internal::PostgresDisplayName(spec);
+    return display.ok() ? *display : "postgresql://(connection string does not parse)";
+  }
+  return "(not a store)";
+}
+
 absl::StatusOr<StoreSnapshot> StateStore::LoadAll() {
   Impl& s = *impl_;
   absl::MutexLock lock(&s.mu);

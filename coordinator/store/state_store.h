@@ -139,6 +139,9 @@ class StateStore {
   // InvalidArgument for a spec that is neither.
   static absl::StatusOr<std::unique_ptr<StateStore>> OpenSpec(const std::string& spec,
                                                               StoreOptions options = {});
+  // `spec` for logs and messages: SQLite's path, or PostgreSQL's user, host,
+  // port and database -- never a password.
+  static std::string DescribeSpec(const std::string& spec);
   ~StateStore();
   StateStore(const StateStore&) = delete;
   StateStore& operator=(const StateStore&) = delete;
