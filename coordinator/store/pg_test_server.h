@@ -82,6 +82,33 @@ class PgTestServer {
 #endif
   }
 
+  // The name of the database NewDatabase made last.
+  std::string last_database() const { return absl::StrCat("t_", databases_); }
+
+  // Runs `sql` as the server's superuser in database `db`.
+  absl::Status AdminExec(const std::string& db, const std::string& sql) {
+#ifdef TRAINCTL_WITH_LIBPQ
+    if (!ok()) return status_;
+    PGconn* conn = PQconnectdb(Conninfo(db).c_str());
+    absl::Status st;
+    if (PQstatus(conn) != CONNECTION_OK) {
+      st = absl::UnavailableError(absl::StrCat("connect: ", PQerrorMessage(conn)));
+    } else {
+      PGresult* res = PQexec(conn, sql.c_str());
+      if (PQresultStatus(res) != PGRES_COMMAND_OK && PQresultStatus(res) != PGRES_TUPLES_OK) {
+        st = absl::InternalError(absl::StrCat(sql, ": ", PQresultErrorMessage(res)));
+      }
+      PQclear(res);
+    }
+    PQfinish(conn);
+    return st;
+#else
+    (void)db;
+    (void)sql;
+    return status_;
+#endif
+  }
+
   // Stops the server and removes its directory (idempotent).
   void Stop() {
     if (pid_ > 0) {

@@ -1,6 +1,12 @@
 // The coordinator's durable state: jobs (with their attempts and rank
 // assignments), events, metrics, log lines and workers, in one SQLite
-// database in WAL mode.
+// database in WAL mode (Open), or in a PostgreSQL database (OpenSpec with a
+// postgresql:// URI; the same schema and transactions through libpq, see
+// pg_db.h). What follows says SQLite; PostgreSQL's equivalents: durability
+// is the server's commit, the lock is a session advisory lock, and its
+// errors map the same way (SQLSTATE 23505 AlreadyExists, other 23xxx
+// InvalidArgument, 53xxx ResourceExhausted, 08xxx and a lost connection
+// Unavailable, XX001/XX002 DataLoss).
 //
 // Called by the coordinator's managers (JobManager, WorkerRegistry,
 // MetricsHub) before they change memory or acknowledge anything: a write

@@ -2,6 +2,8 @@
 // refusals of foreign or damaged files, injected write faults, groups.
 #include "coordinator/store/state_store_test_support.h"
 
+#include "absl/strings/match.h"
+
 namespace trainctl::coordinator {
 namespace {
 
@@ -538,6 +540,67 @@ TEST(StateStoreTest, SchemaVersion5MigratesToTheQueuesTable) {
   a.set_name("a");
   ASSERT_TRUE(store->PutQueue(a).ok());
   EXPECT_EQ(store->LoadQueues()->size(), 1u);
+}
+
+// --- the store spec, and what only PostgreSQL has ---------------------------
+
+TEST(StateStoreTest, SpecThatIsNeitherSqliteNorPostgresIsInvalidArgument) {
+  auto store = StateStore::OpenSpec("mysql://db");
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument) << store.status();
+  EXPECT_EQ(StateStore::OpenSpec("sqlite:").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StateStore::DescribeSpec("postgresql://alice:s3cret@db.example:5433/jobs"),
+            "postgresql://alice@db.example:5433/jobs");
+}
+
+TEST(StateStoreTest, UnreachablePostgresIsUnavailableNamingTheHostNeverThePassword) {
+  // Port 1 on loopback: nothing listens there.
+  auto store = StateStore::OpenSpec("postgresql://alice:s3cret@127.0.0.1:1/jobs?connect_timeout=5");
+  ASSERT_FALSE(store.ok());
+  if (absl::StrContains(store.status().message(), "built without libpq")) {
+    GTEST_SKIP() << store.status();
+  }
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable) << store.status();
+  EXPECT_THAT(store.status().message(), HasSubstr("127.0.0.1"));
+  EXPECT_THAT(store.status().message(), HasSubstr("jobs"));
+  EXPECT_THAT(std::string(store.status().message()), ::testing::Not(HasSubstr("s3cret")));
+}
+
+// The PostgreSQL server and database of StoreBackendTest, without the
+// SQLite variant.
+class PostgresStoreTest : public StoreBackendTest {};
+INSTANTIATE_TEST_SUITE_P(Backends, PostgresStoreTest, ::testing::Values(Backend::kPostgres),
+                         BackendName);
+
+// (SQLite: ForeignSqliteDatabaseIsRefused.)
+TEST_P(PostgresStoreTest, DatabaseWithOtherTablesIsRefused) {
+  PgTestServer& pg = PgServer();
+  ASSERT_TRUE(pg.AdminExec(pg.last_database(), "CREATE TABLE invoices (id BIGINT)").ok());
+  auto store = StateStore::OpenSpec(Persistent());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
+  EXPECT_THAT(store.status().message(), HasSubstr("not a trainctl database"));
+}
+
+TEST_P(PostgresStoreTest, LostConnectionFailsOneWriteThenReconnects) {
+  PgTestServer& pg = PgServer();
+  auto store = Reopen();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());
+  ASSERT_TRUE(pg.AdminExec("postgres",
+                           absl::StrCat("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                        "WHERE datname = '", pg.last_database(), "'"))
+                  .ok());
+  absl::Status lost = store->PutJob(MakeJob("b"), 2);
+  EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;
+  EXPECT_TRUE(StateStore::IsWriteFailure(lost));
+  // The next write reconnects (and takes the lock again).
+  absl::Status retried = store->PutJob(MakeJob("b"), 2, {MakeEvent("b", 1)});
+  ASSERT_TRUE(retried.ok()) << retried;
+  auto snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_EQ(snapshot->jobs.size(), 2u);
+  // Still the only store on the database.
+  EXPECT_EQ(StateStore::OpenSpec(Persistent()).status().code(), absl::StatusCode::kUnavailable);
 }
 
 TRAINCTL_STORE_BACKENDS(StoreBackendTest);
