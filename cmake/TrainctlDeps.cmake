@@ -29,6 +29,16 @@ trainctl_require(yaml-cpp_FOUND "yaml-cpp" "libyaml-cpp-dev")
 find_package(SQLite3 QUIET)
 trainctl_require(SQLite3_FOUND "SQLite" "libsqlite3-dev")
 
+# libpq, for the coordinator's PostgreSQL store (--store postgresql://...).
+# Optional: without it the store is SQLite only and says so when asked for
+# PostgreSQL. scripts/install-deps.sh installs it (libpq-dev).
+find_package(PostgreSQL QUIET)
+if(PostgreSQL_FOUND)
+  message(STATUS "trainctl: PostgreSQL store backend with libpq ${PostgreSQL_VERSION_STRING}")
+else()
+  message(WARNING "trainctl: libpq not found (Debian: libpq-dev): the coordinator's store is SQLite only")
+endif()
+
 find_package(GTest QUIET)
 trainctl_require(GTest_FOUND "GoogleTest" "libgtest-dev libgmock-dev")
 

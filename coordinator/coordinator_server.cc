@@ -70,7 +70,9 @@ absl::Status CoordinatorServer::ServeHttp() {
 }
 
 absl::Status CoordinatorServer::RecoverOwners() {
-  TRAINCTL_ASSIGN_OR_RETURN(store_, StateStore::Open(options_.db_path, options_.store));
+  TRAINCTL_ASSIGN_OR_RETURN(store_, options_.store_spec.empty()
+                                         ? StateStore::Open(options_.db_path, options_.store)
+                                         : StateStore::OpenSpec(options_.store_spec, options_.store));
   TRAINCTL_ASSIGN_OR_RETURN(StoreSnapshot snapshot, store_->LoadAll());
   registry_ = std::make_unique<WorkerRegistry>(store_.get(), options_.clock, options_.registry);
   registry_->BindToLoop(&loop_);

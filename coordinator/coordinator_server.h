@@ -38,6 +38,9 @@ struct CoordinatorOptions {
   std::string listen = "127.0.0.1:0";
   // SQLite database path.
   std::string db_path = "trainctl.db";
+  // When set, the store instead (StateStore::OpenSpec: "sqlite:PATH" or a
+  // PostgreSQL connection URI); db_path is then unused.
+  std::string store_spec;
   RegistryOptions registry;
   JobManagerOptions jobs;
   StoreOptions store;

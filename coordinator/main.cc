@@ -26,7 +26,11 @@
 ABSL_FLAG(std::string, listen, "",
           "host:port to serve gRPC on; port 0 picks a free port (printed at start). Default: "
           "0.0.0.0:7070 with TLS, 127.0.0.1:7070 without");
-ABSL_FLAG(std::string, db, "trainctl.db", "SQLite database holding every job, event and worker");
+ABSL_FLAG(std::string, db, "trainctl.db", "SQLite database holding every job, event and worker (short for --store sqlite:PATH)");
+ABSL_FLAG(std::string, store, "",
+          "where the state lives: sqlite:PATH (as --db PATH) or a PostgreSQL connection URI "
+          "postgresql://USER@HOST:PORT/DB?sslmode=verify-full (libpq: the password from ~/.pgpass or "
+          "PGPASSFILE, not the URI); default: --db");
 ABSL_FLAG(int, heartbeat_interval_ms, 1000, "how often workers heartbeat");
 ABSL_FLAG(int, lease_timeout_ms, 3000, "a worker silent this long is LOST and its ranks fail");
 ABSL_FLAG(int64_t, gone_worker_ttl_s, 86400,
@@ -149,17 +153,30 @@ absl::Status WriteTlsFiles(const std::string& dir, const std::vector<std::string
   return absl::OkStatus();
 }
 
+// The store the flags name: --store, else --db as sqlite:PATH. Both given is
+// an error (which one was meant?).
+absl::StatusOr<std::string> StoreSpecFromFlags() {
+  const std::string store = absl::GetFlag(FLAGS_store);
+  if (store.empty()) return absl::StrCat("sqlite:", absl::GetFlag(FLAGS_db));
+  if (absl::GetFlag(FLAGS_db) != "trainctl.db") {
+    return absl::InvalidArgumentError("--store and --db: give one (--db PATH is --store sqlite:PATH)");
+  }
+  return store;
+}
+
 // A worker token, stored in the coordinator's database (so init runs with
 // the coordinator's --db, before its first start), and --join-tokens
 // one-time join tokens, for deployments that start their workers right away
 // (compose): each worker trades its own for a certificate.
 absl::Status WriteClusterTokens(const std::string& dir) {
   using trainctl::auth::WritePrivateFile;
+  absl::StatusOr<std::string> spec = StoreSpecFromFlags();
+  if (!spec.ok()) return InitStep("--store", spec.status());
   absl::StatusOr<std::unique_ptr<trainctl::coordinator::StateStore>> store =
-      trainctl::coordinator::StateStore::Open(absl::GetFlag(FLAGS_db));
-  if (!store.ok()) return InitStep("--db", store.status());
+      trainctl::coordinator::StateStore::OpenSpec(*spec);
+  if (!store.ok()) return InitStep("--store", store.status());
   trainctl::coordinator::TokenAuthority tokens(store->get(), trainctl::SystemClock::Get());
-  if (absl::Status s = tokens.Load(); !s.ok()) return InitStep("--db", s);
+  if (absl::Status s = tokens.Load(); !s.ok()) return InitStep("--store", s);
   trainctl::v1::CreateTokenRequest req;
   req.set_role(trainctl::v1::ROLE_WORKER);
   req.set_name("workers");
@@ -207,13 +224,17 @@ void PrintInitSummary(const std::string& dir, const std::vector<std::string>& sa
             << "  ca.crt, ca.key            the cluster CA (keep ca.key private; copy ca.crt to every host)\n"
             << "  coordinator.crt/.key      the coordinator's certificate (SANs: " << absl::StrJoin(sans, ", ") << ")\n"
             << "  admin.token               the bootstrap admin token\n"
-            << "  worker.token              a worker token (stored in " << absl::GetFlag(FLAGS_db) << ")\n"
+            << "  worker.token              a worker token (stored in "
+            << trainctl::coordinator::StateStore::DescribeSpec(StoreSpecFromFlags().value_or("")) << ")\n"
             << (JoinTokenCount() > 0
                     ? absl::StrCat("  join-1.token ... join-", JoinTokenCount(),
                                    ".token   one-time join tokens (expire in ", absl::GetFlag(FLAGS_join_ttl_h), " h)\n")
                     : std::string())
             << "  trainctl.yaml             a CLI config (coordinator " << address << ", admin token, CA)\n"
-            << "Start: trainctl-coordinator --tls-dir " << dir << " --db " << absl::GetFlag(FLAGS_db) << "\n"
+            << "Start: trainctl-coordinator --tls-dir " << dir
+            << (absl::GetFlag(FLAGS_store).empty() ? absl::StrCat(" --db ", absl::GetFlag(FLAGS_db))
+                                                   : std::string(" --store (the same as here)"))
+            << "\n"
             << "Workers: trainctl token create --role join   (one-time), then on the worker host:\n"
             << "  trainctl-worker --coordinator " << address << " --ca ca.crt --join-token-file join.token\n"
             << "  (or, without joining: --token-file worker.token)\n";
@@ -361,6 +382,9 @@ absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
   o.listen = absl::GetFlag(FLAGS_listen);
   if (o.listen.empty()) o.listen = o.tls_cert_pem.empty() ? "127.0.0.1:7070" : "0.0.0.0:7070";
   o.db_path = absl::GetFlag(FLAGS_db);
+  TRAINCTL_ASSIGN_OR_RETURN(o.store_spec, StoreSpecFromFlags());
+  // admin.token's default place is beside an SQLite database.
+  if (absl::StartsWith(o.store_spec, "sqlite:")) o.db_path = o.store_spec.substr(7);
   o.registry.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   o.registry.lease_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_lease_timeout_ms));
   o.registry.disconnect_grace = absl::Milliseconds(absl::GetFlag(FLAGS_disconnect_grace_ms));
@@ -430,7 +454,7 @@ void Announce(const trainctl::coordinator::CoordinatorServer& server,
   const std::string http =
       server.http_address().empty() ? "" : absl::StrCat(server.http_scheme(), "://", server.http_address());
   trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "listening",
-                     {{"address", addr}, {"db", o.db_path}, {"metrics", http.empty() ? "off" : http + "/metrics"}});
+                     {{"address", addr}, {"db", trainctl::coordinator::StateStore::DescribeSpec(o.store_spec)}, {"metrics", http.empty() ? "off" : http + "/metrics"}});
   if (!http.empty()) {
     std::cout << "trainctl-coordinator: metrics on " << http << "/metrics"
               << (o.metrics_open ? " (open: no token needed)" : " (needs a viewer token)") << std::endl;

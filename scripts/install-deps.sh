@@ -30,6 +30,9 @@ packages=(
   libtorch-dev libgloo-dev libopenblas0-openmp
   # config, state, tests
   libyaml-cpp-dev libsqlite3-dev libgtest-dev libgmock-dev libcli11-dev libssl-dev
+  # the coordinator's PostgreSQL store (libpq), and the server its tests
+  # start in a temporary directory (coordinator/store/pg_test_server.h)
+  libpq-dev postgresql
   # /metrics endpoint (HTTP server), and the real Prometheus its test scrapes with
   libcpp-httplib-dev prometheus
   # the web dashboard: its chart library (vendored from this package's npm

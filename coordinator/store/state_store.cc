@@ -26,11 +26,15 @@
 #include "common/status_macros.h"
 #include "absl/time/clock.h"
 
+#include "absl/strings/match.h"
+#include "coordinator/store/pg_db.h"
+#include "coordinator/store/sqlite_db.h"
 #include "coordinator/store/state_store_impl.h"
 
 namespace trainctl::coordinator {
 
 using store_internal::Query;
+using store_internal::SqliteDb;
 using store_internal::SqliteStatus;
 using store_internal::Statement;
 using store_internal::ParseBlob;
@@ -152,22 +156,7 @@ absl::Status EmptyFileError(absl::string_view path) {
 }  // namespace
 
 absl::Status StateStore::Impl::Exec(const char* sql, absl::string_view op) {
-  char* error = nullptr;
-  int rc = sqlite3_exec(db, sql, nullptr, nullptr, &error);
-  if (rc == SQLITE_OK) return absl::OkStatus();
-  absl::Status status = SqliteStatus(db, rc, op);
-  sqlite3_free(error);
-  return status;
-}
-
-absl::StatusOr<int64_t> StateStore::Impl::PragmaInt(const char* sql) {
-  const std::string op = absl::StrCat("open ", path);
-  Statement stmt;
-  TRAINCTL_RETURN_IF_ERROR(stmt.Prepare(db, sql, op));
-  Query q(db, stmt, absl::StrCat(op, ": ", sql));
-  TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
-  if (!row) return absl::InternalError(absl::StrCat("state store: ", op, ": ", sql, ": no result"));
-  return q.Int(0);
+  return db->Exec(sql, op);
 }
 
 absl::Status StateStore::Impl::OpenLocked() {
@@ -188,12 +177,16 @@ absl::Status StateStore::Impl::OpenLocked() {
           absl::StrCat("state store: open ", path, ": ", std::strerror(errno)));
     }
   }
-  int rc = sqlite3_open_v2(path.c_str(), &db,
+  sqlite3* raw = nullptr;
+  int rc = sqlite3_open_v2(path.c_str(), &raw,
                            SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
                            nullptr);
-  if (rc != SQLITE_OK) return SqliteStatus(db, rc, absl::StrCat("open ", path));
-  sqlite3_extended_result_codes(db, 1);
-  sqlite3_busy_timeout(db, kOpenBusyTimeoutMs);
+  // The connection is owned from here on, even when the open failed.
+  conn = std::make_unique<SqliteDb>(raw);
+  db = conn.get();
+  if (rc != SQLITE_OK) return SqliteStatus(raw, rc, absl::StrCat("open ", path));
+  sqlite3_extended_result_codes(raw, 1);
+  sqlite3_busy_timeout(raw, kOpenBusyTimeoutMs);
 
   // Exclusive locking before WAL: the connection keeps the database locked
   // for its lifetime, so a second coordinator on the same file fails at Open
@@ -201,7 +194,7 @@ absl::Status StateStore::Impl::OpenLocked() {
   // (no -shm file). journal_mode is the first statement that reads the file,
   // so a file that is not SQLite fails here with SQLITE_NOTADB.
   TRAINCTL_RETURN_IF_ERROR(Exec("PRAGMA locking_mode=EXCLUSIVE", absl::StrCat("open ", path)));
-  if (!created) TRAINCTL_RETURN_IF_ERROR(CheckExistingFile());
+  if (!created) TRAINCTL_RETURN_IF_ERROR(CheckExistingFile(raw));
   {
     Statement stmt;
     const std::string op = absl::StrCat("open ", path, ": set WAL mode");
@@ -219,7 +212,7 @@ absl::Status StateStore::Impl::OpenLocked() {
   TRAINCTL_RETURN_IF_ERROR(Exec("PRAGMA synchronous=FULL", absl::StrCat("open ", path)));
   TRAINCTL_RETURN_IF_ERROR(Exec("PRAGMA foreign_keys=ON", absl::StrCat("open ", path)));
   TRAINCTL_RETURN_IF_ERROR(Migrate());
-  sqlite3_busy_timeout(db, kBusyTimeoutMs);
+  sqlite3_busy_timeout(raw, kBusyTimeoutMs);
   return PrepareStatements();
 }
 
@@ -249,11 +242,10 @@ absl::Status StateStore::Impl::IdentityError(int64_t app_id, int64_t version, in
 
 // Before anything is written to an existing file (the WAL switch rewrites
 // its header): is it ours, and is it whole? Refused files stay as they were.
-absl::Status StateStore::Impl::CheckExistingFile() {
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t app_id, PragmaInt("PRAGMA application_id"));
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t version, PragmaInt("PRAGMA user_version"));
-  TRAINCTL_ASSIGN_OR_RETURN(int64_t objects, PragmaInt("SELECT COUNT(*) FROM sqlite_master"));
-  TRAINCTL_RETURN_IF_ERROR(IdentityError(app_id, version, objects));
+absl::Status StateStore::Impl::CheckExistingFile(sqlite3* raw) {
+  TRAINCTL_ASSIGN_OR_RETURN(store_internal::DbIdentity id,
+                            db->ReadIdentity(absl::StrCat("open ", path)));
+  TRAINCTL_RETURN_IF_ERROR(IdentityError(id.app_id, id.version, id.objects));
   if (options.integrity_check_timeout <= absl::ZeroDuration()) return absl::OkStatus();
   // quick_check reads every page (O(size)); bounded so that a huge database
   // does not hold up a restart: past the bound it is interrupted, said, and
@@ -264,7 +256,7 @@ absl::Status StateStore::Impl::CheckExistingFile() {
     bool hit = false;
   } bound{start + options.integrity_check_timeout};
   sqlite3_progress_handler(
-      db, 10000,
+      raw, 10000,
       [](void* p) -> int {
         auto* b = static_cast<Bound*>(p);
         b->hit = b->hit || absl::Now() > b->deadline;
@@ -274,20 +266,22 @@ absl::Status StateStore::Impl::CheckExistingFile() {
   std::vector<std::string> problems;
   int rc = SQLITE_OK;
   {
-    Statement stmt;
-    const std::string op = absl::StrCat("open ", path, ": quick_check");
-    absl::Status prepared = stmt.Prepare(db, "PRAGMA quick_check(20)", op);
-    if (!prepared.ok()) {
-      sqlite3_progress_handler(db, 0, nullptr, nullptr);
-      return prepared;
+    sqlite3_stmt* raw_stmt = nullptr;
+    rc = sqlite3_prepare_v3(raw, "PRAGMA quick_check(20)", -1, 0, &raw_stmt, nullptr);
+    if (rc != SQLITE_OK) {
+      sqlite3_progress_handler(raw, 0, nullptr, nullptr);
+      sqlite3_finalize(raw_stmt);
+      return SqliteStatus(raw, rc,
+                          absl::StrCat("open ", path, ": quick_check prepare \"PRAGMA quick_check(20)\""));
     }
-    while ((rc = sqlite3_step(stmt.get())) == SQLITE_ROW) {
-      const unsigned char* text = sqlite3_column_text(stmt.get(), 0);
+    while ((rc = sqlite3_step(raw_stmt)) == SQLITE_ROW) {
+      const unsigned char* text = sqlite3_column_text(raw_stmt, 0);
       std::string line = text != nullptr ? reinterpret_cast<const char*>(text) : "";
       if (line != "ok") problems.push_back(std::move(line));
     }
+    sqlite3_finalize(raw_stmt);
   }
-  sqlite3_progress_handler(db, 0, nullptr, nullptr);
+  sqlite3_progress_handler(raw, 0, nullptr, nullptr);
   if (bound.hit) {
     LogEvent(
         LogLevel::kWarn, "coordinator", "db_check_cut_short",
@@ -298,7 +292,7 @@ absl::Status StateStore::Impl::CheckExistingFile() {
     return absl::OkStatus();
   }
   if (rc != SQLITE_DONE && problems.empty()) {
-    return SqliteStatus(db, rc, absl::StrCat("open ", path, ": quick_check"));
+    return SqliteStatus(raw, rc, absl::StrCat("open ", path, ": quick_check"));
   }
   if (!problems.empty()) {
     return absl::DataLossError(absl::StrCat(
@@ -313,21 +307,17 @@ absl::Status StateStore::Impl::CheckExistingFile() {
 
 absl::Status StateStore::Impl::Migrate() {
   const std::string op = absl::StrCat("open ", path, ": migrate schema");
-  TRAINCTL_RETURN_IF_ERROR(Exec("BEGIN IMMEDIATE", op));
+  TRAINCTL_RETURN_IF_ERROR(Exec(db->BeginSql(), op));
   absl::Status status = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) -> absl::Status {
-    TRAINCTL_ASSIGN_OR_RETURN(int64_t app_id, PragmaInt("PRAGMA application_id"));
-    TRAINCTL_ASSIGN_OR_RETURN(int64_t version, PragmaInt("PRAGMA user_version"));
-    TRAINCTL_ASSIGN_OR_RETURN(int64_t objects, PragmaInt("SELECT COUNT(*) FROM sqlite_master"));
-    TRAINCTL_RETURN_IF_ERROR(IdentityError(app_id, version, objects));
-    for (int64_t v = version; v < kSchemaVersion; ++v) {
-      TRAINCTL_RETURN_IF_ERROR(
-          Exec(kMigrations[v], absl::StrCat(op, " from version ", v, " to ", v + 1)));
+    TRAINCTL_ASSIGN_OR_RETURN(store_internal::DbIdentity id,
+                              db->ReadIdentity(absl::StrCat("open ", path)));
+    TRAINCTL_RETURN_IF_ERROR(IdentityError(id.app_id, id.version, id.objects));
+    for (int64_t v = id.version; v < kSchemaVersion; ++v) {
+      TRAINCTL_RETURN_IF_ERROR(db->Exec(db->SchemaSql(kMigrations[v]),
+                                        absl::StrCat(op, " from version ", v, " to ", v + 1)));
     }
-    if (version != kSchemaVersion) {
-      TRAINCTL_RETURN_IF_ERROR(
-          Exec(absl::StrCat("PRAGMA user_version=", kSchemaVersion).c_str(), op));
-      TRAINCTL_RETURN_IF_ERROR(
-          Exec(absl::StrCat("PRAGMA application_id=", kApplicationId).c_str(), op));
+    if (id.version != kSchemaVersion) {
+      TRAINCTL_RETURN_IF_ERROR(db->WriteIdentity(kApplicationId, kSchemaVersion, op));
     }
     return absl::OkStatus();
   }();
@@ -343,8 +333,16 @@ absl::Status StateStore::Impl::Migrate() {
 absl::Status StateStore::Impl::PrepareStatements() {
   stmts = std::make_unique<Statements>();
   Statements& s = *stmts;
-  const std::pair<Statement*, const char*> all[] = {
-      {&s.begin, "BEGIN IMMEDIATE"},
+  // A statement's SQL, and PostgreSQL's where it differs (upserts, MAX of two
+  // values, LIMIT -1 for "no limit", an alias for a subquery, typed
+  // parameters); SQLite's is used as written.
+  struct Sql {
+    Statement* stmt;
+    const char* sqlite;
+    const char* postgres = nullptr;
+  };
+  const Sql all[] = {
+      {&s.begin, "BEGIN IMMEDIATE", "BEGIN"},
       {&s.commit, "COMMIT"},
       {&s.rollback, "ROLLBACK"},
       {&s.savepoint, "SAVEPOINT nested"},
@@ -352,23 +350,35 @@ absl::Status StateStore::Impl::PrepareStatements() {
       {&s.rollback_to, "ROLLBACK TO nested"},
       {&s.put_telemetry_seq,
        "INSERT INTO telemetry_seqs (worker_id, seq) VALUES (?1, ?2) "
-       "ON CONFLICT (worker_id) DO UPDATE SET seq = MAX(seq, excluded.seq)"},
+       "ON CONFLICT (worker_id) DO UPDATE SET seq = MAX(seq, excluded.seq)",
+       "INSERT INTO telemetry_seqs (worker_id, seq) VALUES (?1, ?2) ON CONFLICT (worker_id) "
+       "DO UPDATE SET seq = GREATEST(telemetry_seqs.seq, excluded.seq)"},
       {&s.load_telemetry_seqs, "SELECT worker_id, seq FROM telemetry_seqs ORDER BY worker_id"},
       {&s.upsert_job,
        "INSERT INTO jobs (id, submit_seq, state, blob) VALUES (?1, ?2, ?3, ?4) "
        "ON CONFLICT (id) DO UPDATE SET state = excluded.state, blob = excluded.blob"},
       {&s.insert_event, "INSERT INTO events (job_id, seq, blob) VALUES (?1, ?2, ?3)"},
-      {&s.put_worker, "INSERT OR REPLACE INTO workers (id, blob) VALUES (?1, ?2)"},
+      {&s.put_worker, "INSERT OR REPLACE INTO workers (id, blob) VALUES (?1, ?2)",
+       "INSERT INTO workers (id, blob) VALUES (?1, ?2) "
+       "ON CONFLICT (id) DO UPDATE SET blob = excluded.blob"},
       {&s.delete_worker, "DELETE FROM workers WHERE id = ?1"},
-      {&s.put_token, "INSERT OR REPLACE INTO tokens (id, secret_hash, blob) VALUES (?1, ?2, ?3)"},
+      {&s.put_token, "INSERT OR REPLACE INTO tokens (id, secret_hash, blob) VALUES (?1, ?2, ?3)",
+       "INSERT INTO tokens (id, secret_hash, blob) VALUES (?1, ?2, ?3) ON CONFLICT (id) "
+       "DO UPDATE SET secret_hash = excluded.secret_hash, blob = excluded.blob"},
       {&s.load_tokens, "SELECT id, secret_hash, blob FROM tokens ORDER BY id"},
-      {&s.put_binding, "INSERT OR IGNORE INTO worker_bindings (worker_id, token_id) VALUES (?1, ?2)"},
+      {&s.put_binding, "INSERT OR IGNORE INTO worker_bindings (worker_id, token_id) VALUES (?1, ?2)",
+       "INSERT INTO worker_bindings (worker_id, token_id) VALUES (?1, ?2) "
+       "ON CONFLICT (worker_id) DO NOTHING"},
       {&s.load_bindings, "SELECT worker_id, token_id FROM worker_bindings ORDER BY worker_id"},
-      {&s.put_revoked_worker, "INSERT OR REPLACE INTO revoked_workers (worker_id, blob) VALUES (?1, ?2)"},
+      {&s.put_revoked_worker, "INSERT OR REPLACE INTO revoked_workers (worker_id, blob) VALUES (?1, ?2)",
+       "INSERT INTO revoked_workers (worker_id, blob) VALUES (?1, ?2) "
+       "ON CONFLICT (worker_id) DO UPDATE SET blob = excluded.blob"},
       {&s.load_revoked_workers, "SELECT worker_id, blob FROM revoked_workers ORDER BY worker_id"},
       {&s.put_owner_number, "INSERT INTO owner_numbers (owner, number) VALUES (?1, ?2)"},
       {&s.load_owner_numbers, "SELECT owner, number FROM owner_numbers ORDER BY number"},
-      {&s.put_queue, "INSERT OR REPLACE INTO queues (name, blob) VALUES (?1, ?2)"},
+      {&s.put_queue, "INSERT OR REPLACE INTO queues (name, blob) VALUES (?1, ?2)",
+       "INSERT INTO queues (name, blob) VALUES (?1, ?2) "
+       "ON CONFLICT (name) DO UPDATE SET blob = excluded.blob"},
       {&s.delete_queue, "DELETE FROM queues WHERE name = ?1"},
       {&s.load_queues, "SELECT name, blob FROM queues ORDER BY name"},
       {&s.insert_metric,
@@ -390,23 +400,35 @@ absl::Status StateStore::Impl::PrepareStatements() {
       {&s.max_event_seq, "SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?1"},
       {&s.load_workers, "SELECT id, blob FROM workers ORDER BY id"},
       {&s.list_events,
-       "SELECT seq, blob FROM events WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3"},
+       "SELECT seq, blob FROM events WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
+       "SELECT seq, blob FROM events WHERE job_id = ?1 AND seq > ?2 ORDER BY seq "
+       "LIMIT NULLIF(?3::BIGINT, -1)"},
       {&s.list_metrics,
        "SELECT id, blob FROM (SELECT id, blob FROM metrics WHERE job_id = ?1 "
-       "ORDER BY id DESC LIMIT ?2) ORDER BY id"},
+       "ORDER BY id DESC LIMIT ?2) ORDER BY id",
+       "SELECT id, blob FROM (SELECT id, blob FROM metrics WHERE job_id = ?1 "
+       "ORDER BY id DESC LIMIT NULLIF(?2::BIGINT, -1)) AS newest ORDER BY id"},
       {&s.oldest_metrics,
        "SELECT id, attempt, rank, blob FROM metrics WHERE job_id = ?1 ORDER BY id LIMIT ?2"},
       {&s.delete_metric, "DELETE FROM metrics WHERE id = ?1"},
       {&s.page_metrics,
        "SELECT id, attempt, blob FROM metrics WHERE job_id = ?1 AND id > ?2 "
-       "AND (?3 < 0 OR rank = ?3) ORDER BY id"},
+       "AND (?3 < 0 OR rank = ?3) ORDER BY id",
+       "SELECT id, attempt, blob FROM metrics WHERE job_id = ?1 AND id > ?2 "
+       "AND (?3::BIGINT < 0 OR rank = ?3::BIGINT) ORDER BY id"},
       {&s.log_ranks, "SELECT DISTINCT rank FROM logs WHERE job_id = ?1 AND attempt = ?2 ORDER BY rank"},
       {&s.list_logs_rank,
        "SELECT id, blob FROM (SELECT id, blob FROM logs WHERE job_id = ?1 AND attempt = ?2 "
-       "AND rank = ?3 ORDER BY id DESC LIMIT ?4) ORDER BY id"},
+       "AND rank = ?3 ORDER BY id DESC LIMIT ?4) ORDER BY id",
+       "SELECT id, blob FROM (SELECT id, blob FROM logs WHERE job_id = ?1 AND attempt = ?2 "
+       "AND rank = ?3 ORDER BY id DESC LIMIT NULLIF(?4::BIGINT, -1)) AS newest ORDER BY id"},
   };
   const std::string op = absl::StrCat("open ", path, ": prepare");
-  for (const auto& [stmt, sql] : all) TRAINCTL_RETURN_IF_ERROR(stmt->Prepare(db, sql, op));
+  const bool postgres = db->backend() == store_internal::SqlBackend::kPostgres;
+  for (const Sql& sql : all) {
+    const char* text = postgres && sql.postgres != nullptr ? sql.postgres : sql.sqlite;
+    TRAINCTL_RETURN_IF_ERROR(sql.stmt->Prepare(db, text, op));
+  }
   return absl::OkStatus();
 }
 
@@ -426,6 +448,45 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
     TRAINCTL_RETURN_IF_ERROR(impl->OpenLocked());
   }
   return std::unique_ptr<StateStore>(new StateStore(std::move(impl)));
+}
+
+absl::Status StateStore::Impl::OpenPostgresLocked(const std::string& conninfo) {
+  TRAINCTL_ASSIGN_OR_RETURN(conn, store_internal::ConnectPostgres(conninfo, path));
+  db = conn.get();
+  // The database is given by the operator (CREATE DATABASE): an empty one
+  // becomes a new trainctl store; one with other tables is refused.
+  created = true;
+  TRAINCTL_RETURN_IF_ERROR(Migrate());
+  connection_epoch = db->ConnectionEpoch();
+  return PrepareStatements();
+}
+
+absl::StatusOr<std::unique_ptr<StateStore>> StateStore::OpenSpec(const std::string& spec,
+                                                                 StoreOptions options) {
+  constexpr absl::string_view kSqlite = "sqlite:";
+  if (absl::StartsWith(spec, kSqlite)) return Open(spec.substr(kSqlite.size()), options);
+  if (absl::StartsWith(spec, "postgresql://") || absl::StartsWith(spec, "postgres://")) {
+    TRAINCTL_ASSIGN_OR_RETURN(std::string display, store_internal::PostgresDisplayName(spec));
+    auto impl = std::make_unique<Impl>(display, options);
+    {
+      absl::MutexLock lock(&impl->mu);
+      TRAINCTL_RETURN_IF_ERROR(impl->OpenPostgresLocked(spec));
+    }
+    return std::unique_ptr<StateStore>(new StateStore(std::move(impl)));
+  }
+  return absl::InvalidArgumentError(
+      "state store: the store is 'sqlite:PATH' or a PostgreSQL connection URI "
+      "('postgresql://USER@HOST:PORT/DB?sslmode=...'); the given one is neither");
+}
+
+std::string StateStore::DescribeSpec(const std::string& spec) {
+  constexpr absl::string_view kSqlite = "sqlite:";
+  if (absl::StartsWith(spec, kSqlite)) return spec.substr(kSqlite.size());
+  if (absl::StartsWith(spec, "postgresql://") || absl::StartsWith(spec, "postgres://")) {
+    absl::StatusOr<std::string> display = store_internal::PostgresDisplayName(spec);
+    return display.ok() ? *display : "postgresql://(connection string does not parse)";
+  }
+  return "(not a store)";
 }
 
 absl::StatusOr<StoreSnapshot> StateStore::LoadAll() {
@@ -551,7 +612,7 @@ absl::Status StateStore::BeginGroup() {
   if (s.in_group) return absl::FailedPreconditionError("state store: BeginGroup: a group is already open");
   TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->begin, "BeginGroup: begin").Run());
   s.in_group = true;
-  s.group_changes = sqlite3_total_changes64(s.db);
+  s.group_changes = s.db->TotalChanges();
   return absl::OkStatus();
 }
 
@@ -570,9 +631,9 @@ absl::Status StateStore::CommitGroup(
           : absl::StrCat("CommitGroup(", telemetry_seqs.size(), " workers)");
   absl::Status status;
   bool wrote = false;
-  if (sqlite3_get_autocommit(s.db)) {
+  if (!s.db->InTransaction()) {
     status = absl::UnavailableError(absl::StrCat("state store: ", op, ": the transaction was rolled back"));
-  } else if (sqlite3_total_changes64(s.db) != s.group_changes) {
+  } else if (s.db->TotalChanges() != s.group_changes) {
     // Only a group that wrote something records its seqs: one that changed
     // nothing costs no disk write (see the header).
     wrote = true;
@@ -602,12 +663,10 @@ void StateStore::RollbackGroup() {
 }
 
 void StateStore::Impl::RollbackGroupLocked() {
-  if (!sqlite3_get_autocommit(db)) Query(db, stmts->rollback, "RollbackGroup").Run().IgnoreError();
+  if (db->InTransaction()) Query(db, stmts->rollback, "RollbackGroup").Run().IgnoreError();
   in_group = false;
   // Row counts cached by the group's appends may count rows that are gone.
-  event_counts.clear();
-  metric_counts.clear();
-  log_counts.clear();
+  ClearCachedCounts();
 }
 
 }  // namespace trainctl::coordinator

@@ -1,6 +1,12 @@
 // The coordinator's durable state: jobs (with their attempts and rank
 // assignments), events, metrics, log lines and workers, in one SQLite
-// database in WAL mode.
+// database in WAL mode (Open), or in a PostgreSQL database (OpenSpec with a
+// postgresql:// URI; the same schema and transactions through libpq, see
+// pg_db.h). What follows says SQLite; PostgreSQL's equivalents: durability
+// is the server's commit, the lock is a session advisory lock, and its
+// errors map the same way (SQLSTATE 23505 AlreadyExists, other 23xxx
+// InvalidArgument, 53xxx ResourceExhausted, 08xxx and a lost connection
+// Unavailable, XX001/XX002 DataLoss).
 //
 // Called by the coordinator's managers (JobManager, WorkerRegistry,
 // MetricsHub) before they change memory or acknowledge anything: a write
@@ -128,6 +134,20 @@ class StateStore {
   // StateStore holds the file.
   static absl::StatusOr<std::unique_ptr<StateStore>> Open(const std::string& path,
                                                           StoreOptions options = {});
+  // Opens the store `spec` names: "sqlite:PATH" (Open(PATH)) or a PostgreSQL
+  // connection URI ("postgresql://..." or "postgres://...", as libpq takes
+  // it: TLS, a password file and the PG* environment work as in psql). On
+  // PostgreSQL the database must exist; an empty one becomes a new store,
+  // one with other tables is refused (FailedPrecondition). The connection
+  // holds an advisory lock for its lifetime, so a second store on the same
+  // database is Unavailable. Unavailable when the server cannot be reached
+  // (the message names host and database, never a password);
+  // InvalidArgument for a spec that is neither.
+  static absl::StatusOr<std::unique_ptr<StateStore>> OpenSpec(const std::string& spec,
+                                                              StoreOptions options = {});
+  // `spec` for logs and messages: SQLite's path, or PostgreSQL's user, host,
+  // port and database -- never a password.
+  static std::string DescribeSpec(const std::string& spec);
   ~StateStore();
   StateStore(const StateStore&) = delete;
   StateStore& operator=(const StateStore&) = delete;

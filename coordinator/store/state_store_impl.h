@@ -8,8 +8,6 @@
 // called with it held.
 #pragma once
 
-#include <sqlite3.h>
-
 #include <functional>
 #include <memory>
 #include <optional>
@@ -27,8 +25,10 @@
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "coordinator/store/sqlite_query.h"
+#include "coordinator/store/sql_db.h"
 #include "coordinator/store/state_store.h"
+
+struct sqlite3;
 
 namespace trainctl::coordinator {
 
@@ -41,18 +41,21 @@ struct StateStore::Impl {
   ~Impl() {
     absl::MutexLock lock(&mu);
     stmts.reset();
-    // Checkpoints the WAL into the database and removes it.
-    sqlite3_close_v2(db);
+    // SQLite: checkpoints the WAL into the database and removes it.
+    db = nullptr;
+    conn.reset();
   }
 
+  // SQLite: opens the file at `path`.
   absl::Status OpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // PostgreSQL: connects with `conninfo` (`path` names it without secrets).
+  absl::Status OpenPostgresLocked(const std::string& conninfo) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status Exec(const char* sql, absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Refuses a file that is not a trainctl database of a version this binary
   // knows (the pragmas' values); OK otherwise.
   absl::Status IdentityError(int64_t app_id, int64_t version, int64_t objects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  absl::Status CheckExistingFile() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
-  absl::StatusOr<int64_t> PragmaInt(const char* sql) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status CheckExistingFile(sqlite3* raw) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Downsamples the job's oldest `oldest` metric rows in place (see
   // StoreOptions); returns how many rows it deleted.
   absl::StatusOr<int64_t> DownsampleMetrics(const std::string& job_id, int64_t oldest,
@@ -60,7 +63,7 @@ struct StateStore::Impl {
   absl::Status PrepareStatements() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void RollbackGroupLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
-  // Runs `body` inside BEGIN IMMEDIATE ... COMMIT; rolls back when it or the
+  // Runs `body` inside BEGIN IMMEDIATE (SQLite) or BEGIN ... COMMIT; rolls back when it or the
   // commit fails. Inside a group (BeginGroup) it is a savepoint instead: the
   // body is still all or nothing, and the group's COMMIT makes it durable. A
   // write asks the injected fault (if any) before its commit or release.
@@ -81,8 +84,8 @@ struct StateStore::Impl {
   // Counts are cached so that an append costs one indexed delete of the
   // overflow instead of a count. Loaded lazily from the database (`bind`
   // binds the key to `count`); exact because this connection holds the
-  // database's only lock (locking_mode=EXCLUSIVE), so nothing else changes
-  // the tables. Call before inserting.
+  // database's only lock (SQLite: locking_mode=EXCLUSIVE; PostgreSQL: the
+  // store's advisory lock), so nothing else changes the tables. Call before inserting.
   template <typename Key, typename BindKey>
   absl::StatusOr<int64_t> RowsBefore(const absl::flat_hash_map<Key, int64_t>& cache,
                                      const Key& key, const Statement& count,
@@ -126,11 +129,13 @@ struct StateStore::Impl {
                           [](int64_t) -> absl::StatusOr<int64_t> { return 0; });
   }
 
+  // SQLite: the file; PostgreSQL: the server and database, without secrets.
   const std::string path;
   const StoreOptions options;
 
   absl::Mutex mu;
-  sqlite3* db ABSL_GUARDED_BY(mu) = nullptr;
+  std::unique_ptr<store_internal::SqlDb> conn ABSL_GUARDED_BY(mu);
+  store_internal::SqlDb* db ABSL_GUARDED_BY(mu) = nullptr;  // conn.get()
   // True when Open found no file at `path` (or it is ":memory:"): only then
   // may Migrate turn an empty database into a new trainctl one.
   bool created ABSL_GUARDED_BY(mu) = false;
@@ -160,9 +165,15 @@ struct StateStore::Impl {
   absl::flat_hash_map<std::string, int64_t> event_counts ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, int64_t> metric_counts ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<LogKey, int64_t> log_counts ABSL_GUARDED_BY(mu);
+  int64_t connection_epoch ABSL_GUARDED_BY(mu) = 0;
+  void ClearCachedCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    event_counts.clear();
+    metric_counts.clear();
+    log_counts.clear();
+  }
 
   // An open group transaction (BeginGroup .. CommitGroup/RollbackGroup), and
-  // sqlite3_total_changes when it began (to tell whether it wrote anything).
+  // SqlDb::TotalChanges when it began (to tell whether it wrote anything).
   bool in_group ABSL_GUARDED_BY(mu) = false;
   // Every COMMIT's duration (atomics: read without the lock).
   LatencyHistogram commit_latency;
@@ -194,8 +205,8 @@ template <typename Body>
 absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bool write)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (in_group) {
-    if (sqlite3_get_autocommit(db)) {
-      // SQLite rolled the group back after an error: nothing may be written
+    if (!db->InTransaction()) {
+      // The backend rolled the group back after an error (or lost it): nothing may be written
       // outside it until the owner ends it.
       return absl::UnavailableError(
           absl::StrCat("state store: ", op, ": the enclosing transaction was rolled back"));
@@ -204,14 +215,19 @@ absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bo
     absl::Status status = body();
     if (status.ok() && write) status = InjectedFault(op);
     if (!status.ok() && write) NoteWrite(op, status);
-    if (!status.ok() && !sqlite3_get_autocommit(db)) {
+    if (!status.ok() && db->InTransaction()) {
       Query(db, stmts->rollback_to, absl::StrCat(op, ": rollback to savepoint")).Run().IgnoreError();
     }
-    if (!sqlite3_get_autocommit(db)) {
+    if (db->InTransaction()) {
       absl::Status released = Query(db, stmts->release, absl::StrCat(op, ": release")).Run();
       if (status.ok()) status = released;
     }
     return status;
+  }
+  if (db->ConnectionEpoch() != connection_epoch) {
+    // A new connection (PostgreSQL): the cached counts may be stale.
+    ClearCachedCounts();
+    connection_epoch = db->ConnectionEpoch();
   }
   TRAINCTL_RETURN_IF_ERROR(Query(db, stmts->begin, absl::StrCat(op, ": begin")).Run());
   absl::Status status = body();
@@ -225,9 +241,9 @@ absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bo
   } else if (write) {
     NoteWrite(op, status);
   }
-  // After some errors SQLite has already rolled back; then there is no
+  // After some errors the backend has already rolled back; then there is no
   // transaction to end and ROLLBACK's own error says nothing new.
-  if (!sqlite3_get_autocommit(db)) {
+  if (db->InTransaction()) {
     Query(db, stmts->rollback, absl::StrCat(op, ": rollback")).Run().IgnoreError();
   }
   return status;

@@ -7,8 +7,8 @@ namespace {
 
 using namespace store_testing;  // NOLINT: the tests' shared helpers
 
-TEST(StateStoreTest, ListEventsAfterSeqAscendingWithLimit) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBackendTest, ListEventsAfterSeqAscendingWithLimit) {
+  auto store = Fresh();
   ASSERT_NE(store, nullptr);
   v1::Event no_job_id = MakeEvent("", 3);  // filled in from the job
   ASSERT_TRUE(
@@ -33,8 +33,8 @@ TEST(StateStoreTest, ListEventsAfterSeqAscendingWithLimit) {
   EXPECT_TRUE(none->empty());
 }
 
-TEST(StateStoreTest, MetricsNewestFirstLimitOldestFirstOrder) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBackendTest, MetricsNewestFirstLimitOldestFirstOrder) {
+  auto store = Fresh();
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 1, 3)).ok());
   ASSERT_TRUE(store->AppendMetrics(MakeMetrics("b", 1, 100, 2)).ok());
@@ -54,8 +54,8 @@ TEST(StateStoreTest, MetricsNewestFirstLimitOldestFirstOrder) {
   EXPECT_THAT(Steps(*unlimited), ElementsAre(100, 101));
 }
 
-TEST(StateStoreTest, LogsPerRankInOrderWithRankFilterAndTail) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBackendTest, LogsPerRankInOrderWithRankFilterAndTail) {
+  auto store = Fresh();
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 1, 2, {"r2-1", "r2-2"})).ok());
   ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 1, 0, {"r0-1"})).ok());
@@ -89,10 +89,10 @@ TEST(StateStoreTest, LogsPerRankInOrderWithRankFilterAndTail) {
   EXPECT_TRUE(missing->empty());
 }
 
-TEST(StateStoreTest, MetricRetentionKeepsNewestPerJob) {
+TEST_P(StoreBackendTest, MetricRetentionKeepsNewestPerJob) {
   StoreOptions options;
   options.max_metric_points_per_job = 10;
-  auto store = OpenOrDie(":memory:", options);
+  auto store = Fresh(options);
   ASSERT_NE(store, nullptr);
   int64_t step = 1;
   for (int i = 0; i < 7; ++i, step += 3) {
@@ -119,10 +119,10 @@ TEST(StateStoreTest, MetricRetentionKeepsNewestPerJob) {
 // half is downsampled to min/max/last per bucket (real points, in order),
 // eval points are all kept, and nothing is trimmed while downsampling
 // suffices.
-TEST(StateStoreTest, MetricRetentionDownsamplesOldPointsKeepingMinMaxLast) {
+TEST_P(StoreBackendTest, MetricRetentionDownsamplesOldPointsKeepingMinMaxLast) {
   StoreOptions options;
   options.max_metric_points_per_job = 64;
-  auto store = OpenOrDie(":memory:", options);
+  auto store = Fresh(options);
   ASSERT_NE(store, nullptr);
   // Steps 1..64 of rank 0; loss spikes at step 3 and dips at step 6.
   v1::MetricBatch batch = MakeMetrics("a", 1, 1, 64);
@@ -162,8 +162,8 @@ TEST(StateStoreTest, MetricRetentionDownsamplesOldPointsKeepingMinMaxLast) {
   EXPECT_EQ(min_loss, 0.0001);
 }
 
-TEST(StateStoreTest, ListMetricPageFiltersAndPagesByBytes) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBackendTest, ListMetricPageFiltersAndPagesByBytes) {
+  auto store = Fresh();
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 1, 10, /*rank=*/0)).ok());
   ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 2, 1, 10, /*rank=*/1)).ok());
@@ -209,10 +209,10 @@ TEST(StateStoreTest, ListMetricPageFiltersAndPagesByBytes) {
   EXPECT_TRUE(store->ListMetricPage(query)->points.empty());
 }
 
-TEST(StateStoreTest, LogRetentionPerJobAttemptRank) {
+TEST_P(StoreBackendTest, LogRetentionPerJobAttemptRank) {
   StoreOptions options;
   options.max_log_lines_per_rank = 3;
-  auto store = OpenOrDie(":memory:", options);
+  auto store = Fresh(options);
   ASSERT_NE(store, nullptr);
   for (int i = 0; i < 5; ++i) {
     ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 1, 0, {absl::StrCat("a", i)})).ok());
@@ -227,10 +227,10 @@ TEST(StateStoreTest, LogRetentionPerJobAttemptRank) {
   EXPECT_THAT(Texts(*attempt2), ElementsAre("0:r", "0:s", "0:t"));
 }
 
-TEST(StateStoreTest, EventRetentionKeepsLastSeq) {
+TEST_P(StoreBackendTest, EventRetentionKeepsLastSeq) {
   StoreOptions options;
   options.max_events_per_job = 4;
-  auto store = OpenOrDie(":memory:", options);
+  auto store = Fresh(options);
   ASSERT_NE(store, nullptr);
   int64_t seq = 1;
   for (int i = 0; i < 4; ++i) {
@@ -247,15 +247,13 @@ TEST(StateStoreTest, EventRetentionKeepsLastSeq) {
   EXPECT_THAT(snapshot->last_event_seqs, ElementsAre(12, 1));
 }
 
-TEST(StateStoreTest, RetentionHoldsAcrossReopen) {
-  TempDir dir;
-  const std::string path = dir.File("state.db");
+TEST_P(StoreBackendTest, RetentionHoldsAcrossReopen) {
   StoreOptions options;
   options.max_metric_points_per_job = 5;
   options.max_log_lines_per_rank = 5;
   options.max_events_per_job = 5;
   {
-    auto store = OpenOrDie(path, options);
+    auto store = Reopen(options);
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 1, 4)).ok());
     ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 1, 0, {"1", "2", "3", "4"})).ok());
@@ -265,7 +263,7 @@ TEST(StateStoreTest, RetentionHoldsAcrossReopen) {
                     .ok());
   }
   // A new process starts with no cached counts: they come from the file.
-  auto store = OpenOrDie(path, options);
+  auto store = Reopen(options);
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 5, 3)).ok());
   ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 1, 0, {"5", "6", "7"})).ok());
@@ -280,6 +278,8 @@ TEST(StateStoreTest, RetentionHoldsAcrossReopen) {
   ASSERT_TRUE(events.ok());
   EXPECT_THAT(Seqs(*events), ElementsAre(2, 3, 4, 5, 6));
 }
+
+TRAINCTL_STORE_BACKENDS(StoreBackendTest);
 
 }  // namespace
 }  // namespace trainctl::coordinator

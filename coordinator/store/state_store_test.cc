@@ -2,13 +2,15 @@
 // refusals of foreign or damaged files, injected write faults, groups.
 #include "coordinator/store/state_store_test_support.h"
 
+#include "absl/strings/match.h"
+
 namespace trainctl::coordinator {
 namespace {
 
 using namespace store_testing;  // NOLINT: the tests' shared helpers
 
-TEST(StateStoreTest, EmptyStoreLoadsNothing) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBackendTest, EmptyStoreLoadsNothing) {
+  auto store = Fresh();
   ASSERT_NE(store, nullptr);
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
@@ -18,8 +20,8 @@ TEST(StateStoreTest, EmptyStoreLoadsNothing) {
   EXPECT_TRUE(snapshot->last_event_seqs.empty());
 }
 
-TEST(StateStoreTest, PutJobRoundTripInSubmissionOrder) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBackendTest, PutJobRoundTripInSubmissionOrder) {
+  auto store = Fresh();
   ASSERT_NE(store, nullptr);
   v1::Job b = MakeJob("job-b");
   v1::Attempt* attempt = b.add_attempts();
@@ -44,8 +46,8 @@ TEST(StateStoreTest, PutJobRoundTripInSubmissionOrder) {
   EXPECT_EQ(snapshot->jobs[1].SerializeAsString(), b.SerializeAsString());
 }
 
-TEST(StateStoreTest, PutJobReplacesButKeepsFirstSubmitSeq) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBackendTest, PutJobReplacesButKeepsFirstSubmitSeq) {
+  auto store = Fresh();
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 1, "submitted")}).ok());
   ASSERT_TRUE(store->PutJob(MakeJob("b"), 2).ok());
@@ -64,8 +66,8 @@ TEST(StateStoreTest, PutJobReplacesButKeepsFirstSubmitSeq) {
   EXPECT_THAT(snapshot->last_event_seqs, ElementsAre(2, 0));
 }
 
-TEST(StateStoreTest, PutJobIsAtomicWithItsEvents) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBackendTest, PutJobIsAtomicWithItsEvents) {
+  auto store = Fresh();
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());
   // Seq 1 again: the whole call fails and neither the job nor seq 2 is written.
@@ -81,8 +83,8 @@ TEST(StateStoreTest, PutJobIsAtomicWithItsEvents) {
   EXPECT_TRUE(store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 2)}).ok());
 }
 
-TEST(StateStoreTest, RejectsBadInput) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBackendTest, RejectsBadInput) {
+  auto store = Fresh();
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->PutJob(MakeJob(""), 1).code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(store->PutJob(MakeJob("a"), 1, {MakeEvent("other", 1)}).code(),
@@ -95,8 +97,8 @@ TEST(StateStoreTest, RejectsBadInput) {
   EXPECT_EQ(StateStore::Open("").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
-TEST(StateStoreTest, PutWorkerReplaces) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBackendTest, PutWorkerReplaces) {
+  auto store = Fresh();
   ASSERT_NE(store, nullptr);
   v1::Worker w;
   w.set_id("w2");
@@ -117,16 +119,14 @@ TEST(StateStoreTest, PutWorkerReplaces) {
   EXPECT_EQ(snapshot->workers[1].SerializeAsString(), w.SerializeAsString());
 }
 
-TEST(StateStoreTest, ReopenFileLoadsEverything) {
-  TempDir dir;
-  const std::string path = dir.File("state.db");
+TEST_P(StoreBackendTest, ReopenFileLoadsEverything) {
   v1::Job job = MakeJob("j1", v1::JOB_STATE_RUNNING);
   job.add_attempts()->set_number(1);
   v1::Worker worker;
   worker.set_id("w1");
   worker.set_address("10.0.0.1");
   {
-    auto store = OpenOrDie(path);
+    auto store = Reopen();
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(store->PutJob(job, 7, {MakeEvent("j1", 1), MakeEvent("j1", 2)}).ok());
     ASSERT_TRUE(store->PutJob(MakeJob("j0"), 3).ok());
@@ -134,7 +134,7 @@ TEST(StateStoreTest, ReopenFileLoadsEverything) {
     ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j1", 1, 1, 5)).ok());
     ASSERT_TRUE(store->AppendLogs(MakeLogs("j1", 1, 0, {"hello", "world"})).ok());
   }
-  auto store = OpenOrDie(path);
+  auto store = Reopen();
   ASSERT_NE(store, nullptr);
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
@@ -268,8 +268,8 @@ TEST(StateStoreTest, EmptyExistingFileIsRefusedNotStartedAsANewCluster) {
   EXPECT_NE(OpenOrDie(fresh), nullptr);
 }
 
-TEST(StateStoreTest, InjectedWriteFaultFailsExactlyThatWriteAndRollsItBack) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBackendTest, InjectedWriteFaultFailsExactlyThatWriteAndRollsItBack) {
+  auto store = Fresh();
   ASSERT_NE(store, nullptr);
   std::vector<std::string> ops;
   store->SetWriteFaultForTest([&](int64_t write_no, absl::string_view op) {
@@ -309,16 +309,14 @@ TEST(StateStoreTest, InjectedWriteFaultFailsExactlyThatWriteAndRollsItBack) {
   EXPECT_EQ(metrics->size(), 2u);
 }
 
-TEST(StateStoreTest, SecondOpenOfTheSameFileIsUnavailable) {
-  TempDir dir;
-  const std::string path = dir.File("state.db");
-  auto first = OpenOrDie(path);
+TEST_P(StoreBackendTest, SecondOpenOfTheSameFileIsUnavailable) {
+  auto first = Reopen();
   ASSERT_NE(first, nullptr);
-  auto second = StateStore::Open(path);
+  auto second = StateStore::OpenSpec(Persistent());
   ASSERT_FALSE(second.ok());
   EXPECT_EQ(second.status().code(), absl::StatusCode::kUnavailable) << second.status();
   first.reset();
-  EXPECT_NE(OpenOrDie(path), nullptr);
+  EXPECT_NE(Reopen(), nullptr);
 }
 
 TEST(StateStoreTest, CorruptBlobIsReportedNotACrash) {
@@ -350,11 +348,9 @@ TEST(StateStoreTest, CorruptBlobIsReportedNotACrash) {
   EXPECT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 2, 1)).ok());
 }
 
-TEST(StateStoreTest, GroupCommitsItsWritesWithTheTelemetrySeqAtomically) {
-  TempDir dir;
-  const std::string path = dir.File("state.db");
+TEST_P(StoreBackendTest, GroupCommitsItsWritesWithTheTelemetrySeqAtomically) {
   {
-    auto store = OpenOrDie(path);
+    auto store = Reopen();
     ASSERT_TRUE(store->PutJob(MakeJob("j"), 1).ok());
     // Two writes and the seq: one transaction.
     ASSERT_TRUE(store->BeginGroup().ok());
@@ -370,7 +366,7 @@ TEST(StateStoreTest, GroupCommitsItsWritesWithTheTelemetrySeqAtomically) {
     ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"a"})).ok());
     ASSERT_TRUE(store->CommitGroup("w1", 5).ok());
   }
-  auto store = OpenOrDie(path);
+  auto store = Reopen();
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
   EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w1", 7)));
@@ -379,12 +375,10 @@ TEST(StateStoreTest, GroupCommitsItsWritesWithTheTelemetrySeqAtomically) {
   EXPECT_EQ(store->ListLogs("j", 1, std::nullopt, 0)->size(), 1u);
 }
 
-TEST(StateStoreTest, GroupRollbackDiscardsEverythingAndAFailedWriteOnlyItself) {
-  TempDir dir;
-  const std::string path = dir.File("state.db");
+TEST_P(StoreBackendTest, GroupRollbackDiscardsEverythingAndAFailedWriteOnlyItself) {
   StoreOptions options;
   options.max_metric_points_per_job = 5;
-  auto store = OpenOrDie(path, options);
+  auto store = Reopen(options);
   ASSERT_TRUE(store->PutJob(MakeJob("j"), 1, {MakeEvent("j", 1)}).ok());
   ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j", 1, 1, 2)).ok());
 
@@ -408,18 +402,16 @@ TEST(StateStoreTest, GroupRollbackDiscardsEverythingAndAFailedWriteOnlyItself) {
   EXPECT_EQ(snapshot->jobs[0].state(), v1::JOB_STATE_PENDING);
 }
 
-TEST(StateStoreTest, OwnerNumbersAreGivenOnceAndSurviveAReopen) {
-  TempDir dir;
-  const std::string path = dir.File("state.db");
+TEST_P(StoreBackendTest, OwnerNumbersAreGivenOnceAndSurviveAReopen) {
   {
-    auto store = OpenOrDie(path);
+    auto store = Reopen();
     ASSERT_TRUE(store->PutOwnerNumber("alice", 1).ok());
     ASSERT_TRUE(store->PutOwnerNumber("", 2).ok()) << "jobs submitted without tokens have owner ''";
     EXPECT_TRUE(absl::IsAlreadyExists(store->PutOwnerNumber("bob", 1))) << "a number is given once";
     EXPECT_TRUE(absl::IsAlreadyExists(store->PutOwnerNumber("alice", 3))) << "an owner has one number";
     EXPECT_TRUE(absl::IsInvalidArgument(store->PutOwnerNumber("carol", 0)));
   }
-  auto store = OpenOrDie(path);
+  auto store = Reopen();
   auto numbers = store->LoadOwnerNumbers();
   ASSERT_TRUE(numbers.ok()) << numbers.status();
   EXPECT_THAT(*numbers, ElementsAre(std::pair<std::string, int64_t>("alice", 1), std::pair<std::string, int64_t>("", 2)));
@@ -459,11 +451,9 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   EXPECT_THAT(*store->LoadWorkerBindings(), ElementsAre(std::pair<std::string, std::string>("w", "t-1")));
 }
 
-TEST(StateStoreTest, QueuesRoundTripReplaceDeleteAndSurviveAReopen) {
-  TempDir dir;
-  const std::string path = dir.File("state.db");
+TEST_P(StoreBackendTest, QueuesRoundTripReplaceDeleteAndSurviveAReopen) {
   {
-    auto store = OpenOrDie(path);
+    auto store = Reopen();
     v1::Queue a;
     a.set_name("a");
     a.set_nominal_gpu(8);
@@ -484,7 +474,7 @@ TEST(StateStoreTest, QueuesRoundTripReplaceDeleteAndSurviveAReopen) {
     ASSERT_TRUE(store->DeleteQueue("never-there").ok()) << "absent is fine";
     EXPECT_TRUE(absl::IsInvalidArgument(store->PutQueue(v1::Queue())));
   }
-  auto store = OpenOrDie(path);
+  auto store = Reopen();
   auto queues = store->LoadQueues();
   ASSERT_TRUE(queues.ok()) << queues.status();
   ASSERT_EQ(queues->size(), 2u);
@@ -499,8 +489,8 @@ TEST(StateStoreTest, QueuesRoundTripReplaceDeleteAndSurviveAReopen) {
   EXPECT_FALSE((*queues)[1].has_nominal_gpu());
 }
 
-TEST(StateStoreTest, QueueWritesGoThroughTheWriteFault) {
-  auto store = OpenOrDie(":memory:");
+TEST_P(StoreBackendTest, QueueWritesGoThroughTheWriteFault) {
+  auto store = Fresh();
   std::vector<std::string> ops;
   store->SetWriteFaultForTest([&](int64_t, absl::string_view op) {
     ops.emplace_back(op);
@@ -515,11 +505,9 @@ TEST(StateStoreTest, QueueWritesGoThroughTheWriteFault) {
   EXPECT_TRUE(store->LoadQueues()->empty()) << "a failed put stores nothing";
 }
 
-TEST(StateStoreTest, ATokensQueuesPersist) {
-  TempDir dir;
-  const std::string path = dir.File("state.db");
+TEST_P(StoreBackendTest, ATokensQueuesPersist) {
   {
-    auto store = OpenOrDie(path);
+    auto store = Reopen();
     v1::Token token;
     token.set_id("t-1");
     token.set_role(v1::ROLE_SUBMITTER);
@@ -527,7 +515,7 @@ TEST(StateStoreTest, ATokensQueuesPersist) {
     token.add_queues("b");
     ASSERT_TRUE(store->PutToken(token, std::string(64, 'a')).ok());
   }
-  auto store = OpenOrDie(path);
+  auto store = Reopen();
   auto tokens = store->LoadTokens();
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   ASSERT_EQ(tokens->size(), 1u);
@@ -553,6 +541,69 @@ TEST(StateStoreTest, SchemaVersion5MigratesToTheQueuesTable) {
   ASSERT_TRUE(store->PutQueue(a).ok());
   EXPECT_EQ(store->LoadQueues()->size(), 1u);
 }
+
+// --- the store spec, and what only PostgreSQL has ---------------------------
+
+TEST(StateStoreTest, SpecThatIsNeitherSqliteNorPostgresIsInvalidArgument) {
+  auto store = StateStore::OpenSpec("mysql://db");
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kInvalidArgument) << store.status();
+  EXPECT_EQ(StateStore::OpenSpec("sqlite:").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(StateStore::DescribeSpec("postgresql://alice:s3cret@db.example:5433/jobs"),
+            "postgresql://alice@db.example:5433/jobs");
+}
+
+TEST(StateStoreTest, UnreachablePostgresIsUnavailableNamingTheHostNeverThePassword) {
+  // Port 1 on loopback: nothing listens there.
+  auto store = StateStore::OpenSpec("postgresql://alice:s3cret@127.0.0.1:1/jobs?connect_timeout=5");
+  ASSERT_FALSE(store.ok());
+  if (absl::StrContains(store.status().message(), "built without libpq")) {
+    GTEST_SKIP() << store.status();
+  }
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kUnavailable) << store.status();
+  EXPECT_THAT(store.status().message(), HasSubstr("127.0.0.1"));
+  EXPECT_THAT(store.status().message(), HasSubstr("jobs"));
+  EXPECT_THAT(std::string(store.status().message()), ::testing::Not(HasSubstr("s3cret")));
+}
+
+// The PostgreSQL server and database of StoreBackendTest, without the
+// SQLite variant.
+class PostgresStoreTest : public StoreBackendTest {};
+INSTANTIATE_TEST_SUITE_P(Backends, PostgresStoreTest, ::testing::Values(Backend::kPostgres),
+                         BackendName);
+
+// (SQLite: ForeignSqliteDatabaseIsRefused.)
+TEST_P(PostgresStoreTest, DatabaseWithOtherTablesIsRefused) {
+  PgTestServer& pg = PgServer();
+  ASSERT_TRUE(pg.AdminExec(pg.last_database(), "CREATE TABLE invoices (id BIGINT)").ok());
+  auto store = StateStore::OpenSpec(Persistent());
+  ASSERT_FALSE(store.ok());
+  EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
+  EXPECT_THAT(store.status().message(), HasSubstr("not a trainctl database"));
+}
+
+TEST_P(PostgresStoreTest, LostConnectionFailsOneWriteThenReconnects) {
+  PgTestServer& pg = PgServer();
+  auto store = Reopen();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());
+  ASSERT_TRUE(pg.AdminExec("postgres",
+                           absl::StrCat("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                        "WHERE datname = '", pg.last_database(), "'"))
+                  .ok());
+  absl::Status lost = store->PutJob(MakeJob("b"), 2);
+  EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;
+  EXPECT_TRUE(StateStore::IsWriteFailure(lost));
+  // The next write reconnects (and takes the lock again).
+  absl::Status retried = store->PutJob(MakeJob("b"), 2, {MakeEvent("b", 1)});
+  ASSERT_TRUE(retried.ok()) << retried;
+  auto snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_EQ(snapshot->jobs.size(), 2u);
+  // Still the only store on the database.
+  EXPECT_EQ(StateStore::OpenSpec(Persistent()).status().code(), absl::StatusCode::kUnavailable);
+}
+
+TRAINCTL_STORE_BACKENDS(StoreBackendTest);
 
 }  // namespace
 }  // namespace trainctl::coordinator

@@ -5,6 +5,7 @@
 #pragma once
 
 #include "coordinator/store/state_store.h"
+#include "coordinator/store/pg_test_server.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -158,5 +159,55 @@ inline std::string IntegrityCheck(const std::string& path) {
 }
 
 // ---------------------------------------------------------------------------
+// One set of test cases for both backends: TEST_P(StoreBackendTest, ...)
+// with Fresh() for a store that need not outlive the test's first Open
+// (SQLite: ":memory:") and Persistent() for one to reopen (SQLite: a file in
+// a temporary directory; PostgreSQL: the test's own database, either way).
+
+enum class Backend { kSqlite, kPostgres };
+
+class StoreBackendTest : public ::testing::TestWithParam<Backend> {
+ protected:
+  void SetUp() override {
+    if (GetParam() == Backend::kSqlite) {
+      persistent_ = absl::StrCat("sqlite:", dir_.File("state.db"));
+      return;
+    }
+    PgTestServer& pg = PgServer();
+    if (!pg.ok()) GTEST_SKIP() << "PostgreSQL variant skipped: " << pg.status();
+    auto uri = pg.NewDatabase();
+    ASSERT_TRUE(uri.ok()) << uri.status();
+    persistent_ = *uri;
+  }
+
+  bool postgres() const { return GetParam() == Backend::kPostgres; }
+  // The spec of the test's database that survives a reopen.
+  const std::string& Persistent() const { return persistent_; }
+  // A store for this test only.
+  std::unique_ptr<StateStore> Fresh(StoreOptions options = {}) {
+    return OpenSpecOrDie(postgres() ? persistent_ : std::string("sqlite::memory:"), options);
+  }
+  std::unique_ptr<StateStore> Reopen(StoreOptions options = {}) {
+    return OpenSpecOrDie(persistent_, options);
+  }
+  static std::unique_ptr<StateStore> OpenSpecOrDie(const std::string& spec, StoreOptions options) {
+    auto store = StateStore::OpenSpec(spec, options);
+    EXPECT_TRUE(store.ok()) << store.status();
+    return store.ok() ? std::move(store).value() : nullptr;
+  }
+
+  TempDir dir_;
+  std::string persistent_;
+};
+
+inline std::string BackendName(const ::testing::TestParamInfo<Backend>& info) {
+  return info.param == Backend::kSqlite ? "Sqlite" : "Postgres";
+}
+
+#define TRAINCTL_STORE_BACKENDS(suite)                                                        \
+  INSTANTIATE_TEST_SUITE_P(Backends, suite,                                                   \
+                           ::testing::Values(::trainctl::coordinator::store_testing::Backend::kSqlite, \
+                                             ::trainctl::coordinator::store_testing::Backend::kPostgres), \
+                           ::trainctl::coordinator::store_testing::BackendName)
 
 }  // namespace trainctl::coordinator::store_testing
