@@ -161,6 +161,10 @@ install_packages() {
   local new=$root.new
   (
     mount_root "$new"
+    # No service starts inside the root (postgresql's and prometheus's
+    # postinst would start their daemons there): Debian's policy-rc.d.
+    printf '#!/bin/sh\nexit 101\n' >"$new/usr/sbin/policy-rc.d"
+    chmod 755 "$new/usr/sbin/policy-rc.d"
     # The project's list, by the project's own script, then this script's tools.
     in_root "$new" nice -n 19 bash /src/scripts/install-deps.sh
     in_root "$new" nice -n 19 apt-get install -y -qq --no-install-recommends "${extra_packages[@]}"
