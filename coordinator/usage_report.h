@@ -4,10 +4,12 @@
 // slots), so it needs no table of its own and survives a coordinator
 // restart with the jobs.
 //
-// An attempt holds world_size slots from its start_time to its end_time
-// (or `until` while it runs); an attempt placed but never started holds
-// them too (the slots were taken from everyone else). Only the part within
-// [since, until] counts.
+// An attempt holds its ranks' slots from its start_time to its end_time
+// (or `until` while it runs). start_time is set when the attempt is placed,
+// so the time its ranks take to start counts too (the slots were taken
+// from everyone else then), also for an attempt whose ranks never ran. An
+// attempt without a start_time or ranks (none is recorded so) counts
+// nothing. Only the part within [since, until] counts.
 //
 // Pure functions; thread-safe.
 #pragma once
