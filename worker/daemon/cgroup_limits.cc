@@ -113,16 +113,6 @@ bool ValidName(const std::string& name) {
   return true;
 }
 
-// The value of `key N` in a flat keyed file (memory.events), or nullopt.
-std::optional<int64_t> KeyedValue(absl::string_view text, absl::string_view key) {
-  for (absl::string_view line : absl::StrSplit(text, '\n')) {
-    std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
-    int64_t v = 0;
-    if (words.size() == 2 && words[0] == key && absl::SimpleAtoi(words[1], &v)) return v;
-  }
-  return std::nullopt;
-}
-
 std::optional<int64_t> ReadNumber(const std::string& path) {
   int64_t v = 0;
   if (!absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadSmallFile(path)), &v)) return std::nullopt;
@@ -237,7 +227,7 @@ std::optional<int64_t> RankCgroup::OomKills() const {
 
 bool RankCgroup::MemoryLimitHit() const {
   if (memory_dir_.empty()) return false;
-  std::optional<int64_t> n = v2_ ? KeyedValue(ReadSmallFile(memory_dir_ + "/memory.events"), "max")
+  std::optional<int64_t> n = v2_ ? ParseKeyedValue(ReadSmallFile(memory_dir_ + "/memory.events"), "max")
                                  : ReadNumber(memory_dir_ + "/memory.failcnt");
   return n.value_or(0) > 0;
 }
@@ -276,13 +266,11 @@ CgroupLimits CgroupLimits::Detect(const std::string& root, absl::string_view pro
   }
   std::string v2_path = "/";
   std::map<std::string, std::string> v1_paths;
-  for (absl::string_view line : absl::StrSplit(proc_self_cgroup, '\n', absl::SkipEmpty())) {
-    std::vector<absl::string_view> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
-    if (parts.size() != 3) continue;
-    if (parts[0] == "0" && parts[1].empty()) {
-      v2_path = std::string(parts[2]);
+  for (const ProcCgroupLine& l : ParseProcSelfCgroup(proc_self_cgroup)) {
+    if (l.v2) {
+      v2_path = l.path;
     } else {
-      for (absl::string_view ctl : absl::StrSplit(parts[1], ',')) v1_paths[std::string(ctl)] = std::string(parts[2]);
+      for (const std::string& ctl : l.controllers) v1_paths[ctl] = l.path;
     }
   }
   // cgroup v2: the root itself (unified), or <root>/unified with controllers.
@@ -509,15 +497,10 @@ v1::Allocatable AllocatableHere(const std::string& cgroup_root) {
   bool enforces = false;
   if (!cgroup_root.empty()) {
     // This daemon's own cgroup's limits (a container's, a systemd unit's).
-    const std::string self = ReadSmallFile("/proc/self/cgroup");
-    for (absl::string_view line : absl::StrSplit(self, '\n', absl::SkipEmpty())) {
-      std::vector<absl::string_view> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
-      if (parts.size() != 3) continue;
-      const std::string path(parts[2]);
-      if (parts[0] == "0" && parts[1].empty()) {
-        const std::string dir = JoinPath(cgroup_root, VisiblePath(cgroup_root, path));
-        int64_t v = 0;
-        if (absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadSmallFile(dir + "/memory.max")), &v)) limit = v;
+    for (const ProcCgroupLine& l : ParseProcSelfCgroup(ReadSmallFile("/proc/self/cgroup"))) {
+      if (l.v2) {
+        const std::string dir = JoinPath(cgroup_root, VisiblePath(cgroup_root, l.path));
+        if (std::optional<int64_t> v = ReadNumber(dir + "/memory.max")) limit = *v;  // "max": none
         std::vector<std::string> cpu_max = absl::StrSplit(absl::StripAsciiWhitespace(ReadSmallFile(dir + "/cpu.max")), ' ');
         int64_t q = 0, p = 0;
         if (cpu_max.size() == 2 && absl::SimpleAtoi(cpu_max[0], &q) && absl::SimpleAtoi(cpu_max[1], &p) && p > 0) {
@@ -525,9 +508,9 @@ v1::Allocatable AllocatableHere(const std::string& cgroup_root) {
         }
         continue;
       }
-      for (absl::string_view ctl : absl::StrSplit(parts[1], ',')) {
+      for (const std::string& ctl : l.controllers) {
         const std::string mount = absl::StrCat(cgroup_root, "/", ctl);
-        const std::string dir = JoinPath(mount, VisiblePath(mount, path));
+        const std::string dir = JoinPath(mount, VisiblePath(mount, l.path));
         if (ctl == "memory") {
           // v1 says "no limit" with a huge number: above MemTotal, ignored.
           limit = ReadNumber(dir + "/memory.limit_in_bytes").value_or(0);

@@ -137,7 +137,9 @@ v1::Allocatable ComputeAllocatable(int online_cpus, double cpu_quota, absl::stri
 // `cgroup_root` ("" = none).
 v1::Allocatable AllocatableHere(const std::string& cgroup_root);
 
-// Writes `value` to the existing file `path` (no O_CREAT, O_NOFOLLOW).
+// Writes `value` to the file `path`, never through a link (O_NOFOLLOW). On
+// cgroupfs only existing files can be opened (it refuses to create one);
+// O_CREAT serves the unit tests' plain-directory roots.
 absl::Status WriteCgroupFile(const std::string& path, absl::string_view value);
 
 }  // namespace trainctl::worker

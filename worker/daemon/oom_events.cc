@@ -23,13 +23,26 @@ std::string ReadFile(const std::string& path) {
 
 }  // namespace
 
-std::optional<int64_t> ParseOomKillCount(absl::string_view text) {
+std::optional<int64_t> ParseKeyedValue(absl::string_view text, absl::string_view key) {
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     std::vector<absl::string_view> words = absl::StrSplit(line, ' ', absl::SkipEmpty());
     int64_t v = 0;
-    if (words.size() == 2 && words[0] == "oom_kill" && absl::SimpleAtoi(words[1], &v)) return v;
+    if (words.size() == 2 && words[0] == key && absl::SimpleAtoi(words[1], &v)) return v;
   }
   return std::nullopt;
+}
+
+std::vector<ProcCgroupLine> ParseProcSelfCgroup(absl::string_view text) {
+  std::vector<ProcCgroupLine> out;
+  for (absl::string_view line : absl::StrSplit(text, '\n', absl::SkipEmpty())) {
+    std::vector<absl::string_view> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
+    if (parts.size() != 3) continue;
+    ProcCgroupLine& l = out.emplace_back();
+    l.v2 = parts[0] == "0" && parts[1].empty();
+    if (!l.v2) l.controllers = absl::StrSplit(parts[1], ',');
+    l.path = std::string(parts[2]);
+  }
+  return out;
 }
 
 std::string OomEventsFile(const std::string& cgroup_root, absl::string_view proc_self_cgroup) {
@@ -42,16 +55,13 @@ std::string OomEventsFile(const std::string& cgroup_root, absl::string_view proc
     std::string path;
   };
   std::vector<Candidate> candidates;
-  for (absl::string_view line : absl::StrSplit(proc_self_cgroup, '\n', absl::SkipEmpty())) {
-    // "0::/path" (v2) or "4:memory:/path" (v1).
-    std::vector<absl::string_view> parts = absl::StrSplit(line, absl::MaxSplits(':', 2));
-    if (parts.size() != 3) continue;
-    if (parts[1].empty() && parts[0] == "0") {
-      candidates.push_back({cgroup_root, "memory.events", std::string(parts[2])});
-      candidates.push_back({cgroup_root + "/unified", "memory.events", std::string(parts[2])});
+  for (const ProcCgroupLine& l : ParseProcSelfCgroup(proc_self_cgroup)) {
+    if (l.v2) {
+      candidates.push_back({cgroup_root, "memory.events", l.path});
+      candidates.push_back({cgroup_root + "/unified", "memory.events", l.path});
     } else {
-      for (absl::string_view c : absl::StrSplit(parts[1], ',')) {
-        if (c == "memory") candidates.push_back({cgroup_root + "/memory", "memory.oom_control", std::string(parts[2])});
+      for (const std::string& c : l.controllers) {
+        if (c == "memory") candidates.push_back({cgroup_root + "/memory", "memory.oom_control", l.path});
       }
     }
   }

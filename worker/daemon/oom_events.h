@@ -20,13 +20,28 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <vector>
+
 #include "absl/strings/string_view.h"
 
 namespace trainctl::worker {
 
+// The value of the `key N` line of a flat keyed cgroup file (memory.events,
+// memory.oom_control), or nullopt when it has none.
+std::optional<int64_t> ParseKeyedValue(absl::string_view text, absl::string_view key);
 // The `oom_kill N` value of a memory.events / memory.oom_control text, or
 // nullopt when it has none.
-std::optional<int64_t> ParseOomKillCount(absl::string_view text);
+inline std::optional<int64_t> ParseOomKillCount(absl::string_view text) { return ParseKeyedValue(text, "oom_kill"); }
+
+// One line of /proc/self/cgroup: "0::/path" (cgroup v2) or
+// "4:memory,cpu:/path" (v1: the hierarchy's controllers).
+struct ProcCgroupLine {
+  bool v2 = false;
+  std::vector<std::string> controllers;  // v1 only
+  std::string path;
+};
+// The well-formed lines of a /proc/self/cgroup text.
+std::vector<ProcCgroupLine> ParseProcSelfCgroup(absl::string_view text);
 
 // The memory cgroup's events file of this process (under `cgroup_root`,
 // normally /sys/fs/cgroup), or "" when none can be found. `proc_self_cgroup`
