@@ -23,6 +23,9 @@ ABSL_FLAG(std::string, admin_token_file, "",
           "the coordinator's --admin_token_file: jobs go through the admin token, simulated "
           "workers through a worker token made with it");
 ABSL_FLAG(int, coord_pid, 0, "coordinator pid (for /proc CPU and RSS)");
+ABSL_FLAG(int, store_pid, 0,
+          "telemetry: the store server's pid (PostgreSQL's postmaster): the CPU and writes of it and "
+          "its children are reported beside the coordinator's (0: none, as with SQLite)");
 ABSL_FLAG(std::string, out, "", "append key=value results to this file");
 ABSL_FLAG(std::string, prefix, "", "prefix for every result key");
 ABSL_FLAG(int, channels, 16, "gRPC channels (TCP connections) the simulated workers share");
@@ -74,6 +77,29 @@ double ProcCpuSeconds(int pid) {
   if (fields.size() < 13) return -1;
   double ticks = std::stod(fields[11]) + std::stod(fields[12]);
   return ticks / static_cast<double>(sysconf(_SC_CLK_TCK));
+}
+
+double ProcTreeCpuSeconds(int pid) {
+  double total = ProcCpuSeconds(pid);
+  if (total < 0) return -1;
+  DIR* d = opendir("/proc");
+  if (d == nullptr) return -1;
+  while (dirent* e = readdir(d)) {
+    char* end = nullptr;
+    const long child = std::strtol(e->d_name, &end, 10);
+    if (end == e->d_name || *end != '\0' || child == pid) continue;
+    std::ifstream f(absl::StrCat("/proc/", child, "/stat"));
+    std::string s((std::istreambuf_iterator<char>(f)), std::istreambuf_iterator<char>());
+    const size_t p = s.rfind(')');
+    if (p == std::string::npos) continue;
+    std::vector<std::string> fields = absl::StrSplit(s.substr(p + 2), ' ');
+    // fields[1] is field 4 (ppid).
+    if (fields.size() < 13 || fields[1] != absl::StrCat(pid)) continue;
+    const double c = ProcCpuSeconds(static_cast<int>(child));
+    if (c > 0) total += c;
+  }
+  closedir(d);
+  return total;
 }
 
 // Resident set size in KiB, from /proc/PID/status.

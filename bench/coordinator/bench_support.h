@@ -28,6 +28,7 @@ ABSL_DECLARE_FLAG(std::string, mode);
 ABSL_DECLARE_FLAG(std::string, target);
 ABSL_DECLARE_FLAG(std::string, admin_token_file);
 ABSL_DECLARE_FLAG(int, coord_pid);
+ABSL_DECLARE_FLAG(int, store_pid);
 ABSL_DECLARE_FLAG(std::string, out);
 ABSL_DECLARE_FLAG(std::string, prefix);
 ABSL_DECLARE_FLAG(int, channels);
@@ -81,6 +82,11 @@ inline double Ms(int64_t ns) { return static_cast<double>(ns) / 1e6; }
 
 // CPU seconds (user+system) of a process, from /proc/PID/stat.
 double ProcCpuSeconds(int pid);
+// The same for `pid` and its live children (a PostgreSQL postmaster and its
+// backends, WAL writer, checkpointer): differences between two readings are
+// exact while no child exits in between (the coordinator's backend lives as
+// long as its connection). -1 when `pid` is gone.
+double ProcTreeCpuSeconds(int pid);
 
 // Resident set size in KiB, from /proc/PID/status.
 int64_t ProcRssKb(int pid);

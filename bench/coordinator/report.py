@@ -10,6 +10,7 @@ import subprocess
 import sys
 
 SECTION = "## Coordinator at scale"
+STORE_SECTION = "## Store backends: SQLite and PostgreSQL"
 
 
 def load(path):
@@ -66,6 +67,44 @@ def write_telemetry_series(r, plots_dir):
                 "second, coordinator cores, heartbeat RTT p99 ms, ingest p99 ms, write syscalls/s\n")
         for sec, v in rows:
             f.write(f"{sec} {v}\n")
+    return True
+
+
+def telemetry_rows(r, p, row, store=""):
+    """The telemetry scenario's rows for result prefix `p` (tel, telpg);
+    `store` names the store in the scenario label ("" for the main table)."""
+    if num(r, f"{p}.jobs") is None:
+        return False
+    g = lambda k: num(r, f"{p}.{k}")
+    cpu, p99, ing = g("coord_cpu_cores"), g("rtt.p99_ms"), g("ingest.p99_ms")
+    scn = (f"telemetry, {fmt(g('ranks'), digits=0)} ranks ({fmt(g('jobs'), digits=0)} jobs × "
+           f"{fmt(g('ranks_per_job'), digits=0)}) + {fmt(g('idle_workers'), digits=0)} workers"
+           + (f", {store}" if store else ""))
+    row(scn, "jobs running / workers registered",
+        f"{fmt(g('jobs_running'), digits=0)} / {fmt(g('workers_registered'), digits=0)}")
+    row(scn, "coordinator CPU (steady window)", fmt(cpu, " cores", 3), "< 1 core",
+        (cpu < 1.0) if cpu is not None else None)
+    if g("store_cpu_cores") is not None:
+        row(scn, "store server CPU (PostgreSQL: postmaster and its processes, steady window)",
+            fmt(g("store_cpu_cores"), " cores", 3))
+    row(scn, "coordinator busiest threads (cores); avg threads waiting for a CPU",
+        f"{r.get(f'{p}.coord.top_threads_cores', 'n/a')}; {fmt(g('coord.runqueue_wait_threads'), '', 2)}")
+    row(scn, "heartbeat round trip p50 / p99",
+        f"{fmt(g('rtt.p50_ms'), ' ms', 2)} / {fmt(p99, ' ms', 2)}", "p99 < 50 ms",
+        (p99 < 50) if p99 is not None else None)
+    row(scn, "metric ingest, rank sends → watcher reads: p50 / p99 / max",
+        f"{fmt(g('ingest.p50_ms'), ' ms', 1)} / {fmt(ing, ' ms', 1)} / "
+        f"{fmt(g('ingest.max_ms'), ' ms', 1)} ({fmt(g('ingest.n'), digits=0)} points)",
+        "p99 < 200 ms", (ing < 200) if ing is not None else None)
+    row(scn, "coordinator write syscalls/s (≥ database commits/s with SQLite) and MB/s written",
+        f"{fmt(g('coord_write_syscalls_per_s'), '/s', 0)}; {fmt(g('coord_write_mb_per_s'), ' MB/s', 1)}")
+    pl, ll = g("points_lost"), g("lines_lost")
+    row(scn, "metric points lost (sent − read by watchers); watcher updates skipped",
+        f"{fmt(pl, digits=0)} of {fmt(g('points_sent'), digits=0)}; "
+        f"{fmt(g('watch_updates_skipped'), digits=0)}", "0", (pl == 0) if pl is not None else None)
+    row(scn, "log lines lost (sent − stored)",
+        f"{fmt(ll, digits=0)} of {fmt(g('lines_sent'), digits=0)}", "0",
+        (ll == 0) if ll is not None else None)
     return True
 
 
@@ -134,35 +173,7 @@ def main():
                 "≤ 3 s", strict(m) if num(r, f"{p}.under_load.undetected") == 0 else "FAIL (undetected)")
 
     # --- 1d. telemetry at scale
-    if num(r, "tel.jobs") is not None:
-        cpu = num(r, "tel.coord_cpu_cores")
-        p99 = num(r, "tel.rtt.p99_ms")
-        ing = num(r, "tel.ingest.p99_ms")
-        scn = (f"telemetry, {fmt(num(r, 'tel.ranks'), digits=0)} ranks ({fmt(num(r, 'tel.jobs'), digits=0)} jobs × "
-               f"{fmt(num(r, 'tel.ranks_per_job'), digits=0)}) + {fmt(num(r, 'tel.idle_workers'), digits=0)} workers")
-        row(scn, "jobs running / workers registered",
-            f"{fmt(num(r, 'tel.jobs_running'), digits=0)} / {fmt(num(r, 'tel.workers_registered'), digits=0)}")
-        row(scn, "coordinator CPU (steady window)", fmt(cpu, " cores", 3), "< 1 core",
-            (cpu < 1.0) if cpu is not None else None)
-        row(scn, "coordinator busiest threads (cores); avg threads waiting for a CPU",
-            f"{r.get('tel.coord.top_threads_cores', 'n/a')}; {fmt(num(r, 'tel.coord.runqueue_wait_threads'), '', 2)}")
-        row(scn, "heartbeat round trip p50 / p99",
-            f"{fmt(num(r, 'tel.rtt.p50_ms'), ' ms', 2)} / {fmt(p99, ' ms', 2)}", "p99 < 50 ms",
-            (p99 < 50) if p99 is not None else None)
-        row(scn, "metric ingest, rank sends → watcher reads: p50 / p99 / max",
-            f"{fmt(num(r, 'tel.ingest.p50_ms'), ' ms', 1)} / {fmt(ing, ' ms', 1)} / "
-            f"{fmt(num(r, 'tel.ingest.max_ms'), ' ms', 1)} ({fmt(num(r, 'tel.ingest.n'), digits=0)} points)",
-            "p99 < 200 ms", (ing < 200) if ing is not None else None)
-        row(scn, "coordinator write syscalls/s (≥ database commits/s) and MB/s written",
-            f"{fmt(num(r, 'tel.coord_write_syscalls_per_s'), '/s', 0)}; {fmt(num(r, 'tel.coord_write_mb_per_s'), ' MB/s', 1)}")
-        pl, ll = num(r, "tel.points_lost"), num(r, "tel.lines_lost")
-        row(scn, "metric points lost (sent − read by watchers); watcher updates skipped",
-            f"{fmt(pl, digits=0)} of {fmt(num(r, 'tel.points_sent'), digits=0)}; "
-            f"{fmt(num(r, 'tel.watch_updates_skipped'), digits=0)}", "0", (pl == 0) if pl is not None else None)
-        row(scn, "log lines lost (sent − stored)",
-            f"{fmt(ll, digits=0)} of {fmt(num(r, 'tel.lines_sent'), digits=0)}", "0",
-            (ll == 0) if ll is not None else None)
-
+    telemetry_rows(r, "tel", row)
     # --- 2. jobs
     for p in ("jobs", "jobs_wide"):
         if num(r, f"{p}.jobs_target") is None:
@@ -229,18 +240,39 @@ def main():
             "; ".join(f"{n}: {v}" for n, v in stops), "exits",
             "PASS" if not hung else f"FAIL ({len(hung)} of {len(stops)} hung)")
 
+    # --- store backends: the telemetry scenario on SQLite and on PostgreSQL
+    store_rows = []
+
+    def srow(scn, metric, value, goal="", ok=None):
+        store_rows.append((scn, metric, value, goal, "" if ok is None and not goal else verdict(ok)))
+
+    has_pg = telemetry_rows(r, "telpg", srow, "PostgreSQL store")
+    if has_pg:
+        telemetry_rows(r, "tel", srow, "SQLite store")
+        store_rows.sort(key=lambda x: 0 if x[0].endswith("SQLite store") else 1)  # SQLite first, rows kept in order
+    elif r.get("telpg.exit", "").startswith("skipped"):
+        print(f"telemetry on PostgreSQL: {r['telpg.exit']}")
+
     largest = max((p for p in points if p[4]), key=lambda p: p[1], default=None)
     largest_full = max((p for p in points if p[3]), key=lambda p: p[1], default=None)
 
     # --- print
-    w = [max(len(x[i]) for x in rows + [("scenario", "metric", "value", "goal", "result")]) for i in range(5)]
-    hdr = ("scenario", "metric", "value", "goal", "result")
-    print()
-    print("  ".join(h.ljust(w[i]) for i, h in enumerate(hdr)))
-    for x in rows:
-        print("  ".join(v.ljust(w[i]) for i, v in enumerate(x)))
+    for table in (rows, store_rows):
+        if not table:
+            continue
+        w = [max(len(x[i]) for x in table + [("scenario", "metric", "value", "goal", "result")]) for i in range(5)]
+        hdr = ("scenario", "metric", "value", "goal", "result")
+        print()
+        print("  ".join(h.ljust(w[i]) for i, h in enumerate(hdr)))
+        for x in table:
+            print("  ".join(v.ljust(w[i]) for i, v in enumerate(x)))
 
     if not write:
+        return
+    if has_pg:
+        write_section(res_md, STORE_SECTION, store_section(r, store_rows))
+    if not points:
+        print(f"\nno heartbeat scenario in this run: the '{SECTION}' section is left as it was")
         return
 
     md = []
@@ -301,10 +333,34 @@ def main():
                   "gdb (`thread apply all bt`); HISTORY.md has the cause of an earlier such hang.")
     md.append("- Raw key=value results: printed by run.sh (`results.txt` in its work directory).")
     md.append("")
-    section = "\n".join(md) + "\n"
+    write_section(res_md, SECTION, "\n".join(md) + "\n")
 
+
+def store_section(r, rows):
+    md = [STORE_SECTION, ""]
+    md.append(f"Run {r.get('meta.date', '?')} by `bench/coordinator/run.sh` (commit {r.get('meta.commit', '?')}, "
+              f"{r.get('meta.build', '?')} build; scenarios: telemetry and telemetry_pg, one after the other).")
+    md.append(f"The telemetry scenario twice on one machine ({r.get('meta.cores', '?')} cores, "
+              f"{r.get('meta.cpu', '?')}; load average {r.get('meta.load_start', '?')} at the start, "
+              f"{r.get('meta.load_end', '?')} at the end), the same load and coordinator flags "
+              f"(`{r.get('meta.coordinator_flags', '?')}`); what differs is the store: SQLite (WAL, "
+              f"`synchronous=FULL`) in a file on local disk, or PostgreSQL {r.get('meta.pg_version', '?')} "
+              "(Debian's server, defaults: `fsync` and `synchronous_commit` on) on the same disk, reached "
+              "over a Unix socket. The PostgreSQL server's CPU (postmaster, the coordinator's backend, WAL "
+              "writer, checkpointer) is counted separately from the coordinator's.")
+    md.append("")
+    md.append("| scenario | metric | value | goal | result |")
+    md.append("| --- | --- | --- | --- | --- |")
+    for x in rows:
+        md.append("| " + " | ".join(v.replace("|", "\\|") for v in x) + " |")
+    md.append("")
+    return "\n".join(md) + "\n"
+
+
+def write_section(res_md, title, section):
+    """Replaces the section `title` of res_md (up to the next "## "), or appends it."""
     text = open(res_md).read() if os.path.exists(res_md) else "# Benchmark results\n\n"
-    pat = re.compile(r"^## Coordinator at scale\n.*?(?=^## |\Z)", re.S | re.M)
+    pat = re.compile(r"^" + re.escape(title) + r"\n.*?(?=^## |\Z)", re.S | re.M)
     if pat.search(text):
         text = pat.sub(lambda m: section + ("\n" if m.end() < len(text) else ""), text, count=1)
     else:
@@ -317,7 +373,7 @@ def main():
     with open(tmp, "w") as f:
         f.write(text)
     os.replace(tmp, res_md)
-    print(f"\nwrote the '{SECTION}' section of {res_md}")
+    print(f"\nwrote the '{title}' section of {res_md}")
 
 
 if __name__ == "__main__":

@@ -10,6 +10,14 @@
 #   STEADY_S [30]  JOBS [10000]  SUBMIT_CONCURRENCY [32]  WIDE_WORKERS [1000]  WIDE_JOBS [2000]
 #   TELEMETRY_JOBS [125]  LOG_LINES [10]
 #   TRIALS_CUT [20]  TRIALS_KILL [10]  RESULTS [bench/RESULTS.md]  WRITE_RESULTS [1]
+#   SCENARIOS [hb_small hb_mid hb_large telemetry telemetry_pg jobs jobs_wide failure]
+# telemetry_pg is the telemetry scenario with the coordinator on a PostgreSQL
+# store (a throwaway server from Debian's postgresql, Unix socket only, run as
+# nobody when this runs as root); it is skipped when no server binaries are
+# installed. "Coordinator at scale" in RESULTS.md is written by a run with the
+# heartbeat scenarios, "Store backends" by a run with telemetry and
+# telemetry_pg: `SCENARIOS="telemetry telemetry_pg" bench/coordinator/run.sh`
+# rewrites only the latter.
 # The whole run is bounded: about 9 minutes with the defaults, never more
 # than 10 (every step has a hard timeout, capped by what is left of the 10
 # minutes; a step that no longer fits is skipped). It stops everything it
@@ -40,12 +48,18 @@ TRIALS_CUT="${TRIALS_CUT:-20}"
 TRIALS_KILL="${TRIALS_KILL:-10}"
 RESULTS="${RESULTS:-$ROOT/bench/RESULTS.md}"
 WRITE_RESULTS="${WRITE_RESULTS:-1}"
+SCENARIOS="${SCENARIOS:-hb_small hb_mid hb_large telemetry telemetry_pg jobs jobs_wide failure}"
+want() { [[ " $SCENARIOS " == *" $1 "* ]]; }
 
 WORK="$(mktemp -d /tmp/trainctl-bench-coordinator.XXXXXX)"
 OUT="$WORK/results.txt"
 : > "$OUT"
 COORD_PID=""
 BENCH_PID=""
+PG_PID=""
+PG_DIR=""
+PG_WHY=""
+PG_STORE=""
 
 # stop_coord [NAME]: SIGTERM, then SIGKILL after 15 s; records which it took.
 stop_coord() {
@@ -72,6 +86,7 @@ stop_coord() {
 cleanup() {
   if [[ -n "$BENCH_PID" ]]; then kill -TERM "$BENCH_PID" 2>/dev/null || true; wait "$BENCH_PID" 2>/dev/null || true; fi
   stop_coord
+  stop_pg
   rm -f "$WORK"/*/state.db*
 }
 trap cleanup EXIT
@@ -85,7 +100,9 @@ start_coord() {
   local name="$1"; shift
   mkdir -p "$WORK/$name"
   ADMIN_FILE="$WORK/$name/admin.token"
-  "$COORD" --listen 127.0.0.1:0 --db "$WORK/$name/state.db" --admin-token-file "$ADMIN_FILE" \
+  local store=(--db "$WORK/$name/state.db")
+  [[ -n "${COORD_STORE:-}" ]] && store=(--store "$COORD_STORE")
+  "$COORD" --listen 127.0.0.1:0 "${store[@]}" --admin-token-file "$ADMIN_FILE" \
     $COORD_FLAGS "$@" \
     > "$WORK/$name/coord.out" 2> "$WORK/$name/coord.err" &
   COORD_PID=$!
@@ -101,6 +118,45 @@ start_coord() {
     cat "$WORK/$name/coord.err" >&2
     exit 1
   fi
+}
+
+# start_pg: a PostgreSQL server for the store comparison, listening only on a
+# Unix socket in $PG_DIR; sets PG_PID (the postmaster) and PG_STORE (the
+# --store value), or returns 1 with the reason in PG_WHY. Durable as the SQLite store is
+# (fsync on, synchronous_commit on: the defaults).
+start_pg() {
+  local bin
+  bin="$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)"
+  if [[ -z "$bin" || ! -x "$bin/initdb" ]]; then PG_WHY="no PostgreSQL server in /usr/lib/postgresql/*/bin (Debian: postgresql)"; return 1; fi
+  PG_DIR="$WORK/pg"
+  mkdir -p "$PG_DIR"
+  local as=()
+  # PostgreSQL refuses to run as root: as nobody then, in a directory it owns
+  # (under $WORK, which mktemp made 0700).
+  if [[ $(id -u) -eq 0 ]]; then chmod o+x "$WORK"; chown nobody "$PG_DIR"; as=(runuser -u nobody --); fi
+  "${as[@]}" "$bin/initdb" -D "$PG_DIR/data" -U trainctl --auth=trust > "$PG_DIR/initdb.log" 2>&1 \
+    || { PG_WHY="initdb failed: $(tail -3 "$PG_DIR/initdb.log")"; return 1; }
+  "${as[@]}" "$bin/postgres" -D "$PG_DIR/data" -k "$PG_DIR" -c listen_addresses= > "$PG_DIR/server.log" 2>&1 &
+  local launcher=$! i
+  for i in $(seq 1 100); do
+    "$bin/pg_isready" -q -h "$PG_DIR" -U trainctl 2>/dev/null && break
+    kill -0 "$launcher" 2>/dev/null || break
+    sleep 0.1
+  done
+  # The postmaster (runuser's child when run as root): what gets signalled and measured.
+  PG_PID=$(head -1 "$PG_DIR/data/postmaster.pid" 2>/dev/null || true)
+  "$bin/createdb" -h "$PG_DIR" -U trainctl trainctl 2>> "$PG_DIR/server.log" \
+    || { PG_WHY="PostgreSQL did not start: $(tail -3 "$PG_DIR/server.log")"; return 1; }
+  PG_STORE="postgresql:///trainctl?host=$PG_DIR&user=trainctl"
+  echo "meta.pg_version=$("$bin/postgres" --version | awk '{print $NF}')" >> "$OUT"
+}
+stop_pg() {
+  [[ -n "$PG_PID" ]] || return 0
+  kill -INT "$PG_PID" 2>/dev/null || true  # fast shutdown
+  local i
+  for i in $(seq 1 100); do kill -0 "$PG_PID" 2>/dev/null || break; sleep 0.1; done
+  PG_PID=""
+  [[ -n "$PG_DIR" ]] && rm -rf "$PG_DIR/data"
 }
 
 # bench NAME PREFIX TIMEOUT_S [bench flags...]
@@ -144,53 +200,85 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
 } >> "$OUT"
 
 # 1a. Heartbeats, small point.
-start_coord hb_small
-bench hb_small hb_small 90 --mode=heartbeat --workers="$WORKERS_SMALL" --ramp-per-s="$RAMP_PER_S" \
-  --warmup-s=5 --steady-s=20 --mass-loss-fraction=0.1
-stop_coord hb_small
+if want hb_small; then
+  start_coord hb_small
+  bench hb_small hb_small 90 --mode=heartbeat --workers="$WORKERS_SMALL" --ramp-per-s="$RAMP_PER_S" \
+    --warmup-s=5 --steady-s=20 --mass-loss-fraction=0.1
+  stop_coord hb_small
+fi
 
 # 1b. Heartbeats, middle point.
-start_coord hb_mid
-bench hb_mid hb_mid $(( WORKERS_MID / RAMP_PER_S + 90 )) --mode=heartbeat --workers="$WORKERS_MID" \
-  --ramp-per-s="$RAMP_PER_S" --ramp-timeout-s=$(( WORKERS_MID / RAMP_PER_S + 40 )) --warmup-s=5 --steady-s=20
-stop_coord hb_mid
+if want hb_mid; then
+  start_coord hb_mid
+  bench hb_mid hb_mid $(( WORKERS_MID / RAMP_PER_S + 90 )) --mode=heartbeat --workers="$WORKERS_MID" \
+    --ramp-per-s="$RAMP_PER_S" --ramp-timeout-s=$(( WORKERS_MID / RAMP_PER_S + 40 )) --warmup-s=5 --steady-s=20
+  stop_coord hb_mid
+fi
 
 # 1c. Heartbeats, large point; failure detection under that load; mass loss.
-start_coord hb_large
-RAMP_LIMIT=$(( WORKERS_LARGE / RAMP_PER_S + 40 ))
-bench hb_large hb_large $(( RAMP_LIMIT + STEADY_S + 110 )) --mode=heartbeat --workers="$WORKERS_LARGE" \
-  --ramp-per-s="$RAMP_PER_S" --ramp-timeout-s="$RAMP_LIMIT" --warmup-s=5 --steady-s="$STEADY_S" \
-  --trials-under-load=10 --mass-loss-fraction=0.1 --mass-loss-timeout-s=45
-stop_coord hb_large
+if want hb_large; then
+  start_coord hb_large
+  RAMP_LIMIT=$(( WORKERS_LARGE / RAMP_PER_S + 40 ))
+  bench hb_large hb_large $(( RAMP_LIMIT + STEADY_S + 110 )) --mode=heartbeat --workers="$WORKERS_LARGE" \
+    --ramp-per-s="$RAMP_PER_S" --ramp-timeout-s="$RAMP_LIMIT" --warmup-s=5 --steady-s="$STEADY_S" \
+    --trials-under-load=10 --mass-loss-fraction=0.1 --mass-loss-timeout-s=45
+  stop_coord hb_large
+fi
+
+TEL_RAMP=$(( (WORKERS_LARGE + TELEMETRY_JOBS) / RAMP_PER_S + 40 ))
 
 # 1d. Telemetry at scale: TELEMETRY_JOBS jobs × 8 simulated ranks, each
 # sending a metric point and LOG_LINES log lines a second, beside the large
 # point's heartbeating workers; a watcher on every job.
-start_coord telemetry --rendezvous-timeout-s 3600 --progress-timeout-s 3600
-TEL_RAMP=$(( (WORKERS_LARGE + TELEMETRY_JOBS) / RAMP_PER_S + 40 ))
-bench telemetry tel $(( TEL_RAMP + STEADY_S + 120 )) --mode=telemetry --workers="$WORKERS_LARGE" \
-  --telemetry-jobs="$TELEMETRY_JOBS" --ranks-per-job=8 --log-lines-per-s="$LOG_LINES" \
-  --ramp-per-s="$RAMP_PER_S" --ramp-timeout-s="$TEL_RAMP" --warmup-s=5 --steady-s="$STEADY_S" --drain-s=10
-stop_coord telemetry
+if want telemetry; then
+  start_coord telemetry --rendezvous-timeout-s 3600 --progress-timeout-s 3600
+  bench telemetry tel $(( TEL_RAMP + STEADY_S + 120 )) --mode=telemetry --workers="$WORKERS_LARGE" \
+    --telemetry-jobs="$TELEMETRY_JOBS" --ranks-per-job=8 --log-lines-per-s="$LOG_LINES" \
+    --ramp-per-s="$RAMP_PER_S" --ramp-timeout-s="$TEL_RAMP" --warmup-s=5 --steady-s="$STEADY_S" --drain-s=10
+  stop_coord telemetry
+fi
+
+# 1e. The same on a PostgreSQL store (the store's own CPU reported beside
+# the coordinator's): what the shared store of an active/standby pair costs.
+if want telemetry_pg; then
+  if start_pg; then
+    COORD_STORE="$PG_STORE" start_coord telemetry_pg --rendezvous-timeout-s 3600 --progress-timeout-s 3600
+    bench telemetry_pg telpg $(( TEL_RAMP + STEADY_S + 120 )) --mode=telemetry --workers="$WORKERS_LARGE" \
+      --telemetry-jobs="$TELEMETRY_JOBS" --ranks-per-job=8 --log-lines-per-s="$LOG_LINES" \
+      --ramp-per-s="$RAMP_PER_S" --ramp-timeout-s="$TEL_RAMP" --warmup-s=5 --steady-s="$STEADY_S" --drain-s=10 \
+      --store-pid="$PG_PID"
+    stop_coord telemetry_pg
+    stop_pg
+  else
+    echo "== telemetry_pg: skipped: $PG_WHY"
+    echo "telpg.exit=skipped: $PG_WHY" >> "$OUT"
+  fi
+fi
 
 # 2a. Job submission and scheduling with a deep queue (no free slot). Long
 # rendezvous/progress timeouts: the busy workers' jobs must stay RUNNING.
-start_coord jobs --rendezvous-timeout-s 3600 --progress-timeout-s 3600
-bench jobs jobs 150 --mode=jobs --jobs="$JOBS" --concurrency="$SUBMIT_CONCURRENCY" --submit-budget-s=100 \
-  --busy-workers=2 --sched-trials=20 --probe-calls=30
-stop_coord jobs
+if want jobs; then
+  start_coord jobs --rendezvous-timeout-s 3600 --progress-timeout-s 3600
+  bench jobs jobs 150 --mode=jobs --jobs="$JOBS" --concurrency="$SUBMIT_CONCURRENCY" --submit-budget-s=100 \
+    --busy-workers=2 --sched-trials=20 --probe-calls=30
+  stop_coord jobs
+fi
 
 # 2b. The same with many busy workers: the cost of one scheduling pass
 # grows with pending jobs × workers.
-start_coord jobs_wide --rendezvous-timeout-s 3600 --progress-timeout-s 3600
-bench jobs_wide jobs_wide 100 --mode=jobs --jobs="$WIDE_JOBS" --concurrency="$SUBMIT_CONCURRENCY" \
-  --submit-budget-s=40 --busy-workers="$WIDE_WORKERS" --sched-trials=10 --probe-calls=20
-stop_coord jobs_wide
+if want jobs_wide; then
+  start_coord jobs_wide --rendezvous-timeout-s 3600 --progress-timeout-s 3600
+  bench jobs_wide jobs_wide 100 --mode=jobs --jobs="$WIDE_JOBS" --concurrency="$SUBMIT_CONCURRENCY" \
+    --submit-budget-s=40 --busy-workers="$WIDE_WORKERS" --sched-trials=10 --probe-calls=20
+  stop_coord jobs_wide
+fi
 
 # 3. Failure detection, idle coordinator: stream cut, SIGKILLed process.
-start_coord failure
-bench failure fail 90 --mode=failure --trials-cut="$TRIALS_CUT" --trials-kill="$TRIALS_KILL" --batch=10
-stop_coord failure
+if want failure; then
+  start_coord failure
+  bench failure fail 90 --mode=failure --trials-cut="$TRIALS_CUT" --trials-kill="$TRIALS_KILL" --batch=10
+  stop_coord failure
+fi
 
 echo "meta.elapsed_s=$(( $(date +%s) - START ))" >> "$OUT"
 echo "meta.load_end=$(cut -d' ' -f1 /proc/loadavg)" >> "$OUT"

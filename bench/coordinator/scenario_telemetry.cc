@@ -168,6 +168,8 @@ int RunTelemetry() {
   CpuSnap c0 = SnapCpu(pid);
   auto w0 = ProcWrites(pid);
   auto coord_t0 = ThreadStats(pid);
+  const int store_pid = absl::GetFlag(FLAGS_store_pid);
+  const double store0 = store_pid > 0 ? ProcTreeCpuSeconds(store_pid) : -1;
   int64_t sent0 = hub.heartbeats_sent, acks0 = hub.acks;
   hub.rtt.Enable(true);
   ingest.Enable(true);
@@ -195,6 +197,7 @@ int RunTelemetry() {
   ingest.Enable(false);
   CpuSnap c1 = SnapCpu(pid);
   auto w1 = ProcWrites(pid);
+  const double store1 = store_pid > 0 ? ProcTreeCpuSeconds(store_pid) : -1;
   auto coord_t1 = ThreadStats(pid);
   const double secs = (c1.t - c0.t) / 1e9;
   sending = false;
@@ -202,6 +205,7 @@ int RunTelemetry() {
   Put("steady_s", secs);
   Put("coord_cpu_cores", (c1.coord - c0.coord) / secs);
   Put("bench_cpu_cores", (c1.self - c0.self) / secs);
+  if (store0 >= 0 && store1 >= 0) Put("store_cpu_cores", (store1 - store0) / secs);
   Put("heartbeats_per_s", (hub.heartbeats_sent - sent0) / secs);
   Put("acks_per_s", (hub.acks - acks0) / secs);
   if (w0.first >= 0 && w1.first >= 0) {
