@@ -292,8 +292,8 @@ void WriteQueueFamilies(PromWriter& w, const std::vector<v1::QueueStatus>& queue
   w.Family("trainctl_queue_borrowed_slots", "gauge",
            "Slots a queue's jobs hold beyond its nominal quota (borrowed from its cohort), by kind.");
   for (const v1::QueueStatus& s : queues) {
-    w.Sample("trainctl_queue_borrowed_slots", {{"queue", s.queue().name()}, {"kind", "gpu"}}, BorrowedGpu(s));
-    w.Sample("trainctl_queue_borrowed_slots", {{"queue", s.queue().name()}, {"kind", "cpu"}}, BorrowedCpu(s));
+    w.Sample("trainctl_queue_borrowed_slots", {{"queue", s.queue().name()}, {"kind", "gpu"}}, s.borrowed_gpu());
+    w.Sample("trainctl_queue_borrowed_slots", {{"queue", s.queue().name()}, {"kind", "cpu"}}, s.borrowed_cpu());
   }
   w.Family("trainctl_queue_pending_jobs", "gauge", "A queue's PENDING or RESTARTING jobs.");
   for (const v1::QueueStatus& s : queues) {

@@ -253,8 +253,8 @@ TEST(QueueStatusTest, UsedSlotsAndBorrowingFollowTheNominalQuota) {
   EXPECT_EQ(st.used_cpu(), 5);
   EXPECT_EQ(st.pending_jobs(), 3);
   EXPECT_EQ(st.running_jobs(), 2);
-  EXPECT_EQ(BorrowedCpu(st), 3) << "5 used on a nominal of 2";
-  EXPECT_EQ(BorrowedGpu(st), 0) << "an unlimited nominal borrows nothing";
+  EXPECT_EQ(st.borrowed_cpu(), 3) << "5 used on a nominal of 2";
+  EXPECT_EQ(st.borrowed_gpu(), 0) << "an unlimited nominal borrows nothing";
   EXPECT_EQ(BorrowedSlots(1, true, 2), 0);
   EXPECT_EQ(BorrowedSlots(1, true, 0), 1) << "a queue with no quota of its own borrows all it holds";
   v1::Queue idle;

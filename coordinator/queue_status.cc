@@ -14,6 +14,8 @@ v1::QueueStatus QueueStatusOf(const v1::Queue& queue, const std::map<std::string
     st.set_pending_jobs(it->second.pending_jobs);
     st.set_running_jobs(it->second.running_jobs);
   }
+  st.set_borrowed_gpu(BorrowedSlots(st.used_gpu(), queue.has_nominal_gpu(), queue.nominal_gpu()));
+  st.set_borrowed_cpu(BorrowedSlots(st.used_cpu(), queue.has_nominal_cpu(), queue.nominal_cpu()));
   return st;
 }
 

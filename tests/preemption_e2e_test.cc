@@ -35,6 +35,7 @@ namespace trainctl {
 namespace {
 
 using ::testing::HasSubstr;
+using ::testing::Not;
 using trainctl::testing::Cluster;
 
 class PreemptionE2ETest : public ::testing::Test {
@@ -174,6 +175,10 @@ TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) 
   EXPECT_EQ(Sample(page, "trainctl_queue_used_slots{queue=\"team-b\",kind=\"cpu\"}"), 4) << page;
   EXPECT_EQ(Sample(page, "trainctl_queue_borrowed_slots{queue=\"team-b\",kind=\"cpu\"}"), 2) << page;
   EXPECT_EQ(Sample(page, "trainctl_queue_borrowed_slots{queue=\"team-b\",kind=\"gpu\"}"), 0) << page;
+  // The API says the same (QueueStatus.borrowed_*; clients never compute it).
+  ASSERT_EQ(Cli({"queue", "describe", "team-b", "-o", "json"}, &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("\"borrowedCpu\":2")) << out;
+  EXPECT_THAT(out, Not(HasSubstr("borrowedGpu"))) << "0 is not printed: nothing borrowed of GPUs";
   EXPECT_EQ(Sample(page, "trainctl_queue_used_slots{queue=\"team-a\",kind=\"cpu\"}"), 0) << page;
   EXPECT_EQ(Sample(page, "trainctl_queue_running_jobs{queue=\"team-b\"}"), 1) << page;
   EXPECT_EQ(Sample(page, "trainctl_queue_pending_jobs{queue=\"team-a\"}"), 0) << page;

@@ -109,11 +109,11 @@ function workersView(main) {
 
 // --- queues -----------------------------------------------------------------
 // "used/nominal" of one slot kind ("-" = unlimited) and what the queue
-// borrows beyond its nominal (docs/queues.md; coordinator/queue_status.h
-// has the same rule for /metrics).
-function quotaCell(used, nominal) {
+// borrows beyond its nominal (QueueStatus.borrowed_*, computed by the
+// coordinator: coordinator/queue_status.h).
+function quotaCell(used, nominal, borrowedSlots) {
   const limited = nominal !== undefined && nominal !== null && num(nominal) >= 0;
-  const borrowed = limited ? Math.max(0, num(used) - num(nominal)) : 0;
+  const borrowed = num(borrowedSlots);
   return `${num(used)}/${limited ? num(nominal) : '-'}` +
     (borrowed ? ` <span class="borrowed">(${borrowed} borrowed)</span>` : '');
 }
@@ -124,7 +124,8 @@ function queuesView(main) {
             '/api/queues', 'queues', st => {
     const q = st.queue || {};
     return `<tr><td>${esc(q.name)}</td><td>${q.cohort ? esc(q.cohort) : '<span class="muted">none</span>'}</td>` +
-      `<td>${quotaCell(st.used_gpu, q.nominal_gpu)}</td><td>${quotaCell(st.used_cpu, q.nominal_cpu)}</td>` +
+      `<td>${quotaCell(st.used_gpu, q.nominal_gpu, st.borrowed_gpu)}</td>` +
+      `<td>${quotaCell(st.used_cpu, q.nominal_cpu, st.borrowed_cpu)}</td>` +
       `<td>${num(st.pending_jobs)}</td><td>${num(st.running_jobs)}</td>` +
       `<td>${num(q.max_job_size) ? num(q.max_job_size) : '<span class="muted">no limit</span>'}</td>` +
       `<td>${num(q.default_priority)}</td></tr>`;
