@@ -12,9 +12,11 @@ namespace {
 constexpr char kActiveKey[] = "trainctl-active-coordinator";
 }  // namespace
 
+using Mode = StandbyStandIn::Mode;
+
 class StandbyStandIn::Service final : public grpc::CallbackGenericService {
  public:
-  explicit Service(std::string active) : active_(std::move(active)) {}
+  Service(std::string active, Mode mode) : active_(std::move(active)), mode_(mode) {}
 
   void set_active(std::string active) {
     absl::MutexLock lock(&mu_);
@@ -37,7 +39,11 @@ class StandbyStandIn::Service final : public grpc::CallbackGenericService {
     }
     class Refuse final : public grpc::ServerGenericBidiReactor {
      public:
-      Refuse(grpc::GenericCallbackServerContext* ctx, const std::string& active) {
+      Refuse(grpc::GenericCallbackServerContext* ctx, const std::string& active, Mode mode) {
+        if (mode == Mode::kLostAnswer) {
+          Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE, "Socket closed"));
+          return;
+        }
         if (!active.empty()) ctx->AddTrailingMetadata(kActiveKey, active);
         Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
                             active.empty() ? "standby coordinator; no active coordinator is known yet"
@@ -45,17 +51,19 @@ class StandbyStandIn::Service final : public grpc::CallbackGenericService {
       }
       void OnDone() override { delete this; }
     };
-    return new Refuse(ctx, active);
+    return new Refuse(ctx, active, mode_);
   }
 
  private:
   absl::Mutex mu_;
   std::string active_ ABSL_GUARDED_BY(mu_);
+  const Mode mode_;
   int64_t total_ ABSL_GUARDED_BY(mu_) = 0;
   std::map<std::string, int64_t> by_method_ ABSL_GUARDED_BY(mu_);
 };
 
-StandbyStandIn::StandbyStandIn(std::string active) : service_(std::make_unique<Service>(std::move(active))) {
+StandbyStandIn::StandbyStandIn(std::string active, Mode mode)
+    : service_(std::make_unique<Service>(std::move(active), mode)) {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::ServerBuilder builder;
   int port = 0;

@@ -11,6 +11,11 @@
 // is known yet") and the trailing metadata `trainctl-active-coordinator:
 // HOST:PORT` (absent when no active one is known). It runs nothing.
 //
+// With Mode::kLostAnswer it is instead a coordinator whose answers are all
+// lost after the call arrived: every method ends UNAVAILABLE with neither
+// the hint nor the standby's message (what a client sees when a connection
+// breaks after sending), so a client must not assume the call did not run.
+//
 // Thread-safe: set_active and the counters may be used while calls arrive.
 #pragma once
 
@@ -27,9 +32,10 @@ namespace trainctl::testing {
 
 class StandbyStandIn {
  public:
-  // `active`: HOST:PORT to name, "" for none. Fails the test (address()
-  // empty) when it cannot listen.
-  explicit StandbyStandIn(std::string active);
+  enum class Mode { kStandby, kLostAnswer };
+  // `active`: HOST:PORT to name, "" for none. address() is empty when it
+  // cannot listen.
+  explicit StandbyStandIn(std::string active, Mode mode = Mode::kStandby);
   ~StandbyStandIn();
   StandbyStandIn(const StandbyStandIn&) = delete;
   StandbyStandIn& operator=(const StandbyStandIn&) = delete;
