@@ -53,7 +53,7 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& address) {
   std::string message = s.error_message();
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
     // CallWithFailover's own message names the address already.
-    if (!absl::StartsWith(message, "cannot reach the coordinator at ")) {
+    if (!absl::StartsWith(message, kUnreachablePrefix)) {
       message = absl::StrCat("coordinator at ", address, " unavailable: ", message);
     }
   } else if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
@@ -169,7 +169,7 @@ grpc::Status ReadStream(Endpoints& e,
         backoff = NextFailoverBackoff(backoff);
         if (absl::Now() + backoff >= open_by) {
           return grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                              absl::StrCat("cannot reach the coordinator at ", current->second));
+                              absl::StrCat(kUnreachablePrefix, current->second));
         }
         absl::SleepFor(backoff);
         continue;

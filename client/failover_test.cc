@@ -122,6 +122,15 @@ TEST(FailoverTest, AnUnreachableAddressLeadsToTheNext) {
   EXPECT_EQ(JobsOn(cluster), 1u);
   EXPECT_EQ((*client)->active_address(), cluster.address());
 
+  // An entry that is a DNS name with several addresses (localhost: ::1 and
+  // 127.0.0.1) stays one entry: gRPC's resolver tries its addresses.
+  const std::string port = cluster.address().substr(cluster.address().rfind(':') + 1);
+  absl::StatusOr<std::unique_ptr<Client>> by_name = ConnectList(cluster, absl::StrCat(dead, ",localhost:", port));
+  ASSERT_TRUE(by_name.ok()) << by_name.status();
+  absl::StatusOr<std::vector<v1::Job>> listed = (*by_name)->List();
+  ASSERT_TRUE(listed.ok()) << listed.status();
+  EXPECT_EQ(listed->size(), 1u);
+
   // Nothing listens anywhere: one error naming each address and why.
   const std::string dead2 = absl::StrCat("127.0.0.1:", testing::UnusedPort());
   ClientOptions options;

@@ -111,6 +111,11 @@ bool IsStandbyAnswer(const grpc::Status& status) {
          absl::StartsWith(status.error_message(), kStandbyMessagePrefix);
 }
 
+bool CertainlyNotRun(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE &&
+         (IsStandbyAnswer(status) || absl::StartsWith(status.error_message(), kUnreachablePrefix));
+}
+
 std::string RememberedActive(const std::string& list_text) {
   absl::MutexLock lock(&remembered_mu);
   auto it = Remembered().find(list_text);
@@ -239,7 +244,7 @@ grpc::Status CallWithFailover(CoordinatorChannels& channels, absl::Time deadline
       channels.Forget(address);
       rotation.Unreachable(address);
       last = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          absl::StrCat("cannot reach the coordinator at ", address,
+                          absl::StrCat(kUnreachablePrefix, address,
                                        several ? absl::StrCat(" (of ", rotation.ListText(), ")") : ""));
       continue;
     }

@@ -49,6 +49,8 @@ namespace trainctl {
 inline constexpr char kActiveCoordinatorKey[] = "trainctl-active-coordinator";
 // How a standby's UNAVAILABLE message starts.
 inline constexpr char kStandbyMessagePrefix[] = "standby coordinator";
+// How CallWithFailover's UNAVAILABLE starts when no try ever connected.
+inline constexpr char kUnreachablePrefix[] = "cannot reach the coordinator at ";
 
 // "a:7070, b:7070" → {"a:7070", "b:7070"}. Each entry is HOST:PORT (a DNS
 // name, an IPv4 address or a [bracketed] IPv6 address; port 1..65535) or a
@@ -66,6 +68,10 @@ std::optional<std::string> ActiveCoordinatorHint(const grpc::Status& status, con
 // The answer is a standby's (UNAVAILABLE with the standby's message): the
 // call did not run, whether or not it named an active coordinator.
 bool IsStandbyAnswer(const grpc::Status& status);
+// CallWithFailover's result says the call ran nowhere: its last try never
+// connected, or a standby answered it. Such a call may be made again even
+// when it is not idempotent.
+bool CertainlyNotRun(const grpc::Status& status);
 
 // Which coordinator to dial next: the one a hint named, else the list's
 // current entry. Thread-safe.

@@ -108,13 +108,10 @@ absl::StatusOr<WorkerIdentity> Join(const JoinOptions& o) {
   absl::Time deadline = absl::Now() + o.timeout;
   while (true) {
     s = CallJoin(*channels, req, &resp);
-    // A coordinator not up yet (a compose file starts everything at once):
-    // try again. Anything else is its answer.
-    if (s.ok() || (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
-                   s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) ||
-        absl::Now() >= deadline) {
-      break;
-    }
+    // A coordinator not up yet (a compose file starts everything at once),
+    // or only standbys answering: try again. A join that may have run (its
+    // answer lost) is not sent again: the token may be spent.
+    if (s.ok() || !CertainlyNotRun(s) || absl::Now() >= deadline) break;
     absl::SleepFor(absl::Seconds(1));
   }
   if (!s.ok()) {
