@@ -160,7 +160,9 @@ grpc::Status ReadStream(Endpoints& e,
     }
     *address_out = current->second;
     if (e.fixed == nullptr) {
-      const bool several = e.coordinators->rotation().list().size() > 1;
+      const std::vector<std::string>& list = e.coordinators->rotation().list();
+      const bool several =
+          list.size() > 1 || std::find(list.begin(), list.end(), current->second) == list.end();
       const absl::Time by = several ? std::min(open_by, absl::Now() + absl::Seconds(3)) : open_by;
       if (!WaitForReady(*current->first, by)) {
         // Never connected: nothing was sent; the next address.

@@ -215,7 +215,6 @@ absl::Duration NextFailoverBackoff(absl::Duration previous) {
 grpc::Status CallWithFailover(CoordinatorChannels& channels, absl::Time deadline, Idempotency idempotency,
                               const FailoverRpc& rpc, std::string* answered_by) {
   CoordinatorRotation& rotation = channels.rotation();
-  const bool several = rotation.list().size() > 1;
   absl::Duration backoff = absl::ZeroDuration();
   grpc::Status last;
   bool tried = false;
@@ -236,8 +235,11 @@ grpc::Status CallWithFailover(CoordinatorChannels& channels, absl::Time deadline
       return grpc::Status(static_cast<grpc::StatusCode>(channel.status().code()),
                           std::string(channel.status().message()));
     }
-    // With several addresses one that never answers (a black hole, not a
-    // refusal) must not use up the whole deadline: at most 3 s per try.
+    // With several addresses (or a hinted one, which may be stale) one that
+    // never answers (a black hole, not a refusal) must not use up the whole
+    // deadline: at most 3 s per try.
+    const std::vector<std::string>& list = rotation.list();
+    const bool several = list.size() > 1 || std::find(list.begin(), list.end(), address) == list.end();
     const absl::Time connect_by = several ? std::min(deadline, absl::Now() + absl::Seconds(3)) : deadline;
     if (!WaitForReady(**channel, connect_by)) {
       // Never READY: gRPC sent nothing, so any call may go elsewhere.
@@ -245,7 +247,7 @@ grpc::Status CallWithFailover(CoordinatorChannels& channels, absl::Time deadline
       rotation.Unreachable(address);
       last = grpc::Status(grpc::StatusCode::UNAVAILABLE,
                           absl::StrCat(kUnreachablePrefix, address,
-                                       several ? absl::StrCat(" (of ", rotation.ListText(), ")") : ""));
+                                       list.size() > 1 ? absl::StrCat(" (of ", rotation.ListText(), ")") : ""));
       continue;
     }
     grpc::ClientContext ctx;
