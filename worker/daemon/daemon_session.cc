@@ -12,6 +12,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -42,15 +43,13 @@ bool IsRefusal(grpc::StatusCode code) {
          code == grpc::StatusCode::UNAUTHENTICATED || code == grpc::StatusCode::PERMISSION_DENIED;
 }
 
-}  // namespace
-
-namespace {
 // main checked the list (naming --coordinator); `trainctl run` passes one
 // address it made itself.
 std::vector<std::string> CoordinatorList(const std::string& text) {
   absl::StatusOr<std::vector<std::string>> list = ParseCoordinatorList(text, "--coordinator");
   return list.ok() ? *list : std::vector<std::string>{text};
 }
+
 }  // namespace
 
 DaemonSession::DaemonSession(const DaemonOptions& options, std::string id_file, SessionHooks hooks)
