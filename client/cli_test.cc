@@ -54,10 +54,10 @@ TEST(CliUsageTest, CoordinatorComesFromFlagThenEnvThenConfigThenDefault) {
   vars.erase("TRAINCTL_COORDINATOR");
   testing::WriteFile(home + "/.config/trainctl", "config.yaml", "coordinator: [a, b]\n");
   EXPECT_FALSE(cli::ResolveCoordinator("", env, &error).has_value());
-  EXPECT_EQ(error, config + ":1:14: coordinator: expected host:port");
+  EXPECT_EQ(error, config + ":1:14: coordinator: expected host:port[,host:port...]");
   CliRun r = RunTrainctl({"list"}, env);
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "trainctl list: " + config + ":1:14: coordinator: expected host:port\n");
+  EXPECT_EQ(r.err, "trainctl list: " + config + ":1:14: coordinator: expected host:port[,host:port...]\n");
 }
 
 // --- validation ----------------------------------------------------------------

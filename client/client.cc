@@ -6,11 +6,15 @@
 #include <algorithm>
 #include <chrono>
 #include <random>
+#include <set>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
 #include "absl/strings/str_format.h"
 #include "common/jobspec/job_spec.h"
 #include "common/auth/secret.h"
+#include "common/coordinator_failover.h"
 #include "common/grpc_keepalive.h"
 #include "trainctl/v1/auth.grpc.pb.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
@@ -18,17 +22,6 @@
 #include "trainctl/v1/worker_service.grpc.pb.h"
 
 namespace trainctl {
-
-struct Client::Stubs {
-  std::shared_ptr<grpc::Channel> channel;
-  // Made by Connect from options (a watch may make another to reconnect);
-  // false for FromChannel's.
-  bool own_channel = false;
-  std::unique_ptr<v1::JobService::Stub> jobs;
-  std::unique_ptr<v1::WorkerService::Stub> workers;
-  std::unique_ptr<v1::AuthService::Stub> auth;
-  std::unique_ptr<v1::QueueService::Stub> queues;
-};
 
 namespace {
 
@@ -59,18 +52,22 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& address) {
   auto code = static_cast<absl::StatusCode>(s.error_code());
   std::string message = s.error_message();
   if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
-    message = absl::StrCat("coordinator at ", address, " unavailable: ", message);
+    // CallWithFailover's own message names the address already.
+    if (!absl::StartsWith(message, kUnreachablePrefix)) {
+      message = absl::StrCat("coordinator at ", address, " unavailable: ", message);
+    }
   } else if (s.error_code() == grpc::StatusCode::DEADLINE_EXCEEDED) {
     message = absl::StrCat("coordinator at ", address, " did not answer in time: ", message);
   }
   return absl::Status(code, message);
 }
 
-// `fresh`: a subchannel of its own, so that a reconnect dials at once
-// instead of inheriting gRPC's backoff from the broken connection.
-absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options, bool fresh = false) {
+// A channel to one coordinator address, with a subchannel of its own: a
+// channel made after a failure dials at once instead of inheriting gRPC's
+// reconnect backoff from the broken connection.
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options, const std::string& address) {
   grpc::ChannelArguments args;
-  if (fresh) args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   // Keepalive: a watch or log stream can sit idle for minutes; pings keep
   // NAT/proxies from dropping it and detect a dead coordinator.
   SetKeepalive(args, kClientKeepalive);
@@ -79,66 +76,203 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& 
   auth::ChannelSecurity security;
   security.token = options.token;
   security.ca_file = options.ca_file;
+  // Without an override, TLS verifies each address (a hinted one too)
+  // against its own host name.
   security.server_name_override = options.tls_server_name;
-  return auth::MakeChannel(options.address, security, args);
+  return auth::MakeChannel(address, security, args);
 }
 
-// One unary call under the client's deadline: `rpc` is the stub's method
-// (&v1::JobService::Stub::GetJob); the call's status with the address named.
+// Where calls go: Connect's list of coordinators (one channel per address,
+// the failover rule of common/coordinator_failover.h), or FromChannel's one
+// channel (no failover: it is the caller's).
+struct Endpoints {
+  ClientOptions options;
+  std::unique_ptr<CoordinatorChannels> coordinators;
+  std::shared_ptr<grpc::Channel> fixed;
+
+  // The channel to use now and the address it reaches (for messages).
+  absl::StatusOr<std::pair<std::shared_ptr<grpc::Channel>, std::string>> Current() {
+    if (fixed != nullptr) return std::make_pair(fixed, options.address);
+    std::string address = coordinators->rotation().Current();
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = coordinators->Get(address);
+    if (!channel.ok()) return channel.status();
+    return std::make_pair(*channel, address);
+  }
+  // A stream that ended with `status` before delivering anything, on
+  // `address`: where to open it next (the hint, else the next address).
+  void StreamFailed(const std::string& address, const grpc::Status& status, const grpc::ClientContext& ctx) {
+    if (fixed != nullptr) return;
+    if (std::optional<std::string> hint = ActiveCoordinatorHint(status, ctx); hint.has_value()) {
+      coordinators->rotation().Follow(*hint);
+      return;
+    }
+    coordinators->Forget(address);
+    coordinators->rotation().Unreachable(address);
+  }
+  void Answered(const std::string& address) {
+    if (fixed == nullptr) coordinators->rotation().Answered(address);
+  }
+};
+
+// One unary call under the client's deadline with the failover rule:
+// `rpc` is the stub's method (&v1::JobService::Stub::GetJob); the call's
+// status with the address named.
 template <typename Stub, typename Request, typename Response>
-absl::Status Unary(Stub* stub, grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
-                   const Request& req, Response* resp, const ClientOptions& options) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(Deadline(options.timeout));
-  return FromGrpc((stub->*rpc)(&ctx, req, resp), options.address);
+absl::Status Unary(Endpoints& e, grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
+                   const Request& req, Response* resp, Idempotency idempotency) {
+  if (e.fixed != nullptr) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(Deadline(e.options.timeout));
+    Stub stub(e.fixed);
+    return FromGrpc((stub.*rpc)(&ctx, req, resp), e.options.address);
+  }
+  std::string address;
+  grpc::Status s = CallWithFailover(
+      *e.coordinators, absl::Now() + e.options.timeout, idempotency,
+      [&](const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* ctx) {
+        Stub stub(channel);
+        resp->Clear();
+        return (stub.*rpc)(ctx, req, resp);
+      },
+      &address);
+  return FromGrpc(s, address);
+}
+
+// A server stream (logs, artifact bytes): opened on the active coordinator
+// by the failover rule, each item to `on_item` (false: stop, the stream is
+// cancelled). A stream whose connection never became READY, or that a
+// standby answered, was not served and is opened again where the rule
+// says, until options.timeout after the first try; one that broke after
+// delivering is the caller's to resume. *stopped: on_item said stop.
+template <typename Stub, typename Request, typename Item>
+grpc::Status ReadStream(Endpoints& e,
+                        std::unique_ptr<grpc::ClientReader<Item>> (Stub::*rpc)(grpc::ClientContext*, const Request&),
+                        const Request& req, const std::function<bool(const Item&)>& on_item, bool* stopped,
+                        std::string* address_out) {
+  const absl::Time open_by = absl::Now() + e.options.timeout;
+  absl::Duration backoff = absl::ZeroDuration();
+  *stopped = false;
+  while (true) {
+    absl::StatusOr<std::pair<std::shared_ptr<grpc::Channel>, std::string>> current = e.Current();
+    if (!current.ok()) {
+      return grpc::Status(static_cast<grpc::StatusCode>(current.status().code()),
+                          std::string(current.status().message()));
+    }
+    *address_out = current->second;
+    if (e.fixed == nullptr) {
+      const std::vector<std::string>& list = e.coordinators->rotation().list();
+      const bool several =
+          list.size() > 1 || std::find(list.begin(), list.end(), current->second) == list.end();
+      const absl::Time by = several ? std::min(open_by, absl::Now() + absl::Seconds(3)) : open_by;
+      if (!WaitForReady(*current->first, by)) {
+        // Never connected: nothing was sent; the next address.
+        e.coordinators->Forget(current->second);
+        e.coordinators->rotation().Unreachable(current->second);
+        backoff = NextFailoverBackoff(backoff);
+        if (absl::Now() + backoff >= open_by) {
+          return grpc::Status(grpc::StatusCode::UNAVAILABLE,
+                              absl::StrCat(kUnreachablePrefix, current->second));
+        }
+        absl::SleepFor(backoff);
+        continue;
+      }
+    }
+    grpc::ClientContext ctx;  // No deadline: a followed stream lasts as long as the job.
+    Stub stub(current->first);
+    std::unique_ptr<grpc::ClientReader<Item>> reader = (stub.*rpc)(&ctx, req);
+    Item item;
+    bool delivered = false;
+    while (reader->Read(&item)) {
+      delivered = true;
+      if (!on_item(item)) {
+        *stopped = true;
+        ctx.TryCancel();
+        break;
+      }
+    }
+    grpc::Status status = reader->Finish();
+    // Opened again only when a standby answered: the active coordinator's
+    // own UNAVAILABLE is its answer.
+    if (delivered || *stopped || !IsStandbyAnswer(status) || e.fixed != nullptr) {
+      if (delivered) e.Answered(current->second);
+      return status;
+    }
+    e.StreamFailed(current->second, status, ctx);
+    backoff = NextFailoverBackoff(backoff);
+    if (absl::Now() + backoff >= open_by) return status;
+    absl::SleepFor(backoff);
+  }
 }
 
 }  // namespace
 
+struct Client::Stubs {
+  Endpoints endpoints;
+};
+
 Client::Client(std::shared_ptr<grpc::Channel> channel, const ClientOptions& options)
     : options_(options), stubs_(std::make_unique<Stubs>()) {
-  stubs_->channel = std::move(channel);
-  stubs_->jobs = v1::JobService::NewStub(stubs_->channel);
-  stubs_->workers = v1::WorkerService::NewStub(stubs_->channel);
-  stubs_->auth = v1::AuthService::NewStub(stubs_->channel);
-  stubs_->queues = v1::QueueService::NewStub(stubs_->channel);
+  stubs_->endpoints.options = options;
+  stubs_->endpoints.fixed = std::move(channel);
 }
 
 Client::~Client() = default;
 
+std::string Client::active_address() const {
+  Endpoints& e = stubs_->endpoints;
+  return e.fixed != nullptr ? options_.address : e.coordinators->rotation().Current();
+}
+
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
-  if (options.address.empty()) {
-    return absl::InvalidArgumentError("coordinator address: empty (expected host:port)");
+  absl::StatusOr<std::vector<std::string>> list = ParseCoordinatorList(options.address, "coordinator address");
+  if (!list.ok()) return list.status();
+  std::unique_ptr<Client> client(new Client(nullptr, options));
+  Endpoints& e = client->stubs_->endpoints;
+  e.fixed = nullptr;
+  e.coordinators = std::make_unique<CoordinatorChannels>(
+      *list, [options](const std::string& address) { return MakeChannel(options, address); });
+  CoordinatorRotation& rotation = e.coordinators->rotation();
+  const bool several = list->size() > 1;
+  const absl::Time deadline = absl::Now() + options.timeout;
+  // One round over the list (from the address this process last saw
+  // active): the first address whose connection is READY will do; calls
+  // then follow a standby's hint. Each address is given up at its first
+  // TRANSIENT_FAILURE: every address the name resolved to refused or
+  // failed, so waiting longer only delays the error (gRPC would retry with
+  // backoff until the deadline). With several, one that does not answer
+  // at all gets at most 3 s.
+  std::vector<std::string> failures;
+  std::set<std::string> tried;  // of the list (a remembered address outside it is one try more)
+  while (tried.size() < list->size()) {
+    const std::string address = rotation.Current();
+    if (std::find(list->begin(), list->end(), address) != list->end()) tried.insert(address);
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = e.coordinators->Get(address);
+    if (!channel.ok()) return channel.status();
+    const absl::Time started = absl::Now();
+    const absl::Time by = several ? std::min(deadline, started + absl::Seconds(3)) : deadline;
+    if (WaitForReady(**channel, by)) return client;
+    // Failed before its time was up: refused (TRANSIENT_FAILURE).
+    failures.push_back(absl::StrCat(address, absl::Now() < by ? ": connection failed"
+                                                              : absl::StrCat(": no answer within ",
+                                                                             TimeoutText(by - started))));
+    e.coordinators->Forget(address);
+    rotation.Unreachable(address);
+    if (absl::Now() >= deadline) break;
   }
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> made = MakeChannel(options);
-  if (!made.ok()) return made.status();
-  std::shared_ptr<grpc::Channel> channel = *std::move(made);
-  auto deadline = Deadline(options.timeout);
-  // Wait for READY, but give up at the first TRANSIENT_FAILURE: every address
-  // the name resolved to refused or failed, so waiting longer only delays
-  // the error (gRPC would retry with backoff until the deadline).
-  grpc_connectivity_state state = channel->GetState(/*try_to_connect=*/true);
-  while (state != GRPC_CHANNEL_READY) {
-    if (state == GRPC_CHANNEL_TRANSIENT_FAILURE || state == GRPC_CHANNEL_SHUTDOWN) {
-      return absl::UnavailableError(absl::StrCat(
-          "cannot reach the coordinator at ", options.address,
-          options.ca_file.empty()
-              ? ": connection failed (is trainctl-coordinator running and listening there? "
-                "a TLS coordinator also needs --ca)"
-              : absl::StrCat(": connection failed (is trainctl-coordinator running there, and is "
-                             "its certificate signed by the CA in ",
-                             options.ca_file, "?)")));
-    }
-    if (!channel->WaitForStateChange(state, deadline)) {
-      return absl::UnavailableError(absl::StrCat("cannot reach the coordinator at ", options.address,
-                                                 ": no answer within ",
-                                                 TimeoutText(options.timeout)));
-    }
-    state = channel->GetState(/*try_to_connect=*/true);
+  const std::string hint =
+      options.ca_file.empty()
+          ? "is trainctl-coordinator running and listening there? a TLS coordinator also needs --ca"
+          : absl::StrCat("is trainctl-coordinator running there, and is its certificate signed by the CA in ",
+                         options.ca_file, "?");
+  if (!several) {
+    const bool refused = failures.empty() || absl::StrContains(failures[0], "connection failed");
+    return absl::UnavailableError(absl::StrCat(
+        "cannot reach the coordinator at ", options.address,
+        refused ? absl::StrCat(": connection failed (", hint, ")")
+                : absl::StrCat(": no answer within ", TimeoutText(options.timeout))));
   }
-  std::unique_ptr<Client> client(new Client(std::move(channel), options));
-  client->stubs_->own_channel = true;
-  return client;
+  return absl::UnavailableError(absl::StrCat("cannot reach any coordinator of ", rotation.ListText(), ": ",
+                                             absl::StrJoin(failures, "; "), " (", hint, ")"));
 }
 
 std::unique_ptr<Client> Client::FromChannel(std::shared_ptr<grpc::Channel> channel,
@@ -154,10 +288,13 @@ absl::StatusOr<v1::Job> Client::Submit(const v1::JobSpec& spec, const std::strin
   absl::Status s;
   for (int attempt = 0; attempt < 3; ++attempt) {
     if (attempt > 0) absl::SleepFor(absl::Milliseconds(250) * attempt);
-    s = Unary(stubs_->jobs.get(), &v1::JobService::Stub::SubmitJob, req, &resp, options_);
-    // Only an answer that may have been lost is retried (the same id makes
-    // the retry return the first call's job, never a second one).
-    if (s.code() != absl::StatusCode::kUnavailable && s.code() != absl::StatusCode::kDeadlineExceeded) break;
+    // Idempotent by its request id: an answer lost to UNAVAILABLE is sent
+    // again (to whichever coordinator is active) within the timeout, and
+    // the retry returns the first call's job, never a second one.
+    s = Unary(stubs_->endpoints, &v1::JobService::Stub::SubmitJob, req, &resp, Idempotency::kIdempotent);
+    // One lost to the deadline (a slow coordinator): twice more, each with
+    // a timeout of its own.
+    if (s.code() != absl::StatusCode::kDeadlineExceeded) break;
   }
   if (!s.ok()) return s;
   return std::move(*resp.mutable_job());
@@ -175,7 +312,7 @@ absl::StatusOr<DryRunResult> Client::DryRun(const v1::JobSpec& spec) {
   *req.mutable_spec() = spec;
   req.set_dry_run(true);
   v1::SubmitJobResponse resp;
-  absl::Status s = Unary(stubs_->jobs.get(), &v1::JobService::Stub::SubmitJob, req, &resp, options_);
+  absl::Status s = Unary(stubs_->endpoints, &v1::JobService::Stub::SubmitJob, req, &resp, Idempotency::kIdempotent);
   if (!s.ok()) return s;
   DryRunResult out;
   out.job = std::move(*resp.mutable_job());
@@ -188,7 +325,7 @@ absl::StatusOr<v1::Job> Client::Get(const std::string& job_id) {
   v1::GetJobRequest req;
   req.set_job_id(job_id);
   v1::Job job;
-  absl::Status s = Unary(stubs_->jobs.get(), &v1::JobService::Stub::GetJob, req, &job, options_);
+  absl::Status s = Unary(stubs_->endpoints, &v1::JobService::Stub::GetJob, req, &job, Idempotency::kIdempotent);
   if (!s.ok()) return s;
   return job;
 }
@@ -204,7 +341,7 @@ absl::StatusOr<std::vector<v1::Job>> Client::List(const std::vector<v1::JobState
                           : std::min<int>(kListPageSize, limit - static_cast<int>(out.size()));
     req.set_page_size(want);
     v1::ListJobsResponse resp;
-    absl::Status s = Unary(stubs_->jobs.get(), &v1::JobService::Stub::ListJobs, req, &resp, options_);
+    absl::Status s = Unary(stubs_->endpoints, &v1::JobService::Stub::ListJobs, req, &resp, Idempotency::kIdempotent);
     if (!s.ok()) return s;
     for (v1::Job& j : *resp.mutable_jobs()) out.push_back(std::move(j));
     req.set_page_token(resp.next_page_token());
@@ -218,29 +355,33 @@ absl::StatusOr<v1::Job> Client::Cancel(const std::string& job_id, const std::str
   req.set_job_id(job_id);
   req.set_reason(reason);
   v1::Job job;
-  absl::Status s = Unary(stubs_->jobs.get(), &v1::JobService::Stub::CancelJob, req, &job, options_);
+  absl::Status s = Unary(stubs_->endpoints, &v1::JobService::Stub::CancelJob, req, &job, Idempotency::kNotIdempotent);
   if (!s.ok()) return s;
   return job;
 }
 
 absl::StatusOr<v1::Job> Client::Watch(const std::string& job_id, bool include_history,
                                       const WatchCallback& callback) {
+  Endpoints& e = stubs_->endpoints;
   std::optional<v1::Job> last;
   int64_t last_seq = 0;  // The newest event delivered: a resumed stream continues after it.
-  // After a break, a channel (and stub) of the watch's own.
-  std::unique_ptr<v1::JobService::Stub> fresh_stub;
-  v1::JobService::Stub* stub = stubs_->jobs.get();
   std::mt19937_64 rng(std::random_device{}());
   absl::Duration backoff = absl::Milliseconds(100);
   absl::Time broke = absl::InfinitePast();  // Start of the current break.
   bool stopped = false;
   while (true) {
+    // The active coordinator as far as this client knows: after a break,
+    // the hint a standby gave, else the next address (a fresh channel).
+    absl::StatusOr<std::pair<std::shared_ptr<grpc::Channel>, std::string>> current = e.Current();
+    if (!current.ok()) return current.status();
+    const std::string& address = current->second;
+    v1::JobService::Stub stub(current->first);
     grpc::ClientContext ctx;  // No deadline: the stream lasts as long as the job.
     v1::WatchJobRequest req;
     req.set_job_id(job_id);
     req.set_include_history(include_history || last_seq > 0);
     req.set_after_event_seq(last_seq);
-    std::unique_ptr<grpc::ClientReader<v1::JobUpdate>> reader = stub->WatchJob(&ctx, req);
+    std::unique_ptr<grpc::ClientReader<v1::JobUpdate>> reader = stub.WatchJob(&ctx, req);
     v1::JobUpdate update;
     bool delivered = false;
     while (reader->Read(&update)) {
@@ -254,38 +395,34 @@ absl::StatusOr<v1::Job> Client::Watch(const std::string& job_id, bool include_hi
       }
     }
     grpc::Status status = reader->Finish();
+    if (delivered) e.Answered(address);
     if (status.ok() || stopped) break;
     // A stream that broke (not one the coordinator refused): UNAVAILABLE, or
     // CANCELLED by a coordinator shutting down (this side cancels only when
-    // the callback stopped).
+    // the callback stopped). A standby's answer is no break: the stream
+    // was never served; it goes where the standby points.
     const bool broken = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
                         status.error_code() == grpc::StatusCode::CANCELLED;
+    const bool standby = IsStandbyAnswer(status);
+    if (broken) e.StreamFailed(address, status, ctx);
     const absl::Time now = absl::Now();
     if (delivered || broke == absl::InfinitePast()) {
       broke = now;
       backoff = absl::Milliseconds(100);
-      if (broken && options_.on_watch_broken) options_.on_watch_broken(FromGrpc(status, options_.address));
+      if (broken && !standby && options_.on_watch_broken) options_.on_watch_broken(FromGrpc(status, address));
     }
-    if (!broken || now - broke >= options_.watch_reconnect_for) return FromGrpc(status, options_.address);
+    if (!broken || now - broke >= options_.watch_reconnect_for) return FromGrpc(status, address);
     // Full jitter in [b/2, b], b doubling to 1 s: back within a second of
     // the coordinator answering again.
     absl::SleepFor(absl::Milliseconds(std::uniform_int_distribution<int64_t>(
         absl::ToInt64Milliseconds(backoff) / 2, absl::ToInt64Milliseconds(backoff))(rng)));
     backoff = std::min(backoff * 2, absl::Seconds(1));
-    if (stubs_->own_channel) {
-      absl::StatusOr<std::shared_ptr<grpc::Channel>> made = MakeChannel(options_, /*fresh=*/true);
-      if (made.ok()) {
-        fresh_stub = v1::JobService::NewStub(*made);
-        stub = fresh_stub.get();
-      }
-    }
   }
-  // The stream carries jobs without attempts; fetch the whole one (on the
-  // channel that is known to work).
+  // The stream carries jobs without attempts; fetch the whole one.
   v1::GetJobRequest get;
   get.set_job_id(job_id);
   v1::Job job;
-  absl::Status s = Unary(stub, &v1::JobService::Stub::GetJob, get, &job, options_);
+  absl::Status s = Unary(e, &v1::JobService::Stub::GetJob, get, &job, Idempotency::kIdempotent);
   if (!s.ok() && last.has_value()) return *last;
   if (!s.ok()) return s;
   return job;
@@ -293,59 +430,56 @@ absl::StatusOr<v1::Job> Client::Watch(const std::string& job_id, bool include_hi
 
 absl::Status Client::Logs(const std::string& job_id, const LogsOptions& options,
                           const LogCallback& callback) {
-  grpc::ClientContext ctx;  // No deadline: with follow, it lasts as long as the job.
   v1::GetLogsRequest req;
   req.set_job_id(job_id);
   if (options.rank.has_value()) req.set_rank(*options.rank);
   req.set_attempt(options.attempt);
   req.set_tail_lines(options.tail);
   req.set_follow(options.follow);
-  std::unique_ptr<grpc::ClientReader<v1::LogChunk>> reader = stubs_->jobs->GetLogs(&ctx, req);
-  v1::LogChunk chunk;
   bool stopped = false;
-  while (reader->Read(&chunk)) {
-    if (callback && !callback(chunk)) {
-      stopped = true;
-      ctx.TryCancel();
-      break;
-    }
-  }
-  grpc::Status status = reader->Finish();
+  std::string address;
+  grpc::Status status = ReadStream<v1::JobService::Stub, v1::GetLogsRequest, v1::LogChunk>(
+      stubs_->endpoints, &v1::JobService::Stub::GetLogs, req,
+      [&callback](const v1::LogChunk& chunk) { return !callback || callback(chunk); }, &stopped, &address);
   if (stopped && status.error_code() == grpc::StatusCode::CANCELLED) return absl::OkStatus();
-  return FromGrpc(status, options_.address);
+  return FromGrpc(status, address);
 }
 
 absl::StatusOr<v1::ArtifactChunk> Client::Fetch(const std::string& job_id, int64_t checkpoint_step,
                                                 std::ostream& out) {
-  grpc::ClientContext ctx;
   v1::FetchArtifactRequest req;
   req.set_job_id(job_id);
   req.set_checkpoint_step(checkpoint_step);
-  std::unique_ptr<grpc::ClientReader<v1::ArtifactChunk>> reader = stubs_->jobs->FetchArtifact(&ctx, req);
-  v1::ArtifactChunk chunk, head;
+  v1::ArtifactChunk head;
   bool first = true;
   int64_t offset = 0;
   uLong crc = crc32(0L, Z_NULL, 0);
   absl::Status broken;
-  while (broken.ok() && reader->Read(&chunk)) {
-    if (first) {
-      head = chunk;
-      head.clear_data();
-      first = false;
-    }
-    if (chunk.offset() != offset) {
-      broken = absl::DataLossError(absl::StrCat("fetch: a piece at offset ", chunk.offset(), ", expected ", offset));
-      break;
-    }
-    out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
-    crc = crc32(crc, reinterpret_cast<const Bytef*>(chunk.data().data()), static_cast<uInt>(chunk.data().size()));
-    offset += static_cast<int64_t>(chunk.data().size());
-    if (!out) broken = absl::InternalError("fetch: cannot write the output");
-  }
-  if (!broken.ok()) ctx.TryCancel();
-  grpc::Status status = reader->Finish();
+  bool stopped = false;
+  std::string address;
+  // Nothing is written before the first piece arrives, so a stream opened
+  // again on another coordinator writes each byte once.
+  grpc::Status status = ReadStream<v1::JobService::Stub, v1::FetchArtifactRequest, v1::ArtifactChunk>(
+      stubs_->endpoints, &v1::JobService::Stub::FetchArtifact, req,
+      [&](const v1::ArtifactChunk& chunk) {
+        if (first) {
+          head = chunk;
+          head.clear_data();
+          first = false;
+        }
+        if (chunk.offset() != offset) {
+          broken = absl::DataLossError(absl::StrCat("fetch: a piece at offset ", chunk.offset(), ", expected ", offset));
+          return false;
+        }
+        out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+        crc = crc32(crc, reinterpret_cast<const Bytef*>(chunk.data().data()), static_cast<uInt>(chunk.data().size()));
+        offset += static_cast<int64_t>(chunk.data().size());
+        if (!out) broken = absl::InternalError("fetch: cannot write the output");
+        return broken.ok();
+      },
+      &stopped, &address);
   if (!broken.ok()) return broken;
-  if (absl::Status s = FromGrpc(status, options_.address); !s.ok()) return s;
+  if (absl::Status s = FromGrpc(status, address); !s.ok()) return s;
   if (first) return absl::DataLossError("fetch: the coordinator sent nothing");
   if (offset != head.size()) {
     return absl::DataLossError(absl::StrCat("fetch: got ", offset, " bytes of ", head.size()));
@@ -366,7 +500,7 @@ absl::StatusOr<std::vector<v1::MetricBatch>> Client::Metrics(const std::string& 
   std::vector<v1::MetricBatch> batches;
   do {
     v1::GetMetricsResponse resp;
-    absl::Status s = Unary(stubs_->jobs.get(), &v1::JobService::Stub::GetMetrics, req, &resp, options_);
+    absl::Status s = Unary(stubs_->endpoints, &v1::JobService::Stub::GetMetrics, req, &resp, Idempotency::kIdempotent);
     if (!s.ok()) return s;
     for (v1::MetricBatch& b : *resp.mutable_batches()) {
       // A page may continue the previous page's attempt: one batch per run.
@@ -385,7 +519,7 @@ absl::StatusOr<v1::ListWorkersResponse> Client::ListWorkers(bool include_gone) {
   v1::ListWorkersRequest req;
   req.set_include_gone(include_gone);
   v1::ListWorkersResponse resp;
-  absl::Status s = Unary(stubs_->workers.get(), &v1::WorkerService::Stub::ListWorkers, req, &resp, options_);
+  absl::Status s = Unary(stubs_->endpoints, &v1::WorkerService::Stub::ListWorkers, req, &resp, Idempotency::kIdempotent);
   if (!s.ok()) return s;
   return resp;
 }
@@ -399,7 +533,7 @@ absl::StatusOr<std::vector<v1::Worker>> Client::Workers(bool include_gone) {
 absl::StatusOr<v1::CreateSignInCodeResponse> Client::CreateSignInCode() {
   v1::CreateSignInCodeRequest req;
   v1::CreateSignInCodeResponse resp;
-  absl::Status s = Unary(stubs_->auth.get(), &v1::AuthService::Stub::CreateSignInCode, req, &resp, options_);
+  absl::Status s = Unary(stubs_->endpoints, &v1::AuthService::Stub::CreateSignInCode, req, &resp, Idempotency::kNotIdempotent);
   if (!s.ok()) return s;
   return resp;
 }
@@ -410,7 +544,7 @@ namespace trainctl {
 
 absl::StatusOr<v1::CreateTokenResponse> Client::CreateToken(const v1::CreateTokenRequest& req) {
   v1::CreateTokenResponse resp;
-  absl::Status s = Unary(stubs_->auth.get(), &v1::AuthService::Stub::CreateToken, req, &resp, options_);
+  absl::Status s = Unary(stubs_->endpoints, &v1::AuthService::Stub::CreateToken, req, &resp, Idempotency::kNotIdempotent);
   if (!s.ok()) return s;
   return resp;
 }
@@ -419,7 +553,7 @@ absl::StatusOr<std::vector<v1::Token>> Client::ListTokens(bool include_revoked) 
   v1::ListTokensRequest req;
   req.set_include_revoked(include_revoked);
   v1::ListTokensResponse resp;
-  absl::Status s = Unary(stubs_->auth.get(), &v1::AuthService::Stub::ListTokens, req, &resp, options_);
+  absl::Status s = Unary(stubs_->endpoints, &v1::AuthService::Stub::ListTokens, req, &resp, Idempotency::kIdempotent);
   if (!s.ok()) return s;
   return std::vector<v1::Token>(resp.tokens().begin(), resp.tokens().end());
 }
@@ -428,7 +562,7 @@ absl::StatusOr<v1::Token> Client::RevokeToken(const std::string& id) {
   v1::RevokeTokenRequest req;
   req.set_id(id);
   v1::Token resp;
-  absl::Status s = Unary(stubs_->auth.get(), &v1::AuthService::Stub::RevokeToken, req, &resp, options_);
+  absl::Status s = Unary(stubs_->endpoints, &v1::AuthService::Stub::RevokeToken, req, &resp, Idempotency::kNotIdempotent);
   if (!s.ok()) return s;
   return resp;
 }
@@ -437,7 +571,7 @@ absl::StatusOr<v1::RevokeWorkerResponse> Client::RevokeWorker(const std::string&
   v1::RevokeWorkerRequest req;
   req.set_worker_id(worker_id);
   v1::RevokeWorkerResponse resp;
-  absl::Status s = Unary(stubs_->auth.get(), &v1::AuthService::Stub::RevokeWorker, req, &resp, options_);
+  absl::Status s = Unary(stubs_->endpoints, &v1::AuthService::Stub::RevokeWorker, req, &resp, Idempotency::kNotIdempotent);
   if (!s.ok()) return s;
   return resp;
 }
@@ -447,7 +581,7 @@ absl::StatusOr<v1::Queue> Client::CreateQueue(const v1::Queue& queue, bool updat
   *req.mutable_queue() = queue;
   req.set_update(update);
   v1::Queue resp;
-  absl::Status s = Unary(stubs_->queues.get(), &v1::QueueService::Stub::CreateQueue, req, &resp, options_);
+  absl::Status s = Unary(stubs_->endpoints, &v1::QueueService::Stub::CreateQueue, req, &resp, Idempotency::kNotIdempotent);
   if (!s.ok()) return s;
   return resp;
 }
@@ -456,7 +590,7 @@ absl::StatusOr<v1::QueueStatus> Client::GetQueue(const std::string& name) {
   v1::GetQueueRequest req;
   req.set_name(name);
   v1::QueueStatus resp;
-  absl::Status s = Unary(stubs_->queues.get(), &v1::QueueService::Stub::GetQueue, req, &resp, options_);
+  absl::Status s = Unary(stubs_->endpoints, &v1::QueueService::Stub::GetQueue, req, &resp, Idempotency::kIdempotent);
   if (!s.ok()) return s;
   return resp;
 }
@@ -464,7 +598,7 @@ absl::StatusOr<v1::QueueStatus> Client::GetQueue(const std::string& name) {
 absl::StatusOr<std::vector<v1::QueueStatus>> Client::ListQueues() {
   v1::ListQueuesRequest req;
   v1::ListQueuesResponse resp;
-  absl::Status s = Unary(stubs_->queues.get(), &v1::QueueService::Stub::ListQueues, req, &resp, options_);
+  absl::Status s = Unary(stubs_->endpoints, &v1::QueueService::Stub::ListQueues, req, &resp, Idempotency::kIdempotent);
   if (!s.ok()) return s;
   return std::vector<v1::QueueStatus>(resp.queues().begin(), resp.queues().end());
 }
@@ -473,12 +607,12 @@ absl::Status Client::DeleteQueue(const std::string& name) {
   v1::DeleteQueueRequest req;
   req.set_name(name);
   v1::DeleteQueueResponse resp;
-  return Unary(stubs_->queues.get(), &v1::QueueService::Stub::DeleteQueue, req, &resp, options_);
+  return Unary(stubs_->endpoints, &v1::QueueService::Stub::DeleteQueue, req, &resp, Idempotency::kNotIdempotent);
 }
 
 absl::StatusOr<v1::GetUsageResponse> Client::GetUsage(const v1::GetUsageRequest& req) {
   v1::GetUsageResponse resp;
-  absl::Status s = Unary(stubs_->queues.get(), &v1::QueueService::Stub::GetUsage, req, &resp, options_);
+  absl::Status s = Unary(stubs_->endpoints, &v1::QueueService::Stub::GetUsage, req, &resp, Idempotency::kIdempotent);
   if (!s.ok()) return s;
   return resp;
 }

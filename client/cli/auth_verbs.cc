@@ -13,6 +13,7 @@
 #include "client/cli/context.h"
 #include "client/cli/format.h"
 #include "common/auth/secret.h"
+#include "common/coordinator_failover.h"
 
 namespace trainctl::cli {
 
@@ -138,6 +139,11 @@ int RunRevoke(CliContext& ctx, const std::string& id) {
 int RunLogin(CliContext& ctx, const std::string& address) {
   std::string addr = address.empty() ? ctx.coordinator_flag : address;
   if (addr.empty()) return ctx.Fail(absl::InvalidArgumentError("--address: required (host:port)"));
+  if (absl::StatusOr<std::vector<std::string>> list =
+          ParseCoordinatorList(addr, address.empty() ? "--coordinator" : "--address");
+      !list.ok()) {
+    return ctx.Fail(list.status());
+  }
   if (ctx.token_flag.empty()) return ctx.Fail(absl::InvalidArgumentError("--token: required"));
   std::string ca;
   if (!ctx.ca_flag.empty()) {
@@ -256,7 +262,8 @@ int RunDashboard(CliContext& ctx) {
   if (!client.ok()) return ctx.Fail(client.status());
   absl::StatusOr<v1::CreateSignInCodeResponse> r = (*client)->CreateSignInCode();
   if (!r.ok()) return ctx.Fail(r.status());
-  const std::string& address = (*client)->options().address;
+  // The coordinator that made the code: the active one.
+  const std::string address = (*client)->active_address();
   std::string host = address.substr(0, address.rfind(':'));
   if (absl::StartsWith(host, "dns:///")) host = host.substr(7);
   if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
@@ -285,7 +292,8 @@ VerbRunner AddLoginVerb(CLI::App& app, CliContext& ctx) {
       app, "login", "Check a token against a coordinator and save address, token and CA in the config file",
       "  trainctl login --address coord:7070 --token tct_t-3f9a1c0d_... --ca ca.crt\n"
       "Writes $XDG_CONFIG_HOME (or ~/.config)/trainctl/config.yaml with mode 0600.\n");
-  sub->add_option("--address", *address, "Coordinator HOST:PORT")->type_name("HOST:PORT");
+  sub->add_option("--address", *address, "Coordinator HOST:PORT, or a comma-separated list of them")
+      ->type_name("HOST:PORT[,...]");
   return [&ctx, address] { return RunLogin(ctx, *address); };
 }
 

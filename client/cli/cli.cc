@@ -11,11 +11,13 @@
 #include <set>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/context.h"
 #include "client/cli/script_job.h"
 #include "client/cli/format.h"
+#include "common/coordinator_failover.h"
 
 namespace trainctl::cli {
 
@@ -35,7 +37,8 @@ constexpr VerbFactory kVerbs[] = {
 
 constexpr char kMainFooter[] =
     "Coordinator: --coordinator, else $TRAINCTL_COORDINATOR (or $TRAINCTL_ADDRESS), else\n"
-    "`coordinator: host:port` in ~/.config/trainctl/config.yaml, else localhost:7070.\n"
+    "`coordinator: host:port` in ~/.config/trainctl/config.yaml, else localhost:7070. Each takes\n"
+    "a list, a:7070,b:7070: a standby's answer leads to the active one, an unreachable one to the next.\n"
     "Token and CA: --token / --ca, else $TRAINCTL_TOKEN / $TRAINCTL_CA, else `token:` / `ca:` in\n"
     "the config file (trainctl login writes it).\n"
     "Exit codes: 0 ok; 1 RPC error, or a followed job that did not succeed; 2 usage or\n"
@@ -83,14 +86,14 @@ bool ConfigValue(const CliEnvironment& env, const std::string& key, std::string*
   try {
     YAML::Node doc = YAML::Load(in);
     if (!doc.IsNull() && !doc.IsMap()) {
-      *error = absl::StrCat(path, ": expected a mapping such as `coordinator: host:port`");
+      *error = absl::StrCat(path, ": expected a mapping such as `coordinator: host:port[,host:port...]`");
       return false;
     }
     if (doc.IsMap() && doc[key]) {
       YAML::Node c = doc[key];
       if (!c.IsScalar() || c.as<std::string>().empty()) {
         *error = absl::StrCat(path, ":", c.Mark().line + 1, ":", c.Mark().column + 1, ": ", key,
-                              key == "coordinator" ? ": expected host:port" : ": expected a string");
+                              key == "coordinator" ? ": expected host:port[,host:port...]" : ": expected a string");
         return false;
       }
       *value = c.as<std::string>();
@@ -160,6 +163,19 @@ absl::StatusOr<std::unique_ptr<Client>> CliContext::Connect(std::optional<absl::
   if (!addr.has_value()) return absl::InvalidArgumentError(error);
   std::optional<ResolvedCredentials> creds = ResolveCredentials(token_flag, ca_flag, env, &error);
   if (!creds.has_value()) return absl::InvalidArgumentError(error);
+  // One parser for every spelling of the list; its error names where the
+  // address came from.
+  std::string where = "coordinator";  // the default's
+  if (addr->source == "--coordinator") {
+    where = "--coordinator";
+  } else if (absl::StartsWith(addr->source, "TRAINCTL_")) {
+    where = absl::StrCat("$", addr->source);
+  } else if (addr->source != "default") {
+    where = absl::StrCat(addr->source, ": coordinator");  // the config file
+  }
+  if (absl::StatusOr<std::vector<std::string>> list = ParseCoordinatorList(addr->address, where); !list.ok()) {
+    return list.status();
+  }
   ClientOptions options;
   options.address = addr->address;
   options.token = creds->token;
@@ -199,8 +215,10 @@ std::map<std::string, VerbRunner> BuildApp(CLI::App& app, CliContext& ctx) {
   // Global flags are accepted after the verb too: `trainctl status JOB -o json`.
   app.fallthrough();
 
-  app.add_option("--coordinator", ctx.coordinator_flag, "Coordinator HOST:PORT")
-      ->type_name("HOST:PORT");
+  app.add_option("--coordinator", ctx.coordinator_flag,
+                 "Coordinator HOST:PORT, or a comma-separated list of them (active and standby "
+                 "coordinators): calls go to the active one")
+      ->type_name("HOST:PORT[,...]");
   app.add_option("--run", ctx.run_flag,
                  "Read a kept local run instead of a coordinator: its directory, its name (or the start "
                  "or end of one) from `trainctl runs`, or latest")

@@ -178,7 +178,7 @@ int RunDryRun(CliContext& ctx, const SubmitFlags& flags, const v1::JobSpec& spec
     ctx.PrintJson(result);
     return kExitOk;
   }
-  ctx.out << "\nPlacement now (coordinator " << (*client)->options().address << "):\n";
+  ctx.out << "\nPlacement now (coordinator " << (*client)->active_address() << "):\n";
   if (dry->planned.empty()) {
     ctx.out << "  the job would wait: "
             << (dry->pending_reason.empty() ? "no free slots" : dry->pending_reason) << "\n";

@@ -27,6 +27,21 @@
 // ClientOptions::timeout; Watch and Logs streams are not (they last as long as
 // the job, or until the callback returns false).
 //
+// Several coordinators (active and standby on one store): set
+// options.address to a comma-separated list, "a:7070,b:7070". A standby
+// answers UNAVAILABLE naming the active coordinator; the call then goes
+// there (also when it is not in the list; over TLS its certificate is
+// verified for that host name). An address that cannot be reached leads to
+// the next one, round robin with a short backoff, within options.timeout.
+// A call is sent again only when it certainly did not run (a standby
+// answered, or the connection was never made, so nothing was sent) or when
+// it is idempotent: reads, and Submit (its request_id). Cancel, the token,
+// queue and revoke calls are never sent twice: an UNAVAILABLE after they
+// may have been sent is returned. Watch and Logs streams open on the
+// active coordinator the same way; Watch also resumes on it after a break.
+// The address that last answered as active is kept for the Client's life
+// and for other Clients of the same list in this process.
+//
 // Thread-safety: a Client may be used from several threads at once; callbacks
 // run on the calling thread.
 #pragma once
@@ -55,7 +70,8 @@ class Channel;
 namespace trainctl {
 
 struct ClientOptions {
-  // The coordinator, "host:port" (or any gRPC target, e.g. "unix:/path").
+  // The coordinator, "host:port" (or a gRPC target with a scheme, e.g.
+  // "unix:/path"), or a comma-separated list of them (see above).
   std::string address = "localhost:7070";
   // Bounds Connect() and every unary call.
   absl::Duration timeout = absl::Seconds(10);
@@ -115,8 +131,10 @@ class Client {
   // Called with each chunk of log lines (one rank's, in order); return false to stop.
   using LogCallback = std::function<bool(const v1::LogChunk&)>;
 
-  // Connects and waits until the coordinator answers the connection, at most
-  // options.timeout. Unavailable (naming the address) when nothing listens.
+  // Connects and waits until a coordinator of the list answers the
+  // connection, at most options.timeout. Unavailable (naming the address,
+  // or each of the list with its reason) when nothing listens;
+  // InvalidArgument for a malformed address or list.
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
   // A client over an existing channel (an embedded coordinator's in-process
   // channel, or one with custom credentials). Does not wait for it.
@@ -131,10 +149,11 @@ class Client {
   // from the coordinator names every bad field, one per line.
   //
   // Safe to retry: each call sends a request_id of its own (`request_id`,
-  // or a random one when empty), and a call whose answer is lost (the
-  // coordinator restarted, the network dropped: UNAVAILABLE or
-  // DEADLINE_EXCEEDED) is retried with it up to twice, so one call makes at
-  // most one job. Retrying a failed call with the same request_id yourself
+  // or a random one when empty). A call whose answer is lost to UNAVAILABLE
+  // (the coordinator restarted or failed over, the network dropped) is sent
+  // again with it, to the active coordinator, within options.timeout; one
+  // lost to DEADLINE_EXCEEDED up to twice more. So one call makes at most
+  // one job. Retrying a failed call with the same request_id yourself
   // returns the job it made, if it made one.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& request_id = "");
   // Parses and validates job.yaml locally (with `overrides`, "key.path=value"
@@ -212,6 +231,10 @@ class Client {
   absl::StatusOr<v1::GetUsageResponse> GetUsage(const v1::GetUsageRequest& req);
 
   const ClientOptions& options() const { return options_; }
+  // The coordinator calls go to now: the one that last answered as active
+  // (or the first reachable one of the list); options.address for a
+  // client made by FromChannel.
+  std::string active_address() const;
 
  private:
   struct Stubs;

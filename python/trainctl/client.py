@@ -30,6 +30,19 @@ code (grpc.StatusCode) and ``message`` the coordinator's reason; problems
 found before anything is sent use the same codes (INVALID_ARGUMENT for a bad
 job.yaml, ALREADY_EXISTS for a fetch onto an existing file).
 
+Several coordinators (active and standby on one store): ``address`` (or
+the setting) may be a comma-separated list, "a:7070,b:7070", as the CLI's
+--coordinator. A standby answers UNAVAILABLE with the trailing metadata
+``trainctl-active-coordinator: HOST:PORT``: the call goes there (also when
+it is not in the list). An address that cannot be reached leads to the next
+one, round robin with a short backoff, within ``timeout``. A unary call is
+sent again only when it certainly did not run (a standby answered, or the
+connection never became ready) or when it is idempotent (reads, and submit
+by its request_id); cancel is never sent twice. Streams (watch, logs,
+fetch) open on the coordinator the last call found active; watch moves on
+by the same rule when it resumes. The active address is kept for the
+process (the next Client of the same list starts there).
+
 Thread-safety: a Client may be used from several threads; an iterator
 (watch, logs) belongs to the thread that reads it.
 """
@@ -39,7 +52,9 @@ import errno
 import os
 import queue
 import random
+import re
 import secrets
+import threading
 import time
 import zlib
 
@@ -55,7 +70,7 @@ except ImportError as e:  # pragma: no cover - depends on the installation
 
 from trainctl import jobspec
 
-__all__ = ["Client", "TrainctlError", "Artifact", "resolve_settings"]
+__all__ = ["Client", "TrainctlError", "Artifact", "resolve_settings", "parse_coordinator_list"]
 
 DEFAULT_COORDINATOR = "localhost:7070"
 # Largest message either side sends: a Job with many attempts, a log chunk.
@@ -72,6 +87,57 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
 ]
 _TERMINAL = (job_pb2.JOB_STATE_SUCCEEDED, job_pb2.JOB_STATE_FAILED, job_pb2.JOB_STATE_CANCELLED)
+# The standby contract (common/coordinator_failover.h): the metadata key that
+# names the active coordinator, and how a standby's message starts.
+ACTIVE_COORDINATOR_KEY = "trainctl-active-coordinator"
+_STANDBY_PREFIX = "standby coordinator"
+# HOST:PORT (DNS name, IPv4, or [IPv6]); port 1..65535 checked apart.
+_HOST_PORT = re.compile(r"^(?:\[[0-9A-Fa-f:.%]+\]|[A-Za-z0-9._-]+):([0-9]+)$")
+_SCHEMES = ("unix:", "unix-abstract:", "dns:", "ipv4:", "ipv6:", "vsock:")
+# The last active coordinator per list, for this process.
+_remembered = {}
+_remembered_lock = threading.Lock()
+
+
+def _is_host_port(entry):
+    m = _HOST_PORT.match(entry)
+    return bool(m) and 1 <= int(m.group(1)) <= 65535
+
+
+def parse_coordinator_list(text, what="address"):
+    """"a:7070, b:7070" -> ["a:7070", "b:7070"] (common/coordinator_failover.h's
+    ParseCoordinatorList): HOST:PORT entries, or gRPC targets with a scheme.
+    INVALID_ARGUMENT naming ``what`` and the entry otherwise."""
+    if not text or not text.strip():
+        raise _invalid("%s: empty (expected HOST:PORT[,HOST:PORT...])" % what)
+    out = []
+    for n, raw in enumerate(text.split(","), 1):
+        entry = raw.strip()
+        if not entry:
+            raise _invalid("%s: entry %d of '%s' is empty (expected HOST:PORT[,HOST:PORT...])" % (what, n, text))
+        if not (entry.startswith(_SCHEMES) or "://" in entry) and not _is_host_port(entry):
+            raise _invalid("%s: '%s': expected HOST:PORT (port 1..65535; an IPv6 address in [brackets])"
+                           % (what, entry))
+        if entry in out:
+            raise _invalid("%s: '%s' is listed twice" % (what, entry))
+        out.append(entry)
+    return out
+
+
+def _active_hint(rpc_error):
+    """The HOST:PORT a standby's UNAVAILABLE names, or None."""
+    if rpc_error.code() != grpc.StatusCode.UNAVAILABLE:
+        return None
+    trailing = rpc_error.trailing_metadata() if hasattr(rpc_error, "trailing_metadata") else None
+    for key, value in trailing or ():
+        if key == ACTIVE_COORDINATOR_KEY:
+            value = value.decode() if isinstance(value, bytes) else value
+            return value if _is_host_port(value) else None
+    return None
+
+
+def _is_standby_answer(rpc_error):
+    return rpc_error.code() == grpc.StatusCode.UNAVAILABLE and (rpc_error.details() or "").startswith(_STANDBY_PREFIX)
 
 
 class TrainctlError(Exception):
@@ -200,17 +266,31 @@ class Client:
                     self._root_certs = f.read()
             except OSError as e:
                 raise _invalid("CA file %s: %s" % (self.ca_file, e.strerror))
-        self._channel = self._make_channel()
-        try:
-            self._wait_ready(self._channel)
-        except BaseException:
-            self._channel.close()
-            raise
-        self._jobs = job_service_pb2_grpc.JobServiceStub(self._channel)
+        self._addresses = parse_coordinator_list(self.address)
+        self._list_key = ",".join(self._addresses)
+        self._lock = threading.Lock()
+        self._channels = {}  # address -> channel, made on first use
+        with _remembered_lock:
+            self._current = _remembered.get(self._list_key, self._addresses[0])
+        self._next = self._addresses.index(self._current) if self._current in self._addresses else 0
+        self._connect()
+
+    @property
+    def active_address(self):
+        """The coordinator calls go to now (the one that last answered as active)."""
+        with self._lock:
+            return self._current
+
+    @property
+    def _jobs(self):
+        return job_service_pb2_grpc.JobServiceStub(self._channel_for(self.active_address).channel)
 
     def close(self):
         """Closes the connection; calls in flight end with CANCELLED."""
-        self._channel.close()
+        with self._lock:
+            channels, self._channels = list(self._channels.values()), {}
+        for entry in channels:
+            entry.close()
 
     def __enter__(self):
         return self
@@ -234,15 +314,16 @@ class Client:
         defaults are the coordinator's (INVALID_ARGUMENT naming each field).
 
         Safe to retry: the call sends a request_id (given, or a random one)
-        and retries an answer that may have been lost (UNAVAILABLE,
-        DEADLINE_EXCEEDED) with it up to twice: one call makes at most one job.
+        and sends it again when an answer may have been lost (UNAVAILABLE:
+        within the timeout, to the active coordinator; DEADLINE_EXCEEDED: up
+        to twice more): one call makes at most one job.
         """
         return self._submit(self._read_spec(spec, overrides), request_id)
 
     def get(self, job):
         """The job with its attempts and checkpoints. NOT_FOUND when no job matches."""
         if isinstance(job, job_pb2.Job):
-            return self._unary(self._jobs.GetJob, job_service_pb2.GetJobRequest(job_id=job.id))
+            return self._unary("GetJob", job_service_pb2.GetJobRequest(job_id=job.id))
         return self.resolve(job)
 
     def list(self, states=None, limit=0):
@@ -255,7 +336,7 @@ class Client:
         out = []
         while True:
             req.page_size = _LIST_PAGE_SIZE if limit == 0 else min(_LIST_PAGE_SIZE, limit - len(out))
-            resp = self._unary(self._jobs.ListJobs, req)
+            resp = self._unary("ListJobs", req)
             out.extend(resp.jobs)
             req.page_token = resp.next_page_token
             if not req.page_token or (limit and len(out) >= limit):
@@ -266,7 +347,7 @@ class Client:
         """Stops every rank and marks the job CANCELLED (recording ``reason``);
         returns the Job. FAILED_PRECONDITION when it already ended."""
         req = job_service_pb2.CancelJobRequest(job_id=self._job_id(job), reason=reason)
-        return self._unary(self._jobs.CancelJob, req)
+        return self._unary("CancelJob", req, idempotent=False)
 
     def resume(self, job, *, request_id=None, **overrides):
         """Submits a new job that continues ``job`` from its newest checkpoint
@@ -288,7 +369,7 @@ class Client:
         INVALID_ARGUMENT listing them. NOT_FOUND when none."""
         latest = self.latest if latest is None else latest
         try:
-            return self._unary(self._jobs.GetJob, job_service_pb2.GetJobRequest(job_id=ref))
+            return self._unary("GetJob", job_service_pb2.GetJobRequest(job_id=ref))
         except TrainctlError as e:
             if e.code != grpc.StatusCode.NOT_FOUND:
                 raise
@@ -307,7 +388,7 @@ class Client:
             raise _invalid("JOB: '%s' matches %d jobs by %s, newest first: %s%s; give an id, or latest=True for "
                            "the newest" % (ref, len(found), "name" if named else "id prefix", ", ".join(ids),
                                            ", ..." if len(found) > len(ids) else ""))
-        return self._unary(self._jobs.GetJob, job_service_pb2.GetJobRequest(job_id=found[0].id))
+        return self._unary("GetJob", job_service_pb2.GetJobRequest(job_id=found[0].id))
 
     # --- following a job ---
 
@@ -340,7 +421,7 @@ class Client:
             req.rank = rank
         batches = []
         while True:
-            resp = self._unary(self._jobs.GetMetrics, req)
+            resp = self._unary("GetMetrics", req)
             for b in resp.batches:
                 # A page may continue the previous page's attempt: one batch per run.
                 if batches and batches[-1].attempt == b.attempt:
@@ -406,51 +487,137 @@ class Client:
 
     # --- internals ---
 
-    def _make_channel(self, fresh=False):
-        options = list(_CHANNEL_OPTIONS)
-        if fresh:
-            # A subchannel of its own: a reconnect dials at once instead of
-            # inheriting gRPC's backoff from the broken connection.
-            options.append(("grpc.use_local_subchannel_pool", 1))
+    def _make_channel(self, address):
+        # A subchannel of its own: a channel made after a failure dials at
+        # once instead of inheriting gRPC's backoff from the broken one.
+        options = list(_CHANNEL_OPTIONS) + [("grpc.use_local_subchannel_pool", 1)]
         if self._root_certs is None:
-            return grpc.insecure_channel(self.address, options=options)
+            return grpc.insecure_channel(address, options=options)
+        # Without an override TLS verifies each address (a hinted one too)
+        # for its own host name.
         if self._tls_server_name:
             options.append(("grpc.ssl_target_name_override", self._tls_server_name))
         creds = grpc.ssl_channel_credentials(root_certificates=self._root_certs)
-        return grpc.secure_channel(self.address, creds, options=options)
+        return grpc.secure_channel(address, creds, options=options)
 
-    def _wait_ready(self, channel):
-        """Waits for READY, giving up at the first TRANSIENT_FAILURE: every
-        address the name resolved to refused, so waiting longer only delays
-        the error (as the C++ client's Connect)."""
-        states = queue.Queue()
-        on_state = states.put
-        channel.subscribe(on_state, try_to_connect=True)
-        try:
-            deadline = time.monotonic() + self.timeout
-            while True:
-                try:
-                    state = states.get(timeout=max(0.0, deadline - time.monotonic()))
-                except queue.Empty:
-                    raise TrainctlError(grpc.StatusCode.UNAVAILABLE, "cannot reach the coordinator at %s: no answer "
-                                        "within %gs" % (self.address, self.timeout)) from None
-                if state == grpc.ChannelConnectivity.READY:
-                    return
-                if state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN):
-                    hint = ("is trainctl-coordinator running and listening there? a TLS coordinator also needs a CA"
-                            if not self.ca_file else
-                            "is trainctl-coordinator running there, and is its certificate signed by the CA in %s?"
-                            % self.ca_file)
-                    raise TrainctlError(grpc.StatusCode.UNAVAILABLE, "cannot reach the coordinator at %s: "
-                                        "connection failed (%s)" % (self.address, hint))
-        finally:
-            channel.unsubscribe(on_state)
+    def _channel_for(self, address):
+        with self._lock:
+            entry = self._channels.get(address)
+            if entry is None:
+                entry = self._channels[address] = _WatchedChannel(self._make_channel(address))
+            return entry
 
-    def _unary(self, method, request):
-        try:
-            return method(request, timeout=self.timeout, metadata=self._metadata)
-        except grpc.RpcError as e:
-            raise _error(e, self.address) from None
+    def _forget(self, address):
+        """The next call to ``address`` makes a channel afresh (this one may
+        still carry another thread's call: it closes when unreferenced)."""
+        with self._lock:
+            self._channels.pop(address, None)
+
+    def _answered(self, address):
+        with self._lock:
+            self._current = address
+            if address in self._addresses:
+                self._next = self._addresses.index(address)
+        with _remembered_lock:
+            _remembered[self._list_key] = address
+
+    def _follow(self, hint):
+        with self._lock:
+            self._current = hint
+            if hint in self._addresses:
+                self._next = self._addresses.index(hint)
+
+    def _unreachable(self, address):
+        """``address`` could not serve: the next address of the list (after
+        a hinted one, the entry after the one that named it)."""
+        with self._lock:
+            if self._current != address:
+                return
+            self._next = (self._next + 1) % len(self._addresses)
+            self._current = self._addresses[self._next]
+
+    @staticmethod
+    def _wait_ready(entry, deadline):
+        return entry.wait_ready(deadline)
+
+    def _try_limit(self, deadline):
+        """When to give up connecting to one address: with several, after
+        3 s at most (a black hole must not use up the whole deadline)."""
+        return deadline if len(self._addresses) == 1 else min(deadline, time.monotonic() + 3.0)
+
+    def _connect(self):
+        """One round over the list: the first address that answers the
+        connection will do (as the C++ client's Connect)."""
+        deadline = time.monotonic() + self.timeout
+        failures, tried = [], set()
+        while len(tried) < len(self._addresses):
+            address = self.active_address
+            if address in self._addresses:
+                tried.add(address)
+            started = time.monotonic()
+            state = self._wait_ready(self._channel_for(address), self._try_limit(deadline))
+            if state == "ready":
+                return
+            failures.append("%s: %s" % (address, "connection failed" if state == "refused"
+                                        else "no answer within %gs" % (time.monotonic() - started)))
+            self._forget(address)
+            self._unreachable(address)
+            if time.monotonic() >= deadline:
+                break
+        hint = ("is trainctl-coordinator running and listening there? a TLS coordinator also needs a CA"
+                if not self.ca_file else
+                "is trainctl-coordinator running there, and is its certificate signed by the CA in %s?" % self.ca_file)
+        if len(self._addresses) == 1:
+            if failures and "no answer" in failures[0]:
+                message = "cannot reach the coordinator at %s: no answer within %gs" % (self.address, self.timeout)
+            else:
+                message = "cannot reach the coordinator at %s: connection failed (%s)" % (self.address, hint)
+        else:
+            message = "cannot reach any coordinator of %s: %s (%s)" % (self._list_key, "; ".join(failures), hint)
+        raise TrainctlError(grpc.StatusCode.UNAVAILABLE, message)
+
+    def _unary(self, name, request, idempotent=True):
+        """JobService method ``name`` with the failover rule (module
+        docstring), every try within ``timeout``."""
+        deadline = time.monotonic() + self.timeout
+        backoff, last = 0.0, None
+        while True:
+            if last is not None:
+                backoff = min(max(backoff * 2, 0.05), 1.0)
+                if time.monotonic() + backoff >= deadline:
+                    raise last
+                time.sleep(backoff)
+            address = self.active_address
+            channel = self._channel_for(address)
+            if self._wait_ready(channel, self._try_limit(deadline)) != "ready":
+                # Never connected: nothing was sent, any call may go elsewhere.
+                self._forget(address)
+                self._unreachable(address)
+                last = TrainctlError(grpc.StatusCode.UNAVAILABLE, "cannot reach the coordinator at %s" % address)
+                continue
+            method = getattr(job_service_pb2_grpc.JobServiceStub(channel.channel), name)
+            try:
+                result = method(request, timeout=max(0.0, deadline - time.monotonic()), metadata=self._metadata)
+            except grpc.RpcError as e:
+                last = _error(e, address)
+                if e.code() != grpc.StatusCode.UNAVAILABLE:
+                    if e.code() != grpc.StatusCode.DEADLINE_EXCEEDED:
+                        self._answered(address)
+                    raise last from None
+                hint = _active_hint(e)
+                if hint is not None:
+                    self._follow(hint)  # a standby: the call did not run
+                    continue
+                if _is_standby_answer(e):
+                    self._unreachable(address)  # a standby that knows no active one yet
+                    continue
+                if not idempotent:
+                    raise last from None  # it may have run: never sent twice
+                self._forget(address)
+                self._unreachable(address)
+                continue
+            self._answered(address)
+            return result
 
     def _job_id(self, job):
         return job.id if isinstance(job, job_pb2.Job) else self.resolve(job).id
@@ -473,11 +640,13 @@ class Client:
             if attempt:
                 time.sleep(0.25 * attempt)
             try:
-                return self._unary(self._jobs.SubmitJob, req).job
+                # Idempotent by its request id: an answer lost to UNAVAILABLE
+                # is sent again within the timeout, and the retry returns the
+                # first call's job, never a second.
+                return self._unary("SubmitJob", req).job
             except TrainctlError as e:
-                # Only an answer that may have been lost is retried: the same
-                # id makes a retry return the first call's job, never a second.
-                if e.code not in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED) or attempt == 2:
+                # One lost to the deadline: twice more.
+                if e.code != grpc.StatusCode.DEADLINE_EXCEEDED or attempt == 2:
                     raise
 
     def _watch(self, job_id, include_history, deadline):
@@ -485,48 +654,52 @@ class Client:
         last_seq = 0  # The newest event delivered: a resumed stream continues after it.
         broke = None  # When the current break started.
         backoff = 0.1
-        stub, channel = self._jobs, None  # After a break, a channel of the watch's own.
-        try:
-            while True:
-                req = job_service_pb2.WatchJobRequest(job_id=job_id, include_history=include_history or last_seq > 0,
-                                                      after_event_seq=last_seq)
-                remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-                call = stub.WatchJob(req, timeout=remaining, metadata=self._metadata)
-                delivered = False
-                try:
-                    for update in call:
-                        delivered = True
-                        if update.HasField("event"):
-                            last_seq = max(last_seq, update.event.seq)
-                        yield update
-                    return  # The job ended.
-                except grpc.RpcError as e:
-                    status = e
-                finally:
-                    call.cancel()  # A no-op once the stream ended; stops it when the caller left the loop.
-                # A stream that broke (not one the coordinator refused):
-                # UNAVAILABLE, or CANCELLED by a coordinator shutting down.
-                broken = status.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
-                now = time.monotonic()
-                if delivered or broke is None:
-                    broke, backoff = now, 0.1
-                if not broken or now - broke >= self.watch_reconnect_for:
-                    raise _error(status, self.address)
-                # Full jitter in [b/2, b], b doubling to 1 s: back within a
-                # second of the coordinator answering again.
-                pause = random.uniform(backoff / 2, backoff)
-                if deadline is not None and now + pause >= deadline:
-                    raise TrainctlError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                                        "watch of %s: %s" % (job_id, _error(status, self.address).message))
-                time.sleep(pause)
-                backoff = min(backoff * 2, 1.0)
-                if channel is not None:
-                    channel.close()
-                channel = self._make_channel(fresh=True)
-                stub = job_service_pb2_grpc.JobServiceStub(channel)
-        finally:
-            if channel is not None:
-                channel.close()
+        while True:
+            # The active coordinator as far as this client knows: after a
+            # break, where a standby pointed, else the next address.
+            address = self.active_address
+            stub = job_service_pb2_grpc.JobServiceStub(self._channel_for(address).channel)
+            req = job_service_pb2.WatchJobRequest(job_id=job_id, include_history=include_history or last_seq > 0,
+                                                  after_event_seq=last_seq)
+            remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
+            call = stub.WatchJob(req, timeout=remaining, metadata=self._metadata)
+            delivered = False
+            try:
+                for update in call:
+                    delivered = True
+                    if update.HasField("event"):
+                        last_seq = max(last_seq, update.event.seq)
+                    yield update
+                return  # The job ended.
+            except grpc.RpcError as e:
+                status = e
+            finally:
+                call.cancel()  # A no-op once the stream ended; stops it when the caller left the loop.
+            # A stream that broke (not one the coordinator refused):
+            # UNAVAILABLE, or CANCELLED by a coordinator shutting down.
+            broken = status.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+            if delivered:
+                self._answered(address)
+            if broken:
+                hint = _active_hint(status)
+                if hint is not None:
+                    self._follow(hint)
+                else:
+                    self._forget(address)  # a fresh channel dials at once
+                    self._unreachable(address)
+            now = time.monotonic()
+            if delivered or broke is None:
+                broke, backoff = now, 0.1
+            if not broken or now - broke >= self.watch_reconnect_for:
+                raise _error(status, address)
+            # Full jitter in [b/2, b], b doubling to 1 s: back within a
+            # second of the coordinator answering again.
+            pause = random.uniform(backoff / 2, backoff)
+            if deadline is not None and now + pause >= deadline:
+                raise TrainctlError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                    "watch of %s: %s" % (job_id, _error(status, address).message))
+            time.sleep(pause)
+            backoff = min(backoff * 2, 1.0)
 
     def _logs(self, req, wait_placed):
         """The generator behind logs()."""
@@ -536,17 +709,19 @@ class Client:
             for update in self._watch(req.job_id, False, None):
                 if update.HasField("job") and update.job.state != job_pb2.JOB_STATE_PENDING:
                     break
+        address = self.active_address
         call = self._jobs.GetLogs(req, metadata=self._metadata)
         try:
             yield from call
         except grpc.RpcError as e:
-            raise _error(e, self.address) from None
+            raise _error(e, address) from None
         finally:
             call.cancel()
 
     def _receive_artifact(self, req, out):
         """Streams FetchArtifact into ``out``, checking order, size and
         checksum; returns the first chunk (without data)."""
+        address = self.active_address
         call = self._jobs.FetchArtifact(req, metadata=self._metadata)
         head, offset, crc = None, 0, 0
         try:
@@ -562,7 +737,7 @@ class Client:
                 crc = zlib.crc32(chunk.data, crc)
                 offset += len(chunk.data)
         except grpc.RpcError as e:
-            raise _error(e, self.address) from None
+            raise _error(e, address) from None
         finally:
             call.cancel()
         if head is None:
@@ -574,6 +749,51 @@ class Client:
             raise TrainctlError(grpc.StatusCode.DATA_LOSS,
                                 "fetch: the bytes are %s, expected %s" % (got, head.checksum))
         return head
+
+
+class _WatchedChannel:
+    """A channel and its connectivity, watched by one subscription for the
+    channel's life (a subscription per call would leave gRPC's polling
+    thread asking a channel closed meanwhile)."""
+
+    def __init__(self, channel):
+        self.channel = channel
+        self._cond = threading.Condition()
+        self._state = None
+        self._was_ready = False
+        self._subscribed = True
+        channel.subscribe(self._on_state, try_to_connect=True)
+
+    def _on_state(self, state):
+        with self._cond:
+            self._state = state
+            self._was_ready |= state == grpc.ChannelConnectivity.READY
+            self._cond.notify_all()
+
+    def wait_ready(self, deadline):
+        """"ready", "refused" (TRANSIENT_FAILURE: every address the name
+        resolved to refused, so waiting longer only delays the error) or
+        "silent" (nothing by ``deadline``, a monotonic time)."""
+        with self._cond:
+            while True:
+                if self._state == grpc.ChannelConnectivity.READY:
+                    return "ready"
+                if self._state in (grpc.ChannelConnectivity.TRANSIENT_FAILURE, grpc.ChannelConnectivity.SHUTDOWN):
+                    return "refused"
+                if self._state == grpc.ChannelConnectivity.IDLE and self._was_ready:
+                    # Idle after a quiet spell (it answered before): a call
+                    # reconnects it.
+                    return "ready"
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    return "silent"
+                self._cond.wait(left)
+
+    def close(self):
+        if self._subscribed:
+            self.channel.unsubscribe(self._on_state)
+            self._subscribed = False
+        self.channel.close()
 
 
 def _error(rpc_error, address):

@@ -17,7 +17,8 @@
 namespace trainctl::worker {
 
 struct DaemonOptions {
-  // Coordinator host:port.
+  // Coordinator host:port, or a comma-separated list of them (active and
+  // standby coordinators; common/coordinator_failover.h).
   std::string coordinator;
   // Worker-role bearer token for the Session (--token-file).
   std::string token;

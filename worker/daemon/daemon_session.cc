@@ -12,12 +12,14 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <optional>
 #include <random>
 
 #include "absl/strings/str_cat.h"
 #include "common/grpc_keepalive.h"
 #include "common/auth/secret.h"
 #include "common/clock.h"
+#include "common/coordinator_failover.h"
 #include "common/log.h"
 #include "common/safe_file.h"
 #include "worker/daemon/cgroup_limits.h"
@@ -41,11 +43,18 @@ bool IsRefusal(grpc::StatusCode code) {
          code == grpc::StatusCode::UNAUTHENTICATED || code == grpc::StatusCode::PERMISSION_DENIED;
 }
 
+// main checked the list (naming --coordinator); `trainctl run` passes one
+// address it made itself.
+std::vector<std::string> CoordinatorList(const std::string& text) {
+  absl::StatusOr<std::vector<std::string>> list = ParseCoordinatorList(text, "--coordinator");
+  return list.ok() ? *list : std::vector<std::string>{text};
+}
+
 }  // namespace
 
 DaemonSession::DaemonSession(const DaemonOptions& options, std::string id_file, SessionHooks hooks)
     : options_(options), id_file_(std::move(id_file)), hooks_(std::move(hooks)),
-      telemetry_(options.telemetry_buffer_bytes) {}
+      rotation_(CoordinatorList(options.coordinator)), telemetry_(options.telemetry_buffer_bytes) {}
 
 DaemonSession::~DaemonSession() { Stop(); }
 
@@ -187,12 +196,16 @@ void DaemonSession::SessionLoop() {
   security.cert_file = options_.cert_file;
   security.key_file = options_.key_file;
   while (true) {
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = auth::MakeChannel(options_.coordinator, security, args);
+    // The coordinator to try: the active one a standby named, else the
+    // list's current entry. Over TLS each is verified for its own host name
+    // (no target name override).
+    const std::string address = rotation_.Current();
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = auth::MakeChannel(address, security, args);
     if (!channel.ok()) {
       // Checked by main before the daemon starts: a file removed or being
       // replaced since then. Said, and tried again after the backoff.
       LogEvent(LogLevel::kWarn, "worker", "coordinator_channel",
-               {{"coordinator", options_.coordinator}, {"reason", std::string(channel.status().message())}});
+               {{"coordinator", address}, {"reason", std::string(channel.status().message())}});
       if (!SleepUnlessStopping(backoff)) return;
       backoff = std::min(backoff * 2, options_.reconnect_max);
       continue;
@@ -205,10 +218,11 @@ void DaemonSession::SessionLoop() {
       ctx_ = &ctx;
     }
     std::unique_ptr<Stream> stream = stub->Session(&ctx);
-    const bool registered = RunSession(*stream);
+    const bool registered = RunSession(*stream, address);
     if (registered) {
       backoff = options_.reconnect_min;
       failures = 0;
+      rotation_.Answered(address);
     }
     // Take the stream away from the writer and wait for a Write in flight:
     // then nothing else touches the stream. The read side has ended, so such
@@ -235,15 +249,27 @@ void DaemonSession::SessionLoop() {
         // The end the goodbye asked for: the daemon is on its way out.
         closed_ = true;
         LogEvent(LogLevel::kInfo, "worker", "session_closed",
-                 {{"coordinator", options_.coordinator}, {"status", GrpcCodeText(st.error_code())}});
+                 {{"coordinator", address}, {"status", GrpcCodeText(st.error_code())}});
         return;
       }
+    }
+    // Where to reconnect: where a standby points, else (the address could
+    // not be reached, refused a session as a standby, or the session
+    // ended) the next address of the list; with one address, that one.
+    // The same backoff either way, and the same registration: the outbox's
+    // unacknowledged reports are resent to whichever coordinator is active.
+    std::optional<std::string> hint = ActiveCoordinatorHint(st, ctx);
+    if (hint.has_value()) {
+      LogEvent(LogLevel::kInfo, "worker", "coordinator_standby", {{"coordinator", address}, {"active", *hint}});
+      rotation_.Follow(*hint);
+    } else if (!IsRefusal(st.error_code())) {
+      rotation_.Unreachable(address);
     }
     // Exponential backoff with full jitter.
     absl::Duration wait = absl::Milliseconds(
         std::uniform_int_distribution<int64_t>(absl::ToInt64Milliseconds(backoff) / 2,
                                                absl::ToInt64Milliseconds(backoff))(rng));
-    LogSessionEnd(st, registered, wait, failures);
+    LogSessionEnd(st, registered, address, wait, failures);
     if (!SleepUnlessStopping(wait)) return;
     backoff = std::min(backoff * 2, options_.reconnect_max);
   }
@@ -264,7 +290,7 @@ v1::WorkerMessage DaemonSession::RegisterMessage() {
   return reg;
 }
 
-bool DaemonSession::RunSession(Stream& stream) {
+bool DaemonSession::RunSession(Stream& stream, const std::string& address) {
   v1::WorkerMessage reg = RegisterMessage();
   const int running = reg.register_().running_size();
   {
@@ -275,7 +301,7 @@ bool DaemonSession::RunSession(Stream& stream) {
   v1::CoordinatorMessage in;
   // Only this thread uses the stream until stream_ is set in OnRegistered.
   if (!stream.Write(reg) || !stream.Read(&in) || !in.has_register_ack()) return false;
-  OnRegistered(in.register_ack(), &stream, running);
+  OnRegistered(in.register_ack(), &stream, running, address);
   std::atomic<bool> hb_stop{false};
   std::thread heartbeat([this, &hb_stop] { HeartbeatLoop(hb_stop); });
   while (stream.Read(&in)) {
@@ -291,7 +317,8 @@ bool DaemonSession::RunSession(Stream& stream) {
   return true;
 }
 
-void DaemonSession::OnRegistered(const v1::RegisterAck& ack, Stream* stream, int running_ranks) {
+void DaemonSession::OnRegistered(const v1::RegisterAck& ack, Stream* stream, int running_ranks,
+                                 const std::string& address) {
   {
     absl::MutexLock lock(&mu_);
     worker_id_ = ack.worker_id();
@@ -304,7 +331,7 @@ void DaemonSession::OnRegistered(const v1::RegisterAck& ack, Stream* stream, int
   {
     absl::MutexLock lock(&mu_);
     LogEvent(LogLevel::kInfo, "worker", "registered",
-             {{"worker_id", ack.worker_id()}, {"coordinator", options_.coordinator},
+             {{"worker_id", ack.worker_id()}, {"coordinator", address},
               {"running_ranks", absl::StrCat(running_ranks)},
               {"unacknowledged_reports", absl::StrCat(telemetry_.size())},
               {"heartbeat", absl::FormatDuration(heartbeat_interval_)}});
@@ -336,19 +363,20 @@ void DaemonSession::HeartbeatLoop(const std::atomic<bool>& stop) {
   }
 }
 
-void DaemonSession::LogSessionEnd(const grpc::Status& st, bool registered, absl::Duration wait, int64_t& failures) {
+void DaemonSession::LogSessionEnd(const grpc::Status& st, bool registered, const std::string& address,
+                                  absl::Duration wait, int64_t& failures) {
   // Said at once and at every retry: an operator sees why nothing runs.
   const std::string reason = st.error_message().empty() ? GrpcCodeText(st.error_code()) : st.error_message();
   if (IsRefusal(st.error_code())) {
     LogEvent(LogLevel::kError, "worker", "registration_refused",
-             {{"coordinator", options_.coordinator}, {"reason", reason}, {"retry_in", absl::FormatDuration(wait)}});
+             {{"coordinator", address}, {"reason", reason}, {"retry_in", absl::FormatDuration(wait)}});
   } else if (registered) {
     LogEvent(LogLevel::kWarn, "worker", "session_ended",
-             {{"coordinator", options_.coordinator}, {"reason", reason}, {"retry_in", absl::FormatDuration(wait)}});
+             {{"coordinator", address}, {"reason", reason}, {"retry_in", absl::FormatDuration(wait)}});
   } else {
     ++failures;
     LogEvent(LogLevel::kWarn, "worker", "coordinator_unreachable",
-             {{"coordinator", options_.coordinator}, {"reason", reason}, {"attempt", absl::StrCat(failures)},
+             {{"coordinator", address}, {"reason", reason}, {"attempt", absl::StrCat(failures)},
               {"retry_in", absl::FormatDuration(wait)}});
   }
 }

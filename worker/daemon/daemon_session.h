@@ -4,6 +4,15 @@
 // acknowledged), heartbeats, writes, hands the coordinator's messages on,
 // and reconnects with exponential backoff and full jitter.
 //
+// Several coordinators (options.coordinator "a:7070,b:7070"): each
+// connection goes to the rotation's current address
+// (common/coordinator_failover.h). A standby refuses the session naming
+// the active coordinator: the next try goes there. An address that cannot
+// be reached, or a session that ends, moves the rotation to the next
+// address. Registering is the same on every coordinator, so the outbox's
+// unacknowledged reports are resent to the new active one as after a
+// coordinator restart, and deduplicated there by sequence.
+//
 // Telemetry is at least once: every report the coordinator must not lose
 // (rank status, rendezvous, metrics, logs, progress — anything but
 // register, heartbeat, goodbye and file chunks) goes into a TelemetryBuffer
@@ -29,6 +38,7 @@
 
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/coordinator_failover.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
 #include "worker/daemon/coordinator_outbox.h"
 #include "worker/daemon/daemon_options.h"
@@ -81,14 +91,15 @@ class DaemonSession final : public CoordinatorOutbox {
   void SessionLoop();
   // Registers on `stream` and, once acknowledged, reads it until it ends;
   // true when the coordinator acknowledged the registration.
-  bool RunSession(Stream& stream);
+  bool RunSession(Stream& stream, const std::string& address);
   v1::WorkerMessage RegisterMessage();
   // Takes a registration's acknowledgement: the id, heartbeat and resend point.
-  void OnRegistered(const v1::RegisterAck& ack, Stream* stream, int running_ranks);
+  void OnRegistered(const v1::RegisterAck& ack, Stream* stream, int running_ranks, const std::string& address);
   // Sends heartbeats until `stop` (its own thread: a busy loop never delays them).
   void HeartbeatLoop(const std::atomic<bool>& stop);
   // Says why a session ended (or never began), and when the next try is.
-  void LogSessionEnd(const grpc::Status& st, bool registered, absl::Duration wait, int64_t& failures);
+  void LogSessionEnd(const grpc::Status& st, bool registered, const std::string& address, absl::Duration wait,
+                     int64_t& failures);
   void WriterLoop();
   // Ranks to list as running in a registration: those running now, and
   // those whose end is still unacknowledged telemetry.
@@ -97,6 +108,8 @@ class DaemonSession final : public CoordinatorOutbox {
   const DaemonOptions& options_;
   const std::string id_file_;
   const SessionHooks hooks_;
+  // Which coordinator to dial (the session thread's; thread-safe itself).
+  CoordinatorRotation rotation_;
 
   absl::Mutex mu_;
   std::string worker_id_ ABSL_GUARDED_BY(mu_);

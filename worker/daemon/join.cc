@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/auth/pki.h"
 #include "common/auth/secret.h"
+#include "common/coordinator_failover.h"
 #include "trainctl/v1/auth.grpc.pb.h"
 
 namespace trainctl::worker {
@@ -41,12 +42,27 @@ void FinishInterruptedSwap(const std::string& work_dir) {
   std::filesystem::rename(cert_new, JoinedCertFile(work_dir), ec);
 }
 
-grpc::Status CallJoin(v1::AuthService::Stub* stub, const v1::JoinRequest& req, v1::JoinResponse* resp,
-                      bool wait_for_ready) {
-  grpc::ClientContext ctx;
-  ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
-  ctx.set_wait_for_ready(wait_for_ready);
-  return stub->Join(&ctx, req, resp);
+// The coordinators of `coordinator` ("a:7070" or a list), one channel each
+// with `security` (TLS verified for each address's own host name).
+std::unique_ptr<CoordinatorChannels> JoinChannels(const std::string& coordinator, const auth::ChannelSecurity& security) {
+  absl::StatusOr<std::vector<std::string>> list = ParseCoordinatorList(coordinator, "--coordinator");
+  return std::make_unique<CoordinatorChannels>(
+      list.ok() ? *list : std::vector<std::string>{coordinator}, [security](const std::string& address) {
+        grpc::ChannelArguments args;
+        args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
+        return auth::MakeChannel(address, security, args);
+      });
+}
+
+// AuthService.Join on the active coordinator, within 10 s. Not idempotent
+// (a join token is spent once): sent again only where it certainly did not
+// run (a standby's answer, a connection never made).
+grpc::Status CallJoin(CoordinatorChannels& channels, const v1::JoinRequest& req, v1::JoinResponse* resp) {
+  return CallWithFailover(channels, absl::Now() + absl::Seconds(10), Idempotency::kNotIdempotent,
+                          [&](const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* ctx) {
+                            resp->Clear();
+                            return v1::AuthService::NewStub(channel)->Join(ctx, req, resp);
+                          });
 }
 
 }  // namespace
@@ -78,10 +94,10 @@ absl::StatusOr<WorkerIdentity> Join(const JoinOptions& o) {
   auth::ChannelSecurity security;
   security.token = o.join_token;
   security.ca_file = o.ca_file;
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
-      auth::MakeChannel(o.coordinator, security, grpc::ChannelArguments());
-  if (!channel.ok()) return channel.status();
-  auto stub = v1::AuthService::NewStub(*channel);
+  if (absl::Status readable = auth::ReadFile(o.ca_file).status(); !readable.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("CA file ", readable.message()));
+  }
+  std::unique_ptr<CoordinatorChannels> channels = JoinChannels(o.coordinator, security);
   v1::JoinRequest req;
   req.set_csr_pem(*csr);
   for (const std::string& a : o.addresses) {
@@ -91,14 +107,11 @@ absl::StatusOr<WorkerIdentity> Join(const JoinOptions& o) {
   grpc::Status s;
   absl::Time deadline = absl::Now() + o.timeout;
   while (true) {
-    s = CallJoin(stub.get(), req, &resp, /*wait_for_ready=*/true);
-    // A coordinator not up yet (a compose file starts everything at once):
-    // try again. Anything else is its answer.
-    if (s.ok() || (s.error_code() != grpc::StatusCode::UNAVAILABLE &&
-                   s.error_code() != grpc::StatusCode::DEADLINE_EXCEEDED) ||
-        absl::Now() >= deadline) {
-      break;
-    }
+    s = CallJoin(*channels, req, &resp);
+    // A coordinator not up yet (a compose file starts everything at once),
+    // or only standbys answering: try again. A join that may have run (its
+    // answer lost) is not sent again: the token may be spent.
+    if (s.ok() || !CertainlyNotRun(s) || absl::Now() >= deadline) break;
     absl::SleepFor(absl::Seconds(1));
   }
   if (!s.ok()) {
@@ -146,17 +159,11 @@ RenewResult RenewCertificateIfDue(const std::string& coordinator, const std::str
   security.ca_file = ca_file;
   security.cert_file = cert_file;
   security.key_file = key_file;
-  grpc::ChannelArguments args;
-  args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = auth::MakeChannel(coordinator, security, args);
-  if (!channel.ok()) {
-    r.error = channel.status();
-    return r;
-  }
+  std::unique_ptr<CoordinatorChannels> channels = JoinChannels(coordinator, security);
   v1::JoinRequest req;
   req.set_csr_pem(*csr);
   v1::JoinResponse resp;
-  grpc::Status s = CallJoin(v1::AuthService::NewStub(*channel).get(), req, &resp, /*wait_for_ready=*/false);
+  grpc::Status s = CallJoin(*channels, req, &resp);
   if (!s.ok()) {
     r.error = absl::Status(static_cast<absl::StatusCode>(s.error_code()),
                            absl::StrCat("renew at ", coordinator, ": ", s.error_message()));

@@ -35,7 +35,7 @@ std::string JoinedKeyFile(const std::string& work_dir);
 absl::StatusOr<WorkerIdentity> JoinedIdentity(const std::string& work_dir);
 
 struct JoinOptions {
-  std::string coordinator;  // host:port
+  std::string coordinator;  // host:port, or a list (common/coordinator_failover.h)
   std::string ca_file;      // the cluster CA (PEM); required
   std::string join_token;   // the secret (role join)
   std::string work_dir;

@@ -22,6 +22,7 @@
 #include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "common/auth/secret.h"
+#include "common/coordinator_failover.h"
 #include "common/daemon_flags.h"
 #include "common/log.h"
 #include "common/stop_signals.h"
@@ -30,7 +31,9 @@
 #include "worker/daemon/slot_inventory.h"
 #include "worker/daemon/worker_daemon.h"
 
-ABSL_FLAG(std::string, coordinator, "localhost:7070", "coordinator host:port");
+ABSL_FLAG(std::string, coordinator, "localhost:7070",
+          "coordinator host:port, or a comma-separated list of them (active and standby coordinators): "
+          "a standby's answer leads to the active one, an unreachable one to the next");
 ABSL_FLAG(std::string, token_file, "",
           "file holding a worker-role token (trainctl token create --role worker); required");
 ABSL_FLAG(std::string, join_token, "",
@@ -125,6 +128,10 @@ std::string DefaultRankBinary() {
 absl::StatusOr<DaemonOptions> BaseOptions() {
   DaemonOptions o;
   o.coordinator = absl::GetFlag(FLAGS_coordinator);
+  if (absl::StatusOr<std::vector<std::string>> list = trainctl::ParseCoordinatorList(o.coordinator, "--coordinator");
+      !list.ok()) {
+    return list.status();
+  }
   o.cert_file = absl::GetFlag(FLAGS_cert);
   o.key_file = absl::GetFlag(FLAGS_key);
   o.ca_file = absl::GetFlag(FLAGS_ca);
@@ -333,7 +340,7 @@ int RunUntilStopSignal(const DaemonOptions& o) {
 int main(int argc, char** argv) {
   trainctl::ParseDaemonFlags(
       argc, argv,
-      "trainctl-worker --coordinator HOST:PORT --ca CA [--join-token T | --token-file F] [--gpus all|0,1 | --slots N] [--work-dir DIR]\n"
+      "trainctl-worker --coordinator HOST:PORT[,HOST:PORT] --ca CA [--join-token T | --token-file F] [--gpus all|0,1 | --slots N] [--work-dir DIR]\n"
       "The per-host daemon: registers this host's GPUs or CPU slots, launches and supervises "
       "rank processes, forwards their metrics and logs.",
       "worker/daemon/main.cc");
