@@ -287,6 +287,7 @@ class PgDb final : public SqlDb {
       // The session that held the lock is gone and another coordinator has
       // it now: this one was deposed while it could not talk to the server.
       lost_lock_ = true;
+      taken_by_ = ReadHolder();
       PQfinish(conn_);
       conn_ = nullptr;
       return LostLockError(op);
@@ -355,7 +356,11 @@ class PgDb final : public SqlDb {
   absl::Status LostLockError(absl::string_view op) const {
     return absl::FailedPreconditionError(absl::StrCat(
         "state store: ", op, ": this coordinator lost its session to ", display_,
-        " and another coordinator holds the store's lock now: it was deposed"));
+        " and another coordinator holds the store's lock now: it was deposed",
+        taken_by_.epoch > 0 ? absl::StrCat(" by epoch ", taken_by_.epoch, " (the active coordinator is at ",
+                                           taken_by_.address, ")")
+                            : std::string(),
+        "; it writes nothing more"));
   }
   // The session's lease (PgSession), set after every (re)connect.
   absl::Status ApplySession(absl::string_view op) {
@@ -385,6 +390,7 @@ class PgDb final : public SqlDb {
   const PgSession session_;
   bool ever_locked_ = false;
   bool lost_lock_ = false;
+  PgLockHolder taken_by_;  // who holds the lock, once lost_lock_
   bool warned_old_server_ = false;
   int64_t total_changes_ = 0;
   int64_t epoch_ = 0;
