@@ -526,6 +526,7 @@ absl::StatusOr<std::unique_ptr<trainctl::coordinator::StateStore>> AwaitLeadersh
   }
   o.store.leader_address = AdvertiseAddress(o.listen, port);
   trainctl::coordinator::StoreLeader last{-1, ""};
+  std::string last_why;
   bool announced = false;
   const long poll_ms = absl::GetFlag(FLAGS_standby_poll_ms);
   for (bool first = true;; first = false) {
@@ -546,13 +547,16 @@ absl::StatusOr<std::unique_ptr<trainctl::coordinator::StateStore>> AwaitLeadersh
       std::cout << "trainctl-coordinator standby on " << o.listen << " (advertised as "
                 << o.store.leader_address << ")" << std::endl;
     }
-    if (holder.epoch != last.epoch || holder.address != last.address) {
+    // Logged when the active one or the reason changes (an unreachable
+    // server is waited out too, and said).
+    if (holder.epoch != last.epoch || holder.address != last.address || store.status().message() != last_why) {
       trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "standby",
                          {{"active", holder.address.empty() ? "unknown" : holder.address},
                           {"epoch", absl::StrCat(holder.epoch)},
                           {"listen", o.listen},
                           {"why", std::string(store.status().message())}});
       last = holder;
+      last_why = std::string(store.status().message());
     }
   }
 }
