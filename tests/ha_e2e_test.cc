@@ -17,6 +17,7 @@
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
+#include <sys/wait.h>
 
 #include <chrono>
 #include <filesystem>
@@ -280,6 +281,31 @@ TEST_F(HaE2ETest, AStoppedActiveIsReplacedAndStepsDownWithoutWritingAfterSigcont
   std::vector<std::string> names;
   for (const v1::Job& j : list.jobs()) names.push_back(j.spec().name());
   EXPECT_THAT(names, ::testing::UnorderedElementsAre("before", "during"));
+}
+
+// Bad HA flags are refused before anything starts, naming the flag.
+TEST(HaFlagsTest, BadFlagsAreRefusedNamingTheFlag) {
+  const std::string dir = MakeTempDir("ha_flags");
+  const std::string binary = testing::BuildDirOfThisTest() + "/coordinator/trainctl-coordinator";
+  struct Case {
+    std::string flag, says;
+  };
+  int n = 0;
+  for (const Case& c : {Case{"--advertise-address=no-port-here", "--advertise-address"},
+                        Case{"--advertise-address=host:70000", "--advertise-address"},
+                        Case{"--leader-lease-s=0", "--leader-lease-s"},
+                        Case{"--standby-poll-ms=1", "--standby-poll-ms"}}) {
+    Process p({binary, "--listen=127.0.0.1:0", "--db=" + dir + "/state.db", "--admin_token_file=" + dir + "/admin.token",
+               c.flag},
+              absl::StrCat(dir, "/flags-", n++, ".log"));
+    ASSERT_TRUE(p.Start());
+    const int status = p.Wait(absl::Seconds(30));
+    ASSERT_NE(status, -1) << c.flag << ": still running";
+    EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << c.flag << ": " << p.ReadLog();
+    EXPECT_THAT(p.ReadLog(), HasSubstr(c.says)) << c.flag;
+  }
+  std::error_code ec;
+  std::filesystem::remove_all(dir, ec);
 }
 
 }  // namespace
