@@ -688,6 +688,18 @@ int main(int argc, char** argv) {
       return 1;
     }
     leader_store = std::move(store).value();
+    // While this one waited, another coordinator may have created the
+    // admin token file: use it rather than replace it with another secret.
+    std::error_code ec;
+    if (created && std::filesystem::exists(admin_file, ec)) {
+      absl::StatusOr<std::string> admin = trainctl::auth::ReadTokenFile(admin_file);
+      if (!admin.ok()) {
+        std::cerr << "trainctl-coordinator: --admin-token-file: " << admin.status().message() << "\n";
+        return 2;
+      }
+      o.admin_token = *admin;
+      created = false;
+    }
   }
   trainctl::coordinator::CoordinatorServer server(o);
   if (leader_store != nullptr) server.AdoptStore(std::move(leader_store));

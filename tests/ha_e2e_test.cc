@@ -283,6 +283,34 @@ TEST_F(HaE2ETest, AStoppedActiveIsReplacedAndStepsDownWithoutWritingAfterSigcont
   EXPECT_THAT(names, ::testing::UnorderedElementsAre("before", "during"));
 }
 
+// Two coordinators started together, before any admin token file exists:
+// the one that waited uses the file the active one wrote (one admin token
+// for the cluster), not a secret of its own.
+TEST_F(HaE2ETest, StartedTogetherTheyShareTheAdminTokenTheActiveWrote) {
+  const int port_a = testing::UnusedPort(), port_b = testing::UnusedPort();
+  const std::string a = absl::StrCat("127.0.0.1:", port_a), b = absl::StrCat("127.0.0.1:", port_b);
+  std::unique_ptr<Process> first = Start("a", port_a);
+  std::unique_ptr<Process> second = Start("b", port_b);
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  int health_a = -1, health_b = -1;
+  while (absl::Now() < deadline && !((health_a == 1 && health_b == 2) || (health_a == 2 && health_b == 1))) {
+    absl::SleepFor(absl::Milliseconds(50));
+    health_a = HealthOf(a, "");
+    health_b = HealthOf(b, "");
+  }
+  ASSERT_TRUE((health_a == 1 && health_b == 2) || (health_a == 2 && health_b == 1))
+      << first->ReadLog() << second->ReadLog();
+  Process* active = health_a == 1 ? first.get() : second.get();
+  const std::string active_address = health_a == 1 ? a : b, standby_address = health_a == 1 ? b : a;
+  std::string id;
+  ASSERT_TRUE(Submit(Jobs(active_address).get(), "first", &id).ok());  // the token from the file
+  active->Kill(SIGKILL);
+  active->Wait(absl::Seconds(10));
+  ASSERT_TRUE(WaitHealth(standby_address, 1, absl::Seconds(30)));
+  grpc::Status s = Submit(Jobs(standby_address).get(), "second", &id);
+  EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
 // Bad HA flags are refused before anything starts, naming the flag.
 TEST(HaFlagsTest, BadFlagsAreRefusedNamingTheFlag) {
   const std::string dir = MakeTempDir("ha_flags");
