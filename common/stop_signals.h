@@ -36,4 +36,15 @@ inline int WaitForStopSignal() {
   return sig;
 }
 
+// Waits at most `ms` milliseconds for SIGTERM or SIGINT: the signal, or 0
+// when none came (a standby's poll interval, coordinator/main.cc).
+inline int WaitForStopSignalFor(long ms) {
+  sigset_t set = StopSignals();
+  struct timespec timeout {
+    ms / 1000, (ms % 1000) * 1000000
+  };
+  const int sig = sigtimedwait(&set, nullptr, &timeout);
+  return sig > 0 ? sig : 0;
+}
+
 }  // namespace trainctl

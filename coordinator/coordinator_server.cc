@@ -70,9 +70,11 @@ absl::Status CoordinatorServer::ServeHttp() {
 }
 
 absl::Status CoordinatorServer::RecoverOwners() {
-  TRAINCTL_ASSIGN_OR_RETURN(store_, options_.store_spec.empty()
-                                         ? StateStore::Open(options_.db_path, options_.store)
-                                         : StateStore::OpenSpec(options_.store_spec, options_.store));
+  if (store_ == nullptr) {
+    TRAINCTL_ASSIGN_OR_RETURN(store_, options_.store_spec.empty()
+                                           ? StateStore::Open(options_.db_path, options_.store)
+                                           : StateStore::OpenSpec(options_.store_spec, options_.store));
+  }
   TRAINCTL_ASSIGN_OR_RETURN(StoreSnapshot snapshot, store_->LoadAll());
   registry_ = std::make_unique<WorkerRegistry>(store_.get(), options_.clock, options_.registry);
   registry_->BindToLoop(&loop_);
@@ -128,16 +130,22 @@ void CoordinatorServer::MakeServices() {
   queue_service_ = std::make_unique<QueueServiceImpl>(ctx);
 }
 
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CoordinatorServer::Credentials() const {
-  if (!options_.tls_cert_pem.empty()) {
+std::vector<std::string> CoordinatorServiceNames() {
+  return {v1::JobService::service_full_name(), v1::WorkerService::service_full_name(),
+          v1::AuthService::service_full_name(), v1::QueueService::service_full_name()};
+}
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CoordinatorCredentials(
+    const CoordinatorOptions& options) {
+  if (!options.tls_cert_pem.empty()) {
     grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
-    ssl.pem_root_certs = options_.tls_ca_pem;
-    ssl.pem_key_cert_pairs.push_back({options_.tls_key_pem, options_.tls_cert_pem});
+    ssl.pem_root_certs = options.tls_ca_pem;
+    ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
     return grpc::SslServerCredentials(ssl);
   }
-  if (!IsLoopbackListen(options_.listen) && !options_.insecure) {
+  if (!IsLoopbackListen(options.listen) && !options.insecure) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "listen: ", options_.listen, " is not a loopback address and no TLS certificate is set: "
+        "listen: ", options.listen, " is not a loopback address and no TLS certificate is set: "
         "serve TLS (--tls-dir, made by `trainctl-coordinator init`) or pass --insecure"));
   }
   return grpc::InsecureServerCredentials();
@@ -148,7 +156,7 @@ absl::StatusOr<int> CoordinatorServer::Serve() {
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  TRAINCTL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, Credentials());
+  TRAINCTL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, CoordinatorCredentials(options_));
   builder.AddListeningPort(options_.listen, creds, &port);
   builder.RegisterService(job_service_.get());
   builder.RegisterService(worker_service_.get());
@@ -171,6 +179,10 @@ absl::StatusOr<int> CoordinatorServer::Serve() {
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen));
+  }
+  // Per service too, as a standby answers them (standby_server.h).
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService(); health != nullptr) {
+    for (const std::string& name : CoordinatorServiceNames()) health->SetServingStatus(name, true);
   }
   return port;
 }

@@ -8,6 +8,7 @@
 
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
@@ -85,6 +86,17 @@ struct CoordinatorOptions {
 // "127.x.y.z:P", "localhost:P", "[::1]:P", "unix:...".
 bool IsLoopbackListen(const std::string& listen);
 
+// The gRPC services a coordinator serves (full names), each with its own
+// health status besides the server's "" (SERVING when active, NOT_SERVING
+// on a standby).
+std::vector<std::string> CoordinatorServiceNames();
+
+// The server credentials `options` ask for: TLS with its certificate, or
+// plaintext where that is allowed (loopback, or `insecure`); else
+// FailedPrecondition naming the listen address. Also the standby's.
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CoordinatorCredentials(
+    const CoordinatorOptions& options);
+
 class CoordinatorServer {
  public:
   explicit CoordinatorServer(CoordinatorOptions options);
@@ -92,6 +104,10 @@ class CoordinatorServer {
 
   // Opens the store, recovers, starts serving. Returns the bound "host:port".
   absl::StatusOr<std::string> Start();
+  // Before Start: the store to use, already opened (a standby that took
+  // the PostgreSQL store's lock, coordinator/main.cc), instead of opening
+  // it. Recovery from it is the same as from one Start opens.
+  void AdoptStore(std::unique_ptr<StateStore> store) { store_ = std::move(store); }
   // Blocks until Shutdown() is called (from another thread or a signal).
   void Wait();
   // Stops accepting calls, ends streams, stops the loop. Idempotent.
@@ -128,7 +144,6 @@ class CoordinatorServer {
   absl::Status RecoverOwners();
   void MakeServices();
   absl::StatusOr<int> Serve();
-  absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> Credentials() const;
   void StartHousekeeping();
   // The dashboard and /metrics on http_listen.
   absl::Status ServeHttp();

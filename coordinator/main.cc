@@ -1,8 +1,11 @@
 // trainctl-coordinator: the control plane. See docs/operator.md.
 #include <pthread.h>
+#include <sys/syscall.h>
 #include <sys/stat.h>
 
 #include <csignal>
+#include <cerrno>
+#include <cstring>
 #include <filesystem>
 #include <tuple>
 #include <unistd.h>
@@ -22,6 +25,7 @@
 #include "common/auth/secret.h"
 #include "common/status_macros.h"
 #include "coordinator/coordinator_server.h"
+#include "coordinator/standby_server.h"
 
 ABSL_FLAG(std::string, listen, "",
           "host:port to serve gRPC on; port 0 picks a free port (printed at start). Default: "
@@ -31,6 +35,14 @@ ABSL_FLAG(std::string, store, "",
           "where the state lives: sqlite:PATH (as --db PATH) or a PostgreSQL connection URI "
           "postgresql://USER@HOST:PORT/DB?sslmode=verify-full (libpq: the password from ~/.pgpass or "
           "PGPASSFILE, not the URI); default: --db");
+ABSL_FLAG(std::string, advertise_address, "",
+          "HOST:PORT clients reach this coordinator at, recorded in a PostgreSQL store when it becomes "
+          "active (standbys name it); default: --listen with a wildcard host replaced by this host's name");
+ABSL_FLAG(double, leader_lease_s, 5,
+          "PostgreSQL store: an active coordinator silent this long (stopped, hung, cut off) loses its "
+          "session and the store's lock, and a standby takes over; > 0");
+ABSL_FLAG(int, standby_poll_ms, 500,
+          "PostgreSQL store: how often a standby coordinator tries to take the store's lock");
 ABSL_FLAG(int, heartbeat_interval_ms, 1000, "how often workers heartbeat");
 ABSL_FLAG(int, lease_timeout_ms, 3000, "a worker silent this long is LOST and its ranks fail");
 ABSL_FLAG(int64_t, gone_worker_ttl_s, 86400,
@@ -421,7 +433,132 @@ absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
   o.http_listen = absl::GetFlag(FLAGS_http_listen);
   o.metrics_open = absl::GetFlag(FLAGS_metrics_open);
+  const double lease_s = absl::GetFlag(FLAGS_leader_lease_s);
+  if (!(lease_s > 0 && lease_s <= 3600)) {
+    return absl::InvalidArgumentError("--leader-lease-s: must be > 0 and at most 3600 (seconds)");
+  }
+  o.store.leader_lease = absl::Seconds(lease_s);
+  const int poll_ms = absl::GetFlag(FLAGS_standby_poll_ms);
+  if (poll_ms < 10 || poll_ms > 60000) {
+    return absl::InvalidArgumentError("--standby-poll-ms: must be in [10, 60000]");
+  }
+  const std::string advertise = absl::GetFlag(FLAGS_advertise_address);
+  if (!advertise.empty()) {
+    const size_t colon = advertise.rfind(':');
+    int port = 0;
+    if (colon == std::string::npos || colon == 0 ||
+        !absl::SimpleAtoi(advertise.substr(colon + 1), &port) || port < 1 || port > 65535) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "--advertise-address: '", advertise, "' is not HOST:PORT with a port in 1..65535"));
+    }
+  }
   return absl::OkStatus();
+}
+
+// The address recorded for clients: --advertise-address, else `listen`
+// (its port the bound one) with a wildcard host replaced by this host's name.
+std::string AdvertiseAddress(const std::string& listen, int bound_port) {
+  std::string advertise = absl::GetFlag(FLAGS_advertise_address);
+  if (!advertise.empty()) return advertise;
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]") {
+    char name[256] = {0};
+    if (gethostname(name, sizeof name - 1) == 0 && name[0] != '\0') host = name;
+  }
+  return absl::StrCat(host, ":", bound_port);
+}
+
+// The command line this process started with, for ReExec.
+std::vector<std::string>& OriginalArgs() {
+  static std::vector<std::string> args;
+  return args;
+}
+
+// A deposed coordinator (its PostgreSQL store found another one active)
+// replaces itself with a fresh run of the same command line: whatever it
+// held in memory is gone before it could act on it, it keeps its pid (a
+// supervisor sees no exit), and it comes back through the normal start as
+// a standby. Called on the thread that found the deposition, inside the
+// failing store call, so nothing after that write runs. Every descriptor
+// above stderr is closed first (the HTTP listener need not be close-on-exec).
+[[noreturn]] void ReExec(const absl::Status& why) {
+  trainctl::LogEvent(trainctl::LogLevel::kError, "coordinator", "deposed",
+                     {{"error", std::string(why.message())},
+                      {"then", "re-executing as a standby; nothing more is written or acted on"}});
+  std::cout.flush();
+  std::cerr.flush();
+  std::vector<char*> argv;
+  for (std::string& a : OriginalArgs()) argv.push_back(a.data());
+  argv.push_back(nullptr);
+  syscall(SYS_close_range, 3u, ~0u, 0u);
+  execv("/proc/self/exe", argv.data());
+  const std::string line = absl::StrCat("trainctl-coordinator: deposed, and cannot re-execute itself (",
+                                        std::strerror(errno), "): exiting\n");
+  (void)!write(2, line.data(), line.size());
+  _exit(75);
+}
+
+// PostgreSQL: serves as a standby (StandbyServer) on o.listen until this
+// process takes the store's lock, polling every --standby-poll-ms; then
+// stops it and returns the opened store (its epoch taken, o.listen's port
+// the one bound). Cancelled when a stop signal came first; another error
+// when the store refuses this coordinator for good (not a trainctl
+// database, a newer schema, a bad URI).
+absl::StatusOr<std::unique_ptr<trainctl::coordinator::StateStore>> AwaitLeadership(
+    trainctl::coordinator::CoordinatorOptions& o) {
+  using trainctl::coordinator::StateStore;
+  std::unique_ptr<trainctl::coordinator::StandbyServer> standby;
+  // The standby serves only once the first try found another coordinator
+  // active (so its first answer names it) -- except with port 0, where
+  // binding first is how the advertised port is known.
+  auto serve_standby = [&]() -> absl::Status {
+    standby = std::make_unique<trainctl::coordinator::StandbyServer>(o);
+    absl::StatusOr<int> port = standby->Start();
+    if (!port.ok()) return port.status();
+    o.listen = absl::StrCat(o.listen.substr(0, o.listen.rfind(':')), ":", *port);
+    return absl::OkStatus();
+  };
+  int port = 0;
+  if (!absl::SimpleAtoi(o.listen.substr(o.listen.rfind(':') + 1), &port)) port = 0;
+  if (port == 0) {
+    TRAINCTL_RETURN_IF_ERROR(serve_standby());
+    (void)absl::SimpleAtoi(o.listen.substr(o.listen.rfind(':') + 1), &port);
+  }
+  o.store.leader_address = AdvertiseAddress(o.listen, port);
+  trainctl::coordinator::StoreLeader last{-1, ""};
+  std::string last_why;
+  bool announced = false;
+  const long poll_ms = absl::GetFlag(FLAGS_standby_poll_ms);
+  for (bool first = true;; first = false) {
+    if (!first && trainctl::WaitForStopSignalFor(poll_ms) != 0) {
+      return absl::CancelledError("stop signal while standby");
+    }
+    trainctl::coordinator::StoreLeader holder;
+    absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::OpenSpec(o.store_spec, o.store, &holder);
+    if (store.ok()) {
+      if (standby != nullptr) standby->Shutdown();
+      return store;
+    }
+    if (store.status().code() != absl::StatusCode::kUnavailable) return store.status();
+    if (standby == nullptr) TRAINCTL_RETURN_IF_ERROR(serve_standby());
+    standby->SetActive(holder.address);
+    if (!announced) {
+      announced = true;
+      std::cout << "trainctl-coordinator standby on " << o.listen << " (advertised as "
+                << o.store.leader_address << ")" << std::endl;
+    }
+    // Logged when the active one or the reason changes (an unreachable
+    // server is waited out too, and said).
+    if (holder.epoch != last.epoch || holder.address != last.address || store.status().message() != last_why) {
+      trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "standby",
+                         {{"active", holder.address.empty() ? "unknown" : holder.address},
+                          {"epoch", absl::StrCat(holder.epoch)},
+                          {"listen", o.listen},
+                          {"why", std::string(store.status().message())}});
+      last = holder;
+      last_why = std::string(store.status().message());
+    }
+  }
 }
 
 // --admin-token-file, else the --tls-dir's admin.token, else admin.token
@@ -494,6 +631,7 @@ absl::Status ServeOptions(trainctl::coordinator::CoordinatorOptions& o, std::str
 }  // namespace
 
 int main(int argc, char** argv) {
+  OriginalArgs().assign(argv, argv + argc);
   std::vector<char*> args = trainctl::ParseDaemonFlags(
       argc, argv,
       "trainctl-coordinator [--tls-dir DIR] --listen HOST:PORT --db PATH\n"
@@ -536,7 +674,35 @@ int main(int argc, char** argv) {
   }
 
   std::signal(SIGPIPE, SIG_IGN);
+  std::unique_ptr<trainctl::coordinator::StateStore> leader_store;
+  if (!absl::StartsWith(o.store_spec, "sqlite:")) {
+    // PostgreSQL: active/standby (docs/operator.md, "High availability").
+    o.store.on_deposed = ReExec;
+    absl::StatusOr<std::unique_ptr<trainctl::coordinator::StateStore>> store = AwaitLeadership(o);
+    if (!store.ok()) {
+      if (store.status().code() == absl::StatusCode::kCancelled) {
+        trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "shutting_down", {{"reason", "stop signal (standby)"}});
+        return 0;
+      }
+      std::cerr << "trainctl-coordinator: " << store.status().message() << "\n";
+      return 1;
+    }
+    leader_store = std::move(store).value();
+    // While this one waited, another coordinator may have created the
+    // admin token file: use it rather than replace it with another secret.
+    std::error_code ec;
+    if (created && std::filesystem::exists(admin_file, ec)) {
+      absl::StatusOr<std::string> admin = trainctl::auth::ReadTokenFile(admin_file);
+      if (!admin.ok()) {
+        std::cerr << "trainctl-coordinator: --admin-token-file: " << admin.status().message() << "\n";
+        return 2;
+      }
+      o.admin_token = *admin;
+      created = false;
+    }
+  }
   trainctl::coordinator::CoordinatorServer server(o);
+  if (leader_store != nullptr) server.AdoptStore(std::move(leader_store));
   absl::StatusOr<std::string> addr = server.Start();
   if (!addr.ok()) {
     std::cerr << "trainctl-coordinator: " << addr.status().message() << "\n";

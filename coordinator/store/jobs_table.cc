@@ -48,6 +48,7 @@ absl::Status StateStore::PutJob(const v1::Job& job, int64_t submit_seq,
                                  .Bind(2, submit_seq)
                                  .Bind(3, static_cast<int64_t>(job.state()))
                                  .BindBlob(4, job_blob)
+                                 .Bind(5, s.leader_epoch)
                                  .Run());
     for (const auto& [seq, blob] : event_rows) {
       TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->insert_event,
@@ -55,6 +56,7 @@ absl::Status StateStore::PutJob(const v1::Job& job, int64_t submit_seq,
                                    .Bind(1, job.id())
                                    .Bind(2, seq)
                                    .BindBlob(3, blob)
+                                   .Bind(4, s.leader_epoch)
                                    .Run());
     }
     return absl::OkStatus();

@@ -1,5 +1,6 @@
 #include "coordinator/store/pg_db.h"
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -13,7 +14,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "common/log.h"
 #include "common/status_macros.h"
+#include "absl/time/time.h"
 
 #ifdef TRAINCTL_WITH_LIBPQ
 #include <libpq-fe.h>
@@ -30,7 +33,8 @@ absl::StatusOr<std::string> PostgresDisplayName(const std::string&) {
 }
 
 absl::StatusOr<std::unique_ptr<SqlDb>> ConnectPostgres(const std::string&,
-                                                       const std::string& display) {
+                                                       const std::string& display,
+                                                       const PgSession&, PgLockHolder*) {
   return absl::FailedPreconditionError(absl::StrCat(
       "state store: open ", display,
       ": this trainctl-coordinator was built without libpq (PostgreSQL); use --store sqlite:PATH"));
@@ -185,8 +189,11 @@ class PgStatement final : public SqlStatement {
 
 class PgDb final : public SqlDb {
  public:
-  PgDb(PGconn* conn, std::string display) : conn_(conn), display_(std::move(display)) {}
-  ~PgDb() override { PQfinish(conn_); }
+  PgDb(PGconn* conn, std::string display, PgSession session)
+      : conn_(conn), display_(std::move(display)), session_(session) {}
+  ~PgDb() override {
+    if (conn_ != nullptr) PQfinish(conn_);
+  }
   PgDb(const PgDb&) = delete;
   PgDb& operator=(const PgDb&) = delete;
 
@@ -216,6 +223,7 @@ class PgDb final : public SqlDb {
   }
   int64_t TotalChanges() override { return total_changes_; }
   int64_t ConnectionEpoch() const override { return epoch_; }
+  bool LostLock() const override { return lost_lock_; }
   const char* BeginSql() const override { return "BEGIN"; }
   std::string SchemaSql(absl::string_view ddl) const override {
     std::string s(ddl);
@@ -258,9 +266,11 @@ class PgDb final : public SqlDb {
                 op);
   }
 
-  // Reconnects a broken connection (and re-takes the lock); Unavailable
-  // when that fails.
+  // Reconnects a broken connection (and re-takes the lock, then sets the
+  // session's lease); Unavailable when that fails. Once another session
+  // holds the lock (LostLock), FailedPrecondition, for good.
   absl::Status EnsureConnected(absl::string_view op) {
+    if (lost_lock_) return LostLockError(op);
     if (PQstatus(conn_) == CONNECTION_OK && locked_) return absl::OkStatus();
     if (PQstatus(conn_) != CONNECTION_OK) {
       locked_ = false;
@@ -271,15 +281,34 @@ class PgDb final : public SqlDb {
       }
       ++epoch_;  // prepared statements and cached counts are gone
     }
-    return TakeLock(op);
+    bool held_by_other = false;
+    absl::Status locked = TakeLock(op, &held_by_other);
+    if (held_by_other && ever_locked_) {
+      // The session that held the lock is gone and another coordinator has
+      // it now: this one was deposed while it could not talk to the server.
+      lost_lock_ = true;
+      taken_by_ = ReadHolder();
+      PQfinish(conn_);
+      conn_ = nullptr;
+      return LostLockError(op);
+    }
+    TRAINCTL_RETURN_IF_ERROR(locked);
+    return AfterLock(op);
   }
-  absl::Status TakeLock(absl::string_view op) {
+  // The lock is this session's: from now on a lock found held by another
+  // session at a reconnect means deposition; and the session's lease.
+  absl::Status AfterLock(absl::string_view op) {
+    ever_locked_ = true;
+    return ApplySession(op);
+  }
+  absl::Status TakeLock(absl::string_view op, bool* held_by_other) {
     const std::string sql = absl::StrCat("SELECT pg_try_advisory_lock(", kAdvisoryLockKey, ")");
     PGresult* res = PQexec(conn_, sql.c_str());
     absl::Status status = absl::OkStatus();
     if (PQresultStatus(res) != PGRES_TUPLES_OK) {
       status = PgError(conn_, res, absl::StrCat(op, ": take the store's advisory lock"), display_);
     } else if (std::strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
+      *held_by_other = true;
       status = absl::UnavailableError(absl::StrCat(
           "state store: ", op, ": ", display_,
           " is locked by another session (pg_try_advisory_lock(", kAdvisoryLockKey,
@@ -289,6 +318,18 @@ class PgDb final : public SqlDb {
     }
     PQclear(res);
     return status;
+  }
+  // The leader table's record (best effort: a store without the table yet
+  // says nothing).
+  PgLockHolder ReadHolder() {
+    PgLockHolder holder;
+    PGresult* res = PQexec(conn_, "SELECT epoch, address FROM leader WHERE id = 1");
+    if (PQresultStatus(res) == PGRES_TUPLES_OK && PQntuples(res) == 1) {
+      holder.epoch = std::strtoll(PQgetvalue(res, 0, 0), nullptr, 10);
+      holder.address = PQgetvalue(res, 0, 1);
+    }
+    PQclear(res);
+    return holder;
   }
 
   PGconn* conn() const { return conn_; }
@@ -312,8 +353,45 @@ class PgDb final : public SqlDb {
     return out;
   }
 
+  absl::Status LostLockError(absl::string_view op) const {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "state store: ", op, ": this coordinator lost its session to ", display_,
+        " and another coordinator holds the store's lock now: it was deposed",
+        taken_by_.epoch > 0 ? absl::StrCat(" by epoch ", taken_by_.epoch, " (the active coordinator is at ",
+                                           taken_by_.address, ")")
+                            : std::string(),
+        "; it writes nothing more"));
+  }
+  // The session's lease (PgSession), set after every (re)connect.
+  absl::Status ApplySession(absl::string_view op) {
+    if (session_.lease <= absl::ZeroDuration()) return absl::OkStatus();
+    const int64_t ms = std::max<int64_t>(1, absl::ToInt64Milliseconds(session_.lease));
+    std::string sql = absl::StrCat("SET idle_in_transaction_session_timeout = ", ms);
+    if (PQserverVersion(conn_) >= 140000) {
+      absl::StrAppend(&sql, "; SET idle_session_timeout = ", ms);
+    } else if (!warned_old_server_) {
+      warned_old_server_ = true;
+      LogEvent(LogLevel::kWarn, "coordinator", "store_lease_unbounded",
+               {{"db", display_}, {"server_version", absl::StrCat(PQserverVersion(conn_))},
+                {"why", "PostgreSQL < 14 has no idle_session_timeout: a stopped coordinator keeps "
+                        "the store's lock until its TCP connection dies"}});
+    }
+    PGresult* res = PQexec(conn_, sql.c_str());
+    absl::Status status = absl::OkStatus();
+    if (PQresultStatus(res) != PGRES_COMMAND_OK) {
+      status = PgError(conn_, res, absl::StrCat(op, ": set the session's lease"), display_);
+    }
+    PQclear(res);
+    return status;
+  }
+
   PGconn* conn_;
   const std::string display_;
+  const PgSession session_;
+  bool ever_locked_ = false;
+  bool lost_lock_ = false;
+  PgLockHolder taken_by_;  // who holds the lock, once lost_lock_
+  bool warned_old_server_ = false;
   int64_t total_changes_ = 0;
   int64_t epoch_ = 0;
   int64_t next_name_ = 0;
@@ -396,20 +474,26 @@ absl::StatusOr<std::string> PostgresDisplayName(const std::string& conninfo) {
 }
 
 absl::StatusOr<std::unique_ptr<SqlDb>> ConnectPostgres(const std::string& conninfo,
-                                                       const std::string& display) {
+                                                       const std::string& display,
+                                                       const PgSession& session,
+                                                       PgLockHolder* holder) {
   // Later keywords override earlier ones: the connection string decides.
   const char* keys[] = {"connect_timeout", "application_name", "dbname", nullptr};
   const char* values[] = {"10", "trainctl-coordinator", conninfo.c_str(), nullptr};
   PGconn* conn = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
   if (conn == nullptr) return absl::ResourceExhaustedError("state store: libpq: out of memory");
-  auto db = std::make_unique<PgDb>(conn, display);
+  auto db = std::make_unique<PgDb>(conn, display, session);
   PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
   const std::string op = absl::StrCat("open ", display);
   if (PQstatus(conn) != CONNECTION_OK) {
     return absl::UnavailableError(absl::StrCat("state store: ", op, ": cannot connect: ",
                                                Trimmed(PQerrorMessage(conn))));
   }
-  TRAINCTL_RETURN_IF_ERROR(db->EnsureConnected(op));  // takes the lock
+  bool held_by_other = false;
+  absl::Status locked = db->TakeLock(op, &held_by_other);
+  if (held_by_other && holder != nullptr) *holder = db->ReadHolder();
+  TRAINCTL_RETURN_IF_ERROR(locked);
+  TRAINCTL_RETURN_IF_ERROR(db->AfterLock(op));
   TRAINCTL_RETURN_IF_ERROR(db->Exec("SET client_min_messages = warning", op));
   return std::unique_ptr<SqlDb>(std::move(db));
 }

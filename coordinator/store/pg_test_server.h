@@ -109,6 +109,40 @@ class PgTestServer {
 #endif
   }
 
+  // Runs the query `sql` as the superuser in database `db`: the first
+  // column of the first row as text ("" for NULL or no row).
+  absl::StatusOr<std::string> AdminQuery(const std::string& db, const std::string& sql) {
+#ifdef TRAINCTL_WITH_LIBPQ
+    if (!ok()) return status_;
+    PGconn* conn = PQconnectdb(Conninfo(db).c_str());
+    absl::StatusOr<std::string> out;
+    if (PQstatus(conn) != CONNECTION_OK) {
+      out = absl::UnavailableError(absl::StrCat("connect: ", PQerrorMessage(conn)));
+    } else {
+      PGresult* res = PQexec(conn, sql.c_str());
+      if (PQresultStatus(res) != PGRES_TUPLES_OK) {
+        out = absl::InternalError(absl::StrCat(sql, ": ", PQresultErrorMessage(res)));
+      } else {
+        out = PQntuples(res) > 0 && !PQgetisnull(res, 0, 0) ? std::string(PQgetvalue(res, 0, 0)) : "";
+      }
+      PQclear(res);
+    }
+    PQfinish(conn);
+    return out;
+#else
+    (void)db;
+    (void)sql;
+    return status_;
+#endif
+  }
+
+  // Ends every session on database `db` but the caller's (a lost
+  // connection, as a restarted server or a network cut leaves).
+  absl::Status TerminateSessions(const std::string& db) {
+    return AdminExec("postgres", absl::StrCat("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                              "WHERE datname = '", db, "' AND pid <> pg_backend_pid()"));
+  }
+
   // Stops the server and removes its directory (idempotent).
   void Stop() {
     if (pid_ > 0) {

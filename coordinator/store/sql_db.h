@@ -73,6 +73,10 @@ class SqlDb {
   // Counts re-established connections (PostgreSQL): what a lost connection
   // held (caches of row counts, a transaction) is gone.
   virtual int64_t ConnectionEpoch() const { return 0; }
+  // PostgreSQL: true once a reconnect found the store's advisory lock held
+  // by another session -- another coordinator took over while this one's
+  // session was gone. Sticky: nothing may be written through it again.
+  virtual bool LostLock() const { return false; }
   // The statement that opens a write transaction.
   virtual const char* BeginSql() const = 0;
   // The schema step `sqlite_ddl` (SQLite's dialect) in this backend's.

@@ -3,6 +3,7 @@
 #include <sqlite3.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdint>
 #include <cstring>
@@ -10,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -133,6 +135,21 @@ constexpr const char* kMigrations[] = {
         name TEXT PRIMARY KEY NOT NULL,
         blob BLOB NOT NULL             -- v1.Queue
       ) WITHOUT ROWID;
+    )sql",
+    // 6 -> 7: the leader record of active/standby coordinators on
+    // PostgreSQL (one row: the epoch, incremented by each coordinator that
+    // becomes active, and where it is reached), and on jobs and events the
+    // epoch of the coordinator that wrote the row: the proof that a deposed
+    // coordinator wrote nothing. SQLite has the columns too (epoch 0).
+    R"sql(
+      CREATE TABLE leader (
+        id       INTEGER PRIMARY KEY NOT NULL CHECK (id = 1),
+        epoch    INTEGER NOT NULL,
+        address  TEXT NOT NULL,        -- HOST:PORT (--advertise-address)
+        since_ms INTEGER NOT NULL      -- when it became active (Unix ms)
+      );
+      ALTER TABLE jobs ADD COLUMN leader_epoch INTEGER NOT NULL DEFAULT 0;
+      ALTER TABLE events ADD COLUMN leader_epoch INTEGER NOT NULL DEFAULT 0;
     )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
@@ -355,9 +372,11 @@ absl::Status StateStore::Impl::PrepareStatements() {
        "DO UPDATE SET seq = GREATEST(telemetry_seqs.seq, excluded.seq)"},
       {&s.load_telemetry_seqs, "SELECT worker_id, seq FROM telemetry_seqs ORDER BY worker_id"},
       {&s.upsert_job,
-       "INSERT INTO jobs (id, submit_seq, state, blob) VALUES (?1, ?2, ?3, ?4) "
-       "ON CONFLICT (id) DO UPDATE SET state = excluded.state, blob = excluded.blob"},
-      {&s.insert_event, "INSERT INTO events (job_id, seq, blob) VALUES (?1, ?2, ?3)"},
+       "INSERT INTO jobs (id, submit_seq, state, blob, leader_epoch) VALUES (?1, ?2, ?3, ?4, ?5) "
+       "ON CONFLICT (id) DO UPDATE SET state = excluded.state, blob = excluded.blob, "
+       "leader_epoch = excluded.leader_epoch"},
+      {&s.insert_event,
+       "INSERT INTO events (job_id, seq, blob, leader_epoch) VALUES (?1, ?2, ?3, ?4)"},
       {&s.put_worker, "INSERT OR REPLACE INTO workers (id, blob) VALUES (?1, ?2)",
        "INSERT INTO workers (id, blob) VALUES (?1, ?2) "
        "ON CONFLICT (id) DO UPDATE SET blob = excluded.blob"},
@@ -422,6 +441,14 @@ absl::Status StateStore::Impl::PrepareStatements() {
        "AND rank = ?3 ORDER BY id DESC LIMIT ?4) ORDER BY id",
        "SELECT id, blob FROM (SELECT id, blob FROM logs WHERE job_id = ?1 AND attempt = ?2 "
        "AND rank = ?3 ORDER BY id DESC LIMIT NULLIF(?4::BIGINT, -1)) AS newest ORDER BY id"},
+      // (PostgreSQL only: SQLite's coordinator is alone by its file lock.)
+      {&s.take_leadership,
+       "INSERT INTO leader (id, epoch, address, since_ms) VALUES (1, 1, ?1, ?2) "
+       "ON CONFLICT (id) DO UPDATE SET epoch = leader.epoch + 1, address = excluded.address, "
+       "since_ms = excluded.since_ms RETURNING epoch"},
+      {&s.check_epoch, "SELECT epoch, address FROM leader WHERE id = 1",
+       "SELECT epoch, address FROM leader WHERE id = 1 FOR SHARE"},
+      {&s.read_epoch, "SELECT epoch, address FROM leader WHERE id = 1"},
   };
   const std::string op = absl::StrCat("open ", path, ": prepare");
   const bool postgres = db->backend() == store_internal::SqlBackend::kPostgres;
@@ -450,19 +477,84 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
   return std::unique_ptr<StateStore>(new StateStore(std::move(impl)));
 }
 
-absl::Status StateStore::Impl::OpenPostgresLocked(const std::string& conninfo) {
-  TRAINCTL_ASSIGN_OR_RETURN(conn, store_internal::ConnectPostgres(conninfo, path));
+absl::Status StateStore::Impl::OpenPostgresLocked(const std::string& conninfo,
+                                                  StoreLeader* holder) {
+  store_internal::PgLockHolder lock_holder;
+  absl::StatusOr<std::unique_ptr<store_internal::SqlDb>> connected = store_internal::ConnectPostgres(
+      conninfo, path, store_internal::PgSession{options.leader_lease}, &lock_holder);
+  if (!connected.ok()) {
+    if (holder != nullptr) *holder = StoreLeader{lock_holder.epoch, lock_holder.address};
+    return connected.status();
+  }
+  conn = std::move(*connected);
   db = conn.get();
   // The database is given by the operator (CREATE DATABASE): an empty one
   // becomes a new trainctl store; one with other tables is refused.
   created = true;
   TRAINCTL_RETURN_IF_ERROR(Migrate());
   connection_epoch = db->ConnectionEpoch();
-  return PrepareStatements();
+  TRAINCTL_RETURN_IF_ERROR(PrepareStatements());
+  return TakeLeadership();
+}
+
+absl::Status StateStore::Impl::TakeLeadership() {
+  // One statement, so one transaction: the epoch and the address change
+  // together. A write of the previous leader that still holds the leader
+  // row (CheckEpoch's row lock) commits first; any later one fails its check.
+  const std::string op = absl::StrCat("open ", path, ": take the leader epoch");
+  Query q(db, stmts->take_leadership, op);
+  q.Bind(1, options.leader_address).Bind(2, absl::ToUnixMillis(absl::Now()));
+  TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (!row || q.Int(0) <= 0) return absl::InternalError(absl::StrCat("state store: ", op, ": no epoch returned"));
+  leader_epoch = q.Int(0);
+  LogEvent(LogLevel::kInfo, "coordinator", "leader_epoch",
+           {{"db", path}, {"epoch", absl::StrCat(leader_epoch)}, {"address", options.leader_address}});
+  return absl::OkStatus();
+}
+
+absl::Status StateStore::Impl::CheckEpoch(absl::string_view op) {
+  Query q(db, stmts->check_epoch, absl::StrCat(op, ": check the leader epoch"));
+  TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+  const int64_t stored = row ? q.Int(0) : 0;
+  if (stored == leader_epoch) return absl::OkStatus();
+  deposed = absl::FailedPreconditionError(absl::StrCat(
+      "state store: ", op, ": this coordinator (leader epoch ", leader_epoch,
+      ") was deposed by epoch ", stored,
+      row ? absl::StrCat(" (the active coordinator is at ", q.Text(1), ")") : std::string(),
+      "; it writes nothing more"));
+  return deposed;
+}
+
+void StateStore::Impl::NoteDeposition(const absl::Status& failed) {
+  if (deposed.ok() && db != nullptr && db->LostLock()) deposed = failed;
+  if (deposed.ok() || deposed_told) return;
+  deposed_told = true;
+  if (options.on_deposed) options.on_deposed(deposed);
+}
+
+void StateStore::Impl::PingLoop() {
+  const absl::Duration every = std::max(options.leader_lease / 4, absl::Milliseconds(50));
+  while (!stop_ping.WaitForNotificationWithTimeout(every)) {
+    absl::MutexLock lock(&mu);
+    if (!deposed.ok()) return;
+    // Inside an open group this runs in its transaction: harmless (a failed
+    // one only answers with an error), and it keeps that session busy too.
+    Query q(db, stmts->read_epoch, "lease ping");
+    absl::StatusOr<bool> row = q.Step();
+    if (row.ok() && *row && q.Int(0) != leader_epoch) {
+      deposed = absl::FailedPreconditionError(absl::StrCat(
+          "state store: lease ping: this coordinator (leader epoch ", leader_epoch,
+          ") was deposed by epoch ", q.Int(0), " (the active coordinator is at ", q.Text(1),
+          "); it writes nothing more"));
+    }
+    NoteDeposition(row.ok() ? absl::OkStatus() : row.status());
+    if (!deposed.ok()) return;
+  }
 }
 
 absl::StatusOr<std::unique_ptr<StateStore>> StateStore::OpenSpec(const std::string& spec,
-                                                                 StoreOptions options) {
+                                                                 StoreOptions options,
+                                                                 StoreLeader* holder) {
   constexpr absl::string_view kSqlite = "sqlite:";
   if (absl::StartsWith(spec, kSqlite)) return Open(spec.substr(kSqlite.size()), options);
   if (absl::StartsWith(spec, "postgresql://") || absl::StartsWith(spec, "postgres://")) {
@@ -470,7 +562,10 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::OpenSpec(const std::stri
     auto impl = std::make_unique<Impl>(display, options);
     {
       absl::MutexLock lock(&impl->mu);
-      TRAINCTL_RETURN_IF_ERROR(impl->OpenPostgresLocked(spec));
+      TRAINCTL_RETURN_IF_ERROR(impl->OpenPostgresLocked(spec, holder));
+    }
+    if (options.leader_lease > absl::ZeroDuration()) {
+      impl->pinger = std::thread([p = impl.get()] { p->PingLoop(); });
     }
     return std::unique_ptr<StateStore>(new StateStore(std::move(impl)));
   }
@@ -546,6 +641,16 @@ absl::StatusOr<StoreSnapshot> StateStore::LoadAll() {
 
 const LatencyHistogram& StateStore::commit_latency() const { return impl_->commit_latency; }
 
+int64_t StateStore::leader_epoch() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->leader_epoch;
+}
+
+absl::Status StateStore::deposed() const {
+  absl::MutexLock lock(&impl_->mu);
+  return impl_->deposed;
+}
+
 StateStore::WriteHealth StateStore::write_health() const {
   absl::MutexLock lock(&impl_->health_mu);
   return impl_->health;
@@ -610,7 +715,16 @@ absl::Status StateStore::BeginGroup() {
   Impl& s = *impl_;
   absl::MutexLock lock(&s.mu);
   if (s.in_group) return absl::FailedPreconditionError("state store: BeginGroup: a group is already open");
-  TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->begin, "BeginGroup: begin").Run());
+  if (!s.deposed.ok()) return s.deposed;
+  absl::Status begun = Query(s.db, s.stmts->begin, "BeginGroup: begin").Run();
+  // The epoch is checked once for the whole group: its row lock is held
+  // to the group's commit.
+  if (begun.ok() && s.fenced()) begun = s.CheckEpoch("BeginGroup");
+  if (!begun.ok()) {
+    if (s.db->InTransaction()) Query(s.db, s.stmts->rollback, "BeginGroup: rollback").Run().IgnoreError();
+    s.NoteDeposition(begun);
+    return begun;
+  }
   s.in_group = true;
   s.group_changes = s.db->TotalChanges();
   return absl::OkStatus();
@@ -653,6 +767,7 @@ absl::Status StateStore::CommitGroup(
     return status;
   }
   s.RollbackGroupLocked();
+  s.NoteDeposition(status);
   return status;
 }
 

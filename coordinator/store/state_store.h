@@ -69,6 +69,35 @@ struct StoreOptions {
   // untouched); a check cut short by the bound is logged and the open goes
   // on. Zero: no check.
   absl::Duration integrity_check_timeout = absl::Seconds(30);
+
+  // --- PostgreSQL: active and standby coordinators (docs/operator.md, "High
+  // availability"). Each open that takes the store's lock increments the
+  // leader epoch in the `leader` table and records `leader_address` there
+  // (one statement); every write transaction then checks, inside itself,
+  // that the stored epoch is still this store's (a row lock on the leader
+  // row held to the commit, so an epoch bump by a new leader waits for it or
+  // fails it). A mismatch, or a reconnect that finds the lock held by
+  // another session, deposes the store: that write and every later one
+  // fail with FailedPrecondition ("... deposed by epoch N"), and
+  // `on_deposed` is called once. SQLite ignores all of this.
+  //
+  // HOST:PORT clients reach this coordinator at (standbys name it).
+  std::string leader_address;
+  // > 0: the session's lease (pg_db.h): a coordinator whose session stays
+  // silent this long (stopped, hung, cut off) loses it and the lock; a
+  // thread of the store pings it every lease/4 meanwhile.
+  absl::Duration leader_lease = absl::ZeroDuration();
+  // Called once when the store finds it was deposed, with the store's lock
+  // held (so it must not call the store), on the thread that found it (a
+  // writer, or the lease ping's). The coordinator re-executes itself here
+  // (coordinator/main.cc): nothing of the deposed process acts further.
+  std::function<void(const absl::Status&)> on_deposed;
+};
+
+// The leader table's record: who holds the store (PostgreSQL).
+struct StoreLeader {
+  int64_t epoch = 0;  // 0: none recorded
+  std::string address;
 };
 
 // Everything needed to rebuild the coordinator's memory at start.
@@ -143,8 +172,11 @@ class StateStore {
   // database is Unavailable. Unavailable when the server cannot be reached
   // (the message names host and database, never a password);
   // InvalidArgument for a spec that is neither.
+  // When another coordinator holds the lock, `holder` (if given) gets the
+  // leader it recorded (StoreLeader; epoch 0 when none is recorded).
   static absl::StatusOr<std::unique_ptr<StateStore>> OpenSpec(const std::string& spec,
-                                                              StoreOptions options = {});
+                                                              StoreOptions options = {},
+                                                              StoreLeader* holder = nullptr);
   // `spec` for logs and messages: SQLite's path, or PostgreSQL's user, host,
   // port and database -- never a password.
   static std::string DescribeSpec(const std::string& spec);
@@ -154,6 +186,12 @@ class StateStore {
 
   // DataLoss, naming the row, when a stored job or worker does not parse.
   absl::StatusOr<StoreSnapshot> LoadAll();
+
+  // PostgreSQL: the leader epoch this store took at open (also stored on
+  // every jobs and events row it writes, column leader_epoch); 0 on SQLite.
+  int64_t leader_epoch() const;
+  // OK, or why the store was deposed (see StoreOptions). Thread-safe.
+  absl::Status deposed() const;
 
   // Inserts or replaces the job (the whole message, attempts included) and
   // appends `events` (their seq set by the caller, unique per job), in one

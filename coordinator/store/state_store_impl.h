@@ -12,6 +12,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 
@@ -22,6 +23,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
@@ -39,6 +41,8 @@ struct StateStore::Impl {
 
   Impl(std::string path, StoreOptions options) : path(std::move(path)), options(options) {}
   ~Impl() {
+    stop_ping.Notify();
+    if (pinger.joinable()) pinger.join();
     absl::MutexLock lock(&mu);
     stmts.reset();
     // SQLite: checkpoints the WAL into the database and removes it.
@@ -49,7 +53,9 @@ struct StateStore::Impl {
   // SQLite: opens the file at `path`.
   absl::Status OpenLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // PostgreSQL: connects with `conninfo` (`path` names it without secrets).
-  absl::Status OpenPostgresLocked(const std::string& conninfo) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // `holder`: see StateStore::OpenSpec.
+  absl::Status OpenPostgresLocked(const std::string& conninfo, StoreLeader* holder)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status Exec(const char* sql, absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Refuses a file that is not a trainctl database of a version this binary
@@ -61,6 +67,22 @@ struct StateStore::Impl {
   absl::StatusOr<int64_t> DownsampleMetrics(const std::string& job_id, int64_t oldest,
                                             absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status PrepareStatements() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
+  // --- leader epoch (PostgreSQL; see StoreOptions) ---------------------------
+  // Increments the stored epoch, records options.leader_address; sets
+  // leader_epoch.
+  absl::Status TakeLeadership() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Inside a write transaction: FailedPrecondition (and `deposed` set) when
+  // the stored epoch is not leader_epoch. Locks the leader row to the commit.
+  absl::Status CheckEpoch(absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // After a failed operation: a connection that lost its lock deposes the
+  // store; then, once, on_deposed.
+  void NoteDeposition(const absl::Status& failed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  bool fenced() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    return db->backend() == store_internal::SqlBackend::kPostgres && leader_epoch > 0;
+  }
+  // The lease ping's thread body (PostgreSQL with a lease).
+  void PingLoop();
   void RollbackGroupLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Runs `body` inside BEGIN IMMEDIATE (SQLite) or BEGIN ... COMMIT; rolls back when it or the
@@ -140,6 +162,16 @@ struct StateStore::Impl {
   // may Migrate turn an empty database into a new trainctl one.
   bool created ABSL_GUARDED_BY(mu) = false;
   StateStore::WriteFault write_fault ABSL_GUARDED_BY(mu);
+  // PostgreSQL: the epoch taken at open (0: SQLite, or not taken yet: no
+  // fencing). Never changes afterwards.
+  int64_t leader_epoch ABSL_GUARDED_BY(mu) = 0;
+  // OK until the store is deposed; then why, for good (every write fails
+  // with it). deposed_told: on_deposed was called.
+  absl::Status deposed ABSL_GUARDED_BY(mu);
+  bool deposed_told ABSL_GUARDED_BY(mu) = false;
+  // The lease ping (PingLoop), stopped first by ~Impl.
+  absl::Notification stop_ping;
+  std::thread pinger;
   int64_t writes_since_fault ABSL_GUARDED_BY(mu) = 0;
 
   struct Statements {
@@ -157,6 +189,7 @@ struct StateStore::Impl {
     Statement load_jobs, max_event_seq, load_workers;
     Statement list_events, list_metrics, log_ranks, list_logs_rank;
     Statement oldest_metrics, delete_metric, page_metrics;
+    Statement take_leadership, check_epoch, read_epoch;
   };
   std::unique_ptr<Statements> stmts ABSL_GUARDED_BY(mu);
 
@@ -204,7 +237,9 @@ struct StateStore::Impl {
 template <typename Body>
 absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bool write)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (write && !deposed.ok()) return deposed;
   if (in_group) {
+    // (BeginGroup checked the epoch, with the row lock held to the commit.)
     if (!db->InTransaction()) {
       // The backend rolled the group back after an error (or lost it): nothing may be written
       // outside it until the owner ends it.
@@ -222,6 +257,7 @@ absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bo
       absl::Status released = Query(db, stmts->release, absl::StrCat(op, ": release")).Run();
       if (status.ok()) status = released;
     }
+    if (!status.ok()) NoteDeposition(status);
     return status;
   }
   if (db->ConnectionEpoch() != connection_epoch) {
@@ -229,8 +265,13 @@ absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bo
     ClearCachedCounts();
     connection_epoch = db->ConnectionEpoch();
   }
-  TRAINCTL_RETURN_IF_ERROR(Query(db, stmts->begin, absl::StrCat(op, ": begin")).Run());
-  absl::Status status = body();
+  absl::Status status = Query(db, stmts->begin, absl::StrCat(op, ": begin")).Run();
+  if (!status.ok()) {
+    NoteDeposition(status);
+    return status;
+  }
+  if (write && fenced()) status = CheckEpoch(op);
+  if (status.ok()) status = body();
   if (status.ok() && write) status = InjectedFault(op);
   if (status.ok()) {
     const absl::Time start = absl::Now();
@@ -246,6 +287,7 @@ absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bo
   if (db->InTransaction()) {
     Query(db, stmts->rollback, absl::StrCat(op, ": rollback")).Run().IgnoreError();
   }
+  NoteDeposition(status);
   return status;
 }
 

@@ -426,10 +426,12 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   }
   // What a coordinator before telemetry seqs left behind.
   // (Nor the later tables: tokens and worker_bindings came with version 3,
-  // revoked_workers with 4, owner_numbers with 5, queues with 6.)
+  // revoked_workers with 4, owner_numbers with 5, queues with 6, leader and
+  // the leader_epoch columns with 7.)
   RawExec(path, "DROP TABLE telemetry_seqs; DROP TABLE tokens; DROP TABLE worker_bindings; "
                 "DROP TABLE revoked_workers; DROP TABLE owner_numbers; DROP TABLE queues; "
-                "PRAGMA user_version=1");
+                "DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
+                "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=1");
   auto store = OpenOrDie(path);
   ASSERT_TRUE(store->BeginGroup().ok());
   ASSERT_TRUE(store->AppendMetrics(MakeMetrics("old", 1, 1, 1)).ok());
@@ -522,6 +524,27 @@ TEST_P(StoreBackendTest, ATokensQueuesPersist) {
   EXPECT_THAT((*tokens)[0].token.queues(), ElementsAre("a", "b"));
 }
 
+TEST(StateStoreTest, SchemaVersion6MigratesToTheLeaderTableAndEpochColumns) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_TRUE(store->PutJob(MakeJob("old"), 1, {MakeEvent("old", 1)}).ok());
+  }
+  // What a coordinator before active/standby left behind.
+  RawExec(path, "DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
+                "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=6");
+  auto store = OpenOrDie(path);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->PutJob(MakeJob("new"), 2, {MakeEvent("new", 1)}).ok());
+  auto snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  ASSERT_EQ(snapshot->jobs.size(), 2u);
+  auto events = store->ListEvents("old", 0, 0);
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_EQ(events->size(), 1u);
+}
+
 TEST(StateStoreTest, SchemaVersion5MigratesToTheQueuesTable) {
   TempDir dir;
   const std::string path = dir.File("state.db");
@@ -530,7 +553,8 @@ TEST(StateStoreTest, SchemaVersion5MigratesToTheQueuesTable) {
     ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before queues left behind.
-  RawExec(path, "DROP TABLE queues; PRAGMA user_version=5");
+  RawExec(path, "DROP TABLE queues; DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
+                "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=5");
   auto store = OpenOrDie(path);
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
