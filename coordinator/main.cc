@@ -614,6 +614,15 @@ absl::Status ServeOptions(trainctl::coordinator::CoordinatorOptions& o, std::str
   const std::string tls_dir = absl::GetFlag(FLAGS_tls_dir);
   TRAINCTL_RETURN_IF_ERROR(TlsFromFlags(tls_dir, o));
   TRAINCTL_RETURN_IF_ERROR(OptionsFromFlags(o));
+  // Beside an SQLite file is a place of the coordinator's own; a
+  // PostgreSQL store has none (it would be the working directory), and every
+  // coordinator of the store must hold the same admin token.
+  if (!absl::StartsWith(o.store_spec, "sqlite:") && absl::GetFlag(FLAGS_admin_token_file).empty() && tls_dir.empty()) {
+    return absl::InvalidArgumentError(
+        "--admin-token-file: needed with a PostgreSQL --store (or --tls-dir, whose admin.token is used): the "
+        "bootstrap admin token has no place beside the database, and every coordinator of one store must "
+        "read the same file");
+  }
   *admin_file = AdminTokenFile(tls_dir, o.db_path);
   // An absent file is written only once the coordinator has started: a
   // refused start (a damaged or foreign --db) leaves nothing behind.

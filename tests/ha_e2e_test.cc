@@ -10,6 +10,12 @@
 //   - SIGSTOP the active one past its lease: the standby takes over; after
 //     SIGCONT the old one steps down (re-executes as a standby) and writes
 //     nothing: every jobs and events row carries its writer's leader epoch.
+//   - Two real worker daemons given both addresses run a job while the
+//     active coordinator is SIGKILLed: the standby takes over, the workers
+//     follow it, the job SUCCEEDS in its first attempt (no rank restarted)
+//     with every metric point and log line stored once, and every submit a
+//     concurrent loop (the client library, given both addresses) saw
+//     acknowledged is there.
 // Every wait polls an observable condition, bounded by a deadline; the only
 // fixed sleep is how long a coordinator is kept stopped.
 #include <gmock/gmock.h>
@@ -19,20 +25,27 @@
 #include <signal.h>
 #include <sys/wait.h>
 
+#include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <map>
+#include <thread>
+#include <tuple>
 #include <memory>
 #include <string>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
 #include "common/auth/secret.h"
 #include "common/jobspec/job_spec.h"
 #include "common/temp_dir.h"
+#include "client/trainctl/client.h"
 #include "coordinator/store/pg_test_server.h"
 #include "tests/support/cluster.h"
 #include "tests/support/ports.h"
+#include "tests/support/source_dir.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
 
 namespace trainctl {
@@ -283,6 +296,145 @@ TEST_F(HaE2ETest, AStoppedActiveIsReplacedAndStepsDownWithoutWritingAfterSigcont
   EXPECT_THAT(names, ::testing::UnorderedElementsAre("before", "during"));
 }
 
+// Issue #29's failover e2e: PostgreSQL, two coordinators, two worker
+// daemons with both addresses, a job running (tests/support/fake_rank.py's
+// chatty job: 8 epochs of 20 steps, a metric point and a log line each, per
+// rank) and a submit loop; the active coordinator is SIGKILLed mid-job.
+TEST_F(HaE2ETest, AJobRunsThroughAFailoverWithoutARankRestartOrALostPoint) {
+  constexpr int kWorld = 2, kEpochs = 8, kSteps = 20;
+  const int port_a = testing::UnusedPort(), port_b = testing::UnusedPort();
+  const std::string a = absl::StrCat("127.0.0.1:", port_a), b = absl::StrCat("127.0.0.1:", port_b);
+  const std::vector<std::string> ha_flags{"--store=" + store_, "--leader_lease_s=2", "--standby_poll_ms=200",
+                                          "--recovery_grace_s=10", "--rendezvous_timeout_s=60"};
+  testing::Cluster cluster(testing::BuildDirOfThisTest(), testing::SourceDir() + "/tests/support/fake_rank.py");
+  std::vector<std::string> first_flags = ha_flags;
+  first_flags.push_back("--listen=" + a);
+  ASSERT_TRUE(cluster.StartCoordinator(first_flags)) << cluster.coordinator()->ReadLog();
+  ASSERT_TRUE(WaitHealth(a, 1, absl::Seconds(60))) << cluster.coordinator()->ReadLog();
+  // The standby: the cluster's flags, its own port, the same admin token file.
+  std::vector<std::string> second_argv{binary_, "--listen=" + b, "--heartbeat_interval_ms=200",
+                                       "--lease_timeout_ms=1500", "--stop_grace_s=2",
+                                       "--admin_token_file=" + cluster.dir() + "/admin.token"};
+  second_argv.insert(second_argv.end(), ha_flags.begin(), ha_flags.end());
+  Process second(second_argv, dir_ + "/b.log");
+  ASSERT_TRUE(second.Start());
+  ASSERT_TRUE(WaitHealth(b, 2, absl::Seconds(60))) << second.ReadLog();
+
+  for (int i = 0; i < kWorld; ++i) {
+    ASSERT_TRUE(cluster.StartWorker(absl::StrCat("w", i), 1, false, {"--coordinator=" + a + "," + b}));
+  }
+  ASSERT_TRUE(cluster.WaitWorkers(kWorld));
+  ParsedJobSpec chatty = ParseJobSpecYaml(
+      "model: {name: mlp, input_dim: 5, classes: 2}\n"
+      "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+      "chatty.yaml",
+      {"name=chatty", absl::StrCat("world_size=", kWorld), absl::StrCat("training.epochs=", kEpochs),
+       "restart.max_restarts=0"});
+  ASSERT_TRUE(chatty.ok());
+  const std::string id = cluster.Submit(chatty.spec);
+  ASSERT_FALSE(id.empty());
+  v1::Job running = cluster.WaitFor(id, [](const v1::Job& j) {
+    return j.state() == v1::JOB_STATE_RUNNING && j.progress().epoch() >= 1;
+  });
+  ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.state_reason();
+  ASSERT_LT(running.progress().epoch(), kEpochs - 2) << "the failover must come mid-job";
+
+  // A submit loop through the client library, given both addresses; one
+  // job of one rank each (they wait: the chatty job holds every slot).
+  std::atomic<bool> stop{false};
+  absl::Mutex mu;
+  std::vector<std::string> acknowledged;  // guarded by mu
+  std::string loop_error;                 // written before the thread ends
+  std::thread submitter([&] {
+    ClientOptions o;
+    o.address = a + "," + b;
+    o.token = cluster.admin_token();
+    o.timeout = absl::Seconds(20);
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(o);
+    if (!client.ok()) {
+      loop_error = client.status().ToString();
+      return;
+    }
+    ParsedJobSpec one = ParseJobSpecYaml(
+        "model: {name: mlp, input_dim: 5, classes: 2}\n"
+        "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+        "one.yaml", {"name=loop", "world_size=1", "training.epochs=1"});
+    // Paced (about 50 a second) so that the loop spans the failover.
+    for (int n = 0; !stop.load() && n < 3000; ++n) {
+      absl::StatusOr<v1::Job> j = (*client)->Submit(one.spec);
+      if (j.ok()) {
+        absl::MutexLock l(&mu);
+        acknowledged.push_back(j->id());
+      }
+      absl::SleepFor(absl::Milliseconds(20));
+    }
+  });
+
+  auto submitted = [&] {
+    absl::MutexLock l(&mu);
+    return acknowledged.size();
+  };
+  // Some submits before the kill, some after the takeover.
+  for (absl::Time until = absl::Now() + absl::Seconds(30); submitted() < 5 && absl::Now() < until;) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  ASSERT_GE(submitted(), 5u) << loop_error;
+  cluster.KillCoordinator(SIGKILL);
+  const absl::Time killed = absl::Now();
+  const size_t before_kill = submitted();
+  ASSERT_TRUE(WaitHealth(b, 1, absl::Seconds(10))) << "the standby is not active 10 s after the kill\n"
+                                                     << second.ReadLog();
+  std::cerr << "failover after SIGKILL with workers: " << absl::FormatDuration(absl::Now() - killed) << "\n";
+  cluster.UseCoordinatorAt(b);
+  for (absl::Time until = absl::Now() + absl::Seconds(60); submitted() < before_kill + 5 && absl::Now() < until;) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+  stop = true;
+  submitter.join();
+  EXPECT_GE(submitted(), before_kill + 5) << "the submit loop did not go on through the new active coordinator";
+
+  v1::Job done = cluster.WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.state_reason() << "\n" << second.ReadLog();
+  EXPECT_EQ(done.attempts_size(), 1) << "a rank was restarted";
+  EXPECT_EQ(done.restarts(), 0);
+
+  // Every point and line, once: what the chatty job produces.
+  std::map<std::tuple<int, int, int64_t, int>, int> points;
+  {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
+    v1::WatchJobRequest req;
+    req.set_job_id(id);
+    req.set_include_history(true);
+    auto reader = cluster.jobs()->WatchJob(&ctx, req);
+    v1::JobUpdate u;
+    while (reader->Read(&u)) {
+      for (const v1::MetricPoint& p : u.metrics().points()) {
+        ++points[{p.rank(), p.epoch(), p.step(), static_cast<int>(p.kind())}];
+      }
+    }
+    EXPECT_TRUE(reader->Finish().ok());
+  }
+  EXPECT_EQ(points.size(), static_cast<size_t>(kWorld * kEpochs * (kSteps + 1)));
+  for (const auto& [key, n] : points) EXPECT_EQ(n, 1);
+  for (int r = 0; r < kWorld; ++r) {
+    const std::string log = cluster.RankLog(id, 1, r);
+    EXPECT_EQ(std::count(log.begin(), log.end(), '\n'), 1 + kEpochs * (kSteps + 1)) << "rank " << r;
+  }
+
+  // Every acknowledged submit is on the new active coordinator.
+  EXPECT_TRUE(loop_error.empty()) << loop_error;
+  for (const std::string& j : acknowledged) {
+    EXPECT_EQ(cluster.Get(j).id(), j) << "acknowledged submit " << j << " is missing";
+  }
+  std::cerr << acknowledged.size() << " submits acknowledged across the failover\n";
+
+  // The killed one, restarted, stays a standby.
+  std::unique_ptr<Process> again = Start("a-again", port_a);
+  ASSERT_TRUE(WaitHealth(a, 2, absl::Seconds(60))) << again->ReadLog();
+  EXPECT_EQ(HealthOf(b, ""), 1);
+}
+
 // Two coordinators started together, before any admin token file exists:
 // the one that waited uses the file the active one wrote (one admin token
 // for the cluster), not a secret of its own.
@@ -332,6 +484,16 @@ TEST(HaFlagsTest, BadFlagsAreRefusedNamingTheFlag) {
     EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << c.flag << ": " << p.ReadLog();
     EXPECT_THAT(p.ReadLog(), HasSubstr(c.says)) << c.flag;
   }
+  // A PostgreSQL store without an admin token file (or --tls-dir): the
+  // working directory is no place for it, and coordinators must share it.
+  Process p({binary, "--listen=127.0.0.1:0", "--store=postgresql://trainctl@127.0.0.1:1/none"}, dir + "/no-admin.log",
+            dir);
+  ASSERT_TRUE(p.Start());
+  const int status = p.Wait(absl::Seconds(30));
+  ASSERT_NE(status, -1) << "still running";
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << p.ReadLog();
+  EXPECT_THAT(p.ReadLog(), HasSubstr("--admin-token-file: needed with a PostgreSQL --store"));
+  EXPECT_FALSE(std::filesystem::exists(dir + "/admin.token")) << "nothing written to the working directory";
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }

@@ -6,6 +6,7 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <fstream>
 #include <sstream>
@@ -90,9 +91,13 @@ Cluster::~Cluster() {
 bool Cluster::StartCoordinator(std::vector<std::string> extra) {
   std::string listen = address_.empty() ? "127.0.0.1:0" : address_;
   std::vector<std::string> argv{build_dir_ + "/coordinator/trainctl-coordinator",
-                                "--listen=" + listen, "--db=" + dir_ + "/state.db",
+                                "--listen=" + listen,
                                 "--heartbeat_interval_ms=200", "--lease_timeout_ms=1500", "--stop_grace_s=2",
                                 "--admin_token_file=" + dir_ + "/admin.token"};
+  // A test's own --store replaces the cluster's SQLite file.
+  if (std::none_of(extra.begin(), extra.end(), [](const std::string& f) { return f.rfind("--store=", 0) == 0; })) {
+    argv.push_back("--db=" + dir_ + "/state.db");
+  }
   if (!tls_dir_.empty()) argv.push_back("--tls_dir=" + tls_dir_);
   argv.insert(argv.end(), extra.begin(), extra.end());
   argv.insert(argv.begin(), prefix_.begin(), prefix_.end());
@@ -124,6 +129,11 @@ bool Cluster::InitTls() {
   if (std::system(cmd.c_str()) != 0) return false;
   tls_dir_ = dir_ + "/tls";
   return true;
+}
+
+void Cluster::UseCoordinatorAt(const std::string& address) {
+  address_ = address;
+  Connect();
 }
 
 void Cluster::Connect() {

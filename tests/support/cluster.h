@@ -60,6 +60,9 @@ class Cluster {
   // Starts (or restarts, on the same port and database) the coordinator.
   bool StartCoordinator(std::vector<std::string> extra_flags = {});
   void KillCoordinator(int sig = 9);
+  // From now on jobs()/workers_stub() (and the next StartWorker) talk to
+  // `address`: another coordinator of the same store (HA tests).
+  void UseCoordinatorAt(const std::string& address);
   // Starts worker `name` (its work dir persists across restarts).
   // `relative_paths`: the daemon runs in the cluster's directory and gets
   // its --work_dir and --rank_binary relative to it (as typed by hand).
