@@ -119,12 +119,19 @@ long long IdleFit(const Request& r, const WorkerState& w) {
   return Fit(r, w, w.in->total_slots, w.cpu_cap, w.mem_cap);
 }
 
+// n x per, saturated far below overflow (a request may be any finite size).
+long long Times(long long n, long long per) {
+  constexpr long long kHuge = 1LL << 62;
+  if (per != 0 && n > kHuge / per) return kHuge;
+  return n * per;
+}
+
 // Takes `n` placed ranks' worth of `r`'s resources out of what is left on
 // `w` (the caller checked they fit).
 void TakeResources(const Request& r, WorkerState& w, long long n) {
   if (!r.limited) return;
-  if (w.cpu_left >= 0) w.cpu_left = std::max<long long>(0, w.cpu_left - n * r.cpu);
-  if (w.mem_left >= 0) w.mem_left = std::max<long long>(0, w.mem_left - n * r.mem);
+  if (w.cpu_left >= 0) w.cpu_left = std::max<long long>(0, w.cpu_left - Times(n, r.cpu));
+  if (w.mem_left >= 0) w.mem_left = std::max<long long>(0, w.mem_left - Times(n, r.mem));
 }
 
 // For a reservation of `n` ranks of `r` on `w`: holds up to n ranks' worth
@@ -134,12 +141,12 @@ void TakeResources(const Request& r, WorkerState& w, long long n) {
 void HoldResources(const Request& r, WorkerState& w, long long n) {
   if (!r.limited) return;
   if (w.cpu_left >= 0) {
-    const long long h = std::min(w.cpu_left, n * r.cpu);
+    const long long h = std::min(w.cpu_left, Times(n, r.cpu));
     w.cpu_left -= h;
     w.cpu_held += h;
   }
   if (w.mem_left >= 0) {
-    const long long h = std::min(w.mem_left, n * r.mem);
+    const long long h = std::min(w.mem_left, Times(n, r.mem));
     w.mem_left -= h;
     w.mem_held += h;
   }

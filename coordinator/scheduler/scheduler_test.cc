@@ -1186,6 +1186,20 @@ TEST(SchedulerResourcesTest, ElasticJobTakesTheRanksItsResourcesAllow) {
   EXPECT_EQ(Outcome(*r)["e"], "a:0,1");
 }
 
+TEST(SchedulerResourcesTest, HugeRequestsNeitherOverflowNorFit) {
+  const int64_t huge_memory = std::numeric_limits<int64_t>::max() / 2;
+  // Unknown allocatable: not a bound, whatever the size.
+  auto r = CheckR({Needs(Job("j", 3, kCpu), 1e300, huge_memory)}, {Sized(Cpu("a", 4), 0, 0)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r)["j"], "a:0,1,2");
+  // Known allocatable: never fits, and nothing wraps around.
+  r = CheckR({Needs(Job("j", 3, kCpu, 1, 1), 1e300, huge_memory), Needs(Job("k", 1, kCpu, 0, 2), 1, kGiB)},
+             {Sized(Cpu("a", 4), 8, 64 * kGiB)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(FindPending(*r, "j").reason, PendingReason::kExceedsCapacity);
+  EXPECT_EQ(Outcome(*r)["k"], "a:0");
+}
+
 TEST(SchedulerResourcesTest, RejectsMalformedResources) {
   const std::vector<std::pair<std::vector<PendingJob>, std::vector<WorkerSlots>>> bad = {
       {{Needs(Job("j", 1), -1)}, {}},
