@@ -84,9 +84,9 @@
 //  * Resources. A job may ask for CPUs and memory per rank (job.yaml
 //    `resources`; PendingJob::cpus, ::memory_bytes; 0 = none) and for a
 //    pids limit (other_limits: not counted, as workers report no pids
-//    allocatable). A worker
-//    then holds k of its ranks only if it has k available slots AND k x cpus
-//    and k x memory fit in what is left of its allocatable after what its
+//    allocatable). A worker then holds k of its ranks only if it has k
+//    available slots AND k x cpus and k x memory fit in what is left of its
+//    allocatable after what its
 //    running ranks reserve (WorkerSlots::reserved_*) and what this pass has
 //    placed or reserved there: everywhere above, a worker's "available
 //    slots" for such a job read min(available slots, floor(cpus left / cpus),
@@ -107,8 +107,9 @@
 //    Never fits, with resources: a job whose least size exceeds the sum over
 //    its kind's schedulable workers of the ranks each could hold idle is
 //    kExceedsCapacity, and the message names what is short ("needs 8 cpus
-//    per rank; the largest cpu worker has 4 allocatable"; "no schedulable
-//    cpu worker enforces resource limits"). The head's reservation holds on
+//    per rank; the largest cpu worker that enforces limits has 4
+//    allocatable"; "... no schedulable cpu worker enforces resource
+//    limits"). The head's reservation holds on
 //    each target, besides up to its share of available slots, up to its
 //    share's CPUs and memory of what is left there, each resource on its
 //    own (not in whole ranks: CPUs that free up in pieces smaller than one
