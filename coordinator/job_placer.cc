@@ -31,13 +31,19 @@ absl::StatusOr<scheduler::ScheduleResult> ScheduleWithCommands(
     TRAINCTL_ASSIGN_OR_RETURN(out, scheduler::Schedule(engine, workers, queues));
   }
   if (command.empty()) return out;
+  absl::flat_hash_map<std::string, const scheduler::PendingJob*> engine_by_id;
+  for (const scheduler::PendingJob& j : engine) engine_by_id[j.job_id] = &j;
   std::vector<scheduler::WorkerSlots> cmd_workers;
   for (scheduler::WorkerSlots& w : workers) {
     if (!allowing.contains(w.worker_id)) continue;
     for (const scheduler::Placement& p : out.placements) {
+      const scheduler::PendingJob& placed = *engine_by_id.at(p.job_id);
       for (const scheduler::RankAssignment& r : p.ranks) {
         if (r.worker_id != w.worker_id) continue;
         w.free_slots.erase(std::remove(w.free_slots.begin(), w.free_slots.end(), r.slot), w.free_slots.end());
+        // The first pass's ranks reserve their CPUs and memory here too.
+        w.reserved_cpus += placed.cpus;
+        w.reserved_memory += placed.memory_bytes;
       }
     }
     cmd_workers.push_back(std::move(w));
@@ -162,10 +168,36 @@ int ElasticMinimum(const v1::Job& job, absl::Time now) {
 
 std::vector<scheduler::WorkerSlots> JobPlacer::WorkerView() const {
   absl::flat_hash_map<std::string, std::vector<int>> busy = book_->BusySlotsByWorker();
+  // What the live ranks on each worker reserve: their jobs' per-rank
+  // resources (ranks of a stopping attempt too, until they have ended).
+  struct Reserved {
+    double cpus = 0;
+    int64_t memory = 0;
+  };
+  absl::flat_hash_map<std::string, Reserved> reserved;
+  book_->ForEachLiveRank([&](const v1::RankAssignment& r) {
+    const JobEntry* e = book_->Find(r.job_id());
+    if (e == nullptr) return;
+    const v1::ResourceSpec& res = e->job.spec().resources();
+    if (res.cpus() <= 0 && res.memory() <= 0) return;
+    Reserved& x = reserved[r.worker_id()];
+    if (std::isfinite(res.cpus()) && res.cpus() > 0) x.cpus += res.cpus();
+    x.memory += std::max<int64_t>(0, res.memory());
+  });
   std::vector<scheduler::WorkerSlots> workers;
   for (const v1::Worker* w : registry_->Alive()) {
     scheduler::WorkerSlots ws;
     ws.worker_id = w->id();
+    // 0 = unknown (an older daemon reports no allocatable, and so does not
+    // enforce limits either): see scheduler.h, Resources.
+    const v1::Allocatable& a = w->allocatable();
+    ws.allocatable_cpus = std::isfinite(a.cpus()) && a.cpus() > 0 ? a.cpus() : 0;
+    ws.allocatable_memory = std::max<int64_t>(0, a.memory_bytes());
+    ws.enforces_limits = a.enforces_limits();
+    if (auto it = reserved.find(w->id()); it != reserved.end()) {
+      ws.reserved_cpus = it->second.cpus;
+      ws.reserved_memory = it->second.memory;
+    }
     ws.kind = w->slots(0).kind() == v1::Slot::KIND_GPU ? scheduler::SlotKind::kGpu : scheduler::SlotKind::kCpu;
     ws.total_slots = w->slots_size();
     const std::vector<int>& b = busy[w->id()];
@@ -225,6 +257,12 @@ scheduler::PendingJob JobPlacer::ToPending(const JobEntry& e, absl::Time now) co
   pj.submit_seq = static_cast<uint64_t>(e.submit_seq);
   pj.queue = QueueName(e.job.spec());
   pj.min_world_size = ElasticMinimum(e.job, now);
+  // Validated at submit (>= 0, finite); clamped so that a bad stored row
+  // cannot make the scheduler refuse the whole pass.
+  const v1::ResourceSpec& res = e.job.spec().resources();
+  pj.cpus = std::isfinite(res.cpus()) && res.cpus() > 0 ? res.cpus() : 0;
+  pj.memory_bytes = std::max<int64_t>(0, res.memory());
+  pj.other_limits = res.pids() > 0;
   if (e.job.spec().stragglers().policy() == v1::STRAGGLER_POLICY_AVOID) pj.avoid_workers = e.avoid_workers;
   return pj;
 }
@@ -459,8 +497,24 @@ void JobPlacer::MaybeGrow(JobEntry& e, const v1::CheckpointRecord& r) {
   const bool gpu = a->ranks(0).slot().kind() == v1::Slot::KIND_GPU;
   if (!QueueHasRoom(e, gpu)) return;
   int free = 0;
-  for (const scheduler::WorkerSlots& w : WorkerView()) {
-    if ((w.kind == scheduler::SlotKind::kGpu) == gpu) free += static_cast<int>(w.free_slots.size());
+  const v1::ResourceSpec& res = spec.resources();
+  if (res.cpus() > 0 || res.memory() > 0 || res.pids() > 0) {
+    // Ranks with resources: as many more as the scheduler would place now
+    // (free slots with the CPUs and memory left beside them, on workers
+    // that enforce limits). The attempt's own ranks still count as busy, so
+    // this errs on the small side.
+    scheduler::PendingJob probe = ToPending(e, clock_->Now());
+    probe.job_id = "grow-probe";
+    probe.world_size = spec.world_size() - ranks;
+    probe.min_world_size = probe.world_size > 1 ? 1 : 0;
+    probe.device = gpu ? scheduler::DeviceRequirement::kCuda : scheduler::DeviceRequirement::kCpu;
+    probe.avoid_workers.clear();
+    absl::StatusOr<scheduler::ScheduleResult> plan = scheduler::Schedule({probe}, WorkerView());
+    if (plan.ok() && !plan->placements.empty()) free = plan->placements[0].world_size;
+  } else {
+    for (const scheduler::WorkerSlots& w : WorkerView()) {
+      if ((w.kind == scheduler::SlotKind::kGpu) == gpu) free += static_cast<int>(w.free_slots.size());
+    }
   }
   if (free < 1) return;
   const int target = std::min(spec.world_size(), ranks + free);

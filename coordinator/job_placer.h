@@ -6,6 +6,13 @@
 // started with --allow-commands (a second pass over what the engine jobs
 // left free: the pure scheduler stays unaware of the distinction).
 //
+// Each worker's view carries its allocatable CPUs and memory and whether it
+// enforces limits (Worker.allocatable, from its registration) and what its
+// live ranks reserve (their jobs' per-rank `resources`, stopping attempts'
+// ranks included until they end); each job its per-rank resources: the
+// scheduler fits ranks in both (scheduler.h, Resources). Its pending
+// reasons reach `trainctl status` as every other.
+//
 // With queues (docs/queues.md) each pass also gives the scheduler the
 // queues' quotas, the running jobs and each queue's decayed usage (fair
 // share), and stops the running jobs it names as preemption victims: their

@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/jobspec/job_spec.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
 
@@ -44,8 +45,13 @@ absl::Status ValidateQueue(const v1::Queue& queue) {
     return absl::InvalidArgumentError(
         absl::StrCat("queue.max_job_size: must be 0 (no limit) or > 0, got ", queue.max_job_size()));
   }
+  // The same bounds as a job's own resources (one rule: common/jobspec).
+  std::vector<SpecError> errors = CheckResourceSpec(queue.default_resources(), "queue.default_resources");
+  if (!errors.empty()) return absl::InvalidArgumentError(errors.front().ToString());
   return absl::OkStatus();
 }
+
+bool HasResources(const v1::ResourceSpec& r) { return r.cpus() != 0 || r.memory() != 0 || r.pids() != 0; }
 
 scheduler::QueueSpec ToQueueSpec(const v1::Queue& queue) {
   scheduler::QueueSpec spec;
@@ -100,6 +106,8 @@ std::string QueueRegistry::NameList() const {
 absl::StatusOr<v1::Queue> QueueRegistry::Create(v1::Queue queue, bool update) {
   CheckLoop();
   TRAINCTL_RETURN_IF_ERROR(ValidateQueue(queue));
+  // All 0 and unset mean the same (none): store one form.
+  if (!HasResources(queue.default_resources())) queue.clear_default_resources();
   // -1 and unset mean the same (unlimited): store one form.
   if (queue.has_nominal_gpu() && queue.nominal_gpu() == -1) queue.clear_nominal_gpu();
   if (queue.has_nominal_cpu() && queue.nominal_cpu() == -1) queue.clear_nominal_cpu();
@@ -149,6 +157,11 @@ absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role, absl::Span<const std
         absl::StrCat("queue: no queue named '", spec.queue(), "' (defined: ", queues.NameList(), ")"));
   }
   if (!spec.has_priority()) spec.set_priority(q->default_priority());
+  // A job that asks for no resources gets the queue's (validated when the
+  // queue was made, and again with the job by ValidateJobSpec).
+  if (!HasResources(spec.resources()) && HasResources(q->default_resources())) {
+    *spec.mutable_resources() = q->default_resources();
+  }
   // world_size 0 is the default, 1 (ResolveJobSpecDefaults runs later).
   const int32_t least_size = spec.elastic().min_ranks() > 0 ? spec.elastic().min_ranks()
                                                              : std::max<int32_t>(1, spec.world_size());

@@ -47,8 +47,12 @@ absl::Status CheckQueueName(absl::string_view field, absl::string_view name);
 
 // Every field of a queue as CreateQueue receives it; InvalidArgument naming
 // the first bad field ("queue.nominal_gpu: must be -1 (unlimited) or >= 0,
-// got -3").
+// got -3"; "queue.default_resources.memory: must be 0 (no limit) or at
+// least 1Mi ...", the bounds of a job's own resources).
 absl::Status ValidateQueue(const v1::Queue& queue);
+
+// Whether any of cpus, memory, pids is set (a job or queue with resources).
+bool HasResources(const v1::ResourceSpec& r);
 
 // The scheduler's view of a queue (usage fields 0; unset nominal = -1).
 scheduler::QueueSpec ToQueueSpec(const v1::Queue& queue);
@@ -105,6 +109,9 @@ class QueueRegistry {
 //  - no queue defined: any valid name is kept as given (no quota applies);
 //  - priority unset: the queue's default_priority (left unset without
 //    queues, which reads as 0);
+//  - no resources (cpus, memory and pids all 0): the queue's
+//    default_resources, whole (a job giving any of the three keeps exactly
+//    its own: a partial merge would give it limits it did not choose);
 //  - a job whose least size (elastic.min_ranks when elastic, else
 //    world_size) exceeds the queue's max_job_size: InvalidArgument naming
 //    the queue and the limit.

@@ -240,6 +240,61 @@ TEST_F(QueueRegistryTest, ResolveRefusesAJobOverTheQueuesMaxJobSize) {
   EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok()) << "0 = no limit";
 }
 
+TEST(QueueValidationTest, DefaultResourcesHaveTheJobsBoundsAndNameTheField) {
+  auto message = [](const v1::Queue& q) { return std::string(ValidateQueue(q).message()); };
+  v1::Queue q = MakeQueue("a");
+  q.mutable_default_resources()->set_cpus(2);
+  q.mutable_default_resources()->set_memory(int64_t{4} << 30);
+  q.mutable_default_resources()->set_pids(512);
+  EXPECT_TRUE(ValidateQueue(q).ok());
+  q.mutable_default_resources()->set_memory(100);
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidateQueue(q)));
+  EXPECT_EQ(message(q), "queue.default_resources.memory: must be 0 (no limit) or at least 1Mi (1048576 bytes), got 100");
+  q.mutable_default_resources()->set_memory(0);
+  q.mutable_default_resources()->set_cpus(-1);
+  EXPECT_EQ(message(q), "queue.default_resources.cpus: must be 0 (no limit) or in [0.01, 4096] CPUs, got -1");
+  q.mutable_default_resources()->set_cpus(0);
+  q.mutable_default_resources()->set_pids(2);
+  EXPECT_EQ(message(q), "queue.default_resources.pids: must be 0 (no limit) or in [8, 4194304], got 2");
+}
+
+TEST_F(QueueRegistryTest, ResolveGivesAJobWithoutResourcesTheQueuesDefaultResources) {
+  v1::Queue batch = MakeQueue("batch");
+  batch.mutable_default_resources()->set_cpus(2);
+  batch.mutable_default_resources()->set_memory(int64_t{4} << 30);
+  ASSERT_TRUE(registry_->Create(batch, false).ok());
+  v1::Queue none = MakeQueue("none");
+  none.mutable_default_resources();  // all 0: stored as unset
+  auto made = registry_->Create(none, false);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_FALSE(made->has_default_resources());
+
+  v1::JobSpec spec = MakeSpec();
+  spec.set_queue("batch");
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_EQ(spec.resources().cpus(), 2);
+  EXPECT_EQ(spec.resources().memory(), int64_t{4} << 30);
+  EXPECT_EQ(spec.resources().pids(), 0);
+  // A job that gives any of the three keeps exactly its own.
+  spec = MakeSpec();
+  spec.set_queue("batch");
+  spec.mutable_resources()->set_pids(64);
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_EQ(spec.resources().cpus(), 0);
+  EXPECT_EQ(spec.resources().memory(), 0);
+  EXPECT_EQ(spec.resources().pids(), 64);
+  // A queue without defaults leaves the job without resources.
+  spec = MakeSpec();
+  spec.set_queue("none");
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_FALSE(spec.has_resources());
+  // Kept across a reload from the store.
+  QueueRegistry reloaded(store_.get(), &clock_);
+  ASSERT_TRUE(reloaded.Load().ok());
+  ASSERT_NE(reloaded.Find("batch"), nullptr);
+  EXPECT_EQ(reloaded.Find("batch")->default_resources().memory(), int64_t{4} << 30);
+}
+
 TEST(QueueStatusTest, UsedSlotsAndBorrowingFollowTheNominalQuota) {
   v1::Queue q;
   q.set_name("a");

@@ -263,5 +263,61 @@ TEST(QueuesE2ETest, UsageCountsOnlySlotTimeAndRefusesABadSince) {
   EXPECT_THAT(bad.err, HasSubstr("--since: '2999-01-01T00:00:00Z' is in the future"));
 }
 
+// Queue.default_resources through the CLI and the real coordinator: create
+// with --default-cpus/--default-memory/--default-pids, describe shows them,
+// bad values name the flag or the field, and a job (and a dry run) that
+// asks for no resources gets them.
+TEST(QueuesE2ETest, QueueDefaultResourcesFillJobsThatAskForNone) {
+  Cluster cluster(testing::BuildDirOfThisTest(), "");
+  ASSERT_TRUE(cluster.StartCoordinator());
+  const std::string admin = cluster.admin_token();
+  CliResult made = RunTrainctl(cluster, admin,
+                               {"queue", "create", "batch", "--cpu", "8", "--default-cpus", "2", "--default-memory",
+                                "4Gi", "--default-pids", "512"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_THAT(made.out, HasSubstr("default resources 2 cpus, 4 GiB memory, 512 pids per rank"));
+  CliResult shown = RunTrainctl(cluster, admin, {"queue", "describe", "batch"});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_THAT(shown.out, ContainsRegex("Default resources: +2 cpus, 4 GiB memory, 512 pids per rank \\(jobs that "
+                                       "ask for none\\)"));
+  ASSERT_EQ(RunTrainctl(cluster, admin, {"queue", "create", "plain"}).code, 0);
+  shown = RunTrainctl(cluster, admin, {"queue", "describe", "plain"});
+  EXPECT_THAT(shown.out, ContainsRegex("Default resources: +none"));
+
+  CliResult bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--default-memory", "4GB"});
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("--default-memory: must be a byte quantity (512Mi, 4Gi, 2G or plain bytes), got "
+                                 "'4GB'"));
+  bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--default-pids", "2"});
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("queue.default_resources.pids: must be 0 (no limit) or in [8, 4194304], got 2"));
+  bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--default-cpus", "5000"});
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("queue.default_resources.cpus: must be 0 (no limit) or in [0.01, 4096] CPUs"));
+
+  std::unique_ptr<Client> as_admin = ClientAs(cluster, admin);
+  ASSERT_NE(as_admin, nullptr);
+  v1::JobSpec spec = Spec("defaulted");
+  spec.set_queue("batch");
+  absl::StatusOr<DryRunResult> dry = as_admin->DryRun(spec);
+  ASSERT_TRUE(dry.ok()) << dry.status();
+  EXPECT_EQ(dry->job.spec().resources().cpus(), 2);
+  EXPECT_EQ(dry->job.spec().resources().memory(), int64_t{4} << 30);
+  absl::StatusOr<v1::Job> job = as_admin->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().resources().cpus(), 2);
+  EXPECT_EQ(job->spec().resources().memory(), int64_t{4} << 30);
+  EXPECT_EQ(job->spec().resources().pids(), 512);
+  // A job that sets any of the three keeps exactly its own.
+  v1::JobSpec own = Spec("own");
+  own.set_queue("batch");
+  own.mutable_resources()->set_memory(int64_t{1} << 30);
+  job = as_admin->Submit(own);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().resources().cpus(), 0);
+  EXPECT_EQ(job->spec().resources().memory(), int64_t{1} << 30);
+  EXPECT_EQ(job->spec().resources().pids(), 0);
+}
+
 }  // namespace
 }  // namespace trainctl

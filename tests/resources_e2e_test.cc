@@ -3,8 +3,9 @@
 // `resources`. A rank over its memory limit is killed by the OOM killer in
 // its own cgroup and fails OUT_OF_MEMORY naming the limit, while a second
 // job on the same worker keeps running and succeeds; no cgroup is left
-// behind. A worker that cannot enforce limits fails such a job's launch,
-// saying why, instead of running it unlimited.
+// behind. A worker that cannot enforce limits never gets such a job: the
+// scheduler keeps it off (refused at submit, or pending with the reason),
+// while jobs without resources run there as before.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -141,7 +142,7 @@ TEST(ResourcesE2ETest, RankOverItsMemoryLimitFailsOutOfMemoryWhileAJobBesideItRu
   for (const std::string& base : CgroupBases()) ::rmdir(base.c_str());  // when nothing else uses it
 }
 
-TEST(ResourcesE2ETest, AWorkerThatCannotEnforceLimitsFailsTheLaunchSayingWhy) {
+TEST(ResourcesE2ETest, AJobWithLimitsIsNeverSentToAWorkerThatCannotEnforceThem) {
   Cluster cluster(trainctl::testing::BuildDirOfThisTest(), "/bin/false");
   ASSERT_TRUE(cluster.StartCoordinator());
   ASSERT_TRUE(cluster.StartWorker("w0", 1, false, {"--allow_commands", "--cgroup_root="}));
@@ -151,16 +152,25 @@ TEST(ResourcesE2ETest, AWorkerThatCannotEnforceLimitsFailsTheLaunchSayingWhy) {
   EXPECT_FALSE(w.allocatable().enforces_limits());
   EXPECT_GT(w.allocatable().cpus(), 0);
   EXPECT_GT(w.allocatable().memory_bytes(), 0);
-  const std::string id =
-      cluster.Submit(Spec("name: limited\ndevice: cpu\nresources: {memory: 1Gi}\ncommand:\n  argv: [/bin/true]\n"));
-  v1::Job j = cluster.WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(60));
-  ASSERT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.DebugString();
-  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_CONFIG);
-  EXPECT_THAT(j.state_reason(), HasSubstr("resources: this worker cannot enforce the job's limits"));
-  EXPECT_THAT(j.state_reason(), HasSubstr("--cgroup-root"));
-  // A job without resources runs there as before.
+  // The scheduler never places a job with limits there (its launch would
+  // fail as CONFIG, rank_launch.cc): with no other worker it can never run,
+  // so it is refused at submit, saying why.
+  const std::string limited = "name: limited\ndevice: cpu\nresources: {memory: 1Gi}\ncommand:\n  argv: [/bin/true]\n";
+  std::string id;
+  grpc::Status refused = cluster.TrySubmit(Spec(limited), &id);
+  EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << refused.error_message();
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("needs 1 GiB memory per rank, and no schedulable cpu worker enforces resource limits"));
+  // Told to wait for capacity, it waits with that reason.
+  const std::string waiting = cluster.Submit(Spec(limited + "scheduling: {wait_for_capacity: true}\n"));
+  ASSERT_FALSE(waiting.empty());
+  // A job without resources runs there as before, while the other waits.
   const std::string plain = cluster.Submit(Spec("name: plain\ndevice: cpu\ncommand:\n  argv: [/bin/true]\n"));
   EXPECT_EQ(cluster.WaitState(plain, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60)).state(), v1::JOB_STATE_SUCCEEDED);
+  const v1::Job still = cluster.Get(waiting);
+  EXPECT_EQ(still.state(), v1::JOB_STATE_PENDING) << still.DebugString();
+  EXPECT_EQ(still.attempts_size(), 0);
+  EXPECT_THAT(still.state_reason(), HasSubstr("no schedulable cpu worker enforces resource limits"));
 }
 
 }  // namespace

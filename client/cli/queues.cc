@@ -2,12 +2,17 @@
 // delete need an admin token; list and describe a viewer's.
 // trainctl usage: slot-seconds per queue, owner and slot kind (a viewer's).
 #include <CLI/CLI.hpp>
+#include <cmath>
 #include <memory>
+#include <optional>
+#include <vector>
 #include <sstream>
 #include <string>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
+#include "common/jobspec/spec_fields.h"
 #include "common/time_util.h"
 #include "client/cli/context.h"
 #include "client/cli/format.h"
@@ -24,8 +29,32 @@ struct QueueArgs {
   std::string cohort;
   int max_job_size = 0;
   int default_priority = 0;
+  // Queue.default_resources: per rank, 0 / "" = none.
+  double default_cpus = 0;
+  std::string default_memory;
+  int64_t default_pids = 0;
   bool update = false;
 };
+
+// "1.5 GiB", "512 MiB", "1000 bytes": a byte count as describe shows it.
+std::string BytesText(int64_t bytes) {
+  static const char* const kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 5) v /= 1024, ++u;
+  if (u == 0) return absl::StrCat(bytes, " bytes");
+  return absl::StrCat(std::round(v * 100) / 100, " ", kUnits[u]);
+}
+
+// "2 cpus, 4 GiB memory, 512 pids per rank", or "none".
+std::string ResourcesText(const v1::ResourceSpec& r) {
+  std::vector<std::string> parts;
+  if (r.cpus() > 0) parts.push_back(absl::StrCat(r.cpus(), r.cpus() == 1 ? " cpu" : " cpus"));
+  if (r.memory() > 0) parts.push_back(absl::StrCat(BytesText(r.memory()), " memory"));
+  if (r.pids() > 0) parts.push_back(absl::StrCat(r.pids(), " pids"));
+  if (parts.empty()) return "none";
+  return absl::StrCat(absl::StrJoin(parts, ", "), " per rank");
+}
 
 // "used/nominal", "-" for an unlimited nominal ("3/-").
 std::string QuotaText(int used, bool has_nominal, int nominal) {
@@ -40,6 +69,18 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
   q.set_cohort(a.cohort);
   q.set_max_job_size(a.max_job_size);
   q.set_default_priority(a.default_priority);
+  if (!a.default_memory.empty()) {
+    // As job.yaml's resources.memory: 512Mi, 4Gi, 2G or plain bytes.
+    std::optional<int64_t> bytes = jobspec::ParseByteQuantity(a.default_memory);
+    if (!bytes.has_value()) {
+      return ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--default-memory: must be a byte quantity (512Mi, 4Gi, 2G or plain bytes), got '", a.default_memory,
+          "'")));
+    }
+    q.mutable_default_resources()->set_memory(*bytes);
+  }
+  if (a.default_cpus != 0) q.mutable_default_resources()->set_cpus(a.default_cpus);
+  if (a.default_pids != 0) q.mutable_default_resources()->set_pids(a.default_pids);
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
   absl::StatusOr<v1::Queue> made = (*client)->CreateQueue(q, a.update);
@@ -53,7 +94,11 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
           << (made->has_nominal_cpu() ? absl::StrCat(made->nominal_cpu()) : "unlimited")
           << (made->cohort().empty() ? "" : absl::StrCat(", cohort ", made->cohort()))
           << (made->max_job_size() > 0 ? absl::StrCat(", max job size ", made->max_job_size()) : "")
-          << ", default priority " << made->default_priority() << "\n";
+          << ", default priority " << made->default_priority()
+          << (made->has_default_resources()
+                  ? absl::StrCat(", default resources ", ResourcesText(made->default_resources()))
+                  : "")
+          << "\n";
   return kExitOk;
 }
 
@@ -99,6 +144,8 @@ int RunQueueDescribe(CliContext& ctx, const std::string& name) {
                                        q.has_nominal_cpu() ? absl::StrCat(q.nominal_cpu()) : "unlimited")});
   t.AddRow({"Max job size:", q.max_job_size() > 0 ? absl::StrCat(q.max_job_size(), " ranks") : "no limit"});
   t.AddRow({"Default priority:", absl::StrCat(q.default_priority())});
+  t.AddRow({"Default resources:", absl::StrCat(ResourcesText(q.default_resources()),
+                                               q.has_default_resources() ? " (jobs that ask for none)" : "")});
   t.AddRow({"Jobs:", absl::StrCat(s->pending_jobs(), " pending, ", s->running_jobs(), " running")});
   t.AddRow({"Created:", FormatTimestamp(q.create_time())});
   std::ostringstream body;
@@ -204,6 +251,7 @@ VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
       app, "queue", "Create, list, describe and delete queues (docs/queues.md)",
       "  trainctl queue create research --gpu 16 --cohort lab --default-priority 10\n"
       "  trainctl queue create research --gpu 24 --cohort lab --update\n"
+      "  trainctl queue create batch --cpu 64 --default-cpus 2 --default-memory 4Gi\n"
       "  trainctl queue list\n"
       "  trainctl queue describe research\n"
       "  trainctl queue delete research\n",
@@ -226,6 +274,15 @@ VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
   c->add_option("--default-priority", create->default_priority,
                 "Priority of a job submitted here without one (default 0)")
       ->type_name("P");
+  c->add_option("--default-cpus", create->default_cpus,
+                "CPUs per rank for a job that asks for no resources (default 0: none)")
+      ->type_name("N");
+  c->add_option("--default-memory", create->default_memory,
+                "Memory per rank for a job that asks for no resources: 512Mi, 4Gi, 2G or bytes (default: none)")
+      ->type_name("BYTES");
+  c->add_option("--default-pids", create->default_pids,
+                "Processes per rank for a job that asks for no resources (default 0: none)")
+      ->type_name("N");
   c->add_flag("--update", create->update, "Replace the queue if it exists (else create it)");
   c->callback([which] { *which = "create"; });
   CLI::App* l = sub->add_subcommand("list", "List queues with their use (GPU and CPU: used/nominal, - = unlimited)");

@@ -67,6 +67,12 @@ ParsedJobSpec ParseJobSpecFile(const std::string& path,
 // Returns every problem (without positions).
 std::vector<SpecError> ValidateJobSpec(const v1::JobSpec& spec);
 
+// The bounds of per-rank `resources` (0 = no limit; else cpus in
+// [0.01, 4096], memory >= 1Mi, pids in [8, 4194304]), shared by job.yaml
+// and a queue's default_resources: one error per bad field, named
+// `prefix`.cpus / .memory / .pids, without positions.
+std::vector<SpecError> CheckResourceSpec(const v1::ResourceSpec& r, std::string_view prefix);
+
 // Fills every unset (zero) field with its default. Idempotent. Call after
 // ValidateJobSpec returned no errors.
 void ResolveJobSpecDefaults(v1::JobSpec* spec);

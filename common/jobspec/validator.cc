@@ -296,19 +296,7 @@ class Validator {
   }
 
   void CheckResources(const v1::ResourceSpec& r) {
-    // 0 (or left out) is "no limit"; a CPU quota below 1% of a core is
-    // below what CFS can enforce; memory below 1 MiB cannot even hold the
-    // program.
-    const double cpus = r.cpus();
-    if (!std::isfinite(cpus) || cpus < 0 || (cpus > 0 && cpus < 0.01) || cpus > 4096) {
-      Error("resources.cpus", absl::StrCat("must be 0 (no limit) or in [0.01, 4096] CPUs, got ", FormatNumber(cpus)));
-    }
-    if (r.memory() < 0 || (r.memory() > 0 && r.memory() < (int64_t{1} << 20))) {
-      Error("resources.memory", absl::StrCat("must be 0 (no limit) or at least 1Mi (1048576 bytes), got ", r.memory()));
-    }
-    if (r.pids() < 0 || (r.pids() > 0 && r.pids() < 8) || r.pids() > (int64_t{1} << 22)) {
-      Error("resources.pids", absl::StrCat("must be 0 (no limit) or in [8, 4194304], got ", r.pids()));
-    }
+    for (SpecError& e : CheckResourceSpec(r, "resources")) Error(e.field, std::move(e.message));
   }
 
   void CheckResumeFrom(const std::string& id) {
@@ -515,3 +503,30 @@ std::vector<SpecError> CheckJobSpec(const v1::JobSpec& raw, const std::string& f
 }
 
 }  // namespace trainctl::jobspec
+
+namespace trainctl {
+
+std::vector<SpecError> CheckResourceSpec(const v1::ResourceSpec& r, std::string_view prefix) {
+  // 0 (or left out) is "no limit"; a CPU quota below 1% of a core is below
+  // what CFS can enforce; memory below 1 MiB cannot even hold the program.
+  std::vector<SpecError> errors;
+  auto error = [&](const char* field, std::string message) {
+    SpecError e;
+    e.field = absl::StrCat(std::string(prefix), ".", field);
+    e.message = std::move(message);
+    errors.push_back(std::move(e));
+  };
+  const double cpus = r.cpus();
+  if (!std::isfinite(cpus) || cpus < 0 || (cpus > 0 && cpus < 0.01) || cpus > 4096) {
+    error("cpus", absl::StrCat("must be 0 (no limit) or in [0.01, 4096] CPUs, got ", jobspec::FormatNumber(cpus)));
+  }
+  if (r.memory() < 0 || (r.memory() > 0 && r.memory() < (int64_t{1} << 20))) {
+    error("memory", absl::StrCat("must be 0 (no limit) or at least 1Mi (1048576 bytes), got ", r.memory()));
+  }
+  if (r.pids() < 0 || (r.pids() > 0 && r.pids() < 8) || r.pids() > (int64_t{1} << 22)) {
+    error("pids", absl::StrCat("must be 0 (no limit) or in [8, 4194304], got ", r.pids()));
+  }
+  return errors;
+}
+
+}  // namespace trainctl

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
+#include <limits>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -25,6 +27,55 @@ std::string Count(int n, const char* singular, const char* plural) {
   return absl::StrCat(n, " ", n == 1 ? singular : plural);
 }
 
+// CPUs in thousandths (see Resources in scheduler.h): a request rounds up,
+// an allocatable down, so that sums are exact. Bounded far below overflow.
+constexpr double kMaxMilli = 1e15;
+long long MilliUp(double cpus) {
+  return static_cast<long long>(std::ceil(std::min(cpus * 1000, kMaxMilli) - 1e-6));
+}
+long long MilliDown(double cpus) {
+  return static_cast<long long>(std::floor(std::min(cpus * 1000, kMaxMilli) + 1e-6));
+}
+
+// "1.5", "4": thousandths of a CPU as a person writes CPUs.
+std::string CpuText(long long milli) { return absl::StrCat(static_cast<double>(milli) / 1000); }
+
+// "512 MiB", "1.5 GiB", "100 bytes".
+std::string ByteText(long long bytes) {
+  static const char* const kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
+  double v = static_cast<double>(bytes);
+  int u = 0;
+  while (v >= 1024 && u < 5) v /= 1024, ++u;
+  if (u == 0) return absl::StrCat(bytes, " bytes");
+  return absl::StrCat(std::round(v * 100) / 100, " ", kUnits[u]);
+}
+
+// What one rank of a job asks for (see Resources).
+struct Request {
+  // Thousandths of a CPU and bytes; 0 = not asked for.
+  long long cpu = 0;
+  long long mem = 0;
+  // The job has resources: only workers that enforce limits.
+  bool limited = false;
+};
+
+Request RequestOf(const PendingJob& job) {
+  Request r;
+  r.cpu = job.cpus > 0 ? std::max<long long>(1, MilliUp(job.cpus)) : 0;
+  r.mem = job.memory_bytes;
+  r.limited = r.cpu > 0 || r.mem > 0 || job.other_limits;
+  return r;
+}
+
+// "4 cpus and 8 GiB memory per rank".
+std::string PerRankText(const Request& r) {
+  std::vector<std::string> parts;
+  if (r.cpu > 0) parts.push_back(absl::StrCat(CpuText(r.cpu), r.cpu == 1000 ? " cpu" : " cpus"));
+  if (r.mem > 0) parts.push_back(absl::StrCat(ByteText(r.mem), " memory"));
+  if (parts.empty()) return "resource limits (pids) per rank";
+  return absl::StrCat(absl::StrJoin(parts, " and "), " per rank");
+}
+
 // A schedulable worker during one pass.
 struct WorkerState {
   const WorkerSlots* in = nullptr;
@@ -32,7 +83,74 @@ struct WorkerState {
   std::vector<int> available;
   // Slots held for the jobs holding this kind's reservations.
   std::vector<int> reserved;
+  // Resources (thousandths of a CPU, bytes): allocatable (-1 = unknown: no
+  // bound), what is left of it after the running ranks' reservations and
+  // this pass's placements and holds (-1 = no bound; else >= 0), and of
+  // what is not left, what this pass's reservations hold.
+  long long cpu_cap = -1, mem_cap = -1;
+  long long cpu_left = -1, mem_left = -1;
+  long long cpu_held = 0, mem_held = 0;
 };
+
+// How many ranks of `r` fit in `slots` slots and the given CPUs and memory
+// (-1: no bound) of `w`.
+long long Fit(const Request& r, const WorkerState& w, long long slots, long long cpu, long long mem) {
+  if (!r.limited) return slots;
+  if (!w.in->enforces_limits) return 0;
+  long long n = slots;
+  if (r.cpu > 0 && cpu >= 0) n = std::min(n, cpu / r.cpu);
+  if (r.mem > 0 && mem >= 0) n = std::min(n, mem / r.mem);
+  return std::max<long long>(0, n);
+}
+
+// Ranks of `r` that `w` can take now, outside every reservation.
+long long Usable(const Request& r, const WorkerState& w) {
+  return Fit(r, w, static_cast<long long>(w.available.size()), w.cpu_left, w.mem_left);
+}
+
+// The same if no reservation held anything on `w`.
+long long UsableIgnoringReservations(const Request& r, const WorkerState& w) {
+  return Fit(r, w, static_cast<long long>(w.available.size() + w.reserved.size()),
+             w.cpu_left < 0 ? -1 : w.cpu_left + w.cpu_held, w.mem_left < 0 ? -1 : w.mem_left + w.mem_held);
+}
+
+// Ranks of `r` that `w` could hold with nothing running on it.
+long long IdleFit(const Request& r, const WorkerState& w) {
+  return Fit(r, w, w.in->total_slots, w.cpu_cap, w.mem_cap);
+}
+
+// n x per, saturated far below overflow (a request may be any finite size).
+long long Times(long long n, long long per) {
+  constexpr long long kHuge = 1LL << 62;
+  if (per != 0 && n > kHuge / per) return kHuge;
+  return n * per;
+}
+
+// Takes `n` placed ranks' worth of `r`'s resources out of what is left on
+// `w` (the caller checked they fit).
+void TakeResources(const Request& r, WorkerState& w, long long n) {
+  if (!r.limited) return;
+  if (w.cpu_left >= 0) w.cpu_left = std::max<long long>(0, w.cpu_left - Times(n, r.cpu));
+  if (w.mem_left >= 0) w.mem_left = std::max<long long>(0, w.mem_left - Times(n, r.mem));
+}
+
+// For a reservation of `n` ranks of `r` on `w`: holds up to n ranks' worth
+// of each resource, as much as is left, each on its own (not whole ranks:
+// CPUs that free up in pieces smaller than a rank must still accumulate for
+// the head, or a stream of small jobs could take every piece).
+void HoldResources(const Request& r, WorkerState& w, long long n) {
+  if (!r.limited) return;
+  if (w.cpu_left >= 0) {
+    const long long h = std::min(w.cpu_left, Times(n, r.cpu));
+    w.cpu_left -= h;
+    w.cpu_held += h;
+  }
+  if (w.mem_left >= 0) {
+    const long long h = std::min(w.mem_left, Times(n, r.mem));
+    w.mem_left -= h;
+    w.mem_held += h;
+  }
+}
 
 // One device kind's pool during one pass.
 struct KindPool {
@@ -85,12 +203,23 @@ std::vector<Share> ChooseWorkers(const std::vector<long long>& counts, long long
   return shares;
 }
 
+// InvalidArgument naming `field` unless `value` is finite and >= 0.
+absl::Status NonNegative(const std::string& where, const char* field, double value) {
+  if (std::isfinite(value) && value >= 0) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(where, field, ": must be finite and >= 0, got ", value));
+}
+
 absl::Status Validate(absl::Span<const PendingJob> jobs, absl::Span<const WorkerSlots> workers) {
   absl::flat_hash_set<std::string> job_ids;
   for (const PendingJob& job : jobs) {
     if (job.job_id.empty()) return absl::InvalidArgumentError("job_id: empty");
     if (!job_ids.insert(job.job_id).second) {
       return absl::InvalidArgumentError(absl::StrCat("job_id: duplicate \"", job.job_id, "\""));
+    }
+    const std::string where = absl::StrCat("job \"", job.job_id, "\": ");
+    if (absl::Status s = NonNegative(where, "cpus", job.cpus); !s.ok()) return s;
+    if (absl::Status s = NonNegative(where, "memory_bytes", static_cast<double>(job.memory_bytes)); !s.ok()) {
+      return s;
     }
   }
   absl::flat_hash_set<std::string> worker_ids;
@@ -101,6 +230,13 @@ absl::Status Validate(absl::Span<const PendingJob> jobs, absl::Span<const Worker
           absl::StrCat("worker_id: duplicate \"", worker.worker_id, "\""));
     }
     const std::string where = absl::StrCat("worker \"", worker.worker_id, "\": ");
+    for (const auto& [field, value] :
+         {std::pair<const char*, double>{"allocatable_cpus", worker.allocatable_cpus},
+          std::pair<const char*, double>{"allocatable_memory", static_cast<double>(worker.allocatable_memory)},
+          std::pair<const char*, double>{"reserved_cpus", worker.reserved_cpus},
+          std::pair<const char*, double>{"reserved_memory", static_cast<double>(worker.reserved_memory)}}) {
+      if (absl::Status s = NonNegative(where, field, value); !s.ok()) return s;
+    }
     if (worker.total_slots < 0) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, "total_slots: must be >= 0, got ", worker.total_slots));
@@ -150,6 +286,14 @@ class Pass {
       WorkerState state;
       state.in = &worker;
       state.available = worker.free_slots;
+      if (worker.allocatable_cpus > 0) {
+        state.cpu_cap = MilliDown(worker.allocatable_cpus);
+        state.cpu_left = std::max<long long>(0, state.cpu_cap - MilliUp(worker.reserved_cpus));
+      }
+      if (worker.allocatable_memory > 0) {
+        state.mem_cap = worker.allocatable_memory;
+        state.mem_left = std::max<long long>(0, state.mem_cap - worker.reserved_memory);
+      }
       std::sort(state.available.begin(), state.available.end());
       workers_.push_back(std::move(state));
     }
@@ -223,11 +367,15 @@ class Pass {
                 : absl::StrCat(job.world_size);
     const SlotKind kind = ResolveKind(job.device);
     KindPool& pool = pools_[KindIndex(kind)];
+    const Request req = RequestOf(asked);
+    // "4 cpu slots", with what each rank asks for when it has resources.
+    const std::string slots_text = absl::StrCat(need, " ", SlotKindName(kind), " slots",
+                                                req.limited ? absl::StrCat(" of ", PerRankText(req)) : "");
 
     PendingJobStatus pending;
     pending.job_id = job.job_id;
     pending.kind = kind;
-    if (CannotFit(job, q, need, pool, pending)) {
+    if (CannotFit(job, q, need, req, pool, pending)) {
       result.pending.push_back(std::move(pending));
       return true;
     }
@@ -237,18 +385,17 @@ class Pass {
       // Over its queue's nominal only because of the queue's own jobs of a
       // lower priority: those are preempted (ChooseVictims keeps the queue
       // within its nominal).
-      if (!pool.preempted && Preempt(j, q, job, need, pool, FreeIn(pool), pending, result)) {
+      if (!pool.preempted && Preempt(j, q, job, slots_text, req, pool, FreeIn(pool, req), pending, result)) {
         result.pending.push_back(std::move(pending));
         return true;
       }
       pending.reason = PendingReason::kQuotaExceeded;
-      pending.message = absl::StrCat("needs ", need, " ", SlotKindName(kind),
-                                     " slots, more than its queue's quota admits now (",
+      pending.message = absl::StrCat("needs ", slots_text, ", more than its queue's quota admits now (",
                                      book_.QuotaText(q, kind), ")");
       result.pending.push_back(std::move(pending));
       return true;
     }
-    const PoolFree free = FreeIn(pool);
+    const PoolFree free = FreeIn(pool, req);
     if (admission != Admission::kReclaim) {
       // Without queues every bound but world_size and availability is unbounded.
       const long long size = std::min({static_cast<long long>(asked.world_size), free.available,
@@ -256,27 +403,27 @@ class Pass {
       if (size >= job.world_size) {
         PendingJob sized = asked;
         sized.world_size = static_cast<int>(size);
-        result.placements.push_back(Place(sized, kind, pool));
+        result.placements.push_back(Place(sized, req, kind, pool));
         book_.Charge(q, kind, size);
         return true;
       }
     }
     const bool reclaims =
         admission == Admission::kWithinNominal || admission == Admission::kReclaim;
-    if (reclaims && !pool.preempted && Preempt(j, q, job, need, pool, free, pending, result)) {
+    if (reclaims && !pool.preempted && Preempt(j, q, job, slots_text, req, pool, free, pending, result)) {
       result.pending.push_back(std::move(pending));
       return true;
     }
     if (admission == Admission::kReclaim) {
       pending.reason = PendingReason::kQuotaExceeded;
       pending.message = absl::StrCat(
-          "needs ", need, " ", SlotKindName(kind), " slots within its queue's nominal quota (",
+          "needs ", slots_text, " within its queue's nominal quota (",
           book_.QuotaText(q, kind),
           "), but the cohort lent that quota out and preempting borrowers cannot free enough");
       result.pending.push_back(std::move(pending));
       return true;
     }
-    Wait(j, job, need, pool, free, pending);
+    Wait(j, job, slots_text, req, pool, free, pending);
     result.pending.push_back(std::move(pending));
     return true;
   }
@@ -285,8 +432,8 @@ class Pass {
   // placed however many slots free up: it is invalid, its queue is not
   // defined, it is larger than its queue allows, no worker has its kind of
   // slot, or it needs more than the whole cluster has.
-  bool CannotFit(const PendingJob& job, int q, const std::string& need, const KindPool& pool,
-                 PendingJobStatus& pending) const {
+  bool CannotFit(const PendingJob& job, int q, const std::string& need, const Request& req,
+                 const KindPool& pool, PendingJobStatus& pending) const {
     const std::string kind_name = SlotKindName(pending.kind);
     if (job.world_size < 1) {
       pending.reason = PendingReason::kInvalidJob;
@@ -322,6 +469,7 @@ class Pass {
           "; it cannot fit until workers join");
       return true;
     }
+    if (req.limited && ResourcesNeverFit(job, need, req, pool, pending)) return true;
     if (job.world_size > book_.Ceiling(q, pending.kind)) {
       pending.reason = PendingReason::kExceedsQueueLimit;
       pending.message =
@@ -338,38 +486,106 @@ class Pass {
     long long available = 0;
     long long reserved = 0;
   };
-  PoolFree FreeIn(const KindPool& pool) const {
+  // For a job of request `req`: available = the ranks it can take outside
+  // every reservation, reserved = those it could take besides if nothing
+  // were reserved (slots for a job without resources).
+  PoolFree FreeIn(const KindPool& pool, const Request& req) const {
     PoolFree f;
     for (int w : pool.workers) {
-      f.available += static_cast<long long>(workers_[w].available.size());
-      f.reserved += static_cast<long long>(workers_[w].reserved.size());
+      const long long usable = Usable(req, workers_[w]);
+      f.available += usable;
+      f.reserved += UsableIgnoringReservations(req, workers_[w]) - usable;
     }
     return f;
   }
 
   // "0 of 4 free on 2 workers": all of the kind's workers, busy ones too
   // (counting only those with a free slot said "0 free across 0 workers").
-  static std::string FreeText(const KindPool& pool, const PoolFree& f) {
-    return absl::StrCat(f.available + f.reserved, " of ", pool.capacity, " free on ",
-                        Count(static_cast<int>(pool.workers.size()), "worker", "workers"));
+  // With resources: "room for 1 rank on 2 workers (3 of 8 slots, 2 of 16
+  // cpus, 10 GiB of 32 GiB memory free)", over the workers that enforce
+  // limits and know their allocatable.
+  std::string FreeText(const KindPool& pool, const PoolFree& f, const Request& req) const {
+    const std::string workers = Count(static_cast<int>(pool.workers.size()), "worker", "workers");
+    if (!req.limited) {
+      return absl::StrCat(f.available + f.reserved, " of ", pool.capacity, " free on ", workers);
+    }
+    long long slots = 0, cpu_free = 0, cpu_cap = 0, mem_free = 0, mem_cap = 0;
+    for (int w : pool.workers) {
+      const WorkerState& s = workers_[w];
+      slots += static_cast<long long>(s.available.size() + s.reserved.size());
+      if (!s.in->enforces_limits) continue;
+      if (s.cpu_cap >= 0) cpu_free += s.cpu_left + s.cpu_held, cpu_cap += s.cpu_cap;
+      if (s.mem_cap >= 0) mem_free += s.mem_left + s.mem_held, mem_cap += s.mem_cap;
+    }
+    std::string text = absl::StrCat("room for ", Count(static_cast<int>(f.available + f.reserved), "rank", "ranks"),
+                                    " on ", workers, " (", slots, " of ", pool.capacity, " slots");
+    if (req.cpu > 0 && cpu_cap > 0) absl::StrAppend(&text, ", ", CpuText(cpu_free), " of ", CpuText(cpu_cap), " cpus");
+    if (req.mem > 0 && mem_cap > 0) {
+      absl::StrAppend(&text, ", ", ByteText(mem_free), " of ", ByteText(mem_cap), " memory");
+    }
+    return absl::StrCat(text, " free)");
+  }
+
+  // For a job with resources, after the slot checks: true (with `pending`
+  // kExceedsCapacity naming what is short) when the kind's workers, idle,
+  // could not hold its least size.
+  bool ResourcesNeverFit(const PendingJob& job, const std::string& need, const Request& req,
+                         const KindPool& pool, PendingJobStatus& pending) const {
+    const char* kind_name = SlotKindName(pending.kind);
+    long long capacity = 0;
+    int enforcing = 0;
+    // The largest known allocatable among the enforcing workers; -1 when one
+    // of them does not know it (then that resource never rules a worker out).
+    long long max_cpu = 0, max_mem = 0;
+    std::vector<std::string> holds;
+    for (int w : pool.workers) {
+      const WorkerState& s = workers_[w];
+      if (!s.in->enforces_limits) continue;
+      ++enforcing;
+      max_cpu = (max_cpu < 0 || s.cpu_cap < 0) ? -1 : std::max(max_cpu, s.cpu_cap);
+      max_mem = (max_mem < 0 || s.mem_cap < 0) ? -1 : std::max(max_mem, s.mem_cap);
+      const long long fit = IdleFit(req, s);
+      capacity += fit;
+      if (fit > 0) holds.push_back(absl::StrCat(s.in->worker_id, ": ", fit));
+    }
+    if (capacity >= job.world_size) return false;
+    pending.reason = PendingReason::kExceedsCapacity;
+    if (enforcing == 0) {
+      pending.message = absl::StrCat(
+          "needs ", PerRankText(req), ", and no schedulable ", kind_name,
+          " worker enforces resource limits (cgroups); it cannot fit until such a worker joins");
+    } else if (req.cpu > 0 && max_cpu >= 0 && max_cpu < req.cpu) {
+      pending.message = absl::StrCat("needs ", CpuText(req.cpu), " cpus per rank; the largest ", kind_name,
+                                     " worker that enforces limits has ", CpuText(max_cpu),
+                                     " allocatable; it cannot fit until a larger worker joins");
+    } else if (req.mem > 0 && max_mem >= 0 && max_mem < req.mem) {
+      pending.message = absl::StrCat("needs ", ByteText(req.mem), " memory per rank; the largest ", kind_name,
+                                     " worker that enforces limits has ", ByteText(max_mem),
+                                     " allocatable; it cannot fit until a larger worker joins");
+    } else {
+      pending.message = absl::StrCat(
+          "needs ", need, " ", kind_name, " slots of ", PerRankText(req), "; idle, the ",
+          Count(enforcing, "worker", "workers"), " that enforce limits would hold ", capacity, " such ranks (",
+          holds.empty() ? "none" : absl::StrJoin(holds, ", "), "); it cannot fit until workers join");
+    }
+    return true;
   }
 
   // Job `j` (`job`: its least size) of queue `q`, within its nominal quota
   // but blocked, picks running jobs to preempt (see the header). Returns
   // false, changing nothing, when preempting cannot free enough.
-  bool Preempt(int j, int q, const PendingJob& job, const std::string& need, KindPool& pool,
-               const PoolFree& f, PendingJobStatus& pending, ScheduleResult& result) {
+  bool Preempt(int j, int q, const PendingJob& job, const std::string& slots_text, const Request& req,
+               KindPool& pool, const PoolFree& f, PendingJobStatus& pending, ScheduleResult& result) {
     const internal::VictimChoice choice =
         book_.ChooseVictims(q, pending.kind, job.priority, job.world_size, f.available);
     if (!choice.enough) return false;
     pool.preempted = true;
     if (pool.head < 0) pool.head = j;
     pool.holders.push_back(j);
-    Reserve(job, pool, pending.reserved_slots);
+    Reserve(job, req, pool, pending.reserved_slots);
     pending.reason = PendingReason::kPreempting;
-    pending.message = absl::StrCat("needs ", need, " ", SlotKindName(pending.kind),
-                                   " slots within its queue's nominal quota (",
-                                   book_.QuotaText(q, pending.kind), "), ", FreeText(pool, f));
+    pending.message = absl::StrCat("needs ", slots_text, " within its queue's nominal quota (",
+                                   book_.QuotaText(q, pending.kind), "), ", FreeText(pool, f, req));
     std::vector<std::string> names;
     if (choice.victims.empty()) {
       for (const RunningJob* r : choice.stopping) names.push_back(r->job_id);
@@ -392,19 +608,17 @@ class Pass {
 
   // Job `j` (`job`: its least size) waits: the first blocked job of its kind
   // takes the reservation; a later one says whom it waits behind.
-  void Wait(int j, const PendingJob& job, const std::string& need, KindPool& pool, const PoolFree& f,
-            PendingJobStatus& pending) {
-    const std::string kind_name = SlotKindName(pending.kind);
+  void Wait(int j, const PendingJob& job, const std::string& slots_text, const Request& req, KindPool& pool,
+            const PoolFree& f, PendingJobStatus& pending) {
     const long long free = f.available + f.reserved;
-    const std::string free_text = FreeText(pool, f);
+    const std::string free_text = FreeText(pool, f, req);
     if (pool.head < 0) {
       // First blocked job of this kind: it holds the reservation.
       pool.head = j;
       pool.holders.push_back(j);
-      Reserve(job, pool, pending.reserved_slots);
+      Reserve(job, req, pool, pending.reserved_slots);
       pending.reason = PendingReason::kInsufficientFreeSlots;
-      pending.message = absl::StrCat("needs ", need, " ", kind_name, " slots, ",
-                                     free_text, "; first in line");
+      pending.message = absl::StrCat("needs ", slots_text, ", ", free_text, "; first in line");
       if (!pending.reserved_slots.empty()) {
         absl::StrAppend(&pending.message, ", holds ", pending.reserved_slots.size(),
                         " of them until enough free up");
@@ -419,22 +633,22 @@ class Pass {
       pending.reason = PendingReason::kBlockedByReservation;
       pending.message =
           absl::StrCat("waiting behind job ", head.job_id, " (priority ", head.priority,
-                       ", reserved): needs ", need, " ", kind_name, " slots, ", free_text, " but ",
+                       ", reserved): needs ", slots_text, ", ", free_text, " but ",
                        f.reserved, " of them are reserved for ", absl::StrJoin(holders, " and "));
     } else {
       pending.reason = PendingReason::kInsufficientFreeSlots;
-      pending.message = absl::StrCat("needs ", need, " ", kind_name, " slots, ",
-                                     free_text, "; queued behind job ", head.job_id, " (reserved)");
+      pending.message = absl::StrCat("needs ", slots_text, ", ", free_text, "; queued behind job ",
+                                     head.job_id, " (reserved)");
     }
   }
 
   // Places `job` on available slots of `pool` (the caller checked there are
   // enough) and removes them from the pool.
-  Placement Place(const PendingJob& job, SlotKind kind, KindPool& pool) {
+  Placement Place(const PendingJob& job, const Request& req, SlotKind kind, KindPool& pool) {
     std::vector<long long> counts, counts_avoiding;
     long long total_avoiding = 0;
     for (int w : pool.workers) {
-      const long long n = static_cast<long long>(workers_[w].available.size());
+      const long long n = Usable(req, workers_[w]);
       counts.push_back(n);
       const bool avoid = std::find(job.avoid_workers.begin(), job.avoid_workers.end(),
                                    workers_[w].in->worker_id) != job.avoid_workers.end();
@@ -464,25 +678,26 @@ class Pass {
         placement.ranks.push_back(std::move(assignment));
       }
       worker.available.erase(worker.available.begin(), worker.available.begin() + take);
+      TakeResources(req, worker, take);
     }
     return placement;
   }
 
   // Holds slots for the blocked head `job` so later jobs of its kind cannot
   // take them. See the header for the choice of target workers.
-  void Reserve(const PendingJob& job, KindPool& pool, std::vector<SlotRef>& out) {
+  void Reserve(const PendingJob& job, const Request& req, KindPool& pool, std::vector<SlotRef>& out) {
     std::vector<Share> targets;
     int single = -1;
     for (int c = 0; c < static_cast<int>(pool.workers.size()); ++c) {
       const WorkerState& worker = workers_[pool.workers[c]];
-      if (worker.in->total_slots < job.world_size) continue;
+      if (IdleFit(req, worker) < job.world_size) continue;
       if (single < 0) {
         single = c;
         continue;
       }
       const WorkerState& best = workers_[pool.workers[single]];
-      const long long held = std::min<long long>(worker.available.size(), job.world_size);
-      const long long best_held = std::min<long long>(best.available.size(), job.world_size);
+      const long long held = std::min<long long>(Usable(req, worker), job.world_size);
+      const long long best_held = std::min<long long>(Usable(req, best), job.world_size);
       if (held > best_held ||
           (held == best_held && worker.in->total_slots < best.in->total_slots)) {
         single = c;
@@ -492,7 +707,7 @@ class Pass {
       targets.push_back({single, job.world_size});
     } else {
       std::vector<long long> totals;
-      for (int w : pool.workers) totals.push_back(workers_[w].in->total_slots);
+      for (int w : pool.workers) totals.push_back(IdleFit(req, workers_[w]));
       targets = ChooseWorkers(totals, job.world_size);
     }
     // Order by worker id so reserved_slots reads in a stable order.
@@ -506,6 +721,7 @@ class Pass {
         out.push_back({worker.in->worker_id, worker.available[i]});
       }
       worker.available.erase(worker.available.begin(), worker.available.begin() + hold);
+      HoldResources(req, worker, target.take);
     }
   }
 

@@ -81,6 +81,46 @@
 //  * Dead or unschedulable (draining) workers are ignored entirely: their
 //    slots are neither used nor counted as capacity.
 //
+//  * Resources. A job may ask for CPUs and memory per rank (job.yaml
+//    `resources`; PendingJob::cpus, ::memory_bytes; 0 = none) and for a
+//    pids limit (other_limits: not counted, as workers report no pids
+//    allocatable). A worker then holds k of its ranks only if it has k
+//    available slots AND k x cpus and k x memory fit in what is left of its
+//    allocatable after what its
+//    running ranks reserve (WorkerSlots::reserved_*) and what this pass has
+//    placed or reserved there: everywhere above, a worker's "available
+//    slots" for such a job read min(available slots, floor(cpus left / cpus),
+//    floor(memory left / memory)), and its "total slots" (capacity, the
+//    reservation's targets) the same with the worker idle. A job with
+//    resources never goes to a worker that does not enforce limits (a hard
+//    filter, unlike Avoidance: the worker would fail its launch). A worker
+//    whose allocatable CPUs (memory) is 0 reported it as unknown (a daemon
+//    that could not read its affinity or MemTotal): that resource does not
+//    bound it, as before resources were counted; it must still enforce
+//    limits, so each rank stays within its own cgroup. Why not refuse it:
+//    it can run the job, and refusing would strand jobs on a cluster of such
+//    workers with no way for the user to fix it. CPUs are counted in
+//    thousandths (a request rounded up, an allocatable rounded down), so
+//    sums are exact. A job without resources reserves nothing and is placed
+//    by slots alone: when no pending job has resources the result is exactly
+//    what it was before resources were counted, whatever the workers report.
+//    Never fits, with resources: a job whose least size exceeds the sum over
+//    its kind's schedulable workers of the ranks each could hold idle is
+//    kExceedsCapacity, and the message names what is short ("needs 8 cpus
+//    per rank; the largest cpu worker that enforces limits has 4
+//    allocatable"; "... no schedulable cpu worker enforces resource
+//    limits"). The head's reservation holds on
+//    each target, besides up to its share of available slots, up to its
+//    share's CPUs and memory of what is left there, each resource on its
+//    own (not in whole ranks: CPUs that free up in pieces smaller than one
+//    rank's must still accumulate for the head, else a stream of small jobs
+//    could take every piece). Later jobs never take what it holds, so what
+//    it holds of each resource only grows as running ranks end, and the
+//    starvation argument above carries over resource by resource.
+//    Preemption counts victims' slots, not their CPUs or memory (a victim
+//    without resources frees no memory): a job with resources may wait
+//    after its victims stopped until running ranks free its CPUs or memory.
+//
 //  * Determinism. The same set of jobs and workers gives the same result
 //    whatever the order of either input (and of each worker's free slots);
 //    with queues, whatever the order of the queues and running jobs too.
@@ -130,8 +170,8 @@
 //    max_job_size (0 = none) stays pending as kExceedsQueueLimit (checked
 //    before the workers: it never fits this queue however the cluster grows).
 //    The checks that skip a job apply in this order: kInvalidJob,
-//    kUnknownQueue, max_job_size, kNoWorkerOfKind, kExceedsCapacity, the
-//    group's nominal (the last two kExceedsQueueLimit).
+//    kUnknownQueue, max_job_size, kNoWorkerOfKind, kExceedsCapacity (slots,
+//    then resources), the group's nominal (the last two kExceedsQueueLimit).
 //    Elastic jobs start with min(world_size, available slots, max_job_size,
 //    quota headroom) ranks when that is at least min_world_size; the
 //    headroom is the group's nominal minus its used, and in the first round
@@ -241,6 +281,14 @@ struct PendingJob {
   // The queue it was submitted to; "" = "default". Ignored when no queues are
   // defined.
   std::string queue;
+  // Per rank (see Resources): CPUs (>= 0, finite) and bytes of memory
+  // (>= 0); 0 = not asked for.
+  double cpus = 0;
+  std::int64_t memory_bytes = 0;
+  // It asks for a limit the scheduler does not count (resources.pids).
+  // With it, or cpus or memory_bytes > 0, the job "has resources": it runs
+  // only on workers that enforce limits.
+  bool other_limits = false;
 };
 
 // One worker's view for this pass.
@@ -255,6 +303,17 @@ struct WorkerSlots {
   int total_slots = 0;
   // False for a lost or draining worker: it is ignored.
   bool schedulable = true;
+  // What it can give ranks (Worker.allocatable): CPUs and bytes of memory,
+  // each >= 0 with 0 = unknown (not a bound; see Resources), and whether it
+  // enforces per-rank limits (false: no job with resources goes there).
+  double allocatable_cpus = 0;
+  std::int64_t allocatable_memory = 0;
+  bool enforces_limits = false;
+  // What the ranks running there now reserve (the sum of their jobs'
+  // per-rank cpus and memory); >= 0. May exceed the allocatable (ranks
+  // placed before it shrank): nothing more with resources fits then.
+  double reserved_cpus = 0;
+  std::int64_t reserved_memory = 0;
 };
 
 // One rank of a placed job.
@@ -291,11 +350,14 @@ enum class PendingReason {
   kInvalidJob,
   // No schedulable worker has slots of the kind the job needs.
   kNoWorkerOfKind,
-  // world_size exceeds the total slots of its kind on schedulable workers:
-  // it cannot fit until workers join. Skipped; blocks nobody.
+  // world_size exceeds the total slots of its kind on schedulable workers,
+  // or (a job with resources) the ranks they could hold idle: it cannot fit
+  // until workers join. Skipped; blocks nobody.
   kExceedsCapacity,
-  // Fewer free slots of its kind than world_size (before any reservation).
-  // The first such job of a kind holds the reservation (reserved_slots).
+  // Fewer free slots of its kind than world_size (before any reservation),
+  // or for a job with resources fewer ranks' worth of free slots, CPUs and
+  // memory. The first such job of a kind holds the reservation
+  // (reserved_slots).
   kInsufficientFreeSlots,
   // Enough free slots, but some are reserved for an earlier blocked job.
   kBlockedByReservation,
@@ -393,7 +455,8 @@ struct QueueInput {
 
 // Places what can start now. Returns InvalidArgument for malformed input: a
 // duplicate or empty job id or worker id, a negative or duplicate free slot
-// index, more free slots than total_slots, a negative total_slots. Each input
+// index, more free slots than total_slots, a negative total_slots, a
+// negative or non-finite cpus or memory (job, allocatable, reserved). Each input
 // job ends in exactly one of placements or pending.
 absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
                                         absl::Span<const WorkerSlots> workers);

@@ -2,7 +2,9 @@
 // clusters, determinism under permuted input, and no starvation; with
 // queues: quota kept except by borrowing, gangs whole, victims eligible,
 // sufficient and no more than needed, determinism, no starvation of a queue
-// under its nominal quota, and no queues == one unlimited "default" queue.
+// under its nominal quota, and no queues == one unlimited "default" queue;
+// with resources: no worker over-committed, gangs whole, no starvation, and
+// jobs without resources placed exactly as before.
 #include "coordinator/scheduler/scheduler.h"
 
 #include <algorithm>
@@ -24,6 +26,8 @@ namespace {
 
 // ---------------------------------------------------------------------------
 // Randomized properties (fixed seeds).
+
+int uniform_int(std::mt19937& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
 
 struct RandomInput {
   std::vector<PendingJob> jobs;
@@ -579,6 +583,242 @@ TEST(SchedulerQueuePropertyTest, NoQueueUnderItsNominalQuotaStarves) {
   // The generator exercises borrowing and reclaiming.
   EXPECT_GT(borrowed, 200);
   EXPECT_GT(preemptions, 80);
+}
+
+// ---------------------------------------------------------------------------
+// Resources (fixed seeds).
+
+// What workers report, at random: allocatable CPUs and memory (0 =
+// unknown), whether they enforce limits, and what running ranks reserve
+// (now and then more than the allocatable). Values are exact in binary so
+// that the checker's plain arithmetic agrees with the scheduler's.
+void RandomWorkerResources(std::mt19937& rng, std::vector<WorkerSlots>& workers) {
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (WorkerSlots& w : workers) {
+    const int cpus[] = {0, 2, 4, 8, 16};
+    const int gib[] = {0, 4, 8, 16, 32};
+    w.allocatable_cpus = cpus[uniform(0, 4)];
+    w.allocatable_memory = gib[uniform(0, 4)] * kGiB;
+    w.enforces_limits = uniform(0, 4) != 0;
+    w.reserved_cpus = uniform(0, 2) == 0 ? 0 : uniform(0, 20) / 2.0;
+    w.reserved_memory = uniform(0, 2) == 0 ? 0 : uniform(0, 40) * (kGiB / 2);
+  }
+}
+
+// Some jobs ask for resources: CPUs, memory, both, or a pids limit only.
+void RandomJobResources(std::mt19937& rng, std::vector<PendingJob>& jobs) {
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (PendingJob& j : jobs) {
+    const double cpus[] = {0, 0.5, 1, 1.5, 2, 4, 8};
+    const int gib[] = {0, 1, 2, 4, 8, 16, 64};
+    switch (uniform(0, 4)) {
+      case 0:
+        break;  // none
+      case 1:
+        j.cpus = cpus[uniform(1, 6)];
+        break;
+      case 2:
+        j.memory_bytes = gib[uniform(1, 6)] * kGiB;
+        break;
+      case 3:
+        j.cpus = cpus[uniform(0, 6)];
+        j.memory_bytes = gib[uniform(0, 6)] * kGiB;
+        j.other_limits = uniform(0, 3) == 0;
+        break;
+      default:
+        j.other_limits = true;
+        break;
+    }
+  }
+}
+
+// The hard requirement: when no job has resources the result is exactly
+// today's, whatever the workers report (with and without queues).
+TEST(SchedulerResourcesPropertyTest, WithoutJobResourcesWorkerResourcesChangeNothing) {
+  std::mt19937 rng(2612);
+  int compared = 0;
+  for (int iter = 0; iter < 3000; ++iter) {
+    SCOPED_TRACE(iter);
+    RandomInput in = RandomCluster(rng);
+    std::vector<WorkerSlots> sized = in.workers;
+    RandomWorkerResources(rng, sized);
+    absl::StatusOr<ScheduleResult> today = Schedule(in.jobs, in.workers);
+    absl::StatusOr<ScheduleResult> got = Schedule(in.jobs, sized);
+    ASSERT_TRUE(today.ok() && got.ok());
+    ASSERT_EQ(Dump(*got), Dump(*today));
+
+    RandomQueueInput q = RandomQueues(rng);
+    std::vector<WorkerSlots> q_sized = q.workers;
+    RandomWorkerResources(rng, q_sized);
+    absl::StatusOr<ScheduleResult> q_today = Schedule(q.jobs, q.workers, q.queues);
+    absl::StatusOr<ScheduleResult> q_got = Schedule(q.jobs, q_sized, q.queues);
+    ASSERT_TRUE(q_today.ok() && q_got.ok());
+    ASSERT_EQ(Dump(*q_got), Dump(*q_today));
+    compared += !today->placements.empty() && !q_today->placements.empty();
+  }
+  EXPECT_GT(compared, 500);
+}
+
+TEST(SchedulerResourcesPropertyTest, NeverOverCommitsAndKeepsGangsWhole) {
+  std::mt19937 rng(4096);
+  std::map<std::string, int> seen;
+  for (int iter = 0; iter < 6000; ++iter) {
+    SCOPED_TRACE(iter);
+    RandomInput in = RandomCluster(rng);
+    RandomWorkerResources(rng, in.workers);
+    RandomJobResources(rng, in.jobs);
+    for (PendingJob& j : in.jobs) {
+      if (uniform_int(rng, 0, 5) == 0 && j.world_size > 1) j.min_world_size = uniform_int(rng, 1, j.world_size - 1);
+    }
+    absl::StatusOr<ScheduleResult> r = Schedule(in.jobs, in.workers);
+    ASSERT_TRUE(r.ok()) << r.status();
+    CheckResourceInvariants(in.jobs, in.workers, *r);
+    if (HasFailure()) FAIL() << "result:\n" << Dump(*r);
+    std::map<std::string, const PendingJob*> by_id;
+    for (const PendingJob& j : in.jobs) by_id[j.job_id] = &j;
+    for (const Placement& p : r->placements) {
+      const PendingJob& j = *by_id[p.job_id];
+      ++seen[HasResources(j) ? "placed with resources" : "placed without"];
+      if (HasResources(j) && p.num_nodes > 1) ++seen["split with resources"];
+    }
+    for (const PendingJobStatus& p : r->pending) {
+      const bool res = HasResources(*by_id[p.job_id]);
+      ++seen[absl::StrCat(PendingReasonName(p.reason), res ? " with resources" : "")];
+      if (res && !p.reserved_slots.empty()) ++seen["head with resources"];
+    }
+  }
+  for (const char* what : {"placed with resources", "placed without", "split with resources",
+                           "exceeds_capacity with resources", "insufficient_free_slots with resources",
+                           "blocked_by_reservation with resources", "head with resources"}) {
+    EXPECT_GT(seen[what], 30) << what;
+  }
+}
+
+TEST(SchedulerResourcesPropertyTest, WithQueuesNeverOverCommitsAndKeepsQuota) {
+  std::mt19937 rng(8192);
+  int placed = 0;
+  for (int iter = 0; iter < 4000; ++iter) {
+    SCOPED_TRACE(iter);
+    RandomQueueInput in = RandomQueues(rng);
+    RandomWorkerResources(rng, in.workers);
+    RandomJobResources(rng, in.jobs);
+    absl::StatusOr<ScheduleResult> r = Schedule(in.jobs, in.workers, in.queues);
+    ASSERT_TRUE(r.ok()) << r.status();
+    CheckResourceInvariants(in.jobs, in.workers, *r);
+    CheckQueueInvariants(in.jobs, in.workers, in.queues, *r);
+    if (HasFailure()) FAIL() << "result:\n" << Dump(*r);
+    placed += static_cast<int>(r->placements.size());
+  }
+  EXPECT_GT(placed, 1000);
+}
+
+TEST(SchedulerResourcesPropertyTest, DeterministicUnderPermutedInput) {
+  std::mt19937 rng(77);
+  for (int iter = 0; iter < 1500; ++iter) {
+    SCOPED_TRACE(iter);
+    RandomInput in = RandomCluster(rng);
+    RandomWorkerResources(rng, in.workers);
+    RandomJobResources(rng, in.jobs);
+    absl::StatusOr<ScheduleResult> want = Schedule(in.jobs, in.workers);
+    ASSERT_TRUE(want.ok());
+    RandomInput shuffled = in;
+    std::shuffle(shuffled.jobs.begin(), shuffled.jobs.end(), rng);
+    std::shuffle(shuffled.workers.begin(), shuffled.workers.end(), rng);
+    absl::StatusOr<ScheduleResult> got = Schedule(shuffled.jobs, shuffled.workers);
+    ASSERT_TRUE(got.ok());
+    ASSERT_EQ(Dump(*got), Dump(*want));
+  }
+}
+
+// Random clusters under a stream of jobs with resources, where CPUs and
+// memory (not slots) are mostly what is short: every job that fits the
+// cluster idle eventually starts (the reservation holds resources and does
+// not deadlock), and no pass over-commits a worker.
+TEST(SchedulerResourcesPropertyTest, EveryJobThatFitsEventuallyRuns) {
+  std::mt19937 rng(31);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int resource_waits = 0;
+  for (int iter = 0; iter < 150; ++iter) {
+    SCOPED_TRACE(iter);
+    std::vector<WorkerSlots> workers;
+    const int num_workers = uniform(1, 4);
+    for (int w = 0; w < num_workers; ++w) {
+      WorkerSlots ws = Sized(Cpu(absl::StrCat("w", w), 0, uniform(2, 8)), uniform(1, 4) * 2, uniform(1, 4) * 4 * kGiB,
+                             /*enforces=*/uniform(0, 5) != 0);
+      workers.push_back(ws);
+    }
+    struct Sim {
+      PendingJob spec;
+      int arrival = 0;
+      int duration = 1;
+    };
+    std::vector<Sim> jobs;
+    const int num_jobs = uniform(5, 40);
+    for (int j = 0; j < num_jobs; ++j) {
+      Sim sj{Job(absl::StrCat("j", j), uniform(1, uniform(0, 4) == 0 ? 6 : 2), kCpu, uniform(0, 2),
+                 static_cast<std::uint64_t>(j)),
+             uniform(0, 30), uniform(1, 6)};
+      if (uniform(0, 4) != 0) {
+        const double cpus[] = {0, 0.5, 1, 2, 3, 4};
+        sj.spec.cpus = cpus[uniform(0, 5)];
+        sj.spec.memory_bytes = uniform(0, 8) * kGiB;
+        sj.spec.other_limits = sj.spec.cpus == 0 && sj.spec.memory_bytes == 0;
+      }
+      long long idle = 0;
+      for (const WorkerSlots& w : workers) idle += IdleRanks(sj.spec, w);
+      if (sj.spec.world_size > idle) continue;  // never fits: reported as such
+      jobs.push_back(sj);
+    }
+    struct Live {
+      std::vector<std::pair<std::string, int>> slots;
+      int end = 0;
+      double cpus = 0;
+      std::int64_t memory = 0;
+    };
+    std::map<std::string, Live> live;
+    std::map<std::string, int> started;
+    for (int tick = 0; tick < 2000 && started.size() < jobs.size(); ++tick) {
+      for (auto it = live.begin(); it != live.end();) it = it->second.end <= tick ? live.erase(it) : std::next(it);
+      for (WorkerSlots& w : workers) {
+        std::set<int> busy;
+        w.reserved_cpus = 0;
+        w.reserved_memory = 0;
+        for (const auto& [id, l] : live) {
+          for (const auto& [wid, slot] : l.slots) {
+            if (wid != w.worker_id) continue;
+            busy.insert(slot);
+            w.reserved_cpus += l.cpus;
+            w.reserved_memory += l.memory;
+          }
+        }
+        w.free_slots.clear();
+        for (int s = 0; s < w.total_slots; ++s) {
+          if (!busy.count(s)) w.free_slots.push_back(s);
+        }
+      }
+      std::vector<PendingJob> pending;
+      for (const Sim& j : jobs) {
+        if (j.arrival <= tick && !started.count(j.spec.job_id)) pending.push_back(j.spec);
+      }
+      absl::StatusOr<ScheduleResult> r = Schedule(pending, workers);
+      ASSERT_TRUE(r.ok()) << r.status();
+      CheckResourceInvariants(pending, workers, *r);
+      if (HasFailure()) FAIL() << "tick " << tick << "\n" << Dump(*r);
+      for (const PendingJobStatus& p : r->pending) {
+        resource_waits += p.reason == PendingReason::kInsufficientFreeSlots && p.message.find("room for") != std::string::npos;
+      }
+      for (const Placement& p : r->placements) {
+        const Sim& sj = *std::find_if(jobs.begin(), jobs.end(), [&](const Sim& s) { return s.spec.job_id == p.job_id; });
+        Live l{{}, tick + sj.duration, sj.spec.cpus, sj.spec.memory_bytes};
+        for (const RankAssignment& a : p.ranks) l.slots.push_back({a.worker_id, a.slot});
+        live[p.job_id] = l;
+        started[p.job_id] = tick;
+      }
+    }
+    EXPECT_EQ(started.size(), jobs.size()) << "a job that fits never started";
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(resource_waits, 200);
 }
 
 }  // namespace

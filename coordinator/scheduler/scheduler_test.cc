@@ -1,7 +1,9 @@
 #include "coordinator/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <random>
 #include <set>
@@ -985,6 +987,239 @@ TEST(SchedulerQueueTest, JobWithinNominalStartsDespiteAStreamOfBorrowers) {
   ASSERT_TRUE(started.count("a-job")) << "A's job starved";
   // Tick 10: B's borrowers are picked; 11: they stop; 11 or 12: A starts.
   EXPECT_LE(started["a-job"], 12);
+}
+
+// ---------------------------------------------------------------------------
+// Resources (CPUs and memory per rank; scheduler.h, "Resources").
+
+absl::StatusOr<ScheduleResult> CheckR(const std::vector<PendingJob>& jobs,
+                                      const std::vector<WorkerSlots>& workers) {
+  absl::StatusOr<ScheduleResult> result = Schedule(jobs, workers);
+  if (result.ok()) CheckResourceInvariants(jobs, workers, *result);
+  return result;
+}
+
+TEST(SchedulerResourcesTest, JobsWhoseMemoryDoesNotFitTogetherGoToDifferentWorkers) {
+  // By slots alone both would share a (tightest, then id); 2 x 12 GiB does
+  // not fit in a's 16 GiB.
+  const std::vector<WorkerSlots> two = {Sized(Cpu("a", 4), 8, 16 * kGiB), Sized(Cpu("b", 4), 8, 16 * kGiB)};
+  const std::vector<PendingJob> jobs = {Needs(Job("j1", 1, kCpu, 0, 1), 0, 12 * kGiB),
+                                        Needs(Job("j2", 1, kCpu, 0, 2), 0, 12 * kGiB)};
+  auto r = CheckR(jobs, two);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"j1", "a:0"}, {"j2", "b:0"}})) << Dump(*r);
+
+  // One worker: the second waits, saying memory is what is short; a job
+  // without resources still uses a's slots outside the reservation.
+  std::vector<PendingJob> three = jobs;
+  three.push_back(Job("plain", 1, kCpu, 0, 3));
+  r = CheckR(three, {two[0]});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{
+                             {"j1", "a:0"}, {"j2", "pending:insufficient_free_slots"}, {"plain", "a:2"}}))
+      << Dump(*r);
+  const PendingJobStatus& j2 = FindPending(*r, "j2");
+  EXPECT_THAT(j2.message, HasSubstr("needs 1 cpu slots of 12 GiB memory per rank, room for 0 ranks on 1 worker "
+                                    "(3 of 4 slots, 4 GiB of 16 GiB memory free); first in line"));
+  ASSERT_EQ(j2.reserved_slots.size(), 1u);
+  EXPECT_EQ(j2.reserved_slots[0].slot, 1);
+}
+
+TEST(SchedulerResourcesTest, AJobWithResourcesSkipsWorkersThatDoNotEnforceLimits) {
+  // a is the tighter fit and has more CPUs, but cannot enforce limits: a hard
+  // filter (the daemon would fail the launch), not a preference.
+  const std::vector<WorkerSlots> workers = {Sized(Cpu("a", 2), 64, 64 * kGiB, /*enforces=*/false),
+                                            Sized(Cpu("b", 4), 8, 16 * kGiB)};
+  PendingJob pids_only = Job("pids", 1, kCpu, 0, 3);
+  pids_only.other_limits = true;
+  auto r = CheckR({Needs(Job("limited", 2, kCpu, 0, 1), 1), Job("plain", 2, kCpu, 0, 2), pids_only}, workers);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{
+                             {"limited", "b:0,1"}, {"plain", "a:0,1"}, {"pids", "b:2"}}))
+      << Dump(*r);
+
+  r = CheckR({Needs(Job("limited", 1, kCpu), 1)}, {workers[0]});
+  ASSERT_TRUE(r.ok()) << r.status();
+  const PendingJobStatus& p = FindPending(*r, "limited");
+  EXPECT_EQ(p.reason, PendingReason::kExceedsCapacity);
+  EXPECT_THAT(p.message, HasSubstr("needs 1 cpu per rank, and no schedulable cpu worker enforces resource limits"));
+}
+
+TEST(SchedulerResourcesTest, NeverFitsNamesTheResourceAndBlocksNobody) {
+  {
+    auto r = CheckR({Needs(Job("j", 1, kCpu), 8), Needs(Job("after", 1, kCpu, 0, 1), 2)},
+                    {Sized(Cpu("a", 4), 4, 8 * kGiB), Sized(Cpu("b", 4), 2, 64 * kGiB)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    const PendingJobStatus& p = FindPending(*r, "j");
+    EXPECT_EQ(p.reason, PendingReason::kExceedsCapacity);
+    EXPECT_TRUE(p.reserved_slots.empty());
+    EXPECT_THAT(p.message, HasSubstr("needs 8 cpus per rank; the largest cpu worker that enforces limits has 4 "
+                                     "allocatable"));
+    EXPECT_EQ(Outcome(*r)["after"], "b:0") << Dump(*r);
+  }
+  {
+    auto r = CheckR({Needs(Job("j", 1, kCuda), 0, 16 * kGiB)}, {Sized(Gpu("g", 8), 32, 8 * kGiB)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    EXPECT_THAT(FindPending(*r, "j").message,
+                HasSubstr("needs 16 GiB memory per rank; the largest cuda worker that enforces limits has 8 GiB "
+                          "allocatable"));
+  }
+  {
+    // Each rank fits a worker, but idle the two hold 2 such ranks, not 3.
+    auto r = CheckR({Needs(Job("j", 3, kCpu), 3, kGiB)},
+                    {Sized(Cpu("a", 4), 4, 8 * kGiB), Sized(Cpu("b", 4), 4, 8 * kGiB)});
+    ASSERT_TRUE(r.ok()) << r.status();
+    const PendingJobStatus& p = FindPending(*r, "j");
+    EXPECT_EQ(p.reason, PendingReason::kExceedsCapacity);
+    EXPECT_THAT(p.message, HasSubstr("needs 3 cpu slots of 3 cpus and 1 GiB memory per rank; idle, the 2 workers "
+                                     "that enforce limits would hold 2 such ranks (a: 1, b: 1)"));
+  }
+}
+
+TEST(SchedulerResourcesTest, UnknownAllocatableDoesNotBound) {
+  // 0 = the daemon could not read it: that resource does not bound the
+  // worker (it still must enforce limits).
+  auto r = CheckR({Needs(Job("huge", 2, kCpu), 100, 1024 * kGiB)}, {Sized(Cpu("a", 4), 0, 0)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r)["huge"], "a:0,1");
+  // Known CPUs, unknown memory: CPUs bound, memory does not.
+  r = CheckR({Needs(Job("j", 4, kCpu), 2, 1024 * kGiB)}, {Sized(Cpu("a", 8), 4, 0)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(FindPending(*r, "j").reason, PendingReason::kExceedsCapacity);
+  EXPECT_THAT(FindPending(*r, "j").message, HasSubstr("would hold 2 such ranks"));
+}
+
+TEST(SchedulerResourcesTest, WhatRunningRanksReserveIsNotFree) {
+  // 8 CPUs, 6 reserved by running ranks: 2 left.
+  const WorkerSlots a = Sized(Cpu("a", 3, 4), 8, 16 * kGiB, true, /*reserved_cpus=*/6, /*reserved_memory=*/4 * kGiB);
+  auto r = CheckR({Needs(Job("four", 1, kCpu, 0, 1), 4)}, {a});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(FindPending(*r, "four").reason, PendingReason::kInsufficientFreeSlots);
+  EXPECT_THAT(FindPending(*r, "four").message, HasSubstr("2 of 8 cpus"));
+  r = CheckR({Needs(Job("two", 1, kCpu, 0, 1), 2, 12 * kGiB)}, {a});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r)["two"], "a:0");
+  // More reserved than allocatable (it shrank): nothing with resources fits.
+  r = CheckR({Needs(Job("one", 1, kCpu), 0.5)}, {Sized(Cpu("a", 3, 4), 2, 0, true, 3)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(FindPending(*r, "one").reason, PendingReason::kInsufficientFreeSlots);
+}
+
+TEST(SchedulerResourcesTest, PacksOnTheTightestWorkerThatHasTheResources) {
+  // By slots b and a tie at 8; by CPUs a holds 2 ranks of 4, b 4, c 2.
+  auto r = CheckR({Needs(Job("j", 4, kCpu), 4)},
+                  {Sized(Cpu("a", 8), 8, 0), Sized(Cpu("b", 8), 16, 0), Sized(Cpu("c", 2), 32, 0)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r)["j"], "b:0,1,2,3");
+  // Split: the largest blocks by what fits first (b's 4 ranks, then 2 more).
+  r = CheckR({Needs(Job("j", 6, kCpu), 4)},
+             {Sized(Cpu("a", 8), 8, 0), Sized(Cpu("b", 8), 16, 0), Sized(Cpu("c", 2), 32, 0)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r)["j"], "b:0,1,2,3 a:0,1");
+}
+
+TEST(SchedulerResourcesTest, TheHeadHoldsCpusSoSmallerJobsCannotTakeThem) {
+  // 2 CPUs are left on a; the head needs 4 (one rank). It holds the 2, so a
+  // later 2-CPU job does not take them, and will not take the next 2 that
+  // free up either: the head's CPUs accumulate until it fits.
+  const WorkerSlots a = Sized(Cpu("a", 3, 4), 8, 0, true, /*reserved_cpus=*/6);
+  auto r = CheckR({Needs(Job("head", 1, kCpu, 1, 1), 4), Needs(Job("small", 1, kCpu, 0, 2), 2),
+                   Job("plain", 1, kCpu, 0, 3)},
+                  {a});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"head", "pending:insufficient_free_slots"},
+                                                             {"small", "pending:blocked_by_reservation"},
+                                                             {"plain", "a:1"}}))
+      << Dump(*r);
+  EXPECT_EQ(FindPending(*r, "small").blocked_by, "head");
+  // Running ranks ended: 6 left, the head starts and the small job fits too.
+  r = CheckR({Needs(Job("head", 1, kCpu, 1, 1), 4), Needs(Job("small", 1, kCpu, 0, 2), 2)},
+             {Sized(Cpu("a", 3, 4), 8, 0, true, 2)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r)["head"], "a:0");
+  EXPECT_EQ(Outcome(*r)["small"], "a:1");
+}
+
+TEST(SchedulerResourcesTest, AHeadShortOfCpusIsNotStarvedByAStreamOfSmallJobs) {
+  // One worker, 8 slots and 8 CPUs, full of 2-CPU jobs ending one a tick; a
+  // 2-CPU job arrives every tick; the oldest job needs 6 CPUs. CPUs free up
+  // 2 at a time: unless the head holds them as they come, each piece goes to
+  // the next small job and the head starts only after the stream stops.
+  struct Live {
+    int slot = 0;
+    int end = 0;
+    double cpus = 0;
+  };
+  std::map<std::string, Live> live;
+  for (int i = 0; i < 4; ++i) live[absl::StrCat("init-", i)] = {i, 1 + i, 2};
+  std::map<std::string, int> started;
+  for (int tick = 0; tick < 120 && !started.count("big"); ++tick) {
+    for (auto it = live.begin(); it != live.end();) it = it->second.end <= tick ? live.erase(it) : std::next(it);
+    WorkerSlots a = Sized(Cpu("a", 0, 8), 8, 0);
+    std::set<int> busy;
+    for (const auto& [id, l] : live) busy.insert(l.slot), a.reserved_cpus += l.cpus;
+    for (int s = 0; s < 8; ++s) {
+      if (!busy.count(s)) a.free_slots.push_back(s);
+    }
+    std::vector<PendingJob> pending = {Needs(Job("big", 1, kCpu, 0, 0), 6)};
+    for (int t = 0; t <= std::min(tick, 80); ++t) {
+      const std::string id = absl::StrCat("small-", t);
+      if (!started.count(id)) pending.push_back(Needs(Job(id, 1, kCpu, 0, static_cast<std::uint64_t>(t + 1)), 2));
+    }
+    auto r = CheckR(pending, {a});
+    ASSERT_TRUE(r.ok()) << r.status();
+    for (const Placement& p : r->placements) {
+      started[p.job_id] = tick;
+      live[p.job_id] = {p.ranks[0].slot, tick + (p.job_id == "big" ? 50 : 4), p.job_id == "big" ? 6.0 : 2.0};
+    }
+  }
+  ASSERT_TRUE(started.count("big")) << "starved";
+  // Ticks 1, 2, 3 free 2 CPUs each; the head holds them and starts at 3.
+  EXPECT_EQ(started["big"], 3);
+}
+
+TEST(SchedulerResourcesTest, ElasticJobTakesTheRanksItsResourcesAllow) {
+  PendingJob job = Needs(Job("e", 4, kCpu), 3);
+  job.min_world_size = 1;
+  auto r = CheckR({job}, {Sized(Cpu("a", 8), 8, 0)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r)["e"], "a:0,1");
+}
+
+TEST(SchedulerResourcesTest, HugeRequestsNeitherOverflowNorFit) {
+  const int64_t huge_memory = std::numeric_limits<int64_t>::max() / 2;
+  // Unknown allocatable: not a bound, whatever the size.
+  auto r = CheckR({Needs(Job("j", 3, kCpu), 1e300, huge_memory)}, {Sized(Cpu("a", 4), 0, 0)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r)["j"], "a:0,1,2");
+  // Known allocatable: never fits, and nothing wraps around.
+  r = CheckR({Needs(Job("j", 3, kCpu, 1, 1), 1e300, huge_memory), Needs(Job("k", 1, kCpu, 0, 2), 1, kGiB)},
+             {Sized(Cpu("a", 4), 8, 64 * kGiB)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(FindPending(*r, "j").reason, PendingReason::kExceedsCapacity);
+  EXPECT_EQ(Outcome(*r)["k"], "a:0");
+}
+
+TEST(SchedulerResourcesTest, RejectsMalformedResources) {
+  const std::vector<std::pair<std::vector<PendingJob>, std::vector<WorkerSlots>>> bad = {
+      {{Needs(Job("j", 1), -1)}, {}},
+      {{Needs(Job("j", 1), std::nan(""))}, {}},
+      {{Needs(Job("j", 1), 0, -5)}, {}},
+      {{}, {Sized(Cpu("a", 1), -2, 0)}},
+      {{}, {Sized(Cpu("a", 1), 1, -1)}},
+      {{}, {Sized(Cpu("a", 1), 1, 1, true, std::numeric_limits<double>::infinity())}},
+      {{}, {Sized(Cpu("a", 1), 1, 1, true, 0, -1)}},
+  };
+  const char* fields[] = {"job \"j\": cpus", "job \"j\": cpus", "job \"j\": memory_bytes",
+                          "worker \"a\": allocatable_cpus", "worker \"a\": allocatable_memory",
+                          "worker \"a\": reserved_cpus", "worker \"a\": reserved_memory"};
+  for (size_t i = 0; i < bad.size(); ++i) {
+    SCOPED_TRACE(fields[i]);
+    absl::StatusOr<ScheduleResult> r = Schedule(bad[i].first, bad[i].second);
+    ASSERT_FALSE(r.ok());
+    EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+    EXPECT_THAT(std::string(r.status().message()), HasSubstr(fields[i]));
+  }
 }
 
 }  // namespace

@@ -57,6 +57,48 @@ inline PendingJob Job(std::string id, int world_size, DeviceRequirement device =
   return j;
 }
 
+// Resources (scheduler.h, "Resources").
+inline constexpr std::int64_t kGiB = std::int64_t{1} << 30;
+
+// `w` with allocatable CPUs and memory (0 = unknown), enforcing limits or
+// not, and what its running ranks reserve.
+inline WorkerSlots Sized(WorkerSlots w, double cpus, std::int64_t memory, bool enforces = true,
+                         double reserved_cpus = 0, std::int64_t reserved_memory = 0) {
+  w.allocatable_cpus = cpus;
+  w.allocatable_memory = memory;
+  w.enforces_limits = enforces;
+  w.reserved_cpus = reserved_cpus;
+  w.reserved_memory = reserved_memory;
+  return w;
+}
+
+// `job` asking for `cpus` and `memory` bytes per rank.
+inline PendingJob Needs(PendingJob job, double cpus, std::int64_t memory = 0) {
+  job.cpus = cpus;
+  job.memory_bytes = memory;
+  return job;
+}
+
+inline bool HasResources(const PendingJob& job) {
+  return job.cpus > 0 || job.memory_bytes > 0 || job.other_limits;
+}
+
+// The ranks of `job` that `w` could hold idle (a second, plain reading of
+// the rule: whole ranks within total slots and the known allocatable; none
+// on a worker that does not enforce limits).
+inline long long IdleRanks(const PendingJob& job, const WorkerSlots& w) {
+  long long n = w.total_slots;
+  if (!HasResources(job)) return n;
+  if (!w.enforces_limits) return 0;
+  if (job.cpus > 0 && w.allocatable_cpus > 0) {
+    n = std::min<long long>(n, static_cast<long long>(w.allocatable_cpus / job.cpus + 1e-9));
+  }
+  if (job.memory_bytes > 0 && w.allocatable_memory > 0) {
+    n = std::min<long long>(n, w.allocatable_memory / job.memory_bytes);
+  }
+  return n;
+}
+
 // "a:0,1 b:3" -- worker a slots 0 and 1 (ranks 0-1), then worker b slot 3.
 inline std::string Layout(const Placement& p) {
   std::vector<std::string> nodes;
@@ -548,6 +590,15 @@ class QueueInvariantCheck {
       EXPECT_EQ(p.reason, PendingReason::kExceedsCapacity);
       return;
     }
+    if (HasResources(job)) {
+      long long idle = 0;
+      for (const auto& [id, w] : by_id_) idle += w->kind == kind ? IdleRanks(job, *w) : 0;
+      if (least > idle) {
+        EXPECT_EQ(p.reason, PendingReason::kExceedsCapacity);
+        return;
+      }
+    }
+    EXPECT_NE(p.reason, PendingReason::kExceedsCapacity);
     const bool finite = q != nullptr && Nominal(*q, kind) >= 0;
     if (finite && least > GroupNominal(*q, kind)) {
       EXPECT_EQ(p.reason, PendingReason::kExceedsQueueLimit);
@@ -697,6 +748,126 @@ inline absl::StatusOr<ScheduleResult> CheckQ(const std::vector<PendingJob>& jobs
   absl::StatusOr<ScheduleResult> result = Schedule(jobs, workers, input);
   if (result.ok()) CheckQueueInvariants(jobs, workers, input, *result);
   return result;
+}
+
+// ---------------------------------------------------------------------------
+// Resources: what must hold whatever the order, with or without queues.
+//  - each job once; a placed gang whole (world_size ranks in [least,
+//    world_size], in rank order, contiguous per worker) on distinct free,
+//    unreserved slots of its kind on schedulable workers;
+//  - a job with resources only on workers that enforce limits;
+//  - no worker over-committed: where this pass placed ranks with resources
+//    (or held resources for a reservation), its running ranks' reservation
+//    plus the placed ranks' CPUs (memory) is within its known allocatable
+//    (a reservation holds at most what was left: that is checked by the
+//    placements staying within what is left);
+//  - kExceedsCapacity exactly when the least size exceeds the slots or the
+//    ranks the kind's workers could hold idle.
+class ResourceInvariantCheck {
+ public:
+  ResourceInvariantCheck(const std::vector<PendingJob>& jobs, const std::vector<WorkerSlots>& workers,
+                         const ScheduleResult& result)
+      : jobs_(jobs), result_(result) {
+    for (const WorkerSlots& w : workers) {
+      if (!w.schedulable || w.total_slots == 0) continue;
+      by_id_[w.worker_id] = &w;
+      capacity_[w.kind] += w.total_slots;
+      for (int s : w.free_slots) free_.insert({w.worker_id, s});
+    }
+  }
+
+  void Run() {
+    std::map<std::string, const PendingJob*> by_id;
+    for (const PendingJob& j : jobs_) by_id[j.job_id] = &j;
+    std::set<std::string> seen;
+    for (const Placement& p : result_.placements) ASSERT_TRUE(seen.insert(p.job_id).second) << p.job_id;
+    for (const PendingJobStatus& p : result_.pending) ASSERT_TRUE(seen.insert(p.job_id).second) << p.job_id;
+    ASSERT_EQ(seen.size(), jobs_.size());
+    for (const PendingJobStatus& p : result_.pending) {
+      for (const SlotRef& r : p.reserved_slots) {
+        EXPECT_TRUE(free_.count({r.worker_id, r.slot})) << "reserved a slot that is not free";
+        EXPECT_TRUE(reserved_.insert({r.worker_id, r.slot}).second) << "reserved twice";
+      }
+      CheckPending(*by_id.at(p.job_id), p);
+    }
+    std::map<std::string, double> cpus;
+    std::map<std::string, long long> memory;
+    for (const Placement& p : result_.placements) {
+      const PendingJob& job = *by_id.at(p.job_id);
+      SCOPED_TRACE(job.job_id);
+      EXPECT_GE(p.world_size, std::max(1, LeastSize(job)));
+      EXPECT_LE(p.world_size, job.world_size);
+      ASSERT_EQ(static_cast<int>(p.ranks.size()), p.world_size) << "gang split";
+      std::vector<std::string> nodes;
+      for (int i = 0; i < p.world_size; ++i) {
+        const RankAssignment& r = p.ranks[i];
+        EXPECT_EQ(r.rank, i);
+        if (nodes.empty() || nodes.back() != r.worker_id) {
+          EXPECT_EQ(std::count(nodes.begin(), nodes.end(), r.worker_id), 0) << "not contiguous";
+          nodes.push_back(r.worker_id);
+        }
+        ASSERT_TRUE(by_id_.contains(r.worker_id)) << "unschedulable or unknown worker";
+        const WorkerSlots& w = *by_id_[r.worker_id];
+        EXPECT_EQ(w.kind, p.kind);
+        EXPECT_TRUE(free_.count({r.worker_id, r.slot})) << "slot was not free";
+        EXPECT_FALSE(reserved_.count({r.worker_id, r.slot})) << "slot was reserved";
+        EXPECT_TRUE(used_.insert({r.worker_id, r.slot}).second) << "slot used twice";
+        if (HasResources(job)) {
+          EXPECT_TRUE(w.enforces_limits) << "job with resources on " << r.worker_id
+                                         << ", which does not enforce limits";
+        }
+        cpus[r.worker_id] += job.cpus;
+        memory[r.worker_id] += job.memory_bytes;
+      }
+      EXPECT_EQ(p.num_nodes, static_cast<int>(nodes.size()));
+    }
+    for (const auto& [id, c] : cpus) {
+      const WorkerSlots& w = *by_id_[id];
+      if (c > 0 && w.allocatable_cpus > 0) {
+        EXPECT_LE(w.reserved_cpus + c, w.allocatable_cpus + 1e-6) << "cpus over-committed on " << id;
+      }
+    }
+    for (const auto& [id, m] : memory) {
+      const WorkerSlots& w = *by_id_[id];
+      if (m > 0 && w.allocatable_memory > 0) {
+        EXPECT_LE(w.reserved_memory + m, w.allocatable_memory) << "memory over-committed on " << id;
+      }
+    }
+  }
+
+ private:
+  using Slot = std::pair<std::string, int>;
+
+  void CheckPending(const PendingJob& job, const PendingJobStatus& p) {
+    SCOPED_TRACE(job.job_id);
+    EXPECT_FALSE(p.message.empty());
+    if (job.world_size < 1) {
+      EXPECT_EQ(p.reason, PendingReason::kInvalidJob);
+      return;
+    }
+    if (p.reason == PendingReason::kUnknownQueue || p.reason == PendingReason::kNoWorkerOfKind) return;
+    if (p.reason == PendingReason::kExceedsQueueLimit) return;  // the queue checker's
+    const SlotKind kind = p.kind;
+    long long idle = 0;
+    for (const auto& [id, w] : by_id_) idle += w->kind == kind ? IdleRanks(job, *w) : 0;
+    const bool never = LeastSize(job) > capacity_[kind] || LeastSize(job) > idle;
+    EXPECT_EQ(p.reason == PendingReason::kExceedsCapacity, never)
+        << PendingReasonName(p.reason) << ": " << p.message;
+    if (never) EXPECT_TRUE(p.reserved_slots.empty());
+  }
+
+  const std::vector<PendingJob>& jobs_;
+  const ScheduleResult& result_;
+  absl::flat_hash_map<std::string, const WorkerSlots*> by_id_;
+  std::map<SlotKind, long long> capacity_;
+  std::set<Slot> free_;
+  std::set<Slot> used_;
+  std::set<Slot> reserved_;
+};
+
+inline void CheckResourceInvariants(const std::vector<PendingJob>& jobs, const std::vector<WorkerSlots>& workers,
+                                    const ScheduleResult& result) {
+  ResourceInvariantCheck(jobs, workers, result).Run();
 }
 
 inline constexpr DeviceRequirement kCuda = DeviceRequirement::kCuda;
