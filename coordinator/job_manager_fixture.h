@@ -130,7 +130,13 @@ class JobManagerTest : public ::testing::Test {
   // Registers worker `id` with `slots` CPU slots on a fresh channel.
   FakeChannel* AddWorker(const std::string& id, int slots,
                          std::vector<v1::RunningRank> running = {}, bool allow_commands = false) {
-    auto ch = std::make_unique<FakeChannel>();
+    v1::Register reg = CpuWorker(id, slots);
+    for (auto& r : running) *reg.add_running() = r;
+    reg.set_allow_commands(allow_commands);
+    return RegisterWorker(reg);
+  }
+  // What worker `id` with `slots` CPU slots sends first (host "host-<id>").
+  static v1::Register CpuWorker(const std::string& id, int slots) {
     v1::Register reg;
     reg.set_worker_id(id);
     reg.set_hostname("host-" + id);
@@ -139,11 +145,14 @@ class JobManagerTest : public ::testing::Test {
       s->set_kind(v1::Slot::KIND_CPU);
       s->set_index(i);
     }
-    for (auto& r : running) *reg.add_running() = r;
-    reg.set_allow_commands(allow_commands);
+    return reg;
+  }
+  // Registers `reg` on a fresh channel, as the worker service does.
+  FakeChannel* RegisterWorker(const v1::Register& reg) {
+    auto ch = std::make_unique<FakeChannel>();
     auto id_or = registry_->Register(reg, ch.get());
     EXPECT_TRUE(id_or.ok()) << id_or.status();
-    jobs_->OnWorkerRegistered(id, reg);
+    jobs_->OnWorkerRegistered(reg.worker_id(), reg);
     channels_.push_back(std::move(ch));
     return channels_.back().get();
   }

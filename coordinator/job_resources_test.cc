@@ -18,22 +18,11 @@ class JobResourcesTest : public JobManagerTest {
   // Registers worker `id` with `slots` CPU slots and what it reports it can
   // allocate (as a daemon does at registration).
   void AddSizedWorker(const std::string& id, int slots, double cpus, int64_t memory, bool enforces) {
-    auto ch = std::make_unique<FakeChannel>();
-    v1::Register reg;
-    reg.set_worker_id(id);
-    reg.set_hostname("host-" + id);
-    for (int i = 0; i < slots; ++i) {
-      v1::Slot* s = reg.add_slots();
-      s->set_kind(v1::Slot::KIND_CPU);
-      s->set_index(i);
-    }
+    v1::Register reg = CpuWorker(id, slots);
     reg.mutable_allocatable()->set_cpus(cpus);
     reg.mutable_allocatable()->set_memory_bytes(memory);
     reg.mutable_allocatable()->set_enforces_limits(enforces);
-    auto id_or = registry_->Register(reg, ch.get());
-    ASSERT_TRUE(id_or.ok()) << id_or.status();
-    jobs_->OnWorkerRegistered(id, reg);
-    channels_.push_back(std::move(ch));
+    RegisterWorker(reg);
   }
   std::string Submit(int world_size, double cpus, int64_t memory) {
     v1::JobSpec spec = Spec(world_size);

@@ -12,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "common/format_bytes.h"
 #include "common/jobspec/spec_fields.h"
 #include "common/time_util.h"
 #include "client/cli/context.h"
@@ -36,21 +37,11 @@ struct QueueArgs {
   bool update = false;
 };
 
-// "1.5 GiB", "512 MiB", "1000 bytes": a byte count as describe shows it.
-std::string BytesText(int64_t bytes) {
-  static const char* const kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 5) v /= 1024, ++u;
-  if (u == 0) return absl::StrCat(bytes, " bytes");
-  return absl::StrCat(std::round(v * 100) / 100, " ", kUnits[u]);
-}
-
 // "2 cpus, 4 GiB memory, 512 pids per rank", or "none".
 std::string ResourcesText(const v1::ResourceSpec& r) {
   std::vector<std::string> parts;
   if (r.cpus() > 0) parts.push_back(absl::StrCat(r.cpus(), r.cpus() == 1 ? " cpu" : " cpus"));
-  if (r.memory() > 0) parts.push_back(absl::StrCat(BytesText(r.memory()), " memory"));
+  if (r.memory() > 0) parts.push_back(absl::StrCat(FormatBytes(r.memory()), " memory"));
   if (r.pids() > 0) parts.push_back(absl::StrCat(r.pids(), " pids"));
   if (parts.empty()) return "none";
   return absl::StrCat(absl::StrJoin(parts, ", "), " per rank");

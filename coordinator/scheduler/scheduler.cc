@@ -13,6 +13,7 @@
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/format_bytes.h"
 #include "coordinator/scheduler/queue_admission.h"
 
 namespace trainctl::scheduler {
@@ -40,16 +41,6 @@ long long MilliDown(double cpus) {
 // "1.5", "4": thousandths of a CPU as a person writes CPUs.
 std::string CpuText(long long milli) { return absl::StrCat(static_cast<double>(milli) / 1000); }
 
-// "512 MiB", "1.5 GiB", "100 bytes".
-std::string ByteText(long long bytes) {
-  static const char* const kUnits[] = {"bytes", "KiB", "MiB", "GiB", "TiB", "PiB"};
-  double v = static_cast<double>(bytes);
-  int u = 0;
-  while (v >= 1024 && u < 5) v /= 1024, ++u;
-  if (u == 0) return absl::StrCat(bytes, " bytes");
-  return absl::StrCat(std::round(v * 100) / 100, " ", kUnits[u]);
-}
-
 // What one rank of a job asks for (see Resources).
 struct Request {
   // Thousandths of a CPU and bytes; 0 = not asked for.
@@ -71,7 +62,7 @@ Request RequestOf(const PendingJob& job) {
 std::string PerRankText(const Request& r) {
   std::vector<std::string> parts;
   if (r.cpu > 0) parts.push_back(absl::StrCat(CpuText(r.cpu), r.cpu == 1000 ? " cpu" : " cpus"));
-  if (r.mem > 0) parts.push_back(absl::StrCat(ByteText(r.mem), " memory"));
+  if (r.mem > 0) parts.push_back(absl::StrCat(FormatBytes(r.mem), " memory"));
   if (parts.empty()) return "resource limits (pids) per rank";
   return absl::StrCat(absl::StrJoin(parts, " and "), " per rank");
 }
@@ -521,7 +512,7 @@ class Pass {
                                     " on ", workers, " (", slots, " of ", pool.capacity, " slots");
     if (req.cpu > 0 && cpu_cap > 0) absl::StrAppend(&text, ", ", CpuText(cpu_free), " of ", CpuText(cpu_cap), " cpus");
     if (req.mem > 0 && mem_cap > 0) {
-      absl::StrAppend(&text, ", ", ByteText(mem_free), " of ", ByteText(mem_cap), " memory");
+      absl::StrAppend(&text, ", ", FormatBytes(mem_free), " of ", FormatBytes(mem_cap), " memory");
     }
     return absl::StrCat(text, " free)");
   }
@@ -559,8 +550,8 @@ class Pass {
                                      " worker that enforces limits has ", CpuText(max_cpu),
                                      " allocatable; it cannot fit until a larger worker joins");
     } else if (req.mem > 0 && max_mem >= 0 && max_mem < req.mem) {
-      pending.message = absl::StrCat("needs ", ByteText(req.mem), " memory per rank; the largest ", kind_name,
-                                     " worker that enforces limits has ", ByteText(max_mem),
+      pending.message = absl::StrCat("needs ", FormatBytes(req.mem), " memory per rank; the largest ", kind_name,
+                                     " worker that enforces limits has ", FormatBytes(max_mem),
                                      " allocatable; it cannot fit until a larger worker joins");
     } else {
       pending.message = absl::StrCat(

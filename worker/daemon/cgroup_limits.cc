@@ -158,19 +158,6 @@ absl::Status RemoveDir(const std::string& dir) {
 
 }  // namespace
 
-std::string FormatBytes(int64_t bytes) {
-  static const char* const kUnits[] = {"KiB", "MiB", "GiB", "TiB"};
-  if (bytes < 1024) return absl::StrCat(bytes, " bytes");
-  double v = static_cast<double>(bytes);
-  int unit = -1;
-  while (v >= 1024 && unit < 3) {
-    v /= 1024;
-    ++unit;
-  }
-  if (v == std::floor(v)) return absl::StrCat(static_cast<int64_t>(v), " ", kUnits[unit]);
-  return absl::StrFormat("%.1f %s", v, kUnits[unit]);
-}
-
 absl::Status WriteCgroupFile(const std::string& path, absl::string_view value) {
   // O_CREAT: cgroupfs files exist already (create fails there); a plain
   // directory standing in for one gets the file.

@@ -33,13 +33,13 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/format_bytes.h"
 #include "trainctl/v1/job.pb.h"
 #include "trainctl/v1/worker_service.pb.h"
 
 namespace trainctl::worker {
 
-// "256 MiB", "1.5 GiB", "1000 bytes": a byte count as messages show it.
-std::string FormatBytes(int64_t bytes);
+using ::trainctl::FormatBytes;  // common/format_bytes.h
 
 // One rank's cgroup (a directory per v1 controller, one for v2), created by
 // CgroupLimits::Create. Movable; the destructor only closes fds: Remove()
