@@ -79,7 +79,9 @@ if [ -z "${SKIP_SANITIZE:-}" ]; then
   CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRAINCTL_SANITIZE=ON
   cmake --build build-asan -j "$jobs"
   mark asan-build
+  # Leaks inside uninstrumented libraries (each explained): scripts/lsan.supp.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
+    LSAN_OPTIONS="suppressions=$PWD/scripts/lsan.supp" \
     ctest --test-dir build-asan --output-on-failure -j "$jobs" -LE long
   mark asan-tests
 fi

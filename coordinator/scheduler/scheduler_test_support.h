@@ -791,7 +791,9 @@ class ResourceInvariantCheck {
       CheckPending(*by_id.at(p.job_id), p);
     }
     std::map<std::string, double> cpus;
-    std::map<std::string, long long> memory;
+    // long double: the sums of huge requests (HugeRequestsNeitherOverflowNorFit)
+    // must not overflow in the checker itself; exact up to 2^64.
+    std::map<std::string, long double> memory;
     for (const Placement& p : result_.placements) {
       const PendingJob& job = *by_id.at(p.job_id);
       SCOPED_TRACE(job.job_id);
@@ -830,7 +832,8 @@ class ResourceInvariantCheck {
     for (const auto& [id, m] : memory) {
       const WorkerSlots& w = *by_id_[id];
       if (m > 0 && w.allocatable_memory > 0) {
-        EXPECT_LE(w.reserved_memory + m, w.allocatable_memory) << "memory over-committed on " << id;
+        EXPECT_LE(static_cast<long double>(w.reserved_memory) + m, static_cast<long double>(w.allocatable_memory))
+            << "memory over-committed on " << id;
       }
     }
   }
@@ -853,7 +856,9 @@ class ResourceInvariantCheck {
     const bool never = LeastSize(job) > capacity_[kind] || LeastSize(job) > idle;
     EXPECT_EQ(p.reason == PendingReason::kExceedsCapacity, never)
         << PendingReasonName(p.reason) << ": " << p.message;
-    if (never) EXPECT_TRUE(p.reserved_slots.empty());
+    if (never) {
+      EXPECT_TRUE(p.reserved_slots.empty());
+    }
   }
 
   const std::vector<PendingJob>& jobs_;
