@@ -400,21 +400,14 @@ TEST_F(HaE2ETest, AJobRunsThroughAFailoverWithoutARankRestartOrALostPoint) {
 
   // Every point and line, once: what the chatty job produces.
   std::map<std::tuple<int, int, int64_t, int>, int> points;
-  {
-    grpc::ClientContext ctx;
-    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
-    v1::WatchJobRequest req;
-    req.set_job_id(id);
-    req.set_include_history(true);
-    auto reader = cluster.jobs()->WatchJob(&ctx, req);
-    v1::JobUpdate u;
-    while (reader->Read(&u)) {
-      for (const v1::MetricPoint& p : u.metrics().points()) {
-        ++points[{p.rank(), p.epoch(), p.step(), static_cast<int>(p.kind())}];
-      }
-    }
-    EXPECT_TRUE(reader->Finish().ok());
-  }
+  EXPECT_TRUE(cluster
+                  .Follow(id, absl::Seconds(30),
+                          [&](const v1::JobUpdate& u) {
+                            for (const v1::MetricPoint& p : u.metrics().points()) {
+                              ++points[{p.rank(), p.epoch(), p.step(), static_cast<int>(p.kind())}];
+                            }
+                          })
+                  .ok());
   EXPECT_EQ(points.size(), static_cast<size_t>(kWorld * kEpochs * (kSteps + 1)));
   for (const auto& [key, n] : points) EXPECT_EQ(n, 1);
   for (int r = 0; r < kWorld; ++r) {

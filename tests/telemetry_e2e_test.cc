@@ -72,25 +72,20 @@ Telemetry Collect(Cluster& cluster, const std::string& id) {
   Telemetry t;
   // Bounded: a job that never ends (lost end statuses) fails the test, not hangs it.
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(30);
-  grpc::ClientContext ctx;
-  ctx.set_deadline(deadline);
-  v1::WatchJobRequest req;
-  req.set_job_id(id);
-  req.set_include_history(true);
-  auto reader = cluster.jobs()->WatchJob(&ctx, req);
-  v1::JobUpdate u;
-  while (reader->Read(&u)) {
-    for (const v1::MetricPoint& p : u.metrics().points()) {
-      ++t.points[{p.rank(), p.epoch(), p.step(), static_cast<int>(p.kind())}];
-      t.point_times.push_back(FromTimestamp(p.time()));
-    }
-    if (u.has_event()) {
-      t.events.push_back(absl::StrCat(u.event().type(), ": ", u.event().message()));
-      t.event_seqs.push_back(u.event().seq());
-    }
-    if (u.has_job()) t.job = u.job();
-  }
-  EXPECT_TRUE(reader->Finish().ok());
+  EXPECT_TRUE(cluster
+                  .Follow(id, absl::Seconds(30),
+                          [&](const v1::JobUpdate& u) {
+                            for (const v1::MetricPoint& p : u.metrics().points()) {
+                              ++t.points[{p.rank(), p.epoch(), p.step(), static_cast<int>(p.kind())}];
+                              t.point_times.push_back(FromTimestamp(p.time()));
+                            }
+                            if (u.has_event()) {
+                              t.events.push_back(absl::StrCat(u.event().type(), ": ", u.event().message()));
+                              t.event_seqs.push_back(u.event().seq());
+                            }
+                            if (u.has_job()) t.job = u.job();
+                          })
+                  .ok());
   grpc::ClientContext lctx;
   lctx.set_deadline(deadline);
   v1::GetLogsRequest lreq;

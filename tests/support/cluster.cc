@@ -310,6 +310,19 @@ std::vector<v1::Event> Cluster::Events(const std::string& id) {
   return out;
 }
 
+grpc::Status Cluster::Follow(const std::string& id, absl::Duration timeout,
+                             const std::function<void(const v1::JobUpdate&)>& on_update) {
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + timeout));
+  v1::WatchJobRequest req;
+  req.set_job_id(id);
+  req.set_include_history(true);
+  auto reader = jobs_->WatchJob(&ctx, req);
+  v1::JobUpdate u;
+  while (reader->Read(&u)) on_update(u);
+  return reader->Finish();
+}
+
 v1::Job Cluster::WaitState(const std::string& id, v1::JobState want, absl::Duration timeout) {
   absl::Time deadline = absl::Now() + timeout;
   v1::Job job;

@@ -109,6 +109,12 @@ class Cluster {
   std::string RankLog(const std::string& id, int attempt, int rank);
   // The job's stored events so far, oldest first.
   std::vector<v1::Event> Events(const std::string& id);
+  // Follows the job's WatchJob stream from its history until the stream
+  // ends (the job finished) or `timeout` passes, calling `on_update` for each
+  // update; returns the stream's status (DEADLINE_EXCEEDED when the job did
+  // not end in time).
+  grpc::Status Follow(const std::string& id, absl::Duration timeout,
+                      const std::function<void(const v1::JobUpdate&)>& on_update);
   // Pids of live processes whose command line contains `needle`.
   static std::vector<pid_t> ProcessesMatching(const std::string& needle);
 
