@@ -135,6 +135,8 @@ std::vector<std::string> CoordinatorServiceNames() {
           v1::AuthService::service_full_name(), v1::QueueService::service_full_name()};
 }
 
+namespace {
+
 absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CoordinatorCredentials(
     const CoordinatorOptions& options) {
   if (!options.tls_cert_pem.empty()) {
@@ -151,13 +153,30 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CoordinatorCredentials(
   return grpc::InsecureServerCredentials();
 }
 
+}  // namespace
+
+absl::Status ConfigureCoordinatorListener(const CoordinatorOptions& options, grpc::ServerBuilder& builder,
+                                          int* port) {
+  TRAINCTL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, CoordinatorCredentials(options));
+  builder.AddListeningPort(options.listen, creds, port);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  // Keepalive: find dead peers on idle streams; accept the workers' pings.
+  SetServerKeepalive(builder);
+  // A connection that never finishes its handshake (a scanner, or someone
+  // holding sockets open) is dropped after this, not gRPC's 120 s. gRPC
+  // 1.51 has no per-peer cap on unfinished handshakes (docs/security.md).
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(options.handshake_timeout)));
+  return absl::OkStatus();
+}
+
 absl::StatusOr<int> CoordinatorServer::Serve() {
   grpc::EnableDefaultHealthCheckService(true);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
-  TRAINCTL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, CoordinatorCredentials(options_));
-  builder.AddListeningPort(options_.listen, creds, &port);
+  TRAINCTL_RETURN_IF_ERROR(ConfigureCoordinatorListener(options_, builder, &port));
   builder.RegisterService(job_service_.get());
   builder.RegisterService(worker_service_.get());
   {
@@ -167,15 +186,6 @@ absl::StatusOr<int> CoordinatorServer::Serve() {
   }
   builder.RegisterService(auth_service_.get());
   builder.RegisterService(queue_service_.get());
-  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
-  builder.SetMaxSendMessageSize(options_.max_message_bytes);
-  // Keepalive: find dead peers on idle streams; accept the workers' pings.
-  SetServerKeepalive(builder);
-  // A connection that never finishes its handshake (a scanner, or someone
-  // holding sockets open) is dropped after this, not gRPC's 120 s. gRPC
-  // 1.51 has no per-peer cap on unfinished handshakes (docs/security.md).
-  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                             static_cast<int>(absl::ToInt64Milliseconds(options_.handshake_timeout)));
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen));

@@ -91,11 +91,14 @@ bool IsLoopbackListen(const std::string& listen);
 // on a standby).
 std::vector<std::string> CoordinatorServiceNames();
 
-// The server credentials `options` ask for: TLS with its certificate, or
-// plaintext where that is allowed (loopback, or `insecure`); else
-// FailedPrecondition naming the listen address. Also the standby's.
-absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CoordinatorCredentials(
-    const CoordinatorOptions& options);
+// What the active and the standby server share: the listening port on
+// `options.listen` with the credentials it asks for (TLS with its
+// certificate, or plaintext where that is allowed: loopback, or `insecure`;
+// else FailedPrecondition naming the listen address), the message size
+// bounds, keepalive and the handshake timeout. `*port` is set by
+// BuildAndStart, as grpc::ServerBuilder::AddListeningPort says.
+absl::Status ConfigureCoordinatorListener(const CoordinatorOptions& options, grpc::ServerBuilder& builder,
+                                          int* port);
 
 class CoordinatorServer {
  public:

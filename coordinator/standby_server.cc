@@ -8,7 +8,6 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_keepalive.h"
 #include "common/status_macros.h"
 
 namespace trainctl::coordinator {
@@ -44,17 +43,11 @@ StandbyServer::~StandbyServer() { Shutdown(); }
 
 absl::StatusOr<int> StandbyServer::Start() {
   grpc::EnableDefaultHealthCheckService(true);
-  TRAINCTL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, CoordinatorCredentials(options_));
   grpc::ServerBuilder builder;
   int port = 0;
-  builder.AddListeningPort(options_.listen, creds, &port);
+  TRAINCTL_RETURN_IF_ERROR(ConfigureCoordinatorListener(options_, builder, &port));
   generic_ = std::make_unique<Generic>(this);
   builder.RegisterCallbackGenericService(generic_.get());
-  builder.SetMaxReceiveMessageSize(options_.max_message_bytes);
-  builder.SetMaxSendMessageSize(options_.max_message_bytes);
-  SetServerKeepalive(builder);
-  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                             static_cast<int>(absl::ToInt64Milliseconds(options_.handshake_timeout)));
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) {
     server_.reset();
