@@ -288,9 +288,11 @@ TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
   EXPECT_EQ(r.code, 0) << r.err;
   lines = Lines(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
-  EXPECT_THAT(lines[0], MatchesRegex("ID +HOST +ADDRESS +STATE +SLOTS +BUSY +LABELS +HEARTBEAT +VERSION"));
-  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw0 +host-w0 +127.0.0.1 +ALIVE +1 cpu +0/1 +disk=ssd,zone=lab +.* +-\n(.|\n)*"));
-  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw1 +host-w1 +127.0.0.1 +ALIVE +1 cpu +0/1 +- +.*"));
+  EXPECT_THAT(lines[0], MatchesRegex("ID +HOST +ADDRESS +STATE +SLOTS +BUSY +CPUS +MEMORY +LIMITS +LABELS +HEARTBEAT "
+                                     "+VERSION"));
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw0 +host-w0 +127.0.0.1 +ALIVE +1 cpu +0/1 +- +- +no +disk=ssd,zone=lab "
+                                  "+.* +-\n(.|\n)*"));
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw1 +host-w1 +127.0.0.1 +ALIVE +1 cpu +0/1 +- +- +no +- +.*"));
   cluster_.RemoveWorker("w1");
   absl::Time deadline = absl::Now() + absl::Seconds(5);
   while (absl::Now() < deadline && Lines(Run({"workers"}).out).size() != 2) absl::SleepFor(absl::Milliseconds(20));
@@ -300,6 +302,22 @@ TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
   ASSERT_EQ(workers.workers_size(), 2);
   r = Run({"workers", "--all"});
   EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw1 +host-w1 +127.0.0.1 +LEFT +1 cpu +0/1 .*"));
+}
+
+// The table shows what a worker reported it can give ranks, as placement
+// counts it (#26: a job's `resources` are placed by these).
+TEST_F(CliTest, WorkersShowsAllocatableCpusMemoryAndLimits) {
+  testing::FakeWorker& w = cluster_.AddWorker("w-big", 2);
+  v1::Allocatable a;
+  a.set_cpus(7.5);
+  a.set_memory_bytes(int64_t{3} << 30);
+  a.set_enforces_limits(true);
+  w.set_allocatable(a);
+  w.Leave();
+  ASSERT_TRUE(w.Connect());
+  CliRun r = Run({"workers"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw-big +host-w-big +127.0.0.1 +ALIVE +2 cpu +0/2 +7.5 +3 GiB +yes +- .*"));
 }
 
 TEST_F(CliTest, EveryVerbTakesAnIdANameOrAnIdPrefix) {

@@ -17,6 +17,7 @@
 #include "client/cli/script_job.h"
 #include "client/cli/follow.h"
 #include "client/cli/format.h"
+#include "common/format_bytes.h"
 #include "common/jobspec/job_spec.h"
 
 namespace trainctl::cli {
@@ -417,6 +418,15 @@ std::string SlotsText(const v1::Worker& w) {
 }
 
 // "k=v,k=v" sorted by key; "-" when none.
+// What its ranks may use together, as the worker reported: "-" where it
+// does not know (0), as the scheduler counts it (unbounded).
+std::string CpusText(const v1::Worker& w) {
+  return w.allocatable().cpus() > 0 ? absl::StrCat(w.allocatable().cpus()) : "-";
+}
+std::string MemoryText(const v1::Worker& w) {
+  return w.allocatable().memory_bytes() > 0 ? FormatBytes(w.allocatable().memory_bytes()) : "-";
+}
+
 std::string LabelsText(const v1::Worker& w) {
   std::map<std::string, std::string> sorted(w.labels().begin(), w.labels().end());
   std::vector<std::string> parts;
@@ -445,11 +455,15 @@ int RunWorkers(CliContext& ctx, bool all) {
     ctx.out << (all ? "no workers\n" : "no live workers (--all shows lost and left ones)\n");
     return kExitOk;
   }
-  Table t({"ID", "HOST", "ADDRESS", "STATE", "SLOTS", "BUSY", "LABELS", "HEARTBEAT", "VERSION"});
+  // CPUS, MEMORY: allocatable for ranks; LIMITS: whether it enforces a
+  // job's `resources` (a job with limits is placed only where it does).
+  Table t({"ID", "HOST", "ADDRESS", "STATE", "SLOTS", "BUSY", "CPUS", "MEMORY", "LIMITS", "LABELS", "HEARTBEAT",
+           "VERSION"});
   for (const v1::Worker& w : workers) {
     t.AddRow({w.id(), w.hostname(), w.address().empty() ? "-" : w.address(), WorkerStateName(w.state()),
-              SlotsText(w), absl::StrCat(w.busy_slots_size(), "/", w.slots_size()), LabelsText(w),
-              Age(w.last_heartbeat_time(), now), w.version().empty() ? "-" : w.version()});
+              SlotsText(w), absl::StrCat(w.busy_slots_size(), "/", w.slots_size()), CpusText(w), MemoryText(w),
+              w.allocatable().enforces_limits() ? "yes" : "no", LabelsText(w), Age(w.last_heartbeat_time(), now),
+              w.version().empty() ? "-" : w.version()});
   }
   t.Print(ctx.out);
   return kExitOk;

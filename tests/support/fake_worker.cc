@@ -30,6 +30,7 @@ bool FakeWorker::Connect(std::vector<v1::RunningRank> running) {
   r->set_hostname("host-" + id_);
   r->set_address(address_);
   r->mutable_labels()->insert(labels_.begin(), labels_.end());
+  *r->mutable_allocatable() = allocatable_;
   for (int i = 0; i < slots_; ++i) {
     v1::Slot* s = r->add_slots();
     s->set_kind(v1::Slot::KIND_CPU);

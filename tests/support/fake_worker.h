@@ -33,6 +33,9 @@ class FakeWorker {
 
   // Labels sent at the next Connect().
   void set_labels(std::map<std::string, std::string> labels) { labels_ = std::move(labels); }
+  // The CPUs, memory and limit enforcement registered at the next Connect()
+  // (default: none, as a worker that does not know them).
+  void set_allocatable(v1::Allocatable allocatable) { allocatable_ = std::move(allocatable); }
   // The address registered at the next Connect() (default 127.0.0.1).
   void set_address(std::string address) { address_ = std::move(address); }
   // Opens the session and registers; true when the coordinator acknowledged.
@@ -64,6 +67,7 @@ class FakeWorker {
   std::unique_ptr<v1::WorkerService::Stub> stub_;
   std::string id_;
   std::map<std::string, std::string> labels_;
+  v1::Allocatable allocatable_;
   std::string address_ = "127.0.0.1";
   int slots_;
   absl::Duration heartbeat_;
