@@ -742,6 +742,12 @@ absl::Status StateStore::BeginGroup() {
     s.NoteDeposition(begun);
     return begun;
   }
+  if (s.db->ConnectionEpoch() != s.connection_epoch) {
+    // BEGIN reconnected (PostgreSQL): the group's appends must not trust
+    // counts cached on the lost connection (as InTransaction).
+    s.ClearCachedCounts();
+    s.connection_epoch = s.db->ConnectionEpoch();
+  }
   s.in_group = true;
   s.group_changes = s.db->TotalChanges();
   return absl::OkStatus();
