@@ -232,8 +232,7 @@ struct StateStore::Impl {
   template <typename Key, typename Reduce>
   absl::Status AppendTelemetry(absl::string_view op, const Retained<Key>& table,
                                PendingTable<Key>& pending, std::vector<PendingRow> rows,
-                               const ChunkedStatement& insert, bool reduces, Reduce reduce)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+                               bool reduces, Reduce reduce) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // SQLite: the file; PostgreSQL: the server and database, without secrets.
   const std::string path;
@@ -420,8 +419,7 @@ absl::Status StateStore::Impl::AppendRetained(absl::string_view op, const Retain
 template <typename Key, typename Reduce>
 absl::Status StateStore::Impl::AppendTelemetry(absl::string_view op, const Retained<Key>& table,
                                                PendingTable<Key>& pending,
-                                               std::vector<PendingRow> rows,
-                                               const ChunkedStatement& insert, bool reduces,
+                                               std::vector<PendingRow> rows, bool reduces,
                                                Reduce reduce) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const int64_t added = static_cast<int64_t>(rows.size());
   const bool bounded = table.max_rows > 0 && added > 0;

@@ -44,7 +44,7 @@ absl::Status StateStore::AppendMetrics(const v1::MetricBatch& batch) {
                                             [&](Query& q) { q.Bind(1, batch.job_id()); },
                                             s.options.max_metric_points_per_job};
   return s.AppendTelemetry(
-      op, metrics, s.pending_metrics, std::move(rows), s.stmts->insert_metrics, /*reduces=*/true,
+      op, metrics, s.pending_metrics, std::move(rows), /*reduces=*/true,
       // Over the bound: first downsample the oldest half (StoreOptions).
       [&](int64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
         return s.DownsampleMetrics(batch.job_id(), count / 2, op);
@@ -210,8 +210,7 @@ absl::Status StateStore::AppendLogs(const v1::LogChunk& chunk) {
                                                 .Bind(3, int64_t{chunk.rank()});
                                           },
                                           s.options.max_log_lines_per_rank};
-  return s.AppendTelemetry(op, logs, s.pending_logs, std::move(rows), s.stmts->insert_logs,
-                           /*reduces=*/false,
+  return s.AppendTelemetry(op, logs, s.pending_logs, std::move(rows), /*reduces=*/false,
                            [](int64_t) -> absl::StatusOr<int64_t> { return 0; });
 }
 
