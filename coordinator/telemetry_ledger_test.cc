@@ -166,5 +166,27 @@ TEST_F(TelemetryLedgerTest, AStoreFailureInABatchKeepsNothingOfIt) {
   EXPECT_EQ(StoredSteps(), (std::vector<int64_t>{1, 10, 2}));
 }
 
+// The store queues a batch's points and writes them at the commit: a write
+// failing in the middle still keeps nothing of the batch (not the points
+// queued before it) and applies no seq; the resend stores each point once.
+TEST_F(TelemetryLedgerTest, AWriteFaultMidBatchKeepsNoPointQueuedBeforeIt) {
+  std::vector<TelemetryLedger::Item> batch = {
+      {"a", 1, StorePoint(1)}, {"b", 1, StorePoint(2)}, {"a", 2, StorePoint(3)}, {"b", 2, StorePoint(4)}};
+  store_->SetWriteFaultForTest([](int64_t write_no, absl::string_view) { return write_no == 3; });
+  TelemetryLedger::Result r = ledger_->ApplyBatch(batch);
+  EXPECT_EQ(r.outcome, Outcome::kRetry);
+  EXPECT_EQ(r.status.code(), absl::StatusCode::kUnavailable) << r.status;
+  EXPECT_EQ(ledger_->Applied("a"), 0);
+  EXPECT_EQ(ledger_->Applied("b"), 0);
+  EXPECT_TRUE(StoredSteps().empty());
+  store_->SetWriteFaultForTest(nullptr);
+  EXPECT_EQ(ledger_->ApplyBatch(batch).outcome, Outcome::kApplied);
+  EXPECT_EQ(StoredSteps(), (std::vector<int64_t>{1, 2, 3, 4}));
+  Open();
+  EXPECT_EQ(ledger_->Applied("a"), 2);
+  EXPECT_EQ(ledger_->Applied("b"), 2);
+  EXPECT_EQ(StoredSteps(), (std::vector<int64_t>{1, 2, 3, 4}));
+}
+
 }  // namespace
 }  // namespace trainctl::coordinator

@@ -348,6 +348,16 @@ def store_section(r, rows):
               "(Debian's server, defaults: `fsync` and `synchronous_commit` on) on the same disk, reached "
               "over a Unix socket. The PostgreSQL server's CPU (postmaster, the coordinator's backend, WAL "
               "writer, checkpointer) is counted separately from the coordinator's.")
+    idle = num(r, "tel.idle_workers") or num(r, "telpg.idle_workers")
+    if idle is not None and idle != 10000:
+        md.append(f"Sized down: {fmt(idle, digits=0)} heartbeating workers beside the ranks instead of run.sh's "
+                  "10,000 (`WORKERS_LARGE`), so that the shared machine could run both sides in full; the "
+                  "telemetry load (ranks, points and log lines per second) is the default.")
+    load = num(r, "meta.load_start")
+    if load is not None and load > 1.5:
+        md.append(f"A load average of {fmt(load, digits=2)} on {r.get('meta.cores', '?')} cores at the start means "
+                  "other work (builds, tests) shared the machine during the run: both sides waited for a CPU "
+                  "(see 'threads waiting'), so latencies are the machine's as much as the store's.")
     md.append("")
     md.append("| scenario | metric | value | goal | result |")
     md.append("| --- | --- | --- | --- | --- |")

@@ -406,7 +406,11 @@ absl::StatusOr<bool> PgStatement::Step(absl::string_view op) {
       PGresult* prep = PQprepare(conn, name_.c_str(), sql_.c_str(), static_cast<int>(values_.size()),
                                  nullptr);
       if (PQresultStatus(prep) != PGRES_COMMAND_OK) {
-        absl::Status s = PgError(conn, prep, absl::StrCat(op, ": prepare \"", sql_, "\""),
+        // (A multi-row statement is long: its start names it.)
+        const absl::string_view head = absl::string_view(sql_).substr(0, 160);
+        absl::Status s = PgError(conn, prep,
+                                 absl::StrCat(op, ": prepare \"", head,
+                                              head.size() < sql_.size() ? " ..." : "", "\""),
                                  db_->display());
         PQclear(prep);
         return s;

@@ -365,11 +365,6 @@ absl::Status StateStore::Impl::PrepareStatements() {
       {&s.savepoint, "SAVEPOINT nested"},
       {&s.release, "RELEASE nested"},
       {&s.rollback_to, "ROLLBACK TO nested"},
-      {&s.put_telemetry_seq,
-       "INSERT INTO telemetry_seqs (worker_id, seq) VALUES (?1, ?2) "
-       "ON CONFLICT (worker_id) DO UPDATE SET seq = MAX(seq, excluded.seq)",
-       "INSERT INTO telemetry_seqs (worker_id, seq) VALUES (?1, ?2) ON CONFLICT (worker_id) "
-       "DO UPDATE SET seq = GREATEST(telemetry_seqs.seq, excluded.seq)"},
       {&s.load_telemetry_seqs, "SELECT worker_id, seq FROM telemetry_seqs ORDER BY worker_id"},
       {&s.upsert_job,
        "INSERT INTO jobs (id, submit_seq, state, blob, leader_epoch) VALUES (?1, ?2, ?3, ?4, ?5) "
@@ -400,9 +395,6 @@ absl::Status StateStore::Impl::PrepareStatements() {
        "ON CONFLICT (name) DO UPDATE SET blob = excluded.blob"},
       {&s.delete_queue, "DELETE FROM queues WHERE name = ?1"},
       {&s.load_queues, "SELECT name, blob FROM queues ORDER BY name"},
-      {&s.insert_metric,
-       "INSERT INTO metrics (job_id, attempt, rank, blob) VALUES (?1, ?2, ?3, ?4)"},
-      {&s.insert_log, "INSERT INTO logs (job_id, attempt, rank, blob) VALUES (?1, ?2, ?3, ?4)"},
       {&s.count_events, "SELECT COUNT(*) FROM events WHERE job_id = ?1"},
       {&s.count_metrics, "SELECT COUNT(*) FROM metrics WHERE job_id = ?1"},
       {&s.count_logs, "SELECT COUNT(*) FROM logs WHERE job_id = ?1 AND attempt = ?2 AND rank = ?3"},
@@ -455,6 +447,31 @@ absl::Status StateStore::Impl::PrepareStatements() {
   for (const Sql& sql : all) {
     const char* text = postgres && sql.postgres != nullptr ? sql.postgres : sql.sqlite;
     TRAINCTL_RETURN_IF_ERROR(sql.stmt->Prepare(db, text, op));
+  }
+  // Multi-row statements (kChunkRows). A worker appears once per upsert
+  // (CommitGroup merges), as PostgreSQL's ON CONFLICT requires.
+  TRAINCTL_RETURN_IF_ERROR(PrepareChunked(s.insert_metrics, "INSERT INTO metrics (job_id, attempt, rank, blob)", 4, "", op));
+  TRAINCTL_RETURN_IF_ERROR(PrepareChunked(s.insert_logs, "INSERT INTO logs (job_id, attempt, rank, blob)", 4, "", op));
+  return PrepareChunked(
+      s.put_telemetry_seqs, "INSERT INTO telemetry_seqs (worker_id, seq)", 2,
+      postgres ? " ON CONFLICT (worker_id) DO UPDATE SET seq = GREATEST(telemetry_seqs.seq, excluded.seq)"
+               : " ON CONFLICT (worker_id) DO UPDATE SET seq = MAX(seq, excluded.seq)",
+      op);
+}
+
+absl::Status StateStore::Impl::PrepareChunked(ChunkedStatement& out, absl::string_view head,
+                                              int params_per_row, absl::string_view tail,
+                                              absl::string_view op) {
+  for (size_t c = 0; c < kChunkRows.size(); ++c) {
+    std::string sql = absl::StrCat(head, " VALUES ");
+    int param = 1;
+    for (int row = 0; row < kChunkRows[c]; ++row) {
+      absl::StrAppend(&sql, row == 0 ? "(" : ", (");
+      for (int i = 0; i < params_per_row; ++i) absl::StrAppend(&sql, i == 0 ? "?" : ", ?", param++);
+      absl::StrAppend(&sql, ")");
+    }
+    absl::StrAppend(&sql, tail);
+    TRAINCTL_RETURN_IF_ERROR(out[c].Prepare(db, sql.c_str(), op));
   }
   return absl::OkStatus();
 }
@@ -725,6 +742,12 @@ absl::Status StateStore::BeginGroup() {
     s.NoteDeposition(begun);
     return begun;
   }
+  if (s.db->ConnectionEpoch() != s.connection_epoch) {
+    // BEGIN reconnected (PostgreSQL): the group's appends must not trust
+    // counts cached on the lost connection (as InTransaction).
+    s.ClearCachedCounts();
+    s.connection_epoch = s.db->ConnectionEpoch();
+  }
   s.in_group = true;
   s.group_changes = s.db->TotalChanges();
   return absl::OkStatus();
@@ -745,16 +768,28 @@ absl::Status StateStore::CommitGroup(
           : absl::StrCat("CommitGroup(", telemetry_seqs.size(), " workers)");
   absl::Status status;
   bool wrote = false;
-  if (!s.db->InTransaction()) {
+  // The group's queued telemetry rows first (a failure rolls it back).
+  if (s.db->InTransaction()) status = s.FlushPending(op);
+  if (!status.ok()) {
+    // (FlushPending rolled the group back.)
+  } else if (!s.db->InTransaction()) {
     status = absl::UnavailableError(absl::StrCat("state store: ", op, ": the transaction was rolled back"));
   } else if (s.db->TotalChanges() != s.group_changes) {
     // Only a group that wrote something records its seqs: one that changed
     // nothing costs no disk write (see the header).
     wrote = true;
+    // Each worker once, with its highest seq, in first-seen order.
+    std::vector<std::pair<std::string, int64_t>> seqs;
+    absl::flat_hash_map<std::string, size_t> index;
     for (const auto& [worker_id, seq] : telemetry_seqs) {
-      status = Query(s.db, s.stmts->put_telemetry_seq, op).Bind(1, worker_id).Bind(2, seq).Run();
-      if (!status.ok()) break;
+      auto [it, fresh] = index.try_emplace(worker_id, seqs.size());
+      if (fresh) seqs.emplace_back(worker_id, seq);
+      seqs[it->second].second = std::max(seqs[it->second].second, seq);
     }
+    status = s.WriteChunked(s.stmts->put_telemetry_seqs, seqs.size(), 2, op,
+                            [&seqs](Query& q, int first, size_t i) {
+                              q.Bind(first, seqs[i].first).Bind(first + 1, seqs[i].second);
+                            });
   }
   if (status.ok()) {
     const absl::Time start = absl::Now();
@@ -780,6 +815,7 @@ void StateStore::RollbackGroup() {
 void StateStore::Impl::RollbackGroupLocked() {
   if (db->InTransaction()) Query(db, stmts->rollback, "RollbackGroup").Run().IgnoreError();
   in_group = false;
+  ClearPending();
   // Row counts cached by the group's appends may count rows that are gone.
   ClearCachedCounts();
 }

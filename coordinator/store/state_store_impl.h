@@ -8,6 +8,7 @@
 // called with it held.
 #pragma once
 
+#include <array>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -15,6 +16,7 @@
 #include <thread>
 #include <tuple>
 #include <utility>
+#include <vector>
 
 #include "absl/base/thread_annotations.h"
 #include "absl/container/flat_hash_map.h"
@@ -151,6 +153,87 @@ struct StateStore::Impl {
                           [](int64_t) -> absl::StatusOr<int64_t> { return 0; });
   }
 
+  // --- telemetry rows written in bulk -------------------------------------
+  // Multi-row statements come prepared for kChunkRows rows (largest first);
+  // n rows take the largest chunks that fit, so any n costs at most
+  // n / kChunkRows[0] + kChunkRows.size() - 1 statements. On PostgreSQL each
+  // statement is a network round trip on the coordinator's loop: one per
+  // row was what made a telemetry group fall behind (issue #29).
+  static constexpr std::array<int, 7> kChunkRows = {64, 32, 16, 8, 4, 2, 1};
+  using ChunkedStatement = std::array<Statement, kChunkRows.size()>;
+  // Prepares `out` from `head` VALUES (?, ...) x rows `tail`, with
+  // `params_per_row` parameters per row numbered ?1, ?2, ... across rows.
+  absl::Status PrepareChunked(ChunkedStatement& out, absl::string_view head, int params_per_row,
+                              absl::string_view tail, absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  // Runs `chunked` over rows [0, n): bind_row(q, first_param, i) binds row i's
+  // parameters from first_param on. Rows go in order: ids follow it.
+  template <typename BindRow>
+  absl::Status WriteChunked(const ChunkedStatement& chunked, size_t n, int params_per_row,
+                            absl::string_view op, BindRow bind_row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    size_t done = 0;
+    for (size_t c = 0; c < kChunkRows.size() && done < n; ++c) {
+      const size_t rows = static_cast<size_t>(kChunkRows[c]);
+      while (n - done >= rows) {
+        Query q(db, chunked[c], op);
+        for (size_t i = 0; i < rows; ++i) bind_row(q, static_cast<int>(i) * params_per_row + 1, done + i);
+        TRAINCTL_RETURN_IF_ERROR(q.Run());
+        done += rows;
+      }
+    }
+    return absl::OkStatus();
+  }
+
+  // A metric point or log line waiting to be written (see PendingTable).
+  struct PendingRow {
+    std::string job_id;
+    int32_t attempt = 0;
+    int32_t rank = 0;
+    std::string blob;
+  };
+  // Rows a group appended to one telemetry table that are not in the
+  // database yet, and the retention those appends owe (rows to delete, the
+  // oldest, per key, once `rows` are in). FlushPending writes both; until
+  // then the group's appends cost no statement at all. Invariant: a key with
+  // pending rows has a cached count (RowsBefore does not see pending rows).
+  // Empty outside a group.
+  template <typename Key>
+  struct PendingTable {
+    std::vector<PendingRow> rows;
+    std::vector<std::pair<Key, int64_t>> trims;  // first-seen order
+    absl::flat_hash_map<Key, size_t> trim_index;  // key -> position in `trims`
+    bool empty() const { return rows.empty() && trims.empty(); }
+    void Trim(const Key& key, int64_t n) {
+      auto [it, fresh] = trim_index.try_emplace(key, trims.size());
+      if (fresh) trims.emplace_back(key, 0);
+      trims[it->second].second += n;
+    }
+    void Clear() {
+      rows.clear();
+      trims.clear();
+      trim_index.clear();
+    }
+  };
+  // Writes every pending row (multi-row INSERTs, in append order) and then
+  // the deferred trims. Inside a group a failure rolls the whole group back
+  // (the rows of messages already counted as applied are lost with it, so
+  // nothing of the group may commit): the owner's CommitGroup then fails.
+  absl::Status FlushPending(absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  void ClearPending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+    pending_metrics.Clear();
+    pending_logs.Clear();
+  }
+
+  // Appends `rows` to a telemetry table under its bound. Inside a group the
+  // rows (and their trim) are only queued (PendingTable) -- unless the
+  // append crosses the bound of a table that reduces its rows its own way
+  // (`reduces`: metrics' downsampling reads them), which flushes and runs
+  // the append as AppendRetained does. Outside a group: AppendRetained, the
+  // rows written in chunks.
+  template <typename Key, typename Reduce>
+  absl::Status AppendTelemetry(absl::string_view op, const Retained<Key>& table,
+                               PendingTable<Key>& pending, std::vector<PendingRow> rows,
+                               bool reduces, Reduce reduce) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+
   // SQLite: the file; PostgreSQL: the server and database, without secrets.
   const std::string path;
   const StoreOptions options;
@@ -177,13 +260,14 @@ struct StateStore::Impl {
   struct Statements {
     Statement begin, commit, rollback;
     Statement savepoint, release, rollback_to;
-    Statement put_telemetry_seq, load_telemetry_seqs;
+    Statement load_telemetry_seqs;
+    ChunkedStatement put_telemetry_seqs;  // (worker_id, seq) per row
     Statement upsert_job, insert_event, put_worker, delete_worker;
     Statement put_token, load_tokens, put_binding, load_bindings;
     Statement put_revoked_worker, load_revoked_workers;
     Statement put_owner_number, load_owner_numbers;
     Statement put_queue, delete_queue, load_queues;
-    Statement insert_metric, insert_log;
+    ChunkedStatement insert_metrics, insert_logs;  // (job_id, attempt, rank, blob) per row
     Statement count_events, count_metrics, count_logs;
     Statement trim_events, trim_metrics, trim_logs;
     Statement load_jobs, max_event_seq, load_workers;
@@ -198,6 +282,8 @@ struct StateStore::Impl {
   absl::flat_hash_map<std::string, int64_t> event_counts ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<std::string, int64_t> metric_counts ABSL_GUARDED_BY(mu);
   absl::flat_hash_map<LogKey, int64_t> log_counts ABSL_GUARDED_BY(mu);
+  PendingTable<std::string> pending_metrics ABSL_GUARDED_BY(mu);  // by job id
+  PendingTable<LogKey> pending_logs ABSL_GUARDED_BY(mu);
   int64_t connection_epoch ABSL_GUARDED_BY(mu) = 0;
   void ClearCachedCounts() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     event_counts.clear();
@@ -327,6 +413,66 @@ absl::Status StateStore::Impl::AppendRetained(absl::string_view op, const Retain
     table.counts->erase(table.key);
   }
   return status;
+}
+
+// As AppendRetained: the analysis cannot follow `mu` into the callbacks.
+template <typename Key, typename Reduce>
+absl::Status StateStore::Impl::AppendTelemetry(absl::string_view op, const Retained<Key>& table,
+                                               PendingTable<Key>& pending,
+                                               std::vector<PendingRow> rows, bool reduces,
+                                               Reduce reduce) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  const int64_t added = static_cast<int64_t>(rows.size());
+  const bool bounded = table.max_rows > 0 && added > 0;
+  if (in_group) {
+    if (!deposed.ok()) return deposed;
+    if (!db->InTransaction()) {
+      return absl::UnavailableError(
+          absl::StrCat("state store: ", op, ": the enclosing transaction was rolled back"));
+    }
+    int64_t count = 0;
+    if (bounded) {
+      absl::StatusOr<int64_t> before =
+          RowsBefore(*table.counts, table.key, *table.count, op, table.bind_key);
+      if (!before.ok()) {
+        NoteWrite(op, before.status());
+        NoteDeposition(before.status());
+        return before.status();
+      }
+      count = *before;
+    }
+    if (!(reduces && bounded && count + added > table.max_rows)) {
+      // Queued: all or nothing, like the savepoint it replaces, by undoing
+      // the queue (nothing of it reached the database).
+      if (absl::Status fault = InjectedFault(op); !fault.ok()) {
+        NoteWrite(op, fault);
+        return fault;
+      }
+      for (PendingRow& row : rows) pending.rows.push_back(std::move(row));
+      if (bounded) {
+        count += added;
+        if (count > table.max_rows) {
+          pending.Trim(table.key, count - table.max_rows);
+          count = table.max_rows;
+        }
+        (*table.counts)[table.key] = count;
+      }
+      return absl::OkStatus();
+    }
+    // Over the bound of a table that reads its rows to reduce them: the
+    // group's queue goes first, then this append as below (a savepoint).
+    if (absl::Status flushed = FlushPending(op); !flushed.ok()) {
+      NoteWrite(op, flushed);
+      NoteDeposition(flushed);
+      return flushed;
+    }
+  }
+  return AppendRetained(
+      op, table, added,
+      [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
+        for (PendingRow& row : rows) pending.rows.push_back(std::move(row));
+        return FlushPending(op);
+      },
+      reduce);
 }
 
 }  // namespace trainctl::coordinator

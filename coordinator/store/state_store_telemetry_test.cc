@@ -2,6 +2,11 @@
 // and their retention (per job, downsampled, across reopen).
 #include "coordinator/store/state_store_test_support.h"
 
+#include <algorithm>
+#include <optional>
+
+#include "absl/strings/match.h"
+
 namespace trainctl::coordinator {
 namespace {
 
@@ -279,7 +284,190 @@ TEST_P(StoreBackendTest, RetentionHoldsAcrossReopen) {
   EXPECT_THAT(Seqs(*events), ElementsAre(2, 3, 4, 5, 6));
 }
 
+// --- telemetry inside a group (queued, written in multi-row chunks) ---------
+
+// What a group of telemetry messages sends: metric batches and log chunks
+// over several jobs and ranks, of sizes that cross every chunk size.
+struct TelemetryMessage {
+  std::optional<v1::MetricBatch> metrics;
+  std::optional<v1::LogChunk> logs;
+};
+std::vector<TelemetryMessage> ManyMessages(int count) {
+  std::vector<TelemetryMessage> out;
+  int64_t step = 1;
+  for (int m = 0; m < count; ++m) {
+    const std::string job = absl::StrCat("job-", m % 3);
+    const int32_t rank = (m / 3) % 4;
+    const int n = 1 + (m * 37) % 140;  // 1..140 rows: every chunk size, and more than one 64
+    if (m % 2 == 0) {
+      out.push_back({MakeMetrics(job, 1 + m % 2, step, n, rank), std::nullopt});
+      step += n;
+    } else {
+      std::vector<std::string> texts;
+      for (int i = 0; i < n; ++i) texts.push_back(absl::StrCat("m", m, "-", i));
+      out.push_back({std::nullopt, MakeLogs(job, 1, rank, texts)});
+    }
+  }
+  return out;
+}
+absl::Status Send(StateStore& store, const TelemetryMessage& msg) {
+  return msg.metrics.has_value() ? store.AppendMetrics(*msg.metrics) : store.AppendLogs(*msg.logs);
+}
+// Every job's stored points (as "job/rank/step", in id order across jobs)
+// and every attempt 1 log line per job: the whole telemetry state.
+std::vector<std::string> Stored(StateStore& store) {
+  std::vector<std::pair<int64_t, std::string>> points;
+  std::vector<std::string> out;
+  for (int j = 0; j < 3; ++j) {
+    const std::string job = absl::StrCat("job-", j);
+    MetricPageQuery query;
+    query.job_id = job;
+    auto page = store.ListMetricPage(query);
+    EXPECT_TRUE(page.ok()) << page.status();
+    if (!page.ok()) return out;
+    for (const StoredMetricPoint& p : page->points) {
+      points.emplace_back(p.id, absl::StrCat(job, "/", p.point.rank(), "/", p.point.step()));
+    }
+    auto lines = store.ListLogs(job, 1, std::nullopt, 0);
+    EXPECT_TRUE(lines.ok()) << lines.status();
+    if (!lines.ok()) return out;
+    for (const std::string& text : Texts(*lines)) out.push_back(absl::StrCat(job, "/", text));
+  }
+  std::sort(points.begin(), points.end());
+  for (auto& [id, text] : points) out.push_back(std::move(text));
+  return out;
+}
+
+TEST_P(StoreBackendTest, GroupStoresEveryRowOnceInTheOrderSent) {
+  const std::vector<TelemetryMessage> messages = ManyMessages(60);
+  {
+    auto store = Reopen();
+    ASSERT_NE(store, nullptr);
+    ASSERT_TRUE(store->BeginGroup().ok());
+    for (const TelemetryMessage& msg : messages) ASSERT_TRUE(Send(*store, msg).ok());
+    ASSERT_TRUE(store->CommitGroup({{"w1", 4}, {"w2", 9}, {"w1", 6}}).ok());
+  }
+  // The same messages one transaction each, on SQLite: the reference.
+  auto direct = OpenSpecOrDie("sqlite::memory:", {});
+  ASSERT_NE(direct, nullptr);
+  for (const TelemetryMessage& msg : messages) ASSERT_TRUE(Send(*direct, msg).ok());
+  const std::vector<std::string> expected = Stored(*direct);
+
+  auto store = Reopen();  // what was committed, not what a cache remembers
+  ASSERT_NE(store, nullptr);
+  const std::vector<std::string> stored = Stored(*store);
+  EXPECT_EQ(stored.size(), expected.size());
+  EXPECT_TRUE(stored == expected) << "the group stored other rows, or in another order";
+  auto snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w1", 6),
+                                                    std::pair<std::string, int64_t>("w2", 9)));
+}
+
+// A group keeps the bounds as the same appends one by one do: logs trimmed
+// per (job, attempt, rank), metrics downsampled when the group crosses the
+// job's bound, and the cached counts right for what follows the commit.
+TEST_P(StoreBackendTest, RetentionHoldsWhenOneGroupCrossesTheBound) {
+  StoreOptions options;
+  options.max_metric_points_per_job = 40;
+  options.max_log_lines_per_rank = 25;
+  const std::vector<TelemetryMessage> messages = ManyMessages(30);
+  auto store = Fresh(options);
+  ASSERT_NE(store, nullptr);
+  auto direct = OpenSpecOrDie("sqlite::memory:", options);
+  ASSERT_NE(direct, nullptr);
+  ASSERT_TRUE(store->BeginGroup().ok());
+  for (const TelemetryMessage& msg : messages) {
+    ASSERT_TRUE(Send(*store, msg).ok());
+    ASSERT_TRUE(Send(*direct, msg).ok());
+  }
+  ASSERT_TRUE(store->CommitGroup("w", 1).ok());
+  const std::vector<std::string> expected = Stored(*direct);
+  EXPECT_TRUE(Stored(*store) == expected);
+  for (int j = 0; j < 3; ++j) {
+    EXPECT_LE(store->ListMetrics(absl::StrCat("job-", j), 0)->size(), 40u);
+    for (int r = 0; r < 4; ++r) EXPECT_LE(store->ListLogs(absl::StrCat("job-", j), 1, r, 0)->size(), 25u);
+  }
+  // After the commit, appends outside a group count from the right place.
+  for (const TelemetryMessage& msg : ManyMessages(7)) {
+    ASSERT_TRUE(Send(*store, msg).ok());
+    ASSERT_TRUE(Send(*direct, msg).ok());
+  }
+  EXPECT_TRUE(Stored(*store) == Stored(*direct));
+}
+
+// A write the fault fails inside a group undoes only itself (as its
+// savepoint did); a group rolled back keeps nothing, not its seqs either.
+TEST_P(StoreBackendTest, AFailedAppendInAGroupUndoesOnlyItselfAndARollbackEverything) {
+  StoreOptions options;
+  options.max_log_lines_per_rank = 4;
+  auto store = Reopen(options);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"a", "b"})).ok());
+
+  ASSERT_TRUE(store->BeginGroup().ok());
+  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"c"})).ok());
+  store->SetWriteFaultForTest([](int64_t, absl::string_view op) { return absl::StrContains(op, "AppendLogs"); });
+  absl::Status failed = store->AppendLogs(MakeLogs("j", 1, 0, {"x", "y", "z"}));
+  EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
+  EXPECT_THAT(failed.message(), HasSubstr("AppendLogs('j', attempt 1, rank 0)"));
+  store->SetWriteFaultForTest(nullptr);
+  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"d", "e"})).ok());
+  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j", 1, 1, 3)).ok());
+  ASSERT_TRUE(store->CommitGroup("w", 2).ok());
+  EXPECT_THAT(Texts(*store->ListLogs("j", 1, 0, 0)), ElementsAre("0:b", "0:c", "0:d", "0:e"));
+
+  ASSERT_TRUE(store->BeginGroup().ok());
+  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"f", "g", "h", "i", "k"})).ok());
+  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j", 1, 4, 70)).ok());
+  store->RollbackGroup();
+  EXPECT_THAT(Texts(*store->ListLogs("j", 1, 0, 0)), ElementsAre("0:b", "0:c", "0:d", "0:e"));
+  EXPECT_THAT(Steps(*store->ListMetrics("j", 0)), ElementsAre(1, 2, 3));
+  // The bound still counts right after the rollback.
+  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"l"})).ok());
+  EXPECT_THAT(Texts(*store->ListLogs("j", 1, 0, 0)), ElementsAre("0:c", "0:d", "0:e", "0:l"));
+  auto snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok());
+  EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w", 2)));
+}
+
 TRAINCTL_STORE_BACKENDS(StoreBackendTest);
+
+// The PostgreSQL server and database of StoreBackendTest only.
+class PostgresTelemetryTest : public StoreBackendTest {};
+INSTANTIATE_TEST_SUITE_P(Backends, PostgresTelemetryTest, ::testing::Values(Backend::kPostgres),
+                         BackendName);
+
+// The queued rows reach the server only at the commit: a connection lost
+// by then fails the commit, and nothing of the group -- rows, trims, seqs --
+// is kept; the next group reconnects and stores.
+TEST_P(PostgresTelemetryTest, AConnectionLostBeforeTheCommitKeepsNothingOfTheGroup) {
+  PgTestServer& pg = PgServer();
+  StoreOptions options;
+  options.max_log_lines_per_rank = 3;
+  auto store = Reopen(options);
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"a", "b"})).ok());
+  ASSERT_TRUE(store->BeginGroup().ok());
+  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"c", "d"})).ok());
+  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j", 1, 1, 100)).ok());
+  ASSERT_TRUE(pg.AdminExec("postgres",
+                           absl::StrCat("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                        "WHERE datname = '", pg.last_database(), "'"))
+                  .ok());
+  absl::Status lost = store->CommitGroup("w", 5);
+  EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;
+  EXPECT_THAT(lost.message(), HasSubstr("CommitGroup('w', seq 5)"));
+
+  ASSERT_TRUE(store->BeginGroup().ok());
+  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"e"})).ok());
+  ASSERT_TRUE(store->CommitGroup("w", 6).ok());
+  EXPECT_THAT(Texts(*store->ListLogs("j", 1, 0, 0)), ElementsAre("0:a", "0:b", "0:e"));
+  EXPECT_TRUE(store->ListMetrics("j", 0)->empty());
+  auto snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok());
+  EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w", 6)));
+}
 
 }  // namespace
 }  // namespace trainctl::coordinator

@@ -1,11 +1,15 @@
 // StateStore: what running jobs report -- metric points (kept to
 // max_metric_points_per_job, downsampled before the oldest are deleted) and
-// log lines (kept to max_log_lines_per_rank per attempt and rank).
+// log lines (kept to max_log_lines_per_rank per attempt and rank). Inside a
+// group (the telemetry batcher's group commit) appends are queued and
+// written together, in order, by multi-row INSERTs (Impl::FlushPending):
+// one statement per row was one network round trip per row on PostgreSQL.
 // Threading: see state_store.h (every method takes the store's mutex).
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -27,9 +31,11 @@ absl::Status StateStore::AppendMetrics(const v1::MetricBatch& batch) {
   }
   if (batch.points().empty()) return absl::OkStatus();
   const std::string op = absl::StrCat("AppendMetrics('", batch.job_id(), "')");
-  std::vector<std::string> blobs;
-  blobs.reserve(batch.points_size());
-  for (const v1::MetricPoint& point : batch.points()) blobs.push_back(point.SerializeAsString());
+  std::vector<Impl::PendingRow> rows;
+  rows.reserve(batch.points_size());
+  for (const v1::MetricPoint& point : batch.points()) {
+    rows.push_back({batch.job_id(), batch.attempt(), point.rank(), point.SerializeAsString()});
+  }
 
   Impl& s = *impl_;
   absl::MutexLock lock(&s.mu);
@@ -37,23 +43,53 @@ absl::Status StateStore::AppendMetrics(const v1::MetricBatch& batch) {
                                             &s.stmts->trim_metrics, 1,
                                             [&](Query& q) { q.Bind(1, batch.job_id()); },
                                             s.options.max_metric_points_per_job};
-  return s.AppendRetained(
-      op, metrics, batch.points_size(),
-      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) -> absl::Status {
-        for (int i = 0; i < batch.points_size(); ++i) {
-          TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->insert_metric, op)
-                                       .Bind(1, batch.job_id())
-                                       .Bind(2, int64_t{batch.attempt()})
-                                       .Bind(3, int64_t{batch.points(i).rank()})
-                                       .BindBlob(4, blobs[i])
-                                       .Run());
-        }
-        return absl::OkStatus();
-      },
+  return s.AppendTelemetry(
+      op, metrics, s.pending_metrics, std::move(rows), /*reduces=*/true,
       // Over the bound: first downsample the oldest half (StoreOptions).
       [&](int64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
         return s.DownsampleMetrics(batch.job_id(), count / 2, op);
       });
+}
+
+absl::Status StateStore::Impl::FlushPending(absl::string_view op) {
+  if (pending_metrics.empty() && pending_logs.empty()) return absl::OkStatus();
+  const auto bind_row = [](const std::vector<PendingRow>& rows) {
+    return [&rows](Query& q, int first, size_t i) {
+      const PendingRow& row = rows[i];
+      q.Bind(first, row.job_id)
+          .Bind(first + 1, int64_t{row.attempt})
+          .Bind(first + 2, int64_t{row.rank})
+          .BindBlob(first + 3, row.blob);
+    };
+  };
+  absl::Status status = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) -> absl::Status {
+    TRAINCTL_RETURN_IF_ERROR(WriteChunked(stmts->insert_metrics, pending_metrics.rows.size(), 4,
+                                          absl::StrCat(op, ": insert metrics"),
+                                          bind_row(pending_metrics.rows)));
+    TRAINCTL_RETURN_IF_ERROR(WriteChunked(stmts->insert_logs, pending_logs.rows.size(), 4,
+                                          absl::StrCat(op, ": insert logs"),
+                                          bind_row(pending_logs.rows)));
+    const std::string retention = absl::StrCat(op, ": retention");
+    for (const auto& [job_id, n] : pending_metrics.trims) {
+      TRAINCTL_RETURN_IF_ERROR(Query(db, stmts->trim_metrics, retention).Bind(1, job_id).Bind(2, n).Run());
+    }
+    for (const auto& [key, n] : pending_logs.trims) {
+      TRAINCTL_RETURN_IF_ERROR(Query(db, stmts->trim_logs, retention)
+                                   .Bind(1, std::get<0>(key))
+                                   .Bind(2, int64_t{std::get<1>(key)})
+                                   .Bind(3, int64_t{std::get<2>(key)})
+                                   .Bind(4, n)
+                                   .Run());
+    }
+    return absl::OkStatus();
+  }();
+  ClearPending();
+  if (!status.ok() && in_group) {
+    // Rows of messages already applied are lost: the group must not commit.
+    if (db->InTransaction()) Query(db, stmts->rollback, absl::StrCat(op, ": rollback")).Run().IgnoreError();
+    ClearCachedCounts();
+  }
+  return status;
 }
 
 absl::StatusOr<int64_t> StateStore::Impl::DownsampleMetrics(const std::string& job_id,
@@ -99,6 +135,8 @@ absl::StatusOr<int64_t> StateStore::Impl::DownsampleMetrics(const std::string& j
 absl::StatusOr<MetricPage> StateStore::ListMetricPage(const MetricPageQuery& query) {
   Impl& s = *impl_;
   absl::MutexLock lock(&s.mu);
+  // (Inside a group its queued rows are part of what this connection sees.)
+  TRAINCTL_RETURN_IF_ERROR(s.FlushPending(absl::StrCat("ListMetricPage('", query.job_id, "')")));
   MetricPage page;
   int64_t bytes = 0;
   Query q(s.db, s.stmts->page_metrics, absl::StrCat("ListMetricPage('", query.job_id, "')"));
@@ -126,6 +164,7 @@ absl::StatusOr<std::vector<v1::MetricPoint>> StateStore::ListMetrics(const std::
                                                                      int64_t limit) {
   Impl& s = *impl_;
   absl::MutexLock lock(&s.mu);
+  TRAINCTL_RETURN_IF_ERROR(s.FlushPending(absl::StrCat("ListMetrics('", job_id, "')")));
   std::vector<v1::MetricPoint> points;
   Query q(s.db, s.stmts->list_metrics, absl::StrCat("ListMetrics('", job_id, "')"));
   q.Bind(1, job_id).Bind(2, SqlLimit(limit));
@@ -144,15 +183,19 @@ absl::Status StateStore::AppendLogs(const v1::LogChunk& chunk) {
                    chunk.rank(), ")");
   // The chunk's rank is authoritative: every stored line carries it, so
   // ListLogs over several ranks tells the lines apart.
-  std::vector<std::string> blobs;
-  blobs.reserve(chunk.lines_size());
+  std::vector<Impl::PendingRow> rows;
+  rows.reserve(chunk.lines_size());
   for (const v1::LogLine& line : chunk.lines()) {
+    Impl::PendingRow& row = rows.emplace_back();
+    row.job_id = chunk.job_id();
+    row.attempt = chunk.attempt();
+    row.rank = chunk.rank();
     if (line.rank() == chunk.rank()) {
-      blobs.push_back(line.SerializeAsString());
+      row.blob = line.SerializeAsString();
     } else {
       v1::LogLine stored = line;
       stored.set_rank(chunk.rank());
-      blobs.push_back(stored.SerializeAsString());
+      row.blob = stored.SerializeAsString();
     }
   }
 
@@ -167,18 +210,8 @@ absl::Status StateStore::AppendLogs(const v1::LogChunk& chunk) {
                                                 .Bind(3, int64_t{chunk.rank()});
                                           },
                                           s.options.max_log_lines_per_rank};
-  return s.AppendRetained(op, logs, chunk.lines_size(),
-                          [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) -> absl::Status {
-    for (const std::string& blob : blobs) {
-      TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->insert_log, op)
-                                   .Bind(1, chunk.job_id())
-                                   .Bind(2, int64_t{chunk.attempt()})
-                                   .Bind(3, int64_t{chunk.rank()})
-                                   .BindBlob(4, blob)
-                                   .Run());
-    }
-    return absl::OkStatus();
-  });
+  return s.AppendTelemetry(op, logs, s.pending_logs, std::move(rows), /*reduces=*/false,
+                           [](int64_t) -> absl::StatusOr<int64_t> { return 0; });
 }
 
 absl::StatusOr<std::vector<v1::LogLine>> StateStore::ListLogs(const std::string& job_id,
@@ -188,6 +221,7 @@ absl::StatusOr<std::vector<v1::LogLine>> StateStore::ListLogs(const std::string&
   Impl& s = *impl_;
   absl::MutexLock lock(&s.mu);
   const std::string op = absl::StrCat("ListLogs('", job_id, "', attempt ", attempt, ")");
+  TRAINCTL_RETURN_IF_ERROR(s.FlushPending(op));
   std::vector<int32_t> ranks;
   if (rank.has_value()) {
     ranks.push_back(*rank);
