@@ -16,6 +16,9 @@
 // ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_), and an entry point that other
 // threads reach only through Post first calls loop_.CheckInLoop(...), which
 // checks it at run time (in release builds too) and tells the analysis.
+// Owners that call into one another (the coordinator's) cannot each name
+// their own `loop_`: the analysis would see as many capabilities; they name
+// one instead (coordinator/on_loop.h).
 #pragma once
 
 #include <atomic>

@@ -30,7 +30,9 @@ struct ArtifactSource {
 };
 
 // On the loop.
-absl::StatusOr<ArtifactSource> FindArtifact(const ServiceContext& c, const v1::FetchArtifactRequest& req) {
+absl::StatusOr<ArtifactSource> FindArtifact(const ServiceContext& c,
+                                            const v1::FetchArtifactRequest& req)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
   if (req.checkpoint_step() < 0) return absl::InvalidArgumentError("checkpoint_step: must be >= 0 (0: the final model)");
   TRAINCTL_ASSIGN_OR_RETURN(v1::Job job, c.jobs->Get(req.job_id()));
@@ -83,12 +85,12 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
   FetchReactor(ServiceContext ctx, int32_t chunk_bytes) : ctx_(ctx), chunk_bytes_(chunk_bytes) {}
 
   // Loop.
-  void Start(ArtifactSource src) {
+  void Start(ArtifactSource src) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     ctx_.loop->CheckInLoop("a fetch");
     src_ = std::move(src);
     Ask(/*want_checksum=*/true);
   }
-  void Fail(const absl::Status& why) {
+  void Fail(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     if (finished_) return;
     finished_ = true;
     if (ctx_.fetches != nullptr) ctx_.fetches->Cancel(this);
@@ -96,7 +98,7 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
   }
 
   // FetchSink (loop).
-  void OnPiece(const v1::FileChunk& c) override {
+  void OnPiece(const v1::FileChunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override {
     ctx_.loop->CheckInLoop("a fetch");
     if (finished_) return;
     const std::string holder = absl::StrCat("worker '", src_.worker, "': ");
@@ -137,11 +139,14 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
     first_ = false;
     StartWrite(&out_);
   }
-  void OnFailed(const absl::Status& why) override { Fail(why); }
+  void OnFailed(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override {
+    Fail(why);
+  }
 
   // gRPC callbacks: to the loop.
   void OnWriteDone(bool ok) override {
     ctx_.loop->Post([this, ok] {
+      AssertOnLoop(ctx_.loop, "a fetch");
       if (finished_) return;
       if (!ok) {
         Fail(absl::CancelledError("the client went away"));
@@ -161,22 +166,28 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
     });
   }
   void OnCancel() override {
-    ctx_.loop->Post([this] { Fail(absl::CancelledError("cancelled")); });
+    ctx_.loop->Post([this] {
+      AssertOnLoop(ctx_.loop, "a fetch");
+      Fail(absl::CancelledError("cancelled"));
+    });
   }
   void OnDone() override {
     ctx_.loop->Post([this] {
+      AssertOnLoop(ctx_.loop, "a fetch");
       if (ctx_.fetches != nullptr) ctx_.fetches->Cancel(this);
       if (live_ != 0) ctx_.live->Remove(live_);
       delete this;
     });
   }
   // Ends the fetch when `who`'s token lapses (loop).
-  void Track(const Principal& who) {
-    if (ctx_.live != nullptr) live_ = ctx_.live->Add(who, [this](const absl::Status& why) { Fail(why); });
+  void Track(const Principal& who) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    if (ctx_.live != nullptr)
+      live_ = ctx_.live->Add(
+          who, [this](const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { Fail(why); });
   }
 
  private:
-  void Ask(bool want_checksum) {
+  void Ask(bool want_checksum) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     v1::ReadFile r;
     r.set_path(src_.path);
     r.set_offset(offset_);
@@ -189,15 +200,15 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
   ServiceContext ctx_;
   const int32_t chunk_bytes_;
   // Loop-only.
-  ArtifactSource src_;
-  v1::ArtifactChunk out_;
-  bool first_ = true;
-  bool finished_ = false;
-  LiveCalls::Id live_ = 0;  // 0: untracked.
-  int64_t offset_ = 0;
-  int64_t size_ = 0;
-  std::string expected_;
-  uLong crc_ = crc32(0L, Z_NULL, 0);
+  ArtifactSource src_ ABSL_GUARDED_BY(kLoop);
+  v1::ArtifactChunk out_ ABSL_GUARDED_BY(kLoop);
+  bool first_ ABSL_GUARDED_BY(kLoop) = true;
+  bool finished_ ABSL_GUARDED_BY(kLoop) = false;
+  LiveCalls::Id live_ ABSL_GUARDED_BY(kLoop) = 0;  // 0: untracked.
+  int64_t offset_ ABSL_GUARDED_BY(kLoop) = 0;
+  int64_t size_ ABSL_GUARDED_BY(kLoop) = 0;
+  std::string expected_ ABSL_GUARDED_BY(kLoop);
+  uLong crc_ ABSL_GUARDED_BY(kLoop) = crc32(0L, Z_NULL, 0);
 };
 
 }  // namespace
@@ -207,14 +218,21 @@ grpc::ServerWriteReactor<v1::ArtifactChunk>* JobServiceImpl::FetchArtifact(grpc:
   absl::StatusOr<Principal> who = Caller(ctx_, ctx, "FetchArtifact");
   auto* reactor = new FetchReactor(ctx_, ctx_.fetch_chunk_bytes);
   if (!who.ok()) {
-    ctx_.loop->Post([reactor, s = who.status()] { reactor->Fail(s); });
+    ctx_.loop->Post([loop = ctx_.loop, reactor, s = who.status()] {
+      AssertOnLoop(loop, "a fetch");
+      reactor->Fail(s);
+    });
     return reactor;
   }
   if (ctx_.fetches == nullptr) {
-    ctx_.loop->Post([reactor] { reactor->Fail(absl::UnimplementedError("FetchArtifact: not served here")); });
+    ctx_.loop->Post([loop = ctx_.loop, reactor] {
+      AssertOnLoop(loop, "a fetch");
+      reactor->Fail(absl::UnimplementedError("FetchArtifact: not served here"));
+    });
     return reactor;
   }
   ctx_.loop->Post([this, reactor, request = *req, who = *std::move(who)] {
+    AssertOnLoop(ctx_.loop, "a fetch");
     reactor->Track(who);
     absl::StatusOr<ArtifactSource> src = FindArtifact(ctx_, request);
     if (!src.ok()) {

@@ -16,6 +16,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/worker_registry.h"
 #include "trainctl/v1/worker_service.pb.h"
 
@@ -26,9 +27,9 @@ class FetchSink {
  public:
   virtual ~FetchSink() = default;
   // The worker's answer to this sink's request.
-  virtual void OnPiece(const v1::FileChunk& chunk) = 0;
+  virtual void OnPiece(const v1::FileChunk& chunk) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) = 0;
   // No answer will come (the worker left, or did not answer in time).
-  virtual void OnFailed(const absl::Status& why) = 0;
+  virtual void OnFailed(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) = 0;
 };
 
 class ArtifactFetches {
@@ -38,18 +39,20 @@ class ArtifactFetches {
 
   // Sends `worker` a ReadFile for `sink` (one request per sink at a time).
   // Unavailable when the worker has no open session.
-  absl::Status Request(const std::string& worker, v1::ReadFile req, FetchSink* sink);
+  absl::Status Request(const std::string& worker, v1::ReadFile req, FetchSink* sink)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // A worker's answer: to its sink, if the request is still open and was
   // sent to that worker (anything else is dropped).
-  void OnChunk(const std::string& worker, const v1::FileChunk& chunk);
+  void OnChunk(const std::string& worker, const v1::FileChunk& chunk)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The worker's session ended: its open requests fail (Unavailable).
-  void WorkerGone(const std::string& worker);
+  void WorkerGone(const std::string& worker) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Requests unanswered past answer_timeout fail (DeadlineExceeded).
-  void Expire();
+  void Expire() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Forgets `sink`'s open request (its stream ended).
-  void Cancel(FetchSink* sink);
+  void Cancel(FetchSink* sink) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
-  size_t open() const { return open_.size(); }
+  size_t open() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return open_.size(); }
 
  private:
   struct Open {
@@ -60,8 +63,8 @@ class ArtifactFetches {
   WorkerRegistry* const registry_;
   const Clock* const clock_;
   const absl::Duration answer_timeout_;
-  int64_t next_id_ = 1;
-  absl::flat_hash_map<int64_t, Open> open_;
+  int64_t next_id_ ABSL_GUARDED_BY(kLoop) = 1;
+  absl::flat_hash_map<int64_t, Open> open_ ABSL_GUARDED_BY(kLoop);
 };
 
 }  // namespace trainctl::coordinator

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "coordinator/job_actions.h"
 #include "coordinator/job_book.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/owner_numbers.h"
 #include "coordinator/worker_registry.h"
 #include "trainctl/v1/worker_service.pb.h"
@@ -49,38 +50,46 @@ class AttemptStarter {
 
   // Starts a placed attempt on its workers: pre-flight first when enabled,
   // else StartRanks.
-  void Launch(JobEntry& entry, const v1::Attempt& attempt);
+  void Launch(JobEntry& entry, const v1::Attempt& attempt) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // A worker's pre-flight result. When every worker of the attempt has
   // answered: StartRanks to all, or the attempt fails as PREFLIGHT naming
   // every failing worker, with no rank started.
-  absl::Status OnPreflightReport(const std::string& worker_id, const v1::PreflightReport& report);
+  absl::Status OnPreflightReport(const std::string& worker_id, const v1::PreflightReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Rank 0's worker reports the attempt's rendezvous: stored, then sent to
   // every worker of the attempt.
-  absl::Status OnRendezvous(const std::string& worker_id, const v1::RendezvousReport& report);
+  absl::Status OnRendezvous(const std::string& worker_id, const v1::RendezvousReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // After `worker_id` reconnected: what it may have missed of the current
   // attempt `cur` (pre-flight or StartRanks for its ranks still ASSIGNED,
   // and the rendezvous).
-  void Resend(JobEntry& entry, const v1::Attempt& cur, const std::string& worker_id);
+  void Resend(JobEntry& entry, const v1::Attempt& cur, const std::string& worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Tells a worker to stop ranks.
   void Stop(const std::string& worker_id, const std::string& job_id, int32_t attempt,
-            const std::vector<int32_t>& ranks, const std::string& reason, StopHow how = {});
-  void StopAll(const std::string& job_id, int32_t attempt, const RanksByWorker& ranks, const std::string& reason,
-               StopHow how = {});
+            const std::vector<int32_t>& ranks, const std::string& reason, StopHow how = {})
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  void StopAll(const std::string& job_id, int32_t attempt, const RanksByWorker& ranks,
+               const std::string& reason, StopHow how = {}) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
   // The owner of the job `job` resumes ("" when none): the worker lets the
   // job use that owner's checkpoint directory (SubmitJob checked that the
   // caller may resume it).
-  std::string ResumeOwner(const v1::Job& job) const;
+  std::string ResumeOwner(const v1::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The number of the owner whose files the job works in (ResumeOwner when
   // set, else the job's owner); 0, logged, when none could be stored (a
   // worker with --rank-uids then refuses to start its ranks).
-  int64_t OwnerNumber(const v1::Job& job);
-  void SendPreflight(const JobEntry& entry, const v1::Attempt& attempt, const std::string& worker_id);
-  void SendStartRanks(JobEntry& entry, const v1::Attempt& attempt, const std::string& worker_id);
-  void SendRendezvous(const v1::Job& job, const v1::Attempt& attempt, const std::string& worker_id);
+  int64_t OwnerNumber(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  void SendPreflight(const JobEntry& entry, const v1::Attempt& attempt,
+                     const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  void SendStartRanks(JobEntry& entry, const v1::Attempt& attempt, const std::string& worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  void SendRendezvous(const v1::Job& job, const v1::Attempt& attempt, const std::string& worker_id)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // OnPreflightReport once every worker answered.
-  absl::Status ConcludePreflight(JobEntry& entry, const std::vector<std::string>& workers);
+  absl::Status ConcludePreflight(JobEntry& entry, const std::vector<std::string>& workers)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   JobBook* book_;
   WorkerRegistry* registry_;

@@ -46,9 +46,10 @@ absl::Status JoinPrecondition(grpc::CallbackServerContext* ctx, const WorkerEnro
 grpc::ServerUnaryReactor* AuthServiceImpl::CreateToken(grpc::CallbackServerContext* ctx,
                                                        const v1::CreateTokenRequest* req,
                                                        v1::CreateTokenResponse* resp) {
-  return UnaryOnLoop(ctx_, ctx, "CreateToken", [this, req, resp](const Principal& who) {
-    return MoveInto(ctx_.auth->Create(*req, who), resp);
-  });
+  return UnaryOnLoop(ctx_, ctx, "CreateToken",
+                     [this, req, resp](const Principal& who) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+                       return MoveInto(ctx_.auth->Create(*req, who), resp);
+                     });
 }
 
 grpc::ServerUnaryReactor* AuthServiceImpl::ListTokens(grpc::CallbackServerContext* ctx,
@@ -73,6 +74,7 @@ grpc::ServerUnaryReactor* AuthServiceImpl::Join(grpc::CallbackServerContext* ctx
   if (peer.has_value() && ctx->client_metadata().find("authorization") == ctx->client_metadata().end()) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     ctx_.loop->Post([this, reactor, req, resp, ready, peer = *std::move(peer)] {
+      AssertOnLoop(ctx_.loop, "a join");
       absl::Status s = ready;
       if (s.ok()) s = ctx_.auth->CheckCert(peer.id, peer.serial);
       if (s.ok()) s = MoveInto(ctx_.enroller->Renew(peer.id, peer.sans, *req), resp);
@@ -86,36 +88,42 @@ grpc::ServerUnaryReactor* AuthServiceImpl::Join(grpc::CallbackServerContext* ctx
   }
   // A refusal is logged by the RPC interceptor (rpc_refused).
   return UnaryOnLoop(ctx_, ctx, "Join",
-                     [this, req, resp, ready](const Principal& who) -> absl::Status {
-                       TRAINCTL_RETURN_IF_ERROR(ready);
-                       return MoveInto(ctx_.enroller->Join(who, *req), resp);
-                     });
+                     [this, req, resp, ready](const Principal& who)
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
+                           TRAINCTL_RETURN_IF_ERROR(ready);
+                           return MoveInto(ctx_.enroller->Join(who, *req), resp);
+                         });
 }
 
 grpc::ServerUnaryReactor* AuthServiceImpl::RevokeToken(grpc::CallbackServerContext* ctx,
                                                        const v1::RevokeTokenRequest* req,
                                                        v1::Token* resp) {
-  return UnaryOnLoop(ctx_, ctx, "RevokeToken", [this, req, resp](const Principal&) {
-    return MoveInto(ctx_.auth->Revoke(req->id()), resp);
-  });
+  return UnaryOnLoop(ctx_, ctx, "RevokeToken",
+                     [this, req, resp](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+                       return MoveInto(ctx_.auth->Revoke(req->id()), resp);
+                     });
 }
 
 grpc::ServerUnaryReactor* AuthServiceImpl::RevokeWorker(grpc::CallbackServerContext* ctx,
                                                         const v1::RevokeWorkerRequest* req,
                                                         v1::RevokeWorkerResponse* resp) {
-  return UnaryOnLoop(ctx_, ctx, "RevokeWorker", [this, req, resp](const Principal& who) -> absl::Status {
-    if (req->worker_id().empty() || req->worker_id().size() > 64) {
-      return absl::InvalidArgumentError("worker_id: required, at most 64 characters");
-    }
-    // Persisted first: from here on no session of that certificate is
-    // accepted; then the live one ends and its ranks are rescheduled.
-    TRAINCTL_RETURN_IF_ERROR(MoveInto(ctx_.auth->RevokeWorkerCert(req->worker_id()), resp));
-    absl::Status why = ctx_.auth->CheckCert(req->worker_id(), "");
-    ExpelWorker(ctx_, req->worker_id(), why);
-    LogEvent(LogLevel::kWarn, "coordinator", "worker_revoked",
-             {{"worker_id", req->worker_id()}, {"by", who.token_id}, {"serials", absl::StrJoin(resp->serials(), ",")}});
-    return absl::OkStatus();
-  });
+  return UnaryOnLoop(
+      ctx_, ctx, "RevokeWorker",
+      [this, req, resp](const Principal& who) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
+        if (req->worker_id().empty() || req->worker_id().size() > 64) {
+          return absl::InvalidArgumentError("worker_id: required, at most 64 characters");
+        }
+        // Persisted first: from here on no session of that certificate is
+        // accepted; then the live one ends and its ranks are rescheduled.
+        TRAINCTL_RETURN_IF_ERROR(MoveInto(ctx_.auth->RevokeWorkerCert(req->worker_id()), resp));
+        absl::Status why = ctx_.auth->CheckCert(req->worker_id(), "");
+        ExpelWorker(ctx_, req->worker_id(), why);
+        LogEvent(LogLevel::kWarn, "coordinator", "worker_revoked",
+                 {{"worker_id", req->worker_id()},
+                  {"by", who.token_id},
+                  {"serials", absl::StrJoin(resp->serials(), ",")}});
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* AuthServiceImpl::CreateSignInCode(grpc::CallbackServerContext* ctx,

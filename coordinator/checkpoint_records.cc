@@ -159,7 +159,7 @@ std::pair<std::optional<v1::CheckpointRecord>, std::string> ChooseResume(const v
   std::stable_sort(all.begin(), all.end(), [](const v1::CheckpointRecord* a, const v1::CheckpointRecord* b) {
     return a->global_step() > b->global_step();
   });
-  auto unreachable = [&](const v1::CheckpointRecord& r) {
+  auto unreachable = [&](const v1::CheckpointRecord& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     const v1::Worker* w = registry.Find(r.worker_id());
     std::string why = w == nullptr || w->state() != v1::WORKER_STATE_ALIVE
                           ? absl::StrCat("worker ", r.worker_id(), " is not alive")

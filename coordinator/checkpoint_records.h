@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/scheduler/scheduler.h"
 #include "coordinator/worker_registry.h"
 #include "trainctl/v1/job.pb.h"
@@ -60,8 +61,8 @@ bool SameCopy(const v1::CheckpointRecord& a, const v1::CheckpointRecord& b);
 // For a new attempt of `job` placed as `p`: moves rank 0 onto a holder of
 // the newest checkpoint when one is in the placement, and returns the
 // record to resume (unset for a fresh start) plus the words for the event.
-std::pair<std::optional<v1::CheckpointRecord>, std::string> ChooseResume(const v1::Job& job,
-                                                                       scheduler::Placement& p,
-                                                                       const WorkerRegistry& registry);
+std::pair<std::optional<v1::CheckpointRecord>, std::string> ChooseResume(
+    const v1::Job& job, scheduler::Placement& p, const WorkerRegistry& registry)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
 }  // namespace trainctl::coordinator

@@ -81,11 +81,19 @@ absl::Status CoordinatorServer::RecoverOwners() {
   jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), &hub_, options_.clock,
                                        options_.jobs);
   jobs_->BindToLoop(&loop_);
-  jobs_->SetDeferral([this](std::function<void()> fn) { loop_.Post(std::move(fn)); });
+  jobs_->SetDeferral([this](std::function<void()> fn) {
+    loop_.Post([this, fn = std::move(fn)] {
+      AssertOnLoop(&loop_, "a deferred scheduling pass");
+      fn();
+    });
+  });
   queues_ = std::make_unique<QueueRegistry>(store_.get(), options_.clock);
   queues_->BindToLoop(&loop_);
   // The placer reads the queues at every pass (docs/queues.md).
-  jobs_->SetQueueSource([queues = queues_.get()] { return queues->Specs(); });
+  jobs_->SetQueueSource([this] {
+    AssertOnLoop(&loop_, "the placer's queue source");
+    return queues_->Specs();
+  });
   telemetry_ = std::make_unique<TelemetryLedger>(store_.get());
   tokens_ = std::make_unique<TokenAuthority>(store_.get(), options_.clock);
   TRAINCTL_RETURN_IF_ERROR(tokens_->Load());
@@ -93,6 +101,7 @@ absl::Status CoordinatorServer::RecoverOwners() {
   tokens_->SetBootstrapAdmin(options_.admin_token);
   absl::Status recovered;
   loop_.RunSync([&] {
+    AssertOnLoop(&loop_, "recovery");
     recovered = queues_->Load();
     if (!recovered.ok()) return;
     registry_->Recover(snapshot.workers);
@@ -112,7 +121,12 @@ void CoordinatorServer::MakeServices() {
   ctx.live = live_.get();
   // A revocation ends that token's streams and sessions now, not at the
   // next periodic sweep.
-  tokens_->OnRevoke([this](const std::string&) { loop_.Post([this] { live_->Sweep(); }); });
+  tokens_->OnRevoke([this](const std::string&) {
+    loop_.Post([this] {
+      AssertOnLoop(&loop_, "a revocation's sweep");
+      live_->Sweep();
+    });
+  });
   fetches_ = std::make_unique<ArtifactFetches>(registry_.get(), options_.clock, options_.fetch_answer_timeout);
   ctx.fetches = fetches_.get();
   ctx.fetch_chunk_bytes = std::clamp<int32_t>(options_.fetch_chunk_bytes, 1, 1 << 20);
@@ -199,14 +213,18 @@ absl::StatusOr<int> CoordinatorServer::Serve() {
 
 void CoordinatorServer::StartHousekeeping() {
   loop_.Every(options_.check_interval, [this] {
+    AssertOnLoop(&loop_, "housekeeping");
     for (const std::string& id : registry_->ExpireLeases()) jobs_->OnWorkerLost(id);
     jobs_->Tick();
     fetches_->Expire();
-    registry_->ForgetGone([this](const std::string& id) { return !jobs_->BusySlots(id).empty(); });
+    registry_->ForgetGone([this](const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+      return !jobs_->BusySlots(id).empty();
+    });
   });
   // Tokens also lapse by expiry, which nothing announces: re-check the
   // open streams and sessions every second.
   loop_.Every(absl::Seconds(1), [this] {
+    AssertOnLoop(&loop_, "the token sweep");
     live_->Sweep();
     // The counts of refusals held back (RefusalLog), once their interval
     // is over. Thread-safe: they lock themselves.
@@ -350,6 +368,7 @@ std::string CoordinatorServer::MetricsPage() {
   auto snap = std::make_shared<Snapshot>();
   auto done = std::make_shared<absl::Notification>();
   loop_.Post([this, snap, done] {
+    AssertOnLoop(&loop_, "the /metrics snapshot");
     snap->jobs = jobs_->Gauges();
     for (const v1::Worker& w : registry_->List(/*include_gone=*/true)) ++snap->workers[w.state()];
     snap->queues = QueueStatusesOf(queues_->List(), jobs_->QueueUsages());

@@ -194,7 +194,8 @@ HttpServer::Reply Dashboard::Api(const Request& req, std::function<absl::StatusO
     absl::Notification done;
   };
   auto shared = std::make_shared<Shared>();
-  deps_.loop->Post([shared, answer = std::move(answer)] {
+  deps_.loop->Post([loop = deps_.loop, shared, answer = std::move(answer)] {
+    AssertOnLoop(loop, "a dashboard request");
     shared->result = answer();
     shared->done.Notify();
   });
@@ -305,22 +306,26 @@ void Dashboard::Register(HttpServer& http) {
   http.HandleRequest("GET", "/static/[A-Za-z0-9._-]+", [](const Request& req) { return Asset(req.path); });
 
   http.HandleRequest("GET", "/api/jobs", [this](const Request& req) {
-    return Api(req, [this] { return Jobs(); });
+    return Api(req, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return Jobs(); });
   });
   http.HandleRequest("GET", "/api/jobs/([^/]+)", [this](const Request& req) {
-    return Api(req, [this, req] { return Job(req.matches[0], req); });
+    return Api(req, [this, req]()
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return Job(req.matches[0], req); });
   });
   http.HandleRequest("GET", "/api/jobs/([^/]+)/metrics", [this](const Request& req) {
-    return Api(req, [this, req] { return Metrics(req.matches[0], req); });
+    return Api(req, [this, req]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+      return Metrics(req.matches[0], req);
+    });
   });
   http.HandleRequest("GET", "/api/jobs/([^/]+)/logs", [this](const Request& req) {
-    return Api(req, [this, req] { return Logs(req.matches[0], req); });
+    return Api(req, [this, req]()
+                        ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return Logs(req.matches[0], req); });
   });
   http.HandleRequest("GET", "/api/workers", [this](const Request& req) {
-    return Api(req, [this] { return Workers(); });
+    return Api(req, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return Workers(); });
   });
   http.HandleRequest("GET", "/api/queues", [this](const Request& req) {
-    return Api(req, [this] { return Queues(); });
+    return Api(req, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return Queues(); });
   });
 }
 

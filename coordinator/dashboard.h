@@ -33,6 +33,7 @@
 #include "common/event_loop.h"
 #include "common/http_server.h"
 #include "coordinator/job_manager.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/queue_registry.h"
 #include "coordinator/refusal_log.h"
 #include "coordinator/sign_in_codes.h"
@@ -88,12 +89,15 @@ class Dashboard {
   // An API endpoint: authenticates, runs `answer` on the loop, replies JSON.
   Reply Api(const Request& req, std::function<absl::StatusOr<std::string>()> answer) const;
 
-  absl::StatusOr<std::string> Jobs() const;
-  absl::StatusOr<std::string> Job(const std::string& id, const Request& req) const;
-  absl::StatusOr<std::string> Metrics(const std::string& id, const Request& req) const;
-  absl::StatusOr<std::string> Logs(const std::string& id, const Request& req) const;
-  absl::StatusOr<std::string> Workers() const;
-  absl::StatusOr<std::string> Queues() const;
+  absl::StatusOr<std::string> Jobs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::StatusOr<std::string> Job(const std::string& id, const Request& req) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::StatusOr<std::string> Metrics(const std::string& id, const Request& req) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::StatusOr<std::string> Logs(const std::string& id, const Request& req) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::StatusOr<std::string> Workers() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::StatusOr<std::string> Queues() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   Deps deps_;
 };

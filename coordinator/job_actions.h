@@ -9,6 +9,7 @@
 
 #include "absl/status/status.h"
 #include "coordinator/job_book.h"
+#include "coordinator/on_loop.h"
 #include "trainctl/v1/job.pb.h"
 
 namespace trainctl::coordinator {
@@ -20,9 +21,10 @@ class JobActions {
   // `events` in one write and stops the surviving ranks. UNAVAILABLE when the
   // write failed (memory untouched).
   virtual absl::Status FailAttempt(JobEntry& entry, v1::Job next, std::vector<JobEvent> events,
-                                   v1::FailureKind kind, const std::string& reason, int failed_rank) = 0;
+                                   v1::FailureKind kind, const std::string& reason, int failed_rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) = 0;
   // Asks for a scheduling pass (coalesced; see JobPlacer::SetDeferral).
-  virtual void RequestSchedule() = 0;
+  virtual void RequestSchedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) = 0;
 };
 
 }  // namespace trainctl::coordinator

@@ -34,6 +34,7 @@
 #include "common/event_loop.h"
 #include "coordinator/job_transitions.h"
 #include "coordinator/metrics_hub.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/rank_watch.h"
 #include "coordinator/store/state_store.h"
 #include "trainctl/v1/job.pb.h"
@@ -108,60 +109,86 @@ RanksByWorker LiveRanksByWorker(const v1::Attempt& a);
 class JobBook {
  public:
   JobBook(StateStore* store, MetricsHub* hub, const Clock* clock) : store_(store), hub_(hub), clock_(clock) {}
-  // The loop every call must come from (asserted in debug builds); unbound
+  // The loop every call must come from (checked at run time, in every build); unbound
   // (unit tests) checks nothing.
   void BindToLoop(const EventLoop* loop) { loop_ = loop; }
 
   // Rebuilds memory from the store. Hang detection restarts its clock: the
   // coordinator was away, not the ranks.
-  void Recover(const StoreSnapshot& snapshot);
+  void Recover(const StoreSnapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // Stores `job` (PENDING, with a new id from NewId) with its first events
   // and keeps it; nothing is kept when the write fails.
-  absl::StatusOr<JobEntry*> Add(v1::Job job, std::vector<JobEvent> events);
+  absl::StatusOr<JobEntry*> Add(v1::Job job, std::vector<JobEvent> events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Persists `next` (the entry's job after a change) with `events`, then
   // applies and publishes it. The only place a job's state changes.
-  absl::Status Commit(JobEntry& entry, v1::Job next, std::vector<JobEvent> events);
+  absl::Status Commit(JobEntry& entry, v1::Job next, std::vector<JobEvent> events)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Publishes the entry's job without its attempts (after a soft change).
-  void PublishSnapshot(const JobEntry& entry);
+  void PublishSnapshot(const JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // An unused id for a job named `name`.
-  std::string NewId(const std::string& name) const;
-  JobEntry* Find(const std::string& job_id);
-  const JobEntry* Find(const std::string& job_id) const;
-  JobEntry& At(const std::string& job_id) { return jobs_.at(job_id); }
-  const JobEntry& At(const std::string& job_id) const { return jobs_.at(job_id); }
+  std::string NewId(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  JobEntry* Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  const JobEntry* Find(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  JobEntry& At(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return jobs_.at(job_id);
+  }
+  const JobEntry& At(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return jobs_.at(job_id);
+  }
   // The entry of `job_id` for a report of `worker_id` about `attempt` (and
   // `rank` when >= 0, which must be that worker's): NOT_FOUND, INVALID_ARGUMENT,
   // PERMISSION_DENIED, or ABORTED for an attempt that is not the current one
   // unless `allow_stale`. `*attempt_out` points into the entry's job.
-  absl::StatusOr<JobEntry*> ForWorker(const std::string& worker_id, const std::string& job_id, int32_t attempt,
-                                      int32_t rank, bool allow_stale, v1::Attempt** attempt_out);
+  absl::StatusOr<JobEntry*> ForWorker(const std::string& worker_id, const std::string& job_id,
+                                      int32_t attempt, int32_t rank, bool allow_stale,
+                                      v1::Attempt** attempt_out)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
-  const absl::btree_map<std::string, JobEntry>& entries() const { return jobs_; }
+  const absl::btree_map<std::string, JobEntry>& entries() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return jobs_;
+  }
   // Jobs waiting for placement (PENDING, RESTARTING), by id.
-  const absl::btree_set<std::string>& pending() const { return pending_; }
+  const absl::btree_set<std::string>& pending() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return pending_;
+  }
   // Jobs with at least one rank not ended, in any attempt (they hold slots).
-  const absl::btree_set<std::string>& holding_slots() const { return holding_slots_; }
+  const absl::btree_set<std::string>& holding_slots() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return holding_slots_;
+  }
   // Jobs loaded by Recover whose current attempt has every rank ended but is
   // not ended itself (written by a version that committed a rank's end and
   // the attempt's failure separately); the JobManager's Tick settles them.
-  const absl::btree_set<std::string>& unsettled() const { return unsettled_; }
-  void MarkSettled(const std::string& job_id) { unsettled_.erase(job_id); }
+  const absl::btree_set<std::string>& unsettled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return unsettled_;
+  }
+  void MarkSettled(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    unsettled_.erase(job_id);
+  }
   // Why a pending job waits, from the last scheduling pass (not persisted).
-  void SetPendingReason(const std::string& job_id, std::string reason) { pending_reasons_[job_id] = std::move(reason); }
-  const std::string* PendingReason(const std::string& job_id) const;
+  void SetPendingReason(const std::string& job_id, std::string reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    pending_reasons_[job_id] = std::move(reason);
+  }
+  const std::string* PendingReason(const std::string& job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Jobs not terminal (PENDING...RUNNING).
-  int64_t active_jobs() const { return active_jobs_; }
+  int64_t active_jobs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return active_jobs_; }
   // Slot indices of `worker_id` held by ranks that have not ended.
-  std::vector<int> BusySlots(const std::string& worker_id) const;
+  std::vector<int> BusySlots(const std::string& worker_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The same for every worker.
-  absl::flat_hash_map<std::string, std::vector<int>> BusySlotsByWorker() const;
+  absl::flat_hash_map<std::string, std::vector<int>> BusySlotsByWorker() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Calls `fn` for every rank, of any attempt, that has not ended.
-  void ForEachLiveRank(const std::function<void(const v1::RankAssignment&)>& fn) const;
+  void ForEachLiveRank(const std::function<void(const v1::RankAssignment&)>& fn) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
-  void TrackIndexes(const JobEntry& entry);
+  void TrackIndexes(const JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   void CheckOnLoop() const {
     if (loop_ != nullptr) loop_->CheckInLoop("JobBook");
     static_cast<void>(loop_);
@@ -171,14 +198,14 @@ class JobBook {
   MetricsHub* hub_;
   const Clock* clock_;
   const EventLoop* loop_ = nullptr;
-  absl::btree_map<std::string, JobEntry> jobs_;
-  absl::btree_set<std::string> pending_;
-  absl::btree_set<std::string> holding_slots_;
-  absl::btree_set<std::string> unsettled_;
-  absl::flat_hash_map<std::string, std::string> pending_reasons_;
+  absl::btree_map<std::string, JobEntry> jobs_ ABSL_GUARDED_BY(kLoop);
+  absl::btree_set<std::string> pending_ ABSL_GUARDED_BY(kLoop);
+  absl::btree_set<std::string> holding_slots_ ABSL_GUARDED_BY(kLoop);
+  absl::btree_set<std::string> unsettled_ ABSL_GUARDED_BY(kLoop);
+  absl::flat_hash_map<std::string, std::string> pending_reasons_ ABSL_GUARDED_BY(kLoop);
   // Newest first for List: (submit_seq, id).
-  int64_t next_submit_seq_ = 1;
-  int64_t active_jobs_ = 0;
+  int64_t next_submit_seq_ ABSL_GUARDED_BY(kLoop) = 1;
+  int64_t active_jobs_ ABSL_GUARDED_BY(kLoop) = 0;
 };
 
 }  // namespace trainctl::coordinator

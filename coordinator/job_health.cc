@@ -70,9 +70,9 @@ absl::Status JobHealth::CheckStarting(JobEntry& e, const v1::Attempt& a, absl::T
 bool JobHealth::CheckAdaptiveHang(JobEntry& e, const v1::Attempt& a, absl::Time now, bool stall_rule) {
   // Silence is counted only while the rank's worker keeps heartbeating on
   // its session (the same stream and loop as the rank's heartbeats).
-  const RankWatch::LastHeard heard = [this](const std::string& worker_id) {
-    return registry_->LastHeardMono(worker_id);
-  };
+  const RankWatch::LastHeard heard =
+      [this](const std::string& worker_id)
+          ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return registry_->LastHeardMono(worker_id); };
   std::optional<HangVerdict> v = e.watch.CheckSilence(a, now, heard);
   if (!v.has_value() && stall_rule) v = e.watch.CheckHang(a, now);
   if (!v.has_value()) return false;

@@ -16,6 +16,7 @@
 #include "absl/time/time.h"
 #include "coordinator/job_actions.h"
 #include "coordinator/job_book.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/worker_registry.h"
 
 namespace trainctl::coordinator {
@@ -35,32 +36,37 @@ class JobHealth {
   // Rendezvous timeouts, hangs and stragglers of every running attempt.
   // `now` is monotonic (Clock::Mono), as are every timer's anchors: a
   // stepped wall clock neither declares a hang nor hides one.
-  void CheckAttempts(absl::Time now);
+  void CheckAttempts(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The worker's lease expired: its ranks failed (the current attempt's
   // failure in the same write).
-  void OnWorkerLost(const std::string& worker_id);
+  void OnWorkerLost(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Ranks still placed on a LOST worker (an OnWorkerLost whose write failed).
-  void RetryLostWorkers();
+  void RetryLostWorkers() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // Since this coordinator started (JobGauges).
-  int64_t hangs_detected() const { return hangs_detected_; }
-  int64_t straggler_events() const { return straggler_events_; }
+  int64_t hangs_detected() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return hangs_detected_; }
+  int64_t straggler_events() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return straggler_events_;
+  }
 
  private:
-  absl::Status CheckStarting(JobEntry& e, const v1::Attempt& a, absl::Time now);
+  absl::Status CheckStarting(JobEntry& e, const v1::Attempt& a, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The heartbeat verdicts (rank_watch.h): silence, and with `stall_rule`
   // the adaptive stall bound; true when it failed the attempt (or tried to).
-  bool CheckAdaptiveHang(JobEntry& e, const v1::Attempt& a, absl::Time now, bool stall_rule);
-  void RecordStragglers(JobEntry& e, const v1::Attempt& a);
-  absl::Status CheckProgressTimeout(JobEntry& e, const v1::Attempt& a, absl::Time now);
+  bool CheckAdaptiveHang(JobEntry& e, const v1::Attempt& a, absl::Time now, bool stall_rule)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  void RecordStragglers(JobEntry& e, const v1::Attempt& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status CheckProgressTimeout(JobEntry& e, const v1::Attempt& a, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   absl::Duration ProgressTimeout(const v1::Job& job) const;
 
   JobBook* book_;
   WorkerRegistry* registry_;
   JobActions* actions_;
   Options options_;
-  int64_t hangs_detected_ = 0;
-  int64_t straggler_events_ = 0;
+  int64_t hangs_detected_ ABSL_GUARDED_BY(kLoop) = 0;
+  int64_t straggler_events_ ABSL_GUARDED_BY(kLoop) = 0;
 };
 
 }  // namespace trainctl::coordinator

@@ -94,7 +94,7 @@ void JobManager::RememberRequest(const v1::Job& job) {
   requests_[RequestKey(job.owner(), job.request_id())] = job.id();
   // Drop expired entries whenever the map has doubled since the last time.
   if (requests_.size() < 2 * std::max<size_t>(requests_pruned_at_, 512)) return;
-  absl::erase_if(requests_, [&](const auto& kv) {
+  absl::erase_if(requests_, [&](const auto& kv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     const JobEntry* e = book_.Find(kv.second);
     return e == nullptr || now - FromTimestamp(e->job.submit_time()) >= kRequestIdLifetime;
   });

@@ -59,6 +59,7 @@
 #include "coordinator/job_queries.h"
 #include "coordinator/job_transitions.h"
 #include "coordinator/metrics_hub.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/rank_watch.h"
 #include "coordinator/store/state_store.h"
 #include "coordinator/telemetry_ingest.h"
@@ -114,12 +115,12 @@ class JobManager : private JobActions {
   JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* hub, const Clock* clock,
              JobManagerOptions options);
 
-  // Every call must then come from `loop` (asserted in debug builds).
+  // Every call must then come from `loop` (checked at run time, in every build).
   void BindToLoop(const EventLoop* loop) { book_.BindToLoop(loop); }
 
   // Rebuilds memory from the store (after WorkerRegistry::Recover). Running
   // attempts continue when their workers reconnect (see OnWorkerRegistered).
-  absl::Status Recover(const StoreSnapshot& snapshot);
+  absl::Status Recover(const StoreSnapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // --- client API ---------------------------------------------------------
   // `owner`/`owner_token_id`: the submitting token's name and id, kept on
@@ -128,56 +129,82 @@ class JobManager : private JobActions {
   // owner with the same non-empty id within kRequestIdLifetime returns the
   // job the first one created, as it is now, and creates nothing.
   absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& owner = "",
-                                 const std::string& owner_token_id = "", const std::string& request_id = "");
+                                 const std::string& owner_token_id = "",
+                                 const std::string& request_id = "")
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   static constexpr absl::Duration kRequestIdLifetime = absl::Hours(24);
   // Validates and shows where the job would run now; stores nothing.
-  absl::StatusOr<v1::SubmitJobResponse> DryRun(const v1::JobSpec& spec) { return queries_.DryRun(spec); }
-  absl::StatusOr<v1::Job> Get(const std::string& job_id) const { return queries_.Get(job_id); }
-  absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const {
+  absl::StatusOr<v1::SubmitJobResponse> DryRun(const v1::JobSpec& spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return queries_.DryRun(spec);
+  }
+  absl::StatusOr<v1::Job> Get(const std::string& job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return queries_.Get(job_id);
+  }
+  absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     return queries_.List(request);
   }
-  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason);
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Per queue, what its live jobs hold now (JobQueries::QueueUsages).
-  std::map<std::string, QueueUsage> QueueUsages() const { return queries_.QueueUsages(); }
+  std::map<std::string, QueueUsage> QueueUsages() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return queries_.QueueUsages();
+  }
   // Slot-seconds per queue, owner and kind up to now (JobQueries::Usage).
-  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter) const { return queries_.Usage(filter); }
+  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return queries_.Usage(filter);
+  }
 
   // --- worker sessions ----------------------------------------------------
   // After WorkerRegistry::Register: reconciles what the worker runs with what
   // the coordinator wants, re-sends what it may have missed, schedules.
-  void OnWorkerRegistered(const std::string& worker_id, const v1::Register& msg);
+  void OnWorkerRegistered(const std::string& worker_id, const v1::Register& msg)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The worker's lease expired: its ranks failed.
-  void OnWorkerLost(const std::string& worker_id) { health_.OnWorkerLost(worker_id); }
-  absl::Status OnRankStatus(const std::string& worker_id, const v1::RankStatus& status);
-  absl::Status OnRendezvous(const std::string& worker_id, const v1::RendezvousReport& report) {
+  void OnWorkerLost(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    health_.OnWorkerLost(worker_id);
+  }
+  absl::Status OnRankStatus(const std::string& worker_id, const v1::RankStatus& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status OnRendezvous(const std::string& worker_id, const v1::RendezvousReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     return starter_.OnRendezvous(worker_id, report);
   }
-  absl::Status OnProgress(const std::string& worker_id, const v1::RankProgress& progress) {
+  absl::Status OnProgress(const std::string& worker_id, const v1::RankProgress& progress)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     return ingest_.OnProgress(worker_id, progress);
   }
   // Stores the batch, updates progress, publishes it.
-  absl::Status OnMetrics(const std::string& worker_id, const v1::MetricBatch& batch) {
+  absl::Status OnMetrics(const std::string& worker_id, const v1::MetricBatch& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     return ingest_.OnMetrics(worker_id, batch);
   }
-  absl::Status OnLogs(const std::string& worker_id, const v1::LogChunk& chunk) {
+  absl::Status OnLogs(const std::string& worker_id, const v1::LogChunk& chunk)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     return ingest_.OnLogs(worker_id, chunk);
   }
   // Records a checkpoint a rank of this worker wrote (the coordinator's
   // record is what restarts and `resume_from` resume, nothing else).
-  absl::Status OnCheckpoint(const std::string& worker_id, const v1::CheckpointReport& report);
+  absl::Status OnCheckpoint(const std::string& worker_id, const v1::CheckpointReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // A worker's pre-flight result for its ranks of an attempt (see
   // JobManagerOptions::preflight). When every worker of the attempt has
   // answered: StartRanks to all, or the attempt fails as PREFLIGHT.
-  absl::Status OnPreflightReport(const std::string& worker_id, const v1::PreflightReport& report) {
+  absl::Status OnPreflightReport(const std::string& worker_id, const v1::PreflightReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     return starter_.OnPreflightReport(worker_id, report);
   }
   // Rank 0 exported the final model: Job.final_model(_worker) are filled
   // from it when the attempt SUCCEEDS (held in memory until then: a
   // coordinator restarted in between leaves them empty).
-  absl::Status OnFinalModel(const std::string& worker_id, const v1::FinalModelReport& report);
+  absl::Status OnFinalModel(const std::string& worker_id, const v1::FinalModelReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // A snapshot for /metrics (on the loop; O(jobs + attempts)).
-  JobGauges Gauges() const {
+  JobGauges Gauges() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     JobGauges g = queries_.Gauges();
     g.stale_reports_refused = stale_reports_refused_;
     return g;
@@ -188,18 +215,24 @@ class JobManager : private JobActions {
   // ends, fails ranks still placed on LOST workers, and settles attempts
   // whose ranks all ended without the attempt ending (a store from before
   // transitions were one write).
-  void Tick();
+  void Tick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // One scheduling pass: places what can start and sends the assignments.
-  void Schedule() { placer_.Schedule(); }
+  void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { placer_.Schedule(); }
   // See JobPlacer::SetDeferral.
   void SetDeferral(std::function<void(std::function<void()>)> post) { placer_.SetDeferral(std::move(post)); }
   // See JobPlacer::SetQueueSource.
   void SetQueueSource(QueueSource source) { placer_.SetQueueSource(std::move(source)); }
   // Decayed usage per queue (fair share), as of the last pass or tick.
-  const absl::flat_hash_map<std::string, DecayedUsage>& FairShareUsage() const { return placer_.usage(); }
+  const absl::flat_hash_map<std::string, DecayedUsage>& FairShareUsage() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return placer_.usage();
+  }
 
   // Slot indices of `worker_id` running a rank that has not ended.
-  std::vector<int> BusySlots(const std::string& worker_id) const { return book_.BusySlots(worker_id); }
+  std::vector<int> BusySlots(const std::string& worker_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return book_.BusySlots(worker_id);
+  }
 
  private:
   // A rank end not applied yet: held for a lost peer to explain it, or
@@ -211,61 +244,77 @@ class JobManager : private JobActions {
   };
 
   // JobActions.
-  absl::Status FailAttempt(JobEntry& entry, v1::Job next, std::vector<JobEvent> events, v1::FailureKind kind,
-                           const std::string& reason, int failed_rank) override;
-  void RequestSchedule() override { placer_.RequestSchedule(); }
+  absl::Status FailAttempt(JobEntry& entry, v1::Job next, std::vector<JobEvent> events,
+                           v1::FailureKind kind, const std::string& reason, int failed_rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override;
+  void RequestSchedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override {
+    placer_.RequestSchedule();
+  }
 
   // OnRankStatus's body; `may_hold`: a collective failure may be held.
-  absl::Status ApplyRankStatus(const std::string& worker_id, const v1::RankStatus& status, bool may_hold);
+  absl::Status ApplyRankStatus(const std::string& worker_id, const v1::RankStatus& status,
+                               bool may_hold) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // A rank of an attempt that already ended: only its end matters (frees the slot).
-  absl::Status ApplyEndOfEndedAttempt(const std::string& worker_id, const v1::RankStatus& st, JobEntry& e,
-                                      v1::Job next);
-  absl::Status ApplyRankRunning(JobEntry& e, v1::Job next, absl::Time now);
-  absl::Status ApplyRankSucceeded(JobEntry& e, v1::Job next, absl::Time now);
-  absl::Status ApplyRankFailed(const std::string& worker_id, const v1::RankStatus& st, JobEntry& e, v1::Job next,
-                               bool may_hold, absl::Time now);
+  absl::Status ApplyEndOfEndedAttempt(const std::string& worker_id, const v1::RankStatus& st,
+                                      JobEntry& e, v1::Job next)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status ApplyRankRunning(JobEntry& e, v1::Job next, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status ApplyRankSucceeded(JobEntry& e, v1::Job next, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status ApplyRankFailed(const std::string& worker_id, const v1::RankStatus& st, JobEntry& e,
+                               v1::Job next, bool may_hold, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Queues a rank end for Tick (held until `due`, or retried).
-  void HoldReport(const std::string& worker_id, const v1::RankStatus& status, absl::Time due);
+  void HoldReport(const std::string& worker_id, const v1::RankStatus& status, absl::Time due)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Tick: the held ends that are due, or explained by a lost peer now.
-  void ApplyDueReports(absl::Time now);
+  void ApplyDueReports(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The first worker of `attempt` other than `except` that has lost its
   // session, as "worker W (host H) was lost"; nullopt when all are connected.
-  std::optional<std::string> LostPeer(const v1::Attempt& attempt, const std::string& except) const;
+  std::optional<std::string> LostPeer(const v1::Attempt& attempt, const std::string& except) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Ends a current attempt whose ranks all ended (see Tick). False when its
   // commit failed.
-  bool SettleEndedAttempt(JobEntry& entry);
+  bool SettleEndedAttempt(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // OnWorkerRegistered for one job holding slots: ranks placed on the
   // worker that it no longer runs fail as vanished; what it missed is re-sent.
   void ReconcileWorkerJob(const std::string& worker_id, JobEntry& e,
-                          const absl::flat_hash_set<std::string>& reported);
+                          const absl::flat_hash_set<std::string>& reported)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Copies `spec.resume_from.job`'s newest checkpoint records into `job`.
-  absl::Status AttachResumeSource(v1::Job& job) const;
+  absl::Status AttachResumeSource(v1::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // PERMISSION_DENIED naming the owner when an absolute checkpoint.dir is
   // another owner's by the records (DirOwnerFromRecords), unless the job
   // resumes a job of that owner. Relative and default directories are
   // checked by each worker's pre-flight (worker/daemon/job_dir.h).
-  absl::Status CheckDirOwner(const v1::JobSpec& spec, const std::string& owner) const;
+  absl::Status CheckDirOwner(const v1::JobSpec& spec, const std::string& owner) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // FailedPrecondition when `job` can never run on the cluster as it is
   // (see JobManagerOptions::refuse_unschedulable).
-  absl::Status RefuseIfUnschedulable(const v1::Job& job) const;
+  absl::Status RefuseIfUnschedulable(const v1::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Fails the PENDING jobs past their scheduling.pending_timeout_s.
-  void FailOverduePending(absl::Time mono);
+  void FailOverduePending(absl::Time mono) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   const Clock* clock_;
   // ABORTED `s` (a stale attempt's report): counted and logged. Returns `s`.
   absl::Status RefuseIfStale(const absl::Status& s, const std::string& worker_id, const char* what,
-                             const std::string& job_id, int32_t attempt);
+                             const std::string& job_id, int32_t attempt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Asks the workers that reported `dropped` to delete those files.
-  void DropCheckpointFiles(const std::string& job_id, const std::vector<v1::CheckpointRecord>& dropped);
+  void DropCheckpointFiles(const std::string& job_id,
+                           const std::vector<v1::CheckpointRecord>& dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // Checkpoint and final-model reports of stale attempts refused (/metrics).
-  int64_t stale_reports_refused_ = 0;
+  int64_t stale_reports_refused_ ABSL_GUARDED_BY(kLoop) = 0;
   // DropCheckpoints a worker was not connected to receive (a shared
   // directory's record it reported), sent when it registers again. Memory
   // only: after a coordinator restart those files stay. At most
   // kMaxPendingDrops per worker, the oldest forgotten first.
   static constexpr size_t kMaxPendingDrops = 1000;
-  absl::flat_hash_map<std::string, std::deque<v1::CoordinatorMessage>> pending_drops_;
+  absl::flat_hash_map<std::string, std::deque<v1::CoordinatorMessage>> pending_drops_
+      ABSL_GUARDED_BY(kLoop);
   JobManagerOptions options_;
   WorkerRegistry* registry_;
   JobBook book_;
@@ -276,13 +325,13 @@ class JobManager : private JobActions {
   JobHealth health_;
   JobQueries queries_;
   // Rank ends waiting for Tick, by "job/attempt/rank" (see HeldReport).
-  absl::btree_map<std::string, HeldReport> held_reports_;
+  absl::btree_map<std::string, HeldReport> held_reports_ ABSL_GUARDED_BY(kLoop);
   // Submissions by (owner, request_id) → job id; entries older than
   // kRequestIdLifetime are ignored and dropped now and then.
-  absl::flat_hash_map<std::string, std::string> requests_;
-  size_t requests_pruned_at_ = 0;  // requests_.size() after the last prune
+  absl::flat_hash_map<std::string, std::string> requests_ ABSL_GUARDED_BY(kLoop);
+  size_t requests_pruned_at_ ABSL_GUARDED_BY(kLoop) = 0;  // requests_.size() after the last prune
   // Notes the submission of `job` (its owner and request_id, when set).
-  void RememberRequest(const v1::Job& job);
+  void RememberRequest(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 };
 
 }  // namespace trainctl::coordinator

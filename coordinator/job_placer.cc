@@ -92,8 +92,9 @@ scheduler::DeviceRequirement ToRequirement(v1::Device d) {
 }
 
 // The attempt's ranks from placement `p`; returns "host×n" per node.
-std::vector<std::string> AddRanks(v1::Attempt& a, const std::string& job_id, const scheduler::Placement& p,
-                                  const WorkerRegistry& registry, absl::Time now) {
+std::vector<std::string> AddRanks(v1::Attempt& a, const std::string& job_id,
+                                  const scheduler::Placement& p, const WorkerRegistry& registry,
+                                  absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
   std::vector<std::string> hosts;
   for (const scheduler::RankAssignment& r : p.ranks) {
     v1::RankAssignment* ra = a.add_ranks();
@@ -175,7 +176,7 @@ std::vector<scheduler::WorkerSlots> JobPlacer::WorkerView() const {
     int64_t memory = 0;
   };
   absl::flat_hash_map<std::string, Reserved> reserved;
-  book_->ForEachLiveRank([&](const v1::RankAssignment& r) {
+  book_->ForEachLiveRank([&](const v1::RankAssignment& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     const JobEntry* e = book_->Find(r.job_id());
     if (e == nullptr) return;
     const v1::ResourceSpec& res = e->job.spec().resources();
@@ -224,7 +225,8 @@ void JobPlacer::RequestSchedule() {
   }
   if (schedule_requested_) return;
   schedule_requested_ = true;
-  post_([this] {
+  // post_ runs it on the loop (SetDeferral).
+  post_([this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     schedule_requested_ = false;
     Schedule();
   });
@@ -297,7 +299,7 @@ scheduler::QueueInput JobPlacer::Queues(absl::flat_hash_set<std::string>* stoppi
     bool current = true;  // every live rank is of the current, unended attempt
   };
   absl::flat_hash_map<std::string, Held> held;
-  book_->ForEachLiveRank([&](const v1::RankAssignment& r) {
+  book_->ForEachLiveRank([&](const v1::RankAssignment& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     Held& h = held[r.job_id()];
     ++h.slots;
     h.gpu = r.slot().kind() == v1::Slot::KIND_GPU;
@@ -355,7 +357,7 @@ void JobPlacer::UpdateUsage(absl::Time mono) {
 
 absl::flat_hash_map<std::string, std::array<int, 2>> JobPlacer::SlotsHeldByQueue() const {
   absl::flat_hash_map<std::string, std::array<int, 2>> held;
-  book_->ForEachLiveRank([&](const v1::RankAssignment& r) {
+  book_->ForEachLiveRank([&](const v1::RankAssignment& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     const int k = r.slot().kind() == v1::Slot::KIND_GPU ? 0 : 1;
     ++held[QueueName(book_->At(r.job_id()).job.spec())][k];
   });

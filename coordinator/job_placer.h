@@ -36,6 +36,7 @@
 #include "common/clock.h"
 #include "coordinator/attempt_starter.h"
 #include "coordinator/job_book.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/scheduler/scheduler.h"
 #include "coordinator/worker_registry.h"
 
@@ -74,50 +75,60 @@ class JobPlacer {
   // Where the queues come from (QueueRegistry::Specs); unset = no queues.
   void SetQueueSource(QueueSource source) { queue_source_ = std::move(source); }
   // Decayed usage per queue name, as of the last pass or tick.
-  const absl::flat_hash_map<std::string, DecayedUsage>& usage() const { return usage_; }
+  const absl::flat_hash_map<std::string, DecayedUsage>& usage() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return usage_;
+  }
 
   // One scheduling pass: places what can start and launches the attempts.
-  void Schedule();
+  void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Asks for a pass (see SetDeferral).
-  void RequestSchedule();
+  void RequestSchedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // With a deferral, the passes that submissions, ends and registrations
   // ask for are coalesced into one posted pass (a flood of submissions costs
   // one pass per loop turn, not one each); without one (tests) they run at once.
   void SetDeferral(std::function<void(std::function<void()>)> post) { post_ = std::move(post); }
   // On the tick: another pass when a placement's write failed or an elastic
   // job's wait for a replacement ran out.
-  void OnTick(absl::Time now);
+  void OnTick(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Where `job` would be placed now (DryRun): its PendingJob under the id
   // "dry-run", scheduled against the current free slots.
-  absl::StatusOr<scheduler::ScheduleResult> Plan(const v1::Job& job) const;
+  absl::StatusOr<scheduler::ScheduleResult> Plan(const v1::Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // After checkpoint `r` of a running elastic job below world_size: when
   // slots are free (and no pending job of its priority or higher waits),
   // stops the attempt so that the job restarts larger from `r`.
-  void MaybeGrow(JobEntry& entry, const v1::CheckpointRecord& r);
+  void MaybeGrow(JobEntry& entry, const v1::CheckpointRecord& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
   // Alive workers with their free slots, as the scheduler sees them.
-  std::vector<scheduler::WorkerSlots> WorkerView() const;
+  std::vector<scheduler::WorkerSlots> WorkerView() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Ids of the alive workers started with --allow-commands.
-  absl::flat_hash_set<std::string> AllowingCommands() const;
-  scheduler::PendingJob ToPending(const JobEntry& e, absl::Time now) const;
+  absl::flat_hash_set<std::string> AllowingCommands() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  scheduler::PendingJob ToPending(const JobEntry& e, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The queues with their usage and the jobs holding slots; empty without
   // queues. `stopping_jobs` gets the pending jobs whose earlier attempt's
   // ranks still hold slots (they wait until those have stopped).
-  scheduler::QueueInput Queues(absl::flat_hash_set<std::string>* stopping_jobs) const;
+  scheduler::QueueInput Queues(absl::flat_hash_set<std::string>* stopping_jobs) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Ages the usage to `mono` and adds what the jobs held since the last call.
   // Without queues it only keeps the time (nothing to share).
-  void UpdateUsage(absl::Time mono);
+  void UpdateUsage(absl::Time mono) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The slots live ranks hold, per queue name: [0] GPU, [1] CPU.
-  absl::flat_hash_map<std::string, std::array<int, 2>> SlotsHeldByQueue() const;
+  absl::flat_hash_map<std::string, std::array<int, 2>> SlotsHeldByQueue() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Makes placement `p` the job's new attempt and launches it.
-  void Place(JobEntry& e, scheduler::Placement& p, absl::Time now);
+  void Place(JobEntry& e, scheduler::Placement& p, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Stops running job `victim` so that pending job `for_job` gets its slots
   // or its queue's quota.
-  void Preempt(const std::string& victim, const std::string& for_job);
+  void Preempt(const std::string& victim, const std::string& for_job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // With queues: whether `e`'s queue has quota left for another slot of the
   // kind its current attempt runs on (an elastic job grows only then).
-  bool QueueHasRoom(const JobEntry& e, bool gpu) const;
+  bool QueueHasRoom(const JobEntry& e, bool gpu) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   JobBook* book_;
   WorkerRegistry* registry_;
@@ -125,13 +136,13 @@ class JobPlacer {
   const Clock* clock_;
   PlacerOptions options_;
   QueueSource queue_source_;
-  absl::flat_hash_map<std::string, DecayedUsage> usage_;
+  absl::flat_hash_map<std::string, DecayedUsage> usage_ ABSL_GUARDED_BY(kLoop);
   // When usage_ was last aged (monotonic); InfinitePast = never.
-  absl::Time usage_mono_ = absl::InfinitePast();
+  absl::Time usage_mono_ ABSL_GUARDED_BY(kLoop) = absl::InfinitePast();
   std::function<void(std::function<void()>)> post_;
-  bool schedule_requested_ = false;
+  bool schedule_requested_ ABSL_GUARDED_BY(kLoop) = false;
   // A placement's write failed in the last pass; the tick asks for another.
-  bool schedule_retry_ = false;
+  bool schedule_retry_ ABSL_GUARDED_BY(kLoop) = false;
 };
 
 }  // namespace trainctl::coordinator

@@ -28,7 +28,8 @@ absl::Status ValidateListRequest(const v1::ListJobsRequest& req, int64_t* before
   return absl::OkStatus();
 }
 
-void AddPlanned(const scheduler::Placement& p, const WorkerRegistry& registry, v1::SubmitJobResponse& resp) {
+void AddPlanned(const scheduler::Placement& p, const WorkerRegistry& registry,
+                v1::SubmitJobResponse& resp) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
   for (const scheduler::RankAssignment& r : p.ranks) {
     v1::RankAssignment* a = resp.add_planned();
     a->set_rank(r.rank);

@@ -14,6 +14,7 @@
 #include "coordinator/job_book.h"
 #include "coordinator/job_health.h"
 #include "coordinator/job_placer.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/usage_report.h"
 #include "coordinator/worker_registry.h"
 #include "trainctl/v1/job_service.pb.h"
@@ -67,20 +68,23 @@ class JobQueries {
       : book_(book), registry_(registry), placer_(placer), health_(health), clock_(clock) {}
 
   // The job with its pending reason as state_reason while it waits.
-  absl::StatusOr<v1::Job> Get(const std::string& job_id) const;
-  absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const;
+  absl::StatusOr<v1::Job> Get(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Validates `spec` and shows where the job would run now; stores nothing.
-  absl::StatusOr<v1::SubmitJobResponse> DryRun(const v1::JobSpec& spec) const;
+  absl::StatusOr<v1::SubmitJobResponse> DryRun(const v1::JobSpec& spec) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // A snapshot for /metrics (O(jobs + attempts)).
-  JobGauges Gauges() const;
+  JobGauges Gauges() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Per queue (a job naming none counts as "default"), the live jobs' use:
   // O(jobs + ranks of current attempts). Queues without a live job are
   // absent.
-  std::map<std::string, QueueUsage> QueueUsages() const;
+  std::map<std::string, QueueUsage> QueueUsages() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Accounting: SumUsage over every job the coordinator knows, up to now
   // (`filter.until` is ignored). InvalidArgument naming `since` when it is
   // after now. O(jobs + attempts).
-  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter) const;
+  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
   const JobBook* book_;

@@ -128,7 +128,8 @@ class QueuedWriter : public grpc::ServerWriteReactor<T> {
 // finishes it at once, dropping what is queued. Returns the id to Remove
 // (0 when untracked). Loop only.
 template <typename Reactor>
-LiveCalls::Id TrackCall(const ServiceContext& ctx, const Principal& who, Reactor* reactor) {
+LiveCalls::Id TrackCall(const ServiceContext& ctx, const Principal& who, Reactor* reactor)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
   if (ctx.live == nullptr) return 0;
   return ctx.live->Add(who, [reactor](const absl::Status& why) { reactor->FinishNow(ToGrpcStatus(why)); });
 }
@@ -138,22 +139,25 @@ class WatchReactor final : public QueuedWriter<v1::JobUpdate>, public JobSubscri
   WatchReactor(ServiceContext ctx, std::string job_id)
       : QueuedWriter(ctx.max_queued_updates), ctx_(ctx), job_id_(std::move(job_id)) {}
 
-  void Offer(const v1::JobUpdate& u) override {
+  void Offer(const v1::JobUpdate& u) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override {
     ctx_.loop->CheckInLoop("a JobService stream");
     v1::JobUpdate copy = u;
     Push(std::move(copy));
   }
-  void JobEnded() override {
+  void JobEnded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override {
     subscribed_ = false;
     FinishAfterQueue(grpc::Status::OK);
   }
-  void set_subscribed() { subscribed_ = true; }
+  void set_subscribed() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { subscribed_ = true; }
   // Ends the stream when `who`'s token lapses (loop).
-  void Track(const Principal& who) { live_ = TrackCall(ctx_, who, this); }
+  void Track(const Principal& who) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    live_ = TrackCall(ctx_, who, this);
+  }
 
   void OnDone() override {
     // Unsubscribe on the loop (where Offer is called), then free.
     ctx_.loop->Post([this] {
+      AssertOnLoop(ctx_.loop, "a JobService stream");
       if (subscribed_) ctx_.hub->Unsubscribe(job_id_, this);
       if (live_ != 0) ctx_.live->Remove(live_);
       delete this;
@@ -168,8 +172,8 @@ class WatchReactor final : public QueuedWriter<v1::JobUpdate>, public JobSubscri
  private:
   ServiceContext ctx_;
   std::string job_id_;
-  bool subscribed_ = false;  // Loop only.
-  LiveCalls::Id live_ = 0;   // Loop only; 0: untracked.
+  bool subscribed_ ABSL_GUARDED_BY(kLoop) = false;  // Loop only.
+  LiveCalls::Id live_ ABSL_GUARDED_BY(kLoop) = 0;   // Loop only; 0: untracked.
 };
 
 class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscriber {
@@ -177,7 +181,7 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
   LogsReactor(ServiceContext ctx, v1::GetLogsRequest req)
       : QueuedWriter(ctx.max_queued_updates), ctx_(ctx), req_(std::move(req)) {}
 
-  void Offer(const v1::LogChunk& c) override {
+  void Offer(const v1::LogChunk& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override {
     ctx_.loop->CheckInLoop("a JobService stream");
     // Following the latest attempt (attempt 0 asked): move on to a restart's
     // new attempt; lines of older attempts that arrive late stay out.
@@ -186,18 +190,21 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
     if (req_.has_rank() && c.rank() != req_.rank()) return;
     Push(c);
   }
-  void JobEnded() override {
+  void JobEnded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override {
     subscribed_ = false;
     FinishAfterQueue(grpc::Status::OK);
   }
-  void Start(int32_t attempt, bool subscribe) {
+  void Start(int32_t attempt, bool subscribe) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     attempt_ = attempt;
     subscribed_ = subscribe;
   }
   // Ends the stream when `who`'s token lapses (loop).
-  void Track(const Principal& who) { live_ = TrackCall(ctx_, who, this); }
+  void Track(const Principal& who) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    live_ = TrackCall(ctx_, who, this);
+  }
   void OnDone() override {
     ctx_.loop->Post([this] {
+      AssertOnLoop(ctx_.loop, "a JobService stream");
       if (subscribed_) ctx_.hub->UnsubscribeLogs(req_.job_id(), this);
       if (live_ != 0) ctx_.live->Remove(live_);
       delete this;
@@ -207,9 +214,9 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
  private:
   ServiceContext ctx_;
   v1::GetLogsRequest req_;
-  int32_t attempt_ = 0;
-  bool subscribed_ = false;
-  LiveCalls::Id live_ = 0;  // Loop only; 0: untracked.
+  int32_t attempt_ ABSL_GUARDED_BY(kLoop) = 0;
+  bool subscribed_ ABSL_GUARDED_BY(kLoop) = false;
+  LiveCalls::Id live_ ABSL_GUARDED_BY(kLoop) = 0;  // Loop only; 0: untracked.
 };
 
 // A server stream about one job (WatchJob, GetLogs): authenticates `call`
@@ -224,8 +231,9 @@ Reactor* OpenJobStream(const ServiceContext& c, grpc::CallbackServerContext* ctx
     reactor->FinishAfterQueue(ToGrpcStatus(who.status()));
     return reactor;
   }
-  c.loop->Post([jobs = c.jobs, reactor, who = *std::move(who), job_id = std::move(job_id),
-                start = std::move(start)] {
+  c.loop->Post([loop = c.loop, jobs = c.jobs, reactor, who = *std::move(who),
+                job_id = std::move(job_id), start = std::move(start)] {
+    AssertOnLoop(loop, "a JobService stream");
     // Tracked before anything is sent: a stream of a token revoked from
     // here on ends (OnDone untracks it, on the loop, after this closure).
     reactor->Track(who);
@@ -282,55 +290,69 @@ absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(JobManager& jobs, StateSto
 grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext* ctx,
                                                     const v1::SubmitJobRequest* req,
                                                     v1::SubmitJobResponse* resp) {
-  return UnaryOnLoop(ctx_, ctx, "SubmitJob", [this, req, resp](const Principal& who) -> absl::Status {
-    // Resuming from a job is acting on it: a submitter resumes its own.
-    if (!req->spec().resume_from().job().empty()) {
-      absl::StatusOr<v1::Job> source = ctx_.jobs->Get(req->spec().resume_from().job());
-      if (source.ok()) TRAINCTL_RETURN_IF_ERROR(MayActOnJob(who, "SubmitJob (resume_from)", *source));
-    }
-    // The job's queue and default priority (docs/queues.md); a dry run is
-    // refused what a submit would be.
-    v1::JobSpec spec = req->spec();
-    if (ctx_.queues != nullptr) TRAINCTL_RETURN_IF_ERROR(ResolveQueue(spec, who.role, who.queues, *ctx_.queues));
-    if (req->dry_run()) return MoveInto(ctx_.jobs->DryRun(spec), resp);
-    return MoveInto(ctx_.jobs->Submit(spec, who.name, who.token_id, req->request_id()), resp->mutable_job());
-  });
+  return UnaryOnLoop(
+      ctx_, ctx, "SubmitJob",
+      [this, req, resp](const Principal& who) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
+        // Resuming from a job is acting on it: a submitter resumes its own.
+        if (!req->spec().resume_from().job().empty()) {
+          absl::StatusOr<v1::Job> source = ctx_.jobs->Get(req->spec().resume_from().job());
+          if (source.ok())
+            TRAINCTL_RETURN_IF_ERROR(MayActOnJob(who, "SubmitJob (resume_from)", *source));
+        }
+        // The job's queue and default priority (docs/queues.md); a dry run is
+        // refused what a submit would be.
+        v1::JobSpec spec = req->spec();
+        if (ctx_.queues != nullptr)
+          TRAINCTL_RETURN_IF_ERROR(ResolveQueue(spec, who.role, who.queues, *ctx_.queues));
+        if (req->dry_run()) return MoveInto(ctx_.jobs->DryRun(spec), resp);
+        return MoveInto(ctx_.jobs->Submit(spec, who.name, who.token_id, req->request_id()),
+                        resp->mutable_job());
+      });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ctx,
                                                  const v1::GetJobRequest* req, v1::Job* resp) {
   return UnaryOnLoop(ctx_, ctx, "GetJob",
-                     [this, req, resp](const Principal&) { return MoveInto(ctx_.jobs->Get(req->job_id()), resp); });
+                     [this, req, resp](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+                       return MoveInto(ctx_.jobs->Get(req->job_id()), resp);
+                     });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* ctx,
                                                    const v1::ListJobsRequest* req,
                                                    v1::ListJobsResponse* resp) {
   return UnaryOnLoop(ctx_, ctx, "ListJobs",
-                     [this, req, resp](const Principal&) { return MoveInto(ctx_.jobs->List(*req), resp); });
+                     [this, req, resp](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+                       return MoveInto(ctx_.jobs->List(*req), resp);
+                     });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* ctx,
                                                     const v1::CancelJobRequest* req, v1::Job* resp) {
-  return UnaryOnLoop(ctx_, ctx, "CancelJob", [this, req, resp](const Principal& who) -> absl::Status {
-    absl::StatusOr<v1::Job> current = ctx_.jobs->Get(req->job_id());
-    if (current.ok()) TRAINCTL_RETURN_IF_ERROR(MayActOnJob(who, "CancelJob", *current));
-    return MoveInto(ctx_.jobs->Cancel(req->job_id(), req->reason()), resp);
-  });
+  return UnaryOnLoop(ctx_, ctx, "CancelJob",
+                     [this, req, resp](const Principal& who)
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
+                           absl::StatusOr<v1::Job> current = ctx_.jobs->Get(req->job_id());
+                           if (current.ok())
+                             TRAINCTL_RETURN_IF_ERROR(MayActOnJob(who, "CancelJob", *current));
+                           return MoveInto(ctx_.jobs->Cancel(req->job_id(), req->reason()), resp);
+                         });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetMetrics(grpc::CallbackServerContext* ctx,
                                                      const v1::GetMetricsRequest* req,
                                                      v1::GetMetricsResponse* resp) {
-  return UnaryOnLoop(ctx_, ctx, "GetMetrics", [this, req, resp](const Principal&) {
-    return MoveInto(GetMetricsPage(*ctx_.jobs, *ctx_.store, *req), resp);
-  });
+  return UnaryOnLoop(ctx_, ctx, "GetMetrics",
+                     [this, req, resp](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+                       return MoveInto(GetMetricsPage(*ctx_.jobs, *ctx_.store, *req), resp);
+                     });
 }
 
 grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::CallbackServerContext* ctx,
                                                                   const v1::WatchJobRequest* req) {
   auto* reactor = new WatchReactor(ctx_, req->job_id());
-  auto start = [this, reactor, request = *req](const v1::Job& job) {
+  auto start = [this, reactor,
+                request = *req](const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     // History and subscription in one loop turn: no gap, no duplicate.
     if (request.include_history()) {
       absl::StatusOr<std::vector<v1::Event>> events =
@@ -385,7 +407,8 @@ absl::Status LogsRequestError(const v1::GetLogsRequest& req, const v1::Job& job)
 grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetLogs(grpc::CallbackServerContext* ctx,
                                                                 const v1::GetLogsRequest* req) {
   auto* reactor = new LogsReactor(ctx_, *req);
-  auto start = [this, reactor, request = *req](const v1::Job& job) {
+  auto start = [this, reactor,
+                request = *req](const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     absl::Status bad = LogsRequestError(request, job);
     if (!bad.ok()) {
       reactor->FinishAfterQueue(ToGrpcStatus(bad));
@@ -404,7 +427,8 @@ grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetLogs(grpc::CallbackSe
         chunk.Clear();
       };
       for (v1::LogLine& l : *lines) {
-        if (chunk.lines_size() > 0 && (chunk.rank() != l.rank() || chunk.lines_size() >= 500)) flush();
+        if (chunk.lines_size() > 0 && (chunk.rank() != l.rank() || chunk.lines_size() >= 500))
+          flush();
         chunk.set_job_id(request.job_id());
         chunk.set_attempt(attempt);
         chunk.set_rank(l.rank());

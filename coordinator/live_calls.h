@@ -19,6 +19,7 @@
 
 #include "absl/status/status.h"
 #include "common/event_loop.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/token_authority.h"
 
 namespace trainctl::coordinator {
@@ -31,18 +32,18 @@ class LiveCalls {
 
   explicit LiveCalls(const TokenAuthority* auth) : auth_(auth) {}
 
-  // The loop every call must come from; checked (assert) in debug builds.
+  // The loop every call must come from; checked at run time, in every build.
   void BindToLoop(const EventLoop* loop) { loop_ = loop; }
 
   // Tracks a call of `who`; `end` runs at most once, from Sweep, when the
   // token lapses (the call is forgotten then). Ids are never 0.
-  Id Add(Principal who, End end);
+  Id Add(Principal who, End end) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Forgets a call (it finished); unknown ids (already ended) are ignored.
-  void Remove(Id id);
+  void Remove(Id id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Ends every call whose token no longer holds; returns how many.
-  int Sweep();
+  int Sweep() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
-  size_t size() const { return calls_.size(); }
+  size_t size() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return calls_.size(); }
 
  private:
   struct Call {
@@ -53,8 +54,8 @@ class LiveCalls {
 
   const TokenAuthority* const auth_;
   const EventLoop* loop_ = nullptr;
-  Id next_ = 1;
-  std::map<Id, Call> calls_;
+  Id next_ ABSL_GUARDED_BY(kLoop) = 1;
+  std::map<Id, Call> calls_ ABSL_GUARDED_BY(kLoop);
 };
 
 }  // namespace trainctl::coordinator

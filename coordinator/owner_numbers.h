@@ -15,6 +15,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/statusor.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/store/state_store.h"
 
 namespace trainctl::coordinator {
@@ -26,15 +27,15 @@ class OwnerNumbers {
   // `owner`'s number; an owner without one gets the next and it is stored
   // first. Unavailable (or the store's error) when it cannot be stored:
   // then nothing is given.
-  absl::StatusOr<int64_t> Get(const std::string& owner);
+  absl::StatusOr<int64_t> Get(const std::string& owner) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
-  absl::Status LoadOnce();
+  absl::Status LoadOnce() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   StateStore* store_;
-  bool loaded_ = false;
-  int64_t highest_ = 0;
-  absl::flat_hash_map<std::string, int64_t> numbers_;
+  bool loaded_ ABSL_GUARDED_BY(kLoop) = false;
+  int64_t highest_ ABSL_GUARDED_BY(kLoop) = 0;
+  absl::flat_hash_map<std::string, int64_t> numbers_ ABSL_GUARDED_BY(kLoop);
 };
 
 }  // namespace trainctl::coordinator

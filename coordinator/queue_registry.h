@@ -27,6 +27,7 @@
 #include "absl/types/span.h"
 #include "common/clock.h"
 #include "common/event_loop.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/scheduler/scheduler.h"
 #include "coordinator/store/state_store.h"
 #include "trainctl/v1/auth.pb.h"
@@ -61,31 +62,33 @@ class QueueRegistry {
  public:
   QueueRegistry(StateStore* store, const Clock* clock) : store_(store), clock_(clock) {}
 
-  // Every call must then come from `loop` (asserted in debug builds).
+  // Every call must then come from `loop` (checked at run time, in every build).
   void BindToLoop(const EventLoop* loop) { loop_ = loop; }
 
   // Replaces memory with the store's queues (at start, before serving).
-  absl::Status Load();
+  absl::Status Load() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // True when no queue is defined (the cluster schedules as before queues).
-  bool empty() const { return queues_.empty(); }
+  bool empty() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return queues_.empty(); }
   // The queue named `name`, or nullptr. Valid until the next change.
-  const v1::Queue* Find(absl::string_view name) const;
+  const v1::Queue* Find(absl::string_view name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Every queue, ascending by name.
-  std::vector<v1::Queue> List() const;
+  std::vector<v1::Queue> List() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The scheduler's input, ascending by name; empty when none is defined.
-  std::vector<scheduler::QueueSpec> Specs() const;
+  std::vector<scheduler::QueueSpec> Specs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Names, ascending, joined with ", " (for messages); "none" when empty.
-  std::string NameList() const;
+  std::string NameList() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // Validates, stamps create_time (now, or the replaced queue's) and
   // stores. AlreadyExists for a known name unless `update` (which creates
   // or replaces). Unset nominals are stored unset (unlimited).
-  absl::StatusOr<v1::Queue> Create(v1::Queue queue, bool update);
+  absl::StatusOr<v1::Queue> Create(v1::Queue queue, bool update)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Removes a queue. `pending_jobs`/`running_jobs`: the queue's live jobs
   // now (the caller counts them in the JobBook): FailedPrecondition naming
   // how many when any. NotFound for an unknown name.
-  absl::Status Delete(const std::string& name, int pending_jobs, int running_jobs);
+  absl::Status Delete(const std::string& name, int pending_jobs, int running_jobs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
   void CheckLoop() const {
@@ -96,7 +99,7 @@ class QueueRegistry {
   const Clock* clock_;
   const EventLoop* loop_ = nullptr;
   // By name; mirrors the store's queues table.
-  absl::btree_map<std::string, v1::Queue> queues_;
+  absl::btree_map<std::string, v1::Queue> queues_ ABSL_GUARDED_BY(kLoop);
 };
 
 // The submit-time rule. Puts `spec` in a queue and fills its priority:
@@ -117,7 +120,8 @@ class QueueRegistry {
 //    the queue and the limit.
 // `role`/`token_queues`: the submitting token's (Principal::role, ::queues;
 // the bootstrap admin secret has no queues).
-absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role, absl::Span<const std::string> token_queues,
-                          const QueueRegistry& queues);
+absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role,
+                          absl::Span<const std::string> token_queues, const QueueRegistry& queues)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
 }  // namespace trainctl::coordinator

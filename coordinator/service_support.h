@@ -57,7 +57,9 @@ absl::Status MoveInto(absl::StatusOr<T> result, Response* resp) {
 // One unary call: authenticates `call` (method_roles.h) here, on the gRPC thread
 // (a refused call is finished at once and does no work), then runs
 // `answer(const Principal& who) -> absl::Status` on the loop and finishes
-// the call with the status it returns.
+// the call with the status it returns. `answer` is a lambda declared
+// ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) (coordinator/on_loop.h): it runs on
+// the loop, and the analysis checks what it calls.
 template <typename Answer>
 grpc::ServerUnaryReactor* UnaryOnLoop(const ServiceContext& c, grpc::CallbackServerContext* ctx,
                                       absl::string_view call, Answer answer) {
@@ -67,7 +69,8 @@ grpc::ServerUnaryReactor* UnaryOnLoop(const ServiceContext& c, grpc::CallbackSer
     reactor->Finish(ToGrpcStatus(who.status()));
     return reactor;
   }
-  c.loop->Post([reactor, answer = std::move(answer), who = *std::move(who)] {
+  c.loop->Post([loop = c.loop, reactor, answer = std::move(answer), who = *std::move(who)] {
+    AssertOnLoop(loop, "a unary call's answer");
     reactor->Finish(ToGrpcStatus(answer(who)));
   });
   return reactor;

@@ -29,9 +29,10 @@
 #include "coordinator/job_manager.h"
 #include "coordinator/live_calls.h"
 #include "coordinator/metrics_hub.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/queue_registry.h"
-#include "coordinator/store/state_store.h"
 #include "coordinator/sign_in_codes.h"
+#include "coordinator/store/state_store.h"
 #include "coordinator/telemetry_ledger.h"
 #include "coordinator/token_authority.h"
 #include "coordinator/worker_enroller.h"
@@ -169,7 +170,8 @@ grpc::Status ToGrpcStatus(const absl::Status& s);
 // ends its session with `why`, marks it LOST (persisted) and hands its ranks
 // to the job manager to reschedule, as a lost lease would. No-op for a
 // worker that is not ALIVE. Loop only.
-void ExpelWorker(const ServiceContext& ctx, const std::string& worker_id, const absl::Status& why);
+void ExpelWorker(const ServiceContext& ctx, const std::string& worker_id, const absl::Status& why)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
 // Why a GetLogs request cannot be answered for `job` (InvalidArgument naming
 // the field: tail_lines, an attempt out of range, a rank outside the world).
@@ -179,6 +181,7 @@ absl::Status LogsRequestError(const v1::GetLogsRequest& req, const v1::Job& job)
 inline constexpr int64_t kMaxMetricPageBytes = 1 << 20;
 // One GetMetrics page (on the loop): validates the request, reads the store.
 absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(JobManager& jobs, StateStore& store,
-                                                      const v1::GetMetricsRequest& req);
+                                                      const v1::GetMetricsRequest& req)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
 }  // namespace trainctl::coordinator

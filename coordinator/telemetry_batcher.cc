@@ -16,7 +16,8 @@ void TelemetryBatcher::Drain() {
   std::vector<TelemetryLedger::Item> items;
   items.reserve(queued.size());
   for (const Queued& q : queued) {
-    items.push_back({q.worker_id, q.msg.seq(), [this, &q]() -> absl::Status {
+    items.push_back({q.worker_id, q.msg.seq(),
+                     [this, &q]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
                        absl::Status s = q.msg.has_metrics()
                                             ? ctx_.jobs->OnMetrics(q.worker_id, q.msg.metrics())
                                             : ctx_.jobs->OnLogs(q.worker_id, q.msg.logs());

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "absl/status/status.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/services.h"
 
 namespace trainctl::coordinator {
@@ -19,11 +20,12 @@ class TelemetrySession {
  public:
   virtual ~TelemetrySession() = default;
   // Committed: acknowledge the worker's applied seq.
-  virtual void TelemetryApplied() = 0;
+  virtual void TelemetryApplied() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) = 0;
   // Not applied (a store failure): `msgs` are the session's messages of the
   // failed batch, in the order it sent them; the session holds them and
   // retries (see SessionReactor), the worker keeps them unacknowledged.
-  virtual void TelemetryNotApplied(std::vector<v1::WorkerMessage> msgs, const absl::Status& why) = 0;
+  virtual void TelemetryNotApplied(std::vector<v1::WorkerMessage> msgs, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) = 0;
 };
 
 // Group commit of sequenced metric and log messages. Applying each in its
@@ -41,15 +43,19 @@ class TelemetryBatcher {
  public:
   explicit TelemetryBatcher(ServiceContext ctx) : ctx_(ctx) {}
 
-  void Queue(TelemetrySession* session, const std::string& worker_id, v1::WorkerMessage msg) {
+  void Queue(TelemetrySession* session, const std::string& worker_id, v1::WorkerMessage msg)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     ctx_.loop->CheckInLoop("TelemetryBatcher");
     queue_.push_back({session, worker_id, std::move(msg)});
     if (!drain_posted_) {
       drain_posted_ = true;
-      ctx_.loop->Post([this] { Drain(); });
+      ctx_.loop->Post([this] {
+        AssertOnLoop(ctx_.loop, "TelemetryBatcher");
+        Drain();
+      });
     }
   }
-  void Drain();
+  void Drain() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
   struct Queued {
@@ -58,8 +64,8 @@ class TelemetryBatcher {
     v1::WorkerMessage msg;
   };
   ServiceContext ctx_;
-  std::vector<Queued> queue_;
-  bool drain_posted_ = false;
+  std::vector<Queued> queue_ ABSL_GUARDED_BY(kLoop);
+  bool drain_posted_ ABSL_GUARDED_BY(kLoop) = false;
 };
 
 }  // namespace trainctl::coordinator

@@ -16,6 +16,7 @@
 #include "common/clock.h"
 #include "coordinator/job_book.h"
 #include "coordinator/metrics_hub.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/rank_watch.h"
 #include "coordinator/store/state_store.h"
 #include "trainctl/v1/worker_service.pb.h"
@@ -37,15 +38,19 @@ class TelemetryIngest {
                   RankWatchOptions rank_watch)
       : book_(book), store_(store), hub_(hub), clock_(clock), rank_watch_(rank_watch) {}
 
-  absl::Status OnProgress(const std::string& worker_id, const v1::RankProgress& progress);
+  absl::Status OnProgress(const std::string& worker_id, const v1::RankProgress& progress)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Stores the batch, updates progress, publishes it.
-  absl::Status OnMetrics(const std::string& worker_id, const v1::MetricBatch& batch);
-  absl::Status OnLogs(const std::string& worker_id, const v1::LogChunk& chunk);
+  absl::Status OnMetrics(const std::string& worker_id, const v1::MetricBatch& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status OnLogs(const std::string& worker_id, const v1::LogChunk& chunk)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
   // Folds each point into the ranks' last step, the job's metric summary and
   // last eval; returns the events they make (epoch ends).
-  std::vector<JobEvent> ApplyPoints(JobEntry& e, v1::Attempt& a, const v1::MetricBatch& batch);
+  std::vector<JobEvent> ApplyPoints(JobEntry& e, v1::Attempt& a, const v1::MetricBatch& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   JobBook* book_;
   StateStore* store_;

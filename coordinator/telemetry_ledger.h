@@ -32,6 +32,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/store/state_store.h"
 
 namespace trainctl::coordinator {
@@ -41,11 +42,11 @@ class TelemetryLedger {
   explicit TelemetryLedger(StateStore* store) : store_(store) {}
 
   // Loads the highest applied seq per worker (after StateStore::LoadAll).
-  void Recover(const StoreSnapshot& snapshot);
+  void Recover(const StoreSnapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // The highest seq of `worker_id` applied (0 when none): what a
   // TelemetryAck or RegisterAck carries.
-  int64_t Applied(const std::string& worker_id) const;
+  int64_t Applied(const std::string& worker_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   enum class Outcome {
     // The handler ran and the group committed; `status` is the handler's
@@ -64,14 +65,16 @@ class TelemetryLedger {
 
   // Runs `apply` (the manager's handler for the message) at most once for
   // (`worker_id`, `seq`), seq > 0: Begin, apply, Finish.
-  Result Apply(const std::string& worker_id, int64_t seq, const std::function<absl::Status()>& apply);
+  Result Apply(const std::string& worker_id, int64_t seq,
+               const std::function<absl::Status()>& apply) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // The same in two steps, for a caller that dispatches itself. Begin:
   // kDuplicate (do not handle), kRetry (the group could not start), or
   // kApplied meaning "handle it now, then call Finish" with the handler's
   // status. Exactly one Finish follows a Begin that returned kApplied.
-  Result Begin(const std::string& worker_id, int64_t seq);
-  Result Finish(const std::string& worker_id, int64_t seq, absl::Status handled);
+  Result Begin(const std::string& worker_id, int64_t seq) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  Result Finish(const std::string& worker_id, int64_t seq, absl::Status handled)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // Group commit: many workers' messages in one store group, one commit.
   // Items run in order; one at or below its worker's applied seq (or below
@@ -86,13 +89,13 @@ class TelemetryLedger {
     int64_t seq = 0;
     std::function<absl::Status()> apply;
   };
-  Result ApplyBatch(const std::vector<Item>& items);
+  Result ApplyBatch(const std::vector<Item>& items) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
   StateStore* store_;
   // Highest applied seq per worker id (memory; durable for every group that
   // wrote to the store, see StateStore::CommitGroup).
-  absl::flat_hash_map<std::string, int64_t> applied_;
+  absl::flat_hash_map<std::string, int64_t> applied_ ABSL_GUARDED_BY(kLoop);
 };
 
 }  // namespace trainctl::coordinator

@@ -21,6 +21,7 @@
 #include "absl/time/time.h"
 #include "common/auth/pki.h"
 #include "common/clock.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/token_authority.h"
 #include "coordinator/worker_registry.h"
 #include "trainctl/v1/auth.pb.h"
@@ -40,7 +41,8 @@ class WorkerEnroller {
   // `who`: the authenticated caller (must hold a join token: checked here
   // too). InvalidArgument naming the field; AlreadyExists for a known id;
   // Unauthenticated when the token was used meanwhile.
-  absl::StatusOr<v1::JoinResponse> Join(const Principal& who, const v1::JoinRequest& req);
+  absl::StatusOr<v1::JoinResponse> Join(const Principal& who, const v1::JoinRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // Renewal: a worker presenting its own certificate (mTLS, verified by the
   // handshake; the caller checked that it is not revoked) gets a new one for
@@ -48,8 +50,10 @@ class WorkerEnroller {
   // certificate's host names and addresses, which the admin authorised
   // when it joined) and a full validity from now. `req.worker_id` must be
   // empty or the certificate's id; no token is used.
-  absl::StatusOr<v1::JoinResponse> Renew(const std::string& worker_id, const std::vector<std::string>& sans,
-                                         const v1::JoinRequest& req);
+  absl::StatusOr<v1::JoinResponse> Renew(const std::string& worker_id,
+                                         const std::vector<std::string>& sans,
+                                         const v1::JoinRequest& req)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
   // A client certificate for `id` naming `sans` and the worker URI, or

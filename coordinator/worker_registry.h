@@ -24,6 +24,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/event_loop.h"
+#include "coordinator/on_loop.h"
 #include "coordinator/store/state_store.h"
 #include "trainctl/v1/worker_service.pb.h"
 
@@ -42,7 +43,7 @@ class WorkerChannel {
   // the loop: the worker spoke, the loop is behind (a slow commit). Its
   // lease does not run out meanwhile (ExpireLeases): a lease measures the
   // worker's silence, not the coordinator's.
-  virtual bool Unhandled() const { return false; }
+  virtual bool Unhandled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return false; }
 };
 
 struct RegistryOptions {
@@ -70,63 +71,69 @@ class WorkerRegistry {
   // The clock its leases run on (sessions time their own retries by it).
   const Clock* clock() const { return clock_; }
 
-  // The loop every call must come from; checked (assert) in debug builds.
+  // The loop every call must come from; checked at run time, in every build.
   // Unbound (tests that drive the registry from one thread): not checked.
   void BindToLoop(const EventLoop* loop) { loop_ = loop; }
 
   // Loads workers from the store at start. Every ALIVE one gets
   // max(lease_timeout, recovery_grace) from now to reconnect in.
-  void Recover(const std::vector<v1::Worker>& workers);
+  void Recover(const std::vector<v1::Worker>& workers) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // A session's Register message. Returns the worker's id (assigned when the
   // message had none). ALREADY_EXISTS when another live session holds the id;
   // INVALID_ARGUMENT for a malformed message (field named).
-  absl::StatusOr<std::string> Register(const v1::Register& msg, WorkerChannel* channel);
+  absl::StatusOr<std::string> Register(const v1::Register& msg, WorkerChannel* channel)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // A heartbeat from the session `channel` of worker `id`: renews the lease.
   // FAILED_PRECONDITION when that session no longer owns the id.
-  absl::Status Heartbeat(const std::string& id, const WorkerChannel* channel);
+  absl::Status Heartbeat(const std::string& id, const WorkerChannel* channel)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // The session ended (stream broken or closed). The worker stays ALIVE for
   // min(its lease, disconnect_grace) more, so a quick reconnect loses
   // nothing; with `left` (a Goodbye) it is LEFT at once.
-  void SessionEnded(const std::string& id, const WorkerChannel* channel, bool left);
+  void SessionEnded(const std::string& id, const WorkerChannel* channel, bool left)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // Marks ALIVE worker `id` LOST at once (persisted) and closes its session
   // with `why`: its certificate or token was revoked. True when it was
   // ALIVE (the caller then reschedules its ranks, as for ExpireLeases).
-  bool Expel(const std::string& id, const absl::Status& why);
+  bool Expel(const std::string& id, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // Marks every worker whose lease ran out LOST and returns their ids.
-  std::vector<std::string> ExpireLeases();
+  std::vector<std::string> ExpireLeases() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Why LOST worker `id` was lost, for its ranks' ends ("its worker stopped
   // heartbeating (lease expired)", "its worker's stream broke ...").
-  std::string LossReason(const std::string& id) const;
+  std::string LossReason(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Forgets (in memory and in the store) every LOST or LEFT worker whose last
   // heartbeat is older than gone_ttl and for which `holds_ranks` is false,
   // and returns their ids. Such a worker that comes back simply registers
   // again with its id.
-  std::vector<std::string> ForgetGone(const std::function<bool(const std::string&)>& holds_ranks);
+  std::vector<std::string> ForgetGone(const std::function<bool(const std::string&)>& holds_ranks)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // Sends to a worker's open session. False when it has none.
-  bool Send(const std::string& id, const v1::CoordinatorMessage& msg);
+  bool Send(const std::string& id, const v1::CoordinatorMessage& msg)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // True when worker `id` is ALIVE with an open session. False while its
   // stream is broken (in its disconnect grace), when LOST or LEFT, or unknown.
-  bool Connected(const std::string& id) const;
+  bool Connected(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // True when `channel` is the open session of worker `id`.
-  bool OwnsSession(const std::string& id, const WorkerChannel* channel) const;
+  bool OwnsSession(const std::string& id, const WorkerChannel* channel) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // ALIVE workers (scheduling candidates), by id.
-  std::vector<const v1::Worker*> Alive() const;
-  const v1::Worker* Find(const std::string& id) const;
+  std::vector<const v1::Worker*> Alive() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  const v1::Worker* Find(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // When worker `id` last registered or heartbeat, on the monotonic clock
   // (Clock::Mono); absl::InfiniteFuture() when unknown (not heard since the
   // coordinator started).
-  absl::Time LastHeardMono(const std::string& id) const;
+  absl::Time LastHeardMono(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Every worker (include_gone: also LOST and LEFT ones), by id.
-  std::vector<v1::Worker> List(bool include_gone) const;
+  std::vector<v1::Worker> List(bool include_gone) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   const RegistryOptions& options() const { return options_; }
 
@@ -146,8 +153,8 @@ class WorkerRegistry {
     std::string awaiting;
     std::string lost_reason;
   };
-  absl::Status Persist(const v1::Worker& w);
-  // Asserts (debug builds) that the caller runs on the bound loop.
+  absl::Status Persist(const v1::Worker& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Checks (in every build) that the caller runs on the bound loop.
   void CheckOnLoop() const {
     if (loop_ != nullptr) loop_->CheckInLoop("WorkerRegistry");
     static_cast<void>(loop_);
@@ -156,7 +163,7 @@ class WorkerRegistry {
   StateStore* store_;
   const Clock* clock_;
   RegistryOptions options_;
-  absl::btree_map<std::string, Entry> workers_;
+  absl::btree_map<std::string, Entry> workers_ ABSL_GUARDED_BY(kLoop);
   const EventLoop* loop_ = nullptr;
 };
 

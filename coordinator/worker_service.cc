@@ -53,7 +53,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     // before OnDone's closure (which untracks).
     if (ctx_.live != nullptr) {
       ctx_.loop->Post([this] {
-        live_ = ctx_.live->Add(who_, [this](const absl::Status& why) { Revoked(why); });
+        AssertOnLoop(ctx_.loop, "a worker session");
+        live_ = ctx_.live->Add(who_, [this](const absl::Status& why)
+                                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { Revoked(why); });
       });
     }
     StartRead(&in_);
@@ -71,12 +73,17 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     absl::MutexLock lock(&mu_);
     CloseLocked(ToGrpcStatus(status));
   }
-  bool Unhandled() const override { return read_.load(std::memory_order_relaxed) > handled_; }
+  bool Unhandled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override {
+    return read_.load(std::memory_order_relaxed) > handled_;
+  }
 
   void OnReadDone(bool ok) override {
     if (!ok) {
       // The worker closed its side or the stream broke.
-      ctx_.loop->Post([this] { Ended(/*left=*/false); });
+      ctx_.loop->Post([this] {
+        AssertOnLoop(ctx_.loop, "a worker session");
+        Ended(/*left=*/false);
+      });
       absl::MutexLock lock(&mu_);
       CloseLocked(grpc::Status::OK);
       return;
@@ -84,7 +91,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     v1::WorkerMessage msg = std::move(in_);
     in_.Clear();
     read_.fetch_add(1, std::memory_order_relaxed);
-    ctx_.loop->Post([this, msg = std::move(msg)] { Handle(msg); });
+    ctx_.loop->Post([this, msg = std::move(msg)] {
+      AssertOnLoop(ctx_.loop, "a worker session");
+      Handle(msg);
+    });
     StartRead(&in_);
   }
 
@@ -111,7 +121,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   }
 
   void OnCancel() override {
-    ctx_.loop->Post([this] { Ended(false); });
+    ctx_.loop->Post([this] {
+      AssertOnLoop(ctx_.loop, "a worker session");
+      Ended(false);
+    });
   }
 
   void OnDone() override {
@@ -121,6 +134,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     // released mu_ before this, so the delete below follows it (ThreadSanitizer).
     { absl::MutexLock lock(&mu_); }
     ctx_.loop->Post([this] {
+      AssertOnLoop(ctx_.loop, "a worker session");
       if (live_ != 0) ctx_.live->Remove(live_);
       Ended(false);
       // Nothing queued may outlive the session it answers to.
@@ -130,8 +144,9 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   }
 
   // TelemetrySession (loop).
-  void TelemetryApplied() override { AckTelemetry(); }
-  void TelemetryNotApplied(std::vector<v1::WorkerMessage> msgs, const absl::Status& why) override {
+  void TelemetryApplied() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override { AckTelemetry(); }
+  void TelemetryNotApplied(std::vector<v1::WorkerMessage> msgs, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override {
     Hold(std::move(msgs), why);
   }
 
@@ -149,7 +164,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // reconnects are refused (the token no longer authenticates), so the
   // registry declares it LOST after the disconnect grace and its ranks are
   // rescheduled.
-  void Revoked(const absl::Status& why) {
+  void Revoked(const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     ctx_.loop->CheckInLoop("a worker session");
     live_ = 0;
     revoked_ = true;
@@ -160,7 +175,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   }
 
   // Loop only.
-  void Handle(const v1::WorkerMessage& msg) {
+  void Handle(const v1::WorkerMessage& msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     ctx_.loop->CheckInLoop("a worker session");
     ++handled_;
     if (revoked_) return;
@@ -225,7 +240,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   }
 
   // Registers (identity already checked), binds a token worker's id, acks.
-  void Register(const v1::Register& reg) {
+  void Register(const v1::Register& reg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     ctx_.loop->CheckInLoop("a worker session");
     // A revoked worker id (trainctl worker revoke) does not come back,
     // whatever credential it registers with.
@@ -277,7 +292,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     ctx_.jobs->OnWorkerRegistered(worker_id_, reg);
   }
 
-  void HandleRegistered(const v1::WorkerMessage& msg) {
+  void HandleRegistered(const v1::WorkerMessage& msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     if (!ctx_.registry->OwnsSession(worker_id_, this)) {
       Close(absl::FailedPreconditionError("session replaced or expired; reconnect and register"));
       return;
@@ -308,7 +323,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   }
 
   // The session's own liveness: renews the lease and answers.
-  void OnHeartbeat(const v1::Heartbeat& beat) {
+  void OnHeartbeat(const v1::Heartbeat& beat) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     absl::Status s = ctx_.registry->Heartbeat(worker_id_, this);
     if (!s.ok()) {
       Close(s);
@@ -322,18 +337,19 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // A report (anything but a heartbeat or goodbye). Sequenced telemetry is
   // applied at most once, in one store transaction with its seq, and
   // acknowledged after that commit (TelemetryLedger).
-  void HandleReport(const v1::WorkerMessage& msg) {
+  void HandleReport(const v1::WorkerMessage& msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     const bool sequenced = Sequenced(msg);
     if (!sequenced) {
       LogRefusal(ApplyReport(msg));
       return;
     }
     if (telemetry_failed_) return;  // closing; resent on the next session
-    TelemetryLedger::Result r = ctx_.telemetry->Apply(worker_id_, msg.seq(), [&] {
-      absl::Status s = ApplyReport(msg);
-      LogRefusal(s);
-      return s;
-    });
+    TelemetryLedger::Result r =
+        ctx_.telemetry->Apply(worker_id_, msg.seq(), [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+          absl::Status s = ApplyReport(msg);
+          LogRefusal(s);
+          return s;
+        });
     if (r.outcome == TelemetryLedger::Outcome::kRetry) {
       Hold({msg}, r.status);
       return;
@@ -344,7 +360,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // A bad or stale report is refused without ending the session: the worker
   // may be a step behind (a stale attempt) and everything else it says is
   // still needed. A store failure is the store's to log (StateStore).
-  void LogRefusal(const absl::Status& s) const {
+  void LogRefusal(const absl::Status& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     if (s.ok() || s.code() == absl::StatusCode::kAborted || StateStore::IsWriteFailure(s)) return;
     LogEvent(LogLevel::kWarn, "coordinator", "report_refused",
              {{"worker_id", worker_id_}, {"peer", peer_}, {"error", std::string(s.message())}});
@@ -356,7 +372,8 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // session, its heartbeats and everything unsequenced go on. Past
   // kMaxHeldBytes the session ends instead (the worker resends on its next
   // one). `why` is OK for a message held only because others wait.
-  void Hold(std::vector<v1::WorkerMessage> msgs, const absl::Status& why) {
+  void Hold(std::vector<v1::WorkerMessage> msgs, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     ctx_.loop->CheckInLoop("a worker session");
     if (telemetry_failed_) return;
     if (held_.empty()) {
@@ -392,18 +409,19 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // At a heartbeat once the backoff has passed: applies everything held in
   // one store group; acknowledges on success, else backs off (doubling up
   // to kMaxRetry).
-  void RetryHeld() {
+  void RetryHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     if (held_.empty() || telemetry_failed_) return;
     const absl::Time now = ctx_.registry->clock()->Mono();
     if (now < retry_at_) return;
     std::vector<TelemetryLedger::Item> items;
     items.reserve(held_.size());
     for (const v1::WorkerMessage& m : held_) {
-      items.push_back({worker_id_, m.seq(), [this, &m]() -> absl::Status {
-                         absl::Status s = ApplyReport(m);
-                         LogRefusal(s);
-                         return s;
-                       }});
+      items.push_back(
+          {worker_id_, m.seq(), [this, &m]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
+             absl::Status s = ApplyReport(m);
+             LogRefusal(s);
+             return s;
+           }});
     }
     TelemetryLedger::Result r = ctx_.telemetry->ApplyBatch(items);
     if (r.outcome == TelemetryLedger::Outcome::kRetry) {
@@ -420,7 +438,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   }
 
   // Hands one report to its owner; how it went.
-  absl::Status ApplyReport(const v1::WorkerMessage& msg) {
+  absl::Status ApplyReport(const v1::WorkerMessage& msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     switch (msg.msg_case()) {
       case v1::WorkerMessage::kRankStatus:
         return ctx_.jobs->OnRankStatus(worker_id_, msg.rank_status());
@@ -455,7 +473,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   }
 
   // Tells the worker how far its telemetry is applied and committed.
-  void AckTelemetry() {
+  void AckTelemetry() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     v1::CoordinatorMessage ack;
     ack.mutable_telemetry_ack()->set_seq(ctx_.telemetry->Applied(worker_id_));
     Send(ack);
@@ -464,7 +482,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // More telemetry waits for the store than a session holds (Hold): end the
   // session so the worker reconnects and resends from its last acknowledged
   // seq.
-  void TelemetryFailed(int64_t seq, const absl::Status& why) {
+  void TelemetryFailed(int64_t seq, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     telemetry_failed_ = true;
     LogEvent(LogLevel::kWarn, "coordinator", "telemetry_session_ended",
              {{"worker_id", worker_id_}, {"peer", peer_}, {"from_seq", absl::StrCat(seq)},
@@ -473,7 +491,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
                                               "); reconnect and resend")));
   }
 
-  void Ended(bool left) {
+  void Ended(bool left) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     ctx_.loop->CheckInLoop("a worker session");
     // What the worker sent before it left is applied before it is gone.
     if (ctx_.batcher != nullptr) ctx_.batcher->Drain();
@@ -514,12 +532,12 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   const std::vector<std::string> cert_sans_;
   const std::string cert_serial_;
   // Hosts its rendezvous reports may name (set at registration; loop only).
-  std::vector<std::string> own_hosts_;
+  std::vector<std::string> own_hosts_ ABSL_GUARDED_BY(kLoop);
   v1::WorkerMessage in_;  // gRPC thread (one read in flight).
   // Messages read off the stream (gRPC thread) and handled (loop only):
   // more read than handled means some wait for the loop (Unhandled).
   std::atomic<int64_t> read_{0};
-  int64_t handled_ = 0;
+  int64_t handled_ ABSL_GUARDED_BY(kLoop) = 0;
 
   absl::Mutex mu_;
   std::deque<v1::CoordinatorMessage> out_ ABSL_GUARDED_BY(mu_);
@@ -530,24 +548,24 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   grpc::Status final_ ABSL_GUARDED_BY(mu_);
 
   // Loop only.
-  std::string worker_id_;
-  bool ended_ = false;
+  std::string worker_id_ ABSL_GUARDED_BY(kLoop);
+  bool ended_ ABSL_GUARDED_BY(kLoop) = false;
   // Closed because its token, certificate or id was revoked (Revoked, or
   // the certificate check in Handle); later messages are dropped.
-  bool revoked_ = false;
+  bool revoked_ ABSL_GUARDED_BY(kLoop) = false;
   // Held telemetry past its bound: the session is closing, and later
   // messages wait for the resend on the next one.
-  bool telemetry_failed_ = false;
+  bool telemetry_failed_ ABSL_GUARDED_BY(kLoop) = false;
   // Telemetry waiting for the store (Hold, RetryHeld); loop only.
   static constexpr int64_t kMaxHeldBytes = 64 << 20;
   static constexpr absl::Duration kFirstRetry = absl::Milliseconds(500);
   static constexpr absl::Duration kMaxRetry = absl::Seconds(4);
-  std::vector<v1::WorkerMessage> held_;
-  int64_t held_bytes_ = 0;
-  absl::Time retry_at_;
-  absl::Duration retry_backoff_ = kFirstRetry;
+  std::vector<v1::WorkerMessage> held_ ABSL_GUARDED_BY(kLoop);
+  int64_t held_bytes_ ABSL_GUARDED_BY(kLoop) = 0;
+  absl::Time retry_at_ ABSL_GUARDED_BY(kLoop);
+  absl::Duration retry_backoff_ ABSL_GUARDED_BY(kLoop) = kFirstRetry;
   // Tracked in ctx_.live while open (0: not, or already ended by it).
-  LiveCalls::Id live_ = 0;
+  LiveCalls::Id live_ ABSL_GUARDED_BY(kLoop) = 0;
 };
 
 }  // namespace
@@ -601,14 +619,15 @@ grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServic
 grpc::ServerUnaryReactor* WorkerServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,
                                                          const v1::ListWorkersRequest* req,
                                                          v1::ListWorkersResponse* resp) {
-  return UnaryOnLoop(ctx_, ctx, "ListWorkers", [this, req, resp](const Principal&) {
-    for (v1::Worker& w : ctx_.registry->List(req->include_gone())) {
-      for (int s : ctx_.jobs->BusySlots(w.id())) w.add_busy_slots(s);
-      *resp->add_workers() = std::move(w);
-    }
-    FillStoreHealth(ctx_.store, resp->mutable_store());
-    return absl::OkStatus();
-  });
+  return UnaryOnLoop(ctx_, ctx, "ListWorkers",
+                     [this, req, resp](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+                       for (v1::Worker& w : ctx_.registry->List(req->include_gone())) {
+                         for (int s : ctx_.jobs->BusySlots(w.id())) w.add_busy_slots(s);
+                         *resp->add_workers() = std::move(w);
+                       }
+                       FillStoreHealth(ctx_.store, resp->mutable_store());
+                       return absl::OkStatus();
+                     });
 }
 
 }  // namespace trainctl::coordinator
