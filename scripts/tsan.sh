@@ -61,10 +61,12 @@ configure_and_build() {
     cmake --build "$build" -j "$jobs"
     return
   fi
-  # Only the selected tests' targets (a test is named as its executable).
+  # Only the selected tests' targets (a test is named as its executable;
+  # a test that runs a script has no target of its own).
   local sel targets
   mapfile -t sel < <(selection)
-  targets=$(ctest --test-dir "$build" -N "${sel[@]}" | awk '/Test +#/{print $3}')
+  targets=$(comm -12 <(ctest --test-dir "$build" -N "${sel[@]}" | awk '/Test +#/{print $3}' | sort) \
+                     <(ninja -C "$build" -t targets all | sed 's/:.*//' | sort))
   # shellcheck disable=SC2086  # one target per word
   cmake --build "$build" -j "$jobs" --target $targets
 }
