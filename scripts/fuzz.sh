@@ -10,6 +10,8 @@
 #   FUZZ_BUILD=build-fuzz JOBS=2 scripts/fuzz.sh 20
 #   FUZZ_SEED=1 FUZZ_RUNS=3000 scripts/fuzz.sh 30   # reproducible (CI): a fixed
 #                                                   # seed and at most 3000 inputs
+#   FUZZ_BUILD_ONLY=1 scripts/fuzz.sh               # the build alone (scripts/test.sh,
+#                                                   # ahead in the background)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -26,6 +28,7 @@ if command -v ccache >/dev/null; then launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=cc
 CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo \
   -DTRAINCTL_FUZZ=ON "${launcher[@]}" >/dev/null
 cmake --build "$build" -j "$jobs" --target "${targets[@]}"
+if [ -n "${FUZZ_BUILD_ONLY:-}" ]; then exit 0; fi
 
 export ASAN_OPTIONS=${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}
 export UBSAN_OPTIONS=${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}

@@ -11,6 +11,8 @@
 #   sudo scripts/test-libtorch2.sh --torch-libs  # only the LibTorch libraries, trainctl-rank
 #                                                # and their tests (engine/dist/trainer; CI)
 #   sudo scripts/test-libtorch2.sh --prepare     # only make (or check) the cached root
+#   sudo scripts/test-libtorch2.sh --build-libs  # the root, then --torch-libs' build without its
+#                                                # tests (scripts/test.sh runs it in the background)
 #   scripts/test.sh                              # the main suite, then --torch-libs
 #                                                # (CI; the root made in the background)
 #
@@ -39,8 +41,9 @@ case "${1:-}" in
   --torch-only) scope=torch ;;
   --torch-libs) scope=libs ;;
   --prepare) scope=prepare ;;
+  --build-libs) scope=build-libs ;;
   "") ;;
-  *) echo "usage: $0 [--torch-only | --torch-libs | --prepare]" >&2; exit 2 ;;
+  *) echo "usage: $0 [--torch-only | --torch-libs | --prepare | --build-libs]" >&2; exit 2 ;;
 esac
 
 if [ "$(id -u)" -ne 0 ]; then
@@ -196,9 +199,11 @@ in_root "$root" sh -c 'echo "libtorch: $(dpkg-query -W -f="\${Version}" libtorch
 # system one; the arguments are checked, the pip layout is not.
 torch_prefix=$(in_root "$root" python3 -c 'import torch; print(torch.utils.cmake_prefix_path)')
 
+# Line tables only (-g1), as scripts/test.sh's build/: a third less compile
+# time than -g (docs/testing.md); stack traces keep file and line.
 configure() {
   in_root "$root" nice -n 19 cmake -S /src -B "/src/$build" -G Ninja \
-    -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
     -DCMAKE_PREFIX_PATH="$torch_prefix" -DTorch_DIR="$torch_prefix/Torch" \
     -DCMAKE_CXX_COMPILER_LAUNCHER=ccache -DCMAKE_C_COMPILER_LAUNCHER=ccache
   grep -E '^Torch_DIR' "$src/$build/CMakeCache.txt"
@@ -207,7 +212,7 @@ configure() {
 lib_targets=(worker/engine/all worker/dist/all worker/trainer/all torch_compat_test)
 torch_targets=("${lib_targets[@]}" trainctl trainctl-coordinator trainctl-worker train_e2e_test)
 build_it() {
-  if [ "$scope" = libs ]; then
+  if [ "$scope" = libs ] || [ "$scope" = build-libs ]; then
     in_root "$root" nice -n 19 cmake --build "/src/$build" -j "$jobs" --target "${lib_targets[@]}"
   elif [ "$scope" = torch ]; then
     in_root "$root" nice -n 19 cmake --build "/src/$build" -j "$jobs" --target "${torch_targets[@]}"
@@ -236,5 +241,6 @@ run_tests() {
 
 stage configure configure
 stage build build_it
+if [ "$scope" = build-libs ]; then exit 0; fi
 stage tests run_tests
 echo "== LibTorch 2.x ($suite): all tests passed"

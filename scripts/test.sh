@@ -31,12 +31,26 @@ print_marks() {
   local rc=$?
   echo "== test.sh stage times (total $((SECONDS / 60)) min $((SECONDS % 60)) s, exit $rc)"
   printf '  %s\n' "${marks[@]}"
-  if [ -n "${libtorch2_prepare_pid:-}" ]; then
-    $sudo kill -- "-$libtorch2_prepare_pid" 2>/dev/null || $sudo kill "$libtorch2_prepare_pid" 2>/dev/null || true
-  fi
+  local pid
+  for pid in ${libtorch2_ahead_pid:-} ${ahead_pid:-}; do
+    $sudo kill -- "-$pid" 2>/dev/null || $sudo kill "$pid" 2>/dev/null || true
+  done
   exit "$rc"
 }
 trap print_marks EXIT
+
+# in_background LOG CMD...: CMD in the background with its output in LOG, in
+# a process group of its own (killed with it when this run ends early) but
+# in this session, at the lowest CPU priority and a low I/O one: it takes
+# only the CPU time the foreground leaves idle. (A new session would put
+# it in an autogroup of its own where the kernel has autogroups on, and
+# there nice counts only inside a group.) $! is its pid.
+in_background() {
+  local log=$1
+  shift
+  perl -e 'setpgrp(0, 0); exec {$ARGV[0]} @ARGV or die "in_background: exec $ARGV[0]: $!\n"' \
+    nice -n 19 ionice -c 2 -n 7 "$@" >"$log" 2>&1 &
+}
 
 bash scripts/install-deps.sh
 mark install-deps
@@ -44,21 +58,22 @@ mark install-deps
 sudo=""
 if [ "$(id -u)" -ne 0 ]; then sudo="sudo"; fi
 # The LibTorch 2.x stage's Debian trixie root (scripts/test-libtorch2.sh) is
-# made in the background from here on, niced: debootstrap and the package
-# downloads wait on the network and the disk while the build below keeps
-# the cores. The stage itself (after the main suite) waits for it (the
-# script's lock). Cached in /var/cache/trainctl-trixie: a no-op when there.
-libtorch2_prepare_pid=""
-libtorch2_prepare_log=""
+# made in the background from here on, then its LibTorch libraries built
+# there (--build-libs): debootstrap and the package downloads wait on the
+# network and the disk, and the build takes the CPU time the foreground
+# leaves idle. The stage itself (after the main suite) waits for it (the
+# script's lock) and runs the tests. The root is cached in
+# /var/cache/trainctl-trixie: a no-op when there.
+libtorch2_ahead_pid=""
+libtorch2_ahead_log=""
 if [ -z "${SKIP_LIBTORCH2:-}" ]; then
   if ! command -v debootstrap >/dev/null; then
     $sudo apt-get install -y -qq --no-install-recommends debootstrap
   fi
-  libtorch2_prepare_log=$(mktemp /tmp/trainctl-libtorch2-prepare.XXXXXX)
-  # Its own process group (setsid), so that an early exit stops all of it.
-  $sudo setsid bash scripts/test-libtorch2.sh --prepare >"$libtorch2_prepare_log" 2>&1 &
-  libtorch2_prepare_pid=$!
-  echo "== LibTorch 2.x root: being made in the background (log: $libtorch2_prepare_log)"
+  libtorch2_ahead_log=$(mktemp /tmp/trainctl-libtorch2-ahead.XXXXXX)
+  in_background "$libtorch2_ahead_log" $sudo env JOBS="$jobs" bash scripts/test-libtorch2.sh --build-libs
+  libtorch2_ahead_pid=$!
+  echo "== LibTorch 2.x root and build: being made in the background (log: $libtorch2_ahead_log)"
 fi
 
 # A compile cache under /var/cache, like the trixie root and the TSan
@@ -82,10 +97,38 @@ if [ -z "${CCACHE_DISABLE:-}" ]; then
   echo "== compile cache: $CCACHE_DIR ($(ccache --show-stats 2>/dev/null | grep -i -m1 'cache size' | xargs))"
 fi
 
-echo "== build (RelWithDebInfo) =="
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo
+echo "== build (RelWithDebInfo, line tables only) =="
+# -g1 (file and line, no variables): a third less compile time than -g
+# (docs/testing.md); a crash's stack trace needs no more.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
 cmake --build build -j "$jobs"
 mark build
+
+# The sanitizer and fuzzing builds of the stages below, made ahead in the
+# background (scripts/build-ahead.sh) while the tests leave CPU idle; each
+# stage waits for its step, then runs it again (a no-op, or its error).
+# The TSan stage leaves out the tests that serve or call gRPC: gRPC core is
+# not instrumented, and TSan reports its callback API's own hand-overs
+# (header code) as races (docs/testing.md); scripts/tsan.sh alone runs them
+# too, with scripts/tsan.supp.
+tsan_exclude=${TSAN_EXCLUDE-'e2e|^cli_|^client_test$|^failover_test$|^dashboard_api_test$|^script_job_test$|^daemon_session_test$|^deploy_verify_units$|^docs_flags_test$|python'}
+ahead_steps=()
+if [ -z "${SKIP_SANITIZE:-}" ]; then ahead_steps+=(asan); fi
+if [ -z "${SKIP_FUZZ:-}" ]; then ahead_steps+=(fuzz); fi
+if [ -z "${SKIP_TSAN:-}" ]; then ahead_steps+=(tsan); fi
+ahead_pid=""
+ahead_dir=$(mktemp -d /tmp/trainctl-ahead.XXXXXX)
+if [ ${#ahead_steps[@]} -gt 0 ]; then
+  in_background "$ahead_dir/log" env JOBS="$jobs" TSAN_EXCLUDE="$tsan_exclude" \
+    bash scripts/build-ahead.sh "$ahead_dir" "${ahead_steps[@]}"
+  ahead_pid=$!
+  echo "== ${ahead_steps[*]} builds: made ahead in the background (log: $ahead_dir/log)"
+fi
+ahead_wait() {  # ahead_wait STEP: until build-ahead.sh's STEP has ended (or it has stopped)
+  while [ -n "$ahead_pid" ] && [ ! -e "$ahead_dir/$1.rc" ] && kill -0 "$ahead_pid" 2>/dev/null; do
+    sleep 1
+  done
+}
 
 echo "== tests =="
 ctest --test-dir build --output-on-failure -j "$jobs" ${CTEST_ARGS:--LE long}
@@ -97,8 +140,8 @@ mark thread-safety
 
 if [ -z "${SKIP_SANITIZE:-}" ]; then
   echo "== sanitizer build (clang: address+undefined and the thread-safety analysis, without LibTorch) =="
-  CC=clang CXX=clang++ cmake -S . -B build-asan -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRAINCTL_SANITIZE=ON
-  cmake --build build-asan -j "$jobs"
+  ahead_wait asan
+  JOBS="$jobs" bash scripts/build-ahead.sh - asan
   mark asan-build
   # Leaks inside uninstrumented libraries (each explained): scripts/lsan.supp.
   ASAN_OPTIONS=detect_leaks=1:abort_on_error=1 UBSAN_OPTIONS=print_stacktrace=1:halt_on_error=1 \
@@ -113,6 +156,7 @@ if [ -z "${SKIP_FUZZ:-}" ]; then
   # Reproducible by default (fixed seed, bounded inputs) so that CI fails
   # only on a regression; long exploratory runs are scripts/fuzz.sh's job.
   echo "== fuzz =="
+  ahead_wait fuzz
   if [ -n "${FUZZ_SECONDS:-}" ]; then
     JOBS="$jobs" bash scripts/fuzz.sh "$FUZZ_SECONDS"
   else
@@ -142,6 +186,22 @@ if [ -z "${SKIP_LIBTORCH2:-}" ]; then
   # loudly and does not fail the run; a failed build or test does.
   start_by=${LIBTORCH2_START_MIN:-62}
   end_by=${LIBTORCH2_END_MIN:-82}
+  # The root and build made ahead (above): waited for until the stage's end
+  # at the latest; a failure there is told, and the stage makes the root and
+  # builds again, failing in the open if it fails again.
+  while kill -0 "$libtorch2_ahead_pid" 2>/dev/null && [ $((SECONDS / 60)) -lt "$end_by" ]; do sleep 1; done
+  rc=0
+  if kill -0 "$libtorch2_ahead_pid" 2>/dev/null; then
+    rc=124
+  else
+    wait "$libtorch2_ahead_pid" || rc=$?
+    libtorch2_ahead_pid=""
+  fi
+  tail -n 16 "$libtorch2_ahead_log"
+  if [ "$rc" -ne 0 ]; then
+    echo "== the LibTorch 2.x root and build made ahead: exit $rc (log: $libtorch2_ahead_log)"
+  fi
+  mark libtorch2-ahead
   elapsed=$((SECONDS / 60))
   if [ "$elapsed" -ge "$start_by" ]; then
     echo "== LibTorch 2.x stage NOT RUN: this run has taken ${elapsed} min (starts only before ${start_by}); run scripts/test-libtorch2.sh"
@@ -149,39 +209,26 @@ if [ -z "${SKIP_LIBTORCH2:-}" ]; then
     echo "== LibTorch 2.x (Debian trixie root) =="
     scope=--torch-libs
     if [ "${LIBTORCH2:-}" = all ]; then scope=""; fi
-    rc=0
-    wait "$libtorch2_prepare_pid" || rc=$?
-    libtorch2_prepare_pid=""
-    if [ "$rc" -ne 0 ]; then
-      echo "== the trixie root could not be made (exit $rc):"
-      cat "$libtorch2_prepare_log"
-      exit "$rc"
-    fi
-    tail -n 12 "$libtorch2_prepare_log"
-    mark libtorch2-root
     run_bounded "LibTorch 2.x" scripts/test-libtorch2.sh env JOBS="$jobs" bash scripts/test-libtorch2.sh $scope
     mark libtorch2
   fi
 fi
 if [ -z "${SKIP_TSAN:-}" ]; then
   # clang -fsanitize=thread over the tests that do not serve or call gRPC
-  # (below), with an instrumented abseil (scripts/tsan.sh; docs/testing.md). Bounded:
+  # (tsan_exclude above), with an instrumented abseil (scripts/tsan.sh; docs/testing.md). Bounded:
   # CI stops a run at 90 minutes, so the stage starts only within
   # TSAN_START_MIN minutes of this run and is given until TSAN_END_MIN; a
   # stage cut short, or not started, is said loudly (never silently), and
   # does not turn a green suite red. A race it reports fails the run.
   start_by=${TSAN_START_MIN:-72}
   end_by=${TSAN_END_MIN:-85}
+  ahead_wait tsan
+  mark tsan-ahead
   elapsed=$((SECONDS / 60))
   if [ "$elapsed" -ge "$start_by" ]; then
     echo "== ThreadSanitizer stage NOT RUN: this run has taken ${elapsed} min (starts only before ${start_by}); run scripts/tsan.sh"
   else
     echo "== ThreadSanitizer =="
-    # The tests that serve or call gRPC are left out of this gate: gRPC
-    # core is not instrumented, and TSan reports its callback API's own
-    # hand-overs (header code) as races (docs/testing.md); scripts/tsan.sh
-    # alone runs them too, with scripts/tsan.supp.
-    tsan_exclude=${TSAN_EXCLUDE-'e2e|^cli_|^client_test$|^failover_test$|^dashboard_api_test$|^script_job_test$|^daemon_session_test$|^deploy_verify_units$|^docs_flags_test$|python'}
     run_bounded ThreadSanitizer scripts/tsan.sh env JOBS="$jobs" TSAN_EXCLUDE="$tsan_exclude" bash scripts/tsan.sh
     mark tsan
   fi

@@ -11,7 +11,9 @@
 #   TSAN_TESTS='daemon|session' sudo scripts/tsan.sh   # only the tests matching a ctest -R regex
 #   TSAN_EXCLUDE='e2e' sudo scripts/tsan.sh            # all but those matching a ctest -E regex
 #   (with either, only the selected tests' targets are built)
-#   scripts/test.sh runs this stage with its TSAN_EXCLUDE (SKIP_TSAN=1 skips it)
+#   TSAN_BUILD_ONLY=1 sudo scripts/tsan.sh      # abseil and the build, no tests
+#   scripts/test.sh runs this stage with its TSAN_EXCLUDE (SKIP_TSAN=1 skips it;
+#   it builds ahead in the background with TSAN_BUILD_ONLY=1)
 #
 # Every process of the tests (coordinators, workers and CLIs they start
 # too) runs with TSAN_OPTIONS halt_on_error=1 and writes its reports under
@@ -55,7 +57,9 @@ selection() {
 }
 
 configure_and_build() {
+  # Line tables only: what a report's stack needs, less compile time than -g.
   CC=clang CXX=clang++ cmake -S . -B "$build" -G Ninja -DCMAKE_BUILD_TYPE=Debug -DTRAINCTL_TSAN=ON \
+    -DCMAKE_CXX_FLAGS_DEBUG=-gline-tables-only \
     -DTRAINCTL_TSAN_ABSEIL="$cache/lib" >/dev/null
   if [ -z "${TSAN_TESTS:-}${TSAN_EXCLUDE:-}" ]; then
     cmake --build "$build" -j "$jobs"
@@ -96,5 +100,6 @@ run_tests() {
 
 stage abseil abseil
 stage build configure_and_build
+if [ -n "${TSAN_BUILD_ONLY:-}" ]; then exit 0; fi
 stage tests run_tests
 echo "== tsan: no race reported"
