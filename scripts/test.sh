@@ -24,7 +24,7 @@ jobs=${JOBS:-2}
 declare -a marks=()
 mark_at=$SECONDS
 mark() {  # mark NAME: the time since the previous mark is NAME's
-  marks+=("$(printf '%-14s %5d s' "$1" $((SECONDS - mark_at)))")
+  marks+=("$(printf '%-16s %5d s' "$1" $((SECONDS - mark_at)))")
   mark_at=$SECONDS
 }
 print_marks() {
