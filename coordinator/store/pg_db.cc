@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <poll.h>
 #include <memory>
 #include <string>
 #include <utility>
@@ -192,7 +193,9 @@ class PgDb final : public SqlDb {
   PgDb(PGconn* conn, std::string display, PgSession session)
       : conn_(conn), display_(std::move(display)), session_(session) {}
   ~PgDb() override {
-    if (conn_ != nullptr) PQfinish(conn_);
+    if (conn_ == nullptr) return;
+    ReleaseLock();
+    PQfinish(conn_);
   }
   PgDb(const PgDb&) = delete;
   PgDb& operator=(const PgDb&) = delete;
@@ -318,6 +321,28 @@ class PgDb final : public SqlDb {
     }
     PQclear(res);
     return status;
+  }
+  // A clean close lets go of the store's lock before it returns. Left to
+  // the server, the lock goes when the server notices the closed
+  // connection, a moment after the close: an open right after it (a
+  // restart, a reopen) could still find the lock held and fail. Best
+  // effort, and bounded: waits for the server at most 2 s (a crashed
+  // coordinator's lock goes with its connection, as before).
+  void ReleaseLock() {
+    if (!locked_ || PQstatus(conn_) != CONNECTION_OK) return;
+    const std::string sql = absl::StrCat("SELECT pg_advisory_unlock(", kAdvisoryLockKey, ")");
+    if (PQsendQuery(conn_, sql.c_str()) != 1) return;
+    const absl::Time deadline = absl::Now() + absl::Seconds(2);
+    while (PQconsumeInput(conn_) == 1) {
+      if (PQisBusy(conn_) == 0) {
+        while (PGresult* res = PQgetResult(conn_)) PQclear(res);
+        locked_ = false;
+        return;
+      }
+      const int64_t left_ms = absl::ToInt64Milliseconds(deadline - absl::Now());
+      pollfd fd{PQsocket(conn_), POLLIN, 0};
+      if (left_ms <= 0 || poll(&fd, 1, static_cast<int>(left_ms)) <= 0) return;
+    }
   }
   // The leader table's record (best effort: a store without the table yet
   // says nothing).

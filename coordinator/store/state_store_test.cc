@@ -119,6 +119,15 @@ TEST_P(StoreBackendTest, PutWorkerReplaces) {
   EXPECT_EQ(snapshot->workers[1].SerializeAsString(), w.SerializeAsString());
 }
 
+// A store closed cleanly has let go of its lock (PostgreSQL: the session's
+// advisory lock) when the close returns: an open right after it succeeds.
+TEST_P(StoreBackendTest, ReopenRightAfterACloseFindsTheLockFree) {
+  for (int i = 0; i < 30; ++i) {
+    auto store = Reopen();
+    ASSERT_NE(store, nullptr) << "open " << i;
+  }
+}
+
 TEST_P(StoreBackendTest, ReopenFileLoadsEverything) {
   v1::Job job = MakeJob("j1", v1::JOB_STATE_RUNNING);
   job.add_attempts()->set_number(1);
