@@ -93,7 +93,24 @@ class Browser {
     from_ = from[0];
     if (!chromium.ok()) return false;
     chromium_ = std::move(*chromium);
+    log_path_ = log_path;
+    // Chromium's first start on a fresh machine (a new profile, font caches)
+    // under a loaded CI machine can take well over the 20 s a command gets:
+    // wait for its first answer here, generously, so the page commands after
+    // it are not charged for the start.
+    Struct version = Call("Browser.getVersion", "{}", false, absl::Seconds(180));
+    if (!version.fields().count("product")) {
+      ADD_FAILURE() << "chromium did not answer in 180 s; its log:\n" << LogTail();
+      return false;
+    }
     return true;
+  }
+
+  // The end of chromium's own log, for a failure message.
+  std::string LogTail() const {
+    std::ifstream in(log_path_);
+    std::string all((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    return all.size() > 4000 ? all.substr(all.size() - 4000) : all;
   }
 
   // Sends a command (to the page once Open() attached) and returns its
@@ -147,8 +164,12 @@ class Browser {
 
   // Opens `url` in a new page and attaches to it (commands go there after).
   bool Open(const std::string& url) {
-    Struct target = Call("Target.createTarget", absl::StrCat("{\"url\":\"", url, "\"}"), false);
-    if (!target.fields().count("targetId")) return false;
+    Struct target =
+        Call("Target.createTarget", absl::StrCat("{\"url\":\"", url, "\"}"), false, absl::Seconds(60));
+    if (!target.fields().count("targetId")) {
+      ADD_FAILURE() << "no page for " << url << "; chromium's log:\n" << LogTail();
+      return false;
+    }
     Struct attached = Call("Target.attachToTarget",
                            absl::StrCat("{\"targetId\":\"", target.fields().at("targetId").string_value(),
                                         "\",\"flatten\":true}"),
@@ -186,6 +207,7 @@ class Browser {
   int next_id_ = 0;
   std::string session_;
   std::string buffer_;
+  std::string log_path_;
 };
 
 // "HOST:PORT" from the coordinator's "dashboard on http://HOST:PORT/" line.
