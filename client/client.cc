@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <optional>
 #include <random>
 #include <set>
 
@@ -138,12 +139,29 @@ absl::Status Unary(Endpoints& e, grpc::Status (Stub::*rpc)(grpc::ClientContext*,
   return FromGrpc(s, address);
 }
 
+// A stream that broke (not one the coordinator refused): UNAVAILABLE, or
+// CANCELLED by a coordinator shutting down (this side cancels only when its
+// callback stopped).
+bool BrokenStream(const grpc::Status& status) {
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE || status.error_code() == grpc::StatusCode::CANCELLED;
+}
+
+// Full jitter in [b/2, b], then b doubles to at most 1 s: a resumed stream
+// is back within a second of the coordinator answering again.
+void SleepAndBackOff(absl::Duration* backoff, std::mt19937_64& rng) {
+  absl::SleepFor(absl::Milliseconds(std::uniform_int_distribution<int64_t>(
+      absl::ToInt64Milliseconds(*backoff) / 2, absl::ToInt64Milliseconds(*backoff))(rng)));
+  *backoff = std::min(*backoff * 2, absl::Seconds(1));
+}
+
 // A server stream (logs, artifact bytes): opened on the active coordinator
 // by the failover rule, each item to `on_item` (false: stop, the stream is
 // cancelled). A stream whose connection never became READY, or that a
 // standby answered, was not served and is opened again where the rule
 // says, until options.timeout after the first try; one that broke after
-// delivering is the caller's to resume. *stopped: on_item said stop.
+// delivering is the caller's to resume (the next open goes where the break
+// points: a standby's hint, else the next address). *stopped: on_item said
+// stop.
 template <typename Stub, typename Request, typename Item>
 grpc::Status ReadStream(Endpoints& e,
                         std::unique_ptr<grpc::ClientReader<Item>> (Stub::*rpc)(grpc::ClientContext*, const Request&),
@@ -195,6 +213,7 @@ grpc::Status ReadStream(Endpoints& e,
     // own UNAVAILABLE is its answer.
     if (delivered || *stopped || !IsStandbyAnswer(status) || e.fixed != nullptr) {
       if (delivered) e.Answered(current->second);
+      if (delivered && !*stopped && BrokenStream(status)) e.StreamFailed(current->second, status, ctx);
       return status;
     }
     e.StreamFailed(current->second, status, ctx);
@@ -397,12 +416,9 @@ absl::StatusOr<v1::Job> Client::Watch(const std::string& job_id, bool include_hi
     grpc::Status status = reader->Finish();
     if (delivered) e.Answered(address);
     if (status.ok() || stopped) break;
-    // A stream that broke (not one the coordinator refused): UNAVAILABLE, or
-    // CANCELLED by a coordinator shutting down (this side cancels only when
-    // the callback stopped). A standby's answer is no break: the stream
-    // was never served; it goes where the standby points.
-    const bool broken = status.error_code() == grpc::StatusCode::UNAVAILABLE ||
-                        status.error_code() == grpc::StatusCode::CANCELLED;
+    // A standby's answer is no break: the stream was never served; it goes
+    // where the standby points.
+    const bool broken = BrokenStream(status);
     const bool standby = IsStandbyAnswer(status);
     if (broken) e.StreamFailed(address, status, ctx);
     const absl::Time now = absl::Now();
@@ -412,11 +428,7 @@ absl::StatusOr<v1::Job> Client::Watch(const std::string& job_id, bool include_hi
       if (broken && !standby && options_.on_watch_broken) options_.on_watch_broken(FromGrpc(status, address));
     }
     if (!broken || now - broke >= options_.watch_reconnect_for) return FromGrpc(status, address);
-    // Full jitter in [b/2, b], b doubling to 1 s: back within a second of
-    // the coordinator answering again.
-    absl::SleepFor(absl::Milliseconds(std::uniform_int_distribution<int64_t>(
-        absl::ToInt64Milliseconds(backoff) / 2, absl::ToInt64Milliseconds(backoff))(rng)));
-    backoff = std::min(backoff * 2, absl::Seconds(1));
+    SleepAndBackOff(&backoff, rng);
   }
   // The stream carries jobs without attempts; fetch the whole one.
   v1::GetJobRequest get;
@@ -450,45 +462,76 @@ absl::StatusOr<v1::ArtifactChunk> Client::Fetch(const std::string& job_id, int64
   v1::FetchArtifactRequest req;
   req.set_job_id(job_id);
   req.set_checkpoint_step(checkpoint_step);
-  v1::ArtifactChunk head;
-  bool first = true;
-  int64_t offset = 0;
-  uLong crc = crc32(0L, Z_NULL, 0);
+  std::optional<v1::ArtifactChunk> head;  // The first stream's description of the file.
+  int64_t offset = 0;                     // Bytes written so far: a resumed stream starts here.
+  uLong crc = crc32(0L, Z_NULL, 0);       // Of those bytes.
   absl::Status broken;
-  bool stopped = false;
-  std::string address;
-  // Nothing is written before the first piece arrives, so a stream opened
-  // again on another coordinator writes each byte once.
-  grpc::Status status = ReadStream<v1::JobService::Stub, v1::FetchArtifactRequest, v1::ArtifactChunk>(
-      stubs_->endpoints, &v1::JobService::Stub::FetchArtifact, req,
-      [&](const v1::ArtifactChunk& chunk) {
-        if (first) {
-          head = chunk;
-          head.clear_data();
-          first = false;
-        }
-        if (chunk.offset() != offset) {
-          broken = absl::DataLossError(absl::StrCat("fetch: a piece at offset ", chunk.offset(), ", expected ", offset));
-          return false;
-        }
-        out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
-        crc = crc32(crc, reinterpret_cast<const Bytef*>(chunk.data().data()), static_cast<uInt>(chunk.data().size()));
-        offset += static_cast<int64_t>(chunk.data().size());
-        if (!out) broken = absl::InternalError("fetch: cannot write the output");
-        return broken.ok();
-      },
-      &stopped, &address);
-  if (!broken.ok()) return broken;
-  if (absl::Status s = FromGrpc(status, address); !s.ok()) return s;
-  if (first) return absl::DataLossError("fetch: the coordinator sent nothing");
-  if (offset != head.size()) {
-    return absl::DataLossError(absl::StrCat("fetch: got ", offset, " bytes of ", head.size()));
+  std::mt19937_64 rng(std::random_device{}());
+  absl::Duration backoff = absl::Milliseconds(100);
+  absl::Time broke = absl::InfinitePast();  // Start of the current break.
+  while (true) {
+    bool stopped = false;
+    bool delivered = false;
+    std::string address;
+    req.set_offset(offset);
+    // Nothing is written before the first piece arrives, so a stream opened
+    // again elsewhere (a standby's hint) writes each byte once; one that
+    // broke after delivering is opened again at `offset`.
+    grpc::Status status = ReadStream<v1::JobService::Stub, v1::FetchArtifactRequest, v1::ArtifactChunk>(
+        stubs_->endpoints, &v1::JobService::Stub::FetchArtifact, req,
+        [&](const v1::ArtifactChunk& chunk) {
+          if (!delivered && !head.has_value()) {
+            head = chunk;
+            head->clear_data();
+            head->clear_offset();
+          } else if (!delivered && (chunk.size() != head->size() || chunk.checksum() != head->checksum() ||
+                                    chunk.path() != head->path() || chunk.worker_id() != head->worker_id())) {
+            broken = absl::DataLossError(absl::StrCat(
+                "fetch: the file changed while the fetch was resumed (", head->path(), ": ", head->size(), " bytes, ",
+                head->checksum(), " -> ", chunk.path(), ": ", chunk.size(), " bytes, ", chunk.checksum(),
+                "): discard what was written"));
+            return false;
+          }
+          delivered = true;
+          if (chunk.offset() != offset) {
+            broken =
+                absl::DataLossError(absl::StrCat("fetch: a piece at offset ", chunk.offset(), ", expected ", offset));
+            return false;
+          }
+          out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+          crc = crc32(crc, reinterpret_cast<const Bytef*>(chunk.data().data()),
+                      static_cast<uInt>(chunk.data().size()));
+          offset += static_cast<int64_t>(chunk.data().size());
+          if (!out) broken = absl::InternalError("fetch: cannot write the output");
+          return broken.ok();
+        },
+        &stopped, &address);
+    if (!broken.ok()) return broken;
+    if (status.ok()) break;
+    // Resumed where it broke (the coordinator restarted or failed over, the
+    // connection dropped, the holder reconnects) for watch_reconnect_for
+    // after the break, as Watch does; never before a first byte came.
+    const absl::Time now = absl::Now();
+    const bool resumable = head.has_value() && BrokenStream(status);
+    if (delivered) {
+      broke = now;
+      backoff = absl::Milliseconds(100);
+      if (resumable && options_.on_watch_broken && options_.watch_reconnect_for > absl::ZeroDuration()) {
+        options_.on_watch_broken(FromGrpc(status, address));
+      }
+    }
+    if (!resumable || now - broke >= options_.watch_reconnect_for) return FromGrpc(status, address);
+    SleepAndBackOff(&backoff, rng);
+  }
+  if (!head.has_value()) return absl::DataLossError("fetch: the coordinator sent nothing");
+  if (offset != head->size()) {
+    return absl::DataLossError(absl::StrCat("fetch: got ", offset, " bytes of ", head->size()));
   }
   const std::string got = absl::StrFormat("crc32:%08x", static_cast<uint32_t>(crc));
-  if (!head.checksum().empty() && got != head.checksum()) {
-    return absl::DataLossError(absl::StrCat("fetch: the bytes are ", got, ", expected ", head.checksum()));
+  if (!head->checksum().empty() && got != head->checksum()) {
+    return absl::DataLossError(absl::StrCat("fetch: the bytes are ", got, ", expected ", head->checksum()));
   }
-  return head;
+  return *head;
 }
 
 absl::StatusOr<std::vector<v1::MetricBatch>> Client::Metrics(const std::string& job_id,

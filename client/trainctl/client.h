@@ -84,13 +84,14 @@ struct ClientOptions {
   // The name the coordinator's certificate must carry, when it differs
   // from the address's host (tests).
   std::string tls_server_name;
-  // Watch resumes a stream that broke (the coordinator restarted or the
-  // network dropped) for this long after the break: it reconnects within 1 s
-  // of the coordinator answering again and continues after the last event
-  // it delivered, with no event repeated or lost. Zero: a broken stream is
-  // an error at once.
+  // Watch (and Fetch) resumes a stream that broke (the coordinator
+  // restarted or the network dropped) for this long after the break: it
+  // reconnects within 1 s of the coordinator answering again and continues
+  // after the last event (byte) it delivered, with none repeated or lost.
+  // Zero: a broken stream is an error at once.
   absl::Duration watch_reconnect_for = absl::Minutes(2);
-  // Called once per break that Watch is resuming from, with the reason.
+  // Called once per break that Watch or Fetch is resuming from, with the
+  // reason.
   std::function<void(const absl::Status&)> on_watch_broken;
 };
 
@@ -199,7 +200,12 @@ class Client {
   // that holds it. Checks that the pieces are in order and that the bytes
   // match the file's checksum (DataLoss otherwise: discard what was
   // written). Returns the first chunk's description (path, worker, size,
-  // checksum; no data). No deadline: large files take their time.
+  // checksum; no data). No deadline: large files take their time. A stream
+  // that breaks after bytes arrived (the coordinator restarted or failed
+  // over, the connection dropped, the holder reconnects) is resumed at the
+  // next byte for options.watch_reconnect_for after the break, as Watch is
+  // (on_watch_broken says so once per break); the file must still be the
+  // same (size, checksum), else DataLoss.
   absl::StatusOr<v1::ArtifactChunk> Fetch(const std::string& job_id, int64_t checkpoint_step,
                                           std::ostream& out);
 
