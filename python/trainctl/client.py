@@ -251,7 +251,7 @@ class Client:
         latest: a JOB that matches several jobs means the newest (the CLI's --latest).
         tls_server_name: the name the coordinator's certificate must carry when
             it differs from the address's host (tests).
-        watch_reconnect_for: how long watch() resumes a broken stream, in seconds.
+        watch_reconnect_for: how long watch() and fetch() resume a broken stream, in seconds.
         """
         self.address, token, self.ca_file = resolve_settings(address, token, ca)
         self.timeout = timeout
@@ -675,31 +675,16 @@ class Client:
                 status = e
             finally:
                 call.cancel()  # A no-op once the stream ended; stops it when the caller left the loop.
-            # A stream that broke (not one the coordinator refused):
-            # UNAVAILABLE, or CANCELLED by a coordinator shutting down.
-            broken = status.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
-            if delivered:
-                self._answered(address)
-            if broken:
-                hint = _active_hint(status)
-                if hint is not None:
-                    self._follow(hint)
-                else:
-                    self._forget(address)  # a fresh channel dials at once
-                    self._unreachable(address)
+            broken = self._stream_ended(status, address, delivered)
             now = time.monotonic()
             if delivered or broke is None:
                 broke, backoff = now, 0.1
             if not broken or now - broke >= self.watch_reconnect_for:
                 raise _error(status, address)
-            # Full jitter in [b/2, b], b doubling to 1 s: back within a
-            # second of the coordinator answering again.
-            pause = random.uniform(backoff / 2, backoff)
-            if deadline is not None and now + pause >= deadline:
+            if deadline is not None and now + backoff >= deadline:
                 raise TrainctlError(grpc.StatusCode.DEADLINE_EXCEEDED,
                                     "watch of %s: %s" % (job_id, _error(status, address).message))
-            time.sleep(pause)
-            backoff = min(backoff * 2, 1.0)
+            backoff = _pause(backoff)
 
     def _logs(self, req, wait_placed):
         """The generator behind logs()."""
@@ -720,26 +705,49 @@ class Client:
 
     def _receive_artifact(self, req, out):
         """Streams FetchArtifact into ``out``, checking order, size and
-        checksum; returns the first chunk (without data)."""
-        address = self.active_address
-        call = self._jobs.FetchArtifact(req, metadata=self._metadata)
+        checksum; returns the first chunk (without data). A stream that
+        breaks after bytes arrived is opened again at the next byte
+        (FetchArtifactRequest.offset) for up to watch_reconnect_for seconds
+        after the break, as watch() is; the file must still be the same."""
         head, offset, crc = None, 0, 0
-        try:
-            for chunk in call:
-                if head is None:
-                    head = job_service_pb2.ArtifactChunk()
-                    head.CopyFrom(chunk)
-                    head.ClearField("data")
-                if chunk.offset != offset:
-                    raise TrainctlError(grpc.StatusCode.DATA_LOSS,
-                                        "fetch: a piece at offset %d, expected %d" % (chunk.offset, offset))
-                out.write(chunk.data)
-                crc = zlib.crc32(chunk.data, crc)
-                offset += len(chunk.data)
-        except grpc.RpcError as e:
-            raise _error(e, address) from None
-        finally:
-            call.cancel()
+        broke, backoff = None, 0.1
+        while True:
+            address = self.active_address
+            stub = job_service_pb2_grpc.JobServiceStub(self._channel_for(address).channel)
+            req.offset = offset
+            call = stub.FetchArtifact(req, metadata=self._metadata)
+            delivered = False
+            try:
+                for chunk in call:
+                    if not delivered and head is None:
+                        head = job_service_pb2.ArtifactChunk()
+                        head.CopyFrom(chunk)
+                        head.ClearField("data")
+                        head.ClearField("offset")
+                    elif not delivered and (chunk.size, chunk.checksum, chunk.path, chunk.worker_id) != (
+                            head.size, head.checksum, head.path, head.worker_id):
+                        raise TrainctlError(grpc.StatusCode.DATA_LOSS, (
+                            "fetch: the file changed while the fetch was resumed (%s: %d bytes, %s -> %s: %d bytes, "
+                            "%s)") % (head.path, head.size, head.checksum, chunk.path, chunk.size, chunk.checksum))
+                    delivered = True
+                    if chunk.offset != offset:
+                        raise TrainctlError(grpc.StatusCode.DATA_LOSS,
+                                            "fetch: a piece at offset %d, expected %d" % (chunk.offset, offset))
+                    out.write(chunk.data)
+                    crc = zlib.crc32(chunk.data, crc)
+                    offset += len(chunk.data)
+                break
+            except grpc.RpcError as e:
+                status = e
+            finally:
+                call.cancel()
+            broken = self._stream_ended(status, address, delivered)
+            now = time.monotonic()
+            if delivered:
+                broke, backoff = now, 0.1
+            if head is None or not broken or now - broke >= self.watch_reconnect_for:
+                raise _error(status, address)
+            backoff = _pause(backoff)
         if head is None:
             raise TrainctlError(grpc.StatusCode.DATA_LOSS, "fetch: the coordinator sent nothing")
         if offset != head.size:
@@ -749,6 +757,31 @@ class Client:
             raise TrainctlError(grpc.StatusCode.DATA_LOSS,
                                 "fetch: the bytes are %s, expected %s" % (got, head.checksum))
         return head
+
+    def _stream_ended(self, status, address, delivered):
+        """A stream on ``address`` ended with ``status`` (after delivering or
+        not): where the next one goes. True when it broke (not one the
+        coordinator refused): UNAVAILABLE, or CANCELLED by a coordinator
+        shutting down."""
+        broken = status.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.CANCELLED)
+        if delivered:
+            self._answered(address)
+        if broken:
+            hint = _active_hint(status)
+            if hint is not None:
+                self._follow(hint)
+            else:
+                self._forget(address)  # a fresh channel dials at once
+                self._unreachable(address)
+        return broken
+
+
+def _pause(backoff):
+    """Sleeps a full jitter in [b/2, b] and returns the next b (doubling to
+    1 s): a resumed stream is back within a second of the coordinator
+    answering again."""
+    time.sleep(random.uniform(backoff / 2, backoff))
+    return min(backoff * 2, 1.0)
 
 
 class _WatchedChannel:
