@@ -9,6 +9,7 @@
 #include <random>
 #include <set>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -158,10 +159,10 @@ void SleepAndBackOff(absl::Duration* backoff, std::mt19937_64& rng) {
 // by the failover rule, each item to `on_item` (false: stop, the stream is
 // cancelled). A stream whose connection never became READY, or that a
 // standby answered, was not served and is opened again where the rule
-// says, until options.timeout after the first try; one that broke after
-// delivering is the caller's to resume (the next open goes where the break
-// points: a standby's hint, else the next address). *stopped: on_item said
-// stop.
+// says, until options.timeout after the first try; one that broke (after
+// delivering or not) is the caller's to resume: the next open goes where the
+// break points (a standby's hint, else the next address, a fresh channel).
+// *stopped: on_item said stop.
 template <typename Stub, typename Request, typename Item>
 grpc::Status ReadStream(Endpoints& e,
                         std::unique_ptr<grpc::ClientReader<Item>> (Stub::*rpc)(grpc::ClientContext*, const Request&),
@@ -213,7 +214,7 @@ grpc::Status ReadStream(Endpoints& e,
     // own UNAVAILABLE is its answer.
     if (delivered || *stopped || !IsStandbyAnswer(status) || e.fixed != nullptr) {
       if (delivered) e.Answered(current->second);
-      if (delivered && !*stopped && BrokenStream(status)) e.StreamFailed(current->second, status, ctx);
+      if (!*stopped && BrokenStream(status)) e.StreamFailed(current->second, status, ctx);
       return status;
     }
     e.StreamFailed(current->second, status, ctx);
@@ -448,13 +449,55 @@ absl::Status Client::Logs(const std::string& job_id, const LogsOptions& options,
   req.set_attempt(options.attempt);
   req.set_tail_lines(options.tail);
   req.set_follow(options.follow);
-  bool stopped = false;
-  std::string address;
-  grpc::Status status = ReadStream<v1::JobService::Stub, v1::GetLogsRequest, v1::LogChunk>(
-      stubs_->endpoints, &v1::JobService::Stub::GetLogs, req,
-      [&callback](const v1::LogChunk& chunk) { return !callback || callback(chunk); }, &stopped, &address);
-  if (stopped && status.error_code() == grpc::StatusCode::CANCELLED) return absl::OkStatus();
-  return FromGrpc(status, address);
+  // What was delivered (a resumed stream continues after it): the attempt
+  // of the last line and, of that attempt, each rank's last LogLine.seq.
+  int32_t last_attempt = 0;
+  absl::flat_hash_map<int32_t, int64_t> last_seq;
+  std::mt19937_64 rng(std::random_device{}());
+  absl::Duration backoff = absl::Milliseconds(100);
+  absl::Time broke = absl::InfinitePast();  // Start of the current break.
+  while (true) {
+    bool stopped = false;
+    bool delivered = false;
+    std::string address;
+    grpc::Status status = ReadStream<v1::JobService::Stub, v1::GetLogsRequest, v1::LogChunk>(
+        stubs_->endpoints, &v1::JobService::Stub::GetLogs, req,
+        [&](const v1::LogChunk& chunk) {
+          delivered = true;
+          if (chunk.attempt() != last_attempt) {
+            last_attempt = chunk.attempt();
+            last_seq.clear();
+          }
+          for (const v1::LogLine& l : chunk.lines()) {
+            if (l.seq() > 0) last_seq[chunk.rank()] = std::max(last_seq[chunk.rank()], l.seq());
+          }
+          return !callback || callback(chunk);
+        },
+        &stopped, &address);
+    if (stopped && status.error_code() == grpc::StatusCode::CANCELLED) return absl::OkStatus();
+    if (status.ok() || stopped) return FromGrpc(status, address);
+    // A followed stream that broke is opened again, as Watch's is, after
+    // what it delivered: never a line twice, none lost that the coordinator
+    // keeps (a new attempt's lines from its start).
+    const absl::Time now = absl::Now();
+    const bool resumable = options.follow && BrokenStream(status);
+    if (delivered || broke == absl::InfinitePast()) {
+      broke = now;
+      backoff = absl::Milliseconds(100);
+      if (resumable && !IsStandbyAnswer(status) && options_.on_watch_broken &&
+          options_.watch_reconnect_for > absl::ZeroDuration()) {
+        options_.on_watch_broken(FromGrpc(status, address));
+      }
+    }
+    if (!resumable || now - broke >= options_.watch_reconnect_for) return FromGrpc(status, address);
+    if (last_attempt > 0) {
+      req.set_tail_lines(0);  // The tail was sent; everything after it is owed.
+      req.set_after_attempt(last_attempt);
+      req.clear_after_seq();
+      for (const auto& [rank, seq] : last_seq) (*req.mutable_after_seq())[rank] = seq;
+    }
+    SleepAndBackOff(&backoff, rng);
+  }
 }
 
 absl::StatusOr<v1::ArtifactChunk> Client::Fetch(const std::string& job_id, int64_t checkpoint_step,

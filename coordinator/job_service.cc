@@ -176,6 +176,18 @@ class WatchReactor final : public QueuedWriter<v1::JobUpdate>, public JobSubscri
   LiveCalls::Id live_ ABSL_GUARDED_BY(kLoop) = 0;   // Loop only; 0: untracked.
 };
 
+// Whether a stream resuming after a break (req.after_attempt > 0) still
+// owes `line` of `attempt` and `rank`: every line of a later attempt, none of
+// an earlier one, and of the same attempt those numbered after the last
+// one delivered (unnumbered lines, from an older worker, are sent again).
+bool LineOwed(const v1::GetLogsRequest& req, int32_t attempt, int32_t rank, const v1::LogLine& line) {
+  if (req.after_attempt() == 0 || attempt > req.after_attempt()) return true;
+  if (attempt < req.after_attempt()) return false;
+  if (line.seq() == 0) return true;
+  auto it = req.after_seq().find(rank);
+  return it == req.after_seq().end() || line.seq() > it->second;
+}
+
 class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscriber {
  public:
   LogsReactor(ServiceContext ctx, v1::GetLogsRequest req)
@@ -188,7 +200,16 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
     if (req_.attempt() == 0 && c.attempt() > attempt_) attempt_ = c.attempt();
     if (c.attempt() != attempt_) return;
     if (req_.has_rank() && c.rank() != req_.rank()) return;
-    Push(c);
+    if (req_.after_attempt() == 0) {
+      Push(c);
+      return;
+    }
+    v1::LogChunk owed = c;
+    owed.clear_lines();
+    for (const v1::LogLine& l : c.lines()) {
+      if (LineOwed(req_, c.attempt(), c.rank(), l)) *owed.add_lines() = l;
+    }
+    if (owed.lines_size() > 0 || owed.dropped_lines() > 0) Push(std::move(owed));
   }
   void JobEnded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override {
     subscribed_ = false;
@@ -390,6 +411,10 @@ grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::Callback
 
 absl::Status LogsRequestError(const v1::GetLogsRequest& req, const v1::Job& job) {
   if (req.tail_lines() < 0) return absl::InvalidArgumentError("tail_lines: must be >= 0");
+  if (req.after_attempt() < 0) return absl::InvalidArgumentError("after_attempt: must be >= 0 (0: not a resumption)");
+  if (req.after_attempt() == 0 && !req.after_seq().empty()) {
+    return absl::InvalidArgumentError("after_seq: needs after_attempt (the attempt the numbers are of)");
+  }
   const int attempts = job.attempts_size();
   if (req.attempt() < 0 || req.attempt() > attempts) {
     return absl::InvalidArgumentError(absl::StrCat(
@@ -420,6 +445,10 @@ grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetLogs(grpc::CallbackSe
     absl::StatusOr<std::vector<v1::LogLine>> lines =
         ctx_.store->ListLogs(request.job_id(), attempt, rank, request.tail_lines());
     if (lines.ok()) {
+      // A resumed stream: only what it has not delivered yet.
+      lines->erase(std::remove_if(lines->begin(), lines->end(),
+                                  [&](const v1::LogLine& l) { return !LineOwed(request, attempt, l.rank(), l); }),
+                   lines->end());
       // Group consecutive lines of a rank into chunks.
       v1::LogChunk chunk;
       auto flush = [&] {

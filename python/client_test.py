@@ -164,7 +164,7 @@ class Cluster:
                                 metadata=self._admin())
         return resp.secret
 
-    def start_worker(self, name, slots):
+    def start_worker(self, name, slots, extra=()):
         token_file = os.path.join(self.dir, "worker-%s.token" % name)
         fd = os.open(token_file, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as f:
@@ -174,7 +174,7 @@ class Cluster:
                 "--coordinator=" + self.address, "--slots=%d" % slots,
                 "--work_dir=%s/worker-%s" % (self.dir, name), "--address=127.0.0.1",
                 "--rank_binary=" + rank_binary, "--rank_timeout_s=20", "--stop_grace_s=2",
-                "--token_file=" + token_file]
+                "--token_file=" + token_file] + list(extra)
         self.workers[name] = self._spawn(argv, "worker-%s.log" % name)
 
     def wait_workers(self, n):
@@ -433,16 +433,17 @@ class WatchResumeTest(ClusterTestCase):
         self.assertEqual(last, job_pb2.JOB_STATE_CANCELLED)
 
 
-class FetchResumeTest(ClusterTestCase):
-    """A fetch outlives a coordinator restart: it goes on at the next byte
-    (FetchArtifactRequest.offset), every byte once, the whole checked."""
+class StreamResumeTest(ClusterTestCase):
+    """A fetch and logs(follow=True) outlive a coordinator restart: the fetch
+    goes on at the next byte (FetchArtifactRequest.offset), every byte once,
+    the whole checked; the log lines come once each, in order
+    (GetLogsRequest.after_seq)."""
 
     def setUp(self):
-        self.cluster = Cluster(_build_dir(), os.path.join(WORK, "fetch-restart"))
-        os.mkdir(self.cluster.dir)
+        self.cluster = Cluster(_build_dir(), tempfile.mkdtemp(prefix="restart-", dir=WORK))
         self.addCleanup(self.cluster.stop)
         self.cluster.start_coordinator()
-        self.cluster.start_worker("a", slots=1)
+        self.cluster.start_worker("a", slots=1, extra=["--allow_commands"])
         self.cluster.wait_workers(1)
         self.client = Client(self.cluster.address, token=self.cluster.admin_token)
         self.addCleanup(self.client.close)
@@ -504,6 +505,29 @@ class FetchResumeTest(ClusterTestCase):
         # One stream broke after delivering; any others (before the worker
         # was back) delivered nothing.
         self.assertEqual(ended.count(True), 1, ended)
+
+
+    def test_logs_follow_resumes_after_restart(self):
+        lines = 150
+        spec = tempfile.NamedTemporaryFile("w", suffix=".yaml", dir=WORK, delete=False)
+        with spec:
+            spec.write("name: py-logs\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: [/bin/sh, -c, "
+                       "'i=1; while [ $i -le %d ]; do echo \"line $i\"; i=$((i+1)); sleep 0.04; done']\n" % lines)
+        job = self.client.submit(spec.name)
+        deadline = time.monotonic() + JOB_TIMEOUT_S
+        while self.client.get(job).state != job_pb2.JOB_STATE_RUNNING:
+            self.assertLess(time.monotonic(), deadline, "the job did not start")
+            time.sleep(0.1)
+        got, restarted = [], False
+        for chunk in self.client.logs(job, follow=True):
+            got.extend(line.text for line in chunk.lines if line.stream == 1)  # STREAM_STDOUT
+            if len(got) >= 20 and not restarted:
+                self.cluster.kill_coordinator()
+                self.cluster.start_coordinator()
+                restarted = True
+            self.assertLess(time.monotonic(), deadline, "the stream did not end with the job")
+        self.assertTrue(restarted, "only %d lines came" % len(got))
+        self.assertEqual(got, ["line %d" % i for i in range(1, lines + 1)])
 
 
 class TlsTest(ClusterTestCase):

@@ -4,33 +4,21 @@
 // a damaged file, an unknown step, a missing token and a gone holder are
 // refused with the right code and leave no output file. A fetch from an
 // offset sends the rest of the file; one past the end is refused.
-//
-// A fetch whose stream breaks mid-file (the coordinator SIGKILLed and
-// restarted while the client holds the first piece) resumes at the next
-// byte once the coordinator and the holder are back: the bytes are the
-// file's, none twice, and the client said once that it reconnects.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <signal.h>
 
 #include <cstdlib>
-#include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <random>
-#include <streambuf>
-#include <thread>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/synchronization/notification.h"
 #include "common/auth/secret.h"
 #include "common/jobspec/job_spec.h"
 #include "tests/support/cluster.h"
 #include "tests/support/source_dir.h"
-#include "trainctl/client.h"
 
 namespace trainctl {
 namespace {
@@ -174,101 +162,6 @@ TEST(FetchE2ETest, ModelAndCheckpointComeBackVerifiedAndDamageIsRefused) {
   } while (absl::Now() < deadline);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
   EXPECT_THAT(s.error_message(), HasSubstr("is not connected"));
-}
-
-// An output that keeps what it is given and holds the first write until
-// released (the fetch's reading thread waits there).
-class GateBuffer : public std::streambuf {
- public:
-  absl::Notification first_write;
-  absl::Notification release;
-  std::string data() {
-    absl::MutexLock l(&mu_);
-    return data_;
-  }
-
- protected:
-  std::streamsize xsputn(const char* s, std::streamsize n) override {
-    {
-      absl::MutexLock l(&mu_);
-      data_.append(s, static_cast<size_t>(n));
-    }
-    if (!first_write.HasBeenNotified()) {
-      first_write.Notify();
-      release.WaitForNotification();
-    }
-    return n;
-  }
-  int overflow(int c) override {
-    if (c == traits_type::eof()) return traits_type::not_eof(c);
-    const char ch = static_cast<char>(c);
-    return xsputn(&ch, 1) == 1 ? c : traits_type::eof();
-  }
-
- private:
-  absl::Mutex mu_;
-  std::string data_ ABSL_GUARDED_BY(mu_);
-};
-
-TEST(FetchE2ETest, AFetchBrokenByACoordinatorRestartResumesAtTheNextByte) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
-  ASSERT_TRUE(cluster.StartCoordinator());
-  ASSERT_TRUE(cluster.StartWorker("w", 1));
-  ASSERT_TRUE(cluster.WaitWorkers(1));
-  const std::string id = cluster.Submit(Spec("fake-model", 1));
-  ASSERT_FALSE(id.empty());
-  v1::Job job = cluster.WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
-  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.state_reason();
-  ASSERT_FALSE(job.final_model().empty());
-  // A 64 MiB model (rewritten in place: the same file of the job): far
-  // more than gRPC's flow control lets the coordinator send ahead of a
-  // client that holds its first piece, so the restart cuts the file.
-  std::string model(64u << 20, '\0');
-  std::mt19937_64 rng(7);
-  for (size_t i = 0; i < model.size(); i += 8) {
-    const uint64_t v = rng();
-    std::memcpy(&model[i], &v, 8);
-  }
-  {
-    std::ofstream f(job.final_model(), std::ios::binary | std::ios::trunc);
-    f.write(model.data(), static_cast<std::streamsize>(model.size()));
-    ASSERT_TRUE(f.good());
-  }
-
-  ClientOptions options;
-  options.address = cluster.address();
-  options.token = cluster.admin_token();
-  options.timeout = absl::Seconds(20);  // generous: loaded CI machines
-  absl::Mutex mu;
-  std::vector<std::string> breaks;
-  options.on_watch_broken = [&](const absl::Status& why) {
-    absl::MutexLock l(&mu);
-    breaks.push_back(why.ToString());
-  };
-  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
-  ASSERT_TRUE(client.ok()) << client.status();
-
-  GateBuffer gate;
-  std::ostream out(&gate);
-  absl::StatusOr<v1::ArtifactChunk> got = absl::UnknownError("not run");
-  std::thread fetcher([&] { got = (*client)->Fetch(id, 0, out); });
-  const bool started = gate.first_write.WaitForNotificationWithTimeout(absl::Seconds(60));
-  if (started) {
-    cluster.KillCoordinator(SIGKILL);
-    EXPECT_TRUE(cluster.StartCoordinator()) << "the coordinator did not come back";
-  }
-  gate.release.Notify();
-  fetcher.join();
-  ASSERT_TRUE(started) << "no first piece in 60 s: " << got.status();
-  ASSERT_TRUE(got.ok()) << got.status();
-  EXPECT_EQ(got->size(), static_cast<int64_t>(model.size()));
-  EXPECT_EQ(got->path(), job.final_model());
-  const std::string data = gate.data();
-  EXPECT_EQ(data.size(), model.size());
-  EXPECT_TRUE(data == model) << "the fetched bytes differ from the file";
-  absl::MutexLock l(&mu);
-  ASSERT_EQ(breaks.size(), 1u) << "the stream did not break once";
-  EXPECT_THAT(breaks[0], HasSubstr(cluster.address()));
 }
 
 }  // namespace

@@ -84,14 +84,14 @@ struct ClientOptions {
   // The name the coordinator's certificate must carry, when it differs
   // from the address's host (tests).
   std::string tls_server_name;
-  // Watch (and Fetch) resumes a stream that broke (the coordinator
-  // restarted or the network dropped) for this long after the break: it
-  // reconnects within 1 s of the coordinator answering again and continues
-  // after the last event (byte) it delivered, with none repeated or lost.
-  // Zero: a broken stream is an error at once.
+  // Watch (and Fetch, and Logs with follow) resumes a stream that broke
+  // (the coordinator restarted or the network dropped) for this long after
+  // the break: it reconnects within 1 s of the coordinator answering again
+  // and continues after the last event (byte, log line) it delivered, with
+  // none repeated or lost. Zero: a broken stream is an error at once.
   absl::Duration watch_reconnect_for = absl::Minutes(2);
-  // Called once per break that Watch or Fetch is resuming from, with the
-  // reason.
+  // Called once per break that Watch, Fetch or Logs is resuming from, with
+  // the reason.
   std::function<void(const absl::Status&)> on_watch_broken;
 };
 
@@ -184,7 +184,10 @@ class Client {
   absl::StatusOr<v1::Job> Watch(const std::string& job_id, bool include_history,
                                 const WatchCallback& callback);
   // Delivers the job's log lines; with options.follow, until the job ends.
-  // Returns OK also when `callback` stopped it.
+  // Returns OK also when `callback` stopped it. A followed stream that
+  // breaks is resumed as Watch's is (options.watch_reconnect_for): after the
+  // last line delivered of each rank (LogLine.seq), none twice; the lines a
+  // new attempt logged meanwhile come from its start.
   absl::Status Logs(const std::string& job_id, const LogsOptions& options,
                     const LogCallback& callback);
 

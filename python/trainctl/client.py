@@ -251,7 +251,7 @@ class Client:
         latest: a JOB that matches several jobs means the newest (the CLI's --latest).
         tls_server_name: the name the coordinator's certificate must carry when
             it differs from the address's host (tests).
-        watch_reconnect_for: how long watch() and fetch() resume a broken stream, in seconds.
+        watch_reconnect_for: how long watch(), fetch() and logs(follow=True) resume a broken stream, in seconds.
         """
         self.address, token, self.ca_file = resolve_settings(address, token, ca)
         self.timeout = timeout
@@ -437,7 +437,9 @@ class Client:
         rank's lines each, in order; chunk.lines[i].text): every rank of the
         latest attempt unless ``rank``/``attempt`` (from 1) say otherwise;
         ``tail``: only the last N kept lines per rank first; ``follow``: new
-        lines until the job ends (a pending job is waited for first).
+        lines until the job ends (a pending job is waited for first), resumed
+        after a break for up to watch_reconnect_for seconds, after each rank's
+        last line delivered (LogLine.seq): none twice.
         Checked now: a rank or attempt the job does not have is INVALID_ARGUMENT."""
         if rank is not None and rank < 0:
             raise _invalid("rank: must be >= 0")
@@ -694,14 +696,44 @@ class Client:
             for update in self._watch(req.job_id, False, None):
                 if update.HasField("job") and update.job.state != job_pb2.JOB_STATE_PENDING:
                     break
-        address = self.active_address
-        call = self._jobs.GetLogs(req, metadata=self._metadata)
-        try:
-            yield from call
-        except grpc.RpcError as e:
-            raise _error(e, address) from None
-        finally:
-            call.cancel()
+        # What was delivered (a resumed stream continues after it): the
+        # attempt of the last line and, of that attempt, each rank's last
+        # LogLine.seq.
+        last_attempt, last_seq = 0, {}
+        broke, backoff = None, 0.1
+        while True:
+            address = self.active_address
+            stub = job_service_pb2_grpc.JobServiceStub(self._channel_for(address).channel)
+            call = stub.GetLogs(req, metadata=self._metadata)
+            delivered = False
+            try:
+                for chunk in call:
+                    delivered = True
+                    if chunk.attempt != last_attempt:
+                        last_attempt, last_seq = chunk.attempt, {}
+                    for line in chunk.lines:
+                        if line.seq > 0:
+                            last_seq[chunk.rank] = max(last_seq.get(chunk.rank, 0), line.seq)
+                    yield chunk
+                return
+            except grpc.RpcError as e:
+                status = e
+            finally:
+                call.cancel()
+            # A followed stream that broke is opened again after what it
+            # delivered, as a watch is (client/client.cc's Logs).
+            broken = self._stream_ended(status, address, delivered)
+            now = time.monotonic()
+            if delivered or broke is None:
+                broke, backoff = now, 0.1
+            if not req.follow or not broken or now - broke >= self.watch_reconnect_for:
+                raise _error(status, address)
+            if last_attempt:
+                req.tail_lines = 0  # the tail was sent; everything after it is owed
+                req.after_attempt = last_attempt
+                req.after_seq.clear()
+                req.after_seq.update(last_seq)
+            backoff = _pause(backoff)
 
     def _receive_artifact(self, req, out):
         """Streams FetchArtifact into ``out``, checking order, size and

@@ -239,6 +239,7 @@ void RankTable::OnLogBatch(const std::string& key, const RankLogBatch& batch) {
     l.set_stream(line.stream == 1 ? v1::LogLine::STREAM_STDOUT : v1::LogLine::STREAM_STDERR);
     SetTimestamp(line.time, l.mutable_time());
     l.set_text(line.text);
+    l.set_seq(r->next_log_seq++);
     r->pending_logs.push_back(std::move(l));
   }
 }
@@ -275,6 +276,7 @@ void RankTable::FlushLogs() {
         note->set_stream(v1::LogLine::STREAM_STDERR);
         SetTimestamp(absl::Now(), note->mutable_time());
         note->set_text(absl::StrCat("[trainctl-worker] ", r.dropped, " log lines dropped (rate limit)"));
+        note->set_seq(r.next_log_seq++);
       }
       r.pending_logs.clear();
       r.dropped = 0;

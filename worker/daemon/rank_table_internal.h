@@ -50,6 +50,8 @@ struct RankTable::LocalRank {
   // the next chunk, and the count dropped since the last one.
   std::vector<v1::LogLine> pending_logs;
   int64_t dropped = 0;
+  // LogLine.seq of the next line forwarded (a "dropped" note too), from 1.
+  int64_t next_log_seq = 1;
   // Its latest train window (for /metrics and an OOM report).
   std::optional<v1::MetricPoint> last_train;
 };

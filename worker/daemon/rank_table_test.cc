@@ -274,7 +274,13 @@ TEST_F(RankTableTest, ARankThatFailsIsReportedWithItsPythonException) {
   // Its lines went out before its end; rank 1 runs on.
   bool logs_before_end = false;
   for (const FakeOutbox::Sent& s : out_.sent) {
-    if (s.msg.has_logs() && s.msg.logs().lines_size() == 2) logs_before_end = true;
+    if (s.msg.has_logs() && s.msg.logs().lines_size() == 2) {
+      logs_before_end = true;
+      // Numbered from 1 in the rank's attempt (LogLine.seq: where a
+      // resumed `logs -f` goes on).
+      EXPECT_EQ(s.msg.logs().lines(0).seq(), 1);
+      EXPECT_EQ(s.msg.logs().lines(1).seq(), 2);
+    }
     if (s.msg.has_rank_status() && s.msg.rank_status().state() == v1::RANK_STATE_FAILED) break;
   }
   EXPECT_TRUE(logs_before_end);

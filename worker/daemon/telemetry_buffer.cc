@@ -50,7 +50,12 @@ int64_t TelemetryBuffer::CutToMarker(Entry& e) {
   v1::LogLine marker;
   marker.set_rank(c->rank());
   marker.set_stream(v1::LogLine::STREAM_STDERR);
-  if (lines > 0) *marker.mutable_time() = c->lines(lines - 1).time();
+  if (lines > 0) {
+    *marker.mutable_time() = c->lines(lines - 1).time();
+    // The last cut line's number: a resumed log stream that saw the marker
+    // does not ask for the lines it stands for.
+    marker.set_seq(c->lines(lines - 1).seq());
+  }
   marker.set_text(absl::StrCat("[trainctl-worker] ", lines, " log lines dropped (telemetry buffer full)"));
   c->clear_lines();
   *c->add_lines() = std::move(marker);

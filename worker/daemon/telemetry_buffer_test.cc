@@ -21,6 +21,7 @@ v1::WorkerMessage Logs(int rank, int lines, size_t line_bytes = 100) {
     v1::LogLine* l = c->add_lines();
     l->set_rank(rank);
     l->set_text(std::string(line_bytes, 'x'));
+    l->set_seq(i + 1);
   }
   return m;
 }
@@ -143,6 +144,9 @@ TEST(TelemetryBufferTest, StaysWithinItsBoundAndDropsLogLinesFirstWithACountedMa
                 absl::StrCat("[trainctl-worker] ", m.logs().dropped_lines(),
                              " log lines dropped (telemetry buffer full)"));
       EXPECT_EQ(m.logs().lines(0).rank(), m.logs().rank());
+      // It takes the last cut line's number: a resumed `logs -f` past the
+      // marker does not ask for the lines it stands for.
+      EXPECT_EQ(m.logs().lines(0).seq(), m.logs().dropped_lines());
       marker_lines += m.logs().dropped_lines();
     } else {
       EXPECT_EQ(m.logs().lines_size(), 100);
