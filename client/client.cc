@@ -147,13 +147,42 @@ bool BrokenStream(const grpc::Status& status) {
   return status.error_code() == grpc::StatusCode::UNAVAILABLE || status.error_code() == grpc::StatusCode::CANCELLED;
 }
 
-// Full jitter in [b/2, b], then b doubles to at most 1 s: a resumed stream
-// is back within a second of the coordinator answering again.
-void SleepAndBackOff(absl::Duration* backoff, std::mt19937_64& rng) {
-  absl::SleepFor(absl::Milliseconds(std::uniform_int_distribution<int64_t>(
-      absl::ToInt64Milliseconds(*backoff) / 2, absl::ToInt64Milliseconds(*backoff))(rng)));
-  *backoff = std::min(*backoff * 2, absl::Seconds(1));
-}
+// The breaks of one resumed stream (Watch, Logs with follow, Fetch): when
+// the current break began, the pause before the next try (full jitter in
+// [b/2, b], b doubling to 1 s: back within a second of the coordinator
+// answering again), and the one report per break (on_watch_broken).
+class StreamBreaks {
+ public:
+  explicit StreamBreaks(const ClientOptions& options) : options_(options), rng_(std::random_device{}()) {}
+
+  // The stream on `address` ended with `status` (not OK), having delivered
+  // something or not; `resumable`: it may be opened again. True after the
+  // pause when it is to be opened again; false when `status` is the
+  // caller's answer (not resumable, or broken for watch_reconnect_for).
+  bool Again(const grpc::Status& status, const std::string& address, bool delivered, bool resumable) {
+    const absl::Time now = absl::Now();
+    if (delivered || broke_ == absl::InfinitePast()) {
+      broke_ = now;
+      backoff_ = absl::Milliseconds(100);
+      // A standby's answer is no break: the stream was never served.
+      if (resumable && !IsStandbyAnswer(status) && options_.on_watch_broken &&
+          options_.watch_reconnect_for > absl::ZeroDuration()) {
+        options_.on_watch_broken(FromGrpc(status, address));
+      }
+    }
+    if (!resumable || now - broke_ >= options_.watch_reconnect_for) return false;
+    absl::SleepFor(absl::Milliseconds(std::uniform_int_distribution<int64_t>(
+        absl::ToInt64Milliseconds(backoff_) / 2, absl::ToInt64Milliseconds(backoff_))(rng_)));
+    backoff_ = std::min(backoff_ * 2, absl::Seconds(1));
+    return true;
+  }
+
+ private:
+  const ClientOptions& options_;
+  std::mt19937_64 rng_;
+  absl::Duration backoff_ = absl::Milliseconds(100);
+  absl::Time broke_ = absl::InfinitePast();
+};
 
 // A server stream (logs, artifact bytes): opened on the active coordinator
 // by the failover rule, each item to `on_item` (false: stop, the stream is
@@ -385,9 +414,7 @@ absl::StatusOr<v1::Job> Client::Watch(const std::string& job_id, bool include_hi
   Endpoints& e = stubs_->endpoints;
   std::optional<v1::Job> last;
   int64_t last_seq = 0;  // The newest event delivered: a resumed stream continues after it.
-  std::mt19937_64 rng(std::random_device{}());
-  absl::Duration backoff = absl::Milliseconds(100);
-  absl::Time broke = absl::InfinitePast();  // Start of the current break.
+  StreamBreaks breaks(options_);
   bool stopped = false;
   while (true) {
     // The active coordinator as far as this client knows: after a break,
@@ -420,16 +447,8 @@ absl::StatusOr<v1::Job> Client::Watch(const std::string& job_id, bool include_hi
     // A standby's answer is no break: the stream was never served; it goes
     // where the standby points.
     const bool broken = BrokenStream(status);
-    const bool standby = IsStandbyAnswer(status);
     if (broken) e.StreamFailed(address, status, ctx);
-    const absl::Time now = absl::Now();
-    if (delivered || broke == absl::InfinitePast()) {
-      broke = now;
-      backoff = absl::Milliseconds(100);
-      if (broken && !standby && options_.on_watch_broken) options_.on_watch_broken(FromGrpc(status, address));
-    }
-    if (!broken || now - broke >= options_.watch_reconnect_for) return FromGrpc(status, address);
-    SleepAndBackOff(&backoff, rng);
+    if (!breaks.Again(status, address, delivered, broken)) return FromGrpc(status, address);
   }
   // The stream carries jobs without attempts; fetch the whole one.
   v1::GetJobRequest get;
@@ -453,9 +472,7 @@ absl::Status Client::Logs(const std::string& job_id, const LogsOptions& options,
   // of the last line and, of that attempt, each rank's last LogLine.seq.
   int32_t last_attempt = 0;
   absl::flat_hash_map<int32_t, int64_t> last_seq;
-  std::mt19937_64 rng(std::random_device{}());
-  absl::Duration backoff = absl::Milliseconds(100);
-  absl::Time broke = absl::InfinitePast();  // Start of the current break.
+  StreamBreaks breaks(options_);
   while (true) {
     bool stopped = false;
     bool delivered = false;
@@ -479,24 +496,15 @@ absl::Status Client::Logs(const std::string& job_id, const LogsOptions& options,
     // A followed stream that broke is opened again, as Watch's is, after
     // what it delivered: never a line twice, none lost that the coordinator
     // keeps (a new attempt's lines from its start).
-    const absl::Time now = absl::Now();
-    const bool resumable = options.follow && BrokenStream(status);
-    if (delivered || broke == absl::InfinitePast()) {
-      broke = now;
-      backoff = absl::Milliseconds(100);
-      if (resumable && !IsStandbyAnswer(status) && options_.on_watch_broken &&
-          options_.watch_reconnect_for > absl::ZeroDuration()) {
-        options_.on_watch_broken(FromGrpc(status, address));
-      }
+    if (!breaks.Again(status, address, delivered, options.follow && BrokenStream(status))) {
+      return FromGrpc(status, address);
     }
-    if (!resumable || now - broke >= options_.watch_reconnect_for) return FromGrpc(status, address);
     if (last_attempt > 0) {
       req.set_tail_lines(0);  // The tail was sent; everything after it is owed.
       req.set_after_attempt(last_attempt);
       req.clear_after_seq();
       for (const auto& [rank, seq] : last_seq) (*req.mutable_after_seq())[rank] = seq;
     }
-    SleepAndBackOff(&backoff, rng);
   }
 }
 
@@ -509,9 +517,7 @@ absl::StatusOr<v1::ArtifactChunk> Client::Fetch(const std::string& job_id, int64
   int64_t offset = 0;                     // Bytes written so far: a resumed stream starts here.
   uLong crc = crc32(0L, Z_NULL, 0);       // Of those bytes.
   absl::Status broken;
-  std::mt19937_64 rng(std::random_device{}());
-  absl::Duration backoff = absl::Milliseconds(100);
-  absl::Time broke = absl::InfinitePast();  // Start of the current break.
+  StreamBreaks breaks(options_);
   while (true) {
     bool stopped = false;
     bool delivered = false;
@@ -554,17 +560,9 @@ absl::StatusOr<v1::ArtifactChunk> Client::Fetch(const std::string& job_id, int64
     // Resumed where it broke (the coordinator restarted or failed over, the
     // connection dropped, the holder reconnects) for watch_reconnect_for
     // after the break, as Watch does; never before a first byte came.
-    const absl::Time now = absl::Now();
-    const bool resumable = head.has_value() && BrokenStream(status);
-    if (delivered) {
-      broke = now;
-      backoff = absl::Milliseconds(100);
-      if (resumable && options_.on_watch_broken && options_.watch_reconnect_for > absl::ZeroDuration()) {
-        options_.on_watch_broken(FromGrpc(status, address));
-      }
+    if (!breaks.Again(status, address, delivered, head.has_value() && BrokenStream(status))) {
+      return FromGrpc(status, address);
     }
-    if (!resumable || now - broke >= options_.watch_reconnect_for) return FromGrpc(status, address);
-    SleepAndBackOff(&backoff, rng);
   }
   if (!head.has_value()) return absl::DataLossError("fetch: the coordinator sent nothing");
   if (offset != head->size()) {

@@ -654,8 +654,7 @@ class Client:
     def _watch(self, job_id, include_history, deadline):
         """The generator behind watch() (client/client.cc's Watch loop)."""
         last_seq = 0  # The newest event delivered: a resumed stream continues after it.
-        broke = None  # When the current break started.
-        backoff = 0.1
+        breaks = _Breaks(self.watch_reconnect_for)
         while True:
             # The active coordinator as far as this client knows: after a
             # break, where a standby pointed, else the next address.
@@ -677,16 +676,13 @@ class Client:
                 status = e
             finally:
                 call.cancel()  # A no-op once the stream ended; stops it when the caller left the loop.
-            broken = self._stream_ended(status, address, delivered)
-            now = time.monotonic()
-            if delivered or broke is None:
-                broke, backoff = now, 0.1
-            if not broken or now - broke >= self.watch_reconnect_for:
+            pause = breaks.next_pause(self._stream_ended(status, address, delivered), delivered)
+            if pause is None:
                 raise _error(status, address)
-            if deadline is not None and now + backoff >= deadline:
+            if deadline is not None and time.monotonic() + pause >= deadline:
                 raise TrainctlError(grpc.StatusCode.DEADLINE_EXCEEDED,
                                     "watch of %s: %s" % (job_id, _error(status, address).message))
-            backoff = _pause(backoff)
+            time.sleep(pause)
 
     def _logs(self, req, wait_placed):
         """The generator behind logs()."""
@@ -700,7 +696,7 @@ class Client:
         # attempt of the last line and, of that attempt, each rank's last
         # LogLine.seq.
         last_attempt, last_seq = 0, {}
-        broke, backoff = None, 0.1
+        breaks = _Breaks(self.watch_reconnect_for)
         while True:
             address = self.active_address
             stub = job_service_pb2_grpc.JobServiceStub(self._channel_for(address).channel)
@@ -723,17 +719,15 @@ class Client:
             # A followed stream that broke is opened again after what it
             # delivered, as a watch is (client/client.cc's Logs).
             broken = self._stream_ended(status, address, delivered)
-            now = time.monotonic()
-            if delivered or broke is None:
-                broke, backoff = now, 0.1
-            if not req.follow or not broken or now - broke >= self.watch_reconnect_for:
+            pause = breaks.next_pause(req.follow and broken, delivered)
+            if pause is None:
                 raise _error(status, address)
             if last_attempt:
                 req.tail_lines = 0  # the tail was sent; everything after it is owed
                 req.after_attempt = last_attempt
                 req.after_seq.clear()
                 req.after_seq.update(last_seq)
-            backoff = _pause(backoff)
+            time.sleep(pause)
 
     def _receive_artifact(self, req, out):
         """Streams FetchArtifact into ``out``, checking order, size and
@@ -742,7 +736,7 @@ class Client:
         (FetchArtifactRequest.offset) for up to watch_reconnect_for seconds
         after the break, as watch() is; the file must still be the same."""
         head, offset, crc = None, 0, 0
-        broke, backoff = None, 0.1
+        breaks = _Breaks(self.watch_reconnect_for)
         while True:
             address = self.active_address
             stub = job_service_pb2_grpc.JobServiceStub(self._channel_for(address).channel)
@@ -774,12 +768,10 @@ class Client:
             finally:
                 call.cancel()
             broken = self._stream_ended(status, address, delivered)
-            now = time.monotonic()
-            if delivered:
-                broke, backoff = now, 0.1
-            if head is None or not broken or now - broke >= self.watch_reconnect_for:
+            pause = breaks.next_pause(head is not None and broken, delivered)
+            if pause is None:
                 raise _error(status, address)
-            backoff = _pause(backoff)
+            time.sleep(pause)
         if head is None:
             raise TrainctlError(grpc.StatusCode.DATA_LOSS, "fetch: the coordinator sent nothing")
         if offset != head.size:
@@ -808,12 +800,27 @@ class Client:
         return broken
 
 
-def _pause(backoff):
-    """Sleeps a full jitter in [b/2, b] and returns the next b (doubling to
-    1 s): a resumed stream is back within a second of the coordinator
-    answering again."""
-    time.sleep(random.uniform(backoff / 2, backoff))
-    return min(backoff * 2, 1.0)
+class _Breaks:
+    """The breaks of one resumed stream (watch, logs(follow=True), fetch):
+    when the current one began, and the pause before the next try (full
+    jitter in [b/2, b], b doubling to 1 s: back within a second of the
+    coordinator answering again)."""
+
+    def __init__(self, reconnect_for):
+        self._for, self._broke, self._backoff = reconnect_for, None, 0.1
+
+    def next_pause(self, resumable, delivered):
+        """The stream ended (not OK), having delivered something or not: the
+        seconds to wait before opening it again, or None when its status is
+        the answer (not ``resumable``, or broken for reconnect_for)."""
+        now = time.monotonic()
+        if delivered or self._broke is None:
+            self._broke, self._backoff = now, 0.1
+        if not resumable or now - self._broke >= self._for:
+            return None
+        pause = random.uniform(self._backoff / 2, self._backoff)
+        self._backoff = min(self._backoff * 2, 1.0)
+        return pause
 
 
 class _WatchedChannel:
