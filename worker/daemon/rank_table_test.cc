@@ -322,6 +322,23 @@ TEST_F(RankTableTest, ACommandJobOnAWorkerWithoutAllowCommandsFailsAsConfigurati
   EXPECT_THAT(LastStatus().exit().message(), HasSubstr("--allow-commands"));
 }
 
+TEST_F(RankTableTest, LimitsThisWorkerCannotEnforceFailTheLaunchAsConfigurationAndStartNothing) {
+  // cgroups off (--cgroup-root ""): a job with resources never runs
+  // unlimited; each rank fails as CONFIG, naming why and what to do.
+  options_.cgroup_root = "";
+  v1::CoordinatorMessage m = Start();
+  m.mutable_start_ranks()->mutable_spec()->mutable_resources()->set_memory(64 << 20);
+  Deliver(m);
+  EXPECT_TRUE(launcher_.launches.empty());
+  const v1::RankStatus& st = LastStatus();
+  EXPECT_EQ(st.state(), v1::RANK_STATE_FAILED);
+  EXPECT_EQ(st.exit().kind(), v1::FAILURE_KIND_CONFIG);
+  EXPECT_THAT(st.exit().message(), HasSubstr("resources: this worker cannot enforce the job's limits: cgroups are off"));
+  EXPECT_THAT(st.exit().message(), HasSubstr("or leave out resources"));
+  EXPECT_THAT(Statuses(), ElementsAre("0:RANK_STATE_FAILED", "1:RANK_STATE_FAILED"));
+  EXPECT_THAT(Running(), IsEmpty());
+}
+
 TEST_F(RankTableTest, OnlyACheckpointOfTheJobInItsDirectoryIsReportedAndItsMetricsGoFirst) {
   Deliver(Start());
   out_.sent.clear();
