@@ -15,7 +15,8 @@
 //     follow it, the job SUCCEEDS in its first attempt (no rank restarted)
 //     with every metric point and log line stored once, and every submit a
 //     concurrent loop (the client library, given both addresses) saw
-//     acknowledged is there.
+//     acknowledged is there; a `logs -f` follower (the same) resumes once
+//     on the new active coordinator and gets every kept line once, in order.
 // Every wait polls an observable condition, bounded by a deadline; the only
 // fixed sleep is how long a coordinator is kept stopped.
 #include <gmock/gmock.h>
@@ -339,6 +340,37 @@ TEST_F(HaE2ETest, AJobRunsThroughAFailoverWithoutARankRestartOrALostPoint) {
   ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.state_reason();
   ASSERT_LT(running.progress().epoch(), kEpochs - 2) << "the failover must come mid-job";
 
+  // `trainctl logs -f` through the client library, given both addresses,
+  // following the job across the failover.
+  std::map<int, std::vector<std::string>> followed;  // rank -> lines; guarded by mu_follow
+  absl::Mutex mu_follow;
+  std::atomic<int> log_breaks{0};
+  absl::Status follow_status = absl::UnknownError("not run");
+  std::atomic<bool> following{false};
+  std::thread follower([&] {
+    ClientOptions o;
+    o.address = a + "," + b;
+    o.token = cluster.admin_token();
+    o.timeout = absl::Seconds(20);
+    o.on_watch_broken = [&](const absl::Status&) { ++log_breaks; };
+    absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(o);
+    if (!client.ok()) {
+      follow_status = client.status();
+      return;
+    }
+    LogsOptions lo;
+    lo.follow = true;
+    follow_status = (*client)->Logs(id, lo, [&](const v1::LogChunk& c) {
+      following = true;
+      absl::MutexLock l(&mu_follow);
+      for (const v1::LogLine& line : c.lines()) followed[c.rank()].push_back(line.text());
+      return true;
+    });
+  });
+  for (absl::Time until = absl::Now() + absl::Seconds(30); !following && absl::Now() < until;) {
+    absl::SleepFor(absl::Milliseconds(10));
+  }
+
   // A submit loop through the client library, given both addresses; one
   // job of one rank each (they wait: the chatty job holds every slot).
   std::atomic<bool> stop{false};
@@ -397,6 +429,34 @@ TEST_F(HaE2ETest, AJobRunsThroughAFailoverWithoutARankRestartOrALostPoint) {
   ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.state_reason() << "\n" << second.ReadLog();
   EXPECT_EQ(done.attempts_size(), 1) << "a rank was restarted";
   EXPECT_EQ(done.restarts(), 0);
+
+  // The follower ended with the job, having resumed once on the new active
+  // coordinator: it got each rank's kept lines exactly, none twice, in order.
+  follower.join();
+  EXPECT_TRUE(follow_status.ok()) << follow_status;
+  EXPECT_EQ(log_breaks.load(), 1);
+  {
+    ClientOptions o;
+    o.address = b;
+    o.token = cluster.admin_token();
+    o.timeout = absl::Seconds(20);
+    absl::StatusOr<std::unique_ptr<Client>> reader = Client::Connect(o);
+    ASSERT_TRUE(reader.ok()) << reader.status();
+    std::map<int, std::vector<std::string>> kept;
+    ASSERT_TRUE((*reader)
+                    ->Logs(id, LogsOptions{}, [&](const v1::LogChunk& c) {
+                      for (const v1::LogLine& line : c.lines()) kept[c.rank()].push_back(line.text());
+                      return true;
+                    })
+                    .ok());
+    absl::MutexLock l(&mu_follow);
+    ASSERT_EQ(kept.size(), static_cast<size_t>(kWorld));
+    for (const auto& [rank, lines] : kept) {
+      EXPECT_GE(lines.size(), static_cast<size_t>(kEpochs * kSteps)) << "rank " << rank;
+      EXPECT_EQ(followed[rank], lines) << "rank " << rank << ": logs -f got " << followed[rank].size()
+                                       << " lines, the coordinator kept " << lines.size();
+    }
+  }
 
   // Every point and line, once: what the chatty job produces.
   std::map<std::tuple<int, int, int64_t, int>, int> points;
