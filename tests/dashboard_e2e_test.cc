@@ -243,11 +243,12 @@ v1::JobSpec TrainingJob(bool real_rank) {
     EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].message);
     return p.spec;
   }
-  // The stand-in rank: epochs of ~1 s with an eval result each.
+  // The stand-in rank: epochs of ~1 s (sleeps: as long on a loaded machine,
+  // where the page takes longer to sign in) with an eval result each.
   ParsedJobSpec p = ParseJobSpecYaml(
       "model: {name: mlp, input_dim: 5, classes: 2}\n"
       "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
-      "dashboard.yaml", {"name=dashboard-slow", "world_size=2", "training.epochs=20", "restart.max_restarts=0"});
+      "dashboard.yaml", {"name=dashboard-slow", "world_size=2", "training.epochs=30", "restart.max_restarts=0"});
   EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].message);
   return p.spec;
 }
@@ -299,11 +300,12 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
     EXPECT_EQ(bad_rank->status, 404) << bad_rank->body;
   }
 
-  const std::string id = cluster.Submit(TrainingJob(real_rank));
-  ASSERT_FALSE(id.empty());
-
+  // Chromium first (its start can take long on a loaded machine), then the
+  // job: the page must see the job run, so the job's time goes to the page.
   Browser browser;
   ASSERT_TRUE(browser.Start(cluster.dir() + "/chromium-profile", cluster.dir() + "/chromium.log"));
+  const std::string id = cluster.Submit(TrainingJob(real_rank));
+  ASSERT_FALSE(id.empty());
   ASSERT_TRUE(browser.Open(absl::StrCat("http://", addr, "/login?next=/jobs/", id)));
   ASSERT_TRUE(browser.WaitTrue("document.readyState === 'complete' && !!document.getElementById('token')",
                                absl::Seconds(30)));
@@ -335,6 +337,7 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
   // takes); meanwhile the page is sampled, and once the job has ended the
   // page must show it within a bound of its own.
   v1::JobState api_state = v1::JOB_STATE_UNSPECIFIED;
+  const v1::Job at_page_ready = cluster.Get(id);  // for a failure's message
   for (absl::Time deadline = absl::Now() + absl::Seconds(300); absl::Now() < deadline;
        absl::SleepFor(absl::Milliseconds(250))) {
     api_state = cluster.Get(id).state();
@@ -351,7 +354,9 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
   ASSERT_EQ(api_state, v1::JOB_STATE_SUCCEEDED) << cluster.Get(id).DebugString() << cluster.worker("w0")->ReadLog();
   ASSERT_TRUE(browser.WaitTrue(absl::StrCat(state, " === 'SUCCEEDED'"), absl::Seconds(30)))
       << "the job SUCCEEDED but the page shows " << browser.String(state);
-  EXPECT_GT(first_running, 0) << "the loss chart had no point while the job ran";
+  EXPECT_GT(first_running, 0) << "the loss chart had no point while the job ran (when the page was ready the job was "
+                              << v1::JobState_Name(at_page_ready.state()) << " at epoch "
+                              << at_page_ready.progress().epoch() << ")";
   EXPECT_GT(last_running, first_running) << "the loss chart did not gain points while the job ran";
   EXPECT_EQ(browser.Number("window.__dashboardTestMarker"), 42) << "the page was reloaded";
 
