@@ -444,8 +444,8 @@ absl::StatusOr<v1::Job> Client::Watch(const std::string& job_id, bool include_hi
     grpc::Status status = reader->Finish();
     if (delivered) e.Answered(address);
     if (status.ok() || stopped) break;
-    // A standby's answer is no break: the stream was never served; it goes
-    // where the standby points.
+    // Broken: opened again where the break points (a standby's hint, else
+    // the next address).
     const bool broken = BrokenStream(status);
     if (broken) e.StreamFailed(address, status, ctx);
     if (!breaks.Again(status, address, delivered, broken)) return FromGrpc(status, address);

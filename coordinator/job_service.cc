@@ -200,16 +200,18 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
     if (req_.attempt() == 0 && c.attempt() > attempt_) attempt_ = c.attempt();
     if (c.attempt() != attempt_) return;
     if (req_.has_rank() && c.rank() != req_.rank()) return;
-    if (req_.after_attempt() == 0) {
+    // A resumed stream: past the lines it had, every chunk goes as it is.
+    const auto owed = [&](const v1::LogLine& l) { return LineOwed(req_, c.attempt(), c.rank(), l); };
+    if (std::all_of(c.lines().begin(), c.lines().end(), owed)) {
       Push(c);
       return;
     }
-    v1::LogChunk owed = c;
-    owed.clear_lines();
+    v1::LogChunk rest = c;
+    rest.clear_lines();
     for (const v1::LogLine& l : c.lines()) {
-      if (LineOwed(req_, c.attempt(), c.rank(), l)) *owed.add_lines() = l;
+      if (owed(l)) *rest.add_lines() = l;
     }
-    if (owed.lines_size() > 0 || owed.dropped_lines() > 0) Push(std::move(owed));
+    if (rest.lines_size() > 0 || rest.dropped_lines() > 0) Push(std::move(rest));
   }
   void JobEnded() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override {
     subscribed_ = false;

@@ -47,6 +47,7 @@ Thread-safety: a Client may be used from several threads; an iterator
 (watch, logs) belongs to the thread that reads it.
 """
 
+import contextlib
 import dataclasses
 import errno
 import os
@@ -280,10 +281,6 @@ class Client:
         """The coordinator calls go to now (the one that last answered as active)."""
         with self._lock:
             return self._current
-
-    @property
-    def _jobs(self):
-        return job_service_pb2_grpc.JobServiceStub(self._channel_for(self.active_address).channel)
 
     def close(self):
         """Closes the connection; calls in flight end with CANCELLED."""
@@ -654,35 +651,19 @@ class Client:
     def _watch(self, job_id, include_history, deadline):
         """The generator behind watch() (client/client.cc's Watch loop)."""
         last_seq = 0  # The newest event delivered: a resumed stream continues after it.
-        breaks = _Breaks(self.watch_reconnect_for)
-        while True:
-            # The active coordinator as far as this client knows: after a
-            # break, where a standby pointed, else the next address.
-            address = self.active_address
-            stub = job_service_pb2_grpc.JobServiceStub(self._channel_for(address).channel)
+
+        def open_watch(stub):
             req = job_service_pb2.WatchJobRequest(job_id=job_id, include_history=include_history or last_seq > 0,
                                                   after_event_seq=last_seq)
             remaining = None if deadline is None else max(0.0, deadline - time.monotonic())
-            call = stub.WatchJob(req, timeout=remaining, metadata=self._metadata)
-            delivered = False
-            try:
-                for update in call:
-                    delivered = True
-                    if update.HasField("event"):
-                        last_seq = max(last_seq, update.event.seq)
-                    yield update
-                return  # The job ended.
-            except grpc.RpcError as e:
-                status = e
-            finally:
-                call.cancel()  # A no-op once the stream ended; stops it when the caller left the loop.
-            pause = breaks.next_pause(self._stream_ended(status, address, delivered), delivered)
-            if pause is None:
-                raise _error(status, address)
-            if deadline is not None and time.monotonic() + pause >= deadline:
-                raise TrainctlError(grpc.StatusCode.DEADLINE_EXCEEDED,
-                                    "watch of %s: %s" % (job_id, _error(status, address).message))
-            time.sleep(pause)
+            return stub.WatchJob(req, timeout=remaining, metadata=self._metadata)
+
+        # Closed (the stream cancelled) also when the caller leaves its loop.
+        with contextlib.closing(self._resumed(open_watch, lambda: True, deadline, "watch of %s" % job_id)) as updates:
+            for update in updates:
+                if update.HasField("event"):
+                    last_seq = max(last_seq, update.event.seq)
+                yield update
 
     def _logs(self, req, wait_placed):
         """The generator behind logs()."""
@@ -696,38 +677,23 @@ class Client:
         # attempt of the last line and, of that attempt, each rank's last
         # LogLine.seq.
         last_attempt, last_seq = 0, {}
-        breaks = _Breaks(self.watch_reconnect_for)
-        while True:
-            address = self.active_address
-            stub = job_service_pb2_grpc.JobServiceStub(self._channel_for(address).channel)
-            call = stub.GetLogs(req, metadata=self._metadata)
-            delivered = False
-            try:
-                for chunk in call:
-                    delivered = True
-                    if chunk.attempt != last_attempt:
-                        last_attempt, last_seq = chunk.attempt, {}
-                    for line in chunk.lines:
-                        if line.seq > 0:
-                            last_seq[chunk.rank] = max(last_seq.get(chunk.rank, 0), line.seq)
-                    yield chunk
-                return
-            except grpc.RpcError as e:
-                status = e
-            finally:
-                call.cancel()
-            # A followed stream that broke is opened again after what it
-            # delivered, as a watch is (client/client.cc's Logs).
-            broken = self._stream_ended(status, address, delivered)
-            pause = breaks.next_pause(req.follow and broken, delivered)
-            if pause is None:
-                raise _error(status, address)
+
+        def open_logs(stub):
             if last_attempt:
                 req.tail_lines = 0  # the tail was sent; everything after it is owed
                 req.after_attempt = last_attempt
                 req.after_seq.clear()
                 req.after_seq.update(last_seq)
-            time.sleep(pause)
+            return stub.GetLogs(req, metadata=self._metadata)
+
+        with contextlib.closing(self._resumed(open_logs, lambda: req.follow)) as chunks:
+            for chunk in chunks:
+                if chunk.attempt != last_attempt:
+                    last_attempt, last_seq = chunk.attempt, {}
+                for line in chunk.lines:
+                    if line.seq > 0:
+                        last_seq[chunk.rank] = max(last_seq.get(chunk.rank, 0), line.seq)
+                yield chunk
 
     def _receive_artifact(self, req, out):
         """Streams FetchArtifact into ``out``, checking order, size and
@@ -736,42 +702,33 @@ class Client:
         (FetchArtifactRequest.offset) for up to watch_reconnect_for seconds
         after the break, as watch() is; the file must still be the same."""
         head, offset, crc = None, 0, 0
-        breaks = _Breaks(self.watch_reconnect_for)
-        while True:
-            address = self.active_address
-            stub = job_service_pb2_grpc.JobServiceStub(self._channel_for(address).channel)
+        fresh = False  # the next chunk is the first of a stream
+
+        def open_fetch(stub):
+            nonlocal fresh
+            fresh = True
             req.offset = offset
-            call = stub.FetchArtifact(req, metadata=self._metadata)
-            delivered = False
-            try:
-                for chunk in call:
-                    if not delivered and head is None:
-                        head = job_service_pb2.ArtifactChunk()
-                        head.CopyFrom(chunk)
-                        head.ClearField("data")
-                        head.ClearField("offset")
-                    elif not delivered and (chunk.size, chunk.checksum, chunk.path, chunk.worker_id) != (
-                            head.size, head.checksum, head.path, head.worker_id):
-                        raise TrainctlError(grpc.StatusCode.DATA_LOSS, (
-                            "fetch: the file changed while the fetch was resumed (%s: %d bytes, %s -> %s: %d bytes, "
-                            "%s)") % (head.path, head.size, head.checksum, chunk.path, chunk.size, chunk.checksum))
-                    delivered = True
-                    if chunk.offset != offset:
-                        raise TrainctlError(grpc.StatusCode.DATA_LOSS,
-                                            "fetch: a piece at offset %d, expected %d" % (chunk.offset, offset))
-                    out.write(chunk.data)
-                    crc = zlib.crc32(chunk.data, crc)
-                    offset += len(chunk.data)
-                break
-            except grpc.RpcError as e:
-                status = e
-            finally:
-                call.cancel()
-            broken = self._stream_ended(status, address, delivered)
-            pause = breaks.next_pause(head is not None and broken, delivered)
-            if pause is None:
-                raise _error(status, address)
-            time.sleep(pause)
+            return stub.FetchArtifact(req, metadata=self._metadata)
+
+        with contextlib.closing(self._resumed(open_fetch, lambda: head is not None)) as chunks:
+            for chunk in chunks:
+                if fresh and head is None:
+                    head = job_service_pb2.ArtifactChunk()
+                    head.CopyFrom(chunk)
+                    head.ClearField("data")
+                    head.ClearField("offset")
+                elif fresh and (chunk.size, chunk.checksum, chunk.path, chunk.worker_id) != (
+                        head.size, head.checksum, head.path, head.worker_id):
+                    raise TrainctlError(grpc.StatusCode.DATA_LOSS, (
+                        "fetch: the file changed while the fetch was resumed (%s: %d bytes, %s -> %s: %d bytes, "
+                        "%s)") % (head.path, head.size, head.checksum, chunk.path, chunk.size, chunk.checksum))
+                fresh = False
+                if chunk.offset != offset:
+                    raise TrainctlError(grpc.StatusCode.DATA_LOSS,
+                                        "fetch: a piece at offset %d, expected %d" % (chunk.offset, offset))
+                out.write(chunk.data)
+                crc = zlib.crc32(chunk.data, crc)
+                offset += len(chunk.data)
         if head is None:
             raise TrainctlError(grpc.StatusCode.DATA_LOSS, "fetch: the coordinator sent nothing")
         if offset != head.size:
@@ -781,6 +738,37 @@ class Client:
             raise TrainctlError(grpc.StatusCode.DATA_LOSS,
                                 "fetch: the bytes are %s, expected %s" % (got, head.checksum))
         return head
+
+    def _resumed(self, open_call, resumable, deadline=None, what=""):
+        """The items of a server stream that is opened again after a break
+        (watch, logs, fetch): ``open_call(stub)`` opens it on the active
+        coordinator, from where the caller's state says; a stream that broke
+        is opened again while ``resumable()``, for up to watch_reconnect_for
+        seconds after the break (_Breaks). A pause that would pass
+        ``deadline`` ends it with DEADLINE_EXCEEDED, naming ``what``.
+        Closing the generator cancels the stream."""
+        breaks = _Breaks(self.watch_reconnect_for)
+        while True:
+            address = self.active_address
+            call = open_call(job_service_pb2_grpc.JobServiceStub(self._channel_for(address).channel))
+            delivered = False
+            try:
+                for item in call:
+                    delivered = True
+                    yield item
+                return
+            except grpc.RpcError as e:
+                status = e
+            finally:
+                call.cancel()  # A no-op once the stream ended; stops it when the caller left the loop.
+            broken = self._stream_ended(status, address, delivered)
+            pause = breaks.next_pause(broken and resumable(), delivered)
+            if pause is None:
+                raise _error(status, address)
+            if deadline is not None and time.monotonic() + pause >= deadline:
+                raise TrainctlError(grpc.StatusCode.DEADLINE_EXCEEDED,
+                                    "%s: %s" % (what, _error(status, address).message))
+            time.sleep(pause)
 
     def _stream_ended(self, status, address, delivered):
         """A stream on ``address`` ended with ``status`` (after delivering or
