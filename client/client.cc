@@ -283,29 +283,41 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   CoordinatorRotation& rotation = e.coordinators->rotation();
   const bool several = list->size() > 1;
   const absl::Time deadline = absl::Now() + options.timeout;
-  // One round over the list (from the address this process last saw
-  // active): the first address whose connection is READY will do; calls
-  // then follow a standby's hint. Each address is given up at its first
-  // TRANSIENT_FAILURE: every address the name resolved to refused or
-  // failed, so waiting longer only delays the error (gRPC would retry with
-  // backoff until the deadline). With several, one that does not answer
-  // at all gets at most 3 s.
+  // Rounds over the list (from the address this process last saw active)
+  // until the deadline: the first address whose connection is READY will
+  // do; calls then follow a standby's hint. A round gives each address up at
+  // its first TRANSIENT_FAILURE (refused, no route) and, with several, one
+  // that does not answer at all after 3 s; the next round begins after a
+  // short backoff (50 ms doubling to 1 s), as a call's failover does: a
+  // coordinator restarting or a standby taking over (its port opens some
+  // hundred ms later) is waited for, up to --timeout, instead of failing
+  // a command at once.
   std::vector<std::string> failures;
-  std::set<std::string> tried;  // of the list (a remembered address outside it is one try more)
-  while (tried.size() < list->size()) {
-    const std::string address = rotation.Current();
-    if (std::find(list->begin(), list->end(), address) != list->end()) tried.insert(address);
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = e.coordinators->Get(address);
-    if (!channel.ok()) return channel.status();
-    const absl::Time started = absl::Now();
-    const absl::Time by = several ? std::min(deadline, started + absl::Seconds(3)) : deadline;
-    if (WaitForReady(**channel, by)) return client;
-    // Failed before its time was up: refused (TRANSIENT_FAILURE).
-    failures.push_back(absl::StrCat(address, absl::Now() < by ? ": connection failed"
-                                                              : absl::StrCat(": no answer within ",
-                                                                             TimeoutText(by - started))));
-    e.coordinators->Forget(address);
-    rotation.Unreachable(address);
+  absl::Duration backoff = absl::ZeroDuration();
+  for (bool first = true;; first = false) {
+    if (!first) {
+      backoff = NextFailoverBackoff(backoff);
+      if (absl::Now() + backoff >= deadline) break;
+      absl::SleepFor(backoff);
+    }
+    failures.clear();
+    std::set<std::string> tried;  // of the list (a remembered address outside it is one try more)
+    while (tried.size() < list->size()) {
+      const std::string address = rotation.Current();
+      if (std::find(list->begin(), list->end(), address) != list->end()) tried.insert(address);
+      absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = e.coordinators->Get(address);
+      if (!channel.ok()) return channel.status();
+      const absl::Time started = absl::Now();
+      const absl::Time by = several ? std::min(deadline, started + absl::Seconds(3)) : deadline;
+      if (WaitForReady(**channel, by)) return client;
+      // Failed before its time was up: refused (TRANSIENT_FAILURE).
+      failures.push_back(absl::StrCat(address, absl::Now() < by ? ": connection failed"
+                                                                : absl::StrCat(": no answer within ",
+                                                                               TimeoutText(by - started))));
+      e.coordinators->Forget(address);
+      rotation.Unreachable(address);
+      if (absl::Now() >= deadline) break;
+    }
     if (absl::Now() >= deadline) break;
   }
   const std::string hint =
@@ -317,7 +329,7 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
     const bool refused = failures.empty() || absl::StrContains(failures[0], "connection failed");
     return absl::UnavailableError(absl::StrCat(
         "cannot reach the coordinator at ", options.address,
-        refused ? absl::StrCat(": connection failed (", hint, ")")
+        refused ? absl::StrCat(": connection failed for ", TimeoutText(options.timeout), " (", hint, ")")
                 : absl::StrCat(": no answer within ", TimeoutText(options.timeout))));
   }
   return absl::UnavailableError(absl::StrCat("cannot reach any coordinator of ", rotation.ListText(), ": ",

@@ -16,6 +16,7 @@ import socket
 import sys
 import tempfile
 import threading
+import time
 import unittest
 from concurrent import futures
 
@@ -132,8 +133,12 @@ class FailoverTest(unittest.TestCase):
             self.assertTrue(client.list() is not None)
             self.assertEqual(client.active_address, self.cluster.address)
         dead2 = "127.0.0.1:%d" % _unused_port()
+        started = time.monotonic()
         with self.assertRaises(TrainctlError) as e:
-            Client("%s,%s" % (dead, dead2), timeout=20)
+            Client("%s,%s" % (dead, dead2), timeout=3)
+        took = time.monotonic() - started
+        self.assertGreaterEqual(took, 2, "refused addresses are tried again until the timeout")
+        self.assertLess(took, 10, "and given up then")
         self.assertEqual(e.exception.code, grpc.StatusCode.UNAVAILABLE)
         self.assertIn(dead + ": connection failed", e.exception.message)
         self.assertIn(dead2 + ": connection failed", e.exception.message)

@@ -545,24 +545,32 @@ class Client:
         return deadline if len(self._addresses) == 1 else min(deadline, time.monotonic() + 3.0)
 
     def _connect(self):
-        """One round over the list: the first address that answers the
-        connection will do (as the C++ client's Connect)."""
+        """Rounds over the list until ``timeout``: the first address that
+        answers the connection will do; a round that finds none is followed
+        by another after a short backoff, so a coordinator restarting or a
+        standby taking over is waited for (as the C++ client's Connect)."""
         deadline = time.monotonic() + self.timeout
-        failures, tried = [], set()
-        while len(tried) < len(self._addresses):
-            address = self.active_address
-            if address in self._addresses:
-                tried.add(address)
-            started = time.monotonic()
-            state = self._wait_ready(self._channel_for(address), self._try_limit(deadline))
-            if state == "ready":
-                return
-            failures.append("%s: %s" % (address, "connection failed" if state == "refused"
-                                        else "no answer within %gs" % (time.monotonic() - started)))
-            self._forget(address)
-            self._unreachable(address)
-            if time.monotonic() >= deadline:
+        backoff = 0.0
+        while True:
+            failures, tried = [], set()
+            while len(tried) < len(self._addresses):
+                address = self.active_address
+                if address in self._addresses:
+                    tried.add(address)
+                started = time.monotonic()
+                state = self._wait_ready(self._channel_for(address), self._try_limit(deadline))
+                if state == "ready":
+                    return
+                failures.append("%s: %s" % (address, "connection failed" if state == "refused"
+                                            else "no answer within %gs" % (time.monotonic() - started)))
+                self._forget(address)
+                self._unreachable(address)
+                if time.monotonic() >= deadline:
+                    break
+            backoff = min(1.0, max(0.05, backoff * 2))
+            if time.monotonic() + backoff >= deadline:
                 break
+            time.sleep(backoff)
         hint = ("is trainctl-coordinator running and listening there? a TLS coordinator also needs a CA"
                 if not self.ca_file else
                 "is trainctl-coordinator running there, and is its certificate signed by the CA in %s?" % self.ca_file)
