@@ -107,7 +107,7 @@ void ApplyResumeFallback(v1::Job& next, std::vector<JobEvent>& events, const v1:
 // Every other kind: fail the job when the kind or the budget says so, else
 // restart it.
 void ApplyRestartPolicy(v1::Job& next, std::vector<JobEvent>& events, int32_t attempt, v1::FailureKind kind,
-                        const std::string& reason, absl::Duration first_backoff) {
+                        const std::string& reason, absl::Duration first_backoff, absl::Time now) {
   // What to do next, when the job has a checkpoint to go on from: `resume`
   // (a new submit would start from scratch).
   const std::string resume =
@@ -122,14 +122,37 @@ void ApplyRestartPolicy(v1::Job& next, std::vector<JobEvent>& events, int32_t at
     }
     return FailJob(next, events, attempt, absl::StrCat(reason, "\n(", n.reason_note, ")"), std::move(event));
   }
-  // A full disk gets one more attempt (space may have been freed); the same
-  // failure twice in a row fails the job instead of burning every restart.
+  // A full disk waits for space: space comes back by itself (a cleanup, a
+  // quota raised, another job's checkpoints pruned). Restarted after a
+  // backoff (DiskFullBackoff), not counted as a restart, until the first
+  // DISK_FULL of the run ended restart.disk_full_wait_s ago; with no wait,
+  // the same failure twice in a row fails the job.
   const int n = next.attempts_size();
-  if (kind == v1::FAILURE_KIND_DISK_FULL && n >= 2 && next.attempts(n - 2).failure_kind() == v1::FAILURE_KIND_DISK_FULL) {
-    return FailJob(next, events, attempt,
-                   absl::StrCat(reason, "\n(the disk was full in the previous attempt too: not restarted again",
-                                resume, ")"),
-                   absl::StrCat("disk full twice in a row; free space or change checkpoint.dir", resume));
+  if (kind == v1::FAILURE_KIND_DISK_FULL) {
+    const int32_t wait_s = next.spec().restart().has_disk_full_wait_s() ? next.spec().restart().disk_full_wait_s()
+                                                                        : kDefaultDiskFullWaitS;
+    int first = n - 1;
+    while (first > 0 && next.attempts(first - 1).failure_kind() == v1::FAILURE_KIND_DISK_FULL) --first;
+    const absl::Duration waited = now - FromTimestamp(next.attempts(first).end_time());
+    if (wait_s == 0 ? first < n - 1 : waited >= absl::Seconds(wait_s)) {
+      const std::string how =
+          wait_s == 0 ? std::string("the disk was full in the previous attempt too (restart.disk_full_wait_s: 0)")
+                      : absl::StrCat("no space for ", absl::FormatDuration(absl::Trunc(waited, absl::Seconds(1))),
+                                     " (restart.disk_full_wait_s: ", wait_s, ")");
+      return FailJob(next, events, attempt, absl::StrCat(reason, "\n(", how, ": not restarted again", resume, ")"),
+                     absl::StrCat("disk full: ", how, "; free space or change checkpoint.dir", resume));
+    }
+    if (wait_s > 0) {
+      next.set_state(v1::JOB_STATE_RESTARTING);
+      next.set_state_reason(absl::StrCat("waiting for space after: ", reason));
+      events.push_back({"waiting_for_space",
+                        absl::StrCat("disk full: the next attempt in ",
+                                     absl::FormatDuration(DiskFullBackoff(n - first)), " (",
+                                     absl::FormatDuration(absl::Trunc(waited, absl::Seconds(1))), " of ", wait_s,
+                                     " s waited; restart.disk_full_wait_s), not counted as a restart"),
+                        attempt});
+      return;
+    }
   }
   if (kind == v1::FAILURE_KIND_HANG && next.spec().restart().on_hang() == v1::HANG_POLICY_FAIL) {
     return FailJob(next, events, attempt, absl::StrCat(reason, "\n(restart.on_hang: fail)"),
@@ -207,6 +230,23 @@ absl::Duration RestartBackoff(int32_t restarts, absl::Duration first) {
   return std::min(d, cap);
 }
 
+absl::Duration DiskFullBackoff(int run) {
+  absl::Duration d = absl::Seconds(2);
+  for (int i = 1; i < run && d < absl::Seconds(30); ++i) d *= 2;
+  return std::min(d, absl::Seconds(30));
+}
+
+absl::Duration WaitForSpaceBackoff(const v1::Job& job) {
+  const int n = job.attempts_size();
+  if (job.state() != v1::JOB_STATE_RESTARTING || n == 0 ||
+      job.attempts(n - 1).failure_kind() != v1::FAILURE_KIND_DISK_FULL) {
+    return absl::ZeroDuration();
+  }
+  int run = 1;
+  while (run < n && job.attempts(n - 1 - run).failure_kind() == v1::FAILURE_KIND_DISK_FULL) ++run;
+  return DiskFullBackoff(run);
+}
+
 int64_t NanStep(const v1::Attempt& a) {
   int64_t step = -1;
   for (const v1::RankAssignment& r : a.ranks()) {
@@ -243,7 +283,7 @@ RanksByWorker BuildAttemptFailure(v1::Job& next, std::vector<JobEvent>& events, 
   } else if (kind == v1::FAILURE_KIND_RESUME) {
     ApplyResumeFallback(next, events, *a, reason);
   } else {
-    ApplyRestartPolicy(next, events, a->number(), kind, reason, first_backoff);
+    ApplyRestartPolicy(next, events, a->number(), kind, reason, first_backoff, now);
   }
   return to_stop;
 }

@@ -37,6 +37,16 @@ RanksByWorker BuildAttemptFailure(v1::Job& next, std::vector<JobEvent>& events, 
 // every restart in a second.
 absl::Duration RestartBackoff(int32_t restarts, absl::Duration first);
 
+// restart.disk_full_wait_s when a spec leaves it out (job_defaults sets it
+// at submission; a job stored before the field existed has none).
+inline constexpr int32_t kDefaultDiskFullWaitS = 600;
+// The wait before the next attempt of a job waiting for space, after
+// `run` DISK_FULL attempts in a row: 2 s, doubling, at most 30 s.
+absl::Duration DiskFullBackoff(int run);
+// DiskFullBackoff for `job` when it is RESTARTING after a DISK_FULL
+// attempt (waiting for space); else zero.
+absl::Duration WaitForSpaceBackoff(const v1::Job& job);
+
 // The step a FAILURE_KIND_NAN attempt failed at (the lowest its ranks
 // reported), or -1.
 int64_t NanStep(const v1::Attempt& a);

@@ -6,6 +6,8 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "common/time_util.h"
+
 namespace trainctl::coordinator {
 namespace {
 
@@ -77,6 +79,7 @@ TEST(AttemptFailureTest, BudgetsHangPolicyAndTheSecondFullDisk) {
   EXPECT_EQ(hung.state(), v1::JOB_STATE_FAILED);
 
   v1::Job disk = RunningJob(3);
+  disk.mutable_spec()->mutable_restart()->set_disk_full_wait_s(0);  // no waiting for space
   events.clear();
   BuildAttemptFailure(disk, events, absl::Now(), v1::FAILURE_KIND_DISK_FULL, "x", 0);
   EXPECT_EQ(disk.state(), v1::JOB_STATE_RESTARTING);  // once: space may have been freed
@@ -105,6 +108,7 @@ TEST(AttemptFailureTest, AJobWithACheckpointIsToldToResumeNotToSubmitAgain) {
   EXPECT_THAT(events[1].message, Not(HasSubstr("submit again")));
 
   v1::Job disk = RunningJob(3);
+  disk.mutable_spec()->mutable_restart()->set_disk_full_wait_s(0);
   disk.add_checkpoints()->set_global_step(200);
   disk.mutable_attempts(0)->set_failure_kind(v1::FAILURE_KIND_DISK_FULL);
   v1::Attempt* second = disk.add_attempts();
@@ -115,6 +119,67 @@ TEST(AttemptFailureTest, AJobWithACheckpointIsToldToResumeNotToSubmitAgain) {
   BuildAttemptFailure(disk, events, absl::Now(), v1::FAILURE_KIND_DISK_FULL, "x", 0);
   EXPECT_EQ(disk.state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(disk.state_reason(), HasSubstr("`trainctl resume j`"));
+}
+
+// A full disk waits for space (#47): each DISK_FULL attempt restarts after a
+// growing backoff, not counted as a restart (max_restarts 0 here), until the
+// first of the run ended restart.disk_full_wait_s ago; then the job fails.
+TEST(AttemptFailureTest, AFullDiskWaitsForSpaceForDiskFullWaitS) {
+  v1::Job disk = RunningJob(0);
+  disk.mutable_spec()->mutable_restart()->set_disk_full_wait_s(60);
+  const absl::Time t0 = absl::FromUnixSeconds(1'800'000'000);
+  for (int attempt = 1; attempt <= 3; ++attempt) {
+    if (attempt > 1) {
+      v1::Attempt* next = disk.add_attempts();
+      *next = disk.attempts(0);
+      next->set_number(attempt);
+      next->set_state(v1::ATTEMPT_STATE_RUNNING);
+      next->clear_failure_kind();
+      disk.set_state(v1::JOB_STATE_RUNNING);
+    }
+    std::vector<JobEvent> events;
+    BuildAttemptFailure(disk, events, t0 + absl::Seconds(10 * (attempt - 1)), v1::FAILURE_KIND_DISK_FULL,
+                        "pre-flight: waiting for space: w1: checkpoint.dir /c: 0 bytes free", 0);
+    EXPECT_EQ(disk.state(), v1::JOB_STATE_RESTARTING) << "attempt " << attempt;
+    EXPECT_EQ(disk.restarts(), 0) << "waiting for space is not a restart";
+    EXPECT_THAT(Types(events), ElementsAre("attempt_failed", "waiting_for_space"));
+    EXPECT_THAT(disk.state_reason(), HasSubstr("waiting for space"));
+    EXPECT_EQ(WaitForSpaceBackoff(disk), DiskFullBackoff(attempt));
+  }
+  EXPECT_EQ(DiskFullBackoff(1), absl::Seconds(2));
+  EXPECT_EQ(DiskFullBackoff(2), absl::Seconds(4));
+  EXPECT_EQ(DiskFullBackoff(9), absl::Seconds(30));
+
+  // 70 s after the first one ended: past the wait.
+  v1::Attempt* last = disk.add_attempts();
+  *last = disk.attempts(0);
+  last->set_number(4);
+  last->set_state(v1::ATTEMPT_STATE_RUNNING);
+  last->clear_failure_kind();
+  disk.set_state(v1::JOB_STATE_RUNNING);
+  std::vector<JobEvent> events;
+  BuildAttemptFailure(disk, events, t0 + absl::Seconds(70), v1::FAILURE_KIND_DISK_FULL, "x", 0);
+  EXPECT_EQ(disk.state(), v1::JOB_STATE_FAILED);
+  EXPECT_THAT(disk.state_reason(), HasSubstr("no space for 1m10s (restart.disk_full_wait_s: 60)"));
+  EXPECT_EQ(WaitForSpaceBackoff(disk), absl::ZeroDuration()) << "not waiting any more";
+
+  // Another kind in between starts a new run.
+  v1::Job mixed = RunningJob(3);
+  mixed.mutable_spec()->mutable_restart()->set_disk_full_wait_s(60);
+  mixed.mutable_attempts(0)->set_failure_kind(v1::FAILURE_KIND_DISK_FULL);
+  SetTimestamp(t0, mixed.mutable_attempts(0)->mutable_end_time());
+  v1::Attempt* crash = mixed.add_attempts();
+  *crash = mixed.attempts(0);
+  crash->set_number(2);
+  crash->set_failure_kind(v1::FAILURE_KIND_SIGNAL);
+  v1::Attempt* cur = mixed.add_attempts();
+  *cur = mixed.attempts(0);
+  cur->set_number(3);
+  cur->set_state(v1::ATTEMPT_STATE_RUNNING);
+  cur->clear_failure_kind();
+  events.clear();
+  BuildAttemptFailure(mixed, events, t0 + absl::Hours(1), v1::FAILURE_KIND_DISK_FULL, "x", 0);
+  EXPECT_EQ(mixed.state(), v1::JOB_STATE_RESTARTING) << mixed.state_reason();
 }
 
 TEST(AttemptFailureTest, NanRollsBackOnItsOwnBudgetAndSkipsTheStep) {

@@ -70,6 +70,7 @@ void AttemptStarter::Launch(JobEntry& e, const v1::Attempt& attempt) {
   }
   e.preflight_attempt = attempt.number();
   e.preflight_reports.clear();
+  e.preflight_space_only.clear();
   e.preflight_passed = false;
   for (const std::string& w : AttemptWorkers(attempt)) SendPreflight(e, attempt, w);
 }
@@ -120,6 +121,7 @@ absl::Status AttemptStarter::OnPreflightReport(const std::string& worker_id, con
   if (IsTerminal(e->job.state()) || AttemptEnded(a_mem->state())) return absl::AbortedError("the attempt already ended");
   if (e->preflight_attempt != rep.attempt() || e->preflight_passed) return absl::OkStatus();  // stale or a re-send
   e->preflight_reports[worker_id] = {rep.problems().begin(), rep.problems().end()};
+  if (rep.waiting_for_space() && rep.problems_size() > 0) e->preflight_space_only.insert(worker_id);
   for (const std::string& w : workers) {
     if (e->preflight_reports.count(w) == 0) return absl::OkStatus();  // more to come
   }
@@ -138,18 +140,27 @@ absl::Status AttemptStarter::ConcludePreflight(JobEntry& e, const std::vector<st
     for (const std::string& w : workers) SendStartRanks(e, cur, w);
     return absl::OkStatus();
   }
-  // One reason naming every failing worker; no rank was started.
-  std::string reason = absl::StrCat("pre-flight failed: ", absl::StrJoin(failing, "; "));
+  // One reason naming every failing worker; no rank was started. When
+  // every problem is a full checkpoint directory, the job waits for space
+  // (DISK_FULL: restarted after a backoff for restart.disk_full_wait_s)
+  // instead of failing: space comes back by itself (a cleanup, a quota).
+  bool space_only = true;
+  for (const std::string& w : workers) {
+    if (!e.preflight_reports[w].empty() && e.preflight_space_only.count(w) == 0) space_only = false;
+  }
+  const v1::FailureKind kind = space_only ? v1::FAILURE_KIND_DISK_FULL : v1::FAILURE_KIND_PREFLIGHT;
+  std::string reason = absl::StrCat(space_only ? "pre-flight: waiting for space: " : "pre-flight failed: ",
+                                    absl::StrJoin(failing, "; "));
   v1::Job next = e.job;
   for (v1::RankAssignment& r : *CurrentAttempt(next)->mutable_ranks()) {
     // Never started: ended here, so their slots are free at once.
     if (IsTerminal(r.state())) continue;
     r.set_state(v1::RANK_STATE_STOPPED);
-    r.mutable_exit()->set_kind(v1::FAILURE_KIND_PREFLIGHT);
+    r.mutable_exit()->set_kind(kind);
     r.mutable_exit()->set_exit_code(-1);
-    r.mutable_exit()->set_message("not started: pre-flight failed");
+    r.mutable_exit()->set_message(space_only ? "not started: waiting for space" : "not started: pre-flight failed");
   }
-  TRAINCTL_RETURN_IF_ERROR(actions_->FailAttempt(e, std::move(next), {}, v1::FAILURE_KIND_PREFLIGHT, reason, -1));
+  TRAINCTL_RETURN_IF_ERROR(actions_->FailAttempt(e, std::move(next), {}, kind, reason, -1));
   actions_->RequestSchedule();
   return absl::OkStatus();
 }
@@ -223,6 +234,25 @@ absl::Status AttemptStarter::OnRendezvous(const std::string& worker_id, const v1
   const v1::Attempt& cur = *CurrentAttempt(e->job);
   for (const std::string& w : AttemptWorkers(cur)) SendRendezvous(e->job, cur, w);
   return absl::OkStatus();
+}
+
+absl::Status AttemptStarter::OnRendezvousRefused(const std::string& worker_id, const v1::RendezvousReport& rep,
+                                                 const absl::Status& why) {
+  v1::Attempt* a_mem = nullptr;
+  absl::StatusOr<JobEntry*> e = book_->ForWorker(worker_id, rep.job_id(), rep.attempt(), 0, false, &a_mem);
+  if (!e.ok()) return e.status();
+  if (IsTerminal((*e)->job.state()) || AttemptEnded(a_mem->state())) return why;
+  const std::vector<std::string> workers = AttemptWorkers(*a_mem);
+  if (workers.size() <= 1) return why;
+  std::string reason = absl::StrCat("rendezvous refused: worker ", worker_id, " reported ", why.message());
+  if (const v1::Worker* w = registry_->Find(worker_id); w != nullptr && !w->address_refused().empty()) {
+    absl::StrAppend(&reason, "; its registration said: ", w->address_refused());
+  } else {
+    absl::StrAppend(&reason, "; start that worker with --address set to its IP address that the other workers reach");
+  }
+  TRAINCTL_RETURN_IF_ERROR(actions_->FailAttempt(**e, (*e)->job, {}, v1::FAILURE_KIND_CONFIG, reason, 0));
+  actions_->RequestSchedule();
+  return why;
 }
 
 }  // namespace trainctl::coordinator

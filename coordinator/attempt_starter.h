@@ -60,6 +60,14 @@ class AttemptStarter {
   // every worker of the attempt.
   absl::Status OnRendezvous(const std::string& worker_id, const v1::RendezvousReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // The session refused that report (`why`: its host is not the worker's).
+  // An attempt with ranks on other workers then fails at once as CONFIG,
+  // naming the worker, the address and the fix (its ranks could never
+  // meet); one whose ranks are all on that worker goes on (they met
+  // without the coordinator). Returns `why` (a refusal), or the store's
+  // error when the failure could not be written.
+  absl::Status OnRendezvousRefused(const std::string& worker_id, const v1::RendezvousReport& report,
+                                   const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // After `worker_id` reconnected: what it may have missed of the current
   // attempt `cur` (pre-flight or StartRanks for its ranks still ASSIGNED,
   // and the rendezvous).

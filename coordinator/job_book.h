@@ -21,6 +21,7 @@
 #include <cstdint>
 #include <functional>
 #include <map>
+#include <set>
 #include <optional>
 #include <string>
 #include <utility>
@@ -74,6 +75,8 @@ struct JobEntry {
   // the attempt reported none (StartRanks went out).
   int32_t preflight_attempt = 0;
   std::map<std::string, std::vector<std::string>> preflight_reports;
+  // The workers whose problems were all a lack of space (waiting_for_space).
+  std::set<std::string> preflight_space_only;
   bool preflight_passed = false;
   // Heartbeats of the current attempt's ranks (memory only).
   RankWatch watch;

@@ -292,6 +292,10 @@ absl::Status JobManager::FailAttempt(JobEntry& e, v1::Job next, std::vector<JobE
   if (restarts > restarts_before && options_.restart_backoff > absl::ZeroDuration()) {
     e.restart_not_before = clock_->Mono() + RestartBackoff(restarts, options_.restart_backoff);
   }
+  // Waiting for space: each new attempt (and its pre-flight) after a backoff.
+  if (absl::Duration wait = WaitForSpaceBackoff(e.job); wait > absl::ZeroDuration()) {
+    e.restart_not_before = clock_->Mono() + wait;
+  }
   starter_.StopAll(e.job.id(), CurrentAttempt(e.job)->number(), to_stop, "a peer rank failed");
   return absl::OkStatus();
 }

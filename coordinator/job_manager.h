@@ -173,6 +173,10 @@ class JobManager : private JobActions {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     return starter_.OnRendezvous(worker_id, report);
   }
+  absl::Status OnRendezvousRefused(const std::string& worker_id, const v1::RendezvousReport& report,
+                                   const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return starter_.OnRendezvousRefused(worker_id, report, why);
+  }
   absl::Status OnProgress(const std::string& worker_id, const v1::RankProgress& progress)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     return ingest_.OnProgress(worker_id, progress);

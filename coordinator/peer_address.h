@@ -3,8 +3,12 @@
 // only its own hosts. Pure functions; any thread.
 #pragma once
 
+#include <functional>
 #include <string>
 #include <vector>
+
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
 
 #include "absl/status/status.h"
 #include "absl/strings/string_view.h"
@@ -24,5 +28,35 @@ std::string HostOf(absl::string_view address);
 // worker that could name any host could send the other ranks of a job to a
 // machine of its choosing.
 absl::Status CheckRendezvousHosts(const v1::RendezvousInfo& info, const std::vector<std::string>& own);
+
+// A host's IP addresses (textual), or why it has none.
+using HostResolver = std::function<absl::StatusOr<std::vector<std::string>>(const std::string& host)>;
+
+// The system resolver (getaddrinfo: /etc/hosts, then DNS), waited for at
+// most `timeout`: a registration waits on it, on the coordinator's loop, so
+// a resolver that hangs must not hold the loop (the lookup goes on in a
+// thread of its own and its late answer is dropped).
+absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& host, absl::Duration timeout);
+
+// True for 127.0.0.0/8 and ::1.
+bool IsLoopbackIp(absl::string_view ip);
+
+// Whether the coordinator accepts the address a worker registers
+// (Register.address, "" for none) as its own, decided once per
+// registration so that a refusal is said then, not when a job's rendezvous
+// times out. Accepted when its host is `peer_ip` (the address the session
+// comes from) or one of `vouched` (its token's addresses, its
+// certificate's names), or is a name `resolve` maps to one of those; a
+// loopback address (or a name resolving to one) is accepted from a
+// loopback peer (both are this host). `accepted_host` is the host to add
+// to the worker's own hosts; `refused` says why not and which flag fixes
+// it.
+struct AddressVerdict {
+  bool accepted = false;
+  std::string accepted_host;
+  std::string refused;
+};
+AddressVerdict JudgeWorkerAddress(const std::string& address, const std::string& peer_ip,
+                                  const std::vector<std::string>& vouched, const HostResolver& resolve);
 
 }  // namespace trainctl::coordinator

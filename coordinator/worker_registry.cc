@@ -310,6 +310,12 @@ absl::Time WorkerRegistry::LastHeardMono(const std::string& id) const {
   return it == workers_.end() ? absl::InfiniteFuture() : it->second.last_heard_mono;
 }
 
+void WorkerRegistry::SetAddressRefused(const std::string& id, const std::string& why) {
+  CheckOnLoop();
+  auto it = workers_.find(id);
+  if (it != workers_.end()) it->second.worker.set_address_refused(why);
+}
+
 std::vector<v1::Worker> WorkerRegistry::List(bool include_gone) const {
   CheckOnLoop();
   std::vector<v1::Worker> out;

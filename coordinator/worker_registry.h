@@ -121,6 +121,10 @@ class WorkerRegistry {
   // stream is broken (in its disconnect grace), when LOST or LEFT, or unknown.
   bool Connected(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
+  // Records why its registered address is refused ("" when accepted; see
+  // v1::Worker.address_refused): what `trainctl workers` shows.
+  void SetAddressRefused(const std::string& id, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
   // True when `channel` is the open session of worker `id`.
   bool OwnsSession(const std::string& id, const WorkerChannel* channel) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);

@@ -276,11 +276,28 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
     // "unknown"; only code inside the coordinator's process can open one:
     // tests, an embedding program) has no address to check: what it
     // registered is taken, as nobody outside the process can speak there.
+    std::string address_refused;
     if (peer_.empty() || peer_ == "unknown" || absl::StartsWith(peer_, "inproc")) {
       own_hosts_.push_back(reg.address().empty() ? reg.hostname() : reg.address());
+    } else {
+      // The address it registered, judged now: accepted when it is (or
+      // resolves to) one of the hosts above, so that a refusal is said at
+      // registration, not when a job's rendezvous runs out.
+      AddressVerdict verdict = JudgeWorkerAddress(
+          reg.address().empty() ? reg.hostname() : reg.address(), PeerIp(peer_), vouched,
+          [](const std::string& host) { return ResolveHost(host, kResolveTimeout); });
+      if (verdict.accepted) {
+        own_hosts_.push_back(verdict.accepted_host);
+      } else {
+        address_refused = verdict.refused;
+        LogEvent(LogLevel::kWarn, "coordinator", "worker_address_refused",
+                 {{"worker_id", worker_id_}, {"peer", peer_}, {"address", reg.address()}, {"reason", address_refused}});
+      }
     }
+    ctx_.registry->SetAddressRefused(worker_id_, address_refused);
     v1::CoordinatorMessage ack;
     ack.mutable_register_ack()->set_worker_id(worker_id_);
+    ack.mutable_register_ack()->set_address_refused(address_refused);
     ack.mutable_register_ack()->set_heartbeat_interval_ms(
         static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().heartbeat_interval)));
     ack.mutable_register_ack()->set_lease_timeout_ms(
@@ -448,7 +465,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
           LogEvent(LogLevel::kWarn, "coordinator", "rendezvous_refused",
                    {{"worker_id", worker_id_}, {"peer", peer_}, {"job_id", msg.rendezvous().job_id()},
                     {"reason", std::string(s.message())}});
-          return s;
+          // Ranks on other workers could never meet: the attempt fails now
+          // (CONFIG, naming the worker and the fix), not when the rendezvous
+          // times out.
+          return ctx_.jobs->OnRendezvousRefused(worker_id_, msg.rendezvous(), s);
         }
         return ctx_.jobs->OnRendezvous(worker_id_, msg.rendezvous());
       }
@@ -560,6 +580,10 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   static constexpr int64_t kMaxHeldBytes = 64 << 20;
   static constexpr absl::Duration kFirstRetry = absl::Milliseconds(500);
   static constexpr absl::Duration kMaxRetry = absl::Seconds(4);
+  // How long a registration waits (on the loop) for the resolver to map a
+  // worker's address name: /etc/hosts answers at once; a resolver that
+  // hangs costs the loop at most this, and the name is refused.
+  static constexpr absl::Duration kResolveTimeout = absl::Seconds(1);
   std::vector<v1::WorkerMessage> held_ ABSL_GUARDED_BY(kLoop);
   int64_t held_bytes_ ABSL_GUARDED_BY(kLoop) = 0;
   absl::Time retry_at_ ABSL_GUARDED_BY(kLoop);

@@ -11,7 +11,10 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 
+#include <unistd.h>
+
 #include <cstdlib>
+#include <iostream>
 #include <filesystem>
 #include <fstream>
 #include <functional>
@@ -376,6 +379,57 @@ TEST_F(CheckpointE2ETest, PathsOutsideTheWorkersRootsAreRefused) {
   v1::Job j = cluster_->WaitState(ok, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
   EXPECT_TRUE(std::filesystem::exists(ck + "/" + ok + "/" + ok + ".model.pt"));
+}
+
+// A full checkpoint directory waits for space (#47, item 5): the directory
+// (a small tmpfs) fills after the first checkpoint, so the next checkpoint
+// write fails as DISK_FULL and the restart's pre-flight finds no room
+// ("waiting for space"); 10 s later there is room again and the job resumes
+// and SUCCEEDS -- with max_restarts 0: waiting for space is not a restart.
+TEST_F(CheckpointE2ETest, AFullDiskWaitsForSpaceAndTheJobSucceeds) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  const std::string dir = cluster_->dir() + "/small-disk";
+  std::filesystem::create_directories(dir);
+  if (std::system(("mount -t tmpfs -o size=16m tmpfs " + dir).c_str()) != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here";
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { (void)std::system(("umount -l " + dir).c_str()); }
+  } unmount{dir};
+  ASSERT_TRUE(cluster_->StartWorker("w1", 2));
+  ASSERT_TRUE(cluster_->WaitWorkers(1));
+  const std::string id =
+      cluster_->Submit(SlowClassic(6, {"checkpoint.dir=" + dir, "restart.max_restarts=0", "restart.disk_full_wait_s=300"}));
+  ASSERT_FALSE(id.empty());
+  v1::Job j = cluster_->WaitFor(
+      id, [](const v1::Job& x) { return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED; },
+      absl::Seconds(180));
+  ASSERT_GE(NewestEpochs(j), 1) << j.DebugString();
+  // Fill it: dd stops at ENOSPC.
+  const std::string filler = dir + "/filler";
+  (void)std::system(("dd if=/dev/zero of=" + filler + " bs=64k 2>/dev/null").c_str());
+  auto disk_full = [](const v1::Job& x) {
+    for (const v1::Attempt& a : x.attempts()) {
+      if (a.failure_kind() == v1::FAILURE_KIND_DISK_FULL) return true;
+    }
+    return false;
+  };
+  j = cluster_->WaitFor(
+      id, [&](const v1::Job& x) { return disk_full(x) || x.state() >= v1::JOB_STATE_SUCCEEDED; },
+      absl::Seconds(180));
+  ASSERT_TRUE(disk_full(j)) << "a checkpoint write after the disk filled failed as DISK_FULL: " << j.DebugString();
+  ASSERT_EQ(j.state(), v1::JOB_STATE_RESTARTING) << j.state_reason();
+  // The outage itself (what is tested): space comes back 10 s later.
+  absl::SleepFor(absl::Seconds(10));
+  std::filesystem::remove(filler);
+  j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(240));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
+  EXPECT_EQ(j.restarts(), 0) << "waiting for space is not a restart";
+  int waits = 0;
+  for (const v1::Event& e : cluster_->Events(id)) waits += e.type() == "waiting_for_space" ? 1 : 0;
+  EXPECT_GE(waits, 1);
+  std::cout << "attempts: " << j.attempts_size() << ", waiting_for_space events: " << waits << "\n";
 }
 
 }  // namespace

@@ -380,7 +380,9 @@ TEST(CoordinatorE2ETest, LoopbackLostWorkerRestartsAndBadInputIsRefused) {
 
 // A worker names only its own address in a rendezvous report (the address
 // it registered or connects from): a forged one is refused and logged, no
-// rank is sent there, and the job still succeeds with the true one.
+// rank is sent there, and since the ranks on the other worker could never
+// meet, the attempt fails at once as CONFIG naming the worker and the flag
+// that fixes it (not when the rendezvous times out).
 TEST(CoordinatorE2ETest, ForgedRendezvousAddressIsRefused) {
   std::string dir = TempDir();
   coordinator::CoordinatorServer server(Options(dir));
@@ -396,6 +398,7 @@ TEST(CoordinatorE2ETest, ForgedRendezvousAddressIsRefused) {
   ASSERT_TRUE(w0.WaitFor(StartOf(1)));
   ASSERT_TRUE(w1.WaitFor(StartOf(1)));
   ::testing::internal::CaptureStderr();
+  const absl::Time sent = absl::Now();
   for (auto [store, master] : {std::pair<const char*, const char*>{"6.6.6.6:6666", ""},
                                {"127.0.0.1:1234", "6.6.6.6"},
                                {"[::6]:6666", ""}}) {
@@ -406,9 +409,11 @@ TEST(CoordinatorE2ETest, ForgedRendezvousAddressIsRefused) {
     rdv.mutable_rendezvous()->mutable_info()->set_master_addr(master);
     ASSERT_TRUE(w0.Send(rdv));
   }
-  // Nothing reaches rank 1, and the attempt records no address, while the
+  v1::Job failed = WaitState(stub.get(), id, v1::JOB_STATE_FAILED);
+  const absl::Duration took = absl::Now() - sent;
+  // Nothing reached rank 1, and the attempt records no address, while the
   // session stays up (a heartbeat round trip after the reports).
-  EXPECT_FALSE(w1.WaitFor(RendezvousOf(1), absl::Seconds(1)).has_value());
+  EXPECT_FALSE(w1.WaitFor(RendezvousOf(1), absl::Milliseconds(300)).has_value());
   const size_t before = w0.received_count();
   ASSERT_TRUE(w0.WaitFor([](const v1::CoordinatorMessage& m) { return m.has_heartbeat_ack(); },
                          absl::Seconds(10), before));
@@ -417,18 +422,17 @@ TEST(CoordinatorE2ETest, ForgedRendezvousAddressIsRefused) {
   EXPECT_THAT(log, HasSubstr("host '6.6.6.6' is not this worker's address"));
   EXPECT_THAT(log, HasSubstr("master_addr: host '6.6.6.6'"));
   EXPECT_THAT(log, HasSubstr("host '::6'"));
-  {
-    grpc::ClientContext ctx;
-    v1::GetJobRequest req;
-    req.set_job_id(id);
-    v1::Job job;
-    ASSERT_TRUE(stub->GetJob(&ctx, req, &job).ok());
-    EXPECT_FALSE(job.attempts(0).has_rendezvous()) << job.attempts(0).rendezvous().DebugString();
-    EXPECT_FALSE(w0.ended().has_value()) << "a refused report does not end the session";
-  }
-  RunToSuccess(stub.get(), w0, w1, id, 1);
-  v1::Job done = WaitState(stub.get(), id, v1::JOB_STATE_SUCCEEDED);
-  EXPECT_EQ(done.attempts(0).rendezvous().gloo_store_address(), "127.0.0.1:1234");
+  ASSERT_EQ(failed.state(), v1::JOB_STATE_FAILED);
+  EXPECT_FALSE(failed.attempts(0).has_rendezvous()) << failed.attempts(0).rendezvous().DebugString();
+  EXPECT_EQ(failed.attempts(0).failure_kind(), v1::FAILURE_KIND_CONFIG);
+  EXPECT_THAT(failed.attempts(0).reason(), HasSubstr("rendezvous refused: worker w0"));
+  EXPECT_THAT(failed.attempts(0).reason(), HasSubstr("host '6.6.6.6'"));
+  EXPECT_THAT(failed.attempts(0).reason(), HasSubstr("--address"));
+  EXPECT_EQ(failed.restarts(), 0) << "CONFIG: a restart cannot help";
+  EXPECT_LT(took, absl::Seconds(20)) << "failed at once, not when the rendezvous timed out";
+  EXPECT_FALSE(w0.ended().has_value()) << "a refused report does not end the session";
+  // The stopped ranks are told to stop.
+  EXPECT_TRUE(w1.WaitFor([](const v1::CoordinatorMessage& m) { return m.has_stop_ranks(); }, absl::Seconds(10)));
   w0.Leave();
   w1.Leave();
 }

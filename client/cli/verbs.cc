@@ -460,12 +460,19 @@ int RunWorkers(CliContext& ctx, bool all) {
   Table t({"ID", "HOST", "ADDRESS", "STATE", "SLOTS", "BUSY", "CPUS", "MEMORY", "LIMITS", "LABELS", "HEARTBEAT",
            "VERSION"});
   for (const v1::Worker& w : workers) {
-    t.AddRow({w.id(), w.hostname(), w.address().empty() ? "-" : w.address(), WorkerStateName(w.state()),
+    std::string address = w.address().empty() ? "-" : w.address();
+    if (!w.address_refused().empty()) absl::StrAppend(&address, " (refused)");
+    t.AddRow({w.id(), w.hostname(), address, WorkerStateName(w.state()),
               SlotsText(w), absl::StrCat(w.busy_slots_size(), "/", w.slots_size()), CpusText(w), MemoryText(w),
               w.allocatable().enforces_limits() ? "yes" : "no", LabelsText(w), Age(w.last_heartbeat_time(), now),
               w.version().empty() ? "-" : w.version()});
   }
   t.Print(ctx.out);
+  for (const v1::Worker& w : workers) {
+    if (!w.address_refused().empty()) {
+      ctx.out << "worker " << w.id() << ": address refused: " << w.address_refused() << "\n";
+    }
+  }
   return kExitOk;
 }
 

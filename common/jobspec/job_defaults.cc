@@ -21,6 +21,7 @@ void ResolveCommonDefaults(v1::JobSpec* s) {
   if (s->backend() == v1::BACKEND_UNSPECIFIED) s->set_backend(v1::BACKEND_AUTO);
   v1::RestartSpec* restart = s->mutable_restart();
   if (!restart->has_max_restarts()) restart->set_max_restarts(3);
+  if (!restart->has_disk_full_wait_s()) restart->set_disk_full_wait_s(600);
   if (restart->on_hang() == v1::HANG_POLICY_UNSPECIFIED) restart->set_on_hang(v1::HANG_POLICY_RESTART);
   v1::StragglerSpec* st = s->mutable_stragglers();
   if (st->policy() == v1::STRAGGLER_POLICY_UNSPECIFIED) st->set_policy(v1::STRAGGLER_POLICY_WARN);

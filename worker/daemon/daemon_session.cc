@@ -336,6 +336,12 @@ void DaemonSession::OnRegistered(const v1::RegisterAck& ack, Stream* stream, int
               {"unacknowledged_reports", absl::StrCat(telemetry_.size())},
               {"heartbeat", absl::FormatDuration(heartbeat_interval_)}});
   }
+  // Said at every registration while it holds: jobs spanning this worker
+  // and another fail (CONFIG) until its --address is fixed.
+  if (!ack.address_refused().empty()) {
+    LogEvent(LogLevel::kWarn, "worker", "address_refused",
+             {{"address", options_.address}, {"reason", ack.address_refused()}});
+  }
   // 0600, as the daemon's other files: not for its ranks (--rank-user) to
   // read. Kept so a restart registers as the same worker (and its ranks' reports
   // are accepted). A failure does not stop this session, but is said: the

@@ -28,6 +28,7 @@
 #include "common/stop_signals.h"
 #include "worker/daemon/join.h"
 #include "worker/daemon/path_policy.h"
+#include "worker/daemon/route_address.h"
 #include "worker/daemon/slot_inventory.h"
 #include "worker/daemon/worker_daemon.h"
 
@@ -54,7 +55,9 @@ ABSL_FLAG(std::string, work_dir, "./trainctl-worker",
           "keeps the stable worker id and each rank's files and checkpoints");
 ABSL_FLAG(std::string, labels, "", "labels as key=value,key=value");
 ABSL_FLAG(std::string, address, "",
-          "address other hosts reach this one at (default: the hostname)");
+          "address other hosts reach this one at: their ranks meet rank 0 there, and the coordinator accepts it "
+          "only when it is (or resolves to) the address this worker connects from, or one its token or "
+          "certificate names (default: this host's IP address on its route to the coordinator)");
 ABSL_FLAG(std::string, rank_binary, "",
           "the rank process (default: trainctl-rank next to this binary, or in the build tree)");
 ABSL_FLAG(int, rank_timeout_s, 120, "collective and rendezvous timeout handed to ranks");
@@ -123,15 +126,33 @@ std::string DefaultRankBinary() {
   return (dir / "trainctl-rank").string();
 }
 
+// Without --address: this host's IP on its route to the (first reachable)
+// coordinator, which the coordinator can verify (route_address.h); the host
+// name only when no coordinator resolves now.
+std::string DefaultAddress(const std::vector<std::string>& coordinators, const std::string& hostname) {
+  std::string why;
+  for (const std::string& c : coordinators) {
+    absl::StatusOr<std::string> ip = trainctl::worker::RouteSourceAddress(c);
+    if (ip.ok()) {
+      trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", "address", {{"address", *ip}, {"route_to", c}});
+      return *ip;
+    }
+    why = std::string(ip.status().message());
+  }
+  trainctl::LogEvent(trainctl::LogLevel::kWarn, "worker", "address",
+                     {{"address", hostname}, {"reason", absl::StrCat("no route to a coordinator (", why,
+                                                                       "); advertising the host name: set --address")}});
+  return hostname;
+}
+
 // Flags → the options that need no file and no network: the coordinator,
 // the TLS files named, the work dir, this host's names.
 absl::StatusOr<DaemonOptions> BaseOptions() {
   DaemonOptions o;
   o.coordinator = absl::GetFlag(FLAGS_coordinator);
-  if (absl::StatusOr<std::vector<std::string>> list = trainctl::ParseCoordinatorList(o.coordinator, "--coordinator");
-      !list.ok()) {
-    return list.status();
-  }
+  absl::StatusOr<std::vector<std::string>> coordinators =
+      trainctl::ParseCoordinatorList(o.coordinator, "--coordinator");
+  if (!coordinators.ok()) return coordinators.status();
   o.cert_file = absl::GetFlag(FLAGS_cert);
   o.key_file = absl::GetFlag(FLAGS_key);
   o.ca_file = absl::GetFlag(FLAGS_ca);
@@ -142,7 +163,8 @@ absl::StatusOr<DaemonOptions> BaseOptions() {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   o.hostname = host;
-  o.address = absl::GetFlag(FLAGS_address).empty() ? o.hostname : absl::GetFlag(FLAGS_address);
+  o.address = absl::GetFlag(FLAGS_address);
+  if (o.address.empty()) o.address = DefaultAddress(*coordinators, o.hostname);
   return o;
 }
 

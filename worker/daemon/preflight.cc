@@ -103,7 +103,10 @@ std::string ClaimProblem(const std::string& dir, const PreflightContext& ctx) {
   return s.ok() ? "" : std::string(s.message());
 }
 
-void CheckCheckpointDir(const v1::JobSpec& spec, const PreflightContext& ctx, std::vector<std::string>* problems) {
+bool IsNoSpace(int err) { return err == ENOSPC || err == EDQUOT; }
+
+void CheckCheckpointDir(const v1::JobSpec& spec, const PreflightContext& ctx, std::vector<std::string>* problems,
+                        int* space_problems) {
   absl::StatusOr<CheckpointDir> d =
       ResolveCheckpointDir(spec, ctx.job_id, ctx.owner, ctx.work_dir, ctx.base_dir, ctx.checkpoint_roots);
   if (!d.ok()) {
@@ -118,6 +121,7 @@ void CheckCheckpointDir(const v1::JobSpec& spec, const PreflightContext& ctx, st
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec || !fs::is_directory(dir, ec)) {
+    if (IsNoSpace(ec.value())) ++*space_problems;
     problems->push_back(absl::StrCat("checkpoint.dir ", dir, ": cannot be created (", ec.message(), ")"));
     return;
   }
@@ -127,6 +131,7 @@ void CheckCheckpointDir(const v1::JobSpec& spec, const PreflightContext& ctx, st
   if (absl::Status probe = ProbeWritableDir(dir, absl::StrCat(".trainctl-preflight-", ::getpid()), "preflight");
       !probe.ok()) {
     const int err = SafeFileErrno(probe);
+    if (IsNoSpace(err)) ++*space_problems;
     problems->push_back(absl::StrCat("checkpoint.dir ", dir, ": not writable (",
                                      err != 0 ? std::strerror(err) : probe.message(), ")"));
     return;
@@ -135,6 +140,7 @@ void CheckCheckpointDir(const v1::JobSpec& spec, const PreflightContext& ctx, st
   if (ctx.checkpoint_bytes > 0 && ::statvfs(dir.c_str(), &st) == 0) {
     const uint64_t free_bytes = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
     if (free_bytes < static_cast<uint64_t>(ctx.checkpoint_bytes)) {
+      ++*space_problems;
       problems->push_back(absl::StrCat("checkpoint.dir ", dir, ": ", free_bytes, " bytes free, one checkpoint needs ",
                                        ctx.checkpoint_bytes));
     }
@@ -207,14 +213,18 @@ void CheckGpus(const v1::JobSpec& spec, const PreflightContext& ctx, std::vector
 
 }  // namespace
 
-std::vector<std::string> PreflightProblems(const v1::JobSpec& spec, const PreflightContext& ctx) {
+std::vector<std::string> PreflightProblems(const v1::JobSpec& spec, const PreflightContext& ctx,
+                                           int* space_problems) {
+  int space = 0;
+  if (space_problems == nullptr) space_problems = &space;
+  *space_problems = 0;
   std::vector<std::string> problems;
   if (spec.has_command()) {
     CheckCommand(spec, ctx, &problems);
   } else {
     CheckEngineFiles(spec, ctx, &problems);
   }
-  CheckCheckpointDir(spec, ctx, &problems);
+  CheckCheckpointDir(spec, ctx, &problems, space_problems);
   CheckGpus(spec, ctx, &problems);
   return problems;
 }

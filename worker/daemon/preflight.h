@@ -57,7 +57,12 @@ struct PreflightContext {
 };
 
 // One line per problem ("data.train.path /d/x.csv: no such file"); empty
-// when the attempt may start here.
-std::vector<std::string> PreflightProblems(const v1::JobSpec& spec, const PreflightContext& ctx);
+// when the attempt may start here. `space_problems` (optional) gets how many
+// of them are only a lack of space in the checkpoint directory (too little
+// free for one checkpoint, or ENOSPC/EDQUOT making or writing in it): when
+// all are, the attempt waits for space (PreflightReport.waiting_for_space)
+// instead of failing the job.
+std::vector<std::string> PreflightProblems(const v1::JobSpec& spec, const PreflightContext& ctx,
+                                           int* space_problems = nullptr);
 
 }  // namespace trainctl::worker

@@ -121,6 +121,7 @@ void RankTable::OnPreflight(const v1::Preflight& p) {
     if (r.slot().kind() == v1::Slot::KIND_GPU) ctx.gpu_indices.push_back(r.slot().index());
   }
   std::vector<std::string> problems;
+  int space_problems = 0;
   absl::StatusOr<std::optional<RunAs>> as = JobIdentity(p.owner_number());
   if (!as.ok()) {
     problems.push_back(std::string(as.status().message()));
@@ -132,7 +133,7 @@ void RankTable::OnPreflight(const v1::Preflight& p) {
     // here (and root creates nothing there for the job).
     AsRankUser as_rank_user(*as);
     if (as_rank_user.ok()) {
-      problems = PreflightProblems(p.spec(), ctx);
+      problems = PreflightProblems(p.spec(), ctx, &space_problems);
     } else {
       problems.push_back("cannot take on the ranks' identity for the checks");
     }
@@ -144,6 +145,7 @@ void RankTable::OnPreflight(const v1::Preflight& p) {
   v1::PreflightReport* rep = m.mutable_preflight();
   rep->set_job_id(p.job_id());
   rep->set_attempt(p.attempt());
+  rep->set_waiting_for_space(!problems.empty() && space_problems == static_cast<int>(problems.size()));
   for (std::string& line : problems) rep->add_problems(std::move(line));
   out_.Send(m, /*critical=*/true);
 }
