@@ -26,7 +26,7 @@ class StoreFirstTest : public JobManagerTest {
  protected:
   // A ledger as the coordinator makes it (coordinator_server.cc).
   std::unique_ptr<TelemetryLedger> NewLedger() {
-    return std::make_unique<TelemetryLedger>(store_.get());
+    return std::make_unique<TelemetryLedger>(store_.get(), jobs_->group_memory());
   }
 
   // A 2-rank job on a and b keeping one checkpoint per worker, RUNNING,
