@@ -105,7 +105,7 @@ void AttemptStarter::SendPreflight(const JobEntry& e, const v1::Attempt& attempt
   for (const v1::RankAssignment& r : attempt.ranks()) {
     if (r.worker_id() == worker_id) *p->add_ranks() = r;
   }
-  registry_->Send(worker_id, msg);
+  SendAfterCommit(worker_id, std::move(msg));
 }
 
 absl::Status AttemptStarter::OnPreflightReport(const std::string& worker_id, const v1::PreflightReport& rep) {
@@ -191,7 +191,13 @@ void AttemptStarter::SendStartRanks(JobEntry& entry, const v1::Attempt& attempt,
     *s->add_ranks() = r;
     if (r.rank() == 0) s->set_produce_rendezvous(true);
   }
-  registry_->Send(worker_id, msg);
+  SendAfterCommit(worker_id, std::move(msg));
+}
+
+void AttemptStarter::SendAfterCommit(const std::string& worker_id, v1::CoordinatorMessage msg) {
+  book_->AfterCommit([this, worker_id, msg = std::move(msg)]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    registry_->Send(worker_id, msg);
+  });
 }
 
 void AttemptStarter::Stop(const std::string& worker_id, const std::string& job_id, int32_t attempt,
@@ -204,7 +210,7 @@ void AttemptStarter::Stop(const std::string& worker_id, const std::string& job_i
   s->set_reason(reason);
   s->set_grace_period_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(how.grace.value_or(options_.stop_grace))));
   s->set_checkpoint_first(how.checkpoint_first);
-  registry_->Send(worker_id, msg);
+  SendAfterCommit(worker_id, std::move(msg));
 }
 
 void AttemptStarter::StopAll(const std::string& job_id, int32_t attempt, const RanksByWorker& ranks,
@@ -218,7 +224,7 @@ void AttemptStarter::SendRendezvous(const v1::Job& job, const v1::Attempt& attem
   d->set_job_id(job.id());
   d->set_attempt(attempt.number());
   *d->mutable_info() = attempt.rendezvous();
-  registry_->Send(worker_id, msg);
+  SendAfterCommit(worker_id, std::move(msg));
 }
 
 absl::Status AttemptStarter::OnRendezvous(const std::string& worker_id, const v1::RendezvousReport& rep) {

@@ -95,6 +95,10 @@ class AttemptStarter {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   void SendRendezvous(const v1::Job& job, const v1::Attempt& attempt, const std::string& worker_id)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Sends `msg` to `worker_id` once what made it is stored (JobBook::
+  // AfterCommit: at once outside a telemetry group).
+  void SendAfterCommit(const std::string& worker_id, v1::CoordinatorMessage msg)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // OnPreflightReport once every worker answered.
   absl::Status ConcludePreflight(JobEntry& entry, const std::vector<std::string>& workers)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);

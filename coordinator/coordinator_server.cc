@@ -94,7 +94,7 @@ absl::Status CoordinatorServer::RecoverOwners() {
     AssertOnLoop(&loop_, "the placer's queue source");
     return queues_->Specs();
   });
-  telemetry_ = std::make_unique<TelemetryLedger>(store_.get());
+  telemetry_ = std::make_unique<TelemetryLedger>(store_.get(), jobs_->group_memory());
   tokens_ = std::make_unique<TokenAuthority>(store_.get(), options_.clock);
   TRAINCTL_RETURN_IF_ERROR(tokens_->Load());
   if (options_.admin_token.empty()) options_.admin_token = auth::NewSecret("admin");

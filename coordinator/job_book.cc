@@ -1,6 +1,8 @@
 #include "coordinator/job_book.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <random>
 
 #include "absl/strings/str_cat.h"
@@ -30,7 +32,8 @@ bool HasLiveRanks(const v1::Job& job) {
   return false;
 }
 
-void LogStateChange(v1::JobState from, const v1::Job& next) {
+// The job_state log line of a transition, written once it is stored.
+std::function<void()> StateChangeLog(v1::JobState from, const v1::Job& next) {
   LogFields fields = {{"job_id", next.id()}, {"from", StateName(from)}, {"to", StateName(next.state())}};
   if (const v1::Attempt* a = CurrentAttempt(next)) fields.emplace_back("attempt", absl::StrCat(a->number()));
   if (!next.state_reason().empty()) fields.emplace_back("reason", next.state_reason().substr(0, 300));
@@ -38,7 +41,16 @@ void LogStateChange(v1::JobState from, const v1::Job& next) {
     fields.emplace_back("final_model", next.final_model());
   }
   const bool bad = next.state() == v1::JOB_STATE_FAILED || next.state() == v1::JOB_STATE_RESTARTING;
-  LogEvent(bad ? LogLevel::kWarn : LogLevel::kInfo, "coordinator", "job_state", fields);
+  return [fields = std::move(fields), bad] {
+    LogEvent(bad ? LogLevel::kWarn : LogLevel::kInfo, "coordinator", "job_state", fields);
+  };
+}
+
+// Groups nest in no caller (the store refuses a second BeginGroup): one
+// that does is a bug, not a state to go on from.
+[[noreturn]] void BrokenInvariant(const char* what) {
+  std::fprintf(stderr, "trainctl: JobBook: %s; aborting\n", what);
+  std::abort();
 }
 
 }  // namespace
@@ -83,7 +95,9 @@ std::string JobBook::NewId(const std::string& name) const {
 JobEntry* JobBook::Find(const std::string& job_id) {
   CheckOnLoop();
   auto it = jobs_.find(job_id);
-  return it == jobs_.end() ? nullptr : &it->second;
+  if (it == jobs_.end()) return nullptr;
+  Remember(job_id);
+  return &it->second;
 }
 
 const JobEntry* JobBook::Find(const std::string& job_id) const {
@@ -140,6 +154,7 @@ void JobBook::Recover(const StoreSnapshot& snapshot) {
 absl::StatusOr<JobEntry*> JobBook::Add(v1::Job job, std::vector<JobEvent> events) {
   CheckOnLoop();
   const std::string id = job.id();
+  Remember(id);
   JobEntry entry;
   entry.submit_seq = next_submit_seq_++;
   entry.job.set_id(id);
@@ -183,7 +198,9 @@ absl::Status JobBook::Commit(JobEntry& entry, v1::Job next, std::vector<JobEvent
                                                StateName(next.state()), " transition: ", s.message()));
   }
 
-  if (from != next.state()) LogStateChange(from, next);
+  if (from != next.state()) {
+    AfterCommit(StateChangeLog(from, next));
+  }
   const bool was_active = !IsTerminal(from) && from != v1::JOB_STATE_UNSPECIFIED;
   const bool now_active = !IsTerminal(next.state());
   entry.job = std::move(next);
@@ -191,13 +208,17 @@ absl::Status JobBook::Commit(JobEntry& entry, v1::Job next, std::vector<JobEvent
   active_jobs_ += (now_active ? 1 : 0) - (was_active ? 1 : 0);
   TrackIndexes(entry);
 
-  for (const v1::Event& ev : stored) {
-    v1::JobUpdate u;
-    *u.mutable_event() = ev;
-    hub_->Publish(entry.job.id(), u);
-  }
+  AfterCommit([this, id = entry.job.id(), stored = std::move(stored)]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    for (const v1::Event& ev : stored) {
+      v1::JobUpdate u;
+      *u.mutable_event() = ev;
+      hub_->Publish(id, u);
+    }
+  });
   PublishSnapshot(entry);
-  if (IsTerminal(entry.job.state()) && !IsTerminal(from)) hub_->JobEnded(entry.job.id());
+  if (IsTerminal(entry.job.state()) && !IsTerminal(from)) {
+    AfterCommit([this, id = entry.job.id()]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { hub_->JobEnded(id); });
+  }
   return absl::OkStatus();
 }
 
@@ -206,7 +227,78 @@ void JobBook::PublishSnapshot(const JobEntry& entry) {
   v1::JobUpdate snapshot;
   *snapshot.mutable_job() = entry.job;
   snapshot.mutable_job()->clear_attempts();
-  hub_->Publish(entry.job.id(), snapshot);
+  AfterCommit([this, id = entry.job.id(), snapshot = std::move(snapshot)]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    hub_->Publish(id, snapshot);
+  });
+}
+
+void JobBook::AfterCommit(std::function<void()> effect) {
+  CheckOnLoop();
+  if (in_group_) {
+    held_effects_.push_back(std::move(effect));
+    return;
+  }
+  effect();
+}
+
+void JobBook::Remember(const std::string& job_id) {
+  if (!in_group_ || before_.contains(job_id)) return;
+  Before b;
+  if (auto it = jobs_.find(job_id); it != jobs_.end()) b.entry = it->second;
+  b.unsettled = unsettled_.contains(job_id);
+  if (auto it = pending_reasons_.find(job_id); it != pending_reasons_.end()) b.pending_reason = it->second;
+  before_.emplace(job_id, std::move(b));
+}
+
+void JobBook::GroupBegun() {
+  CheckOnLoop();
+  if (in_group_) BrokenInvariant("a store group began inside another");
+  in_group_ = true;
+  next_submit_seq_before_ = next_submit_seq_;
+}
+
+void JobBook::GroupEnded(bool committed) {
+  CheckOnLoop();
+  if (!in_group_) BrokenInvariant("a store group ended that never began");
+  in_group_ = false;
+  std::vector<std::function<void()>> effects = std::move(held_effects_);
+  held_effects_.clear();
+  absl::flat_hash_map<std::string, Before> before = std::move(before_);
+  before_.clear();
+  if (committed) {
+    for (std::function<void()>& effect : effects) effect();
+    return;
+  }
+  // Rolled back: every job the group touched goes back to how it was (and
+  // with it its indexes); nothing it would have sent goes out.
+  next_submit_seq_ = next_submit_seq_before_;
+  for (auto& [id, b] : before) {
+    auto it = jobs_.find(id);
+    if (it != jobs_.end() && !IsTerminal(it->second.job.state()) &&
+        it->second.job.state() != v1::JOB_STATE_UNSPECIFIED) {
+      --active_jobs_;
+    }
+    if (!b.entry.has_value()) {
+      if (it != jobs_.end()) jobs_.erase(it);
+      pending_.erase(id);
+      holding_slots_.erase(id);
+    } else {
+      if (!IsTerminal(b.entry->job.state()) && b.entry->job.state() != v1::JOB_STATE_UNSPECIFIED) ++active_jobs_;
+      JobEntry& e = it != jobs_.end() ? it->second : jobs_[id];
+      e = std::move(*b.entry);
+      TrackIndexes(e);
+    }
+    if (b.unsettled) {
+      unsettled_.insert(id);
+    } else {
+      unsettled_.erase(id);
+    }
+    if (b.pending_reason.has_value()) {
+      pending_reasons_[id] = std::move(*b.pending_reason);
+    } else {
+      pending_reasons_.erase(id);
+    }
+  }
 }
 
 absl::StatusOr<JobEntry*> JobBook::ForWorker(const std::string& worker_id, const std::string& job_id,

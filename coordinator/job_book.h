@@ -8,6 +8,15 @@
 // write leaves memory untouched and is UNAVAILABLE; nothing is ever
 // half-applied.
 //
+// Inside a store group (TelemetryLedger, group_memory.h) Commit's write is
+// not durable yet: the JobBook then remembers each job as it was before the
+// group first touched it (Find, At, ForWorker, Add) and holds every effect
+// that leaves the coordinator (publications to watchers, messages to
+// workers: AfterCommit). A committed group releases the effects in order; a
+// rolled-back one restores the jobs and drops the effects, so memory is what
+// the store has and event numbers stay dense (an event's seq follows the
+// stored last_event_seq).
+//
 // Soft state — a job's progress and metric summary, its ranks' last step and
 // progress time, and the memory-only parts of a JobEntry — changes without a
 // write (telemetry would otherwise cost a transaction per report): it is
@@ -34,6 +43,7 @@
 #include "common/clock.h"
 #include "common/event_loop.h"
 #include "coordinator/job_transitions.h"
+#include "coordinator/group_memory.h"
 #include "coordinator/metrics_hub.h"
 #include "coordinator/on_loop.h"
 #include "coordinator/rank_watch.h"
@@ -109,7 +119,7 @@ std::vector<std::string> AttemptWorkers(const v1::Attempt& a);
 // Ranks of an attempt that have not ended, grouped by worker (node order).
 RanksByWorker LiveRanksByWorker(const v1::Attempt& a);
 
-class JobBook {
+class JobBook : public GroupMemory {
  public:
   JobBook(StateStore* store, MetricsHub* hub, const Clock* clock) : store_(store), hub_(hub), clock_(clock) {}
   // The loop every call must come from (checked at run time, in every build); unbound
@@ -131,11 +141,20 @@ class JobBook {
   // Publishes the entry's job without its attempts (after a soft change).
   void PublishSnapshot(const JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
+  // GroupMemory (see the opening comment).
+  void GroupBegun() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override;
+  void GroupEnded(bool committed) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override;
+  // Runs `effect` (something that leaves the coordinator: a publication, a
+  // message to a worker) now, or inside a group once it commits; a group
+  // rolled back drops it. `effect` must capture what it sends by value.
+  void AfterCommit(std::function<void()> effect) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
   // An unused id for a job named `name`.
   std::string NewId(const std::string& name) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   JobEntry* Find(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   const JobEntry* Find(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   JobEntry& At(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    Remember(job_id);
     return jobs_.at(job_id);
   }
   const JobEntry& At(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
@@ -169,11 +188,13 @@ class JobBook {
     return unsettled_;
   }
   void MarkSettled(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    Remember(job_id);
     unsettled_.erase(job_id);
   }
   // Why a pending job waits, from the last scheduling pass (not persisted).
   void SetPendingReason(const std::string& job_id, std::string reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    Remember(job_id);
     pending_reasons_[job_id] = std::move(reason);
   }
   const std::string* PendingReason(const std::string& job_id) const
@@ -191,6 +212,14 @@ class JobBook {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
+  // A job as it was before the open group first touched it.
+  struct Before {
+    std::optional<JobEntry> entry;  // nullopt: the group added the job
+    bool unsettled = false;
+    std::optional<std::string> pending_reason;
+  };
+  // Inside a group: notes `job_id` as it is now, once per group.
+  void Remember(const std::string& job_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   void TrackIndexes(const JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   void CheckOnLoop() const {
     if (loop_ != nullptr) loop_->CheckInLoop("JobBook");
@@ -209,6 +238,12 @@ class JobBook {
   // Newest first for List: (submit_seq, id).
   int64_t next_submit_seq_ ABSL_GUARDED_BY(kLoop) = 1;
   int64_t active_jobs_ ABSL_GUARDED_BY(kLoop) = 0;
+  // An open store group (GroupBegun .. GroupEnded). Invariant outside one:
+  // before_ and held_effects_ are empty.
+  bool in_group_ ABSL_GUARDED_BY(kLoop) = false;
+  absl::flat_hash_map<std::string, Before> before_ ABSL_GUARDED_BY(kLoop);
+  int64_t next_submit_seq_before_ ABSL_GUARDED_BY(kLoop) = 0;
+  std::vector<std::function<void()>> held_effects_ ABSL_GUARDED_BY(kLoop);
 };
 
 }  // namespace trainctl::coordinator

@@ -509,8 +509,15 @@ absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::Ch
   TRAINCTL_RETURN_IF_ERROR(book_.Commit(*e, std::move(next), {{"checkpoint", msg, rep.attempt(), rep.rank()}}));
   // The files of the records checkpoint.keep no longer keeps go, deleted by
   // the worker that reported each (ranks delete none: fencing). A command
-  // job's program owns its own files.
-  if (!e->job.spec().has_command()) DropCheckpointFiles(e->job.id(), dropped);
+  // job's program owns its own files. Ordered only once the record that
+  // makes them obsolete is stored (inside a telemetry group: after its
+  // commit, never when it rolls back), so that a crash at any moment leaves
+  // the newest stored checkpoint's files on disk.
+  if (!e->job.spec().has_command() && !dropped.empty()) {
+    book_.AfterCommit([this, id = e->job.id(), dropped = std::move(dropped)]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+      DropCheckpointFiles(id, dropped);
+    });
+  }
   placer_.MaybeGrow(*e, r);
   return absl::OkStatus();
 }

@@ -117,6 +117,10 @@ class JobManager : private JobActions {
 
   // Every call must then come from `loop` (checked at run time, in every build).
   void BindToLoop(const EventLoop* loop) { book_.BindToLoop(loop); }
+  // What a TelemetryLedger tells how each store group ended (the jobs'
+  // memory, group_memory.h): inside a group nothing of a job changes for
+  // good, and nothing leaves, before the commit.
+  GroupMemory* group_memory() { return &book_; }
 
   // Rebuilds memory from the store (after WorkerRegistry::Recover). Running
   // attempts continue when their workers reconnect (see OnWorkerRegistered).

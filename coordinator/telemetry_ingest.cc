@@ -135,7 +135,9 @@ absl::Status TelemetryIngest::OnMetrics(const std::string& worker_id, const v1::
   v1::Progress prog = ProgressFromPoints(e->job, e->last_points, e->job.progress());
   v1::JobUpdate u;
   *u.mutable_metrics() = batch;
-  hub_->Publish(e->job.id(), u);
+  book_->AfterCommit([this, id = e->job.id(), u = std::move(u)]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    hub_->Publish(id, u);
+  });
   if (!events.empty()) {
     v1::Job next = e->job;
     *next.mutable_progress() = std::move(prog);
@@ -154,7 +156,7 @@ absl::Status TelemetryIngest::OnLogs(const std::string& worker_id, const v1::Log
   TRAINCTL_RETURN_IF_ERROR(
       book_->ForWorker(worker_id, chunk.job_id(), chunk.attempt(), chunk.rank(), true, &a).status());
   TRAINCTL_RETURN_IF_ERROR(store_->AppendLogs(chunk));
-  hub_->PublishLogs(chunk);
+  book_->AfterCommit([this, chunk]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { hub_->PublishLogs(chunk); });
   return absl::OkStatus();
 }
 

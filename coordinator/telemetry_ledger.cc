@@ -2,6 +2,8 @@
 
 #include <algorithm>
 
+#include "common/status_macros.h"
+
 namespace trainctl::coordinator {
 namespace {
 
@@ -22,19 +24,37 @@ int64_t TelemetryLedger::Applied(const std::string& worker_id) const {
   return it == applied_.end() ? 0 : it->second;
 }
 
+absl::Status TelemetryLedger::BeginGroup() {
+  TRAINCTL_RETURN_IF_ERROR(store_->BeginGroup());
+  if (memory_ != nullptr) memory_->GroupBegun();
+  return absl::OkStatus();
+}
+
+void TelemetryLedger::RollBack() {
+  store_->RollbackGroup();
+  if (memory_ != nullptr) memory_->GroupEnded(/*committed=*/false);
+}
+
+absl::Status TelemetryLedger::Commit(const std::vector<std::pair<std::string, int64_t>>& seqs) {
+  // A failed CommitGroup has rolled the store's group back itself.
+  absl::Status committed = store_->CommitGroup(seqs);
+  if (memory_ != nullptr) memory_->GroupEnded(committed.ok());
+  return committed;
+}
+
 TelemetryLedger::Result TelemetryLedger::Begin(const std::string& worker_id, int64_t seq) {
   if (seq <= Applied(worker_id)) return {Outcome::kDuplicate, absl::OkStatus()};
-  if (absl::Status begun = store_->BeginGroup(); !begun.ok()) return {Outcome::kRetry, begun};
+  if (absl::Status begun = BeginGroup(); !begun.ok()) return {Outcome::kRetry, begun};
   return {Outcome::kApplied, absl::OkStatus()};
 }
 
 TelemetryLedger::Result TelemetryLedger::Finish(const std::string& worker_id, int64_t seq,
                                                 absl::Status handled) {
   if (Retryable(handled)) {
-    store_->RollbackGroup();
+    RollBack();
     return {Outcome::kRetry, handled};
   }
-  if (absl::Status committed = store_->CommitGroup(worker_id, seq); !committed.ok()) {
+  if (absl::Status committed = Commit({{worker_id, seq}}); !committed.ok()) {
     return {Outcome::kRetry, committed};
   }
   int64_t& applied = applied_[worker_id];
@@ -51,7 +71,7 @@ TelemetryLedger::Result TelemetryLedger::Apply(const std::string& worker_id, int
 
 TelemetryLedger::Result TelemetryLedger::ApplyBatch(const std::vector<Item>& items) {
   if (items.empty()) return {Outcome::kApplied, absl::OkStatus()};
-  if (absl::Status begun = store_->BeginGroup(); !begun.ok()) return {Outcome::kRetry, begun};
+  if (absl::Status begun = BeginGroup(); !begun.ok()) return {Outcome::kRetry, begun};
   // Highest seq per worker in this batch, in first-seen order.
   std::vector<std::pair<std::string, int64_t>> seqs;
   absl::flat_hash_map<std::string, size_t> index;
@@ -62,12 +82,12 @@ TelemetryLedger::Result TelemetryLedger::ApplyBatch(const std::vector<Item>& ite
     if (item.seq <= highest) continue;  // a resend
     absl::Status handled = item.apply();
     if (Retryable(handled)) {
-      store_->RollbackGroup();
+      RollBack();
       return {Outcome::kRetry, handled};
     }
     highest = item.seq;
   }
-  if (absl::Status committed = store_->CommitGroup(seqs); !committed.ok()) {
+  if (absl::Status committed = Commit(seqs); !committed.ok()) {
     return {Outcome::kRetry, committed};
   }
   for (const auto& [worker_id, seq] : seqs) {

@@ -19,7 +19,9 @@
 // still counts as applied, so one bad message cannot stall the stream. Only
 // a store failure that a retry may cure (Unavailable, ResourceExhausted, or
 // a failed commit) leaves the seq unapplied: nothing of the group is kept,
-// and the caller ends the session so that the worker resends.
+// in the store or in memory (the GroupMemory, the jobs, is restored and
+// what the handlers would have published or sent is dropped), and the
+// caller holds the messages and retries them (SessionReactor::Hold).
 //
 // Not thread-safe: runs on the coordinator's EventLoop (like the managers it
 // calls).
@@ -32,6 +34,7 @@
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
+#include "coordinator/group_memory.h"
 #include "coordinator/on_loop.h"
 #include "coordinator/store/state_store.h"
 
@@ -39,7 +42,10 @@ namespace trainctl::coordinator {
 
 class TelemetryLedger {
  public:
-  explicit TelemetryLedger(StateStore* store) : store_(store) {}
+  // `memory` (may be null: nothing but the store changes) is told when each
+  // group begins and how it ended.
+  explicit TelemetryLedger(StateStore* store, GroupMemory* memory = nullptr)
+      : store_(store), memory_(memory) {}
 
   // Loads the highest applied seq per worker (after StateStore::LoadAll).
   void Recover(const StoreSnapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
@@ -92,7 +98,16 @@ class TelemetryLedger {
   Result ApplyBatch(const std::vector<Item>& items) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
+  // BeginGroup, and on success GroupMemory::GroupBegun.
+  absl::Status BeginGroup() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Rolls the store's group back (when still open) and memory with it.
+  void RollBack() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // CommitGroup; memory keeps what changed only when it succeeded.
+  absl::Status Commit(const std::vector<std::pair<std::string, int64_t>>& seqs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
   StateStore* store_;
+  GroupMemory* memory_;
   // Highest applied seq per worker id (memory; durable for every group that
   // wrote to the store, see StateStore::CommitGroup).
   absl::flat_hash_map<std::string, int64_t> applied_ ABSL_GUARDED_BY(kLoop);

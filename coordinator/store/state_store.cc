@@ -791,6 +791,9 @@ absl::Status StateStore::CommitGroup(
                               q.Bind(first, seqs[i].first).Bind(first + 1, seqs[i].second);
                             });
   }
+  // The test's write fault may fail the commit itself (a disk that fills
+  // at COMMIT): everything of the group is then rolled back below.
+  if (status.ok() && wrote) status = s.InjectedFault(op);
   if (status.ok()) {
     const absl::Time start = absl::Now();
     status = Query(s.db, s.stmts->commit, absl::StrCat(op, ": commit")).Run();

@@ -285,8 +285,9 @@ class StateStore {
 
   // Fault injection for tests (LevelDB's FaultInjectionTestEnv, in small):
   // `fail` is asked before each write (PutJob, AppendMetrics, AppendLogs,
-  // PutWorker) commits, with the write's number (1, 2, ... counted from this
-  // call) and its operation (e.g. "PutJob('j-1')"). When it returns true the
+  // PutWorker, and a group's CommitGroup when the group wrote) commits, with
+  // the write's number (1, 2, ... counted from this call) and its operation
+  // (e.g. "PutJob('j-1')", "CommitGroup('w', seq 3)"). When it returns true the
   // write is rolled back and returns Unavailable, exactly as a failed commit
   // would: nothing of it is stored. An empty function ends the injection.
   // Reads never consult it. Thread-safe like every method; `fail` runs with
