@@ -8,11 +8,14 @@
 //   peer_exit    rank 1 exits after connecting; rank 0's all-reduce must fail
 //   peer_stall   rank 1 stops participating; rank 0 must time out
 //   abort        rank 1 stalls; rank 0 aborts its pending all-reduce
+//   replicas     all-reduces of inputs whose float sum depends on the order
+//                of the ranks; writes every rank's inputs and outputs
 //   train        DDP training of a small MLP with the GradientBucketer
 #include <signal.h>
 #include <torch/torch.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <fstream>
@@ -204,6 +207,42 @@ int RunCollectives(Ctx& ctx) {
   return 0;
 }
 
+// The tensors' bytes, back to back.
+std::string Bytes(const std::vector<torch::Tensor>& tensors) {
+  std::string out;
+  for (const auto& t : tensors) {
+    auto c = t.detach().contiguous();
+    out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
+  }
+  return out;
+}
+
+// Rank r's input: magnitudes from 1e8 down to 3e-5 with both signs, so that
+// a sum in another order of the ranks rounds differently.
+torch::Tensor ReplicaInput(const td::testing::ReplicaCase& c, int rank, int round) {
+  static constexpr double kMagnitudes[] = {1e8, 1.0, -1e8, 3e-5, -7.0, 2.5e3, 1e-3};
+  auto t = torch::empty({c.count}, torch::kDouble);
+  auto* v = t.data_ptr<double>();
+  for (int64_t i = 0; i < c.count; ++i) {
+    const double m = kMagnitudes[(i * 5 + rank * 3 + round) % 7];
+    v[i] = m * (1.0 + static_cast<double>((i * 7919 + rank * 104729 + round * 31) % 1000) / 997.0);
+  }
+  return t.to(c.type == td::CommDataType::kFloat32 ? torch::kFloat : torch::kDouble);
+}
+
+int RunReplicas(Ctx& ctx) {
+  for (int round = 0; round < td::testing::kReplicaRounds; ++round) {
+    for (const td::testing::ReplicaCase& c : td::testing::kReplicaCases) {
+      auto t = ReplicaInput(c, ctx.rank, round);
+      const std::string tag = absl::StrCat(c.name, "_", round, "_r", ctx.rank);
+      td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/in_", tag, ".bin"), Bytes({t}));
+      if (auto st = td::AllReduceSum(*ctx.comm, t)->Wait(); !st.ok()) return Fail(st.ToString());
+      td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/out_", tag, ".bin"), Bytes({t}));
+    }
+  }
+  return 0;
+}
+
 // Rank 0's view of a failing peer: the collective must fail within the
 // timeout (plus slack), and the engine must stay failed afterwards.
 int ExpectCollectiveFailure(Ctx& ctx, absl::StatusCode want) {
@@ -295,15 +334,6 @@ struct NetImpl : torch::nn::Module {
 };
 TORCH_MODULE(Net);
 
-std::string Bytes(const std::vector<torch::Tensor>& tensors) {
-  std::string out;
-  for (const auto& t : tensors) {
-    auto c = t.detach().contiguous();
-    out.append(static_cast<const char*>(c.data_ptr()), c.numel() * c.element_size());
-  }
-  return out;
-}
-
 // Parameters only: buffers (batch-norm statistics) are updated locally by
 // each rank's forward and re-synchronised before the next one, as in DDP.
 std::string StateBytes(Net& net) { return Bytes(net->parameters()); }
@@ -312,6 +342,7 @@ std::string StateBytes(Net& net) { return Bytes(net->parameters()); }
 struct TrainArgs {
   static constexpr int kIn = 16, kOut = 4;
   int hidden, depth, steps, batch, micro;
+  int state_every;  // parameters written after steps 0, k, 2k, ... and the last
   bool bn;
   std::string unused;  // none | all | rank0
   int die_step, die_rank;
@@ -324,6 +355,7 @@ struct TrainArgs {
         steps(static_cast<int>(a.Int("steps", 3))),
         batch(static_cast<int>(a.Int("batch", 8))),
         micro(static_cast<int>(a.Int("micro", 1))),
+        state_every(static_cast<int>(std::max<int64_t>(1, a.Int("state_every", 1)))),
         bn(a.Int("bn", 0) != 0),
         unused(a.Str("unused", "none")),
         die_step(static_cast<int>(a.Int("die_at_step", -1))),
@@ -435,8 +467,10 @@ int RunTrain(const Args& a, Ctx& ctx) {
     }
     sgd.step();
     sgd.zero_grad();
-    td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/state_r", ctx.rank, "_s", s, ".bin"),
-                                 StateBytes(net));
+    if (s % t.state_every == 0 || s == t.steps - 1) {
+      td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/state_r", ctx.rank, "_s", s, ".bin"),
+                                   StateBytes(net));
+    }
   }
   stats.flush();
   if (t.expect_error) return Fail("expected an error, training succeeded");
@@ -464,6 +498,8 @@ int main(int argc, char** argv) {
     rc = RunPeerStall(ctx);
   } else if (scenario == "abort") {
     rc = RunAbort(ctx);
+  } else if (scenario == "replicas") {
+    rc = RunReplicas(ctx);
   } else if (scenario == "train") {
     rc = RunTrain(a, ctx);
   } else {

@@ -3,7 +3,7 @@
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
 #include <gloo/allreduce.h>
-#include <gloo/allreduce_ring.h>
+#include <gloo/allgather_ring.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
@@ -294,16 +294,29 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
     }
   }
 
-  // One ring per (type, count) on the sync mesh, with its own staging buffer:
-  // Gloo's buffer-based algorithms bind their memory and slots when built, so
-  // they are built once per shape and reused. Every rank issues the same
-  // sequence of shapes, so every rank builds (and evicts) the same rings in
-  // the same order and their slots agree.
-  struct SmallRing {
-    std::vector<char> staging;
-    std::unique_ptr<gloo::Algorithm> ring;
+  // The small-message path is an all-gather, then a sum in rank order: rank
+  // r's buffer lands at gathered[r * count] on every rank, and every rank
+  // computes gathered[0] + gathered[1] + ... + gathered[W-1], element by
+  // element. Every rank thus adds the same numbers in the same order and gets
+  // the same bytes (the bytes shared memory gives too), where a ring
+  // all-reduce has rank r add in the order r, r-1, ..., so that at 3 ranks
+  // and more the replicas drift apart (issue #47). The cost is that of the
+  // ring it replaces: W - 1 rounds of `count` elements each way, plus one
+  // more addition per element.
+  //
+  // One all-gather per (type, count), with its own buffers: Gloo's
+  // buffer-based algorithms bind their memory and slots when built, so they
+  // are built once per shape and reused. Every rank issues the same sequence
+  // of shapes, so every rank builds (and evicts) the same ones in the same
+  // order and their slots agree.
+  struct SmallGather {
+    std::vector<char> input;     // this rank's buffer
+    std::vector<char> gathered;  // world_size buffers, rank order
+    std::unique_ptr<gloo::Algorithm> allgather;
   };
-  static constexpr size_t kMaxSmallRings = 32;
+  static constexpr size_t kMaxSmallGathers = 32;
+  // Bounds the buffers they hold together ((W + 1) x the shape's bytes each).
+  static constexpr size_t kMaxSmallGatherBytes = 8 << 20;
 
   bool TakesSmallPath(const Op& op) const {
     return sync_context_ != nullptr && op.kind == OpKind::kAllReduce &&
@@ -311,34 +324,61 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
            (op.buffer.type == CommDataType::kFloat32 || op.buffer.type == CommDataType::kFloat64);
   }
 
+  template <typename T>
+  static std::unique_ptr<gloo::Algorithm> NewAllgather(const std::shared_ptr<gloo::Context>& context,
+                                                       SmallGather& g, int count) {
+    return std::make_unique<gloo::AllgatherRing<T>>(
+        context, std::vector<const T*>{reinterpret_cast<const T*>(g.input.data())},
+        reinterpret_cast<T*>(g.gathered.data()), count);
+  }
+
+  // out[i] = gathered[0][i] + gathered[1][i] + ... in rank order (the
+  // additions of one element never reorder: no -ffast-math, and a vectorised
+  // loop adds lanes of different elements).
+  template <typename T>
+  static void SumInRankOrder(const std::vector<char>& gathered, size_t count, int world, void* out) {
+    T* o = static_cast<T*>(out);
+    const T* g = reinterpret_cast<const T*>(gathered.data());
+    std::memcpy(o, g, count * sizeof(T));
+    for (int r = 1; r < world; ++r) {
+      const T* x = g + static_cast<size_t>(r) * count;
+      for (size_t i = 0; i < count; ++i) o[i] += x[i];
+    }
+  }
+
   void SmallAllReduce(const Op& op) {
     const std::pair<int, size_t> key{static_cast<int>(op.buffer.type), op.buffer.count};
-    auto it = small_rings_.find(key);
-    if (it == small_rings_.end()) {
-      if (small_rings_.size() >= kMaxSmallRings) {
-        small_rings_.erase(small_lru_.back());
+    const size_t world = static_cast<size_t>(options_.world_size);
+    auto it = small_gathers_.find(key);
+    if (it == small_gathers_.end()) {
+      const size_t need = (world + 1) * op.buffer.bytes();
+      while (!small_lru_.empty() &&
+             (small_gathers_.size() >= kMaxSmallGathers || small_gather_bytes_ + need > kMaxSmallGatherBytes)) {
+        auto victim = small_gathers_.find(small_lru_.back());
+        small_gather_bytes_ -= victim->second.input.size() + victim->second.gathered.size();
+        small_gathers_.erase(victim);
         small_lru_.pop_back();
       }
-      SmallRing r;
-      r.staging.resize(op.buffer.bytes());
+      SmallGather g;
+      g.input.resize(op.buffer.bytes());
+      g.gathered.resize(world * op.buffer.bytes());
       const int count = static_cast<int>(op.buffer.count);
-      if (op.buffer.type == CommDataType::kFloat32) {
-        r.ring = std::make_unique<gloo::AllreduceRing<float>>(
-            sync_context_, std::vector<float*>{reinterpret_cast<float*>(r.staging.data())}, count);
-      } else {
-        r.ring = std::make_unique<gloo::AllreduceRing<double>>(
-            sync_context_, std::vector<double*>{reinterpret_cast<double*>(r.staging.data())},
-            count);
-      }
-      it = small_rings_.emplace(key, std::move(r)).first;
+      g.allgather = op.buffer.type == CommDataType::kFloat32 ? NewAllgather<float>(sync_context_, g, count)
+                                                             : NewAllgather<double>(sync_context_, g, count);
+      small_gather_bytes_ += need;
+      it = small_gathers_.emplace(key, std::move(g)).first;
     } else {
       small_lru_.remove(key);
     }
     small_lru_.push_front(key);
-    SmallRing& r = it->second;
-    std::memcpy(r.staging.data(), op.buffer.data, op.buffer.bytes());
-    r.ring->run();
-    std::memcpy(op.buffer.data, r.staging.data(), op.buffer.bytes());
+    SmallGather& g = it->second;
+    std::memcpy(g.input.data(), op.buffer.data, op.buffer.bytes());
+    g.allgather->run();
+    if (op.buffer.type == CommDataType::kFloat32) {
+      SumInRankOrder<float>(g.gathered, op.buffer.count, options_.world_size, op.buffer.data);
+    } else {
+      SumInRankOrder<double>(g.gathered, op.buffer.count, options_.world_size, op.buffer.data);
+    }
   }
 
   absl::Status Execute(const Op& op) {
@@ -360,6 +400,12 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
           DispatchCommType(op.buffer.type, [&](auto tag) {
             using T = typename decltype(tag)::type;
             gloo::AllreduceOptions opts(context_);
+            // The ring, named rather than left to Gloo's default: a
+            // reduce-scatter in which one rank finishes each chunk's sum,
+            // then an all-gather that copies those bytes to every rank, so
+            // every rank ends with the same bytes (in ring order per chunk,
+            // not rank order; docs/ddp.md).
+            opts.setAlgorithm(gloo::AllreduceOptions::Algorithm::RING);
             opts.setOutput<T>(static_cast<T*>(op.buffer.data), op.buffer.count);
             opts.setReduceFunction(&SumInto<T>);
             opts.setTag(op.tag);
@@ -411,10 +457,11 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
   const std::shared_ptr<RendezvousStore> store_;
   const std::shared_ptr<gloo::Context> context_;
   // The small-message mesh (sync pairs); null when off. Only the worker
-  // thread touches it and the rings.
+  // thread touches it and the all-gathers.
   const std::shared_ptr<gloo::Context> sync_context_;
-  std::map<std::pair<int, size_t>, SmallRing> small_rings_;
-  std::list<std::pair<int, size_t>> small_lru_;  // most recent first
+  std::map<std::pair<int, size_t>, SmallGather> small_gathers_;
+  std::list<std::pair<int, size_t>> small_lru_;  // keys of small_gathers_, most recent first
+  size_t small_gather_bytes_ = 0;                 // their input + gathered bytes
   // Shared-memory all-reduce when every rank is on this host; null otherwise.
   const std::unique_ptr<ShmAllReduce> shm_;
   std::thread worker_;

@@ -9,6 +9,10 @@
 // of its Gloo TCP device under `key_prefix`, and connects a full mesh of TCP
 // pairs. The rank process calls CreateGlooCollectives once at start-up.
 //
+// Replicas: every all-reduce gives every rank the same bytes, whichever
+// path it takes (shared memory, the small-message mesh, Gloo's ring); how,
+// at each path in gloo_collectives.cc and in docs/ddp.md.
+//
 // Threading: the engine owns one worker thread that runs collectives one at a
 // time in issue order (issue order is what every rank agrees on; each
 // collective's sequence number is its Gloo tag). Issuing, Wait and Abort are
@@ -58,8 +62,10 @@ struct GlooOptions {
   // 12 floats between 2 ranks: p50 0.55 -> 0.055 ms, p90 3.7 -> 0.07 ms;
   // bench/ddp/allreduce_latency.cc). Kept far below the socket buffers:
   // sync sends block, and every rank sends before it receives. 0 = off;
-  // only used up to 8 ranks (the ring takes world_size - 1 round trips),
-  // and not when shared memory (below) carries the all-reduces.
+  // only used up to 8 ranks (its all-gather takes world_size - 1 round
+  // trips), and not when shared memory (below) carries the all-reduces.
+  // Every rank sums the gathered buffers in rank order, so every rank gets
+  // the same bytes (the sum shared memory gives too; docs/ddp.md).
   size_t small_allreduce_max_bytes = 64 * 1024;
   // Every rank of the attempt runs on this host: float32/float64 all-reduces
   // then go through shared memory (shm_allreduce.h; 9.5 MB between 2 ranks on
@@ -81,7 +87,7 @@ absl::StatusOr<std::shared_ptr<Collectives>> CreateGlooCollectives(
 // options.key_prefix; what CreateGlooCollectives builds on. With `sync_pairs`
 // the pairs leave Gloo's device thread: a receive then reads the socket on the
 // calling thread (blocking, or spinning with `busy_poll`). Sync pairs work
-// only with Gloo's buffer-based algorithms (gloo::AllreduceRing and
+// only with Gloo's buffer-based algorithms (gloo::AllgatherRing and
 // friends), not with gloo::allreduce(). Same errors as CreateGlooCollectives.
 absl::StatusOr<std::shared_ptr<gloo::Context>> ConnectGlooContext(const GlooOptions& options,
                                                                   RendezvousStore& store,

@@ -3,12 +3,18 @@
 
 #include <gtest/gtest.h>
 
-#include <map>
-
+#include <cstring>
 #include <filesystem>
 #include <iostream>
+#include <limits>
+#include <map>
+#include <string>
+#include <tuple>
+#include <vector>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
 #include "worker/dist/rank_launcher.h"
 #include "worker/dist/rendezvous_store.h"
@@ -119,6 +125,123 @@ TEST_P(GlooTransportTest, AbortEndsPendingWork) {
 
 INSTANTIATE_TEST_SUITE_P(Transports, GlooTransportTest, ::testing::Bool(),
                          [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "SharedMemory" : "Tcp"; });
+
+// Replicas stay bit-identical (issue #47): every rank's all-reduce result
+// has the same bytes, at world sizes where the order of a float sum differs
+// by rank in a ring (3 and 4; at 2 ranks a + b == b + a), over every path an
+// all-reduce can take: shared memory, the small-message mesh, Gloo's ring.
+// The inputs mix magnitudes (1e8, -1e8, 1, 3e-5, ...) so that another
+// summation order rounds differently.
+class GlooReplicaTest : public ::testing::TestWithParam<std::tuple<bool, int>> {};
+
+// sum over ranks 0, 1, ..., W-1 in that order, in T.
+template <typename T>
+std::string RankOrderSum(const std::vector<std::string>& inputs) {
+  const size_t n = inputs[0].size() / sizeof(T);
+  std::vector<T> acc(n);
+  std::memcpy(acc.data(), inputs[0].data(), n * sizeof(T));
+  for (size_t r = 1; r < inputs.size(); ++r) {
+    const T* x = reinterpret_cast<const T*>(inputs[r].data());
+    for (size_t i = 0; i < n; ++i) acc[i] += x[i];
+  }
+  return std::string(reinterpret_cast<const char*>(acc.data()), n * sizeof(T));
+}
+
+// "" when every element of `got` is the sum of `inputs` to within the
+// rounding of W - 1 additions; else the first element that is not.
+template <typename T>
+std::string FarFromSum(const std::string& got, const std::vector<std::string>& inputs) {
+  const size_t n = got.size() / sizeof(T);
+  const T* g = reinterpret_cast<const T*>(got.data());
+  for (size_t i = 0; i < n; ++i) {
+    long double exact = 0, magnitude = 0;
+    for (const std::string& in : inputs) {
+      const T x = reinterpret_cast<const T*>(in.data())[i];
+      exact += x;
+      magnitude += x < 0 ? -x : x;
+    }
+    const long double bound = inputs.size() * std::numeric_limits<T>::epsilon() * magnitude;
+    const long double error = g[i] > exact ? g[i] - exact : exact - g[i];
+    if (error > bound) {
+      return absl::StrFormat("[%d] = %.17g, exact sum %.17Lg", i, static_cast<double>(g[i]), exact);
+    }
+  }
+  return "";
+}
+
+// "" when equal, else where the first differing element is and both values.
+template <typename T>
+std::string FirstDifference(const std::string& a, const std::string& b) {
+  if (a.size() != b.size()) return absl::StrCat("sizes ", a.size(), " vs ", b.size());
+  const size_t n = a.size() / sizeof(T);
+  size_t differing = 0, first = n;
+  for (size_t i = 0; i < n; ++i) {
+    if (std::memcmp(a.data() + i * sizeof(T), b.data() + i * sizeof(T), sizeof(T)) != 0) {
+      ++differing;
+      if (first == n) first = i;
+    }
+  }
+  if (differing == 0) return "";
+  T x, y;
+  std::memcpy(&x, a.data() + first * sizeof(T), sizeof(T));
+  std::memcpy(&y, b.data() + first * sizeof(T), sizeof(T));
+  return absl::StrCat(differing, " of ", n, " elements differ, first [", first, "]: ",
+                      absl::StrFormat("%.17g vs %.17g", x, y));
+}
+
+std::string FirstDifference(CommDataType type, const std::string& a, const std::string& b) {
+  return type == CommDataType::kFloat32 ? FirstDifference<float>(a, b) : FirstDifference<double>(a, b);
+}
+
+TEST_P(GlooReplicaTest, EveryRankGetsTheSameBytes) {
+  const auto [shm, world] = GetParam();
+  auto run = RunRanks("replicas", world,
+                      {{"shm", shm ? "1" : "0"}, {"shm_slot_bytes", "65536"}, {"timeout_ms", "20000"}},
+                      absl::Seconds(60));
+  ASSERT_TRUE(run.ok()) << run.status();
+  for (int r = 0; r < world; ++r) ASSERT_EQ(run->exit_codes[r], 0) << Logs(*run);
+  for (int round = 0; round < testing::kReplicaRounds; ++round) {
+    for (const testing::ReplicaCase& c : testing::kReplicaCases) {
+      std::vector<std::string> in, out;
+      for (int r = 0; r < world; ++r) {
+        const std::string tag = absl::StrCat(c.name, "_", round, "_r", r);
+        auto i = testing::ReadFile(absl::StrCat(run->dir, "/in_", tag, ".bin"));
+        auto o = testing::ReadFile(absl::StrCat(run->dir, "/out_", tag, ".bin"));
+        ASSERT_TRUE(i.ok() && o.ok()) << tag;
+        ASSERT_EQ(o->size(), static_cast<size_t>(c.count) * CommDataTypeSize(c.type)) << tag;
+        in.push_back(*std::move(i));
+        out.push_back(*std::move(o));
+      }
+      for (int r = 1; r < world; ++r) {
+        EXPECT_EQ(FirstDifference(c.type, out[0], out[r]), "")
+            << c.name << " round " << round << ": rank " << r << " vs rank 0";
+      }
+      // The inputs make the order matter: another order gives other bytes.
+      std::vector<std::string> reversed(in.rbegin(), in.rend());
+      const bool f32 = c.type == CommDataType::kFloat32;
+      const std::string want = f32 ? RankOrderSum<float>(in) : RankOrderSum<double>(in);
+      ASSERT_NE(want, f32 ? RankOrderSum<float>(reversed) : RankOrderSum<double>(reversed)) << c.name;
+      // Shared memory and the small-message path sum in rank order; Gloo's
+      // ring sums each chunk in its own ring order (only the bytes' identity
+      // across ranks is promised there), so its result is a sum to within
+      // rounding.
+      if (shm || c.small) {
+        EXPECT_EQ(FirstDifference(c.type, out[0], want), "")
+            << c.name << " round " << round << ": rank 0 vs the sum in rank order";
+      } else {
+        EXPECT_EQ(f32 ? FarFromSum<float>(out[0], in) : FarFromSum<double>(out[0], in), "")
+            << c.name << " round " << round;
+      }
+    }
+  }
+  Cleanup(*run);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    WorldSizes, GlooReplicaTest, ::testing::Combine(::testing::Bool(), ::testing::Values(3, 4)),
+    [](const ::testing::TestParamInfo<std::tuple<bool, int>>& i) {
+      return absl::StrCat(std::get<0>(i.param) ? "SharedMemory" : "Tcp", std::get<1>(i.param), "Ranks");
+    });
 
 }  // namespace
 }  // namespace trainctl::dist

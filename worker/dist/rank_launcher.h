@@ -17,6 +17,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "worker/dist/collectives.h"
 
 namespace trainctl::dist::testing {
 
@@ -33,6 +34,26 @@ absl::StatusOr<RankRun> RunRanks(const std::string& scenario, int world_size,
                                  const std::map<std::string, std::string>& args,
                                  absl::Duration timeout,
                                  const std::vector<std::map<std::string, std::string>>& per_rank_args = {});
+
+// The buffers of the "replicas" scenario, which the rank helper all-reduces
+// and the test compares across ranks: sizes that take the Gloo engine's
+// small-message path (<= 64 KiB) and Gloo's ring (above it; an odd count so
+// that the ring's chunks are uneven), float32 and float64.
+struct ReplicaCase {
+  const char* name;
+  CommDataType type;
+  int64_t count;
+  bool small;  // within GlooOptions::small_allreduce_max_bytes (default)
+};
+inline constexpr ReplicaCase kReplicaCases[] = {
+    {"small_f32", CommDataType::kFloat32, 1000, true},
+    {"small_f64", CommDataType::kFloat64, 1000, true},
+    {"large_f32", CommDataType::kFloat32, 100003, false},
+    {"large_f64", CommDataType::kFloat64, 50001, false},
+};
+// Each case is all-reduced this many times (the small path's second and
+// later rounds reuse the ring it built in the first).
+inline constexpr int kReplicaRounds = 2;
 
 // A fresh directory under $TMPDIR (or /tmp).
 std::string MakeTempDir(const std::string& tag);

@@ -6,6 +6,7 @@
 
 #include <torch/torch.h>
 #include <unistd.h>
+#include <zlib.h>
 
 #include <algorithm>
 #include <chrono>
@@ -202,6 +203,7 @@ absl::Status Trainer::Impl::EndEpoch(EpochRun& run, TrainResult* result) {
                           end.eval_accuracy, end.eval_samples);
   }
   Log(line);
+  Log(absl::StrCat("parameters ", ParameterChecksum(), " at global step ", position.global_step));
   if (!setup.preempt_file.empty()) {
     TRAINCTL_ASSIGN_OR_RETURN(bool preempted, PreemptionAgreed());
     if (preempted) return StopForPreemption(absl::StrCat("after epoch ", run.epoch));
@@ -222,6 +224,15 @@ absl::Status Trainer::Impl::EvaluateInto(rankproto::RankMetric* end, TrainResult
   result->eval_loss = end->eval_loss;
   result->eval_accuracy = end->eval_accuracy;
   return absl::OkStatus();
+}
+
+std::string Trainer::Impl::ParameterChecksum() const {
+  uLong crc = crc32_z(0L, Z_NULL, 0);
+  for (const at::Tensor& p : model->Parameters()) {
+    const at::Tensor c = p.detach().to(at::kCPU).contiguous();
+    crc = crc32_z(crc, static_cast<const Bytef*>(c.data_ptr()), c.nbytes());
+  }
+  return absl::StrFormat("crc32:%08x", static_cast<uint32_t>(crc));
 }
 
 // Writes a checkpoint at `position` (the host's writer rank only).

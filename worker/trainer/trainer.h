@@ -16,7 +16,9 @@
 //   divided by its own size, so every step averages its micro-batches.
 // After each epoch: evaluation (below), a checkpoint on rank 0
 // (checkpoint.h; every checkpoint.every_epochs epochs and after the last),
-// an "epoch_end" metric. After the last epoch rank 0 exports
+// an "epoch_end" metric, and on every rank the log line "parameters
+// crc32:xxxxxxxx at global step N" (equal on all ranks: replicas stay
+// bit-identical, docs/ddp.md). After the last epoch rank 0 exports
 // <checkpoint dir>/model.pt (TorchScript, loadable with torch.jit.load), and
 // every rank meets at a barrier so that all exit after the export.
 //

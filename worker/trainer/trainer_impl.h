@@ -138,6 +138,10 @@ struct Trainer::Impl {
   absl::Status EndEpoch(EpochRun& run, TrainResult* result);
   absl::Status EvaluateInto(rankproto::RankMetric* end, TrainResult* result);
   absl::Status WriteCheckpointNow();
+  // "crc32:xxxxxxxx" of the parameters' bytes in registration order: the
+  // same on every rank while the replicas are bit-identical (logged at each
+  // epoch's end, so that a divergence shows in the ranks' logs).
+  std::string ParameterChecksum() const;
   absl::Status ExportFinalModel(TrainResult* result);
   bool writes_checkpoints() const { return setup.checkpoint_writer && !opt().checkpoint.dir.empty(); }
   absl::Status StoppedError(const std::string& where) const;
