@@ -2,10 +2,13 @@
 // issue #44 items 3 and 4), against a real coordinator and worker:
 // trainctl.save_checkpoint is listed by `trainctl checkpoints`, `trainctl
 // resume` hands it to the new job's trainctl.load_checkpoint(); the model of
-// trainctl.save_model comes back with `trainctl fetch` and loads in Python.
+// trainctl.save_model comes back with `trainctl fetch` and loads in Python;
+// an engine job's checkpoint and final model (TorchScript) become plain
+// state_dicts with trainctl.load_state_dict.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <fstream>
@@ -115,6 +118,55 @@ TEST_F(ScriptApiE2ETest, SavedCheckpointIsListedResumedAndTheModelFetched) {
   // It went on from there: its own checkpoint is epoch 2, step 20.
   ASSERT_FALSE(jb.checkpoints().empty());
   EXPECT_EQ(jb.checkpoints(jb.checkpoints_size() - 1).global_step(), 20) << jb.DebugString();
+}
+
+// The engine's files (issue #44 item 5): trainctl.load_state_dict turns its
+// checkpoint and its TorchScript model into state_dicts an nn.Module with the
+// engine's layout loads, and both compute what the TorchScript model does.
+TEST(ScriptApiEngineTest, EngineCheckpointAndModelLoadIntoAnNnModule) {
+  if (!HaveTorch()) GTEST_SKIP() << "Debian's python3-torch is not installed";
+  const std::string build = trainctl::testing::BuildDirOfThisTest();
+  const std::string rank = build + "/worker/trainer/trainctl-rank";
+  if (access(rank.c_str(), X_OK) != 0) GTEST_SKIP() << "no trainctl-rank (built without LibTorch)";
+  Cluster cluster(build, rank);
+  ASSERT_TRUE(cluster.StartCoordinator());
+  ASSERT_TRUE(cluster.StartWorker("w0", 1));
+  ASSERT_TRUE(cluster.WaitWorkers(1));
+  ParsedJobSpec p = ParseJobSpecFile(SourceDir() + "/examples/mlp-synthetic.yaml",
+                                     {"world_size=1", "device=cpu", "training.epochs=1", "model.hidden=[4]"});
+  ASSERT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
+  const std::string id = cluster.Submit(p.spec);
+  ASSERT_FALSE(id.empty());
+  v1::Job j = cluster.WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
+  ASSERT_FALSE(j.final_model().empty());
+  ASSERT_FALSE(j.checkpoints().empty());
+  const std::string out = cluster.dir() + "/engine-load.out";
+  const std::string script = absl::StrCat(
+      "import sys, torch\n"
+      "sys.path.insert(0, '", SourceDir(), "/python')\n"
+      "import trainctl\n"
+      "class MLP(torch.nn.Module):\n"
+      "    def __init__(self):\n"
+      "        super().__init__()\n"
+      "        self.layers = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))\n"
+      "    def forward(self, x):\n"
+      "        return self.layers(x)\n"
+      "from_ckpt, from_model = MLP(), MLP()\n"
+      "from_ckpt.load_state_dict(trainctl.load_state_dict('", j.checkpoints(0).path(), "'))\n"
+      "from_model.load_state_dict(trainctl.load_state_dict('", j.final_model(), "', from_model))\n"
+      "x = torch.randn(8, 5)\n"
+      "want = torch.jit.load('", j.final_model(), "')(x)\n"
+      "assert torch.allclose(from_model(x), want), 'model'\n"
+      "assert torch.allclose(from_ckpt(x), want), 'checkpoint'\n"
+      "print('engine files load')\n");
+  {
+    std::ofstream f(cluster.dir() + "/engine_load.py");
+    f << script;
+  }
+  const int rc = std::system(absl::StrCat("/usr/bin/python3 ", cluster.dir(), "/engine_load.py > ", out, " 2>&1").c_str());
+  EXPECT_EQ(rc, 0) << Slurp(out);
+  EXPECT_THAT(Slurp(out), HasSubstr("engine files load"));
 }
 
 }  // namespace
