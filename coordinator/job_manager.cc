@@ -228,8 +228,10 @@ absl::Status JobManager::AttachResumeSource(v1::Job& job) const {
   }
   std::vector<SpecError> errors = CheckResumeCompatible(source.spec(), from, job.spec());
   if (!errors.empty()) return SpecErrorsToStatus(errors);
+  // A command job's epochs are its program's business (it has no
+  // training.epochs): trainctl.load_checkpoint() tells it where it was.
   const int64_t done = newest.front()->epochs_done();
-  if (done >= job.spec().training().epochs()) {
+  if (!job.spec().has_command() && done >= job.spec().training().epochs()) {
     return absl::InvalidArgumentError(absl::StrCat("training.epochs: ", job.spec().training().epochs(), ", but job ",
                                                    from, "'s checkpoint already completed ", done,
                                                    " epoch(s); set it above ", done,

@@ -73,5 +73,164 @@ class ReportTest(unittest.TestCase):
         os.environ.pop("TRAINCTL_PREEMPT_FILE", None)
 
 
+def _engine_layout_class():
+    import torch
+
+    class Named(torch.nn.Module):
+        names: str
+
+        def __init__(self, tensors, names):
+            super().__init__()
+            for i, t in enumerate(tensors):
+                self.register_parameter("t%d" % i, torch.nn.Parameter(t))
+            self.names = names
+
+        def forward(self):
+            return 0
+
+    class EngineLayout(torch.nn.Module):
+        format_version: int
+
+        def __init__(self, net):
+            super().__init__()
+            sd = net.state_dict()
+            self.params = Named([v.clone() for v in sd.values()], "\n".join(sd.keys()))
+            self.format_version = 2
+
+        def forward(self):
+            return 0
+    return EngineLayout
+
+
+def _EngineLayout(net):
+    return _engine_layout_class()(net)
+
+
+class CheckpointTest(unittest.TestCase):
+    """save_checkpoint/save_model write files the worker accepts and the
+    status lines that record them; load_checkpoint reads the worker's
+    TRAINCTL_RESUME_* variables."""
+
+    def setUp(self):
+        import tempfile
+        import trainctl
+        self.t = trainctl
+        self.t._fd = None
+        self.t._broken = False
+        self.dir = tempfile.mkdtemp()
+        self.r, self.w = os.pipe()
+        self.env = dict(os.environ)
+        os.environ.update({"TRAINCTL_STATUS_FD": str(self.w), "TRAINCTL_CHECKPOINT_DIR": self.dir,
+                           "TRAINCTL_JOB_ID": "job-1", "RANK": "0"})
+        for k in ("TRAINCTL_RESUME_FROM", "TRAINCTL_RESUME_EPOCH", "TRAINCTL_RESUME_STEP"):
+            os.environ.pop(k, None)
+
+    def tearDown(self):
+        import shutil
+        os.environ.clear()
+        os.environ.update(self.env)
+        os.close(self.r)
+        try:
+            os.close(self.w)
+        except OSError:
+            pass
+        shutil.rmtree(self.dir)
+
+    def lines(self):
+        os.close(self.w)
+        return os.read(self.r, 65536).decode().splitlines()
+
+    def test_save_checkpoint_writes_a_job_named_file_and_its_record(self):
+        import zlib
+        path = self.t.save_checkpoint(b"state", step=120, epoch=2)
+        self.assertEqual(path, os.path.join(self.dir, "job-1.ckpt-epoch-000002-0000000120.pt"))
+        with open(path, "rb") as f:
+            self.assertEqual(f.read(), b"state")
+        crc = "crc32:%08x" % (zlib.crc32(b"state") & 0xFFFFFFFF)
+        self.assertEqual(self.lines(), ["checkpoint 2 120 5 %s 0 %s" % (crc, path)])
+        self.assertEqual(sorted(os.listdir(self.dir)), ["job-1.ckpt-epoch-000002-0000000120.pt"],
+                         "no temporary file is left")
+
+    def test_save_checkpoint_copies_a_file_and_saves_objects_with_torch(self):
+        src = os.path.join(self.dir, "mine.pt")
+        with open(src, "wb") as f:
+            f.write(b"x" * 3000000)
+        path = self.t.save_checkpoint(src, step=1)
+        self.assertEqual(os.path.getsize(path), 3000000)
+        import torch
+        path = self.t.save_checkpoint({"w": torch.ones(2)}, step=2, epoch=1)
+        self.assertTrue(torch.equal(torch.load(path)["w"], torch.ones(2)))
+        lines = self.lines()
+        self.assertTrue(lines[0].startswith("checkpoint 0 1 3000000 crc32:"), lines[0])
+        self.assertTrue(lines[1].startswith("checkpoint 1 2 "), lines[1])
+
+    def test_only_rank_0_saves(self):
+        os.environ["RANK"] = "1"
+        self.assertIsNone(self.t.save_checkpoint(b"s", step=1))
+        self.assertIsNone(self.t.save_model(b"m"))
+        self.assertEqual(os.listdir(self.dir), [])
+        self.assertEqual(self.lines(), [])
+
+    def test_bad_step_is_refused(self):
+        with self.assertRaises(ValueError):
+            self.t.save_checkpoint(b"s", step=0)
+
+    def test_save_model_writes_the_final_model_and_its_line(self):
+        path = self.t.save_model(b"model")
+        self.assertEqual(path, os.path.join(self.dir, "job-1.model.pt"))
+        self.assertEqual(self.lines(), ["model " + path])
+
+    def test_load_checkpoint_follows_the_resume_variables(self):
+        self.assertIsNone(self.t.load_checkpoint())
+        path = self.t.save_checkpoint(b"s", step=40, epoch=4)
+        os.environ.update({"TRAINCTL_RESUME_FROM": path, "TRAINCTL_RESUME_EPOCH": "4",
+                           "TRAINCTL_RESUME_STEP": "40"})
+        c = self.t.load_checkpoint()
+        self.assertEqual((c.path, c.epoch, c.step), (path, 4, 40))
+        os.environ["TRAINCTL_RESUME_FROM"] = os.path.join(self.dir, "elsewhere.pt")
+        self.assertIsNone(self.t.load_checkpoint(), "no copy on this host")
+
+    def test_load_state_dict_of_torch_save_files(self):
+        import torch
+        net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+        for i, obj in enumerate((net.state_dict(), net, {"model": net.state_dict(), "step": 3})):
+            path = os.path.join(self.dir, "f%d.pt" % i)
+            torch.save(obj, path)
+            fresh = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.BatchNorm1d(2))
+            fresh.load_state_dict(self.t.load_state_dict(path))
+            self.assertTrue(torch.equal(fresh[0].weight, net[0].weight))
+
+    def test_load_state_dict_of_an_engine_checkpoints_layout(self):
+        # worker/trainer/checkpoint.cc: submodule "params" with tensors
+        # t0..tN and their names, one a line, in the string "names".
+        import torch
+        net = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU(), torch.nn.Linear(2, 1))
+        path = os.path.join(self.dir, "job-1.ckpt-epoch-000001.pt")
+        torch.jit.script(_EngineLayout(net)).save(path)
+        fresh = torch.nn.Sequential(torch.nn.Linear(3, 2), torch.nn.ReLU(), torch.nn.Linear(2, 1))
+        state = self.t.load_state_dict(path)
+        self.assertEqual(list(state), ["0.weight", "0.bias", "2.weight", "2.bias"])
+        fresh.load_state_dict(state)
+        self.assertTrue(torch.equal(fresh[2].weight, net[2].weight))
+
+    def test_load_state_dict_of_a_torchscript_model_maps_flat_names_back(self):
+        import torch
+        net = torch.nn.Sequential(torch.nn.Linear(3, 2))
+
+        class Flat(torch.nn.Module):  # the engine's export: '.' as '_'
+            def __init__(self):
+                super().__init__()
+                self.register_parameter("0_weight", torch.nn.Parameter(net[0].weight.detach().clone()))
+                self.register_parameter("0_bias", torch.nn.Parameter(net[0].bias.detach().clone()))
+
+            def forward(self, x):
+                return x
+        path = os.path.join(self.dir, "job-1.model.pt")
+        torch.jit.script(Flat()).save(path)
+        fresh = torch.nn.Sequential(torch.nn.Linear(3, 2))
+        fresh.load_state_dict(self.t.load_state_dict(path, fresh))
+        self.assertTrue(torch.equal(fresh[0].weight, net[0].weight))
+
+
 if __name__ == "__main__":
     unittest.main()

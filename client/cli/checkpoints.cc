@@ -84,7 +84,9 @@ int RunResume(CliContext& ctx, const ResumeFlags& flags) {
       const v1::CheckpointRecord& r = job->checkpoints(0);
       ctx.out << " from epoch " << r.epochs_done() << " (step " << r.global_step() << ")";
     }
-    ctx.out << " to epoch " << job->spec().training().epochs() << "\n";
+    // A command job's epochs are its program's (trainctl.load_checkpoint()).
+    if (!job->spec().has_command()) ctx.out << " to epoch " << job->spec().training().epochs();
+    ctx.out << "\n";
   }
   ctx.out << std::flush;
   if (!flags.follow) return kExitOk;

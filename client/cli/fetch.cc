@@ -13,6 +13,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "client/cli/context.h"
+#include "client/cli/format.h"
 #include "common/safe_file.h"
 
 namespace trainctl::cli {
@@ -68,7 +69,8 @@ int RunFetch(CliContext& ctx, const FetchFlags& f) {
     ctx.PrintJson(*head);
   } else {
     ctx.out << "wrote " << out << " (" << head->size() << " bytes, " << head->checksum() << ") from "
-            << head->path() << " on " << head->worker_id() << "\n";
+            << head->path() << " on " << head->worker_id() << "\n"
+            << "load it: " << LoadHint(IsTorchScriptFile(out)) << "\n";
   }
   ctx.out << std::flush;
   return kExitOk;

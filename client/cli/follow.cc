@@ -147,7 +147,9 @@ int FollowPrinter::Finish(const v1::Job& job) {
     out_ << absl::StrFormat("final eval: loss %.4f, accuracy %.2f%%\n", e.loss(), e.accuracy() * 100);
   }
   if (ok && !job.final_model().empty()) {
-    out_ << "final model: " << job.final_model() << " (torch.jit.load it in Python; on worker "
+    // The engine exports TorchScript; a command job's program saves what it likes
+    // (trainctl.save_model: torch.save), and `trainctl fetch` tells by the bytes.
+    out_ << "final model: " << job.final_model() << " (" << LoadHint(!job.spec().has_command()) << "; on worker "
          << job.final_model_worker() << ")\n";
   }
   out_ << std::flush;

@@ -3,6 +3,7 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
+#include <fstream>
 #include <cmath>
 #include <functional>
 #include <map>
@@ -503,6 +504,24 @@ std::string OneLine(const std::string& text) {
     if (!part.empty()) parts.emplace_back(part);
   }
   return absl::StrJoin(parts, " | ");
+}
+
+std::string LoadHint(bool torchscript) {
+  return torchscript ? "TorchScript: torch.jit.load it in Python, or trainctl.load_state_dict(path) for a state_dict"
+                     : "torch.load it in Python, or trainctl.load_state_dict(path) for a state_dict";
+}
+
+bool IsTorchScriptFile(const std::string& path) {
+  // The zip central directory (every member's name) is at the end; 1 MiB
+  // holds the names of archives with thousands of tensors.
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return false;
+  const std::streamoff size = in.tellg();
+  const std::streamoff tail = std::min<std::streamoff>(size, 1 << 20);
+  std::string bytes(static_cast<size_t>(tail), '\0');
+  in.seekg(size - tail);
+  if (!in.read(bytes.data(), tail)) return false;
+  return absl::StrContains(bytes, "constants.pkl") && bytes.find("PK\x01\x02") != std::string::npos;
 }
 
 std::string ToJson(const google::protobuf::Message& msg) {

@@ -92,6 +92,15 @@ std::vector<std::pair<const v1::Job*, int>> LineageOrder(const std::vector<v1::J
 // its trimmed lines joined with " | ".
 std::string OneLine(const std::string& text);
 
+// How to load a model or checkpoint file in Python, in parentheses: by its
+// format, as torch.load itself tells (a zip archive holding constants.pkl
+// is TorchScript: torch.jit.load; anything else: torch.load), and
+// trainctl.load_state_dict for a plain state_dict either way.
+std::string LoadHint(bool torchscript);
+// Whether the file at `path` is a TorchScript archive (its zip directory, at
+// the end of the file, names a constants.pkl); false when unreadable.
+bool IsTorchScriptFile(const std::string& path);
+
 // One compact JSON document (a single line, protobuf's JSON mapping).
 std::string ToJson(const google::protobuf::Message& msg);
 

@@ -257,7 +257,7 @@ LocalOutcome FollowLocalJob(CliContext& ctx, Client& client, const RunFlags& fla
   absl::StatusOr<v1::Job> ended = client.Get(job.id());
   const bool said = ended.ok() && !ended->final_model().empty();
   if (out.code == kExitOk && !ctx.json() && !said && !spec.has_command() && fs::exists(model)) {
-    ctx.out << "final model: " << model << " (torch.jit.load it in Python)\n";
+    ctx.out << "final model: " << model << " (" << LoadHint(IsTorchScriptFile(model)) << ")\n";
   }
   if (interrupted) out.keep_state = ReportInterrupted(ctx, client, flags, spec, job.id(), state_dir);
   return out;

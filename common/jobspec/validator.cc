@@ -243,10 +243,6 @@ class Validator {
                      "(model, data, training) or its own command, not both");
       }
     }
-    if (!raw.resume_from().job().empty()) {
-      Error("resume_from.job", "only for trainctl's engine; a command job resumes from its own files in "
-                               "TRAINCTL_CHECKPOINT_DIR");
-    }
     if (c.argv_size() == 0) {
       Error("command.argv", "required: the program and its arguments, e.g. [python3, train.py]");
     } else if (c.argv(0).empty()) {

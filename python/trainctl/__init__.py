@@ -12,6 +12,17 @@ the same script runs unchanged::
         trainctl.report(step=step, epoch=epoch, loss=loss.item(), lr=lr)
     torch.save(state, os.path.join(trainctl.checkpoint_dir() or ".", "model.pt"))
 
+Checkpoints and the final model go through trainctl too, so that
+``trainctl checkpoints``, ``fetch``, ``resume`` and restarts see them::
+
+    ckpt = trainctl.load_checkpoint()          # None on a fresh start
+    if ckpt is not None:
+        state = ckpt.load()                    # torch.load(ckpt.path)
+        start_epoch = ckpt.epoch
+    ...
+    trainctl.save_checkpoint(state, step=step, epoch=epoch + 1)
+    trainctl.save_model(model.state_dict())
+
 The gRPC client (``trainctl.Client``, ``trainctl.TrainctlError``; see
 ``trainctl/client.py`` and docs/python-client.md) is imported only when first
 used: it needs grpcio, protobuf, PyYAML and the generated ``trainctl.v1``
@@ -21,9 +32,13 @@ stubs, and ``report()`` needs none of them.
 import math
 import os
 import re
+import shutil
 import sys
+import tempfile
+import zlib
 
-__all__ = ["report", "checkpoint_dir", "should_checkpoint"]
+__all__ = ["report", "checkpoint_dir", "should_checkpoint", "save_checkpoint", "save_model",
+           "load_checkpoint", "load_state_dict", "Checkpoint"]
 
 # The generated stubs (trainctl.v1.*_pb2) sit beside this file once installed;
 # from a build tree, python/gen_stubs.sh writes them to a directory that
@@ -155,3 +170,211 @@ def should_checkpoint():
     coordinator's --preemption-grace-s. False when not run by trainctl."""
     path = os.environ.get("TRAINCTL_PREEMPT_FILE")
     return bool(path) and os.path.exists(path)
+
+
+# --- checkpoints and the final model --------------------------------------------
+# The worker records (and `trainctl fetch` serves) only files named as
+# trainctl names them, directly in TRAINCTL_CHECKPOINT_DIR
+# (common/jobspec/artifact_names.h): <job>.ckpt-epoch-EEEEEE[-SSSSSSSSSS].pt,
+# <job>.model.pt. A script's checkpoint carries its global step in the second
+# number, so that two checkpoints of one epoch never share a file.
+
+
+class Checkpoint(object):
+    """A checkpoint to continue from: ``path`` (a file on this host), ``epoch``
+    (epochs completed when it was saved: the epoch to start at) and ``step``
+    (the global optimizer step)."""
+
+    __slots__ = ("path", "epoch", "step")
+
+    def __init__(self, path, epoch, step):
+        self.path = path
+        self.epoch = epoch
+        self.step = step
+
+    def load(self, map_location="cpu", **kwargs):
+        """``torch.load(self.path, map_location=...)``: what save_checkpoint was given."""
+        import torch
+        return torch.load(self.path, map_location=map_location, **kwargs)
+
+    def __repr__(self):
+        return "Checkpoint(path=%r, epoch=%d, step=%d)" % (self.path, self.epoch, self.step)
+
+
+def _env_int(name, default):
+    try:
+        return int(os.environ.get(name, ""))
+    except ValueError:
+        return default
+
+
+def _job_prefix():
+    job = os.environ.get("TRAINCTL_JOB_ID", "")
+    return job + "." if job else ""
+
+
+def _crc32_of(path):
+    crc = 0
+    with open(path, "rb") as f:
+        while True:
+            block = f.read(1 << 20)
+            if not block:
+                break
+            crc = zlib.crc32(block, crc)
+    return "crc32:%08x" % (crc & 0xFFFFFFFF)
+
+
+def _fsync_dir(directory):
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _write_atomically(obj_or_path, directory, name):
+    """Puts obj_or_path (a file to copy, bytes, or an object for torch.save) at
+    directory/name: written to a temporary file there, fsync'ed, renamed over
+    the name, the directory fsync'ed. Returns the final path."""
+    final = os.path.join(directory, name)
+    if isinstance(obj_or_path, (str, os.PathLike)):
+        source = os.fspath(obj_or_path)
+        if os.path.abspath(source) == os.path.abspath(final):
+            return final  # already in place (written by the script itself)
+    os.makedirs(directory, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix="." + name + ".", suffix=".tmp", dir=directory)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            if isinstance(obj_or_path, (str, os.PathLike)):
+                with open(os.fspath(obj_or_path), "rb") as src:
+                    shutil.copyfileobj(src, out, 1 << 20)
+            elif isinstance(obj_or_path, (bytes, bytearray, memoryview)):
+                out.write(obj_or_path)
+            else:
+                import torch
+                torch.save(obj_or_path, out)
+            out.flush()
+            os.fsync(out.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, final)
+    except BaseException:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        raise
+    _fsync_dir(directory)
+    return final
+
+
+def _is_rank0():
+    return _env_int("RANK", 0) == 0
+
+
+def save_checkpoint(obj_or_path, step, epoch=0):
+    """Saves a checkpoint into the job's checkpoint directory and records it
+    with trainctl (``trainctl checkpoints``, ``fetch --checkpoint STEP``,
+    ``resume``, restarts after a failure).
+
+    ``obj_or_path``: an object (``torch.save`` writes it: a dict of
+    state_dicts, say), bytes, or the path of a file the script wrote (copied).
+    ``step``: the global optimizer step (>= 1); ``epoch``: epochs completed
+    (the epoch a job continuing from it starts at). Written atomically
+    (temporary file, fsync, rename). Only rank 0 saves: on other ranks this
+    does nothing and returns None. Returns the file's path. Outside trainctl
+    the file goes to the current directory and nothing is recorded."""
+    step, epoch = int(step), int(epoch)
+    if step < 1 or epoch < 0:
+        raise ValueError("save_checkpoint: step must be >= 1 and epoch >= 0, got step=%d epoch=%d" % (step, epoch))
+    if not _is_rank0():
+        return None
+    directory = checkpoint_dir() or "."
+    name = "%sckpt-epoch-%06d-%010d.pt" % (_job_prefix(), epoch, step)
+    path = os.path.abspath(_write_atomically(obj_or_path, directory, name))
+    # checkpoint EPOCHS_DONE GLOBAL_STEP SIZE CHECKSUM EPOCH_CONSUMED PATH
+    # (worker/protocol/rank_protocol.cc, FormatCheckpoint); EPOCH_CONSUMED is
+    # the engine's position inside an epoch, 0 for a script.
+    _write("checkpoint %d %d %d %s 0 %s" % (epoch, step, os.path.getsize(path), _crc32_of(path), path))
+    return path
+
+
+def save_model(obj_or_path):
+    """Saves the final model into the job's checkpoint directory as
+    ``<job id>.model.pt`` and records it: ``trainctl fetch JOB`` gets it.
+    ``obj_or_path`` as for save_checkpoint (``model.state_dict()`` is usual).
+    Only rank 0 saves (elsewhere: None). Returns the file's path."""
+    if not _is_rank0():
+        return None
+    directory = checkpoint_dir() or "."
+    path = os.path.abspath(_write_atomically(obj_or_path, directory, _job_prefix() + "model.pt"))
+    _write("model %s" % path)
+    return path
+
+
+def load_checkpoint():
+    """The checkpoint this job should continue from, or None on a fresh
+    start: after a restart, the job's newest recorded checkpoint; in a job
+    made by ``trainctl resume`` (or ``resume_from``), the newest checkpoint
+    of the job it continues. A ``Checkpoint`` (``.path``, ``.epoch``,
+    ``.step``, ``.load()``). None, too, on a host that has no copy
+    (``checkpoint.shared: false`` and another host wrote it: rank 0 always
+    has it; share the directory, or broadcast from rank 0)."""
+    path = os.environ.get("TRAINCTL_RESUME_FROM")
+    if not path or not os.path.isfile(path):
+        return None
+    return Checkpoint(path, _env_int("TRAINCTL_RESUME_EPOCH", 0), _env_int("TRAINCTL_RESUME_STEP", 0))
+
+
+def _is_torchscript(path):
+    import zipfile
+    if not zipfile.is_zipfile(path):
+        return False
+    with zipfile.ZipFile(path) as z:
+        return any(n.endswith("/constants.pkl") or n == "constants.pkl" for n in z.namelist())
+
+
+def load_state_dict(path, module=None, map_location="cpu"):
+    """A plain ``state_dict`` (name -> tensor) for ``nn.Module.load_state_dict``
+    from a file trainctl or a script wrote: an engine checkpoint
+    (``<job>.ckpt-epoch-*.pt``, a TorchScript archive: its model parameters
+    and buffers under their own names), an engine final model
+    (``<job>.model.pt``, TorchScript, whose names have '.' as '_': pass
+    ``module`` to get that module's names back), or a ``torch.save`` file of
+    a state_dict, a module or a dict with a ``"model"`` state_dict."""
+    import torch
+    path = os.fspath(path)
+    if not _is_torchscript(path):
+        obj = torch.load(path, map_location=map_location)
+        if isinstance(obj, torch.nn.Module):
+            return obj.state_dict()
+        if isinstance(obj, dict) and isinstance(obj.get("model"), dict):
+            return obj["model"]
+        if isinstance(obj, dict):
+            return obj
+        raise ValueError("%s holds a %s, not a state_dict" % (path, type(obj).__name__))
+    script = torch.jit.load(path, map_location=map_location)
+    children = dict(script.named_children())
+    if "params" in children:
+        # An engine checkpoint (worker/trainer/checkpoint.cc): submodules
+        # "params" and "buffers", each tensors t0..tN and their "names".
+        out = {}
+        for part in ("params", "buffers"):
+            sub = children.get(part)
+            if sub is None:
+                continue
+            names = [n for n in getattr(sub, "names").split("\n") if n]
+            for i, name in enumerate(names):
+                out[name] = getattr(sub, "t%d" % i).detach()
+        return out
+    # An engine final model: parameters and buffers flat on the module.
+    flat = {}
+    for name, tensor in list(script.named_parameters()) + list(script.named_buffers()):
+        flat[name] = tensor.detach()
+    if module is None:
+        return flat
+    out = {}
+    for name in module.state_dict():
+        key = name.replace(".", "_")
+        if key in flat:
+            out[name] = flat[key]
+    return out

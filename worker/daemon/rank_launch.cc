@@ -466,6 +466,14 @@ std::vector<std::string> RankTable::CommandLaunchEnvironment(const LocalAttempt&
   env.insert(env.end(), contract.begin(), contract.end());
   // trainctl.should_checkpoint() (python/trainctl) looks for it.
   env.push_back(absl::StrCat("TRAINCTL_PREEMPT_FILE=", PreemptFile(a, ra.rank())));
+  // trainctl.load_checkpoint(): the record this attempt continues from,
+  // where this host has the file (its own copy, or a shared directory; the
+  // coordinator puts rank 0 on the holder).
+  if (a.resume.has_value() && (a.resume->shared() || a.resume->worker_id() == out_.worker_id())) {
+    env.push_back(absl::StrCat("TRAINCTL_RESUME_FROM=", a.resume->path()));
+    env.push_back(absl::StrCat("TRAINCTL_RESUME_EPOCH=", a.resume->epochs_done()));
+    env.push_back(absl::StrCat("TRAINCTL_RESUME_STEP=", a.resume->global_step()));
+  }
   if (a.gpu) {
     // Every local rank's GPU, in local-rank order: LOCAL_RANK indexes the
     // visible devices, as under torchrun (torch.cuda.set_device(local_rank)).
