@@ -133,6 +133,12 @@ std::string DefaultAddress(const std::vector<std::string>& coordinators, const s
   std::string why;
   for (const std::string& c : coordinators) {
     absl::StatusOr<std::string> ip = trainctl::worker::RouteSourceAddress(c);
+    // An IPv6 route only: the host name, as before (HOST:PORT with an IPv6
+    // literal would be ambiguous where the address is joined with a port).
+    if (ip.ok() && ip->find(':') != std::string::npos) {
+      why = absl::StrCat("only an IPv6 route (", *ip, ")");
+      continue;
+    }
     if (ip.ok()) {
       trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", "address", {{"address", *ip}, {"route_to", c}});
       return *ip;

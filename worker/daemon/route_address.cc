@@ -7,6 +7,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -32,9 +33,18 @@ absl::StatusOr<std::string> RouteSourceAddress(const std::string& coordinator) {
   if (int rc = getaddrinfo(host.c_str(), port.c_str(), &hints, &found); rc != 0) {
     return absl::NotFoundError(absl::StrCat("'", host, "' does not resolve: ", gai_strerror(rc)));
   }
+  // IPv4 first: the address is joined with a port as HOST:PORT (the
+  // rendezvous store's address), which an IPv6 literal would make ambiguous.
+  std::vector<const addrinfo*> order;
+  for (int family : {AF_INET, AF_INET6}) {
+    for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
+      if (a->ai_family == family) order.push_back(a);
+    }
+  }
   std::string error = "no address";
   std::string ip;
-  for (const addrinfo* a = found; a != nullptr && ip.empty(); a = a->ai_next) {
+  for (const addrinfo* a : order) {
+    if (!ip.empty()) break;
     int fd = socket(a->ai_family, SOCK_DGRAM | SOCK_CLOEXEC, 0);
     if (fd < 0) continue;
     sockaddr_storage local{};

@@ -17,7 +17,7 @@ namespace trainctl::worker {
 
 // The source IP this host uses to reach `coordinator` ("host:port" or
 // "[v6]:port"), as text; NotFound when the host does not resolve,
-// Unavailable when no route reaches it.
+// Unavailable when no route reaches it. An IPv4 route comes first.
 absl::StatusOr<std::string> RouteSourceAddress(const std::string& coordinator);
 
 }  // namespace trainctl::worker
