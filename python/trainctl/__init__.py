@@ -22,6 +22,7 @@ import math
 import os
 import re
 import sys
+import threading
 
 __all__ = ["report", "checkpoint_dir", "should_checkpoint"]
 
@@ -56,6 +57,12 @@ _MAX_SCALARS = 32
 
 _fd = None
 _broken = False
+# The last report's epoch and step, and a lock held while one is written:
+# the rank's start-up hook (_rank_boot/sitecustomize.py) sends them in its
+# heartbeat under the same lock, so the step it sends never goes back.
+_report_lock = threading.Lock()
+_last_epoch = 0
+_last_step = 0
 _warned = set()
 
 
@@ -136,8 +143,11 @@ def report(step=None, epoch=None, loss=None, **scalars):
         if text is not None:
             parts.append("s.%s=%s" % (key, text))
             custom += 1
-    if not _write("progress %d %d" % (epoch, step)):
-        return False
+    global _last_epoch, _last_step
+    with _report_lock:
+        _last_epoch, _last_step = epoch, step
+        if not _write("progress %d %d" % (epoch, step)):
+            return False
     return _write(" ".join(parts))
 
 
