@@ -292,7 +292,11 @@ absl::Status JobManager::FailAttempt(JobEntry& e, v1::Job next, std::vector<JobE
   if (restarts > restarts_before && options_.restart_backoff > absl::ZeroDuration()) {
     e.restart_not_before = clock_->Mono() + RestartBackoff(restarts, options_.restart_backoff);
   }
-  starter_.StopAll(e.job.id(), CurrentAttempt(e.job)->number(), to_stop, "a peer rank failed");
+  // A hung script's ranks write their Python stacks to their logs first
+  // (docs/failures.md#hangs): a second is plenty for faulthandler.
+  StopHow how;
+  if (kind == v1::FAILURE_KIND_HANG && e.job.spec().has_command()) how.stack_dump = absl::Seconds(1);
+  starter_.StopAll(e.job.id(), CurrentAttempt(e.job)->number(), to_stop, "a peer rank failed", how);
   return absl::OkStatus();
 }
 

@@ -87,7 +87,11 @@ absl::Status TelemetryIngest::OnProgress(const std::string& worker_id, const v1:
   TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, book_->ForWorker(worker_id, p.job_id(), p.attempt(), p.rank(), false, &a));
   const absl::Time mono = clock_->Mono();
   MarkStep(*e, p.attempt(), *a->mutable_ranks(p.rank()), p.step(), clock_->Now(), mono);
-  if (p.has_heartbeat()) {
+  if (e->job.spec().has_command()) {
+    // A script's reports and its start-up hook's heartbeats (script_watch.h).
+    if (e->script_watch.attempt() != p.attempt()) e->script_watch.Reset(p.attempt());
+    e->script_watch.OnProgress(p, mono);
+  } else if (p.has_heartbeat()) {
     if (e->watch.attempt() != p.attempt()) {
       e->watch = RankWatch(rank_watch_);
       e->watch.Reset(p.attempt());
