@@ -155,10 +155,19 @@ absl::Status TelemetryIngest::OnMetrics(const std::string& worker_id, const v1::
 absl::Status TelemetryIngest::OnLogs(const std::string& worker_id, const v1::LogChunk& chunk) {
   if (chunk.lines_size() > 10000) return absl::InvalidArgumentError("logs.lines: at most 10000 per chunk");
   v1::Attempt* a = nullptr;
-  TRAINCTL_RETURN_IF_ERROR(
-      book_->ForWorker(worker_id, chunk.job_id(), chunk.attempt(), chunk.rank(), true, &a).status());
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e,
+                            book_->ForWorker(worker_id, chunk.job_id(), chunk.attempt(), chunk.rank(), true, &a));
   TRAINCTL_RETURN_IF_ERROR(store_->AppendLogs(chunk));
   hub_->PublishLogs(chunk);
+  // A hung script's ranks dump their stacks to stderr as they are stopped.
+  if (e->job.spec().has_command() && a->state() == v1::ATTEMPT_STATE_FAILED &&
+      a->failure_kind() == v1::FAILURE_KIND_HANG) {
+    for (const v1::LogLine& l : chunk.lines()) {
+      if (l.stream() == v1::LogLine::STREAM_STDERR) {
+        stack_dumps_.OnLine(chunk.job_id(), chunk.attempt(), chunk.rank(), l.text());
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -10,6 +10,7 @@
 
 #include <cstdlib>
 #include <fstream>
+#include <map>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
@@ -98,6 +99,14 @@ TEST(ScriptHangE2ETest, AStoppedRankIsNamedWithinAMinuteWithBothStacksInTheLogs)
     return true;
   }, absl::Seconds(60));
   const std::string log0 = cluster.RankLog(id, 1, 0), log1 = cluster.RankLog(id, 1, 1);
+  // The same stacks as events beside the hang, one per rank.
+  std::map<int, std::string> stacks;
+  for (const v1::Event& e : cluster.Events(id)) {
+    if (e.type() == "stacks") stacks[e.rank()] = e.message();
+  }
+  EXPECT_THAT(stacks[1], HasSubstr("rank 1's Python stacks when the hang was found:\n"));
+  EXPECT_THAT(stacks[1], HasSubstr(" in wedged"));
+  EXPECT_THAT(stacks[0], HasSubstr(" in all_reduce"));
   // Rank 1: where it stopped (faulthandler's frames, innermost first).
   EXPECT_THAT(log1, HasSubstr("most recent call first"));
   EXPECT_THAT(log1, HasSubstr("hang_script.py\", line"));
