@@ -210,6 +210,7 @@ void AttemptStarter::Stop(const std::string& worker_id, const std::string& job_i
   s->set_reason(reason);
   s->set_grace_period_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(how.grace.value_or(options_.stop_grace))));
   s->set_checkpoint_first(how.checkpoint_first);
+  s->set_stack_dump_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(how.stack_dump)));
   SendAfterCommit(worker_id, std::move(msg));
 }
 

@@ -34,6 +34,9 @@ namespace trainctl::coordinator {
 struct StopHow {
   std::optional<absl::Duration> grace;
   bool checkpoint_first = false;
+  // > 0: a hung command job's ranks dump their Python stacks to their logs
+  // first, this long before their SIGTERM (StopRanks.stack_dump_ms).
+  absl::Duration stack_dump = absl::ZeroDuration();
 };
 
 class AttemptStarter {

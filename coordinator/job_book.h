@@ -47,6 +47,7 @@
 #include "coordinator/metrics_hub.h"
 #include "coordinator/on_loop.h"
 #include "coordinator/rank_watch.h"
+#include "coordinator/script_watch.h"
 #include "coordinator/store/state_store.h"
 #include "trainctl/v1/job.pb.h"
 #include "trainctl/v1/worker_service.pb.h"
@@ -90,6 +91,9 @@ struct JobEntry {
   bool preflight_passed = false;
   // Heartbeats of the current attempt's ranks (memory only).
   RankWatch watch;
+  // Reports and start-up-hook heartbeats of a command job's current attempt
+  // (memory only).
+  ScriptWatch script_watch;
   // The current attempt's timers on the monotonic clock (Clock::Mono;
   // memory only): when it was placed (rendezvous timeout) and each rank's
   // last progress (progress timeout). A stepped wall clock moves neither.

@@ -17,6 +17,27 @@ absl::Duration JobHealth::ProgressTimeout(const v1::Job& job) const {
   return s > 0 ? absl::Seconds(s) : options_.progress_timeout;
 }
 
+namespace {
+// restart.progress_timeout_s: -1 turns progress checks off (a job that
+// legitimately pauses longer than any bound); a silent engine rank is
+// still caught.
+constexpr int32_t kProgressChecksOff = -1;
+}  // namespace
+
+absl::Status JobHealth::CheckScriptHang(JobEntry& e, const v1::Attempt& a, absl::Time now) {
+  if (e.script_watch.attempt() != a.number()) return absl::OkStatus();  // Nothing heard yet.
+  std::optional<HangVerdict> v = e.script_watch.Check(a, now, options_.progress_timeout);
+  if (!v.has_value()) return absl::OkStatus();
+  const int blamed = v->blamed.empty() ? -1 : v->blamed.front();
+  absl::Status s = actions_->FailAttempt(e, e.job, {{"hang", v->message, a.number(), blamed}},
+                                         v1::FAILURE_KIND_HANG, absl::StrCat("hung: ", v->message), blamed);
+  if (s.ok()) {
+    ++hangs_detected_;
+    actions_->RequestSchedule();
+  }
+  return s;
+}
+
 void JobHealth::CheckAttempts(absl::Time now) {
   std::vector<std::string> ids(book_->holding_slots().begin(), book_->holding_slots().end());
   for (const std::string& id : ids) {
@@ -37,9 +58,12 @@ void JobHealth::CheckAttempts(absl::Time now) {
     if (watched && CheckAdaptiveHang(e, *a, now, /*stall_rule=*/adaptive)) continue;
     if (a->state() == v1::ATTEMPT_STATE_STARTING) {
       s = CheckStarting(e, *a, now);
+    } else if (e.job.spec().restart().progress_timeout_s() == kProgressChecksOff) {
+      // The job pauses legitimately: no progress check.
     } else if (e.job.spec().has_command() && e.job.spec().restart().progress_timeout_s() == 0) {
-      // The user's program need not report progress (trainctl.report): it is
-      // checked for hangs only when its job asks for it with a timeout.
+      // The user's script: its reports and its ranks' Python stacks, on a
+      // bound learned from its own report intervals (script_watch.h).
+      s = CheckScriptHang(e, *a, now);
     } else {
       // The fixed timeout stays as the backstop for what heartbeats cannot
       // judge (a rank that never sent one).

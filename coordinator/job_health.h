@@ -1,7 +1,8 @@
 // Health of running attempts, judged on the coordinator's tick: rendezvous
 // timeouts, hangs (a rank's heartbeat missing past the bound, in any phase;
-// adaptive from the ranks' heartbeats, rank_watch.h, or a fixed
-// restart.progress_timeout_s), stragglers, and ranks on workers whose
+// adaptive from the ranks' heartbeats, rank_watch.h, from a script's
+// reports and Python stacks, script_watch.h, or a fixed
+// restart.progress_timeout_s; -1 turns progress checks off), stragglers, and ranks on workers whose
 // lease expired (LOST). Each finding fails the attempt through JobActions
 // (or records a `straggler` event); a failed write changes nothing in
 // memory, so the next tick finds the same condition and tries again.
@@ -59,6 +60,8 @@ class JobHealth {
   void RecordStragglers(JobEntry& e, const v1::Attempt& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   absl::Status CheckProgressTimeout(JobEntry& e, const v1::Attempt& a, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // A command job without restart.progress_timeout_s (script_watch.h).
+  absl::Status CheckScriptHang(JobEntry& e, const v1::Attempt& a, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   absl::Duration ProgressTimeout(const v1::Job& job) const;
 
   JobBook* book_;

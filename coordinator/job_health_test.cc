@@ -182,7 +182,7 @@ TEST_F(JobManagerTest, StragglerPolicyAvoidPlacesTheNextAttemptOffItsWorker) {
 
 
 
-TEST_F(JobManagerTest, CommandJobIsCheckedForHangsOnlyWhenItSetsATimeout) {
+TEST_F(JobManagerTest, ACommandJobThatSendsNothingIsCheckedOnlyWhenItSetsATimeout) {
   AddWorker("a", 2, {}, /*allow_commands=*/true);
   auto quiet = jobs_->Submit(CommandSpec(1));
   auto watched = jobs_->Submit(CommandSpec(1, "restart: {progress_timeout_s: 120}\n"));
@@ -194,10 +194,70 @@ TEST_F(JobManagerTest, CommandJobIsCheckedForHangsOnlyWhenItSetsATimeout) {
   }
   clock_.Advance(absl::Minutes(30));  // Far past the coordinator's 60 s default.
   jobs_->Tick();
-  EXPECT_EQ(Get(quiet->id()).state(), v1::JOB_STATE_RUNNING) << "a script that never reports is not hung";
+  EXPECT_EQ(Get(quiet->id()).state(), v1::JOB_STATE_RUNNING)
+      << "a rank that sends nothing (no report, no Python start-up hook) is not judged";
   v1::Job j = Get(watched->id());
   EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
   EXPECT_THAT(j.attempts(0).reason(), HasSubstr("hung: no progress for 2m"));
+}
+
+// A script that reports (trainctl.report) with its start-up hook's
+// heartbeats: no configuration, rank 1 stops while rank 0 waits in a torch
+// collective. The hang names rank 1 once the learned bound (the 15 s floor)
+// passes, and the ranks are asked for their stacks before they stop; the
+// same job with restart.progress_timeout_s: -1 is left alone.
+TEST_F(JobManagerTest, AScriptsStoppedRankIsNamedOnTheLearnedBoundAndDumpsItsStacks) {
+  FakeChannel* ch = AddWorker("a", 4, {}, /*allow_commands=*/true);
+  auto judged = jobs_->Submit(CommandSpec(2));
+  auto off = jobs_->Submit(CommandSpec(2, "restart: {progress_timeout_s: -1}\n"));
+  ASSERT_TRUE(judged.ok() && off.ok());
+  for (const std::string& id : {judged->id(), off->id()}) {
+    ASSERT_TRUE(Rendezvous("a", id, 1).ok());
+    for (int r = 0; r < 2; ++r) ASSERT_TRUE(Status("a", id, 1, r, v1::RANK_STATE_RUNNING).ok());
+    ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  }
+  auto send = [&](const std::string& id, int rank, int64_t step, int64_t moves, int64_t torch_ms) {
+    v1::RankProgress p;
+    p.set_job_id(id);
+    p.set_attempt(1);
+    p.set_rank(rank);
+    p.set_step(step);
+    p.set_has_heartbeat(true);
+    p.set_stack_moves(moves);
+    p.set_torch_wait_ms(torch_ms);
+    ASSERT_TRUE(jobs_->OnProgress("a", p).ok());
+  };
+  for (int step = 1; step <= 10; ++step) {
+    clock_.Advance(absl::Milliseconds(500));
+    for (const std::string& id : {judged->id(), off->id()}) {
+      for (int r = 0; r < 2; ++r) send(id, r, step, step, 0);
+    }
+    jobs_->Tick();
+  }
+  // Rank 1 stops at step 10; rank 0 waits in the next all-reduce.
+  for (int s = 1; s <= 20; ++s) {
+    clock_.Advance(absl::Seconds(1));
+    for (const std::string& id : {judged->id(), off->id()}) {
+      send(id, 0, 10, 11, s * 1000);
+      send(id, 1, 10, 11, 0);
+    }
+    jobs_->Tick();
+    if (Get(judged->id()).state() != v1::JOB_STATE_RUNNING) {
+      EXPECT_GT(s, 15) << "not before the 15 s floor";
+      break;
+    }
+  }
+  v1::Job j = Get(judged->id());
+  ASSERT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_HANG);
+  EXPECT_THAT(j.attempts(0).reason(), HasSubstr("hung: rank 1 (worker a) at step 10 stopped outside torch's collectives "
+                                                "while rank 0 has waited in one for "));
+  bool dumped = false;
+  for (const v1::StopRanks& st : ch->Stops()) {
+    if (st.job_id() == judged->id()) dumped = st.stack_dump_ms() == 1000;
+  }
+  EXPECT_TRUE(dumped) << "the ranks dump their stacks before they stop";
+  EXPECT_EQ(Get(off->id()).state(), v1::JOB_STATE_RUNNING) << "progress_timeout_s: -1 turns the check off";
 }
 
 TEST_F(JobManagerTest, RendezvousTimeout) {

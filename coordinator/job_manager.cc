@@ -6,6 +6,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
+#include "absl/strings/str_join.h"
 #include "common/jobspec/artifact_names.h"
 #include "common/jobspec/job_spec.h"
 #include "common/log.h"
@@ -298,7 +299,11 @@ absl::Status JobManager::FailAttempt(JobEntry& e, v1::Job next, std::vector<JobE
   if (absl::Duration wait = WaitForSpaceBackoff(e.job); wait > absl::ZeroDuration()) {
     e.restart_not_before = clock_->Mono() + wait;
   }
-  starter_.StopAll(e.job.id(), CurrentAttempt(e.job)->number(), to_stop, "a peer rank failed");
+  // A hung script's ranks write their Python stacks to their logs first
+  // (docs/failures.md#hangs): a second is plenty for faulthandler.
+  StopHow how;
+  if (kind == v1::FAILURE_KIND_HANG && e.job.spec().has_command()) how.stack_dump = absl::Seconds(1);
+  starter_.StopAll(e.job.id(), CurrentAttempt(e.job)->number(), to_stop, "a peer rank failed", how);
   return absl::OkStatus();
 }
 
@@ -396,7 +401,17 @@ absl::Status JobManager::ApplyEndOfEndedAttempt(const std::string& worker_id, co
   v1::RankAssignment* r = next.mutable_attempts(st.attempt() - 1)->mutable_ranks(st.rank());
   r->set_state(st.state() == v1::RANK_STATE_SUCCEEDED ? v1::RANK_STATE_SUCCEEDED : v1::RANK_STATE_STOPPED);
   *r->mutable_exit() = st.exit();
-  TRAINCTL_RETURN_IF_ERROR(book_.Commit(e, std::move(next), {}));
+  // A hung script's rank: the stacks it dumped as it was stopped (its log
+  // lines went before its end) become an event beside the `hang` one.
+  std::vector<JobEvent> events;
+  if (std::vector<std::string> stacks = ingest_.TakeStackDump(st.job_id(), st.attempt(), st.rank());
+      !stacks.empty()) {
+    events.push_back({"stacks",
+                      absl::StrCat("rank ", st.rank(), "'s Python stacks when the hang was found:\n",
+                                   absl::StrJoin(stacks, "\n")),
+                      st.attempt(), st.rank()});
+  }
+  TRAINCTL_RETURN_IF_ERROR(book_.Commit(e, std::move(next), std::move(events)));
   RequestSchedule();
   return absl::OkStatus();
 }

@@ -87,7 +87,11 @@ absl::Status TelemetryIngest::OnProgress(const std::string& worker_id, const v1:
   TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, book_->ForWorker(worker_id, p.job_id(), p.attempt(), p.rank(), false, &a));
   const absl::Time mono = clock_->Mono();
   MarkStep(*e, p.attempt(), *a->mutable_ranks(p.rank()), p.step(), clock_->Now(), mono);
-  if (p.has_heartbeat()) {
+  if (e->job.spec().has_command()) {
+    // A script's reports and its start-up hook's heartbeats (script_watch.h).
+    if (e->script_watch.attempt() != p.attempt()) e->script_watch.Reset(p.attempt());
+    e->script_watch.OnProgress(p, mono);
+  } else if (p.has_heartbeat()) {
     if (e->watch.attempt() != p.attempt()) {
       e->watch = RankWatch(rank_watch_);
       e->watch.Reset(p.attempt());
@@ -153,10 +157,19 @@ absl::Status TelemetryIngest::OnMetrics(const std::string& worker_id, const v1::
 absl::Status TelemetryIngest::OnLogs(const std::string& worker_id, const v1::LogChunk& chunk) {
   if (chunk.lines_size() > 10000) return absl::InvalidArgumentError("logs.lines: at most 10000 per chunk");
   v1::Attempt* a = nullptr;
-  TRAINCTL_RETURN_IF_ERROR(
-      book_->ForWorker(worker_id, chunk.job_id(), chunk.attempt(), chunk.rank(), true, &a).status());
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e,
+                            book_->ForWorker(worker_id, chunk.job_id(), chunk.attempt(), chunk.rank(), true, &a));
   TRAINCTL_RETURN_IF_ERROR(store_->AppendLogs(chunk));
   book_->AfterCommit([this, chunk]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { hub_->PublishLogs(chunk); });
+  // A hung script's ranks dump their stacks to stderr as they are stopped.
+  if (e->job.spec().has_command() && a->state() == v1::ATTEMPT_STATE_FAILED &&
+      a->failure_kind() == v1::FAILURE_KIND_HANG) {
+    for (const v1::LogLine& l : chunk.lines()) {
+      if (l.stream() == v1::LogLine::STREAM_STDERR) {
+        stack_dumps_.OnLine(chunk.job_id(), chunk.attempt(), chunk.rank(), l.text());
+      }
+    }
+  }
   return absl::OkStatus();
 }
 

@@ -17,6 +17,7 @@
 #include "coordinator/job_book.h"
 #include "coordinator/metrics_hub.h"
 #include "coordinator/on_loop.h"
+#include "coordinator/stack_dumps.h"
 #include "coordinator/rank_watch.h"
 #include "coordinator/store/state_store.h"
 #include "trainctl/v1/worker_service.pb.h"
@@ -45,6 +46,11 @@ class TelemetryIngest {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   absl::Status OnLogs(const std::string& worker_id, const v1::LogChunk& chunk)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // The Python stacks a rank of a hung command job dumped (stack_dumps.h), forgotten.
+  std::vector<std::string> TakeStackDump(const std::string& job_id, int32_t attempt, int32_t rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return stack_dumps_.Take(job_id, attempt, rank);
+  }
 
  private:
   // Folds each point into the ranks' last step, the job's metric summary and
@@ -57,6 +63,7 @@ class TelemetryIngest {
   MetricsHub* hub_;
   const Clock* clock_;
   RankWatchOptions rank_watch_;
+  StackDumps stack_dumps_ ABSL_GUARDED_BY(kLoop);
 };
 
 }  // namespace trainctl::coordinator

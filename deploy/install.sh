@@ -123,6 +123,11 @@ if [ -f "$repo/python/trainctl/__init__.py" ]; then
   install -d -m 0755 "$destdir$pydir/trainctl"
   install -m 0644 "$repo/python/trainctl/__init__.py" "$destdir$pydir/trainctl/__init__.py"
   say "$destdir$pydir/trainctl/__init__.py"
+  # The command ranks' start-up hook (docs/failures.md#hangs-in-your-own-script-command-jobs):
+  # a worker installed under /usr puts this directory first on their PYTHONPATH.
+  install -d -m 0755 "$destdir$pydir/trainctl/_rank_boot"
+  install -m 0644 "$repo/python/trainctl/_rank_boot/sitecustomize.py" "$destdir$pydir/trainctl/_rank_boot/sitecustomize.py"
+  say "$destdir$pydir/trainctl/_rank_boot/sitecustomize.py"
 else
   say "warning: python/trainctl not found beside this script; the trainctl Python module is not installed"
 fi

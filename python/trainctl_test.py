@@ -231,6 +231,72 @@ class CheckpointTest(unittest.TestCase):
         fresh.load_state_dict(self.t.load_state_dict(path, fresh))
         self.assertTrue(torch.equal(fresh[0].weight, net[0].weight))
 
+class RankBootHookTest(unittest.TestCase):
+    """The command ranks' start-up hook (trainctl/_rank_boot/sitecustomize.py)
+    in a real interpreter, as the worker starts one: first on PYTHONPATH."""
+
+    def test_heartbeats_and_dumps_stacks_on_sigusr1(self):
+        import signal
+        import subprocess
+        here = os.path.dirname(os.path.abspath(__file__))
+        script = (
+            "import os, sys, threading, trainctl\n"
+            "trainctl.report(step=5)\n"
+            "print(sys.modules['sitecustomize'].__file__, flush=True)\n"
+            "def parked():\n"
+            "    threading.Event().wait()\n"
+            "parked()\n")
+        r, w = os.pipe()
+        env = dict(os.environ, PYTHONPATH=os.path.join(here, "trainctl", "_rank_boot") + os.pathsep + here,
+                   TRAINCTL_STATUS_FD=str(w))
+        env.pop("TRAINCTL_RANK_BOOTED", None)
+        p = subprocess.Popen([sys.executable, "-c", script], env=env, pass_fds=(w,),
+                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        os.close(w)
+        try:
+            status = os.fdopen(r)
+            # Blocks until the hook's first heartbeat (about a second in).
+            self.assertEqual(status.readline(), "progress 0 5\n")
+            status.readline()  # its metric line
+            beat = status.readline().split()
+            self.assertEqual(beat[:3], ["progress", "0", "5"])
+            self.assertIn("moves=1", beat)
+            self.assertIn("torch_ms=0", beat)
+            # The hook chained to the sitecustomize it shadows, if any: it
+            # is not the one left in sys.modules then.
+            first = p.stdout.readline().decode()
+            self.assertTrue(first.strip().endswith("sitecustomize.py"), first)
+            p.send_signal(signal.SIGUSR1)
+            # Read the dump as it comes (stderr ends only when the process does).
+            err = []
+            for line in p.stderr:
+                err.append(line.decode())
+                text = "".join(err)
+                if " in parked" in text and " in sample" in text:
+                    break
+        finally:
+            p.kill()
+            p.wait()
+        err = "".join(err)
+        self.assertIn("most recent call first", err)
+        self.assertIn(" in sample", err)  # the hook's own thread: all threads are dumped
+        self.assertIn(" in parked", err)
+        self.assertIsNone(None if p.returncode == -signal.SIGKILL else p.returncode, "SIGUSR1 did not end it")
+
+    def test_not_started_without_a_status_fd_or_in_a_child(self):
+        import subprocess
+        here = os.path.dirname(os.path.abspath(__file__))
+        check = "import threading; print(sorted(t.name for t in threading.enumerate()))"
+        env = dict(os.environ, PYTHONPATH=os.path.join(here, "trainctl", "_rank_boot"))
+        env.pop("TRAINCTL_STATUS_FD", None)
+        env.pop("TRAINCTL_RANK_BOOTED", None)
+        out = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, timeout=20)
+        self.assertEqual(out.stdout.decode().strip(), "['MainThread']")
+        # A child of a rank (same environment, another pid): no second sampler.
+        env.update(TRAINCTL_STATUS_FD="1", TRAINCTL_RANK_BOOTED="1")
+        out = subprocess.run([sys.executable, "-c", check], env=env, capture_output=True, timeout=20)
+        self.assertEqual(out.stdout.decode().strip(), "['MainThread']")
+
 
 if __name__ == "__main__":
     unittest.main()

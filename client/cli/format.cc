@@ -318,6 +318,7 @@ std::string CheckpointText(const v1::JobSpec& spec) {
 std::string RestartText(const v1::RestartSpec& r) {
   std::string restart = absl::StrCat("at most ", r.max_restarts(), " restart(s)");
   if (r.progress_timeout_s() > 0) absl::StrAppend(&restart, ", hung after ", r.progress_timeout_s(), "s without progress");
+  if (r.progress_timeout_s() < 0) absl::StrAppend(&restart, ", no progress check");
   if (r.on_hang() == v1::HANG_POLICY_FAIL) absl::StrAppend(&restart, ", a hang fails the job");
   return restart;
 }

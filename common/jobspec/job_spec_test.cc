@@ -456,6 +456,12 @@ TEST(JobSpecTest, HangAndStragglerPolicies) {
               ::testing::ElementsAre(::testing::HasSubstr("stragglers.threshold: must be in (0, 100]")));
   EXPECT_THAT(Errors(b + "stragglers: {policy: skip}\n"),
               ::testing::ElementsAre(::testing::HasSubstr("stragglers.policy: must be one of warn, off, avoid, got 'skip'")));
+  // -1 turns progress checks off (docs/failures.md#hangs); nothing below.
+  p = ParseJobSpecYaml(b + "restart: {progress_timeout_s: -1}\n", "job.yaml", {});
+  ASSERT_TRUE(p.ok()) << p.errors.front().ToString();
+  EXPECT_EQ(p.spec.restart().progress_timeout_s(), -1);
+  EXPECT_THAT(Errors(b + "restart: {progress_timeout_s: -2}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr("restart.progress_timeout_s: must be in [-1, 604800], got -2")));
 }
 
 TEST(JobSpecTest, OverridesApplyOnTopAndNameSet) {

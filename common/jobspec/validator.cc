@@ -47,7 +47,8 @@ class Validator {
     Bounded("checkpoint.keep", raw.checkpoint().keep(), true);
     Bounded("checkpoint.every_steps", raw.checkpoint().every_steps(), false);
     Range("restart.max_restarts", raw.restart().max_restarts(), 0, 1000, false);
-    Range("restart.progress_timeout_s", raw.restart().progress_timeout_s(), 0, 7 * 24 * 3600, false);
+    // -1: no progress check (docs/failures.md#hangs).
+    Range("restart.progress_timeout_s", raw.restart().progress_timeout_s(), -1, 7 * 24 * 3600, false);
     Range("restart.disk_full_wait_s", raw.restart().disk_full_wait_s(), 0, 7 * 24 * 3600, false);
     Bounded("metrics.every_steps", raw.metrics().every_steps(), true);
     CheckHealth(raw);

@@ -36,6 +36,7 @@ import shutil
 import sys
 import tempfile
 import zlib
+import threading
 
 __all__ = ["report", "checkpoint_dir", "should_checkpoint", "save_checkpoint", "save_model",
            "load_checkpoint", "load_state_dict", "Checkpoint"]
@@ -71,6 +72,12 @@ _MAX_SCALARS = 32
 
 _fd = None
 _broken = False
+# The last report's epoch and step, and a lock held while one is written:
+# the rank's start-up hook (_rank_boot/sitecustomize.py) sends them in its
+# heartbeat under the same lock, so the step it sends never goes back.
+_report_lock = threading.Lock()
+_last_epoch = 0
+_last_step = 0
 _warned = set()
 
 
@@ -151,8 +158,11 @@ def report(step=None, epoch=None, loss=None, **scalars):
         if text is not None:
             parts.append("s.%s=%s" % (key, text))
             custom += 1
-    if not _write("progress %d %d" % (epoch, step)):
-        return False
+    global _last_epoch, _last_step
+    with _report_lock:
+        _last_epoch, _last_step = epoch, step
+        if not _write("progress %d %d" % (epoch, step)):
+            return False
     return _write(" ".join(parts))
 
 

@@ -135,7 +135,10 @@ void RankTable::OnStopRanks(const v1::StopRanks& s) {
     const bool live = r.state.live();
     r.state.Apply(RankEvent::kStop);
     if (live && s.checkpoint_first()) MarkPreempted(a, rank);
-    if (live) {
+    if (live && s.stack_dump_ms() > 0 && r.stack_hook) {
+      // A hung script: its ranks' Python stacks to their logs first.
+      launcher_.DumpStacksThenStop(r.key, absl::Milliseconds(std::min(s.stack_dump_ms(), 10000)), grace);
+    } else if (live) {
       launcher_.Stop(r.key, grace);  // Its exit reports it STOPPED.
     } else {
       ReportStatus(a, r);  // Never started: STOPPED now.

@@ -94,6 +94,15 @@ std::vector<std::string> CommandEnvironment(const std::string& job_id, int32_t a
           "TRAINCTL_STATUS_FD=3"};
 }
 
+namespace {
+// Where deploy/install.sh (prefix /usr) puts the rank start-up hook.
+constexpr char kInstalledRankBootDir[] = "/usr/lib/python3/dist-packages/trainctl/_rank_boot";
+}  // namespace
+
+std::string RankBootDir(const std::string& python_dir) {
+  return (fs::path(python_dir) / "trainctl" / "_rank_boot").string();
+}
+
 std::string DefaultPythonDir() {
 #ifdef TRAINCTL_SOURCE_PYTHON_DIR
   std::error_code ec;
@@ -453,7 +462,9 @@ void RankTable::LaunchCommand(LocalAttempt& a, LocalRank& r) {
 std::vector<std::string> RankTable::CommandLaunchEnvironment(const LocalAttempt& a, const v1::RankAssignment& ra) {
   const v1::CommandSpec& cmd = a.spec.command();
   std::vector<std::string> env;
-  for (const auto& [k, v] : cmd.env()) env.push_back(absl::StrCat(k, "=", v));
+  for (const auto& [k, v] : cmd.env()) {
+    if (k != "PYTHONPATH") env.push_back(absl::StrCat(k, "=", v));  // PYTHONPATH: below, after the hook
+  }
   // torchrun's rule: one thread per rank when several share the host,
   // unless the job (or the daemon's environment) says otherwise.
   if (ra.local_world_size() > 1 && cmd.env().count("OMP_NUM_THREADS") == 0 &&
@@ -486,10 +497,31 @@ std::vector<std::string> RankTable::CommandLaunchEnvironment(const LocalAttempt&
     for (const auto& [lr, index] : local) devices.push_back(absl::StrCat(index));
     env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", absl::StrJoin(devices, ",")));
   }
-  if (!options_.python_dir.empty() && cmd.env().count("PYTHONPATH") == 0) {
-    const char* existing = std::getenv("PYTHONPATH");
-    env.push_back(absl::StrCat("PYTHONPATH=", options_.python_dir,
-                               existing != nullptr && *existing != 0 ? absl::StrCat(":", existing) : ""));
+  if (!options_.python_dir.empty()) {
+    // First the rank start-up hook (its sitecustomize registers faulthandler
+    // for the hang's stack dump and sends the heartbeat script_watch.h
+    // judges; docs/failures.md#hangs), then the job's own PYTHONPATH, or
+    // else the trainctl module and the daemon's.
+    std::string rest;
+    if (auto it = cmd.env().find("PYTHONPATH"); it != cmd.env().end()) {
+      rest = it->second;
+    } else {
+      const char* existing = std::getenv("PYTHONPATH");
+      rest = absl::StrCat(options_.python_dir, existing != nullptr && *existing != 0 ? absl::StrCat(":", existing) : "");
+    }
+    env.push_back(absl::StrCat("PYTHONPATH=", RankBootDir(options_.python_dir), rest.empty() ? "" : ":", rest));
+  } else if (std::error_code ec; fs::exists(fs::path(kInstalledRankBootDir) / "sitecustomize.py", ec)) {
+    // An installed worker (deploy/install.sh, prefix /usr): the trainctl
+    // module is where python3 finds it; only the hook goes first.
+    std::string rest;
+    if (auto it = cmd.env().find("PYTHONPATH"); it != cmd.env().end()) {
+      rest = it->second;
+    } else if (const char* existing = std::getenv("PYTHONPATH"); existing != nullptr) {
+      rest = existing;
+    }
+    env.push_back(absl::StrCat("PYTHONPATH=", kInstalledRankBootDir, rest.empty() ? "" : ":", rest));
+  } else if (auto it = cmd.env().find("PYTHONPATH"); it != cmd.env().end()) {
+    env.push_back(absl::StrCat("PYTHONPATH=", it->second));
   }
   return env;
 }

@@ -53,6 +53,8 @@ v1::WorkerMessage ProgressMessage(const std::string& job_id, int32_t attempt, in
     p->set_waiting_ms(hb.waiting_ms);
     p->set_p99_step_ms(hb.p99_step_ms);
     p->set_compute_ms(hb.compute_ms);
+    p->set_stack_moves(hb.stack_moves);
+    p->set_torch_wait_ms(hb.torch_wait_ms);
     p->set_pid(static_cast<int32_t>(pid));
   }
   return m;
@@ -167,6 +169,7 @@ void RankTable::OnStatusLine(const std::string& key, const std::string& line) {
       if (r->state.Apply(RankEvent::kReady)) ReportStatus(*a, *r);
       break;
     case rankproto::StatusMessage::Type::kProgress:
+      if (msg->heartbeat.present && a->spec.has_command()) r->stack_hook = true;
       out_.Send(ProgressMessage(a->job_id, a->number, rank, r->pid, *msg), false);
       break;
     case rankproto::StatusMessage::Type::kCheckpoint: {

@@ -83,7 +83,22 @@ bool RankSupervisor::Stop(const std::string& key, absl::Duration grace) {
   auto it = children_.find(key);
   if (it == children_.end() || !it->second.process.running()) return false;
   it->second.process.SignalGroup(SIGTERM);
+  it->second.term_at = absl::InfiniteFuture();
   it->second.kill_at = std::min(it->second.kill_at, MonotonicNow() + grace);
+  return true;
+}
+
+bool RankSupervisor::DumpStacksThenStop(const std::string& key, absl::Duration dump_wait, absl::Duration grace) {
+  absl::MutexLock lock(&mu_);
+  auto it = children_.find(key);
+  if (it == children_.end() || !it->second.process.running()) return false;
+  Child& c = it->second;
+  if (c.kill_at != absl::InfiniteFuture() || c.term_at != absl::InfiniteFuture()) return true;  // Stopping already.
+  // The rank itself, not its group: DataLoader workers inherit the handler
+  // and would bury the rank's stack under theirs.
+  c.process.Signal(SIGUSR1);
+  c.term_at = MonotonicNow() + dump_wait;
+  c.term_grace = grace;
   return true;
 }
 
@@ -222,6 +237,11 @@ void RankSupervisor::Monitor() {
         Drain(key, c, c.out_fd, c.out_buf, 1);
         Drain(key, c, c.err_fd, c.err_buf, 2);
         EmitBatch(key, c);
+        if (now >= c.term_at) {
+          c.process.SignalGroup(SIGTERM);
+          c.kill_at = std::min(c.kill_at, now + c.term_grace);
+          c.term_at = absl::InfiniteFuture();
+        }
         if (now >= c.kill_at) {
           c.process.SignalGroup(SIGKILL);
           c.kill_at = absl::InfiniteFuture();

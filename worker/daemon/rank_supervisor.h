@@ -114,6 +114,12 @@ class RankLauncher {
   virtual absl::StatusOr<pid_t> Launch(const RankLaunch& launch) = 0;
   // SIGTERM now, SIGKILL after `grace` if still running. False if not running.
   virtual bool Stop(const std::string& key, absl::Duration grace) = 0;
+  // A hung command rank: SIGUSR1 to the rank's own process now (its Python
+  // start-up hook dumps every thread's stack to its stderr), then after
+  // `dump_wait` as Stop. False if not running.
+  virtual bool DumpStacksThenStop(const std::string& key, absl::Duration dump_wait, absl::Duration grace) {
+    return Stop(key, grace);
+  }
   // Keys of ranks that have not exited yet.
   virtual std::vector<std::string> Running() const = 0;
 };
@@ -128,6 +134,7 @@ class RankSupervisor final : public RankLauncher {
 
   absl::StatusOr<pid_t> Launch(const RankLaunch& launch) override;
   bool Stop(const std::string& key, absl::Duration grace) override;
+  bool DumpStacksThenStop(const std::string& key, absl::Duration dump_wait, absl::Duration grace) override;
   std::vector<std::string> Running() const override;
   // pid of a running rank, or -1.
   pid_t Pid(const std::string& key) const;
@@ -139,6 +146,9 @@ class RankSupervisor final : public RankLauncher {
     int out_fd = -1, err_fd = -1, status_fd = -1;
     std::string out_buf, err_buf, status_buf;
     absl::Time kill_at = absl::InfiniteFuture();
+    // DumpStacksThenStop: SIGTERM at term_at (then kill_at is set).
+    absl::Time term_at = absl::InfiniteFuture();
+    absl::Duration term_grace;
     // Output rate limit and the batch being filled this round.
     double tokens = 0;
     absl::Time refill_at;

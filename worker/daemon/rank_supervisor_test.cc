@@ -124,6 +124,27 @@ TEST(RankSupervisorTest, ReportsSignalsAndKillsStubbornRanksAfterGrace) {
   EXPECT_EQ(r.sig, SIGKILL);
 }
 
+TEST(RankSupervisorTest, DumpStacksThenStopSignalsTheRankThenTerminatesItAfterTheWait) {
+  Recorder r;
+  RankSupervisor sup(r.Callbacks());
+  // Stands in for a Python rank's faulthandler on SIGUSR1.
+  ASSERT_TRUE(sup.Launch(Sh("trap 'echo stacks dumped >&2' USR1; echo started >&3; "
+                            "while true; do sleep 0.05; done")).ok());
+  {
+    absl::MutexLock lock(&r.mu);
+    auto started = [&r]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu) { return !r.status.empty(); };
+    ASSERT_TRUE(r.mu.AwaitWithTimeout(absl::Condition(&started), absl::Seconds(10)));
+  }
+  const absl::Time t0 = absl::Now();
+  ASSERT_TRUE(sup.DumpStacksThenStop("job/1/0", absl::Milliseconds(400), absl::Seconds(10)));
+  ASSERT_TRUE(r.WaitExit());
+  EXPECT_GE(absl::Now() - t0, absl::Milliseconds(350)) << "SIGTERM only after the dump's wait";
+  absl::MutexLock lock(&r.mu);
+  EXPECT_EQ(r.err, std::vector<std::string>{"stacks dumped"});
+  EXPECT_EQ(r.code, -1);
+  EXPECT_EQ(r.sig, SIGTERM);
+}
+
 TEST(RankSupervisorTest, NoOrphansAndDuplicateKeysRefused) {
   Recorder r;
   RankSupervisor sup(r.Callbacks());

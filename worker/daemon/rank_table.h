@@ -203,6 +203,9 @@ std::vector<std::string> CommandEnvironment(const std::string& job_id, int32_t a
 // The source tree's python/ (holding the trainctl module) when this build
 // knows one and it exists, else "".
 std::string DefaultPythonDir();
+// Where the command ranks' Python start-up hook lives under `python_dir`
+// (python/trainctl/_rank_boot: its sitecustomize.py); first on their PYTHONPATH.
+std::string RankBootDir(const std::string& python_dir);
 
 // The last line of `lines` that reads like a Python exception
 // ("ValueError: bad shape"), or "" when none does.

@@ -54,6 +54,10 @@ struct RankTable::LocalRank {
   int64_t next_log_seq = 1;
   // Its latest train window (for /metrics and an OOM report).
   std::optional<v1::MetricPoint> last_train;
+  // A command rank whose Python start-up hook beat (python/trainctl/
+  // _rank_boot): it dumps its stacks on SIGUSR1. Another program may die of
+  // that signal, so only such a rank is sent it.
+  bool stack_hook = false;
 };
 
 struct RankTable::LocalAttempt {

@@ -42,9 +42,14 @@ class FakeLauncher final : public RankLauncher {
     stops.emplace_back(key, grace);
     return std::find(running.begin(), running.end(), key) != running.end();
   }
+  bool DumpStacksThenStop(const std::string& key, absl::Duration dump_wait, absl::Duration grace) override {
+    dumps.emplace_back(key, dump_wait);
+    return Stop(key, grace);
+  }
   std::vector<std::string> Running() const override { return running; }
 
   absl::Status fail_with = absl::OkStatus();
+  std::vector<std::pair<std::string, absl::Duration>> dumps;
   pid_t next_pid = 1000;
   std::vector<RankLaunch> launches;
   std::vector<std::string> running;
@@ -320,6 +325,29 @@ TEST_F(RankTableTest, ACommandJobOnAWorkerWithoutAllowCommandsFailsAsConfigurati
   EXPECT_TRUE(launcher_.launches.empty());
   EXPECT_EQ(LastStatus().exit().kind(), v1::FAILURE_KIND_CONFIG);
   EXPECT_THAT(LastStatus().exit().message(), HasSubstr("--allow-commands"));
+}
+
+// A hung script (StopRanks.stack_dump_ms): only a rank whose Python
+// start-up hook beat is sent SIGUSR1 first (another program could die of
+// it); the hook leads the ranks' PYTHONPATH, before the job's own.
+TEST_F(RankTableTest, AHungScriptsHookedRanksDumpTheirStacksBeforeTheyStop) {
+  options_.python_dir = "/opt/trainctl/python";
+  v1::CoordinatorMessage start = Start();
+  (*start.mutable_start_ranks()->mutable_spec()->mutable_command()->mutable_env())["PYTHONPATH"] = "/mine";
+  Deliver(start);
+  ASSERT_EQ(launcher_.launches.size(), 2u);
+  EXPECT_EQ(EnvOf(launcher_.launches[0], "PYTHONPATH"), "/opt/trainctl/python/trainctl/_rank_boot:/mine");
+  int pythonpaths = 0;
+  for (const std::string& e : launcher_.launches[0].env) pythonpaths += e.rfind("PYTHONPATH=", 0) == 0;
+  EXPECT_EQ(pythonpaths, 1);
+  OnLoop([&] { Table().OnStatusLine("job-1/1/0", "progress 0 30 phase=train moves=12 torch_ms=0\n"); });
+  v1::CoordinatorMessage stop = Stop(1, {}, 1500);
+  stop.mutable_stop_ranks()->set_stack_dump_ms(1000);
+  Deliver(stop);
+  ASSERT_EQ(launcher_.dumps.size(), 1u);
+  EXPECT_EQ(launcher_.dumps[0].first, "job-1/1/0");
+  EXPECT_EQ(launcher_.dumps[0].second, absl::Seconds(1));
+  EXPECT_EQ(launcher_.stops.size(), 2u) << "both stop; rank 1 (no hook) without the signal";
 }
 
 TEST_F(RankTableTest, LimitsThisWorkerCannotEnforceFailTheLaunchAsConfigurationAndStartNothing) {

@@ -130,6 +130,8 @@ bool SetHeartbeatField(RankHeartbeat& hb, const std::string& k, const std::strin
   if (k == "wait_ms") return absl::SimpleAtoi(v, &hb.waiting_ms);
   if (k == "p99_ms") return absl::SimpleAtod(v, &hb.p99_step_ms);
   if (k == "compute_ms") return absl::SimpleAtod(v, &hb.compute_ms);
+  if (k == "moves") return absl::SimpleAtoi(v, &hb.stack_moves);
+  if (k == "torch_ms") return absl::SimpleAtoi(v, &hb.torch_wait_ms);
   return true;
 }
 

@@ -200,6 +200,12 @@ struct RankHeartbeat {
   int64_t waiting_ms = 0;   // wait_ms=: how long it has been blocked
   double p99_step_ms = 0;   // p99_ms=: recent step-time 99th percentile
   double compute_ms = 0;    // compute_ms=: recent mean compute time per step
+  // A command job's Python rank (its start-up hook,
+  // python/trainctl/_rank_boot/sitecustomize.py) sends these instead of the
+  // collective words:
+  int64_t stack_moves = 0;    // moves=: times its main thread's stack changed
+  int64_t torch_wait_ms = 0;  // torch_ms=: how long its main thread has been in torch's
+                              // collective/autograd code, 0 = not there
 };
 
 struct StatusMessage {

@@ -85,6 +85,17 @@ TEST(RankProtocolTest, ProgressHeartbeatRoundTripsAndPlainProgressStillParses) {
   EXPECT_FALSE(ParseStatusLine("progress 2 345 seq").ok());
 }
 
+// The heartbeat a command job's Python rank sends (python/trainctl/_rank_boot/sitecustomize.py).
+TEST(RankProtocolTest, ScriptHeartbeatWordsParse) {
+  auto p = ParseStatusLine("progress 0 30 phase=train moves=17 torch_ms=4200\n");
+  ASSERT_TRUE(p.ok()) << p.status();
+  EXPECT_TRUE(p->heartbeat.present);
+  EXPECT_EQ(p->step, 30);
+  EXPECT_EQ(p->heartbeat.stack_moves, 17);
+  EXPECT_EQ(p->heartbeat.torch_wait_ms, 4200);
+  EXPECT_FALSE(ParseStatusLine("progress 0 30 moves=x").ok());
+}
+
 TEST(RankProtocolTest, StatusLinesRoundTrip) {
   auto r = ParseStatusLine(FormatRendezvous("10.0.0.1:2345"));
   ASSERT_TRUE(r.ok());
