@@ -15,7 +15,7 @@ grep -q "SUCCEEDED" <<<"$out"
 grep -q "epoch 2/2 done" <<<"$out"
 # The model lands in a directory of the job's own, named for the job:
 # checkpoints/<name>/<job id>/<job id>.model.pt.
-model=$(sed -n 's/^final model: \(.*\) (torch.jit.load.*/\1/p' <<<"$out")
+model=$(sed -n 's/^final model: \([^ ]*\) (.*/\1/p' <<<"$out")
 job=$(sed -n 's/^submitted job \(.*\)$/\1/p' <<<"$out")
 test "$model" = "$PWD/checkpoints/mlp-synthetic/$job/$job.model.pt"
 test -f "$model"
