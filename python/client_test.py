@@ -11,7 +11,9 @@ generated into the temporary directory with python/gen_stubs.sh. Every wait
 is bounded; the daemons are stopped when the test ends, also when it fails
 (and, through setpriv --pdeathsig where there is one, when it is killed).
 """
+import datetime
 import glob
+import json
 import os
 import shutil
 import signal
@@ -51,9 +53,10 @@ def _ensure_stubs():
 _ensure_stubs()
 
 import grpc  # noqa: E402
-from trainctl.client import Client, TrainctlError  # noqa: E402
+from trainctl.client import Client, FailureKind, Job, JobState, TrainctlError, script_job_spec  # noqa: E402
+from trainctl import jobs as trainctl_jobs  # noqa: E402
 from trainctl.v1 import auth_pb2, auth_pb2_grpc, job_pb2, job_service_pb2  # noqa: E402
-from trainctl.v1 import worker_service_pb2, worker_service_pb2_grpc  # noqa: E402
+from trainctl.v1 import metrics_pb2, worker_service_pb2, worker_service_pb2_grpc  # noqa: E402
 
 # Bounds for every wait (generous: a loaded 2-core machine).
 START_TIMEOUT_S = 30
@@ -226,7 +229,7 @@ class ClusterTestCase(unittest.TestCase):
 
 class ClientTest(ClusterTestCase):
     """Every call of trainctl.client against one cluster: a coordinator and a
-    worker with two CPU slots."""
+    worker with two CPU slots that runs command jobs."""
 
     @classmethod
     def setUpClass(cls):
@@ -234,7 +237,7 @@ class ClientTest(ClusterTestCase):
         os.mkdir(cls.cluster.dir)
         try:
             cls.cluster.start_coordinator()
-            cls.cluster.start_worker("a", slots=2)
+            cls.cluster.start_worker("a", slots=2, extra=["--allow_commands"])
             cls.cluster.wait_workers(1)
             cls.client = Client(cls.cluster.address, token=cls.cluster.admin_token)
         except BaseException:
@@ -322,6 +325,91 @@ class ClientTest(ClusterTestCase):
         self.assertEqual(done.state, job_pb2.JOB_STATE_SUCCEEDED, done.state_reason)
         self.assertTrue(done.attempts[0].resumed_from)
 
+    def test_submit_script_wait_logs_metrics(self):
+        # docs/python-client.md's first example, on a script of two ranks.
+        script_dir = tempfile.mkdtemp(prefix="script-", dir=WORK)
+        with open(os.path.join(script_dir, "train_ddp.py"), "w") as f:
+            f.write(TRAIN_SCRIPT)
+        job = self.client.submit_script("train_ddp.py", nproc_per_node=2, args=["--epochs", 3],
+                                        working_dir=script_dir, python=sys.executable, env={"GREETING": "hi"})
+        self.assertIsInstance(job, Job)
+        self.assertTrue(job.id.startswith("train-ddp-"), job.id)
+        self.assertIs(job.state, JobState.PENDING)
+        self.assertEqual(job.world_size, 2)
+        self.assertEqual(list(job.spec.command.argv), [sys.executable, "train_ddp.py", "--epochs", "3"])
+        self.assertEqual(job.spec.command.working_dir, script_dir)
+
+        done = self.client.wait(job, timeout=JOB_TIMEOUT_S)
+        self.assertIs(done.state, JobState.SUCCEEDED, done.state_reason)
+        self.assertEqual("%s" % done.state, "SUCCEEDED")
+        self.assertTrue(done.done and done.succeeded)
+        self.assertIsNone(done.failure_kind)
+        self.assertEqual(len(done.attempts), 1)
+        self.assertTrue(done.owner)  # the admin token's name
+        self.assertTrue(done.submitted <= done.started <= done.finished, (done.submitted, done.finished))
+        self.assertLess(abs(datetime.datetime.now(datetime.timezone.utc) - done.finished).total_seconds(), 600)
+        # Waiting on a job that ended returns it at once.
+        self.assertEqual(self.client.wait(done.id, timeout=JOB_TIMEOUT_S).id, job.id)
+
+        lines = [(line.rank, line.text) for line in self.client.log_lines(job)]
+        for rank in (0, 1):
+            self.assertIn((rank, "rank %d of 2: ['--epochs', '3'] GREETING=hi" % rank), lines)
+        self.assertIn((1, "done"), lines)
+        followed = [line.text for line in self.client.log_lines(job, rank=1, follow=True)]  # ends with the job
+        self.assertEqual(followed[-1], "done")
+        points = list(self.client.metric_points(job))
+        self.assertEqual(sorted({(p.rank, p.step) for p in points}), [(r, s) for r in (0, 1) for s in (1, 2, 3)])
+        train = list(self.client.metric_points(job, rank=0, kind="train"))
+        self.assertEqual([(p.step, p.loss, dict(p.scalars)) for p in train],
+                         [(1, 1.0, {}), (2, 0.5, {}), (3, 0.25, {}), (3, 0.0, {"val_f1": 0.75})])
+        self.assertTrue(all(p.kind == metrics_pb2.MetricPoint.KIND_TRAIN for p in train))
+        self.assertEqual([p.scalars["val_f1"] for p in points if "val_f1" in p.scalars], [0.75, 0.75])
+        self.assertEqual(sum(len(b.points) for b in self.client.metrics(job)), len(points))
+
+    def test_submit_script_sends_the_cli_spec(self):
+        # The spec trainctl submit builds for a script, as the coordinator
+        # resolves it (a dry run of each): the same one.
+        script_dir = tempfile.mkdtemp(prefix="cli-", dir=WORK)
+        cli = _wait_for_binary(os.path.join(self.cluster.build_dir, "client", "trainctl"))
+        out = subprocess.run(
+            [cli, "--coordinator", self.cluster.address, "--token", self.cluster.admin_token, "-o", "json", "submit",
+             "--dry-run", "--nproc-per-node", "2", "--max-restarts", "0", "--set", "resources.memory=256Mi",
+             "--set", "restart.on_hang=fail", "--python", "/usr/bin/python3", "train.py", "--lr", "0.1", "a b"],
+            cwd=script_dir, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        cli_spec = job_pb2.JobSpec()
+        from google.protobuf import json_format
+        json_format.ParseDict(json.loads(out.stdout)["job"]["spec"], cli_spec)
+
+        spec = script_job_spec("train.py", ["--lr", 0.1, "a b"], nproc_per_node=2, max_restarts=0, memory="256Mi",
+                               python="/usr/bin/python3", working_dir=script_dir,
+                               overrides={"restart.on_hang": "fail"})
+        resolved = self.client._unary("SubmitJob", job_service_pb2.SubmitJobRequest(spec=spec, dry_run=True)).job
+        self.assertEqual(resolved.spec, cli_spec)
+        self.assertEqual(resolved.spec.resources.memory, 256 << 20)
+        self.assertEqual(resolved.spec.name, "train")
+
+    def test_wait_times_out(self):
+        # Too large for the cluster: it stays PENDING.
+        job = self.client.submit(EXAMPLE, name="py-wait", world_size=4, **{"scheduling.wait_for_capacity": True})
+        started = time.monotonic()
+        with self.assertRaises(TimeoutError) as timed_out:
+            self.client.wait(job, timeout=1.5)
+        self.assertGreaterEqual(time.monotonic() - started, 1.4)
+        self.assertLess(time.monotonic() - started, 1.5 + 10)
+        e = timed_out.exception
+        self.assertIsInstance(e, TrainctlError)
+        self.assertEqual(e.code, grpc.StatusCode.DEADLINE_EXCEEDED)
+        self.assertIn("job %s did not end within 1.5s: it is PENDING" % job.id, str(e))
+        self.assertIs(e.job.state, JobState.PENDING)
+        self.client.cancel(job, reason="wait test")
+        ended = self.client.wait("py-wait", timeout=JOB_TIMEOUT_S)
+        self.assertIs(ended.state, JobState.CANCELLED)
+        self.assertIs(ended.failure_kind, None)  # never placed: no attempt
+        with self.assertRaises(TrainctlError) as bad:
+            self.client.wait(job, timeout=-1)
+        self.assertEqual(bad.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+
     def test_viewer_may_read_but_not_submit(self):
         secret = self.cluster.create_token(auth_pb2.ROLE_VIEWER, "py-viewer")
         with Client(self.cluster.address, token=secret) as viewer:
@@ -384,6 +472,20 @@ class ClientTest(ClusterTestCase):
         self.assertEqual(remote.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
         self.assertIn("training.optimizer.lr", remote.exception.message)
         self.assertEqual([j for j in self.client.list() if j.spec.training.optimizer.lr < 0], [])
+
+
+# The script of test_submit_script_wait_logs_metrics: each rank prints, and
+# reports three train windows and one evaluation (trainctl.report).
+TRAIN_SCRIPT = """
+import os, sys
+import trainctl
+rank, world = int(os.environ["RANK"]), int(os.environ["WORLD_SIZE"])
+print("rank %d of %d: %s GREETING=%s" % (rank, world, sys.argv[1:], os.environ.get("GREETING")), flush=True)
+for step in (1, 2, 3):
+    trainctl.report(step=step, epoch=0, loss=1.0 / 2 ** (step - 1), lr=0.1)
+trainctl.report(step=3, epoch=0, val_f1=0.75)
+print("done", flush=True)
+"""
 
 
 class WatchResumeTest(ClusterTestCase):
@@ -560,6 +662,94 @@ class TlsTest(ClusterTestCase):
         self.assertEqual(plain.exception.code, grpc.StatusCode.UNAVAILABLE)
         self.assertIn(self.cluster.address, plain.exception.message)
         self.assertLess(time.monotonic() - started, 10)
+
+
+class EnumTest(unittest.TestCase):
+    """trainctl.jobs' enums are the protos', value for value and name for name."""
+
+    def test_enums_match_the_protos(self):
+        from trainctl.jobs import AttemptState, RankState
+        for ours, theirs, prefix in ((JobState, job_pb2.JobState, "JOB_STATE_"),
+                                     (AttemptState, job_pb2.AttemptState, "ATTEMPT_STATE_"),
+                                     (RankState, job_pb2.RankState, "RANK_STATE_"),
+                                     (FailureKind, job_pb2.FailureKind, "FAILURE_KIND_")):
+            proto = {v.name[len(prefix):]: v.number for v in theirs.DESCRIPTOR.values}
+            self.assertTrue(all(v.name.startswith(prefix) for v in theirs.DESCRIPTOR.values), prefix)
+            self.assertEqual({m.name: m.value for m in ours}, proto, ours.__name__)
+        self.assertEqual(JobState.SUCCEEDED, job_pb2.JOB_STATE_SUCCEEDED)
+        self.assertEqual(FailureKind.HANG, job_pb2.FAILURE_KIND_HANG)
+
+    def test_names(self):
+        self.assertEqual(str(JobState.SUCCEEDED), "SUCCEEDED")
+        self.assertEqual("%s/%d/%5s|" % (JobState.FAILED, JobState.FAILED, FailureKind.NAN), "FAILED/6/  NAN|")
+        self.assertEqual(f"{JobState.RUNNING} {JobState.RUNNING:d}", "RUNNING 3")
+        self.assertIs(JobState.parse("succeeded"), JobState.SUCCEEDED)
+        with self.assertRaises(ValueError) as bad:
+            JobState.parse("done")
+        self.assertIn("one of pending, scheduled", str(bad.exception))
+        self.assertTrue(JobState.CANCELLED.terminal and not JobState.RESTARTING.terminal)
+        self.assertEqual(JobState.of(99), 99)  # from a newer coordinator
+
+    def test_job_view(self):
+        proto = job_pb2.Job(id="j-1", state=job_pb2.JOB_STATE_FAILED, state_reason="rank 1 hung", owner="ann",
+                            restarts=1, final_model="")
+        proto.spec.name, proto.spec.world_size, proto.spec.queue = "j", 2, "team"
+        proto.submit_time.FromSeconds(1700000000)
+        proto.attempts.add(number=1, failure_kind=job_pb2.FAILURE_KIND_SIGNAL)
+        proto.attempts.add(number=2, failure_kind=job_pb2.FAILURE_KIND_HANG)
+        job = Job(proto)
+        self.assertEqual((job.id, job.name, job.owner, job.queue, job.world_size, job.restarts),
+                         ("j-1", "j", "ann", "team", 2, 1))
+        self.assertIs(job.state, JobState.FAILED)
+        self.assertIs(job.failure_kind, FailureKind.HANG)
+        self.assertTrue(job.done and not job.succeeded)
+        self.assertEqual(job.submitted, datetime.datetime(2023, 11, 14, 22, 13, 20, tzinfo=datetime.timezone.utc))
+        self.assertIsNone(job.finished)
+        self.assertEqual(job.attempts[0].number, 1)
+        self.assertTrue(job.HasField("spec"))  # the message's own API reads through
+        self.assertEqual(repr(job), "Job(id='j-1', name='j', state=FAILED, failure_kind=HANG)")
+        self.assertEqual(job, Job(job_pb2.Job.FromString(proto.SerializeToString())))
+        with self.assertRaises(AttributeError):
+            job.state = JobState.RUNNING
+        import pickle
+        self.assertEqual(pickle.loads(pickle.dumps(job)), job)
+        self.assertIn("metric_summary", dir(job))
+        self.assertIsNone(Job(job_pb2.Job(id="j-2")).failure_kind)
+
+
+class ScriptJobSpecTest(unittest.TestCase):
+    """script_job_spec: trainctl submit SCRIPT's job, and clear errors."""
+
+    def test_spec(self):
+        spec = script_job_spec("jobs/Train_DDP v2.py", ["--epochs", 3], nproc_per_node=2, nnodes=2,
+                               working_dir="/srv/code", env={"OMP_NUM_THREADS": 2}, queue="team-a", cpus=1.5,
+                               memory="1.5Gi", pids=64, priority=5, wait_for_capacity=True)
+        self.assertEqual(spec.name, "train-ddp-v2")
+        self.assertEqual(spec.world_size, 4)
+        self.assertEqual(list(spec.command.argv), ["python3", "jobs/Train_DDP v2.py", "--epochs", "3"])
+        self.assertEqual(spec.command.working_dir, "/srv/code")
+        self.assertEqual(dict(spec.command.env), {"OMP_NUM_THREADS": "2"})
+        self.assertEqual((spec.queue, spec.priority), ("team-a", 5))
+        self.assertEqual((spec.resources.cpus, spec.resources.memory, spec.resources.pids), (1.5, 3 << 29, 64))
+        self.assertTrue(spec.scheduling.wait_for_capacity)
+        # Another program runs itself; the working directory is made absolute.
+        spec = script_job_spec("./run.sh", name="mine", working_dir=".")
+        self.assertEqual((spec.name, list(spec.command.argv), spec.command.working_dir),
+                         ("mine", ["./run.sh"], os.getcwd()))
+        self.assertEqual(script_job_spec("__.py").name, "script")
+
+    def test_errors_name_the_field(self):
+        for kwargs, message in (
+                ({"args": "--epochs 3"}, "args: must be a list of arguments, got the string '--epochs 3'"),
+                ({"nproc_per_node": 0}, "nproc_per_node: must be an integer >= 1, got 0"),
+                ({"nnodes": True}, "nnodes: must be an integer >= 1, got True"),
+                ({"env": {"A": None}}, "env.A: must be a string, got NoneType None"),
+                ({"memory": "lots"}, "override: resources.memory: must be a byte quantity"),
+                ({"overrides": {"restart.max_restarts": "x"}}, "restart.max_restarts: must be an integer")):
+            with self.assertRaises(TrainctlError) as bad:
+                script_job_spec("train.py", **kwargs)
+            self.assertEqual(bad.exception.code, grpc.StatusCode.INVALID_ARGUMENT, kwargs)
+            self.assertIn(message, bad.exception.message, kwargs)
 
 
 class SettingsTest(unittest.TestCase):

@@ -48,14 +48,19 @@ _stubs = os.environ.get("TRAINCTL_PYTHON_STUBS")
 if _stubs:
     __path__.append(os.path.join(_stubs, "trainctl"))
 
-# Names of trainctl.client that `trainctl.X` offers, imported on first use.
-_CLIENT_NAMES = ("Client", "TrainctlError", "Artifact")
+# Names of trainctl.client that `trainctl.X` offers, imported on first use
+# (grpc, protobuf and the stubs only then); those of trainctl.jobs need none.
+_CLIENT_NAMES = ("Client", "TrainctlError", "WaitTimeout", "Artifact")
+_JOBS_NAMES = ("Job", "JobState", "AttemptState", "RankState", "FailureKind")
 
 
 def __getattr__(name):
     if name in _CLIENT_NAMES:
         from trainctl import client
         return getattr(client, name)
+    if name in _JOBS_NAMES:
+        from trainctl import jobs
+        return getattr(jobs, name)
     raise AttributeError("module 'trainctl' has no attribute %r" % name)
 
 # Metric keys with a field of their own in trainctl.v1.MetricPoint; any other

@@ -1,19 +1,21 @@
 """trainctl Python client: submit, query, watch, cancel, resume and fetch
 training jobs on a trainctl-coordinator, over its gRPC API.
 
-    from trainctl.client import Client, TrainctlError
+    from trainctl.client import Client, JobState
 
     client = Client()                      # address, token, CA as the CLI finds them
-    job = client.submit("job.yaml", **{"training.epochs": 2})
-    for update in client.watch(job):       # events, metric batches, job snapshots
-        if update.HasField("event"):
-            print(update.event.message)
-    print(client.get(job).state)           # trainctl.v1.JOB_STATE_SUCCEEDED == 5
-    client.fetch(job, path="model.pt")
+    job = client.submit_script("train.py", nproc_per_node=2, args=["--epochs", "3"])
+    job = client.wait(job)                 # the final Job
+    print(job.state)                       # SUCCEEDED (a JobState)
+    for line in client.log_lines(job):     # or: for p in client.metric_points(job)
+        print(line.rank, line.text)
 
 The calls mirror the ``trainctl`` CLI (client/cli) and the C++ client
-(client/trainctl/client.h); the messages (Job, JobUpdate, MetricBatch,
-LogChunk, ArtifactChunk) are the generated ``trainctl.v1`` protobuf classes.
+(client/trainctl/client.h). Jobs come back as ``Job`` (trainctl/jobs.py: a
+read-only view of the ``trainctl.v1.Job`` message with JobState and
+FailureKind names); the other messages (JobUpdate, MetricBatch, LogChunk,
+LogLine, MetricPoint, ArtifactChunk) are the generated ``trainctl.v1``
+protobuf classes.
 
 Where the coordinator is: ``address``, else $TRAINCTL_COORDINATOR (or
 $TRAINCTL_ADDRESS), else ``coordinator:`` in $XDG_CONFIG_HOME (or
@@ -70,8 +72,10 @@ except ImportError as e:  # pragma: no cover - depends on the installation
         "TRAINCTL_PYTHON_STUBS=DIR, or install the package (cmake --install): %s" % e) from e
 
 from trainctl import jobspec
+from trainctl.jobs import AttemptState, FailureKind, Job, JobState, RankState
 
-__all__ = ["Client", "TrainctlError", "Artifact", "resolve_settings", "parse_coordinator_list"]
+__all__ = ["Client", "TrainctlError", "WaitTimeout", "Artifact", "Job", "JobState", "AttemptState", "RankState",
+           "FailureKind", "script_job_spec", "resolve_settings", "parse_coordinator_list"]
 
 DEFAULT_COORDINATOR = "localhost:7070"
 # Largest message either side sends: a Job with many attempts, a log chunk.
@@ -151,6 +155,16 @@ class TrainctlError(Exception):
 
     def __str__(self):
         return "%s: %s" % (self.code.name, self.message)
+
+
+class WaitTimeout(TrainctlError, TimeoutError):
+    """``Client.wait`` gave up: the job had not ended within its timeout.
+    ``job`` is the last Job seen (None when none could be read); ``code`` is
+    DEADLINE_EXCEEDED. Also a TimeoutError, so either except clause catches it."""
+
+    def __init__(self, message, job=None):
+        super().__init__(grpc.StatusCode.DEADLINE_EXCEEDED, message)
+        self.job = job
 
 
 @dataclasses.dataclass(frozen=True)
@@ -237,6 +251,93 @@ def resolve_settings(address=None, token=None, ca=None, environ=None):
     return address or DEFAULT_COORDINATOR, token, ca
 
 
+# --- a script as a command job -----------------------------------------------
+
+
+def _script_job_name(script):
+    """The job's name from the program's, as the CLI makes it (client/cli/
+    script_job.cc): "train_DDP.py" -> "train-ddp"; "script" when nothing is left."""
+    name = ""
+    for c in os.path.splitext(os.path.basename(script))[0]:
+        if len(name) >= 40:
+            break
+        c = c.lower()
+        if "a" <= c <= "z" or "0" <= c <= "9":
+            name += c
+        elif name and not name.endswith("-"):
+            name += "-"
+    return name.rstrip("-") or "script"
+
+
+def _count(value, what):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
+        raise _invalid("%s: must be an integer >= 1, got %r" % (what, value))
+    return value
+
+
+def _text(value, what):
+    """A str, or a number written out (argv and env are strings)."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return str(value)
+    if isinstance(value, os.PathLike):
+        return os.fspath(value)
+    raise _invalid("%s: must be a string, got %s %r" % (what, type(value).__name__, value))
+
+
+def script_job_spec(script, args=(), *, nproc_per_node=1, nnodes=1, working_dir=".", python=None, env=None,
+                    name=None, queue=None, max_restarts=None, priority=None, cpus=None, memory=None, pids=None,
+                    wait_for_capacity=False, overrides=None):
+    """The JobSpec ``trainctl submit --nproc-per-node N SCRIPT -- ARGS``
+    sends (client/cli/script_job.cc's ScriptJobSpec), read back through the
+    job.yaml reader so it is checked as any job.yaml is (INVALID_ARGUMENT,
+    one line per problem). Client.submit_script submits it.
+
+    script: the program, relative to ``working_dir`` or absolute; a .py file
+        runs as ``PYTHON SCRIPT ARGS``, anything else as ``SCRIPT ARGS``.
+    args: the program's arguments (a list; numbers are written out).
+    nproc_per_node, nnodes: ranks per node and nodes, as torchrun's;
+        world_size = nproc_per_node * nnodes.
+    working_dir: where every rank starts (command.working_dir), made
+        absolute here (the CLI uses the current directory). Workers must see
+        it and the script there: a shared filesystem, or a worker on this host.
+    python: the interpreter of a .py script (--python; default "python3").
+    env: extra environment for every rank (command.env), e.g. {"OMP_NUM_THREADS": 2}.
+    name: the job's name (default: the script's, "train_ddp.py" -> "train-ddp").
+    queue, max_restarts, priority: queue, restart.max_restarts, priority.
+    cpus, memory, pids: resources.* limits per rank (memory: bytes or "4Gi").
+    wait_for_capacity: scheduling.wait_for_capacity (--wait-for-capacity).
+    overrides: more job.yaml paths to values, as submit()'s (--set).
+    """
+    script = _text(script, "script")
+    if not script:
+        raise _invalid("script: empty (expected a program such as train.py)")
+    if isinstance(args, (str, bytes)):
+        raise _invalid("args: must be a list of arguments, got the string %r (shlex.split() it)" % (args,))
+    argv_tail = [_text(a, "args[%d]" % i) for i, a in enumerate(args)]
+    spec = job_pb2.JobSpec(name=_script_job_name(script) if name is None else _text(name, "name"))
+    spec.world_size = _count(nproc_per_node, "nproc_per_node") * _count(nnodes, "nnodes")
+    if script.endswith(".py"):
+        spec.command.argv.append(_text(python, "python") if python is not None else "python3")
+    spec.command.argv.append(script)
+    spec.command.argv.extend(argv_tail)
+    spec.command.working_dir = os.path.abspath(_text(working_dir, "working_dir"))
+    for key, value in (env or {}).items():
+        spec.command.env[_text(key, "env")] = _text(value, "env.%s" % key)
+    if queue is not None:
+        spec.queue = _text(queue, "queue")
+    # Numbers through the job.yaml reader: its checks and "4Gi".
+    sets = dict(overrides or {})
+    for path, value in (("restart.max_restarts", max_restarts), ("priority", priority), ("resources.cpus", cpus),
+                        ("resources.memory", memory), ("resources.pids", pids)):
+        if value is not None:
+            sets[path] = value
+    if wait_for_capacity:
+        sets["scheduling.wait_for_capacity"] = True
+    return _checked(lambda: jobspec.parse_job_yaml(jobspec.spec_to_yaml(spec), script, sets))
+
+
 # --- the client --------------------------------------------------------------
 
 
@@ -317,15 +418,33 @@ class Client:
         """
         return self._submit(self._read_spec(spec, overrides), request_id)
 
+    def submit_script(self, script, /, args=(), *, nproc_per_node=1, nnodes=1, working_dir=".", python=None,
+                      env=None, name=None, queue=None, max_restarts=None, priority=None, cpus=None, memory=None,
+                      pids=None, wait_for_capacity=False, request_id=None, **overrides):
+        """Submits your own program as a command job, as
+        ``trainctl submit --nproc-per-node N SCRIPT -- ARGS`` does: every rank
+        runs ``python3 SCRIPT ARGS`` (a .py SCRIPT; another program runs
+        itself) under torchrun's environment (docs/command-jobs.md). Returns
+        the Job (PENDING); ``wait`` it.
+
+        The keywords are script_job_spec's (the spec this sends); request_id
+        and **overrides are submit's (``**{"restart.on_hang": "fail"}``).
+        """
+        spec = script_job_spec(script, args, nproc_per_node=nproc_per_node, nnodes=nnodes, working_dir=working_dir,
+                               python=python, env=env, name=name, queue=queue, max_restarts=max_restarts,
+                               priority=priority, cpus=cpus, memory=memory, pids=pids,
+                               wait_for_capacity=wait_for_capacity, overrides=overrides)
+        return self._submit(spec, request_id)
+
     def get(self, job):
-        """The job with its attempts and checkpoints. NOT_FOUND when no job matches."""
-        if isinstance(job, job_pb2.Job):
-            return self._unary("GetJob", job_service_pb2.GetJobRequest(job_id=job.id))
+        """The job (a Job) with its attempts and checkpoints. NOT_FOUND when no job matches."""
+        if isinstance(job, (Job, job_pb2.Job)):
+            return Job(self._unary("GetJob", job_service_pb2.GetJobRequest(job_id=job.id)))
         return self.resolve(job)
 
     def list(self, states=None, limit=0):
-        """Jobs, newest first, without attempts; only those in ``states``
-        (JobState values or names: "running", "succeeded", ...) when given;
+        """Jobs (Job), newest first, without attempts; only those in ``states``
+        (JobState members, or names: "running", "succeeded", ...) when given;
         at most ``limit`` (0 = all), following the coordinator's pages."""
         if limit < 0:
             raise _invalid("limit: must be >= 0")
@@ -334,7 +453,7 @@ class Client:
         while True:
             req.page_size = _LIST_PAGE_SIZE if limit == 0 else min(_LIST_PAGE_SIZE, limit - len(out))
             resp = self._unary("ListJobs", req)
-            out.extend(resp.jobs)
+            out.extend(Job(j) for j in resp.jobs)
             req.page_token = resp.next_page_token
             if not req.page_token or (limit and len(out) >= limit):
                 break
@@ -344,7 +463,7 @@ class Client:
         """Stops every rank and marks the job CANCELLED (recording ``reason``);
         returns the Job. FAILED_PRECONDITION when it already ended."""
         req = job_service_pb2.CancelJobRequest(job_id=self._job_id(job), reason=reason)
-        return self._unary("CancelJob", req, idempotent=False)
+        return Job(self._unary("CancelJob", req, idempotent=False))
 
     def resume(self, job, *, request_id=None, **overrides):
         """Submits a new job that continues ``job`` from its newest checkpoint
@@ -366,7 +485,7 @@ class Client:
         INVALID_ARGUMENT listing them. NOT_FOUND when none."""
         latest = self.latest if latest is None else latest
         try:
-            return self._unary("GetJob", job_service_pb2.GetJobRequest(job_id=ref))
+            return Job(self._unary("GetJob", job_service_pb2.GetJobRequest(job_id=ref)))
         except TrainctlError as e:
             if e.code != grpc.StatusCode.NOT_FOUND:
                 raise
@@ -385,7 +504,7 @@ class Client:
             raise _invalid("JOB: '%s' matches %d jobs by %s, newest first: %s%s; give an id, or latest=True for "
                            "the newest" % (ref, len(found), "name" if named else "id prefix", ", ".join(ids),
                                            ", ..." if len(found) > len(ids) else ""))
-        return self._unary("GetJob", job_service_pb2.GetJobRequest(job_id=found[0].id))
+        return Job(self._unary("GetJob", job_service_pb2.GetJobRequest(job_id=found[0].id)))
 
     # --- following a job ---
 
@@ -405,17 +524,51 @@ class Client:
         deadline = None if timeout is None else time.monotonic() + timeout
         return self._watch(job_id, include_history, deadline)
 
+    def wait(self, job, timeout=None):
+        """Blocks until the job ends (SUCCEEDED, FAILED or CANCELLED) and
+        returns it (a Job, with its attempts): ``client.wait(job).state``.
+        It does not raise for a job that failed; look at the state.
+
+        Follows the job's watch stream (resumed after a break as watch() is),
+        so it returns as soon as the coordinator records the end.
+        ``timeout``: seconds; past it a WaitTimeout (a TimeoutError) names
+        the job and the state it was last seen in. None: no limit.
+        """
+        if timeout is not None and timeout < 0:
+            raise _invalid("timeout: must be >= 0 seconds (None: no limit), got %r" % (timeout,))
+        deadline = None if timeout is None else time.monotonic() + timeout
+        job_id = self._job_id(job)
+        last = job if isinstance(job, Job) else None
+        while True:
+            timed_out = False
+            try:
+                for update in self._watch(job_id, False, deadline):
+                    if update.HasField("job"):
+                        last = Job(update.job)
+            except TrainctlError as e:
+                if e.code != grpc.StatusCode.DEADLINE_EXCEEDED or deadline is None:
+                    raise
+                timed_out = True
+            try:
+                current = self.get(job_id)  # with its attempts; also the state named on a timeout
+            except TrainctlError:
+                if not timed_out:
+                    raise
+                current = last
+            if current is not None and current.done:
+                return current
+            if timed_out or (deadline is not None and time.monotonic() >= deadline):
+                raise _wait_timeout(job_id, timeout, current) from None
+            # The stream ended before the job did (a coordinator stopping):
+            # watch again, within the same deadline.
+            last = current
+
     def metrics(self, job, rank=None, kind=None):
         """The job's stored metric points (also after it ended), oldest first:
         a list of trainctl.v1.MetricBatch, one per run of points of one
         attempt. ``rank``: only that rank; ``kind``: "train" (train windows)
         or "eval" (end-of-epoch points, with the eval results)."""
-        kinds = {None: 0, "train": metrics_pb2.MetricPoint.KIND_TRAIN, "eval": metrics_pb2.MetricPoint.KIND_EPOCH_END}
-        if kind not in kinds and kind not in metrics_pb2.MetricPoint.Kind.values():
-            raise _invalid("kind: one of 'train', 'eval', got %r" % (kind,))
-        req = job_service_pb2.GetMetricsRequest(job_id=self._job_id(job), kind=kinds.get(kind, kind))
-        if rank is not None:
-            req.rank = rank
+        req = self._metrics_request(job, rank, kind)
         batches = []
         while True:
             resp = self._unary("GetMetrics", req)
@@ -428,6 +581,35 @@ class Client:
             req.page_token = resp.next_page_token
             if not req.page_token:
                 return batches
+
+    def metric_points(self, job, rank=None, kind=None):
+        """Iterates over the job's stored metric points
+        (trainctl.v1.MetricPoint: step, epoch, loss, lr, samples_per_sec,
+        eval, scalars, ...), oldest first, one page at a time:
+        ``for p in client.metric_points(job): print(p.step, p.loss)``.
+        ``rank`` and ``kind`` ("train", "eval") as metrics(), which groups
+        the same points by attempt. Checked now: a bad ``kind`` is
+        INVALID_ARGUMENT here, not at the first next()."""
+        req = self._metrics_request(job, rank, kind)
+        return self._metric_points(req)
+
+    def _metrics_request(self, job, rank, kind):
+        kinds = {None: 0, "train": metrics_pb2.MetricPoint.KIND_TRAIN, "eval": metrics_pb2.MetricPoint.KIND_EPOCH_END}
+        if kind not in kinds and kind not in metrics_pb2.MetricPoint.Kind.values():
+            raise _invalid("kind: one of 'train', 'eval', got %r" % (kind,))
+        req = job_service_pb2.GetMetricsRequest(job_id=self._job_id(job), kind=kinds.get(kind, kind))
+        if rank is not None:
+            req.rank = rank
+        return req
+
+    def _metric_points(self, req):
+        while True:
+            resp = self._unary("GetMetrics", req)
+            for b in resp.batches:
+                yield from b.points
+            req.page_token = resp.next_page_token
+            if not req.page_token:
+                return
 
     def logs(self, job, rank=None, attempt=0, tail=0, follow=False):
         """Iterates over the job's log lines as trainctl.v1.LogChunk (one
@@ -458,6 +640,20 @@ class Client:
             req.rank = rank
         wait_placed = follow and attempt == 0 and not found.attempts and found.state == job_pb2.JOB_STATE_PENDING
         return self._logs(req, wait_placed)
+
+    def log_lines(self, job, rank=None, attempt=0, tail=0, follow=False):
+        """logs(), one line at a time: iterates over trainctl.v1.LogLine
+        (``line.text``, ``line.rank``, ``line.stream``: 1 stdout, 2 stderr;
+        ``line.time``), in each rank's order:
+        ``for line in client.log_lines(job, follow=True): print(line.rank, line.text)``.
+        The arguments, the checks (now) and the resumption are logs()'s."""
+        return self._lines(self.logs(job, rank=rank, attempt=attempt, tail=tail, follow=follow))
+
+    @staticmethod
+    def _lines(chunks):
+        with contextlib.closing(chunks):  # leaving the loop cancels the stream
+            for chunk in chunks:
+                yield from chunk.lines
 
     def fetch(self, job, step=None, path=None, force=False):
         """Downloads the job's final model (or its checkpoint at global
@@ -627,7 +823,7 @@ class Client:
             return result
 
     def _job_id(self, job):
-        return job.id if isinstance(job, job_pb2.Job) else self.resolve(job).id
+        return job.id if isinstance(job, (Job, job_pb2.Job)) else self.resolve(job).id
 
     @staticmethod
     def _read_spec(spec, overrides):
@@ -650,7 +846,7 @@ class Client:
                 # Idempotent by its request id: an answer lost to UNAVAILABLE
                 # is sent again within the timeout, and the retry returns the
                 # first call's job, never a second.
-                return self._unary("SubmitJob", req).job
+                return Job(self._unary("SubmitJob", req).job)
             except TrainctlError as e:
                 # One lost to the deadline: twice more.
                 if e.code != grpc.StatusCode.DEADLINE_EXCEEDED or attempt == 2:
@@ -872,6 +1068,16 @@ def _error(rpc_error, address):
     elif code == grpc.StatusCode.DEADLINE_EXCEEDED:
         message = "coordinator at %s did not answer in time: %s" % (address, message)
     return TrainctlError(code, message)
+
+
+def _wait_timeout(job_id, timeout, last):
+    if last is None:
+        return WaitTimeout("job %s did not end within %gs" % (job_id, timeout))
+    reason = last.state_reason.split("\n", 1)[0]
+    if len(reason) > 200:
+        reason = reason[:197] + "..."
+    return WaitTimeout("job %s did not end within %gs: it is %s%s" % (
+        job_id, timeout, last.state, " (%s)" % reason if reason else ""), job=last)
 
 
 def _invalid(message):

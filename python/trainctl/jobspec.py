@@ -306,6 +306,42 @@ def _quote(s):
     return "'%s...'" % s[:37] if len(s) > 40 else "'%s'" % s
 
 
+# Byte suffixes of job.yaml quantities (common/jobspec/spec_fields.h's
+# ParseByteQuantity), the first that ends the text wins.
+_BYTE_SUFFIXES = (("Ki", 1024.0), ("Mi", 1048576.0), ("Gi", 1073741824.0), ("Ti", 1099511627776.0),
+                  ("k", 1e3), ("K", 1e3), ("M", 1e6), ("G", 1e9), ("T", 1e12))
+
+
+def _is_byte_quantity_field(field):
+    """Fields written as a byte quantity in job.yaml (resources.memory)."""
+    return (field.containing_type is not None and field.containing_type.full_name == "trainctl.v1.ResourceSpec"
+            and field.name == "memory" and not _is_repeated(field))
+
+
+def parse_byte_quantity(text):
+    """"512Mi" -> 536870912, as Kubernetes writes quantities: plain bytes, or
+    an integer or decimal number with Ki Mi Gi Ti (powers of 1024) or K M G T
+    (powers of 1000; k too). None for anything else, a negative value, or
+    one past 2**63 - 1 bytes."""
+    number, factor = text, 1.0
+    for suffix, f in _BYTE_SUFFIXES:
+        if text.endswith(suffix):
+            number, factor = text[:-len(suffix)], f
+            break
+    if not number or any(c not in "0123456789." for c in number):
+        return None
+    if factor == 1.0 and "." not in number:
+        value = int(number)
+        return value if value < 1 << 63 else None
+    try:
+        value = float(number)
+    except ValueError:
+        return None
+    if not math.isfinite(value) or value * factor >= 9223372036854775808.0:
+        return None
+    return int(math.floor(value * factor))
+
+
 def _is_map_field(field):
     return field.message_type is not None and field.message_type.GetOptions().map_entry
 
@@ -521,6 +557,13 @@ class _Reader:
             setattr(msg, field.name, value)
 
     def integer(self, node, path, field, text, quoted):
+        if _is_byte_quantity_field(field):
+            # `memory: 4Gi` (quoted or not), as common/jobspec reads it.
+            value = parse_byte_quantity(text)
+            if value is None:
+                self.error(node, path, "must be a byte quantity (bytes, or a number with Ki, Mi, Gi, Ti, K, M, G "
+                                       "or T: 512Mi, 4Gi), got %s" % _quote(text))
+            return value
         if field.cpp_type == FieldDescriptor.CPPTYPE_UINT64:
             if quoted or text.startswith("-") or not _INTEGER.fullmatch(text) or int(text) >= 1 << 64:
                 self.type_error(node, path, field, " (must not be negative)" if text.startswith("-") else "")
