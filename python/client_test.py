@@ -48,13 +48,13 @@ def _ensure_stubs():
     subprocess.run([os.path.join(HERE, "gen_stubs.sh"), out], check=True, timeout=60)
     import trainctl
     trainctl.__path__.append(os.path.join(out, "trainctl"))
+    os.environ["TRAINCTL_PYTHON_STUBS"] = out  # for the docs' example, run as a program
 
 
 _ensure_stubs()
 
 import grpc  # noqa: E402
 from trainctl.client import Client, FailureKind, Job, JobState, TrainctlError, script_job_spec  # noqa: E402
-from trainctl import jobs as trainctl_jobs  # noqa: E402
 from trainctl.v1 import auth_pb2, auth_pb2_grpc, job_pb2, job_service_pb2  # noqa: E402
 from trainctl.v1 import metrics_pb2, worker_service_pb2, worker_service_pb2_grpc  # noqa: E402
 
@@ -365,6 +365,26 @@ class ClientTest(ClusterTestCase):
         self.assertTrue(all(p.kind == metrics_pb2.MetricPoint.KIND_TRAIN for p in train))
         self.assertEqual([p.scalars["val_f1"] for p in points if "val_f1" in p.scalars], [0.75, 0.75])
         self.assertEqual(sum(len(b.points) for b in self.client.metrics(job)), len(points))
+
+    def test_docs_first_example(self):
+        # docs/python-client.md's first example, as written, as a program in
+        # a directory holding train.py; the CLI's settings come from the
+        # environment.
+        with open(os.path.join(REPO, "docs", "python-client.md")) as f:
+            doc = f.read()
+        example = doc.split("```python\n", 1)[1].split("```", 1)[0]
+        self.assertLessEqual(len(example.strip().splitlines()), 5, example)
+        script_dir = tempfile.mkdtemp(prefix="docs-", dir=WORK)
+        with open(os.path.join(script_dir, "train.py"), "w") as f:
+            f.write(TRAIN_SCRIPT)
+        env = dict(os.environ, TRAINCTL_COORDINATOR=self.cluster.address, TRAINCTL_TOKEN=self.cluster.admin_token,
+                   PYTHONPATH=HERE)
+        out = subprocess.run([sys.executable, "-c", example], cwd=script_dir, env=env, capture_output=True,
+                             text=True, timeout=JOB_TIMEOUT_S)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        lines = out.stdout.splitlines()
+        self.assertEqual(lines[0], "SUCCEEDED", out.stdout)
+        self.assertIn("1 3 0.25", lines[1:])  # rank step loss
 
     def test_submit_script_sends_the_cli_spec(self):
         # The spec trainctl submit builds for a script, as the coordinator

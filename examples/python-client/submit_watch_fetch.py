@@ -20,8 +20,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 if importlib.util.find_spec("trainctl") is None:  # not installed: run from the checkout
     sys.path.insert(0, os.path.join(REPO, "python"))
 
-from trainctl.client import Client, TrainctlError  # noqa: E402
-from trainctl.v1 import job_pb2  # noqa: E402
+from trainctl.client import Client, JobState, TrainctlError  # noqa: E402
 
 
 def main():
@@ -38,15 +37,15 @@ def main():
         with Client(args.coordinator, token=args.token, ca=args.ca) as client:
             job = client.submit(os.path.join(REPO, "examples", "mlp-synthetic.yaml"),
                                 **{"training.epochs": args.epochs})
-            print("submitted job %s (%s)" % (job.id, job_pb2.JobState.Name(job.state)))
+            print("submitted job %s (%s)" % (job.id, job.state))
 
             for update in client.watch(job):
                 if update.HasField("event"):
                     e = update.event
                     print("  [%d] %-12s %s" % (e.seq, e.type, e.message))
-            job = client.get(job)
-            print("job %s: %s %s" % (job.id, job_pb2.JobState.Name(job.state), job.state_reason))
-            if job.state != job_pb2.JOB_STATE_SUCCEEDED:
+            job = client.wait(job)  # the watch ended with the job: returns at once
+            print("job %s: %s %s" % (job.id, job.state, job.state_reason))
+            if job.state is not JobState.SUCCEEDED:
                 return 1
 
             print("%-7s %-5s %-6s %-6s %-10s %s" % ("ATTEMPT", "RANK", "EPOCH", "STEP", "LOSS", "SAMPLES/S"))

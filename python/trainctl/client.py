@@ -53,7 +53,6 @@ import contextlib
 import dataclasses
 import errno
 import os
-import queue
 import random
 import re
 import secrets
