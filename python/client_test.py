@@ -412,6 +412,9 @@ class ClientTest(ClusterTestCase):
     def test_wait_times_out(self):
         # Too large for the cluster: it stays PENDING.
         job = self.client.submit(EXAMPLE, name="py-wait", world_size=4, **{"scheduling.wait_for_capacity": True})
+        pending = self.client.list(states=[JobState.PENDING])
+        self.assertIn(job.id, [j.id for j in pending])
+        self.assertTrue(all(isinstance(j, Job) and j.state is JobState.PENDING for j in pending))
         started = time.monotonic()
         with self.assertRaises(TimeoutError) as timed_out:
             self.client.wait(job, timeout=1.5)
@@ -854,6 +857,16 @@ class JobSpecTest(unittest.TestCase):
         self.assertEqual(self.parse("", name="b").name, "b")
         self.assertEqual(self.errors("name: a\n", **{"name.x": 1}),
                          ["override: name.x: 'name' is not a mapping in the file"])
+
+    def test_byte_quantities(self):
+        # resources.memory as common/jobspec reads it (spec_fields.h).
+        for text, want in (("4Gi", 4 << 30), ("'512Mi'", 512 << 20), ("1.5Gi", 3 << 29), ("2G", 2 * 10 ** 9),
+                           ("1000", 1000), ("3k", 3000), ("0.5Ki", 512)):
+            self.assertEqual(self.parse("name: a\nresources: {memory: %s}\n" % text).resources.memory, want, text)
+        for text in ("-1", "4XB", "Gi", "1e3", "9.3e18", "99999999999Ti"):
+            self.assertEqual(self.errors("name: a\nresources: {memory: %s}\n" % text), [
+                "j.yaml:2:21: resources.memory: must be a byte quantity (bytes, or a number with Ki, Mi, Gi, Ti, "
+                "K, M, G or T: 512Mi, 4Gi), got '%s'" % text], text)
 
     def test_errors_name_their_place(self):
         self.assertEqual(self.errors("name: a\nworld_size: '2'\nwold: 1\nname: b\nmodel: {name: mlp}\n"), [
