@@ -559,8 +559,9 @@ class Client:
             if timed_out or (deadline is not None and time.monotonic() >= deadline):
                 raise _wait_timeout(job_id, timeout, current) from None
             # The stream ended before the job did (a coordinator stopping):
-            # watch again, within the same deadline.
+            # watch again shortly, within the same deadline.
             last = current
+            time.sleep(0.2)
 
     def metrics(self, job, rank=None, kind=None):
         """The job's stored metric points (also after it ended), oldest first:
