@@ -379,6 +379,8 @@ class ClientTest(ClusterTestCase):
             f.write(TRAIN_SCRIPT)
         env = dict(os.environ, TRAINCTL_COORDINATOR=self.cluster.address, TRAINCTL_TOKEN=self.cluster.admin_token,
                    PYTHONPATH=HERE)
+        if env.get("TRAINCTL_PYTHON_STUBS"):  # the program runs in another directory
+            env["TRAINCTL_PYTHON_STUBS"] = os.path.abspath(env["TRAINCTL_PYTHON_STUBS"])
         out = subprocess.run([sys.executable, "-c", example], cwd=script_dir, env=env, capture_output=True,
                              text=True, timeout=JOB_TIMEOUT_S)
         self.assertEqual(out.returncode, 0, out.stderr)
