@@ -16,7 +16,9 @@
 #include "absl/synchronization/notification.h"
 #include "common/auth/secret.h"
 #include "common/grpc_keepalive.h"
+#include "common/log.h"
 #include "common/status_macros.h"
+#include "coordinator/health_service.h"
 #include "coordinator/queue_status.h"
 
 namespace trainctl::coordinator {
@@ -186,11 +188,17 @@ absl::Status ConfigureCoordinatorListener(const CoordinatorOptions& options, grp
 }
 
 absl::StatusOr<int> CoordinatorServer::Serve() {
-  grpc::EnableDefaultHealthCheckService(true);
+  // Health is answered at each call from whether this coordinator surely
+  // still holds its store (health_service.h), not from a status set once.
+  grpc::EnableDefaultHealthCheckService(false);
   grpc::reflection::InitProtoReflectionServerBuilderPlugin();
   grpc::ServerBuilder builder;
   int port = 0;
   TRAINCTL_RETURN_IF_ERROR(ConfigureCoordinatorListener(options_, builder, &port));
+  health_ = std::make_unique<HealthService>(CoordinatorServiceNames(), [store = store_.get()] {
+    return store->lease_confirmed() && store->deposed().ok();
+  });
+  builder.RegisterCallbackGenericService(health_.get());
   builder.RegisterService(job_service_.get());
   builder.RegisterService(worker_service_.get());
   {
@@ -204,16 +212,30 @@ absl::StatusOr<int> CoordinatorServer::Serve() {
   if (server_ == nullptr || port == 0) {
     return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen));
   }
-  // Per service too, as a standby answers them (standby_server.h).
-  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService(); health != nullptr) {
-    for (const std::string& name : CoordinatorServiceNames()) health->SetServingStatus(name, true);
-  }
   return port;
 }
 
 void CoordinatorServer::StartHousekeeping() {
   loop_.Every(options_.check_interval, [this] {
     AssertOnLoop(&loop_, "housekeeping");
+    // A coordinator that cannot be sure it still holds the store (stopped
+    // or cut off past its lease: another may be active now) decides nothing
+    // as active -- no worker lost, no hang, no placement -- until a lease
+    // ping confirms the lock again or finds it deposed (then it re-executes
+    // as a standby).
+    if (!store_->lease_confirmed()) {
+      if (!lease_unconfirmed_) {
+        lease_unconfirmed_ = true;
+        LogEvent(LogLevel::kWarn, "coordinator", "lease_unconfirmed",
+                 {{"then", "no expiry, health verdict, placement or registration until the store confirms "
+                           "this coordinator still holds its lock"}});
+      }
+      return;
+    }
+    if (lease_unconfirmed_) {
+      lease_unconfirmed_ = false;
+      LogEvent(LogLevel::kInfo, "coordinator", "lease_confirmed", {{"then", "acting as the active coordinator again"}});
+    }
     for (const std::string& id : registry_->ExpireLeases()) jobs_->OnWorkerLost(id);
     jobs_->Tick();
     fetches_->Expire();

@@ -34,6 +34,8 @@ class ServerCredentials;
 
 namespace trainctl::coordinator {
 
+class HealthService;
+
 struct CoordinatorOptions {
   // host:port to listen on; port 0 picks a free port.
   std::string listen = "127.0.0.1:0";
@@ -168,7 +170,10 @@ class CoordinatorServer {
   std::unique_ptr<WorkerServiceImpl> worker_service_;
   std::unique_ptr<AuthServiceImpl> auth_service_;
   std::unique_ptr<QueueServiceImpl> queue_service_;
+  std::unique_ptr<HealthService> health_;  // outlives server_
   std::unique_ptr<grpc::Server> server_;
+  // Housekeeping found the store's lease unconfirmed (logged once per run).
+  bool lease_unconfirmed_ = false;
   RpcStats rpc_stats_;
   // Refused calls and sign-ins, logged at most once per client per 10 s.
   RefusalLog rpc_refusals_{"coordinator", "rpc_refused"};

@@ -56,6 +56,7 @@ void MarkSucceeded(v1::Job& next, v1::Attempt& a, absl::Time now) {
 JobManager::JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* hub, const Clock* clock,
                        JobManagerOptions options)
     : clock_(clock),
+      store_(store),
       options_(options),
       registry_(registry),
       book_(store, hub, clock),
@@ -683,10 +684,34 @@ void JobManager::Tick() {
   // 4. A placement whose write failed, or an elastic job whose wait for a
   //    replacement ran out: place again.
   placer_.OnTick(now);
-  // 5. Rendezvous timeouts, hangs and stragglers.
-  health_.CheckAttempts(clock_->Mono());
+  // 5. Rendezvous timeouts, hangs and stragglers: not while the store fails.
+  if (HealthJudgeable()) health_.CheckAttempts(clock_->Mono());
   // 6. Jobs pending past their scheduling.pending_timeout_s.
   FailOverduePending(clock_->Mono());
+}
+
+bool JobManager::HealthJudgeable() {
+  const bool unconfirmed = !store_->lease_confirmed();
+  if (unconfirmed || !reports_held_.empty()) {
+    if (!health_paused_) {
+      health_paused_ = true;
+      std::vector<std::string> workers;
+      for (const auto& [session, worker] : reports_held_) workers.push_back(worker);
+      std::sort(workers.begin(), workers.end());
+      LogEvent(LogLevel::kWarn, "coordinator", "health_checks_paused",
+               {{"reason", unconfirmed ? std::string("the store's lease is not confirmed")
+                                       : absl::StrCat("reports of worker(s) ", absl::StrJoin(workers, ", "),
+                                                      " wait for the store")},
+                {"then", "no hang, rendezvous or straggler verdict until the ranks' reports are stored"}});
+    }
+    return false;
+  }
+  if (health_paused_) {
+    health_paused_ = false;
+    LogEvent(LogLevel::kInfo, "coordinator", "health_checks_resumed",
+             {{"why", "every report held for the store is applied"}});
+  }
+  return true;
 }
 
 }  // namespace trainctl::coordinator

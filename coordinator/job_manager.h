@@ -218,6 +218,19 @@ class JobManager : private JobActions {
     return g;
   }
 
+  // A worker session (`session`, any unique address) holds sequenced
+  // reports the store could not take (`held`), or no longer does (applied,
+  // or the session ended: the worker resends them). Hang, rendezvous and
+  // straggler verdicts wait while any session holds reports.
+  void SetReportsHeld(const void* session, const std::string& worker_id, bool held)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    if (held) {
+      reports_held_[session] = worker_id;
+    } else {
+      reports_held_.erase(session);
+    }
+  }
+
   // --- periodic -----------------------------------------------------------
   // Hang detection and rendezvous timeouts; applies held and retried rank
   // ends, fails ranks still placed on LOST workers, and settles attempts
@@ -304,7 +317,20 @@ class JobManager : private JobActions {
   // Fails the PENDING jobs past their scheduling.pending_timeout_s.
   void FailOverduePending(absl::Time mono) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
+  // Whether health verdicts (hangs, rendezvous timeouts, stragglers) may be
+  // judged now: not while a worker session holds reports the store could
+  // not take, nor while this coordinator's hold on a PostgreSQL store is
+  // unconfirmed: the ranks' silence is then the store's, not theirs (a
+  // verdict is judged on what the workers said, not on what could be
+  // written). Logs the pause and the resume.
+  bool HealthJudgeable() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
   const Clock* clock_;
+  StateStore* store_;
+  // Sessions (by address) holding reports the store did not take, with
+  // their worker ids (SetReportsHeld); HealthJudgeable's last answer.
+  absl::flat_hash_map<const void*, std::string> reports_held_ ABSL_GUARDED_BY(kLoop);
+  bool health_paused_ ABSL_GUARDED_BY(kLoop) = false;
   // ABORTED `s` (a stale attempt's report): counted and logged. Returns `s`.
   absl::Status RefuseIfStale(const absl::Status& s, const std::string& worker_id, const char* what,
                              const std::string& job_id, int32_t attempt)

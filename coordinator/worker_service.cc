@@ -242,6 +242,15 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // Registers (identity already checked), binds a token worker's id, acks.
   void Register(const v1::Register& reg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     ctx_.loop->CheckInLoop("a worker session");
+    // A coordinator unsure it still holds the store (its lease ran out
+    // unconfirmed: stopped, or cut off from the database) takes no worker
+    // as active: another coordinator may be active now. The worker retries.
+    if (!ctx_.store->lease_confirmed()) {
+      Close(absl::UnavailableError(
+          "register: this coordinator has not confirmed it still holds the store's lock (its lease ran out "
+          "unconfirmed); try again in a moment"));
+      return;
+    }
     // A revoked worker id (trainctl worker revoke) does not come back,
     // whatever credential it registers with.
     if (!reg.worker_id().empty()) {
@@ -414,10 +423,12 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
       std::stable_sort(held_.begin(), held_.end(),
                        [](const v1::WorkerMessage& a, const v1::WorkerMessage& b) { return a.seq() < b.seq(); });
     }
+    NoteHeld(!held_.empty());
     if (held_bytes_ > kMaxHeldBytes) {
       const int64_t first = held_.front().seq();
       held_.clear();
       held_bytes_ = 0;
+      NoteHeld(false);
       TelemetryFailed(first, absl::ResourceExhaustedError(absl::StrCat(
                                  "more than ", kMaxHeldBytes >> 20, " MiB of telemetry waits for the store")));
     }
@@ -451,6 +462,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
               {"through_seq", absl::StrCat(held_.back().seq())}});
     held_.clear();
     held_bytes_ = 0;
+    NoteHeld(false);
     AckTelemetry();
   }
 
@@ -511,10 +523,21 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
                                               "); reconnect and resend")));
   }
 
+  // Tells the job manager whether this session holds reports the store
+  // could not take (its hang verdicts wait for them: JobManager::
+  // SetReportsHeld); only changes are told.
+  void NoteHeld(bool held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    if (held == held_noted_) return;
+    held_noted_ = held;
+    ctx_.jobs->SetReportsHeld(this, worker_id_, held);
+  }
+
   void Ended(bool left) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     ctx_.loop->CheckInLoop("a worker session");
     // What the worker sent before it left is applied before it is gone.
     if (ctx_.batcher != nullptr) ctx_.batcher->Drain();
+    // What it still holds is the worker's again (it resends it).
+    NoteHeld(false);
     if (ended_ || worker_id_.empty()) {
       ended_ = true;
       return;
@@ -585,6 +608,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   // hangs costs the loop at most this, and the name is refused.
   static constexpr absl::Duration kResolveTimeout = absl::Seconds(1);
   std::vector<v1::WorkerMessage> held_ ABSL_GUARDED_BY(kLoop);
+  bool held_noted_ ABSL_GUARDED_BY(kLoop) = false;  // what NoteHeld last told
   int64_t held_bytes_ ABSL_GUARDED_BY(kLoop) = 0;
   absl::Time retry_at_ ABSL_GUARDED_BY(kLoop);
   absl::Duration retry_backoff_ ABSL_GUARDED_BY(kLoop) = kFirstRetry;

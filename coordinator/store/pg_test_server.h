@@ -143,6 +143,27 @@ class PgTestServer {
                                               "WHERE datname = '", db, "' AND pid <> pg_backend_pid()"));
   }
 
+  // `kill -9` of the server (its backends exit on their postmaster's
+  // death): every session is gone at once, nothing is shut down cleanly.
+  // Waits until no process of it is left (its data directory free again).
+  void Crash() {
+    if (pid_ <= 0) return;
+    kill(pid_, SIGKILL);
+    waitpid(pid_, nullptr, 0);
+    pid_ = -1;
+    // The backends notice the postmaster's death and exit; a new postmaster
+    // refuses to start while one still holds the shared memory.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    while (std::chrono::steady_clock::now() < deadline && BackendsLeft()) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+  }
+  // Starts the server again on the same data (crash recovery runs).
+  absl::Status Restart() {
+    if (pid_ > 0) return absl::OkStatus();
+    return Launch();
+  }
+
   // Stops the server and removes its directory (idempotent).
   void Stop() {
     if (pid_ > 0) {
@@ -213,6 +234,21 @@ class PgTestServer {
     _exit(127);
   }
 
+  // A process whose command line names this server's data directory
+  // (the postmaster's children are "postgres: ..." with the same uid; the
+  // data directory is in /proc/PID/cwd).
+  bool BackendsLeft() const {
+    std::error_code ec;
+    const std::filesystem::path data = std::filesystem::path(dir_) / "data";
+    for (const auto& e : std::filesystem::directory_iterator("/proc", ec)) {
+      const std::string name = e.path().filename().string();
+      if (name.empty() || !std::isdigit(static_cast<unsigned char>(name[0]))) continue;
+      std::error_code ec2;
+      if (std::filesystem::read_symlink(e.path() / "cwd", ec2) == data) return true;
+    }
+    return false;
+  }
+
   std::string LogTail(const std::string& log) const {
     std::ifstream in(log);
     std::stringstream ss;
@@ -254,7 +290,20 @@ class PgTestServer {
         WEXITSTATUS(wstatus) != 0) {
       return absl::InternalError(absl::StrCat("initdb failed: ", LogTail(log)));
     }
-    pid_ = Spawn({bin + "/postgres", "-D", data, "-k", dir_, "-p", absl::StrCat(kPort), "-c",
+    bin_ = bin;
+    return Launch();
+#endif
+  }
+
+  // Starts postgres on the cluster initdb made; waits until it answers.
+  absl::Status Launch() {
+#ifndef TRAINCTL_WITH_LIBPQ
+    return absl::FailedPreconditionError("built without libpq (Debian: libpq-dev)");
+#else
+    const std::string data = dir_ + "/data";
+    const std::string log = dir_ + "/server.log";
+    int wstatus = 0;
+    pid_ = Spawn({bin_ + "/postgres", "-D", data, "-k", dir_, "-p", absl::StrCat(kPort), "-c",
                   "listen_addresses=", "-c", "fsync=on", "-c", "shared_buffers=16MB", "-c",
                   "max_connections=30", "-c", "max_wal_size=64MB"},
                  log);
@@ -276,6 +325,7 @@ class PgTestServer {
   }
 
   absl::Status status_;
+  std::string bin_;
   std::string dir_;
   pid_t pid_ = -1;
   uid_t uid_ = 0;

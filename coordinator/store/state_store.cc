@@ -24,6 +24,7 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "absl/time/clock.h"
@@ -524,16 +525,21 @@ absl::Status StateStore::Impl::TakeLeadership() {
   TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
   if (!row || q.Int(0) <= 0) return absl::InternalError(absl::StrCat("state store: ", op, ": no epoch returned"));
   leader_epoch = q.Int(0);
+  NoteConfirmed(MonotonicNow());
   LogEvent(LogLevel::kInfo, "coordinator", "leader_epoch",
            {{"db", path}, {"epoch", absl::StrCat(leader_epoch)}, {"address", options.leader_address}});
   return absl::OkStatus();
 }
 
 absl::Status StateStore::Impl::CheckEpoch(absl::string_view op) {
+  const absl::Time sent = MonotonicNow();
   Query q(db, stmts->check_epoch, absl::StrCat(op, ": check the leader epoch"));
   TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
   const int64_t stored = row ? q.Int(0) : 0;
-  if (stored == leader_epoch) return absl::OkStatus();
+  if (stored == leader_epoch) {
+    NoteConfirmed(sent);
+    return absl::OkStatus();
+  }
   deposed = absl::FailedPreconditionError(absl::StrCat(
       "state store: ", op, ": this coordinator (leader epoch ", leader_epoch,
       ") was deposed by epoch ", stored,
@@ -556,8 +562,11 @@ void StateStore::Impl::PingLoop() {
     if (!deposed.ok()) return;
     // Inside an open group this runs in its transaction: harmless (a failed
     // one only answers with an error), and it keeps that session busy too.
+    const absl::Time sent = MonotonicNow();
     Query q(db, stmts->read_epoch, "lease ping");
     absl::StatusOr<bool> row = q.Step();
+    if (row.ok() && *row && q.Int(0) == leader_epoch) NoteConfirmed(sent);
+    if (!row.ok()) NoteWrite("lease ping", row.status());
     if (row.ok() && *row && q.Int(0) != leader_epoch) {
       deposed = absl::FailedPreconditionError(absl::StrCat(
           "state store: lease ping: this coordinator (leader epoch ", leader_epoch,
@@ -582,6 +591,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::OpenSpec(const std::stri
       TRAINCTL_RETURN_IF_ERROR(impl->OpenPostgresLocked(spec, holder));
     }
     if (options.leader_lease > absl::ZeroDuration()) {
+      impl->leased = true;
       impl->pinger = std::thread([p = impl.get()] { p->PingLoop(); });
     }
     return std::unique_ptr<StateStore>(new StateStore(std::move(impl)));
@@ -663,6 +673,12 @@ int64_t StateStore::leader_epoch() const {
   return impl_->leader_epoch;
 }
 
+bool StateStore::lease_confirmed() const {
+  if (!impl_->leased) return true;
+  const absl::Time confirmed = absl::FromUnixNanos(impl_->confirmed_ns.load(std::memory_order_relaxed));
+  return MonotonicNow() - confirmed < impl_->options.leader_lease;
+}
+
 absl::Status StateStore::deposed() const {
   absl::MutexLock lock(&impl_->mu);
   return impl_->deposed;
@@ -739,6 +755,9 @@ absl::Status StateStore::BeginGroup() {
   if (begun.ok() && s.fenced()) begun = s.CheckEpoch("BeginGroup");
   if (!begun.ok()) {
     if (s.db->InTransaction()) Query(s.db, s.stmts->rollback, "BeginGroup: rollback").Run().IgnoreError();
+    // A group is opened to write: a BEGIN that fails (a lost server) is a
+    // failing store (store_failing), as a failed commit is.
+    s.NoteWrite("BeginGroup", begun);
     s.NoteDeposition(begun);
     return begun;
   }

@@ -192,6 +192,16 @@ class StateStore {
   int64_t leader_epoch() const;
   // OK, or why the store was deposed (see StoreOptions). Thread-safe.
   absl::Status deposed() const;
+  // PostgreSQL with a lease (StoreOptions::leader_lease): whether this
+  // coordinator surely still holds the store's lock, i.e. the server
+  // answered a lease ping (or a write's epoch check) sent less than a lease
+  // ago on the monotonic clock. A process that was stopped (SIGSTOP, a long
+  // stall) or cut off from the server past its lease may have been deposed
+  // without knowing it yet: until a ping confirms the lock again it must
+  // not act as the active coordinator (no health SERVING, no expiries, no
+  // registrations: coordinator_server.h). Always true on SQLite and without
+  // a lease. Thread-safe and lock-free (never waits for a write).
+  bool lease_confirmed() const;
 
   // Inserts or replaces the job (the whole message, attempts included) and
   // appends `events` (their seq set by the caller, unique per job), in one

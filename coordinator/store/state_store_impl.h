@@ -9,6 +9,7 @@
 #pragma once
 
 #include <array>
+#include <atomic>
 #include <functional>
 #include <memory>
 #include <optional>
@@ -85,6 +86,21 @@ struct StateStore::Impl {
   }
   // The lease ping's thread body (PostgreSQL with a lease).
   void PingLoop();
+  // The server answered a statement of this session sent at `sent`
+  // (monotonic) that proved the leader epoch still this store's: the
+  // session, and so the lock, is held until at least sent + leader_lease.
+  void NoteConfirmed(absl::Time sent) {
+    const int64_t ns = absl::ToUnixNanos(sent);
+    int64_t seen = confirmed_ns.load(std::memory_order_relaxed);
+    while (ns > seen && !confirmed_ns.compare_exchange_weak(seen, ns, std::memory_order_relaxed)) {
+    }
+  }
+  // Monotonic nanoseconds of the newest NoteConfirmed (lock-free: health
+  // checks and the loop read it while a write holds `mu`); `leased`: a
+  // PostgreSQL store with a lease, the only kind that can lose its lock
+  // without knowing.
+  std::atomic<int64_t> confirmed_ns{0};
+  bool leased = false;
   void RollbackGroupLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Runs `body` inside BEGIN IMMEDIATE (SQLite) or BEGIN ... COMMIT; rolls back when it or the
@@ -353,6 +369,9 @@ absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bo
   }
   absl::Status status = Query(db, stmts->begin, absl::StrCat(op, ": begin")).Run();
   if (!status.ok()) {
+    // A write whose BEGIN fails (a lost server) failed as much as one whose
+    // commit does: the store is failing (store_failing).
+    if (write) NoteWrite(op, status);
     NoteDeposition(status);
     return status;
   }
