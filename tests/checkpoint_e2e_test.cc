@@ -13,6 +13,8 @@
 
 #include <unistd.h>
 
+#include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <iostream>
 #include <filesystem>
@@ -430,6 +432,104 @@ TEST_F(CheckpointE2ETest, AFullDiskWaitsForSpaceAndTheJobSucceeds) {
   for (const v1::Event& e : cluster_->Events(id)) waits += e.type() == "waiting_for_space" ? 1 : 0;
   EXPECT_GE(waits, 1);
   std::cout << "attempts: " << j.attempts_size() << ", waiting_for_space events: " << waits << "\n";
+}
+
+// The coordinator's store fills mid-job while the ranks go on checkpointing
+// (keep=1): no checkpoint is deleted for a record the store does not have.
+// Then the coordinator and the daemons are SIGKILLed (the ranks die with
+// their daemon), space returns and everything starts again: the job resumes
+// from the newest *stored* checkpoint, whose file is still there, and
+// SUCCEEDS; its stored events are numbered densely, each once. (Before the
+// store came first, the coordinator ordered the stored checkpoint's file
+// deleted for records it had not stored; the restarts failed as RESUME and
+// the job trained again from scratch.)
+TEST_F(CheckpointE2ETest, AFullStoreThenACrashResumesFromTheNewestStoredCheckpoint) {
+  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
+  const std::string disk = cluster_->dir() + "/store-disk";
+  std::filesystem::create_directories(disk);
+  if (std::system(("mount -t tmpfs -o size=24m tmpfs " + disk).c_str()) != 0) {
+    GTEST_SKIP() << "cannot mount a tmpfs here";
+  }
+  struct Unmount {
+    std::string dir;
+    ~Unmount() { (void)std::system(("umount -l " + dir).c_str()); }
+  } unmount{disk};
+  const std::vector<std::string> store_flags{"--db=" + disk + "/state.db"};
+  cluster_->KillCoordinator(SIGKILL);
+  ASSERT_TRUE(cluster_->StartCoordinator(store_flags)) << cluster_->coordinator()->ReadLog();
+  const std::vector<std::string> names{"w0", "w1"};
+  for (const std::string& n : names) ASSERT_TRUE(cluster_->StartWorker(n, 1));
+  ASSERT_TRUE(cluster_->WaitWorkers(2));
+  const std::string ckpt = cluster_->dir() + "/ckpt";
+  constexpr int kEpochs = 10;
+  const std::string id = cluster_->Submit(SlowClassic(
+      kEpochs, {"checkpoint.dir=" + ckpt, "checkpoint.shared=true", "checkpoint.keep=1", "restart.max_restarts=3"}));
+  ASSERT_FALSE(id.empty());
+  v1::Job j = cluster_->WaitFor(
+      id, [](const v1::Job& x) { return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED; },
+      absl::Seconds(180));
+  const int64_t stored = NewestEpochs(j);
+  ASSERT_GE(stored, 1) << j.DebugString();
+  ASSERT_LE(stored, kEpochs - 5) << "the store must fill mid-job";
+  auto file_of = [&](int64_t epochs) {
+    char name[32];
+    std::snprintf(name, sizeof(name), ".ckpt-epoch-%06lld.pt", static_cast<long long>(epochs));
+    return ckpt + "/" + id + name;
+  };
+  ASSERT_TRUE(std::filesystem::exists(file_of(stored)));
+
+  // Fill the store's disk (dd stops at ENOSPC) and wait for it to fail.
+  const std::string filler = disk + "/filler";
+  (void)std::system(("dd if=/dev/zero of=" + filler + " bs=64k 2>/dev/null").c_str());
+  auto store_failing = [&] {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
+    v1::ListWorkersResponse resp;
+    return cluster_->workers_stub()->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok() &&
+           resp.store().failing();
+  };
+  absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (!store_failing() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+  ASSERT_TRUE(store_failing()) << "the store never failed with its disk full";
+  // The ranks go on: two more checkpoints are written that the store cannot
+  // record. The newest file then is at least two epochs past the last record
+  // the store can hold (records of `stored`+1 may have been stored just
+  // before the disk filled).
+  deadline = absl::Now() + absl::Seconds(180);
+  while (!std::filesystem::exists(file_of(stored + 3)) && absl::Now() < deadline) {
+    absl::SleepFor(absl::Milliseconds(50));
+  }
+  ASSERT_TRUE(std::filesystem::exists(file_of(stored + 3))) << "the ranks stopped checkpointing";
+  // The newest stored record's file is still there: no deletion was ordered
+  // for a record the store did not take.
+  EXPECT_TRUE(std::filesystem::exists(file_of(stored)) || std::filesystem::exists(file_of(stored + 1)))
+      << "the only stored checkpoint was deleted";
+
+  // Crash everything while the store is full, then give the space back.
+  cluster_->KillCoordinator(SIGKILL);
+  for (const std::string& n : names) cluster_->KillWorker(n, SIGKILL);
+  std::filesystem::remove(filler);
+  ASSERT_TRUE(cluster_->StartCoordinator(store_flags)) << cluster_->coordinator()->ReadLog();
+  for (const std::string& n : names) ASSERT_TRUE(cluster_->StartWorker(n, 1));
+
+  j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(300));
+  const std::vector<v1::Event> events = cluster_->Events(id);
+  std::string story;
+  for (const v1::Event& e : events) absl::StrAppend(&story, "\n  #", e.seq(), " ", e.type(), " (attempt ", e.attempt(), "): ", e.message());
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << story;
+  ASSERT_GE(j.attempts_size(), 2) << story;
+  for (const v1::Attempt& a : j.attempts()) {
+    EXPECT_NE(a.failure_kind(), v1::FAILURE_KIND_RESUME) << "attempt " << a.number() << ": " << a.reason() << story;
+  }
+  // Every attempt after the crash resumed from a stored checkpoint at or
+  // after the one stored before the disk filled, not from scratch.
+  const v1::Attempt& last = j.attempts(j.attempts_size() - 1);
+  ASSERT_TRUE(last.has_resume()) << story;
+  EXPECT_GE(last.resume().epochs_done(), stored) << story;
+  // Stored events: numbered 1..N, each once.
+  for (size_t i = 0; i < events.size(); ++i) {
+    EXPECT_EQ(events[i].seq(), static_cast<int64_t>(i + 1)) << story;
+  }
 }
 
 }  // namespace

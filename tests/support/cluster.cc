@@ -94,8 +94,10 @@ bool Cluster::StartCoordinator(std::vector<std::string> extra) {
                                 "--listen=" + listen,
                                 "--heartbeat_interval_ms=200", "--lease_timeout_ms=1500", "--stop_grace_s=2",
                                 "--admin_token_file=" + dir_ + "/admin.token"};
-  // A test's own --store replaces the cluster's SQLite file.
-  if (std::none_of(extra.begin(), extra.end(), [](const std::string& f) { return f.rfind("--store=", 0) == 0; })) {
+  // A test's own --store (or --db) replaces the cluster's SQLite file.
+  if (std::none_of(extra.begin(), extra.end(), [](const std::string& f) {
+        return f.rfind("--store=", 0) == 0 || f.rfind("--db=", 0) == 0;
+      })) {
     argv.push_back("--db=" + dir_ + "/state.db");
   }
   if (!tls_dir_.empty()) argv.push_back("--tls_dir=" + tls_dir_);
