@@ -230,12 +230,6 @@ absl::Duration RestartBackoff(int32_t restarts, absl::Duration first) {
   return std::min(d, cap);
 }
 
-absl::Duration DiskFullBackoff(int run) {
-  absl::Duration d = absl::Seconds(2);
-  for (int i = 1; i < run && d < absl::Seconds(30); ++i) d *= 2;
-  return std::min(d, absl::Seconds(30));
-}
-
 absl::Duration WaitForSpaceBackoff(const v1::Job& job) {
   const int n = job.attempts_size();
   if (job.state() != v1::JOB_STATE_RESTARTING || n == 0 ||

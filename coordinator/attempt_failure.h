@@ -41,8 +41,9 @@ absl::Duration RestartBackoff(int32_t restarts, absl::Duration first);
 // at submission; a job stored before the field existed has none).
 inline constexpr int32_t kDefaultDiskFullWaitS = 600;
 // The wait before the next attempt of a job waiting for space, after
-// `run` DISK_FULL attempts in a row: 2 s, doubling, at most 30 s.
-absl::Duration DiskFullBackoff(int run);
+// `run` DISK_FULL attempts in a row: 2 s, doubling, at most 30 s (the
+// restart backoff's curve from 2 s).
+inline absl::Duration DiskFullBackoff(int run) { return RestartBackoff(run, absl::Seconds(2)); }
 // DiskFullBackoff for `job` when it is RESTARTING after a DISK_FULL
 // attempt (waiting for space); else zero.
 absl::Duration WaitForSpaceBackoff(const v1::Job& job);

@@ -28,9 +28,13 @@ absl::Status JobHealth::CheckScriptHang(JobEntry& e, const v1::Attempt& a, absl:
   if (e.script_watch.attempt() != a.number()) return absl::OkStatus();  // Nothing heard yet.
   std::optional<HangVerdict> v = e.script_watch.Check(a, now, options_.progress_timeout);
   if (!v.has_value()) return absl::OkStatus();
-  const int blamed = v->blamed.empty() ? -1 : v->blamed.front();
-  absl::Status s = actions_->FailAttempt(e, e.job, {{"hang", v->message, a.number(), blamed}},
-                                         v1::FAILURE_KIND_HANG, absl::StrCat("hung: ", v->message), blamed);
+  return FailHung(e, a, *v);
+}
+
+absl::Status JobHealth::FailHung(JobEntry& e, const v1::Attempt& a, const HangVerdict& v) {
+  const int blamed = v.blamed.empty() ? -1 : v.blamed.front();
+  absl::Status s = actions_->FailAttempt(e, e.job, {{"hang", v.message, a.number(), blamed}},
+                                         v1::FAILURE_KIND_HANG, absl::StrCat("hung: ", v.message), blamed);
   if (s.ok()) {
     ++hangs_detected_;
     actions_->RequestSchedule();
@@ -100,15 +104,7 @@ bool JobHealth::CheckAdaptiveHang(JobEntry& e, const v1::Attempt& a, absl::Time 
   std::optional<HangVerdict> v = e.watch.CheckSilence(a, now, heard);
   if (!v.has_value() && stall_rule) v = e.watch.CheckHang(a, now);
   if (!v.has_value()) return false;
-  const int blamed = v->blamed.empty() ? -1 : v->blamed.front();
-  absl::Status s = actions_->FailAttempt(e, e.job, {{"hang", v->message, a.number(), blamed}},
-                                         v1::FAILURE_KIND_HANG, absl::StrCat("hung: ", v->message), blamed);
-  if (s.ok()) {
-    ++hangs_detected_;
-    actions_->RequestSchedule();
-  } else {
-    LogDeferred(s, "retried at the next tick");
-  }
+  LogDeferred(FailHung(e, a, *v), "retried at the next tick");
   return true;
 }
 

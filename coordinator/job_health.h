@@ -60,6 +60,10 @@ class JobHealth {
   void RecordStragglers(JobEntry& e, const v1::Attempt& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   absl::Status CheckProgressTimeout(JobEntry& e, const v1::Attempt& a, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Fails the attempt as HANG with the verdict's message, blaming its
+  // first rank (counted, and a scheduling pass asked for, once stored).
+  absl::Status FailHung(JobEntry& e, const v1::Attempt& a, const HangVerdict& v)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // A command job without restart.progress_timeout_s (script_watch.h).
   absl::Status CheckScriptHang(JobEntry& e, const v1::Attempt& a, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   absl::Duration ProgressTimeout(const v1::Job& job) const;
