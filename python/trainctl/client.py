@@ -409,25 +409,33 @@ class Client:
         """The job's stored metric points (also after it ended), oldest first:
         a list of trainctl.v1.MetricBatch, one per run of points of one
         attempt. ``rank``: only that rank; ``kind``: "train" (train windows)
-        or "eval" (end-of-epoch points, with the eval results)."""
-        kinds = {None: 0, "train": metrics_pb2.MetricPoint.KIND_TRAIN, "eval": metrics_pb2.MetricPoint.KIND_EPOCH_END}
+        or "eval" (evaluations: end-of-epoch points with the eval results,
+        then a script's eval reports); a MetricPoint.Kind value: only that
+        kind. A point carries only the fields its rank reported
+        (``point.HasField("loss")``)."""
+        kinds = {None: [0], "train": [metrics_pb2.MetricPoint.KIND_TRAIN],
+                 "eval": [metrics_pb2.MetricPoint.KIND_EPOCH_END, metrics_pb2.MetricPoint.KIND_EVAL]}
         if kind not in kinds and kind not in metrics_pb2.MetricPoint.Kind.values():
             raise _invalid("kind: one of 'train', 'eval', got %r" % (kind,))
-        req = job_service_pb2.GetMetricsRequest(job_id=self._job_id(job), kind=kinds.get(kind, kind))
-        if rank is not None:
-            req.rank = rank
+        job_id = self._job_id(job)
         batches = []
-        while True:
-            resp = self._unary("GetMetrics", req)
-            for b in resp.batches:
-                # A page may continue the previous page's attempt: one batch per run.
-                if batches and batches[-1].attempt == b.attempt:
-                    batches[-1].points.extend(b.points)
-                else:
-                    batches.append(b)
-            req.page_token = resp.next_page_token
-            if not req.page_token:
-                return batches
+        for one_kind in kinds.get(kind, [kind]):
+            req = job_service_pb2.GetMetricsRequest(job_id=job_id, kind=one_kind)
+            if rank is not None:
+                req.rank = rank
+            first = len(batches)
+            while True:
+                resp = self._unary("GetMetrics", req)
+                for b in resp.batches:
+                    # A page may continue the previous page's attempt: one batch per run.
+                    if len(batches) > first and batches[-1].attempt == b.attempt:
+                        batches[-1].points.extend(b.points)
+                    else:
+                        batches.append(b)
+                req.page_token = resp.next_page_token
+                if not req.page_token:
+                    break
+        return batches
 
     def logs(self, job, rank=None, attempt=0, tail=0, follow=False):
         """Iterates over the job's log lines as trainctl.v1.LogChunk (one
