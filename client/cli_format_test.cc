@@ -87,6 +87,37 @@ TEST(FormatTest, ProgressBarAndText) {
   EXPECT_DOUBLE_EQ(ProgressFraction(p), 140.0 / 300.0);
 }
 
+// What a script reported, and only that: a loss of 0 it reported is shown,
+// a rate or an eval field it never reported is not.
+TEST(CliFormatTest, SummaryAndEvalTextSayOnlyWhatWasReported) {
+  v1::Progress p;
+  p.set_step(7);
+  EXPECT_EQ(ProgressText(p), "step 7");
+  p.set_last_loss(0);
+  EXPECT_EQ(ProgressText(p), "step 7  loss 0.0000");
+
+  v1::EvalResult e;
+  EXPECT_EQ(EvalResultText(e), "");
+  e.set_accuracy(0.5);
+  EXPECT_EQ(EvalResultText(e), "accuracy 50.00%");
+  e.set_loss(0.25);
+  EXPECT_EQ(EvalResultText(e), "loss 0.2500, accuracy 50.00%");
+
+  v1::MetricSummary s;
+  s.set_train_points(3);
+  EXPECT_EQ(MetricSummaryText(s), "") << "train windows that reported neither a loss nor a rate";
+  s.set_last_loss(0.75);
+  EXPECT_EQ(MetricSummaryText(s), "last loss 0.7500");
+  s.mutable_best_eval()->set_epoch(1);
+  s.mutable_best_eval()->set_loss(0.5);
+  EXPECT_EQ(MetricSummaryText(s), "best eval loss 0.5000 (epoch 2), last loss 0.7500");
+  s.mutable_best_eval()->set_accuracy(0.9);
+  s.set_mean_samples_per_sec(100);
+  EXPECT_EQ(MetricSummaryText(s), "best eval accuracy 90.00% (epoch 2, loss 0.5000), last loss 0.7500, mean 100 samples/s");
+  s.mutable_best_eval()->clear_loss();
+  EXPECT_EQ(MetricSummaryText(s), "best eval accuracy 90.00% (epoch 2), last loss 0.7500, mean 100 samples/s");
+}
+
 v1::JobUpdate JobSnapshot(v1::JobState state, int epoch, int step) {
   v1::JobUpdate u;
   v1::Job* j = u.mutable_job();

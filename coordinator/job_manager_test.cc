@@ -135,6 +135,61 @@ TEST_F(JobManagerTest, WholeLifeWithRendezvousMetricsAndEvents) {
   EXPECT_TRUE(jobs_->BusySlots("a").empty());
 }
 
+// A script's points carry only what it reported: the summary and the
+// progress take what is there (a loss without a rate, no invented 0s), and
+// its eval reports (KIND_EVAL) are the job's last and best eval.
+TEST_F(JobManagerTest, AScriptsPartialPointsAndEvalReportsFoldIntoTheSummary) {
+  AddWorker("a", 1);
+  auto job = jobs_->Submit(Spec(1));
+  ASSERT_TRUE(job.ok());
+  const std::string id = job->id();
+  ASSERT_EQ(Rendezvous("a", id, 1).code(), absl::StatusCode::kOk);
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
+  auto send = [&](std::vector<v1::MetricPoint> points) {
+    v1::MetricBatch batch;
+    batch.set_job_id(id);
+    batch.set_attempt(1);
+    for (v1::MetricPoint& p : points) *batch.add_points() = std::move(p);
+    ASSERT_TRUE(jobs_->OnMetrics("a", batch).ok());
+  };
+  auto point = [](v1::MetricPoint::Kind kind, int step) {
+    v1::MetricPoint p;
+    p.set_kind(kind);
+    p.set_step(step);
+    return p;
+  };
+  v1::MetricPoint train = point(v1::MetricPoint::KIND_TRAIN, 1);
+  train.set_loss(0.75);
+  v1::MetricPoint eval_a = point(v1::MetricPoint::KIND_EVAL, 1);
+  eval_a.mutable_eval()->set_accuracy(0.5);
+  (*eval_a.mutable_scalars())["val_f1"] = 0.25;
+  v1::MetricPoint eval_b = point(v1::MetricPoint::KIND_EVAL, 2);
+  eval_b.mutable_eval()->set_accuracy(0.25);
+  send({train, eval_a, eval_b});
+  v1::Job j = Get(id);
+  EXPECT_EQ(j.metric_summary().train_points(), 1);
+  EXPECT_DOUBLE_EQ(j.metric_summary().last_loss(), 0.75);
+  EXPECT_FALSE(j.metric_summary().has_mean_samples_per_sec()) << "no rate was reported";
+  EXPECT_DOUBLE_EQ(j.progress().last_loss(), 0.75);
+  EXPECT_EQ(j.progress().samples_per_sec(), 0);
+  EXPECT_DOUBLE_EQ(j.metric_summary().best_eval().accuracy(), 0.5);
+  EXPECT_FALSE(j.metric_summary().best_eval().has_loss());
+  EXPECT_DOUBLE_EQ(j.progress().last_eval().accuracy(), 0.25);
+
+  // A window without a loss keeps the last one; a rate starts the mean.
+  v1::MetricPoint rate = point(v1::MetricPoint::KIND_TRAIN, 2);
+  rate.set_samples_per_sec(100);
+  send({rate, point(v1::MetricPoint::KIND_TRAIN, 3)});
+  j = Get(id);
+  EXPECT_EQ(j.metric_summary().train_points(), 3);
+  EXPECT_DOUBLE_EQ(j.metric_summary().last_loss(), 0.75);
+  EXPECT_DOUBLE_EQ(j.metric_summary().mean_samples_per_sec(), 100) << "over the windows that had a rate";
+  EXPECT_EQ(j.metric_summary().rate_points(), 1);
+  auto stored = store_->ListMetrics(id, 100);
+  ASSERT_TRUE(stored.ok());
+  ASSERT_EQ(stored->size(), 5u);
+}
+
 TEST_F(JobManagerTest, ALeaseDoesNotRunOutWhileTheWorkersMessagesWaitForTheLoop) {
   std::string id = RunningJob();
   // The loop stalled 4 s (a slow commit) while b's heartbeats were read and

@@ -1,9 +1,12 @@
 #include "coordinator/telemetry_ingest.h"
 
 #include <algorithm>
+#include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
 
@@ -27,20 +30,56 @@ void MarkStep(JobEntry& e, int32_t attempt, v1::RankAssignment& r, int64_t step,
   if (attempt == e.job.attempts_size()) e.progress_mono[r.rank()] = mono;
 }
 
+// A train window into the job's summary: only what it reported (a script's
+// window may carry a loss and no rate, or nothing but its step).
 void FoldTrainPoint(v1::MetricSummary& sum, const v1::MetricPoint& p, int world_size) {
-  // Running mean of one rank's rate, times the ranks: all ranks together.
-  const double world = std::max(1, world_size);
-  double rank_mean = sum.mean_samples_per_sec() / world;
   sum.set_train_points(sum.train_points() + 1);
-  rank_mean += (p.samples_per_sec() - rank_mean) / static_cast<double>(sum.train_points());
-  sum.set_mean_samples_per_sec(rank_mean * world);
-  if (p.rank() == 0) sum.set_last_loss(p.loss());
+  if (p.has_samples_per_sec()) {
+    // Running mean of one rank's rate, times the ranks: all ranks together.
+    // A summary from before rate_points (a mean without it) counted its
+    // rates in train_points.
+    const int64_t before = sum.has_rate_points()           ? sum.rate_points()
+                           : sum.has_mean_samples_per_sec() ? sum.train_points() - 1
+                                                            : 0;
+    const double world = std::max(1, world_size);
+    double rank_mean = sum.mean_samples_per_sec() / world;
+    sum.set_rate_points(before + 1);
+    rank_mean += (p.samples_per_sec() - rank_mean) / static_cast<double>(sum.rate_points());
+    sum.set_mean_samples_per_sec(rank_mean * world);
+  }
+  if (p.rank() == 0 && p.has_loss()) sum.set_last_loss(p.loss());
+}
+
+// Whether evaluation `e` beats `best`: a higher accuracy (any accuracy
+// beats none); with no accuracy on either, a lower loss.
+bool BetterEval(const v1::EvalResult& e, const v1::EvalResult& best) {
+  if (e.has_accuracy() || best.has_accuracy()) {
+    return e.has_accuracy() && (!best.has_accuracy() || e.accuracy() > best.accuracy());
+  }
+  return e.has_loss() && (!best.has_loss() || e.loss() < best.loss());
+}
+
+// Rank 0's evaluation (an epoch end's, or a script's eval report) as the
+// job's newest, and as its best when it beats the best so far.
+void FoldEval(v1::Job& job, const v1::EvalResult& eval) {
+  *job.mutable_progress()->mutable_last_eval() = eval;
+  v1::MetricSummary* sum = job.mutable_metric_summary();
+  if (!sum->has_best_eval() || BetterEval(eval, sum->best_eval())) *sum->mutable_best_eval() = eval;
+}
+
+// "eval loss 0.1234, accuracy 0.9000": the fields it has.
+std::string EvalText(const v1::EvalResult& e) {
+  std::vector<std::string> parts;
+  if (e.has_loss()) parts.push_back(absl::StrFormat("eval loss %.4f", e.loss()));
+  if (e.has_accuracy()) parts.push_back(absl::StrFormat("accuracy %.4f", e.accuracy()));
+  return absl::StrJoin(parts, ", ");
 }
 
 JobEvent EpochEndEvent(const v1::MetricPoint& p, int32_t epochs, int32_t attempt) {
-  std::string msg = absl::StrFormat("epoch %d/%d done: loss %.4f", p.epoch() + 1, epochs, p.loss());
+  std::string msg = absl::StrFormat("epoch %d/%d done", p.epoch() + 1, epochs);
+  if (p.has_loss()) absl::StrAppendFormat(&msg, ": loss %.4f", p.loss());
   if (p.has_eval()) {
-    absl::StrAppendFormat(&msg, ", eval loss %.4f, accuracy %.4f", p.eval().loss(), p.eval().accuracy());
+    if (std::string eval = EvalText(p.eval()); !eval.empty()) absl::StrAppend(&msg, p.has_loss() ? ", " : ": ", eval);
   }
   return {"epoch_end", msg, attempt, 0};
 }
@@ -62,8 +101,10 @@ v1::Progress ProgressFromPoints(const v1::Job& job, const absl::flat_hash_map<in
       slowest = g;
       slow_point = &p;
     }
-    samples_per_sec += p.samples_per_sec();
-    min_rate = min_rate == 0 ? p.samples_per_sec() : std::min(min_rate, p.samples_per_sec());
+    if (p.has_samples_per_sec()) {
+      samples_per_sec += p.samples_per_sec();
+      min_rate = min_rate == 0 ? p.samples_per_sec() : std::min(min_rate, p.samples_per_sec());
+    }
     seen += p.samples_seen();
   }
   if (slow_point == nullptr) return prog;
@@ -72,7 +113,9 @@ v1::Progress ProgressFromPoints(const v1::Job& job, const absl::flat_hash_map<in
   prog.set_steps_per_epoch(slow_point->steps_per_epoch());
   prog.set_samples_seen(seen);
   if (samples_per_sec > 0) prog.set_samples_per_sec(samples_per_sec);
-  if (auto it = last_points.find(0); it != last_points.end()) prog.set_last_loss(it->second.loss());
+  if (auto it = last_points.find(0); it != last_points.end() && it->second.has_loss()) {
+    prog.set_last_loss(it->second.loss());
+  }
   int64_t total = static_cast<int64_t>(job.spec().training().epochs()) * slow_point->steps_per_epoch();
   int32_t batch_size = job.spec().data().batch_size() * job.spec().training().grad_accumulation();
   if (min_rate > 0 && batch_size > 0 && total > 0) {
@@ -112,13 +155,10 @@ std::vector<JobEvent> TelemetryIngest::ApplyPoints(JobEntry& e, v1::Attempt& a, 
       e.last_points[p.rank()] = p;
       FoldTrainPoint(*sum, p, a.ranks_size());
     }
-    if (p.kind() != v1::MetricPoint::KIND_EPOCH_END || p.rank() != 0) continue;
-    if (p.has_eval()) {
-      *e.job.mutable_progress()->mutable_last_eval() = p.eval();
-      if (!sum->has_best_eval() || p.eval().accuracy() > sum->best_eval().accuracy()) {
-        *sum->mutable_best_eval() = p.eval();
-      }
-    }
+    if (p.rank() != 0) continue;
+    if (p.kind() == v1::MetricPoint::KIND_EVAL && p.has_eval()) FoldEval(e.job, p.eval());
+    if (p.kind() != v1::MetricPoint::KIND_EPOCH_END) continue;
+    if (p.has_eval()) FoldEval(e.job, p.eval());
     events.push_back(EpochEndEvent(p, e.job.spec().training().epochs(), batch.attempt()));
   }
   return events;

@@ -48,5 +48,28 @@ TEST(TelemetryIngestTest, ProgressIsTheSlowestRanksWithSummedThroughput) {
   EXPECT_DOUBLE_EQ(ProgressFromPoints(job, {}, before).eta_seconds(), -1);
 }
 
+// A script's windows carry what it reported: one without a rate adds no 0
+// to the throughput (nor a 0 minimum to the ETA), one without a loss keeps
+// the last loss reported.
+TEST(TelemetryIngestTest, ProgressTakesOnlyReportedFields) {
+  v1::Job job;
+  job.mutable_spec()->mutable_training()->set_epochs(3);
+  job.mutable_spec()->mutable_training()->set_grad_accumulation(1);
+  job.mutable_spec()->mutable_data()->set_batch_size(10);
+  absl::flat_hash_map<int32_t, v1::MetricPoint> last;
+  last[0] = Point(0, 1, 50, 200);
+  last[0].clear_loss();
+  last[1] = Point(1, 1, 40, 100);
+  last[1].clear_samples_per_sec();
+  v1::Progress before;
+  before.set_last_loss(0.25);
+  v1::Progress p = ProgressFromPoints(job, last, before);
+  EXPECT_DOUBLE_EQ(p.samples_per_sec(), 200) << "rank 1 reported no rate";
+  EXPECT_DOUBLE_EQ(p.last_loss(), 0.25) << "rank 0 reported no loss this time";
+  // 160 steps left at rank 0's 200/10 steps/s (the only rate there is).
+  EXPECT_DOUBLE_EQ(p.eta_seconds(), 8);
+  EXPECT_FALSE(ProgressFromPoints(job, last, v1::Progress()).has_last_loss());
+}
+
 }  // namespace
 }  // namespace trainctl::coordinator

@@ -361,8 +361,13 @@ class ClientTest(ClusterTestCase):
         self.assertEqual(sorted({(p.rank, p.step) for p in points}), [(r, s) for r in (0, 1) for s in (1, 2, 3)])
         train = list(self.client.metric_points(job, rank=0, kind="train"))
         self.assertEqual([(p.step, p.loss, dict(p.scalars)) for p in train],
-                         [(1, 1.0, {}), (2, 0.5, {}), (3, 0.25, {}), (3, 0.0, {"val_f1": 0.75})])
+                         [(1, 1.0, {}), (2, 0.5, {}), (3, 0.25, {})])
         self.assertTrue(all(p.kind == metrics_pb2.MetricPoint.KIND_TRAIN for p in train))
+        # report(val_f1=...) is an eval report: its own kind, no loss invented.
+        evals = list(self.client.metric_points(job, rank=0, kind="eval"))
+        self.assertEqual([(p.step, dict(p.scalars), p.HasField("loss")) for p in evals],
+                         [(3, {"val_f1": 0.75}, False)])
+        self.assertTrue(all(p.kind == metrics_pb2.MetricPoint.KIND_EVAL for p in evals))
         self.assertEqual([p.scalars["val_f1"] for p in points if "val_f1" in p.scalars], [0.75, 0.75])
         self.assertEqual(sum(len(b.points) for b in self.client.metrics(job)), len(points))
 

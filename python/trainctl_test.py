@@ -47,9 +47,55 @@ class ReportTest(unittest.TestCase):
             sys.stderr = err
         os.close(w)
         lines = os.read(r, 4096).decode().splitlines()
-        self.assertEqual(lines[1], "metric kind=train epoch=0 step=3 loss=1.5 s.eval/top5=0.5 s.val_f1=0.8")
+        # Eval names make an eval point of their own, after the train point.
+        self.assertEqual(lines[1:3], ["metric kind=train epoch=0 step=3 loss=1.5",
+                                      "metric kind=eval epoch=0 step=3 s.eval/top5=0.5 s.val_f1=0.8"])
         self.assertEqual(warned.count("'bad name' is not a scalar name"), 1)
         self.assertEqual(warned.count("text='x' is not a number"), 1)
+
+    def _lines(self, **kwargs):
+        r, w = os.pipe()
+        os.environ["TRAINCTL_STATUS_FD"] = str(w)
+        self.t._fd = None
+        self.assertTrue(self.t.report(**kwargs))
+        os.close(w)
+        lines = os.read(r, 4096).decode().splitlines()
+        os.close(r)
+        return lines
+
+    def test_eval_reports_are_eval_points_with_only_what_was_reported(self):
+        self.assertEqual(self._lines(step=40, epoch=1, val_f1=0.75, eval_accuracy=0.5),
+                         ["progress 1 40", "metric kind=eval epoch=1 step=40 eval_accuracy=0.5 s.val_f1=0.75"])
+        # One call with both: a train point and an eval point; the eval point
+        # keeps steps_per_epoch (the coordinator orders points by it).
+        self.assertEqual(self._lines(step=8, loss=0.5, lr=0.01, steps_per_epoch=4, eval_loss=0.25,
+                                     eval_samples=10, valid=1.0),
+                         ["progress 0 8",
+                          "metric kind=train epoch=0 step=8 loss=0.5 steps_per_epoch=4 lr=0.01 s.valid=1.0",
+                          "metric kind=eval epoch=0 step=8 steps_per_epoch=4 eval_loss=0.25 eval_samples=10"])
+        # kind="eval": loss is the eval loss; custom names of any form go with it.
+        self.assertEqual(self._lines(step=9, kind="eval", loss=0.3, f1=0.9),
+                         ["progress 0 9", "metric kind=eval epoch=0 step=9 eval_loss=0.3 s.f1=0.9"])
+        # kind="train": everything in one train point, as before.
+        self.assertEqual(self._lines(step=2, kind="train", loss=1.0, val_f1=0.5),
+                         ["progress 0 2", "metric kind=train epoch=0 step=2 loss=1.0 s.val_f1=0.5"])
+        # A bare step is a train point with nothing in it (a heartbeat).
+        self.assertEqual(self._lines(step=3), ["progress 0 3", "metric kind=train epoch=0 step=3"])
+
+    def test_eval_report_refuses_what_is_not_an_evaluation(self):
+        with self.assertRaisesRegex(ValueError, "kind must be 'train' or 'eval', not 'test'"):
+            self.t.report(step=1, kind="test")
+        with self.assertRaisesRegex(ValueError, "loss or eval_loss, not both"):
+            self.t.report(step=1, kind="eval", loss=0.1, eval_loss=0.2)
+        import io
+        err, sys.stderr = sys.stderr, io.StringIO()
+        try:
+            lines = self._lines(step=4, kind="eval", lr=0.1, eval_accuracy=0.5)
+            warned = sys.stderr.getvalue()
+        finally:
+            sys.stderr = err
+        self.assertEqual(lines[1], "metric kind=eval epoch=0 step=4 eval_accuracy=0.5")
+        self.assertIn("lr is a training field: not reported with kind='eval'", warned)
 
     def test_closed_pipe_is_not_an_error(self):
         r, w = os.pipe()

@@ -194,6 +194,185 @@ TEST(CommandPlacementTest, WorkerWithoutAllowCommandsRunsNone) {
   EXPECT_EQ(j.state_reason(), "no worker allows commands (start trainctl-worker with --allow-commands)");
 }
 
+// Issue #44 item 3, "eval is eval": a script reports train windows with a
+// loss and lr, and evaluations with eval_accuracy and a val_f1 of its own.
+constexpr char kEvalReportingScript[] = R"py(
+import trainctl
+for step in range(1, 5):
+    trainctl.report(step=step, epoch=0, loss=1.0 / step, lr=0.1)
+    if step % 2 == 0:
+        trainctl.report(step=step, epoch=0, val_f1=0.5 + step / 8.0, eval_accuracy=step / 8.0)
+print("reported")
+)py";
+
+// A script that reports only evaluations.
+constexpr char kEvalOnlyScript[] = R"py(
+import trainctl
+trainctl.report(step=3, epoch=1, kind="eval", loss=0.5, f1=0.25)
+print("reported")
+)py";
+
+class CommandReportTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    cluster_ = std::make_unique<Cluster>(trainctl::testing::BuildDirOfThisTest(), "/bin/false");
+    ASSERT_TRUE(cluster_->StartCoordinator());
+    ASSERT_TRUE(cluster_->StartWorker("w0", 1, false, {"--allow_commands"}));
+    ASSERT_TRUE(cluster_->WaitWorkers(1));
+  }
+
+  // Runs `script` as a one-rank command job (TensorBoard files in
+  // <dir>/<name>/tensorboard) to success; its id.
+  std::string RunScript(const std::string& name, const char* script) {
+    const std::string path = cluster_->dir() + "/" + name + ".py";
+    std::ofstream(path) << script;
+    ParsedJobSpec p = ParseJobSpecYaml(
+        absl::StrCat("name: ", name, "\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: [/usr/bin/python3, ", path,
+                     "]\nrestart: {max_restarts: 0}\ncheckpoint: {dir: ", cluster_->dir(), "/", name,
+                     "}\ntensorboard: {enabled: true}\n"),
+        "job.yaml");
+    EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
+    const std::string id = cluster_->Submit(p.spec);
+    EXPECT_FALSE(id.empty());
+    v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
+    EXPECT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n" << cluster_->RankLog(id, 1, 0);
+    return id;
+  }
+
+  // The job's stored points of `kind` (every page), through GetMetrics.
+  std::vector<v1::MetricPoint> Points(const std::string& id, v1::MetricPoint::Kind kind) {
+    std::vector<v1::MetricPoint> points;
+    v1::GetMetricsRequest req;
+    req.set_job_id(id);
+    req.set_kind(kind);
+    do {
+      grpc::ClientContext ctx;
+      v1::GetMetricsResponse resp;
+      grpc::Status s = cluster_->jobs()->GetMetrics(&ctx, req, &resp);
+      EXPECT_TRUE(s.ok()) << s.error_message();
+      if (!s.ok()) break;
+      for (const v1::MetricBatch& b : resp.batches()) points.insert(points.end(), b.points().begin(), b.points().end());
+      req.set_page_token(resp.next_page_token());
+    } while (!req.page_token().empty());
+    return points;
+  }
+
+  // `trainctl ARGS...`: its exit code, with its output in *out.
+  int Cli(std::vector<std::string> args, std::string* out) {
+    std::vector<std::string> argv = {trainctl::testing::BuildDirOfThisTest() + "/client/trainctl", "--coordinator",
+                                     cluster_->address(), "--token", cluster_->admin_token()};
+    argv.insert(argv.end(), args.begin(), args.end());
+    trainctl::testing::Process proc(argv, cluster_->dir() + "/cli.log");
+    EXPECT_TRUE(proc.Start());
+    const int status = proc.Wait(absl::Seconds(30));
+    *out = proc.ReadLog();
+    return WIFEXITED(status) ? WEXITSTATUS(status) : -1;
+  }
+
+  // Rank 0's TensorBoard scalars, one JSON object per event (read by an
+  // independent reader: tests/support/read_tfevents.py).
+  std::string TensorBoard(const std::string& name) {
+    const std::string events = cluster_->dir() + "/" + name + ".tfevents.jsonl";
+    const std::string read = absl::StrCat("/usr/bin/python3 ", SourceDir(), "/tests/support/read_tfevents.py ",
+                                          cluster_->dir(), "/", name, "/tensorboard > ", events, " 2>&1");
+    EXPECT_EQ(std::system(read.c_str()), 0) << read;
+    std::ifstream in(events);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  }
+
+  std::unique_ptr<Cluster> cluster_;
+};
+
+TEST_F(CommandReportTest, EvalReportsAreEvalPointsWithExactlyTheReportedFields) {
+  const std::string id = RunScript("typed", kEvalReportingScript);
+  ASSERT_FALSE(id.empty());
+
+  // Evaluations: KIND_EVAL, eval accuracy and val_f1 and nothing invented.
+  const std::vector<v1::MetricPoint> evals = Points(id, v1::MetricPoint::KIND_EVAL);
+  ASSERT_EQ(evals.size(), 2u);
+  for (size_t i = 0; i < evals.size(); ++i) {
+    const v1::MetricPoint& p = evals[i];
+    const int step = 2 * static_cast<int>(i + 1);
+    EXPECT_EQ(p.kind(), v1::MetricPoint::KIND_EVAL);
+    EXPECT_EQ(p.step(), step);
+    ASSERT_TRUE(p.has_eval()) << p.DebugString();
+    EXPECT_TRUE(p.eval().has_accuracy());
+    EXPECT_DOUBLE_EQ(p.eval().accuracy(), step / 8.0);
+    EXPECT_FALSE(p.eval().has_loss()) << p.DebugString();
+    EXPECT_FALSE(p.eval().has_samples()) << p.DebugString();
+    ASSERT_EQ(p.scalars().count("val_f1"), 1u) << p.DebugString();
+    EXPECT_DOUBLE_EQ(p.scalars().at("val_f1"), 0.5 + step / 8.0);
+    EXPECT_EQ(p.scalars_size(), 1);
+    EXPECT_FALSE(p.has_loss() || p.has_lr() || p.has_samples_per_sec() || p.has_data_ms() || p.has_compute_ms() ||
+                 p.has_comm_ms() || p.has_loss_scale() || p.has_steps_per_epoch() || p.has_samples_seen())
+        << "a field the eval report did not name\n" << p.DebugString();
+  }
+  // Train windows: loss and lr, no eval and no scalars.
+  const std::vector<v1::MetricPoint> trains = Points(id, v1::MetricPoint::KIND_TRAIN);
+  ASSERT_EQ(trains.size(), 4u);
+  for (const v1::MetricPoint& p : trains) {
+    EXPECT_TRUE(p.has_loss() && p.has_lr()) << p.DebugString();
+    EXPECT_DOUBLE_EQ(p.loss(), 1.0 / static_cast<double>(p.step()));
+    EXPECT_FALSE(p.has_eval()) << p.DebugString();
+    EXPECT_EQ(p.scalars_size(), 0) << p.DebugString();
+    EXPECT_FALSE(p.has_samples_per_sec() || p.has_data_ms() || p.has_loss_scale()) << p.DebugString();
+  }
+
+  // `trainctl metrics --kind eval` lists them, empty where nothing was reported.
+  std::string out;
+  ASSERT_EQ(Cli({"metrics", id, "--kind", "eval", "-o", "csv"}, &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("attempt,rank,kind,epoch,step,loss,lr,samples_per_sec,data_ms,compute_ms,comm_ms,"
+                             "loss_scale,eval_loss,eval_accuracy,val_f1,time\n"));
+  EXPECT_THAT(out, HasSubstr("\n1,0,eval,1,2,,,,,,,,,0.2500,0.75,")) << out;
+  EXPECT_THAT(out, HasSubstr("\n1,0,eval,1,4,,,,,,,,,0.5000,1,")) << out;
+  EXPECT_THAT(out, Not(HasSubstr(",train,"))) << out;
+  ASSERT_EQ(Cli({"metrics", id, "--kind", "train", "-o", "csv"}, &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("\n1,0,train,1,4,0.25,0.1,,,,,,,,")) << out;
+
+  // The summary says what was reported: a loss, the best eval, no rate.
+  ASSERT_EQ(Cli({"describe", id}, &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("best eval accuracy 50.00% (epoch 1), last loss 0.2500")) << out;
+  EXPECT_THAT(out, HasSubstr("Last eval")) << out;
+  EXPECT_THAT(out, HasSubstr("epoch 1: accuracy 50.00%")) << out;
+  EXPECT_THAT(out, Not(HasSubstr("samples/s"))) << out;
+
+  // TensorBoard: the tags of what was reported (floats: exact in float32).
+  const std::string tb = TensorBoard("typed");
+  EXPECT_THAT(tb, HasSubstr("\"eval/accuracy\": 0.5,")) << tb;
+  EXPECT_THAT(tb, HasSubstr("\"val_f1\": 1.0")) << tb;
+  EXPECT_THAT(tb, HasSubstr("\"train/loss\": 0.25")) << tb;
+  EXPECT_THAT(tb, HasSubstr("\"train/lr\": 0.1")) << tb;
+  EXPECT_THAT(tb, Not(HasSubstr("eval/loss"))) << tb;
+  EXPECT_THAT(tb, Not(HasSubstr("samples_per_sec"))) << tb;
+}
+
+TEST_F(CommandReportTest, AJobThatOnlyEvaluatesHasNoInventedLossOrRate) {
+  const std::string id = RunScript("evalonly", kEvalOnlyScript);
+  ASSERT_FALSE(id.empty());
+  const std::vector<v1::MetricPoint> evals = Points(id, v1::MetricPoint::KIND_EVAL);
+  ASSERT_EQ(evals.size(), 1u);
+  EXPECT_TRUE(evals[0].eval().has_loss());
+  EXPECT_DOUBLE_EQ(evals[0].eval().loss(), 0.5);
+  EXPECT_FALSE(evals[0].eval().has_accuracy());
+  EXPECT_FALSE(evals[0].has_loss());
+  EXPECT_DOUBLE_EQ(evals[0].scalars().at("f1"), 0.25);
+  EXPECT_TRUE(Points(id, v1::MetricPoint::KIND_TRAIN).empty()) << "a report that was all eval";
+
+  const v1::Job job = cluster_->Get(id);
+  EXPECT_FALSE(job.metric_summary().has_last_loss()) << job.metric_summary().DebugString();
+  EXPECT_FALSE(job.metric_summary().has_mean_samples_per_sec()) << job.metric_summary().DebugString();
+  EXPECT_FALSE(job.progress().has_last_loss()) << job.progress().DebugString();
+  std::string out;
+  ASSERT_EQ(Cli({"describe", id}, &out), 0) << out;
+  EXPECT_THAT(out, HasSubstr("best eval loss 0.5000 (epoch 2)")) << out;
+  EXPECT_THAT(out, Not(HasSubstr("last loss"))) << out;
+  EXPECT_THAT(out, Not(HasSubstr("samples/s"))) << out;
+  const std::string tb = TensorBoard("evalonly");
+  EXPECT_THAT(tb, HasSubstr("\"eval/loss\": 0.5")) << tb;
+  EXPECT_THAT(tb, HasSubstr("\"f1\": 0.25")) << tb;
+  EXPECT_THAT(tb, Not(HasSubstr("train/"))) << tb;
+}
+
 // torchrun's defaults and flags: a script that is not there fails once (no
 // restarts in a local run, and exit 2 would not heal anyway), --standalone
 // is accepted, and a rendezvous flag is refused by name.

@@ -12,9 +12,10 @@
 // The JSON API's authentication is checked over plain HTTP too.
 //
 // A second test opens the dashboard through `trainctl dashboard`'s one-time
-// sign-in link (no login form) on a command job that reports a loss and a
-// custom scalar: signed in, the job page charts exactly those two (no empty
-// throughput or eval chart), a screenshot is taken, the link works once;
+// sign-in link (no login form) on a command job that reports a loss, a
+// custom scalar and an eval accuracy: signed in, the job page charts exactly
+// those three (the eval report by step; no empty throughput or eval loss
+// chart), a screenshot is taken, the link works once;
 // `trainctl metrics -o csv` lists the custom scalar as a column and the
 // worker wrote both into the job's TensorBoard directory.
 //
@@ -447,11 +448,13 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
   EXPECT_EQ(browser.String("JSON.stringify(window.__csp)"), "[]") << "the CSP blocked part of the page";
 }
 
-// Reports a loss and a custom scalar at steps 1..5.
+// Reports a loss and a custom scalar at steps 1..5, and an eval accuracy
+// at step 5.
 constexpr char kReportingScript[] = R"py(
 import trainctl
 for step in range(1, 6):
     trainctl.report(step=step, epoch=0, loss=1.0 / step, val_f1=0.5 + step / 20.0)
+trainctl.report(step=5, epoch=0, eval_accuracy=0.625)
 print("reported")
 )py";
 
@@ -531,8 +534,13 @@ TEST(DashboardE2ETest, ASignInLinkShowsACommandJobsOwnScalarsWhichReachMetricsAn
                                "Chart.getChart('loss-chart').data.datasets[0].data.length === 5",
                                absl::Seconds(10)));
   EXPECT_DOUBLE_EQ(browser.Number("Chart.getChart('scalar-val_f1').data.datasets[0].data[4].y"), 0.75);
+  // The script's eval report is on the eval chart, at its step.
+  EXPECT_TRUE(browser.WaitTrue("Chart.getChart('eval-chart')?.data.datasets[0].data.length === 1", absl::Seconds(10)));
+  EXPECT_DOUBLE_EQ(browser.Number("Chart.getChart('eval-chart').data.datasets[0].data[0].x"), 5);
+  EXPECT_DOUBLE_EQ(browser.Number("Chart.getChart('eval-chart').data.datasets[0].data[0].y"), 0.625);
   EXPECT_TRUE(browser.Eval("Chart.getChart('throughput-chart') === undefined && "
-                           "Chart.getChart('eval-chart') === undefined && document.querySelectorAll('canvas').length === 2")
+                           "Chart.getChart('eval-loss-chart') === undefined && "
+                           "document.querySelectorAll('canvas').length === 3")
                   .bool_value())
       << "a chart for a metric the job never reported";
   Struct png = browser.Call("Page.captureScreenshot", "{\"format\":\"png\"}");

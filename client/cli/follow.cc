@@ -143,8 +143,9 @@ int FollowPrinter::Finish(const v1::Job& job) {
   }
   out_ << line << "\n";
   if (ok && job.progress().has_last_eval()) {
-    const v1::EvalResult& e = job.progress().last_eval();
-    out_ << absl::StrFormat("final eval: loss %.4f, accuracy %.2f%%\n", e.loss(), e.accuracy() * 100);
+    if (std::string eval = EvalResultText(job.progress().last_eval()); !eval.empty()) {
+      out_ << "final eval: " << eval << "\n";
+    }
   }
   if (ok && !job.final_model().empty()) {
     // The engine exports TorchScript; a command job's program saves what it likes

@@ -203,7 +203,7 @@ double ProgressFraction(const v1::Progress& p) {
 
 std::string ProgressText(const v1::Progress& p) {
   // Epochs are known from the spec before anything trained: say nothing then.
-  if (p.steps_per_epoch() <= 0 && p.step() <= 0 && p.last_loss() == 0 && p.samples_per_sec() <= 0) return "";
+  if (p.steps_per_epoch() <= 0 && p.step() <= 0 && !p.has_last_loss() && p.samples_per_sec() <= 0) return "";
   std::vector<std::string> parts;
   if (p.epochs() > 0) parts.push_back(absl::StrCat("epoch ", std::min(p.epoch() + 1, p.epochs()), "/", p.epochs()));
   if (p.steps_per_epoch() > 0) {
@@ -211,7 +211,7 @@ std::string ProgressText(const v1::Progress& p) {
   } else if (p.step() > 0) {
     parts.push_back(absl::StrCat("step ", p.step()));
   }
-  if (p.last_loss() != 0) parts.push_back(absl::StrFormat("loss %.4f", p.last_loss()));
+  if (p.has_last_loss()) parts.push_back(absl::StrFormat("loss %.4f", p.last_loss()));
   if (p.samples_per_sec() > 0) parts.push_back(absl::StrCat(FormatRate(p.samples_per_sec()), " samples/s"));
   if (p.eta_seconds() > 0) parts.push_back(absl::StrCat("ETA ", HumanDuration(absl::Seconds(p.eta_seconds()))));
   if (parts.empty()) return "";
@@ -380,8 +380,8 @@ void PrintJobStatus(std::ostream& out, const v1::Job& job, absl::Time now,
   }
   if (job.progress().has_last_eval()) {
     const v1::EvalResult& e = job.progress().last_eval();
-    row("Last eval", absl::StrFormat("epoch %d: loss %.4f, accuracy %.2f%%", e.epoch() + 1, e.loss(),
-                                     e.accuracy() * 100));
+    const std::string fields = EvalResultText(e);
+    row("Last eval", absl::StrCat("epoch ", e.epoch() + 1, fields.empty() ? "" : ": ", fields));
   }
   row("Submitted", absl::StrCat(FormatTimestamp(job.submit_time()), " (", Age(job.submit_time(), now), ")"));
   if (job.has_start_time()) row("Started", FormatTimestamp(job.start_time()));
@@ -413,15 +413,26 @@ void PrintJobStatus(std::ostream& out, const v1::Job& job, absl::Time now,
   out << text.substr(text.find('\n') + 1);
 }
 
+std::string EvalResultText(const v1::EvalResult& e) {
+  std::vector<std::string> parts;
+  if (e.has_loss()) parts.push_back(absl::StrFormat("loss %.4f", e.loss()));
+  if (e.has_accuracy()) parts.push_back(absl::StrFormat("accuracy %.2f%%", e.accuracy() * 100));
+  return absl::StrJoin(parts, ", ");
+}
+
 std::string MetricSummaryText(const v1::MetricSummary& s) {
   std::vector<std::string> parts;
-  if (s.has_best_eval()) {
-    parts.push_back(absl::StrFormat("best eval accuracy %.2f%% (epoch %d, loss %.4f)", s.best_eval().accuracy() * 100,
-                                    s.best_eval().epoch() + 1, s.best_eval().loss()));
+  if (const v1::EvalResult& e = s.best_eval(); s.has_best_eval() && e.has_accuracy()) {
+    parts.push_back(absl::StrFormat("best eval accuracy %.2f%% (epoch %d%s)", e.accuracy() * 100, e.epoch() + 1,
+                                    e.has_loss() ? absl::StrFormat(", loss %.4f", e.loss()) : ""));
+  } else if (s.has_best_eval() && e.has_loss()) {
+    parts.push_back(absl::StrFormat("best eval loss %.4f (epoch %d)", e.loss(), e.epoch() + 1));
   }
   if (s.train_points() > 0) {
-    parts.push_back(absl::StrFormat("last loss %.4f", s.last_loss()));
-    parts.push_back(absl::StrCat("mean ", FormatRate(s.mean_samples_per_sec()), " samples/s"));
+    if (s.has_last_loss()) parts.push_back(absl::StrFormat("last loss %.4f", s.last_loss()));
+    if (s.has_mean_samples_per_sec()) {
+      parts.push_back(absl::StrCat("mean ", FormatRate(s.mean_samples_per_sec()), " samples/s"));
+    }
   }
   return absl::StrJoin(parts, ", ");
 }

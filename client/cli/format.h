@@ -75,8 +75,11 @@ void PrintSpecSummary(std::ostream& out, const v1::JobSpec& spec, const std::str
 // attempts, progress, times; `continued_by`: the jobs that continue it.
 void PrintJobStatus(std::ostream& out, const v1::Job& job, absl::Time now,
                     const std::vector<std::string>& continued_by = {});
+// "loss 0.3012, accuracy 91.20%": the fields the evaluation reported ("" for
+// none: a script's eval report may carry only scalars of its own).
+std::string EvalResultText(const v1::EvalResult& e);
 // "best eval accuracy 91.20% (epoch 3, loss 0.3012), last loss 0.2871, mean
-// 1234.5 samples/s"; parts without data are left out.
+// 1234.5 samples/s"; parts without data (not reported) are left out.
 std::string MetricSummaryText(const v1::MetricSummary& s);
 // The `describe` text: status block, spec summary, every attempt with its
 // placement and rank states, then the events.

@@ -48,23 +48,33 @@ std::vector<std::string> Row(int32_t attempt, const v1::MetricPoint& p, const st
   return row;
 }
 
-// The columns every point has, its time last.
+const char* KindName(v1::MetricPoint::Kind kind) {
+  switch (kind) {
+    case v1::MetricPoint::KIND_EPOCH_END:
+    case v1::MetricPoint::KIND_EVAL: return "eval";
+    default: return "train";
+  }
+}
+
+// The columns every point has, its time last; "" for a field the point
+// does not carry (a script's report names only what it has).
 std::vector<std::string> FixedColumns(int32_t attempt, const v1::MetricPoint& p) {
-  const bool eval = p.has_eval();
+  auto real = [](bool has, double v, const char* format) { return has ? absl::StrFormat(format, v) : ""; };
+  const v1::EvalResult& e = p.eval();
   return {absl::StrCat(attempt),
           absl::StrCat(p.rank()),
-          p.kind() == v1::MetricPoint::KIND_EPOCH_END ? "eval" : "train",
+          KindName(p.kind()),
           absl::StrCat(p.epoch() + 1),
           absl::StrCat(p.step()),
-          G(p.loss()),
-          G(p.lr()),
-          absl::StrFormat("%.1f", p.samples_per_sec()),
-          absl::StrFormat("%.2f", p.data_ms()),
-          absl::StrFormat("%.2f", p.compute_ms()),
-          absl::StrFormat("%.2f", p.comm_ms()),
-          G(p.loss_scale()),
-          eval ? G(p.eval().loss()) : "",
-          eval ? absl::StrFormat("%.4f", p.eval().accuracy()) : "",
+          real(p.has_loss(), p.loss(), "%.6g"),
+          real(p.has_lr(), p.lr(), "%.6g"),
+          real(p.has_samples_per_sec(), p.samples_per_sec(), "%.1f"),
+          real(p.has_data_ms(), p.data_ms(), "%.2f"),
+          real(p.has_compute_ms(), p.compute_ms(), "%.2f"),
+          real(p.has_comm_ms(), p.comm_ms(), "%.2f"),
+          real(p.has_loss_scale(), p.loss_scale(), "%.6g"),
+          real(p.has_eval() && e.has_loss(), e.loss(), "%.6g"),
+          real(p.has_eval() && e.has_accuracy(), e.accuracy(), "%.4f"),
           FormatTimestamp(p.time())};
 }
 
@@ -79,6 +89,14 @@ int RunMetrics(CliContext& ctx, const MetricsFlags& flags) {
   if (!job.ok()) return ctx.Fail(job.status());
   absl::StatusOr<std::vector<v1::MetricBatch>> batches = (*client)->Metrics(job->id(), options);
   if (!batches.ok()) return ctx.Fail(batches.status());
+  if (flags.kind == "eval") {
+    // Evaluations are the engine's epoch ends and a script's eval reports
+    // (a job has one or the other): both, in that order.
+    options.kind = v1::MetricPoint::KIND_EVAL;
+    absl::StatusOr<std::vector<v1::MetricBatch>> reported = (*client)->Metrics(job->id(), options);
+    if (!reported.ok()) return ctx.Fail(reported.status());
+    batches->insert(batches->end(), reported->begin(), reported->end());
+  }
   if (ctx.json()) return PrintJsonList(ctx, *batches, &v1::GetMetricsResponse::mutable_batches);
   const std::vector<std::string> scalars = ScalarNames(*batches);
   if (ctx.output == "csv") {
@@ -131,7 +149,7 @@ VerbRunner AddMetricsVerb(CLI::App& app, CliContext& ctx) {
       "job are downsampled by the coordinator (min/max/last loss per bucket).\n");
   sub->add_option("JOB", flags->job_id, kJobRefOrRunHelp);
   sub->add_option("--rank", flags->rank, "Only this rank")->check(CLI::NonNegativeNumber);
-  sub->add_option("--kind", flags->kind, "Only train windows or end-of-epoch (eval) points")
+  sub->add_option("--kind", flags->kind, "Only train windows, or evaluations (end-of-epoch points and a script's eval reports)")
       ->check(CLI::IsMember({"train", "eval"}));
   return [&ctx, flags] { return RunMetrics(ctx, *flags); };
 }

@@ -111,7 +111,8 @@ struct LogsOptions {
 struct MetricsOptions {
   // Only this rank; unset = every rank.
   std::optional<int> rank;
-  // KIND_TRAIN or KIND_EPOCH_END (with the eval results); unset = both.
+  // KIND_TRAIN, KIND_EPOCH_END (with the eval results) or KIND_EVAL (a
+  // command job's eval reports); unset = every kind.
   v1::MetricPoint::Kind kind = v1::MetricPoint::KIND_UNSPECIFIED;
 };
 

@@ -142,14 +142,14 @@ function storeBanner(r) {
 }
 
 // --- one job ----------------------------------------------------------------
-function lineChart(id, yLabel, datasets, color) {
+function lineChart(id, yLabel, datasets, color, xLabel) {
   return new Chart(document.getElementById(id), {
     type: 'line',
     data: {datasets: datasets.map(label => ({label, data: [], pointRadius: 1.5, borderWidth: 1.5, tension: 0.1,
                                              borderColor: color, backgroundColor: color}))},
     options: {
       animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
-      scales: {x: {type: 'linear', title: {display: true, text: id === 'eval-chart' ? 'epoch' : 'step'}},
+      scales: {x: {type: 'linear', title: {display: true, text: xLabel}},
                y: {title: {display: true, text: yLabel}}},
       plugins: {legend: {display: datasets.length > 1}},
     },
@@ -174,7 +174,7 @@ function jobView(main, id) {
   const charts = new Map();
   const COLORS = ['#8b5cf6', '#ec4899', '#14b8a6', '#64748b', '#ef4444', '#84cc16'];
   let customCharts = 0;
-  const chart = (id, title, yLabel, color) => {
+  const chart = (id, title, yLabel, color, xLabel = 'step') => {
     let c = charts.get(id);
     if (c) return c;
     document.getElementById('no-metrics')?.remove();
@@ -189,17 +189,21 @@ function jobView(main, id) {
     box.appendChild(canvas);
     div.append(h2, box);
     document.getElementById('charts').appendChild(div);
-    c = lineChart(id, yLabel, [yLabel], color || COLORS[customCharts++ % COLORS.length]);
+    c = lineChart(id, yLabel, [yLabel], color || COLORS[customCharts++ % COLORS.length], xLabel);
     charts.set(id, c);
     return c;
   };
   const loss = () => chart('loss-chart', 'Training loss (rank 0)', 'loss', '#3b82f6');
-  const evalChart = () => {
-    const c = chart('eval-chart', 'Eval accuracy (rank 0, per epoch)', 'accuracy', '#16a34a');
+  // The engine evaluates at each epoch's end (x: epoch); a script's eval
+  // reports (trainctl.report(eval_accuracy=...)) are placed by step.
+  const evalChart = (byStep) => {
+    const c = byStep ? chart('eval-chart', 'Eval accuracy (rank 0)', 'accuracy', '#16a34a')
+                     : chart('eval-chart', 'Eval accuracy (rank 0, per epoch)', 'accuracy', '#16a34a', 'epoch');
     c.options.scales.y.suggestedMin = 0;
     c.options.scales.y.suggestedMax = 1;
     return c;
   };
+  const evalLoss = () => chart('eval-loss-chart', 'Eval loss (rank 0)', 'eval loss', '#0ea5e9');
   const rate = () => chart('throughput-chart', 'Throughput (samples/s, all ranks)', 'samples/s', '#f59e0b');
   // Throughput: the ranks' windows summed per (attempt, step).
   const rateByStep = new Map();
@@ -218,10 +222,17 @@ function jobView(main, id) {
         }
       }
       if (p.kind === 'KIND_EPOCH_END') {
-        if (num(p.rank) === 0 && p.eval) evalChart().data.datasets[0].data.push({x: num(p.epoch) + 1, y: num(p.eval.accuracy)});
+        if (num(p.rank) === 0 && p.eval) evalChart(false).data.datasets[0].data.push({x: num(p.epoch) + 1, y: num(p.eval.accuracy)});
         continue;
       }
-      // proto3 JSON leaves out zeros: a point without loss reported none.
+      // A script's evaluation: only what it reported (JSON leaves out the rest).
+      if (p.kind === 'KIND_EVAL') {
+        if (num(p.rank) === 0 && p.eval?.accuracy !== undefined) evalChart(true).data.datasets[0].data.push({x: step, y: num(p.eval.accuracy)});
+        if (num(p.rank) === 0 && p.eval?.loss !== undefined) evalLoss().data.datasets[0].data.push({x: step, y: num(p.eval.loss)});
+        continue;
+      }
+      // A field a point carries is in its JSON (a reported 0 too); one it
+      // does not (a script's report that named no loss) is left out.
       if (num(p.rank) === 0 && p.loss !== undefined) loss().data.datasets[0].data.push({x: step, y: num(p.loss)});
       if (!num(p.samples_per_sec)) continue;
       const key = attempt + ':' + step;

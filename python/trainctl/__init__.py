@@ -123,31 +123,31 @@ def _number(value):
     return repr(value) if math.isfinite(value) else None
 
 
-def report(step=None, epoch=None, loss=None, **scalars):
-    """Reports training progress: global optimizer ``step`` (over all epochs),
-    ``epoch`` (from 0), ``loss`` and other scalars: trainctl's own (``lr``,
-    ``samples_per_sec``, ``eval_loss``, ``eval_accuracy``...) and any of your
-    own (``val_f1=0.82``: names of 1-64 letters, digits and ``_./-``, at most
-    32 per report). Returns True when trainctl got it."""
-    epoch = int(epoch) if epoch is not None else 0
-    step = int(step) if step is not None else 0
-    parts = ["metric", "kind=train", "epoch=%d" % epoch, "step=%d" % step]
-    if loss is not None:
-        text = _number(loss)
-        if text is not None:
-            parts.append("loss=" + text)
-    for key in _KNOWN:
-        if key in scalars and scalars[key] is not None:
+def _is_eval_name(key):
+    """An evaluation's value: eval_loss, val_f1, eval/top5, val.acc..."""
+    for prefix in ("eval", "val"):
+        if key.startswith(prefix) and len(key) > len(prefix) and key[len(prefix)] in "_./-":
+            return True
+    return False
+
+
+def _metric_line(kind, epoch, step, values):
+    """The `metric` line of one point: only the names in ``values`` (a dict
+    of the report's arguments), so that trainctl stores what was reported
+    and nothing else."""
+    parts = ["metric", "kind=" + kind, "epoch=%d" % epoch, "step=%d" % step]
+    for key in ("loss",) + _KNOWN:
+        if key in values:
             if key in _INTS:
-                parts.append("%s=%d" % (key, int(scalars[key])))
+                parts.append("%s=%d" % (key, int(values[key])))
             else:
-                text = _number(scalars[key])
+                text = _number(values[key])
                 if text is not None:
                     parts.append("%s=%s" % (key, text))
     custom = 0
-    for key in sorted(scalars):
-        value = scalars[key]
-        if key in _KNOWN or value is None:
+    for key in sorted(values):
+        value = values[key]
+        if key == "loss" or key in _KNOWN:
             continue
         if not _SCALAR_NAME.match(key):
             _warn_once(key, "%r is not a scalar name (1-64 of A-Z a-z 0-9 _ . / -): not reported" % key)
@@ -163,12 +163,55 @@ def report(step=None, epoch=None, loss=None, **scalars):
         if text is not None:
             parts.append("s.%s=%s" % (key, text))
             custom += 1
+    return " ".join(parts)
+
+
+def report(step=None, epoch=None, loss=None, kind=None, **scalars):
+    """Reports training progress: global optimizer ``step`` (over all epochs),
+    ``epoch`` (from 0), ``loss`` and other scalars: trainctl's own (``lr``,
+    ``samples_per_sec``, ``eval_loss``, ``eval_accuracy``...) and any of your
+    own (``val_f1=0.82``: names of 1-64 letters, digits and ``_./-``, at most
+    32 per report). Returns True when trainctl got it.
+
+    Evaluations are their own points: names that start with ``eval`` or
+    ``val`` and ``_``, ``.``, ``/`` or ``-`` (``eval_accuracy``,
+    ``val_f1``) are stored as an eval point (``trainctl metrics --kind
+    eval``), the rest as a train point, so one call may report both.
+    ``kind="eval"`` makes the whole report an evaluation (``loss`` is then
+    the eval loss); ``kind="train"`` keeps it all in one train point.
+    trainctl stores only the names given: nothing reported reads as 0."""
+    if kind not in (None, "train", "eval"):
+        raise ValueError("trainctl.report: kind must be 'train' or 'eval', not %r" % (kind,))
+    epoch = int(epoch) if epoch is not None else 0
+    step = int(step) if step is not None else 0
+    values = dict((k, v) for k, v in scalars.items() if v is not None)
+    train, evaluation = {}, {}
+    if loss is not None:
+        (evaluation if kind == "eval" else train)["eval_loss" if kind == "eval" else "loss"] = loss
+    for key, value in values.items():
+        if kind == "eval" and key == "eval_loss" and "eval_loss" in evaluation:
+            raise ValueError("trainctl.report: kind='eval' takes loss or eval_loss, not both")
+        if kind == "train" or (kind is None and not _is_eval_name(key)):
+            train[key] = value
+        elif key in _KNOWN and not key.startswith("eval_") and key != "steps_per_epoch":
+            _warn_once("eval:" + key, "%s is a training field: not reported with kind='eval'" % key)
+        else:
+            evaluation[key] = value
+    lines = []
+    if train or not evaluation:
+        lines.append(_metric_line("train", epoch, step, train))
+    if evaluation:
+        # An eval point keeps the train points' steps per epoch: the
+        # coordinator orders a job's points by epoch * steps_per_epoch + step.
+        if "steps_per_epoch" in train:
+            evaluation.setdefault("steps_per_epoch", train["steps_per_epoch"])
+        lines.append(_metric_line("eval", epoch, step, evaluation))
     global _last_epoch, _last_step
     with _report_lock:
         _last_epoch, _last_step = epoch, step
         if not _write("progress %d %d" % (epoch, step)):
             return False
-    return _write(" ".join(parts))
+    return all([_write(line) for line in lines])
 
 
 def checkpoint_dir():

@@ -567,20 +567,25 @@ class Client:
         """The job's stored metric points (also after it ended), oldest first:
         a list of trainctl.v1.MetricBatch, one per run of points of one
         attempt. ``rank``: only that rank; ``kind``: "train" (train windows)
-        or "eval" (end-of-epoch points, with the eval results)."""
-        req = self._metrics_request(job, rank, kind)
+        or "eval" (evaluations: end-of-epoch points with the eval results,
+        then a script's eval reports); a MetricPoint.Kind value: only that
+        kind. A point carries only the fields its rank reported
+        (``point.HasField("loss")``)."""
         batches = []
-        while True:
-            resp = self._unary("GetMetrics", req)
-            for b in resp.batches:
-                # A page may continue the previous page's attempt: one batch per run.
-                if batches and batches[-1].attempt == b.attempt:
-                    batches[-1].points.extend(b.points)
-                else:
-                    batches.append(b)
-            req.page_token = resp.next_page_token
-            if not req.page_token:
-                return batches
+        for req in self._metrics_requests(job, rank, kind):
+            first = len(batches)
+            while True:
+                resp = self._unary("GetMetrics", req)
+                for b in resp.batches:
+                    # A page may continue the previous page's attempt: one batch per run.
+                    if len(batches) > first and batches[-1].attempt == b.attempt:
+                        batches[-1].points.extend(b.points)
+                    else:
+                        batches.append(b)
+                req.page_token = resp.next_page_token
+                if not req.page_token:
+                    break
+        return batches
 
     def metric_points(self, job, rank=None, kind=None):
         """Iterates over the job's stored metric points
@@ -590,26 +595,32 @@ class Client:
         ``rank`` and ``kind`` ("train", "eval") as metrics(), which groups
         the same points by attempt. Checked now: a bad ``kind`` is
         INVALID_ARGUMENT here, not at the first next()."""
-        req = self._metrics_request(job, rank, kind)
-        return self._metric_points(req)
+        return self._metric_points(self._metrics_requests(job, rank, kind))
 
-    def _metrics_request(self, job, rank, kind):
-        kinds = {None: 0, "train": metrics_pb2.MetricPoint.KIND_TRAIN, "eval": metrics_pb2.MetricPoint.KIND_EPOCH_END}
+    def _metrics_requests(self, job, rank, kind):
+        # "eval" is two stored kinds: the engine's epoch ends and a script's eval reports.
+        kinds = {None: [0], "train": [metrics_pb2.MetricPoint.KIND_TRAIN],
+                 "eval": [metrics_pb2.MetricPoint.KIND_EPOCH_END, metrics_pb2.MetricPoint.KIND_EVAL]}
         if kind not in kinds and kind not in metrics_pb2.MetricPoint.Kind.values():
             raise _invalid("kind: one of 'train', 'eval', got %r" % (kind,))
-        req = job_service_pb2.GetMetricsRequest(job_id=self._job_id(job), kind=kinds.get(kind, kind))
-        if rank is not None:
-            req.rank = rank
-        return req
+        job_id = self._job_id(job)
+        reqs = []
+        for one_kind in kinds.get(kind, [kind]):
+            req = job_service_pb2.GetMetricsRequest(job_id=job_id, kind=one_kind)
+            if rank is not None:
+                req.rank = rank
+            reqs.append(req)
+        return reqs
 
-    def _metric_points(self, req):
-        while True:
-            resp = self._unary("GetMetrics", req)
-            for b in resp.batches:
-                yield from b.points
-            req.page_token = resp.next_page_token
-            if not req.page_token:
-                return
+    def _metric_points(self, reqs):
+        for req in reqs:
+            while True:
+                resp = self._unary("GetMetrics", req)
+                for b in resp.batches:
+                    yield from b.points
+                req.page_token = resp.next_page_token
+                if not req.page_token:
+                    break
 
     def logs(self, job, rank=None, attempt=0, tail=0, follow=False):
         """Iterates over the job's log lines as trainctl.v1.LogChunk (one

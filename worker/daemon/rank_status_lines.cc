@@ -75,30 +75,34 @@ v1::WorkerMessage CheckpointMessage(const std::string& job_id, int32_t attempt, 
   return m;
 }
 
-// A `metric` line as a point of the attempt's next MetricBatch.
+// A `metric` line as a point of the attempt's next MetricBatch: only the
+// fields the line carried are set (a script's report names what it has).
 v1::MetricPoint MetricPointOf(int32_t rank, const rankproto::RankMetric& rm) {
   v1::MetricPoint p;
-  p.set_kind(rm.kind == "epoch_end" ? v1::MetricPoint::KIND_EPOCH_END : v1::MetricPoint::KIND_TRAIN);
+  p.set_kind(rm.kind == "epoch_end" ? v1::MetricPoint::KIND_EPOCH_END
+             : rm.kind == "eval"    ? v1::MetricPoint::KIND_EVAL
+                                    : v1::MetricPoint::KIND_TRAIN);
   p.set_rank(rank);
   p.set_epoch(rm.epoch);
   p.set_step(rm.step);
-  p.set_steps_per_epoch(rm.steps_per_epoch);
   SetTimestamp(absl::Now(), p.mutable_time());
-  p.set_loss(rm.loss);
-  p.set_lr(rm.lr);
-  p.set_samples_per_sec(rm.samples_per_sec);
-  p.set_data_ms(rm.data_ms);
-  p.set_compute_ms(rm.compute_ms);
-  p.set_comm_ms(rm.comm_ms);
-  p.set_loss_scale(rm.loss_scale);
-  p.set_skipped_steps(rm.skipped_steps);
-  p.set_peak_memory_bytes(rm.peak_memory_bytes);
-  p.set_samples_seen(rm.samples_seen);
+  if (rm.Reports("steps_per_epoch")) p.set_steps_per_epoch(rm.steps_per_epoch);
+  if (rm.Reports("loss")) p.set_loss(rm.loss);
+  if (rm.Reports("lr")) p.set_lr(rm.lr);
+  if (rm.Reports("samples_per_sec")) p.set_samples_per_sec(rm.samples_per_sec);
+  if (rm.Reports("data_ms")) p.set_data_ms(rm.data_ms);
+  if (rm.Reports("compute_ms")) p.set_compute_ms(rm.compute_ms);
+  if (rm.Reports("comm_ms")) p.set_comm_ms(rm.comm_ms);
+  if (rm.Reports("loss_scale")) p.set_loss_scale(rm.loss_scale);
+  if (rm.Reports("skipped_steps")) p.set_skipped_steps(rm.skipped_steps);
+  if (rm.Reports("peak_memory_bytes")) p.set_peak_memory_bytes(rm.peak_memory_bytes);
+  if (rm.Reports("samples_seen")) p.set_samples_seen(rm.samples_seen);
   if (rm.has_eval) {
-    p.mutable_eval()->set_epoch(rm.epoch);
-    p.mutable_eval()->set_loss(rm.eval_loss);
-    p.mutable_eval()->set_accuracy(rm.eval_accuracy);
-    p.mutable_eval()->set_samples(rm.eval_samples);
+    v1::EvalResult* e = p.mutable_eval();
+    e->set_epoch(rm.epoch);
+    if (rm.Reports("eval_loss")) e->set_loss(rm.eval_loss);
+    if (rm.Reports("eval_accuracy")) e->set_accuracy(rm.eval_accuracy);
+    if (rm.Reports("eval_samples")) e->set_samples(rm.eval_samples);
   }
   for (const auto& [name, value] : rm.scalars) (*p.mutable_scalars())[name] = value;
   return p;
@@ -125,7 +129,7 @@ void RankTable::WriteCommandTensorBoard(LocalAttempt& a, const rankproto::RankMe
     if (!w.ok()) return give_up(w.status());
     a.tensorboard = *std::move(w);
   }
-  std::vector<std::pair<std::string, float>> scalars = trainer::MetricScalars(m, /*reported_only=*/true);
+  std::vector<std::pair<std::string, float>> scalars = trainer::MetricScalars(m);
   if (scalars.empty()) return;
   if (absl::Status s = a.tensorboard->Write(int64_t{m.epoch} * m.steps_per_epoch + m.step, scalars); !s.ok()) {
     give_up(s);
@@ -257,10 +261,13 @@ void RankTable::FlushMetrics() {
     b->set_attempt(a->number);
     for (auto& p : a->pending_metrics) *b->add_points() = std::move(p);
     a->pending_metrics.clear();
-    // Epoch ends carry eval results: keep them across a reconnect.
-    bool has_epoch_end = false;
-    for (const auto& p : b->points()) has_epoch_end |= p.kind() == v1::MetricPoint::KIND_EPOCH_END;
-    out_.Send(std::move(m), has_epoch_end);
+    // Epoch ends and a script's eval reports carry eval results: keep them
+    // across a reconnect.
+    bool has_eval = false;
+    for (const auto& p : b->points()) {
+      has_eval |= p.kind() == v1::MetricPoint::KIND_EPOCH_END || p.kind() == v1::MetricPoint::KIND_EVAL;
+    }
+    out_.Send(std::move(m), has_eval);
   }
 }
 

@@ -394,5 +394,55 @@ TEST_F(RankTableTest, OnlyACheckpointOfTheJobInItsDirectoryIsReportedAndItsMetri
   EXPECT_EQ(out_.sent[1].msg.checkpoint().record().epochs_done(), 1);
 }
 
+// A script's reports (python/trainctl report()): each point carries what
+// its line named and nothing else, an eval report is KIND_EVAL, and a batch
+// with one is kept across a reconnect as an epoch end is.
+TEST_F(RankTableTest, AScriptsReportsBecomePointsWithOnlyTheirFieldsAndEvalIsEval) {
+  Deliver(Start());
+  out_.sent.clear();
+  OnLoop([&] {
+    Table().OnStatusLine("job-1/1/0", "metric kind=train epoch=0 step=2 loss=0 lr=0.1");
+    Table().OnStatusLine("job-1/1/0", "metric kind=eval epoch=0 step=2 eval_accuracy=0.5 s.val_f1=0.75");
+    Table().FlushMetrics();
+  });
+  ASSERT_EQ(out_.sent.size(), 1u);
+  ASSERT_TRUE(out_.sent[0].msg.has_metrics());
+  EXPECT_TRUE(out_.sent[0].critical) << "an eval report is kept across a reconnect";
+  const v1::MetricBatch& b = out_.sent[0].msg.metrics();
+  ASSERT_EQ(b.points_size(), 2);
+  const v1::MetricPoint& train = b.points(0);
+  EXPECT_EQ(train.kind(), v1::MetricPoint::KIND_TRAIN);
+  EXPECT_TRUE(train.has_loss()) << "a reported 0 is reported";
+  EXPECT_DOUBLE_EQ(train.lr(), 0.1);
+  EXPECT_FALSE(train.has_samples_per_sec() || train.has_steps_per_epoch() || train.has_data_ms() ||
+               train.has_samples_seen() || train.has_eval())
+      << train.DebugString();
+  const v1::MetricPoint& eval = b.points(1);
+  EXPECT_EQ(eval.kind(), v1::MetricPoint::KIND_EVAL);
+  EXPECT_EQ(eval.step(), 2);
+  ASSERT_TRUE(eval.has_eval());
+  EXPECT_DOUBLE_EQ(eval.eval().accuracy(), 0.5);
+  EXPECT_FALSE(eval.eval().has_loss() || eval.eval().has_samples()) << eval.DebugString();
+  EXPECT_FALSE(eval.has_loss() || eval.has_lr() || eval.has_samples_per_sec()) << eval.DebugString();
+  EXPECT_DOUBLE_EQ(eval.scalars().at("val_f1"), 0.75);
+
+  // The engine's line names every field: all set, 0s included.
+  out_.sent.clear();
+  rankproto::RankMetric engine;
+  engine.step = 3;
+  engine.loss = 0.25;
+  OnLoop([&] {
+    Table().OnStatusLine("job-1/1/0", rankproto::FormatMetric(engine));
+    Table().FlushMetrics();
+  });
+  ASSERT_EQ(out_.sent.size(), 1u);
+  EXPECT_FALSE(out_.sent[0].critical);
+  const v1::MetricPoint& window = out_.sent[0].msg.metrics().points(0);
+  EXPECT_TRUE(window.has_loss() && window.has_lr() && window.has_samples_per_sec() && window.has_steps_per_epoch() &&
+              window.has_loss_scale() && window.has_samples_seen())
+      << window.DebugString();
+  EXPECT_FALSE(window.has_eval());
+}
+
 }  // namespace
 }  // namespace trainctl::worker

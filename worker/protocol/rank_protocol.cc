@@ -113,6 +113,10 @@ bool SetMetricField(RankMetric& r, const std::string& k, const std::string& v) {
   for (const MetricField& f : kMetricFields) {
     if (k != f.key) continue;
     if (f.eval) r.has_eval = true;
+    if (k != "step") {
+      if (!r.reported) r.reported.emplace();
+      r.reported->insert(k);
+    }
     return f.real != nullptr ? absl::SimpleAtod(v, &(r.*f.real)) : absl::SimpleAtoi(v, &(r.*f.integer));
   }
   return true;
@@ -229,6 +233,7 @@ bool ParseStatusWords(const std::string& l, const std::vector<std::string>& word
   }
   if (verb == "metric") {
     m.type = Type::kMetric;
+    m.metric.reported.emplace();  // what the line names, and nothing else
     return ForEachKeyValue(words, 1, [&m](const std::string& k, const std::string& v) {
       return SetMetricField(m.metric, k, v);
     });
@@ -390,11 +395,17 @@ std::string FormatProgress(int32_t epoch, int64_t global_step, const RankHeartbe
 std::string FormatMetric(const RankMetric& m) {
   std::string out = absl::StrCat("metric kind=", m.kind, " epoch=", m.epoch);
   for (const MetricField& f : kMetricFields) {
-    if (f.eval && !m.has_eval) continue;
+    if (!m.Reports(f.key)) continue;
     absl::StrAppend(&out, " ", f.key, "=", f.real != nullptr ? Num(m.*f.real) : absl::StrCat(m.*f.integer));
   }
   for (const auto& [name, value] : m.scalars) absl::StrAppend(&out, " s.", name, "=", Num(value));
   return out + "\n";
+}
+
+bool RankMetric::Reports(std::string_view key) const {
+  if (key == "step") return true;
+  if (key.substr(0, 5) == "eval_" && !has_eval) return false;
+  return !reported.has_value() || reported->count(key) > 0;
 }
 
 bool IsScalarName(std::string_view name) {

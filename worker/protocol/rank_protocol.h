@@ -41,6 +41,8 @@
 
 #include <cstdint>
 #include <map>
+#include <optional>
+#include <set>
 #include <string>
 #include <string_view>
 #include <utility>
@@ -150,7 +152,7 @@ const char* ErrorKindName(ErrorKind k);
 
 // One metric report. Fields mirror trainctl.v1.MetricPoint.
 struct RankMetric {
-  // "train" or "epoch_end".
+  // "train", "epoch_end" or "eval" (a command job's evaluation).
   std::string kind = "train";
   int32_t epoch = 0;
   int64_t step = 0;
@@ -172,6 +174,14 @@ struct RankMetric {
   // Custom scalars, `s.NAME=VALUE` on the line (MetricPoint.scalars): NAME
   // 1-64 of [A-Za-z0-9_./-] (IsScalarName), at most kMaxScalars, finite.
   std::vector<std::pair<std::string, double>> scalars;
+  // Which numeric fields after kind, epoch and step the report carries, by
+  // their keys on the line ("loss", "eval_accuracy"). nullopt: every one
+  // (eval_* when has_eval), as the engine's reports are. ParseStatusLine
+  // sets the keys the line had: a command job's trainctl.report names only
+  // what it was given, and an absent field is not a 0.
+  std::optional<std::set<std::string, std::less<>>> reported;
+  // Whether field `key` was reported (see `reported`).
+  bool Reports(std::string_view key) const;
 };
 inline constexpr size_t kMaxScalars = 32;
 bool IsScalarName(std::string_view name);

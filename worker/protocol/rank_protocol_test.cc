@@ -209,6 +209,44 @@ TEST(RankProtocolTest, MetricLineKeepsItsWordsAndOrder) {
   EXPECT_FALSE(newer->metric.has_eval);
 }
 
+// A script's line names what it reported: the parsed metric says so
+// field by field (a 0 it named is reported, a field it left out is not),
+// and formats back to the same words.
+TEST(RankProtocolTest, MetricLineSaysWhichFieldsWereReported) {
+  RankMetric engine;
+  EXPECT_TRUE(engine.Reports("loss"));
+  EXPECT_TRUE(engine.Reports("samples_per_sec"));
+  EXPECT_FALSE(engine.Reports("eval_accuracy")) << "no eval without has_eval";
+
+  const std::string train = "metric kind=train epoch=0 step=3 loss=0 lr=0.1 s.val=2";
+  auto t = ParseStatusLine(train);
+  ASSERT_TRUE(t.ok()) << t.status();
+  EXPECT_TRUE(t->metric.Reports("step"));
+  EXPECT_TRUE(t->metric.Reports("loss"));
+  EXPECT_TRUE(t->metric.Reports("lr"));
+  EXPECT_FALSE(t->metric.Reports("samples_per_sec"));
+  EXPECT_FALSE(t->metric.Reports("steps_per_epoch"));
+  EXPECT_FALSE(t->metric.has_eval);
+  EXPECT_EQ(FormatMetric(t->metric), train + "\n");
+
+  const std::string eval = "metric kind=eval epoch=1 step=40 eval_accuracy=0.5 s.val_f1=0.75";
+  auto e = ParseStatusLine(eval);
+  ASSERT_TRUE(e.ok()) << e.status();
+  EXPECT_EQ(e->metric.kind, "eval");
+  EXPECT_TRUE(e->metric.has_eval);
+  EXPECT_TRUE(e->metric.Reports("eval_accuracy"));
+  EXPECT_FALSE(e->metric.Reports("eval_loss"));
+  EXPECT_FALSE(e->metric.Reports("loss"));
+  EXPECT_FALSE(e->metric.Reports("samples_per_sec"));
+  EXPECT_EQ(FormatMetric(e->metric), eval + "\n");
+
+  // A bare step reports nothing but itself.
+  auto bare = ParseStatusLine("metric kind=train epoch=0 step=5");
+  ASSERT_TRUE(bare.ok()) << bare.status();
+  EXPECT_FALSE(bare->metric.Reports("loss"));
+  EXPECT_EQ(bare->metric.step, 5);
+}
+
 TEST(RankProtocolTest, CustomScalarsRoundTripAndBadOnesMakeTheLineMalformed) {
   RankMetric m;
   m.step = 3;

@@ -400,7 +400,7 @@ TrainerCallbacks MakeCallbacks(const rankproto::FlatConfig& flat, const RunOptio
     // A failed write (disk full) costs the plot, not the training.
     static bool warned = false;
     const int64_t step = int64_t{m.epoch} * m.steps_per_epoch + m.step;
-    if (absl::Status s = tensorboard->Write(step, MetricScalars(m, /*reported_only=*/false)); !s.ok() && !warned) {
+    if (absl::Status s = tensorboard->Write(step, MetricScalars(m)); !s.ok() && !warned) {
       warned = true;
       LogLine(absl::StrCat("TensorBoard: ", s.message(), " (later failures are not logged)"));
     }

@@ -102,27 +102,25 @@ std::string FrameRecord(absl::string_view data) {
   return out;
 }
 
-std::vector<std::pair<std::string, float>> MetricScalars(const rankproto::RankMetric& m, bool reported_only) {
+std::vector<std::pair<std::string, float>> MetricScalars(const rankproto::RankMetric& m) {
   std::vector<std::pair<std::string, float>> scalars;
-  auto add = [&](const char* tag, double v) {
-    if (!reported_only || v != 0) scalars.emplace_back(tag, static_cast<float>(v));
+  auto add = [&](const char* key, const char* tag, double v) {
+    if (m.Reports(key)) scalars.emplace_back(tag, static_cast<float>(v));
   };
   if (m.kind == "epoch_end") {
-    add("epoch/loss", m.loss);
-    add("epoch/samples_per_sec", m.samples_per_sec);
-  } else {
-    add("train/loss", m.loss);
-    add("train/lr", m.lr);
-    add("train/samples_per_sec", m.samples_per_sec);
-    add("train/step_ms/data", m.data_ms);
-    add("train/step_ms/compute", m.compute_ms);
-    add("train/step_ms/comm", m.comm_ms);
-    if (m.loss_scale > 0) add("train/loss_scale", m.loss_scale);
+    add("loss", "epoch/loss", m.loss);
+    add("samples_per_sec", "epoch/samples_per_sec", m.samples_per_sec);
+  } else if (m.kind != "eval") {
+    add("loss", "train/loss", m.loss);
+    add("lr", "train/lr", m.lr);
+    add("samples_per_sec", "train/samples_per_sec", m.samples_per_sec);
+    add("data_ms", "train/step_ms/data", m.data_ms);
+    add("compute_ms", "train/step_ms/compute", m.compute_ms);
+    add("comm_ms", "train/step_ms/comm", m.comm_ms);
+    if (m.loss_scale > 0) add("loss_scale", "train/loss_scale", m.loss_scale);
   }
-  if (m.has_eval) {
-    scalars.emplace_back("eval/loss", static_cast<float>(m.eval_loss));
-    scalars.emplace_back("eval/accuracy", static_cast<float>(m.eval_accuracy));
-  }
+  add("eval_loss", "eval/loss", m.eval_loss);
+  add("eval_accuracy", "eval/accuracy", m.eval_accuracy);
   for (const auto& [name, value] : m.scalars) scalars.emplace_back(name, static_cast<float>(value));
   return scalars;
 }

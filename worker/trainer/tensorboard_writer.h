@@ -40,12 +40,13 @@ std::string FrameRecord(absl::string_view data);
 // A metric's TensorBoard scalars, under the tags docs/observability.md
 // lists: at an epoch's end epoch/loss, epoch/samples_per_sec and eval/*;
 // for a train window train/loss, train/lr, train/samples_per_sec,
-// train/step_ms/{data,compute,comm} and train/loss_scale (AMP only); every
-// custom scalar under its own name. `reported_only` (a command job's
-// trainctl.report(), where a field it left out reads 0): fields that are 0
-// are left out. Engine ranks (rank_main.cc) and the worker daemon (command
-// jobs) both tag with this.
-std::vector<std::pair<std::string, float>> MetricScalars(const rankproto::RankMetric& m, bool reported_only);
+// train/step_ms/{data,compute,comm} and train/loss_scale (AMP only); for a
+// command job's eval report eval/loss and eval/accuracy; every custom
+// scalar under its own name. Only fields the metric reports
+// (RankMetric::Reports): a command job's trainctl.report() gets the tags
+// of what it named, an engine rank every one. Engine ranks (rank_main.cc)
+// and the worker daemon (command jobs) both tag with this.
+std::vector<std::pair<std::string, float>> MetricScalars(const rankproto::RankMetric& m);
 
 class TensorBoardWriter {
  public:

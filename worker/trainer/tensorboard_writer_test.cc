@@ -75,8 +75,9 @@ TEST(TensorBoardWriter, AnUnwritableDirectoryIsNamed) {
 }
 
 // The one tag table: an engine rank's window writes every field (a 0 is a
-// value there); a command job's report only what it set, plus its own
-// scalars under their own names.
+// value there); a command job's report only what its line named (a 0 it
+// named included), plus its own scalars under their own names; its eval
+// report only eval tags.
 TEST(TensorBoardTest, MetricScalarsTagEngineWindowsAndCommandReports) {
   rankproto::RankMetric m;
   m.loss = 0.5;
@@ -86,17 +87,29 @@ TEST(TensorBoardTest, MetricScalarsTagEngineWindowsAndCommandReports) {
     for (const auto& [tag, value] : v) out.push_back(tag);
     return out;
   };
-  EXPECT_EQ(tags(MetricScalars(m, false)),
+  EXPECT_EQ(tags(MetricScalars(m)),
             (std::vector<std::string>{"train/loss", "train/lr", "train/samples_per_sec", "train/step_ms/data",
                                       "train/step_ms/compute", "train/step_ms/comm"}));
-  m.scalars = {{"val_f1", 0.75}};
-  std::vector<std::pair<std::string, float>> reported = MetricScalars(m, true);
-  EXPECT_EQ(tags(reported), (std::vector<std::string>{"train/loss", "train/lr", "val_f1"}));
-  EXPECT_FLOAT_EQ(reported.back().second, 0.75f);
   m.kind = "epoch_end";
   m.has_eval = true;
   m.eval_accuracy = 0.9;
-  EXPECT_EQ(tags(MetricScalars(m, true)), (std::vector<std::string>{"epoch/loss", "eval/loss", "eval/accuracy", "val_f1"}));
+  EXPECT_EQ(tags(MetricScalars(m)),
+            (std::vector<std::string>{"epoch/loss", "epoch/samples_per_sec", "eval/loss", "eval/accuracy"}));
+
+  auto parsed = [](const char* line) {
+    absl::StatusOr<rankproto::StatusMessage> msg = rankproto::ParseStatusLine(line);
+    EXPECT_TRUE(msg.ok()) << msg.status();
+    return msg.ok() ? msg->metric : rankproto::RankMetric{};
+  };
+  std::vector<std::pair<std::string, float>> reported =
+      MetricScalars(parsed("metric kind=train epoch=0 step=3 loss=0 lr=0.1 s.val_f1=0.75"));
+  EXPECT_EQ(tags(reported), (std::vector<std::string>{"train/loss", "train/lr", "val_f1"}));
+  EXPECT_FLOAT_EQ(reported.front().second, 0.0f);
+  EXPECT_FLOAT_EQ(reported.back().second, 0.75f);
+  EXPECT_EQ(tags(MetricScalars(parsed("metric kind=eval epoch=1 step=8 eval_accuracy=0.5 s.val_f1=0.8"))),
+            (std::vector<std::string>{"eval/accuracy", "val_f1"}));
+  EXPECT_EQ(tags(MetricScalars(parsed("metric kind=eval epoch=1 step=8 steps_per_epoch=4 eval_loss=0.2"))),
+            (std::vector<std::string>{"eval/loss"}));
 }
 
 }  // namespace
