@@ -16,6 +16,9 @@
 #include <iterator>
 #include <regex>
 #include <sstream>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -271,6 +274,101 @@ TEST(CommandRunTest, LogDirRedirectsAndTeeWriteEachRanksStreamsToFiles) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status << "\n" << refused.ReadLog();
   EXPECT_THAT(refused.ReadLog(), HasSubstr("--redirects: needs --log-dir"));
   std::system(("rm -rf " + dir).c_str());
+}
+
+// Issue #44: a temporary directory, removed with what it holds.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/trainctl-run-XXXXXX";
+    if (mkdtemp(tmpl) != nullptr) path_ = tmpl;
+  }
+  ~TempDir() {
+    if (!path_.empty()) std::system(("rm -rf " + path_).c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// `trainctl run ARGS...` in `dir` with PATH set to `path`; its exit status
+// (-1: still running after 90 s) and output.
+std::pair<int, std::string> TrainctlRun(const std::string& dir, const std::string& path,
+                                        const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/bin/env", "PATH=" + path,
+                                   trainctl::testing::BuildDirOfThisTest() + "/client/trainctl", "run"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  static int n = 0;
+  trainctl::testing::Process run(argv, absl::StrCat(dir, "/run-", ++n, ".log"), dir);
+  if (!run.Start()) return {-1, "cannot start trainctl"};
+  const int status = run.Wait(absl::Seconds(90));
+  return {status, run.ReadLog()};
+}
+
+bool ExitedWith(int status, int code) { return status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == code; }
+
+// --python defaults to python3 on PATH; when it cannot import torch the
+// reason names that interpreter (resolved), and the job is not restarted;
+// an interpreter that is not there fails the pre-flight, before any rank
+// starts, naming the field and the path.
+TEST(CommandRunTest, TheInterpreterIsNamedWhenTorchIsMissingAndCheckedBeforeRanksStart) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  // A Python without torch, as a fresh venv is.
+  if (std::system(("/usr/bin/python3 -m venv --without-pip " + dir.path() + "/venv >/dev/null 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << "python3 -m venv is not available";
+  }
+  std::ofstream(dir.path() + "/needs_torch.py") << "import torch\nprint('never here')\n";
+  const std::string path = dir.path() + "/venv/bin:/usr/bin:/bin";
+  auto [status, out] = TrainctlRun(dir.path(), path,
+                                   {"--nproc-per-node", "2", "--state-dir", dir.path() + "/state", "needs_torch.py"});
+  ASSERT_TRUE(ExitedWith(status, 1)) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("ModuleNotFoundError: No module named 'torch' (interpreter: ", dir.path(),
+                                          "/venv/bin/python3)")));
+  EXPECT_THAT(out, Not(HasSubstr("never here")));
+  EXPECT_THAT(out, Not(HasSubstr("  restarting  "))) << "an import error is not restarted";
+
+  std::tie(status, out) =
+      TrainctlRun(dir.path(), path,
+                  {"--python", dir.path() + "/nothere/python3", "--state-dir", dir.path() + "/state2", "needs_torch.py"});
+  ASSERT_TRUE(ExitedWith(status, 1)) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("pre-flight failed: ")));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("command.argv[0] ", dir.path(),
+                                          "/nothere/python3: no such file (the Python interpreter: `trainctl "
+                                          "run/submit --python`)")));
+  EXPECT_THAT(out, Not(HasSubstr("[rank0]"))) << "no rank started";
+}
+
+// torchrun's TORCHELASTIC_ERROR_FILE: a file in each rank's own directory;
+// a script decorated with torch.distributed.elastic's @record writes its
+// exception there, and that message is the job's reason (here the script's
+// stderr goes nowhere, so the file is the only place that has it).
+TEST(CommandRunTest, RecordedErrorFileIsTheReason) {
+  if (!HaveTorch()) GTEST_SKIP() << "Debian's python3-torch is not installed";
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  std::ofstream(dir.path() + "/recorded.py")
+      << "import os, sys\n"
+         "from torch.distributed.elastic.multiprocessing.errors import record\n"
+         "@record\n"
+         "def main():\n"
+         "    print('error file ' + os.environ['TORCHELASTIC_ERROR_FILE'], flush=True)\n"
+         "    sys.stderr = open(os.devnull, 'w')\n"
+         "    raise ValueError('learning rate must be positive, got -1\\nsecond line')\n"
+         "if __name__ == '__main__':\n"
+         "    main()\n";
+  auto [status, out] = TrainctlRun(dir.path(), "/usr/bin:/bin",
+                                   {"--nproc-per-node", "2", "--python", "/usr/bin/python3", "--state-dir",
+                                    dir.path() + "/state", "recorded.py"});
+  ASSERT_TRUE(ExitedWith(status, 1)) << status << "\n" << out;
+  for (int r : {0, 1}) {
+    EXPECT_THAT(out, MatchesRegex(absl::StrCat("(.|\n)*\\[rank", r, "\\]: error file /[^ ]*/rank-", r,
+                                               "/error\\.json\n(.|\n)*")));
+  }
+  EXPECT_THAT(out, MatchesRegex("(.|\n)*rank [01] [^\n]*exited with code 1: ValueError: learning rate must be "
+                                "positive, got -1\n(.|\n)*"));
+  EXPECT_THAT(out, Not(HasSubstr("Traceback"))) << "stderr went nowhere: the reason came from the file";
 }
 
 TEST(CommandRunTest, TrainctlRunIsADropInForTorchrun) {

@@ -231,7 +231,9 @@ void AddScriptOptions(CLI::App* verb, ScriptJobFlags* flags) {
                    "to the --log-dir files only");
   verb->add_option("--tee", flags->tee,
                    "As torchrun's: the same values: those streams go to the --log-dir files and the terminal");
-  verb->add_option("--python", flags->python, "With a .py FILE: the interpreter every rank runs it with")
+  verb->add_option("--python", flags->python,
+                   "With a .py FILE: the interpreter every rank runs it with (a name is looked up on the "
+                   "worker's PATH)")
       ->capture_default_str();
   verb->add_option("ARGS", flags->script_args, "With a program as FILE: its arguments");
 }
