@@ -169,6 +169,37 @@ TEST_F(CommandE2ETest, SubmitTakesTorchrunsFormAndFollowsWithRankOutput) {
   EXPECT_THAT(out, HasSubstr("\"loss\":"));
 }
 
+// Issue #44: one default for a script's restarts, torchrun's 0, whether
+// `trainctl run` or `trainctl submit SCRIPT` starts it; --max-restarts N
+// gives N.
+TEST_F(CommandE2ETest, SubmittedScriptRestartsAsTorchrunsDefaultZero) {
+  std::string build = trainctl::testing::BuildDirOfThisTest();
+  for (const int restarts : {-1, 1}) {
+    SCOPED_TRACE(restarts);
+    std::vector<std::string> argv = {build + "/client/trainctl", "--coordinator", cluster_->address(), "--token",
+                                     cluster_->admin_token(), "submit", "--follow", "--nproc-per-node", "2",
+                                     "--python", "/usr/bin/python3"};
+    if (restarts >= 0) {
+      argv.push_back("--max-restarts");
+      argv.push_back(absl::StrCat(restarts));
+    }
+    argv.insert(argv.end(), {Script(), "--mode", "raise"});
+    trainctl::testing::Process submit(argv, absl::StrCat(cluster_->dir(), "/submit-", restarts, ".log"),
+                                      cluster_->dir());
+    ASSERT_TRUE(submit.Start());
+    const int status = submit.Wait(absl::Seconds(90));
+    const std::string out = submit.ReadLog();
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << "\n" << out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex("submitted job (\\S+)"))) << out;
+    v1::Job j = cluster_->Get(m[1]);
+    EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
+    EXPECT_EQ(j.spec().restart().max_restarts(), std::max(0, restarts));
+    EXPECT_EQ(j.attempts_size(), std::max(0, restarts) + 1) << out;
+    EXPECT_THAT(j.state_reason(), HasSubstr("ValueError: learning rate must be positive, got -1"));
+  }
+}
+
 TEST(CommandPlacementTest, WorkerWithoutAllowCommandsRunsNone) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
   Cluster cluster(build, "/bin/false");
@@ -362,12 +393,14 @@ TEST(CommandRunTest, RecordedErrorFileIsTheReason) {
                                    {"--nproc-per-node", "2", "--python", "/usr/bin/python3", "--state-dir",
                                     dir.path() + "/state", "recorded.py"});
   ASSERT_TRUE(ExitedWith(status, 1)) << status << "\n" << out;
-  for (int r : {0, 1}) {
-    EXPECT_THAT(out, MatchesRegex(absl::StrCat("(.|\n)*\\[rank", r, "\\]: error file /[^ ]*/rank-", r,
-                                               "/error\\.json\n(.|\n)*")));
-  }
-  EXPECT_THAT(out, MatchesRegex("(.|\n)*rank [01] [^\n]*exited with code 1: ValueError: learning rate must be "
-                                "positive, got -1\n(.|\n)*"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("FAILED after [^:]*: rank ([01]) [^\n]*exited with code 1: "
+                                                   "ValueError: learning rate must be positive, got -1\n")))
+      << out;
+  // The rank that failed first (the other may be stopped before it prints).
+  const std::string r = m[1];
+  EXPECT_THAT(out, MatchesRegex(absl::StrCat("(.|\n)*\\[rank", r, "\\]: error file /[^ ]*/rank-", r,
+                                             "/error\\.json\n(.|\n)*")));
   EXPECT_THAT(out, Not(HasSubstr("Traceback"))) << "stderr went nowhere: the reason came from the file";
 }
 
