@@ -88,11 +88,9 @@ std::string FindRankBinary(const CliEnvironment& env) {
 // reason said, when it cannot run here.
 std::optional<v1::JobSpec> LocalJobSpec(CliContext& ctx, const RunFlags& flags, int* code) {
   const bool script = IsScriptForm(flags.file, flags.script);
-  // A program run here restarts as torchrun's would: not at all, unless
-  // --max-restarts (or --set restart.max_restarts) says so.
-  ScriptJobFlags script_flags = flags.script;
-  if (!script_flags.max_restarts.has_value()) script_flags.max_restarts = 0;
-  ParsedJobSpec parsed = script ? ScriptJobSpec(flags.file, script_flags, flags.sets)
+  // A program restarts as torchrun's would (ScriptJobSpec: not at all,
+  // unless --max-restarts says so).
+  ParsedJobSpec parsed = script ? ScriptJobSpec(flags.file, flags.script, flags.sets)
                                 : ParseJobSpecFile(flags.file, flags.sets);
   if (!parsed.ok()) {
     for (const SpecError& e : parsed.errors) ctx.err << e.ToString() << "\n";

@@ -209,7 +209,7 @@ void AddScriptOptions(CLI::App* verb, ScriptJobFlags* flags) {
       ->check(CLI::Range(1, 65536));
   verb->add_option("--max-restarts,--max_restarts", flags->max_restarts,
                    "As torchrun's: restarts of the whole group before the job fails (restart.max_restarts; "
-                   "default: 0 for `run` of a program, the job's setting otherwise)")
+                   "default for a program: 0, as torchrun's)")
       ->check(CLI::Range(0, 1000));
   verb->add_flag("--standalone", flags->standalone, "As torchrun's: accepted (trainctl does the rendezvous)");
   // torchrun's rendezvous flags: trainctl's coordinator does the rendezvous
@@ -278,7 +278,10 @@ ParsedJobSpec ScriptJobSpec(const std::string& file, const ScriptJobFlags& flags
   for (const std::string& a : flags.script_args) c->add_argv(a);
   std::error_code ec;
   c->set_working_dir(fs::current_path(ec).string());
-  if (flags.max_restarts.has_value()) spec.mutable_restart()->set_max_restarts(*flags.max_restarts);
+  // torchrun's default is no restart: a script restarts only when
+  // --max-restarts (or --set restart.max_restarts) says so, whether `run`
+  // or `submit` starts it (a job.yaml keeps the spec's default).
+  spec.mutable_restart()->set_max_restarts(flags.max_restarts.value_or(0));
   // Through the job.yaml path: the same validation, and --set on top.
   return ParseJobSpecYaml(JobSpecToYaml(spec), file, sets);
 }

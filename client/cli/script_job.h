@@ -112,8 +112,8 @@ struct ScriptJobFlags {
   std::string python = "python3";
   // Arguments after FILE, for the program.
   std::vector<std::string> script_args;
-  // torchrun's --max-restarts: restart.max_restarts (unset: the job's
-  // default; a local `trainctl run` of a program then uses torchrun's 0).
+  // torchrun's --max-restarts: restart.max_restarts (unset: torchrun's 0,
+  // for `run` and `submit` alike).
   std::optional<int> max_restarts;
   // torchrun's --standalone: accepted (a local run is standalone already).
   bool standalone = false;
