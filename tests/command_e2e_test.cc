@@ -260,23 +260,35 @@ TEST(CommandRunTest, AMissingScriptFailsOnceAndTorchrunsFlagsAreKnown) {
 }
 
 // torchrun's --log-dir / --redirects / --tee: each rank's selected streams
-// land in <log dir>/<job id>/attempt_1/<rank>/{stdout,stderr}.log; a
-// redirected stream stays off the terminal, a teed one is on both.
+// land in <log dir>/<job id>/attempt_<R>/<rank>/{stdout,stderr}.log, R the
+// restart count as torchrun numbers it (attempt_0 first); a selected stream
+// the rank wrote nothing to has its file, empty; a redirected stream stays
+// off the terminal, a teed one is on both.
 TEST(CommandRunTest, LogDirRedirectsAndTeeWriteEachRanksStreamsToFiles) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
   char tmpl[] = "/tmp/trainctl-run-logs-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   std::string dir = tmpl;
-  std::ofstream(dir + "/talk.py") << "import os, sys\n"
-                                     "r = os.environ['RANK']\n"
-                                     "print('out of rank ' + r, flush=True)\n"
-                                     "print('err of rank ' + r, file=sys.stderr, flush=True)\n";
+  // Rank 1 writes no stdout; it waits for rank 0's lines, then fails the
+  // first attempt (rank 0 is stopped), and the restart succeeds.
+  std::ofstream(dir + "/talk.py") << "import os, sys, time\n"
+                                     "r, n = os.environ['RANK'], os.environ['TORCHELASTIC_RESTART_COUNT']\n"
+                                     "mark = 'rank0-wrote-' + n\n"
+                                     "if r == '0':\n"
+                                     "    print('out of rank 0 restart ' + n, flush=True)\n"
+                                     "    print('err of rank 0 restart ' + n, file=sys.stderr, flush=True)\n"
+                                     "    open(mark, 'w').close()\n"
+                                     "    if n == '0': time.sleep(300)\n"
+                                     "else:\n"
+                                     "    while not os.path.exists(mark): time.sleep(0.05)\n"
+                                     "    print('err of rank 1 restart ' + n, file=sys.stderr, flush=True)\n"
+                                     "    sys.exit(3 if n == '0' else 0)\n";
   trainctl::testing::Process run({build + "/client/trainctl", "run", "--nproc-per-node", "2", "--python",
-                                  "/usr/bin/python3", "--state-dir", dir + "/state", "--log-dir", dir + "/logs",
-                                  "--redirects", "1", "--tee", "0:2", "talk.py"},
+                                  "/usr/bin/python3", "--state-dir", dir + "/state", "--max-restarts", "1",
+                                  "--log-dir", dir + "/logs", "--redirects", "1", "--tee", "0:2", "talk.py"},
                                  dir + "/run.log", dir);
   ASSERT_TRUE(run.Start());
-  int status = run.Wait(absl::Seconds(60));
+  int status = run.Wait(absl::Seconds(90));
   const std::string out = run.ReadLog();
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
   std::smatch m;
@@ -286,14 +298,22 @@ TEST(CommandRunTest, LogDirRedirectsAndTeeWriteEachRanksStreamsToFiles) {
     std::ifstream in(path);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   };
-  for (int r : {0, 1}) {
-    const std::string ranks = absl::StrCat(dir, "/logs/", job, "/attempt_1/", r);
-    EXPECT_EQ(slurp(ranks + "/stdout.log"), absl::StrCat("out of rank ", r, "\n")) << ranks;
-    EXPECT_THAT(out, Not(HasSubstr(absl::StrCat("out of rank ", r)))) << "stdout is redirected";
-    EXPECT_THAT(out, HasSubstr(absl::StrCat("[rank", r, "]: err of rank ", r))) << "stderr stays on the terminal";
+  for (int n : {0, 1}) {
+    const std::string attempt = absl::StrCat(dir, "/logs/", job, "/attempt_", n);
+    EXPECT_EQ(slurp(attempt + "/0/stdout.log"), absl::StrCat("out of rank 0 restart ", n, "\n")) << attempt;
+    // (The failed attempt's reason quotes its last lines: not a rank line.)
+    EXPECT_THAT(out, Not(HasSubstr("[rank0]: out of rank 0"))) << "stdout is redirected";
+    EXPECT_EQ(access((attempt + "/1/stdout.log").c_str(), F_OK), 0) << "rank 1's stdout is selected: its file is there";
+    EXPECT_EQ(slurp(attempt + "/1/stdout.log"), "") << "and empty";
+    for (int r : {0, 1}) {
+      EXPECT_THAT(out, HasSubstr(absl::StrCat("[rank", r, "]: err of rank ", r, " restart ", n)))
+          << "stderr stays on the terminal";
+    }
+    EXPECT_EQ(slurp(attempt + "/0/stderr.log"), absl::StrCat("err of rank 0 restart ", n, "\n"))
+        << "rank 0's stderr is teed";
+    EXPECT_NE(access((attempt + "/1/stderr.log").c_str(), F_OK), 0) << "rank 1's is not";
   }
-  EXPECT_EQ(slurp(dir + "/logs/" + job + "/attempt_1/0/stderr.log"), "err of rank 0\n") << "rank 0's stderr is teed";
-  EXPECT_NE(access((dir + "/logs/" + job + "/attempt_1/1/stderr.log").c_str(), F_OK), 0) << "rank 1's is not";
+  EXPECT_NE(access((dir + "/logs/" + job + "/attempt_2").c_str(), F_OK), 0) << "two attempts: attempt_0, attempt_1";
 
   // --redirects without --log-dir is a usage error, before anything starts.
   trainctl::testing::Process refused({build + "/client/trainctl", "run", "--nproc-per-node", "1", "--python",
