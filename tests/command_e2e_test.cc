@@ -200,6 +200,23 @@ TEST_F(CommandE2ETest, SubmittedScriptRestartsAsTorchrunsDefaultZero) {
   }
 }
 
+// `submit --nnodes N` has no per-host placement yet: it says so, and the
+// job is N x nproc-per-node ranks placed as any job's.
+TEST_F(CommandE2ETest, SubmitNnodesSaysHowItsRanksArePlaced) {
+  std::string build = trainctl::testing::BuildDirOfThisTest();
+  trainctl::testing::Process dry({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token",
+                                  cluster_->admin_token(), "submit", "--dry-run", "--nnodes", "2", "--nproc-per-node",
+                                  "1", "--python", "/usr/bin/python3", Script(), "--epochs", "1"},
+                                 cluster_->dir() + "/dry.log", cluster_->dir());
+  ASSERT_TRUE(dry.Start());
+  const int status = dry.Wait(absl::Seconds(60));
+  const std::string out = dry.ReadLog();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("--nnodes 2: 2 ranks, placed as any job's (on as few workers as their free slots "
+                             "allow), not 2 per-host groups"));
+  EXPECT_THAT(out, HasSubstr("ranks:        2"));
+}
+
 TEST(CommandPlacementTest, WorkerWithoutAllowCommandsRunsNone) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
   Cluster cluster(build, "/bin/false");
@@ -230,7 +247,7 @@ TEST(CommandPlacementTest, WorkerWithoutAllowCommandsRunsNone) {
 
 // torchrun's defaults and flags: a script that is not there fails once (no
 // restarts in a local run, and exit 2 would not heal anyway), --standalone
-// is accepted, and a rendezvous flag is refused by name.
+// is accepted, a rendezvous flag is refused by name, and so is --nnodes > 1.
 TEST(CommandRunTest, AMissingScriptFailsOnceAndTorchrunsFlagsAreKnown) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
   char tmpl[] = "/tmp/trainctl-run-missing-XXXXXX";
@@ -256,6 +273,19 @@ TEST(CommandRunTest, AMissingScriptFailsOnceAndTorchrunsFlagsAreKnown) {
   out = refused.ReadLog();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status << "\n" << out;
   EXPECT_THAT(out, HasSubstr("--master-addr: trainctl does the rendezvous"));
+
+  // torchrun's --nnodes spans hosts; a local run is one: refused, saying
+  // what to use instead, before anything starts.
+  trainctl::testing::Process nodes({build + "/client/trainctl", "run", "--nnodes", "2", "--nproc-per-node", "2",
+                                    "--python", "/usr/bin/python3", "--state-dir", dir + "/state3", "t.py"},
+                                   dir + "/nodes.log", dir);
+  ASSERT_TRUE(nodes.Start());
+  status = nodes.Wait(absl::Seconds(30));
+  out = nodes.ReadLog();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("--nnodes 2: trainctl run starts ranks on this host only (one node); use "
+                             "--nproc-per-node for more ranks here, or trainctl submit --nnodes 2"));
+  EXPECT_NE(access((dir + "/state3").c_str(), F_OK), 0) << "nothing started";
   std::system(("rm -rf " + dir).c_str());
 }
 
