@@ -232,7 +232,8 @@ void AddScriptOptions(CLI::App* verb, ScriptJobFlags* flags) {
   verb->add_option("--nproc-per-node,--nproc_per_node", flags->nproc_per_node,
                    "With a program as FILE: ranks per node, as torchrun's (default 1)")
       ->check(CLI::Range(1, 65536));
-  verb->add_option("--nnodes", flags->nnodes, "With a program as FILE: nodes; world_size = nproc-per-node x nnodes (run: 1, one host)")
+  verb->add_option("--nnodes", flags->nnodes,
+                   "With a program as FILE: nodes; world_size = nproc-per-node x nnodes (run: 1, one host)")
       ->check(CLI::Range(1, 65536));
   verb->add_option("--max-restarts,--max_restarts", flags->max_restarts,
                    "As torchrun's: restarts of the whole group before the job fails (restart.max_restarts; "
