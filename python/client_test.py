@@ -395,12 +395,13 @@ class ClientTest(ClusterTestCase):
 
     def test_submit_script_sends_the_cli_spec(self):
         # The spec trainctl submit builds for a script, as the coordinator
-        # resolves it (a dry run of each): the same one.
+        # resolves it (a dry run of each): the same one, defaults included
+        # (restarts: torchrun's 0).
         script_dir = tempfile.mkdtemp(prefix="cli-", dir=WORK)
         cli = _wait_for_binary(os.path.join(self.cluster.build_dir, "client", "trainctl"))
         out = subprocess.run(
             [cli, "--coordinator", self.cluster.address, "--token", self.cluster.admin_token, "-o", "json", "submit",
-             "--dry-run", "--nproc-per-node", "2", "--max-restarts", "0", "--set", "resources.memory=256Mi",
+             "--dry-run", "--nproc-per-node", "2", "--set", "resources.memory=256Mi",
              "--set", "restart.on_hang=fail", "--python", "/usr/bin/python3", "train.py", "--lr", "0.1", "a b"],
             cwd=script_dir, capture_output=True, text=True, timeout=START_TIMEOUT_S)
         self.assertEqual(out.returncode, 0, out.stderr)
@@ -408,13 +409,15 @@ class ClientTest(ClusterTestCase):
         from google.protobuf import json_format
         json_format.ParseDict(json.loads(out.stdout)["job"]["spec"], cli_spec)
 
-        spec = script_job_spec("train.py", ["--lr", 0.1, "a b"], nproc_per_node=2, max_restarts=0, memory="256Mi",
+        spec = script_job_spec("train.py", ["--lr", 0.1, "a b"], nproc_per_node=2, memory="256Mi",
                                python="/usr/bin/python3", working_dir=script_dir,
                                overrides={"restart.on_hang": "fail"})
         resolved = self.client._unary("SubmitJob", job_service_pb2.SubmitJobRequest(spec=spec, dry_run=True)).job
         self.assertEqual(resolved.spec, cli_spec)
         self.assertEqual(resolved.spec.resources.memory, 256 << 20)
         self.assertEqual(resolved.spec.name, "train")
+        self.assertTrue(resolved.spec.restart.HasField("max_restarts"))
+        self.assertEqual(resolved.spec.restart.max_restarts, 0)
 
     def test_wait_times_out(self):
         # Too large for the cluster: it stays PENDING.
@@ -767,6 +770,10 @@ class ScriptJobSpecTest(unittest.TestCase):
         self.assertEqual((spec.name, list(spec.command.argv), spec.command.working_dir),
                          ("mine", ["./run.sh"], os.getcwd()))
         self.assertEqual(script_job_spec("__.py").name, "script")
+        # Restarts as torchrun's: none unless asked; overrides come last.
+        self.assertEqual(script_job_spec("t.py").restart.max_restarts, 0)
+        self.assertEqual(script_job_spec("t.py", max_restarts=2).restart.max_restarts, 2)
+        self.assertEqual(script_job_spec("t.py", overrides={"restart.max_restarts": 4}).restart.max_restarts, 4)
 
     def test_errors_name_the_field(self):
         for kwargs, message in (

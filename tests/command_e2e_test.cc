@@ -16,6 +16,9 @@
 #include <iterator>
 #include <regex>
 #include <sstream>
+#include <tuple>
+#include <utility>
+#include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
@@ -164,6 +167,54 @@ TEST_F(CommandE2ETest, SubmitTakesTorchrunsFormAndFollowsWithRankOutput) {
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
   EXPECT_THAT(out, HasSubstr("\"kind\":\"KIND_TRAIN\"")) << out;
   EXPECT_THAT(out, HasSubstr("\"loss\":"));
+}
+
+// Issue #44: one default for a script's restarts, torchrun's 0, whether
+// `trainctl run` or `trainctl submit SCRIPT` starts it; --max-restarts N
+// gives N.
+TEST_F(CommandE2ETest, SubmittedScriptRestartsAsTorchrunsDefaultZero) {
+  std::string build = trainctl::testing::BuildDirOfThisTest();
+  for (const int restarts : {-1, 1}) {
+    SCOPED_TRACE(restarts);
+    std::vector<std::string> argv = {build + "/client/trainctl", "--coordinator", cluster_->address(), "--token",
+                                     cluster_->admin_token(), "submit", "--follow", "--nproc-per-node", "2",
+                                     "--python", "/usr/bin/python3"};
+    if (restarts >= 0) {
+      argv.push_back("--max-restarts");
+      argv.push_back(absl::StrCat(restarts));
+    }
+    argv.insert(argv.end(), {Script(), "--mode", "raise"});
+    trainctl::testing::Process submit(argv, absl::StrCat(cluster_->dir(), "/submit-", restarts, ".log"),
+                                      cluster_->dir());
+    ASSERT_TRUE(submit.Start());
+    const int status = submit.Wait(absl::Seconds(90));
+    const std::string out = submit.ReadLog();
+    ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 1) << status << "\n" << out;
+    std::smatch m;
+    ASSERT_TRUE(std::regex_search(out, m, std::regex("submitted job (\\S+)"))) << out;
+    v1::Job j = cluster_->Get(m[1]);
+    EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
+    EXPECT_EQ(j.spec().restart().max_restarts(), std::max(0, restarts));
+    EXPECT_EQ(j.attempts_size(), std::max(0, restarts) + 1) << out;
+    EXPECT_THAT(j.state_reason(), HasSubstr("ValueError: learning rate must be positive, got -1"));
+  }
+}
+
+// `submit --nnodes N` has no per-host placement yet: it says so, and the
+// job is N x nproc-per-node ranks placed as any job's.
+TEST_F(CommandE2ETest, SubmitNnodesSaysHowItsRanksArePlaced) {
+  std::string build = trainctl::testing::BuildDirOfThisTest();
+  trainctl::testing::Process dry({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token",
+                                  cluster_->admin_token(), "submit", "--dry-run", "--nnodes", "2", "--nproc-per-node",
+                                  "1", "--python", "/usr/bin/python3", Script(), "--epochs", "1"},
+                                 cluster_->dir() + "/dry.log", cluster_->dir());
+  ASSERT_TRUE(dry.Start());
+  const int status = dry.Wait(absl::Seconds(60));
+  const std::string out = dry.ReadLog();
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("--nnodes 2: 2 ranks, placed as any job's (on as few workers as their free slots "
+                             "allow), not 2 per-host groups"));
+  EXPECT_THAT(out, HasSubstr("ranks:        2"));
 }
 
 TEST(CommandPlacementTest, WorkerWithoutAllowCommandsRunsNone) {
@@ -375,7 +426,7 @@ TEST_F(CommandReportTest, AJobThatOnlyEvaluatesHasNoInventedLossOrRate) {
 
 // torchrun's defaults and flags: a script that is not there fails once (no
 // restarts in a local run, and exit 2 would not heal anyway), --standalone
-// is accepted, and a rendezvous flag is refused by name.
+// is accepted, a rendezvous flag is refused by name, and so is --nnodes > 1.
 TEST(CommandRunTest, AMissingScriptFailsOnceAndTorchrunsFlagsAreKnown) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
   char tmpl[] = "/tmp/trainctl-run-missing-XXXXXX";
@@ -401,27 +452,52 @@ TEST(CommandRunTest, AMissingScriptFailsOnceAndTorchrunsFlagsAreKnown) {
   out = refused.ReadLog();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status << "\n" << out;
   EXPECT_THAT(out, HasSubstr("--master-addr: trainctl does the rendezvous"));
+
+  // torchrun's --nnodes spans hosts; a local run is one: refused, saying
+  // what to use instead, before anything starts.
+  trainctl::testing::Process nodes({build + "/client/trainctl", "run", "--nnodes", "2", "--nproc-per-node", "2",
+                                    "--python", "/usr/bin/python3", "--state-dir", dir + "/state3", "t.py"},
+                                   dir + "/nodes.log", dir);
+  ASSERT_TRUE(nodes.Start());
+  status = nodes.Wait(absl::Seconds(30));
+  out = nodes.ReadLog();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("--nnodes 2: trainctl run starts ranks on this host only (one node); use "
+                             "--nproc-per-node for more ranks here, or trainctl submit --nnodes 2"));
+  EXPECT_NE(access((dir + "/state3").c_str(), F_OK), 0) << "nothing started";
   std::system(("rm -rf " + dir).c_str());
 }
 
 // torchrun's --log-dir / --redirects / --tee: each rank's selected streams
-// land in <log dir>/<job id>/attempt_1/<rank>/{stdout,stderr}.log; a
-// redirected stream stays off the terminal, a teed one is on both.
+// land in <log dir>/<job id>/attempt_<R>/<rank>/{stdout,stderr}.log, R the
+// restart count as torchrun numbers it (attempt_0 first); a selected stream
+// the rank wrote nothing to has its file, empty; a redirected stream stays
+// off the terminal, a teed one is on both.
 TEST(CommandRunTest, LogDirRedirectsAndTeeWriteEachRanksStreamsToFiles) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
   char tmpl[] = "/tmp/trainctl-run-logs-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   std::string dir = tmpl;
-  std::ofstream(dir + "/talk.py") << "import os, sys\n"
-                                     "r = os.environ['RANK']\n"
-                                     "print('out of rank ' + r, flush=True)\n"
-                                     "print('err of rank ' + r, file=sys.stderr, flush=True)\n";
+  // Rank 1 writes no stdout; it waits for rank 0's lines, then fails the
+  // first attempt (rank 0 is stopped), and the restart succeeds.
+  std::ofstream(dir + "/talk.py") << "import os, sys, time\n"
+                                     "r, n = os.environ['RANK'], os.environ['TORCHELASTIC_RESTART_COUNT']\n"
+                                     "mark = 'rank0-wrote-' + n\n"
+                                     "if r == '0':\n"
+                                     "    print('out of rank 0 restart ' + n, flush=True)\n"
+                                     "    print('err of rank 0 restart ' + n, file=sys.stderr, flush=True)\n"
+                                     "    open(mark, 'w').close()\n"
+                                     "    if n == '0': time.sleep(300)\n"
+                                     "else:\n"
+                                     "    while not os.path.exists(mark): time.sleep(0.05)\n"
+                                     "    print('err of rank 1 restart ' + n, file=sys.stderr, flush=True)\n"
+                                     "    sys.exit(3 if n == '0' else 0)\n";
   trainctl::testing::Process run({build + "/client/trainctl", "run", "--nproc-per-node", "2", "--python",
-                                  "/usr/bin/python3", "--state-dir", dir + "/state", "--log-dir", dir + "/logs",
-                                  "--redirects", "1", "--tee", "0:2", "talk.py"},
+                                  "/usr/bin/python3", "--state-dir", dir + "/state", "--max-restarts", "1",
+                                  "--log-dir", dir + "/logs", "--redirects", "1", "--tee", "0:2", "talk.py"},
                                  dir + "/run.log", dir);
   ASSERT_TRUE(run.Start());
-  int status = run.Wait(absl::Seconds(60));
+  int status = run.Wait(absl::Seconds(90));
   const std::string out = run.ReadLog();
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
   std::smatch m;
@@ -431,14 +507,22 @@ TEST(CommandRunTest, LogDirRedirectsAndTeeWriteEachRanksStreamsToFiles) {
     std::ifstream in(path);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   };
-  for (int r : {0, 1}) {
-    const std::string ranks = absl::StrCat(dir, "/logs/", job, "/attempt_1/", r);
-    EXPECT_EQ(slurp(ranks + "/stdout.log"), absl::StrCat("out of rank ", r, "\n")) << ranks;
-    EXPECT_THAT(out, Not(HasSubstr(absl::StrCat("out of rank ", r)))) << "stdout is redirected";
-    EXPECT_THAT(out, HasSubstr(absl::StrCat("[rank", r, "]: err of rank ", r))) << "stderr stays on the terminal";
+  for (int n : {0, 1}) {
+    const std::string attempt = absl::StrCat(dir, "/logs/", job, "/attempt_", n);
+    EXPECT_EQ(slurp(attempt + "/0/stdout.log"), absl::StrCat("out of rank 0 restart ", n, "\n")) << attempt;
+    // (The failed attempt's reason quotes its last lines: not a rank line.)
+    EXPECT_THAT(out, Not(HasSubstr("[rank0]: out of rank 0"))) << "stdout is redirected";
+    EXPECT_EQ(access((attempt + "/1/stdout.log").c_str(), F_OK), 0) << "rank 1's stdout is selected: its file is there";
+    EXPECT_EQ(slurp(attempt + "/1/stdout.log"), "") << "and empty";
+    for (int r : {0, 1}) {
+      EXPECT_THAT(out, HasSubstr(absl::StrCat("[rank", r, "]: err of rank ", r, " restart ", n)))
+          << "stderr stays on the terminal";
+    }
+    EXPECT_EQ(slurp(attempt + "/0/stderr.log"), absl::StrCat("err of rank 0 restart ", n, "\n"))
+        << "rank 0's stderr is teed";
+    EXPECT_NE(access((attempt + "/1/stderr.log").c_str(), F_OK), 0) << "rank 1's is not";
   }
-  EXPECT_EQ(slurp(dir + "/logs/" + job + "/attempt_1/0/stderr.log"), "err of rank 0\n") << "rank 0's stderr is teed";
-  EXPECT_NE(access((dir + "/logs/" + job + "/attempt_1/1/stderr.log").c_str(), F_OK), 0) << "rank 1's is not";
+  EXPECT_NE(access((dir + "/logs/" + job + "/attempt_2").c_str(), F_OK), 0) << "two attempts: attempt_0, attempt_1";
 
   // --redirects without --log-dir is a usage error, before anything starts.
   trainctl::testing::Process refused({build + "/client/trainctl", "run", "--nproc-per-node", "1", "--python",
@@ -450,6 +534,103 @@ TEST(CommandRunTest, LogDirRedirectsAndTeeWriteEachRanksStreamsToFiles) {
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status << "\n" << refused.ReadLog();
   EXPECT_THAT(refused.ReadLog(), HasSubstr("--redirects: needs --log-dir"));
   std::system(("rm -rf " + dir).c_str());
+}
+
+// Issue #44: a temporary directory, removed with what it holds.
+class TempDir {
+ public:
+  TempDir() {
+    char tmpl[] = "/tmp/trainctl-run-XXXXXX";
+    if (mkdtemp(tmpl) != nullptr) path_ = tmpl;
+  }
+  ~TempDir() {
+    if (!path_.empty()) std::system(("rm -rf " + path_).c_str());
+  }
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+// `trainctl run ARGS...` in `dir` with PATH set to `path`; its exit status
+// (-1: still running after 90 s) and output.
+std::pair<int, std::string> TrainctlRun(const std::string& dir, const std::string& path,
+                                        const std::vector<std::string>& args) {
+  std::vector<std::string> argv = {"/usr/bin/env", "PATH=" + path,
+                                   trainctl::testing::BuildDirOfThisTest() + "/client/trainctl", "run"};
+  argv.insert(argv.end(), args.begin(), args.end());
+  static int n = 0;
+  trainctl::testing::Process run(argv, absl::StrCat(dir, "/run-", ++n, ".log"), dir);
+  if (!run.Start()) return {-1, "cannot start trainctl"};
+  const int status = run.Wait(absl::Seconds(90));
+  return {status, run.ReadLog()};
+}
+
+bool ExitedWith(int status, int code) { return status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == code; }
+
+// --python defaults to python3 on PATH; when it cannot import torch the
+// reason names that interpreter (resolved), and the job is not restarted;
+// an interpreter that is not there fails the pre-flight, before any rank
+// starts, naming the field and the path.
+TEST(CommandRunTest, TheInterpreterIsNamedWhenTorchIsMissingAndCheckedBeforeRanksStart) {
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  // A Python without torch, as a fresh venv is.
+  if (std::system(("/usr/bin/python3 -m venv --without-pip " + dir.path() + "/venv >/dev/null 2>&1").c_str()) != 0) {
+    GTEST_SKIP() << "python3 -m venv is not available";
+  }
+  std::ofstream(dir.path() + "/needs_torch.py") << "import torch\nprint('never here')\n";
+  const std::string path = dir.path() + "/venv/bin:/usr/bin:/bin";
+  auto [status, out] = TrainctlRun(dir.path(), path,
+                                   {"--nproc-per-node", "2", "--state-dir", dir.path() + "/state", "needs_torch.py"});
+  ASSERT_TRUE(ExitedWith(status, 1)) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("ModuleNotFoundError: No module named 'torch' (interpreter: ", dir.path(),
+                                          "/venv/bin/python3)")));
+  EXPECT_THAT(out, Not(HasSubstr("never here")));
+  EXPECT_THAT(out, Not(HasSubstr("  restarting  "))) << "an import error is not restarted";
+
+  std::tie(status, out) =
+      TrainctlRun(dir.path(), path,
+                  {"--python", dir.path() + "/nothere/python3", "--state-dir", dir.path() + "/state2", "needs_torch.py"});
+  ASSERT_TRUE(ExitedWith(status, 1)) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("pre-flight failed: ")));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("command.argv[0] ", dir.path(),
+                                          "/nothere/python3: no such file (the Python interpreter: `trainctl "
+                                          "run/submit --python`)")));
+  EXPECT_THAT(out, Not(HasSubstr("[rank0]"))) << "no rank started";
+}
+
+// torchrun's TORCHELASTIC_ERROR_FILE: a file in each rank's own directory;
+// a script decorated with torch.distributed.elastic's @record writes its
+// exception there, and that message is the job's reason (here the script's
+// stderr goes nowhere, so the file is the only place that has it).
+TEST(CommandRunTest, RecordedErrorFileIsTheReason) {
+  if (!HaveTorch()) GTEST_SKIP() << "Debian's python3-torch is not installed";
+  TempDir dir;
+  ASSERT_FALSE(dir.path().empty());
+  std::ofstream(dir.path() + "/recorded.py")
+      << "import os, sys\n"
+         "from torch.distributed.elastic.multiprocessing.errors import record\n"
+         "@record\n"
+         "def main():\n"
+         "    print('error file ' + os.environ['TORCHELASTIC_ERROR_FILE'], flush=True)\n"
+         "    sys.stderr = open(os.devnull, 'w')\n"
+         "    raise ValueError('learning rate must be positive, got -1\\nsecond line')\n"
+         "if __name__ == '__main__':\n"
+         "    main()\n";
+  auto [status, out] = TrainctlRun(dir.path(), "/usr/bin:/bin",
+                                   {"--nproc-per-node", "2", "--python", "/usr/bin/python3", "--state-dir",
+                                    dir.path() + "/state", "recorded.py"});
+  ASSERT_TRUE(ExitedWith(status, 1)) << status << "\n" << out;
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("FAILED after [^:]*: rank ([01]) [^\n]*exited with code 1: "
+                                                   "ValueError: learning rate must be positive, got -1\n")))
+      << out;
+  // The rank that failed first (the other may be stopped before it prints).
+  const std::string r = m[1];
+  EXPECT_THAT(out, MatchesRegex(absl::StrCat("(.|\n)*\\[rank", r, "\\]: error file /[^ ]*/rank-", r,
+                                             "/error\\.json\n(.|\n)*")));
+  EXPECT_THAT(out, Not(HasSubstr("Traceback"))) << "stderr went nowhere: the reason came from the file";
 }
 
 TEST(CommandRunTest, TrainctlRunIsADropInForTorchrun) {

@@ -250,6 +250,40 @@ TEST_F(RankUserE2ETest, PreflightMakesAJobChosenCheckpointDirAsTheRankUser) {
   EXPECT_EQ(FileStat(made_dir + "/model.txt").st_uid, nobody_.uid);
 }
 
+// TORCHELASTIC_ERROR_FILE lies in the rank's own directory, which the rank
+// user owns: the daemon reads it as that user and never through a link, so
+// a rank cannot make the daemon quote a file only root may read (here a
+// JSON document in torchrun's form, as a real target would be made to
+// look) in its failure reason. A file the rank wrote is quoted.
+TEST_F(RankUserE2ETest, ErrorFileIsReadAsTheRankUserNeverThroughALink) {
+  const std::string secret = cluster_->dir() + "/secret.json";
+  ASSERT_TRUE(auth::WritePrivateFile(secret, R"({"message": {"message": "SECRET-7f3a only root reads this"}})").ok());
+  const std::string script = cluster_->dir() + "/errfile.sh";
+  std::ofstream(script) << "#!/bin/sh\n"
+                           "case \"$1\" in\n"
+                           "  own) echo '{\"message\": {\"message\": \"ValueError: written by the rank\", "
+                           "\"extraInfo\": {\"py_callstack\": \"x\", \"timestamp\": \"1\"}}}' > "
+                           "\"$TORCHELASTIC_ERROR_FILE\" ;;\n"
+                           "  symlink) ln -s \"$2\" \"$TORCHELASTIC_ERROR_FILE\" ;;\n"
+                           "  hardlink) ln \"$2\" \"$TORCHELASTIC_ERROR_FILE\" || echo 'no hard link' ;;\n"
+                           "esac\n"
+                           "exit 1\n";
+  ASSERT_EQ(chmod(script.c_str(), 0755), 0);
+  for (const std::string mode : {"own", "symlink", "hardlink"}) {
+    SCOPED_TRACE(mode);
+    const std::string id = cluster_->Submit(Command("errfile-" + mode, "errfile.sh", {mode, secret}));
+    ASSERT_FALSE(id.empty());
+    v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(60));
+    ASSERT_EQ(j.state(), v1::JOB_STATE_FAILED);
+    EXPECT_THAT(j.state_reason(), HasSubstr("exited with code 1"));
+    if (mode == "own") {
+      EXPECT_THAT(j.state_reason(), HasSubstr("exited with code 1: ValueError: written by the rank"));
+    } else {
+      EXPECT_THAT(j.state_reason(), Not(HasSubstr("SECRET")));
+    }
+  }
+}
+
 // Ids far above any user or group a test machine has.
 constexpr uid_t kFirstOwnerUid = 2147000000;
 constexpr uid_t kLastOwnerUid = 2147000099;

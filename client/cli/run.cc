@@ -88,11 +88,19 @@ std::string FindRankBinary(const CliEnvironment& env) {
 // reason said, when it cannot run here.
 std::optional<v1::JobSpec> LocalJobSpec(CliContext& ctx, const RunFlags& flags, int* code) {
   const bool script = IsScriptForm(flags.file, flags.script);
-  // A program run here restarts as torchrun's would: not at all, unless
-  // --max-restarts (or --set restart.max_restarts) says so.
-  ScriptJobFlags script_flags = flags.script;
-  if (!script_flags.max_restarts.has_value()) script_flags.max_restarts = 0;
-  ParsedJobSpec parsed = script ? ScriptJobSpec(flags.file, script_flags, flags.sets)
+  if (script && flags.script.nnodes > 1) {
+    // torchrun's --nnodes N starts one agent per host; a local run is one
+    // host (its own worker), so N nodes here would only be N x more ranks
+    // on this machine, not what the script's GROUP_WORLD_SIZE would say.
+    *code = ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--nnodes ", flags.script.nnodes,
+        ": trainctl run starts ranks on this host only (one node); use --nproc-per-node for more ranks here, "
+        "or trainctl submit --nnodes ", flags.script.nnodes, " to run on a cluster")));
+    return std::nullopt;
+  }
+  // A program restarts as torchrun's would (ScriptJobSpec: not at all,
+  // unless --max-restarts says so).
+  ParsedJobSpec parsed = script ? ScriptJobSpec(flags.file, flags.script, flags.sets)
                                 : ParseJobSpecFile(flags.file, flags.sets);
   if (!parsed.ok()) {
     for (const SpecError& e : parsed.errors) ctx.err << e.ToString() << "\n";

@@ -1,6 +1,7 @@
 #include "client/cli/script_job.h"
 
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
@@ -133,19 +134,43 @@ absl::StatusOr<RankOutput> RankOutputOf(const ScriptJobFlags& flags) {
 
 namespace {
 
-// The per-rank log files of one followed job, opened at their first line.
+// The per-rank log files of one followed job, as torchrun lays them out:
+// <log dir>/<job id>/attempt_<R>/<rank>/{stdout,stderr}.log, R counting
+// restarts from 0 (torchrun's attempt_0 is trainctl's attempt 1). Every
+// stream --redirects or --tee selects gets its file, also when the rank
+// writes nothing to it (Complete, at the end). Used by one thread at a time.
 class RankLogFiles {
  public:
   RankLogFiles(const RankOutput& out, std::string job_id) : out_(out), job_id_(std::move(job_id)) {}
 
   // True when the line stays off the terminal (its stream is redirected).
   bool Write(int32_t attempt, const v1::LogLine& l) {
-    if (out_.log_dir.empty()) return false;
     const int bit = l.stream() == v1::LogLine::STREAM_STDOUT ? 1 : 2;
     const bool redirected = (out_.redirects.Mask(l.rank()) & bit) != 0;
-    if (!redirected && (out_.tee.Mask(l.rank()) & bit) == 0) return false;
+    std::ofstream* file = File(attempt, l.rank(), bit);
+    if (file == nullptr) return false;
+    *file << l.text() << "\n" << std::flush;
+    return redirected;
+  }
+
+  // Makes the files of every selected stream of every rank the job's
+  // attempts had, those that got no line included.
+  void Complete(const v1::Job& job) {
+    for (const v1::Attempt& a : job.attempts()) {
+      for (const v1::RankAssignment& r : a.ranks()) {
+        for (int bit : {1, 2}) File(a.number(), r.rank(), bit);
+      }
+    }
+  }
+
+ private:
+  // The open file of (attempt, rank, stream bit), made on first use; null
+  // when the stream is not selected (or the file cannot be written: said once).
+  std::ofstream* File(int32_t attempt, int32_t rank, int bit) {
+    if (out_.log_dir.empty()) return nullptr;
+    if (((out_.redirects.Mask(rank) | out_.tee.Mask(rank)) & bit) == 0) return nullptr;
     const std::string dir =
-        absl::StrCat(out_.log_dir, "/", job_id_, "/attempt_", attempt, "/", l.rank());
+        absl::StrCat(out_.log_dir, "/", job_id_, "/attempt_", std::max(0, attempt - 1), "/", rank);
     const std::string path = absl::StrCat(dir, bit == 1 ? "/stdout.log" : "/stderr.log");
     auto it = files_.find(path);
     if (it == files_.end()) {
@@ -156,11 +181,9 @@ class RankLogFiles {
         std::cerr << "trainctl: cannot write " << path << (ec ? ": " + ec.message() : "") << "\n";
       }
     }
-    *it->second << l.text() << "\n" << std::flush;
-    return redirected;
+    return it->second.get();
   }
 
- private:
   const RankOutput& out_;
   const std::string job_id_;
   std::map<std::string, std::unique_ptr<std::ofstream>> files_;
@@ -196,6 +219,10 @@ int FollowJobWithRankOutput(CliContext& ctx, Client& client, const std::string& 
   });
   int code = FollowJob(follow_ctx, client, job_id);
   logs.join();
+  if (!out.log_dir.empty()) {
+    // Streams that stayed silent get their (empty) files too, as torchrun's.
+    if (absl::StatusOr<v1::Job> job = client.Get(job_id); job.ok()) files.Complete(*job);
+  }
   follow_out << std::flush;
   log_out << std::flush;
   return code;
@@ -205,11 +232,12 @@ void AddScriptOptions(CLI::App* verb, ScriptJobFlags* flags) {
   verb->add_option("--nproc-per-node,--nproc_per_node", flags->nproc_per_node,
                    "With a program as FILE: ranks per node, as torchrun's (default 1)")
       ->check(CLI::Range(1, 65536));
-  verb->add_option("--nnodes", flags->nnodes, "With a program as FILE: nodes; world_size = nproc-per-node x nnodes")
+  verb->add_option("--nnodes", flags->nnodes,
+                   "With a program as FILE: nodes; world_size = nproc-per-node x nnodes (run: 1, one host)")
       ->check(CLI::Range(1, 65536));
   verb->add_option("--max-restarts,--max_restarts", flags->max_restarts,
                    "As torchrun's: restarts of the whole group before the job fails (restart.max_restarts; "
-                   "default: 0 for `run` of a program, the job's setting otherwise)")
+                   "default for a program: 0, as torchrun's)")
       ->check(CLI::Range(0, 1000));
   verb->add_flag("--standalone", flags->standalone, "As torchrun's: accepted (trainctl does the rendezvous)");
   // torchrun's rendezvous flags: trainctl's coordinator does the rendezvous
@@ -224,14 +252,16 @@ void AddScriptOptions(CLI::App* verb, ScriptJobFlags* flags) {
         ->group("torchrun flags that do not apply");
   }
   verb->add_option("--log-dir,--log_dir", flags->log_dir,
-                   "As torchrun's: per-rank files DIR/<job id>/attempt_<N>/<rank>/{stdout,stderr}.log for the "
-                   "streams --redirects or --tee select");
+                   "As torchrun's: per-rank files DIR/<job id>/attempt_<N>/<rank>/{stdout,stderr}.log (N from 0, "
+                   "as torchrun's restart count) for the streams --redirects or --tee select");
   verb->add_option("--redirects", flags->redirects,
                    "As torchrun's: 0 none, 1 stdout, 2 stderr, 3 both (or per rank: 0:3,1:2): those streams go "
                    "to the --log-dir files only");
   verb->add_option("--tee", flags->tee,
                    "As torchrun's: the same values: those streams go to the --log-dir files and the terminal");
-  verb->add_option("--python", flags->python, "With a .py FILE: the interpreter every rank runs it with")
+  verb->add_option("--python", flags->python,
+                   "With a .py FILE: the interpreter every rank runs it with (a name is looked up on the "
+                   "worker's PATH)")
       ->capture_default_str();
   verb->add_option("ARGS", flags->script_args, "With a program as FILE: its arguments");
 }
@@ -276,7 +306,10 @@ ParsedJobSpec ScriptJobSpec(const std::string& file, const ScriptJobFlags& flags
   for (const std::string& a : flags.script_args) c->add_argv(a);
   std::error_code ec;
   c->set_working_dir(fs::current_path(ec).string());
-  if (flags.max_restarts.has_value()) spec.mutable_restart()->set_max_restarts(*flags.max_restarts);
+  // torchrun's default is no restart: a script restarts only when
+  // --max-restarts (or --set restart.max_restarts) says so, whether `run`
+  // or `submit` starts it (a job.yaml keeps the spec's default).
+  spec.mutable_restart()->set_max_restarts(flags.max_restarts.value_or(0));
   // Through the job.yaml path: the same validation, and --set on top.
   return ParseJobSpecYaml(JobSpecToYaml(spec), file, sets);
 }

@@ -52,7 +52,9 @@ class StdStreams {
 // Where the ranks' output goes besides the terminal (torchrun's --log-dir,
 // --redirects, --tee): with a log dir, the streams `redirects` or `tee`
 // select for a rank are written to <log_dir>/<job id>/attempt_<N>/<rank>/
-// {stdout,stderr}.log; what `redirects` selects is kept off the terminal.
+// {stdout,stderr}.log (N: restarts before the attempt, from 0, as
+// torchrun's; each selected stream has its file, empty when the rank wrote
+// nothing to it); what `redirects` selects is kept off the terminal.
 struct RankOutput {
   std::string log_dir;
   StdStreams redirects, tee;
@@ -112,8 +114,8 @@ struct ScriptJobFlags {
   std::string python = "python3";
   // Arguments after FILE, for the program.
   std::vector<std::string> script_args;
-  // torchrun's --max-restarts: restart.max_restarts (unset: the job's
-  // default; a local `trainctl run` of a program then uses torchrun's 0).
+  // torchrun's --max-restarts: restart.max_restarts (unset: torchrun's 0,
+  // for `run` and `submit` alike).
   std::optional<int> max_restarts;
   // torchrun's --standalone: accepted (a local run is standalone already).
   bool standalone = false;

@@ -66,8 +66,15 @@ TEST(ScriptJobTest, BuildsAValidCommandJob) {
 
 TEST(ScriptJobTest, TorchrunsRestartAndRendezvousFlags) {
   ScriptJobFlags f;
-  f.max_restarts = 0;
   ParsedJobSpec p = ScriptJobSpec("t.py", f, {});
+  ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
+  ASSERT_TRUE(p.spec.restart().has_max_restarts());
+  EXPECT_EQ(p.spec.restart().max_restarts(), 0) << "no --max-restarts: torchrun's default 0, not the spec's 3";
+  f.max_restarts = 4;
+  p = ScriptJobSpec("t.py", f, {});
+  EXPECT_EQ(p.spec.restart().max_restarts(), 4);
+  f.max_restarts = 0;
+  p = ScriptJobSpec("t.py", f, {});
   ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
   ASSERT_TRUE(p.spec.restart().has_max_restarts());
   EXPECT_EQ(p.spec.restart().max_restarts(), 0) << "--max-restarts 0, not the default 3";

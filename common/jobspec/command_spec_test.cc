@@ -122,6 +122,7 @@ TEST(JobSpecCommandTest, GrpcCommandsAreBounded) {
   t.mutable_resume_from()->set_job("old-1");
   EXPECT_THAT(errors(t), ::testing::IsEmpty()) << "trainctl.load_checkpoint() hands the program the checkpoint";
   EXPECT_TRUE(IsCommandContractVariable("TRAINCTL_STATUS_FD"));
+  EXPECT_TRUE(IsCommandContractVariable("TORCHELASTIC_ERROR_FILE")) << "the worker sets it per rank";
   EXPECT_FALSE(IsCommandContractVariable("OMP_NUM_THREADS"));
 }
 

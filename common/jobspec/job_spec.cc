@@ -32,7 +32,7 @@ bool IsCommandContractVariable(std::string_view name) {
       "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
       "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
       "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-      "CUDA_VISIBLE_DEVICES"};
+      "TORCHELASTIC_ERROR_FILE", "CUDA_VISIBLE_DEVICES"};
   for (std::string_view v : kSet) {
     if (name == v) return true;
   }

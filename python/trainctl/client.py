@@ -304,7 +304,8 @@ def script_job_spec(script, args=(), *, nproc_per_node=1, nnodes=1, working_dir=
     python: the interpreter of a .py script (--python; default "python3").
     env: extra environment for every rank (command.env), e.g. {"OMP_NUM_THREADS": 2}.
     name: the job's name (default: the script's, "train_ddp.py" -> "train-ddp").
-    queue, max_restarts, priority: queue, restart.max_restarts, priority.
+    queue, max_restarts, priority: queue, restart.max_restarts, priority;
+        max_restarts defaults to torchrun's 0, as the CLI's (not a job.yaml's 3).
     cpus, memory, pids: resources.* limits per rank (memory: bytes or "4Gi").
     wait_for_capacity: scheduling.wait_for_capacity (--wait-for-capacity).
     overrides: more job.yaml paths to values, as submit()'s (--set).
@@ -328,6 +329,10 @@ def script_job_spec(script, args=(), *, nproc_per_node=1, nnodes=1, working_dir=
         spec.queue = _text(queue, "queue")
     # Numbers through the job.yaml reader: its checks and "4Gi".
     sets = dict(overrides or {})
+    # A script restarts as under torchrun: never, unless asked (the CLI's
+    # rule; overrides, as --set, come last).
+    if max_restarts is None and "restart.max_restarts" not in sets:
+        max_restarts = 0
     for path, value in (("restart.max_restarts", max_restarts), ("priority", priority), ("resources.cpus", cpus),
                         ("resources.memory", memory), ("resources.pids", pids)):
         if value is not None:

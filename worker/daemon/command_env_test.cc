@@ -3,6 +3,7 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include "absl/strings/str_cat.h"
 #include "worker/daemon/worker_daemon.h"
 
 namespace trainctl::worker {
@@ -45,6 +46,36 @@ TEST(CommandEnvironmentTest, ErrorsARestartWouldRepeatAreNamed) {
   EXPECT_FALSE(CommandCannotHeal(1, 0, {"RuntimeError: Connection reset by peer"}));
   EXPECT_FALSE(CommandCannotHeal(0, 9, {})) << "a signal may heal";
   EXPECT_FALSE(CommandCannotHeal(1, 0, {}));
+}
+
+// torch.distributed.elastic's @record writes the exception to
+// TORCHELASTIC_ERROR_FILE; its message is the failure's reason.
+TEST(CommandEnvironmentTest, TorchelasticErrorFileMessage) {
+  std::string stack;
+  EXPECT_EQ(TorchelasticErrorMessage(R"({"message": {"message": "ValueError: lr must be positive\nsecond line",
+      "extraInfo": {"py_callstack": "Traceback (most recent call last):\n  File x\nValueError: lr", "timestamp": "1700000000"}}})",
+                                     &stack),
+            "ValueError: lr must be positive");
+  EXPECT_EQ(stack, "Traceback (most recent call last):\n  File x\nValueError: lr");
+  EXPECT_EQ(TorchelasticErrorMessage(R"({"message": "RuntimeError: plain form", "timestamp": 1})"),
+            "RuntimeError: plain form");
+  EXPECT_EQ(TorchelasticErrorMessage(absl::StrCat(R"({"message": {"message": ")", std::string(400, 'x'), R"("}})"))->size(),
+            300u);
+  EXPECT_EQ(TorchelasticErrorMessage(""), std::nullopt);
+  EXPECT_EQ(TorchelasticErrorMessage("not json"), std::nullopt);
+  EXPECT_EQ(TorchelasticErrorMessage(R"({"message": {"other": 1}})"), std::nullopt);
+  EXPECT_EQ(TorchelasticErrorMessage(R"({"message": "  \n "})"), std::nullopt);
+  EXPECT_EQ(TorchelasticErrorMessage(R"([1, 2])"), std::nullopt);
+}
+
+TEST(CommandEnvironmentTest, AnImportFailureNamesTheInterpreter) {
+  EXPECT_EQ(NameInterpreter("ModuleNotFoundError: No module named 'torch'", "/usr/local/bin/python3"),
+            "ModuleNotFoundError: No module named 'torch' (interpreter: /usr/local/bin/python3)");
+  EXPECT_EQ(NameInterpreter("ImportError: libx.so", "/opt/venv/bin/python3.11"),
+            "ImportError: libx.so (interpreter: /opt/venv/bin/python3.11)");
+  EXPECT_EQ(NameInterpreter("ValueError: x", "/usr/bin/python3"), "ValueError: x");
+  EXPECT_EQ(NameInterpreter("ModuleNotFoundError: No module named 'torch'", "/work/train.sh"),
+            "ModuleNotFoundError: No module named 'torch'") << "not an interpreter";
 }
 
 }  // namespace

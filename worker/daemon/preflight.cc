@@ -10,6 +10,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "common/jobspec/job_spec.h"
@@ -171,13 +172,20 @@ void CheckCommand(const v1::JobSpec& spec, const PreflightContext& ctx, std::vec
   }
   if (cmd.argv().empty()) return;  // refused at submission
   const std::string& program = cmd.argv(0);
+  // A script submitted as `trainctl run/submit train.py` runs under its
+  // --python (default python3): say where that came from.
+  const std::string base = fs::path(program).filename().string();
+  const std::string interpreter =
+      absl::StartsWith(base, "python") ? " (the Python interpreter: `trainctl run/submit --python`)" : "";
   if (program.find('/') == std::string::npos) {
     const char* path = std::getenv("PATH");
-    for (absl::string_view d : absl::StrSplit(path != nullptr ? path : "/usr/bin:/bin", ':')) {
+    const std::string search = path != nullptr ? path : "/usr/bin:/bin";
+    for (absl::string_view d : absl::StrSplit(search, ':')) {
       std::string candidate = absl::StrCat(d.empty() ? "." : d, "/", program);
       if (::access(candidate.c_str(), X_OK) == 0 && !fs::is_directory(candidate, ec)) return;
     }
-    problems->push_back(absl::StrCat("command.argv[0] ", program, ": not found on this worker's PATH"));
+    problems->push_back(absl::StrCat("command.argv[0] ", program, ": not found on this worker's PATH (",
+                                     search.size() > 512 ? search.substr(0, 512) + "..." : search, ")", interpreter));
     return;
   }
   // A relative program resolves against the working directory (the rank's
@@ -187,7 +195,7 @@ void CheckCommand(const v1::JobSpec& spec, const PreflightContext& ctx, std::vec
   const std::string resolved = program[0] == '/' ? program : (fs::path(dir) / program).lexically_normal().string();
   if (::access(resolved.c_str(), X_OK) != 0) {
     problems->push_back(absl::StrCat("command.argv[0] ", resolved, ": ",
-                                     fs::exists(resolved, ec) ? "not executable" : "no such file"));
+                                     fs::exists(resolved, ec) ? "not executable" : "no such file", interpreter));
   }
 }
 

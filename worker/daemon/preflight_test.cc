@@ -6,6 +6,7 @@
 #include <filesystem>
 #include <fstream>
 
+#include "absl/strings/str_cat.h"
 #include "common/jobspec/job_spec.h"
 #include "worker/daemon/job_dir.h"
 
@@ -13,6 +14,7 @@ namespace trainctl::worker {
 namespace {
 
 namespace fs = std::filesystem;
+using ::testing::AllOf;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
@@ -92,7 +94,15 @@ TEST_F(PreflightTest, CommandChecksWorkingDirAndProgram) {
   ctx_.allow_commands = true;
   EXPECT_THAT(PreflightProblems(Spec("name: t\ncommand: {argv: [sh, -c, 'true']}\n"), ctx_), IsEmpty());
   EXPECT_THAT(PreflightProblems(Spec("name: t\ncommand: {argv: [no-such-program-xyz]}\n"), ctx_),
-              ElementsAre("command.argv[0] no-such-program-xyz: not found on this worker's PATH"));
+              ElementsAre(absl::StrCat("command.argv[0] no-such-program-xyz: not found on this worker's PATH (",
+                                       std::getenv("PATH"), ")")));
+  // The interpreter of `trainctl run/submit train.py` says where it came from.
+  EXPECT_THAT(PreflightProblems(Spec("name: t\ncommand: {argv: [python9.99-nothere, t.py]}\n"), ctx_),
+              ElementsAre(AllOf(HasSubstr("command.argv[0] python9.99-nothere: not found on this worker's PATH"),
+                                HasSubstr("(the Python interpreter: `trainctl run/submit --python`)"))));
+  EXPECT_THAT(PreflightProblems(Spec("name: t\ncommand: {argv: [/opt/nothere/bin/python3, t.py]}\n"), ctx_),
+              ElementsAre("command.argv[0] /opt/nothere/bin/python3: no such file (the Python interpreter: "
+                          "`trainctl run/submit --python`)"));
   EXPECT_THAT(PreflightProblems(Spec("name: t\ncommand: {argv: [./train.py], working_dir: nowhere}\n"), ctx_),
               ElementsAre("command.working_dir " + (dir_ / "nowhere").string() + ": not a directory on this worker"));
   EXPECT_THAT(PreflightProblems(Spec("name: t\ncommand: {argv: [./train.py], working_dir: data}\n"), ctx_),

@@ -7,6 +7,7 @@
 //
 // Threading: every function here runs on the daemon's EventLoop.
 #include <fcntl.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -14,10 +15,14 @@
 #include <cstring>
 #include <regex>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_split.h"
+#include "google/protobuf/struct.pb.h"
+#include "google/protobuf/util/json_util.h"
 #include "common/log.h"
 #include "worker/daemon/oom_events.h"
 #include "worker/daemon/rank_table_internal.h"
@@ -42,30 +47,108 @@ v1::FailureKind FailureKindOf(rankproto::ErrorKind kind) {
 }
 
 // How a command rank (the user's program) ended: which rank, how and, for a
-// Python traceback, the exception line.
-std::string CommandExitMessage(int32_t rank, int code, int signal, const std::deque<std::string>& last_lines) {
+// Python exception, its line.
+std::string CommandExitMessage(int32_t rank, int code, int signal, const std::string& exception) {
   std::string how = signal != 0 ? absl::StrCat("killed by signal ", signal, " (", strsignal(signal), ")")
                                 : absl::StrCat("exited with code ", code);
   if (code == 127) how += " (the program could not be executed)";
   if (code == 2) how += " (a usage error: argparse rejected an argument, or python could not open the script)";
   std::string message = absl::StrCat("rank ", rank, " ", how);
-  std::string exception = ExceptionLine(last_lines);
   if (!exception.empty()) absl::StrAppend(&message, ": ", exception);
   return message;
+}
+
+// The first non-empty line of `text`, trimmed, at most 300 bytes.
+std::string FirstLine(absl::string_view text) {
+  for (absl::string_view line : absl::StrSplit(text, '\n')) {
+    line = absl::StripAsciiWhitespace(line);
+    if (line.empty()) continue;
+    return std::string(line.size() > 300 ? line.substr(0, 300) : line);
+  }
+  return "";
+}
+
+// The TORCHELASTIC_ERROR_FILE a command rank left (docs/command-jobs.md),
+// read as the rank's user would read it (AsRankUser), never through a link,
+// only a regular file of at most 1 MiB: the rank owns the directory and
+// could otherwise point the daemon at a file of the daemon's. "" when
+// there is none (the script has no @record, or ended before writing it).
+std::string ReadErrorFile(const std::string& path, const std::optional<RunAs>& run_as) {
+  if (path.empty()) return "";
+  AsRankUser as_rank_user(run_as);
+  if (!as_rank_user.ok()) return "";
+  const int fd = ::open(path.c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
+  if (fd < 0) return "";
+  struct stat st {};
+  std::string out;
+  if (::fstat(fd, &st) == 0 && S_ISREG(st.st_mode) && st.st_size <= (1 << 20)) {
+    out.resize(static_cast<size_t>(st.st_size));
+    size_t got = 0;
+    while (got < out.size()) {
+      const ssize_t n = ::read(fd, out.data() + got, out.size() - got);
+      if (n <= 0) break;
+      got += static_cast<size_t>(n);
+    }
+    out.resize(got);
+  }
+  ::close(fd);
+  return out;
 }
 
 }  // namespace
 
 bool CommandCannotHeal(int code, int signal, const std::deque<std::string>& last_lines) {
+  return ExceptionCannotHeal(code, signal, ExceptionLine(last_lines));
+}
+
+bool ExceptionCannotHeal(int code, int signal, const std::string& exception) {
   if (signal != 0) return false;
   // Exit 2: argparse's usage error, or python's "can't open file".
   if (code == 2) return true;
   // The program cannot be imported or parsed: the same code fails again.
-  const std::string exception = ExceptionLine(last_lines);
   for (const char* name : {"ModuleNotFoundError", "ImportError", "SyntaxError", "IndentationError", "TabError"}) {
     if (absl::StartsWith(exception, name)) return true;
   }
   return false;
+}
+
+std::optional<std::string> TorchelasticErrorMessage(const std::string& json, std::string* callstack) {
+  google::protobuf::Struct doc;
+  if (json.empty() || !google::protobuf::util::JsonStringToMessage(json, &doc).ok()) return std::nullopt;
+  auto field = [](const google::protobuf::Struct& s, const char* name) -> const google::protobuf::Value* {
+    auto it = s.fields().find(name);
+    return it == s.fields().end() ? nullptr : &it->second;
+  };
+  const google::protobuf::Value* message = field(doc, "message");
+  if (message == nullptr) return std::nullopt;
+  std::string text;
+  if (message->has_string_value()) {
+    text = message->string_value();  // the plain form
+  } else if (message->has_struct_value()) {
+    const google::protobuf::Value* inner = field(message->struct_value(), "message");
+    if (inner == nullptr || !inner->has_string_value()) return std::nullopt;
+    text = inner->string_value();
+    const google::protobuf::Value* extra = field(message->struct_value(), "extraInfo");
+    if (callstack != nullptr && extra != nullptr && extra->has_struct_value()) {
+      const google::protobuf::Value* stack = field(extra->struct_value(), "py_callstack");
+      if (stack != nullptr && stack->has_string_value()) *callstack = stack->string_value();
+    }
+  } else {
+    return std::nullopt;
+  }
+  std::string line = FirstLine(text);
+  if (line.empty()) return std::nullopt;
+  return line;
+}
+
+std::string NameInterpreter(const std::string& exception, const std::string& program) {
+  if (!absl::StartsWith(exception, "ModuleNotFoundError") && !absl::StartsWith(exception, "ImportError")) {
+    return exception;
+  }
+  const size_t slash = program.rfind('/');
+  const std::string base = slash == std::string::npos ? program : program.substr(slash + 1);
+  if (!absl::StartsWith(base, "python")) return exception;
+  return absl::StrCat(exception, " (interpreter: ", program, ")");
 }
 
 std::string ExceptionLine(const std::deque<std::string>& lines) {
@@ -207,11 +290,23 @@ void RankTable::DescribeFailure(const LocalAttempt& a, const LocalRank& r, int c
     if (e.message().empty()) e.set_message(absl::StrCat("exited with code ", code));
   }
   if (a.command && !r.error_kind.has_value() && e.kind() != v1::FAILURE_KIND_OUT_OF_MEMORY) {
-    e.set_message(CommandExitMessage(r.assignment.rank(), code, signal, r.last_lines));
+    // What the script's @record wrote (torchrun's error file) says it
+    // best; else the last line of its output that reads like an exception.
+    std::string callstack;
+    std::optional<std::string> recorded =
+        TorchelasticErrorMessage(ReadErrorFile(r.error_file, a.run_as), &callstack);
+    if (recorded.has_value() && !callstack.empty()) {
+      LogEvent(LogLevel::kInfo, "worker", "rank_error_file",
+               {{"job_id", a.job_id}, {"attempt", absl::StrCat(a.number)}, {"rank", absl::StrCat(r.assignment.rank())},
+                {"message", *recorded}, {"py_callstack", callstack.substr(0, 8192)}});
+    }
+    const std::string exception =
+        NameInterpreter(recorded.has_value() ? *recorded : ExceptionLine(r.last_lines), r.program);
+    e.set_message(CommandExitMessage(r.assignment.rank(), code, signal, exception));
     if (signal == 0 && code != 127) e.set_kind(v1::FAILURE_KIND_USER_CODE);
     // Errors a restart meets again fail the job at once (CONFIG is not
     // restarted), as torchrun users expect of a typo.
-    if (CommandCannotHeal(code, signal, r.last_lines)) e.set_kind(v1::FAILURE_KIND_CONFIG);
+    if (ExceptionCannotHeal(code, signal, exception)) e.set_kind(v1::FAILURE_KIND_CONFIG);
   }
 }
 

@@ -453,6 +453,11 @@ void RankTable::LaunchCommand(LocalAttempt& a, LocalRank& r) {
                                   ra.local_rank()));
   }
   l.env = CommandLaunchEnvironment(a, ra);
+  // As torchrun: where torch.distributed.elastic's @record writes the
+  // exception that ends the rank (read by DescribeFailure).
+  r.program = l.binary;
+  r.error_file = absl::StrCat(*scratch, "/error.json");
+  l.env.push_back(absl::StrCat("TORCHELASTIC_ERROR_FILE=", r.error_file));
   if (!StartProcess(a, r, l, absl::StrCat("cannot start ", cmd.argv(0)))) return;
   // The program need not speak the rank protocol: started is ready.
   r.state.Apply(RankEvent::kReady);

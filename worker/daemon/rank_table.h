@@ -214,5 +214,24 @@ std::string ExceptionLine(const std::deque<std::string>& lines);
 // error, or python could not open the script), or an ImportError,
 // ModuleNotFoundError or SyntaxError as its last exception.
 bool CommandCannotHeal(int code, int signal, const std::deque<std::string>& last_lines);
+// The same, given the exception line itself (ExceptionLine's, or the
+// message of the rank's TORCHELASTIC_ERROR_FILE).
+bool ExceptionCannotHeal(int code, int signal, const std::string& exception);
+
+// The message in a TORCHELASTIC_ERROR_FILE as torch.distributed.elastic's
+// @record (errors/error_handler.py) writes it,
+//   {"message": {"message": "ValueError: x", "extraInfo": {"py_callstack": ..., "timestamp": ...}}}
+// or in its plain form {"message": "ValueError: x", "timestamp": ...}:
+// its first non-empty line, at most 300 bytes; nullopt when `json` is not
+// such a document (or the message is empty). `callstack` (optional) gets
+// extraInfo.py_callstack when there is one.
+std::optional<std::string> TorchelasticErrorMessage(const std::string& json, std::string* callstack = nullptr);
+
+// `exception` with the interpreter named when it is an import failure
+// (ModuleNotFoundError, ImportError) of a program that is a Python
+// interpreter (its file name starts with "python"): the module is missing
+// from *that* interpreter, which may not be the one the user tried.
+//   "ModuleNotFoundError: No module named 'torch' (interpreter: /usr/local/bin/python3)"
+std::string NameInterpreter(const std::string& exception, const std::string& program);
 
 }  // namespace trainctl::worker

@@ -58,6 +58,12 @@ struct RankTable::LocalRank {
   // _rank_boot): it dumps its stacks on SIGUSR1. Another program may die of
   // that signal, so only such a rank is sent it.
   bool stack_hook = false;
+  // A command rank's: its program as started (argv[0] looked up on the
+  // daemon's PATH), named when an import fails; and its
+  // TORCHELASTIC_ERROR_FILE (in its own directory, as torchrun's), whose
+  // message becomes the failure's reason.
+  std::string program;
+  std::string error_file;
 };
 
 struct RankTable::LocalAttempt {
