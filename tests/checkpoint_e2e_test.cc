@@ -53,6 +53,25 @@ std::string ReadFile(const std::string& path) {
   return s.str();
 }
 
+// A tmpfs of `mb` MiB mounted on `dir` (made) for one test, unmounted at
+// its end; `why_not` says why it could not be (the test skips).
+struct SmallDisk {
+  std::string dir, why_not;
+  SmallDisk(std::string where, int mb) : dir(std::move(where)) {
+    if (geteuid() != 0) {
+      why_not = "mounting a small tmpfs needs root";
+      return;
+    }
+    std::filesystem::create_directories(dir);
+    if (std::system(absl::StrCat("mount -t tmpfs -o size=", mb, "m tmpfs ", dir).c_str()) != 0) {
+      why_not = "cannot mount a tmpfs here";
+    }
+  }
+  ~SmallDisk() {
+    if (why_not.empty()) (void)std::system(("umount -l " + dir).c_str());
+  }
+};
+
 class CheckpointE2ETest : public ::testing::Test {
  protected:
   void SetUp() override {
@@ -389,16 +408,9 @@ TEST_F(CheckpointE2ETest, PathsOutsideTheWorkersRootsAreRefused) {
 // ("waiting for space"); 10 s later there is room again and the job resumes
 // and SUCCEEDS -- with max_restarts 0: waiting for space is not a restart.
 TEST_F(CheckpointE2ETest, AFullDiskWaitsForSpaceAndTheJobSucceeds) {
-  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
   const std::string dir = cluster_->dir() + "/small-disk";
-  std::filesystem::create_directories(dir);
-  if (std::system(("mount -t tmpfs -o size=16m tmpfs " + dir).c_str()) != 0) {
-    GTEST_SKIP() << "cannot mount a tmpfs here";
-  }
-  struct Unmount {
-    std::string dir;
-    ~Unmount() { (void)std::system(("umount -l " + dir).c_str()); }
-  } unmount{dir};
+  SmallDisk small(dir, 16);
+  if (!small.why_not.empty()) GTEST_SKIP() << small.why_not;
   ASSERT_TRUE(cluster_->StartWorker("w1", 2));
   ASSERT_TRUE(cluster_->WaitWorkers(1));
   const std::string id =
@@ -444,16 +456,9 @@ TEST_F(CheckpointE2ETest, AFullDiskWaitsForSpaceAndTheJobSucceeds) {
 // deleted for records it had not stored; the restarts failed as RESUME and
 // the job trained again from scratch.)
 TEST_F(CheckpointE2ETest, AFullStoreThenACrashResumesFromTheNewestStoredCheckpoint) {
-  if (geteuid() != 0) GTEST_SKIP() << "mounting a small tmpfs needs root";
   const std::string disk = cluster_->dir() + "/store-disk";
-  std::filesystem::create_directories(disk);
-  if (std::system(("mount -t tmpfs -o size=24m tmpfs " + disk).c_str()) != 0) {
-    GTEST_SKIP() << "cannot mount a tmpfs here";
-  }
-  struct Unmount {
-    std::string dir;
-    ~Unmount() { (void)std::system(("umount -l " + dir).c_str()); }
-  } unmount{disk};
+  SmallDisk small(disk, 24);
+  if (!small.why_not.empty()) GTEST_SKIP() << small.why_not;
   const std::vector<std::string> store_flags{"--db=" + disk + "/state.db"};
   cluster_->KillCoordinator(SIGKILL);
   ASSERT_TRUE(cluster_->StartCoordinator(store_flags)) << cluster_->coordinator()->ReadLog();
