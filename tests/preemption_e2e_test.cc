@@ -242,20 +242,32 @@ TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) 
   EXPECT_EQ(Sample(page, "trainctl_queue_running_jobs{queue=\"team-b\"}"), 0) << page;
 }
 
-TEST_F(PreemptionE2ETest, APreemptedTrainingJobCheckpointsAtAnAgreedStepAndResumesFromIt) {
+// Per worker: 1 slot (a 2-rank job over two workers) or 2 (4 ranks: two
+// hosts of two ranks, whose replicas must stay bit-identical over Gloo for
+// the resume to continue every rank's exact state, #47 item 3).
+class PreemptedTrainingTest : public PreemptionE2ETest, public ::testing::WithParamInterface<int> {};
+
+INSTANTIATE_TEST_SUITE_P(RanksPerWorker, PreemptedTrainingTest, ::testing::Values(1, 2),
+                         [](const ::testing::TestParamInfo<int>& info) {
+                           return absl::StrCat(2 * info.param, "Ranks");
+                         });
+
+TEST_P(PreemptedTrainingTest, APreemptedTrainingJobCheckpointsAtAnAgreedStepAndResumesFromIt) {
+  const int per_worker = GetParam();
   const std::string rank = trainctl::testing::BuildDirOfThisTest() + "/worker/trainer/trainctl-rank";
   if (!std::filesystem::exists(rank)) GTEST_SKIP() << "no trainctl-rank (a build without LibTorch)";
-  ASSERT_NO_FATAL_FAILURE(StartCluster(1, rank));
+  ASSERT_NO_FATAL_FAILURE(StartCluster(per_worker, rank));
   std::string out;
-  ASSERT_EQ(Cli({"queue", "create", "team-a", "--cpu", "1", "--cohort", "lab"}, &out), 0) << out;
-  ASSERT_EQ(Cli({"queue", "create", "team-b", "--cpu", "1", "--cohort", "lab"}, &out), 0) << out;
+  const std::string quota = absl::StrCat(per_worker);
+  ASSERT_EQ(Cli({"queue", "create", "team-a", "--cpu", quota, "--cohort", "lab"}, &out), 0) << out;
+  ASSERT_EQ(Cli({"queue", "create", "team-b", "--cpu", quota, "--cohort", "lab"}, &out), 0) << out;
 
-  // b: the classic example made slow (1,000 steps an epoch), 2 ranks, with
-  // no periodic checkpoint inside an epoch.
+  // b: the classic example made slow (1,000 steps an epoch at 2 ranks), on
+  // every slot, with no periodic checkpoint inside an epoch.
   const std::string src = trainctl::testing::SourceDir();
   ParsedJobSpec slow = ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
                                         {"training.epochs=1", "data.train.length=60000", "model.hidden=[64]",
-                                         "device=cpu"});
+                                         "device=cpu", absl::StrCat("world_size=", 2 * per_worker)});
   ASSERT_TRUE(slow.ok()) << (slow.errors.empty() ? "" : slow.errors[0].ToString());
   slow.spec.set_queue("team-b");
   const std::string borrower = cluster_->Submit(slow.spec);
@@ -266,7 +278,7 @@ TEST_F(PreemptionE2ETest, APreemptedTrainingJobCheckpointsAtAnAgreedStepAndResum
   ASSERT_EQ(b.state(), v1::JOB_STATE_RUNNING) << "the test acts inside the epoch; " << b.state_reason();
 
   ParsedJobSpec small = ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
-                                         {"world_size=1", "training.epochs=1", "device=cpu"});
+                                         {absl::StrCat("world_size=", per_worker), "training.epochs=1", "device=cpu"});
   ASSERT_TRUE(small.ok());
   small.spec.set_queue("team-a");
   const std::string lender = cluster_->Submit(small.spec);
@@ -286,9 +298,11 @@ TEST_F(PreemptionE2ETest, APreemptedTrainingJobCheckpointsAtAnAgreedStepAndResum
   EXPECT_EQ(resumed.resume().attempt(), 1);
   EXPECT_GT(resumed.resume().epoch_consumed(), 0);
   EXPECT_EQ(resumed.resume().global_step() % 10, 0) << resumed.resume().global_step();
-  const std::string log0 = cluster_->RankLog(borrower, 1, 0), log1 = cluster_->RankLog(borrower, 1, 1);
-  EXPECT_THAT(log0, HasSubstr(absl::StrCat("(global step ", resumed.resume().global_step(), ")"))) << log0;
-  EXPECT_THAT(log1, HasSubstr(absl::StrCat("(global step ", resumed.resume().global_step(), ")"))) << log1;
+  for (int r = 0; r < 2 * per_worker; ++r) {
+    const std::string log = cluster_->RankLog(borrower, 1, r);
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("(global step ", resumed.resume().global_step(), ")"))) << "rank " << r
+                                                                                                      << ": " << log;
+  }
   EXPECT_THAT(cluster_->RankLog(borrower, 2, 0), HasSubstr("resumed from"));
 
   // The same job run without a preemption ends with bitwise the same
