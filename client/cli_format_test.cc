@@ -84,6 +84,8 @@ TEST(FormatTest, ProgressBarAndText) {
   p.set_samples_per_sec(1234.4);
   p.set_eta_seconds(75);
   EXPECT_EQ(ProgressText(p), "epoch 2/3  step 40/100  loss 0.6931  1234 samples/s  ETA 1m15s");
+  // A job that is not running (cancelled, ended, waiting) has no rate and no ETA.
+  EXPECT_EQ(ProgressText(p, /*running=*/false), "epoch 2/3  step 40/100  loss 0.6931");
   EXPECT_DOUBLE_EQ(ProgressFraction(p), 140.0 / 300.0);
 }
 

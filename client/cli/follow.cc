@@ -91,7 +91,7 @@ std::string FollowPrinter::StatusLine() const {
   std::string line = JobStateName(job_.state());
   double f = ProgressFraction(job_.progress());
   if (f >= 0) absl::StrAppend(&line, "  ", ProgressBar(f));
-  std::string progress = ProgressText(job_.progress());
+  std::string progress = ProgressText(job_.progress(), job_.state() == v1::JOB_STATE_RUNNING);
   if (!progress.empty()) absl::StrAppend(&line, "  ", progress);
   if (job_.state() == v1::JOB_STATE_PENDING && !job_.state_reason().empty()) {
     absl::StrAppend(&line, "  (", job_.state_reason(), ")");

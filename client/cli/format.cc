@@ -201,7 +201,7 @@ double ProgressFraction(const v1::Progress& p) {
   return std::clamp(done / (static_cast<double>(p.epochs()) * p.steps_per_epoch()), 0.0, 1.0);
 }
 
-std::string ProgressText(const v1::Progress& p) {
+std::string ProgressText(const v1::Progress& p, bool running) {
   // Epochs are known from the spec before anything trained: say nothing then.
   if (p.steps_per_epoch() <= 0 && p.step() <= 0 && !p.has_last_loss() && p.samples_per_sec() <= 0) return "";
   std::vector<std::string> parts;
@@ -212,8 +212,12 @@ std::string ProgressText(const v1::Progress& p) {
     parts.push_back(absl::StrCat("step ", p.step()));
   }
   if (p.has_last_loss()) parts.push_back(absl::StrFormat("loss %.4f", p.last_loss()));
-  if (p.samples_per_sec() > 0) parts.push_back(absl::StrCat(FormatRate(p.samples_per_sec()), " samples/s"));
-  if (p.eta_seconds() > 0) parts.push_back(absl::StrCat("ETA ", HumanDuration(absl::Seconds(p.eta_seconds()))));
+  if (running && p.samples_per_sec() > 0) {
+    parts.push_back(absl::StrCat(FormatRate(p.samples_per_sec()), " samples/s"));
+  }
+  if (running && p.eta_seconds() > 0) {
+    parts.push_back(absl::StrCat("ETA ", HumanDuration(absl::Seconds(p.eta_seconds()))));
+  }
   if (parts.empty()) return "";
   return absl::StrJoin(parts, "  ");
 }
@@ -373,7 +377,7 @@ void PrintJobStatus(std::ostream& out, const v1::Job& job, absl::Time now,
   int attempts = job.attempts_size();
   row("Attempt", absl::StrCat(attempts == 0 ? "-" : absl::StrCat(attempts), " (restarts ", job.restarts(),
                               " of ", job.spec().restart().max_restarts(), ")"));
-  std::string progress = ProgressText(job.progress());
+  std::string progress = ProgressText(job.progress(), job.state() == v1::JOB_STATE_RUNNING);
   if (!progress.empty()) {
     double f = ProgressFraction(job.progress());
     row("Progress", f >= 0 ? absl::StrCat(ProgressBar(f), "  ", progress) : progress);

@@ -61,8 +61,10 @@ std::string ProgressBar(double fraction, int width = 20);
 // Fraction of training done (over all epochs), or -1 when unknown.
 double ProgressFraction(const v1::Progress& p);
 // "epoch 2/3  step 40/100  loss 0.6931  1234.5 samples/s  ETA 12s"; parts
-// without data are left out; "" when there is no progress at all.
-std::string ProgressText(const v1::Progress& p);
+// without data are left out; "" when there is no progress at all. The rate
+// and the ETA describe a running job: left out unless `running` (a
+// cancelled, finished or waiting job has neither).
+std::string ProgressText(const v1::Progress& p, bool running = true);
 
 // "cpu:0" / "gpu:1 (NVIDIA H200)".
 std::string SlotText(const v1::Slot& slot);
