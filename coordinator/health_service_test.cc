@@ -24,7 +24,7 @@ TEST(HealthServiceTest, ParsesTheServiceNameAndSkipsUnknownFields) {
 TEST(HealthServiceTest, RefusesBytesThatDoNotParse) {
   std::string service;
   // A length past the end of the message.
-  EXPECT_FALSE(HealthService::ParseRequest(std::string("\x0a\x05ab", 4), &service));
+  EXPECT_FALSE(HealthService::ParseRequest(std::string("\x0a\x05" "ab", 4), &service));
   // Field 1 with the wrong wire type is skipped as unknown; a truncated varint is not.
   EXPECT_FALSE(HealthService::ParseRequest(std::string("\x08\x96", 2), &service));
 }
