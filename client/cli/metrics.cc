@@ -59,7 +59,9 @@ const char* KindName(v1::MetricPoint::Kind kind) {
 // The columns every point has, its time last; "" for a field the point
 // does not carry (a script's report names only what it has).
 std::vector<std::string> FixedColumns(int32_t attempt, const v1::MetricPoint& p) {
-  auto real = [](bool has, double v, const char* format) { return has ? absl::StrFormat(format, v) : ""; };
+  auto real = [](bool has, double v, const absl::FormatSpec<double>& format) {
+    return has ? absl::StrFormat(format, v) : std::string();
+  };
   const v1::EvalResult& e = p.eval();
   return {absl::StrCat(attempt),
           absl::StrCat(p.rank()),
