@@ -498,8 +498,17 @@ TEST(SecurityCertsE2ETest, AJoinedWorkerRenewsItsCertificateBeforeItExpires) {
   EXPECT_NE(*auth::CertSerialHex(renewed), *auth::CertSerialHex(first));
   EXPECT_GT(auth::CertValidityOf(renewed)->not_after, first_valid.not_after);
   EXPECT_TRUE(CertNames(renewed, "127.0.0.1")) << "the authorised name is kept";
-  EXPECT_THAT(cluster.worker("joined")->ReadLog(), HasSubstr("certificate_renewed"));
-  EXPECT_THAT(cluster.coordinator()->ReadLog(), HasSubstr("worker_cert_renewed worker_id=" + id));
+  // The worker writes the file first and logs after it: wait for the line.
+  EXPECT_TRUE(Eventually(
+      [&] { return absl::StrContains(cluster.worker("joined")->ReadLog(), "certificate_renewed"); },
+      absl::Seconds(30)))
+      << cluster.worker("joined")->ReadLog();
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return absl::StrContains(cluster.coordinator()->ReadLog(), "worker_cert_renewed worker_id=" + id);
+      },
+      absl::Seconds(30)))
+      << cluster.coordinator()->ReadLog();
 
   // Past the first certificate's end: a new session presents the renewed one.
   const absl::Duration left = first_valid.not_after + absl::Seconds(1) - absl::Now();
