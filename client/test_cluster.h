@@ -14,7 +14,7 @@
 #include "tests/support/ports.h"
 #include "absl/time/time.h"
 #include "client/cli/cli.h"
-#include "coordinator/coordinator_server.h"
+#include "coordinator/server/coordinator_server.h"
 #include "tests/support/fake_worker.h"
 #include "trainctl/v1/job.pb.h"
 

@@ -18,7 +18,7 @@
 // checks it at run time (in release builds too) and tells the analysis.
 // Owners that call into one another (the coordinator's) cannot each name
 // their own `loop_`: the analysis would see as many capabilities; they name
-// one instead (coordinator/on_loop.h).
+// one instead (coordinator/core/on_loop.h).
 #pragma once
 
 #include <atomic>

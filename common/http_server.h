@@ -3,7 +3,7 @@
 // never on the caller's event loop. Each request to a registered path calls
 // its handler on an HTTP thread; a handler that needs loop state posts to
 // the loop and waits for a snapshot (see the coordinator's and worker's
-// /metrics, coordinator/dashboard.cc).
+// /metrics, coordinator/web/dashboard.cc).
 //
 // Connections are served by a fixed pool of threads (kThreads): a browser
 // holding keep-alive connections or a scraper never makes the server spawn

@@ -24,8 +24,8 @@
 #include "common/auth/pki.h"
 #include "common/auth/secret.h"
 #include "common/status_macros.h"
-#include "coordinator/coordinator_server.h"
-#include "coordinator/standby_server.h"
+#include "coordinator/server/coordinator_server.h"
+#include "coordinator/ha/standby_server.h"
 
 ABSL_FLAG(std::string, listen, "",
           "host:port to serve gRPC on; port 0 picks a free port (printed at start). Default: "

@@ -24,7 +24,7 @@
 #include "common/auth/secret.h"
 #include "common/subprocess.h"
 #include "common/temp_dir.h"
-#include "coordinator/coordinator_server.h"
+#include "coordinator/server/coordinator_server.h"
 #include "tests/support/fake_worker.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
 

@@ -37,7 +37,7 @@
 #include "common/auth/secret.h"
 #include "common/jobspec/artifact_names.h"
 #include "common/jobspec/job_spec.h"
-#include "coordinator/coordinator_server.h"
+#include "coordinator/server/coordinator_server.h"
 #include "worker/daemon/slot_inventory.h"
 #include "worker/daemon/worker_daemon.h"
 

@@ -1,6 +1,6 @@
 // The trainctl dashboard: one page, four views chosen by the path
 // (/ jobs, /jobs/ID a job, /workers workers, /queues queues), each kept current by polling
-// the coordinator's JSON endpoints (coordinator/dashboard.h) about once a
+// the coordinator's JSON endpoints (coordinator/web/dashboard.h) about once a
 // second. Charts are Chart.js (vendored, /static/chart.min.js). Every
 // server string goes through esc() or textContent.
 'use strict';
@@ -110,7 +110,7 @@ function workersView(main) {
 // --- queues -----------------------------------------------------------------
 // "used/nominal" of one slot kind ("-" = unlimited) and what the queue
 // borrows beyond its nominal (QueueStatus.borrowed_*, computed by the
-// coordinator: coordinator/queue_status.h).
+// coordinator: coordinator/queues/queue_status.h).
 function quotaCell(used, nominal, borrowedSlots) {
   const limited = nominal !== undefined && nominal !== null && num(nominal) >= 0;
   const borrowed = num(borrowedSlots);

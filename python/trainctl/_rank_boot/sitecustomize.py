@@ -16,7 +16,7 @@ which stays unchanged (docs/failures.md#hangs). Under trainctl
   (``moves``: a rank blocked in one call never changes it) and for how long
   its innermost frame has been in torch's collective or autograd code
   (``torch_ms``: a rank waiting for its peers). The coordinator names the
-  rank that stopped from these (coordinator/script_watch.h).
+  rank that stopped from these (coordinator/jobs/script_watch.h).
 
 Then it imports the ``sitecustomize`` it shadows (Debian's), if any.
 """

@@ -1,0 +1,717 @@
+#include "coordinator/core/retry_log.h"
+#include "coordinator/jobs/job_manager.h"
+
+#include <algorithm>
+#include <map>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_replace.h"
+#include "absl/strings/str_join.h"
+#include "common/jobspec/artifact_names.h"
+#include "common/jobspec/job_spec.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "common/time_util.h"
+#include "coordinator/jobs/attempt_failure.h"
+#include "coordinator/artifacts/checkpoint_records.h"
+
+namespace trainctl::coordinator {
+namespace {
+
+std::string ReportKey(const std::string& job_id, int32_t attempt, int32_t rank) {
+  return absl::StrCat(job_id, "/", attempt, "/", rank);
+}
+
+absl::Status ValidateRankStatus(const v1::RankStatus& st) {
+  if (!v1::RankState_IsValid(st.state()) || st.state() == v1::RANK_STATE_UNSPECIFIED ||
+      st.state() == v1::RANK_STATE_ASSIGNED) {
+    return absl::InvalidArgumentError("rank_status.state: must be STARTING, RUNNING or an end state");
+  }
+  if (!v1::FailureKind_IsValid(st.exit().kind())) {
+    return absl::InvalidArgumentError("rank_status.exit.kind: unknown failure kind");
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateFinalModel(const v1::FinalModelReport& rep) {
+  if (rep.path().empty() || rep.path()[0] != '/' || rep.path().size() > 4096 ||
+      rep.path().find('\0') != std::string::npos) {
+    return absl::InvalidArgumentError("final_model.path: must be an absolute path of at most 4096 bytes");
+  }
+  if (rep.rank() != 0) return absl::InvalidArgumentError("final_model.rank: only rank 0 reports the final model");
+  return absl::OkStatus();
+}
+
+// The attempt of `next` SUCCEEDED: the job with it.
+void MarkSucceeded(v1::Job& next, v1::Attempt& a, absl::Time now) {
+  a.set_state(v1::ATTEMPT_STATE_SUCCEEDED);
+  SetTimestamp(now, a.mutable_end_time());
+  next.set_state(v1::JOB_STATE_SUCCEEDED);
+  next.set_state_reason("");
+  next.mutable_progress()->set_eta_seconds(0);
+}
+
+}  // namespace
+
+JobManager::JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* hub, const Clock* clock,
+                       JobManagerOptions options)
+    : clock_(clock),
+      store_(store),
+      options_(options),
+      registry_(registry),
+      book_(store, hub, clock),
+      owners_(store),
+      starter_(&book_, registry, this, &owners_, {options.preflight, options.stop_grace}),
+      placer_(&book_, registry, &starter_, clock, options.placer),
+      ingest_(&book_, store, hub, clock, options.rank_watch),
+      health_(&book_, registry, this, {options.progress_timeout, options.rendezvous_timeout}),
+      queries_(&book_, registry, &placer_, &health_, clock) {}
+
+absl::Status JobManager::Recover(const StoreSnapshot& snapshot) {
+  book_.Recover(snapshot);
+  for (const auto& [id, e] : book_.entries()) RememberRequest(e.job);
+  return absl::OkStatus();
+}
+
+namespace {
+
+std::string RequestKey(const std::string& owner, const std::string& request_id) {
+  return absl::StrCat(owner.size(), ":", owner, "/", request_id);
+}
+
+absl::Status RequestIdError(const std::string& id) {
+  if (id.size() > 128) return absl::InvalidArgumentError(absl::StrCat("request_id: ", id.size(), " characters (at most 128)"));
+  for (char c : id) {
+    if (c < 0x21 || c > 0x7e) return absl::InvalidArgumentError("request_id: only printable ASCII without spaces");
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
+void JobManager::RememberRequest(const v1::Job& job) {
+  if (job.request_id().empty()) return;
+  const absl::Time now = clock_->Now();
+  if (now - FromTimestamp(job.submit_time()) >= kRequestIdLifetime) return;
+  requests_[RequestKey(job.owner(), job.request_id())] = job.id();
+  // Drop expired entries whenever the map has doubled since the last time.
+  if (requests_.size() < 2 * std::max<size_t>(requests_pruned_at_, 512)) return;
+  absl::erase_if(requests_, [&](const auto& kv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    const JobEntry* e = book_.Find(kv.second);
+    return e == nullptr || now - FromTimestamp(e->job.submit_time()) >= kRequestIdLifetime;
+  });
+  requests_pruned_at_ = requests_.size();
+}
+
+// --- client API --------------------------------------------------------------
+
+absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::string& owner,
+                                           const std::string& owner_token_id, const std::string& request_id) {
+  if (!request_id.empty()) {
+    TRAINCTL_RETURN_IF_ERROR(RequestIdError(request_id));
+    // A retry: the job the first request made, whatever its state now.
+    if (auto it = requests_.find(RequestKey(owner, request_id)); it != requests_.end()) {
+      const JobEntry* first = book_.Find(it->second);
+      if (first != nullptr && clock_->Now() - FromTimestamp(first->job.submit_time()) < kRequestIdLifetime) {
+        return first->job;
+      }
+    }
+  }
+  TRAINCTL_RETURN_IF_ERROR(SpecErrorsToStatus(ValidateJobSpec(spec)));
+  if (book_.active_jobs() >= options_.max_active_jobs) {
+    return absl::ResourceExhaustedError(
+        absl::StrCat("the coordinator holds ", book_.active_jobs(), " unfinished jobs (its limit)"));
+  }
+  v1::Job job;
+  job.set_id(book_.NewId(spec.name()));
+  *job.mutable_spec() = spec;
+  ResolveJobSpecDefaults(job.mutable_spec());
+  if (std::string* dir = job.mutable_spec()->mutable_checkpoint()->mutable_dir(); !dir->empty()) {
+    absl::StrReplaceAll({{"{job_id}", job.id()}}, dir);
+  }
+  if (!job.spec().resume_from().job().empty()) TRAINCTL_RETURN_IF_ERROR(AttachResumeSource(job));
+  TRAINCTL_RETURN_IF_ERROR(CheckDirOwner(job.spec(), owner));
+  job.set_state(v1::JOB_STATE_PENDING);
+  TRAINCTL_RETURN_IF_ERROR(RefuseIfUnschedulable(job));
+  // Numbered before it is stored: every attempt's ranks run as this owner's
+  // uid on a worker with --rank-uids (owner_numbers.h).
+  TRAINCTL_RETURN_IF_ERROR(owners_.Get(owner).status());
+  job.set_owner(owner);
+  job.set_owner_token_id(owner_token_id);
+  job.set_request_id(request_id);
+  SetTimestamp(clock_->Now(), job.mutable_submit_time());
+  job.mutable_progress()->set_epochs(job.spec().training().epochs());
+  job.mutable_progress()->set_eta_seconds(-1);
+  std::string submitted = absl::StrCat("job submitted: ", job.spec().world_size(), " rank(s)");
+  if (job.checkpoints_size() > 0) absl::StrAppend(&submitted, "; continues from ", DescribeRecord(job.checkpoints(0)));
+  absl::StatusOr<JobEntry*> e = book_.Add(std::move(job), {{"submitted", submitted}});
+  if (!e.ok()) return absl::UnavailableError(absl::StrCat("could not store the job: ", e.status().message()));
+  (*e)->pending_since_mono = clock_->Mono();
+  RememberRequest((*e)->job);
+  RequestSchedule();
+  return (*e)->job;
+}
+
+absl::Status JobManager::RefuseIfUnschedulable(const v1::Job& job) const {
+  if (!options_.refuse_unschedulable || job.spec().scheduling().wait_for_capacity()) return absl::OkStatus();
+  if (registry_->Alive().empty()) return absl::OkStatus();  // nobody joined yet
+  absl::StatusOr<scheduler::ScheduleResult> plan = placer_.Plan(job);
+  if (!plan.ok() || plan->pending.empty()) return absl::OkStatus();
+  const scheduler::PendingJobStatus& p = plan->pending[0];
+  if (p.reason != scheduler::PendingReason::kExceedsCapacity &&
+      p.reason != scheduler::PendingReason::kNoWorkerOfKind) {
+    return absl::OkStatus();  // it fits once slots free up: it waits
+  }
+  return absl::FailedPreconditionError(absl::StrCat(
+      "the cluster as it is can never run this job: ", p.message,
+      ". Add workers, lower world_size (or set elastic.min_ranks), or submit with --wait-for-capacity "
+      "(scheduling.wait_for_capacity: true) to wait for workers to join"));
+}
+
+void JobManager::FailOverduePending(absl::Time mono) {
+  std::vector<std::string> overdue;
+  for (const std::string& id : book_.pending()) {
+    JobEntry& e = book_.At(id);
+    const double timeout_s = e.job.spec().scheduling().pending_timeout_s();
+    if (timeout_s <= 0 || e.job.state() != v1::JOB_STATE_PENDING) continue;
+    if (e.pending_since_mono == absl::InfinitePast()) e.pending_since_mono = mono;
+    if (mono - e.pending_since_mono >= absl::Seconds(timeout_s)) overdue.push_back(id);
+  }
+  for (const std::string& id : overdue) {
+    JobEntry& e = book_.At(id);
+    const std::string* waiting = book_.PendingReason(id);
+    std::string why = absl::StrCat("still pending after scheduling.pending_timeout_s (",
+                                   absl::FormatDuration(absl::Seconds(e.job.spec().scheduling().pending_timeout_s())),
+                                   ")");
+    if (waiting != nullptr && !waiting->empty()) absl::StrAppend(&why, ": ", *waiting);
+    v1::Job next = e.job;
+    next.set_state(v1::JOB_STATE_FAILED);
+    next.set_state_reason(why);
+    if (absl::Status s = book_.Commit(e, std::move(next), {{"failed", why}});
+        !s.ok()) {
+      LogDeferred(s, "retried at the next tick");
+    }
+  }
+}
+
+absl::Status JobManager::CheckDirOwner(const v1::JobSpec& spec, const std::string& owner) const {
+  const std::string& dir = spec.checkpoint().dir();
+  if (dir.empty() || dir[0] != '/') return absl::OkStatus();  // resolved on each worker: its pre-flight checks
+  std::vector<const v1::Job*> jobs;
+  for (const auto& [id, e] : book_.entries()) jobs.push_back(&e.job);
+  auto claimed = DirOwnerFromRecords(jobs, NormalDirPath(dir));
+  if (!claimed.has_value() || claimed->first.empty() || claimed->first == owner) return absl::OkStatus();
+  // Resuming a job of that owner (the caller was allowed to: SubmitJob
+  // checked) may use its directory.
+  if (const std::string& from = spec.resume_from().job(); !from.empty()) {
+    const JobEntry* src = book_.Find(from);
+    if (src != nullptr && src->job.owner() == claimed->first) return absl::OkStatus();
+  }
+  return absl::PermissionDeniedError(absl::StrCat(
+      "checkpoint.dir: ", dir, " belongs to '", claimed->first, "' (job ", claimed->second, "); a job of '", owner,
+      "' may not write there: use a directory of your own, or resume a job of '", claimed->first,
+      "' (resume_from) with a token allowed to"));
+}
+
+absl::Status JobManager::AttachResumeSource(v1::Job& job) const {
+  const std::string& from = job.spec().resume_from().job();
+  const JobEntry* src = book_.Find(from);
+  if (src == nullptr) return absl::InvalidArgumentError(absl::StrCat("resume_from.job: no job ", from));
+  const v1::Job& source = src->job;
+  if (!IsTerminal(source.state())) {
+    return absl::FailedPreconditionError(absl::StrCat("resume_from.job: job ", from, " is still ",
+                                                      StateName(source.state()),
+                                                      "; cancel it (or let it finish) first"));
+  }
+  std::vector<const v1::CheckpointRecord*> newest = NewestRecords(source);
+  if (newest.empty()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("resume_from.job: job ", from, " recorded no checkpoint to continue from"));
+  }
+  std::vector<SpecError> errors = CheckResumeCompatible(source.spec(), from, job.spec());
+  if (!errors.empty()) return SpecErrorsToStatus(errors);
+  // A command job's epochs are its program's business (it has no
+  // training.epochs): trainctl.load_checkpoint() tells it where it was.
+  const int64_t done = newest.front()->epochs_done();
+  if (!job.spec().has_command() && done >= job.spec().training().epochs()) {
+    return absl::InvalidArgumentError(absl::StrCat("training.epochs: ", job.spec().training().epochs(), ", but job ",
+                                                   from, "'s checkpoint already completed ", done,
+                                                   " epoch(s); set it above ", done,
+                                                   " (e.g. --set training.epochs=", done + 1, ")"));
+  }
+  for (const v1::CheckpointRecord* r : newest) *job.add_checkpoints() = *r;
+  // Lineage: a continuation's TensorBoard events go on in the run directory
+  // of the job it continues (its step axis goes on too: steps count from the
+  // checkpoint's), not into a new directory per job id.
+  const v1::TensorBoardSpec& src_tb = source.spec().tensorboard();
+  v1::TensorBoardSpec* tb = job.mutable_spec()->mutable_tensorboard();
+  if ((tb->enabled() || src_tb.enabled()) && tb->dir().empty()) {
+    if (!src_tb.dir().empty()) {
+      tb->set_dir(src_tb.dir());
+    } else if (src_tb.enabled() && !source.spec().checkpoint().dir().empty()) {
+      tb->set_dir(source.spec().checkpoint().dir() + "/tensorboard");
+    }
+  }
+  return absl::OkStatus();
+}
+
+absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
+  JobEntry* e = book_.Find(job_id);
+  if (e == nullptr) return absl::NotFoundError(absl::StrCat("no job ", job_id));
+  if (IsTerminal(e->job.state())) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("job ", job_id, " already ended (", StateName(e->job.state()), ")"));
+  }
+  if (reason.size() > 1024) return absl::InvalidArgumentError("reason: at most 1024 bytes");
+  std::string why = reason.empty() ? "cancelled by a user" : absl::StrCat("cancelled: ", reason);
+  v1::Job next = e->job;
+  next.set_state(v1::JOB_STATE_CANCELLED);
+  next.set_state_reason(why);
+  v1::Attempt* a = CurrentAttempt(next);
+  RanksByWorker to_stop;
+  if (a != nullptr && !AttemptEnded(a->state())) {
+    a->set_state(v1::ATTEMPT_STATE_CANCELLED);
+    a->set_reason(why);
+    a->set_failure_kind(v1::FAILURE_KIND_CANCELLED);
+    SetTimestamp(clock_->Now(), a->mutable_end_time());
+    to_stop = LiveRanksByWorker(*a);
+  }
+  TRAINCTL_RETURN_IF_ERROR(book_.Commit(*e, std::move(next), {{"cancelled", why}}));
+  starter_.StopAll(job_id, CurrentAttempt(e->job) == nullptr ? 0 : CurrentAttempt(e->job)->number(), to_stop, why);
+  RequestSchedule();
+  return e->job;
+}
+
+// --- failures and rank ends ----------------------------------------------------
+
+absl::Status JobManager::FailAttempt(JobEntry& e, v1::Job next, std::vector<JobEvent> events, v1::FailureKind kind,
+                                     const std::string& reason, int failed_rank) {
+  const int32_t restarts_before = next.restarts();
+  RanksByWorker to_stop =
+      BuildAttemptFailure(next, events, clock_->Now(), kind, reason, failed_rank, options_.restart_backoff);
+  const int32_t restarts = next.restarts();
+  TRAINCTL_RETURN_IF_ERROR(book_.Commit(e, std::move(next), std::move(events)));
+  // A counted restart waits its backoff (a rollback, a resume fallback or an
+  // elastic resize does not).
+  if (restarts > restarts_before && options_.restart_backoff > absl::ZeroDuration()) {
+    e.restart_not_before = clock_->Mono() + RestartBackoff(restarts, options_.restart_backoff);
+  }
+  // Waiting for space: each new attempt (and its pre-flight) after a backoff.
+  if (absl::Duration wait = WaitForSpaceBackoff(e.job); wait > absl::ZeroDuration()) {
+    e.restart_not_before = clock_->Mono() + wait;
+  }
+  // A hung script's ranks write their Python stacks to their logs first
+  // (docs/failures.md#hangs): a second is plenty for faulthandler.
+  StopHow how;
+  if (kind == v1::FAILURE_KIND_HANG && e.job.spec().has_command()) how.stack_dump = absl::Seconds(1);
+  starter_.StopAll(e.job.id(), CurrentAttempt(e.job)->number(), to_stop, "a peer rank failed", how);
+  return absl::OkStatus();
+}
+
+bool JobManager::SettleEndedAttempt(JobEntry& e) {
+  if (!Unsettled(e.job)) return true;
+  v1::Job next = e.job;
+  v1::Attempt* a = CurrentAttempt(next);
+  const v1::RankAssignment* failed = nullptr;
+  for (const v1::RankAssignment& r : a->ranks()) {
+    if (r.state() == v1::RANK_STATE_FAILED) {
+      failed = &r;
+      break;
+    }
+    if (r.state() != v1::RANK_STATE_SUCCEEDED && failed == nullptr) failed = &r;
+  }
+  absl::Status s;
+  if (failed == nullptr) {
+    MarkSucceeded(next, *a, clock_->Now());
+    int32_t number = a->number();
+    s = book_.Commit(e, std::move(next), {{"succeeded", "every rank finished training", number}});
+  } else {
+    std::string reason = DescribeExit(*failed, failed->exit());
+    s = FailAttempt(e, std::move(next), {}, failed->exit().kind(), reason, failed->rank());
+  }
+  if (!s.ok()) {
+    LogDeferred(s, "retried at the next tick");
+    return false;
+  }
+  RequestSchedule();
+  return true;
+}
+
+absl::Status JobManager::OnRankStatus(const std::string& worker_id, const v1::RankStatus& st) {
+  absl::Status s = ApplyRankStatus(worker_id, st, /*may_hold=*/true);
+  // UNAVAILABLE only comes from a failed write: memory is untouched, and the
+  // worker will not send this again, so Tick replays it until it is stored.
+  if (s.code() == absl::StatusCode::kUnavailable) HoldReport(worker_id, st, clock_->Now());
+  return s;
+}
+
+void JobManager::HoldReport(const std::string& worker_id, const v1::RankStatus& st, absl::Time due) {
+  held_reports_[ReportKey(st.job_id(), st.attempt(), st.rank())] = HeldReport{worker_id, st, due};
+}
+
+std::optional<std::string> JobManager::LostPeer(const v1::Attempt& a, const std::string& except) const {
+  for (const v1::RankAssignment& r : a.ranks()) {
+    if (r.worker_id() == except || registry_->Connected(r.worker_id())) continue;
+    const v1::Worker* w = registry_->Find(r.worker_id());
+    return absl::StrCat("worker ", r.worker_id(), " (host ", w != nullptr ? w->hostname() : r.host(), ") was lost");
+  }
+  return std::nullopt;
+}
+
+absl::Status JobManager::ApplyRankStatus(const std::string& worker_id, const v1::RankStatus& st, bool may_hold) {
+  TRAINCTL_RETURN_IF_ERROR(ValidateRankStatus(st));
+  v1::Attempt* a_mem = nullptr;
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, book_.ForWorker(worker_id, st.job_id(), st.attempt(), st.rank(),
+                                                          IsTerminal(st.state()), &a_mem));
+  const bool current = st.attempt() == e->job.attempts_size();
+  const v1::RankAssignment& r_mem = a_mem->ranks(st.rank());
+  if (IsTerminal(r_mem.state())) return absl::OkStatus();  // Already ended (e.g. worker lost).
+  // A report older than what is known (STARTING after RUNNING) changes nothing.
+  if (!RankTransitionAllowed(r_mem.state(), st.state())) return absl::OkStatus();
+  v1::Job next = e->job;
+  if (!current || IsTerminal(next.state()) || AttemptEnded(a_mem->state())) {
+    return ApplyEndOfEndedAttempt(worker_id, st, *e, std::move(next));
+  }
+  const absl::Time now = clock_->Now();
+  v1::RankAssignment* r = next.mutable_attempts(st.attempt() - 1)->mutable_ranks(st.rank());
+  r->set_state(st.state());
+  SetTimestamp(now, r->mutable_last_progress_time());
+  e->progress_mono[st.rank()] = clock_->Mono();
+  if (IsTerminal(st.state())) *r->mutable_exit() = st.exit();
+  switch (st.state()) {
+    case v1::RANK_STATE_STARTING:
+      return book_.Commit(*e, std::move(next), {});
+    case v1::RANK_STATE_RUNNING:
+      return ApplyRankRunning(*e, std::move(next), now);
+    case v1::RANK_STATE_SUCCEEDED:
+      return ApplyRankSucceeded(*e, std::move(next), now);
+    case v1::RANK_STATE_FAILED:
+    case v1::RANK_STATE_STOPPED:
+      return ApplyRankFailed(worker_id, st, *e, std::move(next), may_hold, now);
+    default:
+      return absl::InvalidArgumentError("rank_status.state: unexpected");
+  }
+}
+
+absl::Status JobManager::ApplyEndOfEndedAttempt(const std::string& worker_id, const v1::RankStatus& st, JobEntry& e,
+                                                v1::Job next) {
+  if (!IsTerminal(st.state())) {
+    starter_.Stop(worker_id, st.job_id(), st.attempt(), {st.rank()}, "attempt already ended");
+    return absl::AbortedError(absl::StrCat("attempt ", st.attempt(), " of job ", st.job_id(), " ended"));
+  }
+  v1::RankAssignment* r = next.mutable_attempts(st.attempt() - 1)->mutable_ranks(st.rank());
+  r->set_state(st.state() == v1::RANK_STATE_SUCCEEDED ? v1::RANK_STATE_SUCCEEDED : v1::RANK_STATE_STOPPED);
+  *r->mutable_exit() = st.exit();
+  // A hung script's rank: the stacks it dumped as it was stopped (its log
+  // lines went before its end) become an event beside the `hang` one.
+  std::vector<JobEvent> events;
+  if (std::vector<std::string> stacks = ingest_.TakeStackDump(st.job_id(), st.attempt(), st.rank());
+      !stacks.empty()) {
+    events.push_back({"stacks",
+                      absl::StrCat("rank ", st.rank(), "'s Python stacks when the hang was found:\n",
+                                   absl::StrJoin(stacks, "\n")),
+                      st.attempt(), st.rank()});
+  }
+  TRAINCTL_RETURN_IF_ERROR(book_.Commit(e, std::move(next), std::move(events)));
+  RequestSchedule();
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::ApplyRankRunning(JobEntry& e, v1::Job next, absl::Time now) {
+  v1::Attempt* a = CurrentAttempt(next);
+  const bool all = std::all_of(a->ranks().begin(), a->ranks().end(), [](const v1::RankAssignment& x) {
+    return x.state() == v1::RANK_STATE_RUNNING || x.state() == v1::RANK_STATE_SUCCEEDED;
+  });
+  std::vector<JobEvent> events;
+  if (all && a->state() == v1::ATTEMPT_STATE_STARTING) {
+    a->set_state(v1::ATTEMPT_STATE_RUNNING);
+    next.set_state(v1::JOB_STATE_RUNNING);
+    next.set_state_reason("");
+    // Hang detection counts from here for every rank.
+    const absl::Time mono = clock_->Mono();
+    for (v1::RankAssignment& x : *a->mutable_ranks()) {
+      SetTimestamp(now, x.mutable_last_progress_time());
+      e.progress_mono[x.rank()] = mono;
+    }
+    events.push_back({"running", absl::StrCat("all ", a->ranks_size(), " ranks ready"), a->number()});
+  }
+  return book_.Commit(e, std::move(next), std::move(events));
+}
+
+absl::Status JobManager::ApplyRankSucceeded(JobEntry& e, v1::Job next, absl::Time now) {
+  v1::Attempt* a = CurrentAttempt(next);
+  const bool all = std::all_of(a->ranks().begin(), a->ranks().end(),
+                               [](const v1::RankAssignment& x) { return x.state() == v1::RANK_STATE_SUCCEEDED; });
+  std::vector<JobEvent> events;
+  if (all) {
+    MarkSucceeded(next, *a, now);
+    events.push_back({"succeeded", "every rank finished training", a->number()});
+  }
+  TRAINCTL_RETURN_IF_ERROR(book_.Commit(e, std::move(next), std::move(events)));
+  if (all) RequestSchedule();
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::ApplyRankFailed(const std::string& worker_id, const v1::RankStatus& st, JobEntry& e,
+                                         v1::Job next, bool may_hold, absl::Time now) {
+  // The rank's end and the attempt's failure, in one write.
+  const v1::Attempt& a = *CurrentAttempt(next);
+  const v1::RankAssignment& r = a.ranks(st.rank());
+  v1::FailureKind kind = st.exit().kind();
+  std::string reason = DescribeExit(r, st.exit());
+  if (st.state() == v1::RANK_STATE_FAILED &&
+      (kind == v1::FAILURE_KIND_COLLECTIVE || kind == v1::FAILURE_KIND_RENDEZVOUS)) {
+    if (std::optional<std::string> lost = LostPeer(a, worker_id)) {
+      // A peer's death is the cause; this rank's error is its echo.
+      reason = DescribeExit(r, st.exit(), *lost);
+      kind = v1::FAILURE_KIND_WORKER_LOST;
+    } else if (may_hold && options_.lost_worker_wait > absl::ZeroDuration() && AttemptWorkers(a).size() > 1) {
+      HoldReport(worker_id, st, now + options_.lost_worker_wait);
+      return absl::OkStatus();
+    }
+  }
+  TRAINCTL_RETURN_IF_ERROR(FailAttempt(e, std::move(next), {}, kind, reason, st.rank()));
+  RequestSchedule();
+  return absl::OkStatus();
+}
+
+// --- artifacts -------------------------------------------------------------------
+
+absl::Status JobManager::RefuseIfStale(const absl::Status& s, const std::string& worker_id, const char* what,
+                                       const std::string& job_id, int32_t attempt) {
+  if (!absl::IsAborted(s)) return s;
+  // Fencing: a report of an attempt that is not the job's current one (its
+  // ranks ran on while their worker was cut off) never becomes a record.
+  ++stale_reports_refused_;
+  LogEvent(LogLevel::kWarn, "coordinator", "stale_report_refused",
+           {{"worker_id", worker_id}, {"what", what}, {"job_id", job_id}, {"attempt", absl::StrCat(attempt)},
+            {"reason", std::string(s.message())}});
+  return s;
+}
+
+absl::Status JobManager::OnFinalModel(const std::string& worker_id, const v1::FinalModelReport& rep) {
+  TRAINCTL_RETURN_IF_ERROR(ValidateFinalModel(rep));
+  v1::Attempt* a = nullptr;
+  absl::StatusOr<JobEntry*> found =
+      book_.ForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(), /*allow_stale=*/false, &a);
+  if (!found.ok()) return RefuseIfStale(found.status(), worker_id, "final_model", rep.job_id(), rep.attempt());
+  JobEntry* e = *found;
+  TRAINCTL_RETURN_IF_ERROR(CheckArtifactPath(e->job, rep.path(), /*final_model=*/true, "final_model.path"));
+  e->final_model = rep;
+  e->final_model_worker = worker_id;
+  return absl::OkStatus();
+}
+
+absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::CheckpointReport& rep) {
+  TRAINCTL_RETURN_IF_ERROR(ValidateReportedCheckpoint(rep.record()));
+  v1::Attempt* a_mem = nullptr;
+  absl::StatusOr<JobEntry*> found =
+      book_.ForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(), /*allow_stale=*/false, &a_mem);
+  if (!found.ok()) return RefuseIfStale(found.status(), worker_id, "checkpoint", rep.job_id(), rep.attempt());
+  JobEntry* e = *found;
+  TRAINCTL_RETURN_IF_ERROR(
+      CheckArtifactPath(e->job, rep.record().path(), /*final_model=*/false, "checkpoint.record.path"));
+  v1::Job next = e->job;
+  const bool shared = next.spec().checkpoint().shared();
+  v1::CheckpointRecord r = rep.record();
+  r.set_job_id(next.id());
+  r.set_attempt(rep.attempt());
+  r.set_world_size(a_mem->ranks_size());
+  r.set_shared(shared);
+  r.set_worker_id(shared ? "" : worker_id);
+  r.set_reported_by(worker_id);  // a fetch asks this worker only
+  r.set_spec_hash(CheckpointSpecHash(next.spec()));
+  SetTimestamp(clock_->Now(), r.mutable_time());
+  std::vector<v1::CheckpointRecord> dropped;
+  std::string msg = AddCheckpointRecord(next, r, &dropped);
+  TRAINCTL_RETURN_IF_ERROR(book_.Commit(*e, std::move(next), {{"checkpoint", msg, rep.attempt(), rep.rank()}}));
+  // The files of the records checkpoint.keep no longer keeps go, deleted by
+  // the worker that reported each (ranks delete none: fencing). A command
+  // job's program owns its own files. Ordered only once the record that
+  // makes them obsolete is stored (inside a telemetry group: after its
+  // commit, never when it rolls back), so that a crash at any moment leaves
+  // the newest stored checkpoint's files on disk.
+  if (!e->job.spec().has_command() && !dropped.empty()) {
+    book_.AfterCommit([this, id = e->job.id(), dropped = std::move(dropped)]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+      DropCheckpointFiles(id, dropped);
+    });
+  }
+  placer_.MaybeGrow(*e, r);
+  return absl::OkStatus();
+}
+
+void JobManager::DropCheckpointFiles(const std::string& job_id, const std::vector<v1::CheckpointRecord>& dropped) {
+  std::map<std::string, v1::CoordinatorMessage> by_worker;
+  for (const v1::CheckpointRecord& d : dropped) {
+    const std::string& w = d.reported_by().empty() ? d.worker_id() : d.reported_by();
+    if (w.empty()) continue;
+    v1::DropCheckpoints* m = by_worker[w].mutable_drop_checkpoints();
+    m->set_job_id(job_id);
+    m->add_paths(d.path());
+  }
+  for (const auto& [w, msg] : by_worker) {
+    if (registry_->Send(w, msg)) continue;
+    std::deque<v1::CoordinatorMessage>& q = pending_drops_[w];
+    q.push_back(msg);
+    if (q.size() > kMaxPendingDrops) q.pop_front();
+  }
+}
+
+// --- worker sessions -------------------------------------------------------------
+
+void JobManager::OnWorkerRegistered(const std::string& worker_id, const v1::Register& msg) {
+  // 0. Ends that happened while the worker was away come first.
+  for (const v1::RankStatus& st : msg.ended()) {
+    absl::Status s = OnRankStatus(worker_id, st);
+    if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
+      LogEvent(LogLevel::kWarn, "coordinator", "report_refused",
+               {{"worker_id", worker_id}, {"report", "rank end at registration"}, {"error", std::string(s.message())}});
+    }
+  }
+  // 1. Ranks it runs that the coordinator no longer wants: stop them.
+  absl::flat_hash_set<std::string> reported;
+  for (const v1::RunningRank& r : msg.running()) {
+    reported.insert(ReportKey(r.job_id(), r.attempt(), r.rank()));
+    const JobEntry* e = book_.Find(r.job_id());
+    bool wanted = false;
+    if (e != nullptr && !IsTerminal(e->job.state()) && r.attempt() == e->job.attempts_size()) {
+      const v1::Attempt& a = *CurrentAttempt(e->job);
+      wanted = !AttemptEnded(a.state()) && r.rank() >= 0 && r.rank() < a.ranks_size() &&
+               a.ranks(r.rank()).worker_id() == worker_id && !IsTerminal(a.ranks(r.rank()).state());
+    }
+    if (!wanted) starter_.Stop(worker_id, r.job_id(), r.attempt(), {r.rank()}, "not wanted after reconnect");
+  }
+  // 2. Ranks the coordinator placed there: resend, keep, or fail as vanished.
+  std::vector<std::string> ids(book_.holding_slots().begin(), book_.holding_slots().end());
+  for (const std::string& id : ids) ReconcileWorkerJob(worker_id, book_.At(id), reported);
+  // 3. Checkpoint files it was to delete while it was away.
+  if (auto it = pending_drops_.find(worker_id); it != pending_drops_.end()) {
+    std::deque<v1::CoordinatorMessage> drops = std::move(it->second);
+    pending_drops_.erase(it);
+    for (const v1::CoordinatorMessage& m : drops) registry_->Send(worker_id, m);
+  }
+  RequestSchedule();
+}
+
+void JobManager::ReconcileWorkerJob(const std::string& worker_id, JobEntry& e,
+                                    const absl::flat_hash_set<std::string>& reported) {
+  v1::Job next = e.job;
+  std::vector<int32_t> vanished;
+  std::vector<v1::RankStatus> ends;  // What changed, to replay if the write fails.
+  for (int ai = 0; ai < next.attempts_size(); ++ai) {
+    v1::Attempt* a = next.mutable_attempts(ai);
+    bool current = ai == next.attempts_size() - 1 && !AttemptEnded(a->state()) && !IsTerminal(next.state());
+    for (v1::RankAssignment& r : *a->mutable_ranks()) {
+      if (r.worker_id() != worker_id || IsTerminal(r.state())) continue;
+      if (reported.contains(ReportKey(next.id(), a->number(), r.rank()))) continue;
+      if (current && r.state() == v1::RANK_STATE_ASSIGNED) continue;  // Resent below.
+      // Gone while the worker was away.
+      r.set_state(current ? v1::RANK_STATE_FAILED : v1::RANK_STATE_STOPPED);
+      r.mutable_exit()->set_kind(v1::FAILURE_KIND_WORKER_LOST);
+      r.mutable_exit()->set_message("the rank process was gone when its worker reconnected");
+      if (current) vanished.push_back(r.rank());
+      v1::RankStatus& end = ends.emplace_back();
+      end.set_job_id(next.id());
+      end.set_attempt(a->number());
+      end.set_rank(r.rank());
+      end.set_state(r.state());
+      *end.mutable_exit() = r.exit();
+    }
+  }
+  if (!ends.empty()) {
+    absl::Status s;
+    if (!vanished.empty()) {
+      const v1::RankAssignment& r = CurrentAttempt(next)->ranks(vanished[0]);
+      std::string reason = DescribeExit(r, r.exit());
+      s = FailAttempt(e, std::move(next), {}, v1::FAILURE_KIND_WORKER_LOST, reason, vanished[0]);
+    } else {
+      s = book_.Commit(e, std::move(next), {});
+    }
+    if (!s.ok()) {
+      LogDeferred(s, "retried at the next tick", {{"worker_id", worker_id}, {"on", "worker reconnected"}});
+      for (const v1::RankStatus& end : ends) HoldReport(worker_id, end, clock_->Now());
+      return;
+    }
+    if (!vanished.empty()) return;
+  }
+  const v1::Attempt* cur = CurrentAttempt(e.job);
+  if (cur == nullptr || AttemptEnded(cur->state()) || IsTerminal(e.job.state())) return;
+  starter_.Resend(e, *cur, worker_id);
+}
+
+// --- periodic ----------------------------------------------------------------------
+
+void JobManager::ApplyDueReports(absl::Time now) {
+  std::vector<HeldReport> due;
+  for (auto it = held_reports_.begin(); it != held_reports_.end();) {
+    bool ready = now >= it->second.due;
+    if (!ready) {
+      const JobEntry* e = book_.Find(it->second.status.job_id());
+      const v1::Attempt* a = e == nullptr ? nullptr : CurrentAttempt(e->job);
+      ready = a == nullptr || a->number() != it->second.status.attempt() || AttemptEnded(a->state()) ||
+              LostPeer(*a, it->second.worker_id).has_value();
+    }
+    if (!ready) {
+      ++it;
+      continue;
+    }
+    due.push_back(std::move(it->second));
+    it = held_reports_.erase(it);  // btree: erase invalidates other iterators.
+  }
+  for (const HeldReport& r : due) {
+    absl::Status s = ApplyRankStatus(r.worker_id, r.status, /*may_hold=*/false);
+    if (s.code() == absl::StatusCode::kUnavailable) {
+      HoldReport(r.worker_id, r.status, now);
+    } else if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
+      LogEvent(LogLevel::kWarn, "coordinator", "report_refused",
+               {{"worker_id", r.worker_id}, {"report", "held rank end"}, {"error", std::string(s.message())}});
+    }
+  }
+}
+
+void JobManager::Tick() {
+  const absl::Time now = clock_->Now();
+  // 1. Rank ends held for a lost peer to explain them (due, or explained
+  //    now), and ends whose write failed.
+  ApplyDueReports(now);
+  // 2. Ranks still placed on a LOST worker (OnWorkerLost's write failed).
+  health_.RetryLostWorkers();
+  // 3. Attempts whose ranks all ended without the attempt ending.
+  std::vector<std::string> unsettled(book_.unsettled().begin(), book_.unsettled().end());
+  for (const std::string& id : unsettled) {
+    if (SettleEndedAttempt(book_.At(id))) book_.MarkSettled(id);
+  }
+  // 4. A placement whose write failed, or an elastic job whose wait for a
+  //    replacement ran out: place again.
+  placer_.OnTick(now);
+  // 5. Rendezvous timeouts, hangs and stragglers: not while the store fails.
+  if (HealthJudgeable()) health_.CheckAttempts(clock_->Mono());
+  // 6. Jobs pending past their scheduling.pending_timeout_s.
+  FailOverduePending(clock_->Mono());
+}
+
+bool JobManager::HealthJudgeable() {
+  const bool unconfirmed = !store_->lease_confirmed();
+  if (unconfirmed || !reports_held_.empty()) {
+    if (!health_paused_) {
+      health_paused_ = true;
+      std::vector<std::string> workers;
+      for (const auto& [session, worker] : reports_held_) workers.push_back(worker);
+      std::sort(workers.begin(), workers.end());
+      LogEvent(LogLevel::kWarn, "coordinator", "health_checks_paused",
+               {{"reason", unconfirmed ? std::string("the store's lease is not confirmed")
+                                       : absl::StrCat("reports of worker(s) ", absl::StrJoin(workers, ", "),
+                                                      " wait for the store")},
+                {"then", "no hang, rendezvous or straggler verdict until the ranks' reports are stored"}});
+    }
+    return false;
+  }
+  if (health_paused_) {
+    health_paused_ = false;
+    LogEvent(LogLevel::kInfo, "coordinator", "health_checks_resumed",
+             {{"why", "every report held for the store is applied"}});
+  }
+  return true;
+}
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,371 @@
+// The coordinator's core: the job lifecycle, and the composition of the
+// owners around it (docs/architecture.md):
+//
+//   JobBook         jobs in memory; Commit, the one place a job changes
+//                   (job_transitions.h: one table for job, attempt, rank)
+//   JobPlacer       scheduling passes, new attempts, elastic sizes
+//   AttemptStarter  pre-flight, StartRanks, rendezvous, StopRanks, re-sends
+//   TelemetryIngest metrics, logs, progress heartbeats
+//   JobHealth       rendezvous timeouts, hangs, stragglers, lost workers
+//   JobQueries      Get, List, DryRun, gauges
+//
+// The JobManager itself owns the lifecycle: submit, cancel, rank ends (an
+// attempt's success or failure and the restart it causes, attempt_failure.h),
+// checkpoint records, and reconciling a reconnecting worker.
+//
+//   PENDING → SCHEDULED → RUNNING → SUCCEEDED | FAILED | CANCELLED
+//                 ↑           │
+//                 └ RESTARTING ┘   (an attempt failed, restarts remain)
+//
+// A failed write leaves memory untouched and the error is returned
+// (UNAVAILABLE to the caller); nothing is ever half-applied, and a failure
+// transition whose write failed is retried: a rank's end is replayed at the
+// next Tick, ranks on a LOST worker and hangs are found again by Tick.
+//
+// Blame: a rank that fails in a collective or the rendezvous usually does
+// so because a peer died. When another worker of the attempt has lost its
+// session (stream broken, LOST or LEFT), the attempt fails as WORKER_LOST
+// with a reason naming that worker first. With lost_worker_wait > 0 such a
+// failure of a multi-worker attempt whose peers all look healthy is held
+// that long (at most) before it is applied, because the peer's broken
+// stream can reach the coordinator just after the survivor's report.
+//
+// Messages about an attempt other than the job's current one are refused
+// with ABORTED (a rank's exit of an old attempt is still recorded, so its
+// slot frees).
+//
+// Called by the gRPC services and the worker sessions, through the loop.
+// Not thread-safe: runs on the coordinator's EventLoop.
+#pragma once
+
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "absl/container/btree_map.h"
+#include "absl/container/flat_hash_map.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "coordinator/jobs/attempt_starter.h"
+#include "coordinator/jobs/job_actions.h"
+#include "coordinator/jobs/job_book.h"
+#include "coordinator/jobs/job_health.h"
+#include "coordinator/jobs/job_placer.h"
+#include "coordinator/jobs/job_queries.h"
+#include "coordinator/jobs/job_transitions.h"
+#include "coordinator/telemetry/metrics_hub.h"
+#include "coordinator/core/on_loop.h"
+#include "coordinator/jobs/rank_watch.h"
+#include "coordinator/store/state_store.h"
+#include "coordinator/jobs/telemetry_ingest.h"
+#include "coordinator/workers/worker_registry.h"
+#include "trainctl/v1/job_service.pb.h"
+#include "trainctl/v1/worker_service.pb.h"
+
+namespace trainctl::coordinator {
+
+struct JobManagerOptions {
+  // Hang detection for jobs whose spec leaves restart.progress_timeout_s at 0.
+  absl::Duration progress_timeout = absl::Minutes(5);
+  // Adaptive hang and straggler detection of engine jobs (rank_watch.h); a
+  // job's restart.progress_timeout_s replaces the adaptive bound.
+  RankWatchOptions rank_watch;
+  // An attempt whose ranks are not all ready this long after it was placed fails.
+  absl::Duration rendezvous_timeout = absl::Minutes(2);
+  // SIGTERM → SIGKILL grace the workers get when told to stop ranks.
+  absl::Duration stop_grace = absl::Seconds(10);
+  // Most jobs kept that are not terminal (PENDING...RUNNING); more → RESOURCE_EXHAUSTED.
+  int64_t max_active_jobs = 100000;
+  // How long a collective/rendezvous failure may wait for a peer worker's
+  // lost session to explain it (see Blame above); 0: decide at once. The
+  // coordinator sets it to the registry's disconnect_grace.
+  absl::Duration lost_worker_wait = absl::ZeroDuration();
+  // Pre-flight (docs/failures.md): every worker of a placed attempt checks
+  // what its ranks need (a Preflight message) before any StartRanks; one
+  // worker's problem fails the attempt as FAILURE_KIND_PREFLIGHT, naming
+  // every failing worker, with no rank started. The coordinator binary turns
+  // it on (--preflight); off here so that a test's stand-in worker need not
+  // answer. State of an unanswered pre-flight is memory only: after a
+  // coordinator restart the attempt's StartRanks go out without one.
+  bool preflight = false;
+  // The first restart's backoff (attempt_failure.h RestartBackoff: doubling
+  // per restart, at most 30 s); 0 = restart at once. The coordinator binary
+  // sets --restart-backoff-s (1 s); 0 here so that tests place at once.
+  absl::Duration restart_backoff = absl::ZeroDuration();
+  // Refuse at submit a job the cluster as it is can never run (more slots of
+  // its kind than all live workers have, or no worker that can run it),
+  // unless its scheduling.wait_for_capacity is set; a cluster with no live
+  // worker takes every job (its workers have not joined yet). The
+  // coordinator binary turns it on; off here so that tests may submit
+  // before their workers register.
+  bool refuse_unschedulable = false;
+  // Queues (docs/queues.md): the grace a preempted job's ranks get and the
+  // half-life of fair share's usage (--preemption-grace-s,
+  // --fair-share-half-life-s).
+  PlacerOptions placer;
+};
+
+class JobManager : private JobActions {
+ public:
+  JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* hub, const Clock* clock,
+             JobManagerOptions options);
+
+  // Every call must then come from `loop` (checked at run time, in every build).
+  void BindToLoop(const EventLoop* loop) { book_.BindToLoop(loop); }
+  // What a TelemetryLedger tells how each store group ended (the jobs'
+  // memory, group_memory.h): inside a group nothing of a job changes for
+  // good, and nothing leaves, before the commit.
+  GroupMemory* group_memory() { return &book_; }
+
+  // Rebuilds memory from the store (after WorkerRegistry::Recover). Running
+  // attempts continue when their workers reconnect (see OnWorkerRegistered).
+  absl::Status Recover(const StoreSnapshot& snapshot) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
+  // --- client API ---------------------------------------------------------
+  // `owner`/`owner_token_id`: the submitting token's name and id, kept on
+  // the job (Job.owner, Job.owner_token_id).
+  // `request_id` (SubmitJobRequest.request_id): a second Submit of the same
+  // owner with the same non-empty id within kRequestIdLifetime returns the
+  // job the first one created, as it is now, and creates nothing.
+  absl::StatusOr<v1::Job> Submit(const v1::JobSpec& spec, const std::string& owner = "",
+                                 const std::string& owner_token_id = "",
+                                 const std::string& request_id = "")
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  static constexpr absl::Duration kRequestIdLifetime = absl::Hours(24);
+  // Validates and shows where the job would run now; stores nothing.
+  absl::StatusOr<v1::SubmitJobResponse> DryRun(const v1::JobSpec& spec)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return queries_.DryRun(spec);
+  }
+  absl::StatusOr<v1::Job> Get(const std::string& job_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return queries_.Get(job_id);
+  }
+  absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return queries_.List(request);
+  }
+  absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Per queue, what its live jobs hold now (JobQueries::QueueUsages).
+  std::map<std::string, QueueUsage> QueueUsages() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return queries_.QueueUsages();
+  }
+  // Slot-seconds per queue, owner and kind up to now (JobQueries::Usage).
+  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return queries_.Usage(filter);
+  }
+
+  // --- worker sessions ----------------------------------------------------
+  // After WorkerRegistry::Register: reconciles what the worker runs with what
+  // the coordinator wants, re-sends what it may have missed, schedules.
+  void OnWorkerRegistered(const std::string& worker_id, const v1::Register& msg)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // The worker's lease expired: its ranks failed.
+  void OnWorkerLost(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    health_.OnWorkerLost(worker_id);
+  }
+  absl::Status OnRankStatus(const std::string& worker_id, const v1::RankStatus& status)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status OnRendezvous(const std::string& worker_id, const v1::RendezvousReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return starter_.OnRendezvous(worker_id, report);
+  }
+  absl::Status OnRendezvousRefused(const std::string& worker_id, const v1::RendezvousReport& report,
+                                   const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return starter_.OnRendezvousRefused(worker_id, report, why);
+  }
+  absl::Status OnProgress(const std::string& worker_id, const v1::RankProgress& progress)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return ingest_.OnProgress(worker_id, progress);
+  }
+  // Stores the batch, updates progress, publishes it.
+  absl::Status OnMetrics(const std::string& worker_id, const v1::MetricBatch& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return ingest_.OnMetrics(worker_id, batch);
+  }
+  absl::Status OnLogs(const std::string& worker_id, const v1::LogChunk& chunk)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return ingest_.OnLogs(worker_id, chunk);
+  }
+  // Records a checkpoint a rank of this worker wrote (the coordinator's
+  // record is what restarts and `resume_from` resume, nothing else).
+  absl::Status OnCheckpoint(const std::string& worker_id, const v1::CheckpointReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // A worker's pre-flight result for its ranks of an attempt (see
+  // JobManagerOptions::preflight). When every worker of the attempt has
+  // answered: StartRanks to all, or the attempt fails as PREFLIGHT.
+  absl::Status OnPreflightReport(const std::string& worker_id, const v1::PreflightReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return starter_.OnPreflightReport(worker_id, report);
+  }
+  // Rank 0 exported the final model: Job.final_model(_worker) are filled
+  // from it when the attempt SUCCEEDS (held in memory until then: a
+  // coordinator restarted in between leaves them empty).
+  absl::Status OnFinalModel(const std::string& worker_id, const v1::FinalModelReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
+  // A snapshot for /metrics (on the loop; O(jobs + attempts)).
+  JobGauges Gauges() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    JobGauges g = queries_.Gauges();
+    g.stale_reports_refused = stale_reports_refused_;
+    return g;
+  }
+
+  // A worker session (`session`, any unique address) holds sequenced
+  // reports the store could not take (`held`), or no longer does (applied,
+  // or the session ended: the worker resends them). Hang, rendezvous and
+  // straggler verdicts wait while any session holds reports.
+  void SetReportsHeld(const void* session, const std::string& worker_id, bool held)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    if (held) {
+      reports_held_[session] = worker_id;
+    } else {
+      reports_held_.erase(session);
+    }
+  }
+
+  // --- periodic -----------------------------------------------------------
+  // Hang detection and rendezvous timeouts; applies held and retried rank
+  // ends, fails ranks still placed on LOST workers, and settles attempts
+  // whose ranks all ended without the attempt ending (a store from before
+  // transitions were one write).
+  void Tick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // One scheduling pass: places what can start and sends the assignments.
+  void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { placer_.Schedule(); }
+  // See JobPlacer::SetDeferral.
+  void SetDeferral(std::function<void(std::function<void()>)> post) { placer_.SetDeferral(std::move(post)); }
+  // See JobPlacer::SetQueueSource.
+  void SetQueueSource(QueueSource source) { placer_.SetQueueSource(std::move(source)); }
+  // Decayed usage per queue (fair share), as of the last pass or tick.
+  const absl::flat_hash_map<std::string, DecayedUsage>& FairShareUsage() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return placer_.usage();
+  }
+
+  // Slot indices of `worker_id` running a rank that has not ended.
+  std::vector<int> BusySlots(const std::string& worker_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return book_.BusySlots(worker_id);
+  }
+
+ private:
+  // A rank end not applied yet: held for a lost peer to explain it, or
+  // whose commit failed (then due at once, retried every Tick until stored).
+  struct HeldReport {
+    std::string worker_id;
+    v1::RankStatus status;
+    absl::Time due;
+  };
+
+  // JobActions.
+  absl::Status FailAttempt(JobEntry& entry, v1::Job next, std::vector<JobEvent> events,
+                           v1::FailureKind kind, const std::string& reason, int failed_rank)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override;
+  void RequestSchedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override {
+    placer_.RequestSchedule();
+  }
+
+  // OnRankStatus's body; `may_hold`: a collective failure may be held.
+  absl::Status ApplyRankStatus(const std::string& worker_id, const v1::RankStatus& status,
+                               bool may_hold) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // A rank of an attempt that already ended: only its end matters (frees the slot).
+  absl::Status ApplyEndOfEndedAttempt(const std::string& worker_id, const v1::RankStatus& st,
+                                      JobEntry& e, v1::Job next)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status ApplyRankRunning(JobEntry& e, v1::Job next, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status ApplyRankSucceeded(JobEntry& e, v1::Job next, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status ApplyRankFailed(const std::string& worker_id, const v1::RankStatus& st, JobEntry& e,
+                               v1::Job next, bool may_hold, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Queues a rank end for Tick (held until `due`, or retried).
+  void HoldReport(const std::string& worker_id, const v1::RankStatus& status, absl::Time due)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Tick: the held ends that are due, or explained by a lost peer now.
+  void ApplyDueReports(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // The first worker of `attempt` other than `except` that has lost its
+  // session, as "worker W (host H) was lost"; nullopt when all are connected.
+  std::optional<std::string> LostPeer(const v1::Attempt& attempt, const std::string& except) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Ends a current attempt whose ranks all ended (see Tick). False when its
+  // commit failed.
+  bool SettleEndedAttempt(JobEntry& entry) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // OnWorkerRegistered for one job holding slots: ranks placed on the
+  // worker that it no longer runs fail as vanished; what it missed is re-sent.
+  void ReconcileWorkerJob(const std::string& worker_id, JobEntry& e,
+                          const absl::flat_hash_set<std::string>& reported)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Copies `spec.resume_from.job`'s newest checkpoint records into `job`.
+  absl::Status AttachResumeSource(v1::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // PERMISSION_DENIED naming the owner when an absolute checkpoint.dir is
+  // another owner's by the records (DirOwnerFromRecords), unless the job
+  // resumes a job of that owner. Relative and default directories are
+  // checked by each worker's pre-flight (worker/daemon/job_dir.h).
+  absl::Status CheckDirOwner(const v1::JobSpec& spec, const std::string& owner) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // FailedPrecondition when `job` can never run on the cluster as it is
+  // (see JobManagerOptions::refuse_unschedulable).
+  absl::Status RefuseIfUnschedulable(const v1::Job& job) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Fails the PENDING jobs past their scheduling.pending_timeout_s.
+  void FailOverduePending(absl::Time mono) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
+  // Whether health verdicts (hangs, rendezvous timeouts, stragglers) may be
+  // judged now: not while a worker session holds reports the store could
+  // not take, nor while this coordinator's hold on a PostgreSQL store is
+  // unconfirmed: the ranks' silence is then the store's, not theirs (a
+  // verdict is judged on what the workers said, not on what could be
+  // written). Logs the pause and the resume.
+  bool HealthJudgeable() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
+  const Clock* clock_;
+  StateStore* store_;
+  // Sessions (by address) holding reports the store did not take, with
+  // their worker ids (SetReportsHeld); HealthJudgeable's last answer.
+  absl::flat_hash_map<const void*, std::string> reports_held_ ABSL_GUARDED_BY(kLoop);
+  bool health_paused_ ABSL_GUARDED_BY(kLoop) = false;
+  // ABORTED `s` (a stale attempt's report): counted and logged. Returns `s`.
+  absl::Status RefuseIfStale(const absl::Status& s, const std::string& worker_id, const char* what,
+                             const std::string& job_id, int32_t attempt)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Asks the workers that reported `dropped` to delete those files.
+  void DropCheckpointFiles(const std::string& job_id,
+                           const std::vector<v1::CheckpointRecord>& dropped)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
+  // Checkpoint and final-model reports of stale attempts refused (/metrics).
+  int64_t stale_reports_refused_ ABSL_GUARDED_BY(kLoop) = 0;
+  // DropCheckpoints a worker was not connected to receive (a shared
+  // directory's record it reported), sent when it registers again. Memory
+  // only: after a coordinator restart those files stay. At most
+  // kMaxPendingDrops per worker, the oldest forgotten first.
+  static constexpr size_t kMaxPendingDrops = 1000;
+  absl::flat_hash_map<std::string, std::deque<v1::CoordinatorMessage>> pending_drops_
+      ABSL_GUARDED_BY(kLoop);
+  JobManagerOptions options_;
+  WorkerRegistry* registry_;
+  JobBook book_;
+  OwnerNumbers owners_;
+  AttemptStarter starter_;
+  JobPlacer placer_;
+  TelemetryIngest ingest_;
+  JobHealth health_;
+  JobQueries queries_;
+  // Rank ends waiting for Tick, by "job/attempt/rank" (see HeldReport).
+  absl::btree_map<std::string, HeldReport> held_reports_ ABSL_GUARDED_BY(kLoop);
+  // Submissions by (owner, request_id) → job id; entries older than
+  // kRequestIdLifetime are ignored and dropped now and then.
+  absl::flat_hash_map<std::string, std::string> requests_ ABSL_GUARDED_BY(kLoop);
+  size_t requests_pruned_at_ ABSL_GUARDED_BY(kLoop) = 0;  // requests_.size() after the last prune
+  // Notes the submission of `job` (its owner and request_id, when set).
+  void RememberRequest(const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+};
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,148 @@
+// Placement of pending jobs: one scheduling pass turns every placeable
+// PENDING/RESTARTING job into a new attempt (ranks on workers' free slots,
+// rank 0 on a checkpoint holder, the steps a rollback skips) and starts it;
+// elastic jobs (docs/elastic.md) start with what is free down to their
+// minimum and grow back at a checkpoint. Command jobs run only on workers
+// started with --allow-commands (a second pass over what the engine jobs
+// left free: the pure scheduler stays unaware of the distinction).
+//
+// Each worker's view carries its allocatable CPUs and memory and whether it
+// enforces limits (Worker.allocatable, from its registration) and what its
+// live ranks reserve (their jobs' per-rank `resources`, stopping attempts'
+// ranks included until they end); each job its per-rank resources: the
+// scheduler fits ranks in both (scheduler.h, Resources). Its pending
+// reasons reach `trainctl status` as every other.
+//
+// With queues (docs/queues.md) each pass also gives the scheduler the
+// queues' quotas, the running jobs and each queue's decayed usage (fair
+// share), and stops the running jobs it names as preemption victims: their
+// attempt ends CANCELLED with `preempted_for`, the job goes back to
+// RESTARTING (not a failure: no restart is counted) and resumes from its
+// latest checkpoint once slots free. While a victim's ranks are still
+// stopping it is not placed again; it counts as a stopping running job.
+//
+// Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
+#pragma once
+
+#include <array>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "absl/container/flat_hash_map.h"
+#include "absl/container/flat_hash_set.h"
+#include "absl/status/statusor.h"
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "coordinator/jobs/attempt_starter.h"
+#include "coordinator/jobs/job_book.h"
+#include "coordinator/core/on_loop.h"
+#include "coordinator/scheduler/scheduler.h"
+#include "coordinator/workers/worker_registry.h"
+
+namespace trainctl::coordinator {
+
+// Whether `spec` may run with fewer ranks than world_size.
+bool IsElastic(const v1::JobSpec& spec);
+// Elastic jobs: the fewest ranks the next attempt of `job` may start with
+// now (scheduler::PendingJob::min_world_size; 0 = exactly world_size), and
+// when that changes by itself (a replace timeout runs out;
+// absl::InfiniteFuture() when it does not).
+int ElasticMinimum(const v1::Job& job, absl::Time now);
+absl::Time ElasticDeadline(const v1::Job& job);
+
+struct PlacerOptions {
+  // SIGTERM -> SIGKILL grace a preempted job's ranks get: a training rank
+  // stops at its next step boundary, a command gets SIGTERM.
+  absl::Duration preemption_grace = absl::Seconds(60);
+  // Half-life of the usage fair share orders queues by (> 0).
+  absl::Duration fair_share_half_life = absl::Hours(1);
+};
+
+// The defined queues as the scheduler sees them (usage left 0: the placer
+// fills it in); empty = no queues, today's behaviour.
+using QueueSource = std::function<std::vector<scheduler::QueueSpec>()>;
+
+// Decayed usage of one queue in slot-seconds per kind ([0] GPU, [1] CPU).
+using DecayedUsage = std::array<double, 2>;
+
+class JobPlacer {
+ public:
+  JobPlacer(JobBook* book, WorkerRegistry* registry, AttemptStarter* starter, const Clock* clock,
+            PlacerOptions options = {})
+      : book_(book), registry_(registry), starter_(starter), clock_(clock), options_(options) {}
+
+  // Where the queues come from (QueueRegistry::Specs); unset = no queues.
+  void SetQueueSource(QueueSource source) { queue_source_ = std::move(source); }
+  // Decayed usage per queue name, as of the last pass or tick.
+  const absl::flat_hash_map<std::string, DecayedUsage>& usage() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return usage_;
+  }
+
+  // One scheduling pass: places what can start and launches the attempts.
+  void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Asks for a pass (see SetDeferral).
+  void RequestSchedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // With a deferral, the passes that submissions, ends and registrations
+  // ask for are coalesced into one posted pass (a flood of submissions costs
+  // one pass per loop turn, not one each); without one (tests) they run at once.
+  void SetDeferral(std::function<void(std::function<void()>)> post) { post_ = std::move(post); }
+  // On the tick: another pass when a placement's write failed or an elastic
+  // job's wait for a replacement ran out.
+  void OnTick(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Where `job` would be placed now (DryRun): its PendingJob under the id
+  // "dry-run", scheduled against the current free slots.
+  absl::StatusOr<scheduler::ScheduleResult> Plan(const v1::Job& job) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // After checkpoint `r` of a running elastic job below world_size: when
+  // slots are free (and no pending job of its priority or higher waits),
+  // stops the attempt so that the job restarts larger from `r`.
+  void MaybeGrow(JobEntry& entry, const v1::CheckpointRecord& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
+ private:
+  // Alive workers with their free slots, as the scheduler sees them.
+  std::vector<scheduler::WorkerSlots> WorkerView() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Ids of the alive workers started with --allow-commands.
+  absl::flat_hash_set<std::string> AllowingCommands() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  scheduler::PendingJob ToPending(const JobEntry& e, absl::Time now) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // The queues with their usage and the jobs holding slots; empty without
+  // queues. `stopping_jobs` gets the pending jobs whose earlier attempt's
+  // ranks still hold slots (they wait until those have stopped).
+  scheduler::QueueInput Queues(absl::flat_hash_set<std::string>* stopping_jobs) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Ages the usage to `mono` and adds what the jobs held since the last call.
+  // Without queues it only keeps the time (nothing to share).
+  void UpdateUsage(absl::Time mono) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // The slots live ranks hold, per queue name: [0] GPU, [1] CPU.
+  absl::flat_hash_map<std::string, std::array<int, 2>> SlotsHeldByQueue() const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Makes placement `p` the job's new attempt and launches it.
+  void Place(JobEntry& e, scheduler::Placement& p, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Stops running job `victim` so that pending job `for_job` gets its slots
+  // or its queue's quota.
+  void Preempt(const std::string& victim, const std::string& for_job)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // With queues: whether `e`'s queue has quota left for another slot of the
+  // kind its current attempt runs on (an elastic job grows only then).
+  bool QueueHasRoom(const JobEntry& e, bool gpu) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
+  JobBook* book_;
+  WorkerRegistry* registry_;
+  AttemptStarter* starter_;
+  const Clock* clock_;
+  PlacerOptions options_;
+  QueueSource queue_source_;
+  absl::flat_hash_map<std::string, DecayedUsage> usage_ ABSL_GUARDED_BY(kLoop);
+  // When usage_ was last aged (monotonic); InfinitePast = never.
+  absl::Time usage_mono_ ABSL_GUARDED_BY(kLoop) = absl::InfinitePast();
+  std::function<void(std::function<void()>)> post_;
+  bool schedule_requested_ ABSL_GUARDED_BY(kLoop) = false;
+  // A placement's write failed in the last pass; the tick asks for another.
+  bool schedule_retry_ ABSL_GUARDED_BY(kLoop) = false;
+};
+
+}  // namespace trainctl::coordinator

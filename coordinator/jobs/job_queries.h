@@ -1,0 +1,97 @@
+// Read-only views of the jobs: one job, pages of jobs (newest first, bounded
+// in count and bytes), a dry run (validation and where the job would run
+// now; nothing stored) and the gauges /metrics shows.
+// Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "absl/status/statusor.h"
+#include "common/clock.h"
+#include "coordinator/jobs/job_book.h"
+#include "coordinator/jobs/job_health.h"
+#include "coordinator/jobs/job_placer.h"
+#include "coordinator/core/on_loop.h"
+#include "coordinator/jobs/usage_report.h"
+#include "coordinator/workers/worker_registry.h"
+#include "trainctl/v1/job_service.pb.h"
+
+namespace trainctl::coordinator {
+
+// What the coordinator's /metrics shows of the jobs, taken on the loop.
+struct JobGauges {
+  std::map<v1::JobState, int64_t> jobs_by_state;
+  // PENDING jobs, and how long the oldest of them has waited.
+  int64_t queue_length = 0;
+  double oldest_pending_seconds = 0;
+  // Attempts that failed and were followed by a restart, by failure kind.
+  std::map<v1::FailureKind, int64_t> restarts_by_kind;
+  // Straggler events and adaptively detected hangs since the coordinator
+  // started.
+  int64_t straggler_events = 0;
+  int64_t hangs_detected = 0;
+  // Checkpoint and final-model reports of attempts that were no longer
+  // current (fencing), refused since the coordinator started.
+  int64_t stale_reports_refused = 0;
+  // Jobs RUNNING now: throughput summed over ranks; loss and loss scale of
+  // rank 0; step time split averaged over ranks (latest window each).
+  struct Running {
+    std::string id;
+    double samples_per_sec = 0;
+    double loss = 0;
+    double data_ms = 0;
+    double compute_ms = 0;
+    double comm_ms = 0;
+    double loss_scale = 0;
+    double world_size = 0;  // ranks of the current attempt (elastic jobs change it)
+  };
+  std::vector<Running> running;
+};
+
+// What the live jobs of one queue hold now (QueueService's QueueStatus).
+struct QueueUsage {
+  // Slots of the current attempts' ranks that have not ended, by kind.
+  int32_t used_gpu = 0;
+  int32_t used_cpu = 0;
+  // PENDING or RESTARTING jobs; SCHEDULED or RUNNING jobs.
+  int32_t pending_jobs = 0;
+  int32_t running_jobs = 0;
+};
+
+class JobQueries {
+ public:
+  JobQueries(const JobBook* book, const WorkerRegistry* registry, const JobPlacer* placer, const JobHealth* health,
+             const Clock* clock)
+      : book_(book), registry_(registry), placer_(placer), health_(health), clock_(clock) {}
+
+  // The job with its pending reason as state_reason while it waits.
+  absl::StatusOr<v1::Job> Get(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Validates `spec` and shows where the job would run now; stores nothing.
+  absl::StatusOr<v1::SubmitJobResponse> DryRun(const v1::JobSpec& spec) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // A snapshot for /metrics (O(jobs + attempts)).
+  JobGauges Gauges() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Per queue (a job naming none counts as "default"), the live jobs' use:
+  // O(jobs + ranks of current attempts). Queues without a live job are
+  // absent.
+  std::map<std::string, QueueUsage> QueueUsages() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Accounting: SumUsage over every job the coordinator knows, up to now
+  // (`filter.until` is ignored). InvalidArgument naming `since` when it is
+  // after now. O(jobs + attempts).
+  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
+ private:
+  const JobBook* book_;
+  const WorkerRegistry* registry_;
+  const JobPlacer* placer_;
+  const JobHealth* health_;
+  const Clock* clock_;
+};
+
+}  // namespace trainctl::coordinator

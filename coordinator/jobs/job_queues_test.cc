@@ -1,0 +1,217 @@
+// Queues through the JobManager (job_placer.h, docs/queues.md): quotas
+// hold jobs back with free slots, a cohort lends idle quota and takes it
+// back by preempting the borrower (attempt CANCELLED with preempted_for, the
+// job RESTARTING without a restart counted, its ranks stopped with the
+// preemption grace), the preempting job starts once the victim's ranks have
+// stopped, and the victim resumes later; usage decays with its half-life.
+#include "coordinator/jobs/job_manager_fixture.h"
+
+#include <cmath>
+
+#include "coordinator/jobs/job_transitions.h"
+
+namespace trainctl::coordinator {
+namespace {
+
+class JobQueuesTest : public JobManagerTest {
+ protected:
+  // Queues a and b in cohort "c", 2 CPU slots of nominal quota each.
+  void TwoQueuesInACohort() {
+    queues_ = {Queue("a", 2, "c"), Queue("b", 2, "c")};
+    jobs_->SetQueueSource([this] { return queues_; });
+  }
+  static scheduler::QueueSpec Queue(const std::string& name, int cpu, const std::string& cohort = "") {
+    scheduler::QueueSpec q;
+    q.name = name;
+    q.nominal_cpu = cpu;
+    q.cohort = cohort;
+    return q;
+  }
+  std::string Submit(int world_size, const std::string& queue, int priority = 0) {
+    v1::JobSpec spec = Spec(world_size);
+    spec.set_queue(queue);
+    spec.set_priority(priority);
+    auto job = jobs_->Submit(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->id() : "";
+  }
+  // Every rank of the job's attempt `attempt` reports `state`.
+  void AllRanks(const std::string& id, int attempt, v1::RankState state) {
+    const v1::Job j = Get(id);
+    ASSERT_GE(j.attempts_size(), attempt);
+    for (const v1::RankAssignment& r : j.attempts(attempt - 1).ranks()) {
+      ASSERT_TRUE(Status(r.worker_id(), id, attempt, r.rank(), state).ok()) << id << " rank " << r.rank();
+    }
+  }
+  std::vector<scheduler::QueueSpec> queues_;
+};
+
+TEST_F(JobQueuesTest, AQueuesQuotaHoldsAJobBackWhileSlotsAreFree) {
+  queues_ = {Queue("a", 2)};
+  jobs_->SetQueueSource([this] { return queues_; });
+  AddWorker("w1", 4);
+  const std::string first = Submit(2, "a");
+  const std::string second = Submit(2, "a");
+  EXPECT_EQ(Get(first).state(), v1::JOB_STATE_SCHEDULED);
+  const v1::Job held = Get(second);
+  EXPECT_EQ(held.state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(held.state_reason(), HasSubstr("quota"));
+
+  // A job naming no defined queue stays pending and says so.
+  const std::string lost = Submit(1, "nope");
+  EXPECT_EQ(Get(lost).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(lost).state_reason(), HasSubstr("nope"));
+
+  // The quota frees when the first job ends: the second starts.
+  AllRanks(first, 1, v1::RANK_STATE_RUNNING);
+  ASSERT_TRUE(jobs_->Cancel(first, "done").ok());
+  AllRanks(first, 1, v1::RANK_STATE_STOPPED);
+  EXPECT_EQ(Get(second).state(), v1::JOB_STATE_SCHEDULED);
+
+  // Without queues none of this applies: a third job of "a" starts on the
+  // free slots although a's quota is in use.
+  ASSERT_TRUE(jobs_->Cancel(lost, "unknown queue").ok());
+  queues_.clear();
+  const std::string third = Submit(2, "a");
+  EXPECT_EQ(Get(third).state(), v1::JOB_STATE_SCHEDULED) << Get(third).state_reason();
+}
+
+TEST_F(JobQueuesTest, ABorrowerIsPreemptedWhenTheLenderNeedsItsQuotaAndResumesLater) {
+  TwoQueuesInACohort();
+  std::vector<FakeChannel*> ch = {AddWorker("w1", 2), AddWorker("w2", 2)};
+  // b's job borrows a's idle quota: 4 slots on a nominal of 2.
+  const std::string borrower = Submit(4, "b");
+  ASSERT_EQ(Get(borrower).state(), v1::JOB_STATE_SCHEDULED) << Get(borrower).state_reason();
+  AllRanks(borrower, 1, v1::RANK_STATE_RUNNING);
+
+  // a submits within its quota: b's job is preempted, a's waits for its slots.
+  const std::string owner = Submit(2, "a");
+  v1::Job victim = Get(borrower);
+  EXPECT_EQ(victim.state(), v1::JOB_STATE_RESTARTING);
+  EXPECT_THAT(victim.state_reason(), HasSubstr("preempted for job " + owner));
+  ASSERT_EQ(victim.attempts_size(), 1);
+  EXPECT_EQ(victim.attempts(0).state(), v1::ATTEMPT_STATE_CANCELLED);
+  EXPECT_EQ(victim.attempts(0).preempted_for(), owner);
+  EXPECT_EQ(victim.restarts(), 0) << "a preemption is not a restart";
+  int stops = 0;
+  for (FakeChannel* c : ch) {
+    for (const v1::StopRanks& s : c->Stops()) {
+      EXPECT_EQ(s.job_id(), borrower);
+      EXPECT_EQ(s.grace_period_ms(), 60000) << "the preemption grace, not --stop-grace-s";
+      EXPECT_TRUE(s.checkpoint_first());
+      stops += s.ranks_size();
+    }
+  }
+  EXPECT_EQ(stops, 4);
+  EXPECT_EQ(Get(owner).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(owner).state_reason(), HasSubstr(borrower));
+
+  // The victim's ranks stop: a's job starts; b's waits (a's quota is back
+  // in use, so b may use only its own 2 slots and needs 4).
+  AllRanks(borrower, 1, v1::RANK_STATE_STOPPED);
+  ASSERT_EQ(Get(owner).state(), v1::JOB_STATE_SCHEDULED) << Get(owner).state_reason();
+  victim = Get(borrower);
+  EXPECT_EQ(victim.attempts_size(), 1);
+  EXPECT_THAT(victim.state_reason(), HasSubstr("quota"));
+  auto events = store_->ListEvents(borrower, 0, 1000);
+  ASSERT_TRUE(events.ok()) << events.status();
+  bool preempted_event = false;
+  for (const auto& ev : *events) {
+    if (ev.type() == "preempted") {
+      preempted_event = true;
+      EXPECT_THAT(ev.message(), HasSubstr("preempted for job " + owner + " (queue a, priority 0)"));
+    }
+  }
+  EXPECT_TRUE(preempted_event);
+
+  // a's job ends: b's resumes, as attempt 2, still without a restart counted.
+  AllRanks(owner, 1, v1::RANK_STATE_RUNNING);
+  ASSERT_TRUE(jobs_->Cancel(owner, "done").ok());
+  AllRanks(owner, 1, v1::RANK_STATE_STOPPED);
+  victim = Get(borrower);
+  ASSERT_EQ(victim.state(), v1::JOB_STATE_SCHEDULED) << victim.state_reason();
+  EXPECT_EQ(victim.attempts_size(), 2);
+  EXPECT_EQ(victim.restarts(), 0);
+}
+
+TEST_F(JobQueuesTest, AHigherPriorityJobPreemptsALowerOneOfItsOwnQueue) {
+  queues_ = {Queue("a", 2)};
+  jobs_->SetQueueSource([this] { return queues_; });
+  AddWorker("w1", 2);
+  const std::string low = Submit(2, "a", /*priority=*/0);
+  AllRanks(low, 1, v1::RANK_STATE_RUNNING);
+  const std::string high = Submit(2, "a", /*priority=*/5);
+  EXPECT_EQ(Get(low).attempts(0).preempted_for(), high);
+  AllRanks(low, 1, v1::RANK_STATE_STOPPED);
+  EXPECT_EQ(Get(high).state(), v1::JOB_STATE_SCHEDULED) << Get(high).state_reason();
+  // An equal priority never preempts.
+  const std::string same = Submit(2, "a", /*priority=*/5);
+  EXPECT_EQ(Get(high).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_EQ(Get(same).state(), v1::JOB_STATE_PENDING);
+}
+
+TEST_F(JobQueuesTest, UsageDecaysWithItsHalfLife) {
+  queues_ = {Queue("a", 4), Queue("b", 4)};
+  jobs_->SetQueueSource([this] { return queues_; });
+  AddWorker("w1", 4);
+  const std::string job = Submit(2, "a");
+  AllRanks(job, 1, v1::RANK_STATE_RUNNING);
+  jobs_->Tick();
+  clock_.Advance(absl::Seconds(10));
+  jobs_->Tick();
+  // 2 slots for 10 s with a one-hour half-life: ~20 slot-seconds.
+  const auto& usage = jobs_->FairShareUsage();
+  ASSERT_TRUE(usage.contains("a"));
+  const double after = usage.at("a")[1];
+  EXPECT_NEAR(after, 20.0, 0.1);
+  EXPECT_EQ(usage.at("a")[0], 0.0);
+  EXPECT_FALSE(usage.contains("b") && usage.at("b")[1] > 0);
+  // The job ends; an hour later half of it is left.
+  ASSERT_TRUE(jobs_->Cancel(job, "done").ok());
+  AllRanks(job, 1, v1::RANK_STATE_STOPPED);
+  jobs_->Tick();
+  const double at_end = jobs_->FairShareUsage().at("a")[1];
+  clock_.Advance(absl::Hours(1));
+  jobs_->Tick();
+  EXPECT_NEAR(jobs_->FairShareUsage().at("a")[1], at_end / 2, 1e-6);
+}
+
+TEST_F(JobQueuesTest, UsageSumsSlotSecondsUpToNowAndRefusesASinceAfterIt) {
+  queues_ = {Queue("a", 4), Queue("b", 4)};
+  jobs_->SetQueueSource([this] { return queues_; });
+  AddWorker("w1", 4);
+  const std::string a = Submit(2, "a");
+  const std::string b = Submit(1, "b");
+  const std::string waiting = Submit(4, "b");
+  AllRanks(a, 1, v1::RANK_STATE_RUNNING);
+  AllRanks(b, 1, v1::RANK_STATE_RUNNING);
+  ASSERT_EQ(Get(waiting).state(), v1::JOB_STATE_PENDING);
+  clock_.Advance(absl::Seconds(10));
+
+  absl::StatusOr<UsageReport> r = jobs_->Usage(UsageFilter{});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(r->until, clock_.Now());
+  ASSERT_EQ(r->rows.size(), 2u);
+  EXPECT_EQ(r->rows[0].queue, "a");
+  EXPECT_EQ(r->rows[0].kind, "cpu");
+  EXPECT_NEAR(r->rows[0].slot_seconds, 20, 1e-6) << "2 running slots for 10 s, counted up to now";
+  EXPECT_EQ(r->rows[1].queue, "b");
+  EXPECT_NEAR(r->rows[1].slot_seconds, 10, 1e-6) << "the pending job holds nothing";
+  EXPECT_EQ(r->rows[1].jobs, 1);
+
+  UsageFilter f;
+  f.queue = "b";
+  f.since = clock_.Now() - absl::Seconds(4);
+  r = jobs_->Usage(f);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->rows.size(), 1u);
+  EXPECT_NEAR(r->rows[0].slot_seconds, 4, 1e-6);
+
+  f.since = clock_.Now() + absl::Seconds(1);
+  r = jobs_->Usage(f);
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("since: "));
+}
+
+}  // namespace
+}  // namespace trainctl::coordinator

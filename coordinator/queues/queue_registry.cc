@@ -1,0 +1,176 @@
+#include "coordinator/queues/queue_registry.h"
+
+#include <algorithm>
+#include <optional>
+#include <utility>
+
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/jobspec/job_spec.h"
+#include "common/status_macros.h"
+#include "common/time_util.h"
+
+namespace trainctl::coordinator {
+
+absl::Status CheckQueueName(absl::string_view field, absl::string_view name) {
+  if (name.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": required"));
+  const bool chars_ok = std::all_of(name.begin(), name.end(), [](char c) {
+    return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+  });
+  if (!chars_ok || name.front() == '-' || name.back() == '-') {
+    return absl::InvalidArgumentError(absl::StrCat(
+        field, ": must be lower-case letters, digits and '-', starting and ending with a letter or digit, got '",
+        name, "'"));
+  }
+  if (name.size() > 63) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": at most 63 characters, got ", name.size()));
+  }
+  return absl::OkStatus();
+}
+
+absl::Status ValidateQueue(const v1::Queue& queue) {
+  TRAINCTL_RETURN_IF_ERROR(CheckQueueName("queue.name", queue.name()));
+  const std::pair<const char*, std::optional<int32_t>> nominals[] = {
+      {"queue.nominal_gpu", queue.has_nominal_gpu() ? std::optional<int32_t>(queue.nominal_gpu()) : std::nullopt},
+      {"queue.nominal_cpu", queue.has_nominal_cpu() ? std::optional<int32_t>(queue.nominal_cpu()) : std::nullopt},
+  };
+  for (const auto& nominal : nominals) {
+    if (nominal.second.has_value() && *nominal.second < -1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(nominal.first, ": must be -1 (unlimited) or >= 0, got ", *nominal.second));
+    }
+  }
+  if (!queue.cohort().empty()) TRAINCTL_RETURN_IF_ERROR(CheckQueueName("queue.cohort", queue.cohort()));
+  if (queue.max_job_size() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("queue.max_job_size: must be 0 (no limit) or > 0, got ", queue.max_job_size()));
+  }
+  // The same bounds as a job's own resources (one rule: common/jobspec).
+  std::vector<SpecError> errors = CheckResourceSpec(queue.default_resources(), "queue.default_resources");
+  if (!errors.empty()) return absl::InvalidArgumentError(errors.front().ToString());
+  return absl::OkStatus();
+}
+
+bool HasResources(const v1::ResourceSpec& r) { return r.cpus() != 0 || r.memory() != 0 || r.pids() != 0; }
+
+scheduler::QueueSpec ToQueueSpec(const v1::Queue& queue) {
+  scheduler::QueueSpec spec;
+  spec.name = queue.name();
+  spec.nominal_gpu = queue.has_nominal_gpu() ? queue.nominal_gpu() : -1;
+  spec.nominal_cpu = queue.has_nominal_cpu() ? queue.nominal_cpu() : -1;
+  spec.cohort = queue.cohort();
+  spec.max_job_size = queue.max_job_size();
+  return spec;
+}
+
+absl::Status QueueRegistry::Load() {
+  CheckLoop();
+  TRAINCTL_ASSIGN_OR_RETURN(std::vector<v1::Queue> stored, store_->LoadQueues());
+  queues_.clear();
+  for (v1::Queue& q : stored) {
+    std::string name = q.name();
+    queues_.emplace(std::move(name), std::move(q));
+  }
+  return absl::OkStatus();
+}
+
+const v1::Queue* QueueRegistry::Find(absl::string_view name) const {
+  CheckLoop();
+  auto it = queues_.find(name);
+  return it == queues_.end() ? nullptr : &it->second;
+}
+
+std::vector<v1::Queue> QueueRegistry::List() const {
+  CheckLoop();
+  std::vector<v1::Queue> out;
+  out.reserve(queues_.size());
+  for (const auto& entry : queues_) out.push_back(entry.second);
+  return out;
+}
+
+std::vector<scheduler::QueueSpec> QueueRegistry::Specs() const {
+  CheckLoop();
+  std::vector<scheduler::QueueSpec> out;
+  out.reserve(queues_.size());
+  for (const auto& entry : queues_) out.push_back(ToQueueSpec(entry.second));
+  return out;
+}
+
+std::string QueueRegistry::NameList() const {
+  if (queues_.empty()) return "none";
+  std::vector<absl::string_view> names;
+  for (const auto& entry : queues_) names.push_back(entry.first);
+  return absl::StrJoin(names, ", ");
+}
+
+absl::StatusOr<v1::Queue> QueueRegistry::Create(v1::Queue queue, bool update) {
+  CheckLoop();
+  TRAINCTL_RETURN_IF_ERROR(ValidateQueue(queue));
+  // All 0 and unset mean the same (none): store one form.
+  if (!HasResources(queue.default_resources())) queue.clear_default_resources();
+  // -1 and unset mean the same (unlimited): store one form.
+  if (queue.has_nominal_gpu() && queue.nominal_gpu() == -1) queue.clear_nominal_gpu();
+  if (queue.has_nominal_cpu() && queue.nominal_cpu() == -1) queue.clear_nominal_cpu();
+  auto it = queues_.find(queue.name());
+  if (it != queues_.end()) {
+    if (!update) {
+      return absl::AlreadyExistsError(
+          absl::StrCat("queue '", queue.name(), "' already exists (--update replaces it)"));
+    }
+    *queue.mutable_create_time() = it->second.create_time();
+  } else {
+    SetTimestamp(clock_->Now(), queue.mutable_create_time());
+  }
+  TRAINCTL_RETURN_IF_ERROR(store_->PutQueue(queue));
+  queues_[queue.name()] = queue;
+  return queue;
+}
+
+absl::Status QueueRegistry::Delete(const std::string& name, int pending_jobs, int running_jobs) {
+  CheckLoop();
+  if (!queues_.contains(name)) {
+    return absl::NotFoundError(absl::StrCat("no queue named '", name, "' (defined: ", NameList(), ")"));
+  }
+  if (pending_jobs > 0 || running_jobs > 0) {
+    return absl::FailedPreconditionError(absl::StrCat("queue '", name, "' has ", pending_jobs, " pending and ",
+                                                      running_jobs,
+                                                      " running job(s): cancel them or wait for them to end"));
+  }
+  TRAINCTL_RETURN_IF_ERROR(store_->DeleteQueue(name));
+  queues_.erase(name);
+  return absl::OkStatus();
+}
+
+absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role, absl::Span<const std::string> token_queues,
+                          const QueueRegistry& queues) {
+  if (spec.queue().empty()) spec.set_queue(token_queues.empty() ? kDefaultQueue : token_queues.front());
+  TRAINCTL_RETURN_IF_ERROR(CheckQueueName("queue", spec.queue()));
+  if (role != v1::ROLE_ADMIN && !token_queues.empty() &&
+      std::find(token_queues.begin(), token_queues.end(), spec.queue()) == token_queues.end()) {
+    return absl::PermissionDeniedError(absl::StrCat("queue: this token may not submit to queue '", spec.queue(),
+                                                    "' (its queues: ", absl::StrJoin(token_queues, ", "), ")"));
+  }
+  if (queues.empty()) return absl::OkStatus();
+  const v1::Queue* q = queues.Find(spec.queue());
+  if (q == nullptr) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("queue: no queue named '", spec.queue(), "' (defined: ", queues.NameList(), ")"));
+  }
+  if (!spec.has_priority()) spec.set_priority(q->default_priority());
+  // A job that asks for no resources gets the queue's (validated when the
+  // queue was made, and again with the job by ValidateJobSpec).
+  if (!HasResources(spec.resources()) && HasResources(q->default_resources())) {
+    *spec.mutable_resources() = q->default_resources();
+  }
+  // world_size 0 is the default, 1 (ResolveJobSpecDefaults runs later).
+  const int32_t least_size = spec.elastic().min_ranks() > 0 ? spec.elastic().min_ranks()
+                                                             : std::max<int32_t>(1, spec.world_size());
+  if (q->max_job_size() > 0 && least_size > q->max_job_size()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        spec.elastic().min_ranks() > 0 ? "elastic.min_ranks" : "world_size", ": ", least_size,
+        " ranks exceed queue '", q->name(), "''s max_job_size of ", q->max_job_size()));
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,324 @@
+// QueueRegistry: validation, create/update/delete through the store, the
+// scheduler's specs, and the submit-time rule (ResolveQueue); a queue's
+// status (queue_status.h: used and borrowed slots).
+#include "coordinator/queues/queue_registry.h"
+
+#include <map>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "absl/time/time.h"
+#include "common/clock.h"
+#include "coordinator/queues/queue_status.h"
+#include "gmock/gmock.h"
+#include "gtest/gtest.h"
+
+namespace trainctl::coordinator {
+namespace {
+
+using ::testing::ElementsAre;
+using ::testing::HasSubstr;
+
+v1::Queue MakeQueue(const std::string& name) {
+  v1::Queue q;
+  q.set_name(name);
+  return q;
+}
+
+v1::JobSpec MakeSpec(int world_size = 2) {
+  v1::JobSpec spec;
+  spec.set_name("j");
+  spec.set_world_size(world_size);
+  return spec;
+}
+
+class QueueRegistryTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    auto store = StateStore::Open(":memory:");
+    ASSERT_TRUE(store.ok()) << store.status();
+    store_ = std::move(*store);
+    registry_ = std::make_unique<QueueRegistry>(store_.get(), &clock_);
+  }
+  // Defines queues a and b (a: default priority 7, max job size 4).
+  void DefineAB() {
+    v1::Queue a = MakeQueue("a");
+    a.set_default_priority(7);
+    a.set_max_job_size(4);
+    a.set_nominal_gpu(8);
+    ASSERT_TRUE(registry_->Create(a, false).ok());
+    ASSERT_TRUE(registry_->Create(MakeQueue("b"), false).ok());
+  }
+
+  FakeClock clock_{absl::FromUnixSeconds(1700000000)};
+  std::unique_ptr<StateStore> store_;
+  std::unique_ptr<QueueRegistry> registry_;
+};
+
+TEST(QueueValidationTest, NamesTheFieldAndTheReason) {
+  EXPECT_TRUE(ValidateQueue(MakeQueue("gpu-team-1")).ok());
+  auto message = [](const v1::Queue& q) { return std::string(ValidateQueue(q).message()); };
+  EXPECT_EQ(message(MakeQueue("")), "queue.name: required");
+  EXPECT_THAT(message(MakeQueue("Team")), HasSubstr("queue.name: must be lower-case"));
+  EXPECT_THAT(message(MakeQueue("-a")), HasSubstr("queue.name:"));
+  EXPECT_EQ(message(MakeQueue(std::string(64, 'a'))), "queue.name: at most 63 characters, got 64");
+  EXPECT_TRUE(ValidateQueue(MakeQueue(std::string(63, 'a'))).ok());
+  v1::Queue q = MakeQueue("a");
+  q.set_nominal_gpu(-3);
+  EXPECT_EQ(message(q), "queue.nominal_gpu: must be -1 (unlimited) or >= 0, got -3");
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidateQueue(q)));
+  q = MakeQueue("a");
+  q.set_nominal_cpu(-2);
+  EXPECT_EQ(message(q), "queue.nominal_cpu: must be -1 (unlimited) or >= 0, got -2");
+  q = MakeQueue("a");
+  q.set_nominal_gpu(-1);
+  q.set_nominal_cpu(0);
+  EXPECT_TRUE(ValidateQueue(q).ok()) << "-1 is unlimited, 0 is none of its own";
+  q = MakeQueue("a");
+  q.set_cohort("Bad_Cohort");
+  EXPECT_THAT(message(q), HasSubstr("queue.cohort: must be lower-case"));
+  q = MakeQueue("a");
+  q.set_max_job_size(-1);
+  EXPECT_EQ(message(q), "queue.max_job_size: must be 0 (no limit) or > 0, got -1");
+}
+
+TEST(QueueValidationTest, SpecMapsUnsetNominalsToUnlimited) {
+  v1::Queue q = MakeQueue("a");
+  q.set_nominal_cpu(0);
+  q.set_cohort("c");
+  q.set_max_job_size(3);
+  scheduler::QueueSpec spec = ToQueueSpec(q);
+  EXPECT_EQ(spec.name, "a");
+  EXPECT_EQ(spec.nominal_gpu, -1);
+  EXPECT_EQ(spec.nominal_cpu, 0);
+  EXPECT_EQ(spec.cohort, "c");
+  EXPECT_EQ(spec.max_job_size, 3);
+  EXPECT_EQ(spec.usage_gpu, 0);
+}
+
+TEST_F(QueueRegistryTest, CreateUpdateDeletePersistAndLoad) {
+  EXPECT_TRUE(registry_->empty());
+  EXPECT_TRUE(registry_->Specs().empty()) << "no queue defined: the scheduler's implicit queue";
+  v1::Queue a = MakeQueue("a");
+  a.set_nominal_gpu(4);
+  a.set_nominal_cpu(-1);
+  auto created = registry_->Create(a, false);
+  ASSERT_TRUE(created.ok()) << created.status();
+  EXPECT_EQ(created->create_time().seconds(), 1700000000);
+  EXPECT_FALSE(created->has_nominal_cpu()) << "-1 is stored as unset";
+
+  EXPECT_EQ(registry_->Create(a, false).status().code(), absl::StatusCode::kAlreadyExists);
+  clock_.Advance(absl::Seconds(10));
+  a.set_nominal_gpu(6);
+  auto updated = registry_->Create(a, true);
+  ASSERT_TRUE(updated.ok()) << updated.status();
+  EXPECT_EQ(updated->nominal_gpu(), 6);
+  EXPECT_EQ(updated->create_time().seconds(), 1700000000) << "an update keeps create_time";
+  ASSERT_TRUE(registry_->Create(MakeQueue("b"), true).ok()) << "update of an unknown name creates it";
+  EXPECT_EQ(registry_->Create(MakeQueue("B"), false).status().code(), absl::StatusCode::kInvalidArgument);
+
+  std::vector<scheduler::QueueSpec> specs = registry_->Specs();
+  ASSERT_EQ(specs.size(), 2u);
+  EXPECT_EQ(specs[0].name, "a");
+  EXPECT_EQ(specs[0].nominal_gpu, 6);
+  EXPECT_EQ(specs[0].nominal_cpu, -1);
+  EXPECT_EQ(registry_->NameList(), "a, b");
+
+  absl::Status busy = registry_->Delete("a", 2, 1);
+  EXPECT_EQ(busy.code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_THAT(busy.message(), HasSubstr("2 pending and 1 running"));
+  EXPECT_EQ(registry_->Delete("zz", 0, 0).code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(registry_->Delete("default", 0, 0).code(), absl::StatusCode::kNotFound);
+  ASSERT_TRUE(registry_->Delete("b", 0, 0).ok());
+
+  // A second registry over the same store sees what was stored.
+  QueueRegistry reloaded(store_.get(), &clock_);
+  ASSERT_TRUE(reloaded.Load().ok());
+  ASSERT_NE(reloaded.Find("a"), nullptr);
+  EXPECT_EQ(reloaded.Find("a")->nominal_gpu(), 6);
+  EXPECT_EQ(reloaded.Find("b"), nullptr);
+  EXPECT_EQ(reloaded.List().size(), 1u);
+}
+
+TEST_F(QueueRegistryTest, AFailedStoreWriteChangesNothing) {
+  ASSERT_TRUE(registry_->Create(MakeQueue("a"), false).ok());
+  store_->SetWriteFaultForTest([](int64_t, absl::string_view) { return true; });
+  EXPECT_EQ(registry_->Create(MakeQueue("b"), false).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(registry_->Delete("a", 0, 0).code(), absl::StatusCode::kUnavailable);
+  store_->SetWriteFaultForTest(nullptr);
+  EXPECT_EQ(registry_->Find("b"), nullptr);
+  EXPECT_NE(registry_->Find("a"), nullptr);
+}
+
+TEST_F(QueueRegistryTest, ResolveWithoutQueuesKeepsTodaysBehaviour) {
+  v1::JobSpec spec = MakeSpec(64);
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_EQ(spec.queue(), "default");
+  EXPECT_FALSE(spec.has_priority()) << "no queue: priority stays unset (0)";
+  spec = MakeSpec();
+  spec.set_queue("anything");
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_EQ(spec.queue(), "anything") << "kept as given";
+  spec = MakeSpec();
+  spec.set_queue("Not Valid");
+  EXPECT_EQ(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).code(), absl::StatusCode::kInvalidArgument);
+}
+
+TEST_F(QueueRegistryTest, ResolveGoesToTheTokensFirstQueueElseDefault) {
+  DefineAB();
+  ASSERT_TRUE(registry_->Create(MakeQueue("default"), false).ok());
+  const std::vector<std::string> token_queues = {"b", "a"};
+  v1::JobSpec spec = MakeSpec();
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, token_queues, *registry_).ok());
+  EXPECT_EQ(spec.queue(), "b");
+  spec = MakeSpec();
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_EQ(spec.queue(), "default");
+}
+
+TEST_F(QueueRegistryTest, ResolveRefusesAQueueTheTokenIsNotBoundTo) {
+  DefineAB();
+  const std::vector<std::string> token_queues = {"a"};
+  v1::JobSpec spec = MakeSpec();
+  spec.set_queue("b");
+  absl::Status s = ResolveQueue(spec, v1::ROLE_SUBMITTER, token_queues, *registry_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(s.message(), "queue: this token may not submit to queue 'b' (its queues: a)");
+  spec.set_queue("b");
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_ADMIN, token_queues, *registry_).ok()) << "admins submit anywhere";
+}
+
+TEST_F(QueueRegistryTest, ResolveRefusesAnUndefinedQueue) {
+  DefineAB();
+  v1::JobSpec spec = MakeSpec();
+  spec.set_queue("x");
+  absl::Status s = ResolveQueue(spec, v1::ROLE_ADMIN, {}, *registry_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "queue: no queue named 'x' (defined: a, b)");
+  spec = MakeSpec();
+  s = ResolveQueue(spec, v1::ROLE_ADMIN, {}, *registry_);
+  EXPECT_EQ(s.message(), "queue: no queue named 'default' (defined: a, b)")
+      << "with queues defined, 'default' is a queue like another";
+}
+
+TEST_F(QueueRegistryTest, ResolveFillsTheQueuesDefaultPriority) {
+  DefineAB();
+  v1::JobSpec spec = MakeSpec();
+  spec.set_queue("a");
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  ASSERT_TRUE(spec.has_priority());
+  EXPECT_EQ(spec.priority(), 7);
+  spec = MakeSpec();
+  spec.set_queue("a");
+  spec.set_priority(0);
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_EQ(spec.priority(), 0) << "an explicit 0 is kept";
+  spec = MakeSpec();
+  spec.set_queue("b");
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_EQ(spec.priority(), 0);
+}
+
+TEST_F(QueueRegistryTest, ResolveRefusesAJobOverTheQueuesMaxJobSize) {
+  DefineAB();
+  v1::JobSpec spec = MakeSpec(5);
+  spec.set_queue("a");
+  absl::Status s = ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "world_size: 5 ranks exceed queue 'a''s max_job_size of 4");
+  // An elastic job counts its least size.
+  spec = MakeSpec(8);
+  spec.set_queue("a");
+  spec.mutable_elastic()->set_min_ranks(4);
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  spec.mutable_elastic()->set_min_ranks(5);
+  s = ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_);
+  EXPECT_EQ(s.message(), "elastic.min_ranks: 5 ranks exceed queue 'a''s max_job_size of 4");
+  spec = MakeSpec(64);
+  spec.set_queue("b");
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok()) << "0 = no limit";
+}
+
+TEST(QueueValidationTest, DefaultResourcesHaveTheJobsBoundsAndNameTheField) {
+  auto message = [](const v1::Queue& q) { return std::string(ValidateQueue(q).message()); };
+  v1::Queue q = MakeQueue("a");
+  q.mutable_default_resources()->set_cpus(2);
+  q.mutable_default_resources()->set_memory(int64_t{4} << 30);
+  q.mutable_default_resources()->set_pids(512);
+  EXPECT_TRUE(ValidateQueue(q).ok());
+  q.mutable_default_resources()->set_memory(100);
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidateQueue(q)));
+  EXPECT_EQ(message(q), "queue.default_resources.memory: must be 0 (no limit) or at least 1Mi (1048576 bytes), got 100");
+  q.mutable_default_resources()->set_memory(0);
+  q.mutable_default_resources()->set_cpus(-1);
+  EXPECT_EQ(message(q), "queue.default_resources.cpus: must be 0 (no limit) or in [0.01, 4096] CPUs, got -1");
+  q.mutable_default_resources()->set_cpus(0);
+  q.mutable_default_resources()->set_pids(2);
+  EXPECT_EQ(message(q), "queue.default_resources.pids: must be 0 (no limit) or in [8, 4194304], got 2");
+}
+
+TEST_F(QueueRegistryTest, ResolveGivesAJobWithoutResourcesTheQueuesDefaultResources) {
+  v1::Queue batch = MakeQueue("batch");
+  batch.mutable_default_resources()->set_cpus(2);
+  batch.mutable_default_resources()->set_memory(int64_t{4} << 30);
+  ASSERT_TRUE(registry_->Create(batch, false).ok());
+  v1::Queue none = MakeQueue("none");
+  none.mutable_default_resources();  // all 0: stored as unset
+  auto made = registry_->Create(none, false);
+  ASSERT_TRUE(made.ok()) << made.status();
+  EXPECT_FALSE(made->has_default_resources());
+
+  v1::JobSpec spec = MakeSpec();
+  spec.set_queue("batch");
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_EQ(spec.resources().cpus(), 2);
+  EXPECT_EQ(spec.resources().memory(), int64_t{4} << 30);
+  EXPECT_EQ(spec.resources().pids(), 0);
+  // A job that gives any of the three keeps exactly its own.
+  spec = MakeSpec();
+  spec.set_queue("batch");
+  spec.mutable_resources()->set_pids(64);
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_EQ(spec.resources().cpus(), 0);
+  EXPECT_EQ(spec.resources().memory(), 0);
+  EXPECT_EQ(spec.resources().pids(), 64);
+  // A queue without defaults leaves the job without resources.
+  spec = MakeSpec();
+  spec.set_queue("none");
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_FALSE(spec.has_resources());
+  // Kept across a reload from the store.
+  QueueRegistry reloaded(store_.get(), &clock_);
+  ASSERT_TRUE(reloaded.Load().ok());
+  ASSERT_NE(reloaded.Find("batch"), nullptr);
+  EXPECT_EQ(reloaded.Find("batch")->default_resources().memory(), int64_t{4} << 30);
+}
+
+TEST(QueueStatusTest, UsedSlotsAndBorrowingFollowTheNominalQuota) {
+  v1::Queue q;
+  q.set_name("a");
+  q.set_nominal_cpu(2);
+  std::map<std::string, QueueUsage> usages;
+  usages["a"] = QueueUsage{1, 5, 3, 2};
+  usages["other"] = QueueUsage{7, 7, 7, 7};
+  const v1::QueueStatus st = QueueStatusOf(q, usages);
+  EXPECT_EQ(st.queue().name(), "a");
+  EXPECT_EQ(st.used_gpu(), 1);
+  EXPECT_EQ(st.used_cpu(), 5);
+  EXPECT_EQ(st.pending_jobs(), 3);
+  EXPECT_EQ(st.running_jobs(), 2);
+  EXPECT_EQ(st.borrowed_cpu(), 3) << "5 used on a nominal of 2";
+  EXPECT_EQ(st.borrowed_gpu(), 0) << "an unlimited nominal borrows nothing";
+  EXPECT_EQ(BorrowedSlots(1, true, 2), 0);
+  EXPECT_EQ(BorrowedSlots(1, true, 0), 1) << "a queue with no quota of its own borrows all it holds";
+  v1::Queue idle;
+  idle.set_name("idle");
+  const std::vector<v1::QueueStatus> all = QueueStatusesOf({q, idle}, usages);
+  ASSERT_EQ(all.size(), 2u);
+  EXPECT_EQ(all[1].used_cpu(), 0) << "a queue without live jobs uses nothing";
+  EXPECT_EQ(all[1].pending_jobs(), 0);
+}
+
+}  // namespace
+}  // namespace trainctl::coordinator

@@ -1,0 +1,35 @@
+#include "coordinator/queues/queue_status.h"
+
+#include <algorithm>
+
+namespace trainctl::coordinator {
+
+v1::QueueStatus QueueStatusOf(const v1::Queue& queue, const std::map<std::string, QueueUsage>& usages) {
+  v1::QueueStatus st;
+  *st.mutable_queue() = queue;
+  auto it = usages.find(queue.name());
+  if (it != usages.end()) {
+    st.set_used_gpu(it->second.used_gpu);
+    st.set_used_cpu(it->second.used_cpu);
+    st.set_pending_jobs(it->second.pending_jobs);
+    st.set_running_jobs(it->second.running_jobs);
+  }
+  st.set_borrowed_gpu(BorrowedSlots(st.used_gpu(), queue.has_nominal_gpu(), queue.nominal_gpu()));
+  st.set_borrowed_cpu(BorrowedSlots(st.used_cpu(), queue.has_nominal_cpu(), queue.nominal_cpu()));
+  return st;
+}
+
+std::vector<v1::QueueStatus> QueueStatusesOf(const std::vector<v1::Queue>& queues,
+                                             const std::map<std::string, QueueUsage>& usages) {
+  std::vector<v1::QueueStatus> out;
+  out.reserve(queues.size());
+  for (const v1::Queue& q : queues) out.push_back(QueueStatusOf(q, usages));
+  return out;
+}
+
+int32_t BorrowedSlots(int32_t used, bool has_nominal, int32_t nominal) {
+  if (!has_nominal || nominal < 0) return 0;
+  return std::max(0, used - nominal);
+}
+
+}  // namespace trainctl::coordinator

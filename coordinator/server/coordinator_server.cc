@@ -1,0 +1,460 @@
+#include "coordinator/server/coordinator_server.h"
+
+#include <grpcpp/ext/proto_server_reflection_plugin.h>
+#include <grpcpp/health_check_service_interface.h>
+#include <grpcpp/grpcpp.h>
+
+#include <algorithm>
+#include <cctype>
+#include <map>
+#include <utility>
+#include <vector>
+
+#include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
+#include "absl/synchronization/notification.h"
+#include "common/auth/secret.h"
+#include "common/grpc_keepalive.h"
+#include "common/log.h"
+#include "common/status_macros.h"
+#include "coordinator/server/health_service.h"
+#include "coordinator/queues/queue_status.h"
+
+namespace trainctl::coordinator {
+
+bool IsLoopbackListen(const std::string& listen) {
+  if (absl::StartsWith(listen, "unix:")) return true;
+  std::string host = listen.substr(0, listen.rfind(':'));
+  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
+  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
+}
+
+CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std::move(options)) {}
+
+CoordinatorServer::~CoordinatorServer() { Shutdown(); }
+
+absl::StatusOr<std::string> CoordinatorServer::Start() {
+  TRAINCTL_RETURN_IF_ERROR(RecoverOwners());
+  MakeServices();
+  TRAINCTL_ASSIGN_OR_RETURN(int port, Serve());
+  StartHousekeeping();
+  if (!options_.http_listen.empty()) TRAINCTL_RETURN_IF_ERROR(ServeHttp());
+  std::string host = options_.listen.substr(0, options_.listen.rfind(':'));
+  return absl::StrCat(host, ":", port);
+}
+
+absl::Status CoordinatorServer::ServeHttp() {
+  // The dashboard takes tokens (a sign-in form, bearer headers): in clear
+  // text only where nobody else can listen, or when the operator says so.
+  if (!options_.tls_cert_pem.empty()) {
+    if (absl::Status s = http_.EnableTls(options_.tls_cert_pem, options_.tls_key_pem); !s.ok()) {
+      return absl::InvalidArgumentError(absl::StrCat("--http-listen: ", s.message()));
+    }
+  } else if (!IsLoopbackListen(options_.http_listen) && !options_.insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "--http-listen: ", options_.http_listen, " is not a loopback address and no TLS certificate is set: "
+        "the dashboard would take tokens in clear text; serve TLS (--tls-dir) or pass --insecure"));
+  }
+  Dashboard::Deps deps{&loop_, store_.get(), registry_.get(), jobs_.get(), tokens_.get()};
+  deps.refusals = &http_refusals_;
+  deps.secure_cookie = http_.tls();
+  deps.sign_in = sign_in_.get();
+  deps.queues = queues_.get();
+  dashboard_ = std::make_unique<Dashboard>(deps);
+  dashboard_->RegisterMetrics(http_, [this] { return MetricsPage(); }, options_.metrics_open);
+  dashboard_->Register(http_);
+  TRAINCTL_ASSIGN_OR_RETURN(http_address_, http_.Start(options_.http_listen));
+  int port = 0;
+  if (!absl::SimpleAtoi(http_address_.substr(http_address_.rfind(':') + 1), &port)) port = 0;
+  sign_in_->SetEndpoint({port, http_.tls()});
+  return absl::OkStatus();
+}
+
+absl::Status CoordinatorServer::RecoverOwners() {
+  if (store_ == nullptr) {
+    TRAINCTL_ASSIGN_OR_RETURN(store_, options_.store_spec.empty()
+                                           ? StateStore::Open(options_.db_path, options_.store)
+                                           : StateStore::OpenSpec(options_.store_spec, options_.store));
+  }
+  TRAINCTL_ASSIGN_OR_RETURN(StoreSnapshot snapshot, store_->LoadAll());
+  registry_ = std::make_unique<WorkerRegistry>(store_.get(), options_.clock, options_.registry);
+  registry_->BindToLoop(&loop_);
+  jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), &hub_, options_.clock,
+                                       options_.jobs);
+  jobs_->BindToLoop(&loop_);
+  jobs_->SetDeferral([this](std::function<void()> fn) {
+    loop_.Post([this, fn = std::move(fn)] {
+      AssertOnLoop(&loop_, "a deferred scheduling pass");
+      fn();
+    });
+  });
+  queues_ = std::make_unique<QueueRegistry>(store_.get(), options_.clock);
+  queues_->BindToLoop(&loop_);
+  // The placer reads the queues at every pass (docs/queues.md).
+  jobs_->SetQueueSource([this] {
+    AssertOnLoop(&loop_, "the placer's queue source");
+    return queues_->Specs();
+  });
+  telemetry_ = std::make_unique<TelemetryLedger>(store_.get(), jobs_->group_memory());
+  tokens_ = std::make_unique<TokenAuthority>(store_.get(), options_.clock);
+  TRAINCTL_RETURN_IF_ERROR(tokens_->Load());
+  if (options_.admin_token.empty()) options_.admin_token = auth::NewSecret("admin");
+  tokens_->SetBootstrapAdmin(options_.admin_token);
+  absl::Status recovered;
+  loop_.RunSync([&] {
+    AssertOnLoop(&loop_, "recovery");
+    recovered = queues_->Load();
+    if (!recovered.ok()) return;
+    registry_->Recover(snapshot.workers);
+    recovered = jobs_->Recover(snapshot);
+    telemetry_->Recover(snapshot);
+  });
+  return recovered;
+}
+
+void CoordinatorServer::MakeServices() {
+  ServiceContext ctx{&loop_, store_.get(), registry_.get(), jobs_.get(), &hub_};
+  ctx.telemetry = telemetry_.get();
+  ctx.auth = tokens_.get();
+  ctx.queues = queues_.get();
+  live_ = std::make_unique<LiveCalls>(tokens_.get());
+  live_->BindToLoop(&loop_);
+  ctx.live = live_.get();
+  // A revocation ends that token's streams and sessions now, not at the
+  // next periodic sweep.
+  tokens_->OnRevoke([this](const std::string&) {
+    loop_.Post([this] {
+      AssertOnLoop(&loop_, "a revocation's sweep");
+      live_->Sweep();
+    });
+  });
+  fetches_ = std::make_unique<ArtifactFetches>(registry_.get(), options_.clock, options_.fetch_answer_timeout);
+  ctx.fetches = fetches_.get();
+  ctx.fetch_chunk_bytes = std::clamp<int32_t>(options_.fetch_chunk_bytes, 1, 1 << 20);
+  sign_in_ = std::make_unique<SignInCodes>(options_.clock);
+  ctx.sign_in = sign_in_.get();
+  if (!options_.tls_ca_key_pem.empty() && !options_.tls_cert_pem.empty()) {
+    enroller_ = std::make_unique<WorkerEnroller>(auth::KeyAndCert{options_.tls_ca_key_pem, options_.tls_ca_pem},
+                                                 tokens_.get(), registry_.get(), options_.clock,
+                                                 options_.worker_cert_validity);
+    ctx.enroller = enroller_.get();
+  }
+  job_service_ = std::make_unique<JobServiceImpl>(ctx);
+  worker_service_ = std::make_unique<WorkerServiceImpl>(ctx);
+  auth_service_ = std::make_unique<AuthServiceImpl>(ctx);
+  queue_service_ = std::make_unique<QueueServiceImpl>(ctx);
+}
+
+std::vector<std::string> CoordinatorServiceNames() {
+  return {v1::JobService::service_full_name(), v1::WorkerService::service_full_name(),
+          v1::AuthService::service_full_name(), v1::QueueService::service_full_name()};
+}
+
+namespace {
+
+absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CoordinatorCredentials(
+    const CoordinatorOptions& options) {
+  if (!options.tls_cert_pem.empty()) {
+    grpc::SslServerCredentialsOptions ssl(GRPC_SSL_REQUEST_CLIENT_CERTIFICATE_AND_VERIFY);
+    ssl.pem_root_certs = options.tls_ca_pem;
+    ssl.pem_key_cert_pairs.push_back({options.tls_key_pem, options.tls_cert_pem});
+    return grpc::SslServerCredentials(ssl);
+  }
+  if (!IsLoopbackListen(options.listen) && !options.insecure) {
+    return absl::FailedPreconditionError(absl::StrCat(
+        "listen: ", options.listen, " is not a loopback address and no TLS certificate is set: "
+        "serve TLS (--tls-dir, made by `trainctl-coordinator init`) or pass --insecure"));
+  }
+  return grpc::InsecureServerCredentials();
+}
+
+}  // namespace
+
+absl::Status ConfigureCoordinatorListener(const CoordinatorOptions& options, grpc::ServerBuilder& builder,
+                                          int* port) {
+  TRAINCTL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, CoordinatorCredentials(options));
+  builder.AddListeningPort(options.listen, creds, port);
+  builder.SetMaxReceiveMessageSize(options.max_message_bytes);
+  builder.SetMaxSendMessageSize(options.max_message_bytes);
+  // Keepalive: find dead peers on idle streams; accept the workers' pings.
+  SetServerKeepalive(builder);
+  // A connection that never finishes its handshake (a scanner, or someone
+  // holding sockets open) is dropped after this, not gRPC's 120 s. gRPC
+  // 1.51 has no per-peer cap on unfinished handshakes (docs/security.md).
+  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+                             static_cast<int>(absl::ToInt64Milliseconds(options.handshake_timeout)));
+  return absl::OkStatus();
+}
+
+absl::StatusOr<int> CoordinatorServer::Serve() {
+  // Health is answered at each call from whether this coordinator surely
+  // still holds its store (health_service.h), not from a status set once.
+  grpc::EnableDefaultHealthCheckService(false);
+  grpc::reflection::InitProtoReflectionServerBuilderPlugin();
+  grpc::ServerBuilder builder;
+  int port = 0;
+  TRAINCTL_RETURN_IF_ERROR(ConfigureCoordinatorListener(options_, builder, &port));
+  health_ = std::make_unique<HealthService>(CoordinatorServiceNames(), [store = store_.get()] {
+    return store->lease_confirmed() && store->deposed().ok();
+  });
+  builder.RegisterCallbackGenericService(health_.get());
+  builder.RegisterService(job_service_.get());
+  builder.RegisterService(worker_service_.get());
+  {
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+    interceptors.push_back(rpc_stats_.NewInterceptorFactory(&rpc_refusals_));
+    builder.experimental().SetInterceptorCreators(std::move(interceptors));
+  }
+  builder.RegisterService(auth_service_.get());
+  builder.RegisterService(queue_service_.get());
+  server_ = builder.BuildAndStart();
+  if (server_ == nullptr || port == 0) {
+    return absl::UnavailableError(absl::StrCat("cannot listen on ", options_.listen));
+  }
+  return port;
+}
+
+void CoordinatorServer::StartHousekeeping() {
+  loop_.Every(options_.check_interval, [this] {
+    AssertOnLoop(&loop_, "housekeeping");
+    // A coordinator that cannot be sure it still holds the store (stopped
+    // or cut off past its lease: another may be active now) decides nothing
+    // as active -- no worker lost, no hang, no placement -- until a lease
+    // ping confirms the lock again or finds it deposed (then it re-executes
+    // as a standby).
+    if (!store_->lease_confirmed()) {
+      if (!lease_unconfirmed_) {
+        lease_unconfirmed_ = true;
+        LogEvent(LogLevel::kWarn, "coordinator", "lease_unconfirmed",
+                 {{"then", "no expiry, health verdict, placement or registration until the store confirms "
+                           "this coordinator still holds its lock"}});
+      }
+      return;
+    }
+    if (lease_unconfirmed_) {
+      lease_unconfirmed_ = false;
+      LogEvent(LogLevel::kInfo, "coordinator", "lease_confirmed", {{"then", "acting as the active coordinator again"}});
+    }
+    for (const std::string& id : registry_->ExpireLeases()) jobs_->OnWorkerLost(id);
+    jobs_->Tick();
+    fetches_->Expire();
+    registry_->ForgetGone([this](const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+      return !jobs_->BusySlots(id).empty();
+    });
+  });
+  // Tokens also lapse by expiry, which nothing announces: re-check the
+  // open streams and sessions every second.
+  loop_.Every(absl::Seconds(1), [this] {
+    AssertOnLoop(&loop_, "the token sweep");
+    live_->Sweep();
+    // The counts of refusals held back (RefusalLog), once their interval
+    // is over. Thread-safe: they lock themselves.
+    rpc_refusals_.Flush();
+    http_refusals_.Flush();
+  });
+}
+
+namespace {
+
+std::string Lower(const std::string& enum_name, const std::string& prefix) {
+  std::string s = enum_name.rfind(prefix, 0) == 0 ? enum_name.substr(prefix.size()) : enum_name;
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+// One sample per valid value of a state enum (after UNSPECIFIED), 0 for the
+// states nothing is in: a dashboard sees every state, not only the busy ones.
+template <typename State, typename IsValid, typename NameOf>
+void WriteByState(PromWriter& w, const char* family, const std::map<State, int64_t>& counts,
+                  IsValid is_valid, NameOf name_of, const std::string& prefix) {
+  for (int s = 1; is_valid(s); ++s) {
+    auto it = counts.find(static_cast<State>(s));
+    w.Sample(family, {{"state", Lower(name_of(s), prefix)}},
+             it == counts.end() ? 0 : static_cast<double>(it->second));
+  }
+}
+
+// Jobs and workers by state, the queue, restarts, stragglers and hangs.
+void WriteClusterFamilies(PromWriter& w, const JobGauges& g,
+                          const std::map<v1::WorkerState, int64_t>& workers) {
+  static_assert(v1::JOB_STATE_UNSPECIFIED == 0 && v1::WORKER_STATE_UNSPECIFIED == 0);
+  w.Family("trainctl_jobs", "gauge", "Jobs the coordinator holds, by state.");
+  WriteByState(w, "trainctl_jobs", g.jobs_by_state, v1::JobState_IsValid,
+               [](int s) { return v1::JobState_Name(s); }, "JOB_STATE_");
+  w.Family("trainctl_queue_length", "gauge", "PENDING jobs waiting for slots.");
+  w.Sample("trainctl_queue_length", {}, static_cast<double>(g.queue_length));
+  w.Family("trainctl_queue_oldest_wait_seconds", "gauge", "How long the oldest PENDING job has waited.");
+  w.Sample("trainctl_queue_oldest_wait_seconds", {}, g.oldest_pending_seconds);
+  w.Family("trainctl_workers", "gauge", "Registered workers, by state.");
+  WriteByState(w, "trainctl_workers", workers, v1::WorkerState_IsValid,
+               [](int s) { return v1::WorkerState_Name(s); }, "WORKER_STATE_");
+  w.Family("trainctl_restarts_total", "counter", "Attempts that failed and were restarted, by failure kind.");
+  for (const auto& [kind, n] : g.restarts_by_kind) {
+    w.Sample("trainctl_restarts_total", {{"kind", Lower(v1::FailureKind_Name(kind), "FAILURE_KIND_")}},
+             static_cast<double>(n));
+  }
+  w.Family("trainctl_straggler_events_total", "counter",
+           "Straggler events (a rank consistently slower than the others) since the coordinator started.");
+  w.Sample("trainctl_straggler_events_total", {}, static_cast<double>(g.straggler_events));
+  w.Family("trainctl_hangs_detected_total", "counter",
+           "Attempts failed by the adaptive hang detection since the coordinator started.");
+  w.Sample("trainctl_hangs_detected_total", {}, static_cast<double>(g.hangs_detected));
+  w.Family("trainctl_stale_reports_refused_total", "counter",
+           "Checkpoint and final-model reports of attempts that were no longer current, refused (fencing).");
+  w.Sample("trainctl_stale_reports_refused_total", {}, static_cast<double>(g.stale_reports_refused));
+}
+
+// Per running job: throughput, loss, the step's split, loss scale, world.
+void WriteRunningJobFamilies(PromWriter& w, const std::vector<JobGauges::Running>& running) {
+  struct Gauge {
+    const char* name;
+    const char* help;
+    double JobGauges::Running::*field;
+  };
+  const Gauge gauges[] = {
+      {"trainctl_job_samples_per_second", "A running job's throughput, all ranks together (latest window).",
+       &JobGauges::Running::samples_per_sec},
+      {"trainctl_job_loss", "A running job's training loss (rank 0, latest window).", &JobGauges::Running::loss},
+      {"trainctl_job_step_data_ms", "Mean ms per step waiting for data (ranks averaged).", &JobGauges::Running::data_ms},
+      {"trainctl_job_step_compute_ms", "Mean ms per step in forward, backward and optimizer (ranks averaged).",
+       &JobGauges::Running::compute_ms},
+      {"trainctl_job_step_comm_ms", "Mean ms per step of communication not hidden behind backward (ranks averaged).",
+       &JobGauges::Running::comm_ms},
+      {"trainctl_job_loss_scale", "AMP fp16 loss scale of rank 0 (0 when off).", &JobGauges::Running::loss_scale},
+      {"trainctl_job_world_size", "Ranks of a running job's current attempt (elastic jobs change it).",
+       &JobGauges::Running::world_size},
+  };
+  for (const Gauge& gauge : gauges) {
+    w.Family(gauge.name, "gauge", gauge.help);
+    for (const JobGauges::Running& r : running) w.Sample(gauge.name, {{"job_id", r.id}}, r.*gauge.field);
+  }
+}
+
+// Per defined queue: nominal quota, used and borrowed slots by kind, pending
+// and running jobs; per queue any job names: slot-seconds held (accounting).
+void WriteQueueFamilies(PromWriter& w, const std::vector<v1::QueueStatus>& queues,
+                        const std::vector<UsageRow>& usage) {
+  w.Family("trainctl_queue_nominal_slots", "gauge",
+           "A queue's nominal quota of slots, by kind (absent: unlimited).");
+  for (const v1::QueueStatus& s : queues) {
+    const v1::Queue& q = s.queue();
+    if (q.has_nominal_gpu() && q.nominal_gpu() >= 0) {
+      w.Sample("trainctl_queue_nominal_slots", {{"queue", q.name()}, {"kind", "gpu"}}, q.nominal_gpu());
+    }
+    if (q.has_nominal_cpu() && q.nominal_cpu() >= 0) {
+      w.Sample("trainctl_queue_nominal_slots", {{"queue", q.name()}, {"kind", "cpu"}}, q.nominal_cpu());
+    }
+  }
+  w.Family("trainctl_queue_used_slots", "gauge", "Slots the running attempts of a queue's jobs hold, by kind.");
+  for (const v1::QueueStatus& s : queues) {
+    w.Sample("trainctl_queue_used_slots", {{"queue", s.queue().name()}, {"kind", "gpu"}}, s.used_gpu());
+    w.Sample("trainctl_queue_used_slots", {{"queue", s.queue().name()}, {"kind", "cpu"}}, s.used_cpu());
+  }
+  w.Family("trainctl_queue_borrowed_slots", "gauge",
+           "Slots a queue's jobs hold beyond its nominal quota (borrowed from its cohort), by kind.");
+  for (const v1::QueueStatus& s : queues) {
+    w.Sample("trainctl_queue_borrowed_slots", {{"queue", s.queue().name()}, {"kind", "gpu"}}, s.borrowed_gpu());
+    w.Sample("trainctl_queue_borrowed_slots", {{"queue", s.queue().name()}, {"kind", "cpu"}}, s.borrowed_cpu());
+  }
+  w.Family("trainctl_queue_pending_jobs", "gauge", "A queue's PENDING or RESTARTING jobs.");
+  for (const v1::QueueStatus& s : queues) {
+    w.Sample("trainctl_queue_pending_jobs", {{"queue", s.queue().name()}}, s.pending_jobs());
+  }
+  w.Family("trainctl_queue_running_jobs", "gauge", "A queue's SCHEDULED or RUNNING jobs.");
+  for (const v1::QueueStatus& s : queues) {
+    w.Sample("trainctl_queue_running_jobs", {{"queue", s.queue().name()}}, s.running_jobs());
+  }
+  // Summed over owners: one series per queue and kind.
+  std::map<std::pair<std::string, std::string>, double> seconds;
+  for (const UsageRow& r : usage) seconds[{r.queue, r.kind}] += r.slot_seconds;
+  w.Family("trainctl_queue_slot_seconds_total", "counter",
+           "Slot-seconds the attempts of a queue's jobs have held, by kind (trainctl usage).");
+  for (const auto& [key, value] : seconds) {
+    w.Sample("trainctl_queue_slot_seconds_total", {{"queue", key.first}, {"kind", key.second}}, value);
+  }
+}
+
+}  // namespace
+
+std::string CoordinatorServer::MetricsPage() {
+  // State lives on the loop: take a snapshot there, format it here. A loop
+  // that does not answer in time leaves those families out, not the scrape
+  // hanging.
+  struct Snapshot {
+    JobGauges jobs;
+    std::map<v1::WorkerState, int64_t> workers;
+    std::vector<v1::QueueStatus> queues;
+    std::vector<UsageRow> usage;
+  };
+  auto snap = std::make_shared<Snapshot>();
+  auto done = std::make_shared<absl::Notification>();
+  loop_.Post([this, snap, done] {
+    AssertOnLoop(&loop_, "the /metrics snapshot");
+    snap->jobs = jobs_->Gauges();
+    for (const v1::Worker& w : registry_->List(/*include_gone=*/true)) ++snap->workers[w.state()];
+    snap->queues = QueueStatusesOf(queues_->List(), jobs_->QueueUsages());
+    absl::StatusOr<UsageReport> usage = jobs_->Usage(UsageFilter{});
+    if (usage.ok()) snap->usage = std::move(usage->rows);
+    done->Notify();
+  });
+  const bool answered = done->WaitForNotificationWithTimeout(absl::Seconds(5));
+
+  PromWriter w;
+  w.Family("trainctl_coordinator_up", "gauge", "1 while the coordinator serves; loop_responsive says whether its event loop answered this scrape.");
+  w.Sample("trainctl_coordinator_up", {}, 1);
+  w.Family("trainctl_coordinator_loop_responsive", "gauge", "1 when the control-plane loop answered within 5 s.");
+  w.Sample("trainctl_coordinator_loop_responsive", {}, answered ? 1 : 0);
+  if (answered) {
+    WriteClusterFamilies(w, snap->jobs, snap->workers);
+    WriteRunningJobFamilies(w, snap->jobs.running);
+    WriteQueueFamilies(w, snap->queues, snap->usage);
+  }
+  rpc_stats_.Write(w);
+  if (store_ != nullptr) {
+    w.Family("trainctl_db_commit_duration_seconds", "histogram", "SQLite COMMIT time (synchronous=FULL: includes the fsync).");
+    store_->commit_latency().Write(w, "trainctl_db_commit_duration_seconds", {});
+    const StateStore::WriteHealth health = store_->write_health();
+    w.Family("trainctl_store_failing", "gauge",
+             "1 while the state store fails its writes (workers stay connected; telemetry waits).");
+    w.Sample("trainctl_store_failing", {}, health.failing ? 1 : 0);
+    w.Family("trainctl_store_failed_writes_total", "counter", "State store writes that failed since the coordinator started.");
+    w.Sample("trainctl_store_failed_writes_total", {}, static_cast<double>(health.failed_writes));
+  }
+  return w.Take();
+}
+
+absl::StatusOr<std::string> CoordinatorServer::IssueToken(v1::Role role, const std::string& name,
+                                                          absl::Duration ttl) {
+  v1::CreateTokenRequest req;
+  req.set_role(role);
+  req.set_name(name);
+  req.mutable_ttl()->set_seconds(absl::ToInt64Seconds(ttl));
+  absl::StatusOr<v1::CreateTokenResponse> r = absl::InternalError("not run");
+  loop_.RunSync([&] { r = tokens_->Create(req, Principal{"embedded", "embedded", v1::ROLE_ADMIN}); });
+  if (!r.ok()) return r.status();
+  return r->secret();
+}
+
+std::shared_ptr<grpc::Channel> CoordinatorServer::InProcessChannel(const std::string& token) {
+  grpc::ChannelArguments args;
+  args.SetMaxReceiveMessageSize(options_.max_message_bytes);
+  return server_->experimental().InProcessChannelWithInterceptors(args, auth::BearerInterceptors(token));
+}
+
+void CoordinatorServer::Wait() {
+  if (server_) server_->Wait();
+}
+
+void CoordinatorServer::Shutdown() {
+  if (shut_down_) return;
+  shut_down_ = true;
+  http_.Stop();
+  if (server_) {
+    // Streams (sessions, watchers) are cancelled after the deadline.
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
+  loop_.StopAndJoin();
+}
+
+}  // namespace trainctl::coordinator

@@ -1,0 +1,328 @@
+#include "coordinator/core/retry_log.h"
+#include "coordinator/workers/worker_registry.h"
+
+#include <algorithm>
+#include <random>
+
+#include "absl/container/flat_hash_set.h"
+#include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
+#include "common/log.h"
+#include "common/time_util.h"
+
+namespace trainctl::coordinator {
+namespace {
+
+// "WORKER_STATE_ALIVE" -> "alive".
+std::string Lower(const std::string& name) {
+  std::string s = name.substr(name.rfind('_') + 1);
+  for (char& c : s) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  return s;
+}
+
+constexpr int kMaxSlots = 1024;
+constexpr int kMaxLabels = 64;
+
+bool ValidId(const std::string& id) {
+  if (id.empty() || id.size() > 128) return false;
+  for (char c : id) {
+    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+              c == '-' || c == '_' || c == '.';
+    if (!ok) return false;
+  }
+  return true;
+}
+
+absl::Status ValidateRegister(const v1::Register& m) {
+  if (!m.worker_id().empty() && !ValidId(m.worker_id())) {
+    return absl::InvalidArgumentError(
+        "register.worker_id: at most 128 of [A-Za-z0-9._-]");
+  }
+  if (m.hostname().empty() || m.hostname().size() > 255) {
+    return absl::InvalidArgumentError("register.hostname: required, at most 255 bytes");
+  }
+  if (m.address().size() > 255) return absl::InvalidArgumentError("register.address: at most 255 bytes");
+  if (m.slots_size() == 0 || m.slots_size() > kMaxSlots) {
+    return absl::InvalidArgumentError(absl::StrCat("register.slots: 1 to ", kMaxSlots, " slots, got ", m.slots_size()));
+  }
+  absl::flat_hash_set<int> seen;
+  for (int i = 0; i < m.slots_size(); ++i) {
+    const v1::Slot& s = m.slots(i);
+    if (s.kind() != v1::Slot::KIND_GPU && s.kind() != v1::Slot::KIND_CPU) {
+      return absl::InvalidArgumentError(absl::StrCat("register.slots[", i, "].kind: must be GPU or CPU"));
+    }
+    if (s.kind() != m.slots(0).kind()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("register.slots[", i, "].kind: every slot of a worker has one kind"));
+    }
+    if (s.index() < 0 || !seen.insert(s.index()).second) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("register.slots[", i, "].index: must be >= 0 and unique, got ", s.index()));
+    }
+  }
+  if (m.labels_size() > kMaxLabels) {
+    return absl::InvalidArgumentError(absl::StrCat("register.labels: at most ", kMaxLabels));
+  }
+  if (m.running_size() > kMaxSlots) {
+    return absl::InvalidArgumentError("register.running: more ranks than slots");
+  }
+  return absl::OkStatus();
+}
+
+std::string NewWorkerId() {
+  static std::mt19937_64 rng(std::random_device{}());
+  return absl::StrFormat("w-%012x", rng() & 0xffffffffffffULL);
+}
+
+}  // namespace
+
+WorkerRegistry::WorkerRegistry(StateStore* store, const Clock* clock, RegistryOptions options)
+    : store_(store), clock_(clock), options_(options) {}
+
+absl::Status WorkerRegistry::Persist(const v1::Worker& w) { return store_->PutWorker(w); }
+
+void WorkerRegistry::Recover(const std::vector<v1::Worker>& workers) {
+  CheckOnLoop();
+  absl::Time now = clock_->Mono();
+  for (const v1::Worker& w : workers) {
+    Entry& e = workers_[w.id()];
+    e.worker = w;
+    e.channel = nullptr;
+    e.lease_deadline = now + std::max(options_.lease_timeout, options_.recovery_grace);
+    e.awaiting = absl::StrCat("its worker did not reconnect within ",
+                              absl::FormatDuration(e.lease_deadline - now), " of the coordinator's restart");
+  }
+}
+
+absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
+                                                     WorkerChannel* channel) {
+  CheckOnLoop();
+  if (absl::Status s = ValidateRegister(msg); !s.ok()) return s;
+  absl::Time now = clock_->Now();
+  std::string id = msg.worker_id();
+  if (id.empty()) {
+    do {
+      id = NewWorkerId();
+    } while (workers_.contains(id));
+  }
+  auto it = workers_.find(id);
+  if (it != workers_.end() && it->second.channel != nullptr && it->second.channel != channel &&
+      it->second.worker.state() == v1::WORKER_STATE_ALIVE && clock_->Mono() < it->second.lease_deadline) {
+    return absl::AlreadyExistsError(absl::StrCat(
+        "worker id ", id, " is held by a live session (host ", it->second.worker.hostname(),
+        "); two daemons share a work dir, or the old session has not expired yet"));
+  }
+  const std::string before = it != workers_.end() ? Lower(v1::WorkerState_Name(it->second.worker.state())) : "new";
+  v1::Worker w = it != workers_.end() ? it->second.worker : v1::Worker();
+  w.set_id(id);
+  w.set_hostname(msg.hostname());
+  w.set_address(msg.address().empty() ? msg.hostname() : msg.address());
+  *w.mutable_slots() = msg.slots();
+  *w.mutable_labels() = msg.labels();
+  w.set_version(msg.version());
+  w.set_allow_commands(msg.allow_commands());
+  *w.mutable_allocatable() = msg.allocatable();
+  w.set_state(v1::WORKER_STATE_ALIVE);
+  SetTimestamp(now, w.mutable_registered_time());
+  SetTimestamp(now, w.mutable_last_heartbeat_time());
+  // Memory goes ahead of a failed write (a full or failing store): refusing
+  // would turn a store outage into lost workers. A coordinator restarted
+  // from the older row sees the worker register again.
+  if (absl::Status s = Persist(w); !s.ok()) {
+    LogDeferred(s, "memory goes ahead; the row is written at its next change", {{"worker_id", id}, {"on", "registered"}});
+  }
+  Entry& e = workers_[id];
+  if (e.channel != nullptr && e.channel != channel) {
+    e.channel->Close(absl::AbortedError("replaced by a new session of the same worker"));
+  }
+  LogEvent(LogLevel::kInfo, "coordinator", "worker_registered",
+           {{"worker_id", id}, {"host", w.hostname()}, {"address", w.address()},
+            {"slots", absl::StrCat(w.slots_size())}, {"running_ranks", absl::StrCat(msg.running_size())},
+            {"was", before}});
+  e.worker = std::move(w);
+  e.channel = channel;
+  e.last_heard_mono = clock_->Mono();
+  e.lease_deadline = e.last_heard_mono + options_.lease_timeout;
+  e.awaiting.clear();
+  e.lost_reason.clear();
+  return id;
+}
+
+absl::Status WorkerRegistry::Heartbeat(const std::string& id, const WorkerChannel* channel) {
+  CheckOnLoop();
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.channel != channel) {
+    return absl::FailedPreconditionError("this session no longer owns the worker id");
+  }
+  if (it->second.worker.state() != v1::WORKER_STATE_ALIVE) {
+    return absl::FailedPreconditionError("worker was declared LOST; register again");
+  }
+  it->second.last_heard_mono = clock_->Mono();
+  it->second.lease_deadline = it->second.last_heard_mono + options_.lease_timeout;
+  SetTimestamp(clock_->Now(), it->second.worker.mutable_last_heartbeat_time());
+  return absl::OkStatus();
+}
+
+void WorkerRegistry::SessionEnded(const std::string& id, const WorkerChannel* channel, bool left) {
+  CheckOnLoop();
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.channel != channel) return;
+  it->second.channel = nullptr;
+  LogEvent(LogLevel::kInfo, "coordinator", "worker_session_ended",
+           {{"worker_id", id},
+            {"reason", left ? "goodbye (the daemon is shutting down)" : "stream broke without a goodbye"},
+            {"then", left ? "LEFT" : absl::StrCat("LOST unless it reconnects within ",
+                                                 absl::FormatDuration(options_.disconnect_grace))}});
+  if (left && it->second.worker.state() == v1::WORKER_STATE_ALIVE) {
+    it->second.worker.set_state(v1::WORKER_STATE_LEFT);
+    // Memory goes ahead of a failed write: the worker is gone either way,
+    // and a coordinator restarted from the stale row sees it expire.
+    if (absl::Status s = Persist(it->second.worker); !s.ok()) {
+      LogDeferred(s, "memory goes ahead; the row is written at its next change", {{"worker_id", id}, {"on", "left"}});
+    }
+    return;
+  }
+  it->second.lease_deadline =
+      std::min(it->second.lease_deadline, clock_->Mono() + options_.disconnect_grace);
+  it->second.awaiting = absl::StrCat("its worker's stream broke without a goodbye and it did not reconnect within ",
+                                     absl::FormatDuration(options_.disconnect_grace),
+                                     " (daemon killed, host or network down)");
+}
+
+bool WorkerRegistry::Expel(const std::string& id, const absl::Status& why) {
+  CheckOnLoop();
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.worker.state() != v1::WORKER_STATE_ALIVE) return false;
+  Entry& e = it->second;
+  e.worker.set_state(v1::WORKER_STATE_LOST);
+  e.lost_reason = absl::StrCat("its worker was expelled: ", why.message());
+  LogEvent(LogLevel::kWarn, "coordinator", "worker_lost",
+           {{"worker_id", id}, {"host", e.worker.hostname()}, {"reason", std::string(why.message())}});
+  // As in ExpireLeases: a failed write leaves a stale ALIVE row, which a
+  // restarted coordinator expires (and the revocation refuses it).
+  if (absl::Status s = Persist(e.worker); !s.ok()) {
+    LogDeferred(s, "memory goes ahead; the row is written at its next change", {{"worker_id", id}, {"on", "expelled"}});
+  }
+  if (e.channel != nullptr) {
+    e.channel->Close(why);
+    e.channel = nullptr;
+  }
+  return true;
+}
+
+std::vector<std::string> WorkerRegistry::ExpireLeases() {
+  CheckOnLoop();
+  absl::Time now = clock_->Mono();
+  std::vector<std::string> lost;
+  for (auto& [id, e] : workers_) {
+    if (e.worker.state() != v1::WORKER_STATE_ALIVE || now < e.lease_deadline) continue;
+    // Its heartbeats may be queued behind a stalled loop (a due timer runs
+    // before posted work): not silent, so not lost; they renew the lease
+    // once handled.
+    if (e.channel != nullptr && e.channel->Unhandled()) continue;
+    e.worker.set_state(v1::WORKER_STATE_LOST);
+    e.lost_reason = e.channel != nullptr || e.awaiting.empty() ? "its worker stopped heartbeating (lease expired)"
+                                                               : e.awaiting;
+    LogEvent(LogLevel::kWarn, "coordinator", "worker_lost",
+             {{"worker_id", id}, {"host", e.worker.hostname()}, {"reason", e.lost_reason}});
+    // As for LEFT: a failed write only leaves a stale ALIVE row, which a
+    // restarted coordinator expires again.
+    if (absl::Status s = Persist(e.worker); !s.ok()) {
+      LogDeferred(s, "memory goes ahead; the row is written at its next change", {{"worker_id", id}, {"on", "lost"}});
+    }
+    if (e.channel != nullptr) {
+      e.channel->Close(absl::UnavailableError("lease expired: no heartbeat in time"));
+      e.channel = nullptr;
+    }
+    lost.push_back(id);
+  }
+  return lost;
+}
+
+std::string WorkerRegistry::LossReason(const std::string& id) const {
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.lost_reason.empty()) return "its worker stopped heartbeating (lease expired)";
+  return it->second.lost_reason;
+}
+
+std::vector<std::string> WorkerRegistry::ForgetGone(const std::function<bool(const std::string&)>& holds_ranks) {
+  CheckOnLoop();
+  const absl::Time now = clock_->Now();
+  std::vector<std::string> forgotten;
+  for (auto it = workers_.begin(); it != workers_.end();) {
+    const v1::Worker& w = it->second.worker;
+    const bool gone = w.state() == v1::WORKER_STATE_LOST || w.state() == v1::WORKER_STATE_LEFT;
+    if (!gone || it->second.channel != nullptr || now - FromTimestamp(w.last_heartbeat_time()) < options_.gone_ttl ||
+        holds_ranks(it->first)) {
+      ++it;
+      continue;
+    }
+    if (absl::Status s = store_->DeleteWorker(it->first); !s.ok()) {
+      LogDeferred(s, "forgotten again at the next sweep", {{"worker_id", it->first}, {"on", "forgetting a gone worker"}});
+      ++it;
+      continue;  // tried again at the next pass
+    }
+    LogEvent(LogLevel::kInfo, "coordinator", "worker_forgotten", {{"worker_id", it->first}});
+    forgotten.push_back(it->first);
+    it = workers_.erase(it);
+  }
+  return forgotten;
+}
+
+bool WorkerRegistry::Send(const std::string& id, const v1::CoordinatorMessage& msg) {
+  CheckOnLoop();
+  auto it = workers_.find(id);
+  if (it == workers_.end() || it->second.channel == nullptr) return false;
+  return it->second.channel->Send(msg);
+}
+
+bool WorkerRegistry::OwnsSession(const std::string& id, const WorkerChannel* channel) const {
+  CheckOnLoop();
+  auto it = workers_.find(id);
+  return it != workers_.end() && channel != nullptr && it->second.channel == channel;
+}
+
+bool WorkerRegistry::Connected(const std::string& id) const {
+  CheckOnLoop();
+  auto it = workers_.find(id);
+  return it != workers_.end() && it->second.channel != nullptr &&
+         it->second.worker.state() == v1::WORKER_STATE_ALIVE;
+}
+
+std::vector<const v1::Worker*> WorkerRegistry::Alive() const {
+  CheckOnLoop();
+  std::vector<const v1::Worker*> out;
+  for (const auto& [id, e] : workers_) {
+    if (e.worker.state() == v1::WORKER_STATE_ALIVE) out.push_back(&e.worker);
+  }
+  return out;
+}
+
+const v1::Worker* WorkerRegistry::Find(const std::string& id) const {
+  CheckOnLoop();
+  auto it = workers_.find(id);
+  return it == workers_.end() ? nullptr : &it->second.worker;
+}
+
+absl::Time WorkerRegistry::LastHeardMono(const std::string& id) const {
+  CheckOnLoop();
+  auto it = workers_.find(id);
+  return it == workers_.end() ? absl::InfiniteFuture() : it->second.last_heard_mono;
+}
+
+void WorkerRegistry::SetAddressRefused(const std::string& id, const std::string& why) {
+  CheckOnLoop();
+  auto it = workers_.find(id);
+  if (it != workers_.end()) it->second.worker.set_address_refused(why);
+}
+
+std::vector<v1::Worker> WorkerRegistry::List(bool include_gone) const {
+  CheckOnLoop();
+  std::vector<v1::Worker> out;
+  for (const auto& [id, e] : workers_) {
+    if (include_gone || e.worker.state() == v1::WORKER_STATE_ALIVE) out.push_back(e.worker);
+  }
+  return out;
+}
+
+}  // namespace trainctl::coordinator
