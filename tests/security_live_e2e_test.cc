@@ -38,6 +38,7 @@
 #include "tests/support/cluster.h"
 #include "tests/support/source_dir.h"
 #include "trainctl/v1/auth.grpc.pb.h"
+#include "trainctl/v1/worker_service.pb.h"
 
 namespace trainctl {
 namespace {
@@ -281,6 +282,24 @@ TEST_F(SecurityLiveE2ETest, DashboardServesHttpsWithHeadersAndNoOpenRedirect) {
     EXPECT_NE(cookie.find("Secure"), std::string::npos) << "over HTTPS the cookie is Secure: " << cookie;
   }
 
+  // A sign-in form posted from another site is refused (login CSRF); the
+  // dashboard's own page posts with its own Origin.
+  {
+    httplib::Params form{{"token", viewer}, {"next", "/"}};
+    for (const httplib::Headers& from :
+         {httplib::Headers{{"Origin", "https://evil.example"}}, httplib::Headers{{"Sec-Fetch-Site", "cross-site"}},
+          httplib::Headers{{"Origin", "null"}}}) {
+      auto r = https.Post("/login", from, form);
+      ASSERT_TRUE(r);
+      EXPECT_EQ(r->status, 403) << from.begin()->first << ": " << from.begin()->second;
+      EXPECT_EQ(r->get_header_value("Set-Cookie"), "") << "no cookie for a cross-site form";
+    }
+    auto same = https.Post("/login", httplib::Headers{{"Origin", "https://" + addr}, {"Sec-Fetch-Site", "same-origin"}},
+                           form);
+    ASSERT_TRUE(same);
+    EXPECT_EQ(same->status, 303) << same->body;
+  }
+
   // Plain HTTP to the HTTPS port gets no dashboard.
   {
     httplib::Client plain(host, port);
@@ -370,6 +389,42 @@ TEST_F(SecurityLiveE2ETest, RefusalsAreLoggedBoundedAndBadRequestsExplained) {
     grpc::Status s = done.get_future().get();
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
     EXPECT_NE(s.error_message().find("trainctl.v1.GetJobRequest"), std::string::npos) << s.error_message();
+  }
+
+  // A worker session whose first message does not parse, or is not a
+  // register: INVALID_ARGUMENT (a garbage first message ended OK, #45 item 7).
+  {
+    class OneMessage : public grpc::ClientBidiReactor<grpc::ByteBuffer, grpc::ByteBuffer> {
+     public:
+      explicit OneMessage(const std::string& bytes) : slice_(bytes), out_(&slice_, 1) {}
+      void Go() {
+        StartWrite(&out_);
+        StartRead(&in_);
+        StartCall();
+      }
+      void OnWriteDone(bool) override { StartWritesDone(); }
+      void OnDone(const grpc::Status& s) override { done_.set_value(s); }
+      grpc::Status Wait() { return done_.get_future().get(); }
+
+     private:
+      grpc::Slice slice_;
+      grpc::ByteBuffer out_, in_;
+      std::promise<grpc::Status> done_;
+    };
+    grpc::GenericStub generic(ChannelWith(*cluster_, FirstLine(cluster_->WorkerTokenFile("w0"))));
+    v1::WorkerMessage heartbeat;
+    heartbeat.mutable_heartbeat();
+    const std::string cases[] = {std::string("\x0a\xff\xff\xff\xff\xff\xff\xff\xff\x7f", 10),
+                                 heartbeat.SerializeAsString()};
+    for (const std::string& first : cases) {
+      grpc::ClientContext ctx;
+      ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
+      OneMessage call(first);
+      generic.PrepareBidiStreamingCall(&ctx, "/trainctl.v1.WorkerService/Session", grpc::StubOptions(), &call);
+      call.Go();
+      grpc::Status s = call.Wait();
+      EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
+    }
   }
 
   // A connection that never handshakes is closed in seconds (gRPC's

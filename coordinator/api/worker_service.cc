@@ -85,7 +85,13 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
         Ended(/*left=*/false);
       });
       absl::MutexLock lock(&mu_);
-      CloseLocked(grpc::Status::OK);
+      // A stream whose first message never arrived (it ended at once, or the
+      // message did not parse) was not a session: say so rather than OK.
+      CloseLocked(read_.load(std::memory_order_relaxed) == 0
+                      ? grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                     "WorkerService/Session: no register message was read (the stream "
+                                     "ended before one, or its first message is not a trainctl.v1.WorkerMessage)")
+                      : grpc::Status::OK);
       return;
     }
     v1::WorkerMessage msg = std::move(in_);
@@ -233,7 +239,7 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
       return;
     }
     if (worker_id_.empty()) {
-      Close(absl::FailedPreconditionError("the first message of a session must be register"));
+      Close(absl::InvalidArgumentError("the first message of a session must be register"));
       return;
     }
     HandleRegistered(msg);

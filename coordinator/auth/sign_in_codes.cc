@@ -16,22 +16,39 @@ SignInCodes::Endpoint SignInCodes::endpoint() const {
   return endpoint_;
 }
 
-void SignInCodes::PruneLocked() {
+void SignInCodes::DropOldestLocked(const std::string& secret) {
+  auto oldest = codes_.end();
+  for (auto it = codes_.begin(); it != codes_.end(); ++it) {
+    if (it->second.secret == secret && (oldest == codes_.end() || it->second.expires < oldest->second.expires)) {
+      oldest = it;
+    }
+  }
+  if (oldest == codes_.end()) return;
+  codes_.erase(oldest);
+  if (--per_secret_[secret] == 0) per_secret_.erase(secret);
+}
+
+void SignInCodes::PruneLocked(const std::string& secret) {
   const absl::Time now = clock_->Mono();
-  absl::erase_if(codes_, [&](const auto& kv) { return kv.second.expires <= now; });
+  absl::erase_if(codes_, [&](const auto& kv) {
+    if (kv.second.expires > now) return false;
+    if (--per_secret_[kv.second.secret] == 0) per_secret_.erase(kv.second.secret);
+    return true;
+  });
+  while (per_secret_.contains(secret) && per_secret_[secret] >= kMaxPerToken) DropOldestLocked(secret);
   while (codes_.size() >= kMaxCodes) {
-    auto oldest = std::min_element(codes_.begin(), codes_.end(), [](const auto& a, const auto& b) {
-      return a.second.expires < b.second.expires;
-    });
-    codes_.erase(oldest);
+    auto most = std::max_element(per_secret_.begin(), per_secret_.end(),
+                                 [](const auto& a, const auto& b) { return a.second < b.second; });
+    DropOldestLocked(most->first);
   }
 }
 
 std::string SignInCodes::Create(const std::string& secret) {
   std::string code = NewSecretHex();
   absl::MutexLock lock(&mu_);
-  PruneLocked();
+  PruneLocked(secret);
   codes_[code] = Entry{secret, clock_->Mono() + kTtl};
+  ++per_secret_[secret];
   return code;
 }
 
@@ -41,6 +58,7 @@ absl::StatusOr<std::string> SignInCodes::Redeem(const std::string& code) {
   if (it == codes_.end()) return absl::NotFoundError("this sign-in link is unknown or was used already");
   Entry e = std::move(it->second);
   codes_.erase(it);
+  if (--per_secret_[e.secret] == 0) per_secret_.erase(e.secret);
   if (e.expires <= clock_->Mono()) return absl::NotFoundError("this sign-in link has expired (links last 60 s)");
   return std::move(e.secret);
 }

@@ -3,6 +3,8 @@
 #include <gtest/gtest.h>
 
 #include <set>
+#include <string>
+#include <vector>
 
 namespace trainctl::coordinator {
 namespace {
@@ -28,18 +30,44 @@ TEST(SignInCodesTest, ACodeSignsInOnceWithinItsMinute) {
   EXPECT_NE(late.status().message().find("expired"), absl::string_view::npos) << late.status();
 }
 
-TEST(SignInCodesTest, OutstandingCodesAreBoundedOldestFirst) {
+TEST(SignInCodesTest, OneTokensCodesEvictOnlyItsOwnOldest) {
   FakeClock clock;
   SignInCodes codes(&clock);
-  const std::string oldest = codes.Create("s0");
+  const std::string other = codes.Create("victim");
+  clock.Advance(absl::Milliseconds(1));
+  const std::string own_oldest = codes.Create("flooder");
   clock.Advance(absl::Milliseconds(1));
   std::string newest;
-  for (size_t i = 1; i < SignInCodes::kMaxCodes + 10; ++i) {
-    newest = codes.Create("s");
+  // #45 item 6: 1,024 codes made by one viewer evicted everyone's links.
+  for (size_t i = 0; i < SignInCodes::kMaxCodes; ++i) {
+    newest = codes.Create("flooder");
     clock.Advance(absl::Microseconds(1));
   }
-  EXPECT_TRUE(absl::IsNotFound(codes.Redeem(oldest).status())) << "the oldest made room";
+  EXPECT_TRUE(absl::IsNotFound(codes.Redeem(own_oldest).status())) << "its own oldest made room";
   EXPECT_TRUE(codes.Redeem(newest).ok());
+  absl::StatusOr<std::string> kept = codes.Redeem(other);
+  ASSERT_TRUE(kept.ok()) << "another token's link survives the flood: " << kept.status();
+  EXPECT_EQ(*kept, "victim");
+}
+
+TEST(SignInCodesTest, AFullTableDropsTheOldestOfTheTokenWithTheMost) {
+  FakeClock clock;
+  SignInCodes codes(&clock);
+  std::vector<std::string> singles;
+  for (size_t i = 0; i < SignInCodes::kMaxCodes / SignInCodes::kMaxPerToken; ++i) {
+    for (size_t j = 0; j < SignInCodes::kMaxPerToken - 1; ++j) {
+      codes.Create("many-" + std::to_string(i));
+      clock.Advance(absl::Microseconds(1));
+    }
+  }
+  // The table holds 64 tokens x 15 codes = 960: 64 single codes fill it.
+  for (int i = 0; i < 64; ++i) {
+    singles.push_back(codes.Create("one-" + std::to_string(i)));
+    clock.Advance(absl::Microseconds(1));
+  }
+  const std::string late = codes.Create("late");
+  EXPECT_TRUE(codes.Redeem(late).ok());
+  for (const std::string& c : singles) EXPECT_TRUE(codes.Redeem(c).ok()) << "a token's only link stays";
 }
 
 TEST(SignInCodesTest, TheEndpointIsUnsetUntilTheDashboardListens) {

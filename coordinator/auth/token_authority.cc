@@ -12,6 +12,7 @@
 #include "common/status_macros.h"
 #include "common/time_util.h"
 #include "coordinator/queues/queue_registry.h"
+#include "coordinator/workers/worker_registry.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -308,6 +309,7 @@ void TokenAuthority::NoteCertSerial(const std::string& worker_id, const std::str
 
 absl::StatusOr<v1::RevokeWorkerResponse> TokenAuthority::RevokeWorkerCert(const std::string& worker_id) {
   if (worker_id.empty()) return absl::InvalidArgumentError("worker_id: required");
+  TRAINCTL_RETURN_IF_ERROR(CheckWorkerId("worker_id", worker_id));
   absl::MutexLock lock(&mu_);
   if (auto it = revoked_workers_.find(worker_id); it != revoked_workers_.end()) {
     v1::RevokeWorkerResponse again = it->second;

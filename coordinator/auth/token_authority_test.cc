@@ -342,6 +342,14 @@ TEST(TokenAuthorityTest, RevokedWorkerCertificatesStayRevoked) {
     EXPECT_FALSE(auth.RevokeWorkerCert("w-1")->newly_revoked());
     EXPECT_TRUE(auth.CheckCert("w-2", "0fff").ok());
     EXPECT_EQ(auth.RevokeWorkerCert("").status().code(), absl::StatusCode::kInvalidArgument);
+    // The id is checked as registration checks it (#45 item 7: "\n\x02" was answered OK).
+    for (const std::string& bad : {std::string("\n\x02"), std::string("w 1"), std::string(129, 'w'),
+                                   std::string("../w-1")}) {
+      absl::Status s = auth.RevokeWorkerCert(bad).status();
+      EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
+      EXPECT_THAT(s.message(), HasSubstr("worker_id: 1 to 128 of [A-Za-z0-9._-]"));
+    }
+    EXPECT_TRUE(auth.CheckCert("w-3", "0fff").ok()) << "nothing was stored for a refused id";
   }
   auto store = StateStore::Open(db);
   ASSERT_TRUE(store.ok());

@@ -17,12 +17,6 @@ namespace {
 
 constexpr int kMaxAddresses = 16;
 
-bool ValidWorkerId(const std::string& id) {
-  return !id.empty() && id.size() <= 64 && id.find("..") == std::string::npos &&
-         std::all_of(id.begin(), id.end(),
-                     [](char c) { return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-'; });
-}
-
 absl::Status CsrFieldError(const v1::JoinRequest& req) {
   if (req.csr_pem().empty()) return absl::InvalidArgumentError("csr_pem: required (a PEM certificate request)");
   if (req.csr_pem().size() > 16384) return absl::InvalidArgumentError("csr_pem: at most 16 KiB");
@@ -80,9 +74,10 @@ absl::StatusOr<v1::JoinResponse> WorkerEnroller::Join(const Principal& who, cons
         "join: this coordinator has no CA key to sign with (start it with --tls-dir holding ca.key, or "
         "--tls-ca-key)");
   }
-  if (!req.worker_id().empty() && !ValidWorkerId(req.worker_id())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("worker_id: '", req.worker_id(), "': at most 64 characters of [A-Za-z0-9._-]"));
+  if (!req.worker_id().empty()) {
+    TRAINCTL_RETURN_IF_ERROR(CheckWorkerId("worker_id", req.worker_id()));
+    // A certificate's common name holds at most 64 characters (X.509).
+    if (req.worker_id().size() > 64) return absl::InvalidArgumentError("worker_id: at most 64 characters");
   }
   TRAINCTL_RETURN_IF_ERROR(CsrFieldError(req));
   if (req.addresses_size() > kMaxAddresses) {

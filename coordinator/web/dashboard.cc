@@ -128,7 +128,37 @@ HttpServer::Reply Dashboard::Page(const Request& req) const {
   return Asset("/index.html");
 }
 
+namespace {
+
+// Why a POST comes from another site, or "" (login CSRF, #45 item 6): a
+// browser says where a request comes from (Sec-Fetch-Site; Origin, which
+// must name this server as the Host header does). A request with neither
+// is not a browser's cross-site form (curl, a script) and is judged by its
+// token alone.
+std::string CrossSite(const HttpServer::Request& req) {
+  const std::string site = req.Header("Sec-Fetch-Site");
+  if (!site.empty() && site != "same-origin" && site != "none") {
+    return absl::StrCat("Sec-Fetch-Site is '", site, "'");
+  }
+  const std::string origin = req.Header("Origin");
+  if (origin.empty()) return "";
+  const size_t scheme = origin.find("://");
+  const std::string host = req.Header("Host");
+  if (scheme == std::string::npos || host.empty() || origin.substr(scheme + 3) != host) {
+    return "its Origin is not this server";
+  }
+  return "";
+}
+
+}  // namespace
+
 HttpServer::Reply Dashboard::Login(const Request& req) const {
+  if (const std::string why = CrossSite(req); !why.empty()) {
+    return {403, "text/plain; charset=utf-8",
+            absl::StrCat("sign-in refused: a form posted from another site (", why,
+                         "); open /login on this server\n"),
+            {}};
+  }
   Request with_token;
   with_token.path = req.path;
   with_token.remote_addr = req.remote_addr;

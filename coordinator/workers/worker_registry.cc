@@ -5,9 +5,12 @@
 #include <random>
 
 #include "absl/container/flat_hash_set.h"
+#include "absl/strings/ascii.h"
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "common/log.h"
+#include "common/status_macros.h"
 #include "common/time_util.h"
 
 namespace trainctl::coordinator {
@@ -23,21 +26,8 @@ std::string Lower(const std::string& name) {
 constexpr int kMaxSlots = 1024;
 constexpr int kMaxLabels = 64;
 
-bool ValidId(const std::string& id) {
-  if (id.empty() || id.size() > 128) return false;
-  for (char c : id) {
-    bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
-              c == '-' || c == '_' || c == '.';
-    if (!ok) return false;
-  }
-  return true;
-}
-
 absl::Status ValidateRegister(const v1::Register& m) {
-  if (!m.worker_id().empty() && !ValidId(m.worker_id())) {
-    return absl::InvalidArgumentError(
-        "register.worker_id: at most 128 of [A-Za-z0-9._-]");
-  }
+  if (!m.worker_id().empty()) TRAINCTL_RETURN_IF_ERROR(CheckWorkerId("register.worker_id", m.worker_id()));
   if (m.hostname().empty() || m.hostname().size() > 255) {
     return absl::InvalidArgumentError("register.hostname: required, at most 255 bytes");
   }
@@ -75,6 +65,15 @@ std::string NewWorkerId() {
 }
 
 }  // namespace
+
+absl::Status CheckWorkerId(std::string_view field, std::string_view id) {
+  const bool ok = !id.empty() && id.size() <= 128 && !absl::StrContains(id, "..") &&
+                  std::all_of(id.begin(), id.end(), [](char c) {
+                    return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-';
+                  });
+  if (ok) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(field, ": 1 to 128 of [A-Za-z0-9._-] (no \"..\")"));
+}
 
 WorkerRegistry::WorkerRegistry(StateStore* store, const Clock* clock, RegistryOptions options)
     : store_(store), clock_(clock), options_(options) {}

@@ -16,6 +16,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "absl/container/btree_map.h"
@@ -29,6 +30,12 @@
 #include "trainctl/v1/worker_service.pb.h"
 
 namespace trainctl::coordinator {
+
+// A worker id's one rule, wherever an id comes in (registration, a join's
+// certificate, revocation): 1 to 128 of [A-Za-z0-9._-], no "..". An
+// INVALID_ARGUMENT naming FIELD (the id itself is not repeated: it may hold
+// anything), or OK.
+absl::Status CheckWorkerId(std::string_view field, std::string_view id);
 
 // The coordinator's half of one open Session stream.
 class WorkerChannel {
