@@ -21,7 +21,9 @@ Where the coordinator is: ``address``, else $TRAINCTL_COORDINATOR (or
 $TRAINCTL_ADDRESS), else ``coordinator:`` in $XDG_CONFIG_HOME (or
 ~/.config)/trainctl/config.yaml, else localhost:7070. The token and CA file:
 each from its argument, else $TRAINCTL_TOKEN / $TRAINCTL_CA, else ``token:`` /
-``ca:`` in that file (``trainctl login`` writes it). A CA means TLS.
+``ca:`` in that file (``trainctl login`` writes it). A CA means TLS; without
+one a token goes only to a loopback address (FAILED_PRECONDITION otherwise,
+before anything is sent).
 
 A JOB argument is a Job message, an id, a job name, or the start of an id
 (the CLI's rule): several matches are an INVALID_ARGUMENT listing them,
