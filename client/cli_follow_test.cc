@@ -143,8 +143,8 @@ TEST_F(CliTest, FollowSaysWhyTheJobIsPending) {
 TEST_F(CliTest, InterruptedFollowSaysTheJobKeepsRunningAndHowToFollowIt) {
   cluster_.AddWorker("w0", 1);
   const std::string log = dir_ + "/follow.log";
-  const std::vector<std::string> args = {TRAINCTL_CLI_BINARY, "--coordinator", cluster_.address(), "--token",
-                                         cluster_.admin_token(), "submit", job_file_, "--follow", "--set",
+  const std::vector<std::string> args = {TRAINCTL_CLI_BINARY, "--coordinator", cluster_.address(), "--token-file",
+                                         AdminTokenFile(), "submit", job_file_, "--follow", "--set",
                                          "world_size=1"};
   const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   ASSERT_GE(fd, 0);
@@ -178,6 +178,44 @@ TEST_F(CliTest, InterruptedFollowSaysTheJobKeepsRunningAndHowToFollowIt) {
                                     "`trainctl logs -f " + id + "` or `trainctl status " + id + "`"));
   CliRun r = Run({"status", id});
   EXPECT_THAT(r.out, Not(HasSubstr("CANCELLED"))) << "interrupting the follow does not stop the job";
+}
+
+// Issue #45 item 4: any user of the host (and any rank) could read an
+// admin token from /proc/PID/cmdline of a running `trainctl logs -f
+// --token ...`. With --token-file the running follower's command line holds
+// the file's name and no secret.
+TEST_F(CliTest, AFollowingLogsHasNoTokenOnItsCommandLine) {
+  cluster_.AddWorker("w0", 1);
+  const std::string id = Submit({"world_size=1"});
+  ASSERT_EQ(cluster_.WaitForStartedJob(), id);
+  ASSERT_TRUE(cluster_.SendLogs(id, 1, 0, {"rank 0 is training"}));
+  const std::string token_file = AdminTokenFile();
+  const std::string log = dir_ + "/logs-f.log";
+  const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  ASSERT_GE(fd, 0);
+  SpawnOptions o;
+  o.argv = {TRAINCTL_CLI_BINARY, "--coordinator", cluster_.address(), "--token-file", token_file, "logs", "-f", id};
+  o.fds = {{1, fd}, {2, fd}};
+  absl::StatusOr<Subprocess> cli = Subprocess::Spawn(o);
+  close(fd);
+  ASSERT_TRUE(cli.ok()) << cli.status();
+  auto read = [](const std::string& path) {
+    std::ifstream f(path);
+    return std::string(std::istreambuf_iterator<char>(f), {});
+  };
+  // Authenticated and following: the job's line came through.
+  for (absl::Time deadline = absl::Now() + absl::Seconds(30);
+       absl::Now() < deadline && read(log).find("rank 0 is training") == std::string::npos;) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  ASSERT_THAT(read(log), HasSubstr("rank 0 is training"));
+  const std::string cmdline = read(absl::StrCat("/proc/", cli->pid(), "/cmdline"));
+  EXPECT_THAT(cmdline, HasSubstr(token_file)) << "the follower's own command line";
+  EXPECT_THAT(cmdline, Not(HasSubstr(cluster_.admin_token())));
+  EXPECT_THAT(cmdline, Not(HasSubstr(cluster_.admin_token().substr(cluster_.admin_token().size() / 2))));
+  EXPECT_THAT(read(log), Not(HasSubstr("warning")));
+  EXPECT_FALSE(cli->WaitFor(absl::ZeroDuration()).has_value()) << "still following\n" << read(log);
+  cli->Terminate(absl::Seconds(5));
 }
 
 TEST(CliUsageTest, RunWithDeviceCudaAndNoGpuFailsAtOnce) {

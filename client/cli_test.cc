@@ -3,10 +3,114 @@
 // workers in tables and JSON, metrics, errors, cancel, checkpoints, resume.
 #include "client/cli_test_support.h"
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <net/if.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+
+#include <atomic>
+#include <mutex>
+
+#include <grpcpp/grpcpp.h>
+
+#include "common/auth/secret.h"
+#include "trainctl/v1/job_service.grpc.pb.h"
+
 namespace trainctl {
 namespace {
 
 using namespace cli_testing;  // NOLINT: the CLI tests' shared fixture
+
+// A TCP listener on every interface that accepts whatever connects, keeps
+// every byte it is sent, and answers an empty HTTP/2 SETTINGS frame, so
+// that a gRPC client counts the connection ready and sends its calls: the
+// eavesdropper on a plaintext connection.
+class RecordingListener {
+ public:
+  RecordingListener() {
+    fd_ = socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    sockaddr_in a{};
+    a.sin_family = AF_INET;
+    a.sin_addr.s_addr = htonl(INADDR_ANY);
+    socklen_t len = sizeof a;
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd_, 16) != 0 ||
+        getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+      ADD_FAILURE() << "recording listener: " << strerror(errno);
+      return;
+    }
+    port_ = ntohs(a.sin_port);
+    thread_ = std::thread([this] { Serve(); });
+  }
+  ~RecordingListener() {
+    stop_ = true;
+    if (thread_.joinable()) thread_.join();
+    if (fd_ >= 0) close(fd_);
+  }
+  int port() const { return port_; }
+  int connections() const { return connections_; }
+  std::string bytes() const {
+    std::lock_guard<std::mutex> l(mu_);
+    return bytes_;
+  }
+
+ private:
+  void Serve() {
+    std::vector<pollfd> fds = {{fd_, POLLIN, 0}};
+    while (!stop_) {
+      if (poll(fds.data(), fds.size(), 20) <= 0) continue;
+      if (fds[0].revents & POLLIN) {
+        int c = accept4(fd_, nullptr, nullptr, SOCK_CLOEXEC);
+        if (c >= 0) {
+          ++connections_;
+          static constexpr char kSettings[9] = {0, 0, 0, 4, 0, 0, 0, 0, 0};
+          (void)!write(c, kSettings, sizeof kSettings);
+          fds.push_back({c, POLLIN, 0});
+        }
+      }
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if ((fds[i].revents & (POLLIN | POLLHUP | POLLERR)) == 0) continue;
+        char buf[4096];
+        ssize_t n = read(fds[i].fd, buf, sizeof buf);
+        if (n > 0) {
+          std::lock_guard<std::mutex> l(mu_);
+          bytes_.append(buf, static_cast<size_t>(n));
+        } else {
+          close(fds[i].fd);
+          fds.erase(fds.begin() + static_cast<long>(i));
+          --i;
+        }
+      }
+    }
+    for (size_t i = 1; i < fds.size(); ++i) close(fds[i].fd);
+  }
+
+  int fd_ = -1;
+  int port_ = 0;
+  std::atomic<bool> stop_{false};
+  std::atomic<int> connections_{0};
+  mutable std::mutex mu_;
+  std::string bytes_;  // guarded by mu_
+  std::thread thread_;
+};
+
+// An IPv4 address of an interface of this host that is up and not
+// loopback, or "" when it has none.
+std::string NonLoopbackIpv4() {
+  ifaddrs* all = nullptr;
+  if (getifaddrs(&all) != 0) return "";
+  std::string found;
+  for (ifaddrs* i = all; i != nullptr && found.empty(); i = i->ifa_next) {
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET || (i->ifa_flags & IFF_UP) == 0) continue;
+    char text[INET_ADDRSTRLEN] = {0};
+    inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
+    if (!auth::IsLoopbackAddress(text)) found = text;
+  }
+  freeifaddrs(all);
+  return found;
+}
 
 // --- usage ---------------------------------------------------------------------
 
@@ -147,7 +251,8 @@ TEST_F(CliTest, TokenVerbsAndLoginWriteAConfigTheOtherVerbsUse) {
   EXPECT_EQ(wrong.code, 1);
   EXPECT_THAT(wrong.err, HasSubstr("unknown token"));
   EXPECT_FALSE(std::filesystem::exists(home + "/trainctl/config.yaml")) << "a bad token is not saved";
-  CliRun login = RunTrainctl({"login", "--address", cluster_.address(), "--token", secret}, env);
+  CliRun login = RunTrainctl(
+      {"login", "--address", cluster_.address(), "--token-file", testing::WriteFile(dir_, "carol.token", secret)}, env);
   ASSERT_EQ(login.code, 0) << login.err;
   auto perms = std::filesystem::status(home + "/trainctl/config.yaml").permissions();
   EXPECT_EQ(perms & std::filesystem::perms::all, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
@@ -166,6 +271,100 @@ TEST_F(CliTest, TokenVerbsAndLoginWriteAConfigTheOtherVerbsUse) {
   CliRun none = RunTrainctl({"--coordinator", cluster_.address(), "list"});
   EXPECT_EQ(none.code, 1);
   EXPECT_THAT(none.err, HasSubstr("no token"));
+}
+
+// Issue #45 item 3: a client given a non-loopback address and no CA used
+// to send its Bearer token in clear text. The CLI (token from a file or
+// from the environment, alone or in a list), `login` and the C++ client
+// now refuse before they dial: the listener on that address hears nothing,
+// though it does hear a client with no token to protect.
+TEST_F(CliTest, ATokenIsNeverSentInClearTextToANonLoopbackAddress) {
+  const std::string ip = NonLoopbackIpv4();
+  if (ip.empty()) GTEST_SKIP() << "this host has no non-loopback IPv4 address";
+  RecordingListener eavesdropper;
+  ASSERT_GT(eavesdropper.port(), 0);
+  const std::string remote = absl::StrCat(ip, ":", eavesdropper.port());
+  const std::string token = cluster_.admin_token();
+  const std::string token_file = AdminTokenFile();
+  const std::string refused = "refusing to send the token in clear text to " + remote;
+
+  CliRun list = RunTrainctl({"--coordinator", remote, "--token-file", token_file, "list"});
+  EXPECT_EQ(list.code, 1);
+  EXPECT_THAT(list.err, AllOf(HasSubstr(refused), HasSubstr("--ca FILE, $TRAINCTL_CA or `ca:` in the config file")));
+  EXPECT_THAT(list.err, Not(HasSubstr(token)));
+  // The standby of a list may be the remote one: nothing is dialled at all.
+  CliRun pair = RunTrainctl({"--coordinator", cluster_.address() + "," + remote, "--token-file", token_file, "list"});
+  EXPECT_EQ(pair.code, 1);
+  EXPECT_THAT(pair.err, HasSubstr(refused));
+  // From the environment, as from a config file.
+  cli::CliEnvironment env = testing::TestEnvironment();
+  env.getenv = [&](const std::string& name) -> std::optional<std::string> {
+    if (name == "TRAINCTL_COORDINATOR") return remote;
+    if (name == "TRAINCTL_TOKEN") return token;
+    return std::nullopt;
+  };
+  CliRun from_env = RunTrainctl({"list"}, env);
+  EXPECT_EQ(from_env.code, 1);
+  EXPECT_THAT(from_env.err, HasSubstr(refused));
+  // login: refused, nothing saved.
+  const std::string home = testing::MakeTempDir();
+  env.getenv = [&](const std::string& name) -> std::optional<std::string> {
+    if (name == "XDG_CONFIG_HOME") return home;
+    return std::nullopt;
+  };
+  CliRun login = RunTrainctl({"login", "--address", remote, "--token-file", token_file}, env);
+  EXPECT_EQ(login.code, 1);
+  EXPECT_THAT(login.err, HasSubstr(refused));
+  EXPECT_FALSE(std::filesystem::exists(home + "/trainctl/config.yaml"));
+  // The library itself.
+  ClientOptions options;
+  options.address = remote;
+  options.token = token;
+  options.timeout = absl::Seconds(5);
+  absl::StatusOr<std::unique_ptr<Client>> client = Client::Connect(options);
+  EXPECT_EQ(client.status().code(), absl::StatusCode::kFailedPrecondition) << client.status();
+  EXPECT_THAT(client.status().message(), HasSubstr(refused));
+
+  EXPECT_EQ(eavesdropper.connections(), 0);
+  EXPECT_EQ(eavesdropper.bytes(), "");
+  // Loopback stays plaintext, by name as by address.
+  CliRun local = RunTrainctl({"--coordinator", "localhost:" + cluster_.address().substr(cluster_.address().rfind(':') + 1),
+                              "--token-file", token_file, "list"});
+  EXPECT_EQ(local.code, 0) << local.err;
+
+  // What the clients did before: a plaintext channel with the token (the
+  // one they were built on) hands the eavesdropper the token verbatim.
+  auth::ChannelSecurity plain;
+  plain.token = token;
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = auth::MakeChannel(remote, plain, grpc::ChannelArguments());
+  ASSERT_TRUE(channel.ok()) << channel.status();
+  grpc::ClientContext ctx;
+  ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
+  v1::ListJobsResponse ignored;
+  (void)v1::JobService::NewStub(*channel)->ListJobs(&ctx, v1::ListJobsRequest(), &ignored);
+  for (absl::Time deadline = absl::Now() + absl::Seconds(30);
+       absl::Now() < deadline && eavesdropper.bytes().find(token) == std::string::npos;) {
+    absl::SleepFor(absl::Milliseconds(20));
+  }
+  EXPECT_THAT(eavesdropper.bytes(), AllOf(StartsWith("PRI * HTTP/2.0"), HasSubstr("Bearer " + token)));
+}
+
+// Issue #45 item 4: --token-file keeps the token off the command line;
+// --token still works but says that others can read it there.
+TEST_F(CliTest, TokenFileReplacesTokenOnTheCommandLine) {
+  CliRun from_file = Run({"list"});
+  EXPECT_EQ(from_file.code, 0) << from_file.err;
+  EXPECT_EQ(from_file.err, "");
+  CliRun flag = RunTrainctl({"--coordinator", cluster_.address(), "--token", cluster_.admin_token(), "list"});
+  EXPECT_EQ(flag.code, 0) << flag.err;
+  EXPECT_THAT(flag.err, HasSubstr("warning: --token puts the token on the command line, where every user of this host "
+                                  "can read it (ps, /proc/PID/cmdline); use --token-file FILE or $TRAINCTL_TOKEN"));
+  CliRun both = Run({"--token", cluster_.admin_token(), "list"});
+  EXPECT_EQ(both.code, 2);
+  EXPECT_THAT(both.err, HasSubstr("--token and --token-file: give one of them"));
+  CliRun missing = RunTrainctl({"--coordinator", cluster_.address(), "--token-file", dir_ + "/nothere", "list"});
+  EXPECT_EQ(missing.code, 2);
+  EXPECT_THAT(missing.err, AllOf(HasSubstr("--token-file: "), HasSubstr(dir_ + "/nothere")));
 }
 
 TEST_F(CliTest, DryRunWithACoordinatorShowsThePlacement) {

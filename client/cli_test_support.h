@@ -56,9 +56,16 @@ inline std::string Unreachable() { return absl::StrCat("127.0.0.1:", testing::Un
 
 class CliTest : public ::testing::Test {
  protected:
+  // The CLI as the admin, its token from a file (never on a command line).
   CliRun Run(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--coordinator", cluster_.address(), "--token", cluster_.admin_token()});
+    args.insert(args.begin(), {"--coordinator", cluster_.address(), "--token-file", AdminTokenFile()});
     return RunTrainctl(args);
+  }
+  const std::string& AdminTokenFile() {
+    if (admin_token_file_.empty()) {
+      admin_token_file_ = testing::WriteFile(dir_, "admin.token", cluster_.admin_token() + "\n");
+    }
+    return admin_token_file_;
   }
   // Submits the valid job file (with `sets`), returns its id.
   std::string Submit(const std::vector<std::string>& sets = {}) {
@@ -72,6 +79,7 @@ class CliTest : public ::testing::Test {
   std::string dir_ = testing::MakeTempDir();
   std::string job_file_ = testing::WriteFile(dir_, "job.yaml", testing::ValidJobYaml(2));
   TestCluster cluster_;
+  std::string admin_token_file_;  // written at the first Run
 };
 
 }  // namespace trainctl::cli_testing

@@ -68,6 +68,9 @@ absl::Status FromGrpc(const grpc::Status& s, const std::string& address) {
 // channel made after a failure dials at once instead of inheriting gRPC's
 // reconnect backoff from the broken connection.
 absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options, const std::string& address) {
+  // Also for an address a standby's hint leads to: no token in clear text
+  // beyond this host.
+  if (absl::Status s = auth::CheckTokenTransport(address, options.token, options.ca_file); !s.ok()) return s;
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   // Keepalive: a watch or log stream can sit idle for minutes; pings keep
@@ -275,6 +278,11 @@ std::string Client::active_address() const {
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
   absl::StatusOr<std::vector<std::string>> list = ParseCoordinatorList(options.address, "coordinator address");
   if (!list.ok()) return list.status();
+  // Every address of the list before any is dialled: a token is sent in
+  // clear text to none of them.
+  for (const std::string& address : *list) {
+    if (absl::Status s = auth::CheckTokenTransport(address, options.token, options.ca_file); !s.ok()) return s;
+  }
   std::unique_ptr<Client> client(new Client(nullptr, options));
   Endpoints& e = client->stubs_->endpoints;
   e.fixed = nullptr;

@@ -55,7 +55,7 @@ _ensure_stubs()
 
 import grpc  # noqa: E402
 from trainctl.client import Client, FailureKind, Job, JobState, TrainctlError, script_job_spec  # noqa: E402
-from trainctl.v1 import auth_pb2, auth_pb2_grpc, job_pb2, job_service_pb2  # noqa: E402
+from trainctl.v1 import auth_pb2, auth_pb2_grpc, job_pb2, job_service_pb2, job_service_pb2_grpc  # noqa: E402
 from trainctl.v1 import metrics_pb2, worker_service_pb2, worker_service_pb2_grpc  # noqa: E402
 
 # Bounds for every wait (generous: a loaded 2-core machine).
@@ -822,6 +822,127 @@ class SettingsTest(unittest.TestCase):
             resolve_settings(environ={"HOME": self.home})
         self.assertEqual(bad.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
         self.assertEqual(bad.exception.message, self.config + ":1:14: coordinator: expected host:port")
+
+
+def _non_loopback_ipv4():
+    """An IPv4 address of an interface of this host that is up and not
+    loopback (SIOCGIFADDR per interface), or None."""
+    import fcntl
+    import socket
+    import struct
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        for _, name in socket.if_nameindex():
+            try:
+                packed = fcntl.ioctl(s.fileno(), 0x8915, struct.pack("256s", name.encode()[:15]))
+            except OSError:
+                continue  # no IPv4 address
+            ip = socket.inet_ntoa(packed[20:24])
+            if not ip.startswith("127."):
+                return ip
+    return None
+
+
+class _RecordingListener:
+    """A TCP listener on every interface that keeps every byte it is sent
+    and answers an empty HTTP/2 SETTINGS frame (so a gRPC client counts the
+    connection ready and sends its calls): the eavesdropper on a plaintext
+    connection."""
+
+    def __init__(self):
+        import socket
+        self.sock = socket.socket(socket.AF_INET, socket.SOCK_STREAM)
+        self.sock.bind(("0.0.0.0", 0))
+        self.sock.listen(16)
+        self.sock.settimeout(0.05)
+        self.port = self.sock.getsockname()[1]
+        self.connections = 0
+        self.data = b""
+        self.stop = False
+        self.thread = threading.Thread(target=self._serve, daemon=True)
+        self.thread.start()
+
+    def _serve(self):
+        import socket
+        conns = []
+        while not self.stop:
+            try:
+                c, _ = self.sock.accept()
+                c.settimeout(0.05)
+                c.sendall(b"\x00\x00\x00\x04\x00\x00\x00\x00\x00")
+                conns.append(c)
+                self.connections += 1
+            except socket.timeout:
+                pass
+            for c in conns:
+                try:
+                    self.data += c.recv(4096)
+                except socket.timeout:
+                    pass
+                except OSError:
+                    pass
+        for c in conns:
+            c.close()
+        self.sock.close()
+
+    def close(self):
+        self.stop = True
+        self.thread.join(5)
+
+
+class PlaintextTokenTest(unittest.TestCase):
+    """Issue #45 item 3: the client sent its Bearer token in clear text to a
+    non-loopback address; now it refuses before it dials."""
+
+    def test_loopback_rule(self):
+        from trainctl.client import is_loopback_address
+        for local in ("127.0.0.1:7070", "127.1.2.3:1", "localhost:7070", "LOCALHOST:1", "[::1]:7070", "::1",
+                      "[::ffff:127.0.0.1]:80", "unix:/run/trainctl.sock", "dns:///localhost:7070",
+                      "ipv4:127.0.0.1:7070", "127.0.0.1"):
+            self.assertTrue(is_loopback_address(local), local)
+        for remote in ("10.0.0.1:7070", "192.0.2.2:7070", "0.0.0.0:7070", "[::]:7070", "coord:7070",
+                       "127.evil.example:7070", "localhost.evil.example:7070", "[fd00::2]:7070",
+                       "[::ffff:10.0.0.1]:7070", ":7070", "", "[::1", "dns:///coord:7070", "128.0.0.1:7070"):
+            self.assertFalse(is_loopback_address(remote), remote)
+
+    def test_no_token_in_clear_text_beyond_loopback(self):
+        ip = _non_loopback_ipv4()
+        if ip is None:
+            self.skipTest("this host has no non-loopback IPv4 address")
+        # Only what the test gives: no token or CA from the environment or a config file.
+        environ = {k: v for k, v in os.environ.items() if not k.startswith("TRAINCTL_")}
+        environ.update(HOME=WORK, XDG_CONFIG_HOME=WORK)
+        patcher = mock.patch.dict(os.environ, environ, clear=True)
+        patcher.start()
+        self.addCleanup(patcher.stop)
+        listener = _RecordingListener()
+        self.addCleanup(listener.close)
+        remote = "%s:%d" % (ip, listener.port)
+        token = "tct_t-0badc0de_" + "ab" * 32
+        for address in (remote, "127.0.0.1:1," + remote):
+            with self.assertRaises(TrainctlError) as refused:
+                Client(address, token=token, ca="", timeout=5)
+            self.assertEqual(refused.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+            self.assertIn("refusing to send the token in clear text to " + remote, refused.exception.message)
+            self.assertIn("$TRAINCTL_CA", refused.exception.message)
+        with mock.patch.dict(os.environ, {"TRAINCTL_COORDINATOR": remote, "TRAINCTL_TOKEN": token}):
+            with self.assertRaises(TrainctlError) as from_env:
+                Client()
+            self.assertEqual(from_env.exception.code, grpc.StatusCode.FAILED_PRECONDITION)
+        self.assertEqual(listener.connections, 0)
+        self.assertEqual(listener.data, b"")
+        # What the client did before: a plaintext channel carrying the token
+        # hands the eavesdropper the token verbatim.
+        with grpc.insecure_channel(remote) as channel:
+            try:
+                job_service_pb2_grpc.JobServiceStub(channel).ListJobs(
+                    job_service_pb2.ListJobsRequest(), timeout=3, metadata=(("authorization", "Bearer " + token),))
+            except grpc.RpcError:
+                pass
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and token.encode() not in listener.data:
+            time.sleep(0.02)
+        self.assertTrue(listener.data.startswith(b"PRI * HTTP/2.0"), listener.data[:40])
+        self.assertIn(("Bearer " + token).encode(), listener.data)
 
 
 class JobSpecTest(unittest.TestCase):

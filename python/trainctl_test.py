@@ -210,6 +210,21 @@ class CheckpointTest(unittest.TestCase):
         self.assertTrue(lines[0].startswith("checkpoint 0 1 3000000 crc32:"), lines[0])
         self.assertTrue(lines[1].startswith("checkpoint 1 2 "), lines[1])
 
+    def test_saved_files_follow_the_umask(self):
+        # Issue #45 item 5: under the 077 a worker daemon and `trainctl run`
+        # give ranks, a saved checkpoint is 0600 (it used to be forced 0644);
+        # under 022, what any new file gets.
+        import stat
+        old = os.umask(0o077)
+        try:
+            private = self.t.save_checkpoint(b"s", step=1)
+            os.umask(0o022)
+            shared = self.t.save_model(b"m")
+        finally:
+            os.umask(old)
+        self.assertEqual(stat.S_IMODE(os.stat(private).st_mode), 0o600)
+        self.assertEqual(stat.S_IMODE(os.stat(shared).st_mode), 0o644)
+
     def test_only_rank_0_saves(self):
         os.environ["RANK"] = "1"
         self.assertIsNone(self.t.save_checkpoint(b"s", step=1))

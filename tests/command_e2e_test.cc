@@ -144,7 +144,7 @@ TEST_F(CommandE2ETest, CancelLeavesNoProcessBehind) {
 
 TEST_F(CommandE2ETest, SubmitTakesTorchrunsFormAndFollowsWithRankOutput) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
-  trainctl::testing::Process submit({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token", cluster_->admin_token(), "submit",
+  trainctl::testing::Process submit({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file", cluster_->AdminTokenFile(), "submit",
                                       "--follow", "--nproc-per-node", "2", "--python", "/usr/bin/python3", Script(),
                                       "--epochs", "1"},
                                      cluster_->dir() + "/submit.log", cluster_->dir());
@@ -157,7 +157,7 @@ TEST_F(CommandE2ETest, SubmitTakesTorchrunsFormAndFollowsWithRankOutput) {
   EXPECT_THAT(out, HasSubstr("SUCCEEDED"));
 
   // The reporting script's progress points reach `--follow -o json`.
-  trainctl::testing::Process json({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token", cluster_->admin_token(), "-o", "json",
+  trainctl::testing::Process json({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file", cluster_->AdminTokenFile(), "-o", "json",
                                     "submit", "--follow", "--nproc-per-node", "2", "--python", "/usr/bin/python3",
                                     Script(), "--epochs", "1"},
                                    cluster_->dir() + "/json.log", cluster_->dir());
@@ -176,8 +176,8 @@ TEST_F(CommandE2ETest, SubmittedScriptRestartsAsTorchrunsDefaultZero) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
   for (const int restarts : {-1, 1}) {
     SCOPED_TRACE(restarts);
-    std::vector<std::string> argv = {build + "/client/trainctl", "--coordinator", cluster_->address(), "--token",
-                                     cluster_->admin_token(), "submit", "--follow", "--nproc-per-node", "2",
+    std::vector<std::string> argv = {build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file",
+                                     cluster_->AdminTokenFile(), "submit", "--follow", "--nproc-per-node", "2",
                                      "--python", "/usr/bin/python3"};
     if (restarts >= 0) {
       argv.push_back("--max-restarts");
@@ -204,8 +204,8 @@ TEST_F(CommandE2ETest, SubmittedScriptRestartsAsTorchrunsDefaultZero) {
 // job is N x nproc-per-node ranks placed as any job's.
 TEST_F(CommandE2ETest, SubmitNnodesSaysHowItsRanksArePlaced) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
-  trainctl::testing::Process dry({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token",
-                                  cluster_->admin_token(), "submit", "--dry-run", "--nnodes", "2", "--nproc-per-node",
+  trainctl::testing::Process dry({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file",
+                                  cluster_->AdminTokenFile(), "submit", "--dry-run", "--nnodes", "2", "--nproc-per-node",
                                   "1", "--python", "/usr/bin/python3", Script(), "--epochs", "1"},
                                  cluster_->dir() + "/dry.log", cluster_->dir());
   ASSERT_TRUE(dry.Start());
@@ -311,7 +311,7 @@ class CommandReportTest : public ::testing::Test {
   // `trainctl ARGS...`: its exit code, with its output in *out.
   int Cli(std::vector<std::string> args, std::string* out) {
     std::vector<std::string> argv = {trainctl::testing::BuildDirOfThisTest() + "/client/trainctl", "--coordinator",
-                                     cluster_->address(), "--token", cluster_->admin_token()};
+                                     cluster_->address(), "--token-file", cluster_->AdminTokenFile()};
     argv.insert(argv.end(), args.begin(), args.end());
     trainctl::testing::Process proc(argv, cluster_->dir() + "/cli.log");
     EXPECT_TRUE(proc.Start());

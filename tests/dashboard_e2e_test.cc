@@ -432,8 +432,8 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
   // The queues view: a queue the admin defines, with its quota and cohort,
   // none of it used (its one job ended).
   {
-    trainctl::testing::Process create({build + "/client/trainctl", "--coordinator", cluster.address(), "--token",
-                                       cluster.admin_token(), "queue", "create", "team-a", "--cpu", "2", "--cohort",
+    trainctl::testing::Process create({build + "/client/trainctl", "--coordinator", cluster.address(), "--token-file",
+                                       cluster.AdminTokenFile(), "queue", "create", "team-a", "--cpu", "2", "--cohort",
                                        "lab"},
                                       cluster.dir() + "/queue-create.log", cluster.dir());
     ASSERT_TRUE(create.Start());

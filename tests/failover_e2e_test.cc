@@ -132,7 +132,7 @@ TEST_F(FailoverE2ETest, ACoordinatorRestartDuringASubmitStormFailsNoSubmit) {
     int after = 0;
     for (int n = 0; after < 3 && n < 200; ++n) {
       trainctl::testing::Process submit(
-          {build + "/client/trainctl", "--coordinator", cluster_->address(), "--token", cluster_->admin_token(),
+          {build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file", cluster_->AdminTokenFile(),
            "--timeout", "30", "submit", yaml},
           absl::StrCat(cluster_->dir(), "/storm-", c, "-", n, ".log"));
       if (!submit.Start()) {

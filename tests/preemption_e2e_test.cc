@@ -54,8 +54,8 @@ class PreemptionE2ETest : public ::testing::Test {
 
   // Runs the CLI as the admin; its exit code, `out` its output.
   int Cli(std::vector<std::string> args, std::string* out = nullptr) {
-    std::vector<std::string> argv = {build_ + "/client/trainctl", "--coordinator", cluster_->address(), "--token",
-                                     cluster_->admin_token()};
+    std::vector<std::string> argv = {build_ + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file",
+                                     cluster_->AdminTokenFile()};
     argv.insert(argv.end(), args.begin(), args.end());
     trainctl::testing::Process p(argv, absl::StrCat(cluster_->dir(), "/cli-", ++cli_runs_, ".log"), cluster_->dir());
     if (!p.Start()) return -1;

@@ -4,12 +4,16 @@
 # the job succeeds and its exported model runs in Python.
 set -euo pipefail
 build=$1 src=$2
+# The usual umask of a login shell: what a run creates must be private
+# anyway (issue #45 item 5), as a cluster's files are.
+umask 022
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 cd "$work"
 # Runs are kept under the runs directory: this test's own.
 export TRAINCTL_RUNS_DIR="$work/runs"
-out=$("$build/client/trainctl" run "$src/examples/mlp-synthetic.yaml" --set training.epochs=2 2>&1)
+out=$("$build/client/trainctl" run "$src/examples/mlp-synthetic.yaml" --set training.epochs=2 \
+  --set tensorboard.enabled=true 2>&1)
 echo "$out"
 grep -q "SUCCEEDED" <<<"$out"
 grep -q "epoch 2/2 done" <<<"$out"
@@ -80,4 +84,21 @@ out=$(eval "${resume/trainctl/\"$build/client/trainctl\"}" 2>&1)
 echo "$out"
 grep -q "SUCCEEDED" <<<"$out"
 grep -q "resuming from the checkpoint of job" <<<"$out"
+# A script's run: the checkpoint and model its trainctl.save_* calls write.
+out=$("$build/client/trainctl" run --nproc-per-node 1 --python /usr/bin/python3 "$src/tests/support/script_api.py" 2>&1)
+echo "$out"
+grep -q "SUCCEEDED" <<<"$out"
+# Everything the runs made (state, logs, checkpoints, models, TensorBoard
+# files), also the database files that reading a run (--run) reopens, is
+# the user's alone: no bit for group or others under umask 022.
+made=$(find "$TRAINCTL_RUNS_DIR" "$work/checkpoints" -printf '%m %y %p\n')
+for kind in '/state.db$' '/worker/' '\.ckpt-epoch-' '\.model\.pt$' 'tfevents' 'script-api.*\.model\.pt$' '/checkpoints$'; do
+  grep -q "$kind" <<<"$made" || { echo "nothing matching $kind was made:"; echo "$made"; exit 1; }
+done
+open_to_others=$(find "$TRAINCTL_RUNS_DIR" "$work/checkpoints" -perm /077 -printf '%m %p\n')
+if [ -n "$open_to_others" ]; then
+  echo "readable by others under umask 022:"
+  echo "$open_to_others"
+  exit 1
+fi
 echo "run_example_test: ok"

@@ -240,7 +240,7 @@ TEST_F(WorkerE2ETest, FollowOutlivesACoordinatorRestart) {
          "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n";
   }
   trainctl::testing::Process follow({trainctl::testing::BuildDirOfThisTest() + "/client/trainctl", "--coordinator",
-                                     cluster_->address(), "--token", cluster_->admin_token(), "submit", yaml,
+                                     cluster_->address(), "--token-file", cluster_->AdminTokenFile(), "submit", yaml,
                                      "--follow"},
                                     cluster_->dir() + "/follow.log", cluster_->dir());
   ASSERT_TRUE(follow.Start());

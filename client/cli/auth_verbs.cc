@@ -144,7 +144,7 @@ int RunLogin(CliContext& ctx, const std::string& address) {
       !list.ok()) {
     return ctx.Fail(list.status());
   }
-  if (ctx.token_flag.empty()) return ctx.Fail(absl::InvalidArgumentError("--token: required"));
+  if (ctx.token_flag.empty()) return ctx.Fail(absl::InvalidArgumentError("--token-file (or --token): required"));
   std::string ca;
   if (!ctx.ca_flag.empty()) {
     std::error_code ec;
@@ -290,8 +290,9 @@ VerbRunner AddLoginVerb(CLI::App& app, CliContext& ctx) {
   auto address = std::make_shared<std::string>();
   CLI::App* sub = AddVerb(
       app, "login", "Check a token against a coordinator and save address, token and CA in the config file",
-      "  trainctl login --address coord:7070 --token tct_t-3f9a1c0d_... --ca ca.crt\n"
-      "Writes $XDG_CONFIG_HOME (or ~/.config)/trainctl/config.yaml with mode 0600.\n");
+      "  trainctl login --address coord:7070 --token-file alice.token --ca ca.crt\n"
+      "Writes $XDG_CONFIG_HOME (or ~/.config)/trainctl/config.yaml with mode 0600. Without --ca\n"
+      "only a loopback address is accepted (the token would cross the network in clear text).\n");
   sub->add_option("--address", *address, "Coordinator HOST:PORT, or a comma-separated list of them")
       ->type_name("HOST:PORT[,...]");
   return [&ctx, address] { return RunLogin(ctx, *address); };

@@ -17,6 +17,7 @@
 #include "client/cli/context.h"
 #include "client/cli/script_job.h"
 #include "client/cli/format.h"
+#include "common/auth/secret.h"
 #include "common/coordinator_failover.h"
 
 namespace trainctl::cli {
@@ -39,8 +40,9 @@ constexpr char kMainFooter[] =
     "Coordinator: --coordinator, else $TRAINCTL_COORDINATOR (or $TRAINCTL_ADDRESS), else\n"
     "`coordinator: host:port` in ~/.config/trainctl/config.yaml, else localhost:7070. Each takes\n"
     "a list, a:7070,b:7070: a standby's answer leads to the active one, an unreachable one to the next.\n"
-    "Token and CA: --token / --ca, else $TRAINCTL_TOKEN / $TRAINCTL_CA, else `token:` / `ca:` in\n"
-    "the config file (trainctl login writes it).\n"
+    "Token and CA: --token-file (or --token) / --ca, else $TRAINCTL_TOKEN / $TRAINCTL_CA, else\n"
+    "`token:` / `ca:` in the config file (trainctl login writes it). A token goes in clear text\n"
+    "only to a loopback address; elsewhere give the CA.\n"
     "Exit codes: 0 ok; 1 RPC error, or a followed job that did not succeed; 2 usage or\n"
     "validation error.\n\n"
     "Examples:\n"
@@ -223,8 +225,13 @@ std::map<std::string, VerbRunner> BuildApp(CLI::App& app, CliContext& ctx) {
                  "Read a kept local run instead of a coordinator: its directory, its name (or the start "
                  "or end of one) from `trainctl runs`, or latest")
       ->type_name("RUN");
-  app.add_option("--token", ctx.token_flag, "Bearer token (default $TRAINCTL_TOKEN, then the config file)")
+  app.add_option("--token", ctx.token_flag,
+                 "Bearer token (default $TRAINCTL_TOKEN, then the config file); other users can read it "
+                 "from the command line: prefer --token-file")
       ->type_name("TOKEN");
+  app.add_option("--token-file", ctx.token_file_flag,
+                 "File whose first line is the bearer token (instead of --token: kept off the command line)")
+      ->type_name("FILE");
   app.add_option("--ca", ctx.ca_flag, "Cluster CA certificate (PEM): use TLS and verify the coordinator")
       ->type_name("FILE");
   app.add_option("-o,--output", ctx.output,
@@ -263,6 +270,31 @@ std::set<std::string> OptionsTakingValues(const CLI::App& app, const std::vector
     for (const CLI::App* sub : app.get_subcommands([&v](const CLI::App* s) { return s->get_name() == v; })) add(*sub);
   }
   return out;
+}
+
+// --token-file read into ctx.token_flag; --token said to be readable by
+// others (it stays accepted: scripts and tests pass it, and the value is
+// the user's own to expose; the warning says what it costs and the way
+// out). kExitOk, or the exit code of a usage error already printed.
+int TakeTokenFlags(CliContext& ctx) {
+  if (!ctx.token_file_flag.empty()) {
+    if (!ctx.token_flag.empty()) {
+      ctx.err << "trainctl " << ctx.verb << ": --token and --token-file: give one of them\n";
+      return kExitUsage;
+    }
+    absl::StatusOr<std::string> token = auth::ReadTokenFile(ctx.token_file_flag);
+    if (!token.ok()) {
+      ctx.err << "trainctl " << ctx.verb << ": --token-file: " << token.status().message() << "\n";
+      return kExitUsage;
+    }
+    ctx.token_flag = *token;
+    return kExitOk;
+  }
+  if (!ctx.token_flag.empty()) {
+    ctx.err << "trainctl: warning: --token puts the token on the command line, where every user of this "
+               "host can read it (ps, /proc/PID/cmdline); use --token-file FILE or $TRAINCTL_TOKEN\n";
+  }
+  return kExitOk;
 }
 
 }  // namespace
@@ -323,6 +355,7 @@ int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& 
         << ": --output: csv is only for `trainctl metrics` and `trainctl usage`; use table or json\n";
     return kExitUsage;
   }
+  if (int code = TakeTokenFlags(ctx); code != kExitOk) return code;
   auto it = runners.find(ctx.verb);
   if (it == runners.end()) return kExitUsage;
   return it->second();

@@ -30,7 +30,9 @@ struct CliContext {
 
   // Global flags.
   std::string coordinator_flag;
+  // --token, or after parsing the contents of --token-file (one of them).
   std::string token_flag;
+  std::string token_file_flag;
   std::string ca_flag;
   // "table", "json", or "csv" (metrics and usage only).
   std::string output = "table";

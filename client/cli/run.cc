@@ -382,7 +382,36 @@ absl::StatusOr<std::string> FindRun(const CliEnvironment& env, const std::string
                                                  absl::StrJoin(match, ", "), "); name one"));
 }
 
+// While it lives, what this process and the rank processes it starts
+// create is the user's alone (umask 077 added to the one we were started
+// with: files 0600, directories 0700), as on a cluster, where the
+// coordinator sets umask 077 and the worker daemon --umask 0077, which its
+// ranks inherit. A local run makes the same things: state.db and its
+// -wal/-shm, the worker's job directories and logs, checkpoints, models and
+// TensorBoard files, whether the engine or a script's trainctl.save_* or
+// torch.save writes them. The previous mask comes back at the end (the
+// CLI also runs in-process, in tests).
+class PrivateFiles {
+ public:
+  PrivateFiles() : old_(::umask(077)) { ::umask(old_ | 077); }
+  ~PrivateFiles() { ::umask(old_); }
+  PrivateFiles(const PrivateFiles&) = delete;
+  PrivateFiles& operator=(const PrivateFiles&) = delete;
+
+ private:
+  const mode_t old_;
+};
+
+// --run's embedded coordinator, and the mask under which it writes the
+// run's database (-wal, -shm): destroyed in that order.
+struct RunServer {
+  PrivateFiles private_files;
+  std::unique_ptr<coordinator::CoordinatorServer> server;
+};
+
 int RunLocal(CliContext& ctx, const RunFlags& flags) {
+  // Before the first directory is made (the runs directory, --state-dir).
+  PrivateFiles private_files;
   int code = kExitOk;
   std::optional<v1::JobSpec> spec = LocalJobSpec(ctx, flags, &code);
   if (!spec) return code;
@@ -498,7 +527,9 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectToRun(CliContext& ctx) {
   SetLogLevel(LogLevel::kError);
   coordinator::CoordinatorOptions co = LocalCoordinatorOptions(dir);
   co.admin_token = auth::NewSecret("admin");
-  auto server = std::make_shared<coordinator::CoordinatorServer>(co);
+  auto run = std::make_shared<RunServer>();
+  run->server = std::make_unique<coordinator::CoordinatorServer>(co);
+  coordinator::CoordinatorServer* server = run->server.get();
   absl::StatusOr<std::string> addr = server->Start();
   if (!addr.ok()) {
     return absl::FailedPreconditionError(
@@ -510,7 +541,7 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectToRun(CliContext& ctx) {
   copts.token = co.admin_token;
   copts.timeout = absl::Seconds(ctx.timeout_s);
   std::unique_ptr<Client> client = Client::FromChannel(server->InProcessChannel(copts.token), copts);
-  ctx.run_server = std::move(server);
+  ctx.run_server = std::move(run);
   return client;
 }
 

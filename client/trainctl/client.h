@@ -79,7 +79,9 @@ struct ClientOptions {
   // Every coordinator call needs one; see docs/security.md for the roles.
   std::string token;
   // PEM file of the cluster CA: connect over TLS and verify the coordinator
-  // against it. Empty: plaintext (a loopback or --insecure coordinator).
+  // against it. Empty: plaintext, which with a token only a loopback
+  // address gets (127.0.0.0/8, ::1, localhost, unix:): Connect is
+  // FailedPrecondition naming any other address, before anything is sent.
   std::string ca_file;
   // The name the coordinator's certificate must carry, when it differs
   // from the address's host (tests).
@@ -136,7 +138,8 @@ class Client {
   // Connects and waits until a coordinator of the list answers the
   // connection, at most options.timeout. Unavailable (naming the address,
   // or each of the list with its reason) when nothing listens;
-  // InvalidArgument for a malformed address or list.
+  // InvalidArgument for a malformed address or list; FailedPrecondition for
+  // a token without a CA to a non-loopback address (see ca_file).
   static absl::StatusOr<std::unique_ptr<Client>> Connect(const ClientOptions& options);
   // A client over an existing channel (an embedded coordinator's in-process
   // channel, or one with custom credentials). Does not wait for it.

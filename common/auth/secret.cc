@@ -1,12 +1,15 @@
 #include "common/auth/secret.h"
 
+#include <arpa/inet.h>
 #include <fcntl.h>
+#include <netinet/in.h>
 #include <openssl/crypto.h>
 #include <openssl/evp.h>
 #include <openssl/rand.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstring>
 #include <filesystem>
@@ -106,6 +109,37 @@ absl::StatusOr<std::string> ReadOrCreateTokenFile(const std::string& path, bool*
   if (!s.ok()) return s;
   *created = true;
   return secret;
+}
+
+bool IsLoopbackAddress(absl::string_view address) {
+  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) return true;
+  if (!absl::ConsumePrefix(&address, "dns:///")) {
+    if (!absl::ConsumePrefix(&address, "ipv4:")) absl::ConsumePrefix(&address, "ipv6:");
+  }
+  std::string host(address);
+  if (!host.empty() && host.front() == '[') {
+    size_t close = host.find(']');
+    if (close == std::string::npos) return false;
+    host = host.substr(1, close - 1);
+  } else if (std::count(host.begin(), host.end(), ':') == 1) {
+    host = host.substr(0, host.find(':'));  // host:port; more colons: a bare IPv6 address
+  }
+  if (absl::EqualsIgnoreCase(host, "localhost")) return true;
+  absl::string_view ip = host;
+  absl::ConsumePrefix(&ip, "::ffff:");
+  const std::string text(ip);
+  in_addr v4{};
+  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
+  in6_addr v6{};
+  return inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+}
+
+absl::Status CheckTokenTransport(absl::string_view address, absl::string_view token, absl::string_view ca_file) {
+  if (token.empty() || !ca_file.empty() || IsLoopbackAddress(address)) return absl::OkStatus();
+  return absl::FailedPreconditionError(absl::StrCat(
+      "refusing to send the token in clear text to ", address,
+      ": it is not a loopback address and no CA is set; give the cluster CA (ca.crt) with --ca FILE, "
+      "$TRAINCTL_CA or `ca:` in the config file (trainctl login --ca writes it) to use TLS"));
 }
 
 namespace {

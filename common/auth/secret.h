@@ -53,6 +53,21 @@ absl::Status WritePrivateFile(const std::string& path, absl::string_view content
 // The whole file; NotFound / InvalidArgument naming the path.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
+// Whether `address` reaches only this host: "HOST:PORT" (or a bare host)
+// whose host is localhost, an address in 127.0.0.0/8 or ::1 (also as
+// "[::1]:P" or ::ffff:127.x), or a Unix socket ("unix:PATH"). gRPC's
+// "dns:///", "ipv4:" and "ipv6:" prefixes are looked through; any other
+// name or scheme is not loopback. The one rule for clear text: the
+// coordinator listens without TLS only on such an address (else
+// --insecure), and clients send a token without TLS only to one.
+bool IsLoopbackAddress(absl::string_view address);
+
+// OK unless `token` would cross the network in clear text: a token is set,
+// no CA file (so no TLS), and `address` is not loopback. Then
+// FailedPrecondition naming the address and the ways to give the CA
+// (--ca, $TRAINCTL_CA, `ca:` in the config file). Nothing has been sent.
+absl::Status CheckTokenTransport(absl::string_view address, absl::string_view token, absl::string_view ca_file);
+
 // How a client reaches the coordinator.
 struct ChannelSecurity {
   // Sent as `authorization: Bearer <token>` on every call; "" sends none.

@@ -23,12 +23,8 @@
 
 namespace trainctl::coordinator {
 
-bool IsLoopbackListen(const std::string& listen) {
-  if (absl::StartsWith(listen, "unix:")) return true;
-  std::string host = listen.substr(0, listen.rfind(':'));
-  if (host.size() >= 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  return host == "localhost" || host == "::1" || absl::StartsWith(host, "127.");
-}
+// The clients' rule for sending a token in clear text is the same one.
+bool IsLoopbackListen(const std::string& listen) { return auth::IsLoopbackAddress(listen); }
 
 CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std::move(options)) {}
 

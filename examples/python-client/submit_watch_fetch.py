@@ -6,7 +6,7 @@ tour (docs/python-client.md).
     TRAINCTL_PYTHON_STUBS=DIR /usr/bin/python3 examples/python-client/submit_watch_fetch.py --epochs 2
 
 The coordinator, token and CA are found as the trainctl CLI finds them
-(--coordinator/--token/--ca here, else $TRAINCTL_COORDINATOR, $TRAINCTL_TOKEN,
+(--coordinator/--token-file/--ca here, else $TRAINCTL_COORDINATOR, $TRAINCTL_TOKEN,
 $TRAINCTL_CA, else ~/.config/trainctl/config.yaml). Exits 0 only when the
 job SUCCEEDED.
 """
@@ -26,15 +26,20 @@ from trainctl.client import Client, JobState, TrainctlError  # noqa: E402
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--coordinator", help="HOST:PORT")
-    parser.add_argument("--token")
+    parser.add_argument("--token-file", help="file whose first line is the token (a token on a command line "
+                        "is readable by every user of the host)")
     parser.add_argument("--ca", help="cluster CA certificate (PEM): use TLS")
     parser.add_argument("--epochs", type=int, default=2, help="training.epochs (the file says 3)")
     parser.add_argument("-O", "--out-file", help="where to write the model (default: JOB-model.pt)")
     parser.add_argument("--force", action="store_true", help="replace --out-file when it exists")
     args = parser.parse_args()
+    token = None
+    if args.token_file:
+        with open(args.token_file) as f:
+            token = f.readline().strip()
 
     try:
-        with Client(args.coordinator, token=args.token, ca=args.ca) as client:
+        with Client(args.coordinator, token=token, ca=args.ca) as client:
             job = client.submit(os.path.join(REPO, "examples", "mlp-synthetic.yaml"),
                                 **{"training.epochs": args.epochs})
             print("submitted job %s (%s)" % (job.id, job.state))

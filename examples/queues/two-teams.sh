@@ -32,7 +32,7 @@ pids+=($!)
 for _ in $(seq 150); do grep -q "listening on " "$dir/coordinator.log" && break; sleep 0.1; done
 addr=$(sed -n 's/.*listening on \([^ ]*\).*/\1/p' "$dir/coordinator.log" | head -1)
 [[ -n $addr ]] || { cat "$dir/coordinator.log" >&2; exit 1; }
-tc() { "$build/client/trainctl" --coordinator "$addr" --token "$(cat "$dir/admin.token")" "$@"; }
+tc() { "$build/client/trainctl" --coordinator "$addr" --token-file "$dir/admin.token" "$@"; }
 
 for w in w0 w1; do
   tc token create --role worker --name "$w" | tail -1 >"$dir/$w.token"

@@ -282,6 +282,13 @@ def _crc32_of(path):
     return "crc32:%08x" % (crc & 0xFFFFFFFF)
 
 
+def _umask():
+    """This process's umask (read by setting it and setting it back)."""
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
+
+
 def _fsync_dir(directory):
     fd = os.open(directory, os.O_RDONLY)
     try:
@@ -313,7 +320,10 @@ def _write_atomically(obj_or_path, directory, name):
                 torch.save(obj_or_path, out)
             out.flush()
             os.fsync(out.fileno())
-        os.chmod(tmp, 0o644)
+        # mkstemp made it 0600; give it the mode any file this process
+        # creates gets (0644 under umask 022, 0600 under the 077 a worker
+        # daemon and `trainctl run` give ranks), never more.
+        os.chmod(tmp, 0o666 & ~_umask())
         os.replace(tmp, final)
     except BaseException:
         try:

@@ -21,7 +21,9 @@ Where the coordinator is: ``address``, else $TRAINCTL_COORDINATOR (or
 $TRAINCTL_ADDRESS), else ``coordinator:`` in $XDG_CONFIG_HOME (or
 ~/.config)/trainctl/config.yaml, else localhost:7070. The token and CA file:
 each from its argument, else $TRAINCTL_TOKEN / $TRAINCTL_CA, else ``token:`` /
-``ca:`` in that file (``trainctl login`` writes it). A CA means TLS.
+``ca:`` in that file (``trainctl login`` writes it). A CA means TLS; without
+one a token goes only to a loopback address (FAILED_PRECONDITION otherwise,
+before anything is sent).
 
 A JOB argument is a Job message, an id, a job name, or the start of an id
 (the CLI's rule): several matches are an INVALID_ARGUMENT listing them,
@@ -52,6 +54,7 @@ Thread-safety: a Client may be used from several threads; an iterator
 import contextlib
 import dataclasses
 import errno
+import ipaddress
 import os
 import random
 import re
@@ -373,6 +376,11 @@ class Client:
             except OSError as e:
                 raise _invalid("CA file %s: %s" % (self.ca_file, e.strerror))
         self._addresses = parse_coordinator_list(self.address)
+        self._has_token = bool(token)
+        # Every address of the list before any is dialled: the token goes in
+        # clear text to none beyond this host.
+        for a in self._addresses:
+            self._check_token_transport(a)
         self._list_key = ",".join(self._addresses)
         self._lock = threading.Lock()
         self._channels = {}  # address -> channel, made on first use
@@ -698,7 +706,16 @@ class Client:
 
     # --- internals ---
 
+    def _check_token_transport(self, address):
+        # Also for an address a standby's hint leads to.
+        if self._has_token and self._root_certs is None and not is_loopback_address(address):
+            raise TrainctlError(grpc.StatusCode.FAILED_PRECONDITION, (
+                "refusing to send the token in clear text to %s: it is not a loopback address and no CA is "
+                "set; give the cluster CA (ca.crt) with ca=FILE, $TRAINCTL_CA or `ca:` in the config file "
+                "(trainctl login --ca writes it) to use TLS") % address)
+
     def _make_channel(self, address):
+        self._check_token_transport(address)
         # A subchannel of its own: a channel made after a failure dials at
         # once instead of inheriting gRPC's backoff from the broken one.
         options = list(_CHANNEL_OPTIONS) + [("grpc.use_local_subchannel_pool", 1)]
@@ -1094,6 +1111,37 @@ def _wait_timeout(job_id, timeout, last):
         reason = reason[:197] + "..."
     return WaitTimeout("job %s did not end within %gs: it is %s%s" % (
         job_id, timeout, last.state, " (%s)" % reason if reason else ""), job=last)
+
+
+def is_loopback_address(address):
+    """Whether ``address`` reaches only this host: the rule of
+    common/auth/secret.h's IsLoopbackAddress (which the coordinator and the
+    C++ client use), kept the same: host localhost, an address in
+    127.0.0.0/8 or ::1 (also "[::1]:P", ::ffff:127.x), or "unix:"; gRPC's
+    "dns:///", "ipv4:", "ipv6:" prefixes looked through."""
+    if address.startswith(("unix:", "unix-abstract:")):
+        return True
+    for prefix in ("dns:///", "ipv4:", "ipv6:"):
+        if address.startswith(prefix):
+            address = address[len(prefix):]
+            break
+    host = address
+    if host.startswith("["):
+        close = host.find("]")
+        if close < 0:
+            return False
+        host = host[1:close]
+    elif host.count(":") == 1:
+        host = host.split(":", 1)[0]
+    if host.lower() == "localhost":
+        return True
+    try:
+        ip = ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    return ip.is_loopback
 
 
 def _invalid(message):

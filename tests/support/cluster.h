@@ -82,6 +82,9 @@ class Cluster {
   // Every call of jobs()/workers_stub() carries the bootstrap admin token
   // (read from the coordinator's --admin_token_file in dir()).
   const std::string& admin_token() const { return admin_token_; }
+  // The file holding it: for a CLI's --token-file (a token on a command line
+  // is readable by every user of the host).
+  std::string AdminTokenFile() const { return dir_ + "/admin.token"; }
   // A new token with `role` (secret), created through AuthService; "" on failure.
   std::string CreateToken(v1::Role role, const std::string& name, int64_t ttl_s = 0);
   // The worker token `name` uses (created at its first StartWorker; kept for restarts).
