@@ -5,6 +5,7 @@
 
 #include <csignal>
 #include <cerrno>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <tuple>
@@ -35,6 +36,10 @@ ABSL_FLAG(std::string, store, "",
           "where the state lives: sqlite:PATH (as --db PATH) or a PostgreSQL connection URI "
           "postgresql://USER@HOST:PORT/DB?sslmode=verify-full (libpq: the password from ~/.pgpass or "
           "PGPASSFILE, not the URI); default: --db");
+ABSL_FLAG(std::string, store_password_file, "",
+          "PostgreSQL store: a file whose first line is the password (keep it 0600); handed to libpq "
+          "in this process's environment (PGPASSWORD, readable by its user and root only), never on a "
+          "command line. Or libpq's own ~/.pgpass / PGPASSFILE");
 ABSL_FLAG(std::string, advertise_address, "",
           "HOST:PORT clients reach this coordinator at, recorded in a PostgreSQL store when it becomes "
           "active (standbys name it); default: --listen with a wildcard host replaced by this host's name");
@@ -161,6 +166,55 @@ absl::Status WriteTlsFiles(const std::string& dir, const std::vector<std::string
     fs::permissions(dir + "/" + pub, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
                                          fs::perms::others_read, ec);
     if (ec) return absl::InternalError(absl::StrCat(dir, "/", pub, ": cannot make it readable (0644): ", ec.message()));
+  }
+  return absl::OkStatus();
+}
+
+// Whether a PostgreSQL connection string carries a password: in a URI's
+// user info (postgresql://USER:PASSWORD@HOST) or a password= parameter.
+bool StoreSpecHasPassword(const std::string& spec) {
+  for (const char* scheme : {"postgresql://", "postgres://"}) {
+    if (!absl::StartsWith(spec, scheme)) continue;
+    const std::string rest = spec.substr(std::strlen(scheme));
+    const std::string authority = rest.substr(0, rest.find_first_of("/?"));
+    const size_t at = authority.rfind('@');
+    if (at != std::string::npos && authority.substr(0, at).find(':') != std::string::npos) return true;
+    const size_t query = rest.find('?');
+    return query != std::string::npos &&
+           (absl::StrContains(rest.substr(query), "?password=") || absl::StrContains(rest.substr(query), "&password="));
+  }
+  // key=value form.
+  for (size_t pos = spec.find("password"); pos != std::string::npos; pos = spec.find("password", pos + 1)) {
+    const bool starts = pos == 0 || spec[pos - 1] == ' ' || spec[pos - 1] == '\t';
+    size_t eq = pos + 8;
+    while (eq < spec.size() && spec[eq] == ' ') ++eq;
+    if (starts && eq < spec.size() && spec[eq] == '=') return true;
+  }
+  return false;
+}
+
+// --store-password-file: the password into this process's environment,
+// where libpq reads it (PGPASSWORD); a password in --store itself is
+// readable by every local user in /proc/PID/cmdline: warned. Before any
+// thread starts.
+absl::Status ApplyStorePassword() {
+  const std::string store = absl::GetFlag(FLAGS_store);
+  const bool postgres = absl::StartsWith(store, "postgres");
+  if (StoreSpecHasPassword(store)) {
+    std::cerr << "trainctl-coordinator: warning: --store holds a password, which every local user can read "
+                 "in /proc/PID/cmdline; give it with --store-password-file or libpq's ~/.pgpass / PGPASSFILE\n";
+  }
+  const std::string file = absl::GetFlag(FLAGS_store_password_file);
+  if (file.empty()) return absl::OkStatus();
+  if (!postgres) return absl::InvalidArgumentError("--store-password-file: only with a PostgreSQL --store");
+  absl::StatusOr<std::string> content = trainctl::auth::ReadFile(file);
+  if (!content.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("--store-password-file: ", content.status().message()));
+  }
+  const std::string password = content->substr(0, content->find_first_of("\r\n"));
+  if (password.empty()) return absl::InvalidArgumentError(absl::StrCat("--store-password-file: ", file, ": empty"));
+  if (::setenv("PGPASSWORD", password.c_str(), 1) != 0) {
+    return absl::InternalError(absl::StrCat("--store-password-file: setenv: ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -654,6 +708,10 @@ int main(int argc, char** argv) {
   // umask the coordinator was started with. Public files (ca.crt) get
   // their mode explicitly.
   ::umask(077);
+  if (absl::Status s = ApplyStorePassword(); !s.ok()) {
+    std::cerr << "trainctl-coordinator: " << s.message() << "\n";
+    return 2;
+  }
   if (args.size() > 1 && std::string(args[1]) == "init") return RunInit();
   if (args.size() > 1 && std::string(args[1]) == "worker-cert") return RunWorkerCert();
   if (args.size() > 1) {

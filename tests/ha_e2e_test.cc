@@ -29,6 +29,8 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
+#include <iterator>
+#include <fstream>
 #include <map>
 #include <thread>
 #include <tuple>
@@ -36,6 +38,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
@@ -571,6 +574,65 @@ TEST_F(HaE2ETest, StartedTogetherTheyShareTheAdminTokenTheActiveWrote) {
   ASSERT_TRUE(WaitHealth(standby_address, 1, absl::Seconds(30)));
   grpc::Status s = Submit(Jobs(standby_address).get(), "second", &id);
   EXPECT_TRUE(s.ok()) << s.error_message();
+}
+
+// #45 item 2: the store's password comes from a file, never from a command
+// line; one written in --store is warned about.
+TEST_F(HaE2ETest, TheStorePasswordComesFromAFileNeverFromTheCommandLine) {
+  const std::string secret = "pw-" + std::to_string(::getpid()) + "-c0ffee";
+  absl::StatusOr<std::string> uri = PgServer().PasswordRole("pw_owner", secret, database_);
+  ASSERT_TRUE(uri.ok()) << uri.status();
+  const std::string file = dir_ + "/pg.password";
+  ASSERT_TRUE(auth::WritePrivateFile(file, secret + "\n").ok());
+  auto start = [&](const std::string& name, int port, std::vector<std::string> extra) {
+    std::vector<std::string> argv{binary_, absl::StrCat("--listen=127.0.0.1:", port),
+                                  "--admin-token-file=" + dir_ + "/admin.token"};
+    argv.insert(argv.end(), extra.begin(), extra.end());
+    auto p = std::make_unique<Process>(argv, absl::StrCat(dir_, "/", name, ".log"));
+    EXPECT_TRUE(p->Start());
+    return p;
+  };
+  auto cmdline = [](pid_t pid) {
+    std::ifstream in(absl::StrCat("/proc/", pid, "/cmdline"));
+    return std::string(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+  };
+
+  // Without the password the server refuses it (it waits, as a standby
+  // does, saying why); it never serves.
+  {
+    const int port = testing::UnusedPort();
+    auto p = start("no-password", port, {"--store=" + *uri});
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (!absl::StrContains(p->ReadLog(), "password") && absl::Now() < deadline) {
+      absl::SleepFor(absl::Milliseconds(100));
+    }
+    EXPECT_THAT(p->ReadLog(), HasSubstr("password"));
+    EXPECT_NE(HealthOf(absl::StrCat("127.0.0.1:", port), ""), 1);
+    p->Kill(SIGKILL);
+    p->Wait(absl::Seconds(10));
+  }
+  // From the file: it serves, and its command line holds no password.
+  {
+    const int port = testing::UnusedPort();
+    auto p = start("from-file", port, {"--store=" + *uri, "--store-password-file=" + file});
+    ASSERT_TRUE(WaitHealth(absl::StrCat("127.0.0.1:", port), 1, absl::Seconds(60))) << p->ReadLog();
+    const std::string args = cmdline(p->pid());
+    EXPECT_THAT(args, HasSubstr("--store-password-file"));
+    EXPECT_EQ(args.find(secret), std::string::npos) << "the password is on the command line";
+    EXPECT_EQ(p->ReadLog().find(secret), std::string::npos) << "the password is in the log";
+    p->Kill(SIGTERM);
+    p->Wait(absl::Seconds(30));
+  }
+  // Written in --store: it works, with a warning that says why not to.
+  {
+    const int port = testing::UnusedPort();
+    auto p = start("in-uri", port, {"--store=" + *uri + "&password=" + secret});
+    ASSERT_TRUE(WaitHealth(absl::StrCat("127.0.0.1:", port), 1, absl::Seconds(60))) << p->ReadLog();
+    EXPECT_THAT(p->ReadLog(), HasSubstr("warning: --store holds a password"));
+    EXPECT_EQ(p->ReadLog().find(secret), std::string::npos) << "the password is in the log";
+    p->Kill(SIGTERM);
+    p->Wait(absl::Seconds(30));
+  }
 }
 
 // Bad HA flags are refused before anything starts, naming the flag.

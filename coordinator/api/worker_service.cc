@@ -80,18 +80,27 @@ class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v
   void OnReadDone(bool ok) override {
     if (!ok) {
       // The worker closed its side or the stream broke.
+      if (read_.load(std::memory_order_relaxed) == 0) {
+        // Its first message never arrived (the stream ended at once, or the
+        // message did not parse): not a session, and not OK.
+        ctx_.loop->Post([this] {
+          AssertOnLoop(ctx_.loop, "a worker session");
+          Ended(/*left=*/false);
+        });
+        absl::MutexLock lock(&mu_);
+        CloseLocked(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                                 "WorkerService/Session: no register message was read (the stream ended before "
+                                 "one, or its first message is not a trainctl.v1.WorkerMessage)"));
+        return;
+      }
+      // Messages read before the end may still wait for the loop: their
+      // verdict comes first (a first message that is not a register ends
+      // the session INVALID_ARGUMENT), then OK.
       ctx_.loop->Post([this] {
         AssertOnLoop(ctx_.loop, "a worker session");
         Ended(/*left=*/false);
+        Close(absl::OkStatus());
       });
-      absl::MutexLock lock(&mu_);
-      // A stream whose first message never arrived (it ended at once, or the
-      // message did not parse) was not a session: say so rather than OK.
-      CloseLocked(read_.load(std::memory_order_relaxed) == 0
-                      ? grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
-                                     "WorkerService/Session: no register message was read (the stream "
-                                     "ended before one, or its first message is not a trainctl.v1.WorkerMessage)")
-                      : grpc::Status::OK);
       return;
     }
     v1::WorkerMessage msg = std::move(in_);

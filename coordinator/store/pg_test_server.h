@@ -26,6 +26,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -78,6 +79,38 @@ class PgTestServer {
     if (!st.ok()) return st;
     return absl::StrCat("postgresql:///", name, "?host=", dir_, "&port=", kPort, "&user=trainctl");
 #else
+    return status_;
+#endif
+  }
+
+  // A login role that must give `password` (scram-sha-256 on the server's
+  // socket; every other role stays trusted), made the owner of database
+  // `db`: a libpq URI for it, without the password.
+  absl::StatusOr<std::string> PasswordRole(const std::string& role, const std::string& password,
+                                           const std::string& db) {
+#ifdef TRAINCTL_WITH_LIBPQ
+    if (!ok()) return status_;
+    absl::Status st = AdminExec("postgres", absl::StrCat("CREATE ROLE ", role, " LOGIN PASSWORD '", password, "'"));
+    if (st.ok()) st = AdminExec("postgres", absl::StrCat("ALTER DATABASE ", db, " OWNER TO ", role));
+    if (!st.ok()) return st;
+    const std::string hba = dir_ + "/data/pg_hba.conf";
+    std::string before;
+    {
+      std::ifstream in(hba);
+      before.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    }
+    {
+      std::ofstream out(hba, std::ios::trunc);
+      out << "local all " << role << " scram-sha-256\n" << before;
+      if (!out) return absl::InternalError(absl::StrCat("cannot write ", hba));
+    }
+    absl::StatusOr<std::string> reloaded = AdminQuery("postgres", "SELECT pg_reload_conf()");
+    if (!reloaded.ok()) return reloaded.status();
+    return absl::StrCat("postgresql:///", db, "?host=", dir_, "&port=", kPort, "&user=", role);
+#else
+    (void)role;
+    (void)password;
+    (void)db;
     return status_;
 #endif
   }

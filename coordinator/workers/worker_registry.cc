@@ -66,7 +66,7 @@ std::string NewWorkerId() {
 
 }  // namespace
 
-absl::Status CheckWorkerId(std::string_view field, std::string_view id) {
+absl::Status CheckWorkerId(absl::string_view field, absl::string_view id) {
   const bool ok = !id.empty() && id.size() <= 128 && !absl::StrContains(id, "..") &&
                   std::all_of(id.begin(), id.end(), [](char c) {
                     return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-';

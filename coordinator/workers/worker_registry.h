@@ -16,12 +16,12 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <string_view>
 #include <vector>
 
 #include "absl/container/btree_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/event_loop.h"
@@ -35,7 +35,7 @@ namespace trainctl::coordinator {
 // certificate, revocation): 1 to 128 of [A-Za-z0-9._-], no "..". An
 // INVALID_ARGUMENT naming FIELD (the id itself is not repeated: it may hold
 // anything), or OK.
-absl::Status CheckWorkerId(std::string_view field, std::string_view id);
+absl::Status CheckWorkerId(absl::string_view field, absl::string_view id);
 
 // The coordinator's half of one open Session stream.
 class WorkerChannel {
