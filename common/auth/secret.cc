@@ -124,14 +124,16 @@ bool IsLoopbackAddress(absl::string_view address) {
   } else if (std::count(host.begin(), host.end(), ':') == 1) {
     host = host.substr(0, host.find(':'));  // host:port; more colons: a bare IPv6 address
   }
-  if (absl::EqualsIgnoreCase(host, "localhost")) return true;
-  absl::string_view ip = host;
+  return absl::EqualsIgnoreCase(host, "localhost") || IsLoopbackIp(host);
+}
+
+bool IsLoopbackIp(absl::string_view ip) {
   absl::ConsumePrefix(&ip, "::ffff:");
   const std::string text(ip);
   in_addr v4{};
   if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
   in6_addr v6{};
-  return inet_pton(AF_INET6, host.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
+  return inet_pton(AF_INET6, text.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
 absl::Status CheckTokenTransport(absl::string_view address, absl::string_view token, absl::string_view ca_file) {

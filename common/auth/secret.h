@@ -62,6 +62,10 @@ absl::StatusOr<std::string> ReadFile(const std::string& path);
 // --insecure), and clients send a token without TLS only to one.
 bool IsLoopbackAddress(absl::string_view address);
 
+// True for an IP address in 127.0.0.0/8 or ::1 (also ::ffff:127.x); a name
+// (even "localhost") is not an address.
+bool IsLoopbackIp(absl::string_view ip);
+
 // OK unless `token` would cross the network in clear text: a token is set,
 // no CA file (so no TLS), and `address` is not loopback. Then
 // FailedPrecondition naming the address and the ways to give the CA

@@ -1,5 +1,7 @@
 #include "coordinator/core/peer_address.h"
 
+#include "common/auth/secret.h"
+
 #include <arpa/inet.h>
 #include <netdb.h>
 #include <sys/socket.h>
@@ -115,20 +117,11 @@ absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& host, ab
   return lookup->result;
 }
 
-bool IsLoopbackIp(absl::string_view ip) {
-  absl::ConsumePrefix(&ip, "::ffff:");
-  const std::string text(ip);
-  in_addr v4{};
-  if (inet_pton(AF_INET, text.c_str(), &v4) == 1) return (ntohl(v4.s_addr) >> 24) == 127;
-  in6_addr v6{};
-  return inet_pton(AF_INET6, text.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
-}
-
 AddressVerdict JudgeWorkerAddress(const std::string& address, const std::string& peer_ip,
                                   const std::vector<std::string>& vouched, const HostResolver& resolve) {
   const std::string host = HostOf(address);
   auto own = [&](const std::string& ip) {
-    if (absl::EqualsIgnoreCase(ip, peer_ip) || (IsLoopbackIp(ip) && IsLoopbackIp(peer_ip))) return true;
+    if (absl::EqualsIgnoreCase(ip, peer_ip) || (auth::IsLoopbackIp(ip) && auth::IsLoopbackIp(peer_ip))) return true;
     return std::any_of(vouched.begin(), vouched.end(), [&](const std::string& v) { return absl::EqualsIgnoreCase(v, ip); });
   };
   std::string known = absl::StrCat("the address it connects from (", peer_ip.empty() ? "unknown" : peer_ip, ")");

@@ -38,8 +38,6 @@ using HostResolver = std::function<absl::StatusOr<std::vector<std::string>>(cons
 // thread of its own and its late answer is dropped).
 absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& host, absl::Duration timeout);
 
-// True for 127.0.0.0/8 and ::1.
-bool IsLoopbackIp(absl::string_view ip);
 
 // Whether the coordinator accepts the address a worker registers
 // (Register.address, "" for none) as its own, decided once per

@@ -1,4 +1,5 @@
 #include "coordinator/core/peer_address.h"
+#include "common/auth/secret.h"
 
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
@@ -102,12 +103,12 @@ TEST(ResolveHostTest, TheSystemResolverAnswersForLocalhost) {
   absl::StatusOr<std::vector<std::string>> ips = ResolveHost("localhost", absl::Seconds(10));
   ASSERT_TRUE(ips.ok()) << ips.status();
   ASSERT_FALSE(ips->empty());
-  EXPECT_TRUE(IsLoopbackIp(ips->front())) << ips->front();
+  EXPECT_TRUE(auth::IsLoopbackIp(ips->front())) << ips->front();
   EXPECT_FALSE(ResolveHost("no-such-host.invalid", absl::Seconds(10)).ok());
-  EXPECT_TRUE(IsLoopbackIp("127.0.1.1"));
-  EXPECT_TRUE(IsLoopbackIp("::1"));
-  EXPECT_FALSE(IsLoopbackIp("10.0.0.1"));
-  EXPECT_FALSE(IsLoopbackIp("localhost")) << "a name is not an address";
+  EXPECT_TRUE(auth::IsLoopbackIp("127.0.1.1"));
+  EXPECT_TRUE(auth::IsLoopbackIp("::1"));
+  EXPECT_FALSE(auth::IsLoopbackIp("10.0.0.1"));
+  EXPECT_FALSE(auth::IsLoopbackIp("localhost")) << "a name is not an address";
 }
 
 }  // namespace
