@@ -194,7 +194,12 @@ absl::StatusOr<std::unique_ptr<Client>> CliContext::Connect(std::optional<absl::
 }
 
 int CliContext::Fail(const absl::Status& status) {
-  err << "trainctl " << verb << ": " << status.message() << "\n" << std::flush;
+  err << "trainctl " << verb << ": " << status.message();
+  if (run_live && status.code() == absl::StatusCode::kPermissionDenied) {
+    err << " (--run reaches a run still going with a token that only reads; stop the run with Ctrl-C where "
+           "it runs)";
+  }
+  err << "\n" << std::flush;
   return status.code() == absl::StatusCode::kInvalidArgument ? kExitUsage : kExitFailed;
 }
 
@@ -222,8 +227,8 @@ std::map<std::string, VerbRunner> BuildApp(CLI::App& app, CliContext& ctx) {
                  "coordinators): calls go to the active one")
       ->type_name("HOST:PORT[,...]");
   app.add_option("--run", ctx.run_flag,
-                 "Read a kept local run instead of a coordinator: its directory, its name (or the start "
-                 "or end of one) from `trainctl runs`, or latest")
+                 "Ask a local run (trainctl run) instead of a coordinator, live or kept: its directory, its "
+                 "name (or the start or end of one) from `trainctl runs`, or latest")
       ->type_name("RUN");
   app.add_option("--token", ctx.token_flag,
                  "Bearer token (default $TRAINCTL_TOKEN, then the config file); other users can read it "

@@ -41,12 +41,15 @@ struct CliContext {
   bool latest = false;
   // The verb being run ("submit"), for error messages.
   std::string verb;
-  // --run RUN: verbs read a kept local run (ConnectToRun) instead of a
+  // --run RUN: verbs ask a local run (ConnectToRun) instead of a
   // coordinator; run_job is that run's job (the default JOB), run_server the
-  // embedded coordinator serving it (alive as long as the context).
+  // embedded coordinator serving a finished run (alive as long as the
+  // context; null for a live run, which serves itself).
   std::string run_flag;
   std::string run_job;
   std::shared_ptr<void> run_server;
+  // --run reached a live run, whose token only reads (Fail says so).
+  bool run_live = false;
 
   bool json() const { return output == "json"; }
 
@@ -74,8 +77,9 @@ inline constexpr char kJobRefOrRunHelp[] =
     "Job id, a job name, or the start of an id (several matches: an error listing them, or --latest); "
     "with --run, default: that run's job";
 
-// --run: an embedded coordinator (no worker) on a kept local run's state
-// (run.cc), kept in ctx.run_server, and a client of it.
+// --run: a client of a live local run's own coordinator (its live.txt,
+// run.cc), else of an embedded coordinator (no worker) on the run's state,
+// kept in ctx.run_server.
 absl::StatusOr<std::unique_ptr<Client>> ConnectToRun(CliContext& ctx);
 
 // A verb's subcommand with its one-line description and, in --help, its

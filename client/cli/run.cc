@@ -4,8 +4,9 @@
 // job has ranks, submits the job, follows it, and exits with its outcome —
 // torchrun's convenience with the whole system (scheduling, rendezvous,
 // supervision, restarts) underneath. Runs are kept: `trainctl runs` lists
-// them and `--run RUN` points any verb at a finished one (an embedded
-// coordinator on its state, no worker).
+// them and `--run RUN` points any verb at one: a live run's own coordinator
+// (live.txt, below), or for a finished one an embedded coordinator on its
+// state, no worker.
 #include <pthread.h>
 #include <pwd.h>
 #include <signal.h>
@@ -26,6 +27,7 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
@@ -297,9 +299,10 @@ std::string RunsDir(const CliEnvironment& env) {
 // command; state once it is over.
 using RunRecord = std::map<std::string, std::string>;
 
-RunRecord ReadRunRecord(const std::string& dir) {
+// A record file of key=value lines (run.txt, live.txt); empty when absent.
+RunRecord ReadRecordFile(const std::string& path) {
   RunRecord r;
-  std::ifstream in(dir + "/" + kRunRecord);
+  std::ifstream in(path);
   std::string line;
   while (std::getline(in, line)) {
     const size_t eq = line.find('=');
@@ -308,7 +311,10 @@ RunRecord ReadRunRecord(const std::string& dir) {
   return r;
 }
 
-absl::Status WriteRunRecord(const std::string& dir, const RunRecord& r) {
+RunRecord ReadRunRecord(const std::string& dir) { return ReadRecordFile(dir + "/" + kRunRecord); }
+
+// Writes a record file, private to the user (0600, atomically).
+absl::Status WriteRecordFile(const std::string& path, const RunRecord& r) {
   std::string text;
   for (const auto& [k, v] : r) {
     std::string one_line = v;
@@ -317,7 +323,75 @@ absl::Status WriteRunRecord(const std::string& dir, const RunRecord& r) {
     }
     absl::StrAppend(&text, k, "=", one_line, "\n");
   }
-  return auth::WritePrivateFile(dir + "/" + kRunRecord, text);
+  return auth::WritePrivateFile(path, text);
+}
+
+absl::Status WriteRunRecord(const std::string& dir, const RunRecord& r) {
+  return WriteRecordFile(dir + "/" + kRunRecord, r);
+}
+
+// --- live runs ----------------------------------------------------------------
+
+// While a run goes on, its embedded coordinator holds the database locked;
+// live.txt in the run's directory says how to ask the run itself instead:
+// `address` (loopback), a viewer `token` (reads only: status, describe,
+// logs, metrics, checkpoints, fetch) and the `pid` of the `trainctl run`
+// that serves it. The file is 0600 in the run's 0700 directory: only this
+// Unix user can read the token. It goes when the run ends; one left by a
+// killed run is told apart by its pid being gone, or its address not
+// answering within kLiveConnectTimeout, and --run then reads the database.
+constexpr char kLiveRecord[] = "live.txt";
+constexpr absl::Duration kLiveConnectTimeout = absl::Seconds(3);
+
+// Writes live.txt on construction, removes it on destruction. A record that
+// cannot be written is only a warning: --run then answers once the run ends.
+class LiveRecord {
+ public:
+  LiveRecord(CliContext& ctx, const std::string& dir, const std::string& address, const std::string& token)
+      : path_(dir + "/" + kLiveRecord) {
+    RunRecord r{{"address", address}, {"token", token}, {"pid", absl::StrCat(getpid())}};
+    if (absl::Status w = WriteRecordFile(path_, r); !w.ok()) {
+      ctx.err << "trainctl run: " << w.message() << " (--run answers for this run once it is over)\n";
+      path_.clear();
+    }
+  }
+  ~LiveRecord() {
+    if (!path_.empty()) ::unlink(path_.c_str());
+  }
+  LiveRecord(const LiveRecord&) = delete;
+  LiveRecord& operator=(const LiveRecord&) = delete;
+
+ private:
+  std::string path_;
+};
+
+// The run's live record when the process that wrote it is still there
+// (signal 0 reaches only this user's processes); nullopt otherwise.
+std::optional<RunRecord> LiveRecordOf(const std::string& dir) {
+  RunRecord r = ReadRecordFile(dir + "/" + kLiveRecord);
+  if (r["address"].empty() || r["token"].empty()) return std::nullopt;
+  int pid = 0;
+  if (!absl::SimpleAtoi(r["pid"], &pid) || pid <= 0 || ::kill(pid, 0) != 0) return std::nullopt;
+  return r;
+}
+
+// A client of a live run's own coordinator, checked to be that run's (it
+// knows the run's job under that token) within kLiveConnectTimeout: a port
+// since taken by another process, or a run stopped but not yet gone, is an
+// error here, and the caller reads the database instead.
+absl::StatusOr<std::unique_ptr<Client>> ConnectToLiveRun(const CliContext& ctx, const RunRecord& live,
+                                                         const std::string& job) {
+  ClientOptions copts;
+  copts.address = live.at("address");
+  copts.token = live.at("token");
+  copts.timeout = std::min(kLiveConnectTimeout, absl::Seconds(ctx.timeout_s));
+  {
+    TRAINCTL_ASSIGN_OR_RETURN(std::unique_ptr<Client> probe, Client::Connect(copts));
+    absl::Status answered = job.empty() ? probe->Workers(false).status() : probe->Get(job).status();
+    if (!answered.ok()) return answered;
+  }
+  copts.timeout = absl::Seconds(ctx.timeout_s);
+  return Client::Connect(copts);
 }
 
 // Every kept run (a directory with a run.txt), oldest first (names start
@@ -445,6 +519,9 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   // The embedded services' event lines (registrations, transitions) would
   // only interleave with the follow output that already says what matters.
   SetLogLevel(LogLevel::kError);
+  // Declared before the server: removed after it stopped and let go of
+  // the database, so that a client reading it meanwhile falls back to it.
+  std::optional<LiveRecord> live_record;
   coordinator::CoordinatorServer server(LocalCoordinatorOptions(state_dir));
   absl::StatusOr<std::string> addr = server.Start();
   if (!addr.ok()) return ctx.Fail(addr.status());
@@ -484,6 +561,12 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
     if (absl::Status w = WriteRunRecord(state_dir, record); !w.ok()) {
       ctx.err << "trainctl run: " << w.message() << "\n";
     }
+    // `--run` asks this run while it goes on (reads only: a viewer token).
+    if (absl::StatusOr<std::string> viewer = server.IssueToken(v1::ROLE_VIEWER, "live-run"); viewer.ok()) {
+      live_record.emplace(ctx, state_dir, *addr, *viewer);
+    } else {
+      ctx.err << "trainctl run: " << viewer.status().message() << " (--run answers for this run once it is over)\n";
+    }
     outcome = FollowLocalJob(ctx, *client, flags, *spec, *job, state_dir, stop_signals);
     if (absl::StatusOr<v1::Job> ended = client->Get(job->id()); ended.ok()) {
       record["state"] = JobStateName(ended->state());
@@ -511,7 +594,9 @@ int RunRuns(CliContext& ctx) {
   Table t({"RUN", "JOB", "STATE", "STARTED", "COMMAND"});
   for (auto it = kept.rbegin(); it != kept.rend(); ++it) {
     RunRecord r = ReadRunRecord(runs + "/" + *it);
-    t.AddRow({*it, r["job"], r["state"].empty() ? "-" : r["state"], r["started"], r["command"]});
+    std::string state = r["state"];
+    if (state.empty()) state = LiveRecordOf(runs + "/" + *it).has_value() ? "live" : "-";
+    t.AddRow({*it, r["job"], state, r["started"], r["command"]});
   }
   t.Print(ctx.out);
   ctx.out << "(in " << runs << "; any verb takes --run RUN: trainctl metrics --run " << kept.back() << ")\n"
@@ -523,6 +608,19 @@ int RunRuns(CliContext& ctx) {
 
 absl::StatusOr<std::unique_ptr<Client>> ConnectToRun(CliContext& ctx) {
   TRAINCTL_ASSIGN_OR_RETURN(std::string dir, FindRun(ctx.env, ctx.run_flag));
+  ctx.run_job = ReadRunRecord(dir)["job"];
+  // A run still going answers itself; else (or when it does not answer)
+  // its database is opened.
+  std::string live_failed;
+  if (std::optional<RunRecord> live = LiveRecordOf(dir)) {
+    absl::StatusOr<std::unique_ptr<Client>> client = ConnectToLiveRun(ctx, *live, ctx.run_job);
+    if (client.ok()) {
+      ctx.run_live = true;
+      return client;
+    }
+    live_failed = absl::StrCat("; its live coordinator at ", (*live)["address"], " (pid ", (*live)["pid"],
+                               ") did not answer either: ", client.status().message());
+  }
   // Its lines (recovery, transitions) are not what the verb is asked for.
   SetLogLevel(LogLevel::kError);
   coordinator::CoordinatorOptions co = LocalCoordinatorOptions(dir);
@@ -533,9 +631,9 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectToRun(CliContext& ctx) {
   absl::StatusOr<std::string> addr = server->Start();
   if (!addr.ok()) {
     return absl::FailedPreconditionError(
-        absl::StrCat("--run ", dir, ": ", addr.status().message(), " (is that run still going?)"));
+        absl::StrCat("--run ", dir, ": ", addr.status().message(),
+                     live_failed.empty() ? " (is that run still going?)" : live_failed));
   }
-  ctx.run_job = ReadRunRecord(dir)["job"];
   ClientOptions copts;
   copts.address = *addr;
   copts.token = co.admin_token;
