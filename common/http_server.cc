@@ -53,7 +53,7 @@ const std::vector<std::pair<std::string, std::string>>& HttpServer::SecurityHead
        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"},
       {"X-Frame-Options", "DENY"},
       {"X-Content-Type-Options", "nosniff"},
-      {"Referrer-Policy", "no-referrer"},
+      {"Referrer-Policy", "same-origin"},
   };
   return *kHeaders;
 }

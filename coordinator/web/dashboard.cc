@@ -136,10 +136,13 @@ namespace {
 // is not a browser's cross-site form (curl, a script) and is judged by its
 // token alone.
 std::string CrossSite(const HttpServer::Request& req) {
+  // A browser that sends Fetch Metadata is believed: pages cannot set it.
   const std::string site = req.Header("Sec-Fetch-Site");
-  if (!site.empty() && site != "same-origin" && site != "none") {
-    return absl::StrCat("Sec-Fetch-Site is '", site, "'");
+  if (!site.empty()) {
+    return site == "same-origin" || site == "none" ? "" : absl::StrCat("Sec-Fetch-Site is '", site, "'");
   }
+  // Older browsers: Origin (the dashboard's Referrer-Policy: same-origin
+  // keeps its own forms' Origin real; "null" is refused).
   const std::string origin = req.Header("Origin");
   if (origin.empty()) return "";
   const size_t scheme = origin.find("://");
