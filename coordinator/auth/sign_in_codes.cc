@@ -30,11 +30,14 @@ void SignInCodes::DropOldestLocked(const std::string& secret) {
 
 void SignInCodes::PruneLocked(const std::string& secret) {
   const absl::Time now = clock_->Mono();
-  absl::erase_if(codes_, [&](const auto& kv) {
-    if (kv.second.expires > now) return false;
-    if (--per_secret_[kv.second.secret] == 0) per_secret_.erase(kv.second.secret);
-    return true;
-  });
+  for (auto it = codes_.begin(); it != codes_.end();) {
+    if (it->second.expires > now) {
+      ++it;
+      continue;
+    }
+    if (--per_secret_[it->second.secret] == 0) per_secret_.erase(it->second.secret);
+    codes_.erase(it++);
+  }
   while (per_secret_.contains(secret) && per_secret_[secret] >= kMaxPerToken) DropOldestLocked(secret);
   while (codes_.size() >= kMaxCodes) {
     auto most = std::max_element(per_secret_.begin(), per_secret_.end(),
