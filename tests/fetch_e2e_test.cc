@@ -14,6 +14,7 @@
 #include <fstream>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth/secret.h"
 #include "common/jobspec/job_spec.h"
@@ -152,12 +153,20 @@ TEST(FetchE2ETest, ModelAndCheckpointComeBackVerifiedAndDamageIsRefused) {
   EXPECT_FALSE(std::filesystem::exists(bad));
   EXPECT_FALSE(std::filesystem::exists(bad + ".part"));
 
-  // The holder is gone: UNAVAILABLE naming it.
+  // The holder is gone: UNAVAILABLE naming it. A fetch that starts before the coordinator has seen the
+  // session end fails as "disconnected during the fetch" (also UNAVAILABLE); once the session is gone every
+  // fetch is refused up front as "is not connected", which is what this waits for.
   cluster.KillWorker("w", SIGKILL);
   absl::Time deadline = absl::Now() + absl::Seconds(20);
   do {
     s = Fetch(cluster.address(), cluster.admin_token(), id, 0);
-    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) break;
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE &&
+        absl::StrContains(s.error_message(), "is not connected")) {
+      break;
+    }
+    if (s.error_code() == grpc::StatusCode::UNAVAILABLE) {
+      EXPECT_THAT(s.error_message(), HasSubstr("disconnected during the fetch"));
+    }
     absl::SleepFor(absl::Milliseconds(200));
   } while (absl::Now() < deadline);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
