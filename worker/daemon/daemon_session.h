@@ -68,6 +68,8 @@ class DaemonSession final : public CoordinatorOutbox {
   void Start();
   bool Send(v1::WorkerMessage msg, bool critical) override;
   std::string worker_id() override;
+  // The coordinator the session dials now (or is connected to).
+  std::string CoordinatorAddress() { return rotation_.Current(); }
   // True while a session is registered.
   bool connected();
   // Waits, at most `timeout`, until the coordinator acknowledged every

@@ -156,7 +156,8 @@ void CheckCommand(const v1::JobSpec& spec, const PreflightContext& ctx, std::vec
   const v1::CommandSpec& cmd = spec.command();
   std::error_code ec;
   std::string dir = ctx.base_dir;
-  if (!cmd.working_dir().empty()) {
+  const bool code = cmd.has_code();  // working_dir and a relative program: inside the code, not here yet
+  if (!code && !cmd.working_dir().empty()) {
     absl::StatusOr<std::string> d =
         ResolveJobPath("command.working_dir", cmd.working_dir(), ctx.base_dir, ctx.command_dir_roots,
                        "--data-root");
@@ -191,7 +192,7 @@ void CheckCommand(const v1::JobSpec& spec, const PreflightContext& ctx, std::vec
   // A relative program resolves against the working directory (the rank's
   // scratch directory when none is set: that one the daemon makes, so only
   // an absolute path or a working_dir can be checked).
-  if (program[0] != '/' && cmd.working_dir().empty()) return;
+  if (program[0] != '/' && (code || cmd.working_dir().empty())) return;
   const std::string resolved = program[0] == '/' ? program : (fs::path(dir) / program).lexically_normal().string();
   if (::access(resolved.c_str(), X_OK) != 0) {
     problems->push_back(absl::StrCat("command.argv[0] ", resolved, ": ",

@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/codepack/code_pack.h"
 #include "common/jobspec/artifact_names.h"
 #include "common/jobspec/job_spec.h"
 #include "common/log.h"
@@ -165,8 +166,86 @@ void RankTable::OnStartRanks(const v1::StartRanks& s) {
   std::unique_ptr<LocalAttempt> a = NewAttempt(s);
   LocalAttempt& at = *a;
   attempts_[akey] = std::move(a);
+  if (at.command && at.spec.command().has_code() && at.path_error.empty()) {
+    // Nothing starts before the code is here: OnCodeReady goes on (at once
+    // when this host has the archive already).
+    at.code_pending = true;
+    code_->Want(at.job_id, at.spec.command().code().digest(),
+                [this, akey](const absl::StatusOr<std::string>& archive) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                  // The cache calls back on the loop.
+                  OnCodeReady(akey, archive);
+                });
+    return;
+  }
   if (at.produce_rendezvous) ProduceRendezvous(at);
   // Otherwise the ranks wait for the delivery (OnRendezvous).
+}
+
+void RankTable::OnCodeReady(const std::string& attempt_key, const absl::StatusOr<std::string>& archive) {
+  auto it = attempts_.find(attempt_key);
+  if (it == attempts_.end() || !it->second->code_pending) return;  // Stopped meanwhile.
+  LocalAttempt& a = *it->second;
+  a.code_pending = false;
+  absl::Status ready = archive.ok() ? UnpackCode(a, *archive) : archive.status();
+  bool waiting = false;
+  for (auto& [rank, r] : a.ranks) waiting = waiting || r.state.waiting();
+  if (!waiting) return;
+  if (!ready.ok()) {
+    // A bad archive (or working_dir) would only fail again; a fetch that
+    // failed may work on a retry.
+    const v1::FailureKind kind = archive.ok() ? v1::FAILURE_KIND_CONFIG : v1::FAILURE_KIND_LAUNCH;
+    for (auto& [rank, r] : a.ranks) {
+      if (r.state.waiting()) ReportLaunchFailure(a, r, std::string(ready.message()), kind);
+    }
+    MaybeForget(attempt_key);
+    return;
+  }
+  if (a.produce_rendezvous) {
+    ProduceRendezvous(a);
+  } else if (a.rendezvous.has_value()) {
+    LaunchPending(a);
+  }
+}
+
+absl::Status RankTable::UnpackCode(LocalAttempt& a, const std::string& archive) {
+  const std::string& digest = a.spec.command().code().digest();
+  TRAINCTL_RETURN_IF_ERROR(MakeJobDirs(a.job_id, a.spec, a.run_as));
+  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(AttemptDir(a), a.run_as));
+  const std::string dir = AttemptDir(a) + "/code";
+  // Opened as the daemon (the cache is its own); read and written as the
+  // ranks' user, so root writes nothing in the ranks' directory.
+  const int fd = ::open(archive.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", archive, ": ", std::strerror(errno)));
+  absl::Status unpacked;
+  {
+    AsRankUser as_rank_user(a.run_as);
+    std::error_code ec;
+    if (!as_rank_user.ok()) {
+      unpacked = absl::InternalError("cannot take on the ranks' identity to unpack the job's code");
+    } else {
+      fs::remove_all(dir, ec);  // A restarted daemon's earlier try at this attempt.
+    }
+  }
+  if (unpacked.ok()) unpacked = MakeRankDir(dir, a.run_as);
+  if (unpacked.ok()) {
+    AsRankUser as_rank_user(a.run_as);
+    unpacked = codepack::UnpackArchiveFd(fd, dir);
+  }
+  ::close(fd);
+  if (!unpacked.ok()) return absl::Status(unpacked.code(), absl::StrCat("code ", digest, ": ", unpacked.message()));
+  std::string work = dir;
+  if (!a.spec.command().working_dir().empty()) {
+    work = (fs::path(dir) / a.spec.command().working_dir()).lexically_normal().string();
+    std::error_code ec;
+    if (!fs::is_directory(work, ec)) {
+      return absl::InvalidArgumentError(absl::StrCat("command.working_dir: '", a.spec.command().working_dir(),
+                                                     "' is not a directory of the job's code"));
+    }
+  }
+  a.command_dir = work;
+  LogEvent(LogLevel::kInfo, "worker", "code_unpacked",
+           {{"job_id", a.job_id}, {"attempt", absl::StrCat(a.number)}, {"digest", digest}, {"dir", dir}});
+  return absl::OkStatus();
 }
 
 std::unique_ptr<RankTable::LocalAttempt> RankTable::NewAttempt(const v1::StartRanks& s) {
@@ -204,6 +283,16 @@ void RankTable::ResolveAttemptPaths(LocalAttempt& a) {
   const v1::JobSpec& spec = a.spec;
   if (a.command && !options_.allow_commands) {
     a.path_error = "this worker does not run commands (start trainctl-worker with --allow-commands)";
+  } else if (a.command && spec.command().has_code()) {
+    // Resolved inside the unpacked code (UnpackCode); only its shape here.
+    const fs::path wd(spec.command().working_dir());
+    for (const fs::path& part : wd) {
+      if (wd.is_absolute() || part == "..") {
+        a.path_error = absl::StrCat("command.working_dir: '", wd.string(),
+                                    "' must be a relative path inside the job's code (no '..')");
+        break;
+      }
+    }
   } else if (a.command && !spec.command().working_dir().empty()) {
     absl::StatusOr<std::string> dir = ResolveJobPath("command.working_dir", spec.command().working_dir(),
                                                      paths_.base_dir, options_.data_roots, "--data-root");
@@ -322,7 +411,7 @@ void RankTable::OnRendezvous(const v1::RendezvousDelivery& d) {
   auto it = attempts_.find(AttemptKey(d.job_id(), d.attempt()));
   if (it == attempts_.end()) return;
   it->second->rendezvous = d.info();
-  LaunchPending(*it->second);
+  if (!it->second->code_pending) LaunchPending(*it->second);  // Else OnCodeReady does.
 }
 
 void RankTable::LaunchPending(LocalAttempt& a) {

@@ -14,8 +14,13 @@ namespace trainctl::worker {
 std::string AttemptKey(const std::string& job_id, int32_t attempt) { return absl::StrCat(job_id, "/", attempt); }
 
 RankTable::RankTable(const DaemonOptions& options, RankTablePaths paths, EventLoop& loop, CoordinatorOutbox& out,
-                     RankLauncher& launcher)
-    : options_(options), paths_(std::move(paths)), loop_(loop), out_(out), launcher_(launcher) {}
+                     RankLauncher& launcher, CodeSource* code)
+    : options_(options),
+      paths_(std::move(paths)),
+      loop_(loop),
+      out_(out),
+      launcher_(launcher),
+      code_(std::make_unique<CodeCache>(options.work_dir + "/code", code, loop)) {}
 
 RankTable::~RankTable() {
   // The daemon is going: no rank cgroup outlives it (what is still in one

@@ -24,6 +24,7 @@
 #include "absl/status/statusor.h"
 #include "common/event_loop.h"
 #include "trainctl/v1/worker_service.pb.h"
+#include "worker/daemon/code_cache.h"
 #include "worker/daemon/coordinator_outbox.h"
 #include "worker/daemon/daemon_options.h"
 #include "worker/daemon/rank_files.h"
@@ -50,8 +51,10 @@ class RankTable {
  public:
   // `options` (with work_dir and rank_binary made absolute), `loop`, `out`
   // and `launcher` outlive the table.
+  // `code` (may be null: a job with code then fails, naming why) is where
+  // jobs' code archives come from (code_cache.h); it outlives the table.
   RankTable(const DaemonOptions& options, RankTablePaths paths, EventLoop& loop,
-            CoordinatorOutbox& out, RankLauncher& launcher);
+            CoordinatorOutbox& out, RankLauncher& launcher, CodeSource* code = nullptr);
   ~RankTable();
   RankTable(const RankTable&) = delete;
   RankTable& operator=(const RankTable&) = delete;
@@ -104,6 +107,14 @@ class RankTable {
   // Runs the pre-flight checks (preflight.h) and reports them; starts nothing.
   void OnPreflight(const v1::Preflight& p) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   void LaunchPending(LocalAttempt& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // A command job with code (CommandSpec.code): its archive is here (or is
+  // not: `archive` says why); unpacks it for the attempt and goes on where
+  // OnStartRanks stopped.
+  void OnCodeReady(const std::string& attempt_key, const absl::StatusOr<std::string>& archive)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // Unpacks `archive` into the attempt's code directory (owned by its
+  // ranks, written as their user) and points command_dir into it.
+  absl::Status UnpackCode(LocalAttempt& a, const std::string& archive) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   // Paths and directories of rank_files.h: jobs/JOB, its attempt-N, a
   // rank's own directory (returned), and the default checkpoint.dir.
   std::string JobDir(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
@@ -185,6 +196,8 @@ class RankTable {
   EventLoop& loop_;
   CoordinatorOutbox& out_;
   RankLauncher& launcher_;
+  // Jobs' code archives on this host (loop-only use).
+  std::unique_ptr<CodeCache> code_;
   // Loop-only state (the analysis checks it: EventLoop's capability).
   std::map<std::string, std::unique_ptr<LocalAttempt>> attempts_
       ABSL_GUARDED_BY(loop_);  // "job/attempt"

@@ -76,6 +76,9 @@ struct RankTable::LocalAttempt {
   // Set once the rendezvous is known here (made, or delivered); ranks other
   // than a self-reporting rank 0 start only then.
   std::optional<v1::RendezvousInfo> rendezvous;
+  // A command job with code whose archive is not unpacked here yet: no rank
+  // starts, and rank 0's daemon makes no rendezvous, until it is.
+  bool code_pending = false;
   std::unique_ptr<RendezvousBackend> rendezvous_backend;
   std::map<int32_t, LocalRank> ranks;
   std::vector<v1::MetricPoint> pending_metrics;
@@ -107,7 +110,8 @@ struct RankTable::LocalAttempt {
   std::string spec_hash;
   // A command job (spec.command): ranks are the user's program.
   bool command = false;
-  // command.working_dir resolved under the path policy (command jobs).
+  // command.working_dir resolved under the path policy (command jobs); with
+  // code, the unpacked code's directory (and working_dir inside it).
   std::string command_dir;
   // The attempt's rendezvous secret: only ever written to the ranks' 0600
   // config files, never logged or reported.

@@ -10,14 +10,18 @@
 #include <unistd.h>
 
 #include <csignal>
+#include <fstream>
 #include <filesystem>
 #include <functional>
 #include <map>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
+#include "common/codepack/code_pack.h"
 #include "common/jobspec/artifact_names.h"
 #include "common/jobspec/job_spec.h"
 
@@ -71,6 +75,33 @@ class FakeOutbox final : public CoordinatorOutbox {
   std::vector<Sent> sent;
 };
 
+// Serves archives by digest from files the test made (a copy of the
+// bytes, or `damage` instead); counts the fetches.
+class FakeCodeSource final : public CodeSource {
+ public:
+  absl::Status FetchCode(const std::string& job_id, const std::string& digest, const std::string& dest) override {
+    absl::MutexLock lock(&mu);
+    ++fetches;
+    if (!fail_with.ok()) return fail_with;
+    auto it = archives.find(digest);
+    if (it == archives.end()) return absl::NotFoundError("no such code");
+    std::ofstream out(dest, std::ios::binary | std::ios::trunc);
+    if (damage.empty()) {
+      out << std::ifstream(it->second, std::ios::binary).rdbuf();
+    } else {
+      out << damage;
+    }
+    return absl::OkStatus();
+  }
+  void CancelFetches() override {}
+
+  absl::Mutex mu;
+  int fetches ABSL_GUARDED_BY(mu) = 0;
+  absl::Status fail_with ABSL_GUARDED_BY(mu) = absl::OkStatus();
+  std::string damage ABSL_GUARDED_BY(mu);
+  std::map<std::string, std::string> archives ABSL_GUARDED_BY(mu);
+};
+
 // "RANK=0" in a launch's environment.
 std::string EnvOf(const RankLaunch& l, const std::string& name) {
   for (const std::string& e : l.env) {
@@ -103,7 +134,7 @@ class RankTableTest : public ::testing::Test {
       RankTablePaths paths;
       paths.base_dir = dir_;
       paths.data_read_roots = {"/"};
-      table_ = std::make_unique<RankTable>(options_, paths, loop_, out_, launcher_);
+      table_ = std::make_unique<RankTable>(options_, paths, loop_, out_, launcher_, &code_);
     }
     return *table_;
   }
@@ -177,6 +208,7 @@ class RankTableTest : public ::testing::Test {
   EventLoop loop_;
   FakeLauncher launcher_;
   FakeOutbox out_;
+  FakeCodeSource code_;
   std::unique_ptr<RankTable> table_;
 };
 
@@ -442,6 +474,121 @@ TEST_F(RankTableTest, AScriptsReportsBecomePointsWithOnlyTheirFieldsAndEvalIsEva
               window.has_loss_scale() && window.has_samples_seen())
       << window.DebugString();
   EXPECT_FALSE(window.has_eval());
+}
+
+// Code travels with the job: the ranks start in the attempt's own copy of
+// the job's code, fetched once per host however many attempts use it.
+class RankTableCodeTest : public RankTableTest {
+ protected:
+  void SetUp() override {
+    RankTableTest::SetUp();
+    fs::create_directories(dir_ + "/src/pkg");
+    std::ofstream(dir_ + "/src/train.py") << "print('hi')\n";
+    std::ofstream(dir_ + "/src/pkg/util.py") << "X = 1\n";
+    absl::StatusOr<codepack::PackedCode> packed = codepack::PackDirectory(dir_ + "/src", dir_ + "/code.tar");
+    ASSERT_TRUE(packed.ok()) << packed.status();
+    digest_ = packed->digest;
+    absl::MutexLock lock(&code_.mu);
+    code_.archives[digest_] = dir_ + "/code.tar";
+  }
+  v1::CoordinatorMessage StartWithCode(int32_t attempt, const std::string& working_dir = "") {
+    v1::CoordinatorMessage m = Start(attempt);
+    v1::CommandSpec* cmd = m.mutable_start_ranks()->mutable_spec()->mutable_command();
+    cmd->mutable_code()->set_digest(digest_);
+    cmd->set_working_dir(working_dir);
+    return m;
+  }
+  // Waits (bounded) until `n` launches or `n` FAILED statuses happened: the
+  // fetch runs on a thread of its own and posts its end to the loop.
+  void AwaitOutcome(size_t launches, size_t failures) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(30);
+    while (absl::Now() < deadline) {
+      size_t failed = 0;
+      size_t launched = 0;
+      OnLoop([&] {
+        launched = launcher_.launches.size();
+        for (const std::string& st : Statuses()) failed += absl::EndsWith(st, "FAILED") ? 1 : 0;
+      });
+      if (launched >= launches && failed >= failures) return;
+      absl::SleepFor(absl::Milliseconds(10));
+    }
+    ADD_FAILURE() << "timed out waiting for " << launches << " launches and " << failures << " failures";
+  }
+  int Fetches() {
+    absl::MutexLock lock(&code_.mu);
+    return code_.fetches;
+  }
+  std::string digest_;
+};
+
+TEST_F(RankTableCodeTest, RanksStartInTheAttemptsCopyOfTheCodeFetchedOncePerHost) {
+  Deliver(StartWithCode(1));
+  AwaitOutcome(2, 0);
+  const std::string code_dir = options_.work_dir + "/jobs/job-1/attempt-1/code";
+  for (const RankLaunch& l : launcher_.launches) EXPECT_EQ(l.work_dir, code_dir);
+  EXPECT_TRUE(fs::exists(code_dir + "/train.py"));
+  EXPECT_TRUE(fs::exists(code_dir + "/pkg/util.py"));
+  // The rendezvous went out before the ranks started, as without code.
+  ASSERT_FALSE(out_.sent.empty());
+  EXPECT_TRUE(out_.sent[0].msg.has_rendezvous());
+  EXPECT_EQ(Fetches(), 1);
+
+  // The next attempt (a restart) uses this host's copy of the archive.
+  Deliver(Stop(1, {}, 0));
+  OnLoop([&] {
+    for (const RankLaunch& l : launcher_.launches) Table().OnExit(l.key, 0, SIGTERM);
+  });
+  Deliver(StartWithCode(2, "pkg"));
+  AwaitOutcome(4, 0);
+  EXPECT_EQ(launcher_.launches[2].work_dir, options_.work_dir + "/jobs/job-1/attempt-2/code/pkg");
+  EXPECT_EQ(Fetches(), 1);
+}
+
+TEST_F(RankTableCodeTest, AFailedFetchFailsTheRanksNamingTheCodeAndARetryFetchesAgain) {
+  {
+    absl::MutexLock lock(&code_.mu);
+    code_.fail_with = absl::UnavailableError("coordinator away");
+  }
+  Deliver(StartWithCode(1));
+  AwaitOutcome(0, 2);
+  EXPECT_TRUE(launcher_.launches.empty());
+  EXPECT_EQ(LastStatus().exit().kind(), v1::FAILURE_KIND_LAUNCH);
+  EXPECT_THAT(LastStatus().exit().message(), HasSubstr(absl::StrCat("fetching code ", digest_)));
+  EXPECT_THAT(LastStatus().exit().message(), HasSubstr("coordinator away"));
+  {
+    absl::MutexLock lock(&code_.mu);
+    code_.fail_with = absl::OkStatus();
+  }
+  Deliver(StartWithCode(2));
+  AwaitOutcome(2, 2);
+  EXPECT_EQ(Fetches(), 2);
+}
+
+TEST_F(RankTableCodeTest, BytesThatDoNotMatchTheDigestAreNotKeptAndStartNothing) {
+  {
+    absl::MutexLock lock(&code_.mu);
+    code_.damage = "not the archive";
+  }
+  Deliver(StartWithCode(1));
+  AwaitOutcome(0, 2);
+  EXPECT_TRUE(launcher_.launches.empty());
+  EXPECT_THAT(LastStatus().exit().message(), HasSubstr("arrived as sha256:"));
+  EXPECT_FALSE(fs::exists(options_.work_dir + "/code/" + digest_.substr(7) + ".tar"));
+}
+
+TEST_F(RankTableCodeTest, AWorkingDirOutsideTheCodeIsAConfigurationError) {
+  for (const char* bad : {"/etc", "../x"}) {
+    out_.sent.clear();
+    Deliver(StartWithCode(bad[0] == '/' ? 1 : 2, bad));
+    EXPECT_TRUE(launcher_.launches.empty());
+    EXPECT_EQ(LastStatus().exit().kind(), v1::FAILURE_KIND_CONFIG);
+    EXPECT_THAT(LastStatus().exit().message(), HasSubstr("must be a relative path inside the job's code"));
+  }
+  out_.sent.clear();
+  Deliver(StartWithCode(3, "no-such-dir"));
+  AwaitOutcome(0, 2);
+  EXPECT_EQ(LastStatus().exit().kind(), v1::FAILURE_KIND_CONFIG);
+  EXPECT_THAT(LastStatus().exit().message(), HasSubstr("is not a directory of the job's code"));
 }
 
 }  // namespace

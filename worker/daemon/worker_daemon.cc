@@ -14,6 +14,7 @@
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/prometheus.h"
+#include "worker/daemon/code_source.h"
 #include "worker/daemon/join.h"
 #include "worker/daemon/rank_files.h"
 #include "worker/daemon/path_policy.h"
@@ -95,7 +96,8 @@ absl::Status WorkerDaemon::Start() {
     loop_.Post([this, m] { table_->OnMessage(m); });
   };
   session_ = std::make_unique<DaemonSession>(options_, options_.work_dir + "/worker-id", std::move(hooks));
-  table_ = std::make_unique<RankTable>(options_, std::move(paths), loop_, *session_, *supervisor_);
+  code_source_ = std::make_unique<CoordinatorCodeSource>(options_, [this] { return session_->CoordinatorAddress(); });
+  table_ = std::make_unique<RankTable>(options_, std::move(paths), loop_, *session_, *supervisor_, code_source_.get());
   loop_.Every(options_.metrics_flush, [this] { table_->FlushMetrics(); });
   loop_.Every(options_.log_flush, [this] { table_->FlushLogs(); });
   if (!options_.http_listen.empty()) {
@@ -194,6 +196,7 @@ void WorkerDaemon::Shutdown(bool goodbye, absl::Duration grace) {
     session_->SayGoodbye("worker shutting down", absl::Seconds(2));
   }
   session_->Stop();
+  code_source_->CancelFetches();
   if (renewer_.joinable()) renewer_.join();
   loop_.StopAndJoin();
   supervisor_.reset();

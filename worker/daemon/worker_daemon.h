@@ -30,6 +30,7 @@
 #include "common/event_loop.h"
 #include "common/http_server.h"
 #include "worker/daemon/daemon_options.h"
+#include "worker/daemon/code_cache.h"
 #include "worker/daemon/daemon_session.h"
 #include "worker/daemon/rank_supervisor.h"
 #include "worker/daemon/rank_table.h"
@@ -69,6 +70,9 @@ class WorkerDaemon {
   EventLoop loop_;
   std::unique_ptr<RankSupervisor> supervisor_;
   std::unique_ptr<DaemonSession> session_;
+  // Jobs' code from the coordinator the session dials (before table_: it
+  // outlives the table's cache).
+  std::unique_ptr<CodeSource> code_source_;
   // Runs on loop_; uses supervisor_ and session_.
   std::unique_ptr<RankTable> table_;
   std::thread renewer_;
