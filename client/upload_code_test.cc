@@ -139,8 +139,17 @@ class UploadCodeTest : public ::testing::Test {
     return archive.ok() ? std::move(*archive) : nullptr;
   }
 
+  // Serves `service`, packs the tree and uploads it; archive_ keeps it.
+  absl::StatusOr<UploadedCode> UploadTo(grpc::Service* service) {
+    std::unique_ptr<Client> client = Serve(service);
+    archive_ = Pack();
+    if (client == nullptr || archive_ == nullptr) return absl::InternalError("no client or archive");
+    return client->UploadCode(archive_->path(), archive_->code());
+  }
+
   std::string dir_;
   std::unique_ptr<grpc::Server> server_;
+  std::unique_ptr<PackedCodeArchive> archive_;
 };
 
 TEST_F(UploadCodeTest, PiecesOfOneMebibyteReassembleToTheArchive) {
@@ -191,14 +200,10 @@ TEST_F(UploadCodeTest, AlreadyStoredEndsTheCallAfterTheFirstMessage) {
     resp->set_already_stored(true);
     return grpc::Status::OK;
   };
-  std::unique_ptr<Client> client = Serve(&fake);
-  ASSERT_NE(client, nullptr);
-  std::unique_ptr<PackedCodeArchive> archive = Pack();
-  ASSERT_NE(archive, nullptr);
-  absl::StatusOr<UploadedCode> uploaded = client->UploadCode(archive->path(), archive->code());
+  absl::StatusOr<UploadedCode> uploaded = UploadTo(&fake);
   ASSERT_TRUE(uploaded.ok()) << uploaded.status();
   EXPECT_TRUE(uploaded->already_stored);
-  EXPECT_EQ(uploaded->code.digest(), archive->code().digest());
+  EXPECT_EQ(uploaded->code.digest(), archive_->code().digest());
   EXPECT_EQ(fake.calls(), 1);
   EXPECT_EQ(fake.messages(), 1);
 }
@@ -208,11 +213,7 @@ TEST_F(UploadCodeTest, TheCoordinatorsErrorComesBackWithItsCode) {
   fake.answer = [](const v1::UploadCodeChunk&, const std::string&, v1::UploadCodeResponse*) {
     return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "code archive over --max-code-bytes (1 MiB)");
   };
-  std::unique_ptr<Client> client = Serve(&fake);
-  ASSERT_NE(client, nullptr);
-  std::unique_ptr<PackedCodeArchive> archive = Pack();
-  ASSERT_NE(archive, nullptr);
-  absl::StatusOr<UploadedCode> uploaded = client->UploadCode(archive->path(), archive->code());
+  absl::StatusOr<UploadedCode> uploaded = UploadTo(&fake);
   ASSERT_FALSE(uploaded.ok());
   EXPECT_EQ(uploaded.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_EQ(uploaded.status().message(), "code archive over --max-code-bytes (1 MiB)");
@@ -224,21 +225,13 @@ TEST_F(UploadCodeTest, AStoredDigestThatDiffersIsDataLoss) {
     resp->set_digest("sha256:" + std::string(64, '0'));
     return grpc::Status::OK;
   };
-  std::unique_ptr<Client> client = Serve(&fake);
-  ASSERT_NE(client, nullptr);
-  std::unique_ptr<PackedCodeArchive> archive = Pack();
-  ASSERT_NE(archive, nullptr);
-  absl::StatusOr<UploadedCode> uploaded = client->UploadCode(archive->path(), archive->code());
+  absl::StatusOr<UploadedCode> uploaded = UploadTo(&fake);
   EXPECT_EQ(uploaded.status().code(), absl::StatusCode::kDataLoss);
 }
 
 TEST_F(UploadCodeTest, ACoordinatorWithoutUploadsNamesTheWayAround) {
   v1::JobService::Service unimplemented;  // every method UNIMPLEMENTED
-  std::unique_ptr<Client> client = Serve(&unimplemented);
-  ASSERT_NE(client, nullptr);
-  std::unique_ptr<PackedCodeArchive> archive = Pack();
-  ASSERT_NE(archive, nullptr);
-  absl::StatusOr<UploadedCode> uploaded = client->UploadCode(archive->path(), archive->code());
+  absl::StatusOr<UploadedCode> uploaded = UploadTo(&unimplemented);
   EXPECT_EQ(uploaded.status().code(), absl::StatusCode::kUnimplemented);
   EXPECT_THAT(uploaded.status().message(), HasSubstr("--no-upload"));
 }
