@@ -12,6 +12,7 @@
 #include <sys/stat.h>
 
 #include <atomic>
+#include <map>
 #include <mutex>
 
 #include <grpcpp/grpcpp.h>
@@ -405,6 +406,143 @@ TEST_F(CliTest, SubmitAppliesSetOverridesAndPrintsTheJob) {
   CliRun refused = Run({"submit", job_file_, "--set", "world_size=100000"});
   EXPECT_EQ(refused.code, 2);
   EXPECT_EQ(refused.err, "--set: world_size: must be in [1, 65536], got 100000\n");
+}
+
+// Code travels with the job (docs/command-jobs.md): --no-upload keeps the
+// directory as a path every worker has; nothing is packed or sent.
+TEST_F(CliTest, SubmitNoUploadKeepsTheDirectoryAsTheWorkingDir) {
+  const std::string code = dir_ + "/code";
+  std::filesystem::create_directories(code);
+  CliRun r = Run({"-o", "json", "submit", "--wait-for-capacity", "--no-upload", "--working-dir", code,
+                  "--nproc-per-node", "1", "train.py"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, Not(HasSubstr("code:")));
+  v1::Job job = ParseJson<v1::Job>(r.out);
+  EXPECT_EQ(job.spec().command().working_dir(), code);
+  EXPECT_FALSE(job.spec().command().has_code());
+  EXPECT_THAT(job.spec().command().argv(), ElementsAre("python3", "train.py"));
+
+  // Without --working-dir: the current directory, as before.
+  r = Run({"-o", "json", "submit", "--wait-for-capacity", "--no-upload", "--nproc-per-node", "1", "train.py"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ParseJson<v1::Job>(r.out).spec().command().working_dir(), std::filesystem::current_path().string());
+}
+
+TEST_F(CliTest, SubmitWorkingDirIsRefusedForAJobThatIsNotACommandJob) {
+  CliRun r = Run({"submit", "--working-dir", dir_, job_file_});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("trainctl submit: --working-dir: the job is not a command job (it has no command:)"));
+  r = Run({"submit", "--working-dir", dir_ + "/missing", "--nproc-per-node", "1", "train.py"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--working-dir " + dir_ + "/missing: not a directory"));
+}
+
+// The client's limit (64 MiB) is checked before the coordinator is dialled:
+// a listener that records connections sees none.
+TEST_F(CliTest, SubmitRefusesAnOversizeDirectoryBeforeAnyCallNamingTheBiggestFiles) {
+  const std::string code = dir_ + "/big";
+  std::filesystem::create_directories(code + "/data");
+  std::ofstream(code + "/train.py") << "print('hi')\n";
+  // Sparse: 65 MiB on paper, nothing on disk (the refusal reads no file).
+  std::filesystem::resize_file(testing::WriteFile(code + "/data", "shard0.bin", ""), int64_t{65} << 20);
+  std::filesystem::resize_file(testing::WriteFile(code + "/data", "shard1.bin", ""), int64_t{3} << 20);
+  RecordingListener listener;
+  CliRun r = RunTrainctl({"--coordinator", absl::StrCat("127.0.0.1:", listener.port()), "--token-file",
+                          AdminTokenFile(), "submit", "--working-dir", code, "--nproc-per-node", "1", "train.py"});
+  EXPECT_EQ(r.code, 1) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("over the limit of 64 MiB"));
+  EXPECT_THAT(r.err, HasSubstr("the biggest files: data/shard0.bin (65 MiB), data/shard1.bin (3 MiB), train.py"));
+  EXPECT_THAT(r.err, HasSubstr(".trainctlignore"));
+  EXPECT_EQ(listener.connections(), 0);
+
+  // Ignored, it is left out and the rest goes (here: to a coordinator
+  // that does not take uploads yet, or does).
+  std::ofstream(code + "/.trainctlignore") << "data/\n";
+  r = RunTrainctl({"--coordinator", absl::StrCat("127.0.0.1:", listener.port()), "--token-file", AdminTokenFile(),
+                   "--timeout", "1", "submit", "--working-dir", code, "--nproc-per-node", "1", "train.py"});
+  EXPECT_THAT(r.err, Not(HasSubstr("over the limit")));
+  EXPECT_GE(listener.connections(), 1);
+}
+
+// The whole submit path against a fake coordinator that stores uploads:
+// the code line, command.code in the submitted spec, working_dir empty,
+// and a second submit of the same tree finds it stored.
+class FakeCodeCoordinator final : public v1::JobService::Service {
+ public:
+  grpc::Status UploadCode(grpc::ServerContext*, grpc::ServerReader<v1::UploadCodeChunk>* reader,
+                          v1::UploadCodeResponse* resp) override {
+    v1::UploadCodeChunk chunk;
+    std::string digest, data;
+    while (reader->Read(&chunk)) {
+      if (digest.empty()) {
+        digest = chunk.digest();
+        resp->set_digest(digest);
+        std::lock_guard<std::mutex> l(mu_);
+        if (stored_.count(digest) > 0) {
+          resp->set_already_stored(true);
+          return grpc::Status::OK;
+        }
+      }
+      data += chunk.data();
+    }
+    resp->set_size_bytes(static_cast<int64_t>(data.size()));
+    if (auth::Sha256Hex(data) != digest.substr(7)) return grpc::Status(grpc::StatusCode::DATA_LOSS, "digest");
+    std::lock_guard<std::mutex> l(mu_);
+    stored_[digest] = data;
+    return grpc::Status::OK;
+  }
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
+    resp->mutable_job()->set_id("fake-1");
+    resp->mutable_job()->set_state(v1::JOB_STATE_PENDING);
+    *resp->mutable_job()->mutable_spec() = req->spec();
+    return grpc::Status::OK;
+  }
+  std::map<std::string, std::string> stored() {
+    std::lock_guard<std::mutex> l(mu_);
+    return stored_;
+  }
+
+ private:
+  std::mutex mu_;
+  std::map<std::string, std::string> stored_;
+};
+
+TEST_F(CliTest, SubmitPacksUploadsAndNamesTheCodeInTheSpec) {
+  FakeCodeCoordinator fake;
+  grpc::ServerBuilder builder;
+  int port = 0;
+  builder.AddListeningPort("127.0.0.1:0", grpc::InsecureServerCredentials(), &port);
+  builder.RegisterService(&fake);
+  std::unique_ptr<grpc::Server> server = builder.BuildAndStart();
+  ASSERT_GT(port, 0);
+  const std::string code = dir_ + "/proj";
+  std::filesystem::create_directories(code + "/pkg");
+  std::ofstream(code + "/train.py") << "print('hi')\n";
+  std::ofstream(code + "/pkg/model.py") << "X = 1\n";
+  std::ofstream(code + "/.gitignore") << "*.log\n";
+  std::ofstream(code + "/run.log") << "left out\n";
+  const std::vector<std::string> args = {"--coordinator", absl::StrCat("127.0.0.1:", port), "--token-file",
+                                         AdminTokenFile(), "-o", "json", "submit", "--working-dir", code,
+                                         "--nproc-per-node", "1", "train.py"};
+  CliRun r = RunTrainctl(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, MatchesRegex("code: 3 files, 4.5 KiB, sha256:[0-9a-f]{8}\u2026 \\(uploaded\\)\n"));
+  v1::Job job = ParseJson<v1::Job>(r.out);
+  const v1::CommandSpec& c = job.spec().command();
+  EXPECT_EQ(c.working_dir(), "");
+  EXPECT_THAT(c.argv(), ElementsAre("python3", "train.py"));
+  EXPECT_EQ(c.code().source(), code);
+  EXPECT_EQ(c.code().files(), 3);
+  EXPECT_EQ(c.code().size_bytes(), 4608);  // 3 files, a directory, the end marker
+  ASSERT_EQ(fake.stored().size(), 1u);
+  EXPECT_EQ(fake.stored().begin()->first, c.code().digest());
+
+  // The same tree again: found stored, the same digest.
+  r = RunTrainctl(args);
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.err, HasSubstr("(already stored)"));
+  EXPECT_EQ(ParseJson<v1::Job>(r.out).spec().command().code().digest(), c.code().digest());
+  server->Shutdown();
 }
 
 TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {

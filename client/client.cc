@@ -1,10 +1,17 @@
 #include "trainctl/client.h"
 
 #include <grpcpp/grpcpp.h>
+#include <sys/stat.h>
+#include <unistd.h>
 #include <zlib.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <optional>
 #include <random>
 #include <set>
@@ -16,6 +23,7 @@
 #include "absl/strings/str_format.h"
 #include "common/jobspec/job_spec.h"
 #include "common/auth/secret.h"
+#include "common/codepack/code_pack.h"
 #include "common/coordinator_failover.h"
 #include "common/grpc_keepalive.h"
 #include "trainctl/v1/auth.grpc.pb.h"
@@ -593,6 +601,116 @@ absl::StatusOr<v1::ArtifactChunk> Client::Fetch(const std::string& job_id, int64
     return absl::DataLossError(absl::StrCat("fetch: the bytes are ", got, ", expected ", head->checksum()));
   }
   return *head;
+}
+
+absl::StatusOr<UploadedCode> Client::UploadCode(const std::string& archive_path, const v1::CodePackage& code) {
+  // UploadCodeChunk.data: at most 1 MiB (job_service.proto).
+  constexpr size_t kChunkBytes = size_t{1} << 20;
+  struct stat st;
+  if (stat(archive_path.c_str(), &st) != 0) {
+    return absl::InvalidArgumentError(absl::StrCat("upload code: ", archive_path, ": ", std::strerror(errno)));
+  }
+  if (static_cast<int64_t>(st.st_size) != code.size_bytes()) {
+    return absl::InvalidArgumentError(absl::StrCat("upload code: ", archive_path, " is ", st.st_size,
+                                                   " bytes, the package says ", code.size_bytes()));
+  }
+  v1::UploadCodeResponse resp;
+  absl::Status read_error;  // the archive could not be read (not the coordinator's answer)
+  // One try: the whole call, the file read from its start.
+  auto call = [&](const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* ctx) -> grpc::Status {
+    resp.Clear();
+    std::ifstream in(archive_path, std::ios::binary);
+    if (!in) {
+      read_error = absl::InvalidArgumentError(absl::StrCat("upload code: cannot read ", archive_path));
+      return grpc::Status(grpc::StatusCode::CANCELLED, "");
+    }
+    v1::JobService::Stub stub(channel);
+    std::unique_ptr<grpc::ClientWriter<v1::UploadCodeChunk>> writer = stub.UploadCode(ctx, &resp);
+    v1::UploadCodeChunk chunk;
+    chunk.set_digest(code.digest());
+    chunk.set_size_bytes(code.size_bytes());
+    std::string buffer(kChunkBytes, '\0');
+    bool first = true;
+    while (true) {
+      in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
+      const size_t n = static_cast<size_t>(in.gcount());
+      if (in.bad()) {
+        read_error = absl::InvalidArgumentError(absl::StrCat("upload code: cannot read ", archive_path));
+        ctx->TryCancel();
+        break;
+      }
+      if (n == 0 && !first) break;
+      chunk.set_data(buffer.data(), n);
+      // False: the coordinator ended the call (it has the archive already,
+      // or refused it); Finish says which.
+      if (!writer->Write(chunk)) break;
+      first = false;
+      chunk.clear_digest();
+      chunk.clear_size_bytes();
+      if (n < buffer.size()) break;  // the end of the file
+    }
+    writer->WritesDone();
+    return writer->Finish();
+  };
+  Endpoints& e = stubs_->endpoints;
+  const absl::Time deadline =
+      absl::Now() + options_.timeout + absl::Seconds(1) * (code.size_bytes() / int64_t{kChunkBytes} + 1);
+  std::string address = e.options.address;
+  grpc::Status status;
+  if (e.fixed != nullptr) {
+    grpc::ClientContext ctx;
+    ctx.set_deadline(absl::ToChronoTime(deadline));
+    status = call(e.fixed, &ctx);
+  } else {
+    status = CallWithFailover(*e.coordinators, deadline, Idempotency::kIdempotent, call, &address);
+  }
+  if (!read_error.ok()) return read_error;
+  if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
+    return absl::UnimplementedError(absl::StrCat(
+        "the coordinator at ", address,
+        " does not take code uploads (JobService.UploadCode; it is older than this client): upgrade it, or "
+        "use a directory every worker has (trainctl submit --no-upload)"));
+  }
+  if (!status.ok()) return FromGrpc(status, address);
+  if (!resp.digest().empty() && resp.digest() != code.digest()) {
+    return absl::DataLossError(
+        absl::StrCat("upload code: the coordinator stored ", resp.digest(), ", expected ", code.digest()));
+  }
+  UploadedCode uploaded;
+  uploaded.code = code;
+  uploaded.already_stored = resp.already_stored();
+  return uploaded;
+}
+
+absl::StatusOr<std::unique_ptr<PackedCodeArchive>> PackedCodeArchive::Pack(const std::string& dir,
+                                                                         int64_t max_bytes) {
+  std::error_code ec;
+  std::string source = std::filesystem::absolute(dir, ec).lexically_normal().string();
+  if (ec) return absl::InvalidArgumentError(absl::StrCat(dir, ": ", ec.message()));
+  while (source.size() > 1 && source.back() == '/') source.pop_back();
+  const char* tmp = std::getenv("TMPDIR");
+  std::string scratch = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/trainctl-code-XXXXXX");
+  if (mkdtemp(scratch.data()) == nullptr) {
+    return absl::InternalError(absl::StrCat("pack code: cannot make a temporary directory ", scratch, ": ",
+                                            std::strerror(errno)));
+  }
+  std::unique_ptr<PackedCodeArchive> archive(new PackedCodeArchive());
+  archive->scratch_dir_ = scratch;  // removed from here on, also on failure
+  archive->path_ = scratch + "/code.tar";
+  codepack::PackOptions options;
+  options.max_bytes = max_bytes;
+  absl::StatusOr<codepack::PackedCode> packed = codepack::PackDirectory(source, archive->path_, options);
+  if (!packed.ok()) return packed.status();
+  archive->code_.set_digest(packed->digest);
+  archive->code_.set_size_bytes(packed->size_bytes);
+  archive->code_.set_files(packed->files);
+  archive->code_.set_source(source);
+  return archive;
+}
+
+PackedCodeArchive::~PackedCodeArchive() {
+  std::error_code ignored;
+  if (!scratch_dir_.empty()) std::filesystem::remove_all(scratch_dir_, ignored);
 }
 
 absl::StatusOr<std::vector<v1::MetricBatch>> Client::Metrics(const std::string& job_id,

@@ -145,7 +145,7 @@ TEST_F(CommandE2ETest, CancelLeavesNoProcessBehind) {
 TEST_F(CommandE2ETest, SubmitTakesTorchrunsFormAndFollowsWithRankOutput) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
   trainctl::testing::Process submit({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file", cluster_->AdminTokenFile(), "submit",
-                                      "--follow", "--nproc-per-node", "2", "--python", "/usr/bin/python3", Script(),
+                                      "--no-upload", "--follow", "--nproc-per-node", "2", "--python", "/usr/bin/python3", Script(),
                                       "--epochs", "1"},
                                      cluster_->dir() + "/submit.log", cluster_->dir());
   ASSERT_TRUE(submit.Start());
@@ -158,7 +158,8 @@ TEST_F(CommandE2ETest, SubmitTakesTorchrunsFormAndFollowsWithRankOutput) {
 
   // The reporting script's progress points reach `--follow -o json`.
   trainctl::testing::Process json({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file", cluster_->AdminTokenFile(), "-o", "json",
-                                    "submit", "--follow", "--nproc-per-node", "2", "--python", "/usr/bin/python3",
+                                    "submit", "--no-upload", "--follow", "--nproc-per-node", "2", "--python",
+                                    "/usr/bin/python3",
                                     Script(), "--epochs", "1"},
                                    cluster_->dir() + "/json.log", cluster_->dir());
   ASSERT_TRUE(json.Start());
@@ -177,7 +178,7 @@ TEST_F(CommandE2ETest, SubmittedScriptRestartsAsTorchrunsDefaultZero) {
   for (const int restarts : {-1, 1}) {
     SCOPED_TRACE(restarts);
     std::vector<std::string> argv = {build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file",
-                                     cluster_->AdminTokenFile(), "submit", "--follow", "--nproc-per-node", "2",
+                                     cluster_->AdminTokenFile(), "submit", "--no-upload", "--follow", "--nproc-per-node", "2",
                                      "--python", "/usr/bin/python3"};
     if (restarts >= 0) {
       argv.push_back("--max-restarts");

@@ -13,6 +13,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "client/cli/code_upload.h"
 #include "client/cli/context.h"
 #include "client/cli/script_job.h"
 #include "client/cli/follow.h"
@@ -141,6 +142,7 @@ struct SubmitFlags {
   // --queue: the job's queue, over the file's queue:.
   std::string queue;
   ScriptJobFlags script;
+  CodeFlags code;
 };
 
 void PrintPlacement(std::ostream& out, const std::vector<v1::RankAssignment>& planned) {
@@ -211,10 +213,32 @@ int RunSubmit(CliContext& ctx, const SubmitFlags& flags) {
             << flags.script.nnodes << " per-host groups; GROUP_WORLD_SIZE says how many hosts the attempt got\n"
             << std::flush;
   }
+  // A dry run packs nothing: it shows the spec as --no-upload sends it.
+  CodeFlags code_flags = flags.code;
+  code_flags.no_upload = code_flags.no_upload || flags.dry_run;
+  absl::StatusOr<std::string> code_dir =
+      PlanCodeUpload(IsScriptForm(flags.file, flags.script), code_flags, &parsed.spec);
+  if (!code_dir.ok()) return ctx.Fail(code_dir.status());
   if (flags.dry_run) return RunDryRun(ctx, flags, parsed.spec);
 
+  // Packed before connecting: a directory that cannot go is refused
+  // without a coordinator.
+  std::unique_ptr<PackedCodeArchive> archive;
+  if (!code_dir->empty()) {
+    absl::StatusOr<std::unique_ptr<PackedCodeArchive>> packed = PackedCodeArchive::Pack(*code_dir);
+    if (!packed.ok()) return ctx.Fail(packed.status());
+    archive = std::move(*packed);
+  }
   absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
   if (!client.ok()) return ctx.Fail(client.status());
+  if (archive != nullptr) {
+    absl::StatusOr<UploadedCode> uploaded = (*client)->UploadCode(archive->path(), archive->code());
+    if (!uploaded.ok()) return ctx.Fail(uploaded.status());
+    *parsed.spec.mutable_command()->mutable_code() = uploaded->code;
+    // Beside the JSON document, not in it.
+    (ctx.json() ? ctx.err : ctx.out) << CodeLine(*uploaded) << "\n";
+    archive.reset();
+  }
   absl::StatusOr<v1::Job> job = (*client)->Submit(parsed.spec);
   if (!job.ok()) return ctx.Fail(job.status());
   if (ctx.json()) {
@@ -492,8 +516,9 @@ VerbRunner AddSubmitVerb(CLI::App& app, CliContext& ctx) {
                           "  trainctl submit examples/mlp-synthetic.yaml --follow\n"
                           "  trainctl submit job.yaml --set world_size=4 --set training.epochs=10\n"
                           "  trainctl submit job.yaml --dry-run\n"
-                          "  trainctl submit --nproc-per-node 4 train.py --epochs 3   # a command job; train.py\n"
-                          "                                     # must exist on the workers (same path)\n");
+                          "  trainctl submit --nproc-per-node 4 train.py --epochs 3   # a command job; the current\n"
+                          "                                     # directory is packed and travels with it\n"
+                          "  trainctl submit --working-dir ~/proj job.yaml   # a command job.yaml with ~/proj's code\n");
   sub->add_option("FILE", flags->file, "The job.yaml, or a program to run as every rank (train.py)")->required();
   sub->add_flag("-f,--follow", flags->follow,
                 "Watch the job until it ends; exit 0 only when it SUCCEEDED");
@@ -509,6 +534,13 @@ VerbRunner AddSubmitVerb(CLI::App& app, CliContext& ctx) {
                   "The queue to submit to (overrides the file's queue:; default: the token's first queue, "
                   "else default; docs/queues.md)")
       ->type_name("QUEUE");
+  sub->add_option("--working-dir", flags->code.working_dir,
+                  "The directory packed and uploaded as a command job's code, where its ranks start (default: "
+                  "the current directory for a program; a job.yaml packs nothing without it)")
+      ->type_name("DIR");
+  sub->add_flag("--no-upload", flags->code.no_upload,
+                "Pack nothing: the current directory (or --working-dir) is a path every worker has (a shared "
+                "mount), as command.working_dir");
   AddScriptOptions(sub, &flags->script);
   return [&ctx, flags] { return RunSubmit(ctx, *flags); };
 }

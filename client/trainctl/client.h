@@ -46,6 +46,7 @@
 // run on the calling thread.
 #pragma once
 
+#include <cstdint>
 #include <functional>
 #include <ostream>
 #include <memory>
@@ -126,6 +127,45 @@ struct DryRunResult {
   std::vector<v1::RankAssignment> planned;
   // Why the job would wait, when it would.
   std::string pending_reason;
+};
+
+// A job's code as the coordinator now holds it (UploadCode,
+// PackAndUploadCode; docs/command-jobs.md, "Code travels with the job").
+struct UploadedCode {
+  // For CommandSpec.code: digest, size_bytes, files, source.
+  v1::CodePackage code;
+  // The coordinator had the archive already, so no bytes were sent.
+  bool already_stored = false;
+};
+
+// A directory packed into a temporary archive for UploadCode: a
+// deterministic tar (the same files give the same digest) with
+// .gitignore and .trainctlignore honoured, .git/, __pycache__/ and *.pyc
+// left out, and links inside the directory followed. The file is removed
+// with the object. Not thread-safe (one owner).
+class PackedCodeArchive {
+ public:
+  // Packs `dir` into a file under $TMPDIR; code().source is `dir` made
+  // absolute. A directory that cannot be packed (InvalidArgument: a link
+  // out of it, a socket, a name too long) or whose archive would be over
+  // `max_bytes` (ResourceExhausted naming the limit and the biggest files)
+  // is refused; nothing is sent anywhere.
+  static absl::StatusOr<std::unique_ptr<PackedCodeArchive>> Pack(const std::string& dir,
+                                                                 int64_t max_bytes = int64_t{64} << 20);
+  ~PackedCodeArchive();
+  PackedCodeArchive(const PackedCodeArchive&) = delete;
+  PackedCodeArchive& operator=(const PackedCodeArchive&) = delete;
+
+  // The archive file.
+  const std::string& path() const { return path_; }
+  // digest, size_bytes, files, source.
+  const v1::CodePackage& code() const { return code_; }
+
+ private:
+  PackedCodeArchive() = default;
+  std::string scratch_dir_;  // holds path_; removed by the destructor
+  std::string path_;
+  v1::CodePackage code_;
 };
 
 class Client {
@@ -216,6 +256,16 @@ class Client {
   absl::StatusOr<v1::ArtifactChunk> Fetch(const std::string& job_id, int64_t checkpoint_step,
                                           std::ostream& out);
 
+  // Uploads a code archive (a ustar tar, as PackedCodeArchive makes) with
+  // JobService.UploadCode: the first message names code.digest and
+  // code.size_bytes (the file's: InvalidArgument when its size differs,
+  // before anything is sent), then the bytes follow in pieces of 1 MiB.
+  // When the coordinator has that digest already it ends the call at once
+  // and nothing more is sent (already_stored). Returns `code` as the
+  // coordinator stored it. Sent again after UNAVAILABLE like a read (the
+  // store is content-addressed); bounded by options.timeout plus 1 s per
+  // MiB. UNIMPLEMENTED: a coordinator without code uploads (older).
+  absl::StatusOr<UploadedCode> UploadCode(const std::string& archive_path, const v1::CodePackage& code);
   // Registered workers; with include_gone also LOST and LEFT ones.
   absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_gone = false);
   // The same with the coordinator's store health (ListWorkersResponse.store).

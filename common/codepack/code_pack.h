@@ -49,7 +49,11 @@ struct UnpackOptions {
 // directories; a name that is absolute, has a `..` component, or is a
 // link, device or anything else is refused naming the entry (DataLoss),
 // and nothing is written outside `dest_dir`. Files get 0644 or 0755 as
-// their mode's owner execute bit says, directories 0755.
+// their mode's owner execute bit says, directories 0755. Over
+// options.max_bytes: ResourceExhausted naming the entry; a truncated
+// archive (no end-of-archive marker) or a header whose checksum is wrong:
+// DataLoss. On any error dest_dir may hold part of the archive: the caller
+// removes it.
 absl::Status UnpackArchive(const std::string& archive_path, const std::string& dest_dir,
                            const UnpackOptions& options = {});
 
