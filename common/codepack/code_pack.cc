@@ -477,8 +477,11 @@ absl::StatusOr<bool> ReadFull(int fd, char* buf, size_t n, const std::string& pa
 
 }  // namespace
 
-absl::Status UnpackArchive(const std::string& archive_path, const std::string& dest_dir,
-                           const UnpackOptions& options) {
+namespace {
+
+// UnpackArchive's work on an open archive; `archive_path` names it in errors.
+absl::Status UnpackFrom(int in_fd, const std::string& archive_path, const std::string& dest_dir,
+                        const UnpackOptions& options) {
   FdCloser dest(open(dest_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dest.get() < 0) return absl::InvalidArgumentError(absl::StrCat(dest_dir, ": ", Errno(errno)));
   {
@@ -490,8 +493,6 @@ absl::Status UnpackArchive(const std::string& archive_path, const std::string& d
       }
     }
   }
-  FdCloser in(open(archive_path.c_str(), O_RDONLY | O_CLOEXEC));
-  if (in.get() < 0) return absl::NotFoundError(absl::StrCat(archive_path, ": ", Errno(errno)));
 
   auto loss = [&](const std::string& entry, const std::string& why) {
     return absl::DataLossError(absl::StrCat(archive_path, ": entry ", Quoted(entry), ": ", why));
@@ -501,7 +502,7 @@ absl::Status UnpackArchive(const std::string& archive_path, const std::string& d
   std::string buffer(kIoBuffer, '\0');
   char block[kBlock];
   while (true) {
-    TRAINCTL_ASSIGN_OR_RETURN(bool have, ReadFull(in.get(), block, kBlock, archive_path));
+    TRAINCTL_ASSIGN_OR_RETURN(bool have, ReadFull(in_fd, block, kBlock, archive_path));
     if (!have) {
       return absl::DataLossError(
           absl::StrCat(archive_path, ": truncated (it ends after ", index, " entries without the end-of-archive marker)"));
@@ -573,7 +574,7 @@ absl::Status UnpackArchive(const std::string& archive_path, const std::string& d
     int64_t pad = Padded(left) - left;
     while (left > 0) {
       const size_t n = static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(buffer.size())));
-      TRAINCTL_ASSIGN_OR_RETURN(bool got, ReadFull(in.get(), buffer.data(), n, archive_path));
+      TRAINCTL_ASSIGN_OR_RETURN(bool got, ReadFull(in_fd, buffer.data(), n, archive_path));
       if (!got) return loss(name, "truncated (the archive ends inside its data)");
       for (size_t off = 0; off < n;) {
         const ssize_t w = write(file.get(), buffer.data() + off, n - off);
@@ -586,11 +587,24 @@ absl::Status UnpackArchive(const std::string& archive_path, const std::string& d
       left -= static_cast<int64_t>(n);
     }
     if (pad > 0) {
-      TRAINCTL_ASSIGN_OR_RETURN(bool got, ReadFull(in.get(), buffer.data(), static_cast<size_t>(pad), archive_path));
+      TRAINCTL_ASSIGN_OR_RETURN(bool got, ReadFull(in_fd, buffer.data(), static_cast<size_t>(pad), archive_path));
       if (!got) return loss(name, "truncated (the archive ends inside its padding)");
     }
   }
   return absl::OkStatus();
+}
+
+}  // namespace
+
+absl::Status UnpackArchive(const std::string& archive_path, const std::string& dest_dir,
+                           const UnpackOptions& options) {
+  FdCloser in(open(archive_path.c_str(), O_RDONLY | O_CLOEXEC));
+  if (in.get() < 0) return absl::NotFoundError(absl::StrCat(archive_path, ": ", Errno(errno)));
+  return UnpackFrom(in.get(), archive_path, dest_dir, options);
+}
+
+absl::Status UnpackArchiveFd(int fd, const std::string& dest_dir, const UnpackOptions& options) {
+  return UnpackFrom(fd, "the code archive", dest_dir, options);
 }
 
 absl::StatusOr<std::string> FileDigest(const std::string& path) {
