@@ -10,6 +10,8 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "common/auth/secret.h"
 #include "common/jobspec/job_spec.h"
 #include "common/temp_dir.h"
@@ -45,12 +47,14 @@ class CodeServiceTest : public ::testing::Test {
     o.registry.lease_timeout = absl::Seconds(5);
     o.check_interval = absl::Milliseconds(50);
     o.max_code_bytes = kMaxCode;
+    Tweak(o);
     server_ = std::make_unique<CoordinatorServer>(o);
     absl::StatusOr<std::string> addr = server_->Start();
     ASSERT_TRUE(addr.ok()) << addr.status();
     address_ = *addr;
     admin_ = Channel(server_->admin_token());
   }
+  virtual void Tweak(CoordinatorOptions& o) {}
   void TearDown() override {
     for (auto& w : workers_) w->Leave();
     workers_.clear();
@@ -119,12 +123,13 @@ class CodeServiceTest : public ::testing::Test {
     p.spec.mutable_command()->set_working_dir(working_dir);
     return p.spec;
   }
-  grpc::Status Submit(const v1::JobSpec& spec, v1::Job* job = nullptr) {
+  grpc::Status Submit(const v1::JobSpec& spec, v1::Job* job = nullptr, bool dry_run = false) {
     auto stub = v1::JobService::NewStub(admin_);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
     v1::SubmitJobRequest req;
     *req.mutable_spec() = spec;
+    req.set_dry_run(dry_run);
     v1::SubmitJobResponse resp;
     grpc::Status s = stub->SubmitJob(&ctx, req, &resp);
     if (job != nullptr) *job = resp.job();
@@ -269,6 +274,43 @@ TEST_F(CodeServiceTest, OnlyAWorkerWithRanksOfTheJobFetchesItsCode) {
   s = Fetch(Channel(runner_token), "no-such-job", Digest(code), &got);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::NOT_FOUND) << s.error_message();
   EXPECT_TRUE(got.empty());
+}
+
+// The coordinator's sweep, with no grace and a short interval: an archive
+// no job names goes; one a stored job names stays.
+class CodeSweepTest : public CodeServiceTest {
+ protected:
+  void Tweak(CoordinatorOptions& o) override {
+    o.unreferenced_code_grace = absl::ZeroDuration();
+    o.code_gc_interval = absl::Milliseconds(50);
+  }
+};
+
+TEST_F(CodeSweepTest, ArchivesNoJobNamesAreDeletedAndNamedOnesKept) {
+  const std::string named = Archive(300, 'g');
+  const std::string orphan = Archive(300, 'h');
+  v1::UploadCodeResponse resp;
+  ASSERT_TRUE(Upload(orphan, &resp).ok());
+  // With no grace the sweep may take an archive between its upload and the
+  // submit; the submit's refusal says to upload again, as a client does.
+  grpc::Status submitted;
+  for (int i = 0; i < 20; ++i) {
+    ASSERT_TRUE(Upload(named, &resp).ok());
+    submitted = Submit(ScriptSpec(Digest(named)));
+    if (submitted.error_code() != grpc::StatusCode::FAILED_PRECONDITION) break;
+  }
+  ASSERT_TRUE(submitted.ok()) << submitted.error_message();
+  const absl::Time deadline = absl::Now() + absl::Seconds(30);
+  grpc::Status probe;
+  do {
+    probe = Submit(ScriptSpec(Digest(orphan)), nullptr, /*dry_run=*/true);
+    if (probe.error_code() == grpc::StatusCode::FAILED_PRECONDITION) break;
+    absl::SleepFor(absl::Milliseconds(50));  // the sweep runs on the coordinator's timer
+  } while (absl::Now() < deadline);
+  EXPECT_EQ(probe.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << "the orphan was never swept";
+  v1::UploadCodeResponse again;
+  ASSERT_TRUE(Upload(admin_, Digest(named), 300, "", &again).ok());
+  EXPECT_TRUE(again.already_stored()) << "a stored job names it";
 }
 
 }  // namespace
