@@ -76,6 +76,8 @@ ABSL_FLAG(int64_t, max_active_jobs, 100000, "most unfinished jobs held; more are
 ABSL_FLAG(int64_t, metric_points_per_job, 100000, "metric points kept per job (older ones downsampled to min/max/last per bucket)");
 ABSL_FLAG(int64_t, log_lines_per_rank, 10000, "log lines kept per rank and attempt (oldest dropped)");
 ABSL_FLAG(int, max_message_mb, 16, "largest gRPC message accepted or sent");
+ABSL_FLAG(int64_t, max_code_bytes, int64_t{64} << 20,
+          "largest code archive a client may upload with a job (JobService.UploadCode), in bytes; at most 1 GiB");
 ABSL_FLAG(int, db_check_timeout_s, 30,
           "at start, an existing --db is checked (PRAGMA quick_check) for at most this long before "
           "anything is written; a damaged one is refused and left as it was; 0: no check");
@@ -485,6 +487,10 @@ absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
   }
   o.store.integrity_check_timeout = absl::Seconds(absl::GetFlag(FLAGS_db_check_timeout_s));
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
+  o.max_code_bytes = absl::GetFlag(FLAGS_max_code_bytes);
+  if (o.max_code_bytes <= 0 || o.max_code_bytes > (int64_t{1} << 30)) {
+    return absl::InvalidArgumentError("--max-code-bytes: must be > 0 and at most 1073741824 (1 GiB)");
+  }
   o.http_listen = absl::GetFlag(FLAGS_http_listen);
   o.metrics_open = absl::GetFlag(FLAGS_metrics_open);
   const double lease_s = absl::GetFlag(FLAGS_leader_lease_s);

@@ -327,6 +327,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
         v1::JobSpec spec = req->spec();
         if (ctx_.queues != nullptr)
           TRAINCTL_RETURN_IF_ERROR(ResolveQueue(spec, who.role, who.queues, *ctx_.queues));
+        TRAINCTL_RETURN_IF_ERROR(CheckSpecCode(*ctx_.store, spec));
         if (req->dry_run()) return MoveInto(ctx_.jobs->DryRun(spec), resp);
         return MoveInto(ctx_.jobs->Submit(spec, who.name, who.token_id, req->request_id()),
                         resp->mutable_job());

@@ -4,6 +4,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/auth/pki.h"
+#include "common/log.h"
+#include "common/status_macros.h"
 #include "common/time_util.h"
 #include "coordinator/store/state_store.h"
 
@@ -48,6 +50,30 @@ std::optional<CertPeer> CertPeerOf(const grpc::CallbackServerContext& ctx) {
     if (serial.ok()) peer.serial = *serial;
   }
   return peer;
+}
+
+absl::StatusOr<WorkerCaller> WorkerCallerOf(const ServiceContext& c, grpc::CallbackServerContext* ctx,
+                                            absl::string_view call) {
+  WorkerCaller caller;
+  if (std::optional<CertPeer> peer = CertPeerOf(*ctx)) {
+    caller.cert_id = peer->id;
+    caller.cert_sans = std::move(peer->sans);
+    caller.cert_serial = peer->serial;
+    // Refused before the call starts: a revoked certificate gets nothing.
+    if (absl::Status revoked = c.auth->CheckCert(caller.cert_id, caller.cert_serial); !revoked.ok()) {
+      LogEvent(LogLevel::kWarn, "coordinator", "worker_revoked_refused",
+               {{"worker_id", caller.cert_id}, {"peer", ctx->peer()}, {"call", std::string(call)},
+                {"reason", std::string(revoked.message())}});
+      return revoked;
+    }
+    if (!caller.cert_serial.empty()) c.auth->NoteCertSerial(caller.cert_id, caller.cert_serial);
+  }
+  if (!caller.cert_id.empty() && ctx->client_metadata().find("authorization") == ctx->client_metadata().end()) {
+    caller.who = Principal{absl::StrCat("cert:", caller.cert_id), caller.cert_id, v1::ROLE_WORKER};
+    return caller;
+  }
+  TRAINCTL_ASSIGN_OR_RETURN(caller.who, Caller(c, ctx, call));
+  return caller;
 }
 
 // A submitter acts only on its own jobs; admins on every job.

@@ -40,6 +40,19 @@ struct CertPeer {
 // nullopt when the call presented no client certificate.
 std::optional<CertPeer> CertPeerOf(const grpc::CallbackServerContext& ctx);
 
+// A worker daemon calling `call` (a WorkerService method): a client
+// certificate the cluster CA signed names it (no token needed; a revoked one
+// is refused, PermissionDenied), or it holds a worker token (Caller), whose
+// worker ids are the ones bound to it (TokenAuthority::BindWorker).
+struct WorkerCaller {
+  Principal who;
+  std::string cert_id;  // the certificate's worker id; "" without one
+  std::vector<std::string> cert_sans;
+  std::string cert_serial;
+};
+absl::StatusOr<WorkerCaller> WorkerCallerOf(const ServiceContext& c, grpc::CallbackServerContext* ctx,
+                                            absl::string_view call);
+
 // A submitter acts only on its own jobs; admins on every job.
 absl::Status MayActOnJob(const Principal& who, absl::string_view call, const v1::Job& job);
 

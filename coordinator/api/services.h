@@ -2,8 +2,10 @@
 // requests to manager calls on the EventLoop, and back.
 //
 //   JobService    — SubmitJob, GetJob, ListJobs, CancelJob (unary),
-//                   WatchJob, GetLogs, FetchArtifact (server streams).
-//   WorkerService — Session (one bidi stream per worker daemon), ListWorkers.
+//                   WatchJob, GetLogs, FetchArtifact (server streams),
+//                   UploadCode (a client stream: code_service.cc).
+//   WorkerService — Session (one bidi stream per worker daemon), ListWorkers,
+//                   FetchCode (a job's code, to a worker that runs it).
 //   AuthService   — CreateToken, ListTokens, RevokeToken, RevokeWorker
 //                   (admin only); Join (a join token, over TLS: a worker's
 //                   client certificate).
@@ -76,6 +78,8 @@ struct ServiceContext {
   // the QueueService edits them. nullptr: no queues (jobs keep the queue
   // they name; the QueueService answers FAILED_PRECONDITION).
   QueueRegistry* queues = nullptr;
+  // Largest code archive UploadCode takes (--max-code-bytes).
+  int64_t max_code_bytes = int64_t{64} << 20;
 };
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
@@ -100,6 +104,8 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                        v1::GetMetricsResponse* resp) override;
   grpc::ServerWriteReactor<v1::ArtifactChunk>* FetchArtifact(grpc::CallbackServerContext* ctx,
                                                              const v1::FetchArtifactRequest* req) override;
+  grpc::ServerReadReactor<v1::UploadCodeChunk>* UploadCode(grpc::CallbackServerContext* ctx,
+                                                          v1::UploadCodeResponse* resp) override;
 
  private:
   ServiceContext ctx_;
@@ -115,6 +121,8 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
   grpc::ServerUnaryReactor* ListWorkers(grpc::CallbackServerContext* ctx,
                                         const v1::ListWorkersRequest* req,
                                         v1::ListWorkersResponse* resp) override;
+  grpc::ServerWriteReactor<v1::CodeChunk>* FetchCode(grpc::CallbackServerContext* ctx,
+                                                    const v1::FetchCodeRequest* req) override;
 
  private:
   std::unique_ptr<TelemetryBatcher> batcher_;
@@ -165,6 +173,15 @@ class QueueServiceImpl final : public v1::QueueService::CallbackService {
 };
 
 grpc::Status ToGrpcStatus(const absl::Status& s);
+
+// InvalidArgument naming `field` unless `digest` is "sha256:" and 64
+// lowercase hex digits (a code archive's digest).
+absl::Status CodeDigestError(absl::string_view digest, absl::string_view field);
+// SubmitJob's checks of a spec's code (CommandSpec.code), on the loop: a
+// well-formed digest (InvalidArgument naming command.code.digest) that the
+// store holds (FailedPrecondition: upload it first), working_dir relative
+// and inside it; fills code.size_bytes from the store when left 0.
+absl::Status CheckSpecCode(StateStore& store, v1::JobSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
 // Cuts worker `worker_id` off now (its certificate or token was revoked):
 // ends its session with `why`, marks it LOST (persisted) and hands its ranks

@@ -652,31 +652,10 @@ WorkerServiceImpl::~WorkerServiceImpl() = default;
 
 grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>* WorkerServiceImpl::Session(
     grpc::CallbackServerContext* ctx) {
-  // mTLS: a client certificate the cluster CA signed (verified in the
-  // handshake) names the worker; it needs no token.
-  std::string cert_id;
-  std::vector<std::string> cert_sans;
-  std::string cert_serial;
-  if (std::optional<CertPeer> peer = CertPeerOf(*ctx)) {
-    cert_id = peer->id;
-    cert_sans = std::move(peer->sans);
-    cert_serial = peer->serial;
-    // Refused before the session starts: a revoked certificate gets nothing.
-    if (absl::Status revoked = ctx_.auth->CheckCert(cert_id, cert_serial); !revoked.ok()) {
-      LogEvent(LogLevel::kWarn, "coordinator", "worker_revoked_refused",
-               {{"worker_id", cert_id}, {"peer", ctx->peer()}, {"reason", std::string(revoked.message())}});
-      return new RefusedSession(revoked);
-    }
-    if (!cert_serial.empty()) ctx_.auth->NoteCertSerial(cert_id, cert_serial);
-  }
-  absl::StatusOr<Principal> who;
-  if (!cert_id.empty() && ctx->client_metadata().find("authorization") == ctx->client_metadata().end()) {
-    who = Principal{absl::StrCat("cert:", cert_id), cert_id, v1::ROLE_WORKER};
-  } else {
-    who = Caller(ctx_, ctx, "Session");
-  }
-  if (!who.ok()) return new RefusedSession(who.status());
-  return new SessionReactor(ctx_, ctx->peer(), *who, cert_id, std::move(cert_sans), std::move(cert_serial));
+  absl::StatusOr<WorkerCaller> caller = WorkerCallerOf(ctx_, ctx, "Session");
+  if (!caller.ok()) return new RefusedSession(caller.status());
+  return new SessionReactor(ctx_, ctx->peer(), std::move(caller->who), caller->cert_id, std::move(caller->cert_sans),
+                            std::move(caller->cert_serial));
 }
 
 grpc::ServerUnaryReactor* WorkerServiceImpl::ListWorkers(grpc::CallbackServerContext* ctx,

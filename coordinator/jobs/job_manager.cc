@@ -240,6 +240,11 @@ absl::Status JobManager::AttachResumeSource(v1::Job& job) const {
                                                    " (e.g. --set training.epochs=", done + 1, ")"));
   }
   for (const v1::CheckpointRecord* r : newest) *job.add_checkpoints() = *r;
+  // A script's continuation runs the code it continues unless it ships its
+  // own (that code is stored: the source job's row keeps it).
+  if (job.spec().has_command() && !job.spec().command().has_code() && source.spec().command().has_code()) {
+    *job.mutable_spec()->mutable_command()->mutable_code() = source.spec().command().code();
+  }
   // Lineage: a continuation's TensorBoard events go on in the run directory
   // of the job it continues (its step axis goes on too: steps count from the
   // checkpoint's), not into a new directory per job id.

@@ -316,6 +316,31 @@ TEST_F(JobManagerTest, AContinuationWritesTensorBoardIntoItsSourcesRun) {
 }
 
 
+// A script's continuation runs the code of the job it continues unless its
+// spec ships code of its own (issue #44 item 2).
+TEST_F(JobManagerTest, AScriptsContinuationKeepsItsSourcesCodeUnlessItNamesItsOwn) {
+  a_ = AddWorker("a", 1, {}, /*allow_commands=*/true);
+  b_ = AddWorker("b", 1, {}, /*allow_commands=*/true);
+  v1::JobSpec first = CommandSpec(2);
+  first.mutable_command()->mutable_code()->set_digest("sha256:" + std::string(64, 'a'));
+  first.mutable_command()->mutable_code()->set_size_bytes(10);
+  const std::string id = RunTwoRanks(first);
+  ASSERT_FALSE(id.empty());
+  ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, 1, 10, "/w/a/ck1").ok());
+  ASSERT_TRUE(jobs_->Cancel(id, "").ok());
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STOPPED).ok());
+  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_STOPPED).ok());
+  v1::JobSpec cont = CommandSpec(2);
+  cont.mutable_resume_from()->set_job(id);
+  auto next = jobs_->Submit(cont);
+  ASSERT_TRUE(next.ok()) << next.status();
+  EXPECT_EQ(next->spec().command().code().digest(), first.command().code().digest());
+  EXPECT_EQ(next->spec().command().code().size_bytes(), 10);
+  cont.mutable_command()->mutable_code()->set_digest("sha256:" + std::string(64, 'b'));
+  auto own = jobs_->Submit(cont);
+  ASSERT_TRUE(own.ok()) << own.status();
+  EXPECT_EQ(own->spec().command().code().digest(), "sha256:" + std::string(64, 'b'));
+}
 // Issue #27 item 7: a job the cluster as it is can never run is refused at
 // submit (saying why and what to do), unless it waits for capacity; a
 // cluster nobody joined yet takes it.

@@ -128,6 +128,7 @@ void CoordinatorServer::MakeServices() {
   fetches_ = std::make_unique<ArtifactFetches>(registry_.get(), options_.clock, options_.fetch_answer_timeout);
   ctx.fetches = fetches_.get();
   ctx.fetch_chunk_bytes = std::clamp<int32_t>(options_.fetch_chunk_bytes, 1, 1 << 20);
+  ctx.max_code_bytes = options_.max_code_bytes;
   sign_in_ = std::make_unique<SignInCodes>(options_.clock);
   ctx.sign_in = sign_in_.get();
   if (!options_.tls_ca_key_pem.empty() && !options_.tls_cert_pem.empty()) {
@@ -239,6 +240,11 @@ void CoordinatorServer::StartHousekeeping() {
       return !jobs_->BusySlots(id).empty();
     });
   });
+  // Code archives no job names, past their grace (one indexed statement).
+  loop_.Every(options_.code_gc_interval, [this] {
+    AssertOnLoop(&loop_, "the code archive sweep");
+    if (store_->lease_confirmed()) DeleteUnreferencedCode();
+  });
   // Tokens also lapse by expiry, which nothing announces: re-check the
   // open streams and sessions every second.
   loop_.Every(absl::Seconds(1), [this] {
@@ -249,6 +255,19 @@ void CoordinatorServer::StartHousekeeping() {
     rpc_refusals_.Flush();
     http_refusals_.Flush();
   });
+}
+
+void CoordinatorServer::DeleteUnreferencedCode() {
+  absl::StatusOr<int64_t> deleted = store_->DeleteUnreferencedCode(absl::Now() - options_.unreferenced_code_grace);
+  if (!deleted.ok()) {
+    // A failing store has logged it (write health); retried next sweep.
+    if (!StateStore::IsWriteFailure(deleted.status())) {
+      LogEvent(LogLevel::kWarn, "coordinator", "code_sweep_failed", {{"error", std::string(deleted.status().message())}});
+    }
+  } else if (*deleted > 0) {
+    LogEvent(LogLevel::kInfo, "coordinator", "code_deleted",
+             {{"archives", absl::StrCat(*deleted)}, {"why", "no stored job names them"}});
+  }
 }
 
 namespace {

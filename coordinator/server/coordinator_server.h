@@ -79,6 +79,12 @@ struct CoordinatorOptions {
   int32_t fetch_chunk_bytes = 1 << 20;
   // How long a worker has to answer one piece of a fetch.
   absl::Duration fetch_answer_timeout = absl::Seconds(30);
+  // Largest code archive a client may upload (--max-code-bytes).
+  int64_t max_code_bytes = int64_t{64} << 20;
+  // An uploaded archive no stored job names is deleted this long after its
+  // upload (checked every code_gc_interval).
+  absl::Duration unreferenced_code_grace = absl::Hours(1);
+  absl::Duration code_gc_interval = absl::Minutes(5);
   // How long a joined worker's certificate is valid.
   absl::Duration worker_cert_validity = absl::Hours(24 * 365);
   bool insecure = false;
@@ -150,6 +156,8 @@ class CoordinatorServer {
   void MakeServices();
   absl::StatusOr<int> Serve();
   void StartHousekeeping();
+  // Deletes code archives no stored job names, past their grace (loop).
+  void DeleteUnreferencedCode();
   // The dashboard and /metrics on http_listen.
   absl::Status ServeHttp();
 

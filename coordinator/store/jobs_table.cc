@@ -49,6 +49,7 @@ absl::Status StateStore::PutJob(const v1::Job& job, int64_t submit_seq,
                                  .Bind(3, static_cast<int64_t>(job.state()))
                                  .BindBlob(4, job_blob)
                                  .Bind(5, s.leader_epoch)
+                                 .Bind(6, job.spec().command().code().digest())
                                  .Run());
     for (const auto& [seq, blob] : event_rows) {
       TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->insert_event,

@@ -152,6 +152,19 @@ constexpr const char* kMigrations[] = {
       ALTER TABLE jobs ADD COLUMN leader_epoch INTEGER NOT NULL DEFAULT 0;
       ALTER TABLE events ADD COLUMN leader_epoch INTEGER NOT NULL DEFAULT 0;
     )sql",
+    // 7 -> 8: code archives (CommandSpec.code, stored by digest), and on
+    // jobs the digest each job's spec names ('' for none): an archive no job
+    // names is deleted after a grace (DeleteUnreferencedCode).
+    R"sql(
+      CREATE TABLE code_archives (
+        digest      TEXT PRIMARY KEY NOT NULL,  -- "sha256:<64 hex>"
+        size        INTEGER NOT NULL,
+        uploaded_ms INTEGER NOT NULL,           -- Unix ms of the last upload
+        blob        BLOB NOT NULL               -- the ustar archive
+      );
+      ALTER TABLE jobs ADD COLUMN code_digest TEXT NOT NULL DEFAULT '';
+      CREATE INDEX jobs_by_code_digest ON jobs (code_digest);
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 
@@ -368,9 +381,10 @@ absl::Status StateStore::Impl::PrepareStatements() {
       {&s.rollback_to, "ROLLBACK TO nested"},
       {&s.load_telemetry_seqs, "SELECT worker_id, seq FROM telemetry_seqs ORDER BY worker_id"},
       {&s.upsert_job,
-       "INSERT INTO jobs (id, submit_seq, state, blob, leader_epoch) VALUES (?1, ?2, ?3, ?4, ?5) "
+       "INSERT INTO jobs (id, submit_seq, state, blob, leader_epoch, code_digest) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
        "ON CONFLICT (id) DO UPDATE SET state = excluded.state, blob = excluded.blob, "
-       "leader_epoch = excluded.leader_epoch"},
+       "leader_epoch = excluded.leader_epoch, code_digest = excluded.code_digest"},
       {&s.insert_event,
        "INSERT INTO events (job_id, seq, blob, leader_epoch) VALUES (?1, ?2, ?3, ?4)"},
       {&s.put_worker, "INSERT OR REPLACE INTO workers (id, blob) VALUES (?1, ?2)",
@@ -396,6 +410,16 @@ absl::Status StateStore::Impl::PrepareStatements() {
        "ON CONFLICT (name) DO UPDATE SET blob = excluded.blob"},
       {&s.delete_queue, "DELETE FROM queues WHERE name = ?1"},
       {&s.load_queues, "SELECT name, blob FROM queues ORDER BY name"},
+      {&s.put_code,
+       "INSERT INTO code_archives (digest, size, uploaded_ms, blob) VALUES (?1, ?2, ?3, ?4) "
+       "ON CONFLICT (digest) DO UPDATE SET uploaded_ms = excluded.uploaded_ms"},
+      {&s.code_size, "SELECT size FROM code_archives WHERE digest = ?1"},
+      {&s.touch_code, "UPDATE code_archives SET uploaded_ms = ?2 WHERE digest = ?1"},
+      {&s.read_code, "SELECT size, substr(blob, ?2, ?3) FROM code_archives WHERE digest = ?1",
+       "SELECT size, substring(blob FROM ?2::INTEGER FOR ?3::INTEGER) FROM code_archives WHERE digest = ?1"},
+      {&s.delete_unreferenced_code,
+       "DELETE FROM code_archives WHERE uploaded_ms < ?1 AND NOT EXISTS "
+       "(SELECT 1 FROM jobs WHERE jobs.code_digest = code_archives.digest)"},
       {&s.count_events, "SELECT COUNT(*) FROM events WHERE job_id = ?1"},
       {&s.count_metrics, "SELECT COUNT(*) FROM metrics WHERE job_id = ?1"},
       {&s.count_logs, "SELECT COUNT(*) FROM logs WHERE job_id = ?1 AND attempt = ?2 AND rank = ?3"},

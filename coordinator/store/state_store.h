@@ -293,6 +293,28 @@ class StateStore {
   // does not parse or holds another name.
   absl::StatusOr<std::vector<v1::Queue>> LoadQueues();
 
+  // --- code archives (CommandSpec.code; JobService.UploadCode) -------------
+  // One row per archive, keyed by its digest ("sha256:<hex>", checked by the
+  // caller), with its bytes as one blob: in the store, not in a directory,
+  // so a standby that takes over serves it too. A job row records the digest
+  // its spec names (jobs.code_digest), which keeps the archive.
+  //
+  // Stores the archive (one commit). Storing a digest again keeps the bytes
+  // and refreshes `uploaded` (a re-upload restarts the unreferenced grace).
+  absl::Status PutCode(const std::string& digest, absl::string_view bytes, absl::Time uploaded);
+  // The archive's size in bytes, or nullopt when it is not stored.
+  absl::StatusOr<std::optional<int64_t>> CodeSize(const std::string& digest);
+  // Sets the archive's upload time to `uploaded` (UploadCode's answer
+  // "already stored" counts as an upload); NotFound when not stored.
+  absl::Status TouchCode(const std::string& digest, absl::Time uploaded);
+  // At most `max_bytes` of the archive from byte `offset` (empty at or past
+  // its end); NotFound when not stored, InvalidArgument for a negative
+  // offset or a max_bytes < 1.
+  absl::StatusOr<std::string> ReadCode(const std::string& digest, int64_t offset, int64_t max_bytes);
+  // Deletes the archives uploaded before `cutoff` that no stored job names
+  // (jobs.code_digest); returns how many (one commit).
+  absl::StatusOr<int64_t> DeleteUnreferencedCode(absl::Time cutoff);
+
   // Fault injection for tests (LevelDB's FaultInjectionTestEnv, in small):
   // `fail` is asked before each write (PutJob, AppendMetrics, AppendLogs,
   // PutWorker, and a group's CommitGroup when the group wrote) commits, with

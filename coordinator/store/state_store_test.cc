@@ -9,6 +9,10 @@ namespace {
 
 using namespace store_testing;  // NOLINT: the tests' shared helpers
 
+const std::string kDigestA = "sha256:" + std::string(64, 'a');
+const std::string kDigestB = "sha256:" + std::string(64, 'b');
+const std::string kDigestC = "sha256:" + std::string(64, 'c');
+
 TEST_P(StoreBackendTest, EmptyStoreLoadsNothing) {
   auto store = Fresh();
   ASSERT_NE(store, nullptr);
@@ -436,8 +440,10 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   // What a coordinator before telemetry seqs left behind.
   // (Nor the later tables: tokens and worker_bindings came with version 3,
   // revoked_workers with 4, owner_numbers with 5, queues with 6, leader and
-  // the leader_epoch columns with 7.)
-  RawExec(path, "DROP TABLE telemetry_seqs; DROP TABLE tokens; DROP TABLE worker_bindings; "
+  // the leader_epoch columns with 7, code archives and jobs.code_digest
+  // with 8.)
+  RawExec(path, "DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
+                "DROP TABLE telemetry_seqs; DROP TABLE tokens; DROP TABLE worker_bindings; "
                 "DROP TABLE revoked_workers; DROP TABLE owner_numbers; DROP TABLE queues; "
                 "DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
                 "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=1");
@@ -460,6 +466,56 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   ASSERT_EQ(tokens->size(), 1u);
   EXPECT_EQ((*tokens)[0].secret_hash, std::string(64, 'a'));
   EXPECT_THAT(*store->LoadWorkerBindings(), ElementsAre(std::pair<std::string, std::string>("w", "t-1")));
+}
+
+TEST_P(StoreBackendTest, CodeArchivesRoundTripAndReadInRanges) {
+  {
+    auto store = Reopen();
+    EXPECT_FALSE(store->CodeSize(kDigestA)->has_value());
+    ASSERT_TRUE(store->PutCode(kDigestA, std::string("ab\0cdefgh", 9), absl::FromUnixSeconds(100)).ok());
+    ASSERT_TRUE(store->PutCode(kDigestA, "ignored", absl::FromUnixSeconds(200)).ok())
+        << "a second put keeps the bytes";
+  }
+  auto store = Reopen();
+  EXPECT_EQ(*store->CodeSize(kDigestA), 9);
+  EXPECT_EQ(*store->ReadCode(kDigestA, 0, 1 << 20), std::string("ab\0cdefgh", 9));
+  EXPECT_EQ(*store->ReadCode(kDigestA, 2, 3), std::string("\0cd", 3));
+  EXPECT_EQ(*store->ReadCode(kDigestA, 7, 10), "gh");
+  EXPECT_EQ(*store->ReadCode(kDigestA, 9, 10), "");
+  EXPECT_TRUE(absl::IsNotFound(store->ReadCode(kDigestB, 0, 10).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(store->ReadCode(kDigestA, -1, 10).status()));
+  EXPECT_TRUE(absl::IsNotFound(store->TouchCode(kDigestB, absl::FromUnixSeconds(1))));
+}
+
+TEST_P(StoreBackendTest, UnreferencedCodeGoesAfterTheCutoffAndNamedCodeStays) {
+  auto store = Fresh();
+  const absl::Time t0 = absl::FromUnixSeconds(1000);
+  ASSERT_TRUE(store->PutCode(kDigestA, "named", t0).ok());
+  ASSERT_TRUE(store->PutCode(kDigestB, "orphan", t0).ok());
+  ASSERT_TRUE(store->PutCode(kDigestC, "recent", t0 + absl::Hours(2)).ok());
+  v1::Job job = MakeJob("j");
+  job.mutable_spec()->mutable_command()->mutable_code()->set_digest(kDigestA);
+  ASSERT_TRUE(store->PutJob(job, 1).ok());
+  // Before the cutoff: nothing goes.
+  EXPECT_EQ(*store->DeleteUnreferencedCode(t0), 0);
+  EXPECT_EQ(*store->DeleteUnreferencedCode(t0 + absl::Hours(1)), 1);
+  EXPECT_TRUE(store->CodeSize(kDigestA)->has_value()) << "a stored job names it";
+  EXPECT_FALSE(store->CodeSize(kDigestB)->has_value());
+  EXPECT_TRUE(store->CodeSize(kDigestC)->has_value()) << "uploaded after the cutoff";
+  // A touch restarts the grace; a job that stops naming it frees it.
+  ASSERT_TRUE(store->TouchCode(kDigestC, t0 + absl::Hours(5)).ok());
+  EXPECT_EQ(*store->DeleteUnreferencedCode(t0 + absl::Hours(4)), 0);
+  job.mutable_spec()->mutable_command()->clear_code();
+  ASSERT_TRUE(store->PutJob(job, 1).ok());
+  EXPECT_EQ(*store->DeleteUnreferencedCode(t0 + absl::Hours(6)), 2);
+}
+
+TEST_P(StoreBackendTest, CodeWritesGoThroughTheWriteFault) {
+  auto store = Fresh();
+  store->SetWriteFaultForTest([](int64_t, absl::string_view) { return true; });
+  EXPECT_TRUE(absl::IsUnavailable(store->PutCode(kDigestA, "x", absl::FromUnixSeconds(1))));
+  store->SetWriteFaultForTest(nullptr);
+  EXPECT_FALSE(store->CodeSize(kDigestA)->has_value()) << "a failed put stores nothing";
 }
 
 TEST_P(StoreBackendTest, QueuesRoundTripReplaceDeleteAndSurviveAReopen) {
@@ -541,7 +597,8 @@ TEST(StateStoreTest, SchemaVersion6MigratesToTheLeaderTableAndEpochColumns) {
     ASSERT_TRUE(store->PutJob(MakeJob("old"), 1, {MakeEvent("old", 1)}).ok());
   }
   // What a coordinator before active/standby left behind.
-  RawExec(path, "DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
+  RawExec(path, "DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
+                "DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
                 "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=6");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
@@ -562,7 +619,8 @@ TEST(StateStoreTest, SchemaVersion5MigratesToTheQueuesTable) {
     ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before queues left behind.
-  RawExec(path, "DROP TABLE queues; DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
+  RawExec(path, "DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
+                "DROP TABLE queues; DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
                 "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=5");
   auto store = OpenOrDie(path);
   auto snapshot = store->LoadAll();
@@ -573,6 +631,24 @@ TEST(StateStoreTest, SchemaVersion5MigratesToTheQueuesTable) {
   a.set_name("a");
   ASSERT_TRUE(store->PutQueue(a).ok());
   EXPECT_EQ(store->LoadQueues()->size(), 1u);
+}
+
+TEST(StateStoreTest, SchemaVersion7MigratesToCodeArchives) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
+  }
+  // What a coordinator before code archives left behind.
+  RawExec(path, "DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; "
+                "ALTER TABLE jobs DROP COLUMN code_digest; PRAGMA user_version=7");
+  auto store = OpenOrDie(path);
+  ASSERT_EQ(store->LoadAll()->jobs.size(), 1u);
+  ASSERT_TRUE(store->PutCode(kDigestA, "abc", absl::FromUnixSeconds(1)).ok());
+  EXPECT_EQ(*store->CodeSize(kDigestA), 3);
+  // The old job names no code: it keeps nothing.
+  EXPECT_EQ(*store->DeleteUnreferencedCode(absl::FromUnixSeconds(2)), 1);
 }
 
 // --- the store spec, and what only PostgreSQL has ---------------------------

@@ -29,6 +29,7 @@ bool FakeWorker::Connect(std::vector<v1::RunningRank> running) {
   r->set_worker_id(id_);
   r->set_hostname("host-" + id_);
   r->set_address(address_);
+  r->set_allow_commands(allow_commands_);
   r->mutable_labels()->insert(labels_.begin(), labels_.end());
   *r->mutable_allocatable() = allocatable_;
   for (int i = 0; i < slots_; ++i) {

@@ -38,6 +38,8 @@ class FakeWorker {
   void set_allocatable(v1::Allocatable allocatable) { allocatable_ = std::move(allocatable); }
   // The address registered at the next Connect() (default 127.0.0.1).
   void set_address(std::string address) { address_ = std::move(address); }
+  // Whether it registers as running command jobs (Register.allow_commands).
+  void set_allow_commands(bool allow) { allow_commands_ = allow; }
   // Opens the session and registers; true when the coordinator acknowledged.
   bool Connect(std::vector<v1::RunningRank> running = {});
   // Stops heartbeating and cuts the stream, as a crashed daemon would.
@@ -69,6 +71,7 @@ class FakeWorker {
   std::map<std::string, std::string> labels_;
   v1::Allocatable allocatable_;
   std::string address_ = "127.0.0.1";
+  bool allow_commands_ = false;
   int slots_;
   absl::Duration heartbeat_;
   std::string token_;
