@@ -21,9 +21,9 @@ q = queue_pb2.Queue(name="a", nominal_gpu=0)
 assert q.HasField("nominal_gpu") and not q.HasField("nominal_cpu")
 for svc, methods in [(job_service_pb2.DESCRIPTOR.services_by_name["JobService"],
                       {"SubmitJob", "GetJob", "ListJobs", "CancelJob", "WatchJob", "GetLogs", "GetMetrics",
-                       "FetchArtifact"}),
+                       "FetchArtifact", "UploadCode"}),
                      (worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"],
-                      {"Session", "ListWorkers"}),
+                      {"Session", "ListWorkers", "FetchCode"}),
                      (auth_pb2.DESCRIPTOR.services_by_name["AuthService"],
                       {"CreateToken", "ListTokens", "RevokeToken", "Join", "RevokeWorker",
                        "CreateSignInCode"}),
