@@ -3,11 +3,14 @@
 // the client library; a submitter token bound to queue `a` lands there
 // without naming it and is refused queue `b`; a queue with a pending job
 // cannot be deleted; an update keeps the queue and changes its quota; queues
-// survive a coordinator restart.
+// survive a coordinator restart. A queue marked the default (issue #44)
+// takes the jobs that name none, and one of them runs on a (scripted) worker.
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
+#include <map>
 #include <optional>
 #include <sstream>
 #include <string>
@@ -17,6 +20,7 @@
 #include "client/cli/cli.h"
 #include "common/jobspec/job_spec.h"
 #include "tests/support/cluster.h"
+#include "tests/support/fake_worker.h"
 #include "trainctl/client.h"
 
 namespace trainctl {
@@ -25,6 +29,7 @@ namespace {
 using ::testing::ContainsRegex;
 using ::testing::HasSubstr;
 using ::testing::MatchesRegex;
+using ::testing::Not;
 using trainctl::testing::Cluster;
 
 v1::JobSpec Spec(const std::string& name) {
@@ -165,9 +170,9 @@ TEST(QueuesE2ETest, AdminDefinesQueuesTokensBindSubmittersDeleteWaitsForJobs) {
   std::getline(lines, header);
   std::getline(lines, row_a);
   std::getline(lines, row_b);
-  EXPECT_THAT(header, MatchesRegex("NAME +COHORT +GPU +CPU +MAX-JOB +PRIORITY +PENDING +RUNNING *"));
-  EXPECT_THAT(row_a, MatchesRegex("a +lab +0/4 +0/- +- +7 +2 +0 *"));
-  EXPECT_THAT(row_b, MatchesRegex("b +- +0/- +0/- +2 +0 +0 +0 *"));
+  EXPECT_THAT(header, MatchesRegex("NAME +COHORT +GPU +CPU +MAX-JOB +PRIORITY +PENDING +RUNNING +DEFAULT *"));
+  EXPECT_THAT(row_a, MatchesRegex("a +lab +0/4 +0/- +- +7 +2 +0 +- *"));
+  EXPECT_THAT(row_b, MatchesRegex("b +- +0/- +0/- +2 +0 +0 +0 +- *"));
   CliResult jobs = RunTrainctl(cluster, secret, {"list"});
   ASSERT_EQ(jobs.code, 0) << jobs.err;
   EXPECT_THAT(jobs.out, ContainsRegex("in-a-[0-9a-f]+ +in-a +a +PENDING"));
@@ -317,6 +322,97 @@ TEST(QueuesE2ETest, QueueDefaultResourcesFillJobsThatAskForNone) {
   EXPECT_EQ(job->spec().resources().cpus(), 0);
   EXPECT_EQ(job->spec().resources().memory(), int64_t{1} << 30);
   EXPECT_EQ(job->spec().resources().pids(), 0);
+}
+
+// Issue #44: the first queue, unmarked, makes a job that names none fail
+// with the fix in the message; `--cpu 2` alone is said to leave GPUs
+// unlimited; once the admin marks the queue the default (--default), a job
+// that names no queue lands in it, is admitted and runs on a worker; a new
+// default un-marks the old one.
+TEST(QueuesE2ETest, TheDefaultQueueTakesJobsThatNameNoneAndTheyRun) {
+  Cluster cluster(testing::BuildDirOfThisTest(), "");
+  ASSERT_TRUE(cluster.StartCoordinator());
+  const std::string admin = cluster.admin_token();
+  CliResult made = RunTrainctl(cluster, admin, {"queue", "create", "team-a", "--cpu", "2"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_THAT(made.out, HasSubstr("queue team-a created: GPUs unlimited (no --gpu), CPUs 2,"));
+  EXPECT_THAT(made.out, Not(HasSubstr("default queue")));
+
+  std::unique_ptr<Client> as_admin = ClientAs(cluster, admin);
+  ASSERT_NE(as_admin, nullptr);
+  absl::StatusOr<v1::Job> refused = as_admin->Submit(Spec("nameless"));
+  EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("queue: this job names no queue and no queue is the default (defined: team-a); name one"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("trainctl queue create NAME --default"));
+
+  made = RunTrainctl(cluster, admin, {"queue", "create", "team-a", "--cpu", "2", "--update", "--default"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_THAT(made.out, HasSubstr("team-a is the default queue: jobs that name no queue go here"));
+  CliResult list = RunTrainctl(cluster, admin, {"queue", "list"});
+  ASSERT_EQ(list.code, 0) << list.err;
+  EXPECT_THAT(list.out, ContainsRegex("team-a +- +0/- +0/2 +- +0 +0 +0 +yes"));
+  CliResult shown = RunTrainctl(cluster, admin, {"queue", "describe", "team-a"});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_THAT(shown.out, ContainsRegex("Default queue: +yes"));
+
+  // A worker with CPU slots; the job naming no queue goes to team-a and runs.
+  const std::string worker_token = cluster.CreateToken(v1::ROLE_WORKER, "w");
+  ASSERT_FALSE(worker_token.empty());
+  testing::FakeWorker worker(grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials()), "w", 2,
+                             absl::Milliseconds(100), worker_token);
+  ASSERT_TRUE(worker.Connect());
+  absl::StatusOr<v1::Job> job = as_admin->Submit(Spec("lands"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().queue(), "team-a");
+  const std::string id = job->id();
+  std::optional<v1::CoordinatorMessage> first = worker.WaitFor(
+      [&id](const v1::CoordinatorMessage& m) {
+        return (m.has_preflight() && m.preflight().job_id() == id) ||
+               (m.has_start_ranks() && m.start_ranks().job_id() == id);
+      },
+      absl::Seconds(30));
+  ASSERT_TRUE(first.has_value()) << "the job was never placed on the worker";
+  if (first->has_preflight()) {
+    v1::WorkerMessage pre;
+    pre.mutable_preflight()->set_job_id(id);
+    pre.mutable_preflight()->set_attempt(first->preflight().attempt());
+    ASSERT_TRUE(worker.Send(pre));
+    ASSERT_TRUE(worker
+                    .WaitFor([&id](const v1::CoordinatorMessage& m) {
+                      return m.has_start_ranks() && m.start_ranks().job_id() == id;
+                    },
+                             absl::Seconds(30))
+                    .has_value());
+  }
+  v1::WorkerMessage rdv;
+  rdv.mutable_rendezvous()->set_job_id(id);
+  rdv.mutable_rendezvous()->set_attempt(1);
+  rdv.mutable_rendezvous()->mutable_info()->set_gloo_store_address("127.0.0.1:1234");
+  ASSERT_TRUE(worker.Send(rdv));
+  ASSERT_TRUE(worker.SendStatus(id, 1, 0, v1::RANK_STATE_RUNNING));
+  EXPECT_EQ(cluster.WaitState(id, v1::JOB_STATE_RUNNING).state(), v1::JOB_STATE_RUNNING);
+  absl::StatusOr<v1::QueueStatus> used = as_admin->GetQueue("team-a");
+  ASSERT_TRUE(used.ok()) << used.status();
+  EXPECT_EQ(used->running_jobs(), 1);
+  EXPECT_EQ(used->used_cpu(), 1);
+  ASSERT_TRUE(worker.SendStatus(id, 1, 0, v1::RANK_STATE_SUCCEEDED));
+  EXPECT_EQ(cluster.WaitState(id, v1::JOB_STATE_SUCCEEDED).state(), v1::JOB_STATE_SUCCEEDED);
+
+  // A second default un-marks the first; jobs naming none follow it.
+  made = RunTrainctl(cluster, admin, {"queue", "create", "team-b", "--gpu", "0", "--default"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_THAT(made.out, HasSubstr("GPUs 0 (none of its own: only what its cohort lends), CPUs unlimited (no --cpu)"));
+  list = RunTrainctl(cluster, admin, {"queue", "list"});
+  ASSERT_EQ(list.code, 0) << list.err;
+  std::istringstream lines(list.out);
+  std::map<std::string, std::string> rows;
+  for (std::string line; std::getline(lines, line);) rows[line.substr(0, line.find(' '))] = line;
+  EXPECT_THAT(rows["team-a"], MatchesRegex("team-a .* +- *"));
+  EXPECT_THAT(rows["team-b"], MatchesRegex("team-b .* +yes *"));
+  job = as_admin->Submit(Spec("follows"));
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->spec().queue(), "team-b");
 }
 
 }  // namespace

@@ -35,6 +35,8 @@ struct QueueArgs {
   std::string default_memory;
   int64_t default_pids = 0;
   bool update = false;
+  // Queue.default_queue.
+  bool make_default = false;
 };
 
 // "2 cpus, 4 GiB memory, 512 pids per rank", or "none".
@@ -45,6 +47,14 @@ std::string ResourcesText(const v1::ResourceSpec& r) {
   if (r.pids() > 0) parts.push_back(absl::StrCat(r.pids(), " pids"));
   if (parts.empty()) return "none";
   return absl::StrCat(absl::StrJoin(parts, ", "), " per rank");
+}
+
+// What a nominal quota of one slot kind means, for the create message:
+// "GPUs unlimited (no --gpu)", "CPUs 2", "GPUs 0 (none of its own: ...)".
+std::string NominalMeaning(const char* kind, const char* flag, bool has_nominal, int nominal) {
+  if (!has_nominal) return absl::StrCat(kind, " unlimited (no ", flag, ")");
+  if (nominal == 0) return absl::StrCat(kind, " 0 (none of its own: only what its cohort lends)");
+  return absl::StrCat(kind, " ", nominal);
 }
 
 // "used/nominal", "-" for an unlimited nominal ("3/-").
@@ -60,6 +70,7 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
   q.set_cohort(a.cohort);
   q.set_max_job_size(a.max_job_size);
   q.set_default_priority(a.default_priority);
+  q.set_default_queue(a.make_default);
   if (!a.default_memory.empty()) {
     // As job.yaml's resources.memory: 512Mi, 4Gi, 2G or plain bytes.
     std::optional<int64_t> bytes = jobspec::ParseByteQuantity(a.default_memory);
@@ -80,9 +91,11 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
     ctx.PrintJson(*made);
     return kExitOk;
   }
-  ctx.out << "queue " << made->name() << (a.update ? " created or updated" : " created") << ": gpu "
-          << (made->has_nominal_gpu() ? absl::StrCat(made->nominal_gpu()) : "unlimited") << ", cpu "
-          << (made->has_nominal_cpu() ? absl::StrCat(made->nominal_cpu()) : "unlimited")
+  // Says what each slot kind means, so that `--cpu 2` alone is not read as
+  // a limit on GPUs too.
+  ctx.out << "queue " << made->name() << (a.update ? " created or updated" : " created") << ": "
+          << NominalMeaning("GPUs", "--gpu", made->has_nominal_gpu(), made->nominal_gpu()) << ", "
+          << NominalMeaning("CPUs", "--cpu", made->has_nominal_cpu(), made->nominal_cpu())
           << (made->cohort().empty() ? "" : absl::StrCat(", cohort ", made->cohort()))
           << (made->max_job_size() > 0 ? absl::StrCat(", max job size ", made->max_job_size()) : "")
           << ", default priority " << made->default_priority()
@@ -90,6 +103,9 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
                   ? absl::StrCat(", default resources ", ResourcesText(made->default_resources()))
                   : "")
           << "\n";
+  if (made->default_queue()) {
+    ctx.out << made->name() << " is the default queue: jobs that name no queue go here\n";
+  }
   return kExitOk;
 }
 
@@ -103,14 +119,14 @@ int RunQueueList(CliContext& ctx) {
     ctx.out << "no queues (every job runs as before queues: one unlimited queue)\n";
     return kExitOk;
   }
-  Table t({"NAME", "COHORT", "GPU", "CPU", "MAX-JOB", "PRIORITY", "PENDING", "RUNNING"});
+  Table t({"NAME", "COHORT", "GPU", "CPU", "MAX-JOB", "PRIORITY", "PENDING", "RUNNING", "DEFAULT"});
   for (const v1::QueueStatus& s : *queues) {
     const v1::Queue& q = s.queue();
     t.AddRow({q.name(), q.cohort().empty() ? "-" : q.cohort(),
               QuotaText(s.used_gpu(), q.has_nominal_gpu(), q.nominal_gpu()),
               QuotaText(s.used_cpu(), q.has_nominal_cpu(), q.nominal_cpu()),
               q.max_job_size() > 0 ? absl::StrCat(q.max_job_size()) : "-", absl::StrCat(q.default_priority()),
-              absl::StrCat(s.pending_jobs()), absl::StrCat(s.running_jobs())});
+              absl::StrCat(s.pending_jobs()), absl::StrCat(s.running_jobs()), q.default_queue() ? "yes" : "-"});
   }
   t.Print(ctx.out);
   return kExitOk;
@@ -128,6 +144,7 @@ int RunQueueDescribe(CliContext& ctx, const std::string& name) {
   const v1::Queue& q = s->queue();
   Table t({"", ""});
   t.AddRow({"Name:", q.name()});
+  t.AddRow({"Default queue:", q.default_queue() ? "yes (jobs that name no queue go here)" : "no"});
   t.AddRow({"Cohort:", q.cohort().empty() ? "- (lends and borrows nothing)" : q.cohort()});
   t.AddRow({"GPU slots:", absl::StrCat(s->used_gpu(), " used of ",
                                        q.has_nominal_gpu() ? absl::StrCat(q.nominal_gpu()) : "unlimited")});
@@ -242,6 +259,7 @@ VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
       app, "queue", "Create, list, describe and delete queues (docs/queues.md)",
       "  trainctl queue create research --gpu 16 --cohort lab --default-priority 10\n"
       "  trainctl queue create research --gpu 24 --cohort lab --update\n"
+      "  trainctl queue create team-a --gpu 8 --cpu 32 --default\n"
       "  trainctl queue create batch --cpu 64 --default-cpus 2 --default-memory 4Gi\n"
       "  trainctl queue list\n"
       "  trainctl queue describe research\n"
@@ -274,9 +292,15 @@ VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
   c->add_option("--default-pids", create->default_pids,
                 "Processes per rank for a job that asks for no resources (default 0: none)")
       ->type_name("N");
-  c->add_flag("--update", create->update, "Replace the queue if it exists (else create it)");
+  c->add_flag("--update", create->update,
+              "Replace the queue if it exists (else create it); the whole queue: give --default again to keep it "
+              "the default");
+  c->add_flag("--default", create->make_default,
+              "Make it the cluster's default queue: jobs that name no queue (from tokens bound to none) go here; "
+              "the previous default is un-marked");
   c->callback([which] { *which = "create"; });
-  CLI::App* l = sub->add_subcommand("list", "List queues with their use (GPU and CPU: used/nominal, - = unlimited)");
+  CLI::App* l = sub->add_subcommand(
+      "list", "List queues with their use (GPU and CPU: used/nominal, - = unlimited) and which is the default");
   l->callback([which] { *which = "list"; });
   CLI::App* d = sub->add_subcommand("describe", "Show one queue in full");
   d->add_option("NAME", *name, "Queue name")->required();

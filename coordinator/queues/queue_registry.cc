@@ -103,6 +103,14 @@ std::string QueueRegistry::NameList() const {
   return absl::StrJoin(names, ", ");
 }
 
+const v1::Queue* QueueRegistry::DefaultQueue() const {
+  CheckLoop();
+  for (const auto& entry : queues_) {
+    if (entry.second.default_queue()) return &entry.second;
+  }
+  return nullptr;
+}
+
 absl::StatusOr<v1::Queue> QueueRegistry::Create(v1::Queue queue, bool update) {
   CheckLoop();
   TRAINCTL_RETURN_IF_ERROR(ValidateQueue(queue));
@@ -121,7 +129,24 @@ absl::StatusOr<v1::Queue> QueueRegistry::Create(v1::Queue queue, bool update) {
   } else {
     SetTimestamp(clock_->Now(), queue.mutable_create_time());
   }
-  TRAINCTL_RETURN_IF_ERROR(store_->PutQueue(queue));
+  // At most one default: the previous one is un-marked first (on disk, then
+  // in memory), so a failure between the two writes leaves none, not two.
+  std::string unmarked;
+  if (queue.default_queue()) {
+    for (auto& [name, other] : queues_) {
+      if (name == queue.name() || !other.default_queue()) continue;
+      v1::Queue plain = other;
+      plain.set_default_queue(false);
+      TRAINCTL_RETURN_IF_ERROR(store_->PutQueue(plain));
+      other = std::move(plain);
+      unmarked = name;
+    }
+  }
+  if (absl::Status stored = store_->PutQueue(queue); !stored.ok()) {
+    if (unmarked.empty()) return stored;
+    return absl::Status(stored.code(), absl::StrCat(stored.message(), " (queue '", unmarked,
+                                                    "' was already un-marked: no queue is the default now)"));
+  }
   queues_[queue.name()] = queue;
   return queue;
 }
@@ -143,7 +168,20 @@ absl::Status QueueRegistry::Delete(const std::string& name, int pending_jobs, in
 
 absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role, absl::Span<const std::string> token_queues,
                           const QueueRegistry& queues) {
-  if (spec.queue().empty()) spec.set_queue(token_queues.empty() ? kDefaultQueue : token_queues.front());
+  if (spec.queue().empty()) {
+    if (!token_queues.empty()) {
+      spec.set_queue(token_queues.front());
+    } else if (const v1::Queue* marked = queues.DefaultQueue(); marked != nullptr) {
+      spec.set_queue(marked->name());
+    } else if (!queues.empty() && queues.Find(kDefaultQueue) == nullptr) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "queue: this job names no queue and no queue is the default (defined: ", queues.NameList(),
+          "); name one (queue: NAME in the job file, or --queue NAME) or mark one the default (trainctl queue "
+          "create NAME --default, or --update --default for an existing one)"));
+    } else {
+      spec.set_queue(kDefaultQueue);
+    }
+  }
   TRAINCTL_RETURN_IF_ERROR(CheckQueueName("queue", spec.queue()));
   if (role != v1::ROLE_ADMIN && !token_queues.empty() &&
       std::find(token_queues.begin(), token_queues.end(), spec.queue()) == token_queues.end()) {

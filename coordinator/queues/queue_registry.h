@@ -78,10 +78,18 @@ class QueueRegistry {
   std::vector<scheduler::QueueSpec> Specs() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Names, ascending, joined with ", " (for messages); "none" when empty.
   std::string NameList() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // The queue marked default_queue, or nullptr when none is. (Create keeps
+  // at most one marked; should a store hold several, the first by name.)
+  // Valid until the next change.
+  const v1::Queue* DefaultQueue() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // Validates, stamps create_time (now, or the replaced queue's) and
   // stores. AlreadyExists for a known name unless `update` (which creates
   // or replaces). Unset nominals are stored unset (unlimited).
+  // A queue marked default_queue un-marks the previous default: that queue
+  // is stored un-marked first, then this one. Should the second write fail,
+  // the error says so and memory keeps what the store holds (no default):
+  // never two defaults, on disk or in memory.
   absl::StatusOr<v1::Queue> Create(v1::Queue queue, bool update)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Removes a queue. `pending_jobs`/`running_jobs`: the queue's live jobs
@@ -104,7 +112,10 @@ class QueueRegistry {
 
 // The submit-time rule. Puts `spec` in a queue and fills its priority:
 //  - spec.queue empty: the submitter's first queue (Token.queues), else
-//    "default";
+//    the default queue (QueueRegistry::DefaultQueue), else "default"; when
+//    queues are defined, none is the default and none is named "default":
+//    InvalidArgument saying how to fix it (name a queue, or mark one the
+//    default);
 //  - a submitter (not admin) token with queues may only submit to those:
 //    PermissionDenied naming the queue and the token's queues;
 //  - queues defined and spec.queue not one of them: InvalidArgument

@@ -198,8 +198,98 @@ TEST_F(QueueRegistryTest, ResolveRefusesAnUndefinedQueue) {
   EXPECT_EQ(s.message(), "queue: no queue named 'x' (defined: a, b)");
   spec = MakeSpec();
   s = ResolveQueue(spec, v1::ROLE_ADMIN, {}, *registry_);
-  EXPECT_EQ(s.message(), "queue: no queue named 'default' (defined: a, b)")
-      << "with queues defined, 'default' is a queue like another";
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(),
+            "queue: this job names no queue and no queue is the default (defined: a, b); name one (queue: NAME in "
+            "the job file, or --queue NAME) or mark one the default (trainctl queue create NAME --default, or "
+            "--update --default for an existing one)")
+      << "with queues defined and none the default or named 'default', the error says how to fix it";
+}
+
+TEST_F(QueueRegistryTest, AtMostOneQueueIsTheDefaultAndItSurvivesAReload) {
+  DefineAB();
+  EXPECT_EQ(registry_->DefaultQueue(), nullptr);
+  v1::Queue c = MakeQueue("c");
+  c.set_default_queue(true);
+  ASSERT_TRUE(registry_->Create(c, false).ok());
+  ASSERT_NE(registry_->DefaultQueue(), nullptr);
+  EXPECT_EQ(registry_->DefaultQueue()->name(), "c");
+
+  // Marking a (by update) un-marks c, in memory and in the store.
+  v1::Queue a = *registry_->Find("a");
+  a.set_default_queue(true);
+  ASSERT_TRUE(registry_->Create(a, true).ok());
+  EXPECT_EQ(registry_->DefaultQueue()->name(), "a");
+  EXPECT_FALSE(registry_->Find("c")->default_queue());
+  QueueRegistry reloaded(store_.get(), &clock_);
+  ASSERT_TRUE(reloaded.Load().ok());
+  ASSERT_NE(reloaded.DefaultQueue(), nullptr);
+  EXPECT_EQ(reloaded.DefaultQueue()->name(), "a");
+  EXPECT_FALSE(reloaded.Find("c")->default_queue()) << "the un-marking was stored";
+
+  // Re-marking the default itself writes nothing else; an update without
+  // the mark un-marks it (an update replaces the whole queue).
+  ASSERT_TRUE(registry_->Create(a, true).ok());
+  EXPECT_EQ(registry_->DefaultQueue()->name(), "a");
+  a.set_default_queue(false);
+  ASSERT_TRUE(registry_->Create(a, true).ok());
+  EXPECT_EQ(registry_->DefaultQueue(), nullptr);
+
+  // Deleting the default leaves none.
+  ASSERT_TRUE(registry_->Create(c, true).ok());
+  ASSERT_TRUE(registry_->Delete("c", 0, 0).ok());
+  EXPECT_EQ(registry_->DefaultQueue(), nullptr);
+  ASSERT_TRUE(reloaded.Load().ok());
+  EXPECT_EQ(reloaded.DefaultQueue(), nullptr);
+}
+
+TEST_F(QueueRegistryTest, AFailedWriteOfTheNewDefaultLeavesNoneNotTwo) {
+  v1::Queue a = MakeQueue("a");
+  a.set_default_queue(true);
+  ASSERT_TRUE(registry_->Create(a, false).ok());
+  v1::Queue b = MakeQueue("b");
+  b.set_default_queue(true);
+  // The un-marking of a is stored, the write of b fails.
+  store_->SetWriteFaultForTest([](int64_t, absl::string_view op) { return op == "PutQueue('b')"; });
+  absl::StatusOr<v1::Queue> failed = registry_->Create(b, false);
+  store_->SetWriteFaultForTest(nullptr);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_THAT(failed.status().message(),
+              HasSubstr("(queue 'a' was already un-marked: no queue is the default now)"));
+  EXPECT_EQ(registry_->Find("b"), nullptr);
+  EXPECT_EQ(registry_->DefaultQueue(), nullptr) << "memory follows the store";
+  QueueRegistry reloaded(store_.get(), &clock_);
+  ASSERT_TRUE(reloaded.Load().ok());
+  EXPECT_EQ(reloaded.DefaultQueue(), nullptr);
+  EXPECT_EQ(reloaded.Find("b"), nullptr);
+
+  // A failed un-marking changes nothing: a stays the default.
+  ASSERT_TRUE(registry_->Create(a, true).ok());
+  store_->SetWriteFaultForTest([](int64_t, absl::string_view op) { return op == "PutQueue('a')"; });
+  failed = registry_->Create(b, false);
+  store_->SetWriteFaultForTest(nullptr);
+  EXPECT_EQ(failed.status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(registry_->DefaultQueue()->name(), "a");
+  EXPECT_EQ(registry_->Find("b"), nullptr);
+}
+
+TEST_F(QueueRegistryTest, ResolvePutsAJobNamingNoQueueInTheDefault) {
+  DefineAB();
+  ASSERT_TRUE(registry_->Create(MakeQueue("default"), false).ok());
+  v1::Queue b = *registry_->Find("b");
+  b.set_default_queue(true);
+  ASSERT_TRUE(registry_->Create(b, true).ok());
+  v1::JobSpec spec = MakeSpec();
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_ADMIN, {}, *registry_).ok());
+  EXPECT_EQ(spec.queue(), "b") << "the marked queue wins over the one named 'default'";
+  spec = MakeSpec();
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {"a"}, *registry_).ok());
+  EXPECT_EQ(spec.queue(), "a") << "a token's queues come first";
+  EXPECT_EQ(spec.priority(), 7);
+  spec = MakeSpec();
+  spec.set_queue("a");
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_ADMIN, {}, *registry_).ok());
+  EXPECT_EQ(spec.queue(), "a") << "a job naming a queue keeps it";
 }
 
 TEST_F(QueueRegistryTest, ResolveFillsTheQueuesDefaultPriority) {
