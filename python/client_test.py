@@ -469,12 +469,16 @@ class ClientTest(ClusterTestCase):
         self.assertEqual(self.client.upload_code(src).digest, cli_code.digest)
         self.assertEqual(self.client.wait(cli_job.id, timeout=JOB_TIMEOUT_S).state, JobState.SUCCEEDED)
 
-        # New code: stored by this upload, then already there.
+        # New code, in three 1 MiB pieces: stored by this upload, then
+        # already there.
         with open(os.path.join(src, "train.py"), "a") as f:
             f.write("# changed\n")
+        with open(os.path.join(src, "weights.bin"), "wb") as f:
+            f.write(os.urandom(5 << 19))
         os.unlink(packed.path)
         packed = codepack.pack_directory(src, packed.path)
         self.assertNotEqual(packed.digest, cli_code.digest)
+        self.assertGreater(packed.size_bytes, 2 << 20)
         code = job_pb2.CodePackage(digest=packed.digest, size_bytes=packed.size_bytes, files=packed.files)
         self.assertFalse(self.client.upload_archive(packed.path, code))
         self.assertTrue(self.client.upload_archive(packed.path, code))
