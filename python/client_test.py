@@ -54,6 +54,7 @@ def _ensure_stubs():
 _ensure_stubs()
 
 import grpc  # noqa: E402
+from trainctl import codepack  # noqa: E402
 from trainctl.client import Client, FailureKind, Job, JobState, TrainctlError, script_job_spec  # noqa: E402
 from trainctl.v1 import auth_pb2, auth_pb2_grpc, job_pb2, job_service_pb2, job_service_pb2_grpc  # noqa: E402
 from trainctl.v1 import metrics_pb2, worker_service_pb2, worker_service_pb2_grpc  # noqa: E402
@@ -330,14 +331,23 @@ class ClientTest(ClusterTestCase):
         script_dir = tempfile.mkdtemp(prefix="script-", dir=WORK)
         with open(os.path.join(script_dir, "train_ddp.py"), "w") as f:
             f.write(TRAIN_SCRIPT)
+        with open(os.path.join(script_dir, "notes.log"), "w") as f:
+            f.write("not shipped")
+        with open(os.path.join(script_dir, ".trainctlignore"), "w") as f:
+            f.write("*.log\n")
         job = self.client.submit_script("train_ddp.py", nproc_per_node=2, args=["--epochs", 3],
                                         working_dir=script_dir, python=sys.executable, env={"GREETING": "hi"})
+        # The code travelled with the job (upload=True, the default): the
+        # directory can go at once, and the ranks run their own copy.
+        shutil.rmtree(script_dir)
         self.assertIsInstance(job, Job)
         self.assertTrue(job.id.startswith("train-ddp-"), job.id)
         self.assertIs(job.state, JobState.PENDING)
         self.assertEqual(job.world_size, 2)
         self.assertEqual(list(job.spec.command.argv), [sys.executable, "train_ddp.py", "--epochs", "3"])
-        self.assertEqual(job.spec.command.working_dir, script_dir)
+        self.assertEqual(job.spec.command.working_dir, "")
+        self.assertRegex(job.spec.command.code.digest, r"^sha256:[0-9a-f]{64}$")
+        self.assertEqual((job.spec.command.code.files, job.spec.command.code.source), (2, script_dir))
 
         done = self.client.wait(job, timeout=JOB_TIMEOUT_S)
         self.assertIs(done.state, JobState.SUCCEEDED, done.state_reason)
@@ -418,6 +428,82 @@ class ClientTest(ClusterTestCase):
         self.assertEqual(resolved.spec.name, "train")
         self.assertTrue(resolved.spec.restart.HasField("max_restarts"))
         self.assertEqual(resolved.spec.restart.max_restarts, 0)
+
+    def test_upload_code_is_the_cli_archive_and_stored_once(self):
+        # One tree through `trainctl submit SCRIPT` (the C++ packer and
+        # upload) and through trainctl.codepack: the same files, byte for
+        # byte the same archive (the same digest), so the Python upload
+        # finds it stored.
+        src = tempfile.mkdtemp(prefix="code-", dir=WORK)
+        files = {"train.py": "print('shipped')\n", ".gitignore": "*.log\n!keep.log\nbuild/\n/top.txt\n",
+                 "keep.log": "k", "drop.log": "d", "build/out.o": "o", "top.txt": "t", "sub/top.txt": "s",
+                 "sub/.gitignore": "*.tmp\n", "sub/a.tmp": "", "m.pyc": "c", "__pycache__/m.pyc": "c",
+                 ".git/HEAD": "ref", ".trainctlignore": "data/\n", "data/big.bin": "b" * 5000,
+                 "pkg/deep/mod.py": "x = 1\n"}
+        for rel, text in files.items():
+            os.makedirs(os.path.dirname(os.path.join(src, rel)), exist_ok=True)
+            with open(os.path.join(src, rel), "w") as f:
+                f.write(text)
+        os.symlink("pkg/deep/mod.py", os.path.join(src, "link.py"))
+        cli = _wait_for_binary(os.path.join(self.cluster.build_dir, "client", "trainctl"))
+        out = subprocess.run(
+            [cli, "--coordinator", self.cluster.address, "--token", self.cluster.admin_token, "-o", "json", "submit",
+             "--python", sys.executable, "train.py"], cwd=src, capture_output=True, text=True, timeout=START_TIMEOUT_S)
+        self.assertEqual(out.returncode, 0, out.stderr)
+        doc = json.loads(out.stdout)
+        cli_job = job_pb2.Job()
+        from google.protobuf import json_format
+        json_format.ParseDict(doc.get("job", doc), cli_job, ignore_unknown_fields=True)
+        cli_code = cli_job.spec.command.code
+        self.assertRegex(cli_code.digest, r"^sha256:[0-9a-f]{64}$")
+
+        packed = codepack.pack_directory(src, os.path.join(WORK, "py-code.tar"))
+        names = subprocess.run(["tar", "tf", packed.path], capture_output=True, text=True, check=True).stdout
+        self.assertEqual(names.splitlines(), [".gitignore", ".trainctlignore", "keep.log", "link.py", "pkg/",
+                                              "pkg/deep/", "pkg/deep/mod.py", "sub/", "sub/.gitignore",
+                                              "sub/top.txt", "train.py"])
+        self.assertEqual((packed.digest, packed.size_bytes, packed.files),
+                         (cli_code.digest, cli_code.size_bytes, cli_code.files))
+        code = job_pb2.CodePackage(digest=packed.digest, size_bytes=packed.size_bytes, files=packed.files)
+        self.assertTrue(self.client.upload_archive(packed.path, code))  # already stored
+        self.assertEqual(self.client.upload_code(src).digest, cli_code.digest)
+        self.assertEqual(self.client.wait(cli_job.id, timeout=JOB_TIMEOUT_S).state, JobState.SUCCEEDED)
+
+        # New code, in three 1 MiB pieces: stored by this upload, then
+        # already there.
+        with open(os.path.join(src, "train.py"), "a") as f:
+            f.write("# changed\n")
+        with open(os.path.join(src, "weights.bin"), "wb") as f:
+            f.write(os.urandom(5 << 19))
+        os.unlink(packed.path)
+        packed = codepack.pack_directory(src, packed.path)
+        self.assertNotEqual(packed.digest, cli_code.digest)
+        self.assertGreater(packed.size_bytes, 2 << 20)
+        code = job_pb2.CodePackage(digest=packed.digest, size_bytes=packed.size_bytes, files=packed.files)
+        self.assertFalse(self.client.upload_archive(packed.path, code))
+        self.assertTrue(self.client.upload_archive(packed.path, code))
+        bad = job_pb2.CodePackage(digest="sha256:" + "0" * 64, size_bytes=packed.size_bytes)
+        with self.assertRaises(TrainctlError) as cm:
+            self.client.upload_archive(packed.path, bad)
+        self.assertEqual(cm.exception.code, grpc.StatusCode.DATA_LOSS, cm.exception)
+
+    def test_submit_script_refuses_before_any_call_and_upload_false_keeps_the_path(self):
+        src = tempfile.mkdtemp(prefix="refuse-", dir=WORK)
+        with open(os.path.join(src, "train.py"), "w") as f:
+            f.write("print('x')\n")
+        os.symlink("/etc/hostname", os.path.join(src, "escape"))
+        before = len(self.client.list())
+        with self.assertRaises(ValueError) as cm:
+            self.client.submit_script("train.py", working_dir=src, python=sys.executable)
+        self.assertIn(src + "/escape -> /etc/hostname", str(cm.exception))
+        self.assertIn("outside", str(cm.exception))
+        self.assertEqual(len(self.client.list()), before)
+
+        # upload=False: the ranks start in the directory itself (shared).
+        job = self.client.submit_script("train.py", working_dir=src, upload=False, python=sys.executable)
+        self.assertEqual(job.spec.command.working_dir, src)
+        self.assertFalse(job.spec.command.HasField("code"))
+        self.assertEqual(self.client.wait(job, timeout=JOB_TIMEOUT_S).state, JobState.SUCCEEDED)
 
     def test_wait_times_out(self):
         # Too large for the cluster: it stays PENDING.

@@ -59,6 +59,8 @@ import os
 import random
 import re
 import secrets
+import shutil
+import tempfile
 import threading
 import time
 import zlib
@@ -73,7 +75,7 @@ except ImportError as e:  # pragma: no cover - depends on the installation
         "trainctl.client needs the generated trainctl.v1 stubs: run python/gen_stubs.sh DIR and set "
         "TRAINCTL_PYTHON_STUBS=DIR, or install the package (cmake --install): %s" % e) from e
 
-from trainctl import jobspec
+from trainctl import codepack, jobspec
 from trainctl.jobs import AttemptState, FailureKind, Job, JobState, RankState
 
 __all__ = ["Client", "TrainctlError", "WaitTimeout", "Artifact", "Job", "JobState", "AttemptState", "RankState",
@@ -304,6 +306,8 @@ def script_job_spec(script, args=(), *, nproc_per_node=1, nnodes=1, working_dir=
     working_dir: where every rank starts (command.working_dir), made
         absolute here (the CLI uses the current directory). Workers must see
         it and the script there: a shared filesystem, or a worker on this host.
+        (This builder sends nothing: Client.submit_script uploads the
+        directory instead unless upload=False.)
     python: the interpreter of a .py script (--python; default "python3").
     env: extra environment for every rank (command.env), e.g. {"OMP_NUM_THREADS": 2}.
     name: the job's name (default: the script's, "train_ddp.py" -> "train-ddp").
@@ -430,23 +434,88 @@ class Client:
         """
         return self._submit(self._read_spec(spec, overrides), request_id)
 
-    def submit_script(self, script, /, args=(), *, nproc_per_node=1, nnodes=1, working_dir=".", python=None,
-                      env=None, name=None, queue=None, max_restarts=None, priority=None, cpus=None, memory=None,
-                      pids=None, wait_for_capacity=False, request_id=None, **overrides):
+    def submit_script(self, script, /, args=(), *, nproc_per_node=1, nnodes=1, working_dir=".", upload=True,
+                      python=None, env=None, name=None, queue=None, max_restarts=None, priority=None, cpus=None,
+                      memory=None, pids=None, wait_for_capacity=False, request_id=None, **overrides):
         """Submits your own program as a command job, as
         ``trainctl submit --nproc-per-node N SCRIPT -- ARGS`` does: every rank
         runs ``python3 SCRIPT ARGS`` (a .py SCRIPT; another program runs
         itself) under torchrun's environment (docs/command-jobs.md). Returns
         the Job (PENDING); ``wait`` it.
 
-        The keywords are script_job_spec's (the spec this sends); request_id
-        and **overrides are submit's (``**{"restart.on_hang": "fail"}``).
+        upload=True (the default, as the CLI's): ``working_dir`` is packed
+        (upload_code) and travels with the job as command.code; the ranks
+        start in their unpacked copy (command.working_dir empty), so the
+        directory may change or go once this returns. upload=False: the
+        ranks start in ``working_dir`` itself, which every worker must see
+        (trainctl submit --no-upload). What cannot be packed (a link out of
+        the directory, over 64 MiB) is a ValueError before any call.
+
+        The other keywords are script_job_spec's (the spec this sends);
+        request_id and **overrides are submit's (``**{"restart.on_hang": "fail"}``).
         """
         spec = script_job_spec(script, args, nproc_per_node=nproc_per_node, nnodes=nnodes, working_dir=working_dir,
                                python=python, env=env, name=name, queue=queue, max_restarts=max_restarts,
                                priority=priority, cpus=cpus, memory=memory, pids=pids,
                                wait_for_capacity=wait_for_capacity, overrides=overrides)
+        if upload:
+            spec.command.code.CopyFrom(self.upload_code(spec.command.working_dir))
+            spec.command.ClearField("working_dir")
         return self._submit(spec, request_id)
+
+    def upload_code(self, directory=".", *, max_bytes=codepack.DEFAULT_MAX_BYTES):
+        """Packs ``directory`` as ``trainctl submit`` does (trainctl.codepack:
+        .gitignore/.trainctlignore honoured; .git, __pycache__ and *.pyc
+        skipped; links inside followed) and uploads it (JobService.UploadCode);
+        returns the CodePackage to set as a spec's ``command.code``.
+        ValueError, before any call, for what cannot be packed (naming the
+        link and its target, or the limit and the biggest files)."""
+        source = os.path.normpath(os.path.abspath(os.fspath(directory)))
+        scratch = tempfile.mkdtemp(prefix="trainctl-code-")
+        try:
+            packed = codepack.pack_directory(source, os.path.join(scratch, "code.tar"), max_bytes=max_bytes)
+            code = job_pb2.CodePackage(digest=packed.digest, size_bytes=packed.size_bytes, files=packed.files,
+                                       source=source)
+            self.upload_archive(packed.path, code)
+            return code
+        finally:
+            shutil.rmtree(scratch, ignore_errors=True)
+
+    def upload_archive(self, path, code):
+        """Uploads the archive file ``path`` that ``code`` (a CodePackage:
+        digest, size_bytes) describes, in 1 MiB pieces; returns True when the
+        coordinator had it already (it ends the call early and nothing more
+        is sent). Safe to retry: the archive is stored by its digest."""
+        chunk_bytes = 1 << 20  # UploadCodeChunk.data: at most 1 MiB (job_service.proto)
+        try:
+            size = os.stat(path).st_size
+        except OSError as e:
+            raise _invalid("upload code: %s: %s" % (path, e.strerror)) from None
+        if size != code.size_bytes:
+            raise _invalid("upload code: %s is %d bytes, the package says %d" % (path, size, code.size_bytes))
+
+        def chunks():  # a fresh stream for every try, the file from its start
+            with open(path, "rb") as f:
+                data = f.read(chunk_bytes)
+                yield job_service_pb2.UploadCodeChunk(digest=code.digest, size_bytes=code.size_bytes, data=data)
+                while len(data) == chunk_bytes:
+                    data = f.read(chunk_bytes)
+                    if not data:
+                        break
+                    yield job_service_pb2.UploadCodeChunk(data=data)
+
+        try:
+            resp = self._unary("UploadCode", chunks, timeout=self.timeout + (size // chunk_bytes + 1))
+        except TrainctlError as e:
+            if e.code == grpc.StatusCode.UNIMPLEMENTED:
+                raise TrainctlError(e.code, "the coordinator at %s does not take code uploads (JobService.UploadCode;"
+                                    " it is older than this client): upgrade it, or submit with upload=False and a "
+                                    "directory every worker has" % self.active_address) from None
+            raise
+        if resp.digest and resp.digest != code.digest:
+            raise TrainctlError(grpc.StatusCode.DATA_LOSS, "upload code: the coordinator stored %s, expected %s"
+                                % (resp.digest, code.digest))
+        return resp.already_stored
 
     def get(self, job):
         """The job (a Job) with its attempts and checkpoints. NOT_FOUND when no job matches."""
@@ -812,10 +881,12 @@ class Client:
             message = "cannot reach any coordinator of %s: %s (%s)" % (self._list_key, "; ".join(failures), hint)
         raise TrainctlError(grpc.StatusCode.UNAVAILABLE, message)
 
-    def _unary(self, name, request, idempotent=True):
+    def _unary(self, name, request, idempotent=True, timeout=None):
         """JobService method ``name`` with the failover rule (module
-        docstring), every try within ``timeout``."""
-        deadline = time.monotonic() + self.timeout
+        docstring), every try within ``timeout`` (default: the client's).
+        A client-streaming method's ``request`` is a function that returns a
+        fresh iterator of its messages for each try."""
+        deadline = time.monotonic() + (self.timeout if timeout is None else timeout)
         backoff, last = 0.0, None
         while True:
             if last is not None:
@@ -833,7 +904,8 @@ class Client:
                 continue
             method = getattr(job_service_pb2_grpc.JobServiceStub(channel.channel), name)
             try:
-                result = method(request, timeout=max(0.0, deadline - time.monotonic()), metadata=self._metadata)
+                result = method(request() if callable(request) else request,
+                                timeout=max(0.0, deadline - time.monotonic()), metadata=self._metadata)
             except grpc.RpcError as e:
                 last = _error(e, address)
                 if e.code() != grpc.StatusCode.UNAVAILABLE:
