@@ -323,6 +323,13 @@ absl::Status ProbeWritableDir(const std::string& dir, const std::string& name, a
     const int e = errno;
     return ErrnoStatus(absl::StrCat("cannot open directory '", dir, "': ", std::strerror(e)), e);
   }
+  absl::Status s = ProbeWritableDirAt(dir_fd, dir, name, contents);
+  ::close(dir_fd);
+  return s;
+}
+
+absl::Status ProbeWritableDirAt(int dir_fd, const std::string& dir, const std::string& name,
+                                absl::string_view contents) {
   std::string probe = name;
   int fd = CreateExclusive(dir_fd, probe, 0600);
   // Something (maybe a planted link) holds the name: leave it, use another.
@@ -332,13 +339,11 @@ absl::Status ProbeWritableDir(const std::string& dir, const std::string& name, a
   }
   if (fd < 0) {
     const int e = errno;
-    ::close(dir_fd);
     return ErrnoStatus(absl::StrCat("cannot create a file in '", dir, "': ", std::strerror(e)), e);
   }
   const int err = WriteAll(fd, contents.data(), contents.size());
   ::close(fd);
   ::unlinkat(dir_fd, probe.c_str(), 0);
-  ::close(dir_fd);
   if (err != 0) return ErrnoStatus(absl::StrCat("cannot write a file in '", dir, "': ", std::strerror(err)), err);
   return absl::OkStatus();
 }

@@ -125,6 +125,10 @@ absl::Status WriteFileSafelyAt(int dir_fd, const std::string& name, absl::string
 // file or link already at that name is never opened or written through: the
 // probe then uses "<name>.<random hex>" instead. Status as above.
 absl::Status ProbeWritableDir(const std::string& dir, const std::string& name, absl::string_view contents = "");
+// The same through a directory already open at `dir_fd` (kept open);
+// `dir` only names it in messages.
+absl::Status ProbeWritableDirAt(int dir_fd, const std::string& dir, const std::string& name,
+                                absl::string_view contents = "");
 
 // The errno a status of this file attached, or 0.
 int SafeFileErrno(const absl::Status& status);

@@ -106,7 +106,7 @@ class RankUserE2ETest : public ::testing::Test {
     // through /var/lib; it cannot list it.
     ASSERT_EQ(chmod(cluster_->dir().c_str(), 0711), 0);
     ASSERT_TRUE(cluster_->InitTls());
-    ASSERT_TRUE(cluster_->StartCoordinator());
+    ASSERT_TRUE(cluster_->StartCoordinator(ExtraCoordinatorFlags()));
     const std::string join = cluster_->CreateToken(v1::ROLE_JOIN, "rank-user-host");
     ASSERT_FALSE(join.empty());
     join_file_ = cluster_->dir() + "/join.token";
@@ -157,6 +157,7 @@ class RankUserE2ETest : public ::testing::Test {
   }
 
   virtual std::vector<std::string> ExtraWorkerFlags() const { return {}; }
+  virtual std::vector<std::string> ExtraCoordinatorFlags() const { return {}; }
 
   void TearDown() override {
     if (!bin_dir_.empty()) {
@@ -248,6 +249,48 @@ TEST_F(RankUserE2ETest, PreflightMakesAJobChosenCheckpointDirAsTheRankUser) {
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n" << cluster_->RankLog(id, 1, 0);
   EXPECT_EQ(FileStat(made_dir).st_uid, nobody_.uid);
   EXPECT_EQ(FileStat(made_dir + "/model.txt").st_uid, nobody_.uid);
+}
+
+// Without pre-flight (issue 45, finding 1) the launch itself makes a
+// job-chosen checkpoint.dir as the rank user: root creates no directory and
+// no manifest where that user could not, also through a link the job
+// planted in a directory of its own.
+class RankUserNoPreflightE2ETest : public RankUserE2ETest {
+ protected:
+  std::vector<std::string> ExtraCoordinatorFlags() const override { return {"--preflight=false"}; }
+};
+
+TEST_F(RankUserNoPreflightE2ETest, RootCreatesNothingAtAPathTheJobChose) {
+  const std::string root_only = cluster_->dir() + "/root-only";
+  ASSERT_EQ(mkdir(root_only.c_str(), 0755), 0);
+  const std::string shared = cluster_->dir() + "/shared";
+  ASSERT_EQ(mkdir(shared.c_str(), 0755), 0);
+  ASSERT_EQ(chown(shared.c_str(), nobody_.uid, nobody_.gid), 0);
+  // What a job of the rank user could plant in its own directory.
+  ASSERT_EQ(symlink(root_only.c_str(), (shared + "/planted").c_str()), 0);
+  for (const std::string& dir : {root_only + "/made-by-root/deeper", shared + "/planted/deeper", root_only}) {
+    SCOPED_TRACE(dir);
+    const std::string id = cluster_->Submit(Command("refused", "writer.sh", {}, dir));
+    ASSERT_FALSE(id.empty());
+    v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(60));
+    ASSERT_EQ(j.state(), v1::JOB_STATE_FAILED);
+    EXPECT_THAT(j.state_reason(), HasSubstr("as the rank user (Permission denied)"));
+    ASSERT_GT(j.attempts_size(), 0);
+    EXPECT_EQ(j.attempts(j.attempts_size() - 1).failure_kind(), v1::FAILURE_KIND_CONFIG);
+  }
+  std::vector<std::string> left;
+  for (const auto& e : std::filesystem::directory_iterator(root_only)) left.push_back(e.path().filename());
+  EXPECT_THAT(left, ::testing::IsEmpty()) << "root made something in a directory the rank user cannot write";
+  // Where the rank user may, the directory is that user's; the manifests
+  // are the daemon's (a fetch trusts no other), written through the
+  // descriptor opened as that user.
+  const std::string made = shared + "/run-1";
+  const std::string id = cluster_->Submit(Command("writer", "writer.sh", {}, made));
+  v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n" << cluster_->RankLog(id, 1, 0);
+  EXPECT_EQ(FileStat(made).st_uid, nobody_.uid);
+  EXPECT_EQ(FileStat(made + "/.trainctl-dir").st_uid, geteuid());
+  EXPECT_EQ(FileStat(made + "/model.txt").st_uid, nobody_.uid);
 }
 
 // TORCHELASTIC_ERROR_FILE lies in the rank's own directory, which the rank

@@ -7,6 +7,7 @@
 #include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 #include <zlib.h>
 
@@ -152,6 +153,45 @@ TEST(JobDirTest, ManifestsAreNeverWrittenThroughALink) {
   // The directory itself as a link is refused.
   fs::create_directory_symlink(dir, root + "/ck-link");
   EXPECT_FALSE(ClaimCheckpointDir(root + "/ck-link", "j-2", "alice", "").ok());
+}
+
+// A checkpoint.dir the job chose is made as the ranks' user (issue 45,
+// finding 1): where that user cannot create or write, root creates nothing,
+// not through a link either; where it can, the directory is that user's
+// and the manifests the daemon's. Needs root (CI's tests run as root).
+TEST(JobDirTest, AJobChosenDirIsMadeAsTheRankUser) {
+  if (::geteuid() != 0) GTEST_SKIP() << "switching to the rank user needs root";
+  absl::StatusOr<RunAs> nobody = LookupUser("nobody");
+  if (!nobody.ok()) GTEST_SKIP() << nobody.status();
+  const std::string root = TempDir("as-rank-user");
+  ASSERT_EQ(::chmod(root.c_str(), 0755), 0);
+  const std::string root_only = root + "/root-only";
+  const std::string mine = root + "/mine";
+  fs::create_directories(root_only);
+  fs::create_directories(mine);
+  ASSERT_EQ(::chmod(root_only.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(mine.c_str(), nobody->uid, nobody->gid), 0);
+  fs::create_directory_symlink(root_only, mine + "/planted");
+
+  absl::Status s = ClaimCheckpointDir(root_only + "/made-by-root/deeper", "j-1", "alice", "", *nobody);
+  EXPECT_THAT(s.message(), HasSubstr("cannot be created as the rank user (Permission denied)"));
+  s = ClaimCheckpointDir(mine + "/planted/deeper", "j-1", "alice", "", *nobody);
+  EXPECT_THAT(s.message(), HasSubstr("cannot be created as the rank user (Permission denied)"));
+  s = ClaimCheckpointDir(root_only, "j-1", "alice", "", *nobody);
+  EXPECT_THAT(s.message(), HasSubstr("not writable as the rank user (Permission denied)"));
+  EXPECT_FALSE(ClaimCheckpointDir(mine + "/planted", "j-1", "alice", "", *nobody).ok()) << "the directory as a link";
+  EXPECT_TRUE(fs::is_empty(root_only)) << "root made something where the rank user cannot";
+
+  const std::string dir = mine + "/run-1";
+  ASSERT_TRUE(ClaimCheckpointDir(dir, "j-1", "alice", "", *nobody).ok());
+  struct stat st {};
+  ASSERT_EQ(::stat(dir.c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, nobody->uid);
+  ASSERT_EQ(::stat((dir + "/j-1.trainctl-job").c_str(), &st), 0);
+  EXPECT_EQ(st.st_uid, ::geteuid()) << "a fetch trusts only the daemon's manifests";
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename());
+  EXPECT_THAT(names, ::testing::UnorderedElementsAre(".trainctl-dir", "j-1.trainctl-job")) << "no probe left";
 }
 
 // DropCheckpoints: the coordinator's deletions meet the rules a fetch meets;

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "common/jobspec/artifact_names.h"
 #include "common/safe_file.h"
+#include "worker/daemon/rank_files.h"
 
 namespace trainctl::worker {
 namespace {
@@ -129,13 +130,45 @@ absl::Status CheckDirClaim(const std::string& dir, const DirClaim& claim, const 
       claim.owner, "' (resume_from) with a token allowed to"));
 }
 
-absl::Status ClaimCheckpointDir(const std::string& dir, const std::string& job_id, const std::string& owner,
-                                const std::string& resume_owner) {
+namespace {
+
+// `dir`, made (with its parents) and opened as `made_as` would (see
+// ClaimCheckpointDir); its descriptor.
+absl::StatusOr<int> MakeAndOpenDir(const std::string& dir, const std::optional<RunAs>& made_as) {
+  AsRankUser as_rank_user(made_as);
+  if (!as_rank_user.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint.dir ", dir, ": cannot take on the ranks' identity to make it"));
+  }
+  const char* const as = made_as.has_value() ? " as the rank user" : "";
   std::error_code ec;
   std::filesystem::create_directories(dir, ec);
-  if (ec) return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": cannot be created (", ec.message(), ")"));
-  Fd dfd(OpenDir(dir));
-  if (const int e = errno; dfd.get() < 0) return Errno(absl::StrCat("checkpoint.dir ", dir), e);
+  if (ec) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint.dir ", dir, ": cannot be created", as, " (", ec.message(), ")"));
+  }
+  const int fd = OpenDir(dir);
+  if (const int e = errno; fd < 0) return Errno(absl::StrCat("checkpoint.dir ", dir), e);
+  if (made_as.has_value()) {
+    // The daemon writes its manifests through this descriptor next: only
+    // into a directory the ranks can write in.
+    if (absl::Status probe = ProbeWritableDirAt(fd, dir, ".trainctl-claim-probe"); !probe.ok()) {
+      ::close(fd);
+      const int e = SafeFileErrno(probe);
+      return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": not writable", as, " (",
+                                                        e != 0 ? std::strerror(e) : probe.message(), ")"));
+    }
+  }
+  return fd;
+}
+
+}  // namespace
+
+absl::Status ClaimCheckpointDir(const std::string& dir, const std::string& job_id, const std::string& owner,
+                                const std::string& resume_owner, const std::optional<RunAs>& made_as) {
+  absl::StatusOr<int> opened = MakeAndOpenDir(dir, made_as);
+  if (!opened.ok()) return opened.status();
+  Fd dfd(*opened);
   absl::StatusOr<std::optional<DirClaim>> claim = ReadDirClaimAt(dfd.get());
   if (!claim.ok()) return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": ", claim.status().message()));
   if (!claim->has_value()) {

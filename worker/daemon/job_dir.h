@@ -22,6 +22,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/subprocess.h"
 
 namespace trainctl::worker {
 
@@ -55,8 +56,17 @@ absl::Status CheckDirClaim(const std::string& dir, const DirClaim& claim, const 
 // Before a job's ranks start: creates `dir` (and its parents),
 // claims it for `owner` unless already claimed, checks the claim
 // (CheckDirClaim) and writes the job's manifest.
+//
+// `made_as` (a checkpoint.dir the job chose, with --rank-user): the
+// directory is created, opened and proven writable (a probe file made and
+// removed through the descriptor) with the ranks' filesystem identity
+// (AsRankUser), so root makes no directory a job chose, never follows a
+// link the job planted into a place that user cannot reach, and writes its
+// two manifests only through that descriptor, into a directory the ranks
+// can write anyway. Without it (the daemon's own default directories, or
+// no rank user) the daemon makes the directory itself.
 absl::Status ClaimCheckpointDir(const std::string& dir, const std::string& job_id, const std::string& owner,
-                                const std::string& resume_owner);
+                                const std::string& resume_owner, const std::optional<RunAs>& made_as = std::nullopt);
 
 // OK when the directory open at `dirfd` holds `job_id`'s manifest: a
 // regular file owned by this process's user that names the job.

@@ -90,7 +90,8 @@ absl::Status MakeRankDir(const std::string& path, const std::optional<RunAs>& ra
 // filesystem uid and gid and supplementary groups of the rank user (the
 // kernel then checks permissions, and owns new files, as for the rank).
 // For the daemon's work on a job's behalf in places the job chose: the
-// pre-flight's probes, a command job's checkpoint.dir. Root cannot be made
+// pre-flight's probes, the claim of a checkpoint.dir the job chose
+// (job_dir.h), a command job's checkpoint.dir. Root cannot be made
 // to create or read what the rank user could not. A no-op without a rank
 // user or when this process is not root.
 //

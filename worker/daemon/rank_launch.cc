@@ -261,13 +261,16 @@ std::unique_ptr<RankTable::LocalAttempt> RankTable::NewAttempt(const v1::StartRa
   a->owner = s.owner();
   a->resume_owner = s.resume_owner();
   absl::StatusOr<std::optional<RunAs>> as = JobIdentity(s.owner_number());
-  if (as.ok()) a->run_as = *std::move(as);
+  if (as.ok()) {
+    a->run_as = *std::move(as);
+  } else {
+    a->path_error = std::string(as.status().message());  // then nothing is claimed, least of all as root
+  }
   // A coordinator that sends none (older than this daemon, or a test's
   // stand-in) still gets a store no stranger can use: a secret made here
   // works where every rank of the attempt runs on this worker.
   a->store_secret = s.rendezvous_secret().empty() ? NewSecretHex() : s.rendezvous_secret();
   ResolveAttemptPaths(*a);
-  if (!as.ok() && a->path_error.empty()) a->path_error = std::string(as.status().message());
   const std::string akey = AttemptKey(s.job_id(), s.attempt());
   for (const v1::RankAssignment& ra : s.ranks()) {
     LocalRank& r = a->ranks[ra.rank()];
@@ -308,14 +311,17 @@ void RankTable::ResolveAttemptPaths(LocalAttempt& a) {
   // Absolute (against the daemon's working directory) so the rank, whose
   // working directory differs, reads and writes the same place; a directory
   // the job chose must lie inside --checkpoint_root when one is set; and it
-  // must be this owner's (claimed before any rank writes there, job_dir.h).
+  // must be this owner's (claimed before any rank writes there, job_dir.h);
+  // one the job chose is made as its ranks' user, never by root.
   absl::StatusOr<CheckpointDir> ck = ResolveCheckpointDir(spec, a.job_id, a.owner, options_.work_dir, paths_.base_dir,
                                                           options_.checkpoint_roots);
   if (ck.ok()) {
     a.checkpoint_dir = ck->path;
     a.checkpoint_dir_named = ck->named;
     if (a.path_error.empty()) {
-      if (absl::Status claim = ClaimCheckpointDir(a.checkpoint_dir, a.job_id, a.owner, a.resume_owner); !claim.ok()) {
+      const std::optional<RunAs> made_as = spec.checkpoint().dir().empty() ? std::nullopt : a.run_as;
+      if (absl::Status claim = ClaimCheckpointDir(a.checkpoint_dir, a.job_id, a.owner, a.resume_owner, made_as);
+          !claim.ok()) {
         a.path_error = std::string(claim.message());
       }
     }
