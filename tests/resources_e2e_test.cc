@@ -142,6 +142,33 @@ TEST(ResourcesE2ETest, RankOverItsMemoryLimitFailsOutOfMemoryWhileAJobBesideItRu
   for (const std::string& base : CgroupBases()) ::rmdir(base.c_str());  // when nothing else uses it
 }
 
+// A rank whose cgroup refuses it a fork at resources.pids fails as
+// PROCESS_LIMIT naming the limit (issue 48, item 6), not as its program's
+// exit, and is not restarted.
+TEST(ResourcesE2ETest, RankAtItsProcessLimitFailsProcessLimit) {
+  if (std::string why = CgroupsUnusable(); !why.empty()) GTEST_SKIP() << why;
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), "/bin/false");
+  ASSERT_TRUE(cluster.StartCoordinator());
+  ASSERT_TRUE(cluster.StartWorker("w0", 1, false, {"--allow_commands"}));
+  ASSERT_TRUE(cluster.WaitWorkers(1));
+  // 20 background sleeps under a limit of 8 processes: the shell's fork
+  // fails and it exits non-zero (set -e), as a DataLoader would raise.
+  const std::string id = cluster.Submit(Spec(
+      "name: forker\ndevice: cpu\nresources: {pids: 8}\nrestart: {max_restarts: 2}\ncommand:\n"
+      "  argv: [/bin/sh, -c, 'set -e; for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do sleep 30 & done; "
+      "wait']\n"));
+  v1::Job j = cluster.WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(90));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.DebugString();
+  ASSERT_GE(j.attempts_size(), 1);
+  EXPECT_EQ(j.attempts_size(), 1) << "a process limit is not restarted";
+  EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_PROCESS_LIMIT) << j.DebugString();
+  EXPECT_THAT(j.state_reason(), HasSubstr("rank 0 hit its process limit of 8 (resources.pids)"));
+  EXPECT_THAT(j.state_reason(), HasSubstr("raise resources.pids"));
+  const absl::Time deadline = absl::Now() + absl::Seconds(10);
+  while (!CgroupsOf(id).empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+  EXPECT_THAT(CgroupsOf(id), ::testing::IsEmpty());
+}
+
 TEST(ResourcesE2ETest, AJobWithLimitsIsNeverSentToAWorkerThatCannotEnforceThem) {
   Cluster cluster(trainctl::testing::BuildDirOfThisTest(), "/bin/false");
   ASSERT_TRUE(cluster.StartCoordinator());
@@ -150,8 +177,18 @@ TEST(ResourcesE2ETest, AJobWithLimitsIsNeverSentToAWorkerThatCannotEnforceThem) 
   // It says so at registration, with what it has.
   const v1::Worker w = OnlyWorker(cluster);
   EXPECT_FALSE(w.allocatable().enforces_limits());
+  EXPECT_THAT(w.allocatable().limits_off_reason(), HasSubstr("cgroups are off on this worker (--cgroup-root \"\")"));
   EXPECT_GT(w.allocatable().cpus(), 0);
   EXPECT_GT(w.allocatable().memory_bytes(), 0);
+  // `trainctl workers` says why under its table.
+  const std::string build = trainctl::testing::BuildDirOfThisTest();
+  trainctl::testing::Process list({build + "/client/trainctl", "--coordinator", cluster.address(), "--token-file",
+                                   cluster.AdminTokenFile(), "workers"},
+                                  cluster.dir() + "/workers.log", cluster.dir());
+  ASSERT_TRUE(list.Start());
+  const int listed = list.Wait(absl::Seconds(60));
+  ASSERT_TRUE(WIFEXITED(listed) && WEXITSTATUS(listed) == 0) << listed << "\n" << list.ReadLog();
+  EXPECT_THAT(list.ReadLog(), HasSubstr(absl::StrCat("worker ", w.id(), ": LIMITS no: cgroups are off on this worker")));
   // The scheduler never places a job with limits there (its launch would
   // fail as CONFIG, rank_launch.cc): with no other worker it can never run,
   // so it is refused at submit, saying why.

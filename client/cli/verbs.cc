@@ -504,6 +504,9 @@ int RunWorkers(CliContext& ctx, bool all) {
     if (!w.address_refused().empty()) {
       ctx.out << "worker " << w.id() << ": address refused: " << w.address_refused() << "\n";
     }
+    if (!w.allocatable().enforces_limits() && !w.allocatable().limits_off_reason().empty()) {
+      ctx.out << "worker " << w.id() << ": LIMITS no: " << w.allocatable().limits_off_reason() << "\n";
+    }
   }
   return kExitOk;
 }

@@ -23,6 +23,8 @@ struct NotRestarted {
 constexpr NotRestarted kNotRestarted[] = {
     {v1::FAILURE_KIND_OUT_OF_MEMORY, "out of memory: not restarted; the same batch needs the same memory",
      "out of memory; lower data.batch_size"},
+    {v1::FAILURE_KIND_PROCESS_LIMIT, "process limit: not restarted; the same program starts as many processes",
+     "process limit reached; raise resources.pids"},
     {v1::FAILURE_KIND_DATA, "a data error: not restarted", "data error; restarting cannot help"},
     {v1::FAILURE_KIND_PREFLIGHT, "pre-flight: not restarted", "pre-flight failed; fix what it names and submit again"},
     {v1::FAILURE_KIND_CONFIG, "a configuration or data error: not restarted",

@@ -150,6 +150,8 @@ class FailureKind(_Named):
     PREFLIGHT = 15
     # The checkpoint resumed from was missing or corrupt.
     RESUME = 16
+    # The rank's cgroup refused a fork at resources.pids: not restarted.
+    PROCESS_LIMIT = 17
 
 
 def _time(ts):

@@ -184,7 +184,8 @@ RankCgroup::RankCgroup(RankCgroup&& o) noexcept
       cpu_dir_(std::move(o.cpu_dir_)),
       pids_dir_(std::move(o.pids_dir_)),
       procs_fds_(std::move(o.procs_fds_)),
-      memory_limit_(o.memory_limit_) {
+      memory_limit_(o.memory_limit_),
+      pids_limit_(o.pids_limit_) {
   o.procs_fds_.clear();
 }
 
@@ -198,6 +199,7 @@ RankCgroup& RankCgroup::operator=(RankCgroup&& o) noexcept {
     procs_fds_ = std::move(o.procs_fds_);
     o.procs_fds_.clear();
     memory_limit_ = o.memory_limit_;
+    pids_limit_ = o.pids_limit_;
   }
   return *this;
 }
@@ -217,6 +219,11 @@ bool RankCgroup::MemoryLimitHit() const {
   std::optional<int64_t> n = v2_ ? ParseKeyedValue(ReadSmallFile(memory_dir_ + "/memory.events"), "max")
                                  : ReadNumber(memory_dir_ + "/memory.failcnt");
   return n.value_or(0) > 0;
+}
+
+std::optional<int64_t> RankCgroup::PidsLimitHits() const {
+  if (pids_dir_.empty() || pids_limit_ <= 0) return std::nullopt;
+  return ParseKeyedValue(ReadSmallFile(pids_dir_ + "/pids.events"), "max");
 }
 
 int64_t RankCgroup::PeakMemoryBytes() const {
@@ -407,6 +414,7 @@ absl::StatusOr<RankCgroup> CgroupLimits::Create(const std::string& name, const v
     }
     if (r.pids() > 0) {
       if (absl::Status s = WriteCgroupFile(*dir + "/pids.max", absl::StrCat(r.pids())); !s.ok()) return fail(s);
+      g.pids_limit_ = r.pids();
     }
   } else {
     for (auto [need, c] : {std::pair<bool, const char*>{r.memory() > 0, "memory"}, {r.cpus() > 0, "cpu"},
@@ -442,6 +450,7 @@ absl::StatusOr<RankCgroup> CgroupLimits::Create(const std::string& name, const v
       if (!dir.ok()) return fail(dir.status());
       g.pids_dir_ = *dir;
       if (absl::Status s = WriteCgroupFile(*dir + "/pids.max", absl::StrCat(r.pids())); !s.ok()) return fail(s);
+      g.pids_limit_ = r.pids();
     }
   }
   for (const std::string& d : g.dirs()) {
@@ -508,9 +517,12 @@ v1::Allocatable AllocatableHere(const std::string& cgroup_root) {
         }
       }
     }
-    enforces = CgroupLimits::DetectHere(cgroup_root).available();
   }
-  return ComputeAllocatable(online, quota, ReadSmallFile("/proc/meminfo"), limit, enforces);
+  const CgroupLimits cg = CgroupLimits::DetectHere(cgroup_root);
+  enforces = cg.available();
+  v1::Allocatable a = ComputeAllocatable(online, quota, ReadSmallFile("/proc/meminfo"), limit, enforces);
+  if (!enforces) a.set_limits_off_reason(cg.unavailable_reason());
+  return a;
 }
 
 }  // namespace trainctl::worker

@@ -69,6 +69,11 @@ class RankCgroup {
   // Whether the memory limit was hit (v1 memory.failcnt > 0, v2
   // memory.events "max" > 0): evidence where the kernel has no oom_kill line.
   bool MemoryLimitHit() const;
+  // The process limit written (0: none).
+  int64_t pids_limit() const { return pids_limit_; }
+  // How many forks (or threads) the pids limit refused (pids.events "max",
+  // v1 and v2), or nullopt when unknown (no pids limit, or unreadable).
+  std::optional<int64_t> PidsLimitHits() const;
   // The peak memory use the cgroup saw (v1 memory.max_usage_in_bytes, v2
   // memory.peak), or 0 when unknown.
   int64_t PeakMemoryBytes() const;
@@ -86,6 +91,7 @@ class RankCgroup {
   std::string memory_dir_, cpu_dir_, pids_dir_;
   std::vector<int> procs_fds_;
   int64_t memory_limit_ = 0;
+  int64_t pids_limit_ = 0;
 };
 
 class CgroupLimits {
@@ -135,6 +141,7 @@ v1::Allocatable ComputeAllocatable(int online_cpus, double cpu_quota, absl::stri
                                    int64_t memory_limit, bool enforces_limits);
 // ComputeAllocatable for this process, with cgroups found under
 // `cgroup_root` ("" = none).
+// Without enforcement, limits_off_reason says why.
 v1::Allocatable AllocatableHere(const std::string& cgroup_root);
 
 // Writes `value` to the file `path`, never through a link (O_NOFOLLOW). On

@@ -273,6 +273,10 @@ void RankTable::DescribeFailure(const LocalAttempt& a, const LocalRank& r, int c
     e.set_kind(v1::FAILURE_KIND_OUT_OF_MEMORY);
     e.set_message(*over);
     e.set_peak_memory_bytes(r.cgroup->PeakMemoryBytes());
+  } else if (std::optional<std::string> over = OverProcessLimit(r, code, signal)) {
+    // Its own cgroup's pids limit refused a fork: resources.pids.
+    e.set_kind(v1::FAILURE_KIND_PROCESS_LIMIT);
+    e.set_message(*over);
   } else if (std::optional<std::string> oom = OomKilled(r, signal)) {
     // A SIGKILL this daemon did not send, while the cgroup's OOM-kill
     // count rose: the kernel's OOM killer.
@@ -289,7 +293,8 @@ void RankTable::DescribeFailure(const LocalAttempt& a, const LocalRank& r, int c
     e.set_kind(code == 127 ? v1::FAILURE_KIND_LAUNCH : v1::FAILURE_KIND_EXIT);
     if (e.message().empty()) e.set_message(absl::StrCat("exited with code ", code));
   }
-  if (a.command && !r.error_kind.has_value() && e.kind() != v1::FAILURE_KIND_OUT_OF_MEMORY) {
+  if (a.command && !r.error_kind.has_value() && e.kind() != v1::FAILURE_KIND_OUT_OF_MEMORY &&
+      e.kind() != v1::FAILURE_KIND_PROCESS_LIMIT) {
     // What the script's @record wrote (torchrun's error file) says it
     // best; else the last line of its output that reads like an exception.
     std::string callstack;
@@ -327,6 +332,21 @@ std::optional<std::string> RankTable::OverMemoryLimit(const LocalRank& r, int co
                       FormatBytes(r.cgroup->memory_limit()), " (resources.memory) and was killed by the OOM killer",
                       details.empty() ? "" : absl::StrCat(" (", absl::StrJoin(details, ", "), ")"),
                       "; raise resources.memory or use less memory");
+}
+
+std::optional<std::string> RankTable::OverProcessLimit(const LocalRank& r, int code, int signal) const {
+  if (!r.cgroup.has_value() || r.cgroup->pids_limit() <= 0 || r.state.stop_requested()) return std::nullopt;
+  if (code == 0 && signal == 0) return std::nullopt;
+  // A refused fork fails the program (EAGAIN), and it exits for it: in a
+  // cgroup of its own, any refusal is this rank's.
+  const std::optional<int64_t> refused = r.cgroup->PidsLimitHits();
+  if (!refused.has_value() || *refused <= 0) return std::nullopt;
+  return absl::StrCat("rank ", r.assignment.rank(), " hit its process limit of ", r.cgroup->pids_limit(),
+                      " (resources.pids): ", *refused, " fork", *refused == 1 ? " was" : "s were",
+                      " refused in its cgroup, and it ",
+                      signal != 0 ? absl::StrCat("was killed by signal ", signal) : absl::StrCat("exited with code ", code),
+                      "; raise resources.pids or start fewer processes and threads (DataLoader num_workers, "
+                      "OMP_NUM_THREADS)");
 }
 
 void RankTable::RemoveRankCgroup(const LocalAttempt& a, LocalRank& r) {

@@ -163,6 +163,10 @@ class RankTable {
   // limit and died of SIGKILL): "exceeded its memory limit of 64 MiB".
   std::optional<std::string> OverMemoryLimit(const LocalRank& r, int code, int signal) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // The message for a rank of a job with resources.pids that failed after
+  // its own cgroup refused it a fork: "hit its process limit of 32".
+  std::optional<std::string> OverProcessLimit(const LocalRank& r, int code, int signal) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   // Makes `r`'s cgroup when the job sets resources; the error says why the
   // limits cannot be enforced on this worker.
   absl::Status MakeRankCgroup(const LocalAttempt& a, LocalRank& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
