@@ -88,9 +88,9 @@ TEST_F(CliTest, FollowPrintsPlainLinesAndExitsZeroWhenTheJobSucceeds) {
   EXPECT_TRUE(has_line("[0-9:]{8}  submitted  job submitted: 2 rank\\(s\\)")) << r.out;
   EXPECT_TRUE(has_line("[0-9:]{8}  scheduled  attempt 1 placed on .*")) << r.out;
   EXPECT_TRUE(has_line("[0-9:]{8}  running  all 2 ranks ready")) << r.out;
-  EXPECT_TRUE(has_line("[0-9:]{8}  epoch_end  epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 0.7500"))
+  EXPECT_TRUE(has_line("[0-9:]{8}  epoch_end  epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 75.00%"))
       << r.out;
-  EXPECT_TRUE(has_line("[0-9:]{8}  epoch_end  epoch 2/2 done: loss 0.2500, eval loss 0.1250, accuracy 0.8500"))
+  EXPECT_TRUE(has_line("[0-9:]{8}  epoch_end  epoch 2/2 done: loss 0.2500, eval loss 0.1250, accuracy 85.00%"))
       << r.out;
   EXPECT_TRUE(has_line("[0-9:]{8}  succeeded  every rank finished training")) << r.out;
   int progress_lines = 0;
