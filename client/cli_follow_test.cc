@@ -16,7 +16,7 @@ TEST_F(CliTest, LogsPrintsStoredLinesPerRank) {
   ASSERT_TRUE(cluster_.RunAttemptToSuccess(id, 1, 2));
   CliRun r = Run({"logs", id});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(Lines(r.out), ElementsAre("[rank 0] rank 0 trained 2 epochs", "[rank 1] rank 1 trained 2 epochs"));
+  EXPECT_THAT(Lines(r.out), ElementsAre("[rank0]: rank 0 trained 2 epochs", "[rank1]: rank 1 trained 2 epochs"));
   r = Run({"logs", id, "--rank", "1", "--attempt", "1", "--tail", "5"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "rank 1 trained 2 epochs\n");
@@ -61,7 +61,7 @@ TEST_F(CliTest, LogsFollowWaitsForThePlacementThenStreamsUntilTheJobEnds) {
   ASSERT_TRUE(cluster_.RunAttemptToSuccess(id, 1, 1));
   follower.join();
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.out, "[rank 0] rank 0 trained 1 epochs\n");
+  EXPECT_EQ(r.out, "[rank0]: rank 0 trained 1 epochs\n");
 }
 
 // --- follow mode ----------------------------------------------------------------

@@ -671,7 +671,7 @@ TEST_F(CliTest, EveryVerbTakesAnIdANameOrAnIdPrefix) {
   EXPECT_THAT(r.out, HasSubstr(only));
   r = Run({"logs", "only-one"});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.out, "[rank 0] rank 0 trained 1 epochs\n");
+  EXPECT_EQ(r.out, "[rank0]: rank 0 trained 1 epochs\n");
   // The verbs that took only an id take a name too, and a unique id prefix.
   for (const char* verb : {"checkpoints", "metrics"}) {
     r = Run({verb, "only-one", "-o", "json"});
