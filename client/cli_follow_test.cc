@@ -16,7 +16,7 @@ TEST_F(CliTest, LogsPrintsStoredLinesPerRank) {
   ASSERT_TRUE(cluster_.RunAttemptToSuccess(id, 1, 2));
   CliRun r = Run({"logs", id});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(Lines(r.out), ElementsAre("[rank 0] rank 0 trained 2 epochs", "[rank 1] rank 1 trained 2 epochs"));
+  EXPECT_THAT(Lines(r.out), ElementsAre("[rank0]: rank 0 trained 2 epochs", "[rank1]: rank 1 trained 2 epochs"));
   r = Run({"logs", id, "--rank", "1", "--attempt", "1", "--tail", "5"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "rank 1 trained 2 epochs\n");
@@ -61,7 +61,7 @@ TEST_F(CliTest, LogsFollowWaitsForThePlacementThenStreamsUntilTheJobEnds) {
   ASSERT_TRUE(cluster_.RunAttemptToSuccess(id, 1, 1));
   follower.join();
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.out, "[rank 0] rank 0 trained 1 epochs\n");
+  EXPECT_EQ(r.out, "[rank0]: rank 0 trained 1 epochs\n");
 }
 
 // --- follow mode ----------------------------------------------------------------
@@ -88,9 +88,9 @@ TEST_F(CliTest, FollowPrintsPlainLinesAndExitsZeroWhenTheJobSucceeds) {
   EXPECT_TRUE(has_line("[0-9:]{8}  submitted  job submitted: 2 rank\\(s\\)")) << r.out;
   EXPECT_TRUE(has_line("[0-9:]{8}  scheduled  attempt 1 placed on .*")) << r.out;
   EXPECT_TRUE(has_line("[0-9:]{8}  running  all 2 ranks ready")) << r.out;
-  EXPECT_TRUE(has_line("[0-9:]{8}  epoch_end  epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 0.7500"))
+  EXPECT_TRUE(has_line("[0-9:]{8}  epoch_end  epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 75.00%"))
       << r.out;
-  EXPECT_TRUE(has_line("[0-9:]{8}  epoch_end  epoch 2/2 done: loss 0.2500, eval loss 0.1250, accuracy 0.8500"))
+  EXPECT_TRUE(has_line("[0-9:]{8}  epoch_end  epoch 2/2 done: loss 0.2500, eval loss 0.1250, accuracy 85.00%"))
       << r.out;
   EXPECT_TRUE(has_line("[0-9:]{8}  succeeded  every rank finished training")) << r.out;
   int progress_lines = 0;

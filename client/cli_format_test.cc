@@ -89,6 +89,33 @@ TEST(FormatTest, ProgressBarAndText) {
   EXPECT_DOUBLE_EQ(ProgressFraction(p), 140.0 / 300.0);
 }
 
+// Issue #44 item 10: `trainctl status` of a CANCELLED job showed its last
+// rate and an ETA ("6862 samples/s  ETA 3m13s"); an ended job has neither.
+TEST(FormatTest, StatusOfAnEndedJobShowsNoRateAndNoEta) {
+  v1::Job job;
+  job.set_id("mlp-1");
+  v1::Progress* p = job.mutable_progress();
+  p->set_epoch(0);
+  p->set_epochs(3);
+  p->set_step(40);
+  p->set_steps_per_epoch(100);
+  p->set_last_loss(0.5);
+  p->set_samples_per_sec(6862);
+  p->set_eta_seconds(193);
+  job.set_state(v1::JOB_STATE_RUNNING);
+  std::ostringstream running;
+  PrintJobStatus(running, job, absl::Now(), {});
+  EXPECT_THAT(running.str(), HasSubstr("loss 0.5000  6862 samples/s  ETA 3m13s\n"));
+  for (v1::JobState ended : {v1::JOB_STATE_CANCELLED, v1::JOB_STATE_FAILED, v1::JOB_STATE_SUCCEEDED}) {
+    job.set_state(ended);
+    std::ostringstream out;
+    PrintJobStatus(out, job, absl::Now(), {});
+    EXPECT_THAT(out.str(), HasSubstr("epoch 1/3  step 40/100  loss 0.5000\n")) << JobStateName(ended);
+    EXPECT_THAT(out.str(), Not(HasSubstr("samples/s"))) << JobStateName(ended);
+    EXPECT_THAT(out.str(), Not(HasSubstr("ETA"))) << JobStateName(ended);
+  }
+}
+
 // What a script reported, and only that: a loss of 0 it reported is shown,
 // a rate or an eval field it never reported is not.
 TEST(CliFormatTest, SummaryAndEvalTextSayOnlyWhatWasReported) {
@@ -206,7 +233,7 @@ TEST(FollowPrinterTest, PlainModePrintsEventsAndRateLimitsProgressLines) {
   p.OnUpdate(JobSnapshot(v1::JOB_STATE_RUNNING, 0, 2));  // Too soon: no line.
   now += absl::Seconds(5);
   p.OnUpdate(JobSnapshot(v1::JOB_STATE_RUNNING, 0, 5));
-  p.OnUpdate(EventUpdate("epoch_end", "epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 0.7500", 0));
+  p.OnUpdate(EventUpdate("epoch_end", "epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 75.00%", 0));
   p.OnUpdate(EventUpdate("rank_failed", "exited 3", 1));
   v1::Job done = JobSnapshot(v1::JOB_STATE_SUCCEEDED, 1, 10).job();
   EXPECT_EQ(p.Finish(done), 0);
@@ -217,7 +244,7 @@ TEST(FollowPrinterTest, PlainModePrintsEventsAndRateLimitsProgressLines) {
   EXPECT_THAT(lines[0], HasSubstr("  submitted  job submitted: 2 rank(s)"));
   EXPECT_THAT(lines[1], HasSubstr("  progress  epoch 1/2  step 1/10  loss 0.5000"));
   EXPECT_THAT(lines[2], HasSubstr("  progress  epoch 1/2  step 5/10  loss 0.5000"));
-  EXPECT_THAT(lines[3], HasSubstr("  epoch_end  epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 0.7500"));
+  EXPECT_THAT(lines[3], HasSubstr("  epoch_end  epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 75.00%"));
   EXPECT_THAT(lines[4], HasSubstr("  rank_failed  rank 1: exited 3"));
   EXPECT_EQ(lines[5], "job j-1 SUCCEEDED");
 }

@@ -607,7 +607,7 @@ TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
     EXPECT_THAT(r.out, MatchesRegex(absl::StrCat("(.|\n)*\n  [0-9-]+ [0-9:]+  [-1]  +[-0]  +", type, " +.*(.|\n)*")))
         << type;
   }
-  EXPECT_THAT(r.out, HasSubstr("epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 0.7500"));
+  EXPECT_THAT(r.out, HasSubstr("epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 75.00%"));
   r = Run({"describe", done, "-o", "json"});
   EXPECT_EQ(r.code, 0);
   ASSERT_EQ(Lines(r.out).size(), 1u);
@@ -671,7 +671,7 @@ TEST_F(CliTest, EveryVerbTakesAnIdANameOrAnIdPrefix) {
   EXPECT_THAT(r.out, HasSubstr(only));
   r = Run({"logs", "only-one"});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(r.out, "[rank 0] rank 0 trained 1 epochs\n");
+  EXPECT_EQ(r.out, "[rank0]: rank 0 trained 1 epochs\n");
   // The verbs that took only an id take a name too, and a unique id prefix.
   for (const char* verb : {"checkpoints", "metrics"}) {
     r = Run({verb, "only-one", "-o", "json"});
@@ -709,6 +709,14 @@ TEST_F(CliTest, MetricsPrintsTheHistoryOfAnEndedJobAndDescribeSummarizesIt) {
   ASSERT_EQ(lines.size(), 9u) << r.out;
   EXPECT_THAT(lines[0], MatchesRegex("ATTEMPT +RANK +KIND +EPOCH +STEP +LOSS +LR +SAMPLES/S +DATA_MS +COMPUTE_MS "
                                      "+COMM_MS +LOSS_SCALE +EVAL_LOSS +EVAL_ACC +TIME"));
+  // Accuracy in percent, as status, describe and --follow print it (issue
+  // #44 item 10: "0.9129" here, "91.29%" there); the CSV keeps the fraction.
+  r = Run({"metrics", id, "--rank", "1", "--kind", "eval"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  lines = Lines(r.out);
+  ASSERT_EQ(lines.size(), 3u) << r.out;
+  EXPECT_THAT(lines[1], MatchesRegex("1 +1 +eval +1 +10 +0.5 +- +- +- +- +- +- +0.25 +75.00% .*")) << r.out;
+  EXPECT_THAT(lines[2], MatchesRegex("1 +1 +eval +2 +10 +0.25 +- +- +- +- +- +- +0.125 +85.00% .*")) << r.out;
 
   r = Run({"metrics", id, "--rank", "1", "--kind", "eval", "-o", "csv"});
   ASSERT_EQ(r.code, 0) << r.err;

@@ -3,6 +3,7 @@
 #include <sys/syscall.h>
 #include <sys/stat.h>
 
+#include <algorithm>
 #include <csignal>
 #include <cerrno>
 #include <cstdlib>
@@ -133,11 +134,25 @@ std::vector<std::string> CoordinatorSans() {
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
   std::vector<std::string> sans = {"localhost", "127.0.0.1", "::1"};
-  if (host[0] != '\0') sans.push_back(host);
-  for (const std::string& s : absl::GetFlag(FLAGS_san)) {
-    if (!s.empty()) sans.push_back(s);
-  }
+  // Each name once: the README's `--san $(hostname)` names the hostname
+  // again, and the certificate and init's summary listed it twice.
+  auto add = [&sans](const std::string& name) {
+    if (!name.empty() && std::find(sans.begin(), sans.end(), name) == sans.end()) sans.push_back(name);
+  };
+  add(host);
+  for (const std::string& s : absl::GetFlag(FLAGS_san)) add(s);
   return sans;
+}
+
+// The host the CLI config and the worker command name: the first --san,
+// else this host's name, else localhost.
+std::string InitAddressHost() {
+  for (const std::string& s : absl::GetFlag(FLAGS_san)) {
+    if (!s.empty()) return s;
+  }
+  char host[256] = {0};
+  gethostname(host, sizeof host - 1);
+  return host[0] != '\0' ? host : "localhost";
 }
 
 // The cluster CA and the coordinator's key and certificate (for `sans`), in
@@ -302,6 +317,10 @@ void PrintInitSummary(const std::string& dir, const std::vector<std::string>& sa
             << "Start: trainctl-coordinator --tls-dir " << dir
             << (absl::GetFlag(FLAGS_store).empty() ? absl::StrCat(" --db ", absl::GetFlag(FLAGS_db))
                                                    : std::string(" --store (the same as here)"))
+            // The address init wrote into trainctl.yaml and the worker line:
+            // without it the coordinator would listen on its default.
+            << (absl::GetFlag(FLAGS_listen).empty() ? std::string()
+                                                    : absl::StrCat(" --listen ", absl::GetFlag(FLAGS_listen)))
             << "\n"
             << "Workers: trainctl token create --role join   (one-time), then on the worker host:\n"
             << "  trainctl-worker --coordinator " << address << " --ca ca.crt --join-token-file join.token\n"
@@ -347,8 +366,7 @@ int RunInit() {
     int n = 0;
     if (absl::SimpleAtoi(given, &n) && n > 0 && n < 65536) port = given;
   }
-  const std::string address =
-      absl::StrCat(sans.size() > 4 ? sans[4] : sans.size() > 3 ? sans[3] : "localhost", ":", port);
+  const std::string address = absl::StrCat(InitAddressHost(), ":", port);
   if (s.ok()) {
     const std::string config = absl::StrCat("# trainctl CLI config written by `trainctl-coordinator init`: copy to\n",
                                             "# ~/.config/trainctl/config.yaml (admin token: keep it private).\n",

@@ -15,7 +15,9 @@
 // sign-in link (no login form) on a command job that reports a loss, a
 // custom scalar and an eval accuracy: signed in, the job page charts exactly
 // those three (the eval report by step; no empty throughput or eval loss
-// chart), a screenshot is taken, the link works once;
+// chart; whole steps on the x axes), the job's final model with the command
+// that fetches it, event times on one line, a screenshot is taken, the job
+// list shows the script's step and loss, the link works once;
 // `trainctl metrics -o csv` lists the custom scalar as a column and the
 // worker wrote both into the job's TensorBoard directory.
 //
@@ -254,6 +256,19 @@ v1::JobSpec TrainingJob(bool real_rank) {
   return p.spec;
 }
 
+// Every tick on chart `id`'s x axis is a whole number (a step, an epoch).
+std::string WholeXTicks(const std::string& id) {
+  return absl::StrCat("Chart.getChart('", id, "').scales.x.ticks.length > 0 && Chart.getChart('", id,
+                      "').scales.x.ticks.every(t => Number.isInteger(t.value))");
+}
+
+// Every event's time on one line, in the one form the dashboard uses.
+constexpr char kEventTimesOnOneLine[] =
+    "document.querySelectorAll('#events tbody tr').length > 0 && "
+    "[...document.querySelectorAll('#events tbody tr')].every(tr => tr.children[1].classList.contains('time') && "
+    "getComputedStyle(tr.children[1]).whiteSpace === 'nowrap' && "
+    "/^\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d$/.test(tr.children[1].textContent))";
+
 TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
   if (access(kChromium, X_OK) != 0) {
     GTEST_SKIP() << kChromium << " is not installed (Debian package `chromium`, see scripts/install-deps.sh)";
@@ -366,9 +381,14 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
               browser.Number(points) >= last_running);
   EXPECT_GE(browser.Number("Chart.getChart('eval-chart').data.datasets[0].data.length"), 1)
       << "no eval accuracy point";
+  // Issue #44 item 12: epochs on the x axis, never "1.5".
+  EXPECT_TRUE(browser.Eval(WholeXTicks("eval-chart")).bool_value())
+      << browser.String("JSON.stringify(Chart.getChart('eval-chart').scales.x.ticks)");
   EXPECT_GE(browser.Number("Chart.getChart('throughput-chart').data.datasets[0].data.length"), 2);
   EXPECT_GT(browser.Number("Chart.getChart('throughput-chart').data.datasets[0].data[0].y"), 0);
   EXPECT_GE(browser.Number("document.querySelectorAll('#events tbody tr').length"), 3) << "events not listed";
+  EXPECT_TRUE(browser.Eval(kEventTimesOnOneLine).bool_value())
+      << browser.String("[...document.querySelectorAll('#events tbody tr')].map(tr => tr.children[1].textContent)");
   EXPECT_TRUE(browser.WaitTrue("document.getElementById('logs').textContent.length > 0", absl::Seconds(10)))
       << "no log lines shown";
   // Offline: every script, style and request came from the coordinator.
@@ -449,12 +469,13 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
 }
 
 // Reports a loss and a custom scalar at steps 1..5, and an eval accuracy
-// at step 5.
+// at step 5; saves a final model (bytes: the test needs no torch).
 constexpr char kReportingScript[] = R"py(
 import trainctl
 for step in range(1, 6):
     trainctl.report(step=step, epoch=0, loss=1.0 / step, val_f1=0.5 + step / 20.0)
 trainctl.report(step=5, epoch=0, eval_accuracy=0.625)
+trainctl.save_model(b"the final model")
 print("reported")
 )py";
 
@@ -543,6 +564,17 @@ TEST(DashboardE2ETest, ASignInLinkShowsACommandJobsOwnScalarsWhichReachMetricsAn
                            "document.querySelectorAll('canvas').length === 3")
                   .bool_value())
       << "a chart for a metric the job never reported";
+  // Issue #44 item 12: whole steps on the x axes (5 steps drew 1, 1.5, 2...);
+  // the final model's path with the command that fetches it; event times
+  // on one line.
+  EXPECT_TRUE(browser.Eval(WholeXTicks("eval-chart") + " && " + WholeXTicks("loss-chart")).bool_value())
+      << browser.String("JSON.stringify(Chart.getChart('loss-chart').scales.x.ticks)");
+  ASSERT_FALSE(job.final_model().empty()) << "the script saved a model";
+  EXPECT_TRUE(browser.WaitTrue("!document.getElementById('job-model').hidden", absl::Seconds(10)));
+  EXPECT_EQ(browser.String("document.getElementById('job-model-path').textContent"), job.final_model());
+  EXPECT_EQ(browser.String("document.getElementById('job-model-fetch').textContent"), "trainctl fetch " + id);
+  EXPECT_TRUE(browser.Eval(kEventTimesOnOneLine).bool_value())
+      << browser.String("[...document.querySelectorAll('#events tbody tr')].map(tr => tr.children[1].textContent)");
   Struct png = browser.Call("Page.captureScreenshot", "{\"format\":\"png\"}");
   std::string bytes;
   ASSERT_TRUE(png.fields().count("data"));
@@ -550,6 +582,15 @@ TEST(DashboardE2ETest, ASignInLinkShowsACommandJobsOwnScalarsWhichReachMetricsAn
   EXPECT_GT(bytes.size(), 5000u);
   EXPECT_EQ(bytes.substr(0, 4), "\x89PNG");
   std::ofstream(cluster.dir() + "/signed-in.png", std::ios::binary) << bytes;
+
+  // Issue #44 item 12: the job list showed "–" for the script's progress
+  // and loss; it reported step 5 and a loss of 1/5.
+  browser.Eval("location.href = '/'; true");
+  EXPECT_TRUE(browser.WaitTrue(absl::StrCat("[...document.querySelectorAll('#jobs tbody tr')].some(tr => "
+                                            "tr.textContent.includes('", id, "') && tr.children[2].textContent === "
+                                            "'step 5' && tr.children[4].textContent === '0.2000')"),
+                               absl::Seconds(15)))
+      << browser.String("document.body.innerText");
 
   // The link worked once.
   httplib::Client http(addr);

@@ -1,6 +1,7 @@
 // The README's cluster, set up exactly as it says (issue #47, item 1):
 // `trainctl-coordinator init --dir tls --san HOST --db state.db`, the
-// coordinator with `--tls-dir tls --db state.db` (TLS on every interface),
+// coordinator started by the words of init's `Start:` line (`--tls-dir tls --db
+// state.db` and init's --listen; TLS on every interface),
 // each worker daemon with `--coordinator HOST:PORT --ca tls/ca.crt
 // --token-file tls/worker.token` and no other flag (in a directory of its
 // own, as on its own host: the default --work-dir is relative), the admin's
@@ -16,9 +17,11 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -27,6 +30,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "absl/time/clock.h"
 #include "tests/support/cluster.h"
 #include "tests/support/ports.h"
@@ -103,10 +107,37 @@ class ReadmeCluster {
     }
     std::filesystem::create_directories(dir_ + "/home/.config/trainctl");
     std::filesystem::copy_file(dir_ + "/tls/trainctl.yaml", dir_ + "/home/.config/trainctl/config.yaml");
-    coordinator_ = std::make_unique<Process>(
-        std::vector<std::string>{build_ + "/coordinator/trainctl-coordinator", "--tls-dir", "tls", "--db", "state.db",
-                                 "--listen", absl::StrCat("0.0.0.0:", port_)},
-        dir_ + "/coordinator.log", dir_);
+    // The coordinator as init's `Start:` line starts it, word for word
+    // (issue #44 item 10: the line left out init's --listen, and the
+    // coordinator then listened on 7070, not where the config points).
+    const std::string summary = init.ReadLog();
+    std::vector<std::string> start;
+    for (absl::string_view line : absl::StrSplit(summary, '\n')) {
+      if (absl::ConsumePrefix(&line, "Start: trainctl-coordinator ")) {
+        start = absl::StrSplit(line, ' ', absl::SkipEmpty());
+      }
+    }
+    if (start.empty()) {
+      ADD_FAILURE() << "init printed no Start: line: " << summary;
+      return false;
+    }
+    EXPECT_THAT(start, ::testing::ElementsAre("--tls-dir", dir_ + "/tls", "--db", "state.db", "--listen",
+                                              absl::StrCat("0.0.0.0:", port_)))
+        << summary;
+    // Each certificate name once, though --san names the host (the README's
+    // `--san coord` on the host coord).
+    std::vector<std::string> sans;
+    for (absl::string_view line : absl::StrSplit(summary, '\n')) {
+      const size_t at = line.find("(SANs: ");
+      if (at == absl::string_view::npos) continue;
+      line.remove_prefix(at + 7);
+      absl::ConsumeSuffix(&line, ")");
+      sans = absl::StrSplit(line, ", ");
+    }
+    EXPECT_EQ(std::count(sans.begin(), sans.end(), host_), 1) << summary;
+    EXPECT_EQ(std::set<std::string>(sans.begin(), sans.end()).size(), sans.size()) << summary;
+    start.insert(start.begin(), build_ + "/coordinator/trainctl-coordinator");
+    coordinator_ = std::make_unique<Process>(start, dir_ + "/coordinator.log", dir_);
     if (!coordinator_->Start()) return false;
     for (absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline;) {
       if (coordinator_->ReadLog().find("listening on ") != std::string::npos) return true;

@@ -51,7 +51,7 @@ set -e
 echo "$err"
 test "$code" -eq 2
 grep -q "bad.yaml:2:13: world_size: must be > 0, got -1" <<<"$err"
-# SIGTERM cancels the job, stops its ranks and exits non-zero.
+# SIGTERM cancels the job, stops its ranks and exits 143 (128 + SIGTERM).
 "$build/client/trainctl" run "$src/examples/mlp-synthetic.yaml" --set training.epochs=1000 \
   --set metrics.every_steps=1000 > sigterm.log 2>&1 &
 pid=$!
@@ -62,11 +62,12 @@ wait "$pid"
 code=$?
 set -e
 cat sigterm.log
-test "$code" -eq 1
+test "$code" -eq 143
 grep -q "CANCELLED" sigterm.log
 sleep 0.5
 ! pgrep -f "$TRAINCTL_RUNS_DIR/.*/jobs/mlp-synthetic" >/dev/null
-# Ctrl-C after a checkpoint prints the command that continues the run, and
+# Ctrl-C after a checkpoint exits 130 (128 + SIGINT, as `submit --follow`
+# does: issue #44 item 10), prints the command that continues the run, and
 # that command resumes from the checkpoint and finishes.
 "$build/client/trainctl" run "$src/examples/mlp-synthetic.yaml" --set training.epochs=4 \
   --set data.train.length=200000 > interrupted.log 2>&1 &
@@ -75,8 +76,10 @@ for _ in $(seq 600); do grep -q "checkpoint at epoch 1" interrupted.log && break
 kill -INT "$pid"
 set +e
 wait "$pid"
+code=$?
 set -e
 cat interrupted.log
+test "$code" -eq 130
 grep -q "continue from the last checkpoint with:" interrupted.log
 resume=$(grep -A1 "continue from the last checkpoint with:" interrupted.log | tail -1)
 grep -q -- "--state-dir .* --resume mlp-synthetic-" <<<"$resume"

@@ -34,11 +34,17 @@ std::vector<std::string> ScalarNames(const std::vector<v1::MetricBatch>& batches
   return {names.begin(), names.end()};
 }
 
-std::vector<std::string> FixedColumns(int32_t attempt, const v1::MetricPoint& p);
+// Who reads the cells: a person (the table: accuracy in percent, as every
+// other line the CLI prints) or a program (the CSV: the stored fraction, a
+// number pandas reads as it is).
+enum class Reader { kPerson, kProgram };
+
+std::vector<std::string> FixedColumns(int32_t attempt, const v1::MetricPoint& p, Reader reader);
 
 // One row per point; the same columns in the table and the CSV.
-std::vector<std::string> Row(int32_t attempt, const v1::MetricPoint& p, const std::vector<std::string>& scalars) {
-  std::vector<std::string> row = FixedColumns(attempt, p);
+std::vector<std::string> Row(int32_t attempt, const v1::MetricPoint& p, const std::vector<std::string>& scalars,
+                             Reader reader) {
+  std::vector<std::string> row = FixedColumns(attempt, p, reader);
   row.pop_back();  // the time goes last
   for (const std::string& name : scalars) {
     auto it = p.scalars().find(name);
@@ -58,7 +64,7 @@ const char* KindName(v1::MetricPoint::Kind kind) {
 
 // The columns every point has, its time last; "" for a field the point
 // does not carry (a script's report names only what it has).
-std::vector<std::string> FixedColumns(int32_t attempt, const v1::MetricPoint& p) {
+std::vector<std::string> FixedColumns(int32_t attempt, const v1::MetricPoint& p, Reader reader) {
   auto real = [](bool has, double v, const absl::FormatSpec<double>& format) {
     return has ? absl::StrFormat(format, v) : std::string();
   };
@@ -76,7 +82,8 @@ std::vector<std::string> FixedColumns(int32_t attempt, const v1::MetricPoint& p)
           real(p.has_comm_ms(), p.comm_ms(), "%.2f"),
           real(p.has_loss_scale(), p.loss_scale(), "%.6g"),
           real(p.has_eval() && e.has_loss(), e.loss(), "%.6g"),
-          real(p.has_eval() && e.has_accuracy(), e.accuracy(), "%.4f"),
+          reader == Reader::kPerson ? real(p.has_eval() && e.has_accuracy(), e.accuracy() * 100, "%.2f%%")
+                                    : real(p.has_eval() && e.has_accuracy(), e.accuracy(), "%.4f"),
           FormatTimestamp(p.time())};
 }
 
@@ -107,7 +114,7 @@ int RunMetrics(CliContext& ctx, const MetricsFlags& flags) {
                "eval_loss,eval_accuracy,"
             << absl::StrJoin(scalars, ",") << (scalars.empty() ? "" : ",") << "time\n";
     for (const v1::MetricBatch& b : *batches) {
-      for (const v1::MetricPoint& p : b.points()) ctx.out << absl::StrJoin(Row(b.attempt(), p, scalars), ",") << "\n";
+      for (const v1::MetricPoint& p : b.points()) ctx.out << absl::StrJoin(Row(b.attempt(), p, scalars, Reader::kProgram), ",") << "\n";
     }
     ctx.out << std::flush;
     return kExitOk;
@@ -127,7 +134,7 @@ int RunMetrics(CliContext& ctx, const MetricsFlags& flags) {
   Table t(headers);
   for (const v1::MetricBatch& b : *batches) {
     for (const v1::MetricPoint& p : b.points()) {
-      std::vector<std::string> row = Row(b.attempt(), p, scalars);
+      std::vector<std::string> row = Row(b.attempt(), p, scalars, Reader::kPerson);
       for (std::string& cell : row) {
         if (cell.empty()) cell = "-";
       }

@@ -243,12 +243,16 @@ LocalOutcome FollowLocalJob(CliContext& ctx, Client& client, const RunFlags& fla
                             const v1::Job& job, const std::string& state_dir, const sigset_t& stop_signals) {
   if (!ctx.json()) ctx.out << "submitted job " << job.id() << "\n" << std::flush;
   std::atomic<bool> followed{false};
-  std::atomic<bool> interrupted{false};
+  // The first SIGINT or SIGTERM taken (0: none): the run exits 128 + it,
+  // as a shell expects of a program a signal stopped (130 for Ctrl-C, as
+  // `submit --follow` does).
+  std::atomic<int> interrupted{0};
   std::thread on_signal([&] {
     int sig = 0;
     while (sigwait(&stop_signals, &sig) == 0 && !followed) {
       if (sig == SIGINT || sig == SIGTERM) {
-        interrupted = true;
+        int none = 0;
+        interrupted.compare_exchange_strong(none, sig);
         absl::StatusOr<v1::Job> c = client.Cancel(job.id(), absl::StrCat("trainctl run got signal ", sig));
         if (!c.ok()) ctx.err << "trainctl run: could not cancel " << job.id() << ": " << c.status().message() << "\n";
       }
@@ -269,7 +273,10 @@ LocalOutcome FollowLocalJob(CliContext& ctx, Client& client, const RunFlags& fla
   if (out.code == kExitOk && !ctx.json() && !said && !spec.has_command() && fs::exists(model)) {
     ctx.out << "final model: " << model << " (" << LoadHint(IsTorchScriptFile(model)) << ")\n";
   }
-  if (interrupted) out.keep_state = ReportInterrupted(ctx, client, flags, spec, job.id(), state_dir);
+  if (const int sig = interrupted.load(); sig != 0) {
+    out.keep_state = ReportInterrupted(ctx, client, flags, spec, job.id(), state_dir);
+    out.code = 128 + sig;
+  }
   return out;
 }
 

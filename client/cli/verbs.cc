@@ -401,8 +401,9 @@ int RunLogs(CliContext& ctx, const LogsFlags& flags, bool rank_given) {
     if (ctx.json()) {
       ctx.PrintJson(chunk);
     } else {
-      // One rank asked for: its lines as they are; all ranks: each line tagged.
-      std::string prefix = rank_given ? "" : absl::StrCat("[rank ", chunk.rank(), "] ");
+      // One rank asked for: its lines as they are; all ranks: each line
+      // tagged as torchrun's --tee tags it, and as `run` prints it live.
+      std::string prefix = rank_given ? "" : absl::StrCat("[rank", chunk.rank(), "]: ");
       if (chunk.dropped_lines() > 0) {
         ctx.err << prefix << "(" << chunk.dropped_lines() << " lines dropped by the worker)\n";
       }

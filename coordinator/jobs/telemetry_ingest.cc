@@ -67,11 +67,12 @@ void FoldEval(v1::Job& job, const v1::EvalResult& eval) {
   if (!sum->has_best_eval() || BetterEval(eval, sum->best_eval())) *sum->mutable_best_eval() = eval;
 }
 
-// "eval loss 0.1234, accuracy 0.9000": the fields it has.
+// "eval loss 0.1234, accuracy 90.00%": the fields it has; accuracy in
+// percent, as every other line the CLI prints (issue #44 item 10).
 std::string EvalText(const v1::EvalResult& e) {
   std::vector<std::string> parts;
   if (e.has_loss()) parts.push_back(absl::StrFormat("eval loss %.4f", e.loss()));
-  if (e.has_accuracy()) parts.push_back(absl::StrFormat("accuracy %.4f", e.accuracy()));
+  if (e.has_accuracy()) parts.push_back(absl::StrFormat("accuracy %.2f%%", e.accuracy() * 100));
   return absl::StrJoin(parts, ", ");
 }
 

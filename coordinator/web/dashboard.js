@@ -13,7 +13,15 @@ function esc(s) {
 const stateName = s => String(s || 'JOB_STATE_UNSPECIFIED').replace(/^(JOB|WORKER)_STATE_/, '');
 const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
 const num = v => Number(v || 0);
-function fmtTime(ts) { return ts ? new Date(ts).toLocaleTimeString() : ''; }
+// Every time on the dashboard in one form, the CLI's: local "2026-12-05
+// 17:07:33" (24 h, no locale's AM/PM to wrap a table cell at).
+function fmtTime(ts) {
+  if (!ts) return '';
+  const d = new Date(ts), two = n => String(n).padStart(2, '0');
+  if (isNaN(d)) return '';
+  return `${d.getFullYear()}-${two(d.getMonth() + 1)}-${two(d.getDate())} ` +
+         `${two(d.getHours())}:${two(d.getMinutes())}:${two(d.getSeconds())}`;
+}
 function fmtRate(v) { return v ? num(v).toFixed(1) : '–'; }
 
 async function getJson(url) {
@@ -36,7 +44,7 @@ function poll(fn) {
   let stopped = false;
   const tick = async () => {
     let again = true;
-    try { again = (await fn()) !== false; setStatus('updated ' + new Date().toLocaleTimeString()); }
+    try { again = (await fn()) !== false; setStatus('updated ' + fmtTime(new Date())); }
     catch (e) { setStatus(e.message, true); }
     if (again && !stopped) setTimeout(tick, POLL_MS);
   };
@@ -45,10 +53,18 @@ function poll(fn) {
 }
 
 // Progress of a job in state `s`: a SUCCEEDED job is full; one that ended
-// otherwise shows where it stopped.
+// otherwise shows where it stopped. A job with no known number of epochs (a
+// script's) shows the step it reported, of its epoch's steps when it said
+// how many; "–" only when it reported no step at all.
 function progressCell(p, s) {
-  if (!p || !num(p.epochs)) return '<span class="muted">–</span>';
+  p = p || {};
   const spe = num(p.steps_per_epoch);
+  if (!num(p.epochs)) {
+    const at = spe ? `epoch ${num(p.epoch) + 1}, step ${num(p.step)}/${spe}`
+                   : num(p.step) ? `step ${num(p.step)}` : '';
+    if (!at) return '<span class="muted">–</span>';
+    return at + (TERMINAL.has(s) && s !== 'SUCCEEDED' ? ' (stopped)' : '');
+  }
   const done = s === 'SUCCEEDED';
   const frac = done ? 1 : Math.min(1, (num(p.epoch) + (spe ? num(p.step) / spe : 0)) / num(p.epochs));
   // The width is set by sizeBars (CSSOM): the page's CSP allows no style attributes.
@@ -56,6 +72,14 @@ function progressCell(p, s) {
   if (done) return bar + `epoch ${num(p.epochs)}/${num(p.epochs)}, done`;
   return bar + `epoch ${num(p.epoch) + 1}/${num(p.epochs)}` + (spe ? `, step ${num(p.step)}/${spe}` : '') +
          (TERMINAL.has(s) ? ' (stopped)' : '');
+}
+
+// Rank 0's last reported training loss (a reported 0 too), from the live
+// progress or, where that has none, the job's metric summary; "–" when it
+// reported no loss.
+function lossText(j) {
+  const v = j.progress?.last_loss ?? j.metric_summary?.last_loss;
+  return v === undefined || v === null ? '–' : num(v).toFixed(4);
 }
 
 // Sizes the progress bars under `root` from their data-frac.
@@ -89,8 +113,8 @@ function jobsView(main) {
     return `<tr><td><a href="/jobs/${encodeURIComponent(j.id)}">${esc(j.id)}</a></td>` +
       `<td><span class="state ${esc(s)}">${esc(s)}</span> <span class="muted">${esc(j.state_reason)}</span></td>` +
       `<td>${progressCell(p, s)}</td><td>${TERMINAL.has(s) ? '–' : fmtRate(p.samples_per_sec)}</td>` +
-      `<td>${p.last_loss ? num(p.last_loss).toFixed(4) : '–'}</td><td>${esc(j.owner)}</td>` +
-      `<td>${esc(fmtTime(j.submit_time))}</td></tr>`;
+      `<td>${esc(lossText(j))}</td><td>${esc(j.owner)}</td>` +
+      `<td class="time">${esc(fmtTime(j.submit_time))}</td></tr>`;
   }, 'No jobs yet.');
 }
 
@@ -103,7 +127,7 @@ function workersView(main) {
     const labels = Object.entries(w.labels || {}).map(([k, v]) => `<span class="label">${esc(k)}=${esc(v)}</span>`).join('');
     return `<tr><td>${esc(w.id)}</td><td>${esc(w.hostname)}</td><td>${esc(stateName(w.state))}</td>` +
       `<td>${(w.busy_slots || []).length}/${slots.length} ${esc(kinds.join(', '))}</td>` +
-      `<td>${labels || '<span class="muted">none</span>'}</td><td>${esc(fmtTime(w.last_heartbeat_time))}</td></tr>`;
+      `<td>${labels || '<span class="muted">none</span>'}</td><td class="time">${esc(fmtTime(w.last_heartbeat_time))}</td></tr>`;
   }, 'No workers registered.', storeBanner);
 }
 
@@ -149,7 +173,8 @@ function lineChart(id, yLabel, datasets, color, xLabel) {
                                              borderColor: color, backgroundColor: color}))},
     options: {
       animation: false, responsive: true, maintainAspectRatio: false, parsing: false,
-      scales: {x: {type: 'linear', title: {display: true, text: xLabel}},
+      // x is a step or an epoch: whole numbers, never a tick at epoch 1.5.
+      scales: {x: {type: 'linear', ticks: {precision: 0}, title: {display: true, text: xLabel}},
                y: {title: {display: true, text: yLabel}}},
       plugins: {legend: {display: datasets.length > 1}},
     },
@@ -161,6 +186,8 @@ function jobView(main, id) {
     <h1>${esc(id)} <span id="job-state" class="state">…</span></h1>
     <p class="facts"><span id="job-reason" class="muted"></span></p>
     <p class="facts"><span id="job-progress"></span><span id="job-rate"></span><span id="job-eta"></span><span id="job-owner"></span><span id="job-lineage"></span></p>
+    <p class="facts" id="job-model" hidden>Final model <code id="job-model-path"></code>
+       <span id="job-model-worker" class="muted"></span> fetch it with <code id="job-model-fetch"></code></p>
     <div class="charts" id="charts"><p class="muted" id="no-metrics">No metrics reported yet.</p></div>
     <h2>Events</h2>
     <table id="events"><thead><tr><th>#</th><th>Time</th><th>Attempt</th><th>Rank</th><th>Event</th><th>State</th><th>Message</th></tr></thead><tbody></tbody></table>
@@ -308,6 +335,15 @@ function jobView(main, id) {
     }
     if (continuedBy.length) lineage += (lineage ? '; ' : '') + 'continued by ' + continuedBy.map(link).join(', ');
     document.getElementById('job-lineage').innerHTML = lineage;
+    // The final model (rank 0's record of it) and the CLI command that
+    // downloads it through the coordinator.
+    const model = document.getElementById('job-model');
+    model.hidden = !j.final_model;
+    if (j.final_model) {
+      document.getElementById('job-model-path').textContent = j.final_model;
+      document.getElementById('job-model-worker').textContent = j.final_model_worker ? `on worker ${j.final_model_worker};` : '';
+      document.getElementById('job-model-fetch').textContent = `trainctl fetch ${id}`;
+    }
     const tbody = document.querySelector('#events tbody');
     for (const e of r.events || []) {
       eventsAfter = Math.max(eventsAfter, num(e.seq));
@@ -317,6 +353,7 @@ function jobView(main, id) {
         td.textContent = v ?? '';
         tr.appendChild(td);
       }
+      tr.children[1].className = 'time';
       tbody.appendChild(tr);
     }
     await fetchMetrics();

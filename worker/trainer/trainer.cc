@@ -199,8 +199,8 @@ absl::Status Trainer::Impl::EndEpoch(EpochRun& run, TrainResult* result) {
   std::string line = absl::StrFormat("epoch %d/%d: loss %.5f, lr %.3g, %d steps, %.1f s", run.epoch + 1,
                                      o.epochs, end.loss, run.lr, run.step_in_epoch, epoch_secs);
   if (end.has_eval) {
-    absl::StrAppendFormat(&line, ", eval loss %.5f, accuracy %.4f (%d samples)", end.eval_loss,
-                          end.eval_accuracy, end.eval_samples);
+    absl::StrAppendFormat(&line, ", eval loss %.5f, accuracy %.2f%% (%d samples)", end.eval_loss,
+                          end.eval_accuracy * 100, end.eval_samples);
   }
   Log(line);
   Log(absl::StrCat("parameters ", ParameterChecksum(), " at global step ", position.global_step));
