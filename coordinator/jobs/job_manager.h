@@ -232,8 +232,11 @@ class JobManager : private JobActions {
   JobGauges Gauges() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     JobGauges g = queries_.Gauges();
     g.stale_reports_refused = stale_reports_refused_;
+    g.preemptions = placer_.preemptions();
     return g;
   }
+  // Scheduling pass durations (JobPlacer::pass_latency; thread-safe).
+  const LatencyHistogram& SchedulerPassLatency() const { return placer_.pass_latency(); }
 
   // A worker session (`session`, any unique address) holds sequenced
   // reports the store could not take (`held`), or no longer does (applied,
