@@ -123,6 +123,23 @@ TEST(CliUsageTest, UsageErrorsExitTwoAndHelpHasAnExampleForEveryVerb) {
   EXPECT_EQ(RunTrainctl({"submit"}).code, 2) << "FILE is required";
   EXPECT_EQ(RunTrainctl({"-o", "xml", "list"}).code, 2);
   EXPECT_EQ(RunTrainctl({"logs", "j", "--rank", "zero"}).code, 2);
+  // cancel: one JOB or filters, never both, never neither (refused before
+  // any coordinator is asked).
+  r = RunTrainctl({"cancel"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("JOB: name a job, or cancel many with --queue, --owner or --state"));
+  r = RunTrainctl({"cancel", "j", "--owner", "alice"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("JOB and --queue/--owner/--state exclude each other"));
+  r = RunTrainctl({"cancel", "j", "--dry-run"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--dry-run: only with --queue, --owner or --state"));
+  r = RunTrainctl({"cancel", "--state", "pending,bogus", "--yes"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--state: unknown state 'bogus'"));
+  r = RunTrainctl({"cancel", "--state", "FAILED", "-y"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--state: failed jobs have ended and cannot be cancelled"));
 
   r = RunTrainctl({"--help"});
   EXPECT_EQ(r.code, 0);

@@ -437,6 +437,22 @@ absl::StatusOr<v1::Job> Client::Cancel(const std::string& job_id, const std::str
   return job;
 }
 
+absl::StatusOr<v1::CancelJobsResponse> Client::CancelJobs(const CancelFilter& filter, const std::string& reason,
+                                                          bool dry_run) {
+  v1::CancelJobsRequest req;
+  req.set_queue(filter.queue);
+  req.set_owner(filter.owner);
+  for (v1::JobState s : filter.states) req.add_states(s);
+  req.set_reason(reason);
+  req.set_dry_run(dry_run);
+  v1::CancelJobsResponse resp;
+  // A dry run only reads; a real one is never sent twice (as Cancel).
+  absl::Status s = Unary(stubs_->endpoints, &v1::JobService::Stub::CancelJobs, req, &resp,
+                         dry_run ? Idempotency::kIdempotent : Idempotency::kNotIdempotent);
+  if (!s.ok()) return s;
+  return resp;
+}
+
 absl::StatusOr<v1::Job> Client::Watch(const std::string& job_id, bool include_history,
                                       const WatchCallback& callback) {
   Endpoints& e = stubs_->endpoints;

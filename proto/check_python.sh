@@ -20,7 +20,7 @@ assert hasattr(worker_service_pb2_grpc, "WorkerServiceStub")
 q = queue_pb2.Queue(name="a", nominal_gpu=0)
 assert q.HasField("nominal_gpu") and not q.HasField("nominal_cpu")
 for svc, methods in [(job_service_pb2.DESCRIPTOR.services_by_name["JobService"],
-                      {"SubmitJob", "GetJob", "ListJobs", "CancelJob", "WatchJob", "GetLogs", "GetMetrics",
+                      {"SubmitJob", "GetJob", "ListJobs", "CancelJob", "CancelJobs", "WatchJob", "GetLogs", "GetMetrics",
                        "FetchArtifact", "UploadCode"}),
                      (worker_service_pb2.DESCRIPTOR.services_by_name["WorkerService"],
                       {"Session", "ListWorkers", "FetchCode"}),

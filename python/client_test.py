@@ -1107,6 +1107,53 @@ class JobSpecTest(unittest.TestCase):
         self.assertIn("not valid YAML", self.errors("name: [a\n")[0])
 
 
+class CancelJobsTest(ClusterTestCase):
+    """Client.cancel_jobs against a coordinator with no worker (every job
+    stays PENDING): a dry run cancels nothing, a filter cancels exactly its
+    jobs, a submitter cancels only its own, no filter is refused."""
+
+    def setUp(self):
+        self.cluster = Cluster(_build_dir(), tempfile.mkdtemp(prefix="cancel-jobs-", dir=WORK))
+        self.addCleanup(self.cluster.stop)
+        self.cluster.start_coordinator()
+        self.client = Client(self.cluster.address, token=self.cluster.admin_token)
+        self.addCleanup(self.client.close)
+
+    def test_filters_dry_run_and_ownership(self):
+        a = [self.client.submit(EXAMPLE, name="py-bulk-a", queue="qa") for _ in range(2)]
+        b = self.client.submit(EXAMPLE, name="py-bulk-b", queue="qb")
+        with Client(self.cluster.address, token=self.cluster.create_token(auth_pb2.ROLE_SUBMITTER, "py-sub")) as sub:
+            mine = sub.submit(EXAMPLE, name="py-bulk-mine", queue="qa")
+            # A submitter matches only its own jobs, and may not name another owner.
+            self.assertEqual(sub.cancel_jobs(queue="qa", dry_run=True).job_ids, [mine.id])
+            with self.assertRaises(TrainctlError) as denied:
+                sub.cancel_jobs(owner="admin")
+            self.assertEqual(denied.exception.code, grpc.StatusCode.PERMISSION_DENIED)
+
+        with self.assertRaises(TrainctlError) as unfiltered:
+            self.client.cancel_jobs()
+        self.assertEqual(unfiltered.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        with self.assertRaises(TrainctlError) as ended:
+            self.client.cancel_jobs(states=["succeeded"])
+        self.assertEqual(ended.exception.code, grpc.StatusCode.INVALID_ARGUMENT)
+        self.assertIn("states:", ended.exception.message)
+
+        want = sorted([j.id for j in a] + [mine.id])
+        dry = self.client.cancel_jobs(queue="qa", states=["pending"], dry_run=True)
+        self.assertEqual((sorted(dry.job_ids), dry.count, dry.dry_run), (want, 3, True))
+        self.assertEqual(self.client.get(a[0].id).state, job_pb2.JOB_STATE_PENDING)
+
+        done = self.client.cancel_jobs(queue="qa", reason="py bulk")
+        self.assertEqual((sorted(done.job_ids), done.count, done.dry_run), (want, 3, False))
+        for job_id in want:
+            got = self.client.get(job_id)
+            self.assertEqual(got.state, job_pb2.JOB_STATE_CANCELLED)
+            self.assertIn("py bulk", got.state_reason)
+        self.assertEqual(self.client.get(b.id).state, job_pb2.JOB_STATE_PENDING)
+        # Ended jobs match nothing any more.
+        self.assertEqual(self.client.cancel_jobs(queue="qa").count, 0)
+
+
 class ImportTest(unittest.TestCase):
     """``import trainctl`` stays dependency-free (command jobs' report())."""
 

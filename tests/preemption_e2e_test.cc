@@ -185,6 +185,7 @@ TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) 
   EXPECT_TRUE(std::isnan(Sample(page, "trainctl_queue_nominal_slots{queue=\"team-b\",kind=\"gpu\"}")))
       << "an unlimited nominal has no sample";
   EXPECT_GT(Sample(page, "trainctl_queue_slot_seconds_total{queue=\"team-b\",kind=\"cpu\"}"), 0) << page;
+  EXPECT_EQ(Sample(page, "trainctl_preemptions_total"), 0) << page;
 
   const absl::Time submitted = absl::Now();
   const std::string lender =
@@ -240,6 +241,10 @@ TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) 
       << page;
   EXPECT_EQ(Sample(page, "trainctl_queue_used_slots{queue=\"team-b\",kind=\"cpu\"}"), 0) << page;
   EXPECT_EQ(Sample(page, "trainctl_queue_running_jobs{queue=\"team-b\"}"), 0) << page;
+  // The scheduler's own series: one preemption, and the passes that placed
+  // b (twice) and a were timed.
+  EXPECT_EQ(Sample(page, "trainctl_preemptions_total"), 1) << page;
+  EXPECT_GE(Sample(page, "trainctl_scheduler_pass_seconds_count"), 3) << page;
 }
 
 // Per worker: 1 slot (a 2-rank job over two workers) or 2 (4 ranks: two

@@ -59,6 +59,13 @@ CliEnvironment CliEnvironment::FromProcess() {
     return std::string(v);
   };
   env.out_is_terminal = isatty(STDOUT_FILENO) == 1;
+  if (isatty(STDIN_FILENO) == 1) {
+    env.read_answer = []() -> std::optional<std::string> {
+      std::string line;
+      if (!std::getline(std::cin, line)) return std::nullopt;
+      return line;
+    };
+  }
   return env;
 }
 

@@ -33,12 +33,17 @@ struct CliEnvironment {
   std::function<std::optional<std::string>(const std::string&)> getenv;
   // stdout is a terminal: follow mode redraws a status line in place.
   bool out_is_terminal = false;
+  // Reads the user's answer to a question (one line; nullopt at the end of
+  // input) when stdin is a terminal; unset when it is not, so that nothing
+  // that needs a confirmation (a bulk `cancel`) proceeds without --yes.
+  std::function<std::optional<std::string>()> read_answer;
   // Plain follow mode: least time between two progress lines.
   absl::Duration progress_interval = absl::Seconds(5);
   // How long --dry-run waits for a coordinator before skipping the placement.
   absl::Duration dry_run_connect_timeout = absl::Seconds(2);
 
-  // The real process: ::getenv and isatty(STDOUT_FILENO).
+  // The real process: ::getenv, isatty(STDOUT_FILENO), and std::cin when
+  // isatty(STDIN_FILENO).
   static CliEnvironment FromProcess();
 };
 

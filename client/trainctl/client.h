@@ -219,6 +219,17 @@ class Client {
   // Stops every rank and marks the job CANCELLED. FailedPrecondition when
   // the job already ended.
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason = "");
+  // Cancels every job not yet ended that matches all the filters given
+  // (JobService.CancelJobs: at least one of queue, owner, states; a
+  // submitter's match only its own jobs); with dry_run only lists them.
+  // The response has the ids cancelled (or that would be) and their count.
+  struct CancelFilter {
+    std::string queue;
+    std::string owner;
+    std::vector<v1::JobState> states;
+  };
+  absl::StatusOr<v1::CancelJobsResponse> CancelJobs(const CancelFilter& filter, const std::string& reason = "",
+                                                    bool dry_run = false);
 
   // Delivers the job's updates (with include_history: its stored events and
   // metrics first) until the job ends or `callback` returns false, then

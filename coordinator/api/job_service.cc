@@ -363,6 +363,51 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
                          });
 }
 
+namespace {
+
+// A submitter's bulk cancel follows CancelJob's rule (MayActOnJob): only the
+// jobs its own token submitted match, and naming another owner is refused
+// outright rather than matching nothing, so that the caller learns why.
+absl::StatusOr<JobManager::CancelFilter> CancelFilterFor(const Principal& who, const v1::CancelJobsRequest& req) {
+  if (req.queue().empty() && req.owner().empty() && req.states().empty()) {
+    return absl::InvalidArgumentError(
+        "queue, owner, states: give at least one filter (CancelJobs never cancels every job unasked)");
+  }
+  JobManager::CancelFilter filter;
+  filter.queue = req.queue();
+  filter.owner = req.owner();
+  for (int s : req.states()) filter.states.push_back(static_cast<v1::JobState>(s));
+  if (who.role != v1::ROLE_ADMIN) {
+    if (!req.owner().empty() && req.owner() != who.name) {
+      return absl::PermissionDeniedError(absl::StrCat(
+          "CancelJobs: owner '", req.owner(), "' is not you ('", who.name,
+          "'); a submitter cancels only its own jobs (role admin cancels every job)"));
+    }
+    filter.owner_token_id = who.token_id;
+  }
+  return filter;
+}
+
+}  // namespace
+
+grpc::ServerUnaryReactor* JobServiceImpl::CancelJobs(grpc::CallbackServerContext* ctx,
+                                                     const v1::CancelJobsRequest* req,
+                                                     v1::CancelJobsResponse* resp) {
+  return UnaryOnLoop(ctx_, ctx, "CancelJobs",
+                     [this, req, resp](const Principal& who)
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
+                           absl::StatusOr<JobManager::CancelFilter> filter = CancelFilterFor(who, *req);
+                           if (!filter.ok()) return filter.status();
+                           absl::StatusOr<std::vector<std::string>> ids =
+                               ctx_.jobs->CancelMatching(*filter, req->reason(), req->dry_run());
+                           if (!ids.ok()) return ids.status();
+                           for (std::string& id : *ids) resp->add_job_ids(std::move(id));
+                           resp->set_count(resp->job_ids_size());
+                           resp->set_dry_run(req->dry_run());
+                           return absl::OkStatus();
+                         });
+}
+
 grpc::ServerUnaryReactor* JobServiceImpl::GetMetrics(grpc::CallbackServerContext* ctx,
                                                      const v1::GetMetricsRequest* req,
                                                      v1::GetMetricsResponse* resp) {

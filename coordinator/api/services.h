@@ -1,7 +1,7 @@
 // The gRPC services of trainctl-coordinator: thin translations from proto
 // requests to manager calls on the EventLoop, and back.
 //
-//   JobService    — SubmitJob, GetJob, ListJobs, CancelJob (unary),
+//   JobService    — SubmitJob, GetJob, ListJobs, CancelJob, CancelJobs (unary),
 //                   WatchJob, GetLogs, FetchArtifact (server streams),
 //                   UploadCode (a client stream: code_service.cc).
 //   WorkerService — Session (one bidi stream per worker daemon), ListWorkers,
@@ -14,7 +14,8 @@
 //
 // Every handler first authenticates the call's bearer token and checks its
 // role (TokenAuthority): reads need admin, submitter or viewer; SubmitJob
-// admin or submitter; CancelJob admin, or the submitter that owns the job;
+// admin or submitter; CancelJob admin, or the submitter that owns the job
+// (CancelJobs: a submitter's filters match only its own jobs);
 // Session a worker token (whose worker ids are bound to it); AuthService
 // admin. A refused call does no work.
 //
@@ -96,6 +97,9 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                      v1::ListJobsResponse* resp) override;
   grpc::ServerUnaryReactor* CancelJob(grpc::CallbackServerContext* ctx,
                                       const v1::CancelJobRequest* req, v1::Job* resp) override;
+  grpc::ServerUnaryReactor* CancelJobs(grpc::CallbackServerContext* ctx,
+                                       const v1::CancelJobsRequest* req,
+                                       v1::CancelJobsResponse* resp) override;
   grpc::ServerWriteReactor<v1::JobUpdate>* WatchJob(grpc::CallbackServerContext* ctx,
                                                     const v1::WatchJobRequest* req) override;
   grpc::ServerWriteReactor<v1::LogChunk>* GetLogs(grpc::CallbackServerContext* ctx,

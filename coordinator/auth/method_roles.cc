@@ -19,6 +19,7 @@ const std::vector<MethodRoles>& AllMethodRoles() {
       {kJobs, "GetJob", {kAdmin, kSubmitter, kViewer}},
       {kJobs, "ListJobs", {kAdmin, kSubmitter, kViewer}},
       {kJobs, "CancelJob", {kAdmin, kSubmitter}},
+      {kJobs, "CancelJobs", {kAdmin, kSubmitter}},
       {kJobs, "WatchJob", {kAdmin, kSubmitter, kViewer}},
       {kJobs, "GetLogs", {kAdmin, kSubmitter, kViewer}},
       {kJobs, "GetMetrics", {kAdmin, kSubmitter, kViewer}},

@@ -260,6 +260,14 @@ absl::Status JobManager::AttachResumeSource(v1::Job& job) const {
   return absl::OkStatus();
 }
 
+namespace {
+
+std::string CancelReason(const std::string& reason) {
+  return reason.empty() ? "cancelled by a user" : absl::StrCat("cancelled: ", reason);
+}
+
+}  // namespace
+
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
   JobEntry* e = book_.Find(job_id);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no job ", job_id));
@@ -268,8 +276,13 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
         absl::StrCat("job ", job_id, " already ended (", StateName(e->job.state()), ")"));
   }
   if (reason.size() > 1024) return absl::InvalidArgumentError("reason: at most 1024 bytes");
-  std::string why = reason.empty() ? "cancelled by a user" : absl::StrCat("cancelled: ", reason);
-  v1::Job next = e->job;
+  TRAINCTL_RETURN_IF_ERROR(CancelEntry(*e, CancelReason(reason)));
+  RequestSchedule();
+  return e->job;
+}
+
+absl::Status JobManager::CancelEntry(JobEntry& e, const std::string& why) {
+  v1::Job next = e.job;
   next.set_state(v1::JOB_STATE_CANCELLED);
   next.set_state_reason(why);
   v1::Attempt* a = CurrentAttempt(next);
@@ -281,10 +294,55 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
     SetTimestamp(clock_->Now(), a->mutable_end_time());
     to_stop = LiveRanksByWorker(*a);
   }
-  TRAINCTL_RETURN_IF_ERROR(book_.Commit(*e, std::move(next), {{"cancelled", why}}));
-  starter_.StopAll(job_id, CurrentAttempt(e->job) == nullptr ? 0 : CurrentAttempt(e->job)->number(), to_stop, why);
-  RequestSchedule();
-  return e->job;
+  TRAINCTL_RETURN_IF_ERROR(book_.Commit(e, std::move(next), {{"cancelled", why}}));
+  starter_.StopAll(e.job.id(), CurrentAttempt(e.job) == nullptr ? 0 : CurrentAttempt(e.job)->number(), to_stop, why);
+  return absl::OkStatus();
+}
+
+absl::StatusOr<std::vector<std::string>> JobManager::CancelMatching(const CancelFilter& filter,
+                                                                    const std::string& reason, bool dry_run) {
+  for (v1::JobState s : filter.states) {
+    if (s == v1::JOB_STATE_UNSPECIFIED || !v1::JobState_IsValid(s)) {
+      return absl::InvalidArgumentError(absl::StrCat("states: ", static_cast<int>(s), " is not a job state"));
+    }
+    if (IsTerminal(s)) {
+      return absl::InvalidArgumentError(absl::StrCat(
+          "states: ", StateName(s), " jobs have ended and cannot be cancelled (pending, scheduled, running or restarting)"));
+    }
+  }
+  if (reason.size() > 1024) return absl::InvalidArgumentError("reason: at most 1024 bytes");
+  std::vector<std::string> ids;
+  for (const auto& [id, e] : book_.entries()) {
+    const v1::Job& job = e.job;
+    if (IsTerminal(job.state())) continue;
+    if (!filter.queue.empty() &&
+        filter.queue != (job.spec().queue().empty() ? std::string("default") : job.spec().queue())) {
+      continue;
+    }
+    if (!filter.owner.empty() && job.owner() != filter.owner) continue;
+    if (!filter.owner_token_id.empty() && job.owner_token_id() != filter.owner_token_id) continue;
+    if (!filter.states.empty() &&
+        std::find(filter.states.begin(), filter.states.end(), job.state()) == filter.states.end()) {
+      continue;
+    }
+    ids.push_back(id);
+  }
+  if (dry_run || ids.empty()) return ids;
+  const std::string why = CancelReason(reason);
+  size_t done = 0;
+  absl::Status failed;
+  for (const std::string& id : ids) {
+    failed = CancelEntry(book_.At(id), why);
+    if (!failed.ok()) break;
+    ++done;
+  }
+  if (done > 0) RequestSchedule();
+  if (!failed.ok()) {
+    return absl::Status(failed.code(), absl::StrCat("cancelled ", done, " of ", ids.size(), " jobs, then job ",
+                                                    ids[done], ": ", failed.message(),
+                                                    " (run it again for the rest)"));
+  }
+  return ids;
 }
 
 // --- failures and rank ends ----------------------------------------------------

@@ -152,6 +152,23 @@ class JobManager : private JobActions {
   }
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Which jobs CancelMatching takes: those not ended that match every
+  // non-empty field (the caller checks that one is given and who may ask).
+  struct CancelFilter {
+    std::string queue;               // "default" also matches an empty spec.queue
+    std::string owner;               // Job.owner
+    std::vector<v1::JobState> states;  // not terminal; empty = any not ended
+    std::string owner_token_id;      // Job.owner_token_id (a submitter's own jobs)
+  };
+  // Cancels every job `filter` matches, each as Cancel does (one
+  // `cancelled` event with `reason` per job), then asks for one scheduling
+  // pass; with `dry_run` only lists them. Returns their ids in id order.
+  // INVALID_ARGUMENT for a terminal or unspecified state or a reason over
+  // 1024 bytes; a failed write stops there with UNAVAILABLE naming how many
+  // were cancelled before it.
+  absl::StatusOr<std::vector<std::string>> CancelMatching(const CancelFilter& filter,
+                                                          const std::string& reason, bool dry_run)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Per queue, what its live jobs hold now (JobQueries::QueueUsages).
   std::map<std::string, QueueUsage> QueueUsages() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     return queries_.QueueUsages();
@@ -215,8 +232,11 @@ class JobManager : private JobActions {
   JobGauges Gauges() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     JobGauges g = queries_.Gauges();
     g.stale_reports_refused = stale_reports_refused_;
+    g.preemptions = placer_.preemptions();
     return g;
   }
+  // Scheduling pass durations (JobPlacer::pass_latency; thread-safe).
+  const LatencyHistogram& SchedulerPassLatency() const { return placer_.pass_latency(); }
 
   // A worker session (`session`, any unique address) holds sequenced
   // reports the store could not take (`held`), or no longer does (applied,
@@ -271,6 +291,9 @@ class JobManager : private JobActions {
   void RequestSchedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override {
     placer_.RequestSchedule();
   }
+
+  // Cancel's body for a job not ended, without the scheduling pass.
+  absl::Status CancelEntry(JobEntry& entry, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // OnRankStatus's body; `may_hold`: a collective failure may be held.
   absl::Status ApplyRankStatus(const std::string& worker_id, const v1::RankStatus& status,

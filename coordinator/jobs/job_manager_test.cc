@@ -394,6 +394,69 @@ TEST_F(JobManagerTest, CancelFromEveryState) {
   EXPECT_EQ(jobs_->Cancel("nope", "").status().code(), absl::StatusCode::kNotFound);
 }
 
+// CancelJobs (JobManager::CancelMatching): every filter narrows; ended jobs
+// never match; a dry run changes nothing; each job gets its `cancelled`
+// event with the reason and a running one's ranks are told to stop.
+TEST_F(JobManagerTest, CancelMatchingCancelsExactlyTheMatchingJobsNotEnded) {
+  auto in = [&](const std::string& queue, const std::string& owner, const std::string& token, int world) {
+    v1::JobSpec spec = Spec(world);
+    spec.set_queue(queue);
+    auto j = jobs_->Submit(spec, owner, token);
+    EXPECT_TRUE(j.ok()) << j.status();
+    return j.ok() ? j->id() : std::string();
+  };
+  const std::string running = RunningJob();  // queue "" ("default"), 2 ranks on a and b
+  const std::string a1 = in("a", "alice", "t-alice", 4);
+  const std::string a2 = in("a", "bob", "t-bob", 4);
+  const std::string b1 = in("b", "alice", "t-alice", 4);
+  const std::string ended = in("a", "alice", "t-alice", 4);
+  ASSERT_TRUE(jobs_->Cancel(ended, "before").ok());
+
+  using Filter = JobManager::CancelFilter;
+  auto ids = jobs_->CancelMatching(Filter{"a", "", {}, ""}, "", /*dry_run=*/true);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ::testing::UnorderedElementsAre(a1, a2));
+  EXPECT_EQ(Get(a1).state(), v1::JOB_STATE_PENDING) << "a dry run cancels nothing";
+  ids = jobs_->CancelMatching(Filter{"a", "alice", {}, ""}, "", true);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_THAT(*ids, ::testing::ElementsAre(a1));
+  ids = jobs_->CancelMatching(Filter{"", "", {}, "t-alice"}, "", true);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_THAT(*ids, ::testing::UnorderedElementsAre(a1, b1)) << "a submitter's own jobs, by token";
+  ids = jobs_->CancelMatching(Filter{"default", "", {v1::JOB_STATE_RUNNING, v1::JOB_STATE_SCHEDULED}, ""}, "", true);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_THAT(*ids, ::testing::ElementsAre(running)) << "\"default\" matches a job naming no queue";
+
+  EXPECT_EQ(jobs_->CancelMatching(Filter{"", "", {v1::JOB_STATE_SUCCEEDED}, ""}, "", true).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(jobs_->CancelMatching(Filter{"a", "", {}, ""}, std::string(1025, 'x'), false).status().code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Get(a1).state(), v1::JOB_STATE_PENDING);
+
+  ids = jobs_->CancelMatching(Filter{"a", "", {}, ""}, "queue a is closing", false);
+  ASSERT_TRUE(ids.ok()) << ids.status();
+  EXPECT_THAT(*ids, ::testing::UnorderedElementsAre(a1, a2));
+  for (const std::string& id : {a1, a2}) {
+    v1::Job j = Get(id);
+    EXPECT_EQ(j.state(), v1::JOB_STATE_CANCELLED);
+    EXPECT_EQ(j.state_reason(), "cancelled: queue a is closing");
+    auto events = store_->ListEvents(id, 0, 100);
+    ASSERT_TRUE(events.ok());
+    int cancelled = 0;
+    for (const v1::Event& e : *events) cancelled += e.type() == "cancelled";
+    EXPECT_EQ(cancelled, 1) << id;
+  }
+  EXPECT_EQ(Get(b1).state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(Get(ended).state_reason(), "cancelled: before") << "an ended job is left as it was";
+
+  // A running job: its attempt ends CANCELLED and its ranks are told to stop.
+  ids = jobs_->CancelMatching(Filter{"", "", {v1::JOB_STATE_RUNNING}, ""}, "", false);
+  ASSERT_TRUE(ids.ok());
+  EXPECT_THAT(*ids, ::testing::ElementsAre(running));
+  EXPECT_EQ(Get(running).attempts(0).state(), v1::ATTEMPT_STATE_CANCELLED);
+  EXPECT_EQ(a_->Stops().size(), 1u);
+  EXPECT_EQ(b_->Stops().size(), 1u);
+}
 
 TEST_F(JobManagerTest, BadReportsAreRefusedWithReasons) {
   std::string id = RunningJob();

@@ -366,6 +366,12 @@ absl::flat_hash_map<std::string, std::array<int, 2>> JobPlacer::SlotsHeldByQueue
 
 void JobPlacer::Schedule() {
   if (book_->pending().empty()) return;
+  const absl::Time started = clock_->Mono();
+  SchedulePending();
+  pass_latency_.Observe(clock_->Mono() - started);
+}
+
+void JobPlacer::SchedulePending() {
   const absl::Time now = clock_->Now();
   std::vector<scheduler::PendingJob> jobs;
   absl::flat_hash_set<std::string> command_jobs;
@@ -421,6 +427,7 @@ void JobPlacer::Preempt(const std::string& victim, const std::string& for_job) {
     schedule_retry_ = true;
     return;
   }
+  ++preemptions_;
   starter_->StopAll(victim, CurrentAttempt(e->job)->number(), to_stop, why,
                     {options_.preemption_grace, /*checkpoint_first=*/true});
 }

@@ -34,6 +34,7 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "common/prometheus.h"
 #include "coordinator/jobs/attempt_starter.h"
 #include "coordinator/jobs/job_book.h"
 #include "coordinator/core/on_loop.h"
@@ -81,7 +82,14 @@ class JobPlacer {
   }
 
   // One scheduling pass: places what can start and launches the attempts.
+  // A pass with jobs pending is timed (pass_latency) on the monotonic clock.
   void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // How long the passes that had pending jobs took, the scheduler's choice
+  // and the placements and preemptions it led to (thread-safe: read by the
+  // /metrics page off the loop).
+  const LatencyHistogram& pass_latency() const { return pass_latency_; }
+  // Running jobs stopped as preemption victims since the coordinator started.
+  int64_t preemptions() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return preemptions_; }
   // Asks for a pass (see SetDeferral).
   void RequestSchedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // With a deferral, the passes that submissions, ends and registrations
@@ -119,6 +127,8 @@ class JobPlacer {
   // The slots live ranks hold, per queue name: [0] GPU, [1] CPU.
   absl::flat_hash_map<std::string, std::array<int, 2>> SlotsHeldByQueue() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Schedule's body, once there are pending jobs.
+  void SchedulePending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Makes placement `p` the job's new attempt and launches it.
   void Place(JobEntry& e, scheduler::Placement& p, absl::Time now)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
@@ -143,6 +153,8 @@ class JobPlacer {
   bool schedule_requested_ ABSL_GUARDED_BY(kLoop) = false;
   // A placement's write failed in the last pass; the tick asks for another.
   bool schedule_retry_ ABSL_GUARDED_BY(kLoop) = false;
+  LatencyHistogram pass_latency_;
+  int64_t preemptions_ ABSL_GUARDED_BY(kLoop) = 0;
 };
 
 }  // namespace trainctl::coordinator

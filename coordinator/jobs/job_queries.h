@@ -36,6 +36,8 @@ struct JobGauges {
   // Checkpoint and final-model reports of attempts that were no longer
   // current (fencing), refused since the coordinator started.
   int64_t stale_reports_refused = 0;
+  // Running jobs stopped as preemption victims since the coordinator started.
+  int64_t preemptions = 0;
   // Jobs RUNNING now: throughput summed over ranks; loss and loss scale of
   // rank 0; step time split averaged over ranks (latest window each).
   struct Running {

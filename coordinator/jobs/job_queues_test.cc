@@ -83,9 +83,14 @@ TEST_F(JobQueuesTest, ABorrowerIsPreemptedWhenTheLenderNeedsItsQuotaAndResumesLa
   const std::string borrower = Submit(4, "b");
   ASSERT_EQ(Get(borrower).state(), v1::JOB_STATE_SCHEDULED) << Get(borrower).state_reason();
   AllRanks(borrower, 1, v1::RANK_STATE_RUNNING);
+  EXPECT_EQ(jobs_->Gauges().preemptions, 0);
+  const int64_t passes = jobs_->SchedulerPassLatency().count();
+  EXPECT_GE(passes, 1) << "the pass that placed the borrower was timed";
 
   // a submits within its quota: b's job is preempted, a's waits for its slots.
   const std::string owner = Submit(2, "a");
+  EXPECT_EQ(jobs_->Gauges().preemptions, 1) << "/metrics' trainctl_preemptions_total";
+  EXPECT_GT(jobs_->SchedulerPassLatency().count(), passes);
   v1::Job victim = Get(borrower);
   EXPECT_EQ(victim.state(), v1::JOB_STATE_RESTARTING);
   EXPECT_THAT(victim.state_reason(), HasSubstr("preempted for job " + owner));

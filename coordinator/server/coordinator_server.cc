@@ -318,6 +318,9 @@ void WriteClusterFamilies(PromWriter& w, const JobGauges& g,
   w.Family("trainctl_stale_reports_refused_total", "counter",
            "Checkpoint and final-model reports of attempts that were no longer current, refused (fencing).");
   w.Sample("trainctl_stale_reports_refused_total", {}, static_cast<double>(g.stale_reports_refused));
+  w.Family("trainctl_preemptions_total", "counter",
+           "Running jobs stopped as preemption victims (queues) since the coordinator started.");
+  w.Sample("trainctl_preemptions_total", {}, static_cast<double>(g.preemptions));
 }
 
 // Per running job: throughput, loss, the step's split, loss scale, world.
@@ -425,6 +428,10 @@ std::string CoordinatorServer::MetricsPage() {
     WriteRunningJobFamilies(w, snap->jobs.running);
     WriteQueueFamilies(w, snap->queues, snap->usage);
   }
+  w.Family("trainctl_scheduler_pass_seconds", "histogram",
+           "Scheduling passes with jobs pending: the placement decision and the placements and preemptions it "
+           "led to (on the loop).");
+  jobs_->SchedulerPassLatency().Write(w, "trainctl_scheduler_pass_seconds", {});
   rpc_stats_.Write(w);
   if (store_ != nullptr) {
     w.Family("trainctl_db_commit_duration_seconds", "histogram", "SQLite COMMIT time (synchronous=FULL: includes the fsync).");

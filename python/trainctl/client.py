@@ -185,6 +185,17 @@ class Artifact:
     worker_id: str
 
 
+@dataclasses.dataclass(frozen=True)
+class CancelledJobs:
+    """What ``Client.cancel_jobs`` did (or, with dry_run, would do)."""
+
+    # The jobs cancelled (dry_run: that would be), by id.
+    job_ids: list
+    count: int
+    # Nothing was cancelled.
+    dry_run: bool
+
+
 # --- where the coordinator is ------------------------------------------------
 
 
@@ -545,6 +556,20 @@ class Client:
         returns the Job. FAILED_PRECONDITION when it already ended."""
         req = job_service_pb2.CancelJobRequest(job_id=self._job_id(job), reason=reason)
         return Job(self._unary("CancelJob", req, idempotent=False))
+
+    def cancel_jobs(self, queue="", owner="", states=None, dry_run=False, reason=""):
+        """Cancels, in one call, every job not yet ended that matches all the
+        filters given: ``queue``, ``owner`` (a token name), ``states``
+        (JobState members or names: "pending", "running", ...). At least one
+        is required (INVALID_ARGUMENT otherwise). A submitter's filters match
+        only its own jobs (another ``owner`` is PERMISSION_DENIED). With
+        ``dry_run`` nothing is cancelled. Returns a CancelledJobs: the ids
+        cancelled (or that would be) and their count."""
+        req = job_service_pb2.CancelJobsRequest(queue=queue, owner=owner, reason=reason, dry_run=dry_run,
+                                                states=[_job_state(s) for s in states or ()])
+        # A dry run only reads; a real one is never sent twice (as cancel()).
+        resp = self._unary("CancelJobs", req, idempotent=dry_run)
+        return CancelledJobs(job_ids=list(resp.job_ids), count=resp.count, dry_run=resp.dry_run)
 
     def resume(self, job, *, request_id=None, **overrides):
         """Submits a new job that continues ``job`` from its newest checkpoint
