@@ -189,7 +189,7 @@
 //    max_job_size (0 = none) stays pending as kExceedsQueueLimit (checked
 //    before the workers: it never fits this queue however the cluster grows).
 //    The checks that skip a job apply in this order: kInvalidJob,
-//    kUnknownQueue, max_job_size, kNoWorkerOfKind, kExceedsCapacity (slots,
+//    kUnknownQueue, max_job_size, kNoWorkerOfKind, kExceedsCapacity (slots, nodes,
 //    then resources), the group's nominal (the last two kExceedsQueueLimit).
 //    Elastic jobs start with min(world_size, available slots, max_job_size,
 //    quota headroom) ranks when that is at least min_world_size; the
