@@ -1332,5 +1332,28 @@ TEST(SchedulerNodesTest, AvoidanceAndResourcesCountWholeHosts) {
   EXPECT_EQ(too_big->pending[0].reason, PendingReason::kExceedsCapacity) << Dump(*too_big);
 }
 
+// The worked example of issue #26 with A's job on exactly 2 workers: it
+// preempts B's borrowing job as any job would, holds what it can, and once
+// B's job is gone starts with one rank on each worker.
+TEST(SchedulerNodesTest, ReclaimsBorrowedQuotaByPreemptionAndStartsOnItsNodes) {
+  QueueInput input;
+  input.queues = {Queue("A", 2, -1, "c"), Queue("B", 2, -1, "c")};
+  std::vector<PendingJob> jobs = {Queued("A", OnNodes(Job("a-job", 2, kCuda, 0, 10), 2))};
+  input.running = {Running("b-job", "B", 4, 0, 1)};
+  auto r1 = Schedule(jobs, {Gpu("w1", 0, 2), Gpu("w2", 0, 2)}, input);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  ASSERT_EQ(r1->preemptions.size(), 1u) << Dump(*r1);
+  EXPECT_EQ(r1->preemptions[0].victim_job_id, "b-job");
+  ASSERT_EQ(r1->pending.size(), 1u);
+  EXPECT_EQ(r1->pending[0].reason, PendingReason::kPreempting);
+  EXPECT_THAT(r1->pending[0].message, HasSubstr("needs 2 cuda slots on 2 workers, 1 on each"));
+
+  input.running.clear();
+  auto r2 = Schedule(jobs, {Gpu("w1", 2), Gpu("w2", 2)}, input);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(Outcome(*r2).at("a-job"), "w1:0 w2:0") << Dump(*r2);
+  EXPECT_TRUE(r2->preemptions.empty());
+}
+
 }  // namespace
 }  // namespace trainctl::scheduler
