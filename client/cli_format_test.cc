@@ -220,6 +220,18 @@ TEST(FormatTest, CommandJobSummaryShowsTheProgramNotTheEngine) {
   EXPECT_THAT(out.str(), Not(HasSubstr("optimizer:")));
 }
 
+TEST(FormatTest, SummarySaysHowManyWorkersAJobWithNodesSpans) {
+  ParsedJobSpec p = ParseJobSpecYaml("name: s\nworld_size: 4\nscheduling: {nodes: 2}\ncommand: {argv: [./t]}\n", "job.yaml");
+  ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
+  std::ostringstream out;
+  PrintSpecSummary(out, p.spec, "");
+  EXPECT_THAT(out.str(), HasSubstr("nodes:        placed on 2 workers, 2 ranks each (scheduling.nodes)\n"));
+  p.spec.mutable_scheduling()->clear_nodes();
+  std::ostringstream plain;
+  PrintSpecSummary(plain, p.spec, "");
+  EXPECT_THAT(plain.str(), Not(HasSubstr("nodes:")));
+}
+
 TEST(FollowPrinterTest, PlainModePrintsEventsAndRateLimitsProgressLines) {
   absl::Time now = absl::FromUnixSeconds(1000);
   std::ostringstream out;

@@ -845,6 +845,7 @@ class ScriptJobSpecTest(unittest.TestCase):
                                memory="1.5Gi", pids=64, priority=5, wait_for_capacity=True)
         self.assertEqual(spec.name, "train-ddp-v2")
         self.assertEqual(spec.world_size, 4)
+        self.assertEqual(spec.scheduling.nodes, 2)
         self.assertEqual(list(spec.command.argv), ["python3", "jobs/Train_DDP v2.py", "--epochs", "3"])
         self.assertEqual(spec.command.working_dir, "/srv/code")
         self.assertEqual(dict(spec.command.env), {"OMP_NUM_THREADS": "2"})

@@ -3,7 +3,8 @@
 // worker daemons under torchrun's environment contract, with both launch
 // conventions; a rank killed with SIGKILL restarts the group; a raising
 // script's exception line is the job's reason; cancel leaves no process
-// (DataLoader workers included); a worker without --allow-commands runs none.
+// (DataLoader workers included); a worker without --allow-commands runs none;
+// `submit --nnodes N` puts the ranks on exactly N workers.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
@@ -201,8 +202,8 @@ TEST_F(CommandE2ETest, SubmittedScriptRestartsAsTorchrunsDefaultZero) {
   }
 }
 
-// `submit --nnodes N` has no per-host placement yet: it says so, and the
-// job is N x nproc-per-node ranks placed as any job's.
+// `submit --nnodes N` (issue #44 item 8): the dry run says the job goes on
+// N workers, nproc-per-node ranks each.
 TEST_F(CommandE2ETest, SubmitNnodesSaysHowItsRanksArePlaced) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
   trainctl::testing::Process dry({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file",
@@ -213,9 +214,61 @@ TEST_F(CommandE2ETest, SubmitNnodesSaysHowItsRanksArePlaced) {
   const int status = dry.Wait(absl::Seconds(60));
   const std::string out = dry.ReadLog();
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
-  EXPECT_THAT(out, HasSubstr("--nnodes 2: 2 ranks, placed as any job's (on as few workers as their free slots "
-                             "allow), not 2 per-host groups"));
   EXPECT_THAT(out, HasSubstr("ranks:        2"));
+  EXPECT_THAT(out, HasSubstr("nodes:        placed on 2 workers, 1 rank each (scheduling.nodes)"));
+  EXPECT_THAT(out, Not(HasSubstr("placed as any job's")));
+}
+
+// What torchrun's environment says about the shape of the job, per rank.
+constexpr char kShapeScript[] = R"py(
+import os
+print("shape", " ".join(f"{k}={os.environ[k]}" for k in
+      ("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE")), flush=True)
+)py";
+
+// Issue #44 item 8: `submit --nnodes 2 --nproc-per-node 1` runs on two
+// different workers even where one worker has room for both ranks (a plain
+// two-rank job would share it), with torchrun's GROUP_* and LOCAL_* values;
+// more nodes than the cluster has workers is refused at submit.
+TEST(CommandPlacementTest, SubmitNnodesSpreadsTheRanksOverThatManyWorkers) {
+  const std::string build = trainctl::testing::BuildDirOfThisTest();
+  Cluster cluster(build, "/bin/false");
+  ASSERT_TRUE(cluster.StartCoordinator());
+  ASSERT_TRUE(cluster.StartWorker("w0", 2, false, {"--allow_commands"}));
+  ASSERT_TRUE(cluster.StartWorker("w1", 2, false, {"--allow_commands"}));
+  ASSERT_TRUE(cluster.WaitWorkers(2));
+  const std::string script = cluster.dir() + "/shape.py";
+  std::ofstream(script) << kShapeScript;
+  auto submit = [&](const std::string& nnodes, const std::string& log) {
+    trainctl::testing::Process p({build + "/client/trainctl", "--coordinator", cluster.address(), "--token-file",
+                                  cluster.AdminTokenFile(), "submit", "--no-upload", "--follow", "--nnodes", nnodes,
+                                  "--nproc-per-node", "1", "--python", "/usr/bin/python3", script},
+                                 cluster.dir() + "/" + log, cluster.dir());
+    EXPECT_TRUE(p.Start());
+    const int status = p.Wait(absl::Seconds(90));
+    return std::make_pair(status, p.ReadLog());
+  };
+
+  auto [status, out] = submit("2", "nnodes2.log");
+  ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("[rank0]: shape RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=0 "
+                             "GROUP_WORLD_SIZE=2"));
+  EXPECT_THAT(out, HasSubstr("[rank1]: shape RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=1 "
+                             "GROUP_WORLD_SIZE=2"));
+  std::smatch m;
+  ASSERT_TRUE(std::regex_search(out, m, std::regex("submitted job (\\S+)"))) << out;
+  const v1::Job j = cluster.Get(m[1]);
+  EXPECT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
+  EXPECT_EQ(j.spec().scheduling().nodes(), 2);
+  ASSERT_EQ(j.attempts_size(), 1);
+  ASSERT_EQ(j.attempts(0).ranks_size(), 2);
+  EXPECT_NE(j.attempts(0).ranks(0).worker_id(), j.attempts(0).ranks(1).worker_id()) << "one rank on each worker";
+
+  // Three nodes on two workers can never run: refused, saying why.
+  auto [refused_status, refused] = submit("3", "nnodes3.log");
+  ASSERT_TRUE(WIFEXITED(refused_status) && WEXITSTATUS(refused_status) != 0) << refused_status << "\n" << refused;
+  EXPECT_THAT(refused, HasSubstr("can never run this job: "));
+  EXPECT_THAT(refused, HasSubstr("on 3 workers, 1 on each (scheduling.nodes), and 2 of the 2 schedulable workers"));
 }
 
 TEST(CommandPlacementTest, WorkerWithoutAllowCommandsRunsNone) {
@@ -466,6 +519,17 @@ TEST(CommandRunTest, AMissingScriptFailsOnceAndTorchrunsFlagsAreKnown) {
   EXPECT_THAT(out, HasSubstr("--nnodes 2: trainctl run starts ranks on this host only (one node); use "
                              "--nproc-per-node for more ranks here, or trainctl submit --nnodes 2"));
   EXPECT_NE(access((dir + "/state3").c_str(), F_OK), 0) << "nothing started";
+  // The same through the job's own scheduling.nodes.
+  trainctl::testing::Process set_nodes({build + "/client/trainctl", "run", "--nproc-per-node", "2", "--set",
+                                        "scheduling.nodes=2", "--python", "/usr/bin/python3", "--state-dir",
+                                        dir + "/state4", "t.py"},
+                                       dir + "/set_nodes.log", dir);
+  ASSERT_TRUE(set_nodes.Start());
+  status = set_nodes.Wait(absl::Seconds(30));
+  out = set_nodes.ReadLog();
+  EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status << "\n" << out;
+  EXPECT_THAT(out, HasSubstr("scheduling.nodes: 2: trainctl run starts ranks on this host only (one node)"));
+  EXPECT_NE(access((dir + "/state4").c_str(), F_OK), 0) << "nothing started";
   std::system(("rm -rf " + dir).c_str());
 }
 

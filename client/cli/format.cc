@@ -335,6 +335,11 @@ void PrintSpecSummary(std::ostream& out, const v1::JobSpec& spec, const std::str
                                     ", backend ", LowerName(v1::Backend_descriptor(), spec.backend()), ", priority ",
                                     spec.priority()));
   AddField(t, "queue", spec.queue().empty() ? "(the token's first queue, else default)" : spec.queue());
+  if (const int nodes = spec.scheduling().nodes(); nodes > 0) {
+    const int each = spec.world_size() / nodes;
+    AddField(t, "nodes", absl::StrCat("placed on ", nodes, nodes == 1 ? " worker, " : " workers, ", each,
+                                      each == 1 ? " rank each" : " ranks each", " (scheduling.nodes)"));
+  }
   if (spec.has_command()) {
     AddCommandFields(t, spec.command());
   } else {

@@ -111,6 +111,14 @@ std::optional<v1::JobSpec> LocalJobSpec(CliContext& ctx, const RunFlags& flags, 
     return std::nullopt;
   }
   v1::JobSpec spec = parsed.spec;
+  if (spec.scheduling().nodes() > 1) {
+    // One worker here: a job that must span N hosts would wait forever.
+    *code = ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
+        "scheduling.nodes: ", spec.scheduling().nodes(),
+        ": trainctl run starts ranks on this host only (one node); leave it out (or 1) here, or "
+        "trainctl submit the job to run on a cluster")));
+    return std::nullopt;
+  }
   // The final model and checkpoints land where the user can find them, in a
   // directory of this job's own (the coordinator fills in the id).
   if (spec.checkpoint().dir().empty()) {

@@ -233,7 +233,8 @@ void AddScriptOptions(CLI::App* verb, ScriptJobFlags* flags) {
                    "With a program as FILE: ranks per node, as torchrun's (default 1)")
       ->check(CLI::Range(1, 65536));
   verb->add_option("--nnodes", flags->nnodes,
-                   "With a program as FILE: nodes; world_size = nproc-per-node x nnodes (run: 1, one host)")
+                   "With a program as FILE: nodes; world_size = nproc-per-node x nnodes, on exactly nnodes "
+                   "workers with nproc-per-node ranks each (scheduling.nodes; run: 1, one host)")
       ->check(CLI::Range(1, 65536));
   verb->add_option("--max-restarts,--max_restarts", flags->max_restarts,
                    "As torchrun's: restarts of the whole group before the job fails (restart.max_restarts; "
@@ -300,6 +301,10 @@ ParsedJobSpec ScriptJobSpec(const std::string& file, const ScriptJobFlags& flags
   v1::JobSpec spec;
   spec.set_name(name);
   spec.set_world_size(std::max(1, flags.nproc_per_node) * std::max(1, flags.nnodes));
+  // torchrun's --nnodes N: N hosts with nproc-per-node ranks on each
+  // (GROUP_WORLD_SIZE = N). Without it (or N = 1) the ranks go wherever
+  // they fit, as any job's.
+  if (flags.nnodes > 1) spec.mutable_scheduling()->set_nodes(flags.nnodes);
   v1::CommandSpec* c = spec.mutable_command();
   if (absl::EndsWith(file, ".py")) c->add_argv(flags.python);
   c->add_argv(file);

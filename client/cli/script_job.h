@@ -108,7 +108,8 @@ class TerminalMux {
 struct ScriptJobFlags {
   // Ranks per node (torchrun's --nproc-per-node); 0 = not given.
   int nproc_per_node = 0;
-  // Nodes (torchrun's --nnodes): world_size = nproc_per_node * nnodes.
+  // Nodes (torchrun's --nnodes): world_size = nproc_per_node * nnodes; > 1
+  // sets scheduling.nodes (exactly nnodes workers, nproc_per_node on each).
   int nnodes = 1;
   // Interpreter for a .py FILE.
   std::string python = "python3";

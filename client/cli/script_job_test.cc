@@ -47,6 +47,7 @@ TEST(ScriptJobTest, BuildsAValidCommandJob) {
   ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
   EXPECT_EQ(p.spec.name(), "train-ddp-v2");
   EXPECT_EQ(p.spec.world_size(), 6);
+  EXPECT_EQ(p.spec.scheduling().nodes(), 3) << "torchrun's --nnodes: exactly 3 workers, 2 ranks each";
   EXPECT_EQ(p.spec.priority(), 5);
   const v1::CommandSpec& c = p.spec.command();
   EXPECT_THAT(std::vector<std::string>(c.argv().begin(), c.argv().end()),
@@ -60,6 +61,7 @@ TEST(ScriptJobTest, BuildsAValidCommandJob) {
   ParsedJobSpec sh = ScriptJobSpec("./run.sh", plain, {});
   ASSERT_TRUE(sh.ok());
   EXPECT_EQ(sh.spec.world_size(), 1);
+  EXPECT_EQ(sh.spec.scheduling().nodes(), 0) << "no --nnodes: wherever the ranks fit";
   EXPECT_EQ(sh.spec.command().argv(0), "./run.sh") << "not a .py: run directly";
   EXPECT_EQ(sh.spec.name(), "run");
 }

@@ -206,14 +206,6 @@ int RunSubmit(CliContext& ctx, const SubmitFlags& flags) {
   }
   absl::StatusOr<RankOutput> rank_output = RankOutputOf(flags.script);
   if (!rank_output.ok()) return ctx.Fail(rank_output.status());
-  if (IsScriptForm(flags.file, flags.script) && flags.script.nnodes > 1) {
-    // Placement has no per-host shape yet: said, so nobody counts on
-    // torchrun's one-agent-per-host layout.
-    ctx.err << "trainctl: --nnodes " << flags.script.nnodes << ": " << parsed.spec.world_size()
-            << " ranks, placed as any job's (on as few workers as their free slots allow), not "
-            << flags.script.nnodes << " per-host groups; GROUP_WORLD_SIZE says how many hosts the attempt got\n"
-            << std::flush;
-  }
   // A dry run packs nothing: it shows the spec as --no-upload sends it.
   CodeFlags code_flags = flags.code;
   code_flags.no_upload = code_flags.no_upload || flags.dry_run;

@@ -395,6 +395,25 @@ TEST(JobSpecTest, SchedulingIsReadAndChecked) {
               ::testing::ElementsAre(::testing::HasSubstr("scheduling.pending_timeout_s: must be >= 0")));
 }
 
+TEST(JobSpecTest, SchedulingNodesDividesWorldSizeAndIsNotElastic) {
+  ParsedJobSpec p = ParseJobSpecYaml(std::string(kBase) + "world_size: 4\nscheduling: {nodes: 2}\n", "job.yaml", {});
+  ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
+  EXPECT_EQ(p.spec.scheduling().nodes(), 2);
+  ParsedJobSpec set = ParseJobSpecYaml(std::string(kBase) + "world_size: 6\n", "job.yaml", {"scheduling.nodes=3"});
+  ASSERT_TRUE(set.ok()) << set.errors[0].ToString();
+  EXPECT_EQ(set.spec.scheduling().nodes(), 3);
+  EXPECT_THAT(Errors(std::string(kBase) + "world_size: 4\nscheduling: {nodes: 3}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr(
+                  "scheduling.nodes: must divide world_size (4) so that every node runs the same number of ranks, got 3")));
+  EXPECT_THAT(Errors(std::string(kBase) + "scheduling: {nodes: -1}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr("scheduling.nodes: must be >= 0")));
+  EXPECT_THAT(Errors(std::string(kBase) +
+                     "world_size: 4\nscheduling: {nodes: 2}\nelastic: {min_ranks: 2}\ncheckpoint: {every_steps: 50}\n"),
+              ::testing::Contains(::testing::HasSubstr("scheduling.nodes: does not combine with elastic.min_ranks")));
+  // world_size defaults to 1: nodes 1 is fine, 2 is not.
+  EXPECT_TRUE(Errors(std::string(kBase) + "scheduling: {nodes: 1}\n").empty());
+}
+
 TEST(JobSpecTest, ResourcesAreReadWithByteQuantities) {
   ParsedJobSpec p = ParseJobSpecYaml(std::string(kBase) + "resources: {cpus: 1.5, memory: 4Gi, pids: 512}\n",
                                      "job.yaml", {});

@@ -58,7 +58,7 @@ class Validator {
             absl::StrCat("must be in (0, 100] (a fraction: 0.3 = 30% slower than the median), got ",
                          FormatNumber(t)));
     }
-    CheckScheduling(raw.scheduling());
+    CheckScheduling(raw, s);
     CheckResources(raw.resources());
     CheckResumeFrom(raw.resume_from().job());
     CheckElastic(raw, s);
@@ -286,10 +286,23 @@ class Validator {
     }
   }
 
-  void CheckScheduling(const v1::SchedulingSpec& s) {
+  void CheckScheduling(const v1::JobSpec& raw, const v1::JobSpec& spec) {
+    const v1::SchedulingSpec& s = raw.scheduling();
     const double t = s.pending_timeout_s();
     if (!std::isfinite(t) || t < 0) {
       Error("scheduling.pending_timeout_s", absl::StrCat("must be >= 0 (0 = wait forever), got ", FormatNumber(t)));
+    }
+    // Hosts the job spans (torchrun's --nnodes): world_size / nodes ranks
+    // on each, so it must divide world_size.
+    const int nodes = s.nodes();
+    if (nodes < 0) {
+      Error("scheduling.nodes", absl::StrCat("must be >= 0 (0 = wherever the ranks fit), got ", nodes));
+    } else if (nodes > 0 && spec.world_size() % nodes != 0) {
+      Error("scheduling.nodes", absl::StrCat("must divide world_size (", spec.world_size(),
+                                             ") so that every node runs the same number of ranks, got ", nodes));
+    } else if (nodes > 0 && raw.has_elastic() && raw.elastic().min_ranks() > 0) {
+      Error("scheduling.nodes", "does not combine with elastic.min_ranks: an elastic job's size changes, and "
+                                "N nodes of world_size / N ranks would not hold; leave one of them out");
     }
   }
 

@@ -162,10 +162,12 @@ absl::Status JobManager::RefuseIfUnschedulable(const v1::Job& job) const {
       p.reason != scheduler::PendingReason::kNoWorkerOfKind) {
     return absl::OkStatus();  // it fits once slots free up: it waits
   }
+  const std::string lower = job.spec().scheduling().nodes() > 0
+                                ? "lower world_size or scheduling.nodes (--nnodes)"
+                                : "lower world_size (or set elastic.min_ranks)";
   return absl::FailedPreconditionError(absl::StrCat(
-      "the cluster as it is can never run this job: ", p.message,
-      ". Add workers, lower world_size (or set elastic.min_ranks), or submit with --wait-for-capacity "
-      "(scheduling.wait_for_capacity: true) to wait for workers to join"));
+      "the cluster as it is can never run this job: ", p.message, ". Add workers, ", lower,
+      ", or submit with --wait-for-capacity (scheduling.wait_for_capacity: true) to wait for workers to join"));
 }
 
 void JobManager::FailOverduePending(absl::Time mono) {

@@ -368,6 +368,41 @@ TEST_F(JobManagerTest, AJobThatCanNeverFitIsRefusedUnlessItWaitsForCapacity) {
   EXPECT_TRUE(jobs_->Submit(Spec(4)).ok());
 }
 
+// Issue #44 item 8: scheduling.nodes (submit --nnodes) puts the ranks on
+// exactly that many workers, the same number on each, and a cluster with
+// too few such workers refuses it at submit, saying so.
+TEST_F(JobManagerTest, SchedulingNodesSpreadsTheRanksOverThatManyWorkers) {
+  refuse_unschedulable_ = true;
+  Open();
+  a_ = AddWorker("a", 2);
+  b_ = AddWorker("b", 2);
+  v1::JobSpec spec = Spec(2);
+  spec.mutable_scheduling()->set_nodes(2);
+  absl::StatusOr<v1::Job> j = jobs_->Submit(spec);
+  ASSERT_TRUE(j.ok()) << j.status();
+  jobs_->Schedule();
+  const v1::Job placed = Get(j->id());
+  ASSERT_EQ(placed.attempts_size(), 1) << placed.state_reason();
+  const v1::Attempt& a = placed.attempts(0);
+  ASSERT_EQ(a.ranks_size(), 2);
+  EXPECT_NE(a.ranks(0).worker_id(), a.ranks(1).worker_id()) << "a plain job of 2 would share one worker";
+  for (const v1::RankAssignment& r : a.ranks()) {
+    EXPECT_EQ(r.num_nodes(), 2);
+    EXPECT_EQ(r.local_world_size(), 1);
+    EXPECT_EQ(r.local_rank(), 0);
+    EXPECT_EQ(r.node_rank(), r.rank());
+  }
+
+  v1::JobSpec three = Spec(3);
+  three.mutable_scheduling()->set_nodes(3);
+  absl::StatusOr<v1::Job> refused = jobs_->Submit(three);
+  ASSERT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition) << refused.status();
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("can never run this job: needs 3 cpu slots on 3 workers, 1 on each (scheduling.nodes), and 2 "
+                        "of the 2 schedulable workers of its kind have 1 slot or more"));
+  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("lower world_size or scheduling.nodes (--nnodes)"));
+}
+
 TEST_F(JobManagerTest, AJobPendingPastItsTimeoutFailsWithItsPendingReason) {
   Open();
   a_ = AddWorker("a", 1);

@@ -259,6 +259,9 @@ scheduler::PendingJob JobPlacer::ToPending(const JobEntry& e, absl::Time now) co
   pj.submit_seq = static_cast<uint64_t>(e.submit_seq);
   pj.queue = QueueName(e.job.spec());
   pj.min_world_size = ElasticMinimum(e.job, now);
+  // Validated at submit (divides world_size, not elastic); a bad stored
+  // value leaves only this job pending as invalid.
+  pj.nodes = e.job.spec().scheduling().nodes();
   // Validated at submit (>= 0, finite); clamped so that a bad stored row
   // cannot make the scheduler refuse the whole pass.
   const v1::ResourceSpec& res = e.job.spec().resources();

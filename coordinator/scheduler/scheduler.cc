@@ -48,10 +48,13 @@ struct Request {
   long long mem = 0;
   // The job has resources: only workers that enforce limits.
   bool limited = false;
+  // Ranks on each of its workers (see Nodes); 0 = no per-host shape.
+  long long per_node = 0;
 };
 
 Request RequestOf(const PendingJob& job) {
   Request r;
+  if (job.nodes > 0 && job.world_size > 0) r.per_node = job.world_size / job.nodes;
   r.cpu = job.cpus > 0 ? std::max<long long>(1, MilliUp(job.cpus)) : 0;
   r.mem = job.memory_bytes;
   r.limited = r.cpu > 0 || r.mem > 0 || job.other_limits;
@@ -84,8 +87,8 @@ struct WorkerState {
 };
 
 // How many ranks of `r` fit in `slots` slots and the given CPUs and memory
-// (-1: no bound) of `w`.
-long long Fit(const Request& r, const WorkerState& w, long long slots, long long cpu, long long mem) {
+// (-1: no bound) of `w`, whatever the job's per-host shape.
+long long Room(const Request& r, const WorkerState& w, long long slots, long long cpu, long long mem) {
   if (!r.limited) return slots;
   if (!w.in->enforces_limits) return 0;
   long long n = slots;
@@ -94,9 +97,26 @@ long long Fit(const Request& r, const WorkerState& w, long long slots, long long
   return std::max<long long>(0, n);
 }
 
+// What a worker with room for `n` ranks gives a job of `r`: n, or for a
+// job with a per-host shape exactly per_node ranks or none (see Nodes).
+long long Clamp(const Request& r, long long n) {
+  if (r.per_node <= 0) return n;
+  return n >= r.per_node ? r.per_node : 0;
+}
+
+long long Fit(const Request& r, const WorkerState& w, long long slots, long long cpu, long long mem) {
+  return Clamp(r, Room(r, w, slots, cpu, mem));
+}
+
 // Ranks of `r` that `w` can take now, outside every reservation.
 long long Usable(const Request& r, const WorkerState& w) {
   return Fit(r, w, static_cast<long long>(w.available.size()), w.cpu_left, w.mem_left);
+}
+
+// The same before the per-host clamp: how much room `w` has now (to pick
+// the tightest hosts for a job with nodes).
+long long RoomNow(const Request& r, const WorkerState& w) {
+  return Room(r, w, static_cast<long long>(w.available.size()), w.cpu_left, w.mem_left);
 }
 
 // The same if no reservation held anything on `w`.
@@ -191,6 +211,23 @@ std::vector<Share> ChooseWorkers(const std::vector<long long>& counts, long long
     shares.push_back({largest, static_cast<int>(counts[largest])});
     remaining -= counts[largest];
   }
+  return shares;
+}
+
+// For a job with nodes: the `nodes` candidates whose room (`room`, in
+// worker-id order) holds `per_node`, the tightest first (ties by worker
+// id), each taking per_node, in worker-id order. Empty when fewer qualify.
+std::vector<Share> ChooseNodes(const std::vector<long long>& room, int nodes, long long per_node) {
+  std::vector<int> able;
+  for (int i = 0; i < static_cast<int>(room.size()); ++i) {
+    if (room[i] >= per_node) able.push_back(i);
+  }
+  if (static_cast<int>(able.size()) < nodes) return {};
+  std::stable_sort(able.begin(), able.end(), [&](int a, int b) { return room[a] < room[b]; });
+  able.resize(static_cast<size_t>(nodes));
+  std::sort(able.begin(), able.end());
+  std::vector<Share> shares;
+  for (int i : able) shares.push_back({i, static_cast<int>(per_node)});
   return shares;
 }
 
@@ -360,12 +397,25 @@ class Pass {
     KindPool& pool = pools_[KindIndex(kind)];
     const Request req = RequestOf(asked);
     // "4 cpu slots", with what each rank asks for when it has resources.
-    const std::string slots_text = absl::StrCat(need, " ", SlotKindName(kind), " slots",
-                                                req.limited ? absl::StrCat(" of ", PerRankText(req)) : "");
+    std::string slots_text = absl::StrCat(need, " ", SlotKindName(kind), " slots",
+                                          req.limited ? absl::StrCat(" of ", PerRankText(req)) : "");
+    if (req.per_node > 0) absl::StrAppend(&slots_text, " on ", asked.nodes, " workers, ", req.per_node, " on each");
 
     PendingJobStatus pending;
     pending.job_id = job.job_id;
     pending.kind = kind;
+    if (asked.nodes != 0 && (asked.nodes < 0 || asked.world_size < 1 || asked.world_size % asked.nodes != 0 ||
+                             elastic)) {
+      pending.reason = PendingReason::kInvalidJob;
+      pending.message =
+          asked.nodes < 0 || asked.world_size < 1
+              ? absl::StrCat("nodes must be >= 0 and world_size >= 1, got nodes ", asked.nodes, ", world_size ",
+                             asked.world_size)
+          : elastic ? absl::StrCat("nodes (", asked.nodes, ") does not combine with an elastic world size")
+                    : absl::StrCat("world_size ", asked.world_size, " is not a multiple of nodes (", asked.nodes, ")");
+      result.pending.push_back(std::move(pending));
+      return true;
+    }
     if (CannotFit(job, q, need, req, pool, pending)) {
       result.pending.push_back(std::move(pending));
       return true;
@@ -460,6 +510,20 @@ class Pass {
           "; it cannot fit until workers join");
       return true;
     }
+    if (req.per_node > 0) {
+      int hosts = 0;
+      for (int w : pool.workers) hosts += workers_[w].in->total_slots >= req.per_node;
+      if (hosts < job.nodes) {
+        pending.reason = PendingReason::kExceedsCapacity;
+        pending.message = absl::StrCat(
+            "needs ", need, " ", kind_name, " slots on ", job.nodes, " workers, ", req.per_node,
+            " on each (scheduling.nodes), and ", hosts, " of the ", Count(static_cast<int>(pool.workers.size()),
+                                                                            "schedulable worker", "schedulable workers"),
+            " of its kind ", hosts == 1 ? "has" : "have", " ", Count(static_cast<int>(req.per_node), "slot", "slots"),
+            " or more; it cannot fit until workers join");
+        return true;
+      }
+    }
     if (req.limited && ResourcesNeverFit(job, need, req, pool, pending)) return true;
     if (job.world_size > book_.Ceiling(q, pending.kind)) {
       pending.reason = PendingReason::kExceedsQueueLimit;
@@ -497,6 +561,18 @@ class Pass {
   // limits and know their allocatable.
   std::string FreeText(const KindPool& pool, const PoolFree& f, const Request& req) const {
     const std::string workers = Count(static_cast<int>(pool.workers.size()), "worker", "workers");
+    if (req.per_node > 0) {
+      // Whole hosts: how many could take per_node now, and the raw slots.
+      long long slots = 0;
+      int hosts = 0;
+      for (int w : pool.workers) {
+        const WorkerState& s = workers_[w];
+        slots += static_cast<long long>(s.available.size() + s.reserved.size());
+        hosts += UsableIgnoringReservations(req, s) > 0;
+      }
+      return absl::StrCat(slots, " of ", pool.capacity, " slots free on ", workers, ", ", hosts, " of them with room for ",
+                          Count(static_cast<int>(req.per_node), "rank", "ranks"));
+    }
     if (!req.limited) {
       return absl::StrCat(f.available + f.reserved, " of ", pool.capacity, " free on ", workers);
     }
@@ -647,7 +723,18 @@ class Pass {
       total_avoiding += avoid ? 0 : n;
     }
     const bool avoiding = !job.avoid_workers.empty() && total_avoiding >= job.world_size;
-    const std::vector<Share> shares = ChooseWorkers(avoiding ? counts_avoiding : counts, job.world_size);
+    std::vector<Share> shares;
+    if (req.per_node > 0) {
+      // Exactly `nodes` hosts: the tightest that hold per_node (see Nodes).
+      std::vector<long long> room;
+      for (size_t c = 0; c < pool.workers.size(); ++c) {
+        const long long usable = avoiding ? counts_avoiding[c] : counts[c];
+        room.push_back(usable > 0 ? RoomNow(req, workers_[pool.workers[c]]) : 0);
+      }
+      shares = ChooseNodes(room, job.nodes, req.per_node);
+    } else {
+      shares = ChooseWorkers(avoiding ? counts_avoiding : counts, job.world_size);
+    }
 
     Placement placement;
     placement.job_id = job.job_id;

@@ -121,6 +121,25 @@
 //    without resources frees no memory): a job with resources may wait
 //    after its victims stopped until running ranks free its CPUs or memory.
 //
+//  * Nodes. A job with nodes = N > 0 (scheduling.nodes, torchrun's
+//    --nnodes) runs on exactly N workers with M = world_size / N ranks on
+//    each, whatever the packing rule would prefer: torchrun's
+//    GROUP_WORLD_SIZE = N and LOCAL_WORLD_SIZE = M hold, as a script
+//    written for torchrun assumes. Everywhere above, a worker's available
+//    (and total) slots for such a job read M when it has at least M (with
+//    resources: room for M ranks) and 0 otherwise, so the gang, the
+//    reservation, the messages and the never-fits check count whole
+//    hosts. Placement takes the N workers with the fewest available slots
+//    that hold M (ties by worker id), nodes in worker-id order: the same
+//    best fit as packing, leaving larger blocks intact. The head's
+//    reservation targets the first N workers by id whose total slots hold
+//    M (a function of total slots only, so the starvation argument holds:
+//    each target keeps up to M slots until it has M). Never fits: fewer
+//    than N schedulable workers of its kind with total_slots >= M is
+//    kExceedsCapacity, saying so. Preemption counts victims' slots, not
+//    where they are: a nodes job may wait after its victims stopped until
+//    N workers each have M free (as a job with resources may, above).
+//
 //  * Determinism. The same set of jobs and workers gives the same result
 //    whatever the order of either input (and of each worker's free slots);
 //    with queues, whatever the order of the queues and running jobs too.
@@ -170,7 +189,7 @@
 //    max_job_size (0 = none) stays pending as kExceedsQueueLimit (checked
 //    before the workers: it never fits this queue however the cluster grows).
 //    The checks that skip a job apply in this order: kInvalidJob,
-//    kUnknownQueue, max_job_size, kNoWorkerOfKind, kExceedsCapacity (slots,
+//    kUnknownQueue, max_job_size, kNoWorkerOfKind, kExceedsCapacity (slots, nodes,
 //    then resources), the group's nominal (the last two kExceedsQueueLimit).
 //    Elastic jobs start with min(world_size, available slots, max_job_size,
 //    quota headroom) ranks when that is at least min_world_size; the
@@ -289,6 +308,12 @@ struct PendingJob {
   // With it, or cpus or memory_bytes > 0, the job "has resources": it runs
   // only on workers that enforce limits.
   bool other_limits = false;
+  // Hosts (job.yaml scheduling.nodes, torchrun's --nnodes): > 0 = exactly
+  // this many workers, world_size / nodes ranks on each (see Nodes above);
+  // 0 = packed as any job. A negative value, a world_size it does not
+  // divide, or an elastic job with nodes > 0 leaves the job pending as
+  // kInvalidJob (the job manager validates specs first; a backstop).
+  int nodes = 0;
 };
 
 // One worker's view for this pass.

@@ -149,6 +149,90 @@ TEST(SchedulerPropertyTest, EveryJobThatFitsEventuallyRuns) {
   }
 }
 
+// Jobs with nodes (torchrun's --nnodes) mixed into random clusters: every
+// placement spans exactly `nodes` workers with world_size / nodes ranks on
+// each, the tightest hosts; pending reasons count whole hosts (the
+// invariant checker applies both); the result does not depend on input
+// order. A second generator draws them, so the
+// tests above keep their inputs.
+RandomInput WithNodes(RandomInput in, std::mt19937& rng) {
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  for (PendingJob& job : in.jobs) {
+    if (uniform(0, 2) != 0) continue;
+    job.nodes = uniform(0, 12) == 0 ? uniform(-1, 3) : uniform(1, 3);
+    if (uniform(0, 6) != 0) job.world_size = std::max(1, job.nodes) * uniform(1, 4);
+  }
+  return in;
+}
+
+TEST(SchedulerPropertyTest, NodesJobsSpanExactlyTheirNodes) {
+  std::mt19937 rng(4404), nodes_rng(8);
+  int spread = 0, waiting = 0, never = 0;
+  for (int iter = 0; iter < 5000; ++iter) {
+    RandomInput in = WithNodes(RandomCluster(rng), nodes_rng);
+    SCOPED_TRACE(iter);
+    absl::StatusOr<ScheduleResult> r = Schedule(in.jobs, in.workers);
+    ASSERT_TRUE(r.ok()) << r.status();
+    CheckInvariants(in.jobs, in.workers, *r);
+    if (HasFatalFailure() || HasNonfatalFailure()) FAIL() << "result:\n" << Dump(*r);
+    RandomInput shuffled = in;
+    std::shuffle(shuffled.jobs.begin(), shuffled.jobs.end(), rng);
+    std::shuffle(shuffled.workers.begin(), shuffled.workers.end(), rng);
+    absl::StatusOr<ScheduleResult> again = Schedule(shuffled.jobs, shuffled.workers);
+    ASSERT_TRUE(again.ok());
+    ASSERT_EQ(Dump(*again), Dump(*r)) << "depends on input order";
+    std::map<std::string, const PendingJob*> by_id;
+    for (const PendingJob& j : in.jobs) by_id[j.job_id] = &j;
+    for (const Placement& p : r->placements) spread += by_id[p.job_id]->nodes > 1;
+    for (const PendingJobStatus& p : r->pending) {
+      if (by_id[p.job_id]->nodes <= 0) continue;
+      waiting += p.reason == PendingReason::kInsufficientFreeSlots;
+      never += p.reason == PendingReason::kExceedsCapacity;
+    }
+  }
+  EXPECT_GT(spread, 300);
+  EXPECT_GT(waiting, 100);
+  EXPECT_GT(never, 100);
+}
+
+TEST(SchedulerPropertyTest, NodesJobsThatFitEventuallyRun) {
+  // As EveryJobThatFitsEventuallyRuns, with a third of the jobs on exactly
+  // `nodes` workers: a head with nodes holds its targets until it starts.
+  std::mt19937 rng(4405);
+  auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int with_nodes = 0;
+  for (int iter = 0; iter < 150; ++iter) {
+    SCOPED_TRACE(iter);
+    std::vector<WorkerSlots> workers;
+    const int num_workers = uniform(1, 5);
+    for (int w = 0; w < num_workers; ++w) {
+      workers.push_back(Worker(absl::StrCat("w", w), SlotKind::kCpu, {}, uniform(1, 8)));
+    }
+    std::vector<SimJob> jobs;
+    const int num_jobs = uniform(5, 40);
+    for (int j = 0; j < num_jobs; ++j) {
+      SimJob sj;
+      sj.spec = Job(absl::StrCat("j", j), uniform(1, 4), kCpu, uniform(0, 2), static_cast<std::uint64_t>(j));
+      if (uniform(0, 2) == 0) {
+        sj.spec.nodes = uniform(1, 3);
+        sj.spec.world_size = sj.spec.nodes * uniform(1, 3);
+      }
+      sj.arrival = uniform(0, 30);
+      sj.duration = uniform(1, 6);
+      const int per = sj.spec.nodes > 0 ? sj.spec.world_size / sj.spec.nodes : 1;
+      int hosts = 0, capacity = 0;
+      for (const WorkerSlots& w : workers) hosts += w.total_slots >= per, capacity += w.total_slots;
+      if (sj.spec.world_size > capacity || hosts < std::max(1, sj.spec.nodes)) continue;  // never fits
+      with_nodes += sj.spec.nodes > 1;
+      jobs.push_back(sj);
+    }
+    SimResult sim = Simulate(workers, jobs, 2000);
+    EXPECT_EQ(sim.start_tick.size(), jobs.size());
+    if (HasFailure()) return;
+  }
+  EXPECT_GT(with_nodes, 300);
+}
+
 // ---------------------------------------------------------------------------
 // Queues (fixed seeds).
 

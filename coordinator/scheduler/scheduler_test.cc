@@ -8,6 +8,7 @@
 #include <random>
 #include <set>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
@@ -1220,6 +1221,138 @@ TEST(SchedulerResourcesTest, RejectsMalformedResources) {
     EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
     EXPECT_THAT(std::string(r.status().message()), HasSubstr(fields[i]));
   }
+}
+
+// ---------------------------------------------------------------------------
+// Nodes (torchrun's --nnodes): exactly N workers, world_size / N on each.
+
+TEST(SchedulerNodesTest, SpreadsOverExactlyNWorkersTheTightestFirst) {
+  // Without nodes the 4 ranks would share one worker (a, best fit).
+  const std::vector<WorkerSlots> workers = {Cpu("a", 4), Cpu("b", 4), Cpu("c", 2)};
+  auto plain = Check({Job("j", 4, kCpu)}, workers);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(Outcome(*plain).at("j"), "a:0,1,2,3");
+
+  auto r = Check({OnNodes(Job("j", 4, kCpu), 2)}, workers);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->placements.size(), 1u) << Dump(*r);
+  const Placement& p = r->placements[0];
+  // c (2 free) is the tightest that holds 2; a before b by id. Nodes in id order.
+  EXPECT_EQ(Layout(p), "a:0,1 c:0,1");
+  EXPECT_EQ(p.num_nodes, 2);
+  EXPECT_EQ(p.world_size, 4);
+  const std::vector<std::tuple<int, std::string, int, int, int>> want = {
+      {0, "a", 0, 2, 0}, {1, "a", 1, 2, 0}, {2, "c", 0, 2, 1}, {3, "c", 1, 2, 1}};
+  for (int i = 0; i < 4; ++i) {
+    const RankAssignment& a = p.ranks[i];
+    EXPECT_EQ(std::make_tuple(a.rank, a.worker_id, a.local_rank, a.local_world_size, a.node_rank), want[i]);
+  }
+
+  // One rank on each of three workers, though one could hold them all.
+  auto three = Check({OnNodes(Job("t", 3, kCpu), 3)}, {Cpu("a", 8), Cpu("b", 1), Cpu("c", 2), Cpu("d", 3)});
+  ASSERT_TRUE(three.ok());
+  EXPECT_EQ(Outcome(*three).at("t"), "b:0 c:0 d:0");
+
+  // nodes: 1 keeps every rank on one worker, where a plain job would split.
+  auto one = Check({OnNodes(Job("o", 2, kCpu), 1), Job("plain", 2, kCpu, 0, 1)}, {Cpu("a", 1, 2), Cpu("b", 1, 2)});
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(Outcome(*one).at("o"), "pending:insufficient_free_slots");
+}
+
+TEST(SchedulerNodesTest, WaitsWhileOnlyNMinusOneWorkersHaveRoomAndReserves) {
+  // 5 slots free, but only a has room for 2: the job waits as the head and
+  // holds what it can on its two targets; a later job takes what is left.
+  auto r = Check({OnNodes(Job("big", 4, kCpu, 0, 1), 2), Job("small", 2, kCpu, 0, 2)},
+                 {Cpu("a", 4), Cpu("b", 1, 4)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"big", "pending:insufficient_free_slots"},
+                                                              {"small", "a:2,3"}}))
+      << Dump(*r);
+  const PendingJobStatus& big = r->pending[0];
+  EXPECT_THAT(big.message, HasSubstr("needs 4 cpu slots on 2 workers, 2 on each"));
+  EXPECT_THAT(big.message, HasSubstr("5 of 8 slots free on 2 workers, 1 of them with room for 2 ranks"));
+  std::vector<std::string> held;
+  for (const SlotRef& s : big.reserved_slots) held.push_back(absl::StrCat(s.worker_id, "/", s.slot));
+  EXPECT_EQ(held, (std::vector<std::string>{"a/0", "a/1", "b/0"}));
+
+  // Once b has a second slot free the job starts across a and b.
+  auto later = Check({OnNodes(Job("big", 4, kCpu, 0, 1), 2)}, {Cpu("a", 2, 4), Cpu("b", 2, 4)});
+  ASSERT_TRUE(later.ok());
+  EXPECT_EQ(Outcome(*later).at("big"), "a:0,1 b:0,1");
+}
+
+TEST(SchedulerNodesTest, NeverFitsWithFewerThanNWorkersThatHoldItsShare) {
+  // 6 slots in all, but only one worker could ever hold 2.
+  auto r = Check({OnNodes(Job("j", 4, kCpu), 2)}, {Cpu("a", 4), Cpu("b", 1), Cpu("c", 1)});
+  ASSERT_TRUE(r.ok());
+  ASSERT_EQ(r->pending.size(), 1u);
+  EXPECT_EQ(r->pending[0].reason, PendingReason::kExceedsCapacity);
+  EXPECT_THAT(r->pending[0].message,
+              HasSubstr("needs 4 cpu slots on 2 workers, 2 on each (scheduling.nodes), and 1 of the 3 schedulable "
+                        "workers of its kind has 2 slots or more; it cannot fit until workers join"));
+  EXPECT_TRUE(r->pending[0].reserved_slots.empty());
+  // More nodes than workers.
+  auto more = Check({OnNodes(Job("m", 3, kCpu), 3)}, {Cpu("a", 4), Cpu("b", 4)});
+  ASSERT_TRUE(more.ok());
+  EXPECT_EQ(more->pending[0].reason, PendingReason::kExceedsCapacity);
+}
+
+TEST(SchedulerNodesTest, InvalidNodesStayPendingAsInvalid) {
+  PendingJob elastic = OnNodes(Job("e", 4, kCpu), 2);
+  elastic.min_world_size = 2;
+  auto r = Check({OnNodes(Job("odd", 3, kCpu), 2), OnNodes(Job("neg", 2, kCpu), -1), elastic, Job("ok", 1, kCpu)},
+                 {Cpu("a", 4), Cpu("b", 4)});
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::map<std::string, std::string> why;
+  for (const PendingJobStatus& p : r->pending) {
+    EXPECT_EQ(p.reason, PendingReason::kInvalidJob) << p.job_id;
+    why[p.job_id] = p.message;
+  }
+  EXPECT_THAT(why["odd"], HasSubstr("world_size 3 is not a multiple of nodes (2)"));
+  EXPECT_THAT(why["neg"], HasSubstr("nodes must be >= 0"));
+  EXPECT_THAT(why["e"], HasSubstr("does not combine with an elastic world size"));
+  EXPECT_EQ(Outcome(*r).at("ok"), "a:0");
+}
+
+TEST(SchedulerNodesTest, AvoidanceAndResourcesCountWholeHosts) {
+  // Avoiding a, two other workers still have room for one rank each.
+  PendingJob avoid = OnNodes(Job("j", 2, kCpu), 2);
+  avoid.avoid_workers = {"a"};
+  auto r = Check({avoid}, {Cpu("a", 1), Cpu("b", 1), Cpu("c", 1)});
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(Outcome(*r).at("j"), "b:0 c:0");
+
+  // 2 cpus per rank: b has CPUs for none, c for one, a for four: a and c.
+  const std::vector<WorkerSlots> sized = {Sized(Cpu("a", 4), 8, 0), Sized(Cpu("b", 4), 1, 0), Sized(Cpu("c", 4), 2, 0)};
+  auto res = Schedule({OnNodes(Needs(Job("r", 2, kCpu), 2), 2)}, sized);
+  ASSERT_TRUE(res.ok());
+  EXPECT_EQ(Outcome(*res).at("r"), "a:0 c:0") << Dump(*res);
+  auto too_big = Schedule({OnNodes(Needs(Job("r", 4, kCpu), 2), 2)}, sized);
+  ASSERT_TRUE(too_big.ok());
+  EXPECT_EQ(too_big->pending[0].reason, PendingReason::kExceedsCapacity) << Dump(*too_big);
+}
+
+// The worked example of issue #26 with A's job on exactly 2 workers: it
+// preempts B's borrowing job as any job would, holds what it can, and once
+// B's job is gone starts with one rank on each worker.
+TEST(SchedulerNodesTest, ReclaimsBorrowedQuotaByPreemptionAndStartsOnItsNodes) {
+  QueueInput input;
+  input.queues = {Queue("A", 2, -1, "c"), Queue("B", 2, -1, "c")};
+  std::vector<PendingJob> jobs = {Queued("A", OnNodes(Job("a-job", 2, kCuda, 0, 10), 2))};
+  input.running = {Running("b-job", "B", 4, 0, 1)};
+  auto r1 = Schedule(jobs, {Gpu("w1", 0, 2), Gpu("w2", 0, 2)}, input);
+  ASSERT_TRUE(r1.ok()) << r1.status();
+  ASSERT_EQ(r1->preemptions.size(), 1u) << Dump(*r1);
+  EXPECT_EQ(r1->preemptions[0].victim_job_id, "b-job");
+  ASSERT_EQ(r1->pending.size(), 1u);
+  EXPECT_EQ(r1->pending[0].reason, PendingReason::kPreempting);
+  EXPECT_THAT(r1->pending[0].message, HasSubstr("needs 2 cuda slots on 2 workers, 1 on each"));
+
+  input.running.clear();
+  auto r2 = Schedule(jobs, {Gpu("w1", 2), Gpu("w2", 2)}, input);
+  ASSERT_TRUE(r2.ok());
+  EXPECT_EQ(Outcome(*r2).at("a-job"), "w1:0 w2:0") << Dump(*r2);
+  EXPECT_TRUE(r2->preemptions.empty());
 }
 
 }  // namespace

@@ -57,6 +57,23 @@ inline PendingJob Job(std::string id, int world_size, DeviceRequirement device =
   return j;
 }
 
+// `job` on exactly `nodes` workers (scheduler.h, "Nodes").
+inline PendingJob OnNodes(PendingJob job, int nodes) {
+  job.nodes = nodes;
+  return job;
+}
+
+// Ranks per worker of a job with nodes (0: no per-host shape or invalid).
+inline int PerNode(const PendingJob& job) {
+  return job.nodes > 0 && job.world_size > 0 && job.world_size % job.nodes == 0 ? job.world_size / job.nodes : 0;
+}
+
+// A job with nodes that the scheduler refuses as kInvalidJob.
+inline bool InvalidNodes(const PendingJob& job) {
+  const bool elastic = job.min_world_size >= 1 && job.min_world_size < job.world_size;
+  return job.nodes != 0 && (job.nodes < 0 || PerNode(job) == 0 || elastic);
+}
+
 // Resources (scheduler.h, "Resources").
 inline constexpr std::int64_t kGiB = std::int64_t{1} << 30;
 
@@ -241,6 +258,15 @@ class InvariantCheck {
     return c;
   }
 
+  // What `c` gives `job`: all of it, or for a job with nodes per_node from
+  // each worker that has that many and nothing from the others.
+  static std::map<std::string, int> ForJob(const PendingJob& job, std::map<std::string, int> c) {
+    const int per = PerNode(job);
+    if (per == 0) return c;
+    for (auto& [id, n] : c) n = n >= per ? per : 0;
+    return c;
+  }
+
   static int Total(const std::map<std::string, int>& c) {
     int t = 0;
     for (const auto& [id, n] : c) t += n;
@@ -276,7 +302,7 @@ class InvariantCheck {
     const int need = Need(job);
     const SlotKind kind = KindOf(job.device);
     EXPECT_FALSE(p.message.empty());
-    if (job.world_size < 1) {
+    if (job.world_size < 1 || InvalidNodes(job)) {
       EXPECT_EQ(p.reason, PendingReason::kInvalidJob);
       return;
     }
@@ -290,8 +316,17 @@ class InvariantCheck {
       EXPECT_TRUE(p.reserved_slots.empty());
       return;
     }
-    const int free_now = Total(Counts(kind, false));
-    const int usable_now = Total(Counts(kind, true));
+    if (const int per = PerNode(job); per > 0) {
+      int hosts = 0;
+      for (const auto& [id, w] : by_id_) hosts += w->kind == kind && w->total_slots >= per;
+      if (hosts < job.nodes) {
+        EXPECT_EQ(p.reason, PendingReason::kExceedsCapacity);
+        EXPECT_TRUE(p.reserved_slots.empty());
+        return;
+      }
+    }
+    const int free_now = Total(ForJob(job, Counts(kind, false)));
+    const int usable_now = Total(ForJob(job, Counts(kind, true)));
     // Work conserving: a job is left pending only when it does not fit in
     // what later jobs were allowed to use.
     EXPECT_LT(usable_now, need);
@@ -331,7 +366,34 @@ class InvariantCheck {
     const std::map<std::string, int> before = Counts(kind, true);
     CheckRanks(p, kind);
     if (::testing::Test::HasFatalFailure()) return;
-    CheckPacking(p, before);
+    if (PerNode(job) > 0) {
+      CheckNodes(job, p, before);
+    } else {
+      CheckPacking(p, before);
+    }
+  }
+
+  // A job with nodes: exactly `nodes` workers with per_node ranks each, the
+  // tightest that hold per_node (no unchosen one has less room).
+  static void CheckNodes(const PendingJob& job, const Placement& p, const std::map<std::string, int>& before) {
+    const int per = PerNode(job);
+    EXPECT_EQ(p.num_nodes, job.nodes) << Layout(p);
+    EXPECT_EQ(p.world_size, job.world_size);
+    std::set<std::string> chosen;
+    int widest = 0;
+    for (const RankAssignment& r : p.ranks) {
+      EXPECT_EQ(r.local_world_size, per) << Layout(p);
+      chosen.insert(r.worker_id);
+      auto it = before.find(r.worker_id);
+      ASSERT_NE(it, before.end());
+      EXPECT_GE(it->second, per);
+      widest = std::max(widest, it->second);
+    }
+    for (const auto& [id, n] : before) {
+      if (!chosen.count(id) && n >= per) {
+        EXPECT_GE(n, widest) << "not the tightest hosts: " << Layout(p);
+      }
+    }
   }
 
   // Ranks 0..n-1 in order, contiguous per worker, node/local ranks, on free

@@ -313,7 +313,8 @@ def script_job_spec(script, args=(), *, nproc_per_node=1, nnodes=1, working_dir=
         runs as ``PYTHON SCRIPT ARGS``, anything else as ``SCRIPT ARGS``.
     args: the program's arguments (a list; numbers are written out).
     nproc_per_node, nnodes: ranks per node and nodes, as torchrun's;
-        world_size = nproc_per_node * nnodes.
+        world_size = nproc_per_node * nnodes; nnodes > 1 puts the job on
+        exactly nnodes workers, nproc_per_node on each (scheduling.nodes).
     working_dir: where every rank starts (command.working_dir), made
         absolute here (the CLI uses the current directory). Workers must see
         it and the script there: a shared filesystem, or a worker on this host.
@@ -336,6 +337,9 @@ def script_job_spec(script, args=(), *, nproc_per_node=1, nnodes=1, working_dir=
     argv_tail = [_text(a, "args[%d]" % i) for i, a in enumerate(args)]
     spec = job_pb2.JobSpec(name=_script_job_name(script) if name is None else _text(name, "name"))
     spec.world_size = _count(nproc_per_node, "nproc_per_node") * _count(nnodes, "nnodes")
+    if nnodes > 1:
+        # torchrun's --nnodes: exactly nnodes workers, nproc_per_node ranks each (the CLI's rule).
+        spec.scheduling.nodes = nnodes
     if script.endswith(".py"):
         spec.command.argv.append(_text(python, "python") if python is not None else "python3")
     spec.command.argv.append(script)
