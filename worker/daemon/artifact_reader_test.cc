@@ -11,7 +11,9 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <atomic>
 #include <filesystem>
+#include <thread>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
@@ -192,6 +194,52 @@ TEST(JobDirTest, AJobChosenDirIsMadeAsTheRankUser) {
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename());
   EXPECT_THAT(names, ::testing::UnorderedElementsAre(".trainctl-dir", "j-1.trainctl-job")) << "no probe left";
+}
+
+// The race of issue 45, finding 1: while the daemon claims a job's
+// directory, the job's own user keeps swapping a component of the path
+// between a real directory and a link to a place only root may write.
+// Whatever the interleaving, root makes nothing there.
+TEST(JobDirTest, ALinkSwappedInDuringTheClaimLeadsNowhere) {
+  if (::geteuid() != 0) GTEST_SKIP() << "switching to the rank user needs root";
+  absl::StatusOr<RunAs> nobody = LookupUser("nobody");
+  if (!nobody.ok()) GTEST_SKIP() << nobody.status();
+  const std::string root = TempDir("swap-race");
+  ASSERT_EQ(::chmod(root.c_str(), 0755), 0);
+  const std::string root_only = root + "/root-only";
+  const std::string mine = root + "/mine";
+  fs::create_directories(root_only);
+  fs::create_directories(mine);
+  ASSERT_EQ(::chmod(root_only.c_str(), 0755), 0);
+  ASSERT_EQ(::chown(mine.c_str(), nobody->uid, nobody->gid), 0);
+  const std::string swapped = mine + "/ck";
+  std::atomic<bool> stop{false};
+  std::thread swapper([&] {
+    // As the job would: a directory, then a link in its place, and back.
+    const std::string link = mine + "/.link", real = mine + "/.real";
+    while (!stop.load()) {
+      std::error_code ec;
+      fs::remove_all(real, ec);
+      fs::create_directory(real, ec);
+      ::rename(real.c_str(), swapped.c_str());
+      ::unlink(link.c_str());
+      (void)::symlink(root_only.c_str(), link.c_str());
+      fs::remove_all(swapped + ".old", ec);
+      ::rename(swapped.c_str(), (swapped + ".old").c_str());
+      ::rename(link.c_str(), swapped.c_str());
+      std::this_thread::yield();
+      ::unlink(swapped.c_str());
+    }
+  });
+  int claimed = 0;
+  for (int i = 0; i < 300; ++i) {
+    claimed += ClaimCheckpointDir(swapped + "/deeper", absl::StrCat("j-", i), "alice", "", *nobody).ok();
+    (void)ClaimCheckpointDir(swapped, absl::StrCat("k-", i), "alice", "", *nobody);
+  }
+  stop = true;
+  swapper.join();
+  EXPECT_TRUE(fs::is_empty(root_only)) << "root made something through the swapped link (" << claimed
+                                       << " claims went through the real directory)";
 }
 
 // DropCheckpoints: the coordinator's deletions meet the rules a fetch meets;
