@@ -160,35 +160,48 @@ TEST(JobDirTest, ManifestsAreNeverWrittenThroughALink) {
 // A checkpoint.dir the job chose is made as the ranks' user (issue 45,
 // finding 1): where that user cannot create or write, root creates nothing,
 // not through a link either; where it can, the directory is that user's
-// and the manifests the daemon's. Needs root (CI's tests run as root).
-TEST(JobDirTest, AJobChosenDirIsMadeAsTheRankUser) {
-  if (::geteuid() != 0) GTEST_SKIP() << "switching to the rank user needs root";
-  absl::StatusOr<RunAs> nobody = LookupUser("nobody");
-  if (!nobody.ok()) GTEST_SKIP() << nobody.status();
-  const std::string root = TempDir("as-rank-user");
-  ASSERT_EQ(::chmod(root.c_str(), 0755), 0);
-  const std::string root_only = root + "/root-only";
-  const std::string mine = root + "/mine";
-  fs::create_directories(root_only);
-  fs::create_directories(mine);
-  ASSERT_EQ(::chmod(root_only.c_str(), 0755), 0);
-  ASSERT_EQ(::chown(mine.c_str(), nobody->uid, nobody->gid), 0);
-  fs::create_directory_symlink(root_only, mine + "/planted");
+// and the manifests the daemon's.
+// A directory only root may write in (`root_only_`) and one of the rank
+// user's (`mine_`, nobody's), for claims made as that user. Needs root
+// (CI's tests run as root).
+class RankUserDirTest : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (::geteuid() != 0) GTEST_SKIP() << "switching to the rank user needs root";
+    absl::StatusOr<RunAs> nobody = LookupUser("nobody");
+    if (!nobody.ok()) GTEST_SKIP() << nobody.status();
+    nobody_ = *nobody;
+    const std::string root = TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    ASSERT_EQ(::chmod(root.c_str(), 0755), 0);
+    root_only_ = root + "/root-only";
+    mine_ = root + "/mine";
+    fs::create_directories(root_only_);
+    fs::create_directories(mine_);
+    ASSERT_EQ(::chmod(root_only_.c_str(), 0755), 0);
+    ASSERT_EQ(::chown(mine_.c_str(), nobody_.uid, nobody_.gid), 0);
+  }
 
-  absl::Status s = ClaimCheckpointDir(root_only + "/made-by-root/deeper", "j-1", "alice", "", *nobody);
+  RunAs nobody_;
+  std::string root_only_, mine_;
+};
+
+TEST_F(RankUserDirTest, AJobChosenDirIsMadeAsTheRankUser) {
+  fs::create_directory_symlink(root_only_, mine_ + "/planted");
+
+  absl::Status s = ClaimCheckpointDir(root_only_ + "/made-by-root/deeper", "j-1", "alice", "", nobody_);
   EXPECT_THAT(s.message(), HasSubstr("cannot be created as the rank user (Permission denied)"));
-  s = ClaimCheckpointDir(mine + "/planted/deeper", "j-1", "alice", "", *nobody);
+  s = ClaimCheckpointDir(mine_ + "/planted/deeper", "j-1", "alice", "", nobody_);
   EXPECT_THAT(s.message(), HasSubstr("cannot be created as the rank user (Permission denied)"));
-  s = ClaimCheckpointDir(root_only, "j-1", "alice", "", *nobody);
+  s = ClaimCheckpointDir(root_only_, "j-1", "alice", "", nobody_);
   EXPECT_THAT(s.message(), HasSubstr("not writable as the rank user (Permission denied)"));
-  EXPECT_FALSE(ClaimCheckpointDir(mine + "/planted", "j-1", "alice", "", *nobody).ok()) << "the directory as a link";
-  EXPECT_TRUE(fs::is_empty(root_only)) << "root made something where the rank user cannot";
+  EXPECT_FALSE(ClaimCheckpointDir(mine_ + "/planted", "j-1", "alice", "", nobody_).ok()) << "the directory as a link";
+  EXPECT_TRUE(fs::is_empty(root_only_)) << "root made something where the rank user cannot";
 
-  const std::string dir = mine + "/run-1";
-  ASSERT_TRUE(ClaimCheckpointDir(dir, "j-1", "alice", "", *nobody).ok());
+  const std::string dir = mine_ + "/run-1";
+  ASSERT_TRUE(ClaimCheckpointDir(dir, "j-1", "alice", "", nobody_).ok());
   struct stat st {};
   ASSERT_EQ(::stat(dir.c_str(), &st), 0);
-  EXPECT_EQ(st.st_uid, nobody->uid);
+  EXPECT_EQ(st.st_uid, nobody_.uid);
   ASSERT_EQ(::stat((dir + "/j-1.trainctl-job").c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, ::geteuid()) << "a fetch trusts only the daemon's manifests";
   std::vector<std::string> names;
@@ -200,30 +213,19 @@ TEST(JobDirTest, AJobChosenDirIsMadeAsTheRankUser) {
 // directory, the job's own user keeps swapping a component of the path
 // between a real directory and a link to a place only root may write.
 // Whatever the interleaving, root makes nothing there.
-TEST(JobDirTest, ALinkSwappedInDuringTheClaimLeadsNowhere) {
-  if (::geteuid() != 0) GTEST_SKIP() << "switching to the rank user needs root";
-  absl::StatusOr<RunAs> nobody = LookupUser("nobody");
-  if (!nobody.ok()) GTEST_SKIP() << nobody.status();
-  const std::string root = TempDir("swap-race");
-  ASSERT_EQ(::chmod(root.c_str(), 0755), 0);
-  const std::string root_only = root + "/root-only";
-  const std::string mine = root + "/mine";
-  fs::create_directories(root_only);
-  fs::create_directories(mine);
-  ASSERT_EQ(::chmod(root_only.c_str(), 0755), 0);
-  ASSERT_EQ(::chown(mine.c_str(), nobody->uid, nobody->gid), 0);
-  const std::string swapped = mine + "/ck";
+TEST_F(RankUserDirTest, ALinkSwappedInDuringTheClaimLeadsNowhere) {
+  const std::string swapped = mine_ + "/ck";
   std::atomic<bool> stop{false};
   std::thread swapper([&] {
     // As the job would: a directory, then a link in its place, and back.
-    const std::string link = mine + "/.link", real = mine + "/.real";
+    const std::string link = mine_ + "/.link", real = mine_ + "/.real";
     while (!stop.load()) {
       std::error_code ec;
       fs::remove_all(real, ec);
       fs::create_directory(real, ec);
       ::rename(real.c_str(), swapped.c_str());
       ::unlink(link.c_str());
-      (void)::symlink(root_only.c_str(), link.c_str());
+      (void)::symlink(root_only_.c_str(), link.c_str());
       fs::remove_all(swapped + ".old", ec);
       ::rename(swapped.c_str(), (swapped + ".old").c_str());
       ::rename(link.c_str(), swapped.c_str());
@@ -233,12 +235,12 @@ TEST(JobDirTest, ALinkSwappedInDuringTheClaimLeadsNowhere) {
   });
   int claimed = 0;
   for (int i = 0; i < 300; ++i) {
-    claimed += ClaimCheckpointDir(swapped + "/deeper", absl::StrCat("j-", i), "alice", "", *nobody).ok();
-    (void)ClaimCheckpointDir(swapped, absl::StrCat("k-", i), "alice", "", *nobody);
+    claimed += ClaimCheckpointDir(swapped + "/deeper", absl::StrCat("j-", i), "alice", "", nobody_).ok();
+    (void)ClaimCheckpointDir(swapped, absl::StrCat("k-", i), "alice", "", nobody_);
   }
   stop = true;
   swapper.join();
-  EXPECT_TRUE(fs::is_empty(root_only)) << "root made something through the swapped link (" << claimed
+  EXPECT_TRUE(fs::is_empty(root_only_)) << "root made something through the swapped link (" << claimed
                                        << " claims went through the real directory)";
 }
 

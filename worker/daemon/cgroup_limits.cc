@@ -490,7 +490,6 @@ v1::Allocatable AllocatableHere(const std::string& cgroup_root) {
                                                                     : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
   double quota = 0;
   int64_t limit = 0;
-  bool enforces = false;
   if (!cgroup_root.empty()) {
     // This daemon's own cgroup's limits (a container's, a systemd unit's).
     for (const ProcCgroupLine& l : ParseProcSelfCgroup(ReadSmallFile("/proc/self/cgroup"))) {
@@ -519,9 +518,8 @@ v1::Allocatable AllocatableHere(const std::string& cgroup_root) {
     }
   }
   const CgroupLimits cg = CgroupLimits::DetectHere(cgroup_root);
-  enforces = cg.available();
-  v1::Allocatable a = ComputeAllocatable(online, quota, ReadSmallFile("/proc/meminfo"), limit, enforces);
-  if (!enforces) a.set_limits_off_reason(cg.unavailable_reason());
+  v1::Allocatable a = ComputeAllocatable(online, quota, ReadSmallFile("/proc/meminfo"), limit, cg.available());
+  if (!cg.available()) a.set_limits_off_reason(cg.unavailable_reason());
   return a;
 }
 
