@@ -11,11 +11,13 @@
 #include <optional>
 #include <streambuf>
 #include <utility>
+#include <vector>
 
 #include "absl/strings/cord.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "absl/synchronization/mutex.h"
 #include "common/random_secret.h"
 
@@ -326,6 +328,60 @@ absl::Status ProbeWritableDir(const std::string& dir, const std::string& name, a
   absl::Status s = ProbeWritableDirAt(dir_fd, dir, name, contents);
   ::close(dir_fd);
   return s;
+}
+
+absl::StatusOr<int> OpenOrMakeDirNoFollow(const std::string& path, mode_t mode) {
+  if (path.empty()) return ErrnoStatus("cannot open a directory with an empty name", EINVAL);
+  // Components on the way are opened O_PATH: passing through needs search
+  // permission only (a 0710 directory of another user's group), as a path
+  // lookup would; the last is opened for reading.
+  constexpr int kPassFlags = O_PATH | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  constexpr int kLastFlags = O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC;
+  std::vector<std::string> parts;
+  for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
+    if (part != ".") parts.emplace_back(part);
+  }
+  int fd = ::open(path[0] == '/' ? "/" : ".", (parts.empty() ? O_RDONLY : O_PATH) | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) {
+    const int e = errno;
+    return ErrnoStatus(absl::StrCat("cannot open the start of '", path, "': ", std::strerror(e)), e);
+  }
+  std::string walked = path[0] == '/' ? "" : ".";
+  for (size_t i = 0; i < parts.size(); ++i) {
+    const std::string& name = parts[i];
+    const int flags = i + 1 == parts.size() ? kLastFlags : kPassFlags;
+    walked = absl::StrCat(walked, "/", name);
+    int next = -1;
+    int e = 0;
+    if (name == "..") {
+      e = EINVAL;
+    } else {
+      next = ::openat(fd, name.c_str(), flags);
+      e = errno;
+      if (next < 0 && e == ENOENT) {
+        // Made here, or by someone else just now: either way opened
+        // again without following a link.
+        if (::mkdirat(fd, name.c_str(), mode) == 0 || errno == EEXIST) {
+          next = ::openat(fd, name.c_str(), flags);
+          e = errno;
+        } else {
+          e = errno;
+        }
+      }
+    }
+    if (next < 0 && e == ENOTDIR) {
+      // O_DIRECTORY|O_NOFOLLOW on a link says ENOTDIR: name it as a link.
+      struct stat st {};
+      if (::fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) e = ELOOP;
+    }
+    ::close(fd);
+    if (next < 0) {
+      const char* why = e == ELOOP ? "a symbolic link (not followed)" : std::strerror(e);
+      return ErrnoStatus(absl::StrCat("cannot open or make '", walked, "': ", why), e);
+    }
+    fd = next;
+  }
+  return fd;
 }
 
 absl::Status ProbeWritableDirAt(int dir_fd, const std::string& dir, const std::string& name,

@@ -130,6 +130,16 @@ absl::Status ProbeWritableDir(const std::string& dir, const std::string& name, a
 absl::Status ProbeWritableDirAt(int dir_fd, const std::string& dir, const std::string& name,
                                 absl::string_view contents = "");
 
+// Opens the directory `path` (absolute, or relative to the working
+// directory), making each missing component with mkdirat(`mode`, less the
+// umask), by a walk from "/" (or ".") that opens every component with
+// O_DIRECTORY|O_NOFOLLOW relative to its parent's descriptor: a component
+// that is a symbolic link (or not a directory) ends the walk with ELOOP or
+// ENOTDIR and nothing is made past it, so a link swapped in at any depth
+// cannot redirect what is made. ".." is refused (EINVAL). The caller owns
+// the descriptor (O_RDONLY|O_DIRECTORY|O_CLOEXEC). Status as above.
+absl::StatusOr<int> OpenOrMakeDirNoFollow(const std::string& path, mode_t mode = 0777);
+
 // The errno a status of this file attached, or 0.
 int SafeFileErrno(const absl::Status& status);
 

@@ -228,6 +228,34 @@ TEST_F(SafeFileTest, AProbeNeverFollowsALinkAtItsNameAndCleansUp) {
   EXPECT_EQ(Names(outside_), std::vector<std::string>{"victim"});
 }
 
+TEST_F(SafeFileTest, AWalkMakesMissingDirectoriesAndNeverFollowsALinkAtAnyDepth) {
+  absl::StatusOr<int> fd = OpenOrMakeDirNoFollow(dir_ + "/a/b/./c", 0700);
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  struct stat st {};
+  ASSERT_EQ(::fstat(*fd, &st), 0);
+  ::close(*fd);
+  EXPECT_TRUE(S_ISDIR(st.st_mode));
+  EXPECT_EQ(ModeOf(dir_ + "/a/b/c") & 0777, 0700);
+  fd = OpenOrMakeDirNoFollow(dir_ + "/a/b/c");  // an existing directory opens
+  ASSERT_TRUE(fd.ok()) << fd.status();
+  ::close(*fd);
+  // A link at the first, a middle and the last component: refused there,
+  // nothing made where it points.
+  ASSERT_EQ(::symlink(outside_.c_str(), (dir_ + "/link").c_str()), 0);
+  ASSERT_EQ(::symlink(outside_.c_str(), (dir_ + "/a/b/link").c_str()), 0);
+  for (const std::string p : {dir_ + "/link", dir_ + "/link/x/y", dir_ + "/a/b/link/x"}) {
+    fd = OpenOrMakeDirNoFollow(p);
+    ASSERT_FALSE(fd.ok()) << p;
+    EXPECT_EQ(SafeFileErrno(fd.status()), ELOOP) << p;
+    EXPECT_THAT(fd.status().message(), HasSubstr("symbolic link")) << p;
+  }
+  EXPECT_EQ(Names(outside_), std::vector<std::string>{"victim"});
+  fd = OpenOrMakeDirNoFollow(victim_ + "/x");
+  EXPECT_EQ(SafeFileErrno(fd.status()), ENOTDIR);
+  fd = OpenOrMakeDirNoFollow(dir_ + "/a/../a");
+  EXPECT_EQ(SafeFileErrno(fd.status()), EINVAL);
+}
+
 TEST_F(SafeFileTest, AMissingDirectoryIsNotFoundNamingThePath) {
   absl::Status s = WriteFileSafely(dir_ + "/no/such/file", "x");
   EXPECT_EQ(s.code(), absl::StatusCode::kNotFound) << s;

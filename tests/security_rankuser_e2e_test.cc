@@ -281,15 +281,16 @@ TEST_F(RankUserNoPreflightE2ETest, RootCreatesNothingAtAPathTheJobChose) {
   std::vector<std::string> left;
   for (const auto& e : std::filesystem::directory_iterator(root_only)) left.push_back(e.path().filename());
   EXPECT_THAT(left, ::testing::IsEmpty()) << "root made something in a directory the rank user cannot write";
-  // Where the rank user may, the directory is that user's; the manifests
-  // are the daemon's (a fetch trusts no other), written through the
-  // descriptor opened as that user.
+  // Where the rank user may, the directory and its manifests are that
+  // user's: root writes nothing there (a fetch trusts a rank uid's
+  // manifest, job_dir.h).
   const std::string made = shared + "/run-1";
   const std::string id = cluster_->Submit(Command("writer", "writer.sh", {}, made));
   v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n" << cluster_->RankLog(id, 1, 0);
   EXPECT_EQ(FileStat(made).st_uid, nobody_.uid);
-  EXPECT_EQ(FileStat(made + "/.trainctl-dir").st_uid, geteuid());
+  EXPECT_EQ(FileStat(made + "/.trainctl-dir").st_uid, nobody_.uid);
+  EXPECT_EQ(FileStat(made + "/" + id + ".trainctl-job").st_uid, nobody_.uid);
   EXPECT_EQ(FileStat(made + "/model.txt").st_uid, nobody_.uid);
 }
 

@@ -16,6 +16,7 @@
 #include "absl/strings/str_format.h"
 #include "common/jobspec/artifact_names.h"
 #include "worker/daemon/job_dir.h"
+#include "worker/daemon/rank_files.h"
 
 namespace trainctl::worker {
 
@@ -28,7 +29,7 @@ namespace {
 // OpenJobArtifact's checks, leaving the directory's descriptor in `*dir`
 // and the file's name in `*name`.
 absl::StatusOr<OpenArtifact> OpenArtifactIn(const std::string& path, const std::string& job_id,
-                                            bool checkpoints_only, std::optional<OpenArtifact>* dir,
+                                            const ManifestWriters& writers, bool checkpoints_only, std::optional<OpenArtifact>* dir,
                                             std::string* name) {
   if (job_id.empty()) return absl::InvalidArgumentError("job_id: required (a coordinator older than this worker?)");
   if (path.empty() || path[0] != '/') return absl::InvalidArgumentError("path: must be absolute");
@@ -71,7 +72,7 @@ absl::StatusOr<OpenArtifact> OpenArtifactIn(const std::string& path, const std::
   }
   // The manifest is checked after the open, through the same directory
   // descriptor: swapping the directory after the check gains nothing.
-  if (absl::Status m = CheckJobManifestAt(dfd, job_id); !m.ok()) {
+  if (absl::Status m = CheckJobManifestAt(dfd, job_id, writers); !m.ok()) {
     return absl::FailedPreconditionError(absl::StrCat(dir_path, ": ", m.message()));
   }
   return absl::StatusOr<OpenArtifact>(std::move(file));
@@ -79,32 +80,53 @@ absl::StatusOr<OpenArtifact> OpenArtifactIn(const std::string& path, const std::
 
 }  // namespace
 
-absl::StatusOr<OpenArtifact> OpenJobArtifact(const std::string& path, const std::string& job_id) {
+absl::StatusOr<OpenArtifact> OpenJobArtifact(const std::string& path, const std::string& job_id,
+                                             const ManifestWriters& writers) {
   std::optional<OpenArtifact> dir;
   std::string name;
-  absl::StatusOr<OpenArtifact> file = OpenArtifactIn(path, job_id, /*checkpoints_only=*/false, &dir, &name);
+  absl::StatusOr<OpenArtifact> file = OpenArtifactIn(path, job_id, writers, /*checkpoints_only=*/false, &dir, &name);
   if (file.ok()) ::fcntl(file->fd(), F_SETFL, 0);  // blocking reads from here (O_NONBLOCK only kept a FIFO from hanging the open)
   return file;
 }
 
-absl::Status DropJobCheckpoint(const std::string& path, const std::string& job_id) {
+absl::Status DropJobCheckpoint(const std::string& path, const std::string& job_id, const ManifestWriters& writers) {
   std::optional<OpenArtifact> dir;
   std::string name;
-  absl::StatusOr<OpenArtifact> file = OpenArtifactIn(path, job_id, /*checkpoints_only=*/true, &dir, &name);
+  absl::StatusOr<OpenArtifact> file = OpenArtifactIn(path, job_id, writers, /*checkpoints_only=*/true, &dir, &name);
   if (!file.ok()) return file.status();
-  if (::unlinkat(dir->fd(), name.c_str(), 0) != 0) {
-    const int e = errno;
+  // In a directory a rank uid owns (one the job chose), deleted as that
+  // uid: the daemon writes nothing there itself.
+  std::optional<RunAs> as;
+  struct stat dst {};
+  if (::fstat(dir->fd(), &dst) == 0 && dst.st_uid != writers.daemon && writers.Trusts(dst.st_uid)) {
+    as = RunAs{};
+    as->uid = dst.st_uid;
+    as->gid = dst.st_gid;
+    as->groups = {dst.st_gid};
+  }
+  int unlinked = -1;
+  int e = 0;
+  {
+    AsRankUser as_owner(as);
+    if (as_owner.ok()) {
+      unlinked = ::unlinkat(dir->fd(), name.c_str(), 0);
+      e = errno;
+    } else {
+      e = EPERM;
+    }
+  }
+  if (unlinked != 0) {
     return absl::Status(e == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kFailedPrecondition,
                         absl::StrCat(path, ": ", std::strerror(e)));
   }
   return absl::OkStatus();
 }
 
-v1::FileChunk ReadArtifactChunk(const v1::ReadFile& req) {
+v1::FileChunk ReadArtifactChunk(const v1::ReadFile& req, const ManifestWriters& writers) {
   v1::FileChunk c;
   c.set_request_id(req.request_id());
   c.set_offset(req.offset());
-  absl::StatusOr<OpenArtifact> f = OpenJobArtifact(req.path(), req.job_id());
+  absl::StatusOr<OpenArtifact> f = OpenJobArtifact(req.path(), req.job_id(), writers);
   if (!f.ok()) {
     c.set_error(std::string(f.status().message()));
     return c;

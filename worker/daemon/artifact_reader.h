@@ -11,8 +11,8 @@
 //    O_NOFOLLOW: a regular file with one link (a symlink, or a hard link to
 //    another file, is refused);
 //  * after that open, the same directory holds the job's manifest
-//    (job_dir.h), written by this daemon's user: the directory is one a
-//    daemon prepared for that job's ranks.
+//    (job_dir.h), written by this daemon's user or a uid it runs ranks as
+//    (ManifestWriters): the directory is one prepared for that job's ranks.
 //
 // Called by the daemon's RankTable on its loop. Stateless; thread-safe.
 #pragma once
@@ -21,6 +21,7 @@
 
 #include "absl/status/statusor.h"
 #include "trainctl/v1/worker_service.pb.h"
+#include "worker/daemon/job_dir.h"
 
 namespace trainctl::worker {
 
@@ -47,17 +48,20 @@ class OpenArtifact {
 
 // Opens `path` as a checkpoint or final model of `job_id` under the rules
 // above; FAILED_PRECONDITION (or NOT_FOUND) saying which rule refused it.
-absl::StatusOr<OpenArtifact> OpenJobArtifact(const std::string& path, const std::string& job_id);
+absl::StatusOr<OpenArtifact> OpenJobArtifact(const std::string& path, const std::string& job_id,
+                                             const ManifestWriters& writers = {});
 
 // The answer to `req`: a refused, missing or non-regular file is answered
 // with `error` set.
-v1::FileChunk ReadArtifactChunk(const v1::ReadFile& req);
+v1::FileChunk ReadArtifactChunk(const v1::ReadFile& req, const ManifestWriters& writers = {});
 
 // Deletes `path` when it is a checkpoint (not the final model) of `job_id`
 // that OpenJobArtifact would serve (the coordinator's DropCheckpoints):
-// unlinked through the same directory descriptor its checks used.
+// unlinked through the same directory descriptor its checks used, as the
+// directory's owner when that is a rank uid (a directory the job chose).
 // NOT_FOUND when it is already gone; FAILED_PRECONDITION saying which rule
 // refused it.
-absl::Status DropJobCheckpoint(const std::string& path, const std::string& job_id);
+absl::Status DropJobCheckpoint(const std::string& path, const std::string& job_id,
+                               const ManifestWriters& writers = {});
 
 }  // namespace trainctl::worker

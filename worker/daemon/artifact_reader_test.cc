@@ -159,8 +159,10 @@ TEST(JobDirTest, ManifestsAreNeverWrittenThroughALink) {
 
 // A checkpoint.dir the job chose is made as the ranks' user (issue 45,
 // finding 1): where that user cannot create or write, root creates nothing,
-// not through a link either; where it can, the directory is that user's
-// and the manifests the daemon's.
+// not through a link either (no link is followed at any depth, even to a
+// place that user could write); where it can, the directory and the
+// manifests are that user's, and a fetch trusts them only from a uid the
+// daemon runs ranks as.
 // A directory only root may write in (`root_only_`) and one of the rank
 // user's (`mine_`, nobody's), for claims made as that user. Needs root
 // (CI's tests run as root).
@@ -187,11 +189,17 @@ class RankUserDirTest : public ::testing::Test {
 
 TEST_F(RankUserDirTest, AJobChosenDirIsMadeAsTheRankUser) {
   fs::create_directory_symlink(root_only_, mine_ + "/planted");
+  fs::create_directories(mine_ + "/elsewhere");
+  ASSERT_EQ(::chown((mine_ + "/elsewhere").c_str(), nobody_.uid, nobody_.gid), 0);
+  fs::create_directory_symlink(mine_ + "/elsewhere", mine_ + "/own-link");
 
   absl::Status s = ClaimCheckpointDir(root_only_ + "/made-by-root/deeper", "j-1", "alice", "", nobody_);
   EXPECT_THAT(s.message(), HasSubstr("cannot be created as the rank user (Permission denied)"));
   s = ClaimCheckpointDir(mine_ + "/planted/deeper", "j-1", "alice", "", nobody_);
-  EXPECT_THAT(s.message(), HasSubstr("cannot be created as the rank user (Permission denied)"));
+  EXPECT_THAT(s.message(), HasSubstr("symbolic link (not followed)"));
+  s = ClaimCheckpointDir(mine_ + "/own-link/deeper", "j-1", "alice", "", nobody_);
+  EXPECT_THAT(s.message(), HasSubstr("symbolic link (not followed)"));
+  EXPECT_TRUE(fs::is_empty(mine_ + "/elsewhere")) << "a link is not followed even where the rank user may write";
   s = ClaimCheckpointDir(root_only_, "j-1", "alice", "", nobody_);
   EXPECT_THAT(s.message(), HasSubstr("not writable as the rank user (Permission denied)"));
   EXPECT_FALSE(ClaimCheckpointDir(mine_ + "/planted", "j-1", "alice", "", nobody_).ok()) << "the directory as a link";
@@ -202,11 +210,40 @@ TEST_F(RankUserDirTest, AJobChosenDirIsMadeAsTheRankUser) {
   struct stat st {};
   ASSERT_EQ(::stat(dir.c_str(), &st), 0);
   EXPECT_EQ(st.st_uid, nobody_.uid);
-  ASSERT_EQ(::stat((dir + "/j-1.trainctl-job").c_str(), &st), 0);
-  EXPECT_EQ(st.st_uid, ::geteuid()) << "a fetch trusts only the daemon's manifests";
+  for (const char* name : {"/j-1.trainctl-job", "/.trainctl-dir"}) {
+    ASSERT_EQ(::stat((dir + name).c_str(), &st), 0);
+    EXPECT_EQ(st.st_uid, nobody_.uid) << name << ": root writes nothing in a directory the job chose";
+  }
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename());
   EXPECT_THAT(names, ::testing::UnorderedElementsAre(".trainctl-dir", "j-1.trainctl-job")) << "no probe left";
+
+  // Served only where the daemon runs ranks as that uid.
+  {
+    std::ofstream out(dir + "/j-1.model.pt");
+    out << "model";
+  }
+  ManifestWriters with_nobody;
+  with_nobody.rank_user = nobody_.uid;
+  EXPECT_EQ(ReadArtifactChunk(Req(dir + "/j-1.model.pt", 0, 10), with_nobody).data(), "model");
+  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-1.model.pt", 0, 10)).error(),
+              HasSubstr("neither this worker's user nor one it runs ranks as"));
+  ManifestWriters range;
+  range.rank_uids = RankUidRange{nobody_.uid, nobody_.uid};
+  EXPECT_EQ(ReadArtifactChunk(Req(dir + "/j-1.model.pt", 0, 10), range).data(), "model");
+  // A checkpoint there is dropped as that uid, not as root: where that uid
+  // may not delete, it stays.
+  const std::string ck = dir + "/j-1.ckpt-epoch-000001.pt";
+  { std::ofstream(ck) << "ck"; }
+  ASSERT_EQ(::chmod(dir.c_str(), 0555), 0);
+  EXPECT_THAT(DropJobCheckpoint(ck, "j-1", with_nobody).message(), HasSubstr("Permission denied"));
+  ASSERT_EQ(::chmod(dir.c_str(), 0755), 0);
+  EXPECT_TRUE(DropJobCheckpoint(ck, "j-1", with_nobody).ok());
+  EXPECT_FALSE(fs::exists(ck));
+  // Nor does a claim by an untrusted uid bind or free anyone: it is no claim.
+  EXPECT_THAT(ClaimCheckpointDir(dir, "j-2", "alice", "").message(), HasSubstr("written by uid"));
+  EXPECT_TRUE(ClaimCheckpointDir(dir, "j-2", "alice", "", nobody_, with_nobody).ok());
+  EXPECT_FALSE(ClaimCheckpointDir(dir, "b-1", "bob", "", nobody_, with_nobody).ok()) << "alice's directory";
 }
 
 // The race of issue 45, finding 1: while the daemon claims a job's

@@ -14,6 +14,7 @@
 #include "absl/strings/str_split.h"
 #include "common/jobspec/artifact_names.h"
 #include "common/safe_file.h"
+#include "common/status_macros.h"
 #include "worker/daemon/rank_files.h"
 
 namespace trainctl::worker {
@@ -33,6 +34,7 @@ class Fd {
   Fd(const Fd&) = delete;
   Fd& operator=(const Fd&) = delete;
   int get() const { return fd_; }
+  void release() { fd_ = -1; }
 
  private:
   int fd_;
@@ -100,23 +102,27 @@ absl::Status WriteFileAt(int dirfd, const std::string& name, const std::string& 
   return WriteFileSafelyAt(dirfd, name, content, PrivateFile(replace));
 }
 
-absl::StatusOr<std::optional<DirClaim>> ReadDirClaimAt(int dirfd) {
+absl::StatusOr<std::optional<DirClaim>> ReadDirClaimAt(int dirfd, const ManifestWriters& writers) {
   struct stat st {};
   absl::StatusOr<std::string> text = ReadSmallFileAt(dirfd, kDirManifestName, &st);
   if (absl::IsNotFound(text.status())) return std::nullopt;
   if (!text.ok()) return text.status();
+  if (!writers.Trusts(st.st_uid)) {
+    return absl::DataLossError(absl::StrCat(kDirManifestName, ": written by uid ", st.st_uid,
+                                            ", neither this worker's user nor one it runs ranks as"));
+  }
   auto fields = ParseManifest(*text, kClaimHeader);
   if (!fields) return absl::DataLossError(absl::StrCat(kDirManifestName, ": not a trainctl directory claim"));
   return DirClaim{Field(*fields, "owner"), Field(*fields, "job")};
 }
 
-absl::StatusOr<std::optional<DirClaim>> ReadDirClaim(const std::string& dir) {
+absl::StatusOr<std::optional<DirClaim>> ReadDirClaim(const std::string& dir, const ManifestWriters& writers) {
   Fd dfd(OpenDir(dir));
   if (const int e = errno; dfd.get() < 0) {
     if (e == ENOENT) return std::nullopt;  // nobody claimed what does not exist
     return Errno(dir, e);
   }
-  return ReadDirClaimAt(dfd.get());
+  return ReadDirClaimAt(dfd.get(), writers);
 }
 
 absl::Status CheckDirClaim(const std::string& dir, const DirClaim& claim, const std::string& owner,
@@ -130,77 +136,86 @@ absl::Status CheckDirClaim(const std::string& dir, const DirClaim& claim, const 
       claim.owner, "' (resume_from) with a token allowed to"));
 }
 
-namespace {
-
-// `dir`, made (with its parents) and opened as `made_as` would (see
-// ClaimCheckpointDir); its descriptor.
-absl::StatusOr<int> MakeAndOpenDir(const std::string& dir, const std::optional<RunAs>& made_as) {
-  AsRankUser as_rank_user(made_as);
-  if (!as_rank_user.ok()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint.dir ", dir, ": cannot take on the ranks' identity to make it"));
+absl::StatusOr<int> OpenCheckpointDir(const std::string& dir, const std::string& owner,
+                                      const std::string& resume_owner, const ManifestWriters& writers,
+                                      bool as_rank_user, int* err) {
+  const char* const as = as_rank_user ? " as the rank user" : "";
+  auto failed = [&](const char* what, const absl::Status& s) {
+    const int e = SafeFileErrno(s);
+    if (err != nullptr) *err = e;
+    const std::string why = e != 0 && e != ELOOP ? std::strerror(e) : std::string(s.message());
+    return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": ", what, as, " (", why, ")"));
+  };
+  absl::StatusOr<int> opened = OpenOrMakeDirNoFollow(dir);
+  if (!opened.ok()) return failed("cannot be created", opened.status());
+  Fd dfd(*opened);
+  // The probe first: only a directory this identity can write in is
+  // claimed, and no claim is read from one it cannot.
+  if (absl::Status probe = ProbeWritableDirAt(dfd.get(), dir, ".trainctl-claim-probe"); !probe.ok()) {
+    return failed("not writable", probe);
   }
-  const char* const as = made_as.has_value() ? " as the rank user" : "";
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("checkpoint.dir ", dir, ": cannot be created", as, " (", ec.message(), ")"));
-  }
-  const int fd = OpenDir(dir);
-  if (const int e = errno; fd < 0) return Errno(absl::StrCat("checkpoint.dir ", dir), e);
-  if (made_as.has_value()) {
-    // The daemon writes its manifests through this descriptor next: only
-    // into a directory the ranks can write in.
-    if (absl::Status probe = ProbeWritableDirAt(fd, dir, ".trainctl-claim-probe"); !probe.ok()) {
-      ::close(fd);
-      const int e = SafeFileErrno(probe);
-      return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": not writable", as, " (",
-                                                        e != 0 ? std::strerror(e) : probe.message(), ")"));
-    }
-  }
+  absl::StatusOr<std::optional<DirClaim>> claim = ReadDirClaimAt(dfd.get(), writers);
+  if (!claim.ok()) return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": ", claim.status().message()));
+  if (claim->has_value()) TRAINCTL_RETURN_IF_ERROR(CheckDirClaim(dir, **claim, owner, resume_owner));
+  const int fd = dfd.get();
+  dfd.release();
   return fd;
 }
 
-}  // namespace
+namespace {
 
-absl::Status ClaimCheckpointDir(const std::string& dir, const std::string& job_id, const std::string& owner,
-                                const std::string& resume_owner, const std::optional<RunAs>& made_as) {
-  absl::StatusOr<int> opened = MakeAndOpenDir(dir, made_as);
+// ClaimCheckpointDir with the calling thread's identity.
+absl::Status ClaimHere(const std::string& dir, const std::string& job_id, const std::string& owner,
+                       const std::string& resume_owner, const ManifestWriters& writers, bool as_rank_user) {
+  absl::StatusOr<int> opened = OpenCheckpointDir(dir, owner, resume_owner, writers, as_rank_user);
   if (!opened.ok()) return opened.status();
   Fd dfd(*opened);
-  absl::StatusOr<std::optional<DirClaim>> claim = ReadDirClaimAt(dfd.get());
-  if (!claim.ok()) return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": ", claim.status().message()));
-  if (!claim->has_value()) {
+  absl::StatusOr<std::optional<DirClaim>> claim = ReadDirClaimAt(dfd.get(), writers);
+  if (claim.ok() && !claim->has_value()) {
     absl::Status w = WriteFileAt(dfd.get(), kDirManifestName,
                                  Manifest(kClaimHeader, {{"owner", owner}, {"job", job_id}}), /*replace=*/false);
     if (!w.ok() && !absl::IsAlreadyExists(w)) {
       return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": ", w.message()));
     }
     // Claimed now, by this job or (a race lost) by another: read who.
-    claim = ReadDirClaimAt(dfd.get());
-    if (!claim.ok() || !claim->has_value()) {
-      return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": its claim cannot be read back"));
-    }
+    claim = ReadDirClaimAt(dfd.get(), writers);
+    if (claim.ok() && !claim->has_value()) claim = absl::DataLossError("its claim cannot be read back");
   }
+  if (!claim.ok()) return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": ", claim.status().message()));
   if (absl::Status s = CheckDirClaim(dir, **claim, owner, resume_owner); !s.ok()) return s;
-  if (CheckJobManifestAt(dfd.get(), job_id).ok()) return absl::OkStatus();
+  if (CheckJobManifestAt(dfd.get(), job_id, writers).ok()) return absl::OkStatus();
   absl::Status w = WriteFileAt(dfd.get(), JobManifestName(job_id),
                                Manifest(kJobHeader, {{"job", job_id}, {"owner", owner}}), /*replace=*/true);
   if (!w.ok()) return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": ", w.message()));
   return absl::OkStatus();
 }
 
-absl::Status CheckJobManifestAt(int dirfd, const std::string& job_id) {
+}  // namespace
+
+absl::Status ClaimCheckpointDir(const std::string& dir, const std::string& job_id, const std::string& owner,
+                                const std::string& resume_owner, const std::optional<RunAs>& made_as,
+                                const ManifestWriters& writers) {
+  AsRankUser as_rank_user(made_as);
+  if (!as_rank_user.ok()) {
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint.dir ", dir, ": cannot take on the ranks' identity to make it"));
+  }
+  // What the ranks' user writes here is trusted back, whatever the caller said.
+  ManifestWriters trusted = writers;
+  if (made_as.has_value() && !trusted.Trusts(made_as->uid)) trusted.rank_user = made_as->uid;
+  return ClaimHere(dir, job_id, owner, resume_owner, trusted, made_as.has_value());
+}
+
+absl::Status CheckJobManifestAt(int dirfd, const std::string& job_id, const ManifestWriters& writers) {
   struct stat st {};
   absl::StatusOr<std::string> text = ReadSmallFileAt(dirfd, JobManifestName(job_id), &st);
   if (!text.ok()) {
     return absl::FailedPreconditionError(
         absl::StrCat("no manifest of job ", job_id, " in this directory (", text.status().message(), ")"));
   }
-  if (st.st_uid != ::geteuid()) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("the manifest of job ", job_id, " was not written by this worker's user"));
+  if (!writers.Trusts(st.st_uid)) {
+    return absl::FailedPreconditionError(absl::StrCat("the manifest of job ", job_id, " was written by uid ", st.st_uid,
+                                                      ", neither this worker's user nor one it runs ranks as"));
   }
   auto fields = ParseManifest(*text, kJobHeader);
   if (!fields || Field(*fields, "job") != job_id) {

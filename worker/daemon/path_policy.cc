@@ -80,7 +80,12 @@ absl::StatusOr<CheckpointDir> ResolveCheckpointDir(const v1::JobSpec& spec, cons
     const fs::path d = roots.empty() ? fs::path(work_dir) / "jobs" / job_id / "checkpoints"
                                      : fs::path(roots.front()) / OwnerPathComponent(owner) / job_id;
     const std::string abs = NormalDirPath(fs::absolute(d).string());
-    return CheckpointDir{abs, abs};
+    // Links above it (a work dir under a linked mount) resolved now: the
+    // directory is then made and opened by a walk that follows none
+    // (job_dir.h); reports keep the form given.
+    std::error_code ec;
+    const fs::path real = fs::weakly_canonical(abs, ec);
+    return CheckpointDir{ec ? abs : NormalDirPath(real.string()), abs};
   }
   absl::StatusOr<std::string> canonical = ResolveJobPath("checkpoint.dir", dir, base, roots, "--checkpoint-root");
   if (!canonical.ok()) return canonical.status();

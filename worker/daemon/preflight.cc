@@ -95,15 +95,6 @@ void CheckEngineFiles(const v1::JobSpec& spec, const PreflightContext& ctx, std:
   if (!get("model.path").empty()) CheckFile("model.path", get("model.path"), "zip", problems);
 }
 
-// Another owner's claim on `dir` (job_dir.h), in words; "" when none.
-std::string ClaimProblem(const std::string& dir, const PreflightContext& ctx) {
-  absl::StatusOr<std::optional<DirClaim>> claim = ReadDirClaim(dir);
-  if (!claim.ok()) return absl::StrCat("checkpoint.dir ", dir, ": ", claim.status().message());
-  if (!claim->has_value()) return "";
-  absl::Status s = CheckDirClaim(dir, **claim, ctx.owner, ctx.resume_owner);
-  return s.ok() ? "" : std::string(s.message());
-}
-
 bool IsNoSpace(int err) { return err == ENOSPC || err == EDQUOT; }
 
 void CheckCheckpointDir(const v1::JobSpec& spec, const PreflightContext& ctx, std::vector<std::string>* problems,
@@ -115,30 +106,20 @@ void CheckCheckpointDir(const v1::JobSpec& spec, const PreflightContext& ctx, st
     return;
   }
   const std::string dir = d->path;
-  if (std::string owned = ClaimProblem(dir, ctx); !owned.empty()) {
-    problems->push_back(owned);
-    return;
-  }
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir, ec)) {
-    if (IsNoSpace(ec.value())) ++*space_problems;
-    problems->push_back(absl::StrCat("checkpoint.dir ", dir, ": cannot be created (", ec.message(), ")"));
-    return;
-  }
-  // Created with O_EXCL|O_NOFOLLOW and removed (common/safe_file.h): the
-  // directory is the job's, and a link planted at the probe's name must not
-  // make the daemon (root, often) write through it.
-  if (absl::Status probe = ProbeWritableDir(dir, absl::StrCat(".trainctl-preflight-", ::getpid()), "preflight");
-      !probe.ok()) {
-    const int err = SafeFileErrno(probe);
+  // The launch's own path (job_dir.h): made and opened by a walk that
+  // follows no link, probed, its claim checked, as the ranks' user.
+  int err = 0;
+  absl::StatusOr<int> opened = OpenCheckpointDir(dir, ctx.owner, ctx.resume_owner, ctx.manifest_writers,
+                                                 ctx.as_rank_user, &err);
+  if (!opened.ok()) {
     if (IsNoSpace(err)) ++*space_problems;
-    problems->push_back(absl::StrCat("checkpoint.dir ", dir, ": not writable (",
-                                     err != 0 ? std::strerror(err) : probe.message(), ")"));
+    problems->push_back(std::string(opened.status().message()));
     return;
   }
   struct statvfs st {};
-  if (ctx.checkpoint_bytes > 0 && ::statvfs(dir.c_str(), &st) == 0) {
+  const bool stat_ok = ::fstatvfs(*opened, &st) == 0;
+  ::close(*opened);
+  if (ctx.checkpoint_bytes > 0 && stat_ok) {
     const uint64_t free_bytes = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
     if (free_bytes < static_cast<uint64_t>(ctx.checkpoint_bytes)) {
       ++*space_problems;

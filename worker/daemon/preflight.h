@@ -27,6 +27,7 @@
 #include <vector>
 
 #include "trainctl/v1/job.pb.h"
+#include "worker/daemon/job_dir.h"
 
 namespace trainctl::worker {
 
@@ -48,6 +49,10 @@ struct PreflightContext {
   std::vector<std::string> command_dir_roots;
   std::vector<std::string> checkpoint_roots;
   bool allow_commands = false;
+  // Whose checkpoint-directory manifests are trusted (job_dir.h), and
+  // whether the checks run as the rank user (AsRankUser; for messages).
+  ManifestWriters manifest_writers;
+  bool as_rank_user = false;
   // Bytes one checkpoint needs (0 = unknown: only writability is checked).
   int64_t checkpoint_bytes = 0;
   // CUDA device indices of this worker's GPU slots in the attempt.

@@ -126,6 +126,7 @@ void RankTable::OnPreflight(const v1::Preflight& p) {
   ctx.command_dir_roots = options_.data_roots;
   ctx.checkpoint_roots = options_.checkpoint_roots;
   ctx.allow_commands = options_.allow_commands;
+  ctx.manifest_writers = ManifestWritersHere();
   ctx.checkpoint_bytes = p.has_resume() ? p.resume().size_bytes() : 0;
   for (const v1::RankAssignment& r : p.ranks()) {
     if (r.slot().kind() == v1::Slot::KIND_GPU) ctx.gpu_indices.push_back(r.slot().index());
@@ -142,6 +143,7 @@ void RankTable::OnPreflight(const v1::Preflight& p) {
     // could read, or a checkpoint.dir only root could create, is refused
     // here (and root creates nothing there for the job).
     AsRankUser as_rank_user(*as);
+    ctx.as_rank_user = as->has_value();
     if (as_rank_user.ok()) {
       problems = PreflightProblems(p.spec(), ctx, &space_problems);
     } else {
@@ -320,7 +322,8 @@ void RankTable::ResolveAttemptPaths(LocalAttempt& a) {
     a.checkpoint_dir_named = ck->named;
     if (a.path_error.empty()) {
       const std::optional<RunAs> made_as = spec.checkpoint().dir().empty() ? std::nullopt : a.run_as;
-      if (absl::Status claim = ClaimCheckpointDir(a.checkpoint_dir, a.job_id, a.owner, a.resume_owner, made_as);
+      if (absl::Status claim = ClaimCheckpointDir(a.checkpoint_dir, a.job_id, a.owner, a.resume_owner, made_as,
+                                                 ManifestWritersHere());
           !claim.ok()) {
         a.path_error = std::string(claim.message());
       }
@@ -527,13 +530,6 @@ void RankTable::LaunchCommand(LocalAttempt& a, LocalRank& r) {
   if (!scratch.ok()) {
     ReportLaunchFailure(a, r, absl::StrCat("rank directory: ", scratch.status().message()));
     return;
-  }
-  if (!a.spec.checkpoint().dir().empty()) {
-    // A directory the job chose: made as the rank user would make it, so
-    // that root creates nothing for the job where that user could not.
-    AsRankUser as_rank_user(a.run_as);
-    std::error_code ec;
-    if (as_rank_user.ok()) fs::create_directories(a.checkpoint_dir, ec);
   }
   std::string dir = a.command_dir.empty() ? *scratch : a.command_dir;
 

@@ -27,6 +27,7 @@
 #include "worker/daemon/code_cache.h"
 #include "worker/daemon/coordinator_outbox.h"
 #include "worker/daemon/daemon_options.h"
+#include "worker/daemon/job_dir.h"
 #include "worker/daemon/rank_files.h"
 #include "worker/daemon/cgroup_limits.h"
 #include "worker/daemon/rank_supervisor.h"
@@ -128,6 +129,9 @@ class RankTable {
   // daemon's user).
   absl::StatusOr<std::optional<RunAs>> JobIdentity(int64_t owner_number) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  // Whose checkpoint-directory manifests this daemon trusts: its own
+  // user's and the uids it runs ranks as (job_dir.h).
+  ManifestWriters ManifestWritersHere() const;
   absl::Status MakeJobDirs(const std::string& job_id, const v1::JobSpec& spec,
                            const std::optional<RunAs>& as) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   absl::StatusOr<std::string> MakeRankDirs(const LocalAttempt& a, const v1::RankAssignment& ra)

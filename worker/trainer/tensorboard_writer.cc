@@ -1,5 +1,6 @@
 #include "worker/trainer/tensorboard_writer.h"
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <array>
@@ -11,6 +12,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "absl/time/time.h"
+#include "common/safe_file.h"
 
 namespace trainctl::trainer {
 namespace {
@@ -126,11 +128,12 @@ std::vector<std::pair<std::string, float>> MetricScalars(const rankproto::RankMe
 }
 
 absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const std::string& dir) {
-  std::error_code ec;
-  std::filesystem::create_directories(dir, ec);
-  if (ec) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensorboard.dir '", dir, "': cannot create: ", ec.message()));
+  // Made and opened by a walk that follows no link (common/safe_file.h),
+  // the file created O_EXCL|O_NOFOLLOW relative to it: a link the job
+  // planted redirects nothing, whoever writes.
+  absl::StatusOr<int> dirfd = OpenOrMakeDirNoFollow(dir);
+  if (!dirfd.ok()) {
+    return absl::InvalidArgumentError(absl::StrCat("tensorboard.dir '", dir, "': cannot create: ", dirfd.status().message()));
   }
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -139,15 +142,25 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const
   // reads them all in name order.
   std::string path;
   FILE* f = nullptr;
+  int err = 0;
   for (int n = 0; n < 1000 && f == nullptr; ++n) {
-    path = absl::StrCat(dir, "/events.out.tfevents.", absl::ToUnixSeconds(now), ".", host, ".",
-                        getpid(), ".", n);
-    f = std::fopen(path.c_str(), "wbx");  // x: never truncate another writer's file
-    if (f == nullptr && errno != EEXIST) break;
+    const std::string name = absl::StrCat("events.out.tfevents.", absl::ToUnixSeconds(now), ".", host, ".",
+                                          getpid(), ".", n);
+    path = absl::StrCat(dir, "/", name);
+    // O_EXCL: never truncate another writer's file.
+    const int fd = ::openat(*dirfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    err = errno;
+    if (fd >= 0) {
+      f = ::fdopen(fd, "wb");
+      err = errno;
+      if (f == nullptr) ::close(fd);
+    }
+    if (f == nullptr && err != EEXIST) break;
   }
+  ::close(*dirfd);
   if (f == nullptr) {
     return absl::InvalidArgumentError(
-        absl::StrCat("tensorboard.dir '", dir, "': cannot create ", path, ": ", std::strerror(errno)));
+        absl::StrCat("tensorboard.dir '", dir, "': cannot create ", path, ": ", std::strerror(err)));
   }
   std::unique_ptr<TensorBoardWriter> w(new TensorBoardWriter(path, f));
   if (absl::Status s = w->Append(EncodeFileVersionEvent(absl::ToDoubleSeconds(now - absl::UnixEpoch())));

@@ -74,6 +74,21 @@ TEST(TensorBoardWriter, AnUnwritableDirectoryIsNamed) {
       << w.status();
 }
 
+TEST(TensorBoardWriter, ALinkInTheDirectoryPathIsNotFollowed) {
+  char tmpl[] = "/tmp/tbwriter-link-XXXXXX";
+  const std::string dir = mkdtemp(tmpl);
+  const std::string target = dir + "/target";
+  std::filesystem::create_directory(target);
+  std::filesystem::create_directory_symlink(target, dir + "/link");
+  for (const std::string& p : {dir + "/link", dir + "/link/tb"}) {
+    auto w = TensorBoardWriter::Open(p);
+    ASSERT_FALSE(w.ok()) << p;
+    EXPECT_NE(std::string(w.status().message()).find("symbolic link"), std::string::npos) << w.status();
+  }
+  EXPECT_TRUE(std::filesystem::is_empty(target)) << "nothing made through the link";
+  std::filesystem::remove_all(dir);
+}
+
 // The one tag table: an engine rank's window writes every field (a 0 is a
 // value there); a command job's report only what its line named (a 0 it
 // named included), plus its own scalars under their own names; its eval
