@@ -1,6 +1,6 @@
 // Group commit of the sequenced metrics and logs that worker sessions
 // receive (see TelemetryBatcher below). WorkerServiceImpl owns one; every
-// SessionReactor queues into it.
+// WorkerSession queues into it.
 //
 // Threading: loop only (Queue, Drain, and the TelemetrySession callbacks).
 #pragma once
@@ -23,7 +23,7 @@ class TelemetrySession {
   virtual void TelemetryApplied() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) = 0;
   // Not applied (a store failure): `msgs` are the session's messages of the
   // failed batch, in the order it sent them; the session holds them and
-  // retries (see SessionReactor), the worker keeps them unacknowledged.
+  // retries (WorkerSession::Hold), the worker keeps them unacknowledged.
   virtual void TelemetryNotApplied(std::vector<v1::WorkerMessage> msgs, const absl::Status& why)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) = 0;
 };

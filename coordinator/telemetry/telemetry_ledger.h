@@ -21,7 +21,7 @@
 // a failed commit) leaves the seq unapplied: nothing of the group is kept,
 // in the store or in memory (the GroupMemory, the jobs, is restored and
 // what the handlers would have published or sent is dropped), and the
-// caller holds the messages and retries them (SessionReactor::Hold).
+// caller holds the messages and retries them (WorkerSession::Hold).
 //
 // Not thread-safe: runs on the coordinator's EventLoop (like the managers it
 // calls).

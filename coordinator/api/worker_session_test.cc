@@ -1,0 +1,427 @@
+// The worker-session protocol (WorkerSession) over a fake transport that
+// records what the coordinator answers, with the real owners it talks to:
+// a SQLite store in a temporary directory, the registry, the job manager,
+// the telemetry ledger and batcher, tokens and live calls, and a fake
+// clock. The test thread plays the loop (the EventLoop is stopped), as the
+// job manager's tests do.
+#include "coordinator/api/worker_session.h"
+
+#include <gmock/gmock.h>
+#include <gtest/gtest.h>
+
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "coordinator/jobs/job_manager_fixture.h"
+
+namespace trainctl::coordinator {
+namespace {
+
+// Records what the session sends and how it closed the stream (the first
+// Close decides, as in SessionReactor).
+class FakeTransport final : public SessionTransport {
+ public:
+  bool Send(const v1::CoordinatorMessage& msg) override {
+    if (closed) return false;
+    sent.push_back(msg);
+    return true;
+  }
+  void Close(const absl::Status& s) override {
+    if (closed) return;
+    closed = true;
+    status = s;
+  }
+  bool Unhandled() const override { return false; }
+
+  std::vector<v1::RegisterAck> RegisterAcks() const {
+    std::vector<v1::RegisterAck> out;
+    for (const auto& m : sent) if (m.has_register_ack()) out.push_back(m.register_ack());
+    return out;
+  }
+  std::vector<int64_t> HeartbeatAcks() const {
+    std::vector<int64_t> out;
+    for (const auto& m : sent) if (m.has_heartbeat_ack()) out.push_back(m.heartbeat_ack().seq());
+    return out;
+  }
+  std::vector<int64_t> TelemetryAcks() const {
+    std::vector<int64_t> out;
+    for (const auto& m : sent) if (m.has_telemetry_ack()) out.push_back(m.telemetry_ack().seq());
+    return out;
+  }
+  int StartRanks() const {
+    int n = 0;
+    for (const auto& m : sent) n += m.has_start_ranks();
+    return n;
+  }
+
+  std::vector<v1::CoordinatorMessage> sent;
+  bool closed = false;
+  absl::Status status;
+};
+
+// One open stream: its transport and the session over it.
+struct Stream {
+  FakeTransport transport;
+  std::unique_ptr<WorkerSession> session;
+};
+
+v1::WorkerMessage RegisterMsg(const std::string& id, const std::string& address = "") {
+  v1::WorkerMessage m;
+  v1::Register* reg = m.mutable_register_();
+  reg->set_worker_id(id);
+  reg->set_hostname("host-" + id);
+  reg->set_address(address);
+  reg->add_slots()->set_kind(v1::Slot::KIND_CPU);
+  return m;
+}
+
+v1::WorkerMessage HeartbeatMsg(int64_t seq) {
+  v1::WorkerMessage m;
+  m.mutable_heartbeat()->set_seq(seq);
+  return m;
+}
+
+v1::WorkerMessage RunningMsg(const std::string& job, int64_t seq) {
+  v1::WorkerMessage m;
+  m.set_seq(seq);
+  v1::RankStatus* st = m.mutable_rank_status();
+  st->set_job_id(job);
+  st->set_attempt(1);
+  st->set_rank(0);
+  st->set_state(v1::RANK_STATE_RUNNING);
+  return m;
+}
+
+v1::WorkerMessage LogsMsg(const std::string& job, int64_t seq, const std::string& text) {
+  v1::WorkerMessage m;
+  m.set_seq(seq);
+  v1::LogChunk* c = m.mutable_logs();
+  c->set_job_id(job);
+  c->set_attempt(1);
+  c->set_rank(0);
+  v1::LogLine* l = c->add_lines();
+  l->set_rank(0);
+  l->set_stream(v1::LogLine::STREAM_STDOUT);
+  l->set_text(text);
+  return m;
+}
+
+class WorkerSessionTest : public JobManagerTest {
+ protected:
+  void SetUp() override {
+    JobManagerTest::SetUp();
+    // The test thread is the loop: with the loop's own thread gone, its
+    // checks pass here and what is posted is dropped (the test drains the
+    // batcher itself).
+    loop_.StopAndJoin();
+    ledger_ = std::make_unique<TelemetryLedger>(store_.get(), jobs_->group_memory());
+    auth_ = std::make_unique<TokenAuthority>(store_.get(), &clock_);
+    ASSERT_TRUE(auth_->Load().ok());
+    live_ = std::make_unique<LiveCalls>(auth_.get());
+    ctx_.loop = &loop_;
+    ctx_.store = store_.get();
+    ctx_.registry = registry_.get();
+    ctx_.jobs = jobs_.get();
+    ctx_.hub = &hub_;
+    ctx_.telemetry = ledger_.get();
+    ctx_.auth = auth_.get();
+    ctx_.live = live_.get();
+    batcher_ = std::make_unique<TelemetryBatcher>(ctx_);
+    ctx_.batcher = batcher_.get();
+  }
+  void TearDown() override {
+    streams_.clear();
+    batcher_.reset();
+    live_.reset();
+    auth_.reset();
+    ledger_.reset();
+    JobManagerTest::TearDown();
+  }
+
+  // A worker token's principal (ROLE_WORKER), as Authenticate gives it.
+  Principal WorkerToken(const std::string& name, std::string* token_id = nullptr) {
+    v1::CreateTokenRequest req;
+    req.set_name(name);
+    req.set_role(v1::ROLE_WORKER);
+    absl::StatusOr<v1::CreateTokenResponse> made = auth_->Create(req, Principal{});
+    EXPECT_TRUE(made.ok()) << made.status();
+    if (token_id != nullptr) *token_id = made->token().id();
+    absl::StatusOr<Principal> who = auth_->Authenticate("Bearer " + made->secret());
+    EXPECT_TRUE(who.ok()) << who.status();
+    return *who;
+  }
+  // A certificate worker's credentials (CN `id`).
+  static WorkerCaller Cert(const std::string& id) {
+    WorkerCaller c;
+    c.who.token_id = TokenAuthority::CertBinding(id);
+    c.who.role = v1::ROLE_WORKER;
+    c.cert_id = id;
+    c.cert_serial = "0a1b";
+    return c;
+  }
+  static WorkerCaller Token(Principal who) {
+    WorkerCaller c;
+    c.who = std::move(who);
+    return c;
+  }
+
+  // A session opened by `caller` from `peer` (an in-process one by default).
+  Stream& Connect(WorkerCaller caller, const std::string& peer = "inproc") {
+    auto s = std::make_unique<Stream>();
+    s->session = std::make_unique<WorkerSession>(ctx_, &s->transport, peer, std::move(caller));
+    s->session->Open();
+    streams_.push_back(std::move(s));
+    return *streams_.back();
+  }
+  // A token worker `id`, registered.
+  Stream& Registered(const std::string& id) {
+    tokens_[id] = WorkerToken(id + "-token");
+    Stream& s = Connect(Token(tokens_[id]));
+    s.session->Handle(RegisterMsg(id));
+    EXPECT_EQ(s.transport.RegisterAcks().size(), 1u) << s.transport.status;
+    return s;
+  }
+  // A 1-rank job placed on worker `worker` (its session `s`), RUNNING.
+  std::string RunningOn(Stream& s) {
+    absl::StatusOr<v1::Job> job = jobs_->Submit(Spec(1));
+    EXPECT_TRUE(job.ok()) << job.status();
+    EXPECT_EQ(s.transport.StartRanks(), 1);
+    s.session->Handle(RunningMsg(job->id(), 1));
+    EXPECT_EQ(Get(job->id()).state(), v1::JOB_STATE_RUNNING);
+    return job->id();
+  }
+  std::vector<std::string> StoredLines(const std::string& job) {
+    absl::StatusOr<std::vector<v1::LogLine>> lines = store_->ListLogs(job, 1, std::nullopt, 0);
+    EXPECT_TRUE(lines.ok()) << lines.status();
+    std::vector<std::string> out;
+    if (lines.ok()) for (const v1::LogLine& l : *lines) out.push_back(l.text());
+    return out;
+  }
+
+  EventLoop loop_;  // stopped: the test thread is the loop
+  std::unique_ptr<TelemetryLedger> ledger_;
+  std::unique_ptr<TokenAuthority> auth_;
+  std::unique_ptr<LiveCalls> live_;
+  std::unique_ptr<TelemetryBatcher> batcher_;
+  ServiceContext ctx_{};
+  std::vector<std::unique_ptr<Stream>> streams_;
+  std::map<std::string, Principal> tokens_;  // Registered's, by worker id
+};
+
+TEST_F(WorkerSessionTest, ARegisterIsAckedAndHeartbeatsAreAnswered) {
+  Stream& s = Registered("w1");
+  const v1::RegisterAck ack = s.transport.RegisterAcks().at(0);
+  EXPECT_EQ(ack.worker_id(), "w1");
+  EXPECT_EQ(ack.heartbeat_interval_ms(), absl::ToInt64Milliseconds(registry_->options().heartbeat_interval));
+  EXPECT_EQ(ack.lease_timeout_ms(), 3000);
+  EXPECT_EQ(ack.telemetry_acked_seq(), 0);
+  EXPECT_EQ(ack.address_refused(), "");
+  EXPECT_EQ(s.session->worker_id(), "w1");
+  EXPECT_TRUE(registry_->Connected("w1"));
+  EXPECT_TRUE(registry_->OwnsSession("w1", s.session.get()));
+  // The id is bound to the token that registered it.
+  EXPECT_TRUE(auth_->WorkerBound("w1"));
+
+  s.session->Handle(HeartbeatMsg(7));
+  s.session->Handle(HeartbeatMsg(8));
+  EXPECT_THAT(s.transport.HeartbeatAcks(), ElementsAre(7, 8));
+  EXPECT_FALSE(s.transport.closed) << s.transport.status;
+
+  // A second register on the same session is refused.
+  s.session->Handle(RegisterMsg("w1"));
+  EXPECT_EQ(s.transport.status.code(), absl::StatusCode::kFailedPrecondition) << s.transport.status;
+}
+
+TEST_F(WorkerSessionTest, AnotherTokensWorkerIdIsRefused) {
+  Registered("w1");
+  Stream& thief = Connect(Token(WorkerToken("other")));
+  thief.session->Handle(RegisterMsg("w1"));
+  EXPECT_EQ(thief.transport.status.code(), absl::StatusCode::kPermissionDenied) << thief.transport.status;
+  EXPECT_TRUE(thief.transport.RegisterAcks().empty());
+  EXPECT_EQ(thief.session->worker_id(), "");
+}
+
+TEST_F(WorkerSessionTest, ACertificateWorkerRegistersOnlyAsItsCertificatesId) {
+  Stream& wrong = Connect(Cert("c1"));
+  wrong.session->Handle(RegisterMsg("someone-else"));
+  EXPECT_EQ(wrong.transport.status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_THAT(std::string(wrong.transport.status.message()),
+              HasSubstr("certificate is for 'c1'; it may not register as 'someone-else'"));
+  EXPECT_EQ(registry_->Find("someone-else"), nullptr);
+
+  // No id (or its own): it is the certificate's.
+  Stream& right = Connect(Cert("c1"));
+  right.session->Handle(RegisterMsg(""));
+  ASSERT_EQ(right.transport.RegisterAcks().size(), 1u) << right.transport.status;
+  EXPECT_EQ(right.transport.RegisterAcks()[0].worker_id(), "c1");
+  EXPECT_TRUE(registry_->Connected("c1"));
+}
+
+TEST_F(WorkerSessionTest, AnAddressThatIsNotTheWorkersIsRefusedAtRegistration) {
+  // From 10.1.2.3, a token vouching for no address, registering 6.6.6.6:
+  // registered, with the reason its address is refused.
+  Stream& s = Connect(Token(WorkerToken("w1-token")), "ipv4:10.1.2.3:5555");
+  s.session->Handle(RegisterMsg("w1", "6.6.6.6"));
+  ASSERT_EQ(s.transport.RegisterAcks().size(), 1u) << s.transport.status;
+  EXPECT_NE(s.transport.RegisterAcks()[0].address_refused(), "");
+  EXPECT_EQ(registry_->Find("w1")->address_refused(), s.transport.RegisterAcks()[0].address_refused());
+
+  // Its session's own address is accepted.
+  Stream& t = Connect(Token(WorkerToken("w2-token")), "ipv4:10.1.2.4:5555");
+  t.session->Handle(RegisterMsg("w2", "10.1.2.4"));
+  ASSERT_EQ(t.transport.RegisterAcks().size(), 1u) << t.transport.status;
+  EXPECT_EQ(t.transport.RegisterAcks()[0].address_refused(), "");
+}
+
+TEST_F(WorkerSessionTest, AFirstMessageThatIsNotARegisterIsInvalidArgument) {
+  for (const v1::WorkerMessage& first : {HeartbeatMsg(1), v1::WorkerMessage(), RunningMsg("j", 1)}) {
+    Stream& s = Connect(Token(WorkerToken(absl::StrCat("t", streams_.size()))));
+    s.session->Handle(first);
+    EXPECT_EQ(s.transport.status.code(), absl::StatusCode::kInvalidArgument) << first.ShortDebugString();
+    EXPECT_THAT(std::string(s.transport.status.message()), HasSubstr("first message of a session must be register"));
+    EXPECT_TRUE(s.transport.sent.empty());
+    // The worker's side ends after it: the verdict stands.
+    s.session->ReadsEnded();
+    EXPECT_EQ(s.transport.status.code(), absl::StatusCode::kInvalidArgument);
+  }
+}
+
+TEST_F(WorkerSessionTest, AStreamThatEndsBeforeAnyMessageIsInvalidArgument) {
+  // No message read: the stream ended, or its first message did not parse.
+  Stream& s = Connect(Token(WorkerToken("t")));
+  s.session->ReadsEnded();
+  EXPECT_EQ(s.transport.status.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.transport.status, WorkerSession::NoRegisterRead());
+  EXPECT_THAT(std::string(s.transport.status.message()), HasSubstr("no register message was read"));
+
+  // A registered worker's end is OK, and its worker waits for a reconnect.
+  Stream& w = Registered("w1");
+  w.session->ReadsEnded();
+  EXPECT_TRUE(w.transport.status.ok()) << w.transport.status;
+  EXPECT_FALSE(registry_->Connected("w1"));
+  EXPECT_EQ(registry_->Find("w1")->state(), v1::WORKER_STATE_ALIVE);
+}
+
+TEST_F(WorkerSessionTest, AGoodbyeLeaves) {
+  Stream& s = Registered("w1");
+  v1::WorkerMessage bye;
+  bye.mutable_goodbye()->set_reason("stopping");
+  s.session->Handle(bye);
+  EXPECT_TRUE(s.transport.closed);
+  EXPECT_TRUE(s.transport.status.ok()) << s.transport.status;
+  EXPECT_EQ(registry_->Find("w1")->state(), v1::WORKER_STATE_LEFT);
+}
+
+TEST_F(WorkerSessionTest, ACertificateRevokedMidSessionEndsItAndExpelsTheWorker) {
+  Stream& s = Connect(Cert("c1"));
+  s.session->Handle(RegisterMsg("c1"));
+  ASSERT_EQ(s.transport.RegisterAcks().size(), 1u) << s.transport.status;
+  s.session->Handle(HeartbeatMsg(1));
+  ASSERT_THAT(s.transport.HeartbeatAcks(), ElementsAre(1));
+
+  ASSERT_TRUE(auth_->RevokeWorkerCert("c1").ok());
+  // The next message finds it revoked: PERMISSION_DENIED, no answer, the
+  // worker LOST at once (not after its lease).
+  s.session->Handle(HeartbeatMsg(2));
+  EXPECT_EQ(s.transport.status.code(), absl::StatusCode::kPermissionDenied) << s.transport.status;
+  EXPECT_THAT(s.transport.HeartbeatAcks(), ElementsAre(1));
+  EXPECT_EQ(registry_->Find("c1")->state(), v1::WORKER_STATE_LOST);
+
+  // It does not come back on a new session either.
+  Stream& again = Connect(Cert("c1"));
+  again.session->Handle(RegisterMsg("c1"));
+  EXPECT_EQ(again.transport.status.code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_TRUE(again.transport.RegisterAcks().empty());
+}
+
+TEST_F(WorkerSessionTest, ARevokedTokenEndsTheSessionAtOnceAndLaterMessagesAreDropped) {
+  std::string token_id;
+  Stream& s = Connect(Token(WorkerToken("w1-token", &token_id)));
+  s.session->Handle(RegisterMsg("w1"));
+  ASSERT_EQ(s.transport.RegisterAcks().size(), 1u) << s.transport.status;
+  EXPECT_EQ(live_->size(), 1u);
+
+  ASSERT_TRUE(auth_->Revoke(token_id).ok());
+  EXPECT_EQ(live_->Sweep(), 1);
+  EXPECT_EQ(s.transport.status.code(), absl::StatusCode::kUnauthenticated) << s.transport.status;
+  EXPECT_EQ(live_->size(), 0u);
+
+  const size_t sent = s.transport.sent.size();
+  s.session->Handle(HeartbeatMsg(1));
+  EXPECT_EQ(s.transport.sent.size(), sent);
+  s.session->Done();
+  EXPECT_FALSE(registry_->Connected("w1"));
+}
+
+TEST_F(WorkerSessionTest, SequencedReportsAreAckedAfterTheirCommitAndResendsAreAckedAgain) {
+  Stream& s = Registered("w1");
+  const std::string job = RunningOn(s);  // rank status seq 1
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1));
+  // A resend of seq 1 is a duplicate: not applied again, acknowledged again.
+  s.session->Handle(RunningMsg(job, 1));
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1, 1));
+  // Batched logs: acknowledged when the group commits (the batcher's drain).
+  s.session->Handle(LogsMsg(job, 2, "epoch 1"));
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1, 1));
+  batcher_->Drain();
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1, 1, 2));
+  EXPECT_THAT(StoredLines(job), ElementsAre("epoch 1"));
+
+  // A reconnect (with the same token) learns how far it got.
+  s.session->ReadsEnded();
+  s.session->Done();
+  Stream& back = Connect(Token(tokens_.at("w1")));
+  back.session->Handle(RegisterMsg("w1"));
+  ASSERT_EQ(back.transport.RegisterAcks().size(), 1u) << back.transport.status;
+  EXPECT_EQ(back.transport.RegisterAcks()[0].telemetry_acked_seq(), 2);
+}
+
+TEST_F(WorkerSessionTest, TelemetryAStoreFailureKeptOutIsHeldAndRetriedWithBackoff) {
+  Stream& s = Registered("w1");
+  const std::string job = RunningOn(s);
+  int writes_refused = 0;
+  store_->SetWriteFaultForTest([&](int64_t, absl::string_view) {
+    ++writes_refused;
+    return true;
+  });
+  s.session->Handle(LogsMsg(job, 2, "a"));
+  batcher_->Drain();
+  EXPECT_EQ(s.session->held(), 1u);
+  EXPECT_GT(writes_refused, 0);
+  // A later sequenced message waits behind it, unapplied and unacknowledged.
+  s.session->Handle(LogsMsg(job, 3, "b"));
+  EXPECT_EQ(s.session->held(), 2u);
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1));
+  EXPECT_FALSE(s.transport.closed) << s.transport.status;
+
+  // Heartbeats go on; the first retry waits kFirstRetry.
+  const int before = writes_refused;
+  s.session->Handle(HeartbeatMsg(1));
+  EXPECT_THAT(s.transport.HeartbeatAcks(), ElementsAre(1));
+  EXPECT_EQ(writes_refused, before);
+  clock_.Advance(WorkerSession::kFirstRetry);
+  s.session->Handle(HeartbeatMsg(2));
+  EXPECT_GT(writes_refused, before) << "retried once the backoff passed";
+  EXPECT_EQ(s.session->held(), 2u);
+
+  // Failed again: the wait doubles.
+  const int after_retry = writes_refused;
+  store_->SetWriteFaultForTest(nullptr);
+  clock_.Advance(WorkerSession::kFirstRetry);
+  s.session->Handle(HeartbeatMsg(3));
+  EXPECT_EQ(s.session->held(), 2u) << "not retried before twice kFirstRetry";
+  EXPECT_EQ(writes_refused, after_retry);
+  clock_.Advance(WorkerSession::kFirstRetry);
+  s.session->Handle(HeartbeatMsg(4));
+  EXPECT_EQ(s.session->held(), 0u);
+  EXPECT_THAT(s.transport.HeartbeatAcks(), ElementsAre(1, 2, 3, 4));
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1, 3));
+  EXPECT_THAT(StoredLines(job), ElementsAre("a", "b"));
+  EXPECT_FALSE(s.transport.closed) << s.transport.status;
+}
+
+}  // namespace
+}  // namespace trainctl::coordinator
