@@ -76,64 +76,64 @@ int RunCreate(CliContext& ctx, const CreateArgs& a) {
   for (const std::string& q : a.queues) {
     if (!q.empty()) req.add_queues(q);
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::CreateTokenResponse> r = (*client)->CreateToken(req);
-  if (!r.ok()) return ctx.Fail(r.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*r);
-    return kExitOk;
-  }
-  ctx.out << "token " << r->token().id() << " (" << r->token().name() << "), role "
-          << RoleText(r->token().role()) << ", expires "
-          << (r->token().has_expire_time() ? FormatTimestamp(r->token().expire_time()) : "never")
-          << (r->token().one_time() ? ", one-time" : "")
-          << (r->token().addresses_size() > 0
-                  ? absl::StrCat(", addresses ", absl::StrJoin(r->token().addresses(), ","))
-                  : "")
-          << (r->token().queues_size() > 0 ? absl::StrCat(", queues ", absl::StrJoin(r->token().queues(), ","))
-                                           : "")
-          << "\n"
-          << "secret (shown once; the coordinator keeps only its hash):\n"
-          << r->secret() << "\n";
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.CreateToken(req); },
+      [&](v1::CreateTokenResponse& r) -> int {
+      if (ctx.json()) {
+        ctx.PrintJson(r);
+        return kExitOk;
+      }
+      ctx.out << "token " << r.token().id() << " (" << r.token().name() << "), role "
+              << RoleText(r.token().role()) << ", expires "
+              << (r.token().has_expire_time() ? FormatTimestamp(r.token().expire_time()) : "never")
+              << (r.token().one_time() ? ", one-time" : "")
+              << (r.token().addresses_size() > 0
+                      ? absl::StrCat(", addresses ", absl::StrJoin(r.token().addresses(), ","))
+                      : "")
+              << (r.token().queues_size() > 0 ? absl::StrCat(", queues ", absl::StrJoin(r.token().queues(), ","))
+                                               : "")
+              << "\n"
+              << "secret (shown once; the coordinator keeps only its hash):\n"
+              << r.secret() << "\n";
+      return kExitOk;
+      });
 }
 
 int RunList(CliContext& ctx, bool all) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<std::vector<v1::Token>> tokens = (*client)->ListTokens(all);
-  if (!tokens.ok()) return ctx.Fail(tokens.status());
-  if (ctx.json()) return PrintJsonList(ctx, *tokens, &v1::ListTokensResponse::mutable_tokens);
-  if (tokens->empty()) {
-    ctx.out << (all ? "no tokens\n" : "no live tokens (--all shows revoked and expired ones)\n");
-    return kExitOk;
-  }
-  Table t({"ID", "NAME", "ROLE", "CREATED", "EXPIRES", "STATE"});
-  for (const v1::Token& tok : *tokens) {
-    std::string state = "active";
-    if (tok.revoked()) state = "revoked";
-    else if (tok.one_time() && tok.used()) state = "used";
-    else if (tok.has_expire_time() && absl::Now() >= absl::FromUnixSeconds(tok.expire_time().seconds())) state = "expired";
-    else if (tok.one_time()) state = "one-time";
-    t.AddRow({tok.id(), tok.name(), RoleText(tok.role()), FormatTimestamp(tok.create_time()),
-              tok.has_expire_time() ? FormatTimestamp(tok.expire_time()) : "never", state});
-  }
-  t.Print(ctx.out);
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.ListTokens(all); },
+      [&](std::vector<v1::Token>& tokens) -> int {
+      if (ctx.json()) return PrintJsonList(ctx, tokens, &v1::ListTokensResponse::mutable_tokens);
+      if (tokens.empty()) {
+        ctx.out << (all ? "no tokens\n" : "no live tokens (--all shows revoked and expired ones)\n");
+        return kExitOk;
+      }
+      Table t({"ID", "NAME", "ROLE", "CREATED", "EXPIRES", "STATE"});
+      for (const v1::Token& tok : tokens) {
+        std::string state = "active";
+        if (tok.revoked()) state = "revoked";
+        else if (tok.one_time() && tok.used()) state = "used";
+        else if (tok.has_expire_time() && absl::Now() >= absl::FromUnixSeconds(tok.expire_time().seconds())) state = "expired";
+        else if (tok.one_time()) state = "one-time";
+        t.AddRow({tok.id(), tok.name(), RoleText(tok.role()), FormatTimestamp(tok.create_time()),
+                  tok.has_expire_time() ? FormatTimestamp(tok.expire_time()) : "never", state});
+      }
+      t.Print(ctx.out);
+      return kExitOk;
+      });
 }
 
 int RunRevoke(CliContext& ctx, const std::string& id) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Token> t = (*client)->RevokeToken(id);
-  if (!t.ok()) return ctx.Fail(t.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*t);
-    return kExitOk;
-  }
-  ctx.out << "token " << t->id() << " (" << t->name() << ") revoked\n";
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.RevokeToken(id); },
+      [&](v1::Token& t) -> int {
+      if (ctx.json()) {
+        ctx.PrintJson(t);
+        return kExitOk;
+      }
+      ctx.out << "token " << t.id() << " (" << t.name() << ") revoked\n";
+      return kExitOk;
+      });
 }
 
 int RunLogin(CliContext& ctx, const std::string& address) {
@@ -228,20 +228,20 @@ VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx) {
 }
 
 int RunWorkerRevoke(CliContext& ctx, const std::string& id) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::RevokeWorkerResponse> r = (*client)->RevokeWorker(id);
-  if (!r.ok()) return ctx.Fail(r.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*r);
-    return kExitOk;
-  }
-  ctx.out << "worker " << r->worker_id() << (r->newly_revoked() ? " revoked" : " was already revoked")
-          << " at " << FormatTimestamp(r->revoke_time())
-          << (r->serials_size() > 0 ? absl::StrCat(" (certificate serials ", absl::StrJoin(r->serials(), ","), ")")
-                                    : "")
-          << "; a token worker keeps its token: revoke that too (trainctl token revoke)\n";
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.RevokeWorker(id); },
+      [&](v1::RevokeWorkerResponse& r) -> int {
+      if (ctx.json()) {
+        ctx.PrintJson(r);
+        return kExitOk;
+      }
+      ctx.out << "worker " << r.worker_id() << (r.newly_revoked() ? " revoked" : " was already revoked")
+              << " at " << FormatTimestamp(r.revoke_time())
+              << (r.serials_size() > 0 ? absl::StrCat(" (certificate serials ", absl::StrJoin(r.serials(), ","), ")")
+                                        : "")
+              << "; a token worker keeps its token: revoke that too (trainctl token revoke)\n";
+      return kExitOk;
+      });
 }
 
 VerbRunner AddWorkerVerb(CLI::App& app, CliContext& ctx) {
@@ -258,25 +258,25 @@ VerbRunner AddWorkerVerb(CLI::App& app, CliContext& ctx) {
 // The dashboard's one-time sign-in link: the host this CLI dialed, the
 // port and scheme the coordinator's dashboard listens with.
 int RunDashboard(CliContext& ctx) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::CreateSignInCodeResponse> r = (*client)->CreateSignInCode();
-  if (!r.ok()) return ctx.Fail(r.status());
-  // The coordinator that made the code: the active one.
-  const std::string address = (*client)->active_address();
-  std::string host = address.substr(0, address.rfind(':'));
-  if (absl::StartsWith(host, "dns:///")) host = host.substr(7);
-  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
-  if (host == "[::]") host = "[::1]";
-  const std::string url =
-      absl::StrCat(r->https() ? "https" : "http", "://", host, ":", r->http_port(), "/signin?code=", r->code());
-  if (ctx.json()) {
-    ctx.out << "{\"url\":\"" << url << "\",\"expires_in_s\":" << r->expires_in_s() << "}\n";
-    return kExitOk;
-  }
-  ctx.out << url << "\n";
-  ctx.err << "open it within " << r->expires_in_s() << " s; it signs one browser in with your token, once\n";
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.CreateSignInCode(); },
+      [&](Client& client, v1::CreateSignInCodeResponse& r) -> int {
+      // The coordinator that made the code: the active one.
+      const std::string address = client.active_address();
+      std::string host = address.substr(0, address.rfind(':'));
+      if (absl::StartsWith(host, "dns:///")) host = host.substr(7);
+      if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+      if (host == "[::]") host = "[::1]";
+      const std::string url =
+          absl::StrCat(r.https() ? "https" : "http", "://", host, ":", r.http_port(), "/signin?code=", r.code());
+      if (ctx.json()) {
+        ctx.out << "{\"url\":\"" << url << "\",\"expires_in_s\":" << r.expires_in_s() << "}\n";
+        return kExitOk;
+      }
+      ctx.out << url << "\n";
+      ctx.err << "open it within " << r.expires_in_s() << " s; it signs one browser in with your token, once\n";
+      return kExitOk;
+      });
 }
 
 VerbRunner AddDashboardVerb(CLI::App& app, CliContext& ctx) {

@@ -9,6 +9,8 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -96,6 +98,34 @@ int PrintJsonList(CliContext& ctx, const std::vector<Item>& items,
   for (const Item& item : items) *(resp.*field)()->Add() = item;
   ctx.PrintJson(resp);
   return kExitOk;
+}
+
+// The shape of a verb that asks the coordinator: connect (ctx.Connect),
+// one call on the client, then print its answer. A failed connect or call
+// is ctx.Fail's (its message and exit code); else the exit code is
+// print's. `call`: Client& -> absl::StatusOr<T> or absl::Status; `print`:
+// (Client&, T&) -> int or (T&) -> int, for a Status (Client&) -> int or
+// () -> int.
+template <typename Call, typename Print>
+int ConnectCallPrint(CliContext& ctx, Call&& call, Print&& print) {
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  auto result = call(**client);
+  if constexpr (std::is_same_v<decltype(result), absl::Status>) {
+    if (!result.ok()) return ctx.Fail(result);
+    if constexpr (std::is_invocable_v<Print, Client&>) {
+      return print(**client);
+    } else {
+      return print();
+    }
+  } else {
+    if (!result.ok()) return ctx.Fail(result.status());
+    if constexpr (std::is_invocable_v<Print, Client&, decltype(*result)>) {
+      return print(**client, *result);
+    } else {
+      return print(*result);
+    }
+  }
 }
 
 // A verb's body, bound to its parsed flags; returns the exit code.

@@ -42,38 +42,38 @@ int RunFetch(CliContext& ctx, const FetchFlags& f) {
   if (f.checkpoint_step < 0) {
     return ctx.Fail(absl::InvalidArgumentError("--checkpoint: a global step > 0 (trainctl checkpoints JOB)"));
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Job> job = ResolveJob(ctx, **client, f.job_id);
-  if (!job.ok()) return ctx.Fail(job.status());
-  const std::string out = f.out.empty() ? DefaultOutName(job->id(), f.checkpoint_step) : f.out;
-  // Refused before anything is downloaded; the rename checks again (no
-  // replace), so a file appearing meanwhile is not overwritten either.
-  struct stat st {};
-  if (!f.force && ::lstat(out.c_str(), &st) == 0) {
-    return ctx.Fail(absl::AlreadyExistsError(absl::StrCat(out, " exists; not overwritten (--force to replace it)")));
-  }
-  absl::StatusOr<std::unique_ptr<SafeFileWriter>> file =
-      SafeFileWriter::Create(out, PrivateFile(/*replace=*/f.force));
-  if (!file.ok()) return ctx.Fail(absl::Status(file.status().code(), absl::StrCat("-O: ", file.status().message())));
-  absl::StatusOr<v1::ArtifactChunk> head = (*client)->Fetch(job->id(), f.checkpoint_step, (*file)->stream());
-  // A failed fetch drops the temporary file with the writer.
-  if (!head.ok()) return ctx.Fail(head.status());
-  if (absl::Status s = (*file)->Commit(); !s.ok()) {
-    if (absl::IsAlreadyExists(s)) {
-      return ctx.Fail(absl::AlreadyExistsError(absl::StrCat(out, " exists; not overwritten (--force to replace it)")));
-    }
-    return ctx.Fail(absl::Status(s.code(), absl::StrCat("-O: ", s.message())));
-  }
-  if (ctx.json()) {
-    ctx.PrintJson(*head);
-  } else {
-    ctx.out << "wrote " << out << " (" << head->size() << " bytes, " << head->checksum() << ") from "
-            << head->path() << " on " << head->worker_id() << "\n"
-            << "load it: " << LoadHint(IsTorchScriptFile(out)) << "\n";
-  }
-  ctx.out << std::flush;
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return ResolveJob(ctx, client, f.job_id); },
+      [&](Client& client, v1::Job& job) -> int {
+      const std::string out = f.out.empty() ? DefaultOutName(job.id(), f.checkpoint_step) : f.out;
+      // Refused before anything is downloaded; the rename checks again (no
+      // replace), so a file appearing meanwhile is not overwritten either.
+      struct stat st {};
+      if (!f.force && ::lstat(out.c_str(), &st) == 0) {
+        return ctx.Fail(absl::AlreadyExistsError(absl::StrCat(out, " exists; not overwritten (--force to replace it)")));
+      }
+      absl::StatusOr<std::unique_ptr<SafeFileWriter>> file =
+          SafeFileWriter::Create(out, PrivateFile(/*replace=*/f.force));
+      if (!file.ok()) return ctx.Fail(absl::Status(file.status().code(), absl::StrCat("-O: ", file.status().message())));
+      absl::StatusOr<v1::ArtifactChunk> head = client.Fetch(job.id(), f.checkpoint_step, (*file)->stream());
+      // A failed fetch drops the temporary file with the writer.
+      if (!head.ok()) return ctx.Fail(head.status());
+      if (absl::Status s = (*file)->Commit(); !s.ok()) {
+        if (absl::IsAlreadyExists(s)) {
+          return ctx.Fail(absl::AlreadyExistsError(absl::StrCat(out, " exists; not overwritten (--force to replace it)")));
+        }
+        return ctx.Fail(absl::Status(s.code(), absl::StrCat("-O: ", s.message())));
+      }
+      if (ctx.json()) {
+        ctx.PrintJson(*head);
+      } else {
+        ctx.out << "wrote " << out << " (" << head->size() << " bytes, " << head->checksum() << ") from "
+                << head->path() << " on " << head->worker_id() << "\n"
+                << "load it: " << LoadHint(IsTorchScriptFile(out)) << "\n";
+      }
+      ctx.out << std::flush;
+      return kExitOk;
+      });
 }
 
 }  // namespace

@@ -92,58 +92,58 @@ int RunMetrics(CliContext& ctx, const MetricsFlags& flags) {
   options.rank = flags.rank;
   if (flags.kind == "train") options.kind = v1::MetricPoint::KIND_TRAIN;
   if (flags.kind == "eval") options.kind = v1::MetricPoint::KIND_EPOCH_END;
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Job> job = ResolveJob(ctx, **client, flags.job_id);
-  if (!job.ok()) return ctx.Fail(job.status());
-  absl::StatusOr<std::vector<v1::MetricBatch>> batches = (*client)->Metrics(job->id(), options);
-  if (!batches.ok()) return ctx.Fail(batches.status());
-  if (flags.kind == "eval") {
-    // Evaluations are the engine's epoch ends and a script's eval reports
-    // (a job has one or the other): both, in that order.
-    options.kind = v1::MetricPoint::KIND_EVAL;
-    absl::StatusOr<std::vector<v1::MetricBatch>> reported = (*client)->Metrics(job->id(), options);
-    if (!reported.ok()) return ctx.Fail(reported.status());
-    batches->insert(batches->end(), reported->begin(), reported->end());
-  }
-  if (ctx.json()) return PrintJsonList(ctx, *batches, &v1::GetMetricsResponse::mutable_batches);
-  const std::vector<std::string> scalars = ScalarNames(*batches);
-  if (ctx.output == "csv") {
-    // Scalar names hold no comma or quote (IsScalarName): no quoting needed.
-    ctx.out << "attempt,rank,kind,epoch,step,loss,lr,samples_per_sec,data_ms,compute_ms,comm_ms,loss_scale,"
-               "eval_loss,eval_accuracy,"
-            << absl::StrJoin(scalars, ",") << (scalars.empty() ? "" : ",") << "time\n";
-    for (const v1::MetricBatch& b : *batches) {
-      for (const v1::MetricPoint& p : b.points()) ctx.out << absl::StrJoin(Row(b.attempt(), p, scalars, Reader::kProgram), ",") << "\n";
-    }
-    ctx.out << std::flush;
-    return kExitOk;
-  }
-  size_t n = 0;
-  for (const v1::MetricBatch& b : *batches) n += static_cast<size_t>(b.points_size());
-  if (n == 0) {
-    ctx.out << "job " << job->id() << " has no stored metric points"
-            << (flags.rank.has_value() || !flags.kind.empty() ? " that match" : "") << "\n";
-    return kExitOk;
-  }
-  std::vector<std::string> headers = {"ATTEMPT",    "RANK",    "KIND",       "EPOCH",     "STEP",
-                                      "LOSS",       "LR",      "SAMPLES/S",  "DATA_MS",   "COMPUTE_MS",
-                                      "COMM_MS",    "LOSS_SCALE", "EVAL_LOSS", "EVAL_ACC"};
-  headers.insert(headers.end(), scalars.begin(), scalars.end());
-  headers.push_back("TIME");
-  Table t(headers);
-  for (const v1::MetricBatch& b : *batches) {
-    for (const v1::MetricPoint& p : b.points()) {
-      std::vector<std::string> row = Row(b.attempt(), p, scalars, Reader::kPerson);
-      for (std::string& cell : row) {
-        if (cell.empty()) cell = "-";
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return ResolveJob(ctx, client, flags.job_id); },
+      [&](Client& client, v1::Job& job) -> int {
+      absl::StatusOr<std::vector<v1::MetricBatch>> batches = client.Metrics(job.id(), options);
+      if (!batches.ok()) return ctx.Fail(batches.status());
+      if (flags.kind == "eval") {
+        // Evaluations are the engine's epoch ends and a script's eval reports
+        // (a job has one or the other): both, in that order.
+        options.kind = v1::MetricPoint::KIND_EVAL;
+        absl::StatusOr<std::vector<v1::MetricBatch>> reported = client.Metrics(job.id(), options);
+        if (!reported.ok()) return ctx.Fail(reported.status());
+        batches->insert(batches->end(), reported->begin(), reported->end());
       }
-      t.AddRow(std::move(row));
-    }
-  }
-  t.Print(ctx.out);
-  ctx.out << std::flush;
-  return kExitOk;
+      if (ctx.json()) return PrintJsonList(ctx, *batches, &v1::GetMetricsResponse::mutable_batches);
+      const std::vector<std::string> scalars = ScalarNames(*batches);
+      if (ctx.output == "csv") {
+        // Scalar names hold no comma or quote (IsScalarName): no quoting needed.
+        ctx.out << "attempt,rank,kind,epoch,step,loss,lr,samples_per_sec,data_ms,compute_ms,comm_ms,loss_scale,"
+                   "eval_loss,eval_accuracy,"
+                << absl::StrJoin(scalars, ",") << (scalars.empty() ? "" : ",") << "time\n";
+        for (const v1::MetricBatch& b : *batches) {
+          for (const v1::MetricPoint& p : b.points()) ctx.out << absl::StrJoin(Row(b.attempt(), p, scalars, Reader::kProgram), ",") << "\n";
+        }
+        ctx.out << std::flush;
+        return kExitOk;
+      }
+      size_t n = 0;
+      for (const v1::MetricBatch& b : *batches) n += static_cast<size_t>(b.points_size());
+      if (n == 0) {
+        ctx.out << "job " << job.id() << " has no stored metric points"
+                << (flags.rank.has_value() || !flags.kind.empty() ? " that match" : "") << "\n";
+        return kExitOk;
+      }
+      std::vector<std::string> headers = {"ATTEMPT",    "RANK",    "KIND",       "EPOCH",     "STEP",
+                                          "LOSS",       "LR",      "SAMPLES/S",  "DATA_MS",   "COMPUTE_MS",
+                                          "COMM_MS",    "LOSS_SCALE", "EVAL_LOSS", "EVAL_ACC"};
+      headers.insert(headers.end(), scalars.begin(), scalars.end());
+      headers.push_back("TIME");
+      Table t(headers);
+      for (const v1::MetricBatch& b : *batches) {
+        for (const v1::MetricPoint& p : b.points()) {
+          std::vector<std::string> row = Row(b.attempt(), p, scalars, Reader::kPerson);
+          for (std::string& cell : row) {
+            if (cell.empty()) cell = "-";
+          }
+          t.AddRow(std::move(row));
+        }
+      }
+      t.Print(ctx.out);
+      ctx.out << std::flush;
+      return kExitOk;
+      });
 }
 
 }  // namespace

@@ -83,93 +83,93 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
   }
   if (a.default_cpus != 0) q.mutable_default_resources()->set_cpus(a.default_cpus);
   if (a.default_pids != 0) q.mutable_default_resources()->set_pids(a.default_pids);
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Queue> made = (*client)->CreateQueue(q, a.update);
-  if (!made.ok()) return ctx.Fail(made.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*made);
-    return kExitOk;
-  }
-  // Says what each slot kind means, so that `--cpu 2` alone is not read as
-  // a limit on GPUs too.
-  ctx.out << "queue " << made->name() << (a.update ? " created or updated" : " created") << ": "
-          << NominalMeaning("GPUs", "--gpu", made->has_nominal_gpu(), made->nominal_gpu()) << ", "
-          << NominalMeaning("CPUs", "--cpu", made->has_nominal_cpu(), made->nominal_cpu())
-          << (made->cohort().empty() ? "" : absl::StrCat(", cohort ", made->cohort()))
-          << (made->max_job_size() > 0 ? absl::StrCat(", max job size ", made->max_job_size()) : "")
-          << ", default priority " << made->default_priority()
-          << (made->has_default_resources()
-                  ? absl::StrCat(", default resources ", ResourcesText(made->default_resources()))
-                  : "")
-          << "\n";
-  if (made->default_queue()) {
-    ctx.out << made->name() << " is the default queue: jobs that name no queue go here\n";
-  }
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.CreateQueue(q, a.update); },
+      [&](v1::Queue& made) -> int {
+      if (ctx.json()) {
+        ctx.PrintJson(made);
+        return kExitOk;
+      }
+      // Says what each slot kind means, so that `--cpu 2` alone is not read as
+      // a limit on GPUs too.
+      ctx.out << "queue " << made.name() << (a.update ? " created or updated" : " created") << ": "
+              << NominalMeaning("GPUs", "--gpu", made.has_nominal_gpu(), made.nominal_gpu()) << ", "
+              << NominalMeaning("CPUs", "--cpu", made.has_nominal_cpu(), made.nominal_cpu())
+              << (made.cohort().empty() ? "" : absl::StrCat(", cohort ", made.cohort()))
+              << (made.max_job_size() > 0 ? absl::StrCat(", max job size ", made.max_job_size()) : "")
+              << ", default priority " << made.default_priority()
+              << (made.has_default_resources()
+                      ? absl::StrCat(", default resources ", ResourcesText(made.default_resources()))
+                      : "")
+              << "\n";
+      if (made.default_queue()) {
+        ctx.out << made.name() << " is the default queue: jobs that name no queue go here\n";
+      }
+      return kExitOk;
+      });
 }
 
 int RunQueueList(CliContext& ctx) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<std::vector<v1::QueueStatus>> queues = (*client)->ListQueues();
-  if (!queues.ok()) return ctx.Fail(queues.status());
-  if (ctx.json()) return PrintJsonList(ctx, *queues, &v1::ListQueuesResponse::mutable_queues);
-  if (queues->empty()) {
-    ctx.out << "no queues (every job runs as before queues: one unlimited queue)\n";
-    return kExitOk;
-  }
-  Table t({"NAME", "COHORT", "GPU", "CPU", "MAX-JOB", "PRIORITY", "PENDING", "RUNNING", "DEFAULT"});
-  for (const v1::QueueStatus& s : *queues) {
-    const v1::Queue& q = s.queue();
-    t.AddRow({q.name(), q.cohort().empty() ? "-" : q.cohort(),
-              QuotaText(s.used_gpu(), q.has_nominal_gpu(), q.nominal_gpu()),
-              QuotaText(s.used_cpu(), q.has_nominal_cpu(), q.nominal_cpu()),
-              q.max_job_size() > 0 ? absl::StrCat(q.max_job_size()) : "-", absl::StrCat(q.default_priority()),
-              absl::StrCat(s.pending_jobs()), absl::StrCat(s.running_jobs()), q.default_queue() ? "yes" : "-"});
-  }
-  t.Print(ctx.out);
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.ListQueues(); },
+      [&](std::vector<v1::QueueStatus>& queues) -> int {
+      if (ctx.json()) return PrintJsonList(ctx, queues, &v1::ListQueuesResponse::mutable_queues);
+      if (queues.empty()) {
+        ctx.out << "no queues (every job runs as before queues: one unlimited queue)\n";
+        return kExitOk;
+      }
+      Table t({"NAME", "COHORT", "GPU", "CPU", "MAX-JOB", "PRIORITY", "PENDING", "RUNNING", "DEFAULT"});
+      for (const v1::QueueStatus& s : queues) {
+        const v1::Queue& q = s.queue();
+        t.AddRow({q.name(), q.cohort().empty() ? "-" : q.cohort(),
+                  QuotaText(s.used_gpu(), q.has_nominal_gpu(), q.nominal_gpu()),
+                  QuotaText(s.used_cpu(), q.has_nominal_cpu(), q.nominal_cpu()),
+                  q.max_job_size() > 0 ? absl::StrCat(q.max_job_size()) : "-", absl::StrCat(q.default_priority()),
+                  absl::StrCat(s.pending_jobs()), absl::StrCat(s.running_jobs()), q.default_queue() ? "yes" : "-"});
+      }
+      t.Print(ctx.out);
+      return kExitOk;
+      });
 }
 
 int RunQueueDescribe(CliContext& ctx, const std::string& name) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::QueueStatus> s = (*client)->GetQueue(name);
-  if (!s.ok()) return ctx.Fail(s.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*s);
-    return kExitOk;
-  }
-  const v1::Queue& q = s->queue();
-  Table t({"", ""});
-  t.AddRow({"Name:", q.name()});
-  t.AddRow({"Default queue:", q.default_queue() ? "yes (jobs that name no queue go here)" : "no"});
-  t.AddRow({"Cohort:", q.cohort().empty() ? "- (lends and borrows nothing)" : q.cohort()});
-  t.AddRow({"GPU slots:", absl::StrCat(s->used_gpu(), " used of ",
-                                       q.has_nominal_gpu() ? absl::StrCat(q.nominal_gpu()) : "unlimited")});
-  t.AddRow({"CPU slots:", absl::StrCat(s->used_cpu(), " used of ",
-                                       q.has_nominal_cpu() ? absl::StrCat(q.nominal_cpu()) : "unlimited")});
-  t.AddRow({"Max job size:", q.max_job_size() > 0 ? absl::StrCat(q.max_job_size(), " ranks") : "no limit"});
-  t.AddRow({"Default priority:", absl::StrCat(q.default_priority())});
-  t.AddRow({"Default resources:", absl::StrCat(ResourcesText(q.default_resources()),
-                                               q.has_default_resources() ? " (jobs that ask for none)" : "")});
-  t.AddRow({"Jobs:", absl::StrCat(s->pending_jobs(), " pending, ", s->running_jobs(), " running")});
-  t.AddRow({"Created:", FormatTimestamp(q.create_time())});
-  std::ostringstream body;
-  t.Print(body);
-  const std::string text = body.str();
-  ctx.out << text.substr(text.find('\n') + 1);
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.GetQueue(name); },
+      [&](v1::QueueStatus& s) -> int {
+      if (ctx.json()) {
+        ctx.PrintJson(s);
+        return kExitOk;
+      }
+      const v1::Queue& q = s.queue();
+      Table t({"", ""});
+      t.AddRow({"Name:", q.name()});
+      t.AddRow({"Default queue:", q.default_queue() ? "yes (jobs that name no queue go here)" : "no"});
+      t.AddRow({"Cohort:", q.cohort().empty() ? "- (lends and borrows nothing)" : q.cohort()});
+      t.AddRow({"GPU slots:", absl::StrCat(s.used_gpu(), " used of ",
+                                           q.has_nominal_gpu() ? absl::StrCat(q.nominal_gpu()) : "unlimited")});
+      t.AddRow({"CPU slots:", absl::StrCat(s.used_cpu(), " used of ",
+                                           q.has_nominal_cpu() ? absl::StrCat(q.nominal_cpu()) : "unlimited")});
+      t.AddRow({"Max job size:", q.max_job_size() > 0 ? absl::StrCat(q.max_job_size(), " ranks") : "no limit"});
+      t.AddRow({"Default priority:", absl::StrCat(q.default_priority())});
+      t.AddRow({"Default resources:", absl::StrCat(ResourcesText(q.default_resources()),
+                                                   q.has_default_resources() ? " (jobs that ask for none)" : "")});
+      t.AddRow({"Jobs:", absl::StrCat(s.pending_jobs(), " pending, ", s.running_jobs(), " running")});
+      t.AddRow({"Created:", FormatTimestamp(q.create_time())});
+      std::ostringstream body;
+      t.Print(body);
+      const std::string text = body.str();
+      ctx.out << text.substr(text.find('\n') + 1);
+      return kExitOk;
+      });
 }
 
 int RunQueueDelete(CliContext& ctx, const std::string& name) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::Status s = (*client)->DeleteQueue(name);
-  if (!s.ok()) return ctx.Fail(s);
-  if (!ctx.json()) ctx.out << "queue " << name << " deleted\n";
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.DeleteQueue(name); },
+      [&]() -> int {
+      if (!ctx.json()) ctx.out << "queue " << name << " deleted\n";
+      return kExitOk;
+      });
 }
 
 struct UsageArgs {
@@ -199,39 +199,39 @@ int RunUsage(CliContext& ctx, const UsageArgs& a) {
     if (!since.ok()) return ctx.Fail(since.status());
     SetTimestamp(*since, req.mutable_since());
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::GetUsageResponse> usage = (*client)->GetUsage(req);
-  if (!usage.ok()) return ctx.Fail(usage.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*usage);
-    return kExitOk;
-  }
-  if (ctx.output == "csv") {
-    ctx.out << "queue,owner,kind,slot_seconds,slot_hours,attempts,jobs\n";
-    for (const v1::UsageRow& r : usage->rows()) {
-      ctx.out << CsvField(r.queue()) << "," << CsvField(r.owner()) << "," << r.kind() << ","
-              << absl::StrFormat("%.3f,%.6f", r.slot_seconds(), r.slot_seconds() / 3600) << "," << r.attempts()
-              << "," << r.jobs() << "\n";
-    }
-    ctx.out << std::flush;
-    return kExitOk;
-  }
-  const std::string window = absl::StrCat(
-      usage->has_since() ? absl::StrCat("since ", FormatTimestamp(usage->since())) : std::string("since the first job"),
-      ", until ", FormatTimestamp(usage->until()));
-  if (usage->rows_size() == 0) {
-    ctx.out << "no slot time " << window << (a.queue.empty() && a.owner.empty() ? "" : " that matches") << "\n";
-    return kExitOk;
-  }
-  Table t({"QUEUE", "OWNER", "KIND", "SLOT-SECONDS", "SLOT-HOURS", "ATTEMPTS", "JOBS"});
-  for (const v1::UsageRow& r : usage->rows()) {
-    t.AddRow({r.queue(), r.owner().empty() ? "-" : r.owner(), r.kind(), absl::StrFormat("%.0f", r.slot_seconds()),
-              absl::StrFormat("%.2f", r.slot_seconds() / 3600), absl::StrCat(r.attempts()), absl::StrCat(r.jobs())});
-  }
-  t.Print(ctx.out);
-  ctx.out << "(" << window << ")\n";
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.GetUsage(req); },
+      [&](v1::GetUsageResponse& usage) -> int {
+      if (ctx.json()) {
+        ctx.PrintJson(usage);
+        return kExitOk;
+      }
+      if (ctx.output == "csv") {
+        ctx.out << "queue,owner,kind,slot_seconds,slot_hours,attempts,jobs\n";
+        for (const v1::UsageRow& r : usage.rows()) {
+          ctx.out << CsvField(r.queue()) << "," << CsvField(r.owner()) << "," << r.kind() << ","
+                  << absl::StrFormat("%.3f,%.6f", r.slot_seconds(), r.slot_seconds() / 3600) << "," << r.attempts()
+                  << "," << r.jobs() << "\n";
+        }
+        ctx.out << std::flush;
+        return kExitOk;
+      }
+      const std::string window = absl::StrCat(
+          usage.has_since() ? absl::StrCat("since ", FormatTimestamp(usage.since())) : std::string("since the first job"),
+          ", until ", FormatTimestamp(usage.until()));
+      if (usage.rows_size() == 0) {
+        ctx.out << "no slot time " << window << (a.queue.empty() && a.owner.empty() ? "" : " that matches") << "\n";
+        return kExitOk;
+      }
+      Table t({"QUEUE", "OWNER", "KIND", "SLOT-SECONDS", "SLOT-HOURS", "ATTEMPTS", "JOBS"});
+      for (const v1::UsageRow& r : usage.rows()) {
+        t.AddRow({r.queue(), r.owner().empty() ? "-" : r.owner(), r.kind(), absl::StrFormat("%.0f", r.slot_seconds()),
+                  absl::StrFormat("%.2f", r.slot_seconds() / 3600), absl::StrCat(r.attempts()), absl::StrCat(r.jobs())});
+      }
+      t.Print(ctx.out);
+      ctx.out << "(" << window << ")\n";
+      return kExitOk;
+      });
 }
 
 }  // namespace
