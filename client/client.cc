@@ -68,10 +68,12 @@ std::string NewRequestId() {
 // A channel to one coordinator address, with a subchannel of its own: a
 // channel made after a failure dials at once instead of inheriting gRPC's
 // reconnect backoff from the broken connection.
-absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options, const std::string& address) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const ClientOptions& options,
+                                                           const std::string& address) {
   // Also for an address a standby's hint leads to: no token in clear text
   // beyond this host.
-  if (absl::Status s = auth::CheckTokenTransport(address, options.token, options.ca_file); !s.ok()) return s;
+  if (absl::Status s = auth::CheckTokenTransport(address, options.token, options.ca_file); !s.ok())
+    return s;
   grpc::ChannelArguments args;
   args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
   // Keepalive: a watch or log stream can sit idle for minutes; pings keep
@@ -104,12 +106,15 @@ std::string Client::active_address() const {
 }
 
 absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& options) {
-  absl::StatusOr<std::vector<std::string>> list = ParseCoordinatorList(options.address, "coordinator address");
+  absl::StatusOr<std::vector<std::string>> list =
+      ParseCoordinatorList(options.address, "coordinator address");
   if (!list.ok()) return list.status();
   // Every address of the list before any is dialled: a token is sent in
   // clear text to none of them.
   for (const std::string& address : *list) {
-    if (absl::Status s = auth::CheckTokenTransport(address, options.token, options.ca_file); !s.ok()) return s;
+    if (absl::Status s = auth::CheckTokenTransport(address, options.token, options.ca_file);
+        !s.ok())
+      return s;
   }
   std::unique_ptr<Client> client(new Client(nullptr, options));
   Endpoints& e = client->stubs_->endpoints;
@@ -147,9 +152,10 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
       const absl::Time by = several ? std::min(deadline, started + absl::Seconds(3)) : deadline;
       if (WaitForReady(**channel, by)) return client;
       // Failed before its time was up: refused (TRANSIENT_FAILURE).
-      failures.push_back(absl::StrCat(address, absl::Now() < by ? ": connection failed"
-                                                                : absl::StrCat(": no answer within ",
-                                                                               TimeoutText(by - started))));
+      failures.push_back(absl::StrCat(
+          address, absl::Now() < by
+                       ? ": connection failed"
+                       : absl::StrCat(": no answer within ", TimeoutText(by - started))));
       e.coordinators->Forget(address);
       rotation.Unreachable(address);
       if (absl::Now() >= deadline) break;
@@ -159,16 +165,20 @@ absl::StatusOr<std::unique_ptr<Client>> Client::Connect(const ClientOptions& opt
   const std::string hint =
       options.ca_file.empty()
           ? "is trainctl-coordinator running and listening there? a TLS coordinator also needs --ca"
-          : absl::StrCat("is trainctl-coordinator running there, and is its certificate signed by the CA in ",
-                         options.ca_file, "?");
+          : absl::StrCat(
+                "is trainctl-coordinator running there, and is its certificate signed by the CA "
+                "in ",
+                options.ca_file, "?");
   if (!several) {
     const bool refused = failures.empty() || absl::StrContains(failures[0], "connection failed");
-    return absl::UnavailableError(absl::StrCat(
-        "cannot reach the coordinator at ", options.address,
-        refused ? absl::StrCat(": connection failed for ", TimeoutText(options.timeout), " (", hint, ")")
-                : absl::StrCat(": no answer within ", TimeoutText(options.timeout))));
+    return absl::UnavailableError(
+        absl::StrCat("cannot reach the coordinator at ", options.address,
+                     refused ? absl::StrCat(": connection failed for ",
+                                            TimeoutText(options.timeout), " (", hint, ")")
+                             : absl::StrCat(": no answer within ", TimeoutText(options.timeout))));
   }
-  return absl::UnavailableError(absl::StrCat("cannot reach any coordinator of ", rotation.ListText(), ": ",
+  return absl::UnavailableError(absl::StrCat("cannot reach any coordinator of ",
+                                             rotation.ListText(), ": ",
                                              absl::StrJoin(failures, "; "), " (", hint, ")"));
 }
 
@@ -212,7 +222,8 @@ absl::StatusOr<DryRunResult> Client::DryRun(const v1::JobSpec& spec) {
   v1::SubmitJobRequest req;
   *req.mutable_spec() = spec;
   req.set_dry_run(true);
-  TRAINCTL_ASSIGN_OR_RETURN(v1::SubmitJobResponse resp, stubs_->Call(&v1::JobService::Stub::SubmitJob, req, kRetry));
+  TRAINCTL_ASSIGN_OR_RETURN(v1::SubmitJobResponse resp,
+                            stubs_->Call(&v1::JobService::Stub::SubmitJob, req, kRetry));
   DryRunResult out;
   out.job = std::move(*resp.mutable_job());
   out.planned.assign(resp.planned().begin(), resp.planned().end());
@@ -236,7 +247,8 @@ absl::StatusOr<std::vector<v1::Job>> Client::List(const std::vector<v1::JobState
     int want = limit == 0 ? kListPageSize
                           : std::min<int>(kListPageSize, limit - static_cast<int>(out.size()));
     req.set_page_size(want);
-    TRAINCTL_ASSIGN_OR_RETURN(v1::ListJobsResponse resp, stubs_->Call(&v1::JobService::Stub::ListJobs, req, kRetry));
+    TRAINCTL_ASSIGN_OR_RETURN(v1::ListJobsResponse resp,
+                              stubs_->Call(&v1::JobService::Stub::ListJobs, req, kRetry));
     for (v1::Job& j : *resp.mutable_jobs()) out.push_back(std::move(j));
     req.set_page_token(resp.next_page_token());
   } while (!req.page_token().empty() && (limit == 0 || static_cast<int>(out.size()) < limit));
@@ -251,8 +263,8 @@ absl::StatusOr<v1::Job> Client::Cancel(const std::string& job_id, const std::str
   return stubs_->Call(&v1::JobService::Stub::CancelJob, req, kOnce);
 }
 
-absl::StatusOr<v1::CancelJobsResponse> Client::CancelJobs(const CancelFilter& filter, const std::string& reason,
-                                                          bool dry_run) {
+absl::StatusOr<v1::CancelJobsResponse> Client::CancelJobs(const CancelFilter& filter,
+                                                          const std::string& reason, bool dry_run) {
   v1::CancelJobsRequest req;
   req.set_queue(filter.queue);
   req.set_owner(filter.owner);
@@ -264,7 +276,7 @@ absl::StatusOr<v1::CancelJobsResponse> Client::CancelJobs(const CancelFilter& fi
 }
 
 absl::StatusOr<std::vector<v1::MetricBatch>> Client::Metrics(const std::string& job_id,
-                                                            const MetricsOptions& options) {
+                                                             const MetricsOptions& options) {
   v1::GetMetricsRequest req;
   req.set_job_id(job_id);
   if (options.rank.has_value()) req.set_rank(*options.rank);
@@ -298,7 +310,8 @@ absl::StatusOr<std::vector<v1::Worker>> Client::Workers(bool include_gone) {
 }
 
 absl::StatusOr<v1::CreateSignInCodeResponse> Client::CreateSignInCode() {
-  return stubs_->Call(&v1::AuthService::Stub::CreateSignInCode, v1::CreateSignInCodeRequest(), kOnce);
+  return stubs_->Call(&v1::AuthService::Stub::CreateSignInCode, v1::CreateSignInCodeRequest(),
+                      kOnce);
 }
 
 absl::StatusOr<v1::CreateTokenResponse> Client::CreateToken(const v1::CreateTokenRequest& req) {
@@ -308,7 +321,8 @@ absl::StatusOr<v1::CreateTokenResponse> Client::CreateToken(const v1::CreateToke
 absl::StatusOr<std::vector<v1::Token>> Client::ListTokens(bool include_revoked) {
   v1::ListTokensRequest req;
   req.set_include_revoked(include_revoked);
-  TRAINCTL_ASSIGN_OR_RETURN(v1::ListTokensResponse resp, stubs_->Call(&v1::AuthService::Stub::ListTokens, req, kRetry));
+  TRAINCTL_ASSIGN_OR_RETURN(v1::ListTokensResponse resp,
+                            stubs_->Call(&v1::AuthService::Stub::ListTokens, req, kRetry));
   return std::vector<v1::Token>(resp.tokens().begin(), resp.tokens().end());
 }
 
@@ -338,8 +352,9 @@ absl::StatusOr<v1::QueueStatus> Client::GetQueue(const std::string& name) {
 }
 
 absl::StatusOr<std::vector<v1::QueueStatus>> Client::ListQueues() {
-  TRAINCTL_ASSIGN_OR_RETURN(v1::ListQueuesResponse resp,
-                            stubs_->Call(&v1::QueueService::Stub::ListQueues, v1::ListQueuesRequest(), kRetry));
+  TRAINCTL_ASSIGN_OR_RETURN(
+      v1::ListQueuesResponse resp,
+      stubs_->Call(&v1::QueueService::Stub::ListQueues, v1::ListQueuesRequest(), kRetry));
   return std::vector<v1::QueueStatus>(resp.queues().begin(), resp.queues().end());
 }
 

@@ -47,7 +47,8 @@ struct Endpoints {
   }
   // A stream that ended with `status` before delivering anything, on
   // `address`: where to open it next (the hint, else the next address).
-  void StreamFailed(const std::string& address, const grpc::Status& status, const grpc::ClientContext& ctx) {
+  void StreamFailed(const std::string& address, const grpc::Status& status,
+                    const grpc::ClientContext& ctx) {
     if (fixed != nullptr) return;
     if (std::optional<std::string> hint = ActiveCoordinatorHint(status, ctx); hint.has_value()) {
       coordinators->rotation().Follow(*hint);
@@ -65,7 +66,8 @@ struct Endpoints {
 // `rpc` is the stub's method (&v1::JobService::Stub::GetJob); the call's
 // status with the address named.
 template <typename Stub, typename Request, typename Response>
-absl::Status Unary(Endpoints& e, grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
+absl::Status Unary(Endpoints& e,
+                   grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
                    const Request& req, Response* resp, Idempotency idempotency) {
   if (e.fixed != nullptr) {
     grpc::ClientContext ctx;
@@ -93,10 +95,12 @@ struct Client::Stubs {
   // A unary call (client_internal::Unary) answered with its response:
   // `rpc` is the stub's method (&v1::QueueService::Stub::GetQueue).
   template <typename Stub, typename Request, typename Response>
-  absl::StatusOr<Response> Call(grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&, Response*),
+  absl::StatusOr<Response> Call(grpc::Status (Stub::*rpc)(grpc::ClientContext*, const Request&,
+                                                          Response*),
                                 const Request& req, Idempotency idempotency) {
     Response resp;
-    if (absl::Status s = client_internal::Unary(endpoints, rpc, req, &resp, idempotency); !s.ok()) return s;
+    if (absl::Status s = client_internal::Unary(endpoints, rpc, req, &resp, idempotency); !s.ok())
+      return s;
     return resp;
   }
 };

@@ -34,7 +34,8 @@ namespace {
 // CANCELLED by a coordinator shutting down (this side cancels only when its
 // callback stopped).
 bool BrokenStream(const grpc::Status& status) {
-  return status.error_code() == grpc::StatusCode::UNAVAILABLE || status.error_code() == grpc::StatusCode::CANCELLED;
+  return status.error_code() == grpc::StatusCode::UNAVAILABLE ||
+         status.error_code() == grpc::StatusCode::CANCELLED;
 }
 
 // The breaks of one resumed stream (Watch, Logs with follow, Fetch): when
@@ -43,13 +44,15 @@ bool BrokenStream(const grpc::Status& status) {
 // answering again), and the one report per break (on_watch_broken).
 class StreamBreaks {
  public:
-  explicit StreamBreaks(const ClientOptions& options) : options_(options), rng_(std::random_device{}()) {}
+  explicit StreamBreaks(const ClientOptions& options)
+      : options_(options), rng_(std::random_device{}()) {}
 
   // The stream on `address` ended with `status` (not OK), having delivered
   // something or not; `resumable`: it may be opened again. True after the
   // pause when it is to be opened again; false when `status` is the
   // caller's answer (not resumable, or broken for watch_reconnect_for).
-  bool Again(const grpc::Status& status, const std::string& address, bool delivered, bool resumable) {
+  bool Again(const grpc::Status& status, const std::string& address, bool delivered,
+             bool resumable) {
     const absl::Time now = absl::Now();
     if (delivered || broke_ == absl::InfinitePast()) {
       broke_ = now;
@@ -84,9 +87,10 @@ class StreamBreaks {
 // *stopped: on_item said stop.
 template <typename Stub, typename Request, typename Item>
 grpc::Status ReadStream(Endpoints& e,
-                        std::unique_ptr<grpc::ClientReader<Item>> (Stub::*rpc)(grpc::ClientContext*, const Request&),
-                        const Request& req, const std::function<bool(const Item&)>& on_item, bool* stopped,
-                        std::string* address_out) {
+                        std::unique_ptr<grpc::ClientReader<Item>> (Stub::*rpc)(grpc::ClientContext*,
+                                                                               const Request&),
+                        const Request& req, const std::function<bool(const Item&)>& on_item,
+                        bool* stopped, std::string* address_out) {
   const absl::Time open_by = absl::Now() + e.options.timeout;
   absl::Duration backoff = absl::ZeroDuration();
   *stopped = false;
@@ -262,35 +266,37 @@ absl::StatusOr<v1::ArtifactChunk> Client::Fetch(const std::string& job_id, int64
     // Nothing is written before the first piece arrives, so a stream opened
     // again elsewhere (a standby's hint) writes each byte once; one that
     // broke after delivering is opened again at `offset`.
-    grpc::Status status = ReadStream<v1::JobService::Stub, v1::FetchArtifactRequest, v1::ArtifactChunk>(
-        stubs_->endpoints, &v1::JobService::Stub::FetchArtifact, req,
-        [&](const v1::ArtifactChunk& chunk) {
-          if (!delivered && !head.has_value()) {
-            head = chunk;
-            head->clear_data();
-            head->clear_offset();
-          } else if (!delivered && (chunk.size() != head->size() || chunk.checksum() != head->checksum() ||
-                                    chunk.path() != head->path() || chunk.worker_id() != head->worker_id())) {
-            broken = absl::DataLossError(absl::StrCat(
-                "fetch: the file changed while the fetch was resumed (", head->path(), ": ", head->size(), " bytes, ",
-                head->checksum(), " -> ", chunk.path(), ": ", chunk.size(), " bytes, ", chunk.checksum(),
-                "): discard what was written"));
-            return false;
-          }
-          delivered = true;
-          if (chunk.offset() != offset) {
-            broken =
-                absl::DataLossError(absl::StrCat("fetch: a piece at offset ", chunk.offset(), ", expected ", offset));
-            return false;
-          }
-          out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
-          crc = crc32(crc, reinterpret_cast<const Bytef*>(chunk.data().data()),
-                      static_cast<uInt>(chunk.data().size()));
-          offset += static_cast<int64_t>(chunk.data().size());
-          if (!out) broken = absl::InternalError("fetch: cannot write the output");
-          return broken.ok();
-        },
-        &stopped, &address);
+    grpc::Status status =
+        ReadStream<v1::JobService::Stub, v1::FetchArtifactRequest, v1::ArtifactChunk>(
+            stubs_->endpoints, &v1::JobService::Stub::FetchArtifact, req,
+            [&](const v1::ArtifactChunk& chunk) {
+              if (!delivered && !head.has_value()) {
+                head = chunk;
+                head->clear_data();
+                head->clear_offset();
+              } else if (!delivered &&
+                         (chunk.size() != head->size() || chunk.checksum() != head->checksum() ||
+                          chunk.path() != head->path() || chunk.worker_id() != head->worker_id())) {
+                broken = absl::DataLossError(absl::StrCat(
+                    "fetch: the file changed while the fetch was resumed (", head->path(), ": ",
+                    head->size(), " bytes, ", head->checksum(), " -> ", chunk.path(), ": ",
+                    chunk.size(), " bytes, ", chunk.checksum(), "): discard what was written"));
+                return false;
+              }
+              delivered = true;
+              if (chunk.offset() != offset) {
+                broken = absl::DataLossError(absl::StrCat("fetch: a piece at offset ",
+                                                          chunk.offset(), ", expected ", offset));
+                return false;
+              }
+              out.write(chunk.data().data(), static_cast<std::streamsize>(chunk.data().size()));
+              crc = crc32(crc, reinterpret_cast<const Bytef*>(chunk.data().data()),
+                          static_cast<uInt>(chunk.data().size()));
+              offset += static_cast<int64_t>(chunk.data().size());
+              if (!out) broken = absl::InternalError("fetch: cannot write the output");
+              return broken.ok();
+            },
+            &stopped, &address);
     if (!broken.ok()) return broken;
     if (status.ok()) break;
     // Resumed where it broke (the coordinator restarted or failed over, the
@@ -306,30 +312,36 @@ absl::StatusOr<v1::ArtifactChunk> Client::Fetch(const std::string& job_id, int64
   }
   const std::string got = absl::StrFormat("crc32:%08x", static_cast<uint32_t>(crc));
   if (!head->checksum().empty() && got != head->checksum()) {
-    return absl::DataLossError(absl::StrCat("fetch: the bytes are ", got, ", expected ", head->checksum()));
+    return absl::DataLossError(
+        absl::StrCat("fetch: the bytes are ", got, ", expected ", head->checksum()));
   }
   return *head;
 }
 
-absl::StatusOr<UploadedCode> Client::UploadCode(const std::string& archive_path, const v1::CodePackage& code) {
+absl::StatusOr<UploadedCode> Client::UploadCode(const std::string& archive_path,
+                                                const v1::CodePackage& code) {
   // UploadCodeChunk.data: at most 1 MiB (job_service.proto).
   constexpr size_t kChunkBytes = size_t{1} << 20;
   struct stat st;
   if (stat(archive_path.c_str(), &st) != 0) {
-    return absl::InvalidArgumentError(absl::StrCat("upload code: ", archive_path, ": ", std::strerror(errno)));
+    return absl::InvalidArgumentError(
+        absl::StrCat("upload code: ", archive_path, ": ", std::strerror(errno)));
   }
   if (static_cast<int64_t>(st.st_size) != code.size_bytes()) {
-    return absl::InvalidArgumentError(absl::StrCat("upload code: ", archive_path, " is ", st.st_size,
-                                                   " bytes, the package says ", code.size_bytes()));
+    return absl::InvalidArgumentError(absl::StrCat("upload code: ", archive_path, " is ",
+                                                   st.st_size, " bytes, the package says ",
+                                                   code.size_bytes()));
   }
   v1::UploadCodeResponse resp;
   absl::Status read_error;  // the archive could not be read (not the coordinator's answer)
   // One try: the whole call, the file read from its start.
-  auto call = [&](const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* ctx) -> grpc::Status {
+  auto call = [&](const std::shared_ptr<grpc::Channel>& channel,
+                  grpc::ClientContext* ctx) -> grpc::Status {
     resp.Clear();
     std::ifstream in(archive_path, std::ios::binary);
     if (!in) {
-      read_error = absl::InvalidArgumentError(absl::StrCat("upload code: cannot read ", archive_path));
+      read_error =
+          absl::InvalidArgumentError(absl::StrCat("upload code: cannot read ", archive_path));
       return grpc::Status(grpc::StatusCode::CANCELLED, "");
     }
     v1::JobService::Stub stub(channel);
@@ -343,7 +355,8 @@ absl::StatusOr<UploadedCode> Client::UploadCode(const std::string& archive_path,
       in.read(buffer.data(), static_cast<std::streamsize>(buffer.size()));
       const size_t n = static_cast<size_t>(in.gcount());
       if (in.bad()) {
-        read_error = absl::InvalidArgumentError(absl::StrCat("upload code: cannot read ", archive_path));
+        read_error =
+            absl::InvalidArgumentError(absl::StrCat("upload code: cannot read ", archive_path));
         ctx->TryCancel();
         break;
       }
@@ -361,8 +374,8 @@ absl::StatusOr<UploadedCode> Client::UploadCode(const std::string& archive_path,
     return writer->Finish();
   };
   Endpoints& e = stubs_->endpoints;
-  const absl::Time deadline =
-      absl::Now() + options_.timeout + absl::Seconds(1) * (code.size_bytes() / int64_t{kChunkBytes} + 1);
+  const absl::Time deadline = absl::Now() + options_.timeout +
+                              absl::Seconds(1) * (code.size_bytes() / int64_t{kChunkBytes} + 1);
   std::string address = e.options.address;
   grpc::Status status;
   if (e.fixed != nullptr) {
@@ -374,15 +387,16 @@ absl::StatusOr<UploadedCode> Client::UploadCode(const std::string& archive_path,
   }
   if (!read_error.ok()) return read_error;
   if (status.error_code() == grpc::StatusCode::UNIMPLEMENTED) {
-    return absl::UnimplementedError(absl::StrCat(
-        "the coordinator at ", address,
-        " does not take code uploads (JobService.UploadCode; it is older than this client): upgrade it, or "
-        "use a directory every worker has (trainctl submit --no-upload)"));
+    return absl::UnimplementedError(
+        absl::StrCat("the coordinator at ", address,
+                     " does not take code uploads (JobService.UploadCode; it is older than this "
+                     "client): upgrade it, or "
+                     "use a directory every worker has (trainctl submit --no-upload)"));
   }
   if (!status.ok()) return FromGrpc(status, address);
   if (!resp.digest().empty() && resp.digest() != code.digest()) {
-    return absl::DataLossError(
-        absl::StrCat("upload code: the coordinator stored ", resp.digest(), ", expected ", code.digest()));
+    return absl::DataLossError(absl::StrCat("upload code: the coordinator stored ", resp.digest(),
+                                            ", expected ", code.digest()));
   }
   UploadedCode uploaded;
   uploaded.code = code;
@@ -391,23 +405,25 @@ absl::StatusOr<UploadedCode> Client::UploadCode(const std::string& archive_path,
 }
 
 absl::StatusOr<std::unique_ptr<PackedCodeArchive>> PackedCodeArchive::Pack(const std::string& dir,
-                                                                         int64_t max_bytes) {
+                                                                           int64_t max_bytes) {
   std::error_code ec;
   std::string source = std::filesystem::absolute(dir, ec).lexically_normal().string();
   if (ec) return absl::InvalidArgumentError(absl::StrCat(dir, ": ", ec.message()));
   while (source.size() > 1 && source.back() == '/') source.pop_back();
   const char* tmp = std::getenv("TMPDIR");
-  std::string scratch = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/trainctl-code-XXXXXX");
+  std::string scratch =
+      absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/trainctl-code-XXXXXX");
   if (mkdtemp(scratch.data()) == nullptr) {
-    return absl::InternalError(absl::StrCat("pack code: cannot make a temporary directory ", scratch, ": ",
-                                            std::strerror(errno)));
+    return absl::InternalError(absl::StrCat("pack code: cannot make a temporary directory ",
+                                            scratch, ": ", std::strerror(errno)));
   }
   std::unique_ptr<PackedCodeArchive> archive(new PackedCodeArchive());
   archive->scratch_dir_ = scratch;  // removed from here on, also on failure
   archive->path_ = scratch + "/code.tar";
   codepack::PackOptions options;
   options.max_bytes = max_bytes;
-  absl::StatusOr<codepack::PackedCode> packed = codepack::PackDirectory(source, archive->path_, options);
+  absl::StatusOr<codepack::PackedCode> packed =
+      codepack::PackDirectory(source, archive->path_, options);
   if (!packed.ok()) return packed.status();
   archive->code_.set_digest(packed->digest);
   archive->code_.set_size_bytes(packed->size_bytes);

@@ -57,7 +57,8 @@ struct CliContext {
 
   // Resolves the address and connects, bounded by `timeout` (default: the
   // --timeout flag).
-  absl::StatusOr<std::unique_ptr<Client>> Connect(std::optional<absl::Duration> timeout = std::nullopt);
+  absl::StatusOr<std::unique_ptr<Client>> Connect(
+      std::optional<absl::Duration> timeout = std::nullopt);
 
   // Prints "trainctl VERB: message" to err; returns the exit code for the
   // status (kExitUsage for InvalidArgument, else kExitFailed).
@@ -73,10 +74,12 @@ struct CliContext {
 absl::StatusOr<v1::Job> ResolveJob(const CliContext& ctx, Client& client, const std::string& ref);
 // The help text of every JOB argument.
 inline constexpr char kJobRefHelp[] =
-    "Job id, a job name, or the start of an id (several matches: an error listing them, or --latest)";
+    "Job id, a job name, or the start of an id (several matches: an error listing them, or "
+    "--latest)";
 // ... of a JOB that --run may stand for.
 inline constexpr char kJobRefOrRunHelp[] =
-    "Job id, a job name, or the start of an id (several matches: an error listing them, or --latest); "
+    "Job id, a job name, or the start of an id (several matches: an error listing them, or "
+    "--latest); "
     "with --run, default: that run's job";
 
 // --run: a client of a live local run's own coordinator (its live.txt,
