@@ -16,7 +16,8 @@ TEST_F(CliTest, LogsPrintsStoredLinesPerRank) {
   ASSERT_TRUE(cluster_.RunAttemptToSuccess(id, 1, 2));
   CliRun r = Run({"logs", id});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(Lines(r.out), ElementsAre("[rank0]: rank 0 trained 2 epochs", "[rank1]: rank 1 trained 2 epochs"));
+  EXPECT_THAT(Lines(r.out),
+              ElementsAre("[rank0]: rank 0 trained 2 epochs", "[rank1]: rank 1 trained 2 epochs"));
   r = Run({"logs", id, "--rank", "1", "--attempt", "1", "--tail", "5"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(r.out, "rank 1 trained 2 epochs\n");
@@ -29,10 +30,12 @@ TEST_F(CliTest, LogsPrintsStoredLinesPerRank) {
   EXPECT_EQ(chunk.lines(0).text(), "rank 1 trained 2 epochs");
   r = Run({"logs", id, "--attempt", "9"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "trainctl logs: --attempt: 9 is out of range: job " + id + " has 1 attempt(s) (1..1)\n");
+  EXPECT_EQ(r.err, "trainctl logs: --attempt: 9 is out of range: job " + id +
+                       " has 1 attempt(s) (1..1)\n");
   r = Run({"logs", id, "--rank", "2"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "trainctl logs: --rank: 2 is outside job " + id + "'s world: world_size 2 (ranks 0..1)\n");
+  EXPECT_EQ(r.err, "trainctl logs: --rank: 2 is outside job " + id +
+                       "'s world: world_size 2 (ranks 0..1)\n");
   // Any client gets the same from the coordinator.
   {
     std::unique_ptr<Client> client = Client::FromChannel(cluster_.channel());
@@ -40,11 +43,13 @@ TEST_F(CliTest, LogsPrintsStoredLinesPerRank) {
     bad.rank = 7;
     absl::Status s = client->Logs(id, bad, [](const v1::LogChunk&) { return true; });
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-    EXPECT_THAT(std::string(s.message()), HasSubstr("rank: 7 is outside job '" + id + "''s world: world_size 2"));
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("rank: 7 is outside job '" + id + "''s world: world_size 2"));
     bad.rank.reset();
     bad.attempt = 4;
     s = client->Logs(id, bad, [](const v1::LogChunk&) { return true; });
-    EXPECT_THAT(std::string(s.message()), HasSubstr("attempt: 4 is out of range: job '" + id + "' has 1 attempt(s) (1..1"));
+    EXPECT_THAT(std::string(s.message()),
+                HasSubstr("attempt: 4 is out of range: job '" + id + "' has 1 attempt(s) (1..1"));
   }
   r = Run({"logs", "nope"});
   EXPECT_EQ(r.code, 1);
@@ -88,13 +93,16 @@ TEST_F(CliTest, FollowPrintsPlainLinesAndExitsZeroWhenTheJobSucceeds) {
   EXPECT_TRUE(has_line("[0-9:]{8}  submitted  job submitted: 2 rank\\(s\\)")) << r.out;
   EXPECT_TRUE(has_line("[0-9:]{8}  scheduled  attempt 1 placed on .*")) << r.out;
   EXPECT_TRUE(has_line("[0-9:]{8}  running  all 2 ranks ready")) << r.out;
-  EXPECT_TRUE(has_line("[0-9:]{8}  epoch_end  epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 75.00%"))
+  EXPECT_TRUE(has_line(
+      "[0-9:]{8}  epoch_end  epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 75.00%"))
       << r.out;
-  EXPECT_TRUE(has_line("[0-9:]{8}  epoch_end  epoch 2/2 done: loss 0.2500, eval loss 0.1250, accuracy 85.00%"))
+  EXPECT_TRUE(has_line(
+      "[0-9:]{8}  epoch_end  epoch 2/2 done: loss 0.2500, eval loss 0.1250, accuracy 85.00%"))
       << r.out;
   EXPECT_TRUE(has_line("[0-9:]{8}  succeeded  every rank finished training")) << r.out;
   int progress_lines = 0;
-  for (const std::string& l : lines) progress_lines += ::testing::Matches(HasSubstr("  progress  "))(l);
+  for (const std::string& l : lines)
+    progress_lines += ::testing::Matches(HasSubstr("  progress  "))(l);
   EXPECT_LE(progress_lines, 1) << "at most one progress line per few seconds";
   EXPECT_THAT(lines[lines.size() - 2], MatchesRegex("job " + id + " SUCCEEDED after .*"));
   EXPECT_EQ(lines.back(), "final eval: loss 0.1250, accuracy 85.00%");
@@ -104,7 +112,9 @@ TEST_F(CliTest, FollowExitsOneWithTheReasonWhenTheJobFails) {
   cluster_.AddWorker("w0", 1);
   cluster_.AddWorker("w1", 1);
   CliRun r;
-  std::thread follower([&] { r = Run({"submit", job_file_, "--follow", "--set", "restart.max_restarts=0"}); });
+  std::thread follower([&] {
+    r = Run({"submit", job_file_, "--follow", "--set", "restart.max_restarts=0"});
+  });
   std::string id = cluster_.WaitForStartedJob();
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(cluster_.FailRank(id, 1, 1, "data.train: out of memory"));
@@ -112,23 +122,31 @@ TEST_F(CliTest, FollowExitsOneWithTheReasonWhenTheJobFails) {
   follower.join();
   EXPECT_EQ(r.code, 1) << r.out;
   std::vector<std::string> lines = Lines(r.out);
-  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\n[0-9:]{8}  attempt_failed  rank 1 on host-w[01] \\(worker w[01]\\) exited "
-                                  "with code 3: data.train: out of memory \\| last log lines: \\| Traceback: the "
-                                  "last words of rank 1\n(.|\n)*"));
+  EXPECT_THAT(
+      r.out,
+      MatchesRegex(
+          "(.|\n)*\n[0-9:]{8}  attempt_failed  rank 1 on host-w[01] \\(worker w[01]\\) exited "
+          "with code 3: data.train: out of memory \\| last log lines: \\| Traceback: the "
+          "last words of rank 1\n(.|\n)*"));
   EXPECT_THAT(r.out, HasSubstr("  failed  no restarts left (max_restarts: 0)\n"));
   // The coordinator's whole reason: which rank, what it said, its last log
   // lines, the restart budget.
-  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\njob " + id +
-                                  " FAILED after [0-9a-z]+: rank 1 on host-w[01] \\(worker w[01]\\) exited with code "
-                                  "3: data.train: out of memory\n"
-                                  "  .*last log lines:\n"
-                                  "  .*Traceback: the last words of rank 1\n"
-                                  "  \\(no restarts left: 0 of 0 used\\)\n"));
+  EXPECT_THAT(
+      r.out,
+      MatchesRegex(
+          "(.|\n)*\njob " + id +
+          " FAILED after [0-9a-z]+: rank 1 on host-w[01] \\(worker w[01]\\) exited with code "
+          "3: data.train: out of memory\n"
+          "  .*last log lines:\n"
+          "  .*Traceback: the last words of rank 1\n"
+          "  \\(no restarts left: 0 of 0 used\\)\n"));
 }
 
 TEST_F(CliTest, FollowSaysWhyTheJobIsPending) {
   CliRun r;
-  std::thread follower([&] { r = Run({"submit", job_file_, "--follow", "--set", "world_size=1"}); });
+  std::thread follower([&] {
+    r = Run({"submit", job_file_, "--follow", "--set", "world_size=1"});
+  });
   // No worker yet: the job waits, and the plain output says why.
   absl::SleepFor(absl::Milliseconds(500));
   cluster_.AddWorker("w0", 1);
@@ -137,14 +155,18 @@ TEST_F(CliTest, FollowSaysWhyTheJobIsPending) {
   ASSERT_TRUE(cluster_.RunAttemptToSuccess(id, 1, 1));
   follower.join();
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\n[0-9:]{8}  pending  no schedulable worker has cpu slots\n(.|\n)*")) << r.out;
+  EXPECT_THAT(
+      r.out,
+      MatchesRegex("(.|\n)*\n[0-9:]{8}  pending  no schedulable worker has cpu slots\n(.|\n)*"))
+      << r.out;
 }
 
 TEST_F(CliTest, InterruptedFollowSaysTheJobKeepsRunningAndHowToFollowIt) {
   cluster_.AddWorker("w0", 1);
   const std::string log = dir_ + "/follow.log";
-  const std::vector<std::string> args = {TRAINCTL_CLI_BINARY, "--coordinator", cluster_.address(), "--token-file",
-                                         AdminTokenFile(), "submit", job_file_, "--follow", "--set",
+  const std::vector<std::string> args = {TRAINCTL_CLI_BINARY, "--coordinator",  cluster_.address(),
+                                         "--token-file",      AdminTokenFile(), "submit",
+                                         job_file_,           "--follow",       "--set",
                                          "world_size=1"};
   const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   ASSERT_GE(fd, 0);
@@ -174,10 +196,13 @@ TEST_F(CliTest, InterruptedFollowSaysTheJobKeepsRunningAndHowToFollowIt) {
   }
   ASSERT_TRUE(status->exited()) << read_log();
   EXPECT_EQ(status->code, 130);
-  EXPECT_THAT(read_log(), HasSubstr("interrupted: job " + id + " keeps running on the cluster; follow it again with "
-                                    "`trainctl logs -f " + id + "` or `trainctl status " + id + "`"));
+  EXPECT_THAT(read_log(), HasSubstr("interrupted: job " + id +
+                                    " keeps running on the cluster; follow it again with "
+                                    "`trainctl logs -f " +
+                                    id + "` or `trainctl status " + id + "`"));
   CliRun r = Run({"status", id});
-  EXPECT_THAT(r.out, Not(HasSubstr("CANCELLED"))) << "interrupting the follow does not stop the job";
+  EXPECT_THAT(r.out, Not(HasSubstr("CANCELLED")))
+      << "interrupting the follow does not stop the job";
 }
 
 // Issue #45 item 4: any user of the host (and any rank) could read an
@@ -194,7 +219,14 @@ TEST_F(CliTest, AFollowingLogsHasNoTokenOnItsCommandLine) {
   const int fd = open(log.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
   ASSERT_GE(fd, 0);
   SpawnOptions o;
-  o.argv = {TRAINCTL_CLI_BINARY, "--coordinator", cluster_.address(), "--token-file", token_file, "logs", "-f", id};
+  o.argv = {TRAINCTL_CLI_BINARY,
+            "--coordinator",
+            cluster_.address(),
+            "--token-file",
+            token_file,
+            "logs",
+            "-f",
+            id};
   o.fds = {{1, fd}, {2, fd}};
   absl::StatusOr<Subprocess> cli = Subprocess::Spawn(o);
   close(fd);
@@ -212,7 +244,8 @@ TEST_F(CliTest, AFollowingLogsHasNoTokenOnItsCommandLine) {
   const std::string cmdline = read(absl::StrCat("/proc/", cli->pid(), "/cmdline"));
   EXPECT_THAT(cmdline, HasSubstr(token_file)) << "the follower's own command line";
   EXPECT_THAT(cmdline, Not(HasSubstr(cluster_.admin_token())));
-  EXPECT_THAT(cmdline, Not(HasSubstr(cluster_.admin_token().substr(cluster_.admin_token().size() / 2))));
+  EXPECT_THAT(cmdline,
+              Not(HasSubstr(cluster_.admin_token().substr(cluster_.admin_token().size() / 2))));
   EXPECT_THAT(read(log), Not(HasSubstr("warning")));
   EXPECT_FALSE(cli->WaitFor(absl::ZeroDuration()).has_value()) << "still following\n" << read(log);
   cli->Terminate(absl::Seconds(5));
@@ -224,19 +257,24 @@ TEST(CliUsageTest, RunWithDeviceCudaAndNoGpuFailsAtOnce) {
   absl::Time start = absl::Now();
   CliRun r = RunTrainctl({"run", file, "--set", "device=cuda", "--gpus", "none"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "trainctl run: device: cuda, but --gpus none leaves this run no GPU; use --set device=cpu "
-                   "(or device=auto)\n");
+  EXPECT_EQ(
+      r.err,
+      "trainctl run: device: cuda, but --gpus none leaves this run no GPU; use --set device=cpu "
+      "(or device=auto)\n");
   if (!worker::DiscoverGpus().empty()) GTEST_SKIP() << "this host has a GPU";
   r = RunTrainctl({"run", file, "--set", "device=cuda"});
   EXPECT_EQ(r.code, 1);
   EXPECT_THAT(r.err, StartsWith("trainctl run: device: cuda, but this host has no GPU visible"));
-  EXPECT_LT(absl::Now() - start, absl::Seconds(10)) << "fails at once, not after waiting for a slot";
+  EXPECT_LT(absl::Now() - start, absl::Seconds(10))
+      << "fails at once, not after waiting for a slot";
 }
 
 TEST_F(CliTest, FollowInJsonWritesOneDocumentPerLine) {
   cluster_.AddWorker("w0", 1);
   CliRun r;
-  std::thread follower([&] { r = Run({"-o", "json", "submit", job_file_, "--follow", "--set", "world_size=1"}); });
+  std::thread follower([&] {
+    r = Run({"-o", "json", "submit", job_file_, "--follow", "--set", "world_size=1"});
+  });
   std::string id = cluster_.WaitForStartedJob();
   ASSERT_TRUE(cluster_.RunAttemptToSuccess(id, 1, 1));
   follower.join();

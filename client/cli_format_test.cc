@@ -65,8 +65,10 @@ TEST(FormatTest, SinceTakesADurationBackFromNowOrAnRfc3339Time) {
     EXPECT_EQ(t.status().code(), absl::StatusCode::kInvalidArgument) << bad;
     EXPECT_THAT(std::string(t.status().message()), ::testing::StartsWith("--since: '")) << bad;
   }
-  EXPECT_THAT(std::string(ParseSince("2027-05-01T00:00:00Z", now).status().message()), ::testing::HasSubstr("future"));
-  EXPECT_THAT(std::string(ParseSince("99999999d", now).status().message()), ::testing::HasSubstr("too far"));
+  EXPECT_THAT(std::string(ParseSince("2027-05-01T00:00:00Z", now).status().message()),
+              ::testing::HasSubstr("future"));
+  EXPECT_THAT(std::string(ParseSince("99999999d", now).status().message()),
+              ::testing::HasSubstr("too far"));
 }
 
 TEST(FormatTest, ProgressBarAndText) {
@@ -106,11 +108,13 @@ TEST(FormatTest, StatusOfAnEndedJobShowsNoRateAndNoEta) {
   std::ostringstream running;
   PrintJobStatus(running, job, absl::Now(), {});
   EXPECT_THAT(running.str(), HasSubstr("loss 0.5000  6862 samples/s  ETA 3m13s\n"));
-  for (v1::JobState ended : {v1::JOB_STATE_CANCELLED, v1::JOB_STATE_FAILED, v1::JOB_STATE_SUCCEEDED}) {
+  for (v1::JobState ended :
+       {v1::JOB_STATE_CANCELLED, v1::JOB_STATE_FAILED, v1::JOB_STATE_SUCCEEDED}) {
     job.set_state(ended);
     std::ostringstream out;
     PrintJobStatus(out, job, absl::Now(), {});
-    EXPECT_THAT(out.str(), HasSubstr("epoch 1/3  step 40/100  loss 0.5000\n")) << JobStateName(ended);
+    EXPECT_THAT(out.str(), HasSubstr("epoch 1/3  step 40/100  loss 0.5000\n"))
+        << JobStateName(ended);
     EXPECT_THAT(out.str(), Not(HasSubstr("samples/s"))) << JobStateName(ended);
     EXPECT_THAT(out.str(), Not(HasSubstr("ETA"))) << JobStateName(ended);
   }
@@ -142,9 +146,12 @@ TEST(CliFormatTest, SummaryAndEvalTextSayOnlyWhatWasReported) {
   EXPECT_EQ(MetricSummaryText(s), "best eval loss 0.5000 (epoch 2), last loss 0.7500");
   s.mutable_best_eval()->set_accuracy(0.9);
   s.set_mean_samples_per_sec(100);
-  EXPECT_EQ(MetricSummaryText(s), "best eval accuracy 90.00% (epoch 2, loss 0.5000), last loss 0.7500, mean 100 samples/s");
+  EXPECT_EQ(
+      MetricSummaryText(s),
+      "best eval accuracy 90.00% (epoch 2, loss 0.5000), last loss 0.7500, mean 100 samples/s");
   s.mutable_best_eval()->clear_loss();
-  EXPECT_EQ(MetricSummaryText(s), "best eval accuracy 90.00% (epoch 2), last loss 0.7500, mean 100 samples/s");
+  EXPECT_EQ(MetricSummaryText(s),
+            "best eval accuracy 90.00% (epoch 2), last loss 0.7500, mean 100 samples/s");
 }
 
 v1::JobUpdate JobSnapshot(v1::JobState state, int epoch, int step) {
@@ -187,7 +194,8 @@ TEST(FormatTest, LineageShowsWhatAJobContinuesAndTreesContinuations) {
   r->set_global_step(40);
   std::ostringstream out;
   PrintJobStatus(out, cont, absl::Now(), {"mlp-c3"});
-  EXPECT_THAT(out.str(), HasSubstr("Continues:     mlp-a1 (from its checkpoint at epoch 2, step 40)\n"));
+  EXPECT_THAT(out.str(),
+              HasSubstr("Continues:     mlp-a1 (from its checkpoint at epoch 2, step 40)\n"));
   EXPECT_THAT(out.str(), HasSubstr("Continued by:  mlp-c3\n"));
 
   // Newest first, as ListJobs answers: a2 continues a1, a3 continues a2,
@@ -200,7 +208,8 @@ TEST(FormatTest, LineageShowsWhatAJobContinuesAndTreesContinuations) {
     jobs[i].mutable_spec()->mutable_resume_from()->set_job(from[i]);
   }
   std::vector<std::string> order;
-  for (const auto& [job, depth] : LineageOrder(jobs)) order.push_back(absl::StrCat(depth, ":", job->id()));
+  for (const auto& [job, depth] : LineageOrder(jobs))
+    order.push_back(absl::StrCat(depth, ":", job->id()));
   EXPECT_THAT(order, ElementsAre("0:b", "0:x", "0:a1", "1:a2", "2:a3"));
 }
 
@@ -215,17 +224,21 @@ TEST(FormatTest, CommandJobSummaryShowsTheProgramNotTheEngine) {
   EXPECT_THAT(out.str(), HasSubstr("command:      python3 train.py --note 'a b'\n"));
   EXPECT_THAT(out.str(), HasSubstr("working dir:  /srv/code\n"));
   EXPECT_THAT(out.str(), HasSubstr("env:          WANDB_MODE=offline\n"));
-  EXPECT_THAT(out.str(), HasSubstr("local rank:   LOCAL_RANK and --local_rank=N (torch.distributed.launch)\n"));
+  EXPECT_THAT(
+      out.str(),
+      HasSubstr("local rank:   LOCAL_RANK and --local_rank=N (torch.distributed.launch)\n"));
   EXPECT_THAT(out.str(), Not(HasSubstr("model:")));
   EXPECT_THAT(out.str(), Not(HasSubstr("optimizer:")));
 }
 
 TEST(FormatTest, SummarySaysHowManyWorkersAJobWithNodesSpans) {
-  ParsedJobSpec p = ParseJobSpecYaml("name: s\nworld_size: 4\nscheduling: {nodes: 2}\ncommand: {argv: [./t]}\n", "job.yaml");
+  ParsedJobSpec p = ParseJobSpecYaml(
+      "name: s\nworld_size: 4\nscheduling: {nodes: 2}\ncommand: {argv: [./t]}\n", "job.yaml");
   ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
   std::ostringstream out;
   PrintSpecSummary(out, p.spec, "");
-  EXPECT_THAT(out.str(), HasSubstr("nodes:        placed on 2 workers, 2 ranks each (scheduling.nodes)\n"));
+  EXPECT_THAT(out.str(),
+              HasSubstr("nodes:        placed on 2 workers, 2 ranks each (scheduling.nodes)\n"));
   p.spec.mutable_scheduling()->clear_nodes();
   std::ostringstream plain;
   PrintSpecSummary(plain, p.spec, "");
@@ -245,7 +258,8 @@ TEST(FollowPrinterTest, PlainModePrintsEventsAndRateLimitsProgressLines) {
   p.OnUpdate(JobSnapshot(v1::JOB_STATE_RUNNING, 0, 2));  // Too soon: no line.
   now += absl::Seconds(5);
   p.OnUpdate(JobSnapshot(v1::JOB_STATE_RUNNING, 0, 5));
-  p.OnUpdate(EventUpdate("epoch_end", "epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 75.00%", 0));
+  p.OnUpdate(EventUpdate("epoch_end",
+                         "epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 75.00%", 0));
   p.OnUpdate(EventUpdate("rank_failed", "exited 3", 1));
   v1::Job done = JobSnapshot(v1::JOB_STATE_SUCCEEDED, 1, 10).job();
   EXPECT_EQ(p.Finish(done), 0);
@@ -256,7 +270,9 @@ TEST(FollowPrinterTest, PlainModePrintsEventsAndRateLimitsProgressLines) {
   EXPECT_THAT(lines[0], HasSubstr("  submitted  job submitted: 2 rank(s)"));
   EXPECT_THAT(lines[1], HasSubstr("  progress  epoch 1/2  step 1/10  loss 0.5000"));
   EXPECT_THAT(lines[2], HasSubstr("  progress  epoch 1/2  step 5/10  loss 0.5000"));
-  EXPECT_THAT(lines[3], HasSubstr("  epoch_end  epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 75.00%"));
+  EXPECT_THAT(
+      lines[3],
+      HasSubstr("  epoch_end  epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 75.00%"));
   EXPECT_THAT(lines[4], HasSubstr("  rank_failed  rank 1: exited 3"));
   EXPECT_EQ(lines[5], "job j-1 SUCCEEDED");
 }
@@ -276,8 +292,10 @@ TEST(FollowPrinterTest, TerminalModeRedrawsOneStatusLineInPlace) {
   EXPECT_EQ(p.Finish(failed), 1);
   std::string text = out.str();
   const std::string clear = "\r\033[K";
-  EXPECT_THAT(text, HasSubstr(clear + "RUNNING  [=====>              ]  25%  epoch 1/2  step 5/10"));
-  EXPECT_THAT(text, HasSubstr(clear + "RUNNING  [==========>         ]  50%  epoch 2/2  step 0/10"));
+  EXPECT_THAT(text,
+              HasSubstr(clear + "RUNNING  [=====>              ]  25%  epoch 1/2  step 5/10"));
+  EXPECT_THAT(text,
+              HasSubstr(clear + "RUNNING  [==========>         ]  50%  epoch 2/2  step 0/10"));
   // The event is printed on its own line (status line cleared first), then
   // the status line is drawn again below it.
   EXPECT_THAT(text, HasSubstr("step 0/10  loss 0.5000" + clear));

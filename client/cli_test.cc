@@ -37,8 +37,8 @@ class RecordingListener {
     a.sin_family = AF_INET;
     a.sin_addr.s_addr = htonl(INADDR_ANY);
     socklen_t len = sizeof a;
-    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 || listen(fd_, 16) != 0 ||
-        getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
+    if (fd_ < 0 || bind(fd_, reinterpret_cast<sockaddr*>(&a), sizeof a) != 0 ||
+        listen(fd_, 16) != 0 || getsockname(fd_, reinterpret_cast<sockaddr*>(&a), &len) != 0) {
       ADD_FAILURE() << "recording listener: " << strerror(errno);
       return;
     }
@@ -104,7 +104,8 @@ std::string NonLoopbackIpv4() {
   if (getifaddrs(&all) != 0) return "";
   std::string found;
   for (ifaddrs* i = all; i != nullptr && found.empty(); i = i->ifa_next) {
-    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET || (i->ifa_flags & IFF_UP) == 0) continue;
+    if (i->ifa_addr == nullptr || i->ifa_addr->sa_family != AF_INET || (i->ifa_flags & IFF_UP) == 0)
+      continue;
     char text[INET_ADDRSTRLEN] = {0};
     inet_ntop(AF_INET, &reinterpret_cast<sockaddr_in*>(i->ifa_addr)->sin_addr, text, sizeof text);
     if (!auth::IsLoopbackAddress(text)) found = text;
@@ -147,8 +148,9 @@ TEST(CliUsageTest, UsageErrorsExitTwoAndHelpHasAnExampleForEveryVerb) {
     EXPECT_THAT(r.out, HasSubstr(verb));
     CliRun help = RunTrainctl({verb, "--help"});
     EXPECT_EQ(help.code, 0) << verb;
-    EXPECT_THAT(help.out, AllOf(HasSubstr(absl::StrCat("Usage: trainctl ", verb)), HasSubstr("Example:"),
-                                HasSubstr(absl::StrCat("  trainctl ", verb))))
+    EXPECT_THAT(help.out,
+                AllOf(HasSubstr(absl::StrCat("Usage: trainctl ", verb)), HasSubstr("Example:"),
+                      HasSubstr(absl::StrCat("  trainctl ", verb))))
         << help.out;
   }
 }
@@ -165,7 +167,8 @@ TEST(CliUsageTest, CoordinatorComesFromFlagThenEnvThenConfigThenDefault) {
   std::string error;
   EXPECT_EQ(cli::ResolveCoordinator("", env, &error)->address, "localhost:7070");
   ASSERT_EQ(system(("mkdir -p " + home + "/.config/trainctl").c_str()), 0);
-  std::string config = testing::WriteFile(home + "/.config/trainctl", "config.yaml", "coordinator: cfg:1\n");
+  std::string config =
+      testing::WriteFile(home + "/.config/trainctl", "config.yaml", "coordinator: cfg:1\n");
   auto resolved = cli::ResolveCoordinator("", env, &error);
   EXPECT_EQ(resolved->address, "cfg:1");
   EXPECT_EQ(resolved->source, config);
@@ -179,32 +182,36 @@ TEST(CliUsageTest, CoordinatorComesFromFlagThenEnvThenConfigThenDefault) {
   EXPECT_EQ(error, config + ":1:14: coordinator: expected host:port[,host:port...]");
   CliRun r = RunTrainctl({"list"}, env);
   EXPECT_EQ(r.code, 2);
-  EXPECT_EQ(r.err, "trainctl list: " + config + ":1:14: coordinator: expected host:port[,host:port...]\n");
+  EXPECT_EQ(r.err,
+            "trainctl list: " + config + ":1:14: coordinator: expected host:port[,host:port...]\n");
 }
 
 // --- validation ----------------------------------------------------------------
 
 TEST(CliUsageTest, InvalidFilesPrintEveryErrorWithPathAndPositionAndExitTwo) {
   std::string dir = testing::MakeTempDir();
-  std::string bad = testing::WriteFile(dir, "bad.yaml",
-                                       "name: Bad_Name\n"
-                                       "world_size: 0\n"
-                                       "model: {name: mlp, input_dim: 5, classes: 2}\n"
-                                       "data:\n"
-                                       "  train: {format: synthetic, length: 10, size: 5, classes: 2}\n"
-                                       "training:\n"
-                                       "  optimizer: {name: adamm, lr: -1}\n");
+  std::string bad =
+      testing::WriteFile(dir, "bad.yaml",
+                         "name: Bad_Name\n"
+                         "world_size: 0\n"
+                         "model: {name: mlp, input_dim: 5, classes: 2}\n"
+                         "data:\n"
+                         "  train: {format: synthetic, length: 10, size: 5, classes: 2}\n"
+                         "training:\n"
+                         "  optimizer: {name: adamm, lr: -1}\n");
   // Nothing is contacted: the coordinator address leads nowhere.
   CliRun r = RunTrainctl({"--coordinator", Unreachable(), "submit", bad});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.out, "");
-  EXPECT_EQ(r.err,
-            bad + ":1:7: name: must be lower-case letters, digits and '-', starting and ending with a "
-                  "letter or digit, got 'Bad_Name'\n" +
-                bad + ":2:13: world_size: must be > 0, got 0\n" + bad +
-                ":7:21: training.optimizer.name: must be one of sgd, adam, adamw, got 'adamm'; did you "
-                "mean 'adam'?\n" +
-                bad + ":7:32: training.optimizer.lr: must be > 0, got -1\n");
+  EXPECT_EQ(
+      r.err,
+      bad +
+          ":1:7: name: must be lower-case letters, digits and '-', starting and ending with a "
+          "letter or digit, got 'Bad_Name'\n" +
+          bad + ":2:13: world_size: must be > 0, got 0\n" + bad +
+          ":7:21: training.optimizer.name: must be one of sgd, adam, adamw, got 'adamm'; did you "
+          "mean 'adam'?\n" +
+          bad + ":7:32: training.optimizer.lr: must be > 0, got -1\n");
 
   // --dry-run validates the same way.
   CliRun dry = RunTrainctl({"--coordinator", Unreachable(), "submit", bad, "--dry-run"});
@@ -217,7 +224,8 @@ TEST(CliUsageTest, InvalidFilesPrintEveryErrorWithPathAndPositionAndExitTwo) {
   EXPECT_EQ(r.err, broken + ":2:1: not valid YAML: end of sequence flow not found\n");
 
   std::string good = testing::WriteFile(dir, "good.yaml", testing::ValidJobYaml(2));
-  r = RunTrainctl({"submit", good, "--dry-run", "--set", "world_size=x", "--set", "training.epochs=0"});
+  r = RunTrainctl(
+      {"submit", good, "--dry-run", "--set", "world_size=x", "--set", "training.epochs=0"});
   EXPECT_EQ(r.code, 2);
   EXPECT_EQ(r.err,
             "--set: world_size: must be an integer, got 'x'\n"
@@ -228,12 +236,14 @@ TEST(CliUsageTest, DryRunWithoutACoordinatorValidatesAndSkipsThePlacement) {
   std::string dir = testing::MakeTempDir();
   std::string good = testing::WriteFile(dir, "good.yaml", testing::ValidJobYaml(2));
   std::string nowhere = Unreachable();
-  CliRun r = RunTrainctl({"--coordinator", nowhere, "submit", good, "--dry-run", "--set", "world_size=3"});
+  CliRun r =
+      RunTrainctl({"--coordinator", nowhere, "submit", good, "--dry-run", "--set", "world_size=3"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, StartsWith(good + ": valid\n"));
   EXPECT_THAT(r.out, HasSubstr("  ranks:       3, device cpu, backend auto, priority 0\n"));
   EXPECT_THAT(r.out, HasSubstr("  model:       mlp 5 → 2\n"));
-  EXPECT_THAT(r.out, HasSubstr("Placement: not checked (cannot reach the coordinator at " + nowhere));
+  EXPECT_THAT(r.out,
+              HasSubstr("Placement: not checked (cannot reach the coordinator at " + nowhere));
 
   r = RunTrainctl({"--coordinator", nowhere, "-o", "json", "submit", good, "--dry-run"});
   EXPECT_EQ(r.code, 0);
@@ -265,15 +275,19 @@ TEST_F(CliTest, TokenVerbsAndLoginWriteAConfigTheOtherVerbsUse) {
     if (name == "XDG_CONFIG_HOME") return home;
     return std::nullopt;
   };
-  CliRun wrong = RunTrainctl({"login", "--address", cluster_.address(), "--token", "tct_t-0_00"}, env);
+  CliRun wrong =
+      RunTrainctl({"login", "--address", cluster_.address(), "--token", "tct_t-0_00"}, env);
   EXPECT_EQ(wrong.code, 1);
   EXPECT_THAT(wrong.err, HasSubstr("unknown token"));
-  EXPECT_FALSE(std::filesystem::exists(home + "/trainctl/config.yaml")) << "a bad token is not saved";
-  CliRun login = RunTrainctl(
-      {"login", "--address", cluster_.address(), "--token-file", testing::WriteFile(dir_, "carol.token", secret)}, env);
+  EXPECT_FALSE(std::filesystem::exists(home + "/trainctl/config.yaml"))
+      << "a bad token is not saved";
+  CliRun login = RunTrainctl({"login", "--address", cluster_.address(), "--token-file",
+                              testing::WriteFile(dir_, "carol.token", secret)},
+                             env);
   ASSERT_EQ(login.code, 0) << login.err;
   auto perms = std::filesystem::status(home + "/trainctl/config.yaml").permissions();
-  EXPECT_EQ(perms & std::filesystem::perms::all, std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
+  EXPECT_EQ(perms & std::filesystem::perms::all,
+            std::filesystem::perms::owner_read | std::filesystem::perms::owner_write);
   CliRun list = RunTrainctl({"list"}, env);
   EXPECT_EQ(list.code, 0) << list.err;
   CliRun submit = RunTrainctl({"submit", job_file_}, env);
@@ -308,10 +322,12 @@ TEST_F(CliTest, ATokenIsNeverSentInClearTextToANonLoopbackAddress) {
 
   CliRun list = RunTrainctl({"--coordinator", remote, "--token-file", token_file, "list"});
   EXPECT_EQ(list.code, 1);
-  EXPECT_THAT(list.err, AllOf(HasSubstr(refused), HasSubstr("--ca FILE, $TRAINCTL_CA or `ca:` in the config file")));
+  EXPECT_THAT(list.err, AllOf(HasSubstr(refused),
+                              HasSubstr("--ca FILE, $TRAINCTL_CA or `ca:` in the config file")));
   EXPECT_THAT(list.err, Not(HasSubstr(token)));
   // The standby of a list may be the remote one: nothing is dialled at all.
-  CliRun pair = RunTrainctl({"--coordinator", cluster_.address() + "," + remote, "--token-file", token_file, "list"});
+  CliRun pair = RunTrainctl(
+      {"--coordinator", cluster_.address() + "," + remote, "--token-file", token_file, "list"});
   EXPECT_EQ(pair.code, 1);
   EXPECT_THAT(pair.err, HasSubstr(refused));
   // From the environment, as from a config file.
@@ -346,15 +362,17 @@ TEST_F(CliTest, ATokenIsNeverSentInClearTextToANonLoopbackAddress) {
   EXPECT_EQ(eavesdropper.connections(), 0);
   EXPECT_EQ(eavesdropper.bytes(), "");
   // Loopback stays plaintext, by name as by address.
-  CliRun local = RunTrainctl({"--coordinator", "localhost:" + cluster_.address().substr(cluster_.address().rfind(':') + 1),
-                              "--token-file", token_file, "list"});
+  CliRun local = RunTrainctl(
+      {"--coordinator", "localhost:" + cluster_.address().substr(cluster_.address().rfind(':') + 1),
+       "--token-file", token_file, "list"});
   EXPECT_EQ(local.code, 0) << local.err;
 
   // What the clients did before: a plaintext channel with the token (the
   // one they were built on) hands the eavesdropper the token verbatim.
   auth::ChannelSecurity plain;
   plain.token = token;
-  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = auth::MakeChannel(remote, plain, grpc::ChannelArguments());
+  absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+      auth::MakeChannel(remote, plain, grpc::ChannelArguments());
   ASSERT_TRUE(channel.ok()) << channel.status();
   grpc::ClientContext ctx;
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + absl::Seconds(3)));
@@ -364,7 +382,8 @@ TEST_F(CliTest, ATokenIsNeverSentInClearTextToANonLoopbackAddress) {
        absl::Now() < deadline && eavesdropper.bytes().find(token) == std::string::npos;) {
     absl::SleepFor(absl::Milliseconds(20));
   }
-  EXPECT_THAT(eavesdropper.bytes(), AllOf(StartsWith("PRI * HTTP/2.0"), HasSubstr("Bearer " + token)));
+  EXPECT_THAT(eavesdropper.bytes(),
+              AllOf(StartsWith("PRI * HTTP/2.0"), HasSubstr("Bearer " + token)));
 }
 
 // Issue #45 item 4: --token-file keeps the token off the command line;
@@ -373,14 +392,19 @@ TEST_F(CliTest, TokenFileReplacesTokenOnTheCommandLine) {
   CliRun from_file = Run({"list"});
   EXPECT_EQ(from_file.code, 0) << from_file.err;
   EXPECT_EQ(from_file.err, "");
-  CliRun flag = RunTrainctl({"--coordinator", cluster_.address(), "--token", cluster_.admin_token(), "list"});
+  CliRun flag =
+      RunTrainctl({"--coordinator", cluster_.address(), "--token", cluster_.admin_token(), "list"});
   EXPECT_EQ(flag.code, 0) << flag.err;
-  EXPECT_THAT(flag.err, HasSubstr("warning: --token puts the token on the command line, where every user of this host "
-                                  "can read it (ps, /proc/PID/cmdline); use --token-file FILE or $TRAINCTL_TOKEN"));
+  EXPECT_THAT(
+      flag.err,
+      HasSubstr(
+          "warning: --token puts the token on the command line, where every user of this host "
+          "can read it (ps, /proc/PID/cmdline); use --token-file FILE or $TRAINCTL_TOKEN"));
   CliRun both = Run({"--token", cluster_.admin_token(), "list"});
   EXPECT_EQ(both.code, 2);
   EXPECT_THAT(both.err, HasSubstr("--token and --token-file: give one of them"));
-  CliRun missing = RunTrainctl({"--coordinator", cluster_.address(), "--token-file", dir_ + "/nothere", "list"});
+  CliRun missing =
+      RunTrainctl({"--coordinator", cluster_.address(), "--token-file", dir_ + "/nothere", "list"});
   EXPECT_EQ(missing.code, 2);
   EXPECT_THAT(missing.err, AllOf(HasSubstr("--token-file: "), HasSubstr(dir_ + "/nothere")));
 }
@@ -388,7 +412,8 @@ TEST_F(CliTest, TokenFileReplacesTokenOnTheCommandLine) {
 TEST_F(CliTest, DryRunWithACoordinatorShowsThePlacement) {
   CliRun r = Run({"submit", job_file_, "--dry-run"});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("Placement now (coordinator " + cluster_.address() + "):\n  the job would wait: "));
+  EXPECT_THAT(r.out, HasSubstr("Placement now (coordinator " + cluster_.address() +
+                               "):\n  the job would wait: "));
 
   cluster_.AddWorker("w0", 2);
   r = Run({"submit", job_file_, "--dry-run"});
@@ -402,14 +427,15 @@ TEST_F(CliTest, DryRunWithACoordinatorShowsThePlacement) {
   auto resp = ParseJson<v1::SubmitJobResponse>(r.out);
   ASSERT_EQ(resp.planned_size(), 2);
   EXPECT_EQ(resp.planned(1).slot().index(), 1);
-  EXPECT_TRUE(Client::FromChannel(cluster_.channel())->List()->empty()) << "a dry run stores nothing";
+  EXPECT_TRUE(Client::FromChannel(cluster_.channel())->List()->empty())
+      << "a dry run stores nothing";
 }
 
 // --- submit, status, list, describe, workers ------------------------------------
 
 TEST_F(CliTest, SubmitAppliesSetOverridesAndPrintsTheJob) {
-  CliRun r = Run({"submit", job_file_, "--set", "world_size=1", "--set", "training.epochs=5", "--set",
-                  "training.optimizer.lr=0.05"});
+  CliRun r = Run({"submit", job_file_, "--set", "world_size=1", "--set", "training.epochs=5",
+                  "--set", "training.optimizer.lr=0.05"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, MatchesRegex("submitted job classic-[a-z0-9]+ \\(PENDING.*\\)\n"));
   std::string id = r.out.substr(std::string("submitted job ").size());
@@ -430,8 +456,8 @@ TEST_F(CliTest, SubmitAppliesSetOverridesAndPrintsTheJob) {
 TEST_F(CliTest, SubmitNoUploadKeepsTheDirectoryAsTheWorkingDir) {
   const std::string code = dir_ + "/code";
   std::filesystem::create_directories(code);
-  CliRun r = Run({"-o", "json", "submit", "--wait-for-capacity", "--no-upload", "--working-dir", code,
-                  "--nproc-per-node", "1", "train.py"});
+  CliRun r = Run({"-o", "json", "submit", "--wait-for-capacity", "--no-upload", "--working-dir",
+                  code, "--nproc-per-node", "1", "train.py"});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.err, Not(HasSubstr("code:")));
   v1::Job job = ParseJson<v1::Job>(r.out);
@@ -440,15 +466,20 @@ TEST_F(CliTest, SubmitNoUploadKeepsTheDirectoryAsTheWorkingDir) {
   EXPECT_THAT(job.spec().command().argv(), ElementsAre("python3", "train.py"));
 
   // Without --working-dir: the current directory, as before.
-  r = Run({"-o", "json", "submit", "--wait-for-capacity", "--no-upload", "--nproc-per-node", "1", "train.py"});
+  r = Run({"-o", "json", "submit", "--wait-for-capacity", "--no-upload", "--nproc-per-node", "1",
+           "train.py"});
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_EQ(ParseJson<v1::Job>(r.out).spec().command().working_dir(), std::filesystem::current_path().string());
+  EXPECT_EQ(ParseJson<v1::Job>(r.out).spec().command().working_dir(),
+            std::filesystem::current_path().string());
 }
 
 TEST_F(CliTest, SubmitWorkingDirIsRefusedForAJobThatIsNotACommandJob) {
   CliRun r = Run({"submit", "--working-dir", dir_, job_file_});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("trainctl submit: --working-dir: the job is not a command job (it has no command:)"));
+  EXPECT_THAT(
+      r.err,
+      HasSubstr(
+          "trainctl submit: --working-dir: the job is not a command job (it has no command:)"));
   r = Run({"submit", "--working-dir", dir_ + "/missing", "--nproc-per-node", "1", "train.py"});
   EXPECT_EQ(r.code, 2);
   EXPECT_THAT(r.err, HasSubstr("--working-dir " + dir_ + "/missing: not a directory"));
@@ -461,22 +492,28 @@ TEST_F(CliTest, SubmitRefusesAnOversizeDirectoryBeforeAnyCallNamingTheBiggestFil
   std::filesystem::create_directories(code + "/data");
   std::ofstream(code + "/train.py") << "print('hi')\n";
   // Sparse: 65 MiB on paper, nothing on disk (the refusal reads no file).
-  std::filesystem::resize_file(testing::WriteFile(code + "/data", "shard0.bin", ""), int64_t{65} << 20);
-  std::filesystem::resize_file(testing::WriteFile(code + "/data", "shard1.bin", ""), int64_t{3} << 20);
+  std::filesystem::resize_file(testing::WriteFile(code + "/data", "shard0.bin", ""),
+                               int64_t{65} << 20);
+  std::filesystem::resize_file(testing::WriteFile(code + "/data", "shard1.bin", ""),
+                               int64_t{3} << 20);
   RecordingListener listener;
-  CliRun r = RunTrainctl({"--coordinator", absl::StrCat("127.0.0.1:", listener.port()), "--token-file",
-                          AdminTokenFile(), "submit", "--working-dir", code, "--nproc-per-node", "1", "train.py"});
+  CliRun r = RunTrainctl({"--coordinator", absl::StrCat("127.0.0.1:", listener.port()),
+                          "--token-file", AdminTokenFile(), "submit", "--working-dir", code,
+                          "--nproc-per-node", "1", "train.py"});
   EXPECT_EQ(r.code, 1) << r.err;
   EXPECT_THAT(r.err, HasSubstr("over the limit of 64 MiB"));
-  EXPECT_THAT(r.err, HasSubstr("the biggest files: data/shard0.bin (65 MiB), data/shard1.bin (3 MiB), train.py"));
+  EXPECT_THAT(
+      r.err,
+      HasSubstr("the biggest files: data/shard0.bin (65 MiB), data/shard1.bin (3 MiB), train.py"));
   EXPECT_THAT(r.err, HasSubstr(".trainctlignore"));
   EXPECT_EQ(listener.connections(), 0);
 
   // Ignored, it is left out and the rest goes (here: to a coordinator
   // that does not take uploads yet, or does).
   std::ofstream(code + "/.trainctlignore") << "data/\n";
-  r = RunTrainctl({"--coordinator", absl::StrCat("127.0.0.1:", listener.port()), "--token-file", AdminTokenFile(),
-                   "--timeout", "1", "submit", "--working-dir", code, "--nproc-per-node", "1", "train.py"});
+  r = RunTrainctl({"--coordinator", absl::StrCat("127.0.0.1:", listener.port()), "--token-file",
+                   AdminTokenFile(), "--timeout", "1", "submit", "--working-dir", code,
+                   "--nproc-per-node", "1", "train.py"});
   EXPECT_THAT(r.err, Not(HasSubstr("over the limit")));
   EXPECT_GE(listener.connections(), 1);
 }
@@ -503,12 +540,14 @@ class FakeCodeCoordinator final : public v1::JobService::Service {
       data += chunk.data();
     }
     resp->set_size_bytes(static_cast<int64_t>(data.size()));
-    if (auth::Sha256Hex(data) != digest.substr(7)) return grpc::Status(grpc::StatusCode::DATA_LOSS, "digest");
+    if (auth::Sha256Hex(data) != digest.substr(7))
+      return grpc::Status(grpc::StatusCode::DATA_LOSS, "digest");
     std::lock_guard<std::mutex> l(mu_);
     stored_[digest] = data;
     return grpc::Status::OK;
   }
-  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req, v1::SubmitJobResponse* resp) override {
+  grpc::Status SubmitJob(grpc::ServerContext*, const v1::SubmitJobRequest* req,
+                         v1::SubmitJobResponse* resp) override {
     resp->mutable_job()->set_id("fake-1");
     resp->mutable_job()->set_state(v1::JOB_STATE_PENDING);
     *resp->mutable_job()->mutable_spec() = req->spec();
@@ -538,12 +577,22 @@ TEST_F(CliTest, SubmitPacksUploadsAndNamesTheCodeInTheSpec) {
   std::ofstream(code + "/pkg/model.py") << "X = 1\n";
   std::ofstream(code + "/.gitignore") << "*.log\n";
   std::ofstream(code + "/run.log") << "left out\n";
-  const std::vector<std::string> args = {"--coordinator", absl::StrCat("127.0.0.1:", port), "--token-file",
-                                         AdminTokenFile(), "-o", "json", "submit", "--working-dir", code,
-                                         "--nproc-per-node", "1", "train.py"};
+  const std::vector<std::string> args = {"--coordinator",
+                                         absl::StrCat("127.0.0.1:", port),
+                                         "--token-file",
+                                         AdminTokenFile(),
+                                         "-o",
+                                         "json",
+                                         "submit",
+                                         "--working-dir",
+                                         code,
+                                         "--nproc-per-node",
+                                         "1",
+                                         "train.py"};
   CliRun r = RunTrainctl(args);
   ASSERT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.err, MatchesRegex("code: 3 files, 4.5 KiB, sha256:[0-9a-f]{8}\u2026 \\(uploaded\\)\n"));
+  EXPECT_THAT(r.err,
+              MatchesRegex("code: 3 files, 4.5 KiB, sha256:[0-9a-f]{8}\u2026 \\(uploaded\\)\n"));
   v1::Job job = ParseJson<v1::Job>(r.out);
   const v1::CommandSpec& c = job.spec().command();
   EXPECT_EQ(c.working_dir(), "");
@@ -576,7 +625,9 @@ TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
   EXPECT_THAT(r.out, HasSubstr("Name:       classic\n"));
   EXPECT_THAT(r.out, HasSubstr("State:      SUCCEEDED\n"));
   EXPECT_THAT(r.out, HasSubstr("Attempt:    1 (restarts 0 of 3)\n"));
-  EXPECT_THAT(r.out, HasSubstr("Progress:   [====================] 100%  epoch 2/2  step 10/10  loss 0.2500"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("Progress:   [====================] 100%  epoch 2/2  step 10/10  loss 0.2500"));
   EXPECT_THAT(r.out, HasSubstr("Last eval:  epoch 2: loss 0.1250, accuracy 85.00%\n"));
   r = Run({"status", waiting});
   EXPECT_THAT(r.out, HasSubstr("State:      PENDING\n"));
@@ -593,9 +644,16 @@ TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
   EXPECT_EQ(r.code, 0) << r.err;
   std::vector<std::string> lines = Lines(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
-  EXPECT_THAT(lines[0], MatchesRegex("ID +NAME +QUEUE +STATE +RANKS +PROGRESS +RESTARTS +SUBMITTED +REASON"));
-  EXPECT_THAT(lines[1], MatchesRegex(waiting + " +classic +default +PENDING +4 +- +0 +(just now|.* ago) +needs 4 cpu slots.*"));
-  EXPECT_THAT(lines[2], MatchesRegex(done + " +classic +default +SUCCEEDED +2 +epoch 2/2 100% +0 +(just now|.* ago) +-"));
+  EXPECT_THAT(lines[0],
+              MatchesRegex("ID +NAME +QUEUE +STATE +RANKS +PROGRESS +RESTARTS +SUBMITTED +REASON"));
+  EXPECT_THAT(
+      lines[1],
+      MatchesRegex(waiting +
+                   " +classic +default +PENDING +4 +- +0 +(just now|.* ago) +needs 4 cpu slots.*"));
+  EXPECT_THAT(
+      lines[2],
+      MatchesRegex(done +
+                   " +classic +default +SUCCEEDED +2 +epoch 2/2 100% +0 +(just now|.* ago) +-"));
   r = Run({"list", "--state", "succeeded,failed"});
   EXPECT_EQ(Lines(r.out).size(), 2u) << r.out;
   EXPECT_THAT(r.out, HasSubstr(done));
@@ -612,16 +670,20 @@ TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
   // describe: spec, attempt placement and rank states, events.
   r = Run({"describe", done});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, HasSubstr("\nSpec:\n  ranks:       2, device cpu, backend auto, priority 0\n"));
+  EXPECT_THAT(r.out,
+              HasSubstr("\nSpec:\n  ranks:       2, device cpu, backend auto, priority 0\n"));
   EXPECT_THAT(r.out, HasSubstr("  train data:  synthetic 600 × 5, 2 classes, seed 0\n"));
   EXPECT_THAT(r.out, HasSubstr("  eval data:   synthetic 60 × 5, 2 classes, seed 1\n"));
   EXPECT_THAT(r.out, HasSubstr("\nAttempt 1: SUCCEEDED, "));
-  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*  RANK  NODE  LOCAL  HOST     WORKER  SLOT   STATE      STEP  EXIT\n"
-                                  "  0     0     0      host-w[01]  w[01]      cpu:0  SUCCEEDED  20    -\n"
-                                  "  1     1     0      host-w[01]  w[01]      cpu:0  SUCCEEDED  20    -\n(.|\n)*"));
+  EXPECT_THAT(
+      r.out, MatchesRegex(
+                 "(.|\n)*  RANK  NODE  LOCAL  HOST     WORKER  SLOT   STATE      STEP  EXIT\n"
+                 "  0     0     0      host-w[01]  w[01]      cpu:0  SUCCEEDED  20    -\n"
+                 "  1     1     0      host-w[01]  w[01]      cpu:0  SUCCEEDED  20    -\n(.|\n)*"));
   EXPECT_THAT(r.out, HasSubstr("\nEvents:\n  TIME"));
   for (const char* type : {"submitted", "scheduled", "running", "epoch_end", "succeeded"}) {
-    EXPECT_THAT(r.out, MatchesRegex(absl::StrCat("(.|\n)*\n  [0-9-]+ [0-9:]+  [-1]  +[-0]  +", type, " +.*(.|\n)*")))
+    EXPECT_THAT(r.out, MatchesRegex(absl::StrCat("(.|\n)*\n  [0-9-]+ [0-9:]+  [-1]  +[-0]  +", type,
+                                                 " +.*(.|\n)*")))
         << type;
   }
   EXPECT_THAT(r.out, HasSubstr("epoch 1/2 done: loss 0.5000, eval loss 0.2500, accuracy 75.00%"));
@@ -642,14 +704,20 @@ TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
   EXPECT_EQ(r.code, 0) << r.err;
   lines = Lines(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
-  EXPECT_THAT(lines[0], MatchesRegex("ID +HOST +ADDRESS +STATE +SLOTS +BUSY +CPUS +MEMORY +LIMITS +LABELS +HEARTBEAT "
-                                     "+VERSION"));
-  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw0 +host-w0 +127.0.0.1 +ALIVE +1 cpu +0/1 +- +- +no +disk=ssd,zone=lab "
-                                  "+.* +-\n(.|\n)*"));
-  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw1 +host-w1 +127.0.0.1 +ALIVE +1 cpu +0/1 +- +- +no +- +.*"));
+  EXPECT_THAT(
+      lines[0],
+      MatchesRegex("ID +HOST +ADDRESS +STATE +SLOTS +BUSY +CPUS +MEMORY +LIMITS +LABELS +HEARTBEAT "
+                   "+VERSION"));
+  EXPECT_THAT(r.out,
+              MatchesRegex(
+                  "(.|\n)*\nw0 +host-w0 +127.0.0.1 +ALIVE +1 cpu +0/1 +- +- +no +disk=ssd,zone=lab "
+                  "+.* +-\n(.|\n)*"));
+  EXPECT_THAT(r.out,
+              MatchesRegex("(.|\n)*\nw1 +host-w1 +127.0.0.1 +ALIVE +1 cpu +0/1 +- +- +no +- +.*"));
   cluster_.RemoveWorker("w1");
   absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (absl::Now() < deadline && Lines(Run({"workers"}).out).size() != 2) absl::SleepFor(absl::Milliseconds(20));
+  while (absl::Now() < deadline && Lines(Run({"workers"}).out).size() != 2)
+    absl::SleepFor(absl::Milliseconds(20));
   EXPECT_EQ(Lines(Run({"workers"}).out).size(), 2u);
   r = Run({"workers", "--all", "-o", "json"});
   auto workers = ParseJson<v1::ListWorkersResponse>(r.out);
@@ -671,7 +739,10 @@ TEST_F(CliTest, WorkersShowsAllocatableCpusMemoryAndLimits) {
   ASSERT_TRUE(w.Connect());
   CliRun r = Run({"workers"});
   EXPECT_EQ(r.code, 0) << r.err;
-  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw-big +host-w-big +127.0.0.1 +ALIVE +2 cpu +0/2 +7.5 +3 GiB +yes +- .*"));
+  EXPECT_THAT(
+      r.out,
+      MatchesRegex(
+          "(.|\n)*\nw-big +host-w-big +127.0.0.1 +ALIVE +2 cpu +0/2 +7.5 +3 GiB +yes +- .*"));
 }
 
 TEST_F(CliTest, EveryVerbTakesAnIdANameOrAnIdPrefix) {
@@ -701,14 +772,16 @@ TEST_F(CliTest, EveryVerbTakesAnIdANameOrAnIdPrefix) {
   // Several matches: listed newest first, or the newest with --latest.
   r = Run({"status", "twin"});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("'twin' matches 2 jobs by name, newest first: " + twin2 + ", " + twin1));
+  EXPECT_THAT(r.err,
+              HasSubstr("'twin' matches 2 jobs by name, newest first: " + twin2 + ", " + twin1));
   EXPECT_THAT(r.err, HasSubstr("give an id, or --latest for the newest"));
   r = Run({"cancel", "twin", "--latest"});
   EXPECT_EQ(r.code, 0) << r.err;
   EXPECT_THAT(r.out, HasSubstr("job " + twin2 + " CANCELLED"));
   r = Run({"status", "nobody"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "trainctl status: no job 'nobody' (not an id, a job name or the start of an id)\n");
+  EXPECT_EQ(r.err,
+            "trainctl status: no job 'nobody' (not an id, a job name or the start of an id)\n");
 }
 
 // --- errors from the coordinator -------------------------------------------------
@@ -724,24 +797,29 @@ TEST_F(CliTest, MetricsPrintsTheHistoryOfAnEndedJobAndDescribeSummarizesIt) {
   ASSERT_EQ(r.code, 0) << r.err;
   std::vector<std::string> lines = Lines(r.out);
   ASSERT_EQ(lines.size(), 9u) << r.out;
-  EXPECT_THAT(lines[0], MatchesRegex("ATTEMPT +RANK +KIND +EPOCH +STEP +LOSS +LR +SAMPLES/S +DATA_MS +COMPUTE_MS "
-                                     "+COMM_MS +LOSS_SCALE +EVAL_LOSS +EVAL_ACC +TIME"));
+  EXPECT_THAT(
+      lines[0],
+      MatchesRegex("ATTEMPT +RANK +KIND +EPOCH +STEP +LOSS +LR +SAMPLES/S +DATA_MS +COMPUTE_MS "
+                   "+COMM_MS +LOSS_SCALE +EVAL_LOSS +EVAL_ACC +TIME"));
   // Accuracy in percent, as status, describe and --follow print it (issue
   // #44 item 10: "0.9129" here, "91.29%" there); the CSV keeps the fraction.
   r = Run({"metrics", id, "--rank", "1", "--kind", "eval"});
   ASSERT_EQ(r.code, 0) << r.err;
   lines = Lines(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
-  EXPECT_THAT(lines[1], MatchesRegex("1 +1 +eval +1 +10 +0.5 +- +- +- +- +- +- +0.25 +75.00% .*")) << r.out;
-  EXPECT_THAT(lines[2], MatchesRegex("1 +1 +eval +2 +10 +0.25 +- +- +- +- +- +- +0.125 +85.00% .*")) << r.out;
+  EXPECT_THAT(lines[1], MatchesRegex("1 +1 +eval +1 +10 +0.5 +- +- +- +- +- +- +0.25 +75.00% .*"))
+      << r.out;
+  EXPECT_THAT(lines[2], MatchesRegex("1 +1 +eval +2 +10 +0.25 +- +- +- +- +- +- +0.125 +85.00% .*"))
+      << r.out;
 
   r = Run({"metrics", id, "--rank", "1", "--kind", "eval", "-o", "csv"});
   ASSERT_EQ(r.code, 0) << r.err;
   lines = Lines(r.out);
   ASSERT_EQ(lines.size(), 3u) << r.out;
-  EXPECT_EQ(lines[0],
-            "attempt,rank,kind,epoch,step,loss,lr,samples_per_sec,data_ms,compute_ms,comm_ms,loss_scale,"
-            "eval_loss,eval_accuracy,time");
+  EXPECT_EQ(
+      lines[0],
+      "attempt,rank,kind,epoch,step,loss,lr,samples_per_sec,data_ms,compute_ms,comm_ms,loss_scale,"
+      "eval_loss,eval_accuracy,time");
   // The stand-in's epoch ends carry a loss and the eval, nothing else:
   // the cells of what they did not report are empty, not 0.
   EXPECT_THAT(lines[1], StartsWith("1,1,eval,1,10,0.5,,,,,,,0.25,0.7500,"));
@@ -757,8 +835,10 @@ TEST_F(CliTest, MetricsPrintsTheHistoryOfAnEndedJobAndDescribeSummarizesIt) {
   // The summary: best eval, rank 0's last loss, both ranks' mean throughput.
   r = Run({"describe", id});
   EXPECT_THAT(r.out, HasSubstr("Last eval:  epoch 2: loss 0.1250, accuracy 85.00%\n"));
-  EXPECT_THAT(r.out, HasSubstr("Summary:     best eval accuracy 85.00% (epoch 2, loss 0.1250), last loss 0.2500, "
-                               "mean 2000 samples/s\n"));
+  EXPECT_THAT(
+      r.out,
+      HasSubstr("Summary:     best eval accuracy 85.00% (epoch 2, loss 0.1250), last loss 0.2500, "
+                "mean 2000 samples/s\n"));
 
   // Bad input names the field.
   r = Run({"metrics", id, "--kind", "loss"});
@@ -775,13 +855,16 @@ TEST_F(CliTest, MetricsPrintsTheHistoryOfAnEndedJobAndDescribeSummarizesIt) {
 TEST_F(CliTest, RpcErrorsPrintTheCoordinatorsReasonAndExitOne) {
   CliRun r = Run({"status", "no-such-job"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_EQ(r.err, "trainctl status: no job 'no-such-job' (not an id, a job name or the start of an id)\n");
+  EXPECT_EQ(
+      r.err,
+      "trainctl status: no job 'no-such-job' (not an id, a job name or the start of an id)\n");
   EXPECT_EQ(r.out, "");
 
   std::string nowhere = Unreachable();
   r = RunTrainctl({"--coordinator", nowhere, "--timeout", "2", "list"});
   EXPECT_EQ(r.code, 1);
-  EXPECT_THAT(r.err, StartsWith("trainctl list: cannot reach the coordinator at " + nowhere + ": "));
+  EXPECT_THAT(r.err,
+              StartsWith("trainctl list: cannot reach the coordinator at " + nowhere + ": "));
 }
 
 TEST_F(CliTest, CancelStopsAPendingJobAndRefusesAFinishedOne) {
@@ -822,7 +905,8 @@ TEST_F(CliTest, CheckpointsListsRecordsAndResumeContinuesFromThem) {
   rep->mutable_record()->set_global_step(20);
   rep->mutable_record()->set_size_bytes(3000);
   rep->mutable_record()->set_checksum("crc32:12345678");
-  rep->mutable_record()->set_path("/work/jobs/" + id + "/checkpoints/" + id + ".ckpt-epoch-000002.pt");
+  rep->mutable_record()->set_path("/work/jobs/" + id + "/checkpoints/" + id +
+                                  ".ckpt-epoch-000002.pt");
   ASSERT_TRUE(w.Send(m));
   for (int i = 0; i < 200; ++i) {
     r = Run({"checkpoints", id});
@@ -833,8 +917,9 @@ TEST_F(CliTest, CheckpointsListsRecordsAndResumeContinuesFromThem) {
   std::vector<std::string> lines = Lines(r.out);
   ASSERT_EQ(lines.size(), 2u) << r.out;
   EXPECT_THAT(lines[0], StartsWith("EPOCHS  STEP  JOB"));
-  EXPECT_THAT(lines[1], AllOf(HasSubstr(" 20 "), HasSubstr(id), HasSubstr(" w0 "), HasSubstr("2.9 KiB"),
-                              HasSubstr("crc32:12345678"), HasSubstr(".ckpt-epoch-000002.pt")));
+  EXPECT_THAT(lines[1],
+              AllOf(HasSubstr(" 20 "), HasSubstr(id), HasSubstr(" w0 "), HasSubstr("2.9 KiB"),
+                    HasSubstr("crc32:12345678"), HasSubstr(".ckpt-epoch-000002.pt")));
 
   r = Run({"status", id});
   EXPECT_THAT(r.out, HasSubstr("epoch 2, step 20 on w0"));
@@ -842,7 +927,8 @@ TEST_F(CliTest, CheckpointsListsRecordsAndResumeContinuesFromThem) {
   // The checkpoint already finished 2 epochs: resuming to 2 is refused.
   r = Run({"resume", id});
   EXPECT_EQ(r.code, 2);
-  EXPECT_THAT(r.err, HasSubstr("training.epochs: 2, but job " + id + "'s checkpoint already completed 2 epoch(s)"));
+  EXPECT_THAT(r.err, HasSubstr("training.epochs: 2, but job " + id +
+                               "'s checkpoint already completed 2 epoch(s)"));
   // Another model cannot load it.
   r = Run({"resume", id, "--set", "training.epochs=4", "--set", "model.hidden=[8]"});
   EXPECT_EQ(r.code, 2);
@@ -861,7 +947,8 @@ TEST_F(CliTest, CheckpointsListsRecordsAndResumeContinuesFromThem) {
     return c.has_start_ranks() && c.start_ranks().job_id() == next.id();
   });
   ASSERT_TRUE(start.has_value());
-  EXPECT_EQ(start->start_ranks().resume().path(), "/work/jobs/" + id + "/checkpoints/" + id + ".ckpt-epoch-000002.pt");
+  EXPECT_EQ(start->start_ranks().resume().path(),
+            "/work/jobs/" + id + "/checkpoints/" + id + ".ckpt-epoch-000002.pt");
   EXPECT_EQ(start->start_ranks().resume().checksum(), "crc32:12345678");
 }
 

@@ -3,9 +3,9 @@
 // 127.0.0.1:0, with fake workers moving jobs along.
 #pragma once
 
+#include <gmock/gmock.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
-#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
 #include <fcntl.h>
@@ -27,15 +27,15 @@
 namespace trainctl::cli_testing {
 
 using ::testing::AllOf;
+using testing::CliRun;
 using ::testing::Contains;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 using ::testing::IsEmpty;
 using ::testing::MatchesRegex;
 using ::testing::Not;
-using ::testing::StartsWith;
-using testing::CliRun;
 using testing::RunTrainctl;
+using ::testing::StartsWith;
 using testing::TestCluster;
 
 inline std::vector<std::string> Lines(const std::string& s) {
@@ -58,7 +58,8 @@ class CliTest : public ::testing::Test {
  protected:
   // The CLI as the admin, its token from a file (never on a command line).
   CliRun Run(std::vector<std::string> args) {
-    args.insert(args.begin(), {"--coordinator", cluster_.address(), "--token-file", AdminTokenFile()});
+    args.insert(args.begin(),
+                {"--coordinator", cluster_.address(), "--token-file", AdminTokenFile()});
     return RunTrainctl(args);
   }
   const std::string& AdminTokenFile() {

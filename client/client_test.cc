@@ -146,9 +146,10 @@ TEST(ClientTest, SubmitFileValidatesLocallyAndSendsNothingWhenInvalid) {
   std::unique_ptr<Client> client = ConnectTo(cluster);
   ASSERT_NE(client, nullptr);
   std::string dir = testing::MakeTempDir();
-  std::string path = testing::WriteFile(dir, "bad.yaml",
-                                        "name: Bad_Name\nworld_size: 0\nmodel: {name: mlp, input_dim: 5, classes: 2}\n"
-                                        "data: {train: {format: synthetic, length: 10, size: 5}}\n");
+  std::string path = testing::WriteFile(
+      dir, "bad.yaml",
+      "name: Bad_Name\nworld_size: 0\nmodel: {name: mlp, input_dim: 5, classes: 2}\n"
+      "data: {train: {format: synthetic, length: 10, size: 5}}\n");
   absl::StatusOr<v1::Job> job = client->SubmitFile(path);
   ASSERT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   std::vector<std::string> lines = absl::StrSplit(job.status().message(), '\n');
@@ -219,7 +220,8 @@ TEST(ClientTest, WatchDeliversHistoryAndLiveUpdatesAndReturnsTheFinalJob) {
   });
   ASSERT_TRUE(stopped.ok()) << stopped.status();
   EXPECT_EQ(seen, 1);
-  EXPECT_EQ(client->Watch("no-such-job", false, nullptr).status().code(), absl::StatusCode::kNotFound);
+  EXPECT_EQ(client->Watch("no-such-job", false, nullptr).status().code(),
+            absl::StatusCode::kNotFound);
 }
 
 TEST(ClientTest, LogsReturnsStoredLinesPerRank) {
@@ -241,10 +243,13 @@ TEST(ClientTest, LogsReturnsStoredLinesPerRank) {
   EXPECT_THAT(lines, Contains("1: rank 1 trained 1 epochs"));
   options.rank = 1;
   lines.clear();
-  ASSERT_TRUE(client->Logs(job->id(), options, [&](const v1::LogChunk& c) {
-                      for (const v1::LogLine& l : c.lines()) lines.push_back(l.text());
-                      return true;
-                    }).ok());
+  ASSERT_TRUE(client
+                  ->Logs(job->id(), options,
+                         [&](const v1::LogChunk& c) {
+                           for (const v1::LogLine& l : c.lines()) lines.push_back(l.text());
+                           return true;
+                         })
+                  .ok());
   EXPECT_THAT(lines, ::testing::ElementsAre("rank 1 trained 1 epochs"));
   options.attempt = 7;
   EXPECT_EQ(client->Logs(job->id(), options, nullptr).code(), absl::StatusCode::kInvalidArgument);
@@ -261,7 +266,8 @@ TEST(ClientTest, WorkersListsSlotsAndGoneWorkersOnRequest) {
   ASSERT_EQ(workers->size(), 2u);
   cluster.RemoveWorker("w1");
   absl::Time deadline = absl::Now() + absl::Seconds(5);
-  while (absl::Now() < deadline && client->Workers()->size() != 1) absl::SleepFor(absl::Milliseconds(20));
+  while (absl::Now() < deadline && client->Workers()->size() != 1)
+    absl::SleepFor(absl::Milliseconds(20));
   EXPECT_EQ(client->Workers()->size(), 1u);
   absl::StatusOr<std::vector<v1::Worker>> all = client->Workers(/*include_gone=*/true);
   ASSERT_TRUE(all.ok());

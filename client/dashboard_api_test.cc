@@ -3,9 +3,9 @@
 // see what (tokens, the /login cookie, redirects), each JSON endpoint's
 // answer, the metrics resume_token a poller follows, and errors that name
 // the field. The browser half is tests/dashboard_e2e_test.cc.
+#include <gmock/gmock.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
-#include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
 
@@ -42,7 +42,8 @@ class DashboardApiTest : public ::testing::Test {
   std::string Submit(const std::string& name, int world) {
     std::unique_ptr<Client> client = Client::FromChannel(cluster_.channel());
     absl::StatusOr<v1::Job> job = client->SubmitFile(
-        testing::WriteFile(testing::MakeTempDir(), "job.yaml", testing::ValidJobYaml(world)), {"name=" + name});
+        testing::WriteFile(testing::MakeTempDir(), "job.yaml", testing::ValidJobYaml(world)),
+        {"name=" + name});
     EXPECT_TRUE(job.ok()) << job.status();
     return job.ok() ? job->id() : "";
   }
@@ -74,13 +75,15 @@ TEST_F(DashboardApiTest, PagesNeedATokenAndTheLoginFormSetsAnHttpOnlyCookie) {
   EXPECT_THAT(refused->body, HasSubstr("Token refused: "));
   EXPECT_FALSE(refused->has_header("Set-Cookie"));
   // A worker token is a token, but not one for reading jobs.
-  auto worker = http_->Post("/login", "token=" + *cluster_.server().IssueToken(v1::ROLE_WORKER, "w"),
-                            "application/x-www-form-urlencoded");
+  auto worker =
+      http_->Post("/login", "token=" + *cluster_.server().IssueToken(v1::ROLE_WORKER, "w"),
+                  "application/x-www-form-urlencoded");
   ASSERT_TRUE(worker);
   EXPECT_EQ(worker->status, 401);
   EXPECT_THAT(worker->body, HasSubstr("dashboard needs role admin or submitter or viewer; token"));
 
-  auto ok = http_->Post("/login", "token=" + viewer_ + "&next=/jobs/x", "application/x-www-form-urlencoded");
+  auto ok = http_->Post("/login", "token=" + viewer_ + "&next=/jobs/x",
+                        "application/x-www-form-urlencoded");
   ASSERT_TRUE(ok);
   EXPECT_EQ(ok->status, 303);
   EXPECT_EQ(ok->get_header_value("Location"), "/jobs/x");
@@ -97,7 +100,8 @@ TEST_F(DashboardApiTest, PagesNeedATokenAndTheLoginFormSetsAnHttpOnlyCookie) {
   EXPECT_EQ(backslash->get_header_value("Location"), "/");
   // Every answer carries the security headers, a 404 of the server's own too.
   for (auto* r : {&page, &ok, &backslash}) {
-    EXPECT_THAT((*r)->get_header_value("Content-Security-Policy"), HasSubstr("frame-ancestors 'none'"));
+    EXPECT_THAT((*r)->get_header_value("Content-Security-Policy"),
+                HasSubstr("frame-ancestors 'none'"));
     EXPECT_EQ((*r)->get_header_value("X-Frame-Options"), "DENY");
     EXPECT_EQ((*r)->get_header_value("X-Content-Type-Options"), "nosniff");
   }
@@ -144,13 +148,16 @@ TEST_F(DashboardApiTest, EndpointsAnswerJobsEventsMetricsLogsAndWorkers) {
   auto job = Get("/api/jobs/" + id, viewer_);
   ASSERT_EQ(job->status, 200) << job->body;
   auto doc = Parse<Struct>(job->body);
-  EXPECT_EQ(doc.fields().at("job").struct_value().fields().at("state").string_value(), "JOB_STATE_SUCCEEDED");
+  EXPECT_EQ(doc.fields().at("job").struct_value().fields().at("state").string_value(),
+            "JOB_STATE_SUCCEEDED");
   const auto& events = doc.fields().at("events").list_value();
   ASSERT_GE(events.values_size(), 4);
   const int last_seq = static_cast<int>(std::stod(
       events.values(events.values_size() - 1).struct_value().fields().at("seq").string_value()));
-  auto later = Parse<Struct>(Get(absl::StrCat("/api/jobs/", id, "?events_after=", last_seq - 1), viewer_)->body);
-  EXPECT_EQ(later.fields().at("events").list_value().values_size(), 1) << "only the events after events_after";
+  auto later = Parse<Struct>(
+      Get(absl::StrCat("/api/jobs/", id, "?events_after=", last_seq - 1), viewer_)->body);
+  EXPECT_EQ(later.fields().at("events").list_value().values_size(), 1)
+      << "only the events after events_after";
 
   // Metrics: every point, then nothing new from the resume_token.
   auto metrics = Get("/api/jobs/" + id + "/metrics", viewer_);
@@ -160,7 +167,8 @@ TEST_F(DashboardApiTest, EndpointsAnswerJobsEventsMetricsLogsAndWorkers) {
   EXPECT_GT(page.batches(0).points_size(), 0);
   EXPECT_TRUE(page.next_page_token().empty());
   ASSERT_FALSE(page.resume_token().empty());
-  auto rest = Parse<v1::GetMetricsResponse>(Get("/api/jobs/" + id + "/metrics?page_token=" + page.resume_token(), viewer_)->body);
+  auto rest = Parse<v1::GetMetricsResponse>(
+      Get("/api/jobs/" + id + "/metrics?page_token=" + page.resume_token(), viewer_)->body);
   EXPECT_EQ(rest.batches_size(), 0);
   EXPECT_EQ(rest.resume_token(), page.resume_token()) << "an empty page keeps the poller's place";
 
@@ -169,13 +177,22 @@ TEST_F(DashboardApiTest, EndpointsAnswerJobsEventsMetricsLogsAndWorkers) {
   EXPECT_EQ(logs.fields().at("attempt").number_value(), 1);
   EXPECT_EQ(logs.fields().at("world_size").number_value(), 2);
   EXPECT_EQ(logs.fields().at("lines").list_value().values_size(), 2);
-  auto rank1 = Parse<Struct>(Get("/api/jobs/" + id + "/logs?rank=1&attempt=1&tail=10", viewer_)->body);
+  auto rank1 =
+      Parse<Struct>(Get("/api/jobs/" + id + "/logs?rank=1&attempt=1&tail=10", viewer_)->body);
   ASSERT_EQ(rank1.fields().at("lines").list_value().values_size(), 1);
-  EXPECT_EQ(rank1.fields().at("lines").list_value().values(0).struct_value().fields().at("text").string_value(),
+  EXPECT_EQ(rank1.fields()
+                .at("lines")
+                .list_value()
+                .values(0)
+                .struct_value()
+                .fields()
+                .at("text")
+                .string_value(),
             "rank 1 trained 2 epochs");
   auto bad_rank = Get("/api/jobs/" + id + "/logs?rank=2", viewer_);
   EXPECT_EQ(bad_rank->status, 400);
-  EXPECT_THAT(bad_rank->body, HasSubstr("rank: 2 is outside job '" + id + "''s world: world_size 2 (ranks 0..1)"));
+  EXPECT_THAT(bad_rank->body,
+              HasSubstr("rank: 2 is outside job '" + id + "''s world: world_size 2 (ranks 0..1)"));
   auto bad_attempt = Get("/api/jobs/" + id + "/logs?attempt=3", viewer_);
   EXPECT_EQ(bad_attempt->status, 400);
   EXPECT_THAT(bad_attempt->body, HasSubstr("attempt: 3 is out of range"));
@@ -184,7 +201,8 @@ TEST_F(DashboardApiTest, EndpointsAnswerJobsEventsMetricsLogsAndWorkers) {
   EXPECT_THAT(not_a_number->body, HasSubstr("tail: '-1' is not a non-negative integer"));
   auto bad_token = Get("/api/jobs/" + id + "/metrics?page_token=x", viewer_);
   EXPECT_EQ(bad_token->status, 400);
-  EXPECT_THAT(bad_token->body, HasSubstr("page_token: 'x' is not a token this coordinator returned"));
+  EXPECT_THAT(bad_token->body,
+              HasSubstr("page_token: 'x' is not a token this coordinator returned"));
   auto missing = Get("/api/jobs/nope", viewer_);
   EXPECT_EQ(missing->status, 404);
   EXPECT_EQ(missing->body, "{\"error\":\"no job nope\"}");
@@ -211,7 +229,8 @@ TEST_F(DashboardApiTest, QueuesPageAndEndpointShowQuotaUseAndJobs) {
   ASSERT_TRUE(admin->CreateQueue(b).ok());
   // No worker: the job waits in its queue.
   absl::StatusOr<v1::Job> job = admin->SubmitFile(
-      testing::WriteFile(testing::MakeTempDir(), "job.yaml", testing::ValidJobYaml(2)), {"name=queued", "queue=team-a"});
+      testing::WriteFile(testing::MakeTempDir(), "job.yaml", testing::ValidJobYaml(2)),
+      {"name=queued", "queue=team-a"});
   ASSERT_TRUE(job.ok()) << job.status();
 
   auto page = Get("/queues", viewer_);

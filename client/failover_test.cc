@@ -32,7 +32,8 @@ v1::JobSpec Spec() {
   return p.spec;
 }
 
-absl::StatusOr<std::unique_ptr<Client>> ConnectList(const TestCluster& cluster, const std::string& list) {
+absl::StatusOr<std::unique_ptr<Client>> ConnectList(const TestCluster& cluster,
+                                                    const std::string& list) {
   ClientOptions options;
   options.address = list;
   options.token = cluster.admin_token();
@@ -84,7 +85,8 @@ TEST(FailoverTest, StandbyFirstInTheListLeadsToTheActive) {
   ASSERT_TRUE(watched.ok()) << watched.status();
   EXPECT_EQ(watched->state(), v1::JOB_STATE_SUCCEEDED);
   EXPECT_GT(updates, 0);
-  EXPECT_EQ(standby.calls("/trainctl.v1.JobService/WatchJob"), 1) << "opened on the standby, then on the active";
+  EXPECT_EQ(standby.calls("/trainctl.v1.JobService/WatchJob"), 1)
+      << "opened on the standby, then on the active";
   int chunks = 0;
   absl::Status logs = (*via_hint)->Logs(job->id(), LogsOptions{}, [&](const v1::LogChunk&) {
     ++chunks;
@@ -118,7 +120,8 @@ TEST(FailoverTest, TheHintIsFollowedWhenTheActiveIsNotInTheList) {
 TEST(FailoverTest, AnUnreachableAddressLeadsToTheNext) {
   TestCluster cluster;
   const std::string dead = absl::StrCat("127.0.0.1:", testing::UnusedPort());
-  absl::StatusOr<std::unique_ptr<Client>> client = ConnectList(cluster, absl::StrCat(dead, ",", cluster.address()));
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      ConnectList(cluster, absl::StrCat(dead, ",", cluster.address()));
   ASSERT_TRUE(client.ok()) << client.status();
   absl::StatusOr<v1::Job> job = (*client)->Submit(Spec());
   ASSERT_TRUE(job.ok()) << job.status();
@@ -128,7 +131,8 @@ TEST(FailoverTest, AnUnreachableAddressLeadsToTheNext) {
   // An entry that is a DNS name with several addresses (localhost: ::1 and
   // 127.0.0.1) stays one entry: gRPC's resolver tries its addresses.
   const std::string port = cluster.address().substr(cluster.address().rfind(':') + 1);
-  absl::StatusOr<std::unique_ptr<Client>> by_name = ConnectList(cluster, absl::StrCat(dead, ",localhost:", port));
+  absl::StatusOr<std::unique_ptr<Client>> by_name =
+      ConnectList(cluster, absl::StrCat(dead, ",localhost:", port));
   ASSERT_TRUE(by_name.ok()) << by_name.status();
   absl::StatusOr<std::vector<v1::Job>> listed = (*by_name)->List();
   ASSERT_TRUE(listed.ok()) << listed.status();
@@ -192,7 +196,8 @@ TEST(FailoverTest, ACallThatMayHaveRunIsNotSentAgainUnlessIdempotent) {
   absl::StatusOr<v1::Job> job = (*direct)->Submit(Spec());
   ASSERT_TRUE(job.ok()) << job.status();
 
-  absl::StatusOr<std::unique_ptr<Client>> client = ConnectList(cluster, absl::StrCat(lost.address(), ",", cluster.address()));
+  absl::StatusOr<std::unique_ptr<Client>> client =
+      ConnectList(cluster, absl::StrCat(lost.address(), ",", cluster.address()));
   ASSERT_TRUE(client.ok()) << client.status();
   // Cancel: maybe it ran. Returned as it is, never sent to the next one.
   absl::StatusOr<v1::Job> cancelled = (*client)->Cancel(job->id(), "test");
@@ -201,7 +206,8 @@ TEST(FailoverTest, ACallThatMayHaveRunIsNotSentAgainUnlessIdempotent) {
   EXPECT_EQ(lost.calls(kCancel), 1);
   absl::StatusOr<v1::Job> still = (*direct)->Get(job->id());
   ASSERT_TRUE(still.ok());
-  EXPECT_EQ(still->state(), v1::JOB_STATE_PENDING) << "the cancel never reached the other coordinator";
+  EXPECT_EQ(still->state(), v1::JOB_STATE_PENDING)
+      << "the cancel never reached the other coordinator";
 
   // A read goes on to the next address.
   absl::StatusOr<v1::Job> got = (*client)->Get(job->id());
@@ -229,14 +235,14 @@ TEST(FailoverTest, CliTakesAListFromTheFlagAndTheEnvironment) {
   const std::string file = testing::WriteFile(dir, "job.yaml", testing::ValidJobYaml(2));
   const std::string dead = absl::StrCat("127.0.0.1:", testing::UnusedPort());
 
-  CliRun r = RunTrainctl({"--coordinator", absl::StrCat(standby.address(), ",", cluster.address()), "--token",
-                          cluster.admin_token(), "--timeout", "20", "submit", file});
+  CliRun r = RunTrainctl({"--coordinator", absl::StrCat(standby.address(), ",", cluster.address()),
+                          "--token", cluster.admin_token(), "--timeout", "20", "submit", file});
   ASSERT_EQ(r.code, 0) << r.err;
   EXPECT_EQ(JobsOn(cluster), 1u);
   EXPECT_EQ(standby.calls(kSubmit), 1);
 
-  r = RunTrainctl({"--coordinator", absl::StrCat(dead, ",", cluster.address()), "--token", cluster.admin_token(),
-                   "--timeout", "20", "list"});
+  r = RunTrainctl({"--coordinator", absl::StrCat(dead, ",", cluster.address()), "--token",
+                   cluster.admin_token(), "--timeout", "20", "list"});
   ASSERT_EQ(r.code, 0) << r.err;
 
   cli::CliEnvironment env = testing::TestEnvironment();

@@ -28,7 +28,9 @@ std::string WriteFile(const std::string& dir, const std::string& name, const std
 std::string ValidJobYaml(int world_size) {
   return absl::StrCat(
       "name: classic\n"
-      "world_size: ", world_size, "\n"
+      "world_size: ",
+      world_size,
+      "\n"
       "device: cpu\n"
       "model: {name: mlp, input_dim: 5, classes: 2}\n"
       "data:\n"
@@ -90,7 +92,8 @@ TestCluster::~TestCluster() {
   std::filesystem::remove_all(dir_, ignored);
 }
 
-FakeWorker& TestCluster::AddWorker(const std::string& id, int cpu_slots, std::map<std::string, std::string> labels) {
+FakeWorker& TestCluster::AddWorker(const std::string& id, int cpu_slots,
+                                   std::map<std::string, std::string> labels) {
   workers_.push_back(std::make_unique<FakeWorker>(worker_channel_, id, cpu_slots,
                                                   absl::Milliseconds(100), worker_token_));
   workers_.back()->set_labels(std::move(labels));
@@ -123,9 +126,11 @@ std::string TestCluster::WaitForStartedJob(const std::string& except, absl::Dura
   return "";
 }
 
-bool TestCluster::StartAttempt(const std::string& job_id, int attempt, std::vector<RankHome>* ranks) {
+bool TestCluster::StartAttempt(const std::string& job_id, int attempt,
+                               std::vector<RankHome>* ranks) {
   auto is_start = [&](const v1::CoordinatorMessage& m) {
-    return m.has_start_ranks() && m.start_ranks().job_id() == job_id && m.start_ranks().attempt() == attempt;
+    return m.has_start_ranks() && m.start_ranks().job_id() == job_id &&
+           m.start_ranks().attempt() == attempt;
   };
   // Which workers got ranks: wait until the starts cover the world size.
   absl::Time deadline = absl::Now() + absl::Seconds(10);
@@ -157,13 +162,15 @@ bool TestCluster::StartAttempt(const std::string& job_id, int attempt, std::vect
   if (!producer->Send(rdv)) return false;
   for (const RankHome& h : *ranks) {
     if (!h.worker->WaitFor([&](const v1::CoordinatorMessage& m) {
-          return m.has_rendezvous() && m.rendezvous().job_id() == job_id && m.rendezvous().attempt() == attempt;
+          return m.has_rendezvous() && m.rendezvous().job_id() == job_id &&
+                 m.rendezvous().attempt() == attempt;
         })) {
       ADD_FAILURE() << "no rendezvous delivered";
       return false;
     }
   }
-  for (const RankHome& h : *ranks) h.worker->SendStatus(job_id, attempt, h.rank, v1::RANK_STATE_RUNNING);
+  for (const RankHome& h : *ranks)
+    h.worker->SendStatus(job_id, attempt, h.rank, v1::RANK_STATE_RUNNING);
   return WaitState(job_id, v1::JOB_STATE_RUNNING);
 }
 
@@ -202,15 +209,18 @@ bool TestCluster::RunAttemptToSuccess(const std::string& job_id, int attempt, in
     }
   }
   for (const RankHome& h : ranks) {
-    if (!SendLogs(job_id, attempt, h.rank, {absl::StrCat("rank ", h.rank, " trained ", epochs, " epochs")})) {
+    if (!SendLogs(job_id, attempt, h.rank,
+                  {absl::StrCat("rank ", h.rank, " trained ", epochs, " epochs")})) {
       return false;
     }
   }
-  for (const RankHome& h : ranks) h.worker->SendStatus(job_id, attempt, h.rank, v1::RANK_STATE_SUCCEEDED);
+  for (const RankHome& h : ranks)
+    h.worker->SendStatus(job_id, attempt, h.rank, v1::RANK_STATE_SUCCEEDED);
   return WaitState(job_id, v1::JOB_STATE_SUCCEEDED);
 }
 
-bool TestCluster::FailRank(const std::string& job_id, int attempt, int rank, const std::string& message) {
+bool TestCluster::FailRank(const std::string& job_id, int attempt, int rank,
+                           const std::string& message) {
   std::vector<RankHome> ranks;
   if (!StartAttempt(job_id, attempt, &ranks)) return false;
   for (const RankHome& h : ranks) {
@@ -224,7 +234,8 @@ bool TestCluster::FailRank(const std::string& job_id, int attempt, int rank, con
     s->mutable_exit()->set_exit_code(3);
     s->mutable_exit()->set_kind(v1::FAILURE_KIND_EXIT);
     s->mutable_exit()->set_message(message);
-    s->mutable_exit()->add_last_log_lines("Traceback: the last words of rank " + std::to_string(rank));
+    s->mutable_exit()->add_last_log_lines("Traceback: the last words of rank " +
+                                          std::to_string(rank));
     return h.worker->Send(m);
   }
   ADD_FAILURE() << "rank " << rank << " not placed";
@@ -235,7 +246,8 @@ FakeWorker* TestCluster::WorkerOf(const std::string& job_id, int attempt, int ra
   for (auto& w : workers_) {
     auto m = w->WaitFor(
         [&](const v1::CoordinatorMessage& m) {
-          if (!m.has_start_ranks() || m.start_ranks().job_id() != job_id || m.start_ranks().attempt() != attempt) {
+          if (!m.has_start_ranks() || m.start_ranks().job_id() != job_id ||
+              m.start_ranks().attempt() != attempt) {
             return false;
           }
           for (const auto& r : m.start_ranks().ranks()) {

@@ -11,11 +11,11 @@
 #include <string>
 #include <vector>
 
-#include "tests/support/ports.h"
 #include "absl/time/time.h"
 #include "client/cli/cli.h"
 #include "coordinator/server/coordinator_server.h"
 #include "tests/support/fake_worker.h"
+#include "tests/support/ports.h"
 #include "trainctl/v1/job.pb.h"
 
 namespace trainctl::testing {
@@ -54,7 +54,8 @@ class TestCluster {
   coordinator::CoordinatorServer& server() { return *server_; }
 
   // Connects a fake worker "id" with `cpu_slots` CPU slots (host "host-<id>").
-  FakeWorker& AddWorker(const std::string& id, int cpu_slots, std::map<std::string, std::string> labels = {});
+  FakeWorker& AddWorker(const std::string& id, int cpu_slots,
+                        std::map<std::string, std::string> labels = {});
   // Ends worker `id`'s session cleanly (Goodbye) and forgets it.
   void RemoveWorker(const std::string& id);
 
@@ -70,7 +71,8 @@ class TestCluster {
   // code 3, message `message` and a last log line.
   bool FailRank(const std::string& job_id, int attempt, int rank, const std::string& message);
   // Sends log lines for one rank of one attempt from the worker that runs it.
-  bool SendLogs(const std::string& job_id, int attempt, int rank, const std::vector<std::string>& lines);
+  bool SendLogs(const std::string& job_id, int attempt, int rank,
+                const std::vector<std::string>& lines);
 
   // Polls GetJob until the job is in `state`.
   bool WaitState(const std::string& job_id, v1::JobState state,

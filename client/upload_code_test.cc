@@ -1,8 +1,8 @@
 // Client::UploadCode and PackedCodeArchive against a fake JobService that
 // implements only UploadCode (on 127.0.0.1, port 0): the pieces, the early
 // end when the coordinator has the archive, the coordinator's errors.
-#include <grpcpp/grpcpp.h>
 #include <gmock/gmock.h>
+#include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -134,7 +134,8 @@ class UploadCodeTest : public ::testing::Test {
   }
 
   std::unique_ptr<PackedCodeArchive> Pack() {
-    absl::StatusOr<std::unique_ptr<PackedCodeArchive>> archive = PackedCodeArchive::Pack(dir_ + "/code/");
+    absl::StatusOr<std::unique_ptr<PackedCodeArchive>> archive =
+        PackedCodeArchive::Pack(dir_ + "/code/");
     EXPECT_TRUE(archive.ok()) << archive.status();
     return archive.ok() ? std::move(*archive) : nullptr;
   }
@@ -143,7 +144,8 @@ class UploadCodeTest : public ::testing::Test {
   absl::StatusOr<UploadedCode> UploadTo(grpc::Service* service) {
     std::unique_ptr<Client> client = Serve(service);
     archive_ = Pack();
-    if (client == nullptr || archive_ == nullptr) return absl::InternalError("no client or archive");
+    if (client == nullptr || archive_ == nullptr)
+      return absl::InternalError("no client or archive");
     return client->UploadCode(archive_->path(), archive_->code());
   }
 
@@ -154,7 +156,8 @@ class UploadCodeTest : public ::testing::Test {
 
 TEST_F(UploadCodeTest, PiecesOfOneMebibyteReassembleToTheArchive) {
   FakeJobService fake;
-  fake.answer = [](const v1::UploadCodeChunk& first, const std::string& data, v1::UploadCodeResponse* resp) {
+  fake.answer = [](const v1::UploadCodeChunk& first, const std::string& data,
+                   v1::UploadCodeResponse* resp) {
     resp->set_digest(first.digest());
     resp->set_size_bytes(static_cast<int64_t>(data.size()));
     return grpc::Status::OK;
@@ -194,7 +197,8 @@ TEST_F(UploadCodeTest, PiecesOfOneMebibyteReassembleToTheArchive) {
 TEST_F(UploadCodeTest, AlreadyStoredEndsTheCallAfterTheFirstMessage) {
   FakeJobService fake;
   fake.stop_after_first = true;
-  fake.answer = [](const v1::UploadCodeChunk& first, const std::string&, v1::UploadCodeResponse* resp) {
+  fake.answer = [](const v1::UploadCodeChunk& first, const std::string&,
+                   v1::UploadCodeResponse* resp) {
     resp->set_digest(first.digest());
     resp->set_size_bytes(first.size_bytes());
     resp->set_already_stored(true);
@@ -211,7 +215,8 @@ TEST_F(UploadCodeTest, AlreadyStoredEndsTheCallAfterTheFirstMessage) {
 TEST_F(UploadCodeTest, TheCoordinatorsErrorComesBackWithItsCode) {
   FakeJobService fake;
   fake.answer = [](const v1::UploadCodeChunk&, const std::string&, v1::UploadCodeResponse*) {
-    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED, "code archive over --max-code-bytes (1 MiB)");
+    return grpc::Status(grpc::StatusCode::RESOURCE_EXHAUSTED,
+                        "code archive over --max-code-bytes (1 MiB)");
   };
   absl::StatusOr<UploadedCode> uploaded = UploadTo(&fake);
   ASSERT_FALSE(uploaded.ok());
@@ -254,7 +259,8 @@ TEST_F(UploadCodeTest, ASizeThatIsNotTheFilesIsRefusedBeforeAnyCall) {
 }
 
 TEST_F(UploadCodeTest, PackRefusesAnOversizeDirectoryNamingTheBiggestFile) {
-  absl::StatusOr<std::unique_ptr<PackedCodeArchive>> archive = PackedCodeArchive::Pack(dir_ + "/code", 1 << 20);
+  absl::StatusOr<std::unique_ptr<PackedCodeArchive>> archive =
+      PackedCodeArchive::Pack(dir_ + "/code", 1 << 20);
   ASSERT_FALSE(archive.ok());
   EXPECT_EQ(archive.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(archive.status().message(), HasSubstr("pkg/weights.bin (2.5 MiB)"));

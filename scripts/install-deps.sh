@@ -77,6 +77,8 @@ add test faketime
 add test python3-torch python3-grpcio python3-numpy dataset-fashion-mnist
 # the Python client (python/trainctl/client.py): protobuf messages, job.yaml
 add test python3-protobuf python3-yaml
+# the format check (scripts/format-check.sh: clang-format --dry-run)
+add test clang-format
 
 usage() {
   echo "usage: install-deps.sh [build|test] [--log FILE] | --print build|test | --list" >&2

@@ -138,6 +138,10 @@ echo "== thread-safety analysis of the LibTorch code (clang -fsyntax-only over b
 JOBS="$jobs" bash scripts/thread-safety.sh
 mark thread-safety
 
+echo "== format check (clang-format --dry-run over the folders scripts/format-check.sh lists) =="
+bash scripts/format-check.sh
+mark format-check
+
 if [ -z "${SKIP_SANITIZE:-}" ]; then
   echo "== sanitizer build (clang: address+undefined and the thread-safety analysis, without LibTorch) =="
   ahead_wait asan

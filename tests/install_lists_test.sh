@@ -26,8 +26,8 @@ if [ "$(bash "$deps" --list)" != "$(bash "$deps" --print test)" ]; then
 fi
 
 # Test-only packages (a browser, a metrics server, a database server, a
-# second compiler, Python reference packages, a data set, a time faker).
-for p in chromium prometheus postgresql clang faketime python3-torch python3-numpy python3-grpcio dataset-fashion-mnist; do
+# second compiler and its formatter, Python reference packages, a data set, a time faker).
+for p in chromium prometheus postgresql clang clang-format faketime python3-torch python3-numpy python3-grpcio dataset-fashion-mnist; do
   if ! grep -qx -- "$p" <<<"$test"; then
     echo "FAIL: $p is not in the test list"
     fail=1

@@ -21,12 +21,18 @@ namespace {
 
 std::string RoleText(v1::Role r) {
   switch (r) {
-    case v1::ROLE_ADMIN: return "admin";
-    case v1::ROLE_SUBMITTER: return "submitter";
-    case v1::ROLE_VIEWER: return "viewer";
-    case v1::ROLE_WORKER: return "worker";
-    case v1::ROLE_JOIN: return "join";
-    default: return "-";
+    case v1::ROLE_ADMIN:
+      return "admin";
+    case v1::ROLE_SUBMITTER:
+      return "submitter";
+    case v1::ROLE_VIEWER:
+      return "viewer";
+    case v1::ROLE_WORKER:
+      return "worker";
+    case v1::ROLE_JOIN:
+      return "join";
+    default:
+      return "-";
   }
 }
 
@@ -35,7 +41,8 @@ absl::StatusOr<absl::Duration> ParseTtl(const std::string& text) {
   if (text.empty() || text == "0") return absl::ZeroDuration();
   absl::Duration d;
   int64_t days = 0;
-  if (absl::EndsWith(text, "d") && absl::SimpleAtoi(text.substr(0, text.size() - 1), &days) && days > 0) {
+  if (absl::EndsWith(text, "d") && absl::SimpleAtoi(text.substr(0, text.size() - 1), &days) &&
+      days > 0) {
     return absl::Hours(24 * days);
   }
   if (!absl::ParseDuration(text, &d) || d < absl::ZeroDuration()) {
@@ -56,14 +63,19 @@ struct CreateArgs {
 int RunCreate(CliContext& ctx, const CreateArgs& a) {
   v1::CreateTokenRequest req;
   std::string role = absl::AsciiStrToLower(a.role);
-  if (role == "admin") req.set_role(v1::ROLE_ADMIN);
-  else if (role == "submitter") req.set_role(v1::ROLE_SUBMITTER);
-  else if (role == "viewer") req.set_role(v1::ROLE_VIEWER);
-  else if (role == "worker") req.set_role(v1::ROLE_WORKER);
-  else if (role == "join") req.set_role(v1::ROLE_JOIN);
+  if (role == "admin")
+    req.set_role(v1::ROLE_ADMIN);
+  else if (role == "submitter")
+    req.set_role(v1::ROLE_SUBMITTER);
+  else if (role == "viewer")
+    req.set_role(v1::ROLE_VIEWER);
+  else if (role == "worker")
+    req.set_role(v1::ROLE_WORKER);
+  else if (role == "join")
+    req.set_role(v1::ROLE_JOIN);
   else {
-    return ctx.Fail(absl::InvalidArgumentError(
-        absl::StrCat("--role: '", a.role, "' is not one of admin, submitter, viewer, worker, join")));
+    return ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
+        "--role: '", a.role, "' is not one of admin, submitter, viewer, worker, join")));
   }
   absl::StatusOr<absl::Duration> ttl = ParseTtl(a.ttl);
   if (!ttl.ok()) return ctx.Fail(ttl.status());
@@ -76,64 +88,72 @@ int RunCreate(CliContext& ctx, const CreateArgs& a) {
   for (const std::string& q : a.queues) {
     if (!q.empty()) req.add_queues(q);
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::CreateTokenResponse> r = (*client)->CreateToken(req);
-  if (!r.ok()) return ctx.Fail(r.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*r);
-    return kExitOk;
-  }
-  ctx.out << "token " << r->token().id() << " (" << r->token().name() << "), role "
-          << RoleText(r->token().role()) << ", expires "
-          << (r->token().has_expire_time() ? FormatTimestamp(r->token().expire_time()) : "never")
-          << (r->token().one_time() ? ", one-time" : "")
-          << (r->token().addresses_size() > 0
-                  ? absl::StrCat(", addresses ", absl::StrJoin(r->token().addresses(), ","))
-                  : "")
-          << (r->token().queues_size() > 0 ? absl::StrCat(", queues ", absl::StrJoin(r->token().queues(), ","))
-                                           : "")
-          << "\n"
-          << "secret (shown once; the coordinator keeps only its hash):\n"
-          << r->secret() << "\n";
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.CreateToken(req); },
+      [&](v1::CreateTokenResponse& r) -> int {
+        if (ctx.json()) {
+          ctx.PrintJson(r);
+          return kExitOk;
+        }
+        ctx.out << "token " << r.token().id() << " (" << r.token().name() << "), role "
+                << RoleText(r.token().role()) << ", expires "
+                << (r.token().has_expire_time() ? FormatTimestamp(r.token().expire_time())
+                                                : "never")
+                << (r.token().one_time() ? ", one-time" : "")
+                << (r.token().addresses_size() > 0
+                        ? absl::StrCat(", addresses ", absl::StrJoin(r.token().addresses(), ","))
+                        : "")
+                << (r.token().queues_size() > 0
+                        ? absl::StrCat(", queues ", absl::StrJoin(r.token().queues(), ","))
+                        : "")
+                << "\n"
+                << "secret (shown once; the coordinator keeps only its hash):\n"
+                << r.secret() << "\n";
+        return kExitOk;
+      });
 }
 
 int RunList(CliContext& ctx, bool all) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<std::vector<v1::Token>> tokens = (*client)->ListTokens(all);
-  if (!tokens.ok()) return ctx.Fail(tokens.status());
-  if (ctx.json()) return PrintJsonList(ctx, *tokens, &v1::ListTokensResponse::mutable_tokens);
-  if (tokens->empty()) {
-    ctx.out << (all ? "no tokens\n" : "no live tokens (--all shows revoked and expired ones)\n");
-    return kExitOk;
-  }
-  Table t({"ID", "NAME", "ROLE", "CREATED", "EXPIRES", "STATE"});
-  for (const v1::Token& tok : *tokens) {
-    std::string state = "active";
-    if (tok.revoked()) state = "revoked";
-    else if (tok.one_time() && tok.used()) state = "used";
-    else if (tok.has_expire_time() && absl::Now() >= absl::FromUnixSeconds(tok.expire_time().seconds())) state = "expired";
-    else if (tok.one_time()) state = "one-time";
-    t.AddRow({tok.id(), tok.name(), RoleText(tok.role()), FormatTimestamp(tok.create_time()),
-              tok.has_expire_time() ? FormatTimestamp(tok.expire_time()) : "never", state});
-  }
-  t.Print(ctx.out);
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.ListTokens(all); },
+      [&](std::vector<v1::Token>& tokens) -> int {
+        if (ctx.json()) return PrintJsonList(ctx, tokens, &v1::ListTokensResponse::mutable_tokens);
+        if (tokens.empty()) {
+          ctx.out << (all ? "no tokens\n"
+                          : "no live tokens (--all shows revoked and expired ones)\n");
+          return kExitOk;
+        }
+        Table t({"ID", "NAME", "ROLE", "CREATED", "EXPIRES", "STATE"});
+        for (const v1::Token& tok : tokens) {
+          std::string state = "active";
+          if (tok.revoked())
+            state = "revoked";
+          else if (tok.one_time() && tok.used())
+            state = "used";
+          else if (tok.has_expire_time() &&
+                   absl::Now() >= absl::FromUnixSeconds(tok.expire_time().seconds()))
+            state = "expired";
+          else if (tok.one_time())
+            state = "one-time";
+          t.AddRow({tok.id(), tok.name(), RoleText(tok.role()), FormatTimestamp(tok.create_time()),
+                    tok.has_expire_time() ? FormatTimestamp(tok.expire_time()) : "never", state});
+        }
+        t.Print(ctx.out);
+        return kExitOk;
+      });
 }
 
 int RunRevoke(CliContext& ctx, const std::string& id) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Token> t = (*client)->RevokeToken(id);
-  if (!t.ok()) return ctx.Fail(t.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*t);
-    return kExitOk;
-  }
-  ctx.out << "token " << t->id() << " (" << t->name() << ") revoked\n";
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.RevokeToken(id); },
+      [&](v1::Token& t) -> int {
+        if (ctx.json()) {
+          ctx.PrintJson(t);
+          return kExitOk;
+        }
+        ctx.out << "token " << t.id() << " (" << t.name() << ") revoked\n";
+        return kExitOk;
+      });
 }
 
 int RunLogin(CliContext& ctx, const std::string& address) {
@@ -144,17 +164,21 @@ int RunLogin(CliContext& ctx, const std::string& address) {
       !list.ok()) {
     return ctx.Fail(list.status());
   }
-  if (ctx.token_flag.empty()) return ctx.Fail(absl::InvalidArgumentError("--token-file (or --token): required"));
+  if (ctx.token_flag.empty())
+    return ctx.Fail(absl::InvalidArgumentError("--token-file (or --token): required"));
   std::string ca;
   if (!ctx.ca_flag.empty()) {
     std::error_code ec;
     ca = std::filesystem::absolute(ctx.ca_flag, ec).string();
     if (!std::filesystem::exists(ca, ec)) {
-      return ctx.Fail(absl::InvalidArgumentError(absl::StrCat("--ca: ", ctx.ca_flag, ": no such file")));
+      return ctx.Fail(
+          absl::InvalidArgumentError(absl::StrCat("--ca: ", ctx.ca_flag, ": no such file")));
     }
   }
   std::string path = ConfigFilePath(ctx.env);
-  if (path.empty()) return ctx.Fail(absl::InvalidArgumentError("config file: neither $XDG_CONFIG_HOME nor $HOME is set"));
+  if (path.empty())
+    return ctx.Fail(
+        absl::InvalidArgumentError("config file: neither $XDG_CONFIG_HOME nor $HOME is set"));
   // Check the token before saving it: a mistyped one fails here, not later.
   ClientOptions options;
   options.address = addr;
@@ -167,28 +191,29 @@ int RunLogin(CliContext& ctx, const std::string& address) {
   if (!probe.ok() && probe.status().code() != absl::StatusCode::kPermissionDenied) {
     return ctx.Fail(probe.status());
   }
-  std::string yaml = absl::StrCat("# Written by `trainctl login`.\ncoordinator: \"", addr, "\"\ntoken: \"",
-                                  ctx.token_flag, "\"\n");
+  std::string yaml = absl::StrCat("# Written by `trainctl login`.\ncoordinator: \"", addr,
+                                  "\"\ntoken: \"", ctx.token_flag, "\"\n");
   if (!ca.empty()) absl::StrAppend(&yaml, "ca: \"", ca, "\"\n");
   absl::Status w = auth::WritePrivateFile(path, yaml);
   if (!w.ok()) return ctx.Fail(w);
-  ctx.out << "logged in to " << addr << (ca.empty() ? " (plaintext)" : " (TLS)") << "; wrote " << path << "\n";
+  ctx.out << "logged in to " << addr << (ca.empty() ? " (plaintext)" : " (TLS)") << "; wrote "
+          << path << "\n";
   return kExitOk;
 }
 
 }  // namespace
 
 VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx) {
-  CLI::App* sub = AddVerb(
-      app, "token", "Create, list and revoke bearer tokens (admin)",
-      "  trainctl token create --role submitter --name alice --ttl 30d\n"
-      "  trainctl token create --role submitter --name team-a --queues team-a,shared\n"
-      "  trainctl token create --role worker --name gpu-07\n"
-      "  trainctl token create --role join --ttl 1h --address 10.0.3.7 --name gpu-07\n"
-      "                                     (one-time: trainctl-worker --join-token)\n"
-      "  trainctl token list --all\n"
-      "  trainctl token revoke t-3f9a1c0d\n",
-      "Examples:");
+  CLI::App* sub =
+      AddVerb(app, "token", "Create, list and revoke bearer tokens (admin)",
+              "  trainctl token create --role submitter --name alice --ttl 30d\n"
+              "  trainctl token create --role submitter --name team-a --queues team-a,shared\n"
+              "  trainctl token create --role worker --name gpu-07\n"
+              "  trainctl token create --role join --ttl 1h --address 10.0.3.7 --name gpu-07\n"
+              "                                     (one-time: trainctl-worker --join-token)\n"
+              "  trainctl token list --all\n"
+              "  trainctl token revoke t-3f9a1c0d\n",
+              "Examples:");
   sub->require_subcommand(1, 1);
   auto create = std::make_shared<CreateArgs>();
   auto all = std::make_shared<bool>(false);
@@ -207,10 +232,11 @@ VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx) {
                 "rendezvous reports may name only these or the IP it connects from")
       ->delimiter(',')
       ->type_name("HOST");
-  c->add_option("--queues", create->queues,
-                "Submitter and admin tokens: the queues it may submit to (comma-separated, at most 16); the "
-                "first is where a job naming none goes. A submitter token is refused other queues. Queues "
-                "need not exist yet")
+  c->add_option(
+       "--queues", create->queues,
+       "Submitter and admin tokens: the queues it may submit to (comma-separated, at most 16); the "
+       "first is where a job naming none goes. A submitter token is refused other queues. Queues "
+       "need not exist yet")
       ->delimiter(',')
       ->type_name("QUEUE");
   c->callback([which] { *which = "create"; });
@@ -228,20 +254,22 @@ VerbRunner AddTokenVerb(CLI::App& app, CliContext& ctx) {
 }
 
 int RunWorkerRevoke(CliContext& ctx, const std::string& id) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::RevokeWorkerResponse> r = (*client)->RevokeWorker(id);
-  if (!r.ok()) return ctx.Fail(r.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*r);
-    return kExitOk;
-  }
-  ctx.out << "worker " << r->worker_id() << (r->newly_revoked() ? " revoked" : " was already revoked")
-          << " at " << FormatTimestamp(r->revoke_time())
-          << (r->serials_size() > 0 ? absl::StrCat(" (certificate serials ", absl::StrJoin(r->serials(), ","), ")")
-                                    : "")
-          << "; a token worker keeps its token: revoke that too (trainctl token revoke)\n";
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.RevokeWorker(id); },
+      [&](v1::RevokeWorkerResponse& r) -> int {
+        if (ctx.json()) {
+          ctx.PrintJson(r);
+          return kExitOk;
+        }
+        ctx.out << "worker " << r.worker_id()
+                << (r.newly_revoked() ? " revoked" : " was already revoked") << " at "
+                << FormatTimestamp(r.revoke_time())
+                << (r.serials_size() > 0 ? absl::StrCat(" (certificate serials ",
+                                                        absl::StrJoin(r.serials(), ","), ")")
+                                         : "")
+                << "; a token worker keeps its token: revoke that too (trainctl token revoke)\n";
+        return kExitOk;
+      });
 }
 
 VerbRunner AddWorkerVerb(CLI::App& app, CliContext& ctx) {
@@ -250,7 +278,8 @@ VerbRunner AddWorkerVerb(CLI::App& app, CliContext& ctx) {
   sub->require_subcommand(1, 1);
   auto id = std::make_shared<std::string>();
   CLI::App* r = sub->add_subcommand(
-      "revoke", "Revoke a worker's certificate at once: its session ends, its ranks are rescheduled");
+      "revoke",
+      "Revoke a worker's certificate at once: its session ends, its ranks are rescheduled");
   r->add_option("id", *id, "Worker id (trainctl workers)")->required();
   return [&ctx, id] { return RunWorkerRevoke(ctx, *id); };
 }
@@ -258,25 +287,26 @@ VerbRunner AddWorkerVerb(CLI::App& app, CliContext& ctx) {
 // The dashboard's one-time sign-in link: the host this CLI dialed, the
 // port and scheme the coordinator's dashboard listens with.
 int RunDashboard(CliContext& ctx) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::CreateSignInCodeResponse> r = (*client)->CreateSignInCode();
-  if (!r.ok()) return ctx.Fail(r.status());
-  // The coordinator that made the code: the active one.
-  const std::string address = (*client)->active_address();
-  std::string host = address.substr(0, address.rfind(':'));
-  if (absl::StartsWith(host, "dns:///")) host = host.substr(7);
-  if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
-  if (host == "[::]") host = "[::1]";
-  const std::string url =
-      absl::StrCat(r->https() ? "https" : "http", "://", host, ":", r->http_port(), "/signin?code=", r->code());
-  if (ctx.json()) {
-    ctx.out << "{\"url\":\"" << url << "\",\"expires_in_s\":" << r->expires_in_s() << "}\n";
-    return kExitOk;
-  }
-  ctx.out << url << "\n";
-  ctx.err << "open it within " << r->expires_in_s() << " s; it signs one browser in with your token, once\n";
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.CreateSignInCode(); },
+      [&](Client& client, v1::CreateSignInCodeResponse& r) -> int {
+        // The coordinator that made the code: the active one.
+        const std::string address = client.active_address();
+        std::string host = address.substr(0, address.rfind(':'));
+        if (absl::StartsWith(host, "dns:///")) host = host.substr(7);
+        if (host.empty() || host == "0.0.0.0") host = "127.0.0.1";
+        if (host == "[::]") host = "[::1]";
+        const std::string url = absl::StrCat(r.https() ? "https" : "http", "://", host, ":",
+                                             r.http_port(), "/signin?code=", r.code());
+        if (ctx.json()) {
+          ctx.out << "{\"url\":\"" << url << "\",\"expires_in_s\":" << r.expires_in_s() << "}\n";
+          return kExitOk;
+        }
+        ctx.out << url << "\n";
+        ctx.err << "open it within " << r.expires_in_s()
+                << " s; it signs one browser in with your token, once\n";
+        return kExitOk;
+      });
 }
 
 VerbRunner AddDashboardVerb(CLI::App& app, CliContext& ctx) {
@@ -289,7 +319,8 @@ VerbRunner AddDashboardVerb(CLI::App& app, CliContext& ctx) {
 VerbRunner AddLoginVerb(CLI::App& app, CliContext& ctx) {
   auto address = std::make_shared<std::string>();
   CLI::App* sub = AddVerb(
-      app, "login", "Check a token against a coordinator and save address, token and CA in the config file",
+      app, "login",
+      "Check a token against a coordinator and save address, token and CA in the config file",
       "  trainctl login --address coord:7070 --token-file alice.token --ca ca.crt\n"
       "Writes $XDG_CONFIG_HOME (or ~/.config)/trainctl/config.yaml with mode 0600. Without --ca\n"
       "only a loopback address is accepted (the token would cross the network in clear text).\n");

@@ -15,8 +15,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "client/cli/context.h"
-#include "client/cli/script_job.h"
 #include "client/cli/format.h"
+#include "client/cli/script_job.h"
 #include "common/auth/secret.h"
 #include "common/coordinator_failover.h"
 
@@ -29,17 +29,17 @@ constexpr char kDefaultCoordinator[] = "localhost:7070";
 // Every verb, in the order `trainctl --help` lists them. A new verb is one
 // function (see context.h) and one line here.
 constexpr VerbFactory kVerbs[] = {
-    AddSubmitVerb, AddStatusVerb, AddDescribeVerb, AddListVerb,  AddLogsVerb,
-    AddCancelVerb, AddResumeVerb, AddCheckpointsVerb, AddFetchVerb, AddWorkersVerb, AddRunVerb, AddRunsVerb,
-    AddMetricsVerb,
-    AddQueueVerb,  AddUsageVerb,
-    AddTokenVerb,  AddLoginVerb,  AddWorkerVerb, AddDashboardVerb,
+    AddSubmitVerb, AddStatusVerb, AddDescribeVerb,    AddListVerb,      AddLogsVerb,
+    AddCancelVerb, AddResumeVerb, AddCheckpointsVerb, AddFetchVerb,     AddWorkersVerb,
+    AddRunVerb,    AddRunsVerb,   AddMetricsVerb,     AddQueueVerb,     AddUsageVerb,
+    AddTokenVerb,  AddLoginVerb,  AddWorkerVerb,      AddDashboardVerb,
 };
 
 constexpr char kMainFooter[] =
     "Coordinator: --coordinator, else $TRAINCTL_COORDINATOR (or $TRAINCTL_ADDRESS), else\n"
     "`coordinator: host:port` in ~/.config/trainctl/config.yaml, else localhost:7070. Each takes\n"
-    "a list, a:7070,b:7070: a standby's answer leads to the active one, an unreachable one to the next.\n"
+    "a list, a:7070,b:7070: a standby's answer leads to the active one, an unreachable one to the "
+    "next.\n"
     "Token and CA: --token-file (or --token) / --ca, else $TRAINCTL_TOKEN / $TRAINCTL_CA, else\n"
     "`token:` / `ca:` in the config file (trainctl login writes it). A token goes in clear text\n"
     "only to a loopback address; elsewhere give the CA.\n"
@@ -95,14 +95,16 @@ bool ConfigValue(const CliEnvironment& env, const std::string& key, std::string*
   try {
     YAML::Node doc = YAML::Load(in);
     if (!doc.IsNull() && !doc.IsMap()) {
-      *error = absl::StrCat(path, ": expected a mapping such as `coordinator: host:port[,host:port...]`");
+      *error = absl::StrCat(path,
+                            ": expected a mapping such as `coordinator: host:port[,host:port...]`");
       return false;
     }
     if (doc.IsMap() && doc[key]) {
       YAML::Node c = doc[key];
       if (!c.IsScalar() || c.as<std::string>().empty()) {
-        *error = absl::StrCat(path, ":", c.Mark().line + 1, ":", c.Mark().column + 1, ": ", key,
-                              key == "coordinator" ? ": expected host:port[,host:port...]" : ": expected a string");
+        *error = absl::StrCat(
+            path, ":", c.Mark().line + 1, ":", c.Mark().column + 1, ": ", key,
+            key == "coordinator" ? ": expected host:port[,host:port...]" : ": expected a string");
         return false;
       }
       *value = c.as<std::string>();
@@ -139,11 +141,11 @@ bool ResolveSetting(const std::string& flag, const std::vector<std::string>& env
 
 }  // namespace
 
-std::optional<ResolvedAddress> ResolveCoordinator(const std::string& flag, const CliEnvironment& env,
-                                                  std::string* error) {
+std::optional<ResolvedAddress> ResolveCoordinator(const std::string& flag,
+                                                  const CliEnvironment& env, std::string* error) {
   std::string value, source;
-  if (!ResolveSetting(flag, {"TRAINCTL_COORDINATOR", "TRAINCTL_ADDRESS"}, "coordinator", env, &value,
-                      &source, error)) {
+  if (!ResolveSetting(flag, {"TRAINCTL_COORDINATOR", "TRAINCTL_ADDRESS"}, "coordinator", env,
+                      &value, &source, error)) {
     return std::nullopt;
   }
   if (source == "flag") return ResolvedAddress{value, "--coordinator"};
@@ -153,7 +155,8 @@ std::optional<ResolvedAddress> ResolveCoordinator(const std::string& flag, const
 
 std::optional<ResolvedCredentials> ResolveCredentials(const std::string& token_flag,
                                                       const std::string& ca_flag,
-                                                      const CliEnvironment& env, std::string* error) {
+                                                      const CliEnvironment& env,
+                                                      std::string* error) {
   ResolvedCredentials out;
   std::string source;
   if (!ResolveSetting(token_flag, {"TRAINCTL_TOKEN"}, "token", env, &out.token, &source, error)) {
@@ -182,7 +185,8 @@ absl::StatusOr<std::unique_ptr<Client>> CliContext::Connect(std::optional<absl::
   } else if (addr->source != "default") {
     where = absl::StrCat(addr->source, ": coordinator");  // the config file
   }
-  if (absl::StatusOr<std::vector<std::string>> list = ParseCoordinatorList(addr->address, where); !list.ok()) {
+  if (absl::StatusOr<std::vector<std::string>> list = ParseCoordinatorList(addr->address, where);
+      !list.ok()) {
     return list.status();
   }
   ClientOptions options;
@@ -192,9 +196,10 @@ absl::StatusOr<std::unique_ptr<Client>> CliContext::Connect(std::optional<absl::
   options.timeout = absl::Seconds(timeout_s);
   if (timeout.has_value()) options.timeout = *timeout;
   // A followed job outlives a coordinator restart: say so once per break.
-  options.on_watch_broken = [this, reconnect_for = options.watch_reconnect_for](const absl::Status& why) {
-    err << "trainctl " << verb << ": the stream broke (" << why.message() << "); reconnecting for up to "
-        << absl::FormatDuration(reconnect_for) << "\n"
+  options.on_watch_broken = [this,
+                             reconnect_for = options.watch_reconnect_for](const absl::Status& why) {
+    err << "trainctl " << verb << ": the stream broke (" << why.message()
+        << "); reconnecting for up to " << absl::FormatDuration(reconnect_for) << "\n"
         << std::flush;
   };
   return Client::Connect(options);
@@ -203,7 +208,8 @@ absl::StatusOr<std::unique_ptr<Client>> CliContext::Connect(std::optional<absl::
 int CliContext::Fail(const absl::Status& status) {
   err << "trainctl " << verb << ": " << status.message();
   if (run_live && status.code() == absl::StatusCode::kPermissionDenied) {
-    err << " (--run reaches a run still going with a token that only reads; stop the run with Ctrl-C where "
+    err << " (--run reaches a run still going with a token that only reads; stop the run with "
+           "Ctrl-C where "
            "it runs)";
   }
   err << "\n" << std::flush;
@@ -234,23 +240,29 @@ std::map<std::string, VerbRunner> BuildApp(CLI::App& app, CliContext& ctx) {
                  "coordinators): calls go to the active one")
       ->type_name("HOST:PORT[,...]");
   app.add_option("--run", ctx.run_flag,
-                 "Ask a local run (trainctl run) instead of a coordinator, live or kept: its directory, its "
+                 "Ask a local run (trainctl run) instead of a coordinator, live or kept: its "
+                 "directory, its "
                  "name (or the start or end of one) from `trainctl runs`, or latest")
       ->type_name("RUN");
-  app.add_option("--token", ctx.token_flag,
-                 "Bearer token (default $TRAINCTL_TOKEN, then the config file); other users can read it "
-                 "from the command line: prefer --token-file")
+  app.add_option(
+         "--token", ctx.token_flag,
+         "Bearer token (default $TRAINCTL_TOKEN, then the config file); other users can read it "
+         "from the command line: prefer --token-file")
       ->type_name("TOKEN");
   app.add_option("--token-file", ctx.token_file_flag,
-                 "File whose first line is the bearer token (instead of --token: kept off the command line)")
+                 "File whose first line is the bearer token (instead of --token: kept off the "
+                 "command line)")
       ->type_name("FILE");
-  app.add_option("--ca", ctx.ca_flag, "Cluster CA certificate (PEM): use TLS and verify the coordinator")
+  app.add_option("--ca", ctx.ca_flag,
+                 "Cluster CA certificate (PEM): use TLS and verify the coordinator")
       ->type_name("FILE");
-  app.add_option("-o,--output", ctx.output,
-                 "Output format: table (for people) or json (for scripts); csv for `metrics` and `usage`")
+  app.add_option(
+         "-o,--output", ctx.output,
+         "Output format: table (for people) or json (for scripts); csv for `metrics` and `usage`")
       ->check(CLI::IsMember({"table", "json", "csv"}))
       ->capture_default_str();
-  app.add_flag("--latest", ctx.latest, "A JOB that matches several jobs (by name or id prefix) means the newest");
+  app.add_flag("--latest", ctx.latest,
+               "A JOB that matches several jobs (by name or id prefix) means the newest");
   app.add_option("--timeout", ctx.timeout_s, "Seconds to wait for the coordinator per call")
       ->check(CLI::PositiveNumber)
       ->capture_default_str();
@@ -268,7 +280,8 @@ std::map<std::string, VerbRunner> BuildApp(CLI::App& app, CliContext& ctx) {
 // "--name" and "-n" of every option of `app` (and of its verbs in `verbs`)
 // that takes a value, as CLI11 declares them: the lists that tell a value
 // from a verb or a program never drift from the flags themselves.
-std::set<std::string> OptionsTakingValues(const CLI::App& app, const std::vector<std::string>& verbs) {
+std::set<std::string> OptionsTakingValues(const CLI::App& app,
+                                          const std::vector<std::string>& verbs) {
   std::set<std::string> out;
   auto add = [&out](const CLI::App& a) {
     for (const CLI::Option* o : a.get_options()) {
@@ -279,7 +292,9 @@ std::set<std::string> OptionsTakingValues(const CLI::App& app, const std::vector
   };
   add(app);
   for (const std::string& v : verbs) {
-    for (const CLI::App* sub : app.get_subcommands([&v](const CLI::App* s) { return s->get_name() == v; })) add(*sub);
+    for (const CLI::App* sub :
+         app.get_subcommands([&v](const CLI::App* s) { return s->get_name() == v; }))
+      add(*sub);
   }
   return out;
 }
@@ -303,8 +318,10 @@ int TakeTokenFlags(CliContext& ctx) {
     return kExitOk;
   }
   if (!ctx.token_flag.empty()) {
-    ctx.err << "trainctl: warning: --token puts the token on the command line, where every user of this "
-               "host can read it (ps, /proc/PID/cmdline); use --token-file FILE or $TRAINCTL_TOKEN\n";
+    ctx.err
+        << "trainctl: warning: --token puts the token on the command line, where every user of "
+           "this "
+           "host can read it (ps, /proc/PID/cmdline); use --token-file FILE or $TRAINCTL_TOKEN\n";
   }
   return kExitOk;
 }
@@ -349,8 +366,8 @@ int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& 
   }
 
   // `run`/`submit` with a program as FILE: its own arguments follow it.
-  std::vector<std::string> args =
-      SeparateScriptArgs(argc, argv, [&script_values](const std::string& a) { return script_values.count(a) > 0; });
+  std::vector<std::string> args = SeparateScriptArgs(
+      argc, argv, [&script_values](const std::string& a) { return script_values.count(a) > 0; });
   std::vector<const char*> arg_ptrs;
   for (const std::string& a : args) arg_ptrs.push_back(a.c_str());
   try {
@@ -364,7 +381,8 @@ int RunCli(int argc, const char* const argv[], std::ostream& out, std::ostream& 
   ctx.verb = chosen.front()->get_name();
   if (ctx.output == "csv" && ctx.verb != "metrics" && ctx.verb != "usage") {
     err << "trainctl " << ctx.verb
-        << ": --output: csv is only for `trainctl metrics` and `trainctl usage`; use table or json\n";
+        << ": --output: csv is only for `trainctl metrics` and `trainctl usage`; use table or "
+           "json\n";
     return kExitUsage;
   }
   if (int code = TakeTokenFlags(ctx); code != kExitOk) return code;

@@ -57,8 +57,8 @@ struct ResolvedAddress {
 // `coordinator:` in $XDG_CONFIG_HOME (or ~/.config)/trainctl/config.yaml,
 // else localhost:7070. A malformed config file is an error: nullopt, with
 // "path:line:col: reason" in *error.
-std::optional<ResolvedAddress> ResolveCoordinator(const std::string& flag, const CliEnvironment& env,
-                                                  std::string* error);
+std::optional<ResolvedAddress> ResolveCoordinator(const std::string& flag,
+                                                  const CliEnvironment& env, std::string* error);
 
 // The token and CA file: each from its flag when set, else $TRAINCTL_TOKEN /
 // $TRAINCTL_CA, else `token:` / `ca:` in the config file, else "".
@@ -68,7 +68,8 @@ struct ResolvedCredentials {
 };
 std::optional<ResolvedCredentials> ResolveCredentials(const std::string& token_flag,
                                                       const std::string& ca_flag,
-                                                      const CliEnvironment& env, std::string* error);
+                                                      const CliEnvironment& env,
+                                                      std::string* error);
 // $XDG_CONFIG_HOME (or ~/.config)/trainctl/config.yaml; "" without either.
 std::string ConfigFilePath(const CliEnvironment& env);
 

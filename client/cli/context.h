@@ -9,6 +9,8 @@
 #include <memory>
 #include <ostream>
 #include <string>
+#include <type_traits>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -55,7 +57,8 @@ struct CliContext {
 
   // Resolves the address and connects, bounded by `timeout` (default: the
   // --timeout flag).
-  absl::StatusOr<std::unique_ptr<Client>> Connect(std::optional<absl::Duration> timeout = std::nullopt);
+  absl::StatusOr<std::unique_ptr<Client>> Connect(
+      std::optional<absl::Duration> timeout = std::nullopt);
 
   // Prints "trainctl VERB: message" to err; returns the exit code for the
   // status (kExitUsage for InvalidArgument, else kExitFailed).
@@ -71,10 +74,12 @@ struct CliContext {
 absl::StatusOr<v1::Job> ResolveJob(const CliContext& ctx, Client& client, const std::string& ref);
 // The help text of every JOB argument.
 inline constexpr char kJobRefHelp[] =
-    "Job id, a job name, or the start of an id (several matches: an error listing them, or --latest)";
+    "Job id, a job name, or the start of an id (several matches: an error listing them, or "
+    "--latest)";
 // ... of a JOB that --run may stand for.
 inline constexpr char kJobRefOrRunHelp[] =
-    "Job id, a job name, or the start of an id (several matches: an error listing them, or --latest); "
+    "Job id, a job name, or the start of an id (several matches: an error listing them, or "
+    "--latest); "
     "with --run, default: that run's job";
 
 // --run: a client of a live local run's own coordinator (its live.txt,
@@ -96,6 +101,34 @@ int PrintJsonList(CliContext& ctx, const std::vector<Item>& items,
   for (const Item& item : items) *(resp.*field)()->Add() = item;
   ctx.PrintJson(resp);
   return kExitOk;
+}
+
+// The shape of a verb that asks the coordinator: connect (ctx.Connect),
+// one call on the client, then print its answer. A failed connect or call
+// is ctx.Fail's (its message and exit code); else the exit code is
+// print's. `call`: Client& -> absl::StatusOr<T> or absl::Status; `print`:
+// (Client&, T&) -> int or (T&) -> int, for a Status (Client&) -> int or
+// () -> int.
+template <typename Call, typename Print>
+int ConnectCallPrint(CliContext& ctx, Call&& call, Print&& print) {
+  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
+  if (!client.ok()) return ctx.Fail(client.status());
+  auto result = call(**client);
+  if constexpr (std::is_same_v<decltype(result), absl::Status>) {
+    if (!result.ok()) return ctx.Fail(result);
+    if constexpr (std::is_invocable_v<Print, Client&>) {
+      return print(**client);
+    } else {
+      return print();
+    }
+  } else {
+    if (!result.ok()) return ctx.Fail(result.status());
+    if constexpr (std::is_invocable_v<Print, Client&, decltype(*result)>) {
+      return print(**client, *result);
+    } else {
+      return print(*result);
+    }
+  }
 }
 
 // A verb's body, bound to its parsed flags; returns the exit code.

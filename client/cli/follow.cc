@@ -50,15 +50,16 @@ void FollowPrinter::OnUpdate(const v1::JobUpdate& update) {
       absl::Time now = now_();
       if (job_.state() == v1::JOB_STATE_PENDING && !job_.state_reason().empty() &&
           job_.state_reason() != last_pending_reason_) {
-        PrintLine(absl::StrCat(absl::FormatTime("%H:%M:%S", now, absl::LocalTimeZone()), "  pending  ",
-                               OneLine(job_.state_reason())));
+        PrintLine(absl::StrCat(absl::FormatTime("%H:%M:%S", now, absl::LocalTimeZone()),
+                               "  pending  ", OneLine(job_.state_reason())));
         last_pending_reason_ = job_.state_reason();
       }
       std::string progress = ProgressText(job_.progress());
-      if (job_.state() == v1::JOB_STATE_RUNNING && !progress.empty() && progress != last_progress_text_ &&
+      if (job_.state() == v1::JOB_STATE_RUNNING && !progress.empty() &&
+          progress != last_progress_text_ &&
           now - last_progress_line_ >= options_.progress_interval) {
-        PrintLine(absl::StrCat(absl::FormatTime("%H:%M:%S", now, absl::LocalTimeZone()), "  progress  ",
-                               progress));
+        PrintLine(absl::StrCat(absl::FormatTime("%H:%M:%S", now, absl::LocalTimeZone()),
+                               "  progress  ", progress));
         last_progress_line_ = now;
         last_progress_text_ = progress;
       }
@@ -74,7 +75,8 @@ void FollowPrinter::PrintEvent(const v1::Event& e) {
   std::string when = absl::FormatTime("%H:%M:%S", FromTimestamp(e.time()), absl::LocalTimeZone());
   std::string who;
   // Name the rank unless the message already starts with it.
-  if (e.rank() >= 0 && e.type() != "epoch_end" && !absl::StartsWith(e.message(), absl::StrCat("rank ", e.rank(), " "))) {
+  if (e.rank() >= 0 && e.type() != "epoch_end" &&
+      !absl::StartsWith(e.message(), absl::StrCat("rank ", e.rank(), " "))) {
     who = absl::StrCat("rank ", e.rank(), ": ");
   }
   PrintLine(absl::StrCat(when, "  ", e.type(), "  ", who, OneLine(e.message())));
@@ -139,7 +141,8 @@ int FollowPrinter::Finish(const v1::Job& job) {
     for (size_t i = 1; i < reason.size(); ++i) absl::StrAppend(&line, "\n  ", reason[i]);
   }
   if (!IsTerminal(job.state())) {
-    absl::StrAppend(&line, "\n(the watch ended before the job did: trainctl status ", job.id(), ")");
+    absl::StrAppend(&line, "\n(the watch ended before the job did: trainctl status ", job.id(),
+                    ")");
   }
   out_ << line << "\n";
   if (ok && job.progress().has_last_eval()) {
@@ -150,8 +153,8 @@ int FollowPrinter::Finish(const v1::Job& job) {
   if (ok && !job.final_model().empty()) {
     // The engine exports TorchScript; a command job's program saves what it likes
     // (trainctl.save_model: torch.save), and `trainctl fetch` tells by the bytes.
-    out_ << "final model: " << job.final_model() << " (" << LoadHint(!job.spec().has_command()) << "; on worker "
-         << job.final_model_worker() << ")\n";
+    out_ << "final model: " << job.final_model() << " (" << LoadHint(!job.spec().has_command())
+         << "; on worker " << job.final_model_worker() << ")\n";
   }
   out_ << std::flush;
   return ok ? 0 : 1;

@@ -33,8 +33,9 @@ class FollowPrinter {
     bool json = false;
   };
 
-  FollowPrinter(std::ostream& out, Options options,
-                std::function<absl::Time()> now = [] { return absl::Now(); });
+  FollowPrinter(
+      std::ostream& out, Options options,
+      std::function<absl::Time()> now = [] { return absl::Now(); });
 
   void OnUpdate(const v1::JobUpdate& update);
   // Prints how the job ended; returns the exit code (0 only for SUCCEEDED).

@@ -3,8 +3,8 @@
 #include <google/protobuf/util/json_util.h>
 
 #include <algorithm>
-#include <fstream>
 #include <cmath>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <sstream>
@@ -14,12 +14,12 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/str_split.h"
+#include "absl/strings/strip.h"
 #include "common/jobspec/job_spec.h"
 #include "common/time_util.h"
 
@@ -64,7 +64,8 @@ std::string DatasetText(const v1::DatasetSpec& d) {
       return absl::StrCat("idx ", d.idx().images(), " + ", d.idx().labels());
     case v1::DatasetSpec::kCsv:
       return absl::StrCat("csv ", d.csv().path(), " (label ",
-                          d.csv().label_column().empty() ? "last column" : d.csv().label_column(), ")");
+                          d.csv().label_column().empty() ? "last column" : d.csv().label_column(),
+                          ")");
     case v1::DatasetSpec::kTensors:
       return absl::StrCat("tensors ", d.tensors().path());
     default:
@@ -83,8 +84,8 @@ std::string ModelText(const v1::ModelSpec& m) {
     case v1::ModelSpec::kCnn: {
       const v1::CnnModel& c = m.cnn();
       return absl::StrCat("cnn ", c.image_size(), "×", c.image_size(), " → ", c.classes(),
-                          " classes, conv ", c.conv1_channels(), "/", c.conv2_channels(), ", hidden ",
-                          c.hidden(), c.batch_norm() ? ", batch norm" : "");
+                          " classes, conv ", c.conv1_channels(), "/", c.conv2_channels(),
+                          ", hidden ", c.hidden(), c.batch_norm() ? ", batch norm" : "");
     }
     case v1::ModelSpec::kTorchscript:
       return absl::StrCat("torchscript ", m.torchscript().path());
@@ -117,10 +118,16 @@ void Table::Print(std::ostream& out, const std::string& indent) const {
 }
 
 std::string JobStateName(v1::JobState s) { return UpperName(v1::JobState_descriptor(), s); }
-std::string AttemptStateName(v1::AttemptState s) { return UpperName(v1::AttemptState_descriptor(), s); }
+std::string AttemptStateName(v1::AttemptState s) {
+  return UpperName(v1::AttemptState_descriptor(), s);
+}
 std::string RankStateName(v1::RankState s) { return UpperName(v1::RankState_descriptor(), s); }
-std::string WorkerStateName(v1::WorkerState s) { return UpperName(v1::WorkerState_descriptor(), s); }
-std::string FailureKindName(v1::FailureKind k) { return LowerName(v1::FailureKind_descriptor(), k); }
+std::string WorkerStateName(v1::WorkerState s) {
+  return UpperName(v1::WorkerState_descriptor(), s);
+}
+std::string FailureKindName(v1::FailureKind k) {
+  return LowerName(v1::FailureKind_descriptor(), k);
+}
 
 bool ParseJobState(const std::string& text, v1::JobState* out) {
   std::string upper = absl::AsciiStrToUpper(text);
@@ -144,7 +151,8 @@ std::string HumanDuration(absl::Duration d) {
 
 absl::StatusOr<absl::Time> ParseSince(const std::string& text, absl::Time now) {
   const std::string what =
-      "--since: '" + text + "' is neither a duration back from now (7d, 12h, 30m, 45s, 2w) nor an RFC 3339 time "
+      "--since: '" + text +
+      "' is neither a duration back from now (7d, 12h, 30m, 45s, 2w) nor an RFC 3339 time "
       "(2026-05-01T00:00:00Z)";
   if (text.size() >= 2 && std::string("smhdw").find(text.back()) != std::string::npos) {
     double n = 0;
@@ -203,9 +211,11 @@ double ProgressFraction(const v1::Progress& p) {
 
 std::string ProgressText(const v1::Progress& p, bool running) {
   // Epochs are known from the spec before anything trained: say nothing then.
-  if (p.steps_per_epoch() <= 0 && p.step() <= 0 && !p.has_last_loss() && p.samples_per_sec() <= 0) return "";
+  if (p.steps_per_epoch() <= 0 && p.step() <= 0 && !p.has_last_loss() && p.samples_per_sec() <= 0)
+    return "";
   std::vector<std::string> parts;
-  if (p.epochs() > 0) parts.push_back(absl::StrCat("epoch ", std::min(p.epoch() + 1, p.epochs()), "/", p.epochs()));
+  if (p.epochs() > 0)
+    parts.push_back(absl::StrCat("epoch ", std::min(p.epoch() + 1, p.epochs()), "/", p.epochs()));
   if (p.steps_per_epoch() > 0) {
     parts.push_back(absl::StrCat("step ", p.step(), "/", p.steps_per_epoch()));
   } else if (p.step() > 0) {
@@ -240,7 +250,8 @@ std::string ExitText(const v1::RankAssignment& r) {
   } else {
     out = absl::StrCat("exit ", e.exit_code());
   }
-  if (e.kind() != v1::FAILURE_KIND_UNSPECIFIED) absl::StrAppend(&out, " (", FailureKindName(e.kind()), ")");
+  if (e.kind() != v1::FAILURE_KIND_UNSPECIFIED)
+    absl::StrAppend(&out, " (", FailureKindName(e.kind()), ")");
   if (!e.message().empty()) absl::StrAppend(&out, ": ", e.message());
   return out;
 }
@@ -265,13 +276,14 @@ void AddCommandFields(Table& t, const v1::CommandSpec& c) {
            c.local_rank() == v1::LOCAL_RANK_MODE_ENV
                ? "LOCAL_RANK (torchrun)"
                : absl::StrCat("LOCAL_RANK and ",
-                              c.arg_style() == v1::LOCAL_RANK_ARG_STYLE_DASH ? "--local-rank=N" : "--local_rank=N",
+                              c.arg_style() == v1::LOCAL_RANK_ARG_STYLE_DASH ? "--local-rank=N"
+                                                                             : "--local_rank=N",
                               " (torch.distributed.launch)"));
 }
 
 std::string LoaderText(const v1::DataSpec& d) {
-  std::string loader = absl::StrCat("batch ", d.batch_size(), " per rank, ", d.shuffle() ? "shuffled" : "in order",
-                                    ", seed ", d.seed());
+  std::string loader = absl::StrCat("batch ", d.batch_size(), " per rank, ",
+                                    d.shuffle() ? "shuffled" : "in order", ", seed ", d.seed());
   if (d.drop_last()) absl::StrAppend(&loader, ", drop_last");
   absl::StrAppend(&loader, ", ", d.num_workers(), " loader threads");
   return loader;
@@ -280,20 +292,26 @@ std::string LoaderText(const v1::DataSpec& d) {
 std::string TrainingText(const v1::TrainingSpec& tr) {
   std::string training = absl::StrCat(tr.epochs(), " epoch", tr.epochs() == 1 ? "" : "s", ", ",
                                       LowerName(v1::Loss_descriptor(), tr.loss()), " loss");
-  if (tr.grad_accumulation() > 1) absl::StrAppend(&training, ", accumulate ", tr.grad_accumulation());
+  if (tr.grad_accumulation() > 1)
+    absl::StrAppend(&training, ", accumulate ", tr.grad_accumulation());
   if (tr.max_grad_norm() > 0) absl::StrAppend(&training, ", clip ", Num(tr.max_grad_norm()));
-  absl::StrAppend(&training, ", amp ",
-                  tr.amp().enabled() ? LowerName(v1::AmpDtype_descriptor(), tr.amp().dtype()) : "off");
+  absl::StrAppend(
+      &training, ", amp ",
+      tr.amp().enabled() ? LowerName(v1::AmpDtype_descriptor(), tr.amp().dtype()) : "off");
   return training;
 }
 
 std::string OptimizerText(const v1::TrainingSpec& tr) {
-  std::string opt = absl::StrCat(LowerName(v1::Optimizer_descriptor(), tr.optimizer().name()), " lr ",
-                                 Num(tr.optimizer().lr()));
-  if (tr.optimizer().weight_decay() > 0) absl::StrAppend(&opt, ", weight decay ", Num(tr.optimizer().weight_decay()));
-  if (tr.optimizer().momentum() > 0) absl::StrAppend(&opt, ", momentum ", Num(tr.optimizer().momentum()));
-  absl::StrAppend(&opt, ", schedule ", LowerName(v1::LrSchedule_descriptor(), tr.lr_schedule().name()));
-  if (tr.lr_schedule().warmup_steps() > 0) absl::StrAppend(&opt, " (warm-up ", tr.lr_schedule().warmup_steps(), " steps)");
+  std::string opt = absl::StrCat(LowerName(v1::Optimizer_descriptor(), tr.optimizer().name()),
+                                 " lr ", Num(tr.optimizer().lr()));
+  if (tr.optimizer().weight_decay() > 0)
+    absl::StrAppend(&opt, ", weight decay ", Num(tr.optimizer().weight_decay()));
+  if (tr.optimizer().momentum() > 0)
+    absl::StrAppend(&opt, ", momentum ", Num(tr.optimizer().momentum()));
+  absl::StrAppend(&opt, ", schedule ",
+                  LowerName(v1::LrSchedule_descriptor(), tr.lr_schedule().name()));
+  if (tr.lr_schedule().warmup_steps() > 0)
+    absl::StrAppend(&opt, " (warm-up ", tr.lr_schedule().warmup_steps(), " steps)");
   return opt;
 }
 
@@ -306,8 +324,9 @@ void AddEngineFields(Table& t, const v1::JobSpec& spec) {
   AddField(t, "loader", LoaderText(d));
   AddField(t, "training", TrainingText(spec.training()));
   AddField(t, "optimizer", OptimizerText(spec.training()));
-  AddField(t, "ddp", absl::StrCat("buckets ", Num(spec.ddp().bucket_cap_mb()), " MiB",
-                                  spec.ddp().find_unused_parameters() ? ", find unused parameters" : ""));
+  AddField(t, "ddp",
+           absl::StrCat("buckets ", Num(spec.ddp().bucket_cap_mb()), " MiB",
+                        spec.ddp().find_unused_parameters() ? ", find unused parameters" : ""));
 }
 
 std::string CheckpointText(const v1::JobSpec& spec) {
@@ -315,13 +334,14 @@ std::string CheckpointText(const v1::JobSpec& spec) {
   const std::string dir = c.dir().empty() ? "worker work dir" : c.dir();
   if (spec.has_command()) return absl::StrCat(dir, " (TRAINCTL_CHECKPOINT_DIR)");
   return absl::StrCat(dir, ", every ", c.every_epochs(), " epoch(s)",
-                      c.every_steps() > 0 ? absl::StrCat(" and ", c.every_steps(), " step(s)") : "", ", keep ",
-                      c.keep());
+                      c.every_steps() > 0 ? absl::StrCat(" and ", c.every_steps(), " step(s)") : "",
+                      ", keep ", c.keep());
 }
 
 std::string RestartText(const v1::RestartSpec& r) {
   std::string restart = absl::StrCat("at most ", r.max_restarts(), " restart(s)");
-  if (r.progress_timeout_s() > 0) absl::StrAppend(&restart, ", hung after ", r.progress_timeout_s(), "s without progress");
+  if (r.progress_timeout_s() > 0)
+    absl::StrAppend(&restart, ", hung after ", r.progress_timeout_s(), "s without progress");
   if (r.progress_timeout_s() < 0) absl::StrAppend(&restart, ", no progress check");
   if (r.on_hang() == v1::HANG_POLICY_FAIL) absl::StrAppend(&restart, ", a hang fails the job");
   return restart;
@@ -331,14 +351,18 @@ std::string RestartText(const v1::RestartSpec& r) {
 
 void PrintSpecSummary(std::ostream& out, const v1::JobSpec& spec, const std::string& indent) {
   Table t({"", ""});
-  AddField(t, "ranks", absl::StrCat(spec.world_size(), ", device ", LowerName(v1::Device_descriptor(), spec.device()),
-                                    ", backend ", LowerName(v1::Backend_descriptor(), spec.backend()), ", priority ",
-                                    spec.priority()));
-  AddField(t, "queue", spec.queue().empty() ? "(the token's first queue, else default)" : spec.queue());
+  AddField(t, "ranks",
+           absl::StrCat(spec.world_size(), ", device ",
+                        LowerName(v1::Device_descriptor(), spec.device()), ", backend ",
+                        LowerName(v1::Backend_descriptor(), spec.backend()), ", priority ",
+                        spec.priority()));
+  AddField(t, "queue",
+           spec.queue().empty() ? "(the token's first queue, else default)" : spec.queue());
   if (const int nodes = spec.scheduling().nodes(); nodes > 0) {
     const int each = spec.world_size() / nodes;
-    AddField(t, "nodes", absl::StrCat("placed on ", nodes, nodes == 1 ? " worker, " : " workers, ", each,
-                                      each == 1 ? " rank each" : " ranks each", " (scheduling.nodes)"));
+    AddField(t, "nodes",
+             absl::StrCat("placed on ", nodes, nodes == 1 ? " worker, " : " workers, ", each,
+                          each == 1 ? " rank each" : " ranks each", " (scheduling.nodes)"));
   }
   if (spec.has_command()) {
     AddCommandFields(t, spec.command());
@@ -349,8 +373,9 @@ void PrintSpecSummary(std::ostream& out, const v1::JobSpec& spec, const std::str
   if (spec.has_elastic() && spec.elastic().min_ranks() > 0) {
     const v1::ElasticSpec& el = spec.elastic();
     AddField(t, "elastic",
-             absl::StrCat(el.min_ranks(), " to ", spec.world_size(), " ranks, replace timeout ", el.replace_timeout_s(),
-                          "s, grow ", LowerName(v1::ElasticGrow_descriptor(), el.grow()),
+             absl::StrCat(el.min_ranks(), " to ", spec.world_size(), " ranks, replace timeout ",
+                          el.replace_timeout_s(), "s, grow ",
+                          LowerName(v1::ElasticGrow_descriptor(), el.grow()),
                           el.keep_global_batch() ? ", global batch kept" : ""));
   }
   AddField(t, "restart", RestartText(spec.restart()));
@@ -368,20 +393,22 @@ void PrintJobStatus(std::ostream& out, const v1::Job& job, absl::Time now,
   row("Job", job.id());
   row("Name", job.spec().name());
   row("State", JobStateName(job.state()));
-  if (!job.state_reason().empty()) row("Reason", Continue(job.state_reason(), std::string(12, ' ')));
+  if (!job.state_reason().empty())
+    row("Reason", Continue(job.state_reason(), std::string(12, ' ')));
   if (const std::string& from = job.spec().resume_from().job(); !from.empty()) {
     std::string text = from;
     for (const v1::CheckpointRecord& r : job.checkpoints()) {
       if (r.job_id() != from) continue;
-      text = absl::StrCat(from, " (from its checkpoint at epoch ", r.epochs_done(), ", step ", r.global_step(), ")");
+      text = absl::StrCat(from, " (from its checkpoint at epoch ", r.epochs_done(), ", step ",
+                          r.global_step(), ")");
       break;
     }
     row("Continues", text);
   }
   if (!continued_by.empty()) row("Continued by", absl::StrJoin(continued_by, ", "));
   int attempts = job.attempts_size();
-  row("Attempt", absl::StrCat(attempts == 0 ? "-" : absl::StrCat(attempts), " (restarts ", job.restarts(),
-                              " of ", job.spec().restart().max_restarts(), ")"));
+  row("Attempt", absl::StrCat(attempts == 0 ? "-" : absl::StrCat(attempts), " (restarts ",
+                              job.restarts(), " of ", job.spec().restart().max_restarts(), ")"));
   std::string progress = ProgressText(job.progress(), job.state() == v1::JOB_STATE_RUNNING);
   if (!progress.empty()) {
     double f = ProgressFraction(job.progress());
@@ -392,12 +419,15 @@ void PrintJobStatus(std::ostream& out, const v1::Job& job, absl::Time now,
     const std::string fields = EvalResultText(e);
     row("Last eval", absl::StrCat("epoch ", e.epoch() + 1, fields.empty() ? "" : ": ", fields));
   }
-  row("Submitted", absl::StrCat(FormatTimestamp(job.submit_time()), " (", Age(job.submit_time(), now), ")"));
+  row("Submitted",
+      absl::StrCat(FormatTimestamp(job.submit_time()), " (", Age(job.submit_time(), now), ")"));
   if (job.has_start_time()) row("Started", FormatTimestamp(job.start_time()));
   if (job.has_end_time()) {
     std::string ended = FormatTimestamp(job.end_time());
     if (job.has_start_time()) {
-      absl::StrAppend(&ended, " (ran ", HumanDuration(FromTimestamp(job.end_time()) - FromTimestamp(job.start_time())), ")");
+      absl::StrAppend(
+          &ended, " (ran ",
+          HumanDuration(FromTimestamp(job.end_time()) - FromTimestamp(job.start_time())), ")");
     }
     row("Ended", ended);
   }
@@ -432,7 +462,8 @@ std::string EvalResultText(const v1::EvalResult& e) {
 std::string MetricSummaryText(const v1::MetricSummary& s) {
   std::vector<std::string> parts;
   if (const v1::EvalResult& e = s.best_eval(); s.has_best_eval() && e.has_accuracy()) {
-    parts.push_back(absl::StrFormat("best eval accuracy %.2f%% (epoch %d%s)", e.accuracy() * 100, e.epoch() + 1,
+    parts.push_back(absl::StrFormat("best eval accuracy %.2f%% (epoch %d%s)", e.accuracy() * 100,
+                                    e.epoch() + 1,
                                     e.has_loss() ? absl::StrFormat(", loss %.4f", e.loss()) : ""));
   } else if (s.has_best_eval() && e.has_loss()) {
     parts.push_back(absl::StrFormat("best eval loss %.4f (epoch %d)", e.loss(), e.epoch() + 1));
@@ -473,8 +504,9 @@ std::vector<std::pair<const v1::Job*, int>> LineageOrder(const std::vector<v1::J
   return out;
 }
 
-void PrintJobDescription(std::ostream& out, const v1::Job& job, const std::vector<v1::Event>& events,
-                         absl::Time now, const std::vector<std::string>& continued_by) {
+void PrintJobDescription(std::ostream& out, const v1::Job& job,
+                         const std::vector<v1::Event>& events, absl::Time now,
+                         const std::vector<std::string>& continued_by) {
   PrintJobStatus(out, job, now, continued_by);
   if (std::string summary = MetricSummaryText(job.metric_summary()); !summary.empty()) {
     out << "Summary:     " << summary << "\n";
@@ -483,7 +515,8 @@ void PrintJobDescription(std::ostream& out, const v1::Job& job, const std::vecto
   PrintSpecSummary(out, job.spec(), "  ");
   for (const v1::Attempt& a : job.attempts()) {
     out << "\nAttempt " << a.number() << ": " << AttemptStateName(a.state());
-    if (a.ranks_size() != job.spec().world_size()) out << ", " << a.ranks_size() << " of " << job.spec().world_size() << " ranks";
+    if (a.ranks_size() != job.spec().world_size())
+      out << ", " << a.ranks_size() << " of " << job.spec().world_size() << " ranks";
     if (a.grow_to() > 0) out << ", stopped to grow to " << a.grow_to() << " ranks";
     if (a.has_start_time()) {
       out << ", " << FormatTimestamp(a.start_time());
@@ -495,8 +528,8 @@ void PrintJobDescription(std::ostream& out, const v1::Job& job, const std::vecto
     Table t({"RANK", "NODE", "LOCAL", "HOST", "WORKER", "SLOT", "STATE", "STEP", "EXIT"});
     for (const v1::RankAssignment& r : a.ranks()) {
       t.AddRow({absl::StrCat(r.rank()), absl::StrCat(r.node_rank()), absl::StrCat(r.local_rank()),
-                OrDash(r.host()), OrDash(r.worker_id()), SlotText(r.slot()), RankStateName(r.state()),
-                absl::StrCat(r.last_step()), ExitText(r)});
+                OrDash(r.host()), OrDash(r.worker_id()), SlotText(r.slot()),
+                RankStateName(r.state()), absl::StrCat(r.last_step()), ExitText(r)});
     }
     t.Print(out, "  ");
     for (const v1::RankAssignment& r : a.ranks()) {
@@ -528,8 +561,10 @@ std::string OneLine(const std::string& text) {
 }
 
 std::string LoadHint(bool torchscript) {
-  return torchscript ? "TorchScript: torch.jit.load it in Python, or trainctl.load_state_dict(path) for a state_dict"
-                     : "torch.load it in Python, or trainctl.load_state_dict(path) for a state_dict";
+  return torchscript
+             ? "TorchScript: torch.jit.load it in Python, or trainctl.load_state_dict(path) for a "
+               "state_dict"
+             : "torch.load it in Python, or trainctl.load_state_dict(path) for a state_dict";
 }
 
 bool IsTorchScriptFile(const std::string& path) {

@@ -85,8 +85,9 @@ std::string EvalResultText(const v1::EvalResult& e);
 std::string MetricSummaryText(const v1::MetricSummary& s);
 // The `describe` text: status block, spec summary, every attempt with its
 // placement and rank states, then the events.
-void PrintJobDescription(std::ostream& out, const v1::Job& job, const std::vector<v1::Event>& events,
-                         absl::Time now, const std::vector<std::string>& continued_by = {});
+void PrintJobDescription(std::ostream& out, const v1::Job& job,
+                         const std::vector<v1::Event>& events, absl::Time now,
+                         const std::vector<std::string>& continued_by = {});
 
 // `list --tree`: jobs (newest first) with each continuation (resume_from)
 // right under the job it continues, indented one level per generation;

@@ -5,18 +5,18 @@
 #include <cmath>
 #include <memory>
 #include <optional>
-#include <vector>
 #include <sstream>
 #include <string>
+#include <vector>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
+#include "client/cli/context.h"
+#include "client/cli/format.h"
 #include "common/format_bytes.h"
 #include "common/jobspec/spec_fields.h"
 #include "common/time_util.h"
-#include "client/cli/context.h"
-#include "client/cli/format.h"
 
 namespace trainctl::cli {
 
@@ -76,100 +76,109 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
     std::optional<int64_t> bytes = jobspec::ParseByteQuantity(a.default_memory);
     if (!bytes.has_value()) {
       return ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--default-memory: must be a byte quantity (512Mi, 4Gi, 2G or plain bytes), got '", a.default_memory,
-          "'")));
+          "--default-memory: must be a byte quantity (512Mi, 4Gi, 2G or plain bytes), got '",
+          a.default_memory, "'")));
     }
     q.mutable_default_resources()->set_memory(*bytes);
   }
   if (a.default_cpus != 0) q.mutable_default_resources()->set_cpus(a.default_cpus);
   if (a.default_pids != 0) q.mutable_default_resources()->set_pids(a.default_pids);
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Queue> made = (*client)->CreateQueue(q, a.update);
-  if (!made.ok()) return ctx.Fail(made.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*made);
-    return kExitOk;
-  }
-  // Says what each slot kind means, so that `--cpu 2` alone is not read as
-  // a limit on GPUs too.
-  ctx.out << "queue " << made->name() << (a.update ? " created or updated" : " created") << ": "
-          << NominalMeaning("GPUs", "--gpu", made->has_nominal_gpu(), made->nominal_gpu()) << ", "
-          << NominalMeaning("CPUs", "--cpu", made->has_nominal_cpu(), made->nominal_cpu())
-          << (made->cohort().empty() ? "" : absl::StrCat(", cohort ", made->cohort()))
-          << (made->max_job_size() > 0 ? absl::StrCat(", max job size ", made->max_job_size()) : "")
-          << ", default priority " << made->default_priority()
-          << (made->has_default_resources()
-                  ? absl::StrCat(", default resources ", ResourcesText(made->default_resources()))
-                  : "")
-          << "\n";
-  if (made->default_queue()) {
-    ctx.out << made->name() << " is the default queue: jobs that name no queue go here\n";
-  }
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.CreateQueue(q, a.update); },
+      [&](v1::Queue& made) -> int {
+        if (ctx.json()) {
+          ctx.PrintJson(made);
+          return kExitOk;
+        }
+        // Says what each slot kind means, so that `--cpu 2` alone is not read as
+        // a limit on GPUs too.
+        ctx.out
+            << "queue " << made.name() << (a.update ? " created or updated" : " created") << ": "
+            << NominalMeaning("GPUs", "--gpu", made.has_nominal_gpu(), made.nominal_gpu()) << ", "
+            << NominalMeaning("CPUs", "--cpu", made.has_nominal_cpu(), made.nominal_cpu())
+            << (made.cohort().empty() ? "" : absl::StrCat(", cohort ", made.cohort()))
+            << (made.max_job_size() > 0 ? absl::StrCat(", max job size ", made.max_job_size()) : "")
+            << ", default priority " << made.default_priority()
+            << (made.has_default_resources()
+                    ? absl::StrCat(", default resources ", ResourcesText(made.default_resources()))
+                    : "")
+            << "\n";
+        if (made.default_queue()) {
+          ctx.out << made.name() << " is the default queue: jobs that name no queue go here\n";
+        }
+        return kExitOk;
+      });
 }
 
 int RunQueueList(CliContext& ctx) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<std::vector<v1::QueueStatus>> queues = (*client)->ListQueues();
-  if (!queues.ok()) return ctx.Fail(queues.status());
-  if (ctx.json()) return PrintJsonList(ctx, *queues, &v1::ListQueuesResponse::mutable_queues);
-  if (queues->empty()) {
-    ctx.out << "no queues (every job runs as before queues: one unlimited queue)\n";
-    return kExitOk;
-  }
-  Table t({"NAME", "COHORT", "GPU", "CPU", "MAX-JOB", "PRIORITY", "PENDING", "RUNNING", "DEFAULT"});
-  for (const v1::QueueStatus& s : *queues) {
-    const v1::Queue& q = s.queue();
-    t.AddRow({q.name(), q.cohort().empty() ? "-" : q.cohort(),
-              QuotaText(s.used_gpu(), q.has_nominal_gpu(), q.nominal_gpu()),
-              QuotaText(s.used_cpu(), q.has_nominal_cpu(), q.nominal_cpu()),
-              q.max_job_size() > 0 ? absl::StrCat(q.max_job_size()) : "-", absl::StrCat(q.default_priority()),
-              absl::StrCat(s.pending_jobs()), absl::StrCat(s.running_jobs()), q.default_queue() ? "yes" : "-"});
-  }
-  t.Print(ctx.out);
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.ListQueues(); },
+      [&](std::vector<v1::QueueStatus>& queues) -> int {
+        if (ctx.json()) return PrintJsonList(ctx, queues, &v1::ListQueuesResponse::mutable_queues);
+        if (queues.empty()) {
+          ctx.out << "no queues (every job runs as before queues: one unlimited queue)\n";
+          return kExitOk;
+        }
+        Table t({"NAME", "COHORT", "GPU", "CPU", "MAX-JOB", "PRIORITY", "PENDING", "RUNNING",
+                 "DEFAULT"});
+        for (const v1::QueueStatus& s : queues) {
+          const v1::Queue& q = s.queue();
+          t.AddRow({q.name(), q.cohort().empty() ? "-" : q.cohort(),
+                    QuotaText(s.used_gpu(), q.has_nominal_gpu(), q.nominal_gpu()),
+                    QuotaText(s.used_cpu(), q.has_nominal_cpu(), q.nominal_cpu()),
+                    q.max_job_size() > 0 ? absl::StrCat(q.max_job_size()) : "-",
+                    absl::StrCat(q.default_priority()), absl::StrCat(s.pending_jobs()),
+                    absl::StrCat(s.running_jobs()), q.default_queue() ? "yes" : "-"});
+        }
+        t.Print(ctx.out);
+        return kExitOk;
+      });
 }
 
 int RunQueueDescribe(CliContext& ctx, const std::string& name) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::QueueStatus> s = (*client)->GetQueue(name);
-  if (!s.ok()) return ctx.Fail(s.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*s);
-    return kExitOk;
-  }
-  const v1::Queue& q = s->queue();
-  Table t({"", ""});
-  t.AddRow({"Name:", q.name()});
-  t.AddRow({"Default queue:", q.default_queue() ? "yes (jobs that name no queue go here)" : "no"});
-  t.AddRow({"Cohort:", q.cohort().empty() ? "- (lends and borrows nothing)" : q.cohort()});
-  t.AddRow({"GPU slots:", absl::StrCat(s->used_gpu(), " used of ",
-                                       q.has_nominal_gpu() ? absl::StrCat(q.nominal_gpu()) : "unlimited")});
-  t.AddRow({"CPU slots:", absl::StrCat(s->used_cpu(), " used of ",
-                                       q.has_nominal_cpu() ? absl::StrCat(q.nominal_cpu()) : "unlimited")});
-  t.AddRow({"Max job size:", q.max_job_size() > 0 ? absl::StrCat(q.max_job_size(), " ranks") : "no limit"});
-  t.AddRow({"Default priority:", absl::StrCat(q.default_priority())});
-  t.AddRow({"Default resources:", absl::StrCat(ResourcesText(q.default_resources()),
-                                               q.has_default_resources() ? " (jobs that ask for none)" : "")});
-  t.AddRow({"Jobs:", absl::StrCat(s->pending_jobs(), " pending, ", s->running_jobs(), " running")});
-  t.AddRow({"Created:", FormatTimestamp(q.create_time())});
-  std::ostringstream body;
-  t.Print(body);
-  const std::string text = body.str();
-  ctx.out << text.substr(text.find('\n') + 1);
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.GetQueue(name); },
+      [&](v1::QueueStatus& s) -> int {
+        if (ctx.json()) {
+          ctx.PrintJson(s);
+          return kExitOk;
+        }
+        const v1::Queue& q = s.queue();
+        Table t({"", ""});
+        t.AddRow({"Name:", q.name()});
+        t.AddRow(
+            {"Default queue:", q.default_queue() ? "yes (jobs that name no queue go here)" : "no"});
+        t.AddRow({"Cohort:", q.cohort().empty() ? "- (lends and borrows nothing)" : q.cohort()});
+        t.AddRow({"GPU slots:",
+                  absl::StrCat(s.used_gpu(), " used of ",
+                               q.has_nominal_gpu() ? absl::StrCat(q.nominal_gpu()) : "unlimited")});
+        t.AddRow({"CPU slots:",
+                  absl::StrCat(s.used_cpu(), " used of ",
+                               q.has_nominal_cpu() ? absl::StrCat(q.nominal_cpu()) : "unlimited")});
+        t.AddRow({"Max job size:",
+                  q.max_job_size() > 0 ? absl::StrCat(q.max_job_size(), " ranks") : "no limit"});
+        t.AddRow({"Default priority:", absl::StrCat(q.default_priority())});
+        t.AddRow({"Default resources:",
+                  absl::StrCat(ResourcesText(q.default_resources()),
+                               q.has_default_resources() ? " (jobs that ask for none)" : "")});
+        t.AddRow(
+            {"Jobs:", absl::StrCat(s.pending_jobs(), " pending, ", s.running_jobs(), " running")});
+        t.AddRow({"Created:", FormatTimestamp(q.create_time())});
+        std::ostringstream body;
+        t.Print(body);
+        const std::string text = body.str();
+        ctx.out << text.substr(text.find('\n') + 1);
+        return kExitOk;
+      });
 }
 
 int RunQueueDelete(CliContext& ctx, const std::string& name) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::Status s = (*client)->DeleteQueue(name);
-  if (!s.ok()) return ctx.Fail(s);
-  if (!ctx.json()) ctx.out << "queue " << name << " deleted\n";
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.DeleteQueue(name); },
+      [&]() -> int {
+        if (!ctx.json()) ctx.out << "queue " << name << " deleted\n";
+        return kExitOk;
+      });
 }
 
 struct UsageArgs {
@@ -199,86 +208,98 @@ int RunUsage(CliContext& ctx, const UsageArgs& a) {
     if (!since.ok()) return ctx.Fail(since.status());
     SetTimestamp(*since, req.mutable_since());
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::GetUsageResponse> usage = (*client)->GetUsage(req);
-  if (!usage.ok()) return ctx.Fail(usage.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*usage);
-    return kExitOk;
-  }
-  if (ctx.output == "csv") {
-    ctx.out << "queue,owner,kind,slot_seconds,slot_hours,attempts,jobs\n";
-    for (const v1::UsageRow& r : usage->rows()) {
-      ctx.out << CsvField(r.queue()) << "," << CsvField(r.owner()) << "," << r.kind() << ","
-              << absl::StrFormat("%.3f,%.6f", r.slot_seconds(), r.slot_seconds() / 3600) << "," << r.attempts()
-              << "," << r.jobs() << "\n";
-    }
-    ctx.out << std::flush;
-    return kExitOk;
-  }
-  const std::string window = absl::StrCat(
-      usage->has_since() ? absl::StrCat("since ", FormatTimestamp(usage->since())) : std::string("since the first job"),
-      ", until ", FormatTimestamp(usage->until()));
-  if (usage->rows_size() == 0) {
-    ctx.out << "no slot time " << window << (a.queue.empty() && a.owner.empty() ? "" : " that matches") << "\n";
-    return kExitOk;
-  }
-  Table t({"QUEUE", "OWNER", "KIND", "SLOT-SECONDS", "SLOT-HOURS", "ATTEMPTS", "JOBS"});
-  for (const v1::UsageRow& r : usage->rows()) {
-    t.AddRow({r.queue(), r.owner().empty() ? "-" : r.owner(), r.kind(), absl::StrFormat("%.0f", r.slot_seconds()),
-              absl::StrFormat("%.2f", r.slot_seconds() / 3600), absl::StrCat(r.attempts()), absl::StrCat(r.jobs())});
-  }
-  t.Print(ctx.out);
-  ctx.out << "(" << window << ")\n";
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.GetUsage(req); },
+      [&](v1::GetUsageResponse& usage) -> int {
+        if (ctx.json()) {
+          ctx.PrintJson(usage);
+          return kExitOk;
+        }
+        if (ctx.output == "csv") {
+          ctx.out << "queue,owner,kind,slot_seconds,slot_hours,attempts,jobs\n";
+          for (const v1::UsageRow& r : usage.rows()) {
+            ctx.out << CsvField(r.queue()) << "," << CsvField(r.owner()) << "," << r.kind() << ","
+                    << absl::StrFormat("%.3f,%.6f", r.slot_seconds(), r.slot_seconds() / 3600)
+                    << "," << r.attempts() << "," << r.jobs() << "\n";
+          }
+          ctx.out << std::flush;
+          return kExitOk;
+        }
+        const std::string window =
+            absl::StrCat(usage.has_since() ? absl::StrCat("since ", FormatTimestamp(usage.since()))
+                                           : std::string("since the first job"),
+                         ", until ", FormatTimestamp(usage.until()));
+        if (usage.rows_size() == 0) {
+          ctx.out << "no slot time " << window
+                  << (a.queue.empty() && a.owner.empty() ? "" : " that matches") << "\n";
+          return kExitOk;
+        }
+        Table t({"QUEUE", "OWNER", "KIND", "SLOT-SECONDS", "SLOT-HOURS", "ATTEMPTS", "JOBS"});
+        for (const v1::UsageRow& r : usage.rows()) {
+          t.AddRow({r.queue(), r.owner().empty() ? "-" : r.owner(), r.kind(),
+                    absl::StrFormat("%.0f", r.slot_seconds()),
+                    absl::StrFormat("%.2f", r.slot_seconds() / 3600), absl::StrCat(r.attempts()),
+                    absl::StrCat(r.jobs())});
+        }
+        t.Print(ctx.out);
+        ctx.out << "(" << window << ")\n";
+        return kExitOk;
+      });
 }
 
 }  // namespace
 
 VerbRunner AddUsageVerb(CLI::App& app, CliContext& ctx) {
-  CLI::App* sub = AddVerb(app, "usage",
-                          "Slot-seconds the jobs' attempts held, per queue, owner and slot kind (docs/queues.md)",
-                          "  trainctl usage\n"
-                          "  trainctl usage --queue research --since 7d\n"
-                          "  trainctl usage --owner alice --since 2026-05-01T00:00:00Z -o csv > usage.csv\n",
-                          "Examples:");
+  CLI::App* sub = AddVerb(
+      app, "usage",
+      "Slot-seconds the jobs' attempts held, per queue, owner and slot kind (docs/queues.md)",
+      "  trainctl usage\n"
+      "  trainctl usage --queue research --since 7d\n"
+      "  trainctl usage --owner alice --since 2026-05-01T00:00:00Z -o csv > usage.csv\n",
+      "Examples:");
   auto args = std::make_shared<UsageArgs>();
-  sub->add_option("--queue", args->queue, "Only this queue's jobs (a job naming none counts as default)")
+  sub->add_option("--queue", args->queue,
+                  "Only this queue's jobs (a job naming none counts as default)")
       ->type_name("Q");
-  sub->add_option("--owner", args->owner, "Only jobs of this owner (the submitting token's name)")->type_name("O");
+  sub->add_option("--owner", args->owner, "Only jobs of this owner (the submitting token's name)")
+      ->type_name("O");
   sub->add_option("--since", args->since,
-                  "Only slot time after this: a duration back from now (7d, 12h, 30m, 45s, 2w) or an RFC 3339 "
+                  "Only slot time after this: a duration back from now (7d, 12h, 30m, 45s, 2w) or "
+                  "an RFC 3339 "
                   "time (default: since the first job)")
       ->type_name("WHEN");
   return [&ctx, args] { return RunUsage(ctx, *args); };
 }
 
 VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
-  CLI::App* sub = AddVerb(
-      app, "queue", "Create, list, describe and delete queues (docs/queues.md)",
-      "  trainctl queue create research --gpu 16 --cohort lab --default-priority 10\n"
-      "  trainctl queue create research --gpu 24 --cohort lab --update\n"
-      "  trainctl queue create team-a --gpu 8 --cpu 32 --default\n"
-      "  trainctl queue create batch --cpu 64 --default-cpus 2 --default-memory 4Gi\n"
-      "  trainctl queue list\n"
-      "  trainctl queue describe research\n"
-      "  trainctl queue delete research\n",
-      "Examples:");
+  CLI::App* sub =
+      AddVerb(app, "queue", "Create, list, describe and delete queues (docs/queues.md)",
+              "  trainctl queue create research --gpu 16 --cohort lab --default-priority 10\n"
+              "  trainctl queue create research --gpu 24 --cohort lab --update\n"
+              "  trainctl queue create team-a --gpu 8 --cpu 32 --default\n"
+              "  trainctl queue create batch --cpu 64 --default-cpus 2 --default-memory 4Gi\n"
+              "  trainctl queue list\n"
+              "  trainctl queue describe research\n"
+              "  trainctl queue delete research\n",
+              "Examples:");
   sub->require_subcommand(1, 1);
   auto create = std::make_shared<QueueArgs>();
   auto name = std::make_shared<std::string>();
   auto which = std::make_shared<std::string>();
-  CLI::App* c = sub->add_subcommand("create", "Define a queue, or with --update replace one (admin)");
+  CLI::App* c =
+      sub->add_subcommand("create", "Define a queue, or with --update replace one (admin)");
   c->add_option("NAME", create->name, "Queue name: [a-z0-9-], at most 63 characters")->required();
-  c->add_option("--gpu", create->gpu, "Nominal GPU slots its jobs may hold (default: unlimited; -1 = unlimited)")
+  c->add_option("--gpu", create->gpu,
+                "Nominal GPU slots its jobs may hold (default: unlimited; -1 = unlimited)")
       ->type_name("N");
-  c->add_option("--cpu", create->cpu, "Nominal CPU slots its jobs may hold (default: unlimited; -1 = unlimited)")
+  c->add_option("--cpu", create->cpu,
+                "Nominal CPU slots its jobs may hold (default: unlimited; -1 = unlimited)")
       ->type_name("N");
   c->add_option("--cohort", create->cohort,
                 "Queues of one cohort lend each other idle quota and reclaim it by preemption");
-  c->add_option("--max-job-size", create->max_job_size,
-                "Refuse jobs of more ranks (elastic: min_ranks) at submission (default 0: no limit)")
+  c->add_option(
+       "--max-job-size", create->max_job_size,
+       "Refuse jobs of more ranks (elastic: min_ranks) at submission (default 0: no limit)")
       ->type_name("N");
   c->add_option("--default-priority", create->default_priority,
                 "Priority of a job submitted here without one (default 0)")
@@ -287,25 +308,30 @@ VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
                 "CPUs per rank for a job that asks for no resources (default 0: none)")
       ->type_name("N");
   c->add_option("--default-memory", create->default_memory,
-                "Memory per rank for a job that asks for no resources: 512Mi, 4Gi, 2G or bytes (default: none)")
+                "Memory per rank for a job that asks for no resources: 512Mi, 4Gi, 2G or bytes "
+                "(default: none)")
       ->type_name("BYTES");
   c->add_option("--default-pids", create->default_pids,
                 "Processes per rank for a job that asks for no resources (default 0: none)")
       ->type_name("N");
   c->add_flag("--update", create->update,
-              "Replace the queue if it exists (else create it); the whole queue: give --default again to keep it "
+              "Replace the queue if it exists (else create it); the whole queue: give --default "
+              "again to keep it "
               "the default");
   c->add_flag("--default", create->make_default,
-              "Make it the cluster's default queue: jobs that name no queue (from tokens bound to none) go here; "
+              "Make it the cluster's default queue: jobs that name no queue (from tokens bound to "
+              "none) go here; "
               "the previous default is un-marked");
   c->callback([which] { *which = "create"; });
-  CLI::App* l = sub->add_subcommand(
-      "list", "List queues with their use (GPU and CPU: used/nominal, - = unlimited) and which is the default");
+  CLI::App* l = sub->add_subcommand("list",
+                                    "List queues with their use (GPU and CPU: used/nominal, - = "
+                                    "unlimited) and which is the default");
   l->callback([which] { *which = "list"; });
   CLI::App* d = sub->add_subcommand("describe", "Show one queue in full");
   d->add_option("NAME", *name, "Queue name")->required();
   d->callback([which] { *which = "describe"; });
-  CLI::App* del = sub->add_subcommand("delete", "Delete a queue that has no pending or running job (admin)");
+  CLI::App* del =
+      sub->add_subcommand("delete", "Delete a queue that has no pending or running job (admin)");
   del->add_option("NAME", *name, "Queue name")->required();
   del->callback([which] { *which = "delete"; });
   return [&ctx, create, name, which] {

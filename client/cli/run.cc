@@ -31,14 +31,14 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/clock.h"
-#include "client/cli/format.h"
-#include "common/log.h"
-#include "common/status_macros.h"
 #include "client/cli/context.h"
+#include "client/cli/format.h"
 #include "client/cli/script_job.h"
 #include "common/auth/secret.h"
 #include "common/jobspec/artifact_names.h"
 #include "common/jobspec/job_spec.h"
+#include "common/log.h"
+#include "common/status_macros.h"
 #include "coordinator/server/coordinator_server.h"
 #include "worker/daemon/slot_inventory.h"
 #include "worker/daemon/worker_daemon.h"
@@ -60,10 +60,10 @@ struct RunFlags {
   ScriptJobFlags script;
 };
 
-
 // Shell-quotes `s` when it needs it.
 std::string Quote(const std::string& s) {
-  if (!s.empty() && s.find_first_not_of("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,") ==
+  if (!s.empty() && s.find_first_not_of(
+                        "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./=:,") ==
                         std::string::npos) {
     return s;
   }
@@ -79,7 +79,8 @@ std::string FindRankBinary(const CliEnvironment& env) {
   ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
   if (n <= 0) return "trainctl-rank";
   fs::path dir = fs::path(std::string(self, static_cast<size_t>(n))).parent_path();
-  for (const fs::path& p : {dir / "trainctl-rank", dir / ".." / "worker" / "trainer" / "trainctl-rank"}) {
+  for (const fs::path& p :
+       {dir / "trainctl-rank", dir / ".." / "worker" / "trainer" / "trainctl-rank"}) {
     if (access(p.c_str(), X_OK) == 0) return fs::weakly_canonical(p).string();
   }
   return (dir / "trainctl-rank").string();
@@ -94,10 +95,12 @@ std::optional<v1::JobSpec> LocalJobSpec(CliContext& ctx, const RunFlags& flags, 
     // torchrun's --nnodes N starts one agent per host; a local run is one
     // host (its own worker), so N nodes here would only be N x more ranks
     // on this machine, not what the script's GROUP_WORLD_SIZE would say.
-    *code = ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--nnodes ", flags.script.nnodes,
-        ": trainctl run starts ranks on this host only (one node); use --nproc-per-node for more ranks here, "
-        "or trainctl submit --nnodes ", flags.script.nnodes, " to run on a cluster")));
+    *code = ctx.Fail(absl::InvalidArgumentError(
+        absl::StrCat("--nnodes ", flags.script.nnodes,
+                     ": trainctl run starts ranks on this host only (one node); use "
+                     "--nproc-per-node for more ranks here, "
+                     "or trainctl submit --nnodes ",
+                     flags.script.nnodes, " to run on a cluster")));
     return std::nullopt;
   }
   // A program restarts as torchrun's would (ScriptJobSpec: not at all,
@@ -128,11 +131,14 @@ std::optional<v1::JobSpec> LocalJobSpec(CliContext& ctx, const RunFlags& flags, 
   if (!flags.resume.empty()) spec.mutable_resume_from()->set_job(flags.resume);
   // A CUDA job on a host without a usable GPU would wait for a slot forever:
   // say so before starting anything.
-  if (spec.device() == v1::DEVICE_CUDA && (flags.gpus == "none" || worker::DiscoverGpus().empty())) {
+  if (spec.device() == v1::DEVICE_CUDA &&
+      (flags.gpus == "none" || worker::DiscoverGpus().empty())) {
     *code = ctx.Fail(absl::FailedPreconditionError(
         flags.gpus == "none"
-            ? "device: cuda, but --gpus none leaves this run no GPU; use --set device=cpu (or device=auto)"
-            : "device: cuda, but this host has no GPU visible (no NVIDIA driver or device found through "
+            ? "device: cuda, but --gpus none leaves this run no GPU; use --set device=cpu (or "
+              "device=auto)"
+            : "device: cuda, but this host has no GPU visible (no NVIDIA driver or device found "
+              "through "
               "NVML); use --set device=cpu, or device=auto to take a GPU only where there is one"));
     return std::nullopt;
   }
@@ -166,18 +172,21 @@ coordinator::CoordinatorOptions LocalCoordinatorOptions(const std::string& state
 // for this run; the local worker gets a worker token, kept in the state
 // dir so that a reused --state-dir keeps the worker's id (ids are bound to
 // the token that first registered them).
-absl::StatusOr<std::string> LocalWorkerToken(coordinator::CoordinatorServer& server, const std::string& state_dir) {
+absl::StatusOr<std::string> LocalWorkerToken(coordinator::CoordinatorServer& server,
+                                             const std::string& state_dir) {
   const std::string worker_token_file = state_dir + "/worker.token";
   absl::StatusOr<std::string> worker_token = auth::ReadTokenFile(worker_token_file);
   if (worker_token.ok()) return worker_token;
   worker_token = server.IssueToken(v1::ROLE_WORKER, "local-worker");
   if (!worker_token.ok()) return worker_token;
-  if (absl::Status w = auth::WritePrivateFile(worker_token_file, *worker_token + "\n"); !w.ok()) return w;
+  if (absl::Status w = auth::WritePrivateFile(worker_token_file, *worker_token + "\n"); !w.ok())
+    return w;
   return worker_token;
 }
 
-worker::DaemonOptions LocalDaemonOptions(CliContext& ctx, const RunFlags& flags, const std::string& coordinator,
-                                         const std::string& token, const std::string& state_dir,
+worker::DaemonOptions LocalDaemonOptions(CliContext& ctx, const RunFlags& flags,
+                                         const std::string& coordinator, const std::string& token,
+                                         const std::string& state_dir,
                                          std::vector<v1::Slot> slots) {
   worker::DaemonOptions wo;
   wo.coordinator = coordinator;
@@ -221,8 +230,9 @@ void WaitForLocalWorker(Client& client) {
 // After Ctrl-C: an engine job with a checkpoint keeps its state (the
 // coordinator's checkpoint records) and says how to continue. True when the
 // state directory must be kept.
-bool ReportInterrupted(CliContext& ctx, Client& client, const RunFlags& flags, const v1::JobSpec& spec,
-                       const std::string& job_id, const std::string& state_dir) {
+bool ReportInterrupted(CliContext& ctx, Client& client, const RunFlags& flags,
+                       const v1::JobSpec& spec, const std::string& job_id,
+                       const std::string& state_dir) {
   if (spec.has_command()) {
     // The program's own files (TRAINCTL_CHECKPOINT_DIR) are what it resumes from.
     ctx.err << "interrupted; every rank was stopped\n";
@@ -247,8 +257,9 @@ struct LocalOutcome {
 
 // Follows the submitted job to its end. Ctrl-C / SIGTERM (taken from
 // `stop_signals` by a thread of its own) cancel it; following then ends.
-LocalOutcome FollowLocalJob(CliContext& ctx, Client& client, const RunFlags& flags, const v1::JobSpec& spec,
-                            const v1::Job& job, const std::string& state_dir, const sigset_t& stop_signals) {
+LocalOutcome FollowLocalJob(CliContext& ctx, Client& client, const RunFlags& flags,
+                            const v1::JobSpec& spec, const v1::Job& job,
+                            const std::string& state_dir, const sigset_t& stop_signals) {
   if (!ctx.json()) ctx.out << "submitted job " << job.id() << "\n" << std::flush;
   std::atomic<bool> followed{false};
   // The first SIGINT or SIGTERM taken (0: none): the run exits 128 + it,
@@ -261,20 +272,25 @@ LocalOutcome FollowLocalJob(CliContext& ctx, Client& client, const RunFlags& fla
       if (sig == SIGINT || sig == SIGTERM) {
         int none = 0;
         interrupted.compare_exchange_strong(none, sig);
-        absl::StatusOr<v1::Job> c = client.Cancel(job.id(), absl::StrCat("trainctl run got signal ", sig));
-        if (!c.ok()) ctx.err << "trainctl run: could not cancel " << job.id() << ": " << c.status().message() << "\n";
+        absl::StatusOr<v1::Job> c =
+            client.Cancel(job.id(), absl::StrCat("trainctl run got signal ", sig));
+        if (!c.ok())
+          ctx.err << "trainctl run: could not cancel " << job.id() << ": " << c.status().message()
+                  << "\n";
       }
     }
   });
   LocalOutcome out;
   // Checked before anything started (RunLocal).
   const RankOutput rank_output = RankOutputOf(flags.script).value_or(RankOutput{});
-  out.code = spec.has_command() && !ctx.json() ? FollowJobWithRankOutput(ctx, client, job.id(), rank_output)
-                                               : FollowJob(ctx, client, job.id());
+  out.code = spec.has_command() && !ctx.json()
+                 ? FollowJobWithRankOutput(ctx, client, job.id(), rank_output)
+                 : FollowJob(ctx, client, job.id());
   followed = true;
   pthread_kill(on_signal.native_handle(), SIGUSR1);
   on_signal.join();
-  std::string model = absl::StrCat(job.spec().checkpoint().dir(), "/", FinalModelFileName(job.id()));
+  std::string model =
+      absl::StrCat(job.spec().checkpoint().dir(), "/", FinalModelFileName(job.id()));
   // FollowJob printed it already when rank 0 reported it (Job.final_model).
   absl::StatusOr<v1::Job> ended = client.Get(job.id());
   const bool said = ended.ok() && !ended->final_model().empty();
@@ -298,14 +314,16 @@ constexpr char kRunRecord[] = "run.txt";
 // $XDG_STATE_HOME/trainctl/runs, else ~/.local/state/trainctl/runs.
 std::string RunsDir(const CliEnvironment& env) {
   if (std::optional<std::string> d = env.getenv("TRAINCTL_RUNS_DIR"); d && !d->empty()) return *d;
-  if (std::optional<std::string> x = env.getenv("XDG_STATE_HOME"); x && !x->empty()) return *x + "/trainctl/runs";
+  if (std::optional<std::string> x = env.getenv("XDG_STATE_HOME"); x && !x->empty())
+    return *x + "/trainctl/runs";
   std::optional<std::string> home = env.getenv("HOME");
   std::string h = home && !home->empty() ? *home : "";
   if (h.empty()) {
     std::vector<char> buf(16384);
     struct passwd pw {};
     struct passwd* found = nullptr;
-    if (getpwuid_r(geteuid(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr) h = found->pw_dir;
+    if (getpwuid_r(geteuid(), &pw, buf.data(), buf.size(), &found) == 0 && found != nullptr)
+      h = found->pw_dir;
   }
   return h + "/.local/state/trainctl/runs";
 }
@@ -362,11 +380,13 @@ constexpr absl::Duration kLiveConnectTimeout = absl::Seconds(3);
 // cannot be written is only a warning: --run then answers once the run ends.
 class LiveRecord {
  public:
-  LiveRecord(CliContext& ctx, const std::string& dir, const std::string& address, const std::string& token)
+  LiveRecord(CliContext& ctx, const std::string& dir, const std::string& address,
+             const std::string& token)
       : path_(dir + "/" + kLiveRecord) {
     RunRecord r{{"address", address}, {"token", token}, {"pid", absl::StrCat(getpid())}};
     if (absl::Status w = WriteRecordFile(path_, r); !w.ok()) {
-      ctx.err << "trainctl run: " << w.message() << " (--run answers for this run once it is over)\n";
+      ctx.err << "trainctl run: " << w.message()
+              << " (--run answers for this run once it is over)\n";
       path_.clear();
     }
   }
@@ -394,7 +414,8 @@ std::optional<RunRecord> LiveRecordOf(const std::string& dir) {
 // knows the run's job under that token) within kLiveConnectTimeout: a port
 // since taken by another process, or a run stopped but not yet gone, is an
 // error here, and the caller reads the database instead.
-absl::StatusOr<std::unique_ptr<Client>> ConnectToLiveRun(const CliContext& ctx, const RunRecord& live,
+absl::StatusOr<std::unique_ptr<Client>> ConnectToLiveRun(const CliContext& ctx,
+                                                         const RunRecord& live,
                                                          const std::string& job) {
   ClientOptions copts;
   copts.address = live.at("address");
@@ -415,7 +436,8 @@ std::vector<std::string> KeptRuns(const std::string& runs) {
   std::vector<std::string> out;
   std::error_code ec;
   for (const fs::directory_entry& e : fs::directory_iterator(runs, ec)) {
-    if (e.is_directory(ec) && fs::exists(e.path() / kRunRecord, ec)) out.push_back(e.path().filename().string());
+    if (e.is_directory(ec) && fs::exists(e.path() / kRunRecord, ec))
+      out.push_back(e.path().filename().string());
   }
   std::sort(out.begin(), out.end());
   return out;
@@ -428,17 +450,20 @@ absl::StatusOr<std::string> NewRunDir(const CliEnvironment& env, const std::stri
   std::error_code ec;
   fs::create_directories(runs, ec);
   if (ec) {
-    return absl::FailedPreconditionError(absl::StrCat("runs directory ", runs, ": cannot create it: ", ec.message()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("runs directory ", runs, ": cannot create it: ", ec.message()));
   }
   std::vector<std::string> kept = KeptRuns(runs);
-  for (size_t i = 0; i + kKeptRuns <= kept.size(); ++i) fs::remove_all(fs::path(runs) / kept[i], ec);
+  for (size_t i = 0; i + kKeptRuns <= kept.size(); ++i)
+    fs::remove_all(fs::path(runs) / kept[i], ec);
   const std::string base =
       absl::StrCat(absl::FormatTime("%Y%m%d-%H%M%S", absl::Now(), absl::UTCTimeZone()), "-", name);
   for (int n = 1; n < 1000; ++n) {
     const std::string dir = absl::StrCat(runs, "/", base, n == 1 ? "" : absl::StrCat("-", n));
     if (::mkdir(dir.c_str(), 0700) == 0) return dir;
     if (errno != EEXIST) {
-      return absl::FailedPreconditionError(absl::StrCat("cannot create ", dir, ": ", std::strerror(errno)));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create ", dir, ": ", std::strerror(errno)));
     }
   }
   return absl::ResourceExhaustedError(absl::StrCat("too many runs named ", base, " in ", runs));
@@ -450,7 +475,8 @@ absl::StatusOr<std::string> FindRun(const CliEnvironment& env, const std::string
   std::error_code ec;
   if (run.find('/') != std::string::npos || run == "." || run == "..") {
     if (fs::exists(fs::path(run) / "state.db", ec)) return run;
-    return absl::NotFoundError(absl::StrCat("--run ", run, ": no state.db there (not a trainctl run's directory)"));
+    return absl::NotFoundError(
+        absl::StrCat("--run ", run, ": no state.db there (not a trainctl run's directory)"));
   }
   const std::string runs = RunsDir(env);
   std::vector<std::string> kept = KeptRuns(runs);
@@ -465,10 +491,12 @@ absl::StatusOr<std::string> FindRun(const CliEnvironment& env, const std::string
   }
   if (match.size() == 1) return runs + "/" + match[0];
   if (match.empty()) {
-    return absl::NotFoundError(absl::StrCat("--run ", run, ": no such run in ", runs, " (trainctl runs lists them)"));
+    return absl::NotFoundError(
+        absl::StrCat("--run ", run, ": no such run in ", runs, " (trainctl runs lists them)"));
   }
-  return absl::InvalidArgumentError(absl::StrCat("--run ", run, ": matches ", match.size(), " runs (",
-                                                 absl::StrJoin(match, ", "), "); name one"));
+  return absl::InvalidArgumentError(absl::StrCat("--run ", run, ": matches ", match.size(),
+                                                 " runs (", absl::StrJoin(match, ", "),
+                                                 "); name one"));
 }
 
 // While it lives, what this process and the rank processes it starts
@@ -542,7 +570,8 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
   if (!addr.ok()) return ctx.Fail(addr.status());
   absl::StatusOr<std::string> worker_token = LocalWorkerToken(server, state_dir);
   if (!worker_token.ok()) return ctx.Fail(worker_token.status());
-  worker::WorkerDaemon daemon(LocalDaemonOptions(ctx, flags, *addr, *worker_token, state_dir, *slots));
+  worker::WorkerDaemon daemon(
+      LocalDaemonOptions(ctx, flags, *addr, *worker_token, state_dir, *slots));
   if (absl::Status s = daemon.Start(); !s.ok()) return ctx.Fail(s);
 
   // Jobs are owned by the Unix user (Job.owner), who thereby claims its
@@ -577,10 +606,12 @@ int RunLocal(CliContext& ctx, const RunFlags& flags) {
       ctx.err << "trainctl run: " << w.message() << "\n";
     }
     // `--run` asks this run while it goes on (reads only: a viewer token).
-    if (absl::StatusOr<std::string> viewer = server.IssueToken(v1::ROLE_VIEWER, "live-run"); viewer.ok()) {
+    if (absl::StatusOr<std::string> viewer = server.IssueToken(v1::ROLE_VIEWER, "live-run");
+        viewer.ok()) {
       live_record.emplace(ctx, state_dir, *addr, *viewer);
     } else {
-      ctx.err << "trainctl run: " << viewer.status().message() << " (--run answers for this run once it is over)\n";
+      ctx.err << "trainctl run: " << viewer.status().message()
+              << " (--run answers for this run once it is over)\n";
     }
     outcome = FollowLocalJob(ctx, *client, flags, *spec, *job, state_dir, stop_signals);
     if (absl::StatusOr<v1::Job> ended = client->Get(job->id()); ended.ok()) {
@@ -614,7 +645,8 @@ int RunRuns(CliContext& ctx) {
     t.AddRow({*it, r["job"], state, r["started"], r["command"]});
   }
   t.Print(ctx.out);
-  ctx.out << "(in " << runs << "; any verb takes --run RUN: trainctl metrics --run " << kept.back() << ")\n"
+  ctx.out << "(in " << runs << "; any verb takes --run RUN: trainctl metrics --run " << kept.back()
+          << ")\n"
           << std::flush;
   return kExitOk;
 }
@@ -633,8 +665,9 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectToRun(CliContext& ctx) {
       ctx.run_live = true;
       return client;
     }
-    live_failed = absl::StrCat("; its live coordinator at ", (*live)["address"], " (pid ", (*live)["pid"],
-                               ") did not answer either: ", client.status().message());
+    live_failed =
+        absl::StrCat("; its live coordinator at ", (*live)["address"], " (pid ", (*live)["pid"],
+                     ") did not answer either: ", client.status().message());
   }
   // Its lines (recovery, transitions) are not what the verb is asked for.
   SetLogLevel(LogLevel::kError);
@@ -653,7 +686,8 @@ absl::StatusOr<std::unique_ptr<Client>> ConnectToRun(CliContext& ctx) {
   copts.address = *addr;
   copts.token = co.admin_token;
   copts.timeout = absl::Seconds(ctx.timeout_s);
-  std::unique_ptr<Client> client = Client::FromChannel(server->InProcessChannel(copts.token), copts);
+  std::unique_ptr<Client> client =
+      Client::FromChannel(server->InProcessChannel(copts.token), copts);
   ctx.run_server = std::move(run);
   return client;
 }
@@ -671,25 +705,33 @@ VerbRunner AddRunsVerb(CLI::App& app, CliContext& ctx) {
 VerbRunner AddRunVerb(CLI::App& app, CliContext& ctx) {
   auto flags = std::make_shared<RunFlags>();
   CLI::App* sub = AddVerb(
-      app, "run", "Run a job locally: embedded coordinator + a worker for this host's GPUs or CPU slots",
+      app, "run",
+      "Run a job locally: embedded coordinator + a worker for this host's GPUs or CPU slots",
       "  trainctl run examples/mlp-synthetic.yaml\n"
       "  trainctl run examples/fashion-mnist-cnn.yaml --set training.epochs=1\n"
       "  trainctl run job.yaml --state-dir DIR --resume JOB   # continue an interrupted run\n"
-      "  trainctl run --nproc-per-node 2 train.py --epochs 3   # your own script, as torchrun runs it\n"
-      "The final model goes to checkpoint.dir (default ./checkpoints/<name>/<job id>/<job id>.model.pt).\n");
-  sub->add_option("FILE", flags->file, "The job.yaml, or a program to run as every rank (train.py)")->required();
+      "  trainctl run --nproc-per-node 2 train.py --epochs 3   # your own script, as torchrun runs "
+      "it\n"
+      "The final model goes to checkpoint.dir (default ./checkpoints/<name>/<job id>/<job "
+      "id>.model.pt).\n");
+  sub->add_option("FILE", flags->file, "The job.yaml, or a program to run as every rank (train.py)")
+      ->required();
   sub->add_option("--set", flags->sets, "Override a field: key.path=value (repeatable)");
   sub->add_option("--state-dir", flags->state_dir,
                   "Keep the coordinator database and worker files here (default: a new directory "
                   "of this run's own under the runs directory, see trainctl runs)");
-  sub->add_flag("--keep-state", flags->keep_state, "Accepted for older scripts: every run's state is kept");
-  sub->add_option("--resume", flags->resume,
-                  "Continue this job (of the --state-dir's coordinator) from its newest checkpoint; "
-                  "an interrupted run prints the command");
-  sub->add_option("--gpus", flags->gpus, "GPUs to use: all, none, or 0,1 (default: every visible GPU)");
+  sub->add_flag("--keep-state", flags->keep_state,
+                "Accepted for older scripts: every run's state is kept");
+  sub->add_option(
+      "--resume", flags->resume,
+      "Continue this job (of the --state-dir's coordinator) from its newest checkpoint; "
+      "an interrupted run prints the command");
+  sub->add_option("--gpus", flags->gpus,
+                  "GPUs to use: all, none, or 0,1 (default: every visible GPU)");
   sub->add_option("--slots", flags->slots, "CPU slots (default: the job's world_size)");
-  sub->add_option("--rank-binary", flags->rank_binary,
-                  "The rank process (default: trainctl-rank beside trainctl, or $TRAINCTL_RANK_BINARY)");
+  sub->add_option(
+      "--rank-binary", flags->rank_binary,
+      "The rank process (default: trainctl-rank beside trainctl, or $TRAINCTL_RANK_BINARY)");
   AddScriptOptions(sub, &flags->script);
   return [&ctx, flags] { return RunLocal(ctx, *flags); };
 }

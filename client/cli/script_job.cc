@@ -57,7 +57,8 @@ int TerminalMux::Sink::sync() {
     // newline and after the last clear.
     std::string screen = mux_.status_ + pending_;
     if (const size_t nl = screen.rfind('\n'); nl != std::string::npos) screen.erase(0, nl + 1);
-    if (const size_t cl = screen.rfind(kClearLine); cl != std::string::npos) screen.erase(0, cl + kClearLine.size());
+    if (const size_t cl = screen.rfind(kClearLine); cl != std::string::npos)
+      screen.erase(0, cl + kClearLine.size());
     mux_.status_ = std::move(screen);
   } else if (mux_.status_.empty()) {
     mux_.target_ << pending_;
@@ -72,7 +73,10 @@ int TerminalMux::Sink::sync() {
 }
 
 TerminalMux::TerminalMux(std::ostream& target)
-    : target_(target), status_sink_(*this, true), lines_sink_(*this, false), status_out_(&status_sink_),
+    : target_(target),
+      status_sink_(*this, true),
+      lines_sink_(*this, false),
+      status_out_(&status_sink_),
       lines_out_(&lines_sink_) {}
 
 TerminalMux::~TerminalMux() {
@@ -84,7 +88,8 @@ absl::StatusOr<StdStreams> StdStreams::Parse(const std::string& flag, const std:
   StdStreams s;
   auto stream = [&](absl::string_view v, int* out) -> absl::Status {
     if (!absl::SimpleAtoi(v, out) || *out < 0 || *out > 3) {
-      return absl::InvalidArgumentError(absl::StrCat(flag, ": '", v, "' is not 0 (none), 1 (stdout), 2 (stderr) or 3 (both)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": '", v, "' is not 0 (none), 1 (stdout), 2 (stderr) or 3 (both)"));
     }
     return absl::OkStatus();
   };
@@ -97,7 +102,8 @@ absl::StatusOr<StdStreams> StdStreams::Parse(const std::string& flag, const std:
     std::vector<absl::string_view> kv = absl::StrSplit(item, ':');
     int rank = -1, mask = 0;
     if (kv.size() != 2 || !absl::SimpleAtoi(kv[0], &rank) || rank < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(flag, ": '", item, "' is not RANK:STREAMS (e.g. 0:3,1:2)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": '", item, "' is not RANK:STREAMS (e.g. 0:3,1:2)"));
     }
     TRAINCTL_RETURN_IF_ERROR(stream(kv[1], &mask));
     s.per_rank_.emplace_back(rank, mask);
@@ -126,8 +132,8 @@ absl::StatusOr<RankOutput> RankOutputOf(const ScriptJobFlags& flags) {
   TRAINCTL_ASSIGN_OR_RETURN(out.redirects, StdStreams::Parse("--redirects", flags.redirects));
   TRAINCTL_ASSIGN_OR_RETURN(out.tee, StdStreams::Parse("--tee", flags.tee));
   if (out.log_dir.empty() && (out.redirects.any() || out.tee.any())) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(out.redirects.any() ? "--redirects" : "--tee", ": needs --log-dir (where the files go)"));
+    return absl::InvalidArgumentError(absl::StrCat(out.redirects.any() ? "--redirects" : "--tee",
+                                                   ": needs --log-dir (where the files go)"));
   }
   return out;
 }
@@ -192,7 +198,8 @@ class RankLogFiles {
 
 }  // namespace
 
-int FollowJobWithRankOutput(CliContext& ctx, Client& client, const std::string& job_id, const RankOutput& out) {
+int FollowJobWithRankOutput(CliContext& ctx, Client& client, const std::string& job_id,
+                            const RankOutput& out) {
   // As torchrun --tee: every rank's output, live, prefixed by its rank,
   // between the follow printer's lines (never inside one, nor after the
   // status line on the same screen line).
@@ -232,20 +239,24 @@ void AddScriptOptions(CLI::App* verb, ScriptJobFlags* flags) {
   verb->add_option("--nproc-per-node,--nproc_per_node", flags->nproc_per_node,
                    "With a program as FILE: ranks per node, as torchrun's (default 1)")
       ->check(CLI::Range(1, 65536));
-  verb->add_option("--nnodes", flags->nnodes,
-                   "With a program as FILE: nodes; world_size = nproc-per-node x nnodes, on exactly nnodes "
-                   "workers with nproc-per-node ranks each (scheduling.nodes; run: 1, one host)")
+  verb->add_option(
+          "--nnodes", flags->nnodes,
+          "With a program as FILE: nodes; world_size = nproc-per-node x nnodes, on exactly nnodes "
+          "workers with nproc-per-node ranks each (scheduling.nodes; run: 1, one host)")
       ->check(CLI::Range(1, 65536));
-  verb->add_option("--max-restarts,--max_restarts", flags->max_restarts,
-                   "As torchrun's: restarts of the whole group before the job fails (restart.max_restarts; "
-                   "default for a program: 0, as torchrun's)")
+  verb->add_option(
+          "--max-restarts,--max_restarts", flags->max_restarts,
+          "As torchrun's: restarts of the whole group before the job fails (restart.max_restarts; "
+          "default for a program: 0, as torchrun's)")
       ->check(CLI::Range(0, 1000));
-  verb->add_flag("--standalone", flags->standalone, "As torchrun's: accepted (trainctl does the rendezvous)");
+  verb->add_flag("--standalone", flags->standalone,
+                 "As torchrun's: accepted (trainctl does the rendezvous)");
   // torchrun's rendezvous flags: trainctl's coordinator does the rendezvous
   // (MASTER_ADDR/MASTER_PORT, the store), so they have nothing to set.
-  for (const char* name : {"--rdzv-backend,--rdzv_backend", "--rdzv-endpoint,--rdzv_endpoint", "--rdzv-id,--rdzv_id",
-                           "--rdzv-conf,--rdzv_conf", "--master-addr,--master_addr", "--master-port,--master_port",
-                           "--node-rank,--node_rank"}) {
+  for (const char* name :
+       {"--rdzv-backend,--rdzv_backend", "--rdzv-endpoint,--rdzv_endpoint", "--rdzv-id,--rdzv_id",
+        "--rdzv-conf,--rdzv_conf", "--master-addr,--master_addr", "--master-port,--master_port",
+        "--node-rank,--node_rank"}) {
     const std::string flag = std::string(name).substr(0, std::string(name).find(','));
     verb->add_option_function<std::string>(
             name, [flags, flag](const std::string&) { flags->rendezvous_flag = flag; },
@@ -253,22 +264,27 @@ void AddScriptOptions(CLI::App* verb, ScriptJobFlags* flags) {
         ->group("torchrun flags that do not apply");
   }
   verb->add_option("--log-dir,--log_dir", flags->log_dir,
-                   "As torchrun's: per-rank files DIR/<job id>/attempt_<N>/<rank>/{stdout,stderr}.log (N from 0, "
+                   "As torchrun's: per-rank files DIR/<job "
+                   "id>/attempt_<N>/<rank>/{stdout,stderr}.log (N from 0, "
                    "as torchrun's restart count) for the streams --redirects or --tee select");
-  verb->add_option("--redirects", flags->redirects,
-                   "As torchrun's: 0 none, 1 stdout, 2 stderr, 3 both (or per rank: 0:3,1:2): those streams go "
-                   "to the --log-dir files only");
-  verb->add_option("--tee", flags->tee,
-                   "As torchrun's: the same values: those streams go to the --log-dir files and the terminal");
-  verb->add_option("--python", flags->python,
-                   "With a .py FILE: the interpreter every rank runs it with (a name is looked up on the "
-                   "worker's PATH)")
+  verb->add_option(
+      "--redirects", flags->redirects,
+      "As torchrun's: 0 none, 1 stdout, 2 stderr, 3 both (or per rank: 0:3,1:2): those streams go "
+      "to the --log-dir files only");
+  verb->add_option(
+      "--tee", flags->tee,
+      "As torchrun's: the same values: those streams go to the --log-dir files and the terminal");
+  verb->add_option(
+          "--python", flags->python,
+          "With a .py FILE: the interpreter every rank runs it with (a name is looked up on the "
+          "worker's PATH)")
       ->capture_default_str();
   verb->add_option("ARGS", flags->script_args, "With a program as FILE: its arguments");
 }
 
 bool IsScriptForm(const std::string& file, const ScriptJobFlags& flags) {
-  return flags.nproc_per_node > 0 || !(absl::EndsWith(file, ".yaml") || absl::EndsWith(file, ".yml"));
+  return flags.nproc_per_node > 0 ||
+         !(absl::EndsWith(file, ".yaml") || absl::EndsWith(file, ".yml"));
 }
 
 ParsedJobSpec ScriptJobSpec(const std::string& file, const ScriptJobFlags& flags,
@@ -293,7 +309,8 @@ ParsedJobSpec ScriptJobSpec(const std::string& file, const ScriptJobFlags& flags
     SpecError e;
     e.field = flags.rendezvous_flag;
     e.message =
-        "trainctl does the rendezvous: the coordinator places the ranks and hands each its MASTER_ADDR, "
+        "trainctl does the rendezvous: the coordinator places the ranks and hands each its "
+        "MASTER_ADDR, "
         "MASTER_PORT, RANK and WORLD_SIZE; leave it out";
     refused.errors.push_back(e);
     return refused;
@@ -319,8 +336,9 @@ ParsedJobSpec ScriptJobSpec(const std::string& file, const ScriptJobFlags& flags
   return ParseJobSpecYaml(JobSpecToYaml(spec), file, sets);
 }
 
-std::vector<std::string> SeparateScriptArgs(int argc, const char* const argv[],
-                                            const std::function<bool(const std::string&)>& takes_value) {
+std::vector<std::string> SeparateScriptArgs(
+    int argc, const char* const argv[],
+    const std::function<bool(const std::string&)>& takes_value) {
   std::vector<std::string> out(argv, argv + argc);
   size_t i = 1;
   for (; i < out.size(); ++i) {
@@ -340,7 +358,8 @@ std::vector<std::string> SeparateScriptArgs(int argc, const char* const argv[],
     }
     if (a.empty() || a[0] == '-') continue;
     // FILE: a program with arguments after it gets the separator.
-    if (j + 1 < out.size() && out[j + 1] != "--" && !absl::EndsWith(a, ".yaml") && !absl::EndsWith(a, ".yml")) {
+    if (j + 1 < out.size() && out[j + 1] != "--" && !absl::EndsWith(a, ".yaml") &&
+        !absl::EndsWith(a, ".yml")) {
       out.insert(out.begin() + static_cast<std::ptrdiff_t>(j) + 1, "--");
     }
     return out;

@@ -153,7 +153,7 @@ ParsedJobSpec ScriptJobSpec(const std::string& file, const ScriptJobFlags& flags
 // of trainctl's options (global, run or submit) that takes a separate value
 // (RunCli derives it from the CLI11 declarations; see
 // ScriptVerbOptionTakesValue in cli.h).
-std::vector<std::string> SeparateScriptArgs(int argc, const char* const argv[],
-                                            const std::function<bool(const std::string&)>& takes_value);
+std::vector<std::string> SeparateScriptArgs(
+    int argc, const char* const argv[], const std::function<bool(const std::string&)>& takes_value);
 
 }  // namespace trainctl::cli

@@ -20,19 +20,24 @@ std::vector<std::string> Split(std::vector<const char*> argv) {
 }
 
 TEST(ScriptJobTest, ProgramArgumentsAreSeparatedFromTrainctls) {
-  EXPECT_THAT(Split({"trainctl", "run", "--nproc-per-node", "2", "train.py", "--epochs", "3"}),
-              ElementsAre("trainctl", "run", "--nproc-per-node", "2", "train.py", "--", "--epochs", "3"));
-  EXPECT_THAT(Split({"trainctl", "-o", "json", "submit", "--nproc_per_node=2", "--python", "py", "t.py", "--set", "x"}),
-              ElementsAre("trainctl", "-o", "json", "submit", "--nproc_per_node=2", "--python", "py", "t.py", "--",
-                          "--set", "x"));
+  EXPECT_THAT(
+      Split({"trainctl", "run", "--nproc-per-node", "2", "train.py", "--epochs", "3"}),
+      ElementsAre("trainctl", "run", "--nproc-per-node", "2", "train.py", "--", "--epochs", "3"));
+  EXPECT_THAT(Split({"trainctl", "-o", "json", "submit", "--nproc_per_node=2", "--python", "py",
+                     "t.py", "--set", "x"}),
+              ElementsAre("trainctl", "-o", "json", "submit", "--nproc_per_node=2", "--python",
+                          "py", "t.py", "--", "--set", "x"));
   // A job.yaml keeps trainctl's own options after it; other verbs are untouched.
   EXPECT_THAT(Split({"trainctl", "run", "job.yaml", "--set", "a=1"}),
               ElementsAre("trainctl", "run", "job.yaml", "--set", "a=1"));
-  EXPECT_THAT(Split({"trainctl", "logs", "job", "-f"}), ElementsAre("trainctl", "logs", "job", "-f"));
+  EXPECT_THAT(Split({"trainctl", "logs", "job", "-f"}),
+              ElementsAre("trainctl", "logs", "job", "-f"));
   // The global --token and --ca take a value too.
-  EXPECT_THAT(Split({"trainctl", "--token", "t.py", "--ca", "ca.crt", "run", "t.py", "-x"}),
-              ElementsAre("trainctl", "--token", "t.py", "--ca", "ca.crt", "run", "t.py", "--", "-x"));
-  EXPECT_THAT(Split({"trainctl", "run", "t.py", "--", "-x"}), ElementsAre("trainctl", "run", "t.py", "--", "-x"));
+  EXPECT_THAT(
+      Split({"trainctl", "--token", "t.py", "--ca", "ca.crt", "run", "t.py", "-x"}),
+      ElementsAre("trainctl", "--token", "t.py", "--ca", "ca.crt", "run", "t.py", "--", "-x"));
+  EXPECT_THAT(Split({"trainctl", "run", "t.py", "--", "-x"}),
+              ElementsAre("trainctl", "run", "t.py", "--", "-x"));
   EXPECT_THAT(Split({"trainctl", "run", "t.py"}), ElementsAre("trainctl", "run", "t.py"));
 }
 
@@ -47,7 +52,8 @@ TEST(ScriptJobTest, BuildsAValidCommandJob) {
   ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
   EXPECT_EQ(p.spec.name(), "train-ddp-v2");
   EXPECT_EQ(p.spec.world_size(), 6);
-  EXPECT_EQ(p.spec.scheduling().nodes(), 3) << "torchrun's --nnodes: exactly 3 workers, 2 ranks each";
+  EXPECT_EQ(p.spec.scheduling().nodes(), 3)
+      << "torchrun's --nnodes: exactly 3 workers, 2 ranks each";
   EXPECT_EQ(p.spec.priority(), 5);
   const v1::CommandSpec& c = p.spec.command();
   EXPECT_THAT(std::vector<std::string>(c.argv().begin(), c.argv().end()),
@@ -71,7 +77,8 @@ TEST(ScriptJobTest, TorchrunsRestartAndRendezvousFlags) {
   ParsedJobSpec p = ScriptJobSpec("t.py", f, {});
   ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
   ASSERT_TRUE(p.spec.restart().has_max_restarts());
-  EXPECT_EQ(p.spec.restart().max_restarts(), 0) << "no --max-restarts: torchrun's default 0, not the spec's 3";
+  EXPECT_EQ(p.spec.restart().max_restarts(), 0)
+      << "no --max-restarts: torchrun's default 0, not the spec's 3";
   f.max_restarts = 4;
   p = ScriptJobSpec("t.py", f, {});
   EXPECT_EQ(p.spec.restart().max_restarts(), 4);
@@ -97,12 +104,14 @@ namespace {
 
 // The options that take a value come from the CLI11 declarations.
 TEST(ScriptJobTest, OptionsTakingValuesComeFromTheDeclarations) {
-  for (const char* a : {"--python", "--nproc-per-node", "--nproc_per_node", "--nnodes", "--set", "-o", "--output",
-                        "--token", "--ca", "--coordinator", "--timeout", "--max-restarts", "--max_restarts",
-                        "--master-addr", "--rdzv_endpoint", "--node-rank"}) {
+  for (const char* a :
+       {"--python", "--nproc-per-node", "--nproc_per_node", "--nnodes", "--set", "-o", "--output",
+        "--token", "--ca", "--coordinator", "--timeout", "--max-restarts", "--max_restarts",
+        "--master-addr", "--rdzv_endpoint", "--node-rank"}) {
     EXPECT_TRUE(ScriptVerbOptionTakesValue(a)) << a;
   }
-  for (const char* a : {"--follow", "--epochs", "-f", "train.py", "--standalone", "--latest"}) EXPECT_FALSE(ScriptVerbOptionTakesValue(a)) << a;
+  for (const char* a : {"--follow", "--epochs", "-f", "train.py", "--standalone", "--latest"})
+    EXPECT_FALSE(ScriptVerbOptionTakesValue(a)) << a;
 }
 
 // Issue #27 item 4: "RUNNING  step 30  loss 0.5978[rank0]: epoch 0 ..." in
@@ -134,8 +143,10 @@ TEST(ScriptJobTest, RedirectsAndTeeTakeTorchrunsValues) {
   ASSERT_TRUE(out.ok()) << out.status();
   EXPECT_EQ(out->redirects.Mask(0), 1);
   EXPECT_FALSE(out->tee.any());
-  EXPECT_THAT(Split({"trainctl", "run", "--log-dir", "L", "--redirects", "3", "t.py", "--tee", "x"}),
-              ElementsAre("trainctl", "run", "--log-dir", "L", "--redirects", "3", "t.py", "--", "--tee", "x"));
+  EXPECT_THAT(
+      Split({"trainctl", "run", "--log-dir", "L", "--redirects", "3", "t.py", "--tee", "x"}),
+      ElementsAre("trainctl", "run", "--log-dir", "L", "--redirects", "3", "t.py", "--", "--tee",
+                  "x"));
 }
 
 TEST(TerminalMuxTest, ARankLineNeverSharesTheStatusLinesScreenLine) {
@@ -145,7 +156,9 @@ TEST(TerminalMuxTest, ARankLineNeverSharesTheStatusLinesScreenLine) {
     mux.status_out() << "\r\033[KRUNNING  step 30" << std::flush;
     mux.lines_out() << "[rank0]: epoch 0: loss 0.6170\n";
     mux.status_out() << "\r\033[KRUNNING  step 40" << std::flush;
-    mux.status_out() << "\r\033[K" << "12:00:01  epoch_end  epoch 1/3 done\n" << "\r\033[KRUNNING  step 50" << std::flush;
+    mux.status_out() << "\r\033[K"
+                     << "12:00:01  epoch_end  epoch 1/3 done\n"
+                     << "\r\033[KRUNNING  step 50" << std::flush;
     mux.lines_out() << "[rank1]: done\n";
   }
   // What a terminal shows: "\r\033[K" clears the line the cursor is on.
@@ -164,8 +177,9 @@ TEST(TerminalMuxTest, ARankLineNeverSharesTheStatusLinesScreenLine) {
     }
   }
   lines.push_back(current);
-  EXPECT_THAT(lines, ::testing::ElementsAre("[rank0]: epoch 0: loss 0.6170", "12:00:01  epoch_end  epoch 1/3 done",
-                                            "[rank1]: done", "RUNNING  step 50"));
+  EXPECT_THAT(lines, ::testing::ElementsAre("[rank0]: epoch 0: loss 0.6170",
+                                            "12:00:01  epoch_end  epoch 1/3 done", "[rank1]: done",
+                                            "RUNNING  step 50"));
 
   std::ostringstream plain;
   {

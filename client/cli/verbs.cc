@@ -16,11 +16,12 @@
 #include "absl/strings/str_split.h"
 #include "client/cli/code_upload.h"
 #include "client/cli/context.h"
-#include "client/cli/script_job.h"
 #include "client/cli/follow.h"
 #include "client/cli/format.h"
+#include "client/cli/script_job.h"
 #include "common/format_bytes.h"
 #include "common/jobspec/job_spec.h"
+#include "common/status_macros.h"
 
 namespace trainctl::cli {
 
@@ -50,10 +51,10 @@ extern "C" void OnFollowInterrupted(int) {
 class FollowInterruptNotice {
  public:
   explicit FollowInterruptNotice(const std::string& job_id) {
-    std::string msg = absl::StrCat("\ninterrupted: job ", job_id,
-                                   " keeps running on the cluster; follow it again with `trainctl logs -f ", job_id,
-                                   "` or `trainctl status ", job_id, "` (`trainctl cancel ", job_id,
-                                   "` stops it)\n");
+    std::string msg = absl::StrCat(
+        "\ninterrupted: job ", job_id,
+        " keeps running on the cluster; follow it again with `trainctl logs -f ", job_id,
+        "` or `trainctl status ", job_id, "` (`trainctl cancel ", job_id, "` stops it)\n");
     follow_interrupt_length = std::min(msg.size(), sizeof(follow_interrupt_message));
     std::memcpy(follow_interrupt_message, msg.data(), follow_interrupt_length);
     struct sigaction sa {};
@@ -61,7 +62,8 @@ class FollowInterruptNotice {
     sigemptyset(&sa.sa_mask);
     // `trainctl run` blocks SIGINT and takes it on a thread of its own.
     sigset_t blocked;
-    const bool taken_elsewhere = pthread_sigmask(SIG_BLOCK, nullptr, &blocked) == 0 && sigismember(&blocked, SIGINT);
+    const bool taken_elsewhere =
+        pthread_sigmask(SIG_BLOCK, nullptr, &blocked) == 0 && sigismember(&blocked, SIGINT);
     struct sigaction old {};
     if (!taken_elsewhere && sigaction(SIGINT, nullptr, &old) == 0 && old.sa_handler == SIG_DFL) {
       installed_ = sigaction(SIGINT, &sa, &old_) == 0;
@@ -80,11 +82,13 @@ class FollowInterruptNotice {
 
 }  // namespace
 
-absl::StatusOr<v1::Job> ResolveJob(const CliContext& ctx, Client& client, const std::string& given) {
+absl::StatusOr<v1::Job> ResolveJob(const CliContext& ctx, Client& client,
+                                   const std::string& given) {
   const std::string& ref = given.empty() ? ctx.run_job : given;
   if (ref.empty()) {
-    return absl::InvalidArgumentError(ctx.run_flag.empty() ? "JOB: required (a job id, a name or the start of an id)"
-                                                           : "JOB: required (that run has no job on record)");
+    return absl::InvalidArgumentError(ctx.run_flag.empty()
+                                          ? "JOB: required (a job id, a name or the start of an id)"
+                                          : "JOB: required (that run has no job on record)");
   }
   absl::StatusOr<v1::Job> job = client.Get(ref);
   if (job.ok() || job.status().code() != absl::StatusCode::kNotFound) return job;
@@ -97,15 +101,16 @@ absl::StatusOr<v1::Job> ResolveJob(const CliContext& ctx, Client& client, const 
   }
   const std::vector<const v1::Job*>& found = named.empty() ? prefixed : named;
   if (found.empty()) {
-    return absl::NotFoundError(absl::StrCat("no job '", ref, "' (not an id, a job name or the start of an id)"));
+    return absl::NotFoundError(
+        absl::StrCat("no job '", ref, "' (not an id, a job name or the start of an id)"));
   }
   if (found.size() > 1 && !ctx.latest) {
     std::vector<std::string> ids;
     for (size_t i = 0; i < found.size() && i < 10; ++i) ids.push_back(found[i]->id());
     return absl::InvalidArgumentError(absl::StrCat(
-        "JOB: '", ref, "' matches ", found.size(), " jobs by ", named.empty() ? "id prefix" : "name",
-        ", newest first: ", absl::StrJoin(ids, ", "), found.size() > ids.size() ? ", ..." : "",
-        "; give an id, or --latest for the newest"));
+        "JOB: '", ref, "' matches ", found.size(), " jobs by ",
+        named.empty() ? "id prefix" : "name", ", newest first: ", absl::StrJoin(ids, ", "),
+        found.size() > ids.size() ? ", ..." : "", "; give an id, or --latest for the newest"));
   }
   return client.Get(found.front()->id());
 }
@@ -196,8 +201,9 @@ int RunSubmit(CliContext& ctx, const SubmitFlags& flags) {
   std::vector<std::string> sets = flags.sets;
   if (flags.wait_for_capacity) sets.push_back("scheduling.wait_for_capacity=true");
   if (!flags.queue.empty()) sets.push_back(absl::StrCat("queue=", flags.queue));
-  ParsedJobSpec parsed = IsScriptForm(flags.file, flags.script) ? ScriptJobSpec(flags.file, flags.script, sets)
-                                                                : ParseJobSpecFile(flags.file, sets);
+  ParsedJobSpec parsed = IsScriptForm(flags.file, flags.script)
+                             ? ScriptJobSpec(flags.file, flags.script, sets)
+                             : ParseJobSpecFile(flags.file, sets);
   if (!parsed.ok()) {
     // One line per problem, each starting with the file (or --set) and position.
     for (const SpecError& e : parsed.errors) ctx.err << e.ToString() << "\n";
@@ -222,79 +228,83 @@ int RunSubmit(CliContext& ctx, const SubmitFlags& flags) {
     if (!packed.ok()) return ctx.Fail(packed.status());
     archive = std::move(*packed);
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  if (archive != nullptr) {
-    absl::StatusOr<UploadedCode> uploaded = (*client)->UploadCode(archive->path(), archive->code());
-    if (!uploaded.ok()) return ctx.Fail(uploaded.status());
-    *parsed.spec.mutable_command()->mutable_code() = uploaded->code;
-    // Beside the JSON document, not in it.
-    (ctx.json() ? ctx.err : ctx.out) << CodeLine(*uploaded) << "\n";
-    archive.reset();
-  }
-  absl::StatusOr<v1::Job> job = (*client)->Submit(parsed.spec);
-  if (!job.ok()) return ctx.Fail(job.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*job);
-  } else {
-    ctx.out << "submitted job " << job->id() << " (" << JobStateName(job->state());
-    if (!job->state_reason().empty()) ctx.out << ": " << FirstLine(job->state_reason(), 200);
-    ctx.out << ")\n";
-  }
-  ctx.out << std::flush;
-  if (!flags.follow) return kExitOk;
-  if (parsed.spec.has_command() && !ctx.json()) {
-    return FollowJobWithRankOutput(ctx, **client, job->id(), *rank_output);
-  }
-  return FollowJob(ctx, **client, job->id());
+  return ConnectCallPrint(
+      ctx,
+      [&](Client& client) -> absl::StatusOr<v1::Job> {
+        if (archive != nullptr) {
+          TRAINCTL_ASSIGN_OR_RETURN(UploadedCode uploaded,
+                                    client.UploadCode(archive->path(), archive->code()));
+          *parsed.spec.mutable_command()->mutable_code() = uploaded.code;
+          // Beside the JSON document, not in it.
+          (ctx.json() ? ctx.err : ctx.out) << CodeLine(uploaded) << "\n";
+          archive.reset();
+        }
+        return client.Submit(parsed.spec);
+      },
+      [&](Client& client, v1::Job& job) -> int {
+        if (ctx.json()) {
+          ctx.PrintJson(job);
+        } else {
+          ctx.out << "submitted job " << job.id() << " (" << JobStateName(job.state());
+          if (!job.state_reason().empty()) ctx.out << ": " << FirstLine(job.state_reason(), 200);
+          ctx.out << ")\n";
+        }
+        ctx.out << std::flush;
+        if (!flags.follow) return kExitOk;
+        if (parsed.spec.has_command() && !ctx.json()) {
+          return FollowJobWithRankOutput(ctx, client, job.id(), *rank_output);
+        }
+        return FollowJob(ctx, client, job.id());
+      });
 }
 
 // --- job queries ---------------------------------------------------------------
 
 int RunStatus(CliContext& ctx, const std::string& job_ref) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Job> job = ResolveJob(ctx, **client, job_ref);
-  if (!job.ok()) return ctx.Fail(job.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*job);
-  } else {
-    PrintJobStatus(ctx.out, *job, absl::Now());
-  }
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return ResolveJob(ctx, client, job_ref); },
+      [&](v1::Job& job) -> int {
+        if (ctx.json()) {
+          ctx.PrintJson(job);
+        } else {
+          PrintJobStatus(ctx.out, job, absl::Now());
+        }
+        return kExitOk;
+      });
 }
 
 int RunDescribe(CliContext& ctx, const std::string& job_ref) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Job> resolved = ResolveJob(ctx, **client, job_ref);
-  if (!resolved.ok()) return ctx.Fail(resolved.status());
-  const std::string& job_id = resolved->id();
-  // The job's events come from the watch history; the first job snapshot
-  // follows the history, so stop there.
-  std::vector<v1::Event> events;
-  absl::StatusOr<v1::Job> job =
-      (*client)->Watch(job_id, /*include_history=*/true, [&](const v1::JobUpdate& u) {
-        if (u.has_event()) events.push_back(u.event());
-        return !u.has_job();
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return ResolveJob(ctx, client, job_ref); },
+      [&](Client& client, v1::Job& resolved) -> int {
+        const std::string& job_id = resolved.id();
+        // The job's events come from the watch history; the first job snapshot
+        // follows the history, so stop there.
+        std::vector<v1::Event> events;
+        absl::StatusOr<v1::Job> job =
+            client.Watch(job_id, /*include_history=*/true, [&](const v1::JobUpdate& u) {
+              if (u.has_event()) events.push_back(u.event());
+              return !u.has_job();
+            });
+        if (!job.ok()) return ctx.Fail(job.status());
+        if (ctx.json()) {
+          // One document: {"job": Job, "events": [Event, ...]}.
+          std::vector<std::string> docs;
+          for (const v1::Event& e : events) docs.push_back(ToJson(e));
+          ctx.out << "{\"job\":" << ToJson(*job) << ",\"events\":[" << absl::StrJoin(docs, ",")
+                  << "]}\n";
+        } else {
+          // Lineage: the jobs that continue this one (resume_from).
+          std::vector<std::string> continued_by;
+          if (absl::StatusOr<std::vector<v1::Job>> all = client.List(); all.ok()) {
+            for (auto it = all->rbegin(); it != all->rend(); ++it) {
+              if (it->spec().resume_from().job() == job_id) continued_by.push_back(it->id());
+            }
+          }
+          PrintJobDescription(ctx.out, *job, events, absl::Now(), continued_by);
+        }
+        return kExitOk;
       });
-  if (!job.ok()) return ctx.Fail(job.status());
-  if (ctx.json()) {
-    // One document: {"job": Job, "events": [Event, ...]}.
-    std::vector<std::string> docs;
-    for (const v1::Event& e : events) docs.push_back(ToJson(e));
-    ctx.out << "{\"job\":" << ToJson(*job) << ",\"events\":[" << absl::StrJoin(docs, ",") << "]}\n";
-  } else {
-    // Lineage: the jobs that continue this one (resume_from).
-    std::vector<std::string> continued_by;
-    if (absl::StatusOr<std::vector<v1::Job>> all = (*client)->List(); all.ok()) {
-      for (auto it = all->rbegin(); it != all->rend(); ++it) {
-        if (it->spec().resume_from().job() == job_id) continued_by.push_back(it->id());
-      }
-    }
-    PrintJobDescription(ctx.out, *job, events, absl::Now(), continued_by);
-  }
-  return kExitOk;
 }
 
 int RunList(CliContext& ctx, const std::vector<std::string>& state_names, int limit, bool tree) {
@@ -308,40 +318,42 @@ int RunList(CliContext& ctx, const std::vector<std::string>& state_names, int li
     }
     states.push_back(s);
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<std::vector<v1::Job>> jobs = (*client)->List(states, limit);
-  if (!jobs.ok()) return ctx.Fail(jobs.status());
-  if (ctx.json()) return PrintJsonList(ctx, *jobs, &v1::ListJobsResponse::mutable_jobs);
-  if (jobs->empty()) {
-    ctx.out << "no jobs\n";
-    return kExitOk;
-  }
-  absl::Time now = absl::Now();
-  Table t({"ID", "NAME", "QUEUE", "STATE", "RANKS", "PROGRESS", "RESTARTS", "SUBMITTED", "REASON"});
-  std::vector<std::pair<const v1::Job*, int>> order;
-  if (tree) {
-    order = LineageOrder(*jobs);
-  } else {
-    for (const v1::Job& j : *jobs) order.emplace_back(&j, 0);
-  }
-  for (const auto& [job, depth] : order) {
-    const v1::Job& j = *job;
-    std::string progress = "-";
-    double f = ProgressFraction(j.progress());
-    if (f >= 0) {
-      progress = absl::StrCat("epoch ", std::min(j.progress().epoch() + 1, j.progress().epochs()), "/",
-                              j.progress().epochs(), " ", static_cast<int>(f * 100), "%");
-    }
-    std::string id = j.id();
-    if (depth > 0) id = absl::StrCat(std::string(2 * (depth - 1), ' '), "`- ", id);
-    t.AddRow({id, j.spec().name(), j.spec().queue().empty() ? "default" : j.spec().queue(), JobStateName(j.state()),
-              absl::StrCat(j.spec().world_size()),
-              progress, absl::StrCat(j.restarts()), Age(j.submit_time(), now),
-              j.state_reason().empty() ? "-" : FirstLine(j.state_reason())});
-  }
-  t.Print(ctx.out);
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.List(states, limit); },
+      [&](std::vector<v1::Job>& jobs) -> int {
+        if (ctx.json()) return PrintJsonList(ctx, jobs, &v1::ListJobsResponse::mutable_jobs);
+        if (jobs.empty()) {
+          ctx.out << "no jobs\n";
+          return kExitOk;
+        }
+        absl::Time now = absl::Now();
+        Table t({"ID", "NAME", "QUEUE", "STATE", "RANKS", "PROGRESS", "RESTARTS", "SUBMITTED",
+                 "REASON"});
+        std::vector<std::pair<const v1::Job*, int>> order;
+        if (tree) {
+          order = LineageOrder(jobs);
+        } else {
+          for (const v1::Job& j : jobs) order.emplace_back(&j, 0);
+        }
+        for (const auto& [job, depth] : order) {
+          const v1::Job& j = *job;
+          std::string progress = "-";
+          double f = ProgressFraction(j.progress());
+          if (f >= 0) {
+            progress =
+                absl::StrCat("epoch ", std::min(j.progress().epoch() + 1, j.progress().epochs()),
+                             "/", j.progress().epochs(), " ", static_cast<int>(f * 100), "%");
+          }
+          std::string id = j.id();
+          if (depth > 0) id = absl::StrCat(std::string(2 * (depth - 1), ' '), "`- ", id);
+          t.AddRow({id, j.spec().name(), j.spec().queue().empty() ? "default" : j.spec().queue(),
+                    JobStateName(j.state()), absl::StrCat(j.spec().world_size()), progress,
+                    absl::StrCat(j.restarts()), Age(j.submit_time(), now),
+                    j.state_reason().empty() ? "-" : FirstLine(j.state_reason())});
+        }
+        t.Print(ctx.out);
+        return kExitOk;
+      });
 }
 
 // --- logs, cancel, workers -------------------------------------------------------
@@ -355,75 +367,79 @@ struct LogsFlags {
 };
 
 int RunLogs(CliContext& ctx, const LogsFlags& flags, bool rank_given) {
-  if (rank_given && flags.rank < 0) return ctx.Fail(absl::InvalidArgumentError("--rank: must be >= 0"));
-  if (flags.attempt < 0) return ctx.Fail(absl::InvalidArgumentError("--attempt: must be >= 1 (0 = latest)"));
+  if (rank_given && flags.rank < 0)
+    return ctx.Fail(absl::InvalidArgumentError("--rank: must be >= 0"));
+  if (flags.attempt < 0)
+    return ctx.Fail(absl::InvalidArgumentError("--attempt: must be >= 1 (0 = latest)"));
   if (flags.tail < 0) return ctx.Fail(absl::InvalidArgumentError("--tail: must be >= 0"));
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Job> job = ResolveJob(ctx, **client, flags.job_id);
-  if (!job.ok()) return ctx.Fail(job.status());
-  const std::string job_id = job->id();
-  // Say what is wrong with --attempt and --rank before any line.
-  if (flags.attempt > job->attempts_size()) {
-    return ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
-        "--attempt: ", flags.attempt, " is out of range: job ", job_id, " has ", job->attempts_size(),
-        " attempt(s)", job->attempts_size() > 0 ? absl::StrCat(" (1..", job->attempts_size(), ")") : " yet")));
-  }
-  if (rank_given && job->spec().world_size() > 0 && flags.rank >= job->spec().world_size()) {
-    return ctx.Fail(absl::InvalidArgumentError(absl::StrCat("--rank: ", flags.rank, " is outside job ", job_id,
-                                                            "'s world: world_size ", job->spec().world_size(),
-                                                            " (ranks 0..", job->spec().world_size() - 1, ")")));
-  }
-  if (flags.follow && flags.attempt == 0) {
-    // A pending job has no attempt to follow yet: wait until it is placed,
-    // so `submit` then `logs -f` shows the first attempt's lines.
-    if (job->attempts_size() == 0 && job->state() == v1::JOB_STATE_PENDING) {
-      absl::StatusOr<v1::Job> placed =
-          (*client)->Watch(job_id, /*include_history=*/false, [](const v1::JobUpdate& u) {
-            return !(u.has_job() && u.job().state() != v1::JOB_STATE_PENDING);
-          });
-      if (!placed.ok()) return ctx.Fail(placed.status());
-    }
-  }
-  LogsOptions options;
-  if (rank_given) options.rank = flags.rank;
-  options.attempt = flags.attempt;
-  options.tail = flags.tail;
-  options.follow = flags.follow;
-  absl::Status s = (*client)->Logs(job_id, options, [&](const v1::LogChunk& chunk) {
-    if (ctx.json()) {
-      ctx.PrintJson(chunk);
-    } else {
-      // One rank asked for: its lines as they are; all ranks: each line
-      // tagged as torchrun's --tee tags it, and as `run` prints it live.
-      std::string prefix = rank_given ? "" : absl::StrCat("[rank", chunk.rank(), "]: ");
-      if (chunk.dropped_lines() > 0) {
-        ctx.err << prefix << "(" << chunk.dropped_lines() << " lines dropped by the worker)\n";
-      }
-      for (const v1::LogLine& l : chunk.lines()) ctx.out << prefix << l.text() << "\n";
-    }
-    ctx.out << std::flush;
-    return true;
-  });
-  if (!s.ok()) return ctx.Fail(s);
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return ResolveJob(ctx, client, flags.job_id); },
+      [&](Client& client, v1::Job& job) -> int {
+        const std::string job_id = job.id();
+        // Say what is wrong with --attempt and --rank before any line.
+        if (flags.attempt > job.attempts_size()) {
+          return ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
+              "--attempt: ", flags.attempt, " is out of range: job ", job_id, " has ",
+              job.attempts_size(), " attempt(s)",
+              job.attempts_size() > 0 ? absl::StrCat(" (1..", job.attempts_size(), ")") : " yet")));
+        }
+        if (rank_given && job.spec().world_size() > 0 && flags.rank >= job.spec().world_size()) {
+          return ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
+              "--rank: ", flags.rank, " is outside job ", job_id, "'s world: world_size ",
+              job.spec().world_size(), " (ranks 0..", job.spec().world_size() - 1, ")")));
+        }
+        if (flags.follow && flags.attempt == 0) {
+          // A pending job has no attempt to follow yet: wait until it is placed,
+          // so `submit` then `logs -f` shows the first attempt's lines.
+          if (job.attempts_size() == 0 && job.state() == v1::JOB_STATE_PENDING) {
+            absl::StatusOr<v1::Job> placed =
+                client.Watch(job_id, /*include_history=*/false, [](const v1::JobUpdate& u) {
+                  return !(u.has_job() && u.job().state() != v1::JOB_STATE_PENDING);
+                });
+            if (!placed.ok()) return ctx.Fail(placed.status());
+          }
+        }
+        LogsOptions options;
+        if (rank_given) options.rank = flags.rank;
+        options.attempt = flags.attempt;
+        options.tail = flags.tail;
+        options.follow = flags.follow;
+        absl::Status s = client.Logs(job_id, options, [&](const v1::LogChunk& chunk) {
+          if (ctx.json()) {
+            ctx.PrintJson(chunk);
+          } else {
+            // One rank asked for: its lines as they are; all ranks: each line
+            // tagged as torchrun's --tee tags it, and as `run` prints it live.
+            std::string prefix = rank_given ? "" : absl::StrCat("[rank", chunk.rank(), "]: ");
+            if (chunk.dropped_lines() > 0) {
+              ctx.err << prefix << "(" << chunk.dropped_lines()
+                      << " lines dropped by the worker)\n";
+            }
+            for (const v1::LogLine& l : chunk.lines()) ctx.out << prefix << l.text() << "\n";
+          }
+          ctx.out << std::flush;
+          return true;
+        });
+        if (!s.ok()) return ctx.Fail(s);
+        return kExitOk;
+      });
 }
 
 int RunCancel(CliContext& ctx, const std::string& job_ref, const std::string& reason) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::Job> target = ResolveJob(ctx, **client, job_ref);
-  if (!target.ok()) return ctx.Fail(target.status());
-  absl::StatusOr<v1::Job> job = (*client)->Cancel(target->id(), reason);
-  if (!job.ok()) return ctx.Fail(job.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*job);
-  } else {
-    ctx.out << "job " << job->id() << " " << JobStateName(job->state());
-    if (!job->state_reason().empty()) ctx.out << ": " << FirstLine(job->state_reason(), 200);
-    ctx.out << "\n";
-  }
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return ResolveJob(ctx, client, job_ref); },
+      [&](Client& client, v1::Job& target) -> int {
+        absl::StatusOr<v1::Job> job = client.Cancel(target.id(), reason);
+        if (!job.ok()) return ctx.Fail(job.status());
+        if (ctx.json()) {
+          ctx.PrintJson(*job);
+        } else {
+          ctx.out << "job " << job->id() << " " << JobStateName(job->state());
+          if (!job->state_reason().empty()) ctx.out << ": " << FirstLine(job->state_reason(), 200);
+          ctx.out << "\n";
+        }
+        return kExitOk;
+      });
 }
 
 struct BulkCancelFlags {
@@ -455,59 +471,68 @@ int RunBulkCancel(CliContext& ctx, const BulkCancelFlags& f, const std::string& 
           "--state: unknown state '", name, "'; one of pending, scheduled, running, restarting")));
     }
     if (!Cancellable(s)) {
-      return ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--state: ", absl::AsciiStrToLower(name), " jobs have ended and cannot be cancelled; one of pending, "
-          "scheduled, running, restarting")));
+      return ctx.Fail(absl::InvalidArgumentError(
+          absl::StrCat("--state: ", absl::AsciiStrToLower(name),
+                       " jobs have ended and cannot be cancelled; one of pending, "
+                       "scheduled, running, restarting")));
     }
     filter.states.push_back(s);
   }
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  if (f.dry_run || !f.yes) {
-    absl::StatusOr<v1::CancelJobsResponse> plan = (*client)->CancelJobs(filter, reason, /*dry_run=*/true);
-    if (!plan.ok()) return ctx.Fail(plan.status());
-    if (f.dry_run) {
-      if (ctx.json()) {
-        ctx.PrintJson(*plan);
-      } else {
-        ctx.out << plan->count() << " job" << (plan->count() == 1 ? "" : "s")
-                << " would be cancelled (dry run, nothing cancelled)\n";
-        PrintJobIds(ctx.out, *plan);
-      }
-      return kExitOk;
+  // With --yes (and no --dry-run) the cancel itself is the first call;
+  // else a dry run shows what would go first.
+  const bool plan_first = f.dry_run || !f.yes;
+  auto print_cancelled = [&](const v1::CancelJobsResponse& done) {
+    if (ctx.json()) {
+      ctx.PrintJson(done);
+    } else {
+      ctx.out << "cancelled " << done.count() << " job" << (done.count() == 1 ? "" : "s") << "\n";
+      PrintJobIds(ctx.out, done);
     }
-    if (plan->count() == 0) {
-      if (ctx.json()) {
-        ctx.PrintJson(*plan);
-      } else {
-        ctx.out << "no jobs match; nothing cancelled\n";
-      }
-      return kExitOk;
-    }
-    ctx.out << plan->count() << " job" << (plan->count() == 1 ? "" : "s") << " match:\n";
-    PrintJobIds(ctx.out, *plan);
-    if (!ctx.env.read_answer) {
-      return ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
-          "stdin is not a terminal, so nothing was cancelled; pass --yes to cancel these ", plan->count(),
-          " jobs without a question")));
-    }
-    ctx.out << "Cancel " << plan->count() << " jobs? [y/N] " << std::flush;
-    std::optional<std::string> answer = ctx.env.read_answer();
-    const std::string a = answer.has_value() ? absl::AsciiStrToLower(absl::StripAsciiWhitespace(*answer)) : "";
-    if (a != "y" && a != "yes") {
-      ctx.out << "nothing cancelled\n";
-      return kExitFailed;
-    }
-  }
-  absl::StatusOr<v1::CancelJobsResponse> done = (*client)->CancelJobs(filter, reason, /*dry_run=*/false);
-  if (!done.ok()) return ctx.Fail(done.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*done);
-  } else {
-    ctx.out << "cancelled " << done->count() << " job" << (done->count() == 1 ? "" : "s") << "\n";
-    PrintJobIds(ctx.out, *done);
-  }
-  return kExitOk;
+    return kExitOk;
+  };
+  return ConnectCallPrint(
+      ctx,
+      [&](Client& client) { return client.CancelJobs(filter, reason, /*dry_run=*/plan_first); },
+      [&](Client& client, v1::CancelJobsResponse& plan) -> int {
+        if (!plan_first) return print_cancelled(plan);
+        if (f.dry_run) {
+          if (ctx.json()) {
+            ctx.PrintJson(plan);
+          } else {
+            ctx.out << plan.count() << " job" << (plan.count() == 1 ? "" : "s")
+                    << " would be cancelled (dry run, nothing cancelled)\n";
+            PrintJobIds(ctx.out, plan);
+          }
+          return kExitOk;
+        }
+        if (plan.count() == 0) {
+          if (ctx.json()) {
+            ctx.PrintJson(plan);
+          } else {
+            ctx.out << "no jobs match; nothing cancelled\n";
+          }
+          return kExitOk;
+        }
+        ctx.out << plan.count() << " job" << (plan.count() == 1 ? "" : "s") << " match:\n";
+        PrintJobIds(ctx.out, plan);
+        if (!ctx.env.read_answer) {
+          return ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
+              "stdin is not a terminal, so nothing was cancelled; pass --yes to cancel these ",
+              plan.count(), " jobs without a question")));
+        }
+        ctx.out << "Cancel " << plan.count() << " jobs? [y/N] " << std::flush;
+        std::optional<std::string> answer = ctx.env.read_answer();
+        const std::string a =
+            answer.has_value() ? absl::AsciiStrToLower(absl::StripAsciiWhitespace(*answer)) : "";
+        if (a != "y" && a != "yes") {
+          ctx.out << "nothing cancelled\n";
+          return kExitFailed;
+        }
+        absl::StatusOr<v1::CancelJobsResponse> done =
+            client.CancelJobs(filter, reason, /*dry_run=*/false);
+        if (!done.ok()) return ctx.Fail(done.status());
+        return print_cancelled(*done);
+      });
 }
 
 std::string SlotsText(const v1::Worker& w) {
@@ -522,7 +547,9 @@ std::string SlotsText(const v1::Worker& w) {
     }
   }
   std::vector<std::string> parts;
-  if (gpus > 0) parts.push_back(absl::StrCat(gpus, " gpu", gpu_name.empty() ? "" : absl::StrCat(" (", gpu_name, ")")));
+  if (gpus > 0)
+    parts.push_back(
+        absl::StrCat(gpus, " gpu", gpu_name.empty() ? "" : absl::StrCat(" (", gpu_name, ")")));
   if (cpus > 0) parts.push_back(absl::StrCat(cpus, " cpu"));
   return parts.empty() ? "-" : absl::StrJoin(parts, ", ");
 }
@@ -545,62 +572,66 @@ std::string LabelsText(const v1::Worker& w) {
 }
 
 int RunWorkers(CliContext& ctx, bool all) {
-  absl::StatusOr<std::unique_ptr<Client>> client = ctx.Connect();
-  if (!client.ok()) return ctx.Fail(client.status());
-  absl::StatusOr<v1::ListWorkersResponse> resp = (*client)->ListWorkers(all);
-  if (!resp.ok()) return ctx.Fail(resp.status());
-  if (ctx.json()) {
-    ctx.PrintJson(*resp);
-    return kExitOk;
-  }
-  absl::Time now = absl::Now();
-  if (const v1::StoreHealth& store = resp->store(); store.failing()) {
-    // A header above the table: the workers below stay connected meanwhile.
-    ctx.out << "coordinator store FAILING (began " << Age(store.failing_since(), now) << "): "
-            << store.failed_writes() << " writes failed (" << store.last_error()
-            << "); telemetry waits, job changes are retried\n";
-  }
-  const auto& workers = resp->workers();
-  if (workers.empty()) {
-    ctx.out << (all ? "no workers\n" : "no live workers (--all shows lost and left ones)\n");
-    return kExitOk;
-  }
-  // CPUS, MEMORY: allocatable for ranks; LIMITS: whether it enforces a
-  // job's `resources` (a job with limits is placed only where it does).
-  Table t({"ID", "HOST", "ADDRESS", "STATE", "SLOTS", "BUSY", "CPUS", "MEMORY", "LIMITS", "LABELS", "HEARTBEAT",
-           "VERSION"});
-  for (const v1::Worker& w : workers) {
-    std::string address = w.address().empty() ? "-" : w.address();
-    if (!w.address_refused().empty()) absl::StrAppend(&address, " (refused)");
-    t.AddRow({w.id(), w.hostname(), address, WorkerStateName(w.state()),
-              SlotsText(w), absl::StrCat(w.busy_slots_size(), "/", w.slots_size()), CpusText(w), MemoryText(w),
-              w.allocatable().enforces_limits() ? "yes" : "no", LabelsText(w), Age(w.last_heartbeat_time(), now),
-              w.version().empty() ? "-" : w.version()});
-  }
-  t.Print(ctx.out);
-  for (const v1::Worker& w : workers) {
-    if (!w.address_refused().empty()) {
-      ctx.out << "worker " << w.id() << ": address refused: " << w.address_refused() << "\n";
-    }
-    if (!w.allocatable().enforces_limits() && !w.allocatable().limits_off_reason().empty()) {
-      ctx.out << "worker " << w.id() << ": LIMITS no: " << w.allocatable().limits_off_reason() << "\n";
-    }
-  }
-  return kExitOk;
+  return ConnectCallPrint(
+      ctx, [&](Client& client) { return client.ListWorkers(all); },
+      [&](v1::ListWorkersResponse& resp) -> int {
+        if (ctx.json()) {
+          ctx.PrintJson(resp);
+          return kExitOk;
+        }
+        absl::Time now = absl::Now();
+        if (const v1::StoreHealth& store = resp.store(); store.failing()) {
+          // A header above the table: the workers below stay connected meanwhile.
+          ctx.out << "coordinator store FAILING (began " << Age(store.failing_since(), now)
+                  << "): " << store.failed_writes() << " writes failed (" << store.last_error()
+                  << "); telemetry waits, job changes are retried\n";
+        }
+        const auto& workers = resp.workers();
+        if (workers.empty()) {
+          ctx.out << (all ? "no workers\n" : "no live workers (--all shows lost and left ones)\n");
+          return kExitOk;
+        }
+        // CPUS, MEMORY: allocatable for ranks; LIMITS: whether it enforces a
+        // job's `resources` (a job with limits is placed only where it does).
+        Table t({"ID", "HOST", "ADDRESS", "STATE", "SLOTS", "BUSY", "CPUS", "MEMORY", "LIMITS",
+                 "LABELS", "HEARTBEAT", "VERSION"});
+        for (const v1::Worker& w : workers) {
+          std::string address = w.address().empty() ? "-" : w.address();
+          if (!w.address_refused().empty()) absl::StrAppend(&address, " (refused)");
+          t.AddRow({w.id(), w.hostname(), address, WorkerStateName(w.state()), SlotsText(w),
+                    absl::StrCat(w.busy_slots_size(), "/", w.slots_size()), CpusText(w),
+                    MemoryText(w), w.allocatable().enforces_limits() ? "yes" : "no", LabelsText(w),
+                    Age(w.last_heartbeat_time(), now), w.version().empty() ? "-" : w.version()});
+        }
+        t.Print(ctx.out);
+        for (const v1::Worker& w : workers) {
+          if (!w.address_refused().empty()) {
+            ctx.out << "worker " << w.id() << ": address refused: " << w.address_refused() << "\n";
+          }
+          if (!w.allocatable().enforces_limits() && !w.allocatable().limits_off_reason().empty()) {
+            ctx.out << "worker " << w.id() << ": LIMITS no: " << w.allocatable().limits_off_reason()
+                    << "\n";
+          }
+        }
+        return kExitOk;
+      });
 }
 
 }  // namespace
 
 VerbRunner AddSubmitVerb(CLI::App& app, CliContext& ctx) {
   auto flags = std::make_shared<SubmitFlags>();
-  CLI::App* sub = AddVerb(app, "submit", "Validate a job.yaml and submit it",
-                          "  trainctl submit examples/mlp-synthetic.yaml --follow\n"
-                          "  trainctl submit job.yaml --set world_size=4 --set training.epochs=10\n"
-                          "  trainctl submit job.yaml --dry-run\n"
-                          "  trainctl submit --nproc-per-node 4 train.py --epochs 3   # a command job; the current\n"
-                          "                                     # directory is packed and travels with it\n"
-                          "  trainctl submit --working-dir ~/proj job.yaml   # a command job.yaml with ~/proj's code\n");
-  sub->add_option("FILE", flags->file, "The job.yaml, or a program to run as every rank (train.py)")->required();
+  CLI::App* sub = AddVerb(
+      app, "submit", "Validate a job.yaml and submit it",
+      "  trainctl submit examples/mlp-synthetic.yaml --follow\n"
+      "  trainctl submit job.yaml --set world_size=4 --set training.epochs=10\n"
+      "  trainctl submit job.yaml --dry-run\n"
+      "  trainctl submit --nproc-per-node 4 train.py --epochs 3   # a command job; the current\n"
+      "                                     # directory is packed and travels with it\n"
+      "  trainctl submit --working-dir ~/proj job.yaml   # a command job.yaml with ~/proj's "
+      "code\n");
+  sub->add_option("FILE", flags->file, "The job.yaml, or a program to run as every rank (train.py)")
+      ->required();
   sub->add_flag("-f,--follow", flags->follow,
                 "Watch the job until it ends; exit 0 only when it SUCCEEDED");
   sub->add_flag("--dry-run", flags->dry_run,
@@ -608,20 +639,24 @@ VerbRunner AddSubmitVerb(CLI::App& app, CliContext& ctx) {
   sub->add_option("--set", flags->sets, "Override a field of the file (repeatable)")
       ->type_name("KEY.PATH=VALUE")
       ->allow_extra_args(false);
-  sub->add_flag("--wait-for-capacity", flags->wait_for_capacity,
-                "Take the job even if the cluster as it is can never run it: it waits for workers to join "
-                "(scheduling.wait_for_capacity)");
-  sub->add_option("--queue", flags->queue,
-                  "The queue to submit to (overrides the file's queue:; default: the token's first queue, "
-                  "else default; docs/queues.md)")
+  sub->add_flag(
+      "--wait-for-capacity", flags->wait_for_capacity,
+      "Take the job even if the cluster as it is can never run it: it waits for workers to join "
+      "(scheduling.wait_for_capacity)");
+  sub->add_option(
+         "--queue", flags->queue,
+         "The queue to submit to (overrides the file's queue:; default: the token's first queue, "
+         "else default; docs/queues.md)")
       ->type_name("QUEUE");
   sub->add_option("--working-dir", flags->code.working_dir,
-                  "The directory packed and uploaded as a command job's code, where its ranks start (default: "
+                  "The directory packed and uploaded as a command job's code, where its ranks "
+                  "start (default: "
                   "the current directory for a program; a job.yaml packs nothing without it)")
       ->type_name("DIR");
-  sub->add_flag("--no-upload", flags->code.no_upload,
-                "Pack nothing: the current directory (or --working-dir) is a path every worker has (a shared "
-                "mount), as command.working_dir");
+  sub->add_flag(
+      "--no-upload", flags->code.no_upload,
+      "Pack nothing: the current directory (or --working-dir) is a path every worker has (a shared "
+      "mount), as command.working_dir");
   AddScriptOptions(sub, &flags->script);
   return [&ctx, flags] { return RunSubmit(ctx, *flags); };
 }
@@ -636,9 +671,9 @@ VerbRunner AddStatusVerb(CLI::App& app, CliContext& ctx) {
 
 VerbRunner AddDescribeVerb(CLI::App& app, CliContext& ctx) {
   auto job = std::make_shared<std::string>();
-  CLI::App* sub = AddVerb(app, "describe",
-                          "Show a job in full: spec, attempts, placement, rank exits, events",
-                          "  trainctl describe mlp-synthetic-7f3a2c\n");
+  CLI::App* sub =
+      AddVerb(app, "describe", "Show a job in full: spec, attempts, placement, rank exits, events",
+              "  trainctl describe mlp-synthetic-7f3a2c\n");
   sub->add_option("JOB", *job, kJobRefOrRunHelp);
   return [&ctx, job] { return RunDescribe(ctx, *job); };
 }
@@ -646,18 +681,20 @@ VerbRunner AddDescribeVerb(CLI::App& app, CliContext& ctx) {
 VerbRunner AddListVerb(CLI::App& app, CliContext& ctx) {
   auto states = std::make_shared<std::vector<std::string>>();
   auto limit = std::make_shared<int>(0);
-  CLI::App* sub = AddVerb(app, "list", "List jobs, newest first",
-                          "  trainctl list --state running,pending\n");
+  CLI::App* sub =
+      AddVerb(app, "list", "List jobs, newest first", "  trainctl list --state running,pending\n");
   sub->add_option("--state", *states,
                   "Only jobs in these states (repeatable or comma separated): pending, scheduled, "
                   "running, restarting, succeeded, failed, cancelled")
       ->delimiter(',')
       ->allow_extra_args(false)
       ->type_name("STATE");
-  sub->add_option("--limit", *limit, "At most this many jobs (0 = all)")->check(CLI::NonNegativeNumber);
+  sub->add_option("--limit", *limit, "At most this many jobs (0 = all)")
+      ->check(CLI::NonNegativeNumber);
   auto tree = std::make_shared<bool>(false);
-  sub->add_flag("--tree", *tree,
-                "Show each continuation (trainctl resume, resume_from) indented under the job it continues");
+  sub->add_flag(
+      "--tree", *tree,
+      "Show each continuation (trainctl resume, resume_from) indented under the job it continues");
   return [&ctx, states, limit, tree] { return RunList(ctx, *states, *limit, *tree); };
 }
 
@@ -677,24 +714,32 @@ VerbRunner AddCancelVerb(CLI::App& app, CliContext& ctx) {
   auto job = std::make_shared<std::string>();
   auto reason = std::make_shared<std::string>();
   auto bulk = std::make_shared<BulkCancelFlags>();
-  CLI::App* sub = AddVerb(app, "cancel", "Stop every rank of a job (or of every job a filter matches) and mark it CANCELLED",
-                          "  trainctl cancel mlp-synthetic-7f3a2c --reason \"wrong learning rate\"\n"
-                          "  trainctl cancel --queue team-a --state pending --dry-run\n"
-                          "  trainctl cancel --owner alice --yes\n");
+  CLI::App* sub =
+      AddVerb(app, "cancel",
+              "Stop every rank of a job (or of every job a filter matches) and mark it CANCELLED",
+              "  trainctl cancel mlp-synthetic-7f3a2c --reason \"wrong learning rate\"\n"
+              "  trainctl cancel --queue team-a --state pending --dry-run\n"
+              "  trainctl cancel --owner alice --yes\n");
   CLI::Option* job_opt = sub->add_option("JOB", *job, kJobRefHelp);
   sub->add_option("--reason", *reason, "Recorded in the job's events");
-  CLI::Option* queue = sub->add_option("--queue", bulk->queue, "Every job of this queue not yet ended (instead of JOB)");
-  CLI::Option* owner = sub->add_option("--owner", bulk->owner, "Every job of this owner (token name) not yet ended (instead of JOB)");
-  CLI::Option* state = sub->add_option("--state", bulk->states,
-                                       "Only jobs in these states (repeatable or comma separated, instead of JOB): "
-                                       "pending, scheduled, running, restarting")
-                           ->delimiter(',')
-                           ->allow_extra_args(false)
-                           ->type_name("STATE");
-  CLI::Option* dry = sub->add_flag("--dry-run", bulk->dry_run,
-                                   "With --queue/--owner/--state: list the jobs that would be cancelled, cancel none");
-  sub->add_flag("-y,--yes", bulk->yes,
-                "With --queue/--owner/--state: cancel without asking (needed when stdin is not a terminal)");
+  CLI::Option* queue = sub->add_option("--queue", bulk->queue,
+                                       "Every job of this queue not yet ended (instead of JOB)");
+  CLI::Option* owner =
+      sub->add_option("--owner", bulk->owner,
+                      "Every job of this owner (token name) not yet ended (instead of JOB)");
+  CLI::Option* state =
+      sub->add_option("--state", bulk->states,
+                      "Only jobs in these states (repeatable or comma separated, instead of JOB): "
+                      "pending, scheduled, running, restarting")
+          ->delimiter(',')
+          ->allow_extra_args(false)
+          ->type_name("STATE");
+  CLI::Option* dry = sub->add_flag(
+      "--dry-run", bulk->dry_run,
+      "With --queue/--owner/--state: list the jobs that would be cancelled, cancel none");
+  sub->add_flag(
+      "-y,--yes", bulk->yes,
+      "With --queue/--owner/--state: cancel without asking (needed when stdin is not a terminal)");
   return [&ctx, job, reason, bulk, job_opt, queue, owner, state, dry] {
     const bool filtered = queue->count() > 0 || owner->count() > 0 || state->count() > 0;
     if (job_opt->count() > 0 && filtered) {
@@ -703,10 +748,12 @@ VerbRunner AddCancelVerb(CLI::App& app, CliContext& ctx) {
     }
     if (!filtered) {
       if (job_opt->count() == 0) {
-        return ctx.Fail(absl::InvalidArgumentError("JOB: name a job, or cancel many with --queue, --owner or --state"));
+        return ctx.Fail(absl::InvalidArgumentError(
+            "JOB: name a job, or cancel many with --queue, --owner or --state"));
       }
       if (dry->count() > 0) {
-        return ctx.Fail(absl::InvalidArgumentError("--dry-run: only with --queue, --owner or --state"));
+        return ctx.Fail(
+            absl::InvalidArgumentError("--dry-run: only with --queue, --owner or --state"));
       }
       return RunCancel(ctx, *job, *reason);
     }

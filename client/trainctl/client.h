@@ -48,9 +48,9 @@
 
 #include <cstdint>
 #include <functional>
-#include <ostream>
 #include <memory>
 #include <optional>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -151,7 +151,8 @@ class PackedCodeArchive {
   // `max_bytes` (ResourceExhausted naming the limit and the biggest files)
   // is refused; nothing is sent anywhere.
   static absl::StatusOr<std::unique_ptr<PackedCodeArchive>> Pack(const std::string& dir,
-                                                                 int64_t max_bytes = int64_t{64} << 20);
+                                                                 int64_t max_bytes = int64_t{64}
+                                                                                     << 20);
   ~PackedCodeArchive();
   PackedCodeArchive(const PackedCodeArchive&) = delete;
   PackedCodeArchive& operator=(const PackedCodeArchive&) = delete;
@@ -228,7 +229,8 @@ class Client {
     std::string owner;
     std::vector<v1::JobState> states;
   };
-  absl::StatusOr<v1::CancelJobsResponse> CancelJobs(const CancelFilter& filter, const std::string& reason = "",
+  absl::StatusOr<v1::CancelJobsResponse> CancelJobs(const CancelFilter& filter,
+                                                    const std::string& reason = "",
                                                     bool dry_run = false);
 
   // Delivers the job's updates (with include_history: its stored events and
@@ -276,7 +278,8 @@ class Client {
   // coordinator stored it. Sent again after UNAVAILABLE like a read (the
   // store is content-addressed); bounded by options.timeout plus 1 s per
   // MiB. UNIMPLEMENTED: a coordinator without code uploads (older).
-  absl::StatusOr<UploadedCode> UploadCode(const std::string& archive_path, const v1::CodePackage& code);
+  absl::StatusOr<UploadedCode> UploadCode(const std::string& archive_path,
+                                          const v1::CodePackage& code);
   // Registered workers; with include_gone also LOST and LEFT ones.
   absl::StatusOr<std::vector<v1::Worker>> Workers(bool include_gone = false);
   // The same with the coordinator's store health (ListWorkersResponse.store).
