@@ -26,6 +26,13 @@ void EventLoop::Post(std::function<void()> fn) {
 void EventLoop::Every(absl::Duration period, std::function<void()> fn) {
   absl::MutexLock lock(&mu_);
   timers_.push_back(Timer{period, MonotonicNow() + period, std::move(fn)});
+  ++timers_added_;  // the waiting loop recomputes its deadline
+}
+
+void EventLoop::After(absl::Duration delay, std::function<void()> fn) {
+  absl::MutexLock lock(&mu_);
+  timers_.push_back(Timer{delay, MonotonicNow() + delay, std::move(fn), /*once=*/true});
+  ++timers_added_;
 }
 
 void EventLoop::RunSync(const std::function<void()>& fn) {
@@ -73,16 +80,16 @@ void EventLoop::Run() {
       absl::MutexLock lock(&mu_);
       absl::Time deadline = absl::InfiniteFuture();
       for (const Timer& t : timers_) deadline = std::min(deadline, t.next);
-      // Wake on new work, stop, or the next timer (checked at most every 50ms
-      // so a timer added while waiting is not late).
-      auto ready = [this] {
+      // Wake on new work, stop, a timer added (its deadline may be
+      // sooner), or the next timer; nothing else wakes an idle loop.
+      const uint64_t seen = timers_added_;
+      auto ready = [this, seen] {
         mu_.AssertHeld();  // Await evaluates it under mu_ (tells clang's analysis)
-        return stopping_ || !queue_.empty();
+        return stopping_ || !queue_.empty() || timers_added_ != seen;
       };
       // Timers run on monotonic time: a wall clock stepped back does not
       // hold them up, nor does one stepped forward fire them early.
-      mu_.AwaitWithTimeout(absl::Condition(&ready),
-                           std::min(deadline - MonotonicNow(), absl::Duration(absl::Milliseconds(50))));
+      mu_.AwaitWithTimeout(absl::Condition(&ready), deadline - MonotonicNow());
       if (stopping_) {
         // Run what RunSync callers wait for? They are notified by their own
         // closure; drop the queue and release them by running nothing:
@@ -100,12 +107,16 @@ void EventLoop::Run() {
       // A due timer goes first: lease expiry and hang detection must not
       // wait for a flood of posted work to drain.
       absl::Time now = MonotonicNow();
-      for (Timer& t : timers_) {
-        if (t.next <= now) {
-          t.next = now + t.period;
-          next = t.fn;
-          break;
+      for (auto it = timers_.begin(); it != timers_.end(); ++it) {
+        if (it->next > now) continue;
+        if (it->once) {
+          next = std::move(it->fn);
+          timers_.erase(it);
+        } else {
+          it->next = now + it->period;
+          next = it->fn;
         }
+        break;
       }
       if (!next && !queue_.empty()) {
         next = std::move(queue_.front());

@@ -22,6 +22,7 @@
 #pragma once
 
 #include <atomic>
+#include <cstdint>
 #include <deque>
 #include <functional>
 #include <thread>
@@ -44,8 +45,12 @@ class ABSL_LOCKABLE EventLoop {
   // Queues fn to run on the loop thread, after everything posted before.
   void Post(std::function<void()> fn);
 
-  // Runs fn every `period` on the loop thread (first run one period from now).
+  // Runs fn every `period` on the loop thread (first run one period from
+  // now). Wakes the loop, so a waiting loop is never late for it.
   void Every(absl::Duration period, std::function<void()> fn);
+
+  // Runs fn once on the loop thread, `delay` from now (monotonic time).
+  void After(absl::Duration delay, std::function<void()> fn);
 
   // Runs fn on the loop and waits for it. Must not be called on the loop.
   void RunSync(const std::function<void()>& fn);
@@ -74,12 +79,15 @@ class ABSL_LOCKABLE EventLoop {
     absl::Duration period;
     absl::Time next;
     std::function<void()> fn;
+    bool once = false;  // After: runs once, then goes
   };
   void Run();
 
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<Timer> timers_ ABSL_GUARDED_BY(mu_);
+  // Counts Every/After calls: a change wakes the waiting loop.
+  uint64_t timers_added_ ABSL_GUARDED_BY(mu_) = 0;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // The loop thread's id while Run() runs; the default id once it returned.
   std::atomic<std::thread::id> loop_id_{};

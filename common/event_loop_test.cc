@@ -56,6 +56,39 @@ TEST(EventLoopTest, DueTimerRunsBeforeAFloodOfPostedWork) {
   EXPECT_EQ(posted_before_timer.load(), 0);
 }
 
+// An idle loop sleeps until its next timer, however far; a timer added
+// meanwhile wakes it, so the new one is not late.
+TEST(EventLoopTest, ATimerAddedWhileTheLoopWaitsForAFarOneIsNotLate) {
+  EventLoop loop;
+  loop.After(absl::Hours(1), [] { ADD_FAILURE() << "an hour has not passed"; });
+  loop.RunSync([] {});  // the loop now waits for the hour
+  absl::Notification fired;
+  const absl::Time start = absl::Now();
+  loop.Every(absl::Milliseconds(20), [&] {
+    if (!fired.HasBeenNotified()) fired.Notify();
+  });
+  ASSERT_TRUE(fired.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  EXPECT_LT(absl::Now() - start, absl::Seconds(30));
+  loop.StopAndJoin();
+}
+
+TEST(EventLoopTest, AfterRunsOnceOnTheLoop) {
+  EventLoop loop;
+  std::atomic<int> once{0};
+  std::atomic<int> ticks{0};
+  absl::Notification ticked;
+  loop.After(absl::Milliseconds(5), [&] {
+    EXPECT_TRUE(loop.InLoop());
+    ++once;
+  });
+  loop.Every(absl::Milliseconds(5), [&] {
+    if (++ticks == 20) ticked.Notify();
+  });
+  ASSERT_TRUE(ticked.WaitForNotificationWithTimeout(absl::Seconds(60)));
+  loop.StopAndJoin();
+  EXPECT_EQ(once.load(), 1);
+}
+
 // The coordinator and the worker daemon destroy their managers right after
 // stopping the loop: StopAndJoin must not return while a queued closure can
 // still run (this was a heap-use-after-free under ASan in CI).
