@@ -18,21 +18,28 @@ EventLoop::~EventLoop() {
 }
 
 void EventLoop::Post(std::function<void()> fn) {
-  absl::MutexLock lock(&mu_);
-  if (stopping_) return;
-  queue_.push_back(std::move(fn));
+  {
+    absl::MutexLock lock(&mu_);
+    if (stopping_) return;
+    queue_.push_back(std::move(fn));
+  }
+  wake_.Notify();
 }
 
 void EventLoop::Every(absl::Duration period, std::function<void()> fn) {
-  absl::MutexLock lock(&mu_);
-  timers_.push_back(Timer{period, MonotonicNow() + period, std::move(fn)});
-  ++timers_added_;  // the waiting loop recomputes its deadline
+  {
+    absl::MutexLock lock(&mu_);
+    timers_.push_back(Timer{period, MonotonicNow() + period, std::move(fn)});
+  }
+  wake_.Notify();  // the waiting loop recomputes its deadline
 }
 
 void EventLoop::After(absl::Duration delay, std::function<void()> fn) {
-  absl::MutexLock lock(&mu_);
-  timers_.push_back(Timer{delay, MonotonicNow() + delay, std::move(fn), /*once=*/true});
-  ++timers_added_;
+  {
+    absl::MutexLock lock(&mu_);
+    timers_.push_back(Timer{delay, MonotonicNow() + delay, std::move(fn), /*once=*/true});
+  }
+  wake_.Notify();
 }
 
 void EventLoop::RunSync(const std::function<void()>& fn) {
@@ -48,12 +55,18 @@ void EventLoop::RunSync(const std::function<void()>& fn) {
       posted = true;
     }
   }
-  if (posted) done.WaitForNotification();
+  if (posted) {
+    wake_.Notify();
+    done.WaitForNotification();
+  }
 }
 
 void EventLoop::Stop() {
-  absl::MutexLock lock(&mu_);
-  stopping_ = true;
+  {
+    absl::MutexLock lock(&mu_);
+    stopping_ = true;
+  }
+  wake_.Notify();
 }
 
 void EventLoop::StopAndJoin() {
@@ -78,18 +91,22 @@ void EventLoop::Run() {
     std::function<void()> next;
     {
       absl::MutexLock lock(&mu_);
-      absl::Time deadline = absl::InfiniteFuture();
-      for (const Timer& t : timers_) deadline = std::min(deadline, t.next);
-      // Wake on new work, stop, a timer added (its deadline may be
-      // sooner), or the next timer; nothing else wakes an idle loop.
-      const uint64_t seen = timers_added_;
-      auto ready = [this, seen] {
-        mu_.AssertHeld();  // Await evaluates it under mu_ (tells clang's analysis)
-        return stopping_ || !queue_.empty() || timers_added_ != seen;
-      };
-      // Timers run on monotonic time: a wall clock stepped back does not
-      // hold them up, nor does one stepped forward fire them early.
-      mu_.AwaitWithTimeout(absl::Condition(&ready), deadline - MonotonicNow());
+      // Sleep until new work, stop, a timer added (its deadline may be
+      // sooner) or the next timer; nothing else wakes an idle loop. The
+      // generation is read under mu_, so whatever changes after it is seen
+      // (WakeSignal); the wait runs on the monotonic clock, so a wall clock
+      // stepped back does not hold timers up, nor does one stepped forward
+      // fire them early.
+      while (!stopping_ && queue_.empty()) {
+        absl::Time deadline = absl::InfiniteFuture();
+        for (const Timer& t : timers_) deadline = std::min(deadline, t.next);
+        const absl::Time now = MonotonicNow();
+        if (deadline <= now) break;
+        const uint64_t seen = wake_.generation();
+        mu_.Unlock();
+        wake_.WaitFor(seen, deadline == absl::InfiniteFuture() ? absl::InfiniteDuration() : deadline - now);
+        mu_.Lock();
+      }
       if (stopping_) {
         // Run what RunSync callers wait for? They are notified by their own
         // closure; drop the queue and release them by running nothing:

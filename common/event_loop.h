@@ -31,6 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/wake_signal.h"
 
 namespace trainctl {
 
@@ -86,8 +87,9 @@ class ABSL_LOCKABLE EventLoop {
   absl::Mutex mu_;
   std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<Timer> timers_ ABSL_GUARDED_BY(mu_);
-  // Counts Every/After calls: a change wakes the waiting loop.
-  uint64_t timers_added_ ABSL_GUARDED_BY(mu_) = 0;
+  // What the idle loop sleeps on (monotonic; see wake_signal.h): Post,
+  // RunSync, Every, After and Stop notify it after their change.
+  WakeSignal wake_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // The loop thread's id while Run() runs; the default id once it returned.
   std::atomic<std::thread::id> loop_id_{};

@@ -110,6 +110,7 @@ void DaemonSession::Stop() {
     stopping_ = true;
     if (ctx_ != nullptr) ctx_->TryCancel();
   }
+  stop_wake_.Notify();  // SleepUnlessStopping returns now
   if (session_.joinable()) session_.join();
   if (writer_.joinable()) writer_.join();
 }
@@ -302,7 +303,7 @@ bool DaemonSession::RunSession(Stream& stream, const std::string& address) {
   // Only this thread uses the stream until stream_ is set in OnRegistered.
   if (!stream.Write(reg) || !stream.Read(&in) || !in.has_register_ack()) return false;
   OnRegistered(in.register_ack(), &stream, running, address);
-  std::atomic<bool> hb_stop{false};
+  WakeSignal hb_stop;
   std::thread heartbeat([this, &hb_stop] { HeartbeatLoop(hb_stop); });
   while (stream.Read(&in)) {
     if (in.has_telemetry_ack()) {
@@ -312,7 +313,7 @@ bool DaemonSession::RunSession(Stream& stream, const std::string& address) {
     }
     hooks_.on_message(in);
   }
-  hb_stop = true;
+  hb_stop.Notify();
   heartbeat.join();
   return true;
 }
@@ -352,9 +353,9 @@ void DaemonSession::OnRegistered(const v1::RegisterAck& ack, Stream* stream, int
   }
 }
 
-void DaemonSession::HeartbeatLoop(const std::atomic<bool>& stop) {
+void DaemonSession::HeartbeatLoop(WakeSignal& stop) {
   int64_t seq = 0;
-  while (!stop) {
+  while (true) {
     v1::WorkerMessage hb;
     hb.mutable_heartbeat()->set_seq(++seq);
     Send(hb, false);
@@ -363,9 +364,9 @@ void DaemonSession::HeartbeatLoop(const std::atomic<bool>& stop) {
       absl::MutexLock lock(&mu_);
       d = heartbeat_interval_;
     }
-    // Monotonic: a wall clock stepped back must not hold heartbeats up.
-    absl::Time until = MonotonicNow() + d;
-    while (!stop && MonotonicNow() < until) absl::SleepFor(absl::Milliseconds(10));
+    // Monotonic (wake_signal.h): a wall clock stepped back must not hold
+    // heartbeats up. The signal is fresh per session: any Notify stops it.
+    if (stop.WaitFor(0, d)) return;
   }
 }
 
@@ -388,15 +389,18 @@ void DaemonSession::LogSessionEnd(const grpc::Status& st, bool registered, const
 }
 
 bool DaemonSession::SleepUnlessStopping(absl::Duration wait) {
-  absl::Time until = MonotonicNow() + wait;
-  while (MonotonicNow() < until) {
+  const absl::Time until = MonotonicNow() + wait;
+  while (true) {
+    uint64_t seen = 0;
     {
       absl::MutexLock lock(&mu_);
       if (stopping_) return false;
+      seen = stop_wake_.generation();  // read under mu_: a Stop after it wakes the wait
     }
-    absl::SleepFor(absl::Milliseconds(10));
+    const absl::Duration left = until - MonotonicNow();
+    if (left <= absl::ZeroDuration()) return true;
+    stop_wake_.WaitFor(seen, left);
   }
-  return true;
 }
 
 }  // namespace trainctl::worker

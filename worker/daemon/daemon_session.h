@@ -39,6 +39,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/coordinator_failover.h"
+#include "common/wake_signal.h"
 #include "trainctl/v1/worker_service.grpc.pb.h"
 #include "worker/daemon/coordinator_outbox.h"
 #include "worker/daemon/daemon_options.h"
@@ -98,7 +99,7 @@ class DaemonSession final : public CoordinatorOutbox {
   // Takes a registration's acknowledgement: the id, heartbeat and resend point.
   void OnRegistered(const v1::RegisterAck& ack, Stream* stream, int running_ranks, const std::string& address);
   // Sends heartbeats until `stop` (its own thread: a busy loop never delays them).
-  void HeartbeatLoop(const std::atomic<bool>& stop);
+  void HeartbeatLoop(WakeSignal& stop);
   // Says why a session ended (or never began), and when the next try is.
   void LogSessionEnd(const grpc::Status& st, bool registered, const std::string& address, absl::Duration wait,
                      int64_t& failures);
@@ -117,6 +118,8 @@ class DaemonSession final : public CoordinatorOutbox {
   std::string worker_id_ ABSL_GUARDED_BY(mu_);
   bool connected_ ABSL_GUARDED_BY(mu_) = false;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
+  // Notified by Stop() after stopping_ is set: wakes SleepUnlessStopping.
+  WakeSignal stop_wake_;
   // SayGoodbye was called: the session the coordinator then ends is not
   // reconnected, and its end is no warning.
   bool said_goodbye_ ABSL_GUARDED_BY(mu_) = false;
