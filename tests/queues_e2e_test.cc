@@ -288,6 +288,25 @@ TEST(QueuesE2ETest, QueueDefaultResourcesFillJobsThatAskForNone) {
   ASSERT_EQ(RunTrainctl(cluster, admin, {"queue", "create", "plain"}).code, 0);
   shown = RunTrainctl(cluster, admin, {"queue", "describe", "plain"});
   EXPECT_THAT(shown.out, ContainsRegex("Default resources: +none"));
+  EXPECT_THAT(shown.out, ContainsRegex("Fair-share weight: +1\n")) << "unset weighs 1";
+
+  // Fair-share weights (issue #48): the queue's, and its owners'.
+  made = RunTrainctl(cluster, admin,
+                     {"queue", "create", "heavy", "--weight", "3", "--owner-weight", "alice=2", "--owner-weight",
+                      "bob=0.5"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_THAT(made.out, HasSubstr(", weight 3"));
+  shown = RunTrainctl(cluster, admin, {"queue", "describe", "heavy"});
+  EXPECT_THAT(shown.out, ContainsRegex("Fair-share weight: +3 \\(owners: alice=2, bob=0.5\\)"));
+  CliResult bad_weight = RunTrainctl(cluster, admin, {"queue", "create", "c", "--weight", "-1"});
+  EXPECT_EQ(bad_weight.code, 2) << bad_weight.err;
+  EXPECT_THAT(bad_weight.err, HasSubstr("queue.weight: must be > 0 (0 or unset = 1), got -1"));
+  bad_weight = RunTrainctl(cluster, admin, {"queue", "create", "c", "--owner-weight", "alice"});
+  EXPECT_EQ(bad_weight.code, 2) << bad_weight.err;
+  EXPECT_THAT(bad_weight.err, HasSubstr("--owner-weight: must be OWNER=WEIGHT (e.g. alice=2), got 'alice'"));
+  bad_weight = RunTrainctl(cluster, admin, {"queue", "create", "c", "--owner-weight", "alice=0"});
+  EXPECT_EQ(bad_weight.code, 2) << bad_weight.err;
+  EXPECT_THAT(bad_weight.err, HasSubstr("queue.owner_weights[\"alice\"]: must be > 0, got 0"));
 
   CliResult bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--default-memory", "4GB"});
   EXPECT_EQ(bad.code, 2) << bad.err;

@@ -2,6 +2,7 @@
 // delete need an admin token; list and describe a viewer's.
 // trainctl usage: slot-seconds per queue, owner and slot kind (a viewer's).
 #include <CLI/CLI.hpp>
+#include <algorithm>
 #include <cmath>
 #include <memory>
 #include <optional>
@@ -9,6 +10,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
@@ -37,6 +39,9 @@ struct QueueArgs {
   bool update = false;
   // Queue.default_queue.
   bool make_default = false;
+  // Queue.weight (0: unset, 1) and owner_weights ("OWNER=W" each).
+  double weight = 0;
+  std::vector<std::string> owner_weights;
 };
 
 // "2 cpus, 4 GiB memory, 512 pids per rank", or "none".
@@ -71,6 +76,17 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
   q.set_max_job_size(a.max_job_size);
   q.set_default_priority(a.default_priority);
   q.set_default_queue(a.make_default);
+  q.set_weight(a.weight);
+  for (const std::string& ow : a.owner_weights) {
+    // OWNER=WEIGHT; the owner (a token name) may itself hold '=': split at the last.
+    const size_t eq = ow.rfind('=');
+    double w = 0;
+    if (eq == std::string::npos || !absl::SimpleAtod(ow.substr(eq + 1), &w)) {
+      return ctx.Fail(absl::InvalidArgumentError(
+          absl::StrCat("--owner-weight: must be OWNER=WEIGHT (e.g. alice=2), got '", ow, "'")));
+    }
+    (*q.mutable_owner_weights())[ow.substr(0, eq)] = w;
+  }
   if (!a.default_memory.empty()) {
     // As job.yaml's resources.memory: 512Mi, 4Gi, 2G or plain bytes.
     std::optional<int64_t> bytes = jobspec::ParseByteQuantity(a.default_memory);
@@ -99,6 +115,8 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
             << (made.cohort().empty() ? "" : absl::StrCat(", cohort ", made.cohort()))
             << (made.max_job_size() > 0 ? absl::StrCat(", max job size ", made.max_job_size()) : "")
             << ", default priority " << made.default_priority()
+            << (made.weight() > 0 && made.weight() != 1 ? absl::StrCat(", weight ", made.weight())
+                                                        : "")
             << (made.has_default_resources()
                     ? absl::StrCat(", default resources ", ResourcesText(made.default_resources()))
                     : "")
@@ -158,6 +176,16 @@ int RunQueueDescribe(CliContext& ctx, const std::string& name) {
         t.AddRow({"Max job size:",
                   q.max_job_size() > 0 ? absl::StrCat(q.max_job_size(), " ranks") : "no limit"});
         t.AddRow({"Default priority:", absl::StrCat(q.default_priority())});
+        std::vector<std::string> owners;
+        for (const auto& [owner, w] : q.owner_weights())
+          owners.push_back(absl::StrCat(owner, "=", w));
+        std::sort(owners.begin(), owners.end());
+        t.AddRow(
+            {"Fair-share weight:",
+             absl::StrCat(q.weight() > 0 ? q.weight() : 1.0,
+                          owners.empty()
+                              ? ""
+                              : absl::StrCat(" (owners: ", absl::StrJoin(owners, ", "), ")"))});
         t.AddRow({"Default resources:",
                   absl::StrCat(ResourcesText(q.default_resources()),
                                q.has_default_resources() ? " (jobs that ask for none)" : "")});
@@ -314,6 +342,13 @@ VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
   c->add_option("--default-pids", create->default_pids,
                 "Processes per rank for a job that asks for no resources (default 0: none)")
       ->type_name("N");
+  c->add_option("--weight", create->weight,
+                "Fair-share weight: queues get idle capacity in proportion to it (default 1)")
+      ->type_name("W");
+  c->add_option(
+       "--owner-weight", create->owner_weights,
+       "OWNER=WEIGHT, repeatable: an owner's fair-share weight within the queue (default 1 each)")
+      ->type_name("OWNER=W");
   c->add_flag("--update", create->update,
               "Replace the queue if it exists (else create it); the whole queue: give --default "
               "again to keep it "

@@ -62,7 +62,7 @@ JobManager::JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* 
       book_(store, hub, clock),
       owners_(store),
       starter_(&book_, registry, this, &owners_, {options.preflight, options.stop_grace}),
-      placer_(&book_, registry, &starter_, clock, options.placer),
+      placer_(&book_, registry, &starter_, clock, options.placer, store),
       ingest_(&book_, store, hub, clock, options.rank_watch),
       health_(&book_, registry, this, {options.progress_timeout, options.rendezvous_timeout}),
       queries_(&book_, registry, &placer_, &health_, clock) {}
@@ -70,6 +70,16 @@ JobManager::JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* 
 absl::Status JobManager::Recover(const StoreSnapshot& snapshot) {
   book_.Recover(snapshot);
   for (const auto& [id, e] : book_.entries()) RememberRequest(e.job);
+  // Fair share's usage (docs/queues.md). A row that does not parse costs the
+  // shares, not the start: usage is soft state that rebuilds within a
+  // half-life.
+  absl::StatusOr<v1::FairShareSnapshot> usage = store_->LoadFairShare();
+  if (absl::IsDataLoss(usage.status())) {
+    LogEvent(LogLevel::kWarn, "coordinator", "fair_share_dropped", {{"error", std::string(usage.status().message())}});
+    return absl::OkStatus();
+  }
+  if (!usage.ok()) return usage.status();
+  placer_.RestoreUsage(*usage);
   return absl::OkStatus();
 }
 

@@ -6,6 +6,7 @@
 #include <cstdint>
 #include <optional>
 
+#include "absl/container/btree_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -237,6 +238,7 @@ void JobPlacer::OnTick(absl::Time now) {
   // pass per tick for it is cheap next to the wait.)
   const absl::Time mono = clock_->Mono();
   UpdateUsage(mono);
+  MaybeSaveUsage(mono);
   for (const std::string& id : book_->pending()) {
     JobEntry& e = book_->At(id);
     if (ElasticDeadline(e.job) <= now) schedule_retry_ = true;
@@ -258,6 +260,7 @@ scheduler::PendingJob JobPlacer::ToPending(const JobEntry& e, absl::Time now) co
   pj.priority = e.job.spec().priority();
   pj.submit_seq = static_cast<uint64_t>(e.submit_seq);
   pj.queue = QueueName(e.job.spec());
+  pj.owner = e.job.owner();
   pj.min_world_size = ElasticMinimum(e.job, now);
   // Validated at submit (divides world_size, not elastic); a bad stored
   // value leaves only this job pending as invalid.
@@ -293,6 +296,19 @@ scheduler::QueueInput JobPlacer::Queues(absl::flat_hash_set<std::string>* stoppi
     if (auto it = usage_.find(q.name); it != usage_.end()) {
       q.usage_gpu = it->second[0];
       q.usage_cpu = it->second[1];
+    }
+    // The owners with a weight (from the queue) get their usage; the others
+    // are added with weight 1.
+    if (auto it = owner_usage_.find(q.name); it != owner_usage_.end()) {
+      absl::flat_hash_map<std::string, size_t> weighted;
+      for (size_t i = 0; i < q.owners.size(); ++i) weighted[q.owners[i].name] = i;
+      for (const auto& [owner, u] : it->second) {
+        auto w = weighted.find(owner);
+        scheduler::QueueSpec::Owner& o =
+            w != weighted.end() ? q.owners[w->second] : q.owners.emplace_back(scheduler::QueueSpec::Owner{owner});
+        o.usage_gpu = u[0];
+        o.usage_cpu = u[1];
+      }
     }
   }
   // Live ranks per job: the slots each job holds, and of which attempt.
@@ -340,6 +356,7 @@ void JobPlacer::UpdateUsage(absl::Time mono) {
   // tick. Queues defined later start from no usage.
   if (queue_source_().empty()) {
     usage_.clear();
+    owner_usage_.clear();
     return;
   }
   if (last == absl::InfinitePast() || mono <= last) return;
@@ -353,18 +370,94 @@ void JobPlacer::UpdateUsage(absl::Time mono) {
   for (auto& [q, u] : usage_) {
     for (double& x : u) x *= f;
   }
-  for (const auto& [q, n] : SlotsHeldByQueue()) {
-    for (int k = 0; k < 2; ++k) usage_[q][k] += n[k] * gain;
+  for (auto& [q, owners] : owner_usage_) {
+    for (auto& [owner, u] : owners) {
+      for (double& x : u) x *= f;
+    }
+  }
+  for (const auto& [q, owners] : SlotsHeldByOwner()) {
+    for (const auto& [owner, n] : owners) {
+      for (int k = 0; k < 2; ++k) {
+        usage_[q][k] += n[k] * gain;
+        owner_usage_[q][owner][k] += n[k] * gain;
+      }
+    }
+  }
+  // What has decayed to nothing (under a thousandth of a slot-second) is
+  // dropped, so owners who left do not accumulate.
+  const auto negligible = [](const DecayedUsage& u) { return u[0] < 1e-3 && u[1] < 1e-3; };
+  for (auto& [q, owners] : owner_usage_) absl::erase_if(owners, [&](const auto& kv) { return negligible(kv.second); });
+  absl::erase_if(owner_usage_, [](const auto& kv) { return kv.second.empty(); });
+  absl::erase_if(usage_, [&](const auto& kv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return negligible(kv.second) && !owner_usage_.contains(kv.first);
+  });
+}
+
+absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::array<int, 2>>>
+JobPlacer::SlotsHeldByOwner() const {
+  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::array<int, 2>>> held;
+  book_->ForEachLiveRank([&](const v1::RankAssignment& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    const int k = r.slot().kind() == v1::Slot::KIND_GPU ? 0 : 1;
+    const v1::Job& job = book_->At(r.job_id()).job;
+    ++held[QueueName(job.spec())][job.owner()][k];
+  });
+  return held;
+}
+
+void JobPlacer::RestoreUsage(const v1::FairShareSnapshot& stored) {
+  usage_.clear();
+  owner_usage_.clear();
+  const double h = absl::ToDoubleSeconds(options_.fair_share_half_life);
+  const double idle = stored.has_as_of()
+                          ? std::max(0.0, absl::ToDoubleSeconds(clock_->Now() - FromTimestamp(stored.as_of())))
+                          : 0.0;
+  const double f = std::exp2(-idle / h);
+  // A bad stored value (negative, not finite) counts as none rather than
+  // making the scheduler refuse every pass.
+  const auto clean = [f](double x) { return std::isfinite(x) && x > 0 ? x * f : 0.0; };
+  for (const v1::FairShareUsage& q : stored.queues()) {
+    for (const auto& [owner, u] : q.owners()) {
+      const DecayedUsage d = {clean(u.gpu_slot_seconds()), clean(u.cpu_slot_seconds())};
+      owner_usage_[q.queue()][owner] = d;
+      for (int k = 0; k < 2; ++k) usage_[q.queue()][k] += d[k];
+    }
   }
 }
 
-absl::flat_hash_map<std::string, std::array<int, 2>> JobPlacer::SlotsHeldByQueue() const {
-  absl::flat_hash_map<std::string, std::array<int, 2>> held;
-  book_->ForEachLiveRank([&](const v1::RankAssignment& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    const int k = r.slot().kind() == v1::Slot::KIND_GPU ? 0 : 1;
-    ++held[QueueName(book_->At(r.job_id()).job.spec())][k];
-  });
-  return held;
+v1::FairShareSnapshot JobPlacer::UsageSnapshot() const {
+  v1::FairShareSnapshot out;
+  SetTimestamp(clock_->Now(), out.mutable_as_of());
+  // Sorted, so that equal usage writes equal rows.
+  const absl::btree_map<std::string, const absl::flat_hash_map<std::string, DecayedUsage>*> queues = [&] {
+    absl::btree_map<std::string, const absl::flat_hash_map<std::string, DecayedUsage>*> m;
+    for (const auto& [q, owners] : owner_usage_) m[q] = &owners;
+    return m;
+  }();
+  for (const auto& [q, owners] : queues) {
+    v1::FairShareUsage* row = out.add_queues();
+    row->set_queue(q);
+    for (const auto& [owner, u] : *owners) {
+      v1::FairShareOwnerUsage& o = (*row->mutable_owners())[owner];
+      o.set_gpu_slot_seconds(u[0]);
+      o.set_cpu_slot_seconds(u[1]);
+    }
+  }
+  return out;
+}
+
+void JobPlacer::MaybeSaveUsage(absl::Time mono) {
+  if (store_ == nullptr || !queue_source_) return;
+  if (usage_saved_mono_ != absl::InfinitePast() && mono - usage_saved_mono_ < options_.fair_share_save_interval) {
+    return;
+  }
+  if (owner_usage_.empty() && usage_saved_empty_) return;
+  const absl::Status saved = store_->PutFairShare(UsageSnapshot());
+  if (!saved.ok()) {
+    LogDeferred(saved, "fair-share usage written again at the next tick");
+    return;
+  }
+  usage_saved_mono_ = mono;
+  usage_saved_empty_ = owner_usage_.empty();
 }
 
 void JobPlacer::Schedule() {
@@ -444,9 +537,11 @@ bool JobPlacer::QueueHasRoom(const JobEntry& e, bool gpu) const {
   if (q == queues.end()) return false;
   const int nominal = gpu ? q->nominal_gpu : q->nominal_cpu;
   if (nominal < 0) return true;
-  const auto held = SlotsHeldByQueue();
-  const auto it = held.find(name);
-  const int used = it == held.end() ? 0 : it->second[gpu ? 0 : 1];
+  const auto held = SlotsHeldByOwner();
+  int used = 0;
+  if (const auto it = held.find(name); it != held.end()) {
+    for (const auto& [owner, n] : it->second) used += n[gpu ? 0 : 1];
+  }
   // Growing into borrowed quota would only be preempted back: within the
   // queue's own nominal only.
   return used < nominal;

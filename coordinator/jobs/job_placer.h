@@ -14,8 +14,10 @@
 // reasons reach `trainctl status` as every other.
 //
 // With queues (docs/queues.md) each pass also gives the scheduler the
-// queues' quotas, the running jobs and each queue's decayed usage (fair
-// share), and stops the running jobs it names as preemption victims: their
+// queues' quotas and weights, the running jobs and each queue's and owner's
+// decayed usage (fair share; kept in the store every
+// fair_share_save_interval and restored at start, so a restart or a standby
+// taking over keeps the shares), and stops the running jobs it names as preemption victims: their
 // attempt ends CANCELLED with `preempted_for`, the job goes back to
 // RESTARTING (not a failure: no restart is counted) and resumes from its
 // latest checkpoint once slots free. While a victim's ranks are still
@@ -39,6 +41,7 @@
 #include "coordinator/jobs/job_book.h"
 #include "coordinator/core/on_loop.h"
 #include "coordinator/scheduler/scheduler.h"
+#include "coordinator/store/state_store.h"
 #include "coordinator/workers/worker_registry.h"
 
 namespace trainctl::coordinator {
@@ -58,6 +61,9 @@ struct PlacerOptions {
   absl::Duration preemption_grace = absl::Seconds(60);
   // Half-life of the usage fair share orders queues by (> 0).
   absl::Duration fair_share_half_life = absl::Hours(1);
+  // How often (on the tick) the usage is written to the store. Usage is
+  // soft state: a crash loses at most this much of it.
+  absl::Duration fair_share_save_interval = absl::Seconds(10);
 };
 
 // The defined queues as the scheduler sees them (usage left 0: the placer
@@ -69,9 +75,11 @@ using DecayedUsage = std::array<double, 2>;
 
 class JobPlacer {
  public:
+  // `store` keeps the fair-share usage (nullptr: memory only).
   JobPlacer(JobBook* book, WorkerRegistry* registry, AttemptStarter* starter, const Clock* clock,
-            PlacerOptions options = {})
-      : book_(book), registry_(registry), starter_(starter), clock_(clock), options_(options) {}
+            PlacerOptions options = {}, StateStore* store = nullptr)
+      : book_(book), registry_(registry), starter_(starter), clock_(clock), options_(options),
+        store_(store) {}
 
   // Where the queues come from (QueueRegistry::Specs); unset = no queues.
   void SetQueueSource(QueueSource source) { queue_source_ = std::move(source); }
@@ -80,6 +88,17 @@ class JobPlacer {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     return usage_;
   }
+  // Per queue name, the decayed usage of each owner of its jobs (Job.owner);
+  // a queue's usage is the sum of its owners'.
+  const absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, DecayedUsage>>&
+  owner_usage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return owner_usage_;
+  }
+  // At start (before the first pass): the usage the store kept, decayed from
+  // its as_of to now (nothing was held while no coordinator ran).
+  void RestoreUsage(const v1::FairShareSnapshot& stored) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // The usage as the store keeps it, as of now.
+  v1::FairShareSnapshot UsageSnapshot() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // One scheduling pass: places what can start and launches the attempts.
   // A pass with jobs pending is timed (pass_latency) on the monotonic clock.
@@ -124,9 +143,12 @@ class JobPlacer {
   // Ages the usage to `mono` and adds what the jobs held since the last call.
   // Without queues it only keeps the time (nothing to share).
   void UpdateUsage(absl::Time mono) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
-  // The slots live ranks hold, per queue name: [0] GPU, [1] CPU.
-  absl::flat_hash_map<std::string, std::array<int, 2>> SlotsHeldByQueue() const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // The slots live ranks hold, per queue name and owner: [0] GPU, [1] CPU.
+  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::array<int, 2>>>
+  SlotsHeldByOwner() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // On the tick: writes the usage when fair_share_save_interval has passed
+  // since the last write (a failed write is retried at the next tick).
+  void MaybeSaveUsage(absl::Time mono) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Schedule's body, once there are pending jobs.
   void SchedulePending() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Makes placement `p` the job's new attempt and launches it.
@@ -146,7 +168,15 @@ class JobPlacer {
   const Clock* clock_;
   PlacerOptions options_;
   QueueSource queue_source_;
+  StateStore* store_;
+  // Invariant: usage_[q] is the sum over owner_usage_[q] (decay is linear).
   absl::flat_hash_map<std::string, DecayedUsage> usage_ ABSL_GUARDED_BY(kLoop);
+  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, DecayedUsage>> owner_usage_
+      ABSL_GUARDED_BY(kLoop);
+  // When the usage was last written (monotonic); InfinitePast = never.
+  absl::Time usage_saved_mono_ ABSL_GUARDED_BY(kLoop) = absl::InfinitePast();
+  // The last write stored no usage and none was gained since: nothing to write.
+  bool usage_saved_empty_ ABSL_GUARDED_BY(kLoop) = false;
   // When usage_ was last aged (monotonic); InfinitePast = never.
   absl::Time usage_mono_ ABSL_GUARDED_BY(kLoop) = absl::InfinitePast();
   std::function<void(std::function<void()>)> post_;

@@ -181,6 +181,47 @@ TEST_F(JobQueuesTest, UsageDecaysWithItsHalfLife) {
   EXPECT_NEAR(jobs_->FairShareUsage().at("a")[1], at_end / 2, 1e-6);
 }
 
+// Issue #48: the usage is written to the store on the tick and read back by
+// the next coordinator (a restart, or a standby taking over), decayed over
+// the time no coordinator ran; it still orders the queues.
+TEST_F(JobQueuesTest, ARestartReloadsTheUsageFromTheStore) {
+  queues_ = {Queue("a", -1), Queue("b", -1)};
+  jobs_->SetQueueSource([this] { return queues_; });
+  AddWorker("w1", 4);
+  const std::string job = Submit(2, "a");
+  AllRanks(job, 1, v1::RANK_STATE_RUNNING);
+  jobs_->Tick();
+  clock_.Advance(absl::Seconds(30));
+  jobs_->Tick();  // more than the save interval (10 s) since the first write
+  const double before = jobs_->FairShareUsage().at("a")[1];
+  EXPECT_NEAR(before, 60, 0.5) << "2 slots for 30 s";
+  auto stored = store_->LoadFairShare();
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->queues_size(), 1);
+  EXPECT_EQ(stored->queues(0).queue(), "a");
+  EXPECT_NEAR(stored->queues(0).owners().at("").cpu_slot_seconds(), before, 1e-9) << "the job's owner";
+  ASSERT_TRUE(jobs_->Cancel(job, "done").ok());
+  AllRanks(job, 1, v1::RANK_STATE_STOPPED);
+
+  // The coordinator restarts an hour (one half-life) later.
+  clock_.Advance(absl::Hours(1));
+  Open();
+  jobs_->SetQueueSource([this] { return queues_; });
+  ASSERT_TRUE(jobs_->FairShareUsage().contains("a"));
+  EXPECT_NEAR(jobs_->FairShareUsage().at("a")[1], before / 2, 0.5);
+
+  // a's reloaded usage puts b first: a's job, older, waits. (A job of a
+  // third queue fills w1 first: both jobs wait for w2, and one pass places
+  // one of them.)
+  queues_.push_back(Queue("c", -1));
+  ASSERT_EQ(Get(Submit(4, "c")).state(), v1::JOB_STATE_SCHEDULED);
+  const std::string a_job = Submit(1, "a");
+  const std::string b_job = Submit(1, "b");
+  AddWorker("w2", 1);
+  EXPECT_EQ(Get(b_job).state(), v1::JOB_STATE_SCHEDULED) << Get(b_job).state_reason();
+  EXPECT_EQ(Get(a_job).state(), v1::JOB_STATE_PENDING);
+}
+
 TEST_F(JobQueuesTest, UsageSumsSlotSecondsUpToNowAndRefusesASinceAfterIt) {
   queues_ = {Queue("a", 4), Queue("b", 4)};
   jobs_->SetQueueSource([this] { return queues_; });

@@ -1,9 +1,11 @@
 #include "coordinator/queues/queue_registry.h"
 
 #include <algorithm>
+#include <cmath>
 #include <optional>
 #include <utility>
 
+#include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/jobspec/job_spec.h"
@@ -45,6 +47,20 @@ absl::Status ValidateQueue(const v1::Queue& queue) {
     return absl::InvalidArgumentError(
         absl::StrCat("queue.max_job_size: must be 0 (no limit) or > 0, got ", queue.max_job_size()));
   }
+  // 0 is proto3's unset: weight 1.
+  if (!std::isfinite(queue.weight()) || queue.weight() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("queue.weight: must be > 0 (0 or unset = 1), got ", queue.weight()));
+  }
+  // Sorted, so that the first bad owner named is the same every time.
+  const absl::btree_map<std::string, double> owners(queue.owner_weights().begin(),
+                                                    queue.owner_weights().end());
+  for (const auto& [owner, weight] : owners) {
+    if (!std::isfinite(weight) || weight <= 0) {
+      return absl::InvalidArgumentError(absl::StrCat("queue.owner_weights[\"", absl::CEscape(owner),
+                                                     "\"]: must be > 0, got ", weight));
+    }
+  }
   // The same bounds as a job's own resources (one rule: common/jobspec).
   std::vector<SpecError> errors = CheckResourceSpec(queue.default_resources(), "queue.default_resources");
   if (!errors.empty()) return absl::InvalidArgumentError(errors.front().ToString());
@@ -60,6 +76,15 @@ scheduler::QueueSpec ToQueueSpec(const v1::Queue& queue) {
   spec.nominal_cpu = queue.has_nominal_cpu() ? queue.nominal_cpu() : -1;
   spec.cohort = queue.cohort();
   spec.max_job_size = queue.max_job_size();
+  // Validated at create; a bad stored value weighs 1 rather than making the
+  // scheduler refuse every pass.
+  const auto usable = [](double w) { return std::isfinite(w) && w > 0; };
+  spec.weight = usable(queue.weight()) ? queue.weight() : 1;
+  const absl::btree_map<std::string, double> owners(queue.owner_weights().begin(),
+                                                    queue.owner_weights().end());
+  for (const auto& [owner, weight] : owners) {
+    if (usable(weight)) spec.owners.push_back({owner, weight});
+  }
   return spec;
 }
 

@@ -3,6 +3,8 @@
 // status (queue_status.h: used and borrowed slots).
 #include "coordinator/queues/queue_registry.h"
 
+#include <cmath>
+
 #include <map>
 #include <memory>
 #include <string>
@@ -95,6 +97,30 @@ TEST(QueueValidationTest, SpecMapsUnsetNominalsToUnlimited) {
   EXPECT_EQ(spec.cohort, "c");
   EXPECT_EQ(spec.max_job_size, 3);
   EXPECT_EQ(spec.usage_gpu, 0);
+}
+
+TEST(QueueValidationTest, WeightsArePositiveAndUnsetWeighsOne) {
+  auto message = [](const v1::Queue& q) { return std::string(ValidateQueue(q).message()); };
+  v1::Queue q = MakeQueue("a");
+  EXPECT_TRUE(ValidateQueue(q).ok()) << "unset (0) weighs 1";
+  EXPECT_EQ(ToQueueSpec(q).weight, 1);
+  q.set_weight(-2);
+  EXPECT_THAT(message(q), HasSubstr("queue.weight: must be > 0 (0 or unset = 1), got -2"));
+  q.set_weight(std::nan(""));
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidateQueue(q)));
+  q.set_weight(3);
+  (*q.mutable_owner_weights())["alice"] = 2;
+  (*q.mutable_owner_weights())["bob"] = 0;
+  EXPECT_THAT(message(q), HasSubstr("queue.owner_weights[\"bob\"]: must be > 0, got 0"));
+  (*q.mutable_owner_weights())["bob"] = 0.5;
+  ASSERT_TRUE(ValidateQueue(q).ok());
+  const scheduler::QueueSpec spec = ToQueueSpec(q);
+  EXPECT_EQ(spec.weight, 3);
+  ASSERT_EQ(spec.owners.size(), 2u);
+  EXPECT_EQ(spec.owners[0].name, "alice");
+  EXPECT_EQ(spec.owners[0].weight, 2);
+  EXPECT_EQ(spec.owners[1].name, "bob");
+  EXPECT_EQ(spec.owners[1].weight, 0.5);
 }
 
 TEST_F(QueueRegistryTest, CreateUpdateDeletePersistAndLoad) {

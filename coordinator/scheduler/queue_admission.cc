@@ -60,6 +60,29 @@ absl::Status ValidateQueues(absl::Span<const PendingJob> jobs, const QueueInput&
             absl::StrCat(where, field, ": must be finite and >= 0, got ", value));
       }
     }
+    if (!std::isfinite(queue.weight) || queue.weight <= 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "weight: must be finite and > 0, got ", queue.weight));
+    }
+    absl::flat_hash_set<std::string> owners;
+    for (const QueueSpec::Owner& owner : queue.owners) {
+      const std::string at = absl::StrCat(where, "owner \"", owner.name, "\": ");
+      if (!owners.insert(owner.name).second) {
+        return absl::InvalidArgumentError(absl::StrCat(at, "name: duplicate"));
+      }
+      if (!std::isfinite(owner.weight) || owner.weight <= 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(at, "weight: must be finite and > 0, got ", owner.weight));
+      }
+      for (const auto& [field, value] :
+           {std::pair<const char*, double>{"usage_gpu", owner.usage_gpu},
+            std::pair<const char*, double>{"usage_cpu", owner.usage_cpu}}) {
+        if (!std::isfinite(value) || value < 0) {
+          return absl::InvalidArgumentError(
+              absl::StrCat(at, field, ": must be finite and >= 0, got ", value));
+        }
+      }
+    }
   }
   absl::flat_hash_set<std::string> pending;
   for (const PendingJob& job : jobs) pending.insert(job.job_id);
@@ -103,6 +126,12 @@ QueueBook::QueueBook(const QueueInput& input) : implicit_(input.queues.empty()) 
     queue.cohort = spec.cohort;
     queue.nominal = {spec.nominal_gpu, spec.nominal_cpu};
     queue.usage = {spec.usage_gpu, spec.usage_cpu};
+    queue.weight = spec.weight;
+    for (const QueueSpec::Owner& owner : spec.owners) {
+      Queue::Owner& o = queue.owners[owner.name];
+      o.weight = owner.weight;
+      o.usage = {owner.usage_gpu, owner.usage_cpu};
+    }
     queue.max_job_size = spec.max_job_size;
     queues_.push_back(std::move(queue));
   }
@@ -178,11 +207,12 @@ long long QueueBook::Headroom(int q, SlotKind kind, bool borrow) const {
   return std::max(0LL, headroom);
 }
 
-void QueueBook::Charge(int q, SlotKind kind, long long slots) {
+void QueueBook::Charge(int q, SlotKind kind, long long slots, const std::string& owner) {
   const int k = KindIndex(kind);
   Queue& queue = queues_[q];
   queue.used[k] += slots;
   queue.placed[k] += slots;
+  queue.owners[owner].placed[k] += slots;
   if (queue.nominal[k] >= 0) groups_[queue.group].used[k] += slots;
 }
 
@@ -190,11 +220,34 @@ double QueueBook::Share(int q) const {
   const Queue& queue = queues_[q];
   double share = 0;
   for (int k = 0; k < kNumKinds; ++k) {
-    if (queue.nominal[k] <= 0) continue;
+    // Nominal 0: the queue only borrows this kind; unlimited: the cluster
+    // is its entitlement.
+    const long long entitlement = queue.nominal[k] < 0 ? capacity_[k] : queue.nominal[k];
+    if (entitlement <= 0) continue;
     share = std::max(share, (queue.usage[k] + static_cast<double>(queue.placed[k])) /
-                                static_cast<double>(queue.nominal[k]));
+                                static_cast<double>(entitlement));
   }
-  return share;
+  return share / queue.weight;
+}
+
+double QueueBook::OwnerShare(int q, const std::string& owner) const {
+  const Queue& queue = queues_[q];
+  auto it = queue.owners.find(owner);
+  if (it == queue.owners.end()) return 0;
+  const Queue::Owner& o = it->second;
+  double share = 0;
+  for (int k = 0; k < kNumKinds; ++k) {
+    if (capacity_[k] <= 0) continue;
+    share = std::max(share, (o.usage[k] + static_cast<double>(o.placed[k])) /
+                                static_cast<double>(capacity_[k]));
+  }
+  return share / o.weight;
+}
+
+long long QueueBook::UsedSlots(int q) const {
+  long long used = 0;
+  for (long long u : queues_[q].used) used += u;
+  return used;
 }
 
 VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, long long need,

@@ -77,10 +77,18 @@ class QueueBook {
   // without `borrow` also at most the queue's nominal minus its used.
   // kUnbounded when unlimited; never negative.
   long long Headroom(int q, SlotKind kind, bool borrow) const;
-  // Counts a placement of this pass.
-  void Charge(int q, SlotKind kind, long long slots);
-  // Dominant share (see scheduler.h, "Fair share").
+  // Counts a placement of this pass (of a job of `owner`).
+  void Charge(int q, SlotKind kind, long long slots, const std::string& owner);
+  // Total slots of each kind on schedulable workers: the entitlement of a
+  // queue without quota and of every owner (see scheduler.h, "Fair share").
+  void SetCapacity(const std::array<long long, kNumKinds>& capacity) { capacity_ = capacity; }
+  // Weighted dominant share (see scheduler.h, "Fair share").
   double Share(int q) const;
+  // The same for `owner` among the jobs of queue `q`.
+  double OwnerShare(int q, const std::string& owner) const;
+  // Slots of all kinds the queue holds: running plus placed in this pass
+  // (the first tie-break between equal shares).
+  long long UsedSlots(int q) const;
 
   // Victims for a job of `priority` needing `need` slots of `kind` in queue
   // `q` (within its nominal), given `available` slots usable for it now.
@@ -98,6 +106,14 @@ class QueueBook {
     int group = 0;
     std::array<long long, kNumKinds> nominal{};  // -1 = unlimited
     std::array<double, kNumKinds> usage{};
+    double weight = 1;
+    // Per owner: weight, decayed usage, and what this pass placed for it.
+    struct Owner {
+      double weight = 1;
+      std::array<double, kNumKinds> usage{};
+      std::array<long long, kNumKinds> placed{};
+    };
+    absl::flat_hash_map<std::string, Owner> owners;
     long long max_job_size = 0;
     // Running (stopping included) plus placed in this pass.
     std::array<long long, kNumKinds> used{};
@@ -122,6 +138,7 @@ class QueueBook {
   std::vector<Queue> queues_;
   absl::flat_hash_map<std::string, int> by_name_;
   std::vector<Group> groups_;
+  std::array<long long, kNumKinds> capacity_{};
   // Running jobs with a queue index, sorted by job id.
   std::vector<std::pair<const RunningJob*, int>> running_;
 };

@@ -9,6 +9,7 @@
 #include <utility>
 #include <vector>
 
+#include "absl/container/flat_hash_map.h"
 #include "absl/container/flat_hash_set.h"
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -333,6 +334,7 @@ class Pass {
       pool.workers.push_back(w);
       pool.capacity += workers_[w].in->total_slots;
     }
+    book_.SetCapacity({pools_[0].capacity, pools_[1].capacity});
   }
 
   ScheduleResult Run() {
@@ -349,21 +351,64 @@ class Pass {
 
  private:
   // Calls `consider(job, queue)` for every job of `lines` (one list per
-  // queue, each in scheduling order): next the head of the queue with the
-  // lowest share, ties by queue name (queue index order).
+  // queue, each in scheduling order): next a job of the queue with the
+  // lowest share, ties by fewer slots used, then queue name (queue index
+  // order); within the queue the head of an owner (see NextOfQueue).
   template <typename Consider>
   void ByShare(const std::vector<std::vector<int>>& lines, Consider consider) {
-    std::vector<size_t> next(lines.size(), 0);
+    // Per queue, its owners' lines (each in scheduling order) and how far
+    // each has been considered. Without queues one line: the order above.
+    struct OwnerLine {
+      std::vector<int> jobs;
+      size_t next = 0;
+    };
+    std::vector<std::vector<OwnerLine>> owners(lines.size());
+    std::vector<size_t> left(lines.size(), 0);
+    for (size_t q = 0; q < lines.size(); ++q) {
+      absl::flat_hash_map<std::string, size_t> index;
+      for (int j : lines[q]) {
+        const std::string& owner = book_.implicit() ? std::string() : jobs_[j]->owner;
+        auto [it, added] = index.try_emplace(owner, owners[q].size());
+        if (added) owners[q].emplace_back();
+        owners[q][it->second].jobs.push_back(j);
+      }
+      left[q] = lines[q].size();
+    }
     while (true) {
       int best = -1;
       double best_share = 0;
+      long long best_used = 0;
       for (int q = 0; q < static_cast<int>(lines.size()); ++q) {
-        if (next[q] >= lines[q].size()) continue;
+        if (left[q] == 0) continue;
         const double share = book_.Share(q);
-        if (best < 0 || share < best_share) best = q, best_share = share;
+        const long long used = book_.UsedSlots(q);
+        if (best < 0 || share < best_share || (share == best_share && used < best_used)) {
+          best = q, best_share = share, best_used = used;
+        }
       }
       if (best < 0) return;
-      consider(lines[best][next[best]++], best);
+      // The owner whose head goes next: highest priority, then lowest
+      // owner share, then scheduling order.
+      OwnerLine* pick = nullptr;
+      double pick_share = 0;
+      for (OwnerLine& line : owners[best]) {
+        if (line.next >= line.jobs.size()) continue;
+        const PendingJob& head = *jobs_[line.jobs[line.next]];
+        const double share = book_.OwnerShare(best, head.owner);
+        if (pick != nullptr) {
+          const PendingJob& other = *jobs_[pick->jobs[pick->next]];
+          if (head.priority != other.priority) {
+            if (head.priority < other.priority) continue;
+          } else if (share != pick_share) {
+            if (share > pick_share) continue;
+          } else if (!ScheduledBefore(head, other)) {
+            continue;
+          }
+        }
+        pick = &line, pick_share = share;
+      }
+      --left[best];
+      consider(pick->jobs[pick->next++], best);
     }
   }
 
@@ -445,7 +490,7 @@ class Pass {
         PendingJob sized = asked;
         sized.world_size = static_cast<int>(size);
         result.placements.push_back(Place(sized, req, kind, pool));
-        book_.Charge(q, kind, size);
+        book_.Charge(q, kind, size, asked.owner);
         return true;
       }
     }

@@ -197,13 +197,26 @@
 //    also no more than the queue's own nominal minus its used (an elastic job
 //    grows into borrowed quota only in the second round).
 //
-//  * Fair share. Queues take turns by dominant share: share_Q = max over
-//    kinds K with a finite nominal_Q,K > 0 of (usage_Q,K + slots of K placed
-//    for Q in this pass) / nominal_Q,K, where usage is the caller's decayed
-//    past use; a queue with no such kind has share 0. The next job considered
-//    is the next one (by the order above: priority, FIFO, id) of the queue
-//    with the lowest share, ties by queue name; a placement raises its
-//    queue's share, so one pass interleaves queues. The pass runs twice over
+//  * Fair share. Queues take turns by weighted dominant share: share_Q =
+//    max over kinds K of (usage_Q,K + slots of K placed for Q in this pass)
+//    / entitlement_Q,K / weight_Q, where usage is the caller's decayed past
+//    use and the entitlement is nominal_Q,K when finite (a kind with nominal
+//    0 is skipped: the queue only borrows it), else the capacity of K (total
+//    slots of K's schedulable workers; skipped when 0). So a queue without
+//    quota competes by usage / weight against the whole cluster, and two
+//    such queues get idle capacity in proportion to their weights (Kueue's
+//    fair-sharing weights; Slurm's fair-share tree, first level). The next
+//    job considered is the next one of the queue with the lowest share; ties
+//    by fewer slots used (running plus placed in this pass), then queue
+//    name: with usage decaying continuously an exact tie is rare, and the
+//    queue that wins one is behind at the next, so no queue wins ties
+//    systematically. A placement raises its queue's share, so one pass
+//    interleaves queues. Within a queue, the second level of the tree: the
+//    next job is the head (by priority, FIFO, id) of one of the queue's
+//    owners (PendingJob::owner): the highest priority head, ties by the
+//    owner's share (the same formula with the owner's usage and weight and
+//    the cluster's capacity per kind), then FIFO, id. With one owner (or no
+//    owner usage) this is the order above. The pass runs twice over
 //    this merge: the first round considers every job except those that would
 //    borrow, which are set aside; the second round considers those, again by
 //    share. Why: quota a queue is guaranteed must not wait behind another
@@ -300,6 +313,9 @@ struct PendingJob {
   // The queue it was submitted to; "" = "default". Ignored when no queues are
   // defined.
   std::string queue;
+  // Who submitted it (Job.owner): jobs of one queue share it by owner
+  // (see Fair share). Any string, "" included.
+  std::string owner;
   // Per rank (see Resources): CPUs (>= 0, finite) and bytes of memory
   // (>= 0); 0 = not asked for.
   double cpus = 0;
@@ -452,6 +468,17 @@ struct QueueSpec {
   // half-life); >= 0. Orders queues for fair share; nothing else.
   double usage_gpu = 0;
   double usage_cpu = 0;
+  // Fair-share weight; finite and > 0.
+  double weight = 1;
+  // Per owner of the queue's jobs: weight (finite, > 0) and decayed usage as
+  // above. An owner not listed weighs 1 with no usage. Names unique.
+  struct Owner {
+    std::string name;
+    double weight = 1;
+    double usage_gpu = 0;
+    double usage_cpu = 0;
+  };
+  std::vector<Owner> owners;
 };
 
 // A job holding slots now; counts against its queue's quota and may be a
@@ -490,7 +517,8 @@ absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
 // above). Also InvalidArgument, naming the field, for a queue with an empty or
 // duplicate name, a nominal below -1, a negative max_job_size, a negative or
 // non-finite usage; a running job with an empty or duplicate id, an id of a
-// pending job, negative slots, or (queues defined) a queue not defined.
+// pending job, negative slots, or (queues defined) a queue not defined; a
+// weight that is not finite and > 0; a duplicate owner.
 // Schedule(jobs, workers) == Schedule(jobs, workers, QueueInput{}).
 absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
                                         absl::Span<const WorkerSlots> workers,

@@ -597,8 +597,9 @@ TEST(SchedulerQueueTest, QuotaBlockedJobHoldsNoReservationAndBlocksNobody) {
               Queued("A", Job("a-small", 1, kCuda, 0, 2)), Queued("U", Job("u", 3, kCuda, 0, 3))},
              {Gpu("w", 4)}, input);
   ASSERT_TRUE(r.ok()) << r.status();
+  // Both shares are 0: U, holding fewer slots, goes first.
   EXPECT_EQ(Outcome(*r),
-            (Outcomes{{"a-big", "pending:quota_exceeded"}, {"a-small", "w:0"}, {"u", "w:1,2,3"}}))
+            (Outcomes{{"a-big", "pending:quota_exceeded"}, {"a-small", "w:3"}, {"u", "w:0,1,2"}}))
       << Dump(*r);
   EXPECT_TRUE(PendingOf(*r, "a-big").reserved_slots.empty());
   EXPECT_THAT(PendingOf(*r, "a-big").message,
@@ -988,6 +989,161 @@ TEST(SchedulerQueueTest, JobWithinNominalStartsDespiteAStreamOfBorrowers) {
   ASSERT_TRUE(started.count("a-job")) << "A's job starved";
   // Tick 10: B's borrowers are picked; 11: they stop; 11 or 12: A starts.
   EXPECT_LE(started["a-job"], 12);
+}
+
+// Issue #48: queues without quota share idle capacity by weight, and the
+// owners of one queue share it by their weights. A simulated cluster of one
+// 4-GPU worker, one tick a second: jobs that ran their time end, every
+// (queue, owner)'s usage decays (half-life 300 s, as JobPlacer ages it) and
+// grows by the slots it holds, then one pass runs. Each stream always has
+// work waiting: 1-GPU jobs of 5..40 s, the same sequence for every stream.
+// Returns the slot-seconds each stream got.
+struct Stream {
+  std::string queue;
+  std::string owner;
+};
+std::vector<double> SimulateFairShare(std::vector<QueueSpec> queues, const std::vector<Stream>& streams,
+                                      int ticks = 8000) {
+  const double half_life = 300;
+  const double decay = std::exp2(-1 / half_life);
+  struct Live {
+    RunningJob job;
+    size_t stream = 0;
+    int slot = 0;
+    int end = 0;
+  };
+  std::vector<Live> live;
+  std::vector<std::vector<PendingJob>> waiting(streams.size());
+  std::vector<std::mt19937> rngs(streams.size(), std::mt19937(48));
+  std::vector<double> held_seconds(streams.size(), 0);
+  // Decayed usage per stream (a stream is one owner of one queue).
+  std::vector<double> usage(streams.size(), 0);
+  std::map<std::string, size_t> stream_of;
+  std::uint64_t seq = 0;
+  for (int tick = 0; tick < ticks; ++tick) {
+    std::set<int> busy;
+    std::vector<Live> still_live;
+    for (Live& l : live) {
+      if (l.end <= tick) continue;
+      busy.insert(l.slot);
+      still_live.push_back(l);
+    }
+    live = std::move(still_live);
+    for (double& u : usage) u *= decay;
+    for (const Live& l : live) {
+      usage[l.stream] += 1;
+      held_seconds[l.stream] += 1;
+    }
+    QueueInput input;
+    input.queues = queues;
+    for (QueueSpec& q : input.queues) {
+      q.usage_gpu = 0;
+      for (size_t i = 0; i < streams.size(); ++i) {
+        if (streams[i].queue != q.name) continue;
+        q.usage_gpu += usage[i];
+        auto it = std::find_if(q.owners.begin(), q.owners.end(),
+                               [&](const QueueSpec::Owner& o) { return o.name == streams[i].owner; });
+        if (it == q.owners.end()) it = q.owners.insert(q.owners.end(), QueueSpec::Owner{streams[i].owner});
+        it->usage_gpu = usage[i];
+      }
+    }
+    std::vector<PendingJob> pending;
+    for (size_t i = 0; i < streams.size(); ++i) {
+      while (waiting[i].size() < 6) {
+        PendingJob j = Queued(streams[i].queue, Job(absl::StrCat("j", seq), 1, kCuda, 0, seq));
+        ++seq;
+        j.owner = streams[i].owner;
+        stream_of[j.job_id] = i;
+        waiting[i].push_back(j);
+      }
+      pending.insert(pending.end(), waiting[i].begin(), waiting[i].end());
+    }
+    for (const Live& l : live) input.running.push_back(l.job);
+    std::vector<int> free;
+    for (int s = 0; s < 4; ++s) {
+      if (!busy.count(s)) free.push_back(s);
+    }
+    auto r = CheckQ(pending, {Worker("w", SlotKind::kGpu, free, 4)}, input);
+    EXPECT_TRUE(r.ok()) << r.status();
+    if (!r.ok()) return held_seconds;
+    for (const Placement& p : r->placements) {
+      const size_t i = stream_of[p.job_id];
+      std::uniform_int_distribution<int> runtime(5, 40);
+      live.push_back({Running(p.job_id, streams[i].queue, 1, 0, seq++), i, p.ranks[0].slot,
+                      tick + runtime(rngs[i])});
+      waiting[i].erase(std::find_if(waiting[i].begin(), waiting[i].end(),
+                                    [&](const PendingJob& j) { return j.job_id == p.job_id; }));
+    }
+  }
+  return held_seconds;
+}
+
+double Fraction(const std::vector<double>& seconds, size_t i) {
+  double total = 0;
+  for (double s : seconds) total += s;
+  return seconds[i] / total;
+}
+
+TEST(SchedulerFairShareTest, QueuesWithoutQuotaAndEqualWeightsSplitTheClusterEvenly) {
+  // Before weights, "a" got ~98% of the slot-seconds: two shares of 0 tied
+  // and the tie went by name.
+  const std::vector<double> got =
+      SimulateFairShare({Queue("a", -1), Queue("b", -1)}, {{"a", "alice"}, {"b", "bob"}});
+  EXPECT_NEAR(Fraction(got, 0), 0.5, 0.05) << got[0] << " vs " << got[1];
+  // Queue order is not name order: "b" gets as much when it sorts first.
+  const std::vector<double> swapped =
+      SimulateFairShare({Queue("b", -1), Queue("a", -1)}, {{"b", "bob"}, {"a", "alice"}});
+  EXPECT_NEAR(Fraction(swapped, 0), 0.5, 0.05);
+}
+
+TEST(SchedulerFairShareTest, QueueWeightsThreeToOneGiveThreeQuarters) {
+  std::vector<QueueSpec> queues = {Queue("a", -1), Queue("b", -1)};
+  queues[1].weight = 3;  // the heavier queue sorts second
+  const std::vector<double> got = SimulateFairShare(queues, {{"a", "alice"}, {"b", "bob"}});
+  EXPECT_NEAR(Fraction(got, 1), 0.75, 0.05) << got[0] << " vs " << got[1];
+}
+
+TEST(SchedulerFairShareTest, OwnersOfOneQueueShareItByTheirWeights) {
+  std::vector<QueueSpec> queues = {Queue("a", -1)};
+  std::vector<double> even = SimulateFairShare(queues, {{"a", "alice"}, {"a", "bob"}});
+  EXPECT_NEAR(Fraction(even, 0), 0.5, 0.05) << even[0] << " vs " << even[1];
+  queues[0].owners = {QueueSpec::Owner{"bob", 3}};
+  std::vector<double> weighted = SimulateFairShare(queues, {{"a", "alice"}, {"a", "bob"}});
+  EXPECT_NEAR(Fraction(weighted, 1), 0.75, 0.05) << weighted[0] << " vs " << weighted[1];
+  // Two levels: queue b gets half the cluster, a's two owners a quarter each.
+  std::vector<double> tree =
+      SimulateFairShare({Queue("a", -1), Queue("b", -1)}, {{"a", "alice"}, {"a", "bob"}, {"b", "carol"}});
+  EXPECT_NEAR(Fraction(tree, 2), 0.5, 0.05);
+  EXPECT_NEAR(Fraction(tree, 0), 0.25, 0.05);
+  EXPECT_NEAR(Fraction(tree, 1), 0.25, 0.05);
+}
+
+TEST(SchedulerFairShareTest, EqualSharesGoToTheQueueHoldingFewerSlots) {
+  QueueInput input;
+  input.queues = {Queue("a", -1), Queue("b", -1)};
+  input.running = {Running("a-running", "a", 1)};
+  auto r = CheckQ({Queued("a", Job("a1", 1, kCuda, 0, 1)), Queued("b", Job("b1", 1, kCuda, 0, 2))},
+                  {Gpu("w", 1, 2)}, input);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r), (Outcomes{{"b1", "w:0"}, {"a1", "pending:insufficient_free_slots"}})) << Dump(*r);
+}
+
+TEST(SchedulerFairShareTest, BadWeightsAreRefusedNamingTheField) {
+  QueueInput input;
+  input.queues = {Queue("a", -1)};
+  input.queues[0].weight = 0;
+  auto r = Schedule({}, {Gpu("w", 1)}, input);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("queue \"a\": weight: must be finite and > 0"));
+  input.queues[0].weight = 1;
+  input.queues[0].owners = {QueueSpec::Owner{"alice", -2}};
+  r = Schedule({}, {Gpu("w", 1)}, input);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("owner \"alice\": weight"));
+  input.queues[0].owners = {QueueSpec::Owner{"alice"}, QueueSpec::Owner{"alice"}};
+  r = Schedule({}, {Gpu("w", 1)}, input);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(std::string(r.status().message()), HasSubstr("duplicate"));
 }
 
 // ---------------------------------------------------------------------------

@@ -188,4 +188,23 @@ absl::StatusOr<std::vector<v1::Queue>> StateStore::LoadQueues() {
   return out;
 }
 
+absl::Status StateStore::PutFairShare(const v1::FairShareSnapshot& usage) {
+  const std::string blob = usage.SerializeAsString();
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  const std::string op = "PutFairShare";
+  TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
+  return Query(s.db, s.stmts->put_fair_share, op).BindBlob(1, blob).Run();
+}
+
+absl::StatusOr<v1::FairShareSnapshot> StateStore::LoadFairShare() {
+  Impl& s = *impl_;
+  absl::MutexLock lock(&s.mu);
+  v1::FairShareSnapshot out;
+  Query q(s.db, s.stmts->load_fair_share, "LoadFairShare");
+  TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+  if (row) TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(0), &out, "fair_share row"));
+  return out;
+}
+
 }  // namespace trainctl::coordinator

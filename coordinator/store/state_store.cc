@@ -165,6 +165,15 @@ constexpr const char* kMigrations[] = {
       ALTER TABLE jobs ADD COLUMN code_digest TEXT NOT NULL DEFAULT '';
       CREATE INDEX jobs_by_code_digest ON jobs (code_digest);
     )sql",
+    // 8 -> 9: fair-share usage (docs/queues.md): one row holding every
+    // queue's and owner's decayed usage, rewritten every few seconds, so a
+    // restart or a standby taking over keeps the shares.
+    R"sql(
+      CREATE TABLE fair_share (
+        id   INTEGER PRIMARY KEY NOT NULL CHECK (id = 1),
+        blob BLOB NOT NULL             -- v1.FairShareSnapshot
+      );
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 
@@ -410,6 +419,9 @@ absl::Status StateStore::Impl::PrepareStatements() {
        "ON CONFLICT (name) DO UPDATE SET blob = excluded.blob"},
       {&s.delete_queue, "DELETE FROM queues WHERE name = ?1"},
       {&s.load_queues, "SELECT name, blob FROM queues ORDER BY name"},
+      {&s.put_fair_share, "INSERT OR REPLACE INTO fair_share (id, blob) VALUES (1, ?1)",
+       "INSERT INTO fair_share (id, blob) VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET blob = excluded.blob"},
+      {&s.load_fair_share, "SELECT blob FROM fair_share WHERE id = 1"},
       {&s.put_code,
        "INSERT INTO code_archives (digest, size, uploaded_ms, blob) VALUES (?1, ?2, ?3, ?4) "
        "ON CONFLICT (digest) DO UPDATE SET uploaded_ms = excluded.uploaded_ms"},

@@ -292,6 +292,11 @@ class StateStore {
   // Every stored queue, ascending by name; DataLoss naming the row when one
   // does not parse or holds another name.
   absl::StatusOr<std::vector<v1::Queue>> LoadQueues();
+  // Replaces the stored fair-share usage (one row, one commit).
+  absl::Status PutFairShare(const v1::FairShareSnapshot& usage);
+  // The stored fair-share usage; an empty snapshot when none was stored;
+  // DataLoss when the row does not parse.
+  absl::StatusOr<v1::FairShareSnapshot> LoadFairShare();
 
   // --- code archives (CommandSpec.code; JobService.UploadCode) -------------
   // One row per archive, keyed by its digest ("sha256:<hex>", checked by the

@@ -441,8 +441,8 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   // (Nor the later tables: tokens and worker_bindings came with version 3,
   // revoked_workers with 4, owner_numbers with 5, queues with 6, leader and
   // the leader_epoch columns with 7, code archives and jobs.code_digest
-  // with 8.)
-  RawExec(path, "DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
+  // with 8, fair_share with 9.)
+  RawExec(path, "DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
                 "DROP TABLE telemetry_seqs; DROP TABLE tokens; DROP TABLE worker_bindings; "
                 "DROP TABLE revoked_workers; DROP TABLE owner_numbers; DROP TABLE queues; "
                 "DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
@@ -556,6 +556,37 @@ TEST_P(StoreBackendTest, QueuesRoundTripReplaceDeleteAndSurviveAReopen) {
   EXPECT_FALSE((*queues)[1].has_nominal_gpu());
 }
 
+TEST_P(StoreBackendTest, FairShareUsageRoundTripsReplacesAndSurvivesAReopen) {
+  {
+    auto store = Reopen();
+    auto none = store->LoadFairShare();
+    ASSERT_TRUE(none.ok()) << none.status();
+    EXPECT_EQ(none->queues_size(), 0) << "nothing stored: an empty snapshot";
+    v1::FairShareSnapshot first;
+    first.mutable_as_of()->set_seconds(1700000000);
+    v1::FairShareUsage* a = first.add_queues();
+    a->set_queue("a");
+    (*a->mutable_owners())["alice"].set_gpu_slot_seconds(1234.5);
+    ASSERT_TRUE(store->PutFairShare(first).ok());
+    v1::FairShareSnapshot second = first;
+    second.mutable_as_of()->set_seconds(1700000010);
+    (*second.mutable_queues(0)->mutable_owners())["bob"].set_cpu_slot_seconds(0.25);
+    v1::FairShareUsage* b = second.add_queues();
+    b->set_queue("b");
+    (*b->mutable_owners())[""].set_gpu_slot_seconds(7);
+    ASSERT_TRUE(store->PutFairShare(second).ok()) << "a put replaces";
+  }
+  auto store = Reopen();
+  auto got = store->LoadFairShare();
+  ASSERT_TRUE(got.ok()) << got.status();
+  EXPECT_EQ(got->as_of().seconds(), 1700000010);
+  ASSERT_EQ(got->queues_size(), 2);
+  EXPECT_EQ(got->queues(0).queue(), "a");
+  EXPECT_EQ(got->queues(0).owners().at("alice").gpu_slot_seconds(), 1234.5);
+  EXPECT_EQ(got->queues(0).owners().at("bob").cpu_slot_seconds(), 0.25);
+  EXPECT_EQ(got->queues(1).owners().at("").gpu_slot_seconds(), 7);
+}
+
 TEST_P(StoreBackendTest, QueueWritesGoThroughTheWriteFault) {
   auto store = Fresh();
   std::vector<std::string> ops;
@@ -597,7 +628,7 @@ TEST(StateStoreTest, SchemaVersion6MigratesToTheLeaderTableAndEpochColumns) {
     ASSERT_TRUE(store->PutJob(MakeJob("old"), 1, {MakeEvent("old", 1)}).ok());
   }
   // What a coordinator before active/standby left behind.
-  RawExec(path, "DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
+  RawExec(path, "DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
                 "DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
                 "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=6");
   auto store = OpenOrDie(path);
@@ -619,7 +650,7 @@ TEST(StateStoreTest, SchemaVersion5MigratesToTheQueuesTable) {
     ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before queues left behind.
-  RawExec(path, "DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
+  RawExec(path, "DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
                 "DROP TABLE queues; DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
                 "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=5");
   auto store = OpenOrDie(path);
@@ -641,7 +672,7 @@ TEST(StateStoreTest, SchemaVersion7MigratesToCodeArchives) {
     ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before code archives left behind.
-  RawExec(path, "DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; "
+  RawExec(path, "DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; "
                 "ALTER TABLE jobs DROP COLUMN code_digest; PRAGMA user_version=7");
   auto store = OpenOrDie(path);
   ASSERT_EQ(store->LoadAll()->jobs.size(), 1u);
@@ -649,6 +680,24 @@ TEST(StateStoreTest, SchemaVersion7MigratesToCodeArchives) {
   EXPECT_EQ(*store->CodeSize(kDigestA), 3);
   // The old job names no code: it keeps nothing.
   EXPECT_EQ(*store->DeleteUnreferencedCode(absl::FromUnixSeconds(2)), 1);
+}
+
+TEST(StateStoreTest, SchemaVersion8MigratesToTheFairShareTable) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
+  }
+  // What a coordinator before stored fair share left behind.
+  RawExec(path, "DROP TABLE fair_share; PRAGMA user_version=8");
+  auto store = OpenOrDie(path);
+  ASSERT_EQ(store->LoadAll()->jobs.size(), 1u);
+  EXPECT_EQ(store->LoadFairShare()->queues_size(), 0);
+  v1::FairShareSnapshot usage;
+  usage.add_queues()->set_queue("a");
+  ASSERT_TRUE(store->PutFairShare(usage).ok());
+  EXPECT_EQ(store->LoadFairShare()->queues_size(), 1);
 }
 
 // --- the store spec, and what only PostgreSQL has ---------------------------
