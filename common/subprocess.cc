@@ -2,6 +2,7 @@
 
 #include <fcntl.h>
 #include <grp.h>
+#include <poll.h>
 #include <pwd.h>
 #include <signal.h>
 #include <sys/prctl.h>
@@ -15,6 +16,7 @@
 #include <utility>
 
 #include "absl/strings/str_cat.h"
+#include "common/clock.h"
 
 extern char** environ;
 
@@ -276,12 +278,26 @@ ExitStatus Subprocess::Wait() {
 }
 
 std::optional<ExitStatus> Subprocess::WaitFor(absl::Duration timeout) {
-  const absl::Time deadline = absl::Now() + timeout;
+  // Monotonic; woken by the exit itself through a pidfd (Linux 5.3+), so
+  // neither a wall clock step nor a poll interval delays it. Without
+  // pidfds, short sleeps.
+  const absl::Time deadline = MonotonicNow() + timeout;
+  if (std::optional<ExitStatus> s = Poll()) return s;
+  const int pidfd = pid_ > 0 ? static_cast<int>(::syscall(SYS_pidfd_open, pid_, 0)) : -1;
+  std::optional<ExitStatus> out;
   while (true) {
-    if (std::optional<ExitStatus> s = Poll()) return s;
-    if (absl::Now() >= deadline) return std::nullopt;
-    absl::SleepFor(absl::Milliseconds(5));
+    if ((out = Poll())) break;
+    const absl::Duration left = deadline - MonotonicNow();
+    if (left <= absl::ZeroDuration()) break;
+    if (pidfd >= 0) {
+      struct pollfd p {pidfd, POLLIN, 0};
+      ::poll(&p, 1, static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 1 << 30)));
+    } else {
+      absl::SleepFor(std::min(left, absl::Milliseconds(5)));
+    }
   }
+  if (pidfd >= 0) ::close(pidfd);
+  return out;
 }
 
 bool Subprocess::Signal(int sig) { return running() && kill(pid_, sig) == 0; }

@@ -109,6 +109,21 @@ std::vector<std::string> RankSupervisor::Running() const {
   return out;
 }
 
+bool RankSupervisor::WaitNoneRunning(absl::Duration timeout) const {
+  const absl::Time until = MonotonicNow() + timeout;
+  while (true) {
+    uint64_t seen = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (children_.empty()) return true;
+      seen = exits_.generation();  // under mu_: an exit after it wakes the wait
+    }
+    const absl::Duration left = until - MonotonicNow();
+    if (left <= absl::ZeroDuration()) return false;
+    exits_.WaitFor(seen, left);
+  }
+}
+
 pid_t RankSupervisor::Pid(const std::string& key) const {
   absl::MutexLock lock(&mu_);
   auto it = children_.find(key);
@@ -260,6 +275,7 @@ void RankSupervisor::Monitor() {
         ++it;
       }
     }
+    if (!exited.empty()) exits_.Notify();
     for (auto& [key, code, sig] : exited) {
       if (callbacks_.on_exit) callbacks_.on_exit(key, code, sig);
     }

@@ -37,6 +37,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/wake_signal.h"
 #include "common/subprocess.h"
 
 namespace trainctl::worker {
@@ -136,6 +137,9 @@ class RankSupervisor final : public RankLauncher {
   bool Stop(const std::string& key, absl::Duration grace) override;
   bool DumpStacksThenStop(const std::string& key, absl::Duration dump_wait, absl::Duration grace) override;
   std::vector<std::string> Running() const override;
+  // Waits (monotonic, woken by each exit) until no rank is running, at
+  // most `timeout`; true when none is.
+  bool WaitNoneRunning(absl::Duration timeout) const;
   // pid of a running rank, or -1.
   pid_t Pid(const std::string& key) const;
 
@@ -180,6 +184,8 @@ class RankSupervisor final : public RankLauncher {
   std::shared_ptr<std::atomic<int64_t>> pending_bytes_ = std::make_shared<std::atomic<int64_t>>(0);
   mutable absl::Mutex mu_;
   std::map<std::string, Child> children_ ABSL_GUARDED_BY(mu_);
+  // Notified after ranks leave children_ (WaitNoneRunning).
+  mutable WakeSignal exits_;
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   std::thread monitor_;
 };

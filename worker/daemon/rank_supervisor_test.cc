@@ -124,6 +124,17 @@ TEST(RankSupervisorTest, ReportsSignalsAndKillsStubbornRanksAfterGrace) {
   EXPECT_EQ(r.sig, SIGKILL);
 }
 
+TEST(RankSupervisorTest, WaitNoneRunningReturnsWhenTheLastRankHasExited) {
+  Recorder r;
+  RankSupervisor sup(r.Callbacks());
+  ASSERT_TRUE(sup.Launch(Sh("echo started; sleep 600")).ok());
+  EXPECT_FALSE(sup.WaitNoneRunning(absl::Milliseconds(20))) << "still running";
+  ASSERT_TRUE(sup.Stop("job/1/0", absl::Seconds(30)));
+  EXPECT_TRUE(sup.WaitNoneRunning(absl::Seconds(60)));
+  EXPECT_TRUE(sup.Running().empty());
+  EXPECT_TRUE(sup.WaitNoneRunning(absl::ZeroDuration())) << "none running: at once";
+}
+
 TEST(RankSupervisorTest, DumpStacksThenStopSignalsTheRankThenTerminatesItAfterTheWait) {
   Recorder r;
   RankSupervisor sup(r.Callbacks());

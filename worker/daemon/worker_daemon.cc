@@ -183,8 +183,7 @@ void WorkerDaemon::Shutdown(bool goodbye, absl::Duration grace) {
   http_.Stop();
   // Stop every rank and wait (bounded) for them to go.
   for (const std::string& key : supervisor_->Running()) supervisor_->Stop(key, grace);
-  absl::Time deadline = MonotonicNow() + grace + absl::Seconds(1);
-  while (!supervisor_->Running().empty() && MonotonicNow() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  supervisor_->WaitNoneRunning(grace + absl::Seconds(1));
   loop_.RunSync([this] {
     table_->FlushMetrics();
     table_->FlushLogs();
