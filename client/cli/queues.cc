@@ -31,6 +31,9 @@ struct QueueArgs {
   int cpu = -1;
   std::string cohort;
   int max_job_size = 0;
+  // Queue.max_running_jobs_per_owner / max_slots_per_owner (0: no limit).
+  int max_jobs_per_owner = 0;
+  int max_slots_per_owner = 0;
   int default_priority = 0;
   // Queue.default_resources: per rank, 0 / "" = none.
   double default_cpus = 0;
@@ -62,6 +65,17 @@ std::string NominalMeaning(const char* kind, const char* flag, bool has_nominal,
   return absl::StrCat(kind, " ", nominal);
 }
 
+// "at most 2 running jobs, 8 slots", or "no limit".
+std::string OwnerLimitsText(const v1::Queue& q) {
+  std::vector<std::string> parts;
+  if (q.max_running_jobs_per_owner() > 0) {
+    parts.push_back(absl::StrCat(q.max_running_jobs_per_owner(), " running jobs"));
+  }
+  if (q.max_slots_per_owner() > 0) parts.push_back(absl::StrCat(q.max_slots_per_owner(), " slots"));
+  if (parts.empty()) return "no limit";
+  return absl::StrCat("at most ", absl::StrJoin(parts, ", "));
+}
+
 // "used/nominal", "-" for an unlimited nominal ("3/-").
 std::string QuotaText(int used, bool has_nominal, int nominal) {
   return absl::StrCat(used, "/", has_nominal ? absl::StrCat(nominal) : std::string("-"));
@@ -74,6 +88,8 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
   if (a.cpu != -1) q.set_nominal_cpu(a.cpu);
   q.set_cohort(a.cohort);
   q.set_max_job_size(a.max_job_size);
+  q.set_max_running_jobs_per_owner(a.max_jobs_per_owner);
+  q.set_max_slots_per_owner(a.max_slots_per_owner);
   q.set_default_priority(a.default_priority);
   q.set_default_queue(a.make_default);
   q.set_weight(a.weight);
@@ -176,6 +192,7 @@ int RunQueueDescribe(CliContext& ctx, const std::string& name) {
         t.AddRow({"Max job size:",
                   q.max_job_size() > 0 ? absl::StrCat(q.max_job_size(), " ranks") : "no limit"});
         t.AddRow({"Default priority:", absl::StrCat(q.default_priority())});
+        t.AddRow({"Per owner:", OwnerLimitsText(q)});
         std::vector<std::string> owners;
         for (const auto& [owner, w] : q.owner_weights())
           owners.push_back(absl::StrCat(owner, "=", w));
@@ -328,6 +345,14 @@ VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
   c->add_option(
        "--max-job-size", create->max_job_size,
        "Refuse jobs of more ranks (elastic: min_ranks) at submission (default 0: no limit)")
+      ->type_name("N");
+  c->add_option(
+       "--max-jobs-per-owner", create->max_jobs_per_owner,
+       "Most jobs one owner may have running in the queue; more wait (default 0: no limit)")
+      ->type_name("N");
+  c->add_option(
+       "--max-slots-per-owner", create->max_slots_per_owner,
+       "Most slots one owner's jobs may hold in the queue; more wait (default 0: no limit)")
       ->type_name("N");
   c->add_option("--default-priority", create->default_priority,
                 "Priority of a job submitted here without one (default 0)")

@@ -393,6 +393,18 @@ void JobPlacer::UpdateUsage(absl::Time mono) {
   });
 }
 
+OwnerLimits JobPlacer::RunningByOwner() const {
+  OwnerLimits limits(queue_source_ ? queue_source_() : std::vector<scheduler::QueueSpec>{});
+  if (limits.empty()) return limits;
+  absl::flat_hash_map<std::string, int> slots;
+  book_->ForEachLiveRank([&](const v1::RankAssignment& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { ++slots[r.job_id()]; });
+  for (const auto& [id, n] : slots) {
+    const v1::Job& job = book_->At(id).job;
+    limits.AddRunning(QueueName(job.spec()), job.owner(), n);
+  }
+  return limits;
+}
+
 absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::array<int, 2>>>
 JobPlacer::SlotsHeldByOwner() const {
   absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::array<int, 2>>> held;
@@ -428,11 +440,8 @@ v1::FairShareSnapshot JobPlacer::UsageSnapshot() const {
   v1::FairShareSnapshot out;
   SetTimestamp(clock_->Now(), out.mutable_as_of());
   // Sorted, so that equal usage writes equal rows.
-  const absl::btree_map<std::string, const absl::flat_hash_map<std::string, DecayedUsage>*> queues = [&] {
-    absl::btree_map<std::string, const absl::flat_hash_map<std::string, DecayedUsage>*> m;
-    for (const auto& [q, owners] : owner_usage_) m[q] = &owners;
-    return m;
-  }();
+  absl::btree_map<std::string, const absl::flat_hash_map<std::string, DecayedUsage>*> queues;
+  for (const auto& [q, owners] : owner_usage_) queues[q] = &owners;
   for (const auto& [q, owners] : queues) {
     v1::FairShareUsage* row = out.add_queues();
     row->set_queue(q);
@@ -475,6 +484,7 @@ void JobPlacer::SchedulePending() {
   UpdateUsage(mono);
   absl::flat_hash_set<std::string> stopping;
   scheduler::QueueInput queues = Queues(&stopping);
+  OwnerLimits limits = RunningByOwner();
   for (const std::string& id : book_->pending()) {
     const JobEntry& e = book_->At(id);
     // With queues, a preempted (or restarting) job whose earlier ranks still
@@ -485,6 +495,13 @@ void JobPlacer::SchedulePending() {
     // ..."; the `restarting` event says how long); OnTick asks for a pass
     // when it is due.
     if (e.restart_not_before > mono) continue;
+    // An owner at its queue's limit: counted at world_size (the most an
+    // elastic job may take).
+    if (std::string held = limits.Admit(QueueName(e.job.spec()), e.job.owner(), e.job.spec().world_size());
+        !held.empty()) {
+      book_->SetPendingReason(id, held);
+      continue;
+    }
     if (e.job.spec().has_command()) command_jobs.insert(id);
     jobs.push_back(ToPending(e, now));
   }

@@ -37,6 +37,7 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/prometheus.h"
+#include "coordinator/jobs/owner_limits.h"
 #include "coordinator/jobs/attempt_starter.h"
 #include "coordinator/jobs/job_book.h"
 #include "coordinator/core/on_loop.h"
@@ -146,6 +147,8 @@ class JobPlacer {
   // The slots live ranks hold, per queue name and owner: [0] GPU, [1] CPU.
   absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::array<int, 2>>>
   SlotsHeldByOwner() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // The queues' per-owner limits with what each owner runs now (live ranks).
+  OwnerLimits RunningByOwner() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // On the tick: writes the usage when fair_share_save_interval has passed
   // since the last write (a failed write is retried at the next tick).
   void MaybeSaveUsage(absl::Time mono) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);

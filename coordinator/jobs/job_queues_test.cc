@@ -259,5 +259,46 @@ TEST_F(JobQueuesTest, UsageSumsSlotSecondsUpToNowAndRefusesASinceAfterIt) {
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("since: "));
 }
 
+// Per-owner limits (Slurm's MaxJobsPerUser, a per-user GrpTRES): an owner
+// at the limit waits, saying so, while another owner's job runs; counted
+// within one pass too (all four jobs meet the first worker together).
+TEST_F(JobQueuesTest, APerOwnerLimitHoldsAnOwnersThirdJobWhileAnotherOwnersRuns) {
+  scheduler::QueueSpec q = Queue("a", -1);
+  q.max_running_jobs_per_owner = 2;
+  queues_ = {q};
+  jobs_->SetQueueSource([this] { return queues_; });
+  auto submit = [&](const std::string& owner, int size) {
+    v1::JobSpec spec = Spec(size);
+    spec.set_queue("a");
+    auto job = jobs_->Submit(spec, owner);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->id() : "";
+  };
+  const std::string a1 = submit("alice", 1), a2 = submit("alice", 1), a3 = submit("alice", 1);
+  const std::string b1 = submit("bob", 1);
+  AddWorker("w1", 8);
+  for (const std::string& id : {a1, a2, b1}) EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SCHEDULED) << id;
+  ASSERT_EQ(Get(a3).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(a3).state_reason(), HasSubstr("owner 'alice' has 2 running jobs in queue 'a'"));
+  EXPECT_THAT(Get(a3).state_reason(), HasSubstr("max_running_jobs_per_owner"));
+
+  // One of alice's jobs ends: her third starts.
+  AllRanks(a1, 1, v1::RANK_STATE_RUNNING);
+  ASSERT_TRUE(jobs_->Cancel(a1, "done").ok());
+  AllRanks(a1, 1, v1::RANK_STATE_STOPPED);
+  EXPECT_EQ(Get(a3).state(), v1::JOB_STATE_SCHEDULED) << Get(a3).state_reason();
+
+  // Slots: at most 3 per owner; alice holds 2, so a 2-rank job waits while
+  // bob's 2-rank job runs.
+  queues_[0].max_running_jobs_per_owner = 0;
+  queues_[0].max_slots_per_owner = 3;
+  const std::string a4 = submit("alice", 2);
+  const std::string b2 = submit("bob", 2);
+  EXPECT_EQ(Get(a4).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(a4).state_reason(), HasSubstr("2 more would pass its max_slots_per_owner of 3"));
+  EXPECT_EQ(Get(b2).state(), v1::JOB_STATE_SCHEDULED) << "bob holds 1; 2 more make 3: allowed. "
+                                                       << Get(b2).state_reason();
+}
+
 }  // namespace
 }  // namespace trainctl::coordinator

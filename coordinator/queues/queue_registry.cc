@@ -47,6 +47,14 @@ absl::Status ValidateQueue(const v1::Queue& queue) {
     return absl::InvalidArgumentError(
         absl::StrCat("queue.max_job_size: must be 0 (no limit) or > 0, got ", queue.max_job_size()));
   }
+  if (queue.max_running_jobs_per_owner() < 0) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue.max_running_jobs_per_owner: must be 0 (no limit) or > 0, got ", queue.max_running_jobs_per_owner()));
+  }
+  if (queue.max_slots_per_owner() < 0) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("queue.max_slots_per_owner: must be 0 (no limit) or > 0, got ", queue.max_slots_per_owner()));
+  }
   // 0 is proto3's unset: weight 1.
   if (!std::isfinite(queue.weight()) || queue.weight() < 0) {
     return absl::InvalidArgumentError(
@@ -76,6 +84,8 @@ scheduler::QueueSpec ToQueueSpec(const v1::Queue& queue) {
   spec.nominal_cpu = queue.has_nominal_cpu() ? queue.nominal_cpu() : -1;
   spec.cohort = queue.cohort();
   spec.max_job_size = queue.max_job_size();
+  spec.max_running_jobs_per_owner = queue.max_running_jobs_per_owner();
+  spec.max_slots_per_owner = queue.max_slots_per_owner();
   // Validated at create; a bad stored value weighs 1 rather than making the
   // scheduler refuse every pass.
   const auto usable = [](double w) { return std::isfinite(w) && w > 0; };

@@ -464,6 +464,11 @@ struct QueueSpec {
   std::string cohort;
   // The largest job (least size) the queue accepts; 0 = no limit, else > 0.
   int max_job_size = 0;
+  // Per-owner limits (0 = none): the most running jobs and held slots one
+  // owner may have in the queue. Applied by the coordinator's placer before
+  // a pass (JobPlacer), not by Schedule().
+  int max_running_jobs_per_owner = 0;
+  int max_slots_per_owner = 0;
   // Decayed past use in slot-seconds per kind (the caller applies the
   // half-life); >= 0. Orders queues for fair share; nothing else.
   double usage_gpu = 0;
