@@ -1,11 +1,11 @@
-// Starting an attempt's ranks on this host: the attempt's record and its
-// paths (path_policy.h), the one rendezvous flow (rank 0's daemon makes it
-// with the attempt's RendezvousBackend and reports it, the others wait for
-// the coordinator's delivery), and each rank's launch: an engine rank with
+// Starting an attempt's ranks on this host: the attempt's record (its
+// identity and paths from the RankWorkspace), the one rendezvous flow (rank
+// 0's daemon makes it with the attempt's RendezvousBackend and reports it,
+// the others wait for the coordinator's delivery), and each rank's launch: an engine rank with
 // its config file, a command rank (docs/command-jobs.md) with torchrun's
 // environment. With --rank-user every rank runs as that user, in
-// directories laid out as rank_files.h says, with its config handed over
-// as an open fd.
+// directories the RankWorkspace lays out as rank_files.h says, with its
+// config handed over as an open fd.
 //
 // Threading: every function here runs on the daemon's EventLoop.
 #include <fcntl.h>
@@ -21,13 +21,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/codepack/code_pack.h"
 #include "common/jobspec/artifact_names.h"
 #include "common/jobspec/job_spec.h"
 #include "common/log.h"
 #include "common/random_secret.h"
-#include "common/status_macros.h"
-#include "worker/daemon/job_dir.h"
 #include "worker/daemon/oom_events.h"
 #include "worker/daemon/path_policy.h"
 #include "worker/daemon/preflight.h"

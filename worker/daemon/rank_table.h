@@ -5,7 +5,9 @@
 // lines, output, exits), and reports each change through its
 // CoordinatorOutbox. It starts and stops processes only through its
 // RankLauncher, so that both can be fakes in its unit tests
-// (rank_table_test.cc); the WorkerDaemon wires the real ones.
+// (rank_table_test.cc); the WorkerDaemon wires the real ones. Where a
+// job's files go and as whom its ranks run, it asks its RankWorkspace
+// (rank_workspace.h).
 //
 // Threading: everything runs on the daemon's EventLoop. The public entry
 // points check it (EventLoop::CheckInLoop, in release builds too); the rest
