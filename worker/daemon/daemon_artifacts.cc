@@ -11,19 +11,9 @@
 
 namespace trainctl::worker {
 
-ManifestWriters RankTable::ManifestWritersHere() const {
-  ManifestWriters w;
-  if (options_.rank_uids.has_value()) {
-    w.rank_uids = options_.rank_uids;
-  } else if (options_.rank_user.has_value()) {
-    w.rank_user = options_.rank_user->uid;
-  }
-  return w;
-}
-
 void RankTable::OnReadFile(const v1::ReadFile& r) {
   v1::WorkerMessage m;
-  *m.mutable_file_chunk() = ReadArtifactChunk(r, ManifestWritersHere());
+  *m.mutable_file_chunk() = ReadArtifactChunk(r, workspace_.ManifestWritersHere());
   if (!m.file_chunk().error().empty()) {
     LogEvent(LogLevel::kWarn, "worker", "fetch_refused",
              {{"job_id", r.job_id()}, {"path", r.path()}, {"reason", m.file_chunk().error()}});
@@ -33,7 +23,7 @@ void RankTable::OnReadFile(const v1::ReadFile& r) {
 
 void RankTable::OnDropCheckpoints(const v1::DropCheckpoints& d) {
   for (const std::string& path : d.paths()) {
-    absl::Status s = DropJobCheckpoint(path, d.job_id(), ManifestWritersHere());
+    absl::Status s = DropJobCheckpoint(path, d.job_id(), workspace_.ManifestWritersHere());
     if (s.ok()) {
       LogEvent(LogLevel::kInfo, "worker", "checkpoint_dropped", {{"job_id", d.job_id()}, {"path", path}});
     } else if (!absl::IsNotFound(s)) {

@@ -20,7 +20,7 @@
 // (OpenOrMakeDirNoFollow) and every file created relative to that
 // descriptor (WriteFileAt), so a link swapped in cannot redirect either.
 //
-// Called by the daemon's RankTable on its loop (launch, pre-flight) and by the
+// Called by the daemon's RankWorkspace and RankTable on its loop (launch, pre-flight) and by the
 // artifact reader. Stateless functions; thread-safe.
 #pragma once
 

@@ -8,7 +8,7 @@
 // without --data-root, the work dir and the distribution's dataset
 // directories (DefaultDataRoots).
 //
-// Called by the daemon's RankTable before it launches a rank.
+// Called by the daemon's RankWorkspace and RankTable before it launches a rank.
 // Threading: stateless functions; thread-safe.
 #pragma once
 

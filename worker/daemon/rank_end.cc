@@ -188,16 +188,11 @@ void RankTable::ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, const s
 }
 
 void RankTable::MarkPreempted(const LocalAttempt& a, int32_t rank) {
-  const std::string path = PreemptFile(a, rank);
-  // Empty; never through a link (O_EXCL|O_NOFOLLOW). Already there (a
-  // second StopRanks): the same.
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd >= 0) {
-    ::close(fd);
-  } else if (errno != EEXIST) {
-    // The rank then stops at once, without its checkpoint: said, not fatal.
+  // The rank then stops at once, without its checkpoint: said, not fatal.
+  if (absl::Status s = workspace_.MakePreemptFile(a.job_id, a.number, rank); !s.ok()) {
     LogEvent(LogLevel::kWarn, "worker", "preempt_file_failed",
-             {{"job_id", a.job_id}, {"rank", absl::StrCat(rank)}, {"path", path}, {"error", std::strerror(errno)}});
+             {{"job_id", a.job_id}, {"rank", absl::StrCat(rank)},
+              {"path", workspace_.PreemptFile(a.job_id, a.number, rank)}, {"error", std::string(s.message())}});
   }
 }
 

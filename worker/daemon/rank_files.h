@@ -1,7 +1,7 @@
 // What a rank process may reach on disk: the worker daemon's work dir laid
 // out so that ranks, running as --rank-user, reach their own directories
 // and never the daemon's secrets (docs/security.md "Ranks run as another
-// user"). Called by the WorkerDaemon (Start) and its RankTable (pre-flight, rank launch).
+// user"). Called by the WorkerDaemon (Start) and its RankWorkspace (pre-flight, rank launch).
 //
 //   <work dir>/                      daemon's user, 0711
 //     worker.key worker.crt worker-id    daemon's user, 0600

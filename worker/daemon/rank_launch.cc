@@ -1,11 +1,11 @@
-// Starting an attempt's ranks on this host: the attempt's record and its
-// paths (path_policy.h), the one rendezvous flow (rank 0's daemon makes it
-// with the attempt's RendezvousBackend and reports it, the others wait for
-// the coordinator's delivery), and each rank's launch: an engine rank with
+// Starting an attempt's ranks on this host: the attempt's record (its
+// identity and paths from the RankWorkspace), the one rendezvous flow (rank
+// 0's daemon makes it with the attempt's RendezvousBackend and reports it,
+// the others wait for the coordinator's delivery), and each rank's launch: an engine rank with
 // its config file, a command rank (docs/command-jobs.md) with torchrun's
 // environment. With --rank-user every rank runs as that user, in
-// directories laid out as rank_files.h says, with its config handed over
-// as an open fd.
+// directories the RankWorkspace lays out as rank_files.h says, with its
+// config handed over as an open fd.
 //
 // Threading: every function here runs on the daemon's EventLoop.
 #include <fcntl.h>
@@ -21,13 +21,10 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
-#include "common/codepack/code_pack.h"
 #include "common/jobspec/artifact_names.h"
 #include "common/jobspec/job_spec.h"
 #include "common/log.h"
 #include "common/random_secret.h"
-#include "common/status_macros.h"
-#include "worker/daemon/job_dir.h"
 #include "worker/daemon/oom_events.h"
 #include "worker/daemon/path_policy.h"
 #include "worker/daemon/preflight.h"
@@ -119,24 +116,24 @@ void RankTable::OnPreflight(const v1::Preflight& p) {
   ctx.job_id = p.job_id();
   ctx.owner = p.owner();
   ctx.resume_owner = p.resume_owner();
-  ctx.base_dir = paths_.base_dir;
+  ctx.base_dir = workspace_.paths().base_dir;
   ctx.work_dir = options_.work_dir;
-  ctx.data_roots = paths_.data_read_roots;
-  ctx.data_roots_name = paths_.data_roots_name;
+  ctx.data_roots = workspace_.paths().data_read_roots;
+  ctx.data_roots_name = workspace_.paths().data_roots_name;
   ctx.command_dir_roots = options_.data_roots;
   ctx.checkpoint_roots = options_.checkpoint_roots;
   ctx.allow_commands = options_.allow_commands;
-  ctx.manifest_writers = ManifestWritersHere();
+  ctx.manifest_writers = workspace_.ManifestWritersHere();
   ctx.checkpoint_bytes = p.has_resume() ? p.resume().size_bytes() : 0;
   for (const v1::RankAssignment& r : p.ranks()) {
     if (r.slot().kind() == v1::Slot::KIND_GPU) ctx.gpu_indices.push_back(r.slot().index());
   }
   std::vector<std::string> problems;
   int space_problems = 0;
-  absl::StatusOr<std::optional<RunAs>> as = JobIdentity(p.owner_number());
+  absl::StatusOr<std::optional<RunAs>> as = workspace_.JobIdentity(p.owner_number());
   if (!as.ok()) {
     problems.push_back(std::string(as.status().message()));
-  } else if (absl::Status dirs = MakeJobDirs(p.job_id(), p.spec(), *as); !dirs.ok()) {
+  } else if (absl::Status dirs = workspace_.MakeJobDirs(p.job_id(), p.spec(), *as); !dirs.ok()) {
     problems.push_back(std::string(dirs.message()));
   } else {
     // The checks touch the job's files as its ranks will: a file only root
@@ -168,7 +165,7 @@ void RankTable::OnStartRanks(const v1::StartRanks& s) {
   std::unique_ptr<LocalAttempt> a = NewAttempt(s);
   LocalAttempt& at = *a;
   attempts_[akey] = std::move(a);
-  if (at.command && at.spec.command().has_code() && at.path_error.empty()) {
+  if (at.command && at.spec.command().has_code() && at.paths.error.empty()) {
     // Nothing starts before the code is here: OnCodeReady goes on (at once
     // when this host has the archive already).
     at.code_pending = true;
@@ -188,7 +185,12 @@ void RankTable::OnCodeReady(const std::string& attempt_key, const absl::StatusOr
   if (it == attempts_.end() || !it->second->code_pending) return;  // Stopped meanwhile.
   LocalAttempt& a = *it->second;
   a.code_pending = false;
-  absl::Status ready = archive.ok() ? UnpackCode(a, *archive) : archive.status();
+  absl::Status ready = archive.status();
+  if (archive.ok()) {
+    absl::StatusOr<std::string> dir = workspace_.UnpackCode(a.job_id, a.number, a.spec, a.run_as, *archive);
+    ready = dir.status();
+    if (dir.ok()) a.paths.command_dir = *std::move(dir);
+  }
   bool waiting = false;
   for (auto& [rank, r] : a.ranks) waiting = waiting || r.state.waiting();
   if (!waiting) return;
@@ -209,47 +211,6 @@ void RankTable::OnCodeReady(const std::string& attempt_key, const absl::StatusOr
   }
 }
 
-absl::Status RankTable::UnpackCode(LocalAttempt& a, const std::string& archive) {
-  const std::string& digest = a.spec.command().code().digest();
-  TRAINCTL_RETURN_IF_ERROR(MakeJobDirs(a.job_id, a.spec, a.run_as));
-  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(AttemptDir(a), a.run_as));
-  const std::string dir = AttemptDir(a) + "/code";
-  // Opened as the daemon (the cache is its own); read and written as the
-  // ranks' user, so root writes nothing in the ranks' directory.
-  const int fd = ::open(archive.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", archive, ": ", std::strerror(errno)));
-  absl::Status unpacked;
-  {
-    AsRankUser as_rank_user(a.run_as);
-    std::error_code ec;
-    if (!as_rank_user.ok()) {
-      unpacked = absl::InternalError("cannot take on the ranks' identity to unpack the job's code");
-    } else {
-      fs::remove_all(dir, ec);  // A restarted daemon's earlier try at this attempt.
-    }
-  }
-  if (unpacked.ok()) unpacked = MakeRankDir(dir, a.run_as);
-  if (unpacked.ok()) {
-    AsRankUser as_rank_user(a.run_as);
-    unpacked = codepack::UnpackArchiveFd(fd, dir);
-  }
-  ::close(fd);
-  if (!unpacked.ok()) return absl::Status(unpacked.code(), absl::StrCat("code ", digest, ": ", unpacked.message()));
-  std::string work = dir;
-  if (!a.spec.command().working_dir().empty()) {
-    work = (fs::path(dir) / a.spec.command().working_dir()).lexically_normal().string();
-    std::error_code ec;
-    if (!fs::is_directory(work, ec)) {
-      return absl::InvalidArgumentError(absl::StrCat("command.working_dir: '", a.spec.command().working_dir(),
-                                                     "' is not a directory of the job's code"));
-    }
-  }
-  a.command_dir = work;
-  LogEvent(LogLevel::kInfo, "worker", "code_unpacked",
-           {{"job_id", a.job_id}, {"attempt", absl::StrCat(a.number)}, {"digest", digest}, {"dir", dir}});
-  return absl::OkStatus();
-}
-
 std::unique_ptr<RankTable::LocalAttempt> RankTable::NewAttempt(const v1::StartRanks& s) {
   auto a = std::make_unique<LocalAttempt>();
   a->job_id = s.job_id();
@@ -260,19 +221,13 @@ std::unique_ptr<RankTable::LocalAttempt> RankTable::NewAttempt(const v1::StartRa
   a->spec_hash = s.spec_hash();
   a->skip_steps = absl::StrJoin(s.skip_steps(), ",");
   a->command = s.spec().has_command();
-  a->owner = s.owner();
-  a->resume_owner = s.resume_owner();
-  absl::StatusOr<std::optional<RunAs>> as = JobIdentity(s.owner_number());
-  if (as.ok()) {
-    a->run_as = *std::move(as);
-  } else {
-    a->path_error = std::string(as.status().message());  // then nothing is claimed, least of all as root
-  }
+  AttemptClaim claim{s.job_id(), s.owner(), s.resume_owner(), workspace_.JobIdentity(s.owner_number())};
+  if (claim.run_as.ok()) a->run_as = *claim.run_as;  // Else the refusal is in paths.error.
   // A coordinator that sends none (older than this daemon, or a test's
   // stand-in) still gets a store no stranger can use: a secret made here
   // works where every rank of the attempt runs on this worker.
   a->store_secret = s.rendezvous_secret().empty() ? NewSecretHex() : s.rendezvous_secret();
-  ResolveAttemptPaths(*a);
+  a->paths = workspace_.ResolvePaths(a->spec, claim);
   const std::string akey = AttemptKey(s.job_id(), s.attempt());
   for (const v1::RankAssignment& ra : s.ranks()) {
     LocalRank& r = a->ranks[ra.rank()];
@@ -282,108 +237,6 @@ std::unique_ptr<RankTable::LocalAttempt> RankTable::NewAttempt(const v1::StartRa
   }
   a->rendezvous_backend = MakeRendezvousBackend(a->gpu, a->command);
   return a;
-}
-
-void RankTable::ResolveAttemptPaths(LocalAttempt& a) {
-  const v1::JobSpec& spec = a.spec;
-  if (a.command && !options_.allow_commands) {
-    a.path_error = "this worker does not run commands (start trainctl-worker with --allow-commands)";
-  } else if (a.command && spec.command().has_code()) {
-    // Resolved inside the unpacked code (UnpackCode); only its shape here.
-    const fs::path wd(spec.command().working_dir());
-    for (const fs::path& part : wd) {
-      if (wd.is_absolute() || part == "..") {
-        a.path_error = absl::StrCat("command.working_dir: '", wd.string(),
-                                    "' must be a relative path inside the job's code (no '..')");
-        break;
-      }
-    }
-  } else if (a.command && !spec.command().working_dir().empty()) {
-    absl::StatusOr<std::string> dir = ResolveJobPath("command.working_dir", spec.command().working_dir(),
-                                                     paths_.base_dir, options_.data_roots, "--data-root");
-    std::error_code ec;
-    if (!dir.ok()) {
-      a.path_error = std::string(dir.status().message());
-    } else if (!fs::is_directory(*dir, ec)) {
-      a.path_error = absl::StrCat("command.working_dir: ", *dir, " is not a directory on this worker");
-    } else {
-      a.command_dir = *dir;
-    }
-  }
-  // Absolute (against the daemon's working directory) so the rank, whose
-  // working directory differs, reads and writes the same place; a directory
-  // the job chose must lie inside --checkpoint_root when one is set; and it
-  // must be this owner's (claimed before any rank writes there, job_dir.h);
-  // one the job chose is made as its ranks' user, never by root.
-  absl::StatusOr<CheckpointDir> ck = ResolveCheckpointDir(spec, a.job_id, a.owner, options_.work_dir, paths_.base_dir,
-                                                          options_.checkpoint_roots);
-  if (ck.ok()) {
-    a.checkpoint_dir = ck->path;
-    a.checkpoint_dir_named = ck->named;
-    if (a.path_error.empty()) {
-      const std::optional<RunAs> made_as = spec.checkpoint().dir().empty() ? std::nullopt : a.run_as;
-      if (absl::Status claim = ClaimCheckpointDir(a.checkpoint_dir, a.job_id, a.owner, a.resume_owner, made_as,
-                                                 ManifestWritersHere());
-          !claim.ok()) {
-        a.path_error = std::string(claim.message());
-      }
-    }
-  } else {
-    a.path_error = std::string(ck.status().message());
-  }
-  if (!spec.tensorboard().enabled() && spec.tensorboard().dir().empty()) return;
-  if (spec.tensorboard().dir().empty()) {
-    a.tensorboard_dir = a.checkpoint_dir.empty() ? "" : a.checkpoint_dir + "/tensorboard";
-    return;
-  }
-  absl::StatusOr<std::string> dir = ResolveJobPath("tensorboard.dir", spec.tensorboard().dir(), paths_.base_dir,
-                                                   options_.checkpoint_roots, "--checkpoint-root");
-  if (dir.ok()) {
-    a.tensorboard_dir = *dir;
-  } else if (a.path_error.empty()) {
-    a.path_error = std::string(dir.status().message());
-  }
-}
-
-std::string RankTable::JobDir(const std::string& job_id) const {
-  return absl::StrCat(options_.work_dir, "/jobs/", job_id);
-}
-
-std::string RankTable::AttemptDir(const LocalAttempt& a) const {
-  return absl::StrCat(JobDir(a.job_id), "/attempt-", a.number);
-}
-
-std::string RankTable::PreemptFile(const LocalAttempt& a, int32_t rank) const {
-  return absl::StrCat(AttemptDir(a), "/rank-", rank, ".preempted");
-}
-
-absl::StatusOr<std::optional<RunAs>> RankTable::JobIdentity(int64_t owner_number) const {
-  if (!options_.rank_uids.has_value() || !options_.rank_user.has_value()) return options_.rank_user;
-  TRAINCTL_ASSIGN_OR_RETURN(RunAs as, OwnerIdentity(*options_.rank_uids, owner_number, *options_.rank_user,
-                                                    options_.work_dir + "/homes"));
-  return std::optional<RunAs>(std::move(as));
-}
-
-absl::Status RankTable::MakeJobDirs(const std::string& job_id, const v1::JobSpec& spec,
-                                       const std::optional<RunAs>& as) {
-  // Passable by the job's ranks only (its owner's group with --rank-uids).
-  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(JobDir(job_id), as));
-  if (options_.rank_uids.has_value() && as.has_value()) {
-    TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(options_.work_dir + "/homes", options_.rank_user));
-    TRAINCTL_RETURN_IF_ERROR(MakeRankDir(as->home, as));
-  }
-  if (!spec.checkpoint().dir().empty()) return absl::OkStatus();
-  // The default checkpoint.dir is the daemon's to make (its ranks cannot
-  // create anything in the job's directory) and the ranks' to write.
-  return MakeRankDir(JobDir(job_id) + "/checkpoints", as);
-}
-
-absl::StatusOr<std::string> RankTable::MakeRankDirs(const LocalAttempt& a, const v1::RankAssignment& ra) {
-  TRAINCTL_RETURN_IF_ERROR(MakeJobDirs(a.job_id, a.spec, a.run_as));
-  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(AttemptDir(a), a.run_as));
-  std::string dir = absl::StrCat(AttemptDir(a), "/rank-", ra.rank());
-  TRAINCTL_RETURN_IF_ERROR(MakeRankDir(dir, a.run_as));
-  return dir;
 }
 
 void RankTable::ProduceRendezvous(LocalAttempt& a) {
@@ -431,8 +284,8 @@ void RankTable::LaunchPending(LocalAttempt& a) {
 
 void RankTable::Launch(LocalAttempt& a, LocalRank& r) {
   const v1::RankAssignment& ra = r.assignment;
-  if (!a.path_error.empty()) {
-    ReportLaunchFailure(a, r, a.path_error, v1::FAILURE_KIND_CONFIG);
+  if (!a.paths.error.empty()) {
+    ReportLaunchFailure(a, r, a.paths.error, v1::FAILURE_KIND_CONFIG);
     return;
   }
   if (a.command) {
@@ -440,7 +293,8 @@ void RankTable::Launch(LocalAttempt& a, LocalRank& r) {
     return;
   }
   // A checkpoint.dir the job chose is the writer rank's to create (and check).
-  absl::StatusOr<std::string> dir = MakeRankDirs(a, ra);
+  absl::StatusOr<std::string> dir =
+      workspace_.MakeRankDirs(a.job_id, a.number, a.spec, a.run_as, ra.rank());
   if (!dir.ok()) {
     ReportLaunchFailure(a, r, absl::StrCat("rank directory: ", dir.status().message()));
     return;
@@ -453,7 +307,7 @@ void RankTable::Launch(LocalAttempt& a, LocalRank& r) {
   // Beside the rank's directory, in the attempt's (the daemon's): the rank
   // gets it as an open fd and has no permission on the file, so no rank
   // reads another's store secret.
-  const std::string config_path = absl::StrCat(AttemptDir(a), "/rank-", ra.rank(), ".conf");
+  const std::string config_path = workspace_.RankConfigFile(a.job_id, a.number, ra.rank());
   if (absl::Status s = rankproto::WriteConfigFile(config_path, *cfg); !s.ok()) {
     ReportLaunchFailure(a, r, std::string(s.message()));
     return;
@@ -474,7 +328,7 @@ void RankTable::Launch(LocalAttempt& a, LocalRank& r) {
   l.work_dir = *dir;
   const auto [master_addr, master_port] = MasterEndpoint(a.rendezvous, options_.address);
   for (std::string& v : CommandEnvironment(a.job_id, a.number, ra, a.spec.restart().max_restarts(), master_addr,
-                                           master_port, a.checkpoint_dir)) {
+                                           master_port, a.paths.checkpoint_dir)) {
     if (EngineVariable(v)) l.env.push_back(std::move(v));
   }
   if (a.gpu) l.env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", ra.slot().index()));
@@ -497,10 +351,11 @@ absl::StatusOr<rankproto::FlatConfig> RankTable::RankConfig(const LocalAttempt& 
   cfg[rk::kBackend] = a.gpu ? "nccl" : "gloo";
   if (!a.gpu) cfg[rk::kStoreSecret] = a.store_secret;
   cfg[rk::kWorkDir] = dir;
-  cfg[rk::kPreemptFile] = PreemptFile(a, ra.rank());
-  if (absl::Status paths = ResolveDataPaths(cfg, paths_.base_dir, paths_.data_read_roots, paths_.data_roots_name); !paths.ok()) return paths;
-  cfg[rk::kCheckpointDir] = a.checkpoint_dir;
-  if (!a.tensorboard_dir.empty()) cfg[rk::kTensorBoardDir] = a.tensorboard_dir;
+  cfg[rk::kPreemptFile] = workspace_.PreemptFile(a.job_id, a.number, ra.rank());
+  if (absl::Status paths = ResolveDataPaths(cfg, workspace_.paths().base_dir, workspace_.paths().data_read_roots,
+                                                workspace_.paths().data_roots_name); !paths.ok()) return paths;
+  cfg[rk::kCheckpointDir] = a.paths.checkpoint_dir;
+  if (!a.paths.tensorboard_dir.empty()) cfg[rk::kTensorBoardDir] = a.paths.tensorboard_dir;
   // One writer per host (its first rank), or only rank 0 on a shared dir.
   const bool writer = a.spec.checkpoint().shared() ? ra.rank() == 0 : ra.local_rank() == 0;
   cfg[rk::kCheckpointWriter] = writer ? "true" : "false";
@@ -526,12 +381,13 @@ absl::StatusOr<rankproto::FlatConfig> RankTable::RankConfig(const LocalAttempt& 
 void RankTable::LaunchCommand(LocalAttempt& a, LocalRank& r) {
   const v1::RankAssignment& ra = r.assignment;
   const v1::CommandSpec& cmd = a.spec.command();
-  absl::StatusOr<std::string> scratch = MakeRankDirs(a, ra);
+  absl::StatusOr<std::string> scratch =
+      workspace_.MakeRankDirs(a.job_id, a.number, a.spec, a.run_as, ra.rank());
   if (!scratch.ok()) {
     ReportLaunchFailure(a, r, absl::StrCat("rank directory: ", scratch.status().message()));
     return;
   }
-  std::string dir = a.command_dir.empty() ? *scratch : a.command_dir;
+  std::string dir = a.paths.command_dir.empty() ? *scratch : a.paths.command_dir;
 
   RankLaunch l;
   l.key = r.key;
@@ -569,10 +425,10 @@ std::vector<std::string> RankTable::CommandLaunchEnvironment(const LocalAttempt&
   }
   const auto [master_addr, master_port] = MasterEndpoint(a.rendezvous, options_.address);
   std::vector<std::string> contract = CommandEnvironment(a.job_id, a.number, ra, a.spec.restart().max_restarts(),
-                                                         master_addr, master_port, a.checkpoint_dir);
+                                                         master_addr, master_port, a.paths.checkpoint_dir);
   env.insert(env.end(), contract.begin(), contract.end());
   // trainctl.should_checkpoint() (python/trainctl) looks for it.
-  env.push_back(absl::StrCat("TRAINCTL_PREEMPT_FILE=", PreemptFile(a, ra.rank())));
+  env.push_back(absl::StrCat("TRAINCTL_PREEMPT_FILE=", workspace_.PreemptFile(a.job_id, a.number, ra.rank())));
   // trainctl.load_checkpoint(): the record this attempt continues from,
   // where this host has the file (its own copy, or a shared directory; the
   // coordinator puts rank 0 on the holder).

@@ -111,11 +111,11 @@ v1::MetricPoint MetricPointOf(int32_t rank, const rankproto::RankMetric& rm) {
 }  // namespace
 
 void RankTable::WriteCommandTensorBoard(LocalAttempt& a, const rankproto::RankMetric& m) {
-  if (a.tensorboard_dir.empty() || a.tensorboard_failed) return;
+  if (a.paths.tensorboard_dir.empty() || a.tensorboard_failed) return;
   auto give_up = [&](const absl::Status& s) {
     a.tensorboard_failed = true;
     LogEvent(LogLevel::kWarn, "worker", "tensorboard_failed",
-             {{"job_id", a.job_id}, {"dir", a.tensorboard_dir}, {"error", std::string(s.message())}});
+             {{"job_id", a.job_id}, {"dir", a.paths.tensorboard_dir}, {"error", std::string(s.message())}});
   };
   if (a.tensorboard == nullptr) {
     absl::StatusOr<std::unique_ptr<trainer::TensorBoardWriter>> w =
@@ -124,7 +124,7 @@ void RankTable::WriteCommandTensorBoard(LocalAttempt& a, const rankproto::RankMe
       // In a directory the job chose: created as its ranks would, never
       // by root where they could not (the writer creates with O_EXCL).
       AsRankUser as_rank_user(a.run_as);
-      if (as_rank_user.ok()) w = trainer::TensorBoardWriter::Open(a.tensorboard_dir);
+      if (as_rank_user.ok()) w = trainer::TensorBoardWriter::Open(a.paths.tensorboard_dir);
     }
     if (!w.ok()) return give_up(w.status());
     a.tensorboard = *std::move(w);
@@ -181,7 +181,7 @@ void RankTable::OnStatusLine(const std::string& key, const std::string& line) {
       // reported: a rank (a command job's fd 3) naming any other path, say
       // the daemon's worker.key, gets no record that a fetch could follow.
       std::optional<std::string> path =
-          JobArtifactReport(msg->checkpoint.path, a->job_id, a->checkpoint_dir, a->checkpoint_dir_named, false);
+          JobArtifactReport(msg->checkpoint.path, a->job_id, a->paths.checkpoint_dir, a->paths.checkpoint_dir_named, false);
       if (!path.has_value()) {
         IgnoredReport(key, line, "not a checkpoint of this job in its checkpoint.dir");
         return;
@@ -197,7 +197,7 @@ void RankTable::OnStatusLine(const std::string& key, const std::string& line) {
     case rankproto::StatusMessage::Type::kModel: {
       if (rank != 0) return;
       std::optional<std::string> path =
-          JobArtifactReport(msg->path, a->job_id, a->checkpoint_dir, a->checkpoint_dir_named, true);
+          JobArtifactReport(msg->path, a->job_id, a->paths.checkpoint_dir, a->paths.checkpoint_dir_named, true);
       if (!path.has_value()) {
         IgnoredReport(key, line, "not this job's final model in its checkpoint.dir");
         return;

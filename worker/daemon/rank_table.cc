@@ -16,7 +16,7 @@ std::string AttemptKey(const std::string& job_id, int32_t attempt) { return absl
 RankTable::RankTable(const DaemonOptions& options, RankTablePaths paths, EventLoop& loop, CoordinatorOutbox& out,
                      RankLauncher& launcher, CodeSource* code)
     : options_(options),
-      paths_(std::move(paths)),
+      workspace_(options, std::move(paths)),
       loop_(loop),
       out_(out),
       launcher_(launcher),

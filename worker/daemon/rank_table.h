@@ -5,7 +5,9 @@
 // lines, output, exits), and reports each change through its
 // CoordinatorOutbox. It starts and stops processes only through its
 // RankLauncher, so that both can be fakes in its unit tests
-// (rank_table_test.cc); the WorkerDaemon wires the real ones.
+// (rank_table_test.cc); the WorkerDaemon wires the real ones. Where a
+// job's files go and as whom its ranks run, it asks its RankWorkspace
+// (rank_workspace.h).
 //
 // Threading: everything runs on the daemon's EventLoop. The public entry
 // points check it (EventLoop::CheckInLoop, in release builds too); the rest
@@ -27,26 +29,12 @@
 #include "worker/daemon/code_cache.h"
 #include "worker/daemon/coordinator_outbox.h"
 #include "worker/daemon/daemon_options.h"
-#include "worker/daemon/job_dir.h"
-#include "worker/daemon/rank_files.h"
 #include "worker/daemon/cgroup_limits.h"
 #include "worker/daemon/rank_supervisor.h"
+#include "worker/daemon/rank_workspace.h"
 #include "worker/protocol/rank_protocol.h"
 
 namespace trainctl::worker {
-
-// Where a job's relative paths and data files are resolved (the daemon
-// settles them at Start).
-struct RankTablePaths {
-  // The daemon's working directory at Start: the one base a job's relative
-  // paths are resolved against (path_policy.h).
-  std::string base_dir;
-  // Where data and model files are read from: --data-root, else
-  // DefaultDataRoots (the work dir, /usr/share/datasets); and how errors
-  // name them.
-  std::vector<std::string> data_read_roots;
-  std::string data_roots_name = "--data-root";
-};
 
 class RankTable {
  public:
@@ -92,10 +80,9 @@ class RankTable {
 
   // Rank lifecycle (rank_launch.cc, rank_end.cc).
   void OnStartRanks(const v1::StartRanks& s) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
-  // An attempt's record with its paths resolved under the path policy.
+  // An attempt's record with its identity and paths (RankWorkspace).
   std::unique_ptr<LocalAttempt> NewAttempt(const v1::StartRanks& s)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
-  void ResolveAttemptPaths(LocalAttempt& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   // Rank 0's daemon: makes the rendezvous (RendezvousBackend), reports it
   // and starts the local ranks.
   void ProduceRendezvous(LocalAttempt& a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
@@ -112,29 +99,6 @@ class RankTable {
   // not: `archive` says why); unpacks it for the attempt and goes on where
   // OnStartRanks stopped.
   void OnCodeReady(const std::string& attempt_key, const absl::StatusOr<std::string>& archive)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
-  // Unpacks `archive` into the attempt's code directory (owned by its
-  // ranks, written as their user) and points command_dir into it.
-  absl::Status UnpackCode(LocalAttempt& a, const std::string& archive) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
-  // Paths and directories of rank_files.h: jobs/JOB, its attempt-N, a
-  // rank's own directory (returned), and the default checkpoint.dir.
-  std::string JobDir(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
-  std::string AttemptDir(const LocalAttempt& a) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
-  // The file a preemption makes for rank `rank` (rank_protocol.h
-  // kPreemptFile): in the attempt's directory, which the daemon owns (the
-  // rank may stat it, never plant a link there).
-  std::string PreemptFile(const LocalAttempt& a, int32_t rank) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
-  // Who a job's ranks (and the daemon's work on the job's files) run as:
-  // the owner's own uid with --rank-uids, else --rank-user (nullopt: this
-  // daemon's user).
-  absl::StatusOr<std::optional<RunAs>> JobIdentity(int64_t owner_number) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
-  // Whose checkpoint-directory manifests this daemon trusts: its own
-  // user's and the uids it runs ranks as (job_dir.h).
-  ManifestWriters ManifestWritersHere() const;
-  absl::Status MakeJobDirs(const std::string& job_id, const v1::JobSpec& spec,
-                           const std::optional<RunAs>& as) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
-  absl::StatusOr<std::string> MakeRankDirs(const LocalAttempt& a, const v1::RankAssignment& ra)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   void Launch(LocalAttempt& a, LocalRank& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   // An engine rank's config (the job spec flattened plus its place in the
@@ -200,7 +164,8 @@ class RankTable {
   void OnDropCheckpoints(const v1::DropCheckpoints& d) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
 
   const DaemonOptions& options_;
-  const RankTablePaths paths_;
+  // The job's directories, identity and paths (stateless).
+  const RankWorkspace workspace_;
   EventLoop& loop_;
   CoordinatorOutbox& out_;
   RankLauncher& launcher_;

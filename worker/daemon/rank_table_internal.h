@@ -82,21 +82,13 @@ struct RankTable::LocalAttempt {
   std::unique_ptr<RendezvousBackend> rendezvous_backend;
   std::map<int32_t, LocalRank> ranks;
   std::vector<v1::MetricPoint> pending_metrics;
-  // Where the writer ranks put checkpoints and the final model (canonical),
-  // and the same directory as the job named it (checkpoint_dir_named: the
-  // form reports carry, so that the coordinator can check them against the
-  // spec; path_policy.h ResolveCheckpointDir).
-  std::string checkpoint_dir;
-  std::string checkpoint_dir_named;
-  // Job.owner, and the owner of the job it resumes: who may have claimed
-  // checkpoint_dir (job_dir.h).
-  std::string owner;
-  std::string resume_owner;
-  // Who its ranks run as (RankTable::JobIdentity).
+  // Its checkpoint, TensorBoard and command directories, or why they are
+  // refused here (RankWorkspace::ResolvePaths).
+  AttemptPaths paths;
+  // Who its ranks run as (RankWorkspace::JobIdentity).
   std::optional<RunAs> run_as;
-  // Where rank 0 writes TensorBoard event files ("" = the job has none).
-  std::string tensorboard_dir;
-  // A command job's: the daemon writes its rank 0's reports there
+  // A command job's: the daemon writes its rank 0's reports in
+  // paths.tensorboard_dir
   // (WriteCommandTensorBoard), opened at the first; failed: given up.
   std::unique_ptr<trainer::TensorBoardWriter> tensorboard;
   bool tensorboard_failed = false;
@@ -104,15 +96,9 @@ struct RankTable::LocalAttempt {
   std::optional<v1::CheckpointRecord> resume;
   // Steps the ranks skip (a NaN rollback's), as run.skip_steps.
   std::string skip_steps;
-  // Why the job's paths are refused on this worker ("" = fine): its ranks
-  // fail as a configuration error instead of starting.
-  std::string path_error;
   std::string spec_hash;
   // A command job (spec.command): ranks are the user's program.
   bool command = false;
-  // command.working_dir resolved under the path policy (command jobs); with
-  // code, the unpacked code's directory (and working_dir inside it).
-  std::string command_dir;
   // The attempt's rendezvous secret: only ever written to the ranks' 0600
   // config files, never logged or reported.
   std::string store_secret;
