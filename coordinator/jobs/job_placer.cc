@@ -485,7 +485,18 @@ void JobPlacer::SchedulePending() {
   absl::flat_hash_set<std::string> stopping;
   scheduler::QueueInput queues = Queues(&stopping);
   OwnerLimits limits = RunningByOwner();
-  for (const std::string& id : book_->pending()) {
+  // In the order the scheduler prefers them (priority, then submission),
+  // so that per-owner limits let an owner's first jobs in.
+  std::vector<const std::string*> order;
+  for (const std::string& id : book_->pending()) order.push_back(&id);
+  std::stable_sort(order.begin(), order.end(), [this](const std::string* a, const std::string* b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+    const JobEntry& x = book_->At(*a);
+    const JobEntry& y = book_->At(*b);
+    if (x.job.spec().priority() != y.job.spec().priority()) return x.job.spec().priority() > y.job.spec().priority();
+    return x.submit_seq < y.submit_seq;
+  });
+  for (const std::string* idp : order) {
+    const std::string& id = *idp;
     const JobEntry& e = book_->At(id);
     // With queues, a preempted (or restarting) job whose earlier ranks still
     // hold slots waits for them: it is one of the running jobs, stopping.
