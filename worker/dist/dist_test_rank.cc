@@ -243,6 +243,28 @@ int RunReplicas(Ctx& ctx) {
   return 0;
 }
 
+// 16-bit all-reduces (the DDP comm hooks' buffers): per type, a large buffer
+// (shared memory or Gloo's ring) and a small one, inputs within float16's
+// range and differing per rank so that the summation order shows.
+int RunReplicas16(Ctx& ctx) {
+  static constexpr double kMagnitudes[] = {1.0, -7.0, 3e-3, 250.0, -0.5};
+  for (auto type : {torch::kHalf, torch::kBFloat16}) {
+    for (int64_t count : {int64_t{100003}, int64_t{1000}}) {
+      auto t = torch::empty({count}, torch::kDouble);
+      auto* v = t.data_ptr<double>();
+      for (int64_t i = 0; i < count; ++i) {
+        v[i] = kMagnitudes[(i * 3 + ctx.rank) % 5] * (1.0 + static_cast<double>((i * 7919 + ctx.rank * 104729) % 1000) / 997.0);
+      }
+      t = t.to(type);
+      const std::string tag = absl::StrCat(c10::toString(type), "_", count, "_r", ctx.rank);
+      td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/in_", tag, ".bin"), Bytes({t}));
+      if (auto st = td::AllReduceSum(*ctx.comm, t)->Wait(); !st.ok()) return Fail(st.ToString());
+      td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/out_", tag, ".bin"), Bytes({t}));
+    }
+  }
+  return 0;
+}
+
 // Rank 0's view of a failing peer: the collective must fail within the
 // timeout (plus slack), and the engine must stay failed afterwards.
 int ExpectCollectiveFailure(Ctx& ctx, absl::StatusCode want) {
@@ -525,6 +547,8 @@ int main(int argc, char** argv) {
     rc = RunAbort(ctx);
   } else if (scenario == "replicas") {
     rc = RunReplicas(ctx);
+  } else if (scenario == "replicas16") {
+    rc = RunReplicas16(ctx);
   } else if (scenario == "train") {
     rc = RunTrain(a, ctx);
   } else {
