@@ -326,7 +326,11 @@ void AddEngineFields(Table& t, const v1::JobSpec& spec) {
   AddField(t, "optimizer", OptimizerText(spec.training()));
   AddField(t, "ddp",
            absl::StrCat("buckets ", Num(spec.ddp().bucket_cap_mb()), " MiB",
-                        spec.ddp().find_unused_parameters() ? ", find unused parameters" : ""));
+                        spec.ddp().find_unused_parameters() ? ", find unused parameters" : "",
+                        spec.ddp().comm_hook() > v1::DDP_COMM_HOOK_NONE
+                            ? absl::StrCat(", ", LowerName(v1::DdpCommHook_descriptor(),
+                                                           spec.ddp().comm_hook()))
+                            : ""));
 }
 
 std::string CheckpointText(const v1::JobSpec& spec) {

@@ -84,6 +84,7 @@ void ResolveTrainingDefaults(v1::JobSpec* s) {
   v1::DdpSpec* p = s->mutable_ddp();
   if (p->bucket_cap_mb() == 0) p->set_bucket_cap_mb(25);
   if (!p->has_broadcast_buffers()) p->set_broadcast_buffers(true);
+  if (p->comm_hook() == v1::DDP_COMM_HOOK_UNSPECIFIED) p->set_comm_hook(v1::DDP_COMM_HOOK_NONE);
   if (s->metrics().every_steps() == 0) s->mutable_metrics()->set_every_steps(20);
 
   // Numerical health: the rank reads min_loss_scale, max_skipped_steps and

@@ -95,7 +95,7 @@ training:
   grad_accumulation: 4
   max_grad_norm: 1.5
   amp: {enabled: true, dtype: fp16}
-ddp: {bucket_cap_mb: 5.5, broadcast_buffers: false, find_unused_parameters: true}
+ddp: {bucket_cap_mb: 5.5, broadcast_buffers: false, find_unused_parameters: true, comm_hook: bf16_compress}
 checkpoint: {dir: /ckpt, every_epochs: 2, keep: 5}
 restart: {max_restarts: 0, progress_timeout_s: 120}
 metrics: {every_steps: 7}
@@ -148,6 +148,7 @@ metrics: {every_steps: 7}
   EXPECT_DOUBLE_EQ(s.ddp().bucket_cap_mb(), 5.5);
   EXPECT_FALSE(s.ddp().broadcast_buffers());
   EXPECT_TRUE(s.ddp().find_unused_parameters());
+  EXPECT_EQ(s.ddp().comm_hook(), v1::DDP_COMM_HOOK_BF16_COMPRESS);
   EXPECT_EQ(s.checkpoint().dir(), "/ckpt");
   EXPECT_EQ(s.checkpoint().every_epochs(), 2);
   EXPECT_EQ(s.checkpoint().keep(), 5);
@@ -222,6 +223,7 @@ TEST(JobSpecTest, FlatFormForRankProcesses) {
   EXPECT_EQ(flat["training.lr_schedule.name"], "cosine");
   EXPECT_EQ(flat["training.amp.dtype"], "bf16");
   EXPECT_EQ(flat["ddp.bucket_cap_mb"], "25");
+  EXPECT_EQ(flat["ddp.comm_hook"], "none");
   EXPECT_EQ(flat["data.shuffle"], "true");
   ParsedJobSpec mlp = ParseJobSpecFile(Source("examples/mlp-synthetic.yaml"));
   std::map<std::string, std::string> f2 = JobSpecToFlat(mlp.spec);
@@ -284,6 +286,8 @@ TEST(JobSpecTest, BadInputsGetExactMessages) {
       {"fp16 on cpu", b + "device: cpu\ntraining: {amp: {enabled: true, dtype: fp16}}\n",
        {"job.yaml:6:40: training.amp.dtype: fp16 autocast needs device: cuda; use bf16 on cpu"}},
       {"zero bucket", b + "ddp: {bucket_cap_mb: 0}\n", {"job.yaml:5:22: ddp.bucket_cap_mb: must be in (0, 4096], got 0"}},
+      {"unknown comm hook", b + "ddp: {comm_hook: powersgd}\n",
+       {"job.yaml:5:18: ddp.comm_hook: must be one of none, fp16_compress, bf16_compress, got 'powersgd'"}},
       {"nan", b + "training: {max_grad_norm: .nan}\n", {"job.yaml:5:27: training.max_grad_norm: must be a number, got '.nan'"}},
       {"infinity", b + "training: {max_grad_norm: 1e999}\n",
        {"job.yaml:5:27: training.max_grad_norm: must be a number, got '1e999' (must be finite)"}},

@@ -243,6 +243,28 @@ int RunReplicas(Ctx& ctx) {
   return 0;
 }
 
+// 16-bit all-reduces (the DDP comm hooks' buffers): per type, a large buffer
+// (shared memory or Gloo's ring) and a small one, inputs within float16's
+// range and differing per rank so that the summation order shows.
+int RunReplicas16(Ctx& ctx) {
+  static constexpr double kMagnitudes[] = {1.0, -7.0, 3e-3, 250.0, -0.5};
+  for (auto type : {torch::kHalf, torch::kBFloat16}) {
+    for (int64_t count : {int64_t{100003}, int64_t{1000}}) {
+      auto t = torch::empty({count}, torch::kDouble);
+      auto* v = t.data_ptr<double>();
+      for (int64_t i = 0; i < count; ++i) {
+        v[i] = kMagnitudes[(i * 3 + ctx.rank) % 5] * (1.0 + static_cast<double>((i * 7919 + ctx.rank * 104729) % 1000) / 997.0);
+      }
+      t = t.to(type);
+      const std::string tag = absl::StrCat(c10::toString(type), "_", count, "_r", ctx.rank);
+      td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/in_", tag, ".bin"), Bytes({t}));
+      if (auto st = td::AllReduceSum(*ctx.comm, t)->Wait(); !st.ok()) return Fail(st.ToString());
+      td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/out_", tag, ".bin"), Bytes({t}));
+    }
+  }
+  return 0;
+}
+
 // Rank 0's view of a failing peer: the collective must fail within the
 // timeout (plus slack), and the engine must stay failed afterwards.
 int ExpectCollectiveFailure(Ctx& ctx, absl::StatusCode want) {
@@ -423,6 +445,21 @@ int StepFailed(const TrainArgs& t, Ctx& ctx, int s, const absl::Status& st, Cloc
   return t.expect_error ? 0 : Fail(st.ToString());
 }
 
+// The loss of the current parameters on a held-out batch, to
+// loss_<tag>_r<rank>.txt (eval mode: batch norm uses its running statistics).
+void WriteHeldOutLoss(const Ctx& ctx, Net& net, bool linear, const torch::Tensor& w_true, const char* tag) {
+  torch::NoGradGuard no_grad;
+  const bool was_training = net->is_training();
+  net->eval();
+  torch::manual_seed(999);
+  auto x = torch::randn({256, TrainArgs::kIn});
+  auto y = linear ? x.mm(w_true) : torch::randn({256, TrainArgs::kOut});
+  const double loss = torch::mse_loss(net->forward(x, false), y).item<double>();
+  td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/loss_", tag, "_r", ctx.rank, ".txt"),
+                               absl::StrCat(loss, "\n"));
+  net->train(was_training);
+}
+
 int RunTrain(const Args& a, Ctx& ctx) {
   const TrainArgs t(a);
   // Ranks other than 0 start from different weights: the constructor's
@@ -435,6 +472,9 @@ int RunTrain(const Args& a, Ctx& ctx) {
   opts.first_bucket_bytes = static_cast<size_t>(a.Int("first_bucket_bytes", 1 << 20));
   opts.find_unused_parameters = a.Int("find_unused", 0) != 0;
   opts.broadcast_buffers = a.Int("broadcast_buffers", 1) != 0;
+  auto hook = td::ParseCommHook(a.Str("comm_hook", "none"));
+  if (!hook.ok()) return Fail(hook.status().ToString());
+  opts.comm_hook = *hook;
   auto ddp_or = td::GradientBucketer::Create(*net, ctx.comm, opts);
   if (!ddp_or.ok()) return Fail(ddp_or.status().ToString());
   auto& ddp = *ddp_or;
@@ -444,6 +484,12 @@ int RunTrain(const Args& a, Ctx& ctx) {
   std::ofstream stats(absl::StrCat(ctx.dir, "/stats_r", ctx.rank, ".txt"));
   stats << "num_buckets " << ddp->buckets().size() << " num_params "
         << ddp->parameter_names().size() << "\n";
+  // task=linear: targets are a fixed linear map of the inputs, so the loss
+  // falls and a final loss means something; the default targets are noise.
+  const bool linear = a.Str("task", "noise") == "linear";
+  torch::manual_seed(4242);
+  const auto w_true = torch::randn({TrainArgs::kIn, TrainArgs::kOut});
+  WriteHeldOutLoss(ctx, net, linear, w_true, "init");
   for (int s = 0; s < t.steps; ++s) {
     if (s == t.die_step && ctx.rank == t.die_rank) {
       if (t.die_mode == "exit") _exit(3);
@@ -454,7 +500,7 @@ int RunTrain(const Args& a, Ctx& ctx) {
     torch::manual_seed(a.Int("data_seed", 7) * 1000 + s);
     const int64_t rows = static_cast<int64_t>(ctx.world) * t.micro * t.batch;
     auto x = torch::randn({rows, TrainArgs::kIn});
-    auto y = torch::randn({rows, TrainArgs::kOut});
+    auto y = linear ? x.mm(w_true) : torch::randn({rows, TrainArgs::kOut});
     std::string broken;
     const absl::Status st = StepMicroBatches(t, ctx, net, *ddp, s, x, y, stats, &broken);
     if (!broken.empty()) return Fail(broken);
@@ -473,6 +519,7 @@ int RunTrain(const Args& a, Ctx& ctx) {
     }
   }
   stats.flush();
+  WriteHeldOutLoss(ctx, net, linear, w_true, "final");
   if (t.expect_error) return Fail("expected an error, training succeeded");
   return 0;
 }
@@ -500,6 +547,8 @@ int main(int argc, char** argv) {
     rc = RunAbort(ctx);
   } else if (scenario == "replicas") {
     rc = RunReplicas(ctx);
+  } else if (scenario == "replicas16") {
+    rc = RunReplicas16(ctx);
   } else if (scenario == "train") {
     rc = RunTrain(a, ctx);
   } else {

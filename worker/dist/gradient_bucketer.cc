@@ -130,6 +130,7 @@ absl::Status GradientBucketer::Init() {
     }
     const auto& first = params_[bucket.params.front()];
     bucket.flat = at::zeros({total}, first.options().requires_grad(false));
+    if (Compresses(options_.comm_hook)) bucket.compressed = NewCompressedBuffer(bucket.flat, options_.comm_hook);
     int64_t offset = 0;
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
       const auto& p = params_[bucket.params[slot]];
@@ -250,6 +251,10 @@ void GradientBucketer::MarkReadyLocked(size_t index, bool unused, bool from_hook
           "GradientBucketer: parameter ", DescribeParams({index}),
           " has a sparse gradient; only dense gradients are synchronised"));
     }
+  } else if (Compresses(options_.comm_hook)) {
+    // As PyTorch's reducer with a comm hook registered: the raw gradient;
+    // the hook divides (CompressBucket).
+    view.copy_(grad);
   } else {
     // As PyTorch's reducer: divide while copying into the bucket, so the sum
     // all-reduce yields the average and the gradient is scanned once.
@@ -268,7 +273,12 @@ void GradientBucketer::MarkReadyLocked(size_t index, bool unused, bool from_hook
 void GradientBucketer::LaunchReadyBucketsLocked(bool from_hook) {
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& b = buckets_[next_bucket_];
-    b.work = AllReduceSum(*comm_, b.flat);
+    if (b.compressed.defined()) {
+      CompressBucket(b.flat, comm_->world_size(), b.compressed);
+      b.work = AllReduceSum(*comm_, b.compressed);
+    } else {
+      b.work = AllReduceSum(*comm_, b.flat);
+    }
     current_.launches.push_back(BucketLaunchRecord{next_bucket_, Clock::now(), from_hook, grads_ready_});
     ++next_bucket_;
   }
@@ -396,6 +406,7 @@ absl::Status GradientBucketer::WaitBucketsLocked() {
   for (auto& b : buckets_) {
     absl::Status st = b.work ? b.work->Wait() : absl::InternalError("bucket never launched");
     if (!st.ok()) return st;
+    if (b.compressed.defined()) DecompressBucket(b.compressed, b.flat);
   }
   return absl::OkStatus();
 }

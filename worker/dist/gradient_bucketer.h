@@ -12,6 +12,9 @@
 //   bucket's flat buffer; once a bucket is complete, it and every complete
 //   bucket after it in order is launched as one asynchronous all-reduce
 //   (buckets launch in the same order on every rank).
+// - With a compressing comm_hook (comm_hook.h) the bucket takes the raw
+//   gradients, and the launch casts it to 16 bits and divides there; the
+//   16-bit sum is cast back into the bucket when it is waited for.
 // - FinalizeBackward() waits for the buckets and writes the averaged gradients
 //   back into param.grad(). The loop calls it between backward() and
 //   optimizer.step(). PyTorch instead queues an autograd-engine callback; an
@@ -69,6 +72,7 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/dist/collectives.h"
+#include "worker/dist/comm_hook.h"
 
 namespace torch {
 namespace nn {
@@ -88,6 +92,8 @@ struct GradientBucketerOptions {
   size_t first_bucket_bytes = 1u << 20;
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
+  // DDP communication hook (ddp.comm_hook): none, fp16_compress, bf16_compress.
+  CommHook comm_hook = CommHook::kNone;
 };
 
 // One launched bucket all-reduce.
@@ -196,6 +202,9 @@ class GradientBucketer {
   struct Bucket {
     std::vector<size_t> params;  // indices into params_
     at::Tensor flat;             // one contiguous buffer, reused every step
+    // The 16-bit copy of flat that a compressing comm hook all-reduces;
+    // undefined for CommHook::kNone.
+    at::Tensor compressed;
     std::vector<at::Tensor> views;  // views[i] is params[i]'s slice of flat, shaped like it
     size_t pending = 0;          // gradients still missing this step
     std::shared_ptr<CollectiveWork> work;  // set once launched this step
@@ -213,7 +222,8 @@ class GradientBucketer {
   // Called by the accumulator post-hook of params_[index].
   void OnGradReady(size_t index);
   void StartStepLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
-  // Copies (grad / world_size) into the bucket slot, or zeros when `unused`.
+  // Copies (grad / world_size) into the bucket slot (grad itself under a
+  // compressing comm hook, which divides later), or zeros when `unused`.
   void MarkReadyLocked(size_t index, bool unused, bool from_hook)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Launches every complete bucket from next_bucket_ on, stopping at the first
@@ -223,6 +233,8 @@ class GradientBucketer {
   // FinalizeBackward's parts. Parameters without a gradient this step: with
   // find_unused_parameters their buckets launch now, else an error.
   absl::Status HandleMissingGradsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // Waits for every bucket; under a compressing hook, casts each 16-bit
+  // result back into its float32 bucket.
   absl::Status WaitBucketsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // find_unused_parameters: which parameters any rank used (int32 on the
   // CPU, all-reduced).

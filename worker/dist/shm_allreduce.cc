@@ -1,5 +1,7 @@
 #include "worker/dist/shm_allreduce.h"
 
+#include <c10/util/BFloat16.h>
+#include <c10/util/Half.h>
 #include <fcntl.h>
 #include <linux/futex.h>
 #include <signal.h>
@@ -39,12 +41,16 @@ inline void CpuRelax() {
 #endif
 }
 
-template <typename T>
+// Acc: the type the sum runs in. 16-bit values (a compressing DDP comm
+// hook's buckets) are summed in float and rounded once, which is what a
+// float16 all-reduce can best return; still one rank, one order, so every
+// rank gets the same bytes.
+template <typename T, typename Acc = T>
 void SumShare(char* const* slots, int world, size_t lo, size_t hi, T* out) {
   for (size_t i = lo; i < hi; ++i) {
-    T acc = reinterpret_cast<const T*>(slots[0])[i];
-    for (int r = 1; r < world; ++r) acc += reinterpret_cast<const T*>(slots[r])[i];
-    out[i] = acc;
+    Acc acc = static_cast<Acc>(reinterpret_cast<const T*>(slots[0])[i]);
+    for (int r = 1; r < world; ++r) acc += static_cast<Acc>(reinterpret_cast<const T*>(slots[r])[i]);
+    out[i] = static_cast<T>(acc);
   }
 }
 
@@ -180,7 +186,9 @@ absl::Status ShmAllReduce::Barrier(absl::Time deadline) {
 }
 
 absl::Status ShmAllReduce::AllReduceSum(void* data, size_t count, CommDataType type, absl::Time deadline) {
-  if (!Supports(type)) return absl::InvalidArgumentError("shared-memory all-reduce: float32/float64 only");
+  if (!Supports(type)) {
+    return absl::InvalidArgumentError("shared-memory all-reduce: float32/float64/float16/bfloat16 only");
+  }
   const size_t esize = CommDataTypeSize(type);
   const size_t per_chunk = slot_bytes_ / esize;
   char* slots[kMaxRanks];
@@ -192,10 +200,19 @@ absl::Status ShmAllReduce::AllReduceSum(void* data, size_t count, CommDataType t
     if (absl::Status s = Barrier(deadline); !s.ok()) return s;
     const size_t lo = n * static_cast<size_t>(rank_) / static_cast<size_t>(world_);
     const size_t hi = n * static_cast<size_t>(rank_ + 1) / static_cast<size_t>(world_);
-    if (type == CommDataType::kFloat32) {
-      SumShare<float>(slots, world_, lo, hi, reinterpret_cast<float*>(slots[rank_]));
-    } else {
-      SumShare<double>(slots, world_, lo, hi, reinterpret_cast<double*>(slots[rank_]));
+    switch (type) {
+      case CommDataType::kFloat32:
+        SumShare<float>(slots, world_, lo, hi, reinterpret_cast<float*>(slots[rank_]));
+        break;
+      case CommDataType::kFloat64:
+        SumShare<double>(slots, world_, lo, hi, reinterpret_cast<double*>(slots[rank_]));
+        break;
+      case CommDataType::kFloat16:
+        SumShare<c10::Half, float>(slots, world_, lo, hi, reinterpret_cast<c10::Half*>(slots[rank_]));
+        break;
+      default:  // kBFloat16 (Supports)
+        SumShare<c10::BFloat16, float>(slots, world_, lo, hi, reinterpret_cast<c10::BFloat16*>(slots[rank_]));
+        break;
     }
     if (absl::Status s = Barrier(deadline); !s.ok()) return s;
     for (int r = 0; r < world_; ++r) {

@@ -1,6 +1,6 @@
 // ShmAllReduce: a sum all-reduce through POSIX shared memory, for the ranks of
 // an attempt that all run on one host (the Gloo engine uses it for float
-// buffers when GlooOptions::all_ranks_local).
+// buffers, 16-bit ones included, when GlooOptions::all_ranks_local).
 //
 // Why: between two processes on one host Gloo moves a buffer through two
 // loopback TCP streams (kernel copies, its device thread, the sum): 9 ms for
@@ -52,7 +52,8 @@ class ShmAllReduce {
   ShmAllReduce& operator=(const ShmAllReduce&) = delete;
 
   static bool Supports(CommDataType type) {
-    return type == CommDataType::kFloat32 || type == CommDataType::kFloat64;
+    return type == CommDataType::kFloat32 || type == CommDataType::kFloat64 ||
+           type == CommDataType::kFloat16 || type == CommDataType::kBFloat16;
   }
 
   // Sums `count` elements at `data` across the ranks, in place. Every rank

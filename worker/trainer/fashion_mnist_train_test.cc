@@ -57,6 +57,7 @@ TEST(FashionMnistTrainTest, CnnReaches90PercentTestAccuracyOnTwoRanks) {
       {"ddp.bucket_cap_mb", "25"},
       {"ddp.broadcast_buffers", "true"},
       {"ddp.find_unused_parameters", "false"},
+      {"ddp.comm_hook", "none"},
       {"checkpoint.every_epochs", "1"},
       {"checkpoint.keep", "2"},
       {"metrics.every_steps", "20"},

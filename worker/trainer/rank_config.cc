@@ -207,6 +207,12 @@ absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
   TRAINCTL_ASSIGN_OR_RETURN(t.ddp.broadcast_buffers, rankproto::GetBool(c, "ddp.broadcast_buffers"));
   TRAINCTL_ASSIGN_OR_RETURN(t.ddp.find_unused_parameters,
                             rankproto::GetBool(c, "ddp.find_unused_parameters"));
+  // "unspecified": a spec resolved before ddp.comm_hook existed (no hook).
+  TRAINCTL_ASSIGN_OR_RETURN(
+      int hook, OneOf(c, "ddp.comm_hook", {"none", "fp16_compress", "bf16_compress", "unspecified"}));
+  constexpr dist::CommHook kHooks[] = {dist::CommHook::kNone, dist::CommHook::kFp16Compress,
+                                       dist::CommHook::kBf16Compress, dist::CommHook::kNone};
+  t.ddp.comm_hook = kHooks[hook];
 
   // checkpoint.* (run.checkpoint_dir wins over checkpoint.dir; see ParseRankConfig)
   TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.every_epochs, BoundedInt(c, "checkpoint.every_epochs"));

@@ -198,6 +198,24 @@ TEST(RankConfigTest, ErrorsNameTheKey) {
   f = Classic();
   f["health.divergence.factor"] = "0.5";
   ExpectError(f, "health.divergence.factor", "0 (off) or > 1");
+  f = Classic();
+  f["ddp.comm_hook"] = "powersgd";
+  ExpectError(f, "ddp.comm_hook", "expected one of none, fp16_compress, bf16_compress");
+}
+
+TEST(RankConfigTest, CommHookNames) {
+  for (const auto& [name, hook] : std::vector<std::pair<std::string, dist::CommHook>>{
+           {"none", dist::CommHook::kNone},
+           {"fp16_compress", dist::CommHook::kFp16Compress},
+           {"bf16_compress", dist::CommHook::kBf16Compress},
+           // A spec resolved before the field existed.
+           {"unspecified", dist::CommHook::kNone}}) {
+    auto f = Classic();
+    f["ddp.comm_hook"] = name;
+    auto c = ParseRankConfig(f);
+    ASSERT_TRUE(c.ok()) << name << ": " << c.status();
+    EXPECT_EQ(c->training.ddp.comm_hook, hook) << name;
+  }
 }
 
 // The resolved spec's values come through unchanged: the rank has no
@@ -215,6 +233,7 @@ TEST(RankConfigTest, TakesEveryValueFromTheResolvedSpec) {
   EXPECT_EQ(c->training.amp.dtype, AmpDtype::kBFloat16);
   EXPECT_DOUBLE_EQ(c->training.ddp.bucket_cap_mb, 25);
   EXPECT_TRUE(c->training.ddp.broadcast_buffers);
+  EXPECT_EQ(c->training.ddp.comm_hook, dist::CommHook::kNone);
   EXPECT_EQ(c->training.checkpoint.every_epochs, 1);
   EXPECT_EQ(c->training.metrics_every_steps, 20);
   EXPECT_DOUBLE_EQ(c->training.health.min_loss_scale, 1e-4);
@@ -235,7 +254,7 @@ TEST(RankConfigTest, EveryKeyTheRankReadsIsRequired) {
       "training.optimizer.eps", "training.lr_schedule.name", "training.lr_schedule.warmup_steps",
       "training.lr_schedule.step_size", "training.lr_schedule.gamma", "training.lr_schedule.min_lr",
       "training.grad_accumulation", "training.max_grad_norm", "training.amp.enabled",
-      "training.amp.dtype", "ddp.bucket_cap_mb", "ddp.broadcast_buffers", "ddp.find_unused_parameters",
+      "training.amp.dtype", "ddp.bucket_cap_mb", "ddp.broadcast_buffers", "ddp.find_unused_parameters", "ddp.comm_hook",
       "checkpoint.every_epochs", "checkpoint.every_steps", "checkpoint.keep", "metrics.every_steps",
       "health.min_loss_scale", "health.max_skipped_steps", "health.debug_nan_at_step",
       "run.world_size", "run.rank", "run.local_rank", "run.local_world_size", "run.device",
