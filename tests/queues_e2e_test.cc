@@ -308,6 +308,18 @@ TEST(QueuesE2ETest, QueueDefaultResourcesFillJobsThatAskForNone) {
   EXPECT_EQ(bad_weight.code, 2) << bad_weight.err;
   EXPECT_THAT(bad_weight.err, HasSubstr("queue.owner_weights[\"alice\"]: must be > 0, got 0"));
 
+  // Per-owner limits (issue #48 item 4): shown by describe, validated.
+  EXPECT_THAT(shown.out, ContainsRegex("Per owner: +no limit\n"));
+  ASSERT_EQ(RunTrainctl(cluster, admin,
+                        {"queue", "create", "capped", "--max-jobs-per-owner", "2", "--max-slots-per-owner", "8"})
+                .code,
+            0);
+  shown = RunTrainctl(cluster, admin, {"queue", "describe", "capped"});
+  EXPECT_THAT(shown.out, ContainsRegex("Per owner: +at most 2 running jobs, 8 slots\n"));
+  CliResult bad_limit = RunTrainctl(cluster, admin, {"queue", "create", "c", "--max-slots-per-owner", "-1"});
+  EXPECT_EQ(bad_limit.code, 2) << bad_limit.err;
+  EXPECT_THAT(bad_limit.err, HasSubstr("queue.max_slots_per_owner: must be 0 (no limit) or > 0, got -1"));
+
   CliResult bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--default-memory", "4GB"});
   EXPECT_EQ(bad.code, 2) << bad.err;
   EXPECT_THAT(bad.err, HasSubstr("--default-memory: must be a byte quantity (512Mi, 4Gi, 2G or plain bytes), got "
