@@ -485,11 +485,12 @@ void JobPlacer::SchedulePending() {
   absl::flat_hash_set<std::string> stopping;
   scheduler::QueueInput queues = Queues(&stopping);
   OwnerLimits limits = RunningByOwner();
-  // In the order the scheduler prefers them (priority, then submission),
-  // so that per-owner limits let an owner's first jobs in.
+  // With per-owner limits, in the order the scheduler prefers them
+  // (priority, then submission), so that the limits let an owner's first
+  // jobs in; without, the pass needs no order.
   std::vector<const std::string*> order;
   for (const std::string& id : book_->pending()) order.push_back(&id);
-  std::stable_sort(order.begin(), order.end(), [this](const std::string* a, const std::string* b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+  if (!limits.empty()) std::stable_sort(order.begin(), order.end(), [this](const std::string* a, const std::string* b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
     const JobEntry& x = book_->At(*a);
     const JobEntry& y = book_->At(*b);
     if (x.job.spec().priority() != y.job.spec().priority()) return x.job.spec().priority() > y.job.spec().priority();
