@@ -26,8 +26,9 @@
 #include "common/auth/pki.h"
 #include "common/auth/secret.h"
 #include "common/status_macros.h"
+#include "coordinator/server/cluster_init.h"
 #include "coordinator/server/coordinator_server.h"
-#include "coordinator/ha/standby_server.h"
+#include "coordinator/ha/await_leadership.h"
 
 ABSL_FLAG(std::string, listen, "",
           "host:port to serve gRPC on; port 0 picks a free port (printed at start). Default: "
@@ -124,69 +125,6 @@ ABSL_FLAG(std::string, out, "", "worker-cert: where to write ID.crt and ID.key (
 
 namespace {
 
-// `what: why`, as init reports a step that failed.
-absl::Status InitStep(absl::string_view what, const absl::Status& s) {
-  return absl::Status(s.code(), absl::StrCat(what, ": ", s.message()));
-}
-
-// The names the coordinator's certificate is for: loopback, this host, --san.
-std::vector<std::string> CoordinatorSans() {
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  std::vector<std::string> sans = {"localhost", "127.0.0.1", "::1"};
-  // Each name once: the README's `--san $(hostname)` names the hostname
-  // again, and the certificate and init's summary listed it twice.
-  auto add = [&sans](const std::string& name) {
-    if (!name.empty() && std::find(sans.begin(), sans.end(), name) == sans.end()) sans.push_back(name);
-  };
-  add(host);
-  for (const std::string& s : absl::GetFlag(FLAGS_san)) add(s);
-  return sans;
-}
-
-// The host the CLI config and the worker command name: the first --san,
-// else this host's name, else localhost.
-std::string InitAddressHost() {
-  for (const std::string& s : absl::GetFlag(FLAGS_san)) {
-    if (!s.empty()) return s;
-  }
-  char host[256] = {0};
-  gethostname(host, sizeof host - 1);
-  return host[0] != '\0' ? host : "localhost";
-}
-
-// The cluster CA and the coordinator's key and certificate (for `sans`), in
-// `dir`; the certificates readable by all, the keys by the owner only.
-absl::Status WriteTlsFiles(const std::string& dir, const std::vector<std::string>& sans) {
-  namespace fs = std::filesystem;
-  absl::StatusOr<trainctl::auth::KeyAndCert> ca =
-      trainctl::auth::NewCa("trainctl cluster CA", absl::Hours(24 * 3650));
-  if (!ca.ok()) return InitStep("CA", ca.status());
-  absl::StatusOr<std::string> key = trainctl::auth::NewPrivateKey();
-  if (!key.ok()) return InitStep("key", key.status());
-  absl::StatusOr<std::string> csr = trainctl::auth::NewCsr(*key, "trainctl-coordinator");
-  if (!csr.ok()) return InitStep("CSR", csr.status());
-  absl::StatusOr<std::string> cert =
-      trainctl::auth::SignCsr(*ca, *csr, "trainctl-coordinator", sans, absl::Hours(24 * 825),
-                              trainctl::auth::CertPurpose::kServer);
-  if (!cert.ok()) return InitStep("--san", cert.status());
-  for (auto [name, text] : {std::pair<const char*, const std::string*>{"ca.key", &ca->key_pem},
-                            {"ca.crt", &ca->cert_pem},
-                            {"coordinator.key", &*key},
-                            {"coordinator.crt", &*cert}}) {
-    if (absl::Status w = trainctl::auth::WritePrivateFile(dir + "/" + name, *text); !w.ok()) {
-      return InitStep(name, w);
-    }
-  }
-  std::error_code ec;
-  for (const char* pub : {"ca.crt", "coordinator.crt"}) {
-    fs::permissions(dir + "/" + pub, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
-                                         fs::perms::others_read, ec);
-    if (ec) return absl::InternalError(absl::StrCat(dir, "/", pub, ": cannot make it readable (0644): ", ec.message()));
-  }
-  return absl::OkStatus();
-}
-
 // Whether a PostgreSQL connection string carries a password: in a URI's
 // user info (postgresql://USER:PASSWORD@HOST) or a password= parameter.
 bool StoreSpecHasPassword(const std::string& spec) {
@@ -247,182 +185,24 @@ absl::StatusOr<std::string> StoreSpecFromFlags() {
   return store;
 }
 
-// A worker token, stored in the coordinator's database (so init runs with
-// the coordinator's --db, before its first start), and --join-tokens
-// one-time join tokens, for deployments that start their workers right away
-// (compose): each worker trades its own for a certificate.
-absl::Status WriteClusterTokens(const std::string& dir) {
-  using trainctl::auth::WritePrivateFile;
-  absl::StatusOr<std::string> spec = StoreSpecFromFlags();
-  if (!spec.ok()) return InitStep("--store", spec.status());
-  absl::StatusOr<std::unique_ptr<trainctl::coordinator::StateStore>> store =
-      trainctl::coordinator::StateStore::OpenSpec(*spec);
-  if (!store.ok()) return InitStep("--store", store.status());
-  trainctl::coordinator::TokenAuthority tokens(store->get(), trainctl::SystemClock::Get());
-  if (absl::Status s = tokens.Load(); !s.ok()) return InitStep("--store", s);
-  trainctl::v1::CreateTokenRequest req;
-  req.set_role(trainctl::v1::ROLE_WORKER);
-  req.set_name("workers");
-  absl::StatusOr<trainctl::v1::CreateTokenResponse> worker =
-      tokens.Create(req, {"init", "init", trainctl::v1::ROLE_ADMIN});
-  if (!worker.ok()) return InitStep("worker token", worker.status());
-  if (absl::Status w = WritePrivateFile(dir + "/worker.token", worker->secret() + "\n"); !w.ok()) {
-    return InitStep("worker.token", w);
-  }
-  const std::vector<std::string> join_addresses = absl::GetFlag(FLAGS_join_addresses);
-  int joins = absl::GetFlag(FLAGS_join_tokens);
-  if (joins < 0 || joins > 1000) return InitStep("--join-tokens", absl::InvalidArgumentError("must be 0..1000"));
-  if (!join_addresses.empty()) {
-    if (joins != 0 && joins != static_cast<int>(join_addresses.size())) {
-      return InitStep("--join-addresses", absl::InvalidArgumentError(absl::StrCat(
-                                              "names ", join_addresses.size(), " addresses for ", joins,
-                                              " --join-tokens (one address per join token)")));
-    }
-    joins = static_cast<int>(join_addresses.size());
-  }
-  if (absl::GetFlag(FLAGS_join_ttl_h) < 1) return InitStep("--join-ttl-h", absl::InvalidArgumentError("must be >= 1"));
-  for (int i = 1; i <= joins; ++i) {
-    trainctl::v1::CreateTokenRequest jreq;
-    jreq.set_role(trainctl::v1::ROLE_JOIN);
-    jreq.set_name(absl::StrCat("join-", i));
-    jreq.mutable_ttl()->set_seconds(int64_t{3600} * absl::GetFlag(FLAGS_join_ttl_h));
-    // The one name the joined worker's certificate carries, and the one
-    // host its rendezvous reports may name besides the IP it connects from.
-    if (!join_addresses.empty()) jreq.add_addresses(join_addresses[static_cast<size_t>(i - 1)]);
-    absl::StatusOr<trainctl::v1::CreateTokenResponse> join = tokens.Create(jreq, {"init", "init", trainctl::v1::ROLE_ADMIN});
-    if (!join.ok()) return InitStep("join token", join.status());
-    const std::string name = absl::StrCat("join-", i, ".token");
-    if (absl::Status w = WritePrivateFile(dir + "/" + name, join->secret() + "\n"); !w.ok()) return InitStep(name, w);
-  }
-  return absl::OkStatus();
-}
-
-// How many join tokens init writes: --join-tokens, or one per --join-addresses.
-int JoinTokenCount() {
-  return std::max(absl::GetFlag(FLAGS_join_tokens), static_cast<int>(absl::GetFlag(FLAGS_join_addresses).size()));
-}
-
-void PrintInitSummary(const std::string& dir, const std::vector<std::string>& sans, const std::string& address) {
-  std::cout << "trainctl-coordinator init: wrote to " << dir << ":\n"
-            << "  ca.crt, ca.key            the cluster CA (keep ca.key private; copy ca.crt to every host)\n"
-            << "  coordinator.crt/.key      the coordinator's certificate (SANs: " << absl::StrJoin(sans, ", ") << ")\n"
-            << "  admin.token               the bootstrap admin token\n"
-            << "  worker.token              a worker token (stored in "
-            << trainctl::coordinator::StateStore::DescribeSpec(StoreSpecFromFlags().value_or("")) << ")\n"
-            << (JoinTokenCount() > 0
-                    ? absl::StrCat("  join-1.token ... join-", JoinTokenCount(),
-                                   ".token   one-time join tokens (expire in ", absl::GetFlag(FLAGS_join_ttl_h), " h)\n")
-                    : std::string())
-            << "  trainctl.yaml             a CLI config (coordinator " << address << ", admin token, CA)\n"
-            << "Start: trainctl-coordinator --tls-dir " << dir
-            << (absl::GetFlag(FLAGS_store).empty() ? absl::StrCat(" --db ", absl::GetFlag(FLAGS_db))
-                                                   : std::string(" --store (the same as here)"))
-            // The address init wrote into trainctl.yaml and the worker line:
-            // without it the coordinator would listen on its default.
-            << (absl::GetFlag(FLAGS_listen).empty() ? std::string()
-                                                    : absl::StrCat(" --listen ", absl::GetFlag(FLAGS_listen)))
-            << "\n"
-            << "Workers: trainctl token create --role join   (one-time), then on the worker host:\n"
-            << "  trainctl-worker --coordinator " << address << " --ca ca.crt --join-token-file join.token\n"
-            << "  (or, without joining: --token-file worker.token)\n";
-}
-
-// trainctl-coordinator init --dir DIR [--san a,b] [--db PATH]: the cluster CA,
-// the coordinator's certificate, the admin token, a worker token (stored in
-// --db) and a CLI config, in DIR. Refuses to overwrite an existing CA.
+// init: the flags as cluster_init's options.
 int RunInit() {
-  namespace fs = std::filesystem;
-  const std::string dir_flag = absl::GetFlag(FLAGS_dir);
-  if (dir_flag.empty()) {
-    std::cerr << "trainctl-coordinator init: --dir: required\n";
-    return 2;
+  trainctl::coordinator::ClusterInitOptions o;
+  o.dir = absl::GetFlag(FLAGS_dir);
+  o.sans = absl::GetFlag(FLAGS_san);
+  o.join_tokens = absl::GetFlag(FLAGS_join_tokens);
+  o.join_ttl_h = absl::GetFlag(FLAGS_join_ttl_h);
+  o.join_addresses = absl::GetFlag(FLAGS_join_addresses);
+  o.listen = absl::GetFlag(FLAGS_listen);
+  absl::StatusOr<std::string> spec = StoreSpecFromFlags();
+  if (spec.ok()) {
+    o.store_spec = *spec;
+  } else {
+    o.store_spec_error = std::string(spec.status().message());
   }
-  std::error_code ec;
-  fs::create_directories(dir_flag, ec);
-  const std::string dir = ec ? dir_flag : fs::absolute(dir_flag, ec).string();
-  if (!ec) fs::permissions(dir, fs::perms::owner_all, ec);
-  if (ec) {
-    std::cerr << "trainctl-coordinator init: --dir " << dir_flag << ": cannot create it owner-only (0700): "
-              << ec.message() << "\n";
-    return 1;
-  }
-  if (fs::exists(dir + "/ca.key")) {
-    std::cerr << "trainctl-coordinator init: " << dir << "/ca.key exists: refusing to replace the cluster CA "
-              << "(every certificate it signed would stop working); use another --dir\n";
-    return 1;
-  }
-  const std::vector<std::string> sans = CoordinatorSans();
-  bool created = false;
-  absl::StatusOr<std::string> admin;
-  absl::Status s = WriteTlsFiles(dir, sans);
-  if (s.ok()) {
-    admin = trainctl::auth::ReadOrCreateTokenFile(dir + "/admin.token", &created);
-    s = admin.ok() ? WriteClusterTokens(dir) : InitStep("admin.token", admin.status());
-  }
-  // The port the coordinator will listen on: --listen's, when given with init.
-  std::string port = "7070";
-  if (const std::string listen = absl::GetFlag(FLAGS_listen); !listen.empty()) {
-    const std::string given = listen.substr(listen.rfind(':') + 1);
-    int n = 0;
-    if (absl::SimpleAtoi(given, &n) && n > 0 && n < 65536) port = given;
-  }
-  const std::string address = absl::StrCat(InitAddressHost(), ":", port);
-  if (s.ok()) {
-    const std::string config = absl::StrCat("# trainctl CLI config written by `trainctl-coordinator init`: copy to\n",
-                                            "# ~/.config/trainctl/config.yaml (admin token: keep it private).\n",
-                                            "coordinator: \"", address, "\"\ntoken: \"", *admin, "\"\nca: \"", dir,
-                                            "/ca.crt\"\n");
-    if (absl::Status w = trainctl::auth::WritePrivateFile(dir + "/trainctl.yaml", config); !w.ok()) {
-      s = InitStep("trainctl.yaml", w);
-    }
-  }
-  if (!s.ok()) {
-    std::cerr << "trainctl-coordinator init: " << s.message() << "\n";
-    return 1;
-  }
-  PrintInitSummary(dir, sans, address);
-  return 0;
-}
-
-// trainctl-coordinator worker-cert --dir TLSDIR --worker_id ID [--san ...]
-// [--out DIR]: a key and a certificate for worker ID signed by the cluster CA
-// in TLSDIR. With them (--cert/--key) the worker is ID, with no token.
-int RunWorkerCert() {
-  const std::string dir = absl::GetFlag(FLAGS_dir), id = absl::GetFlag(FLAGS_worker_id);
-  const std::string out = absl::GetFlag(FLAGS_out).empty() ? dir : absl::GetFlag(FLAGS_out);
-  if (dir.empty() || id.empty()) {
-    std::cerr << "trainctl-coordinator worker-cert: --dir (the init directory) and --worker-id are required\n";
-    return 2;
-  }
-  absl::StatusOr<std::string> ca_key = trainctl::auth::ReadFile(dir + "/ca.key");
-  absl::StatusOr<std::string> ca_cert = trainctl::auth::ReadFile(dir + "/ca.crt");
-  if (!ca_key.ok() || !ca_cert.ok()) {
-    std::cerr << "trainctl-coordinator worker-cert: --dir: " << dir << " has no ca.key/ca.crt (run init)\n";
-    return 2;
-  }
-  absl::StatusOr<std::string> key = trainctl::auth::NewPrivateKey();
-  // Client authentication only, as a joined worker's: the admin's --san
-  // names are where ranks may reach the worker, not a server to trust.
-  std::vector<std::string> sans = absl::GetFlag(FLAGS_san);
-  sans.push_back(trainctl::auth::WorkerUri(id));
-  absl::StatusOr<std::string> cert =
-      key.ok() ? trainctl::auth::SignCsr({*ca_key, *ca_cert}, *trainctl::auth::NewCsr(*key, id), id, sans,
-                                         absl::Hours(24 * 825), trainctl::auth::CertPurpose::kClient)
-               : key.status();
-  if (!cert.ok()) {
-    std::cerr << "trainctl-coordinator worker-cert: " << cert.status().message() << "\n";
-    return 1;
-  }
-  for (auto [name, text] : {std::pair<std::string, const std::string*>{out + "/" + id + ".key", &*key},
-                            {out + "/" + id + ".crt", &*cert}}) {
-    if (absl::Status w = trainctl::auth::WritePrivateFile(name, *text); !w.ok()) {
-      std::cerr << "trainctl-coordinator worker-cert: " << w.message() << "\n";
-      return 1;
-    }
-  }
-  std::cout << "wrote " << out << "/" << id << ".crt and .key: trainctl-worker --ca ca.crt --cert " << id
-            << ".crt --key " << id << ".key\n";
-  return 0;
+  o.store_flag_text = absl::GetFlag(FLAGS_store).empty() ? absl::StrCat(" --db ", absl::GetFlag(FLAGS_db))
+                                                         : std::string(" --store (the same as here)");
+  return trainctl::coordinator::RunClusterInit(o);
 }
 
 // The TLS files named by --tls-dir / --tls-cert / --tls-key / --tls-ca and
@@ -533,19 +313,6 @@ absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
   return absl::OkStatus();
 }
 
-// The address recorded for clients: --advertise-address, else `listen`
-// (its port the bound one) with a wildcard host replaced by this host's name.
-std::string AdvertiseAddress(const std::string& listen, int bound_port) {
-  std::string advertise = absl::GetFlag(FLAGS_advertise_address);
-  if (!advertise.empty()) return advertise;
-  std::string host = listen.substr(0, listen.rfind(':'));
-  if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]") {
-    char name[256] = {0};
-    if (gethostname(name, sizeof name - 1) == 0 && name[0] != '\0') host = name;
-  }
-  return absl::StrCat(host, ":", bound_port);
-}
-
 // The command line this process started with, for ReExec.
 std::vector<std::string>& OriginalArgs() {
   static std::vector<std::string> args;
@@ -574,69 +341,6 @@ std::vector<std::string>& OriginalArgs() {
                                         std::strerror(errno), "): exiting\n");
   (void)!write(2, line.data(), line.size());
   _exit(75);
-}
-
-// PostgreSQL: serves as a standby (StandbyServer) on o.listen until this
-// process takes the store's lock, polling every --standby-poll-ms; then
-// stops it and returns the opened store (its epoch taken, o.listen's port
-// the one bound). Cancelled when a stop signal came first; another error
-// when the store refuses this coordinator for good (not a trainctl
-// database, a newer schema, a bad URI).
-absl::StatusOr<std::unique_ptr<trainctl::coordinator::StateStore>> AwaitLeadership(
-    trainctl::coordinator::CoordinatorOptions& o) {
-  using trainctl::coordinator::StateStore;
-  std::unique_ptr<trainctl::coordinator::StandbyServer> standby;
-  // The standby serves only once the first try found another coordinator
-  // active (so its first answer names it) -- except with port 0, where
-  // binding first is how the advertised port is known.
-  auto serve_standby = [&]() -> absl::Status {
-    standby = std::make_unique<trainctl::coordinator::StandbyServer>(o);
-    absl::StatusOr<int> port = standby->Start();
-    if (!port.ok()) return port.status();
-    o.listen = absl::StrCat(o.listen.substr(0, o.listen.rfind(':')), ":", *port);
-    return absl::OkStatus();
-  };
-  int port = 0;
-  if (!absl::SimpleAtoi(o.listen.substr(o.listen.rfind(':') + 1), &port)) port = 0;
-  if (port == 0) {
-    TRAINCTL_RETURN_IF_ERROR(serve_standby());
-    (void)absl::SimpleAtoi(o.listen.substr(o.listen.rfind(':') + 1), &port);
-  }
-  o.store.leader_address = AdvertiseAddress(o.listen, port);
-  trainctl::coordinator::StoreLeader last{-1, ""};
-  std::string last_why;
-  bool announced = false;
-  const long poll_ms = absl::GetFlag(FLAGS_standby_poll_ms);
-  for (bool first = true;; first = false) {
-    if (!first && trainctl::WaitForStopSignalFor(poll_ms) != 0) {
-      return absl::CancelledError("stop signal while standby");
-    }
-    trainctl::coordinator::StoreLeader holder;
-    absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::OpenSpec(o.store_spec, o.store, &holder);
-    if (store.ok()) {
-      if (standby != nullptr) standby->Shutdown();
-      return store;
-    }
-    if (store.status().code() != absl::StatusCode::kUnavailable) return store.status();
-    if (standby == nullptr) TRAINCTL_RETURN_IF_ERROR(serve_standby());
-    standby->SetActive(holder.address);
-    if (!announced) {
-      announced = true;
-      std::cout << "trainctl-coordinator standby on " << o.listen << " (advertised as "
-                << o.store.leader_address << ")" << std::endl;
-    }
-    // Logged when the active one or the reason changes (an unreachable
-    // server is waited out too, and said).
-    if (holder.epoch != last.epoch || holder.address != last.address || store.status().message() != last_why) {
-      trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "standby",
-                         {{"active", holder.address.empty() ? "unknown" : holder.address},
-                          {"epoch", absl::StrCat(holder.epoch)},
-                          {"listen", o.listen},
-                          {"why", std::string(store.status().message())}});
-      last = holder;
-      last_why = std::string(store.status().message());
-    }
-  }
 }
 
 // --admin-token-file, else the --tls-dir's admin.token, else admin.token
@@ -737,7 +441,10 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (args.size() > 1 && std::string(args[1]) == "init") return RunInit();
-  if (args.size() > 1 && std::string(args[1]) == "worker-cert") return RunWorkerCert();
+  if (args.size() > 1 && std::string(args[1]) == "worker-cert") {
+    return trainctl::coordinator::RunWorkerCert({absl::GetFlag(FLAGS_dir), absl::GetFlag(FLAGS_worker_id),
+                                                 absl::GetFlag(FLAGS_out), absl::GetFlag(FLAGS_san)});
+  }
   if (args.size() > 1) {
     std::cerr << "trainctl-coordinator: unknown argument '" << args[1]
               << "' (commands: init, worker-cert)\n";
@@ -769,7 +476,8 @@ int main(int argc, char** argv) {
   if (!absl::StartsWith(o.store_spec, "sqlite:")) {
     // PostgreSQL: active/standby (docs/operator.md, "High availability").
     o.store.on_deposed = ReExec;
-    absl::StatusOr<std::unique_ptr<trainctl::coordinator::StateStore>> store = AwaitLeadership(o);
+    absl::StatusOr<std::unique_ptr<trainctl::coordinator::StateStore>> store = trainctl::coordinator::AwaitLeadership(
+        o, absl::Milliseconds(absl::GetFlag(FLAGS_standby_poll_ms)), absl::GetFlag(FLAGS_advertise_address));
     if (!store.ok()) {
       if (store.status().code() == absl::StatusCode::kCancelled) {
         trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "shutting_down", {{"reason", "stop signal (standby)"}});

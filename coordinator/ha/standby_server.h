@@ -9,7 +9,7 @@
 // (client/ reads them). No token is checked: the answer says only where
 // the active coordinator is, which its clients know anyway.
 //
-// Used by coordinator/main.cc (AwaitLeadership) until this process takes
+// Used by AwaitLeadership (await_leadership.h) until this process takes
 // the lock; then Shutdown() frees the port for the real server.
 //
 // Threading: SetActive may be called from any thread while gRPC's threads
