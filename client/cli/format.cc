@@ -592,4 +592,10 @@ std::string ToJson(const google::protobuf::Message& msg) {
   return json;
 }
 
+std::string FirstLine(const std::string& s, size_t max) {
+  std::string line = s.substr(0, s.find('\n'));
+  if (line.size() > max) line = line.substr(0, max - 3) + "...";
+  return line;
+}
+
 }  // namespace trainctl::cli

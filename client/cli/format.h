@@ -53,6 +53,9 @@ absl::StatusOr<absl::Time> ParseSince(const std::string& text, absl::Time now);
 std::string FormatTimestamp(const google::protobuf::Timestamp& ts);
 // "3m05s ago"; "-" when unset.
 std::string Age(const google::protobuf::Timestamp& ts, absl::Time now);
+
+// The first line of `s`, cut to `max` characters ("..." ending a cut one).
+std::string FirstLine(const std::string& s, size_t max = 60);
 // "1,234.5"-style rates without the thousands separators: "1234.5".
 std::string FormatRate(double per_sec);
 
