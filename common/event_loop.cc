@@ -1,5 +1,6 @@
 #include "common/event_loop.h"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 
@@ -18,10 +19,11 @@ EventLoop::~EventLoop() {
 }
 
 void EventLoop::Post(std::function<void()> fn) {
+  const absl::Time posted = MonotonicNow();
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
-    queue_.push_back(std::move(fn));
+    queue_.push_back(Posted{std::move(fn), posted});
   }
   wake_.Notify();
 }
@@ -45,13 +47,15 @@ void EventLoop::After(absl::Duration delay, std::function<void()> fn) {
 void EventLoop::RunSync(const std::function<void()>& fn) {
   absl::Notification done;
   bool posted = false;
+  const absl::Time when = MonotonicNow();
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {
-      queue_.push_back([&] {
-        fn();
-        done.Notify();
-      });
+      queue_.push_back(Posted{[&] {
+                                fn();
+                                done.Notify();
+                              },
+                              when});
       posted = true;
     }
   }
@@ -89,6 +93,8 @@ void EventLoop::Run() {
   } exited{&loop_id_};
   while (true) {
     std::function<void()> next;
+    TaskKind kind = TaskKind::kPosted;
+    absl::Time due;  // posted, or the timer's due time
     {
       absl::MutexLock lock(&mu_);
       // Sleep until new work, stop, a timer added (its deadline may be
@@ -113,7 +119,7 @@ void EventLoop::Run() {
         // RunSync refuses new work once stopping_ is set, and anything queued
         // before is executed below so no waiter hangs.
         while (!queue_.empty()) {
-          std::function<void()> fn = std::move(queue_.front());
+          std::function<void()> fn = std::move(queue_.front().fn);
           queue_.pop_front();
           mu_.Unlock();
           fn();
@@ -126,6 +132,8 @@ void EventLoop::Run() {
       absl::Time now = MonotonicNow();
       for (auto it = timers_.begin(); it != timers_.end(); ++it) {
         if (it->next > now) continue;
+        kind = TaskKind::kTimer;
+        due = it->next;
         if (it->once) {
           next = std::move(it->fn);
           timers_.erase(it);
@@ -136,11 +144,18 @@ void EventLoop::Run() {
         break;
       }
       if (!next && !queue_.empty()) {
-        next = std::move(queue_.front());
+        next = std::move(queue_.front().fn);
+        due = queue_.front().posted;
         queue_.pop_front();
       }
     }
-    if (next) next();
+    if (next) {
+      const absl::Time start = MonotonicNow();
+      next();
+      const int k = static_cast<int>(kind);
+      wait_[k].Observe(std::max(absl::ZeroDuration(), start - due));
+      run_[k].Observe(MonotonicNow() - start);
+    }
   }
 }
 

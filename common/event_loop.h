@@ -31,6 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/prometheus.h"
 #include "common/wake_signal.h"
 
 namespace trainctl {
@@ -75,6 +76,15 @@ class ABSL_LOCKABLE EventLoop {
   // Asserts the loop capability for the analysis (see the top).
   void CheckInLoop(const char* what) const ABSL_ASSERT_EXCLUSIVE_LOCK();
 
+  // Where the loop's time goes (thread-safe to read; /metrics writes them):
+  // how long each task waited before it ran (a posted closure: from Post;
+  // a timer: past its due time) and how long it ran, by kind. A long wait
+  // with short runs is a loop that is busy; a long run is one task that
+  // stalls everything behind it.
+  enum class TaskKind { kPosted = 0, kTimer = 1 };
+  const LatencyHistogram& task_wait(TaskKind kind) const { return wait_[static_cast<int>(kind)]; }
+  const LatencyHistogram& task_run(TaskKind kind) const { return run_[static_cast<int>(kind)]; }
+
  private:
   struct Timer {
     absl::Duration period;
@@ -82,10 +92,14 @@ class ABSL_LOCKABLE EventLoop {
     std::function<void()> fn;
     bool once = false;  // After: runs once, then goes
   };
+  struct Posted {
+    std::function<void()> fn;
+    absl::Time posted;  // monotonic
+  };
   void Run();
 
   absl::Mutex mu_;
-  std::deque<std::function<void()>> queue_ ABSL_GUARDED_BY(mu_);
+  std::deque<Posted> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<Timer> timers_ ABSL_GUARDED_BY(mu_);
   // What the idle loop sleeps on (monotonic; see wake_signal.h): Post,
   // RunSync, Every, After and Stop notify it after their change.
@@ -93,6 +107,8 @@ class ABSL_LOCKABLE EventLoop {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // The loop thread's id while Run() runs; the default id once it returned.
   std::atomic<std::thread::id> loop_id_{};
+  LatencyHistogram wait_[2];
+  LatencyHistogram run_[2];
   std::thread thread_;
 };
 

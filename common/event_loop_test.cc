@@ -5,11 +5,28 @@
 
 #include <gtest/gtest.h>
 
+#include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
 
 namespace trainctl {
 namespace {
+
+// Observations of `h` at or under `le` seconds (its cumulative bucket), read
+// from what /metrics would show.
+int64_t AtMost(const LatencyHistogram& h, const std::string& le) {
+  PromWriter w;
+  h.Write(w, "h", {});
+  const std::string text = w.Take();
+  const std::string key = absl::StrCat("h_bucket{le=\"", le, "\"} ");
+  const size_t at = text.find(key);
+  if (at == std::string::npos) return -1;
+  const size_t end = text.find('\n', at);
+  int64_t n = -1;
+  if (!absl::SimpleAtoi(text.substr(at + key.size(), end - at - key.size()), &n)) return -1;
+  return n;
+}
 
 TEST(EventLoopTest, PostedWorkRunsInOrderOnTheLoopThread) {
   EventLoop loop;
@@ -117,6 +134,39 @@ TEST(EventLoopTest, RunSyncAfterStopReturnsWithoutRunning) {
   bool ran = false;
   loop.RunSync([&] { ran = true; });
   EXPECT_FALSE(ran);
+}
+
+}  // namespace
+}  // namespace trainctl
+
+namespace trainctl {
+namespace {
+
+// A task that holds the loop for 200 ms shows as one long run, and the tasks
+// behind it (a posted one, a timer due meanwhile) as long waits.
+TEST(EventLoopTest, TaskWaitsAndRunsAreCountedByKind) {
+  using Kind = EventLoop::TaskKind;
+  EventLoop loop;
+  absl::Notification started;
+  loop.Post([&started] {
+    started.Notify();
+    absl::SleepFor(absl::Milliseconds(200));  // the stall measured
+  });
+  started.WaitForNotification();
+  loop.After(absl::Milliseconds(1), [] {});
+  loop.Post([] {});
+  // A due timer runs before posted work, so it has run when this returns.
+  loop.RunSync([] {});
+  // A task is counted once it returns, after RunSync's waiter may have woken:
+  // one more round trip has the first one counted.
+  loop.RunSync([] {});
+  EXPECT_GE(loop.task_run(Kind::kPosted).count(), 3);
+  EXPECT_LT(AtMost(loop.task_run(Kind::kPosted), "0.1"), loop.task_run(Kind::kPosted).count())
+      << "the stall shows as a posted task that ran longer than 100 ms";
+  EXPECT_EQ(loop.task_wait(Kind::kTimer).count(), 1);
+  EXPECT_EQ(AtMost(loop.task_wait(Kind::kTimer), "0.1"), 0) << "the timer waited behind the stall";
+  EXPECT_LT(AtMost(loop.task_wait(Kind::kPosted), "0.1"), loop.task_wait(Kind::kPosted).count())
+      << "the closure posted during the stall waited behind it";
 }
 
 }  // namespace

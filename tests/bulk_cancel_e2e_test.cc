@@ -164,6 +164,12 @@ TEST(BulkCancelE2ETest, CancelByQueueAsksFirstCancelsExactlyItsJobsAndMetricsSho
   EXPECT_THAT(page, HasSubstr("# TYPE trainctl_scheduler_pass_seconds histogram"));
   EXPECT_THAT(page, HasSubstr("trainctl_scheduler_pass_seconds_bucket{le=\"+Inf\"}"));
   EXPECT_EQ(Sample(page, "trainctl_preemptions_total"), 0);
+  // Where the loop's time goes: every submit was a posted task, housekeeping a timer.
+  EXPECT_THAT(page, HasSubstr("# TYPE trainctl_loop_task_wait_seconds histogram"));
+  EXPECT_THAT(page, HasSubstr("# TYPE trainctl_loop_task_run_seconds histogram"));
+  EXPECT_GE(Sample(page, "trainctl_loop_task_wait_seconds_count{kind=\"posted\"}"), 6) << page;
+  EXPECT_GE(Sample(page, "trainctl_loop_task_run_seconds_count{kind=\"posted\"}"), 6) << page;
+  EXPECT_THAT(page, HasSubstr("trainctl_loop_task_run_seconds_bucket{kind=\"timer\",le=\"+Inf\"}"));
 
   auto all_pending = [&] {
     for (const std::string& id : in_a) EXPECT_EQ(cluster.Get(id).state(), v1::JOB_STATE_PENDING) << id;

@@ -323,6 +323,21 @@ void WriteClusterFamilies(PromWriter& w, const JobGauges& g,
   w.Sample("trainctl_preemptions_total", {}, static_cast<double>(g.preemptions));
 }
 
+// Where the loop's time goes: each task's wait before it ran and its run,
+// posted closures (RPCs, reports) apart from timers (leases, hangs, passes).
+void WriteLoopFamilies(PromWriter& w, const EventLoop& loop) {
+  using Kind = EventLoop::TaskKind;
+  w.Family("trainctl_loop_task_wait_seconds", "histogram",
+           "How long each task waited for the coordinator's loop: a posted one (an RPC, a report) from its "
+           "post, a timer past its due time.");
+  loop.task_wait(Kind::kPosted).Write(w, "trainctl_loop_task_wait_seconds", {{"kind", "posted"}});
+  loop.task_wait(Kind::kTimer).Write(w, "trainctl_loop_task_wait_seconds", {{"kind", "timer"}});
+  w.Family("trainctl_loop_task_run_seconds", "histogram",
+           "How long each task ran on the coordinator's loop (everything else waits meanwhile).");
+  loop.task_run(Kind::kPosted).Write(w, "trainctl_loop_task_run_seconds", {{"kind", "posted"}});
+  loop.task_run(Kind::kTimer).Write(w, "trainctl_loop_task_run_seconds", {{"kind", "timer"}});
+}
+
 // Per running job: throughput, loss, the step's split, loss scale, world.
 void WriteRunningJobFamilies(PromWriter& w, const std::vector<JobGauges::Running>& running) {
   struct Gauge {
@@ -432,6 +447,7 @@ std::string CoordinatorServer::MetricsPage() {
            "Scheduling passes with jobs pending: the placement decision and the placements and preemptions it "
            "led to (on the loop).");
   jobs_->SchedulerPassLatency().Write(w, "trainctl_scheduler_pass_seconds", {});
+  WriteLoopFamilies(w, loop_);
   rpc_stats_.Write(w);
   if (store_ != nullptr) {
     w.Family("trainctl_db_commit_duration_seconds", "histogram", "SQLite COMMIT time (synchronous=FULL: includes the fsync).");
