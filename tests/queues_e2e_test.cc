@@ -355,6 +355,57 @@ TEST(QueuesE2ETest, QueueDefaultResourcesFillJobsThatAskForNone) {
   EXPECT_EQ(job->spec().resources().pids(), 0);
 }
 
+// Issue #48: borrowing and lending limits through the CLI (create, describe,
+// list), a limit the queue cannot have refused naming the field, and a job
+// the queue and its cohort can never run refused at submit unless it waits.
+TEST(QueuesE2ETest, BorrowingAndLendingLimitsAreShownAndBoundWhatAQueueCanEverRun) {
+  Cluster cluster(testing::BuildDirOfThisTest(), "");
+  ASSERT_TRUE(cluster.StartCoordinator());
+  const std::string admin = cluster.admin_token();
+  CliResult made = RunTrainctl(cluster, admin,
+                               {"queue", "create", "lender", "--gpu", "4", "--cohort", "lab", "--lending-limit-gpu", "1"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_THAT(made.out, HasSubstr("GPUs 4 (lends at most 1)"));
+  made = RunTrainctl(cluster, admin,
+                     {"queue", "create", "borrower", "--gpu", "2", "--cpu", "2", "--cohort", "lab",
+                      "--borrowing-limit-gpu", "5", "--borrowing-limit-cpu", "0", "--lending-limit-cpu", "2"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  CliResult shown = RunTrainctl(cluster, admin, {"queue", "describe", "borrower"});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_THAT(shown.out, ContainsRegex("GPU slots: +0 used of 2 \\(borrows at most 5\\)\n"));
+  EXPECT_THAT(shown.out, ContainsRegex("CPU slots: +0 used of 2 \\(borrows at most 0, lends at most 2\\)\n"));
+  CliResult listed = RunTrainctl(cluster, admin, {"queue", "list"});
+  ASSERT_EQ(listed.code, 0) << listed.err;
+  EXPECT_THAT(listed.out, HasSubstr("0/4 (lends at most 1)"));
+  CliResult json = RunTrainctl(cluster, admin, {"queue", "describe", "lender", "-o", "json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_THAT(json.out, ContainsRegex("\"lending_?[lL]imit_?[gG]pu\": ?1"));
+
+  CliResult bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--gpu", "2", "--lending-limit-gpu", "3"});
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("queue.lending_limit_gpu: 3 is more than the queue's nominal_gpu of 2"));
+  bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--borrowing-limit-cpu", "1"});
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("queue.borrowing_limit_cpu: needs a nominal_cpu quota"));
+
+  // borrower can ever hold its 2 GPUs plus the 1 lender lends.
+  std::unique_ptr<Client> as_admin = ClientAs(cluster, admin);
+  ASSERT_NE(as_admin, nullptr);
+  v1::JobSpec spec = Spec("too-big");
+  spec.set_queue("borrower");
+  spec.set_device(v1::DEVICE_CUDA);
+  spec.set_world_size(4);
+  absl::StatusOr<v1::Job> job = as_admin->Submit(spec);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(), HasSubstr("world_size: 4 ranks are more than queue 'borrower' can ever run (3 "
+                                                "cuda slots"));
+  spec.mutable_scheduling()->set_wait_for_capacity(true);
+  job = as_admin->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_PENDING);
+}
+
 // Issue #44: the first queue, unmarked, makes a job that names none fail
 // with the fix in the message; `--cpu 2` alone is said to leave GPUs
 // unlimited; once the admin marks the queue the default (--default), a job

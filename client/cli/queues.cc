@@ -29,6 +29,12 @@ struct QueueArgs {
   // -1 (also when omitted): unlimited, sent unset.
   int gpu = -1;
   int cpu = -1;
+  // Queue.borrowing_limit_* / lending_limit_*: -1 (also when omitted): no
+  // limit, sent unset.
+  int borrowing_limit_gpu = -1;
+  int borrowing_limit_cpu = -1;
+  int lending_limit_gpu = -1;
+  int lending_limit_cpu = -1;
   std::string cohort;
   int max_job_size = 0;
   // Queue.max_running_jobs_per_owner / max_slots_per_owner (0: no limit).
@@ -76,9 +82,28 @@ std::string OwnerLimitsText(const v1::Queue& q) {
   return absl::StrCat("at most ", absl::StrJoin(parts, ", "));
 }
 
-// "used/nominal", "-" for an unlimited nominal ("3/-").
-std::string QuotaText(int used, bool has_nominal, int nominal) {
-  return absl::StrCat(used, "/", has_nominal ? absl::StrCat(nominal) : std::string("-"));
+// A kind's borrowing and lending limits: "borrows at most 2, lends at most
+// 1", "" when neither is set (-1 reads as unset).
+std::string LimitsText(bool has_borrow, int borrow, bool has_lend, int lend) {
+  std::vector<std::string> parts;
+  if (has_borrow && borrow >= 0) parts.push_back(absl::StrCat("borrows at most ", borrow));
+  if (has_lend && lend >= 0) parts.push_back(absl::StrCat("lends at most ", lend));
+  return absl::StrJoin(parts, ", ");
+}
+std::string GpuLimits(const v1::Queue& q) {
+  return LimitsText(q.has_borrowing_limit_gpu(), q.borrowing_limit_gpu(), q.has_lending_limit_gpu(),
+                    q.lending_limit_gpu());
+}
+std::string CpuLimits(const v1::Queue& q) {
+  return LimitsText(q.has_borrowing_limit_cpu(), q.borrowing_limit_cpu(), q.has_lending_limit_cpu(),
+                    q.lending_limit_cpu());
+}
+
+// "used/nominal", "-" for an unlimited nominal ("3/-"), then the limits
+// when any: "3/2 (borrows at most 1)".
+std::string QuotaText(int used, bool has_nominal, int nominal, const std::string& limits) {
+  return absl::StrCat(used, "/", has_nominal ? absl::StrCat(nominal) : std::string("-"),
+                      limits.empty() ? "" : absl::StrCat(" (", limits, ")"));
 }
 
 int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
@@ -86,6 +111,10 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
   q.set_name(a.name);
   if (a.gpu != -1) q.set_nominal_gpu(a.gpu);
   if (a.cpu != -1) q.set_nominal_cpu(a.cpu);
+  if (a.borrowing_limit_gpu != -1) q.set_borrowing_limit_gpu(a.borrowing_limit_gpu);
+  if (a.borrowing_limit_cpu != -1) q.set_borrowing_limit_cpu(a.borrowing_limit_cpu);
+  if (a.lending_limit_gpu != -1) q.set_lending_limit_gpu(a.lending_limit_gpu);
+  if (a.lending_limit_cpu != -1) q.set_lending_limit_cpu(a.lending_limit_cpu);
   q.set_cohort(a.cohort);
   q.set_max_job_size(a.max_job_size);
   q.set_max_running_jobs_per_owner(a.max_jobs_per_owner);
@@ -126,8 +155,10 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
         // a limit on GPUs too.
         ctx.out
             << "queue " << made.name() << (a.update ? " created or updated" : " created") << ": "
-            << NominalMeaning("GPUs", "--gpu", made.has_nominal_gpu(), made.nominal_gpu()) << ", "
+            << NominalMeaning("GPUs", "--gpu", made.has_nominal_gpu(), made.nominal_gpu())
+            << (GpuLimits(made).empty() ? "" : absl::StrCat(" (", GpuLimits(made), ")")) << ", "
             << NominalMeaning("CPUs", "--cpu", made.has_nominal_cpu(), made.nominal_cpu())
+            << (CpuLimits(made).empty() ? "" : absl::StrCat(" (", CpuLimits(made), ")"))
             << (made.cohort().empty() ? "" : absl::StrCat(", cohort ", made.cohort()))
             << (made.max_job_size() > 0 ? absl::StrCat(", max job size ", made.max_job_size()) : "")
             << ", default priority " << made.default_priority()
@@ -158,8 +189,8 @@ int RunQueueList(CliContext& ctx) {
         for (const v1::QueueStatus& s : queues) {
           const v1::Queue& q = s.queue();
           t.AddRow({q.name(), q.cohort().empty() ? "-" : q.cohort(),
-                    QuotaText(s.used_gpu(), q.has_nominal_gpu(), q.nominal_gpu()),
-                    QuotaText(s.used_cpu(), q.has_nominal_cpu(), q.nominal_cpu()),
+                    QuotaText(s.used_gpu(), q.has_nominal_gpu(), q.nominal_gpu(), GpuLimits(q)),
+                    QuotaText(s.used_cpu(), q.has_nominal_cpu(), q.nominal_cpu(), CpuLimits(q)),
                     q.max_job_size() > 0 ? absl::StrCat(q.max_job_size()) : "-",
                     absl::StrCat(q.default_priority()), absl::StrCat(s.pending_jobs()),
                     absl::StrCat(s.running_jobs()), q.default_queue() ? "yes" : "-"});
@@ -185,10 +216,12 @@ int RunQueueDescribe(CliContext& ctx, const std::string& name) {
         t.AddRow({"Cohort:", q.cohort().empty() ? "- (lends and borrows nothing)" : q.cohort()});
         t.AddRow({"GPU slots:",
                   absl::StrCat(s.used_gpu(), " used of ",
-                               q.has_nominal_gpu() ? absl::StrCat(q.nominal_gpu()) : "unlimited")});
+                               q.has_nominal_gpu() ? absl::StrCat(q.nominal_gpu()) : "unlimited",
+                               GpuLimits(q).empty() ? "" : absl::StrCat(" (", GpuLimits(q), ")"))});
         t.AddRow({"CPU slots:",
                   absl::StrCat(s.used_cpu(), " used of ",
-                               q.has_nominal_cpu() ? absl::StrCat(q.nominal_cpu()) : "unlimited")});
+                               q.has_nominal_cpu() ? absl::StrCat(q.nominal_cpu()) : "unlimited",
+                               CpuLimits(q).empty() ? "" : absl::StrCat(" (", CpuLimits(q), ")"))});
         t.AddRow({"Max job size:",
                   q.max_job_size() > 0 ? absl::StrCat(q.max_job_size(), " ranks") : "no limit"});
         t.AddRow({"Default priority:", absl::StrCat(q.default_priority())});
@@ -322,6 +355,8 @@ VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
               "  trainctl queue create research --gpu 16 --cohort lab --default-priority 10\n"
               "  trainctl queue create research --gpu 24 --cohort lab --update\n"
               "  trainctl queue create team-a --gpu 8 --cpu 32 --default\n"
+              "  trainctl queue create team-b --gpu 8 --cohort lab --borrowing-limit-gpu 4 "
+              "--lending-limit-gpu 2\n"
               "  trainctl queue create batch --cpu 64 --default-cpus 2 --default-memory 4Gi\n"
               "  trainctl queue list\n"
               "  trainctl queue describe research\n"
@@ -339,6 +374,20 @@ VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
       ->type_name("N");
   c->add_option("--cpu", create->cpu,
                 "Nominal CPU slots its jobs may hold (default: unlimited; -1 = unlimited)")
+      ->type_name("N");
+  c->add_option("--borrowing-limit-gpu", create->borrowing_limit_gpu,
+                "Most GPU slots beyond --gpu it may borrow from its cohort (default: no limit)")
+      ->type_name("N");
+  c->add_option("--borrowing-limit-cpu", create->borrowing_limit_cpu,
+                "Most CPU slots beyond --cpu it may borrow from its cohort (default: no limit)")
+      ->type_name("N");
+  c->add_option("--lending-limit-gpu", create->lending_limit_gpu,
+                "Most of its --gpu it lends to its cohort; the rest stays reserved for it "
+                "(default: no limit)")
+      ->type_name("N");
+  c->add_option("--lending-limit-cpu", create->lending_limit_cpu,
+                "Most of its --cpu it lends to its cohort; the rest stays reserved for it "
+                "(default: no limit)")
       ->type_name("N");
   c->add_option("--cohort", create->cohort,
                 "Queues of one cohort lend each other idle quota and reclaim it by preemption");

@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <optional>
+#include <tuple>
 #include <utility>
 
 #include "absl/strings/escaping.h"
@@ -11,6 +12,7 @@
 #include "common/jobspec/job_spec.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
+#include "coordinator/scheduler/quota.h"
 
 namespace trainctl::coordinator {
 
@@ -30,6 +32,53 @@ absl::Status CheckQueueName(absl::string_view field, absl::string_view name) {
   return absl::OkStatus();
 }
 
+namespace {
+
+// Borrowing and lending limits: -1 (none) or >= 0, only for a kind with a
+// finite nominal (an unlimited queue neither lends nor borrows), and a
+// lending limit no larger than the nominal it lends from.
+absl::Status CheckQuotaLimits(const v1::Queue& queue) {
+  struct Kind {
+    const char* name;
+    bool has_nominal;
+    int32_t nominal;
+    bool has_borrow;
+    int32_t borrow;
+    bool has_lend;
+    int32_t lend;
+  };
+  const Kind kinds[] = {
+      {"gpu", queue.has_nominal_gpu(), queue.nominal_gpu(), queue.has_borrowing_limit_gpu(),
+       queue.borrowing_limit_gpu(), queue.has_lending_limit_gpu(), queue.lending_limit_gpu()},
+      {"cpu", queue.has_nominal_cpu(), queue.nominal_cpu(), queue.has_borrowing_limit_cpu(),
+       queue.borrowing_limit_cpu(), queue.has_lending_limit_cpu(), queue.lending_limit_cpu()},
+  };
+  for (const Kind& k : kinds) {
+    const bool finite = k.has_nominal && k.nominal >= 0;
+    for (const auto& [field, set, value] : {std::tuple<const char*, bool, int32_t>{"borrowing_limit", k.has_borrow, k.borrow},
+                                            std::tuple<const char*, bool, int32_t>{"lending_limit", k.has_lend, k.lend}}) {
+      if (!set || value == -1) continue;
+      if (value < -1) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("queue.", field, "_", k.name, ": must be -1 (no limit) or >= 0, got ", value));
+      }
+      if (!finite) {
+        return absl::InvalidArgumentError(absl::StrCat("queue.", field, "_", k.name, ": needs a nominal_", k.name,
+                                                       " quota (a queue unlimited in ", k.name,
+                                                       " slots neither lends nor borrows them)"));
+      }
+    }
+    if (k.has_lend && k.lend > k.nominal && finite) {
+      return absl::InvalidArgumentError(absl::StrCat("queue.lending_limit_", k.name, ": ", k.lend,
+                                                     " is more than the queue's nominal_", k.name, " of ", k.nominal,
+                                                     " (it lends only its own quota)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
+}  // namespace
+
 absl::Status ValidateQueue(const v1::Queue& queue) {
   TRAINCTL_RETURN_IF_ERROR(CheckQueueName("queue.name", queue.name()));
   const std::pair<const char*, std::optional<int32_t>> nominals[] = {
@@ -42,6 +91,7 @@ absl::Status ValidateQueue(const v1::Queue& queue) {
           absl::StrCat(nominal.first, ": must be -1 (unlimited) or >= 0, got ", *nominal.second));
     }
   }
+  TRAINCTL_RETURN_IF_ERROR(CheckQuotaLimits(queue));
   if (!queue.cohort().empty()) TRAINCTL_RETURN_IF_ERROR(CheckQueueName("queue.cohort", queue.cohort()));
   if (queue.max_job_size() < 0) {
     return absl::InvalidArgumentError(
@@ -82,6 +132,10 @@ scheduler::QueueSpec ToQueueSpec(const v1::Queue& queue) {
   spec.name = queue.name();
   spec.nominal_gpu = queue.has_nominal_gpu() ? queue.nominal_gpu() : -1;
   spec.nominal_cpu = queue.has_nominal_cpu() ? queue.nominal_cpu() : -1;
+  spec.borrowing_limit_gpu = queue.has_borrowing_limit_gpu() ? queue.borrowing_limit_gpu() : -1;
+  spec.borrowing_limit_cpu = queue.has_borrowing_limit_cpu() ? queue.borrowing_limit_cpu() : -1;
+  spec.lending_limit_gpu = queue.has_lending_limit_gpu() ? queue.lending_limit_gpu() : -1;
+  spec.lending_limit_cpu = queue.has_lending_limit_cpu() ? queue.lending_limit_cpu() : -1;
   spec.cohort = queue.cohort();
   spec.max_job_size = queue.max_job_size();
   spec.max_running_jobs_per_owner = queue.max_running_jobs_per_owner();
@@ -243,7 +297,43 @@ absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role, absl::Span<const std
         spec.elastic().min_ranks() > 0 ? "elastic.min_ranks" : "world_size", ": ", least_size,
         " ranks exceed queue '", q->name(), "''s max_job_size of ", q->max_job_size()));
   }
+  if (!spec.scheduling().wait_for_capacity()) {
+    TRAINCTL_RETURN_IF_ERROR(RefuseNeverRunnable(spec, least_size, *q, queues));
+  }
   return absl::OkStatus();
+}
+
+absl::Status RefuseNeverRunnable(const v1::JobSpec& spec, int32_t least_size, const v1::Queue& q,
+                                 const QueueRegistry& queues) {
+  const std::string wait =
+      "; or submit with --wait-for-capacity (scheduling.wait_for_capacity: true) to wait for the queue to change";
+  // A pending job counts at its world_size against the owner's slots
+  // (owner_limits.h): a larger one would wait for ever.
+  const int32_t world_size = std::max<int32_t>(1, spec.world_size());
+  if (q.max_slots_per_owner() > 0 && world_size > q.max_slots_per_owner()) {
+    return absl::InvalidArgumentError(absl::StrCat("world_size: ", world_size, " slots exceed queue '", q.name(),
+                                                   "''s max_slots_per_owner of ", q.max_slots_per_owner(),
+                                                   ": one owner may never hold them; lower world_size", wait));
+  }
+  const std::vector<scheduler::QueueSpec> specs = queues.Specs();
+  // An auto job runs on GPU slots on a cluster with GPUs, else on CPU
+  // slots: it is refused only when neither kind could ever hold it.
+  std::vector<scheduler::SlotKind> kinds;
+  if (spec.device() != v1::DEVICE_CPU) kinds.push_back(scheduler::SlotKind::kGpu);
+  if (spec.device() != v1::DEVICE_CUDA) kinds.push_back(scheduler::SlotKind::kCpu);
+  std::vector<std::string> shorts;
+  for (scheduler::SlotKind kind : kinds) {
+    const std::optional<long long> ceiling = scheduler::QueueCeiling(specs, q.name(), kind);
+    if (!ceiling.has_value() || least_size <= *ceiling) return absl::OkStatus();
+    shorts.push_back(absl::StrCat(*ceiling, " ", scheduler::SlotKindName(kind), " slots"));
+  }
+  if (shorts.empty()) return absl::OkStatus();
+  return absl::InvalidArgumentError(absl::StrCat(
+      spec.elastic().min_ranks() > 0 ? "elastic.min_ranks" : "world_size", ": ", least_size,
+      " ranks are more than queue '", q.name(), "' can ever run (", absl::StrJoin(shorts, ", or "),
+      ": its nominal quota plus what its cohort could lend, within the borrowing and lending limits); lower it, "
+      "raise the queue's quota or limits",
+      wait));
 }
 
 }  // namespace trainctl::coordinator

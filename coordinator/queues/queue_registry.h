@@ -129,10 +129,23 @@ class QueueRegistry {
 //  - a job whose least size (elastic.min_ranks when elastic, else
 //    world_size) exceeds the queue's max_job_size: InvalidArgument naming
 //    the queue and the limit.
+//  - unless spec.scheduling.wait_for_capacity: RefuseNeverRunnable.
 // `role`/`token_queues`: the submitting token's (Principal::role, ::queues;
 // the bootstrap admin secret has no queues).
 absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role,
                           absl::Span<const std::string> token_queues, const QueueRegistry& queues)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
+// InvalidArgument saying why when queue `q` (and its cohort) can never run
+// `spec` however long it waits: its world_size exceeds q's
+// max_slots_per_owner (an owner's pending job counts at world_size), or its
+// least size exceeds the most slots q could ever hold of every kind the job
+// may run on (scheduler::QueueCeiling: the nominal plus what the cohort
+// could lend, within the borrowing and lending limits; an auto device job
+// is refused only when neither kind could hold it). The scheduler would
+// leave such a job pending for ever (kExceedsQueueLimit, or the owner's
+// limit).
+absl::Status RefuseNeverRunnable(const v1::JobSpec& spec, int32_t least_size, const v1::Queue& q,
+                                 const QueueRegistry& queues) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
 }  // namespace trainctl::coordinator

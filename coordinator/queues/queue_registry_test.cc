@@ -356,6 +356,103 @@ TEST_F(QueueRegistryTest, ResolveRefusesAJobOverTheQueuesMaxJobSize) {
   EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok()) << "0 = no limit";
 }
 
+TEST(QueueValidationTest, BorrowingAndLendingLimitsNeedAFiniteNominalAndLendOnlyIt) {
+  auto message = [](const v1::Queue& q) { return std::string(ValidateQueue(q).message()); };
+  v1::Queue q = MakeQueue("a");
+  q.set_nominal_gpu(4);
+  q.set_borrowing_limit_gpu(2);
+  q.set_lending_limit_gpu(4);
+  EXPECT_TRUE(ValidateQueue(q).ok()) << message(q);
+  q.set_lending_limit_gpu(5);
+  EXPECT_EQ(message(q),
+            "queue.lending_limit_gpu: 5 is more than the queue's nominal_gpu of 4 (it lends only its own quota)");
+  q.set_lending_limit_gpu(-2);
+  EXPECT_EQ(message(q), "queue.lending_limit_gpu: must be -1 (no limit) or >= 0, got -2");
+  q = MakeQueue("a");
+  q.set_borrowing_limit_cpu(1);
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidateQueue(q)));
+  EXPECT_THAT(message(q), HasSubstr("queue.borrowing_limit_cpu: needs a nominal_cpu quota"));
+  q.set_borrowing_limit_cpu(-1);
+  EXPECT_TRUE(ValidateQueue(q).ok()) << "-1 is no limit, on any queue";
+  // Unset stays no limit for the scheduler; 0 is a limit.
+  q = MakeQueue("a");
+  q.set_nominal_cpu(2);
+  q.set_borrowing_limit_cpu(0);
+  const scheduler::QueueSpec spec = ToQueueSpec(q);
+  EXPECT_EQ(spec.borrowing_limit_cpu, 0);
+  EXPECT_EQ(spec.lending_limit_cpu, -1);
+  EXPECT_EQ(spec.borrowing_limit_gpu, -1);
+  EXPECT_EQ(spec.lending_limit_gpu, -1);
+}
+
+// Issue #48: a job its queue and cohort can never run is refused at submit,
+// saying why, unless it asks to wait (scheduling.wait_for_capacity).
+TEST_F(QueueRegistryTest, ResolveRefusesAJobItsQueueAndCohortCanNeverRun) {
+  // a: 2 GPUs, may borrow 3; b: 4 GPUs, lends at most 1; c: 8 CPU slots,
+  // an owner may hold 4.
+  v1::Queue a = MakeQueue("a");
+  a.set_nominal_gpu(2);
+  a.set_borrowing_limit_gpu(3);
+  a.set_cohort("lab");
+  v1::Queue b = MakeQueue("b");
+  b.set_nominal_gpu(4);
+  b.set_lending_limit_gpu(1);
+  b.set_cohort("lab");
+  v1::Queue c = MakeQueue("c");
+  c.set_nominal_cpu(8);
+  c.set_max_slots_per_owner(4);
+  for (const v1::Queue& q : {a, b, c}) ASSERT_TRUE(registry_->Create(q, false).ok());
+
+  // a can ever hold 2 + the 1 b lends = 3 GPUs (its borrowing limit of 3
+  // does not bind).
+  v1::JobSpec spec = MakeSpec(3);
+  spec.set_queue("a");
+  spec.set_device(v1::DEVICE_CUDA);
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  spec.set_world_size(4);
+  absl::Status s = ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("world_size: 4 ranks are more than queue 'a' can ever run (3 cuda slots: its "
+                                     "nominal quota plus what its cohort could lend, within the borrowing and "
+                                     "lending limits)"));
+  EXPECT_THAT(s.message(), HasSubstr("--wait-for-capacity"));
+  // Asking to wait takes it (it stays pending, saying why).
+  spec.mutable_scheduling()->set_wait_for_capacity(true);
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  // An auto job may run on CPU slots, where a is unlimited: taken.
+  spec = MakeSpec(4);
+  spec.set_queue("a");
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  // An elastic job counts its least size.
+  spec = MakeSpec(6);
+  spec.set_queue("a");
+  spec.set_device(v1::DEVICE_CUDA);
+  spec.mutable_elastic()->set_min_ranks(3);
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  spec.mutable_elastic()->set_min_ranks(4);
+  EXPECT_THAT(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).message(),
+              HasSubstr("elastic.min_ranks: 4 ranks are more than queue 'a' can ever run"));
+
+  // b holds its own 4 plus the 2 a lends (a has no lending limit): 6.
+  spec = MakeSpec(6);
+  spec.set_queue("b");
+  spec.set_device(v1::DEVICE_CUDA);
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  spec.set_world_size(7);
+  EXPECT_THAT(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).message(),
+              HasSubstr("(6 cuda slots: "));
+
+  // Over the per-owner slots: one owner can never hold it.
+  spec = MakeSpec(5);
+  spec.set_queue("c");
+  spec.set_device(v1::DEVICE_CPU);
+  s = ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("world_size: 5 slots exceed queue 'c''s max_slots_per_owner of 4"));
+  spec.mutable_scheduling()->set_wait_for_capacity(true);
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+}
+
 TEST(QueueValidationTest, DefaultResourcesHaveTheJobsBoundsAndNameTheField) {
   auto message = [](const v1::Queue& q) { return std::string(ValidateQueue(q).message()); };
   v1::Queue q = MakeQueue("a");

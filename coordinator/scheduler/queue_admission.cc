@@ -42,7 +42,11 @@ absl::Status ValidateQueues(absl::Span<const PendingJob> jobs, const QueueInput&
     const std::string where = absl::StrCat("queue \"", queue.name, "\": ");
     for (const auto& [field, value] :
          {std::pair<const char*, int>{"nominal_gpu", queue.nominal_gpu},
-          std::pair<const char*, int>{"nominal_cpu", queue.nominal_cpu}}) {
+          std::pair<const char*, int>{"nominal_cpu", queue.nominal_cpu},
+          std::pair<const char*, int>{"borrowing_limit_gpu", queue.borrowing_limit_gpu},
+          std::pair<const char*, int>{"borrowing_limit_cpu", queue.borrowing_limit_cpu},
+          std::pair<const char*, int>{"lending_limit_gpu", queue.lending_limit_gpu},
+          std::pair<const char*, int>{"lending_limit_cpu", queue.lending_limit_cpu}}) {
       if (value < -1) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, field, ": must be >= -1 (-1 = unlimited), got ", value));
@@ -116,7 +120,7 @@ QueueBook::QueueBook(const QueueInput& input) : implicit_(input.queues.empty()) 
     queue.name = "default";
     queue.nominal = {-1, -1};
     queues_.push_back(std::move(queue));
-    groups_.push_back(Group{{0}, {}, {}, {}});
+    groups_.push_back(Group{{0}, {}, {}});
     by_name_["default"] = 0;
     return;
   }
@@ -125,6 +129,13 @@ QueueBook::QueueBook(const QueueInput& input) : implicit_(input.queues.empty()) 
     queue.name = spec.name;
     queue.cohort = spec.cohort;
     queue.nominal = {spec.nominal_gpu, spec.nominal_cpu};
+    const std::array<int, kNumKinds> borrow = {spec.borrowing_limit_gpu, spec.borrowing_limit_cpu};
+    const std::array<int, kNumKinds> lend = {spec.lending_limit_gpu, spec.lending_limit_cpu};
+    for (int k = 0; k < kNumKinds; ++k) {
+      if (queue.nominal[k] < 0) continue;  // unlimited: neither lends nor borrows
+      queue.borrow_limit[k] = borrow[k];
+      if (lend[k] >= 0) queue.guaranteed[k] = queue.nominal[k] - std::min<long long>(lend[k], queue.nominal[k]);
+    }
     queue.usage = {spec.usage_gpu, spec.usage_cpu};
     queue.weight = spec.weight;
     for (const QueueSpec::Owner& owner : spec.owners) {
@@ -152,7 +163,7 @@ QueueBook::QueueBook(const QueueInput& input) : implicit_(input.queues.empty()) 
     Group& group = groups_[queue.group];
     group.members.push_back(q);
     for (int k = 0; k < kNumKinds; ++k) {
-      if (queue.nominal[k] >= 0) group.nominal[k] += queue.nominal[k];
+      if (queue.nominal[k] >= 0) group.nominal[k] += queue.nominal[k] - queue.guaranteed[k];
     }
   }
   for (const RunningJob& job : input.running) {
@@ -162,13 +173,20 @@ QueueBook::QueueBook(const QueueInput& input) : implicit_(input.queues.empty()) 
     Queue& queue = queues_[q];
     queue.used[k] += job.slots;
     if (job.stopping) queue.stopping[k] += job.slots;
-    if (queue.nominal[k] >= 0) {
-      groups_[queue.group].used[k] += job.slots;
-      if (job.stopping) groups_[queue.group].stopping[k] += job.slots;
-    }
+  }
+  for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
+    for (int k = 0; k < kNumKinds; ++k) Recount(g, k);
   }
   std::sort(running_.begin(), running_.end(),
             [](const auto& a, const auto& b) { return a.first->job_id < b.first->job_id; });
+}
+
+void QueueBook::Recount(int g, int k) {
+  Group& group = groups_[g];
+  group.used[k] = 0;
+  for (int m : group.members) {
+    if (queues_[m].nominal[k] >= 0) group.used[k] += Lent(queues_[m], k, queues_[m].used[k]);
+  }
 }
 
 int QueueBook::Find(const std::string& name) const {
@@ -183,7 +201,13 @@ long long QueueBook::MaxJobSize(int q) const {
 
 long long QueueBook::Ceiling(int q, SlotKind kind) const {
   if (!Finite(q, kind)) return kUnbounded;
-  return groups_[queues_[q].group].nominal[KindIndex(kind)];
+  const int k = KindIndex(kind);
+  const Queue& queue = queues_[q];
+  // Its guaranteed part plus everything its group lends (its own lendable
+  // part included), up to its borrowing limit.
+  long long ceiling = queue.guaranteed[k] + groups_[queue.group].nominal[k];
+  if (queue.borrow_limit[k] >= 0) ceiling = std::min(ceiling, queue.nominal[k] + queue.borrow_limit[k]);
+  return ceiling;
 }
 
 Admission QueueBook::Admit(int q, SlotKind kind, long long slots) const {
@@ -192,9 +216,14 @@ Admission QueueBook::Admit(int q, SlotKind kind, long long slots) const {
   const Queue& queue = queues_[q];
   const Group& group = groups_[queue.group];
   const bool within = queue.used[k] + slots <= queue.nominal[k];
-  const bool group_fits = group.used[k] + slots <= group.nominal[k];
+  // What the group's used grows by, against what it has idle (growth 0,
+  // within the guaranteed part, fits whatever the others hold).
+  const long long growth = Lent(queue, k, queue.used[k] + slots) - Lent(queue, k, queue.used[k]);
+  const bool group_fits = growth <= std::max(0LL, group.nominal[k] - group.used[k]);
   if (within) return group_fits ? Admission::kWithinNominal : Admission::kReclaim;
-  return group_fits ? Admission::kBorrow : Admission::kOverQuota;
+  const bool borrow_allowed =
+      queue.borrow_limit[k] < 0 || queue.used[k] + slots <= queue.nominal[k] + queue.borrow_limit[k];
+  return group_fits && borrow_allowed ? Admission::kBorrow : Admission::kOverQuota;
 }
 
 long long QueueBook::Headroom(int q, SlotKind kind, bool borrow) const {
@@ -202,8 +231,13 @@ long long QueueBook::Headroom(int q, SlotKind kind, bool borrow) const {
   const int k = KindIndex(kind);
   const Queue& queue = queues_[q];
   const Group& group = groups_[queue.group];
-  long long headroom = group.nominal[k] - group.used[k];
-  if (!borrow) headroom = std::min(headroom, queue.nominal[k] - queue.used[k]);
+  long long headroom = std::max(0LL, queue.guaranteed[k] - queue.used[k]) +
+                       std::max(0LL, group.nominal[k] - group.used[k]);
+  if (!borrow) {
+    headroom = std::min(headroom, queue.nominal[k] - queue.used[k]);
+  } else if (queue.borrow_limit[k] >= 0) {
+    headroom = std::min(headroom, queue.nominal[k] + queue.borrow_limit[k] - queue.used[k]);
+  }
   return std::max(0LL, headroom);
 }
 
@@ -213,7 +247,7 @@ void QueueBook::Charge(int q, SlotKind kind, long long slots, const std::string&
   queue.used[k] += slots;
   queue.placed[k] += slots;
   queue.owners[owner].placed[k] += slots;
-  if (queue.nominal[k] >= 0) groups_[queue.group].used[k] += slots;
+  if (queue.nominal[k] >= 0) Recount(queue.group, k);
 }
 
 double QueueBook::Share(int q) const {
@@ -266,10 +300,17 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, long l
   absl::flat_hash_map<int, long long> picked_from;
   // The queue's own nominal too: a job over it only by the queue's own
   // lower-priority jobs frees them, never borrows through preemption.
+  // Each member's used once its stopping jobs and the picks are gone.
+  auto used_after = [&](int m) { return queues_[m].used[k] - queues_[m].stopping[k] - picked_from[m]; };
   auto enough = [&] {
+    long long group_used = 0;
+    for (int m : group.members) {
+      if (queues_[m].nominal[k] >= 0) group_used += Lent(queues_[m], k, used_after(m));
+    }
+    const long long growth = Lent(queue, k, used_after(q) + need) - Lent(queue, k, used_after(q));
     return available + stopping_slots + picked >= need &&
-           group.used[k] - group.stopping[k] - picked + need <= group.nominal[k] &&
-           queue.used[k] - queue.stopping[k] - picked_from[q] + need <= queue.nominal[k];
+           growth <= std::max(0LL, group.nominal[k] - group_used) &&
+           used_after(q) + need <= queue.nominal[k];
   };
   if (enough()) {
     choice.enough = true;
@@ -290,7 +331,7 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, long l
   for (const auto& [job, jq] : candidates) {
     if (jq != q) {
       const Queue& peer = queues_[jq];
-      const bool borrowing = peer.used[k] - peer.stopping[k] - picked_from[jq] > peer.nominal[k];
+      const bool borrowing = used_after(jq) > peer.nominal[k];
       if (!borrowing) continue;
     }
     choice.victims.push_back(job);
@@ -315,6 +356,10 @@ std::string QueueBook::QuotaText(int q, SlotKind kind) const {
   }
   std::string text = absl::StrCat("queue ", queue.name, ": ", queue.used[k], " of ",
                                   queue.nominal[k], " ", kind_name, " used");
+  if (queue.borrow_limit[k] >= 0) absl::StrAppend(&text, ", borrowing limit ", queue.borrow_limit[k]);
+  if (queue.guaranteed[k] > 0) {
+    absl::StrAppend(&text, ", lends at most ", queue.nominal[k] - queue.guaranteed[k]);
+  }
   if (!queue.cohort.empty()) {
     const Group& group = groups_[queue.group];
     absl::StrAppend(&text, ", cohort ", queue.cohort, ": ", group.used[k], " of ",

@@ -7,6 +7,7 @@
 // Threading: one instance per Schedule() call; not thread-safe.
 #pragma once
 
+#include <algorithm>
 #include <array>
 #include <cstdint>
 #include <string>
@@ -105,6 +106,11 @@ class QueueBook {
     // Index into groups_.
     int group = 0;
     std::array<long long, kNumKinds> nominal{};  // -1 = unlimited
+    // The most slots beyond nominal it may hold; -1 = no limit.
+    std::array<long long, kNumKinds> borrow_limit{-1, -1};
+    // Of nominal, what it never lends (nominal - lending limit); 0 without
+    // a lending limit. Its used counts in its group's used only beyond it.
+    std::array<long long, kNumKinds> guaranteed{};
     std::array<double, kNumKinds> usage{};
     double weight = 1;
     // Per owner: weight, decayed usage, and what this pass placed for it.
@@ -123,15 +129,22 @@ class QueueBook {
     std::array<long long, kNumKinds> placed{};
   };
   // A cohort, or a queue without one; sums over member queues with a finite
-  // nominal for the kind.
+  // nominal for the kind: nominal = what they lend (nominal - guaranteed),
+  // used = Lent() of each.
   struct Group {
     std::vector<int> members;
     std::array<long long, kNumKinds> nominal{};
     std::array<long long, kNumKinds> used{};
-    std::array<long long, kNumKinds> stopping{};
   };
 
   long long Nominal(int q, SlotKind kind) const { return queues_[q].nominal[KindIndex(kind)]; }
+  // What `used` slots of kind k of queue `queue` take from its group: the
+  // part beyond its guaranteed quota.
+  static long long Lent(const Queue& queue, int k, long long used) {
+    return std::max(0LL, used - queue.guaranteed[k]);
+  }
+  // Recomputes groups_[g].used[k] from its members' used.
+  void Recount(int g, int k);
 
   bool implicit_ = true;
   // Sorted by name.

@@ -185,6 +185,23 @@
 //    quota holds no reservation and blocks nobody, not even later jobs of its
 //    own queue (best effort FIFO, as Kueue's BestEffortFIFO).
 //
+//  * Borrowing and lending limits (Kueue's borrowingLimit, lendingLimit).
+//    Per queue Q and kind K with a finite nominal N, a lending limit L
+//    (unset: N; above N: N) splits N into a guaranteed part G = N - L,
+//    which Q never lends, and L, which Q adds to its group's nominal. Q's
+//    used counts in the group's used only beyond G: max(0, used_Q - G). So
+//    "group nominal" and "group used" above are these sums (without lending
+//    limits, G = 0 and they are as stated), a job of Q fits the group when
+//    the group's used grows by at most what the group has idle (a job that
+//    stays within G always fits, whatever the others do), the group's
+//    nominal plus G_Q is the largest job Q can ever run (kExceedsQueueLimit
+//    beyond it), and the quota headroom adds Q's unused G. A borrowing limit
+//    B caps Q's used at N + B: a job taking Q past it is kQuotaExceeded
+//    even when the cohort has idle quota, the largest job Q can ever run is
+//    at most N + B, and elastic headroom stops there. Preemption: a victim
+//    frees group used only as far as its queue's used exceeds that queue's
+//    G.
+//
 //  * Job size limits. A job whose least size exceeds its queue's
 //    max_job_size (0 = none) stays pending as kExceedsQueueLimit (checked
 //    before the workers: it never fits this queue however the cluster grows).
@@ -460,6 +477,14 @@ struct QueueSpec {
   // Nominal quota in slots per kind; -1 = unlimited, else >= 0.
   int nominal_gpu = -1;
   int nominal_cpu = -1;
+  // Per kind with a finite nominal (see Borrowing and lending limits); -1 =
+  // none, else >= 0. borrowing_limit: the most slots beyond the nominal the
+  // queue may hold. lending_limit: the most of its nominal it lends (above
+  // the nominal reads as the nominal); the rest stays reserved for it.
+  int borrowing_limit_gpu = -1;
+  int borrowing_limit_cpu = -1;
+  int lending_limit_gpu = -1;
+  int lending_limit_cpu = -1;
   // Queues naming the same cohort lend each other their idle quota; "" = none.
   std::string cohort;
   // The largest job (least size) the queue accepts; 0 = no limit, else > 0.

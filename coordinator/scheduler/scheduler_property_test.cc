@@ -246,7 +246,9 @@ struct RandomQueueInput {
 // shared; size limits; usage), running jobs (some stopping), RandomCluster's
 // workers and jobs of modest size, each job in a random queue (a few
 // undefined).
-RandomQueueInput RandomQueues(std::mt19937& rng, int max_jobs = 12) {
+// `limits`: draw borrowing and lending limits too (an oracle that models
+// none passes false).
+RandomQueueInput RandomQueues(std::mt19937& rng, int max_jobs = 12, bool limits = true) {
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
   RandomQueueInput in;
   in.workers = RandomCluster(rng).workers;
@@ -260,6 +262,13 @@ RandomQueueInput RandomQueues(std::mt19937& rng, int max_jobs = 12) {
     const int cohort = uniform(0, 4);
     spec.cohort = cohort == 0 ? "" : cohort == 1 ? "c2" : "c1";
     spec.max_job_size = uniform(0, 4) == 0 ? uniform(1, 6) : 0;
+    // Borrowing and lending limits on about one queue in three (a lending
+    // limit above the nominal reads as the nominal).
+    auto limit = [&] { return uniform(0, 2) == 0 && limits ? uniform(0, 9) : -1; };
+    spec.borrowing_limit_gpu = limit();
+    spec.borrowing_limit_cpu = limit();
+    spec.lending_limit_gpu = limit();
+    spec.lending_limit_cpu = limit();
     spec.usage_gpu = uniform(0, 2) == 0 ? 0 : uniform(0, 40) / 4.0;
     spec.usage_cpu = uniform(0, 2) == 0 ? 0 : uniform(0, 40) / 4.0;
     in.queues.queues.push_back(std::move(spec));
@@ -394,7 +403,9 @@ TEST(SchedulerQueuePropertyTest, VictimsAreEligibleSufficientAndNoMoreThanNeeded
   std::mt19937 rng(3);
   int preempted = 0, waited = 0, refused = 0;
   for (int iter = 0; iter < 40000; ++iter) {
-    RandomQueueInput in = RandomQueues(rng, /*max_jobs=*/1);
+    // This oracle models quotas without borrowing or lending limits (the
+    // invariant checker covers those on every other random input).
+    RandomQueueInput in = RandomQueues(rng, /*max_jobs=*/1, /*limits=*/false);
     if (in.jobs.empty()) continue;
     SCOPED_TRACE(iter);
     absl::StatusOr<ScheduleResult> r = Schedule(in.jobs, in.workers, in.queues);

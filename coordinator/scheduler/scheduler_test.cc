@@ -683,6 +683,74 @@ TEST(SchedulerQueueTest, JobsLargerThanTheQueueAllowsNeverWait) {
   EXPECT_THAT(PendingOf(*r, "over-cohort").message, HasSubstr("could ever lend (6)"));
 }
 
+// Issue #48: Kueue's borrowingLimit. A (2 GPUs, may borrow 1) and B (4) in
+// one cohort on an idle 8-GPU cluster: A borrows up to 3 in all, however
+// much B has idle.
+TEST(SchedulerQueueTest, BorrowingStopsAtTheBorrowingLimit) {
+  QueueInput input;
+  input.queues = {Queue("A", 2, -1, "c"), Queue("B", 4, -1, "c")};
+  input.queues[0].borrowing_limit_gpu = 1;
+  const std::vector<WorkerSlots> idle = {Gpu("w", 8)};
+  // 3 = nominal 2 + borrowing limit 1 fits; 4 never will (B's 4 idle
+  // slots do not matter).
+  auto r = CheckQ({Queued("A", Job("a3", 3, kCuda, 0, 1))}, idle, input);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r), (Outcomes{{"a3", "w:0,1,2"}})) << Dump(*r);
+  auto big = CheckQ({Queued("A", Job("a4", 4, kCuda, 0, 1))}, idle, input);
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(Outcome(*big), (Outcomes{{"a4", "pending:exceeds_queue_limit"}})) << Dump(*big);
+  EXPECT_THAT(PendingOf(*big, "a4").message, HasSubstr("could ever lend (3)"));
+  // A holds 3 (1 borrowed): one more waits, saying the limit, though the
+  // cohort has 3 idle.
+  input.running = {Running("a-run", "A", 3)};
+  auto more = CheckQ({Queued("A", Job("a1", 1, kCuda, 0, 2))}, {Gpu("w", 5, 8)}, input);
+  ASSERT_TRUE(more.ok());
+  EXPECT_EQ(Outcome(*more), (Outcomes{{"a1", "pending:quota_exceeded"}})) << Dump(*more);
+  EXPECT_THAT(PendingOf(*more, "a1").message,
+              HasSubstr("queue A: 3 of 2 cuda used, borrowing limit 1, cohort c: 3 of 6"));
+  EXPECT_TRUE(more->preemptions.empty());
+  // An elastic job that borrows (its minimum is over A's nominal) grows
+  // only up to the limit, though 8 are idle.
+  input.running.clear();
+  PendingJob elastic = Queued("A", Job("elastic", 6, kCuda, 0, 3));
+  elastic.min_world_size = 3;
+  auto grown = CheckQ({elastic}, idle, input);
+  ASSERT_TRUE(grown.ok());
+  EXPECT_EQ(Outcome(*grown), (Outcomes{{"elastic", "w:0,1,2"}})) << Dump(*grown);
+}
+
+// Issue #48: Kueue's lendingLimit. A has 4 GPUs but lends at most 1; B has
+// none of its own. B borrows at most 1; A's other 3 stay free for it, so A
+// starts 3 at once without preempting, and preempts B only for its 4th.
+TEST(SchedulerQueueTest, ALendingLimitKeepsPartOfALendersQuotaFreeForIt) {
+  QueueInput input;
+  input.queues = {Queue("A", 4, -1, "c"), Queue("B", 0, -1, "c")};
+  input.queues[0].lending_limit_gpu = 1;
+  auto b2 = CheckQ({Queued("B", Job("b2", 2, kCuda, 0, 1))}, {Gpu("w", 8)}, input);
+  ASSERT_TRUE(b2.ok()) << b2.status();
+  EXPECT_EQ(Outcome(*b2), (Outcomes{{"b2", "pending:exceeds_queue_limit"}})) << Dump(*b2);
+  auto b1 = CheckQ({Queued("B", Job("b1", 1, kCuda, 0, 1))}, {Gpu("w", 8)}, input);
+  ASSERT_TRUE(b1.ok());
+  EXPECT_EQ(Outcome(*b1), (Outcomes{{"b1", "w:0"}})) << Dump(*b1);
+  // B holds its 1 borrowed slot; a second one of B's waits for quota.
+  input.running = {Running("b1", "B", 1, 0, 1)};
+  const std::vector<WorkerSlots> rest = {Worker("w", SlotKind::kGpu, {1, 2, 3, 4, 5, 6, 7}, 8)};
+  auto again = CheckQ({Queued("B", Job("b-more", 1, kCuda, 0, 2))}, rest, input);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(Outcome(*again), (Outcomes{{"b-more", "pending:quota_exceeded"}})) << Dump(*again);
+  EXPECT_THAT(PendingOf(*again, "b-more").message, HasSubstr("cohort c: 1 of 1"));
+  // A's 3 reserved slots need nobody's.
+  auto a3 = CheckQ({Queued("A", Job("a3", 3, kCuda, 0, 3))}, rest, input);
+  ASSERT_TRUE(a3.ok());
+  EXPECT_EQ(Outcome(*a3), (Outcomes{{"a3", "w:1,2,3"}})) << Dump(*a3);
+  EXPECT_TRUE(a3->preemptions.empty());
+  // Its 4th is the one it lent: B's job is preempted for it.
+  auto a4 = CheckQ({Queued("A", Job("a4", 4, kCuda, 0, 3))}, {Gpu("w", 3, 4)}, input);
+  ASSERT_TRUE(a4.ok());
+  EXPECT_EQ(Victims(*a4), std::vector<std::string>{"b1>a4"});
+  EXPECT_THAT(PendingOf(*a4, "a4").message, HasSubstr("lends at most 1"));
+}
+
 TEST(SchedulerQueueTest, UnknownQueueIsReportedLast) {
   QueueInput input;
   input.queues = {Queue("default", -1), Queue("A", 2)};

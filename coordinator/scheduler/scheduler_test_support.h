@@ -556,8 +556,35 @@ class QueueInvariantCheck {
     }
     return sum;
   }
+  // Borrowing and lending limits: -1 = none.
+  static long long BorrowLimit(const QueueSpec& q, SlotKind k) {
+    return k == SlotKind::kGpu ? q.borrowing_limit_gpu : q.borrowing_limit_cpu;
+  }
+  // The part of the nominal a queue never lends.
+  static long long Guaranteed(const QueueSpec& q, SlotKind k) {
+    const long long lend = k == SlotKind::kGpu ? q.lending_limit_gpu : q.lending_limit_cpu;
+    return lend < 0 || Nominal(q, k) < 0 ? 0 : Nominal(q, k) - std::min(lend, Nominal(q, k));
+  }
+  // What `used` slots of q take from its group.
+  static long long Lent(const QueueSpec& q, SlotKind k, long long used) {
+    return std::max(0LL, used - Guaranteed(q, k));
+  }
+  // What the group lends: its members' nominal beyond their guaranteed part.
   long long GroupNominal(const QueueSpec& q, SlotKind k) const {
-    return GroupSum(q, k, [&](const QueueSpec& m) { return Nominal(m, k); });
+    return GroupSum(q, k, [&](const QueueSpec& m) { return Nominal(m, k) - Guaranteed(m, k); });
+  }
+  // The largest job q can ever run of kind k (finite nominal).
+  long long Ceiling(const QueueSpec& q, SlotKind k) const {
+    long long c = Guaranteed(q, k) + GroupNominal(q, k);
+    if (BorrowLimit(q, k) >= 0) c = std::min(c, Nominal(q, k) + BorrowLimit(q, k));
+    return c;
+  }
+  // Whether `more` slots for q fit its group given each member's used.
+  template <typename UsedOf>
+  bool GroupFits(const QueueSpec& q, SlotKind k, long long more, UsedOf used_of) const {
+    const long long group_used = GroupSum(q, k, [&](const QueueSpec& m) { return Lent(m, k, used_of(m)); });
+    const long long growth = Lent(q, k, used_of(q) + more) - Lent(q, k, used_of(q));
+    return growth <= std::max(0LL, GroupNominal(q, k) - group_used);
   }
   long long At(const std::map<QueueKind, long long>& m, const std::string& q, SlotKind k) const {
     auto it = m.find({q, k});
@@ -662,7 +689,7 @@ class QueueInvariantCheck {
     }
     EXPECT_NE(p.reason, PendingReason::kExceedsCapacity);
     const bool finite = q != nullptr && Nominal(*q, kind) >= 0;
-    if (finite && least > GroupNominal(*q, kind)) {
+    if (finite && least > Ceiling(*q, kind)) {
       EXPECT_EQ(p.reason, PendingReason::kExceedsQueueLimit);
       return;
     }
@@ -670,8 +697,10 @@ class QueueInvariantCheck {
     if (p.reason == PendingReason::kQuotaExceeded) {
       // Quota only grows within a pass: what blocked it still does.
       ASSERT_TRUE(finite) << "quota_exceeded in a queue without quota";
-      EXPECT_GT(GroupSum(*q, kind, [&](const QueueSpec& m) { return UsedFinal(m, kind); }) + least,
-                GroupNominal(*q, kind));
+      const bool over_borrowing_limit =
+          BorrowLimit(*q, kind) >= 0 && UsedFinal(*q, kind) + least > Nominal(*q, kind) + BorrowLimit(*q, kind);
+      EXPECT_TRUE(over_borrowing_limit ||
+                  !GroupFits(*q, kind, least, [&](const QueueSpec& m) { return UsedFinal(m, kind); }));
     }
     if (p.reason == PendingReason::kPreempting) {
       ASSERT_TRUE(finite) << "preempting in a queue without quota";
@@ -699,10 +728,16 @@ class QueueInvariantCheck {
       const SlotKind k = qk.second;
       if (n == 0 || Nominal(q, k) < 0) continue;
       SCOPED_TRACE(absl::StrCat(Group(q), " ", SlotKindName(k)));
-      EXPECT_LE(GroupSum(q, k, [&](const QueueSpec& m) { return UsedFinal(m, k); }),
-                GroupNominal(q, k));
+      // Within its guaranteed part a queue places whatever the others hold.
+      if (UsedFinal(q, k) > Guaranteed(q, k)) {
+        EXPECT_LE(GroupSum(q, k, [&](const QueueSpec& m) { return Lent(m, k, UsedFinal(m, k)); }),
+                  GroupNominal(q, k));
+      }
       if (q.cohort.empty()) {
         EXPECT_LE(UsedFinal(q, k), Nominal(q, k));
+      }
+      if (BorrowLimit(q, k) >= 0) {
+        EXPECT_LE(UsedFinal(q, k), Nominal(q, k) + BorrowLimit(q, k)) << "past its borrowing limit";
       }
     }
   }
@@ -772,12 +807,9 @@ class QueueInvariantCheck {
       for (const Slot& s : free_) free_of_kind += by_id_[s.first]->kind == kind;
       EXPECT_GE(free_of_kind + stopping_slots + picked_slots, Least(job))
           << "victims cannot suffice";
-      const long long group_running =
-          GroupSum(q, kind, [&](const QueueSpec& m) { return At(used_running_, m.name, kind); });
-      const long long group_stopping =
-          GroupSum(q, kind, [&](const QueueSpec& m) { return At(stopping_, m.name, kind); });
-      EXPECT_LE(group_running - group_stopping - picked_slots + Least(job), GroupNominal(q, kind))
-          << "victims free too little quota";
+      EXPECT_TRUE(GroupFits(q, kind, Least(job), [&](const QueueSpec& m) {
+        return At(used_running_, m.name, kind) - At(stopping_, m.name, kind) - picked_from[m.name];
+      })) << "victims free too little quota";
     }
   }
 

@@ -1,0 +1,29 @@
+// Quota questions asked outside a scheduling pass: the largest job a queue
+// can ever run, given every queue's nominal quota, cohort and borrowing and
+// lending limits (scheduler.h, "Quota" and "Borrowing and lending limits").
+// The coordinator asks it at submit to refuse a job its queue and cohort
+// could never run (queue_registry.h, ResolveQueue); the scheduler applies
+// the same number in every pass (kExceedsQueueLimit), from the same code
+// (internal::QueueBook::Ceiling), so the two never disagree.
+//
+// Threading: stateless; safe to call from any thread.
+#pragma once
+
+#include <optional>
+#include <string>
+
+#include "absl/types/span.h"
+#include "coordinator/scheduler/scheduler.h"
+
+namespace trainctl::scheduler {
+
+// The most slots of `kind` a job of queue `name` ("" = "default") may ever
+// hold at once (its least size is compared with it): the queue's nominal
+// plus all its cohort could lend under their lending limits, at most its
+// nominal plus its borrowing limit. nullopt when that kind is unlimited for
+// the queue, or the queue is not among `queues`. `queues` as Schedule takes
+// them (valid; usage and owners do not matter).
+std::optional<long long> QueueCeiling(absl::Span<const QueueSpec> queues, const std::string& name,
+                                      SlotKind kind);
+
+}  // namespace trainctl::scheduler
