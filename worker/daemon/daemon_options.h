@@ -86,6 +86,10 @@ struct DaemonOptions {
   // with `resources` get a cgroup of their own there (cgroup_limits.h).
   // "": cgroups off (such a job's ranks fail to launch, saying so).
   std::string cgroup_root = "/sys/fs/cgroup";
+  // The file system's calls behind the work dir, the worker-id file and the
+  // checkpoint-directory claims (common/file_env.h): a test's FaultFileEnv
+  // fails them as a full or broken disk would. Null: the real ones.
+  FileEnv* file_env = nullptr;
 };
 
 }  // namespace trainctl::worker

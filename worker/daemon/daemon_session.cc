@@ -347,7 +347,9 @@ void DaemonSession::OnRegistered(const v1::RegisterAck& ack, Stream* stream, int
   // read. Kept so a restart registers as the same worker (and its ranks' reports
   // are accepted). A failure does not stop this session, but is said: the
   // next start would take a new id and lose this one's ranks.
-  if (absl::Status w = WriteFileSafely(id_file_, absl::StrCat(ack.worker_id(), "\n"), PrivateFile()); !w.ok()) {
+  SafeWriteOptions id_options = PrivateFile();
+  id_options.env = options_.file_env;
+  if (absl::Status w = WriteFileSafely(id_file_, absl::StrCat(ack.worker_id(), "\n"), id_options); !w.ok()) {
     LogEvent(LogLevel::kError, "worker", "worker_id_not_saved",
              {{"worker_id", ack.worker_id()}, {"error", std::string(w.message())}});
   }
