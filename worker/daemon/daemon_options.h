@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "trainctl/v1/worker_service.pb.h"
 #include "worker/daemon/rank_files.h"
 
@@ -90,6 +91,16 @@ struct DaemonOptions {
   // checkpoint-directory claims (common/file_env.h): a test's FaultFileEnv
   // fails them as a full or broken disk would. Null: the real ones.
   FileEnv* file_env = nullptr;
+  // The daemon's time (common/clock.h): Now() for timestamps (reports,
+  // log lines) and certificate expiry, Mono() for durations and retry
+  // deadlines. Null: SystemClock. Blocking waits are timed on the steady
+  // clock (common/wake_signal.h) whatever this is.
+  const Clock* clock = nullptr;
 };
+
+// options.clock, or the system's.
+inline const Clock& DaemonClock(const DaemonOptions& options) {
+  return options.clock != nullptr ? *options.clock : *SystemClock::Get();
+}
 
 }  // namespace trainctl::worker
