@@ -18,7 +18,6 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/synchronization/mutex.h"
 #include "common/random_secret.h"
 
 namespace trainctl {
@@ -41,23 +40,25 @@ std::pair<std::string, std::string> SplitPath(const std::string& path) {
 
 std::string RandomSuffix() { return absl::BytesToHexString(RandomBytes(8)); }
 
-int OpenDir(const std::string& dir) { return ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC); }
+int OpenDir(FileEnv* env, const std::string& dir) {
+  return env->OpenAt(AT_FDCWD, dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+}
 
 // Creates `name` in `dir_fd` without following a link and without touching
 // an existing file: EEXIST when anything is there.
-int CreateExclusive(int dir_fd, const std::string& name, mode_t mode) {
+int CreateExclusive(FileEnv* env, int dir_fd, const std::string& name, mode_t mode) {
   int fd;
   do {
-    fd = ::openat(dir_fd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
+    fd = env->OpenAt(dir_fd, name, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, mode);
   } while (fd < 0 && errno == EINTR);
   return fd;
 }
 
 // write(2) all of `data`; 0 or the errno (a zero-byte write counts as ENOSPC).
-int WriteAll(int fd, const char* data, size_t size) {
+int WriteAll(FileEnv* env, int fd, const char* data, size_t size) {
   size_t off = 0;
   while (off < size) {
-    ssize_t n = ::write(fd, data + off, size - off);
+    ssize_t n = env->Write(fd, data + off, size - off);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) return n < 0 ? errno : ENOSPC;
     off += static_cast<size_t>(n);
@@ -67,36 +68,17 @@ int WriteAll(int fd, const char* data, size_t size) {
 
 // Renames without replacing: renameat2(RENAME_NOREPLACE), or where the
 // filesystem lacks it, link + unlink (link never replaces either).
-int RenameNoReplace(int dir_fd, const std::string& from, const std::string& to) {
+int RenameNoReplace(FileEnv* env, int dir_fd, const std::string& from, const std::string& to) {
 #ifdef RENAME_NOREPLACE
-  if (::renameat2(dir_fd, from.c_str(), dir_fd, to.c_str(), RENAME_NOREPLACE) == 0) return 0;
+  if (env->RenameAt(dir_fd, from, dir_fd, to, RENAME_NOREPLACE) == 0) return 0;
   if (errno != EINVAL && errno != ENOSYS && errno != ENOTSUP) return errno;
 #endif
-  if (::linkat(dir_fd, from.c_str(), dir_fd, to.c_str(), 0) != 0) return errno;
-  ::unlinkat(dir_fd, from.c_str(), 0);
+  if (env->LinkAt(dir_fd, from, dir_fd, to) != 0) return errno;
+  env->UnlinkAt(dir_fd, from, 0);
   return 0;
 }
 
-// The test's fault (SetSafeFileFaultForTest); null when none.
-absl::Mutex fault_mu;
-std::shared_ptr<const SafeFileFault> fault_fn ABSL_GUARDED_BY(fault_mu);
-
-// The errno the test's fault injects into this step, or 0.
-int InjectedFault(SafeFileStep step, const std::string& path, int64_t size) {
-  std::shared_ptr<const SafeFileFault> f;
-  {
-    absl::MutexLock lock(&fault_mu);
-    f = fault_fn;
-  }
-  return f == nullptr ? 0 : (*f)(step, path, size);
-}
-
 }  // namespace
-
-void SetSafeFileFaultForTest(SafeFileFault fault) {
-  absl::MutexLock lock(&fault_mu);
-  fault_fn = fault ? std::make_shared<const SafeFileFault>(std::move(fault)) : nullptr;
-}
 
 absl::StatusCode SafeFileCode(int err) {
   switch (err) {
@@ -160,7 +142,7 @@ class SafeFileWriter::FdBuf : public std::streambuf {
 };
 
 SafeFileWriter::SafeFileWriter(std::string path, SafeWriteOptions options)
-    : path_(std::move(path)), options_(options) {}
+    : path_(std::move(path)), options_(options), env_(FileEnv::Or(options.env)) {}
 
 SafeFileWriter::~SafeFileWriter() { Abandon(); }
 
@@ -174,7 +156,7 @@ void SafeFileWriter::Abandon() {
   if (fd_ >= 0) {
     ::close(fd_);
     fd_ = -1;
-    ::unlinkat(dir_fd_, temp_name_.c_str(), 0);
+    env_->UnlinkAt(dir_fd_, temp_name_, 0);
   }
   if (dir_fd_ >= 0) {
     ::close(dir_fd_);
@@ -190,7 +172,7 @@ absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::Create(const std
     return absl::InvalidArgumentError(absl::StrCat("'", path, "' does not name a file"));
   }
   w->name_ = name;
-  w->dir_fd_ = OpenDir(dir);
+  w->dir_fd_ = OpenDir(w->env_, dir);
   if (w->dir_fd_ < 0) {
     const int e = errno;
     return ErrnoStatus(absl::StrCat("cannot open the directory of '", path, "': ", std::strerror(e)), e);
@@ -220,11 +202,7 @@ absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::CreateTemp(std::
   int err = 0;
   for (int tries = 0; tries < 8; ++tries) {
     w->temp_name_ = absl::StrCat(w->name_, ".tmp.", RandomSuffix());
-    if (const int injected = InjectedFault(SafeFileStep::kCreate, w->path_, 0); injected != 0) {
-      err = injected;
-      break;
-    }
-    w->fd_ = CreateExclusive(w->dir_fd_, w->temp_name_, w->options_.mode);
+    w->fd_ = CreateExclusive(w->env_, w->dir_fd_, w->temp_name_, w->options_.mode);
     err = w->fd_ < 0 ? errno : 0;
     if (err != EEXIST) break;
   }
@@ -236,8 +214,7 @@ absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::CreateTemp(std::
 absl::Status SafeFileWriter::Append(absl::string_view data) {
   if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("'", path_, "': already committed or abandoned"));
   if (write_errno_ != 0) return Error("writing", write_errno_);
-  write_errno_ = InjectedFault(SafeFileStep::kWrite, path_, written_ + static_cast<int64_t>(data.size()));
-  if (write_errno_ == 0) write_errno_ = WriteAll(fd_, data.data(), data.size());
+  write_errno_ = WriteAll(env_, fd_, data.data(), data.size());
   if (write_errno_ != 0) return Error("writing", write_errno_);
   written_ += static_cast<int64_t>(data.size());
   return absl::OkStatus();
@@ -259,10 +236,7 @@ absl::Status SafeFileWriter::Commit() {
     failed = Error("writing", write_errno_);
   } else if (stream_ != nullptr && !*stream_) {
     failed = absl::InternalError(absl::StrCat("writing '", path_, "' failed"));
-  } else if (const int injected = options_.sync ? InjectedFault(SafeFileStep::kSync, path_, written_) : 0;
-             injected != 0) {
-    failed = Error("fsync of", injected);
-  } else if (options_.sync && ::fsync(fd_) != 0) {
+  } else if (options_.sync && env_->Fsync(fd_) != 0) {
     failed = Error("fsync of", errno);
   }
   if (failed.ok()) {
@@ -270,32 +244,30 @@ absl::Status SafeFileWriter::Commit() {
     fd_ = -1;
     if (rc != 0) {
       failed = Error("closing", errno);
-      ::unlinkat(dir_fd_, temp_name_.c_str(), 0);
+      env_->UnlinkAt(dir_fd_, temp_name_, 0);
     }
   }
   if (!failed.ok()) {
     Abandon();
     return failed;
   }
-  int err = InjectedFault(SafeFileStep::kRename, path_, written_);
-  if (err != 0) {
-    // As a failed rename(2) would: the new file never takes the name.
-  } else if (options_.replace) {
+  int err = 0;
+  if (options_.replace) {
     // rename replaces whatever is at the final name, a link included, and
     // never writes through it.
-    if (::renameat(dir_fd_, temp_name_.c_str(), dir_fd_, name_.c_str()) != 0) err = errno;
+    if (env_->RenameAt(dir_fd_, temp_name_, dir_fd_, name_) != 0) err = errno;
   } else {
-    err = RenameNoReplace(dir_fd_, temp_name_, name_);
+    err = RenameNoReplace(env_, dir_fd_, temp_name_, name_);
   }
   if (err != 0) {
-    ::unlinkat(dir_fd_, temp_name_.c_str(), 0);
+    env_->UnlinkAt(dir_fd_, temp_name_, 0);
     Abandon();
     if (err == EEXIST) {
       return ErrnoStatus(absl::StrCat("'", path_, "' already exists (not overwritten)"), err);
     }
     return Error("renaming a new file into", err);
   }
-  if (options_.sync && ::fsync(dir_fd_) != 0) {
+  if (options_.sync && env_->Fsync(dir_fd_) != 0) {
     const int e = errno;
     Abandon();
     return ErrnoStatus(absl::StrCat("fsync of the directory of '", path_, "': ", std::strerror(e)), e);
@@ -319,18 +291,21 @@ absl::Status WriteFileSafelyAt(int dir_fd, const std::string& name, absl::string
   return (*w)->Commit();
 }
 
-absl::Status ProbeWritableDir(const std::string& dir, const std::string& name, absl::string_view contents) {
-  const int dir_fd = OpenDir(dir);
+absl::Status ProbeWritableDir(const std::string& dir, const std::string& name, absl::string_view contents,
+                              FileEnv* env) {
+  env = FileEnv::Or(env);
+  const int dir_fd = OpenDir(env, dir);
   if (dir_fd < 0) {
     const int e = errno;
     return ErrnoStatus(absl::StrCat("cannot open directory '", dir, "': ", std::strerror(e)), e);
   }
-  absl::Status s = ProbeWritableDirAt(dir_fd, dir, name, contents);
+  absl::Status s = ProbeWritableDirAt(dir_fd, dir, name, contents, env);
   ::close(dir_fd);
   return s;
 }
 
-absl::StatusOr<int> OpenOrMakeDirNoFollow(const std::string& path, mode_t mode) {
+absl::StatusOr<int> OpenOrMakeDirNoFollow(const std::string& path, mode_t mode, FileEnv* env) {
+  env = FileEnv::Or(env);
   if (path.empty()) return ErrnoStatus("cannot open a directory with an empty name", EINVAL);
   // Components on the way are opened O_PATH: passing through needs search
   // permission only (a 0710 directory of another user's group), as a path
@@ -341,7 +316,7 @@ absl::StatusOr<int> OpenOrMakeDirNoFollow(const std::string& path, mode_t mode) 
   for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
     if (part != ".") parts.emplace_back(part);
   }
-  int fd = ::open(path[0] == '/' ? "/" : ".", (parts.empty() ? O_RDONLY : O_PATH) | O_DIRECTORY | O_CLOEXEC);
+  int fd = env->OpenAt(AT_FDCWD, path[0] == '/' ? "/" : ".", (parts.empty() ? O_RDONLY : O_PATH) | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
     return ErrnoStatus(absl::StrCat("cannot open the start of '", path, "': ", std::strerror(e)), e);
@@ -356,13 +331,13 @@ absl::StatusOr<int> OpenOrMakeDirNoFollow(const std::string& path, mode_t mode) 
     if (name == "..") {
       e = EINVAL;
     } else {
-      next = ::openat(fd, name.c_str(), flags);
+      next = env->OpenAt(fd, name, flags);
       e = errno;
       if (next < 0 && e == ENOENT) {
         // Made here, or by someone else just now: either way opened
         // again without following a link.
-        if (::mkdirat(fd, name.c_str(), mode) == 0 || errno == EEXIST) {
-          next = ::openat(fd, name.c_str(), flags);
+        if (env->MkdirAt(fd, name, mode) == 0 || errno == EEXIST) {
+          next = env->OpenAt(fd, name, flags);
           e = errno;
         } else {
           e = errno;
@@ -372,7 +347,7 @@ absl::StatusOr<int> OpenOrMakeDirNoFollow(const std::string& path, mode_t mode) 
     if (next < 0 && e == ENOTDIR) {
       // O_DIRECTORY|O_NOFOLLOW on a link says ENOTDIR: name it as a link.
       struct stat st {};
-      if (::fstatat(fd, name.c_str(), &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) e = ELOOP;
+      if (env->StatAt(fd, name, &st, AT_SYMLINK_NOFOLLOW) == 0 && S_ISLNK(st.st_mode)) e = ELOOP;
     }
     ::close(fd);
     if (next < 0) {
@@ -385,21 +360,22 @@ absl::StatusOr<int> OpenOrMakeDirNoFollow(const std::string& path, mode_t mode) 
 }
 
 absl::Status ProbeWritableDirAt(int dir_fd, const std::string& dir, const std::string& name,
-                                absl::string_view contents) {
+                                absl::string_view contents, FileEnv* env) {
+  env = FileEnv::Or(env);
   std::string probe = name;
-  int fd = CreateExclusive(dir_fd, probe, 0600);
+  int fd = CreateExclusive(env, dir_fd, probe, 0600);
   // Something (maybe a planted link) holds the name: leave it, use another.
   for (int tries = 0; fd < 0 && errno == EEXIST && tries < 8; ++tries) {
     probe = absl::StrCat(name, ".", RandomSuffix());
-    fd = CreateExclusive(dir_fd, probe, 0600);
+    fd = CreateExclusive(env, dir_fd, probe, 0600);
   }
   if (fd < 0) {
     const int e = errno;
     return ErrnoStatus(absl::StrCat("cannot create a file in '", dir, "': ", std::strerror(e)), e);
   }
-  const int err = WriteAll(fd, contents.data(), contents.size());
+  const int err = WriteAll(env, fd, contents.data(), contents.size());
   ::close(fd);
-  ::unlinkat(dir_fd, probe.c_str(), 0);
+  env->UnlinkAt(dir_fd, probe, 0);
   if (err != 0) return ErrnoStatus(absl::StrCat("cannot write a file in '", dir, "': ", std::strerror(err)), err);
   return absl::OkStatus();
 }

@@ -22,6 +22,11 @@
 // ALREADY_EXISTS, a missing directory NOT_FOUND, anything else INTERNAL.
 // The errno is also attached (SafeFileErrno).
 //
+// Every system call that can fail goes through a FileEnv (common/file_env.h;
+// SafeWriteOptions::env): a test hands a FaultFileEnv to make the disk fill
+// at a write, a rename fail with EIO, a create be refused, and checks that
+// the caller's error names the path and nothing half-written is left.
+//
 // Callers: token and key files (common/auth), the rank config
 // (worker/protocol), models and checkpoints (worker/engine, worker/trainer),
 // trainctl fetch, the worker-id file, the pre-flight and write probes.
@@ -32,7 +37,6 @@
 #include <sys/types.h>
 
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <ostream>
 #include <string>
@@ -40,6 +44,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/file_env.h"
 
 namespace trainctl {
 
@@ -52,6 +57,9 @@ struct SafeWriteOptions {
   bool replace = true;
   // fsync the file before the rename and the directory after it.
   bool sync = true;
+  // The file system's calls (common/file_env.h); null: FileEnv::Default().
+  // A test's FaultFileEnv makes a step fail as the disk would.
+  FileEnv* env = nullptr;
 };
 
 // Mode 0600 (tokens, keys, the rank config, fetched files).
@@ -105,6 +113,7 @@ class SafeFileWriter {
   std::string name_;       // basename of path_
   std::string temp_name_;  // basename of temp_path_
   SafeWriteOptions options_;
+  FileEnv* env_;  // options_.env, or the default
   int dir_fd_ = -1;
   int fd_ = -1;
   int write_errno_ = 0;  // first failed write (Append or stream)
@@ -123,12 +132,14 @@ absl::Status WriteFileSafelyAt(int dir_fd, const std::string& name, absl::string
 // Checks that a file can be created in `dir`: creates "<dir>/<name>" with
 // O_CREAT|O_EXCL|O_NOFOLLOW (mode 0600), writes `contents` and removes it. A
 // file or link already at that name is never opened or written through: the
-// probe then uses "<name>.<random hex>" instead. Status as above.
-absl::Status ProbeWritableDir(const std::string& dir, const std::string& name, absl::string_view contents = "");
+// probe then uses "<name>.<random hex>" instead. Status as above. `env`:
+// as SafeWriteOptions::env.
+absl::Status ProbeWritableDir(const std::string& dir, const std::string& name, absl::string_view contents = "",
+                              FileEnv* env = nullptr);
 // The same through a directory already open at `dir_fd` (kept open);
 // `dir` only names it in messages.
 absl::Status ProbeWritableDirAt(int dir_fd, const std::string& dir, const std::string& name,
-                                absl::string_view contents = "");
+                                absl::string_view contents = "", FileEnv* env = nullptr);
 
 // Opens the directory `path` (absolute, or relative to the working
 // directory), making each missing component with mkdirat(`mode`, less the
@@ -138,22 +149,10 @@ absl::Status ProbeWritableDirAt(int dir_fd, const std::string& dir, const std::s
 // ENOTDIR and nothing is made past it, so a link swapped in at any depth
 // cannot redirect what is made. ".." is refused (EINVAL). The caller owns
 // the descriptor (O_RDONLY|O_DIRECTORY|O_CLOEXEC). Status as above.
-absl::StatusOr<int> OpenOrMakeDirNoFollow(const std::string& path, mode_t mode = 0777);
+absl::StatusOr<int> OpenOrMakeDirNoFollow(const std::string& path, mode_t mode = 0777, FileEnv* env = nullptr);
 
 // The errno a status of this file attached, or 0.
 int SafeFileErrno(const absl::Status& status);
-
-// Fault injection for tests, at the one writer every file trainctl creates
-// goes through (LevelDB's FaultInjectionTestEnv, in small): `fault` is asked
-// before each step of every SafeFileWriter in the process -- creating the
-// temporary file, each write (with the size the file would have after it),
-// the fsync, the rename -- with the final path, and a non-zero errno it
-// returns fails that step as the system call would have (ENOSPC after N
-// bytes, EIO on rename, EACCES on create ...). An empty function ends it.
-// Thread-safe; `fault` runs on the writing thread.
-enum class SafeFileStep { kCreate, kWrite, kSync, kRename };
-using SafeFileFault = std::function<int(SafeFileStep step, const std::string& path, int64_t size)>;
-void SetSafeFileFaultForTest(SafeFileFault fault);
 
 // The status code for an errno of a file operation (see above).
 absl::StatusCode SafeFileCode(int err);

@@ -106,34 +106,32 @@ TEST_F(SafeFileTest, WritingAtAnOpenDirectoryNeverFollowsALinkAndKeepsWhatExists
   ::close(dfd);
 }
 
-// The fault seam (SetSafeFileFaultForTest): a full disk partway through, an
-// EIO at the rename or the fsync, a refused create -- without root or a
-// special file system. Each fails with the errno's class, keeps the file
-// that was there, and leaves no temporary file.
+// The fault seam (SafeWriteOptions::env, a FaultFileEnv): a full disk
+// partway through, an EIO at the rename or the fsync, a refused create --
+// without root or a special file system. Each fails with the errno's class,
+// keeps the file that was there, and leaves no temporary file.
 TEST_F(SafeFileTest, InjectedFaultsFailLikeTheSystemCallAndKeepTheOldFile) {
-  const std::string path = dir_ + "/ckpt";
+  const std::string path = fs::canonical(dir_).string() + "/ckpt";
   ASSERT_TRUE(WriteFileSafely(path, "old").ok());
   struct Case {
-    SafeFileStep step;
+    FileOp op;
+    int nth;
     int err;
     absl::StatusCode code;
   };
-  for (const Case& c : {Case{SafeFileStep::kWrite, ENOSPC, absl::StatusCode::kResourceExhausted},
-                        Case{SafeFileStep::kSync, EIO, absl::StatusCode::kInternal},
-                        Case{SafeFileStep::kRename, EIO, absl::StatusCode::kInternal},
-                        Case{SafeFileStep::kCreate, EACCES, absl::StatusCode::kPermissionDenied}}) {
-    std::vector<SafeFileStep> asked;
-    SetSafeFileFaultForTest([&](SafeFileStep step, const std::string& p, int64_t size) {
-      asked.push_back(step);
-      EXPECT_EQ(p, path);
-      // The write fails only once the file would pass 4 bytes: a disk that
-      // fills partway through the stream.
-      if (step == SafeFileStep::kWrite) return size > 4 && c.step == step ? c.err : 0;
-      return step == c.step ? c.err : 0;
-    });
+  // The write fails at the second write: a disk that fills partway through
+  // the stream.
+  for (const Case& c : {Case{FileOp::kWrite, 2, ENOSPC, absl::StatusCode::kResourceExhausted},
+                        Case{FileOp::kFsync, 0, EIO, absl::StatusCode::kInternal},
+                        Case{FileOp::kRename, 0, EIO, absl::StatusCode::kInternal},
+                        Case{FileOp::kOpen, 0, EACCES, absl::StatusCode::kPermissionDenied}}) {
+    FaultFileEnv env;
+    env.Inject({c.op, path, c.err, c.nth});
+    SafeWriteOptions options;
+    options.env = &env;
     absl::Status s;
     {
-      absl::StatusOr<std::unique_ptr<SafeFileWriter>> w = SafeFileWriter::Create(path);
+      absl::StatusOr<std::unique_ptr<SafeFileWriter>> w = SafeFileWriter::Create(path, options);
       s = w.status();
       if (w.ok()) {
         s = (*w)->Append("new");
@@ -141,13 +139,12 @@ TEST_F(SafeFileTest, InjectedFaultsFailLikeTheSystemCallAndKeepTheOldFile) {
         if (s.ok()) s = (*w)->Commit();
       }
     }  // a writer that failed before Commit removes its temporary file here
-    SetSafeFileFaultForTest(nullptr);
     EXPECT_EQ(s.code(), c.code) << s;
     EXPECT_EQ(SafeFileErrno(s), c.err) << s;
     EXPECT_THAT(std::string(s.message()), HasSubstr(path));
     EXPECT_EQ(Slurp(path), "old") << "the old file stays when the new one fails";
     EXPECT_EQ(Names(dir_), std::vector<std::string>{"ckpt"}) << "no temporary file";
-    EXPECT_FALSE(asked.empty());
+    EXPECT_EQ(env.injected(), 1);
   }
   // Without a fault, the same write goes through.
   ASSERT_TRUE(WriteFileSafely(path, "newer").ok());

@@ -84,7 +84,7 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
   return first;
 }
 
-absl::Status WritePrivateFile(const std::string& path, absl::string_view contents) {
+absl::Status WritePrivateFile(const std::string& path, absl::string_view contents, FileEnv* env) {
   namespace fs = std::filesystem;
   fs::path p(path);
   std::error_code ec;
@@ -97,7 +97,9 @@ absl::Status WritePrivateFile(const std::string& path, absl::string_view content
   // temporary name is never written through), 0600 from the first byte.
   // Its errors keep their class and errno (a full disk is not a bad
   // argument): common/safe_file.h.
-  return WriteFileSafely(path, contents, PrivateFile());
+  SafeWriteOptions options = PrivateFile();
+  options.env = env;
+  return WriteFileSafely(path, contents, options);
 }
 
 absl::StatusOr<std::string> ReadOrCreateTokenFile(const std::string& path, bool* created) {

@@ -16,6 +16,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
+#include "common/file_env.h"
 
 namespace grpc {
 class Channel;
@@ -48,8 +49,9 @@ absl::StatusOr<std::string> ReadOrCreateTokenFile(const std::string& path, bool*
 // Writes `contents` to `path` with mode 0600 (atomically: temp + rename).
 // Errors as common/safe_file.h's (RESOURCE_EXHAUSTED for a full disk,
 // PERMISSION_DENIED, ..., the errno attached); a directory that cannot be
-// created is INVALID_ARGUMENT naming the path.
-absl::Status WritePrivateFile(const std::string& path, absl::string_view contents);
+// created is INVALID_ARGUMENT naming the path. `env`: the file system's
+// calls (common/file_env.h; null: the real ones).
+absl::Status WritePrivateFile(const std::string& path, absl::string_view contents, FileEnv* env = nullptr);
 // The whole file; NotFound / InvalidArgument naming the path.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 

@@ -30,12 +30,9 @@ TEST(TokenFileTest, ATokenFileIsPrivateAndAFailedRewriteKeepsTheOldToken) {
   // The disk fills, then a rename fails: the token on disk is the old one,
   // whole, and the error names the file.
   for (int err : {ENOSPC, EIO}) {
-    SetSafeFileFaultForTest([&](SafeFileStep step, const std::string& p, int64_t) {
-      if (p != path) return 0;
-      return (err == ENOSPC && step == SafeFileStep::kWrite) || (err == EIO && step == SafeFileStep::kRename) ? err : 0;
-    });
-    absl::Status s = WritePrivateFile(path, "tct_replacement\n");
-    SetSafeFileFaultForTest(nullptr);
+    FaultFileEnv env;
+    env.Inject({err == ENOSPC ? FileOp::kWrite : FileOp::kRename, std::filesystem::canonical(path).string(), err});
+    absl::Status s = WritePrivateFile(path, "tct_replacement\n", &env);
     EXPECT_FALSE(s.ok());
     EXPECT_EQ(SafeFileErrno(s), err) << s;
     EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr(path));

@@ -382,7 +382,8 @@ namespace {
 // UnpackArchive's work on an open archive; `archive_path` names it in errors.
 absl::Status UnpackFrom(int in_fd, const std::string& archive_path, const std::string& dest_dir,
                         const UnpackOptions& options) {
-  FdCloser dest(open(dest_dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC));
+  FileEnv* const env = FileEnv::Or(options.env);
+  FdCloser dest(env->OpenAt(AT_FDCWD, dest_dir, O_RDONLY | O_DIRECTORY | O_CLOEXEC));
   if (dest.get() < 0) return absl::InvalidArgumentError(absl::StrCat(dest_dir, ": ", Errno(errno)));
   {
     std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(dest_dir.c_str()), closedir);
@@ -451,10 +452,13 @@ absl::Status UnpackFrom(int in_fd, const std::string& archive_path, const std::s
     FdCloser parent(dup(dest.get()));
     const size_t dirs = is_dir ? parts.size() : parts.size() - 1;
     for (size_t i = 0; i < dirs; ++i) {
-      if (mkdirat(parent.get(), parts[i].c_str(), 0755) != 0 && errno != EEXIST) {
-        return loss(name, absl::StrCat("mkdir ", parts[i], ": ", Errno(errno)));
+      if (env->MkdirAt(parent.get(), parts[i], 0755) != 0 && errno != EEXIST) {
+        // The disk's fault, not the archive's: its class (a full disk, a
+        // refused directory), naming where.
+        const int e = errno;
+        return absl::Status(SafeFileCode(e), absl::StrCat(dest_dir, ": making the directory of ", name, ": ", Errno(e)));
       }
-      const int next = openat(parent.get(), parts[i].c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      const int next = env->OpenAt(parent.get(), parts[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
       if (next < 0) return loss(name, absl::StrCat(parts[i], ": not a directory (", Errno(errno), ")"));
       if (i + 1 == dirs && is_dir && fchmod(next, 0755) != 0) {
         close(next);
@@ -464,10 +468,12 @@ absl::Status UnpackFrom(int in_fd, const std::string& archive_path, const std::s
     }
     if (is_dir) continue;
     const mode_t file_mode = (*mode & 0100) != 0 ? 0755 : 0644;
-    FdCloser file(openat(parent.get(), parts.back().c_str(),
-                         O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, file_mode));
+    FdCloser file(env->OpenAt(parent.get(), parts.back(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
+                              file_mode));
     if (file.get() < 0) {
-      return loss(name, errno == EEXIST ? "a second entry of that name" : absl::StrCat("create: ", Errno(errno)));
+      if (errno == EEXIST) return loss(name, "a second entry of that name");
+      const int e = errno;
+      return absl::Status(SafeFileCode(e), absl::StrCat(dest_dir, ": creating ", name, ": ", Errno(e)));
     }
     if (fchmod(file.get(), file_mode) != 0) return loss(name, absl::StrCat("chmod: ", Errno(errno)));
     int64_t left = static_cast<int64_t>(*size);
@@ -477,7 +483,7 @@ absl::Status UnpackFrom(int in_fd, const std::string& archive_path, const std::s
       TRAINCTL_ASSIGN_OR_RETURN(bool got, ReadFull(in_fd, buffer.data(), n, archive_path));
       if (!got) return loss(name, "truncated (the archive ends inside its data)");
       for (size_t off = 0; off < n;) {
-        const ssize_t w = write(file.get(), buffer.data() + off, n - off);
+        const ssize_t w = env->Write(file.get(), buffer.data() + off, n - off);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) {
           return absl::Status(SafeFileCode(errno), absl::StrCat(dest_dir, ": writing ", name, ": ", Errno(errno)));

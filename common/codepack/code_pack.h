@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/status/statusor.h"
+#include "common/file_env.h"
 
 namespace trainctl::codepack {
 
@@ -42,6 +43,9 @@ absl::StatusOr<PackedCode> PackDirectory(const std::string& dir, const std::stri
 struct UnpackOptions {
   // Refuse an archive that would write more than this many bytes of files.
   int64_t max_bytes = int64_t{1} << 30;
+  // The file system's calls that make and write the unpacked files
+  // (common/file_env.h); null: the real ones.
+  FileEnv* env = nullptr;
 };
 
 // Unpacks `archive_path` (a ustar tar as PackDirectory makes) into

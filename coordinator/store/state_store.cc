@@ -204,7 +204,7 @@ absl::Status StateStore::Impl::OpenLocked() {
     created = true;
   } else {
     struct stat st;
-    if (stat(path.c_str(), &st) == 0) {
+    if (FileEnv::Or(options.file_env)->StatAt(AT_FDCWD, path, &st) == 0) {
       created = false;
       // Refused before SQLite touches it: enabling WAL would write a header
       // into the empty file. (A trainctl database never has 0 bytes: its

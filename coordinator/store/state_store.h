@@ -46,6 +46,7 @@
 #include "trainctl/v1/metrics.pb.h"
 #include "trainctl/v1/queue.pb.h"
 #include "trainctl/v1/worker_service.pb.h"
+#include "common/file_env.h"
 
 namespace trainctl::coordinator {
 
@@ -69,6 +70,10 @@ struct StoreOptions {
   // untouched); a check cut short by the bound is logged and the open goes
   // on. Zero: no check.
   absl::Duration integrity_check_timeout = absl::Seconds(30);
+  // The file system's calls behind the check of the database file before
+  // SQLite opens it (common/file_env.h): a test's FaultFileEnv fails them.
+  // Null: the real ones.
+  FileEnv* file_env = nullptr;
 
   // --- PostgreSQL: active and standby coordinators (docs/operator.md, "High
   // availability"). Each open that takes the store's lock increments the

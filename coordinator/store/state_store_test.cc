@@ -2,7 +2,11 @@
 // refusals of foreign or damaged files, injected write faults, groups.
 #include "coordinator/store/state_store_test_support.h"
 
+#include <cerrno>
+#include <cstring>
+
 #include "absl/strings/match.h"
+#include "common/file_env.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -278,6 +282,38 @@ TEST(StateStoreTest, EmptyExistingFileIsRefusedNotStartedAsANewCluster) {
   // A path that does not exist is a new database, and reopening it works.
   const std::string fresh = dir.File("fresh.db");
   ASSERT_NE(OpenOrDie(fresh), nullptr);
+  EXPECT_NE(OpenOrDie(fresh), nullptr);
+}
+
+// The check of the database file before SQLite opens it fails (the file
+// seam, common/file_env.h): a directory it may not search (EACCES), a
+// broken disk (EIO). The open is refused naming the path and the errno's
+// text, makes no file for a new database, leaves an existing one as it
+// was, and opens once the fault is gone.
+TEST(StateStoreTest, AFailedCheckOfTheDatabaseFileIsNamedAndChangesNothing) {
+  TempDir dir;
+  const std::string existing = dir.File("existing.db");
+  ASSERT_NE(OpenOrDie(existing), nullptr);
+  const auto size = std::filesystem::file_size(existing);
+  const std::string fresh = dir.File("fresh.db");
+  for (int err : {EACCES, EIO}) {
+    for (const std::string& path : {existing, fresh}) {
+      SCOPED_TRACE(path + " " + std::strerror(err));
+      FaultFileEnv env;
+      env.Inject({FileOp::kStat, path, err});
+      StoreOptions options;
+      options.file_env = &env;
+      auto store = StateStore::Open(path, options);
+      ASSERT_FALSE(store.ok());
+      EXPECT_EQ(store.status().code(), absl::StatusCode::kFailedPrecondition) << store.status();
+      EXPECT_THAT(store.status().message(), HasSubstr(path));
+      EXPECT_THAT(store.status().message(), HasSubstr(std::strerror(err)));
+      EXPECT_EQ(env.injected(), 1);
+    }
+    EXPECT_FALSE(std::filesystem::exists(fresh)) << "a refused open made the database";
+    EXPECT_EQ(std::filesystem::file_size(existing), size) << "a refused open changed the database";
+  }
+  EXPECT_NE(OpenOrDie(existing), nullptr);
   EXPECT_NE(OpenOrDie(fresh), nullptr);
 }
 

@@ -25,8 +25,8 @@ bool IsCodeDigest(const std::string& digest) {
   return true;
 }
 
-CodeCache::CodeCache(std::string dir, CodeSource* source, EventLoop& loop)
-    : dir_(std::move(dir)), source_(source), loop_(loop) {}
+CodeCache::CodeCache(std::string dir, CodeSource* source, EventLoop& loop, const Clock* clock)
+    : dir_(std::move(dir)), source_(source), loop_(loop), clock_(clock != nullptr ? *clock : *SystemClock::Get()) {}
 
 CodeCache::~CodeCache() {
   alive_->store(false);
@@ -72,7 +72,7 @@ void CodeCache::Fetch(std::string job_id, std::string digest) {
     if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
       return absl::InternalError(absl::StrCat("cannot make ", dir_, ": ", std::strerror(errno)));
     }
-    const absl::Time start = absl::Now();
+    const absl::Time start = clock_.Mono();
     if (absl::Status s = source_->FetchCode(job_id, digest, part); !s.ok()) {
       ::unlink(part.c_str());
       return absl::Status(s.code(), absl::StrCat("fetching code ", digest, " from the coordinator: ", s.message()));
@@ -90,7 +90,7 @@ void CodeCache::Fetch(std::string job_id, std::string digest) {
     ::stat(path.c_str(), &st);
     LogEvent(LogLevel::kInfo, "worker", "code_fetched",
              {{"job_id", job_id}, {"digest", digest}, {"bytes", absl::StrCat(st.st_size)},
-              {"seconds", absl::StrCat(absl::ToDoubleSeconds(absl::Now() - start))}});
+              {"seconds", absl::StrCat(absl::ToDoubleSeconds(clock_.Mono() - start))}});
     return path;
   }();
   std::shared_ptr<std::atomic<bool>> alive = alive_;

@@ -23,6 +23,7 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/synchronization/mutex.h"
+#include "common/clock.h"
 #include "common/event_loop.h"
 
 namespace trainctl::worker {
@@ -45,9 +46,9 @@ class CodeCache {
  public:
   using Done = std::function<void(absl::StatusOr<std::string> archive)>;
   // `dir` is made (0700) when missing; `source` may be null (no coordinator
-  // to fetch from: every Want fails, naming why). `source` and `loop`
-  // outlive the cache.
-  CodeCache(std::string dir, CodeSource* source, EventLoop& loop);
+  // to fetch from: every Want fails, naming why). `source`, `loop` and
+  // `clock` (null: SystemClock; times a fetch) outlive the cache.
+  CodeCache(std::string dir, CodeSource* source, EventLoop& loop, const Clock* clock = nullptr);
   ~CodeCache();
   CodeCache(const CodeCache&) = delete;
   CodeCache& operator=(const CodeCache&) = delete;
@@ -67,6 +68,7 @@ class CodeCache {
   const std::string dir_;
   CodeSource* const source_;
   EventLoop& loop_;
+  const Clock& clock_;
   // Loop only: callbacks waiting for a digest being fetched.
   std::map<std::string, std::vector<Done>> waiting_;
   // Set by the destructor: a fetch's end is then dropped.

@@ -35,6 +35,8 @@ absl::Status CoordinatorCodeSource::FetchCode(const std::string& job_id, const s
                             auth::MakeChannel(address_(), security, grpc::ChannelArguments()));
   auto stub = v1::WorkerService::NewStub(channel);
   grpc::ClientContext ctx;
+  // A gRPC deadline is a wall time gRPC turns into its own monotonic time at
+  // once: the real clock, never an injected one.
   ctx.set_deadline(absl::ToChronoTime(absl::Now() + deadline_));
   {
     absl::MutexLock lock(&mu_);

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "trainctl/v1/worker_service.pb.h"
 #include "worker/daemon/rank_files.h"
 
@@ -86,6 +87,20 @@ struct DaemonOptions {
   // with `resources` get a cgroup of their own there (cgroup_limits.h).
   // "": cgroups off (such a job's ranks fail to launch, saying so).
   std::string cgroup_root = "/sys/fs/cgroup";
+  // The file system's calls behind the work dir, the worker-id file and the
+  // checkpoint-directory claims (common/file_env.h): a test's FaultFileEnv
+  // fails them as a full or broken disk would. Null: the real ones.
+  FileEnv* file_env = nullptr;
+  // The daemon's time (common/clock.h): Now() for timestamps (reports,
+  // log lines) and certificate expiry, Mono() for durations and retry
+  // deadlines. Null: SystemClock. Blocking waits are timed on the steady
+  // clock (common/wake_signal.h) whatever this is.
+  const Clock* clock = nullptr;
 };
+
+// options.clock, or the system's.
+inline const Clock& DaemonClock(const DaemonOptions& options) {
+  return options.clock != nullptr ? *options.clock : *SystemClock::Get();
+}
 
 }  // namespace trainctl::worker

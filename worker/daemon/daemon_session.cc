@@ -79,10 +79,24 @@ bool DaemonSession::connected() {
   return connected_;
 }
 
+bool DaemonSession::AwaitState(absl::FunctionRef<bool()> done, absl::Duration timeout) {
+  const absl::Time until = MonotonicNow() + timeout;
+  while (true) {
+    uint64_t seen = 0;
+    {
+      absl::MutexLock lock(&mu_);
+      if (done()) return true;
+      seen = state_wake_.generation();  // read under mu_: a change after it wakes the wait
+    }
+    const absl::Duration left = until - MonotonicNow();
+    if (left <= absl::ZeroDuration()) return false;
+    state_wake_.WaitFor(seen, left);
+  }
+}
+
 void DaemonSession::AwaitAcknowledged(absl::Duration timeout) {
-  absl::MutexLock lock(&mu_);
   auto flushed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return telemetry_.empty() || !connected_; };
-  mu_.AwaitWithTimeout(absl::Condition(&flushed), timeout);
+  AwaitState(flushed, timeout);
 }
 
 void DaemonSession::SayGoodbye(const std::string& reason, absl::Duration timeout) {
@@ -94,9 +108,8 @@ void DaemonSession::SayGoodbye(const std::string& reason, absl::Duration timeout
   }
   Send(bye, true);
   // The coordinator ends the session when it has read the goodbye.
-  absl::MutexLock lock(&mu_);
   auto ended = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !connected_; };
-  mu_.AwaitWithTimeout(absl::Condition(&ended), timeout);
+  AwaitState(ended, timeout);
 }
 
 bool DaemonSession::closed() {
@@ -159,6 +172,7 @@ void DaemonSession::WriterLoop() {
       stream_ = nullptr;
       connected_ = false;
     }
+    state_wake_.Notify();
   }
 }
 
@@ -233,14 +247,15 @@ void DaemonSession::SessionLoop() {
     {
       absl::MutexLock lock(&mu_);
       connected_ = false;
-      stream_ = nullptr;
+      stream_ = nullptr;  // the writer starts no new Write from here on
       ctx_ = nullptr;
       control_.clear();  // Heartbeats of this session; a goodbye has no session left to end.
-      auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !writing_; };
-      if (!mu_.AwaitWithTimeout(absl::Condition(&idle), absl::Seconds(1))) {
-        ctx.TryCancel();
-        mu_.Await(absl::Condition(&idle));
-      }
+      state_wake_.Notify();
+    }
+    auto idle = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return !writing_; };
+    if (!AwaitState(idle, absl::Seconds(1))) {
+      ctx.TryCancel();
+      AwaitState(idle, absl::InfiniteDuration());
     }
     grpc::Status st = stream->Finish();
     {
@@ -309,6 +324,7 @@ bool DaemonSession::RunSession(Stream& stream, const std::string& address) {
     if (in.has_telemetry_ack()) {
       absl::MutexLock lock(&mu_);
       telemetry_.Ack(in.telemetry_ack().seq());
+      state_wake_.Notify();
       continue;
     }
     hooks_.on_message(in);
@@ -328,6 +344,7 @@ void DaemonSession::OnRegistered(const v1::RegisterAck& ack, Stream* stream, int
     sent_seq_ = telemetry_.acked();  // Resend everything not acknowledged.
     stream_ = stream;
     connected_ = true;
+    state_wake_.Notify();
   }
   {
     absl::MutexLock lock(&mu_);
@@ -347,7 +364,9 @@ void DaemonSession::OnRegistered(const v1::RegisterAck& ack, Stream* stream, int
   // read. Kept so a restart registers as the same worker (and its ranks' reports
   // are accepted). A failure does not stop this session, but is said: the
   // next start would take a new id and lose this one's ranks.
-  if (absl::Status w = WriteFileSafely(id_file_, absl::StrCat(ack.worker_id(), "\n"), PrivateFile()); !w.ok()) {
+  SafeWriteOptions id_options = PrivateFile();
+  id_options.env = options_.file_env;
+  if (absl::Status w = WriteFileSafely(id_file_, absl::StrCat(ack.worker_id(), "\n"), id_options); !w.ok()) {
     LogEvent(LogLevel::kError, "worker", "worker_id_not_saved",
              {{"worker_id", ack.worker_id()}, {"error", std::string(w.message())}});
   }

@@ -36,6 +36,7 @@
 #include <thread>
 #include <vector>
 
+#include "absl/functional/function_ref.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/coordinator_failover.h"
@@ -104,6 +105,9 @@ class DaemonSession final : public CoordinatorOutbox {
   void LogSessionEnd(const grpc::Status& st, bool registered, const std::string& address, absl::Duration wait,
                      int64_t& failures);
   void WriterLoop();
+  // Waits, at most `timeout` on the monotonic clock, until `done` (called
+  // with mu_ held) is true; whether it is.
+  bool AwaitState(absl::FunctionRef<bool()> done, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
   // Ranks to list as running in a registration: those running now, and
   // those whose end is still unacknowledged telemetry.
   std::vector<v1::RunningRank> RanksForRegister();
@@ -120,6 +124,11 @@ class DaemonSession final : public CoordinatorOutbox {
   bool stopping_ ABSL_GUARDED_BY(mu_) = false;
   // Notified by Stop() after stopping_ is set: wakes SleepUnlessStopping.
   WakeSignal stop_wake_;
+  // Notified after connected_, writing_ or the acknowledged telemetry
+  // changes: wakes AwaitState (AwaitAcknowledged, SayGoodbye, the wait for
+  // a Write in flight). A WakeSignal, not an absl timed wait: those run on
+  // the wall clock here (common/wake_signal.h).
+  WakeSignal state_wake_;
   // SayGoodbye was called: the session the coordinator then ends is not
   // reconnected, and its end is no warning.
   bool said_goodbye_ ABSL_GUARDED_BY(mu_) = false;

@@ -147,7 +147,6 @@ class DaemonSessionTest : public ::testing::Test {
   void TearDown() override {
     if (session_) session_->Stop();
     if (server_) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(5));
-    SetSafeFileFaultForTest(nullptr);
     fs::remove_all(dir_);
   }
 
@@ -167,6 +166,7 @@ class DaemonSessionTest : public ::testing::Test {
   }
 
   std::string dir_;
+  FaultFileEnv fault_env_;  // options_.file_env in tests of a failing disk
   DaemonOptions options_;
   FakeCoordinator fake_;
   std::unique_ptr<grpc::Server> server_;
@@ -272,11 +272,10 @@ TEST_F(DaemonSessionTest, AKeptIdIsUsedMessagesAreHandedOnAndAGoodbyeEndsTheSess
 }
 
 TEST_F(DaemonSessionTest, AnIdThatCannotBeKeptIsSaidAndTheSessionGoesOn) {
-  // The disk is full when the registration's id is written (the fault
-  // seam of common/safe_file.h, at the write).
-  SetSafeFileFaultForTest([](SafeFileStep step, const std::string& path, int64_t) {
-    return step == SafeFileStep::kWrite && absl::EndsWith(path, "/worker-id") ? ENOSPC : 0;
-  });
+  // The disk is full when the registration's id is written (the file
+  // seam, common/file_env.h, at the write).
+  fault_env_.Inject({FileOp::kWrite, fs::canonical(dir_).string() + "/worker-id", ENOSPC});
+  options_.file_env = &fault_env_;
   StartCoordinator();
   SessionHooks hooks;
   hooks.running_ranks = [] { return std::vector<v1::RunningRank>{}; };

@@ -98,8 +98,11 @@ int OpenDir(const std::string& dir) { return ::open(dir.c_str(), O_RDONLY | O_DI
 
 // 0600, created without following links in the checked directory, whole or
 // not at all (common/safe_file.h).
-absl::Status WriteFileAt(int dirfd, const std::string& name, const std::string& content, bool replace) {
-  return WriteFileSafelyAt(dirfd, name, content, PrivateFile(replace));
+absl::Status WriteFileAt(int dirfd, const std::string& name, const std::string& content, bool replace,
+                         FileEnv* env) {
+  SafeWriteOptions options = PrivateFile(replace);
+  options.env = env;
+  return WriteFileSafelyAt(dirfd, name, content, options);
 }
 
 absl::StatusOr<std::optional<DirClaim>> ReadDirClaimAt(int dirfd, const ManifestWriters& writers) {
@@ -138,7 +141,7 @@ absl::Status CheckDirClaim(const std::string& dir, const DirClaim& claim, const 
 
 absl::StatusOr<int> OpenCheckpointDir(const std::string& dir, const std::string& owner,
                                       const std::string& resume_owner, const ManifestWriters& writers,
-                                      bool as_rank_user, int* err) {
+                                      bool as_rank_user, int* err, FileEnv* env) {
   const char* const as = as_rank_user ? " as the rank user" : "";
   auto failed = [&](const char* what, const absl::Status& s) {
     const int e = SafeFileErrno(s);
@@ -146,12 +149,12 @@ absl::StatusOr<int> OpenCheckpointDir(const std::string& dir, const std::string&
     const std::string why = e != 0 && e != ELOOP ? std::strerror(e) : std::string(s.message());
     return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": ", what, as, " (", why, ")"));
   };
-  absl::StatusOr<int> opened = OpenOrMakeDirNoFollow(dir);
+  absl::StatusOr<int> opened = OpenOrMakeDirNoFollow(dir, 0777, env);
   if (!opened.ok()) return failed("cannot be created", opened.status());
   Fd dfd(*opened);
   // The probe first: only a directory this identity can write in is
   // claimed, and no claim is read from one it cannot.
-  if (absl::Status probe = ProbeWritableDirAt(dfd.get(), dir, ".trainctl-claim-probe"); !probe.ok()) {
+  if (absl::Status probe = ProbeWritableDirAt(dfd.get(), dir, ".trainctl-claim-probe", "", env); !probe.ok()) {
     return failed("not writable", probe);
   }
   absl::StatusOr<std::optional<DirClaim>> claim = ReadDirClaimAt(dfd.get(), writers);
@@ -166,14 +169,15 @@ namespace {
 
 // ClaimCheckpointDir with the calling thread's identity.
 absl::Status ClaimHere(const std::string& dir, const std::string& job_id, const std::string& owner,
-                       const std::string& resume_owner, const ManifestWriters& writers, bool as_rank_user) {
-  absl::StatusOr<int> opened = OpenCheckpointDir(dir, owner, resume_owner, writers, as_rank_user);
+                       const std::string& resume_owner, const ManifestWriters& writers, bool as_rank_user,
+                       FileEnv* env) {
+  absl::StatusOr<int> opened = OpenCheckpointDir(dir, owner, resume_owner, writers, as_rank_user, nullptr, env);
   if (!opened.ok()) return opened.status();
   Fd dfd(*opened);
   absl::StatusOr<std::optional<DirClaim>> claim = ReadDirClaimAt(dfd.get(), writers);
   if (claim.ok() && !claim->has_value()) {
     absl::Status w = WriteFileAt(dfd.get(), kDirManifestName,
-                                 Manifest(kClaimHeader, {{"owner", owner}, {"job", job_id}}), /*replace=*/false);
+                                 Manifest(kClaimHeader, {{"owner", owner}, {"job", job_id}}), /*replace=*/false, env);
     if (!w.ok() && !absl::IsAlreadyExists(w)) {
       return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": ", w.message()));
     }
@@ -185,7 +189,7 @@ absl::Status ClaimHere(const std::string& dir, const std::string& job_id, const 
   if (absl::Status s = CheckDirClaim(dir, **claim, owner, resume_owner); !s.ok()) return s;
   if (CheckJobManifestAt(dfd.get(), job_id, writers).ok()) return absl::OkStatus();
   absl::Status w = WriteFileAt(dfd.get(), JobManifestName(job_id),
-                               Manifest(kJobHeader, {{"job", job_id}, {"owner", owner}}), /*replace=*/true);
+                               Manifest(kJobHeader, {{"job", job_id}, {"owner", owner}}), /*replace=*/true, env);
   if (!w.ok()) return absl::FailedPreconditionError(absl::StrCat("checkpoint.dir ", dir, ": ", w.message()));
   return absl::OkStatus();
 }
@@ -194,7 +198,7 @@ absl::Status ClaimHere(const std::string& dir, const std::string& job_id, const 
 
 absl::Status ClaimCheckpointDir(const std::string& dir, const std::string& job_id, const std::string& owner,
                                 const std::string& resume_owner, const std::optional<RunAs>& made_as,
-                                const ManifestWriters& writers) {
+                                const ManifestWriters& writers, FileEnv* env) {
   AsRankUser as_rank_user(made_as);
   if (!as_rank_user.ok()) {
     return absl::FailedPreconditionError(
@@ -203,7 +207,7 @@ absl::Status ClaimCheckpointDir(const std::string& dir, const std::string& job_i
   // What the ranks' user writes here is trusted back, whatever the caller said.
   ManifestWriters trusted = writers;
   if (made_as.has_value() && !trusted.Trusts(made_as->uid)) trusted.rank_user = made_as->uid;
-  return ClaimHere(dir, job_id, owner, resume_owner, trusted, made_as.has_value());
+  return ClaimHere(dir, job_id, owner, resume_owner, trusted, made_as.has_value(), env);
 }
 
 absl::Status CheckJobManifestAt(int dirfd, const std::string& job_id, const ManifestWriters& writers) {

@@ -30,6 +30,7 @@
 #include <string>
 
 #include "absl/status/statusor.h"
+#include "common/file_env.h"
 #include "common/subprocess.h"
 #include "worker/daemon/rank_files.h"
 
@@ -63,7 +64,10 @@ struct DirClaim {
 // or linked to `name` so that the first writer wins (`!replace`:
 // ALREADY_EXISTS when `name` exists). The only place this module creates a
 // file.
-absl::Status WriteFileAt(int dirfd, const std::string& name, const std::string& content, bool replace);
+// `env` (here and below): the file system's calls (common/file_env.h;
+// null: the real ones).
+absl::Status WriteFileAt(int dirfd, const std::string& name, const std::string& content, bool replace,
+                         FileEnv* env = nullptr);
 
 // The claim of the directory open at `dirfd`; nullopt when it has none.
 // DATA_LOSS when the file is there but is not a claim (a link, garbage, or
@@ -89,7 +93,7 @@ absl::Status CheckDirClaim(const std::string& dir, const DirClaim& claim, const 
 // or probe (ENOSPC: waiting for space).
 absl::StatusOr<int> OpenCheckpointDir(const std::string& dir, const std::string& owner,
                                       const std::string& resume_owner, const ManifestWriters& writers = {},
-                                      bool as_rank_user = false, int* err = nullptr);
+                                      bool as_rank_user = false, int* err = nullptr, FileEnv* env = nullptr);
 
 // Before a job's ranks start: OpenCheckpointDir, then claims the directory
 // for `owner` unless already claimed and writes the job's manifest, both
@@ -102,7 +106,7 @@ absl::StatusOr<int> OpenCheckpointDir(const std::string& dir, const std::string&
 // own default directories, or no rank user) the daemon does it itself.
 absl::Status ClaimCheckpointDir(const std::string& dir, const std::string& job_id, const std::string& owner,
                                 const std::string& resume_owner, const std::optional<RunAs>& made_as = std::nullopt,
-                                const ManifestWriters& writers = {});
+                                const ManifestWriters& writers = {}, FileEnv* env = nullptr);
 
 // OK when the directory open at `dirfd` holds `job_id`'s manifest: a
 // regular file owned by a user `writers` trusts that names the job.

@@ -54,7 +54,9 @@ std::unique_ptr<CoordinatorChannels> JoinChannels(const std::string& coordinator
       });
 }
 
-// AuthService.Join on the active coordinator, within 10 s. Not idempotent
+// AuthService.Join on the active coordinator, within 10 s. (gRPC deadlines
+// are wall times that gRPC turns into its own monotonic time at once: the
+// real clock, never an injected one.) Not idempotent
 // (a join token is spent once): sent again only where it certainly did not
 // run (a standby's answer, a connection never made).
 grpc::Status CallJoin(CoordinatorChannels& channels, const v1::JoinRequest& req, v1::JoinResponse* resp) {
@@ -105,13 +107,14 @@ absl::StatusOr<WorkerIdentity> Join(const JoinOptions& o) {
   }
   v1::JoinResponse resp;
   grpc::Status s;
-  absl::Time deadline = absl::Now() + o.timeout;
+  const Clock& clock = o.clock != nullptr ? *o.clock : *SystemClock::Get();
+  const absl::Time deadline = clock.Mono() + o.timeout;
   while (true) {
     s = CallJoin(*channels, req, &resp);
     // A coordinator not up yet (a compose file starts everything at once),
     // or only standbys answering: try again. A join that may have run (its
     // answer lost) is not sent again: the token may be spent.
-    if (s.ok() || !CertainlyNotRun(s) || absl::Now() >= deadline) break;
+    if (s.ok() || !CertainlyNotRun(s) || clock.Mono() >= deadline) break;
     absl::SleepFor(absl::Seconds(1));
   }
   if (!s.ok()) {

@@ -15,6 +15,7 @@
 
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace trainctl::worker {
 
@@ -43,6 +44,8 @@ struct JoinOptions {
   std::vector<std::string> addresses;
   // Keep retrying an unreachable coordinator this long.
   absl::Duration timeout = absl::Minutes(5);
+  // Times that retry deadline (Mono; common/clock.h). Null: SystemClock.
+  const Clock* clock = nullptr;
 };
 
 // Joins: new key, CSR, Join over TLS; writes worker.key, worker.crt and

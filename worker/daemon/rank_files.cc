@@ -25,9 +25,9 @@ absl::Status Errno(const std::string& what, const std::string& path) {
 
 // mkdir `path` (mode 0700 whatever the umask lets through: the owner and
 // mode are set after), then opens it without following a link.
-absl::StatusOr<int> MakeAndOpen(const std::string& path) {
-  if (::mkdir(path.c_str(), 0700) != 0 && errno != EEXIST) return Errno("cannot create", path);
-  const int fd = ::open(path.c_str(), O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+absl::StatusOr<int> MakeAndOpen(FileEnv* env, const std::string& path) {
+  if (env->MkdirAt(AT_FDCWD, path, 0700) != 0 && errno != EEXIST) return Errno("cannot create", path);
+  const int fd = env->OpenAt(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     return errno == ELOOP || errno == ENOTDIR
                ? absl::FailedPreconditionError(absl::StrCat(path, ": not a directory (a link?)"))
@@ -133,8 +133,8 @@ absl::StatusOr<RunAs> OwnerIdentity(const RankUidRange& range, int64_t owner_num
   return r;
 }
 
-absl::Status MakeDaemonDir(const std::string& path, const std::optional<RunAs>& rank_user) {
-  absl::StatusOr<int> fd = MakeAndOpen(path);
+absl::Status MakeDaemonDir(const std::string& path, const std::optional<RunAs>& rank_user, FileEnv* env) {
+  absl::StatusOr<int> fd = MakeAndOpen(FileEnv::Or(env), path);
   if (!fd.ok()) return fd.status();
   struct stat st {};
   absl::Status s = absl::OkStatus();
@@ -153,8 +153,8 @@ absl::Status MakeDaemonDir(const std::string& path, const std::optional<RunAs>& 
   return s;
 }
 
-absl::Status MakeRankDir(const std::string& path, const std::optional<RunAs>& rank_user) {
-  absl::StatusOr<int> fd = MakeAndOpen(path);
+absl::Status MakeRankDir(const std::string& path, const std::optional<RunAs>& rank_user, FileEnv* env) {
+  absl::StatusOr<int> fd = MakeAndOpen(FileEnv::Or(env), path);
   if (!fd.ok()) return fd.status();
   struct stat st {};
   absl::Status s = absl::OkStatus();

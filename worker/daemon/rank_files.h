@@ -41,6 +41,7 @@
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
 #include "common/subprocess.h"
+#include "common/file_env.h"
 
 namespace trainctl::worker {
 
@@ -79,12 +80,13 @@ absl::Status SecureWorkDir(const std::string& work_dir, const std::optional<RunA
 // owner this process's user, mode 0710 with the rank user's group (0700
 // without one). The parent must exist. Never follows a symlink at `path`;
 // a directory of another owner is FailedPrecondition.
-absl::Status MakeDaemonDir(const std::string& path, const std::optional<RunAs>& rank_user);
+// `env`: the file system's calls (common/file_env.h; null: the real ones).
+absl::Status MakeDaemonDir(const std::string& path, const std::optional<RunAs>& rank_user, FileEnv* env = nullptr);
 
 // mkdir (when missing) a directory the rank owns: the rank user and its
 // group, 0700 (this process's user without a rank user). The parent must
 // exist and be the daemon's. Never follows a symlink at `path`.
-absl::Status MakeRankDir(const std::string& path, const std::optional<RunAs>& rank_user);
+absl::Status MakeRankDir(const std::string& path, const std::optional<RunAs>& rank_user, FileEnv* env = nullptr);
 
 // While alive, the calling thread touches files as the rank user would:
 // filesystem uid and gid and supplementary groups of the rank user (the

@@ -77,7 +77,7 @@ v1::WorkerMessage CheckpointMessage(const std::string& job_id, int32_t attempt, 
 
 // A `metric` line as a point of the attempt's next MetricBatch: only the
 // fields the line carried are set (a script's report names what it has).
-v1::MetricPoint MetricPointOf(int32_t rank, const rankproto::RankMetric& rm) {
+v1::MetricPoint MetricPointOf(int32_t rank, const rankproto::RankMetric& rm, absl::Time now) {
   v1::MetricPoint p;
   p.set_kind(rm.kind == "epoch_end" ? v1::MetricPoint::KIND_EPOCH_END
              : rm.kind == "eval"    ? v1::MetricPoint::KIND_EVAL
@@ -85,7 +85,7 @@ v1::MetricPoint MetricPointOf(int32_t rank, const rankproto::RankMetric& rm) {
   p.set_rank(rank);
   p.set_epoch(rm.epoch);
   p.set_step(rm.step);
-  SetTimestamp(absl::Now(), p.mutable_time());
+  SetTimestamp(now, p.mutable_time());
   if (rm.Reports("steps_per_epoch")) p.set_steps_per_epoch(rm.steps_per_epoch);
   if (rm.Reports("loss")) p.set_loss(rm.loss);
   if (rm.Reports("lr")) p.set_lr(rm.lr);
@@ -138,9 +138,9 @@ void RankTable::WriteCommandTensorBoard(LocalAttempt& a, const rankproto::RankMe
 
 void RankTable::IgnoredReport(const std::string& key, const std::string& line, const std::string& why) {
   RankLogBatch note;
-  note.lines.push_back(RankLogLine{2, absl::Now(), absl::StrCat("[trainctl-worker] ignored status line",
-                                                                why.empty() ? "" : absl::StrCat(" (", why, ")"),
-                                                                ": ", line)});
+  note.lines.push_back(RankLogLine{2, DaemonClock(options_).Now(),
+                                   absl::StrCat("[trainctl-worker] ignored status line",
+                                                why.empty() ? "" : absl::StrCat(" (", why, ")"), ": ", line)});
   note.recent.push_back(note.lines.back().text);
   OnLogBatch(key, note);
 }
@@ -211,7 +211,7 @@ void RankTable::OnStatusLine(const std::string& key, const std::string& line) {
     }
     case rankproto::StatusMessage::Type::kMetric: {
       if (a->command && rank == 0) WriteCommandTensorBoard(*a, msg->metric);
-      v1::MetricPoint p = MetricPointOf(rank, msg->metric);
+      v1::MetricPoint p = MetricPointOf(rank, msg->metric, DaemonClock(options_).Now());
       if (p.kind() == v1::MetricPoint::KIND_TRAIN) r->last_train = p;
       a->pending_metrics.push_back(std::move(p));
       if (a->pending_metrics.size() > 10000) a->pending_metrics.erase(a->pending_metrics.begin());
@@ -284,7 +284,7 @@ void RankTable::FlushLogs() {
         v1::LogLine* note = c->add_lines();
         note->set_rank(rank);
         note->set_stream(v1::LogLine::STREAM_STDERR);
-        SetTimestamp(absl::Now(), note->mutable_time());
+        SetTimestamp(DaemonClock(options_).Now(), note->mutable_time());
         note->set_text(absl::StrCat("[trainctl-worker] ", r.dropped, " log lines dropped (rate limit)"));
         note->set_seq(r.next_log_seq++);
       }

@@ -195,7 +195,8 @@ void RankSupervisor::Line(const std::string& key, Child& c, int stream, absl::st
   }
   c.tokens -= 1;
   c.batch_bytes += bytes;
-  c.batch.push_back(RankLogLine{stream, absl::Now(), std::string(line)});  // wall time: shown with the line
+  const Clock& clock = options_.clock != nullptr ? *options_.clock : *SystemClock::Get();
+  c.batch.push_back(RankLogLine{stream, clock.Now(), std::string(line)});  // wall time: shown with the line
 }
 
 void RankSupervisor::EmitBatch(const std::string& key, Child& c) {

@@ -37,6 +37,7 @@
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/wake_signal.h"
 #include "common/subprocess.h"
 
@@ -96,6 +97,9 @@ struct SupervisorOptions {
   // Bytes read per output stream per monitor round (so that one rank's
   // flood cannot delay another rank's output, exits and kills).
   size_t max_read_per_round = 1 << 20;
+  // Stamps each output line (its wall time, Clock::Now). Null: SystemClock.
+  // The monitor's own waits and rate limits run on the steady clock.
+  const Clock* clock = nullptr;
 };
 
 struct RankCallbacks {

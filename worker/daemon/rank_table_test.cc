@@ -21,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 #include "common/codepack/code_pack.h"
 #include "common/jobspec/artifact_names.h"
 #include "common/jobspec/job_spec.h"
@@ -204,6 +205,7 @@ class RankTableTest : public ::testing::Test {
   }
 
   std::string dir_;
+  FakeClock clock_;  // options_.clock in a test that sets it
   DaemonOptions options_;
   EventLoop loop_;
   FakeLauncher launcher_;
@@ -424,6 +426,41 @@ TEST_F(RankTableTest, OnlyACheckpointOfTheJobInItsDirectoryIsReportedAndItsMetri
   EXPECT_TRUE(out_.sent[1].critical);
   EXPECT_EQ(out_.sent[1].msg.checkpoint().record().path(), note.path);
   EXPECT_EQ(out_.sent[1].msg.checkpoint().record().epochs_done(), 1);
+}
+
+// Reports are stamped with the daemon's injected clock (DaemonOptions::clock),
+// its wall side: a wall clock stepped back an hour moves the stamps with it,
+// and the note of an ignored status line is stamped the same way.
+TEST_F(RankTableTest, ReportsAreStampedWithTheDaemonsClock) {
+  clock_.StepWall(absl::Hours(-1));
+  options_.clock = &clock_;
+  Deliver(Start());
+  out_.sent.clear();
+  OnLoop([&] {
+    Table().OnStatusLine("job-1/1/0", "metric kind=train epoch=0 step=2 loss=0 lr=0.1");
+    Table().FlushMetrics();
+  });
+  ASSERT_EQ(out_.sent.size(), 1u);
+  ASSERT_TRUE(out_.sent[0].msg.has_metrics());
+  const absl::Time wall = clock_.Now();
+  EXPECT_EQ(out_.sent[0].msg.metrics().points(0).time().seconds(), absl::ToUnixSeconds(wall));
+  EXPECT_EQ(absl::ToUnixSeconds(wall), absl::ToUnixSeconds(clock_.Mono() - absl::Hours(1)));
+  out_.sent.clear();
+  clock_.Advance(absl::Minutes(5));
+  OnLoop([&] {
+    Table().OnStatusLine("job-1/1/0", "nonsense that is no status line");
+    Table().FlushLogs();
+  });
+  bool stamped = false;
+  for (const auto& sent : out_.sent) {
+    if (!sent.msg.has_logs()) continue;
+    for (const v1::LogLine& l : sent.msg.logs().lines()) {
+      if (l.text().find("ignored status line") == std::string::npos) continue;
+      EXPECT_EQ(l.time().seconds(), absl::ToUnixSeconds(clock_.Now())) << l.DebugString();
+      stamped = true;
+    }
+  }
+  EXPECT_TRUE(stamped) << "no note of the ignored line";
 }
 
 // A script's reports (python/trainctl report()): each point carries what

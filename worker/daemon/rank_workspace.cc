@@ -15,6 +15,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/codepack/code_pack.h"
 #include "common/log.h"
+#include "common/safe_file.h"
 #include "common/status_macros.h"
 #include "worker/daemon/path_policy.h"
 
@@ -23,7 +24,7 @@ namespace trainctl::worker {
 namespace fs = std::filesystem;
 
 RankWorkspace::RankWorkspace(const DaemonOptions& options, RankTablePaths paths)
-    : options_(options), paths_(std::move(paths)) {}
+    : options_(options), paths_(std::move(paths)), env_(FileEnv::Or(options.file_env)) {}
 
 std::string RankWorkspace::JobDir(const std::string& job_id) const {
   return absl::StrCat(options_.work_dir, "/jobs/", job_id);
@@ -44,13 +45,14 @@ std::string RankWorkspace::PreemptFile(const std::string& job_id, int32_t attemp
 absl::Status RankWorkspace::MakePreemptFile(const std::string& job_id, int32_t attempt, int32_t rank) const {
   const std::string path = PreemptFile(job_id, attempt, rank);
   // Empty; never through a link (O_EXCL|O_NOFOLLOW).
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  const int fd = env_->OpenAt(AT_FDCWD, path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd >= 0) {
     ::close(fd);
     return absl::OkStatus();
   }
-  if (errno == EEXIST) return absl::OkStatus();
-  return absl::InternalError(absl::StrCat("cannot make ", path, ": ", std::strerror(errno)));
+  const int e = errno;
+  if (e == EEXIST) return absl::OkStatus();
+  return absl::InternalError(absl::StrCat("cannot make ", path, ": ", std::strerror(e)));
 }
 
 absl::StatusOr<std::optional<RunAs>> RankWorkspace::JobIdentity(int64_t owner_number) const {
@@ -73,24 +75,24 @@ ManifestWriters RankWorkspace::ManifestWritersHere() const {
 absl::Status RankWorkspace::MakeJobDirs(const std::string& job_id, const v1::JobSpec& spec,
                                         const std::optional<RunAs>& as) const {
   // Passable by the job's ranks only (its owner's group with --rank-uids).
-  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(JobDir(job_id), as));
+  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(JobDir(job_id), as, env_));
   if (options_.rank_uids.has_value() && as.has_value()) {
-    TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(options_.work_dir + "/homes", options_.rank_user));
-    TRAINCTL_RETURN_IF_ERROR(MakeRankDir(as->home, as));
+    TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(options_.work_dir + "/homes", options_.rank_user, env_));
+    TRAINCTL_RETURN_IF_ERROR(MakeRankDir(as->home, as, env_));
   }
   if (!spec.checkpoint().dir().empty()) return absl::OkStatus();
   // The default checkpoint.dir is the daemon's to make (its ranks cannot
   // create anything in the job's directory) and the ranks' to write.
-  return MakeRankDir(JobDir(job_id) + "/checkpoints", as);
+  return MakeRankDir(JobDir(job_id) + "/checkpoints", as, env_);
 }
 
 absl::StatusOr<std::string> RankWorkspace::MakeRankDirs(const std::string& job_id, int32_t attempt,
                                                         const v1::JobSpec& spec, const std::optional<RunAs>& as,
                                                         int32_t rank) const {
   TRAINCTL_RETURN_IF_ERROR(MakeJobDirs(job_id, spec, as));
-  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(AttemptDir(job_id, attempt), as));
+  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(AttemptDir(job_id, attempt), as, env_));
   std::string dir = absl::StrCat(AttemptDir(job_id, attempt), "/rank-", rank);
-  TRAINCTL_RETURN_IF_ERROR(MakeRankDir(dir, as));
+  TRAINCTL_RETURN_IF_ERROR(MakeRankDir(dir, as, env_));
   return dir;
 }
 
@@ -148,7 +150,7 @@ void RankWorkspace::ClaimCheckpointPath(const v1::JobSpec& spec, const AttemptCl
   if (!p.error.empty()) return;  // Claimed by nobody (an identity refused is in `error` too).
   const std::optional<RunAs> made_as = spec.checkpoint().dir().empty() ? std::nullopt : *claim.run_as;
   if (absl::Status s = ClaimCheckpointDir(p.checkpoint_dir, claim.job_id, claim.owner, claim.resume_owner, made_as,
-                                          ManifestWritersHere());
+                                          ManifestWritersHere(), env_);
       !s.ok()) {
     p.error = std::string(s.message());
   }
@@ -172,8 +174,9 @@ void RankWorkspace::ResolveTensorBoardDir(const v1::JobSpec& spec, AttemptPaths&
 namespace {
 
 // Empties `dir` (a restarted daemon's earlier try) and unpacks the archive
-// open at `fd` into it, as the ranks' user.
-absl::Status UnpackInto(int fd, const std::string& dir, const std::optional<RunAs>& as) {
+// open at `fd` into it, as the ranks' user. An unpack that fails partway
+// (a full disk) removes what it wrote: no half-unpacked code is left.
+absl::Status UnpackInto(int fd, const std::string& dir, const std::optional<RunAs>& as, FileEnv* env) {
   {
     AsRankUser as_rank_user(as);
     if (!as_rank_user.ok()) {
@@ -182,9 +185,16 @@ absl::Status UnpackInto(int fd, const std::string& dir, const std::optional<RunA
     std::error_code ec;
     fs::remove_all(dir, ec);
   }
-  TRAINCTL_RETURN_IF_ERROR(MakeRankDir(dir, as));
+  TRAINCTL_RETURN_IF_ERROR(MakeRankDir(dir, as, env));
   AsRankUser as_rank_user(as);
-  return codepack::UnpackArchiveFd(fd, dir);
+  codepack::UnpackOptions options;
+  options.env = env;
+  absl::Status unpacked = codepack::UnpackArchiveFd(fd, dir, options);
+  if (!unpacked.ok()) {
+    std::error_code ec;
+    fs::remove_all(dir, ec);
+  }
+  return unpacked;
 }
 
 }  // namespace
@@ -194,13 +204,13 @@ absl::StatusOr<std::string> RankWorkspace::UnpackCode(const std::string& job_id,
                                                       const std::string& archive) const {
   const std::string& digest = spec.command().code().digest();
   TRAINCTL_RETURN_IF_ERROR(MakeJobDirs(job_id, spec, as));
-  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(AttemptDir(job_id, attempt), as));
+  TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(AttemptDir(job_id, attempt), as, env_));
   const std::string dir = AttemptDir(job_id, attempt) + "/code";
   // Opened as the daemon (the cache is its own); read and written as the
   // ranks' user, so root writes nothing in the ranks' directory.
-  const int fd = ::open(archive.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
+  const int fd = env_->OpenAt(AT_FDCWD, archive, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", archive, ": ", std::strerror(errno)));
-  absl::Status unpacked = UnpackInto(fd, dir, as);
+  absl::Status unpacked = UnpackInto(fd, dir, as, env_);
   ::close(fd);
   if (!unpacked.ok()) return absl::Status(unpacked.code(), absl::StrCat("code ", digest, ": ", unpacked.message()));
   std::string work = dir;

@@ -134,6 +134,7 @@ class RankWorkspace {
 
   const DaemonOptions& options_;
   const RankTablePaths paths_;
+  FileEnv* const env_;  // options_.file_env, or the real file system
 };
 
 }  // namespace trainctl::worker

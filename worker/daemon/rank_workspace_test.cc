@@ -5,12 +5,15 @@
 #include <sys/stat.h>
 #include <unistd.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/codepack/code_pack.h"
+#include "common/file_env.h"
 #include "common/temp_dir.h"
 
 namespace trainctl::worker {
@@ -249,6 +252,105 @@ TEST_F(RankWorkspaceTest, CodeIsUnpackedIntoTheAttemptAndItsWorkingDirChecked) {
   absl::Status bad = ws.UnpackCode("j-1", 1, spec, std::nullopt, archive).status();
   EXPECT_TRUE(absl::IsInvalidArgument(bad));
   EXPECT_THAT(std::string(bad.message()), HasSubstr("command.working_dir: 'nope'"));
+}
+
+// The disk fails while the checkpoint directory is claimed (common/file_env.h):
+// full at the claim's write, EIO at its rename, EACCES at its create. Each
+// refuses the attempt naming the directory, the claim file and the errno's
+// text, leaves no claim (whole or half) behind, and once the disk is well
+// the same workspace claims the directory.
+TEST_F(RankWorkspaceTest, ADiskFaultWhileClaimingIsNamedAndLeavesNothingHalfWritten) {
+  FaultFileEnv env;
+  options_.file_env = &env;
+  const RankWorkspace ws = Workspace();
+  const std::string ck = fs::canonical(options_.work_dir).string() + "/jobs/j-1/checkpoints";
+  struct Case {
+    FileOp op;
+    int err;
+  };
+  for (const Case& c : {Case{FileOp::kWrite, ENOSPC}, Case{FileOp::kRename, EIO}, Case{FileOp::kOpen, EACCES}}) {
+    env.Clear();
+    env.Inject({c.op, ck + "/.trainctl-dir", c.err});
+    AttemptPaths p = ws.ResolvePaths(v1::JobSpec(), AttemptClaim{"j-1", "alice", ""});
+    EXPECT_THAT(p.error, HasSubstr("checkpoint.dir " + ws.JobDir("j-1") + "/checkpoints")) << p.error;
+    EXPECT_THAT(p.error, HasSubstr(".trainctl-dir")) << p.error;
+    EXPECT_THAT(p.error, HasSubstr(std::strerror(c.err))) << p.error;
+    for (const auto& e : fs::directory_iterator(ck)) ADD_FAILURE() << "left behind: " << e.path();
+  }
+  env.Clear();
+  AttemptPaths p = ws.ResolvePaths(v1::JobSpec(), AttemptClaim{"j-1", "alice", ""});
+  ASSERT_EQ(p.error, "");
+  absl::StatusOr<std::optional<DirClaim>> claim = ReadDirClaim(p.checkpoint_dir);
+  ASSERT_TRUE(claim.ok() && claim->has_value()) << claim.status();
+  EXPECT_EQ((*claim)->owner, "alice");
+  EXPECT_TRUE(fs::exists(p.checkpoint_dir + "/j-1.trainctl-job"));
+}
+
+// A refused mkdir of a rank's directory and a failed preemption file name
+// the path and why; the workspace makes both once the fault is gone.
+TEST_F(RankWorkspaceTest, ARefusedDirectoryOrPreemptFileIsNamedAndTheWorkspaceGoesOn) {
+  FaultFileEnv env;
+  options_.file_env = &env;
+  const RankWorkspace ws = Workspace();
+  const std::string attempt = fs::canonical(options_.work_dir).string() + "/jobs/j-1/attempt-1";
+  env.Inject({FileOp::kMkdir, attempt + "/rank-0", EACCES});
+  absl::StatusOr<std::string> dir = ws.MakeRankDirs("j-1", 1, v1::JobSpec(), std::nullopt, 0);
+  ASSERT_FALSE(dir.ok());
+  EXPECT_THAT(std::string(dir.status().message()), HasSubstr(ws.AttemptDir("j-1", 1) + "/rank-0"));
+  EXPECT_THAT(std::string(dir.status().message()), HasSubstr(std::strerror(EACCES)));
+  EXPECT_FALSE(fs::exists(ws.AttemptDir("j-1", 1) + "/rank-0"));
+  env.Clear();
+  env.Inject({FileOp::kOpen, attempt + "/rank-0.preempted", EIO});
+  dir = ws.MakeRankDirs("j-1", 1, v1::JobSpec(), std::nullopt, 0);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  absl::Status pre = ws.MakePreemptFile("j-1", 1, 0);
+  EXPECT_THAT(std::string(pre.message()), HasSubstr(ws.PreemptFile("j-1", 1, 0)));
+  EXPECT_THAT(std::string(pre.message()), HasSubstr(std::strerror(EIO)));
+  EXPECT_FALSE(fs::exists(ws.PreemptFile("j-1", 1, 0)));
+  env.Clear();
+  EXPECT_TRUE(ws.MakePreemptFile("j-1", 1, 0).ok());
+  EXPECT_EQ(env.injected(), 2);
+}
+
+// The disk fills, or refuses a file, while the job's code is unpacked: the
+// error names the code directory, the file and the errno's text, and no
+// half-unpacked code is left for a rank to start in; then it unpacks.
+TEST_F(RankWorkspaceTest, ADiskFaultWhileUnpackingCodeLeavesNoHalfUnpackedCode) {
+  const std::string src = base_ + "/src";
+  fs::create_directories(src + "/pkg");
+  std::ofstream(src + "/pkg/a.py") << "print('a')\n";
+  std::ofstream(src + "/pkg/train.py") << "print('hi')\n";
+  const std::string archive = base_ + "/code.tar";
+  ASSERT_TRUE(codepack::PackDirectory(src, archive).ok());
+  FaultFileEnv env;
+  options_.file_env = &env;
+  const RankWorkspace ws = Workspace();
+  v1::JobSpec spec;
+  spec.mutable_command()->add_argv("python3");
+  spec.mutable_command()->set_working_dir("pkg");
+  const std::string code = fs::canonical(options_.work_dir).string() + "/jobs/j-1/attempt-1/code";
+  struct Case {
+    FileOp op;
+    int err;
+    absl::StatusCode code;
+  };
+  for (const Case& c : {Case{FileOp::kWrite, ENOSPC, absl::StatusCode::kResourceExhausted},
+                        Case{FileOp::kOpen, EACCES, absl::StatusCode::kPermissionDenied},
+                        Case{FileOp::kWrite, EIO, absl::StatusCode::kInternal}}) {
+    env.Clear();
+    // One file of two: the other may be whole by then.
+    env.Inject({c.op, code + "/pkg/train.py", c.err});
+    absl::Status s = ws.UnpackCode("j-1", 1, spec, std::nullopt, archive).status();
+    EXPECT_EQ(s.code(), c.code) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(ws.AttemptDir("j-1", 1) + "/code")) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr("pkg/train.py")) << s;
+    EXPECT_THAT(std::string(s.message()), HasSubstr(std::strerror(c.err))) << s;
+    EXPECT_FALSE(fs::exists(ws.AttemptDir("j-1", 1) + "/code")) << "half-unpacked code left behind";
+  }
+  env.Clear();
+  absl::StatusOr<std::string> dir = ws.UnpackCode("j-1", 1, spec, std::nullopt, archive);
+  ASSERT_TRUE(dir.ok()) << dir.status();
+  EXPECT_TRUE(fs::exists(*dir + "/train.py"));
 }
 
 TEST_F(RankWorkspaceTest, AJobChosenDirIsClaimedAsTheRankUser) {

@@ -85,6 +85,7 @@ absl::Status WorkerDaemon::Start() {
   SupervisorOptions so;
   so.log_lines_per_sec = options_.log_lines_per_sec;
   so.log_burst = options_.log_burst;
+  so.clock = options_.clock;
   supervisor_ = std::make_unique<RankSupervisor>(std::move(cb), so);
   SessionHooks hooks;
   hooks.running_ranks = [this] {
@@ -116,7 +117,8 @@ absl::Status WorkerDaemon::Start() {
 
 void WorkerDaemon::RenewLoop() {
   do {
-    RenewResult r = RenewCertificateIfDue(options_.coordinator, options_.ca_file, options_.work_dir, absl::Now());
+    RenewResult r = RenewCertificateIfDue(options_.coordinator, options_.ca_file, options_.work_dir,
+                                          DaemonClock(options_).Now());
     if (r.renewed) {
       LogEvent(LogLevel::kInfo, "worker", "certificate_renewed",
                {{"worker_id", worker_id()}, {"cert", options_.cert_file}, {"expires", absl::FormatTime(r.expires)}});

@@ -216,7 +216,8 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
                                                   const CheckpointManifest& manifest,
                                                   const TrainingPosition& position,
                                                   engine::Model& model,
-                                                  torch::optim::Optimizer& optimizer) {
+                                                  torch::optim::Optimizer& optimizer,
+                                                  FileEnv* env) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
@@ -263,7 +264,9 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
   // (common/safe_file.h: two writers sharing a directory never share a
   // temporary file, and a link a job planted is never written through),
   // fsync'ed, renamed over the final name, the directory fsync'ed.
-  absl::Status written = WriteFileSafely(out.path, bytes);
+  SafeWriteOptions write_options;
+  write_options.env = env;
+  absl::Status written = WriteFileSafely(out.path, bytes, write_options);
   if (!written.ok()) {
     const int err = SafeFileErrno(written);
     if (absl::IsResourceExhausted(written)) {

@@ -47,6 +47,7 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/file_env.h"
 #include "worker/engine/model.h"
 
 namespace torch::optim {
@@ -120,7 +121,8 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
                                                   const CheckpointManifest& manifest,
                                                   const TrainingPosition& position,
                                                   engine::Model& model,
-                                                  torch::optim::Optimizer& optimizer);
+                                                  torch::optim::Optimizer& optimizer,
+                                                  FileEnv* env = nullptr);
 
 // Reads the whole file at `path`; with a non-empty `expected_checksum`,
 // DATA_LOSS when the contents do not match it.

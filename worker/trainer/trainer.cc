@@ -242,7 +242,8 @@ absl::Status Trainer::Impl::WriteCheckpointNow() {
   TestPhaseSleep("checkpoint", [this](const std::string& l) { Log(l); });
   position.loss_scale = scaler.scale();
   position.scaler_growth_tracker = scaler.growth_tracker();
-  auto written = WriteCheckpoint(c.dir, c.prune ? c.keep : 0, setup.manifest, position, *model, *optimizer);
+  auto written = WriteCheckpoint(c.dir, c.prune ? c.keep : 0, setup.manifest, position, *model, *optimizer,
+                                 setup.file_env);
   if (!written.ok()) {
     const absl::Status& ws = written.status();
     if (absl::IsResourceExhausted(ws)) return WithFailureKind(ws, FailureKind::kDiskFull);

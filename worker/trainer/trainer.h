@@ -70,6 +70,7 @@
 #include "worker/engine/model.h"
 #include "worker/protocol/rank_protocol.h"
 #include "worker/trainer/checkpoint.h"
+#include "common/file_env.h"
 #include "worker/trainer/rank_config.h"
 
 namespace trainctl::trainer {
@@ -122,6 +123,9 @@ struct TrainerSetup {
   std::string resume_from;
   std::string resume_checksum;
   std::string resume_job_id;
+  // The file system's calls behind checkpoint writes (common/file_env.h):
+  // a test's FaultFileEnv fails them. Null: the real ones.
+  FileEnv* file_env = nullptr;
   // Raised from outside (SIGTERM): Run returns a kStopped error at the next
   // step boundary. May be null.
   const std::atomic<bool>* stop = nullptr;

@@ -455,12 +455,12 @@ TEST(TrainerTest, InjectedWriteFaultsAreTypedAndKeepTheEarlierCheckpoint) {
   const std::string dir = ::testing::TempDir() + "/trainer_test_faults_" + std::to_string(getpid());
   std::filesystem::create_directories(dir);
   struct Case {
-    SafeFileStep step;
+    FileOp op;
     int err;
     FailureKind kind;
   };
-  for (const Case& c : {Case{SafeFileStep::kWrite, ENOSPC, FailureKind::kDiskFull},
-                        Case{SafeFileStep::kRename, EIO, FailureKind::kOther}}) {
+  for (const Case& c : {Case{FileOp::kWrite, ENOSPC, FailureKind::kDiskFull},
+                        Case{FileOp::kRename, EIO, FailureKind::kOther}}) {
     std::filesystem::remove_all(dir);
     std::filesystem::create_directories(dir);
     TrainerSetup s = BaseSetup();
@@ -468,11 +468,11 @@ TEST(TrainerTest, InjectedWriteFaultsAreTypedAndKeepTheEarlierCheckpoint) {
     s.options.checkpoint.dir = dir;
     s.manifest.job_id = "job-faults";
     const std::string second = CheckpointPath(dir, "job-faults", 2);
-    SetSafeFileFaultForTest([&](SafeFileStep step, const std::string& path, int64_t) {
-      return step == c.step && path == second ? c.err : 0;
-    });
+    FaultFileEnv env;
+    env.Inject({c.op, std::filesystem::canonical(dir).string() + "/" + std::filesystem::path(second).filename().string(),
+                c.err});
+    s.file_env = &env;
     auto r = Train(s, Mlp({8}), Synthetic(30));
-    SetSafeFileFaultForTest(nullptr);
     ASSERT_FALSE(r.ok());
     EXPECT_EQ(FailureKindOf(r.status()), c.kind) << r.status();
     EXPECT_THAT(std::string(r.status().message()), HasSubstr(second)) << r.status();
