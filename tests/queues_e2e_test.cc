@@ -258,9 +258,22 @@ TEST(QueuesE2ETest, UsageCountsOnlySlotTimeAndRefusesABadSince) {
   EXPECT_EQ(table.code, 0) << table.err;
   EXPECT_THAT(table.out, HasSubstr("no slot time since "));
   CliResult csv = RunTrainctl(cluster, viewer->secret(), {"usage", "-o", "csv"});
+  CliResult bad;
   EXPECT_EQ(csv.code, 0) << csv.err;
-  EXPECT_EQ(csv.out, "queue,owner,kind,slot_seconds,slot_hours,attempts,jobs\n");
-  CliResult bad = RunTrainctl(cluster, viewer->secret(), {"usage", "--since", "last week"});
+  EXPECT_EQ(csv.out,
+            "queue,owner,kind,slot_seconds,slot_hours,attempts,jobs,gpu_seconds,wall_seconds,cpu_seconds,"
+            "peak_memory_bytes\n")
+      << "the first columns as before; the measured ones appended";
+  CliResult by_attempt = RunTrainctl(cluster, viewer->secret(), {"usage", "--by", "attempt", "-o", "csv"});
+  EXPECT_EQ(by_attempt.code, 0) << by_attempt.err;
+  EXPECT_THAT(by_attempt.out, ::testing::StartsWith("job_id,attempt,owner,queue,kind,slots,"));
+  bad = RunTrainctl(cluster, viewer->secret(), {"usage", "--by", "user"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--by: 'user' is not one of queue, owner, job, attempt"));
+  bad = RunTrainctl(cluster, viewer->secret(), {"usage", "--since", "1h", "--until", "2h"});
+  EXPECT_EQ(bad.code, 2);
+  EXPECT_THAT(bad.err, HasSubstr("--until: '2h' is not after --since"));
+  bad = RunTrainctl(cluster, viewer->secret(), {"usage", "--since", "last week"});
   EXPECT_EQ(bad.code, 2);
   EXPECT_THAT(bad.err, HasSubstr("trainctl usage: --since: 'last week' is neither a duration"));
   bad = RunTrainctl(cluster, viewer->secret(), {"usage", "--since", "2999-01-01T00:00:00Z"});

@@ -149,9 +149,10 @@ std::string HumanDuration(absl::Duration d) {
   return absl::StrFormat("%dd%02dh", s / 86400, (s % 86400) / 3600);
 }
 
-absl::StatusOr<absl::Time> ParseSince(const std::string& text, absl::Time now) {
+absl::StatusOr<absl::Time> ParseSince(const std::string& text, absl::Time now,
+                                      const std::string& flag) {
   const std::string what =
-      "--since: '" + text +
+      flag + ": '" + text +
       "' is neither a duration back from now (7d, 12h, 30m, 45s, 2w) nor an RFC 3339 time "
       "(2026-05-01T00:00:00Z)";
   if (text.size() >= 2 && std::string("smhdw").find(text.back()) != std::string::npos) {
@@ -165,13 +166,13 @@ absl::StatusOr<absl::Time> ParseSince(const std::string& text, absl::Time now) {
                                 : text.back() == 'h' ? absl::Hours(1)
                                 : text.back() == 'd' ? absl::Hours(24)
                                                      : absl::Hours(24 * 7);
-    if (n > 1e6) return absl::InvalidArgumentError("--since: '" + text + "' reaches back too far");
+    if (n > 1e6) return absl::InvalidArgumentError(flag + ": '" + text + "' reaches back too far");
     return now - n * unit;
   }
   absl::Time t;
   std::string err;
   if (!absl::ParseTime(absl::RFC3339_full, text, &t, &err)) return absl::InvalidArgumentError(what);
-  if (t > now) return absl::InvalidArgumentError("--since: '" + text + "' is in the future");
+  if (t > now) return absl::InvalidArgumentError(flag + ": '" + text + "' is in the future");
   return t;
 }
 

@@ -47,8 +47,10 @@ std::string HumanDuration(absl::Duration d);
 // `trainctl usage --since`: a duration back from `now` ("7d", "12h", "30m",
 // "45s", "2w"; a whole or decimal number and one unit) or an RFC 3339 time
 // ("2026-05-01T00:00:00Z", "2026-05-01T09:00:00+02:00"). InvalidArgument
-// naming --since and what it takes otherwise.
-absl::StatusOr<absl::Time> ParseSince(const std::string& text, absl::Time now);
+// naming --since (or `flag`: --until takes the same) and what it takes
+// otherwise.
+absl::StatusOr<absl::Time> ParseSince(const std::string& text, absl::Time now,
+                                      const std::string& flag = "--since");
 // "2024-05-01 12:00:03" in the local time zone; "-" when unset.
 std::string FormatTimestamp(const google::protobuf::Timestamp& ts);
 // "3m05s ago"; "-" when unset.

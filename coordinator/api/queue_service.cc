@@ -97,6 +97,16 @@ grpc::ServerUnaryReactor* QueueServiceImpl::GetUsage(grpc::CallbackServerContext
                                return s;
                              filter.since = FromTimestamp(req->since());
                            }
+                           if (req->has_until()) {
+                             if (absl::Status s = CheckTimestamp("until", req->until()); !s.ok())
+                               return s;
+                             filter.until = FromTimestamp(req->until());
+                           }
+                           if (!v1::UsageGrouping_IsValid(req->by())) {
+                             return absl::InvalidArgumentError(
+                                 absl::StrCat("by: ", static_cast<int>(req->by()), " is not a usage grouping"));
+                           }
+                           filter.by = req->by();
                            absl::StatusOr<UsageReport> report = ctx_.jobs->Usage(filter);
                            if (!report.ok()) return report.status();
                            for (const UsageRow& r : report->rows) {
@@ -107,7 +117,13 @@ grpc::ServerUnaryReactor* QueueServiceImpl::GetUsage(grpc::CallbackServerContext
                              row->set_slot_seconds(r.slot_seconds);
                              row->set_attempts(r.attempts);
                              row->set_jobs(r.jobs);
+                             row->set_job_id(r.job_id);
+                             row->set_gpu_seconds(r.gpu_seconds);
+                             row->set_cpu_seconds(r.cpu_seconds);
+                             row->set_peak_memory_bytes(r.peak_memory_bytes);
+                             row->set_wall_seconds(r.wall_seconds);
                            }
+                           for (v1::AttemptUsage& a : report->attempts) *resp->add_attempts() = std::move(a);
                            if (req->has_since()) *resp->mutable_since() = req->since();
                            SetTimestamp(report->until, resp->mutable_until());
                            return absl::OkStatus();

@@ -193,9 +193,32 @@ absl::Status JobBook::Commit(JobEntry& entry, v1::Job next, std::vector<JobEvent
     next.set_final_model(entry.final_model->path());
     next.set_final_model_worker(entry.final_model_worker);
   }
+  // Accounting: an ended attempt whose last rank exited now gets its
+  // record, stamped now (the grace its ranks took to stop is charged).
+  // Before the job: a failed job write leaves a record that the retried
+  // commit replaces.
+  std::vector<std::pair<int32_t, int32_t>> recorded;  // (attempt, ranks)
+  for (int i = 0; i < next.attempts_size(); ++i) {
+    const v1::Attempt& a = next.attempts(i);
+    if (a.ranks_size() == 0 || !a.has_start_time() || !AttemptSettled(a)) continue;
+    if (i < entry.job.attempts_size() && AttemptSettled(entry.job.attempts(i))) continue;
+    std::vector<RankFigures> figures(a.ranks_size());
+    for (int r = 0; r < a.ranks_size(); ++r) {
+      auto it = entry.rank_figures.find({a.number(), r});
+      if (it != entry.rank_figures.end()) figures[r] = it->second;
+    }
+    if (absl::Status s = store_->PutAttemptUsage(AttemptUsageOf(next, a, now, true, figures)); !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("job ", next.id(), ": could not store attempt ", a.number(),
+                                                 "'s usage: ", s.message()));
+    }
+    recorded.emplace_back(a.number(), a.ranks_size());
+  }
   if (absl::Status s = store_->PutJob(next, entry.submit_seq, stored); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("job ", next.id(), ": could not store the ",
                                                StateName(next.state()), " transition: ", s.message()));
+  }
+  for (const auto& [number, ranks] : recorded) {
+    for (int r = 0; r < ranks; ++r) entry.rank_figures.erase({number, r});
   }
 
   if (from != next.state()) {

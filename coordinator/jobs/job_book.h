@@ -48,6 +48,7 @@
 #include "coordinator/core/on_loop.h"
 #include "coordinator/jobs/rank_watch.h"
 #include "coordinator/jobs/script_watch.h"
+#include "coordinator/jobs/usage_report.h"
 #include "coordinator/store/state_store.h"
 #include "trainctl/v1/job.pb.h"
 #include "trainctl/v1/worker_service.pb.h"
@@ -108,6 +109,11 @@ struct JobEntry {
   // pending_timeout_s); InfinitePast = not stamped yet (after a coordinator
   // restart the first tick stamps it).
   absl::Time pending_since_mono = absl::InfinitePast();
+  // Accounting (usage_report.h): each rank's cgroup figures from its exit
+  // report, by (attempt, rank), until the attempt's record is stored
+  // (memory only: a coordinator restart in between loses them, and the
+  // record says "unknown").
+  absl::flat_hash_map<std::pair<int32_t, int32_t>, RankFigures> rank_figures;
   // Workers of this job's stragglers, placed around at the next attempts
   // when stragglers.policy is avoid (memory only).
   std::vector<std::string> avoid_workers;

@@ -2,6 +2,7 @@
 #include "coordinator/jobs/job_manager.h"
 
 #include <algorithm>
+#include <cmath>
 #include <map>
 
 #include "absl/strings/str_cat.h"
@@ -30,6 +31,10 @@ absl::Status ValidateRankStatus(const v1::RankStatus& st) {
   if (!v1::FailureKind_IsValid(st.exit().kind())) {
     return absl::InvalidArgumentError("rank_status.exit.kind: unknown failure kind");
   }
+  if (!std::isfinite(st.cpu_seconds()) || st.cpu_seconds() < 0) {
+    return absl::InvalidArgumentError("rank_status.cpu_seconds: must be a finite number >= 0");
+  }
+  if (st.peak_memory_bytes() < 0) return absl::InvalidArgumentError("rank_status.peak_memory_bytes: must be >= 0");
   return absl::OkStatus();
 }
 
@@ -443,6 +448,10 @@ absl::Status JobManager::ApplyRankStatus(const std::string& worker_id, const v1:
   if (IsTerminal(r_mem.state())) return absl::OkStatus();  // Already ended (e.g. worker lost).
   // A report older than what is known (STARTING after RUNNING) changes nothing.
   if (!RankTransitionAllowed(r_mem.state(), st.state())) return absl::OkStatus();
+  if (IsTerminal(st.state()) && (st.cpu_seconds() > 0 || st.peak_memory_bytes() > 0)) {
+    // For the attempt's usage record (JobBook::Commit stores it).
+    e->rank_figures[{st.attempt(), st.rank()}] = RankFigures{st.cpu_seconds(), st.peak_memory_bytes()};
+  }
   v1::Job next = e->job;
   if (!current || IsTerminal(next.state()) || AttemptEnded(a_mem->state())) {
     return ApplyEndOfEndedAttempt(worker_id, st, *e, std::move(next));

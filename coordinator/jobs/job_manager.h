@@ -174,9 +174,13 @@ class JobManager : private JobActions {
     return queries_.QueueUsages();
   }
   // Slot-seconds per queue, owner and kind up to now (JobQueries::Usage).
+  // The store's attempt records are read here (on the loop: a rare query).
   absl::StatusOr<UsageReport> Usage(const UsageFilter& filter) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return queries_.Usage(filter);
+    absl::StatusOr<std::vector<v1::AttemptUsage>> stored =
+        store_->LoadAttemptUsage(filter.since, std::min(filter.until, clock_->Now()));
+    if (!stored.ok()) return stored.status();
+    return queries_.Usage(filter, *stored);
   }
 
   // --- worker sessions ----------------------------------------------------

@@ -171,24 +171,36 @@ std::map<std::string, QueueUsage> JobQueries::QueueUsages() const {
   return out;
 }
 
-absl::StatusOr<UsageReport> JobQueries::Usage(const UsageFilter& filter) const {
+absl::StatusOr<UsageReport> JobQueries::Usage(const UsageFilter& filter,
+                                              const std::vector<v1::AttemptUsage>& stored) const {
   UsageReport report;
   report.since = filter.since;
-  report.until = clock_->Now();
-  if (filter.since > report.until) {
-    return absl::InvalidArgumentError(absl::StrCat("since: ", absl::FormatTime(absl::RFC3339_sec, filter.since,
-                                                                               absl::UTCTimeZone()),
-                                                   " is after the coordinator's now (",
-                                                   absl::FormatTime(absl::RFC3339_sec, report.until,
-                                                                    absl::UTCTimeZone()),
-                                                   ")"));
+  const absl::Time now = clock_->Now();
+  report.until = filter.until == absl::InfiniteFuture() ? now : filter.until;
+  auto rfc = [](absl::Time t) { return absl::FormatTime(absl::RFC3339_sec, t, absl::UTCTimeZone()); };
+  if (filter.since > now) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("since: ", rfc(filter.since), " is after the coordinator's now (", rfc(now), ")"));
+  }
+  if (report.until > now) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("until: ", rfc(report.until), " is after the coordinator's now (", rfc(now), ")"));
+  }
+  if (report.until <= filter.since) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("until: ", rfc(report.until), " is not after since (", rfc(filter.since), ")"));
   }
   std::vector<const v1::Job*> jobs;
   jobs.reserve(book_->entries().size());
   for (const auto& entry : book_->entries()) jobs.push_back(&entry.second.job);
   UsageFilter window = filter;
   window.until = report.until;
-  report.rows = SumUsage(jobs, window);
+  std::vector<v1::AttemptUsage> attempts = CollectAttempts(jobs, stored, window);
+  if (filter.by == v1::USAGE_GROUPING_ATTEMPT) {
+    report.attempts = std::move(attempts);
+  } else {
+    report.rows = SumAttempts(attempts, window);
+  }
   return report;
 }
 

@@ -82,10 +82,13 @@ class JobQueries {
   // O(jobs + ranks of current attempts). Queues without a live job are
   // absent.
   std::map<std::string, QueueUsage> QueueUsages() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
-  // Accounting: SumUsage over every job the coordinator knows, up to now
-  // (`filter.until` is ignored). InvalidArgument naming `since` when it is
-  // after now. O(jobs + attempts).
-  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter) const
+  // Accounting: the `stored` attempt records (StateStore attempt_usage) and
+  // every job the coordinator knows (CollectAttempts), summed per filter.by
+  // (or listed, by attempt), within [since, until]; an infinite-future
+  // `until` (none asked for) is now. InvalidArgument naming `since` or
+  // `until` when one is after now or since is not before until.
+  // O(jobs + attempts).
+  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter, const std::vector<v1::AttemptUsage>& stored) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:

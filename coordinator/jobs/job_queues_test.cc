@@ -8,6 +8,7 @@
 
 #include <cmath>
 
+#include "common/time_util.h"
 #include "coordinator/jobs/job_transitions.h"
 
 namespace trainctl::coordinator {
@@ -257,6 +258,132 @@ TEST_F(JobQueuesTest, UsageSumsSlotSecondsUpToNowAndRefusesASinceAfterIt) {
   r = jobs_->Usage(f);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("since: "));
+}
+
+// Accounting charges the grace: a preempted attempt's record ends when its
+// last rank exited, not when the coordinator decided to preempt it; each
+// rank's cgroup figures are summed (CPU) and maxed (memory).
+TEST_F(JobQueuesTest, APreemptedAttemptsUsageEndsWhenItsLastRankExited) {
+  TwoQueuesInACohort();
+  AddWorker("w1", 2);
+  AddWorker("w2", 2);
+  const std::string borrower = Submit(4, "b");  // borrows a's idle quota
+  AllRanks(borrower, 1, v1::RANK_STATE_RUNNING);
+  const absl::Time placed = FromTimestamp(Get(borrower).attempts(0).start_time());
+  clock_.Advance(absl::Seconds(10));
+  const std::string owner = Submit(2, "a");  // preempts the borrower now
+  const v1::Job victim = Get(borrower);
+  ASSERT_EQ(victim.attempts(0).preempted_for(), owner);
+  const absl::Time decided = FromTimestamp(victim.attempts(0).end_time());
+  EXPECT_EQ(decided, placed + absl::Seconds(10));
+  ASSERT_TRUE(store_->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty())
+      << "no record while its ranks still run";
+  // While the ranks stop, the attempt counts up to now ("stopping").
+  clock_.Advance(absl::Seconds(3));
+  UsageFilter by_attempt;
+  by_attempt.by = v1::USAGE_GROUPING_ATTEMPT;
+  absl::StatusOr<UsageReport> r = jobs_->Usage(by_attempt);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->attempts.size(), 1u);
+  EXPECT_EQ(r->attempts[0].state(), "preempted");
+  EXPECT_FALSE(r->attempts[0].has_end_time());
+  EXPECT_NEAR(r->attempts[0].wall_seconds(), 13, 1e-6);
+
+  // Ranks 1-3 exit 3 s after the decision, rank 0 5 s after, with figures
+  // (rank 3 without: its worker had no cgroups).
+  auto stopped = [&](int rank, double cpu, int64_t peak) {
+    v1::RankStatus st;
+    st.set_job_id(borrower);
+    st.set_attempt(1);
+    st.set_rank(rank);
+    st.set_state(v1::RANK_STATE_STOPPED);
+    st.set_cpu_seconds(cpu);
+    st.set_peak_memory_bytes(peak);
+    return jobs_->OnRankStatus(victim.attempts(0).ranks(rank).worker_id(), st);
+  };
+  ASSERT_TRUE(stopped(1, 4.5, 100 << 20).ok());
+  ASSERT_TRUE(stopped(2, 1.0, 200 << 20).ok());
+  ASSERT_TRUE(stopped(3, 0, 0).ok());
+  ASSERT_TRUE(store_->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty())
+      << "rank 0 still runs";
+  clock_.Advance(absl::Seconds(2));
+  ASSERT_TRUE(stopped(0, 6.0, 300 << 20).ok());
+  auto stored = store_->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture());
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->size(), 1u);
+  const v1::AttemptUsage& u = (*stored)[0];
+  EXPECT_EQ(u.job_id(), borrower);
+  EXPECT_EQ(u.attempt(), 1);
+  EXPECT_EQ(u.queue(), "b");
+  EXPECT_EQ(u.kind(), "cpu");
+  EXPECT_EQ(u.slots(), 4);
+  EXPECT_EQ(FromTimestamp(u.end_time()), decided + absl::Seconds(5)) << "the 5 s grace is charged";
+  EXPECT_NEAR(u.wall_seconds(), 15, 1e-6);
+  EXPECT_NEAR(u.slot_seconds(), 60, 1e-6);
+  EXPECT_EQ(u.gpu_seconds(), 0) << "CPU slots";
+  EXPECT_NEAR(u.cpu_seconds(), 11.5, 1e-9);
+  EXPECT_EQ(u.peak_memory_bytes(), 300 << 20);
+  EXPECT_EQ(u.ranks_measured(), 3);
+  EXPECT_EQ(u.state(), "preempted");
+
+  // The sums use the record: 60 slot-seconds for b, not 40.
+  clock_.Advance(absl::Seconds(1));
+  UsageFilter by_queue;
+  by_queue.by = v1::USAGE_GROUPING_QUEUE;
+  by_queue.queue = "b";
+  r = jobs_->Usage(by_queue);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->rows.size(), 1u);
+  EXPECT_NEAR(r->rows[0].slot_seconds, 60, 1e-6);
+  EXPECT_NEAR(r->rows[0].cpu_seconds, 11.5, 1e-9);
+  EXPECT_EQ(r->rows[0].owner, "") << "by queue: owners together";
+
+  // A window before the record's end clips it; until must be after since.
+  UsageFilter early = by_queue;
+  early.until = placed + absl::Seconds(12);
+  r = jobs_->Usage(early);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->rows.size(), 1u);
+  EXPECT_NEAR(r->rows[0].slot_seconds, 48, 1e-6);
+  early.since = early.until;
+  EXPECT_THAT(std::string(jobs_->Usage(early).status().message()), HasSubstr("until: "));
+}
+
+// A cancelled attempt too: its record ends when its last rank stopped, and
+// a rank report with a negative CPU time is refused naming the field.
+TEST_F(JobQueuesTest, ACancelledAttemptsUsageEndsWhenItsLastRankStopped) {
+  AddWorker("w1", 2);
+  const std::string job = Submit(2, "");
+  AllRanks(job, 1, v1::RANK_STATE_RUNNING);
+  clock_.Advance(absl::Seconds(4));
+  ASSERT_TRUE(jobs_->Cancel(job, "done").ok());
+  const absl::Time decided = FromTimestamp(Get(job).attempts(0).end_time());
+  v1::RankStatus bad;
+  bad.set_job_id(job);
+  bad.set_attempt(1);
+  bad.set_rank(0);
+  bad.set_state(v1::RANK_STATE_STOPPED);
+  bad.set_cpu_seconds(-1);
+  EXPECT_THAT(std::string(jobs_->OnRankStatus(Get(job).attempts(0).ranks(0).worker_id(), bad).message()),
+              HasSubstr("rank_status.cpu_seconds"));
+  clock_.Advance(absl::Seconds(7));
+  AllRanks(job, 1, v1::RANK_STATE_STOPPED);
+  auto stored = store_->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture());
+  ASSERT_TRUE(stored.ok()) << stored.status();
+  ASSERT_EQ(stored->size(), 1u);
+  EXPECT_EQ(FromTimestamp((*stored)[0].end_time()), decided + absl::Seconds(7));
+  EXPECT_EQ((*stored)[0].state(), "cancelled");
+  EXPECT_EQ((*stored)[0].queue(), "default");
+  EXPECT_EQ((*stored)[0].cpu_seconds(), 0) << "no rank reported figures: unknown";
+  EXPECT_EQ((*stored)[0].ranks_measured(), 0);
+  UsageFilter by_job;
+  by_job.by = v1::USAGE_GROUPING_JOB;
+  absl::StatusOr<UsageReport> r = jobs_->Usage(by_job);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->rows.size(), 1u);
+  EXPECT_EQ(r->rows[0].job_id, job);
+  EXPECT_NEAR(r->rows[0].wall_seconds, 11, 1e-6);
+  EXPECT_NEAR(r->rows[0].slot_seconds, 22, 1e-6);
 }
 
 // Per-owner limits (Slurm's MaxJobsPerUser, a per-user GrpTRES): an owner

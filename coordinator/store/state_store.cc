@@ -174,6 +174,22 @@ constexpr const char* kMigrations[] = {
         blob BLOB NOT NULL             -- v1.FairShareSnapshot
       );
     )sql",
+    // 9 -> 10: accounting (`trainctl usage --by attempt`, usage_table.cc):
+    // one row per ended attempt, written once its last rank exited; kept
+    // when the job is gone (a site bills from it).
+    R"sql(
+      CREATE TABLE attempt_usage (
+        job_id   TEXT NOT NULL,
+        attempt  INTEGER NOT NULL,
+        owner    TEXT NOT NULL,
+        queue    TEXT NOT NULL,
+        start_ms INTEGER NOT NULL,     -- Unix ms of the placement
+        end_ms   INTEGER NOT NULL,     -- Unix ms the last rank exited
+        blob     BLOB NOT NULL,        -- v1.AttemptUsage
+        PRIMARY KEY (job_id, attempt)
+      ) WITHOUT ROWID;
+      CREATE INDEX attempt_usage_by_end ON attempt_usage (end_ms);
+    )sql",
 };
 constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 
@@ -422,6 +438,14 @@ absl::Status StateStore::Impl::PrepareStatements() {
       {&s.put_fair_share, "INSERT OR REPLACE INTO fair_share (id, blob) VALUES (1, ?1)",
        "INSERT INTO fair_share (id, blob) VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET blob = excluded.blob"},
       {&s.load_fair_share, "SELECT blob FROM fair_share WHERE id = 1"},
+      {&s.put_attempt_usage,
+       "INSERT INTO attempt_usage (job_id, attempt, owner, queue, start_ms, end_ms, blob) "
+       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (job_id, attempt) DO UPDATE SET "
+       "owner = excluded.owner, queue = excluded.queue, start_ms = excluded.start_ms, "
+       "end_ms = excluded.end_ms, blob = excluded.blob"},
+      {&s.load_attempt_usage,
+       "SELECT job_id, attempt, blob FROM attempt_usage WHERE end_ms > ?1 AND start_ms < ?2 "
+       "ORDER BY start_ms, job_id, attempt"},
       {&s.put_code,
        "INSERT INTO code_archives (digest, size, uploaded_ms, blob) VALUES (?1, ?2, ?3, ?4) "
        "ON CONFLICT (digest) DO UPDATE SET uploaded_ms = excluded.uploaded_ms"},

@@ -303,6 +303,19 @@ class StateStore {
   // DataLoss when the row does not parse.
   absl::StatusOr<v1::FairShareSnapshot> LoadFairShare();
 
+  // --- accounting (usage_table.cc; `trainctl usage --by attempt`) ---------
+  // One row per ended attempt (job_id, attempt), written when its last rank
+  // exited; never deleted with the job.
+  //
+  // Inserts or replaces the attempt's row (one commit, or a savepoint of an
+  // open group). InvalidArgument without a job id, an attempt >= 1, a
+  // start and an end time.
+  absl::Status PutAttemptUsage(const v1::AttemptUsage& usage);
+  // The rows whose time overlaps (since, until): ending after `since`,
+  // starting before `until`; ordered by start, job id, attempt. DataLoss
+  // naming the row when one does not parse or holds another attempt.
+  absl::StatusOr<std::vector<v1::AttemptUsage>> LoadAttemptUsage(absl::Time since, absl::Time until);
+
   // --- code archives (CommandSpec.code; JobService.UploadCode) -------------
   // One row per archive, keyed by its digest ("sha256:<hex>", checked by the
   // caller), with its bytes as one blob: in the store, not in a directory,

@@ -284,6 +284,7 @@ struct StateStore::Impl {
     Statement put_owner_number, load_owner_numbers;
     Statement put_queue, delete_queue, load_queues;
     Statement put_fair_share, load_fair_share;
+    Statement put_attempt_usage, load_attempt_usage;
     Statement put_code, code_size, touch_code, read_code, delete_unreferenced_code;
     ChunkedStatement insert_metrics, insert_logs;  // (job_id, attempt, rank, blob) per row
     Statement count_events, count_metrics, count_logs;

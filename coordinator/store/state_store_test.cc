@@ -477,8 +477,8 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   // (Nor the later tables: tokens and worker_bindings came with version 3,
   // revoked_workers with 4, owner_numbers with 5, queues with 6, leader and
   // the leader_epoch columns with 7, code archives and jobs.code_digest
-  // with 8, fair_share with 9.)
-  RawExec(path, "DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
+  // with 8, fair_share with 9, attempt_usage with 10.)
+  RawExec(path, "DROP TABLE attempt_usage; DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
                 "DROP TABLE telemetry_seqs; DROP TABLE tokens; DROP TABLE worker_bindings; "
                 "DROP TABLE revoked_workers; DROP TABLE owner_numbers; DROP TABLE queues; "
                 "DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
@@ -664,7 +664,7 @@ TEST(StateStoreTest, SchemaVersion6MigratesToTheLeaderTableAndEpochColumns) {
     ASSERT_TRUE(store->PutJob(MakeJob("old"), 1, {MakeEvent("old", 1)}).ok());
   }
   // What a coordinator before active/standby left behind.
-  RawExec(path, "DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
+  RawExec(path, "DROP TABLE attempt_usage; DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
                 "DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
                 "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=6");
   auto store = OpenOrDie(path);
@@ -686,7 +686,7 @@ TEST(StateStoreTest, SchemaVersion5MigratesToTheQueuesTable) {
     ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before queues left behind.
-  RawExec(path, "DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
+  RawExec(path, "DROP TABLE attempt_usage; DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
                 "DROP TABLE queues; DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
                 "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=5");
   auto store = OpenOrDie(path);
@@ -708,7 +708,7 @@ TEST(StateStoreTest, SchemaVersion7MigratesToCodeArchives) {
     ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before code archives left behind.
-  RawExec(path, "DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; "
+  RawExec(path, "DROP TABLE attempt_usage; DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; "
                 "ALTER TABLE jobs DROP COLUMN code_digest; PRAGMA user_version=7");
   auto store = OpenOrDie(path);
   ASSERT_EQ(store->LoadAll()->jobs.size(), 1u);
@@ -726,7 +726,7 @@ TEST(StateStoreTest, SchemaVersion8MigratesToTheFairShareTable) {
     ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before stored fair share left behind.
-  RawExec(path, "DROP TABLE fair_share; PRAGMA user_version=8");
+  RawExec(path, "DROP TABLE attempt_usage; DROP TABLE fair_share; PRAGMA user_version=8");
   auto store = OpenOrDie(path);
   ASSERT_EQ(store->LoadAll()->jobs.size(), 1u);
   EXPECT_EQ(store->LoadFairShare()->queues_size(), 0);
@@ -734,6 +734,97 @@ TEST(StateStoreTest, SchemaVersion8MigratesToTheFairShareTable) {
   usage.add_queues()->set_queue("a");
   ASSERT_TRUE(store->PutFairShare(usage).ok());
   EXPECT_EQ(store->LoadFairShare()->queues_size(), 1);
+}
+
+v1::AttemptUsage Usage(const std::string& job, int attempt, int64_t start_s, int64_t end_s) {
+  v1::AttemptUsage u;
+  u.set_job_id(job);
+  u.set_attempt(attempt);
+  u.set_owner("alice");
+  u.set_queue("research");
+  u.set_kind("cpu");
+  u.set_slots(2);
+  u.mutable_start_time()->set_seconds(start_s);
+  u.mutable_end_time()->set_seconds(end_s);
+  u.set_wall_seconds(static_cast<double>(end_s - start_s));
+  u.set_cpu_seconds(3.25);
+  u.set_peak_memory_bytes(int64_t{5} << 30);
+  u.set_ranks_measured(2);
+  return u;
+}
+
+TEST_P(StoreBackendTest, AttemptUsageRoundTripsReplacesFiltersByWindowAndSurvivesAReopen) {
+  const absl::Time t0 = absl::FromUnixSeconds(1700000000);
+  {
+    auto store = Reopen();
+    ASSERT_TRUE(store->PutAttemptUsage(Usage("j-b", 1, 1700000100, 1700000200)).ok());
+    ASSERT_TRUE(store->PutAttemptUsage(Usage("j-a", 2, 1700000000, 1700000050)).ok());
+    ASSERT_TRUE(store->PutAttemptUsage(Usage("j-a", 1, 1700000000, 1700000010)).ok());
+    v1::AttemptUsage longer = Usage("j-b", 1, 1700000100, 1700000300);
+    longer.set_state("preempted");
+    ASSERT_TRUE(store->PutAttemptUsage(longer).ok()) << "a put replaces the attempt's row";
+    v1::AttemptUsage bad = Usage("", 1, 1, 2);
+    EXPECT_TRUE(absl::IsInvalidArgument(store->PutAttemptUsage(bad)));
+    bad = Usage("j-c", 0, 1, 2);
+    EXPECT_TRUE(absl::IsInvalidArgument(store->PutAttemptUsage(bad)));
+    bad = Usage("j-c", 1, 1, 2);
+    bad.clear_end_time();
+    EXPECT_TRUE(absl::IsInvalidArgument(store->PutAttemptUsage(bad)));
+  }
+  auto store = Reopen();
+  auto all = store->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture());
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 3u);
+  // By start, then job id, then attempt.
+  EXPECT_EQ((*all)[0].job_id(), "j-a");
+  EXPECT_EQ((*all)[0].attempt(), 1);
+  EXPECT_EQ((*all)[1].attempt(), 2);
+  EXPECT_EQ((*all)[2].job_id(), "j-b");
+  EXPECT_EQ((*all)[2].end_time().seconds(), 1700000300);
+  EXPECT_EQ((*all)[2].state(), "preempted");
+  EXPECT_EQ((*all)[2].cpu_seconds(), 3.25);
+  EXPECT_EQ((*all)[2].peak_memory_bytes(), int64_t{5} << 30);
+  // The window: rows that end after since and start before until.
+  auto late = store->LoadAttemptUsage(t0 + absl::Seconds(50), absl::InfiniteFuture());
+  ASSERT_TRUE(late.ok()) << late.status();
+  ASSERT_EQ(late->size(), 1u) << "j-a/2 ended at since exactly: outside";
+  EXPECT_EQ((*late)[0].job_id(), "j-b");
+  auto early = store->LoadAttemptUsage(absl::InfinitePast(), t0 + absl::Seconds(100));
+  ASSERT_TRUE(early.ok()) << early.status();
+  EXPECT_EQ(early->size(), 2u) << "j-b/1 started at until exactly: outside";
+}
+
+TEST_P(StoreBackendTest, AttemptUsageWritesGoThroughTheWriteFaultAndAGroup) {
+  auto store = Fresh();
+  store->SetWriteFaultForTest([](int64_t, absl::string_view op) { return absl::StartsWith(op, "PutAttemptUsage"); });
+  EXPECT_TRUE(absl::IsUnavailable(store->PutAttemptUsage(Usage("j", 1, 1, 2))));
+  store->SetWriteFaultForTest(nullptr);
+  EXPECT_TRUE(store->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty());
+  // Inside a group: stored with the group, gone with its rollback.
+  ASSERT_TRUE(store->BeginGroup().ok());
+  ASSERT_TRUE(store->PutAttemptUsage(Usage("j", 1, 1, 2)).ok());
+  store->RollbackGroup();
+  EXPECT_TRUE(store->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty());
+  ASSERT_TRUE(store->BeginGroup().ok());
+  ASSERT_TRUE(store->PutAttemptUsage(Usage("j", 1, 1, 2)).ok());
+  ASSERT_TRUE(store->CommitGroup("w", 1).ok());
+  EXPECT_EQ(store->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->size(), 1u);
+}
+
+TEST(StateStoreTest, SchemaVersion9MigratesToTheAttemptUsageTable) {
+  TempDir dir;
+  const std::string path = dir.File("state.db");
+  {
+    auto store = OpenOrDie(path);
+    ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
+  }
+  // What a coordinator before per-attempt accounting left behind.
+  RawExec(path, "DROP TABLE attempt_usage; PRAGMA user_version=9");
+  auto store = OpenOrDie(path);
+  ASSERT_EQ(store->LoadAll()->jobs.size(), 1u);
+  EXPECT_TRUE(store->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty());
+  ASSERT_TRUE(store->PutAttemptUsage(Usage("old", 1, 10, 20)).ok());
+  EXPECT_EQ(store->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->size(), 1u);
 }
 
 // --- the store spec, and what only PostgreSQL has ---------------------------

@@ -183,6 +183,7 @@ RankCgroup::RankCgroup(RankCgroup&& o) noexcept
       memory_dir_(std::move(o.memory_dir_)),
       cpu_dir_(std::move(o.cpu_dir_)),
       pids_dir_(std::move(o.pids_dir_)),
+      acct_dir_(std::move(o.acct_dir_)),
       procs_fds_(std::move(o.procs_fds_)),
       memory_limit_(o.memory_limit_),
       pids_limit_(o.pids_limit_) {
@@ -196,6 +197,7 @@ RankCgroup& RankCgroup::operator=(RankCgroup&& o) noexcept {
     memory_dir_ = std::move(o.memory_dir_);
     cpu_dir_ = std::move(o.cpu_dir_);
     pids_dir_ = std::move(o.pids_dir_);
+    acct_dir_ = std::move(o.acct_dir_);
     procs_fds_ = std::move(o.procs_fds_);
     o.procs_fds_.clear();
     memory_limit_ = o.memory_limit_;
@@ -231,9 +233,18 @@ int64_t RankCgroup::PeakMemoryBytes() const {
   return ReadNumber(memory_dir_ + (v2_ ? "/memory.peak" : "/memory.max_usage_in_bytes")).value_or(0);
 }
 
+double RankCgroup::CpuSeconds() const {
+  if (v2_) {
+    if (cpu_dir_.empty()) return 0;
+    return static_cast<double>(ParseKeyedValue(ReadSmallFile(cpu_dir_ + "/cpu.stat"), "usage_usec").value_or(0)) / 1e6;
+  }
+  if (acct_dir_.empty()) return 0;
+  return static_cast<double>(ReadNumber(acct_dir_ + "/cpuacct.usage").value_or(0)) / 1e9;
+}
+
 std::vector<std::string> RankCgroup::dirs() const {
   std::vector<std::string> out;
-  for (const std::string* d : {&memory_dir_, &cpu_dir_, &pids_dir_}) {
+  for (const std::string* d : {&memory_dir_, &cpu_dir_, &pids_dir_, &acct_dir_}) {
     if (!d->empty() && std::find(out.begin(), out.end(), *d) == out.end()) out.push_back(*d);
   }
   return out;
@@ -246,6 +257,7 @@ absl::Status RankCgroup::Remove() {
   memory_dir_.clear();
   cpu_dir_.clear();
   pids_dir_.clear();
+  acct_dir_.clear();
   return result;
 }
 
@@ -308,6 +320,15 @@ CgroupLimits CgroupLimits::Detect(const std::string& root, absl::string_view pro
     c.reason_ = problems.empty() ? absl::StrCat("no cgroup hierarchy under ", root)
                                  : absl::StrCat("no usable cgroup under ", root, ": ", absl::StrJoin(problems, "; "));
     return c;
+  }
+  // Accounting only (CpuSeconds): its absence is no problem.
+  if (const std::string mount = root + "/cpuacct"; IsDir(mount)) {
+    auto it = v1_paths.find("cpuacct");
+    const std::string parent = JoinPath(mount, VisiblePath(mount, it == v1_paths.end() ? "/" : it->second));
+    std::string why;
+    if (Writable(IsDir(parent + "/trainctl") ? parent + "/trainctl" : parent, &why)) {
+      c.v1_cpuacct_ = parent + "/trainctl";
+    }
   }
   c.version_ = Version::kV1;
   c.reason_ = absl::StrJoin(problems, "; ");  // what is missing, if anything
@@ -444,6 +465,15 @@ absl::StatusOr<RankCgroup> CgroupLimits::Create(const std::string& name, const v
         return fail(s);
       }
       if (absl::Status s = WriteCgroupFile(*dir + "/cpu.cfs_quota_us", absl::StrCat(quota)); !s.ok()) return fail(s);
+    }
+    // CPU time for accounting: the cpu cgroup when cpuacct shares its
+    // hierarchy, else a cpuacct cgroup of its own where one can be made (a
+    // failure costs only the figure).
+    if (!g.cpu_dir_.empty() && ::access((g.cpu_dir_ + "/cpuacct.usage").c_str(), F_OK) == 0) {
+      g.acct_dir_ = g.cpu_dir_;
+    } else if (!v1_cpuacct_.empty()) {
+      absl::StatusOr<std::string> dir = make(v1_cpuacct_);
+      if (dir.ok()) g.acct_dir_ = *dir;
     }
     if (r.pids() > 0) {
       absl::StatusOr<std::string> dir = make(v1_pids_);

@@ -77,6 +77,11 @@ class RankCgroup {
   // The peak memory use the cgroup saw (v1 memory.max_usage_in_bytes, v2
   // memory.peak), or 0 when unknown.
   int64_t PeakMemoryBytes() const;
+  // The CPU time the cgroup's processes used, in seconds (v2 cpu.stat
+  // usage_usec; v1 cpuacct.usage of the rank's cpuacct cgroup, made beside
+  // the limits where a cpuacct hierarchy is writable), or 0 when unknown.
+  // For accounting (RankStatus.cpu_seconds).
+  double CpuSeconds() const;
 
   // Deletes the cgroup's directories: processes left in it (ones that left
   // the rank's process group) are killed first. Idempotent.
@@ -89,6 +94,10 @@ class RankCgroup {
   bool v2_ = false;
   // v2: memory_dir_ == cpu_dir_ == pids_dir_ (one directory) when set.
   std::string memory_dir_, cpu_dir_, pids_dir_;
+  // v1: the directory whose cpuacct.usage counts the rank's CPU time (its
+  // cpu cgroup where cpu and cpuacct share a hierarchy, else one of its own
+  // under the cpuacct hierarchy); "" for v2 (cpu.stat) or none.
+  std::string acct_dir_;
   std::vector<int> procs_fds_;
   int64_t memory_limit_ = 0;
   int64_t pids_limit_ = 0;
@@ -131,6 +140,9 @@ class CgroupLimits {
   std::string v2_parent_;  // the daemon's parent cgroup (subtree_control)
   bool v2_prepared_ = false;
   std::string v1_memory_, v1_cpu_, v1_pids_;
+  // Where v1 accounting cgroups go (cpuacct, for CpuSeconds); "" when there
+  // is no writable cpuacct hierarchy (then CPU time is unknown, no error).
+  std::string v1_cpuacct_;
 };
 
 // The CPUs and memory this host offers ranks: `online_cpus` (the daemon's

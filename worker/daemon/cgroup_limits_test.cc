@@ -87,6 +87,45 @@ TEST_F(CgroupLimitsTest, V1FakeRootGetsLimitsPerControllerUnderTheDaemonsCgroup)
   EXPECT_TRUE(g->Remove().ok());  // idempotent
 }
 
+// Accounting (RankStatus.cpu_seconds): v1 keeps CPU time in the cpuacct
+// hierarchy, a separate mount here, so the rank gets a cpuacct cgroup too
+// (joined like the others, removed with them); v2's cpu.stat has it.
+TEST_F(CgroupLimitsTest, CpuTimeComesFromV1CpuacctOrV2CpuStat) {
+  const fs::path root = fs::path(dir_.path()) / "cg";
+  for (const char* c : {"memory", "cpu", "pids", "cpuacct"}) fs::create_directories(root / c);
+  CgroupLimits cg = CgroupLimits::Detect(root.string(), "4:memory:/\n1:cpu:/\n2:cpuacct:/\n0::/\n");
+  ASSERT_EQ(cg.version(), CgroupLimits::Version::kV1) << cg.Describe();
+  absl::StatusOr<RankCgroup> g = cg.Create("j-3-1-rank0", Limits(1, 64 << 20, 0));
+  ASSERT_TRUE(g.ok()) << g.status();
+  const fs::path acct = root / "cpuacct/trainctl/j-3-1-rank0";
+  ASSERT_TRUE(fs::is_directory(acct));
+  EXPECT_EQ(g->procs_fds().size(), 3u) << "memory, cpu and cpuacct";
+  EXPECT_EQ(g->CpuSeconds(), 0) << "nothing counted yet: unknown";
+  Write(acct / "cpuacct.usage", "2500000000\n");
+  EXPECT_DOUBLE_EQ(g->CpuSeconds(), 2.5);
+  ASSERT_TRUE(g->Remove().ok());
+  EXPECT_FALSE(fs::exists(acct));
+
+  // No cpuacct hierarchy: the figure is unknown, the limits still work.
+  fs::remove_all(root / "cpuacct");
+  CgroupLimits plain = CgroupLimits::Detect(root.string(), "4:memory:/\n1:cpu:/\n0::/\n");
+  absl::StatusOr<RankCgroup> h = plain.Create("j-3-1-rank1", Limits(1, 0, 0));
+  ASSERT_TRUE(h.ok()) << h.status();
+  EXPECT_EQ(h->CpuSeconds(), 0);
+  ASSERT_TRUE(h->Remove().ok());
+
+  const fs::path root2 = fs::path(dir_.path()) / "cg2";
+  Write(root2 / "cgroup.controllers", "cpu memory pids\n");
+  fs::create_directories(root2 / "w");
+  CgroupLimits v2 = CgroupLimits::Detect(root2.string(), "0::/w\n");
+  ASSERT_EQ(v2.version(), CgroupLimits::Version::kV2) << v2.Describe();
+  absl::StatusOr<RankCgroup> k = v2.Create("j-3-1-rank2", Limits(0, 64 << 20, 0));
+  ASSERT_TRUE(k.ok()) << k.status();
+  Write(root2 / "trainctl/j-3-1-rank2/cpu.stat", "usage_usec 1250000\nuser_usec 1000000\nsystem_usec 250000\n");
+  EXPECT_DOUBLE_EQ(k->CpuSeconds(), 1.25);
+  ASSERT_TRUE(k->Remove().ok());
+}
+
 TEST_F(CgroupLimitsTest, OnlyTheControllersAskedForAreUsed) {
   const fs::path root = fs::path(dir_.path()) / "cg";
   for (const char* c : {"memory", "cpu", "pids"}) fs::create_directories(root / c);

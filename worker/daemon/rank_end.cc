@@ -246,6 +246,12 @@ void RankTable::OnExit(const std::string& key, int code, int signal) {
   } else if (r->state.phase() == RankPhase::kFailed) {
     DescribeFailure(*a, *r, code, signal, *e);
   }
+  // Accounting (trainctl usage): what its cgroup counted, read before the
+  // cgroup goes.
+  if (r->cgroup.has_value()) {
+    s->set_cpu_seconds(r->cgroup->CpuSeconds());
+    s->set_peak_memory_bytes(r->cgroup->PeakMemoryBytes());
+  }
   // Read what it had to say; anything of it still there goes now.
   RemoveRankCgroup(*a, *r);
   LogEvent(s->state() == v1::RANK_STATE_FAILED ? LogLevel::kWarn : LogLevel::kInfo, "worker", "rank_exited",
