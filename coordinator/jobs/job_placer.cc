@@ -6,7 +6,6 @@
 #include <cstdint>
 #include <optional>
 
-#include "absl/container/btree_map.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
@@ -141,33 +140,6 @@ std::optional<JobEvent> ResizedEvent(const v1::Job& job, int world_size) {
 
 }  // namespace
 
-bool IsElastic(const v1::JobSpec& spec) {
-  return spec.has_elastic() && spec.elastic().min_ranks() >= 1 && spec.elastic().min_ranks() < spec.world_size();
-}
-
-absl::Time ElasticDeadline(const v1::Job& job) {
-  if (!IsElastic(job.spec()) || job.attempts_size() == 0) return absl::InfiniteFuture();
-  const v1::Attempt& last = job.attempts(job.attempts_size() - 1);
-  if (!AttemptEnded(last.state()) || last.grow_to() > 0) return absl::InfiniteFuture();
-  return FromTimestamp(last.end_time()) + absl::Seconds(job.spec().elastic().replace_timeout_s());
-}
-
-int ElasticMinimum(const v1::Job& job, absl::Time now) {
-  if (!IsElastic(job.spec())) return 0;
-  const v1::ElasticSpec& el = job.spec().elastic();
-  const int world = job.spec().world_size();
-  // A first attempt starts with what is free (at least min_ranks).
-  if (job.attempts_size() == 0) return el.min_ranks();
-  const v1::Attempt& last = job.attempts(job.attempts_size() - 1);
-  // Stopped to grow: exactly the size it stopped for (or more).
-  if (last.grow_to() > 0) return last.grow_to() >= world ? 0 : last.grow_to();
-  // After a failure: the size it ran with until the replace timeout, then
-  // what is free down to min_ranks.
-  if (now >= ElasticDeadline(job)) return el.min_ranks();
-  const int before = std::max(el.min_ranks(), last.ranks_size());
-  return before >= world ? 0 : before;
-}
-
 std::vector<scheduler::WorkerSlots> JobPlacer::WorkerView() const {
   absl::flat_hash_map<std::string, std::vector<int>> busy = book_->BusySlotsByWorker();
   // What the live ranks on each worker reserve: their jobs' per-rank
@@ -293,13 +265,13 @@ scheduler::QueueInput JobPlacer::Queues(absl::flat_hash_set<std::string>* stoppi
   absl::flat_hash_set<std::string> defined;
   for (scheduler::QueueSpec& q : in.queues) {
     defined.insert(q.name);
-    if (auto it = usage_.find(q.name); it != usage_.end()) {
+    if (auto it = usage_.queues().find(q.name); it != usage_.queues().end()) {
       q.usage_gpu = it->second[0];
       q.usage_cpu = it->second[1];
     }
     // The owners with a weight (from the queue) get their usage; the others
     // are added with weight 1.
-    if (auto it = owner_usage_.find(q.name); it != owner_usage_.end()) {
+    if (auto it = usage_.owners().find(q.name); it != usage_.owners().end()) {
       absl::flat_hash_map<std::string, size_t> weighted;
       for (size_t i = 0; i < q.owners.size(); ++i) weighted[q.owners[i].name] = i;
       for (const auto& [owner, u] : it->second) {
@@ -355,42 +327,13 @@ void JobPlacer::UpdateUsage(absl::Time mono) {
   // No queues: no fair share to keep, and no walk over every live rank per
   // tick. Queues defined later start from no usage.
   if (queue_source_().empty()) {
-    usage_.clear();
-    owner_usage_.clear();
+    usage_.Clear();
     return;
   }
-  if (last == absl::InfinitePast() || mono <= last) return;
   // Held slots are taken as constant since the last call (passes and ticks
-  // come at least once a second): usage' = usage * f + held * h/ln2 * (1 - f)
-  // with f = 2^(-dt/h), the exact decayed integral of a constant.
-  const double h = absl::ToDoubleSeconds(options_.fair_share_half_life);
-  const double dt = absl::ToDoubleSeconds(mono - last);
-  const double f = std::exp2(-dt / h);
-  const double gain = h / std::log(2.0) * (1 - f);
-  for (auto& [q, u] : usage_) {
-    for (double& x : u) x *= f;
-  }
-  for (auto& [q, owners] : owner_usage_) {
-    for (auto& [owner, u] : owners) {
-      for (double& x : u) x *= f;
-    }
-  }
-  for (const auto& [q, owners] : SlotsHeldByOwner()) {
-    for (const auto& [owner, n] : owners) {
-      for (int k = 0; k < 2; ++k) {
-        usage_[q][k] += n[k] * gain;
-        owner_usage_[q][owner][k] += n[k] * gain;
-      }
-    }
-  }
-  // What has decayed to nothing (under a thousandth of a slot-second) is
-  // dropped, so owners who left do not accumulate.
-  const auto negligible = [](const DecayedUsage& u) { return u[0] < 1e-3 && u[1] < 1e-3; };
-  for (auto& [q, owners] : owner_usage_) absl::erase_if(owners, [&](const auto& kv) { return negligible(kv.second); });
-  absl::erase_if(owner_usage_, [](const auto& kv) { return kv.second.empty(); });
-  absl::erase_if(usage_, [&](const auto& kv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return negligible(kv.second) && !owner_usage_.contains(kv.first);
-  });
+  // come at least once a second).
+  if (last == absl::InfinitePast() || mono <= last) return;
+  usage_.Advance(mono - last, SlotsHeldByOwner());
 }
 
 OwnerLimits JobPlacer::RunningByOwner() const {
@@ -405,9 +348,8 @@ OwnerLimits JobPlacer::RunningByOwner() const {
   return limits;
 }
 
-absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::array<int, 2>>>
-JobPlacer::SlotsHeldByOwner() const {
-  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::array<int, 2>>> held;
+HeldSlots JobPlacer::SlotsHeldByOwner() const {
+  HeldSlots held;
   book_->ForEachLiveRank([&](const v1::RankAssignment& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     const int k = r.slot().kind() == v1::Slot::KIND_GPU ? 0 : 1;
     const v1::Job& job = book_->At(r.job_id()).job;
@@ -417,56 +359,24 @@ JobPlacer::SlotsHeldByOwner() const {
 }
 
 void JobPlacer::RestoreUsage(const v1::FairShareSnapshot& stored) {
-  usage_.clear();
-  owner_usage_.clear();
-  const double h = absl::ToDoubleSeconds(options_.fair_share_half_life);
-  const double idle = stored.has_as_of()
-                          ? std::max(0.0, absl::ToDoubleSeconds(clock_->Now() - FromTimestamp(stored.as_of())))
-                          : 0.0;
-  const double f = std::exp2(-idle / h);
-  // A bad stored value (negative, not finite) counts as none rather than
-  // making the scheduler refuse every pass.
-  const auto clean = [f](double x) { return std::isfinite(x) && x > 0 ? x * f : 0.0; };
-  for (const v1::FairShareUsage& q : stored.queues()) {
-    for (const auto& [owner, u] : q.owners()) {
-      const DecayedUsage d = {clean(u.gpu_slot_seconds()), clean(u.cpu_slot_seconds())};
-      owner_usage_[q.queue()][owner] = d;
-      for (int k = 0; k < 2; ++k) usage_[q.queue()][k] += d[k];
-    }
-  }
+  usage_.Restore(stored, stored.has_as_of() ? clock_->Now() - FromTimestamp(stored.as_of()) : absl::ZeroDuration());
 }
 
-v1::FairShareSnapshot JobPlacer::UsageSnapshot() const {
-  v1::FairShareSnapshot out;
-  SetTimestamp(clock_->Now(), out.mutable_as_of());
-  // Sorted, so that equal usage writes equal rows.
-  absl::btree_map<std::string, const absl::flat_hash_map<std::string, DecayedUsage>*> queues;
-  for (const auto& [q, owners] : owner_usage_) queues[q] = &owners;
-  for (const auto& [q, owners] : queues) {
-    v1::FairShareUsage* row = out.add_queues();
-    row->set_queue(q);
-    for (const auto& [owner, u] : *owners) {
-      v1::FairShareOwnerUsage& o = (*row->mutable_owners())[owner];
-      o.set_gpu_slot_seconds(u[0]);
-      o.set_cpu_slot_seconds(u[1]);
-    }
-  }
-  return out;
-}
+v1::FairShareSnapshot JobPlacer::UsageSnapshot() const { return usage_.Snapshot(clock_->Now()); }
 
 void JobPlacer::MaybeSaveUsage(absl::Time mono) {
   if (store_ == nullptr || !queue_source_) return;
   if (usage_saved_mono_ != absl::InfinitePast() && mono - usage_saved_mono_ < options_.fair_share_save_interval) {
     return;
   }
-  if (owner_usage_.empty() && usage_saved_empty_) return;
+  if (usage_.empty() && usage_saved_empty_) return;
   const absl::Status saved = store_->PutFairShare(UsageSnapshot());
   if (!saved.ok()) {
     LogDeferred(saved, "fair-share usage written again at the next tick");
     return;
   }
   usage_saved_mono_ = mono;
-  usage_saved_empty_ = owner_usage_.empty();
+  usage_saved_empty_ = usage_.empty();
 }
 
 void JobPlacer::Schedule() {

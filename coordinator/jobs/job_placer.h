@@ -37,6 +37,8 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/prometheus.h"
+#include "coordinator/jobs/elastic_size.h"
+#include "coordinator/jobs/fair_share_usage.h"
 #include "coordinator/jobs/owner_limits.h"
 #include "coordinator/jobs/attempt_starter.h"
 #include "coordinator/jobs/job_book.h"
@@ -46,15 +48,6 @@
 #include "coordinator/workers/worker_registry.h"
 
 namespace trainctl::coordinator {
-
-// Whether `spec` may run with fewer ranks than world_size.
-bool IsElastic(const v1::JobSpec& spec);
-// Elastic jobs: the fewest ranks the next attempt of `job` may start with
-// now (scheduler::PendingJob::min_world_size; 0 = exactly world_size), and
-// when that changes by itself (a replace timeout runs out;
-// absl::InfiniteFuture() when it does not).
-int ElasticMinimum(const v1::Job& job, absl::Time now);
-absl::Time ElasticDeadline(const v1::Job& job);
 
 struct PlacerOptions {
   // SIGTERM -> SIGKILL grace a preempted job's ranks get: a training rank
@@ -71,29 +64,26 @@ struct PlacerOptions {
 // fills it in); empty = no queues, today's behaviour.
 using QueueSource = std::function<std::vector<scheduler::QueueSpec>()>;
 
-// Decayed usage of one queue in slot-seconds per kind ([0] GPU, [1] CPU).
-using DecayedUsage = std::array<double, 2>;
-
 class JobPlacer {
  public:
   // `store` keeps the fair-share usage (nullptr: memory only).
   JobPlacer(JobBook* book, WorkerRegistry* registry, AttemptStarter* starter, const Clock* clock,
             PlacerOptions options = {}, StateStore* store = nullptr)
       : book_(book), registry_(registry), starter_(starter), clock_(clock), options_(options),
-        store_(store) {}
+        store_(store), usage_(options.fair_share_half_life) {}
 
   // Where the queues come from (QueueRegistry::Specs); unset = no queues.
   void SetQueueSource(QueueSource source) { queue_source_ = std::move(source); }
   // Decayed usage per queue name, as of the last pass or tick.
   const absl::flat_hash_map<std::string, DecayedUsage>& usage() const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return usage_;
+    return usage_.queues();
   }
   // Per queue name, the decayed usage of each owner of its jobs (Job.owner);
   // a queue's usage is the sum of its owners'.
   const absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, DecayedUsage>>&
   owner_usage() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return owner_usage_;
+    return usage_.owners();
   }
   // At start (before the first pass): the usage the store kept, decayed from
   // its as_of to now (nothing was held while no coordinator ran).
@@ -145,8 +135,7 @@ class JobPlacer {
   // Without queues it only keeps the time (nothing to share).
   void UpdateUsage(absl::Time mono) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The slots live ranks hold, per queue name and owner: [0] GPU, [1] CPU.
-  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::array<int, 2>>>
-  SlotsHeldByOwner() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  HeldSlots SlotsHeldByOwner() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The queues' per-owner limits with what each owner runs now (live ranks).
   OwnerLimits RunningByOwner() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // On the tick: writes the usage when fair_share_save_interval has passed
@@ -172,10 +161,7 @@ class JobPlacer {
   PlacerOptions options_;
   QueueSource queue_source_;
   StateStore* store_;
-  // Invariant: usage_[q] is the sum over owner_usage_[q] (decay is linear).
-  absl::flat_hash_map<std::string, DecayedUsage> usage_ ABSL_GUARDED_BY(kLoop);
-  absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, DecayedUsage>> owner_usage_
-      ABSL_GUARDED_BY(kLoop);
+  FairShareUsage usage_ ABSL_GUARDED_BY(kLoop);
   // When the usage was last written (monotonic); InfinitePast = never.
   absl::Time usage_saved_mono_ ABSL_GUARDED_BY(kLoop) = absl::InfinitePast();
   // The last write stored no usage and none was gained since: nothing to write.
