@@ -254,6 +254,30 @@ TEST(CliUsageTest, DryRunWithoutACoordinatorValidatesAndSkipsThePlacement) {
   EXPECT_TRUE(resp.planned().empty());
 }
 
+// --max-runtime sets scheduling.max_runtime_s from seconds or a duration;
+// anything else is a usage error naming the flag.
+TEST(CliUsageTest, MaxRuntimeTakesSecondsOrADuration) {
+  std::string dir = testing::MakeTempDir();
+  std::string good = testing::WriteFile(dir, "good.yaml", testing::ValidJobYaml(2));
+  std::string nowhere = Unreachable();
+  CliRun r = RunTrainctl(
+      {"--coordinator", nowhere, "submit", good, "--dry-run", "--max-runtime", "1h30m"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(r.out, HasSubstr("max runtime:"));
+  EXPECT_THAT(r.out, HasSubstr(" 1h30m (scheduling.max_runtime_s; past it: TIMEOUT)\n"));
+  r = RunTrainctl(
+      {"--coordinator", nowhere, "-o", "json", "submit", good, "--dry-run", "--max-runtime", "90"});
+  ASSERT_EQ(r.code, 0) << r.err;
+  EXPECT_EQ(ParseJson<v1::SubmitJobResponse>(r.out).job().spec().scheduling().max_runtime_s(), 90);
+  r = RunTrainctl({"--coordinator", nowhere, "submit", good, "--dry-run", "--max-runtime", "soon"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--max-runtime: must be seconds or a duration such as 90m or "
+                               "2h30m, got 'soon'"));
+  r = RunTrainctl({"--coordinator", nowhere, "submit", good, "--dry-run", "--max-runtime", "-5"});
+  EXPECT_EQ(r.code, 2);
+  EXPECT_THAT(r.err, HasSubstr("--max-runtime: must be > 0, got '-5'"));
+}
+
 TEST_F(CliTest, TokenVerbsAndLoginWriteAConfigTheOtherVerbsUse) {
   CliRun created = Run({"token", "create", "--role", "viewer", "--name", "carol", "--ttl", "1d"});
   ASSERT_EQ(created.code, 0) << created.err;

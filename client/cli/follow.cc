@@ -15,7 +15,8 @@ namespace {
 constexpr char kClearLine[] = "\r\033[K";
 
 bool IsTerminal(v1::JobState s) {
-  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
+         s == v1::JOB_STATE_CANCELLED || s == v1::JOB_STATE_TIMEOUT;
 }
 
 }  // namespace

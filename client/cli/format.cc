@@ -369,6 +369,11 @@ void PrintSpecSummary(std::ostream& out, const v1::JobSpec& spec, const std::str
              absl::StrCat("placed on ", nodes, nodes == 1 ? " worker, " : " workers, ", each,
                           each == 1 ? " rank each" : " ranks each", " (scheduling.nodes)"));
   }
+  if (const double limit = spec.scheduling().max_runtime_s(); limit > 0) {
+    AddField(t, "max runtime",
+             absl::StrCat(HumanDuration(absl::Seconds(limit)),
+                          " (scheduling.max_runtime_s; past it: TIMEOUT)"));
+  }
   if (spec.has_command()) {
     AddCommandFields(t, spec.command());
   } else {

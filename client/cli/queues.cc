@@ -52,7 +52,24 @@ struct QueueArgs {
   // Queue.weight (0: unset, 1) and owner_weights ("OWNER=W" each).
   double weight = 0;
   std::vector<std::string> owner_weights;
+  // Queue.default_max_runtime_s / max_runtime_s (0: none).
+  double default_max_runtime_s = 0;
+  double max_runtime_s = 0;
 };
+
+// "default 1h, at most 2h", "at most 10m", or "no limit".
+std::string RuntimeLimitText(const v1::Queue& q) {
+  std::vector<std::string> parts;
+  if (q.default_max_runtime_s() > 0) {
+    parts.push_back(
+        absl::StrCat("default ", HumanDuration(absl::Seconds(q.default_max_runtime_s()))));
+  }
+  if (q.max_runtime_s() > 0) {
+    parts.push_back(absl::StrCat("at most ", HumanDuration(absl::Seconds(q.max_runtime_s()))));
+  }
+  if (parts.empty()) return "no limit";
+  return absl::StrJoin(parts, ", ");
+}
 
 // "2 cpus, 4 GiB memory, 512 pids per rank", or "none".
 std::string ResourcesText(const v1::ResourceSpec& r) {
@@ -123,6 +140,8 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
   q.set_default_priority(a.default_priority);
   q.set_default_queue(a.make_default);
   q.set_weight(a.weight);
+  q.set_default_max_runtime_s(a.default_max_runtime_s);
+  q.set_max_runtime_s(a.max_runtime_s);
   for (const std::string& ow : a.owner_weights) {
     // OWNER=WEIGHT; the owner (a token name) may itself hold '=': split at the last.
     const size_t eq = ow.rfind('=');
@@ -167,6 +186,9 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
                                                         : "")
             << (made.has_default_resources()
                     ? absl::StrCat(", default resources ", ResourcesText(made.default_resources()))
+                    : "")
+            << (made.default_max_runtime_s() > 0 || made.max_runtime_s() > 0
+                    ? absl::StrCat(", runtime ", RuntimeLimitText(made))
                     : "")
             << "\n";
         if (made.default_queue()) {
@@ -227,6 +249,7 @@ int RunQueueDescribe(CliContext& ctx, const std::string& name) {
                   q.max_job_size() > 0 ? absl::StrCat(q.max_job_size(), " ranks") : "no limit"});
         t.AddRow({"Default priority:", absl::StrCat(q.default_priority())});
         t.AddRow({"Per owner:", OwnerLimitsText(q)});
+        t.AddRow({"Runtime limit:", RuntimeLimitText(q)});
         std::vector<std::string> owners;
         for (const auto& [owner, w] : q.owner_weights())
           owners.push_back(absl::StrCat(owner, "=", w));
@@ -539,6 +562,15 @@ VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
   c->add_option("--default-pids", create->default_pids,
                 "Processes per rank for a job that asks for no resources (default 0: none)")
       ->type_name("N");
+  c->add_option(
+       "--default-max-runtime-s", create->default_max_runtime_s,
+       "scheduling.max_runtime_s of a job that gives none (Slurm's DefaultTime; default 0: "
+       "the --max-runtime-s, else none)")
+      ->type_name("SECONDS");
+  c->add_option("--max-runtime-s", create->max_runtime_s,
+                "Refuse jobs asking more scheduling.max_runtime_s at submission (Slurm's MaxTime; "
+                "default 0: no limit)")
+      ->type_name("SECONDS");
   c->add_option("--weight", create->weight,
                 "Fair-share weight: queues get idle capacity in proportion to it (default 1)")
       ->type_name("W");

@@ -11,9 +11,12 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "absl/time/time.h"
 #include "client/cli/code_upload.h"
 #include "client/cli/context.h"
 #include "client/cli/follow.h"
@@ -138,6 +141,8 @@ struct SubmitFlags {
   bool follow = false;
   bool dry_run = false;
   bool wait_for_capacity = false;
+  // --max-runtime: scheduling.max_runtime_s, as seconds or a duration (2h30m).
+  std::string max_runtime;
   std::vector<std::string> sets;
   // --queue: the job's queue, over the file's queue:.
   std::string queue;
@@ -191,9 +196,30 @@ int RunDryRun(CliContext& ctx, const SubmitFlags& flags, const v1::JobSpec& spec
   return kExitOk;
 }
 
+// --max-runtime's value: plain seconds (7200) or a duration (90m, 2h30m).
+absl::StatusOr<double> ParseRuntimeSeconds(const std::string& text) {
+  double seconds = 0;
+  absl::Duration d;
+  if (absl::SimpleAtod(text, &seconds)) {
+    d = absl::Seconds(seconds);
+  } else if (!absl::ParseDuration(text, &d)) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "--max-runtime: must be seconds or a duration such as 90m or 2h30m, got '", text, "'"));
+  }
+  if (d <= absl::ZeroDuration() || d == absl::InfiniteDuration()) {
+    return absl::InvalidArgumentError(absl::StrCat("--max-runtime: must be > 0, got '", text, "'"));
+  }
+  return absl::ToDoubleSeconds(d);
+}
+
 int RunSubmit(CliContext& ctx, const SubmitFlags& flags) {
   std::vector<std::string> sets = flags.sets;
   if (flags.wait_for_capacity) sets.push_back("scheduling.wait_for_capacity=true");
+  if (!flags.max_runtime.empty()) {
+    absl::StatusOr<double> seconds = ParseRuntimeSeconds(flags.max_runtime);
+    if (!seconds.ok()) return ctx.Fail(seconds.status());
+    sets.push_back(absl::StrFormat("scheduling.max_runtime_s=%.15g", *seconds));
+  }
   if (!flags.queue.empty()) sets.push_back(absl::StrCat("queue=", flags.queue));
   ParsedJobSpec parsed = IsScriptForm(flags.file, flags.script)
                              ? ScriptJobSpec(flags.file, flags.script, sets)
@@ -306,9 +332,10 @@ int RunList(CliContext& ctx, const std::vector<std::string>& state_names, int li
   for (const std::string& name : state_names) {
     v1::JobState s;
     if (!ParseJobState(name, &s)) {
-      return ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--state: unknown state '", name,
-          "'; one of pending, scheduled, running, restarting, succeeded, failed, cancelled")));
+      return ctx.Fail(absl::InvalidArgumentError(
+          absl::StrCat("--state: unknown state '", name,
+                       "'; one of pending, scheduled, running, restarting, succeeded, failed, "
+                       "cancelled, timeout")));
     }
     states.push_back(s);
   }
@@ -445,6 +472,10 @@ VerbRunner AddSubmitVerb(CLI::App& app, CliContext& ctx) {
       "--wait-for-capacity", flags->wait_for_capacity,
       "Take the job even if the cluster as it is can never run it: it waits for workers to join "
       "(scheduling.wait_for_capacity)");
+  sub->add_option("--max-runtime", flags->max_runtime,
+                  "Stop the job (checkpoint first) and end it TIMEOUT once it has run this long: "
+                  "seconds or 90m, 2h30m (scheduling.max_runtime_s; Slurm's --time)")
+      ->type_name("DURATION");
   sub->add_option(
          "--queue", flags->queue,
          "The queue to submit to (overrides the file's queue:; default: the token's first queue, "

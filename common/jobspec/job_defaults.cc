@@ -97,7 +97,8 @@ void ResolveTrainingDefaults(v1::JobSpec* s) {
   if (!h->has_max_skipped_steps()) h->set_max_skipped_steps(50);
   if (!h->divergence().has_factor()) h->mutable_divergence()->set_factor(1e4);
 
-  // Scheduling (the coordinator's): wait_for_capacity false, pending_timeout_s 0.
+  // Scheduling (the coordinator's): wait_for_capacity false, pending_timeout_s 0,
+  // max_runtime_s 0 (the queue's default, else none).
   s->mutable_scheduling();
 }
 

@@ -399,6 +399,18 @@ TEST(JobSpecTest, SchedulingIsReadAndChecked) {
               ::testing::ElementsAre(::testing::HasSubstr("scheduling.pending_timeout_s: must be >= 0")));
 }
 
+TEST(JobSpecTest, MaxRuntimeIsReadAndChecked) {
+  ParsedJobSpec p = ParseJobSpecYaml(std::string(kBase) + "scheduling: {max_runtime_s: 2}\n", "job.yaml", {});
+  ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
+  EXPECT_EQ(p.spec.scheduling().max_runtime_s(), 2);
+  p = ParseJobSpecYaml(kBase, "job.yaml", {"scheduling.max_runtime_s=5400"});
+  ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
+  EXPECT_EQ(p.spec.scheduling().max_runtime_s(), 5400) << "as submit --max-runtime sets it";
+  EXPECT_THAT(Errors(std::string(kBase) + "scheduling: {max_runtime_s: -3}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr(
+                  "scheduling.max_runtime_s: must be >= 0 seconds (0 = the queue's default, else no limit), got -3")));
+}
+
 TEST(JobSpecTest, SchedulingNodesDividesWorldSizeAndIsNotElastic) {
   ParsedJobSpec p = ParseJobSpecYaml(std::string(kBase) + "world_size: 4\nscheduling: {nodes: 2}\n", "job.yaml", {});
   ASSERT_TRUE(p.ok()) << p.errors[0].ToString();

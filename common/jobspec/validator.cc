@@ -292,6 +292,13 @@ class Validator {
     if (!std::isfinite(t) || t < 0) {
       Error("scheduling.pending_timeout_s", absl::StrCat("must be >= 0 (0 = wait forever), got ", FormatNumber(t)));
     }
+    // 0 = the queue's default (else none); a tiny positive limit is the
+    // user's to choose (a test's 2 s).
+    const double r = s.max_runtime_s();
+    if (!std::isfinite(r) || r < 0) {
+      Error("scheduling.max_runtime_s",
+            absl::StrCat("must be >= 0 seconds (0 = the queue's default, else no limit), got ", FormatNumber(r)));
+    }
     // Hosts the job spans (torchrun's --nnodes): world_size / nodes ranks
     // on each, so it must divide world_size.
     const int nodes = s.nodes();

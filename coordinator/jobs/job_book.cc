@@ -83,6 +83,16 @@ RanksByWorker LiveRanksByWorker(const v1::Attempt& a) {
   return out;
 }
 
+absl::Duration RunningTime(const v1::Job& job, absl::Time now) {
+  absl::Duration sum = absl::ZeroDuration();
+  for (const v1::Attempt& a : job.attempts()) {
+    if (!a.has_start_time()) continue;
+    const absl::Time end = a.has_end_time() ? FromTimestamp(a.end_time()) : now;
+    sum += std::max(end - FromTimestamp(a.start_time()), absl::ZeroDuration());
+  }
+  return sum;
+}
+
 std::string JobBook::NewId(const std::string& name) const {
   static std::mt19937_64 rng(std::random_device{}());
   std::string id;

@@ -128,6 +128,12 @@ bool Unsettled(const v1::Job& job);
 std::vector<std::string> AttemptWorkers(const v1::Attempt& a);
 // Ranks of an attempt that have not ended, grouped by worker (node order).
 RanksByWorker LiveRanksByWorker(const v1::Attempt& a);
+// The job's running time (scheduling.max_runtime_s): from each attempt's
+// placement to its end, summed over every attempt (restarts and
+// preemptions do not reset it; the waits between attempts do not count).
+// An attempt not ended counts up to `now`. From the attempts' stored start
+// and end times, so a coordinator restart loses none of it.
+absl::Duration RunningTime(const v1::Job& job, absl::Time now);
 
 class JobBook : public GroupMemory {
  public:

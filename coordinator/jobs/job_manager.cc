@@ -299,21 +299,59 @@ absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std:
 }
 
 absl::Status JobManager::CancelEntry(JobEntry& e, const std::string& why) {
+  return EndEntry(e, v1::JOB_STATE_CANCELLED, "cancelled", why, {});
+}
+
+absl::Status JobManager::EndEntry(JobEntry& e, v1::JobState end, const std::string& event, const std::string& why,
+                                  StopHow how) {
   v1::Job next = e.job;
-  next.set_state(v1::JOB_STATE_CANCELLED);
+  next.set_state(end);
   next.set_state_reason(why);
   v1::Attempt* a = CurrentAttempt(next);
   RanksByWorker to_stop;
   if (a != nullptr && !AttemptEnded(a->state())) {
     a->set_state(v1::ATTEMPT_STATE_CANCELLED);
     a->set_reason(why);
-    a->set_failure_kind(v1::FAILURE_KIND_CANCELLED);
+    if (end == v1::JOB_STATE_CANCELLED) a->set_failure_kind(v1::FAILURE_KIND_CANCELLED);
     SetTimestamp(clock_->Now(), a->mutable_end_time());
     to_stop = LiveRanksByWorker(*a);
   }
-  TRAINCTL_RETURN_IF_ERROR(book_.Commit(e, std::move(next), {{"cancelled", why}}));
-  starter_.StopAll(e.job.id(), CurrentAttempt(e.job) == nullptr ? 0 : CurrentAttempt(e.job)->number(), to_stop, why);
+  TRAINCTL_RETURN_IF_ERROR(book_.Commit(e, std::move(next), {{event, why}}));
+  starter_.StopAll(e.job.id(), CurrentAttempt(e.job) == nullptr ? 0 : CurrentAttempt(e.job)->number(), to_stop, why,
+                   how);
   return absl::OkStatus();
+}
+
+void JobManager::StopOverrunJobs(absl::Time now) {
+  // Only jobs that have had an attempt: those holding slots or waiting for
+  // their next one (a job never placed has run for no time).
+  std::vector<std::string> candidates(book_.holding_slots().begin(), book_.holding_slots().end());
+  candidates.insert(candidates.end(), book_.pending().begin(), book_.pending().end());
+  std::sort(candidates.begin(), candidates.end());
+  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  std::vector<std::string> overrun;
+  for (const std::string& id : candidates) {
+    const v1::Job& job = book_.At(id).job;
+    const double limit_s = job.spec().scheduling().max_runtime_s();
+    if (limit_s <= 0 || IsTerminal(job.state()) || job.attempts_size() == 0) continue;
+    if (RunningTime(job, now) >= absl::Seconds(limit_s)) overrun.push_back(id);
+  }
+  for (const std::string& id : overrun) {
+    JobEntry& e = book_.At(id);
+    const absl::Duration ran = RunningTime(e.job, now);
+    const std::string why = absl::StrCat(
+        "ran past max_runtime_s=", e.job.spec().scheduling().max_runtime_s(), " (", absl::FormatDuration(ran),
+        " of running time over ", e.job.attempts_size(), e.job.attempts_size() == 1 ? " attempt" : " attempts",
+        "); stopped as a preemption is: its ranks checkpoint first, `trainctl resume` continues it");
+    // The preemption's stop: checkpoint_first and its grace.
+    if (absl::Status s = EndEntry(e, v1::JOB_STATE_TIMEOUT, "timeout", why,
+                                  {options_.placer.preemption_grace, /*checkpoint_first=*/true});
+        !s.ok()) {
+      LogDeferred(s, "retried at the next tick");
+      continue;
+    }
+    RequestSchedule();  // its slots come free
+  }
 }
 
 absl::StatusOr<std::vector<std::string>> JobManager::CancelMatching(const CancelFilter& filter,
@@ -772,6 +810,8 @@ void JobManager::Tick() {
   if (HealthJudgeable()) health_.CheckAttempts(clock_->Mono());
   // 6. Jobs pending past their scheduling.pending_timeout_s.
   FailOverduePending(clock_->Mono());
+  // 7. Jobs that ran past their scheduling.max_runtime_s.
+  StopOverrunJobs(now);
 }
 
 bool JobManager::HealthJudgeable() {

@@ -13,9 +13,14 @@
 // attempt's success or failure and the restart it causes, attempt_failure.h),
 // checkpoint records, and reconciling a reconnecting worker.
 //
-//   PENDING → SCHEDULED → RUNNING → SUCCEEDED | FAILED | CANCELLED
+//   PENDING → SCHEDULED → RUNNING → SUCCEEDED | FAILED | CANCELLED | TIMEOUT
 //                 ↑           │
 //                 └ RESTARTING ┘   (an attempt failed, restarts remain)
+//
+// TIMEOUT: the job's running time (RunningTime: its attempts' time holding
+// slots, summed over attempts) reached scheduling.max_runtime_s; Tick ends
+// it and stops its ranks as a preemption does (checkpoint first, then the
+// preemption grace).
 //
 // A failed write leaves memory untouched and the error is returned
 // (UNAVAILABLE to the caller); nothing is ever half-applied, and a failure
@@ -298,6 +303,15 @@ class JobManager : private JobActions {
 
   // Cancel's body for a job not ended, without the scheduling pass.
   absl::Status CancelEntry(JobEntry& entry, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Ends a job not ended in `end` (CANCELLED, TIMEOUT) with one `event`:
+  // its current attempt, when not ended, ends CANCELLED with `why`, and its
+  // live ranks are stopped `how`.
+  absl::Status EndEntry(JobEntry& entry, v1::JobState end, const std::string& event, const std::string& why,
+                        StopHow how) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Ends TIMEOUT every job whose RunningTime reached its
+  // scheduling.max_runtime_s, stopping its ranks as a preemption does
+  // (checkpoint_first, PlacerOptions::preemption_grace).
+  void StopOverrunJobs(absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // OnRankStatus's body; `may_hold`: a collective failure may be held.
   absl::Status ApplyRankStatus(const std::string& worker_id, const v1::RankStatus& status,

@@ -5,7 +5,8 @@
 namespace trainctl::coordinator {
 
 bool IsTerminal(v1::JobState s) {
-  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED;
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED ||
+         s == v1::JOB_STATE_TIMEOUT;
 }
 
 bool IsTerminal(v1::RankState s) {
@@ -26,6 +27,7 @@ const char* StateName(v1::JobState s) {
     case v1::JOB_STATE_SUCCEEDED: return "SUCCEEDED";
     case v1::JOB_STATE_FAILED: return "FAILED";
     case v1::JOB_STATE_CANCELLED: return "CANCELLED";
+    case v1::JOB_STATE_TIMEOUT: return "TIMEOUT";
     default: return "UNSPECIFIED";
   }
 }
@@ -41,13 +43,16 @@ bool JobTransitionAllowed(v1::JobState from, v1::JobState to) {
     case v1::JOB_STATE_SCHEDULED:
       return to == v1::JOB_STATE_RUNNING || to == v1::JOB_STATE_RESTARTING ||
              to == v1::JOB_STATE_SUCCEEDED || to == v1::JOB_STATE_FAILED ||
-             to == v1::JOB_STATE_CANCELLED;
+             to == v1::JOB_STATE_CANCELLED || to == v1::JOB_STATE_TIMEOUT;
     case v1::JOB_STATE_RUNNING:
       return to == v1::JOB_STATE_SUCCEEDED || to == v1::JOB_STATE_FAILED ||
-             to == v1::JOB_STATE_RESTARTING || to == v1::JOB_STATE_CANCELLED;
+             to == v1::JOB_STATE_RESTARTING || to == v1::JOB_STATE_CANCELLED ||
+             to == v1::JOB_STATE_TIMEOUT;
     case v1::JOB_STATE_RESTARTING:
+      // TIMEOUT: the running time its attempts already had is past its
+      // scheduling.max_runtime_s.
       return to == v1::JOB_STATE_SCHEDULED || to == v1::JOB_STATE_FAILED ||
-             to == v1::JOB_STATE_CANCELLED;
+             to == v1::JOB_STATE_CANCELLED || to == v1::JOB_STATE_TIMEOUT;
     default:
       return false;  // Terminal states never change.
   }

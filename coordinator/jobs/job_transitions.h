@@ -1,8 +1,10 @@
 // The one transition table of a job, its attempts and their ranks.
 //
-//   job:     PENDING → SCHEDULED → RUNNING → SUCCEEDED | FAILED | CANCELLED
+//   job:     PENDING → SCHEDULED → RUNNING → SUCCEEDED | FAILED | CANCELLED | TIMEOUT
 //                          ↑           │
 //                          └ RESTARTING ┘   (an attempt failed, restarts remain)
+//            (TIMEOUT, past scheduling.max_runtime_s: from SCHEDULED,
+//            RUNNING or RESTARTING)
 //   attempt: STARTING → RUNNING → SUCCEEDED | FAILED | CANCELLED
 //            (STARTING may end directly: a fast job, a failure, a cancel)
 //   rank:    ASSIGNED → STARTING → RUNNING → SUCCEEDED | FAILED | STOPPED

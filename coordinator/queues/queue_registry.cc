@@ -119,6 +119,19 @@ absl::Status ValidateQueue(const v1::Queue& queue) {
                                                      "\"]: must be > 0, got ", weight));
     }
   }
+  const std::pair<const char*, double> runtimes[] = {
+      {"queue.default_max_runtime_s", queue.default_max_runtime_s()},
+      {"queue.max_runtime_s", queue.max_runtime_s()},
+  };
+  for (const auto& [field, seconds] : runtimes) {
+    if (!std::isfinite(seconds) || seconds < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(field, ": must be 0 (no limit) or > 0 seconds, got ", seconds));
+    }
+  }
+  if (queue.max_runtime_s() > 0 && queue.default_max_runtime_s() > queue.max_runtime_s()) {
+    return absl::InvalidArgumentError(absl::StrCat("queue.default_max_runtime_s: ", queue.default_max_runtime_s(),
+                                                   " exceeds the queue's max_runtime_s of ", queue.max_runtime_s()));
+  }
   // The same bounds as a job's own resources (one rule: common/jobspec).
   std::vector<SpecError> errors = CheckResourceSpec(queue.default_resources(), "queue.default_resources");
   if (!errors.empty()) return absl::InvalidArgumentError(errors.front().ToString());
@@ -296,6 +309,16 @@ absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role, absl::Span<const std
     return absl::InvalidArgumentError(absl::StrCat(
         spec.elastic().min_ranks() > 0 ? "elastic.min_ranks" : "world_size", ": ", least_size,
         " ranks exceed queue '", q->name(), "''s max_job_size of ", q->max_job_size()));
+  }
+  // Runtime (Slurm's DefaultTime / MaxTime): a job that gives none gets the
+  // default, else the maximum; one asking more than the maximum is refused.
+  v1::SchedulingSpec* sched = spec.mutable_scheduling();
+  if (sched->max_runtime_s() == 0) {  // a negative one is refused by ValidateJobSpec
+    sched->set_max_runtime_s(q->default_max_runtime_s() > 0 ? q->default_max_runtime_s() : q->max_runtime_s());
+  } else if (q->max_runtime_s() > 0 && sched->max_runtime_s() > q->max_runtime_s()) {
+    return absl::InvalidArgumentError(absl::StrCat("scheduling.max_runtime_s: ", sched->max_runtime_s(),
+                                                   " s exceeds queue '", q->name(), "''s max_runtime_s of ",
+                                                   q->max_runtime_s(), " s"));
   }
   if (!spec.scheduling().wait_for_capacity()) {
     TRAINCTL_RETURN_IF_ERROR(RefuseNeverRunnable(spec, least_size, *q, queues));

@@ -128,7 +128,11 @@ class QueueRegistry {
 //    its own: a partial merge would give it limits it did not choose);
 //  - a job whose least size (elastic.min_ranks when elastic, else
 //    world_size) exceeds the queue's max_job_size: InvalidArgument naming
-//    the queue and the limit.
+//    the queue and the limit;
+//  - scheduling.max_runtime_s 0: the queue's default_max_runtime_s, else
+//    its max_runtime_s (0 when neither: no limit); above the queue's
+//    max_runtime_s: InvalidArgument naming scheduling.max_runtime_s, the
+//    queue and its maximum.
 //  - unless spec.scheduling.wait_for_capacity: RefuseNeverRunnable.
 // `role`/`token_queues`: the submitting token's (Principal::role, ::queues;
 // the bootstrap admin secret has no queues).

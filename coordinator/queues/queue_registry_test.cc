@@ -453,6 +453,61 @@ TEST_F(QueueRegistryTest, ResolveRefusesAJobItsQueueAndCohortCanNeverRun) {
   EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
 }
 
+// Slurm's DefaultTime / MaxTime: a job giving no scheduling.max_runtime_s
+// gets the queue's default (else its maximum); one asking more than the
+// maximum is refused at submit, naming the field and the maximum.
+TEST_F(QueueRegistryTest, ResolveAppliesTheQueuesRuntimeDefaultAndRefusesAboveItsMax) {
+  v1::Queue a = MakeQueue("a");
+  a.set_default_max_runtime_s(3600);
+  a.set_max_runtime_s(7200);
+  ASSERT_TRUE(registry_->Create(a, false).ok());
+  v1::Queue b = MakeQueue("b");
+  b.set_max_runtime_s(600);
+  ASSERT_TRUE(registry_->Create(b, false).ok());
+  ASSERT_TRUE(registry_->Create(MakeQueue("c"), false).ok());
+
+  v1::JobSpec spec = MakeSpec();
+  spec.set_queue("a");
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_EQ(spec.scheduling().max_runtime_s(), 3600) << "the queue's default";
+  spec = MakeSpec();
+  spec.set_queue("a");
+  spec.mutable_scheduling()->set_max_runtime_s(7200);
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_EQ(spec.scheduling().max_runtime_s(), 7200) << "the job's own, up to the maximum";
+  spec.mutable_scheduling()->set_max_runtime_s(7201);
+  absl::Status s = ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(s.message(), "scheduling.max_runtime_s: 7201 s exceeds queue 'a''s max_runtime_s of 7200 s");
+
+  spec = MakeSpec();
+  spec.set_queue("b");
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_EQ(spec.scheduling().max_runtime_s(), 600) << "no default: the maximum";
+  spec = MakeSpec();
+  spec.set_queue("c");
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_EQ(spec.scheduling().max_runtime_s(), 0) << "neither: no limit";
+  spec.mutable_scheduling()->set_max_runtime_s(1e9);
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+}
+
+TEST(QueueValidationTest, RuntimeLimitsAreNonNegativeAndTheDefaultWithinTheMax) {
+  auto message = [](const v1::Queue& q) { return std::string(ValidateQueue(q).message()); };
+  v1::Queue q = MakeQueue("a");
+  q.set_max_runtime_s(-1);
+  EXPECT_EQ(message(q), "queue.max_runtime_s: must be 0 (no limit) or > 0 seconds, got -1");
+  q = MakeQueue("a");
+  q.set_default_max_runtime_s(std::nan(""));
+  EXPECT_THAT(message(q), HasSubstr("queue.default_max_runtime_s: must be 0 (no limit) or > 0 seconds"));
+  q = MakeQueue("a");
+  q.set_default_max_runtime_s(100);
+  q.set_max_runtime_s(50);
+  EXPECT_EQ(message(q), "queue.default_max_runtime_s: 100 exceeds the queue's max_runtime_s of 50");
+  q.set_max_runtime_s(0);
+  EXPECT_TRUE(ValidateQueue(q).ok()) << "a default without a maximum";
+}
+
 TEST(QueueValidationTest, DefaultResourcesHaveTheJobsBoundsAndNameTheField) {
   auto message = [](const v1::Queue& q) { return std::string(ValidateQueue(q).message()); };
   v1::Queue q = MakeQueue("a");

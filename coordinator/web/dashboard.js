@@ -11,7 +11,7 @@ function esc(s) {
   return String(s ?? '').replace(/[&<>"']/g, c => ({'&': '&amp;', '<': '&lt;', '>': '&gt;', '"': '&quot;', "'": '&#39;'}[c]));
 }
 const stateName = s => String(s || 'JOB_STATE_UNSPECIFIED').replace(/^(JOB|WORKER)_STATE_/, '');
-const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED']);
+const TERMINAL = new Set(['SUCCEEDED', 'FAILED', 'CANCELLED', 'TIMEOUT']);
 const num = v => Number(v || 0);
 // Every time on the dashboard in one form, the CLI's: local "2026-12-05
 // 17:07:33" (24 h, no locale's AM/PM to wrap a table cell at).

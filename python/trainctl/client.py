@@ -95,7 +95,8 @@ _CHANNEL_OPTIONS = [
     ("grpc.max_receive_message_length", _MAX_MESSAGE_BYTES),
     ("grpc.max_send_message_length", _MAX_MESSAGE_BYTES),
 ]
-_TERMINAL = (job_pb2.JOB_STATE_SUCCEEDED, job_pb2.JOB_STATE_FAILED, job_pb2.JOB_STATE_CANCELLED)
+_TERMINAL = (job_pb2.JOB_STATE_SUCCEEDED, job_pb2.JOB_STATE_FAILED, job_pb2.JOB_STATE_CANCELLED,
+             job_pb2.JOB_STATE_TIMEOUT)
 # The standby contract (common/coordinator_failover.h): the metadata key that
 # names the active coordinator, and how a standby's message starts.
 ACTIVE_COORDINATOR_KEY = "trainctl-active-coordinator"
@@ -303,7 +304,7 @@ def _text(value, what):
 
 def script_job_spec(script, args=(), *, nproc_per_node=1, nnodes=1, working_dir=".", python=None, env=None,
                     name=None, queue=None, max_restarts=None, priority=None, cpus=None, memory=None, pids=None,
-                    wait_for_capacity=False, overrides=None):
+                    wait_for_capacity=False, max_runtime_s=None, overrides=None):
     """The JobSpec ``trainctl submit --nproc-per-node N SCRIPT -- ARGS``
     sends (client/cli/script_job.cc's ScriptJobSpec), read back through the
     job.yaml reader so it is checked as any job.yaml is (INVALID_ARGUMENT,
@@ -327,6 +328,8 @@ def script_job_spec(script, args=(), *, nproc_per_node=1, nnodes=1, working_dir=
         max_restarts defaults to torchrun's 0, as the CLI's (not a job.yaml's 3).
     cpus, memory, pids: resources.* limits per rank (memory: bytes or "4Gi").
     wait_for_capacity: scheduling.wait_for_capacity (--wait-for-capacity).
+    max_runtime_s: scheduling.max_runtime_s (--max-runtime): past it the job
+        is stopped (checkpoint first) and ends TIMEOUT.
     overrides: more job.yaml paths to values, as submit()'s (--set).
     """
     script = _text(script, "script")
@@ -356,7 +359,8 @@ def script_job_spec(script, args=(), *, nproc_per_node=1, nnodes=1, working_dir=
     if max_restarts is None and "restart.max_restarts" not in sets:
         max_restarts = 0
     for path, value in (("restart.max_restarts", max_restarts), ("priority", priority), ("resources.cpus", cpus),
-                        ("resources.memory", memory), ("resources.pids", pids)):
+                        ("resources.memory", memory), ("resources.pids", pids),
+                        ("scheduling.max_runtime_s", max_runtime_s)):
         if value is not None:
             sets[path] = value
     if wait_for_capacity:
@@ -451,7 +455,8 @@ class Client:
 
     def submit_script(self, script, /, args=(), *, nproc_per_node=1, nnodes=1, working_dir=".", upload=True,
                       python=None, env=None, name=None, queue=None, max_restarts=None, priority=None, cpus=None,
-                      memory=None, pids=None, wait_for_capacity=False, request_id=None, **overrides):
+                      memory=None, pids=None, wait_for_capacity=False, max_runtime_s=None, request_id=None,
+                      **overrides):
         """Submits your own program as a command job, as
         ``trainctl submit --nproc-per-node N SCRIPT -- ARGS`` does: every rank
         runs ``python3 SCRIPT ARGS`` (a .py SCRIPT; another program runs
@@ -472,7 +477,8 @@ class Client:
         spec = script_job_spec(script, args, nproc_per_node=nproc_per_node, nnodes=nnodes, working_dir=working_dir,
                                python=python, env=env, name=name, queue=queue, max_restarts=max_restarts,
                                priority=priority, cpus=cpus, memory=memory, pids=pids,
-                               wait_for_capacity=wait_for_capacity, overrides=overrides)
+                               wait_for_capacity=wait_for_capacity, max_runtime_s=max_runtime_s,
+                               overrides=overrides)
         if upload:
             spec.command.code.CopyFrom(self.upload_code(spec.command.working_dir))
             spec.command.ClearField("working_dir")
@@ -635,7 +641,7 @@ class Client:
         return self._watch(job_id, include_history, deadline)
 
     def wait(self, job, timeout=None):
-        """Blocks until the job ends (SUCCEEDED, FAILED or CANCELLED) and
+        """Blocks until the job ends (SUCCEEDED, FAILED, CANCELLED or TIMEOUT) and
         returns it (a Job, with its attempts): ``client.wait(job).state``.
         It does not raise for a job that failed; look at the state.
 

@@ -72,11 +72,14 @@ class JobState(_Named):
     FAILED = 6
     # Terminal: cancelled by a user; no rank process is left.
     CANCELLED = 7
+    # Terminal: ran past scheduling.max_runtime_s; stopped as a preemption is
+    # (checkpoint first), so `trainctl resume` continues it.
+    TIMEOUT = 8
 
     @property
     def terminal(self):
-        """SUCCEEDED, FAILED or CANCELLED: the job will not change any more."""
-        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+        """SUCCEEDED, FAILED, CANCELLED or TIMEOUT: the job will not change any more."""
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT)
 
 
 class AttemptState(_Named):
@@ -216,8 +219,8 @@ class Job:
 
     @property
     def done(self):
-        """True once the job ended (SUCCEEDED, FAILED or CANCELLED)."""
-        return self.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED)
+        """True once the job ended (SUCCEEDED, FAILED, CANCELLED or TIMEOUT)."""
+        return self.state in (JobState.SUCCEEDED, JobState.FAILED, JobState.CANCELLED, JobState.TIMEOUT)
 
     @property
     def succeeded(self):

@@ -332,7 +332,7 @@ v1::Job Cluster::WaitState(const std::string& id, v1::JobState want, absl::Durat
     job = Get(id);
     if (job.state() == want) return job;
     bool terminal = job.state() == v1::JOB_STATE_SUCCEEDED || job.state() == v1::JOB_STATE_FAILED ||
-                    job.state() == v1::JOB_STATE_CANCELLED;
+                    job.state() == v1::JOB_STATE_CANCELLED || job.state() == v1::JOB_STATE_TIMEOUT;
     if (terminal) return job;
     absl::SleepFor(absl::Milliseconds(50));
   }
