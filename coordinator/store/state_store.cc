@@ -31,6 +31,7 @@
 
 #include "absl/strings/match.h"
 #include "coordinator/store/pg_db.h"
+#include "coordinator/store/schema.h"
 #include "coordinator/store/sqlite_db.h"
 #include "coordinator/store/state_store_impl.h"
 
@@ -43,155 +44,6 @@ using store_internal::Statement;
 using store_internal::ParseBlob;
 
 namespace {
-
-// Marks a database as trainctl's (PRAGMA application_id, "TRCT"), so that
-// another program's SQLite file is refused instead of being written into.
-constexpr int32_t kApplicationId = 0x54524354;
-
-// Schema migrations: kMigrations[i] takes the schema from version i to i + 1,
-// in the same transaction that bumps user_version. Append a step to add a
-// version; never edit a released one.
-constexpr const char* kMigrations[] = {
-    // 0 -> 1: the initial schema.
-    R"sql(
-      CREATE TABLE jobs (
-        id         TEXT PRIMARY KEY NOT NULL,
-        submit_seq INTEGER NOT NULL,   -- FIFO order; kept from the first write
-        state      INTEGER NOT NULL,   -- v1.JobState, for queries without parsing
-        blob       BLOB NOT NULL       -- v1.Job
-      );
-      CREATE INDEX jobs_by_submit_seq ON jobs (submit_seq);
-
-      CREATE TABLE events (
-        job_id TEXT NOT NULL REFERENCES jobs (id) ON DELETE CASCADE,
-        seq    INTEGER NOT NULL,
-        blob   BLOB NOT NULL,          -- v1.Event
-        PRIMARY KEY (job_id, seq)
-      ) WITHOUT ROWID;
-
-      CREATE TABLE metrics (
-        id      INTEGER PRIMARY KEY AUTOINCREMENT,  -- arrival order
-        job_id  TEXT NOT NULL,
-        attempt INTEGER NOT NULL,
-        rank    INTEGER NOT NULL,
-        blob    BLOB NOT NULL          -- v1.MetricPoint
-      );
-      CREATE INDEX metrics_by_job ON metrics (job_id, id);
-
-      CREATE TABLE logs (
-        id      INTEGER PRIMARY KEY AUTOINCREMENT,  -- arrival order
-        job_id  TEXT NOT NULL,
-        attempt INTEGER NOT NULL,
-        rank    INTEGER NOT NULL,
-        blob    BLOB NOT NULL          -- v1.LogLine
-      );
-      CREATE INDEX logs_by_rank ON logs (job_id, attempt, rank, id);
-
-      CREATE TABLE workers (
-        id   TEXT PRIMARY KEY NOT NULL,
-        blob BLOB NOT NULL             -- v1.Worker
-      );
-    )sql",
-    // 1 -> 2: the highest telemetry seq applied per worker (at-least-once
-    // telemetry: a resend after a coordinator restart is deduplicated).
-    R"sql(
-      CREATE TABLE telemetry_seqs (
-        worker_id TEXT PRIMARY KEY NOT NULL,
-        seq       INTEGER NOT NULL     -- highest WorkerMessage.seq applied
-      ) WITHOUT ROWID;
-    )sql",
-    // 2 -> 3: bearer tokens (only a SHA-256 of each secret) and which token
-    // first registered each worker id (a worker id belongs to one token).
-    R"sql(
-      CREATE TABLE tokens (
-        id          TEXT PRIMARY KEY NOT NULL,
-        secret_hash TEXT NOT NULL,     -- lowercase hex SHA-256 of the secret
-        blob        BLOB NOT NULL      -- v1.Token
-      ) WITHOUT ROWID;
-      CREATE TABLE worker_bindings (
-        worker_id TEXT PRIMARY KEY NOT NULL,
-        token_id  TEXT NOT NULL
-      ) WITHOUT ROWID;
-    )sql",
-    // 3 -> 4: revoked worker certificates (trainctl worker revoke), checked
-    // at every Session open and message.
-    R"sql(
-      CREATE TABLE revoked_workers (
-        worker_id TEXT PRIMARY KEY NOT NULL,
-        blob      BLOB NOT NULL        -- v1.RevokeWorkerResponse
-      ) WITHOUT ROWID;
-    )sql",
-    // 4 -> 5: each job owner's number (StartRanks.owner_number): a worker
-    // with --rank-uids runs an owner's ranks as its own uid, the same on
-    // every host. A number is never given to another owner.
-    R"sql(
-      CREATE TABLE owner_numbers (
-        owner  TEXT PRIMARY KEY NOT NULL,
-        number INTEGER NOT NULL UNIQUE
-      ) WITHOUT ROWID;
-    )sql",
-    // 5 -> 6: queues (docs/queues.md), defined by an admin.
-    R"sql(
-      CREATE TABLE queues (
-        name TEXT PRIMARY KEY NOT NULL,
-        blob BLOB NOT NULL             -- v1.Queue
-      ) WITHOUT ROWID;
-    )sql",
-    // 6 -> 7: the leader record of active/standby coordinators on
-    // PostgreSQL (one row: the epoch, incremented by each coordinator that
-    // becomes active, and where it is reached), and on jobs and events the
-    // epoch of the coordinator that wrote the row: the proof that a deposed
-    // coordinator wrote nothing. SQLite has the columns too (epoch 0).
-    R"sql(
-      CREATE TABLE leader (
-        id       INTEGER PRIMARY KEY NOT NULL CHECK (id = 1),
-        epoch    INTEGER NOT NULL,
-        address  TEXT NOT NULL,        -- HOST:PORT (--advertise-address)
-        since_ms INTEGER NOT NULL      -- when it became active (Unix ms)
-      );
-      ALTER TABLE jobs ADD COLUMN leader_epoch INTEGER NOT NULL DEFAULT 0;
-      ALTER TABLE events ADD COLUMN leader_epoch INTEGER NOT NULL DEFAULT 0;
-    )sql",
-    // 7 -> 8: code archives (CommandSpec.code, stored by digest), and on
-    // jobs the digest each job's spec names ('' for none): an archive no job
-    // names is deleted after a grace (DeleteUnreferencedCode).
-    R"sql(
-      CREATE TABLE code_archives (
-        digest      TEXT PRIMARY KEY NOT NULL,  -- "sha256:<64 hex>"
-        size        INTEGER NOT NULL,
-        uploaded_ms INTEGER NOT NULL,           -- Unix ms of the last upload
-        blob        BLOB NOT NULL               -- the ustar archive
-      );
-      ALTER TABLE jobs ADD COLUMN code_digest TEXT NOT NULL DEFAULT '';
-      CREATE INDEX jobs_by_code_digest ON jobs (code_digest);
-    )sql",
-    // 8 -> 9: fair-share usage (docs/queues.md): one row holding every
-    // queue's and owner's decayed usage, rewritten every few seconds, so a
-    // restart or a standby taking over keeps the shares.
-    R"sql(
-      CREATE TABLE fair_share (
-        id   INTEGER PRIMARY KEY NOT NULL CHECK (id = 1),
-        blob BLOB NOT NULL             -- v1.FairShareSnapshot
-      );
-    )sql",
-    // 9 -> 10: accounting (`trainctl usage --by attempt`, usage_table.cc):
-    // one row per ended attempt, written once its last rank exited; kept
-    // when the job is gone (a site bills from it).
-    R"sql(
-      CREATE TABLE attempt_usage (
-        job_id   TEXT NOT NULL,
-        attempt  INTEGER NOT NULL,
-        owner    TEXT NOT NULL,
-        queue    TEXT NOT NULL,
-        start_ms INTEGER NOT NULL,     -- Unix ms of the placement
-        end_ms   INTEGER NOT NULL,     -- Unix ms the last rank exited
-        blob     BLOB NOT NULL,        -- v1.AttemptUsage
-        PRIMARY KEY (job_id, attempt)
-      ) WITHOUT ROWID;
-      CREATE INDEX attempt_usage_by_end ON attempt_usage (end_ms);
-    )sql",
-};
-constexpr int kSchemaVersion = static_cast<int>(sizeof(kMigrations) / sizeof(kMigrations[0]));
 
 // Busy timeouts. Open waits briefly: in exclusive locking mode a database
 // that stays locked belongs to another live coordinator, and waiting longer
@@ -277,16 +129,16 @@ absl::Status StateStore::Impl::IdentityError(int64_t app_id, int64_t version, in
   if (blank && !created) {
     return EmptyFileError(path);
   }
-  if (app_id != kApplicationId && !blank) {
+  if (app_id != store_internal::kApplicationId && !blank) {
     // Another program's database (or an older file without the marker).
     return absl::FailedPreconditionError(absl::StrCat(
         "state store: open ", path, ": not a trainctl database (application_id ", app_id,
         ", user_version ", version, ", ", objects, " schema objects); refusing to modify it"));
   }
-  if (version > kSchemaVersion) {
+  if (version > store_internal::SchemaVersion()) {
     return absl::FailedPreconditionError(
         absl::StrCat("state store: open ", path, ": schema version ", version,
-                     " is newer than this binary knows (", kSchemaVersion,
+                     " is newer than this binary knows (", store_internal::SchemaVersion(),
                      "); run a newer trainctl-coordinator"));
   }
   if (version < 0) {
@@ -368,12 +220,12 @@ absl::Status StateStore::Impl::Migrate() {
     TRAINCTL_ASSIGN_OR_RETURN(store_internal::DbIdentity id,
                               db->ReadIdentity(absl::StrCat("open ", path)));
     TRAINCTL_RETURN_IF_ERROR(IdentityError(id.app_id, id.version, id.objects));
-    for (int64_t v = id.version; v < kSchemaVersion; ++v) {
-      TRAINCTL_RETURN_IF_ERROR(db->Exec(db->SchemaSql(kMigrations[v]),
+    for (int64_t v = id.version; v < store_internal::SchemaVersion(); ++v) {
+      TRAINCTL_RETURN_IF_ERROR(db->Exec(db->SchemaSql(store_internal::MigrationSql(static_cast<int>(v))),
                                         absl::StrCat(op, " from version ", v, " to ", v + 1)));
     }
-    if (id.version != kSchemaVersion) {
-      TRAINCTL_RETURN_IF_ERROR(db->WriteIdentity(kApplicationId, kSchemaVersion, op));
+    if (id.version != store_internal::SchemaVersion()) {
+      TRAINCTL_RETURN_IF_ERROR(db->WriteIdentity(store_internal::kApplicationId, store_internal::SchemaVersion(), op));
     }
     return absl::OkStatus();
   }();
@@ -384,157 +236,6 @@ absl::Status StateStore::Impl::Migrate() {
   status = Exec("COMMIT", op);
   if (!status.ok()) Exec("ROLLBACK", op).IgnoreError();
   return status;
-}
-
-absl::Status StateStore::Impl::PrepareStatements() {
-  stmts = std::make_unique<Statements>();
-  Statements& s = *stmts;
-  // A statement's SQL, and PostgreSQL's where it differs (upserts, MAX of two
-  // values, LIMIT -1 for "no limit", an alias for a subquery, typed
-  // parameters); SQLite's is used as written.
-  struct Sql {
-    Statement* stmt;
-    const char* sqlite;
-    const char* postgres = nullptr;
-  };
-  const Sql all[] = {
-      {&s.begin, "BEGIN IMMEDIATE", "BEGIN"},
-      {&s.commit, "COMMIT"},
-      {&s.rollback, "ROLLBACK"},
-      {&s.savepoint, "SAVEPOINT nested"},
-      {&s.release, "RELEASE nested"},
-      {&s.rollback_to, "ROLLBACK TO nested"},
-      {&s.load_telemetry_seqs, "SELECT worker_id, seq FROM telemetry_seqs ORDER BY worker_id"},
-      {&s.upsert_job,
-       "INSERT INTO jobs (id, submit_seq, state, blob, leader_epoch, code_digest) "
-       "VALUES (?1, ?2, ?3, ?4, ?5, ?6) "
-       "ON CONFLICT (id) DO UPDATE SET state = excluded.state, blob = excluded.blob, "
-       "leader_epoch = excluded.leader_epoch, code_digest = excluded.code_digest"},
-      {&s.insert_event,
-       "INSERT INTO events (job_id, seq, blob, leader_epoch) VALUES (?1, ?2, ?3, ?4)"},
-      {&s.put_worker, "INSERT OR REPLACE INTO workers (id, blob) VALUES (?1, ?2)",
-       "INSERT INTO workers (id, blob) VALUES (?1, ?2) "
-       "ON CONFLICT (id) DO UPDATE SET blob = excluded.blob"},
-      {&s.delete_worker, "DELETE FROM workers WHERE id = ?1"},
-      {&s.put_token, "INSERT OR REPLACE INTO tokens (id, secret_hash, blob) VALUES (?1, ?2, ?3)",
-       "INSERT INTO tokens (id, secret_hash, blob) VALUES (?1, ?2, ?3) ON CONFLICT (id) "
-       "DO UPDATE SET secret_hash = excluded.secret_hash, blob = excluded.blob"},
-      {&s.load_tokens, "SELECT id, secret_hash, blob FROM tokens ORDER BY id"},
-      {&s.put_binding, "INSERT OR IGNORE INTO worker_bindings (worker_id, token_id) VALUES (?1, ?2)",
-       "INSERT INTO worker_bindings (worker_id, token_id) VALUES (?1, ?2) "
-       "ON CONFLICT (worker_id) DO NOTHING"},
-      {&s.load_bindings, "SELECT worker_id, token_id FROM worker_bindings ORDER BY worker_id"},
-      {&s.put_revoked_worker, "INSERT OR REPLACE INTO revoked_workers (worker_id, blob) VALUES (?1, ?2)",
-       "INSERT INTO revoked_workers (worker_id, blob) VALUES (?1, ?2) "
-       "ON CONFLICT (worker_id) DO UPDATE SET blob = excluded.blob"},
-      {&s.load_revoked_workers, "SELECT worker_id, blob FROM revoked_workers ORDER BY worker_id"},
-      {&s.put_owner_number, "INSERT INTO owner_numbers (owner, number) VALUES (?1, ?2)"},
-      {&s.load_owner_numbers, "SELECT owner, number FROM owner_numbers ORDER BY number"},
-      {&s.put_queue, "INSERT OR REPLACE INTO queues (name, blob) VALUES (?1, ?2)",
-       "INSERT INTO queues (name, blob) VALUES (?1, ?2) "
-       "ON CONFLICT (name) DO UPDATE SET blob = excluded.blob"},
-      {&s.delete_queue, "DELETE FROM queues WHERE name = ?1"},
-      {&s.load_queues, "SELECT name, blob FROM queues ORDER BY name"},
-      {&s.put_fair_share, "INSERT OR REPLACE INTO fair_share (id, blob) VALUES (1, ?1)",
-       "INSERT INTO fair_share (id, blob) VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET blob = excluded.blob"},
-      {&s.load_fair_share, "SELECT blob FROM fair_share WHERE id = 1"},
-      {&s.put_attempt_usage,
-       "INSERT INTO attempt_usage (job_id, attempt, owner, queue, start_ms, end_ms, blob) "
-       "VALUES (?1, ?2, ?3, ?4, ?5, ?6, ?7) ON CONFLICT (job_id, attempt) DO UPDATE SET "
-       "owner = excluded.owner, queue = excluded.queue, start_ms = excluded.start_ms, "
-       "end_ms = excluded.end_ms, blob = excluded.blob"},
-      {&s.load_attempt_usage,
-       "SELECT job_id, attempt, blob FROM attempt_usage WHERE end_ms > ?1 AND start_ms < ?2 "
-       "ORDER BY start_ms, job_id, attempt"},
-      {&s.put_code,
-       "INSERT INTO code_archives (digest, size, uploaded_ms, blob) VALUES (?1, ?2, ?3, ?4) "
-       "ON CONFLICT (digest) DO UPDATE SET uploaded_ms = excluded.uploaded_ms"},
-      {&s.code_size, "SELECT size FROM code_archives WHERE digest = ?1"},
-      {&s.touch_code, "UPDATE code_archives SET uploaded_ms = ?2 WHERE digest = ?1"},
-      {&s.read_code, "SELECT size, substr(blob, ?2, ?3) FROM code_archives WHERE digest = ?1",
-       "SELECT size, substring(blob FROM ?2::INTEGER FOR ?3::INTEGER) FROM code_archives WHERE digest = ?1"},
-      {&s.delete_unreferenced_code,
-       "DELETE FROM code_archives WHERE uploaded_ms < ?1 AND NOT EXISTS "
-       "(SELECT 1 FROM jobs WHERE jobs.code_digest = code_archives.digest)"},
-      {&s.count_events, "SELECT COUNT(*) FROM events WHERE job_id = ?1"},
-      {&s.count_metrics, "SELECT COUNT(*) FROM metrics WHERE job_id = ?1"},
-      {&s.count_logs, "SELECT COUNT(*) FROM logs WHERE job_id = ?1 AND attempt = ?2 AND rank = ?3"},
-      {&s.trim_events,
-       "DELETE FROM events WHERE job_id = ?1 AND seq IN "
-       "(SELECT seq FROM events WHERE job_id = ?1 ORDER BY seq LIMIT ?2)"},
-      {&s.trim_metrics,
-       "DELETE FROM metrics WHERE id IN "
-       "(SELECT id FROM metrics WHERE job_id = ?1 ORDER BY id LIMIT ?2)"},
-      {&s.trim_logs,
-       "DELETE FROM logs WHERE id IN (SELECT id FROM logs WHERE job_id = ?1 AND attempt = ?2 "
-       "AND rank = ?3 ORDER BY id LIMIT ?4)"},
-      {&s.load_jobs, "SELECT id, submit_seq, blob FROM jobs ORDER BY submit_seq, id"},
-      {&s.max_event_seq, "SELECT COALESCE(MAX(seq), 0) FROM events WHERE job_id = ?1"},
-      {&s.load_workers, "SELECT id, blob FROM workers ORDER BY id"},
-      {&s.list_events,
-       "SELECT seq, blob FROM events WHERE job_id = ?1 AND seq > ?2 ORDER BY seq LIMIT ?3",
-       "SELECT seq, blob FROM events WHERE job_id = ?1 AND seq > ?2 ORDER BY seq "
-       "LIMIT NULLIF(?3::BIGINT, -1)"},
-      {&s.list_metrics,
-       "SELECT id, blob FROM (SELECT id, blob FROM metrics WHERE job_id = ?1 "
-       "ORDER BY id DESC LIMIT ?2) ORDER BY id",
-       "SELECT id, blob FROM (SELECT id, blob FROM metrics WHERE job_id = ?1 "
-       "ORDER BY id DESC LIMIT NULLIF(?2::BIGINT, -1)) AS newest ORDER BY id"},
-      {&s.oldest_metrics,
-       "SELECT id, attempt, rank, blob FROM metrics WHERE job_id = ?1 ORDER BY id LIMIT ?2"},
-      {&s.delete_metric, "DELETE FROM metrics WHERE id = ?1"},
-      {&s.page_metrics,
-       "SELECT id, attempt, blob FROM metrics WHERE job_id = ?1 AND id > ?2 "
-       "AND (?3 < 0 OR rank = ?3) ORDER BY id",
-       "SELECT id, attempt, blob FROM metrics WHERE job_id = ?1 AND id > ?2 "
-       "AND (?3::BIGINT < 0 OR rank = ?3::BIGINT) ORDER BY id"},
-      {&s.log_ranks, "SELECT DISTINCT rank FROM logs WHERE job_id = ?1 AND attempt = ?2 ORDER BY rank"},
-      {&s.list_logs_rank,
-       "SELECT id, blob FROM (SELECT id, blob FROM logs WHERE job_id = ?1 AND attempt = ?2 "
-       "AND rank = ?3 ORDER BY id DESC LIMIT ?4) ORDER BY id",
-       "SELECT id, blob FROM (SELECT id, blob FROM logs WHERE job_id = ?1 AND attempt = ?2 "
-       "AND rank = ?3 ORDER BY id DESC LIMIT NULLIF(?4::BIGINT, -1)) AS newest ORDER BY id"},
-      // (PostgreSQL only: SQLite's coordinator is alone by its file lock.)
-      {&s.take_leadership,
-       "INSERT INTO leader (id, epoch, address, since_ms) VALUES (1, 1, ?1, ?2) "
-       "ON CONFLICT (id) DO UPDATE SET epoch = leader.epoch + 1, address = excluded.address, "
-       "since_ms = excluded.since_ms RETURNING epoch"},
-      {&s.check_epoch, "SELECT epoch, address FROM leader WHERE id = 1",
-       "SELECT epoch, address FROM leader WHERE id = 1 FOR SHARE"},
-      {&s.read_epoch, "SELECT epoch, address FROM leader WHERE id = 1"},
-  };
-  const std::string op = absl::StrCat("open ", path, ": prepare");
-  const bool postgres = db->backend() == store_internal::SqlBackend::kPostgres;
-  for (const Sql& sql : all) {
-    const char* text = postgres && sql.postgres != nullptr ? sql.postgres : sql.sqlite;
-    TRAINCTL_RETURN_IF_ERROR(sql.stmt->Prepare(db, text, op));
-  }
-  // Multi-row statements (kChunkRows). A worker appears once per upsert
-  // (CommitGroup merges), as PostgreSQL's ON CONFLICT requires.
-  TRAINCTL_RETURN_IF_ERROR(PrepareChunked(s.insert_metrics, "INSERT INTO metrics (job_id, attempt, rank, blob)", 4, "", op));
-  TRAINCTL_RETURN_IF_ERROR(PrepareChunked(s.insert_logs, "INSERT INTO logs (job_id, attempt, rank, blob)", 4, "", op));
-  return PrepareChunked(
-      s.put_telemetry_seqs, "INSERT INTO telemetry_seqs (worker_id, seq)", 2,
-      postgres ? " ON CONFLICT (worker_id) DO UPDATE SET seq = GREATEST(telemetry_seqs.seq, excluded.seq)"
-               : " ON CONFLICT (worker_id) DO UPDATE SET seq = MAX(seq, excluded.seq)",
-      op);
-}
-
-absl::Status StateStore::Impl::PrepareChunked(ChunkedStatement& out, absl::string_view head,
-                                              int params_per_row, absl::string_view tail,
-                                              absl::string_view op) {
-  for (size_t c = 0; c < kChunkRows.size(); ++c) {
-    std::string sql = absl::StrCat(head, " VALUES ");
-    int param = 1;
-    for (int row = 0; row < kChunkRows[c]; ++row) {
-      absl::StrAppend(&sql, row == 0 ? "(" : ", (");
-      for (int i = 0; i < params_per_row; ++i) absl::StrAppend(&sql, i == 0 ? "?" : ", ?", param++);
-      absl::StrAppend(&sql, ")");
-    }
-    absl::StrAppend(&sql, tail);
-    TRAINCTL_RETURN_IF_ERROR(out[c].Prepare(db, sql.c_str(), op));
-  }
-  return absl::OkStatus();
 }
 
 // ---------------------------------------------------------------------------
@@ -553,89 +254,6 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
     TRAINCTL_RETURN_IF_ERROR(impl->OpenLocked());
   }
   return std::unique_ptr<StateStore>(new StateStore(std::move(impl)));
-}
-
-absl::Status StateStore::Impl::OpenPostgresLocked(const std::string& conninfo,
-                                                  StoreLeader* holder) {
-  store_internal::PgLockHolder lock_holder;
-  absl::StatusOr<std::unique_ptr<store_internal::SqlDb>> connected = store_internal::ConnectPostgres(
-      conninfo, path, store_internal::PgSession{options.leader_lease}, &lock_holder);
-  if (!connected.ok()) {
-    if (holder != nullptr) *holder = StoreLeader{lock_holder.epoch, lock_holder.address};
-    return connected.status();
-  }
-  conn = std::move(*connected);
-  db = conn.get();
-  // The database is given by the operator (CREATE DATABASE): an empty one
-  // becomes a new trainctl store; one with other tables is refused.
-  created = true;
-  TRAINCTL_RETURN_IF_ERROR(Migrate());
-  connection_epoch = db->ConnectionEpoch();
-  TRAINCTL_RETURN_IF_ERROR(PrepareStatements());
-  return TakeLeadership();
-}
-
-absl::Status StateStore::Impl::TakeLeadership() {
-  // One statement, so one transaction: the epoch and the address change
-  // together. A write of the previous leader that still holds the leader
-  // row (CheckEpoch's row lock) commits first; any later one fails its check.
-  const std::string op = absl::StrCat("open ", path, ": take the leader epoch");
-  Query q(db, stmts->take_leadership, op);
-  q.Bind(1, options.leader_address).Bind(2, absl::ToUnixMillis(absl::Now()));
-  TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
-  if (!row || q.Int(0) <= 0) return absl::InternalError(absl::StrCat("state store: ", op, ": no epoch returned"));
-  leader_epoch = q.Int(0);
-  NoteConfirmed(MonotonicNow());
-  LogEvent(LogLevel::kInfo, "coordinator", "leader_epoch",
-           {{"db", path}, {"epoch", absl::StrCat(leader_epoch)}, {"address", options.leader_address}});
-  return absl::OkStatus();
-}
-
-absl::Status StateStore::Impl::CheckEpoch(absl::string_view op) {
-  const absl::Time sent = MonotonicNow();
-  Query q(db, stmts->check_epoch, absl::StrCat(op, ": check the leader epoch"));
-  TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
-  const int64_t stored = row ? q.Int(0) : 0;
-  if (stored == leader_epoch) {
-    NoteConfirmed(sent);
-    return absl::OkStatus();
-  }
-  deposed = absl::FailedPreconditionError(absl::StrCat(
-      "state store: ", op, ": this coordinator (leader epoch ", leader_epoch,
-      ") was deposed by epoch ", stored,
-      row ? absl::StrCat(" (the active coordinator is at ", q.Text(1), ")") : std::string(),
-      "; it writes nothing more"));
-  return deposed;
-}
-
-void StateStore::Impl::NoteDeposition(const absl::Status& failed) {
-  if (deposed.ok() && db != nullptr && db->LostLock()) deposed = failed;
-  if (deposed.ok() || deposed_told) return;
-  deposed_told = true;
-  if (options.on_deposed) options.on_deposed(deposed);
-}
-
-void StateStore::Impl::PingLoop() {
-  const absl::Duration every = std::max(options.leader_lease / 4, absl::Milliseconds(50));
-  while (!stop_ping.WaitForNotificationWithTimeout(every)) {
-    absl::MutexLock lock(&mu);
-    if (!deposed.ok()) return;
-    // Inside an open group this runs in its transaction: harmless (a failed
-    // one only answers with an error), and it keeps that session busy too.
-    const absl::Time sent = MonotonicNow();
-    Query q(db, stmts->read_epoch, "lease ping");
-    absl::StatusOr<bool> row = q.Step();
-    if (row.ok() && *row && q.Int(0) == leader_epoch) NoteConfirmed(sent);
-    if (!row.ok()) NoteWrite("lease ping", row.status());
-    if (row.ok() && *row && q.Int(0) != leader_epoch) {
-      deposed = absl::FailedPreconditionError(absl::StrCat(
-          "state store: lease ping: this coordinator (leader epoch ", leader_epoch,
-          ") was deposed by epoch ", q.Int(0), " (the active coordinator is at ", q.Text(1),
-          "); it writes nothing more"));
-    }
-    NoteDeposition(row.ok() ? absl::OkStatus() : row.status());
-    if (!deposed.ok()) return;
-  }
 }
 
 absl::StatusOr<std::unique_ptr<StateStore>> StateStore::OpenSpec(const std::string& spec,
