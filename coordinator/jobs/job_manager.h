@@ -285,6 +285,8 @@ class JobManager : private JobActions {
   }
 
  private:
+  // The key of a held rank report: "job/attempt/rank".
+  static std::string ReportKey(const std::string& job_id, int32_t attempt, int32_t rank);
   // A rank end not applied yet: held for a lost peer to explain it, or
   // whose commit failed (then due at once, retried every Tick until stored).
   struct HeldReport {
