@@ -56,6 +56,12 @@ std::string FormatTimestamp(const google::protobuf::Timestamp& ts);
 // "3m05s ago"; "-" when unset.
 std::string Age(const google::protobuf::Timestamp& ts, absl::Time now);
 
+// The name job.yaml gives value `number` of enum `d` (lower case), else the
+// number.
+std::string EnumText(const google::protobuf::EnumDescriptor* d, int number);
+// Indents every line of a multi-line text after the first by `indent`.
+std::string ContinueLines(const std::string& text, const std::string& indent);
+
 // The first line of `s`, cut to `max` characters ("..." ending a cut one).
 std::string FirstLine(const std::string& s, size_t max = 60);
 // "1,234.5"-style rates without the thousands separators: "1234.5".
