@@ -53,20 +53,17 @@ Thread-safety: a Client may be used from several threads; an iterator
 
 import contextlib
 import dataclasses
-import errno
 import os
 import secrets
 import shutil
 import tempfile
 import threading
 import time
-import zlib
 
 import grpc
-import yaml
 
 try:
-    from trainctl.v1 import job_pb2, job_service_pb2, metrics_pb2
+    from trainctl.v1 import job_pb2, job_service_pb2
 except ImportError as e:  # pragma: no cover - depends on the installation
     raise ImportError(
         "trainctl.client needs the generated trainctl.v1 stubs: run python/gen_stubs.sh DIR and set "
@@ -76,12 +73,14 @@ from trainctl import codepack, jobspec
 # ACTIVE_COORDINATOR_KEY and is_loopback_address are this module's API too.
 from trainctl._transport import (ACTIVE_COORDINATOR_KEY, TrainctlError, _invalid, _remembered,  # noqa: F401
                                  _remembered_lock, _Transport, is_loopback_address, parse_coordinator_list)
+from trainctl._outputs import Artifact, _Outputs
+from trainctl._settings import (DEFAULT_COORDINATOR, _checked, config_file_path,  # noqa: F401
+                                resolve_settings, script_job_spec)
 from trainctl.jobs import AttemptState, FailureKind, Job, JobState, RankState
 
 __all__ = ["Client", "TrainctlError", "WaitTimeout", "Artifact", "Job", "JobState", "AttemptState", "RankState",
            "FailureKind", "script_job_spec", "resolve_settings", "parse_coordinator_list"]
 
-DEFAULT_COORDINATOR = "localhost:7070"
 # ListJobs page size (the coordinator's default).
 _LIST_PAGE_SIZE = 100
 _TERMINAL = (job_pb2.JOB_STATE_SUCCEEDED, job_pb2.JOB_STATE_FAILED, job_pb2.JOB_STATE_CANCELLED,
@@ -99,20 +98,6 @@ class WaitTimeout(TrainctlError, TimeoutError):
 
 
 @dataclasses.dataclass(frozen=True)
-class Artifact:
-    """A fetched file: where it was written and what it is."""
-
-    # The local file written (mode 0600).
-    path: str
-    size: int
-    # "crc32:xxxxxxxx", checked against the bytes written.
-    checksum: str
-    # Where it lies on the worker that holds it, and that worker.
-    source_path: str
-    worker_id: str
-
-
-@dataclasses.dataclass(frozen=True)
 class CancelledJobs:
     """What ``Client.cancel_jobs`` did (or, with dry_run, would do)."""
 
@@ -126,178 +111,7 @@ class CancelledJobs:
 # --- where the coordinator is ------------------------------------------------
 
 
-def config_file_path(environ=None):
-    """$XDG_CONFIG_HOME (or $HOME/.config)/trainctl/config.yaml; "" without either."""
-    environ = os.environ if environ is None else environ
-    config_dir = environ.get("XDG_CONFIG_HOME", "")
-    if not config_dir and environ.get("HOME"):
-        config_dir = environ["HOME"] + "/.config"
-    return config_dir + "/trainctl/config.yaml" if config_dir else ""
-
-
-# Scalars as text, as yaml-cpp reads them (`token: 12345` is "12345").
-_YAML_LOADER = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-
-
-def _is_null(node):
-    return isinstance(node, yaml.ScalarNode) and node.tag == "tag:yaml.org,2002:null" and not node.style
-
-
-def _config_value(key, environ):
-    """One scalar key of the config file ("" when the file or key is absent);
-    a malformed file is an INVALID_ARGUMENT naming path:line:col."""
-    path = config_file_path(environ)
-    if not path:
-        return ""
-    try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read()
-    except (OSError, UnicodeDecodeError):
-        return ""
-    try:
-        doc = yaml.compose(text, Loader=_YAML_LOADER)
-    except yaml.MarkedYAMLError as e:
-        mark = e.problem_mark or e.context_mark
-        where = "%d:%d" % (mark.line + 1, mark.column + 1) if mark else "1:1"
-        raise _invalid("%s:%s: %s" % (path, where, e.problem or e.context))
-    if doc is None or _is_null(doc):
-        return ""
-    if not isinstance(doc, yaml.MappingNode):
-        raise _invalid("%s: expected a mapping such as `coordinator: host:port`" % path)
-    node = next((v for k, v in doc.value if isinstance(k, yaml.ScalarNode) and k.value == key), None)
-    if node is None:
-        return ""
-    if not isinstance(node, yaml.ScalarNode) or _is_null(node) or not node.value:
-        raise _invalid("%s:%d:%d: %s: %s" % (
-            path, node.start_mark.line + 1, node.start_mark.column + 1, key,
-            "expected host:port" if key == "coordinator" else "expected a string"))
-    return node.value
-
-
-def _setting(given, env_names, key, environ):
-    """``given``, else the first non-empty $env_name, else the config file's ``key``, else ""."""
-    if given:
-        return given
-    for name in env_names:
-        if environ.get(name):
-            return environ[name]
-    return _config_value(key, environ)
-
-
-def resolve_settings(address=None, token=None, ca=None, environ=None):
-    """(address, token, ca_file) as the trainctl CLI resolves them (client/cli/cli.cc)."""
-    environ = os.environ if environ is None else environ
-    address = _setting(address, ("TRAINCTL_COORDINATOR", "TRAINCTL_ADDRESS"), "coordinator", environ)
-    token = _setting(token, ("TRAINCTL_TOKEN",), "token", environ)
-    ca = _setting(ca, ("TRAINCTL_CA",), "ca", environ)
-    return address or DEFAULT_COORDINATOR, token, ca
-
-
-# --- a script as a command job -----------------------------------------------
-
-
-def _script_job_name(script):
-    """The job's name from the program's, as the CLI makes it (client/cli/
-    script_job.cc): "train_DDP.py" -> "train-ddp"; "script" when nothing is left."""
-    name = ""
-    for c in os.path.splitext(os.path.basename(script))[0]:
-        if len(name) >= 40:
-            break
-        c = c.lower()
-        if "a" <= c <= "z" or "0" <= c <= "9":
-            name += c
-        elif name and not name.endswith("-"):
-            name += "-"
-    return name.rstrip("-") or "script"
-
-
-def _count(value, what):
-    if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-        raise _invalid("%s: must be an integer >= 1, got %r" % (what, value))
-    return value
-
-
-def _text(value, what):
-    """A str, or a number written out (argv and env are strings)."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return str(value)
-    if isinstance(value, os.PathLike):
-        return os.fspath(value)
-    raise _invalid("%s: must be a string, got %s %r" % (what, type(value).__name__, value))
-
-
-def script_job_spec(script, args=(), *, nproc_per_node=1, nnodes=1, working_dir=".", python=None, env=None,
-                    name=None, queue=None, max_restarts=None, priority=None, cpus=None, memory=None, pids=None,
-                    wait_for_capacity=False, max_runtime_s=None, overrides=None):
-    """The JobSpec ``trainctl submit --nproc-per-node N SCRIPT -- ARGS``
-    sends (client/cli/script_job.cc's ScriptJobSpec), read back through the
-    job.yaml reader so it is checked as any job.yaml is (INVALID_ARGUMENT,
-    one line per problem). Client.submit_script submits it.
-
-    script: the program, relative to ``working_dir`` or absolute; a .py file
-        runs as ``PYTHON SCRIPT ARGS``, anything else as ``SCRIPT ARGS``.
-    args: the program's arguments (a list; numbers are written out).
-    nproc_per_node, nnodes: ranks per node and nodes, as torchrun's;
-        world_size = nproc_per_node * nnodes; nnodes > 1 puts the job on
-        exactly nnodes workers, nproc_per_node on each (scheduling.nodes).
-    working_dir: where every rank starts (command.working_dir), made
-        absolute here (the CLI uses the current directory). Workers must see
-        it and the script there: a shared filesystem, or a worker on this host.
-        (This builder sends nothing: Client.submit_script uploads the
-        directory instead unless upload=False.)
-    python: the interpreter of a .py script (--python; default "python3").
-    env: extra environment for every rank (command.env), e.g. {"OMP_NUM_THREADS": 2}.
-    name: the job's name (default: the script's, "train_ddp.py" -> "train-ddp").
-    queue, max_restarts, priority: queue, restart.max_restarts, priority;
-        max_restarts defaults to torchrun's 0, as the CLI's (not a job.yaml's 3).
-    cpus, memory, pids: resources.* limits per rank (memory: bytes or "4Gi").
-    wait_for_capacity: scheduling.wait_for_capacity (--wait-for-capacity).
-    max_runtime_s: scheduling.max_runtime_s (--max-runtime): past it the job
-        is stopped (checkpoint first) and ends TIMEOUT.
-    overrides: more job.yaml paths to values, as submit()'s (--set).
-    """
-    script = _text(script, "script")
-    if not script:
-        raise _invalid("script: empty (expected a program such as train.py)")
-    if isinstance(args, (str, bytes)):
-        raise _invalid("args: must be a list of arguments, got the string %r (shlex.split() it)" % (args,))
-    argv_tail = [_text(a, "args[%d]" % i) for i, a in enumerate(args)]
-    spec = job_pb2.JobSpec(name=_script_job_name(script) if name is None else _text(name, "name"))
-    spec.world_size = _count(nproc_per_node, "nproc_per_node") * _count(nnodes, "nnodes")
-    if nnodes > 1:
-        # torchrun's --nnodes: exactly nnodes workers, nproc_per_node ranks each (the CLI's rule).
-        spec.scheduling.nodes = nnodes
-    if script.endswith(".py"):
-        spec.command.argv.append(_text(python, "python") if python is not None else "python3")
-    spec.command.argv.append(script)
-    spec.command.argv.extend(argv_tail)
-    spec.command.working_dir = os.path.abspath(_text(working_dir, "working_dir"))
-    for key, value in (env or {}).items():
-        spec.command.env[_text(key, "env")] = _text(value, "env.%s" % key)
-    if queue is not None:
-        spec.queue = _text(queue, "queue")
-    # Numbers through the job.yaml reader: its checks and "4Gi".
-    sets = dict(overrides or {})
-    # A script restarts as under torchrun: never, unless asked (the CLI's
-    # rule; overrides, as --set, come last).
-    if max_restarts is None and "restart.max_restarts" not in sets:
-        max_restarts = 0
-    for path, value in (("restart.max_restarts", max_restarts), ("priority", priority), ("resources.cpus", cpus),
-                        ("resources.memory", memory), ("resources.pids", pids),
-                        ("scheduling.max_runtime_s", max_runtime_s)):
-        if value is not None:
-            sets[path] = value
-    if wait_for_capacity:
-        sets["scheduling.wait_for_capacity"] = True
-    return _checked(lambda: jobspec.parse_job_yaml(jobspec.spec_to_yaml(spec), script, sets))
-
-
-# --- the client --------------------------------------------------------------
-
-
-class Client(_Transport):
+class Client(_Outputs, _Transport):
     """A connection to a trainctl-coordinator; see the module docstring."""
 
     def __init__(self, address=None, token=None, ca=None, *, timeout=10.0, latest=False,
@@ -606,136 +420,6 @@ class Client(_Transport):
             last = current
             time.sleep(0.2)
 
-    def metrics(self, job, rank=None, kind=None):
-        """The job's stored metric points (also after it ended), oldest first:
-        a list of trainctl.v1.MetricBatch, one per run of points of one
-        attempt. ``rank``: only that rank; ``kind``: "train" (train windows)
-        or "eval" (evaluations: end-of-epoch points with the eval results,
-        then a script's eval reports); a MetricPoint.Kind value: only that
-        kind. A point carries only the fields its rank reported
-        (``point.HasField("loss")``)."""
-        batches = []
-        for req in self._metrics_requests(job, rank, kind):
-            first = len(batches)
-            while True:
-                resp = self._unary("GetMetrics", req)
-                for b in resp.batches:
-                    # A page may continue the previous page's attempt: one batch per run.
-                    if len(batches) > first and batches[-1].attempt == b.attempt:
-                        batches[-1].points.extend(b.points)
-                    else:
-                        batches.append(b)
-                req.page_token = resp.next_page_token
-                if not req.page_token:
-                    break
-        return batches
-
-    def metric_points(self, job, rank=None, kind=None):
-        """Iterates over the job's stored metric points
-        (trainctl.v1.MetricPoint: step, epoch, loss, lr, samples_per_sec,
-        eval, scalars, ...), oldest first, one page at a time:
-        ``for p in client.metric_points(job): print(p.step, p.loss)``.
-        ``rank`` and ``kind`` ("train", "eval") as metrics(), which groups
-        the same points by attempt. Checked now: a bad ``kind`` is
-        INVALID_ARGUMENT here, not at the first next()."""
-        return self._metric_points(self._metrics_requests(job, rank, kind))
-
-    def _metrics_requests(self, job, rank, kind):
-        # "eval" is two stored kinds: the engine's epoch ends and a script's eval reports.
-        kinds = {None: [0], "train": [metrics_pb2.MetricPoint.KIND_TRAIN],
-                 "eval": [metrics_pb2.MetricPoint.KIND_EPOCH_END, metrics_pb2.MetricPoint.KIND_EVAL]}
-        if kind not in kinds and kind not in metrics_pb2.MetricPoint.Kind.values():
-            raise _invalid("kind: one of 'train', 'eval', got %r" % (kind,))
-        job_id = self._job_id(job)
-        reqs = []
-        for one_kind in kinds.get(kind, [kind]):
-            req = job_service_pb2.GetMetricsRequest(job_id=job_id, kind=one_kind)
-            if rank is not None:
-                req.rank = rank
-            reqs.append(req)
-        return reqs
-
-    def _metric_points(self, reqs):
-        for req in reqs:
-            while True:
-                resp = self._unary("GetMetrics", req)
-                for b in resp.batches:
-                    yield from b.points
-                req.page_token = resp.next_page_token
-                if not req.page_token:
-                    break
-
-    def logs(self, job, rank=None, attempt=0, tail=0, follow=False):
-        """Iterates over the job's log lines as trainctl.v1.LogChunk (one
-        rank's lines each, in order; chunk.lines[i].text): every rank of the
-        latest attempt unless ``rank``/``attempt`` (from 1) say otherwise;
-        ``tail``: only the last N kept lines per rank first; ``follow``: new
-        lines until the job ends (a pending job is waited for first), resumed
-        after a break for up to watch_reconnect_for seconds, after each rank's
-        last line delivered (LogLine.seq): none twice.
-        Checked now: a rank or attempt the job does not have is INVALID_ARGUMENT."""
-        if rank is not None and rank < 0:
-            raise _invalid("rank: must be >= 0")
-        if attempt < 0:
-            raise _invalid("attempt: must be >= 1 (0 = latest)")
-        if tail < 0:
-            raise _invalid("tail: must be >= 0")
-        found = self.get(job)
-        if attempt > len(found.attempts):
-            have = len(found.attempts)
-            raise _invalid("attempt: %d is out of range: job %s has %d attempt(s)%s" % (
-                attempt, found.id, have, " (1..%d)" % have if have else " yet"))
-        world = found.spec.world_size
-        if rank is not None and world > 0 and rank >= world:
-            raise _invalid("rank: %d is outside job %s's world: world_size %d (ranks 0..%d)" % (
-                rank, found.id, world, world - 1))
-        req = job_service_pb2.GetLogsRequest(job_id=found.id, attempt=attempt, tail_lines=tail, follow=follow)
-        if rank is not None:
-            req.rank = rank
-        wait_placed = follow and attempt == 0 and not found.attempts and found.state == job_pb2.JOB_STATE_PENDING
-        return self._logs(req, wait_placed)
-
-    def log_lines(self, job, rank=None, attempt=0, tail=0, follow=False):
-        """logs(), one line at a time: iterates over trainctl.v1.LogLine
-        (``line.text``, ``line.rank``, ``line.stream``: 1 stdout, 2 stderr;
-        ``line.time``), in each rank's order:
-        ``for line in client.log_lines(job, follow=True): print(line.rank, line.text)``.
-        The arguments, the checks (now) and the resumption are logs()'s."""
-        return self._lines(self.logs(job, rank=rank, attempt=attempt, tail=tail, follow=follow))
-
-    @staticmethod
-    def _lines(chunks):
-        with contextlib.closing(chunks):  # leaving the loop cancels the stream
-            for chunk in chunks:
-                yield from chunk.lines
-
-    def fetch(self, job, step=None, path=None, force=False):
-        """Downloads the job's final model (or its checkpoint at global
-        ``step``) from the worker that holds it, through the coordinator;
-        returns an Artifact.
-
-        path: where to write it (default: JOB-model.pt, or JOB-step-STEP.pt,
-        in the current directory). The file is written under a temporary name
-        beside it, mode 0600, created without following links, and renamed to
-        ``path`` only once its bytes match the recorded checksum (DATA_LOSS
-        otherwise). An existing ``path`` is kept (ALREADY_EXISTS) unless ``force``.
-        """
-        step = step or 0
-        if step < 0:
-            raise _invalid("step: a global step > 0 (Job.checkpoints)")
-        job_id = self._job_id(job)
-        out = os.fspath(path) if path is not None else _default_out_name(job_id, step)
-        if not force and os.path.lexists(out):
-            raise _exists(out)
-        req = job_service_pb2.FetchArtifactRequest(job_id=job_id, checkpoint_step=step)
-        with _PrivateFile(out, replace=force) as f:
-            head = self._receive_artifact(req, f)
-            f.commit()
-        return Artifact(path=out, size=head.size, checksum=head.checksum, source_path=head.path,
-                        worker_id=head.worker_id)
-
-    # --- internals ---
-
     def _job_id(self, job):
         return job.id if isinstance(job, (Job, job_pb2.Job)) else self.resolve(job).id
 
@@ -783,80 +467,6 @@ class Client(_Transport):
                     last_seq = max(last_seq, update.event.seq)
                 yield update
 
-    def _logs(self, req, wait_placed):
-        """The generator behind logs()."""
-        if wait_placed:
-            # A pending job has no attempt to follow yet: wait until it is
-            # placed, so submit then logs(follow=True) shows the first attempt.
-            for update in self._watch(req.job_id, False, None):
-                if update.HasField("job") and update.job.state != job_pb2.JOB_STATE_PENDING:
-                    break
-        # What was delivered (a resumed stream continues after it): the
-        # attempt of the last line and, of that attempt, each rank's last
-        # LogLine.seq.
-        last_attempt, last_seq = 0, {}
-
-        def open_logs(stub):
-            if last_attempt:
-                req.tail_lines = 0  # the tail was sent; everything after it is owed
-                req.after_attempt = last_attempt
-                req.after_seq.clear()
-                req.after_seq.update(last_seq)
-            return stub.GetLogs(req, metadata=self._metadata)
-
-        with contextlib.closing(self._resumed(open_logs, lambda: req.follow)) as chunks:
-            for chunk in chunks:
-                if chunk.attempt != last_attempt:
-                    last_attempt, last_seq = chunk.attempt, {}
-                for line in chunk.lines:
-                    if line.seq > 0:
-                        last_seq[chunk.rank] = max(last_seq.get(chunk.rank, 0), line.seq)
-                yield chunk
-
-    def _receive_artifact(self, req, out):
-        """Streams FetchArtifact into ``out``, checking order, size and
-        checksum; returns the first chunk (without data). A stream that
-        breaks after bytes arrived is opened again at the next byte
-        (FetchArtifactRequest.offset) for up to watch_reconnect_for seconds
-        after the break, as watch() is; the file must still be the same."""
-        head, offset, crc = None, 0, 0
-        fresh = False  # the next chunk is the first of a stream
-
-        def open_fetch(stub):
-            nonlocal fresh
-            fresh = True
-            req.offset = offset
-            return stub.FetchArtifact(req, metadata=self._metadata)
-
-        with contextlib.closing(self._resumed(open_fetch, lambda: head is not None)) as chunks:
-            for chunk in chunks:
-                if fresh and head is None:
-                    head = job_service_pb2.ArtifactChunk()
-                    head.CopyFrom(chunk)
-                    head.ClearField("data")
-                    head.ClearField("offset")
-                elif fresh and (chunk.size, chunk.checksum, chunk.path, chunk.worker_id) != (
-                        head.size, head.checksum, head.path, head.worker_id):
-                    raise TrainctlError(grpc.StatusCode.DATA_LOSS, (
-                        "fetch: the file changed while the fetch was resumed (%s: %d bytes, %s -> %s: %d bytes, "
-                        "%s)") % (head.path, head.size, head.checksum, chunk.path, chunk.size, chunk.checksum))
-                fresh = False
-                if chunk.offset != offset:
-                    raise TrainctlError(grpc.StatusCode.DATA_LOSS,
-                                        "fetch: a piece at offset %d, expected %d" % (chunk.offset, offset))
-                out.write(chunk.data)
-                crc = zlib.crc32(chunk.data, crc)
-                offset += len(chunk.data)
-        if head is None:
-            raise TrainctlError(grpc.StatusCode.DATA_LOSS, "fetch: the coordinator sent nothing")
-        if offset != head.size:
-            raise TrainctlError(grpc.StatusCode.DATA_LOSS, "fetch: got %d bytes of %d" % (offset, head.size))
-        got = "crc32:%08x" % crc
-        if head.checksum and got != head.checksum:
-            raise TrainctlError(grpc.StatusCode.DATA_LOSS,
-                                "fetch: the bytes are %s, expected %s" % (got, head.checksum))
-        return head
-
 def _wait_timeout(job_id, timeout, last):
     if last is None:
         return WaitTimeout("job %s did not end within %gs" % (job_id, timeout))
@@ -866,17 +476,6 @@ def _wait_timeout(job_id, timeout, last):
     return WaitTimeout("job %s did not end within %gs: it is %s%s" % (
         job_id, timeout, last.state, " (%s)" % reason if reason else ""), job=last)
 
-
-def _exists(path):
-    return TrainctlError(grpc.StatusCode.ALREADY_EXISTS, "%s exists; not overwritten (force=True to replace it)" % path)
-
-
-def _checked(parse):
-    """parse(), with a job spec's errors as INVALID_ARGUMENT (one per line)."""
-    try:
-        return parse()
-    except jobspec.SpecErrors as e:
-        raise _invalid(str(e)) from None
 
 
 def _job_state(state):
@@ -889,88 +488,3 @@ def _job_state(state):
     return state
 
 
-def _default_out_name(job_id, step):
-    """"<job>-model.pt" or "<job>-step-<N>.pt" in the current directory, whatever the id holds."""
-    job = job_id.replace("/", "_")
-    if not job or job.startswith("."):
-        job = "job" + job
-    return "%s-step-%d.pt" % (job, step) if step > 0 else "%s-model.pt" % job
-
-
-class _PrivateFile:
-    """A new file at ``path``, mode 0600 (common/safe_file.h's SafeFileWriter):
-    written under a random temporary name beside it, created with
-    O_EXCL|O_NOFOLLOW (a planted link is never written through), fsync'ed,
-    then renamed into place by commit(); without ``replace`` an existing
-    file at ``path`` is kept (ALREADY_EXISTS). Left without commit(), the
-    temporary file is removed."""
-
-    def __init__(self, path, replace):
-        self.path = path
-        self.replace = replace
-        directory, self.name = os.path.split(path)
-        if not self.name:
-            raise _invalid("path: %r names a directory, not a file" % path)
-        self.temp = "%s.tmp.%s" % (self.name, secrets.token_hex(8))
-        self.dir_fd = self.fd = -1
-        try:
-            self.dir_fd = os.open(directory or ".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-            self.fd = os.open(self.temp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
-                              0o600, dir_fd=self.dir_fd)
-        except OSError as e:
-            self._abandon()
-            raise _os_error("creating", path, e) from None
-
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        self._abandon()
-
-    def write(self, data):
-        view = memoryview(data)
-        try:
-            while view:
-                view = view[os.write(self.fd, view):]
-        except OSError as e:
-            raise _os_error("writing", self.path, e) from None
-
-    def commit(self):
-        try:
-            os.fsync(self.fd)
-            os.close(self.fd)
-            self.fd = -1
-            if self.replace:
-                os.rename(self.temp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd)
-            else:
-                # link never replaces an existing name (nor follows a link there).
-                os.link(self.temp, self.name, src_dir_fd=self.dir_fd, dst_dir_fd=self.dir_fd, follow_symlinks=False)
-                os.unlink(self.temp, dir_fd=self.dir_fd)
-            self.temp = None
-            os.fsync(self.dir_fd)
-        except FileExistsError:
-            raise _exists(self.path) from None
-        except OSError as e:
-            raise _os_error("renaming a new file into", self.path, e) from None
-
-    def _abandon(self):
-        if self.fd >= 0:
-            os.close(self.fd)
-            self.fd = -1
-        if self.dir_fd >= 0:
-            if self.temp is not None:
-                try:
-                    os.unlink(self.temp, dir_fd=self.dir_fd)
-                except OSError:
-                    pass
-            os.close(self.dir_fd)
-            self.dir_fd = -1
-
-
-def _os_error(what, path, e):
-    """An OSError as common/safe_file.h maps errno to a code."""
-    codes = {errno.ENOSPC: grpc.StatusCode.RESOURCE_EXHAUSTED, errno.EDQUOT: grpc.StatusCode.RESOURCE_EXHAUSTED,
-             errno.EACCES: grpc.StatusCode.PERMISSION_DENIED, errno.EPERM: grpc.StatusCode.PERMISSION_DENIED,
-             errno.EROFS: grpc.StatusCode.PERMISSION_DENIED, errno.EEXIST: grpc.StatusCode.ALREADY_EXISTS,
-             errno.ENOENT: grpc.StatusCode.NOT_FOUND, errno.ENOTDIR: grpc.StatusCode.NOT_FOUND}
-    return TrainctlError(codes.get(e.errno, grpc.StatusCode.INTERNAL), "%s '%s': %s" % (what, path, e.strerror))
