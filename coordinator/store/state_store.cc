@@ -61,6 +61,14 @@ absl::Status EmptyFileError(absl::string_view path) {
       "existing trainctl database, or remove this file to start a new one"));
 }
 
+// A database whose pages do not read back: refused, said so, left as it was.
+absl::Status DamagedError(absl::string_view path, absl::string_view why) {
+  return absl::DataLossError(absl::StrCat(
+      "state store: open ", path, ": the database is damaged (", why,
+      "); refusing to start on it (the file is left as it was): restore a backup (docs/operator.md), or "
+      "move it aside to start a new cluster"));
+}
+
 }  // namespace
 
 absl::Status StateStore::Impl::Exec(const char* sql, absl::string_view op) {
@@ -151,9 +159,12 @@ absl::Status StateStore::Impl::IdentityError(int64_t app_id, int64_t version, in
 // Before anything is written to an existing file (the WAL switch rewrites
 // its header): is it ours, and is it whole? Refused files stay as they were.
 absl::Status StateStore::Impl::CheckExistingFile(sqlite3* raw) {
-  TRAINCTL_ASSIGN_OR_RETURN(store_internal::DbIdentity id,
-                            db->ReadIdentity(absl::StrCat("open ", path)));
-  TRAINCTL_RETURN_IF_ERROR(IdentityError(id.app_id, id.version, id.objects));
+  absl::StatusOr<store_internal::DbIdentity> id = db->ReadIdentity(absl::StrCat("open ", path));
+  // A damaged page under the schema itself fails the first read, before
+  // quick_check could say so (SQLITE_CORRUPT: DataLoss).
+  if (absl::IsDataLoss(id.status())) return DamagedError(path, id.status().message());
+  if (!id.ok()) return id.status();
+  TRAINCTL_RETURN_IF_ERROR(IdentityError(id->app_id, id->version, id->objects));
   if (options.integrity_check_timeout <= absl::ZeroDuration()) return absl::OkStatus();
   // quick_check reads every page (O(size)); bounded so that a huge database
   // does not hold up a restart: past the bound it is interrupted, said, and
@@ -203,12 +214,7 @@ absl::Status StateStore::Impl::CheckExistingFile(sqlite3* raw) {
     return SqliteStatus(raw, rc, absl::StrCat("open ", path, ": quick_check"));
   }
   if (!problems.empty()) {
-    return absl::DataLossError(absl::StrCat(
-        "state store: open ", path,
-        ": the database is damaged (PRAGMA quick_check: ", absl::StrJoin(problems, "; "),
-        "); refusing to start on it (the file is left as it was): restore a backup "
-        "(docs/operator.md), or "
-        "move it aside to start a new cluster"));
+    return DamagedError(path, absl::StrCat("PRAGMA quick_check: ", absl::StrJoin(problems, "; ")));
   }
   return absl::OkStatus();
 }
