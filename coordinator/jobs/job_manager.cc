@@ -287,18 +287,20 @@ absl::Status JobManager::EndEntry(JobEntry& e, v1::JobState end, const std::stri
 
 void JobManager::StopOverrunJobs(absl::Time now) {
   // Only jobs that have had an attempt: those holding slots or waiting for
-  // their next one (a job never placed has run for no time).
-  std::vector<std::string> candidates(book_.holding_slots().begin(), book_.holding_slots().end());
-  candidates.insert(candidates.end(), book_.pending().begin(), book_.pending().end());
-  std::sort(candidates.begin(), candidates.end());
-  candidates.erase(std::unique(candidates.begin(), candidates.end()), candidates.end());
+  // their next one (a job never placed has run for no time). Read in place:
+  // this runs every tick, and the pending set may hold many jobs.
   std::vector<std::string> overrun;
-  for (const std::string& id : candidates) {
-    const v1::Job& job = book_.At(id).job;
-    const double limit_s = job.spec().scheduling().max_runtime_s();
-    if (limit_s <= 0 || IsTerminal(job.state()) || job.attempts_size() == 0) continue;
-    if (RunningTime(job, now) >= absl::Seconds(limit_s)) overrun.push_back(id);
+  for (const auto* ids : {&book_.holding_slots(), &book_.pending()}) {
+    for (const std::string& id : *ids) {
+      const v1::Job& job = book_.At(id).job;
+      const double limit_s = job.spec().scheduling().max_runtime_s();
+      if (limit_s <= 0 || IsTerminal(job.state()) || job.attempts_size() == 0) continue;
+      if (RunningTime(job, now) >= absl::Seconds(limit_s)) overrun.push_back(id);
+    }
   }
+  // A job stopping between attempts may be in both sets.
+  std::sort(overrun.begin(), overrun.end());
+  overrun.erase(std::unique(overrun.begin(), overrun.end()), overrun.end());
   for (const std::string& id : overrun) {
     JobEntry& e = book_.At(id);
     const absl::Duration ran = RunningTime(e.job, now);
