@@ -4,6 +4,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <limits>
 #include <optional>
 
 #include "absl/strings/str_cat.h"
@@ -11,6 +12,7 @@
 #include "common/status_macros.h"
 #include "common/time_util.h"
 #include "coordinator/jobs/attempt_failure.h"
+#include "coordinator/jobs/runtime_bound.h"
 #include "coordinator/artifacts/checkpoint_records.h"
 
 namespace trainctl::coordinator {
@@ -41,9 +43,12 @@ absl::StatusOr<scheduler::ScheduleResult> ScheduleWithCommands(
       for (const scheduler::RankAssignment& r : p.ranks) {
         if (r.worker_id != w.worker_id) continue;
         w.free_slots.erase(std::remove(w.free_slots.begin(), w.free_slots.end(), r.slot), w.free_slots.end());
-        // The first pass's ranks reserve their CPUs and memory here too.
+        // The first pass's ranks reserve their CPUs and memory here too,
+        // and hold their slots as long as their runtime bound says.
         w.reserved_cpus += placed.cpus;
         w.reserved_memory += placed.memory_bytes;
+        w.busy.push_back({1, placed.runtime_bound_s > 0 ? placed.runtime_bound_s
+                                                        : std::numeric_limits<double>::infinity()});
       }
     }
     cmd_workers.push_back(std::move(w));
@@ -158,6 +163,8 @@ std::vector<scheduler::WorkerSlots> JobPlacer::WorkerView() const {
     if (std::isfinite(res.cpus()) && res.cpus() > 0) x.cpus += res.cpus();
     x.memory += std::max<int64_t>(0, res.memory());
   });
+  absl::flat_hash_map<std::string, std::vector<scheduler::WorkerSlots::Busy>> bounds =
+      BusyByWorker(*book_, clock_->Now(), options_.preemption_grace);
   std::vector<scheduler::WorkerSlots> workers;
   for (const v1::Worker* w : registry_->Alive()) {
     scheduler::WorkerSlots ws;
@@ -174,6 +181,7 @@ std::vector<scheduler::WorkerSlots> JobPlacer::WorkerView() const {
     }
     ws.kind = w->slots(0).kind() == v1::Slot::KIND_GPU ? scheduler::SlotKind::kGpu : scheduler::SlotKind::kCpu;
     ws.total_slots = w->slots_size();
+    if (auto it = bounds.find(w->id()); it != bounds.end()) ws.busy = std::move(it->second);
     const std::vector<int>& b = busy[w->id()];
     for (const v1::Slot& s : w->slots()) {
       if (std::find(b.begin(), b.end(), s.index()) == b.end()) ws.free_slots.push_back(s.index());
@@ -244,6 +252,7 @@ scheduler::PendingJob JobPlacer::ToPending(const JobEntry& e, absl::Time now) co
   pj.memory_bytes = std::max<int64_t>(0, res.memory());
   pj.other_limits = res.pids() > 0;
   if (e.job.spec().stragglers().policy() == v1::STRAGGLER_POLICY_AVOID) pj.avoid_workers = e.avoid_workers;
+  pj.runtime_bound_s = RuntimeBoundSeconds(e.job, now, options_.preemption_grace);
   return pj;
 }
 
@@ -513,6 +522,10 @@ void JobPlacer::Place(JobEntry& e, scheduler::Placement& p, absl::Time now) {
   e.last_points.clear();
   std::string msg = absl::StrCat("attempt ", a->number(), " placed on ", absl::StrJoin(hosts, ", "));
   if (!resume_words.empty()) absl::StrAppend(&msg, "; ", resume_words);
+  if (!p.backfilled_before.empty()) {
+    absl::StrAppend(&msg, "; backfilled on slots held for job ", p.backfilled_before,
+                    ", ending (scheduling.max_runtime_s) before that job could start");
+  }
   std::vector<JobEvent> events = {{"scheduled", msg, a->number()}};
   if (std::optional<JobEvent> resized = ResizedEvent(next, p.world_size)) events.push_back(std::move(*resized));
   if (absl::Status s = book_->Commit(e, std::move(next), std::move(events)); !s.ok()) {

@@ -139,6 +139,41 @@ TEST_F(JobRuntimeTest, ARestartingJobWhoseTimeIsUsedUpEndsTimeoutWithoutAnotherA
   EXPECT_EQ(Get(id).attempts_size(), 1) << "never placed again";
 }
 
+TEST_F(JobRuntimeTest, AJobThatEndsInTimeBackfillsOnTheSlotsTheHeadHolds) {
+  // a has 2 slots. `running` (limit 100 s) holds one; `head` (2 ranks, no
+  // limit) holds the other until `running` ends: by 100 s and the 60 s
+  // preemption grace. A job whose limit and grace end within that starts
+  // on the held slot; a longer one waits and is told the bound that fits.
+  a_ = AddWorker("a", 2);
+  v1::JobSpec running_spec = Spec(1);
+  running_spec.mutable_scheduling()->set_max_runtime_s(100);
+  auto running = jobs_->Submit(running_spec);
+  ASSERT_TRUE(running.ok()) << running.status();
+  ASSERT_TRUE(Rendezvous("a", running->id(), 1).ok());
+  ASSERT_TRUE(Status("a", running->id(), 1, 0, v1::RANK_STATE_RUNNING).ok());
+  clock_.Advance(absl::Seconds(10));  // 90 s of its limit left: bound 150 s
+
+  auto head = jobs_->Submit(Spec(2));
+  ASSERT_TRUE(head.ok()) << head.status();
+  v1::JobSpec long_spec = Spec(1);
+  long_spec.mutable_scheduling()->set_max_runtime_s(91);  // 151 s with the grace
+  auto too_long = jobs_->Submit(long_spec);
+  ASSERT_TRUE(too_long.ok()) << too_long.status();
+  EXPECT_EQ(Get(too_long->id()).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(too_long->id()).state_reason(), HasSubstr("at most 150 s would let it start now (backfill)"));
+
+  v1::JobSpec short_spec = Spec(1);
+  short_spec.mutable_scheduling()->set_max_runtime_s(90);  // 150 s with the grace
+  auto in_time = jobs_->Submit(short_spec);
+  ASSERT_TRUE(in_time.ok()) << in_time.status();
+  const v1::Job placed = Get(in_time->id());
+  EXPECT_EQ(placed.state(), v1::JOB_STATE_SCHEDULED) << placed.state_reason();
+  EXPECT_THAT(StoredEvents(in_time->id()),
+              Contains(HasSubstr(absl::StrCat("backfilled on slots held for job ", head->id()))));
+  EXPECT_EQ(Get(head->id()).state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(Get(too_long->id()).state(), v1::JOB_STATE_PENDING);
+}
+
 TEST_F(JobRuntimeTest, WithoutALimitAJobRunsOn) {
   a_ = AddWorker("a", 1);
   b_ = AddWorker("b", 1);

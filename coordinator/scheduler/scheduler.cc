@@ -82,6 +82,7 @@ class Pass {
         state.mem_left = std::max<long long>(0, state.mem_cap - worker.reserved_memory);
       }
       std::sort(state.available.begin(), state.available.end());
+      state.busy = internal::BusyBounds(worker);
       workers_.push_back(std::move(state));
     }
     std::sort(workers_.begin(), workers_.end(), [](const WorkerState& a, const WorkerState& b) {
@@ -251,6 +252,7 @@ class Pass {
         book_.Charge(q, kind, size, asked.owner);
         return true;
       }
+      if (Backfill(asked, job, q, kind, req, pool, free, may_borrow, result)) return true;
     }
     const bool reclaims =
         admission == Admission::kWithinNominal || admission == Admission::kReclaim;
@@ -357,6 +359,31 @@ class Pass {
     return f;
   }
 
+  // Whether a job of request `r` (or a head) may backfill: its reservation
+  // is in whole slots (see Backfill by runtime).
+  static bool InWholeSlots(const Request& r) { return !r.limited && r.per_node == 0; }
+
+  // Places `asked` (`job`: its least size) on available and reserved slots when
+  // it ends before the head could start (Backfill by runtime); else false.
+  bool Backfill(const PendingJob& asked, const PendingJob& job, int q, SlotKind kind, const Request& req,
+                KindPool& pool, const PoolFree& free, bool may_borrow, ScheduleResult& result) {
+    // An undated head may start when any unbounded job ends: nothing backfills.
+    if (pool.head < 0 || pool.preempted || !InWholeSlots(req) || !std::isfinite(pool.shadow_s) ||
+        asked.runtime_bound_s <= 0 || asked.runtime_bound_s > pool.shadow_s) {
+      return false;
+    }
+    const long long size = std::min({static_cast<long long>(asked.world_size), free.available + free.reserved,
+                                     book_.Headroom(q, kind, may_borrow), book_.MaxJobSize(q)});
+    if (size < job.world_size) return false;
+    PendingJob sized = asked;
+    sized.world_size = static_cast<int>(size);
+    Placement placement = Place(sized, req, kind, pool, /*into_reserved=*/true);
+    placement.backfilled_before = jobs_[pool.head]->job_id;
+    result.placements.push_back(std::move(placement));
+    book_.Charge(q, kind, size, asked.owner);
+    return true;
+  }
+
   // Job `j` (`job`: its least size) of queue `q`, within its nominal quota
   // but blocked, picks running jobs to preempt (see the header). Returns
   // false, changing nothing, when preempting cannot free enough.
@@ -402,7 +429,8 @@ class Pass {
       // First blocked job of this kind: it holds the reservation.
       pool.head = j;
       pool.holders.push_back(j);
-      Reserve(job, req, pool, pending.reserved_slots);
+      const double shadow = Reserve(job, req, pool, pending.reserved_slots);
+      if (InWholeSlots(req)) pool.shadow_s = shadow;
       pending.reason = PendingReason::kInsufficientFreeSlots;
       pending.message = absl::StrCat("needs ", slots_text, ", ", free_text, "; first in line");
       if (!pending.reserved_slots.empty()) {
@@ -421,6 +449,10 @@ class Pass {
           absl::StrCat("waiting behind job ", head.job_id, " (priority ", head.priority,
                        ", reserved): needs ", slots_text, ", ", free_text, " but ",
                        f.reserved, " of them are reserved for ", absl::StrJoin(holders, " and "));
+      if (std::isfinite(pool.shadow_s) && !pool.preempted && InWholeSlots(req)) {
+        absl::StrAppend(&pending.message, "; a runtime limit (with the stop grace) of at most ",
+                        static_cast<long long>(pool.shadow_s), " s would let it start now (backfill)");
+      }
     } else {
       pending.reason = PendingReason::kInsufficientFreeSlots;
       pending.message = absl::StrCat("needs ", slots_text, ", ", free_text, "; queued behind job ",
@@ -430,11 +462,14 @@ class Pass {
 
   // Places `job` on available slots of `pool` (the caller checked there are
   // enough) and removes them from the pool.
-  Placement Place(const PendingJob& job, const Request& req, SlotKind kind, KindPool& pool) {
+  // With `into_reserved` (a job in whole slots: Backfill) it takes reserved
+  // slots too, available ones first.
+  Placement Place(const PendingJob& job, const Request& req, SlotKind kind, KindPool& pool,
+                  bool into_reserved = false) {
     std::vector<long long> counts, counts_avoiding;
     long long total_avoiding = 0;
     for (int w : pool.workers) {
-      const long long n = Usable(req, workers_[w]);
+      const long long n = into_reserved ? UsableIgnoringReservations(req, workers_[w]) : Usable(req, workers_[w]);
       counts.push_back(n);
       const bool avoid = std::find(job.avoid_workers.begin(), job.avoid_workers.end(),
                                    workers_[w].in->worker_id) != job.avoid_workers.end();
@@ -464,25 +499,32 @@ class Pass {
     for (int node = 0; node < static_cast<int>(shares.size()); ++node) {
       WorkerState& worker = workers_[pool.workers[shares[node].candidate]];
       const int take = shares[node].take;
+      std::vector<int> from = worker.available;
+      if (into_reserved) from.insert(from.end(), worker.reserved.begin(), worker.reserved.end());
       for (int local = 0; local < take; ++local) {
         RankAssignment assignment;
         assignment.rank = rank++;
         assignment.worker_id = worker.in->worker_id;
-        assignment.slot = worker.available[local];
+        assignment.slot = from[local];
         assignment.local_rank = local;
         assignment.local_world_size = take;
         assignment.node_rank = node;
         placement.ranks.push_back(std::move(assignment));
       }
-      worker.available.erase(worker.available.begin(), worker.available.begin() + take);
+      const int from_available = std::min(take, static_cast<int>(worker.available.size()));
+      worker.available.erase(worker.available.begin(), worker.available.begin() + from_available);
+      worker.reserved.erase(worker.reserved.begin(), worker.reserved.begin() + (take - from_available));
       TakeResources(req, worker, take);
+      internal::AddBusy(worker, take, job.runtime_bound_s);
     }
     return placement;
   }
 
   // Holds slots for the blocked head `job` so later jobs of its kind cannot
-  // take them. See the header for the choice of target workers.
-  void Reserve(const PendingJob& job, const Request& req, KindPool& pool, std::vector<SlotRef>& out) {
+  // take them. See the header for the choice of target workers. Returns
+  // when its targets will hold its whole share (see Backfill by runtime;
+  // meaningful for a job in whole slots).
+  double Reserve(const PendingJob& job, const Request& req, KindPool& pool, std::vector<SlotRef>& out) {
     std::vector<Share> targets;
     int single = -1;
     for (int c = 0; c < static_cast<int>(pool.workers.size()); ++c) {
@@ -510,9 +552,11 @@ class Pass {
     // Order by worker id so reserved_slots reads in a stable order.
     std::sort(targets.begin(), targets.end(),
               [](const Share& a, const Share& b) { return a.candidate < b.candidate; });
+    double shadow = 0;
     for (const Share& target : targets) {
       WorkerState& worker = workers_[pool.workers[target.candidate]];
       const int hold = std::min(target.take, static_cast<int>(worker.available.size()));
+      shadow = std::max(shadow, internal::FreedWithin(worker, target.take - hold));
       for (int i = 0; i < hold; ++i) {
         worker.reserved.push_back(worker.available[i]);
         out.push_back({worker.in->worker_id, worker.available[i]});
@@ -520,6 +564,7 @@ class Pass {
       worker.available.erase(worker.available.begin(), worker.available.begin() + hold);
       HoldResources(req, worker, target.take);
     }
+    return shadow;
   }
 
   // Quota accounting; without queues, one unlimited queue.

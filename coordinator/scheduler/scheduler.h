@@ -69,6 +69,25 @@
 //    Only the head reserves: jobs behind a blocked head wait their turn
 //    (jobs that fit outside the reservation start at once).
 //
+//  * Backfill by runtime (EASY backfilling with runtime estimates). When
+//    the head's reservation can be dated, a later job that ends in time may
+//    use it. The head's shadow time: per target worker, the time by which
+//    enough of its busy slots will have freed (those that can be held the
+//    shortest first; WorkerSlots::busy, with this pass's placements there)
+//    to make up its share, and the latest over its targets; infinite when
+//    a needed slot has no bound (a busy slot not listed has none). A later
+//    job of the kind whose runtime_bound_s is > 0 and at most the shadow
+//    time may then start on the reserved slots as well as the available
+//    ones (available first): it ends before the head could have started,
+//    so it does not delay the head, and the starvation argument stands
+//    (the coordinator stops a job at its bound: scheduling.max_runtime_s,
+//    then the grace). Its Placement names the head (backfilled_before).
+//    Only jobs and heads without resources or nodes backfill this way (the
+//    reservation is then in whole slots); while a job of the kind preempts
+//    (kPreempting) none does. Without bounds nothing changes: a job
+//    without one, or with a longer one, waits as above, and its message
+//    says the bound that would let it start now.
+//
 //  * Avoidance. A job that names workers to avoid (its stragglers) is packed
 //    as above on the other workers when their available slots suffice, else
 //    as if it named none: a preference, never a reason to wait.
@@ -347,6 +366,10 @@ struct PendingJob {
   // divide, or an elastic job with nodes > 0 leaves the job pending as
   // kInvalidJob (the job manager validates specs first; a backstop).
   int nodes = 0;
+  // The longest it can hold slots once placed, in seconds: what is left of
+  // its runtime limit plus the grace it is stopped with; 0 = no limit (see
+  // Backfill by runtime). Finite, >= 0.
+  double runtime_bound_s = 0;
 };
 
 // One worker's view for this pass.
@@ -372,6 +395,17 @@ struct WorkerSlots {
   // placed before it shrank): nothing more with resources fits then.
   double reserved_cpus = 0;
   std::int64_t reserved_memory = 0;
+  // Its busy slots by how long they can still be held, in seconds (their
+  // jobs' runtime bounds as of now; see Backfill by runtime): slots >= 0,
+  // within_s >= 0 (infinite: no bound). Busy slots not listed have no
+  // bound; entries beyond the busy slots (total_slots minus free) are read
+  // as the longest bounds first, so an over-long list never dates a
+  // reservation too early.
+  struct Busy {
+    int slots = 0;
+    double within_s = 0;
+  };
+  std::vector<Busy> busy;
 };
 
 // One rank of a placed job.
@@ -400,6 +434,9 @@ struct Placement {
   int num_nodes = 0;
   // Exactly world_size entries, ordered by rank (ranks[i].rank == i).
   std::vector<RankAssignment> ranks;
+  // Set when it took slots reserved for this blocked job, which it ends
+  // before (see Backfill by runtime); empty otherwise.
+  std::string backfilled_before;
 };
 
 // Why a job stays pending.

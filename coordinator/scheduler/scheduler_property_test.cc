@@ -116,6 +116,7 @@ TEST(SchedulerPropertyTest, EveryJobThatFitsEventuallyRuns) {
   // finite arrivals, every job that fits the cluster starts (no starvation).
   std::mt19937 rng(99);
   auto uniform = [&](int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); };
+  int backfills = 0;
   for (int iter = 0; iter < 150; ++iter) {
     SCOPED_TRACE(iter);
     std::vector<WorkerSlots> workers;
@@ -145,8 +146,15 @@ TEST(SchedulerPropertyTest, EveryJobThatFitsEventuallyRuns) {
     }
     SimResult sim = Simulate(workers, jobs, 2000);
     EXPECT_EQ(sim.start_tick.size(), jobs.size());
+    // With every job's duration as its runtime bound, short jobs backfill
+    // into the head's reservation (scheduler.h, Backfill by runtime), and
+    // still every job starts: backfill never starves the head.
+    SimResult bounded = Simulate(workers, jobs, 2000, {}, /*bounds=*/true);
+    EXPECT_EQ(bounded.start_tick.size(), jobs.size());
+    backfills += bounded.backfills;
     if (HasFailure()) return;
   }
+  EXPECT_GT(backfills, 0) << "no backfill in 150 random clusters: the test no longer exercises it";
 }
 
 // Jobs with nodes (torchrun's --nnodes) mixed into random clusters: every

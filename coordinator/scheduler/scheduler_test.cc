@@ -176,68 +176,6 @@ TEST(SchedulerTest, RanksNodesAndLocalRanks) {
 // ---------------------------------------------------------------------------
 // Reasons a person reads.
 
-const PendingJobStatus& FindPending(const ScheduleResult& r, const std::string& id) {
-  for (const PendingJobStatus& p : r.pending) {
-    if (p.job_id == id) return p;
-  }
-  ADD_FAILURE() << id << " is not pending";
-  static const PendingJobStatus none;
-  return none;
-}
-
-TEST(SchedulerTest, AvoidedWorkersAreSkippedWhenTheOthersSuffice) {
-  PendingJob j = Job("j", 2);
-  j.avoid_workers = {"a"};
-  // a would be the tightest fit; b and c hold the job without it.
-  std::vector<PendingJob> jobs{j};
-  std::vector<WorkerSlots> w1{Gpu("a", 2), Gpu("b", 1), Gpu("c", 4)};
-  auto r = Schedule(jobs, w1);
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"j", "c:0,1"}}));
-  // Without enough elsewhere, the avoided worker is used as any other.
-  std::vector<WorkerSlots> w2{Gpu("a", 2), Gpu("b", 1)};
-  r = Schedule(jobs, w2);
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"j", "a:0,1"}}));
-  jobs[0].avoid_workers = {"b"};
-  std::vector<WorkerSlots> w3{Gpu("a", 1), Gpu("b", 1), Gpu("c", 1)};
-  r = Schedule(jobs, w3);
-  ASSERT_TRUE(r.ok());
-  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"j", "a:0 c:0"}}));
-}
-
-TEST(SchedulerTest, PendingMessages) {
-  {
-    auto r = Check({Job("j", 4)}, {Gpu("a", 2, 4), Gpu("b", 0, 4)});
-    ASSERT_TRUE(r.ok());
-    EXPECT_THAT(FindPending(*r, "j").message,
-                HasSubstr("needs 4 cuda slots, 2 of 8 free on 2 workers"));
-  }
-  {
-    auto r = Check({Job("j", 1, kCuda)}, {Cpu("c", 4)});
-    ASSERT_TRUE(r.ok());
-    EXPECT_THAT(FindPending(*r, "j").message, HasSubstr("no schedulable worker has cuda slots"));
-  }
-  {
-    auto r = Check({Job("j", 9, kCuda)}, {Gpu("a", 4), Gpu("b", 0, 4)});
-    ASSERT_TRUE(r.ok());
-    EXPECT_THAT(FindPending(*r, "j").message,
-                HasSubstr("needs 9 cuda slots, the cluster has 8 in total across 2 workers"));
-  }
-  {
-    auto r = Check({Job("j", 0)}, {Gpu("a", 4)});
-    ASSERT_TRUE(r.ok());
-    EXPECT_THAT(FindPending(*r, "j").message, HasSubstr("world_size must be >= 1, got 0"));
-  }
-  {
-    auto r = Check({Job("big", 4, kCuda, 1, 1), Job("small", 2, kCuda, 0, 2)}, {Gpu("a", 3, 4)});
-    ASSERT_TRUE(r.ok());
-    const PendingJobStatus& small = FindPending(*r, "small");
-    EXPECT_EQ(small.reason, PendingReason::kBlockedByReservation);
-    EXPECT_EQ(small.blocked_by, "big");
-    EXPECT_THAT(small.message, HasSubstr("waiting behind job big (priority 1, reserved)"));
-  }
-}
 
 // ---------------------------------------------------------------------------
 // Reservation (no starvation of a large job at the head).

@@ -363,7 +363,7 @@ class InvariantCheck {
     EXPECT_GE(p.world_size, need);
     EXPECT_LE(p.world_size, job.world_size);
     ASSERT_EQ(static_cast<int>(p.ranks.size()), p.world_size);
-    const std::map<std::string, int> before = Counts(kind, true);
+    const std::map<std::string, int> before = Counts(kind, /*respect_reservation=*/p.backfilled_before.empty());
     CheckRanks(p, kind);
     if (::testing::Test::HasFatalFailure()) return;
     if (PerNode(job) > 0) {
@@ -416,7 +416,12 @@ class InvariantCheck {
       ASSERT_TRUE(by_id_.contains(r.worker_id)) << "unschedulable or unknown worker";
       EXPECT_EQ(by_id_[r.worker_id]->kind, kind) << "device kind not respected";
       EXPECT_TRUE(free_.count(s)) << "slot was not free";
-      EXPECT_FALSE(reserved_[kind].count(s)) << "slot reserved for " << head_[kind];
+      // A backfilled job may take the head's slots, and only the head's.
+      if (p.backfilled_before.empty()) {
+        EXPECT_FALSE(reserved_[kind].count(s)) << "slot reserved for " << head_[kind];
+      } else {
+        EXPECT_EQ(p.backfilled_before, head_[kind]) << "backfilled before a job that is not the head";
+      }
       EXPECT_TRUE(used_.insert(s).second) << "slot used twice: " << r.worker_id << "/" << r.slot;
     }
     EXPECT_EQ(p.ranks[0].node_rank, 0);
@@ -455,6 +460,16 @@ class InvariantCheck {
 inline void CheckInvariants(const std::vector<PendingJob>& jobs, const std::vector<WorkerSlots>& workers,
                      const ScheduleResult& result) {
   InvariantCheck(jobs, workers, result).Run();
+}
+
+// The pending status of job `id` (a test failure when it is not pending).
+inline const PendingJobStatus& FindPending(const ScheduleResult& r, const std::string& id) {
+  for (const PendingJobStatus& p : r.pending) {
+    if (p.job_id == id) return p;
+  }
+  ADD_FAILURE() << id << " is not pending";
+  static const PendingJobStatus none;
+  return none;
 }
 
 inline absl::StatusOr<ScheduleResult> Check(const std::vector<PendingJob>& jobs,
@@ -984,6 +999,7 @@ struct SimJob {
 struct SimResult {
   std::map<std::string, int> start_tick;  // job id -> tick placed
   int busy_slot_ticks = 0;
+  int backfills = 0;  // placements with backfilled_before
 };
 
 using BusyUntil = std::map<std::pair<std::string, int>, int>;  // (worker, slot) -> tick
@@ -991,7 +1007,7 @@ using BusyUntil = std::map<std::pair<std::string, int>, int>;  // (worker, slot)
 // Workers' free_slots are recomputed every tick from their total_slots
 // (indices 0..total-1) and what is busy.
 inline SimResult Simulate(std::vector<WorkerSlots> workers, const std::vector<SimJob>& sim_jobs,
-                   int max_ticks, BusyUntil busy_until = {}) {
+                   int max_ticks, BusyUntil busy_until = {}, bool bounds = false) {
   std::map<std::string, std::set<int>> all_slots;
   for (const WorkerSlots& w : workers) {
     for (int s = 0; s < w.total_slots; ++s) all_slots[w.worker_id].insert(s);
@@ -1002,17 +1018,25 @@ inline SimResult Simulate(std::vector<WorkerSlots> workers, const std::vector<Si
   for (int tick = 0; tick < max_ticks; ++tick) {
     for (WorkerSlots& w : workers) {
       w.free_slots.clear();
+      w.busy.clear();
       for (int s : all_slots[w.worker_id]) {
         auto it = busy_until.find({w.worker_id, s});
-        if (it == busy_until.end() || it->second <= tick)
+        if (it == busy_until.end() || it->second <= tick) {
           w.free_slots.push_back(s);
-        else
+        } else {
           ++out.busy_slot_ticks;
+          // With bounds, every job's duration is its bound (the
+          // coordinator stops a job at it).
+          if (bounds) w.busy.push_back({1, static_cast<double>(it->second - tick)});
+        }
       }
     }
     std::vector<PendingJob> queue;
     for (const SimJob& j : sim_jobs) {
-      if (j.arrival <= tick && !out.start_tick.count(j.spec.job_id)) queue.push_back(j.spec);
+      if (j.arrival <= tick && !out.start_tick.count(j.spec.job_id)) {
+        queue.push_back(j.spec);
+        if (bounds) queue.back().runtime_bound_s = j.duration;
+      }
     }
     if (queue.empty() && out.start_tick.size() == sim_jobs.size()) break;
     auto r = Check(queue, workers);
@@ -1022,6 +1046,7 @@ inline SimResult Simulate(std::vector<WorkerSlots> workers, const std::vector<Si
     }
     for (const Placement& p : r->placements) {
       out.start_tick[p.job_id] = tick;
+      out.backfills += !p.backfilled_before.empty();
       for (const RankAssignment& a : p.ranks) {
         busy_until[{a.worker_id, a.slot}] = tick + by_id[p.job_id]->duration;
       }

@@ -179,6 +179,43 @@ std::vector<Share> ChooseNodes(const std::vector<long long>& room, int nodes, lo
   return shares;
 }
 
+std::vector<std::pair<double, long long>> BusyBounds(const WorkerSlots& w) {
+  std::vector<std::pair<double, long long>> listed;
+  for (const WorkerSlots::Busy& b : w.busy) {
+    if (b.slots > 0) listed.push_back({b.within_s, b.slots});
+  }
+  // Longest first, up to the busy slots: an over-long list is read as late
+  // as it can be, never too early.
+  std::sort(listed.begin(), listed.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+  long long left = std::max<long long>(0, w.total_slots - static_cast<long long>(w.free_slots.size()));
+  std::vector<std::pair<double, long long>> out;
+  for (const auto& [within, slots] : listed) {
+    if (left == 0) break;
+    const long long n = std::min(left, slots);
+    out.push_back({within, n});
+    left -= n;
+  }
+  std::reverse(out.begin(), out.end());
+  return out;
+}
+
+void AddBusy(WorkerState& w, long long n, double bound_s) {
+  if (n <= 0) return;
+  const double within = bound_s > 0 ? bound_s : std::numeric_limits<double>::infinity();
+  w.busy.insert(std::upper_bound(w.busy.begin(), w.busy.end(), std::make_pair(within, n),
+                                 [](const auto& a, const auto& b) { return a.first < b.first; }),
+                {within, n});
+}
+
+double FreedWithin(const WorkerState& w, long long need) {
+  if (need <= 0) return 0;
+  for (const auto& [within, slots] : w.busy) {
+    need -= slots;
+    if (need <= 0) return within;
+  }
+  return std::numeric_limits<double>::infinity();
+}
+
 absl::Status ValidateInput(absl::Span<const PendingJob> jobs, absl::Span<const WorkerSlots> workers) {
   absl::flat_hash_set<std::string> job_ids;
   for (const PendingJob& job : jobs) {
@@ -191,6 +228,7 @@ absl::Status ValidateInput(absl::Span<const PendingJob> jobs, absl::Span<const W
     if (absl::Status s = NonNegative(where, "memory_bytes", static_cast<double>(job.memory_bytes)); !s.ok()) {
       return s;
     }
+    if (absl::Status s = NonNegative(where, "runtime_bound_s", job.runtime_bound_s); !s.ok()) return s;
   }
   absl::flat_hash_set<std::string> worker_ids;
   for (const WorkerSlots& worker : workers) {
@@ -206,6 +244,12 @@ absl::Status ValidateInput(absl::Span<const PendingJob> jobs, absl::Span<const W
           std::pair<const char*, double>{"reserved_cpus", worker.reserved_cpus},
           std::pair<const char*, double>{"reserved_memory", static_cast<double>(worker.reserved_memory)}}) {
       if (absl::Status s = NonNegative(where, field, value); !s.ok()) return s;
+    }
+    for (const WorkerSlots::Busy& b : worker.busy) {
+      if (b.slots < 0 || std::isnan(b.within_s) || b.within_s < 0) {
+        return absl::InvalidArgumentError(absl::StrCat(where, "busy: slots must be >= 0 and within_s >= 0, got ",
+                                                       b.slots, " slots within ", b.within_s, " s"));
+      }
     }
     if (worker.total_slots < 0) {
       return absl::InvalidArgumentError(

@@ -5,7 +5,9 @@
 // the check of the pass's input.
 #pragma once
 
+#include <limits>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
@@ -54,7 +56,21 @@ struct WorkerState {
   long long cpu_cap = -1, mem_cap = -1;
   long long cpu_left = -1, mem_left = -1;
   long long cpu_held = 0, mem_held = 0;
+  // Busy slots by how long they can still be held (seconds, ascending;
+  // infinite: no bound), this pass's placements included; at most the
+  // worker's busy slots (see WorkerSlots::busy).
+  std::vector<std::pair<double, long long>> busy;
 };
+
+// The worker's busy bounds from its input (see WorkerSlots::busy).
+std::vector<std::pair<double, long long>> BusyBounds(const WorkerSlots& w);
+// Records `n` slots placed on `w` this pass, held at most `bound_s`
+// (0: no bound).
+void AddBusy(WorkerState& w, long long n, double bound_s);
+// How long until `need` more slots of `w` will have freed: the bound that
+// makes them up, busy slots by bound, shortest first; 0 when need <= 0;
+// infinite when the bounds listed do not make it up.
+double FreedWithin(const WorkerState& w, long long need);
 
 // Ranks of `r` that `w` can take now, outside every reservation (for a job
 // with a per-host shape: exactly per_node or none).
@@ -91,6 +107,9 @@ struct KindPool {
   // Whether a job of this kind has preempted (or waits for stopping jobs)
   // in this pass: only one may.
   bool preempted = false;
+  // When the head's reservation will hold its whole share at the latest
+  // (see Backfill by runtime); infinite when it cannot be dated.
+  double shadow_s = std::numeric_limits<double>::infinity();
 };
 
 // A share of a job on one worker, in node order.
