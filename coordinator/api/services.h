@@ -208,8 +208,8 @@ absl::Status CheckSpecCode(StateStore& store, v1::JobSpec& spec) ABSL_EXCLUSIVE_
 
 // Cuts worker `worker_id` off now (its certificate or token was revoked):
 // ends its session with `why`, marks it LOST (persisted) and hands its ranks
-// to the job manager to reschedule, as a lost lease would. No-op for a
-// worker that is not ALIVE. Loop only.
+// to JobHealth (OnWorkerLost), as a lost lease would. No-op for a worker
+// that is not ALIVE. Loop only.
 void ExpelWorker(const ServiceContext& ctx, const std::string& worker_id, const absl::Status& why)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
