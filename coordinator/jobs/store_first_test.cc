@@ -240,8 +240,8 @@ TEST_F(StoreFirstTest, AnUnstoredCheckpointRecordNeverDeletesAStoredOne) {
 
   // Another worker's report commits: it releases nothing of the failed groups.
   store_->SetWriteFaultForTest(nullptr);
-  ASSERT_EQ(ledger->ApplyBatch({{"b", 2, [&] { return owners_->ingest.OnMetrics("b", EpochPoints(id, 0, 1)); }}}).outcome,
-            Outcome::kApplied);
+  TelemetryLedger::Item metrics = {"b", 2, [&] { return owners_->ingest.OnMetrics("b", EpochPoints(id, 0, 1)); }};
+  ASSERT_EQ(ledger->ApplyBatch({metrics}).outcome, Outcome::kApplied);
   EXPECT_TRUE(Drops(a_).empty());
 
   // The coordinator is killed now: what it will resume from is the stored
