@@ -36,7 +36,7 @@ absl::StatusOr<ArtifactSource> FindArtifact(const ServiceContext& c,
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
   if (req.checkpoint_step() < 0) return absl::InvalidArgumentError("checkpoint_step: must be >= 0 (0: the final model)");
   if (req.offset() < 0) return absl::InvalidArgumentError("offset: must be >= 0 (0: from the start of the file)");
-  TRAINCTL_ASSIGN_OR_RETURN(v1::Job job, c.jobs->Get(req.job_id()));
+  TRAINCTL_ASSIGN_OR_RETURN(v1::Job job, c.queries->Get(req.job_id()));
   ArtifactSource src;
   if (req.checkpoint_step() == 0) {
     if (job.final_model().empty()) {

@@ -148,7 +148,7 @@ bool IsCallingWorker(const ServiceContext& c, const WorkerCaller& caller, const 
 absl::StatusOr<int64_t> CodeToFetch(const ServiceContext& c, const WorkerCaller& caller,
                                     const v1::FetchCodeRequest& req) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
-  TRAINCTL_ASSIGN_OR_RETURN(v1::Job job, c.jobs->Get(req.job_id()));
+  TRAINCTL_ASSIGN_OR_RETURN(v1::Job job, c.queries->Get(req.job_id()));
   const v1::Attempt* attempt = CurrentAttempt(job);
   bool mine = false;
   if (attempt != nullptr) {

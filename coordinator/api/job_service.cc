@@ -254,13 +254,13 @@ Reactor* OpenJobStream(const ServiceContext& c, grpc::CallbackServerContext* ctx
     reactor->FinishAfterQueue(ToGrpcStatus(who.status()));
     return reactor;
   }
-  c.loop->Post([loop = c.loop, jobs = c.jobs, reactor, who = *std::move(who),
+  c.loop->Post([loop = c.loop, queries = c.queries, reactor, who = *std::move(who),
                 job_id = std::move(job_id), start = std::move(start)] {
     AssertOnLoop(loop, "a JobService stream");
     // Tracked before anything is sent: a stream of a token revoked from
     // here on ends (OnDone untracks it, on the loop, after this closure).
     reactor->Track(who);
-    absl::StatusOr<v1::Job> job = jobs->Get(job_id);
+    absl::StatusOr<v1::Job> job = queries->Get(job_id);
     if (!job.ok()) {
       reactor->FinishAfterQueue(ToGrpcStatus(job.status()));
       return;
@@ -272,9 +272,9 @@ Reactor* OpenJobStream(const ServiceContext& c, grpc::CallbackServerContext* ctx
 
 }  // namespace
 
-absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(JobManager& jobs, StateStore& store,
+absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(const JobQueries& queries, StateStore& store,
                                                       const v1::GetMetricsRequest& req) {
-  TRAINCTL_RETURN_IF_ERROR(jobs.Get(req.job_id()).status());
+  TRAINCTL_RETURN_IF_ERROR(queries.Get(req.job_id()).status());
   MetricPageQuery q;
   q.job_id = req.job_id();
   if (req.has_rank()) {
@@ -318,7 +318,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
       [this, req, resp](const Principal& who) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
         // Resuming from a job is acting on it: a submitter resumes its own.
         if (!req->spec().resume_from().job().empty()) {
-          absl::StatusOr<v1::Job> source = ctx_.jobs->Get(req->spec().resume_from().job());
+          absl::StatusOr<v1::Job> source = ctx_.queries->Get(req->spec().resume_from().job());
           if (source.ok())
             TRAINCTL_RETURN_IF_ERROR(MayActOnJob(who, "SubmitJob (resume_from)", *source));
         }
@@ -328,7 +328,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::SubmitJob(grpc::CallbackServerContext*
         if (ctx_.queues != nullptr)
           TRAINCTL_RETURN_IF_ERROR(ResolveQueue(spec, who.role, who.queues, *ctx_.queues));
         TRAINCTL_RETURN_IF_ERROR(CheckSpecCode(*ctx_.store, spec));
-        if (req->dry_run()) return MoveInto(ctx_.jobs->DryRun(spec), resp);
+        if (req->dry_run()) return MoveInto(ctx_.queries->DryRun(spec), resp);
         return MoveInto(ctx_.jobs->Submit(spec, who.name, who.token_id, req->request_id()),
                         resp->mutable_job());
       });
@@ -338,7 +338,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetJob(grpc::CallbackServerContext* ct
                                                  const v1::GetJobRequest* req, v1::Job* resp) {
   return UnaryOnLoop(ctx_, ctx, "GetJob",
                      [this, req, resp](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-                       return MoveInto(ctx_.jobs->Get(req->job_id()), resp);
+                       return MoveInto(ctx_.queries->Get(req->job_id()), resp);
                      });
 }
 
@@ -347,7 +347,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
                                                    v1::ListJobsResponse* resp) {
   return UnaryOnLoop(ctx_, ctx, "ListJobs",
                      [this, req, resp](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-                       return MoveInto(ctx_.jobs->List(*req), resp);
+                       return MoveInto(ctx_.queries->List(*req), resp);
                      });
 }
 
@@ -356,7 +356,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext*
   return UnaryOnLoop(ctx_, ctx, "CancelJob",
                      [this, req, resp](const Principal& who)
                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
-                           absl::StatusOr<v1::Job> current = ctx_.jobs->Get(req->job_id());
+                           absl::StatusOr<v1::Job> current = ctx_.queries->Get(req->job_id());
                            if (current.ok())
                              TRAINCTL_RETURN_IF_ERROR(MayActOnJob(who, "CancelJob", *current));
                            return MoveInto(ctx_.jobs->Cancel(req->job_id(), req->reason()), resp);
@@ -413,7 +413,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetMetrics(grpc::CallbackServerContext
                                                      v1::GetMetricsResponse* resp) {
   return UnaryOnLoop(ctx_, ctx, "GetMetrics",
                      [this, req, resp](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-                       return MoveInto(GetMetricsPage(*ctx_.jobs, *ctx_.store, *req), resp);
+                       return MoveInto(GetMetricsPage(*ctx_.queries, *ctx_.store, *req), resp);
                      });
 }
 
@@ -425,7 +425,7 @@ grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::Callback
     // History and subscription in one loop turn: no gap, no duplicate.
     if (request.include_history()) {
       absl::StatusOr<std::vector<v1::Event>> events =
-          ctx_.store->ListEvents(request.job_id(), std::max<int64_t>(0, request.after_event_seq()), 100000);
+          ctx_.queries->Events(request.job_id(), std::max<int64_t>(0, request.after_event_seq()), 100000);
       if (events.ok()) {
         for (v1::Event& e : *events) {
           v1::JobUpdate u;
@@ -491,7 +491,7 @@ grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetLogs(grpc::CallbackSe
     std::optional<int32_t> rank;
     if (request.has_rank()) rank = request.rank();
     absl::StatusOr<std::vector<v1::LogLine>> lines =
-        ctx_.store->ListLogs(request.job_id(), attempt, rank, request.tail_lines());
+        ctx_.queries->Logs(request.job_id(), attempt, rank, request.tail_lines());
     if (lines.ok()) {
       // A resumed stream: only what it has not delivered yet.
       lines->erase(std::remove_if(lines->begin(), lines->end(),

@@ -36,7 +36,7 @@ grpc::ServerUnaryReactor* QueueServiceImpl::CreateQueue(grpc::CallbackServerCont
         if (ctx_.queues == nullptr) return NoRegistry();
         // A new quota applies from a pass made now.
         absl::Status s = MoveInto(ctx_.queues->Create(req->queue(), req->update()), resp);
-        if (s.ok()) ctx_.jobs->Schedule();
+        if (s.ok()) ctx_.placer->Schedule();
         return s;
       });
 }
@@ -52,7 +52,7 @@ grpc::ServerUnaryReactor* QueueServiceImpl::GetQueue(grpc::CallbackServerContext
           return absl::NotFoundError(absl::StrCat("no queue named '", req->name(),
                                                   "' (defined: ", ctx_.queues->NameList(), ")"));
         }
-        *resp = QueueStatusOf(*queue, ctx_.jobs->QueueUsages());
+        *resp = QueueStatusOf(*queue, ctx_.queries->QueueUsages());
         return absl::OkStatus();
       });
 }
@@ -63,7 +63,7 @@ grpc::ServerUnaryReactor* QueueServiceImpl::ListQueues(grpc::CallbackServerConte
       ctx_, ctx, "ListQueues",
       [this, resp](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
         if (ctx_.queues == nullptr) return NoRegistry();
-        for (v1::QueueStatus& st : QueueStatusesOf(ctx_.queues->List(), ctx_.jobs->QueueUsages())) {
+        for (v1::QueueStatus& st : QueueStatusesOf(ctx_.queues->List(), ctx_.queries->QueueUsages())) {
           *resp->add_queues() = std::move(st);
         }
         return absl::OkStatus();
@@ -76,7 +76,7 @@ grpc::ServerUnaryReactor* QueueServiceImpl::DeleteQueue(grpc::CallbackServerCont
       ctx_, ctx, "DeleteQueue",
       [this, req](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
         if (ctx_.queues == nullptr) return NoRegistry();
-        const std::map<std::string, QueueUsage> usages = ctx_.jobs->QueueUsages();
+        const std::map<std::string, QueueUsage> usages = ctx_.queries->QueueUsages();
         auto it = usages.find(req->name());
         const QueueUsage use = it == usages.end() ? QueueUsage{} : it->second;
         return ctx_.queues->Delete(req->name(), use.pending_jobs, use.running_jobs);
@@ -107,7 +107,7 @@ grpc::ServerUnaryReactor* QueueServiceImpl::GetUsage(grpc::CallbackServerContext
                                  absl::StrCat("by: ", static_cast<int>(req->by()), " is not a usage grouping"));
                            }
                            filter.by = req->by();
-                           absl::StatusOr<UsageReport> report = ctx_.jobs->Usage(filter);
+                           absl::StatusOr<UsageReport> report = ctx_.queries->Usage(filter);
                            if (!report.ok()) return report.status();
                            for (const UsageRow& r : report->rows) {
                              v1::UsageRow* row = resp->add_rows();

@@ -29,7 +29,7 @@
 
 #include "common/event_loop.h"
 #include "coordinator/artifacts/artifact_fetches.h"
-#include "coordinator/jobs/job_manager.h"
+#include "coordinator/jobs/job_owners.h"
 #include "coordinator/auth/live_calls.h"
 #include "coordinator/telemetry/metrics_hub.h"
 #include "coordinator/core/on_loop.h"
@@ -54,8 +54,17 @@ struct ServiceContext {
   EventLoop* loop;
   StateStore* store;
   WorkerRegistry* registry;
+  // The job owners the services call (job_owners.h; SetJobOwners): the
+  // lifecycle (submit, cancel, rank ends, checkpoints), reads of jobs and of
+  // their events and logs, scheduling passes, rendezvous and pre-flight,
+  // metrics/logs/progress, lost workers.
   JobManager* jobs;
   MetricsHub* hub;
+  const JobQueries* queries = nullptr;
+  JobPlacer* placer = nullptr;
+  AttemptStarter* starter = nullptr;
+  TelemetryIngest* ingest = nullptr;
+  JobHealth* health = nullptr;
   // Items a WatchJob/GetLogs stream buffers before it skips ahead.
   size_t max_queued_updates = 1024;
   // Deduplicates and acknowledges sequenced worker telemetry.
@@ -81,6 +90,16 @@ struct ServiceContext {
   QueueRegistry* queues = nullptr;
   // Largest code archive UploadCode takes (--max-code-bytes).
   int64_t max_code_bytes = int64_t{64} << 20;
+
+  // Points every job-owner field above at `owners`' owners.
+  void SetJobOwners(JobOwners* owners) {
+    jobs = &owners->manager;
+    queries = &owners->queries;
+    placer = &owners->placer;
+    starter = &owners->starter;
+    ingest = &owners->ingest;
+    health = &owners->health;
+  }
 };
 
 class JobServiceImpl final : public v1::JobService::CallbackService {
@@ -189,8 +208,8 @@ absl::Status CheckSpecCode(StateStore& store, v1::JobSpec& spec) ABSL_EXCLUSIVE_
 
 // Cuts worker `worker_id` off now (its certificate or token was revoked):
 // ends its session with `why`, marks it LOST (persisted) and hands its ranks
-// to the job manager to reschedule, as a lost lease would. No-op for a
-// worker that is not ALIVE. Loop only.
+// to JobHealth (OnWorkerLost), as a lost lease would. No-op for a worker
+// that is not ALIVE. Loop only.
 void ExpelWorker(const ServiceContext& ctx, const std::string& worker_id, const absl::Status& why)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
@@ -200,8 +219,9 @@ absl::Status LogsRequestError(const v1::GetLogsRequest& req, const v1::Job& job)
 
 // Largest GetMetrics page (points' bytes): well under any message limit.
 inline constexpr int64_t kMaxMetricPageBytes = 1 << 20;
-// One GetMetrics page (on the loop): validates the request, reads the store.
-absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(JobManager& jobs, StateStore& store,
+// One GetMetrics page (on the loop): validates the request (the job must
+// exist), reads the store's metric points.
+absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(const JobQueries& queries, StateStore& store,
                                                       const v1::GetMetricsRequest& req)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 

@@ -19,8 +19,8 @@ void TelemetryBatcher::Drain() {
     items.push_back({q.worker_id, q.msg.seq(),
                      [this, &q]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
                        absl::Status s = q.msg.has_metrics()
-                                            ? ctx_.jobs->OnMetrics(q.worker_id, q.msg.metrics())
-                                            : ctx_.jobs->OnLogs(q.worker_id, q.msg.logs());
+                                            ? ctx_.ingest->OnMetrics(q.worker_id, q.msg.metrics())
+                                            : ctx_.ingest->OnLogs(q.worker_id, q.msg.logs());
                        if (!s.ok() && s.code() != absl::StatusCode::kAborted && !StateStore::IsWriteFailure(s)) {
                          LogEvent(LogLevel::kWarn, "coordinator", "report_refused",
                                   {{"worker_id", q.worker_id}, {"error", std::string(s.message())}});

@@ -194,7 +194,7 @@ grpc::ServerUnaryReactor* WorkerServiceImpl::ListWorkers(grpc::CallbackServerCon
   return UnaryOnLoop(ctx_, ctx, "ListWorkers",
                      [this, req, resp](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
                        for (v1::Worker& w : ctx_.registry->List(req->include_gone())) {
-                         for (int s : ctx_.jobs->BusySlots(w.id())) w.add_busy_slots(s);
+                         for (int s : ctx_.queries->BusySlots(w.id())) w.add_busy_slots(s);
                          *resp->add_workers() = std::move(w);
                        }
                        FillStoreHealth(ctx_.store, resp->mutable_store());

@@ -18,7 +18,7 @@ void ExpelWorker(const ServiceContext& ctx, const std::string& worker_id, const 
   AssertOnLoop(ctx.loop, kWhat);
   if (ctx.registry->Expel(worker_id, why)) {
     if (ctx.fetches != nullptr) ctx.fetches->WorkerGone(worker_id);
-    ctx.jobs->OnWorkerLost(worker_id);
+    ctx.health->OnWorkerLost(worker_id);
   }
 }
 
@@ -394,11 +394,11 @@ absl::Status WorkerSession::ApplyReport(const v1::WorkerMessage& msg) {
     case v1::WorkerMessage::kRendezvous:
       return ApplyRendezvous(msg.rendezvous());
     case v1::WorkerMessage::kMetrics:
-      return ctx_.jobs->OnMetrics(worker_id_, msg.metrics());
+      return ctx_.ingest->OnMetrics(worker_id_, msg.metrics());
     case v1::WorkerMessage::kLogs:
-      return ctx_.jobs->OnLogs(worker_id_, msg.logs());
+      return ctx_.ingest->OnLogs(worker_id_, msg.logs());
     case v1::WorkerMessage::kProgress:
-      return ctx_.jobs->OnProgress(worker_id_, msg.progress());
+      return ctx_.ingest->OnProgress(worker_id_, msg.progress());
     case v1::WorkerMessage::kCheckpoint:
       return ctx_.jobs->OnCheckpoint(worker_id_, msg.checkpoint());
     case v1::WorkerMessage::kFinalModel:
@@ -407,7 +407,7 @@ absl::Status WorkerSession::ApplyReport(const v1::WorkerMessage& msg) {
       if (ctx_.fetches != nullptr) ctx_.fetches->OnChunk(worker_id_, msg.file_chunk());
       return absl::OkStatus();
     case v1::WorkerMessage::kPreflight:
-      return ctx_.jobs->OnPreflightReport(worker_id_, msg.preflight());
+      return ctx_.starter->OnPreflightReport(worker_id_, msg.preflight());
     default:
       return absl::InvalidArgumentError("message: empty or unknown kind");
   }
@@ -416,14 +416,14 @@ absl::Status WorkerSession::ApplyReport(const v1::WorkerMessage& msg) {
 // A rendezvous report may name only this worker's own hosts (JudgeHosts).
 absl::Status WorkerSession::ApplyRendezvous(const v1::RendezvousReport& report) {
   absl::Status s = CheckRendezvousHosts(report.info(), own_hosts_);
-  if (s.ok()) return ctx_.jobs->OnRendezvous(worker_id_, report);
+  if (s.ok()) return ctx_.starter->OnRendezvous(worker_id_, report);
   LogEvent(LogLevel::kWarn, "coordinator", "rendezvous_refused",
            {{"worker_id", worker_id_}, {"peer", peer_}, {"job_id", report.job_id()},
             {"reason", std::string(s.message())}});
   // Ranks on other workers could never meet: the attempt fails now
   // (CONFIG, naming the worker and the fix), not when the rendezvous times
   // out.
-  return ctx_.jobs->OnRendezvousRefused(worker_id_, report, s);
+  return ctx_.starter->OnRendezvousRefused(worker_id_, report, s);
 }
 
 // Tells the worker how far its telemetry is applied and committed.

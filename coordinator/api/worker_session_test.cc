@@ -117,14 +117,14 @@ class WorkerSessionTest : public JobManagerTest {
     // checks pass here and what is posted is dropped (the test drains the
     // batcher itself).
     loop_.StopAndJoin();
-    ledger_ = std::make_unique<TelemetryLedger>(store_.get(), jobs_->group_memory());
+    ledger_ = std::make_unique<TelemetryLedger>(store_.get(), &owners_->book);
     auth_ = std::make_unique<TokenAuthority>(store_.get(), &clock_);
     ASSERT_TRUE(auth_->Load().ok());
     live_ = std::make_unique<LiveCalls>(auth_.get());
     ctx_.loop = &loop_;
     ctx_.store = store_.get();
     ctx_.registry = registry_.get();
-    ctx_.jobs = jobs_.get();
+    ctx_.SetJobOwners(owners_.get());
     ctx_.hub = &hub_;
     ctx_.telemetry = ledger_.get();
     ctx_.auth = auth_.get();

@@ -9,7 +9,7 @@
 // worker of that attempt. Reports about an attempt other than the job's
 // current one are refused with ABORTED.
 //
-// Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
+// Not thread-safe: built by JobOwners (job_owners.h), on the coordinator's EventLoop.
 #pragma once
 
 #include <optional>

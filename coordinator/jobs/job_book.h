@@ -24,7 +24,7 @@
 //
 // Also keeps the indexes the owners walk (pending jobs, jobs holding slots,
 // unsettled jobs) and the pending reasons of the last scheduling pass.
-// Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
+// Not thread-safe: built by JobOwners (job_owners.h), on the coordinator's EventLoop.
 #pragma once
 
 #include <cstdint>

@@ -154,13 +154,13 @@ TEST_F(JobManagerTest, CancelRecordsTheCancelledClass) {
   EXPECT_EQ(Get(id).attempts(0).failure_kind(), v1::FAILURE_KIND_CANCELLED);
 }
 
-absl::Status PreflightReport(JobManager& jobs, const std::string& worker, const std::string& job, int attempt,
+absl::Status PreflightReport(AttemptStarter& starter, const std::string& worker, const std::string& job, int attempt,
                              std::vector<std::string> problems) {
   v1::PreflightReport r;
   r.set_job_id(job);
   r.set_attempt(attempt);
   for (auto& p : problems) r.add_problems(p);
-  return jobs.OnPreflightReport(worker, r);
+  return starter.OnPreflightReport(worker, r);
 }
 
 TEST_F(JobManagerTest, PreflightProblemOnOneWorkerFailsTheAttemptBeforeAnyRankStarts) {
@@ -171,10 +171,10 @@ TEST_F(JobManagerTest, PreflightProblemOnOneWorkerFailsTheAttemptBeforeAnyRankSt
   EXPECT_TRUE(a_->Starts().empty()) << "no StartRanks before every worker passed";
   // Only the attempt's workers may answer, for the current attempt.
   AddWorker("c", 1);
-  EXPECT_EQ(PreflightReport(*jobs_, "c", id, 1, {}).code(), absl::StatusCode::kPermissionDenied);
-  ASSERT_TRUE(PreflightReport(*jobs_, "a", id, 1, {}).ok());
+  EXPECT_EQ(PreflightReport(owners_->starter, "c", id, 1, {}).code(), absl::StatusCode::kPermissionDenied);
+  ASSERT_TRUE(PreflightReport(owners_->starter, "a", id, 1, {}).ok());
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SCHEDULED) << "waits for b";
-  ASSERT_TRUE(PreflightReport(*jobs_, "b", id, 1, {"data.train.path /x/train.csv: no such file"}).ok());
+  ASSERT_TRUE(PreflightReport(owners_->starter, "b", id, 1, {"data.train.path /x/train.csv: no such file"}).ok());
   v1::Job j = Get(id);
   EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_PREFLIGHT);
@@ -200,14 +200,14 @@ TEST_F(JobManagerTest, PreflightProblemOnOneWorkerFailsTheAttemptBeforeAnyRankSt
 TEST_F(JobManagerTest, PreflightPassedOnEveryWorkerStartsTheRanks) {
   const std::string id = SubmitWithPreflight();
   ASSERT_FALSE(id.empty());
-  ASSERT_TRUE(PreflightReport(*jobs_, "b", id, 1, {}).ok());
+  ASSERT_TRUE(PreflightReport(owners_->starter, "b", id, 1, {}).ok());
   EXPECT_TRUE(b_->Starts().empty());
-  ASSERT_TRUE(PreflightReport(*jobs_, "a", id, 1, {}).ok());
+  ASSERT_TRUE(PreflightReport(owners_->starter, "a", id, 1, {}).ok());
   ASSERT_EQ(a_->Starts().size(), 1u);
   ASSERT_EQ(b_->Starts().size(), 1u);
   EXPECT_TRUE(a_->Starts()[0].produce_rendezvous());
   // A late duplicate changes nothing.
-  ASSERT_TRUE(PreflightReport(*jobs_, "a", id, 1, {"late"}).ok());
+  ASSERT_TRUE(PreflightReport(owners_->starter, "a", id, 1, {"late"}).ok());
   EXPECT_EQ(a_->Starts().size(), 1u);
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SCHEDULED);
 }

@@ -7,7 +7,7 @@
 // (or records a `straggler` event); a failed write changes nothing in
 // memory, so the next tick finds the same condition and tries again.
 //
-// Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
+// Not thread-safe: built by JobOwners (job_owners.h), on the coordinator's EventLoop.
 #pragma once
 
 #include <cstdint>

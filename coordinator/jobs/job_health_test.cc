@@ -15,16 +15,16 @@ TEST_F(JobManagerTest, HangIsDetectedAndRestarted) {
     clock_.Advance(absl::Seconds(40));
     p.set_rank(0);
     p.set_step(i);
-    ASSERT_TRUE(jobs_->OnProgress("a", p).ok());
+    ASSERT_TRUE(owners_->ingest.OnProgress("a", p).ok());
     p.set_rank(1);
-    ASSERT_TRUE(jobs_->OnProgress("b", p).ok());
+    ASSERT_TRUE(owners_->ingest.OnProgress("b", p).ok());
     jobs_->Tick();
     ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING) << "progressing is not hung";
   }
   clock_.Advance(absl::Seconds(40));
   p.set_rank(0);
   p.set_step(4);
-  ASSERT_TRUE(jobs_->OnProgress("a", p).ok());
+  ASSERT_TRUE(owners_->ingest.OnProgress("a", p).ok());
   clock_.Advance(absl::Seconds(30));  // rank 1 silent 70 s > 60 s.
   jobs_->Tick();
   v1::Job j = Get(id);
@@ -41,19 +41,19 @@ TEST_F(JobManagerTest, HeartbeatsBlameTheStoppedRankAndOnHangFailEndsTheJob) {
   const std::string id = RunTwoRanks(spec);
   ASSERT_FALSE(id.empty());
   for (int s = 1; s <= 3; ++s) {
-    ASSERT_TRUE(jobs_->OnProgress("a", Heartbeat(id, 0, s, 2 * s, 0)).ok());
-    ASSERT_TRUE(jobs_->OnProgress("b", Heartbeat(id, 1, s, 2 * s, 0)).ok());
+    ASSERT_TRUE(owners_->ingest.OnProgress("a", Heartbeat(id, 0, s, 2 * s, 0)).ok());
+    ASSERT_TRUE(owners_->ingest.OnProgress("b", Heartbeat(id, 1, s, 2 * s, 0)).ok());
     clock_.Advance(absl::Seconds(1));
     jobs_->Tick();
   }
   // Rank 1 goes silent; rank 0 waits in all-reduce #8 and says so each second.
   for (int s = 1; s <= 5; ++s) {
-    ASSERT_TRUE(jobs_->OnProgress("a", Heartbeat(id, 0, 3, 8, 8)).ok());
+    ASSERT_TRUE(owners_->ingest.OnProgress("a", Heartbeat(id, 0, 3, 8, 8)).ok());
     clock_.Advance(absl::Seconds(1));
     jobs_->Tick();
     ASSERT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING) << s << " s: within the 5 s bound";
   }
-  ASSERT_TRUE(jobs_->OnProgress("a", Heartbeat(id, 0, 3, 8, 8)).ok());
+  ASSERT_TRUE(owners_->ingest.OnProgress("a", Heartbeat(id, 0, 3, 8, 8)).ok());
   clock_.Advance(absl::Milliseconds(500));
   jobs_->Tick();
   v1::Job j = Get(id);
@@ -89,9 +89,9 @@ TEST_F(JobManagerTest, ARankSilentPastTheBoundWhileTheAttemptStartsIsAHang) {
   // Rank 1 beats twice, then stops before the checkpoint broadcast (#2)
   // that rank 0 waits in; both workers keep heartbeating on their sessions.
   for (int s = 0; s <= 7; ++s) {
-    ASSERT_TRUE(jobs_->OnProgress("a", StartingHeartbeat(id, 0, 2, 2)).ok());
+    ASSERT_TRUE(owners_->ingest.OnProgress("a", StartingHeartbeat(id, 0, 2, 2)).ok());
     if (s <= 1) {
-      ASSERT_TRUE(jobs_->OnProgress("b", StartingHeartbeat(id, 1, 1, 0)).ok());
+      ASSERT_TRUE(owners_->ingest.OnProgress("b", StartingHeartbeat(id, 1, 1, 0)).ok());
     }
     ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
     ASSERT_TRUE(registry_->Heartbeat("b", b_).ok());
@@ -109,7 +109,7 @@ TEST_F(JobManagerTest, ARankSilentPastTheBoundWhileTheAttemptStartsIsAHang) {
               HasSubstr("hung: rank 1 (worker b, pid 501) stopped before broadcast #2 in its start-up phase "
                         "(epoch 1, step 0); rank 0 waiting in it for"));
   EXPECT_THAT(StoredEvents(id), ::testing::Contains(HasSubstr("hang@1: rank 1 (worker b, pid 501) stopped before")));
-  EXPECT_EQ(jobs_->Gauges().hangs_detected, 1);
+  EXPECT_EQ(owners_->Gauges().hangs_detected, 1);
 }
 
 TEST_F(JobManagerTest, ACheckpointWriteLongerThanTheBoundWithItsHeartbeatIsNoHang) {
@@ -119,8 +119,8 @@ TEST_F(JobManagerTest, ACheckpointWriteLongerThanTheBoundWithItsHeartbeatIsNoHan
     // rank 1 waits for it in the next step's all-reduce.
     v1::RankProgress ck = Heartbeat(id, 0, 10, 20, 0);
     ck.set_phase(v1::RANK_PHASE_CHECKPOINT);
-    ASSERT_TRUE(jobs_->OnProgress("a", ck).ok());
-    ASSERT_TRUE(jobs_->OnProgress("b", Heartbeat(id, 1, 10, 21, 21)).ok());
+    ASSERT_TRUE(owners_->ingest.OnProgress("a", ck).ok());
+    ASSERT_TRUE(owners_->ingest.OnProgress("b", Heartbeat(id, 1, 10, 21, 21)).ok());
     ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
     ASSERT_TRUE(registry_->Heartbeat("b", b_).ok());
     clock_.Advance(absl::Seconds(1));
@@ -133,8 +133,8 @@ TEST_F(JobManagerTest, ACheckpointWriteLongerThanTheBoundWithItsHeartbeatIsNoHan
 TEST_F(JobManagerTest, ConsistentlySlowRankRaisesOneStragglerEvent) {
   std::string id = RunningJob();
   for (int s = 1; s <= 8; ++s) {
-    ASSERT_TRUE(jobs_->OnProgress("a", Heartbeat(id, 0, s, s, 0, 10)).ok());
-    ASSERT_TRUE(jobs_->OnProgress("b", Heartbeat(id, 1, s, s, 0, 25)).ok());
+    ASSERT_TRUE(owners_->ingest.OnProgress("a", Heartbeat(id, 0, s, s, 0, 10)).ok());
+    ASSERT_TRUE(owners_->ingest.OnProgress("b", Heartbeat(id, 1, s, s, 0, 25)).ok());
     clock_.Advance(absl::Seconds(1));
     jobs_->Tick();
   }
@@ -146,7 +146,7 @@ TEST_F(JobManagerTest, ConsistentlySlowRankRaisesOneStragglerEvent) {
   EXPECT_THAT(stragglers[0], HasSubstr("straggler@1: rank 1 (worker b, host host-b) is a straggler: 25.0 ms of "
                                        "compute per step, 150% slower than the median of the other ranks (10.0 ms)"));
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
-  EXPECT_EQ(jobs_->Gauges().straggler_events, 1);
+  EXPECT_EQ(owners_->Gauges().straggler_events, 1);
 }
 
 TEST_F(JobManagerTest, StragglerPolicyAvoidPlacesTheNextAttemptOffItsWorker) {
@@ -166,8 +166,8 @@ TEST_F(JobManagerTest, StragglerPolicyAvoidPlacesTheNextAttemptOffItsWorker) {
   ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
   ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_RUNNING).ok());
   for (int s = 1; s <= 6; ++s) {
-    ASSERT_TRUE(jobs_->OnProgress("a", Heartbeat(id, 0, s, s, 0, 10)).ok());
-    ASSERT_TRUE(jobs_->OnProgress("b", Heartbeat(id, 1, s, s, 0, 30)).ok());
+    ASSERT_TRUE(owners_->ingest.OnProgress("a", Heartbeat(id, 0, s, s, 0, 10)).ok());
+    ASSERT_TRUE(owners_->ingest.OnProgress("b", Heartbeat(id, 1, s, s, 0, 30)).ok());
     clock_.Advance(absl::Seconds(1));
     jobs_->Tick();
   }
@@ -225,7 +225,7 @@ TEST_F(JobManagerTest, AScriptsStoppedRankIsNamedOnTheLearnedBoundAndDumpsItsSta
     p.set_has_heartbeat(true);
     p.set_stack_moves(moves);
     p.set_torch_wait_ms(torch_ms);
-    ASSERT_TRUE(jobs_->OnProgress("a", p).ok());
+    ASSERT_TRUE(owners_->ingest.OnProgress("a", p).ok());
   };
   for (int step = 1; step <= 10; ++step) {
     clock_.Advance(absl::Milliseconds(500));
@@ -286,7 +286,7 @@ TEST_F(JobManagerTest, AStepOfTheWallClockNeitherDeclaresNorHidesAHang) {
     for (const auto& [rank, worker] : {std::pair<int, const char*>{0, "a"}, {1, "b"}}) {
       p.set_rank(rank);
       p.set_step(i);
-      ASSERT_TRUE(jobs_->OnProgress(worker, p).ok());
+      ASSERT_TRUE(owners_->ingest.OnProgress(worker, p).ok());
     }
   }
   clock_.StepWall(absl::Minutes(10));  // forward: 10 min "without progress"
@@ -296,7 +296,7 @@ TEST_F(JobManagerTest, AStepOfTheWallClockNeitherDeclaresNorHidesAHang) {
   clock_.Advance(absl::Seconds(30));
   p.set_rank(0);
   p.set_step(3);
-  ASSERT_TRUE(jobs_->OnProgress("a", p).ok());
+  ASSERT_TRUE(owners_->ingest.OnProgress("a", p).ok());
   clock_.Advance(absl::Seconds(31));  // rank 1 silent 61 s > 60 s, monotonic
   ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
   ASSERT_TRUE(registry_->Heartbeat("b", b_).ok());
@@ -375,7 +375,7 @@ TEST_F(JobManagerTest, HeldCollectiveFailureIsBlamedOnAPeerLostMomentsLater) {
   EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_WORKER_LOST);
   // b's lease expires later: its rank is recorded, the attempt is not failed twice.
   clock_.Advance(absl::Seconds(1));
-  for (const std::string& w : registry_->ExpireLeases()) jobs_->OnWorkerLost(w);
+  for (const std::string& w : registry_->ExpireLeases()) owners_->health.OnWorkerLost(w);
   EXPECT_EQ(Get(id).attempts(0).ranks(1).exit().kind(), v1::FAILURE_KIND_WORKER_LOST);
   // Said as what happened: the stream broke, not a lease that ran out.
   EXPECT_EQ(Get(id).attempts(0).ranks(1).exit().message(),

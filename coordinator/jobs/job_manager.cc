@@ -21,23 +21,22 @@ std::string JobManager::ReportKey(const std::string& job_id, int32_t attempt, in
   return absl::StrCat(job_id, "/", attempt, "/", rank);
 }
 
-JobManager::JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* hub, const Clock* clock,
-                       JobManagerOptions options)
+JobManager::JobManager(StateStore* store, WorkerRegistry* registry, const Clock* clock, JobManagerOptions options,
+                       JobManagerParts parts)
     : clock_(clock),
       store_(store),
       options_(options),
       registry_(registry),
-      book_(store, hub, clock),
-      owners_(store),
-      starter_(&book_, registry, this, &owners_, {options.preflight, options.stop_grace}),
-      placer_(&book_, registry, &starter_, clock, options.placer, store),
-      ingest_(&book_, store, hub, clock, options.rank_watch),
-      health_(&book_, registry, this, {options.progress_timeout, options.rendezvous_timeout}),
-      queries_(&book_, registry, &placer_, &health_, clock) {}
+      book_(parts.book),
+      owners_(parts.owners),
+      starter_(parts.starter),
+      placer_(parts.placer),
+      ingest_(parts.ingest),
+      health_(parts.health) {}
 
 absl::Status JobManager::Recover(const StoreSnapshot& snapshot) {
-  book_.Recover(snapshot);
-  for (const auto& [id, e] : book_.entries()) RememberRequest(e.job);
+  book_->Recover(snapshot);
+  for (const auto& [id, e] : book_->entries()) RememberRequest(e.job);
   // Fair share's usage (docs/queues.md). A row that does not parse costs the
   // shares, not the start: usage is soft state that rebuilds within a
   // half-life.
@@ -47,7 +46,7 @@ absl::Status JobManager::Recover(const StoreSnapshot& snapshot) {
     return absl::OkStatus();
   }
   if (!usage.ok()) return usage.status();
-  placer_.RestoreUsage(*usage);
+  placer_->RestoreUsage(*usage);
   return absl::OkStatus();
 }
 
@@ -75,7 +74,7 @@ void JobManager::RememberRequest(const v1::Job& job) {
   // Drop expired entries whenever the map has doubled since the last time.
   if (requests_.size() < 2 * std::max<size_t>(requests_pruned_at_, 512)) return;
   absl::erase_if(requests_, [&](const auto& kv) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    const JobEntry* e = book_.Find(kv.second);
+    const JobEntry* e = book_->Find(kv.second);
     return e == nullptr || now - FromTimestamp(e->job.submit_time()) >= kRequestIdLifetime;
   });
   requests_pruned_at_ = requests_.size();
@@ -89,19 +88,19 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::s
     TRAINCTL_RETURN_IF_ERROR(RequestIdError(request_id));
     // A retry: the job the first request made, whatever its state now.
     if (auto it = requests_.find(RequestKey(owner, request_id)); it != requests_.end()) {
-      const JobEntry* first = book_.Find(it->second);
+      const JobEntry* first = book_->Find(it->second);
       if (first != nullptr && clock_->Now() - FromTimestamp(first->job.submit_time()) < kRequestIdLifetime) {
         return first->job;
       }
     }
   }
   TRAINCTL_RETURN_IF_ERROR(SpecErrorsToStatus(ValidateJobSpec(spec)));
-  if (book_.active_jobs() >= options_.max_active_jobs) {
+  if (book_->active_jobs() >= options_.max_active_jobs) {
     return absl::ResourceExhaustedError(
-        absl::StrCat("the coordinator holds ", book_.active_jobs(), " unfinished jobs (its limit)"));
+        absl::StrCat("the coordinator holds ", book_->active_jobs(), " unfinished jobs (its limit)"));
   }
   v1::Job job;
-  job.set_id(book_.NewId(spec.name()));
+  job.set_id(book_->NewId(spec.name()));
   *job.mutable_spec() = spec;
   ResolveJobSpecDefaults(job.mutable_spec());
   if (std::string* dir = job.mutable_spec()->mutable_checkpoint()->mutable_dir(); !dir->empty()) {
@@ -113,7 +112,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::s
   TRAINCTL_RETURN_IF_ERROR(RefuseIfUnschedulable(job));
   // Numbered before it is stored: every attempt's ranks run as this owner's
   // uid on a worker with --rank-uids (owner_numbers.h).
-  TRAINCTL_RETURN_IF_ERROR(owners_.Get(owner).status());
+  TRAINCTL_RETURN_IF_ERROR(owners_->Get(owner).status());
   job.set_owner(owner);
   job.set_owner_token_id(owner_token_id);
   job.set_request_id(request_id);
@@ -122,7 +121,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::s
   job.mutable_progress()->set_eta_seconds(-1);
   std::string submitted = absl::StrCat("job submitted: ", job.spec().world_size(), " rank(s)");
   if (job.checkpoints_size() > 0) absl::StrAppend(&submitted, "; continues from ", DescribeRecord(job.checkpoints(0)));
-  absl::StatusOr<JobEntry*> e = book_.Add(std::move(job), {{"submitted", submitted}});
+  absl::StatusOr<JobEntry*> e = book_->Add(std::move(job), {{"submitted", submitted}});
   if (!e.ok()) return absl::UnavailableError(absl::StrCat("could not store the job: ", e.status().message()));
   (*e)->pending_since_mono = clock_->Mono();
   RememberRequest((*e)->job);
@@ -133,7 +132,7 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::s
 absl::Status JobManager::RefuseIfUnschedulable(const v1::Job& job) const {
   if (!options_.refuse_unschedulable || job.spec().scheduling().wait_for_capacity()) return absl::OkStatus();
   if (registry_->Alive().empty()) return absl::OkStatus();  // nobody joined yet
-  absl::StatusOr<scheduler::ScheduleResult> plan = placer_.Plan(job);
+  absl::StatusOr<scheduler::ScheduleResult> plan = placer_->Plan(job);
   if (!plan.ok() || plan->pending.empty()) return absl::OkStatus();
   const scheduler::PendingJobStatus& p = plan->pending[0];
   if (p.reason != scheduler::PendingReason::kExceedsCapacity &&
@@ -150,16 +149,16 @@ absl::Status JobManager::RefuseIfUnschedulable(const v1::Job& job) const {
 
 void JobManager::FailOverduePending(absl::Time mono) {
   std::vector<std::string> overdue;
-  for (const std::string& id : book_.pending()) {
-    JobEntry& e = book_.At(id);
+  for (const std::string& id : book_->pending()) {
+    JobEntry& e = book_->At(id);
     const double timeout_s = e.job.spec().scheduling().pending_timeout_s();
     if (timeout_s <= 0 || e.job.state() != v1::JOB_STATE_PENDING) continue;
     if (e.pending_since_mono == absl::InfinitePast()) e.pending_since_mono = mono;
     if (mono - e.pending_since_mono >= absl::Seconds(timeout_s)) overdue.push_back(id);
   }
   for (const std::string& id : overdue) {
-    JobEntry& e = book_.At(id);
-    const std::string* waiting = book_.PendingReason(id);
+    JobEntry& e = book_->At(id);
+    const std::string* waiting = book_->PendingReason(id);
     std::string why = absl::StrCat("still pending after scheduling.pending_timeout_s (",
                                    absl::FormatDuration(absl::Seconds(e.job.spec().scheduling().pending_timeout_s())),
                                    ")");
@@ -167,7 +166,7 @@ void JobManager::FailOverduePending(absl::Time mono) {
     v1::Job next = e.job;
     next.set_state(v1::JOB_STATE_FAILED);
     next.set_state_reason(why);
-    if (absl::Status s = book_.Commit(e, std::move(next), {{"failed", why}});
+    if (absl::Status s = book_->Commit(e, std::move(next), {{"failed", why}});
         !s.ok()) {
       LogDeferred(s, "retried at the next tick");
     }
@@ -178,13 +177,13 @@ absl::Status JobManager::CheckDirOwner(const v1::JobSpec& spec, const std::strin
   const std::string& dir = spec.checkpoint().dir();
   if (dir.empty() || dir[0] != '/') return absl::OkStatus();  // resolved on each worker: its pre-flight checks
   std::vector<const v1::Job*> jobs;
-  for (const auto& [id, e] : book_.entries()) jobs.push_back(&e.job);
+  for (const auto& [id, e] : book_->entries()) jobs.push_back(&e.job);
   auto claimed = DirOwnerFromRecords(jobs, NormalDirPath(dir));
   if (!claimed.has_value() || claimed->first.empty() || claimed->first == owner) return absl::OkStatus();
   // Resuming a job of that owner (the caller was allowed to: SubmitJob
   // checked) may use its directory.
   if (const std::string& from = spec.resume_from().job(); !from.empty()) {
-    const JobEntry* src = book_.Find(from);
+    const JobEntry* src = book_->Find(from);
     if (src != nullptr && src->job.owner() == claimed->first) return absl::OkStatus();
   }
   return absl::PermissionDeniedError(absl::StrCat(
@@ -195,7 +194,7 @@ absl::Status JobManager::CheckDirOwner(const v1::JobSpec& spec, const std::strin
 
 absl::Status JobManager::AttachResumeSource(v1::Job& job) const {
   const std::string& from = job.spec().resume_from().job();
-  const JobEntry* src = book_.Find(from);
+  const JobEntry* src = book_->Find(from);
   if (src == nullptr) return absl::InvalidArgumentError(absl::StrCat("resume_from.job: no job ", from));
   const v1::Job& source = src->job;
   if (!IsTerminal(source.state())) {
@@ -249,7 +248,7 @@ std::string CancelReason(const std::string& reason) {
 }  // namespace
 
 absl::StatusOr<v1::Job> JobManager::Cancel(const std::string& job_id, const std::string& reason) {
-  JobEntry* e = book_.Find(job_id);
+  JobEntry* e = book_->Find(job_id);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("no job ", job_id));
   if (IsTerminal(e->job.state())) {
     return absl::FailedPreconditionError(
@@ -279,8 +278,8 @@ absl::Status JobManager::EndEntry(JobEntry& e, v1::JobState end, const std::stri
     SetTimestamp(clock_->Now(), a->mutable_end_time());
     to_stop = LiveRanksByWorker(*a);
   }
-  TRAINCTL_RETURN_IF_ERROR(book_.Commit(e, std::move(next), {{event, why}}));
-  starter_.StopAll(e.job.id(), CurrentAttempt(e.job) == nullptr ? 0 : CurrentAttempt(e.job)->number(), to_stop, why,
+  TRAINCTL_RETURN_IF_ERROR(book_->Commit(e, std::move(next), {{event, why}}));
+  starter_->StopAll(e.job.id(), CurrentAttempt(e.job) == nullptr ? 0 : CurrentAttempt(e.job)->number(), to_stop, why,
                    how);
   return absl::OkStatus();
 }
@@ -290,9 +289,9 @@ void JobManager::StopOverrunJobs(absl::Time now) {
   // their next one (a job never placed has run for no time). Read in place:
   // this runs every tick, and the pending set may hold many jobs.
   std::vector<std::string> overrun;
-  for (const auto* ids : {&book_.holding_slots(), &book_.pending()}) {
+  for (const auto* ids : {&book_->holding_slots(), &book_->pending()}) {
     for (const std::string& id : *ids) {
-      const v1::Job& job = book_.At(id).job;
+      const v1::Job& job = book_->At(id).job;
       const double limit_s = job.spec().scheduling().max_runtime_s();
       if (limit_s <= 0 || IsTerminal(job.state()) || job.attempts_size() == 0) continue;
       if (RunningTime(job, now) >= absl::Seconds(limit_s)) overrun.push_back(id);
@@ -302,7 +301,7 @@ void JobManager::StopOverrunJobs(absl::Time now) {
   std::sort(overrun.begin(), overrun.end());
   overrun.erase(std::unique(overrun.begin(), overrun.end()), overrun.end());
   for (const std::string& id : overrun) {
-    JobEntry& e = book_.At(id);
+    JobEntry& e = book_->At(id);
     const absl::Duration ran = RunningTime(e.job, now);
     const std::string why = absl::StrCat(
         "ran past max_runtime_s=", e.job.spec().scheduling().max_runtime_s(), " (", absl::FormatDuration(ran),
@@ -332,7 +331,7 @@ absl::StatusOr<std::vector<std::string>> JobManager::CancelMatching(const Cancel
   }
   if (reason.size() > 1024) return absl::InvalidArgumentError("reason: at most 1024 bytes");
   std::vector<std::string> ids;
-  for (const auto& [id, e] : book_.entries()) {
+  for (const auto& [id, e] : book_->entries()) {
     const v1::Job& job = e.job;
     if (IsTerminal(job.state())) continue;
     if (!filter.queue.empty() &&
@@ -352,7 +351,7 @@ absl::StatusOr<std::vector<std::string>> JobManager::CancelMatching(const Cancel
   size_t done = 0;
   absl::Status failed;
   for (const std::string& id : ids) {
-    failed = CancelEntry(book_.At(id), why);
+    failed = CancelEntry(book_->At(id), why);
     if (!failed.ok()) break;
     ++done;
   }
@@ -380,18 +379,18 @@ void JobManager::OnWorkerRegistered(const std::string& worker_id, const v1::Regi
   absl::flat_hash_set<std::string> reported;
   for (const v1::RunningRank& r : msg.running()) {
     reported.insert(ReportKey(r.job_id(), r.attempt(), r.rank()));
-    const JobEntry* e = book_.Find(r.job_id());
+    const JobEntry* e = book_->Find(r.job_id());
     bool wanted = false;
     if (e != nullptr && !IsTerminal(e->job.state()) && r.attempt() == e->job.attempts_size()) {
       const v1::Attempt& a = *CurrentAttempt(e->job);
       wanted = !AttemptEnded(a.state()) && r.rank() >= 0 && r.rank() < a.ranks_size() &&
                a.ranks(r.rank()).worker_id() == worker_id && !IsTerminal(a.ranks(r.rank()).state());
     }
-    if (!wanted) starter_.Stop(worker_id, r.job_id(), r.attempt(), {r.rank()}, "not wanted after reconnect");
+    if (!wanted) starter_->Stop(worker_id, r.job_id(), r.attempt(), {r.rank()}, "not wanted after reconnect");
   }
   // 2. Ranks the coordinator placed there: resend, keep, or fail as vanished.
-  std::vector<std::string> ids(book_.holding_slots().begin(), book_.holding_slots().end());
-  for (const std::string& id : ids) ReconcileWorkerJob(worker_id, book_.At(id), reported);
+  std::vector<std::string> ids(book_->holding_slots().begin(), book_->holding_slots().end());
+  for (const std::string& id : ids) ReconcileWorkerJob(worker_id, book_->At(id), reported);
   // 3. Checkpoint files it was to delete while it was away.
   if (auto it = pending_drops_.find(worker_id); it != pending_drops_.end()) {
     std::deque<v1::CoordinatorMessage> drops = std::move(it->second);
@@ -433,7 +432,7 @@ void JobManager::ReconcileWorkerJob(const std::string& worker_id, JobEntry& e,
       std::string reason = DescribeExit(r, r.exit());
       s = FailAttempt(e, std::move(next), {}, v1::FAILURE_KIND_WORKER_LOST, reason, vanished[0]);
     } else {
-      s = book_.Commit(e, std::move(next), {});
+      s = book_->Commit(e, std::move(next), {});
     }
     if (!s.ok()) {
       LogDeferred(s, "retried at the next tick", {{"worker_id", worker_id}, {"on", "worker reconnected"}});
@@ -444,7 +443,7 @@ void JobManager::ReconcileWorkerJob(const std::string& worker_id, JobEntry& e,
   }
   const v1::Attempt* cur = CurrentAttempt(e.job);
   if (cur == nullptr || AttemptEnded(cur->state()) || IsTerminal(e.job.state())) return;
-  starter_.Resend(e, *cur, worker_id);
+  starter_->Resend(e, *cur, worker_id);
 }
 
 // --- periodic ----------------------------------------------------------------------
@@ -454,7 +453,7 @@ void JobManager::ApplyDueReports(absl::Time now) {
   for (auto it = held_reports_.begin(); it != held_reports_.end();) {
     bool ready = now >= it->second.due;
     if (!ready) {
-      const JobEntry* e = book_.Find(it->second.status.job_id());
+      const JobEntry* e = book_->Find(it->second.status.job_id());
       const v1::Attempt* a = e == nullptr ? nullptr : CurrentAttempt(e->job);
       ready = a == nullptr || a->number() != it->second.status.attempt() || AttemptEnded(a->state()) ||
               LostPeer(*a, it->second.worker_id).has_value();
@@ -483,17 +482,17 @@ void JobManager::Tick() {
   //    now), and ends whose write failed.
   ApplyDueReports(now);
   // 2. Ranks still placed on a LOST worker (OnWorkerLost's write failed).
-  health_.RetryLostWorkers();
+  health_->RetryLostWorkers();
   // 3. Attempts whose ranks all ended without the attempt ending.
-  std::vector<std::string> unsettled(book_.unsettled().begin(), book_.unsettled().end());
+  std::vector<std::string> unsettled(book_->unsettled().begin(), book_->unsettled().end());
   for (const std::string& id : unsettled) {
-    if (SettleEndedAttempt(book_.At(id))) book_.MarkSettled(id);
+    if (SettleEndedAttempt(book_->At(id))) book_->MarkSettled(id);
   }
   // 4. A placement whose write failed, or an elastic job whose wait for a
   //    replacement ran out: place again.
-  placer_.OnTick(now);
+  placer_->OnTick(now);
   // 5. Rendezvous timeouts, hangs and stragglers: not while the store fails.
-  if (HealthJudgeable()) health_.CheckAttempts(clock_->Mono());
+  if (HealthJudgeable()) health_->CheckAttempts(clock_->Mono());
   // 6. Jobs pending past their scheduling.pending_timeout_s.
   FailOverduePending(clock_->Mono());
   // 7. Jobs that ran past their scheduling.max_runtime_s.

@@ -1,5 +1,6 @@
-// The coordinator's core: the job lifecycle, and the composition of the
-// owners around it (docs/architecture.md):
+// The coordinator's core: the job lifecycle. The owners around it
+// (docs/architecture.md) are built and wired in one place, JobOwners
+// (job_owners.h), which hands the JobManager those it uses:
 //
 //   JobBook         jobs in memory; Commit, the one place a job changes
 //                   (job_transitions.h: one table for job, attempt, rank)
@@ -7,11 +8,14 @@
 //   AttemptStarter  pre-flight, StartRanks, rendezvous, StopRanks, re-sends
 //   TelemetryIngest metrics, logs, progress heartbeats
 //   JobHealth       rendezvous timeouts, hangs, stragglers, lost workers
-//   JobQueries      Get, List, DryRun, gauges
+//   JobQueries      Get, List, DryRun, usage, gauges, events and logs
 //
-// The JobManager itself owns the lifecycle: submit, cancel, rank ends (an
-// attempt's success or failure and the restart it causes, attempt_failure.h),
-// checkpoint records, and reconciling a reconnecting worker.
+// Callers (the services, the dashboard, the server's ticks) call each owner
+// directly; the JobManager itself owns the lifecycle: submit, cancel, rank
+// ends (an attempt's success or failure and the restart it causes,
+// attempt_failure.h),
+// checkpoint records, held rank reports, request-id deduplication, and
+// reconciling a reconnecting worker.
 //
 //   PENDING → SCHEDULED → RUNNING → SUCCEEDED | FAILED | CANCELLED | TIMEOUT
 //                 ↑           │
@@ -61,7 +65,7 @@
 #include "coordinator/jobs/job_book.h"
 #include "coordinator/jobs/job_health.h"
 #include "coordinator/jobs/job_placer.h"
-#include "coordinator/jobs/job_queries.h"
+#include "coordinator/jobs/owner_numbers.h"
 #include "coordinator/jobs/job_transitions.h"
 #include "coordinator/telemetry/metrics_hub.h"
 #include "coordinator/core/on_loop.h"
@@ -115,17 +119,26 @@ struct JobManagerOptions {
   PlacerOptions placer;
 };
 
+// The owners a JobManager uses, each owned by JobOwners (job_owners.h). Its
+// constructor only stores them: JobOwners builds the starter, placer,
+// ingest and health after it (they take it as their JobActions), and nothing
+// calls the JobManager before all of them are built.
+struct JobManagerParts {
+  JobBook* book;
+  OwnerNumbers* owners;
+  AttemptStarter* starter;
+  JobPlacer* placer;
+  TelemetryIngest* ingest;
+  JobHealth* health;
+};
+
 class JobManager : private JobActions {
  public:
-  JobManager(StateStore* store, WorkerRegistry* registry, MetricsHub* hub, const Clock* clock,
-             JobManagerOptions options);
+  JobManager(StateStore* store, WorkerRegistry* registry, const Clock* clock, JobManagerOptions options,
+             JobManagerParts parts);
 
-  // Every call must then come from `loop` (checked at run time, in every build).
-  void BindToLoop(const EventLoop* loop) { book_.BindToLoop(loop); }
-  // What a TelemetryLedger tells how each store group ended (the jobs'
-  // memory, group_memory.h): inside a group nothing of a job changes for
-  // good, and nothing leaves, before the commit.
-  GroupMemory* group_memory() { return &book_; }
+  // What AttemptStarter and JobHealth ask of the lifecycle (job_actions.h).
+  JobActions* actions() { return this; }
 
   // Rebuilds memory from the store (after WorkerRegistry::Recover). Running
   // attempts continue when their workers reconnect (see OnWorkerRegistered).
@@ -142,19 +155,6 @@ class JobManager : private JobActions {
                                  const std::string& request_id = "")
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   static constexpr absl::Duration kRequestIdLifetime = absl::Hours(24);
-  // Validates and shows where the job would run now; stores nothing.
-  absl::StatusOr<v1::SubmitJobResponse> DryRun(const v1::JobSpec& spec)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return queries_.DryRun(spec);
-  }
-  absl::StatusOr<v1::Job> Get(const std::string& job_id) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return queries_.Get(job_id);
-  }
-  absl::StatusOr<v1::ListJobsResponse> List(const v1::ListJobsRequest& request) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return queries_.List(request);
-  }
   absl::StatusOr<v1::Job> Cancel(const std::string& job_id, const std::string& reason)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Which jobs CancelMatching takes: those not ended that match every
@@ -174,78 +174,27 @@ class JobManager : private JobActions {
   absl::StatusOr<std::vector<std::string>> CancelMatching(const CancelFilter& filter,
                                                           const std::string& reason, bool dry_run)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
-  // Per queue, what its live jobs hold now (JobQueries::QueueUsages).
-  std::map<std::string, QueueUsage> QueueUsages() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return queries_.QueueUsages();
-  }
-  // Slot-seconds per queue, owner and kind up to now (JobQueries::Usage).
-  // The store's attempt records are read here (on the loop: a rare query).
-  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    absl::StatusOr<std::vector<v1::AttemptUsage>> stored =
-        store_->LoadAttemptUsage(filter.since, std::min(filter.until, clock_->Now()));
-    if (!stored.ok()) return stored.status();
-    return queries_.Usage(filter, *stored);
-  }
 
   // --- worker sessions ----------------------------------------------------
   // After WorkerRegistry::Register: reconciles what the worker runs with what
   // the coordinator wants, re-sends what it may have missed, schedules.
   void OnWorkerRegistered(const std::string& worker_id, const v1::Register& msg)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
-  // The worker's lease expired: its ranks failed.
-  void OnWorkerLost(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    health_.OnWorkerLost(worker_id);
-  }
   absl::Status OnRankStatus(const std::string& worker_id, const v1::RankStatus& status)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
-  absl::Status OnRendezvous(const std::string& worker_id, const v1::RendezvousReport& report)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return starter_.OnRendezvous(worker_id, report);
-  }
-  absl::Status OnRendezvousRefused(const std::string& worker_id, const v1::RendezvousReport& report,
-                                   const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return starter_.OnRendezvousRefused(worker_id, report, why);
-  }
-  absl::Status OnProgress(const std::string& worker_id, const v1::RankProgress& progress)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return ingest_.OnProgress(worker_id, progress);
-  }
-  // Stores the batch, updates progress, publishes it.
-  absl::Status OnMetrics(const std::string& worker_id, const v1::MetricBatch& batch)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return ingest_.OnMetrics(worker_id, batch);
-  }
-  absl::Status OnLogs(const std::string& worker_id, const v1::LogChunk& chunk)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return ingest_.OnLogs(worker_id, chunk);
-  }
   // Records a checkpoint a rank of this worker wrote (the coordinator's
   // record is what restarts and `resume_from` resume, nothing else).
   absl::Status OnCheckpoint(const std::string& worker_id, const v1::CheckpointReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
-  // A worker's pre-flight result for its ranks of an attempt (see
-  // JobManagerOptions::preflight). When every worker of the attempt has
-  // answered: StartRanks to all, or the attempt fails as PREFLIGHT.
-  absl::Status OnPreflightReport(const std::string& worker_id, const v1::PreflightReport& report)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return starter_.OnPreflightReport(worker_id, report);
-  }
   // Rank 0 exported the final model: Job.final_model(_worker) are filled
   // from it when the attempt SUCCEEDS (held in memory until then: a
   // coordinator restarted in between leaves them empty).
   absl::Status OnFinalModel(const std::string& worker_id, const v1::FinalModelReport& report)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
-  // A snapshot for /metrics (on the loop; O(jobs + attempts)).
-  JobGauges Gauges() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    JobGauges g = queries_.Gauges();
-    g.stale_reports_refused = stale_reports_refused_;
-    g.preemptions = placer_.preemptions();
-    return g;
-  }
-  // Scheduling pass durations (JobPlacer::pass_latency; thread-safe).
-  const LatencyHistogram& SchedulerPassLatency() const { return placer_.pass_latency(); }
+  // Checkpoint and final-model reports of stale attempts refused
+  // (JobGauges::stale_reports_refused; JobOwners::Gauges).
+  int64_t stale_reports_refused() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return stale_reports_refused_; }
 
   // A worker session (`session`, any unique address) holds sequenced
   // reports the store could not take (`held`), or no longer does (applied,
@@ -266,23 +215,6 @@ class JobManager : private JobActions {
   // whose ranks all ended without the attempt ending (a store from before
   // transitions were one write).
   void Tick() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
-  // One scheduling pass: places what can start and sends the assignments.
-  void Schedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { placer_.Schedule(); }
-  // See JobPlacer::SetDeferral.
-  void SetDeferral(std::function<void(std::function<void()>)> post) { placer_.SetDeferral(std::move(post)); }
-  // See JobPlacer::SetQueueSource.
-  void SetQueueSource(QueueSource source) { placer_.SetQueueSource(std::move(source)); }
-  // Decayed usage per queue (fair share), as of the last pass or tick.
-  const absl::flat_hash_map<std::string, DecayedUsage>& FairShareUsage() const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return placer_.usage();
-  }
-
-  // Slot indices of `worker_id` running a rank that has not ended.
-  std::vector<int> BusySlots(const std::string& worker_id) const
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    return book_.BusySlots(worker_id);
-  }
 
  private:
   // The key of a held rank report: "job/attempt/rank".
@@ -300,7 +232,7 @@ class JobManager : private JobActions {
                            v1::FailureKind kind, const std::string& reason, int failed_rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override;
   void RequestSchedule() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override {
-    placer_.RequestSchedule();
+    placer_->RequestSchedule();
   }
 
   // Cancel's body for a job not ended, without the scheduling pass.
@@ -394,13 +326,12 @@ class JobManager : private JobActions {
       ABSL_GUARDED_BY(kLoop);
   JobManagerOptions options_;
   WorkerRegistry* registry_;
-  JobBook book_;
-  OwnerNumbers owners_;
-  AttemptStarter starter_;
-  JobPlacer placer_;
-  TelemetryIngest ingest_;
-  JobHealth health_;
-  JobQueries queries_;
+  JobBook* const book_;
+  OwnerNumbers* const owners_;
+  AttemptStarter* const starter_;
+  JobPlacer* const placer_;
+  TelemetryIngest* const ingest_;
+  JobHealth* const health_;
   // Rank ends waiting for Tick, by "job/attempt/rank" (see HeldReport).
   absl::btree_map<std::string, HeldReport> held_reports_ ABSL_GUARDED_BY(kLoop);
   // Submissions by (owner, request_id) → job id; entries older than

@@ -1,5 +1,6 @@
 // The JobManager test fixture: a fake clock, a SQLite store in a temporary
-// directory, a real WorkerRegistry and fake worker channels, plus the report
+// directory, a real WorkerRegistry and fake worker channels, the job owners
+// wired as the coordinator wires them (JobOwners), plus the report
 // builders the tests share (job_manager_test, job_health_test,
 // job_placement_test, job_failure_classes_test).
 #pragma once
@@ -19,7 +20,7 @@
 #include "absl/strings/str_join.h"
 #include "common/clock.h"
 #include "common/jobspec/job_spec.h"
-#include "coordinator/jobs/job_manager.h"
+#include "coordinator/jobs/job_owners.h"
 #include "coordinator/jobs/rank_progress_testing.h"
 
 namespace trainctl::coordinator {
@@ -97,14 +98,16 @@ class JobManagerTest : public ::testing::Test {
     Open();
   }
   void TearDown() override {
-    jobs_.reset();
+    jobs_ = nullptr;
+    owners_.reset();
     registry_.reset();
     store_.reset();
     std::string cmd = "rm -rf " + dir_;
     (void)std::system(cmd.c_str());
   }
   void Open() {
-    jobs_.reset();
+    jobs_ = nullptr;
+    owners_.reset();
     registry_.reset();
     store_.reset();
     auto s = StateStore::Open(dir_ + "/state.db");
@@ -120,7 +123,8 @@ class JobManagerTest : public ::testing::Test {
     jo.preflight = preflight_;
     jo.restart_backoff = restart_backoff_;
     jo.refuse_unschedulable = refuse_unschedulable_;
-    jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), &hub_, &clock_, jo);
+    owners_ = std::make_unique<JobOwners>(store_.get(), registry_.get(), &hub_, &clock_, jo);
+    jobs_ = &owners_->manager;
     auto snap = store_->LoadAll();
     ASSERT_TRUE(snap.ok()) << snap.status();
     registry_->Recover(snap->workers);
@@ -179,11 +183,11 @@ class JobManagerTest : public ::testing::Test {
     r.set_job_id(job);
     r.set_attempt(attempt);
     r.mutable_info()->set_gloo_store_address("127.0.0.1:29500");
-    return jobs_->OnRendezvous(worker, r);
+    return owners_->starter.OnRendezvous(worker, r);
   }
 
   v1::Job Get(const std::string& id) {
-    auto j = jobs_->Get(id);
+    auto j = owners_->queries.Get(id);
     EXPECT_TRUE(j.ok()) << j.status();
     return *j;
   }
@@ -240,7 +244,7 @@ class JobManagerTest : public ::testing::Test {
     ASSERT_TRUE(registry_->Heartbeat(alive, alive_ch).ok());
     clock_.Advance(absl::Seconds(2));  // `lost` silent for 4 s > 3 s lease.
     ASSERT_EQ(registry_->ExpireLeases(), std::vector<std::string>{lost});
-    jobs_->OnWorkerLost(lost);
+    owners_->health.OnWorkerLost(lost);
     ASSERT_TRUE(Status(alive, job, 1, alive_rank, v1::RANK_STATE_STOPPED).ok());
   }
 
@@ -262,7 +266,8 @@ class JobManagerTest : public ::testing::Test {
   MetricsHub hub_;
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<WorkerRegistry> registry_;
-  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<JobOwners> owners_;
+  JobManager* jobs_ = nullptr;  // &owners_->manager
   std::vector<std::unique_ptr<FakeChannel>> channels_;
   FakeChannel* a_ = nullptr;
   FakeChannel* b_ = nullptr;

@@ -72,7 +72,7 @@ TEST_F(JobManagerTest, WholeLifeWithRendezvousMetricsAndEvents) {
   end->set_step(4);
   end->set_steps_per_epoch(4);
   end->mutable_eval()->set_accuracy(0.75);
-  ASSERT_TRUE(jobs_->OnMetrics("a", batch).ok());
+  ASSERT_TRUE(owners_->ingest.OnMetrics("a", batch).ok());
   v1::Job j = Get(id);
   EXPECT_EQ(j.progress().step(), 2) << "the slowest rank";
   EXPECT_EQ(j.progress().samples_seen(), 128);
@@ -132,7 +132,7 @@ TEST_F(JobManagerTest, WholeLifeWithRendezvousMetricsAndEvents) {
   std::vector<std::string> types;
   for (const auto& e : *events) types.push_back(e.type());
   EXPECT_THAT(types, ::testing::ElementsAre("submitted", "scheduled", "running", "epoch_end", "succeeded"));
-  EXPECT_TRUE(jobs_->BusySlots("a").empty());
+  EXPECT_TRUE(owners_->queries.BusySlots("a").empty());
 }
 
 // A script's points carry only what it reported: the summary and the
@@ -150,7 +150,7 @@ TEST_F(JobManagerTest, AScriptsPartialPointsAndEvalReportsFoldIntoTheSummary) {
     batch.set_job_id(id);
     batch.set_attempt(1);
     for (v1::MetricPoint& p : points) *batch.add_points() = std::move(p);
-    ASSERT_TRUE(jobs_->OnMetrics("a", batch).ok());
+    ASSERT_TRUE(owners_->ingest.OnMetrics("a", batch).ok());
   };
   auto point = [](v1::MetricPoint::Kind kind, int step) {
     v1::MetricPoint p;
@@ -244,7 +244,7 @@ TEST_F(JobManagerTest, ARetriedSubmitWithTheSameRequestIdReturnsTheFirstJob) {
   auto after_restart = jobs_->Submit(Spec(2), "ann", "tok-ann", "req-1");
   ASSERT_TRUE(after_restart.ok());
   EXPECT_EQ(after_restart->id(), first->id());
-  auto listed = jobs_->List(v1::ListJobsRequest());
+  auto listed = owners_->queries.List(v1::ListJobsRequest());
   ASSERT_TRUE(listed.ok());
   EXPECT_EQ(listed->jobs_size(), 3);
   // For a day.
@@ -311,7 +311,7 @@ TEST_F(JobManagerTest, LostWorkerFailsItsRanksAndRestarts) {
   std::vector<std::string> lost = registry_->ExpireLeases();
   ASSERT_EQ(lost, std::vector<std::string>{"b"});
   EXPECT_TRUE(b_->closed);
-  for (const auto& w : lost) jobs_->OnWorkerLost(w);
+  for (const auto& w : lost) owners_->health.OnWorkerLost(w);
   v1::Job j = Get(id);
   EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
   EXPECT_EQ(j.attempts(0).ranks(1).exit().kind(), v1::FAILURE_KIND_WORKER_LOST);
@@ -334,7 +334,7 @@ TEST_F(JobManagerTest, BrokenSessionIsLostAfterTheDisconnectGraceUnlessItReconne
   EXPECT_TRUE(registry_->ExpireLeases().empty());
   clock_.Advance(absl::Milliseconds(200));
   ASSERT_EQ(registry_->ExpireLeases(), std::vector<std::string>{"b"});
-  jobs_->OnWorkerLost("b");
+  owners_->health.OnWorkerLost("b");
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING);
   // a's stream breaks too, but a reconnects within the grace: nothing lost.
   registry_->SessionEnded("a", a_, /*left=*/false);
@@ -373,9 +373,9 @@ TEST_F(JobManagerTest, CancelFromEveryState) {
   EXPECT_EQ(j.attempts(0).state(), v1::ATTEMPT_STATE_CANCELLED);
   EXPECT_EQ(a_->Stops().size(), 1u);
   EXPECT_EQ(b_->Stops().size(), 1u);
-  EXPECT_EQ(jobs_->BusySlots("a").size(), 1u);
+  EXPECT_EQ(owners_->queries.BusySlots("a").size(), 1u);
   ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STOPPED).ok());
-  EXPECT_TRUE(jobs_->BusySlots("a").empty());
+  EXPECT_TRUE(owners_->queries.BusySlots("a").empty());
   // SCHEDULED.
   auto s = jobs_->Submit(Spec(1));
   ASSERT_TRUE(s.ok());
@@ -469,7 +469,7 @@ TEST_F(JobManagerTest, BadReportsAreRefusedWithReasons) {
   r.set_job_id(id);
   r.set_attempt(1);
   r.mutable_info()->set_nccl_unique_id(std::string(127, 'x'));
-  EXPECT_THAT(std::string(jobs_->OnRendezvous("a", r).message()), HasSubstr("must be 128 bytes, got 127"));
+  EXPECT_THAT(std::string(owners_->starter.OnRendezvous("a", r).message()), HasSubstr("must be 128 bytes, got 127"));
   v1::JobSpec bad = Spec(1);
   bad.mutable_training()->mutable_optimizer()->set_lr(-1);
   auto s = jobs_->Submit(bad);
@@ -484,18 +484,18 @@ TEST_F(JobManagerTest, ListNewestFirstWithPagesAndStates) {
   ASSERT_TRUE(jobs_->Cancel(ids[1], "").ok());
   v1::ListJobsRequest req;
   req.set_page_size(2);
-  auto page1 = jobs_->List(req);
+  auto page1 = owners_->queries.List(req);
   ASSERT_TRUE(page1.ok());
   ASSERT_EQ(page1->jobs_size(), 2);
   EXPECT_EQ(page1->jobs(0).id(), ids[4]);
   req.set_page_token(page1->next_page_token());
-  auto page2 = jobs_->List(req);
+  auto page2 = owners_->queries.List(req);
   EXPECT_EQ(page2->jobs(0).id(), ids[2]);
   v1::ListJobsRequest cancelled;
   cancelled.add_states(v1::JOB_STATE_CANCELLED);
-  EXPECT_EQ(jobs_->List(cancelled)->jobs_size(), 1);
+  EXPECT_EQ(owners_->queries.List(cancelled)->jobs_size(), 1);
   req.set_page_token("garbage");
-  EXPECT_EQ(jobs_->List(req).status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(owners_->queries.List(req).status().code(), absl::StatusCode::kInvalidArgument);
 }
 
 // Pages end by bytes as well as by count: no ListJobs response can exceed
@@ -510,7 +510,7 @@ TEST_F(JobManagerTest, ListPagesByBytes) {
   std::set<std::string> seen;
   int pages = 0;
   while (true) {
-    auto page = jobs_->List(req);
+    auto page = owners_->queries.List(req);
     ASSERT_TRUE(page.ok()) << page.status();
     ++pages;
     EXPECT_LE(page->ByteSizeLong(), size_t{2} << 20);
@@ -530,8 +530,8 @@ TEST_F(JobManagerTest, GoneWorkersAreForgottenAfterTheirTtl) {
   clock_.Advance(absl::Seconds(4));  // a, b and c all silent past the lease
   std::vector<std::string> lost = registry_->ExpireLeases();
   ASSERT_EQ(lost.size(), 3u);
-  for (const auto& w : lost) jobs_->OnWorkerLost(w);
-  auto holds = [&](const std::string& w) { return !jobs_->BusySlots(w).empty(); };
+  for (const auto& w : lost) owners_->health.OnWorkerLost(w);
+  auto holds = [&](const std::string& w) { return !owners_->queries.BusySlots(w).empty(); };
   EXPECT_TRUE(registry_->ForgetGone(holds).empty()) << "not before the TTL";
   clock_.Advance(registry_->options().gone_ttl);
   // The lost workers' ranks ended (lost with them); none holds a slot.
@@ -642,7 +642,7 @@ TEST_P(FailurePathUnderFaultsTest, AttemptFailsOnceAndTheJobGoesOn) {
       clock_.Advance(absl::Seconds(2));
       ASSERT_TRUE(registry_->Heartbeat("a", a_).ok());
       clock_.Advance(absl::Seconds(2));
-      for (const std::string& w : registry_->ExpireLeases()) jobs_->OnWorkerLost(w);
+      for (const std::string& w : registry_->ExpireLeases()) owners_->health.OnWorkerLost(w);
       break;
     case FailurePath::kHang:
       clock_.Advance(absl::Seconds(61));
@@ -700,7 +700,7 @@ TEST_P(FailurePathUnderFaultsTest, AttemptFailsOnceAndTheJobGoesOn) {
     ASSERT_EQ(j.attempts_size(), 2);
     EXPECT_EQ(j.attempts(1).state(), v1::ATTEMPT_STATE_STARTING);
   }
-  EXPECT_TRUE(jobs_->BusySlots("a").empty() || j.attempts_size() == 2);
+  EXPECT_TRUE(owners_->queries.BusySlots("a").empty() || j.attempts_size() == 2);
   int failed_events = 0, restarting_events = 0;
   for (const std::string& e : StoredEvents(id)) {
     failed_events += absl::StartsWith(e, "attempt_failed@1: ");

@@ -39,7 +39,7 @@ TEST_F(JobManagerTest, CommandJobsRunOnlyOnWorkersThatAllowThem) {
   EXPECT_TRUE(allowing->Starts().back().produce_rendezvous());
 
   // The dry run gives the same answer.
-  auto dry = jobs_->DryRun(CommandSpec(2));
+  auto dry = owners_->queries.DryRun(CommandSpec(2));
   ASSERT_TRUE(dry.ok());
   EXPECT_TRUE(dry->planned().empty());
   EXPECT_THAT(dry->pending_reason(), ::testing::StartsWith("on workers that allow commands: "));
@@ -194,7 +194,7 @@ TEST_F(JobManagerTest, FencingDropsStaleReportsAndFallsBackFromAnUnreadableResum
   const size_t records = j.checkpoints_size();
   EXPECT_EQ(Checkpoint(*jobs_, "b", id, 1, 1, 4, 40, "/w/b/ck4").code(), absl::StatusCode::kAborted);
   EXPECT_EQ(Get(id).checkpoints_size(), static_cast<int>(records));
-  EXPECT_EQ(jobs_->Gauges().stale_reports_refused, 1);
+  EXPECT_EQ(owners_->Gauges().stale_reports_refused, 1);
 
   // Rank 0 cannot read the step-30 copy (a stale rank replaced it): the
   // record is forgotten, the next attempt resumes step 20, no restart counted.
@@ -380,7 +380,7 @@ TEST_F(JobManagerTest, SchedulingNodesSpreadsTheRanksOverThatManyWorkers) {
   spec.mutable_scheduling()->set_nodes(2);
   absl::StatusOr<v1::Job> j = jobs_->Submit(spec);
   ASSERT_TRUE(j.ok()) << j.status();
-  jobs_->Schedule();
+  owners_->placer.Schedule();
   const v1::Job placed = Get(j->id());
   ASSERT_EQ(placed.attempts_size(), 1) << placed.state_reason();
   const v1::Attempt& a = placed.attempts(0);
@@ -410,7 +410,7 @@ TEST_F(JobManagerTest, AJobPendingPastItsTimeoutFailsWithItsPendingReason) {
   spec.mutable_scheduling()->set_pending_timeout_s(30);
   absl::StatusOr<v1::Job> j = jobs_->Submit(spec);
   ASSERT_TRUE(j.ok()) << j.status();
-  jobs_->Schedule();
+  owners_->placer.Schedule();
   clock_.Advance(absl::Seconds(29));
   jobs_->Tick();
   EXPECT_EQ(Get(j->id()).state(), v1::JOB_STATE_PENDING);

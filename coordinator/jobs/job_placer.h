@@ -23,7 +23,7 @@
 // latest checkpoint once slots free. While a victim's ranks are still
 // stopping it is not placed again; it counts as a stopping running job.
 //
-// Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
+// Not thread-safe: built by JobOwners (job_owners.h), on the coordinator's EventLoop.
 #pragma once
 
 #include <array>

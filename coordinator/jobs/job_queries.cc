@@ -130,6 +130,7 @@ JobGauges JobQueries::Gauges() const {
   JobGauges g;
   g.straggler_events = health_->straggler_events();
   g.hangs_detected = health_->hangs_detected();
+  g.preemptions = placer_->preemptions();
   const absl::Time now = clock_->Now();
   for (const auto& [id, e] : book_->entries()) {
     const v1::Job& job = e.job;
@@ -202,6 +203,22 @@ absl::StatusOr<UsageReport> JobQueries::Usage(const UsageFilter& filter,
     report.rows = SumAttempts(attempts, window);
   }
   return report;
+}
+
+absl::StatusOr<UsageReport> JobQueries::Usage(const UsageFilter& filter) const {
+  TRAINCTL_ASSIGN_OR_RETURN(std::vector<v1::AttemptUsage> stored,
+                            store_->LoadAttemptUsage(filter.since, std::min(filter.until, clock_->Now())));
+  return Usage(filter, stored);
+}
+
+absl::StatusOr<std::vector<v1::Event>> JobQueries::Events(const std::string& job_id, int64_t after_seq,
+                                                          int64_t limit) const {
+  return store_->ListEvents(job_id, after_seq, limit);
+}
+
+absl::StatusOr<std::vector<v1::LogLine>> JobQueries::Logs(const std::string& job_id, int32_t attempt,
+                                                          std::optional<int32_t> rank, int64_t tail_lines) const {
+  return store_->ListLogs(job_id, attempt, rank, tail_lines);
 }
 
 }  // namespace trainctl::coordinator

@@ -1,11 +1,15 @@
 // Read-only views of the jobs: one job, pages of jobs (newest first, bounded
 // in count and bytes), a dry run (validation and where the job would run
-// now; nothing stored) and the gauges /metrics shows.
-// Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
+// now; nothing stored), the gauges /metrics shows, usage, busy slots, and a
+// job's stored events and log lines: the services and the dashboard read
+// jobs through here, never the store's job tables.
+// Not thread-safe: built by JobOwners (job_owners.h), on the coordinator's
+// EventLoop.
 #pragma once
 
 #include <cstdint>
 #include <map>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -16,6 +20,7 @@
 #include "coordinator/jobs/job_placer.h"
 #include "coordinator/core/on_loop.h"
 #include "coordinator/jobs/usage_report.h"
+#include "coordinator/store/state_store.h"
 #include "coordinator/workers/worker_registry.h"
 #include "trainctl/v1/job_service.pb.h"
 
@@ -66,8 +71,8 @@ struct QueueUsage {
 class JobQueries {
  public:
   JobQueries(const JobBook* book, const WorkerRegistry* registry, const JobPlacer* placer, const JobHealth* health,
-             const Clock* clock)
-      : book_(book), registry_(registry), placer_(placer), health_(health), clock_(clock) {}
+             StateStore* store, const Clock* clock)
+      : book_(book), registry_(registry), placer_(placer), health_(health), store_(store), clock_(clock) {}
 
   // The job with its pending reason as state_reason while it waits.
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
@@ -76,7 +81,8 @@ class JobQueries {
   // Validates `spec` and shows where the job would run now; stores nothing.
   absl::StatusOr<v1::SubmitJobResponse> DryRun(const v1::JobSpec& spec) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
-  // A snapshot for /metrics (O(jobs + attempts)).
+  // A snapshot for /metrics (O(jobs + attempts)); stale_reports_refused is
+  // the JobManager's (JobOwners::Gauges fills it).
   JobGauges Gauges() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Per queue (a job naming none counts as "default"), the live jobs' use:
   // O(jobs + ranks of current attempts). Queues without a live job are
@@ -90,12 +96,30 @@ class JobQueries {
   // O(jobs + attempts).
   absl::StatusOr<UsageReport> Usage(const UsageFilter& filter, const std::vector<v1::AttemptUsage>& stored) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // The same over the store's attempt records of the window (read here, on
+  // the loop: a rare query).
+  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Slot indices of `worker_id` running a rank that has not ended.
+  std::vector<int> BusySlots(const std::string& worker_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return book_->BusySlots(worker_id);
+  }
+  // A job's stored events with seq > `after_seq`, ascending, at most `limit`
+  // (<= 0: no limit). Unknown jobs have none.
+  absl::StatusOr<std::vector<v1::Event>> Events(const std::string& job_id, int64_t after_seq, int64_t limit) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // A job's stored log lines of attempt `attempt` (taken literally: 0 is no
+  // attempt), per rank in order, ranks ascending; `rank` empty = every rank;
+  // `tail_lines` > 0 keeps only the last that many per rank.
+  absl::StatusOr<std::vector<v1::LogLine>> Logs(const std::string& job_id, int32_t attempt,
+                                                std::optional<int32_t> rank, int64_t tail_lines) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
   const JobBook* book_;
   const WorkerRegistry* registry_;
   const JobPlacer* placer_;
   const JobHealth* health_;
+  StateStore* store_;
   const Clock* clock_;
 };
 

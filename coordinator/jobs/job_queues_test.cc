@@ -19,7 +19,7 @@ class JobQueuesTest : public JobManagerTest {
   // Queues a and b in cohort "c", 2 CPU slots of nominal quota each.
   void TwoQueuesInACohort() {
     queues_ = {Queue("a", 2, "c"), Queue("b", 2, "c")};
-    jobs_->SetQueueSource([this] { return queues_; });
+    owners_->placer.SetQueueSource([this] { return queues_; });
   }
   static scheduler::QueueSpec Queue(const std::string& name, int cpu, const std::string& cohort = "") {
     scheduler::QueueSpec q;
@@ -49,7 +49,7 @@ class JobQueuesTest : public JobManagerTest {
 
 TEST_F(JobQueuesTest, AQueuesQuotaHoldsAJobBackWhileSlotsAreFree) {
   queues_ = {Queue("a", 2)};
-  jobs_->SetQueueSource([this] { return queues_; });
+  owners_->placer.SetQueueSource([this] { return queues_; });
   AddWorker("w1", 4);
   const std::string first = Submit(2, "a");
   const std::string second = Submit(2, "a");
@@ -84,14 +84,14 @@ TEST_F(JobQueuesTest, ABorrowerIsPreemptedWhenTheLenderNeedsItsQuotaAndResumesLa
   const std::string borrower = Submit(4, "b");
   ASSERT_EQ(Get(borrower).state(), v1::JOB_STATE_SCHEDULED) << Get(borrower).state_reason();
   AllRanks(borrower, 1, v1::RANK_STATE_RUNNING);
-  EXPECT_EQ(jobs_->Gauges().preemptions, 0);
-  const int64_t passes = jobs_->SchedulerPassLatency().count();
+  EXPECT_EQ(owners_->Gauges().preemptions, 0);
+  const int64_t passes = owners_->placer.pass_latency().count();
   EXPECT_GE(passes, 1) << "the pass that placed the borrower was timed";
 
   // a submits within its quota: b's job is preempted, a's waits for its slots.
   const std::string owner = Submit(2, "a");
-  EXPECT_EQ(jobs_->Gauges().preemptions, 1) << "/metrics' trainctl_preemptions_total";
-  EXPECT_GT(jobs_->SchedulerPassLatency().count(), passes);
+  EXPECT_EQ(owners_->Gauges().preemptions, 1) << "/metrics' trainctl_preemptions_total";
+  EXPECT_GT(owners_->placer.pass_latency().count(), passes);
   v1::Job victim = Get(borrower);
   EXPECT_EQ(victim.state(), v1::JOB_STATE_RESTARTING);
   EXPECT_THAT(victim.state_reason(), HasSubstr("preempted for job " + owner));
@@ -142,7 +142,7 @@ TEST_F(JobQueuesTest, ABorrowerIsPreemptedWhenTheLenderNeedsItsQuotaAndResumesLa
 
 TEST_F(JobQueuesTest, AHigherPriorityJobPreemptsALowerOneOfItsOwnQueue) {
   queues_ = {Queue("a", 2)};
-  jobs_->SetQueueSource([this] { return queues_; });
+  owners_->placer.SetQueueSource([this] { return queues_; });
   AddWorker("w1", 2);
   const std::string low = Submit(2, "a", /*priority=*/0);
   AllRanks(low, 1, v1::RANK_STATE_RUNNING);
@@ -158,7 +158,7 @@ TEST_F(JobQueuesTest, AHigherPriorityJobPreemptsALowerOneOfItsOwnQueue) {
 
 TEST_F(JobQueuesTest, UsageDecaysWithItsHalfLife) {
   queues_ = {Queue("a", 4), Queue("b", 4)};
-  jobs_->SetQueueSource([this] { return queues_; });
+  owners_->placer.SetQueueSource([this] { return queues_; });
   AddWorker("w1", 4);
   const std::string job = Submit(2, "a");
   AllRanks(job, 1, v1::RANK_STATE_RUNNING);
@@ -166,7 +166,7 @@ TEST_F(JobQueuesTest, UsageDecaysWithItsHalfLife) {
   clock_.Advance(absl::Seconds(10));
   jobs_->Tick();
   // 2 slots for 10 s with a one-hour half-life: ~20 slot-seconds.
-  const auto& usage = jobs_->FairShareUsage();
+  const auto& usage = owners_->placer.usage();
   ASSERT_TRUE(usage.contains("a"));
   const double after = usage.at("a")[1];
   EXPECT_NEAR(after, 20.0, 0.1);
@@ -176,10 +176,10 @@ TEST_F(JobQueuesTest, UsageDecaysWithItsHalfLife) {
   ASSERT_TRUE(jobs_->Cancel(job, "done").ok());
   AllRanks(job, 1, v1::RANK_STATE_STOPPED);
   jobs_->Tick();
-  const double at_end = jobs_->FairShareUsage().at("a")[1];
+  const double at_end = owners_->placer.usage().at("a")[1];
   clock_.Advance(absl::Hours(1));
   jobs_->Tick();
-  EXPECT_NEAR(jobs_->FairShareUsage().at("a")[1], at_end / 2, 1e-6);
+  EXPECT_NEAR(owners_->placer.usage().at("a")[1], at_end / 2, 1e-6);
 }
 
 // Issue #48: the usage is written to the store on the tick and read back by
@@ -187,14 +187,14 @@ TEST_F(JobQueuesTest, UsageDecaysWithItsHalfLife) {
 // the time no coordinator ran; it still orders the queues.
 TEST_F(JobQueuesTest, ARestartReloadsTheUsageFromTheStore) {
   queues_ = {Queue("a", -1), Queue("b", -1)};
-  jobs_->SetQueueSource([this] { return queues_; });
+  owners_->placer.SetQueueSource([this] { return queues_; });
   AddWorker("w1", 4);
   const std::string job = Submit(2, "a");
   AllRanks(job, 1, v1::RANK_STATE_RUNNING);
   jobs_->Tick();
   clock_.Advance(absl::Seconds(30));
   jobs_->Tick();  // more than the save interval (10 s) since the first write
-  const double before = jobs_->FairShareUsage().at("a")[1];
+  const double before = owners_->placer.usage().at("a")[1];
   EXPECT_NEAR(before, 60, 0.5) << "2 slots for 30 s";
   auto stored = store_->LoadFairShare();
   ASSERT_TRUE(stored.ok()) << stored.status();
@@ -207,9 +207,9 @@ TEST_F(JobQueuesTest, ARestartReloadsTheUsageFromTheStore) {
   // The coordinator restarts an hour (one half-life) later.
   clock_.Advance(absl::Hours(1));
   Open();
-  jobs_->SetQueueSource([this] { return queues_; });
-  ASSERT_TRUE(jobs_->FairShareUsage().contains("a"));
-  EXPECT_NEAR(jobs_->FairShareUsage().at("a")[1], before / 2, 0.5);
+  owners_->placer.SetQueueSource([this] { return queues_; });
+  ASSERT_TRUE(owners_->placer.usage().contains("a"));
+  EXPECT_NEAR(owners_->placer.usage().at("a")[1], before / 2, 0.5);
 
   // a's reloaded usage puts b first: a's job, older, waits. (A job of a
   // third queue fills w1 first: both jobs wait for w2, and one pass places
@@ -225,7 +225,7 @@ TEST_F(JobQueuesTest, ARestartReloadsTheUsageFromTheStore) {
 
 TEST_F(JobQueuesTest, UsageSumsSlotSecondsUpToNowAndRefusesASinceAfterIt) {
   queues_ = {Queue("a", 4), Queue("b", 4)};
-  jobs_->SetQueueSource([this] { return queues_; });
+  owners_->placer.SetQueueSource([this] { return queues_; });
   AddWorker("w1", 4);
   const std::string a = Submit(2, "a");
   const std::string b = Submit(1, "b");
@@ -235,7 +235,7 @@ TEST_F(JobQueuesTest, UsageSumsSlotSecondsUpToNowAndRefusesASinceAfterIt) {
   ASSERT_EQ(Get(waiting).state(), v1::JOB_STATE_PENDING);
   clock_.Advance(absl::Seconds(10));
 
-  absl::StatusOr<UsageReport> r = jobs_->Usage(UsageFilter{});
+  absl::StatusOr<UsageReport> r = owners_->queries.Usage(UsageFilter{});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->until, clock_.Now());
   ASSERT_EQ(r->rows.size(), 2u);
@@ -249,13 +249,13 @@ TEST_F(JobQueuesTest, UsageSumsSlotSecondsUpToNowAndRefusesASinceAfterIt) {
   UsageFilter f;
   f.queue = "b";
   f.since = clock_.Now() - absl::Seconds(4);
-  r = jobs_->Usage(f);
+  r = owners_->queries.Usage(f);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->rows.size(), 1u);
   EXPECT_NEAR(r->rows[0].slot_seconds, 4, 1e-6);
 
   f.since = clock_.Now() + absl::Seconds(1);
-  r = jobs_->Usage(f);
+  r = owners_->queries.Usage(f);
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(r.status().message()), HasSubstr("since: "));
 }
@@ -282,7 +282,7 @@ TEST_F(JobQueuesTest, APreemptedAttemptsUsageEndsWhenItsLastRankExited) {
   clock_.Advance(absl::Seconds(3));
   UsageFilter by_attempt;
   by_attempt.by = v1::USAGE_GROUPING_ATTEMPT;
-  absl::StatusOr<UsageReport> r = jobs_->Usage(by_attempt);
+  absl::StatusOr<UsageReport> r = owners_->queries.Usage(by_attempt);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->attempts.size(), 1u);
   EXPECT_EQ(r->attempts[0].state(), "preempted");
@@ -331,7 +331,7 @@ TEST_F(JobQueuesTest, APreemptedAttemptsUsageEndsWhenItsLastRankExited) {
   UsageFilter by_queue;
   by_queue.by = v1::USAGE_GROUPING_QUEUE;
   by_queue.queue = "b";
-  r = jobs_->Usage(by_queue);
+  r = owners_->queries.Usage(by_queue);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->rows.size(), 1u);
   EXPECT_NEAR(r->rows[0].slot_seconds, 60, 1e-6);
@@ -341,12 +341,12 @@ TEST_F(JobQueuesTest, APreemptedAttemptsUsageEndsWhenItsLastRankExited) {
   // A window before the record's end clips it; until must be after since.
   UsageFilter early = by_queue;
   early.until = placed + absl::Seconds(12);
-  r = jobs_->Usage(early);
+  r = owners_->queries.Usage(early);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->rows.size(), 1u);
   EXPECT_NEAR(r->rows[0].slot_seconds, 48, 1e-6);
   early.since = early.until;
-  EXPECT_THAT(std::string(jobs_->Usage(early).status().message()), HasSubstr("until: "));
+  EXPECT_THAT(std::string(owners_->queries.Usage(early).status().message()), HasSubstr("until: "));
 }
 
 // A cancelled attempt too: its record ends when its last rank stopped, and
@@ -378,7 +378,7 @@ TEST_F(JobQueuesTest, ACancelledAttemptsUsageEndsWhenItsLastRankStopped) {
   EXPECT_EQ((*stored)[0].ranks_measured(), 0);
   UsageFilter by_job;
   by_job.by = v1::USAGE_GROUPING_JOB;
-  absl::StatusOr<UsageReport> r = jobs_->Usage(by_job);
+  absl::StatusOr<UsageReport> r = owners_->queries.Usage(by_job);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->rows.size(), 1u);
   EXPECT_EQ(r->rows[0].job_id, job);
@@ -393,7 +393,7 @@ TEST_F(JobQueuesTest, APerOwnerLimitHoldsAnOwnersThirdJobWhileAnotherOwnersRuns)
   scheduler::QueueSpec q = Queue("a", -1);
   q.max_running_jobs_per_owner = 2;
   queues_ = {q};
-  jobs_->SetQueueSource([this] { return queues_; });
+  owners_->placer.SetQueueSource([this] { return queues_; });
   auto submit = [&](const std::string& owner, int size) {
     v1::JobSpec spec = Spec(size);
     spec.set_queue("a");

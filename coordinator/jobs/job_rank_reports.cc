@@ -63,7 +63,7 @@ absl::Status JobManager::FailAttempt(JobEntry& e, v1::Job next, std::vector<JobE
   RanksByWorker to_stop =
       BuildAttemptFailure(next, events, clock_->Now(), kind, reason, failed_rank, options_.restart_backoff);
   const int32_t restarts = next.restarts();
-  TRAINCTL_RETURN_IF_ERROR(book_.Commit(e, std::move(next), std::move(events)));
+  TRAINCTL_RETURN_IF_ERROR(book_->Commit(e, std::move(next), std::move(events)));
   // A counted restart waits its backoff (a rollback, a resume fallback or an
   // elastic resize does not).
   if (restarts > restarts_before && options_.restart_backoff > absl::ZeroDuration()) {
@@ -77,7 +77,7 @@ absl::Status JobManager::FailAttempt(JobEntry& e, v1::Job next, std::vector<JobE
   // (docs/failures.md#hangs): a second is plenty for faulthandler.
   StopHow how;
   if (kind == v1::FAILURE_KIND_HANG && e.job.spec().has_command()) how.stack_dump = absl::Seconds(1);
-  starter_.StopAll(e.job.id(), CurrentAttempt(e.job)->number(), to_stop, "a peer rank failed", how);
+  starter_->StopAll(e.job.id(), CurrentAttempt(e.job)->number(), to_stop, "a peer rank failed", how);
   return absl::OkStatus();
 }
 
@@ -97,7 +97,7 @@ bool JobManager::SettleEndedAttempt(JobEntry& e) {
   if (failed == nullptr) {
     MarkSucceeded(next, *a, clock_->Now());
     int32_t number = a->number();
-    s = book_.Commit(e, std::move(next), {{"succeeded", "every rank finished training", number}});
+    s = book_->Commit(e, std::move(next), {{"succeeded", "every rank finished training", number}});
   } else {
     std::string reason = DescribeExit(*failed, failed->exit());
     s = FailAttempt(e, std::move(next), {}, failed->exit().kind(), reason, failed->rank());
@@ -134,7 +134,7 @@ std::optional<std::string> JobManager::LostPeer(const v1::Attempt& a, const std:
 absl::Status JobManager::ApplyRankStatus(const std::string& worker_id, const v1::RankStatus& st, bool may_hold) {
   TRAINCTL_RETURN_IF_ERROR(ValidateRankStatus(st));
   v1::Attempt* a_mem = nullptr;
-  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, book_.ForWorker(worker_id, st.job_id(), st.attempt(), st.rank(),
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, book_->ForWorker(worker_id, st.job_id(), st.attempt(), st.rank(),
                                                           IsTerminal(st.state()), &a_mem));
   const bool current = st.attempt() == e->job.attempts_size();
   const v1::RankAssignment& r_mem = a_mem->ranks(st.rank());
@@ -157,7 +157,7 @@ absl::Status JobManager::ApplyRankStatus(const std::string& worker_id, const v1:
   if (IsTerminal(st.state())) *r->mutable_exit() = st.exit();
   switch (st.state()) {
     case v1::RANK_STATE_STARTING:
-      return book_.Commit(*e, std::move(next), {});
+      return book_->Commit(*e, std::move(next), {});
     case v1::RANK_STATE_RUNNING:
       return ApplyRankRunning(*e, std::move(next), now);
     case v1::RANK_STATE_SUCCEEDED:
@@ -173,7 +173,7 @@ absl::Status JobManager::ApplyRankStatus(const std::string& worker_id, const v1:
 absl::Status JobManager::ApplyEndOfEndedAttempt(const std::string& worker_id, const v1::RankStatus& st, JobEntry& e,
                                                 v1::Job next) {
   if (!IsTerminal(st.state())) {
-    starter_.Stop(worker_id, st.job_id(), st.attempt(), {st.rank()}, "attempt already ended");
+    starter_->Stop(worker_id, st.job_id(), st.attempt(), {st.rank()}, "attempt already ended");
     return absl::AbortedError(absl::StrCat("attempt ", st.attempt(), " of job ", st.job_id(), " ended"));
   }
   v1::RankAssignment* r = next.mutable_attempts(st.attempt() - 1)->mutable_ranks(st.rank());
@@ -182,14 +182,14 @@ absl::Status JobManager::ApplyEndOfEndedAttempt(const std::string& worker_id, co
   // A hung script's rank: the stacks it dumped as it was stopped (its log
   // lines went before its end) become an event beside the `hang` one.
   std::vector<JobEvent> events;
-  if (std::vector<std::string> stacks = ingest_.TakeStackDump(st.job_id(), st.attempt(), st.rank());
+  if (std::vector<std::string> stacks = ingest_->TakeStackDump(st.job_id(), st.attempt(), st.rank());
       !stacks.empty()) {
     events.push_back({"stacks",
                       absl::StrCat("rank ", st.rank(), "'s Python stacks when the hang was found:\n",
                                    absl::StrJoin(stacks, "\n")),
                       st.attempt(), st.rank()});
   }
-  TRAINCTL_RETURN_IF_ERROR(book_.Commit(e, std::move(next), std::move(events)));
+  TRAINCTL_RETURN_IF_ERROR(book_->Commit(e, std::move(next), std::move(events)));
   RequestSchedule();
   return absl::OkStatus();
 }
@@ -212,7 +212,7 @@ absl::Status JobManager::ApplyRankRunning(JobEntry& e, v1::Job next, absl::Time 
     }
     events.push_back({"running", absl::StrCat("all ", a->ranks_size(), " ranks ready"), a->number()});
   }
-  return book_.Commit(e, std::move(next), std::move(events));
+  return book_->Commit(e, std::move(next), std::move(events));
 }
 
 absl::Status JobManager::ApplyRankSucceeded(JobEntry& e, v1::Job next, absl::Time now) {
@@ -224,7 +224,7 @@ absl::Status JobManager::ApplyRankSucceeded(JobEntry& e, v1::Job next, absl::Tim
     MarkSucceeded(next, *a, now);
     events.push_back({"succeeded", "every rank finished training", a->number()});
   }
-  TRAINCTL_RETURN_IF_ERROR(book_.Commit(e, std::move(next), std::move(events)));
+  TRAINCTL_RETURN_IF_ERROR(book_->Commit(e, std::move(next), std::move(events)));
   if (all) RequestSchedule();
   return absl::OkStatus();
 }
@@ -270,7 +270,7 @@ absl::Status JobManager::OnFinalModel(const std::string& worker_id, const v1::Fi
   TRAINCTL_RETURN_IF_ERROR(ValidateFinalModel(rep));
   v1::Attempt* a = nullptr;
   absl::StatusOr<JobEntry*> found =
-      book_.ForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(), /*allow_stale=*/false, &a);
+      book_->ForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(), /*allow_stale=*/false, &a);
   if (!found.ok()) return RefuseIfStale(found.status(), worker_id, "final_model", rep.job_id(), rep.attempt());
   JobEntry* e = *found;
   TRAINCTL_RETURN_IF_ERROR(CheckArtifactPath(e->job, rep.path(), /*final_model=*/true, "final_model.path"));
@@ -283,7 +283,7 @@ absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::Ch
   TRAINCTL_RETURN_IF_ERROR(ValidateReportedCheckpoint(rep.record()));
   v1::Attempt* a_mem = nullptr;
   absl::StatusOr<JobEntry*> found =
-      book_.ForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(), /*allow_stale=*/false, &a_mem);
+      book_->ForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(), /*allow_stale=*/false, &a_mem);
   if (!found.ok()) return RefuseIfStale(found.status(), worker_id, "checkpoint", rep.job_id(), rep.attempt());
   JobEntry* e = *found;
   TRAINCTL_RETURN_IF_ERROR(
@@ -301,7 +301,7 @@ absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::Ch
   SetTimestamp(clock_->Now(), r.mutable_time());
   std::vector<v1::CheckpointRecord> dropped;
   std::string msg = AddCheckpointRecord(next, r, &dropped);
-  TRAINCTL_RETURN_IF_ERROR(book_.Commit(*e, std::move(next), {{"checkpoint", msg, rep.attempt(), rep.rank()}}));
+  TRAINCTL_RETURN_IF_ERROR(book_->Commit(*e, std::move(next), {{"checkpoint", msg, rep.attempt(), rep.rank()}}));
   // The files of the records checkpoint.keep no longer keeps go, deleted by
   // the worker that reported each (ranks delete none: fencing). A command
   // job's program owns its own files. Ordered only once the record that
@@ -309,11 +309,11 @@ absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::Ch
   // commit, never when it rolls back), so that a crash at any moment leaves
   // the newest stored checkpoint's files on disk.
   if (!e->job.spec().has_command() && !dropped.empty()) {
-    book_.AfterCommit([this, id = e->job.id(), dropped = std::move(dropped)]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    book_->AfterCommit([this, id = e->job.id(), dropped = std::move(dropped)]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
       DropCheckpointFiles(id, dropped);
     });
   }
-  placer_.MaybeGrow(*e, r);
+  placer_->MaybeGrow(*e, r);
   return absl::OkStatus();
 }
 

@@ -69,7 +69,7 @@ TEST_F(JobResourcesTest, TheSecondJobWaitsForMemoryWithTheReasonAndStartsWhenThe
   EXPECT_THAT(waiting.state_reason(), HasSubstr("4 GiB of 16 GiB memory free"));
   // The same reason in the job list (trainctl list / status read it there).
   v1::ListJobsRequest req;
-  auto list = jobs_->List(req);
+  auto list = owners_->queries.List(req);
   ASSERT_TRUE(list.ok()) << list.status();
   bool listed = false;
   for (const v1::Job& j : list->jobs()) {

@@ -68,8 +68,8 @@ TEST_F(JobRuntimeTest, AJobPastItsLimitIsStoppedAsAPreemptionAndEndsTimeout) {
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_TIMEOUT);
   ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STOPPED).ok());
   ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_STOPPED).ok());
-  EXPECT_TRUE(jobs_->BusySlots("a").empty());
-  EXPECT_TRUE(jobs_->BusySlots("b").empty());
+  EXPECT_TRUE(owners_->queries.BusySlots("a").empty());
+  EXPECT_TRUE(owners_->queries.BusySlots("b").empty());
 
   // Terminal: a cancel is refused, later ticks change nothing, and a
   // coordinator restart reads it back as it was.
@@ -98,7 +98,7 @@ TEST_F(JobRuntimeTest, RestartsDoNotResetTheClockAndTheWaitBetweenAttemptsDoesNo
   jobs_->Tick();
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RESTARTING) << Get(id).state_reason();
   ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STOPPED).ok());
-  jobs_->Schedule();
+  owners_->placer.Schedule();
   ASSERT_EQ(Get(id).attempts_size(), 2) << Get(id).state_reason();
   ASSERT_TRUE(Rendezvous("a", id, 2).ok());
   ASSERT_TRUE(Status("a", id, 2, 0, v1::RANK_STATE_RUNNING).ok());
@@ -135,7 +135,7 @@ TEST_F(JobRuntimeTest, ARestartingJobWhoseTimeIsUsedUpEndsTimeoutWithoutAnotherA
   ASSERT_EQ(j.state(), v1::JOB_STATE_TIMEOUT) << j.state_reason();
   EXPECT_EQ(j.attempts_size(), 1);
   ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_STOPPED).ok());
-  jobs_->Schedule();
+  owners_->placer.Schedule();
   EXPECT_EQ(Get(id).attempts_size(), 1) << "never placed again";
 }
 

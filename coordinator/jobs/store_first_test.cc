@@ -26,7 +26,7 @@ class StoreFirstTest : public JobManagerTest {
  protected:
   // A ledger as the coordinator makes it (coordinator_server.cc).
   std::unique_ptr<TelemetryLedger> NewLedger() {
-    return std::make_unique<TelemetryLedger>(store_.get(), jobs_->group_memory());
+    return std::make_unique<TelemetryLedger>(store_.get(), &owners_->book);
   }
 
   // A 2-rank job on a and b keeping one checkpoint per worker, RUNNING,
@@ -122,8 +122,8 @@ TEST_F(StoreFirstTest, AFailedCommitLeavesEverythingAsStoredAndTheRetryAppliesOn
   // ends, both ranks' epoch-2 checkpoints (keep 1: epoch 1's would go), and
   // both ranks' success.
   std::vector<TelemetryLedger::Item> batch = {
-      {"a", 2, [&] { return jobs_->OnMetrics("a", EpochPoints(id, 0)); }},
-      {"a", 3, [&] { return jobs_->OnMetrics("a", EpochPoints(id, 1)); }},
+      {"a", 2, [&] { return owners_->ingest.OnMetrics("a", EpochPoints(id, 0)); }},
+      {"a", 3, [&] { return owners_->ingest.OnMetrics("a", EpochPoints(id, 1)); }},
       {"a", 4, [&] { return Checkpoint(*jobs_, "a", id, 1, 0, 2, 20, "/wa"); }},
       {"b", 2, [&] { return Checkpoint(*jobs_, "b", id, 1, 1, 2, 20, "/wb"); }},
       {"a", 5, [&] { return Status("a", id, 1, 0, v1::RANK_STATE_SUCCEEDED); }},
@@ -240,8 +240,8 @@ TEST_F(StoreFirstTest, AnUnstoredCheckpointRecordNeverDeletesAStoredOne) {
 
   // Another worker's report commits: it releases nothing of the failed groups.
   store_->SetWriteFaultForTest(nullptr);
-  ASSERT_EQ(ledger->ApplyBatch({{"b", 2, [&] { return jobs_->OnMetrics("b", EpochPoints(id, 0, 1)); }}}).outcome,
-            Outcome::kApplied);
+  TelemetryLedger::Item metrics = {"b", 2, [&] { return owners_->ingest.OnMetrics("b", EpochPoints(id, 0, 1)); }};
+  ASSERT_EQ(ledger->ApplyBatch({metrics}).outcome, Outcome::kApplied);
   EXPECT_TRUE(Drops(a_).empty());
 
   // The coordinator is killed now: what it will resume from is the stored

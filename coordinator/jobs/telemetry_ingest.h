@@ -7,7 +7,7 @@
 // persisted with the next Commit, published now; an epoch's end is an event
 // and so a Commit.
 //
-// Not thread-safe: owned by the JobManager, on the coordinator's EventLoop.
+// Not thread-safe: built by JobOwners (job_owners.h), on the coordinator's EventLoop.
 #pragma once
 
 #include <string>

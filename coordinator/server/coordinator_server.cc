@@ -52,7 +52,7 @@ absl::Status CoordinatorServer::ServeHttp() {
         "--http-listen: ", options_.http_listen, " is not a loopback address and no TLS certificate is set: "
         "the dashboard would take tokens in clear text; serve TLS (--tls-dir) or pass --insecure"));
   }
-  Dashboard::Deps deps{&loop_, store_.get(), registry_.get(), jobs_.get(), tokens_.get()};
+  Dashboard::Deps deps{&loop_, store_.get(), registry_.get(), &job_owners_->queries, tokens_.get()};
   deps.refusals = &http_refusals_;
   deps.secure_cookie = http_.tls();
   deps.sign_in = sign_in_.get();
@@ -76,10 +76,9 @@ absl::Status CoordinatorServer::RecoverOwners() {
   TRAINCTL_ASSIGN_OR_RETURN(StoreSnapshot snapshot, store_->LoadAll());
   registry_ = std::make_unique<WorkerRegistry>(store_.get(), options_.clock, options_.registry);
   registry_->BindToLoop(&loop_);
-  jobs_ = std::make_unique<JobManager>(store_.get(), registry_.get(), &hub_, options_.clock,
-                                       options_.jobs);
-  jobs_->BindToLoop(&loop_);
-  jobs_->SetDeferral([this](std::function<void()> fn) {
+  job_owners_ = std::make_unique<JobOwners>(store_.get(), registry_.get(), &hub_, options_.clock, options_.jobs);
+  job_owners_->BindToLoop(&loop_);
+  job_owners_->placer.SetDeferral([this](std::function<void()> fn) {
     loop_.Post([this, fn = std::move(fn)] {
       AssertOnLoop(&loop_, "a deferred scheduling pass");
       fn();
@@ -88,11 +87,11 @@ absl::Status CoordinatorServer::RecoverOwners() {
   queues_ = std::make_unique<QueueRegistry>(store_.get(), options_.clock);
   queues_->BindToLoop(&loop_);
   // The placer reads the queues at every pass (docs/queues.md).
-  jobs_->SetQueueSource([this] {
+  job_owners_->placer.SetQueueSource([this] {
     AssertOnLoop(&loop_, "the placer's queue source");
     return queues_->Specs();
   });
-  telemetry_ = std::make_unique<TelemetryLedger>(store_.get(), jobs_->group_memory());
+  telemetry_ = std::make_unique<TelemetryLedger>(store_.get(), &job_owners_->book);
   tokens_ = std::make_unique<TokenAuthority>(store_.get(), options_.clock);
   TRAINCTL_RETURN_IF_ERROR(tokens_->Load());
   if (options_.admin_token.empty()) options_.admin_token = auth::NewSecret("admin");
@@ -103,14 +102,15 @@ absl::Status CoordinatorServer::RecoverOwners() {
     recovered = queues_->Load();
     if (!recovered.ok()) return;
     registry_->Recover(snapshot.workers);
-    recovered = jobs_->Recover(snapshot);
+    recovered = job_owners_->manager.Recover(snapshot);
     telemetry_->Recover(snapshot);
   });
   return recovered;
 }
 
 void CoordinatorServer::MakeServices() {
-  ServiceContext ctx{&loop_, store_.get(), registry_.get(), jobs_.get(), &hub_};
+  ServiceContext ctx{&loop_, store_.get(), registry_.get(), nullptr, &hub_};
+  ctx.SetJobOwners(job_owners_.get());
   ctx.telemetry = telemetry_.get();
   ctx.auth = tokens_.get();
   ctx.queues = queues_.get();
@@ -233,11 +233,11 @@ void CoordinatorServer::StartHousekeeping() {
       lease_unconfirmed_ = false;
       LogEvent(LogLevel::kInfo, "coordinator", "lease_confirmed", {{"then", "acting as the active coordinator again"}});
     }
-    for (const std::string& id : registry_->ExpireLeases()) jobs_->OnWorkerLost(id);
-    jobs_->Tick();
+    for (const std::string& id : registry_->ExpireLeases()) job_owners_->health.OnWorkerLost(id);
+    job_owners_->manager.Tick();
     fetches_->Expire();
     registry_->ForgetGone([this](const std::string& id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-      return !jobs_->BusySlots(id).empty();
+      return !job_owners_->queries.BusySlots(id).empty();
     });
   });
   // Code archives no job names, past their grace (one indexed statement).
@@ -424,10 +424,10 @@ std::string CoordinatorServer::MetricsPage() {
   auto done = std::make_shared<absl::Notification>();
   loop_.Post([this, snap, done] {
     AssertOnLoop(&loop_, "the /metrics snapshot");
-    snap->jobs = jobs_->Gauges();
+    snap->jobs = job_owners_->Gauges();
     for (const v1::Worker& w : registry_->List(/*include_gone=*/true)) ++snap->workers[w.state()];
-    snap->queues = QueueStatusesOf(queues_->List(), jobs_->QueueUsages());
-    absl::StatusOr<UsageReport> usage = jobs_->Usage(UsageFilter{});
+    snap->queues = QueueStatusesOf(queues_->List(), job_owners_->queries.QueueUsages());
+    absl::StatusOr<UsageReport> usage = job_owners_->queries.Usage(UsageFilter{});
     if (usage.ok()) snap->usage = std::move(usage->rows);
     done->Notify();
   });
@@ -446,7 +446,7 @@ std::string CoordinatorServer::MetricsPage() {
   w.Family("trainctl_scheduler_pass_seconds", "histogram",
            "Scheduling passes with jobs pending: the placement decision and the placements and preemptions it "
            "led to (on the loop).");
-  jobs_->SchedulerPassLatency().Write(w, "trainctl_scheduler_pass_seconds", {});
+  job_owners_->placer.pass_latency().Write(w, "trainctl_scheduler_pass_seconds", {});
   WriteLoopFamilies(w, loop_);
   rpc_stats_.Write(w);
   if (store_ != nullptr) {

@@ -1,6 +1,7 @@
 // trainctl-coordinator, composed: the one place that wires the state store,
-// event loop, worker registry, metrics hub, job manager and gRPC services
-// (members declared in dependency order, Ray's gcs_server habit).
+// event loop, worker registry, metrics hub, the job owners (built together
+// by JobOwners, jobs/job_owners.h) and the gRPC services (members declared
+// in dependency order, Ray's gcs_server habit).
 //
 // Start() opens the database, recovers every manager from it, and serves.
 // Used by the coordinator's main, by `trainctl run` (embedded), and by tests.
@@ -15,7 +16,7 @@
 #include "common/event_loop.h"
 #include "common/http_server.h"
 #include "coordinator/web/dashboard.h"
-#include "coordinator/jobs/job_manager.h"
+#include "coordinator/jobs/job_owners.h"
 #include "coordinator/auth/live_calls.h"
 #include "coordinator/telemetry/metrics_hub.h"
 #include "coordinator/core/refusal_log.h"
@@ -129,7 +130,7 @@ class CoordinatorServer {
   std::shared_ptr<grpc::Channel> InProcessChannel(const std::string& token);
   // Runs fn on the control-plane loop and waits (tests and tools).
   void RunOnLoop(const std::function<void()>& fn) { loop_.RunSync(fn); }
-  JobManager* jobs() { return jobs_.get(); }
+  JobOwners* job_owners() { return job_owners_.get(); }
   // The /metrics page (Prometheus text format); callable from any thread
   // but the loop's (it waits for a snapshot taken on the loop).
   std::string MetricsPage();
@@ -166,7 +167,7 @@ class CoordinatorServer {
   EventLoop loop_;
   std::unique_ptr<WorkerRegistry> registry_;
   MetricsHub hub_;
-  std::unique_ptr<JobManager> jobs_;
+  std::unique_ptr<JobOwners> job_owners_;
   std::unique_ptr<QueueRegistry> queues_;
   std::unique_ptr<TelemetryLedger> telemetry_;
   std::unique_ptr<TokenAuthority> tokens_;

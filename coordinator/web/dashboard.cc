@@ -242,15 +242,15 @@ HttpServer::Reply Dashboard::Api(const Request& req, std::function<absl::StatusO
 absl::StatusOr<std::string> Dashboard::Jobs() const {
   v1::ListJobsRequest list;
   list.set_page_size(1000);
-  TRAINCTL_ASSIGN_OR_RETURN(v1::ListJobsResponse jobs, deps_.jobs->List(list));
+  TRAINCTL_ASSIGN_OR_RETURN(v1::ListJobsResponse jobs, deps_.queries->List(list));
   return ToJson(jobs);
 }
 
 absl::StatusOr<std::string> Dashboard::Job(const std::string& id, const Request& req) const {
   TRAINCTL_ASSIGN_OR_RETURN(std::optional<int64_t> after, IntParam(req, "events_after"));
-  TRAINCTL_ASSIGN_OR_RETURN(v1::Job job, deps_.jobs->Get(id));
+  TRAINCTL_ASSIGN_OR_RETURN(v1::Job job, deps_.queries->Get(id));
   TRAINCTL_ASSIGN_OR_RETURN(std::vector<v1::Event> events,
-                            deps_.store->ListEvents(id, after.value_or(0), kMaxEvents));
+                            deps_.queries->Events(id, after.value_or(0), kMaxEvents));
   std::string out = absl::StrCat("{\"job\":", ToJson(job), ",\"events\":[");
   for (size_t i = 0; i < events.size(); ++i) absl::StrAppend(&out, i ? "," : "", ToJson(events[i]));
   return out + "]}";
@@ -262,12 +262,12 @@ absl::StatusOr<std::string> Dashboard::Metrics(const std::string& id, const Requ
   get.set_page_token(req.Param("page_token"));
   TRAINCTL_ASSIGN_OR_RETURN(std::optional<int64_t> rank, IntParam(req, "rank"));
   if (rank) get.set_rank(static_cast<int32_t>(*rank));
-  TRAINCTL_ASSIGN_OR_RETURN(v1::GetMetricsResponse page, GetMetricsPage(*deps_.jobs, *deps_.store, get));
+  TRAINCTL_ASSIGN_OR_RETURN(v1::GetMetricsResponse page, GetMetricsPage(*deps_.queries, *deps_.store, get));
   return ToJson(page);
 }
 
 absl::StatusOr<std::string> Dashboard::Logs(const std::string& id, const Request& req) const {
-  TRAINCTL_ASSIGN_OR_RETURN(v1::Job job, deps_.jobs->Get(id));
+  TRAINCTL_ASSIGN_OR_RETURN(v1::Job job, deps_.queries->Get(id));
   TRAINCTL_ASSIGN_OR_RETURN(std::optional<int64_t> attempt, IntParam(req, "attempt"));
   TRAINCTL_ASSIGN_OR_RETURN(std::optional<int64_t> rank, IntParam(req, "rank"));
   TRAINCTL_ASSIGN_OR_RETURN(std::optional<int64_t> tail, IntParam(req, "tail"));
@@ -283,7 +283,7 @@ absl::StatusOr<std::string> Dashboard::Logs(const std::string& id, const Request
   if (which > 0) {
     std::optional<int32_t> only;
     if (rank) only = static_cast<int32_t>(*rank);
-    TRAINCTL_ASSIGN_OR_RETURN(lines, deps_.store->ListLogs(id, which, only, lines_wanted));
+    TRAINCTL_ASSIGN_OR_RETURN(lines, deps_.queries->Logs(id, which, only, lines_wanted));
   }
   std::string out = absl::StrCat("{\"attempt\":", which, ",\"attempts\":", attempts, ",\"world_size\":", world,
                                  ",\"lines\":[");
@@ -294,7 +294,7 @@ absl::StatusOr<std::string> Dashboard::Logs(const std::string& id, const Request
 absl::StatusOr<std::string> Dashboard::Workers() const {
   v1::ListWorkersResponse resp;
   for (v1::Worker& w : deps_.registry->List(/*include_gone=*/false)) {
-    for (int s : deps_.jobs->BusySlots(w.id())) w.add_busy_slots(s);
+    for (int s : deps_.queries->BusySlots(w.id())) w.add_busy_slots(s);
     *resp.add_workers() = std::move(w);
   }
   FillStoreHealth(deps_.store, resp.mutable_store());
@@ -304,7 +304,7 @@ absl::StatusOr<std::string> Dashboard::Workers() const {
 absl::StatusOr<std::string> Dashboard::Queues() const {
   v1::ListQueuesResponse resp;
   if (deps_.queues != nullptr) {
-    for (v1::QueueStatus& st : QueueStatusesOf(deps_.queues->List(), deps_.jobs->QueueUsages())) {
+    for (v1::QueueStatus& st : QueueStatusesOf(deps_.queues->List(), deps_.queries->QueueUsages())) {
       *resp.add_queues() = std::move(st);
     }
   }

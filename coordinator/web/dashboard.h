@@ -19,7 +19,7 @@
 // port. After signing in, the browser goes back only to a path on this
 // server (http::SafeRedirectPath). Refused tokens and sign-ins are logged,
 // bounded per client address (RefusalLog). Answers
-// reuse the services' code (JobManager, StateStore, GetMetricsPage) on the
+// reuse the services' code (JobQueries, StateStore, GetMetricsPage) on the
 // control-plane loop; an HTTP thread waits for it at most 5 s (503 then).
 //
 // Thread-safe: handlers run on the HTTP server's threads and touch manager
@@ -32,7 +32,7 @@
 #include "absl/status/statusor.h"
 #include "common/event_loop.h"
 #include "common/http_server.h"
-#include "coordinator/jobs/job_manager.h"
+#include "coordinator/jobs/job_queries.h"
 #include "coordinator/core/on_loop.h"
 #include "coordinator/queues/queue_registry.h"
 #include "coordinator/core/refusal_log.h"
@@ -52,7 +52,8 @@ class Dashboard {
     EventLoop* loop;
     StateStore* store;
     WorkerRegistry* registry;
-    JobManager* jobs;
+    // The jobs, their events and logs, busy slots, queue usage.
+    const JobQueries* queries;
     TokenAuthority* auth;
     // Where refused tokens and sign-ins are logged; nullptr: not logged.
     RefusalLog* refusals = nullptr;

@@ -1,0 +1,109 @@
+// JobQueries over the owners wired as the coordinator wires them
+// (job_manager_fixture.h, JobOwners): a job's stored events and log lines,
+// read as the services and the dashboard read them, and the busy slots and
+// usage they show.
+#include "coordinator/jobs/job_manager_fixture.h"
+
+namespace trainctl::coordinator {
+namespace {
+
+v1::LogChunk Lines(const std::string& job, int attempt, int rank, std::vector<std::string> texts,
+                   v1::LogLine::Stream stream = v1::LogLine::STREAM_STDOUT) {
+  v1::LogChunk c;
+  c.set_job_id(job);
+  c.set_attempt(attempt);
+  c.set_rank(rank);
+  for (std::string& t : texts) {
+    v1::LogLine* l = c.add_lines();
+    l->set_rank(rank);
+    l->set_stream(stream);
+    l->set_text(std::move(t));
+  }
+  return c;
+}
+
+std::vector<std::string> Texts(const std::vector<v1::LogLine>& lines) {
+  std::vector<std::string> out;
+  for (const v1::LogLine& l : lines) out.push_back(absl::StrCat(l.rank(), ":", l.text()));
+  return out;
+}
+
+TEST_F(JobManagerTest, EventsAreTheStoredEventsAfterASeqAndUpToALimit) {
+  const std::string id = RunningJob();
+  ASSERT_TRUE(jobs_->Cancel(id, "done here").ok());
+  absl::StatusOr<std::vector<v1::Event>> all = owners_->queries.Events(id, 0, 0);
+  ASSERT_TRUE(all.ok()) << all.status();
+  std::vector<std::string> read;
+  for (const v1::Event& e : *all) read.push_back(absl::StrCat(e.type(), "@", e.attempt(), ": ", e.message()));
+  EXPECT_EQ(read, StoredEvents(id));
+  ASSERT_GE(all->size(), 3u);
+  EXPECT_EQ(all->back().type(), "cancelled");
+  for (size_t i = 1; i < all->size(); ++i) EXPECT_LT((*all)[i - 1].seq(), (*all)[i].seq());
+
+  // After the first event's seq: every other one; a limit keeps the first.
+  absl::StatusOr<std::vector<v1::Event>> after = owners_->queries.Events(id, (*all)[0].seq(), 0);
+  ASSERT_TRUE(after.ok()) << after.status();
+  ASSERT_EQ(after->size(), all->size() - 1);
+  EXPECT_EQ((*after)[0].seq(), (*all)[1].seq());
+  absl::StatusOr<std::vector<v1::Event>> two = owners_->queries.Events(id, 0, 2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  ASSERT_EQ(two->size(), 2u);
+  EXPECT_EQ((*two)[1].seq(), (*all)[1].seq());
+
+  absl::StatusOr<std::vector<v1::Event>> none = owners_->queries.Events("no-such-job", 0, 0);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
+}
+
+TEST_F(JobManagerTest, LogsAreTheLinesTheRanksSentByAttemptRankAndTail) {
+  const std::string id = RunningJob();
+  ASSERT_TRUE(owners_->ingest.OnLogs("a", Lines(id, 1, 0, {"r0 one", "r0 two", "r0 three"})).ok());
+  ASSERT_TRUE(owners_->ingest.OnLogs("b", Lines(id, 1, 1, {"r1 one"}, v1::LogLine::STREAM_STDERR)).ok());
+
+  absl::StatusOr<std::vector<v1::LogLine>> every = owners_->queries.Logs(id, 1, std::nullopt, 0);
+  ASSERT_TRUE(every.ok()) << every.status();
+  EXPECT_THAT(Texts(*every), ElementsAre("0:r0 one", "0:r0 two", "0:r0 three", "1:r1 one"));
+  EXPECT_EQ(every->back().stream(), v1::LogLine::STREAM_STDERR);
+
+  absl::StatusOr<std::vector<v1::LogLine>> rank0_tail = owners_->queries.Logs(id, 1, 0, 2);
+  ASSERT_TRUE(rank0_tail.ok()) << rank0_tail.status();
+  EXPECT_THAT(Texts(*rank0_tail), ElementsAre("0:r0 two", "0:r0 three"));
+
+  // Attempt numbers are taken literally: no attempt 2 yet, and 0 is none.
+  for (int32_t attempt : {0, 2}) {
+    absl::StatusOr<std::vector<v1::LogLine>> other = owners_->queries.Logs(id, attempt, std::nullopt, 0);
+    ASSERT_TRUE(other.ok()) << other.status();
+    EXPECT_TRUE(other->empty()) << attempt;
+  }
+}
+
+TEST_F(JobManagerTest, BusySlotsAreTheSlotsOfRanksNotEnded) {
+  const std::string id = RunningJob();
+  EXPECT_THAT(owners_->queries.BusySlots("a"), ElementsAre(0));
+  EXPECT_THAT(owners_->queries.BusySlots("b"), ElementsAre(0));
+  EXPECT_TRUE(owners_->queries.BusySlots("nobody").empty());
+  ASSERT_TRUE(Status("a", id, 1, 0, v1::RANK_STATE_SUCCEEDED).ok());
+  EXPECT_TRUE(owners_->queries.BusySlots("a").empty());
+  EXPECT_THAT(owners_->queries.BusySlots("b"), ElementsAre(0));
+}
+
+TEST_F(JobManagerTest, UsageReadsTheStoredAttemptsOfTheWindow) {
+  const std::string id = RunningJob();
+  clock_.Advance(absl::Seconds(10));
+  ASSERT_TRUE(jobs_->Cancel(id, "").ok());
+  clock_.Advance(absl::Seconds(5));
+  UsageFilter filter;
+  filter.by = v1::USAGE_GROUPING_ATTEMPT;
+  absl::StatusOr<UsageReport> report = owners_->queries.Usage(filter);
+  ASSERT_TRUE(report.ok()) << report.status();
+  ASSERT_EQ(report->attempts.size(), 1u);
+  EXPECT_EQ(report->attempts[0].job_id(), id);
+  // A window that ends in the future is refused, naming `until`.
+  filter.until = clock_.Now() + absl::Hours(1);
+  absl::StatusOr<UsageReport> future = owners_->queries.Usage(filter);
+  EXPECT_EQ(future.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(future.status().message()), HasSubstr("until"));
+}
+
+}  // namespace
+}  // namespace trainctl::coordinator
