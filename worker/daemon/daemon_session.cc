@@ -80,7 +80,8 @@ bool DaemonSession::connected() {
 }
 
 bool DaemonSession::AwaitState(absl::FunctionRef<bool()> done, absl::Duration timeout) {
-  const absl::Time until = MonotonicNow() + timeout;
+  const Clock& clock = DaemonClock(options_);
+  const absl::Time until = clock.Mono() + timeout;
   while (true) {
     uint64_t seen = 0;
     {
@@ -88,9 +89,8 @@ bool DaemonSession::AwaitState(absl::FunctionRef<bool()> done, absl::Duration ti
       if (done()) return true;
       seen = state_wake_.generation();  // read under mu_: a change after it wakes the wait
     }
-    const absl::Duration left = until - MonotonicNow();
-    if (left <= absl::ZeroDuration()) return false;
-    state_wake_.WaitFor(seen, left);
+    if (clock.Mono() >= until) return false;
+    state_wake_.WaitUntil(seen, until, clock);
   }
 }
 
@@ -383,9 +383,10 @@ void DaemonSession::HeartbeatLoop(WakeSignal& stop) {
       absl::MutexLock lock(&mu_);
       d = heartbeat_interval_;
     }
-    // Monotonic (wake_signal.h): a wall clock stepped back must not hold
+    // Monotonic (the clock's Mono): a wall clock stepped back must not hold
     // heartbeats up. The signal is fresh per session: any Notify stops it.
-    if (stop.WaitFor(0, d)) return;
+    const Clock& clock = DaemonClock(options_);
+    if (stop.WaitUntil(0, clock.Mono() + d, clock)) return;
   }
 }
 
@@ -408,7 +409,8 @@ void DaemonSession::LogSessionEnd(const grpc::Status& st, bool registered, const
 }
 
 bool DaemonSession::SleepUnlessStopping(absl::Duration wait) {
-  const absl::Time until = MonotonicNow() + wait;
+  const Clock& clock = DaemonClock(options_);
+  const absl::Time until = clock.Mono() + wait;
   while (true) {
     uint64_t seen = 0;
     {
@@ -416,9 +418,8 @@ bool DaemonSession::SleepUnlessStopping(absl::Duration wait) {
       if (stopping_) return false;
       seen = stop_wake_.generation();  // read under mu_: a Stop after it wakes the wait
     }
-    const absl::Duration left = until - MonotonicNow();
-    if (left <= absl::ZeroDuration()) return true;
-    stop_wake_.WaitFor(seen, left);
+    if (clock.Mono() >= until) return true;
+    stop_wake_.WaitUntil(seen, until, clock);
   }
 }
 
