@@ -20,7 +20,7 @@ RankTable::RankTable(const DaemonOptions& options, RankTablePaths paths, EventLo
       loop_(loop),
       out_(out),
       launcher_(launcher),
-      code_(std::make_unique<CodeCache>(options.work_dir + "/code", code, loop, options.clock)) {}
+      code_(std::make_unique<CodeCache>(options.work_dir + "/code", code, loop, options.clock, options.file_env)) {}
 
 RankTable::~RankTable() {
   // The daemon is going: no rank cgroup outlives it (what is still in one

@@ -14,6 +14,7 @@
 #include <filesystem>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -80,19 +81,16 @@ class FakeOutbox final : public CoordinatorOutbox {
 // bytes, or `damage` instead); counts the fetches.
 class FakeCodeSource final : public CodeSource {
  public:
-  absl::Status FetchCode(const std::string& job_id, const std::string& digest, const std::string& dest) override {
+  absl::Status FetchCode(const std::string& job_id, const std::string& digest, Sink write) override {
     absl::MutexLock lock(&mu);
     ++fetches;
     if (!fail_with.ok()) return fail_with;
     auto it = archives.find(digest);
     if (it == archives.end()) return absl::NotFoundError("no such code");
-    std::ofstream out(dest, std::ios::binary | std::ios::trunc);
-    if (damage.empty()) {
-      out << std::ifstream(it->second, std::ios::binary).rdbuf();
-    } else {
-      out << damage;
-    }
-    return absl::OkStatus();
+    if (!damage.empty()) return write(damage);
+    std::ostringstream bytes;
+    bytes << std::ifstream(it->second, std::ios::binary).rdbuf();
+    return write(bytes.str());
   }
   void CancelFetches() override {}
 
