@@ -27,7 +27,8 @@ namespace trainctl {
 // (NTP, an admin, a VM resumed): for deadlines and intervals (leases, loop
 // timers, waits). Timestamps shown to people use the wall clock.
 inline absl::Time MonotonicNow() {
-  static const std::chrono::steady_clock::time_point start_steady = std::chrono::steady_clock::now();
+  static const std::chrono::steady_clock::time_point start_steady =
+      std::chrono::steady_clock::now();
   static const absl::Time start_wall = absl::Now();
   return start_wall + absl::FromChrono(std::chrono::steady_clock::now() - start_steady);
 }
@@ -44,8 +45,8 @@ class Clock {
   // reaches `deadline` (absl::InfiniteFuture(): no deadline). Returns
   // ready(). Whoever makes ready() true notifies `cv` after the change,
   // holding `lock`'s mutex or having released it.
-  virtual bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, absl::Time deadline,
-                         absl::FunctionRef<bool()> ready) const = 0;
+  virtual bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                         absl::Time deadline, absl::FunctionRef<bool()> ready) const = 0;
 };
 
 class SystemClock final : public Clock {
@@ -54,14 +55,15 @@ class SystemClock final : public Clock {
   absl::Time Mono() const override { return MonotonicNow(); }
   // On the steady clock (pthread_cond_clockwait on CLOCK_MONOTONIC): a step
   // of the wall clock neither delays nor hastens it.
-  bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, absl::Time deadline,
-                 absl::FunctionRef<bool()> ready) const override {
+  bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                 absl::Time deadline, absl::FunctionRef<bool()> ready) const override {
     if (deadline == absl::InfiniteFuture()) {
       cv.wait(lock, [&] { return ready(); });
       return true;
     }
     const absl::Duration left = std::max(absl::ZeroDuration(), deadline - MonotonicNow());
-    const auto until = std::chrono::steady_clock::now() + std::chrono::nanoseconds(absl::ToInt64Nanoseconds(left));
+    const auto until =
+        std::chrono::steady_clock::now() + std::chrono::nanoseconds(absl::ToInt64Nanoseconds(left));
     return cv.wait_until(lock, until, [&] { return ready(); });
   }
   static SystemClock* Get() {
@@ -104,8 +106,8 @@ class FakeClock final : public Clock {
     wall_step_ += d;
   }
 
-  bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock, absl::Time deadline,
-                 absl::FunctionRef<bool()> ready) const override {
+  bool WaitUntil(std::condition_variable& cv, std::unique_lock<std::mutex>& lock,
+                 absl::Time deadline, absl::FunctionRef<bool()> ready) const override {
     // Registered with `lock` released (Advance takes waiters_mu_, then the
     // waiter's mutex); ready() and the time are read after, so neither a
     // change nor an Advance in between is missed.
@@ -120,7 +122,8 @@ class FakeClock final : public Clock {
     lock.unlock();
     {
       std::lock_guard<std::mutex> waiters(waiters_mu_);
-      auto it = std::find_if(waiters_.begin(), waiters_.end(), [&](const Waiter& w) { return w.cv == &cv; });
+      auto it = std::find_if(waiters_.begin(), waiters_.end(),
+                             [&](const Waiter& w) { return w.cv == &cv; });
       waiters_.erase(it);
     }
     lock.lock();

@@ -27,7 +27,8 @@ bool IsCodeDigest(const std::string& digest) {
   return true;
 }
 
-CodeCache::CodeCache(std::string dir, CodeSource* source, EventLoop& loop, const Clock* clock, FileEnv* env)
+CodeCache::CodeCache(std::string dir, CodeSource* source, EventLoop& loop, const Clock* clock,
+                     FileEnv* env)
     : dir_(std::move(dir)),
       source_(source),
       loop_(loop),
@@ -52,7 +53,8 @@ std::string CodeCache::ArchivePath(const std::string& digest) const {
 void CodeCache::Want(const std::string& job_id, const std::string& digest, Done done) {
   loop_.CheckInLoop("CodeCache::Want");
   if (!IsCodeDigest(digest)) {
-    done(absl::InvalidArgumentError(absl::StrCat("command.code.digest: '", digest, "' is not sha256:<64 hex>")));
+    done(absl::InvalidArgumentError(
+        absl::StrCat("command.code.digest: '", digest, "' is not sha256:<64 hex>")));
     return;
   }
   const std::string path = ArchivePath(digest);
@@ -62,7 +64,8 @@ void CodeCache::Want(const std::string& job_id, const std::string& digest, Done 
     return;
   }
   if (source_ == nullptr) {
-    done(absl::FailedPreconditionError(absl::StrCat("code ", digest, ": this worker has no coordinator to fetch it from")));
+    done(absl::FailedPreconditionError(
+        absl::StrCat("code ", digest, ": this worker has no coordinator to fetch it from")));
     return;
   }
   std::vector<Done>& waiters = waiting_[digest];
@@ -84,7 +87,8 @@ void CodeCache::Fetch(std::string job_id, std::string digest) {
     options.env = env_;
     absl::StatusOr<std::unique_ptr<SafeFileWriter>> out = SafeFileWriter::Create(path, options);
     if (!out.ok()) {
-      return absl::Status(out.status().code(), absl::StrCat("keeping code ", digest, ": ", out.status().message()));
+      return absl::Status(out.status().code(),
+                          absl::StrCat("keeping code ", digest, ": ", out.status().message()));
     }
     SafeFileWriter& w = **out;
     int64_t bytes = 0;
@@ -93,18 +97,22 @@ void CodeCache::Fetch(std::string job_id, std::string digest) {
       return w.Append(data);
     };
     if (absl::Status s = source_->FetchCode(job_id, digest, write); !s.ok()) {
-      return absl::Status(s.code(), absl::StrCat("fetching code ", digest, " from the coordinator: ", s.message()));
+      return absl::Status(
+          s.code(), absl::StrCat("fetching code ", digest, " from the coordinator: ", s.message()));
     }
     absl::StatusOr<std::string> got = codepack::FileDigest(w.temp_path());
     if (!got.ok() || *got != digest) {
-      return absl::DataLossError(absl::StrCat("code ", digest, " arrived as ", got.ok() ? *got : got.status().ToString(),
+      return absl::DataLossError(absl::StrCat("code ", digest, " arrived as ",
+                                              got.ok() ? *got : got.status().ToString(),
                                               "; not kept"));
     }
     if (absl::Status s = w.Commit(); !s.ok()) {
       return absl::Status(s.code(), absl::StrCat("keeping code ", digest, ": ", s.message()));
     }
     LogEvent(LogLevel::kInfo, "worker", "code_fetched",
-             {{"job_id", job_id}, {"digest", digest}, {"bytes", absl::StrCat(bytes)},
+             {{"job_id", job_id},
+              {"digest", digest},
+              {"bytes", absl::StrCat(bytes)},
               {"seconds", absl::StrCat(absl::ToDoubleSeconds(clock_.Mono() - start))}});
     return path;
   }();

@@ -26,9 +26,9 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/functional/function_ref.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
@@ -45,7 +45,8 @@ class CodeSource {
   using Sink = absl::FunctionRef<absl::Status(absl::string_view bytes)>;
   // Streams the archive of job `job_id`'s code `digest` to `write`. Blocks;
   // called on a fetch thread.
-  virtual absl::Status FetchCode(const std::string& job_id, const std::string& digest, Sink write) = 0;
+  virtual absl::Status FetchCode(const std::string& job_id, const std::string& digest,
+                                 Sink write) = 0;
   // Ends every FetchCode in progress soon (with an error). Any thread.
   virtual void CancelFetches() = 0;
 };

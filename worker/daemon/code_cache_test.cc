@@ -157,7 +157,8 @@ TEST_F(CodeCacheTest, ACacheDirectoryThatCannotBeMadeIsNamed) {
   NewCache();
   absl::StatusOr<std::string> got = Want();
   ASSERT_FALSE(got.ok());
-  EXPECT_THAT(got.status().message(), HasSubstr(absl::StrCat("cannot make ", dir_, ": ", std::strerror(EACCES))));
+  EXPECT_THAT(got.status().message(),
+              HasSubstr(absl::StrCat("cannot make ", dir_, ": ", std::strerror(EACCES))));
   EXPECT_FALSE(fs::exists(dir_));
   EXPECT_EQ(source_.fetches(), 0);
 }

@@ -19,7 +19,8 @@ absl::Status FromGrpc(const grpc::Status& s) {
 
 }  // namespace
 
-CoordinatorCodeSource::CoordinatorCodeSource(const DaemonOptions& options, std::function<std::string()> address,
+CoordinatorCodeSource::CoordinatorCodeSource(const DaemonOptions& options,
+                                             std::function<std::string()> address,
                                              absl::Duration deadline)
     : options_(options), address_(std::move(address)), deadline_(deadline) {}
 

@@ -98,12 +98,13 @@ class DaemonSession final : public CoordinatorOutbox {
   bool RunSession(Stream& stream, const std::string& address);
   v1::WorkerMessage RegisterMessage();
   // Takes a registration's acknowledgement: the id, heartbeat and resend point.
-  void OnRegistered(const v1::RegisterAck& ack, Stream* stream, int running_ranks, const std::string& address);
+  void OnRegistered(const v1::RegisterAck& ack, Stream* stream, int running_ranks,
+                    const std::string& address);
   // Sends heartbeats until `stop` (its own thread: a busy loop never delays them).
   void HeartbeatLoop(WakeSignal& stop);
   // Says why a session ended (or never began), and when the next try is.
-  void LogSessionEnd(const grpc::Status& st, bool registered, const std::string& address, absl::Duration wait,
-                     int64_t& failures);
+  void LogSessionEnd(const grpc::Status& st, bool registered, const std::string& address,
+                     absl::Duration wait, int64_t& failures);
   void WriterLoop();
   // Waits, at most `timeout` on the daemon clock's Mono(), until `done`
   // (called with mu_ held) is true; whether it is.

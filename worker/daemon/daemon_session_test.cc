@@ -44,10 +44,12 @@ class FakeCoordinator final : public v1::WorkerService::Service {
     v1::WorkerMessage msg;
   };
 
-  grpc::Status Session(grpc::ServerContext*,
-                       grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override {
+  grpc::Status Session(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override {
     v1::WorkerMessage in;
-    if (!stream->Read(&in) || !in.has_register_()) return {grpc::StatusCode::INVALID_ARGUMENT, "register first"};
+    if (!stream->Read(&in) || !in.has_register_())
+      return {grpc::StatusCode::INVALID_ARGUMENT, "register first"};
     int session;
     int64_t acked;
     {
@@ -57,7 +59,8 @@ class FakeCoordinator final : public v1::WorkerService::Service {
       acked = acked_;
     }
     // A coordinator that is not ready yet (the first try is refused).
-    if (session == 1 && refuse_first_) return {grpc::StatusCode::UNAVAILABLE, "coordinator starting"};
+    if (session == 1 && refuse_first_)
+      return {grpc::StatusCode::UNAVAILABLE, "coordinator starting"};
     v1::CoordinatorMessage ack;
     ack.mutable_register_ack()->set_worker_id("w-1");
     ack.mutable_register_ack()->set_heartbeat_interval_ms(heartbeat_ms_);
@@ -95,7 +98,8 @@ class FakeCoordinator final : public v1::WorkerService::Service {
   }
 
   // Waits until `done` holds of what was received; false after kWait.
-  bool WaitFor(const std::function<bool(const std::vector<Received>&, const std::vector<v1::Register>&)>& done) {
+  bool WaitFor(const std::function<bool(const std::vector<Received>&,
+                                        const std::vector<v1::Register>&)>& done) {
     absl::MutexLock lock(&mu_);
     auto cond = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done(received_, registers_); };
     return mu_.AwaitWithTimeout(absl::Condition(&cond), kWait);
@@ -219,7 +223,8 @@ TEST_F(DaemonSessionTest, AReportCutOffByACoordinatorOutageIsResentUnderItsSeqAf
   // coordinator knows; the end follows on the stream).
   EXPECT_EQ(regs[1].worker_id(), "w-1");
   std::vector<std::string> running;
-  for (const v1::RunningRank& r : regs[1].running()) running.push_back(absl::StrCat(r.rank(), "@", r.pid()));
+  for (const v1::RunningRank& r : regs[1].running())
+    running.push_back(absl::StrCat(r.rank(), "@", r.pid()));
   EXPECT_THAT(running, ElementsAre("0@42", "1@43"));
 
   // Resent in order, under the seqs they were first sent with.
@@ -228,11 +233,14 @@ TEST_F(DaemonSessionTest, AReportCutOffByACoordinatorOutageIsResentUnderItsSeqAf
   for (const FakeCoordinator::Received& r : fake_.received()) {
     if (r.session == 1 && r.msg.has_rank_status()) end_seq = r.msg.seq();
     if (r.session == 1 && r.msg.has_checkpoint()) ck_seq = r.msg.seq();
-    if (r.session == 2) second.push_back(absl::StrCat(r.msg.has_checkpoint() ? "checkpoint" : "end", "#", r.msg.seq()));
+    if (r.session == 2)
+      second.push_back(
+          absl::StrCat(r.msg.has_checkpoint() ? "checkpoint" : "end", "#", r.msg.seq()));
   }
   ASSERT_GT(end_seq, 0);
   EXPECT_EQ(ck_seq, end_seq + 1);
-  EXPECT_THAT(second, ElementsAre(absl::StrCat("end#", end_seq), absl::StrCat("checkpoint#", ck_seq)));
+  EXPECT_THAT(second,
+              ElementsAre(absl::StrCat("end#", end_seq), absl::StrCat("checkpoint#", ck_seq)));
 
   // The id is kept for the next start (0600: the ranks cannot read it).
   std::ifstream in(dir_ + "/worker-id");
@@ -306,7 +314,8 @@ TEST_F(DaemonSessionTest, AnIdThatCannotBeKeptIsSaidAndTheSessionGoesOn) {
   EXPECT_TRUE(session_->connected());
   EXPECT_EQ(session_->worker_id(), "w-1");
   session_->Send(Checkpoint(), true);
-  EXPECT_TRUE(fake_.WaitFor([](const std::vector<FakeCoordinator::Received>& got, auto&) { return !got.empty(); }));
+  EXPECT_TRUE(fake_.WaitFor(
+      [](const std::vector<FakeCoordinator::Received>& got, auto&) { return !got.empty(); }));
 }
 
 // The session's waits run on the daemon's clock (DaemonOptions::clock):
@@ -335,7 +344,8 @@ TEST_F(DaemonSessionTest, HeartbeatsAndTheAcknowledgementWaitRunOnTheInjectedClo
   // The first session's coordinator acknowledges nothing: AwaitAcknowledged
   // waits its whole timeout, an hour of the fake clock.
   session_->Send(Checkpoint(), true);
-  ASSERT_TRUE(fake_.WaitFor([](const std::vector<FakeCoordinator::Received>& got, auto&) { return !got.empty(); }));
+  ASSERT_TRUE(fake_.WaitFor(
+      [](const std::vector<FakeCoordinator::Received>& got, auto&) { return !got.empty(); }));
   absl::Notification returned;
   std::thread waiter([&] {
     session_->AwaitAcknowledged(absl::Hours(1));
@@ -344,7 +354,8 @@ TEST_F(DaemonSessionTest, HeartbeatsAndTheAcknowledgementWaitRunOnTheInjectedClo
   ASSERT_TRUE(clock_.AwaitWaiters(2, kWait));  // the heartbeat thread and the waiter
   EXPECT_FALSE(returned.HasBeenNotified());
   clock_.Advance(absl::Hours(1));
-  EXPECT_TRUE(returned.WaitForNotificationWithTimeout(kWait)) << "the acknowledgement wait ignored the clock";
+  EXPECT_TRUE(returned.WaitForNotificationWithTimeout(kWait))
+      << "the acknowledgement wait ignored the clock";
   waiter.join();
   EXPECT_TRUE(session_->connected());
   EXPECT_TRUE(fake_.WaitForHeartbeat(3));
@@ -374,7 +385,8 @@ TEST_F(DaemonSessionTest, TheReconnectBackoffRunsOnTheInjectedClock) {
   EXPECT_EQ(fake_.registers().size(), 1u);
   EXPECT_FALSE(session_->connected());
   clock_.Advance(absl::Hours(1));
-  EXPECT_TRUE(fake_.WaitFor([](auto&, auto& regs) { return regs.size() == 2; })) << "no retry after the backoff";
+  EXPECT_TRUE(fake_.WaitFor([](auto&, auto& regs) { return regs.size() == 2; }))
+      << "no retry after the backoff";
   EXPECT_TRUE(fake_.WaitForHeartbeat(1));
 }
 
