@@ -51,35 +51,40 @@ absl::Status CheckHostPort(absl::string_view entry) {
     }
   } else {
     size_t colon = entry.rfind(':');
-    if (colon == absl::string_view::npos) return absl::InvalidArgumentError("expected HOST:PORT (no port)");
+    if (colon == absl::string_view::npos)
+      return absl::InvalidArgumentError("expected HOST:PORT (no port)");
     host = entry.substr(0, colon);
     port = entry.substr(colon + 1);
     if (host.empty()) return absl::InvalidArgumentError("expected HOST:PORT (no host)");
     if (!std::all_of(host.begin(), host.end(), IsHostNameChar)) {
       return absl::InvalidArgumentError(
-          "expected HOST:PORT (a host is a DNS name or an address; an IPv6 address goes in [brackets])");
+          "expected HOST:PORT (a host is a DNS name or an address; an IPv6 address goes in "
+          "[brackets])");
     }
   }
   int p = 0;
-  if (port.empty() || !std::all_of(port.begin(), port.end(), absl::ascii_isdigit) || !absl::SimpleAtoi(port, &p) ||
-      p < 1 || p > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("port '", port, "' is not a number in 1..65535"));
+  if (port.empty() || !std::all_of(port.begin(), port.end(), absl::ascii_isdigit) ||
+      !absl::SimpleAtoi(port, &p) || p < 1 || p > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("port '", port, "' is not a number in 1..65535"));
   }
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::vector<std::string>> ParseCoordinatorList(absl::string_view text, absl::string_view flag) {
+absl::StatusOr<std::vector<std::string>> ParseCoordinatorList(absl::string_view text,
+                                                              absl::string_view flag) {
   std::vector<std::string> out;
   if (absl::StripAsciiWhitespace(text).empty()) {
-    return absl::InvalidArgumentError(absl::StrCat(flag, ": empty (expected HOST:PORT[,HOST:PORT...])"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(flag, ": empty (expected HOST:PORT[,HOST:PORT...])"));
   }
   int n = 0;
   for (absl::string_view raw : absl::StrSplit(text, ',')) {
     ++n;
     absl::string_view entry = absl::StripAsciiWhitespace(raw);
     if (entry.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(flag, ": entry ", n, " of '", text,
-                                                     "' is empty (expected HOST:PORT[,HOST:PORT...])"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          flag, ": entry ", n, " of '", text, "' is empty (expected HOST:PORT[,HOST:PORT...])"));
     }
     if (!HasScheme(entry)) {
       if (absl::Status s = CheckHostPort(entry); !s.ok()) {
@@ -94,7 +99,8 @@ absl::StatusOr<std::vector<std::string>> ParseCoordinatorList(absl::string_view 
   return out;
 }
 
-std::optional<std::string> ActiveCoordinatorHint(const grpc::Status& status, const grpc::ClientContext& ctx) {
+std::optional<std::string> ActiveCoordinatorHint(const grpc::Status& status,
+                                                 const grpc::ClientContext& ctx) {
   if (status.error_code() != grpc::StatusCode::UNAVAILABLE) return std::nullopt;
   const auto& trailers = ctx.GetServerTrailingMetadata();
   auto it = trailers.find(kActiveCoordinatorKey);
@@ -184,7 +190,8 @@ void CoordinatorRotation::Unreachable(const std::string& address) {
 CoordinatorChannels::CoordinatorChannels(std::vector<std::string> list, Factory factory)
     : rotation_(std::move(list)), factory_(std::move(factory)) {}
 
-absl::StatusOr<std::shared_ptr<grpc::Channel>> CoordinatorChannels::Get(const std::string& address) {
+absl::StatusOr<std::shared_ptr<grpc::Channel>> CoordinatorChannels::Get(
+    const std::string& address) {
   absl::MutexLock lock(&mu_);
   auto it = channels_.find(address);
   if (it != channels_.end()) return it->second;
@@ -212,8 +219,9 @@ absl::Duration NextFailoverBackoff(absl::Duration previous) {
   return std::clamp(previous * 2, absl::Milliseconds(50), absl::Seconds(1));
 }
 
-grpc::Status CallWithFailover(CoordinatorChannels& channels, absl::Time deadline, Idempotency idempotency,
-                              const FailoverRpc& rpc, std::string* answered_by) {
+grpc::Status CallWithFailover(CoordinatorChannels& channels, absl::Time deadline,
+                              Idempotency idempotency, const FailoverRpc& rpc,
+                              std::string* answered_by) {
   CoordinatorRotation& rotation = channels.rotation();
   absl::Duration backoff = absl::ZeroDuration();
   grpc::Status last;
@@ -239,15 +247,18 @@ grpc::Status CallWithFailover(CoordinatorChannels& channels, absl::Time deadline
     // never answers (a black hole, not a refusal) must not use up the whole
     // deadline: at most 3 s per try.
     const std::vector<std::string>& list = rotation.list();
-    const bool several = list.size() > 1 || std::find(list.begin(), list.end(), address) == list.end();
-    const absl::Time connect_by = several ? std::min(deadline, absl::Now() + absl::Seconds(3)) : deadline;
+    const bool several =
+        list.size() > 1 || std::find(list.begin(), list.end(), address) == list.end();
+    const absl::Time connect_by =
+        several ? std::min(deadline, absl::Now() + absl::Seconds(3)) : deadline;
     if (!WaitForReady(**channel, connect_by)) {
       // Never READY: gRPC sent nothing, so any call may go elsewhere.
       channels.Forget(address);
       rotation.Unreachable(address);
-      last = grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                          absl::StrCat(kUnreachablePrefix, address,
-                                       list.size() > 1 ? absl::StrCat(" (of ", rotation.ListText(), ")") : ""));
+      last = grpc::Status(
+          grpc::StatusCode::UNAVAILABLE,
+          absl::StrCat(kUnreachablePrefix, address,
+                       list.size() > 1 ? absl::StrCat(" (of ", rotation.ListText(), ")") : ""));
       continue;
     }
     grpc::ClientContext ctx;
@@ -262,7 +273,8 @@ grpc::Status CallWithFailover(CoordinatorChannels& channels, absl::Time deadline
     if (std::optional<std::string> hint = ActiveCoordinatorHint(last, ctx); hint.has_value()) {
       // A standby: the call did not run. Go where it points.
       rotation.Follow(*hint);
-      if (*hint == address) backoff = NextFailoverBackoff(backoff);  // a standby naming itself: slow down
+      if (*hint == address)
+        backoff = NextFailoverBackoff(backoff);  // a standby naming itself: slow down
       continue;
     }
     if (IsStandbyAnswer(last)) {

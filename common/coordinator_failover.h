@@ -57,14 +57,16 @@ inline constexpr char kUnreachablePrefix[] = "cannot reach the coordinator at ";
 // gRPC target with a scheme ("dns:///h:p", "unix:/path"). INVALID_ARGUMENT
 // naming `flag` and the entry otherwise (an empty list, an empty entry, a
 // missing or bad port, a duplicate).
-absl::StatusOr<std::vector<std::string>> ParseCoordinatorList(absl::string_view text, absl::string_view flag);
+absl::StatusOr<std::vector<std::string>> ParseCoordinatorList(absl::string_view text,
+                                                              absl::string_view flag);
 
 // OK when `entry` is HOST:PORT as above (no scheme): what a hint must be.
 absl::Status CheckHostPort(absl::string_view entry);
 
 // The active coordinator a finished call's answer names: the status is
 // UNAVAILABLE and the trailing metadata holds a valid HOST:PORT; else nullopt.
-std::optional<std::string> ActiveCoordinatorHint(const grpc::Status& status, const grpc::ClientContext& ctx);
+std::optional<std::string> ActiveCoordinatorHint(const grpc::Status& status,
+                                                 const grpc::ClientContext& ctx);
 // The answer is a standby's (UNAVAILABLE with the standby's message): the
 // call did not run, whether or not it named an active coordinator.
 bool IsStandbyAnswer(const grpc::Status& status);
@@ -114,7 +116,8 @@ std::string RememberedActive(const std::string& list_text);
 // a forgotten one is made afresh and dials at once). Thread-safe.
 class CoordinatorChannels {
  public:
-  using Factory = std::function<absl::StatusOr<std::shared_ptr<grpc::Channel>>(const std::string& address)>;
+  using Factory =
+      std::function<absl::StatusOr<std::shared_ptr<grpc::Channel>>(const std::string& address)>;
   CoordinatorChannels(std::vector<std::string> list, Factory factory);
 
   CoordinatorRotation& rotation() { return rotation_; }
@@ -146,9 +149,11 @@ enum class Idempotency {
 // that never connected gives UNAVAILABLE "cannot reach the coordinator at
 // ADDRESS" (the list named when it has several). *answered_by (optional)
 // is the address of the last try.
-using FailoverRpc = std::function<grpc::Status(const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* ctx)>;
-grpc::Status CallWithFailover(CoordinatorChannels& channels, absl::Time deadline, Idempotency idempotency,
-                              const FailoverRpc& rpc, std::string* answered_by = nullptr);
+using FailoverRpc = std::function<grpc::Status(const std::shared_ptr<grpc::Channel>& channel,
+                                               grpc::ClientContext* ctx)>;
+grpc::Status CallWithFailover(CoordinatorChannels& channels, absl::Time deadline,
+                              Idempotency idempotency, const FailoverRpc& rpc,
+                              std::string* answered_by = nullptr);
 
 // The backoff between tries: starts at 50 ms, doubles, at most 1 s.
 absl::Duration NextFailoverBackoff(absl::Duration previous);

@@ -27,18 +27,16 @@ TEST(ParseCoordinatorListTest, NamesTheFlagAndTheBadEntry) {
     const char* text;
     const char* says;
   };
-  for (const Case& c : {Case{"", "--coordinator: empty"},
-                        Case{"a:7070,", "--coordinator: entry 2 of 'a:7070,' is empty"},
-                        Case{"a:7070,,b:7070", "entry 2 of"},
-                        Case{"coord", "--coordinator: 'coord': expected HOST:PORT (no port)"},
-                        Case{"a:7070,b:http", "--coordinator: 'b:http': port 'http' is not a number in 1..65535"},
-                        Case{"a:0", "port '0'"},
-                        Case{"a:65536", "port '65536'"},
-                        Case{":7070", "no host"},
-                        Case{"a b:7070", "'a b:7070'"},
-                        Case{"::1:7070", "[brackets]"},
-                        Case{"[::1]7070", "expected [IPV6]:PORT"},
-                        Case{"a:7070,a:7070", "'a:7070' is listed twice"}}) {
+  for (const Case& c :
+       {Case{"", "--coordinator: empty"},
+        Case{"a:7070,", "--coordinator: entry 2 of 'a:7070,' is empty"},
+        Case{"a:7070,,b:7070", "entry 2 of"},
+        Case{"coord", "--coordinator: 'coord': expected HOST:PORT (no port)"},
+        Case{"a:7070,b:http", "--coordinator: 'b:http': port 'http' is not a number in 1..65535"},
+        Case{"a:0", "port '0'"}, Case{"a:65536", "port '65536'"}, Case{":7070", "no host"},
+        Case{"a b:7070", "'a b:7070'"}, Case{"::1:7070", "[brackets]"},
+        Case{"[::1]7070", "expected [IPV6]:PORT"},
+        Case{"a:7070,a:7070", "'a:7070' is listed twice"}}) {
     SCOPED_TRACE(c.text);
     absl::StatusOr<std::vector<std::string>> got = ParseCoordinatorList(c.text, "--coordinator");
     ASSERT_FALSE(got.ok());

@@ -81,7 +81,9 @@ void EventLoop::StopAndJoin() {
 void EventLoop::CheckInLoop(const char* what) const {
   const std::thread::id loop = loop_id_.load(std::memory_order_acquire);
   if (loop == std::thread::id() || loop == std::this_thread::get_id()) return;
-  std::fprintf(stderr, "trainctl: %s called off its event loop's thread while the loop runs; aborting\n", what);
+  std::fprintf(stderr,
+               "trainctl: %s called off its event loop's thread while the loop runs; aborting\n",
+               what);
   std::abort();
 }
 
@@ -110,7 +112,8 @@ void EventLoop::Run() {
         if (deadline <= now) break;
         const uint64_t seen = wake_.generation();
         mu_.Unlock();
-        wake_.WaitFor(seen, deadline == absl::InfiniteFuture() ? absl::InfiniteDuration() : deadline - now);
+        wake_.WaitFor(
+            seen, deadline == absl::InfiniteFuture() ? absl::InfiniteDuration() : deadline - now);
         mu_.Lock();
       }
       if (stopping_) {

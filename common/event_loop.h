@@ -66,7 +66,9 @@ class ABSL_LOCKABLE EventLoop {
   void StopAndJoin();
 
   // True on the loop thread.
-  bool InLoop() const { return std::this_thread::get_id() == loop_id_.load(std::memory_order_acquire); }
+  bool InLoop() const {
+    return std::this_thread::get_id() == loop_id_.load(std::memory_order_acquire);
+  }
 
   // The check every loop-only entry point makes, in release builds too (one
   // thread-id compare): called off the loop thread while the loop runs, it

@@ -31,10 +31,11 @@ int64_t AtMost(const LatencyHistogram& h, const std::string& le) {
 TEST(EventLoopTest, PostedWorkRunsInOrderOnTheLoopThread) {
   EventLoop loop;
   std::vector<int> seen;
-  for (int i = 0; i < 5; ++i) loop.Post([&seen, &loop, i] {
-    EXPECT_TRUE(loop.InLoop());
-    seen.push_back(i);
-  });
+  for (int i = 0; i < 5; ++i)
+    loop.Post([&seen, &loop, i] {
+      EXPECT_TRUE(loop.InLoop());
+      seen.push_back(i);
+    });
   loop.RunSync([] {});
   EXPECT_EQ(seen, (std::vector<int>{0, 1, 2, 3, 4}));
   EXPECT_FALSE(loop.InLoop());
@@ -124,7 +125,7 @@ TEST(EventLoopTest, StopAndJoinRunsQueuedWorkThenNothingMore) {
   EXPECT_EQ(*state, 100);  // Everything queued before the stop ran ...
   state.reset();           // ... and nothing runs after: ASan would see it.
   loop->Post([] { ADD_FAILURE() << "ran after StopAndJoin"; });  // Refused once stopped.
-  loop->StopAndJoin();                                             // Idempotent.
+  loop->StopAndJoin();                                           // Idempotent.
   loop.reset();
 }
 

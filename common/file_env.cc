@@ -40,7 +40,9 @@ int PosixFileEnv::OpenAt(int dir_fd, const std::string& name, int flags, mode_t 
   return ::openat(dir_fd, name.c_str(), flags, mode);
 }
 
-ssize_t PosixFileEnv::Write(int fd, const void* data, size_t size) { return ::write(fd, data, size); }
+ssize_t PosixFileEnv::Write(int fd, const void* data, size_t size) {
+  return ::write(fd, data, size);
+}
 
 int PosixFileEnv::Fsync(int fd) { return ::fsync(fd); }
 

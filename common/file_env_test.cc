@@ -1,7 +1,7 @@
 #include "common/file_env.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -16,7 +16,8 @@ namespace fs = std::filesystem;
 class FileEnvTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    dir_ = fs::canonical(::testing::TempDir()).string() + "/file_env_test_" + std::to_string(::getpid());
+    dir_ = fs::canonical(::testing::TempDir()).string() + "/file_env_test_" +
+           std::to_string(::getpid());
     fs::remove_all(dir_);
     fs::create_directories(dir_);
   }
@@ -73,7 +74,8 @@ TEST_F(FileEnvTest, RenameMatchesEitherNameAndStatMatchesItsPath) {
   struct stat st {};
   EXPECT_EQ(env.StatAt(AT_FDCWD, dir_ + "/src", &st), -1);
   EXPECT_EQ(errno, EIO);
-  EXPECT_EQ(FileEnv::Default()->StatAt(AT_FDCWD, dir_ + "/src", &st), 0) << "the real env is untouched";
+  EXPECT_EQ(FileEnv::Default()->StatAt(AT_FDCWD, dir_ + "/src", &st), 0)
+      << "the real env is untouched";
   EXPECT_EQ(env.RenameAt(AT_FDCWD, dir_ + "/src", AT_FDCWD, dir_ + "/other"), 0);
   EXPECT_TRUE(fs::is_directory(dir_ + "/other"));
 }

@@ -15,9 +15,9 @@
 namespace trainctl {
 
 struct KeepaliveSettings {
-  int time_ms;        // ping after this long without traffic
-  int timeout_ms;     // a ping unanswered this long closes the connection
-  bool without_calls; // ping even with no call in flight
+  int time_ms;         // ping after this long without traffic
+  int timeout_ms;      // a ping unanswered this long closes the connection
+  bool without_calls;  // ping even with no call in flight
 };
 
 // The coordinator <-> worker Session, on both ends.
@@ -36,7 +36,8 @@ inline void SetKeepalive(grpc::ChannelArguments& args, const KeepaliveSettings& 
 inline void SetServerKeepalive(grpc::ServerBuilder& builder) {
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIME_MS, kSessionKeepalive.time_ms);
   builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_TIMEOUT_MS, kSessionKeepalive.timeout_ms);
-  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS, kSessionKeepalive.without_calls ? 1 : 0);
+  builder.AddChannelArgument(GRPC_ARG_KEEPALIVE_PERMIT_WITHOUT_CALLS,
+                             kSessionKeepalive.without_calls ? 1 : 0);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MIN_RECV_PING_INTERVAL_WITHOUT_DATA_MS, 1000);
   builder.AddChannelArgument(GRPC_ARG_HTTP2_MAX_PING_STRIKES, 0);
 }

@@ -67,7 +67,8 @@ std::string CookieValue(absl::string_view header, absl::string_view name) {
   if (name.empty()) return "";
   for (absl::string_view part : absl::StrSplit(header, ';')) {
     part = absl::StripAsciiWhitespace(part);
-    if (absl::ConsumePrefix(&part, name) && absl::ConsumePrefix(&part, "=")) return std::string(part);
+    if (absl::ConsumePrefix(&part, name) && absl::ConsumePrefix(&part, "="))
+      return std::string(part);
   }
   return "";
 }

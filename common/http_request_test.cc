@@ -19,9 +19,10 @@ TEST(SafeRedirectPathTest, KeepsPathsOnThisServer) {
 }
 
 TEST(SafeRedirectPathTest, RefusesEveryWayOffThisServer) {
-  for (const char* bad : {"", "//evil.example", "/\\evil.example", "\\\\evil.example", "https://evil.example",
-                          "javascript:alert(1)", "evil.example", "/\t/evil.example", "/\n/evil.example",
-                          "/ /evil", "/x\r\nSet-Cookie: a=b", "/a\\b", "/\x7f", "/caf\xc3\xa9"}) {
+  for (const char* bad :
+       {"", "//evil.example", "/\\evil.example", "\\\\evil.example", "https://evil.example",
+        "javascript:alert(1)", "evil.example", "/\t/evil.example", "/\n/evil.example", "/ /evil",
+        "/x\r\nSet-Cookie: a=b", "/a\\b", "/\x7f", "/caf\xc3\xa9"}) {
     EXPECT_EQ(SafeRedirectPath(bad), "/") << "next=" << bad;
   }
   EXPECT_EQ(SafeRedirectPath("/" + std::string(3000, 'a')), "/") << "too long";
@@ -54,7 +55,8 @@ TEST(CookieValueTest, MatchesTheExactName) {
 TEST(ParseNonNegativeIntTest, DigitsOnly) {
   EXPECT_EQ(ParseNonNegativeInt("0"), 0);
   EXPECT_EQ(ParseNonNegativeInt("9223372036854775807"), INT64_MAX);
-  for (const char* bad : {"", "-1", "+1", " 1", "1 ", "0x10", "9223372036854775808", "99999999999999999999"}) {
+  for (const char* bad :
+       {"", "-1", "+1", " 1", "1 ", "0x10", "9223372036854775808", "99999999999999999999"}) {
     EXPECT_FALSE(ParseNonNegativeInt(bad).has_value()) << bad;
   }
 }

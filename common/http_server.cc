@@ -33,7 +33,8 @@ std::string HttpServer::Request::Header(const std::string& name) const {
   for (const auto& [key, value] : headers) {
     if (key.size() == name.size() &&
         std::equal(key.begin(), key.end(), name.begin(), [](char a, char b) {
-          return std::tolower(static_cast<unsigned char>(a)) == std::tolower(static_cast<unsigned char>(b));
+          return std::tolower(static_cast<unsigned char>(a)) ==
+                 std::tolower(static_cast<unsigned char>(b));
         })) {
       return value;
     }
@@ -49,7 +50,8 @@ std::string HttpServer::Request::Param(const std::string& name) const {
 const std::vector<std::pair<std::string, std::string>>& HttpServer::SecurityHeaders() {
   static const auto* const kHeaders = new std::vector<std::pair<std::string, std::string>>{
       {"Content-Security-Policy",
-       "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+       "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src "
+       "'self'; "
        "object-src 'none'; base-uri 'none'; form-action 'self'; frame-ancestors 'none'"},
       {"X-Frame-Options", "DENY"},
       {"X-Content-Type-Options", "nosniff"},
@@ -100,7 +102,8 @@ absl::Status HttpServer::EnableTls(const std::string& cert_pem, const std::strin
     BIO* key_bio = BIO_new_mem_buf(key_pem.data(), static_cast<int>(key_pem.size()));
     EVP_PKEY* key = PEM_read_bio_PrivateKey(key_bio, nullptr, nullptr, nullptr);
     BIO_free(key_bio);
-    ok = key != nullptr && SSL_CTX_use_PrivateKey(&ctx, key) == 1 && SSL_CTX_check_private_key(&ctx) == 1;
+    ok = key != nullptr && SSL_CTX_use_PrivateKey(&ctx, key) == 1 &&
+         SSL_CTX_check_private_key(&ctx) == 1;
     EVP_PKEY_free(key);
     if (!ok) return fail("private key");
     SSL_CTX_set_min_proto_version(&ctx, TLS1_2_VERSION);
@@ -108,8 +111,8 @@ absl::Status HttpServer::EnableTls(const std::string& cert_pem, const std::strin
   };
   auto server = std::make_unique<httplib::SSLServer>(setup);
   if (!server->is_valid()) {
-    return absl::InvalidArgumentError(absl::StrCat("HTTPS: cannot use the TLS certificate and key: ",
-                                                   error.empty() ? "invalid" : error));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "HTTPS: cannot use the TLS certificate and key: ", error.empty() ? "invalid" : error));
   }
   server_ = std::move(server);
   tls_ = true;
@@ -120,12 +123,14 @@ absl::Status HttpServer::EnableTls(const std::string& cert_pem, const std::strin
 HttpServer::~HttpServer() { Stop(); }
 
 void HttpServer::Handle(const std::string& path, Handler handler) {
-  server_->Get(path, [handler = std::move(handler)](const httplib::Request&, httplib::Response& res) {
-    Send(handler(), res);
-  });
+  server_->Get(path,
+               [handler = std::move(handler)](const httplib::Request&, httplib::Response& res) {
+                 Send(handler(), res);
+               });
 }
 
-void HttpServer::HandleRequest(const std::string& method, const std::string& pattern, RequestHandler handler) {
+void HttpServer::HandleRequest(const std::string& method, const std::string& pattern,
+                               RequestHandler handler) {
   auto serve = [handler = std::move(handler)](const httplib::Request& req, httplib::Response& res) {
     Request r;
     r.method = req.method;
@@ -152,18 +157,23 @@ void HttpServer::HandleRequest(const std::string& method, const std::string& pat
 absl::StatusOr<std::string> HttpServer::Start(const std::string& listen) {
   const size_t colon = listen.rfind(':');
   int port = -1;
-  if (colon == std::string::npos || colon == 0 || !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port < 0 ||
-      port > 65535) {
-    return absl::InvalidArgumentError(absl::StrCat("--http-listen: '", listen, "' is not HOST:PORT"));
+  if (colon == std::string::npos || colon == 0 ||
+      !absl::SimpleAtoi(listen.substr(colon + 1), &port) || port < 0 || port > 65535) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--http-listen: '", listen, "' is not HOST:PORT"));
   }
   std::string host = listen.substr(0, colon);
-  if (host.size() > 2 && host.front() == '[' && host.back() == ']') host = host.substr(1, host.size() - 2);
-  int bound = port == 0 ? server_->bind_to_any_port(host.c_str()) : (server_->bind_to_port(host.c_str(), port) ? port : -1);
-  if (bound <= 0) return absl::UnavailableError(absl::StrCat("--http-listen: cannot listen on ", listen));
+  if (host.size() > 2 && host.front() == '[' && host.back() == ']')
+    host = host.substr(1, host.size() - 2);
+  int bound = port == 0 ? server_->bind_to_any_port(host.c_str())
+                        : (server_->bind_to_port(host.c_str(), port) ? port : -1);
+  if (bound <= 0)
+    return absl::UnavailableError(absl::StrCat("--http-listen: cannot listen on ", listen));
   thread_ = std::thread([this] { server_->listen_after_bind(); });
   // httplib's stop() does nothing before the accept loop runs (and the
   // thread would then never end): return only once it runs.
-  for (absl::Time deadline = absl::Now() + absl::Seconds(5); !server_->is_running() && absl::Now() < deadline;) {
+  for (absl::Time deadline = absl::Now() + absl::Seconds(5);
+       !server_->is_running() && absl::Now() < deadline;) {
     absl::SleepFor(absl::Milliseconds(1));
   }
   return absl::StrCat(listen.substr(0, colon), ":", bound);

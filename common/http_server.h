@@ -61,7 +61,10 @@ class HttpServer {
     Reply() = default;
     Reply(int status, std::string content_type, std::string body,
           std::vector<std::pair<std::string, std::string>> headers = {})
-        : status(status), content_type(std::move(content_type)), body(std::move(body)), headers(std::move(headers)) {}
+        : status(status),
+          content_type(std::move(content_type)),
+          body(std::move(body)),
+          headers(std::move(headers)) {}
 
     int status = 200;
     std::string content_type = "text/plain; charset=utf-8";

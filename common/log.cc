@@ -17,10 +17,14 @@ absl::Mutex g_write_mu;
 
 const char* LevelName(LogLevel l) {
   switch (l) {
-    case LogLevel::kDebug: return "DEBUG";
-    case LogLevel::kInfo: return "INFO";
-    case LogLevel::kWarn: return "WARN";
-    case LogLevel::kError: return "ERROR";
+    case LogLevel::kDebug:
+      return "DEBUG";
+    case LogLevel::kInfo:
+      return "INFO";
+    case LogLevel::kWarn:
+      return "WARN";
+    case LogLevel::kError:
+      return "ERROR";
   }
   return "INFO";
 }
@@ -49,11 +53,16 @@ void SetLogLevel(LogLevel level) { g_level.store(static_cast<int>(level)); }
 LogLevel GetLogLevel() { return static_cast<LogLevel>(g_level.load()); }
 
 bool ParseLogLevel(absl::string_view text, LogLevel* out) {
-  if (text == "debug") *out = LogLevel::kDebug;
-  else if (text == "info") *out = LogLevel::kInfo;
-  else if (text == "warn" || text == "warning") *out = LogLevel::kWarn;
-  else if (text == "error") *out = LogLevel::kError;
-  else return false;
+  if (text == "debug")
+    *out = LogLevel::kDebug;
+  else if (text == "info")
+    *out = LogLevel::kInfo;
+  else if (text == "warn" || text == "warning")
+    *out = LogLevel::kWarn;
+  else if (text == "error")
+    *out = LogLevel::kError;
+  else
+    return false;
   return true;
 }
 
@@ -74,10 +83,12 @@ std::string FormatLogLine(absl::string_view time_text, LogLevel level, absl::str
   return line;
 }
 
-void LogEvent(LogLevel level, absl::string_view component, absl::string_view event, const LogFields& fields) {
+void LogEvent(LogLevel level, absl::string_view component, absl::string_view event,
+              const LogFields& fields) {
   if (static_cast<int>(level) < g_level.load(std::memory_order_relaxed)) return;
-  std::string line = FormatLogLine(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()), level,
-                                   component, event, fields);
+  std::string line =
+      FormatLogLine(absl::FormatTime("%Y-%m-%dT%H:%M:%E3SZ", absl::Now(), absl::UTCTimeZone()),
+                    level, component, event, fields);
   line += '\n';
   absl::MutexLock lock(&g_write_mu);
   size_t done = 0;

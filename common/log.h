@@ -15,10 +15,10 @@
 #pragma once
 
 #include <string>
-#include "absl/status/status.h"
-#include "absl/strings/string_view.h"
 #include <utility>
 #include <vector>
+#include "absl/status/status.h"
+#include "absl/strings/string_view.h"
 
 namespace trainctl {
 
@@ -36,7 +36,8 @@ bool ParseLogLevel(absl::string_view text, LogLevel* out);
 absl::Status SetLogLevelFlag(absl::string_view text);
 
 // Writes one line (when `level` is enabled).
-void LogEvent(LogLevel level, absl::string_view component, absl::string_view event, const LogFields& fields = {});
+void LogEvent(LogLevel level, absl::string_view component, absl::string_view event,
+              const LogFields& fields = {});
 
 // The line LogEvent would write at `time_text`, without the newline (tests).
 std::string FormatLogLine(absl::string_view time_text, LogLevel level, absl::string_view component,

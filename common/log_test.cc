@@ -6,14 +6,17 @@ namespace trainctl {
 namespace {
 
 TEST(LogTest, OneLineWithQuotedValuesWhereNeeded) {
-  EXPECT_EQ(FormatLogLine("2026-01-01T00:00:00.000Z", LogLevel::kWarn, "worker", "coordinator_unreachable",
-                          {{"coordinator", "10.0.0.1:7070"},
-                           {"reason", "failed to connect: Connection refused"},
-                           {"retry_in", "400ms"},
-                           {"quote", "say \"hi\"\nbye"},
-                           {"empty", ""}}),
-            "2026-01-01T00:00:00.000Z WARN worker coordinator_unreachable coordinator=10.0.0.1:7070 "
-            "reason=\"failed to connect: Connection refused\" retry_in=400ms quote=\"say \\\"hi\\\"\\nbye\" empty=\"\"");
+  EXPECT_EQ(
+      FormatLogLine("2026-01-01T00:00:00.000Z", LogLevel::kWarn, "worker",
+                    "coordinator_unreachable",
+                    {{"coordinator", "10.0.0.1:7070"},
+                     {"reason", "failed to connect: Connection refused"},
+                     {"retry_in", "400ms"},
+                     {"quote", "say \"hi\"\nbye"},
+                     {"empty", ""}}),
+      "2026-01-01T00:00:00.000Z WARN worker coordinator_unreachable coordinator=10.0.0.1:7070 "
+      "reason=\"failed to connect: Connection refused\" retry_in=400ms quote=\"say "
+      "\\\"hi\\\"\\nbye\" empty=\"\"");
 }
 
 TEST(LogTest, LevelsParseAndFilter) {

@@ -8,7 +8,8 @@ namespace trainctl {
 
 absl::StatusOr<std::string> GenerateNcclUniqueId() {
   void* lib = dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
-  if (lib == nullptr) return absl::UnavailableError("NCCL (libnccl.so.2) is not installed on this host");
+  if (lib == nullptr)
+    return absl::UnavailableError("NCCL (libnccl.so.2) is not installed on this host");
   using GetId = int (*)(void*);
   auto get = reinterpret_cast<GetId>(dlsym(lib, "ncclGetUniqueId"));
   if (get == nullptr) return absl::UnavailableError("libnccl.so.2 has no ncclGetUniqueId");

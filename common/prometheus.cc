@@ -34,10 +34,14 @@ std::string PromEscape(const std::string& value) {
   std::string out;
   out.reserve(value.size());
   for (char c : value) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '"') out += "\\\"";
-    else if (c == '\n') out += "\\n";
-    else out += c;
+    if (c == '\\')
+      out += "\\\\";
+    else if (c == '"')
+      out += "\\\"";
+    else if (c == '\n')
+      out += "\\n";
+    else
+      out += c;
   }
   return out;
 }
@@ -45,7 +49,8 @@ std::string PromEscape(const std::string& value) {
 std::string PromNumber(double value) {
   if (std::isnan(value)) return "NaN";
   if (std::isinf(value)) return value > 0 ? "+Inf" : "-Inf";
-  if (value == std::floor(value) && std::fabs(value) < 1e15) return absl::StrCat(static_cast<int64_t>(value));
+  if (value == std::floor(value) && std::fabs(value) < 1e15)
+    return absl::StrCat(static_cast<int64_t>(value));
   // The shortest of %.15g and %.17g that reads back as the same double.
   std::string shorter = absl::StrFormat("%.15g", value);
   return std::strtod(shorter.c_str(), nullptr) == value ? shorter : absl::StrFormat("%.17g", value);
@@ -65,7 +70,8 @@ void PromWriter::Sample(const std::string& name, const PromLabels& labels, doubl
     out_ += '{';
     for (size_t i = 0; i < labels.size(); ++i) {
       RequireName(labels[i].first);
-      absl::StrAppend(&out_, i ? "," : "", labels[i].first, "=\"", PromEscape(labels[i].second), "\"");
+      absl::StrAppend(&out_, i ? "," : "", labels[i].first, "=\"", PromEscape(labels[i].second),
+                      "\"");
     }
     out_ += '}';
   }
@@ -81,7 +87,8 @@ void LatencyHistogram::Observe(absl::Duration d) {
   count_.fetch_add(1, std::memory_order_relaxed);
 }
 
-void LatencyHistogram::Write(PromWriter& w, const std::string& name, const PromLabels& labels) const {
+void LatencyHistogram::Write(PromWriter& w, const std::string& name,
+                             const PromLabels& labels) const {
   int64_t cumulative = 0;
   for (size_t i = 0; i <= kBounds.size(); ++i) {
     cumulative += buckets_[i].load(std::memory_order_relaxed);
@@ -89,7 +96,8 @@ void LatencyHistogram::Write(PromWriter& w, const std::string& name, const PromL
     l.emplace_back("le", i < kBounds.size() ? PromNumber(kBounds[i]) : "+Inf");
     w.Sample(name + "_bucket", l, static_cast<double>(cumulative));
   }
-  w.Sample(name + "_sum", labels, static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9);
+  w.Sample(name + "_sum", labels,
+           static_cast<double>(sum_ns_.load(std::memory_order_relaxed)) / 1e9);
   // The count matches the +Inf bucket read above (a concurrent Observe may
   // land between the reads; Prometheus tolerates that skew).
   w.Sample(name + "_count", labels, static_cast<double>(cumulative));

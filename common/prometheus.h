@@ -47,8 +47,8 @@ std::string PromNumber(double value);
 // Counts durations into fixed buckets (seconds): 0.5 ms .. 10 s.
 class LatencyHistogram {
  public:
-  static constexpr std::array<double, 14> kBounds = {0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05,
-                                                     0.1,    0.25,  0.5,    1,     2.5,  5,     10};
+  static constexpr std::array<double, 14> kBounds = {
+      0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10};
   void Observe(absl::Duration d);
   // Writes name_bucket{le=...} (cumulative), name_sum and name_count with
   // `labels` (the family header is the caller's).

@@ -50,10 +50,10 @@ TEST(PromWriterDeathTest, BadNameIsAProgrammingError) {
 
 TEST(LatencyHistogramTest, CumulativeBucketsSumAndCount) {
   LatencyHistogram h;
-  h.Observe(absl::Microseconds(100));   // <= 0.5 ms
-  h.Observe(absl::Milliseconds(3));     // <= 5 ms
+  h.Observe(absl::Microseconds(100));  // <= 0.5 ms
+  h.Observe(absl::Milliseconds(3));    // <= 5 ms
   h.Observe(absl::Milliseconds(3));
-  h.Observe(absl::Seconds(60));         // +Inf
+  h.Observe(absl::Seconds(60));  // +Inf
   PromWriter w;
   w.Family("x_seconds", "histogram", "X.");
   h.Write(w, "x_seconds", {{"method", "Get"}});
@@ -112,7 +112,8 @@ TEST(HttpServerTest, ServesRegisteredPathsOnAFreePortAnd404Otherwise) {
 
   HttpServer bad;
   EXPECT_EQ(bad.Start("no-port").status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(bad.Start("127.0.0.1:99999").status().message()), HasSubstr("--http-listen"));
+  EXPECT_THAT(std::string(bad.Start("127.0.0.1:99999").status().message()),
+              HasSubstr("--http-listen"));
 }
 
 }  // namespace

@@ -164,8 +164,8 @@ void SafeFileWriter::Abandon() {
   }
 }
 
-absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::Create(const std::string& path,
-                                                                       const SafeWriteOptions& options) {
+absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::Create(
+    const std::string& path, const SafeWriteOptions& options) {
   std::unique_ptr<SafeFileWriter> w(new SafeFileWriter(path, options));
   auto [dir, name] = SplitPath(path);
   if (name.empty() || name == "." || name == "..") {
@@ -175,13 +175,14 @@ absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::Create(const std
   w->dir_fd_ = OpenDir(w->env_, dir);
   if (w->dir_fd_ < 0) {
     const int e = errno;
-    return ErrnoStatus(absl::StrCat("cannot open the directory of '", path, "': ", std::strerror(e)), e);
+    return ErrnoStatus(
+        absl::StrCat("cannot open the directory of '", path, "': ", std::strerror(e)), e);
   }
   return CreateTemp(std::move(w), path.find('/') == std::string::npos ? "" : std::string(dir));
 }
 
-absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::CreateAt(int dir_fd, const std::string& name,
-                                                                         const SafeWriteOptions& options) {
+absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::CreateAt(
+    int dir_fd, const std::string& name, const SafeWriteOptions& options) {
   if (name.empty() || name == "." || name == ".." || name.find('/') != std::string::npos) {
     return absl::InvalidArgumentError(absl::StrCat("'", name, "' is not a plain file name"));
   }
@@ -190,13 +191,14 @@ absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::CreateAt(int dir
   w->dir_fd_ = ::fcntl(dir_fd, F_DUPFD_CLOEXEC, 0);
   if (w->dir_fd_ < 0) {
     const int e = errno;
-    return ErrnoStatus(absl::StrCat("cannot use the directory of '", name, "': ", std::strerror(e)), e);
+    return ErrnoStatus(absl::StrCat("cannot use the directory of '", name, "': ", std::strerror(e)),
+                       e);
   }
   return CreateTemp(std::move(w), "");
 }
 
-absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::CreateTemp(std::unique_ptr<SafeFileWriter> w,
-                                                                           const std::string& dir) {
+absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::CreateTemp(
+    std::unique_ptr<SafeFileWriter> w, const std::string& dir) {
   // A random name: nobody can plant something there in advance; EEXIST
   // (a collision, or a guess) just takes another.
   int err = 0;
@@ -206,13 +208,16 @@ absl::StatusOr<std::unique_ptr<SafeFileWriter>> SafeFileWriter::CreateTemp(std::
     err = w->fd_ < 0 ? errno : 0;
     if (err != EEXIST) break;
   }
-  w->temp_path_ = dir.empty() ? w->temp_name_ : absl::StrCat(dir == "/" ? "" : dir, "/", w->temp_name_);
+  w->temp_path_ =
+      dir.empty() ? w->temp_name_ : absl::StrCat(dir == "/" ? "" : dir, "/", w->temp_name_);
   if (w->fd_ < 0) return w->Error("cannot create a file for", err);
   return w;
 }
 
 absl::Status SafeFileWriter::Append(absl::string_view data) {
-  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("'", path_, "': already committed or abandoned"));
+  if (fd_ < 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", path_, "': already committed or abandoned"));
   if (write_errno_ != 0) return Error("writing", write_errno_);
   write_errno_ = WriteAll(env_, fd_, data.data(), data.size());
   if (write_errno_ != 0) return Error("writing", write_errno_);
@@ -229,7 +234,9 @@ std::ostream& SafeFileWriter::stream() {
 }
 
 absl::Status SafeFileWriter::Commit() {
-  if (fd_ < 0) return absl::FailedPreconditionError(absl::StrCat("'", path_, "': already committed or abandoned"));
+  if (fd_ < 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat("'", path_, "': already committed or abandoned"));
   if (stream_ != nullptr) stream_->flush();
   absl::Status failed;
   if (write_errno_ != 0) {
@@ -270,13 +277,15 @@ absl::Status SafeFileWriter::Commit() {
   if (options_.sync && env_->Fsync(dir_fd_) != 0) {
     const int e = errno;
     Abandon();
-    return ErrnoStatus(absl::StrCat("fsync of the directory of '", path_, "': ", std::strerror(e)), e);
+    return ErrnoStatus(absl::StrCat("fsync of the directory of '", path_, "': ", std::strerror(e)),
+                       e);
   }
   Abandon();
   return absl::OkStatus();
 }
 
-absl::Status WriteFileSafely(const std::string& path, absl::string_view contents, const SafeWriteOptions& options) {
+absl::Status WriteFileSafely(const std::string& path, absl::string_view contents,
+                             const SafeWriteOptions& options) {
   absl::StatusOr<std::unique_ptr<SafeFileWriter>> w = SafeFileWriter::Create(path, options);
   if (!w.ok()) return w.status();
   if (absl::Status s = (*w)->Append(contents); !s.ok()) return s;
@@ -285,14 +294,15 @@ absl::Status WriteFileSafely(const std::string& path, absl::string_view contents
 
 absl::Status WriteFileSafelyAt(int dir_fd, const std::string& name, absl::string_view contents,
                                const SafeWriteOptions& options) {
-  absl::StatusOr<std::unique_ptr<SafeFileWriter>> w = SafeFileWriter::CreateAt(dir_fd, name, options);
+  absl::StatusOr<std::unique_ptr<SafeFileWriter>> w =
+      SafeFileWriter::CreateAt(dir_fd, name, options);
   if (!w.ok()) return w.status();
   if (absl::Status s = (*w)->Append(contents); !s.ok()) return s;
   return (*w)->Commit();
 }
 
-absl::Status ProbeWritableDir(const std::string& dir, const std::string& name, absl::string_view contents,
-                              FileEnv* env) {
+absl::Status ProbeWritableDir(const std::string& dir, const std::string& name,
+                              absl::string_view contents, FileEnv* env) {
   env = FileEnv::Or(env);
   const int dir_fd = OpenDir(env, dir);
   if (dir_fd < 0) {
@@ -316,10 +326,12 @@ absl::StatusOr<int> OpenOrMakeDirNoFollow(const std::string& path, mode_t mode, 
   for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
     if (part != ".") parts.emplace_back(part);
   }
-  int fd = env->OpenAt(AT_FDCWD, path[0] == '/' ? "/" : ".", (parts.empty() ? O_RDONLY : O_PATH) | O_DIRECTORY | O_CLOEXEC);
+  int fd = env->OpenAt(AT_FDCWD, path[0] == '/' ? "/" : ".",
+                       (parts.empty() ? O_RDONLY : O_PATH) | O_DIRECTORY | O_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
-    return ErrnoStatus(absl::StrCat("cannot open the start of '", path, "': ", std::strerror(e)), e);
+    return ErrnoStatus(absl::StrCat("cannot open the start of '", path, "': ", std::strerror(e)),
+                       e);
   }
   std::string walked = path[0] == '/' ? "" : ".";
   for (size_t i = 0; i < parts.size(); ++i) {
@@ -376,7 +388,9 @@ absl::Status ProbeWritableDirAt(int dir_fd, const std::string& dir, const std::s
   const int err = WriteAll(env, fd, contents.data(), contents.size());
   ::close(fd);
   env->UnlinkAt(dir_fd, probe, 0);
-  if (err != 0) return ErrnoStatus(absl::StrCat("cannot write a file in '", dir, "': ", std::strerror(err)), err);
+  if (err != 0)
+    return ErrnoStatus(absl::StrCat("cannot write a file in '", dir, "': ", std::strerror(err)),
+                       err);
   return absl::OkStatus();
 }
 

@@ -75,13 +75,13 @@ inline SafeWriteOptions PrivateFile(bool replace = true) {
 // successful Commit, the temporary file is removed.
 class SafeFileWriter {
  public:
-  static absl::StatusOr<std::unique_ptr<SafeFileWriter>> Create(const std::string& path,
-                                                                const SafeWriteOptions& options = {});
+  static absl::StatusOr<std::unique_ptr<SafeFileWriter>> Create(
+      const std::string& path, const SafeWriteOptions& options = {});
   // The same in the directory open as `dir_fd` (the writer uses a dup of
   // it): for a caller that opened and checked the directory itself.
   // `name` is a plain file name; errors name it.
-  static absl::StatusOr<std::unique_ptr<SafeFileWriter>> CreateAt(int dir_fd, const std::string& name,
-                                                                  const SafeWriteOptions& options = {});
+  static absl::StatusOr<std::unique_ptr<SafeFileWriter>> CreateAt(
+      int dir_fd, const std::string& name, const SafeWriteOptions& options = {});
   ~SafeFileWriter();
   SafeFileWriter(const SafeFileWriter&) = delete;
   SafeFileWriter& operator=(const SafeFileWriter&) = delete;
@@ -103,8 +103,8 @@ class SafeFileWriter {
   class FdBuf;
   SafeFileWriter(std::string path, SafeWriteOptions options);
   // Create/CreateAt once dir_fd_ is open: the temporary file.
-  static absl::StatusOr<std::unique_ptr<SafeFileWriter>> CreateTemp(std::unique_ptr<SafeFileWriter> w,
-                                                                    const std::string& dir);
+  static absl::StatusOr<std::unique_ptr<SafeFileWriter>> CreateTemp(
+      std::unique_ptr<SafeFileWriter> w, const std::string& dir);
   absl::Status Error(const std::string& what, int err) const;
   void Abandon();
 
@@ -134,8 +134,8 @@ absl::Status WriteFileSafelyAt(int dir_fd, const std::string& name, absl::string
 // file or link already at that name is never opened or written through: the
 // probe then uses "<name>.<random hex>" instead. Status as above. `env`:
 // as SafeWriteOptions::env.
-absl::Status ProbeWritableDir(const std::string& dir, const std::string& name, absl::string_view contents = "",
-                              FileEnv* env = nullptr);
+absl::Status ProbeWritableDir(const std::string& dir, const std::string& name,
+                              absl::string_view contents = "", FileEnv* env = nullptr);
 // The same through a directory already open at `dir_fd` (kept open);
 // `dir` only names it in messages.
 absl::Status ProbeWritableDirAt(int dir_fd, const std::string& dir, const std::string& name,
@@ -149,7 +149,8 @@ absl::Status ProbeWritableDirAt(int dir_fd, const std::string& dir, const std::s
 // ENOTDIR and nothing is made past it, so a link swapped in at any depth
 // cannot redirect what is made. ".." is refused (EINVAL). The caller owns
 // the descriptor (O_RDONLY|O_DIRECTORY|O_CLOEXEC). Status as above.
-absl::StatusOr<int> OpenOrMakeDirNoFollow(const std::string& path, mode_t mode = 0777, FileEnv* env = nullptr);
+absl::StatusOr<int> OpenOrMakeDirNoFollow(const std::string& path, mode_t mode = 0777,
+                                          FileEnv* env = nullptr);
 
 // The errno a status of this file attached, or 0.
 int SafeFileErrno(const absl::Status& status);

@@ -1,8 +1,8 @@
 #include "common/safe_file.h"
 
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <sys/mount.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -92,7 +92,8 @@ TEST_F(SafeFileTest, WritingAtAnOpenDirectoryNeverFollowsALinkAndKeepsWhatExists
   ASSERT_GE(dfd, 0);
   ASSERT_EQ(::symlink(victim_.c_str(), (dir_ + "/claim").c_str()), 0);
   // Not replacing: the planted link holds the name; nothing is written through it.
-  absl::Status kept = WriteFileSafelyAt(dfd, "claim", "owner: mallory\n", PrivateFile(/*replace=*/false));
+  absl::Status kept =
+      WriteFileSafelyAt(dfd, "claim", "owner: mallory\n", PrivateFile(/*replace=*/false));
   EXPECT_EQ(kept.code(), absl::StatusCode::kAlreadyExists) << kept;
   EXPECT_EQ(Slurp(victim_), "precious");
   // Replacing: the link itself is replaced by a 0600 file.
@@ -188,7 +189,8 @@ TEST_F(SafeFileTest, ALinkAtTheFinalNameLeavesItsTargetUnchanged) {
 // and created with O_EXCL|O_NOFOLLOW.
 TEST_F(SafeFileTest, LinksAtPredictableTemporaryNamesLeaveTheirTargetsUnchanged) {
   const std::string path = dir_ + "/model.pt";
-  for (const std::string& tmp : {path + ".tmp", absl::StrCat(path, ".tmp.", ::getpid()), path + ".part"}) {
+  for (const std::string& tmp :
+       {path + ".tmp", absl::StrCat(path, ".tmp.", ::getpid()), path + ".part"}) {
     ASSERT_EQ(::symlink(victim_.c_str(), tmp.c_str()), 0);
   }
   ASSERT_TRUE(WriteFileSafely(path, "new model").ok());
@@ -207,7 +209,8 @@ TEST_F(SafeFileTest, NoReplaceRefusesAnExistingFileOrLinkAndLeavesItAlone) {
   EXPECT_EQ(Slurp(path), "mine");
   const std::string link = dir_ + "/link";
   ASSERT_EQ(::symlink(victim_.c_str(), link.c_str()), 0);
-  EXPECT_EQ(WriteFileSafely(link, "theirs", KeepExisting()).code(), absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(WriteFileSafely(link, "theirs", KeepExisting()).code(),
+            absl::StatusCode::kAlreadyExists);
   EXPECT_EQ(Slurp(victim_), "precious");
   EXPECT_EQ(Names(dir_), (std::vector<std::string>{".bashrc", "link"}));
   // A free name is written.
@@ -220,7 +223,8 @@ TEST_F(SafeFileTest, AProbeNeverFollowsALinkAtItsNameAndCleansUp) {
   ASSERT_EQ(::symlink(victim_.c_str(), probe.c_str()), 0);
   ASSERT_TRUE(ProbeWritableDir(dir_, ".trainctl-preflight-123", "preflight").ok());
   EXPECT_EQ(Slurp(victim_), "precious");
-  EXPECT_EQ(Names(dir_), std::vector<std::string>{".trainctl-preflight-123"});  // the link, untouched
+  EXPECT_EQ(Names(dir_),
+            std::vector<std::string>{".trainctl-preflight-123"});  // the link, untouched
   ASSERT_TRUE(ProbeWritableDir(outside_, ".probe").ok());
   EXPECT_EQ(Names(outside_), std::vector<std::string>{"victim"});
 }

@@ -6,9 +6,9 @@
 #include "absl/status/statusor.h"
 
 // Returns the Status of `expr` from the enclosing function when it is not OK.
-#define TRAINCTL_RETURN_IF_ERROR(expr)                  \
-  do {                                                  \
-    ::absl::Status trainctl_status_ = (expr);           \
+#define TRAINCTL_RETURN_IF_ERROR(expr)                   \
+  do {                                                   \
+    ::absl::Status trainctl_status_ = (expr);            \
     if (!trainctl_status_.ok()) return trainctl_status_; \
   } while (0)
 

@@ -47,7 +47,8 @@ std::vector<std::string> ChildEnv(const SpawnOptions& o) {
       for (const std::string& v : o.env) named |= EnvName(v) == name;
       if (named) continue;
       const std::string& n = name;
-      env.erase(std::remove_if(env.begin(), env.end(), [&n](const std::string& kv) { return EnvName(kv) == n; }),
+      env.erase(std::remove_if(env.begin(), env.end(),
+                               [&n](const std::string& kv) { return EnvName(kv) == n; }),
                 env.end());
       env.push_back(absl::StrCat(name, "=", value));
     }
@@ -80,7 +81,8 @@ struct ChildPlan {
 // glibc's wrappers would try to reach threads the child does not have.
 bool SwitchUser(const RunAs& u) {
   return syscall(SYS_setgroups, u.groups.size(), u.groups.data()) == 0 &&
-         syscall(SYS_setresgid, u.gid, u.gid, u.gid) == 0 && syscall(SYS_setresuid, u.uid, u.uid, u.uid) == 0;
+         syscall(SYS_setresgid, u.gid, u.gid, u.gid) == 0 &&
+         syscall(SYS_setresuid, u.uid, u.uid, u.uid) == 0;
 }
 
 // In the child, after fork: only async-signal-safe calls from here on.
@@ -159,11 +161,15 @@ absl::StatusOr<RunAs> LookupUser(const std::string& user) {
   passwd pw{};
   passwd* found = nullptr;
   int err;
-  while ((err = getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found)) == ERANGE && buf.size() < (1u << 22)) {
+  while ((err = getpwnam_r(user.c_str(), &pw, buf.data(), buf.size(), &found)) == ERANGE &&
+         buf.size() < (1u << 22)) {
     buf.resize(buf.size() * 2);
   }
-  if (err != 0) return absl::InternalError(absl::StrCat("user ", user, ": cannot read the passwd database: ", std::strerror(err)));
-  if (found == nullptr) return absl::NotFoundError(absl::StrCat("user ", user, ": no such user on this host"));
+  if (err != 0)
+    return absl::InternalError(
+        absl::StrCat("user ", user, ": cannot read the passwd database: ", std::strerror(err)));
+  if (found == nullptr)
+    return absl::NotFoundError(absl::StrCat("user ", user, ": no such user on this host"));
   RunAs u;
   u.name = pw.pw_name;
   u.home = pw.pw_dir != nullptr ? pw.pw_dir : "/";
@@ -172,7 +178,8 @@ absl::StatusOr<RunAs> LookupUser(const std::string& user) {
   int n = 32;
   std::vector<gid_t> groups(static_cast<size_t>(n));
   while (getgrouplist(u.name.c_str(), u.gid, groups.data(), &n) < 0) {
-    if (n <= static_cast<int>(groups.size())) n = static_cast<int>(groups.size()) * 2;  // glibc sets n; others may not
+    if (n <= static_cast<int>(groups.size()))
+      n = static_cast<int>(groups.size()) * 2;  // glibc sets n; others may not
     if (n > (1 << 16)) return absl::InternalError(absl::StrCat("user ", user, ": too many groups"));
     groups.resize(static_cast<size_t>(n));
   }
@@ -199,7 +206,8 @@ absl::StatusOr<Subprocess> Subprocess::Spawn(const SpawnOptions& o) {
   if (o.fds.size() > 64) return absl::InvalidArgumentError("spawn: more than 64 child fds");
   for (const ChildFd& f : o.fds) {
     if (f.child_fd < 0 || (f.parent_fd < 0 && f.parent_fd != ChildFd::kDevNull)) {
-      return absl::InvalidArgumentError(absl::StrCat("spawn: bad fd mapping ", f.parent_fd, " -> ", f.child_fd));
+      return absl::InvalidArgumentError(
+          absl::StrCat("spawn: bad fd mapping ", f.parent_fd, " -> ", f.child_fd));
     }
   }
   ChildPlan plan;
@@ -215,7 +223,8 @@ absl::StatusOr<Subprocess> Subprocess::Spawn(const SpawnOptions& o) {
   plan.cgroup_error = absl::StrCat(o.argv[0], ": cannot join its cgroup\n");
   plan.parent = getpid();
   const pid_t pid = fork();
-  if (pid < 0) return absl::ResourceExhaustedError(absl::StrCat("fork failed: ", std::strerror(errno)));
+  if (pid < 0)
+    return absl::ResourceExhaustedError(absl::StrCat("fork failed: ", std::strerror(errno)));
   if (pid == 0) RunChild(o, plan);
   Subprocess p;
   p.pid_ = pid;
@@ -290,8 +299,12 @@ std::optional<ExitStatus> Subprocess::WaitFor(absl::Duration timeout) {
     const absl::Duration left = deadline - MonotonicNow();
     if (left <= absl::ZeroDuration()) break;
     if (pidfd >= 0) {
-      struct pollfd p {pidfd, POLLIN, 0};
-      ::poll(&p, 1, static_cast<int>(std::min<int64_t>(absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 1 << 30)));
+      struct pollfd p {
+        pidfd, POLLIN, 0
+      };
+      ::poll(&p, 1,
+             static_cast<int>(std::min<int64_t>(
+                 absl::ToInt64Milliseconds(absl::Ceil(left, absl::Milliseconds(1))), 1 << 30)));
     } else {
       absl::SleepFor(std::min(left, absl::Milliseconds(5)));
     }

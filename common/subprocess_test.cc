@@ -82,7 +82,8 @@ bool Alive(pid_t pid) {
 
 // Waits until `pid` no longer exists (it was reaped by its parent or init).
 bool GoneWithin(pid_t pid, absl::Duration timeout) {
-  for (absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(10))) {
+  for (absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(10))) {
     if (!Alive(pid)) return true;
   }
   return !Alive(pid);
@@ -135,7 +136,8 @@ TEST(SubprocessTest, MissingProgramExits127WithTheMessage) {
 TEST(SubprocessTest, EnvironmentIsInheritedWithOverridesOrExact) {
   setenv("SUBPROCESS_TEST_KEEP", "kept", 1);
   setenv("SUBPROCESS_TEST_OVER", "old", 1);
-  SpawnOptions o = Shell("echo \"$SUBPROCESS_TEST_KEEP $SUBPROCESS_TEST_OVER $SUBPROCESS_TEST_NEW\"");
+  SpawnOptions o =
+      Shell("echo \"$SUBPROCESS_TEST_KEEP $SUBPROCESS_TEST_OVER $SUBPROCESS_TEST_NEW\"");
   o.env = {"SUBPROCESS_TEST_OVER=new", "SUBPROCESS_TEST_NEW=added"};
   EXPECT_EQ(RunToEnd(o).first, "kept new added\n");
 
@@ -281,7 +283,8 @@ absl::StatusOr<Subprocess> SpawnUntilReady(SpawnOptions o) {
 
 TEST(SubprocessTest, TerminateKillsAChildThatIgnoresSigterm) {
   // "ready" once the trap is set, so SIGTERM cannot come before it.
-  absl::StatusOr<Subprocess> p = SpawnUntilReady(Shell("trap '' TERM; echo ready; while :; do sleep 0.05; done"));
+  absl::StatusOr<Subprocess> p =
+      SpawnUntilReady(Shell("trap '' TERM; echo ready; while :; do sleep 0.05; done"));
   ASSERT_TRUE(p.ok());
   const absl::Time start = absl::Now();
   EXPECT_EQ(p->Terminate(absl::Milliseconds(200)).signal, SIGKILL);
@@ -347,10 +350,12 @@ TEST(SubprocessTest, LookupUserReadsThePasswdDatabase) {
   EXPECT_NE(nobody->uid, 0u);
   EXPECT_FALSE(nobody->home.empty());
   // Its primary group is among its groups, as initgroups would set them.
-  EXPECT_NE(std::find(nobody->groups.begin(), nobody->groups.end(), nobody->gid), nobody->groups.end());
+  EXPECT_NE(std::find(nobody->groups.begin(), nobody->groups.end(), nobody->gid),
+            nobody->groups.end());
   absl::StatusOr<RunAs> stranger = LookupUser("no-such-user-trainctl");
   EXPECT_EQ(stranger.status().code(), absl::StatusCode::kNotFound);
-  EXPECT_NE(stranger.status().message().find("no-such-user-trainctl"), std::string::npos) << stranger.status();
+  EXPECT_NE(stranger.status().message().find("no-such-user-trainctl"), std::string::npos)
+      << stranger.status();
   EXPECT_EQ(LookupUser("").status().code(), absl::StatusCode::kInvalidArgument);
 }
 
@@ -358,7 +363,9 @@ TEST(SubprocessTest, RunAsSwitchesUidGidGroupsAndIdentityVariables) {
   if (geteuid() != 0) GTEST_SKIP() << "switching users needs root";
   absl::StatusOr<RunAs> nobody = LookupUser("nobody");
   ASSERT_TRUE(nobody.ok()) << nobody.status();
-  SpawnOptions o = Shell("id -u; id -g; id -G; echo \"$HOME $USER $LOGNAME $KEEP\"; cat /proc/self/status | grep ^Uid:");
+  SpawnOptions o = Shell(
+      "id -u; id -g; id -G; echo \"$HOME $USER $LOGNAME $KEEP\"; cat /proc/self/status | grep "
+      "^Uid:");
   o.run_as = *nobody;
   o.env = {"KEEP=kept", "LOGNAME=chosen"};  // a name in env wins over the user's
   auto [out, st] = RunToEnd(o);

@@ -11,7 +11,8 @@ namespace trainctl {
 
 std::string MakeTempDir(absl::string_view prefix) {
   const char* tmp = std::getenv("TMPDIR");
-  const std::string pattern = absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/", prefix, "_XXXXXX");
+  const std::string pattern =
+      absl::StrCat(tmp != nullptr && *tmp != '\0' ? tmp : "/tmp", "/", prefix, "_XXXXXX");
   std::vector<char> buf(pattern.begin(), pattern.end());
   buf.push_back('\0');
   if (mkdtemp(buf.data()) == nullptr) return "";

@@ -1,4 +1,5 @@
-// A counter threads wait on with a monotonic timeout.
+// A counter threads wait on with a monotonic timeout, timed by an
+// injected Clock (common/clock.h) or the system's.
 //
 // Why not absl::Mutex::AwaitWithTimeout: the Abseil of Debian 12 waits
 // until an absolute CLOCK_REALTIME time (FUTEX_CLOCK_REALTIME), so a wall
@@ -20,6 +21,7 @@
 #include <mutex>
 
 #include "absl/time/time.h"
+#include "common/clock.h"
 
 namespace trainctl {
 
@@ -39,19 +41,22 @@ class WakeSignal {
     return generation_;
   }
 
+  // Waits until generation() != `seen` or Mono() of `clock` reaches
+  // `deadline` (absl::InfiniteFuture(): no deadline). True when woken by a
+  // Notify. The system clock waits on the steady clock; a FakeClock until
+  // it is advanced past the deadline (common/clock.h).
+  bool WaitUntil(uint64_t seen, absl::Time deadline, const Clock& clock) {
+    std::unique_lock<std::mutex> lock(mu_);
+    return clock.WaitUntil(cv_, lock, deadline, [&] { return generation_ != seen; });
+  }
+
   // Waits until generation() != `seen` or `timeout` has passed on the
   // monotonic clock (forever for absl::InfiniteDuration()). True when
   // woken by a Notify.
   bool WaitFor(uint64_t seen, absl::Duration timeout) {
-    std::unique_lock<std::mutex> lock(mu_);
-    auto changed = [&] { return generation_ != seen; };
-    if (timeout == absl::InfiniteDuration()) {
-      cv_.wait(lock, changed);
-      return true;
-    }
-    const auto deadline =
-        std::chrono::steady_clock::now() + std::chrono::nanoseconds(absl::ToInt64Nanoseconds(timeout));
-    return cv_.wait_until(lock, deadline, changed);
+    const absl::Time deadline =
+        timeout == absl::InfiniteDuration() ? absl::InfiniteFuture() : MonotonicNow() + timeout;
+    return WaitUntil(seen, deadline, *SystemClock::Get());
   }
 
  private:

@@ -5,6 +5,8 @@
 #include <chrono>
 #include <thread>
 
+#include "common/clock.h"
+
 namespace trainctl {
 namespace {
 
@@ -24,6 +26,33 @@ TEST(WakeSignalTest, ATimeoutIsMeasuredOnTheMonotonicClock) {
   const auto start = std::chrono::steady_clock::now();
   EXPECT_FALSE(s.WaitFor(s.generation(), absl::Milliseconds(30)));
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(30));
+}
+
+// On a FakeClock the deadline is the fake clock's: real time passing does
+// not end the wait, Advance past the deadline does, and a Notify still
+// wakes it first.
+TEST(WakeSignalTest, AWaitOnAFakeClockEndsWhenTheClockIsAdvancedPastItsDeadline) {
+  FakeClock clock;
+  WakeSignal s;
+  const absl::Time deadline = clock.Mono() + absl::Hours(1);
+  bool woken = true;
+  std::thread waiter([&] { woken = s.WaitUntil(s.generation(), deadline, clock); });
+  ASSERT_TRUE(clock.AwaitWaiters(1, absl::Seconds(30)));
+  clock.Advance(absl::Minutes(59));  // not there yet: the waiter waits on
+  ASSERT_TRUE(clock.AwaitWaiters(1, absl::Seconds(30)));
+  clock.Advance(absl::Minutes(1));
+  waiter.join();
+  EXPECT_FALSE(woken);
+  EXPECT_FALSE(clock.AwaitWaiters(1, absl::ZeroDuration()));
+
+  const uint64_t seen = s.generation();
+  std::thread notified([&] { woken = s.WaitUntil(seen, clock.Mono() + absl::Hours(1), clock); });
+  ASSERT_TRUE(clock.AwaitWaiters(1, absl::Seconds(30)));
+  s.Notify();
+  notified.join();
+  EXPECT_TRUE(woken);
+  // A deadline already passed returns at once.
+  EXPECT_FALSE(s.WaitUntil(s.generation(), clock.Mono(), clock));
 }
 
 }  // namespace

@@ -58,7 +58,8 @@ absl::StatusOr<std::string> KeyPem(EVP_PKEY* key) {
 
 absl::StatusOr<std::string> CertPem(X509* cert) {
   Bio bio(BIO_new(BIO_s_mem()));
-  if (!PEM_write_bio_X509(bio.get(), cert)) return absl::InternalError(OpenSslError("write certificate"));
+  if (!PEM_write_bio_X509(bio.get(), cert))
+    return absl::InternalError(OpenSslError("write certificate"));
   return BioText(bio.get());
 }
 
@@ -96,12 +97,13 @@ Cert NewCert(EVP_PKEY* subject_key, const std::string& cn, absl::Duration validi
   BN_free(bn);
   // Back-dated for clocks a little behind (5 min; a quarter of a short
   // validity, so that its renewal point stays where the validity says).
-  X509_gmtime_adj(X509_getm_notBefore(cert.get()), -std::min<int64_t>(300, absl::ToInt64Seconds(validity) / 4));
+  X509_gmtime_adj(X509_getm_notBefore(cert.get()),
+                  -std::min<int64_t>(300, absl::ToInt64Seconds(validity) / 4));
   X509_gmtime_adj(X509_getm_notAfter(cert.get()), absl::ToInt64Seconds(validity));
   X509_set_pubkey(cert.get(), subject_key);
   X509_NAME* name = X509_get_subject_name(cert.get());
-  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8, reinterpret_cast<const unsigned char*>(cn.c_str()),
-                             -1, -1, 0);
+  X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
+                             reinterpret_cast<const unsigned char*>(cn.c_str()), -1, -1, 0);
   return cert;
 }
 
@@ -123,7 +125,8 @@ absl::StatusOr<KeyAndCert> NewCa(const std::string& common_name, absl::Duration 
       !AddExtension(cert.get(), cert.get(), NID_subject_key_identifier, "hash")) {
     return absl::InternalError(OpenSslError("CA extensions"));
   }
-  if (X509_sign(cert.get(), key.get(), EVP_sha256()) == 0) return absl::InternalError(OpenSslError("sign CA"));
+  if (X509_sign(cert.get(), key.get(), EVP_sha256()) == 0)
+    return absl::InternalError(OpenSslError("sign CA"));
   KeyAndCert out;
   auto k = KeyPem(key.get());
   if (!k.ok()) return k.status();
@@ -141,11 +144,14 @@ absl::StatusOr<std::string> NewCsr(const std::string& key_pem, const std::string
   X509_REQ_set_version(req.get(), 0);
   X509_NAME* name = X509_REQ_get_subject_name(req.get());
   X509_NAME_add_entry_by_txt(name, "CN", MBSTRING_UTF8,
-                             reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1, 0);
+                             reinterpret_cast<const unsigned char*>(common_name.c_str()), -1, -1,
+                             0);
   X509_REQ_set_pubkey(req.get(), key.get());
-  if (X509_REQ_sign(req.get(), key.get(), EVP_sha256()) == 0) return absl::InternalError(OpenSslError("sign CSR"));
+  if (X509_REQ_sign(req.get(), key.get(), EVP_sha256()) == 0)
+    return absl::InternalError(OpenSslError("sign CSR"));
   Bio bio(BIO_new(BIO_s_mem()));
-  if (!PEM_write_bio_X509_REQ(bio.get(), req.get())) return absl::InternalError(OpenSslError("write CSR"));
+  if (!PEM_write_bio_X509_REQ(bio.get(), req.get()))
+    return absl::InternalError(OpenSslError("write CSR"));
   return BioText(bio.get());
 }
 
@@ -160,10 +166,13 @@ namespace {
 absl::StatusOr<Req> ParseCheckedCsr(const std::string& csr_pem, const std::string& field) {
   Bio bio(BIO_new_mem_buf(csr_pem.data(), static_cast<int>(csr_pem.size())));
   Req req(PEM_read_bio_X509_REQ(bio.get(), nullptr, nullptr, nullptr));
-  if (!req) return absl::InvalidArgumentError(OpenSslError(absl::StrCat(field, ": not a PEM certificate request")));
+  if (!req)
+    return absl::InvalidArgumentError(
+        OpenSslError(absl::StrCat(field, ": not a PEM certificate request")));
   Key pub(X509_REQ_get_pubkey(req.get()));
   if (!pub || X509_REQ_verify(req.get(), pub.get()) != 1) {
-    return absl::InvalidArgumentError(OpenSslError(absl::StrCat(field, ": signature does not verify")));
+    return absl::InvalidArgumentError(
+        OpenSslError(absl::StrCat(field, ": signature does not verify")));
   }
   // A weak key makes the certificate's holder anyone who factors it: an
   // RSA-512 key falls in hours on one machine.
@@ -171,8 +180,9 @@ absl::StatusOr<Req> ParseCheckedCsr(const std::string& csr_pem, const std::strin
     case EVP_PKEY_RSA: {
       int bits = EVP_PKEY_get_bits(pub.get());
       if (bits < 2048) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ": an RSA key of ", bits,
-                                                       " bits is too weak (at least 2048; or EC P-256/P-384)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ": an RSA key of ", bits,
+                         " bits is too weak (at least 2048; or EC P-256/P-384)"));
       }
       return req;
     }
@@ -180,18 +190,20 @@ absl::StatusOr<Req> ParseCheckedCsr(const std::string& csr_pem, const std::strin
       char group[64] = {0};
       size_t len = 0;
       if (EVP_PKEY_get_group_name(pub.get(), group, sizeof group, &len) != 1) {
-        return absl::InvalidArgumentError(absl::StrCat(field, ": an EC key on an unnamed curve (use P-256 or P-384)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(field, ": an EC key on an unnamed curve (use P-256 or P-384)"));
       }
       std::string g(group, len);
       if (g != "prime256v1" && g != "P-256" && g != "secp384r1" && g != "P-384") {
-        return absl::InvalidArgumentError(
-            absl::StrCat(field, ": an EC key on curve ", g, " is not accepted (use P-256 or P-384)"));
+        return absl::InvalidArgumentError(absl::StrCat(field, ": an EC key on curve ", g,
+                                                       " is not accepted (use P-256 or P-384)"));
       }
       return req;
     }
     default:
-      return absl::InvalidArgumentError(absl::StrCat(field, ": a ", OBJ_nid2sn(EVP_PKEY_get_base_id(pub.get())),
-                                                     " key is not accepted (EC P-256/P-384, or RSA >= 2048)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": a ", OBJ_nid2sn(EVP_PKEY_get_base_id(pub.get())),
+                       " key is not accepted (EC P-256/P-384, or RSA >= 2048)"));
   }
 }
 
@@ -207,7 +219,8 @@ absl::StatusOr<std::string> SignCsr(const KeyAndCert& ca, const std::string& csr
                                     CertPurpose purpose) {
   Key ca_key = ParseKey(ca.key_pem);
   Cert ca_cert = ParseCert(ca.cert_pem);
-  if (!ca_key || !ca_cert) return absl::FailedPreconditionError(OpenSslError("CA key or certificate: cannot parse"));
+  if (!ca_key || !ca_cert)
+    return absl::FailedPreconditionError(OpenSslError("CA key or certificate: cannot parse"));
   absl::StatusOr<Req> req = ParseCheckedCsr(csr_pem, "csr");
   if (!req.ok()) return req.status();
   Key pub(X509_REQ_get_pubkey(req->get()));
@@ -222,16 +235,19 @@ absl::StatusOr<std::string> SignCsr(const KeyAndCert& ca, const std::string& csr
   // An EC key signs (ECDHE); an RSA key may also encipher (RSA key exchange).
   const bool rsa = EVP_PKEY_get_base_id(pub.get()) == EVP_PKEY_RSA;
   if (!AddExtension(cert.get(), ca_cert.get(), NID_basic_constraints, "critical,CA:FALSE") ||
-      !AddExtension(cert.get(), ca_cert.get(), NID_key_usage,
-                    rsa ? "critical,digitalSignature,keyEncipherment" : "critical,digitalSignature") ||
+      !AddExtension(
+          cert.get(), ca_cert.get(), NID_key_usage,
+          rsa ? "critical,digitalSignature,keyEncipherment" : "critical,digitalSignature") ||
       !AddExtension(cert.get(), ca_cert.get(), NID_ext_key_usage,
                     purpose == CertPurpose::kServer ? "serverAuth" : "clientAuth") ||
       !AddExtension(cert.get(), ca_cert.get(), NID_authority_key_identifier, "keyid:always") ||
       (!alt.empty() &&
        !AddExtension(cert.get(), ca_cert.get(), NID_subject_alt_name, absl::StrJoin(alt, ",")))) {
-    return absl::InvalidArgumentError(OpenSslError("certificate extensions (a SAN that is not a host name?)"));
+    return absl::InvalidArgumentError(
+        OpenSslError("certificate extensions (a SAN that is not a host name?)"));
   }
-  if (X509_sign(cert.get(), ca_key.get(), EVP_sha256()) == 0) return absl::InternalError(OpenSslError("sign certificate"));
+  if (X509_sign(cert.get(), ca_key.get(), EVP_sha256()) == 0)
+    return absl::InternalError(OpenSslError("sign certificate"));
   return CertPem(cert.get());
 }
 
@@ -239,7 +255,8 @@ absl::StatusOr<std::string> CertCommonName(const std::string& cert_pem) {
   Cert cert = ParseCert(cert_pem);
   if (!cert) return absl::InvalidArgumentError(OpenSslError("certificate: cannot parse"));
   char cn[256] = {0};
-  if (X509_NAME_get_text_by_NID(X509_get_subject_name(cert.get()), NID_commonName, cn, sizeof cn) < 0) {
+  if (X509_NAME_get_text_by_NID(X509_get_subject_name(cert.get()), NID_commonName, cn, sizeof cn) <
+      0) {
     return absl::InvalidArgumentError("certificate: no CN");
   }
   return std::string(cn);

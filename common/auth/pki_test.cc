@@ -67,7 +67,8 @@ TEST(PkiTest, CaSignsACsrIntoAVerifiableCertificate) {
 TEST(PkiTest, RefusesGarbageAndTamperedCsrs) {
   absl::StatusOr<KeyAndCert> ca = NewCa("trainctl test CA", absl::Hours(1));
   ASSERT_TRUE(ca.ok());
-  absl::StatusOr<std::string> bad = SignCsr(*ca, "not a csr", "w", {}, absl::Hours(1), CertPurpose::kClient);
+  absl::StatusOr<std::string> bad =
+      SignCsr(*ca, "not a csr", "w", {}, absl::Hours(1), CertPurpose::kClient);
   EXPECT_EQ(bad.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(bad.status().message(), HasSubstr("csr"));
   std::string csr = *NewCsr(*NewPrivateKey(), "w");
@@ -85,8 +86,8 @@ TEST(PkiTest, CertificatesAreFitOnlyForTheirPurpose) {
   absl::StatusOr<KeyAndCert> ca = NewCa("trainctl test CA", absl::Hours(1));
   ASSERT_TRUE(ca.ok());
   std::string csr = *NewCsr(*NewPrivateKey(), "ignored");
-  absl::StatusOr<std::string> worker =
-      SignCsr(*ca, csr, "w-1", {"127.0.0.1", WorkerUri("w-1")}, absl::Hours(1), CertPurpose::kClient);
+  absl::StatusOr<std::string> worker = SignCsr(*ca, csr, "w-1", {"127.0.0.1", WorkerUri("w-1")},
+                                               absl::Hours(1), CertPurpose::kClient);
   ASSERT_TRUE(worker.ok()) << worker.status();
   EXPECT_TRUE(Verifies(*worker, ca->cert_pem, "", X509_PURPOSE_SSL_CLIENT));
   EXPECT_FALSE(Verifies(*worker, ca->cert_pem, "", X509_PURPOSE_SSL_SERVER))
@@ -94,8 +95,8 @@ TEST(PkiTest, CertificatesAreFitOnlyForTheirPurpose) {
   EXPECT_FALSE(Verifies(*worker, ca->cert_pem, "w-1", X509_PURPOSE_SSL_SERVER))
       << "not a server for its CN (the worker id, which a joiner may choose) either";
 
-  absl::StatusOr<std::string> server =
-      SignCsr(*ca, csr, "trainctl-coordinator", {"localhost"}, absl::Hours(1), CertPurpose::kServer);
+  absl::StatusOr<std::string> server = SignCsr(*ca, csr, "trainctl-coordinator", {"localhost"},
+                                               absl::Hours(1), CertPurpose::kServer);
   ASSERT_TRUE(server.ok());
   EXPECT_TRUE(Verifies(*server, ca->cert_pem, "localhost", X509_PURPOSE_SSL_SERVER));
   EXPECT_FALSE(Verifies(*server, ca->cert_pem, "", X509_PURPOSE_SSL_CLIENT));
@@ -122,12 +123,14 @@ TEST(PkiTest, RefusesWeakKeys) {
   absl::StatusOr<std::string> rsa2048 = NewRsaCsrForTest(2048, "ok");
   ASSERT_TRUE(rsa2048.ok());
   EXPECT_TRUE(CheckCsr(*rsa2048).ok());
-  absl::StatusOr<std::string> cert = SignCsr(*ca, *rsa2048, "w", {}, absl::Hours(1), CertPurpose::kClient);
+  absl::StatusOr<std::string> cert =
+      SignCsr(*ca, *rsa2048, "w", {}, absl::Hours(1), CertPurpose::kClient);
   ASSERT_TRUE(cert.ok()) << cert.status();
   EXPECT_TRUE(Verifies(*cert, ca->cert_pem, "", X509_PURPOSE_SSL_CLIENT));
 
   // P-521 and Ed25519 are not on the list.
-  for (auto [type, param] : {std::pair<const char*, const char*>{"EC", "P-521"}, {"ED25519", nullptr}}) {
+  for (auto [type, param] :
+       {std::pair<const char*, const char*>{"EC", "P-521"}, {"ED25519", nullptr}}) {
     EVP_PKEY* key = param != nullptr ? EVP_PKEY_Q_keygen(nullptr, nullptr, type, param)
                                      : EVP_PKEY_Q_keygen(nullptr, nullptr, type);
     ASSERT_NE(key, nullptr) << type;

@@ -22,8 +22,8 @@
 #include "absl/strings/ascii.h"
 #include "absl/strings/escaping.h"
 #include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/strip.h"
 #include "common/safe_file.h"
 
 namespace trainctl::auth {
@@ -80,7 +80,8 @@ absl::StatusOr<std::string> ReadTokenFile(const std::string& path) {
     return absl::InvalidArgumentError(absl::StrCat("token file ", text.status().message()));
   }
   std::string first(absl::StripAsciiWhitespace(text->substr(0, text->find('\n'))));
-  if (first.empty()) return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": empty"));
+  if (first.empty())
+    return absl::InvalidArgumentError(absl::StrCat("token file ", path, ": empty"));
   return first;
 }
 
@@ -90,7 +91,9 @@ absl::Status WritePrivateFile(const std::string& path, absl::string_view content
   std::error_code ec;
   if (p.has_parent_path() && !fs::exists(p.parent_path(), ec)) {
     fs::create_directories(p.parent_path(), ec);
-    if (ec) return absl::InvalidArgumentError(absl::StrCat(path, ": cannot create its directory: ", ec.message()));
+    if (ec)
+      return absl::InvalidArgumentError(
+          absl::StrCat(path, ": cannot create its directory: ", ec.message()));
     fs::permissions(p.parent_path(), fs::perms::owner_all, ec);
   }
   // Created without following links (a link planted at the name or a
@@ -114,7 +117,8 @@ absl::StatusOr<std::string> ReadOrCreateTokenFile(const std::string& path, bool*
 }
 
 bool IsLoopbackAddress(absl::string_view address) {
-  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:")) return true;
+  if (absl::StartsWith(address, "unix:") || absl::StartsWith(address, "unix-abstract:"))
+    return true;
   if (!absl::ConsumePrefix(&address, "dns:///")) {
     if (!absl::ConsumePrefix(&address, "ipv4:")) absl::ConsumePrefix(&address, "ipv6:");
   }
@@ -138,11 +142,13 @@ bool IsLoopbackIp(absl::string_view ip) {
   return inet_pton(AF_INET6, text.c_str(), &v6) == 1 && IN6_IS_ADDR_LOOPBACK(&v6);
 }
 
-absl::Status CheckTokenTransport(absl::string_view address, absl::string_view token, absl::string_view ca_file) {
+absl::Status CheckTokenTransport(absl::string_view address, absl::string_view token,
+                                 absl::string_view ca_file) {
   if (token.empty() || !ca_file.empty() || IsLoopbackAddress(address)) return absl::OkStatus();
   return absl::FailedPreconditionError(absl::StrCat(
       "refusing to send the token in clear text to ", address,
-      ": it is not a loopback address and no CA is set; give the cluster CA (ca.crt) with --ca FILE, "
+      ": it is not a loopback address and no CA is set; give the cluster CA (ca.crt) with --ca "
+      "FILE, "
       "$TRAINCTL_CA or `ca:` in the config file (trainctl login --ca writes it) to use TLS"));
 }
 
@@ -166,7 +172,8 @@ class BearerInterceptor final : public grpc::experimental::Interceptor {
 class BearerFactory final : public grpc::experimental::ClientInterceptorFactoryInterface {
  public:
   explicit BearerFactory(std::string token) : header_(absl::StrCat("Bearer ", token)) {}
-  grpc::experimental::Interceptor* CreateClientInterceptor(grpc::experimental::ClientRpcInfo*) override {
+  grpc::experimental::Interceptor* CreateClientInterceptor(
+      grpc::experimental::ClientRpcInfo*) override {
     return new BearerInterceptor(header_);
   }
 
@@ -192,13 +199,16 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ta
   } else {
     grpc::SslCredentialsOptions ssl;
     absl::StatusOr<std::string> ca = ReadFile(security.ca_file);
-    if (!ca.ok()) return absl::InvalidArgumentError(absl::StrCat("CA file ", ca.status().message()));
+    if (!ca.ok())
+      return absl::InvalidArgumentError(absl::StrCat("CA file ", ca.status().message()));
     ssl.pem_root_certs = *ca;
     if (!security.cert_file.empty()) {
       absl::StatusOr<std::string> cert = ReadFile(security.cert_file);
-      if (!cert.ok()) return absl::InvalidArgumentError(absl::StrCat("certificate ", cert.status().message()));
+      if (!cert.ok())
+        return absl::InvalidArgumentError(absl::StrCat("certificate ", cert.status().message()));
       absl::StatusOr<std::string> key = ReadFile(security.key_file);
-      if (!key.ok()) return absl::InvalidArgumentError(absl::StrCat("key ", key.status().message()));
+      if (!key.ok())
+        return absl::InvalidArgumentError(absl::StrCat("key ", key.status().message()));
       ssl.pem_cert_chain = *cert;
       ssl.pem_private_key = *key;
     }
@@ -207,8 +217,8 @@ absl::StatusOr<std::shared_ptr<grpc::Channel>> MakeChannel(const std::string& ta
       args.SetSslTargetNameOverride(security.server_name_override);
     }
   }
-  return grpc::experimental::CreateCustomChannelWithInterceptors(target, creds, args,
-                                                                 BearerInterceptors(security.token));
+  return grpc::experimental::CreateCustomChannelWithInterceptors(
+      target, creds, args, BearerInterceptors(security.token));
 }
 
 }  // namespace trainctl::auth

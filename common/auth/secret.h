@@ -51,7 +51,8 @@ absl::StatusOr<std::string> ReadOrCreateTokenFile(const std::string& path, bool*
 // PERMISSION_DENIED, ..., the errno attached); a directory that cannot be
 // created is INVALID_ARGUMENT naming the path. `env`: the file system's
 // calls (common/file_env.h; null: the real ones).
-absl::Status WritePrivateFile(const std::string& path, absl::string_view contents, FileEnv* env = nullptr);
+absl::Status WritePrivateFile(const std::string& path, absl::string_view contents,
+                              FileEnv* env = nullptr);
 // The whole file; NotFound / InvalidArgument naming the path.
 absl::StatusOr<std::string> ReadFile(const std::string& path);
 
@@ -72,7 +73,8 @@ bool IsLoopbackIp(absl::string_view ip);
 // no CA file (so no TLS), and `address` is not loopback. Then
 // FailedPrecondition naming the address and the ways to give the CA
 // (--ca, $TRAINCTL_CA, `ca:` in the config file). Nothing has been sent.
-absl::Status CheckTokenTransport(absl::string_view address, absl::string_view token, absl::string_view ca_file);
+absl::Status CheckTokenTransport(absl::string_view address, absl::string_view token,
+                                 absl::string_view ca_file);
 
 // How a client reaches the coordinator.
 struct ChannelSecurity {

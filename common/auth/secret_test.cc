@@ -31,7 +31,8 @@ TEST(TokenFileTest, ATokenFileIsPrivateAndAFailedRewriteKeepsTheOldToken) {
   // whole, and the error names the file.
   for (int err : {ENOSPC, EIO}) {
     FaultFileEnv env;
-    env.Inject({err == ENOSPC ? FileOp::kWrite : FileOp::kRename, std::filesystem::canonical(path).string(), err});
+    env.Inject({err == ENOSPC ? FileOp::kWrite : FileOp::kRename,
+                std::filesystem::canonical(path).string(), err});
     absl::Status s = WritePrivateFile(path, "tct_replacement\n", &env);
     EXPECT_FALSE(s.ok());
     EXPECT_EQ(SafeFileErrno(s), err) << s;
@@ -40,7 +41,9 @@ TEST(TokenFileTest, ATokenFileIsPrivateAndAFailedRewriteKeepsTheOldToken) {
     ASSERT_TRUE(again.ok()) << again.status();
     EXPECT_EQ(*again, *first);
   }
-  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir), std::filesystem::directory_iterator()), 1)
+  EXPECT_EQ(std::distance(std::filesystem::directory_iterator(dir),
+                          std::filesystem::directory_iterator()),
+            1)
       << "no temporary file left";
   std::filesystem::remove_all(dir);
 }
@@ -48,14 +51,15 @@ TEST(TokenFileTest, ATokenFileIsPrivateAndAFailedRewriteKeepsTheOldToken) {
 // The one loopback rule (the coordinator's plaintext listener, clients'
 // plaintext token): by address, never by a name that merely looks local.
 TEST(LoopbackTest, OnlyAddressesOfThisHostAreLoopback) {
-  for (const char* local : {"127.0.0.1:7070", "127.1.2.3:1", "localhost:7070", "LOCALHOST:1", "[::1]:7070", "::1",
-                            "[::ffff:127.0.0.1]:80", "unix:/run/trainctl.sock", "dns:///localhost:7070",
-                            "ipv4:127.0.0.1:7070", "127.0.0.1"}) {
+  for (const char* local : {"127.0.0.1:7070", "127.1.2.3:1", "localhost:7070", "LOCALHOST:1",
+                            "[::1]:7070", "::1", "[::ffff:127.0.0.1]:80", "unix:/run/trainctl.sock",
+                            "dns:///localhost:7070", "ipv4:127.0.0.1:7070", "127.0.0.1"}) {
     EXPECT_TRUE(IsLoopbackAddress(local)) << local;
   }
-  for (const char* remote : {"10.0.0.1:7070", "192.0.2.2:7070", "0.0.0.0:7070", "[::]:7070", "coord:7070",
-                             "127.evil.example:7070", "localhost.evil.example:7070", "[fd00::2]:7070",
-                             "[::ffff:10.0.0.1]:7070", ":7070", "", "[::1", "dns:///coord:7070", "128.0.0.1:7070"}) {
+  for (const char* remote :
+       {"10.0.0.1:7070", "192.0.2.2:7070", "0.0.0.0:7070", "[::]:7070", "coord:7070",
+        "127.evil.example:7070", "localhost.evil.example:7070", "[fd00::2]:7070",
+        "[::ffff:10.0.0.1]:7070", ":7070", "", "[::1", "dns:///coord:7070", "128.0.0.1:7070"}) {
     EXPECT_FALSE(IsLoopbackAddress(remote)) << remote;
   }
 }
@@ -66,8 +70,10 @@ TEST(LoopbackTest, ATokenInClearTextGoesOnlyToLoopback) {
   EXPECT_TRUE(CheckTokenTransport("coord:7070", "", "").ok()) << "no token to leak";
   absl::Status refused = CheckTokenTransport("192.0.2.2:7070", "secret", "");
   EXPECT_EQ(refused.code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(refused.message(), ::testing::HasSubstr("refusing to send the token in clear text to 192.0.2.2:7070"));
-  EXPECT_THAT(refused.message(), ::testing::HasSubstr("--ca FILE, $TRAINCTL_CA or `ca:` in the config file"));
+  EXPECT_THAT(refused.message(),
+              ::testing::HasSubstr("refusing to send the token in clear text to 192.0.2.2:7070"));
+  EXPECT_THAT(refused.message(),
+              ::testing::HasSubstr("--ca FILE, $TRAINCTL_CA or `ca:` in the config file"));
   EXPECT_THAT(refused.message(), ::testing::Not(::testing::HasSubstr("secret")));
 }
 

@@ -49,17 +49,19 @@ struct Entry {
 
 class Walker {
  public:
-  Walker(std::string root, std::string root_real) : root_(std::move(root)), root_real_(std::move(root_real)) {}
+  Walker(std::string root, std::string root_real)
+      : root_(std::move(root)), root_real_(std::move(root_real)) {}
 
-  absl::Status Walk(const std::string& dir_path, const std::string& rel, std::vector<IgnoreFile> ignores,
-                    std::set<std::pair<dev_t, ino_t>> ancestors) {
+  absl::Status Walk(const std::string& dir_path, const std::string& rel,
+                    std::vector<IgnoreFile> ignores, std::set<std::pair<dev_t, ino_t>> ancestors) {
     struct stat dir_st;
     if (stat(dir_path.c_str(), &dir_st) != 0) {
       return absl::InvalidArgumentError(absl::StrCat(dir_path, ": ", Errno(errno)));
     }
     if (!ancestors.insert({dir_st.st_dev, dir_st.st_ino}).second) {
-      return absl::InvalidArgumentError(
-          absl::StrCat(dir_path, ": a symlink loop (the directory contains itself); remove the link or ignore it"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          dir_path,
+          ": a symlink loop (the directory contains itself); remove the link or ignore it"));
     }
     for (const char* ignore_name : {".gitignore", ".trainctlignore"}) {
       const std::string path = absl::StrCat(dir_path, "/", ignore_name);
@@ -75,7 +77,8 @@ class Walker {
       const std::string path = absl::StrCat(dir_path, "/", name);
       const std::string child_rel = rel.empty() ? name : absl::StrCat(rel, "/", name);
       struct stat lst;
-      if (lstat(path.c_str(), &lst) != 0) return absl::InvalidArgumentError(absl::StrCat(path, ": ", Errno(errno)));
+      if (lstat(path.c_str(), &lst) != 0)
+        return absl::InvalidArgumentError(absl::StrCat(path, ": ", Errno(errno)));
       struct stat st = lst;
       if (S_ISLNK(lst.st_mode)) {
         // An ignored link is never followed (git sees a link as a file).
@@ -88,11 +91,15 @@ class Walker {
         entries_.push_back(Entry{child_rel, path, true, false, 0});
         TRAINCTL_RETURN_IF_ERROR(Walk(path, child_rel, ignores, ancestors));
       } else if (S_ISREG(st.st_mode)) {
-        entries_.push_back(Entry{child_rel, path, false, (st.st_mode & S_IXUSR) != 0, static_cast<int64_t>(st.st_size)});
+        entries_.push_back(Entry{child_rel, path, false, (st.st_mode & S_IXUSR) != 0,
+                                 static_cast<int64_t>(st.st_size)});
       } else {
-        return absl::InvalidArgumentError(absl::StrCat(
-            path, ": a ", S_ISSOCK(st.st_mode) ? "socket" : S_ISFIFO(st.st_mode) ? "FIFO" : "device",
-            " cannot be packed; remove it or list it in .trainctlignore"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(path, ": a ",
+                         S_ISSOCK(st.st_mode)   ? "socket"
+                         : S_ISFIFO(st.st_mode) ? "FIFO"
+                                                : "device",
+                         " cannot be packed; remove it or list it in .trainctlignore"));
       }
     }
     return absl::OkStatus();
@@ -122,18 +129,22 @@ class Walker {
     const std::string target_text = n >= 0 ? std::string(target, static_cast<size_t>(n)) : "?";
     std::unique_ptr<char, void (*)(void*)> real(realpath(path.c_str(), nullptr), std::free);
     if (real == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat("symlink ", path, " -> ", target_text, ": ", Errno(errno),
+      return absl::InvalidArgumentError(absl::StrCat("symlink ", path, " -> ", target_text, ": ",
+                                                     Errno(errno),
                                                      "; remove it or list it in .trainctlignore"));
     }
     const std::string resolved = real.get();
-    if (resolved != root_real_ && !absl::StartsWith(resolved, root_real_ == "/" ? "/" : root_real_ + "/")) {
+    if (resolved != root_real_ &&
+        !absl::StartsWith(resolved, root_real_ == "/" ? "/" : root_real_ + "/")) {
       return absl::InvalidArgumentError(absl::StrCat(
           "symlink ", path, " -> ", target_text, " points outside ", root_, " (", resolved,
-          "): only links inside the packed directory are followed; copy the target in, list the link in "
+          "): only links inside the packed directory are followed; copy the target in, list the "
+          "link in "
           ".trainctlignore, or use --no-upload with a shared directory"));
     }
     struct stat st;
-    if (stat(resolved.c_str(), &st) != 0) return absl::InvalidArgumentError(absl::StrCat(path, ": ", Errno(errno)));
+    if (stat(resolved.c_str(), &st) != 0)
+      return absl::InvalidArgumentError(absl::StrCat(path, ": ", Errno(errno)));
     return st;
   }
 
@@ -164,14 +175,16 @@ unsigned HeaderChecksum(const char* block) {
 // Splits `name` into ustar's prefix (<= 155) and name (<= 100) at a '/'.
 absl::StatusOr<std::pair<std::string, std::string>> SplitName(const std::string& name) {
   if (name.size() <= 100) return std::make_pair(std::string(), name);
-  for (size_t slash = name.find('/'); slash != std::string::npos; slash = name.find('/', slash + 1)) {
+  for (size_t slash = name.find('/'); slash != std::string::npos;
+       slash = name.find('/', slash + 1)) {
     if (slash <= 155 && name.size() - slash - 1 <= 100 && slash + 1 < name.size()) {
       return std::make_pair(name.substr(0, slash), name.substr(slash + 1));
     }
   }
-  return absl::InvalidArgumentError(
-      absl::StrCat(name, ": the path is too long for the archive (ustar holds up to 255 bytes, split at a '/' into "
-                   "at most 155 + 100); shorten it or list it in .trainctlignore"));
+  return absl::InvalidArgumentError(absl::StrCat(
+      name,
+      ": the path is too long for the archive (ustar holds up to 255 bytes, split at a '/' into "
+      "at most 155 + 100); shorten it or list it in .trainctlignore"));
 }
 
 absl::StatusOr<std::string> Header(const Entry& e) {
@@ -198,7 +211,9 @@ absl::StatusOr<std::string> Header(const Entry& e) {
   return block;
 }
 
-int64_t Padded(int64_t size) { return (size + int64_t{kBlock} - 1) / int64_t{kBlock} * int64_t{kBlock}; }
+int64_t Padded(int64_t size) {
+  return (size + int64_t{kBlock} - 1) / int64_t{kBlock} * int64_t{kBlock};
+}
 
 // Streaming SHA-256.
 class Sha256 {
@@ -213,7 +228,8 @@ class Sha256 {
     unsigned char md[EVP_MAX_MD_SIZE];
     unsigned int len = 0;
     if (EVP_DigestFinal_ex(ctx_.get(), md, &len) != 1) std::abort();
-    return absl::StrCat("sha256:", absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(md), len)));
+    return absl::StrCat(
+        "sha256:", absl::BytesToHexString(absl::string_view(reinterpret_cast<char*>(md), len)));
   }
 
  private:
@@ -245,7 +261,8 @@ absl::Status CopyFile(const Entry& e, ArchiveOut& out, std::string& buffer) {
   });
   int64_t left = e.size;
   while (left > 0) {
-    const ssize_t n = read(fd, buffer.data(), static_cast<size_t>(std::min<int64_t>(left, int64_t(buffer.size()))));
+    const ssize_t n = read(fd, buffer.data(),
+                           static_cast<size_t>(std::min<int64_t>(left, int64_t(buffer.size()))));
     if (n < 0 && errno == EINTR) continue;
     if (n < 0) return absl::InvalidArgumentError(absl::StrCat(e.source, ": ", Errno(errno)));
     if (n == 0) break;
@@ -254,27 +271,33 @@ absl::Status CopyFile(const Entry& e, ArchiveOut& out, std::string& buffer) {
   }
   char extra;
   if (left != 0 || read(fd, &extra, 1) != 0) {
-    return absl::AbortedError(absl::StrCat(e.source, ": the file changed size while it was packed; try again"));
+    return absl::AbortedError(
+        absl::StrCat(e.source, ": the file changed size while it was packed; try again"));
   }
   return out.Write(std::string(static_cast<size_t>(Padded(e.size) - e.size), '\0'));
 }
 
-std::string Quoted(absl::string_view name) { return absl::StrCat("\"", absl::CHexEscape(name), "\""); }
+std::string Quoted(absl::string_view name) {
+  return absl::StrCat("\"", absl::CHexEscape(name), "\"");
+}
 
 }  // namespace
 
 absl::StatusOr<PackedCode> PackDirectory(const std::string& dir, const std::string& archive_path,
                                          const PackOptions& options) {
   struct stat st;
-  if (stat(dir.c_str(), &st) != 0) return absl::InvalidArgumentError(absl::StrCat(dir, ": ", Errno(errno)));
-  if (!S_ISDIR(st.st_mode)) return absl::InvalidArgumentError(absl::StrCat(dir, ": not a directory"));
+  if (stat(dir.c_str(), &st) != 0)
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": ", Errno(errno)));
+  if (!S_ISDIR(st.st_mode))
+    return absl::InvalidArgumentError(absl::StrCat(dir, ": not a directory"));
   std::unique_ptr<char, void (*)(void*)> real(realpath(dir.c_str(), nullptr), std::free);
   if (real == nullptr) return absl::InvalidArgumentError(absl::StrCat(dir, ": ", Errno(errno)));
 
   Walker walker(dir, real.get());
   TRAINCTL_RETURN_IF_ERROR(walker.Walk(dir, "", {}, {}));
   std::vector<Entry>& entries = walker.entries();
-  std::sort(entries.begin(), entries.end(), [](const Entry& a, const Entry& b) { return a.name < b.name; });
+  std::sort(entries.begin(), entries.end(),
+            [](const Entry& a, const Entry& b) { return a.name < b.name; });
 
   PackedCode packed;
   int64_t total = 2 * int64_t{kBlock};  // the end-of-archive marker
@@ -294,13 +317,15 @@ absl::StatusOr<PackedCode> PackDirectory(const std::string& dir, const std::stri
     for (size_t i = 0; i < shown; ++i) {
       biggest.push_back(absl::StrCat(files[i]->name, " (", FormatBytes(files[i]->size), ")"));
     }
-    return absl::ResourceExhaustedError(absl::StrCat(
-        dir, ": the code archive would be ", FormatBytes(total), " (", packed.files, " files), over the limit of ",
-        FormatBytes(options.max_bytes), "; the biggest files: ", absl::StrJoin(biggest, ", "),
-        ". List what the job does not need in .trainctlignore (or .gitignore)"));
+    return absl::ResourceExhaustedError(
+        absl::StrCat(dir, ": the code archive would be ", FormatBytes(total), " (", packed.files,
+                     " files), over the limit of ", FormatBytes(options.max_bytes),
+                     "; the biggest files: ", absl::StrJoin(biggest, ", "),
+                     ". List what the job does not need in .trainctlignore (or .gitignore)"));
   }
 
-  TRAINCTL_ASSIGN_OR_RETURN(std::unique_ptr<SafeFileWriter> writer, SafeFileWriter::Create(archive_path));
+  TRAINCTL_ASSIGN_OR_RETURN(std::unique_ptr<SafeFileWriter> writer,
+                            SafeFileWriter::Create(archive_path));
   ArchiveOut out(writer.get());
   std::string buffer(kIoBuffer, '\0');
   for (const Entry& e : entries) {
@@ -390,7 +415,8 @@ absl::Status UnpackFrom(int in_fd, const std::string& archive_path, const std::s
     if (d == nullptr) return absl::InvalidArgumentError(absl::StrCat(dest_dir, ": ", Errno(errno)));
     while (const dirent* e = readdir(d.get())) {
       if (std::strcmp(e->d_name, ".") != 0 && std::strcmp(e->d_name, "..") != 0) {
-        return absl::FailedPreconditionError(absl::StrCat(dest_dir, ": not empty (unpacking needs an empty directory)"));
+        return absl::FailedPreconditionError(
+            absl::StrCat(dest_dir, ": not empty (unpacking needs an empty directory)"));
       }
     }
   }
@@ -405,8 +431,8 @@ absl::Status UnpackFrom(int in_fd, const std::string& archive_path, const std::s
   while (true) {
     TRAINCTL_ASSIGN_OR_RETURN(bool have, ReadFull(in_fd, block, kBlock, archive_path));
     if (!have) {
-      return absl::DataLossError(
-          absl::StrCat(archive_path, ": truncated (it ends after ", index, " entries without the end-of-archive marker)"));
+      return absl::DataLossError(absl::StrCat(archive_path, ": truncated (it ends after ", index,
+                                              " entries without the end-of-archive marker)"));
     }
     if (std::all_of(block, block + kBlock, [](char c) { return c == '\0'; })) break;
     ++index;
@@ -415,15 +441,18 @@ absl::Status UnpackFrom(int in_fd, const std::string& archive_path, const std::s
     const std::string name = prefix.empty() ? short_name : absl::StrCat(prefix, "/", short_name);
     const std::optional<uint64_t> checksum = ParseOctal(block, 148, 8);
     if (!checksum.has_value() || *checksum != HeaderChecksum(block)) {
-      return loss(name, absl::StrCat("header ", index, ": bad checksum (not a tar archive, or a damaged one)"));
+      return loss(name, absl::StrCat("header ", index,
+                                     ": bad checksum (not a tar archive, or a damaged one)"));
     }
     if (std::memcmp(block + 257, "ustar", 5) != 0) return loss(name, "not a ustar header");
     const char type = block[156];
     const bool is_dir = type == '5';
     if (type != '0' && type != '\0' && !is_dir) {
-      const char* what = type == '2' ? "a symlink" : type == '1' ? "a hard link" : "not a regular file or directory";
-      return loss(name, absl::StrCat("type '", absl::CHexEscape(std::string(1, type)), "' is ", what,
-                                     " (only regular files and directories are unpacked)"));
+      const char* what = type == '2'   ? "a symlink"
+                         : type == '1' ? "a hard link"
+                                       : "not a regular file or directory";
+      return loss(name, absl::StrCat("type '", absl::CHexEscape(std::string(1, type)), "' is ",
+                                     what, " (only regular files and directories are unpacked)"));
     }
     const std::optional<uint64_t> size = ParseOctal(block, 124, 12);
     const std::optional<uint64_t> mode = ParseOctal(block, 100, 8);
@@ -433,7 +462,8 @@ absl::Status UnpackFrom(int in_fd, const std::string& archive_path, const std::s
     if (name[0] == '/') return loss(name, "an absolute name");
     std::vector<std::string> parts;
     for (absl::string_view part : absl::StrSplit(name, '/', absl::SkipEmpty())) {
-      if (part == "..") return loss(name, "a '..' component (it would write outside the directory)");
+      if (part == "..")
+        return loss(name, "a '..' component (it would write outside the directory)");
       if (part != ".") parts.emplace_back(part);
     }
     if (parts.empty()) {
@@ -456,10 +486,13 @@ absl::Status UnpackFrom(int in_fd, const std::string& archive_path, const std::s
         // The disk's fault, not the archive's: its class (a full disk, a
         // refused directory), naming where.
         const int e = errno;
-        return absl::Status(SafeFileCode(e), absl::StrCat(dest_dir, ": making the directory of ", name, ": ", Errno(e)));
+        return absl::Status(SafeFileCode(e), absl::StrCat(dest_dir, ": making the directory of ",
+                                                          name, ": ", Errno(e)));
       }
-      const int next = env->OpenAt(parent.get(), parts[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
-      if (next < 0) return loss(name, absl::StrCat(parts[i], ": not a directory (", Errno(errno), ")"));
+      const int next =
+          env->OpenAt(parent.get(), parts[i], O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
+      if (next < 0)
+        return loss(name, absl::StrCat(parts[i], ": not a directory (", Errno(errno), ")"));
       if (i + 1 == dirs && is_dir && fchmod(next, 0755) != 0) {
         close(next);
         return loss(name, absl::StrCat("chmod: ", Errno(errno)));
@@ -468,32 +501,37 @@ absl::Status UnpackFrom(int in_fd, const std::string& archive_path, const std::s
     }
     if (is_dir) continue;
     const mode_t file_mode = (*mode & 0100) != 0 ? 0755 : 0644;
-    FdCloser file(env->OpenAt(parent.get(), parts.back(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC,
-                              file_mode));
+    FdCloser file(env->OpenAt(parent.get(), parts.back(),
+                              O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, file_mode));
     if (file.get() < 0) {
       if (errno == EEXIST) return loss(name, "a second entry of that name");
       const int e = errno;
-      return absl::Status(SafeFileCode(e), absl::StrCat(dest_dir, ": creating ", name, ": ", Errno(e)));
+      return absl::Status(SafeFileCode(e),
+                          absl::StrCat(dest_dir, ": creating ", name, ": ", Errno(e)));
     }
-    if (fchmod(file.get(), file_mode) != 0) return loss(name, absl::StrCat("chmod: ", Errno(errno)));
+    if (fchmod(file.get(), file_mode) != 0)
+      return loss(name, absl::StrCat("chmod: ", Errno(errno)));
     int64_t left = static_cast<int64_t>(*size);
     int64_t pad = Padded(left) - left;
     while (left > 0) {
-      const size_t n = static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(buffer.size())));
+      const size_t n =
+          static_cast<size_t>(std::min<int64_t>(left, static_cast<int64_t>(buffer.size())));
       TRAINCTL_ASSIGN_OR_RETURN(bool got, ReadFull(in_fd, buffer.data(), n, archive_path));
       if (!got) return loss(name, "truncated (the archive ends inside its data)");
       for (size_t off = 0; off < n;) {
         const ssize_t w = env->Write(file.get(), buffer.data() + off, n - off);
         if (w < 0 && errno == EINTR) continue;
         if (w < 0) {
-          return absl::Status(SafeFileCode(errno), absl::StrCat(dest_dir, ": writing ", name, ": ", Errno(errno)));
+          return absl::Status(SafeFileCode(errno),
+                              absl::StrCat(dest_dir, ": writing ", name, ": ", Errno(errno)));
         }
         off += static_cast<size_t>(w);
       }
       left -= static_cast<int64_t>(n);
     }
     if (pad > 0) {
-      TRAINCTL_ASSIGN_OR_RETURN(bool got, ReadFull(in_fd, buffer.data(), static_cast<size_t>(pad), archive_path));
+      TRAINCTL_ASSIGN_OR_RETURN(
+          bool got, ReadFull(in_fd, buffer.data(), static_cast<size_t>(pad), archive_path));
       if (!got) return loss(name, "truncated (the archive ends inside its padding)");
     }
   }
@@ -516,8 +554,9 @@ absl::Status UnpackArchiveFd(int fd, const std::string& dest_dir, const UnpackOp
 absl::StatusOr<std::string> FileDigest(const std::string& path) {
   FdCloser fd(open(path.c_str(), O_RDONLY | O_CLOEXEC));
   if (fd.get() < 0) {
-    return absl::Status(errno == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kInvalidArgument,
-                        absl::StrCat(path, ": ", Errno(errno)));
+    return absl::Status(
+        errno == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kInvalidArgument,
+        absl::StrCat(path, ": ", Errno(errno)));
   }
   Sha256 sha;
   std::string buffer(kIoBuffer, '\0');

@@ -65,7 +65,8 @@ absl::Status UnpackArchive(const std::string& archive_path, const std::string& d
 // not closed): a caller that opened it under another identity than the one
 // that writes `dest_dir` (the worker opens its cache as itself and unpacks
 // as the job's ranks' user).
-absl::Status UnpackArchiveFd(int fd, const std::string& dest_dir, const UnpackOptions& options = {});
+absl::Status UnpackArchiveFd(int fd, const std::string& dest_dir,
+                             const UnpackOptions& options = {});
 
 // "sha256:<hex>" of a file's bytes.
 absl::StatusOr<std::string> FileDigest(const std::string& path);

@@ -91,7 +91,8 @@ TEST_F(CodePackTest, RoundTripKeepsTreeModesEmptyFilesAndDirectories) {
 
   // GNU tar reads it: sorted names, directories with their '/'.
   EXPECT_THAT(TarList(tmp_ + "/code.tar"),
-              ElementsAre("pkg/", "pkg/empty", "pkg/nothing/", "pkg/sub/", "pkg/sub/deep.txt", "run.sh", "train.py"));
+              ElementsAre("pkg/", "pkg/empty", "pkg/nothing/", "pkg/sub/", "pkg/sub/deep.txt",
+                          "run.sh", "train.py"));
 
   const std::string out = tmp_ + "/out";
   fs::create_directories(out);
@@ -167,7 +168,8 @@ TEST_F(CodePackTest, GitignoreCommentsNegationAndWildcards) {
   WriteFile(src_ + "/ckpt3", "");
   WriteFile(src_ + "/ckptx", "");
   WriteFile(src_ + "/# a comment", "");
-  EXPECT_THAT(PackedNames(), ElementsAre("# a comment", ".gitignore", "ckptx", "data12.bin", "deep/", "keep.log"));
+  EXPECT_THAT(PackedNames(),
+              ElementsAre("# a comment", ".gitignore", "ckptx", "data12.bin", "deep/", "keep.log"));
 }
 
 TEST_F(CodePackTest, TrailingSlashMatchesDirectoriesOnly) {
@@ -184,8 +186,8 @@ TEST_F(CodePackTest, SlashAnchorsToTheIgnoreFilesDirectory) {
   WriteFile(src_ + "/sub/top.txt", "");
   WriteFile(src_ + "/conf/local.yaml", "");
   WriteFile(src_ + "/sub/conf/local.yaml", "");
-  EXPECT_THAT(PackedNames(), ElementsAre(".gitignore", "conf/", "sub/", "sub/conf/", "sub/conf/local.yaml",
-                                         "sub/top.txt"));
+  EXPECT_THAT(PackedNames(), ElementsAre(".gitignore", "conf/", "sub/", "sub/conf/",
+                                         "sub/conf/local.yaml", "sub/top.txt"));
 }
 
 TEST_F(CodePackTest, DoubleStarMatchesAnyDepth) {
@@ -196,7 +198,8 @@ TEST_F(CodePackTest, DoubleStarMatchesAnyDepth) {
   WriteFile(src_ + "/a/z.txt", "");
   WriteFile(src_ + "/a/b/c/z.txt", "");
   WriteFile(src_ + "/a/b/y.txt", "");
-  EXPECT_THAT(PackedNames(), ElementsAre(".gitignore", "a/", "a/b/", "a/b/c/", "a/b/y.txt", "logs/", "p/", "p/q/"));
+  EXPECT_THAT(PackedNames(), ElementsAre(".gitignore", "a/", "a/b/", "a/b/c/", "a/b/y.txt", "logs/",
+                                         "p/", "p/q/"));
 }
 
 TEST_F(CodePackTest, NestedIgnoreFilesRuleTheirSubtreeAndTrainctlignoreToo) {
@@ -206,14 +209,16 @@ TEST_F(CodePackTest, NestedIgnoreFilesRuleTheirSubtreeAndTrainctlignoreToo) {
   WriteFile(src_ + "/sub/a.tmp", "");
   WriteFile(src_ + "/sub/keep.tmp", "");
   WriteFile(src_ + "/top.tmp", "");  // above sub/.gitignore: kept
-  EXPECT_THAT(PackedNames(), ElementsAre(".trainctlignore", "sub/", "sub/.gitignore", "sub/keep.tmp", "top.tmp"));
+  EXPECT_THAT(PackedNames(),
+              ElementsAre(".trainctlignore", "sub/", "sub/.gitignore", "sub/keep.tmp", "top.tmp"));
 }
 
 TEST_F(CodePackTest, SymlinkInsideIsPackedAsWhatItNames) {
   WriteFile(src_ + "/real/data.txt", "data");
   ASSERT_EQ(symlink("real/data.txt", (src_ + "/link.txt").c_str()), 0);
   ASSERT_EQ(symlink("real", (src_ + "/linkdir").c_str()), 0);
-  EXPECT_THAT(PackedNames(), ElementsAre("link.txt", "linkdir/", "linkdir/data.txt", "real/", "real/data.txt"));
+  EXPECT_THAT(PackedNames(),
+              ElementsAre("link.txt", "linkdir/", "linkdir/data.txt", "real/", "real/data.txt"));
   const std::string out = tmp_ + "/out";
   fs::create_directories(out);
   ASSERT_TRUE(UnpackArchive(tmp_ + "/code.tar", out).ok());
@@ -260,7 +265,8 @@ TEST_F(CodePackTest, OverTheLimitNamesTheLimitAndTheBiggestFiles) {
   ASSERT_FALSE(packed.ok());
   EXPECT_EQ(packed.status().code(), absl::StatusCode::kResourceExhausted);
   EXPECT_THAT(packed.status().message(), HasSubstr("limit of 4 KiB"));
-  EXPECT_THAT(packed.status().message(), HasSubstr("b/c.bin (4.9 KiB), d.bin (3.9 KiB), a.bin (2.9 KiB)"));
+  EXPECT_THAT(packed.status().message(),
+              HasSubstr("b/c.bin (4.9 KiB), d.bin (3.9 KiB), a.bin (2.9 KiB)"));
   EXPECT_THAT(packed.status().message(), ::testing::Not(HasSubstr("small.txt")));
   EXPECT_FALSE(fs::exists(tmp_ + "/code.tar"));
 }
@@ -275,7 +281,8 @@ TEST_F(CodePackTest, LongNamesUseThePrefixAndTooLongIsRefused) {
   ASSERT_TRUE(UnpackArchive(tmp_ + "/code.tar", out).ok());
   EXPECT_EQ(ReadFile(out + "/" + dir + "/" + name), "long");
 
-  const std::string too_long = std::string(90, 'e') + "/" + std::string(90, 'f') + "/" + std::string(90, 'g');
+  const std::string too_long =
+      std::string(90, 'e') + "/" + std::string(90, 'f') + "/" + std::string(90, 'g');
   WriteFile(src_ + "/" + too_long, "x");
   absl::StatusOr<PackedCode> packed = PackDirectory(src_, tmp_ + "/code2.tar");
   ASSERT_FALSE(packed.ok());
@@ -284,7 +291,8 @@ TEST_F(CodePackTest, LongNamesUseThePrefixAndTooLongIsRefused) {
 
 TEST_F(CodePackTest, NotADirectoryIsInvalidArgument) {
   WriteFile(tmp_ + "/file", "");
-  EXPECT_EQ(PackDirectory(tmp_ + "/file", tmp_ + "/code.tar").status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(PackDirectory(tmp_ + "/file", tmp_ + "/code.tar").status().code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(PackDirectory(tmp_ + "/missing", tmp_ + "/code.tar").status().code(),
             absl::StatusCode::kInvalidArgument);
 }
@@ -292,7 +300,8 @@ TEST_F(CodePackTest, NotADirectoryIsInvalidArgument) {
 // --- hostile archives ----------------------------------------------------------------
 
 // One ustar header block, checksummed (unless `bad_checksum`).
-std::string HostileHeader(const std::string& name, char type, size_t size, bool bad_checksum = false) {
+std::string HostileHeader(const std::string& name, char type, size_t size,
+                          bool bad_checksum = false) {
   std::string h(512, '\0');
   std::memcpy(h.data(), name.data(), std::min<size_t>(name.size(), 100));
   std::snprintf(h.data() + 100, 8, "%07o", 0644);
@@ -305,7 +314,8 @@ std::string HostileHeader(const std::string& name, char type, size_t size, bool 
   std::memcpy(h.data() + 257, "ustar", 6);
   std::memcpy(h.data() + 263, "00", 2);
   unsigned sum = 0;
-  for (size_t i = 0; i < 512; ++i) sum += (i >= 148 && i < 156) ? ' ' : static_cast<unsigned char>(h[i]);
+  for (size_t i = 0; i < 512; ++i)
+    sum += (i >= 148 && i < 156) ? ' ' : static_cast<unsigned char>(h[i]);
   if (bad_checksum) ++sum;
   std::snprintf(h.data() + 148, 8, "%06o", sum);
   h[155] = ' ';
@@ -380,12 +390,13 @@ TEST_F(HostileArchiveTest, TruncatedArchivesAreRefused) {
 }
 
 TEST_F(HostileArchiveTest, DuplicateNamesAndOversizeAreRefused) {
-  absl::Status s = Unpack(HostileHeader("a", '0', 1) + Data("a") + HostileHeader("a", '0', 1) + Data("b") + kEnd);
+  absl::Status s = Unpack(HostileHeader("a", '0', 1) + Data("a") + HostileHeader("a", '0', 1) +
+                          Data("b") + kEnd);
   EXPECT_EQ(s.code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(s.message(), HasSubstr("a second entry"));
   fs::remove_all(tmp_ + "/out");
-  std::ofstream(tmp_ + "/big.tar", std::ios::binary) << HostileHeader("big", '0', 5000) << Data(std::string(5000, 'b'))
-                                                     << kEnd;
+  std::ofstream(tmp_ + "/big.tar", std::ios::binary)
+      << HostileHeader("big", '0', 5000) << Data(std::string(5000, 'b')) << kEnd;
   fs::create_directories(tmp_ + "/out");
   UnpackOptions options;
   options.max_bytes = 4096;
@@ -397,7 +408,10 @@ TEST_F(HostileArchiveTest, DuplicateNamesAndOversizeAreRefused) {
 TEST_F(HostileArchiveTest, GnuTarArchiveOfPlainFilesUnpacks) {
   // Real tar's own output (ustar format) is accepted: the format is the standard one.
   WriteFile(src_ + "/d/f.txt", "from tar");
-  ASSERT_EQ(std::system(absl::StrCat("tar --format=ustar -C '", src_, "' -cf '", tmp_, "/gnu.tar' d").c_str()), 0);
+  ASSERT_EQ(
+      std::system(
+          absl::StrCat("tar --format=ustar -C '", src_, "' -cf '", tmp_, "/gnu.tar' d").c_str()),
+      0);
   fs::create_directories(tmp_ + "/out");
   absl::Status s = UnpackArchive(tmp_ + "/gnu.tar", tmp_ + "/out");
   ASSERT_TRUE(s.ok()) << s;

@@ -14,8 +14,8 @@ namespace {
 // Pattern components against path components; "**" matches zero or more
 // whole components (one or more when it ends the pattern: "dir/**" is what
 // is inside dir). Each other component is an fnmatch pattern (*, ?, [...]).
-bool MatchComponents(const std::vector<std::string>& pattern, size_t pi, const std::vector<std::string>& path,
-                     size_t si) {
+bool MatchComponents(const std::vector<std::string>& pattern, size_t pi,
+                     const std::vector<std::string>& path, size_t si) {
   if (pi == pattern.size()) return si == path.size();
   if (pattern[pi] == "**") {
     const size_t min_skip = pi + 1 == pattern.size() ? 1 : 0;
@@ -44,7 +44,8 @@ std::vector<IgnoreRule> ParseIgnore(absl::string_view text) {
   for (absl::string_view line : absl::StrSplit(text, '\n')) {
     if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
     // Trailing spaces are ignored unless escaped (git's rule).
-    while (!line.empty() && line.back() == ' ' && !(line.size() >= 2 && line[line.size() - 2] == '\\')) {
+    while (!line.empty() && line.back() == ' ' &&
+           !(line.size() >= 2 && line[line.size() - 2] == '\\')) {
       line.remove_suffix(1);
     }
     if (line.empty() || line[0] == '#') continue;

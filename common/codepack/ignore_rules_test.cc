@@ -6,7 +6,8 @@ namespace trainctl::codepack {
 namespace {
 
 TEST(IgnoreRulesTest, ParsesCommentsNegationDirectoriesAndAnchors) {
-  std::vector<IgnoreRule> rules = ParseIgnore("# comment\n\n*.log\r\n!keep.log\nbuild/\n/data/raw  \n\\#hash\n");
+  std::vector<IgnoreRule> rules =
+      ParseIgnore("# comment\n\n*.log\r\n!keep.log\nbuild/\n/data/raw  \n\\#hash\n");
   ASSERT_EQ(rules.size(), 5u);
   EXPECT_EQ(rules[0].components, std::vector<std::string>{"*.log"});
   EXPECT_FALSE(rules[0].anchored);

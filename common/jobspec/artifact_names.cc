@@ -11,9 +11,13 @@
 
 namespace trainctl {
 
-std::string JobManifestName(const std::string& job_id) { return absl::StrCat(job_id, ".trainctl-job"); }
+std::string JobManifestName(const std::string& job_id) {
+  return absl::StrCat(job_id, ".trainctl-job");
+}
 
-std::string FinalModelFileName(const std::string& job_id) { return absl::StrCat(job_id, ".model.pt"); }
+std::string FinalModelFileName(const std::string& job_id) {
+  return absl::StrCat(job_id, ".model.pt");
+}
 
 std::optional<CheckpointNameParts> ParseCheckpointStem(std::string_view stem_in) {
   absl::string_view stem(stem_in.data(), stem_in.size());
@@ -26,25 +30,30 @@ std::optional<CheckpointNameParts> ParseCheckpointStem(std::string_view stem_in)
     stem = stem.substr(0, dot);
   }
   auto number = [](absl::string_view d, int64_t* out) {
-    if (d.empty() || d.size() > 12 || !std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; })) {
+    if (d.empty() || d.size() > 12 ||
+        !std::all_of(d.begin(), d.end(), [](char c) { return c >= '0' && c <= '9'; })) {
       return false;
     }
     return absl::SimpleAtoi(d, out);
   };
   const size_t dash = stem.find('-');
   if (!number(stem.substr(0, dash), &parts.epochs_done)) return std::nullopt;
-  if (dash != absl::string_view::npos && !number(stem.substr(dash + 1), &parts.epoch_consumed)) return std::nullopt;
+  if (dash != absl::string_view::npos && !number(stem.substr(dash + 1), &parts.epoch_consumed))
+    return std::nullopt;
   return parts;
 }
 
 bool IsCheckpointFileName(const std::string& job_id, std::string_view file) {
   const std::string prefix = absl::StrCat(job_id, ".ckpt-epoch-");
   absl::string_view name(file.data(), file.size());
-  if (job_id.empty() || !absl::ConsumePrefix(&name, prefix) || !absl::ConsumeSuffix(&name, ".pt")) return false;
+  if (job_id.empty() || !absl::ConsumePrefix(&name, prefix) || !absl::ConsumeSuffix(&name, ".pt"))
+    return false;
   return ParseCheckpointStem(std::string_view(name.data(), name.size())).has_value();
 }
 
-std::string CheckpointWriterTag(const std::string& worker_id) { return OwnerPathComponent(worker_id); }
+std::string CheckpointWriterTag(const std::string& worker_id) {
+  return OwnerPathComponent(worker_id);
+}
 
 bool IsFinalModelFileName(const std::string& job_id, std::string_view name) {
   return !job_id.empty() && name == FinalModelFileName(job_id);

@@ -62,29 +62,35 @@ TEST(JobSpecCommandTest, RoundTripsThroughYaml) {
 }
 
 TEST(JobSpecCommandTest, BadCommandsGetExactMessages) {
-  EXPECT_THAT(Errors(std::string(kBase) + "command: {argv: [python3, t.py]}\n"),
-              ElementsAre("job.yaml:2:8: model: not allowed with command: a job runs either trainctl's "
-                          "engine (model, data, training) or its own command, not both",
-                          "job.yaml:4:3: data: not allowed with command: a job runs either trainctl's "
-                          "engine (model, data, training) or its own command, not both"));
+  EXPECT_THAT(
+      Errors(std::string(kBase) + "command: {argv: [python3, t.py]}\n"),
+      ElementsAre("job.yaml:2:8: model: not allowed with command: a job runs either trainctl's "
+                  "engine (model, data, training) or its own command, not both",
+                  "job.yaml:4:3: data: not allowed with command: a job runs either trainctl's "
+                  "engine (model, data, training) or its own command, not both"));
   EXPECT_THAT(Errors("name: s\ncommand: {working_dir: /x}\n"),
               ElementsAre("job.yaml:2:10: command.argv: required: the program and its arguments, "
                           "e.g. [python3, train.py]"));
-  EXPECT_THAT(Errors("name: s\ncommand:\n  argv: [\"\"]\n"),
-              ElementsAre("job.yaml:3:10: command.argv[0]: must name the program, got an empty string"));
-  EXPECT_THAT(Errors("name: s\ncommand:\n  argv: [x]\n  env:\n    RANK: 3\n"),
-              ElementsAre("job.yaml:5:5: command.env.RANK: set by the worker for every rank (torchrun's "
-                          "contract); it cannot be overridden"));
+  EXPECT_THAT(
+      Errors("name: s\ncommand:\n  argv: [\"\"]\n"),
+      ElementsAre("job.yaml:3:10: command.argv[0]: must name the program, got an empty string"));
+  EXPECT_THAT(
+      Errors("name: s\ncommand:\n  argv: [x]\n  env:\n    RANK: 3\n"),
+      ElementsAre("job.yaml:5:5: command.env.RANK: set by the worker for every rank (torchrun's "
+                  "contract); it cannot be overridden"));
   EXPECT_THAT(Errors("name: s\ncommand:\n  argv: [x]\n  env: {A-B: 1}\n"),
               ElementsAre("job.yaml:4:9: command.env.A-B: not an environment variable name "
                           "([A-Za-z_][A-Za-z0-9_]*)"));
-  EXPECT_THAT(Errors("name: s\ncommand:\n  argv: [x]\n  env: [A]\n"),
-              ElementsAre("job.yaml:4:8: command.env: must be a mapping of NAME: value, got a list"));
-  EXPECT_THAT(Errors("name: s\ncommand:\n  argv: [x]\n  local_rank: args\n"),
-              ElementsAre("job.yaml:4:15: command.local_rank: must be one of env, arg, both, got 'args'; "
-                          "did you mean 'arg'?"));
-  EXPECT_THAT(Errors("name: s\ncommand:\n  argv: [x]\n  arg_style: kebab\n"),
-              ElementsAre(HasSubstr("command.arg_style: must be one of underscore, dash, got 'kebab'")));
+  EXPECT_THAT(
+      Errors("name: s\ncommand:\n  argv: [x]\n  env: [A]\n"),
+      ElementsAre("job.yaml:4:8: command.env: must be a mapping of NAME: value, got a list"));
+  EXPECT_THAT(
+      Errors("name: s\ncommand:\n  argv: [x]\n  local_rank: args\n"),
+      ElementsAre("job.yaml:4:15: command.local_rank: must be one of env, arg, both, got 'args'; "
+                  "did you mean 'arg'?"));
+  EXPECT_THAT(
+      Errors("name: s\ncommand:\n  argv: [x]\n  arg_style: kebab\n"),
+      ElementsAre(HasSubstr("command.arg_style: must be one of underscore, dash, got 'kebab'")));
 }
 
 TEST(JobSpecCommandTest, GrpcCommandsAreBounded) {
@@ -120,9 +126,11 @@ TEST(JobSpecCommandTest, GrpcCommandsAreBounded) {
   EXPECT_THAT(errors(t), ElementsAre(::testing::StartsWith("training: not allowed with command")));
   t = s;
   t.mutable_resume_from()->set_job("old-1");
-  EXPECT_THAT(errors(t), ::testing::IsEmpty()) << "trainctl.load_checkpoint() hands the program the checkpoint";
+  EXPECT_THAT(errors(t), ::testing::IsEmpty())
+      << "trainctl.load_checkpoint() hands the program the checkpoint";
   EXPECT_TRUE(IsCommandContractVariable("TRAINCTL_STATUS_FD"));
-  EXPECT_TRUE(IsCommandContractVariable("TORCHELASTIC_ERROR_FILE")) << "the worker sets it per rank";
+  EXPECT_TRUE(IsCommandContractVariable("TORCHELASTIC_ERROR_FILE"))
+      << "the worker sets it per rank";
   EXPECT_FALSE(IsCommandContractVariable("OMP_NUM_THREADS"));
 }
 

@@ -24,8 +24,8 @@ bool CommaStartsTheLine(std::string_view line, size_t i) {
     } else if (line[k] == '!' || line[k] == '&') {
       // A property ends at a blank or a flow indicator ("&a,x" is "&a" ",x").
       ++k;
-      while (k < line.size() && line[k] != ' ' && line[k] != '\t' && line[k] != ',' && line[k] != '[' &&
-             line[k] != ']' && line[k] != '{' && line[k] != '}') {
+      while (k < line.size() && line[k] != ' ' && line[k] != '\t' && line[k] != ',' &&
+             line[k] != '[' && line[k] != ']' && line[k] != '{' && line[k] != '}') {
         ++k;
       }
     } else {
@@ -49,15 +49,19 @@ bool CommaAfterClosedNode(std::string_view line, size_t i, FlowState* s) {
   for (size_t k = i; k < line.size(); ++k) {
     const char c = line[k];
     if (s->quote == '"') {
-      if (c == '\\') ++k;
-      else if (c == '"') s->quote = 0, node_ended = s->depth == 0;
+      if (c == '\\')
+        ++k;
+      else if (c == '"')
+        s->quote = 0, node_ended = s->depth == 0;
       prev = c;
       blank = false;
       continue;
     }
     if (s->quote == '\'') {
-      if (c == '\'' && k + 1 < line.size() && line[k + 1] == '\'') ++k;
-      else if (c == '\'') s->quote = 0, node_ended = s->depth == 0;
+      if (c == '\'' && k + 1 < line.size() && line[k + 1] == '\'')
+        ++k;
+      else if (c == '\'')
+        s->quote = 0, node_ended = s->depth == 0;
       prev = c;
       blank = false;
       continue;
@@ -87,8 +91,10 @@ bool CommaAfterClosedNode(std::string_view line, size_t i, FlowState* s) {
 
 // "key: |", "- >-", "|2": the next more-indented lines are scalar text.
 bool OpensBlockScalar(std::string_view line) {
-  std::string_view t = line.substr(0, line.find(" #") == std::string_view::npos ? line.size() : line.find(" #"));
-  while (!t.empty() && (t.back() == ' ' || t.back() == '\t' || t.back() == '\r')) t.remove_suffix(1);
+  std::string_view t =
+      line.substr(0, line.find(" #") == std::string_view::npos ? line.size() : line.find(" #"));
+  while (!t.empty() && (t.back() == ' ' || t.back() == '\t' || t.back() == '\r'))
+    t.remove_suffix(1);
   size_t j = t.size();
   while (j > 0 && (t[j - 1] == '-' || t[j - 1] == '+' || (t[j - 1] >= '0' && t[j - 1] <= '9'))) --j;
   return j > 0 && (t[j - 1] == '|' || t[j - 1] == '>') &&
@@ -115,21 +121,25 @@ int LineStartingWithStrayComma(std::string_view y) {
     if (i == std::string_view::npos) continue;
     if (s.quote == 0 && s.depth == 0 && CommaStartsTheLine(line, i)) return line_no;
     if (CommaAfterClosedNode(line, i, &s)) return line_no;
-    if (s.quote == 0 && s.depth == 0 && OpensBlockScalar(line)) s.block_indent = static_cast<int>(i);
+    if (s.quote == 0 && s.depth == 0 && OpensBlockScalar(line))
+      s.block_indent = static_cast<int>(i);
   }
   return 0;
 }
 
 std::optional<TextProblem> PreCheckYamlText(std::string_view yaml) {
   if (yaml.size() > kMaxJobYamlBytes) {
-    return TextProblem{1, 1, absl::StrCat("the file is ", yaml.size(), " bytes; at most ", kMaxJobYamlBytes, " are read")};
+    return TextProblem{1, 1,
+                       absl::StrCat("the file is ", yaml.size(), " bytes; at most ",
+                                    kMaxJobYamlBytes, " are read")};
   }
   if (yaml.find('\0') != std::string_view::npos) {
     return TextProblem{1, 1, "not a text file (it contains NUL bytes)"};
   }
   if (int line = LineStartingWithStrayComma(yaml); line > 0) {
     return TextProblem{line, 1,
-                       "not valid YAML: ',' outside [] or {} at the start of a line or after a quoted or [] / {} value"};
+                       "not valid YAML: ',' outside [] or {} at the start of a line or after a "
+                       "quoted or [] / {} value"};
   }
   return std::nullopt;
 }

@@ -40,8 +40,9 @@ TEST(JobSpecTest, HostileInputNeverCrashes) {
     laughs += "]\n";
   }
   EXPECT_FALSE(Errors(laughs).empty());
-  EXPECT_THAT(Errors(std::string(kBase) + "model: {name: mlp, input_dim: 5, classes: 2, hidden: *x}\n"),
-              testing::Not(testing::IsEmpty()));
+  EXPECT_THAT(
+      Errors(std::string(kBase) + "model: {name: mlp, input_dim: 5, classes: 2, hidden: *x}\n"),
+      testing::Not(testing::IsEmpty()));
   // Too large.
   EXPECT_THAT(Errors(std::string(kMaxJobYamlBytes + 1, '#')),
               ElementsAre(HasSubstr("at most 1048576 are read")));
@@ -78,7 +79,8 @@ TEST(JobSpecTest, InvalidUtf8AndControlCharactersAreRefused) {
   std::stringstream crash;
   crash << f.rdbuf();
   ASSERT_FALSE(crash.str().empty());
-  EXPECT_THAT(Errors(crash.str()), ::testing::Contains(HasSubstr("data.train.idx.labels: is not valid UTF-8")));
+  EXPECT_THAT(Errors(crash.str()),
+              ::testing::Contains(HasSubstr("data.train.idx.labels: is not valid UTF-8")));
 }
 
 // Found by fuzz/fuzz_job_yaml (fuzz/corpus/fuzz_job_yaml/yaml-cpp-loop): yaml-cpp
@@ -86,9 +88,9 @@ TEST(JobSpecTest, InvalidUtf8AndControlCharactersAreRefused) {
 // outside [] or {}. Refused before yaml-cpp reads it; near misses still parse or get
 // yaml-cpp's own error.
 TEST(JobSpecTest, DocumentStartingWithACommaIsRefusedNotHung) {
-  for (const std::string y : {",a", ", warmup_steps: 100}", "# c\n  ,a", "--- !t &x ,a", "&a!,b", "'a',b",
-                              "\"a\" ,b", "[a],b", "{a: 1},b",
-                              "name: j\n---\n,a", "name: j\n...\n,}", "%YAML 1.2\n---\n,a"}) {
+  for (const std::string y :
+       {",a", ", warmup_steps: 100}", "# c\n  ,a", "--- !t &x ,a", "&a!,b", "'a',b", "\"a\" ,b",
+        "[a],b", "{a: 1},b", "name: j\n---\n,a", "name: j\n...\n,}", "%YAML 1.2\n---\n,a"}) {
     std::vector<std::string> got = Errors(y);
     ASSERT_EQ(got.size(), 1u) << y;
     EXPECT_THAT(got[0], HasSubstr("',' outside [] or {}")) << y;
@@ -97,8 +99,10 @@ TEST(JobSpecTest, DocumentStartingWithACommaIsRefusedNotHung) {
   EXPECT_THAT(Errors(std::string(kBase) + "x: [1\n  ,2]\n"),
               ElementsAre(::testing::Not(HasSubstr("',' outside"))));
   // Block scalars and quoted text may hold such lines.
-  EXPECT_THAT(Errors(std::string(kBase) + "checkpoint:\n  dir: |-\n    ,a\n"), ::testing::IsEmpty());
-  EXPECT_THAT(Errors(std::string(kBase) + "checkpoint: {dir: \"/tmp/a\n  ,b\"}\n"), ::testing::IsEmpty());
+  EXPECT_THAT(Errors(std::string(kBase) + "checkpoint:\n  dir: |-\n    ,a\n"),
+              ::testing::IsEmpty());
+  EXPECT_THAT(Errors(std::string(kBase) + "checkpoint: {dir: \"/tmp/a\n  ,b\"}\n"),
+              ::testing::IsEmpty());
   // A '{' inside a plain scalar opens nothing (fuzz/corpus/fuzz_job_yaml/yaml-cpp-loop-2).
   EXPECT_THAT(Errors("  loss: cros{_e\n  optimizer: {name: adam}\n  ,r_schedule: x}\n"),
               ElementsAre(HasSubstr("job.yaml:3:1: not valid YAML: ',' outside [] or {}")));
@@ -109,25 +113,30 @@ TEST(JobSpecTest, DocumentStartingWithACommaIsRefusedNotHung) {
   std::stringstream slow;
   slow << f.rdbuf();
   ASSERT_FALSE(slow.str().empty());
-  EXPECT_THAT(Errors(slow.str()), ElementsAre(HasSubstr("job.yaml:7:1: not valid YAML: ',' outside [] or {}")));
+  EXPECT_THAT(Errors(slow.str()),
+              ElementsAre(HasSubstr("job.yaml:7:1: not valid YAML: ',' outside [] or {}")));
   std::ifstream f2(Source("fuzz/corpus/fuzz_job_yaml/yaml-cpp-loop-2"));
   std::stringstream slow2;
   slow2 << f2.rdbuf();
   ASSERT_FALSE(slow2.str().empty());
-  EXPECT_THAT(Errors(slow2.str()), ::testing::Contains(HasSubstr("not valid YAML: ',' outside [] or {}")));
+  EXPECT_THAT(Errors(slow2.str()),
+              ::testing::Contains(HasSubstr("not valid YAML: ',' outside [] or {}")));
   // Valid YAML with such commas still parses: inside a plain scalar or a flow map.
-  EXPECT_THAT(Errors(std::string(kBase) + "checkpoint: {dir: 'a,b', keep: 2}\n"), ::testing::IsEmpty());
+  EXPECT_THAT(Errors(std::string(kBase) + "checkpoint: {dir: 'a,b', keep: 2}\n"),
+              ::testing::IsEmpty());
   EXPECT_THAT(Errors(std::string(kBase) + "checkpoint:\n  dir: /tmp/a,b\n"), ::testing::IsEmpty());
   std::ifstream f4(Source("fuzz/corpus/fuzz_job_yaml/yaml-cpp-loop-4"));
   std::stringstream slow4;
   slow4 << f4.rdbuf();
   ASSERT_FALSE(slow4.str().empty());
-  EXPECT_THAT(Errors(slow4.str()), ::testing::Contains(HasSubstr("not valid YAML: ',' outside [] or {}")));
+  EXPECT_THAT(Errors(slow4.str()),
+              ::testing::Contains(HasSubstr("not valid YAML: ',' outside [] or {}")));
   std::ifstream f3(Source("fuzz/corpus/fuzz_job_yaml/yaml-cpp-loop-3"));
   std::stringstream slow3;
   slow3 << f3.rdbuf();
   ASSERT_FALSE(slow3.str().empty());
-  EXPECT_THAT(Errors(slow3.str()), ::testing::Contains(HasSubstr("not valid YAML: ',' outside [] or {}")));
+  EXPECT_THAT(Errors(slow3.str()),
+              ::testing::Contains(HasSubstr("not valid YAML: ',' outside [] or {}")));
 }
 
 }  // namespace

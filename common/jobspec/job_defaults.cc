@@ -22,7 +22,8 @@ void ResolveCommonDefaults(v1::JobSpec* s) {
   v1::RestartSpec* restart = s->mutable_restart();
   if (!restart->has_max_restarts()) restart->set_max_restarts(3);
   if (!restart->has_disk_full_wait_s()) restart->set_disk_full_wait_s(600);
-  if (restart->on_hang() == v1::HANG_POLICY_UNSPECIFIED) restart->set_on_hang(v1::HANG_POLICY_RESTART);
+  if (restart->on_hang() == v1::HANG_POLICY_UNSPECIFIED)
+    restart->set_on_hang(v1::HANG_POLICY_RESTART);
   v1::StragglerSpec* st = s->mutable_stragglers();
   if (st->policy() == v1::STRAGGLER_POLICY_UNSPECIFIED) st->set_policy(v1::STRAGGLER_POLICY_WARN);
   if (st->threshold() == 0) st->set_threshold(0.3);
@@ -33,7 +34,8 @@ void ResolveCommonDefaults(v1::JobSpec* s) {
 
 // The user's program: how it learns its local rank.
 void ResolveCommandDefaults(v1::CommandSpec* c) {
-  if (c->local_rank() == v1::LOCAL_RANK_MODE_UNSPECIFIED) c->set_local_rank(v1::LOCAL_RANK_MODE_ENV);
+  if (c->local_rank() == v1::LOCAL_RANK_MODE_UNSPECIFIED)
+    c->set_local_rank(v1::LOCAL_RANK_MODE_ENV);
   if (c->arg_style() == v1::LOCAL_RANK_ARG_STYLE_UNSPECIFIED) {
     c->set_arg_style(v1::LOCAL_RANK_ARG_STYLE_UNDERSCORE);
   }
@@ -50,7 +52,8 @@ void ResolveModelAndDataDefaults(v1::JobSpec* s) {
   v1::DataSpec* d = s->mutable_data();
   for (v1::DatasetSpec* ds : {d->mutable_train(), d->has_eval() ? d->mutable_eval() : nullptr}) {
     if (ds == nullptr) continue;
-    if (ds->has_synthetic() && ds->synthetic().classes() == 0 && ds->synthetic().target_dim() == 0) {
+    if (ds->has_synthetic() && ds->synthetic().classes() == 0 &&
+        ds->synthetic().target_dim() == 0) {
       ds->mutable_synthetic()->set_target_dim(1);
     }
     if (ds->has_csv() && !ds->csv().has_header()) ds->mutable_csv()->set_header(true);
@@ -79,7 +82,8 @@ void ResolveTrainingDefaults(v1::JobSpec* s) {
   if (l->name() == v1::LR_SCHEDULE_UNSPECIFIED) l->set_name(v1::LR_SCHEDULE_CONSTANT);
   if (!l->has_gamma()) l->set_gamma(0.1);
   if (t->grad_accumulation() == 0) t->set_grad_accumulation(1);
-  if (t->amp().dtype() == v1::AMP_DTYPE_UNSPECIFIED) t->mutable_amp()->set_dtype(v1::AMP_DTYPE_BF16);
+  if (t->amp().dtype() == v1::AMP_DTYPE_UNSPECIFIED)
+    t->mutable_amp()->set_dtype(v1::AMP_DTYPE_BF16);
 
   v1::DdpSpec* p = s->mutable_ddp();
   if (p->bucket_cap_mb() == 0) p->set_bucket_cap_mb(25);
@@ -91,7 +95,8 @@ void ResolveTrainingDefaults(v1::JobSpec* s) {
   // divergence.factor,
   // the coordinator on_nan and max_rollbacks.
   v1::HealthSpec* h = s->mutable_health();
-  if (h->on_nan() == v1::HealthSpec::ON_NAN_UNSPECIFIED) h->set_on_nan(v1::HealthSpec::ON_NAN_ROLLBACK);
+  if (h->on_nan() == v1::HealthSpec::ON_NAN_UNSPECIFIED)
+    h->set_on_nan(v1::HealthSpec::ON_NAN_ROLLBACK);
   if (!h->has_max_rollbacks()) h->set_max_rollbacks(3);
   if (!h->has_min_loss_scale()) h->set_min_loss_scale(1e-4);
   if (!h->has_max_skipped_steps()) h->set_max_skipped_steps(50);

@@ -16,11 +16,11 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
-#include "absl/strings/ascii.h"
 #include "absl/strings/strip.h"
 #include "common/jobspec/job_spec.h"
 #include "common/jobspec/spec_test_util.h"
@@ -125,7 +125,8 @@ std::vector<Documented> DocumentedDefaults() {
 TEST(JobDefaultsTest, DocumentedDefaultsAreTheResolvedOnes) {
   // Sections a minimal job leaves out (elastic, tensorboard, a cnn model, a
   // command job) are added so that their defaults show.
-  Flat flat = Resolved(std::string(kMinimal) + "elastic: {min_ranks: 1}\ntensorboard: {enabled: false}\n");
+  Flat flat =
+      Resolved(std::string(kMinimal) + "elastic: {min_ranks: 1}\ntensorboard: {enabled: false}\n");
   for (const auto& [k, v] : Resolved("name: j\nmodel: {name: cnn, classes: 10}\n"
                                      "data: {train: {format: idx, images: a, labels: b}}\n")) {
     if (absl::StartsWith(k, "model.")) flat[k] = v;  // model.hidden is the cnn's here
@@ -140,7 +141,8 @@ TEST(JobDefaultsTest, DocumentedDefaultsAreTheResolvedOnes) {
     if (std::getenv("TRAINCTL_VERBOSE")) std::cerr << d.key << " = " << d.value << "\n";
     auto it = flat.find(d.key);
     if (it == flat.end()) {
-      ADD_FAILURE() << d.key << ": documented default " << d.value << ", but a resolved spec has no such key";
+      ADD_FAILURE() << d.key << ": documented default " << d.value
+                    << ", but a resolved spec has no such key";
       continue;
     }
     EXPECT_TRUE(SameValue(d.value, it->second))

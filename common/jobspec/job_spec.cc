@@ -28,11 +28,22 @@
 namespace trainctl {
 
 bool IsCommandContractVariable(std::string_view name) {
-  static constexpr std::string_view kSet[] = {
-      "RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "GROUP_WORLD_SIZE",
-      "ROLE_RANK", "ROLE_WORLD_SIZE", "ROLE_NAME", "MASTER_ADDR", "MASTER_PORT",
-      "TORCHELASTIC_RESTART_COUNT", "TORCHELASTIC_MAX_RESTARTS", "TORCHELASTIC_RUN_ID",
-      "TORCHELASTIC_ERROR_FILE", "CUDA_VISIBLE_DEVICES"};
+  static constexpr std::string_view kSet[] = {"RANK",
+                                              "LOCAL_RANK",
+                                              "WORLD_SIZE",
+                                              "LOCAL_WORLD_SIZE",
+                                              "GROUP_RANK",
+                                              "GROUP_WORLD_SIZE",
+                                              "ROLE_RANK",
+                                              "ROLE_WORLD_SIZE",
+                                              "ROLE_NAME",
+                                              "MASTER_ADDR",
+                                              "MASTER_PORT",
+                                              "TORCHELASTIC_RESTART_COUNT",
+                                              "TORCHELASTIC_MAX_RESTARTS",
+                                              "TORCHELASTIC_RUN_ID",
+                                              "TORCHELASTIC_ERROR_FILE",
+                                              "CUDA_VISIBLE_DEVICES"};
   for (std::string_view v : kSet) {
     if (name == v) return true;
   }
@@ -73,16 +84,20 @@ class IgnoreEvents final : public YAML::EventHandler {
   void OnDocumentEnd() override {}
   void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
   void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
-  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
-  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                       YAML::EmitterStyle::value) override {}
   void OnSequenceEnd() override {}
-  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t,
+                  YAML::EmitterStyle::value) override {}
   void OnMapEnd() override {}
 };
 
 // The one YAML document of `yaml` as a mapping (an empty one when the text
 // is empty but overrides follow), or the reason it is not one.
-std::optional<jobspec::TextProblem> LoadDocument(std::string_view yaml, bool have_overrides, YAML::Node* root) {
+std::optional<jobspec::TextProblem> LoadDocument(std::string_view yaml, bool have_overrides,
+                                                 YAML::Node* root) {
   try {
     // Not YAML::LoadAll: yaml-cpp 0.7's never returns on some malformed
     // text (a scalar document then a stray ',': "'',s''"), reporting an
@@ -94,7 +109,8 @@ std::optional<jobspec::TextProblem> LoadDocument(std::string_view yaml, bool hav
     IgnoreEvents ignore;
     int docs = 0;
     while (docs < 2 && parser.HandleNextDocument(ignore)) ++docs;
-    if (docs > 1) return jobspec::TextProblem{1, 1, "holds several YAML documents; a job.yaml holds one"};
+    if (docs > 1)
+      return jobspec::TextProblem{1, 1, "holds several YAML documents; a job.yaml holds one"};
   } catch (const YAML::Exception& e) {
     int line = e.mark.is_null() ? 1 : e.mark.line + 1;
     int column = e.mark.is_null() ? 1 : e.mark.column + 1;
@@ -104,14 +120,16 @@ std::optional<jobspec::TextProblem> LoadDocument(std::string_view yaml, bool hav
   }
   if (!root->IsDefined() || root->IsNull()) {
     if (!have_overrides) {
-      return jobspec::TextProblem{1, 1, "the file is empty; a job needs at least name, model and data.train"};
+      return jobspec::TextProblem{
+          1, 1, "the file is empty; a job needs at least name, model and data.train"};
     }
     *root = YAML::Node(YAML::NodeType::Map);
   }
   if (!root->IsMap()) {
     YAML::Mark m = root->Mark();
-    return jobspec::TextProblem{m.is_null() ? 1 : m.line + 1, m.is_null() ? 1 : m.column + 1,
-                                absl::StrCat("must be a mapping of job fields, got ", jobspec::NodeKind(*root))};
+    return jobspec::TextProblem{
+        m.is_null() ? 1 : m.line + 1, m.is_null() ? 1 : m.column + 1,
+        absl::StrCat("must be a mapping of job fields, got ", jobspec::NodeKind(*root))};
   }
   return std::nullopt;
 }
@@ -126,15 +144,19 @@ ParsedJobSpec ParseJobSpecYaml(std::string_view yaml, std::string_view file,
   std::optional<jobspec::TextProblem> problem = jobspec::PreCheckYamlText(yaml);
   if (!problem) problem = LoadDocument(yaml, !overrides.empty(), &root);
   if (problem) {
-    result.errors.push_back(SpecError{name, problem->line, problem->column, "", std::move(problem->message)});
+    result.errors.push_back(
+        SpecError{name, problem->line, problem->column, "", std::move(problem->message)});
     return result;
   }
 
   std::vector<SpecError> errors;
-  absl::flat_hash_set<std::string> override_paths = jobspec::ApplyOverrides(root, overrides, &errors);
-  jobspec::YamlReadResult read = jobspec::ReadJobSpecNode(root, name, std::move(override_paths), &result.spec);
+  absl::flat_hash_set<std::string> override_paths =
+      jobspec::ApplyOverrides(root, overrides, &errors);
+  jobspec::YamlReadResult read =
+      jobspec::ReadJobSpecNode(root, name, std::move(override_paths), &result.spec);
   for (SpecError& e : read.errors) errors.push_back(std::move(e));
-  for (SpecError& e : jobspec::CheckJobSpec(result.spec, name, &read.positions, &read.error_paths)) {
+  for (SpecError& e :
+       jobspec::CheckJobSpec(result.spec, name, &read.positions, &read.error_paths)) {
     errors.push_back(std::move(e));
   }
 
@@ -153,7 +175,8 @@ ParsedJobSpec ParseJobSpecFile(const std::string& path, const std::vector<std::s
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     ParsedJobSpec r;
-    r.errors.push_back(SpecError{path, 0, 0, "", "cannot read the file (no such file or no permission)"});
+    r.errors.push_back(
+        SpecError{path, 0, 0, "", "cannot read the file (no such file or no permission)"});
     return r;
   }
   std::string text;

@@ -5,8 +5,8 @@
 
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <random>
+#include <sstream>
 
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/spec_test_util.h"
@@ -217,7 +217,8 @@ TEST(JobSpecTest, FlatFormForRankProcesses) {
   EXPECT_EQ(flat["model.batch_norm"], "true");
   EXPECT_EQ(flat["model.conv1_channels"], "32");
   EXPECT_EQ(flat["data.train.format"], "idx");
-  EXPECT_EQ(flat["data.eval.labels"], "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
+  EXPECT_EQ(flat["data.eval.labels"],
+            "/usr/share/datasets/fashion-mnist/t10k-labels-idx1-ubyte.gz");
   EXPECT_EQ(flat["training.optimizer.name"], "adam");
   EXPECT_EQ(flat["training.optimizer.lr"], "0.001");
   EXPECT_EQ(flat["training.lr_schedule.name"], "cosine");
@@ -240,90 +241,186 @@ struct BadCase {
 TEST(JobSpecTest, BadInputsGetExactMessages) {
   const std::string b = kBase;
   const std::vector<BadCase> cases = {
-      {"empty file", "", {"job.yaml:1:1: the file is empty; a job needs at least name, model and data.train"}},
-      {"only a comment", "# nothing\n", {"job.yaml:1:1: the file is empty; a job needs at least name, model and data.train"}},
-      {"not yaml", "name: [unclosed\n", {"job.yaml:2:1: not valid YAML: end of sequence flow not found"}},
-      {"a list at top", "- a\n- b\n", {"job.yaml:1:1: must be a mapping of job fields, got a list"}},
-      {"a scalar at top", "hello\n", {"job.yaml:1:1: must be a mapping of job fields, got a scalar"}},
-      {"two documents", b + "---\nname: k\n", {"job.yaml:1:1: holds several YAML documents; a job.yaml holds one"}},
-      // yaml-cpp's LoadAll never returned on these (fuzz_job_yaml).
-      {"scalar then a stray comma", "'',s''",
-       {"job.yaml:1:1: not valid YAML: ',' outside [] or {} at the start of a line or after a quoted or [] / {} value"}},
-      // The fuzzer's input, past that check: the parser no longer loops.
-      {"quoted scalars then commas", "'NUL' '''''''',s''',s''Y",
+      {"empty file",
+       "",
+       {"job.yaml:1:1: the file is empty; a job needs at least name, model and data.train"}},
+      {"only a comment",
+       "# nothing\n",
+       {"job.yaml:1:1: the file is empty; a job needs at least name, model and data.train"}},
+      {"not yaml",
+       "name: [unclosed\n",
+       {"job.yaml:2:1: not valid YAML: end of sequence flow not found"}},
+      {"a list at top",
+       "- a\n- b\n",
+       {"job.yaml:1:1: must be a mapping of job fields, got a list"}},
+      {"a scalar at top",
+       "hello\n",
+       {"job.yaml:1:1: must be a mapping of job fields, got a scalar"}},
+      {"two documents",
+       b + "---\nname: k\n",
        {"job.yaml:1:1: holds several YAML documents; a job.yaml holds one"}},
-      {"quoted scalars then a comma", "'a' '',", {"job.yaml:1:1: holds several YAML documents; a job.yaml holds one"}},
-      {"negative world size", b + "world_size: -2\n", {"job.yaml:5:13: world_size: must be > 0, got -2"}},
+      // yaml-cpp's LoadAll never returned on these (fuzz_job_yaml).
+      {"scalar then a stray comma",
+       "'',s''",
+       {"job.yaml:1:1: not valid YAML: ',' outside [] or {} at the start of a line or after a "
+        "quoted or [] / {} value"}},
+      // The fuzzer's input, past that check: the parser no longer loops.
+      {"quoted scalars then commas",
+       "'NUL' '''''''',s''',s''Y",
+       {"job.yaml:1:1: holds several YAML documents; a job.yaml holds one"}},
+      {"quoted scalars then a comma",
+       "'a' '',",
+       {"job.yaml:1:1: holds several YAML documents; a job.yaml holds one"}},
+      {"negative world size",
+       b + "world_size: -2\n",
+       {"job.yaml:5:13: world_size: must be > 0, got -2"}},
       {"zero world size", b + "world_size: 0\n", {"job.yaml:5:13: world_size: must be > 0, got 0"}},
-      {"huge number", b + "world_size: 99999999999999999999\n",
-       {"job.yaml:5:13: world_size: must be an integer, got '99999999999999999999' (out of range)"}},
-      {"int32 overflow", b + "world_size: 4294967296\n",
+      {"huge number",
+       b + "world_size: 99999999999999999999\n",
+       {"job.yaml:5:13: world_size: must be an integer, got '99999999999999999999' (out of "
+        "range)"}},
+      {"int32 overflow",
+       b + "world_size: 4294967296\n",
        {"job.yaml:5:13: world_size: must be an integer, got '4294967296' (out of range)"}},
-      {"word for a number", b + "world_size: two\n", {"job.yaml:5:13: world_size: must be an integer, got 'two'"}},
-      {"quoted number", b + "world_size: \"2\"\n", {"job.yaml:5:13: world_size: must be an integer, got the string '2'"}},
-      {"fraction for an integer", b + "world_size: 1.5\n", {"job.yaml:5:13: world_size: must be an integer, got '1.5'"}},
-      {"duplicate key", b + "world_size: 1\nworld_size: 2\n", {"job.yaml:6:1: world_size: duplicate key (first at line 5)"}},
-      {"unknown top-level key", b + "wrold_size: 2\n", {"job.yaml:5:1: wrold_size: unknown key; did you mean 'world_size'?"}},
+      {"word for a number",
+       b + "world_size: two\n",
+       {"job.yaml:5:13: world_size: must be an integer, got 'two'"}},
+      {"quoted number",
+       b + "world_size: \"2\"\n",
+       {"job.yaml:5:13: world_size: must be an integer, got the string '2'"}},
+      {"fraction for an integer",
+       b + "world_size: 1.5\n",
+       {"job.yaml:5:13: world_size: must be an integer, got '1.5'"}},
+      {"duplicate key",
+       b + "world_size: 1\nworld_size: 2\n",
+       {"job.yaml:6:1: world_size: duplicate key (first at line 5)"}},
+      {"unknown top-level key",
+       b + "wrold_size: 2\n",
+       {"job.yaml:5:1: wrold_size: unknown key; did you mean 'world_size'?"}},
       {"unknown key, no suggestion", b + "zzz: 1\n", {"job.yaml:5:1: zzz: unknown key"}},
-      {"bad enum", b + "device: gpu\n", {"job.yaml:5:9: device: must be one of auto, cuda, cpu, got 'gpu'; did you mean 'cpu'?"}},
-      {"unspecified is not a value", b + "device: unspecified\n", {"job.yaml:5:9: device: must be one of auto, cuda, cpu, got 'unspecified'"}},
-      {"negative lr", b + "training:\n  optimizer: {name: adam, lr: -1}\n", {"job.yaml:6:31: training.optimizer.lr: must be > 0, got -1"}},
-      {"zero lr written", b + "training:\n  optimizer: {lr: 0}\n", {"job.yaml:6:19: training.optimizer.lr: must be > 0, got 0"}},
-      {"misspelt section", b + "training:\n  optimzer: {name: adam}\n",
+      {"bad enum",
+       b + "device: gpu\n",
+       {"job.yaml:5:9: device: must be one of auto, cuda, cpu, got 'gpu'; did you mean 'cpu'?"}},
+      {"unspecified is not a value",
+       b + "device: unspecified\n",
+       {"job.yaml:5:9: device: must be one of auto, cuda, cpu, got 'unspecified'"}},
+      {"negative lr",
+       b + "training:\n  optimizer: {name: adam, lr: -1}\n",
+       {"job.yaml:6:31: training.optimizer.lr: must be > 0, got -1"}},
+      {"zero lr written",
+       b + "training:\n  optimizer: {lr: 0}\n",
+       {"job.yaml:6:19: training.optimizer.lr: must be > 0, got 0"}},
+      {"misspelt section",
+       b + "training:\n  optimzer: {name: adam}\n",
        {"job.yaml:6:3: training.optimzer: unknown key in training; did you mean 'optimizer'?"}},
-      {"key one level too high", b + "training:\n  lr: 0.1\n",
+      {"key one level too high",
+       b + "training:\n  lr: 0.1\n",
        {"job.yaml:6:3: training.lr: unknown key in training; did you mean 'optimizer.lr'?"}},
-      {"misspelt optimizer", b + "training:\n  optimizer: {name: adma}\n",
-       {"job.yaml:6:21: training.optimizer.name: must be one of sgd, adam, adamw, got 'adma'; did you mean 'adam'?"}},
-      {"yes is not a bool", b + "training:\n  amp: {enabled: yes}\n", {"job.yaml:6:18: training.amp.enabled: must be true or false, got 'yes'"}},
-      {"section as a list", b + "training: [1, 2]\n", {"job.yaml:5:11: training: must be a mapping, got a list"}},
-      {"missing value", b + "training:\n  epochs:\n", {"job.yaml:7:1: training.epochs: missing value"}},
-      {"step schedule without step size", b + "training:\n  lr_schedule: {name: step}\n",
+      {"misspelt optimizer",
+       b + "training:\n  optimizer: {name: adma}\n",
+       {"job.yaml:6:21: training.optimizer.name: must be one of sgd, adam, adamw, got 'adma'; did "
+        "you mean 'adam'?"}},
+      {"yes is not a bool",
+       b + "training:\n  amp: {enabled: yes}\n",
+       {"job.yaml:6:18: training.amp.enabled: must be true or false, got 'yes'"}},
+      {"section as a list",
+       b + "training: [1, 2]\n",
+       {"job.yaml:5:11: training: must be a mapping, got a list"}},
+      {"missing value",
+       b + "training:\n  epochs:\n",
+       {"job.yaml:7:1: training.epochs: missing value"}},
+      {"step schedule without step size",
+       b + "training:\n  lr_schedule: {name: step}\n",
        {"job.yaml:6:16: training.lr_schedule.step_size: required for name: step"}},
-      {"nccl on cpu", b + "device: cpu\nbackend: nccl\n", {"job.yaml:6:10: backend: nccl needs device: cuda (use gloo or auto on cpu)"}},
-      {"gloo on cuda", b + "device: cuda\nbackend: gloo\n",
+      {"nccl on cpu",
+       b + "device: cpu\nbackend: nccl\n",
+       {"job.yaml:6:10: backend: nccl needs device: cuda (use gloo or auto on cpu)"}},
+      {"gloo on cuda",
+       b + "device: cuda\nbackend: gloo\n",
        {"job.yaml:6:10: backend: gloo runs on CPU tensors; use nccl (or auto) with device: cuda"}},
-      {"fp16 on cpu", b + "device: cpu\ntraining: {amp: {enabled: true, dtype: fp16}}\n",
+      {"fp16 on cpu",
+       b + "device: cpu\ntraining: {amp: {enabled: true, dtype: fp16}}\n",
        {"job.yaml:6:40: training.amp.dtype: fp16 autocast needs device: cuda; use bf16 on cpu"}},
-      {"zero bucket", b + "ddp: {bucket_cap_mb: 0}\n", {"job.yaml:5:22: ddp.bucket_cap_mb: must be in (0, 4096], got 0"}},
-      {"unknown comm hook", b + "ddp: {comm_hook: powersgd}\n",
-       {"job.yaml:5:18: ddp.comm_hook: must be one of none, fp16_compress, bf16_compress, got 'powersgd'"}},
-      {"nan", b + "training: {max_grad_norm: .nan}\n", {"job.yaml:5:27: training.max_grad_norm: must be a number, got '.nan'"}},
-      {"infinity", b + "training: {max_grad_norm: 1e999}\n",
+      {"zero bucket",
+       b + "ddp: {bucket_cap_mb: 0}\n",
+       {"job.yaml:5:22: ddp.bucket_cap_mb: must be in (0, 4096], got 0"}},
+      {"unknown comm hook",
+       b + "ddp: {comm_hook: powersgd}\n",
+       {"job.yaml:5:18: ddp.comm_hook: must be one of none, fp16_compress, bf16_compress, got "
+        "'powersgd'"}},
+      {"nan",
+       b + "training: {max_grad_norm: .nan}\n",
+       {"job.yaml:5:27: training.max_grad_norm: must be a number, got '.nan'"}},
+      {"infinity",
+       b + "training: {max_grad_norm: 1e999}\n",
        {"job.yaml:5:27: training.max_grad_norm: must be a number, got '1e999' (must be finite)"}},
-      {"momentum for adam", b + "training: {optimizer: {momentum: 0.9}}\n",
+      {"momentum for adam",
+       b + "training: {optimizer: {momentum: 0.9}}\n",
        {"job.yaml:5:34: training.optimizer.momentum: only for name: sgd (Adam uses beta1)"}},
-      {"bad gamma", b + "training: {lr_schedule: {name: step, step_size: 5, gamma: 2}}\n",
+      {"bad gamma",
+       b + "training: {lr_schedule: {name: step, step_size: 5, gamma: 2}}\n",
        {"job.yaml:5:59: training.lr_schedule.gamma: must be in (0, 1], got 2"}},
-      {"bad name", "name: Bad_Name\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
-       {"job.yaml:1:7: name: must be lower-case letters, digits and '-', starting and ending with a letter or digit, got 'Bad_Name'"}},
-      {"long name", "name: " + std::string(64, 'a') + "\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+      {"bad name",
+       "name: Bad_Name\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata: {train: {format: "
+       "synthetic, length: 100, size: 5, classes: 2}}\n",
+       {"job.yaml:1:7: name: must be lower-case letters, digits and '-', starting and ending with "
+        "a letter or digit, got 'Bad_Name'"}},
+      {"long name",
+       "name: " + std::string(64, 'a') +
+           "\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata: {train: {format: synthetic, "
+           "length: 100, size: 5, classes: 2}}\n",
        {"job.yaml:1:7: name: at most 63 characters, got 64"}},
-      {"unknown model", "name: j\nmodel: {name: transformer}\ndata: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+      {"unknown model",
+       "name: j\nmodel: {name: transformer}\ndata: {train: {format: synthetic, length: 100, size: "
+       "5, classes: 2}}\n",
        {"job.yaml:2:15: model.name: must be one of mlp, cnn, torchscript, got 'transformer'"}},
-      {"model without name", "name: j\nmodel: {classes: 2}\ndata: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+      {"model without name",
+       "name: j\nmodel: {classes: 2}\ndata: {train: {format: synthetic, length: 100, size: 5, "
+       "classes: 2}}\n",
        {"job.yaml:2:8: model.name: required: one of mlp, cnn, torchscript"}},
-      {"key of another model", "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2, batch_norm: true}\ndata: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+      {"key of another model",
+       "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2, batch_norm: true}\ndata: {train: "
+       "{format: synthetic, length: 100, size: 5, classes: 2}}\n",
        {"job.yaml:2:46: model.batch_norm: unknown key in model"}},
-      {"no train set", "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata: {}\n",
+      {"no train set",
+       "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata: {}\n",
        {"job.yaml:3:7: data.train: required (format: synthetic, idx, csv or tensors)"}},
-      {"bad format", "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata: {train: {format: parquet, path: x}}\n",
-       {"job.yaml:3:24: data.train.format: must be one of synthetic, idx, csv, tensors, got 'parquet'"}},
-      {"shape mismatch", "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata:\n  train: {format: synthetic, length: 100, size: 7, classes: 2}\n",
+      {"bad format",
+       "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata: {train: {format: parquet, "
+       "path: x}}\n",
+       {"job.yaml:3:24: data.train.format: must be one of synthetic, idx, csv, tensors, got "
+        "'parquet'"}},
+      {"shape mismatch",
+       "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata:\n  train: {format: synthetic, "
+       "length: 100, size: 7, classes: 2}\n",
        {"job.yaml:4:49: data.train.size: must equal model.input_dim (5), got 7"}},
-      {"regression data for cross-entropy", "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata:\n  train: {format: synthetic, length: 100, size: 5}\n",
-       {"job.yaml:4:10: data.train.classes: cross_entropy needs class targets: set classes > 0 or loss: mse"}},
-      {"nothing required", "world_size: 2\n",
-       {"job.yaml:1:1: name: required", "job.yaml:1:1: model: required (name: mlp, cnn or torchscript), or a command: block",
+      {"regression data for cross-entropy",
+       "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata:\n  train: {format: synthetic, "
+       "length: 100, size: 5}\n",
+       {"job.yaml:4:10: data.train.classes: cross_entropy needs class targets: set classes > 0 or "
+        "loss: mse"}},
+      {"nothing required",
+       "world_size: 2\n",
+       {"job.yaml:1:1: name: required",
+        "job.yaml:1:1: model: required (name: mlp, cnn or torchscript), or a command: block",
         "job.yaml:1:1: data.train: required (format: synthetic, idx, csv or tensors)"}},
-      {"several errors at once", "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2, hidden: [8, -1, x]}\ndata:\n  train: {format: idx, images: a}\n",
-       {"job.yaml:2:58: model.hidden[1]: must be > 0, got -1", "job.yaml:2:62: model.hidden[2]: must be an integer, got 'x'",
+      {"several errors at once",
+       "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2, hidden: [8, -1, x]}\ndata:\n  train: "
+       "{format: idx, images: a}\n",
+       {"job.yaml:2:58: model.hidden[1]: must be > 0, got -1",
+        "job.yaml:2:62: model.hidden[2]: must be an integer, got 'x'",
         "job.yaml:4:10: data.train.labels: required"}},
-      {"cnn image size", "name: j\nmodel: {name: cnn, classes: 10, image_size: 30}\ndata: {train: {format: idx, images: a, labels: b}}\n",
+      {"cnn image size",
+       "name: j\nmodel: {name: cnn, classes: 10, image_size: 30}\ndata: {train: {format: idx, "
+       "images: a, labels: b}}\n",
        {"job.yaml:2:45: model.image_size: must be a multiple of 4 (two 2x2 poolings), got 30"}},
-      {"negative seed", "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata: {seed: -1, train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
+      {"negative seed",
+       "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\ndata: {seed: -1, train: {format: "
+       "synthetic, length: 100, size: 5, classes: 2}}\n",
        {"job.yaml:3:14: data.seed: must be an integer, got '-1' (must not be negative)"}},
-      {"NUL bytes", std::string("name: j\0\x01\x02", 10), {"job.yaml:1:1: not a text file (it contains NUL bytes)"}},
+      {"NUL bytes",
+       std::string("name: j\0\x01\x02", 10),
+       {"job.yaml:1:1: not a text file (it contains NUL bytes)"}},
   };
   int checked = 0;
   for (const BadCase& c : cases) {
@@ -335,34 +432,40 @@ TEST(JobSpecTest, BadInputsGetExactMessages) {
 }
 
 TEST(JobSpecTest, ElasticBlockIsReadResolvedAndChecked) {
-  ParsedJobSpec p = ParseJobSpecYaml(std::string(kBase) + "world_size: 4\nelastic: {min_ranks: 2}\ncheckpoint: {every_steps: 50}\n",
-                                     "job.yaml", {});
+  ParsedJobSpec p = ParseJobSpecYaml(
+      std::string(kBase) +
+          "world_size: 4\nelastic: {min_ranks: 2}\ncheckpoint: {every_steps: 50}\n",
+      "job.yaml", {});
   ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
   EXPECT_EQ(p.spec.elastic().min_ranks(), 2);
   EXPECT_EQ(p.spec.elastic().replace_timeout_s(), 60);
   EXPECT_EQ(p.spec.elastic().grow(), v1::ELASTIC_GROW_AT_CHECKPOINT);
   EXPECT_FALSE(p.spec.elastic().keep_global_batch());
   EXPECT_EQ(p.spec.checkpoint().every_steps(), 50);
-  ParsedJobSpec q = ParseJobSpecYaml(kBase, "job.yaml",
-                                     {"world_size=3", "elastic.grow=never", "elastic.keep_global_batch=true",
-                                      "elastic.min_ranks=1", "elastic.replace_timeout_s=0"});
+  ParsedJobSpec q =
+      ParseJobSpecYaml(kBase, "job.yaml",
+                       {"world_size=3", "elastic.grow=never", "elastic.keep_global_batch=true",
+                        "elastic.min_ranks=1", "elastic.replace_timeout_s=0"});
   ASSERT_TRUE(q.ok()) << q.errors[0].ToString();
   EXPECT_EQ(q.spec.elastic().grow(), v1::ELASTIC_GROW_NEVER);
   EXPECT_EQ(q.spec.elastic().replace_timeout_s(), 0);
   EXPECT_TRUE(q.spec.elastic().keep_global_batch());
 
   EXPECT_EQ(Errors(std::string(kBase) + "world_size: 2\nelastic: {min_ranks: 3}\n"),
-            std::vector<std::string>{"job.yaml:6:22: elastic.min_ranks: must be in [1, world_size = 2], got 3"});
-  EXPECT_EQ(Errors(std::string(kBase) + "elastic: {min_ranks: 1, replace_timeout_s: -1}\n").size(), 1u);
+            std::vector<std::string>{
+                "job.yaml:6:22: elastic.min_ranks: must be in [1, world_size = 2], got 3"});
+  EXPECT_EQ(Errors(std::string(kBase) + "elastic: {min_ranks: 1, replace_timeout_s: -1}\n").size(),
+            1u);
   EXPECT_EQ(Errors(std::string(kBase) + "elastic: {grow: sometimes}\n").size(), 1u);
   EXPECT_EQ(Errors(std::string(kBase) + "checkpoint: {every_steps: -2}\n").size(), 1u);
 }
 
 TEST(JobSpecTest, HealthIsReadAndChecked) {
-  ParsedJobSpec p = ParseJobSpecYaml(std::string(kBase) +
-                                         "health: {on_nan: fail, max_rollbacks: 0, min_loss_scale: 0.5, "
-                                         "max_skipped_steps: 7, debug_nan_at_step: 12}\n",
-                                     "job.yaml", {});
+  ParsedJobSpec p =
+      ParseJobSpecYaml(std::string(kBase) +
+                           "health: {on_nan: fail, max_rollbacks: 0, min_loss_scale: 0.5, "
+                           "max_skipped_steps: 7, debug_nan_at_step: 12}\n",
+                       "job.yaml", {});
   ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
   EXPECT_EQ(p.spec.health().on_nan(), v1::HealthSpec::ON_NAN_FAIL);
   EXPECT_TRUE(p.spec.health().has_max_rollbacks());
@@ -376,9 +479,12 @@ TEST(JobSpecTest, HealthIsReadAndChecked) {
   EXPECT_EQ(Errors(std::string(kBase) + "health: {min_loss_scale: -2}\n"),
             std::vector<std::string>{"job.yaml:5:26: health.min_loss_scale: must be >= 0, got -2"});
   EXPECT_THAT(Errors(std::string(kBase) + "health: {on_nan: retry}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr("health.on_nan: must be one of rollback, fail, got 'retry'")));
-  EXPECT_EQ(Errors("name: j\ncommand: {argv: [python3, t.py]}\nhealth: {on_nan: fail}\n"),
-            std::vector<std::string>{"job.yaml:3:9: health: only for trainctl's engine (a command job's NaNs are its own)"});
+              ::testing::ElementsAre(::testing::HasSubstr(
+                  "health.on_nan: must be one of rollback, fail, got 'retry'")));
+  EXPECT_EQ(
+      Errors("name: j\ncommand: {argv: [python3, t.py]}\nhealth: {on_nan: fail}\n"),
+      std::vector<std::string>{
+          "job.yaml:3:9: health: only for trainctl's engine (a command job's NaNs are its own)"});
   // Divergence: default 1e4 on the rank's key, 0 turns it off, (0, 1] is refused.
   ParsedJobSpec d = ParseJobSpecYaml(std::string(kBase), "job.yaml", {});
   ASSERT_TRUE(d.ok());
@@ -386,61 +492,76 @@ TEST(JobSpecTest, HealthIsReadAndChecked) {
   EXPECT_EQ(JobSpecToFlat(d.spec).at("health.divergence.factor"), "10000");
   EXPECT_TRUE(Errors(std::string(kBase) + "health: {divergence: {factor: 0}}\n").empty());
   EXPECT_THAT(Errors(std::string(kBase) + "health: {divergence: {factor: 0.5}}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr("health.divergence.factor: must be 0 (off) or > 1, got 0.5")));
+              ::testing::ElementsAre(::testing::HasSubstr(
+                  "health.divergence.factor: must be 0 (off) or > 1, got 0.5")));
 }
 
 TEST(JobSpecTest, SchedulingIsReadAndChecked) {
-  ParsedJobSpec p = ParseJobSpecYaml(std::string(kBase) + "scheduling: {wait_for_capacity: true, pending_timeout_s: 90}\n",
-                                     "job.yaml", {});
+  ParsedJobSpec p = ParseJobSpecYaml(
+      std::string(kBase) + "scheduling: {wait_for_capacity: true, pending_timeout_s: 90}\n",
+      "job.yaml", {});
   ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
   EXPECT_TRUE(p.spec.scheduling().wait_for_capacity());
   EXPECT_EQ(p.spec.scheduling().pending_timeout_s(), 90);
-  EXPECT_THAT(Errors(std::string(kBase) + "scheduling: {pending_timeout_s: -1}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr("scheduling.pending_timeout_s: must be >= 0")));
+  EXPECT_THAT(
+      Errors(std::string(kBase) + "scheduling: {pending_timeout_s: -1}\n"),
+      ::testing::ElementsAre(::testing::HasSubstr("scheduling.pending_timeout_s: must be >= 0")));
 }
 
 TEST(JobSpecTest, MaxRuntimeIsReadAndChecked) {
-  ParsedJobSpec p = ParseJobSpecYaml(std::string(kBase) + "scheduling: {max_runtime_s: 2}\n", "job.yaml", {});
+  ParsedJobSpec p =
+      ParseJobSpecYaml(std::string(kBase) + "scheduling: {max_runtime_s: 2}\n", "job.yaml", {});
   ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
   EXPECT_EQ(p.spec.scheduling().max_runtime_s(), 2);
   p = ParseJobSpecYaml(kBase, "job.yaml", {"scheduling.max_runtime_s=5400"});
   ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
   EXPECT_EQ(p.spec.scheduling().max_runtime_s(), 5400) << "as submit --max-runtime sets it";
   EXPECT_THAT(Errors(std::string(kBase) + "scheduling: {max_runtime_s: -3}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr(
-                  "scheduling.max_runtime_s: must be >= 0 seconds (0 = the queue's default, else no limit), got -3")));
+              ::testing::ElementsAre(
+                  ::testing::HasSubstr("scheduling.max_runtime_s: must be >= 0 seconds (0 = the "
+                                       "queue's default, else no limit), got -3")));
 }
 
 TEST(JobSpecTest, SchedulingNodesDividesWorldSizeAndIsNotElastic) {
-  ParsedJobSpec p = ParseJobSpecYaml(std::string(kBase) + "world_size: 4\nscheduling: {nodes: 2}\n", "job.yaml", {});
+  ParsedJobSpec p = ParseJobSpecYaml(std::string(kBase) + "world_size: 4\nscheduling: {nodes: 2}\n",
+                                     "job.yaml", {});
   ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
   EXPECT_EQ(p.spec.scheduling().nodes(), 2);
-  ParsedJobSpec set = ParseJobSpecYaml(std::string(kBase) + "world_size: 6\n", "job.yaml", {"scheduling.nodes=3"});
+  ParsedJobSpec set =
+      ParseJobSpecYaml(std::string(kBase) + "world_size: 6\n", "job.yaml", {"scheduling.nodes=3"});
   ASSERT_TRUE(set.ok()) << set.errors[0].ToString();
   EXPECT_EQ(set.spec.scheduling().nodes(), 3);
   EXPECT_THAT(Errors(std::string(kBase) + "world_size: 4\nscheduling: {nodes: 3}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr(
-                  "scheduling.nodes: must divide world_size (4) so that every node runs the same number of ranks, got 3")));
+              ::testing::ElementsAre(
+                  ::testing::HasSubstr("scheduling.nodes: must divide world_size (4) so that every "
+                                       "node runs the same number of ranks, got 3")));
   EXPECT_THAT(Errors(std::string(kBase) + "scheduling: {nodes: -1}\n"),
               ::testing::ElementsAre(::testing::HasSubstr("scheduling.nodes: must be >= 0")));
-  EXPECT_THAT(Errors(std::string(kBase) +
-                     "world_size: 4\nscheduling: {nodes: 2}\nelastic: {min_ranks: 2}\ncheckpoint: {every_steps: 50}\n"),
-              ::testing::Contains(::testing::HasSubstr("scheduling.nodes: does not combine with elastic.min_ranks")));
+  EXPECT_THAT(Errors(std::string(kBase) + "world_size: 4\nscheduling: {nodes: 2}\nelastic: "
+                                          "{min_ranks: 2}\ncheckpoint: {every_steps: 50}\n"),
+              ::testing::Contains(::testing::HasSubstr(
+                  "scheduling.nodes: does not combine with elastic.min_ranks")));
   // world_size defaults to 1: nodes 1 is fine, 2 is not.
   EXPECT_TRUE(Errors(std::string(kBase) + "scheduling: {nodes: 1}\n").empty());
 }
 
 TEST(JobSpecTest, ResourcesAreReadWithByteQuantities) {
-  ParsedJobSpec p = ParseJobSpecYaml(std::string(kBase) + "resources: {cpus: 1.5, memory: 4Gi, pids: 512}\n",
-                                     "job.yaml", {});
+  ParsedJobSpec p = ParseJobSpecYaml(
+      std::string(kBase) + "resources: {cpus: 1.5, memory: 4Gi, pids: 512}\n", "job.yaml", {});
   ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
   EXPECT_DOUBLE_EQ(p.spec.resources().cpus(), 1.5);
   EXPECT_EQ(p.spec.resources().memory(), int64_t{4} << 30);
   EXPECT_EQ(p.spec.resources().pids(), 512);
-  for (const auto& [text, bytes] : std::vector<std::pair<std::string, int64_t>>{
-           {"1048576", 1048576}, {"64Mi", 64 << 20}, {"\"2048Ki\"", 2048 << 10}, {"2G", 2000000000},
-           {"1.5Gi", int64_t{3} << 29}, {"300M", 300000000}, {"5000k", 5000000}}) {
-    ParsedJobSpec q = ParseJobSpecYaml(std::string(kBase) + "resources: {memory: " + text + "}\n", "job.yaml", {});
+  for (const auto& [text, bytes] :
+       std::vector<std::pair<std::string, int64_t>>{{"1048576", 1048576},
+                                                    {"64Mi", 64 << 20},
+                                                    {"\"2048Ki\"", 2048 << 10},
+                                                    {"2G", 2000000000},
+                                                    {"1.5Gi", int64_t{3} << 29},
+                                                    {"300M", 300000000},
+                                                    {"5000k", 5000000}}) {
+    ParsedJobSpec q = ParseJobSpecYaml(std::string(kBase) + "resources: {memory: " + text + "}\n",
+                                       "job.yaml", {});
     ASSERT_TRUE(q.ok()) << text << ": " << q.errors[0].ToString();
     EXPECT_EQ(q.spec.resources().memory(), bytes) << text;
   }
@@ -452,18 +573,24 @@ TEST(JobSpecTest, ResourcesAreReadWithByteQuantities) {
 
 TEST(JobSpecTest, BadResourcesNameTheField) {
   const std::string b = kBase;
-  EXPECT_THAT(Errors(b + "resources: {memory: 4GB}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr("resources.memory: must be a byte quantity")));
-  EXPECT_THAT(Errors(b + "resources: {memory: -1Mi}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr("resources.memory: must be a byte quantity")));
-  EXPECT_THAT(Errors(b + "resources: {memory: 99999999Ti}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr("resources.memory: must be a byte quantity")));
+  EXPECT_THAT(
+      Errors(b + "resources: {memory: 4GB}\n"),
+      ::testing::ElementsAre(::testing::HasSubstr("resources.memory: must be a byte quantity")));
+  EXPECT_THAT(
+      Errors(b + "resources: {memory: -1Mi}\n"),
+      ::testing::ElementsAre(::testing::HasSubstr("resources.memory: must be a byte quantity")));
+  EXPECT_THAT(
+      Errors(b + "resources: {memory: 99999999Ti}\n"),
+      ::testing::ElementsAre(::testing::HasSubstr("resources.memory: must be a byte quantity")));
   EXPECT_THAT(Errors(b + "resources: {memory: 100}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr("resources.memory: must be 0 (no limit) or at least 1Mi")));
+              ::testing::ElementsAre(
+                  ::testing::HasSubstr("resources.memory: must be 0 (no limit) or at least 1Mi")));
   EXPECT_THAT(Errors(b + "resources: {cpus: -1}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr("resources.cpus: must be 0 (no limit) or in [0.01, 4096]")));
+              ::testing::ElementsAre(
+                  ::testing::HasSubstr("resources.cpus: must be 0 (no limit) or in [0.01, 4096]")));
   EXPECT_THAT(Errors(b + "resources: {pids: 2}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr("resources.pids: must be 0 (no limit) or in [8, 4194304]")));
+              ::testing::ElementsAre(
+                  ::testing::HasSubstr("resources.pids: must be 0 (no limit) or in [8, 4194304]")));
   EXPECT_THAT(Errors(b + "resources: {memroy: 1Gi}\n"),
               ::testing::ElementsAre(::testing::HasSubstr("did you mean 'memory'")));
 }
@@ -485,23 +612,29 @@ TEST(JobSpecTest, HangAndStragglerPolicies) {
               ::testing::ElementsAre(::testing::HasSubstr(
                   "restart.on_hang: must be one of restart, fail, got 'retry'")));
   EXPECT_THAT(Errors(b + "stragglers: {threshold: 0}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr(
-                  "stragglers.threshold: must be in (0, 100] (a fraction: 0.3 = 30% slower than the median), got 0")));
-  EXPECT_THAT(Errors(b + "stragglers: {threshold: -0.3}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr("stragglers.threshold: must be in (0, 100]")));
+              ::testing::ElementsAre(
+                  ::testing::HasSubstr("stragglers.threshold: must be in (0, 100] (a fraction: 0.3 "
+                                       "= 30% slower than the median), got 0")));
+  EXPECT_THAT(
+      Errors(b + "stragglers: {threshold: -0.3}\n"),
+      ::testing::ElementsAre(::testing::HasSubstr("stragglers.threshold: must be in (0, 100]")));
   EXPECT_THAT(Errors(b + "stragglers: {policy: skip}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr("stragglers.policy: must be one of warn, off, avoid, got 'skip'")));
+              ::testing::ElementsAre(::testing::HasSubstr(
+                  "stragglers.policy: must be one of warn, off, avoid, got 'skip'")));
   // -1 turns progress checks off (docs/failures.md#hangs); nothing below.
   p = ParseJobSpecYaml(b + "restart: {progress_timeout_s: -1}\n", "job.yaml", {});
   ASSERT_TRUE(p.ok()) << p.errors.front().ToString();
   EXPECT_EQ(p.spec.restart().progress_timeout_s(), -1);
   EXPECT_THAT(Errors(b + "restart: {progress_timeout_s: -2}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr("restart.progress_timeout_s: must be in [-1, 604800], got -2")));
+              ::testing::ElementsAre(::testing::HasSubstr(
+                  "restart.progress_timeout_s: must be in [-1, 604800], got -2")));
 }
 
 TEST(JobSpecTest, OverridesApplyOnTopAndNameSet) {
-  ParsedJobSpec r = ParseJobSpecYaml(kBase, "job.yaml",
-                                     {"world_size=4", "training.optimizer.lr=0.5", "data.eval={format: synthetic, length: 5, size: 5, classes: 2}"});
+  ParsedJobSpec r =
+      ParseJobSpecYaml(kBase, "job.yaml",
+                       {"world_size=4", "training.optimizer.lr=0.5",
+                        "data.eval={format: synthetic, length: 5, size: 5, classes: 2}"});
   ASSERT_TRUE(r.ok()) << r.errors[0].ToString();
   EXPECT_EQ(r.spec.world_size(), 4);
   EXPECT_DOUBLE_EQ(r.spec.training().optimizer().lr(), 0.5);
@@ -518,7 +651,10 @@ TEST(JobSpecTest, OverridesApplyOnTopAndNameSet) {
   EXPECT_EQ(Errors(kBase, {"nope.field=3"}),
             std::vector<std::string>{"--set: nope: unknown key; did you mean 'name'?"});
   // An empty file with overrides only is a document of overrides.
-  EXPECT_THAT(Errors("", {"name=x"}), testing::Contains("job.yaml:1:1: model: required (name: mlp, cnn or torchscript), or a command: block"));
+  EXPECT_THAT(
+      Errors("", {"name=x"}),
+      testing::Contains(
+          "job.yaml:1:1: model: required (name: mlp, cnn or torchscript), or a command: block"));
 }
 
 TEST(JobSpecTest, UnreadableFile) {
@@ -583,7 +719,8 @@ TEST(JobSpecTest, GrpcSpecsAreBoundedAndEnumsChecked) {
   ASSERT_EQ(got.size(), 3u) << ::testing::PrintToString(got);
   EXPECT_THAT(got[0], ::testing::StartsWith("device: unknown value 99; expected one of "));
   EXPECT_THAT(got[1], ::testing::StartsWith("backend: unknown value -7; expected one of "));
-  EXPECT_THAT(got[2], ::testing::StartsWith("training.optimizer.name: unknown value 1234; expected one of sgd"));
+  EXPECT_THAT(got[2], ::testing::StartsWith(
+                          "training.optimizer.name: unknown value 1234; expected one of sgd"));
 
   s = good;
   s.mutable_checkpoint()->set_dir(std::string(10 << 20, 'x'));
@@ -602,13 +739,15 @@ TEST(JobSpecTest, GrpcSpecsAreBoundedAndEnumsChecked) {
   EXPECT_THAT(errors(s), ::testing::ElementsAre("checkpoint.dir: is not valid UTF-8"));
   s = good;
   s.mutable_checkpoint()->set_dir("/tmp/a\x1b[2Jb");
-  EXPECT_THAT(errors(s), ::testing::ElementsAre("checkpoint.dir: contains a control character (0x1b)"));
+  EXPECT_THAT(errors(s),
+              ::testing::ElementsAre("checkpoint.dir: contains a control character (0x1b)"));
   s = good;
   s.mutable_checkpoint()->set_dir("/tmp/caf\xc3\xa9-\xe2\x9c\x93");  // UTF-8 is fine
   EXPECT_TRUE(errors(s).empty()) << ::testing::PrintToString(errors(s));
   s = good;
   s.mutable_resume_from()->set_job("../etc");
-  EXPECT_THAT(errors(s), ::testing::ElementsAre(::testing::StartsWith("resume_from.job: not a job id")));
+  EXPECT_THAT(errors(s),
+              ::testing::ElementsAre(::testing::StartsWith("resume_from.job: not a job id")));
 }
 
 }  // namespace

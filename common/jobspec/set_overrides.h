@@ -17,7 +17,8 @@ namespace trainctl::jobspec {
 // Applies each "a.b.c=value" on top of `root` (creating mappings on the
 // way); returns the paths set. A malformed override is an error with file
 // "--set".
-absl::flat_hash_set<std::string> ApplyOverrides(YAML::Node& root, const std::vector<std::string>& overrides,
+absl::flat_hash_set<std::string> ApplyOverrides(YAML::Node& root,
+                                                const std::vector<std::string>& overrides,
                                                 std::vector<SpecError>* errors);
 
 }  // namespace trainctl::jobspec

@@ -122,8 +122,8 @@ std::optional<int64_t> ParseByteQuantity(std::string_view std_text) {
   static constexpr struct {
     const char* suffix;
     double factor;
-  } kSuffixes[] = {{"Ki", 1024.0},   {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
-                   {"k", 1e3},       {"K", 1e3},        {"M", 1e6},           {"G", 1e9},
+  } kSuffixes[] = {{"Ki", 1024.0}, {"Mi", 1048576.0}, {"Gi", 1073741824.0}, {"Ti", 1099511627776.0},
+                   {"k", 1e3},     {"K", 1e3},        {"M", 1e6},           {"G", 1e9},
                    {"T", 1e12}};
   absl::string_view number = text;
   double factor = 1;
@@ -134,9 +134,8 @@ std::optional<int64_t> ParseByteQuantity(std::string_view std_text) {
       break;
     }
   }
-  if (number.empty() || !std::all_of(number.begin(), number.end(), [](char c) {
-        return (c >= '0' && c <= '9') || c == '.';
-      })) {
+  if (number.empty() || !std::all_of(number.begin(), number.end(),
+                                     [](char c) { return (c >= '0' && c <= '9') || c == '.'; })) {
     return std::nullopt;
   }
   if (factor == 1 && number.find('.') == absl::string_view::npos) {

@@ -35,10 +35,12 @@ void EmitField(YAML::Emitter& out, const Message& msg, const FieldDescriptor* f)
     for (int i = 0; i < r->FieldSize(msg, f); ++i) {
       const Message& e = r->GetRepeatedMessage(msg, f, i);
       const Descriptor* ed = e.GetDescriptor();
-      entries[e.GetReflection()->GetString(e, ed->map_key())] = e.GetReflection()->GetString(e, ed->map_value());
+      entries[e.GetReflection()->GetString(e, ed->map_key())] =
+          e.GetReflection()->GetString(e, ed->map_value());
     }
     out << YAML::BeginMap;
-    for (const auto& [k, v] : entries) out << YAML::Key << k << YAML::Value << YAML::DoubleQuoted << v;
+    for (const auto& [k, v] : entries)
+      out << YAML::Key << k << YAML::Value << YAML::DoubleQuoted << v;
     out << YAML::EndMap;
     return;
   }
@@ -113,7 +115,9 @@ void EmitMessage(YAML::Emitter& out, const Message& msg) {
     for (int i = 0; i < d->field_count(); ++i) {
       const FieldDescriptor* f = d->field(i);
       if (f->is_map() && r->FieldSize(msg, f) == 0) continue;
-      if (!f->is_repeated() && f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE && !r->HasField(msg, f)) continue;
+      if (!f->is_repeated() && f->cpp_type() == FieldDescriptor::CPPTYPE_MESSAGE &&
+          !r->HasField(msg, f))
+        continue;
       // Unset optionals and zero scalars (which mean "default") stay out.
       if (!f->is_repeated() && !r->HasField(msg, f)) continue;
       EmitField(out, msg, f);
@@ -143,8 +147,9 @@ void FlattenMessage(const Message& msg, const std::string& prefix,
     if (f->is_repeated()) {
       std::vector<std::string> items;
       for (int j = 0; j < r->FieldSize(msg, f); ++j) {
-        items.push_back(f->cpp_type() == FieldDescriptor::CPPTYPE_STRING ? r->GetRepeatedString(msg, f, j)
-                                                                         : absl::StrCat(r->GetRepeatedInt32(msg, f, j)));
+        items.push_back(f->cpp_type() == FieldDescriptor::CPPTYPE_STRING
+                            ? r->GetRepeatedString(msg, f, j)
+                            : absl::StrCat(r->GetRepeatedInt32(msg, f, j)));
       }
       (*out)[k] = absl::StrJoin(items, ",");
       continue;
@@ -153,19 +158,32 @@ void FlattenMessage(const Message& msg, const std::string& prefix,
       case FieldDescriptor::CPPTYPE_MESSAGE:
         if (r->HasField(msg, f)) FlattenMessage(r->GetMessage(msg, f), k, out);
         break;
-      case FieldDescriptor::CPPTYPE_INT32: (*out)[k] = absl::StrCat(r->GetInt32(msg, f)); break;
-      case FieldDescriptor::CPPTYPE_INT64: (*out)[k] = absl::StrCat(r->GetInt64(msg, f)); break;
-      case FieldDescriptor::CPPTYPE_UINT64: (*out)[k] = absl::StrCat(r->GetUInt64(msg, f)); break;
+      case FieldDescriptor::CPPTYPE_INT32:
+        (*out)[k] = absl::StrCat(r->GetInt32(msg, f));
+        break;
+      case FieldDescriptor::CPPTYPE_INT64:
+        (*out)[k] = absl::StrCat(r->GetInt64(msg, f));
+        break;
+      case FieldDescriptor::CPPTYPE_UINT64:
+        (*out)[k] = absl::StrCat(r->GetUInt64(msg, f));
+        break;
       case FieldDescriptor::CPPTYPE_DOUBLE: {
         char buf[64];
         auto res = std::to_chars(buf, buf + sizeof buf, r->GetDouble(msg, f));
         (*out)[k] = std::string(buf, res.ptr);
         break;
       }
-      case FieldDescriptor::CPPTYPE_BOOL: (*out)[k] = r->GetBool(msg, f) ? "true" : "false"; break;
-      case FieldDescriptor::CPPTYPE_ENUM: (*out)[k] = EnumValueName(r->GetEnum(msg, f)); break;
-      case FieldDescriptor::CPPTYPE_STRING: (*out)[k] = r->GetString(msg, f); break;
-      default: break;
+      case FieldDescriptor::CPPTYPE_BOOL:
+        (*out)[k] = r->GetBool(msg, f) ? "true" : "false";
+        break;
+      case FieldDescriptor::CPPTYPE_ENUM:
+        (*out)[k] = EnumValueName(r->GetEnum(msg, f));
+        break;
+      case FieldDescriptor::CPPTYPE_STRING:
+        (*out)[k] = r->GetString(msg, f);
+        break;
+      default:
+        break;
     }
   }
 }
@@ -186,7 +204,8 @@ std::string DeterministicBytes(const google::protobuf::Message& m) {
 
 std::map<std::string, std::string> JobSpecToFlat(const v1::JobSpec& spec) {
   v1::JobSpec resolved = spec;
-  ResolveJobSpecDefaults(&resolved);  // idempotent; a spec stored before a default was added gets it here
+  ResolveJobSpecDefaults(
+      &resolved);  // idempotent; a spec stored before a default was added gets it here
   std::map<std::string, std::string> out;
   FlattenMessage(resolved, "", &out);
   return out;
@@ -223,8 +242,8 @@ std::vector<SpecError> CheckResumeCompatible(const v1::JobSpec& from, const std:
   if (from.training().optimizer().name() != to.training().optimizer().name()) {
     const auto* d = v1::Optimizer_descriptor();
     add("training.optimizer.name",
-        absl::StrCat(EnumValueName(d->FindValueByNumber(to.training().optimizer().name())), ", but job ",
-                     from_id, " trained with ",
+        absl::StrCat(EnumValueName(d->FindValueByNumber(to.training().optimizer().name())),
+                     ", but job ", from_id, " trained with ",
                      EnumValueName(d->FindValueByNumber(from.training().optimizer().name())),
                      "; its optimizer state cannot be loaded"));
   }

@@ -23,9 +23,11 @@ inline constexpr char kBase[] =
     "  train: {format: synthetic, length: 100, size: 5, classes: 2}\n";
 
 // Every error of `yaml` (named job.yaml), as SpecError::ToString gives it.
-inline std::vector<std::string> Errors(const std::string& yaml, const std::vector<std::string>& overrides = {}) {
+inline std::vector<std::string> Errors(const std::string& yaml,
+                                       const std::vector<std::string>& overrides = {}) {
   std::vector<std::string> out;
-  for (const SpecError& e : ParseJobSpecYaml(yaml, "job.yaml", overrides).errors) out.push_back(e.ToString());
+  for (const SpecError& e : ParseJobSpecYaml(yaml, "job.yaml", overrides).errors)
+    out.push_back(e.ToString());
   return out;
 }
 

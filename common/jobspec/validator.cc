@@ -48,12 +48,13 @@ class Validator {
     Bounded("checkpoint.every_steps", raw.checkpoint().every_steps(), false);
     Range("restart.max_restarts", raw.restart().max_restarts(), 0, 1000, false);
     // -1: no progress check (docs/failures.md#hangs).
-    Range("restart.progress_timeout_s", raw.restart().progress_timeout_s(), -1, 7 * 24 * 3600, false);
+    Range("restart.progress_timeout_s", raw.restart().progress_timeout_s(), -1, 7 * 24 * 3600,
+          false);
     Range("restart.disk_full_wait_s", raw.restart().disk_full_wait_s(), 0, 7 * 24 * 3600, false);
     Bounded("metrics.every_steps", raw.metrics().every_steps(), true);
     CheckHealth(raw);
-    if (const double t = raw.stragglers().threshold(); (t != 0 || Written("stragglers.threshold")) &&
-                                                       (!std::isfinite(t) || t <= 0 || t > 100)) {
+    if (const double t = raw.stragglers().threshold();
+        (t != 0 || Written("stragglers.threshold")) && (!std::isfinite(t) || t <= 0 || t > 100)) {
       Error("stragglers.threshold",
             absl::StrCat("must be in (0, 100] (a fraction: 0.3 = 30% slower than the median), got ",
                          FormatNumber(t)));
@@ -74,7 +75,8 @@ class Validator {
   bool Suppressed(const std::string& path) const {
     if (error_paths_ == nullptr) return false;
     for (const std::string& e : *error_paths_) {
-      if (e == path || absl::StartsWith(path, e + ".") || absl::StartsWith(e, path + ".")) return true;
+      if (e == path || absl::StartsWith(path, e + ".") || absl::StartsWith(e, path + "."))
+        return true;
     }
     return false;
   }
@@ -136,11 +138,13 @@ class Validator {
 
   void PositiveNumber(const std::string& path, double v, bool zero_is_default) {
     if (v == 0 && zero_is_default && !Written(path)) return;
-    if (!std::isfinite(v) || v <= 0) Error(path, absl::StrCat("must be > 0, got ", FormatNumber(v)));
+    if (!std::isfinite(v) || v <= 0)
+      Error(path, absl::StrCat("must be > 0, got ", FormatNumber(v)));
   }
 
   void NonNegativeNumber(const std::string& path, double v) {
-    if (!std::isfinite(v) || v < 0) Error(path, absl::StrCat("must be >= 0, got ", FormatNumber(v)));
+    if (!std::isfinite(v) || v < 0)
+      Error(path, absl::StrCat("must be >= 0, got ", FormatNumber(v)));
   }
 
   void UnitInterval(const std::string& path, double v) {
@@ -171,7 +175,8 @@ class Validator {
           const Message& e = r->GetRepeatedMessage(m, f, i);
           const Descriptor* ed = e.GetDescriptor();
           std::string key = e.GetReflection()->GetString(e, ed->map_key());
-          std::string entry_path = absl::StrCat(path, ".", key.size() > 64 ? key.substr(0, 64) : key);
+          std::string entry_path =
+              absl::StrCat(path, ".", key.size() > 64 ? key.substr(0, 64) : key);
           CheckBoundsValue(e, ed->map_key(), -1, entry_path);
           CheckBoundsValue(e, ed->map_value(), -1, entry_path);
         }
@@ -190,7 +195,8 @@ class Validator {
     }
   }
 
-  void CheckBoundsValue(const Message& m, const FieldDescriptor* f, int index, const std::string& path) {
+  void CheckBoundsValue(const Message& m, const FieldDescriptor* f, int index,
+                        const std::string& path) {
     const Reflection* r = m.GetReflection();
     switch (f->cpp_type()) {
       case FieldDescriptor::CPPTYPE_STRING: {
@@ -213,7 +219,9 @@ class Validator {
                                                   ch != '\t' && ch != '\n' && ch != '\r';
                                          });
                    c != v.end()) {
-          Error(path, absl::StrCat("contains a control character (0x", absl::Hex(static_cast<unsigned char>(*c), absl::kZeroPad2), ")"));
+          Error(path,
+                absl::StrCat("contains a control character (0x",
+                             absl::Hex(static_cast<unsigned char>(*c), absl::kZeroPad2), ")"));
         }
         break;
       }
@@ -240,8 +248,9 @@ class Validator {
     for (const char* other : {"model", "data", "training"}) {
       const FieldDescriptor* f = v1::JobSpec::descriptor()->FindFieldByName(other);
       if (raw.GetReflection()->HasField(raw, f)) {
-        Error(other, "not allowed with command: a job runs either trainctl's engine "
-                     "(model, data, training) or its own command, not both");
+        Error(other,
+              "not allowed with command: a job runs either trainctl's engine "
+              "(model, data, training) or its own command, not both");
       }
     }
     if (c.argv_size() == 0) {
@@ -253,13 +262,14 @@ class Validator {
       std::string path = absl::StrCat("command.env.", name);
       bool ok = !name.empty() && !(name[0] >= '0' && name[0] <= '9') &&
                 std::all_of(name.begin(), name.end(), [](char ch) {
-                  return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') || (ch >= '0' && ch <= '9') ||
-                         ch == '_';
+                  return (ch >= 'A' && ch <= 'Z') || (ch >= 'a' && ch <= 'z') ||
+                         (ch >= '0' && ch <= '9') || ch == '_';
                 });
       if (!ok) {
         Error(path, "not an environment variable name ([A-Za-z_][A-Za-z0-9_]*)");
       } else if (IsCommandContractVariable(name)) {
-        Error(path, "set by the worker for every rank (torchrun's contract); it cannot be overridden");
+        Error(path,
+              "set by the worker for every rank (torchrun's contract); it cannot be overridden");
       }
     }
   }
@@ -274,11 +284,13 @@ class Validator {
     }
     if (h.has_max_rollbacks()) Range("health.max_rollbacks", h.max_rollbacks(), 0, 1000, false);
     if (h.has_min_loss_scale()) NonNegativeNumber("health.min_loss_scale", h.min_loss_scale());
-    if (h.has_max_skipped_steps()) Bounded("health.max_skipped_steps", h.max_skipped_steps(), false);
+    if (h.has_max_skipped_steps())
+      Bounded("health.max_skipped_steps", h.max_skipped_steps(), false);
     if (h.divergence().has_factor()) {
       const double f = h.divergence().factor();
       if (!std::isfinite(f) || (f != 0 && f <= 1)) {
-        Error("health.divergence.factor", absl::StrCat("must be 0 (off) or > 1, got ", FormatNumber(f)));
+        Error("health.divergence.factor",
+              absl::StrCat("must be 0 (off) or > 1, got ", FormatNumber(f)));
       }
     }
     if (h.debug_nan_at_step() < 0) {
@@ -290,26 +302,31 @@ class Validator {
     const v1::SchedulingSpec& s = raw.scheduling();
     const double t = s.pending_timeout_s();
     if (!std::isfinite(t) || t < 0) {
-      Error("scheduling.pending_timeout_s", absl::StrCat("must be >= 0 (0 = wait forever), got ", FormatNumber(t)));
+      Error("scheduling.pending_timeout_s",
+            absl::StrCat("must be >= 0 (0 = wait forever), got ", FormatNumber(t)));
     }
     // 0 = the queue's default (else none); a tiny positive limit is the
     // user's to choose (a test's 2 s).
     const double r = s.max_runtime_s();
     if (!std::isfinite(r) || r < 0) {
       Error("scheduling.max_runtime_s",
-            absl::StrCat("must be >= 0 seconds (0 = the queue's default, else no limit), got ", FormatNumber(r)));
+            absl::StrCat("must be >= 0 seconds (0 = the queue's default, else no limit), got ",
+                         FormatNumber(r)));
     }
     // Hosts the job spans (torchrun's --nnodes): world_size / nodes ranks
     // on each, so it must divide world_size.
     const int nodes = s.nodes();
     if (nodes < 0) {
-      Error("scheduling.nodes", absl::StrCat("must be >= 0 (0 = wherever the ranks fit), got ", nodes));
+      Error("scheduling.nodes",
+            absl::StrCat("must be >= 0 (0 = wherever the ranks fit), got ", nodes));
     } else if (nodes > 0 && spec.world_size() % nodes != 0) {
-      Error("scheduling.nodes", absl::StrCat("must divide world_size (", spec.world_size(),
-                                             ") so that every node runs the same number of ranks, got ", nodes));
+      Error("scheduling.nodes",
+            absl::StrCat("must divide world_size (", spec.world_size(),
+                         ") so that every node runs the same number of ranks, got ", nodes));
     } else if (nodes > 0 && raw.has_elastic() && raw.elastic().min_ranks() > 0) {
-      Error("scheduling.nodes", "does not combine with elastic.min_ranks: an elastic job's size changes, and "
-                                "N nodes of world_size / N ranks would not hold; leave one of them out");
+      Error("scheduling.nodes",
+            "does not combine with elastic.min_ranks: an elastic job's size changes, and "
+            "N nodes of world_size / N ranks would not hold; leave one of them out");
     }
   }
 
@@ -320,8 +337,8 @@ class Validator {
   void CheckResumeFrom(const std::string& id) {
     if (id.empty()) return;
     bool ok = id.size() <= 128 && std::all_of(id.begin(), id.end(), [](char c) {
-      return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
-    });
+                return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
+              });
     if (!ok) Error("resume_from.job", "not a job id ([a-z0-9-], at most 128 characters)");
   }
 
@@ -463,14 +480,14 @@ class Validator {
     }
     NonNegativeNumber("training.lr_schedule.min_lr", l.min_lr());
     if (s.training().optimizer().lr() > 0 && l.min_lr() > s.training().optimizer().lr()) {
-      Error("training.lr_schedule.min_lr",
-            absl::StrCat("must be <= training.optimizer.lr (",
-                         FormatNumber(s.training().optimizer().lr()), "), got ",
-                         FormatNumber(l.min_lr())));
+      Error("training.lr_schedule.min_lr", absl::StrCat("must be <= training.optimizer.lr (",
+                                                        FormatNumber(s.training().optimizer().lr()),
+                                                        "), got ", FormatNumber(l.min_lr())));
     }
 
     if (s.training().loss() == v1::LOSS_MSE && s.data().train().has_idx()) {
-      Error("training.loss", "mse needs float targets; idx data has class labels (use cross_entropy)");
+      Error("training.loss",
+            "mse needs float targets; idx data has class labels (use cross_entropy)");
     }
   }
 
@@ -491,8 +508,8 @@ class Validator {
     if (!raw.has_elastic()) return;
     const v1::ElasticSpec& e = raw.elastic();
     if (e.min_ranks() < 0 || e.min_ranks() > s.world_size()) {
-      Error("elastic.min_ranks", absl::StrCat("must be in [1, world_size = ", s.world_size(), "], got ",
-                                              e.min_ranks()));
+      Error("elastic.min_ranks",
+            absl::StrCat("must be in [1, world_size = ", s.world_size(), "], got ", e.min_ranks()));
     }
     Range("elastic.replace_timeout_s", e.replace_timeout_s(), 0, 7 * 24 * 3600, false);
   }
@@ -536,10 +553,12 @@ std::vector<SpecError> CheckResourceSpec(const v1::ResourceSpec& r, std::string_
   };
   const double cpus = r.cpus();
   if (!std::isfinite(cpus) || cpus < 0 || (cpus > 0 && cpus < 0.01) || cpus > 4096) {
-    error("cpus", absl::StrCat("must be 0 (no limit) or in [0.01, 4096] CPUs, got ", jobspec::FormatNumber(cpus)));
+    error("cpus", absl::StrCat("must be 0 (no limit) or in [0.01, 4096] CPUs, got ",
+                               jobspec::FormatNumber(cpus)));
   }
   if (r.memory() < 0 || (r.memory() > 0 && r.memory() < (int64_t{1} << 20))) {
-    error("memory", absl::StrCat("must be 0 (no limit) or at least 1Mi (1048576 bytes), got ", r.memory()));
+    error("memory",
+          absl::StrCat("must be 0 (no limit) or at least 1Mi (1048576 bytes), got ", r.memory()));
   }
   if (r.pids() < 0 || (r.pids() > 0 && r.pids() < 8) || r.pids() > (int64_t{1} << 22)) {
     error("pids", absl::StrCat("must be 0 (no limit) or in [8, 4194304], got ", r.pids()));

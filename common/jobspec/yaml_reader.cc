@@ -21,7 +21,9 @@ class YamlReader {
 
   void ReadRoot(const YAML::Node& root, v1::JobSpec* spec) { ReadMessage(root, "", spec); }
 
-  YamlReadResult Take() && { return {std::move(errors_), std::move(positions_), std::move(error_paths_)}; }
+  YamlReadResult Take() && {
+    return {std::move(errors_), std::move(positions_), std::move(error_paths_)};
+  }
 
   void Error(const YAML::Mark& mark, const std::string& path, std::string message) {
     error_paths_.insert(path);
@@ -79,7 +81,8 @@ class YamlReader {
 
     std::vector<std::string> known;
     if (disc != nullptr) known.push_back(disc);
-    for (int i = 0; i < target_desc->field_count(); ++i) known.push_back(target_desc->field(i)->name());
+    for (int i = 0; i < target_desc->field_count(); ++i)
+      known.push_back(target_desc->field(i)->name());
 
     absl::flat_hash_map<std::string, YAML::Mark> seen;
     ForEachNamedEntry(node, path, [&](const YAML::Node& key, const YAML::Node& value) {
@@ -146,8 +149,9 @@ class YamlReader {
       return nullptr;
     }
     if (!value.IsScalar()) {
-      Error(value.Mark(), disc_path, absl::StrCat("must be one of ", absl::StrJoin(choices, ", "),
-                                                  ", got ", NodeKind(value)));
+      Error(
+          value.Mark(), disc_path,
+          absl::StrCat("must be one of ", absl::StrJoin(choices, ", "), ", got ", NodeKind(value)));
       return nullptr;
     }
     const FieldDescriptor* member = desc->FindFieldByName(value.Scalar());
@@ -198,7 +202,8 @@ class YamlReader {
       return false;
     }
     if (value.size() > kMaxSequenceLength) {
-      Error(value.Mark(), path, absl::StrCat("at most ", kMaxSequenceLength, " entries, got ", value.size()));
+      Error(value.Mark(), path,
+            absl::StrCat("at most ", kMaxSequenceLength, " entries, got ", value.size()));
       return false;
     }
     positions_[path] = PositionOf(value.Mark(), path);
@@ -263,9 +268,10 @@ class YamlReader {
       return false;
     }
     if (!value.IsScalar()) {
-      std::string what = field->cpp_type() == FieldDescriptor::CPPTYPE_ENUM
-                             ? absl::StrCat("one of ", absl::StrJoin(EnumChoices(field->enum_type()), ", "))
-                             : std::string(Expected(field));
+      std::string what =
+          field->cpp_type() == FieldDescriptor::CPPTYPE_ENUM
+              ? absl::StrCat("one of ", absl::StrJoin(EnumChoices(field->enum_type()), ", "))
+              : std::string(Expected(field));
       Error(value.Mark(), path, absl::StrCat("must be ", what, ", got ", NodeKind(value)));
       return false;
     }
@@ -280,7 +286,8 @@ class YamlReader {
         return StoreEnum(s, t);
       case FieldDescriptor::CPPTYPE_STRING:
         if (s.text.size() > kMaxStringBytes) {
-          Error(value.Mark(), path, absl::StrCat("at most ", kMaxStringBytes, " bytes, got ", s.text.size()));
+          Error(value.Mark(), path,
+                absl::StrCat("at most ", kMaxStringBytes, " bytes, got ", s.text.size()));
           return false;
         }
         t.rep ? t.r->AddString(msg, field, s.text) : t.r->SetString(msg, field, s.text);
@@ -313,7 +320,8 @@ class YamlReader {
 
   bool TypeError(const Scalar& s, const FieldDescriptor* field, const std::string& extra = "") {
     Error(s.node.Mark(), s.path,
-          absl::StrCat("must be ", Expected(field), ", got ", s.quoted ? "the string " : "", Quote(s.text), extra));
+          absl::StrCat("must be ", Expected(field), ", got ", s.quoted ? "the string " : "",
+                       Quote(s.text), extra));
     return false;
   }
 
@@ -324,9 +332,10 @@ class YamlReader {
       std::optional<int64_t> bytes = ParseByteQuantity(s.text);
       if (!bytes.has_value()) {
         Error(s.node.Mark(), s.path,
-              absl::StrCat("must be a byte quantity (bytes, or a number with Ki, Mi, Gi, Ti, K, M, G or T: "
-                           "512Mi, 4Gi), got ",
-                           Quote(s.text)));
+              absl::StrCat(
+                  "must be a byte quantity (bytes, or a number with Ki, Mi, Gi, Ti, K, M, G or T: "
+                  "512Mi, 4Gi), got ",
+                  Quote(s.text)));
         return false;
       }
       r->SetInt64(msg, field, *bytes);
@@ -350,7 +359,8 @@ class YamlReader {
     }
     if (field->cpp_type() == FieldDescriptor::CPPTYPE_INT32) {
       if (v < INT32_MIN || v > INT32_MAX) return TypeError(s, field, " (out of range)");
-      rep ? r->AddInt32(msg, field, static_cast<int32_t>(v)) : r->SetInt32(msg, field, static_cast<int32_t>(v));
+      rep ? r->AddInt32(msg, field, static_cast<int32_t>(v))
+          : r->SetInt32(msg, field, static_cast<int32_t>(v));
     } else {
       rep ? r->AddInt64(msg, field, v) : r->SetInt64(msg, field, v);
     }
@@ -381,7 +391,8 @@ class YamlReader {
   bool StoreEnum(const Scalar& s, const Target& t) {
     const EnumDescriptor* e = t.field->enum_type();
     std::vector<std::string> choices = EnumChoices(e);
-    const EnumValueDescriptor* ev = e->FindValueByName(EnumPrefix(e) + absl::AsciiStrToUpper(s.text));
+    const EnumValueDescriptor* ev =
+        e->FindValueByName(EnumPrefix(e) + absl::AsciiStrToUpper(s.text));
     if (ev == nullptr || ev->number() == 0) {
       Error(s.node.Mark(), s.path,
             absl::StrCat("must be one of ", absl::StrJoin(choices, ", "), ", got ", Quote(s.text),

@@ -29,16 +29,20 @@ namespace {
 // OpenJobArtifact's checks, leaving the directory's descriptor in `*dir`
 // and the file's name in `*name`.
 absl::StatusOr<OpenArtifact> OpenArtifactIn(const std::string& path, const std::string& job_id,
-                                            const ManifestWriters& writers, bool checkpoints_only, std::optional<OpenArtifact>* dir,
-                                            std::string* name) {
-  if (job_id.empty()) return absl::InvalidArgumentError("job_id: required (a coordinator older than this worker?)");
+                                            const ManifestWriters& writers, bool checkpoints_only,
+                                            std::optional<OpenArtifact>* dir, std::string* name) {
+  if (job_id.empty())
+    return absl::InvalidArgumentError("job_id: required (a coordinator older than this worker?)");
   if (path.empty() || path[0] != '/') return absl::InvalidArgumentError("path: must be absolute");
   const size_t slash = path.rfind('/');
   const std::string dir_path = slash == 0 ? "/" : path.substr(0, slash);
   *name = path.substr(slash + 1);
-  if (!IsCheckpointFileName(job_id, *name) && (checkpoints_only || !IsFinalModelFileName(job_id, *name))) {
+  if (!IsCheckpointFileName(job_id, *name) &&
+      (checkpoints_only || !IsFinalModelFileName(job_id, *name))) {
     return absl::FailedPreconditionError(
-        absl::StrCat(path, checkpoints_only ? ": not a checkpoint of job " : ": not a checkpoint or final model of job ",
+        absl::StrCat(path,
+                     checkpoints_only ? ": not a checkpoint of job "
+                                      : ": not a checkpoint or final model of job ",
                      job_id, " (this worker serves only those)"));
   }
   // The directory may be reached through links (a checkpoint.dir under a
@@ -46,15 +50,17 @@ absl::StatusOr<OpenArtifact> OpenArtifactIn(const std::string& path, const std::
   // manifest found through this descriptor.
   const int dfd = ::open(dir_path.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
   if (const int e = errno; dfd < 0) {
-    return absl::Status(e == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kFailedPrecondition,
-                        absl::StrCat(dir_path, ": ", std::strerror(e)));
+    return absl::Status(
+        e == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kFailedPrecondition,
+        absl::StrCat(dir_path, ": ", std::strerror(e)));
   }
   dir->emplace(dfd, 0);
   const int fd = ::openat(dfd, name->c_str(), O_RDONLY | O_NOFOLLOW | O_NONBLOCK | O_CLOEXEC);
   if (fd < 0) {
     const int e = errno;
-    return absl::Status(e == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kFailedPrecondition,
-                        absl::StrCat(path, ": ", e == ELOOP ? "a symbolic link (not served)" : std::strerror(e)));
+    return absl::Status(
+        e == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kFailedPrecondition,
+        absl::StrCat(path, ": ", e == ELOOP ? "a symbolic link (not served)" : std::strerror(e)));
   }
   struct stat st {};
   if (::fstat(fd, &st) != 0) {
@@ -67,8 +73,8 @@ absl::StatusOr<OpenArtifact> OpenArtifactIn(const std::string& path, const std::
     return absl::FailedPreconditionError(absl::StrCat(path, ": not a regular file"));
   }
   if (st.st_nlink != 1) {
-    return absl::FailedPreconditionError(
-        absl::StrCat(path, ": has ", st.st_nlink, " links (a hard link to another file is not served)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        path, ": has ", st.st_nlink, " links (a hard link to another file is not served)"));
   }
   // The manifest is checked after the open, through the same directory
   // descriptor: swapping the directory after the check gains nothing.
@@ -84,15 +90,20 @@ absl::StatusOr<OpenArtifact> OpenJobArtifact(const std::string& path, const std:
                                              const ManifestWriters& writers) {
   std::optional<OpenArtifact> dir;
   std::string name;
-  absl::StatusOr<OpenArtifact> file = OpenArtifactIn(path, job_id, writers, /*checkpoints_only=*/false, &dir, &name);
-  if (file.ok()) ::fcntl(file->fd(), F_SETFL, 0);  // blocking reads from here (O_NONBLOCK only kept a FIFO from hanging the open)
+  absl::StatusOr<OpenArtifact> file =
+      OpenArtifactIn(path, job_id, writers, /*checkpoints_only=*/false, &dir, &name);
+  if (file.ok())
+    ::fcntl(file->fd(), F_SETFL,
+            0);  // blocking reads from here (O_NONBLOCK only kept a FIFO from hanging the open)
   return file;
 }
 
-absl::Status DropJobCheckpoint(const std::string& path, const std::string& job_id, const ManifestWriters& writers) {
+absl::Status DropJobCheckpoint(const std::string& path, const std::string& job_id,
+                               const ManifestWriters& writers) {
   std::optional<OpenArtifact> dir;
   std::string name;
-  absl::StatusOr<OpenArtifact> file = OpenArtifactIn(path, job_id, writers, /*checkpoints_only=*/true, &dir, &name);
+  absl::StatusOr<OpenArtifact> file =
+      OpenArtifactIn(path, job_id, writers, /*checkpoints_only=*/true, &dir, &name);
   if (!file.ok()) return file.status();
   // In a directory a rank uid owns (one the job chose), deleted as that
   // uid: the daemon writes nothing there itself.
@@ -116,8 +127,9 @@ absl::Status DropJobCheckpoint(const std::string& path, const std::string& job_i
     }
   }
   if (unlinked != 0) {
-    return absl::Status(e == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kFailedPrecondition,
-                        absl::StrCat(path, ": ", std::strerror(e)));
+    return absl::Status(
+        e == ENOENT ? absl::StatusCode::kNotFound : absl::StatusCode::kFailedPrecondition,
+        absl::StrCat(path, ": ", std::strerror(e)));
   }
   return absl::OkStatus();
 }
@@ -149,11 +161,13 @@ v1::FileChunk ReadArtifactChunk(const v1::ReadFile& req, const ManifestWriters& 
     }
     c.set_checksum(absl::StrFormat("crc32:%08x", static_cast<uint32_t>(crc)));
   }
-  const int64_t want = std::min<int64_t>({std::max(req.max_bytes(), 1), kMaxFileChunkBytes, size - req.offset()});
+  const int64_t want =
+      std::min<int64_t>({std::max(req.max_bytes(), 1), kMaxFileChunkBytes, size - req.offset()});
   std::string data(static_cast<size_t>(want), '\0');
   int64_t got = 0;
   while (got < want) {
-    ssize_t n = ::pread(f->fd(), data.data() + got, static_cast<size_t>(want - got), req.offset() + got);
+    ssize_t n =
+        ::pread(f->fd(), data.data() + got, static_cast<size_t>(want - got), req.offset() + got);
     if (n < 0 && errno == EINTR) continue;
     if (n <= 0) break;
     got += n;

@@ -13,8 +13,8 @@
 
 #include <atomic>
 #include <filesystem>
-#include <thread>
 #include <fstream>
+#include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -27,7 +27,8 @@ using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
 std::string TempDir(const std::string& name) {
-  std::string dir = absl::StrCat(::testing::TempDir(), "/artifact_reader_test.", getpid(), ".", name);
+  std::string dir =
+      absl::StrCat(::testing::TempDir(), "/artifact_reader_test.", getpid(), ".", name);
   fs::remove_all(dir);
   fs::create_directories(dir);
   return fs::canonical(dir).string();
@@ -74,7 +75,8 @@ TEST(ArtifactReaderTest, PiecesCoverTheFileAndTheChecksumIsZlibs) {
   EXPECT_EQ(got, content);
   EXPECT_EQ(pieces, 3);
   // Never more than the cap, whatever is asked.
-  EXPECT_LE(ReadArtifactChunk(Req(path, 0, 1 << 30)).data().size(), static_cast<size_t>(kMaxFileChunkBytes));
+  EXPECT_LE(ReadArtifactChunk(Req(path, 0, 1 << 30)).data().size(),
+            static_cast<size_t>(kMaxFileChunkBytes));
   EXPECT_THAT(ReadArtifactChunk(Req(path, 3001, 10)).error(), HasSubstr("offset"));
 }
 
@@ -89,19 +91,24 @@ TEST(ArtifactReaderTest, ServesOnlyTheRecordsJobsFilesInItsOwnDirectory) {
   // The fd-3 trick: the key by its own name, or through "..".
   EXPECT_THAT(ReadArtifactChunk(Req(root + "/worker.key", 0, 10)).error(),
               HasSubstr("not a checkpoint or final model of job j-1"));
-  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/../worker.key", 0, 10)).error(), HasSubstr("not a checkpoint"));
+  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/../worker.key", 0, 10)).error(),
+              HasSubstr("not a checkpoint"));
   // A job-named symlink or hard link to the key.
   fs::create_symlink(root + "/worker.key", dir + "/j-1.ckpt-epoch-000002.pt");
-  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-1.ckpt-epoch-000002.pt", 0, 10)).error(), HasSubstr("symbolic link"));
+  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-1.ckpt-epoch-000002.pt", 0, 10)).error(),
+              HasSubstr("symbolic link"));
   fs::create_hard_link(root + "/worker.key", dir + "/j-1.ckpt-epoch-000003.pt");
-  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-1.ckpt-epoch-000003.pt", 0, 10)).error(), HasSubstr("2 links"));
+  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-1.ckpt-epoch-000003.pt", 0, 10)).error(),
+              HasSubstr("2 links"));
   // A job-named file in a directory no daemon prepared for the job.
   std::ofstream(root + "/j-1.model.pt") << "m";
-  EXPECT_THAT(ReadArtifactChunk(Req(root + "/j-1.model.pt", 0, 10)).error(), HasSubstr("no manifest of job j-1"));
+  EXPECT_THAT(ReadArtifactChunk(Req(root + "/j-1.model.pt", 0, 10)).error(),
+              HasSubstr("no manifest of job j-1"));
   // Another job's record cannot point into j-1's directory; a link to j-1's
   // own directory finds the same manifest.
-  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-1.ckpt-epoch-000001.pt", 0, 10, false, "j-2")).error(),
-              HasSubstr("not a checkpoint or final model of job j-2"));
+  EXPECT_THAT(
+      ReadArtifactChunk(Req(dir + "/j-1.ckpt-epoch-000001.pt", 0, 10, false, "j-2")).error(),
+      HasSubstr("not a checkpoint or final model of job j-2"));
   std::ofstream(dir + "/j-2.model.pt") << "2";
   EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-2.model.pt", 0, 10, false, "j-2")).error(),
               HasSubstr("no manifest of job j-2"));
@@ -111,17 +118,21 @@ TEST(ArtifactReaderTest, ServesOnlyTheRecordsJobsFilesInItsOwnDirectory) {
   fs::create_directories(root + "/forged");
   std::ofstream(root + "/forged/j-1.trainctl-job") << "trainctl job 1\njob j-9\n";
   std::ofstream(root + "/forged/j-1.model.pt") << "m";
-  EXPECT_THAT(ReadArtifactChunk(Req(root + "/forged/j-1.model.pt", 0, 10)).error(), HasSubstr("does not name job j-1"));
+  EXPECT_THAT(ReadArtifactChunk(Req(root + "/forged/j-1.model.pt", 0, 10)).error(),
+              HasSubstr("does not name job j-1"));
 
-  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-1.ckpt-epoch-000009.pt", 0, 10)).error(), HasSubstr("No such file"));
+  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-1.ckpt-epoch-000009.pt", 0, 10)).error(),
+              HasSubstr("No such file"));
   EXPECT_THAT(ReadArtifactChunk(Req("relative", 0, 10)).error(), HasSubstr("absolute"));
-  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-1.model.pt", 0, 10, false, "")).error(), HasSubstr("job_id"));
+  EXPECT_THAT(ReadArtifactChunk(Req(dir + "/j-1.model.pt", 0, 10, false, "")).error(),
+              HasSubstr("job_id"));
 }
 
 TEST(JobDirTest, TheFirstOwnerClaimsTheDirectoryAndOthersAreRefusedByName) {
   const std::string dir = TempDir("claim") + "/shared";
   ASSERT_TRUE(ClaimCheckpointDir(dir, "a-1", "alice", "").ok());
-  ASSERT_TRUE(ClaimCheckpointDir(dir, "a-2", "alice", "").ok()) << "one owner's jobs share a directory";
+  ASSERT_TRUE(ClaimCheckpointDir(dir, "a-2", "alice", "").ok())
+      << "one owner's jobs share a directory";
   absl::Status s = ClaimCheckpointDir(dir, "b-1", "bob", "");
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(s.message(), HasSubstr("belongs to 'alice' (claimed by job a-1)"));
@@ -134,7 +145,8 @@ TEST(JobDirTest, TheFirstOwnerClaimsTheDirectoryAndOthersAreRefusedByName) {
   EXPECT_FALSE(fs::exists(dir + "/b-1.trainctl-job")) << "a refused job writes nothing";
   EXPECT_FALSE(ReadDirClaim(dir + "/none")->has_value());
   for (const auto& e : fs::directory_iterator(dir)) {
-    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos) << "no temporary file left";
+    EXPECT_EQ(e.path().filename().string().find(".tmp."), std::string::npos)
+        << "no temporary file left";
   }
 }
 
@@ -173,7 +185,8 @@ class RankUserDirTest : public ::testing::Test {
     absl::StatusOr<RunAs> nobody = LookupUser("nobody");
     if (!nobody.ok()) GTEST_SKIP() << nobody.status();
     nobody_ = *nobody;
-    const std::string root = TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    const std::string root =
+        TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
     ASSERT_EQ(::chmod(root.c_str(), 0755), 0);
     root_only_ = root + "/root-only";
     mine_ = root + "/mine";
@@ -193,16 +206,19 @@ TEST_F(RankUserDirTest, AJobChosenDirIsMadeAsTheRankUser) {
   ASSERT_EQ(::chown((mine_ + "/elsewhere").c_str(), nobody_.uid, nobody_.gid), 0);
   fs::create_directory_symlink(mine_ + "/elsewhere", mine_ + "/own-link");
 
-  absl::Status s = ClaimCheckpointDir(root_only_ + "/made-by-root/deeper", "j-1", "alice", "", nobody_);
+  absl::Status s =
+      ClaimCheckpointDir(root_only_ + "/made-by-root/deeper", "j-1", "alice", "", nobody_);
   EXPECT_THAT(s.message(), HasSubstr("cannot be created as the rank user (Permission denied)"));
   s = ClaimCheckpointDir(mine_ + "/planted/deeper", "j-1", "alice", "", nobody_);
   EXPECT_THAT(s.message(), HasSubstr("symbolic link (not followed)"));
   s = ClaimCheckpointDir(mine_ + "/own-link/deeper", "j-1", "alice", "", nobody_);
   EXPECT_THAT(s.message(), HasSubstr("symbolic link (not followed)"));
-  EXPECT_TRUE(fs::is_empty(mine_ + "/elsewhere")) << "a link is not followed even where the rank user may write";
+  EXPECT_TRUE(fs::is_empty(mine_ + "/elsewhere"))
+      << "a link is not followed even where the rank user may write";
   s = ClaimCheckpointDir(root_only_, "j-1", "alice", "", nobody_);
   EXPECT_THAT(s.message(), HasSubstr("not writable as the rank user (Permission denied)"));
-  EXPECT_FALSE(ClaimCheckpointDir(mine_ + "/planted", "j-1", "alice", "", nobody_).ok()) << "the directory as a link";
+  EXPECT_FALSE(ClaimCheckpointDir(mine_ + "/planted", "j-1", "alice", "", nobody_).ok())
+      << "the directory as a link";
   EXPECT_TRUE(fs::is_empty(root_only_)) << "root made something where the rank user cannot";
 
   const std::string dir = mine_ + "/run-1";
@@ -212,11 +228,13 @@ TEST_F(RankUserDirTest, AJobChosenDirIsMadeAsTheRankUser) {
   EXPECT_EQ(st.st_uid, nobody_.uid);
   for (const char* name : {"/j-1.trainctl-job", "/.trainctl-dir"}) {
     ASSERT_EQ(::stat((dir + name).c_str(), &st), 0);
-    EXPECT_EQ(st.st_uid, nobody_.uid) << name << ": root writes nothing in a directory the job chose";
+    EXPECT_EQ(st.st_uid, nobody_.uid)
+        << name << ": root writes nothing in a directory the job chose";
   }
   std::vector<std::string> names;
   for (const auto& e : fs::directory_iterator(dir)) names.push_back(e.path().filename());
-  EXPECT_THAT(names, ::testing::UnorderedElementsAre(".trainctl-dir", "j-1.trainctl-job")) << "no probe left";
+  EXPECT_THAT(names, ::testing::UnorderedElementsAre(".trainctl-dir", "j-1.trainctl-job"))
+      << "no probe left";
 
   // Served only where the daemon runs ranks as that uid.
   {
@@ -243,7 +261,8 @@ TEST_F(RankUserDirTest, AJobChosenDirIsMadeAsTheRankUser) {
   // Nor does a claim by an untrusted uid bind or free anyone: it is no claim.
   EXPECT_THAT(ClaimCheckpointDir(dir, "j-2", "alice", "").message(), HasSubstr("written by uid"));
   EXPECT_TRUE(ClaimCheckpointDir(dir, "j-2", "alice", "", nobody_, with_nobody).ok());
-  EXPECT_FALSE(ClaimCheckpointDir(dir, "b-1", "bob", "", nobody_, with_nobody).ok()) << "alice's directory";
+  EXPECT_FALSE(ClaimCheckpointDir(dir, "b-1", "bob", "", nobody_, with_nobody).ok())
+      << "alice's directory";
 }
 
 // The race of issue 45, finding 1: while the daemon claims a job's
@@ -272,13 +291,14 @@ TEST_F(RankUserDirTest, ALinkSwappedInDuringTheClaimLeadsNowhere) {
   });
   int claimed = 0;
   for (int i = 0; i < 300; ++i) {
-    claimed += ClaimCheckpointDir(swapped + "/deeper", absl::StrCat("j-", i), "alice", "", nobody_).ok();
+    claimed +=
+        ClaimCheckpointDir(swapped + "/deeper", absl::StrCat("j-", i), "alice", "", nobody_).ok();
     (void)ClaimCheckpointDir(swapped, absl::StrCat("k-", i), "alice", "", nobody_);
   }
   stop = true;
   swapper.join();
-  EXPECT_TRUE(fs::is_empty(root_only_)) << "root made something through the swapped link (" << claimed
-                                       << " claims went through the real directory)";
+  EXPECT_TRUE(fs::is_empty(root_only_)) << "root made something through the swapped link ("
+                                        << claimed << " claims went through the real directory)";
 }
 
 // DropCheckpoints: the coordinator's deletions meet the rules a fetch meets;
@@ -294,29 +314,37 @@ TEST(ArtifactReaderTest, DropDeletesOnlyTheJobsOwnCheckpoints) {
   EXPECT_TRUE(DropJobCheckpoint(dir + "/j-1.ckpt-epoch-000001.w-a.pt", "j-1").ok());
   EXPECT_FALSE(fs::exists(dir + "/j-1.ckpt-epoch-000001.w-a.pt"));
   EXPECT_TRUE(absl::IsNotFound(DropJobCheckpoint(dir + "/j-1.ckpt-epoch-000001.w-a.pt", "j-1")));
-  EXPECT_THAT(DropJobCheckpoint(dir + "/j-1.model.pt", "j-1").message(), HasSubstr("not a checkpoint of job j-1"));
+  EXPECT_THAT(DropJobCheckpoint(dir + "/j-1.model.pt", "j-1").message(),
+              HasSubstr("not a checkpoint of job j-1"));
   EXPECT_TRUE(fs::exists(dir + "/j-1.model.pt"));
-  EXPECT_THAT(DropJobCheckpoint(root + "/worker.key", "j-1").message(), HasSubstr("not a checkpoint"));
+  EXPECT_THAT(DropJobCheckpoint(root + "/worker.key", "j-1").message(),
+              HasSubstr("not a checkpoint"));
   fs::create_symlink(root + "/worker.key", dir + "/j-1.ckpt-epoch-000002.pt");
-  EXPECT_THAT(DropJobCheckpoint(dir + "/j-1.ckpt-epoch-000002.pt", "j-1").message(), HasSubstr("symbolic link"));
+  EXPECT_THAT(DropJobCheckpoint(dir + "/j-1.ckpt-epoch-000002.pt", "j-1").message(),
+              HasSubstr("symbolic link"));
   EXPECT_TRUE(fs::exists(root + "/worker.key"));
   std::ofstream(root + "/j-1.ckpt-epoch-000003.pt") << "x";
-  EXPECT_THAT(DropJobCheckpoint(root + "/j-1.ckpt-epoch-000003.pt", "j-1").message(), HasSubstr("no manifest of job j-1"));
+  EXPECT_THAT(DropJobCheckpoint(root + "/j-1.ckpt-epoch-000003.pt", "j-1").message(),
+              HasSubstr("no manifest of job j-1"));
   EXPECT_TRUE(fs::exists(root + "/j-1.ckpt-epoch-000003.pt"));
   std::ofstream(dir + "/j-1.ckpt-epoch-000004.pt") << "y";
-  EXPECT_FALSE(DropJobCheckpoint(dir + "/j-1.ckpt-epoch-000004.pt", "j-2").ok()) << "another job's record";
+  EXPECT_FALSE(DropJobCheckpoint(dir + "/j-1.ckpt-epoch-000004.pt", "j-2").ok())
+      << "another job's record";
   EXPECT_TRUE(fs::exists(dir + "/j-1.ckpt-epoch-000004.pt"));
 }
 
 TEST(JobDirTest, OnlyJobNamedFilesInTheAttemptsDirectoryAreReported) {
   const std::string d = "/real/ck", named = "/link/ck";
-  EXPECT_EQ(JobArtifactReport("/real/ck/j.ckpt-epoch-000001.pt", "j", d, named, false), "/link/ck/j.ckpt-epoch-000001.pt");
+  EXPECT_EQ(JobArtifactReport("/real/ck/j.ckpt-epoch-000001.pt", "j", d, named, false),
+            "/link/ck/j.ckpt-epoch-000001.pt");
   EXPECT_EQ(JobArtifactReport("/link/ck/j.model.pt", "j", d, named, true), "/link/ck/j.model.pt");
   EXPECT_EQ(JobArtifactReport("/work/worker.key", "j", d, named, false), std::nullopt);
-  EXPECT_EQ(JobArtifactReport("/real/ck/../j.ckpt-epoch-000001.pt", "j", d, named, false), std::nullopt);
+  EXPECT_EQ(JobArtifactReport("/real/ck/../j.ckpt-epoch-000001.pt", "j", d, named, false),
+            std::nullopt);
   EXPECT_EQ(JobArtifactReport("/real/ck/sub/j.model.pt", "j", d, named, true), std::nullopt);
   EXPECT_EQ(JobArtifactReport("/real/ck/k.model.pt", "j", d, named, true), std::nullopt);
-  EXPECT_EQ(JobArtifactReport("/real/ck/j.model.pt", "j", d, named, false), std::nullopt) << "not a checkpoint name";
+  EXPECT_EQ(JobArtifactReport("/real/ck/j.model.pt", "j", d, named, false), std::nullopt)
+      << "not a checkpoint name";
 }
 
 }  // namespace

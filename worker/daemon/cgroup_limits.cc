@@ -1,17 +1,17 @@
 #include "worker/daemon/cgroup_limits.h"
 
 #include <dirent.h>
-#include <sched.h>
 #include <fcntl.h>
+#include <sched.h>
 #include <sys/stat.h>
 #include <sys/statfs.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
 #include <cstring>
-#include <algorithm>
 #include <fstream>
 #include <map>
 #include <sstream>
@@ -21,7 +21,6 @@
 #include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
@@ -44,7 +43,8 @@ std::string ReadSmallFile(const std::string& path) {
   std::string out;
   char buf[4096];
   ssize_t n;
-  while ((n = ::read(fd, buf, sizeof buf)) > 0 && out.size() < (1 << 20)) out.append(buf, static_cast<size_t>(n));
+  while ((n = ::read(fd, buf, sizeof buf)) > 0 && out.size() < (1 << 20))
+    out.append(buf, static_cast<size_t>(n));
   ::close(fd);
   return out;
 }
@@ -60,9 +60,11 @@ absl::Status MakeDirs(const std::string& path) {
   for (absl::string_view part : absl::StrSplit(path, '/', absl::SkipEmpty())) {
     absl::StrAppend(&so_far, "/", part);
     if (::mkdir(so_far.c_str(), 0755) != 0 && errno != EEXIST) {
-      return absl::FailedPreconditionError(absl::StrCat("cannot create ", so_far, ": ", std::strerror(errno)));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create ", so_far, ": ", std::strerror(errno)));
     }
-    if (!IsDir(so_far)) return absl::FailedPreconditionError(absl::StrCat(so_far, " is not a directory"));
+    if (!IsDir(so_far))
+      return absl::FailedPreconditionError(absl::StrCat(so_far, " is not a directory"));
   }
   return absl::OkStatus();
 }
@@ -106,8 +108,8 @@ bool Writable(const std::string& dir, std::string* why) {
 bool ValidName(const std::string& name) {
   if (name.empty() || name.size() > 200 || name[0] == '.') return false;
   for (char c : name) {
-    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') || c == '_' ||
-                    c == '-' || c == '.';
+    const bool ok = (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || (c >= '0' && c <= '9') ||
+                    c == '_' || c == '-' || c == '.';
     if (!ok) return false;
   }
   return true;
@@ -128,9 +130,9 @@ absl::Status RemoveDir(const std::string& dir) {
     if (::rmdir(dir.c_str()) == 0 || errno == ENOENT) return absl::OkStatus();
     const int err = errno;
     struct statfs fs {};
-    const bool cgroupfs = ::statfs(dir.c_str(), &fs) == 0 &&
-                          (static_cast<long>(fs.f_type) == kCgroupMagic ||
-                           static_cast<long>(fs.f_type) == kCgroup2Magic);
+    const bool cgroupfs =
+        ::statfs(dir.c_str(), &fs) == 0 && (static_cast<long>(fs.f_type) == kCgroupMagic ||
+                                            static_cast<long>(fs.f_type) == kCgroup2Magic);
     if (err == ENOTEMPTY && !cgroupfs) {
       // A plain directory standing in for cgroupfs (the unit tests' fake
       // root): its files are ours to delete; never through a link.
@@ -142,18 +144,22 @@ absl::Status RemoveDir(const std::string& dir) {
       }
       continue;
     }
-    if (err != EBUSY) return absl::InternalError(absl::StrCat("cannot remove cgroup ", dir, ": ", std::strerror(err)));
+    if (err != EBUSY)
+      return absl::InternalError(
+          absl::StrCat("cannot remove cgroup ", dir, ": ", std::strerror(err)));
     if (::access((dir + "/cgroup.kill").c_str(), F_OK) == 0) {
       (void)WriteCgroupFile(dir + "/cgroup.kill", "1");
     } else {
-      for (absl::string_view line : absl::StrSplit(ReadSmallFile(dir + "/cgroup.procs"), '\n', absl::SkipEmpty())) {
+      for (absl::string_view line :
+           absl::StrSplit(ReadSmallFile(dir + "/cgroup.procs"), '\n', absl::SkipEmpty())) {
         int pid = 0;
         if (absl::SimpleAtoi(line, &pid) && pid > 1) ::kill(pid, SIGKILL);
       }
     }
     absl::SleepFor(absl::Milliseconds(10));
   }
-  return absl::DeadlineExceededError(absl::StrCat("cannot remove cgroup ", dir, ": processes are still in it"));
+  return absl::DeadlineExceededError(
+      absl::StrCat("cannot remove cgroup ", dir, ": processes are still in it"));
 }
 
 }  // namespace
@@ -162,13 +168,15 @@ absl::Status WriteCgroupFile(const std::string& path, absl::string_view value) {
   // O_CREAT: cgroupfs files exist already (create fails there); a plain
   // directory standing in for one gets the file.
   const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_NOFOLLOW | O_CLOEXEC, 0644);
-  if (fd < 0) return absl::FailedPreconditionError(absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
+  if (fd < 0)
+    return absl::FailedPreconditionError(
+        absl::StrCat("cannot open ", path, ": ", std::strerror(errno)));
   const ssize_t n = ::write(fd, value.data(), value.size());
   const int err = errno;
   ::close(fd);
   if (n != static_cast<ssize_t>(value.size())) {
-    return absl::FailedPreconditionError(
-        absl::StrCat("cannot write '", value, "' to ", path, ": ", n < 0 ? std::strerror(err) : "short write"));
+    return absl::FailedPreconditionError(absl::StrCat("cannot write '", value, "' to ", path, ": ",
+                                                      n < 0 ? std::strerror(err) : "short write"));
   }
   return absl::OkStatus();
 }
@@ -213,13 +221,15 @@ void RankCgroup::CloseProcsFds() {
 
 std::optional<int64_t> RankCgroup::OomKills() const {
   if (memory_dir_.empty()) return std::nullopt;
-  return ParseOomKillCount(ReadSmallFile(memory_dir_ + (v2_ ? "/memory.events" : "/memory.oom_control")));
+  return ParseOomKillCount(
+      ReadSmallFile(memory_dir_ + (v2_ ? "/memory.events" : "/memory.oom_control")));
 }
 
 bool RankCgroup::MemoryLimitHit() const {
   if (memory_dir_.empty()) return false;
-  std::optional<int64_t> n = v2_ ? ParseKeyedValue(ReadSmallFile(memory_dir_ + "/memory.events"), "max")
-                                 : ReadNumber(memory_dir_ + "/memory.failcnt");
+  std::optional<int64_t> n =
+      v2_ ? ParseKeyedValue(ReadSmallFile(memory_dir_ + "/memory.events"), "max")
+          : ReadNumber(memory_dir_ + "/memory.failcnt");
   return n.value_or(0) > 0;
 }
 
@@ -230,13 +240,16 @@ std::optional<int64_t> RankCgroup::PidsLimitHits() const {
 
 int64_t RankCgroup::PeakMemoryBytes() const {
   if (memory_dir_.empty()) return 0;
-  return ReadNumber(memory_dir_ + (v2_ ? "/memory.peak" : "/memory.max_usage_in_bytes")).value_or(0);
+  return ReadNumber(memory_dir_ + (v2_ ? "/memory.peak" : "/memory.max_usage_in_bytes"))
+      .value_or(0);
 }
 
 double RankCgroup::CpuSeconds() const {
   if (v2_) {
     if (cpu_dir_.empty()) return 0;
-    return static_cast<double>(ParseKeyedValue(ReadSmallFile(cpu_dir_ + "/cpu.stat"), "usage_usec").value_or(0)) / 1e6;
+    return static_cast<double>(
+               ParseKeyedValue(ReadSmallFile(cpu_dir_ + "/cpu.stat"), "usage_usec").value_or(0)) /
+           1e6;
   }
   if (acct_dir_.empty()) return 0;
   return static_cast<double>(ReadNumber(acct_dir_ + "/cpuacct.usage").value_or(0)) / 1e9;
@@ -318,13 +331,15 @@ CgroupLimits CgroupLimits::Detect(const std::string& root, absl::string_view pro
   }
   if (c.v1_memory_.empty() && c.v1_cpu_.empty() && c.v1_pids_.empty()) {
     c.reason_ = problems.empty() ? absl::StrCat("no cgroup hierarchy under ", root)
-                                 : absl::StrCat("no usable cgroup under ", root, ": ", absl::StrJoin(problems, "; "));
+                                 : absl::StrCat("no usable cgroup under ", root, ": ",
+                                                absl::StrJoin(problems, "; "));
     return c;
   }
   // Accounting only (CpuSeconds): its absence is no problem.
   if (const std::string mount = root + "/cpuacct"; IsDir(mount)) {
     auto it = v1_paths.find("cpuacct");
-    const std::string parent = JoinPath(mount, VisiblePath(mount, it == v1_paths.end() ? "/" : it->second));
+    const std::string parent =
+        JoinPath(mount, VisiblePath(mount, it == v1_paths.end() ? "/" : it->second));
     std::string why;
     if (Writable(IsDir(parent + "/trainctl") ? parent + "/trainctl" : parent, &why)) {
       c.v1_cpuacct_ = parent + "/trainctl";
@@ -376,16 +391,20 @@ absl::Status CgroupLimits::PrepareV2() {
   }
   // One write per controller: one the parent cannot delegate does not stop
   // the others (Create names it when a job needs it).
-  for (const std::string& e : enable) (void)WriteCgroupFile(v2_parent_ + "/cgroup.subtree_control", e);
+  for (const std::string& e : enable)
+    (void)WriteCgroupFile(v2_parent_ + "/cgroup.subtree_control", e);
   if (absl::Status s = MakeDirs(v2_base_); !s.ok()) return s;
-  for (const std::string& e : enable) (void)WriteCgroupFile(v2_base_ + "/cgroup.subtree_control", e);
+  for (const std::string& e : enable)
+    (void)WriteCgroupFile(v2_base_ + "/cgroup.subtree_control", e);
   v2_prepared_ = true;
   return absl::OkStatus();
 }
 
-absl::StatusOr<RankCgroup> CgroupLimits::Create(const std::string& name, const v1::ResourceSpec& r) {
+absl::StatusOr<RankCgroup> CgroupLimits::Create(const std::string& name,
+                                                const v1::ResourceSpec& r) {
   if (!ValidName(name)) {
-    return absl::InvalidArgumentError(absl::StrCat("cgroup name '", name, "': only [A-Za-z0-9_.-], not starting with '.'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("cgroup name '", name, "': only [A-Za-z0-9_.-], not starting with '.'"));
   }
   if (!available()) return absl::FailedPreconditionError(reason_);
   RankCgroup g;
@@ -403,52 +422,66 @@ absl::StatusOr<RankCgroup> CgroupLimits::Create(const std::string& name, const v
       if (absl::Status s = RemoveDir(dir); !s.ok()) return s;
     }
     if (::mkdir(dir.c_str(), 0755) != 0) {
-      return absl::FailedPreconditionError(absl::StrCat("cannot create cgroup ", dir, ": ", std::strerror(errno)));
+      return absl::FailedPreconditionError(
+          absl::StrCat("cannot create cgroup ", dir, ": ", std::strerror(errno)));
     }
     return dir;
   };
-  const int64_t quota = r.cpus() > 0 ? std::max<int64_t>(1000, std::llround(r.cpus() * kCpuPeriodUs)) : 0;
+  const int64_t quota =
+      r.cpus() > 0 ? std::max<int64_t>(1000, std::llround(r.cpus() * kCpuPeriodUs)) : 0;
   if (g.v2_) {
     if (absl::Status s = PrepareV2(); !s.ok()) return s;
     const std::vector<std::string> ctl = Controllers(v2_base_);
-    for (auto [need, c] : {std::pair<bool, const char*>{r.memory() > 0, "memory"}, {r.cpus() > 0, "cpu"},
+    for (auto [need, c] : {std::pair<bool, const char*>{r.memory() > 0, "memory"},
+                           {r.cpus() > 0, "cpu"},
                            {r.pids() > 0, "pids"}}) {
       // A fake root has no cgroup.controllers below the parent: trust the parent's.
-      if (need && !Has(ctl, c) && IsDir(v2_base_) && ::access((v2_base_ + "/cgroup.controllers").c_str(), F_OK) == 0) {
+      if (need && !Has(ctl, c) && IsDir(v2_base_) &&
+          ::access((v2_base_ + "/cgroup.controllers").c_str(), F_OK) == 0) {
         return absl::FailedPreconditionError(
-            absl::StrCat("cgroup v2 at ", v2_base_, " has no ", c, " controller (its parent does not delegate it)"));
+            absl::StrCat("cgroup v2 at ", v2_base_, " has no ", c,
+                         " controller (its parent does not delegate it)"));
       }
     }
     absl::StatusOr<std::string> dir = make(v2_base_);
     if (!dir.ok()) return dir.status();
     g.memory_dir_ = g.cpu_dir_ = g.pids_dir_ = *dir;
     if (r.memory() > 0) {
-      if (absl::Status s = WriteCgroupFile(*dir + "/memory.max", absl::StrCat(r.memory())); !s.ok()) return fail(s);
+      if (absl::Status s = WriteCgroupFile(*dir + "/memory.max", absl::StrCat(r.memory())); !s.ok())
+        return fail(s);
       // No swap beyond the limit (as Kubernetes): the limit is the limit.
-      if (::access((*dir + "/memory.swap.max").c_str(), F_OK) == 0) (void)WriteCgroupFile(*dir + "/memory.swap.max", "0");
+      if (::access((*dir + "/memory.swap.max").c_str(), F_OK) == 0)
+        (void)WriteCgroupFile(*dir + "/memory.swap.max", "0");
       g.memory_limit_ = r.memory();
     }
     if (quota > 0) {
-      if (absl::Status s = WriteCgroupFile(*dir + "/cpu.max", absl::StrCat(quota, " ", kCpuPeriodUs)); !s.ok()) {
+      if (absl::Status s =
+              WriteCgroupFile(*dir + "/cpu.max", absl::StrCat(quota, " ", kCpuPeriodUs));
+          !s.ok()) {
         return fail(s);
       }
     }
     if (r.pids() > 0) {
-      if (absl::Status s = WriteCgroupFile(*dir + "/pids.max", absl::StrCat(r.pids())); !s.ok()) return fail(s);
+      if (absl::Status s = WriteCgroupFile(*dir + "/pids.max", absl::StrCat(r.pids())); !s.ok())
+        return fail(s);
       g.pids_limit_ = r.pids();
     }
   } else {
-    for (auto [need, c] : {std::pair<bool, const char*>{r.memory() > 0, "memory"}, {r.cpus() > 0, "cpu"},
+    for (auto [need, c] : {std::pair<bool, const char*>{r.memory() > 0, "memory"},
+                           {r.cpus() > 0, "cpu"},
                            {r.pids() > 0, "pids"}}) {
       if (need && v1_base(c).empty()) {
-        return absl::FailedPreconditionError(absl::StrCat("no usable cgroup v1 ", c, " hierarchy: ", reason_));
+        return absl::FailedPreconditionError(
+            absl::StrCat("no usable cgroup v1 ", c, " hierarchy: ", reason_));
       }
     }
     if (r.memory() > 0) {
       absl::StatusOr<std::string> dir = make(v1_memory_);
       if (!dir.ok()) return fail(dir.status());
       g.memory_dir_ = *dir;
-      if (absl::Status s = WriteCgroupFile(*dir + "/memory.limit_in_bytes", absl::StrCat(r.memory())); !s.ok()) {
+      if (absl::Status s =
+              WriteCgroupFile(*dir + "/memory.limit_in_bytes", absl::StrCat(r.memory()));
+          !s.ok()) {
         return fail(s);
       }
       // Memory plus swap to the same limit where the kernel accounts swap.
@@ -461,10 +494,13 @@ absl::StatusOr<RankCgroup> CgroupLimits::Create(const std::string& name, const v
       absl::StatusOr<std::string> dir = make(v1_cpu_);
       if (!dir.ok()) return fail(dir.status());
       g.cpu_dir_ = *dir;
-      if (absl::Status s = WriteCgroupFile(*dir + "/cpu.cfs_period_us", absl::StrCat(kCpuPeriodUs)); !s.ok()) {
+      if (absl::Status s = WriteCgroupFile(*dir + "/cpu.cfs_period_us", absl::StrCat(kCpuPeriodUs));
+          !s.ok()) {
         return fail(s);
       }
-      if (absl::Status s = WriteCgroupFile(*dir + "/cpu.cfs_quota_us", absl::StrCat(quota)); !s.ok()) return fail(s);
+      if (absl::Status s = WriteCgroupFile(*dir + "/cpu.cfs_quota_us", absl::StrCat(quota));
+          !s.ok())
+        return fail(s);
     }
     // CPU time for accounting: the cpu cgroup when cpuacct shares its
     // hierarchy, else a cpuacct cgroup of its own where one can be made (a
@@ -479,14 +515,17 @@ absl::StatusOr<RankCgroup> CgroupLimits::Create(const std::string& name, const v
       absl::StatusOr<std::string> dir = make(v1_pids_);
       if (!dir.ok()) return fail(dir.status());
       g.pids_dir_ = *dir;
-      if (absl::Status s = WriteCgroupFile(*dir + "/pids.max", absl::StrCat(r.pids())); !s.ok()) return fail(s);
+      if (absl::Status s = WriteCgroupFile(*dir + "/pids.max", absl::StrCat(r.pids())); !s.ok())
+        return fail(s);
       g.pids_limit_ = r.pids();
     }
   }
   for (const std::string& d : g.dirs()) {
     const std::string procs = d + "/cgroup.procs";
     const int fd = ::open(procs.c_str(), O_WRONLY | O_CREAT | O_NOFOLLOW | O_CLOEXEC, 0644);
-    if (fd < 0) return fail(absl::FailedPreconditionError(absl::StrCat("cannot open ", procs, ": ", std::strerror(errno))));
+    if (fd < 0)
+      return fail(absl::FailedPreconditionError(
+          absl::StrCat("cannot open ", procs, ": ", std::strerror(errno))));
     g.procs_fds_.push_back(fd);
   }
   return g;
@@ -516,8 +555,9 @@ v1::Allocatable ComputeAllocatable(int online_cpus, double cpu_quota, absl::stri
 v1::Allocatable AllocatableHere(const std::string& cgroup_root) {
   cpu_set_t set;
   CPU_ZERO(&set);
-  const int online = ::sched_getaffinity(0, sizeof set, &set) == 0 ? CPU_COUNT(&set)
-                                                                    : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
+  const int online = ::sched_getaffinity(0, sizeof set, &set) == 0
+                         ? CPU_COUNT(&set)
+                         : static_cast<int>(::sysconf(_SC_NPROCESSORS_ONLN));
   double quota = 0;
   int64_t limit = 0;
   if (!cgroup_root.empty()) {
@@ -526,9 +566,11 @@ v1::Allocatable AllocatableHere(const std::string& cgroup_root) {
       if (l.v2) {
         const std::string dir = JoinPath(cgroup_root, VisiblePath(cgroup_root, l.path));
         if (std::optional<int64_t> v = ReadNumber(dir + "/memory.max")) limit = *v;  // "max": none
-        std::vector<std::string> cpu_max = absl::StrSplit(absl::StripAsciiWhitespace(ReadSmallFile(dir + "/cpu.max")), ' ');
+        std::vector<std::string> cpu_max =
+            absl::StrSplit(absl::StripAsciiWhitespace(ReadSmallFile(dir + "/cpu.max")), ' ');
         int64_t q = 0, p = 0;
-        if (cpu_max.size() == 2 && absl::SimpleAtoi(cpu_max[0], &q) && absl::SimpleAtoi(cpu_max[1], &p) && p > 0) {
+        if (cpu_max.size() == 2 && absl::SimpleAtoi(cpu_max[0], &q) &&
+            absl::SimpleAtoi(cpu_max[1], &p) && p > 0) {
           quota = static_cast<double>(q) / static_cast<double>(p);
         }
         continue;
@@ -548,7 +590,8 @@ v1::Allocatable AllocatableHere(const std::string& cgroup_root) {
     }
   }
   const CgroupLimits cg = CgroupLimits::DetectHere(cgroup_root);
-  v1::Allocatable a = ComputeAllocatable(online, quota, ReadSmallFile("/proc/meminfo"), limit, cg.available());
+  v1::Allocatable a =
+      ComputeAllocatable(online, quota, ReadSmallFile("/proc/meminfo"), limit, cg.available());
   if (!cg.available()) a.set_limits_off_reason(cg.unavailable_reason());
   return a;
 }

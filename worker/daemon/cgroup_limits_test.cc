@@ -61,7 +61,8 @@ TEST(FormatBytes, NamesUnits) {
 TEST_F(CgroupLimitsTest, V1FakeRootGetsLimitsPerControllerUnderTheDaemonsCgroup) {
   const fs::path root = fs::path(dir_.path()) / "cg";
   for (const char* c : {"memory", "cpu", "pids"}) fs::create_directories(root / c / "svc" / "w1");
-  CgroupLimits cg = CgroupLimits::Detect(root.string(), "4:memory:/svc/w1\n1:cpu:/svc/w1\n8:pids:/svc/w1\n0::/\n");
+  CgroupLimits cg = CgroupLimits::Detect(root.string(),
+                                         "4:memory:/svc/w1\n1:cpu:/svc/w1\n8:pids:/svc/w1\n0::/\n");
   ASSERT_EQ(cg.version(), CgroupLimits::Version::kV1) << cg.Describe();
   EXPECT_EQ(cg.v1_base("memory"), (root / "memory/svc/w1/trainctl").string());
   absl::StatusOr<RankCgroup> g = cg.Create("j-1-1-rank0", Limits(1.5, 64 << 20, 100));
@@ -121,7 +122,8 @@ TEST_F(CgroupLimitsTest, CpuTimeComesFromV1CpuacctOrV2CpuStat) {
   ASSERT_EQ(v2.version(), CgroupLimits::Version::kV2) << v2.Describe();
   absl::StatusOr<RankCgroup> k = v2.Create("j-3-1-rank2", Limits(0, 64 << 20, 0));
   ASSERT_TRUE(k.ok()) << k.status();
-  Write(root2 / "trainctl/j-3-1-rank2/cpu.stat", "usage_usec 1250000\nuser_usec 1000000\nsystem_usec 250000\n");
+  Write(root2 / "trainctl/j-3-1-rank2/cpu.stat",
+        "usage_usec 1250000\nuser_usec 1000000\nsystem_usec 250000\n");
   EXPECT_DOUBLE_EQ(k->CpuSeconds(), 1.25);
   ASSERT_TRUE(k->Remove().ok());
 }
@@ -195,7 +197,9 @@ TEST_F(CgroupLimitsTest, NamesThatWouldLeaveTheBaseAreRefused) {
   fs::create_directories(root / "memory");
   CgroupLimits cg = CgroupLimits::Detect(root.string(), "");
   for (const char* bad : {"", "..", ".hidden", "a/b", "../x", "a b"}) {
-    EXPECT_EQ(cg.Create(bad, Limits(0, 2 << 20, 0)).status().code(), absl::StatusCode::kInvalidArgument) << bad;
+    EXPECT_EQ(cg.Create(bad, Limits(0, 2 << 20, 0)).status().code(),
+              absl::StatusCode::kInvalidArgument)
+        << bad;
   }
 }
 
@@ -206,8 +210,10 @@ TEST_F(CgroupLimitsTest, NeverWritesThroughALink) {
   // A leftover directory holding a link where a limit file goes: the
   // leftover is removed (its plain files with it) and made afresh; a link
   // at the file itself is never followed.
-  fs::create_symlink(fs::path(dir_.path()) / "victim", root / "memory/trainctl/r/memory.limit_in_bytes");
-  EXPECT_FALSE(WriteCgroupFile((root / "memory/trainctl/r/memory.limit_in_bytes").string(), "1").ok());
+  fs::create_symlink(fs::path(dir_.path()) / "victim",
+                     root / "memory/trainctl/r/memory.limit_in_bytes");
+  EXPECT_FALSE(
+      WriteCgroupFile((root / "memory/trainctl/r/memory.limit_in_bytes").string(), "1").ok());
   EXPECT_EQ(Read(fs::path(dir_.path()) / "victim"), "keep");
 }
 

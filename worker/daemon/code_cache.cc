@@ -1,17 +1,19 @@
 // CodeCache (code_cache.h).
 #include "worker/daemon/code_cache.h"
 
+#include <fcntl.h>
 #include <sys/stat.h>
-#include <unistd.h>
 
 #include <cerrno>
 #include <cstring>
+#include <memory>
 #include <utility>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/codepack/code_pack.h"
 #include "common/log.h"
+#include "common/safe_file.h"
 
 namespace trainctl::worker {
 
@@ -25,8 +27,13 @@ bool IsCodeDigest(const std::string& digest) {
   return true;
 }
 
-CodeCache::CodeCache(std::string dir, CodeSource* source, EventLoop& loop, const Clock* clock)
-    : dir_(std::move(dir)), source_(source), loop_(loop), clock_(clock != nullptr ? *clock : *SystemClock::Get()) {}
+CodeCache::CodeCache(std::string dir, CodeSource* source, EventLoop& loop, const Clock* clock,
+                     FileEnv* env)
+    : dir_(std::move(dir)),
+      source_(source),
+      loop_(loop),
+      clock_(clock != nullptr ? *clock : *SystemClock::Get()),
+      env_(FileEnv::Or(env)) {}
 
 CodeCache::~CodeCache() {
   alive_->store(false);
@@ -46,16 +53,19 @@ std::string CodeCache::ArchivePath(const std::string& digest) const {
 void CodeCache::Want(const std::string& job_id, const std::string& digest, Done done) {
   loop_.CheckInLoop("CodeCache::Want");
   if (!IsCodeDigest(digest)) {
-    done(absl::InvalidArgumentError(absl::StrCat("command.code.digest: '", digest, "' is not sha256:<64 hex>")));
+    done(absl::InvalidArgumentError(
+        absl::StrCat("command.code.digest: '", digest, "' is not sha256:<64 hex>")));
     return;
   }
   const std::string path = ArchivePath(digest);
-  if (access(path.c_str(), F_OK) == 0) {
+  struct stat st {};
+  if (env_->StatAt(AT_FDCWD, path, &st) == 0) {
     done(path);
     return;
   }
   if (source_ == nullptr) {
-    done(absl::FailedPreconditionError(absl::StrCat("code ", digest, ": this worker has no coordinator to fetch it from")));
+    done(absl::FailedPreconditionError(
+        absl::StrCat("code ", digest, ": this worker has no coordinator to fetch it from")));
     return;
   }
   std::vector<Done>& waiters = waiting_[digest];
@@ -67,29 +77,42 @@ void CodeCache::Want(const std::string& job_id, const std::string& digest, Done 
 
 void CodeCache::Fetch(std::string job_id, std::string digest) {
   const std::string path = ArchivePath(digest);
-  const std::string part = absl::StrCat(path, ".part");
   absl::StatusOr<std::string> result = [&]() -> absl::StatusOr<std::string> {
-    if (::mkdir(dir_.c_str(), 0700) != 0 && errno != EEXIST) {
+    if (env_->MkdirAt(AT_FDCWD, dir_, 0700) != 0 && errno != EEXIST) {
       return absl::InternalError(absl::StrCat("cannot make ", dir_, ": ", std::strerror(errno)));
     }
     const absl::Time start = clock_.Mono();
-    if (absl::Status s = source_->FetchCode(job_id, digest, part); !s.ok()) {
-      ::unlink(part.c_str());
-      return absl::Status(s.code(), absl::StrCat("fetching code ", digest, " from the coordinator: ", s.message()));
+    // A temporary file beside the archive's name, removed unless committed.
+    SafeWriteOptions options;
+    options.env = env_;
+    absl::StatusOr<std::unique_ptr<SafeFileWriter>> out = SafeFileWriter::Create(path, options);
+    if (!out.ok()) {
+      return absl::Status(out.status().code(),
+                          absl::StrCat("keeping code ", digest, ": ", out.status().message()));
     }
-    absl::StatusOr<std::string> got = codepack::FileDigest(part);
+    SafeFileWriter& w = **out;
+    int64_t bytes = 0;
+    auto write = [&](absl::string_view data) {
+      bytes += static_cast<int64_t>(data.size());
+      return w.Append(data);
+    };
+    if (absl::Status s = source_->FetchCode(job_id, digest, write); !s.ok()) {
+      return absl::Status(
+          s.code(), absl::StrCat("fetching code ", digest, " from the coordinator: ", s.message()));
+    }
+    absl::StatusOr<std::string> got = codepack::FileDigest(w.temp_path());
     if (!got.ok() || *got != digest) {
-      ::unlink(part.c_str());
-      return absl::DataLossError(absl::StrCat("code ", digest, " arrived as ", got.ok() ? *got : got.status().ToString(),
+      return absl::DataLossError(absl::StrCat("code ", digest, " arrived as ",
+                                              got.ok() ? *got : got.status().ToString(),
                                               "; not kept"));
     }
-    if (::rename(part.c_str(), path.c_str()) != 0) {
-      return absl::InternalError(absl::StrCat("cannot rename ", part, ": ", std::strerror(errno)));
+    if (absl::Status s = w.Commit(); !s.ok()) {
+      return absl::Status(s.code(), absl::StrCat("keeping code ", digest, ": ", s.message()));
     }
-    struct stat st {};
-    ::stat(path.c_str(), &st);
     LogEvent(LogLevel::kInfo, "worker", "code_fetched",
-             {{"job_id", job_id}, {"digest", digest}, {"bytes", absl::StrCat(st.st_size)},
+             {{"job_id", job_id},
+              {"digest", digest},
+              {"bytes", absl::StrCat(bytes)},
               {"seconds", absl::StrCat(absl::ToDoubleSeconds(clock_.Mono() - start))}});
     return path;
   }();

@@ -5,6 +5,12 @@
 // by every attempt (of any job) that names the same digest; the rank table
 // unpacks a copy per attempt into a directory the attempt's ranks own.
 //
+// Every file-system call goes through a FileEnv (common/file_env.h): the
+// archive is written as a SafeFileWriter temporary file (common/safe_file.h),
+// fsync'ed and renamed into place only once its digest checks; a failed
+// write, fsync or rename (a full or broken disk) is reported naming the path
+// and the errno, and leaves nothing behind (a later Want fetches again).
+//
 // Threading: Want and the callbacks run on the daemon's EventLoop; each
 // fetch runs on a thread of its own, which posts its end to the loop. The
 // destructor cancels fetches in flight and waits for their threads (their
@@ -20,11 +26,14 @@
 #include <vector>
 
 #include "absl/base/thread_annotations.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/event_loop.h"
+#include "common/file_env.h"
 
 namespace trainctl::worker {
 
@@ -32,9 +41,12 @@ namespace trainctl::worker {
 class CodeSource {
  public:
   virtual ~CodeSource() = default;
-  // Writes the archive of job `job_id`'s code `digest` to the file `dest`
-  // (created, truncated). Blocks; called on a fetch thread.
-  virtual absl::Status FetchCode(const std::string& job_id, const std::string& digest, const std::string& dest) = 0;
+  // Where the archive's bytes go, in order; an error ends the fetch with it.
+  using Sink = absl::FunctionRef<absl::Status(absl::string_view bytes)>;
+  // Streams the archive of job `job_id`'s code `digest` to `write`. Blocks;
+  // called on a fetch thread.
+  virtual absl::Status FetchCode(const std::string& job_id, const std::string& digest,
+                                 Sink write) = 0;
   // Ends every FetchCode in progress soon (with an error). Any thread.
   virtual void CancelFetches() = 0;
 };
@@ -46,9 +58,11 @@ class CodeCache {
  public:
   using Done = std::function<void(absl::StatusOr<std::string> archive)>;
   // `dir` is made (0700) when missing; `source` may be null (no coordinator
-  // to fetch from: every Want fails, naming why). `source`, `loop` and
-  // `clock` (null: SystemClock; times a fetch) outlive the cache.
-  CodeCache(std::string dir, CodeSource* source, EventLoop& loop, const Clock* clock = nullptr);
+  // to fetch from: every Want fails, naming why). `source`, `loop`,
+  // `clock` (null: SystemClock; times a fetch) and `env` (null: the real
+  // file system) outlive the cache.
+  CodeCache(std::string dir, CodeSource* source, EventLoop& loop, const Clock* clock = nullptr,
+            FileEnv* env = nullptr);
   ~CodeCache();
   CodeCache(const CodeCache&) = delete;
   CodeCache& operator=(const CodeCache&) = delete;
@@ -69,6 +83,7 @@ class CodeCache {
   CodeSource* const source_;
   EventLoop& loop_;
   const Clock& clock_;
+  FileEnv* const env_;
   // Loop only: callbacks waiting for a digest being fetched.
   std::map<std::string, std::vector<Done>> waiting_;
   // Set by the destructor: a fetch's end is then dropped.

@@ -1,7 +1,6 @@
 // CoordinatorCodeSource (code_source.h).
 #include "worker/daemon/code_source.h"
 
-#include <cstdio>
 #include <memory>
 #include <utility>
 
@@ -20,12 +19,13 @@ absl::Status FromGrpc(const grpc::Status& s) {
 
 }  // namespace
 
-CoordinatorCodeSource::CoordinatorCodeSource(const DaemonOptions& options, std::function<std::string()> address,
+CoordinatorCodeSource::CoordinatorCodeSource(const DaemonOptions& options,
+                                             std::function<std::string()> address,
                                              absl::Duration deadline)
     : options_(options), address_(std::move(address)), deadline_(deadline) {}
 
 absl::Status CoordinatorCodeSource::FetchCode(const std::string& job_id, const std::string& digest,
-                                              const std::string& dest) {
+                                              Sink write) {
   auth::ChannelSecurity security;
   security.token = options_.token;
   security.ca_file = options_.ca_file;
@@ -43,12 +43,7 @@ absl::Status CoordinatorCodeSource::FetchCode(const std::string& job_id, const s
     if (cancelled_) return absl::CancelledError("the worker is shutting down");
     calls_.insert(&ctx);
   }
-  std::unique_ptr<FILE, int (*)(FILE*)> out(std::fopen(dest.c_str(), "wbe"), &std::fclose);
   absl::Status result;
-  if (out == nullptr) {
-    result = absl::InternalError(absl::StrCat("cannot write ", dest));
-    ctx.TryCancel();
-  }
   v1::FetchCodeRequest req;
   req.set_job_id(job_id);
   req.set_digest(digest);
@@ -59,10 +54,9 @@ absl::Status CoordinatorCodeSource::FetchCode(const std::string& job_id, const s
   while (reader->Read(&chunk)) {
     if (size < 0) size = chunk.size_bytes();
     got += static_cast<int64_t>(chunk.data().size());
-    if (result.ok() && std::fwrite(chunk.data().data(), 1, chunk.data().size(), out.get()) != chunk.data().size()) {
-      result = absl::InternalError(absl::StrCat("cannot write ", dest));
-      ctx.TryCancel();
-    }
+    if (!result.ok()) continue;
+    result = write(chunk.data());
+    if (!result.ok()) ctx.TryCancel();  // the rest would go nowhere
   }
   const grpc::Status st = reader->Finish();
   {
@@ -71,7 +65,6 @@ absl::Status CoordinatorCodeSource::FetchCode(const std::string& job_id, const s
   }
   if (!result.ok()) return result;
   if (!st.ok()) return FromGrpc(st);
-  if (std::fflush(out.get()) != 0) return absl::InternalError(absl::StrCat("cannot write ", dest));
   if (got != size) {
     return absl::DataLossError(absl::StrCat("the coordinator sent ", got, " bytes of ", size));
   }

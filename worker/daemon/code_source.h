@@ -26,7 +26,7 @@ class CoordinatorCodeSource final : public CodeSource {
   // `options` outlives the source; `address` says which coordinator to ask.
   CoordinatorCodeSource(const DaemonOptions& options, std::function<std::string()> address,
                         absl::Duration deadline = absl::Minutes(10));
-  absl::Status FetchCode(const std::string& job_id, const std::string& digest, const std::string& dest) override;
+  absl::Status FetchCode(const std::string& job_id, const std::string& digest, Sink write) override;
   void CancelFetches() override;
 
  private:

@@ -25,7 +25,8 @@ void RankTable::OnDropCheckpoints(const v1::DropCheckpoints& d) {
   for (const std::string& path : d.paths()) {
     absl::Status s = DropJobCheckpoint(path, d.job_id(), workspace_.ManifestWritersHere());
     if (s.ok()) {
-      LogEvent(LogLevel::kInfo, "worker", "checkpoint_dropped", {{"job_id", d.job_id()}, {"path", path}});
+      LogEvent(LogLevel::kInfo, "worker", "checkpoint_dropped",
+               {{"job_id", d.job_id()}, {"path", path}});
     } else if (!absl::IsNotFound(s)) {
       LogEvent(LogLevel::kWarn, "worker", "checkpoint_drop_refused",
                {{"job_id", d.job_id()}, {"path", path}, {"reason", std::string(s.message())}});

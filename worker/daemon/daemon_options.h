@@ -93,8 +93,10 @@ struct DaemonOptions {
   FileEnv* file_env = nullptr;
   // The daemon's time (common/clock.h): Now() for timestamps (reports,
   // log lines) and certificate expiry, Mono() for durations and retry
-  // deadlines. Null: SystemClock. Blocking waits are timed on the steady
-  // clock (common/wake_signal.h) whatever this is.
+  // deadlines, and it times the session's blocking waits (heartbeats,
+  // reconnect backoff, AwaitAcknowledged, SayGoodbye; Clock::WaitUntil):
+  // a test's FakeClock drives them by Advance. Null: SystemClock, whose
+  // waits run on the steady clock.
   const Clock* clock = nullptr;
 };
 

@@ -16,10 +16,10 @@
 #include <random>
 
 #include "absl/strings/str_cat.h"
-#include "common/grpc_keepalive.h"
 #include "common/auth/secret.h"
 #include "common/clock.h"
 #include "common/coordinator_failover.h"
+#include "common/grpc_keepalive.h"
 #include "common/log.h"
 #include "common/safe_file.h"
 #include "worker/daemon/cgroup_limits.h"
@@ -35,7 +35,9 @@ bool IsEnd(const v1::WorkerMessage& m) {
 }
 
 // "UNAVAILABLE" for a status without a message.
-std::string GrpcCodeText(grpc::StatusCode code) { return absl::StrCat("gRPC code ", static_cast<int>(code)); }
+std::string GrpcCodeText(grpc::StatusCode code) {
+  return absl::StrCat("gRPC code ", static_cast<int>(code));
+}
 
 // The coordinator refused this worker (not a network failure).
 bool IsRefusal(grpc::StatusCode code) {
@@ -53,8 +55,11 @@ std::vector<std::string> CoordinatorList(const std::string& text) {
 }  // namespace
 
 DaemonSession::DaemonSession(const DaemonOptions& options, std::string id_file, SessionHooks hooks)
-    : options_(options), id_file_(std::move(id_file)), hooks_(std::move(hooks)),
-      rotation_(CoordinatorList(options.coordinator)), telemetry_(options.telemetry_buffer_bytes) {}
+    : options_(options),
+      id_file_(std::move(id_file)),
+      hooks_(std::move(hooks)),
+      rotation_(CoordinatorList(options.coordinator)),
+      telemetry_(options.telemetry_buffer_bytes) {}
 
 DaemonSession::~DaemonSession() { Stop(); }
 
@@ -80,7 +85,8 @@ bool DaemonSession::connected() {
 }
 
 bool DaemonSession::AwaitState(absl::FunctionRef<bool()> done, absl::Duration timeout) {
-  const absl::Time until = MonotonicNow() + timeout;
+  const Clock& clock = DaemonClock(options_);
+  const absl::Time until = clock.Mono() + timeout;
   while (true) {
     uint64_t seen = 0;
     {
@@ -88,14 +94,15 @@ bool DaemonSession::AwaitState(absl::FunctionRef<bool()> done, absl::Duration ti
       if (done()) return true;
       seen = state_wake_.generation();  // read under mu_: a change after it wakes the wait
     }
-    const absl::Duration left = until - MonotonicNow();
-    if (left <= absl::ZeroDuration()) return false;
-    state_wake_.WaitFor(seen, left);
+    if (clock.Mono() >= until) return false;
+    state_wake_.WaitUntil(seen, until, clock);
   }
 }
 
 void DaemonSession::AwaitAcknowledged(absl::Duration timeout) {
-  auto flushed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return telemetry_.empty() || !connected_; };
+  auto flushed = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
+    return telemetry_.empty() || !connected_;
+  };
   AwaitState(flushed, timeout);
 }
 
@@ -147,8 +154,8 @@ void DaemonSession::WriterLoop() {
     {
       absl::MutexLock lock(&mu_);
       auto ready = [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) {
-        return stopping_ ||
-               (stream_ != nullptr && (!control_.empty() || telemetry_.NextAfter(sent_seq_, nullptr)));
+        return stopping_ || (stream_ != nullptr &&
+                             (!control_.empty() || telemetry_.NextAfter(sent_seq_, nullptr)));
       };
       mu_.Await(absl::Condition(&ready));
       if (stopping_) return;
@@ -215,7 +222,8 @@ void DaemonSession::SessionLoop() {
     // list's current entry. Over TLS each is verified for its own host name
     // (no target name override).
     const std::string address = rotation_.Current();
-    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel = auth::MakeChannel(address, security, args);
+    absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
+        auth::MakeChannel(address, security, args);
     if (!channel.ok()) {
       // Checked by main before the daemon starts: a file removed or being
       // replaced since then. Said, and tried again after the backoff.
@@ -276,15 +284,15 @@ void DaemonSession::SessionLoop() {
     // unacknowledged reports are resent to whichever coordinator is active.
     std::optional<std::string> hint = ActiveCoordinatorHint(st, ctx);
     if (hint.has_value()) {
-      LogEvent(LogLevel::kInfo, "worker", "coordinator_standby", {{"coordinator", address}, {"active", *hint}});
+      LogEvent(LogLevel::kInfo, "worker", "coordinator_standby",
+               {{"coordinator", address}, {"active", *hint}});
       rotation_.Follow(*hint);
     } else if (!IsRefusal(st.error_code())) {
       rotation_.Unreachable(address);
     }
     // Exponential backoff with full jitter.
-    absl::Duration wait = absl::Milliseconds(
-        std::uniform_int_distribution<int64_t>(absl::ToInt64Milliseconds(backoff) / 2,
-                                               absl::ToInt64Milliseconds(backoff))(rng));
+    absl::Duration wait = absl::Milliseconds(std::uniform_int_distribution<int64_t>(
+        absl::ToInt64Milliseconds(backoff) / 2, absl::ToInt64Milliseconds(backoff))(rng));
     LogSessionEnd(st, registered, address, wait, failures);
     if (!SleepUnlessStopping(wait)) return;
     backoff = std::min(backoff * 2, options_.reconnect_max);
@@ -312,7 +320,8 @@ bool DaemonSession::RunSession(Stream& stream, const std::string& address) {
   {
     absl::MutexLock lock(&mu_);
     LogEvent(LogLevel::kDebug, "worker", "registering",
-             {{"running_ranks", absl::StrCat(running)}, {"unacknowledged_reports", absl::StrCat(telemetry_.size())}});
+             {{"running_ranks", absl::StrCat(running)},
+              {"unacknowledged_reports", absl::StrCat(telemetry_.size())}});
   }
   v1::CoordinatorMessage in;
   // Only this thread uses the stream until stream_ is set in OnRegistered.
@@ -349,7 +358,8 @@ void DaemonSession::OnRegistered(const v1::RegisterAck& ack, Stream* stream, int
   {
     absl::MutexLock lock(&mu_);
     LogEvent(LogLevel::kInfo, "worker", "registered",
-             {{"worker_id", ack.worker_id()}, {"coordinator", address},
+             {{"worker_id", ack.worker_id()},
+              {"coordinator", address},
               {"running_ranks", absl::StrCat(running_ranks)},
               {"unacknowledged_reports", absl::StrCat(telemetry_.size())},
               {"heartbeat", absl::FormatDuration(heartbeat_interval_)}});
@@ -366,7 +376,8 @@ void DaemonSession::OnRegistered(const v1::RegisterAck& ack, Stream* stream, int
   // next start would take a new id and lose this one's ranks.
   SafeWriteOptions id_options = PrivateFile();
   id_options.env = options_.file_env;
-  if (absl::Status w = WriteFileSafely(id_file_, absl::StrCat(ack.worker_id(), "\n"), id_options); !w.ok()) {
+  if (absl::Status w = WriteFileSafely(id_file_, absl::StrCat(ack.worker_id(), "\n"), id_options);
+      !w.ok()) {
     LogEvent(LogLevel::kError, "worker", "worker_id_not_saved",
              {{"worker_id", ack.worker_id()}, {"error", std::string(w.message())}});
   }
@@ -383,32 +394,40 @@ void DaemonSession::HeartbeatLoop(WakeSignal& stop) {
       absl::MutexLock lock(&mu_);
       d = heartbeat_interval_;
     }
-    // Monotonic (wake_signal.h): a wall clock stepped back must not hold
+    // Monotonic (the clock's Mono): a wall clock stepped back must not hold
     // heartbeats up. The signal is fresh per session: any Notify stops it.
-    if (stop.WaitFor(0, d)) return;
+    const Clock& clock = DaemonClock(options_);
+    if (stop.WaitUntil(0, clock.Mono() + d, clock)) return;
   }
 }
 
-void DaemonSession::LogSessionEnd(const grpc::Status& st, bool registered, const std::string& address,
-                                  absl::Duration wait, int64_t& failures) {
+void DaemonSession::LogSessionEnd(const grpc::Status& st, bool registered,
+                                  const std::string& address, absl::Duration wait,
+                                  int64_t& failures) {
   // Said at once and at every retry: an operator sees why nothing runs.
-  const std::string reason = st.error_message().empty() ? GrpcCodeText(st.error_code()) : st.error_message();
+  const std::string reason =
+      st.error_message().empty() ? GrpcCodeText(st.error_code()) : st.error_message();
   if (IsRefusal(st.error_code())) {
-    LogEvent(LogLevel::kError, "worker", "registration_refused",
-             {{"coordinator", address}, {"reason", reason}, {"retry_in", absl::FormatDuration(wait)}});
+    LogEvent(
+        LogLevel::kError, "worker", "registration_refused",
+        {{"coordinator", address}, {"reason", reason}, {"retry_in", absl::FormatDuration(wait)}});
   } else if (registered) {
-    LogEvent(LogLevel::kWarn, "worker", "session_ended",
-             {{"coordinator", address}, {"reason", reason}, {"retry_in", absl::FormatDuration(wait)}});
+    LogEvent(
+        LogLevel::kWarn, "worker", "session_ended",
+        {{"coordinator", address}, {"reason", reason}, {"retry_in", absl::FormatDuration(wait)}});
   } else {
     ++failures;
     LogEvent(LogLevel::kWarn, "worker", "coordinator_unreachable",
-             {{"coordinator", address}, {"reason", reason}, {"attempt", absl::StrCat(failures)},
+             {{"coordinator", address},
+              {"reason", reason},
+              {"attempt", absl::StrCat(failures)},
               {"retry_in", absl::FormatDuration(wait)}});
   }
 }
 
 bool DaemonSession::SleepUnlessStopping(absl::Duration wait) {
-  const absl::Time until = MonotonicNow() + wait;
+  const Clock& clock = DaemonClock(options_);
+  const absl::Time until = clock.Mono() + wait;
   while (true) {
     uint64_t seen = 0;
     {
@@ -416,9 +435,8 @@ bool DaemonSession::SleepUnlessStopping(absl::Duration wait) {
       if (stopping_) return false;
       seen = stop_wake_.generation();  // read under mu_: a Stop after it wakes the wait
     }
-    const absl::Duration left = until - MonotonicNow();
-    if (left <= absl::ZeroDuration()) return true;
-    stop_wake_.WaitFor(seen, left);
+    if (clock.Mono() >= until) return true;
+    stop_wake_.WaitUntil(seen, until, clock);
   }
 }
 

@@ -98,15 +98,16 @@ class DaemonSession final : public CoordinatorOutbox {
   bool RunSession(Stream& stream, const std::string& address);
   v1::WorkerMessage RegisterMessage();
   // Takes a registration's acknowledgement: the id, heartbeat and resend point.
-  void OnRegistered(const v1::RegisterAck& ack, Stream* stream, int running_ranks, const std::string& address);
+  void OnRegistered(const v1::RegisterAck& ack, Stream* stream, int running_ranks,
+                    const std::string& address);
   // Sends heartbeats until `stop` (its own thread: a busy loop never delays them).
   void HeartbeatLoop(WakeSignal& stop);
   // Says why a session ended (or never began), and when the next try is.
-  void LogSessionEnd(const grpc::Status& st, bool registered, const std::string& address, absl::Duration wait,
-                     int64_t& failures);
+  void LogSessionEnd(const grpc::Status& st, bool registered, const std::string& address,
+                     absl::Duration wait, int64_t& failures);
   void WriterLoop();
-  // Waits, at most `timeout` on the monotonic clock, until `done` (called
-  // with mu_ held) is true; whether it is.
+  // Waits, at most `timeout` on the daemon clock's Mono(), until `done`
+  // (called with mu_ held) is true; whether it is.
   bool AwaitState(absl::FunctionRef<bool()> done, absl::Duration timeout) ABSL_LOCKS_EXCLUDED(mu_);
   // Ranks to list as running in a registration: those running now, and
   // those whose end is still unacknowledged telemetry.
@@ -127,7 +128,8 @@ class DaemonSession final : public CoordinatorOutbox {
   // Notified after connected_, writing_ or the acknowledged telemetry
   // changes: wakes AwaitState (AwaitAcknowledged, SayGoodbye, the wait for
   // a Write in flight). A WakeSignal, not an absl timed wait: those run on
-  // the wall clock here (common/wake_signal.h).
+  // the wall clock here (common/wake_signal.h); a WakeSignal waits on the
+  // daemon's clock (options.clock: a test's FakeClock drives the waits).
   WakeSignal state_wake_;
   // SayGoodbye was called: the session the coordinator then ends is not
   // reconnected, and its end is no warning.

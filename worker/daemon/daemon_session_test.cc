@@ -16,11 +16,14 @@
 #include <fstream>
 #include <memory>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/synchronization/notification.h"
+#include "common/clock.h"
 #include "common/safe_file.h"
 
 namespace trainctl::worker {
@@ -41,10 +44,12 @@ class FakeCoordinator final : public v1::WorkerService::Service {
     v1::WorkerMessage msg;
   };
 
-  grpc::Status Session(grpc::ServerContext*,
-                       grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override {
+  grpc::Status Session(
+      grpc::ServerContext*,
+      grpc::ServerReaderWriter<v1::CoordinatorMessage, v1::WorkerMessage>* stream) override {
     v1::WorkerMessage in;
-    if (!stream->Read(&in) || !in.has_register_()) return {grpc::StatusCode::INVALID_ARGUMENT, "register first"};
+    if (!stream->Read(&in) || !in.has_register_())
+      return {grpc::StatusCode::INVALID_ARGUMENT, "register first"};
     int session;
     int64_t acked;
     {
@@ -53,9 +58,12 @@ class FakeCoordinator final : public v1::WorkerService::Service {
       registers_.push_back(in.register_());
       acked = acked_;
     }
+    // A coordinator that is not ready yet (the first try is refused).
+    if (session == 1 && refuse_first_)
+      return {grpc::StatusCode::UNAVAILABLE, "coordinator starting"};
     v1::CoordinatorMessage ack;
     ack.mutable_register_ack()->set_worker_id("w-1");
-    ack.mutable_register_ack()->set_heartbeat_interval_ms(50);
+    ack.mutable_register_ack()->set_heartbeat_interval_ms(heartbeat_ms_);
     ack.mutable_register_ack()->set_telemetry_acked_seq(acked);
     if (!stream->Write(ack)) return grpc::Status::OK;
     if (session == 1 && send_stop_) {
@@ -90,7 +98,8 @@ class FakeCoordinator final : public v1::WorkerService::Service {
   }
 
   // Waits until `done` holds of what was received; false after kWait.
-  bool WaitFor(const std::function<bool(const std::vector<Received>&, const std::vector<v1::Register>&)>& done) {
+  bool WaitFor(const std::function<bool(const std::vector<Received>&,
+                                        const std::vector<v1::Register>&)>& done) {
     absl::MutexLock lock(&mu_);
     auto cond = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return done(received_, registers_); };
     return mu_.AwaitWithTimeout(absl::Condition(&cond), kWait);
@@ -105,14 +114,20 @@ class FakeCoordinator final : public v1::WorkerService::Service {
   }
 
   // Heartbeats come from a thread the session starts once registered.
-  bool WaitForHeartbeat() {
+  bool WaitForHeartbeat(int64_t n = 1) {
     absl::MutexLock lock(&mu_);
-    auto cond = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return heartbeats_ > 0; };
+    auto cond = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_) { return heartbeats_ >= n; };
     return mu_.AwaitWithTimeout(absl::Condition(&cond), kWait);
+  }
+  int64_t heartbeats() {
+    absl::MutexLock lock(&mu_);
+    return heartbeats_;
   }
 
   bool drop_first_session_at_checkpoint_ = false;
   bool send_stop_ = false;
+  bool refuse_first_ = false;
+  int heartbeat_ms_ = 50;
 
  private:
   absl::Mutex mu_;
@@ -167,6 +182,7 @@ class DaemonSessionTest : public ::testing::Test {
 
   std::string dir_;
   FaultFileEnv fault_env_;  // options_.file_env in tests of a failing disk
+  FakeClock clock_;         // options_.clock in tests of the session's waits
   DaemonOptions options_;
   FakeCoordinator fake_;
   std::unique_ptr<grpc::Server> server_;
@@ -207,7 +223,8 @@ TEST_F(DaemonSessionTest, AReportCutOffByACoordinatorOutageIsResentUnderItsSeqAf
   // coordinator knows; the end follows on the stream).
   EXPECT_EQ(regs[1].worker_id(), "w-1");
   std::vector<std::string> running;
-  for (const v1::RunningRank& r : regs[1].running()) running.push_back(absl::StrCat(r.rank(), "@", r.pid()));
+  for (const v1::RunningRank& r : regs[1].running())
+    running.push_back(absl::StrCat(r.rank(), "@", r.pid()));
   EXPECT_THAT(running, ElementsAre("0@42", "1@43"));
 
   // Resent in order, under the seqs they were first sent with.
@@ -216,11 +233,14 @@ TEST_F(DaemonSessionTest, AReportCutOffByACoordinatorOutageIsResentUnderItsSeqAf
   for (const FakeCoordinator::Received& r : fake_.received()) {
     if (r.session == 1 && r.msg.has_rank_status()) end_seq = r.msg.seq();
     if (r.session == 1 && r.msg.has_checkpoint()) ck_seq = r.msg.seq();
-    if (r.session == 2) second.push_back(absl::StrCat(r.msg.has_checkpoint() ? "checkpoint" : "end", "#", r.msg.seq()));
+    if (r.session == 2)
+      second.push_back(
+          absl::StrCat(r.msg.has_checkpoint() ? "checkpoint" : "end", "#", r.msg.seq()));
   }
   ASSERT_GT(end_seq, 0);
   EXPECT_EQ(ck_seq, end_seq + 1);
-  EXPECT_THAT(second, ElementsAre(absl::StrCat("end#", end_seq), absl::StrCat("checkpoint#", ck_seq)));
+  EXPECT_THAT(second,
+              ElementsAre(absl::StrCat("end#", end_seq), absl::StrCat("checkpoint#", ck_seq)));
 
   // The id is kept for the next start (0600: the ranks cannot read it).
   std::ifstream in(dir_ + "/worker-id");
@@ -294,7 +314,80 @@ TEST_F(DaemonSessionTest, AnIdThatCannotBeKeptIsSaidAndTheSessionGoesOn) {
   EXPECT_TRUE(session_->connected());
   EXPECT_EQ(session_->worker_id(), "w-1");
   session_->Send(Checkpoint(), true);
-  EXPECT_TRUE(fake_.WaitFor([](const std::vector<FakeCoordinator::Received>& got, auto&) { return !got.empty(); }));
+  EXPECT_TRUE(fake_.WaitFor(
+      [](const std::vector<FakeCoordinator::Received>& got, auto&) { return !got.empty(); }));
+}
+
+// The session's waits run on the daemon's clock (DaemonOptions::clock):
+// with a FakeClock, heartbeats an hour apart and an acknowledgement wait of
+// an hour end when the clock is advanced, not when real time passes (the
+// test would time out long before an hour). Each step first waits until
+// the waiters are inside their waits (FakeClock::AwaitWaiters), so their
+// deadlines are taken before the clock moves.
+TEST_F(DaemonSessionTest, HeartbeatsAndTheAcknowledgementWaitRunOnTheInjectedClock) {
+  options_.clock = &clock_;
+  fake_.heartbeat_ms_ = 3600 * 1000;
+  StartCoordinator();
+  SessionHooks hooks;
+  hooks.running_ranks = [] { return std::vector<v1::RunningRank>{}; };
+  hooks.on_message = [](const v1::CoordinatorMessage&) {};
+  session_ = NewSession(std::move(hooks));
+  session_->Start();
+  ASSERT_TRUE(fake_.WaitForHeartbeat(1));
+  // Only the heartbeat thread waits on the clock now (the session thread
+  // reads the stream): the next beat is due an hour of fake time from now.
+  ASSERT_TRUE(clock_.AwaitWaiters(1, kWait));
+  EXPECT_EQ(fake_.heartbeats(), 1);
+  clock_.Advance(absl::Hours(1));
+  ASSERT_TRUE(fake_.WaitForHeartbeat(2)) << "advancing the clock did not send the next heartbeat";
+
+  // The first session's coordinator acknowledges nothing: AwaitAcknowledged
+  // waits its whole timeout, an hour of the fake clock.
+  session_->Send(Checkpoint(), true);
+  ASSERT_TRUE(fake_.WaitFor(
+      [](const std::vector<FakeCoordinator::Received>& got, auto&) { return !got.empty(); }));
+  absl::Notification returned;
+  std::thread waiter([&] {
+    session_->AwaitAcknowledged(absl::Hours(1));
+    returned.Notify();
+  });
+  ASSERT_TRUE(clock_.AwaitWaiters(2, kWait));  // the heartbeat thread and the waiter
+  EXPECT_FALSE(returned.HasBeenNotified());
+  clock_.Advance(absl::Hours(1));
+  EXPECT_TRUE(returned.WaitForNotificationWithTimeout(kWait))
+      << "the acknowledgement wait ignored the clock";
+  waiter.join();
+  EXPECT_TRUE(session_->connected());
+  EXPECT_TRUE(fake_.WaitForHeartbeat(3));
+}
+
+// The reconnect backoff, too: a refused first try is retried when the fake
+// clock has moved past the backoff (at least half of reconnect_min, an
+// hour), and not before.
+TEST_F(DaemonSessionTest, TheReconnectBackoffRunsOnTheInjectedClock) {
+  options_.clock = &clock_;
+  fake_.refuse_first_ = true;
+  StartCoordinator();
+  options_.reconnect_min = absl::Hours(1);
+  options_.reconnect_max = absl::Hours(1);
+  SessionHooks hooks;
+  hooks.running_ranks = [] { return std::vector<v1::RunningRank>{}; };
+  hooks.on_message = [](const v1::CoordinatorMessage&) {};
+  session_ = NewSession(std::move(hooks));
+  ::testing::internal::CaptureStderr();
+  session_->Start();
+  ASSERT_TRUE(fake_.WaitFor([](auto&, auto& regs) { return regs.size() == 1; }));
+  // Never registered: no heartbeat thread; the one waiter is the backoff.
+  const bool waiting = clock_.AwaitWaiters(1, kWait);
+  const std::string log = ::testing::internal::GetCapturedStderr();
+  ASSERT_TRUE(waiting) << log;
+  EXPECT_THAT(log, HasSubstr("coordinator_unreachable")) << log;
+  EXPECT_EQ(fake_.registers().size(), 1u);
+  EXPECT_FALSE(session_->connected());
+  clock_.Advance(absl::Hours(1));
+  EXPECT_TRUE(fake_.WaitFor([](auto&, auto& regs) { return regs.size() == 2; }))
+      << "no retry after the backoff";
+  EXPECT_TRUE(fake_.WaitForHeartbeat(1));
 }
 
 }  // namespace

@@ -66,14 +66,16 @@ struct DirClaim {
 // file.
 // `env` (here and below): the file system's calls (common/file_env.h;
 // null: the real ones).
-absl::Status WriteFileAt(int dirfd, const std::string& name, const std::string& content, bool replace,
-                         FileEnv* env = nullptr);
+absl::Status WriteFileAt(int dirfd, const std::string& name, const std::string& content,
+                         bool replace, FileEnv* env = nullptr);
 
 // The claim of the directory open at `dirfd`; nullopt when it has none.
 // DATA_LOSS when the file is there but is not a claim (a link, garbage, or
 // written by a user `writers` does not trust).
-absl::StatusOr<std::optional<DirClaim>> ReadDirClaimAt(int dirfd, const ManifestWriters& writers = {});
-absl::StatusOr<std::optional<DirClaim>> ReadDirClaim(const std::string& dir, const ManifestWriters& writers = {});
+absl::StatusOr<std::optional<DirClaim>> ReadDirClaimAt(int dirfd,
+                                                       const ManifestWriters& writers = {});
+absl::StatusOr<std::optional<DirClaim>> ReadDirClaim(const std::string& dir,
+                                                     const ManifestWriters& writers = {});
 
 // PERMISSION_DENIED naming the directory and its owner when `claim` belongs
 // to neither `owner` nor `resume_owner` (a job resuming a job of that
@@ -92,8 +94,10 @@ absl::Status CheckDirClaim(const std::string& dir, const DirClaim& claim, const 
 // directory and why; `*err`, when given, gets the errno of a failed make
 // or probe (ENOSPC: waiting for space).
 absl::StatusOr<int> OpenCheckpointDir(const std::string& dir, const std::string& owner,
-                                      const std::string& resume_owner, const ManifestWriters& writers = {},
-                                      bool as_rank_user = false, int* err = nullptr, FileEnv* env = nullptr);
+                                      const std::string& resume_owner,
+                                      const ManifestWriters& writers = {},
+                                      bool as_rank_user = false, int* err = nullptr,
+                                      FileEnv* env = nullptr);
 
 // Before a job's ranks start: OpenCheckpointDir, then claims the directory
 // for `owner` unless already claimed and writes the job's manifest, both
@@ -104,13 +108,15 @@ absl::StatusOr<int> OpenCheckpointDir(const std::string& dir, const std::string&
 // ranks' filesystem identity (AsRankUser), so root makes nothing a job
 // chose and never follows a link the job planted. Without it (the daemon's
 // own default directories, or no rank user) the daemon does it itself.
-absl::Status ClaimCheckpointDir(const std::string& dir, const std::string& job_id, const std::string& owner,
-                                const std::string& resume_owner, const std::optional<RunAs>& made_as = std::nullopt,
+absl::Status ClaimCheckpointDir(const std::string& dir, const std::string& job_id,
+                                const std::string& owner, const std::string& resume_owner,
+                                const std::optional<RunAs>& made_as = std::nullopt,
                                 const ManifestWriters& writers = {}, FileEnv* env = nullptr);
 
 // OK when the directory open at `dirfd` holds `job_id`'s manifest: a
 // regular file owned by a user `writers` trusts that names the job.
-absl::Status CheckJobManifestAt(int dirfd, const std::string& job_id, const ManifestWriters& writers = {});
+absl::Status CheckJobManifestAt(int dirfd, const std::string& job_id,
+                                const ManifestWriters& writers = {});
 
 // The path to report for a checkpoint (or, `final_model`, the final model)
 // a rank of `job_id` said it wrote at `reported`: `named_dir`/<file> when
@@ -118,6 +124,7 @@ absl::Status CheckJobManifestAt(int dirfd, const std::string& job_id, const Mani
 // checkpoint directory (`dir`, canonical, or its `named_dir` form);
 // nullopt otherwise (a rank pointing at another file: not forwarded).
 std::optional<std::string> JobArtifactReport(const std::string& reported, const std::string& job_id,
-                                             const std::string& dir, const std::string& named_dir, bool final_model);
+                                             const std::string& dir, const std::string& named_dir,
+                                             bool final_model);
 
 }  // namespace trainctl::worker

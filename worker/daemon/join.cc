@@ -44,10 +44,13 @@ void FinishInterruptedSwap(const std::string& work_dir) {
 
 // The coordinators of `coordinator` ("a:7070" or a list), one channel each
 // with `security` (TLS verified for each address's own host name).
-std::unique_ptr<CoordinatorChannels> JoinChannels(const std::string& coordinator, const auth::ChannelSecurity& security) {
-  absl::StatusOr<std::vector<std::string>> list = ParseCoordinatorList(coordinator, "--coordinator");
+std::unique_ptr<CoordinatorChannels> JoinChannels(const std::string& coordinator,
+                                                  const auth::ChannelSecurity& security) {
+  absl::StatusOr<std::vector<std::string>> list =
+      ParseCoordinatorList(coordinator, "--coordinator");
   return std::make_unique<CoordinatorChannels>(
-      list.ok() ? *list : std::vector<std::string>{coordinator}, [security](const std::string& address) {
+      list.ok() ? *list : std::vector<std::string>{coordinator},
+      [security](const std::string& address) {
         grpc::ChannelArguments args;
         args.SetInt(GRPC_ARG_USE_LOCAL_SUBCHANNEL_POOL, 1);
         return auth::MakeChannel(address, security, args);
@@ -59,12 +62,14 @@ std::unique_ptr<CoordinatorChannels> JoinChannels(const std::string& coordinator
 // real clock, never an injected one.) Not idempotent
 // (a join token is spent once): sent again only where it certainly did not
 // run (a standby's answer, a connection never made).
-grpc::Status CallJoin(CoordinatorChannels& channels, const v1::JoinRequest& req, v1::JoinResponse* resp) {
-  return CallWithFailover(channels, absl::Now() + absl::Seconds(10), Idempotency::kNotIdempotent,
-                          [&](const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* ctx) {
-                            resp->Clear();
-                            return v1::AuthService::NewStub(channel)->Join(ctx, req, resp);
-                          });
+grpc::Status CallJoin(CoordinatorChannels& channels, const v1::JoinRequest& req,
+                      v1::JoinResponse* resp) {
+  return CallWithFailover(
+      channels, absl::Now() + absl::Seconds(10), Idempotency::kNotIdempotent,
+      [&](const std::shared_ptr<grpc::Channel>& channel, grpc::ClientContext* ctx) {
+        resp->Clear();
+        return v1::AuthService::NewStub(channel)->Join(ctx, req, resp);
+      });
 }
 
 }  // namespace
@@ -84,11 +89,13 @@ absl::StatusOr<WorkerIdentity> JoinedIdentity(const std::string& work_dir) {
 
 absl::StatusOr<WorkerIdentity> Join(const JoinOptions& o) {
   if (o.ca_file.empty()) {
-    return absl::InvalidArgumentError("--ca: required to join (the cluster CA verifies the coordinator)");
+    return absl::InvalidArgumentError(
+        "--ca: required to join (the cluster CA verifies the coordinator)");
   }
   std::error_code ec;
   std::filesystem::create_directories(o.work_dir, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("--work-dir ", o.work_dir, ": ", ec.message()));
+  if (ec)
+    return absl::InvalidArgumentError(absl::StrCat("--work-dir ", o.work_dir, ": ", ec.message()));
   absl::StatusOr<std::string> key = auth::NewPrivateKey();
   if (!key.ok()) return key.status();
   absl::StatusOr<std::string> csr = auth::NewCsr(*key, "trainctl-worker");
@@ -144,7 +151,8 @@ RenewResult RenewCertificateIfDue(const std::string& coordinator, const std::str
   absl::StatusOr<auth::CertValidity> validity =
       cert.ok() ? auth::CertValidityOf(*cert) : absl::StatusOr<auth::CertValidity>(cert.status());
   if (!validity.ok()) {
-    r.error = absl::Status(validity.status().code(), absl::StrCat(cert_file, ": ", validity.status().message()));
+    r.error = absl::Status(validity.status().code(),
+                           absl::StrCat(cert_file, ": ", validity.status().message()));
     return r;
   }
   const absl::Duration total = validity->not_after - validity->not_before;
@@ -197,7 +205,8 @@ RenewResult RenewCertificateIfDue(const std::string& coordinator, const std::str
   }
   r.renewed = true;
   r.expires = renewed->not_after;
-  r.next_check = std::clamp((renewed->not_after - renewed->not_before) / 20, absl::Seconds(1), absl::Hours(1));
+  r.next_check =
+      std::clamp((renewed->not_after - renewed->not_before) / 20, absl::Seconds(1), absl::Hours(1));
   return r;
 }
 

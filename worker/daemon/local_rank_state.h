@@ -70,13 +70,17 @@ class LocalRankState {
   bool waiting() const { return phase_ == RankPhase::kWaiting; }
   // Its process was started and has not exited.
   bool live() const {
-    return phase_ == RankPhase::kStarting || phase_ == RankPhase::kRunning || phase_ == RankPhase::kStopping;
+    return phase_ == RankPhase::kStarting || phase_ == RankPhase::kRunning ||
+           phase_ == RankPhase::kStopping;
   }
   // Ended and reported: nothing more is said about it.
   bool ended() const {
-    return phase_ == RankPhase::kSucceeded || phase_ == RankPhase::kFailed || phase_ == RankPhase::kStopped;
+    return phase_ == RankPhase::kSucceeded || phase_ == RankPhase::kFailed ||
+           phase_ == RankPhase::kStopped;
   }
-  bool stop_requested() const { return phase_ == RankPhase::kStopping || phase_ == RankPhase::kStopped; }
+  bool stop_requested() const {
+    return phase_ == RankPhase::kStopping || phase_ == RankPhase::kStopped;
+  }
   // The RankState the coordinator is told for this phase.
   v1::RankState proto() const;
   // The /metrics label: waiting, starting, running (ready or stopping), exited.

@@ -40,7 +40,8 @@ TEST(LocalRankState, LaunchReadyExitZeroSucceeds) {
 
 TEST(LocalRankState, ExitNonZeroFailsFromStartingOrRunning) {
   EXPECT_EQ(After({RankEvent::kLaunch, RankEvent::kExitNonZero}).proto(), v1::RANK_STATE_FAILED);
-  EXPECT_EQ(After({RankEvent::kLaunch, RankEvent::kReady, RankEvent::kExitNonZero}).proto(), v1::RANK_STATE_FAILED);
+  EXPECT_EQ(After({RankEvent::kLaunch, RankEvent::kReady, RankEvent::kExitNonZero}).proto(),
+            v1::RANK_STATE_FAILED);
   // An exit that is not a failure is a success even before ready (a short job).
   EXPECT_EQ(After({RankEvent::kLaunch, RankEvent::kExitZero}).proto(), v1::RANK_STATE_SUCCEEDED);
 }
@@ -59,7 +60,8 @@ TEST(LocalRankState, StopOfARunningProcessEndsStoppedWhateverTheExitCode) {
 }
 
 TEST(LocalRankState, StoppingAcceptsARepeatedStopAndALateReady) {
-  LocalRankState s = After({RankEvent::kLaunch, RankEvent::kStop, RankEvent::kStop, RankEvent::kReady});
+  LocalRankState s =
+      After({RankEvent::kLaunch, RankEvent::kStop, RankEvent::kStop, RankEvent::kReady});
   EXPECT_EQ(s.phase(), RankPhase::kStopping);
   // The ready is still reported as RUNNING, as the rank said it.
   EXPECT_EQ(s.proto(), v1::RANK_STATE_RUNNING);
@@ -96,7 +98,8 @@ TEST(LocalRankState, RefusesEventsThatMakeNoSense) {
     LocalRankState s;
     for (RankEvent e : c.before) ASSERT_TRUE(s.Apply(e));
     RankPhase before = s.phase();
-    EXPECT_FALSE(s.Apply(c.refused)) << RankPhaseName(before) << " + event " << static_cast<int>(c.refused);
+    EXPECT_FALSE(s.Apply(c.refused))
+        << RankPhaseName(before) << " + event " << static_cast<int>(c.refused);
     EXPECT_EQ(s.phase(), before);
   }
 }
@@ -110,8 +113,8 @@ TEST(LocalRankState, AnEndRefusesEverything) {
       {RankEvent::kLaunch, RankEvent::kStop, RankEvent::kExitNonZero},
   };
   for (const auto& path : ends) {
-    for (RankEvent e : {RankEvent::kLaunch, RankEvent::kLaunchFailed, RankEvent::kReady, RankEvent::kStop,
-                        RankEvent::kExitZero, RankEvent::kExitNonZero}) {
+    for (RankEvent e : {RankEvent::kLaunch, RankEvent::kLaunchFailed, RankEvent::kReady,
+                        RankEvent::kStop, RankEvent::kExitZero, RankEvent::kExitNonZero}) {
       LocalRankState s;
       for (RankEvent p : path) ASSERT_TRUE(s.Apply(p));
       RankPhase end = s.phase();

@@ -32,15 +32,17 @@
 #include "worker/daemon/slot_inventory.h"
 #include "worker/daemon/worker_daemon.h"
 
-ABSL_FLAG(std::string, coordinator, "localhost:7070",
-          "coordinator host:port, or a comma-separated list of them (active and standby coordinators): "
-          "a standby's answer leads to the active one, an unreachable one to the next");
+ABSL_FLAG(
+    std::string, coordinator, "localhost:7070",
+    "coordinator host:port, or a comma-separated list of them (active and standby coordinators): "
+    "a standby's answer leads to the active one, an unreachable one to the next");
 ABSL_FLAG(std::string, token_file, "",
           "file holding a worker-role token (trainctl token create --role worker); required");
 ABSL_FLAG(std::string, join_token, "",
           "a one-time join token (trainctl token create --role join): on first start, trade it for "
           "this worker's certificate (kept in --work-dir, reused on restarts); needs --ca");
-ABSL_FLAG(std::string, join_token_file, "", "a file holding the join token (instead of --join-token)");
+ABSL_FLAG(std::string, join_token_file, "",
+          "a file holding the join token (instead of --join-token)");
 ABSL_FLAG(std::string, ca, "",
           "cluster CA certificate (PEM): connect to the coordinator over TLS and verify it");
 ABSL_FLAG(std::string, cert, "",
@@ -54,10 +56,12 @@ ABSL_FLAG(int, slots, 0, "CPU slots to offer (default 1 on a host without GPUs);
 ABSL_FLAG(std::string, work_dir, "./trainctl-worker",
           "keeps the stable worker id and each rank's files and checkpoints");
 ABSL_FLAG(std::string, labels, "", "labels as key=value,key=value");
-ABSL_FLAG(std::string, address, "",
-          "address other hosts reach this one at: their ranks meet rank 0 there, and the coordinator accepts it "
-          "only when it is (or resolves to) the address this worker connects from, or one its token or "
-          "certificate names (default: this host's IP address on its route to the coordinator)");
+ABSL_FLAG(
+    std::string, address, "",
+    "address other hosts reach this one at: their ranks meet rank 0 there, and the coordinator "
+    "accepts it "
+    "only when it is (or resolves to) the address this worker connects from, or one its token or "
+    "certificate names (default: this host's IP address on its route to the coordinator)");
 ABSL_FLAG(std::string, rank_binary, "",
           "the rank process (default: trainctl-rank next to this binary, or in the build tree)");
 ABSL_FLAG(int, rank_timeout_s, 120, "collective and rendezvous timeout handed to ranks");
@@ -77,23 +81,28 @@ ABSL_FLAG(std::string, rank_user, "",
           "so they cannot read this daemon's key, token or other jobs' rank.conf; needs a daemon "
           "running as root (default: this daemon's user; the deploy/ units and images set "
           "trainctl-rank)");
-ABSL_FLAG(std::string, rank_uids, "",
-          "FIRST-LAST: run each job owner's ranks as a uid (and gid) of their own from this range, "
-          "the same on every worker, so that jobs of different owners cannot read each other's "
-          "files or signal each other's processes; ids no user or group of this host has; needs "
-          "--rank-user, whose groups the ranks get besides (default: every rank runs as --rank-user)");
+ABSL_FLAG(
+    std::string, rank_uids, "",
+    "FIRST-LAST: run each job owner's ranks as a uid (and gid) of their own from this range, "
+    "the same on every worker, so that jobs of different owners cannot read each other's "
+    "files or signal each other's processes; ids no user or group of this host has; needs "
+    "--rank-user, whose groups the ranks get besides (default: every rank runs as --rank-user)");
 ABSL_FLAG(std::string, cgroup_root, "/sys/fs/cgroup",
-          "where the cgroup filesystem is mounted: a job's `resources` limits are enforced with a cgroup per rank "
-          "there (v2, or v1's memory, cpu and pids hierarchies); \"\" turns them off (such jobs then fail to "
+          "where the cgroup filesystem is mounted: a job's `resources` limits are enforced with a "
+          "cgroup per rank "
+          "there (v2, or v1's memory, cpu and pids hierarchies); \"\" turns them off (such jobs "
+          "then fail to "
           "launch here, saying why)");
 ABSL_FLAG(std::string, python_dir, "",
           "directory holding the trainctl Python module, put on command ranks' PYTHONPATH "
           "(default: the source tree's python/ when run from a build tree, else none: the "
           "installed module is on Python's own path)");
-ABSL_FLAG(std::string, log_level, "info", "service log lines below this level are dropped: debug, info, warn, error");
-ABSL_FLAG(std::string, http_listen, "",
-          "HOST:PORT of an HTTP endpoint serving /metrics in Prometheus' text format (port 0: a free "
-          "one); empty (default): off");
+ABSL_FLAG(std::string, log_level, "info",
+          "service log lines below this level are dropped: debug, info, warn, error");
+ABSL_FLAG(
+    std::string, http_listen, "",
+    "HOST:PORT of an HTTP endpoint serving /metrics in Prometheus' text format (port 0: a free "
+    "one); empty (default): off");
 ABSL_FLAG(std::string, umask, "0077",
           "file mode mask for everything the daemon and its ranks create (work dir, rank files, "
           "checkpoints, models): 0077 keeps them to this user; 0027 shares them with its group "
@@ -110,7 +119,8 @@ using trainctl::worker::DaemonOptions;
 // ExitCode: 2 for a configuration that cannot work, 1 when the coordinator
 // could not be reached for a join (Unavailable: a restart may succeed).
 absl::Status Misconfigured(absl::string_view flag, absl::string_view message) {
-  return absl::InvalidArgumentError(flag.empty() ? std::string(message) : absl::StrCat(flag, ": ", message));
+  return absl::InvalidArgumentError(flag.empty() ? std::string(message)
+                                                 : absl::StrCat(flag, ": ", message));
 }
 
 int ExitCode(const absl::Status& s) { return s.code() == absl::StatusCode::kUnavailable ? 1 : 2; }
@@ -129,7 +139,8 @@ std::string DefaultRankBinary() {
 // Without --address: this host's IP on its route to the (first reachable)
 // coordinator, which the coordinator can verify (route_address.h); the host
 // name only when no coordinator resolves now.
-std::string DefaultAddress(const std::vector<std::string>& coordinators, const std::string& hostname) {
+std::string DefaultAddress(const std::vector<std::string>& coordinators,
+                           const std::string& hostname) {
   std::string why;
   for (const std::string& c : coordinators) {
     absl::StatusOr<std::string> ip = trainctl::worker::RouteSourceAddress(c);
@@ -140,14 +151,16 @@ std::string DefaultAddress(const std::vector<std::string>& coordinators, const s
       continue;
     }
     if (ip.ok()) {
-      trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", "address", {{"address", *ip}, {"route_to", c}});
+      trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", "address",
+                         {{"address", *ip}, {"route_to", c}});
       return *ip;
     }
     why = std::string(ip.status().message());
   }
   trainctl::LogEvent(trainctl::LogLevel::kWarn, "worker", "address",
-                     {{"address", hostname}, {"reason", absl::StrCat("no route to a coordinator (", why,
-                                                                       "); advertising the host name: set --address")}});
+                     {{"address", hostname},
+                      {"reason", absl::StrCat("no route to a coordinator (", why,
+                                              "); advertising the host name: set --address")}});
   return hostname;
 }
 
@@ -179,7 +192,8 @@ absl::StatusOr<DaemonOptions> BaseOptions() {
 absl::StatusOr<trainctl::worker::WorkerIdentity> JoinNow(const DaemonOptions& o) {
   std::string join_token = absl::GetFlag(FLAGS_join_token);
   if (!absl::GetFlag(FLAGS_join_token_file).empty()) {
-    absl::StatusOr<std::string> t = trainctl::auth::ReadTokenFile(absl::GetFlag(FLAGS_join_token_file));
+    absl::StatusOr<std::string> t =
+        trainctl::auth::ReadTokenFile(absl::GetFlag(FLAGS_join_token_file));
     if (!t.ok()) return Misconfigured("--join-token-file", t.status().message());
     join_token = *t;
   }
@@ -206,22 +220,26 @@ absl::StatusOr<trainctl::worker::WorkerIdentity> JoinNow(const DaemonOptions& o)
 // only then: a spent one may stay configured, or be deleted, after the join.
 absl::Status ResolveIdentity(DaemonOptions& o) {
   if (!o.cert_file.empty()) return absl::OkStatus();
-  absl::StatusOr<trainctl::worker::WorkerIdentity> id = trainctl::worker::JoinedIdentity(o.work_dir);
+  absl::StatusOr<trainctl::worker::WorkerIdentity> id =
+      trainctl::worker::JoinedIdentity(o.work_dir);
   if (!id.ok() && id.status().code() != absl::StatusCode::kNotFound) {
     return Misconfigured("", id.status().message());
   }
   const bool join_configured =
       !absl::GetFlag(FLAGS_join_token).empty() || !absl::GetFlag(FLAGS_join_token_file).empty();
   if (!id.ok() && join_configured) id = JoinNow(o);
-  if (!id.ok()) return id.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : id.status();
-  if (o.ca_file.empty()) return Misconfigured("", absl::StrCat(id->cert_file, " (joined): needs --ca"));
+  if (!id.ok())
+    return id.status().code() == absl::StatusCode::kNotFound ? absl::OkStatus() : id.status();
+  if (o.ca_file.empty())
+    return Misconfigured("", absl::StrCat(id->cert_file, " (joined): needs --ca"));
   trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", id->joined_now ? "joined" : "certificate",
                      {{"worker_id", id->worker_id}, {"cert", id->cert_file}});
   o.cert_file = id->cert_file;
   o.key_file = id->key_file;
   o.renew_certificate = true;
   // The daemon registers as its worker-id file says: the certificate's id.
-  if (absl::Status w = trainctl::auth::WritePrivateFile(o.work_dir + "/worker-id", id->worker_id); !w.ok()) {
+  if (absl::Status w = trainctl::auth::WritePrivateFile(o.work_dir + "/worker-id", id->worker_id);
+      !w.ok()) {
     return Misconfigured("", w.message());
   }
   return absl::OkStatus();
@@ -233,9 +251,10 @@ absl::Status ResolveTokenAndCa(DaemonOptions& o) {
   const std::string token_file = absl::GetFlag(FLAGS_token_file);
   if (o.cert_file.empty()) {
     if (token_file.empty()) {
-      return Misconfigured("--token_file",
-                           "required (a worker-role token: trainctl token create --role worker), unless "
-                           "--cert or --join-token is given");
+      return Misconfigured(
+          "--token_file",
+          "required (a worker-role token: trainctl token create --role worker), unless "
+          "--cert or --join-token is given");
     }
     absl::StatusOr<std::string> token = trainctl::auth::ReadTokenFile(token_file);
     if (!token.ok()) return Misconfigured("--token_file", token.status().message());
@@ -257,9 +276,12 @@ absl::Status ResolveRankUser(DaemonOptions& o) {
   if (!user.ok()) return Misconfigured("--rank-user", user.status().message());
   if (user->uid == geteuid()) return absl::OkStatus();
   if (geteuid() != 0) {
-    return Misconfigured("--rank-user", absl::StrCat("this daemon runs as uid ", geteuid(), ", not root: it cannot start "
-                                                     "ranks as ", name, " (uid ", user->uid,
-                                                     "); run it as root, or leave --rank-user out"));
+    return Misconfigured(
+        "--rank-user",
+        absl::StrCat("this daemon runs as uid ", geteuid(),
+                     ", not root: it cannot start "
+                     "ranks as ",
+                     name, " (uid ", user->uid, "); run it as root, or leave --rank-user out"));
   }
   o.rank_user = *std::move(user);
   return absl::OkStatus();
@@ -273,8 +295,9 @@ absl::Status ResolveRankUids(DaemonOptions& o) {
   absl::StatusOr<trainctl::worker::RankUidRange> range = trainctl::worker::ParseRankUids(text);
   if (!range.ok()) return Misconfigured("", range.status().message());
   if (!o.rank_user.has_value()) {
-    return Misconfigured("--rank-uids", "needs --rank-user (another user than this daemon's, whose groups every "
-                                        "owner's ranks get besides their own)");
+    return Misconfigured("--rank-uids",
+                         "needs --rank-user (another user than this daemon's, whose groups every "
+                         "owner's ranks get besides their own)");
   }
   if (absl::Status unused = trainctl::worker::CheckRankUidsUnused(*range); !unused.ok()) {
     return Misconfigured("", unused.message());
@@ -287,16 +310,19 @@ absl::Status ResolveRankUids(DaemonOptions& o) {
 absl::Status ApplyRankFlags(DaemonOptions& o) {
   if (absl::Status s = ResolveRankUser(o); !s.ok()) return s;
   if (absl::Status s = ResolveRankUids(o); !s.ok()) return s;
-  o.rank_binary = absl::GetFlag(FLAGS_rank_binary).empty() ? DefaultRankBinary() : absl::GetFlag(FLAGS_rank_binary);
+  o.rank_binary = absl::GetFlag(FLAGS_rank_binary).empty() ? DefaultRankBinary()
+                                                           : absl::GetFlag(FLAGS_rank_binary);
   o.rank_timeout_s = absl::GetFlag(FLAGS_rank_timeout_s);
   o.allow_commands = absl::GetFlag(FLAGS_allow_commands);
   o.cgroup_root = absl::GetFlag(FLAGS_cgroup_root);
   o.python_dir = absl::GetFlag(FLAGS_python_dir).empty() ? trainctl::worker::DefaultPythonDir()
                                                          : absl::GetFlag(FLAGS_python_dir);
-  for (auto [flag, roots, out] : {std::tuple{"--data-root", absl::GetFlag(FLAGS_data_root), &o.data_roots},
-                                  std::tuple{"--checkpoint-root", absl::GetFlag(FLAGS_checkpoint_root),
-                                             &o.checkpoint_roots}}) {
-    absl::StatusOr<std::vector<std::string>> canonical = trainctl::worker::CanonicalRoots(roots, flag);
+  for (auto [flag, roots, out] :
+       {std::tuple{"--data-root", absl::GetFlag(FLAGS_data_root), &o.data_roots},
+        std::tuple{"--checkpoint-root", absl::GetFlag(FLAGS_checkpoint_root),
+                   &o.checkpoint_roots}}) {
+    absl::StatusOr<std::vector<std::string>> canonical =
+        trainctl::worker::CanonicalRoots(roots, flag);
     if (!canonical.ok()) return Misconfigured("", canonical.status().message());
     *out = *canonical;
   }
@@ -308,7 +334,8 @@ absl::Status ParseLabels(const std::string& labels, std::map<std::string, std::s
   if (labels.empty()) return absl::OkStatus();
   for (absl::string_view kv : absl::StrSplit(labels, ',')) {
     std::vector<std::string> p = absl::StrSplit(kv, absl::MaxSplits('=', 1));
-    if (p.size() != 2 || p[0].empty()) return Misconfigured("--labels", absl::StrCat("expected key=value, got '", kv, "'"));
+    if (p.size() != 2 || p[0].empty())
+      return Misconfigured("--labels", absl::StrCat("expected key=value, got '", kv, "'"));
     out[p[0]] = p[1];
   }
   return absl::OkStatus();
@@ -333,7 +360,8 @@ absl::Status ApplyHostFlags(DaemonOptions& o) {
 absl::StatusOr<DaemonOptions> OptionsFromFlags() {
   absl::StatusOr<DaemonOptions> o = BaseOptions();
   if (!o.ok()) return o.status();
-  for (absl::Status (*step)(DaemonOptions&) : {ResolveIdentity, ResolveTokenAndCa, ApplyRankFlags, ApplyHostFlags}) {
+  for (absl::Status (*step)(DaemonOptions&) :
+       {ResolveIdentity, ResolveTokenAndCa, ApplyRankFlags, ApplyHostFlags}) {
     if (absl::Status s = step(*o); !s.ok()) return s;
   }
   if (absl::Status s = trainctl::SetLogLevelFlag(absl::GetFlag(FLAGS_log_level)); !s.ok()) return s;
@@ -349,16 +377,20 @@ int RunUntilStopSignal(const DaemonOptions& o) {
     std::cerr << "trainctl-worker: " << s.message() << "\n";
     return 2;
   }
-  const std::string metrics = daemon.http_address().empty() ? "" : "http://" + daemon.http_address() + "/metrics";
+  const std::string metrics =
+      daemon.http_address().empty() ? "" : "http://" + daemon.http_address() + "/metrics";
   std::cout << "trainctl-worker: " << o.slots.size() << " "
             << (o.slots[0].kind() == trainctl::v1::Slot::KIND_GPU ? "GPU" : "CPU")
             << " slot(s), coordinator " << o.coordinator << std::endl;
   if (!metrics.empty()) std::cout << "trainctl-worker: metrics on " << metrics << std::endl;
   trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", "started",
-                     {{"coordinator", o.coordinator}, {"slots", absl::StrCat(o.slots.size())},
-                      {"work_dir", o.work_dir}, {"metrics", metrics.empty() ? "off" : metrics}});
+                     {{"coordinator", o.coordinator},
+                      {"slots", absl::StrCat(o.slots.size())},
+                      {"work_dir", o.work_dir},
+                      {"metrics", metrics.empty() ? "off" : metrics}});
   trainctl::WaitForStopSignal();
-  trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", "stopping", {{"reason", "stop signal"}, {"then", "stop ranks, say goodbye"}});
+  trainctl::LogEvent(trainctl::LogLevel::kInfo, "worker", "stopping",
+                     {{"reason", "stop signal"}, {"then", "stop ranks, say goodbye"}});
   daemon.Shutdown(/*goodbye=*/true, absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s)));
   return 0;
 }
@@ -368,7 +400,8 @@ int RunUntilStopSignal(const DaemonOptions& o) {
 int main(int argc, char** argv) {
   trainctl::ParseDaemonFlags(
       argc, argv,
-      "trainctl-worker --coordinator HOST:PORT[,HOST:PORT] --ca CA [--join-token T | --token-file F] [--gpus all|0,1 | --slots N] [--work-dir DIR]\n"
+      "trainctl-worker --coordinator HOST:PORT[,HOST:PORT] --ca CA [--join-token T | --token-file "
+      "F] [--gpus all|0,1 | --slots N] [--work-dir DIR]\n"
       "The per-host daemon: registers this host's GPUs or CPU slots, launches and supervises "
       "rank processes, forwards their metrics and logs.",
       "worker/daemon/main.cc");

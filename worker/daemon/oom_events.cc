@@ -61,7 +61,8 @@ std::string OomEventsFile(const std::string& cgroup_root, absl::string_view proc
       candidates.push_back({cgroup_root + "/unified", "memory.events", l.path});
     } else {
       for (const std::string& c : l.controllers) {
-        if (c == "memory") candidates.push_back({cgroup_root + "/memory", "memory.oom_control", l.path});
+        if (c == "memory")
+          candidates.push_back({cgroup_root + "/memory", "memory.oom_control", l.path});
       }
     }
   }
@@ -70,7 +71,8 @@ std::string OomEventsFile(const std::string& cgroup_root, absl::string_view proc
     // own cgroup at the mount root while /proc/self/cgroup names the host's.
     absl::string_view path = c.path;
     while (true) {
-      std::string file = c.mount + std::string(path) + (absl::EndsWith(path, "/") ? "" : "/") + c.file;
+      std::string file =
+          c.mount + std::string(path) + (absl::EndsWith(path, "/") ? "" : "/") + c.file;
       if (fs::exists(file, ec) && ParseOomKillCount(ReadFile(file)).has_value()) return file;
       if (path.empty() || path == "/") break;
       size_t slash = path.find('/', 1);

@@ -31,7 +31,9 @@ namespace trainctl::worker {
 std::optional<int64_t> ParseKeyedValue(absl::string_view text, absl::string_view key);
 // The `oom_kill N` value of a memory.events / memory.oom_control text, or
 // nullopt when it has none.
-inline std::optional<int64_t> ParseOomKillCount(absl::string_view text) { return ParseKeyedValue(text, "oom_kill"); }
+inline std::optional<int64_t> ParseOomKillCount(absl::string_view text) {
+  return ParseKeyedValue(text, "oom_kill");
+}
 
 // One line of /proc/self/cgroup: "0::/path" (cgroup v2) or
 // "4:memory,cpu:/path" (v1: the hierarchy's controllers).

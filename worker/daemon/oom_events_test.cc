@@ -28,7 +28,8 @@ TEST(OomEvents, FindsTheFileOfThisCgroupOrTheContainersRoot) {
   fs::remove_all(root);
   // cgroup v2: the full path exists.
   Write(root / "app/worker/memory.events", "oom 1\noom_kill 1\n");
-  EXPECT_EQ(OomEventsFile(root.string(), "0::/app/worker\n"), (root / "app/worker/memory.events").string());
+  EXPECT_EQ(OomEventsFile(root.string(), "0::/app/worker\n"),
+            (root / "app/worker/memory.events").string());
   // cgroup v1 in a container: /proc/self/cgroup names the host's path, the
   // mount shows the container's cgroup at its root.
   Write(root / "memory/memory.oom_control", "oom_kill_disable 0\nunder_oom 0\noom_kill 4\n");

@@ -25,7 +25,8 @@ bool Inside(const fs::path& p, const fs::path& root) {
 }  // namespace
 
 absl::StatusOr<std::string> ResolveJobPath(const std::string& field, const std::string& path,
-                                           const std::string& base, const std::vector<std::string>& roots,
+                                           const std::string& base,
+                                           const std::vector<std::string>& roots,
                                            const std::string& flag) {
   if (path.empty()) return absl::InvalidArgumentError(absl::StrCat(field, ": empty path"));
   fs::path p(path);
@@ -40,9 +41,9 @@ absl::StatusOr<std::string> ResolveJobPath(const std::string& field, const std::
   for (const std::string& root : roots) {
     if (Inside(canonical, fs::path(root))) return canonical.string();
   }
-  return absl::FailedPreconditionError(absl::StrCat(field, ": '", path, "' (", canonical.string(),
-                                                    ") is outside every ", flag, " of this worker (",
-                                                    absl::StrJoin(roots, ", "), ")"));
+  return absl::FailedPreconditionError(
+      absl::StrCat(field, ": '", path, "' (", canonical.string(), ") is outside every ", flag,
+                   " of this worker (", absl::StrJoin(roots, ", "), ")"));
 }
 
 absl::StatusOr<std::vector<std::string>> CanonicalRoots(const std::vector<std::string>& roots,
@@ -53,7 +54,8 @@ absl::StatusOr<std::vector<std::string>> CanonicalRoots(const std::vector<std::s
     std::error_code ec;
     fs::path c = fs::canonical(r, ec);
     if (ec || !fs::is_directory(c, ec)) {
-      return absl::InvalidArgumentError(absl::StrCat(flag, ": '", r, "' is not an existing directory"));
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": '", r, "' is not an existing directory"));
     }
     out.push_back(c.string());
   }
@@ -72,9 +74,9 @@ std::vector<std::string> DefaultDataRoots(const std::string& work_dir) {
   return out;
 }
 
-absl::StatusOr<CheckpointDir> ResolveCheckpointDir(const v1::JobSpec& spec, const std::string& job_id,
-                                                   const std::string& owner, const std::string& work_dir,
-                                                   const std::string& base, const std::vector<std::string>& roots) {
+absl::StatusOr<CheckpointDir> ResolveCheckpointDir(
+    const v1::JobSpec& spec, const std::string& job_id, const std::string& owner,
+    const std::string& work_dir, const std::string& base, const std::vector<std::string>& roots) {
   const std::string& dir = spec.checkpoint().dir();
   if (dir.empty()) {
     const fs::path d = roots.empty() ? fs::path(work_dir) / "jobs" / job_id / "checkpoints"
@@ -87,14 +89,17 @@ absl::StatusOr<CheckpointDir> ResolveCheckpointDir(const v1::JobSpec& spec, cons
     const fs::path real = fs::weakly_canonical(abs, ec);
     return CheckpointDir{ec ? abs : NormalDirPath(real.string()), abs};
   }
-  absl::StatusOr<std::string> canonical = ResolveJobPath("checkpoint.dir", dir, base, roots, "--checkpoint-root");
+  absl::StatusOr<std::string> canonical =
+      ResolveJobPath("checkpoint.dir", dir, base, roots, "--checkpoint-root");
   if (!canonical.ok()) return canonical.status();
   const fs::path p(dir);
-  return CheckpointDir{*canonical, NormalDirPath((p.is_relative() ? fs::path(base) / p : p).string())};
+  return CheckpointDir{*canonical,
+                       NormalDirPath((p.is_relative() ? fs::path(base) / p : p).string())};
 }
 
 absl::Status ResolveDataPaths(rankproto::FlatConfig& config, const std::string& base,
-                              const std::vector<std::string>& data_roots, const std::string& roots_name) {
+                              const std::vector<std::string>& data_roots,
+                              const std::string& roots_name) {
   for (auto& [key, value] : config) {
     const bool data_file = absl::StartsWith(key, "data.") &&
                            (absl::EndsWith(key, ".path") || absl::EndsWith(key, ".images") ||

@@ -26,7 +26,8 @@ namespace trainctl::worker {
 // path and the roots when it is outside all of them; `flag` names the flag
 // that sets them ("--data-root").
 absl::StatusOr<std::string> ResolveJobPath(const std::string& field, const std::string& path,
-                                           const std::string& base, const std::vector<std::string>& roots,
+                                           const std::string& base,
+                                           const std::vector<std::string>& roots,
                                            const std::string& flag);
 
 // Canonical absolute forms of `roots` (for DaemonOptions); INVALID_ARGUMENT
@@ -43,7 +44,8 @@ inline constexpr const char* kSystemDataDirs[] = {"/usr/share/datasets"};
 std::vector<std::string> DefaultDataRoots(const std::string& work_dir);
 
 // How errors name DefaultDataRoots (in place of "--data-root").
-inline constexpr char kDefaultDataRootsName[] = "data root (without --data-root: the work dir and /usr/share/datasets)";
+inline constexpr char kDefaultDataRootsName[] =
+    "data root (without --data-root: the work dir and /usr/share/datasets)";
 
 // A job's checkpoint directory on this worker: `path` (canonical) is where
 // its ranks write; `named` the same directory as the job names it (the
@@ -56,9 +58,9 @@ struct CheckpointDir {
 };
 // checkpoint.dir resolved under --checkpoint-root (`roots`); unset, it is
 // <roots[0]>/<owner>/<job id> with roots, else <work_dir>/jobs/<job id>/checkpoints.
-absl::StatusOr<CheckpointDir> ResolveCheckpointDir(const v1::JobSpec& spec, const std::string& job_id,
-                                                   const std::string& owner, const std::string& work_dir,
-                                                   const std::string& base, const std::vector<std::string>& roots);
+absl::StatusOr<CheckpointDir> ResolveCheckpointDir(
+    const v1::JobSpec& spec, const std::string& job_id, const std::string& owner,
+    const std::string& work_dir, const std::string& base, const std::vector<std::string>& roots);
 
 // Rewrites every data and model file path in a rank config (data.*.path,
 // data.*.images, data.*.labels, model.path) through ResolveJobPath with

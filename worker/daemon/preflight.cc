@@ -48,12 +48,16 @@ bool ReadHead(const std::string& path, size_t n, std::string* head, std::string*
 // IDX: two zero bytes, type 0x08 (unsigned byte), then the dimension count.
 // A gzip file (MNIST ships them so) is checked by the rank when it inflates it.
 std::string CheckIdx(const std::string& head, int dims) {
-  if (head.size() >= 2 && static_cast<unsigned char>(head[0]) == 0x1f && static_cast<unsigned char>(head[1]) == 0x8b) {
+  if (head.size() >= 2 && static_cast<unsigned char>(head[0]) == 0x1f &&
+      static_cast<unsigned char>(head[1]) == 0x8b) {
     return "";
   }
   if (head.size() < 4) return "is shorter than an IDX header (4 bytes)";
-  if (head[0] != 0 || head[1] != 0 || head[2] != 0x08) return "has no IDX header (expected 00 00 08 ..)";
-  if (head[3] != dims) return absl::StrCat("is an IDX file of ", static_cast<int>(head[3]), " dimensions, expected ", dims);
+  if (head[0] != 0 || head[1] != 0 || head[2] != 0x08)
+    return "has no IDX header (expected 00 00 08 ..)";
+  if (head[3] != dims)
+    return absl::StrCat("is an IDX file of ", static_cast<int>(head[3]), " dimensions, expected ",
+                        dims);
   return "";
 }
 
@@ -67,13 +71,16 @@ void CheckFile(const std::string& field, const std::string& path, const std::str
   if (kind == "idx3") why = CheckIdx(head, 3);
   if (kind == "idx1") why = CheckIdx(head, 1);
   if (kind == "csv" && head.empty()) why = "is empty";
-  if (kind == "zip" && head.rfind("PK\x03\x04", 0) != 0) why = "is not a torch.save/TorchScript zip archive";
+  if (kind == "zip" && head.rfind("PK\x03\x04", 0) != 0)
+    why = "is not a torch.save/TorchScript zip archive";
   if (!why.empty()) problems->push_back(absl::StrCat(field, " ", path, ": ", why));
 }
 
-void CheckEngineFiles(const v1::JobSpec& spec, const PreflightContext& ctx, std::vector<std::string>* problems) {
+void CheckEngineFiles(const v1::JobSpec& spec, const PreflightContext& ctx,
+                      std::vector<std::string>* problems) {
   rankproto::FlatConfig flat = JobSpecToFlat(spec);
-  if (absl::Status s = ResolveDataPaths(flat, ctx.base_dir, ctx.data_roots, ctx.data_roots_name); !s.ok()) {
+  if (absl::Status s = ResolveDataPaths(flat, ctx.base_dir, ctx.data_roots, ctx.data_roots_name);
+      !s.ok()) {
     problems->push_back(std::string(s.message()));
     return;
   }
@@ -97,10 +104,10 @@ void CheckEngineFiles(const v1::JobSpec& spec, const PreflightContext& ctx, std:
 
 bool IsNoSpace(int err) { return err == ENOSPC || err == EDQUOT; }
 
-void CheckCheckpointDir(const v1::JobSpec& spec, const PreflightContext& ctx, std::vector<std::string>* problems,
-                        int* space_problems) {
-  absl::StatusOr<CheckpointDir> d =
-      ResolveCheckpointDir(spec, ctx.job_id, ctx.owner, ctx.work_dir, ctx.base_dir, ctx.checkpoint_roots);
+void CheckCheckpointDir(const v1::JobSpec& spec, const PreflightContext& ctx,
+                        std::vector<std::string>* problems, int* space_problems) {
+  absl::StatusOr<CheckpointDir> d = ResolveCheckpointDir(spec, ctx.job_id, ctx.owner, ctx.work_dir,
+                                                         ctx.base_dir, ctx.checkpoint_roots);
   if (!d.ok()) {
     problems->push_back(std::string(d.status().message()));
     return;
@@ -109,8 +116,8 @@ void CheckCheckpointDir(const v1::JobSpec& spec, const PreflightContext& ctx, st
   // The launch's own path (job_dir.h): made and opened by a walk that
   // follows no link, probed, its claim checked, as the ranks' user.
   int err = 0;
-  absl::StatusOr<int> opened = OpenCheckpointDir(dir, ctx.owner, ctx.resume_owner, ctx.manifest_writers,
-                                                 ctx.as_rank_user, &err);
+  absl::StatusOr<int> opened = OpenCheckpointDir(dir, ctx.owner, ctx.resume_owner,
+                                                 ctx.manifest_writers, ctx.as_rank_user, &err);
   if (!opened.ok()) {
     if (IsNoSpace(err)) ++*space_problems;
     problems->push_back(std::string(opened.status().message()));
@@ -123,31 +130,35 @@ void CheckCheckpointDir(const v1::JobSpec& spec, const PreflightContext& ctx, st
     const uint64_t free_bytes = static_cast<uint64_t>(st.f_bavail) * st.f_frsize;
     if (free_bytes < static_cast<uint64_t>(ctx.checkpoint_bytes)) {
       ++*space_problems;
-      problems->push_back(absl::StrCat("checkpoint.dir ", dir, ": ", free_bytes, " bytes free, one checkpoint needs ",
-                                       ctx.checkpoint_bytes));
+      problems->push_back(absl::StrCat("checkpoint.dir ", dir, ": ", free_bytes,
+                                       " bytes free, one checkpoint needs ", ctx.checkpoint_bytes));
     }
   }
 }
 
-void CheckCommand(const v1::JobSpec& spec, const PreflightContext& ctx, std::vector<std::string>* problems) {
+void CheckCommand(const v1::JobSpec& spec, const PreflightContext& ctx,
+                  std::vector<std::string>* problems) {
   if (!ctx.allow_commands) {
-    problems->push_back("this worker does not run commands (start trainctl-worker with --allow-commands)");
+    problems->push_back(
+        "this worker does not run commands (start trainctl-worker with --allow-commands)");
     return;
   }
   const v1::CommandSpec& cmd = spec.command();
   std::error_code ec;
   std::string dir = ctx.base_dir;
-  const bool code = cmd.has_code();  // working_dir and a relative program: inside the code, not here yet
+  const bool code =
+      cmd.has_code();  // working_dir and a relative program: inside the code, not here yet
   if (!code && !cmd.working_dir().empty()) {
     absl::StatusOr<std::string> d =
-        ResolveJobPath("command.working_dir", cmd.working_dir(), ctx.base_dir, ctx.command_dir_roots,
-                       "--data-root");
+        ResolveJobPath("command.working_dir", cmd.working_dir(), ctx.base_dir,
+                       ctx.command_dir_roots, "--data-root");
     if (!d.ok()) {
       problems->push_back(std::string(d.status().message()));
       return;
     }
     if (!fs::is_directory(*d, ec)) {
-      problems->push_back(absl::StrCat("command.working_dir ", *d, ": not a directory on this worker"));
+      problems->push_back(
+          absl::StrCat("command.working_dir ", *d, ": not a directory on this worker"));
       return;
     }
     dir = *d;
@@ -157,8 +168,9 @@ void CheckCommand(const v1::JobSpec& spec, const PreflightContext& ctx, std::vec
   // A script submitted as `trainctl run/submit train.py` runs under its
   // --python (default python3): say where that came from.
   const std::string base = fs::path(program).filename().string();
-  const std::string interpreter =
-      absl::StartsWith(base, "python") ? " (the Python interpreter: `trainctl run/submit --python`)" : "";
+  const std::string interpreter = absl::StartsWith(base, "python")
+                                      ? " (the Python interpreter: `trainctl run/submit --python`)"
+                                      : "";
   if (program.find('/') == std::string::npos) {
     const char* path = std::getenv("PATH");
     const std::string search = path != nullptr ? path : "/usr/bin:/bin";
@@ -166,36 +178,41 @@ void CheckCommand(const v1::JobSpec& spec, const PreflightContext& ctx, std::vec
       std::string candidate = absl::StrCat(d.empty() ? "." : d, "/", program);
       if (::access(candidate.c_str(), X_OK) == 0 && !fs::is_directory(candidate, ec)) return;
     }
-    problems->push_back(absl::StrCat("command.argv[0] ", program, ": not found on this worker's PATH (",
-                                     search.size() > 512 ? search.substr(0, 512) + "..." : search, ")", interpreter));
+    problems->push_back(absl::StrCat(
+        "command.argv[0] ", program, ": not found on this worker's PATH (",
+        search.size() > 512 ? search.substr(0, 512) + "..." : search, ")", interpreter));
     return;
   }
   // A relative program resolves against the working directory (the rank's
   // scratch directory when none is set: that one the daemon makes, so only
   // an absolute path or a working_dir can be checked).
   if (program[0] != '/' && (code || cmd.working_dir().empty())) return;
-  const std::string resolved = program[0] == '/' ? program : (fs::path(dir) / program).lexically_normal().string();
+  const std::string resolved =
+      program[0] == '/' ? program : (fs::path(dir) / program).lexically_normal().string();
   if (::access(resolved.c_str(), X_OK) != 0) {
     problems->push_back(absl::StrCat("command.argv[0] ", resolved, ": ",
-                                     fs::exists(resolved, ec) ? "not executable" : "no such file", interpreter));
+                                     fs::exists(resolved, ec) ? "not executable" : "no such file",
+                                     interpreter));
   }
 }
 
-void CheckGpus(const v1::JobSpec& spec, const PreflightContext& ctx, std::vector<std::string>* problems) {
+void CheckGpus(const v1::JobSpec& spec, const PreflightContext& ctx,
+               std::vector<std::string>* problems) {
   if (ctx.gpu_indices.empty()) return;
   std::error_code ec;
   for (int i : ctx.gpu_indices) {
     const std::string node = absl::StrCat(ctx.dev_dir, "/nvidia", i);
     if (!fs::exists(node, ec)) {
-      problems->push_back(absl::StrCat("GPU ", i, ": ", node, " is missing (the device is not visible to this worker)"));
+      problems->push_back(absl::StrCat("GPU ", i, ": ", node,
+                                       " is missing (the device is not visible to this worker)"));
     }
   }
   if (spec.has_command()) return;  // the user's program brings its own NCCL
   void* lib = ::dlopen("libnccl.so.2", RTLD_NOW | RTLD_LOCAL);
   if (lib == nullptr) {
     const char* why = ::dlerror();
-    problems->push_back(absl::StrCat("NCCL: libnccl.so.2 does not load on this worker (", why != nullptr ? why : "unknown",
-                                     ")"));
+    problems->push_back(absl::StrCat("NCCL: libnccl.so.2 does not load on this worker (",
+                                     why != nullptr ? why : "unknown", ")"));
     return;
   }
   ::dlclose(lib);

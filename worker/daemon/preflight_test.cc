@@ -39,7 +39,9 @@ class PreflightTest : public ::testing::Test {
     EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
     return p.spec;
   }
-  static std::string Idx(int dims) { return std::string("\0\0\x08", 3) + std::string(1, static_cast<char>(dims)) + "rest"; }
+  static std::string Idx(int dims) {
+    return std::string("\0\0\x08", 3) + std::string(1, static_cast<char>(dims)) + "rest";
+  }
 
   fs::path dir_;
   PreflightContext ctx_;
@@ -51,7 +53,8 @@ const char kIdxJob[] =
 
 TEST_F(PreflightTest, PresentFilesWithTheirHeadersPass) {
   Write("data/img", Idx(3));
-  Write("data/lbl", std::string("\x1f\x8b\x08\0gz", 6));  // gzip IDX (MNIST's .gz): inflated by the rank
+  Write("data/lbl",
+        std::string("\x1f\x8b\x08\0gz", 6));  // gzip IDX (MNIST's .gz): inflated by the rank
   EXPECT_THAT(PreflightProblems(Spec(kIdxJob), ctx_), IsEmpty());
   EXPECT_TRUE(fs::is_directory(dir_ / "work/jobs/j-1/checkpoints"));
 }
@@ -65,7 +68,8 @@ TEST_F(PreflightTest, MissingFileAndWrongHeaderAreEachNamed) {
   Write("data/img", "P5 28 28");
   Write("data/lbl", Idx(1));
   EXPECT_THAT(PreflightProblems(Spec(kIdxJob), ctx_),
-              ElementsAre(HasSubstr("data.train.images " + (dir_ / "data/img").string() + ": has no IDX header")));
+              ElementsAre(HasSubstr("data.train.images " + (dir_ / "data/img").string() +
+                                    ": has no IDX header")));
 }
 
 TEST_F(PreflightTest, CsvMustBeNonEmptyAndCheckpointDirWritable) {
@@ -92,21 +96,29 @@ TEST_F(PreflightTest, NoRoomForOneCheckpointIsAProblem) {
 
 TEST_F(PreflightTest, CommandChecksWorkingDirAndProgram) {
   ctx_.allow_commands = true;
-  EXPECT_THAT(PreflightProblems(Spec("name: t\ncommand: {argv: [sh, -c, 'true']}\n"), ctx_), IsEmpty());
+  EXPECT_THAT(PreflightProblems(Spec("name: t\ncommand: {argv: [sh, -c, 'true']}\n"), ctx_),
+              IsEmpty());
   EXPECT_THAT(PreflightProblems(Spec("name: t\ncommand: {argv: [no-such-program-xyz]}\n"), ctx_),
-              ElementsAre(absl::StrCat("command.argv[0] no-such-program-xyz: not found on this worker's PATH (",
-                                       std::getenv("PATH"), ")")));
+              ElementsAre(absl::StrCat(
+                  "command.argv[0] no-such-program-xyz: not found on this worker's PATH (",
+                  std::getenv("PATH"), ")")));
   // The interpreter of `trainctl run/submit train.py` says where it came from.
-  EXPECT_THAT(PreflightProblems(Spec("name: t\ncommand: {argv: [python9.99-nothere, t.py]}\n"), ctx_),
-              ElementsAre(AllOf(HasSubstr("command.argv[0] python9.99-nothere: not found on this worker's PATH"),
-                                HasSubstr("(the Python interpreter: `trainctl run/submit --python`)"))));
-  EXPECT_THAT(PreflightProblems(Spec("name: t\ncommand: {argv: [/opt/nothere/bin/python3, t.py]}\n"), ctx_),
-              ElementsAre("command.argv[0] /opt/nothere/bin/python3: no such file (the Python interpreter: "
-                          "`trainctl run/submit --python`)"));
-  EXPECT_THAT(PreflightProblems(Spec("name: t\ncommand: {argv: [./train.py], working_dir: nowhere}\n"), ctx_),
-              ElementsAre("command.working_dir " + (dir_ / "nowhere").string() + ": not a directory on this worker"));
-  EXPECT_THAT(PreflightProblems(Spec("name: t\ncommand: {argv: [./train.py], working_dir: data}\n"), ctx_),
-              ElementsAre("command.argv[0] " + (dir_ / "data/train.py").string() + ": no such file"));
+  EXPECT_THAT(
+      PreflightProblems(Spec("name: t\ncommand: {argv: [python9.99-nothere, t.py]}\n"), ctx_),
+      ElementsAre(
+          AllOf(HasSubstr("command.argv[0] python9.99-nothere: not found on this worker's PATH"),
+                HasSubstr("(the Python interpreter: `trainctl run/submit --python`)"))));
+  EXPECT_THAT(
+      PreflightProblems(Spec("name: t\ncommand: {argv: [/opt/nothere/bin/python3, t.py]}\n"), ctx_),
+      ElementsAre("command.argv[0] /opt/nothere/bin/python3: no such file (the Python interpreter: "
+                  "`trainctl run/submit --python`)"));
+  EXPECT_THAT(PreflightProblems(
+                  Spec("name: t\ncommand: {argv: [./train.py], working_dir: nowhere}\n"), ctx_),
+              ElementsAre("command.working_dir " + (dir_ / "nowhere").string() +
+                          ": not a directory on this worker"));
+  EXPECT_THAT(
+      PreflightProblems(Spec("name: t\ncommand: {argv: [./train.py], working_dir: data}\n"), ctx_),
+      ElementsAre("command.argv[0] " + (dir_ / "data/train.py").string() + ": no such file"));
   ctx_.allow_commands = false;
   EXPECT_THAT(PreflightProblems(Spec("name: t\ncommand: {argv: [sh]}\n"), ctx_),
               ElementsAre(HasSubstr("this worker does not run commands")));
@@ -138,7 +150,8 @@ TEST_F(PreflightTest, AnotherOwnersCheckpointDirIsRefusedNamingTheOwner) {
   ctx_.owner = "bob";
   std::vector<std::string> problems = PreflightProblems(spec, ctx_);
   ASSERT_EQ(problems.size(), 1u);
-  EXPECT_THAT(problems[0], HasSubstr("checkpoint.dir " + team + " belongs to 'alice' (claimed by job a-1)"));
+  EXPECT_THAT(problems[0],
+              HasSubstr("checkpoint.dir " + team + " belongs to 'alice' (claimed by job a-1)"));
   ctx_.resume_owner = "alice";
   EXPECT_THAT(PreflightProblems(spec, ctx_), IsEmpty()) << "bob resumes alice's job";
   ctx_.owner = "alice";

@@ -21,9 +21,9 @@
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_join.h"
 #include "absl/strings/str_split.h"
+#include "common/log.h"
 #include "google/protobuf/struct.pb.h"
 #include "google/protobuf/util/json_util.h"
-#include "common/log.h"
 #include "worker/daemon/oom_events.h"
 #include "worker/daemon/rank_table_internal.h"
 
@@ -34,25 +34,36 @@ namespace {
 // The failure kind of a rank's own error line.
 v1::FailureKind FailureKindOf(rankproto::ErrorKind kind) {
   switch (kind) {
-    case rankproto::ErrorKind::kConfig: return v1::FAILURE_KIND_CONFIG;
-    case rankproto::ErrorKind::kCollective: return v1::FAILURE_KIND_COLLECTIVE;
-    case rankproto::ErrorKind::kRendezvous: return v1::FAILURE_KIND_RENDEZVOUS;
-    case rankproto::ErrorKind::kDiskFull: return v1::FAILURE_KIND_DISK_FULL;
-    case rankproto::ErrorKind::kData: return v1::FAILURE_KIND_DATA;
-    case rankproto::ErrorKind::kOutOfMemory: return v1::FAILURE_KIND_OUT_OF_MEMORY;
-    case rankproto::ErrorKind::kNan: return v1::FAILURE_KIND_NAN;
-    case rankproto::ErrorKind::kResume: return v1::FAILURE_KIND_RESUME;
-    default: return v1::FAILURE_KIND_EXIT;
+    case rankproto::ErrorKind::kConfig:
+      return v1::FAILURE_KIND_CONFIG;
+    case rankproto::ErrorKind::kCollective:
+      return v1::FAILURE_KIND_COLLECTIVE;
+    case rankproto::ErrorKind::kRendezvous:
+      return v1::FAILURE_KIND_RENDEZVOUS;
+    case rankproto::ErrorKind::kDiskFull:
+      return v1::FAILURE_KIND_DISK_FULL;
+    case rankproto::ErrorKind::kData:
+      return v1::FAILURE_KIND_DATA;
+    case rankproto::ErrorKind::kOutOfMemory:
+      return v1::FAILURE_KIND_OUT_OF_MEMORY;
+    case rankproto::ErrorKind::kNan:
+      return v1::FAILURE_KIND_NAN;
+    case rankproto::ErrorKind::kResume:
+      return v1::FAILURE_KIND_RESUME;
+    default:
+      return v1::FAILURE_KIND_EXIT;
   }
 }
 
 // How a command rank (the user's program) ended: which rank, how and, for a
 // Python exception, its line.
 std::string CommandExitMessage(int32_t rank, int code, int signal, const std::string& exception) {
-  std::string how = signal != 0 ? absl::StrCat("killed by signal ", signal, " (", strsignal(signal), ")")
-                                : absl::StrCat("exited with code ", code);
+  std::string how = signal != 0
+                        ? absl::StrCat("killed by signal ", signal, " (", strsignal(signal), ")")
+                        : absl::StrCat("exited with code ", code);
   if (code == 127) how += " (the program could not be executed)";
-  if (code == 2) how += " (a usage error: argparse rejected an argument, or python could not open the script)";
+  if (code == 2)
+    how += " (a usage error: argparse rejected an argument, or python could not open the script)";
   std::string message = absl::StrCat("rank ", rank, " ", how);
   if (!exception.empty()) absl::StrAppend(&message, ": ", exception);
   return message;
@@ -106,16 +117,20 @@ bool ExceptionCannotHeal(int code, int signal, const std::string& exception) {
   // Exit 2: argparse's usage error, or python's "can't open file".
   if (code == 2) return true;
   // The program cannot be imported or parsed: the same code fails again.
-  for (const char* name : {"ModuleNotFoundError", "ImportError", "SyntaxError", "IndentationError", "TabError"}) {
+  for (const char* name :
+       {"ModuleNotFoundError", "ImportError", "SyntaxError", "IndentationError", "TabError"}) {
     if (absl::StartsWith(exception, name)) return true;
   }
   return false;
 }
 
-std::optional<std::string> TorchelasticErrorMessage(const std::string& json, std::string* callstack) {
+std::optional<std::string> TorchelasticErrorMessage(const std::string& json,
+                                                    std::string* callstack) {
   google::protobuf::Struct doc;
-  if (json.empty() || !google::protobuf::util::JsonStringToMessage(json, &doc).ok()) return std::nullopt;
-  auto field = [](const google::protobuf::Struct& s, const char* name) -> const google::protobuf::Value* {
+  if (json.empty() || !google::protobuf::util::JsonStringToMessage(json, &doc).ok())
+    return std::nullopt;
+  auto field = [](const google::protobuf::Struct& s,
+                  const char* name) -> const google::protobuf::Value* {
     auto it = s.fields().find(name);
     return it == s.fields().end() ? nullptr : &it->second;
   };
@@ -142,7 +157,8 @@ std::optional<std::string> TorchelasticErrorMessage(const std::string& json, std
 }
 
 std::string NameInterpreter(const std::string& exception, const std::string& program) {
-  if (!absl::StartsWith(exception, "ModuleNotFoundError") && !absl::StartsWith(exception, "ImportError")) {
+  if (!absl::StartsWith(exception, "ModuleNotFoundError") &&
+      !absl::StartsWith(exception, "ImportError")) {
     return exception;
   }
   const size_t slash = program.rfind('/');
@@ -155,7 +171,8 @@ std::string ExceptionLine(const std::deque<std::string>& lines) {
   // "ValueError: ...", "torch.distributed.DistBackendError: ...",
   // "KeyboardInterrupt", "SystemExit: 3": a dotted name ending in one of
   // Python's exception suffixes, at the start of the line.
-  static const std::regex kException(R"(^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b.*)");
+  static const std::regex kException(
+      R"(^[A-Za-z_][\w.]*(Error|Exception|Exit|Interrupt|Warning)\b.*)");
   for (auto it = lines.rbegin(); it != lines.rend(); ++it) {
     if (std::regex_match(*it, kException)) return it->size() > 300 ? it->substr(0, 300) : *it;
   }
@@ -176,7 +193,7 @@ void RankTable::ReportStatus(const LocalAttempt& a, const LocalRank& r) {
 }
 
 void RankTable::ReportLaunchFailure(const LocalAttempt& a, LocalRank& r, const std::string& why,
-                                       v1::FailureKind kind) {
+                                    v1::FailureKind kind) {
   if (!r.state.Apply(RankEvent::kLaunchFailed)) return;
   v1::WorkerMessage m;
   v1::RankStatus* st = AboutRank(m.mutable_rank_status(), a.job_id, a.number, r.assignment.rank());
@@ -191,8 +208,10 @@ void RankTable::MarkPreempted(const LocalAttempt& a, int32_t rank) {
   // The rank then stops at once, without its checkpoint: said, not fatal.
   if (absl::Status s = workspace_.MakePreemptFile(a.job_id, a.number, rank); !s.ok()) {
     LogEvent(LogLevel::kWarn, "worker", "preempt_file_failed",
-             {{"job_id", a.job_id}, {"rank", absl::StrCat(rank)},
-              {"path", workspace_.PreemptFile(a.job_id, a.number, rank)}, {"error", std::string(s.message())}});
+             {{"job_id", a.job_id},
+              {"rank", absl::StrCat(rank)},
+              {"path", workspace_.PreemptFile(a.job_id, a.number, rank)},
+              {"error", std::string(s.message())}});
   }
 }
 
@@ -215,7 +234,8 @@ void RankTable::OnStopRanks(const v1::StopRanks& s) {
     if (live && s.checkpoint_first()) MarkPreempted(a, rank);
     if (live && s.stack_dump_ms() > 0 && r.stack_hook) {
       // A hung script: its ranks' Python stacks to their logs first.
-      launcher_.DumpStacksThenStop(r.key, absl::Milliseconds(std::min(s.stack_dump_ms(), 10000)), grace);
+      launcher_.DumpStacksThenStop(r.key, absl::Milliseconds(std::min(s.stack_dump_ms(), 10000)),
+                                   grace);
     } else if (live) {
       launcher_.Stop(r.key, grace);  // Its exit reports it STOPPED.
     } else {
@@ -234,7 +254,8 @@ void RankTable::OnExit(const std::string& key, int code, int signal) {
   FlushMetrics();
   FlushLogs();
   v1::WorkerMessage m;
-  v1::RankStatus* s = AboutRank(m.mutable_rank_status(), a->job_id, a->number, r->assignment.rank());
+  v1::RankStatus* s =
+      AboutRank(m.mutable_rank_status(), a->job_id, a->number, r->assignment.rank());
   s->set_pid(r->pid);
   s->set_state(r->state.proto());
   v1::ExitInfo* e = s->mutable_exit();
@@ -254,17 +275,22 @@ void RankTable::OnExit(const std::string& key, int code, int signal) {
   }
   // Read what it had to say; anything of it still there goes now.
   RemoveRankCgroup(*a, *r);
-  LogEvent(s->state() == v1::RANK_STATE_FAILED ? LogLevel::kWarn : LogLevel::kInfo, "worker", "rank_exited",
-           {{"job_id", a->job_id}, {"attempt", absl::StrCat(a->number)}, {"rank", absl::StrCat(r->assignment.rank())},
-            {"pid", absl::StrCat(r->pid)}, {"state", v1::RankState_Name(s->state())},
-            {"exit_code", absl::StrCat(code)}, {"signal", absl::StrCat(signal)},
+  LogEvent(s->state() == v1::RANK_STATE_FAILED ? LogLevel::kWarn : LogLevel::kInfo, "worker",
+           "rank_exited",
+           {{"job_id", a->job_id},
+            {"attempt", absl::StrCat(a->number)},
+            {"rank", absl::StrCat(r->assignment.rank())},
+            {"pid", absl::StrCat(r->pid)},
+            {"state", v1::RankState_Name(s->state())},
+            {"exit_code", absl::StrCat(code)},
+            {"signal", absl::StrCat(signal)},
             {"reason", e->message().substr(0, 300)}});
   out_.Send(m, true);
   MaybeForget(key.substr(0, key.rfind('/')));
 }
 
 void RankTable::DescribeFailure(const LocalAttempt& a, const LocalRank& r, int code, int signal,
-                                   v1::ExitInfo& e) const {
+                                v1::ExitInfo& e) const {
   e.set_message(r.error_message);
   if (r.error_kind.has_value()) {
     e.set_kind(FailureKindOf(*r.error_kind));
@@ -287,8 +313,9 @@ void RankTable::DescribeFailure(const LocalAttempt& a, const LocalRank& r, int c
   } else if (signal != 0) {
     e.set_kind(v1::FAILURE_KIND_SIGNAL);
     if (e.message().empty()) {
-      e.set_message(signal == SIGKILL ? "killed (SIGKILL: out of memory, or killed from outside)"
-                                      : absl::StrCat("killed by signal ", signal, " (", strsignal(signal), ")"));
+      e.set_message(signal == SIGKILL
+                        ? "killed (SIGKILL: out of memory, or killed from outside)"
+                        : absl::StrCat("killed by signal ", signal, " (", strsignal(signal), ")"));
     }
   } else {
     e.set_kind(code == 127 ? v1::FAILURE_KIND_LAUNCH : v1::FAILURE_KIND_EXIT);
@@ -303,8 +330,11 @@ void RankTable::DescribeFailure(const LocalAttempt& a, const LocalRank& r, int c
         TorchelasticErrorMessage(ReadErrorFile(r.error_file, a.run_as), &callstack);
     if (recorded.has_value() && !callstack.empty()) {
       LogEvent(LogLevel::kInfo, "worker", "rank_error_file",
-               {{"job_id", a.job_id}, {"attempt", absl::StrCat(a.number)}, {"rank", absl::StrCat(r.assignment.rank())},
-                {"message", *recorded}, {"py_callstack", callstack.substr(0, 8192)}});
+               {{"job_id", a.job_id},
+                {"attempt", absl::StrCat(a.number)},
+                {"rank", absl::StrCat(r.assignment.rank())},
+                {"message", *recorded},
+                {"py_callstack", callstack.substr(0, 8192)}});
     }
     const std::string exception =
         NameInterpreter(recorded.has_value() ? *recorded : ExceptionLine(r.last_lines), r.program);
@@ -316,8 +346,10 @@ void RankTable::DescribeFailure(const LocalAttempt& a, const LocalRank& r, int c
   }
 }
 
-std::optional<std::string> RankTable::OverMemoryLimit(const LocalRank& r, int code, int signal) const {
-  if (!r.cgroup.has_value() || r.cgroup->memory_limit() <= 0 || r.state.stop_requested()) return std::nullopt;
+std::optional<std::string> RankTable::OverMemoryLimit(const LocalRank& r, int code,
+                                                      int signal) const {
+  if (!r.cgroup.has_value() || r.cgroup->memory_limit() <= 0 || r.state.stop_requested())
+    return std::nullopt;
   if (code == 0 && signal == 0) return std::nullopt;
   // In a cgroup of its own any OOM kill is this rank's (its main process,
   // or a DataLoader worker it then died of). Where the kernel does not
@@ -327,49 +359,59 @@ std::optional<std::string> RankTable::OverMemoryLimit(const LocalRank& r, int co
   if (!oom) return std::nullopt;
   const int64_t peak = r.cgroup->PeakMemoryBytes();
   std::vector<std::string> details;
-  if (kills.has_value()) details.push_back(absl::StrCat(*kills, " kill", *kills == 1 ? "" : "s", " in its cgroup"));
+  if (kills.has_value())
+    details.push_back(absl::StrCat(*kills, " kill", *kills == 1 ? "" : "s", " in its cgroup"));
   if (peak > 0) details.push_back(absl::StrCat("peak ", FormatBytes(peak)));
   return absl::StrCat("rank ", r.assignment.rank(), " exceeded its memory limit of ",
-                      FormatBytes(r.cgroup->memory_limit()), " (resources.memory) and was killed by the OOM killer",
+                      FormatBytes(r.cgroup->memory_limit()),
+                      " (resources.memory) and was killed by the OOM killer",
                       details.empty() ? "" : absl::StrCat(" (", absl::StrJoin(details, ", "), ")"),
                       "; raise resources.memory or use less memory");
 }
 
-std::optional<std::string> RankTable::OverProcessLimit(const LocalRank& r, int code, int signal) const {
-  if (!r.cgroup.has_value() || r.cgroup->pids_limit() <= 0 || r.state.stop_requested()) return std::nullopt;
+std::optional<std::string> RankTable::OverProcessLimit(const LocalRank& r, int code,
+                                                       int signal) const {
+  if (!r.cgroup.has_value() || r.cgroup->pids_limit() <= 0 || r.state.stop_requested())
+    return std::nullopt;
   if (code == 0 && signal == 0) return std::nullopt;
   // A refused fork fails the program (EAGAIN), and it exits for it: in a
   // cgroup of its own, any refusal is this rank's.
   const std::optional<int64_t> refused = r.cgroup->PidsLimitHits();
   if (!refused.has_value() || *refused <= 0) return std::nullopt;
-  return absl::StrCat("rank ", r.assignment.rank(), " hit its process limit of ", r.cgroup->pids_limit(),
-                      " (resources.pids): ", *refused, " fork", *refused == 1 ? " was" : "s were",
-                      " refused in its cgroup, and it ",
-                      signal != 0 ? absl::StrCat("was killed by signal ", signal) : absl::StrCat("exited with code ", code),
-                      "; raise resources.pids or start fewer processes and threads (DataLoader num_workers, "
-                      "OMP_NUM_THREADS)");
+  return absl::StrCat(
+      "rank ", r.assignment.rank(), " hit its process limit of ", r.cgroup->pids_limit(),
+      " (resources.pids): ", *refused, " fork", *refused == 1 ? " was" : "s were",
+      " refused in its cgroup, and it ",
+      signal != 0 ? absl::StrCat("was killed by signal ", signal)
+                  : absl::StrCat("exited with code ", code),
+      "; raise resources.pids or start fewer processes and threads (DataLoader num_workers, "
+      "OMP_NUM_THREADS)");
 }
 
 void RankTable::RemoveRankCgroup(const LocalAttempt& a, LocalRank& r) {
   if (!r.cgroup.has_value()) return;
   if (absl::Status s = r.cgroup->Remove(); !s.ok()) {
     LogEvent(LogLevel::kWarn, "worker", "cgroup_remove_failed",
-             {{"job_id", a.job_id}, {"rank", absl::StrCat(r.assignment.rank())}, {"error", std::string(s.message())}});
+             {{"job_id", a.job_id},
+              {"rank", absl::StrCat(r.assignment.rank())},
+              {"error", std::string(s.message())}});
   }
   r.cgroup.reset();
 }
 
 std::optional<std::string> RankTable::OomKilled(const LocalRank& r, int signal) const {
-  if (signal != SIGKILL || r.state.stop_requested() || !r.oom_kills_at_launch.has_value()) return std::nullopt;
+  if (signal != SIGKILL || r.state.stop_requested() || !r.oom_kills_at_launch.has_value())
+    return std::nullopt;
   std::optional<int64_t> now = ReadOomKillCount();
   if (!now.has_value() || *now <= *r.oom_kills_at_launch) return std::nullopt;
   std::string at;
   if (r.last_train.has_value() && r.last_train->peak_memory_bytes() > 0) {
-    at = absl::StrFormat(" at %.1f GiB", static_cast<double>(r.last_train->peak_memory_bytes()) / (1 << 30));
+    at = absl::StrFormat(" at %.1f GiB",
+                         static_cast<double>(r.last_train->peak_memory_bytes()) / (1 << 30));
   }
   return absl::StrCat("rank ", r.assignment.rank(), " was killed by the OOM killer", at,
-                      " (its memory cgroup's oom_kill count rose from ", *r.oom_kills_at_launch, " to ", *now,
-                      "); lower data.batch_size");
+                      " (its memory cgroup's oom_kill count rose from ", *r.oom_kills_at_launch,
+                      " to ", *now, "); lower data.batch_size");
 }
 
 std::vector<v1::RunningRank> RankTable::RunningRanks() {

@@ -26,7 +26,8 @@ absl::Status Errno(const std::string& what, const std::string& path) {
 // mkdir `path` (mode 0700 whatever the umask lets through: the owner and
 // mode are set after), then opens it without following a link.
 absl::StatusOr<int> MakeAndOpen(FileEnv* env, const std::string& path) {
-  if (env->MkdirAt(AT_FDCWD, path, 0700) != 0 && errno != EEXIST) return Errno("cannot create", path);
+  if (env->MkdirAt(AT_FDCWD, path, 0700) != 0 && errno != EEXIST)
+    return Errno("cannot create", path);
   const int fd = env->OpenAt(AT_FDCWD, path, O_RDONLY | O_DIRECTORY | O_NOFOLLOW | O_CLOEXEC);
   if (fd < 0) {
     return errno == ELOOP || errno == ENOTDIR
@@ -40,7 +41,8 @@ absl::StatusOr<int> MakeAndOpen(FileEnv* env, const std::string& path) {
 absl::Status Own(int fd, const std::string& path, uid_t uid, gid_t gid, mode_t mode) {
   struct stat st {};
   if (::fstat(fd, &st) != 0) return Errno("cannot stat", path);
-  if ((st.st_uid != uid || st.st_gid != gid) && ::fchown(fd, uid, gid) != 0) return Errno("cannot chown", path);
+  if ((st.st_uid != uid || st.st_gid != gid) && ::fchown(fd, uid, gid) != 0)
+    return Errno("cannot chown", path);
   if ((st.st_mode & 07777) != mode && ::fchmod(fd, mode) != 0) return Errno("cannot chmod", path);
   return absl::OkStatus();
 }
@@ -68,12 +70,15 @@ bool Privileged() { return ::geteuid() == 0; }
 absl::StatusOr<RankUidRange> ParseRankUids(absl::string_view text) {
   std::vector<absl::string_view> parts = absl::StrSplit(text, '-');
   uint32_t first = 0, last = 0;
-  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &first) || !absl::SimpleAtoi(parts[1], &last)) {
-    return absl::InvalidArgumentError(absl::StrCat("--rank-uids: '", text, "' is not FIRST-LAST (e.g. 61000-61999)"));
+  if (parts.size() != 2 || !absl::SimpleAtoi(parts[0], &first) ||
+      !absl::SimpleAtoi(parts[1], &last)) {
+    return absl::InvalidArgumentError(
+        absl::StrCat("--rank-uids: '", text, "' is not FIRST-LAST (e.g. 61000-61999)"));
   }
   if (first < 1 || last < first || last >= (1u << 31)) {
     return absl::InvalidArgumentError(
-        absl::StrCat("--rank-uids: ", text, ": needs 1 <= FIRST <= LAST < 2147483648 (root's 0 is never a rank's)"));
+        absl::StrCat("--rank-uids: ", text,
+                     ": needs 1 <= FIRST <= LAST < 2147483648 (root's 0 is never a rank's)"));
   }
   if (last - first >= 65536) {
     return absl::InvalidArgumentError(absl::StrCat("--rank-uids: ", text, ": ", last - first + 1,
@@ -104,22 +109,25 @@ absl::Status CheckRankUidsUnused(const RankUidRange& range) {
     ::endgrent();
   }
   if (taken.empty()) return absl::OkStatus();
-  return absl::FailedPreconditionError(absl::StrCat("--rank-uids ", range.first, "-", range.last, ": ", taken,
-                                                    " on this host; choose ids no user or group has"));
+  return absl::FailedPreconditionError(
+      absl::StrCat("--rank-uids ", range.first, "-", range.last, ": ", taken,
+                   " on this host; choose ids no user or group has"));
 }
 
-absl::StatusOr<RunAs> OwnerIdentity(const RankUidRange& range, int64_t owner_number, const RunAs& rank_user,
-                                    const std::string& homes_dir) {
+absl::StatusOr<RunAs> OwnerIdentity(const RankUidRange& range, int64_t owner_number,
+                                    const RunAs& rank_user, const std::string& homes_dir) {
   if (owner_number <= 0) {
     return absl::FailedPreconditionError(
-        "this worker runs each job owner's ranks as a uid of their own (--rank-uids) and the coordinator "
-        "sent no owner number (a coordinator older than the worker, or its store failed: see its log)");
+        "this worker runs each job owner's ranks as a uid of their own (--rank-uids) and the "
+        "coordinator "
+        "sent no owner number (a coordinator older than the worker, or its store failed: see its "
+        "log)");
   }
   const int64_t size = static_cast<int64_t>(range.last) - range.first + 1;
   if (owner_number > size) {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "the job's owner is number ", owner_number, " and --rank-uids ", range.first, "-", range.last, " has ", size,
-        " ids: widen the range on this worker"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("the job's owner is number ", owner_number, " and --rank-uids ", range.first,
+                     "-", range.last, " has ", size, " ids: widen the range on this worker"));
   }
   RunAs r;
   r.uid = static_cast<uid_t>(range.first + owner_number - 1);
@@ -133,7 +141,8 @@ absl::StatusOr<RunAs> OwnerIdentity(const RankUidRange& range, int64_t owner_num
   return r;
 }
 
-absl::Status MakeDaemonDir(const std::string& path, const std::optional<RunAs>& rank_user, FileEnv* env) {
+absl::Status MakeDaemonDir(const std::string& path, const std::optional<RunAs>& rank_user,
+                           FileEnv* env) {
   absl::StatusOr<int> fd = MakeAndOpen(FileEnv::Or(env), path);
   if (!fd.ok()) return fd.status();
   struct stat st {};
@@ -143,8 +152,8 @@ absl::Status MakeDaemonDir(const std::string& path, const std::optional<RunAs>& 
   } else if (st.st_uid != ::geteuid()) {
     // The rank user (or anyone else) must not own a directory the daemon
     // writes its files in.
-    s = absl::FailedPreconditionError(
-        absl::StrCat(path, ": owned by uid ", st.st_uid, ", not by this daemon's user (uid ", ::geteuid(), ")"));
+    s = absl::FailedPreconditionError(absl::StrCat(
+        path, ": owned by uid ", st.st_uid, ", not by this daemon's user (uid ", ::geteuid(), ")"));
   } else {
     s = rank_user.has_value() ? Own(*fd, path, ::geteuid(), rank_user->gid, 0710)
                               : Own(*fd, path, st.st_uid, st.st_gid, 0700);
@@ -153,7 +162,8 @@ absl::Status MakeDaemonDir(const std::string& path, const std::optional<RunAs>& 
   return s;
 }
 
-absl::Status MakeRankDir(const std::string& path, const std::optional<RunAs>& rank_user, FileEnv* env) {
+absl::Status MakeRankDir(const std::string& path, const std::optional<RunAs>& rank_user,
+                         FileEnv* env) {
   absl::StatusOr<int> fd = MakeAndOpen(FileEnv::Or(env), path);
   if (!fd.ok()) return fd.status();
   struct stat st {};
@@ -176,8 +186,9 @@ absl::Status SecureWorkDir(const std::string& work_dir, const std::optional<RunA
   if (::fstat(fd, &st) != 0) {
     s = Errno("--work-dir: cannot stat", work_dir);
   } else if (st.st_uid != ::geteuid()) {
-    s = absl::FailedPreconditionError(absl::StrCat("--work-dir ", work_dir, ": owned by uid ", st.st_uid,
-                                                   ", not by this daemon's user (uid ", ::geteuid(), ")"));
+    s = absl::FailedPreconditionError(absl::StrCat("--work-dir ", work_dir, ": owned by uid ",
+                                                   st.st_uid, ", not by this daemon's user (uid ",
+                                                   ::geteuid(), ")"));
   } else {
     // Its group stays: systemd's StateDirectory= chowns a tree whose top
     // has another group than the unit's, recursively, at every start.
@@ -185,7 +196,8 @@ absl::Status SecureWorkDir(const std::string& work_dir, const std::optional<RunA
   }
   ::close(fd);
   if (!s.ok()) return s;
-  for (const char* name : {"worker.key", "worker.crt", "worker-id", "worker-id.tmp", "worker.key.tmp"}) {
+  for (const char* name :
+       {"worker.key", "worker.crt", "worker-id", "worker-id.tmp", "worker.key.tmp"}) {
     if (absl::Status p = PrivateFile(absl::StrCat(work_dir, "/", name)); !p.ok()) return p;
   }
   return MakeDaemonDir(work_dir + "/jobs", rank_user);

@@ -40,8 +40,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "common/subprocess.h"
 #include "common/file_env.h"
+#include "common/subprocess.h"
 
 namespace trainctl::worker {
 
@@ -67,8 +67,8 @@ absl::Status CheckRankUidsUnused(const RankUidRange& range);
 // `rank_user` (data every job may read is shared with that group); USER
 // and LOGNAME "trainctl-<uid>"; HOME <homes_dir>/<uid>. FailedPrecondition
 // for number 0 (the coordinator gave none) or one past the range.
-absl::StatusOr<RunAs> OwnerIdentity(const RankUidRange& range, int64_t owner_number, const RunAs& rank_user,
-                                    const std::string& homes_dir);
+absl::StatusOr<RunAs> OwnerIdentity(const RankUidRange& range, int64_t owner_number,
+                                    const RunAs& rank_user, const std::string& homes_dir);
 
 // Sets the work dir's own mode (0711 with a rank user, else 0700) and that of
 // the daemon's files in it (worker.key, worker.crt, worker-id, *.tmp: 0600),
@@ -81,12 +81,14 @@ absl::Status SecureWorkDir(const std::string& work_dir, const std::optional<RunA
 // without one). The parent must exist. Never follows a symlink at `path`;
 // a directory of another owner is FailedPrecondition.
 // `env`: the file system's calls (common/file_env.h; null: the real ones).
-absl::Status MakeDaemonDir(const std::string& path, const std::optional<RunAs>& rank_user, FileEnv* env = nullptr);
+absl::Status MakeDaemonDir(const std::string& path, const std::optional<RunAs>& rank_user,
+                           FileEnv* env = nullptr);
 
 // mkdir (when missing) a directory the rank owns: the rank user and its
 // group, 0700 (this process's user without a rank user). The parent must
 // exist and be the daemon's. Never follows a symlink at `path`.
-absl::Status MakeRankDir(const std::string& path, const std::optional<RunAs>& rank_user, FileEnv* env = nullptr);
+absl::Status MakeRankDir(const std::string& path, const std::optional<RunAs>& rank_user,
+                         FileEnv* env = nullptr);
 
 // While alive, the calling thread touches files as the rank user would:
 // filesystem uid and gid and supplementary groups of the rank user (the

@@ -99,14 +99,15 @@ TEST_F(RankFilesTest, TheRankUserReachesItsDirectoriesAndNothingOfTheDaemons) {
     EXPECT_EQ(Stat(d).st_mode & 07777, 0700u) << d;
   }
   // Its own directories: it writes there.
-  auto [ok_out, ok_code] = RunAsUser(nobody_, "cd " + attempt + "/rank-0 && echo x > scratch && echo y > " + job +
-                                                  "/checkpoints/model.pt");
+  auto [ok_out, ok_code] =
+      RunAsUser(nobody_, "cd " + attempt + "/rank-0 && echo x > scratch && echo y > " + job +
+                             "/checkpoints/model.pt");
   EXPECT_EQ(ok_code, 0) << ok_out;
   // The daemon's: no reading its key or a rank.conf, no listing, no creating.
   for (const std::string& script :
-       {"cat " + work_ + "/worker.key", "cat " + attempt + "/rank-0.conf", "ls " + work_, "ls " + work_ + "/jobs",
-        "ls " + attempt,
-        "echo x > " + job + "/planted", "ln -s /etc/shadow " + attempt + "/rank-1"}) {
+       {"cat " + work_ + "/worker.key", "cat " + attempt + "/rank-0.conf", "ls " + work_,
+        "ls " + work_ + "/jobs", "ls " + attempt, "echo x > " + job + "/planted",
+        "ln -s /etc/shadow " + attempt + "/rank-1"}) {
     auto [out, code] = RunAsUser(nobody_, script);
     EXPECT_NE(code, 0) << script;
     EXPECT_NE(out.find("Permission denied"), std::string::npos) << script << ": " << out;
@@ -118,8 +119,10 @@ TEST_F(RankFilesTest, DirectoriesAreNeverTakenThroughALinkOrFromAnotherOwner) {
   const std::string target = base_ + "/elsewhere";
   ASSERT_EQ(mkdir(target.c_str(), 0700), 0);
   ASSERT_EQ(symlink(target.c_str(), (work_ + "/jobs/linked").c_str()), 0);
-  EXPECT_EQ(MakeRankDir(work_ + "/jobs/linked", nobody_).code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_EQ(MakeDaemonDir(work_ + "/jobs/linked", nobody_).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(MakeRankDir(work_ + "/jobs/linked", nobody_).code(),
+            absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(MakeDaemonDir(work_ + "/jobs/linked", nobody_).code(),
+            absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Stat(target).st_uid, 0u) << "the link's target keeps its owner";
   EXPECT_EQ(Stat(target).st_mode & 07777, 0700u);
   // A directory the rank user made is not one the daemon will write in.
@@ -169,7 +172,8 @@ TEST(RankUidsTest, ParsesARangeAndRefusesBadOnesNamingTheFlag) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->first, 61000u);
   EXPECT_EQ(r->last, 61999u);
-  for (const char* bad : {"", "61000", "61000-", "a-b", "0-10", "20-10", "1-2147483648", "1000-70000", "1-2-3"}) {
+  for (const char* bad :
+       {"", "61000", "61000-", "a-b", "0-10", "20-10", "1-2147483648", "1000-70000", "1-2-3"}) {
     absl::StatusOr<RankUidRange> b = ParseRankUids(bad);
     EXPECT_TRUE(absl::IsInvalidArgument(b.status())) << bad;
     EXPECT_THAT(std::string(b.status().message()), ::testing::HasSubstr("--rank-uids")) << bad;

@@ -49,7 +49,8 @@ std::string ResolveProgram(const std::string& program, const std::string& dir) {
     const char* path = std::getenv("PATH");
     for (absl::string_view d : absl::StrSplit(path != nullptr ? path : "/usr/bin:/bin", ':')) {
       std::string candidate = absl::StrCat(d.empty() ? "." : d, "/", program);
-      if (access(candidate.c_str(), X_OK) == 0 && !fs::is_directory(candidate, ec)) return candidate;
+      if (access(candidate.c_str(), X_OK) == 0 && !fs::is_directory(candidate, ec))
+        return candidate;
     }
     return program;
   }
@@ -59,18 +60,20 @@ std::string ResolveProgram(const std::string& program, const std::string& dir) {
 
 // The variables of CommandEnvironment an engine rank gets too.
 bool EngineVariable(const std::string& entry) {
-  static const char* const kNames[] = {"RANK",        "LOCAL_RANK",  "WORLD_SIZE",      "LOCAL_WORLD_SIZE",
-                                       "GROUP_RANK",  "MASTER_ADDR", "MASTER_PORT",     "TRAINCTL_JOB_ID",
-                                       "TRAINCTL_ATTEMPT"};
+  static const char* const kNames[] = {
+      "RANK",        "LOCAL_RANK",  "WORLD_SIZE",      "LOCAL_WORLD_SIZE", "GROUP_RANK",
+      "MASTER_ADDR", "MASTER_PORT", "TRAINCTL_JOB_ID", "TRAINCTL_ATTEMPT"};
   const std::string name = entry.substr(0, entry.find('='));
-  return std::any_of(std::begin(kNames), std::end(kNames), [&](const char* n) { return name == n; });
+  return std::any_of(std::begin(kNames), std::end(kNames),
+                     [&](const char* n) { return name == n; });
 }
 
 }  // namespace
 
 std::vector<std::string> CommandEnvironment(const std::string& job_id, int32_t attempt,
                                             const v1::RankAssignment& ra, int32_t max_restarts,
-                                            const std::string& master_addr, const std::string& master_port,
+                                            const std::string& master_addr,
+                                            const std::string& master_port,
                                             const std::string& checkpoint_dir) {
   return {absl::StrCat("RANK=", ra.rank()),
           absl::StrCat("LOCAL_RANK=", ra.local_rank()),
@@ -148,13 +151,15 @@ void RankTable::OnPreflight(const v1::Preflight& p) {
     }
   }
   LogEvent(problems.empty() ? LogLevel::kInfo : LogLevel::kWarn, "worker", "preflight",
-           {{"job_id", p.job_id()}, {"attempt", absl::StrCat(p.attempt())},
+           {{"job_id", p.job_id()},
+            {"attempt", absl::StrCat(p.attempt())},
             {"problems", absl::StrJoin(problems, "; ").substr(0, 500)}});
   v1::WorkerMessage m;
   v1::PreflightReport* rep = m.mutable_preflight();
   rep->set_job_id(p.job_id());
   rep->set_attempt(p.attempt());
-  rep->set_waiting_for_space(!problems.empty() && space_problems == static_cast<int>(problems.size()));
+  rep->set_waiting_for_space(!problems.empty() &&
+                             space_problems == static_cast<int>(problems.size()));
   for (std::string& line : problems) rep->add_problems(std::move(line));
   out_.Send(m, /*critical=*/true);
 }
@@ -170,24 +175,27 @@ void RankTable::OnStartRanks(const v1::StartRanks& s) {
     // when this host has the archive already).
     at.code_pending = true;
     code_->Want(at.job_id, at.spec.command().code().digest(),
-                [this, akey](const absl::StatusOr<std::string>& archive) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-                  // The cache calls back on the loop.
-                  OnCodeReady(akey, archive);
-                });
+                [this, akey](const absl::StatusOr<std::string>& archive)
+                    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                      // The cache calls back on the loop.
+                      OnCodeReady(akey, archive);
+                    });
     return;
   }
   if (at.produce_rendezvous) ProduceRendezvous(at);
   // Otherwise the ranks wait for the delivery (OnRendezvous).
 }
 
-void RankTable::OnCodeReady(const std::string& attempt_key, const absl::StatusOr<std::string>& archive) {
+void RankTable::OnCodeReady(const std::string& attempt_key,
+                            const absl::StatusOr<std::string>& archive) {
   auto it = attempts_.find(attempt_key);
   if (it == attempts_.end() || !it->second->code_pending) return;  // Stopped meanwhile.
   LocalAttempt& a = *it->second;
   a.code_pending = false;
   absl::Status ready = archive.status();
   if (archive.ok()) {
-    absl::StatusOr<std::string> dir = workspace_.UnpackCode(a.job_id, a.number, a.spec, a.run_as, *archive);
+    absl::StatusOr<std::string> dir =
+        workspace_.UnpackCode(a.job_id, a.number, a.spec, a.run_as, *archive);
     ready = dir.status();
     if (dir.ok()) a.paths.command_dir = *std::move(dir);
   }
@@ -221,7 +229,8 @@ std::unique_ptr<RankTable::LocalAttempt> RankTable::NewAttempt(const v1::StartRa
   a->spec_hash = s.spec_hash();
   a->skip_steps = absl::StrJoin(s.skip_steps(), ",");
   a->command = s.spec().has_command();
-  AttemptClaim claim{s.job_id(), s.owner(), s.resume_owner(), workspace_.JobIdentity(s.owner_number())};
+  AttemptClaim claim{s.job_id(), s.owner(), s.resume_owner(),
+                     workspace_.JobIdentity(s.owner_number())};
   if (claim.run_as.ok()) a->run_as = *claim.run_as;  // Else the refusal is in paths.error.
   // A coordinator that sends none (older than this daemon, or a test's
   // stand-in) still gets a store no stranger can use: a secret made here
@@ -242,7 +251,8 @@ std::unique_ptr<RankTable::LocalAttempt> RankTable::NewAttempt(const v1::StartRa
 void RankTable::ProduceRendezvous(LocalAttempt& a) {
   auto zero = a.ranks.find(0);
   if (zero == a.ranks.end()) return;
-  absl::StatusOr<std::optional<v1::RendezvousInfo>> made = a.rendezvous_backend->Produce(options_.address);
+  absl::StatusOr<std::optional<v1::RendezvousInfo>> made =
+      a.rendezvous_backend->Produce(options_.address);
   if (!made.ok()) {
     for (auto& [rank, r] : a.ranks) ReportLaunchFailure(a, r, std::string(made.status().message()));
     MaybeForget(AttemptKey(a.job_id, a.number));
@@ -314,7 +324,8 @@ void RankTable::Launch(LocalAttempt& a, LocalRank& r) {
   }
   const int config_fd = ::open(config_path.c_str(), O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
   if (config_fd < 0) {
-    ReportLaunchFailure(a, r, absl::StrCat("cannot open ", config_path, ": ", std::strerror(errno)));
+    ReportLaunchFailure(a, r,
+                        absl::StrCat("cannot open ", config_path, ": ", std::strerror(errno)));
     return;
   }
   RankLaunch l;
@@ -327,8 +338,8 @@ void RankTable::Launch(LocalAttempt& a, LocalRank& r) {
   l.run_as = a.run_as;
   l.work_dir = *dir;
   const auto [master_addr, master_port] = MasterEndpoint(a.rendezvous, options_.address);
-  for (std::string& v : CommandEnvironment(a.job_id, a.number, ra, a.spec.restart().max_restarts(), master_addr,
-                                           master_port, a.paths.checkpoint_dir)) {
+  for (std::string& v : CommandEnvironment(a.job_id, a.number, ra, a.spec.restart().max_restarts(),
+                                           master_addr, master_port, a.paths.checkpoint_dir)) {
     if (EngineVariable(v)) l.env.push_back(std::move(v));
   }
   if (a.gpu) l.env.push_back(absl::StrCat("CUDA_VISIBLE_DEVICES=", ra.slot().index()));
@@ -336,8 +347,9 @@ void RankTable::Launch(LocalAttempt& a, LocalRank& r) {
   ::close(config_fd);
 }
 
-absl::StatusOr<rankproto::FlatConfig> RankTable::RankConfig(const LocalAttempt& a, const v1::RankAssignment& ra,
-                                                               const std::string& dir) {
+absl::StatusOr<rankproto::FlatConfig> RankTable::RankConfig(const LocalAttempt& a,
+                                                            const v1::RankAssignment& ra,
+                                                            const std::string& dir) {
   rankproto::FlatConfig cfg = JobSpecToFlat(a.spec);
   cfg[rk::kJobId] = a.job_id;
   cfg[rk::kAttempt] = absl::StrCat(a.number);
@@ -352,8 +364,11 @@ absl::StatusOr<rankproto::FlatConfig> RankTable::RankConfig(const LocalAttempt& 
   if (!a.gpu) cfg[rk::kStoreSecret] = a.store_secret;
   cfg[rk::kWorkDir] = dir;
   cfg[rk::kPreemptFile] = workspace_.PreemptFile(a.job_id, a.number, ra.rank());
-  if (absl::Status paths = ResolveDataPaths(cfg, workspace_.paths().base_dir, workspace_.paths().data_read_roots,
-                                                workspace_.paths().data_roots_name); !paths.ok()) return paths;
+  if (absl::Status paths =
+          ResolveDataPaths(cfg, workspace_.paths().base_dir, workspace_.paths().data_read_roots,
+                           workspace_.paths().data_roots_name);
+      !paths.ok())
+    return paths;
   cfg[rk::kCheckpointDir] = a.paths.checkpoint_dir;
   if (!a.paths.tensorboard_dir.empty()) cfg[rk::kTensorBoardDir] = a.paths.tensorboard_dir;
   // One writer per host (its first rank), or only rank 0 on a shared dir.
@@ -362,7 +377,8 @@ absl::StatusOr<rankproto::FlatConfig> RankTable::RankConfig(const LocalAttempt& 
   // Per-host copies carry this worker's id in their names: hosts that share
   // one directory never write one path. The coordinator alone decides which
   // checkpoints go (DropCheckpoints): a rank of a stale attempt deletes none.
-  if (!a.spec.checkpoint().shared()) cfg[rk::kCheckpointWriterTag] = CheckpointWriterTag(out_.worker_id());
+  if (!a.spec.checkpoint().shared())
+    cfg[rk::kCheckpointWriterTag] = CheckpointWriterTag(out_.worker_id());
   cfg[rk::kCheckpointPrune] = "false";
   cfg[rk::kSpecHash] = a.spec_hash;
   if (!a.skip_steps.empty()) cfg[rk::kSkipSteps] = a.skip_steps;
@@ -396,8 +412,9 @@ void RankTable::LaunchCommand(LocalAttempt& a, LocalRank& r) {
   l.binary = ResolveProgram(cmd.argv(0), dir);
   l.args.assign(cmd.argv().begin() + 1, cmd.argv().end());
   if (cmd.local_rank() == v1::LOCAL_RANK_MODE_ARG || cmd.local_rank() == v1::LOCAL_RANK_MODE_BOTH) {
-    l.args.push_back(absl::StrCat(cmd.arg_style() == v1::LOCAL_RANK_ARG_STYLE_DASH ? "--local-rank=" : "--local_rank=",
-                                  ra.local_rank()));
+    l.args.push_back(absl::StrCat(
+        cmd.arg_style() == v1::LOCAL_RANK_ARG_STYLE_DASH ? "--local-rank=" : "--local_rank=",
+        ra.local_rank()));
   }
   l.env = CommandLaunchEnvironment(a, ra);
   // As torchrun: where torch.distributed.elastic's @record writes the
@@ -411,11 +428,13 @@ void RankTable::LaunchCommand(LocalAttempt& a, LocalRank& r) {
   ReportStatus(a, r);
 }
 
-std::vector<std::string> RankTable::CommandLaunchEnvironment(const LocalAttempt& a, const v1::RankAssignment& ra) {
+std::vector<std::string> RankTable::CommandLaunchEnvironment(const LocalAttempt& a,
+                                                             const v1::RankAssignment& ra) {
   const v1::CommandSpec& cmd = a.spec.command();
   std::vector<std::string> env;
   for (const auto& [k, v] : cmd.env()) {
-    if (k != "PYTHONPATH") env.push_back(absl::StrCat(k, "=", v));  // PYTHONPATH: below, after the hook
+    if (k != "PYTHONPATH")
+      env.push_back(absl::StrCat(k, "=", v));  // PYTHONPATH: below, after the hook
   }
   // torchrun's rule: one thread per rank when several share the host,
   // unless the job (or the daemon's environment) says otherwise.
@@ -424,11 +443,13 @@ std::vector<std::string> RankTable::CommandLaunchEnvironment(const LocalAttempt&
     env.push_back("OMP_NUM_THREADS=1");
   }
   const auto [master_addr, master_port] = MasterEndpoint(a.rendezvous, options_.address);
-  std::vector<std::string> contract = CommandEnvironment(a.job_id, a.number, ra, a.spec.restart().max_restarts(),
-                                                         master_addr, master_port, a.paths.checkpoint_dir);
+  std::vector<std::string> contract =
+      CommandEnvironment(a.job_id, a.number, ra, a.spec.restart().max_restarts(), master_addr,
+                         master_port, a.paths.checkpoint_dir);
   env.insert(env.end(), contract.begin(), contract.end());
   // trainctl.should_checkpoint() (python/trainctl) looks for it.
-  env.push_back(absl::StrCat("TRAINCTL_PREEMPT_FILE=", workspace_.PreemptFile(a.job_id, a.number, ra.rank())));
+  env.push_back(absl::StrCat("TRAINCTL_PREEMPT_FILE=",
+                             workspace_.PreemptFile(a.job_id, a.number, ra.rank())));
   // trainctl.load_checkpoint(): the record this attempt continues from,
   // where this host has the file (its own copy, or a shared directory; the
   // coordinator puts rank 0 on the holder).
@@ -459,10 +480,13 @@ std::vector<std::string> RankTable::CommandLaunchEnvironment(const LocalAttempt&
       rest = it->second;
     } else {
       const char* existing = std::getenv("PYTHONPATH");
-      rest = absl::StrCat(options_.python_dir, existing != nullptr && *existing != 0 ? absl::StrCat(":", existing) : "");
+      rest = absl::StrCat(options_.python_dir,
+                          existing != nullptr && *existing != 0 ? absl::StrCat(":", existing) : "");
     }
-    env.push_back(absl::StrCat("PYTHONPATH=", RankBootDir(options_.python_dir), rest.empty() ? "" : ":", rest));
-  } else if (std::error_code ec; fs::exists(fs::path(kInstalledRankBootDir) / "sitecustomize.py", ec)) {
+    env.push_back(absl::StrCat("PYTHONPATH=", RankBootDir(options_.python_dir),
+                               rest.empty() ? "" : ":", rest));
+  } else if (std::error_code ec;
+             fs::exists(fs::path(kInstalledRankBootDir) / "sitecustomize.py", ec)) {
     // An installed worker (deploy/install.sh, prefix /usr): the trainctl
     // module is where python3 finds it; only the hook goes first.
     std::string rest;
@@ -471,7 +495,8 @@ std::vector<std::string> RankTable::CommandLaunchEnvironment(const LocalAttempt&
     } else if (const char* existing = std::getenv("PYTHONPATH"); existing != nullptr) {
       rest = existing;
     }
-    env.push_back(absl::StrCat("PYTHONPATH=", kInstalledRankBootDir, rest.empty() ? "" : ":", rest));
+    env.push_back(
+        absl::StrCat("PYTHONPATH=", kInstalledRankBootDir, rest.empty() ? "" : ":", rest));
   } else if (auto it = cmd.env().find("PYTHONPATH"); it != cmd.env().end()) {
     env.push_back(absl::StrCat("PYTHONPATH=", it->second));
   }
@@ -489,27 +514,32 @@ absl::Status RankTable::MakeRankCgroup(const LocalAttempt& a, LocalRank& r) {
   if (!cgroups_.has_value()) {
     cgroups_ = CgroupLimits::DetectHere(options_.cgroup_root);
     LogEvent(cgroups_->available() ? LogLevel::kInfo : LogLevel::kWarn, "worker", "cgroups",
-             {{"available", cgroups_->available() ? "true" : "false"}, {"layout", cgroups_->Describe()}});
+             {{"available", cgroups_->available() ? "true" : "false"},
+              {"layout", cgroups_->Describe()}});
   }
-  absl::StatusOr<RankCgroup> g =
-      cgroups_->Create(absl::StrCat(a.job_id, "-", a.number, "-rank", r.assignment.rank()), a.spec.resources());
+  absl::StatusOr<RankCgroup> g = cgroups_->Create(
+      absl::StrCat(a.job_id, "-", a.number, "-rank", r.assignment.rank()), a.spec.resources());
   if (!g.ok()) {
     // Limits the user asked for are never dropped silently: the rank does
     // not start, and the job says why (docs/job-yaml.md, resources).
-    return absl::FailedPreconditionError(
-        absl::StrCat("resources: this worker cannot enforce the job's limits: ", g.status().message(),
-                     " (the worker needs root and a writable cgroup v1 or v2 hierarchy; or leave out resources)"));
+    return absl::FailedPreconditionError(absl::StrCat(
+        "resources: this worker cannot enforce the job's limits: ", g.status().message(),
+        " (the worker needs root and a writable cgroup v1 or v2 hierarchy; or leave out "
+        "resources)"));
   }
   r.cgroup = *std::move(g);
   return absl::OkStatus();
 }
 
-bool RankTable::StartProcess(LocalAttempt& a, LocalRank& r, const RankLaunch& l, const std::string& what) {
+bool RankTable::StartProcess(LocalAttempt& a, LocalRank& r, const RankLaunch& l,
+                             const std::string& what) {
   r.state.Apply(RankEvent::kLaunch);
   r.oom_kills_at_launch = ReadOomKillCount();
   if (absl::Status s = MakeRankCgroup(a, r); !s.ok()) {
     LogEvent(LogLevel::kWarn, "worker", "rank_limits_unenforceable",
-             {{"job_id", a.job_id}, {"attempt", absl::StrCat(a.number)}, {"rank", absl::StrCat(r.assignment.rank())},
+             {{"job_id", a.job_id},
+              {"attempt", absl::StrCat(a.number)},
+              {"rank", absl::StrCat(r.assignment.rank())},
               {"reason", std::string(s.message())}});
     ReportLaunchFailure(a, r, std::string(s.message()), v1::FAILURE_KIND_CONFIG);
     return false;
@@ -525,7 +555,9 @@ bool RankTable::StartProcess(LocalAttempt& a, LocalRank& r, const RankLaunch& l,
   }
   r.pid = *pid;
   LogEvent(LogLevel::kInfo, "worker", "rank_started",
-           {{"job_id", a.job_id}, {"attempt", absl::StrCat(a.number)}, {"rank", absl::StrCat(r.assignment.rank())},
+           {{"job_id", a.job_id},
+            {"attempt", absl::StrCat(a.number)},
+            {"rank", absl::StrCat(r.assignment.rank())},
             {"pid", absl::StrCat(r.pid)}});
   ReportStatus(a, r);
   return true;

@@ -36,8 +36,8 @@ v1::CollectiveOp OpOf(const std::string& op) {
 }
 
 // A `progress` line (with its collective heartbeat, when it has one).
-v1::WorkerMessage ProgressMessage(const std::string& job_id, int32_t attempt, int32_t rank, pid_t pid,
-                                  const rankproto::StatusMessage& msg) {
+v1::WorkerMessage ProgressMessage(const std::string& job_id, int32_t attempt, int32_t rank,
+                                  pid_t pid, const rankproto::StatusMessage& msg) {
   v1::WorkerMessage m;
   v1::RankProgress* p = AboutRank(m.mutable_progress(), job_id, attempt, rank);
   p->set_epoch(msg.epoch);
@@ -115,7 +115,9 @@ void RankTable::WriteCommandTensorBoard(LocalAttempt& a, const rankproto::RankMe
   auto give_up = [&](const absl::Status& s) {
     a.tensorboard_failed = true;
     LogEvent(LogLevel::kWarn, "worker", "tensorboard_failed",
-             {{"job_id", a.job_id}, {"dir", a.paths.tensorboard_dir}, {"error", std::string(s.message())}});
+             {{"job_id", a.job_id},
+              {"dir", a.paths.tensorboard_dir},
+              {"error", std::string(s.message())}});
   };
   if (a.tensorboard == nullptr) {
     absl::StatusOr<std::unique_ptr<trainer::TensorBoardWriter>> w =
@@ -131,16 +133,19 @@ void RankTable::WriteCommandTensorBoard(LocalAttempt& a, const rankproto::RankMe
   }
   std::vector<std::pair<std::string, float>> scalars = trainer::MetricScalars(m);
   if (scalars.empty()) return;
-  if (absl::Status s = a.tensorboard->Write(int64_t{m.epoch} * m.steps_per_epoch + m.step, scalars); !s.ok()) {
+  if (absl::Status s = a.tensorboard->Write(int64_t{m.epoch} * m.steps_per_epoch + m.step, scalars);
+      !s.ok()) {
     give_up(s);
   }
 }
 
-void RankTable::IgnoredReport(const std::string& key, const std::string& line, const std::string& why) {
+void RankTable::IgnoredReport(const std::string& key, const std::string& line,
+                              const std::string& why) {
   RankLogBatch note;
-  note.lines.push_back(RankLogLine{2, DaemonClock(options_).Now(),
-                                   absl::StrCat("[trainctl-worker] ignored status line",
-                                                why.empty() ? "" : absl::StrCat(" (", why, ")"), ": ", line)});
+  note.lines.push_back(
+      RankLogLine{2, DaemonClock(options_).Now(),
+                  absl::StrCat("[trainctl-worker] ignored status line",
+                               why.empty() ? "" : absl::StrCat(" (", why, ")"), ": ", line)});
   note.recent.push_back(note.lines.back().text);
   OnLogBatch(key, note);
 }
@@ -161,7 +166,8 @@ void RankTable::OnStatusLine(const std::string& key, const std::string& line) {
       // Rank 0 listens on its store: reported here when the daemon could not
       // reserve its port (RendezvousBackend).
       if (rank != 0 || !a->produce_rendezvous) return;
-      absl::StatusOr<std::optional<v1::RendezvousInfo>> info = a->rendezvous_backend->RankListening(msg->address);
+      absl::StatusOr<std::optional<v1::RendezvousInfo>> info =
+          a->rendezvous_backend->RankListening(msg->address);
       if (!info.ok()) {
         IgnoredReport(key, line, std::string(info.status().message()));
       } else if (info->has_value()) {
@@ -181,7 +187,8 @@ void RankTable::OnStatusLine(const std::string& key, const std::string& line) {
       // reported: a rank (a command job's fd 3) naming any other path, say
       // the daemon's worker.key, gets no record that a fetch could follow.
       std::optional<std::string> path =
-          JobArtifactReport(msg->checkpoint.path, a->job_id, a->paths.checkpoint_dir, a->paths.checkpoint_dir_named, false);
+          JobArtifactReport(msg->checkpoint.path, a->job_id, a->paths.checkpoint_dir,
+                            a->paths.checkpoint_dir_named, false);
       if (!path.has_value()) {
         IgnoredReport(key, line, "not a checkpoint of this job in its checkpoint.dir");
         return;
@@ -196,8 +203,8 @@ void RankTable::OnStatusLine(const std::string& key, const std::string& line) {
     }
     case rankproto::StatusMessage::Type::kModel: {
       if (rank != 0) return;
-      std::optional<std::string> path =
-          JobArtifactReport(msg->path, a->job_id, a->paths.checkpoint_dir, a->paths.checkpoint_dir_named, true);
+      std::optional<std::string> path = JobArtifactReport(
+          msg->path, a->job_id, a->paths.checkpoint_dir, a->paths.checkpoint_dir_named, true);
       if (!path.has_value()) {
         IgnoredReport(key, line, "not this job's final model in its checkpoint.dir");
         return;
@@ -265,7 +272,8 @@ void RankTable::FlushMetrics() {
     // across a reconnect.
     bool has_eval = false;
     for (const auto& p : b->points()) {
-      has_eval |= p.kind() == v1::MetricPoint::KIND_EPOCH_END || p.kind() == v1::MetricPoint::KIND_EVAL;
+      has_eval |=
+          p.kind() == v1::MetricPoint::KIND_EPOCH_END || p.kind() == v1::MetricPoint::KIND_EVAL;
     }
     out_.Send(std::move(m), has_eval);
   }
@@ -285,7 +293,8 @@ void RankTable::FlushLogs() {
         note->set_rank(rank);
         note->set_stream(v1::LogLine::STREAM_STDERR);
         SetTimestamp(DaemonClock(options_).Now(), note->mutable_time());
-        note->set_text(absl::StrCat("[trainctl-worker] ", r.dropped, " log lines dropped (rate limit)"));
+        note->set_text(
+            absl::StrCat("[trainctl-worker] ", r.dropped, " log lines dropped (rate limit)"));
         note->set_seq(r.next_log_seq++);
       }
       r.pending_logs.clear();

@@ -37,7 +37,8 @@ RankSupervisor::~RankSupervisor() {
 absl::StatusOr<pid_t> RankSupervisor::Launch(const RankLaunch& l) {
   {
     absl::MutexLock lock(&mu_);
-    if (children_.count(l.key) > 0) return absl::AlreadyExistsError(absl::StrCat("rank ", l.key, " is running"));
+    if (children_.count(l.key) > 0)
+      return absl::AlreadyExistsError(absl::StrCat("rank ", l.key, " is running"));
   }
   // Three pipes: stdout, stderr, status (read ends here, write ends to the child).
   int fds[6];
@@ -88,12 +89,14 @@ bool RankSupervisor::Stop(const std::string& key, absl::Duration grace) {
   return true;
 }
 
-bool RankSupervisor::DumpStacksThenStop(const std::string& key, absl::Duration dump_wait, absl::Duration grace) {
+bool RankSupervisor::DumpStacksThenStop(const std::string& key, absl::Duration dump_wait,
+                                        absl::Duration grace) {
   absl::MutexLock lock(&mu_);
   auto it = children_.find(key);
   if (it == children_.end() || !it->second.process.running()) return false;
   Child& c = it->second;
-  if (c.kill_at != absl::InfiniteFuture() || c.term_at != absl::InfiniteFuture()) return true;  // Stopping already.
+  if (c.kill_at != absl::InfiniteFuture() || c.term_at != absl::InfiniteFuture())
+    return true;  // Stopping already.
   // The rank itself, not its group: DataLoader workers inherit the handler
   // and would bury the rank's stack under theirs.
   c.process.Signal(SIGUSR1);
@@ -130,7 +133,8 @@ pid_t RankSupervisor::Pid(const std::string& key) const {
   return it == children_.end() ? -1 : it->second.process.pid();
 }
 
-bool RankSupervisor::Drain(const std::string& key, Child& c, int& fd, std::string& buf, int stream) {
+bool RankSupervisor::Drain(const std::string& key, Child& c, int& fd, std::string& buf,
+                           int stream) {
   if (fd < 0) return false;
   char chunk[8192];
   size_t read_this_round = 0;
@@ -162,7 +166,8 @@ bool RankSupervisor::Drain(const std::string& key, Child& c, int& fd, std::strin
   return true;  // More to read next round.
 }
 
-void RankSupervisor::DrainAfterExit(const std::string& key, Child& c, int& fd, std::string& buf, int stream) {
+void RankSupervisor::DrainAfterExit(const std::string& key, Child& c, int& fd, std::string& buf,
+                                    int stream) {
   // Until EAGAIN or EOF: the group is dead, the pipe ends soon.
   while (Drain(key, c, fd, buf, stream)) {
     pollfd p{fd, POLLIN, 0};
@@ -182,21 +187,24 @@ void RankSupervisor::Line(const std::string& key, Child& c, int stream, absl::st
   // Token bucket: a rank printing in a tight loop is cut to the rate here,
   // before a line costs anything beyond reading it.
   absl::Time now = MonotonicNow();
-  c.tokens = std::min<double>(options_.log_burst,
-                              c.tokens + absl::ToDoubleSeconds(now - c.refill_at) * options_.log_lines_per_sec);
+  c.tokens =
+      std::min<double>(options_.log_burst, c.tokens + absl::ToDoubleSeconds(now - c.refill_at) *
+                                                          options_.log_lines_per_sec);
   c.refill_at = now;
   c.recent[c.recent_next].assign(line.data(), line.size());
   c.recent_next = (c.recent_next + 1) % c.recent.size();
   c.recent_count = std::min(c.recent_count + 1, c.recent.size());
   const int64_t bytes = static_cast<int64_t>(line.size());
-  if (c.tokens < 1 || pending_bytes_->load() + c.batch_bytes + bytes > options_.max_pending_log_bytes) {
+  if (c.tokens < 1 ||
+      pending_bytes_->load() + c.batch_bytes + bytes > options_.max_pending_log_bytes) {
     ++c.dropped;
     return;
   }
   c.tokens -= 1;
   c.batch_bytes += bytes;
   const Clock& clock = options_.clock != nullptr ? *options_.clock : *SystemClock::Get();
-  c.batch.push_back(RankLogLine{stream, clock.Now(), std::string(line)});  // wall time: shown with the line
+  c.batch.push_back(
+      RankLogLine{stream, clock.Now(), std::string(line)});  // wall time: shown with the line
 }
 
 void RankSupervisor::EmitBatch(const std::string& key, Child& c) {
@@ -207,7 +215,8 @@ void RankSupervisor::EmitBatch(const std::string& key, Child& c) {
   const size_t n = c.recent.size();
   const size_t first = (c.recent_next + n - c.recent_count) % n;
   int64_t recent_bytes = 0;
-  for (size_t i = 0; i < c.recent_count; ++i) recent_bytes += static_cast<int64_t>(c.recent[(first + i) % n].size());
+  for (size_t i = 0; i < c.recent_count; ++i)
+    recent_bytes += static_cast<int64_t>(c.recent[(first + i) % n].size());
   // They come along while the memory bound allows (else they wait for the
   // next batch; there are never more than kRecentLines).
   if (pending_bytes_->load() + bytes + recent_bytes <= options_.max_pending_log_bytes) {

@@ -38,8 +38,8 @@
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
-#include "common/wake_signal.h"
 #include "common/subprocess.h"
+#include "common/wake_signal.h"
 
 namespace trainctl::worker {
 
@@ -122,7 +122,8 @@ class RankLauncher {
   // A hung command rank: SIGUSR1 to the rank's own process now (its Python
   // start-up hook dumps every thread's stack to its stderr), then after
   // `dump_wait` as Stop. False if not running.
-  virtual bool DumpStacksThenStop(const std::string& key, absl::Duration dump_wait, absl::Duration grace) {
+  virtual bool DumpStacksThenStop(const std::string& key, absl::Duration dump_wait,
+                                  absl::Duration grace) {
     return Stop(key, grace);
   }
   // Keys of ranks that have not exited yet.
@@ -139,7 +140,8 @@ class RankSupervisor final : public RankLauncher {
 
   absl::StatusOr<pid_t> Launch(const RankLaunch& launch) override;
   bool Stop(const std::string& key, absl::Duration grace) override;
-  bool DumpStacksThenStop(const std::string& key, absl::Duration dump_wait, absl::Duration grace) override;
+  bool DumpStacksThenStop(const std::string& key, absl::Duration dump_wait,
+                          absl::Duration grace) override;
   std::vector<std::string> Running() const override;
   // Waits (monotonic, woken by each exit) until no rank is running, at
   // most `timeout`; true when none is.
@@ -178,7 +180,8 @@ class RankSupervisor final : public RankLauncher {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // A complete output line: status lines go to on_status, output lines into
   // the child's batch (or are dropped and counted).
-  void Line(const std::string& key, Child& c, int stream, absl::string_view line) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Line(const std::string& key, Child& c, int stream, absl::string_view line)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Hands the child's batch to on_logs (when there is anything to say).
   void EmitBatch(const std::string& key, Child& c) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 

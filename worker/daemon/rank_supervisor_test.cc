@@ -1,7 +1,7 @@
 #include "worker/daemon/rank_supervisor.h"
 
-#include <gtest/gtest.h>
 #include <fcntl.h>
+#include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
 #include <unistd.h>
@@ -66,7 +66,9 @@ RankLaunch Sh(const std::string& script) {
 TEST(RankSupervisorTest, CapturesStreamsStatusAndExitCode) {
   Recorder r;
   RankSupervisor sup(r.Callbacks());
-  ASSERT_TRUE(sup.Launch(Sh("echo out $FOO; echo err >&2; echo ready >&3; printf 'no newline'; exit 7")).ok());
+  ASSERT_TRUE(
+      sup.Launch(Sh("echo out $FOO; echo err >&2; echo ready >&3; printf 'no newline'; exit 7"))
+          .ok());
   ASSERT_TRUE(r.WaitExit());
   absl::MutexLock lock(&r.mu);
   EXPECT_EQ(r.out, (std::vector<std::string>{"out bar", "no newline"}));
@@ -94,7 +96,8 @@ TEST(RankSupervisorTest, RunsTheRankAsItsUserWithItsExtraFds) {
   ASSERT_GE(fd, 0);
   Recorder r;
   RankSupervisor sup(r.Callbacks());
-  RankLaunch l = Sh("id -u; cat <&4; cat " + conf + " || echo refused; kill -0 $PPID || echo cannot signal the daemon");
+  RankLaunch l = Sh("id -u; cat <&4; cat " + conf +
+                    " || echo refused; kill -0 $PPID || echo cannot signal the daemon");
   l.extra_fds = {{4, fd}};
   l.run_as = *nobody;
   ASSERT_TRUE(sup.Launch(l).ok());
@@ -140,7 +143,8 @@ TEST(RankSupervisorTest, DumpStacksThenStopSignalsTheRankThenTerminatesItAfterTh
   RankSupervisor sup(r.Callbacks());
   // Stands in for a Python rank's faulthandler on SIGUSR1.
   ASSERT_TRUE(sup.Launch(Sh("trap 'echo stacks dumped >&2' USR1; echo started >&3; "
-                            "while true; do sleep 0.05; done")).ok());
+                            "while true; do sleep 0.05; done"))
+                  .ok());
   {
     absl::MutexLock lock(&r.mu);
     auto started = [&r]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(r.mu) { return !r.status.empty(); };
@@ -182,7 +186,8 @@ TEST(RankSupervisorTest, NoOrphansAndDuplicateKeysRefused) {
     }
     fclose(st);
   }
-  EXPECT_TRUE(state == "gone" || state == "Z") << "grandchild " << gc << " outlived its rank: " << state;
+  EXPECT_TRUE(state == "gone" || state == "Z")
+      << "grandchild " << gc << " outlived its rank: " << state;
   EXPECT_TRUE(sup.Running().empty());
 }
 
@@ -222,7 +227,8 @@ TEST(RankSupervisorTest, OutputIsRateLimitedAndBatchedWithACountOfWhatWasDropped
   EXPECT_GE(r.out.size(), 50u);
   EXPECT_LT(r.out.size(), 50u + 100u * 30u);
   EXPECT_EQ(r.out[0], "1");
-  EXPECT_EQ(static_cast<int64_t>(r.out.size()) + r.dropped, 200000) << "every line is delivered or counted";
+  EXPECT_EQ(static_cast<int64_t>(r.out.size()) + r.dropped, 200000)
+      << "every line is delivered or counted";
   EXPECT_LT(r.batches, 1000) << "batched per round, not one callback per line";
   // The last lines are known even though the rate dropped them.
   ASSERT_GE(r.recent.size(), RankLogBatch::kRecentLines);
@@ -238,8 +244,11 @@ TEST(RankSupervisorTest, BatchesHeldByTheReceiverBoundTheMemory) {
   o.max_pending_log_bytes = 64 * 1024;
   RankSupervisor sup(r.Callbacks(), o);
   // ~20 MB of 100-byte lines.
-  ASSERT_TRUE(sup.Launch(Sh("yes 'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx'"
-                            " | head -n 200000")).ok());
+  ASSERT_TRUE(sup.Launch(Sh("yes "
+                            "'xxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxxx"
+                            "xxxxxxxxxxxxxxxxxxxxxxxxxxxx'"
+                            " | head -n 200000"))
+                  .ok());
   ASSERT_TRUE(r.WaitExit(absl::Seconds(30)));
   absl::MutexLock lock(&r.mu);
   int64_t held_bytes = 0;

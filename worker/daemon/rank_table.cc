@@ -11,16 +11,19 @@
 
 namespace trainctl::worker {
 
-std::string AttemptKey(const std::string& job_id, int32_t attempt) { return absl::StrCat(job_id, "/", attempt); }
+std::string AttemptKey(const std::string& job_id, int32_t attempt) {
+  return absl::StrCat(job_id, "/", attempt);
+}
 
-RankTable::RankTable(const DaemonOptions& options, RankTablePaths paths, EventLoop& loop, CoordinatorOutbox& out,
-                     RankLauncher& launcher, CodeSource* code)
+RankTable::RankTable(const DaemonOptions& options, RankTablePaths paths, EventLoop& loop,
+                     CoordinatorOutbox& out, RankLauncher& launcher, CodeSource* code)
     : options_(options),
       workspace_(options, std::move(paths)),
       loop_(loop),
       out_(out),
       launcher_(launcher),
-      code_(std::make_unique<CodeCache>(options.work_dir + "/code", code, loop, options.clock)) {}
+      code_(std::make_unique<CodeCache>(options.work_dir + "/code", code, loop, options.clock,
+                                        options.file_env)) {}
 
 RankTable::~RankTable() {
   // The daemon is going: no rank cgroup outlives it (what is still in one
@@ -35,13 +38,20 @@ RankTable::~RankTable() {
 void RankTable::OnMessage(const v1::CoordinatorMessage& m) {
   loop_.CheckInLoop("RankTable::OnMessage");
   switch (m.msg_case()) {
-    case v1::CoordinatorMessage::kStartRanks: return OnStartRanks(m.start_ranks());
-    case v1::CoordinatorMessage::kRendezvous: return OnRendezvous(m.rendezvous());
-    case v1::CoordinatorMessage::kStopRanks: return OnStopRanks(m.stop_ranks());
-    case v1::CoordinatorMessage::kReadFile: return OnReadFile(m.read_file());
-    case v1::CoordinatorMessage::kDropCheckpoints: return OnDropCheckpoints(m.drop_checkpoints());
-    case v1::CoordinatorMessage::kPreflight: return OnPreflight(m.preflight());
-    default: return;  // Acknowledgements: the session takes those it needs.
+    case v1::CoordinatorMessage::kStartRanks:
+      return OnStartRanks(m.start_ranks());
+    case v1::CoordinatorMessage::kRendezvous:
+      return OnRendezvous(m.rendezvous());
+    case v1::CoordinatorMessage::kStopRanks:
+      return OnStopRanks(m.stop_ranks());
+    case v1::CoordinatorMessage::kReadFile:
+      return OnReadFile(m.read_file());
+    case v1::CoordinatorMessage::kDropCheckpoints:
+      return OnDropCheckpoints(m.drop_checkpoints());
+    case v1::CoordinatorMessage::kPreflight:
+      return OnPreflight(m.preflight());
+    default:
+      return;  // Acknowledgements: the session takes those it needs.
   }
 }
 

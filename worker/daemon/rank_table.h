@@ -26,10 +26,10 @@
 #include "absl/status/statusor.h"
 #include "common/event_loop.h"
 #include "trainctl/v1/worker_service.pb.h"
+#include "worker/daemon/cgroup_limits.h"
 #include "worker/daemon/code_cache.h"
 #include "worker/daemon/coordinator_outbox.h"
 #include "worker/daemon/daemon_options.h"
-#include "worker/daemon/cgroup_limits.h"
 #include "worker/daemon/rank_supervisor.h"
 #include "worker/daemon/rank_workspace.h"
 #include "worker/protocol/rank_protocol.h"
@@ -137,7 +137,8 @@ class RankTable {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   // Makes `r`'s cgroup when the job sets resources; the error says why the
   // limits cannot be enforced on this worker.
-  absl::Status MakeRankCgroup(const LocalAttempt& a, LocalRank& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
+  absl::Status MakeRankCgroup(const LocalAttempt& a, LocalRank& r)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   // Removes `r`'s cgroup, if it has one (a failure is logged).
   void RemoveRankCgroup(const LocalAttempt& a, LocalRank& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(loop_);
   // The OOM-killer message when `r` died of a SIGKILL this daemon did not
@@ -211,7 +212,8 @@ bool ExceptionCannotHeal(int code, int signal, const std::string& exception);
 // its first non-empty line, at most 300 bytes; nullopt when `json` is not
 // such a document (or the message is empty). `callstack` (optional) gets
 // extraInfo.py_callstack when there is one.
-std::optional<std::string> TorchelasticErrorMessage(const std::string& json, std::string* callstack = nullptr);
+std::optional<std::string> TorchelasticErrorMessage(const std::string& json,
+                                                    std::string* callstack = nullptr);
 
 // `exception` with the interpreter named when it is an import failure
 // (ModuleNotFoundError, ImportError) of a program that is a Python

@@ -22,8 +22,8 @@
 #include "trainctl/v1/worker_service.pb.h"
 #include "worker/daemon/cgroup_limits.h"
 #include "worker/daemon/local_rank_state.h"
-#include "worker/daemon/rendezvous_backend.h"
 #include "worker/daemon/rank_table.h"
+#include "worker/daemon/rendezvous_backend.h"
 #include "worker/protocol/rank_protocol.h"
 #include "worker/trainer/tensorboard_writer.h"
 
@@ -106,6 +106,5 @@ struct RankTable::LocalAttempt {
 
 // "job/attempt", the key of attempts_.
 std::string AttemptKey(const std::string& job_id, int32_t attempt);
-
 
 }  // namespace trainctl::worker

@@ -10,10 +10,11 @@
 #include <unistd.h>
 
 #include <csignal>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -47,7 +48,8 @@ class FakeLauncher final : public RankLauncher {
     stops.emplace_back(key, grace);
     return std::find(running.begin(), running.end(), key) != running.end();
   }
-  bool DumpStacksThenStop(const std::string& key, absl::Duration dump_wait, absl::Duration grace) override {
+  bool DumpStacksThenStop(const std::string& key, absl::Duration dump_wait,
+                          absl::Duration grace) override {
     dumps.emplace_back(key, dump_wait);
     return Stop(key, grace);
   }
@@ -80,19 +82,17 @@ class FakeOutbox final : public CoordinatorOutbox {
 // bytes, or `damage` instead); counts the fetches.
 class FakeCodeSource final : public CodeSource {
  public:
-  absl::Status FetchCode(const std::string& job_id, const std::string& digest, const std::string& dest) override {
+  absl::Status FetchCode(const std::string& job_id, const std::string& digest,
+                         Sink write) override {
     absl::MutexLock lock(&mu);
     ++fetches;
     if (!fail_with.ok()) return fail_with;
     auto it = archives.find(digest);
     if (it == archives.end()) return absl::NotFoundError("no such code");
-    std::ofstream out(dest, std::ios::binary | std::ios::trunc);
-    if (damage.empty()) {
-      out << std::ifstream(it->second, std::ios::binary).rdbuf();
-    } else {
-      out << damage;
-    }
-    return absl::OkStatus();
+    if (!damage.empty()) return write(damage);
+    std::ostringstream bytes;
+    bytes << std::ifstream(it->second, std::ios::binary).rdbuf();
+    return write(bytes.str());
   }
   void CancelFetches() override {}
 
@@ -115,7 +115,9 @@ class RankTableTest : public ::testing::Test {
  protected:
   void SetUp() override {
     // Canonical, as the daemon makes its work dir at Start.
-    dir_ = fs::path(absl::StrCat(::testing::TempDir(), "/rank_table_test.", getpid())).lexically_normal().string();
+    dir_ = fs::path(absl::StrCat(::testing::TempDir(), "/rank_table_test.", getpid()))
+               .lexically_normal()
+               .string();
     fs::remove_all(dir_);
     fs::create_directories(dir_ + "/work");
     options_.work_dir = dir_ + "/work";
@@ -149,7 +151,8 @@ class RankTableTest : public ::testing::Test {
   // rendezvous (MASTER_PORT).
   static v1::CoordinatorMessage Start(int32_t attempt = 1) {
     ParsedJobSpec p = ParseJobSpecYaml(
-        "name: t\nworld_size: 2\ndevice: cpu\ncommand:\n  argv: [/bin/sh, -c, 'exit 0']\n", "t.yaml", {});
+        "name: t\nworld_size: 2\ndevice: cpu\ncommand:\n  argv: [/bin/sh, -c, 'exit 0']\n",
+        "t.yaml", {});
     EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
     v1::CoordinatorMessage m;
     v1::StartRanks* s = m.mutable_start_ranks();
@@ -186,7 +189,8 @@ class RankTableTest : public ::testing::Test {
     std::vector<std::string> out;
     for (const FakeOutbox::Sent& s : out_.sent) {
       if (!s.msg.has_rank_status()) continue;
-      out.push_back(absl::StrCat(s.msg.rank_status().rank(), ":", v1::RankState_Name(s.msg.rank_status().state())));
+      out.push_back(absl::StrCat(s.msg.rank_status().rank(), ":",
+                                 v1::RankState_Name(s.msg.rank_status().state())));
     }
     return out;
   }
@@ -234,8 +238,8 @@ TEST_F(RankTableTest, StartReportsTheRendezvousThenLaunchesEveryRankUnderTorchru
     EXPECT_TRUE(fs::is_directory(l.work_dir)) << l.work_dir;
   }
   // A command rank is ready once started.
-  EXPECT_THAT(Statuses(), ElementsAre("0:RANK_STATE_STARTING", "0:RANK_STATE_RUNNING", "1:RANK_STATE_STARTING",
-                                      "1:RANK_STATE_RUNNING"));
+  EXPECT_THAT(Statuses(), ElementsAre("0:RANK_STATE_STARTING", "0:RANK_STATE_RUNNING",
+                                      "1:RANK_STATE_STARTING", "1:RANK_STATE_RUNNING"));
   for (const FakeOutbox::Sent& s : out_.sent) EXPECT_TRUE(s.critical) << s.msg.DebugString();
 }
 
@@ -348,12 +352,14 @@ TEST_F(RankTableTest, ASpawnErrorEndsTheRankFailedKindLaunch) {
   const v1::RankStatus& st = LastStatus();
   EXPECT_EQ(st.state(), v1::RANK_STATE_FAILED);
   EXPECT_EQ(st.exit().kind(), v1::FAILURE_KIND_LAUNCH);
-  EXPECT_THAT(st.exit().message(), HasSubstr("cannot start /bin/sh: fork: resource temporarily unavailable"));
+  EXPECT_THAT(st.exit().message(),
+              HasSubstr("cannot start /bin/sh: fork: resource temporarily unavailable"));
   EXPECT_THAT(Statuses(), ElementsAre("0:RANK_STATE_FAILED", "1:RANK_STATE_FAILED"));
   EXPECT_THAT(Running(), IsEmpty());
 }
 
-TEST_F(RankTableTest, ACommandJobOnAWorkerWithoutAllowCommandsFailsAsConfigurationAndStartsNothing) {
+TEST_F(RankTableTest,
+       ACommandJobOnAWorkerWithoutAllowCommandsFailsAsConfigurationAndStartsNothing) {
   options_.allow_commands = false;
   Deliver(Start());
   EXPECT_TRUE(launcher_.launches.empty());
@@ -367,14 +373,19 @@ TEST_F(RankTableTest, ACommandJobOnAWorkerWithoutAllowCommandsFailsAsConfigurati
 TEST_F(RankTableTest, AHungScriptsHookedRanksDumpTheirStacksBeforeTheyStop) {
   options_.python_dir = "/opt/trainctl/python";
   v1::CoordinatorMessage start = Start();
-  (*start.mutable_start_ranks()->mutable_spec()->mutable_command()->mutable_env())["PYTHONPATH"] = "/mine";
+  (*start.mutable_start_ranks()->mutable_spec()->mutable_command()->mutable_env())["PYTHONPATH"] =
+      "/mine";
   Deliver(start);
   ASSERT_EQ(launcher_.launches.size(), 2u);
-  EXPECT_EQ(EnvOf(launcher_.launches[0], "PYTHONPATH"), "/opt/trainctl/python/trainctl/_rank_boot:/mine");
+  EXPECT_EQ(EnvOf(launcher_.launches[0], "PYTHONPATH"),
+            "/opt/trainctl/python/trainctl/_rank_boot:/mine");
   int pythonpaths = 0;
-  for (const std::string& e : launcher_.launches[0].env) pythonpaths += e.rfind("PYTHONPATH=", 0) == 0;
+  for (const std::string& e : launcher_.launches[0].env)
+    pythonpaths += e.rfind("PYTHONPATH=", 0) == 0;
   EXPECT_EQ(pythonpaths, 1);
-  OnLoop([&] { Table().OnStatusLine("job-1/1/0", "progress 0 30 phase=train moves=12 torch_ms=0\n"); });
+  OnLoop([&] {
+    Table().OnStatusLine("job-1/1/0", "progress 0 30 phase=train moves=12 torch_ms=0\n");
+  });
   v1::CoordinatorMessage stop = Stop(1, {}, 1500);
   stop.mutable_stop_ranks()->set_stack_dump_ms(1000);
   Deliver(stop);
@@ -395,7 +406,8 @@ TEST_F(RankTableTest, LimitsThisWorkerCannotEnforceFailTheLaunchAsConfigurationA
   const v1::RankStatus& st = LastStatus();
   EXPECT_EQ(st.state(), v1::RANK_STATE_FAILED);
   EXPECT_EQ(st.exit().kind(), v1::FAILURE_KIND_CONFIG);
-  EXPECT_THAT(st.exit().message(), HasSubstr("resources: this worker cannot enforce the job's limits: cgroups are off"));
+  EXPECT_THAT(st.exit().message(),
+              HasSubstr("resources: this worker cannot enforce the job's limits: cgroups are off"));
   EXPECT_THAT(st.exit().message(), HasSubstr("or leave out resources"));
   EXPECT_THAT(Statuses(), ElementsAre("0:RANK_STATE_FAILED", "1:RANK_STATE_FAILED"));
   EXPECT_THAT(Running(), IsEmpty());
@@ -471,7 +483,8 @@ TEST_F(RankTableTest, AScriptsReportsBecomePointsWithOnlyTheirFieldsAndEvalIsEva
   out_.sent.clear();
   OnLoop([&] {
     Table().OnStatusLine("job-1/1/0", "metric kind=train epoch=0 step=2 loss=0 lr=0.1");
-    Table().OnStatusLine("job-1/1/0", "metric kind=eval epoch=0 step=2 eval_accuracy=0.5 s.val_f1=0.75");
+    Table().OnStatusLine("job-1/1/0",
+                         "metric kind=eval epoch=0 step=2 eval_accuracy=0.5 s.val_f1=0.75");
     Table().FlushMetrics();
   });
   ASSERT_EQ(out_.sent.size(), 1u);
@@ -492,7 +505,8 @@ TEST_F(RankTableTest, AScriptsReportsBecomePointsWithOnlyTheirFieldsAndEvalIsEva
   ASSERT_TRUE(eval.has_eval());
   EXPECT_DOUBLE_EQ(eval.eval().accuracy(), 0.5);
   EXPECT_FALSE(eval.eval().has_loss() || eval.eval().has_samples()) << eval.DebugString();
-  EXPECT_FALSE(eval.has_loss() || eval.has_lr() || eval.has_samples_per_sec()) << eval.DebugString();
+  EXPECT_FALSE(eval.has_loss() || eval.has_lr() || eval.has_samples_per_sec())
+      << eval.DebugString();
   EXPECT_DOUBLE_EQ(eval.scalars().at("val_f1"), 0.75);
 
   // The engine's line names every field: all set, 0s included.
@@ -507,8 +521,8 @@ TEST_F(RankTableTest, AScriptsReportsBecomePointsWithOnlyTheirFieldsAndEvalIsEva
   ASSERT_EQ(out_.sent.size(), 1u);
   EXPECT_FALSE(out_.sent[0].critical);
   const v1::MetricPoint& window = out_.sent[0].msg.metrics().points(0);
-  EXPECT_TRUE(window.has_loss() && window.has_lr() && window.has_samples_per_sec() && window.has_steps_per_epoch() &&
-              window.has_loss_scale() && window.has_samples_seen())
+  EXPECT_TRUE(window.has_loss() && window.has_lr() && window.has_samples_per_sec() &&
+              window.has_steps_per_epoch() && window.has_loss_scale() && window.has_samples_seen())
       << window.DebugString();
   EXPECT_FALSE(window.has_eval());
 }
@@ -522,7 +536,8 @@ class RankTableCodeTest : public RankTableTest {
     fs::create_directories(dir_ + "/src/pkg");
     std::ofstream(dir_ + "/src/train.py") << "print('hi')\n";
     std::ofstream(dir_ + "/src/pkg/util.py") << "X = 1\n";
-    absl::StatusOr<codepack::PackedCode> packed = codepack::PackDirectory(dir_ + "/src", dir_ + "/code.tar");
+    absl::StatusOr<codepack::PackedCode> packed =
+        codepack::PackDirectory(dir_ + "/src", dir_ + "/code.tar");
     ASSERT_TRUE(packed.ok()) << packed.status();
     digest_ = packed->digest;
     absl::MutexLock lock(&code_.mu);
@@ -549,7 +564,8 @@ class RankTableCodeTest : public RankTableTest {
       if (launched >= launches && failed >= failures) return;
       absl::SleepFor(absl::Milliseconds(10));
     }
-    ADD_FAILURE() << "timed out waiting for " << launches << " launches and " << failures << " failures";
+    ADD_FAILURE() << "timed out waiting for " << launches << " launches and " << failures
+                  << " failures";
   }
   int Fetches() {
     absl::MutexLock lock(&code_.mu);
@@ -619,7 +635,8 @@ TEST_F(RankTableCodeTest, AWorkingDirOutsideTheCodeIsAConfigurationError) {
     Deliver(StartWithCode(bad[0] == '/' ? 1 : 2, bad));
     EXPECT_TRUE(launcher_.launches.empty());
     EXPECT_EQ(LastStatus().exit().kind(), v1::FAILURE_KIND_CONFIG);
-    EXPECT_THAT(LastStatus().exit().message(), HasSubstr("must be a relative path inside the job's code"));
+    EXPECT_THAT(LastStatus().exit().message(),
+                HasSubstr("must be a relative path inside the job's code"));
   }
   out_.sent.clear();
   Deliver(StartWithCode(3, "no-such-dir"));

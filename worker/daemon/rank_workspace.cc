@@ -34,18 +34,22 @@ std::string RankWorkspace::AttemptDir(const std::string& job_id, int32_t attempt
   return absl::StrCat(JobDir(job_id), "/attempt-", attempt);
 }
 
-std::string RankWorkspace::RankConfigFile(const std::string& job_id, int32_t attempt, int32_t rank) const {
+std::string RankWorkspace::RankConfigFile(const std::string& job_id, int32_t attempt,
+                                          int32_t rank) const {
   return absl::StrCat(AttemptDir(job_id, attempt), "/rank-", rank, ".conf");
 }
 
-std::string RankWorkspace::PreemptFile(const std::string& job_id, int32_t attempt, int32_t rank) const {
+std::string RankWorkspace::PreemptFile(const std::string& job_id, int32_t attempt,
+                                       int32_t rank) const {
   return absl::StrCat(AttemptDir(job_id, attempt), "/rank-", rank, ".preempted");
 }
 
-absl::Status RankWorkspace::MakePreemptFile(const std::string& job_id, int32_t attempt, int32_t rank) const {
+absl::Status RankWorkspace::MakePreemptFile(const std::string& job_id, int32_t attempt,
+                                            int32_t rank) const {
   const std::string path = PreemptFile(job_id, attempt, rank);
   // Empty; never through a link (O_EXCL|O_NOFOLLOW).
-  const int fd = env_->OpenAt(AT_FDCWD, path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
+  const int fd =
+      env_->OpenAt(AT_FDCWD, path, O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0644);
   if (fd >= 0) {
     ::close(fd);
     return absl::OkStatus();
@@ -57,8 +61,9 @@ absl::Status RankWorkspace::MakePreemptFile(const std::string& job_id, int32_t a
 
 absl::StatusOr<std::optional<RunAs>> RankWorkspace::JobIdentity(int64_t owner_number) const {
   if (!options_.rank_uids.has_value() || !options_.rank_user.has_value()) return options_.rank_user;
-  TRAINCTL_ASSIGN_OR_RETURN(RunAs as, OwnerIdentity(*options_.rank_uids, owner_number, *options_.rank_user,
-                                                    options_.work_dir + "/homes"));
+  TRAINCTL_ASSIGN_OR_RETURN(RunAs as,
+                            OwnerIdentity(*options_.rank_uids, owner_number, *options_.rank_user,
+                                          options_.work_dir + "/homes"));
   return std::optional<RunAs>(std::move(as));
 }
 
@@ -87,7 +92,8 @@ absl::Status RankWorkspace::MakeJobDirs(const std::string& job_id, const v1::Job
 }
 
 absl::StatusOr<std::string> RankWorkspace::MakeRankDirs(const std::string& job_id, int32_t attempt,
-                                                        const v1::JobSpec& spec, const std::optional<RunAs>& as,
+                                                        const v1::JobSpec& spec,
+                                                        const std::optional<RunAs>& as,
                                                         int32_t rank) const {
   TRAINCTL_RETURN_IF_ERROR(MakeJobDirs(job_id, spec, as));
   TRAINCTL_RETURN_IF_ERROR(MakeDaemonDir(AttemptDir(job_id, attempt), as, env_));
@@ -120,8 +126,9 @@ void RankWorkspace::ResolveCommandDir(const v1::JobSpec& spec, AttemptPaths& p) 
       }
     }
   } else if (!spec.command().working_dir().empty()) {
-    absl::StatusOr<std::string> dir = ResolveJobPath("command.working_dir", spec.command().working_dir(),
-                                                     paths_.base_dir, options_.data_roots, "--data-root");
+    absl::StatusOr<std::string> dir =
+        ResolveJobPath("command.working_dir", spec.command().working_dir(), paths_.base_dir,
+                       options_.data_roots, "--data-root");
     std::error_code ec;
     if (!dir.ok()) {
       p.error = std::string(dir.status().message());
@@ -133,14 +140,16 @@ void RankWorkspace::ResolveCommandDir(const v1::JobSpec& spec, AttemptPaths& p) 
   }
 }
 
-void RankWorkspace::ClaimCheckpointPath(const v1::JobSpec& spec, const AttemptClaim& claim, AttemptPaths& p) const {
+void RankWorkspace::ClaimCheckpointPath(const v1::JobSpec& spec, const AttemptClaim& claim,
+                                        AttemptPaths& p) const {
   // Absolute (against the daemon's working directory) so the rank, whose
   // working directory differs, reads and writes the same place; a directory
   // the job chose must lie inside --checkpoint_root when one is set; and it
   // must be this owner's (claimed before any rank writes there, job_dir.h);
   // one the job chose is made as its ranks' user, never by root.
-  absl::StatusOr<CheckpointDir> ck = ResolveCheckpointDir(spec, claim.job_id, claim.owner, options_.work_dir,
-                                                          paths_.base_dir, options_.checkpoint_roots);
+  absl::StatusOr<CheckpointDir> ck =
+      ResolveCheckpointDir(spec, claim.job_id, claim.owner, options_.work_dir, paths_.base_dir,
+                           options_.checkpoint_roots);
   if (!ck.ok()) {
     p.error = std::string(ck.status().message());
     return;
@@ -148,9 +157,10 @@ void RankWorkspace::ClaimCheckpointPath(const v1::JobSpec& spec, const AttemptCl
   p.checkpoint_dir = ck->path;
   p.checkpoint_dir_named = ck->named;
   if (!p.error.empty()) return;  // Claimed by nobody (an identity refused is in `error` too).
-  const std::optional<RunAs> made_as = spec.checkpoint().dir().empty() ? std::nullopt : *claim.run_as;
-  if (absl::Status s = ClaimCheckpointDir(p.checkpoint_dir, claim.job_id, claim.owner, claim.resume_owner, made_as,
-                                          ManifestWritersHere(), env_);
+  const std::optional<RunAs> made_as =
+      spec.checkpoint().dir().empty() ? std::nullopt : *claim.run_as;
+  if (absl::Status s = ClaimCheckpointDir(p.checkpoint_dir, claim.job_id, claim.owner,
+                                          claim.resume_owner, made_as, ManifestWritersHere(), env_);
       !s.ok()) {
     p.error = std::string(s.message());
   }
@@ -162,8 +172,9 @@ void RankWorkspace::ResolveTensorBoardDir(const v1::JobSpec& spec, AttemptPaths&
     p.tensorboard_dir = p.checkpoint_dir.empty() ? "" : p.checkpoint_dir + "/tensorboard";
     return;
   }
-  absl::StatusOr<std::string> dir = ResolveJobPath("tensorboard.dir", spec.tensorboard().dir(), paths_.base_dir,
-                                                   options_.checkpoint_roots, "--checkpoint-root");
+  absl::StatusOr<std::string> dir =
+      ResolveJobPath("tensorboard.dir", spec.tensorboard().dir(), paths_.base_dir,
+                     options_.checkpoint_roots, "--checkpoint-root");
   if (dir.ok()) {
     p.tensorboard_dir = *dir;
   } else if (p.error.empty()) {
@@ -176,7 +187,8 @@ namespace {
 // Empties `dir` (a restarted daemon's earlier try) and unpacks the archive
 // open at `fd` into it, as the ranks' user. An unpack that fails partway
 // (a full disk) removes what it wrote: no half-unpacked code is left.
-absl::Status UnpackInto(int fd, const std::string& dir, const std::optional<RunAs>& as, FileEnv* env) {
+absl::Status UnpackInto(int fd, const std::string& dir, const std::optional<RunAs>& as,
+                        FileEnv* env) {
   {
     AsRankUser as_rank_user(as);
     if (!as_rank_user.ok()) {
@@ -200,7 +212,8 @@ absl::Status UnpackInto(int fd, const std::string& dir, const std::optional<RunA
 }  // namespace
 
 absl::StatusOr<std::string> RankWorkspace::UnpackCode(const std::string& job_id, int32_t attempt,
-                                                      const v1::JobSpec& spec, const std::optional<RunAs>& as,
+                                                      const v1::JobSpec& spec,
+                                                      const std::optional<RunAs>& as,
                                                       const std::string& archive) const {
   const std::string& digest = spec.command().code().digest();
   TRAINCTL_RETURN_IF_ERROR(MakeJobDirs(job_id, spec, as));
@@ -209,21 +222,25 @@ absl::StatusOr<std::string> RankWorkspace::UnpackCode(const std::string& job_id,
   // Opened as the daemon (the cache is its own); read and written as the
   // ranks' user, so root writes nothing in the ranks' directory.
   const int fd = env_->OpenAt(AT_FDCWD, archive, O_RDONLY | O_NOFOLLOW | O_CLOEXEC);
-  if (fd < 0) return absl::InternalError(absl::StrCat("cannot open ", archive, ": ", std::strerror(errno)));
+  if (fd < 0)
+    return absl::InternalError(absl::StrCat("cannot open ", archive, ": ", std::strerror(errno)));
   absl::Status unpacked = UnpackInto(fd, dir, as, env_);
   ::close(fd);
-  if (!unpacked.ok()) return absl::Status(unpacked.code(), absl::StrCat("code ", digest, ": ", unpacked.message()));
+  if (!unpacked.ok())
+    return absl::Status(unpacked.code(), absl::StrCat("code ", digest, ": ", unpacked.message()));
   std::string work = dir;
   if (!spec.command().working_dir().empty()) {
     work = (fs::path(dir) / spec.command().working_dir()).lexically_normal().string();
     std::error_code ec;
     if (!fs::is_directory(work, ec)) {
-      return absl::InvalidArgumentError(absl::StrCat("command.working_dir: '", spec.command().working_dir(),
+      return absl::InvalidArgumentError(absl::StrCat("command.working_dir: '",
+                                                     spec.command().working_dir(),
                                                      "' is not a directory of the job's code"));
     }
   }
-  LogEvent(LogLevel::kInfo, "worker", "code_unpacked",
-           {{"job_id", job_id}, {"attempt", absl::StrCat(attempt)}, {"digest", digest}, {"dir", dir}});
+  LogEvent(
+      LogLevel::kInfo, "worker", "code_unpacked",
+      {{"job_id", job_id}, {"attempt", absl::StrCat(attempt)}, {"digest", digest}, {"dir", dir}});
   return work;
 }
 

@@ -108,8 +108,9 @@ class RankWorkspace {
   absl::Status MakeJobDirs(const std::string& job_id, const v1::JobSpec& spec,
                            const std::optional<RunAs>& as) const;
   // MakeJobDirs, attempt-N, and rank `rank`'s own directory (returned).
-  absl::StatusOr<std::string> MakeRankDirs(const std::string& job_id, int32_t attempt, const v1::JobSpec& spec,
-                                           const std::optional<RunAs>& as, int32_t rank) const;
+  absl::StatusOr<std::string> MakeRankDirs(const std::string& job_id, int32_t attempt,
+                                           const v1::JobSpec& spec, const std::optional<RunAs>& as,
+                                           int32_t rank) const;
 
   // An attempt's paths under the path policy, the checkpoint directory
   // claimed for its owner (as its ranks' user when the job chose it). The
@@ -121,14 +122,16 @@ class RankWorkspace {
   // attempt's code directory, owned by its ranks and written as their user;
   // returns the command's working directory inside it. InvalidArgument
   // naming command.working_dir when that is not a directory of the code.
-  absl::StatusOr<std::string> UnpackCode(const std::string& job_id, int32_t attempt, const v1::JobSpec& spec,
-                                         const std::optional<RunAs>& as, const std::string& archive) const;
+  absl::StatusOr<std::string> UnpackCode(const std::string& job_id, int32_t attempt,
+                                         const v1::JobSpec& spec, const std::optional<RunAs>& as,
+                                         const std::string& archive) const;
 
  private:
   // A command job's working directory into `p` (or its refusal).
   void ResolveCommandDir(const v1::JobSpec& spec, AttemptPaths& p) const;
   // The checkpoint directory, resolved and claimed, into `p`.
-  void ClaimCheckpointPath(const v1::JobSpec& spec, const AttemptClaim& claim, AttemptPaths& p) const;
+  void ClaimCheckpointPath(const v1::JobSpec& spec, const AttemptClaim& claim,
+                           AttemptPaths& p) const;
   // The TensorBoard directory into `p`.
   void ResolveTensorBoardDir(const v1::JobSpec& spec, AttemptPaths& p) const;
 

@@ -87,7 +87,8 @@ TEST_F(RankWorkspaceTest, WithoutARankUserEveryDirectoryIsTheDaemonsAlone) {
   absl::StatusOr<std::string> dir = ws.MakeRankDirs("j-1", 2, v1::JobSpec(), std::nullopt, 1);
   ASSERT_TRUE(dir.ok()) << dir.status();
   EXPECT_EQ(*dir, ws.AttemptDir("j-1", 2) + "/rank-1");
-  for (const std::string& d : {ws.JobDir("j-1"), ws.AttemptDir("j-1", 2), *dir, ws.JobDir("j-1") + "/checkpoints"}) {
+  for (const std::string& d :
+       {ws.JobDir("j-1"), ws.AttemptDir("j-1", 2), *dir, ws.JobDir("j-1") + "/checkpoints"}) {
     const struct stat st = Stat(d);
     EXPECT_TRUE(S_ISDIR(st.st_mode)) << d;
     EXPECT_EQ(st.st_uid, ::geteuid()) << d;
@@ -96,7 +97,8 @@ TEST_F(RankWorkspaceTest, WithoutARankUserEveryDirectoryIsTheDaemonsAlone) {
   v1::JobSpec chose;
   chose.mutable_checkpoint()->set_dir(base_ + "/mine");
   ASSERT_TRUE(ws.MakeJobDirs("j-2", chose, std::nullopt).ok());
-  EXPECT_FALSE(fs::exists(ws.JobDir("j-2") + "/checkpoints")) << "a job that chose its directory gets no default";
+  EXPECT_FALSE(fs::exists(ws.JobDir("j-2") + "/checkpoints"))
+      << "a job that chose its directory gets no default";
 }
 
 TEST_F(RankWorkspaceTest, TheRankUserOwnsItsDirectoriesAndPassesTheDaemons) {
@@ -139,7 +141,8 @@ TEST_F(RankWorkspaceTest, IdentityIsTheDaemonsTheRankUsersOrTheOwnersOwnUid) {
   const ManifestWriters w = Workspace().ManifestWritersHere();
   EXPECT_TRUE(w.Trusts(61009));
   EXPECT_FALSE(w.Trusts(61010));
-  EXPECT_THAT(std::string(Workspace().JobIdentity(0).status().message()), HasSubstr("sent no owner number"));
+  EXPECT_THAT(std::string(Workspace().JobIdentity(0).status().message()),
+              HasSubstr("sent no owner number"));
 }
 
 TEST_F(RankWorkspaceTest, WithRankUidsTheOwnersHomeIsMadeAsItsUid) {
@@ -195,8 +198,9 @@ TEST_F(RankWorkspaceTest, AChosenCheckpointDirIsAnotherOwnersOnlyWhenResumed) {
 
 TEST_F(RankWorkspaceTest, ARefusedIdentityClaimsNothing) {
   const RankWorkspace ws = Workspace();
-  AttemptPaths p =
-      ws.ResolvePaths(v1::JobSpec(), AttemptClaim{"j-1", "alice", "", absl::FailedPreconditionError("no uid left")});
+  AttemptPaths p = ws.ResolvePaths(
+      v1::JobSpec(),
+      AttemptClaim{"j-1", "alice", "", absl::FailedPreconditionError("no uid left")});
   EXPECT_EQ(p.error, "no uid left");
   EXPECT_EQ(p.checkpoint_dir, ws.JobDir("j-1") + "/checkpoints");
   EXPECT_FALSE(fs::exists(p.checkpoint_dir)) << "claimed for a job whose identity was refused";
@@ -209,14 +213,17 @@ TEST_F(RankWorkspaceTest, RefusedPathsAreNamedByField) {
   const RankWorkspace ws = Workspace();
   v1::JobSpec ck;
   ck.mutable_checkpoint()->set_dir("/tmp");
-  EXPECT_THAT(ws.ResolvePaths(ck, AttemptClaim{"j-1", "alice", ""}).error, HasSubstr("checkpoint.dir"));
+  EXPECT_THAT(ws.ResolvePaths(ck, AttemptClaim{"j-1", "alice", ""}).error,
+              HasSubstr("checkpoint.dir"));
   v1::JobSpec tb;
   tb.mutable_tensorboard()->set_dir("/tmp");
-  EXPECT_THAT(ws.ResolvePaths(tb, AttemptClaim{"j-1", "alice", ""}).error, HasSubstr("tensorboard.dir"));
+  EXPECT_THAT(ws.ResolvePaths(tb, AttemptClaim{"j-1", "alice", ""}).error,
+              HasSubstr("tensorboard.dir"));
 
   v1::JobSpec cmd;
   cmd.mutable_command()->add_argv("python3");
-  EXPECT_THAT(ws.ResolvePaths(cmd, AttemptClaim{"j-1", "alice", ""}).error, HasSubstr("--allow-commands"));
+  EXPECT_THAT(ws.ResolvePaths(cmd, AttemptClaim{"j-1", "alice", ""}).error,
+              HasSubstr("--allow-commands"));
   options_.allow_commands = true;
   cmd.mutable_command()->set_working_dir("/tmp");
   EXPECT_THAT(Workspace().ResolvePaths(cmd, AttemptClaim{"j-1", "alice", ""}).error,
@@ -230,8 +237,9 @@ TEST_F(RankWorkspaceTest, RefusedPathsAreNamedByField) {
   EXPECT_EQ(ok.command_dir, options_.data_roots[0]);
   cmd.mutable_command()->mutable_code()->set_digest("d");
   cmd.mutable_command()->set_working_dir("../up");
-  EXPECT_THAT(Workspace().ResolvePaths(cmd, AttemptClaim{"j-1", "alice", ""}).error,
-              HasSubstr("command.working_dir: '../up' must be a relative path inside the job's code"));
+  EXPECT_THAT(
+      Workspace().ResolvePaths(cmd, AttemptClaim{"j-1", "alice", ""}).error,
+      HasSubstr("command.working_dir: '../up' must be a relative path inside the job's code"));
 }
 
 TEST_F(RankWorkspaceTest, CodeIsUnpackedIntoTheAttemptAndItsWorkingDirChecked) {
@@ -268,11 +276,13 @@ TEST_F(RankWorkspaceTest, ADiskFaultWhileClaimingIsNamedAndLeavesNothingHalfWrit
     FileOp op;
     int err;
   };
-  for (const Case& c : {Case{FileOp::kWrite, ENOSPC}, Case{FileOp::kRename, EIO}, Case{FileOp::kOpen, EACCES}}) {
+  for (const Case& c :
+       {Case{FileOp::kWrite, ENOSPC}, Case{FileOp::kRename, EIO}, Case{FileOp::kOpen, EACCES}}) {
     env.Clear();
     env.Inject({c.op, ck + "/.trainctl-dir", c.err});
     AttemptPaths p = ws.ResolvePaths(v1::JobSpec(), AttemptClaim{"j-1", "alice", ""});
-    EXPECT_THAT(p.error, HasSubstr("checkpoint.dir " + ws.JobDir("j-1") + "/checkpoints")) << p.error;
+    EXPECT_THAT(p.error, HasSubstr("checkpoint.dir " + ws.JobDir("j-1") + "/checkpoints"))
+        << p.error;
     EXPECT_THAT(p.error, HasSubstr(".trainctl-dir")) << p.error;
     EXPECT_THAT(p.error, HasSubstr(std::strerror(c.err))) << p.error;
     for (const auto& e : fs::directory_iterator(ck)) ADD_FAILURE() << "left behind: " << e.path();
@@ -362,13 +372,16 @@ TEST_F(RankWorkspaceTest, AJobChosenDirIsClaimedAsTheRankUser) {
   const RankWorkspace ws = Workspace();
   v1::JobSpec spec;
   spec.mutable_checkpoint()->set_dir(mine + "/run");
-  AttemptPaths p = ws.ResolvePaths(spec, AttemptClaim{"j-1", "alice", "", std::optional<RunAs>(nobody_)});
+  AttemptPaths p =
+      ws.ResolvePaths(spec, AttemptClaim{"j-1", "alice", "", std::optional<RunAs>(nobody_)});
   ASSERT_EQ(p.error, "");
   EXPECT_EQ(Stat(mine + "/run").st_uid, nobody_.uid);
-  EXPECT_EQ(Stat(mine + "/run/.trainctl-dir").st_uid, nobody_.uid) << "root writes nothing a job chose";
+  EXPECT_EQ(Stat(mine + "/run/.trainctl-dir").st_uid, nobody_.uid)
+      << "root writes nothing a job chose";
   // The default directory is the daemon's own: the daemon claims it.
   ASSERT_TRUE(ws.MakeJobDirs("j-2", v1::JobSpec(), nobody_).ok());
-  p = ws.ResolvePaths(v1::JobSpec(), AttemptClaim{"j-2", "alice", "", std::optional<RunAs>(nobody_)});
+  p = ws.ResolvePaths(v1::JobSpec(),
+                      AttemptClaim{"j-2", "alice", "", std::optional<RunAs>(nobody_)});
   ASSERT_EQ(p.error, "");
   EXPECT_EQ(Stat(p.checkpoint_dir + "/.trainctl-dir").st_uid, ::geteuid());
 }

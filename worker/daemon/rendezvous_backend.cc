@@ -79,21 +79,24 @@ class ReservedPortRendezvous : public RendezvousBackend {
 
   absl::StatusOr<std::optional<v1::RendezvousInfo>> Produce(const std::string& address) override {
     if (!port_.Reserve()) {
-      if (!rank_may_report_) return absl::UnavailableError("cannot reserve a MASTER_PORT on this host");
+      if (!rank_may_report_)
+        return absl::UnavailableError("cannot reserve a MASTER_PORT on this host");
       return std::nullopt;  // Rank 0 picks a port and reports it.
     }
     reported_ = true;
     return Info(address, port_.port());
   }
 
-  absl::StatusOr<std::optional<v1::RendezvousInfo>> RankListening(const std::string& address) override {
+  absl::StatusOr<std::optional<v1::RendezvousInfo>> RankListening(
+      const std::string& address) override {
     port_.Release();  // The store listens on it now.
     if (reported_) return std::nullopt;
     const size_t colon = address.rfind(':');
     int port = 0;
-    if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) || port < 1 ||
-        port > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat("store address '", address, "': not host:port"));
+    if (colon == std::string::npos || !absl::SimpleAtoi(address.substr(colon + 1), &port) ||
+        port < 1 || port > 65535) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("store address '", address, "': not host:port"));
     }
     reported_ = true;
     v1::RendezvousInfo info = Info(address.substr(0, address.rfind(':')), port);

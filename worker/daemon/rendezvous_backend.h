@@ -44,7 +44,8 @@ class RendezvousBackend {
   // ("host:port"): the reservation is let go; returns the info to report
   // when Produce did not report one, else std::nullopt; InvalidArgument when
   // `address` has no valid port (nothing is reported then).
-  virtual absl::StatusOr<std::optional<v1::RendezvousInfo>> RankListening(const std::string& address) = 0;
+  virtual absl::StatusOr<std::optional<v1::RendezvousInfo>> RankListening(
+      const std::string& address) = 0;
 
   // An engine rank's rendezvous entries: `info` is unset only for rank 0
   // when Produce returned std::nullopt; `rank_zero_here` when the rank is

@@ -91,7 +91,8 @@ TEST(RendezvousBackend, CommandJobsGetAMasterPortOnCpuAndGpu) {
 }
 
 TEST(RendezvousBackend, MasterEndpointBeforeARendezvousIsThisHostAndPortZero) {
-  EXPECT_EQ(MasterEndpoint(std::nullopt, "10.1.2.3"), std::make_pair(std::string("10.1.2.3"), std::string("0")));
+  EXPECT_EQ(MasterEndpoint(std::nullopt, "10.1.2.3"),
+            std::make_pair(std::string("10.1.2.3"), std::string("0")));
 }
 
 TEST(RendezvousBackend, NcclHandsEveryRankTheUniqueId) {

@@ -19,10 +19,12 @@ absl::StatusOr<std::string> RouteSourceAddress(const std::string& coordinator) {
   std::string host = coordinator, port = "7070";
   if (absl::StartsWith(host, "[")) {
     const size_t close = host.find(']');
-    if (close == std::string::npos) return absl::InvalidArgumentError(absl::StrCat("'", coordinator, "': unclosed '['"));
+    if (close == std::string::npos)
+      return absl::InvalidArgumentError(absl::StrCat("'", coordinator, "': unclosed '['"));
     if (close + 1 < host.size() && host[close + 1] == ':') port = host.substr(close + 2);
     host = host.substr(1, close - 1);
-  } else if (const size_t colon = host.rfind(':'); colon != std::string::npos && host.find(':') == colon) {
+  } else if (const size_t colon = host.rfind(':');
+             colon != std::string::npos && host.find(':') == colon) {
     port = host.substr(colon + 1);
     host = host.substr(0, colon);
   }
@@ -52,9 +54,10 @@ absl::StatusOr<std::string> RouteSourceAddress(const std::string& coordinator) {
     if (connect(fd, a->ai_addr, a->ai_addrlen) == 0 &&
         getsockname(fd, reinterpret_cast<sockaddr*>(&local), &len) == 0) {
       char text[INET6_ADDRSTRLEN] = {0};
-      const void* raw = local.ss_family == AF_INET6
-                            ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&local)->sin6_addr)
-                            : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&local)->sin_addr);
+      const void* raw =
+          local.ss_family == AF_INET6
+              ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(&local)->sin6_addr)
+              : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(&local)->sin_addr);
       if (inet_ntop(local.ss_family, raw, text, sizeof text) != nullptr) {
         absl::string_view v = text;
         absl::ConsumePrefix(&v, "::ffff:");  // an IPv4 route on a dual-stack socket

@@ -60,7 +60,8 @@ std::vector<GpuInfo> DiscoverGpus() {
 absl::StatusOr<std::vector<v1::Slot>> ChooseSlots(const std::string& gpus, int cpu_slots,
                                                   const std::vector<GpuInfo>& visible) {
   if (cpu_slots < 0 || cpu_slots > 1024) {
-    return absl::InvalidArgumentError(absl::StrCat("--slots: must be in [0, 1024], got ", cpu_slots));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--slots: must be in [0, 1024], got ", cpu_slots));
   }
   std::vector<v1::Slot> out;
   auto add_gpu = [&](const GpuInfo& g) {
@@ -83,7 +84,8 @@ absl::StatusOr<std::vector<v1::Slot>> ChooseSlots(const std::string& gpus, int c
     return out;
   }
   if (gpus.empty() || gpus == "all") {
-    if (visible.empty()) return absl::InvalidArgumentError("--gpus: no GPU is visible on this host");
+    if (visible.empty())
+      return absl::InvalidArgumentError("--gpus: no GPU is visible on this host");
     for (const GpuInfo& g : visible) add_gpu(g);
     return out;
   }
@@ -91,11 +93,14 @@ absl::StatusOr<std::vector<v1::Slot>> ChooseSlots(const std::string& gpus, int c
   for (const std::string& p : parts) {
     int idx;
     if (!absl::SimpleAtoi(p, &idx)) {
-      return absl::InvalidArgumentError(absl::StrCat("--gpus: expected all, none or indices like 0,1; got '", gpus, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpus: expected all, none or indices like 0,1; got '", gpus, "'"));
     }
-    auto it = std::find_if(visible.begin(), visible.end(), [&](const GpuInfo& g) { return g.index == idx; });
+    auto it = std::find_if(visible.begin(), visible.end(),
+                           [&](const GpuInfo& g) { return g.index == idx; });
     if (it == visible.end()) {
-      return absl::InvalidArgumentError(absl::StrCat("--gpus: GPU ", idx, " is not visible (", visible.size(), " visible)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpus: GPU ", idx, " is not visible (", visible.size(), " visible)"));
     }
     if (std::any_of(out.begin(), out.end(), [&](const v1::Slot& s) { return s.index() == idx; })) {
       return absl::InvalidArgumentError(absl::StrCat("--gpus: GPU ", idx, " listed twice"));

@@ -23,7 +23,8 @@ TEST(SlotInventoryTest, GpusAllOrListed) {
   auto one = ChooseSlots("1", 0, gpus);
   ASSERT_EQ(one->size(), 1u);
   EXPECT_EQ((*one)[0].index(), 1);
-  EXPECT_EQ(ChooseSlots("2", 0, gpus).status().message(), "--gpus: GPU 2 is not visible (2 visible)");
+  EXPECT_EQ(ChooseSlots("2", 0, gpus).status().message(),
+            "--gpus: GPU 2 is not visible (2 visible)");
   EXPECT_EQ(ChooseSlots("0,0", 0, gpus).status().message(), "--gpus: GPU 0 listed twice");
   EXPECT_EQ(ChooseSlots("x", 0, gpus).status().message(),
             "--gpus: expected all, none or indices like 0,1; got 'x'");

@@ -56,7 +56,8 @@ int64_t TelemetryBuffer::CutToMarker(Entry& e) {
     // does not ask for the lines it stands for.
     marker.set_seq(c->lines(lines - 1).seq());
   }
-  marker.set_text(absl::StrCat("[trainctl-worker] ", lines, " log lines dropped (telemetry buffer full)"));
+  marker.set_text(
+      absl::StrCat("[trainctl-worker] ", lines, " log lines dropped (telemetry buffer full)"));
   c->clear_lines();
   *c->add_lines() = std::move(marker);
   c->set_dropped_lines(c->dropped_lines() + lines);

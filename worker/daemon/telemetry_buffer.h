@@ -49,8 +49,8 @@ class TelemetryBuffer {
   void OnRegistered(int64_t acked_seq);
 
   // Copies the oldest held message with seq > `after` to `*out`; false when
-  // there is none (`out` may be null: only asks). A session sends with NextAfter(last sent seq), starting
-  // from acked() after each (re)connect.
+  // there is none (`out` may be null: only asks). A session sends with NextAfter(last sent seq),
+  // starting from acked() after each (re)connect.
   bool NextAfter(int64_t after, v1::WorkerMessage* out) const;
 
   // Visits every held message, oldest first.

@@ -122,9 +122,9 @@ TEST(TelemetryBufferTest, MessagesHeldBeforeTheFirstRegistrationAreRenumbered) {
 TEST(TelemetryBufferTest, StaysWithinItsBoundAndDropsLogLinesFirstWithACountedMarker) {
   const int64_t kMax = 64 * 1024;
   TelemetryBuffer b(kMax);
-  b.Append(Metrics(50));                           // seq 1
-  b.Append(Status(v1::RANK_STATE_RUNNING));        // seq 2
-  for (int i = 0; i < 200; ++i) {                  // seq 3..202: ~2 MB of logs
+  b.Append(Metrics(50));                     // seq 1
+  b.Append(Status(v1::RANK_STATE_RUNNING));  // seq 2
+  for (int i = 0; i < 200; ++i) {            // seq 3..202: ~2 MB of logs
     b.Append(Logs(i % 2, 100));
     EXPECT_LE(b.bytes(), kMax);
   }
@@ -139,7 +139,8 @@ TEST(TelemetryBufferTest, StaysWithinItsBoundAndDropsLogLinesFirstWithACountedMa
     if (m.has_metrics()) metrics = m.metrics().points_size() == 50;
     if (m.has_rank_status()) status = true;
     if (!m.has_logs()) return;
-    if (m.logs().lines_size() == 1 && absl::StrContains(m.logs().lines(0).text(), "log lines dropped")) {
+    if (m.logs().lines_size() == 1 &&
+        absl::StrContains(m.logs().lines(0).text(), "log lines dropped")) {
       EXPECT_EQ(m.logs().lines(0).text(),
                 absl::StrCat("[trainctl-worker] ", m.logs().dropped_lines(),
                              " log lines dropped (telemetry buffer full)"));

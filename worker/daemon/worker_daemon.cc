@@ -16,8 +16,8 @@
 #include "common/prometheus.h"
 #include "worker/daemon/code_source.h"
 #include "worker/daemon/join.h"
-#include "worker/daemon/rank_files.h"
 #include "worker/daemon/path_policy.h"
+#include "worker/daemon/rank_files.h"
 
 namespace trainctl::worker {
 
@@ -44,15 +44,21 @@ absl::Status WorkerDaemon::Start() {
   std::error_code ec;
   RankTablePaths paths;
   paths.base_dir = fs::current_path(ec).string();
-  if (ec) return absl::InternalError(absl::StrCat("cannot read the working directory: ", ec.message()));
+  if (ec)
+    return absl::InternalError(absl::StrCat("cannot read the working directory: ", ec.message()));
   fs::create_directories(options_.work_dir, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("--work-dir ", options_.work_dir, ": ", ec.message()));
+  if (ec)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--work-dir ", options_.work_dir, ": ", ec.message()));
   // Rank processes run in their own directories: every path handed to them
   // (rank config, checkpoints) must not depend on the daemon's cwd.
   fs::path absolute = fs::absolute(options_.work_dir, ec);
-  if (ec) return absl::InvalidArgumentError(absl::StrCat("--work-dir ", options_.work_dir, ": ", ec.message()));
+  if (ec)
+    return absl::InvalidArgumentError(
+        absl::StrCat("--work-dir ", options_.work_dir, ": ", ec.message()));
   options_.work_dir = absolute.lexically_normal().string();
-  while (options_.work_dir.size() > 1 && options_.work_dir.back() == '/') options_.work_dir.pop_back();
+  while (options_.work_dir.size() > 1 && options_.work_dir.back() == '/')
+    options_.work_dir.pop_back();
   // The daemon's files out of its ranks' reach (rank_files.h).
   if (absl::Status s = SecureWorkDir(options_.work_dir, options_.rank_user); !s.ok()) return s;
   // Without --data-root a job reads data only where the operator expects
@@ -96,9 +102,12 @@ absl::Status WorkerDaemon::Start() {
   hooks.on_message = [this](const v1::CoordinatorMessage& m) {
     loop_.Post([this, m] { table_->OnMessage(m); });
   };
-  session_ = std::make_unique<DaemonSession>(options_, options_.work_dir + "/worker-id", std::move(hooks));
-  code_source_ = std::make_unique<CoordinatorCodeSource>(options_, [this] { return session_->CoordinatorAddress(); });
-  table_ = std::make_unique<RankTable>(options_, std::move(paths), loop_, *session_, *supervisor_, code_source_.get());
+  session_ =
+      std::make_unique<DaemonSession>(options_, options_.work_dir + "/worker-id", std::move(hooks));
+  code_source_ = std::make_unique<CoordinatorCodeSource>(
+      options_, [this] { return session_->CoordinatorAddress(); });
+  table_ = std::make_unique<RankTable>(options_, std::move(paths), loop_, *session_, *supervisor_,
+                                       code_source_.get());
   loop_.Every(options_.metrics_flush, [this] { table_->FlushMetrics(); });
   loop_.Every(options_.log_flush, [this] { table_->FlushLogs(); });
   if (!options_.http_listen.empty()) {
@@ -121,10 +130,13 @@ void WorkerDaemon::RenewLoop() {
                                           DaemonClock(options_).Now());
     if (r.renewed) {
       LogEvent(LogLevel::kInfo, "worker", "certificate_renewed",
-               {{"worker_id", worker_id()}, {"cert", options_.cert_file}, {"expires", absl::FormatTime(r.expires)}});
+               {{"worker_id", worker_id()},
+                {"cert", options_.cert_file},
+                {"expires", absl::FormatTime(r.expires)}});
     } else if (!r.error.ok()) {
       LogEvent(LogLevel::kWarn, "worker", "certificate_renewal_failed",
-               {{"worker_id", worker_id()}, {"reason", std::string(r.error.message())},
+               {{"worker_id", worker_id()},
+                {"reason", std::string(r.error.message())},
                 {"expires", r.expires == absl::Time() ? "" : absl::FormatTime(r.expires)},
                 {"retry_in", absl::FormatDuration(r.next_check)}});
     }
@@ -141,17 +153,21 @@ std::string WorkerDaemon::MetricsPage() {
   });
   const bool answered = done->WaitForNotificationWithTimeout(absl::Seconds(5));
   PromWriter w;
-  w.Family("trainctl_worker_connected", "gauge", "1 while the daemon has a registered session with its coordinator.");
+  w.Family("trainctl_worker_connected", "gauge",
+           "1 while the daemon has a registered session with its coordinator.");
   w.Sample("trainctl_worker_connected", {}, connected() ? 1 : 0);
   w.Family("trainctl_worker_slots", "gauge", "Slots (GPUs or CPU slots) this worker offers.");
   w.Sample("trainctl_worker_slots", {}, static_cast<double>(options_.slots.size()));
-  w.Family("trainctl_worker_loop_responsive", "gauge", "1 when the daemon's event loop answered within 5 s.");
+  w.Family("trainctl_worker_loop_responsive", "gauge",
+           "1 when the daemon's event loop answered within 5 s.");
   w.Sample("trainctl_worker_loop_responsive", {}, answered ? 1 : 0);
   if (!answered) return w.Take();
   w.Family("trainctl_worker_ranks", "gauge",
-           "Rank processes of this worker's current attempts: waiting (not started), starting, running (ready), exited.");
+           "Rank processes of this worker's current attempts: waiting (not started), starting, "
+           "running (ready), exited.");
   for (const char* state : {"waiting", "starting", "running", "exited"}) {
-    w.Sample("trainctl_worker_ranks", {{"state", state}}, static_cast<double>(snap->by_state[state]));
+    w.Sample("trainctl_worker_ranks", {{"state", state}},
+             static_cast<double>(snap->by_state[state]));
   }
   struct Gauge {
     const char* name;
@@ -161,18 +177,22 @@ std::string WorkerDaemon::MetricsPage() {
   const Gauge gauges[] = {
       {"trainctl_worker_rank_samples_per_second", "A running rank's samples/s (latest window).",
        [](const v1::MetricPoint& p) { return p.samples_per_sec(); }},
-      {"trainctl_worker_rank_step_ms", "A running rank's mean ms per step: data + compute + exposed communication.",
+      {"trainctl_worker_rank_step_ms",
+       "A running rank's mean ms per step: data + compute + exposed communication.",
        [](const v1::MetricPoint& p) { return p.data_ms() + p.compute_ms() + p.comm_ms(); }},
-      {"trainctl_worker_rank_comm_ms", "A running rank's mean ms per step of communication not hidden behind backward.",
+      {"trainctl_worker_rank_comm_ms",
+       "A running rank's mean ms per step of communication not hidden behind backward.",
        [](const v1::MetricPoint& p) { return p.comm_ms(); }},
-      {"trainctl_worker_rank_peak_memory_bytes", "A running rank's peak device memory (CUDA) or resident set (CPU).",
+      {"trainctl_worker_rank_peak_memory_bytes",
+       "A running rank's peak device memory (CUDA) or resident set (CPU).",
        [](const v1::MetricPoint& p) { return static_cast<double>(p.peak_memory_bytes()); }},
   };
   for (const Gauge& g : gauges) {
     w.Family(g.name, "gauge", g.help);
     for (const RankTable::LiveRank& r : snap->live) {
       if (r.last_train.has_value()) {
-        w.Sample(g.name, {{"job_id", r.job_id}, {"rank", absl::StrCat(r.rank)}}, g.value(*r.last_train));
+        w.Sample(g.name, {{"job_id", r.job_id}, {"rank", absl::StrCat(r.rank)}},
+                 g.value(*r.last_train));
       }
     }
   }

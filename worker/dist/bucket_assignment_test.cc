@@ -8,7 +8,8 @@ namespace {
 
 using ::testing::ElementsAre;
 
-std::vector<BucketTensorInfo> Floats(const std::vector<size_t>& numels, const std::string& group = "f32") {
+std::vector<BucketTensorInfo> Floats(const std::vector<size_t>& numels,
+                                     const std::string& group = "f32") {
   std::vector<BucketTensorInfo> out;
   for (size_t n : numels) out.push_back({n * 4, group});
   return out;

@@ -8,20 +8,28 @@ namespace trainctl::dist {
 
 const char* ProbePhaseName(ProbePhase p) {
   switch (p) {
-    case ProbePhase::kInit: return "init";
-    case ProbePhase::kTrain: return "train";
-    case ProbePhase::kEval: return "eval";
-    case ProbePhase::kCheckpoint: return "checkpoint";
+    case ProbePhase::kInit:
+      return "init";
+    case ProbePhase::kTrain:
+      return "train";
+    case ProbePhase::kEval:
+      return "eval";
+    case ProbePhase::kCheckpoint:
+      return "checkpoint";
   }
   return "init";
 }
 
 const char* ProbeOpName(ProbeOp op) {
   switch (op) {
-    case ProbeOp::kNone: return "none";
-    case ProbeOp::kAllReduce: return "allreduce";
-    case ProbeOp::kBroadcast: return "broadcast";
-    case ProbeOp::kBarrier: return "barrier";
+    case ProbeOp::kNone:
+      return "none";
+    case ProbeOp::kAllReduce:
+      return "allreduce";
+    case ProbeOp::kBroadcast:
+      return "broadcast";
+    case ProbeOp::kBarrier:
+      return "barrier";
   }
   return "none";
 }
@@ -80,7 +88,8 @@ ProbeSnapshot CollectiveProbe::Snapshot() const {
     s.op = static_cast<ProbeOp>(waiting_op_.load(std::memory_order_relaxed));
     s.op_step = waiting_step_.load(std::memory_order_relaxed);
     s.op_bucket = waiting_bucket_.load(std::memory_order_relaxed);
-    s.waiting = absl::Nanoseconds(std::max<int64_t>(0, NowNanos() - waiting_since_ns_.load(std::memory_order_relaxed)));
+    s.waiting = absl::Nanoseconds(
+        std::max<int64_t>(0, NowNanos() - waiting_since_ns_.load(std::memory_order_relaxed)));
   } else {
     s.op = static_cast<ProbeOp>(last_op_.load(std::memory_order_relaxed));
     s.op_step = last_step_.load(std::memory_order_relaxed);

@@ -46,14 +46,14 @@ const char* ProbeOpName(ProbeOp op);
 
 struct ProbeSnapshot {
   ProbePhase phase = ProbePhase::kInit;
-  int64_t seq = 0;          // collectives issued
-  int64_t waiting_seq = 0;  // the collective being waited on, 0 = none
+  int64_t seq = 0;              // collectives issued
+  int64_t waiting_seq = 0;      // the collective being waited on, 0 = none
   ProbeOp op = ProbeOp::kNone;  // waiting_seq's op, else the last issued
   int64_t op_step = 0;
   int32_t op_bucket = -1;
-  absl::Duration waiting;   // how long waiting_seq has blocked
-  double p99_step_ms = 0;   // over the recent window; 0 before any step
-  double compute_ms = 0;    // mean over the recent window
+  absl::Duration waiting;  // how long waiting_seq has blocked
+  double p99_step_ms = 0;  // over the recent window; 0 before any step
+  double compute_ms = 0;   // mean over the recent window
 };
 
 class CollectiveProbe {

@@ -14,8 +14,9 @@ class GatedWork : public CollectiveWork {
  public:
   explicit GatedWork(absl::Notification* done) : done_(done) {}
   absl::Status Wait(absl::Duration timeout) override {
-    return done_->WaitForNotificationWithTimeout(timeout) ? absl::OkStatus()
-                                                          : absl::DeadlineExceededError("timed out");
+    return done_->WaitForNotificationWithTimeout(timeout)
+               ? absl::OkStatus()
+               : absl::DeadlineExceededError("timed out");
   }
   absl::Status Wait() override { return Wait(absl::Seconds(30)); }
   bool IsCompleted() override { return done_->HasBeenNotified(); }
@@ -65,7 +66,8 @@ TEST(CollectiveProbeTest, NumbersCollectivesAndNamesTheOneBeingWaitedOn) {
   EXPECT_EQ(probe->Snapshot().waiting_seq, 0);
   std::thread waiter([&] { EXPECT_TRUE(b1->Wait().ok()); });
   absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (probe->Snapshot().waiting_seq == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(1));
+  while (probe->Snapshot().waiting_seq == 0 && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(1));
   absl::SleepFor(absl::Milliseconds(20));
   s = probe->Snapshot();
   EXPECT_EQ(s.waiting_seq, 2);

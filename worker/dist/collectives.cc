@@ -4,26 +4,40 @@ namespace trainctl::dist {
 
 size_t CommDataTypeSize(CommDataType type) {
   switch (type) {
-    case CommDataType::kFloat32: return 4;
-    case CommDataType::kFloat64: return 8;
-    case CommDataType::kFloat16: return 2;
-    case CommDataType::kBFloat16: return 2;
-    case CommDataType::kInt32: return 4;
-    case CommDataType::kInt64: return 8;
-    case CommDataType::kUInt8: return 1;
+    case CommDataType::kFloat32:
+      return 4;
+    case CommDataType::kFloat64:
+      return 8;
+    case CommDataType::kFloat16:
+      return 2;
+    case CommDataType::kBFloat16:
+      return 2;
+    case CommDataType::kInt32:
+      return 4;
+    case CommDataType::kInt64:
+      return 8;
+    case CommDataType::kUInt8:
+      return 1;
   }
   return 0;
 }
 
 const char* CommDataTypeName(CommDataType type) {
   switch (type) {
-    case CommDataType::kFloat32: return "float32";
-    case CommDataType::kFloat64: return "float64";
-    case CommDataType::kFloat16: return "float16";
-    case CommDataType::kBFloat16: return "bfloat16";
-    case CommDataType::kInt32: return "int32";
-    case CommDataType::kInt64: return "int64";
-    case CommDataType::kUInt8: return "uint8";
+    case CommDataType::kFloat32:
+      return "float32";
+    case CommDataType::kFloat64:
+      return "float64";
+    case CommDataType::kFloat16:
+      return "float16";
+    case CommDataType::kBFloat16:
+      return "bfloat16";
+    case CommDataType::kInt32:
+      return "int32";
+    case CommDataType::kInt64:
+      return "int64";
+    case CommDataType::kUInt8:
+      return "uint8";
   }
   return "unknown";
 }

@@ -10,9 +10,12 @@ namespace trainctl::dist {
 
 const char* CommHookName(CommHook hook) {
   switch (hook) {
-    case CommHook::kNone: return "none";
-    case CommHook::kFp16Compress: return "fp16_compress";
-    case CommHook::kBf16Compress: return "bf16_compress";
+    case CommHook::kNone:
+      return "none";
+    case CommHook::kFp16Compress:
+      return "fp16_compress";
+    case CommHook::kBf16Compress:
+      return "bf16_compress";
   }
   return "?";
 }
@@ -22,7 +25,8 @@ absl::StatusOr<CommHook> ParseCommHook(std::string_view name) {
     if (name == CommHookName(h)) return h;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("comm_hook: must be one of none, fp16_compress, bf16_compress, got '", std::string(name), "'"));
+      absl::StrCat("comm_hook: must be one of none, fp16_compress, bf16_compress, got '",
+                   std::string(name), "'"));
 }
 
 at::Tensor NewCompressedBuffer(const at::Tensor& flat, CommHook hook) {

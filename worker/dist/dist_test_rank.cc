@@ -111,7 +111,8 @@ absl::Status Connect(const Args& a, Ctx* ctx) {
   // Every rank is up before the engine's own (short) rendezvous starts.
   if (absl::Status s = (*store)->Set(absl::StrCat("up/", ctx->rank), "1"); !s.ok()) return s;
   for (int r = 0; r < ctx->world; ++r) {
-    if (absl::StatusOr<std::string> v = (*store)->Get(absl::StrCat("up/", r)); !v.ok()) return v.status();
+    if (absl::StatusOr<std::string> v = (*store)->Get(absl::StrCat("up/", r)); !v.ok())
+      return v.status();
   }
   td::GlooOptions o;
   o.rank = ctx->rank;
@@ -128,7 +129,8 @@ absl::Status Connect(const Args& a, Ctx* ctx) {
   // without it must fall back to TCP, which the check then expects).
   const bool want_shm = ctx->world > 1 && a.Int("shm", 1) != 0 && access("/dev/shm", W_OK) == 0;
   if ((ctx->comm->name() == "gloo+shm") != want_shm) {
-    return absl::InternalError(absl::StrCat("engine is ", ctx->comm->name(), ", expected shared memory: ", want_shm));
+    return absl::InternalError(
+        absl::StrCat("engine is ", ctx->comm->name(), ", expected shared memory: ", want_shm));
   }
   return absl::OkStatus();
 }
@@ -152,8 +154,8 @@ int RunCollectives(Ctx& ctx) {
     auto st = td::AllReduceSum(*ctx.comm, t)->Wait();
     if (!st.ok()) return Fail(st.ToString());
     if (!torch::all(t.to(torch::kDouble) == expected_sum).item<bool>()) {
-      return Fail(absl::StrCat("allreduce ", c10::toString(type), " got ",
-                               t[0].item<double>(), " want ", expected_sum));
+      return Fail(absl::StrCat("allreduce ", c10::toString(type), " got ", t[0].item<double>(),
+                               " want ", expected_sum));
     }
   }
   // Several collectives in flight at once complete in issue order.
@@ -200,7 +202,8 @@ int RunCollectives(Ctx& ctx) {
   if (td::AllReduceSum(*ctx.comm, strided)->Wait().code() != absl::StatusCode::kInvalidArgument) {
     return Fail("non-contiguous tensor accepted");
   }
-  if (ctx.comm->Broadcast(td::CommBuffer{}, w)->Wait().code() != absl::StatusCode::kInvalidArgument) {
+  if (ctx.comm->Broadcast(td::CommBuffer{}, w)->Wait().code() !=
+      absl::StatusCode::kInvalidArgument) {
     return Fail("bad broadcast root accepted");
   }
   td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/ok_r", ctx.rank), "ok");
@@ -253,7 +256,8 @@ int RunReplicas16(Ctx& ctx) {
       auto t = torch::empty({count}, torch::kDouble);
       auto* v = t.data_ptr<double>();
       for (int64_t i = 0; i < count; ++i) {
-        v[i] = kMagnitudes[(i * 3 + ctx.rank) % 5] * (1.0 + static_cast<double>((i * 7919 + ctx.rank * 104729) % 1000) / 997.0);
+        v[i] = kMagnitudes[(i * 3 + ctx.rank) % 5] *
+               (1.0 + static_cast<double>((i * 7919 + ctx.rank * 104729) % 1000) / 997.0);
       }
       t = t.to(type);
       const std::string tag = absl::StrCat(c10::toString(type), "_", count, "_r", ctx.rank);
@@ -280,7 +284,8 @@ int ExpectCollectiveFailure(Ctx& ctx, absl::StatusCode want) {
   if (want != absl::StatusCode::kOk && st.code() != want) {
     return Fail(absl::StrCat("want ", absl::StatusCodeToString(want), ", got ", st.ToString()));
   }
-  if (ms > absl::ToDoubleMilliseconds(ctx.timeout) + 3000) return Fail("took longer than the timeout");
+  if (ms > absl::ToDoubleMilliseconds(ctx.timeout) + 3000)
+    return Fail("took longer than the timeout");
   if (td::AllReduceSum(*ctx.comm, t)->Wait().ok()) return Fail("broken engine accepted more work");
   return 0;
 }
@@ -333,8 +338,8 @@ int RunAbort(Ctx& ctx) {
 struct NetImpl : torch::nn::Module {
   NetImpl(int in, int hidden, int depth, int out, bool bn, bool extra) {
     for (int i = 0; i < depth; ++i) {
-      layers.push_back(register_module(absl::StrCat("fc", i),
-                                       torch::nn::Linear(i == 0 ? in : hidden, hidden)));
+      layers.push_back(
+          register_module(absl::StrCat("fc", i), torch::nn::Linear(i == 0 ? in : hidden, hidden)));
     }
     if (bn) norm = register_module("bn", torch::nn::BatchNorm1d(hidden));
     head = register_module("head", torch::nn::Linear(hidden, out));
@@ -386,11 +391,14 @@ struct TrainArgs {
         expect_error(a.Int("expect_error", 0) != 0) {}
 };
 
-void WriteStepStats(std::ofstream& stats, int s, const td::StepCommStats& ss, Clock::time_point backward_returned) {
+void WriteStepStats(std::ofstream& stats, int s, const td::StepCommStats& ss,
+                    Clock::time_point backward_returned) {
   stats << "step " << s << " launches " << ss.launches.size() << " first_from_hook "
         << ss.launches[0].from_hook << " first_grads_ready " << ss.launches[0].grads_ready
         << " num_params " << ss.num_params << " first_before_backward_return_us "
-        << std::chrono::duration_cast<std::chrono::microseconds>(backward_returned - ss.launches[0].time).count()
+        << std::chrono::duration_cast<std::chrono::microseconds>(backward_returned -
+                                                                 ss.launches[0].time)
+               .count()
         << " last_from_hook " << ss.launches.back().from_hook << " exposed_comm_us "
         << absl::ToInt64Microseconds(ss.exposed_comm) << " unused " << ss.unused_params << "\n";
 }
@@ -398,9 +406,9 @@ void WriteStepStats(std::ofstream& stats, int s, const td::StepCommStats& ss, Cl
 // Step s's micro-batches over this rank's shard of the global batch (x, y):
 // rank r's rows are [r*micro*batch, (r+1)*micro*batch). Returns the
 // bucketer's error, if any; a broken expectation goes to *broken.
-absl::Status StepMicroBatches(const TrainArgs& t, const Ctx& ctx, Net& net, td::GradientBucketer& ddp, int s,
-                              const torch::Tensor& x, const torch::Tensor& y, std::ofstream& stats,
-                              std::string* broken) {
+absl::Status StepMicroBatches(const TrainArgs& t, const Ctx& ctx, Net& net,
+                              td::GradientBucketer& ddp, int s, const torch::Tensor& x,
+                              const torch::Tensor& y, std::ofstream& stats, std::string* broken) {
   for (int m = 0; m < t.micro; ++m) {
     const bool last = m == t.micro - 1;
     std::optional<td::GradientBucketer::NoSyncGuard> no_sync;
@@ -437,17 +445,20 @@ absl::Status StepMicroBatches(const TrainArgs& t, const Ctx& ctx, Net& net, td::
 
 // A step's collective error: recorded for the test (error_r<rank>), then
 // success when the test expected it.
-int StepFailed(const TrainArgs& t, Ctx& ctx, int s, const absl::Status& st, Clock::time_point step_start) {
+int StepFailed(const TrainArgs& t, Ctx& ctx, int s, const absl::Status& st,
+               Clock::time_point step_start) {
   const double ms = MsSince(step_start);
   Release(ctx);
-  td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/error_r", ctx.rank), absl::StrCat(ms, "\n", st.ToString()));
+  td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/error_r", ctx.rank),
+                               absl::StrCat(ms, "\n", st.ToString()));
   std::printf("rank %d step %d: %s after %.0f ms\n", ctx.rank, s, st.ToString().c_str(), ms);
   return t.expect_error ? 0 : Fail(st.ToString());
 }
 
 // The loss of the current parameters on a held-out batch, to
 // loss_<tag>_r<rank>.txt (eval mode: batch norm uses its running statistics).
-void WriteHeldOutLoss(const Ctx& ctx, Net& net, bool linear, const torch::Tensor& w_true, const char* tag) {
+void WriteHeldOutLoss(const Ctx& ctx, Net& net, bool linear, const torch::Tensor& w_true,
+                      const char* tag) {
   torch::NoGradGuard no_grad;
   const bool was_training = net->is_training();
   net->eval();
@@ -479,7 +490,8 @@ int RunTrain(const Args& a, Ctx& ctx) {
   if (!ddp_or.ok()) return Fail(ddp_or.status().ToString());
   auto& ddp = *ddp_or;
   torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(a.Dbl("lr", 0.1)));
-  td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/state_r", ctx.rank, "_init.bin"), StateBytes(net));
+  td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/state_r", ctx.rank, "_init.bin"),
+                               StateBytes(net));
 
   std::ofstream stats(absl::StrCat(ctx.dir, "/stats_r", ctx.rank, ".txt"));
   stats << "num_buckets " << ddp->buckets().size() << " num_params "

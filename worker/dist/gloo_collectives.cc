@@ -2,8 +2,8 @@
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
-#include <gloo/allreduce.h>
 #include <gloo/allgather_ring.h>
+#include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/rendezvous/context.h>
@@ -14,12 +14,12 @@
 #include <condition_variable>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <list>
 #include <map>
-#include <optional>
-#include <exception>
-#include <stdexcept>
 #include <mutex>
+#include <optional>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 
@@ -85,13 +85,20 @@ struct TypeTag {
 template <typename F>
 void DispatchCommType(CommDataType type, F&& f) {
   switch (type) {
-    case CommDataType::kFloat32: return f(TypeTag<float>{});
-    case CommDataType::kFloat64: return f(TypeTag<double>{});
-    case CommDataType::kFloat16: return f(TypeTag<c10::Half>{});
-    case CommDataType::kBFloat16: return f(TypeTag<c10::BFloat16>{});
-    case CommDataType::kInt32: return f(TypeTag<int32_t>{});
-    case CommDataType::kInt64: return f(TypeTag<int64_t>{});
-    case CommDataType::kUInt8: return f(TypeTag<uint8_t>{});
+    case CommDataType::kFloat32:
+      return f(TypeTag<float>{});
+    case CommDataType::kFloat64:
+      return f(TypeTag<double>{});
+    case CommDataType::kFloat16:
+      return f(TypeTag<c10::Half>{});
+    case CommDataType::kBFloat16:
+      return f(TypeTag<c10::BFloat16>{});
+    case CommDataType::kInt32:
+      return f(TypeTag<int32_t>{});
+    case CommDataType::kInt64:
+      return f(TypeTag<int64_t>{});
+    case CommDataType::kUInt8:
+      return f(TypeTag<uint8_t>{});
   }
 }
 
@@ -108,9 +115,12 @@ enum class OpKind { kAllReduce, kBroadcast, kBarrier };
 
 const char* OpName(OpKind kind) {
   switch (kind) {
-    case OpKind::kAllReduce: return "allreduce";
-    case OpKind::kBroadcast: return "broadcast";
-    case OpKind::kBarrier: return "barrier";
+    case OpKind::kAllReduce:
+      return "allreduce";
+    case OpKind::kBroadcast:
+      return "broadcast";
+    case OpKind::kBarrier:
+      return "barrier";
   }
   return "?";
 }
@@ -233,7 +243,8 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
   absl::Status Validate(OpKind kind, const CommBuffer& b) const {
     if (kind == OpKind::kBarrier) return absl::OkStatus();
     if (b.device != CommDevice::kCpu) {
-      return absl::InvalidArgumentError("gloo collectives take CPU buffers only (got a CUDA buffer)");
+      return absl::InvalidArgumentError(
+          "gloo collectives take CPU buffers only (got a CUDA buffer)");
     }
     if (b.data == nullptr && b.count > 0) {
       return absl::InvalidArgumentError("gloo collective on a null buffer");
@@ -325,8 +336,8 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
   }
 
   template <typename T>
-  static std::unique_ptr<gloo::Algorithm> NewAllgather(const std::shared_ptr<gloo::Context>& context,
-                                                       SmallGather& g, int count) {
+  static std::unique_ptr<gloo::Algorithm> NewAllgather(
+      const std::shared_ptr<gloo::Context>& context, SmallGather& g, int count) {
     return std::make_unique<gloo::AllgatherRing<T>>(
         context, std::vector<const T*>{reinterpret_cast<const T*>(g.input.data())},
         reinterpret_cast<T*>(g.gathered.data()), count);
@@ -336,7 +347,8 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
   // additions of one element never reorder: no -ffast-math, and a vectorised
   // loop adds lanes of different elements).
   template <typename T>
-  static void SumInRankOrder(const std::vector<char>& gathered, size_t count, int world, void* out) {
+  static void SumInRankOrder(const std::vector<char>& gathered, size_t count, int world,
+                             void* out) {
     T* o = static_cast<T*>(out);
     const T* g = reinterpret_cast<const T*>(gathered.data());
     std::memcpy(o, g, count * sizeof(T));
@@ -352,8 +364,8 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
     auto it = small_gathers_.find(key);
     if (it == small_gathers_.end()) {
       const size_t need = (world + 1) * op.buffer.bytes();
-      while (!small_lru_.empty() &&
-             (small_gathers_.size() >= kMaxSmallGathers || small_gather_bytes_ + need > kMaxSmallGatherBytes)) {
+      while (!small_lru_.empty() && (small_gathers_.size() >= kMaxSmallGathers ||
+                                     small_gather_bytes_ + need > kMaxSmallGatherBytes)) {
         auto victim = small_gathers_.find(small_lru_.back());
         small_gather_bytes_ -= victim->second.input.size() + victim->second.gathered.size();
         small_gathers_.erase(victim);
@@ -363,8 +375,9 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
       g.input.resize(op.buffer.bytes());
       g.gathered.resize(world * op.buffer.bytes());
       const int count = static_cast<int>(op.buffer.count);
-      g.allgather = op.buffer.type == CommDataType::kFloat32 ? NewAllgather<float>(sync_context_, g, count)
-                                                             : NewAllgather<double>(sync_context_, g, count);
+      g.allgather = op.buffer.type == CommDataType::kFloat32
+                        ? NewAllgather<float>(sync_context_, g, count)
+                        : NewAllgather<double>(sync_context_, g, count);
       small_gather_bytes_ += need;
       it = small_gathers_.emplace(key, std::move(g)).first;
     } else {
@@ -383,12 +396,13 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
 
   absl::Status Execute(const Op& op) {
     const auto timeout = ToMillis(options_.timeout);
-    if (shm_ != nullptr && op.kind == OpKind::kAllReduce && ShmAllReduce::Supports(op.buffer.type)) {
+    if (shm_ != nullptr && op.kind == OpKind::kAllReduce &&
+        ShmAllReduce::Supports(op.buffer.type)) {
       absl::Status st = shm_->AllReduceSum(op.buffer.data, op.buffer.count, op.buffer.type,
                                            MonotonicNow() + options_.timeout);
       if (st.ok()) return st;
-      return absl::Status(st.code(), absl::StrCat(op.work->description(), " on rank ", options_.rank,
-                                                  " failed: ", st.message()));
+      return absl::Status(st.code(), absl::StrCat(op.work->description(), " on rank ",
+                                                  options_.rank, " failed: ", st.message()));
     }
     try {
       if (TakesSmallPath(op)) {
@@ -461,7 +475,7 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
   const std::shared_ptr<gloo::Context> sync_context_;
   std::map<std::pair<int, size_t>, SmallGather> small_gathers_;
   std::list<std::pair<int, size_t>> small_lru_;  // keys of small_gathers_, most recent first
-  size_t small_gather_bytes_ = 0;                 // their input + gathered bytes
+  size_t small_gather_bytes_ = 0;                // their input + gathered bytes
   // Shared-memory all-reduce when every rank is on this host; null otherwise.
   const std::unique_ptr<ShmAllReduce> shm_;
   std::thread worker_;
@@ -502,9 +516,9 @@ class GlooCollectives final : public Collectives {
 
 absl::Status GlooWork::Wait(absl::Duration timeout) {
   if (std::optional<absl::Status> done = result_.Await(timeout)) return *done;
-  auto status = absl::DeadlineExceededError(absl::StrCat(
-      description_, " did not finish within ", absl::FormatDuration(timeout),
-      "; a peer rank is dead or stalled"));
+  auto status = absl::DeadlineExceededError(absl::StrCat(description_, " did not finish within ",
+                                                         absl::FormatDuration(timeout),
+                                                         "; a peer rank is dead or stalled"));
   Finish(status);
   if (auto engine = engine_.lock()) engine->Fail(status);
   return result_.status();
@@ -520,8 +534,8 @@ absl::StatusOr<std::shared_ptr<gloo::Context>> ConnectGlooContext(const GlooOpti
         absl::StrCat("gloo: world_size must be >= 1, got ", options.world_size));
   }
   if (options.rank < 0 || options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("gloo: rank ", options.rank,
-                                                   " outside [0, ", options.world_size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("gloo: rank ", options.rank, " outside [0, ", options.world_size, ")"));
   }
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("gloo: timeout must be positive");
@@ -554,8 +568,9 @@ absl::StatusOr<std::shared_ptr<Collectives>> CreateGlooCollectives(
                             ConnectGlooContext(options, *store));
   std::unique_ptr<ShmAllReduce> shm;
   if (options.all_ranks_local && options.world_size > 1) {
-    absl::StatusOr<std::unique_ptr<ShmAllReduce>> s = ShmAllReduce::Create(
-        options.rank, options.world_size, options.shm_slot_bytes, *store, options.key_prefix + "shm/");
+    absl::StatusOr<std::unique_ptr<ShmAllReduce>> s =
+        ShmAllReduce::Create(options.rank, options.world_size, options.shm_slot_bytes, *store,
+                             options.key_prefix + "shm/");
     // Unavailable: no usable shared memory on some rank; every rank then
     // agrees to use Gloo alone. Anything else is a store failure.
     if (s.ok()) {

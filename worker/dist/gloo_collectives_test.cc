@@ -20,7 +20,6 @@
 #include "worker/dist/rank_launcher.h"
 #include "worker/dist/rendezvous_store.h"
 
-
 namespace trainctl::dist {
 namespace {
 
@@ -125,7 +124,9 @@ TEST_P(GlooTransportTest, AbortEndsPendingWork) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Transports, GlooTransportTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& i) { return i.param ? "SharedMemory" : "Tcp"; });
+                         [](const ::testing::TestParamInfo<bool>& i) {
+                           return i.param ? "SharedMemory" : "Tcp";
+                         });
 
 // Replicas stay bit-identical (issue #47): every rank's all-reduce result
 // has the same bytes, at world sizes where the order of a float sum differs
@@ -186,19 +187,21 @@ std::string FirstDifference(const std::string& a, const std::string& b) {
   T x, y;
   std::memcpy(&x, a.data() + first * sizeof(T), sizeof(T));
   std::memcpy(&y, b.data() + first * sizeof(T), sizeof(T));
-  return absl::StrCat(differing, " of ", n, " elements differ, first [", first, "]: ",
-                      absl::StrFormat("%.17g vs %.17g", x, y));
+  return absl::StrCat(differing, " of ", n, " elements differ, first [", first,
+                      "]: ", absl::StrFormat("%.17g vs %.17g", x, y));
 }
 
 std::string FirstDifference(CommDataType type, const std::string& a, const std::string& b) {
-  return type == CommDataType::kFloat32 ? FirstDifference<float>(a, b) : FirstDifference<double>(a, b);
+  return type == CommDataType::kFloat32 ? FirstDifference<float>(a, b)
+                                        : FirstDifference<double>(a, b);
 }
 
 TEST_P(GlooReplicaTest, EveryRankGetsTheSameBytes) {
   const auto [shm, world] = GetParam();
-  auto run = RunRanks("replicas", world,
-                      {{"shm", shm ? "1" : "0"}, {"shm_slot_bytes", "65536"}, {"timeout_ms", "20000"}},
-                      absl::Seconds(60));
+  auto run =
+      RunRanks("replicas", world,
+               {{"shm", shm ? "1" : "0"}, {"shm_slot_bytes", "65536"}, {"timeout_ms", "20000"}},
+               absl::Seconds(60));
   ASSERT_TRUE(run.ok()) << run.status();
   for (int r = 0; r < world; ++r) ASSERT_EQ(run->exit_codes[r], 0) << Logs(*run);
   for (int round = 0; round < testing::kReplicaRounds; ++round) {
@@ -221,7 +224,8 @@ TEST_P(GlooReplicaTest, EveryRankGetsTheSameBytes) {
       std::vector<std::string> reversed(in.rbegin(), in.rend());
       const bool f32 = c.type == CommDataType::kFloat32;
       const std::string want = f32 ? RankOrderSum<float>(in) : RankOrderSum<double>(in);
-      ASSERT_NE(want, f32 ? RankOrderSum<float>(reversed) : RankOrderSum<double>(reversed)) << c.name;
+      ASSERT_NE(want, f32 ? RankOrderSum<float>(reversed) : RankOrderSum<double>(reversed))
+          << c.name;
       // Shared memory and the small-message path sum in rank order; Gloo's
       // ring sums each chunk in its own ring order (only the bytes' identity
       // across ranks is promised there), so its result is a sum to within
@@ -238,11 +242,12 @@ TEST_P(GlooReplicaTest, EveryRankGetsTheSameBytes) {
   Cleanup(*run);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    WorldSizes, GlooReplicaTest, ::testing::Combine(::testing::Bool(), ::testing::Values(3, 4)),
-    [](const ::testing::TestParamInfo<std::tuple<bool, int>>& i) {
-      return absl::StrCat(std::get<0>(i.param) ? "SharedMemory" : "Tcp", std::get<1>(i.param), "Ranks");
-    });
+INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooReplicaTest,
+                         ::testing::Combine(::testing::Bool(), ::testing::Values(3, 4)),
+                         [](const ::testing::TestParamInfo<std::tuple<bool, int>>& i) {
+                           return absl::StrCat(std::get<0>(i.param) ? "SharedMemory" : "Tcp",
+                                               std::get<1>(i.param), "Ranks");
+                         });
 
 // 16-bit all-reduces (ddp.comm_hook's buffers) at 3 ranks, where the order
 // of a sum shows: every rank gets the same bytes; shared memory's are the
@@ -253,9 +258,10 @@ class SixteenBitReplicaTest : public ::testing::TestWithParam<bool> {};
 TEST_P(SixteenBitReplicaTest, EveryRankGetsTheSameBytes) {
   const bool shm = GetParam();
   const int world = 3;
-  auto run = RunRanks("replicas16", world,
-                      {{"shm", shm ? "1" : "0"}, {"shm_slot_bytes", "65536"}, {"timeout_ms", "20000"}},
-                      absl::Seconds(60));
+  auto run =
+      RunRanks("replicas16", world,
+               {{"shm", shm ? "1" : "0"}, {"shm_slot_bytes", "65536"}, {"timeout_ms", "20000"}},
+               absl::Seconds(60));
   ASSERT_TRUE(run.ok()) << run.status();
   for (int r = 0; r < world; ++r) ASSERT_EQ(run->exit_codes[r], 0) << Logs(*run);
   for (auto type : {at::kHalf, at::kBFloat16}) {
@@ -271,7 +277,8 @@ TEST_P(SixteenBitReplicaTest, EveryRankGetsTheSameBytes) {
         in.push_back(at::from_blob(i->data(), {count}, type).clone());
         out.push_back(at::from_blob(o->data(), {count}, type).clone());
       }
-      for (int r = 1; r < world; ++r) EXPECT_TRUE(at::equal(out[0], out[r])) << "rank " << r << " vs rank 0";
+      for (int r = 1; r < world; ++r)
+        EXPECT_TRUE(at::equal(out[0], out[r])) << "rank " << r << " vs rank 0";
       auto exact = in[0].to(at::kDouble) + in[1].to(at::kDouble) + in[2].to(at::kDouble);
       if (shm) {
         auto want = ((in[0].to(at::kFloat) + in[1].to(at::kFloat)) + in[2].to(at::kFloat)).to(type);
@@ -279,8 +286,8 @@ TEST_P(SixteenBitReplicaTest, EveryRankGetsTheSameBytes) {
       } else {
         // Two roundings to 16 bits of partial sums: within 3 ulps of the magnitude.
         const double eps = type == at::kHalf ? 0x1p-10 : 0x1p-7;
-        auto magnitude = in[0].to(at::kDouble).abs() + in[1].to(at::kDouble).abs() +
-                         in[2].to(at::kDouble).abs();
+        auto magnitude =
+            in[0].to(at::kDouble).abs() + in[1].to(at::kDouble).abs() + in[2].to(at::kDouble).abs();
         auto error = (out[0].to(at::kDouble) - exact).abs();
         EXPECT_TRUE(at::all(error <= 3 * eps * magnitude).item<bool>())
             << "max error " << (error / magnitude).max().item<double>() << " of the magnitude";

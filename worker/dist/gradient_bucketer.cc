@@ -69,10 +69,10 @@ absl::StatusOr<std::unique_ptr<GradientBucketer>> GradientBucketer::Create(
     }
     const CommDevice device = p.is_cuda() ? CommDevice::kCuda : CommDevice::kCpu;
     if (!(p.is_cpu() || p.is_cuda()) || device != comm->device()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "GradientBucketer: parameter '", name, "' is on ", p.device().str(), " but the ",
-          comm->name(), " collectives take ", comm->device() == CommDevice::kCuda ? "CUDA" : "CPU",
-          " tensors"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("GradientBucketer: parameter '", name, "' is on ", p.device().str(),
+                       " but the ", comm->name(), " collectives take ",
+                       comm->device() == CommDevice::kCuda ? "CUDA" : "CPU", " tensors"));
     }
     if (auto t = CommDataTypeOf(p); !t.ok()) {
       return absl::InvalidArgumentError(
@@ -114,7 +114,8 @@ absl::Status GradientBucketer::Init() {
     infos[k] = {static_cast<size_t>(p.numel()) * p.element_size(), GroupOf(p)};
   }
   const size_t cap = static_cast<size_t>(options_.bucket_cap_mb * 1024 * 1024);
-  const auto specs = ComputeBucketAssignment(infos, {options_.first_bucket_bytes, std::max<size_t>(cap, 1)});
+  const auto specs =
+      ComputeBucketAssignment(infos, {options_.first_bucket_bytes, std::max<size_t>(cap, 1)});
 
   absl::MutexLock l(&mu_);
   locations_.resize(n);
@@ -130,7 +131,8 @@ absl::Status GradientBucketer::Init() {
     }
     const auto& first = params_[bucket.params.front()];
     bucket.flat = at::zeros({total}, first.options().requires_grad(false));
-    if (Compresses(options_.comm_hook)) bucket.compressed = NewCompressedBuffer(bucket.flat, options_.comm_hook);
+    if (Compresses(options_.comm_hook))
+      bucket.compressed = NewCompressedBuffer(bucket.flat, options_.comm_hook);
     int64_t offset = 0;
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
       const auto& p = params_[bucket.params[slot]];
@@ -152,15 +154,16 @@ absl::Status GradientBucketer::Init() {
   for (size_t i = 0; i < n; ++i) {
     auto acc = torch::autograd::impl::grad_accumulator(params_[i]);
     if (acc == nullptr) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("GradientBucketer: parameter '", names_[i], "' has no gradient accumulator"));
+      return absl::InvalidArgumentError(absl::StrCat("GradientBucketer: parameter '", names_[i],
+                                                     "' has no gradient accumulator"));
     }
-    hook_keys_.push_back(acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
-        [this, i](const torch::autograd::variable_list& outputs,
-                  const torch::autograd::variable_list& /*inputs*/) {
-          OnGradReady(i);
-          return outputs;
-        })));
+    hook_keys_.push_back(
+        acc->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [this, i](const torch::autograd::variable_list& outputs,
+                      const torch::autograd::variable_list& /*inputs*/) {
+              OnGradReady(i);
+              return outputs;
+            })));
     accumulators_.push_back(std::move(acc));
   }
   return absl::OkStatus();
@@ -247,9 +250,9 @@ void GradientBucketer::MarkReadyLocked(size_t index, bool unused, bool from_hook
   } else if (grad.layout() != at::kStrided) {
     view.zero_();
     if (step_error_.ok()) {
-      step_error_ = absl::InvalidArgumentError(absl::StrCat(
-          "GradientBucketer: parameter ", DescribeParams({index}),
-          " has a sparse gradient; only dense gradients are synchronised"));
+      step_error_ = absl::InvalidArgumentError(
+          absl::StrCat("GradientBucketer: parameter ", DescribeParams({index}),
+                       " has a sparse gradient; only dense gradients are synchronised"));
     }
   } else if (Compresses(options_.comm_hook)) {
     // As PyTorch's reducer with a comm hook registered: the raw gradient;
@@ -279,7 +282,8 @@ void GradientBucketer::LaunchReadyBucketsLocked(bool from_hook) {
     } else {
       b.work = AllReduceSum(*comm_, b.flat);
     }
-    current_.launches.push_back(BucketLaunchRecord{next_bucket_, Clock::now(), from_hook, grads_ready_});
+    current_.launches.push_back(
+        BucketLaunchRecord{next_bucket_, Clock::now(), from_hook, grads_ready_});
     ++next_bucket_;
   }
 }
@@ -333,7 +337,8 @@ absl::Status GradientBucketer::PrepareForBackward(const std::vector<at::Tensor>&
     }
   }
   for (size_t i = 0; i < params_.size(); ++i) {
-    if (!seen.count(accumulators_[i].get())) MarkReadyLocked(i, /*unused=*/true, /*from_hook=*/false);
+    if (!seen.count(accumulators_[i].get()))
+      MarkReadyLocked(i, /*unused=*/true, /*from_hook=*/false);
   }
   LaunchReadyBucketsLocked(/*from_hook=*/false);
   return absl::OkStatus();

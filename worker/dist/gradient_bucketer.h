@@ -108,11 +108,11 @@ struct BucketLaunchRecord {
 
 // What one step's synchronisation did, for metrics and tests.
 struct StepCommStats {
-  int64_t step = 0;      // synced backward passes finalized so far, this one included
-  bool synced = false;   // false for a no_sync micro-step (nothing communicated)
+  int64_t step = 0;     // synced backward passes finalized so far, this one included
+  bool synced = false;  // false for a no_sync micro-step (nothing communicated)
   size_t num_params = 0;
-  size_t grads_from_hooks = 0;   // gradients that arrived through the hooks
-  size_t unused_params = 0;      // marked ready with a zero gradient (find_unused)
+  size_t grads_from_hooks = 0;               // gradients that arrived through the hooks
+  size_t unused_params = 0;                  // marked ready with a zero gradient (find_unused)
   std::vector<BucketLaunchRecord> launches;  // in launch order
   // When FinalizeBackward() was entered, i.e. just after backward returned.
   std::chrono::steady_clock::time_point backward_end;
@@ -146,9 +146,8 @@ class GradientBucketer {
   // Same, for parameters and buffers gathered elsewhere (a TorchScript
   // module). `named_params` in registration order; all must be leaf tensors.
   static absl::StatusOr<std::unique_ptr<GradientBucketer>> Create(
-      std::vector<std::pair<std::string, at::Tensor>> named_params,
-      std::vector<at::Tensor> buffers, std::shared_ptr<Collectives> comm,
-      const GradientBucketerOptions& options = {});
+      std::vector<std::pair<std::string, at::Tensor>> named_params, std::vector<at::Tensor> buffers,
+      std::shared_ptr<Collectives> comm, const GradientBucketerOptions& options = {});
 
   ~GradientBucketer();
   GradientBucketer(const GradientBucketer&) = delete;
@@ -205,8 +204,8 @@ class GradientBucketer {
     // The 16-bit copy of flat that a compressing comm hook all-reduces;
     // undefined for CommHook::kNone.
     at::Tensor compressed;
-    std::vector<at::Tensor> views;  // views[i] is params[i]'s slice of flat, shaped like it
-    size_t pending = 0;          // gradients still missing this step
+    std::vector<at::Tensor> views;         // views[i] is params[i]'s slice of flat, shaped like it
+    size_t pending = 0;                    // gradients still missing this step
     std::shared_ptr<CollectiveWork> work;  // set once launched this step
   };
   struct ParamLocation {
@@ -247,10 +246,10 @@ class GradientBucketer {
   const GradientBucketerOptions options_;
   const std::shared_ptr<Collectives> comm_;
   const std::vector<std::string> names_;
-  const std::vector<at::Tensor> params_;   // requires_grad leaves, registration order
+  const std::vector<at::Tensor> params_;  // requires_grad leaves, registration order
   const std::vector<at::Tensor> buffers_;
-  std::vector<BucketInfo> bucket_infos_;   // fixed after Init
-  std::vector<ParamLocation> locations_;   // per param, fixed after Init
+  std::vector<BucketInfo> bucket_infos_;  // fixed after Init
+  std::vector<ParamLocation> locations_;  // per param, fixed after Init
   // The accumulators must be kept alive: a tensor holds its accumulator only
   // weakly, and a hook on a dropped accumulator is lost.
   std::vector<std::shared_ptr<torch::autograd::Node>> accumulators_;
@@ -265,9 +264,9 @@ class GradientBucketer {
   // and FinalizeBackward has not yet run.
   bool step_started_ ABSL_GUARDED_BY(mu_) = false;
   std::vector<Bucket> buckets_ ABSL_GUARDED_BY(mu_);
-  std::vector<uint8_t> ready_ ABSL_GUARDED_BY(mu_);       // per param, this step
+  std::vector<uint8_t> ready_ ABSL_GUARDED_BY(mu_);         // per param, this step
   std::vector<uint8_t> locally_used_ ABSL_GUARDED_BY(mu_);  // per param, this step
-  size_t next_bucket_ ABSL_GUARDED_BY(mu_) = 0;  // first bucket not yet launched
+  size_t next_bucket_ ABSL_GUARDED_BY(mu_) = 0;             // first bucket not yet launched
   size_t grads_ready_ ABSL_GUARDED_BY(mu_) = 0;
   // First error seen by a hook this step; FinalizeBackward returns it.
   absl::Status step_error_ ABSL_GUARDED_BY(mu_);

@@ -63,8 +63,8 @@ TEST(GradientBucketerTest, BucketsInReverseRegistrationOrderWithSmallFirstBucket
   auto ddp = GradientBucketer::Create(net, SingleRankGloo(), o);
   ASSERT_TRUE(ddp.ok()) << ddp.status();
   const auto& names = (*ddp)->parameter_names();
-  EXPECT_THAT(names, ElementsAre("fc0.weight", "fc0.bias", "fc1.weight", "fc1.bias",
-                                 "fc2.weight", "fc2.bias"));
+  EXPECT_THAT(names, ElementsAre("fc0.weight", "fc0.bias", "fc1.weight", "fc1.bias", "fc2.weight",
+                                 "fc2.bias"));
   const auto& b = (*ddp)->buckets();
   ASSERT_EQ(b.size(), 2u);
   // First bucket: the last layer (first gradients to arrive), closed once it
@@ -275,7 +275,8 @@ std::string State(const RankRun& run, int rank, const std::string& step,
   }
   for (size_t i = 0; i < a.size(); ++i) {
     if (a[i] != b[i]) {
-      return ::testing::AssertionFailure() << "first difference at byte " << i << " of " << a.size();
+      return ::testing::AssertionFailure()
+             << "first difference at byte " << i << " of " << a.size();
     }
   }
   return ::testing::AssertionSuccess();
@@ -302,8 +303,11 @@ const absl::Duration kRunTimeout = absl::Seconds(40);
 TEST(GradientBucketerMultiProcessTest, EveryRankHoldsBitwiseIdenticalParametersAfterEveryStep) {
   const int steps = 4;
   auto run = RunRanks("train", 2,
-                      {{"steps", std::to_string(steps)}, {"bn", "1"}, {"depth", "3"},
-                       {"hidden", "64"}, {"bucket_cap_mb", "0.01"},
+                      {{"steps", std::to_string(steps)},
+                       {"bn", "1"},
+                       {"depth", "3"},
+                       {"hidden", "64"},
+                       {"bucket_cap_mb", "0.01"},
                        {"first_bucket_bytes", "4096"}},
                       kRunTimeout);
   ASSERT_TRUE(run.ok()) << run.status();
@@ -341,15 +345,23 @@ TEST_P(GradientBucketerReplicaTest, ReplicasStayBitIdenticalOverTcp) {
   // Buckets, in reverse registration order: head, batch norm and fc2's bias
   // (4.5 KB, small), fc2's weight (100 KB), fc1 (~103 KB), fc0 (~11 KB, small).
   auto run = RunRanks("train", world,
-                      {{"shm", "0"}, {"steps", std::to_string(steps)}, {"state_every", std::to_string(every)},
-                       {"bn", "1"}, {"depth", "3"}, {"hidden", "160"}, {"lr", "0.01"},
-                       {"bucket_cap_mb", "0.05"}, {"first_bucket_bytes", "4096"}, {"timeout_ms", "20000"}},
+                      {{"shm", "0"},
+                       {"steps", std::to_string(steps)},
+                       {"state_every", std::to_string(every)},
+                       {"bn", "1"},
+                       {"depth", "3"},
+                       {"hidden", "160"},
+                       {"lr", "0.01"},
+                       {"bucket_cap_mb", "0.05"},
+                       {"first_bucket_bytes", "4096"},
+                       {"timeout_ms", "20000"}},
                       absl::Seconds(120));
   ASSERT_TRUE(run.ok()) << run.status();
   ExpectAllExitedCleanly(*run);
   auto stats = ReadFile(run->dir + "/stats_r0.txt");
   ASSERT_TRUE(stats.ok());
-  EXPECT_THAT(*stats, HasSubstr("num_buckets 4 ")) << "the bucket layout this test relies on changed";
+  EXPECT_THAT(*stats, HasSubstr("num_buckets 4 "))
+      << "the bucket layout this test relies on changed";
   std::string prev = State(*run, 0, "init");
   std::vector<int> written;  // the steps after which the ranks wrote their parameters
   for (int s = 0; s < steps; s += every) written.push_back(s);
@@ -359,7 +371,8 @@ TEST_P(GradientBucketerReplicaTest, ReplicasStayBitIdenticalOverTcp) {
     const std::string r0 = State(*run, 0, step);
     ASSERT_FALSE(r0.empty());
     for (int r = 1; r < world; ++r) {
-      EXPECT_TRUE(SameBytes(r0, State(*run, r, step))) << "rank " << r << " diverged from rank 0 by step " << s;
+      EXPECT_TRUE(SameBytes(r0, State(*run, r, step)))
+          << "rank " << r << " diverged from rank 0 by step " << s;
     }
     EXPECT_FALSE(SameBytes(r0, prev)) << "no change by step " << s;
     prev = r0;
@@ -368,12 +381,16 @@ TEST_P(GradientBucketerReplicaTest, ReplicasStayBitIdenticalOverTcp) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GradientBucketerReplicaTest, ::testing::Values(3, 4),
-                         [](const ::testing::TestParamInfo<int>& i) { return absl::StrCat(i.param, "Ranks"); });
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return absl::StrCat(i.param, "Ranks");
+                         });
 
 TEST(GradientBucketerMultiProcessTest, TwoRanksOfBatchBEqualOneRankOfBatch2B) {
-  const std::map<std::string, std::string> common = {
-      {"steps", "3"}, {"depth", "2"}, {"hidden", "32"}, {"bucket_cap_mb", "0.005"},
-      {"first_bucket_bytes", "1024"}};
+  const std::map<std::string, std::string> common = {{"steps", "3"},
+                                                     {"depth", "2"},
+                                                     {"hidden", "32"},
+                                                     {"bucket_cap_mb", "0.005"},
+                                                     {"first_bucket_bytes", "1024"}};
   auto two = common;
   two["batch"] = "8";
   auto one = common;
@@ -394,9 +411,11 @@ TEST(GradientBucketerMultiProcessTest, TwoRanksOfBatchBEqualOneRankOfBatch2B) {
 }
 
 TEST(GradientBucketerMultiProcessTest, NoSyncAccumulationOfKMicroBatchesEqualsBatchKB) {
-  const std::map<std::string, std::string> common = {
-      {"steps", "2"}, {"depth", "2"}, {"hidden", "32"}, {"bucket_cap_mb", "0.005"},
-      {"first_bucket_bytes", "1024"}};
+  const std::map<std::string, std::string> common = {{"steps", "2"},
+                                                     {"depth", "2"},
+                                                     {"hidden", "32"},
+                                                     {"bucket_cap_mb", "0.005"},
+                                                     {"first_bucket_bytes", "1024"}};
   auto accum = common;
   accum["batch"] = "4";
   accum["micro"] = "4";  // 4 micro-batches of 4, the first 3 under no_sync
@@ -438,8 +457,11 @@ std::vector<std::map<std::string, int64_t>> StatsLines(const RankRun& run, int r
 
 TEST(GradientBucketerMultiProcessTest, FirstBucketLaunchesWhileBackwardIsStillRunning) {
   auto run = RunRanks("train", 2,
-                      {{"steps", "3"}, {"depth", "4"}, {"hidden", "128"},
-                       {"bucket_cap_mb", "0.07"}, {"first_bucket_bytes", "16384"}},
+                      {{"steps", "3"},
+                       {"depth", "4"},
+                       {"hidden", "128"},
+                       {"bucket_cap_mb", "0.07"},
+                       {"first_bucket_bytes", "16384"}},
                       kRunTimeout);
   ASSERT_TRUE(run.ok()) << run.status();
   ExpectAllExitedCleanly(*run);
@@ -467,8 +489,12 @@ TEST(GradientBucketerMultiProcessTest, FirstBucketLaunchesWhileBackwardIsStillRu
 
 TEST(GradientBucketerMultiProcessTest, DeadPeerFailsTheStepWithinTheTimeout) {
   auto run = RunRanks("train", 2,
-                      {{"steps", "3"}, {"timeout_ms", "4000"}, {"die_rank", "1"},
-                       {"die_at_step", "1"}, {"die_mode", "exit"}, {"expect_error", "1"}},
+                      {{"steps", "3"},
+                       {"timeout_ms", "4000"},
+                       {"die_rank", "1"},
+                       {"die_at_step", "1"},
+                       {"die_mode", "exit"},
+                       {"expect_error", "1"}},
                       kRunTimeout);
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->exit_codes[1], 3) << Logs(*run);
@@ -485,8 +511,12 @@ TEST(GradientBucketerMultiProcessTest, DeadPeerFailsTheStepWithinTheTimeout) {
 
 TEST(GradientBucketerMultiProcessTest, StalledPeerFailsTheStepWithDeadlineExceeded) {
   auto run = RunRanks("train", 2,
-                      {{"steps", "3"}, {"timeout_ms", "2000"}, {"die_rank", "1"},
-                       {"die_at_step", "1"}, {"die_mode", "stall"}, {"expect_error", "1"}},
+                      {{"steps", "3"},
+                       {"timeout_ms", "2000"},
+                       {"die_rank", "1"},
+                       {"die_at_step", "1"},
+                       {"die_mode", "stall"},
+                       {"expect_error", "1"}},
                       kRunTimeout);
   ASSERT_TRUE(run.ok()) << run.status();
   EXPECT_EQ(run->exit_codes[0], 0) << Logs(*run);
@@ -502,8 +532,11 @@ TEST(GradientBucketerMultiProcessTest, StalledPeerFailsTheStepWithDeadlineExceed
 
 TEST(GradientBucketerMultiProcessTest, UnusedParameterWithoutFindUnusedIsAClearError) {
   auto run = RunRanks("train", 2,
-                      {{"steps", "2"}, {"unused", "all"}, {"find_unused", "0"},
-                       {"expect_error", "1"}, {"timeout_ms", "5000"}},
+                      {{"steps", "2"},
+                       {"unused", "all"},
+                       {"find_unused", "0"},
+                       {"expect_error", "1"},
+                       {"timeout_ms", "5000"}},
                       kRunTimeout);
   ASSERT_TRUE(run.ok()) << run.status();
   ExpectAllExitedCleanly(*run);
@@ -523,8 +556,11 @@ TEST(GradientBucketerMultiProcessTest, FindUnusedParametersKeepsRanksInStep) {
   for (const char* mode : {"all", "rank0"}) {
     SCOPED_TRACE(mode);
     auto run = RunRanks("train", 2,
-                        {{"steps", "3"}, {"unused", mode}, {"find_unused", "1"},
-                         {"bucket_cap_mb", "0.002"}, {"first_bucket_bytes", "512"}},
+                        {{"steps", "3"},
+                         {"unused", mode},
+                         {"find_unused", "1"},
+                         {"bucket_cap_mb", "0.002"},
+                         {"first_bucket_bytes", "512"}},
                         kRunTimeout);
     ASSERT_TRUE(run.ok()) << run.status();
     ExpectAllExitedCleanly(*run);
@@ -553,10 +589,15 @@ double HeldOutLoss(const RankRun& run, int rank, const char* tag = "final") {
 TEST_P(CommHookTrainingTest, ReplicasIdenticalAndLossCloseToNoHook) {
   const auto& [hook, shm] = GetParam();
   const int steps = 60;
-  const std::map<std::string, std::string> common = {
-      {"shm", std::to_string(shm)}, {"task", "linear"}, {"steps", std::to_string(steps)},
-      {"state_every", std::to_string(steps)}, {"depth", "2"}, {"hidden", "64"}, {"lr", "0.05"},
-      {"bucket_cap_mb", "0.01"}, {"first_bucket_bytes", "4096"}};
+  const std::map<std::string, std::string> common = {{"shm", std::to_string(shm)},
+                                                     {"task", "linear"},
+                                                     {"steps", std::to_string(steps)},
+                                                     {"state_every", std::to_string(steps)},
+                                                     {"depth", "2"},
+                                                     {"hidden", "64"},
+                                                     {"lr", "0.05"},
+                                                     {"bucket_cap_mb", "0.01"},
+                                                     {"first_bucket_bytes", "4096"}};
   auto with_hook = common;
   with_hook["comm_hook"] = hook;
   auto none = common;
@@ -569,7 +610,8 @@ TEST_P(CommHookTrainingTest, ReplicasIdenticalAndLossCloseToNoHook) {
   auto stats = ReadFile(hook_run->dir + "/stats_r0.txt");
   ASSERT_TRUE(stats.ok());
   // The head and the last hidden layer (4 KiB first bucket), then the rest.
-  EXPECT_THAT(*stats, HasSubstr("num_buckets 2 ")) << "the bucket layout this test relies on changed";
+  EXPECT_THAT(*stats, HasSubstr("num_buckets 2 "))
+      << "the bucket layout this test relies on changed";
 
   const std::string last = absl::StrCat("s", steps - 1);
   const std::string r0 = State(*hook_run, 0, last);
@@ -584,18 +626,19 @@ TEST_P(CommHookTrainingTest, ReplicasIdenticalAndLossCloseToNoHook) {
   const double init = HeldOutLoss(*none_run, 0, "init");
   EXPECT_LT(ref, 0.5 * init) << "no-hook run did not learn: " << init << " -> " << ref;
   EXPECT_LE(std::abs(loss - ref), 0.05 * ref) << hook << ": " << loss << " vs no hook " << ref;
-  std::cout << hook << " shm=" << shm << ": held-out loss " << init << " -> " << loss << ", no hook "
-            << ref << "\n";
+  std::cout << hook << " shm=" << shm << ": held-out loss " << init << " -> " << loss
+            << ", no hook " << ref << "\n";
   Cleanup(*hook_run);
   Cleanup(*none_run);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    Hooks, CommHookTrainingTest,
-    ::testing::Combine(::testing::Values("fp16_compress", "bf16_compress"), ::testing::Values(1, 0)),
-    [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& i) {
-      return absl::StrCat(std::get<0>(i.param), std::get<1>(i.param) ? "_Shm" : "_TcpRing");
-    });
+INSTANTIATE_TEST_SUITE_P(Hooks, CommHookTrainingTest,
+                         ::testing::Combine(::testing::Values("fp16_compress", "bf16_compress"),
+                                            ::testing::Values(1, 0)),
+                         [](const ::testing::TestParamInfo<std::tuple<std::string, int>>& i) {
+                           return absl::StrCat(std::get<0>(i.param),
+                                               std::get<1>(i.param) ? "_Shm" : "_TcpRing");
+                         });
 
 }  // namespace
 }  // namespace trainctl::dist

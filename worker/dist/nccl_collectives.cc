@@ -39,13 +39,20 @@ absl::Status NcclStatus(ncclResult_t r, ncclComm_t comm, const std::string& what
 
 absl::StatusOr<ncclDataType_t> NcclType(CommDataType type) {
   switch (type) {
-    case CommDataType::kFloat32: return ncclFloat32;
-    case CommDataType::kFloat64: return ncclFloat64;
-    case CommDataType::kFloat16: return ncclFloat16;
-    case CommDataType::kBFloat16: return ncclBfloat16;
-    case CommDataType::kInt32: return ncclInt32;
-    case CommDataType::kInt64: return ncclInt64;
-    case CommDataType::kUInt8: return ncclUint8;
+    case CommDataType::kFloat32:
+      return ncclFloat32;
+    case CommDataType::kFloat64:
+      return ncclFloat64;
+    case CommDataType::kFloat16:
+      return ncclFloat16;
+    case CommDataType::kBFloat16:
+      return ncclBfloat16;
+    case CommDataType::kInt32:
+      return ncclInt32;
+    case CommDataType::kInt64:
+      return ncclInt64;
+    case CommDataType::kUInt8:
+      return ncclUint8;
   }
   return absl::InvalidArgumentError("nccl: unknown data type");
 }
@@ -231,9 +238,9 @@ class NcclEngine final : public NcclCollectives, public std::enable_shared_from_
         return st;
       }
       if (Clock::now() >= deadline) {
-        auto st = absl::DeadlineExceededError(absl::StrCat(
-            description, " did not finish within ", absl::FormatDuration(timeout),
-            "; a peer rank is dead or stalled (communicator aborted)"));
+        auto st = absl::DeadlineExceededError(
+            absl::StrCat(description, " did not finish within ", absl::FormatDuration(timeout),
+                         "; a peer rank is dead or stalled (communicator aborted)"));
         FailLocked(st);
         return st;
       }
@@ -245,7 +252,8 @@ class NcclEngine final : public NcclCollectives, public std::enable_shared_from_
  private:
   absl::Status Validate(const CommBuffer& b) const {
     if (b.device != CommDevice::kCuda) {
-      return absl::InvalidArgumentError("nccl collectives take CUDA buffers only (got a CPU buffer)");
+      return absl::InvalidArgumentError(
+          "nccl collectives take CUDA buffers only (got a CPU buffer)");
     }
     if (b.count == 0) return absl::OkStatus();
     if (b.data == nullptr) return absl::InvalidArgumentError("nccl collective on a null buffer");
@@ -273,8 +281,8 @@ class NcclEngine final : public NcclCollectives, public std::enable_shared_from_
     if (!broken_.ok()) return CompletedWork(broken_);
     if (buffer.count == 0) return CompletedWork(absl::OkStatus());
     PrunePendingLocked();
-    const std::string desc = absl::StrCat("nccl ", op, " #", next_seq_++, " (", buffer.count,
-                                          " x ", CommDataTypeName(buffer.type), ")");
+    const std::string desc = absl::StrCat("nccl ", op, " #", next_seq_++, " (", buffer.count, " x ",
+                                          CommDataTypeName(buffer.type), ")");
     auto inflight = std::make_shared<Inflight>();
     absl::Status st = CudaStatus(cudaEventCreateWithFlags(&inflight->done, cudaEventDisableTiming),
                                  desc + ": creating its event");
@@ -286,11 +294,10 @@ class NcclEngine final : public NcclCollectives, public std::enable_shared_from_
       st = CudaStatus(cudaStreamWaitEvent(comm_stream_, ready_event_, 0), desc + ": stream order");
     }
     if (st.ok()) {
-      const ncclResult_t r =
-          root < 0 ? ncclAllReduce(buffer.data, buffer.data, buffer.count, *type, ncclSum, comm_,
-                                   comm_stream_)
-                   : ncclBroadcast(buffer.data, buffer.data, buffer.count, *type, root, comm_,
-                                   comm_stream_);
+      const ncclResult_t r = root < 0 ? ncclAllReduce(buffer.data, buffer.data, buffer.count, *type,
+                                                      ncclSum, comm_, comm_stream_)
+                                      : ncclBroadcast(buffer.data, buffer.data, buffer.count, *type,
+                                                      root, comm_, comm_stream_);
       ncclResult_t state = r;
       if (r == ncclInProgress) {
         state = PollAsync(comm_, Clock::now() + absl::ToChronoNanoseconds(options_.timeout));
@@ -308,7 +315,8 @@ class NcclEngine final : public NcclCollectives, public std::enable_shared_from_
     }
     inflight->keep_alive = std::move(buffer.keep_alive);
     pending_.push_back(inflight);
-    return std::make_shared<NcclWork>(weak_from_this(), std::move(inflight), desc, options_.timeout);
+    return std::make_shared<NcclWork>(weak_from_this(), std::move(inflight), desc,
+                                      options_.timeout);
   }
 
   // Releases the memory of collectives that finished.
@@ -335,7 +343,7 @@ class NcclEngine final : public NcclCollectives, public std::enable_shared_from_
 
   mutable absl::Mutex mu_;
   cudaStream_t compute_stream_ ABSL_GUARDED_BY(mu_);
-  absl::Status broken_ ABSL_GUARDED_BY(mu_);  // first error; every later call fails with it
+  absl::Status broken_ ABSL_GUARDED_BY(mu_);   // first error; every later call fails with it
   bool aborted_ ABSL_GUARDED_BY(mu_) = false;  // ncclCommAbort was called
   std::deque<std::shared_ptr<Inflight>> pending_ ABSL_GUARDED_BY(mu_);  // issue order
   uint64_t next_seq_ ABSL_GUARDED_BY(mu_) = 0;
@@ -364,8 +372,8 @@ absl::StatusOr<std::shared_ptr<NcclCollectives>> CreateNcclCollectives(const Ncc
                                                    " bytes, got ", options.unique_id.size()));
   }
   if (options.world_size < 1 || options.rank < 0 || options.rank >= options.world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("nccl: rank ", options.rank, " outside [0, ",
-                                                   options.world_size, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("nccl: rank ", options.rank, " outside [0, ", options.world_size, ")"));
   }
   if (options.timeout <= absl::ZeroDuration()) {
     return absl::InvalidArgumentError("nccl: timeout must be positive");
@@ -375,8 +383,8 @@ absl::StatusOr<std::shared_ptr<NcclCollectives>> CreateNcclCollectives(const Ncc
     return st;
   }
   if (options.device < 0 || options.device >= count) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("nccl: CUDA device ", options.device, " does not exist (", count, " visible)"));
+    return absl::InvalidArgumentError(absl::StrCat("nccl: CUDA device ", options.device,
+                                                   " does not exist (", count, " visible)"));
   }
   CudaDeviceGuard guard(options.device);
 
@@ -385,8 +393,8 @@ absl::StatusOr<std::shared_ptr<NcclCollectives>> CreateNcclCollectives(const Ncc
   ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
   config.blocking = 0;  // init and collectives return at once; we poll with a deadline
   ncclComm_t comm = nullptr;
-  const std::string what = absl::StrCat("nccl: init of rank ", options.rank, "/", options.world_size,
-                                        " on device ", options.device);
+  const std::string what = absl::StrCat("nccl: init of rank ", options.rank, "/",
+                                        options.world_size, " on device ", options.device);
   ncclResult_t r = ncclCommInitRankConfig(&comm, options.world_size, id, options.rank, &config);
   if (r != ncclSuccess && r != ncclInProgress) {
     if (comm != nullptr) ncclCommAbort(comm);
@@ -396,8 +404,8 @@ absl::StatusOr<std::shared_ptr<NcclCollectives>> CreateNcclCollectives(const Ncc
   if (r != ncclSuccess) {
     absl::Status st = r == ncclInProgress
                           ? absl::DeadlineExceededError(absl::StrCat(
-                                what, " did not complete within ", absl::FormatDuration(options.timeout),
-                                "; not every rank joined"))
+                                what, " did not complete within ",
+                                absl::FormatDuration(options.timeout), "; not every rank joined"))
                           : NcclStatus(r, comm, what);
     ncclCommAbort(comm);
     return st;

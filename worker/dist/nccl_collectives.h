@@ -46,8 +46,8 @@ using ::trainctl::kNcclUniqueIdBytes;
 struct NcclOptions {
   int rank = 0;
   int world_size = 1;
-  int device = 0;          // CUDA device ordinal this rank uses (its local rank)
-  std::string unique_id;   // exactly kNcclUniqueIdBytes bytes
+  int device = 0;         // CUDA device ordinal this rank uses (its local rank)
+  std::string unique_id;  // exactly kNcclUniqueIdBytes bytes
   // Bounds communicator init and every collective's Wait().
   absl::Duration timeout = absl::Minutes(5);
   // Stream the caller's compute runs on; nullptr = the legacy default stream.

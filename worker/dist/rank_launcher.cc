@@ -40,10 +40,8 @@ std::vector<std::string> Argv(const std::string& scenario, int rank, int world,
                               const std::map<std::string, std::string>& args,
                               const std::vector<std::map<std::string, std::string>>& per_rank,
                               const std::string& store, const std::string& secret) {
-  std::vector<std::string> argv = {TRAINCTL_DIST_TEST_RANK,
-                                   "--scenario=" + scenario,
-                                   absl::StrCat("--rank=", rank),
-                                   absl::StrCat("--world=", world),
+  std::vector<std::string> argv = {TRAINCTL_DIST_TEST_RANK, "--scenario=" + scenario,
+                                   absl::StrCat("--rank=", rank), absl::StrCat("--world=", world),
                                    "--dir=" + dir};
   if (!store.empty()) argv.push_back("--store=" + store);
   // Test support only: the attempt's secret on argv is fine for a test's
@@ -58,7 +56,9 @@ std::vector<std::string> Argv(const std::string& scenario, int rank, int world,
 
 }  // namespace
 
-std::string MakeTempDir(const std::string& tag) { return trainctl::MakeTempDir("trainctl_dist_" + tag); }
+std::string MakeTempDir(const std::string& tag) {
+  return trainctl::MakeTempDir("trainctl_dist_" + tag);
+}
 
 absl::StatusOr<std::string> ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -72,10 +72,9 @@ bool WriteFileAtomic(const std::string& path, const std::string& content) {
   return WriteFileSafely(path, content).ok();
 }
 
-absl::StatusOr<RankRun> RunRanks(const std::string& scenario, int world_size,
-                                 const std::map<std::string, std::string>& args,
-                                 absl::Duration timeout,
-                                 const std::vector<std::map<std::string, std::string>>& per_rank_args) {
+absl::StatusOr<RankRun> RunRanks(
+    const std::string& scenario, int world_size, const std::map<std::string, std::string>& args,
+    absl::Duration timeout, const std::vector<std::map<std::string, std::string>>& per_rank_args) {
   RankRun run;
   run.dir = MakeTempDir(scenario);
   if (run.dir.empty()) return absl::InternalError("mkdtemp failed");
@@ -83,7 +82,8 @@ absl::StatusOr<RankRun> RunRanks(const std::string& scenario, int world_size,
   const auto deadline = start + absl::ToChronoNanoseconds(timeout);
   std::vector<Subprocess> ranks(world_size);
   std::vector<std::string> log_paths;
-  for (int r = 0; r < world_size; ++r) log_paths.push_back(absl::StrCat(run.dir, "/rank", r, ".log"));
+  for (int r = 0; r < world_size; ++r)
+    log_paths.push_back(absl::StrCat(run.dir, "/rank", r, ".log"));
   run.exit_codes.assign(world_size, -1000);
 
   // Reaps what exited; true while some rank still runs.
@@ -105,7 +105,8 @@ absl::StatusOr<RankRun> RunRanks(const std::string& scenario, int world_size,
 
   // Rank 0 first: it hosts the store and publishes its address.
   const std::string secret = NewRendezvousSecret();
-  ranks[0] = Spawn(Argv(scenario, 0, world_size, run.dir, args, per_rank_args, "", secret), log_paths[0]);
+  ranks[0] =
+      Spawn(Argv(scenario, 0, world_size, run.dir, args, per_rank_args, "", secret), log_paths[0]);
   std::string store;
   const std::string addr_path = run.dir + "/store_address";
   while (world_size > 1 && Clock::now() < deadline) {
@@ -119,7 +120,8 @@ absl::StatusOr<RankRun> RunRanks(const std::string& scenario, int world_size,
   }
   if (world_size > 1 && !store.empty()) {
     for (int r = 1; r < world_size; ++r) {
-      ranks[r] = Spawn(Argv(scenario, r, world_size, run.dir, args, per_rank_args, store, secret), log_paths[r]);
+      ranks[r] = Spawn(Argv(scenario, r, world_size, run.dir, args, per_rank_args, store, secret),
+                       log_paths[r]);
     }
   }
   if (reap(true)) {

@@ -30,10 +30,10 @@ struct RankRun {
 
 // Runs `scenario` on `world_size` ranks. `args` go to every rank as --key=value;
 // `per_rank_args[r]` (optional) only to rank r.
-absl::StatusOr<RankRun> RunRanks(const std::string& scenario, int world_size,
-                                 const std::map<std::string, std::string>& args,
-                                 absl::Duration timeout,
-                                 const std::vector<std::map<std::string, std::string>>& per_rank_args = {});
+absl::StatusOr<RankRun> RunRanks(
+    const std::string& scenario, int world_size, const std::map<std::string, std::string>& args,
+    absl::Duration timeout,
+    const std::vector<std::map<std::string, std::string>>& per_rank_args = {});
 
 // The buffers of the "replicas" scenario, which the rank helper all-reduces
 // and the test compares across ranks: sizes that take the Gloo engine's

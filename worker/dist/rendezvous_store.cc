@@ -195,13 +195,15 @@ absl::StatusOr<int> DialAndAuthenticate(const sockaddr_storage& addr, socklen_t 
     if (!WriteAll(fd, cn + RendezvousMac(secret, HandshakeMessage("client", sn, cn)))) {
       st = absl::UnavailableError("connection closed during the handshake");
     } else if (!(st = ReadExactly(fd, kRendezvousMacBytes, &server_proof,
-                                  std::min(deadline, absl::Now() + kHandshakeTimeout))).ok()) {
+                                  std::min(deadline, absl::Now() + kHandshakeTimeout)))
+                    .ok()) {
       // The store closes on a wrong proof; say what that most likely means.
       if (absl::IsUnavailable(st)) {
         st = absl::PermissionDeniedError(
             "the store closed the connection during the handshake (wrong rendezvous secret?)");
       }
-    } else if (!MacEquals(server_proof, RendezvousMac(secret, HandshakeMessage("server", sn, cn)))) {
+    } else if (!MacEquals(server_proof,
+                          RendezvousMac(secret, HandshakeMessage("server", sn, cn)))) {
       st = absl::PermissionDeniedError("the store did not prove the attempt's rendezvous secret");
     }
   }
@@ -227,7 +229,8 @@ absl::StatusOr<std::shared_ptr<RendezvousStore>> RendezvousStore::Host(
     const std::string& advertise_host, uint16_t port, absl::Duration timeout,
     const std::string& secret) {
   if (absl::Status s = CheckSecret(secret); !s.ok()) return s;
-  if (advertise_host.empty()) return absl::InvalidArgumentError("rendezvous store: empty host to bind");
+  if (advertise_host.empty())
+    return absl::InvalidArgumentError("rendezvous store: empty host to bind");
   std::vector<socklen_t> lens;
   absl::StatusOr<std::vector<sockaddr_storage>> addrs = Resolve(advertise_host, port, &lens);
   if (!addrs.ok()) return addrs.status();
@@ -247,15 +250,16 @@ absl::StatusOr<std::shared_ptr<RendezvousStore>> RendezvousStore::Host(
     }
     socklen_t len = sizeof a;
     getsockname(fd, reinterpret_cast<sockaddr*>(&a), &len);
-    const uint16_t bound = ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&a)->sin6_port
-                                                         : reinterpret_cast<sockaddr_in*>(&a)->sin_port);
+    const uint16_t bound =
+        ntohs(a.ss_family == AF_INET6 ? reinterpret_cast<sockaddr_in6*>(&a)->sin6_port
+                                      : reinterpret_cast<sockaddr_in*>(&a)->sin_port);
     auto impl = std::make_unique<Impl>();
     impl->address = absl::StrCat(BracketIfV6(advertise_host), ":", bound);
     impl->server = std::make_unique<StoreServer>(fd, secret);
     return std::shared_ptr<RendezvousStore>(new RendezvousStore(std::move(impl), true, timeout));
   }
-  return absl::UnavailableError(absl::StrCat("hosting the rendezvous store on ", advertise_host, ":",
-                                             port, ": ", last_error));
+  return absl::UnavailableError(absl::StrCat("hosting the rendezvous store on ", advertise_host,
+                                             ":", port, ": ", last_error));
 }
 
 absl::StatusOr<std::shared_ptr<RendezvousStore>> RendezvousStore::Connect(
@@ -278,11 +282,12 @@ absl::StatusOr<std::shared_ptr<RendezvousStore>> RendezvousStore::Connect(
         auto impl = std::make_unique<Impl>();
         impl->address = address;
         impl->fd = *fd;
-        return std::shared_ptr<RendezvousStore>(new RendezvousStore(std::move(impl), false, timeout));
+        return std::shared_ptr<RendezvousStore>(
+            new RendezvousStore(std::move(impl), false, timeout));
       }
       if (absl::IsPermissionDenied(fd.status())) {
-        return absl::PermissionDeniedError(
-            absl::StrCat("connecting to the rendezvous store at ", address, ": ", fd.status().message()));
+        return absl::PermissionDeniedError(absl::StrCat("connecting to the rendezvous store at ",
+                                                        address, ": ", fd.status().message()));
       }
       last = fd.status();
     }
@@ -293,8 +298,7 @@ absl::StatusOr<std::shared_ptr<RendezvousStore>> RendezvousStore::Connect(
                                                   ": timed out; last error: ", last.message()));
 }
 
-RendezvousStore::RendezvousStore(std::unique_ptr<Impl> impl, bool is_host,
-                                 absl::Duration timeout)
+RendezvousStore::RendezvousStore(std::unique_ptr<Impl> impl, bool is_host, absl::Duration timeout)
     : impl_(std::move(impl)), is_host_(is_host), timeout_(timeout) {}
 
 RendezvousStore::~RendezvousStore() = default;
@@ -308,23 +312,28 @@ int64_t RendezvousStore::rejected_connections() const {
 absl::Status RendezvousStore::Set(const std::string& key, const std::string& value) {
   if (key.size() > kMaxKeyBytes || value.size() > kMaxValueBytes) {
     return absl::InvalidArgumentError(absl::StrCat("store set '", key.substr(0, 64), "': key over ",
-                                                   kMaxKeyBytes, " or value over ", kMaxValueBytes, " bytes"));
+                                                   kMaxKeyBytes, " or value over ", kMaxValueBytes,
+                                                   " bytes"));
   }
   if (impl_->server != nullptr) {
     impl_->server->kv().Set(key, value);
     return absl::OkStatus();
   }
   auto r = impl_->Call(kOpSet, key, value, timeout_ + absl::Seconds(5));
-  if (!r.ok()) return absl::Status(r.status().code(), absl::StrCat("store set '", key, "': ", r.status().message()));
+  if (!r.ok())
+    return absl::Status(r.status().code(),
+                        absl::StrCat("store set '", key, "': ", r.status().message()));
   return absl::OkStatus();
 }
 
-absl::StatusOr<std::string> RendezvousStore::Get(const std::string& key) { return Get(key, timeout_); }
+absl::StatusOr<std::string> RendezvousStore::Get(const std::string& key) {
+  return Get(key, timeout_);
+}
 
 absl::StatusOr<std::string> RendezvousStore::Get(const std::string& key, absl::Duration timeout) {
   if (key.size() > kMaxKeyBytes) return absl::InvalidArgumentError("store get: key too long");
-  const std::string timed_out = absl::StrCat("store get '", key, "': timed out after ",
-                                             absl::FormatDuration(timeout));
+  const std::string timed_out =
+      absl::StrCat("store get '", key, "': timed out after ", absl::FormatDuration(timeout));
   if (impl_->server != nullptr) {
     std::atomic<bool> never{false};
     std::string v;
@@ -336,9 +345,12 @@ absl::StatusOr<std::string> RendezvousStore::Get(const std::string& key, absl::D
   std::string ms;
   PutI64(&ms, absl::ToInt64Milliseconds(timeout));
   auto r = impl_->Call(kOpGet, key, ms, timeout + absl::Seconds(5));
-  if (!r.ok()) return absl::Status(r.status().code(), absl::StrCat("store get '", key, "': ", r.status().message()));
+  if (!r.ok())
+    return absl::Status(r.status().code(),
+                        absl::StrCat("store get '", key, "': ", r.status().message()));
   if (r->first == kTimedOut) return absl::DeadlineExceededError(timed_out);
-  if (r->first != kOk) return absl::InternalError(absl::StrCat("store get '", key, "': ", r->second));
+  if (r->first != kOk)
+    return absl::InternalError(absl::StrCat("store get '", key, "': ", r->second));
   return std::move(r->second);
 }
 
@@ -348,7 +360,9 @@ absl::StatusOr<int64_t> RendezvousStore::Add(const std::string& key, int64_t del
   std::string d;
   PutI64(&d, delta);
   auto r = impl_->Call(kOpAdd, key, d, timeout_ + absl::Seconds(5));
-  if (!r.ok()) return absl::Status(r.status().code(), absl::StrCat("store add '", key, "': ", r.status().message()));
+  if (!r.ok())
+    return absl::Status(r.status().code(),
+                        absl::StrCat("store add '", key, "': ", r.status().message()));
   if (r->first != kOk || r->second.size() != 8) {
     return absl::InvalidArgumentError(absl::StrCat("store add '", key, "': ", r->second));
   }

@@ -56,16 +56,18 @@ class RendezvousStore {
   // (0 = a free port chosen by the kernel). `secret` is the attempt's
   // rendezvous secret (at least kRendezvousMinSecretBytes). `timeout` bounds
   // every later Get.
-  static absl::StatusOr<std::shared_ptr<RendezvousStore>> Host(
-      const std::string& advertise_host, uint16_t port, absl::Duration timeout,
-      const std::string& secret);
+  static absl::StatusOr<std::shared_ptr<RendezvousStore>> Host(const std::string& advertise_host,
+                                                               uint16_t port,
+                                                               absl::Duration timeout,
+                                                               const std::string& secret);
 
   // Every other rank: connects to `address` ("host:port", as produced by
   // address() on rank 0) and authenticates with `secret`, retrying a refused
   // connection until `timeout`. PermissionDenied when the server does not
   // prove the same secret.
-  static absl::StatusOr<std::shared_ptr<RendezvousStore>> Connect(
-      const std::string& address, absl::Duration timeout, const std::string& secret);
+  static absl::StatusOr<std::shared_ptr<RendezvousStore>> Connect(const std::string& address,
+                                                                  absl::Duration timeout,
+                                                                  const std::string& secret);
 
   ~RendezvousStore();
   RendezvousStore(const RendezvousStore&) = delete;
@@ -90,8 +92,7 @@ class RendezvousStore {
   int64_t rejected_connections() const;
 
   // Splits "host:port"; InvalidArgument when malformed.
-  static absl::Status ParseAddress(const std::string& address, std::string* host,
-                                   uint16_t* port);
+  static absl::Status ParseAddress(const std::string& address, std::string* host, uint16_t* port);
 
   struct Impl;
 

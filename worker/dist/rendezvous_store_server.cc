@@ -60,7 +60,8 @@ absl::StatusOr<int64_t> KeyValues::Add(const std::string& key, int64_t delta) {
   int64_t cur = 0;
   auto it = data_.find(key);
   if (it != data_.end() && !absl::SimpleAtoi(it->second, &cur)) {
-    return absl::InvalidArgumentError(absl::StrCat("store add '", key, "': value is not an integer"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("store add '", key, "': value is not an integer"));
   }
   cur += delta;
   data_[key] = absl::StrCat(cur);
@@ -72,7 +73,8 @@ void KeyValues::Poke() {
   ++pokes_;
 }
 
-StoreServer::StoreServer(int listen_fd, std::string secret) : listen_fd_(listen_fd), secret_(std::move(secret)) {
+StoreServer::StoreServer(int listen_fd, std::string secret)
+    : listen_fd_(listen_fd), secret_(std::move(secret)) {
   accept_thread_ = std::thread([this] { AcceptLoop(); });
 }
 
@@ -141,7 +143,8 @@ bool StoreServer::Authenticate(int fd) {
   if (!WriteAll(fd, std::string(kRendezvousMagic, kMagicBytes) + sn)) return false;
   std::string reply;
   if (!ReadExactly(fd, kRendezvousNonceBytes + kRendezvousMacBytes, &reply,
-                   absl::Now() + kHandshakeTimeout).ok()) {
+                   absl::Now() + kHandshakeTimeout)
+           .ok()) {
     return false;
   }
   const std::string cn = reply.substr(0, kRendezvousNonceBytes);
@@ -175,7 +178,8 @@ void StoreServer::Serve(int fd) {
       case kOpGet: {
         if (value.size() != 8) return;
         const int64_t ms = std::clamp<int64_t>(GetI64(value), 0, int64_t{1} << 40);
-        if (!kv_.Get(key, absl::Now() + absl::Milliseconds(ms), stopping_, &payload)) code = kTimedOut;
+        if (!kv_.Get(key, absl::Now() + absl::Milliseconds(ms), stopping_, &payload))
+          code = kTimedOut;
         break;
       }
       case kOpAdd: {

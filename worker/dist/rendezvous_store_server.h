@@ -27,7 +27,8 @@ class KeyValues {
  public:
   void Set(const std::string& key, std::string value);
   // False when `deadline` passed (or `stopping` became true) without the key.
-  bool Get(const std::string& key, absl::Time deadline, const std::atomic<bool>& stopping, std::string* value);
+  bool Get(const std::string& key, absl::Time deadline, const std::atomic<bool>& stopping,
+           std::string* value);
   // The key's integer plus `delta` (a missing key is 0); InvalidArgument
   // when its value is not an integer.
   absl::StatusOr<int64_t> Add(const std::string& key, int64_t delta);

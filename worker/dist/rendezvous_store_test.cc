@@ -218,7 +218,8 @@ TEST(RendezvousStoreTest, WrongSecretIsClosedBeforeAnyRequest) {
   SendAll(fd, cn + RendezvousMac(secret, "client" + sn2 + cn) + SetFrame("key", "mine"));
   std::string proof_and_reply;
   ASSERT_TRUE(ReadN(fd, kRendezvousMacBytes + 5, &proof_and_reply));
-  EXPECT_EQ(proof_and_reply.substr(0, kRendezvousMacBytes), RendezvousMac(secret, "server" + sn2 + cn));
+  EXPECT_EQ(proof_and_reply.substr(0, kRendezvousMacBytes),
+            RendezvousMac(secret, "server" + sn2 + cn));
   EXPECT_EQ(proof_and_reply[kRendezvousMacBytes], '\0');  // OK
   close(fd);
   EXPECT_EQ(*host->Get("key"), "mine");
@@ -228,7 +229,8 @@ TEST(RendezvousStoreTest, ClientRefusesAListenerWithoutTheSecret) {
   // A listener that greets correctly but cannot prove the secret.
   auto impostor = HostOrDie(NewRendezvousSecret());
   ASSERT_NE(impostor, nullptr);
-  auto client = RendezvousStore::Connect(impostor->address(), absl::Seconds(5), NewRendezvousSecret());
+  auto client =
+      RendezvousStore::Connect(impostor->address(), absl::Seconds(5), NewRendezvousSecret());
   EXPECT_EQ(client.status().code(), absl::StatusCode::kPermissionDenied);
 }
 

@@ -39,7 +39,8 @@ bool WriteAll(int fd, const std::string& data);
 absl::Status ReadExactly(int fd, size_t n, std::string* out, absl::Time deadline);
 
 // What a side's MAC covers: who, then both nonces.
-std::string HandshakeMessage(const char* who, const std::string& server_nonce, const std::string& client_nonce);
+std::string HandshakeMessage(const char* who, const std::string& server_nonce,
+                             const std::string& client_nonce);
 // Constant-time comparison of two MACs.
 bool MacEquals(const std::string& a, const std::string& b);
 

@@ -49,7 +49,8 @@ template <typename T, typename Acc = T>
 void SumShare(char* const* slots, int world, size_t lo, size_t hi, T* out) {
   for (size_t i = lo; i < hi; ++i) {
     Acc acc = static_cast<Acc>(reinterpret_cast<const T*>(slots[0])[i]);
-    for (int r = 1; r < world; ++r) acc += static_cast<Acc>(reinterpret_cast<const T*>(slots[r])[i]);
+    for (int r = 1; r < world; ++r)
+      acc += static_cast<Acc>(reinterpret_cast<const T*>(slots[r])[i]);
     out[i] = static_cast<T>(acc);
   }
 }
@@ -76,7 +77,8 @@ absl::StatusOr<std::unique_ptr<ShmAllReduce>> ShmAllReduce::Create(int rank, int
                                                                    RendezvousStore& store,
                                                                    const std::string& key_prefix) {
   if (world_size < 2 || world_size > kMaxRanks || rank < 0 || rank >= world_size) {
-    return absl::InvalidArgumentError(absl::StrCat("shm all-reduce: rank ", rank, " of ", world_size));
+    return absl::InvalidArgumentError(
+        absl::StrCat("shm all-reduce: rank ", rank, " of ", world_size));
   }
   slot_bytes = std::max<size_t>(slot_bytes / 64 * 64, 64 * 1024);
   const size_t length = kHeaderBytes + slot_bytes * static_cast<size_t>(world_size);
@@ -111,14 +113,16 @@ absl::StatusOr<std::unique_ptr<ShmAllReduce>> ShmAllReduce::Create(int rank, int
     base = mmap(nullptr, length, PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
     close(fd);
   }
-  if (base == MAP_FAILED && failure.empty()) failure = absl::StrCat("opening ", name, ": ", strerror(errno));
+  if (base == MAP_FAILED && failure.empty())
+    failure = absl::StrCat("opening ", name, ": ", strerror(errno));
   std::unique_ptr<ShmAllReduce> shm;
   if (base != MAP_FAILED) {
     shm.reset(new ShmAllReduce(rank, world_size, slot_bytes, base, length));
     static_cast<Header*>(base)->pids[rank].store(static_cast<int32_t>(getpid()));
   }
   // Every rank says whether it mapped the segment; all use it or none does.
-  if (absl::Status s = store.Set(absl::StrCat(key_prefix, "mapped/", rank), shm ? "1" : "0"); !s.ok()) {
+  if (absl::Status s = store.Set(absl::StrCat(key_prefix, "mapped/", rank), shm ? "1" : "0");
+      !s.ok()) {
     return StoreError(s);
   }
   bool all = true;
@@ -129,7 +133,8 @@ absl::StatusOr<std::unique_ptr<ShmAllReduce>> ShmAllReduce::Create(int rank, int
   }
   if (rank == 0) shm_unlink(name.c_str());  // Everyone has it mapped (or gave up).
   if (!all) {
-    return absl::UnavailableError(failure.empty() ? "a peer could not map the shared memory" : failure);
+    return absl::UnavailableError(failure.empty() ? "a peer could not map the shared memory"
+                                                  : failure);
   }
   return shm;
 }
@@ -171,13 +176,15 @@ absl::Status ShmAllReduce::Barrier(absl::Time deadline) {
     }
     if (MonotonicNow() >= deadline) {
       Break();
-      return absl::DeadlineExceededError("shared-memory all-reduce: a peer rank did not arrive in time");
+      return absl::DeadlineExceededError(
+          "shared-memory all-reduce: a peer rank did not arrive in time");
     }
     for (int r = 0; r < world_; ++r) {
       const int32_t pid = h->pids[r].load(std::memory_order_relaxed);
       if (r != rank_ && pid > 0 && kill(pid, 0) != 0 && errno == ESRCH) {
         Break();
-        return absl::UnavailableError(absl::StrCat("shared-memory all-reduce: rank ", r, " (pid ", pid, ") exited"));
+        return absl::UnavailableError(
+            absl::StrCat("shared-memory all-reduce: rank ", r, " (pid ", pid, ") exited"));
       }
     }
     FutexWait(&h->generation, gen, absl::Milliseconds(20));
@@ -185,9 +192,11 @@ absl::Status ShmAllReduce::Barrier(absl::Time deadline) {
   return absl::OkStatus();
 }
 
-absl::Status ShmAllReduce::AllReduceSum(void* data, size_t count, CommDataType type, absl::Time deadline) {
+absl::Status ShmAllReduce::AllReduceSum(void* data, size_t count, CommDataType type,
+                                        absl::Time deadline) {
   if (!Supports(type)) {
-    return absl::InvalidArgumentError("shared-memory all-reduce: float32/float64/float16/bfloat16 only");
+    return absl::InvalidArgumentError(
+        "shared-memory all-reduce: float32/float64/float16/bfloat16 only");
   }
   const size_t esize = CommDataTypeSize(type);
   const size_t per_chunk = slot_bytes_ / esize;
@@ -208,10 +217,12 @@ absl::Status ShmAllReduce::AllReduceSum(void* data, size_t count, CommDataType t
         SumShare<double>(slots, world_, lo, hi, reinterpret_cast<double*>(slots[rank_]));
         break;
       case CommDataType::kFloat16:
-        SumShare<c10::Half, float>(slots, world_, lo, hi, reinterpret_cast<c10::Half*>(slots[rank_]));
+        SumShare<c10::Half, float>(slots, world_, lo, hi,
+                                   reinterpret_cast<c10::Half*>(slots[rank_]));
         break;
       default:  // kBFloat16 (Supports)
-        SumShare<c10::BFloat16, float>(slots, world_, lo, hi, reinterpret_cast<c10::BFloat16*>(slots[rank_]));
+        SumShare<c10::BFloat16, float>(slots, world_, lo, hi,
+                                       reinterpret_cast<c10::BFloat16*>(slots[rank_]));
         break;
     }
     if (absl::Status s = Barrier(deadline); !s.ok()) return s;

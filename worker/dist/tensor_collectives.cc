@@ -12,17 +12,25 @@ namespace trainctl::dist {
 
 absl::StatusOr<CommDataType> CommDataTypeOf(const at::Tensor& tensor) {
   switch (tensor.scalar_type()) {
-    case at::kFloat: return CommDataType::kFloat32;
-    case at::kDouble: return CommDataType::kFloat64;
-    case at::kHalf: return CommDataType::kFloat16;
-    case at::kBFloat16: return CommDataType::kBFloat16;
-    case at::kInt: return CommDataType::kInt32;
-    case at::kLong: return CommDataType::kInt64;
-    case at::kByte: return CommDataType::kUInt8;
-    case at::kBool: return CommDataType::kUInt8;  // broadcast only; sums are meaningless
+    case at::kFloat:
+      return CommDataType::kFloat32;
+    case at::kDouble:
+      return CommDataType::kFloat64;
+    case at::kHalf:
+      return CommDataType::kFloat16;
+    case at::kBFloat16:
+      return CommDataType::kBFloat16;
+    case at::kInt:
+      return CommDataType::kInt32;
+    case at::kLong:
+      return CommDataType::kInt64;
+    case at::kByte:
+      return CommDataType::kUInt8;
+    case at::kBool:
+      return CommDataType::kUInt8;  // broadcast only; sums are meaningless
     default:
-      return absl::InvalidArgumentError(
-          absl::StrCat("collectives: unsupported tensor type ", c10::toString(tensor.scalar_type())));
+      return absl::InvalidArgumentError(absl::StrCat("collectives: unsupported tensor type ",
+                                                     c10::toString(tensor.scalar_type())));
   }
 }
 
@@ -63,8 +71,8 @@ std::shared_ptr<CollectiveWork> Broadcast(Collectives& comm, const at::Tensor& t
   return comm.Broadcast(*std::move(b), root);
 }
 
-absl::Status BroadcastCoalesced(Collectives& comm, const std::vector<at::Tensor>& tensors,
-                                int root, size_t bucket_bytes) {
+absl::Status BroadcastCoalesced(Collectives& comm, const std::vector<at::Tensor>& tensors, int root,
+                                size_t bucket_bytes) {
   if (comm.world_size() == 1) return absl::OkStatus();
   c10::NoGradGuard no_grad;
   // Group by (type, device) in the given order; every rank passes the same

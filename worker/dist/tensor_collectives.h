@@ -31,7 +31,7 @@ std::shared_ptr<CollectiveWork> Broadcast(Collectives& comm, const at::Tensor& t
 // broadcast each, and copied back. Used to make every rank start from rank 0's
 // parameters and to sync buffers (batch-norm statistics) each step, as
 // torch.nn.parallel.DistributedDataParallel does.
-absl::Status BroadcastCoalesced(Collectives& comm, const std::vector<at::Tensor>& tensors,
-                                int root, size_t bucket_bytes = 250u << 20);
+absl::Status BroadcastCoalesced(Collectives& comm, const std::vector<at::Tensor>& tensors, int root,
+                                size_t bucket_bytes = 250u << 20);
 
 }  // namespace trainctl::dist

@@ -20,7 +20,8 @@ namespace trainctl::engine {
 
 absl::StatusOr<std::unique_ptr<TensorDataset>> LoadCsvDataset(const CsvDataOptions& options) {
   TRAINCTL_ASSIGN_OR_RETURN(std::vector<char> bytes, ReadFileBytes(options.path, "CSV file"));
-  TRAINCTL_ASSIGN_OR_RETURN(CsvTable t, ParseCsv(absl::string_view(bytes.data(), bytes.size()), options));
+  TRAINCTL_ASSIGN_OR_RETURN(CsvTable t,
+                            ParseCsv(absl::string_view(bytes.data(), bytes.size()), options));
   const int64_t feature_count = t.columns - 1;
   at::Tensor inputs = at::from_blob(t.features.data(), {t.rows, feature_count}, at::kFloat).clone();
   at::Tensor targets = options.classes > 0

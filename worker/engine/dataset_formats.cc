@@ -30,7 +30,8 @@ size_t DeclaredIdxBytes(const std::vector<char>& head, int expected_dims) {
   unsigned __int128 elements = 1;
   for (int d = 0; d < expected_dims; ++d) {
     const unsigned char* p = b + 4 + 4 * d;
-    elements *= (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
+    elements *=
+        (uint32_t{p[0]} << 24) | (uint32_t{p[1]} << 16) | (uint32_t{p[2]} << 8) | uint32_t{p[3]};
   }
   total += elements;
   return total > SIZE_MAX ? SIZE_MAX : static_cast<size_t>(total);
@@ -44,7 +45,8 @@ absl::StatusOr<IdxArray> DecodeIdx(std::vector<char> raw, int expected_dims,
   if (IsGzip(raw)) {
     // Inflate the header first; the whole file may inflate to no more than
     // the header declares (a small file must not expand without bound).
-    TRAINCTL_ASSIGN_OR_RETURN(std::vector<char> head, Gunzip(raw, path, 4 + 4 * 3, /*prefix_only=*/true));
+    TRAINCTL_ASSIGN_OR_RETURN(std::vector<char> head,
+                              Gunzip(raw, path, 4 + 4 * 3, /*prefix_only=*/true));
     TRAINCTL_ASSIGN_OR_RETURN(a.bytes, Gunzip(raw, path, DeclaredIdxBytes(head, expected_dims)));
   } else {
     a.bytes = std::move(raw);
@@ -87,7 +89,6 @@ absl::StatusOr<IdxArray> DecodeIdx(std::vector<char> raw, int expected_dims,
   return a;
 }
 
-
 namespace {
 
 absl::string_view CleanField(absl::string_view field) {
@@ -105,7 +106,8 @@ absl::Status CheckCsvOptions(const CsvDataOptions& options) {
                                                    "' is a name but has_header is false"));
   }
   if (options.label_column.empty()) {
-    TRAINCTL_RETURN_IF_ERROR(CheckAtLeast("csv label_column_index", options.label_column_index, -1));
+    TRAINCTL_RETURN_IF_ERROR(
+        CheckAtLeast("csv label_column_index", options.label_column_index, -1));
   }
   return absl::OkStatus();
 }
@@ -113,7 +115,8 @@ absl::Status CheckCsvOptions(const CsvDataOptions& options) {
 // Builds a CsvTable from a CSV file's lines, fed in order.
 class CsvReader {
  public:
-  explicit CsvReader(const CsvDataOptions& options) : o_(options), header_pending_(options.has_header) {
+  explicit CsvReader(const CsvDataOptions& options)
+      : o_(options), header_pending_(options.has_header) {
     t_.columns = -1;  // until the header or the first data row fixes it
   }
 
@@ -134,9 +137,11 @@ class CsvReader {
     }
     if (n != t_.columns) {
       return absl::InvalidArgumentError(absl::StrCat("CSV file '", o_.path, "' line ", line_no,
-                                                     ": expected ", t_.columns, " fields, got ", n));
+                                                     ": expected ", t_.columns, " fields, got ",
+                                                     n));
     }
-    for (int64_t i = 0; i < n; ++i) TRAINCTL_RETURN_IF_ERROR(Cell(CleanField(fields[i]), i, line_no));
+    for (int64_t i = 0; i < n; ++i)
+      TRAINCTL_RETURN_IF_ERROR(Cell(CleanField(fields[i]), i, line_no));
     ++t_.rows;
     return absl::OkStatus();
   }
@@ -169,14 +174,15 @@ class CsvReader {
   // label_column_index (-1: the last column) among `ncols` columns.
   absl::Status ResolveLabelIndex(int64_t ncols, int64_t line_no) {
     if (ncols < 2) {
-      return absl::InvalidArgumentError(absl::StrCat("CSV file '", o_.path, "' line ", line_no,
-                                                     ": need at least 2 columns (features and a label), got ",
-                                                     ncols));
+      return absl::InvalidArgumentError(
+          absl::StrCat("CSV file '", o_.path, "' line ", line_no,
+                       ": need at least 2 columns (features and a label), got ", ncols));
     }
     label_ = o_.label_column_index == -1 ? ncols - 1 : o_.label_column_index;
     if (label_ >= ncols) {
-      return absl::InvalidArgumentError(absl::StrCat("csv label_column_index ", label_, " is outside the ", ncols,
-                                                     " columns of '", o_.path, "'"));
+      return absl::InvalidArgumentError(absl::StrCat("csv label_column_index ", label_,
+                                                     " is outside the ", ncols, " columns of '",
+                                                     o_.path, "'"));
     }
     return absl::OkStatus();
   }
@@ -187,15 +193,16 @@ class CsvReader {
     if (!absl::SimpleAtod(cell, &value) || !std::isfinite(value)) {
       // Never the cell itself: the error reaches every viewer of the job,
       // and a data path may name a file that is not the job's to show.
-      return absl::InvalidArgumentError(absl::StrCat("CSV file '", o_.path, "' line ", line_no, " column ", i + 1,
-                                                     ": not a finite number"));
+      return absl::InvalidArgumentError(absl::StrCat("CSV file '", o_.path, "' line ", line_no,
+                                                     " column ", i + 1, ": not a finite number"));
     }
     if (i != label_) {
       t_.features.push_back(static_cast<float>(value));
     } else if (o_.classes > 0) {
       if (value != std::floor(value) || value < 0 || value >= o_.classes) {
-        return absl::InvalidArgumentError(absl::StrCat("CSV file '", o_.path, "' line ", line_no, " column ", i + 1,
-                                                       ": the label is not a class id in [0, ", o_.classes, ")"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("CSV file '", o_.path, "' line ", line_no, " column ", i + 1,
+                         ": the label is not a class id in [0, ", o_.classes, ")"));
       }
       t_.class_labels.push_back(static_cast<int64_t>(value));
     } else {

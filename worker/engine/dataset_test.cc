@@ -207,7 +207,8 @@ TEST(IdxDatasetTest, BadFilesAreClearErrors) {
   // A decompression bomb: a header declaring 3x2x4 bytes followed by 32 MiB
   // of zeros that compress to a few KiB. Inflation stops at the declared size.
   WriteGzipFile(dir.File("bomb.gz"), full + std::string(32u << 20, '\0'));
-  ExpectError(LoadIdxDataset({dir.File("bomb.gz"), lbl}).status(), absl::StatusCode::kInvalidArgument,
+  ExpectError(LoadIdxDataset({dir.File("bomb.gz"), lbl}).status(),
+              absl::StatusCode::kInvalidArgument,
               "inflates to more than the 40 bytes its header declares");
 
   WriteFile(dir.File("magic"), "PK\x03\x04 definitely not idx");

@@ -1,7 +1,7 @@
 #include "worker/engine/distributed_sampler.h"
 
-#include <cstdlib>
 #include <algorithm>
+#include <cstdlib>
 #include <fstream>
 #include <random>
 #include <set>

@@ -45,8 +45,9 @@ bool IsGzip(const std::vector<char>& bytes) {
          static_cast<unsigned char>(bytes[1]) == 0x8b;
 }
 
-absl::StatusOr<std::vector<char>> Gunzip(const std::vector<char>& compressed, const std::string& path,
-                                         size_t max_bytes, bool prefix_only) {
+absl::StatusOr<std::vector<char>> Gunzip(const std::vector<char>& compressed,
+                                         const std::string& path, size_t max_bytes,
+                                         bool prefix_only) {
   std::vector<char> out;
   out.reserve(std::min(compressed.size() * 4, max_bytes));
   z_stream zs;
@@ -71,8 +72,9 @@ absl::StatusOr<std::vector<char>> Gunzip(const std::vector<char>& compressed, co
     }
     if (out.size() > max_bytes) {
       inflateEnd(&zs);
-      return absl::InvalidArgumentError(absl::StrCat("gzip file '", path, "' inflates to more than the ",
-                                                     max_bytes, " bytes its header declares"));
+      return absl::InvalidArgumentError(absl::StrCat("gzip file '", path,
+                                                     "' inflates to more than the ", max_bytes,
+                                                     " bytes its header declares"));
     }
     if (rc == Z_STREAM_END) {
       if (zs.avail_in == 0) break;

@@ -26,7 +26,8 @@ bool IsGzip(const std::vector<char>& bytes);
 // to more than `max_bytes` (a decompression bomb); with `prefix_only`, the
 // first `max_bytes` (or fewer) are returned instead and the rest is not
 // inflated (to read a header that bounds the whole).
-absl::StatusOr<std::vector<char>> Gunzip(const std::vector<char>& compressed, const std::string& path,
-                                         size_t max_bytes = SIZE_MAX, bool prefix_only = false);
+absl::StatusOr<std::vector<char>> Gunzip(const std::vector<char>& compressed,
+                                         const std::string& path, size_t max_bytes = SIZE_MAX,
+                                         bool prefix_only = false);
 
 }  // namespace trainctl::engine

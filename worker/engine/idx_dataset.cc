@@ -47,9 +47,9 @@ absl::StatusOr<std::unique_ptr<TensorDataset>> LoadIdxDataset(const IdxDataOptio
   if (options.classes > 0) {
     for (int64_t i = 0; i < n; ++i) {
       if (label_bytes[i] >= options.classes) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("IDX labels file '", options.labels_path, "': the label of example ", i,
-                         " is outside [0, ", options.classes, ")"));
+        return absl::InvalidArgumentError(absl::StrCat("IDX labels file '", options.labels_path,
+                                                       "': the label of example ", i,
+                                                       " is outside [0, ", options.classes, ")"));
       }
     }
   }

@@ -117,7 +117,8 @@ bool SetMetricField(RankMetric& r, const std::string& k, const std::string& v) {
       if (!r.reported) r.reported.emplace();
       r.reported->insert(k);
     }
-    return f.real != nullptr ? absl::SimpleAtod(v, &(r.*f.real)) : absl::SimpleAtoi(v, &(r.*f.integer));
+    return f.real != nullptr ? absl::SimpleAtod(v, &(r.*f.real))
+                             : absl::SimpleAtoi(v, &(r.*f.integer));
   }
   return true;
 }
@@ -145,14 +146,16 @@ template <typename Set>
 bool ForEachKeyValue(const std::vector<std::string>& words, size_t first, Set set) {
   for (size_t i = first; i < words.size(); ++i) {
     const size_t eq = words[i].find('=');
-    if (eq == std::string::npos || !set(words[i].substr(0, eq), words[i].substr(eq + 1))) return false;
+    if (eq == std::string::npos || !set(words[i].substr(0, eq), words[i].substr(eq + 1)))
+      return false;
   }
   return true;
 }
 
 ErrorKind ErrorKindFromName(const std::string& k) {
-  for (ErrorKind kind : {ErrorKind::kConfig, ErrorKind::kCollective, ErrorKind::kRendezvous, ErrorKind::kDiskFull,
-                         ErrorKind::kData, ErrorKind::kOutOfMemory, ErrorKind::kNan, ErrorKind::kResume}) {
+  for (ErrorKind kind :
+       {ErrorKind::kConfig, ErrorKind::kCollective, ErrorKind::kRendezvous, ErrorKind::kDiskFull,
+        ErrorKind::kData, ErrorKind::kOutOfMemory, ErrorKind::kNan, ErrorKind::kResume}) {
     if (k == ErrorKindName(kind)) return kind;
   }
   return ErrorKind::kExit;
@@ -173,7 +176,8 @@ bool ParseErrorLine(const std::string& l, const std::vector<std::string>& words,
 }
 
 // "checkpoint EPOCHS STEP BYTES CHECKSUM [CONSUMED] PATH".
-bool ParseCheckpointLine(const std::string& l, const std::vector<std::string>& words, CheckpointNote& c) {
+bool ParseCheckpointLine(const std::string& l, const std::vector<std::string>& words,
+                         CheckpointNote& c) {
   if (!absl::SimpleAtoi(words[1], &c.epochs_done) || !absl::SimpleAtoi(words[2], &c.global_step) ||
       !absl::SimpleAtoi(words[3], &c.size_bytes)) {
     return false;
@@ -197,7 +201,8 @@ bool ParseCheckpointLine(const std::string& l, const std::vector<std::string>& w
 }
 
 // Parses `l` (without its newline) into `m`; false for a malformed line.
-bool ParseStatusWords(const std::string& l, const std::vector<std::string>& words, StatusMessage& m) {
+bool ParseStatusWords(const std::string& l, const std::vector<std::string>& words,
+                      StatusMessage& m) {
   using Type = StatusMessage::Type;
   const std::string& verb = words[0];
   if (verb == "ready" && words.size() == 1) {
@@ -245,15 +250,24 @@ bool ParseStatusWords(const std::string& l, const std::vector<std::string>& word
 
 const char* ErrorKindName(ErrorKind k) {
   switch (k) {
-    case ErrorKind::kConfig: return "config";
-    case ErrorKind::kCollective: return "collective";
-    case ErrorKind::kRendezvous: return "rendezvous";
-    case ErrorKind::kDiskFull: return "disk_full";
-    case ErrorKind::kData: return "data";
-    case ErrorKind::kOutOfMemory: return "out_of_memory";
-    case ErrorKind::kNan: return "nan";
-    case ErrorKind::kResume: return "resume";
-    default: return "exit";
+    case ErrorKind::kConfig:
+      return "config";
+    case ErrorKind::kCollective:
+      return "collective";
+    case ErrorKind::kRendezvous:
+      return "rendezvous";
+    case ErrorKind::kDiskFull:
+      return "disk_full";
+    case ErrorKind::kData:
+      return "data";
+    case ErrorKind::kOutOfMemory:
+      return "out_of_memory";
+    case ErrorKind::kNan:
+      return "nan";
+    case ErrorKind::kResume:
+      return "resume";
+    default:
+      return "exit";
   }
 }
 
@@ -273,7 +287,8 @@ absl::StatusOr<FlatConfig> ParseConfig(std::string_view text) {
     if (line.empty() || line[0] == '#') continue;
     size_t eq = line.find('=');
     if (eq == std::string_view::npos || eq == 0) {
-      return absl::InvalidArgumentError(absl::StrCat("rank config line ", n, ": expected key=value"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank config line ", n, ": expected key=value"));
     }
     out[std::string(line.substr(0, eq))] = Unescape(line.substr(eq + 1));
   }
@@ -302,24 +317,29 @@ absl::StatusOr<FlatConfig> ReadConfigFd(int fd) {
   while (true) {
     const ssize_t n = ::read(fd, buf, sizeof buf);
     if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return absl::NotFoundError(absl::StrCat("rank config fd ", fd, ": cannot read: ", std::strerror(errno)));
+    if (n < 0)
+      return absl::NotFoundError(
+          absl::StrCat("rank config fd ", fd, ": cannot read: ", std::strerror(errno)));
     if (n == 0) break;
     text.append(buf, static_cast<size_t>(n));
-    if (text.size() > (size_t{64} << 20)) return absl::InvalidArgumentError(absl::StrCat("rank config fd ", fd, ": over 64 MiB"));
+    if (text.size() > (size_t{64} << 20))
+      return absl::InvalidArgumentError(absl::StrCat("rank config fd ", fd, ": over 64 MiB"));
   }
   return ParseConfig(text);
 }
 
 namespace {
 
-absl::Status Missing(const std::string& key) { return absl::InvalidArgumentError(absl::StrCat(key, ": missing")); }
+absl::Status Missing(const std::string& key) {
+  return absl::InvalidArgumentError(absl::StrCat(key, ": missing"));
+}
 
 // The value of `key` converted by `parse`; InvalidArgument "KEY: not WHAT"
 // when it does not convert. A missing key is `*fallback`, or an error
 // without one.
 template <typename T, typename Parse>
-absl::StatusOr<T> GetParsed(const FlatConfig& c, const std::string& key, const char* what, Parse parse,
-                            const T* fallback) {
+absl::StatusOr<T> GetParsed(const FlatConfig& c, const std::string& key, const char* what,
+                            Parse parse, const T* fallback) {
   auto it = c.find(key);
   if (it == c.end()) {
     if (fallback != nullptr) return *fallback;
@@ -385,18 +405,21 @@ std::string FormatProgress(int32_t epoch, int64_t global_step) {
   return absl::StrCat("progress ", epoch, " ", global_step, "\n");
 }
 std::string FormatProgress(int32_t epoch, int64_t global_step, const RankHeartbeat& hb) {
-  auto word = [](const std::string& v) { return v.empty() || v.find_first_of(" \n=") != std::string::npos ? "-" : v; };
-  return absl::StrCat("progress ", epoch, " ", global_step, " phase=", word(hb.phase), " seq=", hb.seq,
-                      " wait=", hb.waiting_seq, " op=", word(hb.op), " op_step=", hb.op_step,
-                      " bucket=", hb.op_bucket, " wait_ms=", hb.waiting_ms, " p99_ms=", Num(hb.p99_step_ms),
-                      " compute_ms=", Num(hb.compute_ms), "\n");
+  auto word = [](const std::string& v) {
+    return v.empty() || v.find_first_of(" \n=") != std::string::npos ? "-" : v;
+  };
+  return absl::StrCat("progress ", epoch, " ", global_step, " phase=", word(hb.phase),
+                      " seq=", hb.seq, " wait=", hb.waiting_seq, " op=", word(hb.op),
+                      " op_step=", hb.op_step, " bucket=", hb.op_bucket, " wait_ms=", hb.waiting_ms,
+                      " p99_ms=", Num(hb.p99_step_ms), " compute_ms=", Num(hb.compute_ms), "\n");
 }
 
 std::string FormatMetric(const RankMetric& m) {
   std::string out = absl::StrCat("metric kind=", m.kind, " epoch=", m.epoch);
   for (const MetricField& f : kMetricFields) {
     if (!m.Reports(f.key)) continue;
-    absl::StrAppend(&out, " ", f.key, "=", f.real != nullptr ? Num(m.*f.real) : absl::StrCat(m.*f.integer));
+    absl::StrAppend(&out, " ", f.key, "=",
+                    f.real != nullptr ? Num(m.*f.real) : absl::StrCat(m.*f.integer));
   }
   for (const auto& [name, value] : m.scalars) absl::StrAppend(&out, " s.", name, "=", Num(value));
   return out + "\n";
@@ -411,7 +434,8 @@ bool RankMetric::Reports(std::string_view key) const {
 bool IsScalarName(std::string_view name) {
   if (name.empty() || name.size() > 64) return false;
   for (char c : name) {
-    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '/' && c != '-') {
+    if (!absl::ascii_isalnum(static_cast<unsigned char>(c)) && c != '_' && c != '.' && c != '/' &&
+        c != '-') {
       return false;
     }
   }
@@ -426,7 +450,8 @@ std::string FormatError(ErrorKind kind, std::string_view message, int64_t step) 
 
 std::string FormatCheckpoint(const CheckpointNote& c) {
   return absl::StrCat("checkpoint ", c.epochs_done, " ", c.global_step, " ", c.size_bytes, " ",
-                      c.checksum.empty() ? "-" : c.checksum, " ", c.epoch_consumed, " ", OneLine(c.path), "\n");
+                      c.checksum.empty() ? "-" : c.checksum, " ", c.epoch_consumed, " ",
+                      OneLine(c.path), "\n");
 }
 
 std::string FormatModel(const std::string& path) {

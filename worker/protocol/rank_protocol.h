@@ -221,16 +221,16 @@ struct RankHeartbeat {
 struct StatusMessage {
   enum class Type { kRendezvous, kReady, kProgress, kMetric, kError, kCheckpoint, kModel };
   Type type = Type::kReady;
-  std::string address;  // kRendezvous
-  int32_t epoch = 0;    // kProgress
-  RankHeartbeat heartbeat;  // kProgress
-  RankMetric metric;    // kMetric
+  std::string address;                      // kRendezvous
+  int32_t epoch = 0;                        // kProgress
+  RankHeartbeat heartbeat;                  // kProgress
+  RankMetric metric;                        // kMetric
   ErrorKind error_kind = ErrorKind::kExit;  // kError
   std::string message;                      // kError
   // kProgress: the global step; kError: the step at fault (kNan), else 0.
   int64_t step = 0;
-  CheckpointNote checkpoint;                // kCheckpoint
-  std::string path;                         // kModel
+  CheckpointNote checkpoint;  // kCheckpoint
+  std::string path;           // kModel
 };
 
 // --- config file --------------------------------------------------------------

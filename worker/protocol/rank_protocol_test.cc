@@ -31,7 +31,7 @@ TEST(RankProtocolTest, ConfigFileIsOwnerOnly) {
   chmod((path + ".tmp").c_str(), 0644);
   FlatConfig c{{"run.store_secret", "s3cr3t-s3cr3t-s3cr3t"}};
   ASSERT_TRUE(WriteConfigFile(path, c).ok());
-  struct stat st{};
+  struct stat st {};
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(*ReadConfigFile(path), c);
@@ -119,7 +119,8 @@ TEST(RankProtocolTest, StatusLinesRoundTrip) {
   EXPECT_DOUBLE_EQ(mm->metric.samples_per_sec, 1234.5);
   EXPECT_TRUE(mm->metric.has_eval);
   EXPECT_DOUBLE_EQ(mm->metric.eval_accuracy, 0.91);
-  auto e = ParseStatusLine(FormatError(ErrorKind::kConfig, "data.train.images: no such file\nsecond"));
+  auto e =
+      ParseStatusLine(FormatError(ErrorKind::kConfig, "data.train.images: no such file\nsecond"));
   ASSERT_TRUE(e.ok());
   EXPECT_EQ(e->error_kind, ErrorKind::kConfig);
   EXPECT_EQ(e->message, "data.train.images: no such file second");
@@ -189,8 +190,10 @@ TEST(RankProtocolTest, MetricLineKeepsItsWordsAndOrder) {
   m.peak_memory_bytes = 4096;
   m.samples_seen = 640;
   const std::string plain =
-      "metric kind=train epoch=2 step=7 steps_per_epoch=50 loss=0.5 lr=0.01 samples_per_sec=100 data_ms=1.5 "
-      "compute_ms=2.5 comm_ms=3.5 loss_scale=65536 skipped_steps=1 peak_memory_bytes=4096 samples_seen=640";
+      "metric kind=train epoch=2 step=7 steps_per_epoch=50 loss=0.5 lr=0.01 samples_per_sec=100 "
+      "data_ms=1.5 "
+      "compute_ms=2.5 comm_ms=3.5 loss_scale=65536 skipped_steps=1 peak_memory_bytes=4096 "
+      "samples_seen=640";
   EXPECT_EQ(FormatMetric(m), plain + "\n");
   m.has_eval = true;
   m.eval_loss = 0.25;
@@ -256,8 +259,9 @@ TEST(RankProtocolTest, CustomScalarsRoundTripAndBadOnesMakeTheLineMalformed) {
   auto parsed = ParseStatusLine(line);
   ASSERT_TRUE(parsed.ok()) << parsed.status();
   EXPECT_EQ(parsed->metric.scalars, m.scalars);
-  for (const char* bad : {"metric kind=train epoch=0 s.=1", "metric kind=train epoch=0 s.a$b=1",
-                          "metric kind=train epoch=0 s.x=nan", "metric kind=train epoch=0 s.x=abc"}) {
+  for (const char* bad :
+       {"metric kind=train epoch=0 s.=1", "metric kind=train epoch=0 s.a$b=1",
+        "metric kind=train epoch=0 s.x=nan", "metric kind=train epoch=0 s.x=abc"}) {
     EXPECT_FALSE(ParseStatusLine(bad).ok()) << bad;
   }
   std::string many = "metric kind=train epoch=0";

@@ -2,18 +2,18 @@
 
 #include <ATen/CPUGeneratorImpl.h>
 #include <fcntl.h>
+#include <sys/statvfs.h>
 #include <torch/optim/optimizer.h>
 #include <torch/serialize/input-archive.h>
 #include <torch/serialize/output-archive.h>
-#include <sys/statvfs.h>
 #include <unistd.h>
 #include <zlib.h>
 
 #include <cerrno>
 #include <cstring>
-#include <tuple>
 #include <fstream>
 #include <sstream>
+#include <tuple>
 
 #include <algorithm>
 #include <cstdio>
@@ -107,9 +107,9 @@ absl::Status ReadNamed(torch::serialize::InputArchive& archive, const std::strin
     sub.read(absl::StrCat("t", i), saved);
     at::Tensor dst = into[i].second;
     if (!saved.sizes().equals(dst.sizes())) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint '", path, "': ", into[i].first,
-                                                     " has shape ", c10::str(saved.sizes()),
-                                                     ", the model expects ", c10::str(dst.sizes())));
+      return absl::InvalidArgumentError(
+          absl::StrCat("checkpoint '", path, "': ", into[i].first, " has shape ",
+                       c10::str(saved.sizes()), ", the model expects ", c10::str(dst.sizes())));
     }
     dst.copy_(saved);
   }
@@ -140,7 +140,8 @@ std::string CheckpointPath(const std::string& dir, const std::string& job_id, in
                            int64_t epoch_consumed, const std::string& writer) {
   const std::string tag = writer.empty() ? "" : absl::StrCat(".", writer);
   if (epoch_consumed > 0) {
-    return absl::StrFormat("%s/%s%06d-%010d%s%s", dir, FilePrefix(job_id), epochs_done, epoch_consumed, tag, kSuffix);
+    return absl::StrFormat("%s/%s%06d-%010d%s%s", dir, FilePrefix(job_id), epochs_done,
+                           epoch_consumed, tag, kSuffix);
   }
   return absl::StrFormat("%s/%s%06d%s%s", dir, FilePrefix(job_id), epochs_done, tag, kSuffix);
 }
@@ -149,8 +150,8 @@ namespace {
 
 // (epochs done, positions consumed, writer, path) of `job_id`'s checkpoints
 // in `dir`, oldest first.
-std::vector<std::tuple<int64_t, int64_t, std::string, std::string>> FindCheckpoints(const std::string& dir,
-                                                                                   const std::string& job_id) {
+std::vector<std::tuple<int64_t, int64_t, std::string, std::string>> FindCheckpoints(
+    const std::string& dir, const std::string& job_id) {
   const std::string prefix = FilePrefix(job_id);
   std::vector<std::tuple<int64_t, int64_t, std::string, std::string>> found;
   std::error_code ec;
@@ -161,9 +162,11 @@ std::vector<std::tuple<int64_t, int64_t, std::string, std::string>> FindCheckpoi
         name.compare(name.size() - slen, slen, kSuffix) != 0) {
       continue;
     }
-    std::optional<CheckpointNameParts> parts = ParseCheckpointStem(name.substr(plen, name.size() - plen - slen));
+    std::optional<CheckpointNameParts> parts =
+        ParseCheckpointStem(name.substr(plen, name.size() - plen - slen));
     if (!parts.has_value()) continue;
-    found.emplace_back(parts->epochs_done, parts->epoch_consumed, parts->writer, it->path().string());
+    found.emplace_back(parts->epochs_done, parts->epoch_consumed, parts->writer,
+                       it->path().string());
   }
   std::sort(found.begin(), found.end());
   return found;
@@ -200,8 +203,9 @@ absl::Status CheckCheckpointDir(const std::string& dir) {
   absl::Status probe = ProbeWritableDir(dir, absl::StrCat(".trainctl-write-probe.", ::getpid()));
   if (!probe.ok()) {
     const int err = SafeFileErrno(probe);
-    return absl::FailedPreconditionError(absl::StrCat("checkpoint dir '", dir, "' is not writable: ",
-                                                      err != 0 ? std::strerror(err) : probe.message()));
+    return absl::FailedPreconditionError(
+        absl::StrCat("checkpoint dir '", dir,
+                     "' is not writable: ", err != 0 ? std::strerror(err) : probe.message()));
   }
   return absl::OkStatus();
 }
@@ -225,7 +229,8 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
         absl::StrCat("cannot create checkpoint dir '", dir, "': ", ec.message()));
   }
   WrittenCheckpoint out;
-  out.path = CheckpointPath(dir, manifest.job_id, position.epochs_done, position.epoch_consumed, manifest.writer);
+  out.path = CheckpointPath(dir, manifest.job_id, position.epochs_done, position.epoch_consumed,
+                            manifest.writer);
   std::string bytes;
   try {
     torch::serialize::OutputArchive archive;
@@ -255,7 +260,8 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
     archive.save_to(buf);
     bytes = std::move(buf).str();
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("serialising checkpoint '", out.path, "' failed: ", FirstLine(e.what())));
+    return absl::InternalError(
+        absl::StrCat("serialising checkpoint '", out.path, "' failed: ", FirstLine(e.what())));
   }
   out.size_bytes = static_cast<int64_t>(bytes.size());
   out.checksum = ChecksumOf(bytes);
@@ -272,15 +278,18 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
     if (absl::IsResourceExhausted(written)) {
       int64_t free_bytes = FreeBytes(dir);
       return absl::ResourceExhaustedError(absl::StrCat(
-          "disk full: writing checkpoint '", out.path, "' failed: ", std::strerror(err), "; it needs ",
-          HumanBytes(static_cast<double>(out.size_bytes)), ", the filesystem has ",
-          free_bytes < 0 ? std::string("an unknown amount") : HumanBytes(static_cast<double>(free_bytes)),
+          "disk full: writing checkpoint '", out.path, "' failed: ", std::strerror(err),
+          "; it needs ", HumanBytes(static_cast<double>(out.size_bytes)), ", the filesystem has ",
+          free_bytes < 0 ? std::string("an unknown amount")
+                         : HumanBytes(static_cast<double>(free_bytes)),
           " free"));
     }
     if (absl::IsPermissionDenied(written)) {
-      return absl::FailedPreconditionError(absl::StrCat("checkpoint dir '", dir, "' is not writable: ", written.message()));
+      return absl::FailedPreconditionError(
+          absl::StrCat("checkpoint dir '", dir, "' is not writable: ", written.message()));
     }
-    return absl::InternalError(absl::StrCat("writing checkpoint '", out.path, "' failed: ", written.message()));
+    return absl::InternalError(
+        absl::StrCat("writing checkpoint '", out.path, "' failed: ", written.message()));
   }
   if (keep > 0) {
     std::vector<std::string> mine;
@@ -288,17 +297,20 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
       if (std::get<2>(f) == manifest.writer) mine.push_back(std::move(std::get<3>(f)));
     }
     for (size_t i = 0; i + static_cast<size_t>(keep) < mine.size(); ++i) {
-      if (!fs::remove(mine[i], ec) && ec) out.not_pruned.push_back(absl::StrCat(mine[i], ": ", ec.message()));
+      if (!fs::remove(mine[i], ec) && ec)
+        out.not_pruned.push_back(absl::StrCat(mine[i], ": ", ec.message()));
     }
   }
   return out;
 }
 
-absl::StatusOr<std::string> ReadCheckpointBytes(const std::string& path, const std::string& expected_checksum) {
+absl::StatusOr<std::string> ReadCheckpointBytes(const std::string& path,
+                                                const std::string& expected_checksum) {
   std::ifstream in(path, std::ios::binary);
   if (!in) {
     int e = errno;
-    return absl::NotFoundError(absl::StrCat("cannot open checkpoint '", path, "': ", std::strerror(e)));
+    return absl::NotFoundError(
+        absl::StrCat("cannot open checkpoint '", path, "': ", std::strerror(e)));
   }
   std::ostringstream buf;
   buf << in.rdbuf();
@@ -326,19 +338,19 @@ absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& bytes, const 
     archive.load_from(bytes.data(), bytes.size(), device);
     const int64_t version = ReadInt(archive, "format_version");
     if (version != kFormatVersion) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("checkpoint '", path, "' has format version ", version, "; expected ", kFormatVersion));
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint '", path, "' has format version ",
+                                                     version, "; expected ", kFormatVersion));
     }
     const std::string job_id = ReadString(archive, "job_id");
     if (!expect.job_id.empty() && job_id != expect.job_id) {
-      return absl::InvalidArgumentError(absl::StrCat("checkpoint '", path, "' was written by job '", job_id,
-                                                     "', not by '", expect.job_id, "'"));
+      return absl::InvalidArgumentError(absl::StrCat("checkpoint '", path, "' was written by job '",
+                                                     job_id, "', not by '", expect.job_id, "'"));
     }
     const std::string spec_hash = ReadString(archive, "spec_hash");
     if (!expect.spec_hash.empty() && !spec_hash.empty() && spec_hash != expect.spec_hash) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "checkpoint '", path, "' was written for another model or optimizer (spec hash ", spec_hash,
-          ", this job's ", expect.spec_hash, ")"));
+          "checkpoint '", path, "' was written for another model or optimizer (spec hash ",
+          spec_hash, ", this job's ", expect.spec_hash, ")"));
     }
     p.epochs_done = ReadInt(archive, "epochs_done");
     p.global_step = ReadInt(archive, "global_step");
@@ -351,7 +363,8 @@ absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& bytes, const 
       c10::IValue v;  // absent in checkpoints written before mid-epoch positions
       if (archive.try_read("epoch_consumed", v)) p.epoch_consumed = v.toInt();
       if (p.epoch_consumed < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("checkpoint '", path, "' has a negative epoch position"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("checkpoint '", path, "' has a negative epoch position"));
       }
     }
     TRAINCTL_RETURN_IF_ERROR(ReadNamed(archive, "params", model.NamedParameters(), path));

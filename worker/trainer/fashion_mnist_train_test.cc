@@ -71,7 +71,8 @@ TEST(FashionMnistTrainTest, CnnReaches90PercentTestAccuracyOnTwoRanks) {
   auto g = RankGroup::Start(dir, 2, c, absl::Seconds(120));
   ASSERT_TRUE(g.ok()) << g.status();
   ASSERT_TRUE((*g)->Wait(absl::Minutes(50))) << (*g)->Describe();
-  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const double secs =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ((*g)->exit_code(0), 0) << (*g)->Describe();
   ASSERT_EQ((*g)->exit_code(1), 0) << (*g)->Describe();
   auto ends = (*g)->LinesWithPrefix(0, "metric kind=epoch_end");

@@ -22,7 +22,8 @@ double LearningRateAt(const LrScheduleOptions& schedule, double base_lr, int64_t
     }
     case ScheduleKind::kCosine: {
       const int64_t span = total_steps - warmup - 1;
-      if (span <= 0) return step >= total_steps - 1 && total_steps > warmup ? schedule.min_lr : base_lr;
+      if (span <= 0)
+        return step >= total_steps - 1 && total_steps > warmup ? schedule.min_lr : base_lr;
       const double p = std::min(1.0, static_cast<double>(after) / static_cast<double>(span));
       return schedule.min_lr + (base_lr - schedule.min_lr) * 0.5 * (1.0 + std::cos(M_PI * p));
     }

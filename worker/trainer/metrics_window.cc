@@ -7,7 +7,8 @@
 namespace trainctl::trainer {
 
 MetricsWindow::MetricsWindow(c10::Device device, Clock::time_point start)
-    : loss_sum_(at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device))), start_(start) {}
+    : loss_sum_(at::zeros({}, at::TensorOptions().dtype(at::kDouble).device(device))),
+      start_(start) {}
 
 void MetricsWindow::AddMicroBatch(const at::Tensor& loss, int64_t samples) {
   loss_sum_ += loss;

@@ -30,7 +30,8 @@ absl::Status Bad(const std::string& key, const std::string& why) {
 absl::StatusOr<int64_t> IntIn(const FlatConfig& c, const std::string& key, int64_t lo, int64_t hi) {
   TRAINCTL_ASSIGN_OR_RETURN(int64_t v, rankproto::GetInt(c, key));
   if (v < lo || v > hi) {
-    std::string range = hi == INT64_MAX ? absl::StrCat(">= ", lo) : absl::StrCat("in [", lo, ", ", hi, "]");
+    std::string range =
+        hi == INT64_MAX ? absl::StrCat(">= ", lo) : absl::StrCat("in [", lo, ", ", hi, "]");
     return Bad(key, absl::StrCat("must be ", range, ", got ", v));
   }
   return v;
@@ -38,8 +39,8 @@ absl::StatusOr<int64_t> IntIn(const FlatConfig& c, const std::string& key, int64
 
 // A run key the protocol lets the worker leave out (rank_protocol.h says what
 // its absence means): `absent` then, else checked against [lo, hi].
-absl::StatusOr<int64_t> OptionalIntIn(const FlatConfig& c, const std::string& key, int64_t absent, int64_t lo,
-                                      int64_t hi) {
+absl::StatusOr<int64_t> OptionalIntIn(const FlatConfig& c, const std::string& key, int64_t absent,
+                                      int64_t lo, int64_t hi) {
   if (c.find(key) == c.end()) return absent;
   return IntIn(c, key, lo, hi);
 }
@@ -71,12 +72,14 @@ absl::StatusOr<double> Positive(const FlatConfig& c, const std::string& key) {
 }
 
 // A key whose value is one of `names`; returns its index.
-absl::StatusOr<int> OneOf(const FlatConfig& c, const std::string& key, const std::vector<std::string>& names) {
+absl::StatusOr<int> OneOf(const FlatConfig& c, const std::string& key,
+                          const std::vector<std::string>& names) {
   TRAINCTL_ASSIGN_OR_RETURN(std::string v, rankproto::GetString(c, key));
   for (size_t i = 0; i < names.size(); ++i) {
     if (v == names[i]) return static_cast<int>(i);
   }
-  return Bad(key, absl::StrCat("unknown value '", v, "'; expected one of ", absl::StrJoin(names, ", ")));
+  return Bad(key,
+             absl::StrCat("unknown value '", v, "'; expected one of ", absl::StrJoin(names, ", ")));
 }
 
 absl::StatusOr<std::string> RequiredNonEmpty(const FlatConfig& c, const std::string& key,
@@ -100,8 +103,9 @@ absl::StatusOr<engine::ModelOptions> ParseModel(const FlatConfig& c) {
     for (absl::string_view part : absl::StrSplit(hidden, ',', absl::SkipWhitespace())) {
       int64_t width;
       if (!absl::SimpleAtoi(part, &width) || width < 1) {
-        return Bad("model.hidden", absl::StrCat("'", std::string(part),
-                                                "' is not a positive layer width (expected e.g. 64,32)"));
+        return Bad("model.hidden",
+                   absl::StrCat("'", std::string(part),
+                                "' is not a positive layer width (expected e.g. 64,32)"));
       }
       m.mlp.hidden_sizes.push_back(width);
     }
@@ -115,7 +119,8 @@ absl::StatusOr<engine::ModelOptions> ParseModel(const FlatConfig& c) {
   } else if (m.name == "torchscript") {
     TRAINCTL_ASSIGN_OR_RETURN(m.torchscript.path, RequiredPath(c, "model.path"));
   } else {
-    return Bad("model.name", absl::StrCat("unknown model '", m.name, "'; expected mlp, cnn or torchscript"));
+    return Bad("model.name",
+               absl::StrCat("unknown model '", m.name, "'; expected mlp, cnn or torchscript"));
   }
   return m;
 }
@@ -183,10 +188,15 @@ absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
   TRAINCTL_ASSIGN_OR_RETURN(o.eps, Positive(c, "training.optimizer.eps"));
 
   LrScheduleOptions& s = t.lr_schedule;
-  TRAINCTL_ASSIGN_OR_RETURN(int sched, OneOf(c, "training.lr_schedule.name", {"constant", "step", "cosine"}));
-  s.kind = sched == 0 ? ScheduleKind::kConstant : sched == 1 ? ScheduleKind::kStep : ScheduleKind::kCosine;
+  TRAINCTL_ASSIGN_OR_RETURN(int sched,
+                            OneOf(c, "training.lr_schedule.name", {"constant", "step", "cosine"}));
+  s.kind = sched == 0   ? ScheduleKind::kConstant
+           : sched == 1 ? ScheduleKind::kStep
+                        : ScheduleKind::kCosine;
   TRAINCTL_ASSIGN_OR_RETURN(s.warmup_steps, BoundedInt(c, "training.lr_schedule.warmup_steps"));
-  TRAINCTL_ASSIGN_OR_RETURN(s.step_size, IntIn(c, "training.lr_schedule.step_size", 0, spec_bounds::FindBound("training.lr_schedule.step_size")->hi));
+  TRAINCTL_ASSIGN_OR_RETURN(s.step_size,
+                            IntIn(c, "training.lr_schedule.step_size", 0,
+                                  spec_bounds::FindBound("training.lr_schedule.step_size")->hi));
   if (s.kind == ScheduleKind::kStep && s.step_size < 1) {
     return Bad("training.lr_schedule.step_size", "must be > 0 for the step schedule");
   }
@@ -204,12 +214,14 @@ absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
 
   // ddp.*
   TRAINCTL_ASSIGN_OR_RETURN(t.ddp.bucket_cap_mb, Positive(c, "ddp.bucket_cap_mb"));
-  TRAINCTL_ASSIGN_OR_RETURN(t.ddp.broadcast_buffers, rankproto::GetBool(c, "ddp.broadcast_buffers"));
+  TRAINCTL_ASSIGN_OR_RETURN(t.ddp.broadcast_buffers,
+                            rankproto::GetBool(c, "ddp.broadcast_buffers"));
   TRAINCTL_ASSIGN_OR_RETURN(t.ddp.find_unused_parameters,
                             rankproto::GetBool(c, "ddp.find_unused_parameters"));
   // "unspecified": a spec resolved before ddp.comm_hook existed (no hook).
   TRAINCTL_ASSIGN_OR_RETURN(
-      int hook, OneOf(c, "ddp.comm_hook", {"none", "fp16_compress", "bf16_compress", "unspecified"}));
+      int hook,
+      OneOf(c, "ddp.comm_hook", {"none", "fp16_compress", "bf16_compress", "unspecified"}));
   constexpr dist::CommHook kHooks[] = {dist::CommHook::kNone, dist::CommHook::kFp16Compress,
                                        dist::CommHook::kBf16Compress, dist::CommHook::kNone};
   t.ddp.comm_hook = kHooks[hook];
@@ -225,12 +237,15 @@ absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
   TRAINCTL_ASSIGN_OR_RETURN(t.health.max_skipped_steps, BoundedInt(c, "health.max_skipped_steps"));
   // Optional: a spec resolved before the key existed keeps the default.
   if (c.find("health.divergence.factor") != c.end()) {
-    TRAINCTL_ASSIGN_OR_RETURN(t.health.divergence_factor, DoubleAtLeast(c, "health.divergence.factor", 0));
+    TRAINCTL_ASSIGN_OR_RETURN(t.health.divergence_factor,
+                              DoubleAtLeast(c, "health.divergence.factor", 0));
   }
   if (t.health.divergence_factor > 0 && t.health.divergence_factor <= 1) {
-    return Bad("health.divergence.factor", absl::StrCat("must be 0 (off) or > 1, got ", t.health.divergence_factor));
+    return Bad("health.divergence.factor",
+               absl::StrCat("must be 0 (off) or > 1, got ", t.health.divergence_factor));
   }
-  TRAINCTL_ASSIGN_OR_RETURN(t.health.debug_nan_at_step, IntIn(c, "health.debug_nan_at_step", 0, INT64_MAX));
+  TRAINCTL_ASSIGN_OR_RETURN(t.health.debug_nan_at_step,
+                            IntIn(c, "health.debug_nan_at_step", 0, INT64_MAX));
   return t;
 }
 
@@ -256,16 +271,19 @@ absl::StatusOr<RunOptions> ParseRun(const FlatConfig& c) {
   TRAINCTL_ASSIGN_OR_RETURN(int backend, OneOf(c, rk::kBackend, {"", "gloo", "nccl"}));
   r.backend = backend == 0 ? "" : backend == 1 ? "gloo" : "nccl";
   if (r.backend.empty() && r.world_size > 1) {
-    return Bad(rk::kBackend, absl::StrCat("missing; world size ", r.world_size, " needs gloo or nccl"));
+    return Bad(rk::kBackend,
+               absl::StrCat("missing; world size ", r.world_size, " needs gloo or nccl"));
   }
-  if (r.backend == "nccl" && r.device != "cuda") return Bad(rk::kBackend, "nccl needs run.device=cuda");
+  if (r.backend == "nccl" && r.device != "cuda")
+    return Bad(rk::kBackend, "nccl needs run.device=cuda");
   r.store_address = rankproto::GetString(c, rk::kStoreAddress, "");
   if (r.backend == "gloo" && r.rank != 0 && r.store_address.empty()) {
     return Bad(rk::kStoreAddress, "missing; every rank but 0 dials rank 0's store");
   }
   r.store_secret = rankproto::GetString(c, rk::kStoreSecret, "");
   if (r.backend == "gloo" && r.store_secret.size() < 16) {
-    return Bad(rk::kStoreSecret, "missing or shorter than 16 characters; the daemon passes the attempt's secret");
+    return Bad(rk::kStoreSecret,
+               "missing or shorter than 16 characters; the daemon passes the attempt's secret");
   }
   TRAINCTL_ASSIGN_OR_RETURN(r.advertise_host, rankproto::GetString(c, rk::kAdvertiseHost));
   if (r.advertise_host.empty()) r.advertise_host = "127.0.0.1";  // the protocol's "": loopback
@@ -288,11 +306,14 @@ absl::StatusOr<RunOptions> ParseRun(const FlatConfig& c) {
   }
   TRAINCTL_ASSIGN_OR_RETURN(int64_t threads, OptionalIntIn(c, "run.num_threads", 1, 1, 1024));
   r.num_threads = static_cast<int>(threads);
-  TRAINCTL_ASSIGN_OR_RETURN(r.debug_step_sleep_ms, OptionalIntIn(c, "run.debug.step_sleep_ms", 0, 0, 60000));
-  for (absl::string_view item : absl::StrSplit(rankproto::GetString(c, rk::kSkipSteps, ""), ',', absl::SkipEmpty())) {
+  TRAINCTL_ASSIGN_OR_RETURN(r.debug_step_sleep_ms,
+                            OptionalIntIn(c, "run.debug.step_sleep_ms", 0, 0, 60000));
+  for (absl::string_view item :
+       absl::StrSplit(rankproto::GetString(c, rk::kSkipSteps, ""), ',', absl::SkipEmpty())) {
     int64_t step = 0;
     if (!absl::SimpleAtoi(item, &step) || step < 0) {
-      return Bad(rk::kSkipSteps, absl::StrCat("'", item, "' is not a step number (a comma-separated list)"));
+      return Bad(rk::kSkipSteps,
+                 absl::StrCat("'", item, "' is not a step number (a comma-separated list)"));
     }
     r.skip_steps.push_back(step);
   }
@@ -302,7 +323,8 @@ absl::StatusOr<RunOptions> ParseRun(const FlatConfig& c) {
 
 }  // namespace
 
-BatchPlan KeepGlobalBatch(int64_t batch_size, int64_t grad_accumulation, int64_t max_world, int64_t world) {
+BatchPlan KeepGlobalBatch(int64_t batch_size, int64_t grad_accumulation, int64_t max_world,
+                          int64_t world) {
   BatchPlan p{batch_size, grad_accumulation, true};
   if (world <= 0 || world >= max_world) return p;
   const int64_t global = batch_size * grad_accumulation * max_world;
@@ -325,16 +347,19 @@ absl::StatusOr<RankConfig> ParseRankConfig(const FlatConfig& config) {
   }
   TRAINCTL_ASSIGN_OR_RETURN(rc.training, ParseTraining(config));
   TRAINCTL_ASSIGN_OR_RETURN(rc.run, ParseRun(config));
-  TRAINCTL_ASSIGN_OR_RETURN(bool keep_global, rankproto::GetBool(config, "elastic.keep_global_batch", /*no elastic section*/ false));
+  TRAINCTL_ASSIGN_OR_RETURN(
+      bool keep_global,
+      rankproto::GetBool(config, "elastic.keep_global_batch", /*no elastic section*/ false));
   if (keep_global) {
     TRAINCTL_ASSIGN_OR_RETURN(int64_t max_world, IntIn(config, "world_size", 1, 1 << 20));
-    const BatchPlan plan = KeepGlobalBatch(rc.training.data.batch_size, rc.training.grad_accumulation, max_world,
-                                           rc.run.world_size);
-    if (plan.batch_size != rc.training.data.batch_size || plan.grad_accumulation != rc.training.grad_accumulation) {
+    const BatchPlan plan = KeepGlobalBatch(
+        rc.training.data.batch_size, rc.training.grad_accumulation, max_world, rc.run.world_size);
+    if (plan.batch_size != rc.training.data.batch_size ||
+        plan.grad_accumulation != rc.training.grad_accumulation) {
       rc.notes.push_back(absl::StrCat(
-          "elastic.keep_global_batch: at ", rc.run.world_size, " of ", max_world, " ranks, batch ", plan.batch_size,
-          " x accumulation ", plan.grad_accumulation, " per rank (was ", rc.training.data.batch_size, " x ",
-          rc.training.grad_accumulation, ")",
+          "elastic.keep_global_batch: at ", rc.run.world_size, " of ", max_world, " ranks, batch ",
+          plan.batch_size, " x accumulation ", plan.grad_accumulation, " per rank (was ",
+          rc.training.data.batch_size, " x ", rc.training.grad_accumulation, ")",
           plan.exact ? "" : "; the global batch cannot be kept exactly, accumulation rounded"));
     }
     rc.training.data.batch_size = plan.batch_size;
@@ -348,18 +373,21 @@ absl::StatusOr<RankConfig> ParseRankConfig(const FlatConfig& config) {
   }
   if (ck.dir.empty()) ck.dir = rc.run.work_dir;
   // Without run.checkpoint_writer, rank 0 writes (a rank started by hand).
-  TRAINCTL_ASSIGN_OR_RETURN(ck.writer, rankproto::GetBool(config, rankproto::run_keys::kCheckpointWriter,
-                                                          rc.run.rank == 0));
+  TRAINCTL_ASSIGN_OR_RETURN(
+      ck.writer,
+      rankproto::GetBool(config, rankproto::run_keys::kCheckpointWriter, rc.run.rank == 0));
   ck.resume_from = rankproto::GetString(config, rankproto::run_keys::kResumeFrom, "");
   ck.resume_checksum = rankproto::GetString(config, rankproto::run_keys::kResumeChecksum, "");
   ck.resume_job_id = rankproto::GetString(config, rankproto::run_keys::kResumeJobId, "");
   ck.spec_hash = rankproto::GetString(config, rankproto::run_keys::kSpecHash, "");
-  TRAINCTL_ASSIGN_OR_RETURN(ck.prune, rankproto::GetBool(config, rankproto::run_keys::kCheckpointPrune, true));
+  TRAINCTL_ASSIGN_OR_RETURN(
+      ck.prune, rankproto::GetBool(config, rankproto::run_keys::kCheckpointPrune, true));
   ck.writer_tag = rankproto::GetString(config, rankproto::run_keys::kCheckpointWriterTag, "");
   if (!ck.writer_tag.empty() && CheckpointWriterTag(ck.writer_tag) != ck.writer_tag) {
     return Bad(rankproto::run_keys::kCheckpointWriterTag, "at most 128 of [A-Za-z0-9._-]");
   }
-  if (rc.training.amp.enabled && rc.training.amp.dtype == AmpDtype::kFloat16 && rc.run.device != "cuda") {
+  if (rc.training.amp.enabled && rc.training.amp.dtype == AmpDtype::kFloat16 &&
+      rc.run.device != "cuda") {
     return Bad("training.amp.dtype", "fp16 autocast needs run.device=cuda; use bf16 on CPU");
   }
   if (rc.training.loss == LossKind::kCrossEntropy) {

@@ -55,8 +55,8 @@ struct DatasetSpec {
   std::string labels;
   // csv and tensors
   std::string path;
-  std::string label_column;  // csv: header name, 0-based index as text, or "" = last
-  bool header = true;        // csv
+  std::string label_column;             // csv: header name, 0-based index as text, or "" = last
+  bool header = true;                   // csv
   std::string inputs_key = "inputs";    // tensors
   std::string targets_key = "targets";  // tensors
 };
@@ -110,7 +110,7 @@ struct CheckpointOptions {
   bool prune = true;
   // Per-host copies: the writer tag in file names (run.checkpoint_writer_tag).
   std::string writer_tag;
-  bool writer = false;       // this rank writes (run.checkpoint_writer)
+  bool writer = false;  // this rank writes (run.checkpoint_writer)
   // The coordinator's record to resume from (run.resume_*); "" = fresh start.
   std::string resume_from;
   std::string resume_checksum;
@@ -162,15 +162,15 @@ struct RunOptions {
   std::string backend;  // "gloo", "nccl", or "" (no communicator; world size 1 only)
   std::string store_address;
   std::string advertise_host;  // "" in the config: 127.0.0.1
-  int store_port = 0;  // rank 0: port to host the store on (0 = any free one)
-  std::string store_secret;  // gloo: the attempt's rendezvous secret
+  int store_port = 0;          // rank 0: port to host the store on (0 = any free one)
+  std::string store_secret;    // gloo: the attempt's rendezvous secret
   std::string nccl_unique_id_hex;
   std::string job_id;
   int64_t attempt = 0;
   std::string work_dir;
   // run.preempt_file ("" = none; TrainerSetup::preempt_file).
   std::string preempt_file;
-  int status_fd = -1;  // -1: no status pipe (status lines go nowhere)
+  int status_fd = -1;    // -1: no status pipe (status lines go nowhere)
   double timeout_s = 0;  // run.timeout_s: the worker's --rank-timeout-s
   // Intra-op threads per rank (run.num_threads; absent: 1, ranks share a host).
   int num_threads = 1;
@@ -202,7 +202,8 @@ struct BatchPlan {
   int64_t grad_accumulation = 0;
   bool exact = true;
 };
-BatchPlan KeepGlobalBatch(int64_t batch_size, int64_t grad_accumulation, int64_t max_world, int64_t world);
+BatchPlan KeepGlobalBatch(int64_t batch_size, int64_t grad_accumulation, int64_t max_world,
+                          int64_t world);
 
 // Parses and validates the whole config.
 absl::StatusOr<RankConfig> ParseRankConfig(const rankproto::FlatConfig& config);

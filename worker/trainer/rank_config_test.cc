@@ -32,14 +32,22 @@ rankproto::FlatConfig ResolvedJob() {
 rankproto::FlatConfig Classic() {
   rankproto::FlatConfig c = ResolvedJob();
   for (const auto& [k, v] : rankproto::FlatConfig{
-           {"data.train.length", "3000"},  {"data.batch_size", "30"},
-           {"training.epochs", "3"},       {"run.job_id", "j-1"},
-           {"run.attempt", "1"},           {"run.rank", "1"},
-           {"run.local_rank", "1"},        {"run.world_size", "2"},
-           {"run.local_world_size", "2"},  {"run.device", "cpu"},
-           {"run.backend", "gloo"},        {"run.store_address", "127.0.0.1:1234"},
-           {"run.checkpoint_dir", "/tmp/x"}, {"run.work_dir", "/tmp/w"},
-           {"run.status_fd", "3"},         {"run.timeout_s", "120"},
+           {"data.train.length", "3000"},
+           {"data.batch_size", "30"},
+           {"training.epochs", "3"},
+           {"run.job_id", "j-1"},
+           {"run.attempt", "1"},
+           {"run.rank", "1"},
+           {"run.local_rank", "1"},
+           {"run.world_size", "2"},
+           {"run.local_world_size", "2"},
+           {"run.device", "cpu"},
+           {"run.backend", "gloo"},
+           {"run.store_address", "127.0.0.1:1234"},
+           {"run.checkpoint_dir", "/tmp/x"},
+           {"run.work_dir", "/tmp/w"},
+           {"run.status_fd", "3"},
+           {"run.timeout_s", "120"},
            {"run.advertise_host", "127.0.0.1"},
            {"run.store_secret", "0123456789abcdef0123456789abcdef"},
        }) {
@@ -244,21 +252,61 @@ TEST(RankConfigTest, TakesEveryValueFromTheResolvedSpec) {
 // No key the rank reads has a fallback: each one missing is an error naming
 // it. (The run keys rank_protocol.h marks optional are the exceptions.)
 TEST(RankConfigTest, EveryKeyTheRankReadsIsRequired) {
-  const std::vector<std::string> required = {
-      "model.name", "model.input_dim", "model.classes", "model.hidden",
-      "data.train.format", "data.train.length", "data.train.size", "data.train.classes",
-      "data.train.target_dim", "data.train.seed", "data.batch_size", "data.shuffle", "data.seed",
-      "data.drop_last", "data.num_workers", "data.pin_memory", "training.epochs", "training.loss",
-      "training.optimizer.name", "training.optimizer.lr", "training.optimizer.weight_decay",
-      "training.optimizer.momentum", "training.optimizer.beta1", "training.optimizer.beta2",
-      "training.optimizer.eps", "training.lr_schedule.name", "training.lr_schedule.warmup_steps",
-      "training.lr_schedule.step_size", "training.lr_schedule.gamma", "training.lr_schedule.min_lr",
-      "training.grad_accumulation", "training.max_grad_norm", "training.amp.enabled",
-      "training.amp.dtype", "ddp.bucket_cap_mb", "ddp.broadcast_buffers", "ddp.find_unused_parameters", "ddp.comm_hook",
-      "checkpoint.every_epochs", "checkpoint.every_steps", "checkpoint.keep", "metrics.every_steps",
-      "health.min_loss_scale", "health.max_skipped_steps", "health.debug_nan_at_step",
-      "run.world_size", "run.rank", "run.local_rank", "run.local_world_size", "run.device",
-      "run.backend", "run.advertise_host", "run.work_dir", "run.status_fd", "run.timeout_s"};
+  const std::vector<std::string> required = {"model.name",
+                                             "model.input_dim",
+                                             "model.classes",
+                                             "model.hidden",
+                                             "data.train.format",
+                                             "data.train.length",
+                                             "data.train.size",
+                                             "data.train.classes",
+                                             "data.train.target_dim",
+                                             "data.train.seed",
+                                             "data.batch_size",
+                                             "data.shuffle",
+                                             "data.seed",
+                                             "data.drop_last",
+                                             "data.num_workers",
+                                             "data.pin_memory",
+                                             "training.epochs",
+                                             "training.loss",
+                                             "training.optimizer.name",
+                                             "training.optimizer.lr",
+                                             "training.optimizer.weight_decay",
+                                             "training.optimizer.momentum",
+                                             "training.optimizer.beta1",
+                                             "training.optimizer.beta2",
+                                             "training.optimizer.eps",
+                                             "training.lr_schedule.name",
+                                             "training.lr_schedule.warmup_steps",
+                                             "training.lr_schedule.step_size",
+                                             "training.lr_schedule.gamma",
+                                             "training.lr_schedule.min_lr",
+                                             "training.grad_accumulation",
+                                             "training.max_grad_norm",
+                                             "training.amp.enabled",
+                                             "training.amp.dtype",
+                                             "ddp.bucket_cap_mb",
+                                             "ddp.broadcast_buffers",
+                                             "ddp.find_unused_parameters",
+                                             "ddp.comm_hook",
+                                             "checkpoint.every_epochs",
+                                             "checkpoint.every_steps",
+                                             "checkpoint.keep",
+                                             "metrics.every_steps",
+                                             "health.min_loss_scale",
+                                             "health.max_skipped_steps",
+                                             "health.debug_nan_at_step",
+                                             "run.world_size",
+                                             "run.rank",
+                                             "run.local_rank",
+                                             "run.local_world_size",
+                                             "run.device",
+                                             "run.backend",
+                                             "run.advertise_host",
+                                             "run.work_dir",
+                                             "run.status_fd",
+                                             "run.timeout_s"};
   for (const std::string& key : required) {
     auto f = Classic();
     ASSERT_EQ(f.erase(key), 1u) << key << " is not in the resolved spec's keys";
@@ -271,11 +319,15 @@ TEST(RankConfigTest, EveryKeyTheRankReadsIsRequired) {
     std::vector<std::string> erase;
     std::string missing;
   };
-  for (const Case& c : std::vector<Case>{
-           {{}, {"run.checkpoint_dir", "checkpoint.dir"}, "checkpoint.dir"},
-           {{{"model.name", "cnn"}}, {}, "model.batch_norm"},
-           {{{"data.train.format", "csv"}, {"data.train.path", "/a.csv"}}, {}, "data.train.label_column"},
-           {{{"data.train.format", "tensors"}, {"data.train.path", "/a.pt"}}, {}, "data.train.inputs_key"}}) {
+  for (const Case& c :
+       std::vector<Case>{{{}, {"run.checkpoint_dir", "checkpoint.dir"}, "checkpoint.dir"},
+                         {{{"model.name", "cnn"}}, {}, "model.batch_norm"},
+                         {{{"data.train.format", "csv"}, {"data.train.path", "/a.csv"}},
+                          {},
+                          "data.train.label_column"},
+                         {{{"data.train.format", "tensors"}, {"data.train.path", "/a.pt"}},
+                          {},
+                          "data.train.inputs_key"}}) {
     auto f = Classic();
     for (const auto& [k, v] : c.set) f[k] = v;
     for (const std::string& k : c.erase) f.erase(k);
@@ -290,12 +342,13 @@ TEST(SpecBoundsTest, TheValidatorAndTheRanksParserAgreeOnEveryRow) {
   for (const spec_bounds::IntBound& b : spec_bounds::kIntBounds) {
     const std::string key(b.key);
     SCOPED_TRACE(key);
-    const bool cnn = key == "model.conv1_channels" || key == "model.conv2_channels" || key == "model.hidden" ||
-                     key == "model.image_size";
-    const std::string yaml = cnn ? "name: j\nmodel: {name: cnn, classes: 10}\n"
-                                   "data: {train: {format: synthetic, length: 100, size: 784, classes: 10}}\n"
-                                 : "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\n"
-                                   "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n";
+    const bool cnn = key == "model.conv1_channels" || key == "model.conv2_channels" ||
+                     key == "model.hidden" || key == "model.image_size";
+    const std::string yaml =
+        cnn ? "name: j\nmodel: {name: cnn, classes: 10}\n"
+              "data: {train: {format: synthetic, length: 100, size: 784, classes: 10}}\n"
+            : "name: j\nmodel: {name: mlp, input_dim: 5, classes: 2}\n"
+              "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n";
     auto names_key = [&](int64_t v) {
       std::vector<std::string> sets = {absl::StrCat(key, "=", v)};
       if (key == "training.lr_schedule.step_size") sets.push_back("training.lr_schedule.name=step");
@@ -327,7 +380,8 @@ TEST(SpecBoundsTest, TheValidatorAndTheRanksParserAgreeOnEveryRow) {
     EXPECT_FALSE(rank_refuses(b.hi)) << "the rank refuses " << b.hi;
     if (b.lo > 0) {
       EXPECT_TRUE(names_key(b.lo - 1) || b.lo - 1 == 0) << "the validator takes " << b.lo - 1;
-      EXPECT_TRUE(rank_refuses(b.lo - 1) || key == "training.lr_schedule.step_size") << "the rank takes " << b.lo - 1;
+      EXPECT_TRUE(rank_refuses(b.lo - 1) || key == "training.lr_schedule.step_size")
+          << "the rank takes " << b.lo - 1;
     }
   }
 }

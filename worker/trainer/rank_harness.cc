@@ -32,7 +32,9 @@ std::string RankBinary() {
   return absl::StrCat(bin != nullptr ? bin : ".", "/worker/trainer/trainctl-rank");
 }
 
-std::string MakeTempDir(const std::string& tag) { return trainctl::MakeTempDir(absl::StrCat("trainctl_", tag)); }
+std::string MakeTempDir(const std::string& tag) {
+  return trainctl::MakeTempDir(absl::StrCat("trainctl_", tag));
+}
 
 rankproto::FlatConfig ResolvedJobConfig(const rankproto::FlatConfig& overrides) {
   const char* src = std::getenv("TRAINCTL_SOURCE_DIR");
@@ -85,7 +87,8 @@ absl::StatusOr<std::unique_ptr<RankGroup>> RankGroup::Start(
   }
   if (address.empty()) {
     if (g->procs_[0].exited()) return g;  // failed before the rendezvous; the caller inspects it
-    return absl::DeadlineExceededError(absl::StrCat("rank 0 reported no rendezvous line\n", g->Describe()));
+    return absl::DeadlineExceededError(
+        absl::StrCat("rank 0 reported no rendezvous line\n", g->Describe()));
   }
   for (int r = 1; r < world_size; ++r) {
     rankproto::FlatConfig c = config_for(r);
@@ -126,7 +129,8 @@ absl::Status RankGroup::Launch(int rank, const rankproto::FlatConfig& config) {
   return absl::OkStatus();
 }
 
-bool RankGroup::Pump(absl::Duration wait, const std::function<bool(int, const std::string&)>& on_line) {
+bool RankGroup::Pump(absl::Duration wait,
+                     const std::function<bool(int, const std::string&)>& on_line) {
   std::vector<pollfd> pfds;
   std::vector<int> ranks;
   for (size_t r = 0; r < procs_.size(); ++r) {
@@ -202,9 +206,7 @@ void RankGroup::Signal(int sig) {
   for (size_t r = 0; r < procs_.size(); ++r) SignalRank(static_cast<int>(r), sig);
 }
 
-void RankGroup::SignalRank(int rank, int sig) {
-  procs_[rank].process.Signal(sig);
-}
+void RankGroup::SignalRank(int rank, int sig) { procs_[rank].process.Signal(sig); }
 
 int RankGroup::started() const {
   int n = 0;
@@ -231,8 +233,8 @@ std::string RankGroup::Describe() const {
   std::string out;
   for (size_t r = 0; r < procs_.size(); ++r) {
     const Proc& p = procs_[r];
-    absl::StrAppend(&out, "--- rank ", r, " pid ", p.process.pid(), " exit ", p.exit_code, ", ", p.lines.size(),
-                    " status lines\n");
+    absl::StrAppend(&out, "--- rank ", r, " pid ", p.process.pid(), " exit ", p.exit_code, ", ",
+                    p.lines.size(), " status lines\n");
     size_t first = p.lines.size() > 8 ? p.lines.size() - 8 : 0;
     for (size_t i = first; i < p.lines.size(); ++i) absl::StrAppend(&out, "  | ", p.lines[i], "\n");
     if (p.process.pid() > 0) {

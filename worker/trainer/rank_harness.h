@@ -82,7 +82,7 @@ class RankGroup {
  private:
   struct Proc {
     Subprocess process;  // pid -1 until started
-    int fd = -1;  // read end of the status pipe
+    int fd = -1;         // read end of the status pipe
     int exit_code = -1000;
     std::string partial;
     std::vector<std::string> lines;

@@ -72,7 +72,6 @@
 namespace trainctl::trainer {
 namespace {
 
-using rankproto::ErrorKind;
 using rank::Fail;
 using rank::FailStatus;
 using rank::kExitCollective;
@@ -81,6 +80,7 @@ using rank::kExitOk;
 using rank::kExitOther;
 using rank::kExitTerminated;
 using rank::LogLine;
+using rankproto::ErrorKind;
 
 // Test hook: TRAINCTL_TEST_STEP_SLEEP_MS=N in the worker's environment makes
 // its ranks sleep N ms in every optimizer step, counted as compute time
@@ -149,8 +149,8 @@ c10::Device StartTorch(const RankConfig& cfg) {
   c10::Device device(c10::kCPU);
   if (run.device == "cuda") {
     if (!torch::cuda::is_available()) {
-      Fail(ErrorKind::kConfig, "run.device: cuda, but this LibTorch has no CUDA or no GPU is visible",
-           kExitConfig);
+      Fail(ErrorKind::kConfig,
+           "run.device: cuda, but this LibTorch has no CUDA or no GPU is visible", kExitConfig);
     }
     device = c10::Device(c10::kCUDA, static_cast<c10::DeviceIndex>(run.cuda_device));
   }
@@ -192,7 +192,8 @@ DataAndModel LoadDataAndModel(const RankConfig& cfg) {
     out.eval = *e;
   }
   auto model = engine::CreateModel(cfg.model);
-  if (!model.ok()) Fail(ErrorKind::kConfig, absl::StrCat("model: ", model.status().message()), kExitConfig);
+  if (!model.ok())
+    Fail(ErrorKind::kConfig, absl::StrCat("model: ", model.status().message()), kExitConfig);
   out.model = std::move(model).value();
   // Resume point: the coordinator's record, the same on every rank (rank 0
   // reads the file and broadcasts it). Nothing is picked from a directory.
@@ -205,13 +206,13 @@ DataAndModel LoadDataAndModel(const RankConfig& cfg) {
 }
 
 // The host this rank's Gloo device binds to and advertises to its peers.
-[[maybe_unused]] std::string GlooBindHost(const rankproto::FlatConfig& flat, const RunOptions& run) {
+[[maybe_unused]] std::string GlooBindHost(const rankproto::FlatConfig& flat,
+                                          const RunOptions& run) {
   auto it = flat.find(rankproto::run_keys::kAdvertiseHost);
   if (it != flat.end() && !it->second.empty()) return it->second;
   std::string host;
   uint16_t port = 0;
-  if (run.rank == 0 ||
-      !dist::RendezvousStore::ParseAddress(run.store_address, &host, &port).ok() ||
+  if (run.rank == 0 || !dist::RendezvousStore::ParseAddress(run.store_address, &host, &port).ok() ||
       host == "127.0.0.1" || host == "localhost" || host == "::1") {
     return "127.0.0.1";
   }
@@ -227,8 +228,12 @@ DataAndModel LoadDataAndModel(const RankConfig& cfg) {
     int v = 0;
     for (int j = 0; j < 2; ++j) {
       char c = hex[i + j];
-      int d = c >= '0' && c <= '9' ? c - '0' : c >= 'a' && c <= 'f' ? c - 'a' + 10 : c >= 'A' && c <= 'F' ? c - 'A' + 10 : -1;
-      if (d < 0) return absl::InvalidArgumentError(absl::StrCat("bad hex digit '", std::string(1, c), "'"));
+      int d = c >= '0' && c <= '9'   ? c - '0'
+              : c >= 'a' && c <= 'f' ? c - 'a' + 10
+              : c >= 'A' && c <= 'F' ? c - 'A' + 10
+                                     : -1;
+      if (d < 0)
+        return absl::InvalidArgumentError(absl::StrCat("bad hex digit '", std::string(1, c), "'"));
       v = v * 16 + d;
     }
     out.push_back(static_cast<char>(v));
@@ -242,9 +247,11 @@ std::shared_ptr<dist::Collectives> ConnectGloo([[maybe_unused]] const rankproto:
                                                [[maybe_unused]] const RunOptions& run) {
 #if TRAINCTL_HAVE_GLOO
   const absl::Duration timeout = absl::Seconds(run.timeout_s);
-  auto store = run.rank == 0 ? dist::RendezvousStore::Host(run.advertise_host, static_cast<uint16_t>(run.store_port),
-                                                           timeout, run.store_secret)
-                             : dist::RendezvousStore::Connect(run.store_address, timeout, run.store_secret);
+  auto store =
+      run.rank == 0
+          ? dist::RendezvousStore::Host(run.advertise_host, static_cast<uint16_t>(run.store_port),
+                                        timeout, run.store_secret)
+          : dist::RendezvousStore::Connect(run.store_address, timeout, run.store_secret);
   if (!store.ok()) FailStatus(ErrorKind::kRendezvous, store.status(), kExitCollective);
   if (run.rank == 0) rank::DaemonPipe().Send(rankproto::FormatRendezvous((*store)->address()));
   dist::GlooOptions go;
@@ -269,7 +276,8 @@ std::shared_ptr<dist::Collectives> ConnectGloo([[maybe_unused]] const rankproto:
   }
   return comm;
 #else
-  Fail(ErrorKind::kConfig, "run.backend: gloo, but this trainctl-rank was built without Gloo", kExitConfig);
+  Fail(ErrorKind::kConfig, "run.backend: gloo, but this trainctl-rank was built without Gloo",
+       kExitConfig);
 #endif
 }
 
@@ -279,7 +287,8 @@ std::shared_ptr<dist::Collectives> ConnectNccl([[maybe_unused]] const RunOptions
   auto id = HexDecode(run.nccl_unique_id_hex);
   if (!id.ok() || id->size() != dist::kNcclUniqueIdBytes) {
     Fail(ErrorKind::kConfig,
-         absl::StrCat(rankproto::run_keys::kNcclUniqueId, ": not ", dist::kNcclUniqueIdBytes, " hex-encoded bytes"),
+         absl::StrCat(rankproto::run_keys::kNcclUniqueId, ": not ", dist::kNcclUniqueIdBytes,
+                      " hex-encoded bytes"),
          kExitConfig);
   }
   dist::NcclOptions no;
@@ -301,7 +310,8 @@ std::shared_ptr<dist::Collectives> ConnectNccl([[maybe_unused]] const RunOptions
 }
 
 // 3. Rendezvous and communicator (null without a backend: world size 1).
-std::shared_ptr<dist::Collectives> ConnectCollectives(const rankproto::FlatConfig& flat, const RunOptions& run) {
+std::shared_ptr<dist::Collectives> ConnectCollectives(const rankproto::FlatConfig& flat,
+                                                      const RunOptions& run) {
   if (run.backend == "gloo") return ConnectGloo(flat, run);
   if (run.backend == "nccl") return ConnectNccl(run);
   return nullptr;
@@ -353,7 +363,8 @@ TrainerSetup MakeTrainerSetup(const RankConfig& cfg, c10::Device device,
 
 // Rank 0 also writes the job's scalars as TensorBoard event files; null
 // elsewhere or without run.tensorboard_dir.
-std::shared_ptr<TensorBoardWriter> OpenTensorBoard(const rankproto::FlatConfig& flat, const RunOptions& run) {
+std::shared_ptr<TensorBoardWriter> OpenTensorBoard(const rankproto::FlatConfig& flat,
+                                                   const RunOptions& run) {
   const std::string dir = rankproto::GetString(flat, rankproto::run_keys::kTensorBoardDir, "");
   if (run.rank != 0 || dir.empty()) return nullptr;
   auto w = TensorBoardWriter::Open(dir);
@@ -370,7 +381,8 @@ void AddSampleLog(const RunOptions& run, TrainerCallbacks* callbacks) {
   const char* dir = std::getenv("TRAINCTL_TEST_SAMPLE_LOG");
   if (dir == nullptr || *dir == '\0') return;
   auto out = std::make_shared<std::ofstream>(
-      absl::StrCat(dir, "/", run.job_id, ".a", run.attempt, ".r", run.rank, ".samples"), std::ios::app);
+      absl::StrCat(dir, "/", run.job_id, ".a", run.attempt, ".r", run.rank, ".samples"),
+      std::ios::app);
   callbacks->on_step_samples = [out](int64_t epoch, int64_t step, const std::vector<int64_t>& idx) {
     *out << epoch << " " << step << " " << absl::StrJoin(idx, ",") << "\n";
     out->flush();
@@ -405,7 +417,9 @@ TrainerCallbacks MakeCallbacks(const rankproto::FlatConfig& flat, const RunOptio
       LogLine(absl::StrCat("TensorBoard: ", s.message(), " (later failures are not logged)"));
     }
   };
-  callbacks.on_progress = [&heartbeat](int32_t epoch, int64_t step) { heartbeat.Progress(epoch, step); };
+  callbacks.on_progress = [&heartbeat](int32_t epoch, int64_t step) {
+    heartbeat.Progress(epoch, step);
+  };
   callbacks.on_log = [](const std::string& line) { LogLine(line); };
   AddSampleLog(run, &callbacks);
   callbacks.on_checkpoint = ReportCheckpoint;
@@ -418,32 +432,39 @@ TrainerCallbacks MakeCallbacks(const rankproto::FlatConfig& flat, const RunOptio
 absl::Status LimitAddressSpace(int64_t extra_mb) {
   if (extra_mb <= 0) return absl::OkStatus();
   FILE* f = std::fopen("/proc/self/statm", "r");
-  if (f == nullptr) return absl::InternalError("run.debug.address_space_limit_mb: cannot read /proc/self/statm");
+  if (f == nullptr)
+    return absl::InternalError("run.debug.address_space_limit_mb: cannot read /proc/self/statm");
   unsigned long pages = 0;
   const int n = std::fscanf(f, "%lu", &pages);
   std::fclose(f);
   if (n != 1) return absl::InternalError("run.debug.address_space_limit_mb: bad /proc/self/statm");
   const rlim_t limit = static_cast<rlim_t>(pages) * static_cast<rlim_t>(sysconf(_SC_PAGESIZE)) +
                        static_cast<rlim_t>(extra_mb) * (1 << 20);
-  struct rlimit rl {limit, limit};
+  struct rlimit rl {
+    limit, limit
+  };
   if (setrlimit(RLIMIT_AS, &rl) != 0) {
-    return absl::InternalError(absl::StrCat("run.debug.address_space_limit_mb: setrlimit: ", std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("run.debug.address_space_limit_mb: setrlimit: ", std::strerror(errno)));
   }
-  LogLine(absl::StrCat("address space capped at ", limit >> 20, " MiB (run.debug.address_space_limit_mb)"));
+  LogLine(absl::StrCat("address space capped at ", limit >> 20,
+                       " MiB (run.debug.address_space_limit_mb)"));
   return absl::OkStatus();
 }
 
 void ApplyAddressSpaceLimit(const rankproto::FlatConfig& flat) {
   auto limit_mb = rankproto::GetInt(flat, "run.debug.address_space_limit_mb", 0);
   if (!limit_mb.ok()) FailStatus(ErrorKind::kConfig, limit_mb.status(), kExitConfig);
-  if (absl::Status s = LimitAddressSpace(*limit_mb); !s.ok()) FailStatus(ErrorKind::kConfig, s, kExitConfig);
+  if (absl::Status s = LimitAddressSpace(*limit_mb); !s.ok())
+    FailStatus(ErrorKind::kConfig, s, kExitConfig);
 }
 
 // A Trainer error as the rank's error line and exit code. `trainer` (may
 // be null) says at which step a NaN happened.
 [[noreturn]] void FailTraining(const absl::Status& s, const Trainer* trainer) {
   if (rank::g_stop.load()) {
-    Fail(ErrorKind::kExit, absl::StrCat("stopped by signal ", rank::g_signal.load(), ": ", s.message()),
+    Fail(ErrorKind::kExit,
+         absl::StrCat("stopped by signal ", rank::g_signal.load(), ": ", s.message()),
          kExitTerminated);
   }
   if (rank::IsOutOfMemoryText(s.message())) rank::FailOutOfMemory(s.message());
@@ -451,12 +472,18 @@ void ApplyAddressSpaceLimit(const rankproto::FlatConfig& flat) {
     case FailureKind::kNan:
       Fail(ErrorKind::kNan, std::string(s.message()), kExitOther,
            trainer != nullptr ? std::max<int64_t>(trainer->nan_step(), 0) : 0);
-    case FailureKind::kConfig: FailStatus(ErrorKind::kConfig, s, kExitConfig);
-    case FailureKind::kCollective: FailStatus(ErrorKind::kCollective, s, kExitCollective);
-    case FailureKind::kStopped: FailStatus(ErrorKind::kExit, s, kExitTerminated);
-    case FailureKind::kDiskFull: FailStatus(ErrorKind::kDiskFull, s, kExitOther);
-    case FailureKind::kResume: FailStatus(ErrorKind::kResume, s, kExitConfig);
-    case FailureKind::kOther: FailStatus(ErrorKind::kExit, s, kExitOther);
+    case FailureKind::kConfig:
+      FailStatus(ErrorKind::kConfig, s, kExitConfig);
+    case FailureKind::kCollective:
+      FailStatus(ErrorKind::kCollective, s, kExitCollective);
+    case FailureKind::kStopped:
+      FailStatus(ErrorKind::kExit, s, kExitTerminated);
+    case FailureKind::kDiskFull:
+      FailStatus(ErrorKind::kDiskFull, s, kExitOther);
+    case FailureKind::kResume:
+      FailStatus(ErrorKind::kResume, s, kExitConfig);
+    case FailureKind::kOther:
+      FailStatus(ErrorKind::kExit, s, kExitOther);
   }
   FailStatus(ErrorKind::kExit, s, kExitOther);
 }
@@ -497,8 +524,9 @@ int Main(int argc, char** argv) {
   ApplyAddressSpaceLimit(loaded.flat);
   auto trainer = Trainer::Create(setup, data.model, data.train, data.eval, comm, callbacks);
   if (!trainer.ok()) FailTraining(trainer.status(), nullptr);
-  LogLine(absl::StrCat("training ", cfg.training.epochs, " epochs of ", (*trainer)->steps_per_epoch(),
-                       " steps from epoch ", (*trainer)->start_epoch()));
+  LogLine(absl::StrCat("training ", cfg.training.epochs, " epochs of ",
+                       (*trainer)->steps_per_epoch(), " steps from epoch ",
+                       (*trainer)->start_epoch()));
   rank::DaemonPipe().Send(rankproto::FormatReady());
   Train(**trainer, cfg.run);  // 5
 }

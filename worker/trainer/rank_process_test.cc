@@ -140,7 +140,8 @@ void ExpectSameParams(const std::string& a_path, const std::string& b_path) {
   ASSERT_EQ(a.size(), b.size());
   for (const auto& [name, t] : a) {
     ASSERT_TRUE(b.count(name)) << name;
-    EXPECT_TRUE(torch::equal(t, b[name])) << name << " differs by " << (t - b[name]).abs().max().item<double>();
+    EXPECT_TRUE(torch::equal(t, b[name]))
+        << name << " differs by " << (t - b[name]).abs().max().item<double>();
   }
 }
 
@@ -195,9 +196,8 @@ TEST_F(RankProcessTest, ClassicExampleTrainsOnTwoRanksAndExportsTorchScript) {
   if (std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") != 0) {
     GTEST_SKIP() << "no Python torch to load the model with";
   }
-  const std::string cmd = absl::StrCat(
-      "/usr/bin/python3 -c \"import torch; m=torch.jit.load('", model,
-      "'); print(m(torch.randn(3,5)).shape)\" 2>&1");
+  const std::string cmd = absl::StrCat("/usr/bin/python3 -c \"import torch; m=torch.jit.load('",
+                                       model, "'); print(m(torch.randn(3,5)).shape)\" 2>&1");
   FILE* pipe = popen(cmd.c_str(), "r");
   ASSERT_NE(pipe, nullptr);
   std::string out;
@@ -272,7 +272,8 @@ TEST_F(RankProcessTest, ResumeAfterKillIsBitwiseEqualToAnUninterruptedRun) {
     // SIGKILL both, as the daemon does after a peer failure.
     ASSERT_TRUE((*g)->WaitForLine(
         [](int rank, const std::string& line) {
-          return rank == 0 && line.rfind("metric kind=epoch_end", 0) == 0 && MetricField(line, "epoch") == "1";
+          return rank == 0 && line.rfind("metric kind=epoch_end", 0) == 0 &&
+                 MetricField(line, "epoch") == "1";
         },
         absl::Seconds(60)))
         << (*g)->Describe();
@@ -335,7 +336,8 @@ TEST_F(RankProcessTest, PreemptionStopsBothRanksAtOneStepWithACheckpointThatResu
     ASSERT_TRUE(g.ok()) << g.status();
     ASSERT_TRUE((*g)->WaitForLine(
         [](int rank, const std::string& line) {
-          return rank == 1 && line.rfind("metric kind=train", 0) == 0 && MetricField(line, "epoch") == "1";
+          return rank == 1 && line.rfind("metric kind=train", 0) == 0 &&
+                 MetricField(line, "epoch") == "1";
         },
         absl::Seconds(60)))
         << (*g)->Describe();
@@ -571,7 +573,8 @@ TEST_F(RankProcessTest, SkippedStepIsPassedOverAndTrainingFinishes) {
   for (int r = 0; r < 2; ++r) {
     SCOPED_TRACE(absl::StrCat("rank ", r));
     EXPECT_EQ((*g)->exit_code(r), 0) << (*g)->Describe();
-    EXPECT_THAT((*g)->log(r), HasSubstr("skipping step 13 (epoch 1): rolled back after a NaN there"));
+    EXPECT_THAT((*g)->log(r),
+                HasSubstr("skipping step 13 (epoch 1): rolled back after a NaN there"));
     EXPECT_THAT((*g)->log(r), HasSubstr("done: 2 epochs, 20 steps, 1 skipped"));
   }
   for (const auto& [name, p] : LoadParams(ckpt + "/test-job.model.pt")) {

@@ -64,7 +64,8 @@ void SetRankForErrors(int rank) { g_rank_for_errors.store(rank); }
 
 void Fail(ErrorKind kind, const std::string& message, int exit_code, int64_t step) {
   DaemonPipe().Send(rankproto::FormatError(kind, message, step));
-  std::cerr << "trainctl-rank: error " << rankproto::ErrorKindName(kind) << ": " << message << std::endl;
+  std::cerr << "trainctl-rank: error " << rankproto::ErrorKindName(kind) << ": " << message
+            << std::endl;
   std::cout.flush();
   std::_Exit(exit_code);
 }
@@ -75,7 +76,7 @@ void FailStatus(ErrorKind kind, const absl::Status& s, int exit_code) {
 
 bool IsOutOfMemoryText(absl::string_view text) {
   for (absl::string_view needle : {"can't allocate memory", "CUDA out of memory", "std::bad_alloc",
-                                  "out of memory", "Cannot allocate memory"}) {
+                                   "out of memory", "Cannot allocate memory"}) {
     if (text.find(needle) != absl::string_view::npos) return true;
   }
   return false;
@@ -84,10 +85,11 @@ bool IsOutOfMemoryText(absl::string_view text) {
 void FailOutOfMemory(absl::string_view what) {
   what = what.substr(0, what.find('\n'));  // c10 appends a backtrace
   Fail(ErrorKind::kOutOfMemory,
-       absl::StrFormat("rank %d ran out of memory (peak resident %.1f GiB): %s; lower data.batch_size "
-                       "(or the model size, or data.num_workers)",
-                       g_rank_for_errors.load(), static_cast<double>(PeakRss()) / (1 << 30),
-                       std::string(what).substr(0, 300)),
+       absl::StrFormat(
+           "rank %d ran out of memory (peak resident %.1f GiB): %s; lower data.batch_size "
+           "(or the model size, or data.num_workers)",
+           g_rank_for_errors.load(), static_cast<double>(PeakRss()) / (1 << 30),
+           std::string(what).substr(0, 300)),
        kExitOther);
 }
 

@@ -62,7 +62,8 @@ void SetRankForErrors(int rank);
 // Sends `error KIND: message` to the daemon, says it on stderr and exits
 // with `exit_code`, skipping destructors: after a failure a communicator or
 // loader thread may be stuck, and the daemon is waiting for the exit.
-[[noreturn]] void Fail(rankproto::ErrorKind kind, const std::string& message, int exit_code, int64_t step = 0);
+[[noreturn]] void Fail(rankproto::ErrorKind kind, const std::string& message, int exit_code,
+                       int64_t step = 0);
 [[noreturn]] void FailStatus(rankproto::ErrorKind kind, const absl::Status& s, int exit_code);
 // An allocation failure in any of its spellings: std::bad_alloc, LibTorch's
 // CPU allocator ("DefaultCPUAllocator: can't allocate memory"), CUDA's

@@ -21,7 +21,8 @@ constexpr std::array<uint32_t, 256> MakeCrc32cTable() {
   std::array<uint32_t, 256> t{};
   for (uint32_t i = 0; i < 256; ++i) {
     uint32_t c = i;
-    for (int k = 0; k < 8; ++k) c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // reflected Castagnoli
+    for (int k = 0; k < 8; ++k)
+      c = (c & 1) ? (c >> 1) ^ 0x82F63B78u : c >> 1;  // reflected Castagnoli
     t[i] = c;
   }
   return t;
@@ -133,7 +134,8 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const
   // planted redirects nothing, whoever writes.
   absl::StatusOr<int> dirfd = OpenOrMakeDirNoFollow(dir);
   if (!dirfd.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("tensorboard.dir '", dir, "': cannot create: ", dirfd.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("tensorboard.dir '", dir, "': cannot create: ", dirfd.status().message()));
   }
   char host[256] = {0};
   gethostname(host, sizeof host - 1);
@@ -144,11 +146,12 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const
   FILE* f = nullptr;
   int err = 0;
   for (int n = 0; n < 1000 && f == nullptr; ++n) {
-    const std::string name = absl::StrCat("events.out.tfevents.", absl::ToUnixSeconds(now), ".", host, ".",
-                                          getpid(), ".", n);
+    const std::string name = absl::StrCat("events.out.tfevents.", absl::ToUnixSeconds(now), ".",
+                                          host, ".", getpid(), ".", n);
     path = absl::StrCat(dir, "/", name);
     // O_EXCL: never truncate another writer's file.
-    const int fd = ::openat(*dirfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
+    const int fd =
+        ::openat(*dirfd, name.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_NOFOLLOW | O_CLOEXEC, 0666);
     err = errno;
     if (fd >= 0) {
       f = ::fdopen(fd, "wb");
@@ -159,11 +162,12 @@ absl::StatusOr<std::unique_ptr<TensorBoardWriter>> TensorBoardWriter::Open(const
   }
   ::close(*dirfd);
   if (f == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("tensorboard.dir '", dir, "': cannot create ", path, ": ", std::strerror(err)));
+    return absl::InvalidArgumentError(absl::StrCat("tensorboard.dir '", dir, "': cannot create ",
+                                                   path, ": ", std::strerror(err)));
   }
   std::unique_ptr<TensorBoardWriter> w(new TensorBoardWriter(path, f));
-  if (absl::Status s = w->Append(EncodeFileVersionEvent(absl::ToDoubleSeconds(now - absl::UnixEpoch())));
+  if (absl::Status s =
+          w->Append(EncodeFileVersionEvent(absl::ToDoubleSeconds(now - absl::UnixEpoch())));
       !s.ok()) {
     return s;
   }
@@ -176,12 +180,14 @@ TensorBoardWriter::~TensorBoardWriter() {
 
 absl::Status TensorBoardWriter::Write(int64_t step,
                                       const std::vector<std::pair<std::string, float>>& scalars) {
-  return Append(EncodeScalarsEvent(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()), step, scalars));
+  return Append(
+      EncodeScalarsEvent(absl::ToDoubleSeconds(absl::Now() - absl::UnixEpoch()), step, scalars));
 }
 
 absl::Status TensorBoardWriter::Append(const std::string& event) {
   const std::string record = FrameRecord(event);
-  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size() || std::fflush(file_) != 0) {
+  if (std::fwrite(record.data(), 1, record.size(), file_) != record.size() ||
+      std::fflush(file_) != 0) {
     const int err = errno;
     if (err == ENOSPC) return absl::ResourceExhaustedError(absl::StrCat(path_, ": disk full"));
     return absl::UnavailableError(absl::StrCat(path_, ": write failed: ", std::strerror(err)));

@@ -31,7 +31,8 @@ TEST(TensorBoardWriter, FramingIsLengthCrcDataCrc) {
 // Google's protobuf runtime on TensorBoard's schema).
 TEST(TensorBoardWriter, AnIndependentReaderDecodesTheScalars) {
   const char* src = std::getenv("TRAINCTL_SOURCE_DIR");
-  if (src == nullptr || access("/usr/bin/python3", X_OK) != 0 || access("/usr/bin/protoc", X_OK) != 0) {
+  if (src == nullptr || access("/usr/bin/python3", X_OK) != 0 ||
+      access("/usr/bin/protoc", X_OK) != 0) {
     GTEST_SKIP() << "needs TRAINCTL_SOURCE_DIR, /usr/bin/python3 and protoc";
   }
   char tmpl[] = "/tmp/tensorboard_writer_test_XXXXXX";
@@ -43,8 +44,8 @@ TEST(TensorBoardWriter, AnIndependentReaderDecodesTheScalars) {
     ASSERT_TRUE((*w)->Write(20, {{"eval/accuracy", 0.875f}}).ok());
   }
   const std::string out = dir + "/out.jsonl";
-  const std::string cmd = absl::StrCat("/usr/bin/python3 ", src, "/tests/support/read_tfevents.py ", dir,
-                                       "/tb > ", out, " 2>&1");
+  const std::string cmd = absl::StrCat("/usr/bin/python3 ", src, "/tests/support/read_tfevents.py ",
+                                       dir, "/tb > ", out, " 2>&1");
   ASSERT_EQ(std::system(cmd.c_str()), 0) << cmd;
   std::string text;
   {
@@ -83,7 +84,8 @@ TEST(TensorBoardWriter, ALinkInTheDirectoryPathIsNotFollowed) {
   for (const std::string& p : {dir + "/link", dir + "/link/tb"}) {
     auto w = TensorBoardWriter::Open(p);
     ASSERT_FALSE(w.ok()) << p;
-    EXPECT_NE(std::string(w.status().message()).find("symbolic link"), std::string::npos) << w.status();
+    EXPECT_NE(std::string(w.status().message()).find("symbolic link"), std::string::npos)
+        << w.status();
   }
   EXPECT_TRUE(std::filesystem::is_empty(target)) << "nothing made through the link";
   std::filesystem::remove_all(dir);
@@ -103,13 +105,14 @@ TEST(TensorBoardTest, MetricScalarsTagEngineWindowsAndCommandReports) {
     return out;
   };
   EXPECT_EQ(tags(MetricScalars(m)),
-            (std::vector<std::string>{"train/loss", "train/lr", "train/samples_per_sec", "train/step_ms/data",
-                                      "train/step_ms/compute", "train/step_ms/comm"}));
+            (std::vector<std::string>{"train/loss", "train/lr", "train/samples_per_sec",
+                                      "train/step_ms/data", "train/step_ms/compute",
+                                      "train/step_ms/comm"}));
   m.kind = "epoch_end";
   m.has_eval = true;
   m.eval_accuracy = 0.9;
-  EXPECT_EQ(tags(MetricScalars(m)),
-            (std::vector<std::string>{"epoch/loss", "epoch/samples_per_sec", "eval/loss", "eval/accuracy"}));
+  EXPECT_EQ(tags(MetricScalars(m)), (std::vector<std::string>{"epoch/loss", "epoch/samples_per_sec",
+                                                              "eval/loss", "eval/accuracy"}));
 
   auto parsed = [](const char* line) {
     absl::StatusOr<rankproto::StatusMessage> msg = rankproto::ParseStatusLine(line);
@@ -121,9 +124,11 @@ TEST(TensorBoardTest, MetricScalarsTagEngineWindowsAndCommandReports) {
   EXPECT_EQ(tags(reported), (std::vector<std::string>{"train/loss", "train/lr", "val_f1"}));
   EXPECT_FLOAT_EQ(reported.front().second, 0.0f);
   EXPECT_FLOAT_EQ(reported.back().second, 0.75f);
-  EXPECT_EQ(tags(MetricScalars(parsed("metric kind=eval epoch=1 step=8 eval_accuracy=0.5 s.val_f1=0.8"))),
-            (std::vector<std::string>{"eval/accuracy", "val_f1"}));
-  EXPECT_EQ(tags(MetricScalars(parsed("metric kind=eval epoch=1 step=8 steps_per_epoch=4 eval_loss=0.2"))),
+  EXPECT_EQ(
+      tags(MetricScalars(parsed("metric kind=eval epoch=1 step=8 eval_accuracy=0.5 s.val_f1=0.8"))),
+      (std::vector<std::string>{"eval/accuracy", "val_f1"}));
+  EXPECT_EQ(tags(MetricScalars(
+                parsed("metric kind=eval epoch=1 step=8 steps_per_epoch=4 eval_loss=0.2"))),
             (std::vector<std::string>{"eval/loss"}));
 }
 

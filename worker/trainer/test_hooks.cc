@@ -19,7 +19,8 @@ std::map<std::string, int64_t, std::less<>> ParsePhaseSleeps() {
   const char* env = std::getenv(kPhaseSleepEnv);
   if (env == nullptr) return out;
   for (absl::string_view entry : absl::StrSplit(env, ',', absl::SkipWhitespace())) {
-    std::pair<absl::string_view, absl::string_view> kv = absl::StrSplit(entry, absl::MaxSplits(':', 1));
+    std::pair<absl::string_view, absl::string_view> kv =
+        absl::StrSplit(entry, absl::MaxSplits(':', 1));
     int64_t ms = 0;
     if (kv.first.empty() || !absl::SimpleAtoi(kv.second, &ms) || ms < 0 || ms > 600000) continue;
     out[std::string(kv.first)] = ms;

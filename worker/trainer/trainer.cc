@@ -99,7 +99,8 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
     TrainerSetup setup, std::shared_ptr<engine::Model> model,
     std::shared_ptr<const engine::Dataset> train, std::shared_ptr<const engine::Dataset> eval,
     std::shared_ptr<dist::Collectives> comm, TrainerCallbacks callbacks) {
-  if (model == nullptr || train == nullptr) return absl::InvalidArgumentError("Trainer: no model or no train set");
+  if (model == nullptr || train == nullptr)
+    return absl::InvalidArgumentError("Trainer: no model or no train set");
   auto impl = std::make_unique<Impl>();
   impl->setup = std::move(setup);
   impl->model = std::move(model);
@@ -130,10 +131,12 @@ absl::StatusOr<TrainResult> Trainer::Run() {
 
 absl::Status Trainer::Impl::RunEpoch(int64_t epoch, TrainResult* result) {
   TRAINCTL_ASSIGN_OR_RETURN(std::unique_ptr<EpochRun> run, BeginEpoch(epoch));
-  if (epoch > result->start_epoch) TestPhaseSleep("epoch_start", [this](const std::string& l) { Log(l); });
+  if (epoch > result->start_epoch)
+    TestPhaseSleep("epoch_start", [this](const std::string& l) { Log(l); });
   const int64_t accumulation = opt().grad_accumulation;
   for (int64_t first = 0; first < run->batches; first += accumulation) {
-    TRAINCTL_RETURN_IF_ERROR(RunStep(*run, first, std::min<int64_t>(accumulation, run->batches - first)));
+    TRAINCTL_RETURN_IF_ERROR(
+        RunStep(*run, first, std::min<int64_t>(accumulation, run->batches - first)));
   }
   run->loader.reset();
   return EndEpoch(*run, result);
@@ -152,7 +155,8 @@ absl::StatusOr<std::unique_ptr<EpochRun>> Trainer::Impl::BeginEpoch(int64_t epoc
   if (run->consumed_base > 0) {
     Log(absl::StrCat("continuing epoch ", epoch + 1, " after ", run->consumed_base, " of its ",
                      sampler->options().dataset_size, " samples, at world size ",
-                     std::max<int64_t>(1, setup.world_size), " (", indices.size(), " samples left on this rank)"));
+                     std::max<int64_t>(1, setup.world_size), " (", indices.size(),
+                     " samples left on this rank)"));
   }
   engine::DataLoaderOptions lo;
   lo.batch_size = o.data.batch_size;
@@ -196,8 +200,9 @@ absl::Status Trainer::Impl::EndEpoch(EpochRun& run, TrainResult* result) {
     TRAINCTL_RETURN_IF_ERROR(WriteCheckpointNow());
   }
   Progress(static_cast<int32_t>(run.epoch), /*force=*/true);
-  std::string line = absl::StrFormat("epoch %d/%d: loss %.5f, lr %.3g, %d steps, %.1f s", run.epoch + 1,
-                                     o.epochs, end.loss, run.lr, run.step_in_epoch, epoch_secs);
+  std::string line =
+      absl::StrFormat("epoch %d/%d: loss %.5f, lr %.3g, %d steps, %.1f s", run.epoch + 1, o.epochs,
+                      end.loss, run.lr, run.step_in_epoch, epoch_secs);
   if (end.has_eval) {
     absl::StrAppendFormat(&line, ", eval loss %.5f, accuracy %.2f%% (%d samples)", end.eval_loss,
                           end.eval_accuracy * 100, end.eval_samples);
@@ -208,7 +213,8 @@ absl::Status Trainer::Impl::EndEpoch(EpochRun& run, TrainResult* result) {
     TRAINCTL_ASSIGN_OR_RETURN(bool preempted, PreemptionAgreed());
     if (preempted) return StopForPreemption(absl::StrCat("after epoch ", run.epoch));
   }
-  if (StopRequested() && !StopWaitsForAgreement()) return StoppedError(absl::StrCat("after epoch ", run.epoch));
+  if (StopRequested() && !StopWaitsForAgreement())
+    return StoppedError(absl::StrCat("after epoch ", run.epoch));
   return absl::OkStatus();
 }
 
@@ -242,8 +248,8 @@ absl::Status Trainer::Impl::WriteCheckpointNow() {
   TestPhaseSleep("checkpoint", [this](const std::string& l) { Log(l); });
   position.loss_scale = scaler.scale();
   position.scaler_growth_tracker = scaler.growth_tracker();
-  auto written = WriteCheckpoint(c.dir, c.prune ? c.keep : 0, setup.manifest, position, *model, *optimizer,
-                                 setup.file_env);
+  auto written = WriteCheckpoint(c.dir, c.prune ? c.keep : 0, setup.manifest, position, *model,
+                                 *optimizer, setup.file_env);
   if (!written.ok()) {
     const absl::Status& ws = written.status();
     if (absl::IsResourceExhausted(ws)) return WithFailureKind(ws, FailureKind::kDiskFull);
@@ -251,7 +257,8 @@ absl::Status Trainer::Impl::WriteCheckpointNow() {
     return ws;
   }
   for (const std::string& left : written->not_pruned) {
-    Log(absl::StrCat("warning: an old checkpoint past checkpoint.keep could not be deleted: ", left));
+    Log(absl::StrCat("warning: an old checkpoint past checkpoint.keep could not be deleted: ",
+                     left));
   }
   checkpoint_step = position.global_step;
   if (callbacks.on_checkpoint) callbacks.on_checkpoint(*written, position);
@@ -266,8 +273,8 @@ absl::Status Trainer::Impl::ExportFinalModel(TrainResult* result) {
   if (!writes_checkpoints()) return absl::OkStatus();
   SetPhase(dist::ProbePhase::kCheckpoint);
   const std::string& job = setup.manifest.job_id;
-  const std::string path =
-      absl::StrCat(opt().checkpoint.dir, "/", job.empty() ? std::string("model.pt") : FinalModelFileName(job));
+  const std::string path = absl::StrCat(
+      opt().checkpoint.dir, "/", job.empty() ? std::string("model.pt") : FinalModelFileName(job));
   TRAINCTL_RETURN_IF_ERROR(model->ExportTorchScript(path));
   TRAINCTL_RETURN_IF_ERROR(SyncFileAndDir(path));
   result->exported_model = path;
@@ -286,8 +293,10 @@ bool Trainer::Impl::PreemptionSeen() {
 absl::StatusOr<bool> Trainer::Impl::PreemptionAgreed() {
   const bool seen = PreemptionSeen();
   if (comm == nullptr) return seen;
-  at::Tensor flag = at::full({1}, seen ? 1.0F : 0.0F, at::TensorOptions().dtype(at::kFloat).device(setup.device));
-  TRAINCTL_RETURN_IF_ERROR(Collective(dist::AllReduceSum(*comm, flag)->Wait(), "agreeing on a preemption stop"));
+  at::Tensor flag =
+      at::full({1}, seen ? 1.0F : 0.0F, at::TensorOptions().dtype(at::kFloat).device(setup.device));
+  TRAINCTL_RETURN_IF_ERROR(
+      Collective(dist::AllReduceSum(*comm, flag)->Wait(), "agreeing on a preemption stop"));
   return flag.cpu().item<float>() > 0;
 }
 
@@ -297,11 +306,13 @@ absl::Status Trainer::Impl::StopForPreemption(const std::string& where) {
   }
   Log(absl::StrCat("preempted ", where, " (global step ", position.global_step, ")",
                    writes_checkpoints() ? ": checkpoint written" : ""));
-  return WithFailureKind(absl::CancelledError(absl::StrCat("preempted ", where)), FailureKind::kStopped);
+  return WithFailureKind(absl::CancelledError(absl::StrCat("preempted ", where)),
+                         FailureKind::kStopped);
 }
 
 absl::Status Trainer::Impl::StoppedError(const std::string& where) const {
-  return WithFailureKind(absl::CancelledError(absl::StrCat("stopped by SIGTERM ", where)), FailureKind::kStopped);
+  return WithFailureKind(absl::CancelledError(absl::StrCat("stopped by SIGTERM ", where)),
+                         FailureKind::kStopped);
 }
 
 }  // namespace trainctl::trainer

@@ -64,13 +64,13 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
+#include "common/file_env.h"
 #include "worker/dist/collective_probe.h"
 #include "worker/dist/collectives.h"
 #include "worker/engine/dataset.h"
 #include "worker/engine/model.h"
 #include "worker/protocol/rank_protocol.h"
 #include "worker/trainer/checkpoint.h"
-#include "common/file_env.h"
 #include "worker/trainer/rank_config.h"
 
 namespace trainctl::trainer {
@@ -99,7 +99,8 @@ struct TrainerCallbacks {
   std::function<void(const WrittenCheckpoint&, const TrainingPosition&)> on_checkpoint;
   // Tests: the dataset indices this rank trained on in optimizer step
   // `global_step` (1-based) of `epoch`, after the step. Unset in production.
-  std::function<void(int64_t epoch, int64_t global_step, const std::vector<int64_t>& indices)> on_step_samples;
+  std::function<void(int64_t epoch, int64_t global_step, const std::vector<int64_t>& indices)>
+      on_step_samples;
 };
 
 // How often (in global steps) ranks agree on a preemption stop: one
@@ -158,7 +159,8 @@ struct TrainResult {
   bool has_eval = false;
   double eval_loss = 0;
   double eval_accuracy = 0;
-  std::string exported_model;  // checkpoint writers: path of <job id>.model.pt ("" when no checkpoint dir)
+  std::string
+      exported_model;  // checkpoint writers: path of <job id>.model.pt ("" when no checkpoint dir)
 };
 
 class Trainer {

@@ -27,7 +27,8 @@ using trainer_internal::LossName;
 void AddEvalBatch(LossKind loss, const at::Tensor& logits, at::Tensor y, at::Tensor& loss_sum,
                   at::Tensor& correct) {
   if (loss == LossKind::kCrossEntropy) {
-    loss_sum.add_(F::cross_entropy(logits, y, F::CrossEntropyFuncOptions().reduction(torch::kSum)).to(at::kDouble));
+    loss_sum.add_(F::cross_entropy(logits, y, F::CrossEntropyFuncOptions().reduction(torch::kSum))
+                      .to(at::kDouble));
     correct.add_(logits.argmax(1).eq(y).sum().to(at::kDouble));
     return;
   }
@@ -39,20 +40,23 @@ void AddEvalBatch(LossKind loss, const at::Tensor& logits, at::Tensor y, at::Ten
 }  // namespace
 
 absl::Status Trainer::Impl::CheckTargets() const {
-  for (const auto& [name, ds] : {std::make_pair("data.train", train), std::make_pair("data.eval", eval)}) {
+  for (const auto& [name, ds] :
+       {std::make_pair("data.train", train), std::make_pair("data.eval", eval)}) {
     if (ds == nullptr) continue;
     if (ds->size() == 0) return Config(absl::StrCat(name, ": the dataset is empty"));
     auto ex = ds->Get(0);
     if (!ex.ok()) return Config(absl::StrCat(name, ": ", ex.status().message()));
     const at::Tensor& t = ex->target;
     if (opt().loss == LossKind::kCrossEntropy && (t.is_floating_point() || t.dim() != 0)) {
-      return Config(absl::StrCat("training.loss: cross_entropy needs one integer class per sample, but ",
-                                 name, " has ", c10::toString(t.scalar_type()), " targets of shape ",
-                                 c10::str(t.sizes()), " (use mse for regression targets)"));
+      return Config(
+          absl::StrCat("training.loss: cross_entropy needs one integer class per sample, but ",
+                       name, " has ", c10::toString(t.scalar_type()), " targets of shape ",
+                       c10::str(t.sizes()), " (use mse for regression targets)"));
     }
     if (opt().loss == LossKind::kMse && !t.is_floating_point()) {
       return Config(absl::StrCat("training.loss: mse needs float targets, but ", name, " has ",
-                                 c10::toString(t.scalar_type()), " class labels (use cross_entropy)"));
+                                 c10::toString(t.scalar_type()),
+                                 " class labels (use cross_entropy)"));
     }
   }
   return absl::OkStatus();
@@ -66,13 +70,15 @@ absl::StatusOr<at::Tensor> Trainer::Impl::Loss(const at::Tensor& output,
     at::Tensor y = target;
     if (y.dim() == 1 && out.dim() == 2 && out.size(1) == 1) y = y.unsqueeze(1);
     if (!out.sizes().equals(y.sizes())) {
-      return Config(absl::StrCat("training.loss: mse: the model's output has shape ", c10::str(out.sizes()),
-                                 " but the targets have shape ", c10::str(y.sizes())));
+      return Config(absl::StrCat("training.loss: mse: the model's output has shape ",
+                                 c10::str(out.sizes()), " but the targets have shape ",
+                                 c10::str(y.sizes())));
     }
     return F::mse_loss(out, y);
   } catch (const std::exception& e) {
-    return Config(absl::StrCat("training.loss: ", LossName(opt().loss), " failed on the model's output of shape ",
-                               c10::str(out.sizes()), ": ", FirstLine(e.what())));
+    return Config(absl::StrCat("training.loss: ", LossName(opt().loss),
+                               " failed on the model's output of shape ", c10::str(out.sizes()),
+                               ": ", FirstLine(e.what())));
   }
 }
 
@@ -118,15 +124,18 @@ absl::StatusOr<std::array<double, 3>> Trainer::Impl::Evaluate() {
         AddEvalBatch(o.loss, out->to(at::kFloat), y, loss_sum, correct);
       } catch (const std::exception& e) {
         model->SetTraining(true);
-        return Config(absl::StrCat("data.eval: ", LossName(o.loss), " failed: ", FirstLine(e.what())));
+        return Config(
+            absl::StrCat("data.eval: ", LossName(o.loss), " failed: ", FirstLine(e.what())));
       }
       samples += x.size(0);
     }
   }
   model->SetTraining(true);
-  at::Tensor sums = at::stack({loss_sum, correct, at::full({}, static_cast<double>(samples), dopts)});
+  at::Tensor sums =
+      at::stack({loss_sum, correct, at::full({}, static_cast<double>(samples), dopts)});
   if (comm != nullptr) {
-    TRAINCTL_RETURN_IF_ERROR(Collective(dist::AllReduceSum(*comm, sums)->Wait(), "all-reducing eval metrics"));
+    TRAINCTL_RETURN_IF_ERROR(
+        Collective(dist::AllReduceSum(*comm, sums)->Wait(), "all-reducing eval metrics"));
   }
   at::Tensor cpu = sums.cpu();
   return std::array<double, 3>{cpu[0].item<double>(), cpu[1].item<double>(), cpu[2].item<double>()};

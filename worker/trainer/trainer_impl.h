@@ -69,9 +69,9 @@ struct EpochRun {
   // A continued epoch counts its steps from where a full one would be.
   int64_t step_offset = 0;
   int64_t step_in_epoch = 0;
-  double lr = 0;          // the last step's learning rate
-  MetricsWindow window;   // since the last "train" metric
-  MetricsWindow totals;   // the whole epoch, for "epoch_end"
+  double lr = 0;         // the last step's learning rate
+  MetricsWindow window;  // since the last "train" metric
+  MetricsWindow totals;  // the whole epoch, for "epoch_end"
 };
 
 // One optimizer step's measurements, in ms.
@@ -143,7 +143,9 @@ struct Trainer::Impl {
   // epoch's end, so that a divergence shows in the ranks' logs).
   std::string ParameterChecksum() const;
   absl::Status ExportFinalModel(TrainResult* result);
-  bool writes_checkpoints() const { return setup.checkpoint_writer && !opt().checkpoint.dir.empty(); }
+  bool writes_checkpoints() const {
+    return setup.checkpoint_writer && !opt().checkpoint.dir.empty();
+  }
   absl::Status StoppedError(const std::string& where) const;
   // Preemption: whether the stop flag is raised and the preemption file
   // exists (looked for once the flag rises).
@@ -162,7 +164,8 @@ struct Trainer::Impl {
   absl::Status RunStep(EpochRun& run, int64_t first, int64_t group);
   absl::Status SkipRolledBackStep(EpochRun& run, int64_t group);
   absl::StatusOr<StepTimes> ForwardBackward(EpochRun& run, int64_t group);
-  absl::Status MicroBatch(EpochRun& run, int64_t i, int64_t group, bool inject_nan, StepTimes* times);
+  absl::Status MicroBatch(EpochRun& run, int64_t i, int64_t group, bool inject_nan,
+                          StepTimes* times);
   absl::Status ApplyGradients(EpochRun& run);
   // A kNan failure at the current global step (recorded as nan_step).
   absl::Status NanFailure(const std::string& message);
@@ -174,7 +177,8 @@ struct Trainer::Impl {
   void ReportWindow(EpochRun& run);
   // A metric of `kind` with the fields every metric carries; the loss is
   // `window`'s mean.
-  rankproto::RankMetric NewMetric(const EpochRun& run, const char* kind, const MetricsWindow& window) const;
+  rankproto::RankMetric NewMetric(const EpochRun& run, const char* kind,
+                                  const MetricsWindow& window) const;
 
   void SetLearningRate(double lr);
   void Log(const std::string& line) const {

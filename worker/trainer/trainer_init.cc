@@ -106,13 +106,16 @@ void Trainer::Impl::BuildOptimizer() {
   switch (oo.kind) {
     case OptimizerKind::kSgd:
       optimizer = std::make_unique<torch::optim::SGD>(
-          params, torch::optim::SGDOptions(oo.lr).momentum(oo.momentum).weight_decay(oo.weight_decay));
+          params,
+          torch::optim::SGDOptions(oo.lr).momentum(oo.momentum).weight_decay(oo.weight_decay));
       break;
     case OptimizerKind::kAdam:
-      optimizer = std::make_unique<torch::optim::Adam>(params, AdamFamilyOptions<torch::optim::AdamOptions>(oo));
+      optimizer = std::make_unique<torch::optim::Adam>(
+          params, AdamFamilyOptions<torch::optim::AdamOptions>(oo));
       break;
     case OptimizerKind::kAdamW:
-      optimizer = std::make_unique<torch::optim::AdamW>(params, AdamFamilyOptions<torch::optim::AdamWOptions>(oo));
+      optimizer = std::make_unique<torch::optim::AdamW>(
+          params, AdamFamilyOptions<torch::optim::AdamWOptions>(oo));
       break;
   }
 }
@@ -130,14 +133,14 @@ absl::Status Trainer::Impl::Resume() {
   position = *p;
   // The checkpoint keeps the seed as it was stored (uint64_t).
   if (position.data_seed != static_cast<uint64_t>(seed)) {
-    Log(absl::StrCat("warning: checkpoint was written with data.seed=", position.data_seed, ", this run uses ",
-                     seed));
+    Log(absl::StrCat("warning: checkpoint was written with data.seed=", position.data_seed,
+                     ", this run uses ", seed));
     position.data_seed = static_cast<uint64_t>(seed);
   }
   position.world_size = setup.world_size;
   scaler.Restore(position.loss_scale, position.scaler_growth_tracker);
-  Log(absl::StrCat("resumed from ", setup.resume_from, " at epoch ", position.epochs_done, ", global step ",
-                   position.global_step));
+  Log(absl::StrCat("resumed from ", setup.resume_from, " at epoch ", position.epochs_done,
+                   ", global step ", position.global_step));
   return absl::OkStatus();
 }
 
@@ -158,20 +161,21 @@ absl::StatusOr<std::string> Trainer::Impl::ResumeBytes() {
   }
   auto opts = at::TensorOptions().device(setup.device);
   at::Tensor size_tensor = at::full({1}, size, opts.dtype(at::kLong));
-  TRAINCTL_RETURN_IF_ERROR(
-      Collective(dist::BroadcastCoalesced(*comm, {size_tensor}, 0), "broadcasting the checkpoint's size"));
+  TRAINCTL_RETURN_IF_ERROR(Collective(dist::BroadcastCoalesced(*comm, {size_tensor}, 0),
+                                      "broadcasting the checkpoint's size"));
   size = size_tensor.cpu().item<int64_t>();
   if (size < 0) {
     // Every rank says RESUME, so the coordinator falls back to an older
     // record whichever rank's end it hears first.
     if (setup.rank == 0) return WithFailureKind(bytes.status(), FailureKind::kResume);
-    return WithFailureKind(
-        absl::NotFoundError(absl::StrCat("rank 0 could not read the checkpoint '", setup.resume_from, "'")),
-        FailureKind::kResume);
+    return WithFailureKind(absl::NotFoundError(absl::StrCat(
+                               "rank 0 could not read the checkpoint '", setup.resume_from, "'")),
+                           FailureKind::kResume);
   }
   TestPhaseSleep("resume", [this](const std::string& l) { Log(l); });
   at::Tensor data = setup.rank == 0
-                        ? at::from_blob(bytes->data(), {size}, at::TensorOptions().dtype(at::kByte)).to(setup.device)
+                        ? at::from_blob(bytes->data(), {size}, at::TensorOptions().dtype(at::kByte))
+                              .to(setup.device)
                         : at::empty({size}, opts.dtype(at::kByte));
   TRAINCTL_RETURN_IF_ERROR(
       Collective(dist::BroadcastCoalesced(*comm, {data}, 0), "broadcasting the checkpoint"));

@@ -55,7 +55,8 @@ int64_t PeakRssBytes() {
 }  // namespace
 
 absl::Status Trainer::Impl::RunStep(EpochRun& run, int64_t first, int64_t group) {
-  if (IsRolledBackStep(setup.skip_steps, position.global_step)) return SkipRolledBackStep(run, group);
+  if (IsRolledBackStep(setup.skip_steps, position.global_step))
+    return SkipRolledBackStep(run, group);
   const auto step_start = TrainerClock::now();
   if (setup.probe != nullptr) {
     setup.probe->BeginStep(position.global_step + 1);
@@ -117,13 +118,15 @@ absl::Status Trainer::Impl::MicroBatch(EpochRun& run, int64_t i, int64_t group, 
   const bool sync = i == group - 1;
   std::optional<dist::GradientBucketer::NoSyncGuard> no_sync;
   if (ddp != nullptr && !sync) no_sync.emplace(ddp.get());
-  if (ddp != nullptr) TRAINCTL_RETURN_IF_ERROR(Collective(ddp->PrepareForward(), "broadcasting buffers"));
+  if (ddp != nullptr)
+    TRAINCTL_RETURN_IF_ERROR(Collective(ddp->PrepareForward(), "broadcasting buffers"));
   absl::StatusOr<at::Tensor> out;
   {
     AutocastGuard autocast(opt().amp.enabled, setup.device.type(), AmpDtype());
     out = model->Forward(x);
   }
-  if (!out.ok()) return Config(absl::StrCat("model does not fit data.train: ", out.status().message()));
+  if (!out.ok())
+    return Config(absl::StrCat("model does not fit data.train: ", out.status().message()));
   TRAINCTL_ASSIGN_OR_RETURN(at::Tensor loss, Loss(*out, y));
   if (inject_nan) {
     Log(absl::StrCat("health.debug_nan_at_step: a NaN loss at step ", position.global_step));
@@ -143,7 +146,8 @@ absl::Status Trainer::Impl::MicroBatch(EpochRun& run, int64_t i, int64_t group, 
     if (sync) times->comm_ms += absl::ToDoubleMilliseconds(ddp->last_step_stats().exposed_comm);
   }
   at::Tensor detached = loss.detach().to(at::kDouble);
-  if (divergence.enabled() && !divergence.has_baseline() && !first_loss.defined()) first_loss = detached;
+  if (divergence.enabled() && !divergence.has_baseline() && !first_loss.defined())
+    first_loss = detached;
   run.totals.AddMicroBatch(detached, x.size(0));
   run.window.AddMicroBatch(detached, x.size(0));
   samples_seen += x.size(0);
@@ -165,10 +169,12 @@ absl::Status Trainer::Impl::ApplyGradients(EpochRun& run) {
   // model's CPU step.
   const bool found_inf = scaler.enabled() ? scaler.Unscale(grads) : !OutputGradientsFinite(grads);
   if (found_inf && !scaler.enabled()) {
-    return NanFailure(absl::StrCat("NaN/Inf gradients at step ", position.global_step, " (epoch ", run.epoch,
+    return NanFailure(absl::StrCat("NaN/Inf gradients at step ", position.global_step, " (epoch ",
+                                   run.epoch,
                                    "): the loss or a gradient was not finite on a rank"));
   }
-  run.lr = LearningRateAt(o.lr_schedule, o.optimizer.lr, position.global_step, steps_per_epoch * o.epochs);
+  run.lr = LearningRateAt(o.lr_schedule, o.optimizer.lr, position.global_step,
+                          steps_per_epoch * o.epochs);
   if (found_inf) {
     ++position.skipped_steps;
   } else {
@@ -177,8 +183,8 @@ absl::Status Trainer::Impl::ApplyGradients(EpochRun& run) {
       // anywhere in the gradients, not only in the output layer's.
       const double norm = torch::nn::utils::clip_grad_norm_(params, o.max_grad_norm);
       if (!std::isfinite(norm)) {
-        return NanFailure(absl::StrCat("the gradient norm is ", norm, " at step ", position.global_step, " (epoch ",
-                                       run.epoch, ")"));
+        return NanFailure(absl::StrCat("the gradient norm is ", norm, " at step ",
+                                       position.global_step, " (epoch ", run.epoch, ")"));
       }
     }
     SetLearningRate(run.lr);
@@ -189,8 +195,8 @@ absl::Status Trainer::Impl::ApplyGradients(EpochRun& run) {
     skipped_in_a_row = found_inf ? skipped_in_a_row + 1 : 0;
     const std::string collapse = LossScaleCollapse(o.health, skipped_in_a_row, scaler.scale());
     if (!collapse.empty()) {
-      return NanFailure(absl::StrCat("AMP loss scale collapsed at step ", position.global_step, " (epoch ",
-                                     run.epoch, "): ", collapse));
+      return NanFailure(absl::StrCat("AMP loss scale collapsed at step ", position.global_step,
+                                     " (epoch ", run.epoch, "): ", collapse));
     }
   }
   optimizer->zero_grad();
@@ -206,26 +212,27 @@ absl::Status Trainer::Impl::CheckDivergence(EpochRun& run) {
   if (!divergence.enabled() || run.window.micro_batches() == 0) return absl::OkStatus();
   const auto dopts = at::TensorOptions().dtype(at::kDouble).device(setup.device);
   const bool first = !divergence.has_baseline();
-  std::vector<at::Tensor> parts = {run.window.loss_sum(),
-                                   at::full({}, static_cast<double>(run.window.micro_batches()), dopts)};
+  std::vector<at::Tensor> parts = {
+      run.window.loss_sum(), at::full({}, static_cast<double>(run.window.micro_batches()), dopts)};
   if (first) {
     parts.push_back(first_loss.defined() ? first_loss.to(dopts) : at::zeros({}, dopts));
     parts.push_back(at::full({}, first_loss.defined() ? 1.0 : 0.0, dopts));
   }
   at::Tensor sums = at::stack(parts);
   if (comm != nullptr) {
-    TRAINCTL_RETURN_IF_ERROR(
-        Collective(dist::AllReduceSum(*comm, sums)->Wait(), "all-reducing the loss for health.divergence"));
+    TRAINCTL_RETURN_IF_ERROR(Collective(dist::AllReduceSum(*comm, sums)->Wait(),
+                                        "all-reducing the loss for health.divergence"));
   }
   at::Tensor cpu = sums.cpu();
   if (first) {
-    if (cpu[3].item<double>() > 0) divergence.SetBaseline(cpu[2].item<double>() / cpu[3].item<double>());
+    if (cpu[3].item<double>() > 0)
+      divergence.SetBaseline(cpu[2].item<double>() / cpu[3].item<double>());
     first_loss = at::Tensor();
   }
   const std::string why = divergence.AddWindow(cpu[0].item<double>() / cpu[1].item<double>());
   if (why.empty()) return absl::OkStatus();
-  absl::Status failed = NanFailure(absl::StrCat("loss diverged at step ", position.global_step - 1, " (epoch ",
-                                                run.epoch, "): ", why));
+  absl::Status failed = NanFailure(absl::StrCat("loss diverged at step ", position.global_step - 1,
+                                                " (epoch ", run.epoch, "): ", why));
   nan_step = position.global_step - 1;  // the window's last step, which already ran
   return failed;
 }
@@ -242,18 +249,22 @@ absl::Status Trainer::Impl::AfterStep(EpochRun& run, int64_t first, int64_t grou
   const bool epoch_done = first + group >= run.batches;
   if (callbacks.on_step_samples) {
     const size_t from = static_cast<size_t>(first * o.data.batch_size);
-    const size_t to = std::min(run.order.size(), static_cast<size_t>((first + group) * o.data.batch_size));
-    callbacks.on_step_samples(run.epoch, position.global_step,
-                              std::vector<int64_t>(run.order.begin() + static_cast<std::ptrdiff_t>(from),
-                                                   run.order.begin() + static_cast<std::ptrdiff_t>(to)));
+    const size_t to =
+        std::min(run.order.size(), static_cast<size_t>((first + group) * o.data.batch_size));
+    callbacks.on_step_samples(
+        run.epoch, position.global_step,
+        std::vector<int64_t>(run.order.begin() + static_cast<std::ptrdiff_t>(from),
+                             run.order.begin() + static_cast<std::ptrdiff_t>(to)));
   }
-  position.epoch_consumed = EpochConsumed(run.consumed_base, first + group, o.data.batch_size, run.rank_samples,
-                                          std::max<int64_t>(1, setup.world_size), epoch_done);
+  position.epoch_consumed =
+      EpochConsumed(run.consumed_base, first + group, o.data.batch_size, run.rank_samples,
+                    std::max<int64_t>(1, setup.world_size), epoch_done);
   if (MetricsDue(run.step_in_epoch, o.metrics_every_steps, epoch_done)) {
     TRAINCTL_RETURN_IF_ERROR(CheckDivergence(run));
     ReportWindow(run);
   }
-  if (writes_checkpoints() && CheckpointDueAfterStep(o.checkpoint, position.global_step, epoch_done)) {
+  if (writes_checkpoints() &&
+      CheckpointDueAfterStep(o.checkpoint, position.global_step, epoch_done)) {
     TRAINCTL_RETURN_IF_ERROR(WriteCheckpointNow());
   }
   Progress(static_cast<int32_t>(run.epoch), /*force=*/false);
@@ -265,7 +276,8 @@ absl::Status Trainer::Impl::AfterStep(EpochRun& run, int64_t first, int64_t grou
     if (preempted) return StopForPreemption(absl::StrCat("at epoch ", run.epoch));
   }
   if (StopRequested() && !StopWaitsForAgreement()) {
-    return StoppedError(absl::StrCat("at epoch ", run.epoch, ", global step ", position.global_step));
+    return StoppedError(
+        absl::StrCat("at epoch ", run.epoch, ", global step ", position.global_step));
   }
   return absl::OkStatus();
 }

@@ -10,11 +10,11 @@
 #include <fstream>
 #include <vector>
 
+#include "common/safe_file.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/engine/dataset.h"
 #include "worker/trainer/checkpoint.h"
-#include "common/safe_file.h"
 
 namespace trainctl::trainer {
 namespace {
@@ -74,9 +74,9 @@ std::vector<at::Tensor> Params(engine::Model& m) {
 }
 
 absl::StatusOr<TrainResult> Train(const TrainerSetup& s, std::shared_ptr<engine::Model> m,
-                                   std::shared_ptr<const engine::Dataset> train,
-                                   std::shared_ptr<const engine::Dataset> eval = nullptr,
-                                   std::vector<rankproto::RankMetric>* metrics = nullptr) {
+                                  std::shared_ptr<const engine::Dataset> train,
+                                  std::shared_ptr<const engine::Dataset> eval = nullptr,
+                                  std::vector<rankproto::RankMetric>* metrics = nullptr) {
   TrainerCallbacks cb;
   cb.on_metric = [metrics](const rankproto::RankMetric& r) {
     if (metrics != nullptr) metrics->push_back(r);
@@ -102,7 +102,8 @@ TEST(TrainerTest, GradientAccumulationEqualsTheLargerBatch) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(r->global_step, 8);  // 4 optimizer steps per epoch either way
   auto pa = Params(*a), pb = Params(*b);
-  for (size_t i = 0; i < pa.size(); ++i) EXPECT_TRUE(torch::allclose(pa[i], pb[i], 1e-5, 1e-6)) << i;
+  for (size_t i = 0; i < pa.size(); ++i)
+    EXPECT_TRUE(torch::allclose(pa[i], pb[i], 1e-5, 1e-6)) << i;
 }
 
 TEST(TrainerTest, ClippingBoundsTheGlobalGradientNorm) {
@@ -115,7 +116,8 @@ TEST(TrainerTest, ClippingBoundsTheGlobalGradientNorm) {
   ASSERT_TRUE(Train(s, m, data).ok());
   auto after = Params(*m);
   double sq = 0;
-  for (size_t i = 0; i < before.size(); ++i) sq += (after[i] - before[i]).pow(2).sum().item<double>();
+  for (size_t i = 0; i < before.size(); ++i)
+    sq += (after[i] - before[i]).pow(2).sum().item<double>();
   EXPECT_NEAR(std::sqrt(sq), 0.01, 1e-4);  // one SGD step of lr 1 on the clipped gradient
 }
 
@@ -265,7 +267,9 @@ TEST(TrainerTest, MidEpochCheckpointContinuesTheEpochWhereItStopped) {
   first.stop = &stop;
   TrainerCallbacks cb;
   std::vector<TrainingPosition> written;
-  cb.on_checkpoint = [&written](const WrittenCheckpoint&, const TrainingPosition& p) { written.push_back(p); };
+  cb.on_checkpoint = [&written](const WrittenCheckpoint&, const TrainingPosition& p) {
+    written.push_back(p);
+  };
   cb.on_metric = [&stop](const rankproto::RankMetric& m) {
     if (m.kind == "train" && m.epoch == 1 && m.step == 1) stop = true;  // global step 6
   };
@@ -286,8 +290,9 @@ TEST(TrainerTest, MidEpochCheckpointContinuesTheEpochWhereItStopped) {
   EXPECT_EQ(written[3].epochs_done, 1);
   EXPECT_EQ(written[3].epoch_consumed, 30);
   const std::vector<std::string> files = ListCheckpoints(dir, "");  // oldest first
-  EXPECT_EQ(files, (std::vector<std::string>{CheckpointPath(dir, "", 0, 60), CheckpointPath(dir, "", 0, 120),
-                                             CheckpointPath(dir, "", 1), CheckpointPath(dir, "", 1, 30)}));
+  EXPECT_EQ(files, (std::vector<std::string>{
+                       CheckpointPath(dir, "", 0, 60), CheckpointPath(dir, "", 0, 120),
+                       CheckpointPath(dir, "", 1), CheckpointPath(dir, "", 1, 30)}));
 
   // Resume from the checkpoint inside epoch 0 (after 4 of 5 steps).
   TrainerSetup resumed = s;
@@ -368,7 +373,8 @@ TEST(TrainerTest, CheckpointIdentityIsVerified) {
   wrong_job.resume_job_id = "job-b";
   auto e1 = Train(wrong_job, Mlp({6}), Synthetic(30));
   ASSERT_FALSE(e1.ok());
-  EXPECT_THAT(std::string(e1.status().message()), HasSubstr("was written by job 'job-a', not by 'job-b'"));
+  EXPECT_THAT(std::string(e1.status().message()),
+              HasSubstr("was written by job 'job-a', not by 'job-b'"));
   EXPECT_EQ(FailureKindOf(e1.status()), FailureKind::kConfig);
 
   TrainerSetup wrong_spec = r;
@@ -408,7 +414,9 @@ TEST(TrainerTest, PerHostCopiesNameTheirWriterAndADaemonsRankDeletesNone) {
   s.manifest.writer = "w-host1";
   std::vector<std::string> written;
   TrainerCallbacks cb;
-  cb.on_checkpoint = [&](const WrittenCheckpoint& w, const TrainingPosition&) { written.push_back(w.path); };
+  cb.on_checkpoint = [&](const WrittenCheckpoint& w, const TrainingPosition&) {
+    written.push_back(w.path);
+  };
   auto t = Trainer::Create(s, Mlp({6}), Synthetic(30), nullptr, nullptr, cb);
   ASSERT_TRUE(t.ok()) << t.status();
   ASSERT_TRUE((*t)->Run().ok());
@@ -431,8 +439,8 @@ TEST(TrainerTest, LinksPlantedInTheCheckpointDirAreNeverWrittenThrough) {
   { std::ofstream(victim) << "precious"; }
   const std::string ckpt = CheckpointPath(dir, "job-l", 1);
   for (const std::string& name : {dir + "/.trainctl-write-probe." + std::to_string(getpid()),
-                                  ckpt + ".tmp." + std::to_string(getpid()), ckpt, dir + "/model.pt.tmp",
-                                  dir + "/model.pt"}) {
+                                  ckpt + ".tmp." + std::to_string(getpid()), ckpt,
+                                  dir + "/model.pt.tmp", dir + "/model.pt"}) {
     fs::create_symlink(victim, name);
   }
   TrainerSetup s = BaseSetup();
@@ -441,9 +449,11 @@ TEST(TrainerTest, LinksPlantedInTheCheckpointDirAreNeverWrittenThrough) {
   auto r = Train(s, Mlp({6}), Synthetic(30));
   ASSERT_TRUE(r.ok()) << r.status();
   std::ifstream in(victim);
-  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()), "precious");
+  EXPECT_EQ(std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()),
+            "precious");
   EXPECT_TRUE(fs::is_regular_file(fs::symlink_status(ckpt)));  // the link replaced, not followed
-  EXPECT_TRUE(fs::is_symlink(dir + "/.trainctl-write-probe." + std::to_string(getpid())));  // left alone
+  EXPECT_TRUE(
+      fs::is_symlink(dir + "/.trainctl-write-probe." + std::to_string(getpid())));  // left alone
   fs::remove_all(base);
 }
 
@@ -469,7 +479,9 @@ TEST(TrainerTest, InjectedWriteFaultsAreTypedAndKeepTheEarlierCheckpoint) {
     s.manifest.job_id = "job-faults";
     const std::string second = CheckpointPath(dir, "job-faults", 2);
     FaultFileEnv env;
-    env.Inject({c.op, std::filesystem::canonical(dir).string() + "/" + std::filesystem::path(second).filename().string(),
+    env.Inject({c.op,
+                std::filesystem::canonical(dir).string() + "/" +
+                    std::filesystem::path(second).filename().string(),
                 c.err});
     s.file_env = &env;
     auto r = Train(s, Mlp({8}), Synthetic(30));
@@ -477,7 +489,8 @@ TEST(TrainerTest, InjectedWriteFaultsAreTypedAndKeepTheEarlierCheckpoint) {
     EXPECT_EQ(FailureKindOf(r.status()), c.kind) << r.status();
     EXPECT_THAT(std::string(r.status().message()), HasSubstr(second)) << r.status();
     EXPECT_THAT(std::string(r.status().message()), HasSubstr(std::strerror(c.err)));
-    EXPECT_TRUE(std::filesystem::exists(CheckpointPath(dir, "job-faults", 1))) << "epoch 1's checkpoint stays";
+    EXPECT_TRUE(std::filesystem::exists(CheckpointPath(dir, "job-faults", 1)))
+        << "epoch 1's checkpoint stays";
     EXPECT_FALSE(std::filesystem::exists(second));
     for (const auto& e : std::filesystem::directory_iterator(dir)) {
       EXPECT_EQ(e.path().string().find(".tmp."), std::string::npos) << "left behind: " << e.path();

@@ -31,11 +31,13 @@ bool InjectsNanAt(const HealthOptions& h, int rank, int64_t global_step) {
 
 std::string LossScaleCollapse(const HealthOptions& h, int64_t skipped_in_a_row, double scale) {
   if (h.max_skipped_steps > 0 && skipped_in_a_row > h.max_skipped_steps) {
-    return absl::StrCat(skipped_in_a_row, " steps in a row had NaN/Inf gradients (health.max_skipped_steps: ",
+    return absl::StrCat(skipped_in_a_row,
+                        " steps in a row had NaN/Inf gradients (health.max_skipped_steps: ",
                         h.max_skipped_steps, ")");
   }
   if (h.min_loss_scale > 0 && scale < h.min_loss_scale) {
-    return absl::StrFormat("the loss scale fell to %g, below health.min_loss_scale %g", scale, h.min_loss_scale);
+    return absl::StrFormat("the loss scale fell to %g, below health.min_loss_scale %g", scale,
+                           h.min_loss_scale);
   }
   return "";
 }
@@ -54,14 +56,18 @@ std::string DivergenceDetector::AddWindow(double window_loss) {
   } else if (has_baseline_ && std::isfinite(baseline_) && !history_.empty()) {
     std::vector<double> sorted = history_;
     const size_t mid = sorted.size() / 2;
-    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(mid), sorted.end());
+    std::nth_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(mid),
+                     sorted.end());
     double median = sorted[mid];
     if (sorted.size() % 2 == 0) {
-      median = (median + *std::max_element(sorted.begin(), sorted.begin() + static_cast<std::ptrdiff_t>(mid))) / 2;
+      median = (median + *std::max_element(sorted.begin(),
+                                           sorted.begin() + static_cast<std::ptrdiff_t>(mid))) /
+               2;
     }
     if (median > 0 && window_loss > factor_ * median && window_loss > baseline_) {
       why = absl::StrFormat(
-          "the mean loss over the window, %g, is above health.divergence.factor %g times the running median %g "
+          "the mean loss over the window, %g, is above health.divergence.factor %g times the "
+          "running median %g "
           "(and above the first step's %g)",
           window_loss, factor_, median, baseline_);
     }

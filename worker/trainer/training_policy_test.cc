@@ -63,8 +63,10 @@ TEST(TrainingPolicyTest, LossScaleCollapsesOnTooManySkipsOrATooSmallScale) {
   h.max_skipped_steps = 3;
   h.min_loss_scale = 1e-4;
   EXPECT_EQ(LossScaleCollapse(h, 3, 1.0), "");
-  EXPECT_EQ(LossScaleCollapse(h, 4, 1.0), "4 steps in a row had NaN/Inf gradients (health.max_skipped_steps: 3)");
-  EXPECT_EQ(LossScaleCollapse(h, 0, 1e-5), "the loss scale fell to 1e-05, below health.min_loss_scale 0.0001");
+  EXPECT_EQ(LossScaleCollapse(h, 4, 1.0),
+            "4 steps in a row had NaN/Inf gradients (health.max_skipped_steps: 3)");
+  EXPECT_EQ(LossScaleCollapse(h, 0, 1e-5),
+            "the loss scale fell to 1e-05, below health.min_loss_scale 0.0001");
   h.max_skipped_steps = 0;
   h.min_loss_scale = 0;
   EXPECT_EQ(LossScaleCollapse(h, 1000, 1e-30), "");  // both checks off
@@ -91,7 +93,8 @@ TEST(DivergenceDetectorTest, ARunThatExplodesInItsFirstWindowIsCaughtAgainstTheF
 TEST(DivergenceDetectorTest, ANormalRunAndASmallLossRisingAgainAreNotDivergence) {
   DivergenceDetector d(1e4);
   d.SetBaseline(2.3);
-  for (double loss : {1.2, 0.6, 0.3, 0.1, 0.01, 1e-4, 1e-6, 1e-8}) EXPECT_EQ(d.AddWindow(loss), "") << loss;
+  for (double loss : {1.2, 0.6, 0.3, 0.1, 0.01, 1e-4, 1e-6, 1e-8})
+    EXPECT_EQ(d.AddWindow(loss), "") << loss;
   // 1e4 times the recent losses, but still below where the run started.
   EXPECT_EQ(d.AddWindow(0.5), "");
   // A spike far above the median and the start is caught.
