@@ -59,6 +59,8 @@ absl::StatusOr<scheduler::ScheduleResult> ScheduleWithCommands(
       r.queue = it->queue;
       r.kind = p.kind;
       r.slots = p.world_size;
+      r.cpus = it->cpus;
+      r.memory_bytes = it->memory_bytes;
       r.priority = it->priority;
       r.start_seq = next_seq++;
       queues.running.push_back(std::move(r));
@@ -308,6 +310,10 @@ scheduler::QueueInput JobPlacer::Queues(absl::flat_hash_set<std::string>* stoppi
     r.queue = queue;
     r.kind = h.gpu ? scheduler::SlotKind::kGpu : scheduler::SlotKind::kCpu;
     r.slots = h.slots;
+    // Against the CPU and memory quotas, clamped as ToPending's.
+    const v1::ResourceSpec& res = e.job.spec().resources();
+    r.cpus = std::isfinite(res.cpus()) && res.cpus() > 0 ? res.cpus() : 0;
+    r.memory_bytes = std::max<int64_t>(0, res.memory());
     r.priority = e.job.spec().priority();
     const v1::Attempt* a = CurrentAttempt(e.job);
     r.start_seq = a != nullptr ? static_cast<std::uint64_t>(std::max<int64_t>(

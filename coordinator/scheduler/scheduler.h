@@ -202,6 +202,24 @@
 //    frees group used only as far as its queue's used exceeds that queue's
 //    G.
 //
+//  * Resource quotas (Kueue's per-resource quotas). Besides the two slot
+//    kinds a queue may have a nominal quota, borrowing and lending limit
+//    in CPUs and in memory: two more dimensions, each counted as Resources
+//    counts them (a job holds its least size x its per-rank cpus and
+//    memory, CPUs in thousandths, a nominal rounded down), whatever its slot
+//    kind. Every rule above applies to each dimension on its own, with a
+//    job's size in that dimension for s; a job is admitted only when every
+//    dimension it uses (> 0) admits it: within nominal when all are, it
+//    borrows (second round) when any borrows and none needs reclaiming, and
+//    one that would borrow in one dimension while its cohort lent out
+//    another is kQuotaExceeded (preemption never makes a job borrow). Its
+//    elastic headroom is the least over the dimensions. Preemption: the
+//    conditions hold in every finite dimension the job uses; candidates are
+//    running jobs (any kind) that use one of them, of Q at a lower
+//    priority, or of a cohort peer borrowing in such a dimension at the
+//    time of the pick; only victims of kind K count as available slots.
+//    Fair share stays in slots.
+//
 //  * Job size limits. A job whose least size exceeds its queue's
 //    max_job_size (0 = none) stays pending as kExceedsQueueLimit (checked
 //    before the workers: it never fits this queue however the cluster grows).
@@ -485,6 +503,14 @@ struct QueueSpec {
   int borrowing_limit_cpu = -1;
   int lending_limit_gpu = -1;
   int lending_limit_cpu = -1;
+  // The same in CPUs and bytes of memory (see Resource quotas): -1 =
+  // unlimited / none, else >= 0 (CPUs finite).
+  double nominal_cpus = -1;
+  std::int64_t nominal_memory_bytes = -1;
+  double borrowing_limit_cpus = -1;
+  std::int64_t borrowing_limit_memory_bytes = -1;
+  double lending_limit_cpus = -1;
+  std::int64_t lending_limit_memory_bytes = -1;
   // Queues naming the same cohort lend each other their idle quota; "" = none.
   std::string cohort;
   // The largest job (least size) the queue accepts; 0 = no limit, else > 0.
@@ -521,6 +547,10 @@ struct RunningJob {
   SlotKind kind = SlotKind::kCpu;
   // Slots it holds; >= 0.
   int slots = 0;
+  // Per rank, as PendingJob's (finite, >= 0): it holds slots x each against
+  // its queue's CPU and memory quotas.
+  double cpus = 0;
+  std::int64_t memory_bytes = 0;
   int priority = 0;
   // Order of starting; higher = started later (younger).
   std::uint64_t start_seq = 0;
