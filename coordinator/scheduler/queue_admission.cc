@@ -389,9 +389,13 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const 
   VictimChoice choice;
   long long stopping_slots = 0;
   for (const auto& [job, jq] : running_) {
-    if (job->kind != kind || !job->stopping) continue;
-    choice.stopping.push_back(job);
-    stopping_slots += job->slots;
+    if (!job->stopping) continue;
+    // Those of its kind free slots; any that holds a dimension it needs
+    // frees quota (and is waited for).
+    const Demand held = Held(*job);
+    const bool frees_quota = std::any_of(dims.begin(), dims.end(), [&](int k) { return held[k] > 0; });
+    if (job->kind == kind) stopping_slots += job->slots;
+    if (job->kind == kind || frees_quota) choice.stopping.push_back(job);
   }
   long long picked = 0;  // slots of kind `kind`
   absl::flat_hash_map<int, Demand> picked_from;

@@ -65,7 +65,8 @@ struct VictimChoice {
   bool enough = false;
   // In pick order; empty when !enough.
   std::vector<const RunningJob*> victims;
-  // Stopping jobs of the kind (sorted by id), whose slots are coming free.
+  // Stopping jobs (sorted by id) of the kind, whose slots are coming free,
+  // or holding quota in a dimension the job needs.
   std::vector<const RunningJob*> stopping;
 };
 
