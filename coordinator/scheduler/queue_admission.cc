@@ -28,7 +28,7 @@ Demand Held(const RunningJob& job) {
   const Demand per_rank = PerRank(job.kind, job.cpus > 0 ? std::max<long long>(1, MilliUp(job.cpus)) : 0,
                                   job.memory_bytes);
   Demand held{};
-  for (int d = 0; d < kNumDims; ++d) held[d] = per_rank[d] * job.slots;
+  for (int d = 0; d < kNumDims; ++d) held[d] = Times(per_rank[d], job.slots);
   return held;
 }
 
@@ -73,7 +73,7 @@ Demand PerRank(SlotKind kind, long long milli_cpus, long long memory) {
   Demand d{};
   d[KindIndex(kind)] = 1;
   d[kCpusDim] = milli_cpus;
-  d[kMemoryDim] = memory;
+  d[kMemoryDim] = Times(memory, 1);
   return d;
 }
 
@@ -308,7 +308,7 @@ Admission QueueBook::AdmitDim(int q, int k, long long amount) const {
 Admission QueueBook::Admit(int q, const Demand& per_rank, long long ranks) const {
   Admission admission = Admission::kUnlimited;
   for (int k = 0; k < kNumDims; ++k) {
-    if (per_rank[k] > 0) admission = Combine(admission, AdmitDim(q, k, per_rank[k] * ranks));
+    if (per_rank[k] > 0) admission = Combine(admission, AdmitDim(q, k, Times(per_rank[k], ranks)));
   }
   return admission;
 }
@@ -338,7 +338,7 @@ void QueueBook::Charge(int q, SlotKind kind, const Demand& per_rank, long long r
   queue.owners[owner].placed[slot] += ranks;
   for (int k = 0; k < kNumDims; ++k) {
     if (per_rank[k] <= 0) continue;
-    queue.used[k] += per_rank[k] * ranks;
+    queue.used[k] += Times(per_rank[k], ranks);
     if (queue.nominal[k] >= 0) Recount(queue.group, k);
   }
 }
@@ -409,7 +409,7 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const 
   auto enough = [&] {
     if (available + stopping_slots + picked < ranks) return false;
     for (int k : dims) {
-      const long long need = per_rank[k] * ranks;
+      const long long need = Times(per_rank[k], ranks);
       long long group_used = 0;
       for (int m : group.members) {
         if (queues_[m].nominal[k] >= 0) group_used += Lent(queues_[m], k, used_after(m, k));
@@ -500,7 +500,7 @@ std::string QueueBook::QuotaText(int q, const Demand& per_rank, long long ranks)
     if (k < kNumKinds) slot = k;
     if (!Finite(q, k)) continue;
     finite.push_back(QuotaText(q, k));
-    if (AdmitDim(q, k, per_rank[k] * ranks) != Admission::kWithinNominal) blocking.push_back(finite.back());
+    if (AdmitDim(q, k, Times(per_rank[k], ranks)) != Admission::kWithinNominal) blocking.push_back(finite.back());
   }
   if (!blocking.empty()) return absl::StrJoin(blocking, "; ");
   if (!finite.empty()) return absl::StrJoin(finite, "; ");

@@ -31,6 +31,14 @@ inline constexpr int kCpusDim = 2;
 inline constexpr int kMemoryDim = 3;
 // A job's holding in each dimension (per rank, or in all).
 using Demand = std::array<long long, kNumDims>;
+// a x b (each >= 0) saturated at 2^53: above every quota (< 1e15) and far
+// below kUnbounded, so that sums of a pass's jobs cannot overflow whatever
+// a stored row asks.
+inline long long Times(long long a, long long b) {
+  constexpr long long kHuge = 1LL << 53;
+  if (a <= 0 || b <= 0) return 0;
+  return a > kHuge / b ? kHuge : std::min(kHuge, a * b);
+}
 // One rank of a job of `kind` asking `milli_cpus` and `memory` per rank.
 Demand PerRank(SlotKind kind, long long milli_cpus, long long memory);
 // The job field a dimension's quota refuses, for messages:

@@ -35,7 +35,7 @@ std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queu
   const long long milli = cpus > 0 ? std::max<long long>(1, internal::MilliUp(cpus)) : 0;
   const internal::Demand per_rank = internal::PerRank(SlotKind::kCpu, milli, memory_bytes);
   for (int d : {internal::kCpusDim, internal::kMemoryDim}) {
-    const long long asks = per_rank[d] * ranks;
+    const long long asks = internal::Times(per_rank[d], ranks);
     const long long ceiling = book.Ceiling(q, d);
     if (per_rank[d] <= 0 || asks <= ceiling) continue;
     auto text = [d](long long v) {

@@ -333,13 +333,13 @@ class Pass {
     const internal::Demand per_rank = internal::PerRank(pending.kind, req.cpu, req.mem);
     for (int d = 0; d < internal::kNumDims; ++d) {
       const long long ceiling = book_.Ceiling(q, d);
-      if (per_rank[d] <= 0 || per_rank[d] * job.world_size <= ceiling) continue;
+      if (per_rank[d] <= 0 || internal::Times(per_rank[d], job.world_size) <= ceiling) continue;
       pending.reason = PendingReason::kExceedsQueueLimit;
       pending.message =
           d < kNumKinds
               ? absl::StrCat("needs ", need, " ", kind_name, " slots, more than queue ", book_.Name(q),
                              "'s nominal quota with all its cohort could ever lend (", ceiling, ")")
-              : absl::StrCat("needs ", internal::DimAmount(d, per_rank[d] * job.world_size), " (", need, " ranks of ",
+              : absl::StrCat("needs ", internal::DimAmount(d, internal::Times(per_rank[d], job.world_size)), " (", need, " ranks of ",
                              PerRankText(req), "), more than queue ", book_.Name(q),
                              "'s nominal quota with all its cohort could ever lend (",
                              internal::DimAmount(d, ceiling), ")");

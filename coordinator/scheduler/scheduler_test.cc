@@ -888,6 +888,21 @@ TEST(SchedulerResourceQuotaTest, ReclaimTakesBackMemoryFromAJobOfTheOtherKind) {
   EXPECT_EQ(Outcome(*placed), (Outcomes{{"a-gpu", "g:0"}})) << Dump(*placed);
 }
 
+// Sums of what jobs ask saturate instead of overflowing: a huge request is
+// simply more than any quota.
+TEST(SchedulerResourceQuotaTest, HugeRequestsAreOverAnyQuotaWithoutOverflow) {
+  QueueInput input;
+  input.queues = {WithMemory(Queue("A", -1), 64 * kGiB)};
+  input.running = {Holding(Running("huge-run", "A", 4), 0, std::int64_t{1} << 62)};
+  const std::vector<WorkerSlots> workers = {Sized(Gpu("w", 4, 8), 16, std::int64_t{1} << 62)};
+  auto r = Schedule({Queued("A", Needs(Job("huge", 1, kCuda, 0, 1), 0, std::int64_t{1} << 62)),
+                     Queued("A", Needs(Job("small", 1, kCuda, 0, 2), 0, kGiB))},
+                    workers, input);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r), (Outcomes{{"huge", "pending:exceeds_queue_limit"}, {"small", "pending:quota_exceeded"}}))
+      << Dump(*r);
+}
+
 TEST(SchedulerResourceQuotaTest, MalformedResourceQuotasAreRefusedNamingTheField) {
   QueueInput input;
   input.queues = {WithCpus(Queue("A", 1), std::nan(""))};
