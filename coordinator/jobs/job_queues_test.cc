@@ -140,6 +140,46 @@ TEST_F(JobQueuesTest, ABorrowerIsPreemptedWhenTheLenderNeedsItsQuotaAndResumesLa
   EXPECT_EQ(victim.restarts(), 0);
 }
 
+// Issue #48: a running job's memory counts against its queue's memory
+// quota (the placer hands the scheduler each running job's resources): b
+// borrows a's idle memory quota with free slots to spare, and a's job within
+// its own quota preempts it, then starts once its ranks have stopped.
+TEST_F(JobQueuesTest, ARunningJobsMemoryCountsAndIsReclaimedByPreemption) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  queues_ = {Queue("a", -1, "c"), Queue("b", -1, "c")};
+  queues_[0].nominal_memory_bytes = 16 * kGiB;
+  queues_[1].nominal_memory_bytes = 16 * kGiB;
+  jobs_->SetQueueSource([this] { return queues_; });
+  v1::Register reg = CpuWorker("w1", 8);
+  reg.mutable_allocatable()->set_cpus(8);
+  reg.mutable_allocatable()->set_memory_bytes(64 * kGiB);
+  reg.mutable_allocatable()->set_enforces_limits(true);
+  RegisterWorker(reg);
+  auto submit = [&](const std::string& queue, int64_t memory) {
+    v1::JobSpec spec = Spec(1);
+    spec.set_queue(queue);
+    spec.mutable_resources()->set_memory(memory);
+    auto job = jobs_->Submit(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->id() : "";
+  };
+  // b borrows 8 GiB of a's idle quota.
+  const std::string borrower = submit("b", 24 * kGiB);
+  ASSERT_EQ(Get(borrower).state(), v1::JOB_STATE_SCHEDULED) << Get(borrower).state_reason();
+  AllRanks(borrower, 1, v1::RANK_STATE_RUNNING);
+  // a's 16 GiB is its own: 7 slots and 40 GiB are free, but the cohort lent
+  // 8 of it out, so b's job is preempted.
+  const std::string owner = submit("a", 16 * kGiB);
+  EXPECT_EQ(Get(owner).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(owner).state_reason(), HasSubstr("memory"));
+  EXPECT_EQ(Get(borrower).attempts(0).preempted_for(), owner);
+  AllRanks(borrower, 1, v1::RANK_STATE_STOPPED);
+  EXPECT_EQ(Get(owner).state(), v1::JOB_STATE_SCHEDULED) << Get(owner).state_reason();
+  // b may now hold only its own 16 GiB: its 24 GiB job waits, saying so.
+  EXPECT_NE(Get(borrower).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_THAT(Get(borrower).state_reason(), HasSubstr("GiB memory used"));
+}
+
 TEST_F(JobQueuesTest, AHigherPriorityJobPreemptsALowerOneOfItsOwnQueue) {
   queues_ = {Queue("a", 2)};
   jobs_->SetQueueSource([this] { return queues_; });
