@@ -202,12 +202,11 @@
 //    frees group used only as far as its queue's used exceeds that queue's
 //    G.
 //
-//  * Resource quotas (Kueue's per-resource quotas). Besides the two slot
-//    kinds a queue may have a nominal quota, borrowing and lending limit
-//    in CPUs and in memory: two more dimensions, each counted as Resources
-//    counts them (a job holds its least size x its per-rank cpus and
-//    memory, CPUs in thousandths, a nominal rounded down), whatever its slot
-//    kind. Every rule above applies to each dimension on its own, with a
+//  * Resource quotas (Kueue's per-resource quotas). A queue may also have a
+//    nominal quota, borrowing and lending limit in CPUs and in memory: two
+//    more dimensions, counted as Resources counts them (a job holds its
+//    least size x its per-rank cpus and memory, CPUs in thousandths, a
+//    nominal rounded down), whatever its slot kind. Every rule above applies to each dimension on its own, with a
 //    job's size in that dimension for s; a job is admitted only when every
 //    dimension it uses (> 0) admits it: within nominal when all are, it
 //    borrows (second round) when any borrows and none needs reclaiming, and
@@ -575,10 +574,11 @@ absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
 
 // The same with queues, quotas and running jobs (see the Queues policy
 // above). Also InvalidArgument, naming the field, for a queue with an empty or
-// duplicate name, a nominal below -1, a negative max_job_size, a negative or
-// non-finite usage; a running job with an empty or duplicate id, an id of a
-// pending job, negative slots, or (queues defined) a queue not defined; a
-// weight that is not finite and > 0; a duplicate owner.
+// duplicate name, a nominal or limit below -1 (CPU / memory: not -1 or
+// finite >= 0), a negative max_job_size, a negative or non-finite usage; a
+// running job with an empty or duplicate id, an id of a pending job, negative
+// slots, cpus or memory, or (queues defined) a queue not defined; a weight
+// that is not finite and > 0; a duplicate owner.
 // Schedule(jobs, workers) == Schedule(jobs, workers, QueueInput{}).
 absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
                                         absl::Span<const WorkerSlots> workers,
