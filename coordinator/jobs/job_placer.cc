@@ -12,6 +12,7 @@
 #include "common/time_util.h"
 #include "coordinator/jobs/attempt_failure.h"
 #include "coordinator/artifacts/checkpoint_records.h"
+#include "coordinator/scheduler/quota.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -480,6 +481,10 @@ bool JobPlacer::QueueHasRoom(const JobEntry& e, bool gpu) const {
   const std::string name = QueueName(e.job.spec());
   const auto q = std::find_if(queues.begin(), queues.end(), [&](const scheduler::QueueSpec& s) { return s.name == name; });
   if (q == queues.end()) return false;
+  // Its CPU and memory quotas: room for one more rank of it.
+  const v1::ResourceSpec& res = e.job.spec().resources();
+  absl::flat_hash_set<std::string> stopping;
+  if (!scheduler::QueueHasResourceRoom(queues, Queues(&stopping).running, name, res.cpus(), res.memory())) return false;
   const int nominal = gpu ? q->nominal_gpu : q->nominal_cpu;
   if (nominal < 0) return true;
   const auto held = SlotsHeldByOwner();

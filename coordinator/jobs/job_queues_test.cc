@@ -180,6 +180,41 @@ TEST_F(JobQueuesTest, ARunningJobsMemoryCountsAndIsReclaimedByPreemption) {
   EXPECT_THAT(Get(borrower).state_reason(), HasSubstr("GiB memory used"));
 }
 
+// An elastic job started at the size its queue's memory quota admits does
+// not stop to grow while the quota has no room for another rank (it would
+// only wait, stopped, for quota), and grows once the quota is raised.
+TEST_F(JobQueuesTest, AnElasticJobGrowsOnlyWithinItsQueuesMemoryQuota) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  queues_ = {Queue("a", -1)};
+  queues_[0].nominal_memory_bytes = 8 * kGiB;
+  jobs_->SetQueueSource([this] { return queues_; });
+  v1::Register reg = CpuWorker("w1", 4);
+  reg.mutable_allocatable()->set_cpus(8);
+  reg.mutable_allocatable()->set_memory_bytes(64 * kGiB);
+  reg.mutable_allocatable()->set_enforces_limits(true);
+  RegisterWorker(reg);
+  v1::JobSpec spec = Spec(2);
+  spec.set_queue("a");
+  spec.mutable_resources()->set_memory(8 * kGiB);
+  spec.mutable_training()->set_epochs(3);
+  spec.mutable_elastic()->set_min_ranks(1);
+  auto job = jobs_->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_SCHEDULED) << Get(id).state_reason();
+  ASSERT_EQ(Get(id).attempts(0).ranks_size(), 1) << "the quota admits one rank of 8 GiB";
+  ASSERT_TRUE(Rendezvous("w1", id, 1).ok());
+  ASSERT_TRUE(Status("w1", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
+  // 3 slots and 56 GiB are free, but the quota is full: no growth.
+  ASSERT_TRUE(Checkpoint(*jobs_, "w1", id, 1, 0, 0, 5, "/w/ck-5").ok());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(id).attempts(0).grow_to(), 0);
+  // Raised: the next checkpoint grows it.
+  queues_[0].nominal_memory_bytes = 16 * kGiB;
+  ASSERT_TRUE(Checkpoint(*jobs_, "w1", id, 1, 0, 0, 6, "/w/ck-6").ok());
+  EXPECT_EQ(Get(id).attempts(0).grow_to(), 2) << Get(id).state_reason();
+}
+
 TEST_F(JobQueuesTest, AHigherPriorityJobPreemptsALowerOneOfItsOwnQueue) {
   queues_ = {Queue("a", 2)};
   jobs_->SetQueueSource([this] { return queues_; });

@@ -47,4 +47,29 @@ std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queu
   return std::nullopt;
 }
 
+bool QueueHasResourceRoom(absl::Span<const QueueSpec> queues, absl::Span<const RunningJob> running,
+                          const std::string& name, double cpus, std::int64_t memory_bytes) {
+  if (queues.empty()) return true;
+  QueueInput input;
+  input.queues.assign(queues.begin(), queues.end());
+  // QueueBook needs every running job's queue defined.
+  const auto defined = [&](const std::string& queue) {
+    const std::string& n = queue.empty() ? std::string("default") : queue;
+    return std::any_of(queues.begin(), queues.end(), [&](const QueueSpec& q) { return q.name == n; });
+  };
+  for (const RunningJob& r : running) {
+    if (defined(r.queue)) input.running.push_back(r);
+  }
+  const internal::QueueBook book(input);
+  const int q = book.Find(name);
+  if (q < 0) return true;
+  const long long milli = cpus > 0 ? std::max<long long>(1, internal::MilliUp(cpus)) : 0;
+  internal::Demand per_rank = internal::PerRank(SlotKind::kCpu, milli, memory_bytes);
+  per_rank[internal::KindIndex(SlotKind::kCpu)] = 0;  // slots are the caller's
+  // Within its own nominal: kReclaim too (the cohort borrowed it), as the
+  // caller's slot check.
+  const internal::Admission a = book.Admit(q, per_rank, 1);
+  return a != internal::Admission::kBorrow && a != internal::Admission::kOverQuota;
+}
+
 }  // namespace trainctl::scheduler

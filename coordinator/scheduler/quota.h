@@ -44,4 +44,12 @@ struct ResourceShort {
 std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queues, const std::string& name,
                                                 long long ranks, double cpus, std::int64_t memory_bytes);
 
+// Whether one more rank asking `cpus` and `memory_bytes` keeps queue `name`
+// within its own nominal CPU and memory quotas, given what `running` holds
+// (running jobs of queues not among `queues` are ignored): an elastic job
+// grows only then (JobPlacer, as for its slots). True when both are
+// unlimited, or the queue is not among `queues`.
+bool QueueHasResourceRoom(absl::Span<const QueueSpec> queues, absl::Span<const RunningJob> running,
+                          const std::string& name, double cpus, std::int64_t memory_bytes);
+
 }  // namespace trainctl::scheduler

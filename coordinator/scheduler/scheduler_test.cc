@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/scheduler/quota.h"
 #include "coordinator/scheduler/scheduler_test_support.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -901,6 +902,21 @@ TEST(SchedulerResourceQuotaTest, HugeRequestsAreOverAnyQuotaWithoutOverflow) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(Outcome(*r), (Outcomes{{"huge", "pending:exceeds_queue_limit"}, {"small", "pending:quota_exceeded"}}))
       << Dump(*r);
+}
+
+// An elastic job grows by a rank only within its queue's own CPU and memory
+// quotas (JobPlacer asks before stopping it to grow).
+TEST(SchedulerResourceQuotaTest, GrowthRoomIsWithinTheQueuesOwnResourceQuota) {
+  const std::vector<QueueSpec> queues = {WithMemory(Queue("A", -1, -1, "c"), 32 * kGiB),
+                                         WithMemory(Queue("B", -1, -1, "c"), 0), Queue("U", -1)};
+  const std::vector<RunningJob> running = {Holding(Running("a", "A", 1), 0, 16 * kGiB),
+                                           Holding(Running("gone", "deleted-queue", 8), 0, 64 * kGiB)};
+  EXPECT_TRUE(QueueHasResourceRoom(queues, running, "A", 0, 16 * kGiB));
+  EXPECT_FALSE(QueueHasResourceRoom(queues, running, "A", 0, 17 * kGiB)) << "past its own nominal";
+  EXPECT_FALSE(QueueHasResourceRoom(queues, running, "B", 0, kGiB)) << "only by borrowing";
+  EXPECT_TRUE(QueueHasResourceRoom(queues, running, "B", 4, 0)) << "B has no CPU quota";
+  EXPECT_TRUE(QueueHasResourceRoom(queues, running, "U", 64, 64 * kGiB)) << "unlimited";
+  EXPECT_TRUE(QueueHasResourceRoom({}, running, "A", 0, 64 * kGiB)) << "no queues";
 }
 
 TEST(SchedulerResourceQuotaTest, MalformedResourceQuotasAreRefusedNamingTheField) {
