@@ -419,6 +419,65 @@ TEST(QueuesE2ETest, BorrowingAndLendingLimitsAreShownAndBoundWhatAQueueCanEverRu
   EXPECT_EQ(job->state(), v1::JOB_STATE_PENDING);
 }
 
+// Issue #48: quotas in CPUs and memory through the CLI: sizes as
+// --default-memory takes them, shown where set (create, describe, list's
+// extra column), a bad value refused naming the flag or the field, and a job
+// the queue can never hold in memory refused at submit.
+TEST(QueuesE2ETest, CpuAndMemoryQuotasAreSetShownAndBoundWhatAQueueCanEverRun) {
+  Cluster cluster(testing::BuildDirOfThisTest(), "");
+  ASSERT_TRUE(cluster.StartCoordinator());
+  const std::string admin = cluster.admin_token();
+  CliResult made = RunTrainctl(cluster, admin,
+                               {"queue", "create", "mem", "--cohort", "lab", "--nominal-cpus", "8", "--nominal-memory",
+                                "16Gi", "--borrowing-limit-memory", "16Gi", "--lending-limit-cpus", "2"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_THAT(made.out, HasSubstr("cpus 8 (lends at most 2), memory 16 GiB (borrows at most 16 GiB)"));
+  made = RunTrainctl(cluster, admin, {"queue", "create", "plain", "--gpu", "2"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  CliResult shown = RunTrainctl(cluster, admin, {"queue", "describe", "mem"});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_THAT(shown.out, ContainsRegex("CPU/memory quota: +cpus 8 \\(lends at most 2\\), memory 16 GiB"));
+  shown = RunTrainctl(cluster, admin, {"queue", "describe", "plain"});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_THAT(shown.out, Not(HasSubstr("CPU/memory quota")));
+  CliResult listed = RunTrainctl(cluster, admin, {"queue", "list"});
+  ASSERT_EQ(listed.code, 0) << listed.err;
+  EXPECT_THAT(listed.out, HasSubstr("CPUS/MEMORY QUOTA"));
+  EXPECT_THAT(listed.out, HasSubstr("memory 16 GiB (borrows at most 16 GiB)"));
+  CliResult json = RunTrainctl(cluster, admin, {"queue", "describe", "mem", "-o", "json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_THAT(json.out, ContainsRegex("\"nominal_?[mM]emory_?[bB]ytes\": ?\"?17179869184"));
+
+  CliResult bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--nominal-memory", "lots"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--nominal-memory: must be a byte quantity"));
+  bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--nominal-cpus", "4", "--lending-limit-cpus", "5"});
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("queue.lending_limit_cpus: 5 is more than the queue's nominal_cpus of 4"));
+  bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--borrowing-limit-memory", "1Gi"});
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("queue.borrowing_limit_memory_bytes: needs a nominal_memory_bytes quota"));
+
+  // mem can ever hold its own 16 GiB (no other queue of its cohort lends
+  // it more; its borrowing limit does not bind): 2 ranks of 16 GiB never fit.
+  std::unique_ptr<Client> as_admin = ClientAs(cluster, admin);
+  ASSERT_NE(as_admin, nullptr);
+  v1::JobSpec spec = Spec("too-much-memory");
+  spec.set_queue("mem");
+  spec.set_world_size(2);
+  spec.mutable_resources()->set_memory(int64_t{16} << 30);
+  absl::StatusOr<v1::Job> job = as_admin->Submit(spec);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(),
+              HasSubstr("resources.memory: the job asks 32 GiB (2 ranks of 16 GiB); queue 'mem' with its cohort can "
+                        "hold at most 16 GiB"));
+  spec.mutable_scheduling()->set_wait_for_capacity(true);
+  job = as_admin->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  EXPECT_EQ(job->state(), v1::JOB_STATE_PENDING);
+}
+
 // Issue #44: the first queue, unmarked, makes a job that names none fail
 // with the fix in the message; `--cpu 2` alone is said to leave GPUs
 // unlimited; once the admin marks the queue the default (--default), a job

@@ -7,6 +7,7 @@
 #include <optional>
 #include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/numbers.h"
@@ -34,6 +35,15 @@ struct QueueArgs {
   int borrowing_limit_cpu = -1;
   int lending_limit_gpu = -1;
   int lending_limit_cpu = -1;
+  // Queue.nominal_cpus / borrowing_limit_cpus / lending_limit_cpus and the
+  // *_memory_bytes ones: -1 / "" (also when omitted): unlimited or no
+  // limit, sent unset; memory as --default-memory ("-1" as omitted).
+  double nominal_cpus = -1;
+  double borrowing_limit_cpus = -1;
+  double lending_limit_cpus = -1;
+  std::string nominal_memory;
+  std::string borrowing_limit_memory;
+  std::string lending_limit_memory;
   std::string cohort;
   int max_job_size = 0;
   // Queue.max_running_jobs_per_owner / max_slots_per_owner (0: no limit).
@@ -115,6 +125,51 @@ std::string CpuLimits(const v1::Queue& q) {
                     q.lending_limit_cpu());
 }
 
+// The CPU and memory quotas (Queue fields 20-25) where set: "cpus 32
+// (borrows at most 8), memory 64 GiB (lends at most 16 GiB)", "" when the
+// queue has neither.
+std::string ResourceQuotaText(const v1::Queue& q) {
+  std::vector<std::string> parts;
+  auto one = [&](const char* what, bool has, const std::string& nominal, bool has_borrow,
+                 const std::string& borrow, bool has_lend, const std::string& lend) {
+    if (!has) return;
+    std::vector<std::string> limits;
+    if (has_borrow) limits.push_back(absl::StrCat("borrows at most ", borrow));
+    if (has_lend) limits.push_back(absl::StrCat("lends at most ", lend));
+    parts.push_back(
+        absl::StrCat(what, " ", nominal,
+                     limits.empty() ? "" : absl::StrCat(" (", absl::StrJoin(limits, ", "), ")")));
+  };
+  one("cpus", q.has_nominal_cpus() && q.nominal_cpus() >= 0, absl::StrCat(q.nominal_cpus()),
+      q.has_borrowing_limit_cpus() && q.borrowing_limit_cpus() >= 0,
+      absl::StrCat(q.borrowing_limit_cpus()),
+      q.has_lending_limit_cpus() && q.lending_limit_cpus() >= 0,
+      absl::StrCat(q.lending_limit_cpus()));
+  one("memory", q.has_nominal_memory_bytes() && q.nominal_memory_bytes() >= 0,
+      FormatBytes(q.nominal_memory_bytes()),
+      q.has_borrowing_limit_memory_bytes() && q.borrowing_limit_memory_bytes() >= 0,
+      FormatBytes(q.borrowing_limit_memory_bytes()),
+      q.has_lending_limit_memory_bytes() && q.lending_limit_memory_bytes() >= 0,
+      FormatBytes(q.lending_limit_memory_bytes()));
+  return absl::StrJoin(parts, ", ");
+}
+
+// A memory quota flag's bytes into `out` (left empty for "" or "-1":
+// unset); false with `error` set when it does not parse.
+bool ParseMemoryQuota(const char* flag, const std::string& text, std::optional<int64_t>& out,
+                      std::string& error) {
+  out.reset();
+  if (text.empty() || text == "-1") return true;
+  out = jobspec::ParseByteQuantity(text);
+  if (out.has_value()) return true;
+  error =
+      absl::StrCat(flag,
+                   ": must be a byte quantity (512Mi, 64Gi, 2G or plain bytes; -1 = unlimited), "
+                   "got '",
+                   text, "'");
+  return false;
+}
+
 // "used/nominal", "-" for an unlimited nominal ("3/-"), then the limits
 // when any: "3/2 (borrows at most 1)".
 std::string QuotaText(int used, bool has_nominal, int nominal, const std::string& limits) {
@@ -131,6 +186,25 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
   if (a.borrowing_limit_cpu != -1) q.set_borrowing_limit_cpu(a.borrowing_limit_cpu);
   if (a.lending_limit_gpu != -1) q.set_lending_limit_gpu(a.lending_limit_gpu);
   if (a.lending_limit_cpu != -1) q.set_lending_limit_cpu(a.lending_limit_cpu);
+  if (a.nominal_cpus != -1) q.set_nominal_cpus(a.nominal_cpus);
+  if (a.borrowing_limit_cpus != -1) q.set_borrowing_limit_cpus(a.borrowing_limit_cpus);
+  if (a.lending_limit_cpus != -1) q.set_lending_limit_cpus(a.lending_limit_cpus);
+  for (const auto& [flag, text, setter] :
+       {std::tuple<const char*, const std::string&, void (v1::Queue::*)(int64_t)>{
+            "--nominal-memory", a.nominal_memory, &v1::Queue::set_nominal_memory_bytes},
+        std::tuple<const char*, const std::string&, void (v1::Queue::*)(int64_t)>{
+            "--borrowing-limit-memory", a.borrowing_limit_memory,
+            &v1::Queue::set_borrowing_limit_memory_bytes},
+        std::tuple<const char*, const std::string&, void (v1::Queue::*)(int64_t)>{
+            "--lending-limit-memory", a.lending_limit_memory,
+            &v1::Queue::set_lending_limit_memory_bytes}}) {
+    std::optional<int64_t> bytes;
+    std::string error;
+    if (!ParseMemoryQuota(flag, text, bytes, error)) {
+      return ctx.Fail(absl::InvalidArgumentError(error));
+    }
+    if (bytes.has_value()) (q.*setter)(*bytes);
+  }
   q.set_cohort(a.cohort);
   q.set_max_job_size(a.max_job_size);
   q.set_max_running_jobs_per_owner(a.max_jobs_per_owner);
@@ -177,6 +251,7 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
             << (GpuLimits(made).empty() ? "" : absl::StrCat(" (", GpuLimits(made), ")")) << ", "
             << NominalMeaning("CPUs", "--cpu", made.has_nominal_cpu(), made.nominal_cpu())
             << (CpuLimits(made).empty() ? "" : absl::StrCat(" (", CpuLimits(made), ")"))
+            << (ResourceQuotaText(made).empty() ? "" : absl::StrCat(", ", ResourceQuotaText(made)))
             << (made.cohort().empty() ? "" : absl::StrCat(", cohort ", made.cohort()))
             << (made.max_job_size() > 0 ? absl::StrCat(", max job size ", made.max_job_size()) : "")
             << ", default priority " << made.default_priority()
@@ -205,16 +280,32 @@ int RunQueueList(CliContext& ctx) {
           ctx.out << "no queues (every job runs as before queues: one unlimited queue)\n";
           return kExitOk;
         }
-        Table t({"NAME", "COHORT", "GPU", "CPU", "MAX-JOB", "PRIORITY", "PENDING", "RUNNING",
-                 "DEFAULT"});
+        // The CPUS / MEMORY quota column only when some queue has one.
+        const bool resource_quotas = std::any_of(
+            queues.begin(), queues.end(),
+            [](const v1::QueueStatus& s) { return !ResourceQuotaText(s.queue()).empty(); });
+        std::vector<std::string> header = {"NAME", "COHORT", "GPU", "CPU"};
+        if (resource_quotas) header.push_back("CPUS/MEMORY QUOTA");
+        for (const char* h : {"MAX-JOB", "PRIORITY", "PENDING", "RUNNING", "DEFAULT"}) {
+          header.push_back(h);
+        }
+        Table t(header);
         for (const v1::QueueStatus& s : queues) {
           const v1::Queue& q = s.queue();
-          t.AddRow({q.name(), q.cohort().empty() ? "-" : q.cohort(),
-                    QuotaText(s.used_gpu(), q.has_nominal_gpu(), q.nominal_gpu(), GpuLimits(q)),
-                    QuotaText(s.used_cpu(), q.has_nominal_cpu(), q.nominal_cpu(), CpuLimits(q)),
-                    q.max_job_size() > 0 ? absl::StrCat(q.max_job_size()) : "-",
-                    absl::StrCat(q.default_priority()), absl::StrCat(s.pending_jobs()),
-                    absl::StrCat(s.running_jobs()), q.default_queue() ? "yes" : "-"});
+          std::vector<std::string> row = {
+              q.name(), q.cohort().empty() ? "-" : q.cohort(),
+              QuotaText(s.used_gpu(), q.has_nominal_gpu(), q.nominal_gpu(), GpuLimits(q)),
+              QuotaText(s.used_cpu(), q.has_nominal_cpu(), q.nominal_cpu(), CpuLimits(q))};
+          if (resource_quotas) {
+            row.push_back(ResourceQuotaText(q).empty() ? "-" : ResourceQuotaText(q));
+          }
+          for (std::string cell :
+               {q.max_job_size() > 0 ? absl::StrCat(q.max_job_size()) : std::string("-"),
+                absl::StrCat(q.default_priority()), absl::StrCat(s.pending_jobs()),
+                absl::StrCat(s.running_jobs()), std::string(q.default_queue() ? "yes" : "-")}) {
+            row.push_back(std::move(cell));
+          }
+          t.AddRow(row);
         }
         t.Print(ctx.out);
         return kExitOk;
@@ -243,6 +334,9 @@ int RunQueueDescribe(CliContext& ctx, const std::string& name) {
                   absl::StrCat(s.used_cpu(), " used of ",
                                q.has_nominal_cpu() ? absl::StrCat(q.nominal_cpu()) : "unlimited",
                                CpuLimits(q).empty() ? "" : absl::StrCat(" (", CpuLimits(q), ")"))});
+        if (!ResourceQuotaText(q).empty()) {
+          t.AddRow({"CPU/memory quota:", ResourceQuotaText(q)});
+        }
         t.AddRow({"Max job size:",
                   q.max_job_size() > 0 ? absl::StrCat(q.max_job_size(), " ranks") : "no limit"});
         t.AddRow({"Default priority:", absl::StrCat(q.default_priority())});
@@ -284,18 +378,20 @@ int RunQueueDelete(CliContext& ctx, const std::string& name) {
 }  // namespace
 
 VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
-  CLI::App* sub =
-      AddVerb(app, "queue", "Create, list, describe and delete queues (docs/queues.md)",
-              "  trainctl queue create research --gpu 16 --cohort lab --default-priority 10\n"
-              "  trainctl queue create research --gpu 24 --cohort lab --update\n"
-              "  trainctl queue create team-a --gpu 8 --cpu 32 --default\n"
-              "  trainctl queue create team-b --gpu 8 --cohort lab --borrowing-limit-gpu 4 "
-              "--lending-limit-gpu 2\n"
-              "  trainctl queue create batch --cpu 64 --default-cpus 2 --default-memory 4Gi\n"
-              "  trainctl queue list\n"
-              "  trainctl queue describe research\n"
-              "  trainctl queue delete research\n",
-              "Examples:");
+  CLI::App* sub = AddVerb(
+      app, "queue", "Create, list, describe and delete queues (docs/queues.md)",
+      "  trainctl queue create research --gpu 16 --cohort lab --default-priority 10\n"
+      "  trainctl queue create research --gpu 24 --cohort lab --update\n"
+      "  trainctl queue create team-a --gpu 8 --cpu 32 --default\n"
+      "  trainctl queue create team-b --gpu 8 --cohort lab --borrowing-limit-gpu 4 "
+      "--lending-limit-gpu 2\n"
+      "  trainctl queue create batch --cpu 64 --default-cpus 2 --default-memory 4Gi\n"
+      "  trainctl queue create team-c --cohort lab --nominal-cpus 64 --nominal-memory 256Gi "
+      "--borrowing-limit-memory 64Gi\n"
+      "  trainctl queue list\n"
+      "  trainctl queue describe research\n"
+      "  trainctl queue delete research\n",
+      "Examples:");
   sub->require_subcommand(1, 1);
   auto create = std::make_shared<QueueArgs>();
   auto name = std::make_shared<std::string>();
@@ -323,6 +419,29 @@ VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
                 "Most of its --cpu it lends to its cohort; the rest stays reserved for it "
                 "(default: no limit)")
       ->type_name("N");
+  c->add_option("--nominal-cpus", create->nominal_cpus,
+                "Nominal CPUs its jobs may hold, counted as resources.cpus x ranks (default: "
+                "unlimited; -1 = unlimited)")
+      ->type_name("CPUS");
+  c->add_option("--nominal-memory", create->nominal_memory,
+                "Nominal memory its jobs may hold, counted as resources.memory x ranks: 512Mi, "
+                "64Gi, 2G or bytes (default: unlimited; -1 = unlimited)")
+      ->type_name("BYTES");
+  c->add_option("--borrowing-limit-cpus", create->borrowing_limit_cpus,
+                "Most CPUs beyond --nominal-cpus it may borrow from its cohort (default: no limit)")
+      ->type_name("CPUS");
+  c->add_option("--borrowing-limit-memory", create->borrowing_limit_memory,
+                "Most memory beyond --nominal-memory it may borrow from its cohort (default: no "
+                "limit)")
+      ->type_name("BYTES");
+  c->add_option("--lending-limit-cpus", create->lending_limit_cpus,
+                "Most of its --nominal-cpus it lends to its cohort; the rest stays reserved for it "
+                "(default: no limit)")
+      ->type_name("CPUS");
+  c->add_option("--lending-limit-memory", create->lending_limit_memory,
+                "Most of its --nominal-memory it lends to its cohort; the rest stays reserved for "
+                "it (default: no limit)")
+      ->type_name("BYTES");
   c->add_option("--cohort", create->cohort,
                 "Queues of one cohort lend each other idle quota and reclaim it by preemption");
   c->add_option(

@@ -14,6 +14,7 @@
 #include "coordinator/jobs/attempt_failure.h"
 #include "coordinator/jobs/runtime_bound.h"
 #include "coordinator/artifacts/checkpoint_records.h"
+#include "coordinator/scheduler/quota.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -64,6 +65,8 @@ absl::StatusOr<scheduler::ScheduleResult> ScheduleWithCommands(
       r.queue = it->queue;
       r.kind = p.kind;
       r.slots = p.world_size;
+      r.cpus = it->cpus;
+      r.memory_bytes = it->memory_bytes;
       r.priority = it->priority;
       r.start_seq = next_seq++;
       queues.running.push_back(std::move(r));
@@ -317,6 +320,10 @@ scheduler::QueueInput JobPlacer::Queues(absl::flat_hash_set<std::string>* stoppi
     r.queue = queue;
     r.kind = h.gpu ? scheduler::SlotKind::kGpu : scheduler::SlotKind::kCpu;
     r.slots = h.slots;
+    // Against the CPU and memory quotas, clamped as ToPending's.
+    const v1::ResourceSpec& res = e.job.spec().resources();
+    r.cpus = std::isfinite(res.cpus()) && res.cpus() > 0 ? res.cpus() : 0;
+    r.memory_bytes = std::max<int64_t>(0, res.memory());
     r.priority = e.job.spec().priority();
     const v1::Attempt* a = CurrentAttempt(e.job);
     r.start_seq = a != nullptr ? static_cast<std::uint64_t>(std::max<int64_t>(
@@ -483,6 +490,10 @@ bool JobPlacer::QueueHasRoom(const JobEntry& e, bool gpu) const {
   const std::string name = QueueName(e.job.spec());
   const auto q = std::find_if(queues.begin(), queues.end(), [&](const scheduler::QueueSpec& s) { return s.name == name; });
   if (q == queues.end()) return false;
+  // Its CPU and memory quotas: room for one more rank of it.
+  const v1::ResourceSpec& res = e.job.spec().resources();
+  absl::flat_hash_set<std::string> stopping;
+  if (!scheduler::QueueHasResourceRoom(queues, Queues(&stopping).running, name, res.cpus(), res.memory())) return false;
   const int nominal = gpu ? q->nominal_gpu : q->nominal_cpu;
   if (nominal < 0) return true;
   const auto held = SlotsHeldByOwner();

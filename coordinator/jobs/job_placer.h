@@ -151,7 +151,8 @@ class JobPlacer {
   void Preempt(const std::string& victim, const std::string& for_job)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // With queues: whether `e`'s queue has quota left for another slot of the
-  // kind its current attempt runs on (an elastic job grows only then).
+  // kind its current attempt runs on, and for its CPUs and memory (an
+  // elastic job grows only then).
   bool QueueHasRoom(const JobEntry& e, bool gpu) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   JobBook* book_;

@@ -140,6 +140,81 @@ TEST_F(JobQueuesTest, ABorrowerIsPreemptedWhenTheLenderNeedsItsQuotaAndResumesLa
   EXPECT_EQ(victim.restarts(), 0);
 }
 
+// Issue #48: a running job's memory counts against its queue's memory
+// quota (the placer hands the scheduler each running job's resources): b
+// borrows a's idle memory quota with free slots to spare, and a's job within
+// its own quota preempts it, then starts once its ranks have stopped.
+TEST_F(JobQueuesTest, ARunningJobsMemoryCountsAndIsReclaimedByPreemption) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  queues_ = {Queue("a", -1, "c"), Queue("b", -1, "c")};
+  queues_[0].nominal_memory_bytes = 16 * kGiB;
+  queues_[1].nominal_memory_bytes = 16 * kGiB;
+  jobs_->SetQueueSource([this] { return queues_; });
+  v1::Register reg = CpuWorker("w1", 8);
+  reg.mutable_allocatable()->set_cpus(8);
+  reg.mutable_allocatable()->set_memory_bytes(64 * kGiB);
+  reg.mutable_allocatable()->set_enforces_limits(true);
+  RegisterWorker(reg);
+  auto submit = [&](const std::string& queue, int64_t memory) {
+    v1::JobSpec spec = Spec(1);
+    spec.set_queue(queue);
+    spec.mutable_resources()->set_memory(memory);
+    auto job = jobs_->Submit(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->id() : "";
+  };
+  // b borrows 8 GiB of a's idle quota.
+  const std::string borrower = submit("b", 24 * kGiB);
+  ASSERT_EQ(Get(borrower).state(), v1::JOB_STATE_SCHEDULED) << Get(borrower).state_reason();
+  AllRanks(borrower, 1, v1::RANK_STATE_RUNNING);
+  // a's 16 GiB is its own: 7 slots and 40 GiB are free, but the cohort lent
+  // 8 of it out, so b's job is preempted.
+  const std::string owner = submit("a", 16 * kGiB);
+  EXPECT_EQ(Get(owner).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(owner).state_reason(), HasSubstr("memory"));
+  EXPECT_EQ(Get(borrower).attempts(0).preempted_for(), owner);
+  AllRanks(borrower, 1, v1::RANK_STATE_STOPPED);
+  EXPECT_EQ(Get(owner).state(), v1::JOB_STATE_SCHEDULED) << Get(owner).state_reason();
+  // b may now hold only its own 16 GiB: its 24 GiB job waits, saying so.
+  EXPECT_NE(Get(borrower).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_THAT(Get(borrower).state_reason(), HasSubstr("GiB memory used"));
+}
+
+// An elastic job started at the size its queue's memory quota admits does
+// not stop to grow while the quota has no room for another rank (it would
+// only wait, stopped, for quota), and grows once the quota is raised.
+TEST_F(JobQueuesTest, AnElasticJobGrowsOnlyWithinItsQueuesMemoryQuota) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  queues_ = {Queue("a", -1)};
+  queues_[0].nominal_memory_bytes = 8 * kGiB;
+  jobs_->SetQueueSource([this] { return queues_; });
+  v1::Register reg = CpuWorker("w1", 4);
+  reg.mutable_allocatable()->set_cpus(8);
+  reg.mutable_allocatable()->set_memory_bytes(64 * kGiB);
+  reg.mutable_allocatable()->set_enforces_limits(true);
+  RegisterWorker(reg);
+  v1::JobSpec spec = Spec(2);
+  spec.set_queue("a");
+  spec.mutable_resources()->set_memory(8 * kGiB);
+  spec.mutable_training()->set_epochs(3);
+  spec.mutable_elastic()->set_min_ranks(1);
+  auto job = jobs_->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_SCHEDULED) << Get(id).state_reason();
+  ASSERT_EQ(Get(id).attempts(0).ranks_size(), 1) << "the quota admits one rank of 8 GiB";
+  ASSERT_TRUE(Rendezvous("w1", id, 1).ok());
+  ASSERT_TRUE(Status("w1", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
+  // 3 slots and 56 GiB are free, but the quota is full: no growth.
+  ASSERT_TRUE(Checkpoint(*jobs_, "w1", id, 1, 0, 0, 5, "/w/ck-5").ok());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
+  EXPECT_EQ(Get(id).attempts(0).grow_to(), 0);
+  // Raised: the next checkpoint grows it.
+  queues_[0].nominal_memory_bytes = 16 * kGiB;
+  ASSERT_TRUE(Checkpoint(*jobs_, "w1", id, 1, 0, 0, 6, "/w/ck-6").ok());
+  EXPECT_EQ(Get(id).attempts(0).grow_to(), 2) << Get(id).state_reason();
+}
+
 TEST_F(JobQueuesTest, AHigherPriorityJobPreemptsALowerOneOfItsOwnQueue) {
   queues_ = {Queue("a", 2)};
   owners_->placer.SetQueueSource([this] { return queues_; });

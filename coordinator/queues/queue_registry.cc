@@ -9,6 +9,7 @@
 #include "absl/strings/escaping.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/format_bytes.h"
 #include "common/jobspec/job_spec.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
@@ -77,6 +78,59 @@ absl::Status CheckQuotaLimits(const v1::Queue& queue) {
   return absl::OkStatus();
 }
 
+// The same for the CPU and memory quotas (fields 20-25): each unset, -1, or
+// finite and >= 0; a limit only with a finite nominal, a lending limit no
+// larger than it.
+absl::Status CheckResourceQuotas(const v1::Queue& queue) {
+  struct Field {
+    std::string name;
+    bool set;
+    double value;
+  };
+  struct Resource {
+    const char* unit;
+    Field nominal, borrow, lend;
+  };
+  const Resource resources[] = {
+      {"cpus",
+       {"nominal_cpus", queue.has_nominal_cpus(), queue.nominal_cpus()},
+       {"borrowing_limit_cpus", queue.has_borrowing_limit_cpus(), queue.borrowing_limit_cpus()},
+       {"lending_limit_cpus", queue.has_lending_limit_cpus(), queue.lending_limit_cpus()}},
+      {"memory",
+       {"nominal_memory_bytes", queue.has_nominal_memory_bytes(), static_cast<double>(queue.nominal_memory_bytes())},
+       {"borrowing_limit_memory_bytes", queue.has_borrowing_limit_memory_bytes(),
+        static_cast<double>(queue.borrowing_limit_memory_bytes())},
+       {"lending_limit_memory_bytes", queue.has_lending_limit_memory_bytes(),
+        static_cast<double>(queue.lending_limit_memory_bytes())}},
+  };
+  for (const Resource& r : resources) {
+    for (const Field* f : {&r.nominal, &r.borrow, &r.lend}) {
+      if (!f->set || f->value == -1) continue;
+      // 1e15 CPUs or bytes is far beyond any cluster and keeps the
+      // scheduler's thousandths and sums exact.
+      if (!std::isfinite(f->value) || f->value < 0 || f->value >= 1e15) {
+        return absl::InvalidArgumentError(absl::StrCat("queue.", f->name, ": must be -1 (",
+                                                       f == &r.nominal ? "unlimited" : "no limit",
+                                                       ") or finite, >= 0 and < 1e15, got ", f->value));
+      }
+    }
+    const bool finite = r.nominal.set && r.nominal.value >= 0;
+    for (const Field* f : {&r.borrow, &r.lend}) {
+      if (f->set && f->value != -1 && !finite) {
+        return absl::InvalidArgumentError(absl::StrCat("queue.", f->name, ": needs a ", r.nominal.name,
+                                                       " quota (a queue unlimited in ", r.unit,
+                                                       " neither lends nor borrows them)"));
+      }
+    }
+    if (finite && r.lend.set && r.lend.value > r.nominal.value) {
+      return absl::InvalidArgumentError(absl::StrCat("queue.", r.lend.name, ": ", r.lend.value,
+                                                     " is more than the queue's ", r.nominal.name, " of ",
+                                                     r.nominal.value, " (it lends only its own quota)"));
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateQueue(const v1::Queue& queue) {
@@ -92,6 +146,7 @@ absl::Status ValidateQueue(const v1::Queue& queue) {
     }
   }
   TRAINCTL_RETURN_IF_ERROR(CheckQuotaLimits(queue));
+  TRAINCTL_RETURN_IF_ERROR(CheckResourceQuotas(queue));
   if (!queue.cohort().empty()) TRAINCTL_RETURN_IF_ERROR(CheckQueueName("queue.cohort", queue.cohort()));
   if (queue.max_job_size() < 0) {
     return absl::InvalidArgumentError(
@@ -149,6 +204,13 @@ scheduler::QueueSpec ToQueueSpec(const v1::Queue& queue) {
   spec.borrowing_limit_cpu = queue.has_borrowing_limit_cpu() ? queue.borrowing_limit_cpu() : -1;
   spec.lending_limit_gpu = queue.has_lending_limit_gpu() ? queue.lending_limit_gpu() : -1;
   spec.lending_limit_cpu = queue.has_lending_limit_cpu() ? queue.lending_limit_cpu() : -1;
+  spec.nominal_cpus = queue.has_nominal_cpus() ? queue.nominal_cpus() : -1;
+  spec.nominal_memory_bytes = queue.has_nominal_memory_bytes() ? queue.nominal_memory_bytes() : -1;
+  spec.borrowing_limit_cpus = queue.has_borrowing_limit_cpus() ? queue.borrowing_limit_cpus() : -1;
+  spec.borrowing_limit_memory_bytes =
+      queue.has_borrowing_limit_memory_bytes() ? queue.borrowing_limit_memory_bytes() : -1;
+  spec.lending_limit_cpus = queue.has_lending_limit_cpus() ? queue.lending_limit_cpus() : -1;
+  spec.lending_limit_memory_bytes = queue.has_lending_limit_memory_bytes() ? queue.lending_limit_memory_bytes() : -1;
   spec.cohort = queue.cohort();
   spec.max_job_size = queue.max_job_size();
   spec.max_running_jobs_per_owner = queue.max_running_jobs_per_owner();
@@ -221,6 +283,8 @@ absl::StatusOr<v1::Queue> QueueRegistry::Create(v1::Queue queue, bool update) {
   // -1 and unset mean the same (unlimited): store one form.
   if (queue.has_nominal_gpu() && queue.nominal_gpu() == -1) queue.clear_nominal_gpu();
   if (queue.has_nominal_cpu() && queue.nominal_cpu() == -1) queue.clear_nominal_cpu();
+  if (queue.has_nominal_cpus() && queue.nominal_cpus() == -1) queue.clear_nominal_cpus();
+  if (queue.has_nominal_memory_bytes() && queue.nominal_memory_bytes() == -1) queue.clear_nominal_memory_bytes();
   auto it = queues_.find(queue.name());
   if (it != queues_.end()) {
     if (!update) {
@@ -339,6 +403,19 @@ absl::Status RefuseNeverRunnable(const v1::JobSpec& spec, int32_t least_size, co
                                                    ": one owner may never hold them; lower world_size", wait));
   }
   const std::vector<scheduler::QueueSpec> specs = queues.Specs();
+  // CPUs and memory (per rank x least size), whatever the slot kind.
+  if (const std::optional<scheduler::ResourceShort> r = scheduler::QueueResourceShort(
+          specs, q.name(), least_size, spec.resources().cpus(), spec.resources().memory());
+      r.has_value()) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        r->field, ": the job asks ", r->asks, " (", least_size, " ranks of ",
+        r->field == "resources.cpus" ? absl::StrCat(spec.resources().cpus(), " cpus")
+                                     : FormatBytes(spec.resources().memory()),
+        "); queue '", q.name(), "' with its cohort can hold at most ", r->most,
+        " (its nominal quota plus what its cohort could lend, within the borrowing and lending limits); lower it, "
+        "raise the queue's quota or limits",
+        wait));
+  }
   // An auto job runs on GPU slots on a cluster with GPUs, else on CPU
   // slots: it is refused only when neither kind could ever hold it.
   std::vector<scheduler::SlotKind> kinds;

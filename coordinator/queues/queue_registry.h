@@ -146,7 +146,10 @@ absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role,
 // least size exceeds the most slots q could ever hold of every kind the job
 // may run on (scheduler::QueueCeiling: the nominal plus what the cohort
 // could lend, within the borrowing and lending limits; an auto device job
-// is refused only when neither kind could hold it). The scheduler would
+// is refused only when neither kind could hold it), or its least size times
+// its per-rank resources.cpus (resources.memory) exceeds the most CPUs
+// (memory) q could ever hold (scheduler::QueueResourceShort; the error
+// names that field). The scheduler would
 // leave such a job pending for ever (kExceedsQueueLimit, or the owner's
 // limit).
 absl::Status RefuseNeverRunnable(const v1::JobSpec& spec, int32_t least_size, const v1::Queue& q,

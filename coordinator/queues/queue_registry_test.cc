@@ -4,7 +4,7 @@
 #include "coordinator/queues/queue_registry.h"
 
 #include <cmath>
-
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -450,6 +450,109 @@ TEST_F(QueueRegistryTest, ResolveRefusesAJobItsQueueAndCohortCanNeverRun) {
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(s.message(), HasSubstr("world_size: 5 slots exceed queue 'c''s max_slots_per_owner of 4"));
   spec.mutable_scheduling()->set_wait_for_capacity(true);
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+}
+
+// Issue #48: quotas in CPUs and memory (Queue fields 20-25) follow the slot
+// kinds' rules, naming the field and the reason.
+TEST(QueueValidationTest, CpuAndMemoryQuotasNameTheFieldAndTheReason) {
+  auto message = [](const v1::Queue& q) { return std::string(ValidateQueue(q).message()); };
+  v1::Queue q = MakeQueue("a");
+  q.set_nominal_cpus(16.5);
+  q.set_borrowing_limit_cpus(4);
+  q.set_lending_limit_cpus(16.5);
+  q.set_nominal_memory_bytes(int64_t{64} << 30);
+  q.set_borrowing_limit_memory_bytes(0);
+  q.set_lending_limit_memory_bytes(int64_t{16} << 30);
+  EXPECT_TRUE(ValidateQueue(q).ok()) << message(q);
+  q.set_nominal_cpus(std::nan(""));
+  EXPECT_THAT(message(q), HasSubstr("queue.nominal_cpus: must be -1 (unlimited) or finite, >= 0 and < 1e15, got nan"));
+  q.set_nominal_cpus(-0.5);
+  EXPECT_THAT(message(q), HasSubstr("queue.nominal_cpus: must be -1 (unlimited) or finite"));
+  q.set_nominal_cpus(std::numeric_limits<double>::infinity());
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidateQueue(q)));
+  q.set_nominal_cpus(16);
+  q.set_lending_limit_cpus(17);
+  EXPECT_EQ(message(q),
+            "queue.lending_limit_cpus: 17 is more than the queue's nominal_cpus of 16 (it lends only its own quota)");
+  q.set_lending_limit_cpus(-1);
+  q.set_borrowing_limit_memory_bytes(-3);
+  EXPECT_EQ(message(q), "queue.borrowing_limit_memory_bytes: must be -1 (no limit) or finite, >= 0 and < 1e15, got -3");
+  q.set_borrowing_limit_memory_bytes(-1);
+  EXPECT_TRUE(ValidateQueue(q).ok()) << message(q);
+  // A limit needs a finite nominal of its resource.
+  q = MakeQueue("a");
+  q.set_nominal_cpu(4);  // slots do not count
+  q.set_lending_limit_memory_bytes(1024);
+  EXPECT_THAT(message(q), HasSubstr("queue.lending_limit_memory_bytes: needs a nominal_memory_bytes quota"));
+  q.set_nominal_memory_bytes(-1);
+  EXPECT_THAT(message(q), HasSubstr("needs a nominal_memory_bytes quota"));
+  // The scheduler's spec: unset is -1 (unlimited / no limit).
+  q = MakeQueue("a");
+  q.set_nominal_cpus(8);
+  q.set_borrowing_limit_cpus(0);
+  q.set_nominal_memory_bytes(4096);
+  const scheduler::QueueSpec spec = ToQueueSpec(q);
+  EXPECT_EQ(spec.nominal_cpus, 8);
+  EXPECT_EQ(spec.borrowing_limit_cpus, 0);
+  EXPECT_EQ(spec.lending_limit_cpus, -1);
+  EXPECT_EQ(spec.nominal_memory_bytes, 4096);
+  EXPECT_EQ(spec.borrowing_limit_memory_bytes, -1);
+  EXPECT_EQ(spec.lending_limit_memory_bytes, -1);
+  EXPECT_EQ(ToQueueSpec(MakeQueue("b")).nominal_cpus, -1);
+}
+
+// A job its queue and cohort can never hold in CPUs or memory is refused at
+// submit, naming the resource, what it asks and the most the queue holds.
+TEST_F(QueueRegistryTest, ResolveRefusesAJobOverItsQueuesCpuOrMemoryCeiling) {
+  constexpr int64_t kGiB = int64_t{1} << 30;
+  // a: 16 GiB of memory, may borrow 16 more; b: 64 GiB, lends at most 16;
+  // c: 8 CPUs, -1 stored as unlimited memory.
+  v1::Queue a = MakeQueue("a");
+  a.set_nominal_memory_bytes(16 * kGiB);
+  a.set_borrowing_limit_memory_bytes(16 * kGiB);
+  a.set_cohort("lab");
+  v1::Queue b = MakeQueue("b");
+  b.set_nominal_memory_bytes(64 * kGiB);
+  b.set_lending_limit_memory_bytes(16 * kGiB);
+  b.set_cohort("lab");
+  v1::Queue c = MakeQueue("c");
+  c.set_nominal_cpus(8);
+  c.set_nominal_memory_bytes(-1);
+  for (const v1::Queue& q : {a, b, c}) ASSERT_TRUE(registry_->Create(q, false).ok());
+  EXPECT_FALSE(registry_->Find("c")->has_nominal_memory_bytes()) << "-1 is stored as unset";
+
+  v1::JobSpec spec = MakeSpec(2);
+  spec.set_queue("a");
+  spec.mutable_resources()->set_memory(16 * kGiB);
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  spec.set_world_size(4);
+  absl::Status s = ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_);
+  EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(s.message(), HasSubstr("resources.memory: the job asks 64 GiB (4 ranks of 16 GiB); queue 'a' with "
+                                     "its cohort can hold at most 32 GiB"));
+  EXPECT_THAT(s.message(), HasSubstr("--wait-for-capacity"));
+  spec.mutable_scheduling()->set_wait_for_capacity(true);
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  // b: its own 64 GiB plus all a lends (16: a has no lending limit).
+  spec = MakeSpec(5);
+  spec.set_queue("b");
+  spec.mutable_resources()->set_memory(16 * kGiB);
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  spec.set_world_size(6);
+  EXPECT_THAT(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).message(), HasSubstr("at most 80 GiB"));
+  // CPUs: an elastic job counts its least size.
+  spec = MakeSpec(4);
+  spec.set_queue("c");
+  spec.mutable_resources()->set_cpus(4);
+  spec.mutable_elastic()->set_min_ranks(2);
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  spec.mutable_elastic()->set_min_ranks(3);
+  EXPECT_THAT(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).message(),
+              HasSubstr("resources.cpus: the job asks 12 cpus (3 ranks of 4 cpus); queue 'c' with its cohort can "
+                        "hold at most 8 cpus"));
+  // A job asking for no CPUs holds none: never refused by a CPU quota.
+  spec.mutable_resources()->set_cpus(0);
   EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
 }
 

@@ -3,11 +3,15 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_set.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_join.h"
+#include "common/format_bytes.h"
+#include "coordinator/scheduler/worker_fit.h"
 
 namespace trainctl::scheduler::internal {
 namespace {
@@ -19,6 +23,42 @@ const std::string& QueueName(const std::string& name) {
   return name.empty() ? kDefault : name;
 }
 
+// What a running job holds in every dimension.
+Demand Held(const RunningJob& job) {
+  const Demand per_rank = PerRank(job.kind, job.cpus > 0 ? std::max<long long>(1, MilliUp(job.cpus)) : 0,
+                                  job.memory_bytes);
+  Demand held{};
+  for (int d = 0; d < kNumDims; ++d) held[d] = Times(per_rank[d], job.slots);
+  return held;
+}
+
+// A CPU quota field in thousandths, rounded down (-1 stays -1).
+long long QuotaMilli(double cpus) { return cpus < 0 ? -1 : MilliDown(cpus); }
+
+// Worst first: one dimension over quota, or borrowing while another must
+// reclaim, is over quota; then reclaim, borrow, within nominal.
+Admission Combine(Admission a, Admission b) {
+  auto rank = [](Admission x) {
+    switch (x) {
+      case Admission::kUnlimited:
+        return 0;
+      case Admission::kWithinNominal:
+        return 1;
+      case Admission::kBorrow:
+        return 2;
+      case Admission::kReclaim:
+        return 3;
+      case Admission::kOverQuota:
+        return 4;
+    }
+    return 4;
+  };
+  if ((a == Admission::kBorrow && b == Admission::kReclaim) || (a == Admission::kReclaim && b == Admission::kBorrow)) {
+    return Admission::kOverQuota;
+  }
+  return rank(a) >= rank(b) ? a : b;
+}
+
 // Preemption order: lowest priority, youngest, fewest slots, job id.
 bool VictimBefore(const RunningJob& a, const RunningJob& b) {
   if (a.priority != b.priority) return a.priority < b.priority;
@@ -28,6 +68,24 @@ bool VictimBefore(const RunningJob& a, const RunningJob& b) {
 }
 
 }  // namespace
+
+Demand PerRank(SlotKind kind, long long milli_cpus, long long memory) {
+  Demand d{};
+  d[KindIndex(kind)] = 1;
+  d[kCpusDim] = milli_cpus;
+  d[kMemoryDim] = Times(memory, 1);
+  return d;
+}
+
+const char* DimField(int d) {
+  return d == kCpusDim ? "resources.cpus" : d == kMemoryDim ? "resources.memory" : "world_size";
+}
+
+std::string DimAmount(int d, long long amount) {
+  if (d == kCpusDim) return absl::StrCat(CpuText(amount), amount == 1000 ? " cpu" : " cpus");
+  if (d == kMemoryDim) return absl::StrCat(FormatBytes(amount), " memory");
+  return absl::StrCat(amount, " ", SlotKindName(kKinds[d]), " slots");
+}
 
 absl::Status ValidateQueues(absl::Span<const PendingJob> jobs, const QueueInput& input) {
   absl::flat_hash_set<std::string> names;
@@ -50,6 +108,20 @@ absl::Status ValidateQueues(absl::Span<const PendingJob> jobs, const QueueInput&
       if (value < -1) {
         return absl::InvalidArgumentError(
             absl::StrCat(where, field, ": must be >= -1 (-1 = unlimited), got ", value));
+      }
+    }
+    for (const auto& [field, value] :
+         {std::pair<const char*, double>{"nominal_cpus", queue.nominal_cpus},
+          std::pair<const char*, double>{"borrowing_limit_cpus", queue.borrowing_limit_cpus},
+          std::pair<const char*, double>{"lending_limit_cpus", queue.lending_limit_cpus},
+          std::pair<const char*, double>{"nominal_memory_bytes", static_cast<double>(queue.nominal_memory_bytes)},
+          std::pair<const char*, double>{"borrowing_limit_memory_bytes",
+                                         static_cast<double>(queue.borrowing_limit_memory_bytes)},
+          std::pair<const char*, double>{"lending_limit_memory_bytes",
+                                         static_cast<double>(queue.lending_limit_memory_bytes)}}) {
+      if (value != -1 && !(std::isfinite(value) && value >= 0 && value < 1e15)) {
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, field, ": must be -1 (unlimited) or finite and >= 0, got ", value));
       }
     }
     if (queue.max_job_size < 0) {
@@ -105,6 +177,10 @@ absl::Status ValidateQueues(absl::Span<const PendingJob> jobs, const QueueInput&
       return absl::InvalidArgumentError(
           absl::StrCat(where, "slots: must be >= 0, got ", job.slots));
     }
+    if (!std::isfinite(job.cpus) || job.cpus < 0 || job.memory_bytes < 0) {
+      return absl::InvalidArgumentError(absl::StrCat(where, "cpus and memory_bytes: must be finite and >= 0, got ",
+                                                     job.cpus, " and ", job.memory_bytes));
+    }
     if (!input.queues.empty() && !names.contains(QueueName(job.queue))) {
       return absl::InvalidArgumentError(
           absl::StrCat(where, "queue: \"", QueueName(job.queue), "\" is not defined"));
@@ -118,7 +194,7 @@ QueueBook::QueueBook(const QueueInput& input) : implicit_(input.queues.empty()) 
     // One unlimited queue; running jobs cannot matter to it.
     Queue queue;
     queue.name = "default";
-    queue.nominal = {-1, -1};
+    queue.nominal = {-1, -1, -1, -1};
     queues_.push_back(std::move(queue));
     groups_.push_back(Group{{0}, {}, {}});
     by_name_["default"] = 0;
@@ -128,10 +204,13 @@ QueueBook::QueueBook(const QueueInput& input) : implicit_(input.queues.empty()) 
     Queue queue;
     queue.name = spec.name;
     queue.cohort = spec.cohort;
-    queue.nominal = {spec.nominal_gpu, spec.nominal_cpu};
-    const std::array<int, kNumKinds> borrow = {spec.borrowing_limit_gpu, spec.borrowing_limit_cpu};
-    const std::array<int, kNumKinds> lend = {spec.lending_limit_gpu, spec.lending_limit_cpu};
-    for (int k = 0; k < kNumKinds; ++k) {
+    queue.nominal = {spec.nominal_gpu, spec.nominal_cpu, QuotaMilli(spec.nominal_cpus),
+                     spec.nominal_memory_bytes < 0 ? -1 : spec.nominal_memory_bytes};
+    const Demand borrow = {spec.borrowing_limit_gpu, spec.borrowing_limit_cpu, QuotaMilli(spec.borrowing_limit_cpus),
+                           std::max<long long>(-1, spec.borrowing_limit_memory_bytes)};
+    const Demand lend = {spec.lending_limit_gpu, spec.lending_limit_cpu, QuotaMilli(spec.lending_limit_cpus),
+                         std::max<long long>(-1, spec.lending_limit_memory_bytes)};
+    for (int k = 0; k < kNumDims; ++k) {
       if (queue.nominal[k] < 0) continue;  // unlimited: neither lends nor borrows
       queue.borrow_limit[k] = borrow[k];
       if (lend[k] >= 0) queue.guaranteed[k] = queue.nominal[k] - std::min<long long>(lend[k], queue.nominal[k]);
@@ -162,20 +241,22 @@ QueueBook::QueueBook(const QueueInput& input) : implicit_(input.queues.empty()) 
     }
     Group& group = groups_[queue.group];
     group.members.push_back(q);
-    for (int k = 0; k < kNumKinds; ++k) {
+    for (int k = 0; k < kNumDims; ++k) {
       if (queue.nominal[k] >= 0) group.nominal[k] += queue.nominal[k] - queue.guaranteed[k];
     }
   }
   for (const RunningJob& job : input.running) {
     const int q = Find(job.queue);
     running_.emplace_back(&job, q);
-    const int k = KindIndex(job.kind);
     Queue& queue = queues_[q];
-    queue.used[k] += job.slots;
-    if (job.stopping) queue.stopping[k] += job.slots;
+    const Demand held = Held(job);
+    for (int k = 0; k < kNumDims; ++k) {
+      queue.used[k] += held[k];
+      if (job.stopping) queue.stopping[k] += held[k];
+    }
   }
   for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
-    for (int k = 0; k < kNumKinds; ++k) Recount(g, k);
+    for (int k = 0; k < kNumDims; ++k) Recount(g, k);
   }
   std::sort(running_.begin(), running_.end(),
             [](const auto& a, const auto& b) { return a.first->job_id < b.first->job_id; });
@@ -199,9 +280,8 @@ long long QueueBook::MaxJobSize(int q) const {
   return queues_[q].max_job_size > 0 ? queues_[q].max_job_size : kUnbounded;
 }
 
-long long QueueBook::Ceiling(int q, SlotKind kind) const {
-  if (!Finite(q, kind)) return kUnbounded;
-  const int k = KindIndex(kind);
+long long QueueBook::Ceiling(int q, int k) const {
+  if (!Finite(q, k)) return kUnbounded;
   const Queue& queue = queues_[q];
   // Its guaranteed part plus everything its group lends (its own lendable
   // part included), up to its borrowing limit.
@@ -210,44 +290,57 @@ long long QueueBook::Ceiling(int q, SlotKind kind) const {
   return ceiling;
 }
 
-Admission QueueBook::Admit(int q, SlotKind kind, long long slots) const {
-  if (!Finite(q, kind)) return Admission::kUnlimited;
-  const int k = KindIndex(kind);
+Admission QueueBook::AdmitDim(int q, int k, long long amount) const {
+  if (!Finite(q, k)) return Admission::kUnlimited;
   const Queue& queue = queues_[q];
   const Group& group = groups_[queue.group];
-  const bool within = queue.used[k] + slots <= queue.nominal[k];
+  const bool within = queue.used[k] + amount <= queue.nominal[k];
   // What the group's used grows by, against what it has idle (growth 0,
   // within the guaranteed part, fits whatever the others hold).
-  const long long growth = Lent(queue, k, queue.used[k] + slots) - Lent(queue, k, queue.used[k]);
+  const long long growth = Lent(queue, k, queue.used[k] + amount) - Lent(queue, k, queue.used[k]);
   const bool group_fits = growth <= std::max(0LL, group.nominal[k] - group.used[k]);
   if (within) return group_fits ? Admission::kWithinNominal : Admission::kReclaim;
   const bool borrow_allowed =
-      queue.borrow_limit[k] < 0 || queue.used[k] + slots <= queue.nominal[k] + queue.borrow_limit[k];
+      queue.borrow_limit[k] < 0 || queue.used[k] + amount <= queue.nominal[k] + queue.borrow_limit[k];
   return group_fits && borrow_allowed ? Admission::kBorrow : Admission::kOverQuota;
 }
 
-long long QueueBook::Headroom(int q, SlotKind kind, bool borrow) const {
-  if (!Finite(q, kind)) return kUnbounded;
-  const int k = KindIndex(kind);
-  const Queue& queue = queues_[q];
-  const Group& group = groups_[queue.group];
-  long long headroom = std::max(0LL, queue.guaranteed[k] - queue.used[k]) +
-                       std::max(0LL, group.nominal[k] - group.used[k]);
-  if (!borrow) {
-    headroom = std::min(headroom, queue.nominal[k] - queue.used[k]);
-  } else if (queue.borrow_limit[k] >= 0) {
-    headroom = std::min(headroom, queue.nominal[k] + queue.borrow_limit[k] - queue.used[k]);
+Admission QueueBook::Admit(int q, const Demand& per_rank, long long ranks) const {
+  Admission admission = Admission::kUnlimited;
+  for (int k = 0; k < kNumDims; ++k) {
+    if (per_rank[k] > 0) admission = Combine(admission, AdmitDim(q, k, Times(per_rank[k], ranks)));
   }
-  return std::max(0LL, headroom);
+  return admission;
 }
 
-void QueueBook::Charge(int q, SlotKind kind, long long slots, const std::string& owner) {
-  const int k = KindIndex(kind);
+long long QueueBook::Headroom(int q, const Demand& per_rank, bool borrow) const {
+  const Queue& queue = queues_[q];
+  const Group& group = groups_[queue.group];
+  long long ranks = kUnbounded;
+  for (int k = 0; k < kNumDims; ++k) {
+    if (per_rank[k] <= 0 || !Finite(q, k)) continue;
+    long long headroom = std::max(0LL, queue.guaranteed[k] - queue.used[k]) +
+                         std::max(0LL, group.nominal[k] - group.used[k]);
+    if (!borrow) {
+      headroom = std::min(headroom, queue.nominal[k] - queue.used[k]);
+    } else if (queue.borrow_limit[k] >= 0) {
+      headroom = std::min(headroom, queue.nominal[k] + queue.borrow_limit[k] - queue.used[k]);
+    }
+    ranks = std::min(ranks, std::max(0LL, headroom) / per_rank[k]);
+  }
+  return ranks;
+}
+
+void QueueBook::Charge(int q, SlotKind kind, const Demand& per_rank, long long ranks, const std::string& owner) {
+  const int slot = KindIndex(kind);
   Queue& queue = queues_[q];
-  queue.used[k] += slots;
-  queue.placed[k] += slots;
-  queue.owners[owner].placed[k] += slots;
-  if (queue.nominal[k] >= 0) Recount(queue.group, k);
+  queue.placed[slot] += ranks;
+  queue.owners[owner].placed[slot] += ranks;
+  for (int k = 0; k < kNumDims; ++k) {
+    if (per_rank[k] <= 0) continue;
+    queue.used[k] += Times(per_rank[k], ranks);
+    if (queue.nominal[k] >= 0) Recount(queue.group, k);
+  }
 }
 
 double QueueBook::Share(int q) const {
@@ -280,63 +373,91 @@ double QueueBook::OwnerShare(int q, const std::string& owner) const {
 
 long long QueueBook::UsedSlots(int q) const {
   long long used = 0;
-  for (long long u : queues_[q].used) used += u;
+  for (int k = 0; k < kNumKinds; ++k) used += queues_[q].used[k];
   return used;
 }
 
-VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, long long need,
-                                      long long available) const {
-  const int k = KindIndex(kind);
+VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const Demand& per_rank,
+                                      long long ranks, long long available) const {
   const Queue& queue = queues_[q];
   const Group& group = groups_[queue.group];
+  // The finite dimensions the job uses: the conditions hold in each.
+  std::vector<int> dims;
+  for (int k = 0; k < kNumDims; ++k) {
+    if (per_rank[k] > 0 && Finite(q, k)) dims.push_back(k);
+  }
   VictimChoice choice;
   long long stopping_slots = 0;
   for (const auto& [job, jq] : running_) {
-    if (job->kind != kind || !job->stopping) continue;
-    choice.stopping.push_back(job);
-    stopping_slots += job->slots;
+    if (!job->stopping) continue;
+    // Those of its kind free slots; any that holds a dimension it needs
+    // frees quota (and is waited for).
+    const Demand held = Held(*job);
+    const bool frees_quota = std::any_of(dims.begin(), dims.end(), [&](int k) { return held[k] > 0; });
+    if (job->kind == kind) stopping_slots += job->slots;
+    if (job->kind == kind || frees_quota) choice.stopping.push_back(job);
   }
-  long long picked = 0;
-  absl::flat_hash_map<int, long long> picked_from;
+  long long picked = 0;  // slots of kind `kind`
+  absl::flat_hash_map<int, Demand> picked_from;
   // The queue's own nominal too: a job over it only by the queue's own
   // lower-priority jobs frees them, never borrows through preemption.
   // Each member's used once its stopping jobs and the picks are gone.
-  auto used_after = [&](int m) { return queues_[m].used[k] - queues_[m].stopping[k] - picked_from[m]; };
+  auto used_after = [&](int m, int k) {
+    auto it = picked_from.find(m);
+    return queues_[m].used[k] - queues_[m].stopping[k] - (it == picked_from.end() ? 0 : it->second[k]);
+  };
   auto enough = [&] {
-    long long group_used = 0;
-    for (int m : group.members) {
-      if (queues_[m].nominal[k] >= 0) group_used += Lent(queues_[m], k, used_after(m));
+    if (available + stopping_slots + picked < ranks) return false;
+    for (int k : dims) {
+      const long long need = Times(per_rank[k], ranks);
+      long long group_used = 0;
+      for (int m : group.members) {
+        if (queues_[m].nominal[k] >= 0) group_used += Lent(queues_[m], k, used_after(m, k));
+      }
+      const long long growth = Lent(queue, k, used_after(q, k) + need) - Lent(queue, k, used_after(q, k));
+      if (growth > std::max(0LL, group.nominal[k] - group_used) || used_after(q, k) + need > queue.nominal[k]) {
+        return false;
+      }
     }
-    const long long growth = Lent(queue, k, used_after(q) + need) - Lent(queue, k, used_after(q));
-    return available + stopping_slots + picked >= need &&
-           growth <= std::max(0LL, group.nominal[k] - group_used) &&
-           used_after(q) + need <= queue.nominal[k];
+    return true;
   };
   if (enough()) {
     choice.enough = true;
     return choice;
   }
-  // Candidates: (a) other queues of the cohort with a finite nominal, while
-  // they borrow; (b) lower-priority jobs of the queue itself. Every candidate
+  // Candidates: running jobs that hold some of a dimension in `dims`, (a)
+  // of other queues of the cohort with a finite nominal in it, while they
+  // borrow it; (b) of a lower priority in the queue itself. Every candidate
   // is in the group, so each pick frees quota as well as slots.
-  std::vector<std::pair<const RunningJob*, int>> candidates;
+  std::vector<std::tuple<const RunningJob*, int, Demand>> candidates;
   for (const auto& [job, jq] : running_) {
-    if (job->kind != kind || job->stopping || job->slots <= 0) continue;
+    if (job->stopping || job->slots <= 0) continue;
+    const Demand held = Held(*job);
+    bool uses = false, peer_finite = false;
+    for (int k : dims) {
+      if (held[k] <= 0) continue;
+      uses = true;
+      peer_finite = peer_finite || Finite(jq, k);
+    }
     const bool same_queue_lower = jq == q && job->priority < priority;
-    const bool cohort_peer = jq != q && queues_[jq].group == queue.group && Finite(jq, kind);
-    if (same_queue_lower || cohort_peer) candidates.emplace_back(job, jq);
+    const bool cohort_peer = jq != q && queues_[jq].group == queue.group && peer_finite;
+    if (uses && (same_queue_lower || cohort_peer)) candidates.emplace_back(job, jq, held);
   }
   std::sort(candidates.begin(), candidates.end(),
-            [](const auto& a, const auto& b) { return VictimBefore(*a.first, *b.first); });
-  for (const auto& [job, jq] : candidates) {
+            [](const auto& a, const auto& b) { return VictimBefore(*std::get<0>(a), *std::get<0>(b)); });
+  for (const auto& [job, jq, held] : candidates) {
     if (jq != q) {
       const Queue& peer = queues_[jq];
-      const bool borrowing = used_after(jq) > peer.nominal[k];
+      bool borrowing = false;
+      for (int k : dims) {
+        borrowing = borrowing || (held[k] > 0 && peer.nominal[k] >= 0 && used_after(jq, k) > peer.nominal[k]);
+      }
       if (!borrowing) continue;
     }
     choice.victims.push_back(job);
-    picked_from[jq] += job->slots;
-    picked += job->slots;
+    Demand& from = picked_from[jq];
+    for (int k = 0; k < kNumDims; ++k) from[k] += held[k];
+    if (job->kind == kind) picked += job->slots;
     if (enough()) {
       choice.enough = true;
       return choice;
@@ -346,26 +467,44 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, long l
   return choice;
 }
 
-std::string QueueBook::QuotaText(int q, SlotKind kind) const {
-  const int k = KindIndex(kind);
+std::string QueueBook::QuotaText(int q, int k) const {
   const Queue& queue = queues_[q];
-  const char* kind_name = SlotKindName(kKinds[k]);
+  // Slots read "2 of 4 cuda used"; CPUs and memory "2 of 4 cpus used".
+  const bool slots = k < kNumKinds;
+  const char* unit = slots ? SlotKindName(kKinds[k]) : k == kCpusDim ? "cpus" : "memory";
+  auto amount = [&](long long v) {
+    return slots ? absl::StrCat(v) : k == kCpusDim ? CpuText(v) : FormatBytes(v);
+  };
   if (queue.nominal[k] < 0) {
-    return absl::StrCat("queue ", queue.name, ": ", queue.used[k], " ", kind_name,
-                        " used, no quota");
+    return absl::StrCat("queue ", queue.name, ": ", amount(queue.used[k]), " ", unit, " used, no quota");
   }
-  std::string text = absl::StrCat("queue ", queue.name, ": ", queue.used[k], " of ",
-                                  queue.nominal[k], " ", kind_name, " used");
-  if (queue.borrow_limit[k] >= 0) absl::StrAppend(&text, ", borrowing limit ", queue.borrow_limit[k]);
+  std::string text = absl::StrCat("queue ", queue.name, ": ", amount(queue.used[k]), " of ",
+                                  amount(queue.nominal[k]), " ", unit, " used");
+  if (queue.borrow_limit[k] >= 0) absl::StrAppend(&text, ", borrowing limit ", amount(queue.borrow_limit[k]));
   if (queue.guaranteed[k] > 0) {
-    absl::StrAppend(&text, ", lends at most ", queue.nominal[k] - queue.guaranteed[k]);
+    absl::StrAppend(&text, ", lends at most ", amount(queue.nominal[k] - queue.guaranteed[k]));
   }
   if (!queue.cohort.empty()) {
     const Group& group = groups_[queue.group];
-    absl::StrAppend(&text, ", cohort ", queue.cohort, ": ", group.used[k], " of ",
-                    group.nominal[k]);
+    absl::StrAppend(&text, ", cohort ", queue.cohort, ": ", amount(group.used[k]), " of ",
+                    amount(group.nominal[k]));
   }
   return text;
+}
+
+std::string QueueBook::QuotaText(int q, const Demand& per_rank, long long ranks) const {
+  std::vector<std::string> blocking, finite;
+  int slot = 0;
+  for (int k = 0; k < kNumDims; ++k) {
+    if (per_rank[k] <= 0) continue;
+    if (k < kNumKinds) slot = k;
+    if (!Finite(q, k)) continue;
+    finite.push_back(QuotaText(q, k));
+    if (AdmitDim(q, k, Times(per_rank[k], ranks)) != Admission::kWithinNominal) blocking.push_back(finite.back());
+  }
+  if (!blocking.empty()) return absl::StrJoin(blocking, "; ");
+  if (!finite.empty()) return absl::StrJoin(finite, "; ");
+  return QuotaText(q, slot);
 }
 
 }  // namespace trainctl::scheduler::internal

@@ -24,6 +24,29 @@ namespace trainctl::scheduler::internal {
 inline constexpr int kNumKinds = 2;
 inline int KindIndex(SlotKind kind) { return kind == SlotKind::kGpu ? 0 : 1; }
 
+// The dimensions quota is counted in (scheduler.h, "Resource quotas"): the
+// two slot kinds (KindIndex), then thousandths of a CPU and bytes of memory.
+inline constexpr int kNumDims = 4;
+inline constexpr int kCpusDim = 2;
+inline constexpr int kMemoryDim = 3;
+// A job's holding in each dimension (per rank, or in all).
+using Demand = std::array<long long, kNumDims>;
+// a x b (each >= 0) saturated at 2^53: above every quota (< 1e15) and far
+// below kUnbounded, so that sums of a pass's jobs cannot overflow whatever
+// a stored row asks.
+inline long long Times(long long a, long long b) {
+  constexpr long long kHuge = 1LL << 53;
+  if (a <= 0 || b <= 0) return 0;
+  return a > kHuge / b ? kHuge : std::min(kHuge, a * b);
+}
+// One rank of a job of `kind` asking `milli_cpus` and `memory` per rank.
+Demand PerRank(SlotKind kind, long long milli_cpus, long long memory);
+// The job field a dimension's quota refuses, for messages:
+// "world_size", "resources.cpus", "resources.memory".
+const char* DimField(int d);
+// "3 cuda slots", "1.5 cpus", "64 GiB memory".
+std::string DimAmount(int d, long long amount);
+
 // Larger than any slot count: an unlimited quota's headroom.
 inline constexpr long long kUnbounded = 1LL << 60;
 
@@ -50,7 +73,8 @@ struct VictimChoice {
   bool enough = false;
   // In pick order; empty when !enough.
   std::vector<const RunningJob*> victims;
-  // Stopping jobs of the kind (sorted by id), whose slots are coming free.
+  // Stopping jobs (sorted by id) of the kind, whose slots are coming free,
+  // or holding quota in a dimension the job needs.
   std::vector<const RunningJob*> stopping;
 };
 
@@ -69,17 +93,22 @@ class QueueBook {
   // max_job_size, or kUnbounded when none.
   long long MaxJobSize(int q) const;
 
-  bool Finite(int q, SlotKind kind) const { return Nominal(q, kind) >= 0; }
-  // The largest job the queue can ever run of this kind: its group's
-  // nominal (its own plus all its cohort could lend); kUnbounded if unlimited.
-  long long Ceiling(int q, SlotKind kind) const;
-  Admission Admit(int q, SlotKind kind, long long slots) const;
-  // Slots the queue may still take now: the group's nominal minus its used;
-  // without `borrow` also at most the queue's nominal minus its used.
+  bool Finite(int q, int d) const { return queues_[q].nominal[d] >= 0; }
+  // The most of dimension `d` the queue's jobs can ever hold: its group's
+  // nominal (its own plus all its cohort could lend), within its borrowing
+  // limit; kUnbounded if unlimited.
+  long long Ceiling(int q, int d) const;
+  // What the quota says about `ranks` more ranks of `per_rank`, over every
+  // dimension it uses (see "Resource quotas").
+  Admission Admit(int q, const Demand& per_rank, long long ranks) const;
+  // Ranks of `per_rank` the queue may still take now: per dimension the
+  // group's nominal minus its used, without `borrow` also at most the
+  // queue's nominal minus its used; the least over the dimensions used.
   // kUnbounded when unlimited; never negative.
-  long long Headroom(int q, SlotKind kind, bool borrow) const;
-  // Counts a placement of this pass (of a job of `owner`).
-  void Charge(int q, SlotKind kind, long long slots, const std::string& owner);
+  long long Headroom(int q, const Demand& per_rank, bool borrow) const;
+  // Counts a placement of this pass: `ranks` of `per_rank`, of kind `kind`,
+  // of a job of `owner`.
+  void Charge(int q, SlotKind kind, const Demand& per_rank, long long ranks, const std::string& owner);
   // Total slots of each kind on schedulable workers: the entitlement of a
   // queue without quota and of every owner (see scheduler.h, "Fair share").
   void SetCapacity(const std::array<long long, kNumKinds>& capacity) { capacity_ = capacity; }
@@ -91,13 +120,18 @@ class QueueBook {
   // (the first tie-break between equal shares).
   long long UsedSlots(int q) const;
 
-  // Victims for a job of `priority` needing `need` slots of `kind` in queue
-  // `q` (within its nominal), given `available` slots usable for it now.
-  VictimChoice ChooseVictims(int q, SlotKind kind, int priority, long long need,
+  // Victims for a job of `priority` needing `ranks` of `per_rank` (kind
+  // `kind`) in queue `q` (within its nominal), given `available` slots
+  // usable for it now.
+  VictimChoice ChooseVictims(int q, SlotKind kind, int priority, const Demand& per_rank, long long ranks,
                              long long available) const;
 
   // "queue a: 2 of 4 cuda used, cohort c: 6 of 8" for messages.
-  std::string QuotaText(int q, SlotKind kind) const;
+  std::string QuotaText(int q, int d) const;
+  // For a job of `ranks` x `per_rank`: QuotaText of each finite dimension
+  // it uses that does not admit it within nominal (all finite ones it uses
+  // when every one does), "; "-joined; the slot kind's when none is finite.
+  std::string QuotaText(int q, const Demand& per_rank, long long ranks) const;
 
  private:
   struct Queue {
@@ -105,12 +139,12 @@ class QueueBook {
     std::string cohort;
     // Index into groups_.
     int group = 0;
-    std::array<long long, kNumKinds> nominal{};  // -1 = unlimited
-    // The most slots beyond nominal it may hold; -1 = no limit.
-    std::array<long long, kNumKinds> borrow_limit{-1, -1};
+    Demand nominal{};  // per dimension; -1 = unlimited
+    // The most beyond nominal it may hold; -1 = no limit.
+    Demand borrow_limit{-1, -1, -1, -1};
     // Of nominal, what it never lends (nominal - lending limit); 0 without
     // a lending limit. Its used counts in its group's used only beyond it.
-    std::array<long long, kNumKinds> guaranteed{};
+    Demand guaranteed{};
     std::array<double, kNumKinds> usage{};
     double weight = 1;
     // Per owner: weight, decayed usage, and what this pass placed for it.
@@ -122,23 +156,24 @@ class QueueBook {
     absl::flat_hash_map<std::string, Owner> owners;
     long long max_job_size = 0;
     // Running (stopping included) plus placed in this pass.
-    std::array<long long, kNumKinds> used{};
-    // Of `used`: slots of stopping running jobs.
-    std::array<long long, kNumKinds> stopping{};
-    // Placed in this pass (for the share).
+    Demand used{};
+    // Of `used`: what stopping running jobs hold.
+    Demand stopping{};
+    // Slots placed in this pass (for the share).
     std::array<long long, kNumKinds> placed{};
   };
   // A cohort, or a queue without one; sums over member queues with a finite
-  // nominal for the kind: nominal = what they lend (nominal - guaranteed),
-  // used = Lent() of each.
+  // nominal for the dimension: nominal = what they lend (nominal -
+  // guaranteed), used = Lent() of each.
   struct Group {
     std::vector<int> members;
-    std::array<long long, kNumKinds> nominal{};
-    std::array<long long, kNumKinds> used{};
+    Demand nominal{};
+    Demand used{};
   };
 
-  long long Nominal(int q, SlotKind kind) const { return queues_[q].nominal[KindIndex(kind)]; }
-  // What `used` slots of kind k of queue `queue` take from its group: the
+  // One dimension's admission (the slot rules of scheduler.h).
+  Admission AdmitDim(int q, int k, long long amount) const;
+  // What `used` of dimension k of queue `queue` takes from its group: the
   // part beyond its guaranteed quota.
   static long long Lent(const Queue& queue, int k, long long used) {
     return std::max(0LL, used - queue.guaranteed[k]);

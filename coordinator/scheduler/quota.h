@@ -9,6 +9,7 @@
 // Threading: stateless; safe to call from any thread.
 #pragma once
 
+#include <cstdint>
 #include <optional>
 #include <string>
 
@@ -25,5 +26,30 @@ namespace trainctl::scheduler {
 // them (valid; usage and owners do not matter).
 std::optional<long long> QueueCeiling(absl::Span<const QueueSpec> queues, const std::string& name,
                                       SlotKind kind);
+
+// A resource a job asks for more of than its queue can ever hold.
+struct ResourceShort {
+  // "resources.cpus" or "resources.memory".
+  std::string field;
+  // What the job asks in all ("64 GiB", "12 cpus") and the most the queue
+  // with its cohort can ever hold of it ("32 GiB").
+  std::string asks;
+  std::string most;
+};
+
+// The same ceiling in CPUs and memory (scheduler.h, "Resource quotas"), for
+// a job of `ranks` (its least size) asking `cpus` and `memory_bytes` per
+// rank: the first of the two its queue can never hold, counted as the
+// scheduler counts them; nullopt when both fit (or are unlimited).
+std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queues, const std::string& name,
+                                                long long ranks, double cpus, std::int64_t memory_bytes);
+
+// Whether one more rank asking `cpus` and `memory_bytes` keeps queue `name`
+// within its own nominal CPU and memory quotas, given what `running` holds
+// (running jobs of queues not among `queues` are ignored): an elastic job
+// grows only then (JobPlacer, as for its slots). True when both are
+// unlimited, or the queue is not among `queues`.
+bool QueueHasResourceRoom(absl::Span<const QueueSpec> queues, absl::Span<const RunningJob> running,
+                          const std::string& name, double cpus, std::int64_t memory_bytes);
 
 }  // namespace trainctl::scheduler

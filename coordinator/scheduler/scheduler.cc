@@ -224,19 +224,21 @@ class Pass {
       result.pending.push_back(std::move(pending));
       return true;
     }
-    const Admission admission = book_.Admit(q, kind, job.world_size);
+    const internal::Demand per_rank = internal::PerRank(kind, req.cpu, req.mem);
+    const Admission admission = book_.Admit(q, per_rank, job.world_size);
     if (admission == Admission::kBorrow && !may_borrow) return false;
     if (admission == Admission::kOverQuota) {
       // Over its queue's nominal only because of the queue's own jobs of a
       // lower priority: those are preempted (ChooseVictims keeps the queue
       // within its nominal).
-      if (!pool.preempted && Preempt(j, q, job, slots_text, req, pool, FreeIn(pool, req), pending, result)) {
+      if (!pool.preempted &&
+          Preempt(j, q, job, slots_text, req, per_rank, pool, FreeIn(pool, req), pending, result)) {
         result.pending.push_back(std::move(pending));
         return true;
       }
       pending.reason = PendingReason::kQuotaExceeded;
       pending.message = absl::StrCat("needs ", slots_text, ", more than its queue's quota admits now (",
-                                     book_.QuotaText(q, kind), ")");
+                                     book_.QuotaText(q, per_rank, job.world_size), ")");
       result.pending.push_back(std::move(pending));
       return true;
     }
@@ -244,19 +246,19 @@ class Pass {
     if (admission != Admission::kReclaim) {
       // Without queues every bound but world_size and availability is unbounded.
       const long long size = std::min({static_cast<long long>(asked.world_size), free.available,
-                                       book_.Headroom(q, kind, may_borrow), book_.MaxJobSize(q)});
+                                       book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q)});
       if (size >= job.world_size) {
         PendingJob sized = asked;
         sized.world_size = static_cast<int>(size);
         result.placements.push_back(Place(sized, req, kind, pool));
-        book_.Charge(q, kind, size, asked.owner);
+        book_.Charge(q, kind, per_rank, size, asked.owner);
         return true;
       }
       if (Backfill(asked, job, q, kind, req, pool, free, may_borrow, result)) return true;
     }
     const bool reclaims =
         admission == Admission::kWithinNominal || admission == Admission::kReclaim;
-    if (reclaims && !pool.preempted && Preempt(j, q, job, slots_text, req, pool, free, pending, result)) {
+    if (reclaims && !pool.preempted && Preempt(j, q, job, slots_text, req, per_rank, pool, free, pending, result)) {
       result.pending.push_back(std::move(pending));
       return true;
     }
@@ -264,7 +266,7 @@ class Pass {
       pending.reason = PendingReason::kQuotaExceeded;
       pending.message = absl::StrCat(
           "needs ", slots_text, " within its queue's nominal quota (",
-          book_.QuotaText(q, kind),
+          book_.QuotaText(q, per_rank, job.world_size),
           "), but the cohort lent that quota out and preempting borrowers cannot free enough");
       result.pending.push_back(std::move(pending));
       return true;
@@ -330,12 +332,19 @@ class Pass {
       }
     }
     if (req.limited && ResourcesNeverFit(workers_, job, need, req, pool, pending)) return true;
-    if (job.world_size > book_.Ceiling(q, pending.kind)) {
+    const internal::Demand per_rank = internal::PerRank(pending.kind, req.cpu, req.mem);
+    for (int d = 0; d < internal::kNumDims; ++d) {
+      const long long ceiling = book_.Ceiling(q, d);
+      if (per_rank[d] <= 0 || internal::Times(per_rank[d], job.world_size) <= ceiling) continue;
       pending.reason = PendingReason::kExceedsQueueLimit;
       pending.message =
-          absl::StrCat("needs ", need, " ", kind_name, " slots, more than queue ", book_.Name(q),
-                       "'s nominal quota with all its cohort could ever lend (",
-                       book_.Ceiling(q, pending.kind), ")");
+          d < kNumKinds
+              ? absl::StrCat("needs ", need, " ", kind_name, " slots, more than queue ", book_.Name(q),
+                             "'s nominal quota with all its cohort could ever lend (", ceiling, ")")
+              : absl::StrCat("needs ", internal::DimAmount(d, internal::Times(per_rank[d], job.world_size)), " (", need, " ranks of ",
+                             PerRankText(req), "), more than queue ", book_.Name(q),
+                             "'s nominal quota with all its cohort could ever lend (",
+                             internal::DimAmount(d, ceiling), ")");
       return true;
     }
     return false;
@@ -388,9 +397,10 @@ class Pass {
   // but blocked, picks running jobs to preempt (see the header). Returns
   // false, changing nothing, when preempting cannot free enough.
   bool Preempt(int j, int q, const PendingJob& job, const std::string& slots_text, const Request& req,
-               KindPool& pool, const PoolFree& f, PendingJobStatus& pending, ScheduleResult& result) {
+               const internal::Demand& per_rank, KindPool& pool, const PoolFree& f, PendingJobStatus& pending,
+               ScheduleResult& result) {
     const internal::VictimChoice choice =
-        book_.ChooseVictims(q, pending.kind, job.priority, job.world_size, f.available);
+        book_.ChooseVictims(q, pending.kind, job.priority, per_rank, job.world_size, f.available);
     if (!choice.enough) return false;
     pool.preempted = true;
     if (pool.head < 0) pool.head = j;
@@ -398,7 +408,7 @@ class Pass {
     Reserve(job, req, pool, pending.reserved_slots);
     pending.reason = PendingReason::kPreempting;
     pending.message = absl::StrCat("needs ", slots_text, " within its queue's nominal quota (",
-                                   book_.QuotaText(q, pending.kind), "), ", FreeText(workers_, pool, f.available + f.reserved, req));
+                                   book_.QuotaText(q, per_rank, job.world_size), "), ", FreeText(workers_, pool, f.available + f.reserved, req));
     std::vector<std::string> names;
     if (choice.victims.empty()) {
       for (const RunningJob* r : choice.stopping) names.push_back(r->job_id);

@@ -221,6 +221,23 @@
 //    frees group used only as far as its queue's used exceeds that queue's
 //    G.
 //
+//  * Resource quotas (Kueue's per-resource quotas). A queue may also have a
+//    nominal quota, borrowing and lending limit in CPUs and in memory: two
+//    more dimensions, counted as Resources counts them (a job holds its
+//    least size x its per-rank cpus and memory, CPUs in thousandths, a
+//    nominal rounded down), whatever its slot kind. Every rule above applies to each dimension on its own, with a
+//    job's size in that dimension for s; a job is admitted only when every
+//    dimension it uses (> 0) admits it: within nominal when all are, it
+//    borrows (second round) when any borrows and none needs reclaiming, and
+//    one that would borrow in one dimension while its cohort lent out
+//    another is kQuotaExceeded (preemption never makes a job borrow). Its
+//    elastic headroom is the least over the dimensions. Preemption: the
+//    conditions hold in every finite dimension the job uses; candidates are
+//    running jobs (any kind) that use one of them, of Q at a lower
+//    priority, or of a cohort peer borrowing in such a dimension at the
+//    time of the pick; only victims of kind K count as available slots.
+//    Fair share stays in slots.
+//
 //  * Job size limits. A job whose least size exceeds its queue's
 //    max_job_size (0 = none) stays pending as kExceedsQueueLimit (checked
 //    before the workers: it never fits this queue however the cluster grows).
@@ -522,6 +539,14 @@ struct QueueSpec {
   int borrowing_limit_cpu = -1;
   int lending_limit_gpu = -1;
   int lending_limit_cpu = -1;
+  // The same in CPUs and bytes of memory (see Resource quotas): -1 =
+  // unlimited / none, else >= 0 (CPUs finite).
+  double nominal_cpus = -1;
+  std::int64_t nominal_memory_bytes = -1;
+  double borrowing_limit_cpus = -1;
+  std::int64_t borrowing_limit_memory_bytes = -1;
+  double lending_limit_cpus = -1;
+  std::int64_t lending_limit_memory_bytes = -1;
   // Queues naming the same cohort lend each other their idle quota; "" = none.
   std::string cohort;
   // The largest job (least size) the queue accepts; 0 = no limit, else > 0.
@@ -558,6 +583,10 @@ struct RunningJob {
   SlotKind kind = SlotKind::kCpu;
   // Slots it holds; >= 0.
   int slots = 0;
+  // Per rank, as PendingJob's (finite, >= 0): it holds slots x each against
+  // its queue's CPU and memory quotas.
+  double cpus = 0;
+  std::int64_t memory_bytes = 0;
   int priority = 0;
   // Order of starting; higher = started later (younger).
   std::uint64_t start_seq = 0;
@@ -582,10 +611,11 @@ absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
 
 // The same with queues, quotas and running jobs (see the Queues policy
 // above). Also InvalidArgument, naming the field, for a queue with an empty or
-// duplicate name, a nominal below -1, a negative max_job_size, a negative or
-// non-finite usage; a running job with an empty or duplicate id, an id of a
-// pending job, negative slots, or (queues defined) a queue not defined; a
-// weight that is not finite and > 0; a duplicate owner.
+// duplicate name, a nominal or limit below -1 (CPU / memory: not -1 or
+// finite >= 0), a negative max_job_size, a negative or non-finite usage; a
+// running job with an empty or duplicate id, an id of a pending job, negative
+// slots, cpus or memory, or (queues defined) a queue not defined; a weight
+// that is not finite and > 0; a duplicate owner.
 // Schedule(jobs, workers) == Schedule(jobs, workers, QueueInput{}).
 absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
                                         absl::Span<const WorkerSlots> workers,

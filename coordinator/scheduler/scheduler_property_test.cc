@@ -8,6 +8,8 @@
 #include "coordinator/scheduler/scheduler.h"
 
 #include <algorithm>
+#include <array>
+#include <cmath>
 #include <cstdint>
 #include <map>
 #include <random>
@@ -813,6 +815,152 @@ TEST(SchedulerResourcesPropertyTest, WithQueuesNeverOverCommitsAndKeepsQuota) {
     placed += static_cast<int>(r->placements.size());
   }
   EXPECT_GT(placed, 1000);
+}
+
+// Issue #48: quotas in CPUs and memory (scheduler.h, "Resource quotas").
+// RandomQueues with CPU and memory quotas (and limits) on some queues, jobs
+// and running jobs asking for resources. CheckQueueInvariants models slots
+// only; this checks the resource dimensions with their own small model.
+RandomQueueInput RandomResourceQuotas(std::mt19937& rng) {
+  RandomQueueInput in = RandomQueues(rng);
+  RandomWorkerResources(rng, in.workers);
+  RandomJobResources(rng, in.jobs);
+  for (QueueSpec& q : in.queues.queues) {
+    const double cpus[] = {-1, -1, 0, 2, 4, 8, 16};
+    const int gib[] = {-1, -1, 0, 8, 16, 32, 64};
+    q.nominal_cpus = cpus[uniform_int(rng, 0, 6)];
+    q.nominal_memory_bytes = gib[uniform_int(rng, 0, 6)];
+    if (q.nominal_memory_bytes > 0) q.nominal_memory_bytes *= kGiB;
+    auto limit = [&](double unit) { return uniform_int(rng, 0, 2) == 0 ? uniform_int(rng, 0, 8) * unit : -1.0; };
+    if (q.nominal_cpus >= 0) {
+      q.borrowing_limit_cpus = limit(1);
+      q.lending_limit_cpus = limit(2);
+    }
+    if (q.nominal_memory_bytes >= 0) {
+      q.borrowing_limit_memory_bytes = static_cast<std::int64_t>(limit(static_cast<double>(4 * kGiB)));
+      q.lending_limit_memory_bytes = static_cast<std::int64_t>(limit(static_cast<double>(8 * kGiB)));
+    }
+  }
+  for (RunningJob& r : in.queues.running) {
+    const double cpus[] = {0, 0, 1, 2, 4};
+    const int gib[] = {0, 0, 4, 8, 16};
+    r.cpus = cpus[uniform_int(rng, 0, 4)];
+    r.memory_bytes = gib[uniform_int(rng, 0, 4)] * kGiB;
+  }
+  return in;
+}
+
+// The model: per queue and resource (0 = CPUs in thousandths, 1 = bytes).
+struct ResourceModel {
+  const QueueInput& in;
+  static std::string Name(const std::string& q) { return q.empty() ? "default" : q; }
+  static long long Milli(double cpus) { return static_cast<long long>(std::ceil(cpus * 1000 - 1e-6)); }
+  static long long PerRank(double cpus, std::int64_t memory, int r) {
+    return r == 0 ? (cpus > 0 ? std::max(1LL, Milli(cpus)) : 0) : memory;
+  }
+  static long long Nominal(const QueueSpec& q, int r) {
+    return r == 0 ? (q.nominal_cpus < 0 ? -1 : Milli(q.nominal_cpus)) : q.nominal_memory_bytes;
+  }
+  static long long Borrow(const QueueSpec& q, int r) {
+    return r == 0 ? (q.borrowing_limit_cpus < 0 ? -1 : Milli(q.borrowing_limit_cpus)) : q.borrowing_limit_memory_bytes;
+  }
+  static long long Guaranteed(const QueueSpec& q, int r) {
+    const long long lend =
+        r == 0 ? (q.lending_limit_cpus < 0 ? -1 : Milli(q.lending_limit_cpus)) : q.lending_limit_memory_bytes;
+    return lend < 0 ? 0 : Nominal(q, r) - std::min(lend, Nominal(q, r));
+  }
+  static std::string Group(const QueueSpec& q) { return q.cohort.empty() ? "queue:" + q.name : "cohort:" + q.cohort; }
+};
+
+TEST(SchedulerResourceQuotaPropertyTest, EveryDimensionKeepsItsQuota) {
+  std::mt19937 rng(4848);
+  std::map<std::string, int> seen;
+  for (int iter = 0; iter < 5000; ++iter) {
+    SCOPED_TRACE(iter);
+    RandomQueueInput in = RandomResourceQuotas(rng);
+    absl::StatusOr<ScheduleResult> r = Schedule(in.jobs, in.workers, in.queues);
+    ASSERT_TRUE(r.ok()) << r.status();
+    CheckResourceInvariants(in.jobs, in.workers, *r);
+    std::map<std::string, const PendingJob*> by_id;
+    for (const PendingJob& j : in.jobs) by_id[j.job_id] = &j;
+    std::map<std::string, const QueueSpec*> queues;
+    for (const QueueSpec& q : in.queues.queues) queues[q.name] = &q;
+    // used[queue][resource]: running plus placed; placed: queues that placed.
+    std::map<std::string, std::array<long long, 2>> used;
+    std::set<std::pair<std::string, int>> placed;
+    for (const RunningJob& j : in.queues.running) {
+      for (int res = 0; res < 2; ++res) {
+        used[ResourceModel::Name(j.queue)][res] += ResourceModel::PerRank(j.cpus, j.memory_bytes, res) * j.slots;
+      }
+    }
+    for (const Placement& p : r->placements) {
+      const PendingJob& j = *by_id[p.job_id];
+      for (int res = 0; res < 2; ++res) {
+        const long long amount = ResourceModel::PerRank(j.cpus, j.memory_bytes, res) * p.world_size;
+        used[ResourceModel::Name(j.queue)][res] += amount;
+        if (amount > 0) placed.insert({ResourceModel::Name(j.queue), res});
+      }
+    }
+    for (const auto& [name, res] : placed) {
+      const QueueSpec& q = *queues.at(name);
+      const long long nominal = ResourceModel::Nominal(q, res);
+      if (nominal < 0) continue;
+      SCOPED_TRACE(absl::StrCat(name, res == 0 ? " cpus" : " memory"));
+      ++seen["placed under a resource quota"];
+      const long long mine = used[name][res];
+      if (mine > nominal) ++seen["borrowed"];
+      if (ResourceModel::Borrow(q, res) >= 0) {
+        EXPECT_LE(mine, nominal + ResourceModel::Borrow(q, res));
+      }
+      if (q.cohort.empty()) {
+        EXPECT_LE(mine, nominal);
+      }
+      if (mine > ResourceModel::Guaranteed(q, res)) {
+        long long group_used = 0, group_nominal = 0;
+        for (const auto& [other, m] : queues) {
+          if (ResourceModel::Group(*m) != ResourceModel::Group(q) || ResourceModel::Nominal(*m, res) < 0) continue;
+          group_nominal += ResourceModel::Nominal(*m, res) - ResourceModel::Guaranteed(*m, res);
+          group_used += std::max(0LL, used[other][res] - ResourceModel::Guaranteed(*m, res));
+        }
+        EXPECT_LE(group_used, group_nominal) << "over the group's nominal";
+      }
+    }
+    // Victims are in the preemptor's group; quota_exceeded in a queue
+    // without slot quota is the resources'.
+    std::map<std::string, const RunningJob*> running;
+    for (const RunningJob& j : in.queues.running) running[j.job_id] = &j;
+    for (const Preemption& v : r->preemptions) {
+      const QueueSpec* victim = queues.at(ResourceModel::Name(running.at(v.victim_job_id)->queue));
+      const QueueSpec* for_q = queues.at(ResourceModel::Name(by_id.at(v.for_job_id)->queue));
+      EXPECT_EQ(ResourceModel::Group(*victim), ResourceModel::Group(*for_q));
+      ++seen["victims"];
+    }
+    for (const PendingJobStatus& p : r->pending) {
+      auto q = queues.find(ResourceModel::Name(by_id.at(p.job_id)->queue));
+      if (q == queues.end() || p.reason != PendingReason::kQuotaExceeded) continue;
+      if (q->second->nominal_gpu < 0 && q->second->nominal_cpu < 0) {
+        const PendingJob& j = *by_id.at(p.job_id);
+        const bool uses = (j.cpus > 0 && q->second->nominal_cpus >= 0) ||
+                          (j.memory_bytes > 0 && q->second->nominal_memory_bytes >= 0);
+        EXPECT_TRUE(uses) << p.message;
+        ++seen["quota_exceeded by resources"];
+      }
+    }
+    if (HasFailure()) FAIL() << "result:\n" << Dump(*r);
+    // The same whatever the input order.
+    RandomQueueInput shuffled = in;
+    std::shuffle(shuffled.jobs.begin(), shuffled.jobs.end(), rng);
+    std::shuffle(shuffled.workers.begin(), shuffled.workers.end(), rng);
+    std::shuffle(shuffled.queues.queues.begin(), shuffled.queues.queues.end(), rng);
+    std::shuffle(shuffled.queues.running.begin(), shuffled.queues.running.end(), rng);
+    absl::StatusOr<ScheduleResult> again = Schedule(shuffled.jobs, shuffled.workers, shuffled.queues);
+    ASSERT_TRUE(again.ok());
+    ASSERT_EQ(Dump(*again), Dump(*r));
+  }
+  for (const char* what :
+       {"placed under a resource quota", "borrowed", "victims", "quota_exceeded by resources"}) {
+    EXPECT_GT(seen[what], 30) << what;
+  }
 }
 
 TEST(SchedulerResourcesPropertyTest, DeterministicUnderPermutedInput) {

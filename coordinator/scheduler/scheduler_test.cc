@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "coordinator/scheduler/quota.h"
 #include "coordinator/scheduler/scheduler_test_support.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
@@ -687,6 +688,191 @@ TEST(SchedulerQueueTest, ALendingLimitKeepsPartOfALendersQuotaFreeForIt) {
   ASSERT_TRUE(a4.ok());
   EXPECT_EQ(Victims(*a4), std::vector<std::string>{"b1>a4"});
   EXPECT_THAT(PendingOf(*a4, "a4").message, HasSubstr("lends at most 1"));
+}
+
+// Issue #48: quotas in CPUs and memory (scheduler.h, "Resource quotas").
+// Schedule() directly: the invariant model (CheckQ) counts slots only.
+QueueSpec WithMemory(QueueSpec q, std::int64_t nominal) {
+  q.nominal_memory_bytes = nominal;
+  return q;
+}
+QueueSpec WithCpus(QueueSpec q, double nominal, double borrowing = -1, double lending = -1) {
+  q.nominal_cpus = nominal;
+  q.borrowing_limit_cpus = borrowing;
+  q.lending_limit_cpus = lending;
+  return q;
+}
+RunningJob Holding(RunningJob r, double cpus, std::int64_t memory) {
+  r.cpus = cpus;
+  r.memory_bytes = memory;
+  return r;
+}
+
+// A fits by slots (4 GPUs, 1 held) but not by its 32 GiB memory quota:
+// it waits, the message naming memory; one that fits both starts; one
+// larger than the quota ever allows is never runnable, naming the field.
+TEST(SchedulerResourceQuotaTest, AJobThatFitsBySlotsButNotByMemoryQuotaWaits) {
+  QueueInput input;
+  input.queues = {WithMemory(Queue("A", 4), 32 * kGiB)};
+  input.running = {Holding(Running("a-run", "A", 1, 0, 1), 0, 16 * kGiB)};
+  const std::vector<WorkerSlots> workers = {Sized(Worker("w", SlotKind::kGpu, {1, 2, 3}, 4), 64, 256 * kGiB)};
+  auto r = Schedule({Queued("A", Needs(Job("two", 2, kCuda, 0, 2), 0, 16 * kGiB))}, workers, input);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r), (Outcomes{{"two", "pending:quota_exceeded"}})) << Dump(*r);
+  EXPECT_THAT(PendingOf(*r, "two").message, HasSubstr("queue A: 16 GiB of 32 GiB memory used"));
+  EXPECT_TRUE(r->preemptions.empty());
+  auto one = Schedule({Queued("A", Needs(Job("one", 1, kCuda, 0, 2), 0, 16 * kGiB))}, workers, input);
+  ASSERT_TRUE(one.ok());
+  EXPECT_EQ(Outcome(*one), (Outcomes{{"one", "w:1"}})) << Dump(*one);
+  // A job without resources holds no memory: the memory quota never stops it.
+  auto plain = Schedule({Queued("A", Job("plain", 3, kCuda, 0, 2))}, workers, input);
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(Outcome(*plain), (Outcomes{{"plain", "w:1,2,3"}})) << Dump(*plain);
+  input.running.clear();
+  auto never = Schedule({Queued("A", Needs(Job("never", 3, kCuda, 0, 2), 0, 16 * kGiB))}, workers, input);
+  ASSERT_TRUE(never.ok());
+  EXPECT_EQ(Outcome(*never), (Outcomes{{"never", "pending:exceeds_queue_limit"}})) << Dump(*never);
+  EXPECT_THAT(PendingOf(*never, "never").message, HasSubstr("needs 48 GiB memory"));
+  EXPECT_THAT(PendingOf(*never, "never").message, HasSubstr("could ever lend (32 GiB memory)"));
+}
+
+// A (4 CPUs, may borrow 2) and B (8 CPUs) in one cohort: A borrows CPUs
+// up to 6 in all, however many B has idle.
+TEST(SchedulerResourceQuotaTest, CpusAreBorrowedWithinTheBorrowingLimit) {
+  QueueInput input;
+  input.queues = {WithCpus(Queue("A", -1, -1, "c"), 4, 2), WithCpus(Queue("B", -1, -1, "c"), 8)};
+  const std::vector<WorkerSlots> idle = {Sized(Cpu("w", 16), 32, 0)};
+  auto r = Schedule({Queued("A", Needs(Job("a3", 3, kCpu, 0, 1), 2))}, idle, input);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r), (Outcomes{{"a3", "w:0,1,2"}})) << Dump(*r);
+  auto big = Schedule({Queued("A", Needs(Job("a4", 4, kCpu, 0, 1), 2))}, idle, input);
+  ASSERT_TRUE(big.ok());
+  EXPECT_EQ(Outcome(*big), (Outcomes{{"a4", "pending:exceeds_queue_limit"}})) << Dump(*big);
+  EXPECT_THAT(PendingOf(*big, "a4").message, HasSubstr("could ever lend (6 cpus)"));
+  // A holds 6 (2 borrowed): one more CPU waits, saying the limit, though B
+  // has 8 idle.
+  input.running = {Holding(Running("a-run", "A", 3, 0, 1, SlotKind::kCpu), 2, 0)};
+  auto more = Schedule({Queued("A", Needs(Job("a1", 1, kCpu, 0, 2), 1))},
+                       {Sized(Worker("w", SlotKind::kCpu, {3, 4, 5}, 16), 32, 0, true, 6)}, input);
+  ASSERT_TRUE(more.ok());
+  EXPECT_EQ(Outcome(*more), (Outcomes{{"a1", "pending:quota_exceeded"}})) << Dump(*more);
+  EXPECT_THAT(PendingOf(*more, "a1").message,
+              HasSubstr("queue A: 6 of 4 cpus used, borrowing limit 2, cohort c: 6 of 12"));
+  EXPECT_TRUE(more->preemptions.empty());
+  // Borrowing comes after the jobs that do not borrow: B's job first.
+  input.running.clear();
+  auto order = Schedule({Queued("A", Needs(Job("a-borrow", 3, kCpu, 9, 1), 2)),
+                         Queued("B", Needs(Job("b-own", 4, kCpu, 0, 2), 2))},
+                        {Sized(Cpu("w", 16), 12, 0)}, input);
+  ASSERT_TRUE(order.ok());
+  ASSERT_EQ(order->placements.size(), 1u) << Dump(*order);
+  EXPECT_EQ(order->placements[0].job_id, "b-own");
+}
+
+// A has 8 CPUs but lends at most 2; B has none of its own. B borrows at
+// most 2; A's other 6 stay free for it, and A preempts B only for the 2
+// it lent.
+TEST(SchedulerResourceQuotaTest, ALendingLimitKeepsCpusBackForTheLender) {
+  QueueInput input;
+  input.queues = {WithCpus(Queue("A", -1, -1, "c"), 8, -1, 2), WithCpus(Queue("B", -1, -1, "c"), 0)};
+  const std::vector<WorkerSlots> idle = {Sized(Cpu("w", 8), 16, 0)};
+  auto b2 = Schedule({Queued("B", Needs(Job("b2", 2, kCpu, 0, 1), 2))}, idle, input);
+  ASSERT_TRUE(b2.ok()) << b2.status();
+  EXPECT_EQ(Outcome(*b2), (Outcomes{{"b2", "pending:exceeds_queue_limit"}})) << Dump(*b2);
+  auto b1 = Schedule({Queued("B", Needs(Job("b1", 1, kCpu, 0, 1), 2))}, idle, input);
+  ASSERT_TRUE(b1.ok());
+  EXPECT_EQ(Outcome(*b1), (Outcomes{{"b1", "w:0"}})) << Dump(*b1);
+  input.running = {Holding(Running("b1", "B", 1, 0, 1, SlotKind::kCpu), 2, 0)};
+  const std::vector<WorkerSlots> rest = {Sized(Worker("w", SlotKind::kCpu, {1, 2, 3, 4, 5, 6, 7}, 8), 16, 0, true, 2)};
+  auto again = Schedule({Queued("B", Needs(Job("b-more", 1, kCpu, 0, 2), 1))}, rest, input);
+  ASSERT_TRUE(again.ok());
+  EXPECT_EQ(Outcome(*again), (Outcomes{{"b-more", "pending:quota_exceeded"}})) << Dump(*again);
+  EXPECT_THAT(PendingOf(*again, "b-more").message, HasSubstr("cohort c: 2 of 2"));
+  // A's 6 kept-back CPUs need nobody's.
+  auto a3 = Schedule({Queued("A", Needs(Job("a3", 3, kCpu, 0, 3), 2))}, rest, input);
+  ASSERT_TRUE(a3.ok());
+  EXPECT_EQ(Outcome(*a3), (Outcomes{{"a3", "w:1,2,3"}})) << Dump(*a3);
+  EXPECT_TRUE(a3->preemptions.empty());
+  // Its last 2 are the ones it lent: B's job is preempted for them.
+  auto a4 = Schedule({Queued("A", Needs(Job("a4", 4, kCpu, 0, 3), 2))}, rest, input);
+  ASSERT_TRUE(a4.ok());
+  EXPECT_EQ(Victims(*a4), std::vector<std::string>{"b1>a4"});
+  EXPECT_THAT(PendingOf(*a4, "a4").message, HasSubstr("lends at most 2"));
+}
+
+// Reclaim counts memory whatever the slot kind: B borrows A's memory quota
+// with a CPU job; A's GPU job within its nominal preempts it.
+TEST(SchedulerResourceQuotaTest, ReclaimTakesBackMemoryFromAJobOfTheOtherKind) {
+  QueueInput input;
+  input.queues = {WithMemory(Queue("A", -1, -1, "c"), 64 * kGiB), WithMemory(Queue("B", -1, -1, "c"), 0)};
+  input.running = {Holding(Running("b-cpu", "B", 2, 0, 1, SlotKind::kCpu), 0, 32 * kGiB)};
+  const std::vector<WorkerSlots> workers = {Sized(Gpu("g", 2), 16, 128 * kGiB),
+                                            Sized(Worker("c", SlotKind::kCpu, {2, 3}, 4), 16, 128 * kGiB, true, 0,
+                                                  64 * kGiB)};
+  auto r = Schedule({Queued("A", Needs(Job("a-gpu", 1, kCuda, 0, 2), 0, 32 * kGiB))}, workers, input);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r), (Outcomes{{"a-gpu", "pending:preempting"}})) << Dump(*r);
+  EXPECT_EQ(Victims(*r), std::vector<std::string>{"b-cpu>a-gpu"});
+  EXPECT_THAT(PendingOf(*r, "a-gpu").message, HasSubstr("cohort c: 64 GiB of 64 GiB"));
+  // Once it stops (still counted while stopping), nothing more is picked.
+  input.running[0].stopping = true;
+  auto waiting = Schedule({Queued("A", Needs(Job("a-gpu", 1, kCuda, 0, 2), 0, 32 * kGiB))}, workers, input);
+  ASSERT_TRUE(waiting.ok());
+  EXPECT_EQ(Outcome(*waiting), (Outcomes{{"a-gpu", "pending:preempting"}})) << Dump(*waiting);
+  EXPECT_TRUE(waiting->preemptions.empty());
+  // Gone: A's job starts.
+  input.running.clear();
+  auto placed = Schedule({Queued("A", Needs(Job("a-gpu", 1, kCuda, 0, 2), 0, 32 * kGiB))}, workers, input);
+  ASSERT_TRUE(placed.ok());
+  EXPECT_EQ(Outcome(*placed), (Outcomes{{"a-gpu", "g:0"}})) << Dump(*placed);
+}
+
+// Sums of what jobs ask saturate instead of overflowing: a huge request is
+// simply more than any quota.
+TEST(SchedulerResourceQuotaTest, HugeRequestsAreOverAnyQuotaWithoutOverflow) {
+  QueueInput input;
+  input.queues = {WithMemory(Queue("A", -1), 64 * kGiB)};
+  input.running = {Holding(Running("huge-run", "A", 4), 0, std::int64_t{1} << 62)};
+  const std::vector<WorkerSlots> workers = {Sized(Gpu("w", 4, 8), 16, std::int64_t{1} << 62)};
+  auto r = Schedule({Queued("A", Needs(Job("huge", 1, kCuda, 0, 1), 0, std::int64_t{1} << 62)),
+                     Queued("A", Needs(Job("small", 1, kCuda, 0, 2), 0, kGiB))},
+                    workers, input);
+  ASSERT_TRUE(r.ok()) << r.status();
+  EXPECT_EQ(Outcome(*r), (Outcomes{{"huge", "pending:exceeds_queue_limit"}, {"small", "pending:quota_exceeded"}}))
+      << Dump(*r);
+}
+
+// An elastic job grows by a rank only within its queue's own CPU and memory
+// quotas (JobPlacer asks before stopping it to grow).
+TEST(SchedulerResourceQuotaTest, GrowthRoomIsWithinTheQueuesOwnResourceQuota) {
+  const std::vector<QueueSpec> queues = {WithMemory(Queue("A", -1, -1, "c"), 32 * kGiB),
+                                         WithMemory(Queue("B", -1, -1, "c"), 0), Queue("U", -1)};
+  const std::vector<RunningJob> running = {Holding(Running("a", "A", 1), 0, 16 * kGiB),
+                                           Holding(Running("gone", "deleted-queue", 8), 0, 64 * kGiB)};
+  EXPECT_TRUE(QueueHasResourceRoom(queues, running, "A", 0, 16 * kGiB));
+  EXPECT_FALSE(QueueHasResourceRoom(queues, running, "A", 0, 17 * kGiB)) << "past its own nominal";
+  EXPECT_FALSE(QueueHasResourceRoom(queues, running, "B", 0, kGiB)) << "only by borrowing";
+  EXPECT_TRUE(QueueHasResourceRoom(queues, running, "B", 4, 0)) << "B has no CPU quota";
+  EXPECT_TRUE(QueueHasResourceRoom(queues, running, "U", 64, 64 * kGiB)) << "unlimited";
+  EXPECT_TRUE(QueueHasResourceRoom({}, running, "A", 0, 64 * kGiB)) << "no queues";
+}
+
+TEST(SchedulerResourceQuotaTest, MalformedResourceQuotasAreRefusedNamingTheField) {
+  QueueInput input;
+  input.queues = {WithCpus(Queue("A", 1), std::nan(""))};
+  auto r = Schedule({}, {Gpu("w", 1)}, input);
+  ASSERT_FALSE(r.ok());
+  EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(r.status().message(), HasSubstr("queue \"A\": nominal_cpus: must be -1 (unlimited) or finite"));
+  input.queues = {WithMemory(Queue("A", 1), -5)};
+  r = Schedule({}, {Gpu("w", 1)}, input);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("nominal_memory_bytes"));
+  input.queues = {Queue("A", 1)};
+  input.running = {Holding(Running("r", "A", 1), -1, 0)};
+  r = Schedule({}, {Gpu("w", 1)}, input);
+  ASSERT_FALSE(r.ok());
+  EXPECT_THAT(r.status().message(), HasSubstr("running job \"r\": cpus and memory_bytes"));
 }
 
 TEST(SchedulerQueueTest, UnknownQueueIsReportedLast) {
