@@ -14,6 +14,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/format_bytes.h"
+#include "coordinator/scheduler/fair_order.h"
 #include "coordinator/scheduler/queue_admission.h"
 #include "coordinator/scheduler/worker_fit.h"
 
@@ -21,6 +22,8 @@ namespace trainctl::scheduler {
 namespace {
 
 using internal::Admission;
+using internal::ByShare;
+using internal::ScheduledBefore;
 using internal::KindIndex;
 using internal::kNumKinds;
 using internal::QueueBook;
@@ -47,12 +50,6 @@ using internal::UsableIgnoringReservations;
 using internal::ValidateInput;
 using internal::WorkerState;
 
-// Scheduling order: priority desc, submit_seq asc, job id asc.
-bool ScheduledBefore(const PendingJob& a, const PendingJob& b) {
-  if (a.priority != b.priority) return a.priority > b.priority;
-  if (a.submit_seq != b.submit_seq) return a.submit_seq < b.submit_seq;
-  return a.job_id < b.job_id;
-}
 
 class Pass {
  public:
@@ -100,77 +97,15 @@ class Pass {
     ScheduleResult result;
     // Jobs that would borrow, set aside by the first round, per queue.
     std::vector<std::vector<int>> borrowing(lines_.size());
-    ByShare(lines_, [&](int j, int q) {
+    ByShare(book_, jobs_, lines_, [&](int j, int q) {
       if (!ScheduleJob(j, q, /*may_borrow=*/false, result)) borrowing[q].push_back(j);
     });
-    ByShare(borrowing, [&](int j, int q) { ScheduleJob(j, q, /*may_borrow=*/true, result); });
+    ByShare(book_, jobs_, borrowing, [&](int j, int q) { ScheduleJob(j, q, /*may_borrow=*/true, result); });
     for (int j : unknown_queue_) ScheduleJob(j, -1, /*may_borrow=*/true, result);
     return result;
   }
 
  private:
-  // Calls `consider(job, queue)` for every job of `lines` (one list per
-  // queue, each in scheduling order): next a job of the queue with the
-  // lowest share, ties by fewer slots used, then queue name (queue index
-  // order); within the queue the head of an owner (see NextOfQueue).
-  template <typename Consider>
-  void ByShare(const std::vector<std::vector<int>>& lines, Consider consider) {
-    // Per queue, its owners' lines (each in scheduling order) and how far
-    // each has been considered. Without queues one line: the order above.
-    struct OwnerLine {
-      std::vector<int> jobs;
-      size_t next = 0;
-    };
-    std::vector<std::vector<OwnerLine>> owners(lines.size());
-    std::vector<size_t> left(lines.size(), 0);
-    for (size_t q = 0; q < lines.size(); ++q) {
-      absl::flat_hash_map<std::string, size_t> index;
-      for (int j : lines[q]) {
-        const std::string& owner = book_.implicit() ? std::string() : jobs_[j]->owner;
-        auto [it, added] = index.try_emplace(owner, owners[q].size());
-        if (added) owners[q].emplace_back();
-        owners[q][it->second].jobs.push_back(j);
-      }
-      left[q] = lines[q].size();
-    }
-    while (true) {
-      int best = -1;
-      double best_share = 0;
-      long long best_used = 0;
-      for (int q = 0; q < static_cast<int>(lines.size()); ++q) {
-        if (left[q] == 0) continue;
-        const double share = book_.Share(q);
-        const long long used = book_.UsedSlots(q);
-        if (best < 0 || share < best_share || (share == best_share && used < best_used)) {
-          best = q, best_share = share, best_used = used;
-        }
-      }
-      if (best < 0) return;
-      // The owner whose head goes next: highest priority, then lowest
-      // owner share, then scheduling order.
-      OwnerLine* pick = nullptr;
-      double pick_share = 0;
-      for (OwnerLine& line : owners[best]) {
-        if (line.next >= line.jobs.size()) continue;
-        const PendingJob& head = *jobs_[line.jobs[line.next]];
-        const double share = book_.OwnerShare(best, head.owner);
-        if (pick != nullptr) {
-          const PendingJob& other = *jobs_[pick->jobs[pick->next]];
-          if (head.priority != other.priority) {
-            if (head.priority < other.priority) continue;
-          } else if (share != pick_share) {
-            if (share > pick_share) continue;
-          } else if (!ScheduledBefore(head, other)) {
-            continue;
-          }
-        }
-        pick = &line, pick_share = share;
-      }
-      --left[best];
-      consider(pick->jobs[pick->next++], best);
-    }
-  }
-
   SlotKind ResolveKind(DeviceRequirement device) const {
     switch (device) {
       case DeviceRequirement::kCuda:
@@ -254,7 +189,7 @@ class Pass {
         book_.Charge(q, kind, per_rank, size, asked.owner);
         return true;
       }
-      if (Backfill(asked, job, q, kind, req, pool, free, may_borrow, result)) return true;
+      if (Backfill(asked, job, q, kind, req, per_rank, pool, free, may_borrow, result)) return true;
     }
     const bool reclaims =
         admission == Admission::kWithinNominal || admission == Admission::kReclaim;
@@ -375,21 +310,22 @@ class Pass {
   // Places `asked` (`job`: its least size) on available and reserved slots when
   // it ends before the head could start (Backfill by runtime); else false.
   bool Backfill(const PendingJob& asked, const PendingJob& job, int q, SlotKind kind, const Request& req,
-                KindPool& pool, const PoolFree& free, bool may_borrow, ScheduleResult& result) {
+                const internal::Demand& per_rank, KindPool& pool, const PoolFree& free, bool may_borrow,
+                ScheduleResult& result) {
     // An undated head may start when any unbounded job ends: nothing backfills.
     if (pool.head < 0 || pool.preempted || !InWholeSlots(req) || !std::isfinite(pool.shadow_s) ||
         asked.runtime_bound_s <= 0 || asked.runtime_bound_s > pool.shadow_s) {
       return false;
     }
     const long long size = std::min({static_cast<long long>(asked.world_size), free.available + free.reserved,
-                                     book_.Headroom(q, kind, may_borrow), book_.MaxJobSize(q)});
+                                     book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q)});
     if (size < job.world_size) return false;
     PendingJob sized = asked;
     sized.world_size = static_cast<int>(size);
     Placement placement = Place(sized, req, kind, pool, /*into_reserved=*/true);
     placement.backfilled_before = jobs_[pool.head]->job_id;
     result.placements.push_back(std::move(placement));
-    book_.Charge(q, kind, size, asked.owner);
+    book_.Charge(q, kind, per_rank, size, asked.owner);
     return true;
   }
 
