@@ -292,7 +292,7 @@ absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(JobManager& jobs, StateSto
   if (req.max_page_bytes() < 0) return absl::InvalidArgumentError("max_page_bytes: must not be negative");
   q.max_bytes = req.max_page_bytes() == 0 ? kMaxMetricPageBytes
                                           : std::clamp<int64_t>(req.max_page_bytes(), 1024, kMaxMetricPageBytes);
-  TRAINCTL_ASSIGN_OR_RETURN(MetricPage page, store.ListMetricPage(q));
+  TRAINCTL_ASSIGN_OR_RETURN(MetricPage page, store.telemetry().ListMetricPage(q));
   v1::GetMetricsResponse resp;
   v1::MetricBatch* batch = nullptr;
   for (StoredMetricPoint& p : page.points) {
@@ -425,7 +425,7 @@ grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::Callback
     // History and subscription in one loop turn: no gap, no duplicate.
     if (request.include_history()) {
       absl::StatusOr<std::vector<v1::Event>> events =
-          ctx_.store->ListEvents(request.job_id(), std::max<int64_t>(0, request.after_event_seq()), 100000);
+          ctx_.store->jobs().ListEvents(request.job_id(), std::max<int64_t>(0, request.after_event_seq()), 100000);
       if (events.ok()) {
         for (v1::Event& e : *events) {
           v1::JobUpdate u;
@@ -435,7 +435,7 @@ grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::Callback
       }
       absl::StatusOr<std::vector<v1::MetricPoint>> points =
           request.after_event_seq() > 0 ? std::vector<v1::MetricPoint>{}
-                                        : ctx_.store->ListMetrics(request.job_id(), 10000);
+                                        : ctx_.store->telemetry().ListMetrics(request.job_id(), 10000);
       if (points.ok() && !points->empty()) {
         v1::JobUpdate u;
         u.mutable_metrics()->set_job_id(request.job_id());
@@ -491,7 +491,7 @@ grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetLogs(grpc::CallbackSe
     std::optional<int32_t> rank;
     if (request.has_rank()) rank = request.rank();
     absl::StatusOr<std::vector<v1::LogLine>> lines =
-        ctx_.store->ListLogs(request.job_id(), attempt, rank, request.tail_lines());
+        ctx_.store->telemetry().ListLogs(request.job_id(), attempt, rank, request.tail_lines());
     if (lines.ok()) {
       // A resumed stream: only what it has not delivered yet.
       lines->erase(std::remove_if(lines->begin(), lines->end(),

@@ -183,7 +183,7 @@ class JobManager : private JobActions {
   absl::StatusOr<UsageReport> Usage(const UsageFilter& filter) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     absl::StatusOr<std::vector<v1::AttemptUsage>> stored =
-        store_->LoadAttemptUsage(filter.since, std::min(filter.until, clock_->Now()));
+        store_->usage().LoadAttemptUsage(filter.since, std::min(filter.until, clock_->Now()));
     if (!stored.ok()) return stored.status();
     return queries_.Usage(filter, *stored);
   }

@@ -250,7 +250,7 @@ absl::StatusOr<std::string> Dashboard::Job(const std::string& id, const Request&
   TRAINCTL_ASSIGN_OR_RETURN(std::optional<int64_t> after, IntParam(req, "events_after"));
   TRAINCTL_ASSIGN_OR_RETURN(v1::Job job, deps_.jobs->Get(id));
   TRAINCTL_ASSIGN_OR_RETURN(std::vector<v1::Event> events,
-                            deps_.store->ListEvents(id, after.value_or(0), kMaxEvents));
+                            deps_.store->jobs().ListEvents(id, after.value_or(0), kMaxEvents));
   std::string out = absl::StrCat("{\"job\":", ToJson(job), ",\"events\":[");
   for (size_t i = 0; i < events.size(); ++i) absl::StrAppend(&out, i ? "," : "", ToJson(events[i]));
   return out + "]}";
@@ -283,7 +283,7 @@ absl::StatusOr<std::string> Dashboard::Logs(const std::string& id, const Request
   if (which > 0) {
     std::optional<int32_t> only;
     if (rank) only = static_cast<int32_t>(*rank);
-    TRAINCTL_ASSIGN_OR_RETURN(lines, deps_.store->ListLogs(id, which, only, lines_wanted));
+    TRAINCTL_ASSIGN_OR_RETURN(lines, deps_.store->telemetry().ListLogs(id, which, only, lines_wanted));
   }
   std::string out = absl::StrCat("{\"attempt\":", which, ",\"attempts\":", attempts, ",\"world_size\":", world,
                                  ",\"lines\":[");
