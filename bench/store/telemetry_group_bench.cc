@@ -67,7 +67,7 @@ void RunGroups(const std::string& spec, const char* backend) {
         p->set_rank(rank % 8);
         p->set_step(++step);
         p->set_loss(1.0 / static_cast<double>(step));
-        s = store.AppendMetrics(batch);
+        s = store.telemetry().AppendMetrics(batch);
         rows += 1;
       } else {
         v1::LogChunk chunk;
@@ -79,7 +79,7 @@ void RunGroups(const std::string& spec, const char* backend) {
           line->set_rank(rank % 8);
           line->set_text(absl::StrCat("step ", step, " line ", i, ": loss 0.1234 lr 0.001 samples/s 12345"));
         }
-        s = store.AppendLogs(chunk);
+        s = store.telemetry().AppendLogs(chunk);
         rows += lines;
       }
       ASSERT_TRUE(s.ok()) << s;

@@ -79,11 +79,11 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadCodeChunk> 
     resp_->set_size_bytes(size_);
     ctx_.loop->Post([this] {
       AssertOnLoop(ctx_.loop, "a code upload");
-      absl::StatusOr<std::optional<int64_t>> stored = ctx_.store->CodeSize(digest_);
+      absl::StatusOr<std::optional<int64_t>> stored = ctx_.store->code_archives().CodeSize(digest_);
       if (!stored.ok()) return Fail(absl::UnavailableError(absl::StrCat("could not read the store: ", stored.status().message())));
       if (!stored->has_value()) return Append();
       // Counts as an upload: the unreferenced grace starts again.
-      if (absl::Status s = ctx_.store->TouchCode(digest_, absl::Now()); !s.ok() && !absl::IsNotFound(s)) {
+      if (absl::Status s = ctx_.store->code_archives().TouchCode(digest_, absl::Now()); !s.ok() && !absl::IsNotFound(s)) {
         return Fail(absl::UnavailableError(absl::StrCat("could not store the code: ", s.message())));
       }
       resp_->set_already_stored(true);
@@ -117,7 +117,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadCodeChunk> 
     }
     ctx_.loop->Post([this] {
       AssertOnLoop(ctx_.loop, "a code upload");
-      if (absl::Status s = ctx_.store->PutCode(digest_, data_, absl::Now()); !s.ok()) {
+      if (absl::Status s = ctx_.store->code_archives().PutCode(digest_, data_, absl::Now()); !s.ok()) {
         return Fail(absl::UnavailableError(absl::StrCat("could not store the code: ", s.message())));
       }
       LogEvent(LogLevel::kInfo, "coordinator", "code_stored",
@@ -163,7 +163,7 @@ absl::StatusOr<int64_t> CodeToFetch(const ServiceContext& c, const WorkerCaller&
     return absl::NotFoundError(absl::StrCat("digest: job '", job.id(), "' names ",
                                             named.empty() ? "no code" : named, ", not ", Quoted(req.digest())));
   }
-  absl::StatusOr<std::optional<int64_t>> size = c.store->CodeSize(named);
+  absl::StatusOr<std::optional<int64_t>> size = c.store->code_archives().CodeSize(named);
   if (!size.ok()) return absl::UnavailableError(absl::StrCat("could not read the store: ", size.status().message()));
   if (!size->has_value()) return absl::NotFoundError(absl::StrCat("the code of job '", job.id(), "' is not stored"));
   return **size;
@@ -218,7 +218,7 @@ class CodeFetchReactor final : public grpc::ServerWriteReactor<v1::CodeChunk> {
 
  private:
   void WriteNext() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    absl::StatusOr<std::string> piece = ctx_.store->ReadCode(digest_, offset_, kCodeChunkBytes);
+    absl::StatusOr<std::string> piece = ctx_.store->code_archives().ReadCode(digest_, offset_, kCodeChunkBytes);
     if (!piece.ok()) return Fail(absl::UnavailableError(absl::StrCat("could not read the store: ", piece.status().message())));
     if (piece->empty()) return Fail(absl::DataLossError(absl::StrCat(digest_, ": no bytes at offset ", offset_, " of ", size_)));
     out_.Clear();
@@ -270,7 +270,7 @@ absl::Status CheckSpecCode(StateStore& store, v1::JobSpec& spec) {
   v1::CodePackage* code = spec.mutable_command()->mutable_code();
   TRAINCTL_RETURN_IF_ERROR(CodeDigestError(code->digest(), "command.code.digest"));
   TRAINCTL_RETURN_IF_ERROR(CodeWorkingDirError(spec.command().working_dir()));
-  absl::StatusOr<std::optional<int64_t>> size = store.CodeSize(code->digest());
+  absl::StatusOr<std::optional<int64_t>> size = store.code_archives().CodeSize(code->digest());
   if (!size.ok()) return absl::UnavailableError(absl::StrCat("could not read the store: ", size.status().message()));
   if (!size->has_value()) {
     return absl::FailedPreconditionError(absl::StrCat("command.code: ", code->digest(),

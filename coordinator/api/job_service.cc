@@ -292,7 +292,7 @@ absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(const JobQueries& queries,
   if (req.max_page_bytes() < 0) return absl::InvalidArgumentError("max_page_bytes: must not be negative");
   q.max_bytes = req.max_page_bytes() == 0 ? kMaxMetricPageBytes
                                           : std::clamp<int64_t>(req.max_page_bytes(), 1024, kMaxMetricPageBytes);
-  TRAINCTL_ASSIGN_OR_RETURN(MetricPage page, store.ListMetricPage(q));
+  TRAINCTL_ASSIGN_OR_RETURN(MetricPage page, store.telemetry().ListMetricPage(q));
   v1::GetMetricsResponse resp;
   v1::MetricBatch* batch = nullptr;
   for (StoredMetricPoint& p : page.points) {
@@ -435,7 +435,7 @@ grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::Callback
       }
       absl::StatusOr<std::vector<v1::MetricPoint>> points =
           request.after_event_seq() > 0 ? std::vector<v1::MetricPoint>{}
-                                        : ctx_.store->ListMetrics(request.job_id(), 10000);
+                                        : ctx_.store->telemetry().ListMetrics(request.job_id(), 10000);
       if (points.ok() && !points->empty()) {
         v1::JobUpdate u;
         u.mutable_metrics()->set_job_id(request.job_id());

@@ -194,7 +194,7 @@ class WorkerSessionTest : public JobManagerTest {
     return job->id();
   }
   std::vector<std::string> StoredLines(const std::string& job) {
-    absl::StatusOr<std::vector<v1::LogLine>> lines = store_->ListLogs(job, 1, std::nullopt, 0);
+    absl::StatusOr<std::vector<v1::LogLine>> lines = store_->telemetry().ListLogs(job, 1, std::nullopt, 0);
     EXPECT_TRUE(lines.ok()) << lines.status();
     std::vector<std::string> out;
     if (lines.ok()) for (const v1::LogLine& l : *lines) out.push_back(l.text());

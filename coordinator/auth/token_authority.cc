@@ -58,9 +58,9 @@ absl::StatusOr<v1::Role> ParseRole(absl::string_view name) {
 }
 
 absl::Status TokenAuthority::Load() {
-  TRAINCTL_ASSIGN_OR_RETURN(std::vector<StoredToken> tokens, store_->LoadTokens());
-  TRAINCTL_ASSIGN_OR_RETURN(auto bindings, store_->LoadWorkerBindings());
-  TRAINCTL_ASSIGN_OR_RETURN(std::vector<v1::RevokeWorkerResponse> revoked, store_->LoadRevokedWorkers());
+  TRAINCTL_ASSIGN_OR_RETURN(std::vector<StoredToken> tokens, store_->auth().LoadTokens());
+  TRAINCTL_ASSIGN_OR_RETURN(auto bindings, store_->auth().LoadWorkerBindings());
+  TRAINCTL_ASSIGN_OR_RETURN(std::vector<v1::RevokeWorkerResponse> revoked, store_->auth().LoadRevokedWorkers());
   absl::MutexLock lock(&mu_);
   for (v1::RevokeWorkerResponse& r : revoked) {
     for (const std::string& serial : r.serials()) revoked_serials_[serial] = r.worker_id();
@@ -202,7 +202,7 @@ absl::StatusOr<v1::CreateTokenResponse> TokenAuthority::Create(const v1::CreateT
   *t.mutable_queues() = req.queues();
   std::string secret = auth::NewSecret(t.id());
   st.secret_hash = auth::Sha256Hex(secret);
-  TRAINCTL_RETURN_IF_ERROR(store_->PutToken(t, st.secret_hash));
+  TRAINCTL_RETURN_IF_ERROR(store_->auth().PutToken(t, st.secret_hash));
   v1::CreateTokenResponse resp;
   *resp.mutable_token() = t;
   resp.set_secret(secret);
@@ -246,7 +246,7 @@ absl::StatusOr<v1::Token> TokenAuthority::Revoke(const std::string& id) {
     t = it->second.token;
     t.set_revoked(true);
     SetTimestamp(clock_->Now(), t.mutable_revoke_time());
-    TRAINCTL_RETURN_IF_ERROR(store_->PutToken(t, it->second.secret_hash));
+    TRAINCTL_RETURN_IF_ERROR(store_->auth().PutToken(t, it->second.secret_hash));
     it->second.token = t;
   }
   // Outside the lock: the listener may ask StillValid right away.
@@ -266,7 +266,7 @@ absl::Status TokenAuthority::ConsumeOneTime(const std::string& token_id) {
         absl::StrCat("one-time token '", t.id(), "' (", t.name(), ") was already used"));
   }
   t.set_used(true);
-  TRAINCTL_RETURN_IF_ERROR(store_->PutToken(t, it->second.secret_hash));
+  TRAINCTL_RETURN_IF_ERROR(store_->auth().PutToken(t, it->second.secret_hash));
   it->second.token = t;
   return absl::OkStatus();
 }
@@ -285,7 +285,7 @@ absl::Status TokenAuthority::BindWorker(const std::string& worker_id, const Prin
                                                     "' belongs to another token; token '",
                                                     who.token_id, "' may not use it"));
   }
-  TRAINCTL_RETURN_IF_ERROR(store_->PutWorkerBinding(worker_id, who.token_id));
+  TRAINCTL_RETURN_IF_ERROR(store_->auth().PutWorkerBinding(worker_id, who.token_id));
   bindings_[worker_id] = who.token_id;
   return absl::OkStatus();
 }
@@ -323,7 +323,7 @@ absl::StatusOr<v1::RevokeWorkerResponse> TokenAuthority::RevokeWorkerCert(const 
   }
   SetTimestamp(clock_->Now(), r.mutable_revoke_time());
   r.set_newly_revoked(true);
-  TRAINCTL_RETURN_IF_ERROR(store_->PutRevokedWorker(r));
+  TRAINCTL_RETURN_IF_ERROR(store_->auth().PutRevokedWorker(r));
   for (const std::string& serial : r.serials()) revoked_serials_[serial] = worker_id;
   revoked_workers_[worker_id] = r;
   return r;

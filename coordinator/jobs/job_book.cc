@@ -217,13 +217,13 @@ absl::Status JobBook::Commit(JobEntry& entry, v1::Job next, std::vector<JobEvent
       auto it = entry.rank_figures.find({a.number(), r});
       if (it != entry.rank_figures.end()) figures[r] = it->second;
     }
-    if (absl::Status s = store_->PutAttemptUsage(AttemptUsageOf(next, a, now, true, figures)); !s.ok()) {
+    if (absl::Status s = store_->usage().PutAttemptUsage(AttemptUsageOf(next, a, now, true, figures)); !s.ok()) {
       return absl::UnavailableError(absl::StrCat("job ", next.id(), ": could not store attempt ", a.number(),
                                                  "'s usage: ", s.message()));
     }
     recorded.emplace_back(a.number(), a.ranks_size());
   }
-  if (absl::Status s = store_->PutJob(next, entry.submit_seq, stored); !s.ok()) {
+  if (absl::Status s = store_->jobs().PutJob(next, entry.submit_seq, stored); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("job ", next.id(), ": could not store the ",
                                                StateName(next.state()), " transition: ", s.message()));
   }

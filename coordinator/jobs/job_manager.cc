@@ -40,7 +40,7 @@ absl::Status JobManager::Recover(const StoreSnapshot& snapshot) {
   // Fair share's usage (docs/queues.md). A row that does not parse costs the
   // shares, not the start: usage is soft state that rebuilds within a
   // half-life.
-  absl::StatusOr<v1::FairShareSnapshot> usage = store_->LoadFairShare();
+  absl::StatusOr<v1::FairShareSnapshot> usage = store_->queues().LoadFairShare();
   if (absl::IsDataLoss(usage.status())) {
     LogEvent(LogLevel::kWarn, "coordinator", "fair_share_dropped", {{"error", std::string(usage.status().message())}});
     return absl::OkStatus();

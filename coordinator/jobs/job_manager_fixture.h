@@ -250,7 +250,7 @@ class JobManagerTest : public ::testing::Test {
 
   // Events of a job as stored, as "type@attempt: message".
   std::vector<std::string> StoredEvents(const std::string& id) {
-    auto events = store_->ListEvents(id, 0, 0);
+    auto events = store_->jobs().ListEvents(id, 0, 0);
     EXPECT_TRUE(events.ok()) << events.status();
     std::vector<std::string> out;
     for (const auto& e : *events) out.push_back(absl::StrCat(e.type(), "@", e.attempt(), ": ", e.message()));

@@ -79,7 +79,7 @@ TEST_F(JobManagerTest, WholeLifeWithRendezvousMetricsAndEvents) {
   EXPECT_DOUBLE_EQ(j.progress().samples_per_sec(), 128);
   EXPECT_GT(j.progress().eta_seconds(), 0);
   EXPECT_DOUBLE_EQ(j.progress().last_eval().accuracy(), 0.75);
-  auto stored = store_->ListMetrics(id, 100);
+  auto stored = store_->telemetry().ListMetrics(id, 100);
   ASSERT_TRUE(stored.ok());
   EXPECT_EQ(stored->size(), 3u);
   EXPECT_EQ(j.metric_summary().train_points(), 2);
@@ -127,7 +127,7 @@ TEST_F(JobManagerTest, WholeLifeWithRendezvousMetricsAndEvents) {
   EXPECT_TRUE(Get(id).has_end_time());
   EXPECT_TRUE(sub.ended);
   EXPECT_THAT(sub.EventTypes(), ::testing::ElementsAre("running", "epoch_end", "succeeded"));
-  auto events = store_->ListEvents(id, 0, 100);
+  auto events = store_->jobs().ListEvents(id, 0, 100);
   ASSERT_TRUE(events.ok());
   std::vector<std::string> types;
   for (const auto& e : *events) types.push_back(e.type());
@@ -185,7 +185,7 @@ TEST_F(JobManagerTest, AScriptsPartialPointsAndEvalReportsFoldIntoTheSummary) {
   EXPECT_DOUBLE_EQ(j.metric_summary().last_loss(), 0.75);
   EXPECT_DOUBLE_EQ(j.metric_summary().mean_samples_per_sec(), 100) << "over the windows that had a rate";
   EXPECT_EQ(j.metric_summary().rate_points(), 1);
-  auto stored = store_->ListMetrics(id, 100);
+  auto stored = store_->telemetry().ListMetrics(id, 100);
   ASSERT_TRUE(stored.ok());
   ASSERT_EQ(stored->size(), 5u);
 }
@@ -440,7 +440,7 @@ TEST_F(JobManagerTest, CancelMatchingCancelsExactlyTheMatchingJobsNotEnded) {
     v1::Job j = Get(id);
     EXPECT_EQ(j.state(), v1::JOB_STATE_CANCELLED);
     EXPECT_EQ(j.state_reason(), "cancelled: queue a is closing");
-    auto events = store_->ListEvents(id, 0, 100);
+    auto events = store_->jobs().ListEvents(id, 0, 100);
     ASSERT_TRUE(events.ok());
     int cancelled = 0;
     for (const v1::Event& e : *events) cancelled += e.type() == "cancelled";
@@ -742,7 +742,7 @@ TEST_F(JobManagerTest, AttemptWithEveryRankEndedIsSettledAfterRecovery) {
   a->mutable_ranks(1)->set_state(v1::RANK_STATE_FAILED);
   a->mutable_ranks(1)->mutable_exit()->set_kind(v1::FAILURE_KIND_SIGNAL);
   a->mutable_ranks(1)->mutable_exit()->set_signal(9);
-  ASSERT_TRUE(store_->PutJob(j, 1).ok());
+  ASSERT_TRUE(store_->jobs().PutJob(j, 1).ok());
   channels_.clear();
   Open();
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);

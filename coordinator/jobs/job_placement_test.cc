@@ -84,7 +84,7 @@ TEST_F(JobManagerTest, CheckpointRecordsDecideWhereAndFromWhatARestartResumes) {
   ASSERT_FALSE(c->Starts().empty());
   EXPECT_EQ(c->Starts().back().resume().path(), CkPath("/w/b/ck2", id, 2)) << "every rank learns the same record";
   bool said = false;
-  auto events = store_->ListEvents(id, 0, 1000);
+  auto events = store_->jobs().ListEvents(id, 0, 1000);
   ASSERT_TRUE(events.ok());
   for (const auto& e : *events) {
     if (e.type() == "scheduled" && e.attempt() == 2) {
@@ -239,7 +239,7 @@ TEST_F(JobManagerTest, RestartWithoutAReachableCheckpointSaysItStartsFromScratch
   v1::Job j = Get(id);
   ASSERT_EQ(j.attempts_size(), 2);
   EXPECT_FALSE(j.attempts(1).has_resume());
-  auto events = store_->ListEvents(id, 0, 1000);
+  auto events = store_->jobs().ListEvents(id, 0, 1000);
   ASSERT_TRUE(events.ok());
   std::string scheduled;
   for (const auto& e : *events) {

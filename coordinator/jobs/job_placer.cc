@@ -318,7 +318,7 @@ void JobPlacer::MaybeSaveUsage(absl::Time mono) {
     return;
   }
   if (usage_.empty() && usage_saved_empty_) return;
-  const absl::Status saved = store_->PutFairShare(UsageSnapshot());
+  const absl::Status saved = store_->queues().PutFairShare(UsageSnapshot());
   if (!saved.ok()) {
     LogDeferred(saved, "fair-share usage written again at the next tick");
     return;

@@ -207,18 +207,18 @@ absl::StatusOr<UsageReport> JobQueries::Usage(const UsageFilter& filter,
 
 absl::StatusOr<UsageReport> JobQueries::Usage(const UsageFilter& filter) const {
   TRAINCTL_ASSIGN_OR_RETURN(std::vector<v1::AttemptUsage> stored,
-                            store_->LoadAttemptUsage(filter.since, std::min(filter.until, clock_->Now())));
+                            store_->usage().LoadAttemptUsage(filter.since, std::min(filter.until, clock_->Now())));
   return Usage(filter, stored);
 }
 
 absl::StatusOr<std::vector<v1::Event>> JobQueries::Events(const std::string& job_id, int64_t after_seq,
                                                           int64_t limit) const {
-  return store_->ListEvents(job_id, after_seq, limit);
+  return store_->jobs().ListEvents(job_id, after_seq, limit);
 }
 
 absl::StatusOr<std::vector<v1::LogLine>> JobQueries::Logs(const std::string& job_id, int32_t attempt,
                                                           std::optional<int32_t> rank, int64_t tail_lines) const {
-  return store_->ListLogs(job_id, attempt, rank, tail_lines);
+  return store_->telemetry().ListLogs(job_id, attempt, rank, tail_lines);
 }
 
 }  // namespace trainctl::coordinator

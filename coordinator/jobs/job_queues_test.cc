@@ -119,7 +119,7 @@ TEST_F(JobQueuesTest, ABorrowerIsPreemptedWhenTheLenderNeedsItsQuotaAndResumesLa
   victim = Get(borrower);
   EXPECT_EQ(victim.attempts_size(), 1);
   EXPECT_THAT(victim.state_reason(), HasSubstr("quota"));
-  auto events = store_->ListEvents(borrower, 0, 1000);
+  auto events = store_->jobs().ListEvents(borrower, 0, 1000);
   ASSERT_TRUE(events.ok()) << events.status();
   bool preempted_event = false;
   for (const auto& ev : *events) {
@@ -271,7 +271,7 @@ TEST_F(JobQueuesTest, ARestartReloadsTheUsageFromTheStore) {
   jobs_->Tick();  // more than the save interval (10 s) since the first write
   const double before = owners_->placer.usage().at("a")[1];
   EXPECT_NEAR(before, 60, 0.5) << "2 slots for 30 s";
-  auto stored = store_->LoadFairShare();
+  auto stored = store_->queues().LoadFairShare();
   ASSERT_TRUE(stored.ok()) << stored.status();
   ASSERT_EQ(stored->queues_size(), 1);
   EXPECT_EQ(stored->queues(0).queue(), "a");
@@ -351,7 +351,7 @@ TEST_F(JobQueuesTest, APreemptedAttemptsUsageEndsWhenItsLastRankExited) {
   ASSERT_EQ(victim.attempts(0).preempted_for(), owner);
   const absl::Time decided = FromTimestamp(victim.attempts(0).end_time());
   EXPECT_EQ(decided, placed + absl::Seconds(10));
-  ASSERT_TRUE(store_->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty())
+  ASSERT_TRUE(store_->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty())
       << "no record while its ranks still run";
   // While the ranks stop, the attempt counts up to now ("stopping").
   clock_.Advance(absl::Seconds(3));
@@ -379,11 +379,11 @@ TEST_F(JobQueuesTest, APreemptedAttemptsUsageEndsWhenItsLastRankExited) {
   ASSERT_TRUE(stopped(1, 4.5, 100 << 20).ok());
   ASSERT_TRUE(stopped(2, 1.0, 200 << 20).ok());
   ASSERT_TRUE(stopped(3, 0, 0).ok());
-  ASSERT_TRUE(store_->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty())
+  ASSERT_TRUE(store_->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty())
       << "rank 0 still runs";
   clock_.Advance(absl::Seconds(2));
   ASSERT_TRUE(stopped(0, 6.0, 300 << 20).ok());
-  auto stored = store_->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture());
+  auto stored = store_->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture());
   ASSERT_TRUE(stored.ok()) << stored.status();
   ASSERT_EQ(stored->size(), 1u);
   const v1::AttemptUsage& u = (*stored)[0];
@@ -443,7 +443,7 @@ TEST_F(JobQueuesTest, ACancelledAttemptsUsageEndsWhenItsLastRankStopped) {
               HasSubstr("rank_status.cpu_seconds"));
   clock_.Advance(absl::Seconds(7));
   AllRanks(job, 1, v1::RANK_STATE_STOPPED);
-  auto stored = store_->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture());
+  auto stored = store_->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture());
   ASSERT_TRUE(stored.ok()) << stored.status();
   ASSERT_EQ(stored->size(), 1u);
   EXPECT_EQ(FromTimestamp((*stored)[0].end_time()), decided + absl::Seconds(7));

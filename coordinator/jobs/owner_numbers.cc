@@ -11,7 +11,7 @@ namespace trainctl::coordinator {
 
 absl::Status OwnerNumbers::LoadOnce() {
   if (loaded_) return absl::OkStatus();
-  TRAINCTL_ASSIGN_OR_RETURN(auto rows, store_->LoadOwnerNumbers());
+  TRAINCTL_ASSIGN_OR_RETURN(auto rows, store_->auth().LoadOwnerNumbers());
   for (auto& [owner, number] : rows) {
     highest_ = std::max(highest_, number);
     numbers_[std::move(owner)] = number;
@@ -24,7 +24,7 @@ absl::StatusOr<int64_t> OwnerNumbers::Get(const std::string& owner) {
   TRAINCTL_RETURN_IF_ERROR(LoadOnce());
   if (auto it = numbers_.find(owner); it != numbers_.end()) return it->second;
   const int64_t next = highest_ + 1;
-  if (absl::Status s = store_->PutOwnerNumber(owner, next); !s.ok()) {
+  if (absl::Status s = store_->auth().PutOwnerNumber(owner, next); !s.ok()) {
     // Nothing else writes the table while this coordinator holds the
     // database, so a taken row means memory is behind: read it again.
     if (absl::IsAlreadyExists(s)) loaded_ = false;

@@ -81,12 +81,12 @@ class StoreFirstTest : public JobManagerTest {
   }
 
   std::vector<v1::Event> Events(const std::string& id) {
-    auto events = store_->ListEvents(id, 0, 0);
+    auto events = store_->jobs().ListEvents(id, 0, 0);
     EXPECT_TRUE(events.ok()) << events.status();
     return events.ok() ? *events : std::vector<v1::Event>{};
   }
   std::vector<v1::MetricPoint> Metrics(const std::string& id) {
-    auto points = store_->ListMetrics(id, 0);
+    auto points = store_->telemetry().ListMetrics(id, 0);
     EXPECT_TRUE(points.ok()) << points.status();
     return points.ok() ? *points : std::vector<v1::MetricPoint>{};
   }

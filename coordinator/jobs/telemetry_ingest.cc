@@ -175,7 +175,7 @@ absl::Status TelemetryIngest::OnMetrics(const std::string& worker_id, const v1::
       return absl::InvalidArgumentError(absl::StrCat("metrics.points.rank: ", p.rank(), " is not on this worker"));
     }
   }
-  TRAINCTL_RETURN_IF_ERROR(store_->AppendMetrics(batch));
+  TRAINCTL_RETURN_IF_ERROR(store_->telemetry().AppendMetrics(batch));
   std::vector<JobEvent> events = ApplyPoints(*e, *a, batch);
   v1::Progress prog = ProgressFromPoints(e->job, e->last_points, e->job.progress());
   v1::JobUpdate u;
@@ -200,7 +200,7 @@ absl::Status TelemetryIngest::OnLogs(const std::string& worker_id, const v1::Log
   v1::Attempt* a = nullptr;
   TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e,
                             book_->ForWorker(worker_id, chunk.job_id(), chunk.attempt(), chunk.rank(), true, &a));
-  TRAINCTL_RETURN_IF_ERROR(store_->AppendLogs(chunk));
+  TRAINCTL_RETURN_IF_ERROR(store_->telemetry().AppendLogs(chunk));
   book_->AfterCommit([this, chunk]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { hub_->PublishLogs(chunk); });
   // A hung script's ranks dump their stacks to stderr as they are stopped.
   if (e->job.spec().has_command() && a->state() == v1::ATTEMPT_STATE_FAILED &&

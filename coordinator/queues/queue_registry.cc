@@ -229,7 +229,7 @@ scheduler::QueueSpec ToQueueSpec(const v1::Queue& queue) {
 
 absl::Status QueueRegistry::Load() {
   CheckLoop();
-  TRAINCTL_ASSIGN_OR_RETURN(std::vector<v1::Queue> stored, store_->LoadQueues());
+  TRAINCTL_ASSIGN_OR_RETURN(std::vector<v1::Queue> stored, store_->queues().LoadQueues());
   queues_.clear();
   for (v1::Queue& q : stored) {
     std::string name = q.name();
@@ -303,12 +303,12 @@ absl::StatusOr<v1::Queue> QueueRegistry::Create(v1::Queue queue, bool update) {
       if (name == queue.name() || !other.default_queue()) continue;
       v1::Queue plain = other;
       plain.set_default_queue(false);
-      TRAINCTL_RETURN_IF_ERROR(store_->PutQueue(plain));
+      TRAINCTL_RETURN_IF_ERROR(store_->queues().PutQueue(plain));
       other = std::move(plain);
       unmarked = name;
     }
   }
-  if (absl::Status stored = store_->PutQueue(queue); !stored.ok()) {
+  if (absl::Status stored = store_->queues().PutQueue(queue); !stored.ok()) {
     if (unmarked.empty()) return stored;
     return absl::Status(stored.code(), absl::StrCat(stored.message(), " (queue '", unmarked,
                                                     "' was already un-marked: no queue is the default now)"));
@@ -327,7 +327,7 @@ absl::Status QueueRegistry::Delete(const std::string& name, int pending_jobs, in
                                                       running_jobs,
                                                       " running job(s): cancel them or wait for them to end"));
   }
-  TRAINCTL_RETURN_IF_ERROR(store_->DeleteQueue(name));
+  TRAINCTL_RETURN_IF_ERROR(store_->queues().DeleteQueue(name));
   queues_.erase(name);
   return absl::OkStatus();
 }

@@ -258,7 +258,7 @@ void CoordinatorServer::StartHousekeeping() {
 }
 
 void CoordinatorServer::DeleteUnreferencedCode() {
-  absl::StatusOr<int64_t> deleted = store_->DeleteUnreferencedCode(absl::Now() - options_.unreferenced_code_grace);
+  absl::StatusOr<int64_t> deleted = store_->code_archives().DeleteUnreferencedCode(absl::Now() - options_.unreferenced_code_grace);
   if (!deleted.ok()) {
     // A failing store has logged it (write health); retried next sweep.
     if (!StateStore::IsWriteFailure(deleted.status())) {

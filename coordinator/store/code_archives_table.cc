@@ -1,9 +1,9 @@
-// StateStore: the code archives of jobs (CommandSpec.code), one row per
-// digest with the archive's bytes as one blob; what keeps a row is a job
-// row naming its digest (jobs.code_digest, written by PutJob). Writes are
-// transactions (InTransaction: fenced on PostgreSQL, counted in the write
-// health). Threading: see state_store.h (every method takes the store's
-// mutex).
+// CodeArchives (code_archives_table.h): the code archives of jobs
+// (CommandSpec.code), one row per digest with the archive's bytes as one
+// blob; what keeps a row is a job row naming its digest (jobs.code_digest,
+// written by JobsTable::PutJob). Writes are transactions (InTransaction:
+// fenced on PostgreSQL, counted in the write health).
+// Threading: every method takes the store's mutex (StoreCore::mu).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -11,16 +11,16 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
-#include "coordinator/store/state_store.h"
+#include "coordinator/store/code_archives_table.h"
 #include "coordinator/store/state_store_impl.h"
 
 namespace trainctl::coordinator {
 
 using store_internal::Query;
 
-absl::Status StateStore::PutCode(const std::string& digest, absl::string_view bytes, absl::Time uploaded) {
+absl::Status CodeArchives::PutCode(const std::string& digest, absl::string_view bytes, absl::Time uploaded) {
   if (digest.empty()) return absl::InvalidArgumentError("state store: PutCode: no digest");
-  Impl& s = *impl_;
+  StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   const std::string op = absl::StrCat("PutCode('", digest, "')");
   return s.InTransaction(op, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
@@ -33,8 +33,8 @@ absl::Status StateStore::PutCode(const std::string& digest, absl::string_view by
   });
 }
 
-absl::StatusOr<std::optional<int64_t>> StateStore::CodeSize(const std::string& digest) {
-  Impl& s = *impl_;
+absl::StatusOr<std::optional<int64_t>> CodeArchives::CodeSize(const std::string& digest) {
+  StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   Query q(s.db, s.stmts->code_size, absl::StrCat("CodeSize('", digest, "')"));
   q.Bind(1, digest);
@@ -43,8 +43,8 @@ absl::StatusOr<std::optional<int64_t>> StateStore::CodeSize(const std::string& d
   return std::optional<int64_t>(q.Int(0));
 }
 
-absl::Status StateStore::TouchCode(const std::string& digest, absl::Time uploaded) {
-  Impl& s = *impl_;
+absl::Status CodeArchives::TouchCode(const std::string& digest, absl::Time uploaded) {
+  StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   const std::string op = absl::StrCat("TouchCode('", digest, "')");
   return s.InTransaction(op, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) -> absl::Status {
@@ -58,12 +58,12 @@ absl::Status StateStore::TouchCode(const std::string& digest, absl::Time uploade
   });
 }
 
-absl::StatusOr<std::string> StateStore::ReadCode(const std::string& digest, int64_t offset, int64_t max_bytes) {
+absl::StatusOr<std::string> CodeArchives::ReadCode(const std::string& digest, int64_t offset, int64_t max_bytes) {
   const std::string op = absl::StrCat("ReadCode('", digest, "', ", offset, ")");
   if (offset < 0 || max_bytes < 1) {
     return absl::InvalidArgumentError(absl::StrCat("state store: ", op, ": offset must be >= 0 and max_bytes >= 1"));
   }
-  Impl& s = *impl_;
+  StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   Query q(s.db, s.stmts->read_code, op);
   // SQL counts bytes from 1.
@@ -74,8 +74,8 @@ absl::StatusOr<std::string> StateStore::ReadCode(const std::string& digest, int6
   return std::string(q.Blob(1));
 }
 
-absl::StatusOr<int64_t> StateStore::DeleteUnreferencedCode(absl::Time cutoff) {
-  Impl& s = *impl_;
+absl::StatusOr<int64_t> CodeArchives::DeleteUnreferencedCode(absl::Time cutoff) {
+  StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   const std::string op = "DeleteUnreferencedCode";
   int64_t deleted = 0;

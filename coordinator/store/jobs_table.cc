@@ -1,6 +1,6 @@
-// StateStore: the jobs table and each job's events (PutJob writes both in
-// one transaction; events are kept to max_events_per_job). Threading: see
-// state_store.h (every method takes the store's mutex).
+// JobsTable (jobs_table.h): the jobs table and each job's events (PutJob
+// writes both in one transaction; events are kept to max_events_per_job).
+// Threading: every method takes the store's mutex (StoreCore::mu).
 #include <cstdint>
 #include <optional>
 #include <string>
@@ -9,7 +9,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/store/state_store.h"
+#include "coordinator/store/jobs_table.h"
 #include "coordinator/store/state_store_impl.h"
 
 namespace trainctl::coordinator {
@@ -18,7 +18,7 @@ using store_internal::ReadBlobRows;
 using store_internal::Query;
 using store_internal::SqlLimit;
 
-absl::Status StateStore::PutJob(const v1::Job& job, int64_t submit_seq,
+absl::Status JobsTable::PutJob(const v1::Job& job, int64_t submit_seq,
                                 const std::vector<v1::Event>& events) {
   if (job.id().empty()) return absl::InvalidArgumentError("state store: PutJob: job has no id");
   const std::string op = absl::StrCat("PutJob('", job.id(), "')");
@@ -35,9 +35,9 @@ absl::Status StateStore::PutJob(const v1::Job& job, int64_t submit_seq,
   }
   const std::string job_blob = job.SerializeAsString();
 
-  Impl& s = *impl_;
+  StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
-  const Impl::Retained<std::string> event_table{&s.event_counts, job.id(), &s.stmts->count_events,
+  const StoreCore::Retained<std::string> event_table{&s.event_counts, job.id(), &s.stmts->count_events,
                                            &s.stmts->trim_events, 1,
                                            [&](Query& q) { q.Bind(1, job.id()); },
                                            s.options.max_events_per_job};
@@ -64,9 +64,9 @@ absl::Status StateStore::PutJob(const v1::Job& job, int64_t submit_seq,
   });
 }
 
-absl::StatusOr<std::vector<v1::Event>> StateStore::ListEvents(const std::string& job_id,
+absl::StatusOr<std::vector<v1::Event>> JobsTable::ListEvents(const std::string& job_id,
                                                               int64_t after_seq, int64_t limit) {
-  Impl& s = *impl_;
+  StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   std::vector<v1::Event> events;
   Query q(s.db, s.stmts->list_events, absl::StrCat("ListEvents('", job_id, "')"));

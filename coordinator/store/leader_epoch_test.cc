@@ -54,7 +54,7 @@ TEST_P(LeaderEpochTest, EachActiveStoreTakesTheNextEpochAndAStandbySeesTheHolder
   auto first = OpenSpecOrDie(Persistent(), Leader("coord-a:7070"));
   ASSERT_NE(first, nullptr);
   EXPECT_EQ(first->leader_epoch(), 1);
-  ASSERT_TRUE(first->PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());
+  ASSERT_TRUE(first->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());
 
   StoreLeader holder;
   auto refused = StateStore::OpenSpec(Persistent(), Leader("coord-b:7070"), &holder);
@@ -67,7 +67,7 @@ TEST_P(LeaderEpochTest, EachActiveStoreTakesTheNextEpochAndAStandbySeesTheHolder
   auto second = OpenSpecOrDie(Persistent(), Leader("coord-b:7070"));
   ASSERT_NE(second, nullptr);
   EXPECT_EQ(second->leader_epoch(), 2);
-  ASSERT_TRUE(second->PutJob(MakeJob("b"), 2, {MakeEvent("b", 1)}).ok());
+  ASSERT_TRUE(second->jobs().PutJob(MakeJob("b"), 2, {MakeEvent("b", 1)}).ok());
   EXPECT_EQ(Scalar("SELECT address FROM leader"), "coord-b:7070");
   // Every jobs and events row carries the epoch of the coordinator that wrote it.
   EXPECT_EQ(Scalar("SELECT leader_epoch FROM jobs WHERE id = 'a'"), "1");
@@ -85,7 +85,7 @@ TEST_P(LeaderEpochTest, AStoreWhoseLockWasTakenIsDeposedForGoodAndSaysSoOnce) {
   a.on_deposed = told.Hook();
   auto old = OpenSpecOrDie(Persistent(), a);
   ASSERT_NE(old, nullptr);
-  ASSERT_TRUE(old->PutJob(MakeJob("a"), 1).ok());
+  ASSERT_TRUE(old->jobs().PutJob(MakeJob("a"), 1).ok());
   // Its session is cut; another coordinator takes the lock meanwhile.
   ASSERT_TRUE(PgServer().TerminateSessions(PgServer().last_database()).ok());
   auto fresh = OpenSpecOrDie(Persistent(), Leader("coord-b:7070"));
@@ -94,18 +94,18 @@ TEST_P(LeaderEpochTest, AStoreWhoseLockWasTakenIsDeposedForGoodAndSaysSoOnce) {
 
   // The first use finds the connection gone (Unavailable, as any lost
   // connection); the next one reconnects and finds the lock taken.
-  absl::Status lost = old->PutJob(MakeJob("late"), 2, {MakeEvent("late", 1)});
+  absl::Status lost = old->jobs().PutJob(MakeJob("late"), 2, {MakeEvent("late", 1)});
   EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;
-  absl::Status late = old->PutJob(MakeJob("late"), 2, {MakeEvent("late", 1)});
+  absl::Status late = old->jobs().PutJob(MakeJob("late"), 2, {MakeEvent("late", 1)});
   EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
   EXPECT_THAT(late.message(), HasSubstr("deposed"));
   EXPECT_EQ(told.count(), 1);
   // Every later write fails the same way, groups too, without a second call.
-  EXPECT_EQ(old->PutJob(MakeJob("later"), 3).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(old->jobs().PutJob(MakeJob("later"), 3).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(old->BeginGroup().code(), absl::StatusCode::kFailedPrecondition);
   v1::Worker worker;
   worker.set_id("w");
-  EXPECT_EQ(old->PutWorker(worker).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(old->workers().PutWorker(worker).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(told.count(), 1);
   EXPECT_EQ(old->deposed().code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_TRUE(fresh->deposed().ok());
@@ -131,9 +131,9 @@ TEST_P(LeaderEpochTest, AStaleEpochIsFencedEvenWhenTheLockIsFreeAgain) {
   // The old one's first write finds its connection gone; the next one
   // reconnects and takes the lock, and its epoch check (in the same
   // transaction as the write) refuses it.
-  absl::Status lost = old->PutJob(MakeJob("late"), 1, {MakeEvent("late", 1)});
+  absl::Status lost = old->jobs().PutJob(MakeJob("late"), 1, {MakeEvent("late", 1)});
   EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;
-  absl::Status late = old->PutJob(MakeJob("late"), 1, {MakeEvent("late", 1)});
+  absl::Status late = old->jobs().PutJob(MakeJob("late"), 1, {MakeEvent("late", 1)});
   EXPECT_EQ(late.code(), absl::StatusCode::kFailedPrecondition) << late;
   EXPECT_THAT(late.message(), HasSubstr("was deposed by epoch 2"));
   EXPECT_THAT(late.message(), HasSubstr("coord-b:7070"));
@@ -155,7 +155,7 @@ TEST_P(LeaderEpochTest, TheLeaseEndsTheSessionOfAHolderSilentInATransaction) {
     return false;
   });
   absl::Status late;
-  std::thread writer([&] { late = old->PutJob(MakeJob("late"), 1, {MakeEvent("late", 1)}); });
+  std::thread writer([&] { late = old->jobs().PutJob(MakeJob("late"), 1, {MakeEvent("late", 1)}); });
   // A standby gets the lock once PostgreSQL ended the silent session.
   std::unique_ptr<StateStore> fresh;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
@@ -173,7 +173,7 @@ TEST_P(LeaderEpochTest, TheLeaseEndsTheSessionOfAHolderSilentInATransaction) {
   // The old one's lease ping finds its session gone and the lock taken.
   while (told.count() == 0 && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
   EXPECT_EQ(told.count(), 1);
-  EXPECT_EQ(old->PutJob(MakeJob("later"), 2).code(), absl::StatusCode::kFailedPrecondition);
+  EXPECT_EQ(old->jobs().PutJob(MakeJob("later"), 2).code(), absl::StatusCode::kFailedPrecondition);
   EXPECT_EQ(Scalar("SELECT COUNT(*) FROM jobs"), "0");
 }
 
@@ -186,7 +186,7 @@ TEST_P(LeaderEpochTest, ThePingKeepsAnIdleHolderAlivePastItsLease) {
   absl::SleepFor(absl::Seconds(3));  // idle for three leases: what is tested
   EXPECT_EQ(StateStore::OpenSpec(Persistent(), Leader("coord-b:7070")).status().code(),
             absl::StatusCode::kUnavailable);
-  EXPECT_TRUE(holder->PutJob(MakeJob("a"), 1).ok());
+  EXPECT_TRUE(holder->jobs().PutJob(MakeJob("a"), 1).ok());
   EXPECT_EQ(told.count(), 0);
   EXPECT_EQ(holder->leader_epoch(), 1);
 }
@@ -196,7 +196,7 @@ TEST(LeaderEpochSqliteTest, SqliteHasNoEpochAndStillWrites) {
   auto store = OpenOrDie(dir.File("state.db"));
   ASSERT_NE(store, nullptr);
   EXPECT_EQ(store->leader_epoch(), 0);
-  EXPECT_TRUE(store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());
+  EXPECT_TRUE(store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());
   store.reset();
   store = OpenOrDie(dir.File("state.db"));
   ASSERT_NE(store, nullptr);

@@ -18,7 +18,7 @@ namespace trainctl::coordinator {
 
 using store_internal::Query;
 
-absl::Status StateStore::Impl::OpenPostgresLocked(const std::string& conninfo,
+absl::Status StoreCore::OpenPostgresLocked(const std::string& conninfo,
                                                   StoreLeader* holder) {
   store_internal::PgLockHolder lock_holder;
   absl::StatusOr<std::unique_ptr<store_internal::SqlDb>> connected = store_internal::ConnectPostgres(
@@ -38,7 +38,7 @@ absl::Status StateStore::Impl::OpenPostgresLocked(const std::string& conninfo,
   return TakeLeadership();
 }
 
-absl::Status StateStore::Impl::TakeLeadership() {
+absl::Status StoreCore::TakeLeadership() {
   // One statement, so one transaction: the epoch and the address change
   // together. A write of the previous leader that still holds the leader
   // row (CheckEpoch's row lock) commits first; any later one fails its check.
@@ -54,7 +54,7 @@ absl::Status StateStore::Impl::TakeLeadership() {
   return absl::OkStatus();
 }
 
-absl::Status StateStore::Impl::CheckEpoch(absl::string_view op) {
+absl::Status StoreCore::CheckEpoch(absl::string_view op) {
   const absl::Time sent = MonotonicNow();
   Query q(db, stmts->check_epoch, absl::StrCat(op, ": check the leader epoch"));
   TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
@@ -71,14 +71,14 @@ absl::Status StateStore::Impl::CheckEpoch(absl::string_view op) {
   return deposed;
 }
 
-void StateStore::Impl::NoteDeposition(const absl::Status& failed) {
+void StoreCore::NoteDeposition(const absl::Status& failed) {
   if (deposed.ok() && db != nullptr && db->LostLock()) deposed = failed;
   if (deposed.ok() || deposed_told) return;
   deposed_told = true;
   if (options.on_deposed) options.on_deposed(deposed);
 }
 
-void StateStore::Impl::PingLoop() {
+void StoreCore::PingLoop() {
   const absl::Duration every = std::max(options.leader_lease / 4, absl::Milliseconds(50));
   while (!stop_ping.WaitForNotificationWithTimeout(every)) {
     absl::MutexLock lock(&mu);

@@ -1,7 +1,8 @@
 // The state store's connection seam: one SQL connection (SqlDb) and its
 // prepared statements (SqlStatement), implemented by SQLite (sqlite_db.cc)
 // and PostgreSQL through libpq (pg_db.cc), so that the table code
-// (jobs_table.cc, membership_tables.cc, telemetry_tables.cc) is shared.
+// (jobs_table.cc, telemetry_tables.cc, workers_table.cc, auth_tables.cc, ...)
+// is shared.
 // Statements are written with SQLite's numbered parameters (?1, ?2, ...);
 // a backend translates them. Dialect differences live in the backends
 // (SchemaSql, ReadIdentity/WriteIdentity, BeginSql) or, for the few

@@ -71,11 +71,11 @@ absl::Status DamagedError(absl::string_view path, absl::string_view why) {
 
 }  // namespace
 
-absl::Status StateStore::Impl::Exec(const char* sql, absl::string_view op) {
+absl::Status StoreCore::Exec(const char* sql, absl::string_view op) {
   return db->Exec(sql, op);
 }
 
-absl::Status StateStore::Impl::OpenLocked() {
+absl::Status StoreCore::OpenLocked() {
   if (path == ":memory:") {
     created = true;
   } else {
@@ -132,7 +132,7 @@ absl::Status StateStore::Impl::OpenLocked() {
   return PrepareStatements();
 }
 
-absl::Status StateStore::Impl::IdentityError(int64_t app_id, int64_t version, int64_t objects) {
+absl::Status StoreCore::IdentityError(int64_t app_id, int64_t version, int64_t objects) {
   const bool blank = app_id == 0 && version == 0 && objects == 0;
   if (blank && !created) {
     return EmptyFileError(path);
@@ -158,7 +158,7 @@ absl::Status StateStore::Impl::IdentityError(int64_t app_id, int64_t version, in
 
 // Before anything is written to an existing file (the WAL switch rewrites
 // its header): is it ours, and is it whole? Refused files stay as they were.
-absl::Status StateStore::Impl::CheckExistingFile(sqlite3* raw) {
+absl::Status StoreCore::CheckExistingFile(sqlite3* raw) {
   absl::StatusOr<store_internal::DbIdentity> id = db->ReadIdentity(absl::StrCat("open ", path));
   // A damaged page under the schema itself fails the first read, before
   // quick_check could say so (SQLITE_CORRUPT: DataLoss).
@@ -219,7 +219,7 @@ absl::Status StateStore::Impl::CheckExistingFile(sqlite3* raw) {
   return absl::OkStatus();
 }
 
-absl::Status StateStore::Impl::Migrate() {
+absl::Status StoreCore::Migrate() {
   const std::string op = absl::StrCat("open ", path, ": migrate schema");
   TRAINCTL_RETURN_IF_ERROR(Exec(db->BeginSql(), op));
   absl::Status status = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) -> absl::Status {
@@ -246,7 +246,15 @@ absl::Status StateStore::Impl::Migrate() {
 
 // ---------------------------------------------------------------------------
 
-StateStore::StateStore(std::unique_ptr<Impl> impl) : impl_(std::move(impl)) {}
+StateStore::StateStore(std::unique_ptr<StoreCore> core)
+    : core_(std::move(core)),
+      jobs_(*core_),
+      telemetry_(*core_),
+      workers_(*core_),
+      auth_(*core_),
+      queues_(*core_),
+      usage_(*core_),
+      code_archives_(*core_) {}
 StateStore::~StateStore() = default;
 
 absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& path,
@@ -254,7 +262,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::Open(const std::string& 
   if (path.empty()) {
     return absl::InvalidArgumentError("state store: empty database path (use \":memory:\")");
   }
-  auto impl = std::make_unique<Impl>(path, options);
+  auto impl = std::make_unique<StoreCore>(path, options);
   {
     absl::MutexLock lock(&impl->mu);
     TRAINCTL_RETURN_IF_ERROR(impl->OpenLocked());
@@ -269,7 +277,7 @@ absl::StatusOr<std::unique_ptr<StateStore>> StateStore::OpenSpec(const std::stri
   if (absl::StartsWith(spec, kSqlite)) return Open(spec.substr(kSqlite.size()), options);
   if (absl::StartsWith(spec, "postgresql://") || absl::StartsWith(spec, "postgres://")) {
     TRAINCTL_ASSIGN_OR_RETURN(std::string display, store_internal::PostgresDisplayName(spec));
-    auto impl = std::make_unique<Impl>(display, options);
+    auto impl = std::make_unique<StoreCore>(display, options);
     {
       absl::MutexLock lock(&impl->mu);
       TRAINCTL_RETURN_IF_ERROR(impl->OpenPostgresLocked(spec, holder));
@@ -296,11 +304,13 @@ std::string StateStore::DescribeSpec(const std::string& spec) {
 }
 
 absl::StatusOr<StoreSnapshot> StateStore::LoadAll() {
-  Impl& s = *impl_;
+  StoreCore& s = *core_;
   absl::MutexLock lock(&s.mu);
   StoreSnapshot snapshot;
   // One read transaction, so the snapshot is consistent even if a future
   // version reads with several statements while another connection writes.
+  // It reads several tables (jobs, events, workers, telemetry seqs), which
+  // is why it is the store's and not one table class's.
   absl::Status status = s.InTransaction("LoadAll", [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
     {
       Query q(s.db, s.stmts->load_jobs, "LoadAll: read jobs");
@@ -350,30 +360,30 @@ absl::StatusOr<StoreSnapshot> StateStore::LoadAll() {
   return snapshot;
 }
 
-const LatencyHistogram& StateStore::commit_latency() const { return impl_->commit_latency; }
+const LatencyHistogram& StateStore::commit_latency() const { return core_->commit_latency; }
 
 int64_t StateStore::leader_epoch() const {
-  absl::MutexLock lock(&impl_->mu);
-  return impl_->leader_epoch;
+  absl::MutexLock lock(&core_->mu);
+  return core_->leader_epoch;
 }
 
 bool StateStore::lease_confirmed() const {
-  if (!impl_->leased) return true;
-  const absl::Time confirmed = absl::FromUnixNanos(impl_->confirmed_ns.load(std::memory_order_relaxed));
-  return MonotonicNow() - confirmed < impl_->options.leader_lease;
+  if (!core_->leased) return true;
+  const absl::Time confirmed = absl::FromUnixNanos(core_->confirmed_ns.load(std::memory_order_relaxed));
+  return MonotonicNow() - confirmed < core_->options.leader_lease;
 }
 
 absl::Status StateStore::deposed() const {
-  absl::MutexLock lock(&impl_->mu);
-  return impl_->deposed;
+  absl::MutexLock lock(&core_->mu);
+  return core_->deposed;
 }
 
 StateStore::WriteHealth StateStore::write_health() const {
-  absl::MutexLock lock(&impl_->health_mu);
-  return impl_->health;
+  absl::MutexLock lock(&core_->health_mu);
+  return core_->health;
 }
 
-void StateStore::Impl::NoteWrite(absl::string_view op, const absl::Status& s) {
+void StoreCore::NoteWrite(absl::string_view op, const absl::Status& s) {
   switch (s.code()) {
     case absl::StatusCode::kInvalidArgument:
     case absl::StatusCode::kAlreadyExists:
@@ -422,14 +432,14 @@ void StateStore::Impl::NoteWrite(absl::string_view op, const absl::Status& s) {
 }
 
 void StateStore::SetWriteFaultForTest(WriteFault fail) {
-  Impl& s = *impl_;
+  StoreCore& s = *core_;
   absl::MutexLock lock(&s.mu);
   s.write_fault = std::move(fail);
   s.writes_since_fault = 0;
 }
 
 absl::Status StateStore::BeginGroup() {
-  Impl& s = *impl_;
+  StoreCore& s = *core_;
   absl::MutexLock lock(&s.mu);
   if (s.in_group) return absl::FailedPreconditionError("state store: BeginGroup: a group is already open");
   if (!s.deposed.ok()) return s.deposed;
@@ -462,7 +472,7 @@ absl::Status StateStore::CommitGroup(const std::string& worker_id, int64_t telem
 
 absl::Status StateStore::CommitGroup(
     const std::vector<std::pair<std::string, int64_t>>& telemetry_seqs) {
-  Impl& s = *impl_;
+  StoreCore& s = *core_;
   absl::MutexLock lock(&s.mu);
   if (!s.in_group) return absl::FailedPreconditionError("state store: CommitGroup: no open group");
   const std::string op =
@@ -513,12 +523,12 @@ absl::Status StateStore::CommitGroup(
 }
 
 void StateStore::RollbackGroup() {
-  Impl& s = *impl_;
+  StoreCore& s = *core_;
   absl::MutexLock lock(&s.mu);
   if (s.in_group) s.RollbackGroupLocked();
 }
 
-void StateStore::Impl::RollbackGroupLocked() {
+void StoreCore::RollbackGroupLocked() {
   if (db->InTransaction()) Query(db, stmts->rollback, "RollbackGroup").Run().IgnoreError();
   in_group = false;
   ClearPending();

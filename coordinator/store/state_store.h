@@ -13,11 +13,25 @@
 // that returned OK is on disk (synchronous=FULL), so a coordinator killed
 // with SIGKILL and restarted with LoadAll() loses nothing it acknowledged.
 //
+// Each table's methods live in a class of their own, handed out by the
+// store: jobs() (jobs and events, jobs_table.h), telemetry() (metrics and
+// logs, telemetry_tables.h), workers() (workers_table.h), auth() (tokens,
+// worker bindings, revocations, owner numbers: auth_tables.h), queues()
+// (queues and fair share, queue_tables.h), usage() (usage_table.h) and
+// code_archives() (code_archives_table.h). They all share the store's one
+// connection, lock, statement cache and leader fencing; they are references
+// into the StateStore and live as long as it does. What spans tables stays
+// here: open, schema, the start snapshot (LoadAll: one read transaction over
+// jobs, events, workers and telemetry seqs), leadership, write health, the
+// test's write fault, and groups (one transaction around writes to several
+// tables: telemetry, jobs, usage and the telemetry seqs).
+//
 // Rows hold serialized trainctl.v1 protos plus the columns needed to query
 // them; the schema is versioned with PRAGMA user_version and migrated
 // forward on Open.
 //
-// Thread-safe: every method takes an internal absl::Mutex (one connection).
+// Thread-safe: every method, the tables' too, takes one internal absl::Mutex
+// (one connection).
 // One StateStore per database file: the connection holds an exclusive lock
 // on the file for its lifetime, so a second Open of the same file (another
 // coordinator) fails with Unavailable.
@@ -40,13 +54,17 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "absl/strings/string_view.h"
-#include "common/prometheus.h"
-#include "trainctl/v1/auth.pb.h"
-#include "trainctl/v1/job.pb.h"
-#include "trainctl/v1/metrics.pb.h"
-#include "trainctl/v1/queue.pb.h"
-#include "trainctl/v1/worker_service.pb.h"
 #include "common/file_env.h"
+#include "common/prometheus.h"
+#include "coordinator/store/auth_tables.h"
+#include "coordinator/store/code_archives_table.h"
+#include "coordinator/store/jobs_table.h"
+#include "coordinator/store/queue_tables.h"
+#include "coordinator/store/telemetry_tables.h"
+#include "coordinator/store/usage_table.h"
+#include "coordinator/store/workers_table.h"
+#include "trainctl/v1/job.pb.h"
+#include "trainctl/v1/worker_service.pb.h"
 
 namespace trainctl::coordinator {
 
@@ -106,35 +124,6 @@ struct StoreLeader {
 };
 
 // Everything needed to rebuild the coordinator's memory at start.
-// Points per downsampling bucket (see StoreOptions); each keeps at most 3.
-inline constexpr int kMetricBucketPoints = 8;
-
-// One page of a job's stored metric points (StateStore::ListMetricPage).
-struct MetricPageQuery {
-  std::string job_id;
-  // Only rows stored after this one (a previous page's last_id); 0 = from
-  // the start.
-  int64_t after_id = 0;
-  // Only this rank; unset = every rank.
-  std::optional<int32_t> rank;
-  // Only this kind; KIND_UNSPECIFIED = every kind.
-  v1::MetricPoint::Kind kind = v1::MetricPoint::KIND_UNSPECIFIED;
-  // Stop before the serialized points would exceed this many bytes (at
-  // least one point is returned when one matches).
-  int64_t max_bytes = 1 << 20;
-};
-struct StoredMetricPoint {
-  int64_t id;
-  int32_t attempt;
-  v1::MetricPoint point;
-};
-struct MetricPage {
-  // Arrival order.
-  std::vector<StoredMetricPoint> points;
-  // True when more matching points follow the last one returned.
-  bool more = false;
-};
-
 struct StoreSnapshot {
   // Every job with its attempts, in submission order (ascending submit_seq).
   std::vector<v1::Job> jobs;
@@ -147,13 +136,6 @@ struct StoreSnapshot {
   // (worker id, highest telemetry seq applied) for every worker that had
   // sequenced telemetry committed (CommitGroup), ascending by id.
   std::vector<std::pair<std::string, int64_t>> telemetry_seqs;
-};
-
-// A bearer token as stored: the listed record and the SHA-256 (hex) of its
-// secret. The secret itself is never stored.
-struct StoredToken {
-  v1::Token token;
-  std::string secret_hash;
 };
 
 class StateStore {
@@ -208,40 +190,6 @@ class StateStore {
   // a lease. Thread-safe and lock-free (never waits for a write).
   bool lease_confirmed() const;
 
-  // Inserts or replaces the job (the whole message, attempts included) and
-  // appends `events` (their seq set by the caller, unique per job), in one
-  // transaction. submit_seq orders jobs; it is kept from the first write.
-  // An event with an empty job_id is stored with the job's; another job's id
-  // is InvalidArgument. A seq already stored is AlreadyExists, and nothing of
-  // the call is written.
-  absl::Status PutJob(const v1::Job& job, int64_t submit_seq,
-                      const std::vector<v1::Event>& events = {});
-
-  // Events of a job with seq > after_seq, ascending, at most `limit`
-  // (<= 0: no limit).
-  absl::StatusOr<std::vector<v1::Event>> ListEvents(const std::string& job_id, int64_t after_seq,
-                                                    int64_t limit);
-
-  // Appends the batch's points (one row per point). Applies retention.
-  absl::Status AppendMetrics(const v1::MetricBatch& batch);
-  // The newest `limit` points of a job (all attempts), oldest first
-  // (<= 0: every kept point).
-  absl::StatusOr<std::vector<v1::MetricPoint>> ListMetrics(const std::string& job_id, int64_t limit);
-  // A page of a job's points matching `query`, oldest first, with the
-  // attempt and row id of each (the id pages the next call).
-  absl::StatusOr<MetricPage> ListMetricPage(const MetricPageQuery& query);
-
-  // Appends the chunk's lines. Applies retention per (job, attempt, rank).
-  // The chunk's rank is authoritative: each line is stored with it.
-  // dropped_lines is not stored.
-  absl::Status AppendLogs(const v1::LogChunk& chunk);
-  // Log lines of one attempt, per rank in order, ranks ascending; `rank`
-  // empty = every rank; tail_lines > 0 keeps only the last N per rank.
-  // `attempt` is taken literally (resolving "0 = latest" is the caller's).
-  absl::StatusOr<std::vector<v1::LogLine>> ListLogs(const std::string& job_id, int32_t attempt,
-                                                    std::optional<int32_t> rank,
-                                                    int64_t tail_lines);
-
   // How long each COMMIT took (the fsync of synchronous=FULL): the
   // coordinator's /metrics. Thread-safe to read at any time.
   const LatencyHistogram& commit_latency() const;
@@ -264,87 +212,14 @@ class StateStore {
     return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kResourceExhausted;
   }
 
-  // Inserts or replaces the worker by id.
-  absl::Status PutWorker(const v1::Worker& worker);
-  // Removes the worker's row (a gone worker past its TTL); absent is fine.
-  absl::Status DeleteWorker(const std::string& id);
-
-  // Inserts or replaces a token (by id) with the hash of its secret.
-  absl::Status PutToken(const v1::Token& token, const std::string& secret_hash);
-  // Every stored token, ascending by id. DataLoss naming the row when one
-  // does not parse.
-  absl::StatusOr<std::vector<StoredToken>> LoadTokens();
-  // Records that `worker_id` belongs to `token_id`; a binding, once stored,
-  // is never replaced (a second call for the same worker is a no-op).
-  absl::Status PutWorkerBinding(const std::string& worker_id, const std::string& token_id);
-  // (worker id, token id) for every binding, ascending by worker id.
-  absl::StatusOr<std::vector<std::pair<std::string, std::string>>> LoadWorkerBindings();
-  // Inserts or replaces the revocation record of a worker's certificates.
-  absl::Status PutRevokedWorker(const v1::RevokeWorkerResponse& revoked);
-  // Every revocation record, ascending by worker id; DataLoss naming the row
-  // when one does not parse.
-  absl::StatusOr<std::vector<v1::RevokeWorkerResponse>> LoadRevokedWorkers();
-  // Records `owner`'s number (StartRanks.owner_number). AlreadyExists when
-  // the owner has one or another owner has that number: a number is given
-  // once.
-  absl::Status PutOwnerNumber(const std::string& owner, int64_t number);
-  // (owner, number) for every owner, ascending by number.
-  absl::StatusOr<std::vector<std::pair<std::string, int64_t>>> LoadOwnerNumbers();
-  // Inserts or replaces a queue by name (one commit).
-  absl::Status PutQueue(const v1::Queue& queue);
-  // Removes the queue's row; absent is fine.
-  absl::Status DeleteQueue(const std::string& name);
-  // Every stored queue, ascending by name; DataLoss naming the row when one
-  // does not parse or holds another name.
-  absl::StatusOr<std::vector<v1::Queue>> LoadQueues();
-  // Replaces the stored fair-share usage (one row, one commit).
-  absl::Status PutFairShare(const v1::FairShareSnapshot& usage);
-  // The stored fair-share usage; an empty snapshot when none was stored;
-  // DataLoss when the row does not parse.
-  absl::StatusOr<v1::FairShareSnapshot> LoadFairShare();
-
-  // --- accounting (usage_table.cc; `trainctl usage --by attempt`) ---------
-  // One row per ended attempt (job_id, attempt), written when its last rank
-  // exited; never deleted with the job.
-  //
-  // Inserts or replaces the attempt's row (one commit, or a savepoint of an
-  // open group). InvalidArgument without a job id, an attempt >= 1, a
-  // start and an end time.
-  absl::Status PutAttemptUsage(const v1::AttemptUsage& usage);
-  // The rows whose time overlaps (since, until): ending after `since`,
-  // starting before `until`; ordered by start, job id, attempt. DataLoss
-  // naming the row when one does not parse or holds another attempt.
-  absl::StatusOr<std::vector<v1::AttemptUsage>> LoadAttemptUsage(absl::Time since, absl::Time until);
-
-  // --- code archives (CommandSpec.code; JobService.UploadCode) -------------
-  // One row per archive, keyed by its digest ("sha256:<hex>", checked by the
-  // caller), with its bytes as one blob: in the store, not in a directory,
-  // so a standby that takes over serves it too. A job row records the digest
-  // its spec names (jobs.code_digest), which keeps the archive.
-  //
-  // Stores the archive (one commit). Storing a digest again keeps the bytes
-  // and refreshes `uploaded` (a re-upload restarts the unreferenced grace).
-  absl::Status PutCode(const std::string& digest, absl::string_view bytes, absl::Time uploaded);
-  // The archive's size in bytes, or nullopt when it is not stored.
-  absl::StatusOr<std::optional<int64_t>> CodeSize(const std::string& digest);
-  // Sets the archive's upload time to `uploaded` (UploadCode's answer
-  // "already stored" counts as an upload); NotFound when not stored.
-  absl::Status TouchCode(const std::string& digest, absl::Time uploaded);
-  // At most `max_bytes` of the archive from byte `offset` (empty at or past
-  // its end); NotFound when not stored, InvalidArgument for a negative
-  // offset or a max_bytes < 1.
-  absl::StatusOr<std::string> ReadCode(const std::string& digest, int64_t offset, int64_t max_bytes);
-  // Deletes the archives uploaded before `cutoff` that no stored job names
-  // (jobs.code_digest); returns how many (one commit).
-  absl::StatusOr<int64_t> DeleteUnreferencedCode(absl::Time cutoff);
-
   // Fault injection for tests (LevelDB's FaultInjectionTestEnv, in small):
-  // `fail` is asked before each write (PutJob, AppendMetrics, AppendLogs,
-  // PutWorker, and a group's CommitGroup when the group wrote) commits, with
-  // the write's number (1, 2, ... counted from this call) and its operation
-  // (e.g. "PutJob('j-1')", "CommitGroup('w', seq 3)"). When it returns true the
-  // write is rolled back and returns Unavailable, exactly as a failed commit
-  // would: nothing of it is stored. An empty function ends the injection.
+  // `fail` is asked before each write of any table (PutJob, AppendMetrics,
+  // AppendLogs, PutWorker, ..., and a group's CommitGroup when the group
+  // wrote) commits, with the write's number (1, 2, ... counted from this
+  // call) and its operation (e.g. "PutJob('j-1')",
+  // "CommitGroup('w', seq 3)"). When it returns true the write is rolled
+  // back and returns Unavailable, exactly as a failed commit would: nothing
+  // of it is stored. An empty function ends the injection.
   // Reads never consult it. Thread-safe like every method; `fail` runs with
   // the store's lock held, so it must not call the store.
   using WriteFault = std::function<bool(int64_t write_no, absl::string_view op)>;
@@ -358,6 +233,9 @@ class StateStore {
   // deduplicated exactly. Between BeginGroup and CommitGroup/RollbackGroup
   // every write method runs as a savepoint inside the group (still all or
   // nothing itself; durable only at CommitGroup).
+  //
+  // Groups are the store's, not a table's: a group's writes span tables, and
+  // its atomicity is the one connection's transaction.
   //
   // A group spans calls: only one thread may use the store while it is open
   // (the coordinator's loop, where every store caller runs).
@@ -375,10 +253,26 @@ class StateStore {
   // Discards everything written since BeginGroup. No-op without a group.
   void RollbackGroup();
 
+  // --- the tables (see the top of this file) -------------------------------
+  JobsTable& jobs() { return jobs_; }
+  TelemetryTables& telemetry() { return telemetry_; }
+  WorkersTable& workers() { return workers_; }
+  AuthTables& auth() { return auth_; }
+  QueueTables& queues() { return queues_; }
+  UsageTable& usage() { return usage_; }
+  CodeArchives& code_archives() { return code_archives_; }
+
  private:
-  struct Impl;
-  explicit StateStore(std::unique_ptr<Impl> impl);
-  std::unique_ptr<Impl> impl_;
+  explicit StateStore(std::unique_ptr<store_internal::StoreCore> core);
+  // Declared first: the tables hold references into it.
+  std::unique_ptr<store_internal::StoreCore> core_;
+  JobsTable jobs_;
+  TelemetryTables telemetry_;
+  WorkersTable workers_;
+  AuthTables auth_;
+  QueueTables queues_;
+  UsageTable usage_;
+  CodeArchives code_archives_;
 };
 
 }  // namespace trainctl::coordinator

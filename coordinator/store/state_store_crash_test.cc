@@ -20,21 +20,21 @@ TEST(StateStoreTest, ConcurrentWritersAndReaders) {
     threads.emplace_back([&, t] {
       for (int i = 1; i <= kIterations; ++i) {
         const std::string job_id = absl::StrCat("job-", t);
-        if (!store->PutJob(MakeJob(job_id), t, {MakeEvent(job_id, i)}).ok()) ++failures;
-        if (!store->AppendMetrics(MakeMetrics("shared", 1, t * 1000 + i, 1, t)).ok()) ++failures;
-        if (!store->AppendLogs(MakeLogs("shared", 1, t, {absl::StrCat(i)})).ok()) ++failures;
+        if (!store->jobs().PutJob(MakeJob(job_id), t, {MakeEvent(job_id, i)}).ok()) ++failures;
+        if (!store->telemetry().AppendMetrics(MakeMetrics("shared", 1, t * 1000 + i, 1, t)).ok()) ++failures;
+        if (!store->telemetry().AppendLogs(MakeLogs("shared", 1, t, {absl::StrCat(i)})).ok()) ++failures;
         v1::Worker worker;
         worker.set_id(absl::StrCat("w", t));
         worker.add_busy_slots(i);
-        if (!store->PutWorker(worker).ok()) ++failures;
+        if (!store->workers().PutWorker(worker).ok()) ++failures;
       }
     });
   }
   std::thread reader([&] {
     while (!done.load()) {
-      if (!store->ListMetrics("shared", 10).ok()) ++failures;
+      if (!store->telemetry().ListMetrics("shared", 10).ok()) ++failures;
       if (!store->LoadAll().ok()) ++failures;
-      if (!store->ListLogs("shared", 1, std::nullopt, 3).ok()) ++failures;
+      if (!store->telemetry().ListLogs("shared", 1, std::nullopt, 3).ok()) ++failures;
     }
   });
   for (auto& thread : threads) thread.join();
@@ -47,11 +47,11 @@ TEST(StateStoreTest, ConcurrentWritersAndReaders) {
   EXPECT_EQ(snapshot->jobs.size(), size_t{kThreads});
   for (int64_t last : snapshot->last_event_seqs) EXPECT_EQ(last, kIterations);
   EXPECT_EQ(snapshot->workers.size(), size_t{kThreads});
-  auto metrics = store->ListMetrics("shared", 0);
+  auto metrics = store->telemetry().ListMetrics("shared", 0);
   ASSERT_TRUE(metrics.ok());
   EXPECT_EQ(metrics->size(), size_t{kThreads * kIterations});
   for (int t = 0; t < kThreads; ++t) {
-    auto logs = store->ListLogs("shared", 1, t, 0);
+    auto logs = store->telemetry().ListLogs("shared", 1, t, 0);
     ASSERT_TRUE(logs.ok());
     ASSERT_EQ(logs->size(), size_t{kIterations});
     // Per rank, in the order each writer appended.
@@ -83,20 +83,20 @@ StoreOptions CrashOptions() {
 // i % 2, and worker "w" with busy slot i.
 absl::Status CrashIteration(StateStore& store, int64_t i) {
   const std::string id = absl::StrCat("j", i);
-  absl::Status status = store.PutJob(MakeJob(id), i, {MakeEvent(id, 1, "submitted")});
+  absl::Status status = store.jobs().PutJob(MakeJob(id), i, {MakeEvent(id, 1, "submitted")});
   if (!status.ok()) return status;
   v1::Job main = MakeJob("main", v1::JOB_STATE_RUNNING);
   main.mutable_progress()->set_step(i);
-  status = store.PutJob(main, 0, {MakeEvent("main", i, "progress")});
+  status = store.jobs().PutJob(main, 0, {MakeEvent("main", i, "progress")});
   if (!status.ok()) return status;
-  status = store.AppendMetrics(MakeMetrics("main", 1, i, 1));
+  status = store.telemetry().AppendMetrics(MakeMetrics("main", 1, i, 1));
   if (!status.ok()) return status;
-  status = store.AppendLogs(MakeLogs("main", 1, static_cast<int32_t>(i % 2), {absl::StrCat(i)}));
+  status = store.telemetry().AppendLogs(MakeLogs("main", 1, static_cast<int32_t>(i % 2), {absl::StrCat(i)}));
   if (!status.ok()) return status;
   v1::Worker worker;
   worker.set_id("w");
   worker.add_busy_slots(static_cast<int32_t>(i));
-  return store.PutWorker(worker);
+  return store.workers().PutWorker(worker);
 }
 
 TEST(StateStoreCrashChild, DISABLED_WriteUntilKilled) {
@@ -220,19 +220,19 @@ TEST(StateStoreCrashTest, CrashLosesNoAckedWrite) {
       EXPECT_EQ(snapshot->submit_seqs[k], static_cast<int64_t>(k));
       EXPECT_EQ(snapshot->last_event_seqs[k], 1);
     }
-    auto events = (*store)->ListEvents("main", 0, 0);
+    auto events = (*store)->jobs().ListEvents("main", 0, 0);
     ASSERT_TRUE(events.ok());
     ASSERT_EQ(events->size(), static_cast<size_t>(main_step));
     for (int64_t i = 0; i < main_step; ++i) EXPECT_EQ((*events)[i].seq(), i + 1);
 
-    auto metrics = (*store)->ListMetrics("main", 0);
+    auto metrics = (*store)->telemetry().ListMetrics("main", 0);
     ASSERT_TRUE(metrics.ok());
     ASSERT_GE(metrics->size(), static_cast<size_t>(last_ack));
     ASSERT_LE(metrics->size(), static_cast<size_t>(last_ack + 1));
     for (size_t i = 0; i < metrics->size(); ++i) {
       EXPECT_EQ((*metrics)[i].step(), static_cast<int64_t>(i + 1));
     }
-    auto logs = (*store)->ListLogs("main", 1, std::nullopt, 0);
+    auto logs = (*store)->telemetry().ListLogs("main", 1, std::nullopt, 0);
     ASSERT_TRUE(logs.ok());
     ASSERT_GE(logs->size(), static_cast<size_t>(last_ack));
     ASSERT_LE(logs->size(), static_cast<size_t>(last_ack + 1));

@@ -1,11 +1,15 @@
-// StateStore's private state, shared by the files that implement it
-// (state_store.cc: open, schema, snapshot, groups; jobs_table.cc;
-// membership_tables.cc; telemetry_tables.cc): the connection, its prepared
-// statements, the cached row counts for retention, and the transaction
-// helpers. Not part of the store's API.
+// The store's private core, owned by StateStore and shared by the table
+// classes it hands out (jobs_table.h, telemetry_tables.h, workers_table.h,
+// auth_tables.h, queue_tables.h, usage_table.h, code_archives_table.h):
+// the one connection, its prepared statements, the lock, the leader epoch
+// that fences every write, the cached row counts for retention, and the
+// transaction helpers. Implemented by state_store.cc (open, schema,
+// snapshot, groups), leadership.cc, statements.cc and telemetry_tables.cc
+// (the queued telemetry rows). Not part of the store's API.
 //
 // Threading: every field below `mu` is guarded by it; every method is
-// called with it held.
+// called with it held. Every table method takes `mu` for its whole call, so
+// the tables are as thread-safe as one StateStore was.
 #pragma once
 
 #include <array>
@@ -36,14 +40,15 @@
 struct sqlite3;
 
 namespace trainctl::coordinator {
+namespace store_internal {
 
-struct StateStore::Impl {
+struct StoreCore {
   using Statement = store_internal::Statement;
   using Query = store_internal::Query;
   using LogKey = std::tuple<std::string, int32_t, int32_t>;  // (job, attempt, rank)
 
-  Impl(std::string path, StoreOptions options) : path(std::move(path)), options(options) {}
-  ~Impl() {
+  StoreCore(std::string path, StoreOptions options) : path(std::move(path)), options(options) {}
+  ~StoreCore() {
     stop_ping.Notify();
     if (pinger.joinable()) pinger.join();
     absl::MutexLock lock(&mu);
@@ -268,7 +273,7 @@ struct StateStore::Impl {
   // with it). deposed_told: on_deposed was called.
   absl::Status deposed ABSL_GUARDED_BY(mu);
   bool deposed_told ABSL_GUARDED_BY(mu) = false;
-  // The lease ping (PingLoop), stopped first by ~Impl.
+  // The lease ping (PingLoop), stopped first by ~StoreCore.
   absl::Notification stop_ping;
   std::thread pinger;
   int64_t writes_since_fault ABSL_GUARDED_BY(mu) = 0;
@@ -340,7 +345,7 @@ struct StateStore::Impl {
 // Clang's analysis cannot tell that a body's `s.mu` is this `mu` (callers
 // still must hold it: see the declaration), hence no analysis inside.
 template <typename Body>
-absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bool write)
+absl::Status StoreCore::InTransaction(absl::string_view op, Body body, bool write)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (write && !deposed.ok()) return deposed;
   if (in_group) {
@@ -401,7 +406,7 @@ absl::Status StateStore::Impl::InTransaction(absl::string_view op, Body body, bo
 
 // As InTransaction: the analysis cannot follow `mu` into the body.
 template <typename Key, typename Insert, typename Reduce>
-absl::Status StateStore::Impl::AppendRetained(absl::string_view op, const Retained<Key>& table,
+absl::Status StoreCore::AppendRetained(absl::string_view op, const Retained<Key>& table,
                                               int64_t added, Insert insert, Reduce reduce)
     ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const bool bounded = table.max_rows > 0 && added > 0;
@@ -439,7 +444,7 @@ absl::Status StateStore::Impl::AppendRetained(absl::string_view op, const Retain
 
 // As AppendRetained: the analysis cannot follow `mu` into the callbacks.
 template <typename Key, typename Reduce>
-absl::Status StateStore::Impl::AppendTelemetry(absl::string_view op, const Retained<Key>& table,
+absl::Status StoreCore::AppendTelemetry(absl::string_view op, const Retained<Key>& table,
                                                PendingTable<Key>& pending,
                                                std::vector<PendingRow> rows, bool reduces,
                                                Reduce reduce) ABSL_NO_THREAD_SAFETY_ANALYSIS {
@@ -496,5 +501,10 @@ absl::Status StateStore::Impl::AppendTelemetry(absl::string_view op, const Retai
       },
       reduce);
 }
+
+}  // namespace store_internal
+
+// The store's files name it without the namespace.
+using store_internal::StoreCore;
 
 }  // namespace trainctl::coordinator

@@ -17,23 +17,23 @@ TEST_P(StoreBackendTest, ListEventsAfterSeqAscendingWithLimit) {
   ASSERT_NE(store, nullptr);
   v1::Event no_job_id = MakeEvent("", 3);  // filled in from the job
   ASSERT_TRUE(
-      store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 2), MakeEvent("a", 1), no_job_id}).ok());
-  ASSERT_TRUE(store->PutJob(MakeJob("b"), 2, {MakeEvent("b", 1)}).ok());
-  ASSERT_TRUE(store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 4), MakeEvent("a", 5)}).ok());
+      store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 2), MakeEvent("a", 1), no_job_id}).ok());
+  ASSERT_TRUE(store->jobs().PutJob(MakeJob("b"), 2, {MakeEvent("b", 1)}).ok());
+  ASSERT_TRUE(store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 4), MakeEvent("a", 5)}).ok());
 
-  auto all = store->ListEvents("a", 0, 100);
+  auto all = store->jobs().ListEvents("a", 0, 100);
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_THAT(Seqs(*all), ElementsAre(1, 2, 3, 4, 5));
   EXPECT_EQ((*all)[2].job_id(), "a");
   EXPECT_EQ((*all)[0].SerializeAsString(), MakeEvent("a", 1).SerializeAsString());
 
-  auto page = store->ListEvents("a", 2, 2);
+  auto page = store->jobs().ListEvents("a", 2, 2);
   ASSERT_TRUE(page.ok());
   EXPECT_THAT(Seqs(*page), ElementsAre(3, 4));
-  auto unlimited = store->ListEvents("a", 3, 0);
+  auto unlimited = store->jobs().ListEvents("a", 3, 0);
   ASSERT_TRUE(unlimited.ok());
   EXPECT_THAT(Seqs(*unlimited), ElementsAre(4, 5));
-  auto none = store->ListEvents("missing", 0, 10);
+  auto none = store->jobs().ListEvents("missing", 0, 10);
   ASSERT_TRUE(none.ok());
   EXPECT_TRUE(none->empty());
 }
@@ -41,20 +41,20 @@ TEST_P(StoreBackendTest, ListEventsAfterSeqAscendingWithLimit) {
 TEST_P(StoreBackendTest, MetricsNewestFirstLimitOldestFirstOrder) {
   auto store = Fresh();
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 1, 3)).ok());
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("b", 1, 100, 2)).ok());
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 2, 4, 3, /*rank=*/1)).ok());
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 2, 7, 0)).ok());  // empty batch
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, 1, 3)).ok());
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("b", 1, 100, 2)).ok());
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 2, 4, 3, /*rank=*/1)).ok());
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 2, 7, 0)).ok());  // empty batch
 
-  auto all = store->ListMetrics("a", 100);
+  auto all = store->telemetry().ListMetrics("a", 100);
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_THAT(Steps(*all), ElementsAre(1, 2, 3, 4, 5, 6));
   EXPECT_EQ((*all)[4].rank(), 1);
   EXPECT_DOUBLE_EQ((*all)[4].loss(), 1.0 / 5);
-  auto newest = store->ListMetrics("a", 2);
+  auto newest = store->telemetry().ListMetrics("a", 2);
   ASSERT_TRUE(newest.ok());
   EXPECT_THAT(Steps(*newest), ElementsAre(5, 6));
-  auto unlimited = store->ListMetrics("b", 0);
+  auto unlimited = store->telemetry().ListMetrics("b", 0);
   ASSERT_TRUE(unlimited.ok());
   EXPECT_THAT(Steps(*unlimited), ElementsAre(100, 101));
 }
@@ -62,34 +62,34 @@ TEST_P(StoreBackendTest, MetricsNewestFirstLimitOldestFirstOrder) {
 TEST_P(StoreBackendTest, LogsPerRankInOrderWithRankFilterAndTail) {
   auto store = Fresh();
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 1, 2, {"r2-1", "r2-2"})).ok());
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 1, 0, {"r0-1"})).ok());
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 1, 2, {"r2-3"})).ok());
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 1, 0, {"r0-2", "r0-3"})).ok());
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 2, 0, {"second-attempt"})).ok());
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("b", 1, 0, {"other-job"})).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("a", 1, 2, {"r2-1", "r2-2"})).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("a", 1, 0, {"r0-1"})).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("a", 1, 2, {"r2-3"})).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("a", 1, 0, {"r0-2", "r0-3"})).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("a", 2, 0, {"second-attempt"})).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("b", 1, 0, {"other-job"})).ok());
   // A line without its rank takes the chunk's.
   v1::LogChunk unranked = MakeLogs("a", 1, 1, {"r1-1"});
   unranked.mutable_lines(0)->clear_rank();
-  ASSERT_TRUE(store->AppendLogs(unranked).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(unranked).ok());
 
-  auto all = store->ListLogs("a", 1, std::nullopt, 0);
+  auto all = store->telemetry().ListLogs("a", 1, std::nullopt, 0);
   ASSERT_TRUE(all.ok()) << all.status();
   EXPECT_THAT(Texts(*all),
               ElementsAre("0:r0-1", "0:r0-2", "0:r0-3", "1:r1-1", "2:r2-1", "2:r2-2", "2:r2-3"));
-  auto tail = store->ListLogs("a", 1, std::nullopt, 2);
+  auto tail = store->telemetry().ListLogs("a", 1, std::nullopt, 2);
   ASSERT_TRUE(tail.ok());
   EXPECT_THAT(Texts(*tail), ElementsAre("0:r0-2", "0:r0-3", "1:r1-1", "2:r2-2", "2:r2-3"));
-  auto rank2 = store->ListLogs("a", 1, 2, 0);
+  auto rank2 = store->telemetry().ListLogs("a", 1, 2, 0);
   ASSERT_TRUE(rank2.ok());
   EXPECT_THAT(Texts(*rank2), ElementsAre("2:r2-1", "2:r2-2", "2:r2-3"));
-  auto rank2_tail = store->ListLogs("a", 1, 2, 1);
+  auto rank2_tail = store->telemetry().ListLogs("a", 1, 2, 1);
   ASSERT_TRUE(rank2_tail.ok());
   EXPECT_THAT(Texts(*rank2_tail), ElementsAre("2:r2-3"));
-  auto attempt2 = store->ListLogs("a", 2, std::nullopt, 0);
+  auto attempt2 = store->telemetry().ListLogs("a", 2, std::nullopt, 0);
   ASSERT_TRUE(attempt2.ok());
   EXPECT_THAT(Texts(*attempt2), ElementsAre("0:second-attempt"));
-  auto missing = store->ListLogs("a", 1, 7, 0);
+  auto missing = store->telemetry().ListLogs("a", 1, 7, 0);
   ASSERT_TRUE(missing.ok());
   EXPECT_TRUE(missing->empty());
 }
@@ -101,21 +101,21 @@ TEST_P(StoreBackendTest, MetricRetentionKeepsNewestPerJob) {
   ASSERT_NE(store, nullptr);
   int64_t step = 1;
   for (int i = 0; i < 7; ++i, step += 3) {
-    ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, step, 3)).ok());
-    auto points = store->ListMetrics("a", 0);
+    ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, step, 3)).ok());
+    auto points = store->telemetry().ListMetrics("a", 0);
     ASSERT_TRUE(points.ok());
     EXPECT_LE(points->size(), 10u);
   }
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("b", 1, 1, 4)).ok());
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("b", 1, 1, 4)).ok());
   // One batch larger than the bound.
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 2, step, 15)).ok());
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 2, step, 15)).ok());
   step += 15;
-  auto points = store->ListMetrics("a", 0);
+  auto points = store->telemetry().ListMetrics("a", 0);
   ASSERT_TRUE(points.ok());
   std::vector<int64_t> expected;
   for (int64_t s = step - 10; s < step; ++s) expected.push_back(s);
   EXPECT_EQ(Steps(*points), expected);
-  auto b = store->ListMetrics("b", 0);
+  auto b = store->telemetry().ListMetrics("b", 0);
   ASSERT_TRUE(b.ok());
   EXPECT_EQ(b->size(), 4u);
 }
@@ -136,12 +136,12 @@ TEST_P(StoreBackendTest, MetricRetentionDownsamplesOldPointsKeepingMinMaxLast) {
   v1::MetricPoint* eval = batch.mutable_points(4);
   eval->set_kind(v1::MetricPoint::KIND_EPOCH_END);
   eval->mutable_eval()->set_accuracy(0.5);
-  ASSERT_TRUE(store->AppendMetrics(batch).ok());
-  EXPECT_EQ(store->ListMetrics("a", 0)->size(), 64u);
+  ASSERT_TRUE(store->telemetry().AppendMetrics(batch).ok());
+  EXPECT_EQ(store->telemetry().ListMetrics("a", 0)->size(), 64u);
   // One more: 65 > 64, so the oldest 32 rows (31 train points + the eval
   // point) are downsampled in buckets of 8 train points.
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 65, 1)).ok());
-  auto points = store->ListMetrics("a", 0);
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, 65, 1)).ok());
+  auto points = store->telemetry().ListMetrics("a", 0);
   ASSERT_TRUE(points.ok());
   std::vector<int64_t> steps = Steps(*points);
   // Bucket 1 (steps 1,2,3,4,6,7,8,9): max 3, min 6, last 9. Bucket 2
@@ -153,8 +153,8 @@ TEST_P(StoreBackendTest, MetricRetentionDownsamplesOldPointsKeepingMinMaxLast) {
   EXPECT_EQ((*points)[1].kind(), v1::MetricPoint::KIND_EPOCH_END);
   // The bound holds however long the job runs, and the first bucket's
   // extremes survive every later round.
-  for (int64_t s = 66; s < 2000; s += 10) ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, s, 10)).ok());
-  points = store->ListMetrics("a", 0);
+  for (int64_t s = 66; s < 2000; s += 10) ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, s, 10)).ok());
+  points = store->telemetry().ListMetrics("a", 0);
   ASSERT_TRUE(points.ok());
   EXPECT_LE(points->size(), 64u);
   EXPECT_EQ(points->back().step(), 2005);
@@ -170,12 +170,12 @@ TEST_P(StoreBackendTest, MetricRetentionDownsamplesOldPointsKeepingMinMaxLast) {
 TEST_P(StoreBackendTest, ListMetricPageFiltersAndPagesByBytes) {
   auto store = Fresh();
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 1, 10, /*rank=*/0)).ok());
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 2, 1, 10, /*rank=*/1)).ok());
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, 1, 10, /*rank=*/0)).ok());
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 2, 1, 10, /*rank=*/1)).ok());
   v1::MetricBatch eval = MakeMetrics("a", 2, 11, 1, /*rank=*/1);
   eval.mutable_points(0)->set_kind(v1::MetricPoint::KIND_EPOCH_END);
-  ASSERT_TRUE(store->AppendMetrics(eval).ok());
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("b", 1, 1, 5)).ok());
+  ASSERT_TRUE(store->telemetry().AppendMetrics(eval).ok());
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("b", 1, 1, 5)).ok());
 
   MetricPageQuery query;
   query.job_id = "a";
@@ -184,7 +184,7 @@ TEST_P(StoreBackendTest, ListMetricPageFiltersAndPagesByBytes) {
   std::vector<int64_t> steps;
   for (int pages = 0;; ++pages) {
     ASSERT_LT(pages, 20);
-    auto page = store->ListMetricPage(query);
+    auto page = store->telemetry().ListMetricPage(query);
     ASSERT_TRUE(page.ok()) << page.status();
     ASSERT_EQ(page->points.size(), 1u);
     EXPECT_EQ(page->points[0].attempt, 2);
@@ -198,7 +198,7 @@ TEST_P(StoreBackendTest, ListMetricPageFiltersAndPagesByBytes) {
   query = MetricPageQuery();
   query.job_id = "a";
   query.kind = v1::MetricPoint::KIND_EPOCH_END;
-  auto evals = store->ListMetricPage(query);
+  auto evals = store->telemetry().ListMetricPage(query);
   ASSERT_TRUE(evals.ok());
   ASSERT_EQ(evals->points.size(), 1u);
   EXPECT_EQ(evals->points[0].point.step(), 11);
@@ -206,12 +206,12 @@ TEST_P(StoreBackendTest, ListMetricPageFiltersAndPagesByBytes) {
 
   query = MetricPageQuery();
   query.job_id = "a";
-  auto all = store->ListMetricPage(query);
+  auto all = store->telemetry().ListMetricPage(query);
   ASSERT_TRUE(all.ok());
   EXPECT_EQ(all->points.size(), 21u);
   EXPECT_FALSE(all->more);
   query.job_id = "none";
-  EXPECT_TRUE(store->ListMetricPage(query)->points.empty());
+  EXPECT_TRUE(store->telemetry().ListMetricPage(query)->points.empty());
 }
 
 TEST_P(StoreBackendTest, LogRetentionPerJobAttemptRank) {
@@ -220,14 +220,14 @@ TEST_P(StoreBackendTest, LogRetentionPerJobAttemptRank) {
   auto store = Fresh(options);
   ASSERT_NE(store, nullptr);
   for (int i = 0; i < 5; ++i) {
-    ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 1, 0, {absl::StrCat("a", i)})).ok());
+    ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("a", 1, 0, {absl::StrCat("a", i)})).ok());
   }
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 1, 1, {"x", "y"})).ok());
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 2, 0, {"p", "q", "r", "s", "t"})).ok());
-  auto attempt1 = store->ListLogs("a", 1, std::nullopt, 0);
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("a", 1, 1, {"x", "y"})).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("a", 2, 0, {"p", "q", "r", "s", "t"})).ok());
+  auto attempt1 = store->telemetry().ListLogs("a", 1, std::nullopt, 0);
   ASSERT_TRUE(attempt1.ok());
   EXPECT_THAT(Texts(*attempt1), ElementsAre("0:a2", "0:a3", "0:a4", "1:x", "1:y"));
-  auto attempt2 = store->ListLogs("a", 2, 0, 0);
+  auto attempt2 = store->telemetry().ListLogs("a", 2, 0, 0);
   ASSERT_TRUE(attempt2.ok());
   EXPECT_THAT(Texts(*attempt2), ElementsAre("0:r", "0:s", "0:t"));
 }
@@ -241,10 +241,10 @@ TEST_P(StoreBackendTest, EventRetentionKeepsLastSeq) {
   for (int i = 0; i < 4; ++i) {
     std::vector<v1::Event> events;
     for (int j = 0; j < 3; ++j) events.push_back(MakeEvent("a", seq++));
-    ASSERT_TRUE(store->PutJob(MakeJob("a"), 1, events).ok());
+    ASSERT_TRUE(store->jobs().PutJob(MakeJob("a"), 1, events).ok());
   }
-  ASSERT_TRUE(store->PutJob(MakeJob("b"), 2, {MakeEvent("b", 1)}).ok());
-  auto events = store->ListEvents("a", 0, 0);
+  ASSERT_TRUE(store->jobs().PutJob(MakeJob("b"), 2, {MakeEvent("b", 1)}).ok());
+  auto events = store->jobs().ListEvents("a", 0, 0);
   ASSERT_TRUE(events.ok());
   EXPECT_THAT(Seqs(*events), ElementsAre(9, 10, 11, 12));
   auto snapshot = store->LoadAll();
@@ -260,9 +260,9 @@ TEST_P(StoreBackendTest, RetentionHoldsAcrossReopen) {
   {
     auto store = Reopen(options);
     ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 1, 4)).ok());
-    ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 1, 0, {"1", "2", "3", "4"})).ok());
-    ASSERT_TRUE(store->PutJob(MakeJob("a"), 1,
+    ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, 1, 4)).ok());
+    ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("a", 1, 0, {"1", "2", "3", "4"})).ok());
+    ASSERT_TRUE(store->jobs().PutJob(MakeJob("a"), 1,
                               {MakeEvent("a", 1), MakeEvent("a", 2), MakeEvent("a", 3),
                                MakeEvent("a", 4)})
                     .ok());
@@ -270,16 +270,16 @@ TEST_P(StoreBackendTest, RetentionHoldsAcrossReopen) {
   // A new process starts with no cached counts: they come from the file.
   auto store = Reopen(options);
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 5, 3)).ok());
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 1, 0, {"5", "6", "7"})).ok());
-  ASSERT_TRUE(store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 5), MakeEvent("a", 6)}).ok());
-  auto metrics = store->ListMetrics("a", 0);
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, 5, 3)).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("a", 1, 0, {"5", "6", "7"})).ok());
+  ASSERT_TRUE(store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 5), MakeEvent("a", 6)}).ok());
+  auto metrics = store->telemetry().ListMetrics("a", 0);
   ASSERT_TRUE(metrics.ok());
   EXPECT_THAT(Steps(*metrics), ElementsAre(3, 4, 5, 6, 7));
-  auto logs = store->ListLogs("a", 1, 0, 0);
+  auto logs = store->telemetry().ListLogs("a", 1, 0, 0);
   ASSERT_TRUE(logs.ok());
   EXPECT_THAT(Texts(*logs), ElementsAre("0:3", "0:4", "0:5", "0:6", "0:7"));
-  auto events = store->ListEvents("a", 0, 0);
+  auto events = store->jobs().ListEvents("a", 0, 0);
   ASSERT_TRUE(events.ok());
   EXPECT_THAT(Seqs(*events), ElementsAre(2, 3, 4, 5, 6));
 }
@@ -311,7 +311,7 @@ std::vector<TelemetryMessage> ManyMessages(int count) {
   return out;
 }
 absl::Status Send(StateStore& store, const TelemetryMessage& msg) {
-  return msg.metrics.has_value() ? store.AppendMetrics(*msg.metrics) : store.AppendLogs(*msg.logs);
+  return msg.metrics.has_value() ? store.telemetry().AppendMetrics(*msg.metrics) : store.telemetry().AppendLogs(*msg.logs);
 }
 // Every job's stored points (as "job/rank/step", in id order across jobs)
 // and every attempt 1 log line per job: the whole telemetry state.
@@ -322,13 +322,13 @@ std::vector<std::string> Stored(StateStore& store) {
     const std::string job = absl::StrCat("job-", j);
     MetricPageQuery query;
     query.job_id = job;
-    auto page = store.ListMetricPage(query);
+    auto page = store.telemetry().ListMetricPage(query);
     EXPECT_TRUE(page.ok()) << page.status();
     if (!page.ok()) return out;
     for (const StoredMetricPoint& p : page->points) {
       points.emplace_back(p.id, absl::StrCat(job, "/", p.point.rank(), "/", p.point.step()));
     }
-    auto lines = store.ListLogs(job, 1, std::nullopt, 0);
+    auto lines = store.telemetry().ListLogs(job, 1, std::nullopt, 0);
     EXPECT_TRUE(lines.ok()) << lines.status();
     if (!lines.ok()) return out;
     for (const std::string& text : Texts(*lines)) out.push_back(absl::StrCat(job, "/", text));
@@ -385,8 +385,8 @@ TEST_P(StoreBackendTest, RetentionHoldsWhenOneGroupCrossesTheBound) {
   const std::vector<std::string> expected = Stored(*direct);
   EXPECT_TRUE(Stored(*store) == expected);
   for (int j = 0; j < 3; ++j) {
-    EXPECT_LE(store->ListMetrics(absl::StrCat("job-", j), 0)->size(), 40u);
-    for (int r = 0; r < 4; ++r) EXPECT_LE(store->ListLogs(absl::StrCat("job-", j), 1, r, 0)->size(), 25u);
+    EXPECT_LE(store->telemetry().ListMetrics(absl::StrCat("job-", j), 0)->size(), 40u);
+    for (int r = 0; r < 4; ++r) EXPECT_LE(store->telemetry().ListLogs(absl::StrCat("job-", j), 1, r, 0)->size(), 25u);
   }
   // After the commit, appends outside a group count from the right place.
   for (const TelemetryMessage& msg : ManyMessages(7)) {
@@ -403,29 +403,29 @@ TEST_P(StoreBackendTest, AFailedAppendInAGroupUndoesOnlyItselfAndARollbackEveryt
   options.max_log_lines_per_rank = 4;
   auto store = Reopen(options);
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"a", "b"})).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"a", "b"})).ok());
 
   ASSERT_TRUE(store->BeginGroup().ok());
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"c"})).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"c"})).ok());
   store->SetWriteFaultForTest([](int64_t, absl::string_view op) { return absl::StrContains(op, "AppendLogs"); });
-  absl::Status failed = store->AppendLogs(MakeLogs("j", 1, 0, {"x", "y", "z"}));
+  absl::Status failed = store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"x", "y", "z"}));
   EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
   EXPECT_THAT(failed.message(), HasSubstr("AppendLogs('j', attempt 1, rank 0)"));
   store->SetWriteFaultForTest(nullptr);
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"d", "e"})).ok());
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j", 1, 1, 3)).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"d", "e"})).ok());
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("j", 1, 1, 3)).ok());
   ASSERT_TRUE(store->CommitGroup("w", 2).ok());
-  EXPECT_THAT(Texts(*store->ListLogs("j", 1, 0, 0)), ElementsAre("0:b", "0:c", "0:d", "0:e"));
+  EXPECT_THAT(Texts(*store->telemetry().ListLogs("j", 1, 0, 0)), ElementsAre("0:b", "0:c", "0:d", "0:e"));
 
   ASSERT_TRUE(store->BeginGroup().ok());
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"f", "g", "h", "i", "k"})).ok());
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j", 1, 4, 70)).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"f", "g", "h", "i", "k"})).ok());
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("j", 1, 4, 70)).ok());
   store->RollbackGroup();
-  EXPECT_THAT(Texts(*store->ListLogs("j", 1, 0, 0)), ElementsAre("0:b", "0:c", "0:d", "0:e"));
-  EXPECT_THAT(Steps(*store->ListMetrics("j", 0)), ElementsAre(1, 2, 3));
+  EXPECT_THAT(Texts(*store->telemetry().ListLogs("j", 1, 0, 0)), ElementsAre("0:b", "0:c", "0:d", "0:e"));
+  EXPECT_THAT(Steps(*store->telemetry().ListMetrics("j", 0)), ElementsAre(1, 2, 3));
   // The bound still counts right after the rollback.
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"l"})).ok());
-  EXPECT_THAT(Texts(*store->ListLogs("j", 1, 0, 0)), ElementsAre("0:c", "0:d", "0:e", "0:l"));
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"l"})).ok());
+  EXPECT_THAT(Texts(*store->telemetry().ListLogs("j", 1, 0, 0)), ElementsAre("0:c", "0:d", "0:e", "0:l"));
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok());
   EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w", 2)));
@@ -447,10 +447,10 @@ TEST_P(PostgresTelemetryTest, AConnectionLostBeforeTheCommitKeepsNothingOfTheGro
   options.max_log_lines_per_rank = 3;
   auto store = Reopen(options);
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"a", "b"})).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"a", "b"})).ok());
   ASSERT_TRUE(store->BeginGroup().ok());
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"c", "d"})).ok());
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j", 1, 1, 100)).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"c", "d"})).ok());
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("j", 1, 1, 100)).ok());
   ASSERT_TRUE(pg.AdminExec("postgres",
                            absl::StrCat("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                                         "WHERE datname = '", pg.last_database(), "'"))
@@ -460,10 +460,10 @@ TEST_P(PostgresTelemetryTest, AConnectionLostBeforeTheCommitKeepsNothingOfTheGro
   EXPECT_THAT(lost.message(), HasSubstr("CommitGroup('w', seq 5)"));
 
   ASSERT_TRUE(store->BeginGroup().ok());
-  ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"e"})).ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"e"})).ok());
   ASSERT_TRUE(store->CommitGroup("w", 6).ok());
-  EXPECT_THAT(Texts(*store->ListLogs("j", 1, 0, 0)), ElementsAre("0:a", "0:b", "0:e"));
-  EXPECT_TRUE(store->ListMetrics("j", 0)->empty());
+  EXPECT_THAT(Texts(*store->telemetry().ListLogs("j", 1, 0, 0)), ElementsAre("0:a", "0:b", "0:e"));
+  EXPECT_TRUE(store->telemetry().ListMetrics("j", 0)->empty());
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok());
   EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w", 6)));

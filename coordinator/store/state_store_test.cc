@@ -39,9 +39,9 @@ TEST_P(StoreBackendTest, PutJobRoundTripInSubmissionOrder) {
   rank->set_job_id("job-b");
   rank->set_rank(1);
   rank->set_worker_id("w1");
-  ASSERT_TRUE(store->PutJob(b, 20, {MakeEvent("job-b", 1), MakeEvent("job-b", 2)}).ok());
-  ASSERT_TRUE(store->PutJob(MakeJob("job-a"), 10, {MakeEvent("job-a", 1)}).ok());
-  ASSERT_TRUE(store->PutJob(MakeJob("job-c"), 30).ok());
+  ASSERT_TRUE(store->jobs().PutJob(b, 20, {MakeEvent("job-b", 1), MakeEvent("job-b", 2)}).ok());
+  ASSERT_TRUE(store->jobs().PutJob(MakeJob("job-a"), 10, {MakeEvent("job-a", 1)}).ok());
+  ASSERT_TRUE(store->jobs().PutJob(MakeJob("job-c"), 30).ok());
 
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
@@ -57,12 +57,12 @@ TEST_P(StoreBackendTest, PutJobRoundTripInSubmissionOrder) {
 TEST_P(StoreBackendTest, PutJobReplacesButKeepsFirstSubmitSeq) {
   auto store = Fresh();
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 1, "submitted")}).ok());
-  ASSERT_TRUE(store->PutJob(MakeJob("b"), 2).ok());
+  ASSERT_TRUE(store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 1, "submitted")}).ok());
+  ASSERT_TRUE(store->jobs().PutJob(MakeJob("b"), 2).ok());
   v1::Job running = MakeJob("a", v1::JOB_STATE_RUNNING);
   running.set_restarts(2);
   // A later write with another submit_seq must not reorder the job.
-  ASSERT_TRUE(store->PutJob(running, 99, {MakeEvent("a", 2, "running")}).ok());
+  ASSERT_TRUE(store->jobs().PutJob(running, 99, {MakeEvent("a", 2, "running")}).ok());
 
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
@@ -77,9 +77,9 @@ TEST_P(StoreBackendTest, PutJobReplacesButKeepsFirstSubmitSeq) {
 TEST_P(StoreBackendTest, PutJobIsAtomicWithItsEvents) {
   auto store = Fresh();
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());
+  ASSERT_TRUE(store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());
   // Seq 1 again: the whole call fails and neither the job nor seq 2 is written.
-  absl::Status status = store->PutJob(MakeJob("a", v1::JOB_STATE_FAILED), 1,
+  absl::Status status = store->jobs().PutJob(MakeJob("a", v1::JOB_STATE_FAILED), 1,
                                       {MakeEvent("a", 2), MakeEvent("a", 1)});
   EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists) << status;
   EXPECT_THAT(status.message(), HasSubstr("PutJob('a')"));
@@ -88,19 +88,19 @@ TEST_P(StoreBackendTest, PutJobIsAtomicWithItsEvents) {
   EXPECT_EQ(snapshot->jobs[0].state(), v1::JOB_STATE_PENDING);
   EXPECT_THAT(snapshot->last_event_seqs, ElementsAre(1));
   // The store still works after the rollback.
-  EXPECT_TRUE(store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 2)}).ok());
+  EXPECT_TRUE(store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 2)}).ok());
 }
 
 TEST_P(StoreBackendTest, RejectsBadInput) {
   auto store = Fresh();
   ASSERT_NE(store, nullptr);
-  EXPECT_EQ(store->PutJob(MakeJob(""), 1).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(store->PutJob(MakeJob("a"), 1, {MakeEvent("other", 1)}).code(),
+  EXPECT_EQ(store->jobs().PutJob(MakeJob(""), 1).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("other", 1)}).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(store->PutWorker(v1::Worker()).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(store->AppendMetrics(MakeMetrics("", 1, 1, 1)).code(),
+  EXPECT_EQ(store->workers().PutWorker(v1::Worker()).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(store->telemetry().AppendMetrics(MakeMetrics("", 1, 1, 1)).code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(store->AppendLogs(MakeLogs("", 1, 0, {"x"})).code(),
+  EXPECT_EQ(store->telemetry().AppendLogs(MakeLogs("", 1, 0, {"x"})).code(),
             absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(StateStore::Open("").status().code(), absl::StatusCode::kInvalidArgument);
 }
@@ -113,12 +113,12 @@ TEST_P(StoreBackendTest, PutWorkerReplaces) {
   w.set_hostname("host2");
   (*w.mutable_labels())["zone"] = "a";
   w.add_slots()->set_kind(v1::Slot::KIND_GPU);
-  ASSERT_TRUE(store->PutWorker(w).ok());
+  ASSERT_TRUE(store->workers().PutWorker(w).ok());
   v1::Worker w1;
   w1.set_id("w1");
-  ASSERT_TRUE(store->PutWorker(w1).ok());
+  ASSERT_TRUE(store->workers().PutWorker(w1).ok());
   w.set_state(v1::WORKER_STATE_LOST);
-  ASSERT_TRUE(store->PutWorker(w).ok());
+  ASSERT_TRUE(store->workers().PutWorker(w).ok());
 
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok());
@@ -145,11 +145,11 @@ TEST_P(StoreBackendTest, ReopenFileLoadsEverything) {
   {
     auto store = Reopen();
     ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(store->PutJob(job, 7, {MakeEvent("j1", 1), MakeEvent("j1", 2)}).ok());
-    ASSERT_TRUE(store->PutJob(MakeJob("j0"), 3).ok());
-    ASSERT_TRUE(store->PutWorker(worker).ok());
-    ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j1", 1, 1, 5)).ok());
-    ASSERT_TRUE(store->AppendLogs(MakeLogs("j1", 1, 0, {"hello", "world"})).ok());
+    ASSERT_TRUE(store->jobs().PutJob(job, 7, {MakeEvent("j1", 1), MakeEvent("j1", 2)}).ok());
+    ASSERT_TRUE(store->jobs().PutJob(MakeJob("j0"), 3).ok());
+    ASSERT_TRUE(store->workers().PutWorker(worker).ok());
+    ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("j1", 1, 1, 5)).ok());
+    ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j1", 1, 0, {"hello", "world"})).ok());
   }
   auto store = Reopen();
   ASSERT_NE(store, nullptr);
@@ -162,10 +162,10 @@ TEST_P(StoreBackendTest, ReopenFileLoadsEverything) {
   EXPECT_THAT(snapshot->last_event_seqs, ElementsAre(0, 2));
   ASSERT_EQ(snapshot->workers.size(), 1u);
   EXPECT_EQ(snapshot->workers[0].SerializeAsString(), worker.SerializeAsString());
-  auto metrics = store->ListMetrics("j1", 0);
+  auto metrics = store->telemetry().ListMetrics("j1", 0);
   ASSERT_TRUE(metrics.ok());
   EXPECT_THAT(Steps(*metrics), ElementsAre(1, 2, 3, 4, 5));
-  auto logs = store->ListLogs("j1", 1, std::nullopt, 0);
+  auto logs = store->telemetry().ListLogs("j1", 1, std::nullopt, 0);
   ASSERT_TRUE(logs.ok());
   EXPECT_THAT(Texts(*logs), ElementsAre("0:hello", "0:world"));
 }
@@ -235,7 +235,7 @@ TEST(StateStoreTest, DamagedDatabaseIsRefusedAtOpenAndLeftAsItWas) {
       const std::string id = absl::StrCat("job-", i);
       std::vector<v1::Event> events;
       for (int e = 1; e <= 10; ++e) events.push_back(MakeEvent(id, e));
-      ASSERT_TRUE(store->PutJob(MakeJob(id), i + 1, events).ok());
+      ASSERT_TRUE(store->jobs().PutJob(MakeJob(id), i + 1, events).ok());
     }
   }
   const size_t size = std::filesystem::file_size(path);
@@ -325,9 +325,9 @@ TEST_P(StoreBackendTest, InjectedWriteFaultFailsExactlyThatWriteAndRollsItBack) 
     ops.emplace_back(op);
     return write_no == 2 || write_no == 5;
   });
-  ASSERT_TRUE(store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());        // write 1
+  ASSERT_TRUE(store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());        // write 1
   absl::Status failed =
-      store->PutJob(MakeJob("a", v1::JOB_STATE_FAILED), 1, {MakeEvent("a", 2)});  // write 2
+      store->jobs().PutJob(MakeJob("a", v1::JOB_STATE_FAILED), 1, {MakeEvent("a", 2)});  // write 2
   EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
   EXPECT_THAT(failed.message(), HasSubstr("PutJob('a')"));
   EXPECT_THAT(failed.message(), HasSubstr("injected write fault"));
@@ -337,23 +337,23 @@ TEST_P(StoreBackendTest, InjectedWriteFaultFailsExactlyThatWriteAndRollsItBack) 
   EXPECT_EQ(snapshot->jobs[0].state(), v1::JOB_STATE_PENDING);
   EXPECT_THAT(snapshot->last_event_seqs, ElementsAre(1));
   // The same write succeeds when retried (its event seq was not used).
-  ASSERT_TRUE(store->PutJob(MakeJob("a", v1::JOB_STATE_FAILED), 1, {MakeEvent("a", 2)}).ok());  // 3
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 0, 2)).ok());                            // 4
+  ASSERT_TRUE(store->jobs().PutJob(MakeJob("a", v1::JOB_STATE_FAILED), 1, {MakeEvent("a", 2)}).ok());  // 3
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, 0, 2)).ok());                            // 4
   v1::Worker worker;
   worker.set_id("w");
-  EXPECT_EQ(store->PutWorker(worker).code(), absl::StatusCode::kUnavailable);                  // 5
-  EXPECT_TRUE(store->AppendLogs(MakeLogs("a", 1, 0, {"x", "y"})).ok());                        // 6
+  EXPECT_EQ(store->workers().PutWorker(worker).code(), absl::StatusCode::kUnavailable);                  // 5
+  EXPECT_TRUE(store->telemetry().AppendLogs(MakeLogs("a", 1, 0, {"x", "y"})).ok());                        // 6
   EXPECT_THAT(ops, ElementsAre("PutJob('a')", "PutJob('a')", "PutJob('a')", "AppendMetrics('a')",
                                "PutWorker('w')", HasSubstr("AppendLogs('a'")));
   // Clearing the fault: writes are plain again.
   store->SetWriteFaultForTest(nullptr);
-  EXPECT_TRUE(store->PutWorker(worker).ok());
+  EXPECT_TRUE(store->workers().PutWorker(worker).ok());
   snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok());
   EXPECT_EQ(snapshot->jobs[0].state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(snapshot->last_event_seqs, ElementsAre(2));
   EXPECT_EQ(snapshot->workers.size(), 1u);
-  auto metrics = store->ListMetrics("a", 0);
+  auto metrics = store->telemetry().ListMetrics("a", 0);
   ASSERT_TRUE(metrics.ok());
   EXPECT_EQ(metrics->size(), 2u);
 }
@@ -374,9 +374,9 @@ TEST(StateStoreTest, CorruptBlobIsReportedNotACrash) {
   {
     auto store = OpenOrDie(path);
     ASSERT_NE(store, nullptr);
-    ASSERT_TRUE(store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());
-    ASSERT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 1, 1)).ok());
-    ASSERT_TRUE(store->AppendLogs(MakeLogs("a", 1, 0, {"x"})).ok());
+    ASSERT_TRUE(store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());
+    ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, 1, 1)).ok());
+    ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("a", 1, 0, {"x"})).ok());
   }
   // Field 1, length-delimited, claims 127 bytes that are not there.
   RawExec(path,
@@ -388,31 +388,31 @@ TEST(StateStoreTest, CorruptBlobIsReportedNotACrash) {
   ASSERT_FALSE(snapshot.ok());
   EXPECT_EQ(snapshot.status().code(), absl::StatusCode::kDataLoss);
   EXPECT_THAT(snapshot.status().message(), HasSubstr("jobs row 'a'"));
-  EXPECT_EQ(store->ListEvents("a", 0, 0).status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(store->ListMetrics("a", 0).status().code(), absl::StatusCode::kDataLoss);
-  EXPECT_EQ(store->ListLogs("a", 1, std::nullopt, 0).status().code(),
+  EXPECT_EQ(store->jobs().ListEvents("a", 0, 0).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(store->telemetry().ListMetrics("a", 0).status().code(), absl::StatusCode::kDataLoss);
+  EXPECT_EQ(store->telemetry().ListLogs("a", 1, std::nullopt, 0).status().code(),
             absl::StatusCode::kDataLoss);
   // Writes still work.
-  EXPECT_TRUE(store->PutWorker(v1::Worker()).code() == absl::StatusCode::kInvalidArgument);
-  EXPECT_TRUE(store->AppendMetrics(MakeMetrics("a", 1, 2, 1)).ok());
+  EXPECT_TRUE(store->workers().PutWorker(v1::Worker()).code() == absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, 2, 1)).ok());
 }
 
 TEST_P(StoreBackendTest, GroupCommitsItsWritesWithTheTelemetrySeqAtomically) {
   {
     auto store = Reopen();
-    ASSERT_TRUE(store->PutJob(MakeJob("j"), 1).ok());
+    ASSERT_TRUE(store->jobs().PutJob(MakeJob("j"), 1).ok());
     // Two writes and the seq: one transaction.
     ASSERT_TRUE(store->BeginGroup().ok());
     EXPECT_EQ(store->BeginGroup().code(), absl::StatusCode::kFailedPrecondition);
-    ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j", 1, 1, 3)).ok());
-    ASSERT_TRUE(store->PutJob(MakeJob("j", v1::JOB_STATE_RUNNING), 1, {MakeEvent("j", 1)}).ok());
+    ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("j", 1, 1, 3)).ok());
+    ASSERT_TRUE(store->jobs().PutJob(MakeJob("j", v1::JOB_STATE_RUNNING), 1, {MakeEvent("j", 1)}).ok());
     ASSERT_TRUE(store->CommitGroup("w1", 7).ok());
     // A group that wrote nothing stores no seq (and costs no write).
     ASSERT_TRUE(store->BeginGroup().ok());
     ASSERT_TRUE(store->CommitGroup("w2", 3).ok());
     // A lower seq never lowers the stored one.
     ASSERT_TRUE(store->BeginGroup().ok());
-    ASSERT_TRUE(store->AppendLogs(MakeLogs("j", 1, 0, {"a"})).ok());
+    ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"a"})).ok());
     ASSERT_TRUE(store->CommitGroup("w1", 5).ok());
   }
   auto store = Reopen();
@@ -420,30 +420,30 @@ TEST_P(StoreBackendTest, GroupCommitsItsWritesWithTheTelemetrySeqAtomically) {
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
   EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w1", 7)));
   EXPECT_EQ(snapshot->jobs[0].state(), v1::JOB_STATE_RUNNING);
-  EXPECT_EQ(store->ListMetrics("j", 0)->size(), 3u);
-  EXPECT_EQ(store->ListLogs("j", 1, std::nullopt, 0)->size(), 1u);
+  EXPECT_EQ(store->telemetry().ListMetrics("j", 0)->size(), 3u);
+  EXPECT_EQ(store->telemetry().ListLogs("j", 1, std::nullopt, 0)->size(), 1u);
 }
 
 TEST_P(StoreBackendTest, GroupRollbackDiscardsEverythingAndAFailedWriteOnlyItself) {
   StoreOptions options;
   options.max_metric_points_per_job = 5;
   auto store = Reopen(options);
-  ASSERT_TRUE(store->PutJob(MakeJob("j"), 1, {MakeEvent("j", 1)}).ok());
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j", 1, 1, 2)).ok());
+  ASSERT_TRUE(store->jobs().PutJob(MakeJob("j"), 1, {MakeEvent("j", 1)}).ok());
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("j", 1, 1, 2)).ok());
 
   ASSERT_TRUE(store->BeginGroup().ok());
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j", 1, 3, 3)).ok());
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("j", 1, 3, 3)).ok());
   // A refused write (event seq already stored) undoes only itself.
-  EXPECT_EQ(store->PutJob(MakeJob("j", v1::JOB_STATE_RUNNING), 1, {MakeEvent("j", 1)}).code(),
+  EXPECT_EQ(store->jobs().PutJob(MakeJob("j", v1::JOB_STATE_RUNNING), 1, {MakeEvent("j", 1)}).code(),
             absl::StatusCode::kAlreadyExists);
-  EXPECT_THAT(Steps(*store->ListMetrics("j", 0)), ElementsAre(1, 2, 3, 4, 5));
+  EXPECT_THAT(Steps(*store->telemetry().ListMetrics("j", 0)), ElementsAre(1, 2, 3, 4, 5));
   store->RollbackGroup();
   store->RollbackGroup();  // No group: a no-op.
-  EXPECT_THAT(Steps(*store->ListMetrics("j", 0)), ElementsAre(1, 2));
+  EXPECT_THAT(Steps(*store->telemetry().ListMetrics("j", 0)), ElementsAre(1, 2));
 
   // Retention still counts right after the rollback (its cached counts went).
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("j", 1, 10, 4)).ok());
-  EXPECT_THAT(Steps(*store->ListMetrics("j", 0)), ElementsAre(2, 10, 11, 12, 13));
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("j", 1, 10, 4)).ok());
+  EXPECT_THAT(Steps(*store->telemetry().ListMetrics("j", 0)), ElementsAre(2, 10, 11, 12, 13));
   EXPECT_EQ(store->CommitGroup("w", 1).code(), absl::StatusCode::kFailedPrecondition);
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok());
@@ -454,14 +454,14 @@ TEST_P(StoreBackendTest, GroupRollbackDiscardsEverythingAndAFailedWriteOnlyItsel
 TEST_P(StoreBackendTest, OwnerNumbersAreGivenOnceAndSurviveAReopen) {
   {
     auto store = Reopen();
-    ASSERT_TRUE(store->PutOwnerNumber("alice", 1).ok());
-    ASSERT_TRUE(store->PutOwnerNumber("", 2).ok()) << "jobs submitted without tokens have owner ''";
-    EXPECT_TRUE(absl::IsAlreadyExists(store->PutOwnerNumber("bob", 1))) << "a number is given once";
-    EXPECT_TRUE(absl::IsAlreadyExists(store->PutOwnerNumber("alice", 3))) << "an owner has one number";
-    EXPECT_TRUE(absl::IsInvalidArgument(store->PutOwnerNumber("carol", 0)));
+    ASSERT_TRUE(store->auth().PutOwnerNumber("alice", 1).ok());
+    ASSERT_TRUE(store->auth().PutOwnerNumber("", 2).ok()) << "jobs submitted without tokens have owner ''";
+    EXPECT_TRUE(absl::IsAlreadyExists(store->auth().PutOwnerNumber("bob", 1))) << "a number is given once";
+    EXPECT_TRUE(absl::IsAlreadyExists(store->auth().PutOwnerNumber("alice", 3))) << "an owner has one number";
+    EXPECT_TRUE(absl::IsInvalidArgument(store->auth().PutOwnerNumber("carol", 0)));
   }
   auto store = Reopen();
-  auto numbers = store->LoadOwnerNumbers();
+  auto numbers = store->auth().LoadOwnerNumbers();
   ASSERT_TRUE(numbers.ok()) << numbers.status();
   EXPECT_THAT(*numbers, ElementsAre(std::pair<std::string, int64_t>("alice", 1), std::pair<std::string, int64_t>("", 2)));
 }
@@ -471,7 +471,7 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   const std::string path = dir.File("state.db");
   {
     auto store = OpenOrDie(path);
-    ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
+    ASSERT_TRUE(store->jobs().PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before telemetry seqs left behind.
   // (Nor the later tables: tokens and worker_bindings came with version 3,
@@ -485,7 +485,7 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
                 "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=1");
   auto store = OpenOrDie(path);
   ASSERT_TRUE(store->BeginGroup().ok());
-  ASSERT_TRUE(store->AppendMetrics(MakeMetrics("old", 1, 1, 1)).ok());
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("old", 1, 1, 1)).ok());
   ASSERT_TRUE(store->CommitGroup("w", 9).ok());
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
@@ -494,64 +494,64 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   // Migrated on to the current version: tokens and worker bindings work.
   v1::Token token;
   token.set_id("t-1");
-  ASSERT_TRUE(store->PutToken(token, std::string(64, 'a')).ok());
-  ASSERT_TRUE(store->PutWorkerBinding("w", "t-1").ok());
-  ASSERT_TRUE(store->PutWorkerBinding("w", "t-2").ok()) << "a binding is never replaced";
-  auto tokens = store->LoadTokens();
+  ASSERT_TRUE(store->auth().PutToken(token, std::string(64, 'a')).ok());
+  ASSERT_TRUE(store->auth().PutWorkerBinding("w", "t-1").ok());
+  ASSERT_TRUE(store->auth().PutWorkerBinding("w", "t-2").ok()) << "a binding is never replaced";
+  auto tokens = store->auth().LoadTokens();
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   ASSERT_EQ(tokens->size(), 1u);
   EXPECT_EQ((*tokens)[0].secret_hash, std::string(64, 'a'));
-  EXPECT_THAT(*store->LoadWorkerBindings(), ElementsAre(std::pair<std::string, std::string>("w", "t-1")));
+  EXPECT_THAT(*store->auth().LoadWorkerBindings(), ElementsAre(std::pair<std::string, std::string>("w", "t-1")));
 }
 
 TEST_P(StoreBackendTest, CodeArchivesRoundTripAndReadInRanges) {
   {
     auto store = Reopen();
-    EXPECT_FALSE(store->CodeSize(kDigestA)->has_value());
-    ASSERT_TRUE(store->PutCode(kDigestA, std::string("ab\0cdefgh", 9), absl::FromUnixSeconds(100)).ok());
-    ASSERT_TRUE(store->PutCode(kDigestA, "ignored", absl::FromUnixSeconds(200)).ok())
+    EXPECT_FALSE(store->code_archives().CodeSize(kDigestA)->has_value());
+    ASSERT_TRUE(store->code_archives().PutCode(kDigestA, std::string("ab\0cdefgh", 9), absl::FromUnixSeconds(100)).ok());
+    ASSERT_TRUE(store->code_archives().PutCode(kDigestA, "ignored", absl::FromUnixSeconds(200)).ok())
         << "a second put keeps the bytes";
   }
   auto store = Reopen();
-  EXPECT_EQ(*store->CodeSize(kDigestA), 9);
-  EXPECT_EQ(*store->ReadCode(kDigestA, 0, 1 << 20), std::string("ab\0cdefgh", 9));
-  EXPECT_EQ(*store->ReadCode(kDigestA, 2, 3), std::string("\0cd", 3));
-  EXPECT_EQ(*store->ReadCode(kDigestA, 7, 10), "gh");
-  EXPECT_EQ(*store->ReadCode(kDigestA, 9, 10), "");
-  EXPECT_TRUE(absl::IsNotFound(store->ReadCode(kDigestB, 0, 10).status()));
-  EXPECT_TRUE(absl::IsInvalidArgument(store->ReadCode(kDigestA, -1, 10).status()));
-  EXPECT_TRUE(absl::IsNotFound(store->TouchCode(kDigestB, absl::FromUnixSeconds(1))));
+  EXPECT_EQ(*store->code_archives().CodeSize(kDigestA), 9);
+  EXPECT_EQ(*store->code_archives().ReadCode(kDigestA, 0, 1 << 20), std::string("ab\0cdefgh", 9));
+  EXPECT_EQ(*store->code_archives().ReadCode(kDigestA, 2, 3), std::string("\0cd", 3));
+  EXPECT_EQ(*store->code_archives().ReadCode(kDigestA, 7, 10), "gh");
+  EXPECT_EQ(*store->code_archives().ReadCode(kDigestA, 9, 10), "");
+  EXPECT_TRUE(absl::IsNotFound(store->code_archives().ReadCode(kDigestB, 0, 10).status()));
+  EXPECT_TRUE(absl::IsInvalidArgument(store->code_archives().ReadCode(kDigestA, -1, 10).status()));
+  EXPECT_TRUE(absl::IsNotFound(store->code_archives().TouchCode(kDigestB, absl::FromUnixSeconds(1))));
 }
 
 TEST_P(StoreBackendTest, UnreferencedCodeGoesAfterTheCutoffAndNamedCodeStays) {
   auto store = Fresh();
   const absl::Time t0 = absl::FromUnixSeconds(1000);
-  ASSERT_TRUE(store->PutCode(kDigestA, "named", t0).ok());
-  ASSERT_TRUE(store->PutCode(kDigestB, "orphan", t0).ok());
-  ASSERT_TRUE(store->PutCode(kDigestC, "recent", t0 + absl::Hours(2)).ok());
+  ASSERT_TRUE(store->code_archives().PutCode(kDigestA, "named", t0).ok());
+  ASSERT_TRUE(store->code_archives().PutCode(kDigestB, "orphan", t0).ok());
+  ASSERT_TRUE(store->code_archives().PutCode(kDigestC, "recent", t0 + absl::Hours(2)).ok());
   v1::Job job = MakeJob("j");
   job.mutable_spec()->mutable_command()->mutable_code()->set_digest(kDigestA);
-  ASSERT_TRUE(store->PutJob(job, 1).ok());
+  ASSERT_TRUE(store->jobs().PutJob(job, 1).ok());
   // Before the cutoff: nothing goes.
-  EXPECT_EQ(*store->DeleteUnreferencedCode(t0), 0);
-  EXPECT_EQ(*store->DeleteUnreferencedCode(t0 + absl::Hours(1)), 1);
-  EXPECT_TRUE(store->CodeSize(kDigestA)->has_value()) << "a stored job names it";
-  EXPECT_FALSE(store->CodeSize(kDigestB)->has_value());
-  EXPECT_TRUE(store->CodeSize(kDigestC)->has_value()) << "uploaded after the cutoff";
+  EXPECT_EQ(*store->code_archives().DeleteUnreferencedCode(t0), 0);
+  EXPECT_EQ(*store->code_archives().DeleteUnreferencedCode(t0 + absl::Hours(1)), 1);
+  EXPECT_TRUE(store->code_archives().CodeSize(kDigestA)->has_value()) << "a stored job names it";
+  EXPECT_FALSE(store->code_archives().CodeSize(kDigestB)->has_value());
+  EXPECT_TRUE(store->code_archives().CodeSize(kDigestC)->has_value()) << "uploaded after the cutoff";
   // A touch restarts the grace; a job that stops naming it frees it.
-  ASSERT_TRUE(store->TouchCode(kDigestC, t0 + absl::Hours(5)).ok());
-  EXPECT_EQ(*store->DeleteUnreferencedCode(t0 + absl::Hours(4)), 0);
+  ASSERT_TRUE(store->code_archives().TouchCode(kDigestC, t0 + absl::Hours(5)).ok());
+  EXPECT_EQ(*store->code_archives().DeleteUnreferencedCode(t0 + absl::Hours(4)), 0);
   job.mutable_spec()->mutable_command()->clear_code();
-  ASSERT_TRUE(store->PutJob(job, 1).ok());
-  EXPECT_EQ(*store->DeleteUnreferencedCode(t0 + absl::Hours(6)), 2);
+  ASSERT_TRUE(store->jobs().PutJob(job, 1).ok());
+  EXPECT_EQ(*store->code_archives().DeleteUnreferencedCode(t0 + absl::Hours(6)), 2);
 }
 
 TEST_P(StoreBackendTest, CodeWritesGoThroughTheWriteFault) {
   auto store = Fresh();
   store->SetWriteFaultForTest([](int64_t, absl::string_view) { return true; });
-  EXPECT_TRUE(absl::IsUnavailable(store->PutCode(kDigestA, "x", absl::FromUnixSeconds(1))));
+  EXPECT_TRUE(absl::IsUnavailable(store->code_archives().PutCode(kDigestA, "x", absl::FromUnixSeconds(1))));
   store->SetWriteFaultForTest(nullptr);
-  EXPECT_FALSE(store->CodeSize(kDigestA)->has_value()) << "a failed put stores nothing";
+  EXPECT_FALSE(store->code_archives().CodeSize(kDigestA)->has_value()) << "a failed put stores nothing";
 }
 
 TEST_P(StoreBackendTest, QueuesRoundTripReplaceDeleteAndSurviveAReopen) {
@@ -566,19 +566,19 @@ TEST_P(StoreBackendTest, QueuesRoundTripReplaceDeleteAndSurviveAReopen) {
     a.mutable_create_time()->set_seconds(1700000000);
     v1::Queue b;
     b.set_name("b");  // nominals unset: unlimited
-    ASSERT_TRUE(store->PutQueue(b).ok());
-    ASSERT_TRUE(store->PutQueue(a).ok());
+    ASSERT_TRUE(store->queues().PutQueue(b).ok());
+    ASSERT_TRUE(store->queues().PutQueue(a).ok());
     a.set_nominal_gpu(2);
-    ASSERT_TRUE(store->PutQueue(a).ok()) << "a put replaces";
+    ASSERT_TRUE(store->queues().PutQueue(a).ok()) << "a put replaces";
     v1::Queue c;
     c.set_name("c");
-    ASSERT_TRUE(store->PutQueue(c).ok());
-    ASSERT_TRUE(store->DeleteQueue("c").ok());
-    ASSERT_TRUE(store->DeleteQueue("never-there").ok()) << "absent is fine";
-    EXPECT_TRUE(absl::IsInvalidArgument(store->PutQueue(v1::Queue())));
+    ASSERT_TRUE(store->queues().PutQueue(c).ok());
+    ASSERT_TRUE(store->queues().DeleteQueue("c").ok());
+    ASSERT_TRUE(store->queues().DeleteQueue("never-there").ok()) << "absent is fine";
+    EXPECT_TRUE(absl::IsInvalidArgument(store->queues().PutQueue(v1::Queue())));
   }
   auto store = Reopen();
-  auto queues = store->LoadQueues();
+  auto queues = store->queues().LoadQueues();
   ASSERT_TRUE(queues.ok()) << queues.status();
   ASSERT_EQ(queues->size(), 2u);
   EXPECT_EQ((*queues)[0].name(), "a");
@@ -595,7 +595,7 @@ TEST_P(StoreBackendTest, QueuesRoundTripReplaceDeleteAndSurviveAReopen) {
 TEST_P(StoreBackendTest, FairShareUsageRoundTripsReplacesAndSurvivesAReopen) {
   {
     auto store = Reopen();
-    auto none = store->LoadFairShare();
+    auto none = store->queues().LoadFairShare();
     ASSERT_TRUE(none.ok()) << none.status();
     EXPECT_EQ(none->queues_size(), 0) << "nothing stored: an empty snapshot";
     v1::FairShareSnapshot first;
@@ -603,17 +603,17 @@ TEST_P(StoreBackendTest, FairShareUsageRoundTripsReplacesAndSurvivesAReopen) {
     v1::FairShareUsage* a = first.add_queues();
     a->set_queue("a");
     (*a->mutable_owners())["alice"].set_gpu_slot_seconds(1234.5);
-    ASSERT_TRUE(store->PutFairShare(first).ok());
+    ASSERT_TRUE(store->queues().PutFairShare(first).ok());
     v1::FairShareSnapshot second = first;
     second.mutable_as_of()->set_seconds(1700000010);
     (*second.mutable_queues(0)->mutable_owners())["bob"].set_cpu_slot_seconds(0.25);
     v1::FairShareUsage* b = second.add_queues();
     b->set_queue("b");
     (*b->mutable_owners())[""].set_gpu_slot_seconds(7);
-    ASSERT_TRUE(store->PutFairShare(second).ok()) << "a put replaces";
+    ASSERT_TRUE(store->queues().PutFairShare(second).ok()) << "a put replaces";
   }
   auto store = Reopen();
-  auto got = store->LoadFairShare();
+  auto got = store->queues().LoadFairShare();
   ASSERT_TRUE(got.ok()) << got.status();
   EXPECT_EQ(got->as_of().seconds(), 1700000010);
   ASSERT_EQ(got->queues_size(), 2);
@@ -632,11 +632,11 @@ TEST_P(StoreBackendTest, QueueWritesGoThroughTheWriteFault) {
   });
   v1::Queue a;
   a.set_name("a");
-  EXPECT_TRUE(absl::IsUnavailable(store->PutQueue(a)));
-  EXPECT_TRUE(absl::IsUnavailable(store->DeleteQueue("a")));
+  EXPECT_TRUE(absl::IsUnavailable(store->queues().PutQueue(a)));
+  EXPECT_TRUE(absl::IsUnavailable(store->queues().DeleteQueue("a")));
   store->SetWriteFaultForTest(nullptr);
   EXPECT_THAT(ops, ElementsAre("PutQueue('a')", "DeleteQueue('a')"));
-  EXPECT_TRUE(store->LoadQueues()->empty()) << "a failed put stores nothing";
+  EXPECT_TRUE(store->queues().LoadQueues()->empty()) << "a failed put stores nothing";
 }
 
 TEST_P(StoreBackendTest, ATokensQueuesPersist) {
@@ -647,10 +647,10 @@ TEST_P(StoreBackendTest, ATokensQueuesPersist) {
     token.set_role(v1::ROLE_SUBMITTER);
     token.add_queues("a");
     token.add_queues("b");
-    ASSERT_TRUE(store->PutToken(token, std::string(64, 'a')).ok());
+    ASSERT_TRUE(store->auth().PutToken(token, std::string(64, 'a')).ok());
   }
   auto store = Reopen();
-  auto tokens = store->LoadTokens();
+  auto tokens = store->auth().LoadTokens();
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   ASSERT_EQ(tokens->size(), 1u);
   EXPECT_THAT((*tokens)[0].token.queues(), ElementsAre("a", "b"));
@@ -661,7 +661,7 @@ TEST(StateStoreTest, SchemaVersion6MigratesToTheLeaderTableAndEpochColumns) {
   const std::string path = dir.File("state.db");
   {
     auto store = OpenOrDie(path);
-    ASSERT_TRUE(store->PutJob(MakeJob("old"), 1, {MakeEvent("old", 1)}).ok());
+    ASSERT_TRUE(store->jobs().PutJob(MakeJob("old"), 1, {MakeEvent("old", 1)}).ok());
   }
   // What a coordinator before active/standby left behind.
   RawExec(path, "DROP TABLE attempt_usage; DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
@@ -669,11 +669,11 @@ TEST(StateStoreTest, SchemaVersion6MigratesToTheLeaderTableAndEpochColumns) {
                 "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=6");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->PutJob(MakeJob("new"), 2, {MakeEvent("new", 1)}).ok());
+  ASSERT_TRUE(store->jobs().PutJob(MakeJob("new"), 2, {MakeEvent("new", 1)}).ok());
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
   ASSERT_EQ(snapshot->jobs.size(), 2u);
-  auto events = store->ListEvents("old", 0, 0);
+  auto events = store->jobs().ListEvents("old", 0, 0);
   ASSERT_TRUE(events.ok()) << events.status();
   EXPECT_EQ(events->size(), 1u);
 }
@@ -683,7 +683,7 @@ TEST(StateStoreTest, SchemaVersion5MigratesToTheQueuesTable) {
   const std::string path = dir.File("state.db");
   {
     auto store = OpenOrDie(path);
-    ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
+    ASSERT_TRUE(store->jobs().PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before queues left behind.
   RawExec(path, "DROP TABLE attempt_usage; DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
@@ -693,11 +693,11 @@ TEST(StateStoreTest, SchemaVersion5MigratesToTheQueuesTable) {
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
   ASSERT_EQ(snapshot->jobs.size(), 1u);
-  EXPECT_TRUE(store->LoadQueues()->empty());
+  EXPECT_TRUE(store->queues().LoadQueues()->empty());
   v1::Queue a;
   a.set_name("a");
-  ASSERT_TRUE(store->PutQueue(a).ok());
-  EXPECT_EQ(store->LoadQueues()->size(), 1u);
+  ASSERT_TRUE(store->queues().PutQueue(a).ok());
+  EXPECT_EQ(store->queues().LoadQueues()->size(), 1u);
 }
 
 TEST(StateStoreTest, SchemaVersion7MigratesToCodeArchives) {
@@ -705,17 +705,17 @@ TEST(StateStoreTest, SchemaVersion7MigratesToCodeArchives) {
   const std::string path = dir.File("state.db");
   {
     auto store = OpenOrDie(path);
-    ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
+    ASSERT_TRUE(store->jobs().PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before code archives left behind.
   RawExec(path, "DROP TABLE attempt_usage; DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; "
                 "ALTER TABLE jobs DROP COLUMN code_digest; PRAGMA user_version=7");
   auto store = OpenOrDie(path);
   ASSERT_EQ(store->LoadAll()->jobs.size(), 1u);
-  ASSERT_TRUE(store->PutCode(kDigestA, "abc", absl::FromUnixSeconds(1)).ok());
-  EXPECT_EQ(*store->CodeSize(kDigestA), 3);
+  ASSERT_TRUE(store->code_archives().PutCode(kDigestA, "abc", absl::FromUnixSeconds(1)).ok());
+  EXPECT_EQ(*store->code_archives().CodeSize(kDigestA), 3);
   // The old job names no code: it keeps nothing.
-  EXPECT_EQ(*store->DeleteUnreferencedCode(absl::FromUnixSeconds(2)), 1);
+  EXPECT_EQ(*store->code_archives().DeleteUnreferencedCode(absl::FromUnixSeconds(2)), 1);
 }
 
 TEST(StateStoreTest, SchemaVersion8MigratesToTheFairShareTable) {
@@ -723,17 +723,17 @@ TEST(StateStoreTest, SchemaVersion8MigratesToTheFairShareTable) {
   const std::string path = dir.File("state.db");
   {
     auto store = OpenOrDie(path);
-    ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
+    ASSERT_TRUE(store->jobs().PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before stored fair share left behind.
   RawExec(path, "DROP TABLE attempt_usage; DROP TABLE fair_share; PRAGMA user_version=8");
   auto store = OpenOrDie(path);
   ASSERT_EQ(store->LoadAll()->jobs.size(), 1u);
-  EXPECT_EQ(store->LoadFairShare()->queues_size(), 0);
+  EXPECT_EQ(store->queues().LoadFairShare()->queues_size(), 0);
   v1::FairShareSnapshot usage;
   usage.add_queues()->set_queue("a");
-  ASSERT_TRUE(store->PutFairShare(usage).ok());
-  EXPECT_EQ(store->LoadFairShare()->queues_size(), 1);
+  ASSERT_TRUE(store->queues().PutFairShare(usage).ok());
+  EXPECT_EQ(store->queues().LoadFairShare()->queues_size(), 1);
 }
 
 v1::AttemptUsage Usage(const std::string& job, int attempt, int64_t start_s, int64_t end_s) {
@@ -757,22 +757,22 @@ TEST_P(StoreBackendTest, AttemptUsageRoundTripsReplacesFiltersByWindowAndSurvive
   const absl::Time t0 = absl::FromUnixSeconds(1700000000);
   {
     auto store = Reopen();
-    ASSERT_TRUE(store->PutAttemptUsage(Usage("j-b", 1, 1700000100, 1700000200)).ok());
-    ASSERT_TRUE(store->PutAttemptUsage(Usage("j-a", 2, 1700000000, 1700000050)).ok());
-    ASSERT_TRUE(store->PutAttemptUsage(Usage("j-a", 1, 1700000000, 1700000010)).ok());
+    ASSERT_TRUE(store->usage().PutAttemptUsage(Usage("j-b", 1, 1700000100, 1700000200)).ok());
+    ASSERT_TRUE(store->usage().PutAttemptUsage(Usage("j-a", 2, 1700000000, 1700000050)).ok());
+    ASSERT_TRUE(store->usage().PutAttemptUsage(Usage("j-a", 1, 1700000000, 1700000010)).ok());
     v1::AttemptUsage longer = Usage("j-b", 1, 1700000100, 1700000300);
     longer.set_state("preempted");
-    ASSERT_TRUE(store->PutAttemptUsage(longer).ok()) << "a put replaces the attempt's row";
+    ASSERT_TRUE(store->usage().PutAttemptUsage(longer).ok()) << "a put replaces the attempt's row";
     v1::AttemptUsage bad = Usage("", 1, 1, 2);
-    EXPECT_TRUE(absl::IsInvalidArgument(store->PutAttemptUsage(bad)));
+    EXPECT_TRUE(absl::IsInvalidArgument(store->usage().PutAttemptUsage(bad)));
     bad = Usage("j-c", 0, 1, 2);
-    EXPECT_TRUE(absl::IsInvalidArgument(store->PutAttemptUsage(bad)));
+    EXPECT_TRUE(absl::IsInvalidArgument(store->usage().PutAttemptUsage(bad)));
     bad = Usage("j-c", 1, 1, 2);
     bad.clear_end_time();
-    EXPECT_TRUE(absl::IsInvalidArgument(store->PutAttemptUsage(bad)));
+    EXPECT_TRUE(absl::IsInvalidArgument(store->usage().PutAttemptUsage(bad)));
   }
   auto store = Reopen();
-  auto all = store->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture());
+  auto all = store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture());
   ASSERT_TRUE(all.ok()) << all.status();
   ASSERT_EQ(all->size(), 3u);
   // By start, then job id, then attempt.
@@ -785,11 +785,11 @@ TEST_P(StoreBackendTest, AttemptUsageRoundTripsReplacesFiltersByWindowAndSurvive
   EXPECT_EQ((*all)[2].cpu_seconds(), 3.25);
   EXPECT_EQ((*all)[2].peak_memory_bytes(), int64_t{5} << 30);
   // The window: rows that end after since and start before until.
-  auto late = store->LoadAttemptUsage(t0 + absl::Seconds(50), absl::InfiniteFuture());
+  auto late = store->usage().LoadAttemptUsage(t0 + absl::Seconds(50), absl::InfiniteFuture());
   ASSERT_TRUE(late.ok()) << late.status();
   ASSERT_EQ(late->size(), 1u) << "j-a/2 ended at since exactly: outside";
   EXPECT_EQ((*late)[0].job_id(), "j-b");
-  auto early = store->LoadAttemptUsage(absl::InfinitePast(), t0 + absl::Seconds(100));
+  auto early = store->usage().LoadAttemptUsage(absl::InfinitePast(), t0 + absl::Seconds(100));
   ASSERT_TRUE(early.ok()) << early.status();
   EXPECT_EQ(early->size(), 2u) << "j-b/1 started at until exactly: outside";
 }
@@ -797,18 +797,18 @@ TEST_P(StoreBackendTest, AttemptUsageRoundTripsReplacesFiltersByWindowAndSurvive
 TEST_P(StoreBackendTest, AttemptUsageWritesGoThroughTheWriteFaultAndAGroup) {
   auto store = Fresh();
   store->SetWriteFaultForTest([](int64_t, absl::string_view op) { return absl::StartsWith(op, "PutAttemptUsage"); });
-  EXPECT_TRUE(absl::IsUnavailable(store->PutAttemptUsage(Usage("j", 1, 1, 2))));
+  EXPECT_TRUE(absl::IsUnavailable(store->usage().PutAttemptUsage(Usage("j", 1, 1, 2))));
   store->SetWriteFaultForTest(nullptr);
-  EXPECT_TRUE(store->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty());
+  EXPECT_TRUE(store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty());
   // Inside a group: stored with the group, gone with its rollback.
   ASSERT_TRUE(store->BeginGroup().ok());
-  ASSERT_TRUE(store->PutAttemptUsage(Usage("j", 1, 1, 2)).ok());
+  ASSERT_TRUE(store->usage().PutAttemptUsage(Usage("j", 1, 1, 2)).ok());
   store->RollbackGroup();
-  EXPECT_TRUE(store->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty());
+  EXPECT_TRUE(store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty());
   ASSERT_TRUE(store->BeginGroup().ok());
-  ASSERT_TRUE(store->PutAttemptUsage(Usage("j", 1, 1, 2)).ok());
+  ASSERT_TRUE(store->usage().PutAttemptUsage(Usage("j", 1, 1, 2)).ok());
   ASSERT_TRUE(store->CommitGroup("w", 1).ok());
-  EXPECT_EQ(store->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->size(), 1u);
+  EXPECT_EQ(store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->size(), 1u);
 }
 
 TEST(StateStoreTest, SchemaVersion9MigratesToTheAttemptUsageTable) {
@@ -816,15 +816,15 @@ TEST(StateStoreTest, SchemaVersion9MigratesToTheAttemptUsageTable) {
   const std::string path = dir.File("state.db");
   {
     auto store = OpenOrDie(path);
-    ASSERT_TRUE(store->PutJob(MakeJob("old"), 1).ok());
+    ASSERT_TRUE(store->jobs().PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before per-attempt accounting left behind.
   RawExec(path, "DROP TABLE attempt_usage; PRAGMA user_version=9");
   auto store = OpenOrDie(path);
   ASSERT_EQ(store->LoadAll()->jobs.size(), 1u);
-  EXPECT_TRUE(store->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty());
-  ASSERT_TRUE(store->PutAttemptUsage(Usage("old", 1, 10, 20)).ok());
-  EXPECT_EQ(store->LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->size(), 1u);
+  EXPECT_TRUE(store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty());
+  ASSERT_TRUE(store->usage().PutAttemptUsage(Usage("old", 1, 10, 20)).ok());
+  EXPECT_EQ(store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->size(), 1u);
 }
 
 // --- the store spec, and what only PostgreSQL has ---------------------------
@@ -870,16 +870,16 @@ TEST_P(PostgresStoreTest, LostConnectionFailsOneWriteThenReconnects) {
   PgTestServer& pg = PgServer();
   auto store = Reopen();
   ASSERT_NE(store, nullptr);
-  ASSERT_TRUE(store->PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());
+  ASSERT_TRUE(store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());
   ASSERT_TRUE(pg.AdminExec("postgres",
                            absl::StrCat("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
                                         "WHERE datname = '", pg.last_database(), "'"))
                   .ok());
-  absl::Status lost = store->PutJob(MakeJob("b"), 2);
+  absl::Status lost = store->jobs().PutJob(MakeJob("b"), 2);
   EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;
   EXPECT_TRUE(StateStore::IsWriteFailure(lost));
   // The next write reconnects (and takes the lock again).
-  absl::Status retried = store->PutJob(MakeJob("b"), 2, {MakeEvent("b", 1)});
+  absl::Status retried = store->jobs().PutJob(MakeJob("b"), 2, {MakeEvent("b", 1)});
   ASSERT_TRUE(retried.ok()) << retried;
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();

@@ -1,5 +1,5 @@
 // The store's prepared statements: every table's SQL, SQLite's and
-// PostgreSQL's where it differs (StateStore::Impl::PrepareStatements).
+// PostgreSQL's where it differs (StoreCore::PrepareStatements).
 #include <memory>
 #include <string>
 
@@ -10,7 +10,7 @@
 
 namespace trainctl::coordinator {
 
-absl::Status StateStore::Impl::PrepareStatements() {
+absl::Status StoreCore::PrepareStatements() {
   stmts = std::make_unique<Statements>();
   Statements& s = *stmts;
   // A statement's SQL, and PostgreSQL's where it differs (upserts, MAX of two
@@ -144,7 +144,7 @@ absl::Status StateStore::Impl::PrepareStatements() {
       op);
 }
 
-absl::Status StateStore::Impl::PrepareChunked(ChunkedStatement& out, absl::string_view head,
+absl::Status StoreCore::PrepareChunked(ChunkedStatement& out, absl::string_view head,
                                               int params_per_row, absl::string_view tail,
                                               absl::string_view op) {
   for (size_t c = 0; c < kChunkRows.size(); ++c) {

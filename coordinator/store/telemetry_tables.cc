@@ -1,10 +1,11 @@
-// StateStore: what running jobs report -- metric points (kept to
-// max_metric_points_per_job, downsampled before the oldest are deleted) and
-// log lines (kept to max_log_lines_per_rank per attempt and rank). Inside a
-// group (the telemetry batcher's group commit) appends are queued and
-// written together, in order, by multi-row INSERTs (Impl::FlushPending):
-// one statement per row was one network round trip per row on PostgreSQL.
-// Threading: see state_store.h (every method takes the store's mutex).
+// TelemetryTables (telemetry_tables.h): what running jobs report -- metric
+// points (kept to max_metric_points_per_job, downsampled before the oldest
+// are deleted) and log lines (kept to max_log_lines_per_rank per attempt
+// and rank). Inside a group (the telemetry batcher's group commit) appends
+// are queued and written together, in order, by multi-row INSERTs
+// (StoreCore::FlushPending, also here): one statement per row was one
+// network round trip per row on PostgreSQL.
+// Threading: every method takes the store's mutex (StoreCore::mu).
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -15,7 +16,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/store/state_store.h"
+#include "coordinator/store/telemetry_tables.h"
 #include "coordinator/store/state_store_impl.h"
 
 namespace trainctl::coordinator {
@@ -25,21 +26,21 @@ using store_internal::Query;
 using store_internal::ReadBlobRows;
 using store_internal::SqlLimit;
 
-absl::Status StateStore::AppendMetrics(const v1::MetricBatch& batch) {
+absl::Status TelemetryTables::AppendMetrics(const v1::MetricBatch& batch) {
   if (batch.job_id().empty()) {
     return absl::InvalidArgumentError("state store: AppendMetrics: batch has no job_id");
   }
   if (batch.points().empty()) return absl::OkStatus();
   const std::string op = absl::StrCat("AppendMetrics('", batch.job_id(), "')");
-  std::vector<Impl::PendingRow> rows;
+  std::vector<StoreCore::PendingRow> rows;
   rows.reserve(batch.points_size());
   for (const v1::MetricPoint& point : batch.points()) {
     rows.push_back({batch.job_id(), batch.attempt(), point.rank(), point.SerializeAsString()});
   }
 
-  Impl& s = *impl_;
+  StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
-  const Impl::Retained<std::string> metrics{&s.metric_counts, batch.job_id(), &s.stmts->count_metrics,
+  const StoreCore::Retained<std::string> metrics{&s.metric_counts, batch.job_id(), &s.stmts->count_metrics,
                                             &s.stmts->trim_metrics, 1,
                                             [&](Query& q) { q.Bind(1, batch.job_id()); },
                                             s.options.max_metric_points_per_job};
@@ -51,7 +52,7 @@ absl::Status StateStore::AppendMetrics(const v1::MetricBatch& batch) {
       });
 }
 
-absl::Status StateStore::Impl::FlushPending(absl::string_view op) {
+absl::Status StoreCore::FlushPending(absl::string_view op) {
   if (pending_metrics.empty() && pending_logs.empty()) return absl::OkStatus();
   const auto bind_row = [](const std::vector<PendingRow>& rows) {
     return [&rows](Query& q, int first, size_t i) {
@@ -92,7 +93,7 @@ absl::Status StateStore::Impl::FlushPending(absl::string_view op) {
   return status;
 }
 
-absl::StatusOr<int64_t> StateStore::Impl::DownsampleMetrics(const std::string& job_id,
+absl::StatusOr<int64_t> StoreCore::DownsampleMetrics(const std::string& job_id,
                                                             int64_t oldest, absl::string_view op) {
   struct Row {
     int64_t id;
@@ -132,8 +133,8 @@ absl::StatusOr<int64_t> StateStore::Impl::DownsampleMetrics(const std::string& j
   return removed;
 }
 
-absl::StatusOr<MetricPage> StateStore::ListMetricPage(const MetricPageQuery& query) {
-  Impl& s = *impl_;
+absl::StatusOr<MetricPage> TelemetryTables::ListMetricPage(const MetricPageQuery& query) {
+  StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   // (Inside a group its queued rows are part of what this connection sees.)
   TRAINCTL_RETURN_IF_ERROR(s.FlushPending(absl::StrCat("ListMetricPage('", query.job_id, "')")));
@@ -160,9 +161,9 @@ absl::StatusOr<MetricPage> StateStore::ListMetricPage(const MetricPageQuery& que
   return page;
 }
 
-absl::StatusOr<std::vector<v1::MetricPoint>> StateStore::ListMetrics(const std::string& job_id,
+absl::StatusOr<std::vector<v1::MetricPoint>> TelemetryTables::ListMetrics(const std::string& job_id,
                                                                      int64_t limit) {
-  Impl& s = *impl_;
+  StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   TRAINCTL_RETURN_IF_ERROR(s.FlushPending(absl::StrCat("ListMetrics('", job_id, "')")));
   std::vector<v1::MetricPoint> points;
@@ -173,7 +174,7 @@ absl::StatusOr<std::vector<v1::MetricPoint>> StateStore::ListMetrics(const std::
   return points;
 }
 
-absl::Status StateStore::AppendLogs(const v1::LogChunk& chunk) {
+absl::Status TelemetryTables::AppendLogs(const v1::LogChunk& chunk) {
   if (chunk.job_id().empty()) {
     return absl::InvalidArgumentError("state store: AppendLogs: chunk has no job_id");
   }
@@ -183,10 +184,10 @@ absl::Status StateStore::AppendLogs(const v1::LogChunk& chunk) {
                    chunk.rank(), ")");
   // The chunk's rank is authoritative: every stored line carries it, so
   // ListLogs over several ranks tells the lines apart.
-  std::vector<Impl::PendingRow> rows;
+  std::vector<StoreCore::PendingRow> rows;
   rows.reserve(chunk.lines_size());
   for (const v1::LogLine& line : chunk.lines()) {
-    Impl::PendingRow& row = rows.emplace_back();
+    StoreCore::PendingRow& row = rows.emplace_back();
     row.job_id = chunk.job_id();
     row.attempt = chunk.attempt();
     row.rank = chunk.rank();
@@ -199,10 +200,10 @@ absl::Status StateStore::AppendLogs(const v1::LogChunk& chunk) {
     }
   }
 
-  Impl& s = *impl_;
+  StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
-  const Impl::Retained<Impl::LogKey> logs{&s.log_counts,
-                                          Impl::LogKey{chunk.job_id(), chunk.attempt(), chunk.rank()},
+  const StoreCore::Retained<StoreCore::LogKey> logs{&s.log_counts,
+                                          StoreCore::LogKey{chunk.job_id(), chunk.attempt(), chunk.rank()},
                                           &s.stmts->count_logs, &s.stmts->trim_logs, 3,
                                           [&](Query& q) {
                                             q.Bind(1, chunk.job_id())
@@ -214,11 +215,11 @@ absl::Status StateStore::AppendLogs(const v1::LogChunk& chunk) {
                            [](int64_t) -> absl::StatusOr<int64_t> { return 0; });
 }
 
-absl::StatusOr<std::vector<v1::LogLine>> StateStore::ListLogs(const std::string& job_id,
+absl::StatusOr<std::vector<v1::LogLine>> TelemetryTables::ListLogs(const std::string& job_id,
                                                               int32_t attempt,
                                                               std::optional<int32_t> rank,
                                                               int64_t tail_lines) {
-  Impl& s = *impl_;
+  StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   const std::string op = absl::StrCat("ListLogs('", job_id, "', attempt ", attempt, ")");
   TRAINCTL_RETURN_IF_ERROR(s.FlushPending(op));

@@ -1,9 +1,9 @@
-// StateStore: the accounting table (attempt_usage, schema version 10), one
-// row per ended attempt with its whole billing record as a blob
-// (v1.AttemptUsage) and the columns a window query needs (start and end in
-// Unix ms). Written by the JobBook when an ended attempt's last rank exited
-// (coordinator/jobs/attempt_usage.h); read by `trainctl usage`. Threading:
-// see state_store.h (every method takes the store's mutex).
+// UsageTable (usage_table.h): the accounting table (attempt_usage, schema
+// version 10), one row per ended attempt with its whole billing record as a
+// blob (v1.AttemptUsage) and the columns a window query needs (start and
+// end in Unix ms). Written by the JobBook when an ended attempt's last rank
+// exited (coordinator/jobs/attempt_usage.h); read by `trainctl usage`.
+// Threading: every method takes the store's mutex (StoreCore::mu).
 #include <cstdint>
 #include <string>
 #include <vector>
@@ -11,7 +11,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
-#include "coordinator/store/state_store.h"
+#include "coordinator/store/usage_table.h"
 #include "coordinator/store/state_store_impl.h"
 
 namespace trainctl::coordinator {
@@ -27,7 +27,7 @@ int64_t MillisOf(const google::protobuf::Timestamp& t) {
 
 }  // namespace
 
-absl::Status StateStore::PutAttemptUsage(const v1::AttemptUsage& usage) {
+absl::Status UsageTable::PutAttemptUsage(const v1::AttemptUsage& usage) {
   const std::string op = absl::StrCat("PutAttemptUsage('", usage.job_id(), "', ", usage.attempt(), ")");
   if (usage.job_id().empty()) return absl::InvalidArgumentError(absl::StrCat("state store: ", op, ": no job_id"));
   if (usage.attempt() < 1) {
@@ -37,7 +37,7 @@ absl::Status StateStore::PutAttemptUsage(const v1::AttemptUsage& usage) {
     return absl::InvalidArgumentError(absl::StrCat("state store: ", op, ": needs start_time and end_time"));
   }
   const std::string blob = usage.SerializeAsString();
-  Impl& s = *impl_;
+  StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   return s.InTransaction(op, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
     return Query(s.db, s.stmts->put_attempt_usage, op)
@@ -52,8 +52,8 @@ absl::Status StateStore::PutAttemptUsage(const v1::AttemptUsage& usage) {
   });
 }
 
-absl::StatusOr<std::vector<v1::AttemptUsage>> StateStore::LoadAttemptUsage(absl::Time since, absl::Time until) {
-  Impl& s = *impl_;
+absl::StatusOr<std::vector<v1::AttemptUsage>> UsageTable::LoadAttemptUsage(absl::Time since, absl::Time until) {
+  StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   std::vector<v1::AttemptUsage> out;
   Query q(s.db, s.stmts->load_attempt_usage, "LoadAttemptUsage");

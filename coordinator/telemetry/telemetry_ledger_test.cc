@@ -47,12 +47,12 @@ class TelemetryLedgerTest : public ::testing::Test {
       b.set_job_id("job");
       b.set_attempt(1);
       b.add_points()->set_step(step);
-      return store_->AppendMetrics(b);
+      return store_->telemetry().AppendMetrics(b);
     };
   }
   std::vector<int64_t> StoredSteps() {
     std::vector<int64_t> steps;
-    absl::StatusOr<std::vector<v1::MetricPoint>> points = store_->ListMetrics("job", 0);
+    absl::StatusOr<std::vector<v1::MetricPoint>> points = store_->telemetry().ListMetrics("job", 0);
     EXPECT_TRUE(points.ok()) << points.status();
     if (!points.ok()) return steps;
     for (const v1::MetricPoint& p : *points) steps.push_back(p.step());

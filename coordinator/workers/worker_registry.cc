@@ -78,7 +78,7 @@ absl::Status CheckWorkerId(absl::string_view field, absl::string_view id) {
 WorkerRegistry::WorkerRegistry(StateStore* store, const Clock* clock, RegistryOptions options)
     : store_(store), clock_(clock), options_(options) {}
 
-absl::Status WorkerRegistry::Persist(const v1::Worker& w) { return store_->PutWorker(w); }
+absl::Status WorkerRegistry::Persist(const v1::Worker& w) { return store_->workers().PutWorker(w); }
 
 void WorkerRegistry::Recover(const std::vector<v1::Worker>& workers) {
   CheckOnLoop();
@@ -256,7 +256,7 @@ std::vector<std::string> WorkerRegistry::ForgetGone(const std::function<bool(con
       ++it;
       continue;
     }
-    if (absl::Status s = store_->DeleteWorker(it->first); !s.ok()) {
+    if (absl::Status s = store_->workers().DeleteWorker(it->first); !s.ok()) {
       LogDeferred(s, "forgotten again at the next sweep", {{"worker_id", it->first}, {"on", "forgetting a gone worker"}});
       ++it;
       continue;  // tried again at the next pass
