@@ -149,7 +149,7 @@ TEST_F(JobQueuesTest, ARunningJobsMemoryCountsAndIsReclaimedByPreemption) {
   queues_ = {Queue("a", -1, "c"), Queue("b", -1, "c")};
   queues_[0].nominal_memory_bytes = 16 * kGiB;
   queues_[1].nominal_memory_bytes = 16 * kGiB;
-  jobs_->SetQueueSource([this] { return queues_; });
+  owners_->placer.SetQueueSource([this] { return queues_; });
   v1::Register reg = CpuWorker("w1", 8);
   reg.mutable_allocatable()->set_cpus(8);
   reg.mutable_allocatable()->set_memory_bytes(64 * kGiB);
@@ -187,7 +187,7 @@ TEST_F(JobQueuesTest, AnElasticJobGrowsOnlyWithinItsQueuesMemoryQuota) {
   constexpr int64_t kGiB = int64_t{1} << 30;
   queues_ = {Queue("a", -1)};
   queues_[0].nominal_memory_bytes = 8 * kGiB;
-  jobs_->SetQueueSource([this] { return queues_; });
+  owners_->placer.SetQueueSource([this] { return queues_; });
   v1::Register reg = CpuWorker("w1", 4);
   reg.mutable_allocatable()->set_cpus(8);
   reg.mutable_allocatable()->set_memory_bytes(64 * kGiB);
