@@ -20,23 +20,24 @@ double RuntimeBoundSeconds(const v1::Job& job, absl::Time now, absl::Duration gr
 absl::flat_hash_map<std::string, std::vector<scheduler::WorkerSlots::Busy>> BusyByWorker(
     const JobBook& book, absl::Time now, absl::Duration grace) {
   constexpr double kNone = std::numeric_limits<double>::infinity();
-  // Per job, its bound (computed once), and per worker and bound, slots.
-  absl::flat_hash_map<std::string, double> bound;
+  // Per job, looked up once: the attempt its limit bounds (its current one,
+  // while it runs; -1: none) and the bound. A rank of another attempt (an
+  // earlier one, stopping) ends with its stop, not the limit: no bound.
+  struct Bounded {
+    int attempt = -1;
+    double bound = kNone;
+  };
+  absl::flat_hash_map<std::string, Bounded> jobs;
   absl::flat_hash_map<std::string, std::map<double, int>> slots;
   book.ForEachLiveRank([&](const v1::RankAssignment& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    auto [it, added] = bound.try_emplace(r.job_id(), kNone);
+    auto [it, added] = jobs.try_emplace(r.job_id());
     if (added) {
-      if (const JobEntry* e = book.Find(r.job_id()); e != nullptr && !IsTerminal(e->job.state())) {
-        const v1::Attempt* a = CurrentAttempt(e->job);
-        const double b = RuntimeBoundSeconds(e->job, now, grace);
-        if (a != nullptr && !AttemptEnded(a->state()) && b > 0) it->second = b;
-      }
+      const JobEntry* e = book.Find(r.job_id());
+      const v1::Attempt* a = e != nullptr && !IsTerminal(e->job.state()) ? CurrentAttempt(e->job) : nullptr;
+      const double b = a != nullptr && !AttemptEnded(a->state()) ? RuntimeBoundSeconds(e->job, now, grace) : 0;
+      if (b > 0) it->second = {a->number(), b};
     }
-    // A rank of an earlier (stopping) attempt is not bounded by the limit.
-    const JobEntry* e = book.Find(r.job_id());
-    const v1::Attempt* a = e != nullptr ? CurrentAttempt(e->job) : nullptr;
-    const bool current = a != nullptr && a->number() == r.attempt();
-    ++slots[r.worker_id()][current ? it->second : kNone];
+    ++slots[r.worker_id()][r.attempt() == it->second.attempt ? it->second.bound : kNone];
   });
   absl::flat_hash_map<std::string, std::vector<scheduler::WorkerSlots::Busy>> out;
   for (const auto& [worker, by_bound] : slots) {
