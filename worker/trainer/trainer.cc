@@ -219,7 +219,7 @@ absl::Status Trainer::Impl::EndEpoch(EpochRun& run, TrainResult* result) {
 }
 
 absl::Status Trainer::Impl::EvaluateInto(rankproto::RankMetric* end, TrainResult* result) {
-  SetPhase(dist::ProbePhase::kEval);
+  EnterPhase(dist::ProbePhase::kEval);
   TestPhaseSleep("eval", [this](const std::string& l) { Log(l); });
   TRAINCTL_ASSIGN_OR_RETURN(auto sums, Evaluate());
   end->has_eval = true;
@@ -244,7 +244,7 @@ std::string Trainer::Impl::ParameterChecksum() const {
 // Writes a checkpoint at `position` (the host's writer rank only).
 absl::Status Trainer::Impl::WriteCheckpointNow() {
   const CheckpointOptions& c = opt().checkpoint;
-  SetPhase(dist::ProbePhase::kCheckpoint);
+  EnterPhase(dist::ProbePhase::kCheckpoint);
   TestPhaseSleep("checkpoint", [this](const std::string& l) { Log(l); });
   position.loss_scale = scaler.scale();
   position.scaler_growth_tracker = scaler.growth_tracker();
@@ -271,7 +271,7 @@ absl::Status Trainer::Impl::WriteCheckpointNow() {
 // job id).
 absl::Status Trainer::Impl::ExportFinalModel(TrainResult* result) {
   if (!writes_checkpoints()) return absl::OkStatus();
-  SetPhase(dist::ProbePhase::kCheckpoint);
+  EnterPhase(dist::ProbePhase::kCheckpoint);
   const std::string& job = setup.manifest.job_id;
   const std::string path = absl::StrCat(
       opt().checkpoint.dir, "/", job.empty() ? std::string("model.pt") : FinalModelFileName(job));

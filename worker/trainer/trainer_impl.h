@@ -116,6 +116,7 @@ struct Trainer::Impl {
   // Metrics state.
   int64_t samples_seen = 0;
   TrainerClock::time_point last_progress{};
+  int32_t progress_epoch = 0;  // the epoch of the last Progress call
 
   // trainer_init.cc
   absl::Status Init();
@@ -186,12 +187,21 @@ struct Trainer::Impl {
   }
   void Progress(int32_t epoch, bool force) {
     const auto now = TrainerClock::now();
+    progress_epoch = epoch;
     if (!force && now - last_progress < std::chrono::seconds(1)) return;
     last_progress = now;
     if (callbacks.on_progress) callbacks.on_progress(epoch, position.global_step);
   }
   void SetPhase(dist::ProbePhase p) {
     if (setup.probe != nullptr) setup.probe->SetPhase(p);
+  }
+  // Sets the phase and reports it at once, from this thread (a heartbeat on
+  // the status pipe), before any work of the phase: a rank stopped right
+  // after entering eval or a checkpoint is named in it, however late the
+  // heartbeat thread would have run.
+  void EnterPhase(dist::ProbePhase p) {
+    SetPhase(p);
+    Progress(progress_epoch, /*force=*/true);
   }
   bool StopRequested() const {
     return setup.stop != nullptr && setup.stop->load(std::memory_order_relaxed);
