@@ -272,8 +272,7 @@ Reactor* OpenJobStream(const ServiceContext& c, grpc::CallbackServerContext* ctx
 
 }  // namespace
 
-absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(const JobQueries& queries, StateStore& store,
-                                                      const v1::GetMetricsRequest& req) {
+absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(const JobQueries& queries, const v1::GetMetricsRequest& req) {
   TRAINCTL_RETURN_IF_ERROR(queries.Get(req.job_id()).status());
   MetricPageQuery q;
   q.job_id = req.job_id();
@@ -292,7 +291,7 @@ absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(const JobQueries& queries,
   if (req.max_page_bytes() < 0) return absl::InvalidArgumentError("max_page_bytes: must not be negative");
   q.max_bytes = req.max_page_bytes() == 0 ? kMaxMetricPageBytes
                                           : std::clamp<int64_t>(req.max_page_bytes(), 1024, kMaxMetricPageBytes);
-  TRAINCTL_ASSIGN_OR_RETURN(MetricPage page, store.telemetry().ListMetricPage(q));
+  TRAINCTL_ASSIGN_OR_RETURN(MetricPage page, queries.MetricsPage(q));
   v1::GetMetricsResponse resp;
   v1::MetricBatch* batch = nullptr;
   for (StoredMetricPoint& p : page.points) {
@@ -413,7 +412,7 @@ grpc::ServerUnaryReactor* JobServiceImpl::GetMetrics(grpc::CallbackServerContext
                                                      v1::GetMetricsResponse* resp) {
   return UnaryOnLoop(ctx_, ctx, "GetMetrics",
                      [this, req, resp](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-                       return MoveInto(GetMetricsPage(*ctx_.queries, *ctx_.store, *req), resp);
+                       return MoveInto(GetMetricsPage(*ctx_.queries, *req), resp);
                      });
 }
 
@@ -435,7 +434,7 @@ grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::Callback
       }
       absl::StatusOr<std::vector<v1::MetricPoint>> points =
           request.after_event_seq() > 0 ? std::vector<v1::MetricPoint>{}
-                                        : ctx_.store->telemetry().ListMetrics(request.job_id(), 10000);
+                                        : ctx_.queries->Metrics(request.job_id(), 10000);
       if (points.ok() && !points->empty()) {
         v1::JobUpdate u;
         u.mutable_metrics()->set_job_id(request.job_id());

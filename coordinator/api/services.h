@@ -221,8 +221,7 @@ absl::Status LogsRequestError(const v1::GetLogsRequest& req, const v1::Job& job)
 inline constexpr int64_t kMaxMetricPageBytes = 1 << 20;
 // One GetMetrics page (on the loop): validates the request (the job must
 // exist), reads the store's metric points.
-absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(const JobQueries& queries, StateStore& store,
-                                                      const v1::GetMetricsRequest& req)
+absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(const JobQueries& queries, const v1::GetMetricsRequest& req)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
 }  // namespace trainctl::coordinator

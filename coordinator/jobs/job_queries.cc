@@ -221,4 +221,12 @@ absl::StatusOr<std::vector<v1::LogLine>> JobQueries::Logs(const std::string& job
   return store_->telemetry().ListLogs(job_id, attempt, rank, tail_lines);
 }
 
+absl::StatusOr<std::vector<v1::MetricPoint>> JobQueries::Metrics(const std::string& job_id, int64_t limit) const {
+  return store_->telemetry().ListMetrics(job_id, limit);
+}
+
+absl::StatusOr<MetricPage> JobQueries::MetricsPage(const MetricPageQuery& query) const {
+  return store_->telemetry().ListMetricPage(query);
+}
+
 }  // namespace trainctl::coordinator

@@ -113,6 +113,12 @@ class JobQueries {
   absl::StatusOr<std::vector<v1::LogLine>> Logs(const std::string& job_id, int32_t attempt,
                                                 std::optional<int32_t> rank, int64_t tail_lines) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // A job's stored metric points, oldest first, at most `limit` (a watch's
+  // history).
+  absl::StatusOr<std::vector<v1::MetricPoint>> Metrics(const std::string& job_id, int64_t limit) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // One page of a job's stored metric points (GetMetrics, the dashboard).
+  absl::StatusOr<MetricPage> MetricsPage(const MetricPageQuery& query) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
   const JobBook* book_;

@@ -1,5 +1,6 @@
 // JobQueries over the owners wired as the coordinator wires them
-// (job_manager_fixture.h, JobOwners): a job's stored events and log lines,
+// (job_manager_fixture.h, JobOwners): a job's stored events, log lines and
+// metric points,
 // read as the services and the dashboard read them, and the busy slots and
 // usage they show.
 #include "coordinator/jobs/job_manager_fixture.h"
@@ -75,6 +76,61 @@ TEST_F(JobManagerTest, LogsAreTheLinesTheRanksSentByAttemptRankAndTail) {
     ASSERT_TRUE(other.ok()) << other.status();
     EXPECT_TRUE(other->empty()) << attempt;
   }
+}
+
+TEST_F(JobManagerTest, MetricsAreThePointsTheRanksSentInPagesByRankAndKind) {
+  const std::string id = RunningJob();  // rank 0 on worker a, rank 1 on b
+  for (const auto& [worker, rank] : {std::pair<std::string, int>{"a", 0}, {"b", 1}}) {
+    v1::MetricBatch batch;
+    batch.set_job_id(id);
+    batch.set_attempt(1);
+    for (int step = 1; step <= 3; ++step) {
+      v1::MetricPoint* p = batch.add_points();
+      p->set_kind(v1::MetricPoint::KIND_TRAIN);
+      p->set_rank(rank);
+      p->set_step(step);
+      p->set_loss(1.0 / step);
+    }
+    if (rank == 0) {
+      v1::MetricPoint* end = batch.add_points();
+      end->set_kind(v1::MetricPoint::KIND_EPOCH_END);
+      end->set_rank(0);
+      end->set_step(3);
+    }
+    const absl::Status ingested = owners_->ingest.OnMetrics(worker, batch);
+    ASSERT_TRUE(ingested.ok()) << ingested;
+  }
+
+  absl::StatusOr<std::vector<v1::MetricPoint>> all = owners_->queries.Metrics(id, 100);
+  ASSERT_TRUE(all.ok()) << all.status();
+  ASSERT_EQ(all->size(), 7u);
+  EXPECT_EQ((*all)[3].kind(), v1::MetricPoint::KIND_EPOCH_END) << "arrival order";
+  absl::StatusOr<std::vector<v1::MetricPoint>> two = owners_->queries.Metrics(id, 2);
+  ASSERT_TRUE(two.ok()) << two.status();
+  EXPECT_EQ(two->size(), 2u);
+
+  // Rank 1's train points, one page after another: every point once.
+  MetricPageQuery q;
+  q.job_id = id;
+  q.rank = 1;
+  q.kind = v1::MetricPoint::KIND_TRAIN;
+  absl::StatusOr<MetricPage> page = owners_->queries.MetricsPage(q);
+  ASSERT_TRUE(page.ok()) << page.status();
+  ASSERT_EQ(page->points.size(), 3u);
+  EXPECT_FALSE(page->more);
+  for (const StoredMetricPoint& p : page->points) {
+    EXPECT_EQ(p.point.rank(), 1);
+    EXPECT_EQ(p.point.kind(), v1::MetricPoint::KIND_TRAIN);
+    EXPECT_EQ(p.attempt, 1);
+  }
+  q.after_id = page->points.back().id;
+  page = owners_->queries.MetricsPage(q);
+  ASSERT_TRUE(page.ok()) << page.status();
+  EXPECT_TRUE(page->points.empty());
+
+  absl::StatusOr<std::vector<v1::MetricPoint>> none = owners_->queries.Metrics("no-such-job", 100);
+  ASSERT_TRUE(none.ok()) << none.status();
+  EXPECT_TRUE(none->empty());
 }
 
 TEST_F(JobManagerTest, BusySlotsAreTheSlotsOfRanksNotEnded) {

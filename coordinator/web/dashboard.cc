@@ -262,7 +262,7 @@ absl::StatusOr<std::string> Dashboard::Metrics(const std::string& id, const Requ
   get.set_page_token(req.Param("page_token"));
   TRAINCTL_ASSIGN_OR_RETURN(std::optional<int64_t> rank, IntParam(req, "rank"));
   if (rank) get.set_rank(static_cast<int32_t>(*rank));
-  TRAINCTL_ASSIGN_OR_RETURN(v1::GetMetricsResponse page, GetMetricsPage(*deps_.queries, *deps_.store, get));
+  TRAINCTL_ASSIGN_OR_RETURN(v1::GetMetricsResponse page, GetMetricsPage(*deps_.queries, get));
   return ToJson(page);
 }
 
