@@ -61,10 +61,18 @@ class SystemClock final : public Clock {
       cv.wait(lock, [&] { return ready(); });
       return true;
     }
-    const absl::Duration left = std::max(absl::ZeroDuration(), deadline - MonotonicNow());
-    const auto until =
-        std::chrono::steady_clock::now() + std::chrono::nanoseconds(absl::ToInt64Nanoseconds(left));
-    return cv.wait_until(lock, until, [&] { return ready(); });
+    // In waits of at most a year: a deadline centuries away (as a far
+    // finite one a caller computes) would overflow the steady clock's
+    // int64 nanoseconds and end the wait at once.
+    constexpr absl::Duration kLongestWait = absl::Hours(24 * 365);
+    for (;;) {
+      const absl::Duration left = deadline - MonotonicNow();
+      if (left <= absl::ZeroDuration()) return ready();
+      const auto until =
+          std::chrono::steady_clock::now() +
+          std::chrono::nanoseconds(absl::ToInt64Nanoseconds(std::min(left, kLongestWait)));
+      if (cv.wait_until(lock, until, [&] { return ready(); })) return true;
+    }
   }
   static SystemClock* Get() {
     static SystemClock clock;

@@ -2,6 +2,7 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <chrono>
 #include <thread>
 
@@ -26,6 +27,25 @@ TEST(WakeSignalTest, ATimeoutIsMeasuredOnTheMonotonicClock) {
   const auto start = std::chrono::steady_clock::now();
   EXPECT_FALSE(s.WaitFor(s.generation(), absl::Milliseconds(30)));
   EXPECT_GE(std::chrono::steady_clock::now() - start, std::chrono::milliseconds(30));
+}
+
+// A finite deadline centuries away is no deadline in practice: the wait
+// lasts until the notify (it once overflowed the steady clock and returned
+// at once).
+TEST(WakeSignalTest, ADeadlineCenturiesAwayWaitsForTheNotify) {
+  WakeSignal s;
+  const uint64_t seen = s.generation();
+  std::atomic<bool> returned{false};
+  bool woken = false;
+  std::thread waiter([&] {
+    woken = s.WaitUntil(seen, MonotonicNow() + absl::Hours(24 * 365 * 400), *SystemClock::Get());
+    returned.store(true);
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(100));
+  EXPECT_FALSE(returned.load()) << "the wait ended before any notify";
+  s.Notify();
+  waiter.join();
+  EXPECT_TRUE(woken);
 }
 
 // On a FakeClock the deadline is the fake clock's: real time passing does
