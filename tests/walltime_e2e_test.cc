@@ -9,6 +9,12 @@
 // TIMEOUT (`submit --follow` exits 1 saying so), with the checkpoint
 // recorded for `trainctl resume`. A Python script on the dependency-free
 // trainctl module, so no LibTorch is needed.
+//
+// Backfill with real processes: on a 2-slot worker, one slot busy with a
+// job limited to 60 s and a 2-rank job blocked behind it, a 1-rank job
+// whose limit plus the stop grace ends before the big job could start runs
+// at once on the held slot (its `scheduled` event names the big job); one
+// without a limit waits, its reason naming the limit that would let it in.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 #include <sys/wait.h>
@@ -18,6 +24,7 @@
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/time/clock.h"
 #include "common/jobspec/job_spec.h"
@@ -155,6 +162,70 @@ TEST_F(WalltimeE2ETest, AJobPastItsMaxRuntimeCheckpointsAndEndsTimeout) {
   ASSERT_TRUE(cluster_->TrySubmit(Spec(), &second).ok());
   EXPECT_EQ(cluster_->Get(second).spec().scheduling().max_runtime_s(), 1800);
   ASSERT_EQ(Cli({"cancel", second}, &out), 0) << out;
+}
+
+// A command job of `world_size` ranks running `sh -c script`, with a
+// runtime limit (0 = none).
+v1::JobSpec ShellJob(const std::string& name, int world_size, const std::string& script, int64_t max_runtime_s) {
+  std::string yaml = absl::StrCat("name: ", name, "\nworld_size: ", world_size,
+                                  "\ndevice: cpu\ncommand:\n  argv: [/bin/sh, -c, '", script,
+                                  "']\nrestart: {max_restarts: 0}\n");
+  if (max_runtime_s > 0) absl::StrAppend(&yaml, "scheduling: {max_runtime_s: ", max_runtime_s, "}\n");
+  ParsedJobSpec p = ParseJobSpecYaml(yaml, name + ".yaml");
+  EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
+  return p.spec;
+}
+
+TEST(BackfillE2ETest, AShortLimitedJobRunsOnSlotsHeldForABlockedJobAndAnUnlimitedOneWaits) {
+  const std::string build = trainctl::testing::BuildDirOfThisTest();
+  Cluster cluster(build, "/bin/false");
+  ASSERT_TRUE(cluster.StartCoordinator({"--preemption_grace_s=5"}));
+  ASSERT_TRUE(cluster.StartWorker("w0", 2, false, {"--allow_commands"}));
+  ASSERT_TRUE(cluster.WaitWorkers(1));
+
+  // One slot busy for at most 60 s (+5 s of grace), the other free.
+  const std::string busy = cluster.Submit(ShellJob("busy", 1, "exec sleep 600", 60));
+  ASSERT_EQ(cluster.WaitState(busy, v1::JOB_STATE_RUNNING).state(), v1::JOB_STATE_RUNNING);
+  // Needs both slots: blocked, holding the free one.
+  const std::string big = cluster.Submit(ShellJob("big", 2, "exit 0", 0));
+  ASSERT_FALSE(big.empty());
+  // No limit: would hold the slot past the big job's start, so it waits.
+  const std::string open = cluster.Submit(ShellJob("open", 1, "exit 0", 0));
+  ASSERT_FALSE(open.empty());
+  const v1::Job waiting = cluster.WaitFor(open, [](const v1::Job& j) {
+    return absl::StrContains(j.state_reason(), "would let it start now (backfill)");
+  });
+  EXPECT_EQ(waiting.state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(waiting.state_reason(), HasSubstr("a runtime limit (with the stop grace) of at most ")) << waiting.state_reason();
+
+  // 10 s + 5 s of grace ends before the busy job's 60 s + 5 s: runs now.
+  const absl::Time submitted = absl::Now();
+  const std::string quick = cluster.Submit(ShellJob("quick", 1, "echo quick ran", 10));
+  const v1::Job q = cluster.WaitState(quick, v1::JOB_STATE_SUCCEEDED);
+  ASSERT_EQ(q.state(), v1::JOB_STATE_SUCCEEDED) << q.state_reason();
+  EXPECT_LT(absl::Now() - submitted, absl::Seconds(50)) << "it did not wait for the busy job's limit";
+  bool backfilled = false;
+  for (const v1::Event& e : cluster.Events(quick)) {
+    if (e.type() == "scheduled" && absl::StrContains(e.message(), "backfilled on slots held for job " + big)) {
+      backfilled = true;
+    }
+  }
+  EXPECT_TRUE(backfilled) << "no scheduled event naming the big job";
+  EXPECT_THAT(cluster.RankLog(quick, 1, 0), HasSubstr("quick ran"));
+  EXPECT_EQ(cluster.Get(big).state(), v1::JOB_STATE_PENDING);
+  EXPECT_EQ(cluster.Get(open).state(), v1::JOB_STATE_PENDING);
+
+  // The busy job gone, the big job starts first, then the open one.
+  grpc::ClientContext ctx;
+  v1::CancelJobRequest req;
+  req.set_job_id(busy);
+  v1::Job cancelled;
+  ASSERT_TRUE(cluster.jobs()->CancelJob(&ctx, req, &cancelled).ok());
+  const v1::Job b = cluster.WaitState(big, v1::JOB_STATE_SUCCEEDED);
+  ASSERT_EQ(b.state(), v1::JOB_STATE_SUCCEEDED) << b.state_reason();
+  const v1::Job o = cluster.WaitState(open, v1::JOB_STATE_SUCCEEDED);
+  ASSERT_EQ(o.state(), v1::JOB_STATE_SUCCEEDED) << o.state_reason();
+  EXPECT_GE(FromTimestamp(o.attempts(0).start_time()), FromTimestamp(b.attempts(0).start_time()));
 }
 
 }  // namespace
