@@ -11,7 +11,8 @@
 
 namespace trainctl {
 
-EventLoop::EventLoop() : thread_([this] { Run(); }) {}
+EventLoop::EventLoop(const Clock* clock)
+    : clock_(clock != nullptr ? clock : SystemClock::Get()), thread_([this] { Run(); }) {}
 
 EventLoop::~EventLoop() {
   Stop();
@@ -19,7 +20,7 @@ EventLoop::~EventLoop() {
 }
 
 void EventLoop::Post(std::function<void()> fn) {
-  const absl::Time posted = MonotonicNow();
+  const absl::Time posted = clock_->Mono();
   {
     absl::MutexLock lock(&mu_);
     if (stopping_) return;
@@ -31,7 +32,7 @@ void EventLoop::Post(std::function<void()> fn) {
 void EventLoop::Every(absl::Duration period, std::function<void()> fn) {
   {
     absl::MutexLock lock(&mu_);
-    timers_.push_back(Timer{period, MonotonicNow() + period, std::move(fn)});
+    timers_.push_back(Timer{period, clock_->Mono() + period, std::move(fn)});
   }
   wake_.Notify();  // the waiting loop recomputes its deadline
 }
@@ -39,7 +40,7 @@ void EventLoop::Every(absl::Duration period, std::function<void()> fn) {
 void EventLoop::After(absl::Duration delay, std::function<void()> fn) {
   {
     absl::MutexLock lock(&mu_);
-    timers_.push_back(Timer{delay, MonotonicNow() + delay, std::move(fn), /*once=*/true});
+    timers_.push_back(Timer{delay, clock_->Mono() + delay, std::move(fn), /*once=*/true});
   }
   wake_.Notify();
 }
@@ -47,7 +48,7 @@ void EventLoop::After(absl::Duration delay, std::function<void()> fn) {
 void EventLoop::RunSync(const std::function<void()>& fn) {
   absl::Notification done;
   bool posted = false;
-  const absl::Time when = MonotonicNow();
+  const absl::Time when = clock_->Mono();
   {
     absl::MutexLock lock(&mu_);
     if (!stopping_) {
@@ -108,12 +109,11 @@ void EventLoop::Run() {
       while (!stopping_ && queue_.empty()) {
         absl::Time deadline = absl::InfiniteFuture();
         for (const Timer& t : timers_) deadline = std::min(deadline, t.next);
-        const absl::Time now = MonotonicNow();
+        const absl::Time now = clock_->Mono();
         if (deadline <= now) break;
         const uint64_t seen = wake_.generation();
         mu_.Unlock();
-        wake_.WaitFor(
-            seen, deadline == absl::InfiniteFuture() ? absl::InfiniteDuration() : deadline - now);
+        wake_.WaitUntil(seen, deadline, *clock_);
         mu_.Lock();
       }
       if (stopping_) {
@@ -132,7 +132,7 @@ void EventLoop::Run() {
       }
       // A due timer goes first: lease expiry and hang detection must not
       // wait for a flood of posted work to drain.
-      absl::Time now = MonotonicNow();
+      absl::Time now = clock_->Mono();
       for (auto it = timers_.begin(); it != timers_.end(); ++it) {
         if (it->next > now) continue;
         kind = TaskKind::kTimer;
@@ -153,11 +153,11 @@ void EventLoop::Run() {
       }
     }
     if (next) {
-      const absl::Time start = MonotonicNow();
+      const absl::Time start = clock_->Mono();
       next();
       const int k = static_cast<int>(kind);
       wait_[k].Observe(std::max(absl::ZeroDuration(), start - due));
-      run_[k].Observe(MonotonicNow() - start);
+      run_[k].Observe(clock_->Mono() - start);
     }
   }
 }

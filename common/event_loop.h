@@ -31,6 +31,7 @@
 #include "absl/base/thread_annotations.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
+#include "common/clock.h"
 #include "common/prometheus.h"
 #include "common/wake_signal.h"
 
@@ -38,7 +39,10 @@ namespace trainctl {
 
 class ABSL_LOCKABLE EventLoop {
  public:
-  EventLoop();
+  // Timers, waits and the task histograms run on `clock`'s monotonic time
+  // (Clock::Mono; a FakeClock's timers fire when it is advanced). Null:
+  // SystemClock.
+  explicit EventLoop(const Clock* clock = SystemClock::Get());
   // Stops and joins the thread; closures already queued still run.
   ~EventLoop();
   EventLoop(const EventLoop&) = delete;
@@ -51,7 +55,7 @@ class ABSL_LOCKABLE EventLoop {
   // now). Wakes the loop, so a waiting loop is never late for it.
   void Every(absl::Duration period, std::function<void()> fn);
 
-  // Runs fn once on the loop thread, `delay` from now (monotonic time).
+  // Runs fn once on the loop thread, `delay` from now (the clock's monotonic time).
   void After(absl::Duration delay, std::function<void()> fn);
 
   // Runs fn on the loop and waits for it. Must not be called on the loop.
@@ -100,6 +104,7 @@ class ABSL_LOCKABLE EventLoop {
   };
   void Run();
 
+  const Clock* const clock_;
   absl::Mutex mu_;
   std::deque<Posted> queue_ ABSL_GUARDED_BY(mu_);
   std::vector<Timer> timers_ ABSL_GUARDED_BY(mu_);

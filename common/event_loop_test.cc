@@ -9,6 +9,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
 #include "absl/time/clock.h"
+#include "common/clock.h"
 
 namespace trainctl {
 namespace {
@@ -168,6 +169,37 @@ TEST(EventLoopTest, TaskWaitsAndRunsAreCountedByKind) {
   EXPECT_EQ(AtMost(loop.task_wait(Kind::kTimer), "0.1"), 0) << "the timer waited behind the stall";
   EXPECT_LT(AtMost(loop.task_wait(Kind::kPosted), "0.1"), loop.task_wait(Kind::kPosted).count())
       << "the closure posted during the stall waited behind it";
+}
+
+// On a FakeClock the timers run on the fake time: an hour-long period
+// fires when the clock is advanced an hour, never in real time, and a
+// one-shot timer likewise.
+TEST(EventLoopTest, TimersOnAFakeClockFireWhenItIsAdvanced) {
+  FakeClock clock;
+  EventLoop loop(&clock);
+  std::atomic<int> every{0};
+  std::atomic<int> once{0};
+  loop.Every(absl::Hours(1), [&] { every.fetch_add(1); });
+  loop.After(absl::Minutes(90), [&] { once.fetch_add(1); });
+  ASSERT_TRUE(clock.AwaitWaiters(1, absl::Seconds(30)));
+  loop.RunSync([] {});  // a posted task runs; no timer is due
+  EXPECT_EQ(every.load(), 0);
+  EXPECT_EQ(once.load(), 0);
+
+  clock.Advance(absl::Hours(1));
+  loop.RunSync([] {});  // a due timer runs before posted work
+  EXPECT_EQ(every.load(), 1);
+  EXPECT_EQ(once.load(), 0);
+
+  clock.Advance(absl::Minutes(30));
+  loop.RunSync([] {});
+  EXPECT_EQ(once.load(), 1);
+  EXPECT_EQ(every.load(), 1) << "the period counts from its last run";
+  clock.Advance(absl::Minutes(30));
+  loop.RunSync([] {});
+  EXPECT_EQ(every.load(), 2);
+  EXPECT_EQ(once.load(), 1) << "After runs once";
+  loop.StopAndJoin();
 }
 
 }  // namespace

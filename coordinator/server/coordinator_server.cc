@@ -26,7 +26,8 @@ namespace trainctl::coordinator {
 // The clients' rule for sending a token in clear text is the same one.
 bool IsLoopbackListen(const std::string& listen) { return auth::IsLoopbackAddress(listen); }
 
-CoordinatorServer::CoordinatorServer(CoordinatorOptions options) : options_(std::move(options)) {}
+CoordinatorServer::CoordinatorServer(CoordinatorOptions options)
+    : options_(std::move(options)), loop_(options_.clock) {}
 
 CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 

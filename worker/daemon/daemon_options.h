@@ -94,8 +94,9 @@ struct DaemonOptions {
   // The daemon's time (common/clock.h): Now() for timestamps (reports,
   // log lines) and certificate expiry, Mono() for durations and retry
   // deadlines, and it times the session's blocking waits (heartbeats,
-  // reconnect backoff, AwaitAcknowledged, SayGoodbye; Clock::WaitUntil):
-  // a test's FakeClock drives them by Advance. Null: SystemClock, whose
+  // reconnect backoff, AwaitAcknowledged, SayGoodbye; Clock::WaitUntil)
+  // and the daemon's event loop timers: a test's FakeClock drives them by
+  // Advance. Null: SystemClock, whose
   // waits run on the steady clock.
   const Clock* clock = nullptr;
 };

@@ -23,7 +23,8 @@ namespace trainctl::worker {
 
 namespace fs = std::filesystem;
 
-WorkerDaemon::WorkerDaemon(DaemonOptions options) : options_(std::move(options)) {}
+WorkerDaemon::WorkerDaemon(DaemonOptions options)
+    : options_(std::move(options)), loop_(options_.clock) {}
 
 WorkerDaemon::~WorkerDaemon() {
   Shutdown(false, absl::Seconds(2));
