@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <cstdlib>
 #include <fstream>
+#include <iostream>
 #include <sstream>
 
 #include "absl/strings/str_cat.h"
@@ -254,7 +255,9 @@ grpc::Status Cluster::SubmitAs(const std::string& token, const v1::JobSpec& spec
 
 std::string Cluster::Submit(const v1::JobSpec& spec) {
   std::string id;
-  return TrySubmit(spec, &id).ok() ? id : "";
+  const grpc::Status s = TrySubmit(spec, &id);
+  if (!s.ok()) std::cerr << "Cluster::Submit(" << spec.name() << ") refused: " << s.error_message() << "\n";
+  return s.ok() ? id : "";
 }
 
 v1::Job Cluster::Get(const std::string& id) {
