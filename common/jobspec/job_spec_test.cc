@@ -345,9 +345,9 @@ TEST(JobSpecTest, BadInputsGetExactMessages) {
        b + "ddp: {bucket_cap_mb: 0}\n",
        {"job.yaml:5:22: ddp.bucket_cap_mb: must be in (0, 4096], got 0"}},
       {"unknown comm hook",
-       b + "ddp: {comm_hook: powersgd}\n",
-       {"job.yaml:5:18: ddp.comm_hook: must be one of none, fp16_compress, bf16_compress, got "
-        "'powersgd'"}},
+       b + "ddp: {comm_hook: topk}\n",
+       {"job.yaml:5:18: ddp.comm_hook: must be one of none, fp16_compress, bf16_compress, "
+        "powersgd, got 'topk'"}},
       {"nan",
        b + "training: {max_grad_norm: .nan}\n",
        {"job.yaml:5:27: training.max_grad_norm: must be a number, got '.nan'"}},
