@@ -495,9 +495,9 @@ TEST(JobSpecTest, PowerSgdIsReadWithDefaultsAndChecked) {
   EXPECT_EQ(flat["ddp.powersgd.start_iter"], "0");
   EXPECT_EQ(flat["ddp.powersgd.warm_start"], "false");
 
-  EXPECT_EQ(Errors(std::string(kBase) + "ddp: {powersgd: {rank: 1025}}\n"),
-            std::vector<std::string>{
-                "job.yaml:5:24: ddp.powersgd.rank: must be in [1, 1024], got 1025"});
+  EXPECT_EQ(
+      Errors(std::string(kBase) + "ddp: {powersgd: {rank: 1025}}\n"),
+      std::vector<std::string>{"job.yaml:5:24: ddp.powersgd.rank: must be in [1, 1024], got 1025"});
   EXPECT_EQ(Errors(std::string(kBase) + "ddp: {powersgd: {min_compression_rate: .inf}}\n").size(),
             1u);
   EXPECT_EQ(Errors(std::string(kBase) + "ddp: {powersgd: {use_error_feedback: maybe}}\n").size(),

@@ -23,8 +23,8 @@ const char* CommHookName(CommHook hook) {
 }
 
 absl::StatusOr<CommHook> ParseCommHook(std::string_view name) {
-  for (CommHook h : {CommHook::kNone, CommHook::kFp16Compress, CommHook::kBf16Compress,
-                     CommHook::kPowerSgd}) {
+  for (CommHook h :
+       {CommHook::kNone, CommHook::kFp16Compress, CommHook::kBf16Compress, CommHook::kPowerSgd}) {
     if (name == CommHookName(h)) return h;
   }
   return absl::InvalidArgumentError(

@@ -300,8 +300,7 @@ void GradientBucketer::MarkReadyLocked(size_t index, bool unused, bool from_hook
 bool GradientBucketer::PowerSgdStepLocked() const {
   // PyTorch's state.iter < start_powerSGD_iter: the steps before run the
   // plain all-reduce.
-  return options_.comm_hook == CommHook::kPowerSgd &&
-         synced_steps_ >= options_.powersgd.start_iter;
+  return options_.comm_hook == CommHook::kPowerSgd && synced_steps_ >= options_.powersgd.start_iter;
 }
 
 void GradientBucketer::LaunchReadyBucketsLocked(bool from_hook) {

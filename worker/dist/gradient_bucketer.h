@@ -113,8 +113,8 @@ struct BucketLaunchRecord {
 
 // What one step's synchronisation did, for metrics and tests.
 struct StepCommStats {
-  int64_t step = 0;     // synced backward passes finalized so far, this one included
-  bool synced = false;  // false for a no_sync micro-step (nothing communicated)
+  int64_t step = 0;       // synced backward passes finalized so far, this one included
+  bool synced = false;    // false for a no_sync micro-step (nothing communicated)
   bool powersgd = false;  // the buckets went through PowerSGD (past start_iter)
   size_t num_params = 0;
   size_t grads_from_hooks = 0;               // gradients that arrived through the hooks

@@ -189,8 +189,8 @@ TEST(CommHookTest, CompressCastsThenDividesInSixteenBits) {
 }
 
 TEST(CommHookTest, Names) {
-  for (CommHook hook : {CommHook::kNone, CommHook::kFp16Compress, CommHook::kBf16Compress,
-                        CommHook::kPowerSgd}) {
+  for (CommHook hook :
+       {CommHook::kNone, CommHook::kFp16Compress, CommHook::kBf16Compress, CommHook::kPowerSgd}) {
     auto parsed = ParseCommHook(CommHookName(hook));
     ASSERT_TRUE(parsed.ok()) << parsed.status();
     EXPECT_EQ(*parsed, hook);

@@ -49,12 +49,12 @@ namespace trainctl::dist {
 
 // ddp.powersgd, with PyTorch's PowerSGDState defaults.
 struct PowerSgdOptions {
-  int64_t rank = 1;                  // matrix_approximation_rank, >= 1
-  int64_t start_iter = 1000;         // start_powerSGD_iter: plain all-reduce before
-  double min_compression_rate = 2;   // compress when n*m > rate * (n+m)*r, >= 1
-  bool use_error_feedback = true;    // use_error_feedback
-  bool warm_start = true;            // warm_start: reuse Q across steps
-  uint64_t seed = 0;                 // random_seed (not in the job spec)
+  int64_t rank = 1;                 // matrix_approximation_rank, >= 1
+  int64_t start_iter = 1000;        // start_powerSGD_iter: plain all-reduce before
+  double min_compression_rate = 2;  // compress when n*m > rate * (n+m)*r, >= 1
+  bool use_error_feedback = true;   // use_error_feedback
+  bool warm_start = true;           // warm_start: reuse Q across steps
+  uint64_t seed = 0;                // random_seed (not in the job spec)
 };
 
 // PyTorch's _should_compress: (n + m) * r * min_compression_rate < n * m.
@@ -70,8 +70,7 @@ bool OrthogonalizeColumns(at::Tensor& matrix);
 // out (n x m) = p (n x r) q^T (q: m x r): out = p0 q0^T, then += pk qk^T for
 // k = 1..r-1, each an elementwise product or sum, so the bits depend on
 // nothing but the inputs. `scratch` (n x m) is used when r > 1.
-void LowRankProduct(const at::Tensor& p, const at::Tensor& q, at::Tensor& out,
-                    at::Tensor& scratch);
+void LowRankProduct(const at::Tensor& p, const at::Tensor& q, at::Tensor& out, at::Tensor& scratch);
 
 // t /= world_size in place, the divisor a wrapped number (the hook's
 // `.div_(world_size)`).
@@ -116,10 +115,10 @@ class PowerSgdBucket {
   std::vector<Matrix> matrices_;
   std::vector<at::Tensor> uncompressed_;  // views of the bucket, flattened
   int64_t uncompressed_numel_ = 0;
-  at::Tensor stage1_;   // [uncompressed | P]
-  at::Tensor q_;        // all Qs
-  at::Tensor error_;    // bucket-sized; undefined without error feedback
-  at::Tensor scratch_;  // for LowRankProduct at rank > 1
+  at::Tensor stage1_;    // [uncompressed | P]
+  at::Tensor q_;         // all Qs
+  at::Tensor error_;     // bucket-sized; undefined without error feedback
+  at::Tensor scratch_;   // for LowRankProduct at rank > 1
   bool have_q_ = false;  // a Q from the previous step to warm-start from
 };
 

@@ -27,8 +27,7 @@ struct SimRank {
 
   SimRank(int64_t rows, int64_t cols, const PowerSgdOptions& o) {
     flat = torch::zeros({rows * cols + rows});
-    views = {flat.narrow(0, 0, rows * cols).view({rows, cols}),
-             flat.narrow(0, rows * cols, rows)};
+    views = {flat.narrow(0, 0, rows * cols).view({rows, cols}), flat.narrow(0, rows * cols, rows)};
     psgd = std::make_unique<PowerSgdBucket>(flat, views, o);
   }
   at::Tensor weight() const { return views[0]; }

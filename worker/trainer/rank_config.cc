@@ -220,9 +220,8 @@ absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
                             rankproto::GetBool(c, "ddp.find_unused_parameters"));
   // "unspecified": a spec resolved before ddp.comm_hook existed (no hook).
   TRAINCTL_ASSIGN_OR_RETURN(
-      int hook,
-      OneOf(c, "ddp.comm_hook",
-            {"none", "fp16_compress", "bf16_compress", "powersgd", "unspecified"}));
+      int hook, OneOf(c, "ddp.comm_hook",
+                      {"none", "fp16_compress", "bf16_compress", "powersgd", "unspecified"}));
   constexpr dist::CommHook kHooks[] = {dist::CommHook::kNone, dist::CommHook::kFp16Compress,
                                        dist::CommHook::kBf16Compress, dist::CommHook::kPowerSgd,
                                        dist::CommHook::kNone};
