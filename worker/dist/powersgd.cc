@@ -128,10 +128,32 @@ PowerSgdBucket::PowerSgdBucket(const at::Tensor& flat, const std::vector<at::Ten
     mat.m = plan.m;
     mat.p = stage1_.narrow(0, p_off, plan.n * plan.r).view({plan.n, plan.r});
     mat.q = q_.narrow(0, q_off, plan.cols * plan.r).view({plan.cols, plan.r});
+    mat.n = plan.n;
+    mat.cols = plan.cols;
+    mat.r = plan.r;
+    mat.p_off = p_off - uncompressed_numel_;
+    mat.q_off = q_off;
     p_off += plan.n * plan.r;
     q_off += plan.cols * plan.r;
     matrices_.push_back(std::move(mat));
   }
+}
+
+bool PowerSgdBucket::OrthogonalizeFactors(bool of_p) {
+  if (matrices_.empty()) return true;
+  at::Tensor factors =
+      of_p ? stage1_.narrow(0, uncompressed_numel_, stage1_.numel() - uncompressed_numel_) : q_;
+  // A GPU bucket's factors come to the host once for the bucket, not once
+  // per matrix (each copy waits for the stream).
+  at::Tensor host = factors.is_cpu() ? factors : factors.to(at::kCPU);
+  bool ok = true;
+  for (const Matrix& mat : matrices_) {
+    const int64_t rows = of_p ? mat.n : mat.cols;
+    at::Tensor v = host.narrow(0, of_p ? mat.p_off : mat.q_off, rows * mat.r).view({rows, mat.r});
+    ok = OrthogonalizeColumns(v) && ok;
+  }
+  if (!factors.is_cpu()) factors.copy_(host);
+  return ok;
 }
 
 int64_t PowerSgdBucket::wire_numel() const { return stage1_.numel() + q_.numel(); }
@@ -151,14 +173,10 @@ at::Tensor& PowerSgdBucket::Compress(at::Tensor& flat, std::mt19937_64& rng) {
   // degenerated; then a fresh one. Q is the same bits on every rank, so every
   // rank decides alike and draws the same numbers.
   bool fresh = !options_.warm_start || !have_q_;
-  for (size_t k = 0; k < matrices_.size() && !fresh; ++k) {
-    if (!OrthogonalizeColumns(matrices_[k].q)) fresh = true;
-  }
+  if (!fresh && !OrthogonalizeFactors(/*of_p=*/false)) fresh = true;
   if (fresh) {
-    for (Matrix& mat : matrices_) {
-      FillUniform(rng, mat.q);
-      OrthogonalizeColumns(mat.q);
-    }
+    for (Matrix& mat : matrices_) FillUniform(rng, mat.q);
+    OrthogonalizeFactors(/*of_p=*/false);
   }
   for (Matrix& mat : matrices_) at::mm_out(mat.p, mat.m, mat.q);
   return stage1_;
@@ -174,10 +192,8 @@ at::Tensor& PowerSgdBucket::ComputeQ(int world_size) {
     off += u.numel();
   }
   // P is the sum over ranks; it is orthogonalized, so it needs no division.
-  for (Matrix& mat : matrices_) {
-    OrthogonalizeColumns(mat.p);
-    at::mm_out(mat.q, mat.m.t(), mat.p);
-  }
+  OrthogonalizeFactors(/*of_p=*/true);  // a zero or NaN column shows in the result
+  for (Matrix& mat : matrices_) at::mm_out(mat.q, mat.m.t(), mat.p);
   return q_;
 }
 

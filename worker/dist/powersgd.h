@@ -109,7 +109,14 @@ class PowerSgdBucket {
     at::Tensor m;  // n x m view of the bucket
     at::Tensor p;  // n x r view of stage1_
     at::Tensor q;  // m x r view of q_
+    int64_t n = 0, cols = 0, r = 0;
+    int64_t p_off = 0;  // p's offset in stage1_'s P part
+    int64_t q_off = 0;  // q's offset in q_
   };
+  // Gram-Schmidt on every P (of_p) or every Q, in one host round trip for
+  // the bucket when the factors live on a GPU. False if any column was zero
+  // or not finite.
+  bool OrthogonalizeFactors(bool of_p);
   const PowerSgdOptions options_;
   int64_t bucket_numel_ = 0;
   std::vector<Matrix> matrices_;

@@ -74,6 +74,13 @@ TEST(PowerSgdTest, GramSchmidtGivesOrthonormalColumnsDeterministically) {
   at::Tensor proj = a.mm(a.t().mm(m));
   EXPECT_TRUE(torch::allclose(proj, m, 0, 1e-4));
 
+  // A strided matrix (the copy-to-host path a GPU tensor takes) gives the
+  // same bits as a contiguous one.
+  at::Tensor strided = m.t().contiguous().t();
+  ASSERT_FALSE(strided.is_contiguous());
+  EXPECT_TRUE(OrthogonalizeColumns(strided));
+  EXPECT_TRUE(SameBits(strided, a));
+
   // A zero column stays zero (PyTorch's hook would divide by 0); a NaN stays.
   at::Tensor z = torch::randn({10, 2});
   z.select(1, 0).zero_();
