@@ -213,6 +213,19 @@ StepCommStats GradientBucketer::last_step_stats() const {
   return last_;
 }
 
+GradientBucketer::PowerSgdPlan GradientBucketer::powersgd_plan() const {
+  absl::MutexLock l(&mu_);
+  PowerSgdPlan plan;
+  for (const auto& b : buckets_) {
+    if (b.powersgd == nullptr) continue;
+    plan.compressed_tensors += b.powersgd->compressed_tensors();
+    plan.tensors += b.params.size();
+    plan.wire_numel += b.powersgd->wire_numel();
+    plan.bucket_numel += b.powersgd->bucket_numel();
+  }
+  return plan;
+}
+
 std::string GradientBucketer::DescribeParams(const std::vector<size_t>& indices) const {
   std::vector<std::string> parts;
   for (size_t k = 0; k < indices.size() && k < 10; ++k) {

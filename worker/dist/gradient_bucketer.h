@@ -201,6 +201,16 @@ class GradientBucketer {
   const std::vector<BucketInfo>& buckets() const { return bucket_infos_; }
   // Stats of the last finalized step (synced or not).
   StepCommStats last_step_stats() const;
+  // Under comm_hook powersgd: how many gradient tensors are compressed, and
+  // the values each rank sends per PowerSGD step against the float32
+  // buckets' size. All zero under another hook.
+  struct PowerSgdPlan {
+    size_t compressed_tensors = 0;
+    size_t tensors = 0;
+    int64_t wire_numel = 0;
+    int64_t bucket_numel = 0;
+  };
+  PowerSgdPlan powersgd_plan() const;
   Collectives& collectives() { return *comm_; }
 
  private:

@@ -647,6 +647,12 @@ TEST(CommHookTest, PowerSgdWarmsUpWithThePlainAllReduceThenSendsLowRank) {
   o.first_bucket_bytes = 4096;
   auto ddp = GradientBucketer::Create(net, SingleRankGloo(), o);
   ASSERT_TRUE(ddp.ok()) << ddp.status();
+  // The three 256x256 weights go as 512 values each, the biases as they are.
+  const auto plan = (*ddp)->powersgd_plan();
+  EXPECT_EQ(plan.compressed_tensors, 3u);
+  EXPECT_EQ(plan.tensors, 6u);
+  EXPECT_EQ(plan.bucket_numel, 3 * 256 * 256 + 3 * 256);
+  EXPECT_EQ(plan.wire_numel, 3 * 512 + 3 * 256);
   for (int step = 0; step < 4; ++step) {
     SCOPED_TRACE(step);
     auto x = torch::randn({8, 256});
