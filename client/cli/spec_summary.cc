@@ -150,6 +150,10 @@ void AddEngineFields(Table& t, const v1::JobSpec& spec) {
                         spec.ddp().comm_hook() > v1::DDP_COMM_HOOK_NONE
                             ? absl::StrCat(", ", LowerName(v1::DdpCommHook_descriptor(),
                                                            spec.ddp().comm_hook()))
+                            : "",
+                        spec.ddp().comm_hook() == v1::DDP_COMM_HOOK_POWERSGD
+                            ? absl::StrCat(" rank ", spec.ddp().powersgd().rank(), " from step ",
+                                           spec.ddp().powersgd().start_iter())
                             : ""));
 }
 

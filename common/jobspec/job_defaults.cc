@@ -89,6 +89,13 @@ void ResolveTrainingDefaults(v1::JobSpec* s) {
   if (p->bucket_cap_mb() == 0) p->set_bucket_cap_mb(25);
   if (!p->has_broadcast_buffers()) p->set_broadcast_buffers(true);
   if (p->comm_hook() == v1::DDP_COMM_HOOK_UNSPECIFIED) p->set_comm_hook(v1::DDP_COMM_HOOK_NONE);
+  // PyTorch's PowerSGDState defaults.
+  v1::PowerSgdSpec* ps = p->mutable_powersgd();
+  if (ps->rank() == 0) ps->set_rank(1);
+  if (!ps->has_start_iter()) ps->set_start_iter(1000);
+  if (ps->min_compression_rate() == 0) ps->set_min_compression_rate(2);
+  if (!ps->has_use_error_feedback()) ps->set_use_error_feedback(true);
+  if (!ps->has_warm_start()) ps->set_warm_start(true);
   if (s->metrics().every_steps() == 0) s->mutable_metrics()->set_every_steps(20);
 
   // Numerical health: the rank reads min_loss_scale, max_skipped_steps and

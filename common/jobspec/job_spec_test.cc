@@ -45,6 +45,12 @@ TEST(JobSpecTest, MinimalSpecGetsEveryDefault) {
   EXPECT_DOUBLE_EQ(s.ddp().bucket_cap_mb(), 25);
   EXPECT_TRUE(s.ddp().broadcast_buffers());
   EXPECT_FALSE(s.ddp().find_unused_parameters());
+  // PyTorch's PowerSGDState defaults.
+  EXPECT_EQ(s.ddp().powersgd().rank(), 1);
+  EXPECT_EQ(s.ddp().powersgd().start_iter(), 1000);
+  EXPECT_DOUBLE_EQ(s.ddp().powersgd().min_compression_rate(), 2);
+  EXPECT_TRUE(s.ddp().powersgd().use_error_feedback());
+  EXPECT_TRUE(s.ddp().powersgd().warm_start());
   EXPECT_EQ(s.checkpoint().every_epochs(), 1);
   EXPECT_EQ(s.checkpoint().keep(), 2);
   EXPECT_EQ(s.restart().max_restarts(), 3);
@@ -344,10 +350,20 @@ TEST(JobSpecTest, BadInputsGetExactMessages) {
       {"zero bucket",
        b + "ddp: {bucket_cap_mb: 0}\n",
        {"job.yaml:5:22: ddp.bucket_cap_mb: must be in (0, 4096], got 0"}},
+      {"powersgd rank 0",
+       b + "ddp: {powersgd: {rank: 0}}\n",
+       {"job.yaml:5:24: ddp.powersgd.rank: must be > 0, got 0"}},
+      {"powersgd negative start",
+       b + "ddp: {powersgd: {start_iter: -1}}\n",
+       {"job.yaml:5:30: ddp.powersgd.start_iter: must be >= 0, got -1"}},
+      {"powersgd compression rate below 1",
+       b + "ddp: {powersgd: {min_compression_rate: 0.5}}\n",
+       {"job.yaml:5:40: ddp.powersgd.min_compression_rate: must be >= 1 (a matrix is compressed "
+        "only when that many times smaller), got 0.5"}},
       {"unknown comm hook",
-       b + "ddp: {comm_hook: powersgd}\n",
-       {"job.yaml:5:18: ddp.comm_hook: must be one of none, fp16_compress, bf16_compress, got "
-        "'powersgd'"}},
+       b + "ddp: {comm_hook: topk}\n",
+       {"job.yaml:5:18: ddp.comm_hook: must be one of none, fp16_compress, bf16_compress, "
+        "powersgd, got 'topk'"}},
       {"nan",
        b + "training: {max_grad_norm: .nan}\n",
        {"job.yaml:5:27: training.max_grad_norm: must be a number, got '.nan'"}},
@@ -458,6 +474,34 @@ TEST(JobSpecTest, ElasticBlockIsReadResolvedAndChecked) {
             1u);
   EXPECT_EQ(Errors(std::string(kBase) + "elastic: {grow: sometimes}\n").size(), 1u);
   EXPECT_EQ(Errors(std::string(kBase) + "checkpoint: {every_steps: -2}\n").size(), 1u);
+}
+
+// ddp.powersgd: what is written is kept, the rest gets PyTorch's defaults,
+// and start_iter 0 (PowerSGD from the first step) is a value, not "unset".
+TEST(JobSpecTest, PowerSgdIsReadWithDefaultsAndChecked) {
+  ParsedJobSpec p = ParseJobSpecYaml(
+      std::string(kBase) +
+          "ddp: {comm_hook: powersgd, powersgd: {rank: 4, start_iter: 0, warm_start: false}}\n",
+      "job.yaml", {});
+  ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
+  EXPECT_EQ(p.spec.ddp().comm_hook(), v1::DDP_COMM_HOOK_POWERSGD);
+  EXPECT_EQ(p.spec.ddp().powersgd().rank(), 4);
+  EXPECT_EQ(p.spec.ddp().powersgd().start_iter(), 0);
+  EXPECT_FALSE(p.spec.ddp().powersgd().warm_start());
+  EXPECT_TRUE(p.spec.ddp().powersgd().use_error_feedback());
+  EXPECT_DOUBLE_EQ(p.spec.ddp().powersgd().min_compression_rate(), 2);
+  auto flat = JobSpecToFlat(p.spec);
+  EXPECT_EQ(flat["ddp.comm_hook"], "powersgd");
+  EXPECT_EQ(flat["ddp.powersgd.start_iter"], "0");
+  EXPECT_EQ(flat["ddp.powersgd.warm_start"], "false");
+
+  EXPECT_EQ(
+      Errors(std::string(kBase) + "ddp: {powersgd: {rank: 1025}}\n"),
+      std::vector<std::string>{"job.yaml:5:24: ddp.powersgd.rank: must be in [1, 1024], got 1025"});
+  EXPECT_EQ(Errors(std::string(kBase) + "ddp: {powersgd: {min_compression_rate: .inf}}\n").size(),
+            1u);
+  EXPECT_EQ(Errors(std::string(kBase) + "ddp: {powersgd: {use_error_feedback: maybe}}\n").size(),
+            1u);
 }
 
 TEST(JobSpecTest, HealthIsReadAndChecked) {

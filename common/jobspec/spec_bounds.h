@@ -38,6 +38,8 @@ inline constexpr IntBound kIntBounds[] = {
     {"checkpoint.keep", 1, 1000},
     {"metrics.every_steps", 1, 1000000},
     {"health.max_skipped_steps", 0, 1 << 30},
+    {"ddp.powersgd.rank", 1, 1024},
+    {"ddp.powersgd.start_iter", 0, 1 << 30},
 };
 
 // The row of `key`, or nullptr (each reader says so as an error naming the

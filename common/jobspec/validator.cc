@@ -521,6 +521,17 @@ class Validator {
       Error("ddp.bucket_cap_mb",
             absl::StrCat("must be in (0, 4096], got ", FormatNumber(d.bucket_cap_mb())));
     }
+    const v1::PowerSgdSpec& ps = d.powersgd();
+    Bounded("ddp.powersgd.rank", ps.rank(), true);
+    Bounded("ddp.powersgd.start_iter", ps.start_iter(), false);
+    const double rate = ps.min_compression_rate();
+    if (!(rate == 0 && !Written("ddp.powersgd.min_compression_rate")) &&
+        (!std::isfinite(rate) || rate < 1)) {
+      Error("ddp.powersgd.min_compression_rate",
+            absl::StrCat("must be >= 1 (a matrix is compressed only when that many times "
+                         "smaller), got ",
+                         FormatNumber(rate)));
+    }
   }
 
   std::string file_;

@@ -16,16 +16,19 @@ const char* CommHookName(CommHook hook) {
       return "fp16_compress";
     case CommHook::kBf16Compress:
       return "bf16_compress";
+    case CommHook::kPowerSgd:
+      return "powersgd";
   }
   return "?";
 }
 
 absl::StatusOr<CommHook> ParseCommHook(std::string_view name) {
-  for (CommHook h : {CommHook::kNone, CommHook::kFp16Compress, CommHook::kBf16Compress}) {
+  for (CommHook h :
+       {CommHook::kNone, CommHook::kFp16Compress, CommHook::kBf16Compress, CommHook::kPowerSgd}) {
     if (name == CommHookName(h)) return h;
   }
   return absl::InvalidArgumentError(
-      absl::StrCat("comm_hook: must be one of none, fp16_compress, bf16_compress, got '",
+      absl::StrCat("comm_hook: must be one of none, fp16_compress, bf16_compress, powersgd, got '",
                    std::string(name), "'"));
 }
 

@@ -400,7 +400,8 @@ void WriteStepStats(std::ofstream& stats, int s, const td::StepCommStats& ss,
                                                                  ss.launches[0].time)
                .count()
         << " last_from_hook " << ss.launches.back().from_hook << " exposed_comm_us "
-        << absl::ToInt64Microseconds(ss.exposed_comm) << " unused " << ss.unused_params << "\n";
+        << absl::ToInt64Microseconds(ss.exposed_comm) << " unused " << ss.unused_params
+        << " powersgd " << ss.powersgd << "\n";
 }
 
 // Step s's micro-batches over this rank's shard of the global batch (x, y):
@@ -486,6 +487,11 @@ int RunTrain(const Args& a, Ctx& ctx) {
   auto hook = td::ParseCommHook(a.Str("comm_hook", "none"));
   if (!hook.ok()) return Fail(hook.status().ToString());
   opts.comm_hook = *hook;
+  opts.powersgd.rank = a.Int("powersgd_rank", 1);
+  opts.powersgd.start_iter = a.Int("powersgd_start_iter", 1000);
+  opts.powersgd.min_compression_rate = a.Dbl("powersgd_min_rate", 2.0);
+  opts.powersgd.use_error_feedback = a.Int("powersgd_error_feedback", 1) != 0;
+  opts.powersgd.warm_start = a.Int("powersgd_warm_start", 1) != 0;
   auto ddp_or = td::GradientBucketer::Create(*net, ctx.comm, opts);
   if (!ddp_or.ok()) return Fail(ddp_or.status().ToString());
   auto& ddp = *ddp_or;

@@ -8,6 +8,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/nn/module.h>
 
+#include <cmath>
 #include <unordered_set>
 
 #include "absl/strings/str_cat.h"
@@ -56,6 +57,22 @@ absl::StatusOr<std::unique_ptr<GradientBucketer>> GradientBucketer::Create(
   if (options.first_bucket_bytes == 0) {
     return absl::InvalidArgumentError("GradientBucketer: first_bucket_bytes must be > 0");
   }
+  if (options.comm_hook == CommHook::kPowerSgd) {
+    const PowerSgdOptions& o = options.powersgd;
+    if (o.rank < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GradientBucketer: powersgd rank must be >= 1, got ", o.rank));
+    }
+    if (o.start_iter < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GradientBucketer: powersgd start_iter must be >= 0, got ", o.start_iter));
+    }
+    if (!std::isfinite(o.min_compression_rate) || o.min_compression_rate < 1) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("GradientBucketer: powersgd min_compression_rate must be >= 1, got ",
+                       o.min_compression_rate));
+    }
+  }
   std::vector<std::string> names;
   std::vector<at::Tensor> params;
   for (auto& [name, p] : named_params) {
@@ -95,7 +112,8 @@ GradientBucketer::GradientBucketer(std::vector<std::string> names, std::vector<a
       comm_(std::move(comm)),
       names_(std::move(names)),
       params_(std::move(params)),
-      buffers_(std::move(buffers)) {}
+      buffers_(std::move(buffers)),
+      powersgd_rng_(options.powersgd.seed) {}
 
 absl::Status GradientBucketer::Init() {
   // Every rank starts from rank 0's parameters and buffers.
@@ -131,7 +149,7 @@ absl::Status GradientBucketer::Init() {
     }
     const auto& first = params_[bucket.params.front()];
     bucket.flat = at::zeros({total}, first.options().requires_grad(false));
-    if (Compresses(options_.comm_hook))
+    if (CastsTo16Bits(options_.comm_hook))
       bucket.compressed = NewCompressedBuffer(bucket.flat, options_.comm_hook);
     int64_t offset = 0;
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
@@ -139,6 +157,11 @@ absl::Status GradientBucketer::Init() {
       bucket.views.push_back(bucket.flat.narrow(0, offset, p.numel()).view(p.sizes()));
       offset += p.numel();
       locations_[bucket.params[slot]] = {buckets_.size(), slot};
+    }
+    // Other dtypes are divided and summed as during PowerSGD's warm-up.
+    if (options_.comm_hook == CommHook::kPowerSgd && bucket.flat.scalar_type() == at::kFloat) {
+      bucket.powersgd =
+          std::make_unique<PowerSgdBucket>(bucket.flat, bucket.views, options_.powersgd);
     }
     info.params = bucket.params;
     info.bytes = static_cast<size_t>(total) * first.element_size();
@@ -190,6 +213,19 @@ StepCommStats GradientBucketer::last_step_stats() const {
   return last_;
 }
 
+GradientBucketer::PowerSgdPlan GradientBucketer::powersgd_plan() const {
+  absl::MutexLock l(&mu_);
+  PowerSgdPlan plan;
+  for (const auto& b : buckets_) {
+    if (b.powersgd == nullptr) continue;
+    plan.compressed_tensors += b.powersgd->compressed_tensors();
+    plan.tensors += b.params.size();
+    plan.wire_numel += b.powersgd->wire_numel();
+    plan.bucket_numel += b.powersgd->bucket_numel();
+  }
+  return plan;
+}
+
 std::string GradientBucketer::DescribeParams(const std::vector<size_t>& indices) const {
   std::vector<std::string> parts;
   for (size_t k = 0; k < indices.size() && k < 10; ++k) {
@@ -207,6 +243,7 @@ void GradientBucketer::ResetStepLocked() {
   for (auto& b : buckets_) {
     b.pending = b.params.size();
     b.work.reset();
+    b.q_work.reset();
   }
   next_bucket_ = 0;
   grads_ready_ = 0;
@@ -273,12 +310,25 @@ void GradientBucketer::MarkReadyLocked(size_t index, bool unused, bool from_hook
   --bucket.pending;
 }
 
+bool GradientBucketer::PowerSgdStepLocked() const {
+  // PyTorch's state.iter < start_powerSGD_iter: the steps before run the
+  // plain all-reduce.
+  return options_.comm_hook == CommHook::kPowerSgd && synced_steps_ >= options_.powersgd.start_iter;
+}
+
 void GradientBucketer::LaunchReadyBucketsLocked(bool from_hook) {
+  const bool powersgd = PowerSgdStepLocked();
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& b = buckets_[next_bucket_];
     if (b.compressed.defined()) {
       CompressBucket(b.flat, comm_->world_size(), b.compressed);
       b.work = AllReduceSum(*comm_, b.compressed);
+    } else if (powersgd && b.powersgd != nullptr) {
+      b.work = AllReduceSum(*comm_, b.powersgd->Compress(b.flat, powersgd_rng_));
+    } else if (options_.comm_hook == CommHook::kPowerSgd) {
+      // The hook's vanilla all-reduce (default._allreduce_fut): divide, sum.
+      DivideByWorldSize(b.flat, comm_->world_size());
+      b.work = AllReduceSum(*comm_, b.flat);
     } else {
       b.work = AllReduceSum(*comm_, b.flat);
     }
@@ -408,11 +458,25 @@ absl::Status GradientBucketer::HandleMissingGradsLocked() {
 }
 
 absl::Status GradientBucketer::WaitBucketsLocked() {
+  // Every bucket's first all-reduce was issued before the first Q round is,
+  // in bucket order, so the ranks issue the same collectives in one order.
+  const bool powersgd = PowerSgdStepLocked();
   for (auto& b : buckets_) {
     absl::Status st = b.work ? b.work->Wait() : absl::InternalError("bucket never launched");
     if (!st.ok()) return st;
     if (b.compressed.defined()) DecompressBucket(b.compressed, b.flat);
+    if (powersgd && b.powersgd != nullptr) {
+      at::Tensor& q = b.powersgd->ComputeQ(comm_->world_size());
+      if (q.numel() > 0) b.q_work = AllReduceSum(*comm_, q);
+    }
   }
+  if (!powersgd) return absl::OkStatus();
+  for (auto& b : buckets_) {
+    if (b.powersgd == nullptr) continue;
+    if (b.q_work != nullptr) TRAINCTL_RETURN_IF_ERROR(b.q_work->Wait());
+    b.powersgd->Decompress(b.flat, comm_->world_size());
+  }
+  current_.powersgd = true;
   return absl::OkStatus();
 }
 

@@ -62,6 +62,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <random>
 #include <string>
 #include <utility>
 #include <vector>
@@ -73,6 +74,7 @@
 #include "absl/time/time.h"
 #include "worker/dist/collectives.h"
 #include "worker/dist/comm_hook.h"
+#include "worker/dist/powersgd.h"
 
 namespace torch {
 namespace nn {
@@ -92,8 +94,11 @@ struct GradientBucketerOptions {
   size_t first_bucket_bytes = 1u << 20;
   bool find_unused_parameters = false;
   bool broadcast_buffers = true;
-  // DDP communication hook (ddp.comm_hook): none, fp16_compress, bf16_compress.
+  // DDP communication hook (ddp.comm_hook): none, fp16_compress, bf16_compress,
+  // powersgd.
   CommHook comm_hook = CommHook::kNone;
+  // ddp.powersgd, read with comm_hook powersgd.
+  PowerSgdOptions powersgd;
 };
 
 // One launched bucket all-reduce.
@@ -108,8 +113,9 @@ struct BucketLaunchRecord {
 
 // What one step's synchronisation did, for metrics and tests.
 struct StepCommStats {
-  int64_t step = 0;     // synced backward passes finalized so far, this one included
-  bool synced = false;  // false for a no_sync micro-step (nothing communicated)
+  int64_t step = 0;       // synced backward passes finalized so far, this one included
+  bool synced = false;    // false for a no_sync micro-step (nothing communicated)
+  bool powersgd = false;  // the buckets went through PowerSGD (past start_iter)
   size_t num_params = 0;
   size_t grads_from_hooks = 0;               // gradients that arrived through the hooks
   size_t unused_params = 0;                  // marked ready with a zero gradient (find_unused)
@@ -195,6 +201,16 @@ class GradientBucketer {
   const std::vector<BucketInfo>& buckets() const { return bucket_infos_; }
   // Stats of the last finalized step (synced or not).
   StepCommStats last_step_stats() const;
+  // Under comm_hook powersgd: how many gradient tensors are compressed, and
+  // the values each rank sends per PowerSGD step against the float32
+  // buckets' size. All zero under another hook.
+  struct PowerSgdPlan {
+    size_t compressed_tensors = 0;
+    size_t tensors = 0;
+    int64_t wire_numel = 0;
+    int64_t bucket_numel = 0;
+  };
+  PowerSgdPlan powersgd_plan() const;
   Collectives& collectives() { return *comm_; }
 
  private:
@@ -204,6 +220,10 @@ class GradientBucketer {
     // The 16-bit copy of flat that a compressing comm hook all-reduces;
     // undefined for CommHook::kNone.
     at::Tensor compressed;
+    // PowerSGD's state for a float32 bucket under CommHook::kPowerSgd; null
+    // otherwise. q_work: its Q all-reduce, this step.
+    std::unique_ptr<PowerSgdBucket> powersgd;
+    std::shared_ptr<CollectiveWork> q_work;
     std::vector<at::Tensor> views;         // views[i] is params[i]'s slice of flat, shaped like it
     size_t pending = 0;                    // gradients still missing this step
     std::shared_ptr<CollectiveWork> work;  // set once launched this step
@@ -232,8 +252,10 @@ class GradientBucketer {
   // FinalizeBackward's parts. Parameters without a gradient this step: with
   // find_unused_parameters their buckets launch now, else an error.
   absl::Status HandleMissingGradsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // True when this step's buckets go through PowerSGD.
+  bool PowerSgdStepLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Waits for every bucket; under a compressing hook, casts each 16-bit
-  // result back into its float32 bucket.
+  // result back into its float32 bucket; under PowerSGD, runs its Q round.
   absl::Status WaitBucketsLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // find_unused_parameters: which parameters any rank used (int32 on the
   // CPU, all-reduced).
@@ -274,6 +296,8 @@ class GradientBucketer {
   StepCommStats last_ ABSL_GUARDED_BY(mu_);
   int64_t synced_steps_ ABSL_GUARDED_BY(mu_) = 0;
   absl::Duration pending_buffer_broadcast_ ABSL_GUARDED_BY(mu_) = absl::ZeroDuration();
+  // PowerSGD's random Q: seeded alike on every rank, drawn in bucket order.
+  std::mt19937_64 powersgd_rng_ ABSL_GUARDED_BY(mu_);
 };
 
 }  // namespace trainctl::dist

@@ -220,11 +220,33 @@ absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
                             rankproto::GetBool(c, "ddp.find_unused_parameters"));
   // "unspecified": a spec resolved before ddp.comm_hook existed (no hook).
   TRAINCTL_ASSIGN_OR_RETURN(
-      int hook,
-      OneOf(c, "ddp.comm_hook", {"none", "fp16_compress", "bf16_compress", "unspecified"}));
+      int hook, OneOf(c, "ddp.comm_hook",
+                      {"none", "fp16_compress", "bf16_compress", "powersgd", "unspecified"}));
   constexpr dist::CommHook kHooks[] = {dist::CommHook::kNone, dist::CommHook::kFp16Compress,
-                                       dist::CommHook::kBf16Compress, dist::CommHook::kNone};
+                                       dist::CommHook::kBf16Compress, dist::CommHook::kPowerSgd,
+                                       dist::CommHook::kNone};
   t.ddp.comm_hook = kHooks[hook];
+  // ddp.powersgd.*: a spec resolved before they existed keeps PyTorch's
+  // defaults (those of dist::PowerSgdOptions, which job_defaults.cc writes).
+  dist::PowerSgdOptions& ps = t.ddp.powersgd;
+  auto has = [&](const char* key) { return c.find(key) != c.end(); };
+  if (has("ddp.powersgd.rank")) {
+    TRAINCTL_ASSIGN_OR_RETURN(ps.rank, BoundedInt(c, "ddp.powersgd.rank"));
+  }
+  if (has("ddp.powersgd.start_iter")) {
+    TRAINCTL_ASSIGN_OR_RETURN(ps.start_iter, BoundedInt(c, "ddp.powersgd.start_iter"));
+  }
+  if (has("ddp.powersgd.min_compression_rate")) {
+    TRAINCTL_ASSIGN_OR_RETURN(ps.min_compression_rate,
+                              DoubleAtLeast(c, "ddp.powersgd.min_compression_rate", 1));
+  }
+  if (has("ddp.powersgd.use_error_feedback")) {
+    TRAINCTL_ASSIGN_OR_RETURN(ps.use_error_feedback,
+                              rankproto::GetBool(c, "ddp.powersgd.use_error_feedback"));
+  }
+  if (has("ddp.powersgd.warm_start")) {
+    TRAINCTL_ASSIGN_OR_RETURN(ps.warm_start, rankproto::GetBool(c, "ddp.powersgd.warm_start"));
+  }
 
   // checkpoint.* (run.checkpoint_dir wins over checkpoint.dir; see ParseRankConfig)
   TRAINCTL_ASSIGN_OR_RETURN(t.checkpoint.every_epochs, BoundedInt(c, "checkpoint.every_epochs"));

@@ -207,8 +207,17 @@ TEST(RankConfigTest, ErrorsNameTheKey) {
   f["health.divergence.factor"] = "0.5";
   ExpectError(f, "health.divergence.factor", "0 (off) or > 1");
   f = Classic();
-  f["ddp.comm_hook"] = "powersgd";
-  ExpectError(f, "ddp.comm_hook", "expected one of none, fp16_compress, bf16_compress");
+  f["ddp.comm_hook"] = "topk";
+  ExpectError(f, "ddp.comm_hook", "expected one of none, fp16_compress, bf16_compress, powersgd");
+  f = Classic();
+  f["ddp.powersgd.min_compression_rate"] = "0.5";
+  ExpectError(f, "ddp.powersgd.min_compression_rate", "must be >= 1");
+  f = Classic();
+  f["ddp.powersgd.rank"] = "0";
+  ExpectError(f, "ddp.powersgd.rank", "must be in [1, 1024]");
+  f = Classic();
+  f["ddp.powersgd.warm_start"] = "maybe";
+  ExpectError(f, "ddp.powersgd.warm_start", "");
 }
 
 TEST(RankConfigTest, CommHookNames) {
@@ -216,6 +225,7 @@ TEST(RankConfigTest, CommHookNames) {
            {"none", dist::CommHook::kNone},
            {"fp16_compress", dist::CommHook::kFp16Compress},
            {"bf16_compress", dist::CommHook::kBf16Compress},
+           {"powersgd", dist::CommHook::kPowerSgd},
            // A spec resolved before the field existed.
            {"unspecified", dist::CommHook::kNone}}) {
     auto f = Classic();
@@ -242,6 +252,11 @@ TEST(RankConfigTest, TakesEveryValueFromTheResolvedSpec) {
   EXPECT_DOUBLE_EQ(c->training.ddp.bucket_cap_mb, 25);
   EXPECT_TRUE(c->training.ddp.broadcast_buffers);
   EXPECT_EQ(c->training.ddp.comm_hook, dist::CommHook::kNone);
+  EXPECT_EQ(c->training.ddp.powersgd.rank, 1);
+  EXPECT_EQ(c->training.ddp.powersgd.start_iter, 1000);
+  EXPECT_DOUBLE_EQ(c->training.ddp.powersgd.min_compression_rate, 2);
+  EXPECT_TRUE(c->training.ddp.powersgd.use_error_feedback);
+  EXPECT_TRUE(c->training.ddp.powersgd.warm_start);
   EXPECT_EQ(c->training.checkpoint.every_epochs, 1);
   EXPECT_EQ(c->training.metrics_every_steps, 20);
   EXPECT_DOUBLE_EQ(c->training.health.min_loss_scale, 1e-4);

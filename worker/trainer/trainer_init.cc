@@ -200,6 +200,13 @@ absl::Status Trainer::Impl::CreateBucketer() {
                : b.status();
   }
   ddp = std::move(b).value();
+  if (opt().ddp.comm_hook == dist::CommHook::kPowerSgd) {
+    const auto plan = ddp->powersgd_plan();
+    Log(absl::StrCat("powersgd: ", plan.compressed_tensors, " of ", plan.tensors,
+                     " gradient tensors compressed at rank ", opt().ddp.powersgd.rank, "; ",
+                     plan.wire_numel, " of ", plan.bucket_numel, " values sent per step from step ",
+                     opt().ddp.powersgd.start_iter));
+  }
   return absl::OkStatus();
 }
 
