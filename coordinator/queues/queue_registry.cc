@@ -190,6 +190,13 @@ absl::Status ValidateQueue(const v1::Queue& queue) {
   // The same bounds as a job's own resources (one rule: common/jobspec).
   std::vector<SpecError> errors = CheckResourceSpec(queue.default_resources(), "queue.default_resources");
   if (!errors.empty()) return absl::InvalidArgumentError(errors.front().ToString());
+  // Defaults are limits; a flavor is where a job runs, which its submitter
+  // says (a CPU job given one would be refused for what it never asked).
+  if (!queue.default_resources().gpu_flavor().empty()) {
+    return absl::InvalidArgumentError(
+        "queue.default_resources.gpu_flavor: a queue gives default limits (cpus, memory, pids), not a GPU "
+        "flavor; jobs name theirs (resources.gpu_flavor)");
+  }
   return absl::OkStatus();
 }
 
@@ -363,8 +370,11 @@ absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role, absl::Span<const std
   if (!spec.has_priority()) spec.set_priority(q->default_priority());
   // A job that asks for no resources gets the queue's (validated when the
   // queue was made, and again with the job by ValidateJobSpec).
+  // The job's gpu_flavor is not a limit and stays (defaults have none).
   if (!HasResources(spec.resources()) && HasResources(q->default_resources())) {
+    std::string flavor = spec.resources().gpu_flavor();
     *spec.mutable_resources() = q->default_resources();
+    spec.mutable_resources()->set_gpu_flavor(std::move(flavor));
   }
   // world_size 0 is the default, 1 (ResolveJobSpecDefaults runs later).
   const int32_t least_size = spec.elastic().min_ranks() > 0 ? spec.elastic().min_ranks()

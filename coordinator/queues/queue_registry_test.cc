@@ -627,6 +627,11 @@ TEST(QueueValidationTest, DefaultResourcesHaveTheJobsBoundsAndNameTheField) {
   q.mutable_default_resources()->set_cpus(0);
   q.mutable_default_resources()->set_pids(2);
   EXPECT_EQ(message(q), "queue.default_resources.pids: must be 0 (no limit) or in [8, 4194304], got 2");
+  q.mutable_default_resources()->set_pids(0);
+  q.mutable_default_resources()->set_gpu_flavor("h100");
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidateQueue(q)));
+  EXPECT_EQ(message(q).rfind("queue.default_resources.gpu_flavor: a queue gives default limits", 0), 0u)
+      << message(q);
 }
 
 TEST_F(QueueRegistryTest, ResolveGivesAJobWithoutResourcesTheQueuesDefaultResources) {
@@ -654,6 +659,13 @@ TEST_F(QueueRegistryTest, ResolveGivesAJobWithoutResourcesTheQueuesDefaultResour
   EXPECT_EQ(spec.resources().cpus(), 0);
   EXPECT_EQ(spec.resources().memory(), 0);
   EXPECT_EQ(spec.resources().pids(), 64);
+  // A job that names only a GPU flavor gets the defaults and keeps its flavor.
+  spec = MakeSpec();
+  spec.set_queue("batch");
+  spec.mutable_resources()->set_gpu_flavor("h100");
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_EQ(spec.resources().cpus(), 2);
+  EXPECT_EQ(spec.resources().gpu_flavor(), "h100");
   // A queue without defaults leaves the job without resources.
   spec = MakeSpec();
   spec.set_queue("none");
