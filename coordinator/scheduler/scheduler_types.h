@@ -69,6 +69,11 @@ struct PendingJob {
   // its runtime limit plus the grace it is stopped with; 0 = no limit (see
   // Backfill by runtime). Finite, >= 0.
   double runtime_bound_s = 0;
+  // The GPU flavor its ranks must run on (resources.gpu_flavor; see
+  // Flavors): "" = any GPU. Set, the job runs on GPU slots whatever
+  // `device` says, except kCpu, which leaves it pending as kInvalidJob
+  // (the job manager refuses that combination at submit; a backstop).
+  std::string gpu_flavor;
 };
 
 // One worker's view for this pass.
@@ -83,6 +88,9 @@ struct WorkerSlots {
   int total_slots = 0;
   // False for a lost or draining worker: it is ignored.
   bool schedulable = true;
+  // A GPU worker's flavor: the one every GPU slot of it has (Slot.flavor);
+  // "" when they have none or differ, and for CPU workers. See Flavors.
+  std::string gpu_flavor;
   // What it can give ranks (Worker.allocatable): CPUs and bytes of memory,
   // each >= 0 with 0 = unknown (not a bound; see Resources), and whether it
   // enforces per-rank limits (false: no job with resources goes there).
@@ -265,6 +273,9 @@ struct RunningJob {
   SlotKind kind = SlotKind::kCpu;
   // Slots it holds; >= 0.
   int slots = 0;
+  // The flavor of the GPU slots it holds ("" = none, or several): only
+  // victims of a job's own flavor free slots for it (see Flavors).
+  std::string gpu_flavor;
   // Per rank, as PendingJob's (finite, >= 0): it holds slots x each against
   // its queue's CPU and memory quotas.
   double cpus = 0;

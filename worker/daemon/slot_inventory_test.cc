@@ -32,6 +32,30 @@ TEST(SlotInventoryTest, GpusAllOrListed) {
   EXPECT_EQ(ChooseSlots("", -1, {}).status().message(), "--slots: must be in [0, 1024], got -1");
 }
 
+TEST(SlotInventoryTest, GpuSlotsCarryAFlavorCpuSlotsNone) {
+  std::vector<GpuInfo> gpus{{0, "NVIDIA H100 80GB HBM3", 80LL << 30}, {1, "NVIDIA A100-SXM4-80GB", 80LL << 30}};
+  // Default: each GPU's name normalized.
+  auto detected = ChooseSlots("", 0, gpus);
+  ASSERT_TRUE(detected.ok()) << detected.status();
+  EXPECT_EQ((*detected)[0].flavor(), "h100");
+  EXPECT_EQ((*detected)[1].flavor(), "a100");
+  // --gpu-flavor names every GPU slot's flavor.
+  auto named = ChooseSlots("0", 0, gpus, "h100-sxm");
+  ASSERT_TRUE(named.ok()) << named.status();
+  EXPECT_EQ((*named)[0].flavor(), "h100-sxm");
+  EXPECT_EQ((*named)[0].name(), "NVIDIA H100 80GB HBM3");
+  // CPU slots have none.
+  EXPECT_EQ((*ChooseSlots("", 2, {}))[1].flavor(), "");
+  EXPECT_EQ(ChooseSlots("none", 2, gpus, "h100").status().message(),
+            "--gpu-flavor: this worker offers CPU slots (--gpus none), and CPU slots have no flavor; leave "
+            "--gpu-flavor out");
+  EXPECT_EQ(ChooseSlots("", 0, {}, "h100").status().message(),
+            "--gpu-flavor: this worker offers CPU slots (no GPU is visible), and CPU slots have no flavor; "
+            "leave --gpu-flavor out");
+  EXPECT_EQ(ChooseSlots("", 0, gpus, "H100").status().message(),
+            "--gpu-flavor: must start with a lowercase letter or a digit, got 'H100'");
+}
+
 TEST(SlotInventoryTest, DiscoveryNeverFailsWithoutADriver) {
   // This machine has no NVIDIA driver: an empty list, no crash.
   std::vector<GpuInfo> g = DiscoverGpus();
