@@ -16,14 +16,16 @@ std::string GpuFlavorProblem(std::string_view flavor) {
   if (!lower_or_digit(flavor[0])) return "must start with a lowercase letter or a digit";
   for (char c : flavor) {
     if (!lower_or_digit(c) && c != '.' && c != '_' && c != '-') {
-      return "may hold only lowercase letters, digits, '.', '_' and '-' (a GPU model such as h100 or a100)";
+      return "may hold only lowercase letters, digits, '.', '_' and '-' (a GPU model such as h100 "
+             "or a100)";
     }
   }
   return "";
 }
 
 std::string NormalizeGpuFlavor(std::string_view gpu_name) {
-  const std::string lower = absl::AsciiStrToLower(absl::string_view(gpu_name.data(), gpu_name.size()));
+  const std::string lower =
+      absl::AsciiStrToLower(absl::string_view(gpu_name.data(), gpu_name.size()));
   std::vector<std::string> words;
   for (absl::string_view w : absl::StrSplit(lower, absl::ByAnyChar(" -_\t"), absl::SkipEmpty())) {
     if (w == "nvidia" || w == "tesla" || w == "geforce" || w == "quadro") continue;

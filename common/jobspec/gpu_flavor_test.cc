@@ -34,8 +34,8 @@ TEST(NormalizeGpuFlavor, NoModelWordGivesNoFlavor) {
 }
 
 TEST(NormalizeGpuFlavor, ResultIsAlwaysAValidNameOrEmpty) {
-  for (const char* name : {"NVIDIA H100 80GB HBM3", "Weird/Name+Chars", ".hidden card", "GeForce RTX",
-                           "x"}) {
+  for (const char* name :
+       {"NVIDIA H100 80GB HBM3", "Weird/Name+Chars", ".hidden card", "GeForce RTX", "x"}) {
     const std::string flavor = NormalizeGpuFlavor(name);
     if (!flavor.empty()) EXPECT_EQ(GpuFlavorProblem(flavor), "") << name << " -> " << flavor;
   }

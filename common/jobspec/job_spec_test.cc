@@ -597,7 +597,8 @@ TEST(JobSpecTest, BadResourcesNameTheField) {
 
 TEST(JobSpecTest, GpuFlavorIsReadAndCheckedForGpuJobs) {
   const std::string b = kBase;
-  ParsedJobSpec p = ParseJobSpecYaml(b + "device: cuda\nresources: {gpu_flavor: h100}\n", "job.yaml", {});
+  ParsedJobSpec p =
+      ParseJobSpecYaml(b + "device: cuda\nresources: {gpu_flavor: h100}\n", "job.yaml", {});
   ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
   EXPECT_EQ(p.spec.resources().gpu_flavor(), "h100");
   // device auto may land on GPUs: a flavor is allowed; --set takes it too.
@@ -608,11 +609,13 @@ TEST(JobSpecTest, GpuFlavorIsReadAndCheckedForGpuJobs) {
   EXPECT_THAT(Errors(b + "device: cpu\nresources: {gpu_flavor: h100}\n"),
               ::testing::ElementsAre(::testing::HasSubstr(
                   "resources.gpu_flavor: asks for GPUs of flavor h100, but device is cpu")));
-  EXPECT_THAT(Errors(b + "device: cuda\nresources: {gpu_flavor: H100}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr(
-                  "resources.gpu_flavor: must start with a lowercase letter or a digit, got 'H100'")));
+  EXPECT_THAT(
+      Errors(b + "device: cuda\nresources: {gpu_flavor: H100}\n"),
+      ::testing::ElementsAre(::testing::HasSubstr(
+          "resources.gpu_flavor: must start with a lowercase letter or a digit, got 'H100'")));
   EXPECT_THAT(Errors(b + "device: cuda\nresources: {gpu_flavor: \"h 100\"}\n"),
-              ::testing::ElementsAre(::testing::HasSubstr("resources.gpu_flavor: may hold only lowercase")));
+              ::testing::ElementsAre(
+                  ::testing::HasSubstr("resources.gpu_flavor: may hold only lowercase")));
   // The same rule for a client that sends the proto.
   v1::JobSpec spec = p.spec;
   spec.set_device(v1::DEVICE_CPU);

@@ -52,10 +52,11 @@ ABSL_FLAG(std::string, key, "", "the private key of --cert (PEM)");
 ABSL_FLAG(std::string, gpus, "",
           "GPUs to offer: all, none, or indices like 0,1 (default: every visible GPU; CPU slots "
           "when there is none)");
-ABSL_FLAG(std::string, gpu_flavor, "",
-          "the flavor (GPU model) this worker's GPU slots are labelled with, which jobs ask for with "
-          "resources.gpu_flavor: lowercase letters, digits, '.', '_', '-' (default: each GPU's name "
-          "normalized, \"NVIDIA H100 80GB HBM3\" -> h100); not with CPU slots");
+ABSL_FLAG(
+    std::string, gpu_flavor, "",
+    "the flavor (GPU model) this worker's GPU slots are labelled with, which jobs ask for with "
+    "resources.gpu_flavor: lowercase letters, digits, '.', '_', '-' (default: each GPU's name "
+    "normalized, \"NVIDIA H100 80GB HBM3\" -> h100); not with CPU slots");
 ABSL_FLAG(int, slots, 0, "CPU slots to offer (default 1 on a host without GPUs); implies CPU");
 ABSL_FLAG(std::string, work_dir, "./trainctl-worker",
           "keeps the stable worker id and each rank's files and checkpoints");

@@ -67,7 +67,8 @@ absl::StatusOr<std::vector<v1::Slot>> ChooseSlots(const std::string& gpus, int c
   }
   if (!gpu_flavor.empty()) {
     if (std::string problem = GpuFlavorProblem(gpu_flavor); !problem.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat("--gpu-flavor: ", problem, ", got '", gpu_flavor, "'"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpu-flavor: ", problem, ", got '", gpu_flavor, "'"));
     }
   }
   std::vector<v1::Slot> out;
@@ -84,9 +85,10 @@ absl::StatusOr<std::vector<v1::Slot>> ChooseSlots(const std::string& gpus, int c
   if (!use_cpu && cpu_slots > 0 && gpus.empty()) use_cpu = true;  // --slots asks for CPU.
   if (use_cpu) {
     if (!gpu_flavor.empty()) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--gpu-flavor: this worker offers CPU slots (", gpus == "none" ? "--gpus none" : "no GPU is visible",
-          "), and CPU slots have no flavor; leave --gpu-flavor out"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpu-flavor: this worker offers CPU slots (",
+                       gpus == "none" ? "--gpus none" : "no GPU is visible",
+                       "), and CPU slots have no flavor; leave --gpu-flavor out"));
     }
     for (int i = 0; i < std::max(cpu_slots, 1); ++i) {
       v1::Slot s;
