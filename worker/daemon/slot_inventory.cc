@@ -87,7 +87,9 @@ absl::StatusOr<std::vector<v1::Slot>> ChooseSlots(const std::string& gpus, int c
     if (!gpu_flavor.empty()) {
       return absl::InvalidArgumentError(
           absl::StrCat("--gpu-flavor: this worker offers CPU slots (",
-                       gpus == "none" ? "--gpus none" : "no GPU is visible",
+                       gpus == "none"    ? "--gpus none"
+                       : visible.empty() ? "no GPU is visible"
+                                         : "--slots",
                        "), and CPU slots have no flavor; leave --gpu-flavor out"));
     }
     for (int i = 0; i < std::max(cpu_slots, 1); ++i) {

@@ -57,6 +57,10 @@ TEST(SlotInventoryTest, GpuSlotsCarryAFlavorCpuSlotsNone) {
             "--gpu-flavor: this worker offers CPU slots (no GPU is visible), and CPU slots have no "
             "flavor; "
             "leave --gpu-flavor out");
+  EXPECT_EQ(
+      ChooseSlots("", 2, gpus, "h100").status().message(),
+      "--gpu-flavor: this worker offers CPU slots (--slots), and CPU slots have no flavor; leave "
+      "--gpu-flavor out");
   EXPECT_EQ(ChooseSlots("", 0, gpus, "H100").status().message(),
             "--gpu-flavor: must start with a lowercase letter or a digit, got 'H100'");
 }
