@@ -131,6 +131,61 @@ TEST(FlavorTest, PreemptsOnlyVictimsOfItsFlavor) {
   EXPECT_TRUE(r->preemptions.empty()) << Dump(*r);
 }
 
+QueueSpec WithFlavorQuota(QueueSpec q, std::string flavor, int nominal) {
+  q.nominal_gpu_flavors[std::move(flavor)] = nominal;
+  return q;
+}
+
+TEST(FlavorQuotaTest, AJobOfTheFlavorFitsOnlyWithinItsQueuesFlavorQuota) {
+  // Plenty of h100s; queue "team" may hold 3 of them. A running job of the
+  // queue holds 1 h100 slot: a 2-rank h100 job fits, a second one waits;
+  // an a100 job (no a100 quota) and a job of another queue start.
+  std::vector<WorkerSlots> workers = {Flavored(Gpu("h", 7, 8), "h100"), Flavored(Gpu("a", 4), "a100")};
+  QueueInput in;
+  in.queues = {WithFlavorQuota(Queue("team", -1), "h100", 3), Queue("other", -1)};
+  RunningJob held = Running("r", "team", 1);
+  held.gpu_flavor = "h100";
+  in.running = {held};
+  std::vector<PendingJob> jobs = {Queued("team", OfFlavor(Job("first", 2, kCuda, 0, 1), "h100")),
+                                  Queued("team", OfFlavor(Job("second", 1, kCuda, 0, 2), "h100")),
+                                  Queued("team", OfFlavor(Job("a100", 2, kCuda, 0, 3), "a100")),
+                                  Queued("other", OfFlavor(Job("theirs", 4, kCuda, 0, 4), "h100"))};
+  absl::StatusOr<ScheduleResult> r = Schedule(jobs, workers, in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  std::map<std::string, std::string> got = Outcome(*r);
+  EXPECT_NE(got["first"].rfind("h:", 0), std::string::npos) << Dump(*r);
+  EXPECT_EQ(got["second"], "pending:quota_exceeded");
+  EXPECT_EQ(FindPending(*r, "second").message,
+            "needs 1 cuda (h100) slots, more than its queue's h100 quota admits now (queue team: 3 of 3 cuda "
+            "(h100) used)");
+  EXPECT_EQ(got["a100"], "a:0,1");
+  EXPECT_NE(got["theirs"].rfind("h:", 0), std::string::npos) << Dump(*r);
+}
+
+TEST(FlavorQuotaTest, ItCountsEveryJobOfTheQueueOnTheFlavorAndBoundsElasticSize) {
+  std::vector<WorkerSlots> workers = {Flavored(Gpu("h", 8), "h100")};
+  QueueInput in;
+  in.queues = {WithFlavorQuota(Queue("team", -1), "h100", 4)};
+  // This pass: a job without a flavor lands on the h100s and counts; the
+  // elastic h100 job then gets what is left of the quota, not of the slots.
+  PendingJob elastic = Queued("team", OfFlavor(Job("elastic", 6, kCuda, 0, 2), "h100"));
+  elastic.min_world_size = 1;
+  absl::StatusOr<ScheduleResult> r =
+      Schedule({Queued("team", Job("plain", 3, kCuda, 0, 1)), elastic}, workers, in);
+  ASSERT_TRUE(r.ok()) << r.status();
+  ASSERT_EQ(r->placements.size(), 2u) << Dump(*r);
+  EXPECT_EQ(r->placements[1].job_id, "elastic");
+  EXPECT_EQ(r->placements[1].world_size, 1);
+  // Larger than the quota: never fits this queue.
+  r = Schedule({Queued("team", OfFlavor(Job("big", 5), "h100"))}, workers, in);
+  ASSERT_TRUE(r.ok());
+  EXPECT_EQ(FindPending(*r, "big").reason, PendingReason::kExceedsQueueLimit);
+  EXPECT_EQ(FindPending(*r, "big").message, "needs 5 cuda (h100) slots, more than queue team's h100 quota (4)");
+  // A negative quota is malformed input.
+  in.queues[0].nominal_gpu_flavors["h100"] = -1;
+  EXPECT_TRUE(absl::IsInvalidArgument(Schedule({}, workers, in).status()));
+}
+
 // Random clusters of flavored, unflavored and CPU workers and jobs of each
 // sort: a flavored job's ranks are all on workers of its flavor, no slot
 // is used twice, and every job ends in exactly one of placed or pending.

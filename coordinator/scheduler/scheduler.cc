@@ -16,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "common/format_bytes.h"
 #include "coordinator/scheduler/fair_order.h"
+#include "coordinator/scheduler/flavor_quota.h"
 #include "coordinator/scheduler/queue_admission.h"
 #include "coordinator/scheduler/worker_fit.h"
 
@@ -56,7 +57,7 @@ class Pass {
  public:
   Pass(absl::Span<const PendingJob> jobs, absl::Span<const WorkerSlots> workers,
        const QueueInput& queues)
-      : book_(queues) {
+      : book_(queues), flavors_(queues, workers, book_) {
     for (const PendingJob& job : jobs) jobs_.push_back(&job);
     std::sort(jobs_.begin(), jobs_.end(),
               [](const PendingJob* a, const PendingJob* b) { return ScheduledBefore(*a, *b); });
@@ -152,7 +153,7 @@ class Pass {
     KindPool& pool = PoolOf(kind, job.gpu_flavor);
     const Request req = RequestOf(asked);
     // "4 cpu slots", with what each rank asks for when it has resources.
-    std::string slots_text = absl::StrCat(need, " ", KindText(kind, job.gpu_flavor), " slots",
+    std::string slots_text = absl::StrCat(need, " ", internal::KindText(kind, job.gpu_flavor), " slots",
                                           req.limited ? absl::StrCat(" of ", PerRankText(req)) : "");
     if (req.per_node > 0) absl::StrAppend(&slots_text, " on ", asked.nodes, " workers, ", req.per_node, " on each");
 
@@ -184,6 +185,13 @@ class Pass {
     const internal::Demand per_rank = internal::PerRank(kind, req.cpu, req.mem);
     const Admission admission = book_.Admit(q, per_rank, job.world_size);
     if (admission == Admission::kBorrow && !may_borrow) return false;
+    if (flavors_.Headroom(q, job.gpu_flavor) < job.world_size) {
+      pending.reason = PendingReason::kQuotaExceeded;
+      pending.message = absl::StrCat("needs ", slots_text, ", more than its queue's ", job.gpu_flavor,
+                                     " quota admits now (", flavors_.Text(q, job.gpu_flavor), ")");
+      result.pending.push_back(std::move(pending));
+      return true;
+    }
     if (admission == Admission::kOverQuota) {
       // Over its queue's nominal only because of the queue's own jobs of a
       // lower priority: those are preempted (ChooseVictims keeps the queue
@@ -203,12 +211,14 @@ class Pass {
     if (admission != Admission::kReclaim) {
       // Without queues every bound but world_size and availability is unbounded.
       const long long size = std::min({static_cast<long long>(asked.world_size), free.available,
-                                       book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q)});
+                                       book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q),
+                                       flavors_.Headroom(q, asked.gpu_flavor)});
       if (size >= job.world_size) {
         PendingJob sized = asked;
         sized.world_size = static_cast<int>(size);
         result.placements.push_back(Place(sized, req, kind, pool));
         book_.Charge(q, kind, per_rank, size, asked.owner);
+        flavors_.Charge(q, result.placements.back());
         return true;
       }
       if (Backfill(asked, job, q, kind, req, per_rank, pool, free, may_borrow, result)) return true;
@@ -239,7 +249,7 @@ class Pass {
   // slot, or it needs more than the whole cluster has.
   bool CannotFit(const PendingJob& job, int q, const std::string& need, const Request& req,
                  const KindPool& pool, PendingJobStatus& pending) const {
-    const std::string kind_name = KindText(pending.kind, job.gpu_flavor);
+    const std::string kind_name = internal::KindText(pending.kind, job.gpu_flavor);
     if (job.world_size < 1) {
       pending.reason = PendingReason::kInvalidJob;
       pending.message = absl::StrCat("world_size must be >= 1, got ", job.world_size);
@@ -261,7 +271,7 @@ class Pass {
     if (pool.workers.empty()) {
       pending.reason = PendingReason::kNoWorkerOfKind;
       pending.message = absl::StrCat("no schedulable worker has ", kind_name, " slots");
-      if (!job.gpu_flavor.empty()) absl::StrAppend(&pending.message, FlavorsText());
+      if (!job.gpu_flavor.empty()) absl::StrAppend(&pending.message, internal::FlavorsText(flavor_pools_));
       if (job.device == DeviceRequirement::kAuto && job.gpu_flavor.empty()) {
         absl::StrAppend(&pending.message, " (device auto: no GPU worker either)");
       }
@@ -305,6 +315,12 @@ class Pass {
                              internal::DimAmount(d, ceiling), ")");
       return true;
     }
+    if (const long long n = flavors_.Nominal(q, job.gpu_flavor); n >= 0 && job.world_size > n) {
+      pending.reason = PendingReason::kExceedsQueueLimit;
+      pending.message = absl::StrCat("needs ", need, " ", kind_name, " slots, more than queue ", book_.Name(q), "'s ",
+                                     job.gpu_flavor, " quota (", n, ")");
+      return true;
+    }
     return false;
   }
 
@@ -341,7 +357,8 @@ class Pass {
       return false;
     }
     const long long size = std::min({static_cast<long long>(asked.world_size), free.available + free.reserved,
-                                     book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q)});
+                                     book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q),
+                                     flavors_.Headroom(q, asked.gpu_flavor)});
     if (size < job.world_size) return false;
     PendingJob sized = asked;
     sized.world_size = static_cast<int>(size);
@@ -349,6 +366,7 @@ class Pass {
     placement.backfilled_before = jobs_[pool.head]->job_id;
     result.placements.push_back(std::move(placement));
     book_.Charge(q, kind, per_rank, size, asked.owner);
+    flavors_.Charge(q, result.placements.back());
     return true;
   }
 
@@ -550,20 +568,8 @@ class Pass {
   // The GPU workers of each flavor (a subset of the GPU pool, sharing its
   // workers' slots), by flavor; a flavor no worker has maps to an empty pool.
   std::map<std::string, KindPool> flavor_pools_;
-
-  // "cuda", or "cuda (h100)" for a job asking for a flavor.
-  static std::string KindText(SlotKind kind, const std::string& flavor) {
-    return flavor.empty() ? SlotKindName(kind) : absl::StrCat(SlotKindName(kind), " (", flavor, ")");
-  }
-  // " (GPU flavors here: a100, h100)", or " (no GPU worker has a flavor)".
-  std::string FlavorsText() const {
-    std::vector<std::string> names;
-    for (const auto& [name, pool] : flavor_pools_) {
-      if (!pool.workers.empty()) names.push_back(name);
-    }
-    return names.empty() ? " (no schedulable GPU worker has a flavor)"
-                         : absl::StrCat(" (GPU flavors here: ", absl::StrJoin(names, ", "), ")");
-  }
+  // What each queue holds of each flavor (see Flavor quotas).
+  internal::FlavorQuota flavors_;
 };
 
 }  // namespace
@@ -578,6 +584,7 @@ absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
                                         const QueueInput& queues) {
   if (absl::Status status = ValidateInput(jobs, workers); !status.ok()) return status;
   if (absl::Status status = internal::ValidateQueues(jobs, queues); !status.ok()) return status;
+  if (absl::Status status = internal::ValidateFlavorQuotas(queues); !status.ok()) return status;
   return Pass(jobs, workers, queues).Run();
 }
 

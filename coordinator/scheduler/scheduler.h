@@ -180,6 +180,16 @@
 //    without a flavor, and a cluster without flavors, are placed exactly
 //    as before.
 //
+//  * Flavor quotas (QueueSpec::nominal_gpu_flavors; nominal only). A
+//    queue's used of flavor F is the slots of its running jobs on F
+//    (RunningJob::gpu_flavor) plus this pass's placements on F's workers,
+//    of any job of the queue. A job asking for F, in a queue with a
+//    nominal N_F: least size > N_F is kExceedsQueueLimit (after the other
+//    never-fits checks); used_F + least size > N_F is kQuotaExceeded (no
+//    reservation, no preemption, nothing borrowed from the cohort); an
+//    elastic one starts with at most N_F - used_F ranks. Jobs not asking
+//    for F are counted, never held back. No flavor quota: as before.
+//
 //  * Determinism. The same set of jobs and workers gives the same result
 //    whatever the order of either input (and of each worker's free slots);
 //    with queues, whatever the order of the queues and running jobs too.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -237,6 +238,9 @@ struct QueueSpec {
   std::int64_t borrowing_limit_memory_bytes = -1;
   double lending_limit_cpus = -1;
   std::int64_t lending_limit_memory_bytes = -1;
+  // Nominal GPU slots per flavor (see Flavor quotas): flavor -> >= 0.
+  // Flavors not listed are not limited by flavor.
+  std::map<std::string, int> nominal_gpu_flavors;
   // Queues naming the same cohort lend each other their idle quota; "" = none.
   std::string cohort;
   // The largest job (least size) the queue accepts; 0 = no limit, else > 0.
