@@ -81,6 +81,35 @@ TEST_F(JobFlavorsTest, AFlavorNoWorkerHasIsRefusedAtSubmitOrWaitsNamingIt) {
   EXPECT_EQ(Get(waits->id()).attempts(0).ranks(0).worker_id(), "h");
 }
 
+// The placer counts a queue's live ranks on each flavor from their slots
+// (RankAssignment.slot.flavor) against the queue's flavor quota.
+TEST_F(JobFlavorsTest, AQueuesFlavorQuotaCountsItsRunningJobsOnTheFlavor) {
+  scheduler::QueueSpec team;
+  team.name = "team";
+  team.nominal_gpu_flavors["h100"] = 3;
+  std::vector<scheduler::QueueSpec> queues = {team};
+  owners_->placer.SetQueueSource([&queues] { return queues; });
+  RegisterWorker(GpuWorker("h", 8, "NVIDIA H100 80GB HBM3", "h100"));
+  v1::JobSpec spec = GpuSpec(2, "h100");
+  spec.set_queue("team");
+  auto first = jobs_->Submit(spec);
+  ASSERT_TRUE(first.ok()) << first.status();
+  EXPECT_EQ(Get(first->id()).state(), v1::JOB_STATE_SCHEDULED) << Get(first->id()).state_reason();
+  auto second = jobs_->Submit(spec);
+  ASSERT_TRUE(second.ok());
+  EXPECT_EQ(Get(second->id()).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(second->id()).state_reason(),
+              HasSubstr("more than its queue's h100 quota admits now (queue team: 2 of 3 cuda (h100) used)"));
+  // A job of the queue without a flavor is not held back by it.
+  auto plain = jobs_->Submit([&] {
+    v1::JobSpec s = GpuSpec(2, "");
+    s.set_queue("team");
+    return s;
+  }());
+  ASSERT_TRUE(plain.ok());
+  EXPECT_EQ(Get(plain->id()).state(), v1::JOB_STATE_SCHEDULED) << Get(plain->id()).state_reason();
+}
+
 TEST_F(JobFlavorsTest, ARegistrationWithABadFlavorIsRefusedNamingTheSlot) {
   FakeChannel channel;
   v1::Register cpu = CpuWorker("c", 2);
