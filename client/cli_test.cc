@@ -730,14 +730,16 @@ TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
   ASSERT_EQ(lines.size(), 3u) << r.out;
   EXPECT_THAT(
       lines[0],
-      MatchesRegex("ID +HOST +ADDRESS +STATE +SLOTS +BUSY +CPUS +MEMORY +LIMITS +LABELS +HEARTBEAT "
-                   "+VERSION"));
-  EXPECT_THAT(r.out,
-              MatchesRegex(
-                  "(.|\n)*\nw0 +host-w0 +127.0.0.1 +ALIVE +1 cpu +0/1 +- +- +no +disk=ssd,zone=lab "
-                  "+.* +-\n(.|\n)*"));
-  EXPECT_THAT(r.out,
-              MatchesRegex("(.|\n)*\nw1 +host-w1 +127.0.0.1 +ALIVE +1 cpu +0/1 +- +- +no +- +.*"));
+      MatchesRegex(
+          "ID +HOST +ADDRESS +STATE +SLOTS +FLAVOR +BUSY +CPUS +MEMORY +LIMITS +LABELS +HEARTBEAT "
+          "+VERSION"));
+  EXPECT_THAT(
+      r.out,
+      MatchesRegex(
+          "(.|\n)*\nw0 +host-w0 +127.0.0.1 +ALIVE +1 cpu +- +0/1 +- +- +no +disk=ssd,zone=lab "
+          "+.* +-\n(.|\n)*"));
+  EXPECT_THAT(r.out, MatchesRegex(
+                         "(.|\n)*\nw1 +host-w1 +127.0.0.1 +ALIVE +1 cpu +- +0/1 +- +- +no +- +.*"));
   cluster_.RemoveWorker("w1");
   absl::Time deadline = absl::Now() + absl::Seconds(5);
   while (absl::Now() < deadline && Lines(Run({"workers"}).out).size() != 2)
@@ -747,7 +749,7 @@ TEST_F(CliTest, StatusListDescribeAndWorkersInTablesAndJson) {
   auto workers = ParseJson<v1::ListWorkersResponse>(r.out);
   ASSERT_EQ(workers.workers_size(), 2);
   r = Run({"workers", "--all"});
-  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw1 +host-w1 +127.0.0.1 +LEFT +1 cpu +0/1 .*"));
+  EXPECT_THAT(r.out, MatchesRegex("(.|\n)*\nw1 +host-w1 +127.0.0.1 +LEFT +1 cpu +- +0/1 .*"));
 }
 
 // The table shows what a worker reported it can give ranks, as placement
@@ -766,7 +768,28 @@ TEST_F(CliTest, WorkersShowsAllocatableCpusMemoryAndLimits) {
   EXPECT_THAT(
       r.out,
       MatchesRegex(
-          "(.|\n)*\nw-big +host-w-big +127.0.0.1 +ALIVE +2 cpu +0/2 +7.5 +3 GiB +yes +- .*"));
+          "(.|\n)*\nw-big +host-w-big +127.0.0.1 +ALIVE +2 cpu +- +0/2 +7.5 +3 GiB +yes +- .*"));
+}
+
+// A GPU worker's flavor (Slot.flavor) shows in the table and in -o json:
+// what a job names in resources.gpu_flavor.
+TEST_F(CliTest, WorkersShowsTheGpuFlavor) {
+  testing::FakeWorker& w = cluster_.AddWorker("w-gpu", 2);
+  w.set_gpus("NVIDIA H100 80GB HBM3", "h100");
+  w.Leave();
+  ASSERT_TRUE(w.Connect());
+  CliRun r = Run({"workers"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  EXPECT_THAT(
+      r.out, MatchesRegex("(.|\n)*\nw-gpu +host-w-gpu +127.0.0.1 +ALIVE +2 gpu \\(NVIDIA H100 80GB "
+                          "HBM3\\) +h100 +0/2 .*"));
+  r = Run({"workers", "-o", "json"});
+  EXPECT_EQ(r.code, 0) << r.err;
+  auto workers = ParseJson<v1::ListWorkersResponse>(r.out);
+  ASSERT_EQ(workers.workers_size(), 1);
+  ASSERT_EQ(workers.workers(0).slots_size(), 2);
+  EXPECT_EQ(workers.workers(0).slots(1).flavor(), "h100");
+  EXPECT_THAT(r.out, HasSubstr("\"flavor\":\"h100\""));
 }
 
 TEST_F(CliTest, EveryVerbTakesAnIdANameOrAnIdPrefix) {

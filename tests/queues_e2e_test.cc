@@ -569,5 +569,49 @@ TEST(QueuesE2ETest, TheDefaultQueueTakesJobsThatNameNoneAndTheyRun) {
   EXPECT_EQ(job->spec().queue(), "team-b");
 }
 
+// Issue #48 item 2: a queue's GPU quota per flavor through the CLI: set
+// with --nominal-gpus-flavor, shown by create and describe, a bad value
+// refused naming the flag or the field, and a job asking for more of the
+// flavor than the queue may ever hold refused at submit naming the quota; a
+// CPU job asking for a flavor refused naming the field.
+TEST(QueuesE2ETest, GpuFlavorQuotasAreSetShownAndBoundWhatAQueueCanEverRun) {
+  Cluster cluster(testing::BuildDirOfThisTest(), "");
+  ASSERT_TRUE(cluster.StartCoordinator());
+  const std::string admin = cluster.admin_token();
+  CliResult made = RunTrainctl(cluster, admin,
+                               {"queue", "create", "gpus", "--nominal-gpus-flavor", "h100=4", "--nominal-gpus-flavor",
+                                "a100=2"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  EXPECT_THAT(made.out, HasSubstr("by flavor a100 2, h100 4 gpus"));
+  CliResult shown = RunTrainctl(cluster, admin, {"queue", "describe", "gpus"});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_THAT(shown.out, ContainsRegex("GPU flavor quota: +a100 2, h100 4 gpus"));
+  CliResult bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--nominal-gpus-flavor", "h100"});
+  EXPECT_NE(bad.code, 0);
+  EXPECT_THAT(bad.err, HasSubstr("--nominal-gpus-flavor: must be FLAVOR=N with N >= 0 (e.g. h100=4), got 'h100'"));
+  bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--nominal-gpus-flavor", "H100=4"});
+  EXPECT_EQ(bad.code, 2) << bad.err;
+  EXPECT_THAT(bad.err, HasSubstr("queue.nominal_gpu_flavors: flavor 'H100' must start with a lowercase letter"));
+
+  std::unique_ptr<Client> as_admin = ClientAs(cluster, admin);
+  ASSERT_NE(as_admin, nullptr);
+  v1::JobSpec spec = Spec("too-many-h100s");
+  spec.set_queue("gpus");
+  spec.set_world_size(5);
+  spec.set_device(v1::DEVICE_CUDA);
+  spec.mutable_resources()->set_gpu_flavor("h100");
+  absl::StatusOr<v1::Job> job = as_admin->Submit(spec);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(),
+              HasSubstr("resources.gpu_flavor: 5 h100 GPUs exceed queue 'gpus''s h100 quota of 4 (nominal_gpu_flavors)"));
+  spec.set_device(v1::DEVICE_CPU);
+  spec.set_world_size(1);
+  job = as_admin->Submit(spec);
+  ASSERT_FALSE(job.ok());
+  EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(job.status().message(), HasSubstr("resources.gpu_flavor: asks for GPUs of flavor h100, but device is cpu"));
+}
+
 }  // namespace
 }  // namespace trainctl

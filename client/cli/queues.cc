@@ -3,6 +3,7 @@
 #include <CLI/CLI.hpp>
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <optional>
 #include <sstream>
@@ -57,6 +58,8 @@ struct QueueArgs {
   bool update = false;
   // Queue.default_queue.
   bool make_default = false;
+  // Queue.nominal_gpu_flavors ("FLAVOR=N" each).
+  std::vector<std::string> gpu_flavor_quotas;
   // Queue.weight (0: unset, 1) and owner_weights ("OWNER=W" each).
   double weight = 0;
   std::vector<std::string> owner_weights;
@@ -154,6 +157,14 @@ std::string ResourceQuotaText(const v1::Queue& q) {
   return absl::StrJoin(parts, ", ");
 }
 
+// "a100 2, h100 4 gpus" (by flavor), or "" when the queue has none.
+std::string FlavorQuotaText(const v1::Queue& q) {
+  std::map<std::string, int> sorted(q.nominal_gpu_flavors().begin(), q.nominal_gpu_flavors().end());
+  std::vector<std::string> parts;
+  for (const auto& [flavor, n] : sorted) parts.push_back(absl::StrCat(flavor, " ", n));
+  return parts.empty() ? "" : absl::StrCat(absl::StrJoin(parts, ", "), " gpus");
+}
+
 // A memory quota flag's bytes into `out` (left empty for "" or "-1":
 // unset); false with `error` set when it does not parse.
 bool ParseMemoryQuota(const char* flag, const std::string& text, std::optional<int64_t>& out,
@@ -214,6 +225,15 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
   q.set_weight(a.weight);
   q.set_default_max_runtime_s(a.default_max_runtime_s);
   q.set_max_runtime_s(a.max_runtime_s);
+  for (const std::string& fq : a.gpu_flavor_quotas) {
+    const size_t eq = fq.find('=');
+    int n = 0;
+    if (eq == std::string::npos || eq == 0 || !absl::SimpleAtoi(fq.substr(eq + 1), &n) || n < 0) {
+      return ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
+          "--nominal-gpus-flavor: must be FLAVOR=N with N >= 0 (e.g. h100=4), got '", fq, "'")));
+    }
+    (*q.mutable_nominal_gpu_flavors())[fq.substr(0, eq)] = n;
+  }
   for (const std::string& ow : a.owner_weights) {
     // OWNER=WEIGHT; the owner (a token name) may itself hold '=': split at the last.
     const size_t eq = ow.rfind('=');
@@ -252,6 +272,8 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
             << NominalMeaning("CPUs", "--cpu", made.has_nominal_cpu(), made.nominal_cpu())
             << (CpuLimits(made).empty() ? "" : absl::StrCat(" (", CpuLimits(made), ")"))
             << (ResourceQuotaText(made).empty() ? "" : absl::StrCat(", ", ResourceQuotaText(made)))
+            << (FlavorQuotaText(made).empty() ? ""
+                                              : absl::StrCat(", by flavor ", FlavorQuotaText(made)))
             << (made.cohort().empty() ? "" : absl::StrCat(", cohort ", made.cohort()))
             << (made.max_job_size() > 0 ? absl::StrCat(", max job size ", made.max_job_size()) : "")
             << ", default priority " << made.default_priority()
@@ -337,6 +359,7 @@ int RunQueueDescribe(CliContext& ctx, const std::string& name) {
         if (!ResourceQuotaText(q).empty()) {
           t.AddRow({"CPU/memory quota:", ResourceQuotaText(q)});
         }
+        if (!FlavorQuotaText(q).empty()) t.AddRow({"GPU flavor quota:", FlavorQuotaText(q)});
         t.AddRow({"Max job size:",
                   q.max_job_size() > 0 ? absl::StrCat(q.max_job_size(), " ranks") : "no limit"});
         t.AddRow({"Default priority:", absl::StrCat(q.default_priority())});
@@ -419,6 +442,11 @@ VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
                 "Most of its --cpu it lends to its cohort; the rest stays reserved for it "
                 "(default: no limit)")
       ->type_name("N");
+  c->add_option(
+       "--nominal-gpus-flavor", create->gpu_flavor_quotas,
+       "FLAVOR=N, repeatable: the most GPU slots of that flavor (resources.gpu_flavor) its "
+       "jobs may hold; nominal only, no borrowing (default: no limit by flavor)")
+      ->type_name("FLAVOR=N");
   c->add_option("--nominal-cpus", create->nominal_cpus,
                 "Nominal CPUs its jobs may hold, counted as resources.cpus x ranks (default: "
                 "unlimited; -1 = unlimited)")

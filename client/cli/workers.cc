@@ -1,4 +1,5 @@
 // `trainctl workers`: the worker daemons, their slots, limits and health.
+#include <algorithm>
 #include <map>
 
 #include "absl/strings/ascii.h"
@@ -30,7 +31,19 @@ std::string SlotsText(const v1::Worker& w) {
   return parts.empty() ? "-" : absl::StrJoin(parts, ", ");
 }
 
-// "k=v,k=v" sorted by key; "-" when none.
+// Its GPU slots' flavors (Slot.flavor), in slot order without repeats;
+// "-" for CPU slots. A job asking for a flavor runs here only when every
+// GPU slot has it (a mixed host has none as far as placement goes).
+std::string FlavorText(const v1::Worker& w) {
+  std::vector<std::string> flavors;
+  for (const v1::Slot& s : w.slots()) {
+    if (s.kind() != v1::Slot::KIND_GPU) continue;
+    const std::string f = s.flavor().empty() ? "(none)" : s.flavor();
+    if (std::find(flavors.begin(), flavors.end(), f) == flavors.end()) flavors.push_back(f);
+  }
+  return flavors.empty() ? "-" : absl::StrJoin(flavors, ",");
+}
+
 // What its ranks may use together, as the worker reported: "-" where it
 // does not know (0), as the scheduler counts it (unbounded).
 std::string CpusText(const v1::Worker& w) {
@@ -67,17 +80,19 @@ int RunWorkers(CliContext& ctx, bool all) {
           ctx.out << (all ? "no workers\n" : "no live workers (--all shows lost and left ones)\n");
           return kExitOk;
         }
-        // CPUS, MEMORY: allocatable for ranks; LIMITS: whether it enforces a
-        // job's `resources` (a job with limits is placed only where it does).
-        Table t({"ID", "HOST", "ADDRESS", "STATE", "SLOTS", "BUSY", "CPUS", "MEMORY", "LIMITS",
-                 "LABELS", "HEARTBEAT", "VERSION"});
+        // FLAVOR: its GPUs' flavors (resources.gpu_flavor); CPUS, MEMORY: allocatable for ranks;
+        // LIMITS: whether it enforces a job's `resources` (a job with limits is placed only where
+        // it does).
+        Table t({"ID", "HOST", "ADDRESS", "STATE", "SLOTS", "FLAVOR", "BUSY", "CPUS", "MEMORY",
+                 "LIMITS", "LABELS", "HEARTBEAT", "VERSION"});
         for (const v1::Worker& w : workers) {
           std::string address = w.address().empty() ? "-" : w.address();
           if (!w.address_refused().empty()) absl::StrAppend(&address, " (refused)");
           t.AddRow({w.id(), w.hostname(), address, WorkerStateName(w.state()), SlotsText(w),
-                    absl::StrCat(w.busy_slots_size(), "/", w.slots_size()), CpusText(w),
-                    MemoryText(w), w.allocatable().enforces_limits() ? "yes" : "no", LabelsText(w),
-                    Age(w.last_heartbeat_time(), now), w.version().empty() ? "-" : w.version()});
+                    FlavorText(w), absl::StrCat(w.busy_slots_size(), "/", w.slots_size()),
+                    CpusText(w), MemoryText(w), w.allocatable().enforces_limits() ? "yes" : "no",
+                    LabelsText(w), Age(w.last_heartbeat_time(), now),
+                    w.version().empty() ? "-" : w.version()});
         }
         t.Print(ctx.out);
         for (const v1::Worker& w : workers) {

@@ -639,6 +639,35 @@ TEST(JobSpecTest, BadResourcesNameTheField) {
               ::testing::ElementsAre(::testing::HasSubstr("did you mean 'memory'")));
 }
 
+TEST(JobSpecTest, GpuFlavorIsReadAndCheckedForGpuJobs) {
+  const std::string b = kBase;
+  ParsedJobSpec p =
+      ParseJobSpecYaml(b + "device: cuda\nresources: {gpu_flavor: h100}\n", "job.yaml", {});
+  ASSERT_TRUE(p.ok()) << p.errors[0].ToString();
+  EXPECT_EQ(p.spec.resources().gpu_flavor(), "h100");
+  // device auto may land on GPUs: a flavor is allowed; --set takes it too.
+  ParsedJobSpec o = ParseJobSpecYaml(b, "job.yaml", {"resources.gpu_flavor=a100"});
+  ASSERT_TRUE(o.ok()) << o.errors[0].ToString();
+  EXPECT_EQ(o.spec.resources().gpu_flavor(), "a100");
+  // A CPU job has no GPU to be of a flavor: refused, naming the field.
+  EXPECT_THAT(Errors(b + "device: cpu\nresources: {gpu_flavor: h100}\n"),
+              ::testing::ElementsAre(::testing::HasSubstr(
+                  "resources.gpu_flavor: asks for GPUs of flavor h100, but device is cpu")));
+  EXPECT_THAT(
+      Errors(b + "device: cuda\nresources: {gpu_flavor: H100}\n"),
+      ::testing::ElementsAre(::testing::HasSubstr(
+          "resources.gpu_flavor: must start with a lowercase letter or a digit, got 'H100'")));
+  EXPECT_THAT(Errors(b + "device: cuda\nresources: {gpu_flavor: \"h 100\"}\n"),
+              ::testing::ElementsAre(
+                  ::testing::HasSubstr("resources.gpu_flavor: may hold only lowercase")));
+  // The same rule for a client that sends the proto.
+  v1::JobSpec spec = p.spec;
+  spec.set_device(v1::DEVICE_CPU);
+  std::vector<SpecError> errors = ValidateJobSpec(spec);
+  ASSERT_EQ(errors.size(), 1u);
+  EXPECT_EQ(errors[0].field, "resources.gpu_flavor");
+}
+
 TEST(JobSpecTest, HangAndStragglerPolicies) {
   const std::string b = kBase;
   ParsedJobSpec p = ParseJobSpecYaml(

@@ -7,6 +7,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "common/jobspec/gpu_flavor.h"
 #include "common/jobspec/spec_bounds.h"
 
 namespace trainctl::jobspec {
@@ -61,6 +62,7 @@ class Validator {
     }
     CheckScheduling(raw, s);
     CheckResources(raw.resources());
+    CheckGpuFlavor(raw.resources().gpu_flavor(), s);
     CheckResumeFrom(raw.resume_from().job());
     CheckElastic(raw, s);
     return std::move(errors_);
@@ -332,6 +334,20 @@ class Validator {
 
   void CheckResources(const v1::ResourceSpec& r) {
     for (SpecError& e : CheckResourceSpec(r, "resources")) Error(e.field, std::move(e.message));
+  }
+
+  // A flavor names a GPU model: it must be a valid name, and the job must
+  // run on GPUs (a CPU job would wait forever for a GPU slot it cannot use).
+  void CheckGpuFlavor(const std::string& flavor, const v1::JobSpec& s) {
+    if (flavor.empty()) return;
+    if (std::string problem = GpuFlavorProblem(flavor); !problem.empty()) {
+      Error("resources.gpu_flavor", absl::StrCat(problem, ", got '", flavor, "'"));
+    } else if (s.device() == v1::DEVICE_CPU) {
+      Error("resources.gpu_flavor",
+            absl::StrCat("asks for GPUs of flavor ", flavor,
+                         ", but device is cpu: a CPU job runs on CPU slots, which have no flavor; "
+                         "leave gpu_flavor out or set device: cuda"));
+    }
   }
 
   void CheckResumeFrom(const std::string& id) {

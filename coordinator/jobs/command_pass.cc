@@ -24,6 +24,10 @@ absl::StatusOr<scheduler::ScheduleResult> ScheduleWithCommands(
   if (command.empty()) return out;
   absl::flat_hash_map<std::string, const scheduler::PendingJob*> engine_by_id;
   for (const scheduler::PendingJob& j : engine) engine_by_id[j.job_id] = &j;
+  // Each worker's flavor: a first-pass job on one flavor holds its slots
+  // (RunningJob::gpu_flavor) for the second pass's preemption.
+  absl::flat_hash_map<std::string, std::string> flavor_of;
+  for (const scheduler::WorkerSlots& w : workers) flavor_of[w.worker_id] = w.gpu_flavor;
   std::vector<scheduler::WorkerSlots> cmd_workers;
   for (scheduler::WorkerSlots& w : workers) {
     if (!allowing.contains(w.worker_id)) continue;
@@ -53,6 +57,11 @@ absl::StatusOr<scheduler::ScheduleResult> ScheduleWithCommands(
       r.queue = it->queue;
       r.kind = p.kind;
       r.slots = p.world_size;
+      for (const scheduler::RankAssignment& rank : p.ranks) {
+        const std::string& f = flavor_of[rank.worker_id];
+        r.gpu_flavor = rank.rank == 0 || r.gpu_flavor == f ? f : "";
+        if (r.gpu_flavor.empty()) break;
+      }
       r.cpus = it->cpus;
       r.memory_bytes = it->memory_bytes;
       r.priority = it->priority;

@@ -31,6 +31,18 @@ scheduler::DeviceRequirement ToRequirement(v1::Device d) {
   }
 }
 
+// The flavor every GPU slot in `slots` has; "" when they have none or
+// differ (a mixed host: no flavor as far as placement goes), and for CPU.
+std::string CommonFlavor(const google::protobuf::RepeatedPtrField<v1::Slot>& slots) {
+  std::string flavor;
+  for (int i = 0; i < slots.size(); ++i) {
+    if (slots[i].kind() != v1::Slot::KIND_GPU || slots[i].flavor().empty()) return "";
+    if (i > 0 && slots[i].flavor() != flavor) return "";
+    flavor = slots[i].flavor();
+  }
+  return flavor;
+}
+
 // The attempt's ranks from placement `p`; returns "host×n" per node.
 std::vector<std::string> AddRanks(v1::Attempt& a, const std::string& job_id,
                                   const scheduler::Placement& p, const WorkerRegistry& registry,
@@ -115,6 +127,7 @@ std::vector<scheduler::WorkerSlots> JobPlacer::WorkerView() const {
       ws.reserved_memory = it->second.memory;
     }
     ws.kind = w->slots(0).kind() == v1::Slot::KIND_GPU ? scheduler::SlotKind::kGpu : scheduler::SlotKind::kCpu;
+    ws.gpu_flavor = CommonFlavor(w->slots());
     ws.total_slots = w->slots_size();
     if (auto it = bounds.find(w->id()); it != bounds.end()) ws.busy = std::move(it->second);
     const std::vector<int>& b = busy[w->id()];
@@ -186,6 +199,7 @@ scheduler::PendingJob JobPlacer::ToPending(const JobEntry& e, absl::Time now) co
   pj.cpus = std::isfinite(res.cpus()) && res.cpus() > 0 ? res.cpus() : 0;
   pj.memory_bytes = std::max<int64_t>(0, res.memory());
   pj.other_limits = res.pids() > 0;
+  pj.gpu_flavor = res.gpu_flavor();
   if (e.job.spec().stragglers().policy() == v1::STRAGGLER_POLICY_AVOID) pj.avoid_workers = e.avoid_workers;
   pj.runtime_bound_s = RuntimeBoundSeconds(e.job, now, options_.preemption_grace);
   return pj;
@@ -231,6 +245,9 @@ scheduler::QueueInput JobPlacer::Queues(absl::flat_hash_set<std::string>* stoppi
   struct Held {
     int slots = 0;
     bool gpu = false;
+    // Its GPU slots' flavor; "" when none or several.
+    std::string flavor;
+    bool first = true;
     bool current = true;  // every live rank is of the current, unended attempt
   };
   absl::flat_hash_map<std::string, Held> held;
@@ -238,6 +255,12 @@ scheduler::QueueInput JobPlacer::Queues(absl::flat_hash_set<std::string>* stoppi
     Held& h = held[r.job_id()];
     ++h.slots;
     h.gpu = r.slot().kind() == v1::Slot::KIND_GPU;
+    if (h.first) {
+      h.flavor = r.slot().flavor();
+    } else if (h.flavor != r.slot().flavor()) {
+      h.flavor.clear();
+    }
+    h.first = false;
     const v1::Attempt* a = CurrentAttempt(book_->At(r.job_id()).job);
     if (a == nullptr || a->number() != r.attempt() || AttemptEnded(a->state())) h.current = false;
   });
@@ -252,6 +275,7 @@ scheduler::QueueInput JobPlacer::Queues(absl::flat_hash_set<std::string>* stoppi
     r.queue = queue;
     r.kind = h.gpu ? scheduler::SlotKind::kGpu : scheduler::SlotKind::kCpu;
     r.slots = h.slots;
+    r.gpu_flavor = h.flavor;
     // Against the CPU and memory quotas, clamped as ToPending's.
     const v1::ResourceSpec& res = e.job.spec().resources();
     r.cpus = std::isfinite(res.cpus()) && res.cpus() > 0 ? res.cpus() : 0;

@@ -10,6 +10,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "common/format_bytes.h"
+#include "common/jobspec/gpu_flavor.h"
 #include "common/jobspec/job_spec.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
@@ -190,6 +191,24 @@ absl::Status ValidateQueue(const v1::Queue& queue) {
   // The same bounds as a job's own resources (one rule: common/jobspec).
   std::vector<SpecError> errors = CheckResourceSpec(queue.default_resources(), "queue.default_resources");
   if (!errors.empty()) return absl::InvalidArgumentError(errors.front().ToString());
+  // Per-flavor GPU quotas: flavors by the one naming rule, counts >= 0.
+  for (const auto& [flavor, nominal] : queue.nominal_gpu_flavors()) {
+    if (std::string problem = GpuFlavorProblem(flavor); !problem.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("queue.nominal_gpu_flavors: flavor '", flavor, "' ", problem));
+    }
+    if (nominal < 0) {
+      return absl::InvalidArgumentError(absl::StrCat("queue.nominal_gpu_flavors[", flavor,
+                                                     "]: must be >= 0 GPU slots, got ", nominal));
+    }
+  }
+  // Defaults are limits; a flavor is where a job runs, which its submitter
+  // says (a CPU job given one would be refused for what it never asked).
+  if (!queue.default_resources().gpu_flavor().empty()) {
+    return absl::InvalidArgumentError(
+        "queue.default_resources.gpu_flavor: a queue gives default limits (cpus, memory, pids), not a GPU "
+        "flavor; jobs name theirs (resources.gpu_flavor)");
+  }
   return absl::OkStatus();
 }
 
@@ -211,6 +230,7 @@ scheduler::QueueSpec ToQueueSpec(const v1::Queue& queue) {
       queue.has_borrowing_limit_memory_bytes() ? queue.borrowing_limit_memory_bytes() : -1;
   spec.lending_limit_cpus = queue.has_lending_limit_cpus() ? queue.lending_limit_cpus() : -1;
   spec.lending_limit_memory_bytes = queue.has_lending_limit_memory_bytes() ? queue.lending_limit_memory_bytes() : -1;
+  spec.nominal_gpu_flavors.insert(queue.nominal_gpu_flavors().begin(), queue.nominal_gpu_flavors().end());
   spec.cohort = queue.cohort();
   spec.max_job_size = queue.max_job_size();
   spec.max_running_jobs_per_owner = queue.max_running_jobs_per_owner();
@@ -363,8 +383,11 @@ absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role, absl::Span<const std
   if (!spec.has_priority()) spec.set_priority(q->default_priority());
   // A job that asks for no resources gets the queue's (validated when the
   // queue was made, and again with the job by ValidateJobSpec).
+  // The job's gpu_flavor is not a limit and stays (defaults have none).
   if (!HasResources(spec.resources()) && HasResources(q->default_resources())) {
+    std::string flavor = spec.resources().gpu_flavor();
     *spec.mutable_resources() = q->default_resources();
+    spec.mutable_resources()->set_gpu_flavor(std::move(flavor));
   }
   // world_size 0 is the default, 1 (ResolveJobSpecDefaults runs later).
   const int32_t least_size = spec.elastic().min_ranks() > 0 ? spec.elastic().min_ranks()
@@ -401,6 +424,14 @@ absl::Status RefuseNeverRunnable(const v1::JobSpec& spec, int32_t least_size, co
     return absl::InvalidArgumentError(absl::StrCat("world_size: ", world_size, " slots exceed queue '", q.name(),
                                                    "''s max_slots_per_owner of ", q.max_slots_per_owner(),
                                                    ": one owner may never hold them; lower world_size", wait));
+  }
+  // Its flavor's quota in the queue (nominal only: nothing to borrow).
+  if (auto it = q.nominal_gpu_flavors().find(spec.resources().gpu_flavor());
+      it != q.nominal_gpu_flavors().end() && least_size > it->second) {
+    return absl::InvalidArgumentError(absl::StrCat("resources.gpu_flavor: ", least_size, " ",
+                                                   spec.resources().gpu_flavor(), " GPUs exceed queue '", q.name(),
+                                                   "''s ", spec.resources().gpu_flavor(), " quota of ", it->second,
+                                                   " (nominal_gpu_flavors); lower world_size", wait));
   }
   const std::vector<scheduler::QueueSpec> specs = queues.Specs();
   // CPUs and memory (per rank x least size), whatever the slot kind.

@@ -627,6 +627,47 @@ TEST(QueueValidationTest, DefaultResourcesHaveTheJobsBoundsAndNameTheField) {
   q.mutable_default_resources()->set_cpus(0);
   q.mutable_default_resources()->set_pids(2);
   EXPECT_EQ(message(q), "queue.default_resources.pids: must be 0 (no limit) or in [8, 4194304], got 2");
+  q.mutable_default_resources()->set_pids(0);
+  q.mutable_default_resources()->set_gpu_flavor("h100");
+  EXPECT_TRUE(absl::IsInvalidArgument(ValidateQueue(q)));
+  EXPECT_EQ(message(q).rfind("queue.default_resources.gpu_flavor: a queue gives default limits", 0), 0u)
+      << message(q);
+}
+
+TEST(QueueValidationTest, GpuFlavorQuotasNameTheFlavorAndReachTheScheduler) {
+  auto message = [](const v1::Queue& q) { return std::string(ValidateQueue(q).message()); };
+  v1::Queue q = MakeQueue("a");
+  (*q.mutable_nominal_gpu_flavors())["h100"] = 4;
+  (*q.mutable_nominal_gpu_flavors())["a100"] = 0;
+  EXPECT_TRUE(ValidateQueue(q).ok());
+  const scheduler::QueueSpec spec = ToQueueSpec(q);
+  EXPECT_EQ(spec.nominal_gpu_flavors, (std::map<std::string, int>{{"a100", 0}, {"h100", 4}}));
+  (*q.mutable_nominal_gpu_flavors())["h100"] = -1;
+  EXPECT_EQ(message(q), "queue.nominal_gpu_flavors[h100]: must be >= 0 GPU slots, got -1");
+  q.mutable_nominal_gpu_flavors()->erase("h100");
+  (*q.mutable_nominal_gpu_flavors())["H100"] = 1;
+  EXPECT_EQ(message(q), "queue.nominal_gpu_flavors: flavor 'H100' must start with a lowercase letter or a digit");
+}
+
+TEST_F(QueueRegistryTest, ResolveRefusesAJobOverItsQueuesFlavorQuota) {
+  v1::Queue q = MakeQueue("gpus");
+  (*q.mutable_nominal_gpu_flavors())["h100"] = 2;
+  ASSERT_TRUE(registry_->Create(q, false).ok());
+  v1::JobSpec spec = MakeSpec(2);
+  spec.set_queue("gpus");
+  spec.mutable_resources()->set_gpu_flavor("h100");
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  spec.set_world_size(3);
+  absl::Status s = ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_);
+  EXPECT_TRUE(absl::IsInvalidArgument(s));
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("resources.gpu_flavor: 3 h100 GPUs exceed queue 'gpus''s h100 quota of 2"));
+  // Another flavor, or none, is not bound by it; wait_for_capacity takes it.
+  spec.mutable_resources()->set_gpu_flavor("a100");
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  spec.mutable_resources()->set_gpu_flavor("h100");
+  spec.mutable_scheduling()->set_wait_for_capacity(true);
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
 }
 
 TEST_F(QueueRegistryTest, ResolveGivesAJobWithoutResourcesTheQueuesDefaultResources) {
@@ -654,6 +695,13 @@ TEST_F(QueueRegistryTest, ResolveGivesAJobWithoutResourcesTheQueuesDefaultResour
   EXPECT_EQ(spec.resources().cpus(), 0);
   EXPECT_EQ(spec.resources().memory(), 0);
   EXPECT_EQ(spec.resources().pids(), 64);
+  // A job that names only a GPU flavor gets the defaults and keeps its flavor.
+  spec = MakeSpec();
+  spec.set_queue("batch");
+  spec.mutable_resources()->set_gpu_flavor("h100");
+  ASSERT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  EXPECT_EQ(spec.resources().cpus(), 2);
+  EXPECT_EQ(spec.resources().gpu_flavor(), "h100");
   // A queue without defaults leaves the job without resources.
   spec = MakeSpec();
   spec.set_queue("none");

@@ -378,7 +378,11 @@ long long QueueBook::UsedSlots(int q) const {
 }
 
 VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const Demand& per_rank,
-                                      long long ranks, long long available) const {
+                                      long long ranks, long long available, const std::string& flavor) const {
+  // Whether a running job's slots would serve this job once it is gone.
+  auto frees_slots = [&](const RunningJob& r) {
+    return r.kind == kind && (flavor.empty() || r.gpu_flavor == flavor);
+  };
   const Queue& queue = queues_[q];
   const Group& group = groups_[queue.group];
   // The finite dimensions the job uses: the conditions hold in each.
@@ -394,8 +398,8 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const 
     // frees quota (and is waited for).
     const Demand held = Held(*job);
     const bool frees_quota = std::any_of(dims.begin(), dims.end(), [&](int k) { return held[k] > 0; });
-    if (job->kind == kind) stopping_slots += job->slots;
-    if (job->kind == kind || frees_quota) choice.stopping.push_back(job);
+    if (frees_slots(*job)) stopping_slots += job->slots;
+    if (frees_slots(*job) || frees_quota) choice.stopping.push_back(job);
   }
   long long picked = 0;  // slots of kind `kind`
   absl::flat_hash_map<int, Demand> picked_from;
@@ -406,8 +410,7 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const 
     auto it = picked_from.find(m);
     return queues_[m].used[k] - queues_[m].stopping[k] - (it == picked_from.end() ? 0 : it->second[k]);
   };
-  auto enough = [&] {
-    if (available + stopping_slots + picked < ranks) return false;
+  auto quota_ok = [&] {
     for (int k : dims) {
       const long long need = Times(per_rank[k], ranks);
       long long group_used = 0;
@@ -421,6 +424,7 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const 
     }
     return true;
   };
+  auto enough = [&] { return available + stopping_slots + picked >= ranks && quota_ok(); };
   if (enough()) {
     choice.enough = true;
     return choice;
@@ -445,6 +449,12 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const 
   }
   std::sort(candidates.begin(), candidates.end(),
             [](const auto& a, const auto& b) { return VictimBefore(*std::get<0>(a), *std::get<0>(b)); });
+  // A flavored job takes victims of its flavor first: their slots serve it
+  // and their quota too, so others go only when the quota still lacks.
+  if (!flavor.empty()) {
+    std::stable_partition(candidates.begin(), candidates.end(),
+                          [&](const auto& c) { return frees_slots(*std::get<0>(c)); });
+  }
   for (const auto& [job, jq, held] : candidates) {
     if (jq != q) {
       const Queue& peer = queues_[jq];
@@ -454,10 +464,13 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const 
       }
       if (!borrowing) continue;
     }
+    // For a flavored job, a victim of another flavor frees only quota: not
+    // picked once the quota is there (it would be preempted for nothing).
+    if (!flavor.empty() && !frees_slots(*job) && quota_ok()) continue;
     choice.victims.push_back(job);
     Demand& from = picked_from[jq];
     for (int k = 0; k < kNumDims; ++k) from[k] += held[k];
-    if (job->kind == kind) picked += job->slots;
+    if (frees_slots(*job)) picked += job->slots;
     if (enough()) {
       choice.enough = true;
       return choice;

@@ -122,9 +122,11 @@ class QueueBook {
 
   // Victims for a job of `priority` needing `ranks` of `per_rank` (kind
   // `kind`) in queue `q` (within its nominal), given `available` slots
-  // usable for it now.
+  // usable for it now. A job asking for a GPU flavor (`flavor` not "")
+  // counts only the slots of victims and stopping jobs of that flavor as
+  // freed for it (others still free quota).
   VictimChoice ChooseVictims(int q, SlotKind kind, int priority, const Demand& per_rank, long long ranks,
-                             long long available) const;
+                             long long available, const std::string& flavor = "") const;
 
   // "queue a: 2 of 4 cuda used, cohort c: 6 of 8" for messages.
   std::string QuotaText(int q, int d) const;

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <limits>
+#include <map>
 #include <numeric>
 #include <string>
 #include <utility>
@@ -15,6 +16,7 @@
 #include "absl/strings/str_join.h"
 #include "common/format_bytes.h"
 #include "coordinator/scheduler/fair_order.h"
+#include "coordinator/scheduler/flavor_quota.h"
 #include "coordinator/scheduler/queue_admission.h"
 #include "coordinator/scheduler/worker_fit.h"
 
@@ -55,7 +57,7 @@ class Pass {
  public:
   Pass(absl::Span<const PendingJob> jobs, absl::Span<const WorkerSlots> workers,
        const QueueInput& queues)
-      : book_(queues) {
+      : book_(queues), flavors_(queues, workers, book_) {
     for (const PendingJob& job : jobs) jobs_.push_back(&job);
     std::sort(jobs_.begin(), jobs_.end(),
               [](const PendingJob* a, const PendingJob* b) { return ScheduledBefore(*a, *b); });
@@ -86,9 +88,11 @@ class Pass {
       return a.in->worker_id < b.in->worker_id;
     });
     for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {
-      KindPool& pool = pools_[KindIndex(workers_[w].in->kind)];
-      pool.workers.push_back(w);
-      pool.capacity += workers_[w].in->total_slots;
+      for (KindPool* pool : {&pools_[KindIndex(workers_[w].in->kind)], FlavorPool(workers_[w].in)}) {
+        if (pool == nullptr) continue;
+        pool->workers.push_back(w);
+        pool->capacity += workers_[w].in->total_slots;
+      }
     }
     book_.SetCapacity({pools_[0].capacity, pools_[1].capacity});
   }
@@ -106,7 +110,20 @@ class Pass {
   }
 
  private:
-  SlotKind ResolveKind(DeviceRequirement device) const {
+  // The pool of a GPU worker's flavor (see Flavors); null for the others.
+  KindPool* FlavorPool(const WorkerSlots* w) {
+    return w->kind == SlotKind::kGpu && !w->gpu_flavor.empty() ? &flavor_pools_[w->gpu_flavor] : nullptr;
+  }
+  // The pool a job draws on: its kind's, or its flavor's (empty when no
+  // worker has that flavor).
+  KindPool& PoolOf(SlotKind kind, const std::string& flavor) {
+    return flavor.empty() ? pools_[KindIndex(kind)] : flavor_pools_[flavor];
+  }
+  // Only one job of a kind preempts per pass, whatever its flavor.
+  bool& Preempted(SlotKind kind) { return pools_[KindIndex(kind)].preempted; }
+
+  SlotKind ResolveKind(DeviceRequirement device, const std::string& flavor) const {
+    if (!flavor.empty()) return SlotKind::kGpu;
     switch (device) {
       case DeviceRequirement::kCuda:
         return SlotKind::kGpu;
@@ -132,17 +149,23 @@ class Pass {
     const std::string need =
         elastic ? absl::StrCat("at least ", job.world_size, " (elastic, up to ", asked.world_size, ")")
                 : absl::StrCat(job.world_size);
-    const SlotKind kind = ResolveKind(job.device);
-    KindPool& pool = pools_[KindIndex(kind)];
+    const SlotKind kind = ResolveKind(job.device, job.gpu_flavor);
+    KindPool& pool = PoolOf(kind, job.gpu_flavor);
     const Request req = RequestOf(asked);
     // "4 cpu slots", with what each rank asks for when it has resources.
-    std::string slots_text = absl::StrCat(need, " ", SlotKindName(kind), " slots",
+    std::string slots_text = absl::StrCat(need, " ", internal::KindText(kind, job.gpu_flavor), " slots",
                                           req.limited ? absl::StrCat(" of ", PerRankText(req)) : "");
     if (req.per_node > 0) absl::StrAppend(&slots_text, " on ", asked.nodes, " workers, ", req.per_node, " on each");
 
     PendingJobStatus pending;
     pending.job_id = job.job_id;
     pending.kind = kind;
+    if (!asked.gpu_flavor.empty() && asked.device == DeviceRequirement::kCpu) {
+      pending.reason = PendingReason::kInvalidJob;
+      pending.message = absl::StrCat("gpu_flavor ", asked.gpu_flavor, " asks for GPUs, but device is cpu");
+      result.pending.push_back(std::move(pending));
+      return true;
+    }
     if (asked.nodes != 0 && (asked.nodes < 0 || asked.world_size < 1 || asked.world_size % asked.nodes != 0 ||
                              elastic)) {
       pending.reason = PendingReason::kInvalidJob;
@@ -162,11 +185,18 @@ class Pass {
     const internal::Demand per_rank = internal::PerRank(kind, req.cpu, req.mem);
     const Admission admission = book_.Admit(q, per_rank, job.world_size);
     if (admission == Admission::kBorrow && !may_borrow) return false;
+    if (flavors_.Headroom(q, job.gpu_flavor) < job.world_size) {
+      pending.reason = PendingReason::kQuotaExceeded;
+      pending.message = absl::StrCat("needs ", slots_text, ", more than its queue's ", job.gpu_flavor,
+                                     " quota admits now (", flavors_.Text(q, job.gpu_flavor), ")");
+      result.pending.push_back(std::move(pending));
+      return true;
+    }
     if (admission == Admission::kOverQuota) {
       // Over its queue's nominal only because of the queue's own jobs of a
       // lower priority: those are preempted (ChooseVictims keeps the queue
       // within its nominal).
-      if (!pool.preempted &&
+      if (!Preempted(kind) &&
           Preempt(j, q, job, slots_text, req, per_rank, pool, FreeIn(pool, req), pending, result)) {
         result.pending.push_back(std::move(pending));
         return true;
@@ -181,19 +211,21 @@ class Pass {
     if (admission != Admission::kReclaim) {
       // Without queues every bound but world_size and availability is unbounded.
       const long long size = std::min({static_cast<long long>(asked.world_size), free.available,
-                                       book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q)});
+                                       book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q),
+                                       flavors_.Headroom(q, asked.gpu_flavor)});
       if (size >= job.world_size) {
         PendingJob sized = asked;
         sized.world_size = static_cast<int>(size);
         result.placements.push_back(Place(sized, req, kind, pool));
         book_.Charge(q, kind, per_rank, size, asked.owner);
+        flavors_.Charge(q, result.placements.back());
         return true;
       }
       if (Backfill(asked, job, q, kind, req, per_rank, pool, free, may_borrow, result)) return true;
     }
     const bool reclaims =
         admission == Admission::kWithinNominal || admission == Admission::kReclaim;
-    if (reclaims && !pool.preempted && Preempt(j, q, job, slots_text, req, per_rank, pool, free, pending, result)) {
+    if (reclaims && !Preempted(kind) && Preempt(j, q, job, slots_text, req, per_rank, pool, free, pending, result)) {
       result.pending.push_back(std::move(pending));
       return true;
     }
@@ -217,7 +249,7 @@ class Pass {
   // slot, or it needs more than the whole cluster has.
   bool CannotFit(const PendingJob& job, int q, const std::string& need, const Request& req,
                  const KindPool& pool, PendingJobStatus& pending) const {
-    const std::string kind_name = SlotKindName(pending.kind);
+    const std::string kind_name = internal::KindText(pending.kind, job.gpu_flavor);
     if (job.world_size < 1) {
       pending.reason = PendingReason::kInvalidJob;
       pending.message = absl::StrCat("world_size must be >= 1, got ", job.world_size);
@@ -239,7 +271,8 @@ class Pass {
     if (pool.workers.empty()) {
       pending.reason = PendingReason::kNoWorkerOfKind;
       pending.message = absl::StrCat("no schedulable worker has ", kind_name, " slots");
-      if (job.device == DeviceRequirement::kAuto) {
+      if (!job.gpu_flavor.empty()) absl::StrAppend(&pending.message, internal::FlavorsText(flavor_pools_));
+      if (job.device == DeviceRequirement::kAuto && job.gpu_flavor.empty()) {
         absl::StrAppend(&pending.message, " (device auto: no GPU worker either)");
       }
       return true;
@@ -282,6 +315,12 @@ class Pass {
                              internal::DimAmount(d, ceiling), ")");
       return true;
     }
+    if (const long long n = flavors_.Nominal(q, job.gpu_flavor); n >= 0 && job.world_size > n) {
+      pending.reason = PendingReason::kExceedsQueueLimit;
+      pending.message = absl::StrCat("needs ", need, " ", kind_name, " slots, more than queue ", book_.Name(q), "'s ",
+                                     job.gpu_flavor, " quota (", n, ")");
+      return true;
+    }
     return false;
   }
 
@@ -313,12 +352,13 @@ class Pass {
                 const internal::Demand& per_rank, KindPool& pool, const PoolFree& free, bool may_borrow,
                 ScheduleResult& result) {
     // An undated head may start when any unbounded job ends: nothing backfills.
-    if (pool.head < 0 || pool.preempted || !InWholeSlots(req) || !std::isfinite(pool.shadow_s) ||
+    if (pool.head < 0 || Preempted(kind) || !InWholeSlots(req) || !std::isfinite(pool.shadow_s) ||
         asked.runtime_bound_s <= 0 || asked.runtime_bound_s > pool.shadow_s) {
       return false;
     }
     const long long size = std::min({static_cast<long long>(asked.world_size), free.available + free.reserved,
-                                     book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q)});
+                                     book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q),
+                                     flavors_.Headroom(q, asked.gpu_flavor)});
     if (size < job.world_size) return false;
     PendingJob sized = asked;
     sized.world_size = static_cast<int>(size);
@@ -326,6 +366,7 @@ class Pass {
     placement.backfilled_before = jobs_[pool.head]->job_id;
     result.placements.push_back(std::move(placement));
     book_.Charge(q, kind, per_rank, size, asked.owner);
+    flavors_.Charge(q, result.placements.back());
     return true;
   }
 
@@ -336,9 +377,9 @@ class Pass {
                const internal::Demand& per_rank, KindPool& pool, const PoolFree& f, PendingJobStatus& pending,
                ScheduleResult& result) {
     const internal::VictimChoice choice =
-        book_.ChooseVictims(q, pending.kind, job.priority, per_rank, job.world_size, f.available);
+        book_.ChooseVictims(q, pending.kind, job.priority, per_rank, job.world_size, f.available, job.gpu_flavor);
     if (!choice.enough) return false;
-    pool.preempted = true;
+    Preempted(pending.kind) = true;
     if (pool.head < 0) pool.head = j;
     pool.holders.push_back(j);
     Reserve(job, req, pool, pending.reserved_slots);
@@ -395,7 +436,7 @@ class Pass {
           absl::StrCat("waiting behind job ", head.job_id, " (priority ", head.priority,
                        ", reserved): needs ", slots_text, ", ", free_text, " but ",
                        f.reserved, " of them are reserved for ", absl::StrJoin(holders, " and "));
-      if (std::isfinite(pool.shadow_s) && !pool.preempted && InWholeSlots(req)) {
+      if (std::isfinite(pool.shadow_s) && !Preempted(pending.kind) && InWholeSlots(req)) {
         absl::StrAppend(&pending.message, "; a runtime limit (with the stop grace) of at most ",
                         static_cast<long long>(pool.shadow_s), " s would let it start now (backfill)");
       }
@@ -524,6 +565,11 @@ class Pass {
   // Schedulable workers with slots, sorted by id.
   std::vector<WorkerState> workers_;
   std::array<KindPool, kNumKinds> pools_;
+  // The GPU workers of each flavor (a subset of the GPU pool, sharing its
+  // workers' slots), by flavor; a flavor no worker has maps to an empty pool.
+  std::map<std::string, KindPool> flavor_pools_;
+  // What each queue holds of each flavor (see Flavor quotas).
+  internal::FlavorQuota flavors_;
 };
 
 }  // namespace
@@ -538,6 +584,7 @@ absl::StatusOr<ScheduleResult> Schedule(absl::Span<const PendingJob> jobs,
                                         const QueueInput& queues) {
   if (absl::Status status = ValidateInput(jobs, workers); !status.ok()) return status;
   if (absl::Status status = internal::ValidateQueues(jobs, queues); !status.ok()) return status;
+  if (absl::Status status = internal::ValidateFlavorQuotas(queues); !status.ok()) return status;
   return Pass(jobs, workers, queues).Run();
 }
 

@@ -159,6 +159,37 @@
 //    where they are: a nodes job may wait after its victims stopped until
 //    N workers each have M free (as a job with resources may, above).
 //
+//  * Flavors (Kueue's ResourceFlavors, Slurm's GRES types). A GPU worker
+//    may have a flavor (WorkerSlots::gpu_flavor: the model all its GPUs
+//    share) and a job may ask for one (PendingJob::gpu_flavor). Such a job
+//    is a GPU job (kAuto included; kCpu leaves it kInvalidJob) whose pool
+//    is the GPU workers of its flavor: everywhere above (packing, the gang,
+//    the reservation and its head, backfill, the messages, never fits) "the
+//    kind's workers" read "the flavor's workers", so its ranks land only
+//    there. A flavor no schedulable worker has is kNoWorkerOfKind, its
+//    message naming the flavor and the flavors there are. Each flavor has
+//    its own head, as each kind has; a flavor's pool shares its workers'
+//    slots with the GPU pool, so a slot held for one head is taken by no
+//    other job. The starvation argument holds within each pool; a GPU job
+//    without a flavor may wait for slots a flavored head holds (and the
+//    reverse) until that head is placed. Preemption: victims (and stopping
+//    jobs) free slots for a flavored job only when they run on its flavor
+//    (RunningJob::gpu_flavor); those are picked first, others only while
+//    the quota still lacks; one job per kind preempts per pass, whatever
+//    its flavor. Quotas count a flavor's slots as the kind's. A job
+//    without a flavor, and a cluster without flavors, are placed exactly
+//    as before.
+//
+//  * Flavor quotas (QueueSpec::nominal_gpu_flavors; nominal only). A
+//    queue's used of flavor F is the slots of its running jobs on F
+//    (RunningJob::gpu_flavor) plus this pass's placements on F's workers,
+//    of any job of the queue. A job asking for F, in a queue with a
+//    nominal N_F: least size > N_F is kExceedsQueueLimit (after the other
+//    never-fits checks); used_F + least size > N_F is kQuotaExceeded (no
+//    reservation, no preemption, nothing borrowed from the cohort); an
+//    elastic one starts with at most N_F - used_F ranks. Jobs not asking
+//    for F are counted, never held back. No flavor quota: as before.
+//
 //  * Determinism. The same set of jobs and workers gives the same result
 //    whatever the order of either input (and of each worker's free slots);
 //    with queues, whatever the order of the queues and running jobs too.

@@ -4,6 +4,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -69,6 +70,11 @@ struct PendingJob {
   // its runtime limit plus the grace it is stopped with; 0 = no limit (see
   // Backfill by runtime). Finite, >= 0.
   double runtime_bound_s = 0;
+  // The GPU flavor its ranks must run on (resources.gpu_flavor; see
+  // Flavors): "" = any GPU. Set, the job runs on GPU slots whatever
+  // `device` says, except kCpu, which leaves it pending as kInvalidJob
+  // (the job manager refuses that combination at submit; a backstop).
+  std::string gpu_flavor;
 };
 
 // One worker's view for this pass.
@@ -83,6 +89,9 @@ struct WorkerSlots {
   int total_slots = 0;
   // False for a lost or draining worker: it is ignored.
   bool schedulable = true;
+  // A GPU worker's flavor: the one every GPU slot of it has (Slot.flavor);
+  // "" when they have none or differ, and for CPU workers. See Flavors.
+  std::string gpu_flavor;
   // What it can give ranks (Worker.allocatable): CPUs and bytes of memory,
   // each >= 0 with 0 = unknown (not a bound; see Resources), and whether it
   // enforces per-rank limits (false: no job with resources goes there).
@@ -229,6 +238,9 @@ struct QueueSpec {
   std::int64_t borrowing_limit_memory_bytes = -1;
   double lending_limit_cpus = -1;
   std::int64_t lending_limit_memory_bytes = -1;
+  // Nominal GPU slots per flavor (see Flavor quotas): flavor -> >= 0.
+  // Flavors not listed are not limited by flavor.
+  std::map<std::string, int> nominal_gpu_flavors;
   // Queues naming the same cohort lend each other their idle quota; "" = none.
   std::string cohort;
   // The largest job (least size) the queue accepts; 0 = no limit, else > 0.
@@ -265,6 +277,9 @@ struct RunningJob {
   SlotKind kind = SlotKind::kCpu;
   // Slots it holds; >= 0.
   int slots = 0;
+  // The flavor of the GPU slots it holds ("" = none, or several): only
+  // victims of a job's own flavor free slots for it (see Flavors).
+  std::string gpu_flavor;
   // Per rank, as PendingJob's (finite, >= 0): it holds slots x each against
   // its queue's CPU and memory quotas.
   double cpus = 0;

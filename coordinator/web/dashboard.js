@@ -124,9 +124,12 @@ function workersView(main) {
             '/api/workers', 'workers', w => {
     const slots = w.slots || [];
     const kinds = [...new Set(slots.map(s => String(s.kind || '').replace(/^KIND_/, '').toLowerCase()).filter(Boolean))];
+    // GPU flavors (Slot.flavor), e.g. "gpu (h100)".
+    const flavors = [...new Set(slots.map(s => s.flavor || '').filter(Boolean))];
+    if (flavors.length) kinds.push(`(${flavors.join(', ')})`);
     const labels = Object.entries(w.labels || {}).map(([k, v]) => `<span class="label">${esc(k)}=${esc(v)}</span>`).join('');
     return `<tr><td>${esc(w.id)}</td><td>${esc(w.hostname)}</td><td>${esc(stateName(w.state))}</td>` +
-      `<td>${(w.busy_slots || []).length}/${slots.length} ${esc(kinds.join(', '))}</td>` +
+      `<td>${(w.busy_slots || []).length}/${slots.length} ${esc(kinds.join(' '))}</td>` +
       `<td>${labels || '<span class="muted">none</span>'}</td><td class="time">${esc(fmtTime(w.last_heartbeat_time))}</td></tr>`;
   }, 'No workers registered.', storeBanner);
 }

@@ -9,6 +9,7 @@
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/jobspec/gpu_flavor.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
@@ -48,6 +49,16 @@ absl::Status ValidateRegister(const v1::Register& m) {
     if (s.index() < 0 || !seen.insert(s.index()).second) {
       return absl::InvalidArgumentError(
           absl::StrCat("register.slots[", i, "].index: must be >= 0 and unique, got ", s.index()));
+    }
+    // One naming rule with the job's resources.gpu_flavor (gpu_flavor.h);
+    // a GPU may have none, a CPU slot never has one.
+    if (!s.flavor().empty()) {
+      if (s.kind() == v1::Slot::KIND_CPU) {
+        return absl::InvalidArgumentError(absl::StrCat("register.slots[", i, "].flavor: CPU slots have no flavor"));
+      }
+      if (std::string problem = GpuFlavorProblem(s.flavor()); !problem.empty()) {
+        return absl::InvalidArgumentError(absl::StrCat("register.slots[", i, "].flavor: ", problem));
+      }
     }
   }
   if (m.labels_size() > kMaxLabels) {

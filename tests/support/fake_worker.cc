@@ -34,8 +34,12 @@ bool FakeWorker::Connect(std::vector<v1::RunningRank> running) {
   *r->mutable_allocatable() = allocatable_;
   for (int i = 0; i < slots_; ++i) {
     v1::Slot* s = r->add_slots();
-    s->set_kind(v1::Slot::KIND_CPU);
+    s->set_kind(gpu_name_.empty() ? v1::Slot::KIND_CPU : v1::Slot::KIND_GPU);
     s->set_index(i);
+    if (!gpu_name_.empty()) {
+      s->set_name(gpu_name_);
+      s->set_flavor(gpu_flavor_);
+    }
   }
   for (auto& rr : running) *r->add_running() = rr;
   if (!Send(reg)) return false;

@@ -38,6 +38,12 @@ class FakeWorker {
   void set_allocatable(v1::Allocatable allocatable) { allocatable_ = std::move(allocatable); }
   // The address registered at the next Connect() (default 127.0.0.1).
   void set_address(std::string address) { address_ = std::move(address); }
+  // Registers its slots as GPUs of this name and flavor at the next
+  // Connect() (default: CPU slots).
+  void set_gpus(std::string name, std::string flavor) {
+    gpu_name_ = std::move(name);
+    gpu_flavor_ = std::move(flavor);
+  }
   // Whether it registers as running command jobs (Register.allow_commands).
   void set_allow_commands(bool allow) { allow_commands_ = allow; }
   // Opens the session and registers; true when the coordinator acknowledged.
@@ -72,6 +78,7 @@ class FakeWorker {
   v1::Allocatable allocatable_;
   std::string address_ = "127.0.0.1";
   bool allow_commands_ = false;
+  std::string gpu_name_, gpu_flavor_;
   int slots_;
   absl::Duration heartbeat_;
   std::string token_;

@@ -52,6 +52,11 @@ ABSL_FLAG(std::string, key, "", "the private key of --cert (PEM)");
 ABSL_FLAG(std::string, gpus, "",
           "GPUs to offer: all, none, or indices like 0,1 (default: every visible GPU; CPU slots "
           "when there is none)");
+ABSL_FLAG(
+    std::string, gpu_flavor, "",
+    "the flavor (GPU model) this worker's GPU slots are labelled with, which jobs ask for with "
+    "resources.gpu_flavor: lowercase letters, digits, '.', '_', '-' (default: each GPU's name "
+    "normalized, \"NVIDIA H100 80GB HBM3\" -> h100); not with CPU slots");
 ABSL_FLAG(int, slots, 0, "CPU slots to offer (default 1 on a host without GPUs); implies CPU");
 ABSL_FLAG(std::string, work_dir, "./trainctl-worker",
           "keeps the stable worker id and each rank's files and checkpoints");
@@ -349,7 +354,8 @@ absl::Status ApplyHostFlags(DaemonOptions& o) {
   o.telemetry_buffer_bytes = int64_t{absl::GetFlag(FLAGS_telemetry_buffer_mb)} << 20;
   if (absl::Status s = ParseLabels(absl::GetFlag(FLAGS_labels), o.labels); !s.ok()) return s;
   auto slots = trainctl::worker::ChooseSlots(absl::GetFlag(FLAGS_gpus), absl::GetFlag(FLAGS_slots),
-                                             trainctl::worker::DiscoverGpus());
+                                             trainctl::worker::DiscoverGpus(),
+                                             absl::GetFlag(FLAGS_gpu_flavor));
   if (!slots.ok()) return Misconfigured("", slots.status().message());
   o.slots = *slots;
   o.http_listen = absl::GetFlag(FLAGS_http_listen);

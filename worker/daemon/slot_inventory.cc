@@ -7,6 +7,7 @@
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
+#include "common/jobspec/gpu_flavor.h"
 
 namespace trainctl::worker {
 namespace {
@@ -58,10 +59,17 @@ std::vector<GpuInfo> DiscoverGpus() {
 }
 
 absl::StatusOr<std::vector<v1::Slot>> ChooseSlots(const std::string& gpus, int cpu_slots,
-                                                  const std::vector<GpuInfo>& visible) {
+                                                  const std::vector<GpuInfo>& visible,
+                                                  const std::string& gpu_flavor) {
   if (cpu_slots < 0 || cpu_slots > 1024) {
     return absl::InvalidArgumentError(
         absl::StrCat("--slots: must be in [0, 1024], got ", cpu_slots));
+  }
+  if (!gpu_flavor.empty()) {
+    if (std::string problem = GpuFlavorProblem(gpu_flavor); !problem.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpu-flavor: ", problem, ", got '", gpu_flavor, "'"));
+    }
   }
   std::vector<v1::Slot> out;
   auto add_gpu = [&](const GpuInfo& g) {
@@ -70,11 +78,20 @@ absl::StatusOr<std::vector<v1::Slot>> ChooseSlots(const std::string& gpus, int c
     s.set_index(g.index);
     s.set_name(g.name);
     s.set_memory_bytes(g.memory_bytes);
+    s.set_flavor(gpu_flavor.empty() ? NormalizeGpuFlavor(g.name) : gpu_flavor);
     out.push_back(s);
   };
   bool use_cpu = gpus == "none" || (gpus.empty() && visible.empty());
   if (!use_cpu && cpu_slots > 0 && gpus.empty()) use_cpu = true;  // --slots asks for CPU.
   if (use_cpu) {
+    if (!gpu_flavor.empty()) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("--gpu-flavor: this worker offers CPU slots (",
+                       gpus == "none"    ? "--gpus none"
+                       : visible.empty() ? "no GPU is visible"
+                                         : "--slots",
+                       "), and CPU slots have no flavor; leave --gpu-flavor out"));
+    }
     for (int i = 0; i < std::max(cpu_slots, 1); ++i) {
       v1::Slot s;
       s.set_kind(v1::Slot::KIND_CPU);

@@ -27,8 +27,13 @@ std::vector<GpuInfo> DiscoverGpus();
 //  gpus:  "" (default: every visible GPU, else CPU slots), "all", "none", or
 //         "0,2" (these indices; each must be visible).
 //  cpu_slots: slots when running on CPU; 0 = 1.
+//  gpu_flavor: every GPU slot's Slot.flavor (--gpu-flavor); "" (default):
+//         each GPU's name normalized (NormalizeGpuFlavor, common/jobspec/
+//         gpu_flavor.h). CPU slots have none: a flavor with CPU slots is
+//         refused.
 // INVALID_ARGUMENT naming the flag for bad values.
 absl::StatusOr<std::vector<v1::Slot>> ChooseSlots(const std::string& gpus, int cpu_slots,
-                                                  const std::vector<GpuInfo>& visible);
+                                                  const std::vector<GpuInfo>& visible,
+                                                  const std::string& gpu_flavor = "");
 
 }  // namespace trainctl::worker
