@@ -1,53 +1,59 @@
 // trainctl-coordinator: the control plane. See docs/operator.md.
 #include <pthread.h>
-#include <sys/syscall.h>
 #include <sys/stat.h>
+#include <sys/syscall.h>
 
+#include <unistd.h>
 #include <algorithm>
-#include <csignal>
 #include <cerrno>
+#include <csignal>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
-#include <tuple>
-#include <unistd.h>
 #include <iostream>
 #include <thread>
+#include <tuple>
 
+#include "absl/flags/flag.h"
+#include "absl/strings/match.h"
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
-#include "absl/flags/flag.h"
-#include "common/daemon_flags.h"
-#include "common/stop_signals.h"
-#include "absl/synchronization/mutex.h"
-#include "absl/strings/match.h"
-#include "common/log.h"
 #include "absl/strings/str_join.h"
+#include "absl/synchronization/mutex.h"
 #include "common/auth/pki.h"
 #include "common/auth/secret.h"
+#include "common/daemon_flags.h"
+#include "common/log.h"
 #include "common/status_macros.h"
+#include "common/stop_signals.h"
+#include "coordinator/ha/await_leadership.h"
 #include "coordinator/server/cluster_init.h"
 #include "coordinator/server/coordinator_server.h"
-#include "coordinator/ha/await_leadership.h"
 
 ABSL_FLAG(std::string, listen, "",
           "host:port to serve gRPC on; port 0 picks a free port (printed at start). Default: "
           "0.0.0.0:7070 with TLS, 127.0.0.1:7070 without");
-ABSL_FLAG(std::string, db, "trainctl.db", "SQLite database holding every job, event and worker (short for --store sqlite:PATH)");
-ABSL_FLAG(std::string, store, "",
-          "where the state lives: sqlite:PATH (as --db PATH) or a PostgreSQL connection URI "
-          "postgresql://USER@HOST:PORT/DB?sslmode=verify-full (libpq: the password from ~/.pgpass or "
-          "PGPASSFILE, not the URI); default: --db");
-ABSL_FLAG(std::string, store_password_file, "",
-          "PostgreSQL store: a file whose first line is the password (keep it 0600); handed to libpq "
-          "in this process's environment (PGPASSWORD, readable by its user and root only), never on a "
-          "command line. Or libpq's own ~/.pgpass / PGPASSFILE");
-ABSL_FLAG(std::string, advertise_address, "",
-          "HOST:PORT clients reach this coordinator at, recorded in a PostgreSQL store when it becomes "
-          "active (standbys name it); default: --listen with a wildcard host replaced by this host's name");
-ABSL_FLAG(double, leader_lease_s, 5,
-          "PostgreSQL store: an active coordinator silent this long (stopped, hung, cut off) loses its "
-          "session and the store's lock, and a standby takes over; > 0");
+ABSL_FLAG(std::string, db, "trainctl.db",
+          "SQLite database holding every job, event and worker (short for --store sqlite:PATH)");
+ABSL_FLAG(
+    std::string, store, "",
+    "where the state lives: sqlite:PATH (as --db PATH) or a PostgreSQL connection URI "
+    "postgresql://USER@HOST:PORT/DB?sslmode=verify-full (libpq: the password from ~/.pgpass or "
+    "PGPASSFILE, not the URI); default: --db");
+ABSL_FLAG(
+    std::string, store_password_file, "",
+    "PostgreSQL store: a file whose first line is the password (keep it 0600); handed to libpq "
+    "in this process's environment (PGPASSWORD, readable by its user and root only), never on a "
+    "command line. Or libpq's own ~/.pgpass / PGPASSFILE");
+ABSL_FLAG(
+    std::string, advertise_address, "",
+    "HOST:PORT clients reach this coordinator at, recorded in a PostgreSQL store when it becomes "
+    "active (standbys name it); default: --listen with a wildcard host replaced by this host's "
+    "name");
+ABSL_FLAG(
+    double, leader_lease_s, 5,
+    "PostgreSQL store: an active coordinator silent this long (stopped, hung, cut off) loses its "
+    "session and the store's lock, and a standby takes over; > 0");
 ABSL_FLAG(int, standby_poll_ms, 500,
           "PostgreSQL store: how often a standby coordinator tries to take the store's lock");
 ABSL_FLAG(int, heartbeat_interval_ms, 1000, "how often workers heartbeat");
@@ -63,11 +69,13 @@ ABSL_FLAG(int, progress_timeout_s, 300,
           "a running attempt with no step progress this long is failed as hung (per job: "
           "restart.progress_timeout_s)");
 ABSL_FLAG(int, rendezvous_timeout_s, 120, "an attempt whose ranks are not all ready by then fails");
-ABSL_FLAG(double, restart_backoff_s, 1,
-          "a job restarted after a failure waits this long before its next attempt, doubling with each "
-          "restart up to 30 s; 0 = at once");
-ABSL_FLAG(bool, preflight, true,
-          "workers check data files, checkpoint dir and command before any rank of an attempt starts");
+ABSL_FLAG(
+    double, restart_backoff_s, 1,
+    "a job restarted after a failure waits this long before its next attempt, doubling with each "
+    "restart up to 30 s; 0 = at once");
+ABSL_FLAG(
+    bool, preflight, true,
+    "workers check data files, checkpoint dir and command before any rank of an attempt starts");
 ABSL_FLAG(int, stop_grace_s, 10, "SIGTERM-to-SIGKILL grace for stopped ranks");
 ABSL_FLAG(int, preemption_grace_s, 60,
           "SIGTERM-to-SIGKILL grace for the ranks of a job preempted to reclaim its queue's quota "
@@ -75,19 +83,24 @@ ABSL_FLAG(int, preemption_grace_s, 60,
 ABSL_FLAG(double, fair_share_half_life_s, 3600,
           "half-life of the usage that orders queues for fair share (docs/queues.md); > 0");
 ABSL_FLAG(int64_t, max_active_jobs, 100000, "most unfinished jobs held; more are refused");
-ABSL_FLAG(int64_t, metric_points_per_job, 100000, "metric points kept per job (older ones downsampled to min/max/last per bucket)");
-ABSL_FLAG(int64_t, log_lines_per_rank, 10000, "log lines kept per rank and attempt (oldest dropped)");
+ABSL_FLAG(int64_t, metric_points_per_job, 100000,
+          "metric points kept per job (older ones downsampled to min/max/last per bucket)");
+ABSL_FLAG(int64_t, log_lines_per_rank, 10000,
+          "log lines kept per rank and attempt (oldest dropped)");
 ABSL_FLAG(int, max_message_mb, 16, "largest gRPC message accepted or sent");
 ABSL_FLAG(int64_t, max_code_bytes, int64_t{64} << 20,
-          "largest code archive a client may upload with a job (JobService.UploadCode), in bytes; at most 1 GiB");
+          "largest code archive a client may upload with a job (JobService.UploadCode), in bytes; "
+          "at most 1 GiB");
 ABSL_FLAG(int, db_check_timeout_s, 30,
           "at start, an existing --db is checked (PRAGMA quick_check) for at most this long before "
           "anything is written; a damaged one is refused and left as it was; 0: no check");
-ABSL_FLAG(std::string, log_level, "info", "service log lines below this level are dropped: debug, info, warn, error");
-ABSL_FLAG(std::string, http_listen, "",
-          "HOST:PORT of an HTTP endpoint serving /metrics in Prometheus' text format and the web "
-          "dashboard at / (port 0: a free one); HTTPS with the coordinator's certificate when TLS is "
-          "set, else plain HTTP on a loopback address only (or with --insecure); empty (default): off");
+ABSL_FLAG(std::string, log_level, "info",
+          "service log lines below this level are dropped: debug, info, warn, error");
+ABSL_FLAG(
+    std::string, http_listen, "",
+    "HOST:PORT of an HTTP endpoint serving /metrics in Prometheus' text format and the web "
+    "dashboard at / (port 0: a free one); HTTPS with the coordinator's certificate when TLS is "
+    "set, else plain HTTP on a loopback address only (or with --insecure); empty (default): off");
 ABSL_FLAG(bool, metrics_open, false,
           "serve /metrics without a token (default: it needs a viewer token or better, sent as "
           "`Authorization: Bearer`; Prometheus: authorization: {credentials_file: FILE})");
@@ -105,11 +118,13 @@ ABSL_FLAG(std::string, tls_ca_key, "",
           "the cluster CA's private key (PEM): sign joining workers' certificates (trainctl-worker "
           "--join-token); default: --tls-dir's ca.key when present; without it Join is refused");
 ABSL_FLAG(double, worker_cert_days, 365,
-          "how long a joined worker's certificate is valid, in days (fractions allowed); the worker renews "
+          "how long a joined worker's certificate is valid, in days (fractions allowed); the "
+          "worker renews "
           "it when a third is left");
-ABSL_FLAG(bool, insecure, false,
-          "allow plaintext on a non-loopback --listen or --http-listen (tokens then cross the network "
-          "in clear)");
+ABSL_FLAG(
+    bool, insecure, false,
+    "allow plaintext on a non-loopback --listen or --http-listen (tokens then cross the network "
+    "in clear)");
 ABSL_FLAG(std::string, dir, "", "init: the directory to write the CA, certificates and tokens to");
 ABSL_FLAG(std::vector<std::string>, san, {},
           "init, worker-cert: extra names or IP addresses for the certificate (comma-separated)");
@@ -117,9 +132,10 @@ ABSL_FLAG(int, join_tokens, 0,
           "init: also write N one-time join tokens, join-1.token ... join-N.token (role join, "
           "expiring after --join-ttl-h), one per worker to join");
 ABSL_FLAG(int, join_ttl_h, 24, "init: hours until the --join-tokens expire");
-ABSL_FLAG(std::vector<std::string>, join_addresses, {},
-          "init: the address (host name or IP) each join token authorises, in order: join-I.token's "
-          "worker gets a certificate naming the I-th (comma-separated; implies --join-tokens N)");
+ABSL_FLAG(
+    std::vector<std::string>, join_addresses, {},
+    "init: the address (host name or IP) each join token authorises, in order: join-I.token's "
+    "worker gets a certificate naming the I-th (comma-separated; implies --join-tokens N)");
 ABSL_FLAG(std::string, worker_id, "", "worker-cert: the worker id the certificate names (its CN)");
 ABSL_FLAG(std::string, out, "", "worker-cert: where to write ID.crt and ID.key (default: --dir)");
 
@@ -133,13 +149,15 @@ bool StoreSpecHasPassword(const std::string& spec) {
     const std::string rest = spec.substr(std::strlen(scheme));
     const std::string authority = rest.substr(0, rest.find_first_of("/?"));
     const size_t at = authority.rfind('@');
-    if (at != std::string::npos && authority.substr(0, at).find(':') != std::string::npos) return true;
+    if (at != std::string::npos && authority.substr(0, at).find(':') != std::string::npos)
+      return true;
     const size_t query = rest.find('?');
-    return query != std::string::npos &&
-           (absl::StrContains(rest.substr(query), "?password=") || absl::StrContains(rest.substr(query), "&password="));
+    return query != std::string::npos && (absl::StrContains(rest.substr(query), "?password=") ||
+                                          absl::StrContains(rest.substr(query), "&password="));
   }
   // key=value form.
-  for (size_t pos = spec.find("password"); pos != std::string::npos; pos = spec.find("password", pos + 1)) {
+  for (size_t pos = spec.find("password"); pos != std::string::npos;
+       pos = spec.find("password", pos + 1)) {
     const bool starts = pos == 0 || spec[pos - 1] == ' ' || spec[pos - 1] == '\t';
     size_t eq = pos + 8;
     while (eq < spec.size() && spec[eq] == ' ') ++eq;
@@ -156,20 +174,26 @@ absl::Status ApplyStorePassword() {
   const std::string store = absl::GetFlag(FLAGS_store);
   const bool postgres = absl::StartsWith(store, "postgres");
   if (StoreSpecHasPassword(store)) {
-    std::cerr << "trainctl-coordinator: warning: --store holds a password, which every local user can read "
-                 "in /proc/PID/cmdline; give it with --store-password-file or libpq's ~/.pgpass / PGPASSFILE\n";
+    std::cerr << "trainctl-coordinator: warning: --store holds a password, which every local user "
+                 "can read "
+                 "in /proc/PID/cmdline; give it with --store-password-file or libpq's ~/.pgpass / "
+                 "PGPASSFILE\n";
   }
   const std::string file = absl::GetFlag(FLAGS_store_password_file);
   if (file.empty()) return absl::OkStatus();
-  if (!postgres) return absl::InvalidArgumentError("--store-password-file: only with a PostgreSQL --store");
+  if (!postgres)
+    return absl::InvalidArgumentError("--store-password-file: only with a PostgreSQL --store");
   absl::StatusOr<std::string> content = trainctl::auth::ReadFile(file);
   if (!content.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--store-password-file: ", content.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--store-password-file: ", content.status().message()));
   }
   const std::string password = content->substr(0, content->find_first_of("\r\n"));
-  if (password.empty()) return absl::InvalidArgumentError(absl::StrCat("--store-password-file: ", file, ": empty"));
+  if (password.empty())
+    return absl::InvalidArgumentError(absl::StrCat("--store-password-file: ", file, ": empty"));
   if (::setenv("PGPASSWORD", password.c_str(), 1) != 0) {
-    return absl::InternalError(absl::StrCat("--store-password-file: setenv: ", std::strerror(errno)));
+    return absl::InternalError(
+        absl::StrCat("--store-password-file: setenv: ", std::strerror(errno)));
   }
   return absl::OkStatus();
 }
@@ -180,7 +204,8 @@ absl::StatusOr<std::string> StoreSpecFromFlags() {
   const std::string store = absl::GetFlag(FLAGS_store);
   if (store.empty()) return absl::StrCat("sqlite:", absl::GetFlag(FLAGS_db));
   if (absl::GetFlag(FLAGS_db) != "trainctl.db") {
-    return absl::InvalidArgumentError("--store and --db: give one (--db PATH is --store sqlite:PATH)");
+    return absl::InvalidArgumentError(
+        "--store and --db: give one (--db PATH is --store sqlite:PATH)");
   }
   return store;
 }
@@ -200,14 +225,16 @@ int RunInit() {
   } else {
     o.store_spec_error = std::string(spec.status().message());
   }
-  o.store_flag_text = absl::GetFlag(FLAGS_store).empty() ? absl::StrCat(" --db ", absl::GetFlag(FLAGS_db))
-                                                         : std::string(" --store (the same as here)");
+  o.store_flag_text = absl::GetFlag(FLAGS_store).empty()
+                          ? absl::StrCat(" --db ", absl::GetFlag(FLAGS_db))
+                          : std::string(" --store (the same as here)");
   return trainctl::coordinator::RunClusterInit(o);
 }
 
 // The TLS files named by --tls-dir / --tls-cert / --tls-key / --tls-ca and
 // --tls-ca-key, read into `o`; the error names the flag.
-absl::Status TlsFromFlags(const std::string& tls_dir, trainctl::coordinator::CoordinatorOptions& o) {
+absl::Status TlsFromFlags(const std::string& tls_dir,
+                          trainctl::coordinator::CoordinatorOptions& o) {
   auto tls_file = [&](const std::string& flag, const char* name) {
     return !flag.empty() ? flag : tls_dir.empty() ? std::string() : tls_dir + "/" + name;
   };
@@ -218,9 +245,10 @@ absl::Status TlsFromFlags(const std::string& tls_dir, trainctl::coordinator::Coo
     for (auto [path, dest, flag] : {std::tuple{cert, &o.tls_cert_pem, "--tls-cert"},
                                     std::tuple{key, &o.tls_key_pem, "--tls-key"},
                                     std::tuple{ca, &o.tls_ca_pem, "--tls-ca"}}) {
-      absl::StatusOr<std::string> pem = path.empty() ? absl::InvalidArgumentError("not set")
-                                                     : trainctl::auth::ReadFile(path);
-      if (!pem.ok()) return absl::InvalidArgumentError(absl::StrCat(flag, ": ", pem.status().message()));
+      absl::StatusOr<std::string> pem =
+          path.empty() ? absl::InvalidArgumentError("not set") : trainctl::auth::ReadFile(path);
+      if (!pem.ok())
+        return absl::InvalidArgumentError(absl::StrCat(flag, ": ", pem.status().message()));
       *dest = *pem;
     }
   }
@@ -230,10 +258,12 @@ absl::Status TlsFromFlags(const std::string& tls_dir, trainctl::coordinator::Coo
   }
   if (ca_key.empty()) return absl::OkStatus();
   if (o.tls_cert_pem.empty()) {
-    return absl::InvalidArgumentError("--tls-ca-key: needs TLS (--tls-dir or --tls-cert/--tls-key/--tls-ca)");
+    return absl::InvalidArgumentError(
+        "--tls-ca-key: needs TLS (--tls-dir or --tls-cert/--tls-key/--tls-ca)");
   }
   absl::StatusOr<std::string> pem = trainctl::auth::ReadFile(ca_key);
-  if (!pem.ok()) return absl::InvalidArgumentError(absl::StrCat("--tls-ca-key: ", pem.status().message()));
+  if (!pem.ok())
+    return absl::InvalidArgumentError(absl::StrCat("--tls-ca-key: ", pem.status().message()));
   o.tls_ca_key_pem = *pem;
   return absl::OkStatus();
 }
@@ -262,7 +292,8 @@ absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
   o.jobs.progress_timeout = absl::Seconds(absl::GetFlag(FLAGS_progress_timeout_s));
   o.jobs.rendezvous_timeout = absl::Seconds(absl::GetFlag(FLAGS_rendezvous_timeout_s));
   const double backoff_s = absl::GetFlag(FLAGS_restart_backoff_s);
-  if (!(backoff_s >= 0 && backoff_s <= 30)) return absl::InvalidArgumentError("--restart-backoff-s must be in [0, 30]");
+  if (!(backoff_s >= 0 && backoff_s <= 30))
+    return absl::InvalidArgumentError("--restart-backoff-s must be in [0, 30]");
   o.jobs.restart_backoff = absl::Seconds(backoff_s);
   o.jobs.stop_grace = absl::Seconds(absl::GetFlag(FLAGS_stop_grace_s));
   o.jobs.placer.preemption_grace = absl::Seconds(absl::GetFlag(FLAGS_preemption_grace_s));
@@ -271,7 +302,8 @@ absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
     return absl::InvalidArgumentError("--fair-share-half-life-s must be > 0 (seconds)");
   }
   o.jobs.placer.fair_share_half_life = absl::Seconds(half_life_s);
-  if (absl::GetFlag(FLAGS_preemption_grace_s) < 0) return absl::InvalidArgumentError("--preemption-grace-s must be >= 0");
+  if (absl::GetFlag(FLAGS_preemption_grace_s) < 0)
+    return absl::InvalidArgumentError("--preemption-grace-s must be >= 0");
   o.jobs.max_active_jobs = absl::GetFlag(FLAGS_max_active_jobs);
   o.jobs.preflight = absl::GetFlag(FLAGS_preflight);
   o.jobs.refuse_unschedulable = true;
@@ -287,7 +319,8 @@ absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
   o.max_message_bytes = absl::GetFlag(FLAGS_max_message_mb) << 20;
   o.max_code_bytes = absl::GetFlag(FLAGS_max_code_bytes);
   if (o.max_code_bytes <= 0 || o.max_code_bytes > (int64_t{1} << 30)) {
-    return absl::InvalidArgumentError("--max-code-bytes: must be > 0 and at most 1073741824 (1 GiB)");
+    return absl::InvalidArgumentError(
+        "--max-code-bytes: must be > 0 and at most 1073741824 (1 GiB)");
   }
   o.http_listen = absl::GetFlag(FLAGS_http_listen);
   o.metrics_open = absl::GetFlag(FLAGS_metrics_open);
@@ -306,8 +339,8 @@ absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
     int port = 0;
     if (colon == std::string::npos || colon == 0 ||
         !absl::SimpleAtoi(advertise.substr(colon + 1), &port) || port < 1 || port > 65535) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "--advertise-address: '", advertise, "' is not HOST:PORT with a port in 1..65535"));
+      return absl::InvalidArgumentError(absl::StrCat("--advertise-address: '", advertise,
+                                                     "' is not HOST:PORT with a port in 1..65535"));
     }
   }
   return absl::OkStatus();
@@ -337,8 +370,9 @@ std::vector<std::string>& OriginalArgs() {
   argv.push_back(nullptr);
   syscall(SYS_close_range, 3u, ~0u, 0u);
   execv("/proc/self/exe", argv.data());
-  const std::string line = absl::StrCat("trainctl-coordinator: deposed, and cannot re-execute itself (",
-                                        std::strerror(errno), "): exiting\n");
+  const std::string line =
+      absl::StrCat("trainctl-coordinator: deposed, and cannot re-execute itself (",
+                   std::strerror(errno), "): exiting\n");
   (void)!write(2, line.data(), line.size());
   _exit(75);
 }
@@ -350,14 +384,17 @@ std::string AdminTokenFile(const std::string& tls_dir, const std::string& db_pat
   if (admin_file.empty() && !tls_dir.empty()) admin_file = tls_dir + "/admin.token";
   if (admin_file.empty()) {
     std::filesystem::path db(db_path);
-    admin_file = (db.has_parent_path() ? db.parent_path() / "admin.token" : std::filesystem::path("admin.token")).string();
+    admin_file = (db.has_parent_path() ? db.parent_path() / "admin.token"
+                                       : std::filesystem::path("admin.token"))
+                     .string();
   }
   return admin_file;
 }
 
 absl::Status CheckRegistryTimes(const trainctl::coordinator::RegistryOptions& r) {
   if (r.heartbeat_interval <= absl::ZeroDuration() || r.lease_timeout <= r.heartbeat_interval) {
-    return absl::InvalidArgumentError("--lease-timeout-ms must be greater than --heartbeat-interval-ms > 0");
+    return absl::InvalidArgumentError(
+        "--lease-timeout-ms must be greater than --heartbeat-interval-ms > 0");
   }
   if (r.disconnect_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--disconnect-grace-ms must be >= 0");
@@ -370,39 +407,49 @@ void Announce(const trainctl::coordinator::CoordinatorServer& server,
               const trainctl::coordinator::CoordinatorOptions& o, const std::string& addr,
               const std::string& admin_file, bool created) {
   std::cout << "trainctl-coordinator listening on " << addr << std::endl;
-  const std::string http =
-      server.http_address().empty() ? "" : absl::StrCat(server.http_scheme(), "://", server.http_address());
+  const std::string http = server.http_address().empty()
+                               ? ""
+                               : absl::StrCat(server.http_scheme(), "://", server.http_address());
   trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "listening",
-                     {{"address", addr}, {"db", trainctl::coordinator::StateStore::DescribeSpec(o.store_spec)}, {"metrics", http.empty() ? "off" : http + "/metrics"}});
+                     {{"address", addr},
+                      {"db", trainctl::coordinator::StateStore::DescribeSpec(o.store_spec)},
+                      {"metrics", http.empty() ? "off" : http + "/metrics"}});
   if (!http.empty()) {
     std::cout << "trainctl-coordinator: metrics on " << http << "/metrics"
-              << (o.metrics_open ? " (open: no token needed)" : " (needs a viewer token)") << std::endl;
+              << (o.metrics_open ? " (open: no token needed)" : " (needs a viewer token)")
+              << std::endl;
     std::cout << "trainctl-coordinator: dashboard on " << http << "/" << std::endl;
   }
-  if (!http.empty() && std::string(server.http_scheme()) == "http" && !trainctl::coordinator::IsLoopbackListen(o.http_listen)) {
+  if (!http.empty() && std::string(server.http_scheme()) == "http" &&
+      !trainctl::coordinator::IsLoopbackListen(o.http_listen)) {
     std::cerr << "trainctl-coordinator: WARNING: --insecure: the dashboard on " << http
               << " takes tokens in clear text (docs/security.md)" << std::endl;
   }
   if (o.tls_cert_pem.empty() && !trainctl::coordinator::IsLoopbackListen(o.listen)) {
     std::cerr << "trainctl-coordinator: WARNING: --insecure: serving plaintext on " << addr
-              << ": tokens and job data cross the network unencrypted (docs/security.md)" << std::endl;
+              << ": tokens and job data cross the network unencrypted (docs/security.md)"
+              << std::endl;
   }
   std::cout << "trainctl-coordinator: admin token " << (created ? "created in " : "read from ")
             << admin_file << std::endl;
 }
 
 // Options from the flags, or a usage error (exit 2) naming the flag.
-absl::Status ServeOptions(trainctl::coordinator::CoordinatorOptions& o, std::string* admin_file, bool* created) {
+absl::Status ServeOptions(trainctl::coordinator::CoordinatorOptions& o, std::string* admin_file,
+                          bool* created) {
   const std::string tls_dir = absl::GetFlag(FLAGS_tls_dir);
   TRAINCTL_RETURN_IF_ERROR(TlsFromFlags(tls_dir, o));
   TRAINCTL_RETURN_IF_ERROR(OptionsFromFlags(o));
   // Beside an SQLite file is a place of the coordinator's own; a
   // PostgreSQL store has none (it would be the working directory), and every
   // coordinator of the store must hold the same admin token.
-  if (!absl::StartsWith(o.store_spec, "sqlite:") && absl::GetFlag(FLAGS_admin_token_file).empty() && tls_dir.empty()) {
+  if (!absl::StartsWith(o.store_spec, "sqlite:") && absl::GetFlag(FLAGS_admin_token_file).empty() &&
+      tls_dir.empty()) {
     return absl::InvalidArgumentError(
-        "--admin-token-file: needed with a PostgreSQL --store (or --tls-dir, whose admin.token is used): the "
-        "bootstrap admin token has no place beside the database, and every coordinator of one store must "
+        "--admin-token-file: needed with a PostgreSQL --store (or --tls-dir, whose admin.token is "
+        "used): the "
+        "bootstrap admin token has no place beside the database, and every coordinator of one "
+        "store must "
         "read the same file");
   }
   *admin_file = AdminTokenFile(tls_dir, o.db_path);
@@ -413,7 +460,8 @@ absl::Status ServeOptions(trainctl::coordinator::CoordinatorOptions& o, std::str
   absl::StatusOr<std::string> admin =
       *created ? trainctl::auth::NewSecret("admin") : trainctl::auth::ReadTokenFile(*admin_file);
   if (!admin.ok()) {
-    return absl::InvalidArgumentError(absl::StrCat("--admin-token-file: ", admin.status().message()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("--admin-token-file: ", admin.status().message()));
   }
   o.admin_token = *admin;
   return CheckRegistryTimes(o.registry);
@@ -426,7 +474,8 @@ int main(int argc, char** argv) {
   std::vector<char*> args = trainctl::ParseDaemonFlags(
       argc, argv,
       "trainctl-coordinator [--tls-dir DIR] --listen HOST:PORT --db PATH\n"
-      "trainctl-coordinator init --dir DIR [--san NAME,...] --db PATH [--join-tokens N]   (CA, certificates, tokens)\n"
+      "trainctl-coordinator init --dir DIR [--san NAME,...] --db PATH [--join-tokens N]   (CA, "
+      "certificates, tokens)\n"
       "trainctl-coordinator worker-cert --dir DIR --worker-id ID [--san NAME,...] [--out DIR]\n"
       "The trainctl control plane: accepts jobs, gang-schedules ranks on worker daemons, runs "
       "the rendezvous, watches health, and stores everything in SQLite.",
@@ -442,8 +491,9 @@ int main(int argc, char** argv) {
   }
   if (args.size() > 1 && std::string(args[1]) == "init") return RunInit();
   if (args.size() > 1 && std::string(args[1]) == "worker-cert") {
-    return trainctl::coordinator::RunWorkerCert({absl::GetFlag(FLAGS_dir), absl::GetFlag(FLAGS_worker_id),
-                                                 absl::GetFlag(FLAGS_out), absl::GetFlag(FLAGS_san)});
+    return trainctl::coordinator::RunWorkerCert(
+        {absl::GetFlag(FLAGS_dir), absl::GetFlag(FLAGS_worker_id), absl::GetFlag(FLAGS_out),
+         absl::GetFlag(FLAGS_san)});
   }
   if (args.size() > 1) {
     std::cerr << "trainctl-coordinator: unknown argument '" << args[1]
@@ -476,11 +526,14 @@ int main(int argc, char** argv) {
   if (!absl::StartsWith(o.store_spec, "sqlite:")) {
     // PostgreSQL: active/standby (docs/operator.md, "High availability").
     o.store.on_deposed = ReExec;
-    absl::StatusOr<std::unique_ptr<trainctl::coordinator::StateStore>> store = trainctl::coordinator::AwaitLeadership(
-        o, absl::Milliseconds(absl::GetFlag(FLAGS_standby_poll_ms)), absl::GetFlag(FLAGS_advertise_address));
+    absl::StatusOr<std::unique_ptr<trainctl::coordinator::StateStore>> store =
+        trainctl::coordinator::AwaitLeadership(
+            o, absl::Milliseconds(absl::GetFlag(FLAGS_standby_poll_ms)),
+            absl::GetFlag(FLAGS_advertise_address));
     if (!store.ok()) {
       if (store.status().code() == absl::StatusCode::kCancelled) {
-        trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "shutting_down", {{"reason", "stop signal (standby)"}});
+        trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "shutting_down",
+                           {{"reason", "stop signal (standby)"}});
         return 0;
       }
       std::cerr << "trainctl-coordinator: " << store.status().message() << "\n";
@@ -493,7 +546,8 @@ int main(int argc, char** argv) {
     if (created && std::filesystem::exists(admin_file, ec)) {
       absl::StatusOr<std::string> admin = trainctl::auth::ReadTokenFile(admin_file);
       if (!admin.ok()) {
-        std::cerr << "trainctl-coordinator: --admin-token-file: " << admin.status().message() << "\n";
+        std::cerr << "trainctl-coordinator: --admin-token-file: " << admin.status().message()
+                  << "\n";
         return 2;
       }
       o.admin_token = *admin;
@@ -508,7 +562,9 @@ int main(int argc, char** argv) {
     return 1;
   }
   if (created) {
-    if (absl::Status w = trainctl::auth::WritePrivateFile(admin_file, absl::StrCat(o.admin_token, "\n")); !w.ok()) {
+    if (absl::Status w =
+            trainctl::auth::WritePrivateFile(admin_file, absl::StrCat(o.admin_token, "\n"));
+        !w.ok()) {
       std::cerr << "trainctl-coordinator: --admin-token-file: " << w.message() << "\n";
       server.Shutdown();
       return 1;
@@ -517,7 +573,8 @@ int main(int argc, char** argv) {
   Announce(server, o, *addr, admin_file, created);
 
   trainctl::WaitForStopSignal();
-  trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "shutting_down", {{"reason", "stop signal"}});
+  trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "shutting_down",
+                     {{"reason", "stop signal"}});
   server.Shutdown();
   return 0;
 }

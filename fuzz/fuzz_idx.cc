@@ -9,7 +9,8 @@
 extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   if (size < 1) return 0;
   const int dims = (data[0] & 1) ? 3 : 1;
-  std::vector<char> raw(reinterpret_cast<const char*>(data) + 1, reinterpret_cast<const char*>(data) + size);
+  std::vector<char> raw(reinterpret_cast<const char*>(data) + 1,
+                        reinterpret_cast<const char*>(data) + size);
   auto a = trainctl::engine::DecodeIdx(std::move(raw), dims, "fuzz.idx", "IDX file");
   if (!a.ok()) return 0;
   // What the loader relies on: the declared elements lie inside the bytes.

@@ -14,7 +14,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
   (void)trainctl::JobSpecToFlat(p.spec);
   (void)trainctl::CheckpointSpecHash(p.spec);
   if (!trainctl::ValidateJobSpec(p.spec).empty()) std::abort();  // parsed specs are valid
-  trainctl::ParsedJobSpec again = trainctl::ParseJobSpecYaml(trainctl::JobSpecToYaml(p.spec), "again.yaml");
+  trainctl::ParsedJobSpec again =
+      trainctl::ParseJobSpecYaml(trainctl::JobSpecToYaml(p.spec), "again.yaml");
   if (!again.ok() || again.spec.SerializeAsString() != p.spec.SerializeAsString()) std::abort();
   return 0;
 }

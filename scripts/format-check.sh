@@ -9,11 +9,11 @@
 #
 #   scripts/format-check.sh            # scripts/test.sh runs it
 #   CLANG_FORMAT=clang-format-14 scripts/format-check.sh
-#   # to fix: clang-format -i $(git ls-files 'client/*.cc' 'client/*.h')  # (or common/, worker/)
+#   # to fix: clang-format -i $(git ls-files 'coordinator/*.cc' 'coordinator/*.h')  # (or any folder above)
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-folders=(client common worker)
+folders=(client common worker coordinator tests bench fuzz)
 
 clang_format=${CLANG_FORMAT:-clang-format}
 if ! command -v "$clang_format" >/dev/null; then

@@ -24,9 +24,9 @@
 namespace trainctl {
 namespace {
 
-using trainctl::testing::SourceDir;
 using ::testing::HasSubstr;
 using trainctl::testing::Cluster;
+using trainctl::testing::SourceDir;
 
 v1::JobSpec Spec(const std::string& name, int epochs) {
   ParsedJobSpec p = ParseJobSpecYaml(
@@ -54,7 +54,8 @@ grpc::Status Submit(const std::string& address, const std::string& token, const 
   v1::SubmitJobRequest req;
   *req.mutable_spec() = spec;
   v1::SubmitJobResponse resp;
-  grpc::Status s = v1::JobService::NewStub(ChannelWith(address, token))->SubmitJob(&ctx, req, &resp);
+  grpc::Status s =
+      v1::JobService::NewStub(ChannelWith(address, token))->SubmitJob(&ctx, req, &resp);
   if (id != nullptr) *id = resp.job().id();
   return s;
 }
@@ -68,7 +69,8 @@ grpc::Status GetJob(const std::string& address, const std::string& token, const 
   return v1::JobService::NewStub(ChannelWith(address, token))->GetJob(&ctx, req, &job);
 }
 
-grpc::Status GetMetrics(const std::string& address, const std::string& token, const std::string& id) {
+grpc::Status GetMetrics(const std::string& address, const std::string& token,
+                        const std::string& id) {
   grpc::ClientContext ctx;
   ctx.set_deadline(Soon());
   v1::GetMetricsRequest req;
@@ -93,7 +95,8 @@ grpc::Status RegisterAs(const std::string& address, const std::string& token,
   grpc::ClientContext ctx;
   ctx.set_deadline(Soon());
   security.token = token;
-  auto stub = v1::WorkerService::NewStub(*auth::MakeChannel(address, security, grpc::ChannelArguments()));
+  auto stub =
+      v1::WorkerService::NewStub(*auth::MakeChannel(address, security, grpc::ChannelArguments()));
   auto stream = stub->Session(&ctx);
   v1::WorkerMessage reg;
   reg.mutable_register_()->set_worker_id(worker_id);
@@ -120,7 +123,8 @@ grpc::Status RegisterAgainAs(const std::string& address, const std::string& toke
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(30);
   while (true) {
     grpc::Status s = RegisterAs(address, token, worker_id, security);
-    if (s.error_code() != grpc::StatusCode::ALREADY_EXISTS || std::chrono::steady_clock::now() > deadline) {
+    if (s.error_code() != grpc::StatusCode::ALREADY_EXISTS ||
+        std::chrono::steady_clock::now() > deadline) {
       return s;
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(50));
@@ -128,7 +132,8 @@ grpc::Status RegisterAgainAs(const std::string& address, const std::string& toke
 }
 
 TEST(AuthE2ETest, TokensAndRolesAreEnforcedWhileAVictimJobSucceeds) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.StartCoordinator());
   ASSERT_TRUE(cluster.StartWorker("real", 2));
   ASSERT_TRUE(cluster.WaitWorkers(1));
@@ -139,7 +144,8 @@ TEST(AuthE2ETest, TokensAndRolesAreEnforcedWhileAVictimJobSucceeds) {
   const std::string viewer = cluster.CreateToken(v1::ROLE_VIEWER, "carol");
   const std::string intruder_worker = cluster.CreateToken(v1::ROLE_WORKER, "intruder");
   const std::string shortlived = cluster.CreateToken(v1::ROLE_SUBMITTER, "brief", /*ttl_s=*/1);
-  ASSERT_FALSE(alice.empty() || bob.empty() || viewer.empty() || intruder_worker.empty() || shortlived.empty());
+  ASSERT_FALSE(alice.empty() || bob.empty() || viewer.empty() || intruder_worker.empty() ||
+               shortlived.empty());
 
   std::string victim;
   ASSERT_TRUE(Submit(addr, alice, Spec("slow-victim", 3), &victim).ok());
@@ -166,7 +172,8 @@ TEST(AuthE2ETest, TokensAndRolesAreEnforcedWhileAVictimJobSucceeds) {
     req.set_role(v1::ROLE_ADMIN);
     v1::CreateTokenResponse resp;
     s = v1::AuthService::NewStub(ChannelWith(addr, alice))->CreateToken(&ctx, req, &resp);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << "a submitter cannot mint an admin";
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED)
+        << "a submitter cannot mint an admin";
     EXPECT_THAT(s.error_message(), HasSubstr("needs role admin"));
   }
 
@@ -214,7 +221,8 @@ TEST(AuthE2ETest, TokensAndRolesAreEnforcedWhileAVictimJobSucceeds) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(s.error_message(), HasSubstr("Session needs role worker"));
   EXPECT_EQ(RegisterAs(addr, "", "fake-1").error_code(), grpc::StatusCode::UNAUTHENTICATED);
-  EXPECT_EQ(GetJob(addr, intruder_worker, victim).error_code(), grpc::StatusCode::PERMISSION_DENIED);
+  EXPECT_EQ(GetJob(addr, intruder_worker, victim).error_code(),
+            grpc::StatusCode::PERMISSION_DENIED);
 
   // A worker token may not take the real worker's id (its rank and job).
   std::string real_id;
@@ -245,7 +253,8 @@ TEST(AuthE2ETest, TokensAndRolesAreEnforcedWhileAVictimJobSucceeds) {
 // After a coordinator restart the bindings and tokens hold: the real worker
 // comes back under its id, a fake with another token cannot take it first.
 TEST(AuthE2ETest, WorkerIdsStayBoundAcrossACoordinatorRestart) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.StartCoordinator());
   ASSERT_TRUE(cluster.StartWorker("real", 1));
   ASSERT_TRUE(cluster.WaitWorkers(1));
@@ -259,7 +268,8 @@ TEST(AuthE2ETest, WorkerIdsStayBoundAcrossACoordinatorRestart) {
   }
   std::string victim = cluster.Submit(Spec("slow-victim", 3));
   ASSERT_FALSE(victim.empty());
-  ASSERT_EQ(cluster.WaitState(victim, v1::JOB_STATE_RUNNING, absl::Seconds(30)).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(cluster.WaitState(victim, v1::JOB_STATE_RUNNING, absl::Seconds(30)).state(),
+            v1::JOB_STATE_RUNNING);
   cluster.KillCoordinator(SIGKILL);
   cluster.worker("real")->Kill(SIGSTOP);  // Silent while the fake races it.
   ASSERT_TRUE(cluster.StartCoordinator());
@@ -289,7 +299,8 @@ grpc::Status GetJobOver(const std::string& address, const std::string& token, co
 // the CA and a worker token; plaintext clients and clients trusting another
 // CA get nothing; tokens and roles still hold; the victim job succeeds.
 TEST(AuthE2ETest, TlsRefusesPlaintextAndForeignCas) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.InitTls());
   ASSERT_TRUE(cluster.StartCoordinator());
   ASSERT_TRUE(cluster.StartWorker("real", 1));
@@ -320,8 +331,9 @@ TEST(AuthE2ETest, TlsRefusesPlaintextAndForeignCas) {
     security.ca_file = cluster.ca_file();
     grpc::ClientContext ctx;
     ctx.set_deadline(Soon());
-    auto stream = v1::WorkerService::NewStub(*auth::MakeChannel(addr, security, grpc::ChannelArguments()))
-                      ->Session(&ctx);
+    auto stream =
+        v1::WorkerService::NewStub(*auth::MakeChannel(addr, security, grpc::ChannelArguments()))
+            ->Session(&ctx);
     v1::CoordinatorMessage in;
     EXPECT_FALSE(stream->Read(&in));
     EXPECT_EQ(stream->Finish().error_code(), grpc::StatusCode::PERMISSION_DENIED);
@@ -330,10 +342,11 @@ TEST(AuthE2ETest, TlsRefusesPlaintextAndForeignCas) {
   // Mutual TLS: a worker certificate the cluster CA signed names the worker;
   // it registers as that id only, with no token. A certificate from another
   // CA does not get through the handshake.
-  auto write_cert = [&](const auth::KeyAndCert& ca, const std::string& cn, const std::string& stem) {
+  auto write_cert = [&](const auth::KeyAndCert& ca, const std::string& cn,
+                        const std::string& stem) {
     std::string key = *auth::NewPrivateKey();
-    absl::StatusOr<std::string> cert = auth::SignCsr(ca, *auth::NewCsr(key, cn), cn, {}, absl::Hours(1),
-                                                      auth::CertPurpose::kClient);
+    absl::StatusOr<std::string> cert = auth::SignCsr(ca, *auth::NewCsr(key, cn), cn, {},
+                                                     absl::Hours(1), auth::CertPurpose::kClient);
     EXPECT_TRUE(cert.ok()) << cert.status();
     EXPECT_TRUE(auth::WritePrivateFile(stem + ".key", key).ok());
     EXPECT_TRUE(auth::WritePrivateFile(stem + ".crt", *cert).ok());
@@ -343,8 +356,10 @@ TEST(AuthE2ETest, TlsRefusesPlaintextAndForeignCas) {
     security.key_file = stem + ".key";
     return security;
   };
-  auth::KeyAndCert cluster_ca{*auth::ReadFile(cluster.dir() + "/tls/ca.key"), *auth::ReadFile(cluster.ca_file())};
-  auth::ChannelSecurity mine = write_cert(cluster_ca, "cert-worker", cluster.dir() + "/cert-worker");
+  auth::KeyAndCert cluster_ca{*auth::ReadFile(cluster.dir() + "/tls/ca.key"),
+                              *auth::ReadFile(cluster.ca_file())};
+  auth::ChannelSecurity mine =
+      write_cert(cluster_ca, "cert-worker", cluster.dir() + "/cert-worker");
   std::string real_id;
   {
     grpc::ClientContext ctx;
@@ -364,15 +379,17 @@ TEST(AuthE2ETest, TlsRefusesPlaintextAndForeignCas) {
   // Without a certificate and without a token: refused.
   auth::ChannelSecurity bare;
   bare.ca_file = cluster.ca_file();
-  EXPECT_EQ(RegisterAs(addr, "", "cert-worker", bare).error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(RegisterAs(addr, "", "cert-worker", bare).error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
 
   v1::Job done = cluster.WaitState(victim, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
   EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.state_reason();
 }
 
 // AuthService.Join with `token` over TLS (the cluster CA) for a new key's CSR.
-grpc::Status JoinWith(const std::string& address, const std::string& ca_file, const std::string& token,
-                      const std::string& worker_id, v1::JoinResponse* resp = nullptr) {
+grpc::Status JoinWith(const std::string& address, const std::string& ca_file,
+                      const std::string& token, const std::string& worker_id,
+                      v1::JoinResponse* resp = nullptr) {
   auth::ChannelSecurity security;
   security.token = token;
   security.ca_file = ca_file;
@@ -393,7 +410,8 @@ grpc::Status JoinWith(const std::string& address, const std::string& ca_file, co
 // expired, a worker-role or a plaintext join is refused; a joined worker
 // cannot register as another worker, and nobody can join as a known id.
 TEST(AuthE2ETest, WorkerJoinsWithAOneTimeTokenAndKeepsItsCertificate) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.InitTls());
   ASSERT_TRUE(cluster.StartCoordinator());
   const std::string addr = cluster.address();
@@ -439,7 +457,8 @@ TEST(AuthE2ETest, WorkerJoinsWithAOneTimeTokenAndKeepsItsCertificate) {
   s = JoinWith(addr, cluster.ca_file(), worker_token, "");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED);
   EXPECT_THAT(s.error_message(), HasSubstr("Join needs role join"));
-  EXPECT_EQ(JoinWith(addr, cluster.ca_file(), "", "").error_code(), grpc::StatusCode::UNAUTHENTICATED);
+  EXPECT_EQ(JoinWith(addr, cluster.ca_file(), "", "").error_code(),
+            grpc::StatusCode::UNAUTHENTICATED);
   // Nobody joins as a known worker (that would be a second key for its id);
   // a refused join leaves the token usable.
   const std::string second = cluster.CreateToken(v1::ROLE_JOIN, "second");
@@ -486,7 +505,8 @@ TEST(AuthE2ETest, WorkerJoinsWithAOneTimeTokenAndKeepsItsCertificate) {
   std::string after = cluster.Submit(Spec("after-restart", 1));
   ASSERT_FALSE(after.empty());
   done = cluster.WaitState(after, v1::JOB_STATE_SUCCEEDED, absl::Seconds(90));
-  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.state_reason() << cluster.worker("joined")->ReadLog();
+  EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED)
+      << done.state_reason() << cluster.worker("joined")->ReadLog();
   ASSERT_GE(done.attempts_size(), 1);
   EXPECT_EQ(done.attempts(done.attempts_size() - 1).ranks(0).worker_id(), joined_id);
   EXPECT_EQ(*auth::ReadFile(work + "/worker.crt"), *cert) << "the same certificate, not a new join";
@@ -496,11 +516,13 @@ TEST(AuthE2ETest, WorkerJoinsWithAOneTimeTokenAndKeepsItsCertificate) {
 // `init --listen HOST:PORT` writes the port the coordinator will listen on
 // into the CLI config (it wrote 7070 whatever --listen said).
 TEST(AuthE2ETest, InitWritesTheListenPortIntoTheCliConfig) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   const std::string dir = cluster.dir() + "/tls-9443";
-  const std::string cmd = absl::StrCat(trainctl::testing::BuildDirOfThisTest(),
-                                       "/coordinator/trainctl-coordinator init --dir=", dir, " --db=", cluster.dir(),
-                                       "/state.db --listen=0.0.0.0:9443 > ", cluster.dir(), "/init.log 2>&1");
+  const std::string cmd =
+      absl::StrCat(trainctl::testing::BuildDirOfThisTest(),
+                   "/coordinator/trainctl-coordinator init --dir=", dir, " --db=", cluster.dir(),
+                   "/state.db --listen=0.0.0.0:9443 > ", cluster.dir(), "/init.log 2>&1");
   ASSERT_EQ(std::system(cmd.c_str()), 0);
   absl::StatusOr<std::string> config = auth::ReadFile(dir + "/trainctl.yaml");
   ASSERT_TRUE(config.ok()) << config.status();
@@ -509,7 +531,8 @@ TEST(AuthE2ETest, InitWritesTheListenPortIntoTheCliConfig) {
 
 // Join needs TLS: the certificate is never sent in clear.
 TEST(AuthE2ETest, JoinOverPlaintextIsRefused) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.StartCoordinator());
   const std::string join = cluster.CreateToken(v1::ROLE_JOIN, "clear");
   ASSERT_FALSE(join.empty());
@@ -521,7 +544,8 @@ TEST(AuthE2ETest, JoinOverPlaintextIsRefused) {
 // Secure by default: plaintext only on loopback; elsewhere it takes
 // --insecure, and a warning at every start.
 TEST(AuthE2ETest, PlaintextOnANonLoopbackAddressNeedsInsecure) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   EXPECT_FALSE(cluster.StartCoordinator({"--listen=0.0.0.0:0"}));
   std::ifstream refused(cluster.dir() + "/coordinator-0.log");
   std::string text((std::istreambuf_iterator<char>(refused)), std::istreambuf_iterator<char>());

@@ -50,14 +50,16 @@ struct CliResult {
 
 // One trainctl command line in-process, as `token`. `answer`: what the user
 // types when asked (stdin a terminal); nullopt: stdin is not a terminal.
-CliResult RunTrainctl(const Cluster& cluster, const std::string& token, std::vector<std::string> args,
+CliResult RunTrainctl(const Cluster& cluster, const std::string& token,
+                      std::vector<std::string> args,
                       std::optional<std::string> answer = std::nullopt) {
   cli::CliEnvironment env;
   const std::string address = cluster.address();
   env.getenv = [address, token](const std::string& name) -> std::optional<std::string> {
     if (name == "TRAINCTL_COORDINATOR") return address;
     if (name == "TRAINCTL_TOKEN") return token;
-    if (name == "HOME" || name == "XDG_CONFIG_HOME") return std::string("/nonexistent-trainctl-home");
+    if (name == "HOME" || name == "XDG_CONFIG_HOME")
+      return std::string("/nonexistent-trainctl-home");
     return std::nullopt;
   };
   if (answer.has_value()) env.read_answer = [answer] { return answer; };
@@ -104,7 +106,8 @@ double Sample(const std::string& page, const std::string& series) {
   const size_t at = page.find(key);
   double v = 0;
   if (at == std::string::npos ||
-      !absl::SimpleAtod(page.substr(at + key.size(), page.find('\n', at + key.size()) - at - key.size()), &v)) {
+      !absl::SimpleAtod(
+          page.substr(at + key.size(), page.find('\n', at + key.size()) - at - key.size()), &v)) {
     return std::nan("");
   }
   return v;
@@ -160,7 +163,8 @@ TEST(BulkCancelE2ETest, CancelByQueueAsksFirstCancelsExactlyItsJobsAndMetricsSho
 
   std::string page = MetricsPage(cluster, admin);
   EXPECT_EQ(Sample(page, "trainctl_queue_pending_jobs{queue=\"a\"}"), 4) << page;
-  EXPECT_GE(Sample(page, "trainctl_scheduler_pass_seconds_count"), 1) << "every submit asked for a timed pass";
+  EXPECT_GE(Sample(page, "trainctl_scheduler_pass_seconds_count"), 1)
+      << "every submit asked for a timed pass";
   EXPECT_THAT(page, HasSubstr("# TYPE trainctl_scheduler_pass_seconds histogram"));
   EXPECT_THAT(page, HasSubstr("trainctl_scheduler_pass_seconds_bucket{le=\"+Inf\"}"));
   EXPECT_EQ(Sample(page, "trainctl_preemptions_total"), 0);
@@ -172,7 +176,8 @@ TEST(BulkCancelE2ETest, CancelByQueueAsksFirstCancelsExactlyItsJobsAndMetricsSho
   EXPECT_THAT(page, HasSubstr("trainctl_loop_task_run_seconds_bucket{kind=\"timer\",le=\"+Inf\"}"));
 
   auto all_pending = [&] {
-    for (const std::string& id : in_a) EXPECT_EQ(cluster.Get(id).state(), v1::JOB_STATE_PENDING) << id;
+    for (const std::string& id : in_a)
+      EXPECT_EQ(cluster.Get(id).state(), v1::JOB_STATE_PENDING) << id;
   };
   // A dry run lists the four and cancels nothing.
   CliResult dry = RunTrainctl(cluster, admin, {"cancel", "--queue", "a", "--dry-run"});
@@ -218,8 +223,9 @@ TEST(BulkCancelE2ETest, CancelByQueueAsksFirstCancelsExactlyItsJobsAndMetricsSho
   all_pending();
 
   // The admin, --yes with a case-insensitive state: exactly a's four.
-  CliResult yes = RunTrainctl(cluster, admin,
-                              {"cancel", "--queue", "a", "--state", "PENDING,running", "--yes", "--reason", "a closes"});
+  CliResult yes = RunTrainctl(
+      cluster, admin,
+      {"cancel", "--queue", "a", "--state", "PENDING,running", "--yes", "--reason", "a closes"});
   ASSERT_EQ(yes.code, 0) << yes.err;
   EXPECT_THAT(yes.out, HasSubstr("cancelled 4 jobs"));
   for (const std::string& id : in_a) {
@@ -229,16 +235,19 @@ TEST(BulkCancelE2ETest, CancelByQueueAsksFirstCancelsExactlyItsJobsAndMetricsSho
     EXPECT_THAT(message, HasSubstr("a closes"));
   }
   std::string message;
-  EXPECT_EQ(CancelledEvents(cluster, ended->id(), &message), 1) << "an ended job is not cancelled again";
+  EXPECT_EQ(CancelledEvents(cluster, ended->id(), &message), 1)
+      << "an ended job is not cancelled again";
   EXPECT_THAT(message, HasSubstr("earlier"));
-  for (const std::string& id : in_b) EXPECT_EQ(cluster.Get(id).state(), v1::JOB_STATE_PENDING) << id;
+  for (const std::string& id : in_b)
+    EXPECT_EQ(cluster.Get(id).state(), v1::JOB_STATE_PENDING) << id;
 
   // On a terminal, answered yes: b's two.
   CliResult confirmed = RunTrainctl(cluster, admin, {"cancel", "--queue", "b"}, "y");
   ASSERT_EQ(confirmed.code, 0) << confirmed.err;
   EXPECT_THAT(confirmed.out, HasSubstr("Cancel 2 jobs? [y/N]"));
   EXPECT_THAT(confirmed.out, HasSubstr("cancelled 2 jobs"));
-  for (const std::string& id : in_b) EXPECT_EQ(cluster.Get(id).state(), v1::JOB_STATE_CANCELLED) << id;
+  for (const std::string& id : in_b)
+    EXPECT_EQ(cluster.Get(id).state(), v1::JOB_STATE_CANCELLED) << id;
   CliResult none = RunTrainctl(cluster, admin, {"cancel", "--queue", "b"});
   EXPECT_EQ(none.code, 0) << none.err;
   EXPECT_THAT(none.out, HasSubstr("no jobs match"));

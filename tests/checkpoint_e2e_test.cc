@@ -16,10 +16,10 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
-#include <iostream>
 #include <filesystem>
 #include <fstream>
 #include <functional>
+#include <iostream>
 #include <set>
 #include <sstream>
 
@@ -31,15 +31,16 @@
 namespace trainctl {
 namespace {
 
-using trainctl::testing::Cluster;
 using ::testing::HasSubstr;
+using trainctl::testing::Cluster;
 
 // The classic example made slow enough (hidden layers, many samples) that a
 // test can act between epochs.
 v1::JobSpec SlowClassic(int epochs, std::vector<std::string> extra = {}) {
   std::string src = std::getenv("TRAINCTL_SOURCE_DIR") ? std::getenv("TRAINCTL_SOURCE_DIR") : ".";
-  std::vector<std::string> sets = {absl::StrCat("training.epochs=", epochs), "data.train.length=60000",
-                                   "model.hidden=[128, 128]", "restart.max_restarts=2"};
+  std::vector<std::string> sets = {absl::StrCat("training.epochs=", epochs),
+                                   "data.train.length=60000", "model.hidden=[128, 128]",
+                                   "restart.max_restarts=2"};
   sets.insert(sets.end(), extra.begin(), extra.end());
   ParsedJobSpec p = ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml", sets);
   EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
@@ -97,19 +98,21 @@ class CheckpointE2ETest : public ::testing::Test {
       size_t at = line.find("epoch ");
       size_t slash = line.find('/', at);
       size_t colon = line.find(':', at);
-      if (at == std::string::npos || slash == std::string::npos || colon == std::string::npos || slash > colon) continue;
+      if (at == std::string::npos || slash == std::string::npos || colon == std::string::npos ||
+          slash > colon)
+        continue;
       int n = 0;
       if (absl::SimpleAtoi(line.substr(at + 6, slash - at - 6), &n)) out.insert(n - 1);
     }
     return out;
   }
 
-
-
   // Name ("w0"...) of the worker running `rank` of attempt `attempt`.
-  std::string WorkerOf(const std::string& id, int attempt, int rank, const std::vector<std::string>& names) {
+  std::string WorkerOf(const std::string& id, int attempt, int rank,
+                       const std::vector<std::string>& names) {
     for (const std::string& n : names) {
-      if (!Cluster::ProcessesMatching(absl::StrCat("/worker-", n, "/jobs/", id, "/attempt-", attempt, "/rank-", rank))
+      if (!Cluster::ProcessesMatching(
+               absl::StrCat("/worker-", n, "/jobs/", id, "/attempt-", attempt, "/rank-", rank))
                .empty()) {
         return n;
       }
@@ -127,7 +130,8 @@ TEST_F(CheckpointE2ETest, RestartResumesItsOwnRecordNotAnotherJobsNewerFile) {
   ASSERT_TRUE(cluster_->WaitWorkers(1));
   const std::string dir = cluster_->dir() + "/shared-ckpt";
   // An earlier run trains 3 epochs into the directory and leaves its files.
-  std::string first = cluster_->Submit(SlowClassic(3, {"checkpoint.dir=" + dir, "checkpoint.shared=true"}));
+  std::string first =
+      cluster_->Submit(SlowClassic(3, {"checkpoint.dir=" + dir, "checkpoint.shared=true"}));
   ASSERT_FALSE(first.empty());
   v1::Job j1 = cluster_->WaitState(first, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
   ASSERT_EQ(j1.state(), v1::JOB_STATE_SUCCEEDED) << j1.state_reason();
@@ -137,12 +141,15 @@ TEST_F(CheckpointE2ETest, RestartResumesItsOwnRecordNotAnotherJobsNewerFile) {
 
   // A new job (another data order, so another model) in the same directory;
   // a rank is killed after its first checkpoint.
-  std::string id = cluster_->Submit(
-      SlowClassic(3, {"checkpoint.dir=" + dir, "checkpoint.shared=true", "data.seed=7", "checkpoint.keep=1"}));
+  std::string id = cluster_->Submit(SlowClassic(
+      3, {"checkpoint.dir=" + dir, "checkpoint.shared=true", "data.seed=7", "checkpoint.keep=1"}));
   ASSERT_FALSE(id.empty());
-  v1::Job j = cluster_->WaitFor(id, [](const v1::Job& x) { return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED; });
+  v1::Job j = cluster_->WaitFor(id, [](const v1::Job& x) {
+    return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED;
+  });
   ASSERT_EQ(NewestEpochs(j), 1) << "the test needs to act in epoch 2; state " << j.state();
-  std::vector<pid_t> victim = Cluster::ProcessesMatching(absl::StrCat("/jobs/", id, "/attempt-1/rank-1"));
+  std::vector<pid_t> victim =
+      Cluster::ProcessesMatching(absl::StrCat("/jobs/", id, "/attempt-1/rank-1"));
   ASSERT_FALSE(victim.empty());
   ::kill(victim.front(), SIGKILL);
 
@@ -150,7 +157,8 @@ TEST_F(CheckpointE2ETest, RestartResumesItsOwnRecordNotAnotherJobsNewerFile) {
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
   ASSERT_EQ(j.attempts_size(), 2) << [&] {
     std::string events;
-    for (const v1::Event& e : cluster_->Events(id)) absl::StrAppend(&events, "\n  ", e.type(), " #", e.attempt(), ": ", e.message());
+    for (const v1::Event& e : cluster_->Events(id))
+      absl::StrAppend(&events, "\n  ", e.type(), " #", e.attempt(), ": ", e.message());
     return events;
   }();
   const v1::Attempt& a2 = j.attempts(1);
@@ -204,14 +212,16 @@ TEST_F(CheckpointE2ETest, LostHostsCheckpointResumesFromTheOtherHostsCopy) {
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
   ASSERT_EQ(j.attempts_size(), 2) << [&] {
     std::string events;
-    for (const v1::Event& e : cluster_->Events(id)) absl::StrAppend(&events, "\n  ", e.type(), " #", e.attempt(), ": ", e.message());
+    for (const v1::Event& e : cluster_->Events(id))
+      absl::StrAppend(&events, "\n  ", e.type(), " #", e.attempt(), ": ", e.message());
     return events;
   }();
   const v1::Attempt& a2 = j.attempts(1);
   ASSERT_TRUE(a2.has_resume()) << "attempt 2 started from scratch";
   EXPECT_GE(a2.resume().global_step(), steps_per_epoch);
   EXPECT_NE(a2.resume().worker_id(), rank0_id);
-  EXPECT_EQ(a2.ranks(0).worker_id(), a2.resume().worker_id()) << "rank 0 runs where the checkpoint is";
+  EXPECT_EQ(a2.ranks(0).worker_id(), a2.resume().worker_id())
+      << "rank 0 runs where the checkpoint is";
   for (const auto& r : a2.ranks()) EXPECT_NE(r.worker_id(), rank0_id);
   bool said = false;
   for (const v1::Event& e : cluster_->Events(id)) {
@@ -234,7 +244,9 @@ TEST_F(CheckpointE2ETest, ResumeFromContinuesCancelledAndFinishedJobs) {
   ASSERT_TRUE(cluster_->WaitWorkers(1));
   std::string id = cluster_->Submit(SlowClassic(6));
   ASSERT_FALSE(id.empty());
-  v1::Job j = cluster_->WaitFor(id, [](const v1::Job& x) { return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED; });
+  v1::Job j = cluster_->WaitFor(id, [](const v1::Job& x) {
+    return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED;
+  });
   ASSERT_EQ(j.state(), v1::JOB_STATE_RUNNING);
   {
     grpc::ClientContext ctx;
@@ -246,7 +258,9 @@ TEST_F(CheckpointE2ETest, ResumeFromContinuesCancelledAndFinishedJobs) {
   j = cluster_->WaitState(id, v1::JOB_STATE_CANCELLED);
   ASSERT_EQ(j.state(), v1::JOB_STATE_CANCELLED);
   // Wait for the ranks to be gone (a checkpoint may still be reported).
-  cluster_->WaitFor(id, [&](const v1::Job&) { return Cluster::ProcessesMatching("/jobs/" + id + "/attempt-1/rank-").empty(); });
+  cluster_->WaitFor(id, [&](const v1::Job&) {
+    return Cluster::ProcessesMatching("/jobs/" + id + "/attempt-1/rank-").empty();
+  });
   j = cluster_->Get(id);
   const int64_t done = NewestEpochs(j);
   ASSERT_GE(done, 1);
@@ -304,7 +318,8 @@ TEST_F(CheckpointE2ETest, AStoppedDaemonsStaleRanksNeverDestroyTheNewAttemptsChe
   });
   ASSERT_EQ(j.state(), v1::JOB_STATE_RUNNING) << j.state_reason();
   cluster_->worker("w0")->Kill(SIGSTOP);
-  j = cluster_->WaitFor(id, [](const v1::Job& x) { return x.state() != v1::JOB_STATE_RUNNING; }, absl::Seconds(30));
+  j = cluster_->WaitFor(
+      id, [](const v1::Job& x) { return x.state() != v1::JOB_STATE_RUNNING; }, absl::Seconds(30));
   EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING) << j.state_reason();
   // The orphans train on (and, before fencing, rotated the recorded files
   // away) for a while after the coordinator moved on.
@@ -327,7 +342,8 @@ TEST_F(CheckpointE2ETest, AStoppedDaemonsStaleRanksNeverDestroyTheNewAttemptsChe
   for (const auto& r : j.checkpoints()) {
     EXPECT_TRUE(r.attempt() == 2 || r.global_step() <= a2.resume().global_step()) << r.path();
     std::error_code ec;
-    EXPECT_EQ(static_cast<int64_t>(std::filesystem::file_size(r.path(), ec)), r.size_bytes()) << r.path();
+    EXPECT_EQ(static_cast<int64_t>(std::filesystem::file_size(r.path(), ec)), r.size_bytes())
+        << r.path();
   }
 }
 
@@ -351,7 +367,8 @@ TEST_F(CheckpointE2ETest, HostsSharingOneDirectoryWriteTheirOwnCopies) {
   for (const auto& r : j.checkpoints()) {
     if (r.epochs_done() != 1) continue;
     paths.insert(r.path());
-    EXPECT_THAT(r.path(), HasSubstr("." + r.worker_id() + ".pt")) << "a per-host copy names its writer";
+    EXPECT_THAT(r.path(), HasSubstr("." + r.worker_id() + ".pt"))
+        << "a per-host copy names its writer";
   }
   EXPECT_EQ(paths.size(), 3u) << "three hosts, three files";
   const std::string rank0 = WorkerOf(id, 1, 0, {"w0", "w1", "w2"});
@@ -362,7 +379,8 @@ TEST_F(CheckpointE2ETest, HostsSharingOneDirectoryWriteTheirOwnCopies) {
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
   ASSERT_GE(j.attempts_size(), 2);
   EXPECT_TRUE(j.attempts(1).has_resume()) << "attempt 2 started from scratch";
-  for (const auto& a : j.attempts()) EXPECT_NE(a.failure_kind(), v1::FAILURE_KIND_RESUME) << a.reason();
+  for (const auto& a : j.attempts())
+    EXPECT_NE(a.failure_kind(), v1::FAILURE_KIND_RESUME) << a.reason();
 }
 
 // A worker with --data-root / --checkpoint-root refuses a job whose files lie
@@ -373,7 +391,8 @@ TEST_F(CheckpointE2ETest, PathsOutsideTheWorkersRootsAreRefused) {
   std::filesystem::create_directories(data);
   std::filesystem::create_directories(ck);
   std::filesystem::create_symlink("/etc", data + "/etc-link");
-  ASSERT_TRUE(cluster_->StartWorker("w0", 2, false, {"--data-root=" + data, "--checkpoint-root=" + ck}));
+  ASSERT_TRUE(
+      cluster_->StartWorker("w0", 2, false, {"--data-root=" + data, "--checkpoint-root=" + ck}));
   ASSERT_TRUE(cluster_->WaitWorkers(1));
 
   auto failed = [&](const v1::JobSpec& spec, const std::string& want) {
@@ -386,17 +405,21 @@ TEST_F(CheckpointE2ETest, PathsOutsideTheWorkersRootsAreRefused) {
     EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_PREFLIGHT);
     EXPECT_EQ(j.attempts(0).ranks(0).state(), v1::RANK_STATE_STOPPED) << "never started";
   };
-  failed(SlowClassic(1, {"checkpoint.dir=" + ck + "/../escape"}), "checkpoint.dir: '" + ck + "/../escape'");
-  failed(SlowClassic(1, {"checkpoint.dir=/etc/trainctl"}), "is outside every --checkpoint-root of this worker");
+  failed(SlowClassic(1, {"checkpoint.dir=" + ck + "/../escape"}),
+         "checkpoint.dir: '" + ck + "/../escape'");
+  failed(SlowClassic(1, {"checkpoint.dir=/etc/trainctl"}),
+         "is outside every --checkpoint-root of this worker");
   ParsedJobSpec idx = ParseJobSpecYaml(
       absl::StrCat("name: idx\nworld_size: 1\nmodel: {name: mlp, input_dim: 4, classes: 2}\n",
                    "data: {train: {format: idx, images: ", data, "/etc-link/shadow, labels: ", data,
                    "/labels.idx}}\n"),
       "idx.yaml");
   ASSERT_TRUE(idx.ok());
-  failed(idx.spec, "data.train.images: '" + data + "/etc-link/shadow' (/etc/shadow) is outside every --data-root");
+  failed(idx.spec, "data.train.images: '" + data +
+                       "/etc-link/shadow' (/etc/shadow) is outside every --data-root");
 
-  std::string ok = cluster_->Submit(SlowClassic(1, {"checkpoint.dir=" + ck + "/{job_id}", "data.train.length=600"}));
+  std::string ok = cluster_->Submit(
+      SlowClassic(1, {"checkpoint.dir=" + ck + "/{job_id}", "data.train.length=600"}));
   v1::Job j = cluster_->WaitState(ok, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
   EXPECT_TRUE(std::filesystem::exists(ck + "/" + ok + "/" + ok + ".model.pt"));
@@ -413,11 +436,12 @@ TEST_F(CheckpointE2ETest, AFullDiskWaitsForSpaceAndTheJobSucceeds) {
   if (!small.why_not.empty()) GTEST_SKIP() << small.why_not;
   ASSERT_TRUE(cluster_->StartWorker("w1", 2));
   ASSERT_TRUE(cluster_->WaitWorkers(1));
-  const std::string id =
-      cluster_->Submit(SlowClassic(6, {"checkpoint.dir=" + dir, "restart.max_restarts=0", "restart.disk_full_wait_s=300"}));
+  const std::string id = cluster_->Submit(SlowClassic(
+      6, {"checkpoint.dir=" + dir, "restart.max_restarts=0", "restart.disk_full_wait_s=300"}));
   ASSERT_FALSE(id.empty());
   v1::Job j = cluster_->WaitFor(
-      id, [](const v1::Job& x) { return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED; },
+      id,
+      [](const v1::Job& x) { return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED; },
       absl::Seconds(180));
   ASSERT_GE(NewestEpochs(j), 1) << j.DebugString();
   // Fill it: dd stops at ENOSPC.
@@ -432,7 +456,8 @@ TEST_F(CheckpointE2ETest, AFullDiskWaitsForSpaceAndTheJobSucceeds) {
   j = cluster_->WaitFor(
       id, [&](const v1::Job& x) { return disk_full(x) || x.state() >= v1::JOB_STATE_SUCCEEDED; },
       absl::Seconds(180));
-  ASSERT_TRUE(disk_full(j)) << "a checkpoint write after the disk filled failed as DISK_FULL: " << j.DebugString();
+  ASSERT_TRUE(disk_full(j)) << "a checkpoint write after the disk filled failed as DISK_FULL: "
+                            << j.DebugString();
   ASSERT_EQ(j.state(), v1::JOB_STATE_RESTARTING) << j.state_reason();
   // The outage itself (what is tested): space comes back 10 s later.
   absl::SleepFor(absl::Seconds(10));
@@ -467,11 +492,13 @@ TEST_F(CheckpointE2ETest, AFullStoreThenACrashResumesFromTheNewestStoredCheckpoi
   ASSERT_TRUE(cluster_->WaitWorkers(2));
   const std::string ckpt = cluster_->dir() + "/ckpt";
   constexpr int kEpochs = 10;
-  const std::string id = cluster_->Submit(SlowClassic(
-      kEpochs, {"checkpoint.dir=" + ckpt, "checkpoint.shared=true", "checkpoint.keep=1", "restart.max_restarts=3"}));
+  const std::string id =
+      cluster_->Submit(SlowClassic(kEpochs, {"checkpoint.dir=" + ckpt, "checkpoint.shared=true",
+                                             "checkpoint.keep=1", "restart.max_restarts=3"}));
   ASSERT_FALSE(id.empty());
   v1::Job j = cluster_->WaitFor(
-      id, [](const v1::Job& x) { return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED; },
+      id,
+      [](const v1::Job& x) { return NewestEpochs(x) >= 1 || x.state() >= v1::JOB_STATE_SUCCEEDED; },
       absl::Seconds(180));
   const int64_t stored = NewestEpochs(j);
   ASSERT_GE(stored, 1) << j.DebugString();
@@ -507,7 +534,8 @@ TEST_F(CheckpointE2ETest, AFullStoreThenACrashResumesFromTheNewestStoredCheckpoi
   ASSERT_TRUE(std::filesystem::exists(file_of(stored + 3))) << "the ranks stopped checkpointing";
   // The newest stored record's file is still there: no deletion was ordered
   // for a record the store did not take.
-  EXPECT_TRUE(std::filesystem::exists(file_of(stored)) || std::filesystem::exists(file_of(stored + 1)))
+  EXPECT_TRUE(std::filesystem::exists(file_of(stored)) ||
+              std::filesystem::exists(file_of(stored + 1)))
       << "the only stored checkpoint was deleted";
 
   // Crash everything while the store is full, then give the space back.
@@ -520,11 +548,14 @@ TEST_F(CheckpointE2ETest, AFullStoreThenACrashResumesFromTheNewestStoredCheckpoi
   j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(300));
   const std::vector<v1::Event> events = cluster_->Events(id);
   std::string story;
-  for (const v1::Event& e : events) absl::StrAppend(&story, "\n  #", e.seq(), " ", e.type(), " (attempt ", e.attempt(), "): ", e.message());
+  for (const v1::Event& e : events)
+    absl::StrAppend(&story, "\n  #", e.seq(), " ", e.type(), " (attempt ", e.attempt(),
+                    "): ", e.message());
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << story;
   ASSERT_GE(j.attempts_size(), 2) << story;
   for (const v1::Attempt& a : j.attempts()) {
-    EXPECT_NE(a.failure_kind(), v1::FAILURE_KIND_RESUME) << "attempt " << a.number() << ": " << a.reason() << story;
+    EXPECT_NE(a.failure_kind(), v1::FAILURE_KIND_RESUME)
+        << "attempt " << a.number() << ": " << a.reason() << story;
   }
   // Every attempt after the crash resumed from a stored checkpoint at or
   // after the one stored before the disk filled, not from scratch.

@@ -30,16 +30,17 @@
 namespace trainctl {
 namespace {
 
-using trainctl::testing::Cluster;
 using ::testing::HasSubstr;
+using trainctl::testing::Cluster;
 
 constexpr char kLibFaketime[] = "/usr/lib/x86_64-linux-gnu/faketime/libfaketimeMT.so.1";
 
 v1::JobSpec Classic(int epochs, const std::string& ckpt_dir, int length) {
   std::string src = std::getenv("TRAINCTL_SOURCE_DIR") ? std::getenv("TRAINCTL_SOURCE_DIR") : ".";
-  ParsedJobSpec p = ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
-                                     {absl::StrCat("training.epochs=", epochs), "checkpoint.dir=" + ckpt_dir,
-                                      "checkpoint.shared=true", absl::StrCat("data.train.length=", length)});
+  ParsedJobSpec p =
+      ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
+                       {absl::StrCat("training.epochs=", epochs), "checkpoint.dir=" + ckpt_dir,
+                        "checkpoint.shared=true", absl::StrCat("data.train.length=", length)});
   EXPECT_TRUE(p.ok());
   return p.spec;
 }
@@ -47,7 +48,8 @@ v1::JobSpec Classic(int epochs, const std::string& ckpt_dir, int length) {
 class ClockE2ETest : public ::testing::Test {
  protected:
   void SetUp() override {
-    if (!std::filesystem::exists(kLibFaketime)) GTEST_SKIP() << kLibFaketime << " is not installed (faketime)";
+    if (!std::filesystem::exists(kLibFaketime))
+      GTEST_SKIP() << kLibFaketime << " is not installed (faketime)";
     std::string build = trainctl::testing::BuildDirOfThisTest();
     cluster_ = std::make_unique<Cluster>(build, build + "/worker/trainer/trainctl-rank");
     offset_file_ = cluster_->dir() + "/faketime-offset";
@@ -96,19 +98,23 @@ TEST_F(ClockE2ETest, WallClockStepsOfTwoMinutesNeitherLoseWorkersNorHideAHang) {
   v1::ListWorkersRequest req;
   v1::ListWorkersResponse workers;
   ASSERT_TRUE(cluster_->workers_stub()->ListWorkers(&ctx, req, &workers).ok());
-  for (const v1::Worker& w : workers.workers()) EXPECT_EQ(w.state(), v1::WORKER_STATE_ALIVE) << w.id();
+  for (const v1::Worker& w : workers.workers())
+    EXPECT_EQ(w.state(), v1::WORKER_STATE_ALIVE) << w.id();
 
   // -120 s (240 s back): a stopped rank is still found hung within the bound.
   SetOffset("-120");
   absl::SleepFor(absl::Seconds(1));
-  std::vector<pid_t> pids = Cluster::ProcessesMatching(absl::StrCat("/jobs/", id, "/attempt-1/rank-1"));
+  std::vector<pid_t> pids =
+      Cluster::ProcessesMatching(absl::StrCat("/jobs/", id, "/attempt-1/rank-1"));
   ASSERT_FALSE(pids.empty()) << "job " << cluster_->Get(id).ShortDebugString().substr(0, 3000);
   ASSERT_EQ(kill(pids.front(), SIGSTOP), 0);
   const absl::Time stopped = absl::Now();
   j = cluster_->WaitFor(
-      id, [](const v1::Job& x) { return x.attempts(0).state() == v1::ATTEMPT_STATE_FAILED; }, absl::Seconds(60));
+      id, [](const v1::Job& x) { return x.attempts(0).state() == v1::ATTEMPT_STATE_FAILED; },
+      absl::Seconds(60));
   const absl::Duration detected = absl::Now() - stopped;
-  std::cerr << "hang detected " << absl::FormatDuration(detected) << " after SIGSTOP under a -240 s step\n";
+  std::cerr << "hang detected " << absl::FormatDuration(detected)
+            << " after SIGSTOP under a -240 s step\n";
   ASSERT_EQ(j.attempts(0).state(), v1::ATTEMPT_STATE_FAILED) << j.state_reason();
   EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_HANG) << j.attempts(0).reason();
   EXPECT_LT(detected, absl::Seconds(30)) << "the wall clock's step delayed the detection";

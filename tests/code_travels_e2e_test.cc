@@ -48,13 +48,14 @@ class CodeTravelsE2ETest : public ::testing::Test {
 
   void MakeProject() {
     fs::create_directories(project_ + "/data");
-    std::ofstream(project_ + "/train.py") << "import os, sys\n"
-                                             "import helper\n"
-                                             "print('cwd', os.getcwd())\n"
-                                             "print('data', open('data/words.txt').read().strip())\n"
-                                             "print('helper', helper.NAME)\n"
-                                             "print('ignored files here:', os.path.exists('big.bin'),"
-                                             " os.path.exists('notes.txt'))\n";
+    std::ofstream(project_ + "/train.py")
+        << "import os, sys\n"
+           "import helper\n"
+           "print('cwd', os.getcwd())\n"
+           "print('data', open('data/words.txt').read().strip())\n"
+           "print('helper', helper.NAME)\n"
+           "print('ignored files here:', os.path.exists('big.bin'),"
+           " os.path.exists('notes.txt'))\n";
     std::ofstream(project_ + "/helper.py") << "NAME = 'shipped helper'\n";
     std::ofstream(project_ + "/data/words.txt") << "hello from the laptop\n";
     std::ofstream(project_ + "/.gitignore") << "*.bin\n";
@@ -66,8 +67,9 @@ class CodeTravelsE2ETest : public ::testing::Test {
   // `trainctl submit ARGS...` run in the project directory; its output.
   std::string Submit(const std::vector<std::string>& args, int* exit_code) {
     const std::string build = trainctl::testing::BuildDirOfThisTest();
-    std::vector<std::string> argv = {build + "/client/trainctl", "--coordinator", cluster_->address(),
-                                     "--token-file", cluster_->AdminTokenFile(), "submit"};
+    std::vector<std::string> argv = {build + "/client/trainctl", "--coordinator",
+                                     cluster_->address(),        "--token-file",
+                                     cluster_->AdminTokenFile(), "submit"};
     argv.insert(argv.end(), args.begin(), args.end());
     Process p(argv, absl::StrCat(cluster_->dir(), "/submit-", ++submits_, ".log"), project_);
     EXPECT_TRUE(p.Start());
@@ -89,7 +91,8 @@ class CodeTravelsE2ETest : public ::testing::Test {
 
 TEST_F(CodeTravelsE2ETest, AScriptRunsFromItsShippedCodeOnEveryWorkerAndIsStoredOnce) {
   int code = -1;
-  std::string out = Submit({"--nproc-per-node", "2", "--python", "/usr/bin/python3", "train.py"}, &code);
+  std::string out =
+      Submit({"--nproc-per-node", "2", "--python", "/usr/bin/python3", "train.py"}, &code);
   ASSERT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("uploaded"));
   const std::string id = JobId(out);
@@ -97,7 +100,8 @@ TEST_F(CodeTravelsE2ETest, AScriptRunsFromItsShippedCodeOnEveryWorkerAndIsStored
   fs::remove_all(project_);
   v1::Job job = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(90));
   ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.state_reason();
-  EXPECT_TRUE(job.spec().command().code().digest().rfind("sha256:", 0) == 0) << job.spec().DebugString();
+  EXPECT_TRUE(job.spec().command().code().digest().rfind("sha256:", 0) == 0)
+      << job.spec().DebugString();
   EXPECT_TRUE(job.spec().command().working_dir().empty());
   for (int rank : {0, 1}) {
     const std::string log = cluster_->RankLog(id, 1, rank);

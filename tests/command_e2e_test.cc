@@ -30,11 +30,11 @@
 namespace trainctl {
 namespace {
 
-using trainctl::testing::SourceDir;
 using ::testing::HasSubstr;
-using ::testing::Not;
 using ::testing::MatchesRegex;
+using ::testing::Not;
 using trainctl::testing::Cluster;
+using trainctl::testing::SourceDir;
 
 std::string Script() { return SourceDir() + "/tests/support/ddp_tutorial.py"; }
 
@@ -54,14 +54,14 @@ class CommandE2ETest : public ::testing::Test {
 
   // A two-rank command job running the tutorial script with `args`.
   v1::JobSpec Job(const std::string& local_rank, const std::string& args, int max_restarts = 1) {
-    std::string yaml = absl::StrCat("name: ddp-script\nworld_size: 2\ndevice: cpu\ncommand:\n  argv: [/usr/bin/python3, ",
-                                    Script(), args.empty() ? "" : ", ", args, "]\n  working_dir: ", cluster_->dir(),
-                                    "\n  local_rank: ", local_rank, "\nrestart: {max_restarts: ", max_restarts, "}\n");
+    std::string yaml = absl::StrCat(
+        "name: ddp-script\nworld_size: 2\ndevice: cpu\ncommand:\n  argv: [/usr/bin/python3, ",
+        Script(), args.empty() ? "" : ", ", args, "]\n  working_dir: ", cluster_->dir(),
+        "\n  local_rank: ", local_rank, "\nrestart: {max_restarts: ", max_restarts, "}\n");
     ParsedJobSpec p = ParseJobSpecYaml(yaml, "job.yaml");
     EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
     return p.spec;
   }
-
 
   // Waits for `path` to hold a pid; -1 on timeout.
   static pid_t WaitForPid(const std::string& path, absl::Duration timeout) {
@@ -85,9 +85,11 @@ TEST_F(CommandE2ETest, TutorialScriptTrainsWithEitherLaunchConvention) {
     ASSERT_FALSE(id.empty());
     v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
     ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
-    EXPECT_NE(j.attempts(0).ranks(0).worker_id(), j.attempts(0).ranks(1).worker_id()) << "2 ranks over 2 workers";
+    EXPECT_NE(j.attempts(0).ranks(0).worker_id(), j.attempts(0).ranks(1).worker_id())
+        << "2 ranks over 2 workers";
     std::string log0 = cluster_->RankLog(id, 1, 0), log1 = cluster_->RankLog(id, 1, 1);
-    EXPECT_THAT(log1, HasSubstr(absl::StrCat("local_rank=0 from ", mode, " TORCHELASTIC_RESTART_COUNT=0")));
+    EXPECT_THAT(
+        log1, HasSubstr(absl::StrCat("local_rank=0 from ", mode, " TORCHELASTIC_RESTART_COUNT=0")));
     // The script all_gathers its parameters and prints them: equal on both.
     size_t p0 = log0.find("final parameters"), p1 = log1.find("final parameters");
     ASSERT_NE(p0, std::string::npos) << log0;
@@ -101,7 +103,8 @@ TEST_F(CommandE2ETest, TutorialScriptTrainsWithEitherLaunchConvention) {
 
 TEST_F(CommandE2ETest, KilledRankRestartsTheGroup) {
   std::string marker = cluster_->dir() + "/victim.pid";
-  std::string id = cluster_->Submit(Job("env", absl::StrCat("--mode, hang-once, --marker, ", marker)));
+  std::string id =
+      cluster_->Submit(Job("env", absl::StrCat("--mode, hang-once, --marker, ", marker)));
   pid_t victim = WaitForPid(marker, absl::Seconds(30));
   ASSERT_GT(victim, 0);
   ASSERT_EQ(kill(victim, SIGKILL), 0);
@@ -109,7 +112,8 @@ TEST_F(CommandE2ETest, KilledRankRestartsTheGroup) {
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
   ASSERT_EQ(j.attempts_size(), 2);
   EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_SIGNAL);
-  EXPECT_THAT(j.attempts(0).reason(), HasSubstr("was killed by signal 9 (Killed)")) << j.attempts(0).reason();
+  EXPECT_THAT(j.attempts(0).reason(), HasSubstr("was killed by signal 9 (Killed)"))
+      << j.attempts(0).reason();
   EXPECT_THAT(cluster_->RankLog(id, 2, 1), HasSubstr("TORCHELASTIC_RESTART_COUNT=1"));
   EXPECT_THAT(cluster_->RankLog(id, 2, 0), HasSubstr("identical=True"));
 }
@@ -118,8 +122,11 @@ TEST_F(CommandE2ETest, RaisingScriptNamesTheException) {
   std::string id = cluster_->Submit(Job("env", "--mode, raise", /*max_restarts=*/0));
   v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(60));
   ASSERT_EQ(j.state(), v1::JOB_STATE_FAILED);
-  EXPECT_THAT(j.state_reason(), MatchesRegex("rank 1 on [^ ]+ \\(worker [^ ]+\\) exited with code 1: ValueError: learning rate "
-                                              "must be positive, got -1(.|\n)*"))
+  EXPECT_THAT(
+      j.state_reason(),
+      MatchesRegex(
+          "rank 1 on [^ ]+ \\(worker [^ ]+\\) exited with code 1: ValueError: learning rate "
+          "must be positive, got -1(.|\n)*"))
       << "each thing once";
   EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_USER_CODE);
 }
@@ -139,16 +146,18 @@ TEST_F(CommandE2ETest, CancelLeavesNoProcessBehind) {
   v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_CANCELLED, absl::Seconds(30));
   ASSERT_EQ(j.state(), v1::JOB_STATE_CANCELLED);
   absl::Time deadline = absl::Now() + absl::Seconds(10);
-  while (!Cluster::ProcessesMatching(needle).empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
+  while (!Cluster::ProcessesMatching(needle).empty() && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(50));
   EXPECT_TRUE(Cluster::ProcessesMatching(needle).empty());
 }
 
 TEST_F(CommandE2ETest, SubmitTakesTorchrunsFormAndFollowsWithRankOutput) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
-  trainctl::testing::Process submit({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file", cluster_->AdminTokenFile(), "submit",
-                                      "--no-upload", "--follow", "--nproc-per-node", "2", "--python", "/usr/bin/python3", Script(),
-                                      "--epochs", "1"},
-                                     cluster_->dir() + "/submit.log", cluster_->dir());
+  trainctl::testing::Process submit(
+      {build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file",
+       cluster_->AdminTokenFile(), "submit", "--no-upload", "--follow", "--nproc-per-node", "2",
+       "--python", "/usr/bin/python3", Script(), "--epochs", "1"},
+      cluster_->dir() + "/submit.log", cluster_->dir());
   ASSERT_TRUE(submit.Start());
   int status = submit.Wait(absl::Seconds(60));
   std::string out = submit.ReadLog();
@@ -158,11 +167,11 @@ TEST_F(CommandE2ETest, SubmitTakesTorchrunsFormAndFollowsWithRankOutput) {
   EXPECT_THAT(out, HasSubstr("SUCCEEDED"));
 
   // The reporting script's progress points reach `--follow -o json`.
-  trainctl::testing::Process json({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file", cluster_->AdminTokenFile(), "-o", "json",
-                                    "submit", "--no-upload", "--follow", "--nproc-per-node", "2", "--python",
-                                    "/usr/bin/python3",
-                                    Script(), "--epochs", "1"},
-                                   cluster_->dir() + "/json.log", cluster_->dir());
+  trainctl::testing::Process json(
+      {build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file",
+       cluster_->AdminTokenFile(), "-o", "json", "submit", "--no-upload", "--follow",
+       "--nproc-per-node", "2", "--python", "/usr/bin/python3", Script(), "--epochs", "1"},
+      cluster_->dir() + "/json.log", cluster_->dir());
   ASSERT_TRUE(json.Start());
   status = json.Wait(absl::Seconds(60));
   out = json.ReadLog();
@@ -178,16 +187,25 @@ TEST_F(CommandE2ETest, SubmittedScriptRestartsAsTorchrunsDefaultZero) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
   for (const int restarts : {-1, 1}) {
     SCOPED_TRACE(restarts);
-    std::vector<std::string> argv = {build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file",
-                                     cluster_->AdminTokenFile(), "submit", "--no-upload", "--follow", "--nproc-per-node", "2",
-                                     "--python", "/usr/bin/python3"};
+    std::vector<std::string> argv = {build + "/client/trainctl",
+                                     "--coordinator",
+                                     cluster_->address(),
+                                     "--token-file",
+                                     cluster_->AdminTokenFile(),
+                                     "submit",
+                                     "--no-upload",
+                                     "--follow",
+                                     "--nproc-per-node",
+                                     "2",
+                                     "--python",
+                                     "/usr/bin/python3"};
     if (restarts >= 0) {
       argv.push_back("--max-restarts");
       argv.push_back(absl::StrCat(restarts));
     }
     argv.insert(argv.end(), {Script(), "--mode", "raise"});
-    trainctl::testing::Process submit(argv, absl::StrCat(cluster_->dir(), "/submit-", restarts, ".log"),
-                                      cluster_->dir());
+    trainctl::testing::Process submit(
+        argv, absl::StrCat(cluster_->dir(), "/submit-", restarts, ".log"), cluster_->dir());
     ASSERT_TRUE(submit.Start());
     const int status = submit.Wait(absl::Seconds(90));
     const std::string out = submit.ReadLog();
@@ -206,10 +224,11 @@ TEST_F(CommandE2ETest, SubmittedScriptRestartsAsTorchrunsDefaultZero) {
 // N workers, nproc-per-node ranks each.
 TEST_F(CommandE2ETest, SubmitNnodesSaysHowItsRanksArePlaced) {
   std::string build = trainctl::testing::BuildDirOfThisTest();
-  trainctl::testing::Process dry({build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file",
-                                  cluster_->AdminTokenFile(), "submit", "--dry-run", "--nnodes", "2", "--nproc-per-node",
-                                  "1", "--python", "/usr/bin/python3", Script(), "--epochs", "1"},
-                                 cluster_->dir() + "/dry.log", cluster_->dir());
+  trainctl::testing::Process dry(
+      {build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file",
+       cluster_->AdminTokenFile(), "submit", "--dry-run", "--nnodes", "2", "--nproc-per-node", "1",
+       "--python", "/usr/bin/python3", Script(), "--epochs", "1"},
+      cluster_->dir() + "/dry.log", cluster_->dir());
   ASSERT_TRUE(dry.Start());
   const int status = dry.Wait(absl::Seconds(60));
   const std::string out = dry.ReadLog();
@@ -240,10 +259,11 @@ TEST(CommandPlacementTest, SubmitNnodesSpreadsTheRanksOverThatManyWorkers) {
   const std::string script = cluster.dir() + "/shape.py";
   std::ofstream(script) << kShapeScript;
   auto submit = [&](const std::string& nnodes, const std::string& log) {
-    trainctl::testing::Process p({build + "/client/trainctl", "--coordinator", cluster.address(), "--token-file",
-                                  cluster.AdminTokenFile(), "submit", "--no-upload", "--follow", "--nnodes", nnodes,
-                                  "--nproc-per-node", "1", "--python", "/usr/bin/python3", script},
-                                 cluster.dir() + "/" + log, cluster.dir());
+    trainctl::testing::Process p(
+        {build + "/client/trainctl", "--coordinator", cluster.address(), "--token-file",
+         cluster.AdminTokenFile(), "submit", "--no-upload", "--follow", "--nnodes", nnodes,
+         "--nproc-per-node", "1", "--python", "/usr/bin/python3", script},
+        cluster.dir() + "/" + log, cluster.dir());
     EXPECT_TRUE(p.Start());
     const int status = p.Wait(absl::Seconds(90));
     return std::make_pair(status, p.ReadLog());
@@ -251,10 +271,14 @@ TEST(CommandPlacementTest, SubmitNnodesSpreadsTheRanksOverThatManyWorkers) {
 
   auto [status, out] = submit("2", "nnodes2.log");
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
-  EXPECT_THAT(out, HasSubstr("[rank0]: shape RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=0 "
-                             "GROUP_WORLD_SIZE=2"));
-  EXPECT_THAT(out, HasSubstr("[rank1]: shape RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=1 "
-                             "GROUP_WORLD_SIZE=2"));
+  EXPECT_THAT(
+      out,
+      HasSubstr("[rank0]: shape RANK=0 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=0 "
+                "GROUP_WORLD_SIZE=2"));
+  EXPECT_THAT(
+      out,
+      HasSubstr("[rank1]: shape RANK=1 WORLD_SIZE=2 LOCAL_RANK=0 LOCAL_WORLD_SIZE=1 GROUP_RANK=1 "
+                "GROUP_WORLD_SIZE=2"));
   std::smatch m;
   ASSERT_TRUE(std::regex_search(out, m, std::regex("submitted job (\\S+)"))) << out;
   const v1::Job j = cluster.Get(m[1]);
@@ -262,13 +286,18 @@ TEST(CommandPlacementTest, SubmitNnodesSpreadsTheRanksOverThatManyWorkers) {
   EXPECT_EQ(j.spec().scheduling().nodes(), 2);
   ASSERT_EQ(j.attempts_size(), 1);
   ASSERT_EQ(j.attempts(0).ranks_size(), 2);
-  EXPECT_NE(j.attempts(0).ranks(0).worker_id(), j.attempts(0).ranks(1).worker_id()) << "one rank on each worker";
+  EXPECT_NE(j.attempts(0).ranks(0).worker_id(), j.attempts(0).ranks(1).worker_id())
+      << "one rank on each worker";
 
   // Three nodes on two workers can never run: refused, saying why.
   auto [refused_status, refused] = submit("3", "nnodes3.log");
-  ASSERT_TRUE(WIFEXITED(refused_status) && WEXITSTATUS(refused_status) != 0) << refused_status << "\n" << refused;
+  ASSERT_TRUE(WIFEXITED(refused_status) && WEXITSTATUS(refused_status) != 0)
+      << refused_status << "\n"
+      << refused;
   EXPECT_THAT(refused, HasSubstr("can never run this job: "));
-  EXPECT_THAT(refused, HasSubstr("on 3 workers, 1 on each (scheduling.nodes), and 2 of the 2 schedulable workers"));
+  EXPECT_THAT(
+      refused,
+      HasSubstr("on 3 workers, 1 on each (scheduling.nodes), and 2 of the 2 schedulable workers"));
 }
 
 TEST(CommandPlacementTest, WorkerWithoutAllowCommandsRunsNone) {
@@ -296,7 +325,8 @@ TEST(CommandPlacementTest, WorkerWithoutAllowCommandsRunsNone) {
     j = cluster.Get(id);
   }
   EXPECT_EQ(j.state(), v1::JOB_STATE_PENDING);
-  EXPECT_EQ(j.state_reason(), "no worker allows commands (start trainctl-worker with --allow-commands)");
+  EXPECT_EQ(j.state_reason(),
+            "no worker allows commands (start trainctl-worker with --allow-commands)");
 }
 
 // Issue #44 item 3, "eval is eval": a script reports train windows with a
@@ -332,15 +362,17 @@ class CommandReportTest : public ::testing::Test {
     const std::string path = cluster_->dir() + "/" + name + ".py";
     std::ofstream(path) << script;
     ParsedJobSpec p = ParseJobSpecYaml(
-        absl::StrCat("name: ", name, "\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: [/usr/bin/python3, ", path,
-                     "]\nrestart: {max_restarts: 0}\ncheckpoint: {dir: ", cluster_->dir(), "/", name,
-                     "}\ntensorboard: {enabled: true}\n"),
+        absl::StrCat("name: ", name,
+                     "\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: [/usr/bin/python3, ", path,
+                     "]\nrestart: {max_restarts: 0}\ncheckpoint: {dir: ", cluster_->dir(), "/",
+                     name, "}\ntensorboard: {enabled: true}\n"),
         "job.yaml");
     EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
     const std::string id = cluster_->Submit(p.spec);
     EXPECT_FALSE(id.empty());
     v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
-    EXPECT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n" << cluster_->RankLog(id, 1, 0);
+    EXPECT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n"
+                                                  << cluster_->RankLog(id, 1, 0);
     return id;
   }
 
@@ -356,7 +388,8 @@ class CommandReportTest : public ::testing::Test {
       grpc::Status s = cluster_->jobs()->GetMetrics(&ctx, req, &resp);
       EXPECT_TRUE(s.ok()) << s.error_message();
       if (!s.ok()) break;
-      for (const v1::MetricBatch& b : resp.batches()) points.insert(points.end(), b.points().begin(), b.points().end());
+      for (const v1::MetricBatch& b : resp.batches())
+        points.insert(points.end(), b.points().begin(), b.points().end());
       req.set_page_token(resp.next_page_token());
     } while (!req.page_token().empty());
     return points;
@@ -364,8 +397,9 @@ class CommandReportTest : public ::testing::Test {
 
   // `trainctl ARGS...`: its exit code, with its output in *out.
   int Cli(std::vector<std::string> args, std::string* out) {
-    std::vector<std::string> argv = {trainctl::testing::BuildDirOfThisTest() + "/client/trainctl", "--coordinator",
-                                     cluster_->address(), "--token-file", cluster_->AdminTokenFile()};
+    std::vector<std::string> argv = {trainctl::testing::BuildDirOfThisTest() + "/client/trainctl",
+                                     "--coordinator", cluster_->address(), "--token-file",
+                                     cluster_->AdminTokenFile()};
     argv.insert(argv.end(), args.begin(), args.end());
     trainctl::testing::Process proc(argv, cluster_->dir() + "/cli.log");
     EXPECT_TRUE(proc.Start());
@@ -378,8 +412,9 @@ class CommandReportTest : public ::testing::Test {
   // independent reader: tests/support/read_tfevents.py).
   std::string TensorBoard(const std::string& name) {
     const std::string events = cluster_->dir() + "/" + name + ".tfevents.jsonl";
-    const std::string read = absl::StrCat("/usr/bin/python3 ", SourceDir(), "/tests/support/read_tfevents.py ",
-                                          cluster_->dir(), "/", name, "/tensorboard > ", events, " 2>&1");
+    const std::string read =
+        absl::StrCat("/usr/bin/python3 ", SourceDir(), "/tests/support/read_tfevents.py ",
+                     cluster_->dir(), "/", name, "/tensorboard > ", events, " 2>&1");
     EXPECT_EQ(std::system(read.c_str()), 0) << read;
     std::ifstream in(events);
     return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -408,9 +443,11 @@ TEST_F(CommandReportTest, EvalReportsAreEvalPointsWithExactlyTheReportedFields) 
     ASSERT_EQ(p.scalars().count("val_f1"), 1u) << p.DebugString();
     EXPECT_DOUBLE_EQ(p.scalars().at("val_f1"), 0.5 + step / 8.0);
     EXPECT_EQ(p.scalars_size(), 1);
-    EXPECT_FALSE(p.has_loss() || p.has_lr() || p.has_samples_per_sec() || p.has_data_ms() || p.has_compute_ms() ||
-                 p.has_comm_ms() || p.has_loss_scale() || p.has_steps_per_epoch() || p.has_samples_seen())
-        << "a field the eval report did not name\n" << p.DebugString();
+    EXPECT_FALSE(p.has_loss() || p.has_lr() || p.has_samples_per_sec() || p.has_data_ms() ||
+                 p.has_compute_ms() || p.has_comm_ms() || p.has_loss_scale() ||
+                 p.has_steps_per_epoch() || p.has_samples_seen())
+        << "a field the eval report did not name\n"
+        << p.DebugString();
   }
   // Train windows: loss and lr, no eval and no scalars.
   const std::vector<v1::MetricPoint> trains = Points(id, v1::MetricPoint::KIND_TRAIN);
@@ -420,14 +457,17 @@ TEST_F(CommandReportTest, EvalReportsAreEvalPointsWithExactlyTheReportedFields) 
     EXPECT_DOUBLE_EQ(p.loss(), 1.0 / static_cast<double>(p.step()));
     EXPECT_FALSE(p.has_eval()) << p.DebugString();
     EXPECT_EQ(p.scalars_size(), 0) << p.DebugString();
-    EXPECT_FALSE(p.has_samples_per_sec() || p.has_data_ms() || p.has_loss_scale()) << p.DebugString();
+    EXPECT_FALSE(p.has_samples_per_sec() || p.has_data_ms() || p.has_loss_scale())
+        << p.DebugString();
   }
 
   // `trainctl metrics --kind eval` lists them, empty where nothing was reported.
   std::string out;
   ASSERT_EQ(Cli({"metrics", id, "--kind", "eval", "-o", "csv"}, &out), 0) << out;
-  EXPECT_THAT(out, HasSubstr("attempt,rank,kind,epoch,step,loss,lr,samples_per_sec,data_ms,compute_ms,comm_ms,"
-                             "loss_scale,eval_loss,eval_accuracy,val_f1,time\n"));
+  EXPECT_THAT(
+      out,
+      HasSubstr("attempt,rank,kind,epoch,step,loss,lr,samples_per_sec,data_ms,compute_ms,comm_ms,"
+                "loss_scale,eval_loss,eval_accuracy,val_f1,time\n"));
   EXPECT_THAT(out, HasSubstr("\n1,0,eval,1,2,,,,,,,,,0.2500,0.75,")) << out;
   EXPECT_THAT(out, HasSubstr("\n1,0,eval,1,4,,,,,,,,,0.5000,1,")) << out;
   EXPECT_THAT(out, Not(HasSubstr(",train,"))) << out;
@@ -465,7 +505,8 @@ TEST_F(CommandReportTest, AJobThatOnlyEvaluatesHasNoInventedLossOrRate) {
 
   const v1::Job job = cluster_->Get(id);
   EXPECT_FALSE(job.metric_summary().has_last_loss()) << job.metric_summary().DebugString();
-  EXPECT_FALSE(job.metric_summary().has_mean_samples_per_sec()) << job.metric_summary().DebugString();
+  EXPECT_FALSE(job.metric_summary().has_mean_samples_per_sec())
+      << job.metric_summary().DebugString();
   EXPECT_FALSE(job.progress().has_last_loss()) << job.progress().DebugString();
   std::string out;
   ASSERT_EQ(Cli({"describe", id}, &out), 0) << out;
@@ -486,9 +527,10 @@ TEST(CommandRunTest, AMissingScriptFailsOnceAndTorchrunsFlagsAreKnown) {
   char tmpl[] = "/tmp/trainctl-run-missing-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   std::string dir = tmpl;
-  trainctl::testing::Process run({build + "/client/trainctl", "run", "--standalone", "--nproc-per-node", "2",
-                                  "--python", "/usr/bin/python3", "--state-dir", dir + "/state", "nothere.py"},
-                                 dir + "/run.log", dir);
+  trainctl::testing::Process run(
+      {build + "/client/trainctl", "run", "--standalone", "--nproc-per-node", "2", "--python",
+       "/usr/bin/python3", "--state-dir", dir + "/state", "nothere.py"},
+      dir + "/run.log", dir);
   ASSERT_TRUE(run.Start());
   int status = run.Wait(absl::Seconds(60));
   std::string out = run.ReadLog();
@@ -498,9 +540,10 @@ TEST(CommandRunTest, AMissingScriptFailsOnceAndTorchrunsFlagsAreKnown) {
   EXPECT_THAT(out, ::testing::Not(HasSubstr("  restarting  "))) << "one attempt, no restart";
   EXPECT_THAT(out, HasSubstr("not restarted"));
 
-  trainctl::testing::Process refused({build + "/client/trainctl", "run", "--master-addr", "10.0.0.1", "--python",
-                                      "/usr/bin/python3", "--state-dir", dir + "/state2", "t.py"},
-                                     dir + "/refused.log", dir);
+  trainctl::testing::Process refused(
+      {build + "/client/trainctl", "run", "--master-addr", "10.0.0.1", "--python",
+       "/usr/bin/python3", "--state-dir", dir + "/state2", "t.py"},
+      dir + "/refused.log", dir);
   ASSERT_TRUE(refused.Start());
   status = refused.Wait(absl::Seconds(30));
   out = refused.ReadLog();
@@ -509,26 +552,30 @@ TEST(CommandRunTest, AMissingScriptFailsOnceAndTorchrunsFlagsAreKnown) {
 
   // torchrun's --nnodes spans hosts; a local run is one: refused, saying
   // what to use instead, before anything starts.
-  trainctl::testing::Process nodes({build + "/client/trainctl", "run", "--nnodes", "2", "--nproc-per-node", "2",
-                                    "--python", "/usr/bin/python3", "--state-dir", dir + "/state3", "t.py"},
-                                   dir + "/nodes.log", dir);
+  trainctl::testing::Process nodes(
+      {build + "/client/trainctl", "run", "--nnodes", "2", "--nproc-per-node", "2", "--python",
+       "/usr/bin/python3", "--state-dir", dir + "/state3", "t.py"},
+      dir + "/nodes.log", dir);
   ASSERT_TRUE(nodes.Start());
   status = nodes.Wait(absl::Seconds(30));
   out = nodes.ReadLog();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status << "\n" << out;
-  EXPECT_THAT(out, HasSubstr("--nnodes 2: trainctl run starts ranks on this host only (one node); use "
-                             "--nproc-per-node for more ranks here, or trainctl submit --nnodes 2"));
+  EXPECT_THAT(out,
+              HasSubstr("--nnodes 2: trainctl run starts ranks on this host only (one node); use "
+                        "--nproc-per-node for more ranks here, or trainctl submit --nnodes 2"));
   EXPECT_NE(access((dir + "/state3").c_str(), F_OK), 0) << "nothing started";
   // The same through the job's own scheduling.nodes.
-  trainctl::testing::Process set_nodes({build + "/client/trainctl", "run", "--nproc-per-node", "2", "--set",
-                                        "scheduling.nodes=2", "--python", "/usr/bin/python3", "--state-dir",
-                                        dir + "/state4", "t.py"},
-                                       dir + "/set_nodes.log", dir);
+  trainctl::testing::Process set_nodes(
+      {build + "/client/trainctl", "run", "--nproc-per-node", "2", "--set", "scheduling.nodes=2",
+       "--python", "/usr/bin/python3", "--state-dir", dir + "/state4", "t.py"},
+      dir + "/set_nodes.log", dir);
   ASSERT_TRUE(set_nodes.Start());
   status = set_nodes.Wait(absl::Seconds(30));
   out = set_nodes.ReadLog();
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status << "\n" << out;
-  EXPECT_THAT(out, HasSubstr("scheduling.nodes: 2: trainctl run starts ranks on this host only (one node)"));
+  EXPECT_THAT(
+      out,
+      HasSubstr("scheduling.nodes: 2: trainctl run starts ranks on this host only (one node)"));
   EXPECT_NE(access((dir + "/state4").c_str(), F_OK), 0) << "nothing started";
   std::system(("rm -rf " + dir).c_str());
 }
@@ -545,22 +592,24 @@ TEST(CommandRunTest, LogDirRedirectsAndTeeWriteEachRanksStreamsToFiles) {
   std::string dir = tmpl;
   // Rank 1 writes no stdout; it waits for rank 0's lines, then fails the
   // first attempt (rank 0 is stopped), and the restart succeeds.
-  std::ofstream(dir + "/talk.py") << "import os, sys, time\n"
-                                     "r, n = os.environ['RANK'], os.environ['TORCHELASTIC_RESTART_COUNT']\n"
-                                     "mark = 'rank0-wrote-' + n\n"
-                                     "if r == '0':\n"
-                                     "    print('out of rank 0 restart ' + n, flush=True)\n"
-                                     "    print('err of rank 0 restart ' + n, file=sys.stderr, flush=True)\n"
-                                     "    open(mark, 'w').close()\n"
-                                     "    if n == '0': time.sleep(300)\n"
-                                     "else:\n"
-                                     "    while not os.path.exists(mark): time.sleep(0.05)\n"
-                                     "    print('err of rank 1 restart ' + n, file=sys.stderr, flush=True)\n"
-                                     "    sys.exit(3 if n == '0' else 0)\n";
-  trainctl::testing::Process run({build + "/client/trainctl", "run", "--nproc-per-node", "2", "--python",
-                                  "/usr/bin/python3", "--state-dir", dir + "/state", "--max-restarts", "1",
-                                  "--log-dir", dir + "/logs", "--redirects", "1", "--tee", "0:2", "talk.py"},
-                                 dir + "/run.log", dir);
+  std::ofstream(dir + "/talk.py")
+      << "import os, sys, time\n"
+         "r, n = os.environ['RANK'], os.environ['TORCHELASTIC_RESTART_COUNT']\n"
+         "mark = 'rank0-wrote-' + n\n"
+         "if r == '0':\n"
+         "    print('out of rank 0 restart ' + n, flush=True)\n"
+         "    print('err of rank 0 restart ' + n, file=sys.stderr, flush=True)\n"
+         "    open(mark, 'w').close()\n"
+         "    if n == '0': time.sleep(300)\n"
+         "else:\n"
+         "    while not os.path.exists(mark): time.sleep(0.05)\n"
+         "    print('err of rank 1 restart ' + n, file=sys.stderr, flush=True)\n"
+         "    sys.exit(3 if n == '0' else 0)\n";
+  trainctl::testing::Process run(
+      {build + "/client/trainctl", "run", "--nproc-per-node", "2", "--python", "/usr/bin/python3",
+       "--state-dir", dir + "/state", "--max-restarts", "1", "--log-dir", dir + "/logs",
+       "--redirects", "1", "--tee", "0:2", "talk.py"},
+      dir + "/run.log", dir);
   ASSERT_TRUE(run.Start());
   int status = run.Wait(absl::Seconds(90));
   const std::string out = run.ReadLog();
@@ -574,10 +623,12 @@ TEST(CommandRunTest, LogDirRedirectsAndTeeWriteEachRanksStreamsToFiles) {
   };
   for (int n : {0, 1}) {
     const std::string attempt = absl::StrCat(dir, "/logs/", job, "/attempt_", n);
-    EXPECT_EQ(slurp(attempt + "/0/stdout.log"), absl::StrCat("out of rank 0 restart ", n, "\n")) << attempt;
+    EXPECT_EQ(slurp(attempt + "/0/stdout.log"), absl::StrCat("out of rank 0 restart ", n, "\n"))
+        << attempt;
     // (The failed attempt's reason quotes its last lines: not a rank line.)
     EXPECT_THAT(out, Not(HasSubstr("[rank0]: out of rank 0"))) << "stdout is redirected";
-    EXPECT_EQ(access((attempt + "/1/stdout.log").c_str(), F_OK), 0) << "rank 1's stdout is selected: its file is there";
+    EXPECT_EQ(access((attempt + "/1/stdout.log").c_str(), F_OK), 0)
+        << "rank 1's stdout is selected: its file is there";
     EXPECT_EQ(slurp(attempt + "/1/stdout.log"), "") << "and empty";
     for (int r : {0, 1}) {
       EXPECT_THAT(out, HasSubstr(absl::StrCat("[rank", r, "]: err of rank ", r, " restart ", n)))
@@ -587,13 +638,14 @@ TEST(CommandRunTest, LogDirRedirectsAndTeeWriteEachRanksStreamsToFiles) {
         << "rank 0's stderr is teed";
     EXPECT_NE(access((attempt + "/1/stderr.log").c_str(), F_OK), 0) << "rank 1's is not";
   }
-  EXPECT_NE(access((dir + "/logs/" + job + "/attempt_2").c_str(), F_OK), 0) << "two attempts: attempt_0, attempt_1";
+  EXPECT_NE(access((dir + "/logs/" + job + "/attempt_2").c_str(), F_OK), 0)
+      << "two attempts: attempt_0, attempt_1";
 
   // --redirects without --log-dir is a usage error, before anything starts.
-  trainctl::testing::Process refused({build + "/client/trainctl", "run", "--nproc-per-node", "1", "--python",
-                                      "/usr/bin/python3", "--state-dir", dir + "/state2", "--redirects", "3",
-                                      "talk.py"},
-                                     dir + "/refused.log", dir);
+  trainctl::testing::Process refused(
+      {build + "/client/trainctl", "run", "--nproc-per-node", "1", "--python", "/usr/bin/python3",
+       "--state-dir", dir + "/state2", "--redirects", "3", "talk.py"},
+      dir + "/refused.log", dir);
   ASSERT_TRUE(refused.Start());
   status = refused.Wait(absl::Seconds(30));
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << status << "\n" << refused.ReadLog();
@@ -622,7 +674,8 @@ class TempDir {
 std::pair<int, std::string> TrainctlRun(const std::string& dir, const std::string& path,
                                         const std::vector<std::string>& args) {
   std::vector<std::string> argv = {"/usr/bin/env", "PATH=" + path,
-                                   trainctl::testing::BuildDirOfThisTest() + "/client/trainctl", "run"};
+                                   trainctl::testing::BuildDirOfThisTest() + "/client/trainctl",
+                                   "run"};
   argv.insert(argv.end(), args.begin(), args.end());
   static int n = 0;
   trainctl::testing::Process run(argv, absl::StrCat(dir, "/run-", ++n, ".log"), dir);
@@ -631,7 +684,9 @@ std::pair<int, std::string> TrainctlRun(const std::string& dir, const std::strin
   return {status, run.ReadLog()};
 }
 
-bool ExitedWith(int status, int code) { return status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == code; }
+bool ExitedWith(int status, int code) {
+  return status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == code;
+}
 
 // --python defaults to python3 on PATH; when it cannot import torch the
 // reason names that interpreter (resolved), and the job is not restarted;
@@ -641,27 +696,31 @@ TEST(CommandRunTest, TheInterpreterIsNamedWhenTorchIsMissingAndCheckedBeforeRank
   TempDir dir;
   ASSERT_FALSE(dir.path().empty());
   // A Python without torch, as a fresh venv is.
-  if (std::system(("/usr/bin/python3 -m venv --without-pip " + dir.path() + "/venv >/dev/null 2>&1").c_str()) != 0) {
+  if (std::system(("/usr/bin/python3 -m venv --without-pip " + dir.path() + "/venv >/dev/null 2>&1")
+                      .c_str()) != 0) {
     GTEST_SKIP() << "python3 -m venv is not available";
   }
   std::ofstream(dir.path() + "/needs_torch.py") << "import torch\nprint('never here')\n";
   const std::string path = dir.path() + "/venv/bin:/usr/bin:/bin";
-  auto [status, out] = TrainctlRun(dir.path(), path,
-                                   {"--nproc-per-node", "2", "--state-dir", dir.path() + "/state", "needs_torch.py"});
+  auto [status, out] = TrainctlRun(
+      dir.path(), path,
+      {"--nproc-per-node", "2", "--state-dir", dir.path() + "/state", "needs_torch.py"});
   ASSERT_TRUE(ExitedWith(status, 1)) << status << "\n" << out;
-  EXPECT_THAT(out, HasSubstr(absl::StrCat("ModuleNotFoundError: No module named 'torch' (interpreter: ", dir.path(),
-                                          "/venv/bin/python3)")));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat(
+                       "ModuleNotFoundError: No module named 'torch' (interpreter: ", dir.path(),
+                       "/venv/bin/python3)")));
   EXPECT_THAT(out, Not(HasSubstr("never here")));
   EXPECT_THAT(out, Not(HasSubstr("  restarting  "))) << "an import error is not restarted";
 
-  std::tie(status, out) =
-      TrainctlRun(dir.path(), path,
-                  {"--python", dir.path() + "/nothere/python3", "--state-dir", dir.path() + "/state2", "needs_torch.py"});
+  std::tie(status, out) = TrainctlRun(dir.path(), path,
+                                      {"--python", dir.path() + "/nothere/python3", "--state-dir",
+                                       dir.path() + "/state2", "needs_torch.py"});
   ASSERT_TRUE(ExitedWith(status, 1)) << status << "\n" << out;
   EXPECT_THAT(out, HasSubstr(absl::StrCat("pre-flight failed: ")));
-  EXPECT_THAT(out, HasSubstr(absl::StrCat("command.argv[0] ", dir.path(),
-                                          "/nothere/python3: no such file (the Python interpreter: `trainctl "
-                                          "run/submit --python`)")));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat(
+                       "command.argv[0] ", dir.path(),
+                       "/nothere/python3: no such file (the Python interpreter: `trainctl "
+                       "run/submit --python`)")));
   EXPECT_THAT(out, Not(HasSubstr("[rank0]"))) << "no rank started";
 }
 
@@ -684,18 +743,21 @@ TEST(CommandRunTest, RecordedErrorFileIsTheReason) {
          "if __name__ == '__main__':\n"
          "    main()\n";
   auto [status, out] = TrainctlRun(dir.path(), "/usr/bin:/bin",
-                                   {"--nproc-per-node", "2", "--python", "/usr/bin/python3", "--state-dir",
-                                    dir.path() + "/state", "recorded.py"});
+                                   {"--nproc-per-node", "2", "--python", "/usr/bin/python3",
+                                    "--state-dir", dir.path() + "/state", "recorded.py"});
   ASSERT_TRUE(ExitedWith(status, 1)) << status << "\n" << out;
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(out, m, std::regex("FAILED after [^:]*: rank ([01]) [^\n]*exited with code 1: "
-                                                   "ValueError: learning rate must be positive, got -1\n")))
+  ASSERT_TRUE(
+      std::regex_search(out, m,
+                        std::regex("FAILED after [^:]*: rank ([01]) [^\n]*exited with code 1: "
+                                   "ValueError: learning rate must be positive, got -1\n")))
       << out;
   // The rank that failed first (the other may be stopped before it prints).
   const std::string r = m[1];
   EXPECT_THAT(out, MatchesRegex(absl::StrCat("(.|\n)*\\[rank", r, "\\]: error file /[^ ]*/rank-", r,
                                              "/error\\.json\n(.|\n)*")));
-  EXPECT_THAT(out, Not(HasSubstr("Traceback"))) << "stderr went nowhere: the reason came from the file";
+  EXPECT_THAT(out, Not(HasSubstr("Traceback")))
+      << "stderr went nowhere: the reason came from the file";
 }
 
 TEST(CommandRunTest, TrainctlRunIsADropInForTorchrun) {
@@ -705,14 +767,16 @@ TEST(CommandRunTest, TrainctlRunIsADropInForTorchrun) {
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   std::string dir = tmpl;
   trainctl::testing::Process run(
-      {build + "/client/trainctl", "run", "--nproc_per_node", "2", "--python", "/usr/bin/python3", "--state-dir",
-       dir + "/state", Script(), "--epochs", "1"},
+      {build + "/client/trainctl", "run", "--nproc_per_node", "2", "--python", "/usr/bin/python3",
+       "--state-dir", dir + "/state", Script(), "--epochs", "1"},
       dir + "/run.log", dir);
   ASSERT_TRUE(run.Start());
   int status = run.Wait(absl::Seconds(60));
   std::string out = run.ReadLog();
   ASSERT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << out;
-  EXPECT_THAT(out, HasSubstr("[rank0]: local_rank=0 from env TORCHELASTIC_RESTART_COUNT=0 OMP_NUM_THREADS=1"));
+  EXPECT_THAT(
+      out,
+      HasSubstr("[rank0]: local_rank=0 from env TORCHELASTIC_RESTART_COUNT=0 OMP_NUM_THREADS=1"));
   EXPECT_THAT(out, HasSubstr("[rank1]: local_rank=1 from env"));
   EXPECT_THAT(out, HasSubstr("[rank1]: rank 1 final parameters"));
   EXPECT_THAT(out, HasSubstr("identical=True"));
@@ -725,14 +789,17 @@ TEST(CommandRunTest, TrainctlRunIsADropInForTorchrun) {
 // returns to its start, "\r\n" (the pty's newline) ends it.
 TEST(CommandRunTest, InATerminalRankLinesNeverLandOnTheStatusLine) {
   if (!HaveTorch()) GTEST_SKIP() << "Debian's python3-torch is not installed";
-  if (access("/usr/bin/script", X_OK) != 0) GTEST_SKIP() << "no /usr/bin/script (util-linux) for a pty";
+  if (access("/usr/bin/script", X_OK) != 0)
+    GTEST_SKIP() << "no /usr/bin/script (util-linux) for a pty";
   std::string build = trainctl::testing::BuildDirOfThisTest();
   char tmpl[] = "/tmp/trainctl-run-pty-XXXXXX";
   ASSERT_NE(mkdtemp(tmpl), nullptr);
   std::string dir = tmpl;
-  const std::string cmd = absl::StrCat(build, "/client/trainctl run --nproc_per_node 2 --python /usr/bin/python3 ",
-                                       "--state-dir ", dir, "/state ", Script(), " --epochs 1");
-  trainctl::testing::Process run({"/usr/bin/script", "-qec", cmd, "/dev/null"}, dir + "/run.log", dir);
+  const std::string cmd =
+      absl::StrCat(build, "/client/trainctl run --nproc_per_node 2 --python /usr/bin/python3 ",
+                   "--state-dir ", dir, "/state ", Script(), " --epochs 1");
+  trainctl::testing::Process run({"/usr/bin/script", "-qec", cmd, "/dev/null"}, dir + "/run.log",
+                                 dir);
   ASSERT_TRUE(run.Start());
   int status = run.Wait(absl::Seconds(90));
   const std::string out = run.ReadLog();

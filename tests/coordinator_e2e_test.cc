@@ -2,26 +2,26 @@
 // loopback port, with scripted workers driving a job through its whole
 // life, two watchers, a lost worker and a restart; and the real binary
 // killed with SIGKILL and restarted on the same database.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <grpcpp/health_check_service_interface.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <fstream>
 #include <random>
-#include <filesystem>
 #include <thread>
 
 #include "absl/strings/str_cat.h"
 #include "absl/synchronization/notification.h"
-#include "common/jobspec/job_spec.h"
 #include "common/auth/secret.h"
+#include "common/jobspec/job_spec.h"
 #include "common/subprocess.h"
 #include "common/temp_dir.h"
 #include "coordinator/server/coordinator_server.h"
@@ -42,7 +42,8 @@ v1::JobSpec Spec(int world_size, int max_restarts = 3) {
       "name: e2e\nmodel: {name: mlp, input_dim: 5, classes: 2}\n"
       "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
       "e2e.yaml",
-      {absl::StrCat("world_size=", world_size), absl::StrCat("restart.max_restarts=", max_restarts)});
+      {absl::StrCat("world_size=", world_size),
+       absl::StrCat("restart.max_restarts=", max_restarts)});
   EXPECT_TRUE(p.ok());
   return p.spec;
 }
@@ -95,7 +96,8 @@ class LogFollower {
   bool done_ ABSL_GUARDED_BY(mu_) = false;
 };
 
-bool SendLog(FakeWorker& w, const std::string& job, int attempt, int rank, const std::string& text) {
+bool SendLog(FakeWorker& w, const std::string& job, int attempt, int rank,
+             const std::string& text) {
   v1::WorkerMessage m;
   v1::LogChunk* c = m.mutable_logs();
   c->set_job_id(job);
@@ -137,7 +139,8 @@ class Watcher {
   std::vector<std::string> EventTypes() {
     absl::MutexLock lock(&mu_);
     std::vector<std::string> out;
-    for (const auto& u : updates_) if (u.has_event()) out.push_back(u.event().type());
+    for (const auto& u : updates_)
+      if (u.has_event()) out.push_back(u.event().type());
     return out;
   }
   int MetricPoints() {
@@ -149,7 +152,8 @@ class Watcher {
   v1::JobState LastState() {
     absl::MutexLock lock(&mu_);
     v1::JobState s = v1::JOB_STATE_UNSPECIFIED;
-    for (const auto& u : updates_) if (u.has_job()) s = u.job().state();
+    for (const auto& u : updates_)
+      if (u.has_job()) s = u.job().state();
     return s;
   }
 
@@ -238,7 +242,8 @@ void RunToSuccess(v1::JobService::Stub* stub, FakeWorker& w0, FakeWorker& w1, co
 // fake workers a worker token (kept across restarts: their ids are bound).
 constexpr char kAdminToken[] = "tct_admin_coordinator-e2e-test";
 
-std::shared_ptr<grpc::Channel> Net(const std::string& addr, const std::string& token = kAdminToken) {
+std::shared_ptr<grpc::Channel> Net(const std::string& addr,
+                                   const std::string& token = kAdminToken) {
   auth::ChannelSecurity security;
   security.token = token;
   return *auth::MakeChannel(addr, security, grpc::ChannelArguments());
@@ -270,7 +275,8 @@ TEST(CoordinatorE2ETest, InProcessJobLifeWithTwoWatchers) {
 
   std::string wt = WorkerToken(server);
   auto wchannel = server.InProcessChannel("");
-  FakeWorker w0(wchannel, "w0", 1, absl::Milliseconds(100), wt), w1(wchannel, "w1", 1, absl::Milliseconds(100), wt);
+  FakeWorker w0(wchannel, "w0", 1, absl::Milliseconds(100), wt),
+      w1(wchannel, "w1", 1, absl::Milliseconds(100), wt);
   ASSERT_TRUE(w0.Connect());
   ASSERT_TRUE(w1.Connect());
   std::string id = Submit(stub.get(), Spec(2));
@@ -286,9 +292,8 @@ TEST(CoordinatorE2ETest, InProcessJobLifeWithTwoWatchers) {
   // A late watcher gets the history, then the stream ends.
   Watcher late(stub.get(), id, /*history=*/true);
   ASSERT_TRUE(late.WaitDone(absl::Seconds(10)));
-  EXPECT_THAT(late.EventTypes(),
-              ::testing::ElementsAre("submitted", "scheduled", "running", "epoch_end", "epoch_end",
-                                     "succeeded"));
+  EXPECT_THAT(late.EventTypes(), ::testing::ElementsAre("submitted", "scheduled", "running",
+                                                        "epoch_end", "epoch_end", "succeeded"));
   EXPECT_EQ(late.MetricPoints(), 4);
   w0.Leave();
   w1.Leave();
@@ -303,7 +308,6 @@ TEST(CoordinatorE2ETest, LoopbackLostWorkerRestartsAndBadInputIsRefused) {
   auto stub = v1::JobService::NewStub(channel);
   std::string wt = WorkerToken(server);
   auto wchannel = Net(*addr, "");
-
 
   // Bad input: named field, nothing stored.
   {
@@ -391,7 +395,8 @@ TEST(CoordinatorE2ETest, ForgedRendezvousAddressIsRefused) {
   auto stub = v1::JobService::NewStub(Net(*addr));
   std::string wt = WorkerToken(server);
   auto wchannel = Net(*addr, "");
-  FakeWorker w0(wchannel, "w0", 1, absl::Milliseconds(100), wt), w1(wchannel, "w1", 1, absl::Milliseconds(100), wt);
+  FakeWorker w0(wchannel, "w0", 1, absl::Milliseconds(100), wt),
+      w1(wchannel, "w1", 1, absl::Milliseconds(100), wt);
   ASSERT_TRUE(w0.Connect());
   ASSERT_TRUE(w1.Connect());
   std::string id = Submit(stub.get(), Spec(2));
@@ -423,7 +428,8 @@ TEST(CoordinatorE2ETest, ForgedRendezvousAddressIsRefused) {
   EXPECT_THAT(log, HasSubstr("master_addr: host '6.6.6.6'"));
   EXPECT_THAT(log, HasSubstr("host '::6'"));
   ASSERT_EQ(failed.state(), v1::JOB_STATE_FAILED);
-  EXPECT_FALSE(failed.attempts(0).has_rendezvous()) << failed.attempts(0).rendezvous().DebugString();
+  EXPECT_FALSE(failed.attempts(0).has_rendezvous())
+      << failed.attempts(0).rendezvous().DebugString();
   EXPECT_EQ(failed.attempts(0).failure_kind(), v1::FAILURE_KIND_CONFIG);
   EXPECT_THAT(failed.attempts(0).reason(), HasSubstr("rendezvous refused: worker w0"));
   EXPECT_THAT(failed.attempts(0).reason(), HasSubstr("host '6.6.6.6'"));
@@ -432,7 +438,8 @@ TEST(CoordinatorE2ETest, ForgedRendezvousAddressIsRefused) {
   EXPECT_LT(took, absl::Seconds(20)) << "failed at once, not when the rendezvous timed out";
   EXPECT_FALSE(w0.ended().has_value()) << "a refused report does not end the session";
   // The stopped ranks are told to stop.
-  EXPECT_TRUE(w1.WaitFor([](const v1::CoordinatorMessage& m) { return m.has_stop_ranks(); }, absl::Seconds(10)));
+  EXPECT_TRUE(w1.WaitFor([](const v1::CoordinatorMessage& m) { return m.has_stop_ranks(); },
+                         absl::Seconds(10)));
   w0.Leave();
   w1.Leave();
 }
@@ -450,7 +457,8 @@ TEST(CoordinatorE2ETest, ShutdownAfterManySessionsDropAtOnce) {
   std::string wt = WorkerToken(*server);
   for (int i = 0; i < 60; ++i) {
     auto channel = Net(*addr, "");
-    workers.push_back(std::make_unique<FakeWorker>(channel, absl::StrCat("w", i), 1, absl::Milliseconds(5), wt));
+    workers.push_back(
+        std::make_unique<FakeWorker>(channel, absl::StrCat("w", i), 1, absl::Milliseconds(5), wt));
     ASSERT_TRUE(workers.back()->Connect());
   }
   absl::SleepFor(absl::Milliseconds(200));
@@ -529,7 +537,8 @@ TEST(CoordinatorE2ETest, SigkilledCoordinatorLosesNothing) {
   ASSERT_TRUE(stub2->ListJobs(&lctx, v1::ListJobsRequest(), &list).ok());
   ASSERT_EQ(list.jobs_size(), 5);
   for (const auto& j : list.jobs()) {
-    EXPECT_EQ(j.state(), j.id() == ids[0] ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_PENDING) << j.id();
+    EXPECT_EQ(j.state(), j.id() == ids[0] ? v1::JOB_STATE_CANCELLED : v1::JOB_STATE_PENDING)
+        << j.id();
   }
   // The restarted coordinator schedules what it recovered.
   grpc::ClientContext tctx;
@@ -554,7 +563,8 @@ TEST(CoordinatorE2ETest, SequencedTelemetryIsAppliedOnceAcrossARestart) {
   auto channel = server->InProcessChannel(kAdminToken);
   auto stub = v1::JobService::NewStub(channel);
   const std::string wt = WorkerToken(*server);
-  auto w = std::make_unique<FakeWorker>(server->InProcessChannel(""), "w", 1, absl::Milliseconds(100), wt);
+  auto w = std::make_unique<FakeWorker>(server->InProcessChannel(""), "w", 1,
+                                        absl::Milliseconds(100), wt);
   ASSERT_TRUE(w->Connect());
   std::string id = Submit(stub.get(), Spec(1));
   ASSERT_TRUE(w->WaitFor(IsStart));
@@ -570,7 +580,9 @@ TEST(CoordinatorE2ETest, SequencedTelemetryIsAppliedOnceAcrossARestart) {
     return m;
   };
   auto acked = [](int64_t seq) {
-    return [seq](const v1::CoordinatorMessage& m) { return m.has_telemetry_ack() && m.telemetry_ack().seq() == seq; };
+    return [seq](const v1::CoordinatorMessage& m) {
+      return m.has_telemetry_ack() && m.telemetry_ack().seq() == seq;
+    };
   };
   auto lines = [&](v1::JobService::Stub* s) {
     grpc::ClientContext ctx;
@@ -604,7 +616,8 @@ TEST(CoordinatorE2ETest, SequencedTelemetryIsAppliedOnceAcrossARestart) {
   ASSERT_TRUE(server->Start().ok());
   channel = server->InProcessChannel(kAdminToken);
   stub = v1::JobService::NewStub(channel);
-  w = std::make_unique<FakeWorker>(server->InProcessChannel(""), "w", 1, absl::Milliseconds(100), wt);
+  w = std::make_unique<FakeWorker>(server->InProcessChannel(""), "w", 1, absl::Milliseconds(100),
+                                   wt);
   v1::RunningRank rr;
   rr.set_job_id(id);
   rr.set_attempt(1);
@@ -652,7 +665,8 @@ TEST(CoordinatorE2ETest, EmptyDbFileIsRefusedInsteadOfStartingAnEmptyCluster) {
   EXPECT_THAT(out, ::testing::Not(HasSubstr("listening")));
   std::ifstream in(db, std::ios::binary | std::ios::ate);
   EXPECT_EQ(in.tellg(), 0) << "the file is left as it was";
-  EXPECT_FALSE(std::filesystem::exists(dir + "/admin.token")) << "a refused start creates no token file";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/admin.token"))
+      << "a refused start creates no token file";
 }
 
 TEST(CoordinatorE2ETest, DamagedDbIsRefusedAtStartAndLeftAsItWas) {
@@ -684,7 +698,8 @@ TEST(CoordinatorE2ETest, DamagedDbIsRefusedAtStartAndLeftAsItWas) {
   EXPECT_THAT(out, HasSubstr("the database is damaged"));
   EXPECT_THAT(out, ::testing::Not(HasSubstr("listening")));
   EXPECT_EQ(FileBytes(db), bytes) << "the damaged file is left byte for byte";
-  EXPECT_FALSE(std::filesystem::exists(dir + "/admin.token")) << "a refused start creates no token file";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/admin.token"))
+      << "a refused start creates no token file";
 }
 
 }  // namespace trainctl

@@ -81,9 +81,16 @@ class Browser {
     }
     const int log = open(log_path.c_str(), O_WRONLY | O_CREAT | O_APPEND | O_CLOEXEC, 0644);
     SpawnOptions o;
-    o.argv = {kChromium, "--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-              "--no-first-run", "--remote-debugging-pipe", "--user-data-dir=" + profile_dir,
-              "--window-size=1280,1000", "about:blank"};
+    o.argv = {kChromium,
+              "--headless=new",
+              "--no-sandbox",
+              "--disable-gpu",
+              "--disable-dev-shm-usage",
+              "--no-first-run",
+              "--remote-debugging-pipe",
+              "--user-data-dir=" + profile_dir,
+              "--window-size=1280,1000",
+              "about:blank"};
     // Chromium reads commands on fd 3 and writes answers on fd 4.
     o.fds = {{3, to[0]}, {4, from[1]}};
     if (log >= 0) o.fds.insert(o.fds.end(), {{1, log}, {2, log}});
@@ -121,7 +128,8 @@ class Browser {
   Struct Call(const std::string& method, const std::string& params_json = "{}", bool page = true,
               absl::Duration timeout = absl::Seconds(20)) {
     const int id = ++next_id_;
-    std::string msg = absl::StrCat("{\"id\":", id, ",\"method\":\"", method, "\",\"params\":", params_json);
+    std::string msg =
+        absl::StrCat("{\"id\":", id, ",\"method\":\"", method, "\",\"params\":", params_json);
     if (page && !session_.empty()) absl::StrAppend(&msg, ",\"sessionId\":\"", session_, "\"");
     msg += "}";
     msg.push_back('\0');
@@ -167,16 +175,17 @@ class Browser {
 
   // Opens `url` in a new page and attaches to it (commands go there after).
   bool Open(const std::string& url) {
-    Struct target =
-        Call("Target.createTarget", absl::StrCat("{\"url\":\"", url, "\"}"), false, absl::Seconds(60));
+    Struct target = Call("Target.createTarget", absl::StrCat("{\"url\":\"", url, "\"}"), false,
+                         absl::Seconds(60));
     if (!target.fields().count("targetId")) {
       ADD_FAILURE() << "no page for " << url << "; chromium's log:\n" << LogTail();
       return false;
     }
-    Struct attached = Call("Target.attachToTarget",
-                           absl::StrCat("{\"targetId\":\"", target.fields().at("targetId").string_value(),
-                                        "\",\"flatten\":true}"),
-                           false);
+    Struct attached =
+        Call("Target.attachToTarget",
+             absl::StrCat("{\"targetId\":\"", target.fields().at("targetId").string_value(),
+                          "\",\"flatten\":true}"),
+             false);
     if (!attached.fields().count("sessionId")) return false;
     session_ = attached.fields().at("sessionId").string_value();
     return true;
@@ -188,7 +197,8 @@ class Browser {
     expr.set_string_value(expression);
     std::string quoted;
     (void)google::protobuf::util::MessageToJsonString(expr, &quoted);
-    Struct r = Call("Runtime.evaluate", absl::StrCat("{\"expression\":", quoted, ",\"returnByValue\":true}"));
+    Struct r = Call("Runtime.evaluate",
+                    absl::StrCat("{\"expression\":", quoted, ",\"returnByValue\":true}"));
     if (r.fields().count("exceptionDetails") || !r.fields().count("result")) return Value();
     const Struct& result = r.fields().at("result").struct_value();
     return result.fields().count("value") ? result.fields().at("value") : Value();
@@ -198,7 +208,8 @@ class Browser {
 
   // Polls `expression` until it is true; false on timeout.
   bool WaitTrue(const std::string& expression, absl::Duration timeout) {
-    for (absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(100))) {
+    for (absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline;
+         absl::SleepFor(absl::Milliseconds(100))) {
       if (Eval(expression).bool_value()) return true;
     }
     return false;
@@ -227,7 +238,9 @@ std::string DashboardAddress(testing::Process* p) {
 
 // A job that trains for ~10-25 s (by the machine) and evaluates every epoch.
 // Whether the real rank binary is built (a LibTorch build); else the stand-in.
-bool RealRank(const std::string& build) { return access((build + "/worker/trainer/trainctl-rank").c_str(), X_OK) == 0; }
+bool RealRank(const std::string& build) {
+  return access((build + "/worker/trainer/trainctl-rank").c_str(), X_OK) == 0;
+}
 
 v1::JobSpec TrainingJob(bool real_rank) {
   if (real_rank) {
@@ -251,31 +264,35 @@ v1::JobSpec TrainingJob(bool real_rank) {
   ParsedJobSpec p = ParseJobSpecYaml(
       "model: {name: mlp, input_dim: 5, classes: 2}\n"
       "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
-      "dashboard.yaml", {"name=dashboard-slow", "world_size=2", "training.epochs=30", "restart.max_restarts=0"});
+      "dashboard.yaml",
+      {"name=dashboard-slow", "world_size=2", "training.epochs=30", "restart.max_restarts=0"});
   EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].message);
   return p.spec;
 }
 
 // Every tick on chart `id`'s x axis is a whole number (a step, an epoch).
 std::string WholeXTicks(const std::string& id) {
-  return absl::StrCat("Chart.getChart('", id, "').scales.x.ticks.length > 0 && Chart.getChart('", id,
-                      "').scales.x.ticks.every(t => Number.isInteger(t.value))");
+  return absl::StrCat("Chart.getChart('", id, "').scales.x.ticks.length > 0 && Chart.getChart('",
+                      id, "').scales.x.ticks.every(t => Number.isInteger(t.value))");
 }
 
 // Every event's time on one line, in the one form the dashboard uses.
 constexpr char kEventTimesOnOneLine[] =
     "document.querySelectorAll('#events tbody tr').length > 0 && "
-    "[...document.querySelectorAll('#events tbody tr')].every(tr => tr.children[1].classList.contains('time') && "
+    "[...document.querySelectorAll('#events tbody tr')].every(tr => "
+    "tr.children[1].classList.contains('time') && "
     "getComputedStyle(tr.children[1]).whiteSpace === 'nowrap' && "
     "/^\\d{4}-\\d\\d-\\d\\d \\d\\d:\\d\\d:\\d\\d$/.test(tr.children[1].textContent))";
 
 TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
   if (access(kChromium, X_OK) != 0) {
-    GTEST_SKIP() << kChromium << " is not installed (Debian package `chromium`, see scripts/install-deps.sh)";
+    GTEST_SKIP() << kChromium
+                 << " is not installed (Debian package `chromium`, see scripts/install-deps.sh)";
   }
   const std::string build = trainctl::testing::BuildDirOfThisTest();
   const bool real_rank = RealRank(build);
-  Cluster cluster(build, real_rank ? build + "/worker/trainer/trainctl-rank" : SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(build, real_rank ? build + "/worker/trainer/trainctl-rank"
+                                   : SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.StartCoordinator({"--http_listen=127.0.0.1:0"}));
   ASSERT_TRUE(cluster.StartWorker("w0", 2, false, {"--labels=zone=lab,disk=ssd"}));
   ASSERT_TRUE(cluster.WaitWorkers(1));
@@ -323,20 +340,23 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
   const std::string id = cluster.Submit(TrainingJob(real_rank));
   ASSERT_FALSE(id.empty());
   ASSERT_TRUE(browser.Open(absl::StrCat("http://", addr, "/login?next=/jobs/", id)));
-  ASSERT_TRUE(browser.WaitTrue("document.readyState === 'complete' && !!document.getElementById('token')",
-                               absl::Seconds(30)));
+  ASSERT_TRUE(
+      browser.WaitTrue("document.readyState === 'complete' && !!document.getElementById('token')",
+                       absl::Seconds(30)));
   // Every page from here on records what its Content-Security-Policy
   // blocked: the dashboard must work under it with nothing blocked.
   browser.Call("Page.enable");
-  browser.Call("Page.addScriptToEvaluateOnNewDocument",
-               "{\"source\":\"window.__csp = []; document.addEventListener('securitypolicyviolation', "
-               "e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));\"}");
+  browser.Call(
+      "Page.addScriptToEvaluateOnNewDocument",
+      "{\"source\":\"window.__csp = []; document.addEventListener('securitypolicyviolation', "
+      "e => window.__csp.push(e.violatedDirective + ' ' + e.blockedURI));\"}");
   EXPECT_EQ(browser.String("document.getElementById('next').value"), absl::StrCat("/jobs/", id))
       << "login.js fills in where to return";
   browser.Eval(absl::StrCat("document.getElementById('token').value = '", viewer,
                             "'; document.getElementById('login').submit(); true"));
-  ASSERT_TRUE(browser.WaitTrue(absl::StrCat("location.pathname === '/jobs/", id, "' && typeof Chart !== 'undefined'"),
-                               absl::Seconds(20)))
+  ASSERT_TRUE(browser.WaitTrue(
+      absl::StrCat("location.pathname === '/jobs/", id, "' && typeof Chart !== 'undefined'"),
+      absl::Seconds(20)))
       << "the login form did not lead to the job page";
   // The loss chart appears with the job's first metric point.
   ASSERT_TRUE(browser.WaitTrue("!!Chart.getChart('loss-chart')", absl::Seconds(120)))
@@ -367,12 +387,14 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
       last_running = n;
     }
   }
-  ASSERT_EQ(api_state, v1::JOB_STATE_SUCCEEDED) << cluster.Get(id).DebugString() << cluster.worker("w0")->ReadLog();
+  ASSERT_EQ(api_state, v1::JOB_STATE_SUCCEEDED)
+      << cluster.Get(id).DebugString() << cluster.worker("w0")->ReadLog();
   ASSERT_TRUE(browser.WaitTrue(absl::StrCat(state, " === 'SUCCEEDED'"), absl::Seconds(30)))
       << "the job SUCCEEDED but the page shows " << browser.String(state);
-  EXPECT_GT(first_running, 0) << "the loss chart had no point while the job ran (when the page was ready the job was "
-                              << v1::JobState_Name(at_page_ready.state()) << " at epoch "
-                              << at_page_ready.progress().epoch() << ")";
+  EXPECT_GT(first_running, 0)
+      << "the loss chart had no point while the job ran (when the page was ready the job was "
+      << v1::JobState_Name(at_page_ready.state()) << " at epoch "
+      << at_page_ready.progress().epoch() << ")";
   EXPECT_GT(last_running, first_running) << "the loss chart did not gain points while the job ran";
   EXPECT_EQ(browser.Number("window.__dashboardTestMarker"), 42) << "the page was reloaded";
 
@@ -386,18 +408,24 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
       << browser.String("JSON.stringify(Chart.getChart('eval-chart').scales.x.ticks)");
   EXPECT_GE(browser.Number("Chart.getChart('throughput-chart').data.datasets[0].data.length"), 2);
   EXPECT_GT(browser.Number("Chart.getChart('throughput-chart').data.datasets[0].data[0].y"), 0);
-  EXPECT_GE(browser.Number("document.querySelectorAll('#events tbody tr').length"), 3) << "events not listed";
-  EXPECT_TRUE(browser.Eval(kEventTimesOnOneLine).bool_value())
-      << browser.String("[...document.querySelectorAll('#events tbody tr')].map(tr => tr.children[1].textContent)");
-  EXPECT_TRUE(browser.WaitTrue("document.getElementById('logs').textContent.length > 0", absl::Seconds(10)))
+  EXPECT_GE(browser.Number("document.querySelectorAll('#events tbody tr').length"), 3)
+      << "events not listed";
+  EXPECT_TRUE(browser.Eval(kEventTimesOnOneLine).bool_value()) << browser.String(
+      "[...document.querySelectorAll('#events tbody tr')].map(tr => tr.children[1].textContent)");
+  EXPECT_TRUE(
+      browser.WaitTrue("document.getElementById('logs').textContent.length > 0", absl::Seconds(10)))
       << "no log lines shown";
   // Offline: every script, style and request came from the coordinator.
-  EXPECT_TRUE(browser.Eval("performance.getEntriesByType('resource').every(e => e.name.startsWith(location.origin))")
+  EXPECT_TRUE(browser
+                  .Eval("performance.getEntriesByType('resource').every(e => "
+                        "e.name.startsWith(location.origin))")
                   .bool_value());
   EXPECT_EQ(browser.String("Chart.version"), "3.9.1");
-  EXPECT_EQ(browser.String("JSON.stringify(window.__csp)"), "[]") << "the CSP blocked part of the page";
+  EXPECT_EQ(browser.String("JSON.stringify(window.__csp)"), "[]")
+      << "the CSP blocked part of the page";
 
-  if (const char* shot = std::getenv("TRAINCTL_DASHBOARD_SCREENSHOT"); shot != nullptr && *shot != '\0') {
+  if (const char* shot = std::getenv("TRAINCTL_DASHBOARD_SCREENSHOT");
+      shot != nullptr && *shot != '\0') {
     browser.Call("Emulation.setDeviceMetricsOverride",
                  "{\"width\":1280,\"height\":1000,\"deviceScaleFactor\":1,\"mobile\":false}");
     absl::SleepFor(absl::Milliseconds(500));
@@ -415,13 +443,15 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
   const std::string next = cluster.Submit(cont);
   ASSERT_FALSE(next.empty()) << "the finished job checkpointed every epoch: it can be continued";
   browser.Eval(absl::StrCat("location.href = '/jobs/", id, "'; true"));
-  EXPECT_TRUE(browser.WaitTrue(absl::StrCat("document.getElementById('job-lineage')?.textContent === 'continued by ",
-                                            next, "'"),
-                               absl::Seconds(15)))
+  EXPECT_TRUE(browser.WaitTrue(
+      absl::StrCat("document.getElementById('job-lineage')?.textContent === 'continued by ", next,
+                   "'"),
+      absl::Seconds(15)))
       << browser.String("document.body.innerText");
   browser.Eval(absl::StrCat("location.href = '/jobs/", next, "'; true"));
   EXPECT_TRUE(browser.WaitTrue(
-      absl::StrCat("document.getElementById('job-lineage')?.textContent === 'continues ", id, "'"), absl::Seconds(15)))
+      absl::StrCat("document.getElementById('job-lineage')?.textContent === 'continues ", id, "'"),
+      absl::Seconds(15)))
       << browser.String("document.body.innerText");
   {
     // Its slots are free again for the workers page below (a stand-in rank
@@ -432,40 +462,47 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
     cancel.set_job_id(next);
     v1::Job cancelled;
     grpc::Status c = cluster.jobs()->CancelJob(&cancel_ctx, cancel, &cancelled);
-    ASSERT_TRUE(c.ok() || c.error_code() == grpc::StatusCode::FAILED_PRECONDITION) << c.error_message();
+    ASSERT_TRUE(c.ok() || c.error_code() == grpc::StatusCode::FAILED_PRECONDITION)
+        << c.error_message();
   }
 
   // The other two views, signed in by the cookie: the job list and the workers.
   browser.Eval("location.href = '/'; true");
   // A finished job's row shows its progress: complete.
-  EXPECT_TRUE(browser.WaitTrue(absl::StrCat("[...document.querySelectorAll('#jobs tbody tr')].some(tr => "
-                                            "tr.textContent.includes('", id, "') && tr.textContent.includes('SUCCEEDED') "
-                                            "&& tr.textContent.includes(', done'))"),
-                               absl::Seconds(15)))
+  EXPECT_TRUE(
+      browser.WaitTrue(absl::StrCat("[...document.querySelectorAll('#jobs tbody tr')].some(tr => "
+                                    "tr.textContent.includes('",
+                                    id,
+                                    "') && tr.textContent.includes('SUCCEEDED') "
+                                    "&& tr.textContent.includes(', done'))"),
+                       absl::Seconds(15)))
       << browser.String("document.body.innerText");
   browser.Eval("location.href = '/workers'; true");
-  EXPECT_TRUE(browser.WaitTrue("[...document.querySelectorAll('#workers tbody tr')].some(tr => "
-                               "tr.textContent.includes('zone=lab') && tr.textContent.includes('disk=ssd') && "
-                               "tr.textContent.includes('0/2'))",
-                               absl::Seconds(40)))
+  EXPECT_TRUE(browser.WaitTrue(
+      "[...document.querySelectorAll('#workers tbody tr')].some(tr => "
+      "tr.textContent.includes('zone=lab') && tr.textContent.includes('disk=ssd') && "
+      "tr.textContent.includes('0/2'))",
+      absl::Seconds(40)))
       << browser.String("document.body.innerText");
   // The queues view: a queue the admin defines, with its quota and cohort,
   // none of it used (its one job ended).
   {
-    trainctl::testing::Process create({build + "/client/trainctl", "--coordinator", cluster.address(), "--token-file",
-                                       cluster.AdminTokenFile(), "queue", "create", "team-a", "--cpu", "2", "--cohort",
-                                       "lab"},
-                                      cluster.dir() + "/queue-create.log", cluster.dir());
+    trainctl::testing::Process create(
+        {build + "/client/trainctl", "--coordinator", cluster.address(), "--token-file",
+         cluster.AdminTokenFile(), "queue", "create", "team-a", "--cpu", "2", "--cohort", "lab"},
+        cluster.dir() + "/queue-create.log", cluster.dir());
     ASSERT_TRUE(create.Start());
     ASSERT_EQ(create.Wait(absl::Seconds(30)), 0) << create.ReadLog();
   }
   browser.Eval("location.href = '/queues'; true");
-  EXPECT_TRUE(browser.WaitTrue("[...document.querySelectorAll('#queues tbody tr')].some(tr => "
-                               "tr.textContent.includes('team-a') && tr.textContent.includes('lab') && "
-                               "tr.textContent.includes('0/2') && tr.textContent.includes('0/-'))",
-                               absl::Seconds(20)))
+  EXPECT_TRUE(
+      browser.WaitTrue("[...document.querySelectorAll('#queues tbody tr')].some(tr => "
+                       "tr.textContent.includes('team-a') && tr.textContent.includes('lab') && "
+                       "tr.textContent.includes('0/2') && tr.textContent.includes('0/-'))",
+                       absl::Seconds(20)))
       << browser.String("document.body.innerText");
-  EXPECT_EQ(browser.String("JSON.stringify(window.__csp)"), "[]") << "the CSP blocked part of the page";
+  EXPECT_EQ(browser.String("JSON.stringify(window.__csp)"), "[]")
+      << "the CSP blocked part of the page";
 }
 
 // Reports a loss and a custom scalar at steps 1..5, and an eval accuracy
@@ -481,7 +518,8 @@ print("reported")
 
 TEST(DashboardE2ETest, ASignInLinkShowsACommandJobsOwnScalarsWhichReachMetricsAndTensorBoard) {
   if (access(kChromium, X_OK) != 0) {
-    GTEST_SKIP() << kChromium << " is not installed (Debian package `chromium`, see scripts/install-deps.sh)";
+    GTEST_SKIP() << kChromium
+                 << " is not installed (Debian package `chromium`, see scripts/install-deps.sh)";
   }
   const std::string build = trainctl::testing::BuildDirOfThisTest();
   Cluster cluster(build, SourceDir() + "/tests/support/fake_rank.py");
@@ -493,20 +531,24 @@ TEST(DashboardE2ETest, ASignInLinkShowsACommandJobsOwnScalarsWhichReachMetricsAn
   const std::string script = cluster.dir() + "/report.py";
   std::ofstream(script) << kReportingScript;
   const std::string ckpt = cluster.dir() + "/ck";
-  ParsedJobSpec p = ParseJobSpecYaml(absl::StrCat("name: scalars\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: [/usr/bin/python3, ",
-                                                  script, "]\nrestart: {max_restarts: 0}\ncheckpoint: {dir: ", ckpt,
-                                                  "}\ntensorboard: {enabled: true}\n"),
-                                     "scalars.yaml");
+  ParsedJobSpec p = ParseJobSpecYaml(
+      absl::StrCat(
+          "name: scalars\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: [/usr/bin/python3, ",
+          script, "]\nrestart: {max_restarts: 0}\ncheckpoint: {dir: ", ckpt,
+          "}\ntensorboard: {enabled: true}\n"),
+      "scalars.yaml");
   ASSERT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].message);
   const std::string id = cluster.Submit(p.spec);
   ASSERT_FALSE(id.empty());
   v1::Job job = cluster.WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
-  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.state_reason() << "\n" << cluster.RankLog(id, 1, 0);
+  ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.state_reason() << "\n"
+                                                  << cluster.RankLog(id, 1, 0);
 
   const std::string viewer = cluster.CreateToken(v1::ROLE_VIEWER, "link-viewer");
   ASSERT_FALSE(viewer.empty());
   auto cli = [&](const std::string& name, std::vector<std::string> args) {
-    std::vector<std::string> argv = {build + "/client/trainctl", "--coordinator", cluster.address(), "--token", viewer};
+    std::vector<std::string> argv = {build + "/client/trainctl", "--coordinator", cluster.address(),
+                                     "--token", viewer};
     argv.insert(argv.end(), args.begin(), args.end());
     trainctl::testing::Process proc(argv, cluster.dir() + "/" + name + ".log");
     EXPECT_TRUE(proc.Start());
@@ -518,8 +560,9 @@ TEST(DashboardE2ETest, ASignInLinkShowsACommandJobsOwnScalarsWhichReachMetricsAn
   // independent reader): the loss under the engine's tag, val_f1 under its
   // own name, at steps 1..5.
   const std::string events = cluster.dir() + "/tfevents.jsonl";
-  const std::string read = absl::StrCat("/usr/bin/python3 ", SourceDir(), "/tests/support/read_tfevents.py ", ckpt,
-                                        "/tensorboard > ", events, " 2>&1");
+  const std::string read =
+      absl::StrCat("/usr/bin/python3 ", SourceDir(), "/tests/support/read_tfevents.py ", ckpt,
+                   "/tensorboard > ", events, " 2>&1");
   ASSERT_EQ(std::system(read.c_str()), 0) << read;
   std::string tb;
   {
@@ -530,7 +573,9 @@ TEST(DashboardE2ETest, ASignInLinkShowsACommandJobsOwnScalarsWhichReachMetricsAn
   EXPECT_NE(tb.find("\"step\": 5,"), std::string::npos) << tb;
   EXPECT_NE(tb.find("\"val_f1\": 0.75"), std::string::npos) << tb;
   EXPECT_NE(tb.find("\"train/loss\": 0.2"), std::string::npos) << "step 5's loss 1/5\n" << tb;
-  EXPECT_EQ(tb.find("train/samples_per_sec"), std::string::npos) << "a field the job never reported\n" << tb;
+  EXPECT_EQ(tb.find("train/samples_per_sec"), std::string::npos)
+      << "a field the job never reported\n"
+      << tb;
 
   // The custom scalar is a column of `trainctl metrics`.
   const std::string csv = cli("metrics", {"metrics", id, "-o", "csv"});
@@ -539,42 +584,55 @@ TEST(DashboardE2ETest, ASignInLinkShowsACommandJobsOwnScalarsWhichReachMetricsAn
 
   const std::string printed = cli("dashboard", {"dashboard"});
   std::smatch m;
-  ASSERT_TRUE(std::regex_search(printed, m, std::regex("(http://[^\\s]+/signin\\?code=[0-9a-f]{64})"))) << printed;
+  ASSERT_TRUE(
+      std::regex_search(printed, m, std::regex("(http://[^\\s]+/signin\\?code=[0-9a-f]{64})")))
+      << printed;
   const std::string link = m[1];
-  EXPECT_EQ(link.substr(0, link.find("/signin")), "http://" + addr) << "the host the CLI dialed, the dashboard's port";
+  EXPECT_EQ(link.substr(0, link.find("/signin")), "http://" + addr)
+      << "the host the CLI dialed, the dashboard's port";
 
   Browser browser;
   ASSERT_TRUE(browser.Start(cluster.dir() + "/chromium-profile", cluster.dir() + "/chromium.log"));
   ASSERT_TRUE(browser.Open(absl::StrCat(link, "&next=/jobs/", id)));
-  ASSERT_TRUE(browser.WaitTrue(absl::StrCat("location.pathname === '/jobs/", id,
-                                            "' && document.getElementById('job-state')?.textContent === 'SUCCEEDED' "
-                                            "&& typeof Chart !== 'undefined' && !!Chart.getChart('scalar-val_f1')"),
-                               absl::Seconds(30)))
-      << "not signed in on the job page: " << browser.String("location.href + ' ' + document.body.innerText");
-  EXPECT_TRUE(browser.WaitTrue("Chart.getChart('scalar-val_f1').data.datasets[0].data.length === 5 && "
-                               "Chart.getChart('loss-chart').data.datasets[0].data.length === 5",
-                               absl::Seconds(10)));
-  EXPECT_DOUBLE_EQ(browser.Number("Chart.getChart('scalar-val_f1').data.datasets[0].data[4].y"), 0.75);
+  ASSERT_TRUE(browser.WaitTrue(
+      absl::StrCat("location.pathname === '/jobs/", id,
+                   "' && document.getElementById('job-state')?.textContent === 'SUCCEEDED' "
+                   "&& typeof Chart !== 'undefined' && !!Chart.getChart('scalar-val_f1')"),
+      absl::Seconds(30)))
+      << "not signed in on the job page: "
+      << browser.String("location.href + ' ' + document.body.innerText");
+  EXPECT_TRUE(
+      browser.WaitTrue("Chart.getChart('scalar-val_f1').data.datasets[0].data.length === 5 && "
+                       "Chart.getChart('loss-chart').data.datasets[0].data.length === 5",
+                       absl::Seconds(10)));
+  EXPECT_DOUBLE_EQ(browser.Number("Chart.getChart('scalar-val_f1').data.datasets[0].data[4].y"),
+                   0.75);
   // The script's eval report is on the eval chart, at its step.
-  EXPECT_TRUE(browser.WaitTrue("Chart.getChart('eval-chart')?.data.datasets[0].data.length === 1", absl::Seconds(10)));
+  EXPECT_TRUE(browser.WaitTrue("Chart.getChart('eval-chart')?.data.datasets[0].data.length === 1",
+                               absl::Seconds(10)));
   EXPECT_DOUBLE_EQ(browser.Number("Chart.getChart('eval-chart').data.datasets[0].data[0].x"), 5);
-  EXPECT_DOUBLE_EQ(browser.Number("Chart.getChart('eval-chart').data.datasets[0].data[0].y"), 0.625);
-  EXPECT_TRUE(browser.Eval("Chart.getChart('throughput-chart') === undefined && "
-                           "Chart.getChart('eval-loss-chart') === undefined && "
-                           "document.querySelectorAll('canvas').length === 3")
+  EXPECT_DOUBLE_EQ(browser.Number("Chart.getChart('eval-chart').data.datasets[0].data[0].y"),
+                   0.625);
+  EXPECT_TRUE(browser
+                  .Eval("Chart.getChart('throughput-chart') === undefined && "
+                        "Chart.getChart('eval-loss-chart') === undefined && "
+                        "document.querySelectorAll('canvas').length === 3")
                   .bool_value())
       << "a chart for a metric the job never reported";
   // Issue #44 item 12: whole steps on the x axes (5 steps drew 1, 1.5, 2...);
   // the final model's path with the command that fetches it; event times
   // on one line.
-  EXPECT_TRUE(browser.Eval(WholeXTicks("eval-chart") + " && " + WholeXTicks("loss-chart")).bool_value())
+  EXPECT_TRUE(
+      browser.Eval(WholeXTicks("eval-chart") + " && " + WholeXTicks("loss-chart")).bool_value())
       << browser.String("JSON.stringify(Chart.getChart('loss-chart').scales.x.ticks)");
   ASSERT_FALSE(job.final_model().empty()) << "the script saved a model";
   EXPECT_TRUE(browser.WaitTrue("!document.getElementById('job-model').hidden", absl::Seconds(10)));
-  EXPECT_EQ(browser.String("document.getElementById('job-model-path').textContent"), job.final_model());
-  EXPECT_EQ(browser.String("document.getElementById('job-model-fetch').textContent"), "trainctl fetch " + id);
-  EXPECT_TRUE(browser.Eval(kEventTimesOnOneLine).bool_value())
-      << browser.String("[...document.querySelectorAll('#events tbody tr')].map(tr => tr.children[1].textContent)");
+  EXPECT_EQ(browser.String("document.getElementById('job-model-path').textContent"),
+            job.final_model());
+  EXPECT_EQ(browser.String("document.getElementById('job-model-fetch').textContent"),
+            "trainctl fetch " + id);
+  EXPECT_TRUE(browser.Eval(kEventTimesOnOneLine).bool_value()) << browser.String(
+      "[...document.querySelectorAll('#events tbody tr')].map(tr => tr.children[1].textContent)");
   Struct png = browser.Call("Page.captureScreenshot", "{\"format\":\"png\"}");
   std::string bytes;
   ASSERT_TRUE(png.fields().count("data"));
@@ -586,10 +644,13 @@ TEST(DashboardE2ETest, ASignInLinkShowsACommandJobsOwnScalarsWhichReachMetricsAn
   // Issue #44 item 12: the job list showed "–" for the script's progress
   // and loss; it reported step 5 and a loss of 1/5.
   browser.Eval("location.href = '/'; true");
-  EXPECT_TRUE(browser.WaitTrue(absl::StrCat("[...document.querySelectorAll('#jobs tbody tr')].some(tr => "
-                                            "tr.textContent.includes('", id, "') && tr.children[2].textContent === "
-                                            "'step 5' && tr.children[4].textContent === '0.2000')"),
-                               absl::Seconds(15)))
+  EXPECT_TRUE(
+      browser.WaitTrue(absl::StrCat("[...document.querySelectorAll('#jobs tbody tr')].some(tr => "
+                                    "tr.textContent.includes('",
+                                    id,
+                                    "') && tr.children[2].textContent === "
+                                    "'step 5' && tr.children[4].textContent === '0.2000')"),
+                       absl::Seconds(15)))
       << browser.String("document.body.innerText");
 
   // The link worked once.

@@ -29,8 +29,8 @@
 namespace trainctl {
 namespace {
 
-using trainctl::testing::Cluster;
 using ::testing::HasSubstr;
+using trainctl::testing::Cluster;
 
 constexpr int kSamples = 24000;
 
@@ -51,12 +51,10 @@ class ElasticE2ETest : public ::testing::Test {
     ::unsetenv("TRAINCTL_TEST_STEP_SLEEP_MS");
   }
 
-
-
   // (epoch, global step) -> the indices every rank of `attempt` trained on
   // in that step, from the ranks' sample logs.
-  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> Steps(const std::string& id, int attempt,
-                                                                    int ranks) {
+  std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> Steps(const std::string& id,
+                                                                    int attempt, int ranks) {
     std::map<std::pair<int64_t, int64_t>, std::vector<int64_t>> out;
     for (int r = 0; r < ranks; ++r) {
       std::ifstream in(absl::StrCat(samples_dir_, "/", id, ".a", attempt, ".r", r, ".samples"));
@@ -86,9 +84,10 @@ TEST_F(ElasticE2ETest, ShrinksWhenAWorkerIsLostAndGrowsBackWithEverySampleSeenOn
   std::string src = std::getenv("TRAINCTL_SOURCE_DIR") ? std::getenv("TRAINCTL_SOURCE_DIR") : ".";
   ParsedJobSpec p = ParseJobSpecFile(
       src + "/examples/mlp-synthetic.yaml",
-      {"world_size=3", "training.epochs=3", absl::StrCat("data.train.length=", kSamples), "data.batch_size=20",
-       "model.hidden=[256, 256]", "checkpoint.every_steps=40", "checkpoint.keep=3", "restart.max_restarts=3",
-       "elastic.min_ranks=2", "elastic.replace_timeout_s=2", "elastic.grow=at_checkpoint"});
+      {"world_size=3", "training.epochs=3", absl::StrCat("data.train.length=", kSamples),
+       "data.batch_size=20", "model.hidden=[256, 256]", "checkpoint.every_steps=40",
+       "checkpoint.keep=3", "restart.max_restarts=3", "elastic.min_ranks=2",
+       "elastic.replace_timeout_s=2", "elastic.grow=at_checkpoint"});
   ASSERT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
   std::string id = cluster_->Submit(p.spec);
   ASSERT_FALSE(id.empty());
@@ -108,15 +107,21 @@ TEST_F(ElasticE2ETest, ShrinksWhenAWorkerIsLostAndGrowsBackWithEverySampleSeenOn
   const std::string lost_id = j.attempts(0).ranks(2).worker_id();
   std::string lost;
   for (const char* w : {"w0", "w1", "w2"}) {
-    if (!Cluster::ProcessesMatching(absl::StrCat("/worker-", w, "/jobs/", id, "/attempt-1/rank-2")).empty()) lost = w;
+    if (!Cluster::ProcessesMatching(absl::StrCat("/worker-", w, "/jobs/", id, "/attempt-1/rank-2"))
+             .empty())
+      lost = w;
   }
   ASSERT_FALSE(lost.empty());
   cluster_->KillWorker(lost, SIGKILL);
 
   // Attempt 2 runs at 2 ranks, from the checkpoint inside epoch 1.
-  j = cluster_->WaitFor(id, [](const v1::Job& x) {
-    return (x.attempts_size() >= 2 && x.state() == v1::JOB_STATE_RUNNING) || x.state() >= v1::JOB_STATE_SUCCEEDED;
-  }, absl::Seconds(60));
+  j = cluster_->WaitFor(
+      id,
+      [](const v1::Job& x) {
+        return (x.attempts_size() >= 2 && x.state() == v1::JOB_STATE_RUNNING) ||
+               x.state() >= v1::JOB_STATE_SUCCEEDED;
+      },
+      absl::Seconds(60));
   ASSERT_GE(j.attempts_size(), 2) << j.state_reason();
   const v1::Attempt& a2 = j.attempts(1);
   EXPECT_EQ(a2.ranks_size(), 2);
@@ -143,7 +148,9 @@ TEST_F(ElasticE2ETest, ShrinksWhenAWorkerIsLostAndGrowsBackWithEverySampleSeenOn
     if (e.type() == "resized") resized.push_back(e.message());
   }
   ASSERT_EQ(resized.size(), 2u);
-  EXPECT_THAT(resized[0], HasSubstr("world size 3 -> 2 (no replacement within elastic.replace_timeout_s = 2 s"));
+  EXPECT_THAT(
+      resized[0],
+      HasSubstr("world size 3 -> 2 (no replacement within elastic.replace_timeout_s = 2 s"));
   EXPECT_THAT(resized[1], HasSubstr("world size 2 -> 3 (slots freed up"));
 
   // The steps the final model holds: attempt k's steps up to the step that
@@ -151,7 +158,8 @@ TEST_F(ElasticE2ETest, ShrinksWhenAWorkerIsLostAndGrowsBackWithEverySampleSeenOn
   std::map<int64_t, std::vector<int64_t>> by_epoch;
   int resumes_inside[3] = {0, 0, 0};
   for (int k = 0; k < j.attempts_size(); ++k) {
-    const int64_t until = k + 1 < j.attempts_size() ? j.attempts(k + 1).resume().global_step() : INT64_MAX;
+    const int64_t until =
+        k + 1 < j.attempts_size() ? j.attempts(k + 1).resume().global_step() : INT64_MAX;
     if (k + 1 < j.attempts_size() && j.attempts(k + 1).resume().epoch_consumed() > 0) {
       ++resumes_inside[j.attempts(k + 1).resume().epochs_done()];
     }

@@ -43,8 +43,9 @@ class FailoverE2ETest : public ::testing::Test {
 
   // A one-rank command job running `script` with /bin/sh.
   v1::JobSpec ShellJob(const std::string& script) {
-    std::string yaml = absl::StrCat("name: failover\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: [/bin/sh, -c, \"",
-                                    script, "\"]\n  working_dir: ", cluster_->dir(), "\n");
+    std::string yaml = absl::StrCat(
+        "name: failover\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: [/bin/sh, -c, \"", script,
+        "\"]\n  working_dir: ", cluster_->dir(), "\n");
     ParsedJobSpec p = ParseJobSpecYaml(yaml, "job.yaml");
     EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
     return p.spec;
@@ -56,7 +57,8 @@ class FailoverE2ETest : public ::testing::Test {
 
 TEST_F(FailoverE2ETest, WorkerListingTheStandbyFirstRegistersWithTheActiveAndRunsAJob) {
   ASSERT_TRUE(cluster_->StartWorker(
-      "w0", 1, false, {"--allow_commands", "--coordinator=" + standby_->address() + "," + cluster_->address()}));
+      "w0", 1, false,
+      {"--allow_commands", "--coordinator=" + standby_->address() + "," + cluster_->address()}));
   ASSERT_TRUE(cluster_->WaitWorkers(1, absl::Seconds(30))) << cluster_->worker("w0")->ReadLog();
   EXPECT_GE(standby_->calls(kSession), 1) << "the standby was tried first";
   EXPECT_THAT(cluster_->worker("w0")->ReadLog(), HasSubstr("coordinator_standby"));
@@ -70,8 +72,8 @@ TEST_F(FailoverE2ETest, WorkerListingTheStandbyFirstRegistersWithTheActiveAndRun
 
 TEST_F(FailoverE2ETest, WorkerListingAnUnreachableAddressFirstRegistersWithTheNext) {
   const std::string dead = absl::StrCat("127.0.0.1:", trainctl::testing::UnusedPort());
-  ASSERT_TRUE(cluster_->StartWorker("w0", 1, false,
-                                    {"--allow_commands", "--coordinator=" + dead + "," + cluster_->address()}));
+  ASSERT_TRUE(cluster_->StartWorker(
+      "w0", 1, false, {"--allow_commands", "--coordinator=" + dead + "," + cluster_->address()}));
   ASSERT_TRUE(cluster_->WaitWorkers(1, absl::Seconds(30))) << cluster_->worker("w0")->ReadLog();
   std::string id = cluster_->Submit(ShellJob("echo next-ok"));
   ASSERT_FALSE(id.empty());
@@ -83,13 +85,14 @@ TEST_F(FailoverE2ETest, ReportsHeldWhileTheCoordinatorIsAwayReachItThroughTheLis
   // The active coordinator is listed second: after it goes away the worker
   // tries the standby, which names it, until it answers again.
   ASSERT_TRUE(cluster_->StartWorker(
-      "w0", 1, false, {"--allow_commands", "--coordinator=" + standby_->address() + "," + cluster_->address()}));
+      "w0", 1, false,
+      {"--allow_commands", "--coordinator=" + standby_->address() + "," + cluster_->address()}));
   ASSERT_TRUE(cluster_->WaitWorkers(1, absl::Seconds(30))) << cluster_->worker("w0")->ReadLog();
   const std::string go = cluster_->dir() + "/go";
   // The rank waits for the file, then says so and ends: its end and its
   // line are reported while the coordinator is down.
-  std::string id = cluster_->Submit(
-      ShellJob(absl::StrCat("while [ ! -e ", go, " ]; do sleep 0.05; done; echo after-the-outage")));
+  std::string id = cluster_->Submit(ShellJob(
+      absl::StrCat("while [ ! -e ", go, " ]; do sleep 0.05; done; echo after-the-outage")));
   ASSERT_FALSE(id.empty());
   v1::Job running = cluster_->WaitState(id, v1::JOB_STATE_RUNNING, absl::Seconds(60));
   ASSERT_EQ(running.state(), v1::JOB_STATE_RUNNING) << running.state_reason();
@@ -100,12 +103,14 @@ TEST_F(FailoverE2ETest, ReportsHeldWhileTheCoordinatorIsAwayReachItThroughTheLis
   // Wait until the worker has gone round the list to the standby at least
   // once (it holds the rank's end meanwhile), then bring the coordinator back.
   absl::Time deadline = absl::Now() + absl::Seconds(30);
-  while (standby_->calls(kSession) == standby_before && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(20));
+  while (standby_->calls(kSession) == standby_before && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(20));
   ASSERT_GT(standby_->calls(kSession), standby_before) << cluster_->worker("w0")->ReadLog();
   ASSERT_TRUE(cluster_->StartCoordinator());
 
   v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
-  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n" << cluster_->worker("w0")->ReadLog();
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n"
+                                                << cluster_->worker("w0")->ReadLog();
   EXPECT_THAT(cluster_->RankLog(id, 1, 0), HasSubstr("after-the-outage"));
 }
 
@@ -132,8 +137,8 @@ TEST_F(FailoverE2ETest, ACoordinatorRestartDuringASubmitStormFailsNoSubmit) {
     int after = 0;
     for (int n = 0; after < 3 && n < 200; ++n) {
       trainctl::testing::Process submit(
-          {build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file", cluster_->AdminTokenFile(),
-           "--timeout", "30", "submit", yaml},
+          {build + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file",
+           cluster_->AdminTokenFile(), "--timeout", "30", "submit", yaml},
           absl::StrCat(cluster_->dir(), "/storm-", c, "-", n, ".log"));
       if (!submit.Start()) {
         ++failed;
@@ -145,7 +150,8 @@ TEST_F(FailoverE2ETest, ACoordinatorRestartDuringASubmitStormFailsNoSubmit) {
       } else {
         ++failed;
         std::lock_guard<std::mutex> lock(mu);
-        if (first_failure.empty()) first_failure = absl::StrCat("status ", status, ": ", submit.ReadLog());
+        if (first_failure.empty())
+          first_failure = absl::StrCat("status ", status, ": ", submit.ReadLog());
       }
       if (back) ++after;
     }
@@ -154,14 +160,16 @@ TEST_F(FailoverE2ETest, ACoordinatorRestartDuringASubmitStormFailsNoSubmit) {
   for (int c = 0; c < kClients; ++c) clients.emplace_back(client, c);
   // Mid-storm: every client has submitted.
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
-  while (ok + failed < 2 * kClients && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(10));
+  while (ok + failed < 2 * kClients && absl::Now() < deadline)
+    absl::SleepFor(absl::Milliseconds(10));
   cluster_->KillCoordinator(SIGKILL);
   const int before_restart = ok + failed;
   absl::SleepFor(absl::Seconds(2));  // the restart's downtime (what is ridden out)
   ASSERT_TRUE(cluster_->StartCoordinator()) << cluster_->coordinator()->ReadLog();
   back = true;
   for (std::thread& t : clients) t.join();
-  std::cerr << ok << " submits (" << before_restart << " before the kill), " << failed << " failed\n";
+  std::cerr << ok << " submits (" << before_restart << " before the kill), " << failed
+            << " failed\n";
   EXPECT_EQ(failed, 0) << first_failure;
   EXPECT_GE(ok, 4 * kClients);
   // Each acknowledged submit is one stored job: none lost, none doubled.
@@ -175,9 +183,10 @@ TEST_F(FailoverE2ETest, ACoordinatorRestartDuringASubmitStormFailsNoSubmit) {
 
 TEST(FailoverE2EFlagsTest, ABadListEntryIsAConfigurationErrorNamingTheFlag) {
   const std::string dir = trainctl::testing::BuildDirOfThisTest();
-  trainctl::testing::Process worker({dir + "/worker/daemon/trainctl-worker", "--coordinator=127.0.0.1:7070,coord",
-                                     "--slots=1", "--token_file=/nonexistent"},
-                                    ::testing::TempDir() + "/bad-list.log");
+  trainctl::testing::Process worker(
+      {dir + "/worker/daemon/trainctl-worker", "--coordinator=127.0.0.1:7070,coord", "--slots=1",
+       "--token_file=/nonexistent"},
+      ::testing::TempDir() + "/bad-list.log");
   ASSERT_TRUE(worker.Start());
   int status = worker.Wait(absl::Seconds(30));
   ASSERT_TRUE(WIFEXITED(status)) << status;
@@ -193,7 +202,8 @@ TEST(FailoverE2ETlsTest, WorkerWithAListVerifiesTheCoordinatorItReaches) {
   ASSERT_TRUE(cluster.InitTls());
   ASSERT_TRUE(cluster.StartCoordinator());
   const std::string dead = absl::StrCat("127.0.0.1:", trainctl::testing::UnusedPort());
-  ASSERT_TRUE(cluster.StartWorker("w0", 1, false, {"--coordinator=" + dead + "," + cluster.address()}));
+  ASSERT_TRUE(
+      cluster.StartWorker("w0", 1, false, {"--coordinator=" + dead + "," + cluster.address()}));
   ASSERT_TRUE(cluster.WaitWorkers(1, absl::Seconds(30))) << cluster.worker("w0")->ReadLog();
 }
 

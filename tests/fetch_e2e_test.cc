@@ -24,9 +24,9 @@
 namespace trainctl {
 namespace {
 
-using trainctl::testing::SourceDir;
 using ::testing::HasSubstr;
 using trainctl::testing::Cluster;
+using trainctl::testing::SourceDir;
 
 v1::JobSpec Spec(const std::string& name, int epochs) {
   ParsedJobSpec p = ParseJobSpecYaml(
@@ -45,20 +45,22 @@ std::string Slurp(const std::string& path) {
 // Runs the CLI; its exit code, with stdout+stderr in *out.
 int Cli(const Cluster& c, const std::string& token, const std::string& args, std::string* out) {
   const std::string log = c.dir() + "/cli.out";
-  const std::string cmd = absl::StrCat(trainctl::testing::BuildDirOfThisTest(), "/client/trainctl --coordinator=", c.address(),
-                     " --token=", token, " ", args, " > ", log, " 2>&1");
+  const std::string cmd = absl::StrCat(trainctl::testing::BuildDirOfThisTest(),
+                                       "/client/trainctl --coordinator=", c.address(),
+                                       " --token=", token, " ", args, " > ", log, " 2>&1");
   int rc = std::system(cmd.c_str());
   *out = Slurp(log);
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
 }
 
 // FetchArtifact over gRPC: the status, and the bytes in *data.
-grpc::Status Fetch(const std::string& address, const std::string& token, const std::string& job, int64_t step,
-                   std::string* data = nullptr, std::vector<size_t>* pieces = nullptr, int64_t offset = 0,
-                   v1::ArtifactChunk* head = nullptr) {
+grpc::Status Fetch(const std::string& address, const std::string& token, const std::string& job,
+                   int64_t step, std::string* data = nullptr, std::vector<size_t>* pieces = nullptr,
+                   int64_t offset = 0, v1::ArtifactChunk* head = nullptr) {
   auth::ChannelSecurity security;
   security.token = token;
-  auto stub = v1::JobService::NewStub(*auth::MakeChannel(address, security, grpc::ChannelArguments()));
+  auto stub =
+      v1::JobService::NewStub(*auth::MakeChannel(address, security, grpc::ChannelArguments()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
   v1::FetchArtifactRequest req;
@@ -79,7 +81,8 @@ grpc::Status Fetch(const std::string& address, const std::string& token, const s
 }
 
 TEST(FetchE2ETest, ModelAndCheckpointComeBackVerifiedAndDamageIsRefused) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.StartCoordinator());
   ASSERT_TRUE(cluster.StartWorker("w", 1));
   ASSERT_TRUE(cluster.WaitWorkers(1));
@@ -94,7 +97,8 @@ TEST(FetchE2ETest, ModelAndCheckpointComeBackVerifiedAndDamageIsRefused) {
   // The final model, through the CLI: byte for byte, in three 1 MiB pieces.
   std::string out;
   const std::string dest = cluster.dir() + "/model.bin";
-  ASSERT_EQ(Cli(cluster, cluster.admin_token(), absl::StrCat("fetch ", id, " -O ", dest), &out), 0) << out;
+  ASSERT_EQ(Cli(cluster, cluster.admin_token(), absl::StrCat("fetch ", id, " -O ", dest), &out), 0)
+      << out;
   EXPECT_THAT(out, HasSubstr(absl::StrCat("wrote ", dest, " (2621440 bytes, crc32:")));
   EXPECT_EQ(Slurp(dest), model);
   EXPECT_FALSE(std::filesystem::exists(dest + ".part"));
@@ -108,25 +112,31 @@ TEST(FetchE2ETest, ModelAndCheckpointComeBackVerifiedAndDamageIsRefused) {
   // piece; past it or before 0 is refused naming the field.
   data.clear();
   v1::ArtifactChunk head;
-  ASSERT_TRUE(Fetch(cluster.address(), cluster.admin_token(), id, 0, &data, nullptr, 2000000, &head).ok());
+  ASSERT_TRUE(
+      Fetch(cluster.address(), cluster.admin_token(), id, 0, &data, nullptr, 2000000, &head).ok());
   EXPECT_EQ(data, model.substr(2000000));
   EXPECT_EQ(head.offset(), 2000000);
   EXPECT_EQ(head.size(), static_cast<int64_t>(model.size()));
   EXPECT_EQ(head.checksum().rfind("crc32:", 0), 0u) << head.checksum();
   data = "x";
-  EXPECT_TRUE(Fetch(cluster.address(), cluster.admin_token(), id, 0, &data, nullptr, model.size()).ok());
+  EXPECT_TRUE(
+      Fetch(cluster.address(), cluster.admin_token(), id, 0, &data, nullptr, model.size()).ok());
   EXPECT_EQ(data, "x");
-  grpc::Status past = Fetch(cluster.address(), cluster.admin_token(), id, 0, nullptr, nullptr, model.size() + 1);
+  grpc::Status past =
+      Fetch(cluster.address(), cluster.admin_token(), id, 0, nullptr, nullptr, model.size() + 1);
   EXPECT_EQ(past.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_THAT(past.error_message(), HasSubstr("offset: 2621441 is outside the file (2621440 bytes)"));
-  grpc::Status negative = Fetch(cluster.address(), cluster.admin_token(), id, 0, nullptr, nullptr, -1);
+  EXPECT_THAT(past.error_message(),
+              HasSubstr("offset: 2621441 is outside the file (2621440 bytes)"));
+  grpc::Status negative =
+      Fetch(cluster.address(), cluster.admin_token(), id, 0, nullptr, nullptr, -1);
   EXPECT_EQ(negative.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
   EXPECT_THAT(negative.error_message(), HasSubstr("offset: must be >= 0"));
 
   // A checkpoint by its global step (epoch 2 = step 8), with a viewer token.
   const std::string viewer = cluster.CreateToken(v1::ROLE_VIEWER, "carol");
   const std::string ckpt = cluster.dir() + "/ckpt.txt";
-  ASSERT_EQ(Cli(cluster, viewer, absl::StrCat("fetch ", id, " --checkpoint 8 -O ", ckpt), &out), 0) << out;
+  ASSERT_EQ(Cli(cluster, viewer, absl::StrCat("fetch ", id, " --checkpoint 8 -O ", ckpt), &out), 0)
+      << out;
   EXPECT_EQ(Slurp(ckpt), "2");
 
   // Refusals: an unknown step names the ones there are; no token.
@@ -148,14 +158,16 @@ TEST(FetchE2ETest, ModelAndCheckpointComeBackVerifiedAndDamageIsRefused) {
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS);
   EXPECT_THAT(s.error_message(), HasSubstr("recorded as"));
   const std::string bad = cluster.dir() + "/bad.txt";
-  EXPECT_NE(Cli(cluster, cluster.admin_token(), absl::StrCat("fetch ", id, " --checkpoint 8 -O ", bad), &out), 0);
+  EXPECT_NE(Cli(cluster, cluster.admin_token(),
+                absl::StrCat("fetch ", id, " --checkpoint 8 -O ", bad), &out),
+            0);
   EXPECT_THAT(out, HasSubstr("recorded as"));
   EXPECT_FALSE(std::filesystem::exists(bad));
   EXPECT_FALSE(std::filesystem::exists(bad + ".part"));
 
-  // The holder is gone: UNAVAILABLE naming it. A fetch that starts before the coordinator has seen the
-  // session end fails as "disconnected during the fetch" (also UNAVAILABLE); once the session is gone every
-  // fetch is refused up front as "is not connected", which is what this waits for.
+  // The holder is gone: UNAVAILABLE naming it. A fetch that starts before the coordinator has seen
+  // the session end fails as "disconnected during the fetch" (also UNAVAILABLE); once the session
+  // is gone every fetch is refused up front as "is not connected", which is what this waits for.
   cluster.KillWorker("w", SIGKILL);
   absl::Time deadline = absl::Now() + absl::Seconds(20);
   do {

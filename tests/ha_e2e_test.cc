@@ -29,13 +29,13 @@
 #include <atomic>
 #include <chrono>
 #include <filesystem>
-#include <iterator>
 #include <fstream>
+#include <iterator>
 #include <map>
-#include <thread>
-#include <tuple>
 #include <memory>
 #include <string>
+#include <thread>
+#include <tuple>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -43,10 +43,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/synchronization/mutex.h"
 #include "absl/time/clock.h"
+#include "client/trainctl/client.h"
 #include "common/auth/secret.h"
 #include "common/jobspec/job_spec.h"
 #include "common/temp_dir.h"
-#include "client/trainctl/client.h"
 #include "coordinator/store/pg_test_server.h"
 #include "tests/support/cluster.h"
 #include "tests/support/ports.h"
@@ -56,23 +56,26 @@
 namespace trainctl {
 namespace {
 
-using ::testing::HasSubstr;
 using coordinator::store_testing::PgServer;
 using coordinator::store_testing::PgTestServer;
+using ::testing::HasSubstr;
 using testing::Process;
 
 constexpr char kActiveKey[] = "trainctl-active-coordinator";
 
 // grpc.health.v1.Health/Check through the generic stub (the health proto's
 // C++ code is not installed): 1 SERVING, 2 NOT_SERVING, -1 no answer.
-int HealthOf(const std::string& address, const std::string& service, absl::Duration wait = absl::Seconds(2)) {
+int HealthOf(const std::string& address, const std::string& service,
+             absl::Duration wait = absl::Seconds(2)) {
   auto channel = grpc::CreateChannel(address, grpc::InsecureChannelCredentials());
   grpc::GenericStub stub(channel);
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + absl::ToChronoMilliseconds(wait));
   // HealthCheckRequest{service = 1}: tag 0x0a, length, bytes.
   std::string req;
-  if (!service.empty()) req = absl::StrCat(std::string(1, '\x0a'), std::string(1, static_cast<char>(service.size())), service);
+  if (!service.empty())
+    req = absl::StrCat(std::string(1, '\x0a'), std::string(1, static_cast<char>(service.size())),
+                       service);
   grpc::Slice slice(req);
   grpc::ByteBuffer request(&slice, 1);
   grpc::CompletionQueue cq;
@@ -91,7 +94,8 @@ int HealthOf(const std::string& address, const std::string& service, absl::Durat
   std::vector<grpc::Slice> slices;
   if (!response.Dump(&slices).ok()) return -1;
   std::string bytes;
-  for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+  for (const grpc::Slice& s : slices)
+    bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
   // HealthCheckResponse{status = 1}: 0x08 then the enum (absent: UNKNOWN, 0).
   if (bytes.size() >= 2 && bytes[0] == '\x08') return bytes[1];
   return 0;
@@ -155,7 +159,8 @@ class HaE2ETest : public ::testing::Test {
 
   grpc::Status Submit(v1::JobService::Stub* jobs, const std::string& name, std::string* id) {
     ParsedJobSpec p = ParseJobSpecYaml(
-        absl::StrCat("name: ", name, "\nmodel: {name: mlp, input_dim: 5, classes: 2}\n"
+        absl::StrCat("name: ", name,
+                     "\nmodel: {name: mlp, input_dim: 5, classes: 2}\n"
                      "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n"
                      "scheduling: {wait_for_capacity: true}\n"),
         "ha.yaml", {});
@@ -186,7 +191,8 @@ class HaE2ETest : public ::testing::Test {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::UNAVAILABLE) << s.error_message();
     EXPECT_EQ(s.error_message(), "standby coordinator; the active coordinator is at " + active);
     auto it = ctx.GetServerTrailingMetadata().find(kActiveKey);
-    ASSERT_NE(it, ctx.GetServerTrailingMetadata().end()) << "no " << kActiveKey << " in the trailers";
+    ASSERT_NE(it, ctx.GetServerTrailingMetadata().end())
+        << "no " << kActiveKey << " in the trailers";
     EXPECT_EQ(std::string(it->second.data(), it->second.size()), active);
   }
 
@@ -201,8 +207,8 @@ TEST_F(HaE2ETest, TheSecondIsAStandbyAndTakesOverWhenTheActiveIsKilled) {
   ASSERT_TRUE(WaitHealth(a, 1, absl::Seconds(60))) << first->ReadLog();
   std::unique_ptr<Process> second = Start("b", port_b);
   ASSERT_TRUE(WaitHealth(b, 2, absl::Seconds(60))) << second->ReadLog();
-  for (const char* service : {"trainctl.v1.JobService", "trainctl.v1.WorkerService", "trainctl.v1.AuthService",
-                              "trainctl.v1.QueueService"}) {
+  for (const char* service : {"trainctl.v1.JobService", "trainctl.v1.WorkerService",
+                              "trainctl.v1.AuthService", "trainctl.v1.QueueService"}) {
     EXPECT_EQ(HealthOf(b, service), 2) << service;
     EXPECT_EQ(HealthOf(a, service), 1) << service;
   }
@@ -263,7 +269,8 @@ TEST_F(HaE2ETest, AStoppedActiveIsReplacedAndStepsDownWithoutWritingAfterSigcont
   const absl::Time stopped = absl::Now();
   ASSERT_TRUE(WaitHealth(b, 1, absl::Seconds(30))) << second->ReadLog();
   std::cerr << "failover after SIGSTOP: " << absl::FormatDuration(absl::Now() - stopped) << "\n";
-  absl::SleepFor(absl::Seconds(1));  // the stop itself goes on a little: the old one's timers all overdue
+  absl::SleepFor(
+      absl::Seconds(1));  // the stop itself goes on a little: the old one's timers all overdue
   EXPECT_EQ(Scalar("SELECT epoch FROM leader"), "2");
   std::string during;
   ASSERT_TRUE(Submit(Jobs(b).get(), "during", &during).ok());
@@ -319,16 +326,21 @@ TEST_F(HaE2ETest, AJobRunsThroughAFailoverWithoutARankRestartOrALostPoint) {
   constexpr int kWorld = 2, kEpochs = 8, kSteps = 20;
   const int port_a = testing::UnusedPort(), port_b = testing::UnusedPort();
   const std::string a = absl::StrCat("127.0.0.1:", port_a), b = absl::StrCat("127.0.0.1:", port_b);
-  const std::vector<std::string> ha_flags{"--store=" + store_, "--leader_lease_s=2", "--standby_poll_ms=200",
-                                          "--recovery_grace_s=10", "--rendezvous_timeout_s=60"};
-  testing::Cluster cluster(testing::BuildDirOfThisTest(), testing::SourceDir() + "/tests/support/fake_rank.py");
+  const std::vector<std::string> ha_flags{"--store=" + store_, "--leader_lease_s=2",
+                                          "--standby_poll_ms=200", "--recovery_grace_s=10",
+                                          "--rendezvous_timeout_s=60"};
+  testing::Cluster cluster(testing::BuildDirOfThisTest(),
+                           testing::SourceDir() + "/tests/support/fake_rank.py");
   std::vector<std::string> first_flags = ha_flags;
   first_flags.push_back("--listen=" + a);
   ASSERT_TRUE(cluster.StartCoordinator(first_flags)) << cluster.coordinator()->ReadLog();
   ASSERT_TRUE(WaitHealth(a, 1, absl::Seconds(60))) << cluster.coordinator()->ReadLog();
   // The standby: the cluster's flags, its own port, the same admin token file.
-  std::vector<std::string> second_argv{binary_, "--listen=" + b, "--heartbeat_interval_ms=200",
-                                       "--lease_timeout_ms=1500", "--stop_grace_s=2",
+  std::vector<std::string> second_argv{binary_,
+                                       "--listen=" + b,
+                                       "--heartbeat_interval_ms=200",
+                                       "--lease_timeout_ms=1500",
+                                       "--stop_grace_s=2",
                                        "--admin_token_file=" + cluster.dir() + "/admin.token"};
   second_argv.insert(second_argv.end(), ha_flags.begin(), ha_flags.end());
   Process second(second_argv, dir_ + "/b.log");
@@ -336,15 +348,16 @@ TEST_F(HaE2ETest, AJobRunsThroughAFailoverWithoutARankRestartOrALostPoint) {
   ASSERT_TRUE(WaitHealth(b, 2, absl::Seconds(60))) << second.ReadLog();
 
   for (int i = 0; i < kWorld; ++i) {
-    ASSERT_TRUE(cluster.StartWorker(absl::StrCat("w", i), 1, false, {"--coordinator=" + a + "," + b}));
+    ASSERT_TRUE(
+        cluster.StartWorker(absl::StrCat("w", i), 1, false, {"--coordinator=" + a + "," + b}));
   }
   ASSERT_TRUE(cluster.WaitWorkers(kWorld));
   ParsedJobSpec chatty = ParseJobSpecYaml(
       "model: {name: mlp, input_dim: 5, classes: 2}\n"
       "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
       "chatty.yaml",
-      {"name=chatty", absl::StrCat("world_size=", kWorld), absl::StrCat("training.epochs=", kEpochs),
-       "restart.max_restarts=0"});
+      {"name=chatty", absl::StrCat("world_size=", kWorld),
+       absl::StrCat("training.epochs=", kEpochs), "restart.max_restarts=0"});
   ASSERT_TRUE(chatty.ok());
   const std::string id = cluster.Submit(chatty.spec);
   ASSERT_FALSE(id.empty());
@@ -424,26 +437,32 @@ TEST_F(HaE2ETest, AJobRunsThroughAFailoverWithoutARankRestartOrALostPoint) {
     return acknowledged.size();
   };
   // Some submits before the kill, some after the takeover.
-  for (absl::Time until = absl::Now() + absl::Seconds(30); submitted() < 5 && absl::Now() < until;) {
+  for (absl::Time until = absl::Now() + absl::Seconds(30);
+       submitted() < 5 && absl::Now() < until;) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   ASSERT_GE(submitted(), 5u) << loop_error;
   cluster.KillCoordinator(SIGKILL);
   const absl::Time killed = absl::Now();
   const size_t before_kill = submitted();
-  ASSERT_TRUE(WaitHealth(b, 1, absl::Seconds(10))) << "the standby is not active 10 s after the kill\n"
-                                                     << second.ReadLog();
-  std::cerr << "failover after SIGKILL with workers: " << absl::FormatDuration(absl::Now() - killed) << "\n";
+  ASSERT_TRUE(WaitHealth(b, 1, absl::Seconds(10)))
+      << "the standby is not active 10 s after the kill\n"
+      << second.ReadLog();
+  std::cerr << "failover after SIGKILL with workers: " << absl::FormatDuration(absl::Now() - killed)
+            << "\n";
   cluster.UseCoordinatorAt(b);
-  for (absl::Time until = absl::Now() + absl::Seconds(60); submitted() < before_kill + 5 && absl::Now() < until;) {
+  for (absl::Time until = absl::Now() + absl::Seconds(60);
+       submitted() < before_kill + 5 && absl::Now() < until;) {
     absl::SleepFor(absl::Milliseconds(10));
   }
   stop = true;
   submitter.join();
-  EXPECT_GE(submitted(), before_kill + 5) << "the submit loop did not go on through the new active coordinator";
+  EXPECT_GE(submitted(), before_kill + 5)
+      << "the submit loop did not go on through the new active coordinator";
 
   v1::Job done = cluster.WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
-  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.state_reason() << "\n" << second.ReadLog();
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.state_reason() << "\n"
+                                                   << second.ReadLog();
   EXPECT_EQ(done.attempts_size(), 1) << "a rank was restarted";
   EXPECT_EQ(done.restarts(), 0);
 
@@ -460,18 +479,21 @@ TEST_F(HaE2ETest, AJobRunsThroughAFailoverWithoutARankRestartOrALostPoint) {
     ASSERT_TRUE(reader.ok()) << reader.status();
     std::map<int, std::vector<std::string>> kept;
     ASSERT_TRUE((*reader)
-                    ->Logs(id, LogsOptions{}, [&](const v1::LogChunk& c) {
-                      for (const v1::LogLine& line : c.lines()) kept[c.rank()].push_back(line.text());
-                      return true;
-                    })
+                    ->Logs(id, LogsOptions{},
+                           [&](const v1::LogChunk& c) {
+                             for (const v1::LogLine& line : c.lines())
+                               kept[c.rank()].push_back(line.text());
+                             return true;
+                           })
                     .ok());
     absl::MutexLock l(&mu_follow);
     EXPECT_EQ(log_breaks.size(), 1u) << absl::StrJoin(log_breaks, "; ");
     ASSERT_EQ(kept.size(), static_cast<size_t>(kWorld));
     for (const auto& [rank, lines] : kept) {
       EXPECT_GE(lines.size(), static_cast<size_t>(kEpochs * kSteps)) << "rank " << rank;
-      EXPECT_EQ(followed[rank], lines) << "rank " << rank << ": logs -f got " << followed[rank].size()
-                                       << " lines, the coordinator kept " << lines.size();
+      EXPECT_EQ(followed[rank], lines)
+          << "rank " << rank << ": logs -f got " << followed[rank].size()
+          << " lines, the coordinator kept " << lines.size();
     }
   }
 
@@ -522,8 +544,8 @@ TEST_F(HaE2ETest, AJobSurvivesATenSecondDatabaseOutageInOneAttempt) {
       "model: {name: mlp, input_dim: 5, classes: 2}\n"
       "data: {train: {format: synthetic, length: 10000, size: 5, classes: 2}}\n",
       "outage.yaml",
-      {"name=outage", absl::StrCat("world_size=", kWorld), absl::StrCat("training.epochs=", kEpochs),
-       "restart.max_restarts=0"});
+      {"name=outage", absl::StrCat("world_size=", kWorld),
+       absl::StrCat("training.epochs=", kEpochs), "restart.max_restarts=0"});
   ASSERT_TRUE(spec.ok());
   const std::string id = cluster.Submit(spec.spec);
   ASSERT_FALSE(id.empty());
@@ -558,7 +580,8 @@ TEST_F(HaE2ETest, StartedTogetherTheyShareTheAdminTokenTheActiveWrote) {
   std::unique_ptr<Process> second = Start("b", port_b);
   const absl::Time deadline = absl::Now() + absl::Seconds(60);
   int health_a = -1, health_b = -1;
-  while (absl::Now() < deadline && !((health_a == 1 && health_b == 2) || (health_a == 2 && health_b == 1))) {
+  while (absl::Now() < deadline &&
+         !((health_a == 1 && health_b == 2) || (health_a == 2 && health_b == 1))) {
     absl::SleepFor(absl::Milliseconds(50));
     health_a = HealthOf(a, "");
     health_b = HealthOf(b, "");
@@ -647,8 +670,8 @@ TEST(HaFlagsTest, BadFlagsAreRefusedNamingTheFlag) {
                         Case{"--advertise-address=host:70000", "--advertise-address"},
                         Case{"--leader-lease-s=0", "--leader-lease-s"},
                         Case{"--standby-poll-ms=1", "--standby-poll-ms"}}) {
-    Process p({binary, "--listen=127.0.0.1:0", "--db=" + dir + "/state.db", "--admin_token_file=" + dir + "/admin.token",
-               c.flag},
+    Process p({binary, "--listen=127.0.0.1:0", "--db=" + dir + "/state.db",
+               "--admin_token_file=" + dir + "/admin.token", c.flag},
               absl::StrCat(dir, "/flags-", n++, ".log"));
     ASSERT_TRUE(p.Start());
     const int status = p.Wait(absl::Seconds(30));
@@ -658,14 +681,15 @@ TEST(HaFlagsTest, BadFlagsAreRefusedNamingTheFlag) {
   }
   // A PostgreSQL store without an admin token file (or --tls-dir): the
   // working directory is no place for it, and coordinators must share it.
-  Process p({binary, "--listen=127.0.0.1:0", "--store=postgresql://trainctl@127.0.0.1:1/none"}, dir + "/no-admin.log",
-            dir);
+  Process p({binary, "--listen=127.0.0.1:0", "--store=postgresql://trainctl@127.0.0.1:1/none"},
+            dir + "/no-admin.log", dir);
   ASSERT_TRUE(p.Start());
   const int status = p.Wait(absl::Seconds(30));
   ASSERT_NE(status, -1) << "still running";
   EXPECT_TRUE(WIFEXITED(status) && WEXITSTATUS(status) == 2) << p.ReadLog();
   EXPECT_THAT(p.ReadLog(), HasSubstr("--admin-token-file: needed with a PostgreSQL --store"));
-  EXPECT_FALSE(std::filesystem::exists(dir + "/admin.token")) << "nothing written to the working directory";
+  EXPECT_FALSE(std::filesystem::exists(dir + "/admin.token"))
+      << "nothing written to the working directory";
   std::error_code ec;
   std::filesystem::remove_all(dir, ec);
 }

@@ -47,9 +47,9 @@ v1::JobSpec Spec(int epochs, int length, const std::string& ckpt_dir, bool eval)
       "model: {name: mlp, input_dim: 5, hidden: [16], classes: 2}\n",
       "data:\n  train: {format: synthetic, length: ", length, ", size: 5, classes: 2, seed: 0}\n",
       eval ? "  eval: {format: synthetic, length: 600, size: 5, classes: 2, seed: 1}\n" : "",
-      "  batch_size: 30\n  shuffle: true\n",
-      "training: {epochs: ", epochs, ", loss: cross_entropy, optimizer: {name: adam, lr: 0.001}}\n",
-      "checkpoint: {dir: '", ckpt_dir, "', shared: true}\n", "metrics: {every_steps: 10}\n");
+      "  batch_size: 30\n  shuffle: true\n", "training: {epochs: ", epochs,
+      ", loss: cross_entropy, optimizer: {name: adam, lr: 0.001}}\n", "checkpoint: {dir: '",
+      ckpt_dir, "', shared: true}\n", "metrics: {every_steps: 10}\n");
   ParsedJobSpec p = ParseJobSpecYaml(yaml, "boundary.yaml");
   EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors.front().message);
   return p.spec;
@@ -68,7 +68,8 @@ class HangBoundaryE2ETest : public ::testing::Test {
   // the hang bound, so that the waiting rank never fails first.
   void StartWorkers(const std::string& phase_sleep, int step_sleep_ms) {
     if (!phase_sleep.empty()) setenv("TRAINCTL_TEST_PHASE_SLEEP", phase_sleep.c_str(), 1);
-    if (step_sleep_ms > 0) setenv("TRAINCTL_TEST_STEP_SLEEP_MS", absl::StrCat(step_sleep_ms).c_str(), 1);
+    if (step_sleep_ms > 0)
+      setenv("TRAINCTL_TEST_STEP_SLEEP_MS", absl::StrCat(step_sleep_ms).c_str(), 1);
     const bool started = cluster_->StartWorker("w0", 1, false, {"--rank_timeout_s=60"}) &&
                          cluster_->StartWorker("w1", 1, false, {"--rank_timeout_s=60"});
     unsetenv("TRAINCTL_TEST_PHASE_SLEEP");
@@ -95,7 +96,9 @@ class HangBoundaryE2ETest : public ::testing::Test {
   bool WaitHook(const std::string& id, int attempt, int rank, const std::string& phase) {
     const absl::Time deadline = absl::Now() + absl::Seconds(90);
     do {
-      if (absl::StrContains(cluster_->RankLog(id, attempt, rank), absl::StrCat("ms in ", phase, "\n"))) return true;
+      if (absl::StrContains(cluster_->RankLog(id, attempt, rank),
+                            absl::StrCat("ms in ", phase, "\n")))
+        return true;
       absl::SleepFor(absl::Milliseconds(100));
     } while (absl::Now() < deadline);
     return false;
@@ -124,28 +127,33 @@ class HangBoundaryE2ETest : public ::testing::Test {
     v1::Job j = cluster_->WaitFor(
         id,
         [&](const v1::Job& job) {
-          return job.attempts_size() >= attempt && job.attempts(attempt - 1).state() == v1::ATTEMPT_STATE_FAILED;
+          return job.attempts_size() >= attempt &&
+                 job.attempts(attempt - 1).state() == v1::ATTEMPT_STATE_FAILED;
         },
         absl::Seconds(60));
     const absl::Duration detected = absl::Now() - stopped;
     kill(pid, SIGCONT);  // never leave a process stopped
-    if (j.attempts_size() < attempt || j.attempts(attempt - 1).state() != v1::ATTEMPT_STATE_FAILED) {
-      ADD_FAILURE() << "attempt " << attempt << " did not fail within 60 s of the SIGSTOP: "
-                    << v1::JobState_Name(j.state()) << " " << j.state_reason();
+    if (j.attempts_size() < attempt ||
+        j.attempts(attempt - 1).state() != v1::ATTEMPT_STATE_FAILED) {
+      ADD_FAILURE() << "attempt " << attempt
+                    << " did not fail within 60 s of the SIGSTOP: " << v1::JobState_Name(j.state())
+                    << " " << j.state_reason();
       return "";
     }
     const v1::Attempt& a = j.attempts(attempt - 1);
     EXPECT_EQ(a.failure_kind(), v1::FAILURE_KIND_HANG) << a.reason();
     EXPECT_LE(detected, absl::Seconds(10)) << a.reason();
-    std::cerr << "hang detected " << absl::FormatDuration(detected) << " after SIGSTOP: " << a.reason() << "\n";
+    std::cerr << "hang detected " << absl::FormatDuration(detected)
+              << " after SIGSTOP: " << a.reason() << "\n";
     std::optional<v1::Event> hang = WaitEvent(id, "hang", attempt, absl::Seconds(5));
     if (!hang.has_value()) {
       ADD_FAILURE() << "no hang event for attempt " << attempt;
       return "";
     }
     EXPECT_EQ(hang->rank(), rank);
-    EXPECT_THAT(hang->message(), HasSubstr(absl::StrCat("rank ", rank, " (worker ", a.ranks(rank).worker_id(),
-                                                        ", pid ", pid, ") stopped")));
+    EXPECT_THAT(hang->message(),
+                HasSubstr(absl::StrCat("rank ", rank, " (worker ", a.ranks(rank).worker_id(),
+                                       ", pid ", pid, ") stopped")));
     EXPECT_THAT(hang->message(), HasSubstr(absl::StrCat("no heartbeat from rank ", rank, " for ")));
     return hang->message();
   }
@@ -212,8 +220,8 @@ TEST_F(HangBoundaryE2ETest, StoppedDuringACheckpointWriteIsNamed) {
 TEST_F(HangBoundaryE2ETest, StoppedDuringResumesCheckpointBroadcastIsNamed) {
   StartWorkers("resume:30000", 2);
   const std::string id = cluster_->Submit(Spec(4, 24000, cluster_->dir() + "/ckpt", false));
-  v1::Job j = cluster_->WaitFor(id, [](const v1::Job& job) { return job.checkpoints_size() > 0; },
-                                absl::Seconds(120));
+  v1::Job j = cluster_->WaitFor(
+      id, [](const v1::Job& job) { return job.checkpoints_size() > 0; }, absl::Seconds(120));
   ASSERT_GT(j.checkpoints_size(), 0) << j.state_reason();
   // Kill rank 1: the attempt fails (a crash) and the next one resumes.
   const pid_t first = RankPid(id, 1, 1);

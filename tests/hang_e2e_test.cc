@@ -8,10 +8,10 @@
 //  * A worker whose ranks are slowed by the test hook
 //    (TRAINCTL_TEST_STEP_SLEEP_MS): a `straggler` event names its rank
 //    and worker.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
 #include <netinet/in.h>
 #include <signal.h>
 #include <sys/socket.h>
@@ -32,9 +32,10 @@ using trainctl::testing::Cluster;
 
 v1::JobSpec Classic(int epochs, const std::string& ckpt_dir, int length) {
   std::string src = std::getenv("TRAINCTL_SOURCE_DIR") ? std::getenv("TRAINCTL_SOURCE_DIR") : ".";
-  ParsedJobSpec p = ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
-                                     {absl::StrCat("training.epochs=", epochs), "checkpoint.dir=" + ckpt_dir,
-                                      "checkpoint.shared=true", absl::StrCat("data.train.length=", length)});
+  ParsedJobSpec p =
+      ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
+                       {absl::StrCat("training.epochs=", epochs), "checkpoint.dir=" + ckpt_dir,
+                        "checkpoint.shared=true", absl::StrCat("data.train.length=", length)});
   EXPECT_TRUE(p.ok());
   return p.spec;
 }
@@ -68,7 +69,8 @@ class HangE2ETest : public ::testing::Test {
                               cluster_->admin_token() + "\r\n\r\n";
       if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
         char buf[8192];
-        for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;) body.append(buf, static_cast<size_t>(n));
+        for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;)
+          body.append(buf, static_cast<size_t>(n));
       }
     }
     close(fd);
@@ -80,7 +82,8 @@ class HangE2ETest : public ::testing::Test {
 
   std::vector<v1::Event> Events(const std::string& id) { return cluster_->Events(id); }
 
-  std::optional<v1::Event> WaitEvent(const std::string& id, const std::string& type, absl::Duration timeout) {
+  std::optional<v1::Event> WaitEvent(const std::string& id, const std::string& type,
+                                     absl::Duration timeout) {
     const absl::Time deadline = absl::Now() + timeout;
     do {
       for (const v1::Event& e : Events(id)) {
@@ -94,8 +97,8 @@ class HangE2ETest : public ::testing::Test {
   // Pid of `rank` of attempt 1 and the name of its worker.
   std::pair<pid_t, std::string> RankProcess(const std::string& id, int rank) {
     for (const std::string name : {"w0", "w1"}) {
-      std::vector<pid_t> pids =
-          Cluster::ProcessesMatching(absl::StrCat("/worker-", name, "/jobs/", id, "/attempt-1/rank-", rank));
+      std::vector<pid_t> pids = Cluster::ProcessesMatching(
+          absl::StrCat("/worker-", name, "/jobs/", id, "/attempt-1/rank-", rank));
       if (!pids.empty()) return {pids.front(), name};
     }
     return {0, ""};
@@ -133,7 +136,8 @@ TEST_F(HangE2ETest, StoppedRankIsNamedWithItsCollectiveWithinTenSecondsAndTheJob
   // The attempt fails as HANG; the reason names the stopped rank.
   deadline = stopped + absl::Seconds(60);
   j = cluster_->Get(id);
-  while (j.attempts_size() < 2 && j.attempts(0).state() != v1::ATTEMPT_STATE_FAILED && absl::Now() < deadline) {
+  while (j.attempts_size() < 2 && j.attempts(0).state() != v1::ATTEMPT_STATE_FAILED &&
+         absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));
     j = cluster_->Get(id);
   }
@@ -142,17 +146,19 @@ TEST_F(HangE2ETest, StoppedRankIsNamedWithItsCollectiveWithinTenSecondsAndTheJob
   ASSERT_EQ(j.attempts(0).state(), v1::ATTEMPT_STATE_FAILED) << j.state_reason();
   EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_HANG) << j.attempts(0).reason();
   EXPECT_LE(detected, absl::Seconds(10)) << j.attempts(0).reason();
-  std::cerr << "hang detected " << absl::FormatDuration(detected) << " after SIGSTOP: " << j.attempts(0).reason()
-            << "\n";
+  std::cerr << "hang detected " << absl::FormatDuration(detected)
+            << " after SIGSTOP: " << j.attempts(0).reason() << "\n";
 
   std::optional<v1::Event> hang = WaitEvent(id, "hang", absl::Seconds(5));
   ASSERT_TRUE(hang.has_value());
   EXPECT_EQ(hang->rank(), 1);
   const std::string worker_id = j.attempts(0).ranks(1).worker_id();
-  // "rank 1 (worker W, pid P) stopped before all-reduce #N (step S, bucket B); rank 0 waiting in it for X s"
-  const std::regex want(absl::StrCat("^rank 1 \\(worker ", worker_id, ", pid ", pid,
-                                     "\\) stopped (before|in) (all-reduce|broadcast|barrier) #[0-9]+.*; rank 0 "
-                                     "waiting in it for [0-9.]+ s.*no heartbeat from rank 1"));
+  // "rank 1 (worker W, pid P) stopped before all-reduce #N (step S, bucket B); rank 0 waiting in it
+  // for X s"
+  const std::regex want(
+      absl::StrCat("^rank 1 \\(worker ", worker_id, ", pid ", pid,
+                   "\\) stopped (before|in) (all-reduce|broadcast|barrier) #[0-9]+.*; rank 0 "
+                   "waiting in it for [0-9.]+ s.*no heartbeat from rank 1"));
   EXPECT_TRUE(std::regex_search(hang->message(), want)) << hang->message();
 
   EXPECT_EQ(CoordinatorMetric("trainctl_hangs_detected_total"), 1);
@@ -179,7 +185,8 @@ TEST_F(HangE2ETest, SlowedRankRaisesAStragglerEventNamingItsWorker) {
   ASSERT_LT(st->rank(), j.attempts(0).ranks_size());
   const v1::RankAssignment& r = j.attempts(0).ranks(st->rank());
   EXPECT_EQ(RankProcess(id, st->rank()).second, "w1") << st->message();
-  EXPECT_THAT(st->message(), ::testing::HasSubstr(absl::StrCat("rank ", st->rank(), " (worker ", r.worker_id())))
+  EXPECT_THAT(st->message(),
+              ::testing::HasSubstr(absl::StrCat("rank ", st->rank(), " (worker ", r.worker_id())))
       << st->message();
   EXPECT_THAT(st->message(), ::testing::HasSubstr("is a straggler"));
   EXPECT_EQ(CoordinatorMetric("trainctl_straggler_events_total"), 1);

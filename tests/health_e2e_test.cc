@@ -23,9 +23,9 @@
 namespace trainctl {
 namespace {
 
-using trainctl::testing::Cluster;
 using ::testing::ElementsAre;
 using ::testing::HasSubstr;
+using trainctl::testing::Cluster;
 
 class HealthE2ETest : public ::testing::Test {
  protected:
@@ -34,7 +34,6 @@ class HealthE2ETest : public ::testing::Test {
     cluster_ = std::make_unique<Cluster>(build, build + "/worker/trainer/trainctl-rank");
     ASSERT_TRUE(cluster_->StartCoordinator());
   }
-
 
   // Stored events as "type@attempt: message".
   std::vector<std::string> Events(const std::string& id) {
@@ -46,7 +45,9 @@ class HealthE2ETest : public ::testing::Test {
     std::vector<std::string> out;
     v1::JobUpdate u;
     while (reader->Read(&u)) {
-      if (u.has_event()) out.push_back(absl::StrCat(u.event().type(), "@", u.event().attempt(), ": ", u.event().message()));
+      if (u.has_event())
+        out.push_back(
+            absl::StrCat(u.event().type(), "@", u.event().attempt(), ": ", u.event().message()));
       if (u.has_job()) break;
     }
     ctx.TryCancel();
@@ -63,9 +64,9 @@ TEST_F(HealthE2ETest, NanAtAStepRollsBackToTheLastCheckpointAndSucceeds) {
   std::string src = std::getenv("TRAINCTL_SOURCE_DIR") ? std::getenv("TRAINCTL_SOURCE_DIR") : ".";
   // 3000 samples / 2 ranks / batch 30 = 50 steps per epoch; step 60 is in
   // epoch 1, after the epoch-0 checkpoint (step 50).
-  ParsedJobSpec p = ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
-                                     {"health.debug_nan_at_step=60", "health.max_rollbacks=1",
-                                      "restart.max_restarts=0"});
+  ParsedJobSpec p = ParseJobSpecFile(
+      src + "/examples/mlp-synthetic.yaml",
+      {"health.debug_nan_at_step=60", "health.max_rollbacks=1", "restart.max_restarts=0"});
   ASSERT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
   std::string id = cluster_->Submit(p.spec);
   ASSERT_FALSE(id.empty());
@@ -85,9 +86,10 @@ TEST_F(HealthE2ETest, NanAtAStepRollsBackToTheLastCheckpointAndSucceeds) {
   EXPECT_THAT(a2.skip_steps(), ElementsAre(60));
   ASSERT_TRUE(a2.has_resume());
   EXPECT_EQ(a2.resume().global_step(), 50);
-  EXPECT_THAT(Events(id), ::testing::Contains(
-                              "rollback@1: NaN/Inf at step 60: rolling back to the checkpoint at step 50 and "
-                              "skipping step 60 (rollback 1 of 1)"));
+  EXPECT_THAT(Events(id),
+              ::testing::Contains(
+                  "rollback@1: NaN/Inf at step 60: rolling back to the checkpoint at step 50 and "
+                  "skipping step 60 (rollback 1 of 1)"));
   for (int rank = 0; rank < 2; ++rank) {
     std::string log = cluster_->RankLog(id, 2, rank);
     EXPECT_THAT(log, HasSubstr("skipping step 60 (epoch 1): rolled back after a NaN there")) << log;
@@ -105,9 +107,9 @@ TEST_F(HealthE2ETest, ARunawayLossFailsTheJobAsNan) {
   ASSERT_TRUE(cluster_->StartWorker("w1"));
   ASSERT_TRUE(cluster_->WaitWorkers(2));
   std::string src = std::getenv("TRAINCTL_SOURCE_DIR") ? std::getenv("TRAINCTL_SOURCE_DIR") : ".";
-  ParsedJobSpec p = ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
-                                     {"training.optimizer.lr=1000000", "health.on_nan=fail",
-                                      "restart.max_restarts=0"});
+  ParsedJobSpec p = ParseJobSpecFile(
+      src + "/examples/mlp-synthetic.yaml",
+      {"training.optimizer.lr=1000000", "health.on_nan=fail", "restart.max_restarts=0"});
   ASSERT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
   std::string id = cluster_->Submit(p.spec);
   ASSERT_FALSE(id.empty());
@@ -122,7 +124,8 @@ TEST_F(HealthE2ETest, ARunawayLossFailsTheJobAsNan) {
   int nan = 0;
   for (const v1::RankAssignment& r : j.attempts(0).ranks()) {
     nan += r.exit().kind() == v1::FAILURE_KIND_NAN;
-    EXPECT_THAT(r.exit().kind(), ::testing::AnyOf(v1::FAILURE_KIND_NAN, v1::FAILURE_KIND_UNSPECIFIED))
+    EXPECT_THAT(r.exit().kind(),
+                ::testing::AnyOf(v1::FAILURE_KIND_NAN, v1::FAILURE_KIND_UNSPECIFIED))
         << "rank " << r.rank() << ": " << r.exit().message();
   }
   EXPECT_GE(nan, 1);
@@ -140,9 +143,9 @@ struct MemoryCgroup {
     namespace fs = std::filesystem;
     std::error_code ec;
     // cgroup v1 (a memory hierarchy), else v2 with the memory controller.
-    for (const auto& [root, limit_file] :
-         std::vector<std::pair<std::string, std::string>>{{"/sys/fs/cgroup/memory", "memory.limit_in_bytes"},
-                                                          {"/sys/fs/cgroup", "memory.max"}}) {
+    for (const auto& [root, limit_file] : std::vector<std::pair<std::string, std::string>>{
+             {"/sys/fs/cgroup/memory", "memory.limit_in_bytes"},
+             {"/sys/fs/cgroup", "memory.max"}}) {
       if (!fs::exists(root + "/cgroup.procs", ec)) continue;
       const std::string d = root + "/" + name;
       if (::mkdir(d.c_str(), 0755) != 0) continue;
@@ -169,7 +172,8 @@ struct MemoryCgroup {
 TEST_F(HealthE2ETest, ProgramKilledByTheOomKillerIsOutOfMemory) {
   MemoryCgroup cg;
   if (!cg.Create(absl::StrCat("trainctl-health-e2e-", ::getpid()), 256 << 20)) {
-    GTEST_SKIP() << "cannot create a memory cgroup with a limit here (no writable cgroup memory controller)";
+    GTEST_SKIP()
+        << "cannot create a memory cgroup with a limit here (no writable cgroup memory controller)";
   }
   ASSERT_TRUE(cluster_->StartWorker("w0", 1, false, {"--allow_commands"}));
   ASSERT_TRUE(cluster_->WaitWorkers(1));
@@ -201,8 +205,10 @@ TEST_F(HealthE2ETest, DataFileMissingOnOneWorkerFailsPreflightBeforeAnyRankStart
   namespace fs = std::filesystem;
   // Data anywhere (--data-root=/): without it a worker reads only its work
   // dir and /usr/share/datasets.
-  ASSERT_TRUE(cluster_->StartWorker("w0", 1, /*relative_paths=*/true, {"--data-root=/"}));  // runs in dir()
-  ASSERT_TRUE(cluster_->StartWorker("w1", 1, false, {"--data-root=/"}));  // runs in the test's directory
+  ASSERT_TRUE(
+      cluster_->StartWorker("w0", 1, /*relative_paths=*/true, {"--data-root=/"}));  // runs in dir()
+  ASSERT_TRUE(
+      cluster_->StartWorker("w1", 1, false, {"--data-root=/"}));  // runs in the test's directory
   ASSERT_TRUE(cluster_->WaitWorkers(2));
   const std::string rel = absl::StrCat("preflight-data-", ::getpid(), "/train.csv");
   fs::create_directories((fs::path(cluster_->dir()) / rel).parent_path());
@@ -225,17 +231,22 @@ TEST_F(HealthE2ETest, DataFileMissingOnOneWorkerFailsPreflightBeforeAnyRankStart
   const size_t at = w1_log.find("worker_id=");
   ASSERT_NE(at, std::string::npos) << w1_log;
   const std::string w1_id = w1_log.substr(at + 10, w1_log.find_first_of(" \n", at) - at - 10);
-  for (const v1::RankAssignment& r : j.attempts(0).ranks()) EXPECT_EQ(r.state(), v1::RANK_STATE_STOPPED);
+  for (const v1::RankAssignment& r : j.attempts(0).ranks())
+    EXPECT_EQ(r.state(), v1::RANK_STATE_STOPPED);
   const std::string missing = (fs::current_path() / rel).lexically_normal().string();
-  EXPECT_EQ(j.attempts(0).reason(),
-            absl::StrCat("pre-flight failed: ", w1_id, ": data.train.path ", missing, ": no such file"));
+  EXPECT_EQ(j.attempts(0).reason(), absl::StrCat("pre-flight failed: ", w1_id, ": data.train.path ",
+                                                 missing, ": no such file"));
   int failures = 0;
-  for (const std::string& e : Events(id)) failures += e.rfind("attempt_failed@1: pre-flight failed: ", 0) == 0;
+  for (const std::string& e : Events(id))
+    failures += e.rfind("attempt_failed@1: pre-flight failed: ", 0) == 0;
   EXPECT_EQ(failures, 1);
   // No rank process was ever started on either worker.
   for (const std::string name : {"w0", "w1"}) {
-    EXPECT_THAT(cluster_->worker(name)->ReadLog(), ::testing::Not(HasSubstr("rank_started"))) << name;
-    EXPECT_FALSE(fs::exists(absl::StrCat(cluster_->dir(), "/worker-", name, "/jobs/", id, "/attempt-1"))) << name;
+    EXPECT_THAT(cluster_->worker(name)->ReadLog(), ::testing::Not(HasSubstr("rank_started")))
+        << name;
+    EXPECT_FALSE(
+        fs::exists(absl::StrCat(cluster_->dir(), "/worker-", name, "/jobs/", id, "/attempt-1")))
+        << name;
   }
   fs::remove_all((fs::path(cluster_->dir()) / rel).parent_path());
 }

@@ -65,13 +65,15 @@ class LiveRunTest : public ::testing::Test {
     std::vector<std::string> argv = {"/usr/bin/env", "TRAINCTL_RUNS_DIR=" + dir_ + "/runs",
                                      trainctl::testing::BuildDirOfThisTest() + "/client/trainctl"};
     argv.insert(argv.end(), args.begin(), args.end());
-    auto p = std::make_unique<trainctl::testing::Process>(argv, absl::StrCat(dir_, "/cli-", ++n_, ".log"), dir_);
+    auto p = std::make_unique<trainctl::testing::Process>(
+        argv, absl::StrCat(dir_, "/cli-", ++n_, ".log"), dir_);
     EXPECT_TRUE(p->Start());
     return p;
   }
   // Runs `trainctl ARGS...` to its end: exit code (-1: not exited within
   // the deadline, or killed) and output.
-  std::pair<int, std::string> Cli(const std::vector<std::string>& args, absl::Duration deadline = kDeadline) {
+  std::pair<int, std::string> Cli(const std::vector<std::string>& args,
+                                  absl::Duration deadline = kDeadline) {
     std::unique_ptr<trainctl::testing::Process> p = Start(args);
     const int status = p->Wait(deadline);
     return {status >= 0 && WIFEXITED(status) ? WEXITSTATUS(status) : -1, p->ReadLog()};
@@ -130,7 +132,10 @@ TEST_F(LiveRunTest, ARunningRunAnswersRunVerbsAndAfterItEndsItsDatabaseDoes) {
   ASSERT_TRUE(WaitFor([&] {
     std::tie(code, out) = Cli({"--run", "latest", "status"});
     return code == 0 && absl::StrContains(out, "RUNNING");
-  })) << code << "\n" << out << "\n" << run->ReadLog();
+  })) << code
+      << "\n"
+      << out << "\n"
+      << run->ReadLog();
   EXPECT_THAT(out, HasSubstr(job));
   EXPECT_THAT(out, Not(HasSubstr("locked")));
 
@@ -157,20 +162,26 @@ TEST_F(LiveRunTest, ARunningRunAnswersRunVerbsAndAfterItEndsItsDatabaseDoes) {
   ASSERT_TRUE(WaitFor([&] {
     std::tie(code, out) = Cli({"metrics", "--run", "latest", "-o", "csv"});
     return code == 0 && absl::StrContains(out, "0.625");
-  })) << code << "\n" << out;
+  })) << code
+      << "\n"
+      << out;
 
   // logs -f streams the run's lines as they come, and ends with the job.
   std::unique_ptr<trainctl::testing::Process> logs = Start({"logs", "-f", "--run", "latest"});
-  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(logs->ReadLog(), "hello from rank 0"); })) << logs->ReadLog();
+  ASSERT_TRUE(WaitFor([&] { return absl::StrContains(logs->ReadLog(), "hello from rank 0"); }))
+      << logs->ReadLog();
   EXPECT_THAT(logs->ReadLog(), Not(HasSubstr("bye from rank 0")));
   std::ofstream(go) << "";
   int status = logs->Wait(kDeadline);
-  ASSERT_TRUE(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << logs->ReadLog();
+  ASSERT_TRUE(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n"
+                                                                            << logs->ReadLog();
   EXPECT_THAT(logs->ReadLog(), HasSubstr("bye from rank 0"));
 
   status = run->Wait(kDeadline);
-  ASSERT_TRUE(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n" << run->ReadLog();
-  EXPECT_NE(access((run_dir + "/live.txt").c_str(), F_OK), 0) << "the live record goes with the run";
+  ASSERT_TRUE(status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0) << status << "\n"
+                                                                            << run->ReadLog();
+  EXPECT_NE(access((run_dir + "/live.txt").c_str(), F_OK), 0)
+      << "the live record goes with the run";
 
   // Over: the database answers.
   std::tie(code, out) = Cli({"--run", "latest", "status"});
@@ -180,13 +191,14 @@ TEST_F(LiveRunTest, ARunningRunAnswersRunVerbsAndAfterItEndsItsDatabaseDoes) {
   // A live record whose process is there (this test's) but whose address
   // answers nothing: the database, after a bounded wait.
   const int port = trainctl::testing::UnusedPort();
-  std::ofstream(run_dir + "/live.txt") << "address=127.0.0.1:" << port << "\ntoken=tct_t-00000000_00\npid=" << getpid()
-                                       << "\n";
+  std::ofstream(run_dir + "/live.txt")
+      << "address=127.0.0.1:" << port << "\ntoken=tct_t-00000000_00\npid=" << getpid() << "\n";
   const absl::Time asked = absl::Now();
   std::tie(code, out) = Cli({"--run", "latest", "status"});
   EXPECT_EQ(code, 0) << out;
   EXPECT_THAT(out, HasSubstr("SUCCEEDED"));
-  EXPECT_LT(absl::Now() - asked, absl::Seconds(60)) << "bounded by the live connect timeout (3 s), not a hang";
+  EXPECT_LT(absl::Now() - asked, absl::Seconds(60))
+      << "bounded by the live connect timeout (3 s), not a hang";
 }
 
 TEST_F(LiveRunTest, AKilledRunsLiveRecordFallsBackToTheDatabase) {
@@ -198,7 +210,9 @@ TEST_F(LiveRunTest, AKilledRunsLiveRecordFallsBackToTheDatabase) {
   ASSERT_TRUE(WaitFor([&] {
     std::tie(code, out) = Cli({"--run", "latest", "status"});
     return code == 0 && absl::StrContains(out, "RUNNING");
-  })) << code << "\n" << out;
+  })) << code
+      << "\n"
+      << out;
 
   run->Kill(SIGKILL);
   ASSERT_GE(run->Wait(kDeadline), 0);

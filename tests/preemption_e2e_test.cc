@@ -46,7 +46,8 @@ class PreemptionE2ETest : public ::testing::Test {
   void StartCluster(int slots, const std::string& rank_binary) {
     build_ = trainctl::testing::BuildDirOfThisTest();
     cluster_ = std::make_unique<Cluster>(build_, rank_binary);
-    ASSERT_TRUE(cluster_->StartCoordinator({"--preemption_grace_s=60", "--http_listen=127.0.0.1:0"}));
+    ASSERT_TRUE(
+        cluster_->StartCoordinator({"--preemption_grace_s=60", "--http_listen=127.0.0.1:0"}));
     ASSERT_TRUE(cluster_->StartWorker("w0", slots, false, {"--allow_commands"}));
     ASSERT_TRUE(cluster_->StartWorker("w1", slots, false, {"--allow_commands"}));
     ASSERT_TRUE(cluster_->WaitWorkers(2));
@@ -54,10 +55,12 @@ class PreemptionE2ETest : public ::testing::Test {
 
   // Runs the CLI as the admin; its exit code, `out` its output.
   int Cli(std::vector<std::string> args, std::string* out = nullptr) {
-    std::vector<std::string> argv = {build_ + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file",
+    std::vector<std::string> argv = {build_ + "/client/trainctl", "--coordinator",
+                                     cluster_->address(), "--token-file",
                                      cluster_->AdminTokenFile()};
     argv.insert(argv.end(), args.begin(), args.end());
-    trainctl::testing::Process p(argv, absl::StrCat(cluster_->dir(), "/cli-", ++cli_runs_, ".log"), cluster_->dir());
+    trainctl::testing::Process p(argv, absl::StrCat(cluster_->dir(), "/cli-", ++cli_runs_, ".log"),
+                                 cluster_->dir());
     if (!p.Start()) return -1;
     const int status = p.Wait(absl::Seconds(30));
     if (out != nullptr) *out = p.ReadLog();
@@ -65,7 +68,8 @@ class PreemptionE2ETest : public ::testing::Test {
   }
 
   // A command job of `world_size` ranks in `queue` running `script` (sh).
-  v1::JobSpec Job(const std::string& name, int world_size, const std::string& queue, const std::string& script) {
+  v1::JobSpec Job(const std::string& name, int world_size, const std::string& queue,
+                  const std::string& script) {
     const std::string path = absl::StrCat(cluster_->dir(), "/", name, ".sh");
     std::ofstream(path) << script;
     ParsedJobSpec p = ParseJobSpecYaml(
@@ -90,7 +94,8 @@ class PreemptionE2ETest : public ::testing::Test {
     const std::string address = log.substr(from, log.find('/', from) - from);
     httplib::Client http(address);
     http.set_connection_timeout(5);
-    auto r = http.Get("/metrics", httplib::Headers{{"Authorization", "Bearer " + cluster_->admin_token()}});
+    auto r = http.Get("/metrics",
+                      httplib::Headers{{"Authorization", "Bearer " + cluster_->admin_token()}});
     if (!r || r->status != 200) {
       ADD_FAILURE() << "GET /metrics failed";
       return "";
@@ -105,7 +110,8 @@ class PreemptionE2ETest : public ::testing::Test {
     const size_t at = page.find(key);
     double v = 0;
     if (at == std::string::npos ||
-        !absl::SimpleAtod(page.substr(at + key.size(), page.find('\n', at + key.size()) - at - key.size()), &v)) {
+        !absl::SimpleAtod(
+            page.substr(at + key.size(), page.find('\n', at + key.size()) - at - key.size()), &v)) {
       return std::nan("");
     }
     return v;
@@ -116,7 +122,8 @@ class PreemptionE2ETest : public ::testing::Test {
     double sum = 0;
     for (const v1::Attempt& at : job.attempts()) {
       if (!at.has_start_time() || !at.has_end_time()) continue;
-      sum += absl::ToDoubleSeconds(FromTimestamp(at.end_time()) - FromTimestamp(at.start_time())) * at.ranks_size();
+      sum += absl::ToDoubleSeconds(FromTimestamp(at.end_time()) - FromTimestamp(at.start_time())) *
+             at.ranks_size();
     }
     return sum;
   }
@@ -146,7 +153,8 @@ class PreemptionE2ETest : public ::testing::Test {
     EXPECT_FALSE(lines.empty());
     if (lines.empty()) return out;
     EXPECT_EQ(lines[0],
-              "queue,owner,kind,slot_seconds,slot_hours,attempts,jobs,gpu_seconds,wall_seconds,cpu_seconds,"
+              "queue,owner,kind,slot_seconds,slot_hours,attempts,jobs,gpu_seconds,wall_seconds,cpu_"
+              "seconds,"
               "peak_memory_bytes");
     for (size_t i = 1; i < lines.size(); ++i) {
       std::vector<std::string> f = absl::StrSplit(lines[i], ',');
@@ -174,14 +182,14 @@ TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) 
 
   // b's job: its first attempt runs until stopped (and says it got
   // SIGTERM), later attempts finish at once.
-  const std::string borrower = cluster_->Submit(Job(
-      "borrower", 4, "team-b",
-      "if [ \"$TRAINCTL_ATTEMPT\" = 1 ]; then\n"
-      "  trap 'echo \"rank $RANK got SIGTERM\"; exit 143' TERM\n"
-      "  echo \"rank $RANK running\"\n"
-      "  while :; do sleep 0.1; done\n"
-      "fi\n"
-      "echo \"rank $RANK attempt $TRAINCTL_ATTEMPT done\"\n"));
+  const std::string borrower =
+      cluster_->Submit(Job("borrower", 4, "team-b",
+                           "if [ \"$TRAINCTL_ATTEMPT\" = 1 ]; then\n"
+                           "  trap 'echo \"rank $RANK got SIGTERM\"; exit 143' TERM\n"
+                           "  echo \"rank $RANK running\"\n"
+                           "  while :; do sleep 0.1; done\n"
+                           "fi\n"
+                           "echo \"rank $RANK attempt $TRAINCTL_ATTEMPT done\"\n"));
   ASSERT_FALSE(borrower.empty());
   v1::Job b = cluster_->WaitState(borrower, v1::JOB_STATE_RUNNING);
   ASSERT_EQ(b.state(), v1::JOB_STATE_RUNNING) << b.state_reason();
@@ -192,8 +200,10 @@ TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) 
   std::string page = MetricsPage();
   EXPECT_EQ(Sample(page, "trainctl_queue_nominal_slots{queue=\"team-b\",kind=\"cpu\"}"), 2) << page;
   EXPECT_EQ(Sample(page, "trainctl_queue_used_slots{queue=\"team-b\",kind=\"cpu\"}"), 4) << page;
-  EXPECT_EQ(Sample(page, "trainctl_queue_borrowed_slots{queue=\"team-b\",kind=\"cpu\"}"), 2) << page;
-  EXPECT_EQ(Sample(page, "trainctl_queue_borrowed_slots{queue=\"team-b\",kind=\"gpu\"}"), 0) << page;
+  EXPECT_EQ(Sample(page, "trainctl_queue_borrowed_slots{queue=\"team-b\",kind=\"cpu\"}"), 2)
+      << page;
+  EXPECT_EQ(Sample(page, "trainctl_queue_borrowed_slots{queue=\"team-b\",kind=\"gpu\"}"), 0)
+      << page;
   // The API says the same (QueueStatus.borrowed_*; clients never compute it).
   ASSERT_EQ(Cli({"queue", "describe", "team-b", "-o", "json"}, &out), 0) << out;
   EXPECT_THAT(out, HasSubstr("\"borrowedCpu\":2")) << out;
@@ -201,9 +211,11 @@ TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) 
   EXPECT_EQ(Sample(page, "trainctl_queue_used_slots{queue=\"team-a\",kind=\"cpu\"}"), 0) << page;
   EXPECT_EQ(Sample(page, "trainctl_queue_running_jobs{queue=\"team-b\"}"), 1) << page;
   EXPECT_EQ(Sample(page, "trainctl_queue_pending_jobs{queue=\"team-a\"}"), 0) << page;
-  EXPECT_TRUE(std::isnan(Sample(page, "trainctl_queue_nominal_slots{queue=\"team-b\",kind=\"gpu\"}")))
+  EXPECT_TRUE(
+      std::isnan(Sample(page, "trainctl_queue_nominal_slots{queue=\"team-b\",kind=\"gpu\"}")))
       << "an unlimited nominal has no sample";
-  EXPECT_GT(Sample(page, "trainctl_queue_slot_seconds_total{queue=\"team-b\",kind=\"cpu\"}"), 0) << page;
+  EXPECT_GT(Sample(page, "trainctl_queue_slot_seconds_total{queue=\"team-b\",kind=\"cpu\"}"), 0)
+      << page;
   EXPECT_EQ(Sample(page, "trainctl_preemptions_total"), 0) << page;
 
   const absl::Time submitted = absl::Now();
@@ -240,7 +252,8 @@ TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) 
   // on top (however long its ranks took to exit on a loaded machine), but
   // never past the slots being free again (MaxSlotSeconds).
   const std::map<std::string, std::pair<double, double>> want = {
-      {"team-a", {SlotSeconds(a), MaxSlotSeconds(a)}}, {"team-b", {SlotSeconds(b), MaxSlotSeconds(b)}}};
+      {"team-a", {SlotSeconds(a), MaxSlotSeconds(a)}},
+      {"team-b", {SlotSeconds(b), MaxSlotSeconds(b)}}};
   ASSERT_EQ(Cli({"usage", "-o", "csv"}, &out), 0) << out;
   std::map<std::string, double> got = UsageByQueue(out);
   ASSERT_EQ(got.size(), 2u) << out;
@@ -258,9 +271,11 @@ TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) 
   EXPECT_THAT(out, HasSubstr("--since"));
   // /metrics counts the same slot-seconds; nothing is held any more.
   page = MetricsPage();
-  EXPECT_NEAR(Sample(page, "trainctl_queue_slot_seconds_total{queue=\"team-a\",kind=\"cpu\"}"), usage_a, 0.01)
+  EXPECT_NEAR(Sample(page, "trainctl_queue_slot_seconds_total{queue=\"team-a\",kind=\"cpu\"}"),
+              usage_a, 0.01)
       << page;
-  EXPECT_NEAR(Sample(page, "trainctl_queue_slot_seconds_total{queue=\"team-b\",kind=\"cpu\"}"), usage_b, 0.01)
+  EXPECT_NEAR(Sample(page, "trainctl_queue_slot_seconds_total{queue=\"team-b\",kind=\"cpu\"}"),
+              usage_b, 0.01)
       << page;
   EXPECT_EQ(Sample(page, "trainctl_queue_used_slots{queue=\"team-b\",kind=\"cpu\"}"), 0) << page;
   EXPECT_EQ(Sample(page, "trainctl_queue_running_jobs{queue=\"team-b\"}"), 0) << page;
@@ -273,7 +288,8 @@ TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) 
 // Per worker: 1 slot (a 2-rank job over two workers) or 2 (4 ranks: two
 // hosts of two ranks, whose replicas must stay bit-identical over Gloo for
 // the resume to continue every rank's exact state, #47 item 3).
-class PreemptedTrainingTest : public PreemptionE2ETest, public ::testing::WithParamInterface<int> {};
+class PreemptedTrainingTest : public PreemptionE2ETest,
+                              public ::testing::WithParamInterface<int> {};
 
 INSTANTIATE_TEST_SUITE_P(RanksPerWorker, PreemptedTrainingTest, ::testing::Values(1, 2),
                          [](const ::testing::TestParamInfo<int>& info) {
@@ -282,7 +298,8 @@ INSTANTIATE_TEST_SUITE_P(RanksPerWorker, PreemptedTrainingTest, ::testing::Value
 
 TEST_P(PreemptedTrainingTest, APreemptedTrainingJobCheckpointsAtAnAgreedStepAndResumesFromIt) {
   const int per_worker = GetParam();
-  const std::string rank = trainctl::testing::BuildDirOfThisTest() + "/worker/trainer/trainctl-rank";
+  const std::string rank =
+      trainctl::testing::BuildDirOfThisTest() + "/worker/trainer/trainctl-rank";
   if (!std::filesystem::exists(rank)) GTEST_SKIP() << "no trainctl-rank (a build without LibTorch)";
   ASSERT_NO_FATAL_FAILURE(StartCluster(per_worker, rank));
   std::string out;
@@ -293,20 +310,24 @@ TEST_P(PreemptedTrainingTest, APreemptedTrainingJobCheckpointsAtAnAgreedStepAndR
   // b: the classic example made slow (1,000 steps an epoch at 2 ranks), on
   // every slot, with no periodic checkpoint inside an epoch.
   const std::string src = trainctl::testing::SourceDir();
-  ParsedJobSpec slow = ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
-                                        {"training.epochs=1", "data.train.length=60000", "model.hidden=[64]",
-                                         "device=cpu", absl::StrCat("world_size=", 2 * per_worker)});
+  ParsedJobSpec slow =
+      ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
+                       {"training.epochs=1", "data.train.length=60000", "model.hidden=[64]",
+                        "device=cpu", absl::StrCat("world_size=", 2 * per_worker)});
   ASSERT_TRUE(slow.ok()) << (slow.errors.empty() ? "" : slow.errors[0].ToString());
   slow.spec.set_queue("team-b");
   const std::string borrower = cluster_->Submit(slow.spec);
   ASSERT_FALSE(borrower.empty());
   v1::Job b = cluster_->WaitFor(borrower, [](const v1::Job& j) {
-    return j.state() >= v1::JOB_STATE_SUCCEEDED || (j.state() == v1::JOB_STATE_RUNNING && j.progress().step() >= 25);
+    return j.state() >= v1::JOB_STATE_SUCCEEDED ||
+           (j.state() == v1::JOB_STATE_RUNNING && j.progress().step() >= 25);
   });
-  ASSERT_EQ(b.state(), v1::JOB_STATE_RUNNING) << "the test acts inside the epoch; " << b.state_reason();
+  ASSERT_EQ(b.state(), v1::JOB_STATE_RUNNING)
+      << "the test acts inside the epoch; " << b.state_reason();
 
-  ParsedJobSpec small = ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
-                                         {absl::StrCat("world_size=", per_worker), "training.epochs=1", "device=cpu"});
+  ParsedJobSpec small = ParseJobSpecFile(
+      src + "/examples/mlp-synthetic.yaml",
+      {absl::StrCat("world_size=", per_worker), "training.epochs=1", "device=cpu"});
   ASSERT_TRUE(small.ok());
   small.spec.set_queue("team-a");
   const std::string lender = cluster_->Submit(small.spec);
@@ -328,8 +349,8 @@ TEST_P(PreemptedTrainingTest, APreemptedTrainingJobCheckpointsAtAnAgreedStepAndR
   EXPECT_EQ(resumed.resume().global_step() % 10, 0) << resumed.resume().global_step();
   for (int r = 0; r < 2 * per_worker; ++r) {
     const std::string log = cluster_->RankLog(borrower, 1, r);
-    EXPECT_THAT(log, HasSubstr(absl::StrCat("(global step ", resumed.resume().global_step(), ")"))) << "rank " << r
-                                                                                                      << ": " << log;
+    EXPECT_THAT(log, HasSubstr(absl::StrCat("(global step ", resumed.resume().global_step(), ")")))
+        << "rank " << r << ": " << log;
   }
   EXPECT_THAT(cluster_->RankLog(borrower, 2, 0), HasSubstr("resumed from"));
 
@@ -344,9 +365,11 @@ TEST_P(PreemptedTrainingTest, APreemptedTrainingJobCheckpointsAtAnAgreedStepAndR
   ASSERT_FALSE(b.final_model().empty());
   ASSERT_FALSE(r.final_model().empty());
   const std::string compare =
-      "/usr/bin/python3 -c \"import sys, torch; p = [dict(torch.jit.load(f).named_parameters()) for f in sys.argv[1:]]; "
+      "/usr/bin/python3 -c \"import sys, torch; p = [dict(torch.jit.load(f).named_parameters()) "
+      "for f in sys.argv[1:]]; "
       "assert p[0].keys() == p[1].keys() and p[0], 'parameter names differ'; "
-      "d = [k for k in p[0] if not torch.equal(p[0][k], p[1][k])]; assert not d, 'differ: %s' % d\" " +
+      "d = [k for k in p[0] if not torch.equal(p[0][k], p[1][k])]; assert not d, 'differ: %s' % "
+      "d\" " +
       b.final_model() + " " + r.final_model();
   EXPECT_EQ(std::system(compare.c_str()), 0) << compare;
 }

@@ -3,9 +3,9 @@
 // config, scrape_interval 1s): a PromQL query over its HTTP API returns the
 // running job's samples/s as the coordinator and the worker export it.
 // Skipped (with the reason) where the prometheus binary is not installed.
+#include <gmock/gmock.h>
 #include <google/protobuf/struct.pb.h>
 #include <google/protobuf/util/json_util.h>
-#include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 #include <httplib.h>
@@ -25,9 +25,9 @@
 namespace trainctl {
 namespace {
 
-using trainctl::testing::SourceDir;
 using trainctl::testing::Cluster;
 using trainctl::testing::Process;
+using trainctl::testing::SourceDir;
 
 const char* kPrometheus = "/usr/bin/prometheus";
 
@@ -50,7 +50,8 @@ int FreePort() {
 // "HOST:PORT" from a daemon's "metrics on http://HOST:PORT/metrics" line.
 std::string MetricsAddress(Process* p, absl::Duration timeout = absl::Seconds(10)) {
   static const std::regex re("metrics on http://([^/\\s]+)/metrics");
-  for (absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(20))) {
+  for (absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(20))) {
     std::smatch m;
     std::string log = p->ReadLog();
     if (std::regex_search(log, m, re)) return m[1];
@@ -59,7 +60,8 @@ std::string MetricsAddress(Process* p, absl::Duration timeout = absl::Seconds(10
 }
 
 // Values of an instant PromQL query's vector result, keyed by `label`.
-std::map<std::string, double> Query(httplib::Client& prom, const std::string& promql, const std::string& label) {
+std::map<std::string, double> Query(httplib::Client& prom, const std::string& promql,
+                                    const std::string& label) {
   std::map<std::string, double> out;
   auto res = prom.Get("/api/v1/query", httplib::Params{{"query", promql}}, httplib::Headers{});
   if (!res || res->status != 200) return out;
@@ -78,9 +80,11 @@ std::map<std::string, double> Query(httplib::Client& prom, const std::string& pr
 
 TEST(PrometheusE2ETest, RealPrometheusScrapesTheRunningJobsSamplesPerSecond) {
   if (access(kPrometheus, X_OK) != 0) {
-    GTEST_SKIP() << kPrometheus << " is not installed (Debian package `prometheus`, see scripts/install-deps.sh)";
+    GTEST_SKIP() << kPrometheus
+                 << " is not installed (Debian package `prometheus`, see scripts/install-deps.sh)";
   }
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.StartCoordinator({"--http_listen=127.0.0.1:0"}));
   ASSERT_TRUE(cluster.StartWorker("w0", 1, false, {"--http_listen=127.0.0.1:0"}));
   ASSERT_TRUE(cluster.WaitWorkers(1));
@@ -94,11 +98,13 @@ TEST(PrometheusE2ETest, RealPrometheusScrapesTheRunningJobsSamplesPerSecond) {
   ParsedJobSpec p = ParseJobSpecYaml(
       "model: {name: mlp, input_dim: 5, classes: 2}\n"
       "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
-      "prom.yaml", {"name=prom-chatty", "world_size=1", "training.epochs=200", "restart.max_restarts=0"});
+      "prom.yaml",
+      {"name=prom-chatty", "world_size=1", "training.epochs=200", "restart.max_restarts=0"});
   ASSERT_TRUE(p.ok());
   const std::string id = cluster.Submit(p.spec);
   ASSERT_FALSE(id.empty());
-  ASSERT_EQ(cluster.WaitState(id, v1::JOB_STATE_RUNNING, absl::Seconds(20)).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(cluster.WaitState(id, v1::JOB_STATE_RUNNING, absl::Seconds(20)).state(),
+            v1::JOB_STATE_RUNNING);
 
   const std::string dir = cluster.dir() + "/prometheus";
   std::filesystem::create_directories(dir + "/data");
@@ -111,7 +117,8 @@ TEST(PrometheusE2ETest, RealPrometheusScrapesTheRunningJobsSamplesPerSecond) {
     std::ofstream cfg(dir + "/prometheus.yml");
     cfg << "global:\n  scrape_interval: 1s\n  evaluation_interval: 1s\n"
         << "scrape_configs:\n"
-        << "  - job_name: trainctl-coordinator\n    static_configs: [{targets: ['" << coord << "']}]\n"
+        << "  - job_name: trainctl-coordinator\n    static_configs: [{targets: ['" << coord
+        << "']}]\n"
         << "    authorization: {credentials_file: " << dir << "/viewer.token}\n"
         << "  - job_name: trainctl-worker\n    static_configs: [{targets: ['" << worker << "']}]\n";
   }
@@ -124,7 +131,8 @@ TEST(PrometheusE2ETest, RealPrometheusScrapesTheRunningJobsSamplesPerSecond) {
   }
   const int port = FreePort();
   ASSERT_GT(port, 0);
-  Process prometheus({kPrometheus, "--config.file=" + dir + "/prometheus.yml", "--storage.tsdb.path=" + dir + "/data",
+  Process prometheus({kPrometheus, "--config.file=" + dir + "/prometheus.yml",
+                      "--storage.tsdb.path=" + dir + "/data",
                       absl::StrCat("--web.listen-address=127.0.0.1:", port), "--log.level=warn"},
                      dir + "/prometheus.log");
   ASSERT_TRUE(prometheus.Start());
@@ -138,7 +146,8 @@ TEST(PrometheusE2ETest, RealPrometheusScrapesTheRunningJobsSamplesPerSecond) {
     rank_rate = Query(prom, "trainctl_worker_rank_samples_per_second", "job_id");
     if (job_rate.count(id) && rank_rate.count(id)) break;
   }
-  ASSERT_TRUE(job_rate.count(id)) << "Prometheus never returned the job's samples/s\n" << prometheus.ReadLog();
+  ASSERT_TRUE(job_rate.count(id)) << "Prometheus never returned the job's samples/s\n"
+                                  << prometheus.ReadLog();
   EXPECT_DOUBLE_EQ(job_rate[id], 100) << "the stand-in rank reports 100 samples/s";
   ASSERT_TRUE(rank_rate.count(id)) << prometheus.ReadLog();
   EXPECT_DOUBLE_EQ(rank_rate[id], 100);
@@ -146,8 +155,13 @@ TEST(PrometheusE2ETest, RealPrometheusScrapesTheRunningJobsSamplesPerSecond) {
   EXPECT_EQ(Query(prom, "trainctl_jobs{state=\"running\"}", "state")["running"], 1);
   EXPECT_EQ(Query(prom, "trainctl_workers{state=\"alive\"}", "state")["alive"], 1);
   EXPECT_EQ(Query(prom, "trainctl_worker_ranks{state=\"running\"}", "state")["running"], 1);
-  EXPECT_GT(Query(prom, "sum(trainctl_rpcs_total{method=\"trainctl.v1.JobService/SubmitJob\",code=\"OK\"})", "")[""], 0);
-  EXPECT_GT(Query(prom, "trainctl_db_commit_duration_seconds_count", "job")["trainctl-coordinator"], 0);
+  EXPECT_GT(
+      Query(prom,
+            "sum(trainctl_rpcs_total{method=\"trainctl.v1.JobService/SubmitJob\",code=\"OK\"})",
+            "")[""],
+      0);
+  EXPECT_GT(Query(prom, "trainctl_db_commit_duration_seconds_count", "job")["trainctl-coordinator"],
+            0);
 
   prometheus.Kill(SIGTERM);
   prometheus.Wait(absl::Seconds(10));

@@ -48,13 +48,15 @@ struct CliResult {
 };
 
 // Runs one trainctl command line in-process against the cluster, as `token`.
-CliResult RunTrainctl(const Cluster& cluster, const std::string& token, std::vector<std::string> args) {
+CliResult RunTrainctl(const Cluster& cluster, const std::string& token,
+                      std::vector<std::string> args) {
   cli::CliEnvironment env;
   const std::string address = cluster.address();
   env.getenv = [address, token](const std::string& name) -> std::optional<std::string> {
     if (name == "TRAINCTL_COORDINATOR") return address;
     if (name == "TRAINCTL_TOKEN") return token;
-    if (name == "HOME" || name == "XDG_CONFIG_HOME") return std::string("/nonexistent-trainctl-home");
+    if (name == "HOME" || name == "XDG_CONFIG_HOME")
+      return std::string("/nonexistent-trainctl-home");
     return std::nullopt;
   };
   std::vector<const char*> argv = {"trainctl"};
@@ -65,7 +67,8 @@ CliResult RunTrainctl(const Cluster& cluster, const std::string& token, std::vec
 }
 
 // nullptr when it cannot connect (a test failure unless `may_fail`).
-std::unique_ptr<Client> ClientAs(const Cluster& cluster, const std::string& token, bool may_fail = false) {
+std::unique_ptr<Client> ClientAs(const Cluster& cluster, const std::string& token,
+                                 bool may_fail = false) {
   ClientOptions options;
   options.address = cluster.address();
   options.token = token;
@@ -94,8 +97,9 @@ TEST(QueuesE2ETest, AdminDefinesQueuesTokensBindSubmittersDeleteWaitsForJobs) {
   EXPECT_THAT(none.out, HasSubstr("no queues"));
 
   // The admin defines two queues through the CLI.
-  CliResult made = RunTrainctl(cluster, admin,
-                               {"queue", "create", "a", "--gpu", "4", "--cohort", "lab", "--default-priority", "7"});
+  CliResult made = RunTrainctl(
+      cluster, admin,
+      {"queue", "create", "a", "--gpu", "4", "--cohort", "lab", "--default-priority", "7"});
   ASSERT_EQ(made.code, 0) << made.err;
   EXPECT_THAT(made.out, HasSubstr("queue a created"));
   made = RunTrainctl(cluster, admin, {"queue", "create", "b", "--max-job-size", "2"});
@@ -109,8 +113,8 @@ TEST(QueuesE2ETest, AdminDefinesQueuesTokensBindSubmittersDeleteWaitsForJobs) {
 
   // A submitter bound to queue a.
   CliResult tok = RunTrainctl(cluster, admin,
-                              {"token", "create", "--role", "submitter", "--name", "team-a", "--queues", "a", "-o",
-                               "json"});
+                              {"token", "create", "--role", "submitter", "--name", "team-a",
+                               "--queues", "a", "-o", "json"});
   ASSERT_EQ(tok.code, 0) << tok.err;
   size_t at = tok.out.find("\"secret\"");
   ASSERT_NE(at, std::string::npos) << tok.out;
@@ -170,7 +174,9 @@ TEST(QueuesE2ETest, AdminDefinesQueuesTokensBindSubmittersDeleteWaitsForJobs) {
   std::getline(lines, header);
   std::getline(lines, row_a);
   std::getline(lines, row_b);
-  EXPECT_THAT(header, MatchesRegex("NAME +COHORT +GPU +CPU +MAX-JOB +PRIORITY +PENDING +RUNNING +DEFAULT *"));
+  EXPECT_THAT(
+      header,
+      MatchesRegex("NAME +COHORT +GPU +CPU +MAX-JOB +PRIORITY +PENDING +RUNNING +DEFAULT *"));
   EXPECT_THAT(row_a, MatchesRegex("a +lab +0/4 +0/- +- +7 +2 +0 +- *"));
   EXPECT_THAT(row_b, MatchesRegex("b +- +0/- +0/- +2 +0 +0 +0 +- *"));
   CliResult jobs = RunTrainctl(cluster, secret, {"list"});
@@ -260,11 +266,13 @@ TEST(QueuesE2ETest, UsageCountsOnlySlotTimeAndRefusesABadSince) {
   CliResult csv = RunTrainctl(cluster, viewer->secret(), {"usage", "-o", "csv"});
   CliResult bad;
   EXPECT_EQ(csv.code, 0) << csv.err;
-  EXPECT_EQ(csv.out,
-            "queue,owner,kind,slot_seconds,slot_hours,attempts,jobs,gpu_seconds,wall_seconds,cpu_seconds,"
-            "peak_memory_bytes\n")
+  EXPECT_EQ(
+      csv.out,
+      "queue,owner,kind,slot_seconds,slot_hours,attempts,jobs,gpu_seconds,wall_seconds,cpu_seconds,"
+      "peak_memory_bytes\n")
       << "the first columns as before; the measured ones appended";
-  CliResult by_attempt = RunTrainctl(cluster, viewer->secret(), {"usage", "--by", "attempt", "-o", "csv"});
+  CliResult by_attempt =
+      RunTrainctl(cluster, viewer->secret(), {"usage", "--by", "attempt", "-o", "csv"});
   EXPECT_EQ(by_attempt.code, 0) << by_attempt.err;
   EXPECT_THAT(by_attempt.out, ::testing::StartsWith("job_id,attempt,owner,queue,kind,slots,"));
   bad = RunTrainctl(cluster, viewer->secret(), {"usage", "--by", "user"});
@@ -290,14 +298,16 @@ TEST(QueuesE2ETest, QueueDefaultResourcesFillJobsThatAskForNone) {
   ASSERT_TRUE(cluster.StartCoordinator());
   const std::string admin = cluster.admin_token();
   CliResult made = RunTrainctl(cluster, admin,
-                               {"queue", "create", "batch", "--cpu", "8", "--default-cpus", "2", "--default-memory",
-                                "4Gi", "--default-pids", "512"});
+                               {"queue", "create", "batch", "--cpu", "8", "--default-cpus", "2",
+                                "--default-memory", "4Gi", "--default-pids", "512"});
   ASSERT_EQ(made.code, 0) << made.err;
   EXPECT_THAT(made.out, HasSubstr("default resources 2 cpus, 4 GiB memory, 512 pids per rank"));
   CliResult shown = RunTrainctl(cluster, admin, {"queue", "describe", "batch"});
   ASSERT_EQ(shown.code, 0) << shown.err;
-  EXPECT_THAT(shown.out, ContainsRegex("Default resources: +2 cpus, 4 GiB memory, 512 pids per rank \\(jobs that "
-                                       "ask for none\\)"));
+  EXPECT_THAT(
+      shown.out,
+      ContainsRegex("Default resources: +2 cpus, 4 GiB memory, 512 pids per rank \\(jobs that "
+                    "ask for none\\)"));
   ASSERT_EQ(RunTrainctl(cluster, admin, {"queue", "create", "plain"}).code, 0);
   shown = RunTrainctl(cluster, admin, {"queue", "describe", "plain"});
   EXPECT_THAT(shown.out, ContainsRegex("Default resources: +none"));
@@ -305,8 +315,8 @@ TEST(QueuesE2ETest, QueueDefaultResourcesFillJobsThatAskForNone) {
 
   // Fair-share weights (issue #48): the queue's, and its owners'.
   made = RunTrainctl(cluster, admin,
-                     {"queue", "create", "heavy", "--weight", "3", "--owner-weight", "alice=2", "--owner-weight",
-                      "bob=0.5"});
+                     {"queue", "create", "heavy", "--weight", "3", "--owner-weight", "alice=2",
+                      "--owner-weight", "bob=0.5"});
   ASSERT_EQ(made.code, 0) << made.err;
   EXPECT_THAT(made.out, HasSubstr(", weight 3"));
   shown = RunTrainctl(cluster, admin, {"queue", "describe", "heavy"});
@@ -316,7 +326,8 @@ TEST(QueuesE2ETest, QueueDefaultResourcesFillJobsThatAskForNone) {
   EXPECT_THAT(bad_weight.err, HasSubstr("queue.weight: must be > 0 (0 or unset = 1), got -1"));
   bad_weight = RunTrainctl(cluster, admin, {"queue", "create", "c", "--owner-weight", "alice"});
   EXPECT_EQ(bad_weight.code, 2) << bad_weight.err;
-  EXPECT_THAT(bad_weight.err, HasSubstr("--owner-weight: must be OWNER=WEIGHT (e.g. alice=2), got 'alice'"));
+  EXPECT_THAT(bad_weight.err,
+              HasSubstr("--owner-weight: must be OWNER=WEIGHT (e.g. alice=2), got 'alice'"));
   bad_weight = RunTrainctl(cluster, admin, {"queue", "create", "c", "--owner-weight", "alice=0"});
   EXPECT_EQ(bad_weight.code, 2) << bad_weight.err;
   EXPECT_THAT(bad_weight.err, HasSubstr("queue.owner_weights[\"alice\"]: must be > 0, got 0"));
@@ -324,25 +335,34 @@ TEST(QueuesE2ETest, QueueDefaultResourcesFillJobsThatAskForNone) {
   // Per-owner limits (issue #48 item 4): shown by describe, validated.
   EXPECT_THAT(shown.out, ContainsRegex("Per owner: +no limit\n"));
   ASSERT_EQ(RunTrainctl(cluster, admin,
-                        {"queue", "create", "capped", "--max-jobs-per-owner", "2", "--max-slots-per-owner", "8"})
+                        {"queue", "create", "capped", "--max-jobs-per-owner", "2",
+                         "--max-slots-per-owner", "8"})
                 .code,
             0);
   shown = RunTrainctl(cluster, admin, {"queue", "describe", "capped"});
   EXPECT_THAT(shown.out, ContainsRegex("Per owner: +at most 2 running jobs, 8 slots\n"));
-  CliResult bad_limit = RunTrainctl(cluster, admin, {"queue", "create", "c", "--max-slots-per-owner", "-1"});
+  CliResult bad_limit =
+      RunTrainctl(cluster, admin, {"queue", "create", "c", "--max-slots-per-owner", "-1"});
   EXPECT_EQ(bad_limit.code, 2) << bad_limit.err;
-  EXPECT_THAT(bad_limit.err, HasSubstr("queue.max_slots_per_owner: must be 0 (no limit) or > 0, got -1"));
+  EXPECT_THAT(bad_limit.err,
+              HasSubstr("queue.max_slots_per_owner: must be 0 (no limit) or > 0, got -1"));
 
   CliResult bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--default-memory", "4GB"});
   EXPECT_EQ(bad.code, 2) << bad.err;
-  EXPECT_THAT(bad.err, HasSubstr("--default-memory: must be a byte quantity (512Mi, 4Gi, 2G or plain bytes), got "
-                                 "'4GB'"));
+  EXPECT_THAT(
+      bad.err,
+      HasSubstr("--default-memory: must be a byte quantity (512Mi, 4Gi, 2G or plain bytes), got "
+                "'4GB'"));
   bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--default-pids", "2"});
   EXPECT_EQ(bad.code, 2) << bad.err;
-  EXPECT_THAT(bad.err, HasSubstr("queue.default_resources.pids: must be 0 (no limit) or in [8, 4194304], got 2"));
+  EXPECT_THAT(
+      bad.err,
+      HasSubstr("queue.default_resources.pids: must be 0 (no limit) or in [8, 4194304], got 2"));
   bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--default-cpus", "5000"});
   EXPECT_EQ(bad.code, 2) << bad.err;
-  EXPECT_THAT(bad.err, HasSubstr("queue.default_resources.cpus: must be 0 (no limit) or in [0.01, 4096] CPUs"));
+  EXPECT_THAT(
+      bad.err,
+      HasSubstr("queue.default_resources.cpus: must be 0 (no limit) or in [0.01, 4096] CPUs"));
 
   std::unique_ptr<Client> as_admin = ClientAs(cluster, admin);
   ASSERT_NE(as_admin, nullptr);
@@ -375,18 +395,21 @@ TEST(QueuesE2ETest, BorrowingAndLendingLimitsAreShownAndBoundWhatAQueueCanEverRu
   Cluster cluster(testing::BuildDirOfThisTest(), "");
   ASSERT_TRUE(cluster.StartCoordinator());
   const std::string admin = cluster.admin_token();
-  CliResult made = RunTrainctl(cluster, admin,
-                               {"queue", "create", "lender", "--gpu", "4", "--cohort", "lab", "--lending-limit-gpu", "1"});
+  CliResult made = RunTrainctl(
+      cluster, admin,
+      {"queue", "create", "lender", "--gpu", "4", "--cohort", "lab", "--lending-limit-gpu", "1"});
   ASSERT_EQ(made.code, 0) << made.err;
   EXPECT_THAT(made.out, HasSubstr("GPUs 4 (lends at most 1)"));
-  made = RunTrainctl(cluster, admin,
-                     {"queue", "create", "borrower", "--gpu", "2", "--cpu", "2", "--cohort", "lab",
-                      "--borrowing-limit-gpu", "5", "--borrowing-limit-cpu", "0", "--lending-limit-cpu", "2"});
+  made = RunTrainctl(
+      cluster, admin,
+      {"queue", "create", "borrower", "--gpu", "2", "--cpu", "2", "--cohort", "lab",
+       "--borrowing-limit-gpu", "5", "--borrowing-limit-cpu", "0", "--lending-limit-cpu", "2"});
   ASSERT_EQ(made.code, 0) << made.err;
   CliResult shown = RunTrainctl(cluster, admin, {"queue", "describe", "borrower"});
   ASSERT_EQ(shown.code, 0) << shown.err;
   EXPECT_THAT(shown.out, ContainsRegex("GPU slots: +0 used of 2 \\(borrows at most 5\\)\n"));
-  EXPECT_THAT(shown.out, ContainsRegex("CPU slots: +0 used of 2 \\(borrows at most 0, lends at most 2\\)\n"));
+  EXPECT_THAT(shown.out,
+              ContainsRegex("CPU slots: +0 used of 2 \\(borrows at most 0, lends at most 2\\)\n"));
   CliResult listed = RunTrainctl(cluster, admin, {"queue", "list"});
   ASSERT_EQ(listed.code, 0) << listed.err;
   EXPECT_THAT(listed.out, HasSubstr("0/4 (lends at most 1)"));
@@ -394,9 +417,11 @@ TEST(QueuesE2ETest, BorrowingAndLendingLimitsAreShownAndBoundWhatAQueueCanEverRu
   ASSERT_EQ(json.code, 0) << json.err;
   EXPECT_THAT(json.out, ContainsRegex("\"lending_?[lL]imit_?[gG]pu\": ?1"));
 
-  CliResult bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--gpu", "2", "--lending-limit-gpu", "3"});
+  CliResult bad = RunTrainctl(cluster, admin,
+                              {"queue", "create", "c", "--gpu", "2", "--lending-limit-gpu", "3"});
   EXPECT_EQ(bad.code, 2) << bad.err;
-  EXPECT_THAT(bad.err, HasSubstr("queue.lending_limit_gpu: 3 is more than the queue's nominal_gpu of 2"));
+  EXPECT_THAT(bad.err,
+              HasSubstr("queue.lending_limit_gpu: 3 is more than the queue's nominal_gpu of 2"));
   bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--borrowing-limit-cpu", "1"});
   EXPECT_EQ(bad.code, 2) << bad.err;
   EXPECT_THAT(bad.err, HasSubstr("queue.borrowing_limit_cpu: needs a nominal_cpu quota"));
@@ -411,8 +436,9 @@ TEST(QueuesE2ETest, BorrowingAndLendingLimitsAreShownAndBoundWhatAQueueCanEverRu
   absl::StatusOr<v1::Job> job = as_admin->Submit(spec);
   ASSERT_FALSE(job.ok());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(job.status().message(), HasSubstr("world_size: 4 ranks are more than queue 'borrower' can ever run (3 "
-                                                "cuda slots"));
+  EXPECT_THAT(job.status().message(),
+              HasSubstr("world_size: 4 ranks are more than queue 'borrower' can ever run (3 "
+                        "cuda slots"));
   spec.mutable_scheduling()->set_wait_for_capacity(true);
   job = as_admin->Submit(spec);
   ASSERT_TRUE(job.ok()) << job.status();
@@ -427,16 +453,19 @@ TEST(QueuesE2ETest, CpuAndMemoryQuotasAreSetShownAndBoundWhatAQueueCanEverRun) {
   Cluster cluster(testing::BuildDirOfThisTest(), "");
   ASSERT_TRUE(cluster.StartCoordinator());
   const std::string admin = cluster.admin_token();
-  CliResult made = RunTrainctl(cluster, admin,
-                               {"queue", "create", "mem", "--cohort", "lab", "--nominal-cpus", "8", "--nominal-memory",
-                                "16Gi", "--borrowing-limit-memory", "16Gi", "--lending-limit-cpus", "2"});
+  CliResult made = RunTrainctl(
+      cluster, admin,
+      {"queue", "create", "mem", "--cohort", "lab", "--nominal-cpus", "8", "--nominal-memory",
+       "16Gi", "--borrowing-limit-memory", "16Gi", "--lending-limit-cpus", "2"});
   ASSERT_EQ(made.code, 0) << made.err;
-  EXPECT_THAT(made.out, HasSubstr("cpus 8 (lends at most 2), memory 16 GiB (borrows at most 16 GiB)"));
+  EXPECT_THAT(made.out,
+              HasSubstr("cpus 8 (lends at most 2), memory 16 GiB (borrows at most 16 GiB)"));
   made = RunTrainctl(cluster, admin, {"queue", "create", "plain", "--gpu", "2"});
   ASSERT_EQ(made.code, 0) << made.err;
   CliResult shown = RunTrainctl(cluster, admin, {"queue", "describe", "mem"});
   ASSERT_EQ(shown.code, 0) << shown.err;
-  EXPECT_THAT(shown.out, ContainsRegex("CPU/memory quota: +cpus 8 \\(lends at most 2\\), memory 16 GiB"));
+  EXPECT_THAT(shown.out,
+              ContainsRegex("CPU/memory quota: +cpus 8 \\(lends at most 2\\), memory 16 GiB"));
   shown = RunTrainctl(cluster, admin, {"queue", "describe", "plain"});
   ASSERT_EQ(shown.code, 0) << shown.err;
   EXPECT_THAT(shown.out, Not(HasSubstr("CPU/memory quota")));
@@ -451,12 +480,15 @@ TEST(QueuesE2ETest, CpuAndMemoryQuotasAreSetShownAndBoundWhatAQueueCanEverRun) {
   CliResult bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--nominal-memory", "lots"});
   EXPECT_NE(bad.code, 0);
   EXPECT_THAT(bad.err, HasSubstr("--nominal-memory: must be a byte quantity"));
-  bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--nominal-cpus", "4", "--lending-limit-cpus", "5"});
+  bad = RunTrainctl(cluster, admin,
+                    {"queue", "create", "c", "--nominal-cpus", "4", "--lending-limit-cpus", "5"});
   EXPECT_EQ(bad.code, 2) << bad.err;
-  EXPECT_THAT(bad.err, HasSubstr("queue.lending_limit_cpus: 5 is more than the queue's nominal_cpus of 4"));
+  EXPECT_THAT(bad.err,
+              HasSubstr("queue.lending_limit_cpus: 5 is more than the queue's nominal_cpus of 4"));
   bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--borrowing-limit-memory", "1Gi"});
   EXPECT_EQ(bad.code, 2) << bad.err;
-  EXPECT_THAT(bad.err, HasSubstr("queue.borrowing_limit_memory_bytes: needs a nominal_memory_bytes quota"));
+  EXPECT_THAT(bad.err,
+              HasSubstr("queue.borrowing_limit_memory_bytes: needs a nominal_memory_bytes quota"));
 
   // mem can ever hold its own 16 GiB (no other queue of its cohort lends
   // it more; its borrowing limit does not bind): 2 ranks of 16 GiB never fit.
@@ -469,9 +501,9 @@ TEST(QueuesE2ETest, CpuAndMemoryQuotasAreSetShownAndBoundWhatAQueueCanEverRun) {
   absl::StatusOr<v1::Job> job = as_admin->Submit(spec);
   ASSERT_FALSE(job.ok());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(job.status().message(),
-              HasSubstr("resources.memory: the job asks 32 GiB (2 ranks of 16 GiB); queue 'mem' with its cohort can "
-                        "hold at most 16 GiB"));
+  EXPECT_THAT(job.status().message(), HasSubstr("resources.memory: the job asks 32 GiB (2 ranks of "
+                                                "16 GiB); queue 'mem' with its cohort can "
+                                                "hold at most 16 GiB"));
   spec.mutable_scheduling()->set_wait_for_capacity(true);
   job = as_admin->Submit(spec);
   ASSERT_TRUE(job.ok()) << job.status();
@@ -497,10 +529,13 @@ TEST(QueuesE2ETest, TheDefaultQueueTakesJobsThatNameNoneAndTheyRun) {
   absl::StatusOr<v1::Job> refused = as_admin->Submit(Spec("nameless"));
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(refused.status().message()),
-              HasSubstr("queue: this job names no queue and no queue is the default (defined: team-a); name one"));
-  EXPECT_THAT(std::string(refused.status().message()), HasSubstr("trainctl queue create NAME --default"));
+              HasSubstr("queue: this job names no queue and no queue is the default (defined: "
+                        "team-a); name one"));
+  EXPECT_THAT(std::string(refused.status().message()),
+              HasSubstr("trainctl queue create NAME --default"));
 
-  made = RunTrainctl(cluster, admin, {"queue", "create", "team-a", "--cpu", "2", "--update", "--default"});
+  made = RunTrainctl(cluster, admin,
+                     {"queue", "create", "team-a", "--cpu", "2", "--update", "--default"});
   ASSERT_EQ(made.code, 0) << made.err;
   EXPECT_THAT(made.out, HasSubstr("team-a is the default queue: jobs that name no queue go here"));
   CliResult list = RunTrainctl(cluster, admin, {"queue", "list"});
@@ -513,8 +548,9 @@ TEST(QueuesE2ETest, TheDefaultQueueTakesJobsThatNameNoneAndTheyRun) {
   // A worker with CPU slots; the job naming no queue goes to team-a and runs.
   const std::string worker_token = cluster.CreateToken(v1::ROLE_WORKER, "w");
   ASSERT_FALSE(worker_token.empty());
-  testing::FakeWorker worker(grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials()), "w", 2,
-                             absl::Milliseconds(100), worker_token);
+  testing::FakeWorker worker(
+      grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials()), "w", 2,
+      absl::Milliseconds(100), worker_token);
   ASSERT_TRUE(worker.Connect());
   absl::StatusOr<v1::Job> job = as_admin->Submit(Spec("lands"));
   ASSERT_TRUE(job.ok()) << job.status();
@@ -533,10 +569,11 @@ TEST(QueuesE2ETest, TheDefaultQueueTakesJobsThatNameNoneAndTheyRun) {
     pre.mutable_preflight()->set_attempt(first->preflight().attempt());
     ASSERT_TRUE(worker.Send(pre));
     ASSERT_TRUE(worker
-                    .WaitFor([&id](const v1::CoordinatorMessage& m) {
-                      return m.has_start_ranks() && m.start_ranks().job_id() == id;
-                    },
-                             absl::Seconds(30))
+                    .WaitFor(
+                        [&id](const v1::CoordinatorMessage& m) {
+                          return m.has_start_ranks() && m.start_ranks().job_id() == id;
+                        },
+                        absl::Seconds(30))
                     .has_value());
   }
   v1::WorkerMessage rdv;
@@ -556,7 +593,9 @@ TEST(QueuesE2ETest, TheDefaultQueueTakesJobsThatNameNoneAndTheyRun) {
   // A second default un-marks the first; jobs naming none follow it.
   made = RunTrainctl(cluster, admin, {"queue", "create", "team-b", "--gpu", "0", "--default"});
   ASSERT_EQ(made.code, 0) << made.err;
-  EXPECT_THAT(made.out, HasSubstr("GPUs 0 (none of its own: only what its cohort lends), CPUs unlimited (no --cpu)"));
+  EXPECT_THAT(
+      made.out,
+      HasSubstr("GPUs 0 (none of its own: only what its cohort lends), CPUs unlimited (no --cpu)"));
   list = RunTrainctl(cluster, admin, {"queue", "list"});
   ASSERT_EQ(list.code, 0) << list.err;
   std::istringstream lines(list.out);
@@ -579,19 +618,24 @@ TEST(QueuesE2ETest, GpuFlavorQuotasAreSetShownAndBoundWhatAQueueCanEverRun) {
   ASSERT_TRUE(cluster.StartCoordinator());
   const std::string admin = cluster.admin_token();
   CliResult made = RunTrainctl(cluster, admin,
-                               {"queue", "create", "gpus", "--nominal-gpus-flavor", "h100=4", "--nominal-gpus-flavor",
-                                "a100=2"});
+                               {"queue", "create", "gpus", "--nominal-gpus-flavor", "h100=4",
+                                "--nominal-gpus-flavor", "a100=2"});
   ASSERT_EQ(made.code, 0) << made.err;
   EXPECT_THAT(made.out, HasSubstr("by flavor a100 2, h100 4 gpus"));
   CliResult shown = RunTrainctl(cluster, admin, {"queue", "describe", "gpus"});
   ASSERT_EQ(shown.code, 0) << shown.err;
   EXPECT_THAT(shown.out, ContainsRegex("GPU flavor quota: +a100 2, h100 4 gpus"));
-  CliResult bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--nominal-gpus-flavor", "h100"});
+  CliResult bad =
+      RunTrainctl(cluster, admin, {"queue", "create", "c", "--nominal-gpus-flavor", "h100"});
   EXPECT_NE(bad.code, 0);
-  EXPECT_THAT(bad.err, HasSubstr("--nominal-gpus-flavor: must be FLAVOR=N with N >= 0 (e.g. h100=4), got 'h100'"));
+  EXPECT_THAT(
+      bad.err,
+      HasSubstr("--nominal-gpus-flavor: must be FLAVOR=N with N >= 0 (e.g. h100=4), got 'h100'"));
   bad = RunTrainctl(cluster, admin, {"queue", "create", "c", "--nominal-gpus-flavor", "H100=4"});
   EXPECT_EQ(bad.code, 2) << bad.err;
-  EXPECT_THAT(bad.err, HasSubstr("queue.nominal_gpu_flavors: flavor 'H100' must start with a lowercase letter"));
+  EXPECT_THAT(
+      bad.err,
+      HasSubstr("queue.nominal_gpu_flavors: flavor 'H100' must start with a lowercase letter"));
 
   std::unique_ptr<Client> as_admin = ClientAs(cluster, admin);
   ASSERT_NE(as_admin, nullptr);
@@ -603,14 +647,15 @@ TEST(QueuesE2ETest, GpuFlavorQuotasAreSetShownAndBoundWhatAQueueCanEverRun) {
   absl::StatusOr<v1::Job> job = as_admin->Submit(spec);
   ASSERT_FALSE(job.ok());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(job.status().message(),
-              HasSubstr("resources.gpu_flavor: 5 h100 GPUs exceed queue 'gpus''s h100 quota of 4 (nominal_gpu_flavors)"));
+  EXPECT_THAT(job.status().message(), HasSubstr("resources.gpu_flavor: 5 h100 GPUs exceed queue "
+                                                "'gpus''s h100 quota of 4 (nominal_gpu_flavors)"));
   spec.set_device(v1::DEVICE_CPU);
   spec.set_world_size(1);
   job = as_admin->Submit(spec);
   ASSERT_FALSE(job.ok());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(job.status().message(), HasSubstr("resources.gpu_flavor: asks for GPUs of flavor h100, but device is cpu"));
+  EXPECT_THAT(job.status().message(),
+              HasSubstr("resources.gpu_flavor: asks for GPUs of flavor h100, but device is cpu"));
 }
 
 }  // namespace

@@ -39,9 +39,9 @@
 namespace trainctl {
 namespace {
 
+using testing::BuildDirOfThisTest;
 using ::testing::HasSubstr;
 using ::testing::Not;
-using testing::BuildDirOfThisTest;
 using testing::Process;
 using testing::SourceDir;
 
@@ -77,7 +77,8 @@ class ReadmeCluster {
  public:
   // `wrap(i)`: words put before worker i's command line ({} on this host;
   // `ip netns exec NS` for a namespace of its own).
-  ReadmeCluster() : dir_(MakeTempDir()), build_(BuildDirOfThisTest()), port_(testing::UnusedPort()) {}
+  ReadmeCluster()
+      : dir_(MakeTempDir()), build_(BuildDirOfThisTest()), port_(testing::UnusedPort()) {}
   ~ReadmeCluster() {
     for (auto& w : workers_) {
       w->Kill(SIGTERM);
@@ -98,15 +99,16 @@ class ReadmeCluster {
   bool Start(const std::string& host) {
     host_ = host;
     if (dir_.empty() || port_ == 0) return false;
-    Process init({build_ + "/coordinator/trainctl-coordinator", "init", "--dir", "tls", "--san", host_, "--db",
-                  "state.db", "--listen", absl::StrCat("0.0.0.0:", port_)},
+    Process init({build_ + "/coordinator/trainctl-coordinator", "init", "--dir", "tls", "--san",
+                  host_, "--db", "state.db", "--listen", absl::StrCat("0.0.0.0:", port_)},
                  dir_ + "/init.log", dir_);
     if (!init.Start() || !ExitedOk(init.Wait(absl::Seconds(60)))) {
       ADD_FAILURE() << "init: " << init.ReadLog();
       return false;
     }
     std::filesystem::create_directories(dir_ + "/home/.config/trainctl");
-    std::filesystem::copy_file(dir_ + "/tls/trainctl.yaml", dir_ + "/home/.config/trainctl/config.yaml");
+    std::filesystem::copy_file(dir_ + "/tls/trainctl.yaml",
+                               dir_ + "/home/.config/trainctl/config.yaml");
     // The coordinator as init's `Start:` line starts it, word for word
     // (issue #44 item 10: the line left out init's --listen, and the
     // coordinator then listened on 7070, not where the config points).
@@ -121,8 +123,8 @@ class ReadmeCluster {
       ADD_FAILURE() << "init printed no Start: line: " << summary;
       return false;
     }
-    EXPECT_THAT(start, ::testing::ElementsAre("--tls-dir", dir_ + "/tls", "--db", "state.db", "--listen",
-                                              absl::StrCat("0.0.0.0:", port_)))
+    EXPECT_THAT(start, ::testing::ElementsAre("--tls-dir", dir_ + "/tls", "--db", "state.db",
+                                              "--listen", absl::StrCat("0.0.0.0:", port_)))
         << summary;
     // Each certificate name once, though --san names the host (the README's
     // `--san coord` on the host coord).
@@ -154,9 +156,10 @@ class ReadmeCluster {
     const std::string wdir = dir_ + "/" + name;
     std::filesystem::create_directories(wdir);
     std::vector<std::string> argv = wrap;
-    for (const std::string& a : {build_ + "/worker/daemon/trainctl-worker", std::string("--coordinator"), address(),
-                                 std::string("--ca"), dir_ + "/tls/ca.crt", std::string("--token-file"),
-                                 dir_ + "/tls/worker.token"}) {
+    for (const std::string& a :
+         {build_ + "/worker/daemon/trainctl-worker", std::string("--coordinator"), address(),
+          std::string("--ca"), dir_ + "/tls/ca.crt", std::string("--token-file"),
+          dir_ + "/tls/worker.token"}) {
       argv.push_back(a);
     }
     argv.insert(argv.end(), extra.begin(), extra.end());
@@ -165,10 +168,21 @@ class ReadmeCluster {
   }
 
   // The CLI with the README's config (HOME is the test's), its output in `*out`.
-  int Cli(const std::vector<std::string>& args, std::string* out, absl::Duration timeout = absl::Seconds(180)) {
-    std::vector<std::string> argv{"/usr/bin/env",         "-u", "XDG_CONFIG_HOME", "-u", "TRAINCTL_COORDINATOR",
-                                  "-u",                   "TRAINCTL_ADDRESS", "-u", "TRAINCTL_TOKEN", "-u",
-                                  "TRAINCTL_CA",          "HOME=" + dir_ + "/home", build_ + "/client/trainctl"};
+  int Cli(const std::vector<std::string>& args, std::string* out,
+          absl::Duration timeout = absl::Seconds(180)) {
+    std::vector<std::string> argv{"/usr/bin/env",
+                                  "-u",
+                                  "XDG_CONFIG_HOME",
+                                  "-u",
+                                  "TRAINCTL_COORDINATOR",
+                                  "-u",
+                                  "TRAINCTL_ADDRESS",
+                                  "-u",
+                                  "TRAINCTL_TOKEN",
+                                  "-u",
+                                  "TRAINCTL_CA",
+                                  "HOME=" + dir_ + "/home",
+                                  build_ + "/client/trainctl"};
     argv.insert(argv.end(), args.begin(), args.end());
     const std::string log = absl::StrCat(dir_, "/cli-", ++cli_runs_, ".log");
     Process cli(argv, log, SourceDir());
@@ -184,7 +198,8 @@ class ReadmeCluster {
     for (absl::Time deadline = absl::Now() + absl::Seconds(60); absl::Now() < deadline;) {
       if (ExitedOk(Cli({"workers", "-o", "json"}, out, absl::Seconds(30)))) {
         int alive = 0;
-        for (size_t at = 0; (at = out->find("WORKER_STATE_ALIVE", at)) != std::string::npos; ++at) ++alive;
+        for (size_t at = 0; (at = out->find("WORKER_STATE_ALIVE", at)) != std::string::npos; ++at)
+          ++alive;
         if (alive >= n) return ExitedOk(Cli({"workers"}, out, absl::Seconds(30)));
       }
       absl::SleepFor(absl::Milliseconds(200));
@@ -193,7 +208,8 @@ class ReadmeCluster {
   }
 
   std::string Logs() const {
-    std::string all = absl::StrCat("--- coordinator\n", coordinator_ ? coordinator_->ReadLog() : "");
+    std::string all =
+        absl::StrCat("--- coordinator\n", coordinator_ ? coordinator_->ReadLog() : "");
     for (const auto& w : workers_) absl::StrAppend(&all, "--- ", w->log_path(), "\n", w->ReadLog());
     return all;
   }
@@ -222,7 +238,8 @@ void TrainAcrossTwo(ReadmeCluster& cluster) {
   const int status = cluster.Cli({"submit", "examples/mlp-synthetic.yaml", "--follow"}, &out);
   EXPECT_TRUE(ExitedOk(status)) << "status " << status << "\n" << out << cluster.Logs();
   EXPECT_THAT(out, HasSubstr("SUCCEEDED")) << out;
-  std::cout << "the README's example across two workers: " << absl::FormatDuration(absl::Now() - start) << "\n";
+  std::cout << "the README's example across two workers: "
+            << absl::FormatDuration(absl::Now() - start) << "\n";
   // Each worker offers one CPU slot (the default on a host without GPUs):
   // the 2-rank job could only run with a rank on each.
 }
@@ -245,7 +262,9 @@ TEST(ReadmeClusterE2ETest, AnAddressTheCoordinatorCannotVerifyIsRefusedAtRegistr
   std::string out;
   ASSERT_TRUE(cluster.WaitWorkers(1, &out)) << out << cluster.Logs();
   EXPECT_THAT(out, HasSubstr("192.0.2.7 (refused)")) << out;
-  EXPECT_THAT(out, HasSubstr("address refused: address '192.0.2.7' is not the address it connects from")) << out;
+  EXPECT_THAT(out,
+              HasSubstr("address refused: address '192.0.2.7' is not the address it connects from"))
+      << out;
   EXPECT_THAT(out, HasSubstr("--address")) << out;
   for (absl::Time deadline = absl::Now() + absl::Seconds(30);
        absl::Now() < deadline && cluster.Logs().find("address_refused") == std::string::npos;) {
@@ -271,12 +290,14 @@ class NetnsPair {
         absl::StrCat("ip link set ", br, " up"),
     };
     for (int i = 0; i < 2; ++i) {
-      const std::string ns = Ns(i), veth = absl::StrCat(tag_, "v", i), peer = absl::StrCat(tag_, "p", i);
+      const std::string ns = Ns(i), veth = absl::StrCat(tag_, "v", i),
+                        peer = absl::StrCat(tag_, "p", i);
       steps.push_back("ip netns add " + ns);
       steps.push_back(absl::StrCat("ip link add ", veth, " type veth peer name ", peer));
       steps.push_back(absl::StrCat("ip link set ", peer, " netns ", ns));
       steps.push_back(absl::StrCat("ip link set ", veth, " master ", br, " up"));
-      steps.push_back(absl::StrCat("ip netns exec ", ns, " ip addr add ", net_, ".", i + 2, "/24 dev ", peer));
+      steps.push_back(
+          absl::StrCat("ip netns exec ", ns, " ip addr add ", net_, ".", i + 2, "/24 dev ", peer));
       steps.push_back(absl::StrCat("ip netns exec ", ns, " ip link set ", peer, " up"));
       steps.push_back(absl::StrCat("ip netns exec ", ns, " ip link set lo up"));
     }

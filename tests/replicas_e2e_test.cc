@@ -79,7 +79,8 @@ TEST_P(ReplicasE2ETest, EveryRankEndsEachEpochWithRankZerosParameterBytes) {
   const std::string id = cluster_->Submit(ReplicaJob(world));
   ASSERT_FALSE(id.empty());
   v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(240));
-  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n" << cluster_->RankLog(id, 1, 0);
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n"
+                                                << cluster_->RankLog(id, 1, 0);
   ASSERT_EQ(j.attempts_size(), 1);
   // Two daemons: the job spans both, so no rank shares memory with all.
   std::map<std::string, int> ranks_per_worker;
@@ -94,12 +95,15 @@ TEST_P(ReplicasE2ETest, EveryRankEndsEachEpochWithRankZerosParameterBytes) {
   EXPECT_EQ(want[1].first, kEpochs * kStepsPerEpoch);
   EXPECT_NE(want[0].second, want[1].second) << "the second epoch changed nothing";
   for (int r = 1; r < world; ++r) {
-    EXPECT_EQ(ParameterChecksums(cluster_->RankLog(id, 1, r)), want) << "rank " << r << " vs rank 0";
+    EXPECT_EQ(ParameterChecksums(cluster_->RankLog(id, 1, r)), want)
+        << "rank " << r << " vs rank 0";
   }
 }
 
 INSTANTIATE_TEST_SUITE_P(TwoWorkers, ReplicasE2ETest, ::testing::Values(3, 4),
-                         [](const ::testing::TestParamInfo<int>& i) { return absl::StrCat(i.param, "Ranks"); });
+                         [](const ::testing::TestParamInfo<int>& i) {
+                           return absl::StrCat(i.param, "Ranks");
+                         });
 
 }  // namespace
 }  // namespace trainctl

@@ -24,8 +24,8 @@ namespace trainctl {
 namespace {
 
 namespace fs = std::filesystem;
-using trainctl::testing::Cluster;
 using ::testing::HasSubstr;
+using trainctl::testing::Cluster;
 
 v1::JobSpec Spec(const std::string& yaml) {
   ParsedJobSpec p = ParseJobSpecYaml(yaml, "job.yaml");
@@ -86,7 +86,8 @@ std::vector<std::string> CgroupsOf(const std::string& job_id) {
   std::error_code ec;
   for (const std::string& base : CgroupBases()) {
     for (fs::directory_iterator it(base, ec), end; !ec && it != end; it.increment(ec)) {
-      if (it->path().filename().string().rfind(job_id + "-", 0) == 0) out.push_back(it->path().string());
+      if (it->path().filename().string().rfind(job_id + "-", 0) == 0)
+        out.push_back(it->path().string());
     }
   }
   return out;
@@ -103,11 +104,11 @@ TEST(ResourcesE2ETest, RankOverItsMemoryLimitFailsOutOfMemoryWhileAJobBesideItRu
   // The neighbour: limited too (a cgroup of its own), runs until told.
   const std::string go = cluster.dir() + "/neighbour-may-finish";
   const std::string started = cluster.dir() + "/neighbour-started";
-  const std::string neighbour_id = cluster.Submit(Spec(absl::StrCat(
-      "name: neighbour\ndevice: cpu\nresources: {memory: 256Mi, cpus: 0.5, pids: 64}\n"
-      "restart: {max_restarts: 0}\ncommand:\n  argv: [/bin/sh, -c, 'touch ",
-      started, "; i=0; while [ ! -e ", go, " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; test -e ", go,
-      "']\n")));
+  const std::string neighbour_id = cluster.Submit(Spec(
+      absl::StrCat("name: neighbour\ndevice: cpu\nresources: {memory: 256Mi, cpus: 0.5, pids: 64}\n"
+                   "restart: {max_restarts: 0}\ncommand:\n  argv: [/bin/sh, -c, 'touch ",
+                   started, "; i=0; while [ ! -e ", go,
+                   " ] && [ $i -lt 600 ]; do sleep 0.1; i=$((i+1)); done; test -e ", go, "']\n")));
   absl::Time deadline = absl::Now() + absl::Seconds(30);
   while (!fs::exists(started) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
   ASSERT_TRUE(fs::exists(started)) << cluster.Get(neighbour_id).DebugString();
@@ -115,15 +116,17 @@ TEST(ResourcesE2ETest, RankOverItsMemoryLimitFailsOutOfMemoryWhileAJobBesideItRu
 
   // The hog: 512 MiB touched under a 64 MiB limit (a child of the shell,
   // as a DataLoader worker would be: the limit covers the whole tree).
-  const std::string hog_id = cluster.Submit(Spec(
-      "name: hog\ndevice: cpu\nresources: {memory: 64Mi}\ncommand:\n"
-      "  argv: [/bin/sh, -c, \"/usr/bin/python3 -c 'b = bytearray(512 << 20); print(len(b))'\"]\n"));
+  const std::string hog_id =
+      cluster.Submit(Spec("name: hog\ndevice: cpu\nresources: {memory: 64Mi}\ncommand:\n"
+                          "  argv: [/bin/sh, -c, \"/usr/bin/python3 -c 'b = bytearray(512 << 20); "
+                          "print(len(b))'\"]\n"));
   v1::Job hog = cluster.WaitState(hog_id, v1::JOB_STATE_FAILED, absl::Seconds(60));
   ASSERT_EQ(hog.state(), v1::JOB_STATE_FAILED) << hog.DebugString();
   ASSERT_GE(hog.attempts_size(), 1);
   EXPECT_EQ(hog.attempts_size(), 1) << "out of memory is not restarted";
   EXPECT_EQ(hog.attempts(0).failure_kind(), v1::FAILURE_KIND_OUT_OF_MEMORY) << hog.DebugString();
-  EXPECT_THAT(hog.state_reason(), HasSubstr("exceeded its memory limit of 64 MiB (resources.memory)"));
+  EXPECT_THAT(hog.state_reason(),
+              HasSubstr("exceeded its memory limit of 64 MiB (resources.memory)"));
   EXPECT_THAT(hog.state_reason(), HasSubstr("killed by the OOM killer")) << hog.state_reason();
 
   // The neighbour never noticed: still running, then done.
@@ -134,7 +137,8 @@ TEST(ResourcesE2ETest, RankOverItsMemoryLimitFailsOutOfMemoryWhileAJobBesideItRu
 
   // Every rank's cgroup went with it.
   deadline = absl::Now() + absl::Seconds(10);
-  while ((!CgroupsOf(hog_id).empty() || !CgroupsOf(neighbour_id).empty()) && absl::Now() < deadline) {
+  while ((!CgroupsOf(hog_id).empty() || !CgroupsOf(neighbour_id).empty()) &&
+         absl::Now() < deadline) {
     absl::SleepFor(absl::Milliseconds(50));
   }
   EXPECT_THAT(CgroupsOf(hog_id), ::testing::IsEmpty());
@@ -153,10 +157,11 @@ TEST(ResourcesE2ETest, RankAtItsProcessLimitFailsProcessLimit) {
   ASSERT_TRUE(cluster.WaitWorkers(1));
   // 20 background sleeps under a limit of 8 processes: the shell's fork
   // fails and it exits non-zero (set -e), as a DataLoader would raise.
-  const std::string id = cluster.Submit(Spec(
-      "name: forker\ndevice: cpu\nresources: {pids: 8}\nrestart: {max_restarts: 2}\ncommand:\n"
-      "  argv: [/bin/sh, -c, 'set -e; for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 19 20; do sleep 30 & done; "
-      "wait']\n"));
+  const std::string id = cluster.Submit(
+      Spec("name: forker\ndevice: cpu\nresources: {pids: 8}\nrestart: {max_restarts: 2}\ncommand:\n"
+           "  argv: [/bin/sh, -c, 'set -e; for i in 1 2 3 4 5 6 7 8 9 10 11 12 13 14 15 16 17 18 "
+           "19 20; do sleep 30 & done; "
+           "wait']\n"));
   v1::Job j = cluster.WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(90));
   ASSERT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.DebugString();
   ASSERT_GE(j.attempts_size(), 1);
@@ -177,37 +182,47 @@ TEST(ResourcesE2ETest, AJobWithLimitsIsNeverSentToAWorkerThatCannotEnforceThem) 
   // It says so at registration, with what it has.
   const v1::Worker w = OnlyWorker(cluster);
   EXPECT_FALSE(w.allocatable().enforces_limits());
-  EXPECT_THAT(w.allocatable().limits_off_reason(), HasSubstr("cgroups are off on this worker (--cgroup-root \"\")"));
+  EXPECT_THAT(w.allocatable().limits_off_reason(),
+              HasSubstr("cgroups are off on this worker (--cgroup-root \"\")"));
   EXPECT_GT(w.allocatable().cpus(), 0);
   EXPECT_GT(w.allocatable().memory_bytes(), 0);
   // `trainctl workers` says why under its table.
   const std::string build = trainctl::testing::BuildDirOfThisTest();
-  trainctl::testing::Process list({build + "/client/trainctl", "--coordinator", cluster.address(), "--token-file",
-                                   cluster.AdminTokenFile(), "workers"},
+  trainctl::testing::Process list({build + "/client/trainctl", "--coordinator", cluster.address(),
+                                   "--token-file", cluster.AdminTokenFile(), "workers"},
                                   cluster.dir() + "/workers.log", cluster.dir());
   ASSERT_TRUE(list.Start());
   const int listed = list.Wait(absl::Seconds(60));
   ASSERT_TRUE(WIFEXITED(listed) && WEXITSTATUS(listed) == 0) << listed << "\n" << list.ReadLog();
-  EXPECT_THAT(list.ReadLog(), HasSubstr(absl::StrCat("worker ", w.id(), ": LIMITS no: cgroups are off on this worker")));
+  EXPECT_THAT(
+      list.ReadLog(),
+      HasSubstr(absl::StrCat("worker ", w.id(), ": LIMITS no: cgroups are off on this worker")));
   // The scheduler never places a job with limits there (its launch would
   // fail as CONFIG, rank_launch.cc): with no other worker it can never run,
   // so it is refused at submit, saying why.
-  const std::string limited = "name: limited\ndevice: cpu\nresources: {memory: 1Gi}\ncommand:\n  argv: [/bin/true]\n";
+  const std::string limited =
+      "name: limited\ndevice: cpu\nresources: {memory: 1Gi}\ncommand:\n  argv: [/bin/true]\n";
   std::string id;
   grpc::Status refused = cluster.TrySubmit(Spec(limited), &id);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << refused.error_message();
-  EXPECT_THAT(refused.error_message(),
-              HasSubstr("needs 1 GiB memory per rank, and no schedulable cpu worker enforces resource limits"));
+  EXPECT_THAT(
+      refused.error_message(),
+      HasSubstr(
+          "needs 1 GiB memory per rank, and no schedulable cpu worker enforces resource limits"));
   // Told to wait for capacity, it waits with that reason.
-  const std::string waiting = cluster.Submit(Spec(limited + "scheduling: {wait_for_capacity: true}\n"));
+  const std::string waiting =
+      cluster.Submit(Spec(limited + "scheduling: {wait_for_capacity: true}\n"));
   ASSERT_FALSE(waiting.empty());
   // A job without resources runs there as before, while the other waits.
-  const std::string plain = cluster.Submit(Spec("name: plain\ndevice: cpu\ncommand:\n  argv: [/bin/true]\n"));
-  EXPECT_EQ(cluster.WaitState(plain, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60)).state(), v1::JOB_STATE_SUCCEEDED);
+  const std::string plain =
+      cluster.Submit(Spec("name: plain\ndevice: cpu\ncommand:\n  argv: [/bin/true]\n"));
+  EXPECT_EQ(cluster.WaitState(plain, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60)).state(),
+            v1::JOB_STATE_SUCCEEDED);
   const v1::Job still = cluster.Get(waiting);
   EXPECT_EQ(still.state(), v1::JOB_STATE_PENDING) << still.DebugString();
   EXPECT_EQ(still.attempts_size(), 0);
-  EXPECT_THAT(still.state_reason(), HasSubstr("no schedulable cpu worker enforces resource limits"));
+  EXPECT_THAT(still.state_reason(),
+              HasSubstr("no schedulable cpu worker enforces resource limits"));
 }
 
 }  // namespace

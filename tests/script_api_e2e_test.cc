@@ -49,7 +49,8 @@ class ScriptApiE2ETest : public ::testing::Test {
   int Cli(const std::string& args, std::string* out) {
     const std::string log = cluster_->dir() + "/cli.out";
     const std::string cmd =
-        absl::StrCat(trainctl::testing::BuildDirOfThisTest(), "/client/trainctl --coordinator=", cluster_->address(),
+        absl::StrCat(trainctl::testing::BuildDirOfThisTest(),
+                     "/client/trainctl --coordinator=", cluster_->address(),
                      " --token=", cluster_->admin_token(), " ", args, " > ", log, " 2>&1");
     const int rc = std::system(cmd.c_str());
     *out = Slurp(log);
@@ -58,8 +59,10 @@ class ScriptApiE2ETest : public ::testing::Test {
 
   v1::JobSpec Job() {
     ParsedJobSpec p = ParseJobSpecYaml(
-        absl::StrCat("name: script-api\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: [/usr/bin/python3, ", SourceDir(),
-                     "/tests/support/script_api.py]\n  working_dir: ", cluster_->dir(), "\nrestart: {max_restarts: 0}\n"),
+        absl::StrCat(
+            "name: script-api\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: [/usr/bin/python3, ",
+            SourceDir(), "/tests/support/script_api.py]\n  working_dir: ", cluster_->dir(),
+            "\nrestart: {max_restarts: 0}\n"),
         "job.yaml");
     EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
     return p.spec;
@@ -72,7 +75,8 @@ TEST_F(ScriptApiE2ETest, SavedCheckpointIsListedResumedAndTheModelFetched) {
   const std::string a = cluster_->Submit(Job());
   ASSERT_FALSE(a.empty());
   v1::Job ja = cluster_->WaitState(a, v1::JOB_STATE_SUCCEEDED, absl::Seconds(90));
-  ASSERT_EQ(ja.state(), v1::JOB_STATE_SUCCEEDED) << ja.state_reason() << "\n" << cluster_->RankLog(a, 1, 0);
+  ASSERT_EQ(ja.state(), v1::JOB_STATE_SUCCEEDED) << ja.state_reason() << "\n"
+                                                 << cluster_->RankLog(a, 1, 0);
   EXPECT_THAT(cluster_->RankLog(a, 1, 0), HasSubstr("fresh start"));
 
   // save_checkpoint → recorded, and `trainctl checkpoints` lists it.
@@ -97,12 +101,13 @@ TEST_F(ScriptApiE2ETest, SavedCheckpointIsListedResumedAndTheModelFetched) {
   const std::string log_a = cluster_->RankLog(a, 1, 0);
   ASSERT_TRUE(std::regex_search(log_a, sum, std::regex("model weight sum (-?[0-9.]+)"))) << log_a;
   const std::string load = absl::StrCat(
-      "/usr/bin/python3 -c \"import sys, torch; sys.path.insert(0, '", SourceDir(), "/python'); import trainctl; ",
-      "m = torch.nn.Linear(3, 2); m.load_state_dict(torch.load('", fetched, "')); ",
-      "m.load_state_dict(trainctl.load_state_dict('", fetched, "')); ",
+      "/usr/bin/python3 -c \"import sys, torch; sys.path.insert(0, '", SourceDir(),
+      "/python'); import trainctl; ", "m = torch.nn.Linear(3, 2); m.load_state_dict(torch.load('",
+      fetched, "')); ", "m.load_state_dict(trainctl.load_state_dict('", fetched, "')); ",
       "print('loaded %.6f' % m.weight.sum().item())\" > ", cluster_->dir(), "/load.out 2>&1");
   ASSERT_EQ(std::system(load.c_str()), 0) << Slurp(cluster_->dir() + "/load.out");
-  EXPECT_THAT(Slurp(cluster_->dir() + "/load.out"), HasSubstr(absl::StrCat("loaded ", sum[1].str())));
+  EXPECT_THAT(Slurp(cluster_->dir() + "/load.out"),
+              HasSubstr(absl::StrCat("loaded ", sum[1].str())));
 
   // `trainctl resume` → the new job's load_checkpoint() returns that checkpoint.
   ASSERT_EQ(Cli(absl::StrCat("resume ", a), &out), 0) << out;
@@ -112,9 +117,10 @@ TEST_F(ScriptApiE2ETest, SavedCheckpointIsListedResumedAndTheModelFetched) {
   EXPECT_THAT(out, Not(HasSubstr("to epoch 0")));
   const std::string b = id[1].str();
   v1::Job jb = cluster_->WaitState(b, v1::JOB_STATE_SUCCEEDED, absl::Seconds(90));
-  ASSERT_EQ(jb.state(), v1::JOB_STATE_SUCCEEDED) << jb.state_reason() << "\n" << cluster_->RankLog(b, 1, 0);
-  EXPECT_THAT(cluster_->RankLog(b, 1, 0),
-              HasSubstr(absl::StrCat("resumed from ", rec.path(), " epoch 1 step 10 w=[1.0, 2.0]")));
+  ASSERT_EQ(jb.state(), v1::JOB_STATE_SUCCEEDED) << jb.state_reason() << "\n"
+                                                 << cluster_->RankLog(b, 1, 0);
+  EXPECT_THAT(cluster_->RankLog(b, 1, 0), HasSubstr(absl::StrCat("resumed from ", rec.path(),
+                                                                 " epoch 1 step 10 w=[1.0, 2.0]")));
   // It went on from there: its own checkpoint is epoch 2, step 20.
   ASSERT_FALSE(jb.checkpoints().empty());
   EXPECT_EQ(jb.checkpoints(jb.checkpoints_size() - 1).global_step(), 20) << jb.DebugString();
@@ -132,8 +138,9 @@ TEST(ScriptApiEngineTest, EngineCheckpointAndModelLoadIntoAnNnModule) {
   ASSERT_TRUE(cluster.StartCoordinator());
   ASSERT_TRUE(cluster.StartWorker("w0", 1));
   ASSERT_TRUE(cluster.WaitWorkers(1));
-  ParsedJobSpec p = ParseJobSpecFile(SourceDir() + "/examples/mlp-synthetic.yaml",
-                                     {"world_size=1", "device=cpu", "training.epochs=1", "model.hidden=[4]"});
+  ParsedJobSpec p =
+      ParseJobSpecFile(SourceDir() + "/examples/mlp-synthetic.yaml",
+                       {"world_size=1", "device=cpu", "training.epochs=1", "model.hidden=[4]"});
   ASSERT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
   const std::string id = cluster.Submit(p.spec);
   ASSERT_FALSE(id.empty());
@@ -144,19 +151,28 @@ TEST(ScriptApiEngineTest, EngineCheckpointAndModelLoadIntoAnNnModule) {
   const std::string out = cluster.dir() + "/engine-load.out";
   const std::string script = absl::StrCat(
       "import sys, torch\n"
-      "sys.path.insert(0, '", SourceDir(), "/python')\n"
+      "sys.path.insert(0, '",
+      SourceDir(),
+      "/python')\n"
       "import trainctl\n"
       "class MLP(torch.nn.Module):\n"
       "    def __init__(self):\n"
       "        super().__init__()\n"
-      "        self.layers = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.ReLU(), torch.nn.Linear(4, 2))\n"
+      "        self.layers = torch.nn.Sequential(torch.nn.Linear(5, 4), torch.nn.ReLU(), "
+      "torch.nn.Linear(4, 2))\n"
       "    def forward(self, x):\n"
       "        return self.layers(x)\n"
       "from_ckpt, from_model = MLP(), MLP()\n"
-      "from_ckpt.load_state_dict(trainctl.load_state_dict('", j.checkpoints(0).path(), "'))\n"
-      "from_model.load_state_dict(trainctl.load_state_dict('", j.final_model(), "', from_model))\n"
+      "from_ckpt.load_state_dict(trainctl.load_state_dict('",
+      j.checkpoints(0).path(),
+      "'))\n"
+      "from_model.load_state_dict(trainctl.load_state_dict('",
+      j.final_model(),
+      "', from_model))\n"
       "x = torch.randn(8, 5)\n"
-      "want = torch.jit.load('", j.final_model(), "')(x)\n"
+      "want = torch.jit.load('",
+      j.final_model(),
+      "')(x)\n"
       "assert torch.allclose(from_model(x), want), 'model'\n"
       "assert torch.allclose(from_ckpt(x), want), 'checkpoint'\n"
       "print('engine files load')\n");
@@ -164,7 +180,8 @@ TEST(ScriptApiEngineTest, EngineCheckpointAndModelLoadIntoAnNnModule) {
     std::ofstream f(cluster.dir() + "/engine_load.py");
     f << script;
   }
-  const int rc = std::system(absl::StrCat("/usr/bin/python3 ", cluster.dir(), "/engine_load.py > ", out, " 2>&1").c_str());
+  const int rc = std::system(
+      absl::StrCat("/usr/bin/python3 ", cluster.dir(), "/engine_load.py > ", out, " 2>&1").c_str());
   EXPECT_EQ(rc, 0) << Slurp(out);
   EXPECT_THAT(Slurp(out), HasSubstr("engine files load"));
 }

@@ -12,8 +12,8 @@
 #include <fstream>
 #include <map>
 
-#include "absl/strings/str_cat.h"
 #include "absl/strings/match.h"
+#include "absl/strings/str_cat.h"
 #include "common/jobspec/job_spec.h"
 #include "tests/support/cluster.h"
 #include "tests/support/source_dir.h"
@@ -21,9 +21,9 @@
 namespace trainctl {
 namespace {
 
+using ::testing::HasSubstr;
 using trainctl::testing::Cluster;
 using trainctl::testing::SourceDir;
-using ::testing::HasSubstr;
 
 bool HaveTorch() { return std::system("/usr/bin/python3 -c 'import torch' >/dev/null 2>&1") == 0; }
 
@@ -47,9 +47,10 @@ TEST(ScriptHangE2ETest, AStoppedRankIsNamedWithinAMinuteWithBothStacksInTheLogs)
   const std::string marker = cluster.dir() + "/rank1-stopped";
   // No restart.progress_timeout_s, no hang option: the defaults. No restart,
   // so that the first hang ends the job.
-  const std::string yaml = absl::StrCat("name: script-hang\nworld_size: 2\ndevice: cpu\ncommand:\n  argv: [/usr/bin/python3, ",
-                                        SourceDir(), "/tests/support/hang_script.py, --marker, ", marker,
-                                        "]\n  working_dir: ", cluster.dir(), "\nrestart: {max_restarts: 0}\n");
+  const std::string yaml = absl::StrCat(
+      "name: script-hang\nworld_size: 2\ndevice: cpu\ncommand:\n  argv: [/usr/bin/python3, ",
+      SourceDir(), "/tests/support/hang_script.py, --marker, ", marker,
+      "]\n  working_dir: ", cluster.dir(), "\nrestart: {max_restarts: 0}\n");
   ParsedJobSpec p = ParseJobSpecYaml(yaml, "job.yaml");
   ASSERT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
   const std::string id = cluster.Submit(p.spec);
@@ -57,10 +58,13 @@ TEST(ScriptHangE2ETest, AStoppedRankIsNamedWithinAMinuteWithBothStacksInTheLogs)
 
   // Generous bounds for a loaded machine; the promise is checked on the
   // measured time below.
-  v1::Job j = cluster.WaitFor(id, [](const v1::Job& j) { return j.state() == v1::JOB_STATE_FAILED ||
-                                                                  j.state() == v1::JOB_STATE_SUCCEEDED ||
-                                                                  j.state() == v1::JOB_STATE_CANCELLED; },
-                              absl::Seconds(180));
+  v1::Job j = cluster.WaitFor(
+      id,
+      [](const v1::Job& j) {
+        return j.state() == v1::JOB_STATE_FAILED || j.state() == v1::JOB_STATE_SUCCEEDED ||
+               j.state() == v1::JOB_STATE_CANCELLED;
+      },
+      absl::Seconds(180));
   const absl::Time failed_seen = absl::Now();
   ASSERT_EQ(j.state(), v1::JOB_STATE_FAILED) << j.state_reason();
   std::optional<absl::Time> stopped = StopTime(marker);
@@ -72,13 +76,16 @@ TEST(ScriptHangE2ETest, AStoppedRankIsNamedWithinAMinuteWithBothStacksInTheLogs)
                                absl::Nanoseconds(j.attempts(0).end_time().nanos());
   EXPECT_LE(failed_at, failed_seen);
   const absl::Duration detection = failed_at - *stopped;
-  std::cout << "[ measured ] rank 1 stopped at step 30; the job failed as hung " << absl::FormatDuration(detection)
-            << " later: " << j.state_reason() << "\n";
+  std::cout << "[ measured ] rank 1 stopped at step 30; the job failed as hung "
+            << absl::FormatDuration(detection) << " later: " << j.state_reason() << "\n";
   EXPECT_LE(detection, absl::Seconds(60)) << "the promise: within 60 s with no configuration";
 
   EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_HANG);
   EXPECT_THAT(j.state_reason(), HasSubstr("hung: rank 1 (worker "));
-  EXPECT_THAT(j.state_reason(), HasSubstr("at step 30 stopped outside torch's collectives while rank 0 has waited in one for"));
+  EXPECT_THAT(
+      j.state_reason(),
+      HasSubstr(
+          "at step 30 stopped outside torch's collectives while rank 0 has waited in one for"));
   EXPECT_THAT(j.state_reason(), HasSubstr("every rank's Python stack follows in its log"));
   bool hang_event = false;
   for (const v1::Event& e : cluster.Events(id)) {
@@ -92,12 +99,16 @@ TEST(ScriptHangE2ETest, AStoppedRankIsNamedWithinAMinuteWithBothStacksInTheLogs)
 
   // The stacks reach the logs as the ranks end (a second after the verdict,
   // then SIGTERM; a rank's lines go before its end): wait for both ends.
-  j = cluster.WaitFor(id, [](const v1::Job& j) {
-    for (const v1::RankAssignment& r : j.attempts(0).ranks()) {
-      if (r.state() == v1::RANK_STATE_RUNNING || r.state() == v1::RANK_STATE_STARTING) return false;
-    }
-    return true;
-  }, absl::Seconds(60));
+  j = cluster.WaitFor(
+      id,
+      [](const v1::Job& j) {
+        for (const v1::RankAssignment& r : j.attempts(0).ranks()) {
+          if (r.state() == v1::RANK_STATE_RUNNING || r.state() == v1::RANK_STATE_STARTING)
+            return false;
+        }
+        return true;
+      },
+      absl::Seconds(60));
   const std::string log0 = cluster.RankLog(id, 1, 0), log1 = cluster.RankLog(id, 1, 1);
   // The same stacks as events beside the hang, one per rank.
   std::map<int, std::string> stacks;

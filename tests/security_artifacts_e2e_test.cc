@@ -34,11 +34,11 @@
 namespace trainctl {
 namespace {
 
+using ::testing::HasSubstr;
+using ::testing::Not;
 using trainctl::testing::Cluster;
 using trainctl::testing::FakeWorker;
 using trainctl::testing::SourceDir;
-using ::testing::HasSubstr;
-using ::testing::Not;
 
 std::string Slurp(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -46,7 +46,8 @@ std::string Slurp(const std::string& path) {
 }
 
 v1::JobSpec Spec(const std::string& name, int epochs, const std::vector<std::string>& sets = {}) {
-  std::vector<std::string> all = {"name=" + name, "world_size=1", absl::StrCat("training.epochs=", epochs)};
+  std::vector<std::string> all = {"name=" + name, "world_size=1",
+                                  absl::StrCat("training.epochs=", epochs)};
   all.insert(all.end(), sets.begin(), sets.end());
   ParsedJobSpec p = ParseJobSpecYaml(
       "model: {name: mlp, input_dim: 5, classes: 2}\n"
@@ -80,9 +81,9 @@ grpc::Status Fetch(const Cluster& c, const std::string& token, const std::string
 // The CLI over TLS; its exit code, stdout+stderr in *out.
 int Cli(const Cluster& c, const std::string& token, const std::string& args, std::string* out) {
   const std::string log = c.dir() + "/cli.out";
-  const std::string cmd =
-      absl::StrCat(trainctl::testing::BuildDirOfThisTest(), "/client/trainctl --coordinator=", c.address(),
-                   " --ca=", c.ca_file(), " --token=", token, " ", args, " > ", log, " 2>&1");
+  const std::string cmd = absl::StrCat(
+      trainctl::testing::BuildDirOfThisTest(), "/client/trainctl --coordinator=", c.address(),
+      " --ca=", c.ca_file(), " --token=", token, " ", args, " > ", log, " 2>&1");
   int rc = std::system(cmd.c_str());
   *out = Slurp(log);
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
@@ -90,7 +91,8 @@ int Cli(const Cluster& c, const std::string& token, const std::string& args, std
 
 // Starts worker `name` joined with a fresh join token (it makes worker.key
 // in its work dir).
-bool StartJoined(Cluster& c, const std::string& name, int slots, std::vector<std::string> flags = {}) {
+bool StartJoined(Cluster& c, const std::string& name, int slots,
+                 std::vector<std::string> flags = {}) {
   const std::string join = c.CreateToken(v1::ROLE_JOIN, "join-" + name);
   const std::string file = absl::StrCat(c.dir(), "/join-", name, ".token");
   if (join.empty() || !auth::WritePrivateFile(file, join + "\n").ok()) return false;
@@ -105,7 +107,8 @@ std::set<int64_t> Steps(const v1::Job& j) {
 }
 
 TEST(SecurityArtifactsE2ETest, NoReportFetchesAFileOutsideTheJobsDirectory) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.InitTls());
   ASSERT_TRUE(cluster.StartCoordinator());
   const std::string victim_key = cluster.dir() + "/worker-victim/worker.key";
@@ -125,12 +128,14 @@ TEST(SecurityArtifactsE2ETest, NoReportFetchesAFileOutsideTheJobsDirectory) {
   std::string rogue_job = cluster.Submit(
       Spec("rogue-hang", 1, {"checkpoint.dir=" + shared + "/{job_id}", "checkpoint.shared=true"}));
   ASSERT_FALSE(rogue_job.empty());
-  ASSERT_TRUE(rogue.WaitFor([](const v1::CoordinatorMessage& m) { return m.has_preflight(); }).has_value());
+  ASSERT_TRUE(
+      rogue.WaitFor([](const v1::CoordinatorMessage& m) { return m.has_preflight(); }).has_value());
   v1::WorkerMessage pre;
   pre.mutable_preflight()->set_job_id(rogue_job);
   pre.mutable_preflight()->set_attempt(1);
   ASSERT_TRUE(rogue.Send(pre));
-  ASSERT_TRUE(rogue.WaitFor([](const v1::CoordinatorMessage& m) { return m.has_start_ranks(); }).has_value());
+  ASSERT_TRUE(rogue.WaitFor([](const v1::CoordinatorMessage& m) { return m.has_start_ranks(); })
+                  .has_value());
   ASSERT_TRUE(rogue.SendStatus(rogue_job, 1, 0, v1::RANK_STATE_RUNNING));
   auto forge = [&](int64_t step, const std::string& path) {
     v1::WorkerMessage m;
@@ -145,12 +150,14 @@ TEST(SecurityArtifactsE2ETest, NoReportFetchesAFileOutsideTheJobsDirectory) {
     return rogue.Send(m);
   };
   ASSERT_TRUE(forge(7, victim_key));
-  ASSERT_TRUE(forge(8, absl::StrCat(shared, "/", rogue_job, "/", rogue_job, ".ckpt-epoch-000001.pt")));
-  v1::Job rj = cluster.WaitFor(rogue_job, [](const v1::Job& j) { return j.checkpoints_size() > 0; },
-                               absl::Seconds(20));
+  ASSERT_TRUE(
+      forge(8, absl::StrCat(shared, "/", rogue_job, "/", rogue_job, ".ckpt-epoch-000001.pt")));
+  v1::Job rj = cluster.WaitFor(
+      rogue_job, [](const v1::Job& j) { return j.checkpoints_size() > 0; }, absl::Seconds(20));
   ASSERT_EQ(Steps(rj), (std::set<int64_t>{8})) << "the key's path is never recorded";
   EXPECT_EQ(rj.checkpoints(0).reported_by(), "rogue");
-  EXPECT_THAT(cluster.coordinator()->ReadLog(), HasSubstr("'" + victim_key + "' is not a checkpoint of job " + rogue_job));
+  EXPECT_THAT(cluster.coordinator()->ReadLog(),
+              HasSubstr("'" + victim_key + "' is not a checkpoint of job " + rogue_job));
 
   // The real workers join (each makes its worker.key); one runs commands.
   ASSERT_TRUE(StartJoined(cluster, "victim", 1));
@@ -171,8 +178,8 @@ TEST(SecurityArtifactsE2ETest, NoReportFetchesAFileOutsideTheJobsDirectory) {
     EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << s.error_message();
     EXPECT_THAT(s.error_message(), HasSubstr("worker 'rogue': no such file here"));
   });
-  auto asked = rogue.WaitFor([](const v1::CoordinatorMessage& m) { return m.has_read_file(); }, absl::Seconds(20),
-                             before);
+  auto asked = rogue.WaitFor([](const v1::CoordinatorMessage& m) { return m.has_read_file(); },
+                             absl::Seconds(20), before);
   ASSERT_TRUE(asked.has_value());
   EXPECT_EQ(asked->read_file().job_id(), rogue_job);
   v1::WorkerMessage answer;
@@ -185,15 +192,16 @@ TEST(SecurityArtifactsE2ETest, NoReportFetchesAFileOutsideTheJobsDirectory) {
   // A command job's fd 3: the victim's key, its own worker's key by a
   // job-named symlink and hard link, and the key as its final model.
   const std::string script = cluster.dir() + "/fd3.sh";
-  std::ofstream(script) << "set -e\nck=\"$TRAINCTL_CHECKPOINT_DIR\"; j=\"$TRAINCTL_JOB_ID\"\n"
-                        << "printf 'checkpoint 1 7 3 - 0 %s\\n' '" << victim_key << "' >&3\n"
-                        << "printf 'checkpoint 1 6 3 - 0 %s\\n' '" << cmd_key << "' >&3\n"
-                        << "ln -s '" << cmd_key << "' \"$ck/$j.ckpt-epoch-000002.pt\"\n"
-                        << "printf 'checkpoint 2 8 3 - 0 %s\\n' \"$ck/$j.ckpt-epoch-000002.pt\" >&3\n"
-                        << "ln '" << cmd_key << "' \"$ck/$j.ckpt-epoch-000003.pt\"\n"
-                        << "printf 'checkpoint 3 9 3 - 0 %s\\n' \"$ck/$j.ckpt-epoch-000003.pt\" >&3\n"
-                        << "printf 'model %s\\n' '" << victim_key << "' >&3\n"
-                        << "sleep 1\n";
+  std::ofstream(script)
+      << "set -e\nck=\"$TRAINCTL_CHECKPOINT_DIR\"; j=\"$TRAINCTL_JOB_ID\"\n"
+      << "printf 'checkpoint 1 7 3 - 0 %s\\n' '" << victim_key << "' >&3\n"
+      << "printf 'checkpoint 1 6 3 - 0 %s\\n' '" << cmd_key << "' >&3\n"
+      << "ln -s '" << cmd_key << "' \"$ck/$j.ckpt-epoch-000002.pt\"\n"
+      << "printf 'checkpoint 2 8 3 - 0 %s\\n' \"$ck/$j.ckpt-epoch-000002.pt\" >&3\n"
+      << "ln '" << cmd_key << "' \"$ck/$j.ckpt-epoch-000003.pt\"\n"
+      << "printf 'checkpoint 3 9 3 - 0 %s\\n' \"$ck/$j.ckpt-epoch-000003.pt\" >&3\n"
+      << "printf 'model %s\\n' '" << victim_key << "' >&3\n"
+      << "sleep 1\n";
   ParsedJobSpec cmd = ParseJobSpecYaml(
       absl::StrCat("name: fd3\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: [/bin/sh, ", script,
                    "]\ncheckpoint: {dir: '", shared, "/{job_id}', shared: true}\n"),
@@ -204,20 +212,24 @@ TEST(SecurityArtifactsE2ETest, NoReportFetchesAFileOutsideTheJobsDirectory) {
   ASSERT_TRUE(cluster.SubmitAs(submitter, cmd.spec, &trick).ok());
   v1::Job tj = cluster.WaitState(trick, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
   ASSERT_EQ(tj.state(), v1::JOB_STATE_SUCCEEDED) << tj.state_reason();
-  EXPECT_EQ(Steps(tj), (std::set<int64_t>{8, 9})) << "only job-named files in its directory are reported";
+  EXPECT_EQ(Steps(tj), (std::set<int64_t>{8, 9}))
+      << "only job-named files in its directory are reported";
   EXPECT_EQ(tj.final_model(), "") << "the key is not its final model";
-  EXPECT_THAT(cluster.RankLog(trick, 1, 0), HasSubstr("ignored status line (not a checkpoint of this job"));
+  EXPECT_THAT(cluster.RankLog(trick, 1, 0),
+              HasSubstr("ignored status line (not a checkpoint of this job"));
 
   std::string out;
   const std::string k = cluster.dir() + "/k";
-  EXPECT_NE(Cli(cluster, viewer, absl::StrCat("fetch ", trick, " --checkpoint 7 -O ", k), &out), 0) << out;
+  EXPECT_NE(Cli(cluster, viewer, absl::StrCat("fetch ", trick, " --checkpoint 7 -O ", k), &out), 0)
+      << out;
   EXPECT_THAT(out, HasSubstr("no checkpoint at step 7"));
   EXPECT_FALSE(std::filesystem::exists(k));
-  for (const auto& [step, why] : std::vector<std::pair<int64_t, std::string>>{{8, "a symbolic link (not served)"},
-                                                                              {9, "has 2 links"}}) {
+  for (const auto& [step, why] : std::vector<std::pair<int64_t, std::string>>{
+           {8, "a symbolic link (not served)"}, {9, "has 2 links"}}) {
     data.clear();
     grpc::Status s = Fetch(cluster, viewer, trick, step, &data);
-    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << step << ": " << s.error_message();
+    EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+        << step << ": " << s.error_message();
     EXPECT_THAT(s.error_message(), HasSubstr(why)) << step;
     EXPECT_EQ(data, "") << step;
   }
@@ -232,7 +244,8 @@ TEST(SecurityArtifactsE2ETest, NoReportFetchesAFileOutsideTheJobsDirectory) {
 }
 
 TEST(SecurityArtifactsE2ETest, ACheckpointDirBelongsToItsFirstOwnerWhoseJobsKeepTheirOwnModels) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.InitTls());
   ASSERT_TRUE(cluster.StartCoordinator());
   ASSERT_TRUE(StartJoined(cluster, "w", 2));
@@ -243,7 +256,8 @@ TEST(SecurityArtifactsE2ETest, ACheckpointDirBelongsToItsFirstOwnerWhoseJobsKeep
   const std::string team = cluster.dir() + "/team";
 
   std::string a1, a2;
-  ASSERT_TRUE(cluster.SubmitAs(alice, Spec("slow-model-a1", 2, {"checkpoint.dir=" + team}), &a1).ok());
+  ASSERT_TRUE(
+      cluster.SubmitAs(alice, Spec("slow-model-a1", 2, {"checkpoint.dir=" + team}), &a1).ok());
   ASSERT_TRUE(cluster.SubmitAs(alice, Spec("model-a2", 1, {"checkpoint.dir=" + team}), &a2).ok());
 
   // Bob, by the same path: refused at submit, naming the owner.
@@ -253,11 +267,15 @@ TEST(SecurityArtifactsE2ETest, ACheckpointDirBelongsToItsFirstOwnerWhoseJobsKeep
   EXPECT_THAT(s.error_message(), HasSubstr("belongs to 'alice' (job " + a1 + ")"));
   // By a path the coordinator cannot match (a symlink): refused by the
   // worker's pre-flight, which reads the directory's claim.
-  v1::Job first = cluster.WaitFor(a1, [](const v1::Job& j) { return j.state() >= v1::JOB_STATE_RUNNING; });
+  v1::Job first =
+      cluster.WaitFor(a1, [](const v1::Job& j) { return j.state() >= v1::JOB_STATE_RUNNING; });
   ASSERT_GE(first.state(), v1::JOB_STATE_RUNNING);
   ASSERT_TRUE(std::filesystem::exists(team + "/.trainctl-dir"));
   std::filesystem::create_directory_symlink(team, cluster.dir() + "/team-link");
-  ASSERT_TRUE(cluster.SubmitAs(bob, Spec("model-b", 1, {"checkpoint.dir=" + cluster.dir() + "/team-link"}), &b).ok());
+  ASSERT_TRUE(
+      cluster
+          .SubmitAs(bob, Spec("model-b", 1, {"checkpoint.dir=" + cluster.dir() + "/team-link"}), &b)
+          .ok());
   v1::Job bj = cluster.WaitState(b, v1::JOB_STATE_FAILED, absl::Seconds(60));
   ASSERT_EQ(bj.state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(bj.attempts(0).failure_kind(), v1::FAILURE_KIND_PREFLIGHT);

@@ -30,17 +30,19 @@
 namespace trainctl {
 namespace {
 
+using ::testing::HasSubstr;
 using trainctl::testing::Cluster;
 using trainctl::testing::FakeWorker;
 using trainctl::testing::Process;
 using trainctl::testing::SourceDir;
-using ::testing::HasSubstr;
 
 v1::JobSpec Spec(const std::string& name, int epochs, int world = 1) {
   ParsedJobSpec p = ParseJobSpecYaml(
       "model: {name: mlp, input_dim: 5, classes: 2}\n"
       "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
-      "certs.yaml", {"name=" + name, absl::StrCat("world_size=", world), absl::StrCat("training.epochs=", epochs)});
+      "certs.yaml",
+      {"name=" + name, absl::StrCat("world_size=", world),
+       absl::StrCat("training.epochs=", epochs)});
   EXPECT_TRUE(p.ok());
   return p.spec;
 }
@@ -49,8 +51,9 @@ std::chrono::system_clock::time_point Soon(int s = 10) {
   return std::chrono::system_clock::now() + std::chrono::seconds(s);
 }
 
-std::shared_ptr<grpc::Channel> Tls(const std::string& address, const std::string& ca, const std::string& token = "",
-                                   const std::string& cert_file = "", const std::string& key_file = "") {
+std::shared_ptr<grpc::Channel> Tls(const std::string& address, const std::string& ca,
+                                   const std::string& token = "", const std::string& cert_file = "",
+                                   const std::string& key_file = "") {
   auth::ChannelSecurity security;
   security.token = token;
   security.ca_file = ca;
@@ -69,8 +72,9 @@ std::string CreateToken(Cluster& cluster, v1::Role role, const std::string& name
   req.set_name(name);
   for (const std::string& a : addresses) req.add_addresses(a);
   v1::CreateTokenResponse resp;
-  grpc::Status s = v1::AuthService::NewStub(Tls(cluster.address(), cluster.ca_file(), cluster.admin_token()))
-                       ->CreateToken(&ctx, req, &resp);
+  grpc::Status s =
+      v1::AuthService::NewStub(Tls(cluster.address(), cluster.ca_file(), cluster.admin_token()))
+          ->CreateToken(&ctx, req, &resp);
   EXPECT_TRUE(s.ok()) << s.error_message();
   return resp.secret();
 }
@@ -82,7 +86,8 @@ grpc::Status Join(Cluster& cluster, const std::string& token, const std::string&
   v1::JoinRequest req;
   req.set_csr_pem(csr);
   for (const std::string& a : addresses) req.add_addresses(a);
-  return v1::AuthService::NewStub(Tls(cluster.address(), cluster.ca_file(), token))->Join(&ctx, req, resp);
+  return v1::AuthService::NewStub(Tls(cluster.address(), cluster.ca_file(), token))
+      ->Join(&ctx, req, resp);
 }
 
 // Whether the certificate names `host` (an IP address or a DNS name).
@@ -91,18 +96,20 @@ bool CertNames(const std::string& cert_pem, const std::string& host) {
   X509* x = PEM_read_bio_X509(bio, nullptr, nullptr, nullptr);
   BIO_free(bio);
   if (x == nullptr) return false;
-  bool named = X509_check_ip_asc(x, host.c_str(), 0) == 1 || X509_check_host(x, host.c_str(), 0, 0, nullptr) == 1;
+  bool named = X509_check_ip_asc(x, host.c_str(), 0) == 1 ||
+               X509_check_host(x, host.c_str(), 0, 0, nullptr) == 1;
   X509_free(x);
   return named;
 }
 
 // Opens a Session (mutual TLS with `cert_file`) and registers; the status the
 // coordinator ends it with (OK once it acknowledged the registration).
-grpc::Status RegisterWithCert(const std::string& address, const std::string& ca, const std::string& cert_file,
-                              const std::string& key_file) {
+grpc::Status RegisterWithCert(const std::string& address, const std::string& ca,
+                              const std::string& cert_file, const std::string& key_file) {
   grpc::ClientContext ctx;
   ctx.set_deadline(Soon());
-  auto stream = v1::WorkerService::NewStub(Tls(address, ca, "", cert_file, key_file))->Session(&ctx);
+  auto stream =
+      v1::WorkerService::NewStub(Tls(address, ca, "", cert_file, key_file))->Session(&ctx);
   v1::WorkerMessage reg;
   reg.mutable_register_()->set_hostname("h");
   reg.mutable_register_()->add_slots()->set_kind(v1::Slot::KIND_CPU);
@@ -121,7 +128,8 @@ grpc::Status RegisterWithCert(const std::string& address, const std::string& ca,
 // that gets through the handshake.
 class FakeCoordinator {
  public:
-  FakeCoordinator(const std::string& cert_pem, const std::string& key_pem) : jobs_(this), workers_(this) {
+  FakeCoordinator(const std::string& cert_pem, const std::string& key_pem)
+      : jobs_(this), workers_(this) {
     grpc::SslServerCredentialsOptions ssl;
     ssl.pem_key_cert_pairs.push_back({key_pem, cert_pem});
     grpc::ServerBuilder builder;
@@ -130,7 +138,9 @@ class FakeCoordinator {
     builder.RegisterService(&workers_);
     server_ = builder.BuildAndStart();
   }
-  ~FakeCoordinator() { server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2)); }
+  ~FakeCoordinator() {
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  }
 
   std::string address() const { return absl::StrCat("127.0.0.1:", port_); }
   // Every `authorization` received ("-" for a call without one).
@@ -143,7 +153,9 @@ class FakeCoordinator {
   void Record(grpc::CallbackServerContext* ctx) {
     auto it = ctx->client_metadata().find("authorization");
     absl::MutexLock lock(&mu_);
-    tokens_.push_back(it == ctx->client_metadata().end() ? "-" : std::string(it->second.data(), it->second.size()));
+    tokens_.push_back(it == ctx->client_metadata().end()
+                          ? "-"
+                          : std::string(it->second.data(), it->second.size()));
   }
 
   class Jobs : public v1::JobService::CallbackService {
@@ -214,7 +226,8 @@ bool Eventually(const std::function<bool()>& done, absl::Duration timeout = absl
 // token), and send nothing. A server with the coordinator's own certificate
 // (the control) does receive them, so the test can see a leak.
 TEST(SecurityCertsE2ETest, AJoinedWorkersCertificateIsNotACoordinator) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.InitTls());
   ASSERT_TRUE(cluster.StartCoordinator());
   ASSERT_TRUE(cluster.StartWorker("real", 1));
@@ -242,11 +255,13 @@ TEST(SecurityCertsE2ETest, AJoinedWorkersCertificateIsNotACoordinator) {
 
   // The CLI.
   int st = RunCli(cluster.dir() + "/cli-control.log",
-                  {"--coordinator=" + control.address(), "--ca=" + ca, "--token=" + admin, "--timeout=20", "list"});
+                  {"--coordinator=" + control.address(), "--ca=" + ca, "--token=" + admin,
+                   "--timeout=20", "list"});
   EXPECT_TRUE(ExitedOk(st)) << *auth::ReadFile(cluster.dir() + "/cli-control.log");
-  EXPECT_THAT(control.tokens(), ::testing::Contains("Bearer " + admin)) << "control: a real server gets the token";
-  st = RunCli(cluster.dir() + "/cli-evil.log",
-              {"--coordinator=" + evil.address(), "--ca=" + ca, "--token=" + admin, "--timeout=10", "list"});
+  EXPECT_THAT(control.tokens(), ::testing::Contains("Bearer " + admin))
+      << "control: a real server gets the token";
+  st = RunCli(cluster.dir() + "/cli-evil.log", {"--coordinator=" + evil.address(), "--ca=" + ca,
+                                                "--token=" + admin, "--timeout=10", "list"});
   EXPECT_FALSE(ExitedOk(st)) << "the CLI took a worker's certificate for the coordinator";
   EXPECT_TRUE(evil.tokens().empty()) << "the CLI sent its token to a joined worker's server";
 
@@ -267,11 +282,12 @@ TEST(SecurityCertsE2ETest, AJoinedWorkersCertificateIsNotACoordinator) {
   // A worker daemon (with its worker token).
   auto worker_at = [&](const FakeCoordinator& target, const std::string& name) {
     return std::make_unique<Process>(
-        std::vector<std::string>{trainctl::testing::BuildDirOfThisTest() + "/worker/daemon/trainctl-worker",
-                                 "--coordinator=" + target.address(), "--ca=" + ca,
-                                 "--token_file=" + cluster.WorkerTokenFile("real"),
-                                 "--work_dir=" + cluster.dir() + "/" + name, "--address=127.0.0.1", "--slots=1",
-                                 "--rank_binary=" + SourceDir() + "/tests/support/fake_rank.py"},
+        std::vector<std::string>{
+            trainctl::testing::BuildDirOfThisTest() + "/worker/daemon/trainctl-worker",
+            "--coordinator=" + target.address(), "--ca=" + ca,
+            "--token_file=" + cluster.WorkerTokenFile("real"),
+            "--work_dir=" + cluster.dir() + "/" + name, "--address=127.0.0.1", "--slots=1",
+            "--rank_binary=" + SourceDir() + "/tests/support/fake_rank.py"},
         cluster.dir() + "/" + name + ".log");
   };
   std::unique_ptr<Process> to_control = worker_at(control, "worker-to-control");
@@ -284,8 +300,9 @@ TEST(SecurityCertsE2ETest, AJoinedWorkersCertificateIsNotACoordinator) {
   to_control->Kill(SIGKILL);
   std::unique_ptr<Process> to_evil = worker_at(evil, "worker-to-evil");
   ASSERT_TRUE(to_evil->Start());
-  EXPECT_TRUE(Eventually([&] { return to_evil->ReadLog().find("coordinator_unreachable") != std::string::npos; }))
-      << to_evil->ReadLog();
+  EXPECT_TRUE(Eventually([&] {
+    return to_evil->ReadLog().find("coordinator_unreachable") != std::string::npos;
+  })) << to_evil->ReadLog();
   to_evil->Kill(SIGKILL);
   EXPECT_TRUE(evil.tokens().empty()) << "a worker sent its token to a joined worker's server";
 
@@ -301,7 +318,8 @@ TEST(SecurityCertsE2ETest, AJoinedWorkersCertificateIsNotACoordinator) {
 // real workers on loopback still meet through the IP they connect from, and
 // their victim job SUCCEEDS.
 TEST(SecurityCertsE2ETest, WeakKeysAndSelfChosenRendezvousAddressesAreRefused) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.InitTls());
   ASSERT_TRUE(cluster.StartCoordinator());
   const std::string addr = cluster.address();
@@ -325,8 +343,8 @@ TEST(SecurityCertsE2ETest, WeakKeysAndSelfChosenRendezvousAddressesAreRefused) {
 
   // Two rogue workers hold the two ranks of a job: the joined one, and a
   // token worker (its token names no address) that registers 6.6.6.6.
-  FakeWorker cert_worker(Tls(addr, ca, "", cluster.dir() + "/j.crt", cluster.dir() + "/j.key"), joined.worker_id(),
-                         1);
+  FakeWorker cert_worker(Tls(addr, ca, "", cluster.dir() + "/j.crt", cluster.dir() + "/j.key"),
+                         joined.worker_id(), 1);
   FakeWorker token_worker(Tls(addr, ca), "rogue-token", 1, absl::Milliseconds(100),
                           CreateToken(cluster, v1::ROLE_WORKER, "rogue"));
   token_worker.set_address("6.6.6.6");
@@ -389,7 +407,8 @@ TEST(SecurityCertsE2ETest, WeakKeysAndSelfChosenRendezvousAddressesAreRefused) {
   ASSERT_FALSE(victim.empty());
   v1::Job done = cluster.WaitState(victim, v1::JOB_STATE_SUCCEEDED, absl::Seconds(90));
   EXPECT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.state_reason();
-  EXPECT_THAT(done.attempts(done.attempts_size() - 1).rendezvous().gloo_store_address(), HasSubstr("127.0.0.1:"));
+  EXPECT_THAT(done.attempts(done.attempts_size() - 1).rendezvous().gloo_store_address(),
+              HasSubstr("127.0.0.1:"));
 }
 
 // Certificate revocation: `trainctl worker revoke ID` ends the joined
@@ -397,12 +416,14 @@ TEST(SecurityCertsE2ETest, WeakKeysAndSelfChosenRendezvousAddressesAreRefused) {
 // (the victim SUCCEEDS on another worker), and refuses its certificate from
 // then on, also after a coordinator restart. Only an admin may revoke.
 TEST(SecurityCertsE2ETest, ARevokedWorkerCertificateIsDropped) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.InitTls());
   ASSERT_TRUE(cluster.StartCoordinator());
   const std::string ca = cluster.ca_file();
   const std::string join_file = cluster.dir() + "/join.token";
-  ASSERT_TRUE(auth::WritePrivateFile(join_file, CreateToken(cluster, v1::ROLE_JOIN, "rack-1") + "\n").ok());
+  ASSERT_TRUE(
+      auth::WritePrivateFile(join_file, CreateToken(cluster, v1::ROLE_JOIN, "rack-1") + "\n").ok());
   ASSERT_TRUE(cluster.StartWorker("joined", 1, false, {"--join_token_file=" + join_file}));
   ASSERT_TRUE(cluster.WaitWorkers(1, absl::Seconds(30))) << cluster.worker("joined")->ReadLog();
   const std::string work = cluster.dir() + "/worker-joined";
@@ -424,14 +445,15 @@ TEST(SecurityCertsE2ETest, ARevokedWorkerCertificateIsDropped) {
     req.set_worker_id(joined_id);
     v1::RevokeWorkerResponse resp;
     grpc::Status s =
-        v1::AuthService::NewStub(Tls(cluster.address(), ca, CreateToken(cluster, v1::ROLE_SUBMITTER, "mallory")))
+        v1::AuthService::NewStub(
+            Tls(cluster.address(), ca, CreateToken(cluster, v1::ROLE_SUBMITTER, "mallory")))
             ->RevokeWorker(&ctx, req, &resp);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
   }
   const absl::Time revoked_at = absl::Now();
   const std::string cli_log = cluster.dir() + "/revoke.log";
-  int st = RunCli(cli_log, {"--coordinator=" + cluster.address(), "--ca=" + ca, "--token=" + cluster.admin_token(),
-                            "worker", "revoke", joined_id});
+  int st = RunCli(cli_log, {"--coordinator=" + cluster.address(), "--ca=" + ca,
+                            "--token=" + cluster.admin_token(), "worker", "revoke", joined_id});
   ASSERT_TRUE(ExitedOk(st)) << *auth::ReadFile(cli_log);
   EXPECT_THAT(*auth::ReadFile(cli_log), HasSubstr("worker " + joined_id + " revoked"));
 
@@ -441,15 +463,18 @@ TEST(SecurityCertsE2ETest, ARevokedWorkerCertificateIsDropped) {
     v1::ListWorkersRequest req;
     req.set_include_gone(true);
     v1::ListWorkersResponse resp;
-    if (!cluster.workers_stub()->ListWorkers(&ctx, req, &resp).ok()) return v1::WORKER_STATE_UNSPECIFIED;
+    if (!cluster.workers_stub()->ListWorkers(&ctx, req, &resp).ok())
+      return v1::WORKER_STATE_UNSPECIFIED;
     for (const v1::Worker& w : resp.workers()) {
       if (w.id() == id) return w.state();
     }
     return v1::WORKER_STATE_UNSPECIFIED;
   };
-  ASSERT_TRUE(Eventually([&] { return state_of(joined_id) == v1::WORKER_STATE_LOST; }, absl::Seconds(10)));
+  ASSERT_TRUE(
+      Eventually([&] { return state_of(joined_id) == v1::WORKER_STATE_LOST; }, absl::Seconds(10)));
   EXPECT_LT(absl::Now() - revoked_at, absl::Seconds(10)) << "LOST at once, not after a lease";
-  grpc::Status s = RegisterWithCert(cluster.address(), ca, work + "/worker.crt", work + "/worker.key");
+  grpc::Status s =
+      RegisterWithCert(cluster.address(), ca, work + "/worker.crt", work + "/worker.key");
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
   EXPECT_THAT(s.error_message(), HasSubstr("was revoked"));
 
@@ -472,15 +497,17 @@ TEST(SecurityCertsE2ETest, ARevokedWorkerCertificateIsDropped) {
 // connects (a coordinator restart makes it present the renewed one). A
 // certificate renews only itself, and a revoked one cannot renew.
 TEST(SecurityCertsE2ETest, AJoinedWorkerRenewsItsCertificateBeforeItExpires) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.InitTls());
   // 43 s (back-dated 10 s): renewed when less than 18 s is left.
   const std::vector<std::string> short_certs = {"--worker_cert_days=0.0005"};
   ASSERT_TRUE(cluster.StartCoordinator(short_certs));
   const std::string ca = cluster.ca_file();
   const std::string join_file = cluster.dir() + "/join.token";
-  ASSERT_TRUE(
-      auth::WritePrivateFile(join_file, CreateToken(cluster, v1::ROLE_JOIN, "rack-1", {"127.0.0.1"}) + "\n").ok());
+  ASSERT_TRUE(auth::WritePrivateFile(
+                  join_file, CreateToken(cluster, v1::ROLE_JOIN, "rack-1", {"127.0.0.1"}) + "\n")
+                  .ok());
   ASSERT_TRUE(cluster.StartWorker("joined", 1, false, {"--join_token_file=" + join_file}));
   ASSERT_TRUE(cluster.WaitWorkers(1, absl::Seconds(30))) << cluster.worker("joined")->ReadLog();
   const std::string work = cluster.dir() + "/worker-joined";
@@ -510,7 +537,8 @@ TEST(SecurityCertsE2ETest, AJoinedWorkerRenewsItsCertificateBeforeItExpires) {
       << cluster.worker("joined")->ReadLog();
   EXPECT_TRUE(Eventually(
       [&] {
-        return absl::StrContains(cluster.coordinator()->ReadLog(), "worker_cert_renewed worker_id=" + id);
+        return absl::StrContains(cluster.coordinator()->ReadLog(),
+                                 "worker_cert_renewed worker_id=" + id);
       },
       absl::Seconds(30)))
       << cluster.coordinator()->ReadLog();
@@ -522,7 +550,8 @@ TEST(SecurityCertsE2ETest, AJoinedWorkerRenewsItsCertificateBeforeItExpires) {
   ASSERT_TRUE(cluster.StartCoordinator(short_certs));
   const std::string job = cluster.Submit(Spec("after-renewal", 1));
   v1::Job done = cluster.WaitState(job, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
-  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED) << done.state_reason() << cluster.worker("joined")->ReadLog();
+  ASSERT_EQ(done.state(), v1::JOB_STATE_SUCCEEDED)
+      << done.state_reason() << cluster.worker("joined")->ReadLog();
   EXPECT_EQ(done.attempts(0).ranks(0).worker_id(), id);
 
   // A certificate renews only itself; a revoked one not at all.
@@ -534,7 +563,8 @@ TEST(SecurityCertsE2ETest, AJoinedWorkerRenewsItsCertificateBeforeItExpires) {
     req.set_worker_id(as);
     req.set_csr_pem(*auth::NewCsr(key, "x"));
     v1::JoinResponse resp;
-    return v1::AuthService::NewStub(Tls(cluster.address(), ca, "", work + "/worker.crt", work + "/worker.key"))
+    return v1::AuthService::NewStub(
+               Tls(cluster.address(), ca, "", work + "/worker.crt", work + "/worker.key"))
         ->Join(&ctx, req, &resp);
   };
   grpc::Status s = renew("someone-else");

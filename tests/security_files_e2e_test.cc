@@ -34,9 +34,9 @@ namespace trainctl {
 namespace {
 
 namespace fs = std::filesystem;
-using trainctl::testing::Cluster;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using trainctl::testing::Cluster;
 
 std::string ReadFile(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
@@ -53,20 +53,23 @@ mode_t Mode(const std::string& path) {
 
 // A one-rank CPU job of the classic example; `sets` override.
 v1::JobSpec Classic(std::vector<std::string> sets) {
-  std::vector<std::string> all = {"world_size=1", "device=cpu", "training.epochs=2", "data.train.length=600"};
+  std::vector<std::string> all = {"world_size=1", "device=cpu", "training.epochs=2",
+                                  "data.train.length=600"};
   all.insert(all.end(), sets.begin(), sets.end());
-  ParsedJobSpec p = ParseJobSpecFile(trainctl::testing::SourceDir() + "/examples/mlp-synthetic.yaml", all);
+  ParsedJobSpec p =
+      ParseJobSpecFile(trainctl::testing::SourceDir() + "/examples/mlp-synthetic.yaml", all);
   EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
   return p.spec;
 }
 
 // A one-rank CPU job training on the CSV at `path` (one feature, a class).
 v1::JobSpec CsvJob(const std::string& path) {
-  ParsedJobSpec p = ParseJobSpecYaml(absl::StrCat("name: csv\nworld_size: 1\ndevice: cpu\n"
-                                                  "model: {name: mlp, input_dim: 1, classes: 2}\n"
-                                                  "data: {train: {format: csv, path: ",
-                                                  path, ", header: false}}\nrestart: {max_restarts: 0}\n"),
-                                     "csv.yaml", {});
+  ParsedJobSpec p =
+      ParseJobSpecYaml(absl::StrCat("name: csv\nworld_size: 1\ndevice: cpu\n"
+                                    "model: {name: mlp, input_dim: 1, classes: 2}\n"
+                                    "data: {train: {format: csv, path: ",
+                                    path, ", header: false}}\nrestart: {max_restarts: 0}\n"),
+                       "csv.yaml", {});
   EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
   return p.spec;
 }
@@ -75,8 +78,9 @@ v1::JobSpec CsvJob(const std::string& path) {
 int Cli(const Cluster& c, const std::string& cwd, const std::string& args, std::string* out) {
   const std::string log = c.dir() + "/cli.out";
   const std::string cmd =
-      absl::StrCat("cd '", cwd, "' && ", trainctl::testing::BuildDirOfThisTest(), "/client/trainctl --coordinator=",
-                   c.address(), " --token=", c.admin_token(), " ", args, " > ", log, " 2>&1");
+      absl::StrCat("cd '", cwd, "' && ", trainctl::testing::BuildDirOfThisTest(),
+                   "/client/trainctl --coordinator=", c.address(), " --token=", c.admin_token(),
+                   " ", args, " > ", log, " 2>&1");
   int rc = std::system(cmd.c_str());
   *out = ReadFile(log);
   return WIFEXITED(rc) ? WEXITSTATUS(rc) : -1;
@@ -100,7 +104,8 @@ class SecurityFilesE2ETest : public ::testing::Test {
 };
 
 TEST_F(SecurityFilesE2ETest, PlantedLinksChangeNothingFilesArePrivateAndFetchWritesOnlyWhereAsked) {
-  const std::string ck = cluster_->dir() + "/ck", shared = ck + "/shared", victims = cluster_->dir() + "/victims";
+  const std::string ck = cluster_->dir() + "/ck", shared = ck + "/shared",
+                    victims = cluster_->dir() + "/victims";
   fs::create_directories(shared);
   fs::create_directories(victims);
   ASSERT_TRUE(cluster_->StartWorker("w0", 1, false, {"--checkpoint-root=" + ck}));
@@ -120,7 +125,8 @@ TEST_F(SecurityFilesE2ETest, PlantedLinksChangeNothingFilesArePrivateAndFetchWri
   plant("model.pt", "model");
   // The rank's pid is not known yet: the next few thousand pids.
   int64_t last_pid = 0;
-  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile("/proc/sys/kernel/ns_last_pid")), &last_pid));
+  ASSERT_TRUE(absl::SimpleAtoi(absl::StripAsciiWhitespace(ReadFile("/proc/sys/kernel/ns_last_pid")),
+                               &last_pid));
   for (int64_t pid = last_pid + 1; pid <= last_pid + 3000; ++pid) {
     plant(absl::StrCat(".trainctl-write-probe.", pid), "write-probe");
   }
@@ -191,12 +197,14 @@ TEST_F(SecurityFilesE2ETest, PlantedLinksChangeNothingFilesArePrivateAndFetchWri
   ASSERT_EQ(Cli(*cluster_, out_dir, absl::StrCat("fetch ", id, " --force"), &out), 0) << out;
   EXPECT_EQ(ReadFile(model), fetched);
   const int64_t step = job.checkpoints(0).global_step();
-  ASSERT_EQ(Cli(*cluster_, out_dir, absl::StrCat("fetch ", id, " --checkpoint ", step), &out), 0) << out;
+  ASSERT_EQ(Cli(*cluster_, out_dir, absl::StrCat("fetch ", id, " --checkpoint ", step), &out), 0)
+      << out;
   const std::string ckpt = absl::StrCat(out_dir, "/", id, "-step-", step, ".pt");
   EXPECT_TRUE(fs::is_regular_file(ckpt)) << out;
   EXPECT_EQ(Mode(ckpt) & 0777, 0600u);
   std::vector<std::string> names;
-  for (const auto& e : fs::directory_iterator(out_dir)) names.push_back(e.path().filename().string());
+  for (const auto& e : fs::directory_iterator(out_dir))
+    names.push_back(e.path().filename().string());
   EXPECT_EQ(names.size(), 3u) << "no temporary file left";
 }
 

@@ -80,7 +80,8 @@ int Count(const std::string& text, const std::string& needle) {
 
 // Polls `done` every 50 ms until it holds or `timeout` passes.
 bool Eventually(const std::function<bool()>& done, absl::Duration timeout) {
-  for (absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline; absl::SleepFor(absl::Milliseconds(50))) {
+  for (absl::Time deadline = absl::Now() + timeout; absl::Now() < deadline;
+       absl::SleepFor(absl::Milliseconds(50))) {
     if (done()) return true;
   }
   return done();
@@ -105,7 +106,8 @@ grpc::Status Revoke(const Cluster& cluster, const std::string& secret) {
   v1::RevokeTokenRequest req;
   req.set_id(auth::TokenIdOfSecret(secret));
   v1::Token resp;
-  return v1::AuthService::NewStub(ChannelWith(cluster, cluster.admin_token()))->RevokeToken(&ctx, req, &resp);
+  return v1::AuthService::NewStub(ChannelWith(cluster, cluster.admin_token()))
+      ->RevokeToken(&ctx, req, &resp);
 }
 
 // One server stream read to its end on its own thread: when it ended
@@ -135,10 +137,12 @@ class SecurityLiveE2ETest : public ::testing::Test {
     // `m` points into `log`: both live past the wait.
     std::string log;
     std::smatch m;
-    if (!Eventually([&] {
-          log = cluster_->coordinator()->ReadLog();
-          return std::regex_search(log, m, re);
-        }, absl::Seconds(10))) {
+    if (!Eventually(
+            [&] {
+              log = cluster_->coordinator()->ReadLog();
+              return std::regex_search(log, m, re);
+            },
+            absl::Seconds(10))) {
       return "";
     }
     EXPECT_EQ(m[1].str(), "https") << "with TLS the dashboard serves HTTPS";
@@ -192,29 +196,40 @@ TEST_F(SecurityLiveE2ETest, RevokedViewerStreamsEndAndRevokedWorkerIsDropped) {
     end.at = absl::Now();
     return end;
   });
-  ASSERT_TRUE(logs_flowing.WaitForNotificationWithTimeout(absl::Seconds(30))) << "no log line reached the follower";
-  ASSERT_TRUE(watch_flowing.WaitForNotificationWithTimeout(absl::Seconds(30))) << "the watch sent nothing";
+  ASSERT_TRUE(logs_flowing.WaitForNotificationWithTimeout(absl::Seconds(30)))
+      << "no log line reached the follower";
+  ASSERT_TRUE(watch_flowing.WaitForNotificationWithTimeout(absl::Seconds(30)))
+      << "the watch sent nothing";
 
   ASSERT_TRUE(Revoke(*cluster_, viewer).ok());
   const absl::Time revoked = absl::Now();
   for (auto* f : {&follow_logs, &watch}) {
-    ASSERT_EQ(f->wait_for(std::chrono::seconds(30)), std::future_status::ready) << "a revoked stream kept going";
+    ASSERT_EQ(f->wait_for(std::chrono::seconds(30)), std::future_status::ready)
+        << "a revoked stream kept going";
     StreamEnd end = f->get();
-    EXPECT_EQ(end.status.error_code(), grpc::StatusCode::UNAUTHENTICATED) << end.status.error_message();
-    EXPECT_NE(end.status.error_message().find("revoked"), std::string::npos) << end.status.error_message();
-    EXPECT_LT(end.at - revoked, absl::Seconds(5)) << "the stream outlived its token by " << (end.at - revoked);
+    EXPECT_EQ(end.status.error_code(), grpc::StatusCode::UNAUTHENTICATED)
+        << end.status.error_message();
+    EXPECT_NE(end.status.error_message().find("revoked"), std::string::npos)
+        << end.status.error_message();
+    EXPECT_LT(end.at - revoked, absl::Seconds(5))
+        << "the stream outlived its token by " << (end.at - revoked);
   }
 
   // A second worker to take the job; then w0's token is revoked.
   ASSERT_TRUE(cluster_->StartWorker("w1", 1));
   ASSERT_TRUE(cluster_->WaitWorkers(2));
   ASSERT_TRUE(Revoke(*cluster_, FirstLine(cluster_->WorkerTokenFile("w0"))).ok());
-  EXPECT_TRUE(Eventually([&] { return FindWorker(*cluster_, w0_id).state() == v1::WORKER_STATE_LOST; },
-                         absl::Seconds(15)))
-      << "the revoked worker is still " << v1::WorkerState_Name(FindWorker(*cluster_, w0_id).state());
-  EXPECT_TRUE(Eventually([&] { return cluster_->coordinator()->ReadLog().find("worker_session_revoked") !=
-                                      std::string::npos; },
-                         absl::Seconds(5)));
+  EXPECT_TRUE(
+      Eventually([&] { return FindWorker(*cluster_, w0_id).state() == v1::WORKER_STATE_LOST; },
+                 absl::Seconds(15)))
+      << "the revoked worker is still "
+      << v1::WorkerState_Name(FindWorker(*cluster_, w0_id).state());
+  EXPECT_TRUE(Eventually(
+      [&] {
+        return cluster_->coordinator()->ReadLog().find("worker_session_revoked") !=
+               std::string::npos;
+      },
+      absl::Seconds(5)));
 
   // The victim restarts on w1 and succeeds; w0, which keeps reconnecting
   // with its revoked token, never comes back.
@@ -242,8 +257,12 @@ TEST_F(SecurityLiveE2ETest, DashboardServesHttpsWithHeadersAndNoOpenRedirect) {
   for (const char* path : {"/login", "/api/jobs", "/no-such-page"}) {
     auto r = https.Get(path);
     ASSERT_TRUE(r) << path << ": " << httplib::to_string(r.error());
-    EXPECT_NE(r->get_header_value("Content-Security-Policy").find("default-src 'self'"), std::string::npos) << path;
-    EXPECT_NE(r->get_header_value("Content-Security-Policy").find("frame-ancestors 'none'"), std::string::npos) << path;
+    EXPECT_NE(r->get_header_value("Content-Security-Policy").find("default-src 'self'"),
+              std::string::npos)
+        << path;
+    EXPECT_NE(r->get_header_value("Content-Security-Policy").find("frame-ancestors 'none'"),
+              std::string::npos)
+        << path;
     EXPECT_EQ(r->get_header_value("X-Frame-Options"), "DENY") << path;
     EXPECT_EQ(r->get_header_value("X-Content-Type-Options"), "nosniff") << path;
   }
@@ -253,20 +272,24 @@ TEST_F(SecurityLiveE2ETest, DashboardServesHttpsWithHeadersAndNoOpenRedirect) {
   ASSERT_TRUE(anonymous);
   EXPECT_EQ(anonymous->status, 401);
   EXPECT_EQ(anonymous->body.find("trainctl_"), std::string::npos) << "no metric without a token";
-  auto as_worker = https.Get("/metrics", {{"Authorization", "Bearer " + FirstLine(cluster_->WorkerTokenFile("w0"))}});
+  auto as_worker = https.Get(
+      "/metrics", {{"Authorization", "Bearer " + FirstLine(cluster_->WorkerTokenFile("w0"))}});
   ASSERT_TRUE(as_worker);
   EXPECT_EQ(as_worker->status, 403);
   auto as_viewer = https.Get("/metrics", {{"Authorization", "Bearer " + viewer}});
   ASSERT_TRUE(as_viewer);
   EXPECT_EQ(as_viewer->status, 200);
-  EXPECT_NE(as_viewer->body.find("trainctl_coordinator_up 1"), std::string::npos) << as_viewer->body;
+  EXPECT_NE(as_viewer->body.find("trainctl_coordinator_up 1"), std::string::npos)
+      << as_viewer->body;
 
   // The sign-in returns only to a path on this server.
   auto sign_in = [&](const std::string& next) {
     httplib::Params form{{"token", viewer}, {"next", next}};
     auto r = https.Post("/login", form);
     EXPECT_TRUE(r) << next;
-    return r ? r->status == 303 ? r->get_header_value("Location") : "status " + std::to_string(r->status) : "";
+    return r ? r->status == 303 ? r->get_header_value("Location")
+                                : "status " + std::to_string(r->status)
+             : "";
   };
   EXPECT_EQ(sign_in("/\\evil.example"), "/");
   EXPECT_EQ(sign_in("//evil.example"), "/");
@@ -279,23 +302,25 @@ TEST_F(SecurityLiveE2ETest, DashboardServesHttpsWithHeadersAndNoOpenRedirect) {
     ASSERT_TRUE(r);
     const std::string cookie = r->get_header_value("Set-Cookie");
     EXPECT_NE(cookie.find("HttpOnly"), std::string::npos) << cookie;
-    EXPECT_NE(cookie.find("Secure"), std::string::npos) << "over HTTPS the cookie is Secure: " << cookie;
+    EXPECT_NE(cookie.find("Secure"), std::string::npos)
+        << "over HTTPS the cookie is Secure: " << cookie;
   }
 
   // A sign-in form posted from another site is refused (login CSRF); the
   // dashboard's own page posts with its own Origin.
   {
     httplib::Params form{{"token", viewer}, {"next", "/"}};
-    for (const httplib::Headers& from :
-         {httplib::Headers{{"Origin", "https://evil.example"}}, httplib::Headers{{"Sec-Fetch-Site", "cross-site"}},
-          httplib::Headers{{"Origin", "null"}}}) {
+    for (const httplib::Headers& from : {httplib::Headers{{"Origin", "https://evil.example"}},
+                                         httplib::Headers{{"Sec-Fetch-Site", "cross-site"}},
+                                         httplib::Headers{{"Origin", "null"}}}) {
       auto r = https.Post("/login", from, form);
       ASSERT_TRUE(r);
       EXPECT_EQ(r->status, 403) << from.begin()->first << ": " << from.begin()->second;
       EXPECT_EQ(r->get_header_value("Set-Cookie"), "") << "no cookie for a cross-site form";
     }
-    auto same = https.Post("/login", httplib::Headers{{"Origin", "https://" + addr}, {"Sec-Fetch-Site", "same-origin"}},
-                           form);
+    auto same = https.Post(
+        "/login",
+        httplib::Headers{{"Origin", "https://" + addr}, {"Sec-Fetch-Site", "same-origin"}}, form);
     ASSERT_TRUE(same);
     EXPECT_EQ(same->status, 303) << same->body;
   }
@@ -322,19 +347,24 @@ TEST_F(SecurityLiveE2ETest, DashboardServesHttpsWithHeadersAndNoOpenRedirect) {
     static const std::regex re("http_auth_refused peer=127\\.0\\.0\\.1 count=([0-9]+)");
     const std::string log = cluster_->coordinator()->ReadLog();
     int total = 0;
-    for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it) {
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
+         ++it) {
       total += std::stoi((*it)[1].str());
     }
     return total;
   };
   ASSERT_TRUE(Eventually([&] { return counted() >= 51; }, absl::Seconds(30)))
-      << "the failed sign-ins were not all counted:\n" << cluster_->coordinator()->ReadLog();
+      << "the failed sign-ins were not all counted:\n"
+      << cluster_->coordinator()->ReadLog();
   EXPECT_NE(cluster_->coordinator()->ReadLog().find("what=sign-in"), std::string::npos);
-  EXPECT_LE(Count(cluster_->coordinator()->ReadLog(), "http_auth_refused"), 3) << cluster_->coordinator()->ReadLog();
+  EXPECT_LE(Count(cluster_->coordinator()->ReadLog(), "http_auth_refused"), 3)
+      << cluster_->coordinator()->ReadLog();
 
   // Without TLS, the dashboard beyond loopback needs --insecure.
-  Process plain({trainctl::testing::BuildDirOfThisTest() + "/coordinator/trainctl-coordinator", "--listen=127.0.0.1:0", "--db=" + cluster_->dir() + "/plain.db", "--http_listen=0.0.0.0:0"},
-                cluster_->dir() + "/plain-coordinator.log");
+  Process plain(
+      {trainctl::testing::BuildDirOfThisTest() + "/coordinator/trainctl-coordinator",
+       "--listen=127.0.0.1:0", "--db=" + cluster_->dir() + "/plain.db", "--http_listen=0.0.0.0:0"},
+      cluster_->dir() + "/plain-coordinator.log");
   ASSERT_TRUE(plain.Start());
   const int status = plain.Wait(absl::Seconds(30));
   EXPECT_TRUE(status != -1 && WIFEXITED(status) && WEXITSTATUS(status) != 0) << plain.ReadLog();
@@ -363,7 +393,8 @@ TEST_F(SecurityLiveE2ETest, RefusalsAreLoggedBoundedAndBadRequestsExplained) {
     static const std::regex re("rpc_refused peer=127\\.0\\.0\\.1 count=([0-9]+)");
     const std::string log = cluster_->coordinator()->ReadLog().substr(before.size());
     int total = 0;
-    for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator(); ++it) {
+    for (auto it = std::sregex_iterator(log.begin(), log.end(), re); it != std::sregex_iterator();
+         ++it) {
       total += std::stoi((*it)[1].str());
     }
     return total;
@@ -384,11 +415,12 @@ TEST_F(SecurityLiveE2ETest, RefusalsAreLoggedBoundedAndBadRequestsExplained) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
     std::promise<grpc::Status> done;
-    generic.UnaryCall(&ctx, "/trainctl.v1.JobService/GetJob", grpc::StubOptions(), &request, &response,
-                      [&](grpc::Status s) { done.set_value(s); });
+    generic.UnaryCall(&ctx, "/trainctl.v1.JobService/GetJob", grpc::StubOptions(), &request,
+                      &response, [&](grpc::Status s) { done.set_value(s); });
     grpc::Status s = done.get_future().get();
     EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
-    EXPECT_NE(s.error_message().find("trainctl.v1.GetJobRequest"), std::string::npos) << s.error_message();
+    EXPECT_NE(s.error_message().find("trainctl.v1.GetJobRequest"), std::string::npos)
+        << s.error_message();
   }
 
   // A worker session whose first message does not parse, or is not a
@@ -420,7 +452,8 @@ TEST_F(SecurityLiveE2ETest, RefusalsAreLoggedBoundedAndBadRequestsExplained) {
       grpc::ClientContext ctx;
       ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(20));
       OneMessage call(first);
-      generic.PrepareBidiStreamingCall(&ctx, "/trainctl.v1.WorkerService/Session", grpc::StubOptions(), &call);
+      generic.PrepareBidiStreamingCall(&ctx, "/trainctl.v1.WorkerService/Session",
+                                       grpc::StubOptions(), &call);
       call.Go();
       grpc::Status s = call.Wait();
       EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT) << s.error_message();
@@ -449,7 +482,8 @@ TEST_F(SecurityLiveE2ETest, RefusalsAreLoggedBoundedAndBadRequestsExplained) {
     }
     close(fd);
     EXPECT_TRUE(closed);
-    EXPECT_LT(absl::Now() - opened, absl::Seconds(20)) << "an idle pre-handshake connection was held";
+    EXPECT_LT(absl::Now() - opened, absl::Seconds(20))
+        << "an idle pre-handshake connection was held";
   }
 
   v1::Job done = cluster_->WaitState(victim, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));

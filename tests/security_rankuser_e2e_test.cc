@@ -11,10 +11,10 @@
 // start. With --rank-uids, two owners' jobs run as two uids of their own
 // and neither reads the other's checkpoint or scratch files, while one
 // owner's jobs share theirs.
+#include <fcntl.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <fcntl.h>
 #include <sys/stat.h>
 #include <unistd.h>
 
@@ -37,10 +37,10 @@
 namespace trainctl {
 namespace {
 
-using trainctl::testing::Cluster;
-using trainctl::testing::SourceDir;
 using ::testing::HasSubstr;
 using ::testing::Not;
+using trainctl::testing::Cluster;
+using trainctl::testing::SourceDir;
 
 // Tries to read every file named; prints DENIED/READ per file and exits 3
 // when anything was readable.
@@ -111,13 +111,15 @@ class RankUserE2ETest : public ::testing::Test {
     ASSERT_FALSE(join.empty());
     join_file_ = cluster_->dir() + "/join.token";
     ASSERT_TRUE(auth::WritePrivateFile(join_file_, join + "\n").ok());
-    std::vector<std::string> flags = {"--join_token_file=" + join_file_, "--allow_commands", "--rank-user=nobody"};
+    std::vector<std::string> flags = {"--join_token_file=" + join_file_, "--allow_commands",
+                                      "--rank-user=nobody"};
     for (const std::string& f : ExtraWorkerFlags()) flags.push_back(f);
     ASSERT_TRUE(cluster_->StartWorker("w0", 2, false, flags));
     ASSERT_TRUE(cluster_->WaitWorkers(1)) << cluster_->worker("w0")->ReadLog();
     work_ = cluster_->dir() + "/worker-w0";
-    for (const auto& [name, text] : {std::pair{"attack.sh", kAttackScript}, std::pair{"writer.sh", kWriterScript},
-                                     std::pair{"owner.sh", kOwnerScript}}) {
+    for (const auto& [name, text] :
+         {std::pair{"attack.sh", kAttackScript}, std::pair{"writer.sh", kWriterScript},
+          std::pair{"owner.sh", kOwnerScript}}) {
       const std::string path = cluster_->dir() + "/" + name;
       std::ofstream(path) << text;
       ASSERT_EQ(chmod(path.c_str(), 0755), 0);
@@ -125,14 +127,17 @@ class RankUserE2ETest : public ::testing::Test {
   }
 
   // A one-rank command job running `script` with `args`.
-  v1::JobSpec Command(const std::string& name, const std::string& script, const std::vector<std::string>& args,
+  v1::JobSpec Command(const std::string& name, const std::string& script,
+                      const std::vector<std::string>& args,
                       const std::string& checkpoint_dir = "") {
     std::string argv = absl::StrCat("[/bin/sh, ", cluster_->dir(), "/", script);
     for (const std::string& a : args) absl::StrAppend(&argv, ", '", a, "'");
     argv += "]";
-    std::string yaml = absl::StrCat("name: ", name, "\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: ", argv,
-                                    "\nrestart: {max_restarts: 0}\n");
-    if (!checkpoint_dir.empty()) absl::StrAppend(&yaml, "checkpoint: {dir: ", checkpoint_dir, "}\n");
+    std::string yaml =
+        absl::StrCat("name: ", name, "\nworld_size: 1\ndevice: cpu\ncommand:\n  argv: ", argv,
+                     "\nrestart: {max_restarts: 0}\n");
+    if (!checkpoint_dir.empty())
+      absl::StrAppend(&yaml, "checkpoint: {dir: ", checkpoint_dir, "}\n");
     ParsedJobSpec p = ParseJobSpecYaml(yaml, "job.yaml");
     EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
     return p.spec;
@@ -141,17 +146,21 @@ class RankUserE2ETest : public ::testing::Test {
   // Runs the attack script against `files` (each must exist, so that a
   // refusal is EACCES, not ENOENT) and expects every one refused.
   void ExpectEveryReadRefused(const std::vector<std::string>& files) {
-    for (const std::string& f : files) ASSERT_EQ(access(f.c_str(), R_OK), 0) << f << " must exist (root reads it)";
+    for (const std::string& f : files)
+      ASSERT_EQ(access(f.c_str(), R_OK), 0) << f << " must exist (root reads it)";
     const std::string id = cluster_->Submit(Command("attacker", "attack.sh", files));
     ASSERT_FALSE(id.empty());
     v1::Job j = cluster_->WaitFor(id, [](const v1::Job& j) {
       return j.state() == v1::JOB_STATE_SUCCEEDED || j.state() == v1::JOB_STATE_FAILED;
     });
     const std::string log = cluster_->RankLog(id, 1, 0);
-    EXPECT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << "something was readable: " << j.state_reason() << "\n" << log;
+    EXPECT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED)
+        << "something was readable: " << j.state_reason() << "\n"
+        << log;
     EXPECT_THAT(log, HasSubstr(absl::StrCat("uid=", nobody_.uid)));
     for (const std::string& f : files) {
-      EXPECT_THAT(log, HasSubstr(absl::StrCat("DENIED ", f, ": cat: ", f, ": Permission denied"))) << log;
+      EXPECT_THAT(log, HasSubstr(absl::StrCat("DENIED ", f, ": cat: ", f, ": Permission denied")))
+          << log;
     }
     EXPECT_THAT(log, Not(HasSubstr("READ ")));
   }
@@ -172,7 +181,8 @@ class RankUserE2ETest : public ::testing::Test {
 };
 
 TEST_F(RankUserE2ETest, CommandJobGetsPermissionDeniedOnTheDaemonsKeyIdAndToken) {
-  ExpectEveryReadRefused({work_ + "/worker.key", work_ + "/worker.crt", work_ + "/worker-id", join_file_});
+  ExpectEveryReadRefused(
+      {work_ + "/worker.key", work_ + "/worker.crt", work_ + "/worker-id", join_file_});
   // The daemon's files are its own, 0600, in directories the rank user may
   // pass through but not list.
   for (const char* f : {"/worker.key", "/worker.crt", "/worker-id"}) {
@@ -188,7 +198,8 @@ TEST_F(RankUserE2ETest, CommandJobRunsAsTheRankUserAndWritesItsCheckpoint) {
   const std::string id = cluster_->Submit(Command("writer", "writer.sh", {}));
   ASSERT_FALSE(id.empty());
   v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
-  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n" << cluster_->RankLog(id, 1, 0);
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n"
+                                                << cluster_->RankLog(id, 1, 0);
   EXPECT_THAT(cluster_->RankLog(id, 1, 0), HasSubstr(absl::StrCat("uid=", nobody_.uid)));
   const std::string ckpt = work_ + "/jobs/" + id + "/checkpoints";
   EXPECT_EQ(FileStat(ckpt).st_uid, nobody_.uid);
@@ -200,14 +211,16 @@ TEST_F(RankUserE2ETest, CommandJobRunsAsTheRankUserAndWritesItsCheckpoint) {
 
 TEST_F(RankUserE2ETest, EngineJobSucceedsAsTheRankUserAndNoRankReadsAnotherAttemptsConfig) {
   const std::string rank_binary = build_ + "/worker/trainer/trainctl-rank";
-  if (access(rank_binary.c_str(), X_OK) != 0) GTEST_SKIP() << "built without LibTorch: no trainctl-rank";
+  if (access(rank_binary.c_str(), X_OK) != 0)
+    GTEST_SKIP() << "built without LibTorch: no trainctl-rank";
   ParsedJobSpec p = ParseJobSpecFile(SourceDir() + "/examples/mlp-synthetic.yaml",
                                      {"training.epochs=1", "data.train.length=600", "device=cpu"});
   ASSERT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
   const std::string id = cluster_->Submit(p.spec);
   ASSERT_FALSE(id.empty());
   v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
-  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n" << cluster_->RankLog(id, 1, 0);
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n"
+                                                << cluster_->RankLog(id, 1, 0);
   // Trained and wrote its model as the rank user, in the directory the
   // daemon made for it.
   EXPECT_EQ(j.final_model(), work_ + "/jobs/" + id + "/checkpoints/" + id + ".model.pt");
@@ -223,7 +236,8 @@ TEST_F(RankUserE2ETest, EngineJobSucceedsAsTheRankUserAndNoRankReadsAnotherAttem
   std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
   EXPECT_THAT(text, HasSubstr("run.store_secret="));
   // Another job's command cannot read it, nor list the attempt's directory.
-  ExpectEveryReadRefused({attempt + "/rank-0.conf", attempt + "/rank-1.conf", work_ + "/worker.key"});
+  ExpectEveryReadRefused(
+      {attempt + "/rank-0.conf", attempt + "/rank-1.conf", work_ + "/worker.key"});
 }
 
 TEST_F(RankUserE2ETest, PreflightMakesAJobChosenCheckpointDirAsTheRankUser) {
@@ -246,7 +260,8 @@ TEST_F(RankUserE2ETest, PreflightMakesAJobChosenCheckpointDirAsTheRankUser) {
   const std::string made_dir = shared + "/run-1";
   const std::string id = cluster_->Submit(Command("writer", "writer.sh", {}, made_dir));
   v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
-  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n" << cluster_->RankLog(id, 1, 0);
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n"
+                                                << cluster_->RankLog(id, 1, 0);
   EXPECT_EQ(FileStat(made_dir).st_uid, nobody_.uid);
   EXPECT_EQ(FileStat(made_dir + "/model.txt").st_uid, nobody_.uid);
 }
@@ -268,7 +283,8 @@ TEST_F(RankUserNoPreflightE2ETest, RootCreatesNothingAtAPathTheJobChose) {
   ASSERT_EQ(chown(shared.c_str(), nobody_.uid, nobody_.gid), 0);
   // What a job of the rank user could plant in its own directory.
   ASSERT_EQ(symlink(root_only.c_str(), (shared + "/planted").c_str()), 0);
-  for (const std::string& dir : {root_only + "/made-by-root/deeper", shared + "/planted/deeper", root_only}) {
+  for (const std::string& dir :
+       {root_only + "/made-by-root/deeper", shared + "/planted/deeper", root_only}) {
     SCOPED_TRACE(dir);
     const std::string id = cluster_->Submit(Command("refused", "writer.sh", {}, dir));
     ASSERT_FALSE(id.empty());
@@ -279,15 +295,18 @@ TEST_F(RankUserNoPreflightE2ETest, RootCreatesNothingAtAPathTheJobChose) {
     EXPECT_EQ(j.attempts(j.attempts_size() - 1).failure_kind(), v1::FAILURE_KIND_CONFIG);
   }
   std::vector<std::string> left;
-  for (const auto& e : std::filesystem::directory_iterator(root_only)) left.push_back(e.path().filename());
-  EXPECT_THAT(left, ::testing::IsEmpty()) << "root made something in a directory the rank user cannot write";
+  for (const auto& e : std::filesystem::directory_iterator(root_only))
+    left.push_back(e.path().filename());
+  EXPECT_THAT(left, ::testing::IsEmpty())
+      << "root made something in a directory the rank user cannot write";
   // Where the rank user may, the directory and its manifests are that
   // user's: root writes nothing there (a fetch trusts a rank uid's
   // manifest, job_dir.h).
   const std::string made = shared + "/run-1";
   const std::string id = cluster_->Submit(Command("writer", "writer.sh", {}, made));
   v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
-  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n" << cluster_->RankLog(id, 1, 0);
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n"
+                                                << cluster_->RankLog(id, 1, 0);
   EXPECT_EQ(FileStat(made).st_uid, nobody_.uid);
   EXPECT_EQ(FileStat(made + "/.trainctl-dir").st_uid, nobody_.uid);
   EXPECT_EQ(FileStat(made + "/" + id + ".trainctl-job").st_uid, nobody_.uid);
@@ -301,27 +320,32 @@ TEST_F(RankUserNoPreflightE2ETest, RootCreatesNothingAtAPathTheJobChose) {
 // look) in its failure reason. A file the rank wrote is quoted.
 TEST_F(RankUserE2ETest, ErrorFileIsReadAsTheRankUserNeverThroughALink) {
   const std::string secret = cluster_->dir() + "/secret.json";
-  ASSERT_TRUE(auth::WritePrivateFile(secret, R"({"message": {"message": "SECRET-7f3a only root reads this"}})").ok());
+  ASSERT_TRUE(auth::WritePrivateFile(
+                  secret, R"({"message": {"message": "SECRET-7f3a only root reads this"}})")
+                  .ok());
   const std::string script = cluster_->dir() + "/errfile.sh";
-  std::ofstream(script) << "#!/bin/sh\n"
-                           "case \"$1\" in\n"
-                           "  own) echo '{\"message\": {\"message\": \"ValueError: written by the rank\", "
-                           "\"extraInfo\": {\"py_callstack\": \"x\", \"timestamp\": \"1\"}}}' > "
-                           "\"$TORCHELASTIC_ERROR_FILE\" ;;\n"
-                           "  symlink) ln -s \"$2\" \"$TORCHELASTIC_ERROR_FILE\" ;;\n"
-                           "  hardlink) ln \"$2\" \"$TORCHELASTIC_ERROR_FILE\" || echo 'no hard link' ;;\n"
-                           "esac\n"
-                           "exit 1\n";
+  std::ofstream(script)
+      << "#!/bin/sh\n"
+         "case \"$1\" in\n"
+         "  own) echo '{\"message\": {\"message\": \"ValueError: written by the rank\", "
+         "\"extraInfo\": {\"py_callstack\": \"x\", \"timestamp\": \"1\"}}}' > "
+         "\"$TORCHELASTIC_ERROR_FILE\" ;;\n"
+         "  symlink) ln -s \"$2\" \"$TORCHELASTIC_ERROR_FILE\" ;;\n"
+         "  hardlink) ln \"$2\" \"$TORCHELASTIC_ERROR_FILE\" || echo 'no hard link' ;;\n"
+         "esac\n"
+         "exit 1\n";
   ASSERT_EQ(chmod(script.c_str(), 0755), 0);
   for (const std::string mode : {"own", "symlink", "hardlink"}) {
     SCOPED_TRACE(mode);
-    const std::string id = cluster_->Submit(Command("errfile-" + mode, "errfile.sh", {mode, secret}));
+    const std::string id =
+        cluster_->Submit(Command("errfile-" + mode, "errfile.sh", {mode, secret}));
     ASSERT_FALSE(id.empty());
     v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_FAILED, absl::Seconds(60));
     ASSERT_EQ(j.state(), v1::JOB_STATE_FAILED);
     EXPECT_THAT(j.state_reason(), HasSubstr("exited with code 1"));
     if (mode == "own") {
-      EXPECT_THAT(j.state_reason(), HasSubstr("exited with code 1: ValueError: written by the rank"));
+      EXPECT_THAT(j.state_reason(),
+                  HasSubstr("exited with code 1: ValueError: written by the rank"));
     } else {
       EXPECT_THAT(j.state_reason(), Not(HasSubstr("SECRET")));
     }
@@ -347,8 +371,8 @@ class OwnerUidsE2ETest : public RankUserE2ETest {
 
   // Runs owner.sh as the holder of `token` trying to read `files`; the job
   // must succeed. Its rank's output.
-  std::string RunOwnerJob(const std::string& token, const std::string& name, const std::vector<std::string>& files,
-                          std::string* id) {
+  std::string RunOwnerJob(const std::string& token, const std::string& name,
+                          const std::vector<std::string>& files, std::string* id) {
     EXPECT_TRUE(cluster_->SubmitAs(token, Command(name, "owner.sh", files), id).ok());
     v1::Job j = cluster_->WaitState(*id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
     const std::string log = cluster_->RankLog(*id, 1, 0);
@@ -371,8 +395,8 @@ TEST_F(OwnerUidsE2ETest, EachOwnersRanksRunAsTheirOwnUidAndCannotReadAnotherOwne
   EXPECT_GE(alice_uid, kFirstOwnerUid);
   EXPECT_LE(alice_uid, kLastOwnerUid);
   EXPECT_EQ(FileStat(scratch).st_uid, alice_uid);
-  EXPECT_THAT(a1_log, HasSubstr(absl::StrCat("uid=", alice_uid, " gid=", alice_uid, " home=", work_, "/homes/",
-                                             alice_uid)));
+  EXPECT_THAT(a1_log, HasSubstr(absl::StrCat("uid=", alice_uid, " gid=", alice_uid, " home=", work_,
+                                             "/homes/", alice_uid)));
   EXPECT_EQ(FileStat(work_ + "/homes/" + std::to_string(alice_uid)).st_uid, alice_uid);
   EXPECT_EQ(FileStat(work_ + "/jobs/" + a1).st_gid, alice_uid);
   EXPECT_EQ(FileStat(work_ + "/jobs/" + a1).st_mode & 0777, 0710u);
@@ -410,7 +434,8 @@ TEST(RankUserFlagTest, ADaemonThatCannotSwitchUsersRefusesToStart) {
     int fds[2];
     EXPECT_EQ(pipe2(fds, O_CLOEXEC), 0);
     SpawnOptions o;
-    o.argv = {worker, "--coordinator=127.0.0.1:1", "--token_file=" + token, "--slots=1", "--work_dir=/nonexistent/w"};
+    o.argv = {worker, "--coordinator=127.0.0.1:1", "--token_file=" + token, "--slots=1",
+              "--work_dir=/nonexistent/w"};
     o.argv.insert(o.argv.end(), flags.begin(), flags.end());
     o.run_as = as;
     o.fds = {{1, fds[1]}, {2, fds[1]}};
@@ -438,7 +463,8 @@ TEST(RankUserFlagTest, ADaemonThatCannotSwitchUsersRefusesToStart) {
   ASSERT_TRUE(nobody.ok()) << nobody.status();
   std::tie(code, out) = start({"--rank-user=root"}, *nobody);
   EXPECT_EQ(code, 2) << out;
-  EXPECT_THAT(out, HasSubstr(absl::StrCat("--rank-user: this daemon runs as uid ", nobody->uid, ", not root")));
+  EXPECT_THAT(out, HasSubstr(absl::StrCat("--rank-user: this daemon runs as uid ", nobody->uid,
+                                          ", not root")));
   std::system(("rm -rf " + dir).c_str());
 }
 

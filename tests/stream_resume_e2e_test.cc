@@ -104,15 +104,16 @@ class GateBuffer : public std::streambuf {
 };
 
 TEST(StreamResumeE2ETest, AFetchBrokenByACoordinatorRestartResumesAtTheNextByte) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.StartCoordinator());
   ASSERT_TRUE(cluster.StartWorker("w", 1));
   ASSERT_TRUE(cluster.WaitWorkers(1));
-  const std::string id = cluster.Submit(Spec(
-      "model: {name: mlp, input_dim: 5, classes: 2}\n"
-      "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n"
-      "world_size: 1\ntraining: {epochs: 1}\n",
-      "fake-model"));
+  const std::string id =
+      cluster.Submit(Spec("model: {name: mlp, input_dim: 5, classes: 2}\n"
+                          "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n"
+                          "world_size: 1\ntraining: {epochs: 1}\n",
+                          "fake-model"));
   ASSERT_FALSE(id.empty());
   v1::Job job = cluster.WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
   ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.state_reason();
@@ -159,17 +160,21 @@ TEST(StreamResumeE2ETest, AFetchBrokenByACoordinatorRestartResumesAtTheNextByte)
 }
 
 TEST(StreamResumeE2ETest, LogsFollowOutlivesACoordinatorRestartWithEveryLineOnce) {
-  Cluster cluster(trainctl::testing::BuildDirOfThisTest(), SourceDir() + "/tests/support/fake_rank.py");
+  Cluster cluster(trainctl::testing::BuildDirOfThisTest(),
+                  SourceDir() + "/tests/support/fake_rank.py");
   ASSERT_TRUE(cluster.StartCoordinator());
   ASSERT_TRUE(cluster.StartWorker("w", 1, false, {"--allow_commands"}));
   ASSERT_TRUE(cluster.WaitWorkers(1));
   // 150 numbered lines over ~6 s, then the job ends.
   constexpr int kLines = 150;
-  const std::string id = cluster.Submit(Spec(absl::StrCat(
-      "world_size: 1\ndevice: cpu\ncommand:\n  argv: [/bin/sh, -c, 'i=1; while [ $i -le ", kLines,
-      " ]; do echo \"line $i\"; i=$((i+1)); sleep 0.04; done']\n"), "logs-resume"));
+  const std::string id = cluster.Submit(
+      Spec(absl::StrCat(
+               "world_size: 1\ndevice: cpu\ncommand:\n  argv: [/bin/sh, -c, 'i=1; while [ $i -le ",
+               kLines, " ]; do echo \"line $i\"; i=$((i+1)); sleep 0.04; done']\n"),
+           "logs-resume"));
   ASSERT_FALSE(id.empty());
-  ASSERT_EQ(cluster.WaitState(id, v1::JOB_STATE_RUNNING, absl::Seconds(60)).state(), v1::JOB_STATE_RUNNING);
+  ASSERT_EQ(cluster.WaitState(id, v1::JOB_STATE_RUNNING, absl::Seconds(60)).state(),
+            v1::JOB_STATE_RUNNING);
 
   RecordingClient client;
   ASSERT_TRUE(client.Connect(cluster));
@@ -207,7 +212,8 @@ TEST(StreamResumeE2ETest, LogsFollowOutlivesACoordinatorRestartWithEveryLineOnce
   absl::MutexLock l(&mu);
   EXPECT_EQ(lines, want) << "before the restart: " << before << " lines";
   EXPECT_EQ(client.Breaks().size(), 1u);
-  EXPECT_EQ(cluster.WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60)).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(cluster.WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60)).state(),
+            v1::JOB_STATE_SUCCEEDED);
 }
 
 }  // namespace

@@ -35,16 +35,16 @@
 namespace trainctl {
 namespace {
 
-using trainctl::testing::SourceDir;
 using trainctl::testing::Cluster;
+using trainctl::testing::SourceDir;
 
 v1::JobSpec Spec(const std::string& name, int world_size, int epochs) {
   ParsedJobSpec p = ParseJobSpecYaml(
       "model: {name: mlp, input_dim: 5, classes: 2}\n"
       "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
       "telemetry.yaml",
-      {"name=" + name, absl::StrCat("world_size=", world_size), absl::StrCat("training.epochs=", epochs),
-       "restart.max_restarts=0"});
+      {"name=" + name, absl::StrCat("world_size=", world_size),
+       absl::StrCat("training.epochs=", epochs), "restart.max_restarts=0"});
   EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
   return p.spec;
 }
@@ -72,20 +72,21 @@ Telemetry Collect(Cluster& cluster, const std::string& id) {
   Telemetry t;
   // Bounded: a job that never ends (lost end statuses) fails the test, not hangs it.
   const auto deadline = std::chrono::system_clock::now() + std::chrono::seconds(30);
-  EXPECT_TRUE(cluster
-                  .Follow(id, absl::Seconds(30),
-                          [&](const v1::JobUpdate& u) {
-                            for (const v1::MetricPoint& p : u.metrics().points()) {
-                              ++t.points[{p.rank(), p.epoch(), p.step(), static_cast<int>(p.kind())}];
-                              t.point_times.push_back(FromTimestamp(p.time()));
-                            }
-                            if (u.has_event()) {
-                              t.events.push_back(absl::StrCat(u.event().type(), ": ", u.event().message()));
-                              t.event_seqs.push_back(u.event().seq());
-                            }
-                            if (u.has_job()) t.job = u.job();
-                          })
-                  .ok());
+  EXPECT_TRUE(
+      cluster
+          .Follow(id, absl::Seconds(30),
+                  [&](const v1::JobUpdate& u) {
+                    for (const v1::MetricPoint& p : u.metrics().points()) {
+                      ++t.points[{p.rank(), p.epoch(), p.step(), static_cast<int>(p.kind())}];
+                      t.point_times.push_back(FromTimestamp(p.time()));
+                    }
+                    if (u.has_event()) {
+                      t.events.push_back(absl::StrCat(u.event().type(), ": ", u.event().message()));
+                      t.event_seqs.push_back(u.event().seq());
+                    }
+                    if (u.has_job()) t.job = u.job();
+                  })
+          .ok());
   grpc::ClientContext lctx;
   lctx.set_deadline(deadline);
   v1::GetLogsRequest lreq;
@@ -160,7 +161,8 @@ TEST(TelemetryE2ETest, CoordinatorKilledForFiveSecondsMidJobLosesNoTelemetry) {
   // Log lines: per rank the same lines in the same order.
   ASSERT_EQ(clean.logs.size(), static_cast<size_t>(kWorld));
   for (int r = 0; r < kWorld; ++r) {
-    EXPECT_EQ(clean.logs[r].size(), static_cast<size_t>(1 + kEpochs * (kSteps + 1))) << "rank " << r;
+    EXPECT_EQ(clean.logs[r].size(), static_cast<size_t>(1 + kEpochs * (kSteps + 1)))
+        << "rank " << r;
     EXPECT_EQ(faulted.logs[r], clean.logs[r]) << "rank " << r;
   }
 
@@ -170,12 +172,15 @@ TEST(TelemetryE2ETest, CoordinatorKilledForFiveSecondsMidJobLosesNoTelemetry) {
     for (const std::string& e : t->events) {
       if (absl::StartsWith(e, "epoch_end")) epoch_ends.push_back(e);
     }
-    ASSERT_EQ(epoch_ends.size(), static_cast<size_t>(kEpochs)) << ::testing::PrintToString(t->events);
+    ASSERT_EQ(epoch_ends.size(), static_cast<size_t>(kEpochs))
+        << ::testing::PrintToString(t->events);
     for (int e = 0; e < kEpochs; ++e) {
-      EXPECT_THAT(epoch_ends[e], ::testing::HasSubstr(absl::StrCat("epoch ", e + 1, "/", kEpochs, " done")));
+      EXPECT_THAT(epoch_ends[e],
+                  ::testing::HasSubstr(absl::StrCat("epoch ", e + 1, "/", kEpochs, " done")));
     }
     ASSERT_FALSE(t->events.empty());
-    EXPECT_TRUE(absl::StartsWith(t->events.back(), "succeeded")) << ::testing::PrintToString(t->events);
+    EXPECT_TRUE(absl::StartsWith(t->events.back(), "succeeded"))
+        << ::testing::PrintToString(t->events);
     EXPECT_TRUE(std::is_sorted(t->event_seqs.begin(), t->event_seqs.end()));
   }
   // Progress follows the data: the final status is the clean run's.
@@ -192,7 +197,8 @@ struct SmallDisk {
   explicit SmallDisk(int mb) {
     char tmpl[] = "/tmp/trainctl-small-disk-XXXXXX";
     if (::mkdtemp(tmpl) == nullptr) return;
-    const std::string cmd = absl::StrCat("mount -t tmpfs -o size=", mb, "m tmpfs ", tmpl, " 2>/dev/null");
+    const std::string cmd =
+        absl::StrCat("mount -t tmpfs -o size=", mb, "m tmpfs ", tmpl, " 2>/dev/null");
     if (std::system(cmd.c_str()) != 0) {
       ::rmdir(tmpl);
       return;
@@ -201,7 +207,8 @@ struct SmallDisk {
   }
   ~SmallDisk() {
     if (dir.empty()) return;
-    if (std::system(absl::StrCat("umount -l ", dir).c_str()) != 0) std::cerr << "could not unmount " << dir << "\n";
+    if (std::system(absl::StrCat("umount -l ", dir).c_str()) != 0)
+      std::cerr << "could not unmount " << dir << "\n";
     ::rmdir(dir.c_str());
   }
   // Writes `path` until the disk is full (ENOSPC); the bytes written.
@@ -210,7 +217,8 @@ struct SmallDisk {
     if (f == nullptr) return 0;
     std::vector<char> block(64 << 10, 'x');
     int64_t total = 0;
-    while (std::fwrite(block.data(), 1, block.size(), f) == block.size()) total += static_cast<int64_t>(block.size());
+    while (std::fwrite(block.data(), 1, block.size(), f) == block.size())
+      total += static_cast<int64_t>(block.size());
     std::fclose(f);
     return total;
   }
@@ -260,12 +268,14 @@ TEST(TelemetryE2ETest, AFullStoreDiskKeepsWorkersConnectedAndLosesNoTelemetry) {
         absl::Time until = absl::Now() + absl::Milliseconds(4500);
         while (absl::Now() < until) {
           const v1::ListWorkersResponse now = ListWorkers(c);
-          for (const v1::Worker& w : now.workers()) lost_seen += w.state() != v1::WORKER_STATE_ALIVE;
+          for (const v1::Worker& w : now.workers())
+            lost_seen += w.state() != v1::WORKER_STATE_ALIVE;
           absl::SleepFor(absl::Milliseconds(100));
         }
         std::remove(filler.c_str());
         deadline = absl::Now() + absl::Seconds(30);
-        while (absl::Now() < deadline && ListWorkers(c).store().failing()) absl::SleepFor(absl::Milliseconds(50));
+        while (absl::Now() < deadline && ListWorkers(c).store().failing())
+          absl::SleepFor(absl::Milliseconds(50));
         EXPECT_FALSE(ListWorkers(c).store().failing()) << "the store recovers once there is room";
       },
       {"--db=" + disk.dir + "/state.db"});
@@ -329,8 +339,8 @@ TEST(TelemetryE2ETest, RankPrinting100MBKeepsTheDaemonBoundedAndAlive) {
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason();
   EXPECT_LT(peak - baseline, int64_t{100} << 20)
       << "baseline " << (baseline >> 20) << " MiB, peak " << (peak >> 20) << " MiB";
-  std::cerr << "daemon RSS: baseline " << (baseline >> 20) << " MiB, peak " << (peak >> 20) << " MiB over "
-            << polls << " polls\n";
+  std::cerr << "daemon RSS: baseline " << (baseline >> 20) << " MiB, peak " << (peak >> 20)
+            << " MiB over " << polls << " polls\n";
 
   // The flood was cut to the rate, and the cut is said in the logs.
   Telemetry t = Collect(*cluster, id);

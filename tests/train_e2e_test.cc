@@ -4,10 +4,10 @@
 // metrics of every epoch reach a watcher, the final model loads in Python;
 // a SIGKILLed daemon mid-run costs one restart that resumes from rank 0's
 // checkpoint and succeeds.
+#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <arpa/inet.h>
 #include <netdb.h>
 #include <poll.h>
 #include <signal.h>
@@ -18,10 +18,10 @@
 #include <cmath>
 #include <cstdlib>
 #include <fstream>
+#include <functional>
 #include <map>
 #include <regex>
 #include <set>
-#include <functional>
 #include <sstream>
 
 #include "absl/strings/match.h"
@@ -37,9 +37,10 @@ using trainctl::testing::Cluster;
 
 v1::JobSpec Classic(int epochs, const std::string& ckpt_dir, int length = 3000) {
   std::string src = std::getenv("TRAINCTL_SOURCE_DIR") ? std::getenv("TRAINCTL_SOURCE_DIR") : ".";
-  ParsedJobSpec p = ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
-                                     {absl::StrCat("training.epochs=", epochs), "checkpoint.dir=" + ckpt_dir, "checkpoint.shared=true",
-                                      absl::StrCat("data.train.length=", length)});
+  ParsedJobSpec p =
+      ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
+                       {absl::StrCat("training.epochs=", epochs), "checkpoint.dir=" + ckpt_dir,
+                        "checkpoint.shared=true", absl::StrCat("data.train.length=", length)});
   EXPECT_TRUE(p.ok());
   return p.spec;
 }
@@ -71,7 +72,7 @@ TEST_F(TrainE2ETest, ClassicExampleTrainsOnShardsAndExportsTheModel) {
   std::map<int, std::set<int>> epochs_per_rank;
   std::map<int, int64_t> samples_per_rank;
   std::map<int64_t, double> rank0_loss;  // global step -> train loss
-  std::vector<std::string> timeline;      // rank 0's epoch_end and checkpoint events, in order
+  std::vector<std::string> timeline;     // rank 0's epoch_end and checkpoint events, in order
   v1::JobState last = v1::JOB_STATE_UNSPECIFIED;
   v1::JobUpdate u;
   while (reader->Read(&u)) {
@@ -90,8 +91,8 @@ TEST_F(TrainE2ETest, ClassicExampleTrainsOnShardsAndExportsTheModel) {
   }
   ASSERT_EQ(last, v1::JOB_STATE_SUCCEEDED) << cluster_->Get(id).state_reason();
   // Issue #27 item 11: each epoch's end comes before the checkpoint after it.
-  EXPECT_THAT(timeline, ::testing::ElementsAre("epoch_end", "checkpoint", "epoch_end", "checkpoint", "epoch_end",
-                                               "checkpoint"));
+  EXPECT_THAT(timeline, ::testing::ElementsAre("epoch_end", "checkpoint", "epoch_end", "checkpoint",
+                                               "epoch_end", "checkpoint"));
   EXPECT_EQ(epochs_per_rank[0], (std::set<int>{0, 1, 2}));
   EXPECT_EQ(epochs_per_rank[1], (std::set<int>{0, 1, 2}));
   // DistributedSampler: each rank sees half of the 3000 samples per epoch.
@@ -107,16 +108,18 @@ TEST_F(TrainE2ETest, ClassicExampleTrainsOnShardsAndExportsTheModel) {
   // the same train losses at the same global steps as the metric stream.
   std::string src = std::getenv("TRAINCTL_SOURCE_DIR") ? std::getenv("TRAINCTL_SOURCE_DIR") : ".";
   std::string out = cluster_->dir() + "/tfevents.jsonl";
-  std::string read = "/usr/bin/python3 " + src + "/tests/support/read_tfevents.py " + ckpt + "/tensorboard > " +
-                     out + " 2>&1";
+  std::string read = "/usr/bin/python3 " + src + "/tests/support/read_tfevents.py " + ckpt +
+                     "/tensorboard > " + out + " 2>&1";
   ASSERT_EQ(std::system(read.c_str()), 0) << read;
   std::ifstream in(out);
   std::map<int64_t, double> tb_loss;
   std::set<std::string> tags;
-  std::regex step_re("\"step\": (\\d+)"), loss_re("\"train/loss\": ([-0-9.eE+]+)"), tag_re("\"([a-z_/]+)\": ");
+  std::regex step_re("\"step\": (\\d+)"), loss_re("\"train/loss\": ([-0-9.eE+]+)"),
+      tag_re("\"([a-z_/]+)\": ");
   for (std::string line; std::getline(in, line);) {
     std::smatch m, l;
-    for (auto it = std::sregex_iterator(line.begin(), line.end(), tag_re); it != std::sregex_iterator(); ++it) {
+    for (auto it = std::sregex_iterator(line.begin(), line.end(), tag_re);
+         it != std::sregex_iterator(); ++it) {
       tags.insert((*it)[1]);
     }
     if (std::regex_search(line, m, step_re) && std::regex_search(line, l, loss_re)) {
@@ -129,7 +132,8 @@ TEST_F(TrainE2ETest, ClassicExampleTrainsOnShardsAndExportsTheModel) {
     ASSERT_EQ(tb_loss.count(step), 1u) << "step " << step;
     EXPECT_NEAR(tb_loss[step], loss, 1e-6 * std::max(1.0, std::abs(loss))) << "step " << step;
   }
-  EXPECT_TRUE(tags.count("train/lr") && tags.count("train/samples_per_sec") && tags.count("epoch/loss"))
+  EXPECT_TRUE(tags.count("train/lr") && tags.count("train/samples_per_sec") &&
+              tags.count("epoch/loss"))
       << "tags seen: " << tags.size();
   // Rank 0 reported where it put the model; the job says so.
   EXPECT_EQ(j.final_model(), ckpt + "/" + id + ".model.pt");
@@ -252,8 +256,9 @@ TEST_F(TrainE2ETest, RendezvousStoreRefusesStrangersWhileTheJobSucceeds) {
   deadline = absl::Now() + absl::Seconds(30);
   while (conf.empty() && absl::Now() < deadline) {
     for (const std::string name : {"w0", "w1"}) {
-      const std::string path = cluster_->dir() + "/worker-" + name + "/jobs/" + id + "/attempt-1/rank-0.conf";
-      struct stat st{};
+      const std::string path =
+          cluster_->dir() + "/worker-" + name + "/jobs/" + id + "/attempt-1/rank-0.conf";
+      struct stat st {};
       if (stat(path.c_str(), &st) == 0) {
         EXPECT_EQ(st.st_mode & 0777, 0600u) << path;
         conf = ReadAllFile(path);
@@ -268,13 +273,20 @@ TEST_F(TrainE2ETest, RendezvousStoreRefusesStrangersWhileTheJobSucceeds) {
 
   const std::string key = absl::StrCat("/trainctl/", id, "/1/resume_from");
   // No proof: a request where the proof belongs.
-  EXPECT_EQ(Attack(address, [&](const std::string&) { return SetRequest(key, "/evil.ckpt") + std::string(64, 0); }), "");
+  EXPECT_EQ(Attack(address,
+                   [&](const std::string&) {
+                     return SetRequest(key, "/evil.ckpt") + std::string(64, 0);
+                   }),
+            "");
   // A proof made with a wrong secret, then the same request.
   const std::string wrong = dist::NewRendezvousSecret();
-  EXPECT_EQ(Attack(address, [&](const std::string& sn) {
-              const std::string cn(dist::kRendezvousNonceBytes, 'c');
-              return cn + dist::RendezvousMac(wrong, "client" + sn + cn) + SetRequest(key, "/evil.ckpt");
-            }), "");
+  EXPECT_EQ(Attack(address,
+                   [&](const std::string& sn) {
+                     const std::string cn(dist::kRendezvousNonceBytes, 'c');
+                     return cn + dist::RendezvousMac(wrong, "client" + sn + cn) +
+                            SetRequest(key, "/evil.ckpt");
+                   }),
+            "");
   // The store's own client with a wrong secret is refused too.
   auto client = dist::RendezvousStore::Connect(address, absl::Seconds(5), wrong);
   EXPECT_EQ(client.status().code(), absl::StatusCode::kPermissionDenied) << client.status();
@@ -310,7 +322,9 @@ TEST_F(TrainE2ETest, KilledDaemonMidRunRestartsFromTheCheckpoint) {
   ASSERT_EQ(j.state(), v1::JOB_STATE_RUNNING);
   std::string victim;
   for (const std::string name : {"w0", "w1"}) {
-    if (!Cluster::ProcessesMatching("/worker-" + name + "/jobs/" + id + "/attempt-1/rank-1").empty()) victim = name;
+    if (!Cluster::ProcessesMatching("/worker-" + name + "/jobs/" + id + "/attempt-1/rank-1")
+             .empty())
+      victim = name;
   }
   ASSERT_FALSE(victim.empty());
   cluster_->KillWorker(victim, SIGKILL);
@@ -324,8 +338,9 @@ TEST_F(TrainE2ETest, KilledDaemonMidRunRestartsFromTheCheckpoint) {
   EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_WORKER_LOST) << reason;
   const bool blamed = absl::StartsWith(reason, "worker " + victim_id + " (host ") &&
                       absl::StrContains(reason, "was lost; rank 0 on ");
-  const bool lease_first = absl::StartsWith(reason, "rank 1 on ") &&
-                           absl::StrContains(reason, "(worker " + victim_id + ") was lost with its worker");
+  const bool lease_first =
+      absl::StartsWith(reason, "rank 1 on ") &&
+      absl::StrContains(reason, "(worker " + victim_id + ") was lost with its worker");
   EXPECT_TRUE(blamed || lease_first) << reason;
   ASSERT_TRUE(cluster_->StartWorker(victim));
   j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(120));
@@ -346,7 +361,9 @@ TEST_F(TrainE2ETest, KilledDaemonMidRunRestartsFromTheCheckpoint) {
   while (logs->Read(&c)) {
     for (const auto& l : c.lines()) all += l.text() + "\n";
   }
-  EXPECT_THAT(all, ::testing::HasSubstr(absl::StrCat("global step ", j.attempts(1).resume().global_step()))) << all;
+  EXPECT_THAT(
+      all, ::testing::HasSubstr(absl::StrCat("global step ", j.attempts(1).resume().global_step())))
+      << all;
 }
 
 }  // namespace

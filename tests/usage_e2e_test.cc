@@ -81,7 +81,8 @@ CliResult RunTrainctl(const Cluster& cluster, std::vector<std::string> args) {
   env.getenv = [address, token](const std::string& name) -> std::optional<std::string> {
     if (name == "TRAINCTL_COORDINATOR") return address;
     if (name == "TRAINCTL_TOKEN") return token;
-    if (name == "HOME" || name == "XDG_CONFIG_HOME") return std::string("/nonexistent-trainctl-home");
+    if (name == "HOME" || name == "XDG_CONFIG_HOME")
+      return std::string("/nonexistent-trainctl-home");
     return std::nullopt;
   };
   std::vector<const char*> argv = {"trainctl"};
@@ -121,14 +122,16 @@ double ReadSeconds(const std::string& path) {
 
 // The attempt `attempt` of `job` in `trainctl usage --by attempt -o csv`,
 // once its record is final (state not running/stopping), or empty.
-std::map<std::string, std::string> WaitAttemptRow(const Cluster& cluster, const std::string& job, int attempt) {
+std::map<std::string, std::string> WaitAttemptRow(const Cluster& cluster, const std::string& job,
+                                                  int attempt) {
   const absl::Time deadline = absl::Now() + absl::Seconds(30);
   std::map<std::string, std::string> found;
   while (absl::Now() < deadline) {
     CliResult r = RunTrainctl(cluster, {"usage", "--by", "attempt", "-o", "csv"});
     EXPECT_EQ(r.code, 0) << r.err;
     for (const auto& row : ParseCsv(r.out)) {
-      if (row.count("job_id") == 0 || row.at("job_id") != job || row.at("attempt") != absl::StrCat(attempt)) {
+      if (row.count("job_id") == 0 || row.at("job_id") != job ||
+          row.at("attempt") != absl::StrCat(attempt)) {
         continue;
       }
       found = row;
@@ -152,11 +155,13 @@ TEST(UsageE2ETest, AnAttemptsBillingRecordHasItsRanksLifetimeAndCgroupFigures) {
   const std::string end = cluster.dir() + "/rank-end";
   const std::string resources = no_cgroups.empty() ? "resources: {cpus: 1, memory: 512Mi}\n" : "";
   const std::string script = cluster.dir() + "/busy.py";
-  std::ofstream(script) << "import time\nb = bytearray(64 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
-                           "t = time.time()\nwhile time.time() - t < 2: sum(range(1000))\n";
+  std::ofstream(script)
+      << "import time\nb = bytearray(64 << 20)\nfor i in range(0, len(b), 4096): b[i] = 1\n"
+         "t = time.time()\nwhile time.time() - t < 2: sum(range(1000))\n";
   const std::string id = cluster.Submit(Spec(absl::StrCat(
-      "name: busy\ndevice: cpu\n", resources, "restart: {max_restarts: 0}\ncommand:\n  argv: [/bin/sh, -c, '",
-      "date +%s.%N > ", start, "; /usr/bin/python3 ", script, "; date +%s.%N > ", end, "']\n")));
+      "name: busy\ndevice: cpu\n", resources,
+      "restart: {max_restarts: 0}\ncommand:\n  argv: [/bin/sh, -c, '", "date +%s.%N > ", start,
+      "; /usr/bin/python3 ", script, "; date +%s.%N > ", end, "']\n")));
   v1::Job job = cluster.WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(90));
   ASSERT_EQ(job.state(), v1::JOB_STATE_SUCCEEDED) << job.DebugString();
 
@@ -212,14 +217,19 @@ TEST(UsageE2ETest, ACancelledRankIsChargedUntilItExited) {
   std::ofstream(script) << "import signal, sys, time\n"
                            "def stop(*_):\n"
                            "    time.sleep(2)\n"
-                           "    open('" << end << "', 'w').write(repr(time.time()))\n"
+                           "    open('"
+                        << end
+                        << "', 'w').write(repr(time.time()))\n"
                            "    sys.exit(0)\n"
                            "signal.signal(signal.SIGTERM, stop)\n"
-                           "open('" << started << "', 'w').close()\n"
+                           "open('"
+                        << started
+                        << "', 'w').close()\n"
                            "while True: time.sleep(0.1)\n";
-  const std::string id = cluster.Submit(Spec(absl::StrCat(
-      "name: slow-stop\ndevice: cpu\nrestart: {max_restarts: 0}\ncommand:\n  argv: [/usr/bin/python3, ", script,
-      "]\n")));
+  const std::string id =
+      cluster.Submit(Spec(absl::StrCat("name: slow-stop\ndevice: cpu\nrestart: {max_restarts: "
+                                       "0}\ncommand:\n  argv: [/usr/bin/python3, ",
+                                       script, "]\n")));
   absl::Time deadline = absl::Now() + absl::Seconds(60);
   while (!fs::exists(started) && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(50));
   ASSERT_TRUE(fs::exists(started)) << cluster.Get(id).DebugString();
@@ -241,7 +251,8 @@ TEST(UsageE2ETest, ACancelledRankIsChargedUntilItExited) {
   // so its wall time covers the 2 s grace.
   absl::Time record_end;
   std::string err;
-  ASSERT_TRUE(absl::ParseTime("%Y-%m-%dT%H:%M:%E*SZ", row["end"], &record_end, &err)) << row["end"] << ": " << err;
+  ASSERT_TRUE(absl::ParseTime("%Y-%m-%dT%H:%M:%E*SZ", row["end"], &record_end, &err))
+      << row["end"] << ": " << err;
   const double end_s = absl::ToDoubleSeconds(record_end - absl::UnixEpoch());
   EXPECT_GE(end_s, exited - 0.05) << "ends when the rank exited, not at the cancel";
   EXPECT_LE(end_s, exited + 1.0);

@@ -69,17 +69,21 @@ class WalltimeE2ETest : public ::testing::Test {
     std::ofstream(script_) << kScript;
     yaml_ = cluster_->dir() + "/job.yaml";
     std::ofstream(yaml_) << "name: long-run\nworld_size: 1\ndevice: cpu\nqueue: short\ncommand:\n"
-                         << "  argv: [/usr/bin/python3, " << script_ << "]\n  working_dir: " << cluster_->dir()
+                         << "  argv: [/usr/bin/python3, " << script_
+                         << "]\n  working_dir: " << cluster_->dir()
                          << "\nrestart: {max_restarts: 0}\n";
   }
 
   // Runs the CLI as the admin, waiting at most `wait`; its exit code, `out`
   // its output.
-  int Cli(std::vector<std::string> args, std::string* out, absl::Duration wait = absl::Seconds(30)) {
-    std::vector<std::string> argv = {build_ + "/client/trainctl", "--coordinator", cluster_->address(), "--token-file",
+  int Cli(std::vector<std::string> args, std::string* out,
+          absl::Duration wait = absl::Seconds(30)) {
+    std::vector<std::string> argv = {build_ + "/client/trainctl", "--coordinator",
+                                     cluster_->address(), "--token-file",
                                      cluster_->AdminTokenFile()};
     argv.insert(argv.end(), args.begin(), args.end());
-    trainctl::testing::Process p(argv, absl::StrCat(cluster_->dir(), "/cli-", ++cli_runs_, ".log"), cluster_->dir());
+    trainctl::testing::Process p(argv, absl::StrCat(cluster_->dir(), "/cli-", ++cli_runs_, ".log"),
+                                 cluster_->dir());
     if (!p.Start()) return -1;
     const int status = p.Wait(wait);
     *out = p.ReadLog();
@@ -101,7 +105,10 @@ class WalltimeE2ETest : public ::testing::Test {
 
 TEST_F(WalltimeE2ETest, AJobPastItsMaxRuntimeCheckpointsAndEndsTimeout) {
   std::string out;
-  ASSERT_EQ(Cli({"queue", "create", "short", "--default-max-runtime-s", "1800", "--max-runtime-s", "3600"}, &out), 0)
+  ASSERT_EQ(Cli({"queue", "create", "short", "--default-max-runtime-s", "1800", "--max-runtime-s",
+                 "3600"},
+                &out),
+            0)
       << out;
   ASSERT_EQ(Cli({"queue", "describe", "short"}, &out), 0) << out;
   EXPECT_THAT(out, HasSubstr("Runtime limit:"));
@@ -112,8 +119,9 @@ TEST_F(WalltimeE2ETest, AJobPastItsMaxRuntimeCheckpointsAndEndsTimeout) {
   greedy.mutable_scheduling()->set_max_runtime_s(7200);
   grpc::Status refused = cluster_->TrySubmit(greedy);
   EXPECT_EQ(refused.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
-  EXPECT_THAT(refused.error_message(), HasSubstr("scheduling.max_runtime_s: 7200 s exceeds queue 'short''s "
-                                                 "max_runtime_s of 3600 s"));
+  EXPECT_THAT(refused.error_message(),
+              HasSubstr("scheduling.max_runtime_s: 7200 s exceeds queue 'short''s "
+                        "max_runtime_s of 3600 s"));
 
   // The job runs for 2 s of its 10 minutes: stopped, checkpointed, TIMEOUT.
   const absl::Time submitted = absl::Now();
@@ -143,7 +151,8 @@ TEST_F(WalltimeE2ETest, AJobPastItsMaxRuntimeCheckpointsAndEndsTimeout) {
   ASSERT_GT(j.checkpoints_size(), 0) << "the stop's checkpoint was not recorded";
   EXPECT_GE(j.checkpoints(0).global_step(), 1);
   // Its running time: the 2 s limit plus the stop, far from the script's 10 minutes.
-  const absl::Duration ran = FromTimestamp(j.attempts(0).end_time()) - FromTimestamp(j.attempts(0).start_time());
+  const absl::Duration ran =
+      FromTimestamp(j.attempts(0).end_time()) - FromTimestamp(j.attempts(0).start_time());
   EXPECT_GE(ran, absl::Seconds(2));
   EXPECT_LT(ran, absl::Seconds(30));
   const std::string log = cluster_->RankLog(id, 1, 0);
@@ -166,11 +175,13 @@ TEST_F(WalltimeE2ETest, AJobPastItsMaxRuntimeCheckpointsAndEndsTimeout) {
 
 // A command job of `world_size` ranks running `sh -c script`, with a
 // runtime limit (0 = none).
-v1::JobSpec ShellJob(const std::string& name, int world_size, const std::string& script, int64_t max_runtime_s) {
+v1::JobSpec ShellJob(const std::string& name, int world_size, const std::string& script,
+                     int64_t max_runtime_s) {
   std::string yaml = absl::StrCat("name: ", name, "\nworld_size: ", world_size,
                                   "\ndevice: cpu\ncommand:\n  argv: [/bin/sh, -c, '", script,
                                   "']\nrestart: {max_restarts: 0}\n");
-  if (max_runtime_s > 0) absl::StrAppend(&yaml, "scheduling: {max_runtime_s: ", max_runtime_s, "}\n");
+  if (max_runtime_s > 0)
+    absl::StrAppend(&yaml, "scheduling: {max_runtime_s: ", max_runtime_s, "}\n");
   ParsedJobSpec p = ParseJobSpecYaml(yaml, name + ".yaml");
   EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
   return p.spec;
@@ -196,17 +207,21 @@ TEST(BackfillE2ETest, AShortLimitedJobRunsOnSlotsHeldForABlockedJobAndAnUnlimite
     return absl::StrContains(j.state_reason(), "would let it start now (backfill)");
   });
   EXPECT_EQ(waiting.state(), v1::JOB_STATE_PENDING);
-  EXPECT_THAT(waiting.state_reason(), HasSubstr("a runtime limit (with the stop grace) of at most ")) << waiting.state_reason();
+  EXPECT_THAT(waiting.state_reason(),
+              HasSubstr("a runtime limit (with the stop grace) of at most "))
+      << waiting.state_reason();
 
   // 10 s + 5 s of grace ends before the busy job's 60 s + 5 s: runs now.
   const absl::Time submitted = absl::Now();
   const std::string quick = cluster.Submit(ShellJob("quick", 1, "echo quick ran", 10));
   const v1::Job q = cluster.WaitState(quick, v1::JOB_STATE_SUCCEEDED);
   ASSERT_EQ(q.state(), v1::JOB_STATE_SUCCEEDED) << q.state_reason();
-  EXPECT_LT(absl::Now() - submitted, absl::Seconds(50)) << "it did not wait for the busy job's limit";
+  EXPECT_LT(absl::Now() - submitted, absl::Seconds(50))
+      << "it did not wait for the busy job's limit";
   bool backfilled = false;
   for (const v1::Event& e : cluster.Events(quick)) {
-    if (e.type() == "scheduled" && absl::StrContains(e.message(), "backfilled on slots held for job " + big)) {
+    if (e.type() == "scheduled" &&
+        absl::StrContains(e.message(), "backfilled on slots held for job " + big)) {
       backfilled = true;
     }
   }

@@ -21,16 +21,17 @@
 namespace trainctl {
 namespace {
 
-using trainctl::testing::SourceDir;
 using ::testing::HasSubstr;
 using trainctl::testing::Cluster;
+using trainctl::testing::SourceDir;
 
 v1::JobSpec Spec(const std::string& name, int world_size, int epochs, int max_restarts = 3) {
   ParsedJobSpec p = ParseJobSpecYaml(
       "model: {name: mlp, input_dim: 5, classes: 2}\n"
       "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
       "e2e.yaml",
-      {"name=" + name, absl::StrCat("world_size=", world_size), absl::StrCat("training.epochs=", epochs),
+      {"name=" + name, absl::StrCat("world_size=", world_size),
+       absl::StrCat("training.epochs=", epochs),
        absl::StrCat("restart.max_restarts=", max_restarts)});
   EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
   return p.spec;
@@ -49,7 +50,8 @@ class WorkerE2ETest : public ::testing::Test {
   }
   std::string Describe(const v1::Job& j) {
     std::string s = absl::StrCat("state ", j.state(), " reason: ", j.state_reason());
-    for (const auto& a : j.attempts()) absl::StrAppend(&s, "\n attempt ", a.number(), " ", a.state(), " ", a.reason());
+    for (const auto& a : j.attempts())
+      absl::StrAppend(&s, "\n attempt ", a.number(), " ", a.state(), " ", a.reason());
     return s;
   }
   std::unique_ptr<Cluster> cluster_;
@@ -149,7 +151,8 @@ TEST_F(WorkerE2ETest, KilledDaemonRestartsTheJobWhichSucceeds) {
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << Describe(j);
   EXPECT_EQ(j.restarts(), 1);
   int lost = 0;
-  for (const auto& r : j.attempts(0).ranks()) lost += r.exit().kind() == v1::FAILURE_KIND_WORKER_LOST;
+  for (const auto& r : j.attempts(0).ranks())
+    lost += r.exit().kind() == v1::FAILURE_KIND_WORKER_LOST;
   EXPECT_EQ(lost, 1) << Describe(j);
   EXPECT_THAT(j.attempts(0).reason(), HasSubstr("lost with its worker"));
 }
@@ -191,7 +194,8 @@ TEST_F(WorkerE2ETest, SigkilledRankProcessIsAFaultThatRestarts) {
   v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << Describe(j);
   int killed = 0;
-  for (const auto& r : j.attempts(0).ranks()) killed += r.exit().signal() == SIGKILL && r.state() == v1::RANK_STATE_FAILED;
+  for (const auto& r : j.attempts(0).ranks())
+    killed += r.exit().signal() == SIGKILL && r.state() == v1::RANK_STATE_FAILED;
   EXPECT_EQ(killed, 1) << Describe(j);
   EXPECT_EQ(j.restarts(), 1);
 }
@@ -214,8 +218,9 @@ TEST_F(WorkerE2ETest, SigkilledCoordinatorResumesTheRunningJob) {
     int reconnected = 0;
     if (cluster_->workers_stub()->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok()) {
       for (const v1::Worker& w : resp.workers()) {
-        reconnected += w.last_heartbeat_time().seconds() * 1000 + w.last_heartbeat_time().nanos() / 1000000 >=
-                       absl::ToUnixMillis(answering);
+        reconnected +=
+            w.last_heartbeat_time().seconds() * 1000 + w.last_heartbeat_time().nanos() / 1000000 >=
+            absl::ToUnixMillis(answering);
       }
     }
     if (reconnected == 2) {
@@ -227,7 +232,8 @@ TEST_F(WorkerE2ETest, SigkilledCoordinatorResumesTheRunningJob) {
   EXPECT_LE(back, absl::Seconds(6)) << "workers took this long to reconnect";
   v1::Job j = cluster_->WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(60));
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << Describe(j);
-  EXPECT_EQ(j.attempts_size(), 1) << "the ranks kept running through the coordinator restart\n" << Describe(j);
+  EXPECT_EQ(j.attempts_size(), 1) << "the ranks kept running through the coordinator restart\n"
+                                  << Describe(j);
 }
 
 TEST_F(WorkerE2ETest, FollowOutlivesACoordinatorRestart) {
@@ -239,10 +245,10 @@ TEST_F(WorkerE2ETest, FollowOutlivesACoordinatorRestart) {
          "model: {name: mlp, input_dim: 5, classes: 2}\n"
          "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n";
   }
-  trainctl::testing::Process follow({trainctl::testing::BuildDirOfThisTest() + "/client/trainctl", "--coordinator",
-                                     cluster_->address(), "--token-file", cluster_->AdminTokenFile(), "submit", yaml,
-                                     "--follow"},
-                                    cluster_->dir() + "/follow.log", cluster_->dir());
+  trainctl::testing::Process follow(
+      {trainctl::testing::BuildDirOfThisTest() + "/client/trainctl", "--coordinator",
+       cluster_->address(), "--token-file", cluster_->AdminTokenFile(), "submit", yaml, "--follow"},
+      cluster_->dir() + "/follow.log", cluster_->dir());
   ASSERT_TRUE(follow.Start());
   // Kill the coordinator once the job runs (its first epoch_end is on the
   // follower's screen), bring it back a second later.
@@ -262,9 +268,11 @@ TEST_F(WorkerE2ETest, FollowOutlivesACoordinatorRestart) {
   // Every event once: what happened during the break came after it, and
   // what was seen before it did not come again.
   for (const std::string epoch :
-       {"epoch_end  epoch 1/", "epoch_end  epoch 2/", "epoch_end  epoch 3/", "epoch_end  epoch 4/", "epoch_end  epoch 5/"}) {
+       {"epoch_end  epoch 1/", "epoch_end  epoch 2/", "epoch_end  epoch 3/", "epoch_end  epoch 4/",
+        "epoch_end  epoch 5/"}) {
     size_t count = 0;
-    for (size_t at = out.find(epoch); at != std::string::npos; at = out.find(epoch, at + 1)) ++count;
+    for (size_t at = out.find(epoch); at != std::string::npos; at = out.find(epoch, at + 1))
+      ++count;
     EXPECT_EQ(count, 1u) << epoch << "\n" << out;
   }
 }
@@ -276,7 +284,8 @@ TEST_F(WorkerE2ETest, JobWaitsForSlotsUntilAWorkerJoins) {
     // Two ranks on a one-slot cluster: refused at submit unless it waits.
     grpc::Status s = cluster_->TrySubmit(spec);
     EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-    EXPECT_THAT(s.error_message(), HasSubstr("can never run this job: needs 2 cpu slots, the cluster has 1"));
+    EXPECT_THAT(s.error_message(),
+                HasSubstr("can never run this job: needs 2 cpu slots, the cluster has 1"));
   }
   spec.mutable_scheduling()->set_wait_for_capacity(true);
   std::string id = cluster_->Submit(spec);
@@ -312,7 +321,8 @@ TEST_F(WorkerE2ETest, LogFloodIsRateLimited) {
   v1::LogChunk c;
   while (logs->Read(&c)) {
     lines += c.lines_size();
-    for (const auto& l : c.lines()) dropped_note |= absl::StrContains(l.text(), "log lines dropped");
+    for (const auto& l : c.lines())
+      dropped_note |= absl::StrContains(l.text(), "log lines dropped");
   }
   EXPECT_TRUE(dropped_note);
   EXPECT_LT(lines, 3000) << "a second of printing in a loop is cut to the rate limit";

@@ -23,9 +23,10 @@ ABSL_FLAG(std::string, admin_token_file, "",
           "the coordinator's --admin_token_file: jobs go through the admin token, simulated "
           "workers through a worker token made with it");
 ABSL_FLAG(int, coord_pid, 0, "coordinator pid (for /proc CPU and RSS)");
-ABSL_FLAG(int, store_pid, 0,
-          "telemetry: the store server's pid (PostgreSQL's postmaster): the CPU and writes of it and "
-          "its children are reported beside the coordinator's (0: none, as with SQLite)");
+ABSL_FLAG(
+    int, store_pid, 0,
+    "telemetry: the store server's pid (PostgreSQL's postmaster): the CPU and writes of it and "
+    "its children are reported beside the coordinator's (0: none, as with SQLite)");
 ABSL_FLAG(std::string, out, "", "append key=value results to this file");
 ABSL_FLAG(std::string, prefix, "", "prefix for every result key");
 ABSL_FLAG(int, channels, 16, "gRPC channels (TCP connections) the simulated workers share");
@@ -38,9 +39,12 @@ ABSL_FLAG(double, ramp_per_s, 250, "heartbeat: registrations started per second"
 ABSL_FLAG(int, ramp_timeout_s, 150, "heartbeat: give up waiting for registrations after this");
 ABSL_FLAG(int, warmup_s, 5, "heartbeat: settle time after the ramp");
 ABSL_FLAG(int, steady_s, 30, "heartbeat: measurement window");
-ABSL_FLAG(int, trials_under_load, 0, "heartbeat: failure-detection trials (stream cut) under the load");
-ABSL_FLAG(double, mass_loss_fraction, 0.0, "heartbeat: cut this fraction of workers at once at the end");
-ABSL_FLAG(int, mass_loss_timeout_s, 90, "heartbeat: wait at most this long for the mass loss to be seen");
+ABSL_FLAG(int, trials_under_load, 0,
+          "heartbeat: failure-detection trials (stream cut) under the load");
+ABSL_FLAG(double, mass_loss_fraction, 0.0,
+          "heartbeat: cut this fraction of workers at once at the end");
+ABSL_FLAG(int, mass_loss_timeout_s, 90,
+          "heartbeat: wait at most this long for the mass loss to be seen");
 // jobs
 ABSL_FLAG(int, jobs, 10000, "jobs: jobs to queue");
 ABSL_FLAG(int, concurrency, 32, "jobs: SubmitJob calls in flight");
@@ -104,7 +108,8 @@ double ProcTreeCpuSeconds(int pid) {
 
 // Resident set size in KiB, from /proc/PID/status.
 int64_t ProcRssKb(int pid) {
-  std::ifstream f(pid == 0 ? std::string("/proc/self/status") : absl::StrCat("/proc/", pid, "/status"));
+  std::ifstream f(pid == 0 ? std::string("/proc/self/status")
+                           : absl::StrCat("/proc/", pid, "/status"));
   std::string line;
   while (std::getline(f, line)) {
     if (line.rfind("VmRSS:", 0) == 0) return std::stoll(line.substr(6));
@@ -138,7 +143,8 @@ void WriteResults() {
 
 std::map<int, ThreadStat> ThreadStats(int pid) {
   std::map<int, ThreadStat> out;
-  std::string dir = pid == 0 ? std::string("/proc/self/task") : absl::StrCat("/proc/", pid, "/task");
+  std::string dir =
+      pid == 0 ? std::string("/proc/self/task") : absl::StrCat("/proc/", pid, "/task");
   std::unique_ptr<DIR, int (*)(DIR*)> d(opendir(dir.c_str()), closedir);
   if (!d) return out;
   while (dirent* e = readdir(d.get())) {
@@ -153,7 +159,8 @@ std::map<int, ThreadStat> ThreadStats(int pid) {
     t.comm = st.substr(a + 1, b - a - 1);
     std::vector<std::string> fields = absl::StrSplit(st.substr(b + 2), ' ');
     if (fields.size() < 13) continue;
-    t.cpu = (std::stod(fields[11]) + std::stod(fields[12])) / static_cast<double>(sysconf(_SC_CLK_TCK));
+    t.cpu =
+        (std::stod(fields[11]) + std::stod(fields[12])) / static_cast<double>(sysconf(_SC_CLK_TCK));
     std::ifstream ss(base + "/schedstat");
     double run = 0, wait = 0;
     if (ss >> run >> wait) t.wait = wait / 1e9;
@@ -176,7 +183,8 @@ void ReportThreads(const std::string& key, const std::map<int, ThreadStat>& a,
   std::sort(busy.rbegin(), busy.rend());
   std::string top;
   for (size_t i = 0; i < busy.size() && i < 4; ++i) {
-    absl::StrAppend(&top, i ? ", " : "", busy[i].second, " ", absl::StrFormat("%.2f", busy[i].first));
+    absl::StrAppend(&top, i ? ", " : "", busy[i].second, " ",
+                    absl::StrFormat("%.2f", busy[i].first));
   }
   Put(key + ".threads", static_cast<int64_t>(b.size()));
   Put(key + ".top_threads_cores", top);
@@ -250,7 +258,8 @@ v1::JobState GetState(v1::JobService::Stub* stub, const std::string& id, std::st
   return job.state();
 }
 
-bool WaitState(v1::JobService::Stub* stub, const std::string& id, v1::JobState want, int64_t timeout_ns) {
+bool WaitState(v1::JobService::Stub* stub, const std::string& id, v1::JobState want,
+               int64_t timeout_ns) {
   int64_t deadline = NowNs() + timeout_ns;
   while (NowNs() < deadline) {
     if (GetState(stub, id) == want) return true;

@@ -119,7 +119,7 @@ struct Dist {
   double Pct(double p) {
     if (v.empty()) return -1;
     std::sort(v.begin(), v.end());
-    size_t i = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size()))) ;
+    size_t i = static_cast<size_t>(std::ceil(p / 100.0 * static_cast<double>(v.size())));
     i = std::min(v.size() - 1, i == 0 ? 0 : i - 1);
     return Ms(v[i]);
   }
@@ -182,11 +182,14 @@ CpuSnap SnapCpu(int coord_pid);
 
 // -------------------------------------------------------------- job calls
 
-std::string SubmitSync(v1::JobService::Stub* stub, const v1::JobSpec& spec, int64_t* latency = nullptr);
+std::string SubmitSync(v1::JobService::Stub* stub, const v1::JobSpec& spec,
+                       int64_t* latency = nullptr);
 
-v1::JobState GetState(v1::JobService::Stub* stub, const std::string& id, std::string* reason = nullptr);
+v1::JobState GetState(v1::JobService::Stub* stub, const std::string& id,
+                      std::string* reason = nullptr);
 
-bool WaitState(v1::JobService::Stub* stub, const std::string& id, v1::JobState want, int64_t timeout_ns);
+bool WaitState(v1::JobService::Stub* stub, const std::string& id, v1::JobState want,
+               int64_t timeout_ns);
 
 void CancelJob(v1::JobService::Stub* stub, const std::string& id);
 
@@ -227,10 +230,22 @@ class JobWatch : public grpc::ClientReadReactor<v1::JobUpdate> {
     std::unique_lock<std::mutex> l(mu_);
     cv_.wait(l, [this] { return done_; });
   }
-  int64_t running_ns() { std::lock_guard<std::mutex> l(mu_); return running_ns_; }
-  int64_t failed_ns() { std::lock_guard<std::mutex> l(mu_); return failed_ns_; }
-  v1::JobState failed_state() { std::lock_guard<std::mutex> l(mu_); return failed_state_; }
-  std::string reason() { std::lock_guard<std::mutex> l(mu_); return reason_; }
+  int64_t running_ns() {
+    std::lock_guard<std::mutex> l(mu_);
+    return running_ns_;
+  }
+  int64_t failed_ns() {
+    std::lock_guard<std::mutex> l(mu_);
+    return failed_ns_;
+  }
+  v1::JobState failed_state() {
+    std::lock_guard<std::mutex> l(mu_);
+    return failed_state_;
+  }
+  std::string reason() {
+    std::lock_guard<std::mutex> l(mu_);
+    return reason_;
+  }
 
  private:
   grpc::ClientContext ctx_;

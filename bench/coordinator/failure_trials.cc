@@ -72,8 +72,8 @@ void ReadChildLines(Victim* v) {
 
 // Runs `count` trials, `batch` at a time. process=true: SIGKILLed child
 // processes; false: in-process streams cancelled.
-void RunFailureTrials(Hub& hub, int count, int batch, bool process, bool cuda, const std::string& tag,
-                      FailureStats& st) {
+void RunFailureTrials(Hub& hub, int count, int batch, bool process, bool cuda,
+                      const std::string& tag, FailureStats& st) {
   static std::mt19937_64 rng(12345);
   v1::JobService::Stub* jobs = hub.jobs();
   const std::string self = "/proc/self/exe";
@@ -90,9 +90,15 @@ void RunFailureTrials(Hub& hub, int count, int batch, bool process, bool cuda, c
       std::string id = absl::StrCat("fail-", tag, "-", trial + i);
       if (process) {
         int fds[2];
-        if (pipe2(fds, O_CLOEXEC) != 0) { perror("pipe"); std::exit(1); }
+        if (pipe2(fds, O_CLOEXEC) != 0) {
+          perror("pipe");
+          std::exit(1);
+        }
         SpawnOptions o;
-        o.argv = {exe, "--mode=single_worker", "--target=" + absl::GetFlag(FLAGS_target), "--worker_id=" + id,
+        o.argv = {exe,
+                  "--mode=single_worker",
+                  "--target=" + absl::GetFlag(FLAGS_target),
+                  "--worker_id=" + id,
                   std::string("--slot_kind=") + (cuda ? "gpu" : "cpu"),
                   absl::StrCat("--heartbeat_ms=", absl::GetFlag(FLAGS_heartbeat_ms)),
                   "--admin_token_file=" + absl::GetFlag(FLAGS_admin_token_file)};
@@ -100,7 +106,10 @@ void RunFailureTrials(Hub& hub, int count, int batch, bool process, bool cuda, c
         o.parent_death_signal = SIGKILL;
         absl::StatusOr<Subprocess> child = Subprocess::Spawn(o);
         close(fds[1]);
-        if (!child.ok()) { std::cerr << child.status() << "\n"; std::exit(1); }
+        if (!child.ok()) {
+          std::cerr << child.status() << "\n";
+          std::exit(1);
+        }
         v->child = std::move(*child);
         v->out_fd = fds[0];
         Victim* raw = v.get();
@@ -112,7 +121,8 @@ void RunFailureTrials(Hub& hub, int count, int batch, bool process, bool cuda, c
         v->sim->listener = [raw](SimWorker*, const v1::CoordinatorMessage& m, int64_t) {
           std::lock_guard<std::mutex> l(raw->mu);
           if (m.has_register_ack()) raw->registered = true;
-          if (m.has_start_ranks() && raw->started_job.empty()) raw->started_job = m.start_ranks().job_id();
+          if (m.has_start_ranks() && raw->started_job.empty())
+            raw->started_job = m.start_ranks().job_id();
           raw->cv.notify_all();
         };
         v->sim->Start();
@@ -160,7 +170,8 @@ void RunFailureTrials(Hub& hub, int count, int batch, bool process, bool cuda, c
     int64_t base = NowNs() + 100000000;
     std::uniform_int_distribution<int64_t> phase(0, 1200000000);
     for (auto& v : vs) plan.push_back({base + phase(rng), v.get()});
-    std::sort(plan.begin(), plan.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::sort(plan.begin(), plan.end(),
+              [](const auto& a, const auto& b) { return a.first < b.first; });
     for (auto& [t, v] : plan) {
       SleepUntilNs(t);
       if (v->process) {
@@ -177,7 +188,8 @@ void RunFailureTrials(Hub& hub, int count, int batch, bool process, bool cuda, c
         v->child.Wait();
         v->reader.join();  // The pipe is drained: every HB line is in.
         std::lock_guard<std::mutex> l(v->mu);
-        for (int64_t t : v->hb_times) if (t <= v->cut_ns) v->last_hb_ns = std::max(v->last_hb_ns, t);
+        for (int64_t t : v->hb_times)
+          if (t <= v->cut_ns) v->last_hb_ns = std::max(v->last_hb_ns, t);
       }
     }
     for (auto& v : vs) {
@@ -194,11 +206,15 @@ void RunFailureTrials(Hub& hub, int count, int batch, bool process, bool cuda, c
       }
       st.from_cut.Add(f - v->cut_ns);
       if (v->last_hb_ns > 0) st.from_last_hb.Add(f - v->last_hb_ns);
-      if (v->watch->failed_state() == v1::JOB_STATE_FAILED) ++st.failed; else ++st.restarting;
+      if (v->watch->failed_state() == v1::JOB_STATE_FAILED)
+        ++st.failed;
+      else
+        ++st.restarting;
       if (st.sample_reason.empty()) st.sample_reason = v->watch->reason();
     }
     for (const std::string& id : ids) {
-      if (GetState(jobs, id) == v1::JOB_STATE_RESTARTING || GetState(jobs, id) == v1::JOB_STATE_PENDING) {
+      if (GetState(jobs, id) == v1::JOB_STATE_RESTARTING ||
+          GetState(jobs, id) == v1::JOB_STATE_PENDING) {
         CancelJob(jobs, id);
       }
     }
@@ -231,7 +247,8 @@ void ReportFailure(const std::string& key, FailureStats& st) {
   Put(key + ".jobs_restarting", st.restarting);
   Put(key + ".undetected", st.undetected);
   Put(key + ".never_running", st.not_running);
-  if (!st.sample_reason.empty()) std::cout << "  (" << key << " reason: " << st.sample_reason << ")\n";
+  if (!st.sample_reason.empty())
+    std::cout << "  (" << key << " reason: " << st.sample_reason << ")\n";
 }
 
 }  // namespace trainctl::bench

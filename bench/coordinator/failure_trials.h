@@ -19,8 +19,8 @@ struct FailureStats {
 
 // Runs `count` trials, `batch` at a time. process=true: SIGKILLed child
 // processes; false: in-process streams cancelled.
-void RunFailureTrials(Hub& hub, int count, int batch, bool process, bool cuda, const std::string& tag,
-                      FailureStats& st);
+void RunFailureTrials(Hub& hub, int count, int batch, bool process, bool cuda,
+                      const std::string& tag, FailureStats& st);
 
 // Reports the trials' latencies and outcomes under `key`.
 void ReportFailure(const std::string& key, FailureStats& st);

@@ -15,7 +15,8 @@
 
 namespace trainctl::bench {
 
-Hub::Hub(const std::string& target, int channels, int64_t heartbeat_ns) : heartbeat_ns_(heartbeat_ns) {
+Hub::Hub(const std::string& target, int channels, int64_t heartbeat_ns)
+    : heartbeat_ns_(heartbeat_ns) {
   for (int i = 0; i < channels; ++i) {
     channels_.push_back(MakeChannel(target, i, g_worker_token));
     stubs_.push_back(v1::WorkerService::NewStub(channels_.back()));
@@ -50,7 +51,8 @@ void Hub::TickLoop(Shard& sh) {
       while (!sh.stop) {
         int64_t now = NowNs();
         if (!sh.heap.empty() && sh.heap.top().t <= now) break;
-        int64_t wait = sh.heap.empty() ? 50000000 : std::min<int64_t>(sh.heap.top().t - now, 50000000);
+        int64_t wait =
+            sh.heap.empty() ? 50000000 : std::min<int64_t>(sh.heap.top().t - now, 50000000);
         sh.cv.wait_for(l, std::chrono::nanoseconds(wait));
       }
       if (sh.stop) return;

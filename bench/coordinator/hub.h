@@ -49,9 +49,9 @@ class Hub {
     sh.cv.notify_one();
   }
 
-  Recorder rtt;          // heartbeat → heartbeat_ack
-  Recorder lateness;     // ticker: actual send − planned send
-  Recorder register_lat; // register sent → register_ack
+  Recorder rtt;           // heartbeat → heartbeat_ack
+  Recorder lateness;      // ticker: actual send − planned send
+  Recorder register_lat;  // register sent → register_ack
   std::atomic<int64_t> heartbeats_sent{0};
   std::atomic<int64_t> acks{0};
   std::atomic<int64_t> registered{0};
@@ -198,8 +198,8 @@ class SimWorker : public grpc::ClientBidiReactor<v1::WorkerMessage, v1::Coordina
   std::map<std::string, std::vector<int>> my_ranks_;
   // Jobs whose ranks this worker reported RUNNING: attempt and ranks.
   std::map<std::string, std::pair<int, std::vector<int>>> running_;
-  int64_t steps_ = 0;             // timer thread only
-  int64_t telemetry_seq_ = 0;     // timer thread only
+  int64_t steps_ = 0;          // timer thread only
+  int64_t telemetry_seq_ = 0;  // timer thread only
 
   std::atomic<int64_t> seq_{0};
   std::atomic<int64_t> sent_ns_[kRing] = {};

@@ -51,17 +51,20 @@
 #include "trainctl/v1/auth.grpc.pb.h"
 
 int main(int argc, char** argv) {
-  trainctl::ParseDaemonFlags(argc, argv,
-                             "trainctl-bench-coordinator --target HOST:PORT --mode heartbeat|jobs|failure|telemetry|single_worker\n"
-                             "Load generator for a running trainctl-coordinator (bench/coordinator/run.sh).",
-                             "bench/coordinator/bench_support.cc");
+  trainctl::ParseDaemonFlags(
+      argc, argv,
+      "trainctl-bench-coordinator --target HOST:PORT --mode "
+      "heartbeat|jobs|failure|telemetry|single_worker\n"
+      "Load generator for a running trainctl-coordinator (bench/coordinator/run.sh).",
+      "bench/coordinator/bench_support.cc");
   signal(SIGPIPE, SIG_IGN);
   using namespace trainctl::bench;
   if (absl::GetFlag(FLAGS_target).empty()) {
     std::cerr << "--target HOST:PORT is required\n";
     return 2;
   }
-  absl::StatusOr<std::string> admin = trainctl::auth::ReadTokenFile(absl::GetFlag(FLAGS_admin_token_file));
+  absl::StatusOr<std::string> admin =
+      trainctl::auth::ReadTokenFile(absl::GetFlag(FLAGS_admin_token_file));
   if (!admin.ok()) {
     std::cerr << "--admin_token_file: " << admin.status().message() << "\n";
     return 2;
@@ -74,7 +77,8 @@ int main(int argc, char** argv) {
     req.set_role(trainctl::v1::ROLE_WORKER);
     req.set_name("bench-workers");
     trainctl::v1::CreateTokenResponse resp;
-    grpc::Status s = trainctl::v1::AuthService::NewStub(MakeChannel(absl::GetFlag(FLAGS_target), -1, g_admin_token))
+    grpc::Status s = trainctl::v1::AuthService::NewStub(
+                         MakeChannel(absl::GetFlag(FLAGS_target), -1, g_admin_token))
                          ->CreateToken(&ctx, req, &resp);
     if (!s.ok()) {
       std::cerr << "creating the simulated workers' token: " << s.error_message() << "\n";
@@ -84,11 +88,16 @@ int main(int argc, char** argv) {
   }
   const std::string mode = absl::GetFlag(FLAGS_mode);
   int rc;
-  if (mode == "heartbeat") rc = RunHeartbeat();
-  else if (mode == "jobs") rc = RunJobs();
-  else if (mode == "failure") rc = RunFailure();
-  else if (mode == "telemetry") rc = RunTelemetry();
-  else if (mode == "single_worker") return RunSingleWorker();
+  if (mode == "heartbeat")
+    rc = RunHeartbeat();
+  else if (mode == "jobs")
+    rc = RunJobs();
+  else if (mode == "failure")
+    rc = RunFailure();
+  else if (mode == "telemetry")
+    rc = RunTelemetry();
+  else if (mode == "single_worker")
+    return RunSingleWorker();
   else {
     std::cerr << "unknown --mode " << mode << "\n";
     return 2;

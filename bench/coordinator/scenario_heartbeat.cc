@@ -53,7 +53,8 @@ int RunHeartbeat() {
   int64_t start = NowNs();
   for (int i = 0; i < n; ++i) {
     SleepUntilNs(start + static_cast<int64_t>(1e9 * i / rate));
-    ws.push_back(std::make_unique<SimWorker>(&hub, i, "", v1::Slot::KIND_CPU, absl::GetFlag(FLAGS_slots)));
+    ws.push_back(
+        std::make_unique<SimWorker>(&hub, i, "", v1::Slot::KIND_CPU, absl::GetFlag(FLAGS_slots)));
     ws.back()->Start();
     if (i % 1000 == 999) {
       std::cout << "  ramp: started " << i + 1 << ", registered " << hub.registered << ", rss "
@@ -108,7 +109,8 @@ int RunHeartbeat() {
   Put("coord_rss_max_mb", rss_max / 1024.0);
   Put("coord_kb_per_worker", static_cast<double>(rss1 - rss0) / static_cast<double>(reg));
   Put("bench_rss_mb", ProcRssKb(0) / 1024.0);
-  Put("bench_kb_per_worker", static_cast<double>(ProcRssKb(0) - self_rss0) / static_cast<double>(reg));
+  Put("bench_kb_per_worker",
+      static_cast<double>(ProcRssKb(0) - self_rss0) / static_cast<double>(reg));
   hub.rtt.Take().Report("rtt");
   hub.lateness.Take().Report("send_lateness");
   {

@@ -40,7 +40,8 @@ int RunJobs() {
     cv.notify_all();
   };
   for (int i = 0; i < b; ++i) {
-    busy.push_back(std::make_unique<SimWorker>(&hub, i, absl::StrCat("busy-", i), v1::Slot::KIND_CPU, 1));
+    busy.push_back(
+        std::make_unique<SimWorker>(&hub, i, absl::StrCat("busy-", i), v1::Slot::KIND_CPU, 1));
     busy.back()->listener = listener;
     busy.back()->Start();
   }
@@ -97,8 +98,8 @@ int RunJobs() {
         cv.wait_for(l, std::chrono::milliseconds(200), [&] { return in_flight < c; });
         if (NowNs() - last_print > 5000000000) {
           last_print = NowNs();
-          std::cout << "  submitted " << completed << " in " << (last_print - start) / 1e9 << " s, rss "
-                    << ProcRssKb(pid) / 1024 << " MB" << std::endl;
+          std::cout << "  submitted " << completed << " in " << (last_print - start) / 1e9
+                    << " s, rss " << ProcRssKb(pid) / 1024 << " MB" << std::endl;
         }
         if (victim && victim_cut_ns == 0 && completed >= n / 2) {
           victim_last_hb_ns = victim->last_hb_sent_ns;
@@ -155,18 +156,21 @@ int RunJobs() {
   {
     // Throughput by thousand (in completion order) and latency of each.
     std::vector<int64_t> ends;
-    for (int i = 0; i < n; ++i) if (done_at[i] > 0) ends.push_back(done_at[i]);
+    for (int i = 0; i < n; ++i)
+      if (done_at[i] > 0) ends.push_back(done_at[i]);
     std::sort(ends.begin(), ends.end());
     std::string rates;
     int64_t prev = start;
     for (size_t k = 999; k < ends.size(); k += 1000) {
-      absl::StrAppend(&rates, rates.empty() ? "" : " ", absl::StrFormat("%.0f", 1000 / ((ends[k] - prev) / 1e9)));
+      absl::StrAppend(&rates, rates.empty() ? "" : " ",
+                      absl::StrFormat("%.0f", 1000 / ((ends[k] - prev) / 1e9)));
       prev = ends[k];
     }
     Put("submit_per_s_by_thousand", rates);
     Dist all, first, last;
     std::vector<std::pair<int64_t, int64_t>> by_end;
-    for (int i = 0; i < n; ++i) if (done_at[i] > 0) by_end.push_back({done_at[i], lat[i]});
+    for (int i = 0; i < n; ++i)
+      if (done_at[i] > 0) by_end.push_back({done_at[i], lat[i]});
     std::sort(by_end.begin(), by_end.end());
     for (size_t k = 0; k < by_end.size(); ++k) {
       all.Add(by_end[k].second);
@@ -184,7 +188,8 @@ int RunJobs() {
     while (victim_watch->failed_ns() == 0 && NowNs() < deadline) SleepNs(5000000);
     int64_t f = victim_watch->failed_ns();
     Put("flood_worker_lost.cut_to_failed_ms", f > 0 ? Ms(f - victim_cut_ns) : -1.0);
-    Put("flood_worker_lost.last_hb_to_failed_ms", f > 0 && victim_last_hb_ns > 0 ? Ms(f - victim_last_hb_ns) : -1.0);
+    Put("flood_worker_lost.last_hb_to_failed_ms",
+        f > 0 && victim_last_hb_ns > 0 ? Ms(f - victim_last_hb_ns) : -1.0);
     // > 0: detected only after the flood ended (lease checks wait for an idle loop).
     Put("flood_worker_lost.failed_after_flood_end_ms", f > 0 ? Ms(f - end) : -1.0);
     Put("flood_worker_lost.flood_left_at_cut_s", (end - victim_cut_ns) / 1e9);
@@ -229,10 +234,12 @@ int RunJobs() {
   std::vector<std::unique_ptr<SimWorker>> fresh;
   Dist reg_to_start, ack_to_start;
   std::map<std::string, int> index_of;
-  for (int i = 0; i < n; ++i) if (!job_ids[i].empty()) index_of[job_ids[i]] = i;
+  for (int i = 0; i < n; ++i)
+    if (!job_ids[i].empty()) index_of[job_ids[i]] = i;
   int max_index = -1, unknown = 0;
   for (int t = 0; t < trials; ++t) {
-    auto w = std::make_unique<SimWorker>(&hub, 1000 + t, absl::StrCat("fresh-", t), v1::Slot::KIND_CPU, 1);
+    auto w = std::make_unique<SimWorker>(&hub, 1000 + t, absl::StrCat("fresh-", t),
+                                         v1::Slot::KIND_CPU, 1);
     w->auto_run = false;
     w->listener = listener;
     SimWorker* raw = w.get();
@@ -245,7 +252,10 @@ int RunJobs() {
       reg_to_start.Add(at - raw->register_sent_ns);
       ack_to_start.Add(at - raw->register_ack_ns);
       auto it = index_of.find(starts[raw][0].first);
-      if (it == index_of.end()) ++unknown; else max_index = std::max(max_index, it->second);
+      if (it == index_of.end())
+        ++unknown;
+      else
+        max_index = std::max(max_index, it->second);
     }
     fresh.push_back(std::move(w));
   }

@@ -43,7 +43,8 @@ class PointWatch : public grpc::ClientReadReactor<v1::JobUpdate> {
       absl::Time now = absl::Now();
       for (const v1::MetricPoint& p : u_.metrics().points()) {
         if (p.kind() != v1::MetricPoint::KIND_TRAIN) continue;
-        absl::Time sent = absl::FromUnixSeconds(p.time().seconds()) + absl::Nanoseconds(p.time().nanos());
+        absl::Time sent =
+            absl::FromUnixSeconds(p.time().seconds()) + absl::Nanoseconds(p.time().nanos());
         latency_->Add(absl::ToInt64Nanoseconds(now - sent));
         points++;
       }
@@ -124,8 +125,8 @@ int RunTelemetry() {
   for (int i = 0; i < jobs + idle; ++i) {
     SleepUntilNs(start + static_cast<int64_t>(1e9 * i / rate));
     bool host = i < jobs;
-    auto w = std::make_unique<SimWorker>(&hub, i, "", host ? v1::Slot::KIND_CPU : v1::Slot::KIND_GPU,
-                                         host ? ranks : 1);
+    auto w = std::make_unique<SimWorker>(
+        &hub, i, "", host ? v1::Slot::KIND_CPU : v1::Slot::KIND_GPU, host ? ranks : 1);
     if (host) {
       SimWorker* raw = w.get();
       w->on_heartbeat = [raw, &sending, lines](int64_t) {
@@ -186,7 +187,8 @@ int RunTelemetry() {
     auto w = ProcWrites(pid);
     const double dt = (c.t - prev.t) / 1e9;
     Put(absl::StrCat("series.", s),
-        absl::StrFormat("%.3f %.2f %.2f %.0f", (c.coord - prev.coord) / dt, rtt.Pct(99), ing.Pct(99),
+        absl::StrFormat("%.3f %.2f %.2f %.0f", (c.coord - prev.coord) / dt, rtt.Pct(99),
+                        ing.Pct(99),
                         w.first >= 0 && w_prev.first >= 0 ? (w.first - w_prev.first) / dt : -1.0));
     rtt_all.v.insert(rtt_all.v.end(), rtt.v.begin(), rtt.v.end());
     ingest_all.v.insert(ingest_all.v.end(), ing.v.begin(), ing.v.end());

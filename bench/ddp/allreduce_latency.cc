@@ -31,6 +31,7 @@
 #include <string>
 #include <vector>
 
+#include <cstdlib>
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
@@ -38,7 +39,6 @@
 #include "common/subprocess.h"
 #include "worker/dist/gloo_collectives.h"
 #include "worker/dist/rendezvous_store.h"
-#include <cstdlib>
 
 namespace td = trainctl::dist;
 using SteadyClock = std::chrono::steady_clock;
@@ -61,13 +61,20 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
     std::string k = a.substr(0, eq);
     std::string v = eq == std::string::npos ? (i + 1 < argc ? argv[++i] : "") : a.substr(eq + 1);
     bool ok = true;
-    if (k == "--rank") ok = absl::SimpleAtoi(v, &f->rank);
-    else if (k == "--store") f->store = v;
-    else if (k == "--iters") ok = absl::SimpleAtoi(v, &f->iters) && f->iters > 0;
-    else if (k == "--floats") ok = absl::SimpleAtoi(v, &f->floats) && f->floats > 0;
-    else if (k == "--compute_us") ok = absl::SimpleAtoi(v, &f->compute_us) && f->compute_us >= 0;
-    else if (k == "--modes") f->modes = absl::StrSplit(v, ',', absl::SkipEmpty());
-    else ok = false;
+    if (k == "--rank")
+      ok = absl::SimpleAtoi(v, &f->rank);
+    else if (k == "--store")
+      f->store = v;
+    else if (k == "--iters")
+      ok = absl::SimpleAtoi(v, &f->iters) && f->iters > 0;
+    else if (k == "--floats")
+      ok = absl::SimpleAtoi(v, &f->floats) && f->floats > 0;
+    else if (k == "--compute_us")
+      ok = absl::SimpleAtoi(v, &f->compute_us) && f->compute_us >= 0;
+    else if (k == "--modes")
+      f->modes = absl::StrSplit(v, ',', absl::SkipEmpty());
+    else
+      ok = false;
     if (!ok) {
       std::fprintf(stderr, "bad flag %s\n", a.c_str());
       return false;
@@ -101,8 +108,8 @@ int Run(const Flags& f) {
   // Rank 1 is this process's fork and gets the store's secret through its
   // environment.
   const char* env_secret = std::getenv("TRAINCTL_BENCH_STORE_SECRET");
-  const std::string secret =
-      f.rank == 0 ? td::NewRendezvousSecret() : std::string(env_secret != nullptr ? env_secret : "");
+  const std::string secret = f.rank == 0 ? td::NewRendezvousSecret()
+                                         : std::string(env_secret != nullptr ? env_secret : "");
   absl::StatusOr<std::shared_ptr<td::RendezvousStore>> store =
       f.rank == 0 ? td::RendezvousStore::Host("127.0.0.1", 0, timeout, secret)
                   : td::RendezvousStore::Connect(f.store, timeout, secret);
@@ -115,9 +122,12 @@ int Run(const Flags& f) {
     char self[4096] = {0};
     const ssize_t n = readlink("/proc/self/exe", self, sizeof self - 1);
     trainctl::SpawnOptions o;
-    o.argv = {n > 0 ? std::string(self, static_cast<size_t>(n)) : "/proc/self/exe", "--rank=1",
-              "--store=" + (*store)->address(), absl::StrCat("--iters=", f.iters),
-              absl::StrCat("--floats=", f.floats), absl::StrCat("--compute_us=", f.compute_us),
+    o.argv = {n > 0 ? std::string(self, static_cast<size_t>(n)) : "/proc/self/exe",
+              "--rank=1",
+              "--store=" + (*store)->address(),
+              absl::StrCat("--iters=", f.iters),
+              absl::StrCat("--floats=", f.floats),
+              absl::StrCat("--compute_us=", f.compute_us),
               "--modes=" + absl::StrJoin(f.modes, ",")};
     o.env = {"TRAINCTL_BENCH_STORE_SECRET=" + secret};
     o.parent_death_signal = SIGKILL;
@@ -145,8 +155,11 @@ int Run(const Flags& f) {
       auto c = td::ConnectGlooContext(o, **store, sync, mode == "sync_busy");
       if (!c.ok()) return std::fprintf(stderr, "%s\n", c.status().ToString().c_str()), 1;
       ctx = *c;
-      if (sync) ring = std::make_unique<gloo::AllreduceRing<float>>(ctx, std::vector<float*>{data.data()}, f.floats);
-      else if (mode != "direct") return std::fprintf(stderr, "unknown mode %s\n", mode.c_str()), 2;
+      if (sync)
+        ring = std::make_unique<gloo::AllreduceRing<float>>(ctx, std::vector<float*>{data.data()},
+                                                            f.floats);
+      else if (mode != "direct")
+        return std::fprintf(stderr, "unknown mode %s\n", mode.c_str()), 2;
     }
     uint32_t tag = 0;
     auto once = [&] {
@@ -181,9 +194,11 @@ int Run(const Flags& f) {
     }
     const double per_iter = Ms(SteadyClock::now() - start) / f.iters;
     if (f.rank == 0) {
-      std::printf("mode=%s floats=%d compute_us=%d iters=%d allreduce_p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f iter_ms=%.3f\n",
-                  mode.c_str(), f.floats, f.compute_us, f.iters, Pct(lat, 0.5), Pct(lat, 0.9),
-                  Pct(lat, 0.99), per_iter);
+      std::printf(
+          "mode=%s floats=%d compute_us=%d iters=%d allreduce_p50_ms=%.3f p90_ms=%.3f p99_ms=%.3f "
+          "iter_ms=%.3f\n",
+          mode.c_str(), f.floats, f.compute_us, f.iters, Pct(lat, 0.5), Pct(lat, 0.9),
+          Pct(lat, 0.99), per_iter);
       std::fflush(stdout);
     }
   }

@@ -194,7 +194,8 @@ ScenarioResult RunScenario(bool borrowing) {
 
     auto t0 = std::chrono::steady_clock::now();
     absl::StatusOr<ScheduleResult> result = Schedule(jobs, workers, input);
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double ms =
+        std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     if (!result.ok()) {
       std::fprintf(stderr, "bench_scheduler: %s\n", std::string(result.status().message()).c_str());
       std::exit(1);
@@ -258,7 +259,8 @@ ScenarioResult RunScenario(bool borrowing) {
   }
   const double even = busy_total / std::max(1, busy_count);
   for (int q = 0; q < num_queues; ++q) {
-    if (busy_queue[q] && even > 0) out.fairness_error = std::max(out.fairness_error, std::abs(served[q] - even) / even);
+    if (busy_queue[q] && even > 0)
+      out.fairness_error = std::max(out.fairness_error, std::abs(served[q] - even) / even);
   }
   out.utilization = static_cast<double>(busy_slot_ticks) / (static_cast<double>(total) * ticks);
   return out;
@@ -283,15 +285,18 @@ void Print(const char* name, const ScenarioResult& r) {
 }  // namespace trainctl::scheduler
 
 int main(int argc, char** argv) {
-  trainctl::ParseDaemonFlags(argc, argv,
-                             "trainctl-bench-scheduler [--workers N] [--queues N] ...\n"
-                             "Simulates a cluster shared by queues and times the scheduler's passes "
-                             "(bench/scheduler/run.sh).",
-                             "bench/scheduler/bench_scheduler.cc");
-  std::printf("workers=%d\nslots=%d\nqueues=%d\ncohort_size=%d\npending_per_queue=%d\nticks=%d\nwarmup=%d\n",
-              absl::GetFlag(FLAGS_workers), absl::GetFlag(FLAGS_slots), absl::GetFlag(FLAGS_queues),
-              absl::GetFlag(FLAGS_cohort_size), absl::GetFlag(FLAGS_pending_per_queue), absl::GetFlag(FLAGS_ticks),
-              absl::GetFlag(FLAGS_warmup));
+  trainctl::ParseDaemonFlags(
+      argc, argv,
+      "trainctl-bench-scheduler [--workers N] [--queues N] ...\n"
+      "Simulates a cluster shared by queues and times the scheduler's passes "
+      "(bench/scheduler/run.sh).",
+      "bench/scheduler/bench_scheduler.cc");
+  std::printf(
+      "workers=%d\nslots=%d\nqueues=%d\ncohort_size=%d\npending_per_queue=%d\nticks=%d\nwarmup=%"
+      "d\n",
+      absl::GetFlag(FLAGS_workers), absl::GetFlag(FLAGS_slots), absl::GetFlag(FLAGS_queues),
+      absl::GetFlag(FLAGS_cohort_size), absl::GetFlag(FLAGS_pending_per_queue),
+      absl::GetFlag(FLAGS_ticks), absl::GetFlag(FLAGS_warmup));
   trainctl::scheduler::Print("saturated", trainctl::scheduler::RunScenario(false));
   trainctl::scheduler::Print("borrowing", trainctl::scheduler::RunScenario(true));
   return 0;

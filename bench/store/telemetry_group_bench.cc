@@ -6,7 +6,8 @@
 // figure is the store's alone. Not a test (never registered with ctest):
 //
 //   build/bench/store/trainctl-bench-store-telemetry
-//     [--gtest_filter=*Postgres*]   env: TG_GROUPS [200] TG_MESSAGES [200] TG_RANKS [1000] TG_LINES [10]
+//     [--gtest_filter=*Postgres*]   env: TG_GROUPS [200] TG_MESSAGES [200] TG_RANKS [1000] TG_LINES
+//     [10]
 //
 // PostgreSQL: a throwaway server started by the binary (pg_test_server.h),
 // Unix socket, fsync on; skipped when the server binaries are missing.
@@ -35,8 +36,8 @@ void RunGroups(const std::string& spec, const char* backend) {
   auto opened = StateStore::OpenSpec(spec);
   ASSERT_TRUE(opened.ok()) << opened.status();
   StateStore& store = **opened;
-  const int groups = Env("TG_GROUPS", 200), messages = Env("TG_MESSAGES", 200), ranks = Env("TG_RANKS", 1000),
-            lines = Env("TG_LINES", 10);
+  const int groups = Env("TG_GROUPS", 200), messages = Env("TG_MESSAGES", 200),
+            ranks = Env("TG_RANKS", 1000), lines = Env("TG_LINES", 10);
   int64_t step = 0, seq = 0, rows = 0;
   int next_rank = 0;
   double first_ms = 0;
@@ -77,7 +78,8 @@ void RunGroups(const std::string& spec, const char* backend) {
         for (int i = 0; i < lines; ++i) {
           v1::LogLine* line = chunk.add_lines();
           line->set_rank(rank % 8);
-          line->set_text(absl::StrCat("step ", step, " line ", i, ": loss 0.1234 lr 0.001 samples/s 12345"));
+          line->set_text(
+              absl::StrCat("step ", step, " line ", i, ": loss 0.1234 lr 0.001 samples/s 12345"));
         }
         s = store.telemetry().AppendLogs(chunk);
         rows += lines;
@@ -90,15 +92,18 @@ void RunGroups(const std::string& spec, const char* backend) {
     ASSERT_TRUE(store.CommitGroup(seqs).ok());
     commit_ms += ms_since(commit_start);
     if (g == 0) {
-      first_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - group_start).count();
+      first_ms =
+          std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - group_start)
+              .count();
     }
   }
   const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-  std::printf("%s: %d groups of %d messages (%d ranks, %d lines a chunk): %.1f ms a group "
-              "(the first, with the row counts of new keys: %.1f ms; of a group on average: BeginGroup "
-              "%.2f ms, the appends %.2f ms, CommitGroup %.2f ms), %.0f messages/s, %.0f rows/s\n",
-              backend, groups, messages, ranks, lines, 1000 * s / groups, first_ms, begin_ms / groups,
-              append_ms / groups, commit_ms / groups, groups * messages / s, rows / s);
+  std::printf(
+      "%s: %d groups of %d messages (%d ranks, %d lines a chunk): %.1f ms a group "
+      "(the first, with the row counts of new keys: %.1f ms; of a group on average: BeginGroup "
+      "%.2f ms, the appends %.2f ms, CommitGroup %.2f ms), %.0f messages/s, %.0f rows/s\n",
+      backend, groups, messages, ranks, lines, 1000 * s / groups, first_ms, begin_ms / groups,
+      append_ms / groups, commit_ms / groups, groups * messages / s, rows / s);
 }
 
 TEST(TelemetryGroupBench, Sqlite) {

@@ -34,14 +34,17 @@ absl::StatusOr<ArtifactSource> FindArtifact(const ServiceContext& c,
                                             const v1::FetchArtifactRequest& req)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
   if (req.job_id().empty()) return absl::InvalidArgumentError("job_id: required");
-  if (req.checkpoint_step() < 0) return absl::InvalidArgumentError("checkpoint_step: must be >= 0 (0: the final model)");
-  if (req.offset() < 0) return absl::InvalidArgumentError("offset: must be >= 0 (0: from the start of the file)");
+  if (req.checkpoint_step() < 0)
+    return absl::InvalidArgumentError("checkpoint_step: must be >= 0 (0: the final model)");
+  if (req.offset() < 0)
+    return absl::InvalidArgumentError("offset: must be >= 0 (0: from the start of the file)");
   TRAINCTL_ASSIGN_OR_RETURN(v1::Job job, c.queries->Get(req.job_id()));
   ArtifactSource src;
   if (req.checkpoint_step() == 0) {
     if (job.final_model().empty()) {
       return absl::NotFoundError(absl::StrCat("job '", job.id(), "' has no final model (",
-                                              v1::JobState_Name(job.state()), "); fetch a checkpoint with --checkpoint STEP"));
+                                              v1::JobState_Name(job.state()),
+                                              "); fetch a checkpoint with --checkpoint STEP"));
     }
     src = {job.final_model_worker(), job.final_model(), "", job.id()};
   } else {
@@ -52,25 +55,29 @@ absl::StatusOr<ArtifactSource> FindArtifact(const ServiceContext& c,
       if (r.global_step() == req.checkpoint_step()) found = &r;
     }
     if (found == nullptr) {
-      return absl::NotFoundError(absl::StrCat("checkpoint_step: job '", job.id(), "' has no checkpoint at step ",
-                                              req.checkpoint_step(), " (it has: ",
-                                              steps.empty() ? "none" : absl::StrJoin(steps, ", "), ")"));
+      return absl::NotFoundError(absl::StrCat(
+          "checkpoint_step: job '", job.id(), "' has no checkpoint at step ", req.checkpoint_step(),
+          " (it has: ", steps.empty() ? "none" : absl::StrJoin(steps, ", "), ")"));
     }
     // By record, never by path: only the worker that reported the file is
     // asked for it (also for a shared checkpoint, which others may see at
     // the same path), and only as a file of the record's job.
-    const std::string& reporter = found->reported_by().empty() ? found->worker_id() : found->reported_by();
+    const std::string& reporter =
+        found->reported_by().empty() ? found->worker_id() : found->reported_by();
     if (reporter.empty()) {
       return absl::FailedPreconditionError(absl::StrCat(
-          "checkpoint_step: the shared checkpoint at step ", req.checkpoint_step(), " of job '", job.id(),
-          "' was recorded without the worker that wrote it; copy ", found->path(), " from the shared directory"));
+          "checkpoint_step: the shared checkpoint at step ", req.checkpoint_step(), " of job '",
+          job.id(), "' was recorded without the worker that wrote it; copy ", found->path(),
+          " from the shared directory"));
     }
-    src = {reporter, found->path(), found->checksum(), found->job_id().empty() ? job.id() : found->job_id()};
+    src = {reporter, found->path(), found->checksum(),
+           found->job_id().empty() ? job.id() : found->job_id()};
   }
   const v1::Worker* w = c.registry->Find(src.worker);
   if (w == nullptr || w->state() != v1::WORKER_STATE_ALIVE) {
-    return absl::UnavailableError(absl::StrCat("worker '", src.worker, "' holding ", src.path, " is not connected (",
-                                               w == nullptr ? "unknown" : v1::WorkerState_Name(w->state()), ")"));
+    return absl::UnavailableError(
+        absl::StrCat("worker '", src.worker, "' holding ", src.path, " is not connected (",
+                     w == nullptr ? "unknown" : v1::WorkerState_Name(w->state()), ")"));
   }
   return src;
 }
@@ -111,16 +118,19 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
       return;
     }
     if (c.offset() != offset_) {
-      Fail(absl::InternalError(absl::StrCat(holder, "answered for offset ", c.offset(), ", expected ", offset_)));
+      Fail(absl::InternalError(
+          absl::StrCat(holder, "answered for offset ", c.offset(), ", expected ", offset_)));
       return;
     }
     out_.Clear();
     if (first_) {
       size_ = c.size();
       expected_ = src_.recorded_checksum.empty() ? c.checksum() : src_.recorded_checksum;
-      if (!src_.recorded_checksum.empty() && !c.checksum().empty() && c.checksum() != src_.recorded_checksum) {
-        Fail(absl::DataLossError(absl::StrCat(holder, src_.path, " is ", c.checksum(), " on disk, recorded as ",
-                                              src_.recorded_checksum, " (the file changed or is damaged)")));
+      if (!src_.recorded_checksum.empty() && !c.checksum().empty() &&
+          c.checksum() != src_.recorded_checksum) {
+        Fail(absl::DataLossError(absl::StrCat(holder, src_.path, " is ", c.checksum(),
+                                              " on disk, recorded as ", src_.recorded_checksum,
+                                              " (the file changed or is damaged)")));
         return;
       }
       out_.set_path(src_.path);
@@ -128,15 +138,17 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
       out_.set_size(size_);
       out_.set_checksum(expected_);
     } else if (c.size() != size_) {
-      Fail(absl::DataLossError(absl::StrCat(holder, src_.path, " changed size during the fetch (", size_, " -> ",
-                                            c.size(), " bytes)")));
+      Fail(absl::DataLossError(absl::StrCat(holder, src_.path, " changed size during the fetch (",
+                                            size_, " -> ", c.size(), " bytes)")));
       return;
     }
     if (c.data().empty() && offset_ < size_) {
-      Fail(absl::DataLossError(absl::StrCat(holder, "no bytes at offset ", offset_, " of ", size_)));
+      Fail(
+          absl::DataLossError(absl::StrCat(holder, "no bytes at offset ", offset_, " of ", size_)));
       return;
     }
-    crc_ = crc32(crc_, reinterpret_cast<const Bytef*>(c.data().data()), static_cast<uInt>(c.data().size()));
+    crc_ = crc32(crc_, reinterpret_cast<const Bytef*>(c.data().data()),
+                 static_cast<uInt>(c.data().size()));
     out_.set_offset(offset_);
     out_.set_data(c.data());
     offset_ += static_cast<int64_t>(c.data().size());
@@ -163,7 +175,8 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
       // A resumed fetch sent only the file's end: its client, which has
       // every byte, checks the whole.
       if (!resumed_ && !expected_.empty() && Crc32Text(static_cast<uint32_t>(crc_)) != expected_) {
-        Fail(absl::DataLossError(absl::StrCat("sent bytes are ", Crc32Text(static_cast<uint32_t>(crc_)), ", expected ",
+        Fail(absl::DataLossError(absl::StrCat("sent bytes are ",
+                                              Crc32Text(static_cast<uint32_t>(crc_)), ", expected ",
                                               expected_, ": discard them")));
         return;
       }
@@ -220,8 +233,8 @@ class FetchReactor final : public grpc::ServerWriteReactor<v1::ArtifactChunk>, p
 
 }  // namespace
 
-grpc::ServerWriteReactor<v1::ArtifactChunk>* JobServiceImpl::FetchArtifact(grpc::CallbackServerContext* ctx,
-                                                                          const v1::FetchArtifactRequest* req) {
+grpc::ServerWriteReactor<v1::ArtifactChunk>* JobServiceImpl::FetchArtifact(
+    grpc::CallbackServerContext* ctx, const v1::FetchArtifactRequest* req) {
   absl::StatusOr<Principal> who = Caller(ctx_, ctx, "FetchArtifact");
   auto* reactor = new FetchReactor(ctx_, ctx_.fetch_chunk_bytes);
   if (!who.ok()) {

@@ -30,8 +30,10 @@ namespace {
 absl::Status JoinPrecondition(grpc::CallbackServerContext* ctx, const WorkerEnroller* enroller) {
   std::shared_ptr<const grpc::AuthContext> auth = ctx->auth_context();
   std::vector<grpc::string_ref> transport =
-      auth ? auth->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME) : std::vector<grpc::string_ref>();
-  if (transport.empty() || std::string(transport.front().data(), transport.front().size()) != "ssl") {
+      auth ? auth->FindPropertyValues(GRPC_TRANSPORT_SECURITY_TYPE_PROPERTY_NAME)
+           : std::vector<grpc::string_ref>();
+  if (transport.empty() ||
+      std::string(transport.front().data(), transport.front().size()) != "ssl") {
     return absl::FailedPreconditionError(
         "Join: needs TLS (start the coordinator with --tls-dir; the worker with --ca)");
   }
@@ -64,14 +66,16 @@ grpc::ServerUnaryReactor* AuthServiceImpl::ListTokens(grpc::CallbackServerContex
   return reactor;
 }
 
-grpc::ServerUnaryReactor* AuthServiceImpl::Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
+grpc::ServerUnaryReactor* AuthServiceImpl::Join(grpc::CallbackServerContext* ctx,
+                                                const v1::JoinRequest* req,
                                                 v1::JoinResponse* resp) {
   // Checked here, on the gRPC thread, as the call's transport is; answered
   // after the token check, which comes first.
   absl::Status ready = JoinPrecondition(ctx, ctx_.enroller);
   // Renewal: a worker's own certificate and no token.
   std::optional<CertPeer> peer = CertPeerOf(*ctx);
-  if (peer.has_value() && ctx->client_metadata().find("authorization") == ctx->client_metadata().end()) {
+  if (peer.has_value() &&
+      ctx->client_metadata().find("authorization") == ctx->client_metadata().end()) {
     grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
     ctx_.loop->Post([this, reactor, req, resp, ready, peer = *std::move(peer)] {
       AssertOnLoop(ctx_.loop, "a join");
@@ -132,23 +136,26 @@ grpc::ServerUnaryReactor* AuthServiceImpl::CreateSignInCode(grpc::CallbackServer
   grpc::ServerUnaryReactor* reactor = ctx->DefaultReactor();
   // Every role the dashboard lets in; the code stands for the caller's own
   // token (its bearer secret), so it grants nothing the caller lacks.
-  absl::Status s =
-      Caller(ctx_, ctx, "CreateSignInCode").status();
+  absl::Status s = Caller(ctx_, ctx, "CreateSignInCode").status();
   const SignInCodes::Endpoint dashboard =
       ctx_.sign_in != nullptr ? ctx_.sign_in->endpoint() : SignInCodes::Endpoint{};
   if (s.ok() && dashboard.port == 0) {
     s = absl::FailedPreconditionError(
-        "CreateSignInCode: this coordinator serves no dashboard (start it with --http-listen HOST:PORT)");
+        "CreateSignInCode: this coordinator serves no dashboard (start it with --http-listen "
+        "HOST:PORT)");
   }
   if (s.ok()) {
     const auto& md = ctx->client_metadata();
     auto it = md.find("authorization");
-    const std::string header = it == md.end() ? "" : std::string(it->second.data(), it->second.size());
+    const std::string header =
+        it == md.end() ? "" : std::string(it->second.data(), it->second.size());
     constexpr absl::string_view kBearer = "Bearer ";
     if (!absl::StartsWith(header, kBearer)) {
-      s = absl::FailedPreconditionError("CreateSignInCode: needs a bearer token (a certificate cannot sign in)");
+      s = absl::FailedPreconditionError(
+          "CreateSignInCode: needs a bearer token (a certificate cannot sign in)");
     } else {
-      resp->set_code(ctx_.sign_in->Create(std::string(absl::StripAsciiWhitespace(header.substr(kBearer.size())))));
+      resp->set_code(ctx_.sign_in->Create(
+          std::string(absl::StripAsciiWhitespace(header.substr(kBearer.size())))));
       resp->set_expires_in_s(static_cast<int32_t>(absl::ToInt64Seconds(SignInCodes::kTtl)));
       resp->set_http_port(dashboard.port);
       resp->set_https(dashboard.https);

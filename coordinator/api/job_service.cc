@@ -131,7 +131,8 @@ template <typename Reactor>
 LiveCalls::Id TrackCall(const ServiceContext& ctx, const Principal& who, Reactor* reactor)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
   if (ctx.live == nullptr) return 0;
-  return ctx.live->Add(who, [reactor](const absl::Status& why) { reactor->FinishNow(ToGrpcStatus(why)); });
+  return ctx.live->Add(
+      who, [reactor](const absl::Status& why) { reactor->FinishNow(ToGrpcStatus(why)); });
 }
 
 class WatchReactor final : public QueuedWriter<v1::JobUpdate>, public JobSubscriber {
@@ -180,7 +181,8 @@ class WatchReactor final : public QueuedWriter<v1::JobUpdate>, public JobSubscri
 // owes `line` of `attempt` and `rank`: every line of a later attempt, none of
 // an earlier one, and of the same attempt those numbered after the last
 // one delivered (unnumbered lines, from an older worker, are sent again).
-bool LineOwed(const v1::GetLogsRequest& req, int32_t attempt, int32_t rank, const v1::LogLine& line) {
+bool LineOwed(const v1::GetLogsRequest& req, int32_t attempt, int32_t rank,
+              const v1::LogLine& line) {
   if (req.after_attempt() == 0 || attempt > req.after_attempt()) return true;
   if (attempt < req.after_attempt()) return false;
   if (line.seq() == 0) return true;
@@ -201,7 +203,9 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
     if (c.attempt() != attempt_) return;
     if (req_.has_rank() && c.rank() != req_.rank()) return;
     // A resumed stream: past the lines it had, every chunk goes as it is.
-    const auto owed = [&](const v1::LogLine& l) { return LineOwed(req_, c.attempt(), c.rank(), l); };
+    const auto owed = [&](const v1::LogLine& l) {
+      return LineOwed(req_, c.attempt(), c.rank(), l);
+    };
     if (std::all_of(c.lines().begin(), c.lines().end(), owed)) {
       Push(c);
       return;
@@ -247,8 +251,8 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
 // the loop, reads the job and hands it to `start`, or finishes with the
 // reason there is no such job.
 template <typename Reactor, typename Start>
-Reactor* OpenJobStream(const ServiceContext& c, grpc::CallbackServerContext* ctx, absl::string_view call,
-                       Reactor* reactor, std::string job_id, Start start) {
+Reactor* OpenJobStream(const ServiceContext& c, grpc::CallbackServerContext* ctx,
+                       absl::string_view call, Reactor* reactor, std::string job_id, Start start) {
   absl::StatusOr<Principal> who = Caller(c, ctx, call);
   if (!who.ok()) {
     reactor->FinishAfterQueue(ToGrpcStatus(who.status()));
@@ -272,25 +276,31 @@ Reactor* OpenJobStream(const ServiceContext& c, grpc::CallbackServerContext* ctx
 
 }  // namespace
 
-absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(const JobQueries& queries, const v1::GetMetricsRequest& req) {
+absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(const JobQueries& queries,
+                                                      const v1::GetMetricsRequest& req) {
   TRAINCTL_RETURN_IF_ERROR(queries.Get(req.job_id()).status());
   MetricPageQuery q;
   q.job_id = req.job_id();
   if (req.has_rank()) {
-    if (req.rank() < 0) return absl::InvalidArgumentError(absl::StrCat("rank: ", req.rank(), " is negative"));
+    if (req.rank() < 0)
+      return absl::InvalidArgumentError(absl::StrCat("rank: ", req.rank(), " is negative"));
     q.rank = req.rank();
   }
   if (!v1::MetricPoint::Kind_IsValid(req.kind())) {
-    return absl::InvalidArgumentError(absl::StrCat("kind: ", req.kind(), " is not a MetricPoint.Kind"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("kind: ", req.kind(), " is not a MetricPoint.Kind"));
   }
   q.kind = req.kind();
-  if (!req.page_token().empty() && (!absl::SimpleAtoi(req.page_token(), &q.after_id) || q.after_id < 0)) {
+  if (!req.page_token().empty() &&
+      (!absl::SimpleAtoi(req.page_token(), &q.after_id) || q.after_id < 0)) {
     return absl::InvalidArgumentError(absl::StrCat("page_token: '", req.page_token().substr(0, 40),
                                                    "' is not a token this coordinator returned"));
   }
-  if (req.max_page_bytes() < 0) return absl::InvalidArgumentError("max_page_bytes: must not be negative");
-  q.max_bytes = req.max_page_bytes() == 0 ? kMaxMetricPageBytes
-                                          : std::clamp<int64_t>(req.max_page_bytes(), 1024, kMaxMetricPageBytes);
+  if (req.max_page_bytes() < 0)
+    return absl::InvalidArgumentError("max_page_bytes: must not be negative");
+  q.max_bytes = req.max_page_bytes() == 0
+                    ? kMaxMetricPageBytes
+                    : std::clamp<int64_t>(req.max_page_bytes(), 1024, kMaxMetricPageBytes);
   TRAINCTL_ASSIGN_OR_RETURN(MetricPage page, queries.MetricsPage(q));
   v1::GetMetricsResponse resp;
   v1::MetricBatch* batch = nullptr;
@@ -303,7 +313,8 @@ absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(const JobQueries& queries,
     *batch->add_points() = std::move(p.point);
   }
   if (page.more) resp.set_next_page_token(absl::StrCat(page.points.back().id));
-  resp.set_resume_token(page.points.empty() ? req.page_token() : absl::StrCat(page.points.back().id));
+  resp.set_resume_token(page.points.empty() ? req.page_token()
+                                            : absl::StrCat(page.points.back().id));
   return resp;
 }
 
@@ -351,7 +362,8 @@ grpc::ServerUnaryReactor* JobServiceImpl::ListJobs(grpc::CallbackServerContext* 
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJob(grpc::CallbackServerContext* ctx,
-                                                    const v1::CancelJobRequest* req, v1::Job* resp) {
+                                                    const v1::CancelJobRequest* req,
+                                                    v1::Job* resp) {
   return UnaryOnLoop(ctx_, ctx, "CancelJob",
                      [this, req, resp](const Principal& who)
                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
@@ -367,10 +379,12 @@ namespace {
 // A submitter's bulk cancel follows CancelJob's rule (MayActOnJob): only the
 // jobs its own token submitted match, and naming another owner is refused
 // outright rather than matching nothing, so that the caller learns why.
-absl::StatusOr<JobManager::CancelFilter> CancelFilterFor(const Principal& who, const v1::CancelJobsRequest& req) {
+absl::StatusOr<JobManager::CancelFilter> CancelFilterFor(const Principal& who,
+                                                         const v1::CancelJobsRequest& req) {
   if (req.queue().empty() && req.owner().empty() && req.states().empty()) {
     return absl::InvalidArgumentError(
-        "queue, owner, states: give at least one filter (CancelJobs never cancels every job unasked)");
+        "queue, owner, states: give at least one filter (CancelJobs never cancels every job "
+        "unasked)");
   }
   JobManager::CancelFilter filter;
   filter.queue = req.queue();
@@ -378,9 +392,9 @@ absl::StatusOr<JobManager::CancelFilter> CancelFilterFor(const Principal& who, c
   for (int s : req.states()) filter.states.push_back(static_cast<v1::JobState>(s));
   if (who.role != v1::ROLE_ADMIN) {
     if (!req.owner().empty() && req.owner() != who.name) {
-      return absl::PermissionDeniedError(absl::StrCat(
-          "CancelJobs: owner '", req.owner(), "' is not you ('", who.name,
-          "'); a submitter cancels only its own jobs (role admin cancels every job)"));
+      return absl::PermissionDeniedError(
+          absl::StrCat("CancelJobs: owner '", req.owner(), "' is not you ('", who.name,
+                       "'); a submitter cancels only its own jobs (role admin cancels every job)"));
     }
     filter.owner_token_id = who.token_id;
   }
@@ -392,19 +406,19 @@ absl::StatusOr<JobManager::CancelFilter> CancelFilterFor(const Principal& who, c
 grpc::ServerUnaryReactor* JobServiceImpl::CancelJobs(grpc::CallbackServerContext* ctx,
                                                      const v1::CancelJobsRequest* req,
                                                      v1::CancelJobsResponse* resp) {
-  return UnaryOnLoop(ctx_, ctx, "CancelJobs",
-                     [this, req, resp](const Principal& who)
-                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
-                           absl::StatusOr<JobManager::CancelFilter> filter = CancelFilterFor(who, *req);
-                           if (!filter.ok()) return filter.status();
-                           absl::StatusOr<std::vector<std::string>> ids =
-                               ctx_.jobs->CancelMatching(*filter, req->reason(), req->dry_run());
-                           if (!ids.ok()) return ids.status();
-                           for (std::string& id : *ids) resp->add_job_ids(std::move(id));
-                           resp->set_count(resp->job_ids_size());
-                           resp->set_dry_run(req->dry_run());
-                           return absl::OkStatus();
-                         });
+  return UnaryOnLoop(
+      ctx_, ctx, "CancelJobs",
+      [this, req, resp](const Principal& who) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
+        absl::StatusOr<JobManager::CancelFilter> filter = CancelFilterFor(who, *req);
+        if (!filter.ok()) return filter.status();
+        absl::StatusOr<std::vector<std::string>> ids =
+            ctx_.jobs->CancelMatching(*filter, req->reason(), req->dry_run());
+        if (!ids.ok()) return ids.status();
+        for (std::string& id : *ids) resp->add_job_ids(std::move(id));
+        resp->set_count(resp->job_ids_size());
+        resp->set_dry_run(req->dry_run());
+        return absl::OkStatus();
+      });
 }
 
 grpc::ServerUnaryReactor* JobServiceImpl::GetMetrics(grpc::CallbackServerContext* ctx,
@@ -423,8 +437,8 @@ grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::Callback
                 request = *req](const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     // History and subscription in one loop turn: no gap, no duplicate.
     if (request.include_history()) {
-      absl::StatusOr<std::vector<v1::Event>> events =
-          ctx_.queries->Events(request.job_id(), std::max<int64_t>(0, request.after_event_seq()), 100000);
+      absl::StatusOr<std::vector<v1::Event>> events = ctx_.queries->Events(
+          request.job_id(), std::max<int64_t>(0, request.after_event_seq()), 100000);
       if (events.ok()) {
         for (v1::Event& e : *events) {
           v1::JobUpdate u;
@@ -458,20 +472,24 @@ grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::Callback
 
 absl::Status LogsRequestError(const v1::GetLogsRequest& req, const v1::Job& job) {
   if (req.tail_lines() < 0) return absl::InvalidArgumentError("tail_lines: must be >= 0");
-  if (req.after_attempt() < 0) return absl::InvalidArgumentError("after_attempt: must be >= 0 (0: not a resumption)");
+  if (req.after_attempt() < 0)
+    return absl::InvalidArgumentError("after_attempt: must be >= 0 (0: not a resumption)");
   if (req.after_attempt() == 0 && !req.after_seq().empty()) {
-    return absl::InvalidArgumentError("after_seq: needs after_attempt (the attempt the numbers are of)");
+    return absl::InvalidArgumentError(
+        "after_seq: needs after_attempt (the attempt the numbers are of)");
   }
   const int attempts = job.attempts_size();
   if (req.attempt() < 0 || req.attempt() > attempts) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "attempt: ", req.attempt(), " is out of range: job '", job.id(), "' has ", attempts, " attempt(s)",
-        attempts > 0 ? absl::StrCat(" (1..", attempts, "; 0 = the latest)") : " yet"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("attempt: ", req.attempt(), " is out of range: job '", job.id(), "' has ",
+                     attempts, " attempt(s)",
+                     attempts > 0 ? absl::StrCat(" (1..", attempts, "; 0 = the latest)") : " yet"));
   }
   const int world = job.spec().world_size();
   if (req.has_rank() && (req.rank() < 0 || (world > 0 && req.rank() >= world))) {
-    return absl::InvalidArgumentError(absl::StrCat("rank: ", req.rank(), " is outside job '", job.id(),
-                                                   "''s world: world_size ", world, " (ranks 0..", world - 1, ")"));
+    return absl::InvalidArgumentError(absl::StrCat("rank: ", req.rank(), " is outside job '",
+                                                   job.id(), "''s world: world_size ", world,
+                                                   " (ranks 0..", world - 1, ")"));
   }
   return absl::OkStatus();
 }
@@ -494,7 +512,9 @@ grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetLogs(grpc::CallbackSe
     if (lines.ok()) {
       // A resumed stream: only what it has not delivered yet.
       lines->erase(std::remove_if(lines->begin(), lines->end(),
-                                  [&](const v1::LogLine& l) { return !LineOwed(request, attempt, l.rank(), l); }),
+                                  [&](const v1::LogLine& l) {
+                                    return !LineOwed(request, attempt, l.rank(), l);
+                                  }),
                    lines->end());
       // Group consecutive lines of a rank into chunks.
       v1::LogChunk chunk;

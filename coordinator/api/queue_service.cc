@@ -6,9 +6,9 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/time_util.h"
-#include "coordinator/queues/queue_status.h"
 #include "coordinator/api/service_support.h"
 #include "coordinator/api/services.h"
+#include "coordinator/queues/queue_status.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -19,9 +19,10 @@ absl::Status NoRegistry() {
 
 // Timestamp's documented range: 0001-01-01 to 9999-12-31, nanos in [0, 1e9).
 absl::Status CheckTimestamp(const char* field, const google::protobuf::Timestamp& ts) {
-  if (ts.seconds() < -62135596800 || ts.seconds() > 253402300799 || ts.nanos() < 0 || ts.nanos() > 999999999) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": not a valid timestamp (seconds ", ts.seconds(),
-                                                   ", nanos ", ts.nanos(), ")"));
+  if (ts.seconds() < -62135596800 || ts.seconds() > 253402300799 || ts.nanos() < 0 ||
+      ts.nanos() > 999999999) {
+    return absl::InvalidArgumentError(absl::StrCat(field, ": not a valid timestamp (seconds ",
+                                                   ts.seconds(), ", nanos ", ts.nanos(), ")"));
   }
   return absl::OkStatus();
 }
@@ -29,7 +30,8 @@ absl::Status CheckTimestamp(const char* field, const google::protobuf::Timestamp
 }  // namespace
 
 grpc::ServerUnaryReactor* QueueServiceImpl::CreateQueue(grpc::CallbackServerContext* ctx,
-                                                        const v1::CreateQueueRequest* req, v1::Queue* resp) {
+                                                        const v1::CreateQueueRequest* req,
+                                                        v1::Queue* resp) {
   return UnaryOnLoop(
       ctx_, ctx, "CreateQueue",
       [this, req, resp](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
@@ -42,7 +44,8 @@ grpc::ServerUnaryReactor* QueueServiceImpl::CreateQueue(grpc::CallbackServerCont
 }
 
 grpc::ServerUnaryReactor* QueueServiceImpl::GetQueue(grpc::CallbackServerContext* ctx,
-                                                     const v1::GetQueueRequest* req, v1::QueueStatus* resp) {
+                                                     const v1::GetQueueRequest* req,
+                                                     v1::QueueStatus* resp) {
   return UnaryOnLoop(
       ctx_, ctx, "GetQueue",
       [this, req, resp](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
@@ -58,20 +61,23 @@ grpc::ServerUnaryReactor* QueueServiceImpl::GetQueue(grpc::CallbackServerContext
 }
 
 grpc::ServerUnaryReactor* QueueServiceImpl::ListQueues(grpc::CallbackServerContext* ctx,
-                                                       const v1::ListQueuesRequest*, v1::ListQueuesResponse* resp) {
-  return UnaryOnLoop(
-      ctx_, ctx, "ListQueues",
-      [this, resp](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
-        if (ctx_.queues == nullptr) return NoRegistry();
-        for (v1::QueueStatus& st : QueueStatusesOf(ctx_.queues->List(), ctx_.queries->QueueUsages())) {
-          *resp->add_queues() = std::move(st);
-        }
-        return absl::OkStatus();
-      });
+                                                       const v1::ListQueuesRequest*,
+                                                       v1::ListQueuesResponse* resp) {
+  return UnaryOnLoop(ctx_, ctx, "ListQueues",
+                     [this, resp](const Principal&)
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
+                           if (ctx_.queues == nullptr) return NoRegistry();
+                           for (v1::QueueStatus& st :
+                                QueueStatusesOf(ctx_.queues->List(), ctx_.queries->QueueUsages())) {
+                             *resp->add_queues() = std::move(st);
+                           }
+                           return absl::OkStatus();
+                         });
 }
 
 grpc::ServerUnaryReactor* QueueServiceImpl::DeleteQueue(grpc::CallbackServerContext* ctx,
-                                                        const v1::DeleteQueueRequest* req, v1::DeleteQueueResponse*) {
+                                                        const v1::DeleteQueueRequest* req,
+                                                        v1::DeleteQueueResponse*) {
   return UnaryOnLoop(
       ctx_, ctx, "DeleteQueue",
       [this, req](const Principal&) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
@@ -84,7 +90,8 @@ grpc::ServerUnaryReactor* QueueServiceImpl::DeleteQueue(grpc::CallbackServerCont
 }
 
 grpc::ServerUnaryReactor* QueueServiceImpl::GetUsage(grpc::CallbackServerContext* ctx,
-                                                     const v1::GetUsageRequest* req, v1::GetUsageResponse* resp) {
+                                                     const v1::GetUsageRequest* req,
+                                                     v1::GetUsageResponse* resp) {
   return UnaryOnLoop(ctx_, ctx, "GetUsage",
                      [this, req, resp](const Principal&)
                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
@@ -103,8 +110,8 @@ grpc::ServerUnaryReactor* QueueServiceImpl::GetUsage(grpc::CallbackServerContext
                              filter.until = FromTimestamp(req->until());
                            }
                            if (!v1::UsageGrouping_IsValid(req->by())) {
-                             return absl::InvalidArgumentError(
-                                 absl::StrCat("by: ", static_cast<int>(req->by()), " is not a usage grouping"));
+                             return absl::InvalidArgumentError(absl::StrCat(
+                                 "by: ", static_cast<int>(req->by()), " is not a usage grouping"));
                            }
                            filter.by = req->by();
                            absl::StatusOr<UsageReport> report = ctx_.queries->Usage(filter);
@@ -123,7 +130,8 @@ grpc::ServerUnaryReactor* QueueServiceImpl::GetUsage(grpc::CallbackServerContext
                              row->set_peak_memory_bytes(r.peak_memory_bytes);
                              row->set_wall_seconds(r.wall_seconds);
                            }
-                           for (v1::AttemptUsage& a : report->attempts) *resp->add_attempts() = std::move(a);
+                           for (v1::AttemptUsage& a : report->attempts)
+                             *resp->add_attempts() = std::move(a);
                            if (req->has_since()) *resp->mutable_since() = req->since();
                            SetTimestamp(report->until, resp->mutable_until());
                            return absl::OkStatus();

@@ -27,7 +27,8 @@ absl::StatusOr<Principal> Caller(const ServiceContext& c, grpc::CallbackServerCo
     return absl::Status(who.status().code(), absl::StrCat(call, ": ", who.status().message()));
   }
   absl::Span<const v1::Role> roles = RolesOf(call);
-  if (roles.empty()) return absl::PermissionDeniedError(absl::StrCat(call, ": no role may call it"));
+  if (roles.empty())
+    return absl::PermissionDeniedError(absl::StrCat(call, ": no role may call it"));
   absl::Status allowed = TokenAuthority::Authorize(*who, call, roles);
   if (!allowed.ok()) return allowed;
   return who;
@@ -46,13 +47,15 @@ std::optional<CertPeer> CertPeerOf(const grpc::CallbackServerContext& ctx) {
   }
   std::vector<grpc::string_ref> pem = auth->FindPropertyValues(GRPC_X509_PEM_CERT_PROPERTY_NAME);
   if (!pem.empty()) {
-    absl::StatusOr<std::string> serial = auth::CertSerialHex(std::string(pem.front().data(), pem.front().size()));
+    absl::StatusOr<std::string> serial =
+        auth::CertSerialHex(std::string(pem.front().data(), pem.front().size()));
     if (serial.ok()) peer.serial = *serial;
   }
   return peer;
 }
 
-absl::StatusOr<WorkerCaller> WorkerCallerOf(const ServiceContext& c, grpc::CallbackServerContext* ctx,
+absl::StatusOr<WorkerCaller> WorkerCallerOf(const ServiceContext& c,
+                                            grpc::CallbackServerContext* ctx,
                                             absl::string_view call) {
   WorkerCaller caller;
   if (std::optional<CertPeer> peer = CertPeerOf(*ctx)) {
@@ -60,15 +63,19 @@ absl::StatusOr<WorkerCaller> WorkerCallerOf(const ServiceContext& c, grpc::Callb
     caller.cert_sans = std::move(peer->sans);
     caller.cert_serial = peer->serial;
     // Refused before the call starts: a revoked certificate gets nothing.
-    if (absl::Status revoked = c.auth->CheckCert(caller.cert_id, caller.cert_serial); !revoked.ok()) {
+    if (absl::Status revoked = c.auth->CheckCert(caller.cert_id, caller.cert_serial);
+        !revoked.ok()) {
       LogEvent(LogLevel::kWarn, "coordinator", "worker_revoked_refused",
-               {{"worker_id", caller.cert_id}, {"peer", ctx->peer()}, {"call", std::string(call)},
+               {{"worker_id", caller.cert_id},
+                {"peer", ctx->peer()},
+                {"call", std::string(call)},
                 {"reason", std::string(revoked.message())}});
       return revoked;
     }
     if (!caller.cert_serial.empty()) c.auth->NoteCertSerial(caller.cert_id, caller.cert_serial);
   }
-  if (!caller.cert_id.empty() && ctx->client_metadata().find("authorization") == ctx->client_metadata().end()) {
+  if (!caller.cert_id.empty() &&
+      ctx->client_metadata().find("authorization") == ctx->client_metadata().end()) {
     caller.who = Principal{absl::StrCat("cert:", caller.cert_id), caller.cert_id, v1::ROLE_WORKER};
     return caller;
   }

@@ -16,8 +16,8 @@
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "absl/strings/string_view.h"
-#include "coordinator/auth/method_roles.h"
 #include "coordinator/api/services.h"
+#include "coordinator/auth/method_roles.h"
 #include "coordinator/auth/token_authority.h"
 
 namespace trainctl::coordinator {
@@ -50,7 +50,8 @@ struct WorkerCaller {
   std::vector<std::string> cert_sans;
   std::string cert_serial;
 };
-absl::StatusOr<WorkerCaller> WorkerCallerOf(const ServiceContext& c, grpc::CallbackServerContext* ctx,
+absl::StatusOr<WorkerCaller> WorkerCallerOf(const ServiceContext& c,
+                                            grpc::CallbackServerContext* ctx,
                                             absl::string_view call);
 
 // A submitter acts only on its own jobs; admins on every job.

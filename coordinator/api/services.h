@@ -29,16 +29,16 @@
 
 #include "common/event_loop.h"
 #include "coordinator/artifacts/artifact_fetches.h"
-#include "coordinator/jobs/job_owners.h"
 #include "coordinator/auth/live_calls.h"
-#include "coordinator/telemetry/metrics_hub.h"
-#include "coordinator/core/on_loop.h"
-#include "coordinator/queues/queue_registry.h"
 #include "coordinator/auth/sign_in_codes.h"
-#include "coordinator/store/state_store.h"
-#include "coordinator/telemetry/telemetry_ledger.h"
 #include "coordinator/auth/token_authority.h"
 #include "coordinator/auth/worker_enroller.h"
+#include "coordinator/core/on_loop.h"
+#include "coordinator/jobs/job_owners.h"
+#include "coordinator/queues/queue_registry.h"
+#include "coordinator/store/state_store.h"
+#include "coordinator/telemetry/metrics_hub.h"
+#include "coordinator/telemetry/telemetry_ledger.h"
 #include "coordinator/workers/worker_registry.h"
 #include "trainctl/v1/auth.grpc.pb.h"
 #include "trainctl/v1/job_service.grpc.pb.h"
@@ -123,12 +123,13 @@ class JobServiceImpl final : public v1::JobService::CallbackService {
                                                     const v1::WatchJobRequest* req) override;
   grpc::ServerWriteReactor<v1::LogChunk>* GetLogs(grpc::CallbackServerContext* ctx,
                                                   const v1::GetLogsRequest* req) override;
-  grpc::ServerUnaryReactor* GetMetrics(grpc::CallbackServerContext* ctx, const v1::GetMetricsRequest* req,
+  grpc::ServerUnaryReactor* GetMetrics(grpc::CallbackServerContext* ctx,
+                                       const v1::GetMetricsRequest* req,
                                        v1::GetMetricsResponse* resp) override;
-  grpc::ServerWriteReactor<v1::ArtifactChunk>* FetchArtifact(grpc::CallbackServerContext* ctx,
-                                                             const v1::FetchArtifactRequest* req) override;
+  grpc::ServerWriteReactor<v1::ArtifactChunk>* FetchArtifact(
+      grpc::CallbackServerContext* ctx, const v1::FetchArtifactRequest* req) override;
   grpc::ServerReadReactor<v1::UploadCodeChunk>* UploadCode(grpc::CallbackServerContext* ctx,
-                                                          v1::UploadCodeResponse* resp) override;
+                                                           v1::UploadCodeResponse* resp) override;
 
  private:
   ServiceContext ctx_;
@@ -145,7 +146,7 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
                                         const v1::ListWorkersRequest* req,
                                         v1::ListWorkersResponse* resp) override;
   grpc::ServerWriteReactor<v1::CodeChunk>* FetchCode(grpc::CallbackServerContext* ctx,
-                                                    const v1::FetchCodeRequest* req) override;
+                                                     const v1::FetchCodeRequest* req) override;
 
  private:
   std::unique_ptr<TelemetryBatcher> batcher_;
@@ -163,10 +164,12 @@ class AuthServiceImpl final : public v1::AuthService::CallbackService {
                                        const v1::ListTokensRequest* req,
                                        v1::ListTokensResponse* resp) override;
   grpc::ServerUnaryReactor* RevokeToken(grpc::CallbackServerContext* ctx,
-                                        const v1::RevokeTokenRequest* req, v1::Token* resp) override;
+                                        const v1::RevokeTokenRequest* req,
+                                        v1::Token* resp) override;
   grpc::ServerUnaryReactor* Join(grpc::CallbackServerContext* ctx, const v1::JoinRequest* req,
                                  v1::JoinResponse* resp) override;
-  grpc::ServerUnaryReactor* RevokeWorker(grpc::CallbackServerContext* ctx, const v1::RevokeWorkerRequest* req,
+  grpc::ServerUnaryReactor* RevokeWorker(grpc::CallbackServerContext* ctx,
+                                         const v1::RevokeWorkerRequest* req,
                                          v1::RevokeWorkerResponse* resp) override;
   grpc::ServerUnaryReactor* CreateSignInCode(grpc::CallbackServerContext* ctx,
                                              const v1::CreateSignInCodeRequest* req,
@@ -180,15 +183,20 @@ class QueueServiceImpl final : public v1::QueueService::CallbackService {
  public:
   explicit QueueServiceImpl(ServiceContext ctx) : ctx_(ctx) {}
 
-  grpc::ServerUnaryReactor* CreateQueue(grpc::CallbackServerContext* ctx, const v1::CreateQueueRequest* req,
+  grpc::ServerUnaryReactor* CreateQueue(grpc::CallbackServerContext* ctx,
+                                        const v1::CreateQueueRequest* req,
                                         v1::Queue* resp) override;
-  grpc::ServerUnaryReactor* GetQueue(grpc::CallbackServerContext* ctx, const v1::GetQueueRequest* req,
+  grpc::ServerUnaryReactor* GetQueue(grpc::CallbackServerContext* ctx,
+                                     const v1::GetQueueRequest* req,
                                      v1::QueueStatus* resp) override;
-  grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* ctx, const v1::ListQueuesRequest* req,
+  grpc::ServerUnaryReactor* ListQueues(grpc::CallbackServerContext* ctx,
+                                       const v1::ListQueuesRequest* req,
                                        v1::ListQueuesResponse* resp) override;
-  grpc::ServerUnaryReactor* DeleteQueue(grpc::CallbackServerContext* ctx, const v1::DeleteQueueRequest* req,
+  grpc::ServerUnaryReactor* DeleteQueue(grpc::CallbackServerContext* ctx,
+                                        const v1::DeleteQueueRequest* req,
                                         v1::DeleteQueueResponse* resp) override;
-  grpc::ServerUnaryReactor* GetUsage(grpc::CallbackServerContext* ctx, const v1::GetUsageRequest* req,
+  grpc::ServerUnaryReactor* GetUsage(grpc::CallbackServerContext* ctx,
+                                     const v1::GetUsageRequest* req,
                                      v1::GetUsageResponse* resp) override;
 
  private:
@@ -204,7 +212,8 @@ absl::Status CodeDigestError(absl::string_view digest, absl::string_view field);
 // well-formed digest (InvalidArgument naming command.code.digest) that the
 // store holds (FailedPrecondition: upload it first), working_dir relative
 // and inside it; fills code.size_bytes from the store when left 0.
-absl::Status CheckSpecCode(StateStore& store, v1::JobSpec& spec) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+absl::Status CheckSpecCode(StateStore& store, v1::JobSpec& spec)
+    ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
 // Cuts worker `worker_id` off now (its certificate or token was revoked):
 // ends its session with `why`, marks it LOST (persisted) and hands its ranks
@@ -221,7 +230,8 @@ absl::Status LogsRequestError(const v1::GetLogsRequest& req, const v1::Job& job)
 inline constexpr int64_t kMaxMetricPageBytes = 1 << 20;
 // One GetMetrics page (on the loop): validates the request (the job must
 // exist), reads the store's metric points.
-absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(const JobQueries& queries, const v1::GetMetricsRequest& req)
+absl::StatusOr<v1::GetMetricsResponse> GetMetricsPage(const JobQueries& queries,
+                                                      const v1::GetMetricsRequest& req)
     ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
 }  // namespace trainctl::coordinator

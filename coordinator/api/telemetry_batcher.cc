@@ -21,9 +21,11 @@ void TelemetryBatcher::Drain() {
                        absl::Status s = q.msg.has_metrics()
                                             ? ctx_.ingest->OnMetrics(q.worker_id, q.msg.metrics())
                                             : ctx_.ingest->OnLogs(q.worker_id, q.msg.logs());
-                       if (!s.ok() && s.code() != absl::StatusCode::kAborted && !StateStore::IsWriteFailure(s)) {
-                         LogEvent(LogLevel::kWarn, "coordinator", "report_refused",
-                                  {{"worker_id", q.worker_id}, {"error", std::string(s.message())}});
+                       if (!s.ok() && s.code() != absl::StatusCode::kAborted &&
+                           !StateStore::IsWriteFailure(s)) {
+                         LogEvent(
+                             LogLevel::kWarn, "coordinator", "report_refused",
+                             {{"worker_id", q.worker_id}, {"error", std::string(s.message())}});
                        }
                        return s;
                      }});

@@ -10,8 +10,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "coordinator/core/on_loop.h"
 #include "coordinator/api/services.h"
+#include "coordinator/core/on_loop.h"
 
 namespace trainctl::coordinator {
 

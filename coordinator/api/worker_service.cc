@@ -34,8 +34,9 @@ class RefusedSession final
 // One worker daemon's Session stream: gRPC's side of it (one read in
 // flight, the outgoing queue, finishing). Every message read goes to the
 // loop, where its WorkerSession (the protocol) handles it.
-class SessionReactor final : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>,
-                             public SessionTransport {
+class SessionReactor final
+    : public grpc::ServerBidiReactor<v1::WorkerMessage, v1::CoordinatorMessage>,
+      public SessionTransport {
  public:
   SessionReactor(ServiceContext ctx, std::string peer, WorkerCaller caller)
       : loop_(ctx.loop), session_(ctx, this, std::move(peer), std::move(caller)) {

@@ -22,20 +22,22 @@ void ExpelWorker(const ServiceContext& ctx, const std::string& worker_id, const 
   }
 }
 
-WorkerSession::WorkerSession(ServiceContext ctx, SessionTransport* transport, std::string peer, WorkerCaller caller)
+WorkerSession::WorkerSession(ServiceContext ctx, SessionTransport* transport, std::string peer,
+                             WorkerCaller caller)
     : ctx_(ctx), transport_(transport), peer_(std::move(peer)), caller_(std::move(caller)) {}
 
 absl::Status WorkerSession::NoRegisterRead() {
   return absl::InvalidArgumentError(
-      "WorkerService/Session: no register message was read (the stream ended before one, or its first message "
+      "WorkerService/Session: no register message was read (the stream ended before one, or its "
+      "first message "
       "is not a trainctl.v1.WorkerMessage)");
 }
 
 void WorkerSession::Open() {
   AssertOnLoop(ctx_.loop, kWhat);
   if (ctx_.live == nullptr) return;
-  live_ = ctx_.live->Add(caller_.who,
-                         [this](const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { Revoked(why); });
+  live_ = ctx_.live->Add(caller_.who, [this](const absl::Status& why)
+                                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { Revoked(why); });
 }
 
 void WorkerSession::ReadsEnded() {
@@ -80,7 +82,8 @@ void WorkerSession::Revoked(const absl::Status& why) {
   live_ = 0;
   revoked_ = true;
   LogEvent(LogLevel::kWarn, "coordinator", "worker_session_revoked",
-           {{"worker_id", worker_id_.empty() ? "(unregistered)" : worker_id_}, {"peer", peer_},
+           {{"worker_id", worker_id_.empty() ? "(unregistered)" : worker_id_},
+            {"peer", peer_},
             {"reason", std::string(why.message())}});
   Close(why);
 }
@@ -113,8 +116,9 @@ bool WorkerSession::CertStillValid() {
   absl::Status revoked = ctx_.auth->CheckCert(id, caller_.cert_serial);
   if (revoked.ok()) return true;
   revoked_ = true;
-  LogEvent(LogLevel::kWarn, "coordinator", "worker_revoked_refused",
-           {{"worker_id", worker_id_}, {"peer", peer_}, {"reason", std::string(revoked.message())}});
+  LogEvent(
+      LogLevel::kWarn, "coordinator", "worker_revoked_refused",
+      {{"worker_id", worker_id_}, {"peer", peer_}, {"reason", std::string(revoked.message())}});
   Close(revoked);
   if (!worker_id_.empty()) ExpelWorker(ctx_, worker_id_, revoked);
   return false;
@@ -130,8 +134,9 @@ void WorkerSession::HandleRegister(const v1::Register& reg) {
   const std::string& cert_id = caller_.cert_id;
   if (!cert_id.empty()) {
     if (!reg.worker_id().empty() && reg.worker_id() != cert_id) {
-      Refuse(absl::PermissionDeniedError(absl::StrCat("register: this worker's certificate is for '", cert_id,
-                                                      "'; it may not register as '", reg.worker_id(), "'")));
+      Refuse(absl::PermissionDeniedError(
+          absl::StrCat("register: this worker's certificate is for '", cert_id,
+                       "'; it may not register as '", reg.worker_id(), "'")));
       return;
     }
     v1::Register mine = reg;
@@ -162,15 +167,17 @@ void WorkerSession::Register(const v1::Register& reg) {
   // unconfirmed: stopped, or cut off from the database) takes no worker as
   // active: another coordinator may be active now. The worker retries.
   if (!ctx_.store->lease_confirmed()) {
-    Close(absl::UnavailableError(
-        "register: this coordinator has not confirmed it still holds the store's lock (its lease ran out "
-        "unconfirmed); try again in a moment"));
+    Close(
+        absl::UnavailableError("register: this coordinator has not confirmed it still holds the "
+                               "store's lock (its lease ran out "
+                               "unconfirmed); try again in a moment"));
     return;
   }
   // A revoked worker id (trainctl worker revoke) does not come back,
   // whatever credential it registers with.
   if (!reg.worker_id().empty()) {
-    if (absl::Status revoked = ctx_.auth->CheckCert(reg.worker_id(), caller_.cert_serial); !revoked.ok()) {
+    if (absl::Status revoked = ctx_.auth->CheckCert(reg.worker_id(), caller_.cert_serial);
+        !revoked.ok()) {
       Close(revoked);
       return;
     }
@@ -203,7 +210,8 @@ void WorkerSession::Register(const v1::Register& reg) {
 std::string WorkerSession::JudgeHosts(const v1::Register& reg) {
   own_hosts_.clear();
   if (std::string ip = PeerIp(peer_); !ip.empty()) own_hosts_.push_back(ip);
-  const std::vector<std::string>& vouched = caller_.cert_id.empty() ? caller_.who.addresses : caller_.cert_sans;
+  const std::vector<std::string>& vouched =
+      caller_.cert_id.empty() ? caller_.who.addresses : caller_.cert_sans;
   own_hosts_.insert(own_hosts_.end(), vouched.begin(), vouched.end());
   const std::string& registered = reg.address().empty() ? reg.hostname() : reg.address();
   // A session over an in-process channel (gRPC reports its peer as
@@ -217,15 +225,18 @@ std::string WorkerSession::JudgeHosts(const v1::Register& reg) {
   // The address it registered, judged now: accepted when it is (or
   // resolves to) one of the hosts above, so that a refusal is said at
   // registration, not when a job's rendezvous runs out.
-  AddressVerdict verdict = JudgeWorkerAddress(registered, PeerIp(peer_), vouched, [](const std::string& host) {
-    return ResolveHost(host, kResolveTimeout);
-  });
+  AddressVerdict verdict = JudgeWorkerAddress(
+      registered, PeerIp(peer_), vouched,
+      [](const std::string& host) { return ResolveHost(host, kResolveTimeout); });
   if (verdict.accepted) {
     own_hosts_.push_back(verdict.accepted_host);
     return "";
   }
   LogEvent(LogLevel::kWarn, "coordinator", "worker_address_refused",
-           {{"worker_id", worker_id_}, {"peer", peer_}, {"address", reg.address()}, {"reason", verdict.refused}});
+           {{"worker_id", worker_id_},
+            {"peer", peer_},
+            {"address", reg.address()},
+            {"reason", verdict.refused}});
   return verdict.refused;
 }
 
@@ -236,7 +247,8 @@ void WorkerSession::SendRegisterAck(const std::string& address_refused) {
   a->set_address_refused(address_refused);
   a->set_heartbeat_interval_ms(
       static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().heartbeat_interval)));
-  a->set_lease_timeout_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().lease_timeout)));
+  a->set_lease_timeout_ms(
+      static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().lease_timeout)));
   if (ctx_.telemetry != nullptr) a->set_telemetry_acked_seq(ctx_.telemetry->Applied(worker_id_));
   Send(ack);
 }
@@ -328,7 +340,8 @@ void WorkerSession::Hold(std::vector<v1::WorkerMessage> msgs, const absl::Status
     retry_at_ = ctx_.registry->clock()->Mono() + retry_backoff_;
     if (!why.ok()) {
       LogEvent(LogLevel::kWarn, "coordinator", "telemetry_held",
-               {{"worker_id", worker_id_}, {"from_seq", absl::StrCat(msgs.empty() ? 0 : msgs.front().seq())},
+               {{"worker_id", worker_id_},
+                {"from_seq", absl::StrCat(msgs.empty() ? 0 : msgs.front().seq())},
                 {"reason", std::string(why.message())},
                 {"then", "kept unacknowledged and retried; the session stays up"}});
     }
@@ -341,8 +354,9 @@ void WorkerSession::Hold(std::vector<v1::WorkerMessage> msgs, const absl::Status
     held_.push_back(std::move(m));
   }
   if (!in_order) {
-    std::stable_sort(held_.begin(), held_.end(),
-                     [](const v1::WorkerMessage& a, const v1::WorkerMessage& b) { return a.seq() < b.seq(); });
+    std::stable_sort(
+        held_.begin(), held_.end(),
+        [](const v1::WorkerMessage& a, const v1::WorkerMessage& b) { return a.seq() < b.seq(); });
   }
   NoteHeld(!held_.empty());
   if (held_bytes_ > kMaxHeldBytes) {
@@ -350,8 +364,9 @@ void WorkerSession::Hold(std::vector<v1::WorkerMessage> msgs, const absl::Status
     held_.clear();
     held_bytes_ = 0;
     NoteHeld(false);
-    TelemetryFailed(first, absl::ResourceExhaustedError(
-                               absl::StrCat("more than ", kMaxHeldBytes >> 20, " MiB of telemetry waits for the store")));
+    TelemetryFailed(
+        first, absl::ResourceExhaustedError(absl::StrCat("more than ", kMaxHeldBytes >> 20,
+                                                         " MiB of telemetry waits for the store")));
   }
 }
 
@@ -365,11 +380,12 @@ void WorkerSession::RetryHeld() {
   std::vector<TelemetryLedger::Item> items;
   items.reserve(held_.size());
   for (const v1::WorkerMessage& m : held_) {
-    items.push_back({worker_id_, m.seq(), [this, &m]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
-                       absl::Status s = ApplyReport(m);
-                       LogRefusal(s);
-                       return s;
-                     }});
+    items.push_back(
+        {worker_id_, m.seq(), [this, &m]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) -> absl::Status {
+           absl::Status s = ApplyReport(m);
+           LogRefusal(s);
+           return s;
+         }});
   }
   TelemetryLedger::Result r = ctx_.telemetry->ApplyBatch(items);
   if (r.outcome == TelemetryLedger::Outcome::kRetry) {
@@ -378,7 +394,8 @@ void WorkerSession::RetryHeld() {
     return;
   }
   LogEvent(LogLevel::kInfo, "coordinator", "telemetry_applied_after_wait",
-           {{"worker_id", worker_id_}, {"messages", absl::StrCat(held_.size())},
+           {{"worker_id", worker_id_},
+            {"messages", absl::StrCat(held_.size())},
             {"through_seq", absl::StrCat(held_.back().seq())}});
   held_.clear();
   held_bytes_ = 0;
@@ -418,7 +435,9 @@ absl::Status WorkerSession::ApplyRendezvous(const v1::RendezvousReport& report) 
   absl::Status s = CheckRendezvousHosts(report.info(), own_hosts_);
   if (s.ok()) return ctx_.starter->OnRendezvous(worker_id_, report);
   LogEvent(LogLevel::kWarn, "coordinator", "rendezvous_refused",
-           {{"worker_id", worker_id_}, {"peer", peer_}, {"job_id", report.job_id()},
+           {{"worker_id", worker_id_},
+            {"peer", peer_},
+            {"job_id", report.job_id()},
             {"reason", std::string(s.message())}});
   // Ranks on other workers could never meet: the attempt fails now
   // (CONFIG, naming the worker and the fix), not when the rendezvous times
@@ -439,10 +458,13 @@ void WorkerSession::AckTelemetry() {
 void WorkerSession::TelemetryFailed(int64_t seq, const absl::Status& why) {
   telemetry_failed_ = true;
   LogEvent(LogLevel::kWarn, "coordinator", "telemetry_session_ended",
-           {{"worker_id", worker_id_}, {"peer", peer_}, {"from_seq", absl::StrCat(seq)},
-            {"reason", std::string(why.message())}, {"then", "the worker reconnects and resends"}});
-  Close(absl::UnavailableError(
-      absl::StrCat("telemetry seq ", seq, " not applied (", why.message(), "); reconnect and resend")));
+           {{"worker_id", worker_id_},
+            {"peer", peer_},
+            {"from_seq", absl::StrCat(seq)},
+            {"reason", std::string(why.message())},
+            {"then", "the worker reconnects and resends"}});
+  Close(absl::UnavailableError(absl::StrCat("telemetry seq ", seq, " not applied (", why.message(),
+                                            "); reconnect and resend")));
 }
 
 // Tells the job manager whether this session holds reports the store could

@@ -56,7 +56,8 @@ class WorkerSession final : public WorkerChannel, public TelemetrySession {
   // for an in-process channel). `caller`: the credentials the call opened
   // with (a certificate worker may register only under its certificate's
   // id). `transport` outlives the session.
-  WorkerSession(ServiceContext ctx, SessionTransport* transport, std::string peer, WorkerCaller caller);
+  WorkerSession(ServiceContext ctx, SessionTransport* transport, std::string peer,
+                WorkerCaller caller);
 
   // Before any message: tracks the session under its token (ctx.live, when
   // set), so that a revoked or expired token ends it (Revoked).
@@ -81,7 +82,9 @@ class WorkerSession final : public WorkerChannel, public TelemetrySession {
   // WorkerChannel: to the transport.
   bool Send(const v1::CoordinatorMessage& msg) override { return transport_->Send(msg); }
   void Close(const absl::Status& status) override { transport_->Close(status); }
-  bool Unhandled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override { return transport_->Unhandled(); }
+  bool Unhandled() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override {
+    return transport_->Unhandled();
+  }
 
   // TelemetrySession.
   void TelemetryApplied() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) override { AckTelemetry(); }
@@ -115,10 +118,12 @@ class WorkerSession final : public WorkerChannel, public TelemetrySession {
   void OnHeartbeat(const v1::Heartbeat& beat) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   void HandleReport(const v1::WorkerMessage& msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   void LogRefusal(const absl::Status& s) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
-  void Hold(std::vector<v1::WorkerMessage> msgs, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  void Hold(std::vector<v1::WorkerMessage> msgs, const absl::Status& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   void RetryHeld() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   absl::Status ApplyReport(const v1::WorkerMessage& msg) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
-  absl::Status ApplyRendezvous(const v1::RendezvousReport& report) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status ApplyRendezvous(const v1::RendezvousReport& report)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   void AckTelemetry() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   void TelemetryFailed(int64_t seq, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   void NoteHeld(bool held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);

@@ -38,17 +38,20 @@ class FakeTransport final : public SessionTransport {
 
   std::vector<v1::RegisterAck> RegisterAcks() const {
     std::vector<v1::RegisterAck> out;
-    for (const auto& m : sent) if (m.has_register_ack()) out.push_back(m.register_ack());
+    for (const auto& m : sent)
+      if (m.has_register_ack()) out.push_back(m.register_ack());
     return out;
   }
   std::vector<int64_t> HeartbeatAcks() const {
     std::vector<int64_t> out;
-    for (const auto& m : sent) if (m.has_heartbeat_ack()) out.push_back(m.heartbeat_ack().seq());
+    for (const auto& m : sent)
+      if (m.has_heartbeat_ack()) out.push_back(m.heartbeat_ack().seq());
     return out;
   }
   std::vector<int64_t> TelemetryAcks() const {
     std::vector<int64_t> out;
-    for (const auto& m : sent) if (m.has_telemetry_ack()) out.push_back(m.telemetry_ack().seq());
+    for (const auto& m : sent)
+      if (m.has_telemetry_ack()) out.push_back(m.telemetry_ack().seq());
     return out;
   }
   int StartRanks() const {
@@ -194,10 +197,12 @@ class WorkerSessionTest : public JobManagerTest {
     return job->id();
   }
   std::vector<std::string> StoredLines(const std::string& job) {
-    absl::StatusOr<std::vector<v1::LogLine>> lines = store_->telemetry().ListLogs(job, 1, std::nullopt, 0);
+    absl::StatusOr<std::vector<v1::LogLine>> lines =
+        store_->telemetry().ListLogs(job, 1, std::nullopt, 0);
     EXPECT_TRUE(lines.ok()) << lines.status();
     std::vector<std::string> out;
-    if (lines.ok()) for (const v1::LogLine& l : *lines) out.push_back(l.text());
+    if (lines.ok())
+      for (const v1::LogLine& l : *lines) out.push_back(l.text());
     return out;
   }
 
@@ -215,7 +220,8 @@ TEST_F(WorkerSessionTest, ARegisterIsAckedAndHeartbeatsAreAnswered) {
   Stream& s = Registered("w1");
   const v1::RegisterAck ack = s.transport.RegisterAcks().at(0);
   EXPECT_EQ(ack.worker_id(), "w1");
-  EXPECT_EQ(ack.heartbeat_interval_ms(), absl::ToInt64Milliseconds(registry_->options().heartbeat_interval));
+  EXPECT_EQ(ack.heartbeat_interval_ms(),
+            absl::ToInt64Milliseconds(registry_->options().heartbeat_interval));
   EXPECT_EQ(ack.lease_timeout_ms(), 3000);
   EXPECT_EQ(ack.telemetry_acked_seq(), 0);
   EXPECT_EQ(ack.address_refused(), "");
@@ -239,7 +245,8 @@ TEST_F(WorkerSessionTest, AnotherTokensWorkerIdIsRefused) {
   Registered("w1");
   Stream& thief = Connect(Token(WorkerToken("other")));
   thief.session->Handle(RegisterMsg("w1"));
-  EXPECT_EQ(thief.transport.status.code(), absl::StatusCode::kPermissionDenied) << thief.transport.status;
+  EXPECT_EQ(thief.transport.status.code(), absl::StatusCode::kPermissionDenied)
+      << thief.transport.status;
   EXPECT_TRUE(thief.transport.RegisterAcks().empty());
   EXPECT_EQ(thief.session->worker_id(), "");
 }
@@ -267,7 +274,8 @@ TEST_F(WorkerSessionTest, AnAddressThatIsNotTheWorkersIsRefusedAtRegistration) {
   s.session->Handle(RegisterMsg("w1", "6.6.6.6"));
   ASSERT_EQ(s.transport.RegisterAcks().size(), 1u) << s.transport.status;
   EXPECT_NE(s.transport.RegisterAcks()[0].address_refused(), "");
-  EXPECT_EQ(registry_->Find("w1")->address_refused(), s.transport.RegisterAcks()[0].address_refused());
+  EXPECT_EQ(registry_->Find("w1")->address_refused(),
+            s.transport.RegisterAcks()[0].address_refused());
 
   // Its session's own address is accepted.
   Stream& t = Connect(Token(WorkerToken("w2-token")), "ipv4:10.1.2.4:5555");
@@ -277,11 +285,14 @@ TEST_F(WorkerSessionTest, AnAddressThatIsNotTheWorkersIsRefusedAtRegistration) {
 }
 
 TEST_F(WorkerSessionTest, AFirstMessageThatIsNotARegisterIsInvalidArgument) {
-  for (const v1::WorkerMessage& first : {HeartbeatMsg(1), v1::WorkerMessage(), RunningMsg("j", 1)}) {
+  for (const v1::WorkerMessage& first :
+       {HeartbeatMsg(1), v1::WorkerMessage(), RunningMsg("j", 1)}) {
     Stream& s = Connect(Token(WorkerToken(absl::StrCat("t", streams_.size()))));
     s.session->Handle(first);
-    EXPECT_EQ(s.transport.status.code(), absl::StatusCode::kInvalidArgument) << first.ShortDebugString();
-    EXPECT_THAT(std::string(s.transport.status.message()), HasSubstr("first message of a session must be register"));
+    EXPECT_EQ(s.transport.status.code(), absl::StatusCode::kInvalidArgument)
+        << first.ShortDebugString();
+    EXPECT_THAT(std::string(s.transport.status.message()),
+                HasSubstr("first message of a session must be register"));
     EXPECT_TRUE(s.transport.sent.empty());
     // The worker's side ends after it: the verdict stands.
     s.session->ReadsEnded();

@@ -6,7 +6,8 @@
 
 namespace trainctl::coordinator {
 
-absl::Status ArtifactFetches::Request(const std::string& worker, v1::ReadFile req, FetchSink* sink) {
+absl::Status ArtifactFetches::Request(const std::string& worker, v1::ReadFile req,
+                                      FetchSink* sink) {
   Cancel(sink);
   const int64_t id = next_id_++;
   req.set_request_id(id);
@@ -38,7 +39,8 @@ void ArtifactFetches::WorkerGone(const std::string& worker) {
     }
   }
   for (FetchSink* s : failed) {
-    s->OnFailed(absl::UnavailableError(absl::StrCat("worker '", worker, "' disconnected during the fetch")));
+    s->OnFailed(absl::UnavailableError(
+        absl::StrCat("worker '", worker, "' disconnected during the fetch")));
   }
 }
 

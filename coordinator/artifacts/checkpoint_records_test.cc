@@ -97,12 +97,15 @@ TEST(CheckpointRecordsTest, DroppedRecordsAreTheFilesToDeleteButNeverTheResumedO
 
 TEST(CheckpointRecordsTest, EventWordsSayWhereAndInsideWhichEpoch) {
   v1::Job j;
-  EXPECT_EQ(AddCheckpointRecord(j, Record("a", 20)), "checkpoint at epoch 2 (step 20) on worker a: /ck/j.pt (0 bytes)");
+  EXPECT_EQ(AddCheckpointRecord(j, Record("a", 20)),
+            "checkpoint at epoch 2 (step 20) on worker a: /ck/j.pt (0 bytes)");
   v1::CheckpointRecord inside = Record("a", 25);
   inside.set_epoch_consumed(640);
   inside.set_shared(true);
-  EXPECT_THAT(AddCheckpointRecord(j, inside),
-              HasSubstr("checkpoint inside epoch 3 after 640 samples (step 25) on the shared checkpoint dir"));
+  EXPECT_THAT(
+      AddCheckpointRecord(j, inside),
+      HasSubstr(
+          "checkpoint inside epoch 3 after 640 samples (step 25) on the shared checkpoint dir"));
 }
 
 TEST(CheckpointRecordsTest, ReportedRecordsAreValidated) {
@@ -123,7 +126,8 @@ TEST(CheckpointRecordsTest, ReportedRecordsAreValidated) {
 namespace trainctl::coordinator {
 namespace {
 
-v1::Job JobWithDir(const std::string& id, const std::string& owner, const std::string& dir, int64_t submitted = 0) {
+v1::Job JobWithDir(const std::string& id, const std::string& owner, const std::string& dir,
+                   int64_t submitted = 0) {
   v1::Job j;
   j.set_id(id);
   j.set_owner(owner);
@@ -138,17 +142,20 @@ TEST(CheckArtifactPathTest, OnlyTheJobsFilesInItsResolvedDirectoryAreRecorded) {
   v1::Job abs = JobWithDir("j-1", "alice", "/mnt/ck/");
   EXPECT_TRUE(CheckArtifactPath(abs, "/mnt/ck/j-1.ckpt-epoch-000001.pt", false, f).ok());
   EXPECT_TRUE(CheckArtifactPath(abs, "/mnt/ck/j-1.model.pt", true, f).ok());
-  for (const char* bad : {"/var/lib/trainctl-worker/worker.key", "/mnt/ck/j-1.model.pt",
-                                 "/mnt/ck/j-2.ckpt-epoch-000001.pt", "/mnt/ck/sub/j-1.ckpt-epoch-000001.pt",
-                                 "/mnt/other/j-1.ckpt-epoch-000001.pt", "/mnt/ck/../ck/j-1.ckpt-epoch-000001.pt"}) {
+  for (const char* bad :
+       {"/var/lib/trainctl-worker/worker.key", "/mnt/ck/j-1.model.pt",
+        "/mnt/ck/j-2.ckpt-epoch-000001.pt", "/mnt/ck/sub/j-1.ckpt-epoch-000001.pt",
+        "/mnt/other/j-1.ckpt-epoch-000001.pt", "/mnt/ck/../ck/j-1.ckpt-epoch-000001.pt"}) {
     absl::Status s = CheckArtifactPath(abs, bad, false, f);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_THAT(s.message(), HasSubstr("checkpoint.record.path: '" + std::string(bad) + "' is not a checkpoint of job j-1"));
+    EXPECT_THAT(s.message(), HasSubstr("checkpoint.record.path: '" + std::string(bad) +
+                                       "' is not a checkpoint of job j-1"));
     EXPECT_THAT(s.message(), HasSubstr("expected /mnt/ck/j-1.ckpt-epoch-NNNNNN[-CCCCCCCCCC].pt"));
   }
   // Unset: the worker's per-job directory, or <root>/<owner>/<job>.
   v1::Job def = JobWithDir("j-1", "a b", "");
-  EXPECT_TRUE(CheckArtifactPath(def, "/w/jobs/j-1/checkpoints/j-1.ckpt-epoch-000002.pt", false, f).ok());
+  EXPECT_TRUE(
+      CheckArtifactPath(def, "/w/jobs/j-1/checkpoints/j-1.ckpt-epoch-000002.pt", false, f).ok());
   EXPECT_TRUE(CheckArtifactPath(def, "/roots/a_b/j-1/j-1.model.pt", true, f).ok());
   EXPECT_FALSE(CheckArtifactPath(def, "/w/j-1.model.pt", true, f).ok());
   EXPECT_FALSE(CheckArtifactPath(def, "/w/jobs/j-2/checkpoints/j-1.model.pt", true, f).ok());

@@ -39,7 +39,9 @@ int LiveCalls::Sweep() {
   }
   for (auto& [call, why] : lapsed) {
     LogEvent(LogLevel::kInfo, "coordinator", "live_call_ended",
-             {{"token_id", call.who.token_id}, {"name", call.who.name}, {"reason", std::string(why.message())}});
+             {{"token_id", call.who.token_id},
+              {"name", call.who.name},
+              {"reason", std::string(why.message())}});
     call.end(why);
   }
   return static_cast<int>(lapsed.size());

@@ -19,8 +19,8 @@
 
 #include "absl/status/status.h"
 #include "common/event_loop.h"
-#include "coordinator/core/on_loop.h"
 #include "coordinator/auth/token_authority.h"
+#include "coordinator/core/on_loop.h"
 
 namespace trainctl::coordinator {
 

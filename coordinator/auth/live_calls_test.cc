@@ -68,7 +68,8 @@ TEST_F(LiveCallsTest, RevokedAndExpiredTokensEndTheirCallsOnce) {
   Track(live, worker, "worker-session");
   Track(live, brief, "brief-watch");
   Track(live, kRoot, "admin-watch");
-  Track(live, Principal{TokenAuthority::CertBinding("w-1"), "w-1", v1::ROLE_WORKER}, "cert-session");
+  Track(live, Principal{TokenAuthority::CertBinding("w-1"), "w-1", v1::ROLE_WORKER},
+        "cert-session");
   const LiveCalls::Id gone = Track(live, viewer, "viewer-finished");
   live.Remove(gone);
   EXPECT_EQ(live.Sweep(), 0) << "every token still holds";

@@ -3,8 +3,8 @@
 // it is.
 #include "coordinator/auth/method_roles.h"
 
-#include <google/protobuf/descriptor.h>
 #include <gmock/gmock.h>
+#include <google/protobuf/descriptor.h>
 #include <gtest/gtest.h>
 
 #include <fstream>
@@ -38,7 +38,8 @@ TEST(MethodRolesTest, EveryMethodOfEveryServiceHasRolesAndEveryRowIsAMethod) {
   std::set<std::string> methods;
   for (const google::protobuf::FileDescriptor* file :
        {v1::SubmitJobRequest::descriptor()->file(), v1::WorkerMessage::descriptor()->file(),
-        v1::CreateTokenRequest::descriptor()->file(), v1::CreateQueueRequest::descriptor()->file()}) {
+        v1::CreateTokenRequest::descriptor()->file(),
+        v1::CreateQueueRequest::descriptor()->file()}) {
     ASSERT_GT(file->service_count(), 0) << file->name();
     for (int s = 0; s < file->service_count(); ++s) {
       const google::protobuf::ServiceDescriptor* d = file->service(s);
@@ -51,7 +52,8 @@ TEST(MethodRolesTest, EveryMethodOfEveryServiceHasRolesAndEveryRowIsAMethod) {
   std::set<std::string> names;
   for (const MethodRoles& m : AllMethodRoles()) {
     EXPECT_TRUE(rows.insert(absl::StrCat(m.service, "/", m.method)).second) << m.method << " twice";
-    EXPECT_TRUE(names.insert(std::string(m.method)).second) << m.method << ": names must be unique across services";
+    EXPECT_TRUE(names.insert(std::string(m.method)).second)
+        << m.method << ": names must be unique across services";
     EXPECT_FALSE(m.roles.empty()) << m.method;
     EXPECT_EQ(RolesOf(m.method).size(), m.roles.size()) << m.method;
   }
@@ -67,7 +69,8 @@ TEST(MethodRolesTest, TheDocsTableIsTheTable) {
   std::map<std::string, std::string> docs;
   for (std::string line; std::getline(in, line);) {
     std::smatch m;
-    if (std::regex_match(line, m, row)) docs[absl::StrCat("trainctl.v1.", m[1].str(), "/", m[2].str())] = m[3];
+    if (std::regex_match(line, m, row))
+      docs[absl::StrCat("trainctl.v1.", m[1].str(), "/", m[2].str())] = m[3];
   }
   std::map<std::string, std::string> table;
   for (const MethodRoles& m : AllMethodRoles()) {
@@ -75,7 +78,8 @@ TEST(MethodRolesTest, TheDocsTableIsTheTable) {
     for (v1::Role r : m.roles) words.push_back(RoleWord(r));
     table[absl::StrCat(m.service, "/", m.method)] = absl::StrJoin(words, ", ");
   }
-  EXPECT_EQ(docs, table) << "docs/security.md \"Who may call what\" differs from coordinator/auth/method_roles.cc";
+  EXPECT_EQ(docs, table)
+      << "docs/security.md \"Who may call what\" differs from coordinator/auth/method_roles.cc";
 }
 
 TEST(MethodRolesTest, AuthorizeRefusesARoleTheTableDoesNotList) {
@@ -84,7 +88,8 @@ TEST(MethodRolesTest, AuthorizeRefusesARoleTheTableDoesNotList) {
   viewer.token_id = "t-1";
   absl::Status s = TokenAuthority::Authorize(viewer, "SubmitJob", RolesOf("SubmitJob"));
   EXPECT_TRUE(absl::IsPermissionDenied(s));
-  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("SubmitJob needs role admin or submitter"));
+  EXPECT_THAT(std::string(s.message()),
+              ::testing::HasSubstr("SubmitJob needs role admin or submitter"));
   EXPECT_TRUE(TokenAuthority::Authorize(viewer, "GetJob", RolesOf("GetJob")).ok());
 }
 

@@ -19,7 +19,8 @@ SignInCodes::Endpoint SignInCodes::endpoint() const {
 void SignInCodes::DropOldestLocked(const std::string& secret) {
   auto oldest = codes_.end();
   for (auto it = codes_.begin(); it != codes_.end(); ++it) {
-    if (it->second.secret == secret && (oldest == codes_.end() || it->second.expires < oldest->second.expires)) {
+    if (it->second.secret == secret &&
+        (oldest == codes_.end() || it->second.expires < oldest->second.expires)) {
       oldest = it;
     }
   }
@@ -38,7 +39,8 @@ void SignInCodes::PruneLocked(const std::string& secret) {
     if (--per_secret_[it->second.secret] == 0) per_secret_.erase(it->second.secret);
     codes_.erase(it++);
   }
-  while (per_secret_.contains(secret) && per_secret_[secret] >= kMaxPerToken) DropOldestLocked(secret);
+  while (per_secret_.contains(secret) && per_secret_[secret] >= kMaxPerToken)
+    DropOldestLocked(secret);
   while (codes_.size() >= kMaxCodes) {
     auto most = std::max_element(per_secret_.begin(), per_secret_.end(),
                                  [](const auto& a, const auto& b) { return a.second < b.second; });
@@ -58,11 +60,13 @@ std::string SignInCodes::Create(const std::string& secret) {
 absl::StatusOr<std::string> SignInCodes::Redeem(const std::string& code) {
   absl::MutexLock lock(&mu_);
   auto it = codes_.find(code);
-  if (it == codes_.end()) return absl::NotFoundError("this sign-in link is unknown or was used already");
+  if (it == codes_.end())
+    return absl::NotFoundError("this sign-in link is unknown or was used already");
   Entry e = std::move(it->second);
   codes_.erase(it);
   if (--per_secret_[e.secret] == 0) per_secret_.erase(e.secret);
-  if (e.expires <= clock_->Mono()) return absl::NotFoundError("this sign-in link has expired (links last 60 s)");
+  if (e.expires <= clock_->Mono())
+    return absl::NotFoundError("this sign-in link has expired (links last 60 s)");
   return std::move(e.secret);
 }
 

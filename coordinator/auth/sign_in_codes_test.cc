@@ -67,7 +67,8 @@ TEST(SignInCodesTest, AFullTableDropsTheOldestOfTheTokenWithTheMost) {
   }
   const std::string late = codes.Create("late");
   EXPECT_TRUE(codes.Redeem(late).ok());
-  for (const std::string& c : singles) EXPECT_TRUE(codes.Redeem(c).ok()) << "a token's only link stays";
+  for (const std::string& c : singles)
+    EXPECT_TRUE(codes.Redeem(c).ok()) << "a token's only link stays";
 }
 
 TEST(SignInCodesTest, TheEndpointIsUnsetUntilTheDashboardListens) {

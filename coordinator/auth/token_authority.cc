@@ -4,9 +4,9 @@
 
 #include "absl/strings/ascii.h"
 #include "absl/strings/match.h"
-#include "absl/strings/strip.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/strip.h"
 #include "absl/time/time.h"
 #include "common/auth/secret.h"
 #include "common/status_macros.h"
@@ -21,11 +21,13 @@ namespace {
 // expired); OK while it does.
 absl::Status Lapsed(const v1::Token& t, absl::Time now) {
   if (t.revoked()) {
-    return absl::UnauthenticatedError(absl::StrCat("token '", t.id(), "' (", t.name(), ") was revoked"));
+    return absl::UnauthenticatedError(
+        absl::StrCat("token '", t.id(), "' (", t.name(), ") was revoked"));
   }
   if (t.has_expire_time() && now >= FromTimestamp(t.expire_time())) {
-    return absl::UnauthenticatedError(absl::StrCat("token '", t.id(), "' (", t.name(), ") expired at ",
-                                                   absl::FormatTime(FromTimestamp(t.expire_time()))));
+    return absl::UnauthenticatedError(
+        absl::StrCat("token '", t.id(), "' (", t.name(), ") expired at ",
+                     absl::FormatTime(FromTimestamp(t.expire_time()))));
   }
   return absl::OkStatus();
 }
@@ -40,17 +42,24 @@ bool ValidWorkerAddress(absl::string_view a) {
 
 std::string RoleName(v1::Role role) {
   switch (role) {
-    case v1::ROLE_ADMIN: return "admin";
-    case v1::ROLE_SUBMITTER: return "submitter";
-    case v1::ROLE_VIEWER: return "viewer";
-    case v1::ROLE_WORKER: return "worker";
-    case v1::ROLE_JOIN: return "join";
-    default: return "unspecified";
+    case v1::ROLE_ADMIN:
+      return "admin";
+    case v1::ROLE_SUBMITTER:
+      return "submitter";
+    case v1::ROLE_VIEWER:
+      return "viewer";
+    case v1::ROLE_WORKER:
+      return "worker";
+    case v1::ROLE_JOIN:
+      return "join";
+    default:
+      return "unspecified";
   }
 }
 
 absl::StatusOr<v1::Role> ParseRole(absl::string_view name) {
-  for (v1::Role r : {v1::ROLE_ADMIN, v1::ROLE_SUBMITTER, v1::ROLE_VIEWER, v1::ROLE_WORKER, v1::ROLE_JOIN}) {
+  for (v1::Role r :
+       {v1::ROLE_ADMIN, v1::ROLE_SUBMITTER, v1::ROLE_VIEWER, v1::ROLE_WORKER, v1::ROLE_JOIN}) {
     if (absl::AsciiStrToLower(name) == RoleName(r)) return r;
   }
   return absl::InvalidArgumentError(
@@ -60,7 +69,8 @@ absl::StatusOr<v1::Role> ParseRole(absl::string_view name) {
 absl::Status TokenAuthority::Load() {
   TRAINCTL_ASSIGN_OR_RETURN(std::vector<StoredToken> tokens, store_->auth().LoadTokens());
   TRAINCTL_ASSIGN_OR_RETURN(auto bindings, store_->auth().LoadWorkerBindings());
-  TRAINCTL_ASSIGN_OR_RETURN(std::vector<v1::RevokeWorkerResponse> revoked, store_->auth().LoadRevokedWorkers());
+  TRAINCTL_ASSIGN_OR_RETURN(std::vector<v1::RevokeWorkerResponse> revoked,
+                            store_->auth().LoadRevokedWorkers());
   absl::MutexLock lock(&mu_);
   for (v1::RevokeWorkerResponse& r : revoked) {
     for (const std::string& serial : r.serials()) revoked_serials_[serial] = r.worker_id();
@@ -83,7 +93,8 @@ void TokenAuthority::SetBootstrapAdmin(const std::string& secret) {
 absl::StatusOr<Principal> TokenAuthority::Authenticate(absl::string_view authorization) const {
   if (authorization.empty()) {
     return absl::UnauthenticatedError(
-        "no token: send `authorization: Bearer <token>` (trainctl login, --token or $TRAINCTL_TOKEN)");
+        "no token: send `authorization: Bearer <token>` (trainctl login, --token or "
+        "$TRAINCTL_TOKEN)");
   }
   absl::string_view secret = authorization;
   if (!absl::ConsumePrefix(&secret, "Bearer ") && !absl::ConsumePrefix(&secret, "bearer ")) {
@@ -97,7 +108,8 @@ absl::StatusOr<Principal> TokenAuthority::Authenticate(absl::string_view authori
     if (!admin_hash_.empty() && auth::SecretMatches(secret, admin_hash_)) {
       return Principal{kBootstrapAdminId, kBootstrapAdminId, v1::ROLE_ADMIN};
     }
-    return absl::UnauthenticatedError("unknown token (never issued by this coordinator, or mistyped)");
+    return absl::UnauthenticatedError(
+        "unknown token (never issued by this coordinator, or mistyped)");
   }
   const v1::Token& t = it->second.token;
   TRAINCTL_RETURN_IF_ERROR(Lapsed(t, clock_->Now()));
@@ -105,7 +117,8 @@ absl::StatusOr<Principal> TokenAuthority::Authenticate(absl::string_view authori
     return absl::UnauthenticatedError(
         absl::StrCat("one-time token '", t.id(), "' (", t.name(), ") was already used"));
   }
-  return Principal{t.id(), t.name(), t.role(), std::vector<std::string>(t.addresses().begin(), t.addresses().end()),
+  return Principal{t.id(), t.name(), t.role(),
+                   std::vector<std::string>(t.addresses().begin(), t.addresses().end()),
                    std::vector<std::string>(t.queues().begin(), t.queues().end())};
 }
 
@@ -118,7 +131,8 @@ absl::Status TokenAuthority::StillValid(const Principal& who) const {
   }
   auto it = tokens_.find(who.token_id);
   if (it == tokens_.end()) {
-    return absl::UnauthenticatedError(absl::StrCat("token '", who.token_id, "' is no longer known"));
+    return absl::UnauthenticatedError(
+        absl::StrCat("token '", who.token_id, "' is no longer known"));
   }
   return Lapsed(it->second.token, clock_->Now());
 }
@@ -128,9 +142,9 @@ absl::Status TokenAuthority::Authorize(const Principal& who, absl::string_view c
   if (std::find(roles.begin(), roles.end(), who.role) != roles.end()) return absl::OkStatus();
   std::vector<std::string> names;
   for (v1::Role r : roles) names.push_back(RoleName(r));
-  return absl::PermissionDeniedError(absl::StrCat(call, " needs role ", absl::StrJoin(names, " or "),
-                                                  "; token '", who.token_id, "' has role ",
-                                                  RoleName(who.role)));
+  return absl::PermissionDeniedError(absl::StrCat(call, " needs role ",
+                                                  absl::StrJoin(names, " or "), "; token '",
+                                                  who.token_id, "' has role ", RoleName(who.role)));
 }
 
 absl::StatusOr<v1::CreateTokenResponse> TokenAuthority::Create(const v1::CreateTokenRequest& req,
@@ -138,14 +152,14 @@ absl::StatusOr<v1::CreateTokenResponse> TokenAuthority::Create(const v1::CreateT
   if (req.role() == v1::ROLE_UNSPECIFIED || !v1::Role_IsValid(req.role())) {
     return absl::InvalidArgumentError("role: one of admin, submitter, viewer, worker, join");
   }
-  if (req.name().size() > 64 ||
-      !std::all_of(req.name().begin(), req.name().end(), [](char c) {
+  if (req.name().size() > 64 || !std::all_of(req.name().begin(), req.name().end(), [](char c) {
         return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '@' || c == '-';
       })) {
     return absl::InvalidArgumentError("name: at most 64 characters of [A-Za-z0-9._@-]");
   }
   absl::Duration ttl = absl::Seconds(req.ttl().seconds()) + absl::Nanoseconds(req.ttl().nanos());
-  if (ttl < absl::ZeroDuration()) return absl::InvalidArgumentError("ttl: must be >= 0 (0 = never expires)");
+  if (ttl < absl::ZeroDuration())
+    return absl::InvalidArgumentError("ttl: must be >= 0 (0 = never expires)");
   const bool join = req.role() == v1::ROLE_JOIN;
   if (req.one_time() && !join) {
     // A reusable role's token that dies after one call would strand its
@@ -153,7 +167,8 @@ absl::StatusOr<v1::CreateTokenResponse> TokenAuthority::Create(const v1::CreateT
     return absl::InvalidArgumentError("one_time: only join tokens are one-time");
   }
   if (req.addresses_size() > 0 && !join && req.role() != v1::ROLE_WORKER) {
-    return absl::InvalidArgumentError("addresses: only join and worker tokens name a worker's addresses");
+    return absl::InvalidArgumentError(
+        "addresses: only join and worker tokens name a worker's addresses");
   }
   if (req.addresses_size() > kMaxTokenAddresses) {
     return absl::InvalidArgumentError(absl::StrCat("addresses: at most ", kMaxTokenAddresses));
@@ -178,7 +193,8 @@ absl::StatusOr<v1::CreateTokenResponse> TokenAuthority::Create(const v1::CreateT
     TRAINCTL_RETURN_IF_ERROR(CheckQueueName(absl::StrCat("queues[", i, "]"), req.queues(i)));
     for (int j = 0; j < i; ++j) {
       if (req.queues(j) == req.queues(i)) {
-        return absl::InvalidArgumentError(absl::StrCat("queues[", i, "]: '", req.queues(i), "' is named twice"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("queues[", i, "]: '", req.queues(i), "' is named twice"));
       }
     }
   }
@@ -238,7 +254,8 @@ absl::StatusOr<v1::Token> TokenAuthority::Revoke(const std::string& id) {
     if (it == tokens_.end()) {
       if (id == kBootstrapAdminId) {
         return absl::InvalidArgumentError(
-            "id: the bootstrap admin token lives in --admin-token-file; replace that file and restart");
+            "id: the bootstrap admin token lives in --admin-token-file; replace that file and "
+            "restart");
       }
       return absl::NotFoundError(absl::StrCat("token '", id, "' not found"));
     }
@@ -258,7 +275,8 @@ absl::Status TokenAuthority::ConsumeOneTime(const std::string& token_id) {
   absl::MutexLock lock(&mu_);
   auto it = tokens_.find(token_id);
   if (it == tokens_.end() || !it->second.token.one_time()) {
-    return absl::InvalidArgumentError(absl::StrCat("token '", token_id, "' is not a one-time token"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("token '", token_id, "' is not a one-time token"));
   }
   v1::Token t = it->second.token;
   if (t.used()) {
@@ -295,8 +313,8 @@ absl::Status TokenAuthority::CheckWorker(const std::string& worker_id, const Pri
   auto it = bindings_.find(worker_id);
   if (it == bindings_.end() || it->second == who.token_id) return absl::OkStatus();
   return absl::PermissionDeniedError(absl::StrCat("register: worker id '", worker_id,
-                                                  "' belongs to another token; token '", who.token_id,
-                                                  "' may not use it"));
+                                                  "' belongs to another token; token '",
+                                                  who.token_id, "' may not use it"));
 }
 
 void TokenAuthority::NoteCertSerial(const std::string& worker_id, const std::string& serial) {
@@ -307,7 +325,8 @@ void TokenAuthority::NoteCertSerial(const std::string& worker_id, const std::str
   seen.push_back(serial);
 }
 
-absl::StatusOr<v1::RevokeWorkerResponse> TokenAuthority::RevokeWorkerCert(const std::string& worker_id) {
+absl::StatusOr<v1::RevokeWorkerResponse> TokenAuthority::RevokeWorkerCert(
+    const std::string& worker_id) {
   if (worker_id.empty()) return absl::InvalidArgumentError("worker_id: required");
   TRAINCTL_RETURN_IF_ERROR(CheckWorkerId("worker_id", worker_id));
   absl::MutexLock lock(&mu_);
@@ -329,17 +348,20 @@ absl::StatusOr<v1::RevokeWorkerResponse> TokenAuthority::RevokeWorkerCert(const 
   return r;
 }
 
-absl::Status TokenAuthority::CheckCert(const std::string& worker_id, const std::string& serial) const {
+absl::Status TokenAuthority::CheckCert(const std::string& worker_id,
+                                       const std::string& serial) const {
   absl::MutexLock lock(&mu_);
   auto it = revoked_workers_.find(worker_id);
   if (it == revoked_workers_.end() && !serial.empty()) {
-    if (auto s = revoked_serials_.find(serial); s != revoked_serials_.end()) it = revoked_workers_.find(s->second);
+    if (auto s = revoked_serials_.find(serial); s != revoked_serials_.end())
+      it = revoked_workers_.find(s->second);
   }
   if (it == revoked_workers_.end()) return absl::OkStatus();
-  return absl::PermissionDeniedError(absl::StrCat(
-      "certificate of worker '", worker_id, "'", serial.empty() ? "" : absl::StrCat(" (serial ", serial, ")"),
-      " was revoked at ", absl::FormatTime(FromTimestamp(it->second.revoke_time())),
-      " (trainctl worker revoke ", it->second.worker_id(), ")"));
+  return absl::PermissionDeniedError(
+      absl::StrCat("certificate of worker '", worker_id, "'",
+                   serial.empty() ? "" : absl::StrCat(" (serial ", serial, ")"), " was revoked at ",
+                   absl::FormatTime(FromTimestamp(it->second.revoke_time())),
+                   " (trainctl worker revoke ", it->second.worker_id(), ")"));
 }
 
 }  // namespace trainctl::coordinator

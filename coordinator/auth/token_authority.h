@@ -10,8 +10,8 @@
 //
 // Called by the gRPC services (service_support.cc, auth_service.cc) from any
 // thread. Also holds the revoked worker certificates (RevokeWorkerCert),
-// which WorkerService checks at every Session open and message. Thread-safe: one absl::Mutex guards the maps; store writes happen
-// under it (the store never calls back), so memory follows the disk.
+// which WorkerService checks at every Session open and message. Thread-safe: one absl::Mutex guards
+// the maps; store writes happen under it (the store never calls back), so memory follows the disk.
 #pragma once
 
 #include <functional>
@@ -81,7 +81,8 @@ class TokenAuthority {
   absl::StatusOr<Principal> Authenticate(absl::string_view authorization) const;
   // OK when `who` has one of `roles`; PermissionDenied naming the call, the
   // roles it needs and the caller's.
-  static absl::Status Authorize(const Principal& who, absl::string_view call, absl::Span<const v1::Role> roles);
+  static absl::Status Authorize(const Principal& who, absl::string_view call,
+                                absl::Span<const v1::Role> roles);
 
   // Whether the token `who` was authenticated with still holds: OK, or
   // Unauthenticated (revoked, expired, no longer known) saying which. What a

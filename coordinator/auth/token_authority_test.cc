@@ -40,7 +40,8 @@ TEST(SecretTest, HashesCompareAndCarryTheirId) {
   std::string secret = auth::NewSecret("t-0011aabb");
   EXPECT_EQ(auth::TokenIdOfSecret(secret), "t-0011aabb");
   EXPECT_EQ(auth::TokenIdOfSecret("no-prefix"), "");
-  EXPECT_EQ(auth::Sha256Hex("abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+  EXPECT_EQ(auth::Sha256Hex("abc"),
+            "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
   EXPECT_TRUE(auth::SecretMatches(secret, auth::Sha256Hex(secret)));
   EXPECT_FALSE(auth::SecretMatches(secret + "x", auth::Sha256Hex(secret)));
   EXPECT_NE(auth::NewSecret("t-1"), auth::NewSecret("t-1")) << "random part";
@@ -73,7 +74,8 @@ TEST(TokenAuthorityTest, CreateAuthenticateRevokeExpireAndReload) {
     auto shortlived = auth.Create(Req(v1::ROLE_SUBMITTER, "", 60), kRoot);
     ASSERT_TRUE(shortlived.ok());
     short_secret = shortlived->secret();
-    EXPECT_EQ(shortlived->token().name(), shortlived->token().id()) << "the name defaults to the id";
+    EXPECT_EQ(shortlived->token().name(), shortlived->token().id())
+        << "the name defaults to the id";
     EXPECT_TRUE(auth.Authenticate("Bearer " + short_secret).ok());
     clock.Advance(absl::Seconds(61));
     absl::StatusOr<Principal> expired = auth.Authenticate("Bearer " + short_secret);
@@ -98,12 +100,14 @@ TEST(TokenAuthorityTest, CreateAuthenticateRevokeExpireAndReload) {
     sqlite3* raw = nullptr;
     ASSERT_EQ(sqlite3_open(db.c_str(), &raw), SQLITE_OK);
     sqlite3_stmt* st = nullptr;
-    ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT secret_hash, blob FROM tokens", -1, &st, nullptr), SQLITE_OK);
+    ASSERT_EQ(sqlite3_prepare_v2(raw, "SELECT secret_hash, blob FROM tokens", -1, &st, nullptr),
+              SQLITE_OK);
     int rows = 0;
     while (sqlite3_step(st) == SQLITE_ROW) {
       ++rows;
       std::string hash(reinterpret_cast<const char*>(sqlite3_column_text(st, 0)));
-      std::string blob(static_cast<const char*>(sqlite3_column_blob(st, 1)), sqlite3_column_bytes(st, 1));
+      std::string blob(static_cast<const char*>(sqlite3_column_blob(st, 1)),
+                       sqlite3_column_bytes(st, 1));
       EXPECT_EQ(hash.size(), 64u);
       EXPECT_EQ(blob.find(viewer_secret.substr(15)), std::string::npos);
     }
@@ -117,7 +121,8 @@ TEST(TokenAuthorityTest, CreateAuthenticateRevokeExpireAndReload) {
   TokenAuthority auth(store->get(), &clock);
   ASSERT_TRUE(auth.Load().ok());
   EXPECT_TRUE(auth.Authenticate("Bearer " + viewer_secret).ok());
-  EXPECT_EQ(auth.Authenticate("Bearer " + short_secret).status().code(), absl::StatusCode::kUnauthenticated);
+  EXPECT_EQ(auth.Authenticate("Bearer " + short_secret).status().code(),
+            absl::StatusCode::kUnauthenticated);
   EXPECT_EQ(auth.Authenticate("Bearer bootstrap-secret").status().code(),
             absl::StatusCode::kUnauthenticated)
       << "the bootstrap secret is not stored: without SetBootstrapAdmin it is unknown";
@@ -139,14 +144,18 @@ TEST(TokenAuthorityTest, RefusesMissingMalformedAndForgedTokens) {
   EXPECT_EQ(f.status().code(), absl::StatusCode::kUnauthenticated);
   EXPECT_THAT(f.status().message(), HasSubstr("unknown token"));
   // Bad requests name the field.
-  EXPECT_THAT(auth.Create(Req(v1::ROLE_UNSPECIFIED, "x"), kRoot).status().message(), HasSubstr("role"));
-  EXPECT_THAT(auth.Create(Req(v1::ROLE_VIEWER, "no spaces"), kRoot).status().message(), HasSubstr("name"));
-  EXPECT_THAT(auth.Create(Req(v1::ROLE_VIEWER, "x", -5), kRoot).status().message(), HasSubstr("ttl"));
+  EXPECT_THAT(auth.Create(Req(v1::ROLE_UNSPECIFIED, "x"), kRoot).status().message(),
+              HasSubstr("role"));
+  EXPECT_THAT(auth.Create(Req(v1::ROLE_VIEWER, "no spaces"), kRoot).status().message(),
+              HasSubstr("name"));
+  EXPECT_THAT(auth.Create(Req(v1::ROLE_VIEWER, "x", -5), kRoot).status().message(),
+              HasSubstr("ttl"));
 }
 
 TEST(TokenAuthorityTest, RolesAndWorkerBindings) {
   Principal viewer{"t-1", "carol", v1::ROLE_VIEWER};
-  absl::Status denied = TokenAuthority::Authorize(viewer, "SubmitJob", {v1::ROLE_ADMIN, v1::ROLE_SUBMITTER});
+  absl::Status denied =
+      TokenAuthority::Authorize(viewer, "SubmitJob", {v1::ROLE_ADMIN, v1::ROLE_SUBMITTER});
   EXPECT_EQ(denied.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_THAT(denied.message(), HasSubstr("SubmitJob needs role admin or submitter"));
   EXPECT_THAT(denied.message(), HasSubstr("has role viewer"));

@@ -18,18 +18,22 @@ namespace {
 constexpr int kMaxAddresses = 16;
 
 absl::Status CsrFieldError(const v1::JoinRequest& req) {
-  if (req.csr_pem().empty()) return absl::InvalidArgumentError("csr_pem: required (a PEM certificate request)");
+  if (req.csr_pem().empty())
+    return absl::InvalidArgumentError("csr_pem: required (a PEM certificate request)");
   if (req.csr_pem().size() > 16384) return absl::InvalidArgumentError("csr_pem: at most 16 KiB");
   return absl::OkStatus();
 }
 
 }  // namespace
 
-absl::StatusOr<std::string> WorkerEnroller::Sign(const std::string& id, std::vector<std::string> sans,
+absl::StatusOr<std::string> WorkerEnroller::Sign(const std::string& id,
+                                                 std::vector<std::string> sans,
                                                  const std::string& csr_pem) const {
   sans.push_back(auth::WorkerUri(id));
-  absl::StatusOr<std::string> cert = auth::SignCsr(ca_, csr_pem, id, sans, validity_, auth::CertPurpose::kClient);
-  if (!cert.ok()) return absl::InvalidArgumentError(absl::StrCat("csr_pem: ", cert.status().message()));
+  absl::StatusOr<std::string> cert =
+      auth::SignCsr(ca_, csr_pem, id, sans, validity_, auth::CertPurpose::kClient);
+  if (!cert.ok())
+    return absl::InvalidArgumentError(absl::StrCat("csr_pem: ", cert.status().message()));
   return cert;
 }
 
@@ -49,9 +53,9 @@ absl::StatusOr<v1::JoinResponse> WorkerEnroller::Renew(const std::string& worker
     return absl::FailedPreconditionError("renew: this coordinator has no CA key to sign with");
   }
   if (!req.worker_id().empty() && req.worker_id() != worker_id) {
-    return absl::PermissionDeniedError(absl::StrCat("worker_id: '", req.worker_id(),
-                                                    "': a certificate renews only itself (it names '", worker_id,
-                                                    "')"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("worker_id: '", req.worker_id(),
+                     "': a certificate renews only itself (it names '", worker_id, "')"));
   }
   TRAINCTL_RETURN_IF_ERROR(CsrFieldError(req));
   TRAINCTL_RETURN_IF_ERROR(auth::CheckCsr(req.csr_pem(), "csr_pem"));
@@ -62,22 +66,27 @@ absl::StatusOr<v1::JoinResponse> WorkerEnroller::Renew(const std::string& worker
   if (serial.ok()) tokens_->NoteCertSerial(worker_id, *serial);
   v1::JoinResponse resp = Reply(worker_id, *std::move(cert));
   LogEvent(LogLevel::kInfo, "coordinator", "worker_cert_renewed",
-           {{"worker_id", worker_id}, {"serial", serial.ok() ? *serial : ""},
-            {"addresses", absl::StrJoin(sans, ",")}, {"valid_for", absl::FormatDuration(validity_)}});
+           {{"worker_id", worker_id},
+            {"serial", serial.ok() ? *serial : ""},
+            {"addresses", absl::StrJoin(sans, ",")},
+            {"valid_for", absl::FormatDuration(validity_)}});
   return resp;
 }
 
-absl::StatusOr<v1::JoinResponse> WorkerEnroller::Join(const Principal& who, const v1::JoinRequest& req) {
+absl::StatusOr<v1::JoinResponse> WorkerEnroller::Join(const Principal& who,
+                                                      const v1::JoinRequest& req) {
   TRAINCTL_RETURN_IF_ERROR(TokenAuthority::Authorize(who, "Join", RolesOf("Join")));
   if (!enabled()) {
     return absl::FailedPreconditionError(
-        "join: this coordinator has no CA key to sign with (start it with --tls-dir holding ca.key, or "
+        "join: this coordinator has no CA key to sign with (start it with --tls-dir holding "
+        "ca.key, or "
         "--tls-ca-key)");
   }
   if (!req.worker_id().empty()) {
     TRAINCTL_RETURN_IF_ERROR(CheckWorkerId("worker_id", req.worker_id()));
     // A certificate's common name holds at most 64 characters (X.509).
-    if (req.worker_id().size() > 64) return absl::InvalidArgumentError("worker_id: at most 64 characters");
+    if (req.worker_id().size() > 64)
+      return absl::InvalidArgumentError("worker_id: at most 64 characters");
   }
   TRAINCTL_RETURN_IF_ERROR(CsrFieldError(req));
   if (req.addresses_size() > kMaxAddresses) {
@@ -117,10 +126,13 @@ absl::StatusOr<v1::JoinResponse> WorkerEnroller::Join(const Principal& who, cons
   if (!cert.ok()) return cert.status();
   // Consume first: a token used meanwhile (a concurrent Join) gets nothing.
   TRAINCTL_RETURN_IF_ERROR(tokens_->ConsumeOneTime(who.token_id));
-  TRAINCTL_RETURN_IF_ERROR(tokens_->BindWorker(id, Principal{TokenAuthority::CertBinding(id), id, v1::ROLE_WORKER}));
+  TRAINCTL_RETURN_IF_ERROR(
+      tokens_->BindWorker(id, Principal{TokenAuthority::CertBinding(id), id, v1::ROLE_WORKER}));
   v1::JoinResponse resp = Reply(id, *std::move(cert));
   LogEvent(LogLevel::kInfo, "coordinator", "worker_joined",
-           {{"worker_id", id}, {"join_token", who.token_id}, {"token_name", who.name},
+           {{"worker_id", id},
+            {"join_token", who.token_id},
+            {"token_name", who.name},
             {"addresses", absl::StrJoin(who.addresses, ",")},
             {"not_authorised", absl::StrJoin(ignored, ",")}});
   return resp;

@@ -6,9 +6,9 @@
 // coordinator already knows (a registered worker, or an id bound to a token
 // or an earlier certificate), signs a client-auth-only certificate whose
 // names are only what the admin authorised with the join token (its
-// addresses, never the worker's own choice), consumes the one-time token (a refused request leaves it usable;
-// of two uses exactly one gets a certificate), and binds the id to the
-// certificate, so that no token worker can take it.
+// addresses, never the worker's own choice), consumes the one-time token (a refused request leaves
+// it usable; of two uses exactly one gets a certificate), and binds the id to the certificate, so
+// that no token worker can take it.
 //
 // Called by AuthServiceImpl::Join on the coordinator's EventLoop (the
 // registry is loop-only). Not thread-safe: runs on the loop.
@@ -21,8 +21,8 @@
 #include "absl/time/time.h"
 #include "common/auth/pki.h"
 #include "common/clock.h"
-#include "coordinator/core/on_loop.h"
 #include "coordinator/auth/token_authority.h"
+#include "coordinator/core/on_loop.h"
 #include "coordinator/workers/worker_registry.h"
 #include "trainctl/v1/auth.pb.h"
 
@@ -32,9 +32,13 @@ class WorkerEnroller {
  public:
   // `ca`: the cluster CA's key and certificate; an empty key disables Join
   // (FailedPrecondition: this coordinator cannot sign).
-  WorkerEnroller(auth::KeyAndCert ca, TokenAuthority* tokens, WorkerRegistry* registry, const Clock* clock,
-                 absl::Duration validity)
-      : ca_(std::move(ca)), tokens_(tokens), registry_(registry), clock_(clock), validity_(validity) {}
+  WorkerEnroller(auth::KeyAndCert ca, TokenAuthority* tokens, WorkerRegistry* registry,
+                 const Clock* clock, absl::Duration validity)
+      : ca_(std::move(ca)),
+        tokens_(tokens),
+        registry_(registry),
+        clock_(clock),
+        validity_(validity) {}
 
   bool enabled() const { return !ca_.key_pem.empty(); }
 

@@ -37,11 +37,13 @@ std::string PeerIp(absl::string_view peer) {
 std::string HostOf(absl::string_view address) {
   if (absl::ConsumePrefix(&address, "[")) return std::string(address.substr(0, address.find(']')));
   size_t colon = address.rfind(':');
-  if (colon != absl::string_view::npos && address.find(':') == colon) address = address.substr(0, colon);
+  if (colon != absl::string_view::npos && address.find(':') == colon)
+    address = address.substr(0, colon);
   return std::string(address);
 }
 
-absl::Status CheckRendezvousHosts(const v1::RendezvousInfo& info, const std::vector<std::string>& own) {
+absl::Status CheckRendezvousHosts(const v1::RendezvousInfo& info,
+                                  const std::vector<std::string>& own) {
   std::vector<std::pair<const char*, std::string>> named;
   if (info.kind_case() == v1::RendezvousInfo::kGlooStoreAddress) {
     named.emplace_back("gloo_store_address", HostOf(info.gloo_store_address()));
@@ -51,9 +53,8 @@ absl::Status CheckRendezvousHosts(const v1::RendezvousInfo& info, const std::vec
     // (Not a structured binding: C++17 lambdas cannot capture one.)
     const char* field = entry.first;
     const std::string& host = entry.second;
-    bool mine = std::any_of(own.begin(), own.end(), [&](const std::string& o) {
-      return absl::EqualsIgnoreCase(o, host);
-    });
+    bool mine = std::any_of(own.begin(), own.end(),
+                            [&](const std::string& o) { return absl::EqualsIgnoreCase(o, host); });
     if (!mine) {
       return absl::PermissionDeniedError(absl::StrCat(
           "rendezvous.info.", field, ": host '", host, "' is not this worker's address (",
@@ -81,9 +82,11 @@ absl::StatusOr<std::vector<std::string>> ResolveNow(const std::string& host) {
   std::vector<std::string> ips;
   for (const addrinfo* a = found; a != nullptr; a = a->ai_next) {
     char text[INET6_ADDRSTRLEN] = {0};
-    const void* raw = a->ai_family == AF_INET6
-                          ? static_cast<const void*>(&reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr)
-                          : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr);
+    const void* raw =
+        a->ai_family == AF_INET6
+            ? static_cast<const void*>(
+                  &reinterpret_cast<const sockaddr_in6*>(a->ai_addr)->sin6_addr)
+            : static_cast<const void*>(&reinterpret_cast<const sockaddr_in*>(a->ai_addr)->sin_addr);
     if (inet_ntop(a->ai_family, raw, text, sizeof text) == nullptr) continue;
     std::string ip = text;
     absl::string_view v = ip;
@@ -97,11 +100,13 @@ absl::StatusOr<std::vector<std::string>> ResolveNow(const std::string& host) {
 
 }  // namespace
 
-absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& host, absl::Duration timeout) {
+absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& host,
+                                                     absl::Duration timeout) {
   struct Lookup {
     absl::Mutex mu;
     bool done ABSL_GUARDED_BY(mu) = false;
-    absl::StatusOr<std::vector<std::string>> result ABSL_GUARDED_BY(mu) = absl::UnknownError("unset");
+    absl::StatusOr<std::vector<std::string>> result ABSL_GUARDED_BY(mu) =
+        absl::UnknownError("unset");
   };
   auto lookup = std::make_shared<Lookup>();
   std::thread([lookup, host] {
@@ -112,23 +117,33 @@ absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& host, ab
   }).detach();
   absl::MutexLock l(&lookup->mu);
   if (!lookup->mu.AwaitWithTimeout(absl::Condition(&lookup->done), timeout)) {
-    return absl::DeadlineExceededError(absl::StrCat("no answer from the resolver within ", absl::FormatDuration(timeout)));
+    return absl::DeadlineExceededError(
+        absl::StrCat("no answer from the resolver within ", absl::FormatDuration(timeout)));
   }
   return lookup->result;
 }
 
 AddressVerdict JudgeWorkerAddress(const std::string& address, const std::string& peer_ip,
-                                  const std::vector<std::string>& vouched, const HostResolver& resolve) {
+                                  const std::vector<std::string>& vouched,
+                                  const HostResolver& resolve) {
   const std::string host = HostOf(address);
   auto own = [&](const std::string& ip) {
-    if (absl::EqualsIgnoreCase(ip, peer_ip) || (auth::IsLoopbackIp(ip) && auth::IsLoopbackIp(peer_ip))) return true;
-    return std::any_of(vouched.begin(), vouched.end(), [&](const std::string& v) { return absl::EqualsIgnoreCase(v, ip); });
+    if (absl::EqualsIgnoreCase(ip, peer_ip) ||
+        (auth::IsLoopbackIp(ip) && auth::IsLoopbackIp(peer_ip)))
+      return true;
+    return std::any_of(vouched.begin(), vouched.end(),
+                       [&](const std::string& v) { return absl::EqualsIgnoreCase(v, ip); });
   };
-  std::string known = absl::StrCat("the address it connects from (", peer_ip.empty() ? "unknown" : peer_ip, ")");
-  if (!vouched.empty()) absl::StrAppend(&known, " or one its token or certificate names (", absl::StrJoin(vouched, ", "), ")");
+  std::string known =
+      absl::StrCat("the address it connects from (", peer_ip.empty() ? "unknown" : peer_ip, ")");
+  if (!vouched.empty())
+    absl::StrAppend(&known, " or one its token or certificate names (",
+                    absl::StrJoin(vouched, ", "), ")");
   const std::string fix =
-      "; start trainctl-worker with --address set to this host's IP address that the other workers reach (without "
-      "--address it advertises its address on the route to the coordinator), or name the host in its worker token "
+      "; start trainctl-worker with --address set to this host's IP address that the other workers "
+      "reach (without "
+      "--address it advertises its address on the route to the coordinator), or name the host in "
+      "its worker token "
       "(trainctl token create --role worker --address HOST)";
   AddressVerdict v;
   if (host.empty()) {
@@ -146,8 +161,8 @@ AddressVerdict JudgeWorkerAddress(const std::string& address, const std::string&
   }
   absl::StatusOr<std::vector<std::string>> ips = resolve(host);
   if (!ips.ok()) {
-    v.refused = absl::StrCat("address '", host, "' does not resolve here (", ips.status().message(), "), so it is not ",
-                             known, fix);
+    v.refused = absl::StrCat("address '", host, "' does not resolve here (", ips.status().message(),
+                             "), so it is not ", known, fix);
     return v;
   }
   if (std::any_of(ips->begin(), ips->end(), own)) {
@@ -155,7 +170,8 @@ AddressVerdict JudgeWorkerAddress(const std::string& address, const std::string&
     v.accepted_host = host;
     return v;
   }
-  v.refused = absl::StrCat("address '", host, "' resolves to ", absl::StrJoin(*ips, ", "), ", not to ", known, fix);
+  v.refused = absl::StrCat("address '", host, "' resolves to ", absl::StrJoin(*ips, ", "),
+                           ", not to ", known, fix);
   return v;
 }
 

@@ -27,17 +27,19 @@ std::string HostOf(absl::string_view address);
 // MASTER_ADDR) is one of `own`; else PermissionDenied naming the host. A
 // worker that could name any host could send the other ranks of a job to a
 // machine of its choosing.
-absl::Status CheckRendezvousHosts(const v1::RendezvousInfo& info, const std::vector<std::string>& own);
+absl::Status CheckRendezvousHosts(const v1::RendezvousInfo& info,
+                                  const std::vector<std::string>& own);
 
 // A host's IP addresses (textual), or why it has none.
-using HostResolver = std::function<absl::StatusOr<std::vector<std::string>>(const std::string& host)>;
+using HostResolver =
+    std::function<absl::StatusOr<std::vector<std::string>>(const std::string& host)>;
 
 // The system resolver (getaddrinfo: /etc/hosts, then DNS), waited for at
 // most `timeout`: a registration waits on it, on the coordinator's loop, so
 // a resolver that hangs must not hold the loop (the lookup goes on in a
 // thread of its own and its late answer is dropped).
-absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& host, absl::Duration timeout);
-
+absl::StatusOr<std::vector<std::string>> ResolveHost(const std::string& host,
+                                                     absl::Duration timeout);
 
 // Whether the coordinator accepts the address a worker registers
 // (Register.address, "" for none) as its own, decided once per
@@ -55,6 +57,7 @@ struct AddressVerdict {
   std::string refused;
 };
 AddressVerdict JudgeWorkerAddress(const std::string& address, const std::string& peer_ip,
-                                  const std::vector<std::string>& vouched, const HostResolver& resolve);
+                                  const std::vector<std::string>& vouched,
+                                  const HostResolver& resolve);
 
 }  // namespace trainctl::coordinator

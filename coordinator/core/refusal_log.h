@@ -59,7 +59,8 @@ class RefusalLog {
     // The fields of the latest pending refusal.
     LogFields last;
   };
-  void Write(const std::string& peer, int64_t count, LogFields fields) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  void Write(const std::string& peer, int64_t count, LogFields fields)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const std::string component_;
   const std::string event_;

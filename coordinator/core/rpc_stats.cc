@@ -15,10 +15,15 @@ namespace {
 class StatsInterceptor final : public grpc::experimental::Interceptor {
  public:
   StatsInterceptor(RpcStats* stats, RefusalLog* refusals, std::string method, std::string peer)
-      : stats_(stats), refusals_(refusals), method_(std::move(method)), peer_(std::move(peer)), start_(absl::Now()) {}
+      : stats_(stats),
+        refusals_(refusals),
+        method_(std::move(method)),
+        peer_(std::move(peer)),
+        start_(absl::Now()) {}
 
   void Intercept(grpc::experimental::InterceptorBatchMethods* methods) override {
-    if (methods->QueryInterceptionHookPoint(grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
+    if (methods->QueryInterceptionHookPoint(
+            grpc::experimental::InterceptionHookPoints::PRE_SEND_STATUS)) {
       grpc::Status status = methods->GetSendStatus();
       grpc::Status explained = ExplainUnparsedRequest(method_, status);
       if (explained.error_code() != status.error_code()) {
@@ -28,7 +33,8 @@ class StatsInterceptor final : public grpc::experimental::Interceptor {
       stats_->Record(method_, status.error_code(), absl::Now() - start_);
       // A refused request, with the coordinator's reason, bounded per peer.
       // A cancelled stream (a watcher that went away) is not a refusal.
-      if (refusals_ != nullptr && !status.ok() && status.error_code() != grpc::StatusCode::CANCELLED) {
+      if (refusals_ != nullptr && !status.ok() &&
+          status.error_code() != grpc::StatusCode::CANCELLED) {
         refusals_->Note(peer_, {{"method", method_.substr(method_.rfind('/') + 1)},
                                 {"code", GrpcCodeName(status.error_code())},
                                 {"reason", status.error_message().substr(0, 300)}});
@@ -49,15 +55,16 @@ class StatsInterceptor final : public grpc::experimental::Interceptor {
 class StatsFactory final : public grpc::experimental::ServerInterceptorFactoryInterface {
  public:
   StatsFactory(RpcStats* stats, RefusalLog* refusals) : stats_(stats), refusals_(refusals) {}
-  grpc::experimental::Interceptor* CreateServerInterceptor(grpc::experimental::ServerRpcInfo* info) override {
+  grpc::experimental::Interceptor* CreateServerInterceptor(
+      grpc::experimental::ServerRpcInfo* info) override {
     std::string peer;
     if (info->server_context() != nullptr) {
       const std::string full = info->server_context()->peer();
       peer = PeerIp(full);
       if (peer.empty()) peer = full;  // an in-process or unix peer: its name
     }
-    return new StatsInterceptor(stats_, refusals_, info->method() == nullptr ? "unknown" : info->method(),
-                                std::move(peer));
+    return new StatsInterceptor(
+        stats_, refusals_, info->method() == nullptr ? "unknown" : info->method(), std::move(peer));
   }
 
  private:
@@ -112,16 +119,18 @@ void RpcStats::Write(PromWriter& w) const {
   }
   w.Family("trainctl_rpc_duration_seconds", "histogram",
            "Time from an RPC's arrival to its status (a stream's whole life), by method.");
-  for (const auto& [method, h] : latency_) h->Write(w, "trainctl_rpc_duration_seconds", {{"method", method}});
+  for (const auto& [method, h] : latency_)
+    h->Write(w, "trainctl_rpc_duration_seconds", {{"method", method}});
 }
 
-std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface> RpcStats::NewInterceptorFactory(
-    RefusalLog* refusals) {
+std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>
+RpcStats::NewInterceptorFactory(RefusalLog* refusals) {
   return std::make_unique<StatsFactory>(this, refusals);
 }
 
 grpc::Status ExplainUnparsedRequest(const std::string& method, const grpc::Status& status) {
-  if (status.error_code() != grpc::StatusCode::UNIMPLEMENTED || !status.error_message().empty()) return status;
+  if (status.error_code() != grpc::StatusCode::UNIMPLEMENTED || !status.error_message().empty())
+    return status;
   // "/pkg.Service/Method" -> "pkg.Service.Method".
   if (method.size() < 2 || method[0] != '/') return status;
   std::string full = method.substr(1);

@@ -18,7 +18,8 @@ namespace {
 
 // The address recorded for clients: --advertise-address, else `listen`
 // (its port the bound one) with a wildcard host replaced by this host's name.
-std::string AdvertiseAddress(const std::string& advertise_address, const std::string& listen, int bound_port) {
+std::string AdvertiseAddress(const std::string& advertise_address, const std::string& listen,
+                             int bound_port) {
   if (!advertise_address.empty()) return advertise_address;
   std::string host = listen.substr(0, listen.rfind(':'));
   if (host.empty() || host == "0.0.0.0" || host == "::" || host == "[::]") {
@@ -36,7 +37,8 @@ std::string AdvertiseAddress(const std::string& advertise_address, const std::st
 // the one bound). Cancelled when a stop signal came first; another error
 // when the store refuses this coordinator for good (not a trainctl
 // database, a newer schema, a bad URI).
-absl::StatusOr<std::unique_ptr<StateStore>> AwaitLeadership(CoordinatorOptions& o, absl::Duration poll,
+absl::StatusOr<std::unique_ptr<StateStore>> AwaitLeadership(CoordinatorOptions& o,
+                                                            absl::Duration poll,
                                                             const std::string& advertise_address) {
   std::unique_ptr<StandbyServer> standby;
   // The standby serves only once the first try found another coordinator
@@ -65,7 +67,8 @@ absl::StatusOr<std::unique_ptr<StateStore>> AwaitLeadership(CoordinatorOptions& 
       return absl::CancelledError("stop signal while standby");
     }
     StoreLeader holder;
-    absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::OpenSpec(o.store_spec, o.store, &holder);
+    absl::StatusOr<std::unique_ptr<StateStore>> store =
+        StateStore::OpenSpec(o.store_spec, o.store, &holder);
     if (store.ok()) {
       if (standby != nullptr) standby->Shutdown();
       return store;
@@ -80,7 +83,8 @@ absl::StatusOr<std::unique_ptr<StateStore>> AwaitLeadership(CoordinatorOptions& 
     }
     // Logged when the active one or the reason changes (an unreachable
     // server is waited out too, and said).
-    if (holder.epoch != last.epoch || holder.address != last.address || store.status().message() != last_why) {
+    if (holder.epoch != last.epoch || holder.address != last.address ||
+        store.status().message() != last_why) {
       trainctl::LogEvent(trainctl::LogLevel::kInfo, "coordinator", "standby",
                          {{"active", holder.address.empty() ? "unknown" : holder.address},
                           {"epoch", absl::StrCat(holder.epoch)},
@@ -91,6 +95,5 @@ absl::StatusOr<std::unique_ptr<StateStore>> AwaitLeadership(CoordinatorOptions& 
     }
   }
 }
-
 
 }  // namespace trainctl::coordinator

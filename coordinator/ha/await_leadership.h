@@ -20,7 +20,8 @@ namespace trainctl::coordinator {
 // this host's name for a wildcard one, with the bound port). CANCELLED when
 // a stop signal came first; another error when the store refuses this
 // coordinator for good (not a trainctl database, a newer schema, a bad URI).
-absl::StatusOr<std::unique_ptr<StateStore>> AwaitLeadership(CoordinatorOptions& o, absl::Duration poll,
+absl::StatusOr<std::unique_ptr<StateStore>> AwaitLeadership(CoordinatorOptions& o,
+                                                            absl::Duration poll,
                                                             const std::string& advertise_address);
 
 }  // namespace trainctl::coordinator

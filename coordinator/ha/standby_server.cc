@@ -13,8 +13,9 @@
 namespace trainctl::coordinator {
 
 std::string StandbyMessage(const std::string& active) {
-  return active.empty() ? "standby coordinator; no active coordinator is known yet"
-                        : absl::StrCat("standby coordinator; the active coordinator is at ", active);
+  return active.empty()
+             ? "standby coordinator; no active coordinator is known yet"
+             : absl::StrCat("standby coordinator; the active coordinator is at ", active);
 }
 
 // Every method the server has no service for: UNAVAILABLE with the hint.

@@ -17,7 +17,8 @@ namespace trainctl::coordinator {
 // "rank R on HOST (worker W) exited with code C: message" plus its last log
 // lines. `cause`: what made the rank fail when it was not its own doing (a
 // lost peer worker, "worker W (host H) was lost"), named first; or empty.
-std::string DescribeExit(const v1::RankAssignment& r, const v1::ExitInfo& exit, const std::string& cause = "");
+std::string DescribeExit(const v1::RankAssignment& r, const v1::ExitInfo& exit,
+                         const std::string& cause = "");
 
 // Builds the failure of `next`'s current attempt into `next` (the job with
 // the failing rank's end already applied): the attempt FAILED with `reason`

@@ -42,7 +42,8 @@ TEST(AttemptFailureTest, RestartableKindRestartsAndStopsTheSurvivors) {
   v1::Job j = RunningJob(2);
   j.mutable_attempts(0)->mutable_ranks(1)->set_state(v1::RANK_STATE_FAILED);
   std::vector<JobEvent> events;
-  RanksByWorker stop = BuildAttemptFailure(j, events, absl::Now(), v1::FAILURE_KIND_USER_CODE, "boom", 1);
+  RanksByWorker stop =
+      BuildAttemptFailure(j, events, absl::Now(), v1::FAILURE_KIND_USER_CODE, "boom", 1);
   EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
   EXPECT_EQ(j.restarts(), 1);
   EXPECT_EQ(j.attempts(0).state(), v1::ATTEMPT_STATE_FAILED);
@@ -53,8 +54,8 @@ TEST(AttemptFailureTest, RestartableKindRestartsAndStopsTheSurvivors) {
 }
 
 TEST(AttemptFailureTest, KindsThatARestartCannotHelpFailTheJob) {
-  for (v1::FailureKind kind : {v1::FAILURE_KIND_OUT_OF_MEMORY, v1::FAILURE_KIND_DATA, v1::FAILURE_KIND_PREFLIGHT,
-                               v1::FAILURE_KIND_CONFIG}) {
+  for (v1::FailureKind kind : {v1::FAILURE_KIND_OUT_OF_MEMORY, v1::FAILURE_KIND_DATA,
+                               v1::FAILURE_KIND_PREFLIGHT, v1::FAILURE_KIND_CONFIG}) {
     v1::Job j = RunningJob(5);
     std::vector<JobEvent> events;
     BuildAttemptFailure(j, events, absl::Now(), kind, "x", 0);
@@ -104,7 +105,8 @@ TEST(AttemptFailureTest, AJobWithACheckpointIsToldToResumeNotToSubmitAgain) {
   BuildAttemptFailure(j, events, absl::Now(), v1::FAILURE_KIND_PREFLIGHT, "no room", 0);
   EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
   ASSERT_EQ(events.size(), 2u);
-  EXPECT_THAT(events[1].message, HasSubstr("`trainctl resume j` goes on from its newest checkpoint"));
+  EXPECT_THAT(events[1].message,
+              HasSubstr("`trainctl resume j` goes on from its newest checkpoint"));
   EXPECT_THAT(events[1].message, Not(HasSubstr("submit again")));
 
   v1::Job disk = RunningJob(3);
@@ -138,7 +140,8 @@ TEST(AttemptFailureTest, AFullDiskWaitsForSpaceForDiskFullWaitS) {
       disk.set_state(v1::JOB_STATE_RUNNING);
     }
     std::vector<JobEvent> events;
-    BuildAttemptFailure(disk, events, t0 + absl::Seconds(10 * (attempt - 1)), v1::FAILURE_KIND_DISK_FULL,
+    BuildAttemptFailure(disk, events, t0 + absl::Seconds(10 * (attempt - 1)),
+                        v1::FAILURE_KIND_DISK_FULL,
                         "pre-flight: waiting for space: w1: checkpoint.dir /c: 0 bytes free", 0);
     EXPECT_EQ(disk.state(), v1::JOB_STATE_RESTARTING) << "attempt " << attempt;
     EXPECT_EQ(disk.restarts(), 0) << "waiting for space is not a restart";
@@ -211,7 +214,8 @@ TEST(AttemptFailureTest, AnEndedAttemptIsNotFailedTwice) {
   v1::Job j = RunningJob(3);
   j.mutable_attempts(0)->set_state(v1::ATTEMPT_STATE_FAILED);
   std::vector<JobEvent> events;
-  EXPECT_TRUE(BuildAttemptFailure(j, events, absl::Now(), v1::FAILURE_KIND_USER_CODE, "x", 0).empty());
+  EXPECT_TRUE(
+      BuildAttemptFailure(j, events, absl::Now(), v1::FAILURE_KIND_USER_CODE, "x", 0).empty());
   EXPECT_TRUE(events.empty());
   EXPECT_EQ(j.state(), v1::JOB_STATE_RUNNING);
 }
@@ -250,7 +254,8 @@ TEST(AttemptFailureTest, AReasonSaysEachThingOnce) {
   EXPECT_EQ(DescribeExit(r, exit), "rank 1 on h (worker w) was killed by signal 9 (Killed)");
   // A message that says something else keeps all of its words.
   exit.set_message("rank 1 ran out of memory");
-  EXPECT_EQ(DescribeExit(r, exit), "rank 1 on h (worker w) was killed by signal 9: rank 1 ran out of memory");
+  EXPECT_EQ(DescribeExit(r, exit),
+            "rank 1 on h (worker w) was killed by signal 9: rank 1 ran out of memory");
 }
 
 }  // namespace

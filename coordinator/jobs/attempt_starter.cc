@@ -24,11 +24,13 @@ absl::Status ValidateRendezvous(const v1::RendezvousInfo& info) {
       break;
     case v1::RendezvousInfo::kGlooStoreAddress:
       if (info.gloo_store_address().empty() || info.gloo_store_address().size() > 255) {
-        return absl::InvalidArgumentError("rendezvous.info.gloo_store_address: host:port, at most 255 bytes");
+        return absl::InvalidArgumentError(
+            "rendezvous.info.gloo_store_address: host:port, at most 255 bytes");
       }
       break;
     default:
-      return absl::InvalidArgumentError("rendezvous.info: set nccl_unique_id or gloo_store_address");
+      return absl::InvalidArgumentError(
+          "rendezvous.info: set nccl_unique_id or gloo_store_address");
   }
   if (info.master_addr().size() > 255 || info.master_port() < 0 || info.master_port() > 65535) {
     return absl::InvalidArgumentError("rendezvous.info.master_addr/master_port: out of range");
@@ -37,9 +39,11 @@ absl::Status ValidateRendezvous(const v1::RendezvousInfo& info) {
 }
 
 absl::Status ValidatePreflightReport(const v1::PreflightReport& rep) {
-  if (rep.problems_size() > 64) return absl::InvalidArgumentError("preflight.problems: at most 64 lines");
+  if (rep.problems_size() > 64)
+    return absl::InvalidArgumentError("preflight.problems: at most 64 lines");
   for (const std::string& p : rep.problems()) {
-    if (p.size() > 2048) return absl::InvalidArgumentError("preflight.problems: a line is over 2048 bytes");
+    if (p.size() > 2048)
+      return absl::InvalidArgumentError("preflight.problems: a line is over 2048 bytes");
   }
   return absl::OkStatus();
 }
@@ -92,7 +96,8 @@ void AttemptStarter::Resend(JobEntry& e, const v1::Attempt& cur, const std::stri
   if (on_worker && cur.has_rendezvous()) SendRendezvous(e.job, cur, worker_id);
 }
 
-void AttemptStarter::SendPreflight(const JobEntry& e, const v1::Attempt& attempt, const std::string& worker_id) {
+void AttemptStarter::SendPreflight(const JobEntry& e, const v1::Attempt& attempt,
+                                   const std::string& worker_id) {
   v1::CoordinatorMessage msg;
   v1::Preflight* p = msg.mutable_preflight();
   p->set_job_id(e.job.id());
@@ -108,18 +113,22 @@ void AttemptStarter::SendPreflight(const JobEntry& e, const v1::Attempt& attempt
   SendAfterCommit(worker_id, std::move(msg));
 }
 
-absl::Status AttemptStarter::OnPreflightReport(const std::string& worker_id, const v1::PreflightReport& rep) {
+absl::Status AttemptStarter::OnPreflightReport(const std::string& worker_id,
+                                               const v1::PreflightReport& rep) {
   v1::Attempt* a_mem = nullptr;
-  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e,
-                            book_->ForWorker(worker_id, rep.job_id(), rep.attempt(), -1, false, &a_mem));
+  TRAINCTL_ASSIGN_OR_RETURN(
+      JobEntry * e, book_->ForWorker(worker_id, rep.job_id(), rep.attempt(), -1, false, &a_mem));
   const std::vector<std::string> workers = AttemptWorkers(*a_mem);
   if (std::find(workers.begin(), workers.end(), worker_id) == workers.end()) {
-    return absl::PermissionDeniedError(absl::StrCat("preflight: worker ", worker_id, " holds no rank of attempt ",
-                                                    rep.attempt(), " of ", rep.job_id()));
+    return absl::PermissionDeniedError(absl::StrCat("preflight: worker ", worker_id,
+                                                    " holds no rank of attempt ", rep.attempt(),
+                                                    " of ", rep.job_id()));
   }
   TRAINCTL_RETURN_IF_ERROR(ValidatePreflightReport(rep));
-  if (IsTerminal(e->job.state()) || AttemptEnded(a_mem->state())) return absl::AbortedError("the attempt already ended");
-  if (e->preflight_attempt != rep.attempt() || e->preflight_passed) return absl::OkStatus();  // stale or a re-send
+  if (IsTerminal(e->job.state()) || AttemptEnded(a_mem->state()))
+    return absl::AbortedError("the attempt already ended");
+  if (e->preflight_attempt != rep.attempt() || e->preflight_passed)
+    return absl::OkStatus();  // stale or a re-send
   e->preflight_reports[worker_id] = {rep.problems().begin(), rep.problems().end()};
   if (rep.waiting_for_space() && rep.problems_size() > 0) e->preflight_space_only.insert(worker_id);
   for (const std::string& w : workers) {
@@ -128,7 +137,8 @@ absl::Status AttemptStarter::OnPreflightReport(const std::string& worker_id, con
   return ConcludePreflight(*e, workers);
 }
 
-absl::Status AttemptStarter::ConcludePreflight(JobEntry& e, const std::vector<std::string>& workers) {
+absl::Status AttemptStarter::ConcludePreflight(JobEntry& e,
+                                               const std::vector<std::string>& workers) {
   std::vector<std::string> failing;
   for (const std::string& w : workers) {
     const std::vector<std::string>& problems = e.preflight_reports[w];
@@ -149,8 +159,9 @@ absl::Status AttemptStarter::ConcludePreflight(JobEntry& e, const std::vector<st
     if (!e.preflight_reports[w].empty() && e.preflight_space_only.count(w) == 0) space_only = false;
   }
   const v1::FailureKind kind = space_only ? v1::FAILURE_KIND_DISK_FULL : v1::FAILURE_KIND_PREFLIGHT;
-  std::string reason = absl::StrCat(space_only ? "pre-flight: waiting for space: " : "pre-flight failed: ",
-                                    absl::StrJoin(failing, "; "));
+  std::string reason =
+      absl::StrCat(space_only ? "pre-flight: waiting for space: " : "pre-flight failed: ",
+                   absl::StrJoin(failing, "; "));
   v1::Job next = e.job;
   for (v1::RankAssignment& r : *CurrentAttempt(next)->mutable_ranks()) {
     // Never started: ended here, so their slots are free at once.
@@ -158,14 +169,16 @@ absl::Status AttemptStarter::ConcludePreflight(JobEntry& e, const std::vector<st
     r.set_state(v1::RANK_STATE_STOPPED);
     r.mutable_exit()->set_kind(kind);
     r.mutable_exit()->set_exit_code(-1);
-    r.mutable_exit()->set_message(space_only ? "not started: waiting for space" : "not started: pre-flight failed");
+    r.mutable_exit()->set_message(space_only ? "not started: waiting for space"
+                                             : "not started: pre-flight failed");
   }
   TRAINCTL_RETURN_IF_ERROR(actions_->FailAttempt(e, std::move(next), {}, kind, reason, -1));
   actions_->RequestSchedule();
   return absl::OkStatus();
 }
 
-void AttemptStarter::SendStartRanks(JobEntry& entry, const v1::Attempt& attempt, const std::string& worker_id) {
+void AttemptStarter::SendStartRanks(JobEntry& entry, const v1::Attempt& attempt,
+                                    const std::string& worker_id) {
   const v1::Job& job = entry.job;
   if (entry.secret_attempt != attempt.number() || entry.rendezvous_secret.empty()) {
     entry.rendezvous_secret = NewSecretHex();
@@ -195,20 +208,21 @@ void AttemptStarter::SendStartRanks(JobEntry& entry, const v1::Attempt& attempt,
 }
 
 void AttemptStarter::SendAfterCommit(const std::string& worker_id, v1::CoordinatorMessage msg) {
-  book_->AfterCommit([this, worker_id, msg = std::move(msg)]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    registry_->Send(worker_id, msg);
-  });
+  book_->AfterCommit([this, worker_id, msg = std::move(msg)]()
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { registry_->Send(worker_id, msg); });
 }
 
 void AttemptStarter::Stop(const std::string& worker_id, const std::string& job_id, int32_t attempt,
-                          const std::vector<int32_t>& ranks, const std::string& reason, StopHow how) {
+                          const std::vector<int32_t>& ranks, const std::string& reason,
+                          StopHow how) {
   v1::CoordinatorMessage msg;
   v1::StopRanks* s = msg.mutable_stop_ranks();
   s->set_job_id(job_id);
   s->set_attempt(attempt);
   for (int32_t r : ranks) s->add_ranks(r);
   s->set_reason(reason);
-  s->set_grace_period_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(how.grace.value_or(options_.stop_grace))));
+  s->set_grace_period_ms(
+      static_cast<int32_t>(absl::ToInt64Milliseconds(how.grace.value_or(options_.stop_grace))));
   s->set_checkpoint_first(how.checkpoint_first);
   s->set_stack_dump_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(how.stack_dump)));
   SendAfterCommit(worker_id, std::move(msg));
@@ -219,7 +233,8 @@ void AttemptStarter::StopAll(const std::string& job_id, int32_t attempt, const R
   for (const auto& [w, rs] : ranks) Stop(w, job_id, attempt, rs, reason, how);
 }
 
-void AttemptStarter::SendRendezvous(const v1::Job& job, const v1::Attempt& attempt, const std::string& worker_id) {
+void AttemptStarter::SendRendezvous(const v1::Job& job, const v1::Attempt& attempt,
+                                    const std::string& worker_id) {
   v1::CoordinatorMessage msg;
   v1::RendezvousDelivery* d = msg.mutable_rendezvous();
   d->set_job_id(job.id());
@@ -228,9 +243,11 @@ void AttemptStarter::SendRendezvous(const v1::Job& job, const v1::Attempt& attem
   SendAfterCommit(worker_id, std::move(msg));
 }
 
-absl::Status AttemptStarter::OnRendezvous(const std::string& worker_id, const v1::RendezvousReport& rep) {
+absl::Status AttemptStarter::OnRendezvous(const std::string& worker_id,
+                                          const v1::RendezvousReport& rep) {
   v1::Attempt* a_mem = nullptr;
-  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, book_->ForWorker(worker_id, rep.job_id(), rep.attempt(), 0, false, &a_mem));
+  TRAINCTL_ASSIGN_OR_RETURN(
+      JobEntry * e, book_->ForWorker(worker_id, rep.job_id(), rep.attempt(), 0, false, &a_mem));
   TRAINCTL_RETURN_IF_ERROR(ValidateRendezvous(rep.info()));
   if (IsTerminal(e->job.state()) || AttemptEnded(a_mem->state())) {
     return absl::AbortedError("the attempt already ended");
@@ -243,21 +260,28 @@ absl::Status AttemptStarter::OnRendezvous(const std::string& worker_id, const v1
   return absl::OkStatus();
 }
 
-absl::Status AttemptStarter::OnRendezvousRefused(const std::string& worker_id, const v1::RendezvousReport& rep,
+absl::Status AttemptStarter::OnRendezvousRefused(const std::string& worker_id,
+                                                 const v1::RendezvousReport& rep,
                                                  const absl::Status& why) {
   v1::Attempt* a_mem = nullptr;
-  absl::StatusOr<JobEntry*> e = book_->ForWorker(worker_id, rep.job_id(), rep.attempt(), 0, false, &a_mem);
+  absl::StatusOr<JobEntry*> e =
+      book_->ForWorker(worker_id, rep.job_id(), rep.attempt(), 0, false, &a_mem);
   if (!e.ok()) return e.status();
   if (IsTerminal((*e)->job.state()) || AttemptEnded(a_mem->state())) return why;
   const std::vector<std::string> workers = AttemptWorkers(*a_mem);
   if (workers.size() <= 1) return why;
-  std::string reason = absl::StrCat("rendezvous refused: worker ", worker_id, " reported ", why.message());
-  if (const v1::Worker* w = registry_->Find(worker_id); w != nullptr && !w->address_refused().empty()) {
+  std::string reason =
+      absl::StrCat("rendezvous refused: worker ", worker_id, " reported ", why.message());
+  if (const v1::Worker* w = registry_->Find(worker_id);
+      w != nullptr && !w->address_refused().empty()) {
     absl::StrAppend(&reason, "; its registration said: ", w->address_refused());
   } else {
-    absl::StrAppend(&reason, "; start that worker with --address set to its IP address that the other workers reach");
+    absl::StrAppend(
+        &reason,
+        "; start that worker with --address set to its IP address that the other workers reach");
   }
-  TRAINCTL_RETURN_IF_ERROR(actions_->FailAttempt(**e, (*e)->job, {}, v1::FAILURE_KIND_CONFIG, reason, 0));
+  TRAINCTL_RETURN_IF_ERROR(
+      actions_->FailAttempt(**e, (*e)->job, {}, v1::FAILURE_KIND_CONFIG, reason, 0));
   actions_->RequestSchedule();
   return why;
 }

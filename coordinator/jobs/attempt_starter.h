@@ -19,9 +19,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "coordinator/core/on_loop.h"
 #include "coordinator/jobs/job_actions.h"
 #include "coordinator/jobs/job_book.h"
-#include "coordinator/core/on_loop.h"
 #include "coordinator/jobs/owner_numbers.h"
 #include "coordinator/workers/worker_registry.h"
 #include "trainctl/v1/worker_service.pb.h"

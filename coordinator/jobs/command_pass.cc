@@ -12,11 +12,13 @@
 namespace trainctl::coordinator {
 
 absl::StatusOr<scheduler::ScheduleResult> ScheduleWithCommands(
-    const std::vector<scheduler::PendingJob>& jobs, const absl::flat_hash_set<std::string>& command_jobs,
+    const std::vector<scheduler::PendingJob>& jobs,
+    const absl::flat_hash_set<std::string>& command_jobs,
     std::vector<scheduler::WorkerSlots> workers, const absl::flat_hash_set<std::string>& allowing,
     scheduler::QueueInput queues) {
   std::vector<scheduler::PendingJob> engine, command;
-  for (const scheduler::PendingJob& j : jobs) (command_jobs.contains(j.job_id) ? command : engine).push_back(j);
+  for (const scheduler::PendingJob& j : jobs)
+    (command_jobs.contains(j.job_id) ? command : engine).push_back(j);
   scheduler::ScheduleResult out;
   if (!engine.empty()) {
     TRAINCTL_ASSIGN_OR_RETURN(out, scheduler::Schedule(engine, workers, queues));
@@ -35,7 +37,8 @@ absl::StatusOr<scheduler::ScheduleResult> ScheduleWithCommands(
       const scheduler::PendingJob& placed = *engine_by_id.at(p.job_id);
       for (const scheduler::RankAssignment& r : p.ranks) {
         if (r.worker_id != w.worker_id) continue;
-        w.free_slots.erase(std::remove(w.free_slots.begin(), w.free_slots.end(), r.slot), w.free_slots.end());
+        w.free_slots.erase(std::remove(w.free_slots.begin(), w.free_slots.end(), r.slot),
+                           w.free_slots.end());
         // The first pass's ranks reserve their CPUs and memory here too,
         // and hold their slots as long as their runtime bound says.
         w.reserved_cpus += placed.cpus;
@@ -48,10 +51,12 @@ absl::StatusOr<scheduler::ScheduleResult> ScheduleWithCommands(
   }
   if (!queues.queues.empty()) {
     std::uint64_t next_seq = 0;
-    for (const scheduler::RunningJob& r : queues.running) next_seq = std::max(next_seq, r.start_seq + 1);
+    for (const scheduler::RunningJob& r : queues.running)
+      next_seq = std::max(next_seq, r.start_seq + 1);
     for (const scheduler::Placement& p : out.placements) {
-      const auto it = std::find_if(engine.begin(), engine.end(),
-                                   [&](const scheduler::PendingJob& j) { return j.job_id == p.job_id; });
+      const auto it =
+          std::find_if(engine.begin(), engine.end(),
+                       [&](const scheduler::PendingJob& j) { return j.job_id == p.job_id; });
       scheduler::RunningJob r;
       r.job_id = p.job_id;
       r.queue = it->queue;
@@ -74,11 +79,13 @@ absl::StatusOr<scheduler::ScheduleResult> ScheduleWithCommands(
       }
     }
   }
-  TRAINCTL_ASSIGN_OR_RETURN(scheduler::ScheduleResult second, scheduler::Schedule(command, cmd_workers, queues));
+  TRAINCTL_ASSIGN_OR_RETURN(scheduler::ScheduleResult second,
+                            scheduler::Schedule(command, cmd_workers, queues));
   for (scheduler::Placement& p : second.placements) out.placements.push_back(std::move(p));
   for (scheduler::PendingJobStatus& p : second.pending) {
-    p.message = cmd_workers.empty() ? "no worker allows commands (start trainctl-worker with --allow-commands)"
-                                    : absl::StrCat("on workers that allow commands: ", p.message);
+    p.message = cmd_workers.empty()
+                    ? "no worker allows commands (start trainctl-worker with --allow-commands)"
+                    : absl::StrCat("on workers that allow commands: ", p.message);
     out.pending.push_back(std::move(p));
   }
   for (scheduler::Preemption& v : second.preemptions) out.preemptions.push_back(std::move(v));

@@ -18,7 +18,8 @@ namespace trainctl::coordinator {
 // hold their slots for their runtime bound. A command job's pending message
 // says it waits on the workers that allow commands.
 absl::StatusOr<scheduler::ScheduleResult> ScheduleWithCommands(
-    const std::vector<scheduler::PendingJob>& jobs, const absl::flat_hash_set<std::string>& command_jobs,
+    const std::vector<scheduler::PendingJob>& jobs,
+    const absl::flat_hash_set<std::string>& command_jobs,
     std::vector<scheduler::WorkerSlots> workers, const absl::flat_hash_set<std::string>& allowing,
     scheduler::QueueInput queues);
 

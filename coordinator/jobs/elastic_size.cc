@@ -9,7 +9,8 @@
 namespace trainctl::coordinator {
 
 bool IsElastic(const v1::JobSpec& spec) {
-  return spec.has_elastic() && spec.elastic().min_ranks() >= 1 && spec.elastic().min_ranks() < spec.world_size();
+  return spec.has_elastic() && spec.elastic().min_ranks() >= 1 &&
+         spec.elastic().min_ranks() < spec.world_size();
 }
 
 absl::Time ElasticDeadline(const v1::Job& job) {

@@ -29,9 +29,12 @@ void FairShareUsage::Advance(absl::Duration dt, const HeldSlots& held) {
     }
   }
   const auto negligible = [](const DecayedUsage& u) { return u[0] < 1e-3 && u[1] < 1e-3; };
-  for (auto& [q, owners] : owner_usage_) absl::erase_if(owners, [&](const auto& kv) { return negligible(kv.second); });
+  for (auto& [q, owners] : owner_usage_)
+    absl::erase_if(owners, [&](const auto& kv) { return negligible(kv.second); });
   absl::erase_if(owner_usage_, [](const auto& kv) { return kv.second.empty(); });
-  absl::erase_if(usage_, [&](const auto& kv) { return negligible(kv.second) && !owner_usage_.contains(kv.first); });
+  absl::erase_if(usage_, [&](const auto& kv) {
+    return negligible(kv.second) && !owner_usage_.contains(kv.first);
+  });
 }
 
 void FairShareUsage::Clear() {
@@ -41,7 +44,8 @@ void FairShareUsage::Clear() {
 
 void FairShareUsage::Restore(const v1::FairShareSnapshot& stored, absl::Duration idle) {
   Clear();
-  const double f = std::exp2(-std::max(0.0, absl::ToDoubleSeconds(idle)) / absl::ToDoubleSeconds(half_life_));
+  const double f =
+      std::exp2(-std::max(0.0, absl::ToDoubleSeconds(idle)) / absl::ToDoubleSeconds(half_life_));
   const auto clean = [f](double x) { return std::isfinite(x) && x > 0 ? x * f : 0.0; };
   for (const v1::FairShareUsage& q : stored.queues()) {
     for (const auto& [owner, u] : q.owners()) {

@@ -17,11 +17,13 @@ namespace trainctl::coordinator {
 using DecayedUsage = std::array<double, 2>;
 
 // Slots held now: per queue name, per owner, per kind ([0] GPU, [1] CPU).
-using HeldSlots = absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::array<int, 2>>>;
+using HeldSlots =
+    absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, std::array<int, 2>>>;
 
 class FairShareUsage {
  public:
-  using OwnerUsage = absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, DecayedUsage>>;
+  using OwnerUsage =
+      absl::flat_hash_map<std::string, absl::flat_hash_map<std::string, DecayedUsage>>;
 
   // `half_life` > 0.
   explicit FairShareUsage(absl::Duration half_life) : half_life_(half_life) {}

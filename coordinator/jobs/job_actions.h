@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "absl/status/status.h"
-#include "coordinator/jobs/job_book.h"
 #include "coordinator/core/on_loop.h"
+#include "coordinator/jobs/job_book.h"
 #include "trainctl/v1/job.pb.h"
 
 namespace trainctl::coordinator {

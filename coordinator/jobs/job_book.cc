@@ -34,9 +34,12 @@ bool HasLiveRanks(const v1::Job& job) {
 
 // The job_state log line of a transition, written once it is stored.
 std::function<void()> StateChangeLog(v1::JobState from, const v1::Job& next) {
-  LogFields fields = {{"job_id", next.id()}, {"from", StateName(from)}, {"to", StateName(next.state())}};
-  if (const v1::Attempt* a = CurrentAttempt(next)) fields.emplace_back("attempt", absl::StrCat(a->number()));
-  if (!next.state_reason().empty()) fields.emplace_back("reason", next.state_reason().substr(0, 300));
+  LogFields fields = {
+      {"job_id", next.id()}, {"from", StateName(from)}, {"to", StateName(next.state())}};
+  if (const v1::Attempt* a = CurrentAttempt(next))
+    fields.emplace_back("attempt", absl::StrCat(a->number()));
+  if (!next.state_reason().empty())
+    fields.emplace_back("reason", next.state_reason().substr(0, 300));
   if (next.state() == v1::JOB_STATE_SUCCEEDED && !next.final_model().empty()) {
     fields.emplace_back("final_model", next.final_model());
   }
@@ -217,15 +220,18 @@ absl::Status JobBook::Commit(JobEntry& entry, v1::Job next, std::vector<JobEvent
       auto it = entry.rank_figures.find({a.number(), r});
       if (it != entry.rank_figures.end()) figures[r] = it->second;
     }
-    if (absl::Status s = store_->usage().PutAttemptUsage(AttemptUsageOf(next, a, now, true, figures)); !s.ok()) {
-      return absl::UnavailableError(absl::StrCat("job ", next.id(), ": could not store attempt ", a.number(),
-                                                 "'s usage: ", s.message()));
+    if (absl::Status s =
+            store_->usage().PutAttemptUsage(AttemptUsageOf(next, a, now, true, figures));
+        !s.ok()) {
+      return absl::UnavailableError(absl::StrCat("job ", next.id(), ": could not store attempt ",
+                                                 a.number(), "'s usage: ", s.message()));
     }
     recorded.emplace_back(a.number(), a.ranks_size());
   }
   if (absl::Status s = store_->jobs().PutJob(next, entry.submit_seq, stored); !s.ok()) {
     return absl::UnavailableError(absl::StrCat("job ", next.id(), ": could not store the ",
-                                               StateName(next.state()), " transition: ", s.message()));
+                                               StateName(next.state()),
+                                               " transition: ", s.message()));
   }
   for (const auto& [number, ranks] : recorded) {
     for (int r = 0; r < ranks; ++r) entry.rank_figures.erase({number, r});
@@ -241,16 +247,18 @@ absl::Status JobBook::Commit(JobEntry& entry, v1::Job next, std::vector<JobEvent
   active_jobs_ += (now_active ? 1 : 0) - (was_active ? 1 : 0);
   TrackIndexes(entry);
 
-  AfterCommit([this, id = entry.job.id(), stored = std::move(stored)]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    for (const v1::Event& ev : stored) {
-      v1::JobUpdate u;
-      *u.mutable_event() = ev;
-      hub_->Publish(id, u);
-    }
-  });
+  AfterCommit([this, id = entry.job.id(), stored = std::move(stored)]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+                    for (const v1::Event& ev : stored) {
+                      v1::JobUpdate u;
+                      *u.mutable_event() = ev;
+                      hub_->Publish(id, u);
+                    }
+                  });
   PublishSnapshot(entry);
   if (IsTerminal(entry.job.state()) && !IsTerminal(from)) {
-    AfterCommit([this, id = entry.job.id()]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { hub_->JobEnded(id); });
+    AfterCommit([this, id = entry.job.id()]()
+                    ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { hub_->JobEnded(id); });
   }
   return absl::OkStatus();
 }
@@ -260,9 +268,8 @@ void JobBook::PublishSnapshot(const JobEntry& entry) {
   v1::JobUpdate snapshot;
   *snapshot.mutable_job() = entry.job;
   snapshot.mutable_job()->clear_attempts();
-  AfterCommit([this, id = entry.job.id(), snapshot = std::move(snapshot)]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    hub_->Publish(id, snapshot);
-  });
+  AfterCommit([this, id = entry.job.id(), snapshot = std::move(snapshot)]()
+                  ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { hub_->Publish(id, snapshot); });
 }
 
 void JobBook::AfterCommit(std::function<void()> effect) {
@@ -279,7 +286,8 @@ void JobBook::Remember(const std::string& job_id) {
   Before b;
   if (auto it = jobs_.find(job_id); it != jobs_.end()) b.entry = it->second;
   b.unsettled = unsettled_.contains(job_id);
-  if (auto it = pending_reasons_.find(job_id); it != pending_reasons_.end()) b.pending_reason = it->second;
+  if (auto it = pending_reasons_.find(job_id); it != pending_reasons_.end())
+    b.pending_reason = it->second;
   before_.emplace(job_id, std::move(b));
 }
 
@@ -316,7 +324,8 @@ void JobBook::GroupEnded(bool committed) {
       pending_.erase(id);
       holding_slots_.erase(id);
     } else {
-      if (!IsTerminal(b.entry->job.state()) && b.entry->job.state() != v1::JOB_STATE_UNSPECIFIED) ++active_jobs_;
+      if (!IsTerminal(b.entry->job.state()) && b.entry->job.state() != v1::JOB_STATE_UNSPECIFIED)
+        ++active_jobs_;
       JobEntry& e = it != jobs_.end() ? it->second : jobs_[id];
       e = std::move(*b.entry);
       TrackIndexes(e);
@@ -334,13 +343,15 @@ void JobBook::GroupEnded(bool committed) {
   }
 }
 
-absl::StatusOr<JobEntry*> JobBook::ForWorker(const std::string& worker_id, const std::string& job_id,
-                                             int32_t attempt, int32_t rank, bool allow_stale,
+absl::StatusOr<JobEntry*> JobBook::ForWorker(const std::string& worker_id,
+                                             const std::string& job_id, int32_t attempt,
+                                             int32_t rank, bool allow_stale,
                                              v1::Attempt** attempt_out) {
   JobEntry* e = Find(job_id);
   if (e == nullptr) return absl::NotFoundError(absl::StrCat("job_id: no job ", job_id));
   if (attempt < 1 || attempt > e->job.attempts_size()) {
-    return absl::InvalidArgumentError(absl::StrCat("attempt: job ", job_id, " has no attempt ", attempt));
+    return absl::InvalidArgumentError(
+        absl::StrCat("attempt: job ", job_id, " has no attempt ", attempt));
   }
   bool stale = attempt != e->job.attempts_size();
   if (stale && !allow_stale) {
@@ -350,7 +361,8 @@ absl::StatusOr<JobEntry*> JobBook::ForWorker(const std::string& worker_id, const
   v1::Attempt* a = e->job.mutable_attempts(attempt - 1);
   if (rank >= 0) {
     if (rank >= a->ranks_size()) {
-      return absl::InvalidArgumentError(absl::StrCat("rank: ", rank, " is not in [0, ", a->ranks_size(), ")"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("rank: ", rank, " is not in [0, ", a->ranks_size(), ")"));
     }
     if (a->ranks(rank).worker_id() != worker_id) {
       return absl::PermissionDeniedError(
@@ -374,7 +386,8 @@ void JobBook::ForEachLiveRank(const std::function<void(const v1::RankAssignment&
 
 absl::flat_hash_map<std::string, std::vector<int>> JobBook::BusySlotsByWorker() const {
   absl::flat_hash_map<std::string, std::vector<int>> busy;
-  ForEachLiveRank([&](const v1::RankAssignment& r) { busy[r.worker_id()].push_back(r.slot().index()); });
+  ForEachLiveRank(
+      [&](const v1::RankAssignment& r) { busy[r.worker_id()].push_back(r.slot().index()); });
   return busy;
 }
 

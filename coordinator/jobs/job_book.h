@@ -30,8 +30,8 @@
 #include <cstdint>
 #include <functional>
 #include <map>
-#include <set>
 #include <optional>
+#include <set>
 #include <string>
 #include <utility>
 #include <vector>
@@ -42,14 +42,14 @@
 #include "absl/status/statusor.h"
 #include "common/clock.h"
 #include "common/event_loop.h"
-#include "coordinator/jobs/job_transitions.h"
 #include "coordinator/core/group_memory.h"
-#include "coordinator/telemetry/metrics_hub.h"
 #include "coordinator/core/on_loop.h"
+#include "coordinator/jobs/job_transitions.h"
 #include "coordinator/jobs/rank_watch.h"
 #include "coordinator/jobs/script_watch.h"
 #include "coordinator/jobs/usage_report.h"
 #include "coordinator/store/state_store.h"
+#include "coordinator/telemetry/metrics_hub.h"
 #include "trainctl/v1/job.pb.h"
 #include "trainctl/v1/worker_service.pb.h"
 
@@ -137,7 +137,8 @@ absl::Duration RunningTime(const v1::Job& job, absl::Time now);
 
 class JobBook : public GroupMemory {
  public:
-  JobBook(StateStore* store, MetricsHub* hub, const Clock* clock) : store_(store), hub_(hub), clock_(clock) {}
+  JobBook(StateStore* store, MetricsHub* hub, const Clock* clock)
+      : store_(store), hub_(hub), clock_(clock) {}
   // The loop every call must come from (checked at run time, in every build); unbound
   // (unit tests) checks nothing.
   void BindToLoop(const EventLoop* loop) { loop_ = loop; }

@@ -13,12 +13,18 @@ TEST_F(JobManagerTest, EachFailureClassHasItsAction) {
     bool restarts;
   };
   const std::vector<Row> rows = {
-      {v1::FAILURE_KIND_CONFIG, false},        {v1::FAILURE_KIND_DATA, false},
-      {v1::FAILURE_KIND_OUT_OF_MEMORY, false}, {v1::FAILURE_KIND_PREFLIGHT, false},
-      {v1::FAILURE_KIND_EXIT, true},           {v1::FAILURE_KIND_SIGNAL, true},
-      {v1::FAILURE_KIND_COLLECTIVE, true},     {v1::FAILURE_KIND_RENDEZVOUS, true},
-      {v1::FAILURE_KIND_LAUNCH, true},         {v1::FAILURE_KIND_USER_CODE, true},
-      {v1::FAILURE_KIND_HANG, true},           {v1::FAILURE_KIND_DISK_FULL, true},
+      {v1::FAILURE_KIND_CONFIG, false},
+      {v1::FAILURE_KIND_DATA, false},
+      {v1::FAILURE_KIND_OUT_OF_MEMORY, false},
+      {v1::FAILURE_KIND_PREFLIGHT, false},
+      {v1::FAILURE_KIND_EXIT, true},
+      {v1::FAILURE_KIND_SIGNAL, true},
+      {v1::FAILURE_KIND_COLLECTIVE, true},
+      {v1::FAILURE_KIND_RENDEZVOUS, true},
+      {v1::FAILURE_KIND_LAUNCH, true},
+      {v1::FAILURE_KIND_USER_CODE, true},
+      {v1::FAILURE_KIND_HANG, true},
+      {v1::FAILURE_KIND_DISK_FULL, true},
       {v1::FAILURE_KIND_NAN, true},
   };
   for (size_t i = 0; i < rows.size(); ++i) {
@@ -38,7 +44,8 @@ TEST_F(JobManagerTest, EachFailureClassHasItsAction) {
     const bool waits_for_space = row.kind == v1::FAILURE_KIND_DISK_FULL;
     EXPECT_EQ(j.attempts_size(), row.restarts && !waits_for_space ? 2 : 1);
     // NaN rollbacks have their own budget.
-    EXPECT_EQ(j.restarts(), row.restarts && row.kind != v1::FAILURE_KIND_NAN && !waits_for_space ? 1 : 0);
+    EXPECT_EQ(j.restarts(),
+              row.restarts && row.kind != v1::FAILURE_KIND_NAN && !waits_for_space ? 1 : 0);
   }
 }
 
@@ -59,10 +66,13 @@ TEST_F(JobManagerTest, RestartsBackOffExponentially) {
   ASSERT_TRUE(job.ok()) << job.status();
   const std::string id = job->id();
   for (int restart = 1; restart <= 2; ++restart) {
-    ASSERT_TRUE(Status("a", id, restart, 0, v1::RANK_STATE_FAILED, v1::FAILURE_KIND_SIGNAL, -1).ok());
+    ASSERT_TRUE(
+        Status("a", id, restart, 0, v1::RANK_STATE_FAILED, v1::FAILURE_KIND_SIGNAL, -1).ok());
     const absl::Duration wait = absl::Seconds(restart == 1 ? 1 : 2);
-    EXPECT_THAT(StoredEvents(id), Contains(absl::StrCat("restarting@", restart, ": restart ", restart, " of 3 in ",
-                                                        absl::FormatDuration(wait), ", from scratch (no checkpoint recorded yet)")));
+    EXPECT_THAT(StoredEvents(id),
+                Contains(absl::StrCat("restarting@", restart, ": restart ", restart, " of 3 in ",
+                                      absl::FormatDuration(wait),
+                                      ", from scratch (no checkpoint recorded yet)")));
     clock_.StepWall(absl::Hours(1));  // the wall clock does not count
     clock_.Advance(wait - absl::Milliseconds(10));
     jobs_->Tick();
@@ -76,7 +86,8 @@ TEST_F(JobManagerTest, RestartsBackOffExponentially) {
 
 TEST_F(JobManagerTest, OutOfMemoryFailsAtOnceAndSaysWhy) {
   std::string id = RunningJob();
-  ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_FAILED, v1::FAILURE_KIND_OUT_OF_MEMORY, -1).ok());
+  ASSERT_TRUE(
+      Status("b", id, 1, 1, v1::RANK_STATE_FAILED, v1::FAILURE_KIND_OUT_OF_MEMORY, -1).ok());
   v1::Job j = Get(id);
   EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(j.restarts(), 0);
@@ -115,9 +126,11 @@ TEST_F(JobManagerTest, NanRollsBackWithSkippedStepsUntilTheBudgetIsSpent) {
   EXPECT_EQ(j.attempts(1).resume().global_step(), 40);
   ASSERT_FALSE(a_->Starts().empty());
   EXPECT_THAT(a_->Starts().back().skip_steps(), ElementsAre(57));
-  EXPECT_THAT(StoredEvents(id),
-              Contains("rollback@1: NaN/Inf at step 57: rolling back to the checkpoint at step 40 and skipping "
-                       "step 57 (rollback 1 of 2)"));
+  EXPECT_THAT(
+      StoredEvents(id),
+      Contains(
+          "rollback@1: NaN/Inf at step 57: rolling back to the checkpoint at step 40 and skipping "
+          "step 57 (rollback 1 of 2)"));
 
   // A crash in between keeps the list; the next NaN adds its step.
   ASSERT_TRUE(Status("a", id, 2, 0, v1::RANK_STATE_FAILED, v1::FAILURE_KIND_SIGNAL).ok());
@@ -154,7 +167,8 @@ TEST_F(JobManagerTest, CancelRecordsTheCancelledClass) {
   EXPECT_EQ(Get(id).attempts(0).failure_kind(), v1::FAILURE_KIND_CANCELLED);
 }
 
-absl::Status PreflightReport(AttemptStarter& starter, const std::string& worker, const std::string& job, int attempt,
+absl::Status PreflightReport(AttemptStarter& starter, const std::string& worker,
+                             const std::string& job, int attempt,
                              std::vector<std::string> problems) {
   v1::PreflightReport r;
   r.set_job_id(job);
@@ -171,14 +185,18 @@ TEST_F(JobManagerTest, PreflightProblemOnOneWorkerFailsTheAttemptBeforeAnyRankSt
   EXPECT_TRUE(a_->Starts().empty()) << "no StartRanks before every worker passed";
   // Only the attempt's workers may answer, for the current attempt.
   AddWorker("c", 1);
-  EXPECT_EQ(PreflightReport(owners_->starter, "c", id, 1, {}).code(), absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(PreflightReport(owners_->starter, "c", id, 1, {}).code(),
+            absl::StatusCode::kPermissionDenied);
   ASSERT_TRUE(PreflightReport(owners_->starter, "a", id, 1, {}).ok());
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SCHEDULED) << "waits for b";
-  ASSERT_TRUE(PreflightReport(owners_->starter, "b", id, 1, {"data.train.path /x/train.csv: no such file"}).ok());
+  ASSERT_TRUE(
+      PreflightReport(owners_->starter, "b", id, 1, {"data.train.path /x/train.csv: no such file"})
+          .ok());
   v1::Job j = Get(id);
   EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_PREFLIGHT);
-  EXPECT_EQ(j.attempts(0).reason(), "pre-flight failed: b: data.train.path /x/train.csv: no such file");
+  EXPECT_EQ(j.attempts(0).reason(),
+            "pre-flight failed: b: data.train.path /x/train.csv: no such file");
   EXPECT_TRUE(a_->Starts().empty());
   EXPECT_TRUE(b_->Starts().empty());
   EXPECT_TRUE(a_->Stops().empty()) << "nothing started, nothing to stop";
@@ -187,7 +205,8 @@ TEST_F(JobManagerTest, PreflightProblemOnOneWorkerFailsTheAttemptBeforeAnyRankSt
   for (const std::string& e : StoredEvents(id)) {
     if (absl::StartsWith(e, "attempt_failed@1: ")) {
       ++failures;
-      EXPECT_EQ(e, "attempt_failed@1: pre-flight failed: b: data.train.path /x/train.csv: no such file");
+      EXPECT_EQ(
+          e, "attempt_failed@1: pre-flight failed: b: data.train.path /x/train.csv: no such file");
     }
   }
   EXPECT_EQ(failures, 1);

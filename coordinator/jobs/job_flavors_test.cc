@@ -53,7 +53,8 @@ TEST_F(JobFlavorsTest, AJobRunsOnlyOnWorkersOfItsFlavor) {
   auto third = jobs_->Submit(GpuSpec(1, "h100"));
   ASSERT_TRUE(third.ok());
   EXPECT_EQ(Get(third->id()).state(), v1::JOB_STATE_PENDING);
-  EXPECT_THAT(Get(third->id()).state_reason(), HasSubstr("needs 1 cuda (h100) slots, 0 of 4 free on 1 worker"));
+  EXPECT_THAT(Get(third->id()).state_reason(),
+              HasSubstr("needs 1 cuda (h100) slots, 0 of 4 free on 1 worker"));
   // A job without a flavor takes the a100s.
   auto any = jobs_->Submit(GpuSpec(2, ""));
   ASSERT_TRUE(any.ok());
@@ -74,7 +75,8 @@ TEST_F(JobFlavorsTest, AFlavorNoWorkerHasIsRefusedAtSubmitOrWaitsNamingIt) {
   auto waits = jobs_->Submit(spec);
   ASSERT_TRUE(waits.ok()) << waits.status();
   EXPECT_EQ(Get(waits->id()).state(), v1::JOB_STATE_PENDING);
-  EXPECT_THAT(Get(waits->id()).state_reason(), HasSubstr("no schedulable worker has cuda (h100) slots"));
+  EXPECT_THAT(Get(waits->id()).state_reason(),
+              HasSubstr("no schedulable worker has cuda (h100) slots"));
   // An h100 worker joins: the job is placed there.
   RegisterWorker(GpuWorker("h", 1, "NVIDIA H100 80GB HBM3", "h100"));
   EXPECT_EQ(Get(waits->id()).state(), v1::JOB_STATE_SCHEDULED) << Get(waits->id()).state_reason();
@@ -98,8 +100,10 @@ TEST_F(JobFlavorsTest, AQueuesFlavorQuotaCountsItsRunningJobsOnTheFlavor) {
   auto second = jobs_->Submit(spec);
   ASSERT_TRUE(second.ok());
   EXPECT_EQ(Get(second->id()).state(), v1::JOB_STATE_PENDING);
-  EXPECT_THAT(Get(second->id()).state_reason(),
-              HasSubstr("more than its queue's h100 quota admits now (queue team: 2 of 3 cuda (h100) used)"));
+  EXPECT_THAT(
+      Get(second->id()).state_reason(),
+      HasSubstr(
+          "more than its queue's h100 quota admits now (queue team: 2 of 3 cuda (h100) used)"));
   // A job of the queue without a flavor is not held back by it.
   auto plain = jobs_->Submit([&] {
     v1::JobSpec s = GpuSpec(2, "");
@@ -120,7 +124,8 @@ TEST_F(JobFlavorsTest, ARegistrationWithABadFlavorIsRefusedNamingTheSlot) {
   v1::Register gpu = GpuWorker("g", 1, "NVIDIA H100", "H 100");
   refused = registry_->Register(gpu, &channel);
   ASSERT_FALSE(refused.ok());
-  EXPECT_EQ(refused.status().message(), "register.slots[0].flavor: must start with a lowercase letter or a digit");
+  EXPECT_EQ(refused.status().message(),
+            "register.slots[0].flavor: must start with a lowercase letter or a digit");
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
-#include "coordinator/core/retry_log.h"
 #include "coordinator/jobs/job_health.h"
+#include "coordinator/core/retry_log.h"
 
 #include <algorithm>
 #include <vector>
@@ -33,8 +33,9 @@ absl::Status JobHealth::CheckScriptHang(JobEntry& e, const v1::Attempt& a, absl:
 
 absl::Status JobHealth::FailHung(JobEntry& e, const v1::Attempt& a, const HangVerdict& v) {
   const int blamed = v.blamed.empty() ? -1 : v.blamed.front();
-  absl::Status s = actions_->FailAttempt(e, e.job, {{"hang", v.message, a.number(), blamed}},
-                                         v1::FAILURE_KIND_HANG, absl::StrCat("hung: ", v.message), blamed);
+  absl::Status s =
+      actions_->FailAttempt(e, e.job, {{"hang", v.message, a.number(), blamed}},
+                            v1::FAILURE_KIND_HANG, absl::StrCat("hung: ", v.message), blamed);
   if (s.ok()) {
     ++hangs_detected_;
     actions_->RequestSchedule();
@@ -57,7 +58,8 @@ void JobHealth::CheckAttempts(absl::Time now) {
     // timeout too: the heartbeat does not depend on steps. The adaptive
     // stall bound applies while running, unless the spec fixes one.
     const bool watched = e.watch.attempt() == a->number();
-    const bool adaptive = watched && a->state() != v1::ATTEMPT_STATE_STARTING && !e.job.spec().has_command() &&
+    const bool adaptive = watched && a->state() != v1::ATTEMPT_STATE_STARTING &&
+                          !e.job.spec().has_command() &&
                           e.job.spec().restart().progress_timeout_s() == 0;
     if (watched && CheckAdaptiveHang(e, *a, now, /*stall_rule=*/adaptive)) continue;
     if (a->state() == v1::ATTEMPT_STATE_STARTING) {
@@ -86,16 +88,17 @@ absl::Status JobHealth::CheckStarting(JobEntry& e, const v1::Attempt& a, absl::T
   for (const v1::RankAssignment& r : a.ranks()) {
     if (r.state() != v1::RANK_STATE_RUNNING) waiting.push_back(absl::StrCat(r.rank()));
   }
-  absl::Status s = actions_->FailAttempt(e, e.job, {}, v1::FAILURE_KIND_RENDEZVOUS,
-                                         absl::StrCat("rendezvous timed out after ",
-                                                      absl::FormatDuration(options_.rendezvous_timeout),
-                                                      "; ranks not ready: ", absl::StrJoin(waiting, ", ")),
-                                         -1);
+  absl::Status s = actions_->FailAttempt(
+      e, e.job, {}, v1::FAILURE_KIND_RENDEZVOUS,
+      absl::StrCat("rendezvous timed out after ", absl::FormatDuration(options_.rendezvous_timeout),
+                   "; ranks not ready: ", absl::StrJoin(waiting, ", ")),
+      -1);
   if (s.ok()) actions_->RequestSchedule();
   return s;
 }
 
-bool JobHealth::CheckAdaptiveHang(JobEntry& e, const v1::Attempt& a, absl::Time now, bool stall_rule) {
+bool JobHealth::CheckAdaptiveHang(JobEntry& e, const v1::Attempt& a, absl::Time now,
+                                  bool stall_rule) {
   // Silence is counted only while the rank's worker keeps heartbeating on
   // its session (the same stream and loop as the rank's heartbeats).
   const RankWatch::LastHeard heard =
@@ -118,7 +121,8 @@ void JobHealth::RecordStragglers(JobEntry& e, const v1::Attempt& a) {
     if (avoid) absl::StrAppend(&message, "; the next attempt avoids worker ", worker, " if it can");
     if (!book_->Commit(e, e.job, {{"straggler", message, number, st.rank}}).ok()) continue;
     ++straggler_events_;
-    if (avoid && std::find(e.avoid_workers.begin(), e.avoid_workers.end(), worker) == e.avoid_workers.end()) {
+    if (avoid && std::find(e.avoid_workers.begin(), e.avoid_workers.end(), worker) ==
+                     e.avoid_workers.end()) {
       e.avoid_workers.push_back(worker);
     }
   }
@@ -137,10 +141,11 @@ absl::Status JobHealth::CheckProgressTimeout(JobEntry& e, const v1::Attempt& a, 
     }
   }
   if (stuck.empty()) return absl::OkStatus();
-  absl::Status s = actions_->FailAttempt(e, e.job, {}, v1::FAILURE_KIND_HANG,
-                                         absl::StrCat("hung: no progress for ", absl::FormatDuration(timeout),
-                                                      " from rank(s) ", absl::StrJoin(stuck, ", ")),
-                                         first);
+  absl::Status s =
+      actions_->FailAttempt(e, e.job, {}, v1::FAILURE_KIND_HANG,
+                            absl::StrCat("hung: no progress for ", absl::FormatDuration(timeout),
+                                         " from rank(s) ", absl::StrJoin(stuck, ", ")),
+                            first);
   if (s.ok()) actions_->RequestSchedule();
   return s;
 }
@@ -155,7 +160,8 @@ void JobHealth::OnWorkerLost(const std::string& worker_id) {
     bool changed = false;
     for (int ai = 0; ai < next.attempts_size(); ++ai) {
       v1::Attempt* a = next.mutable_attempts(ai);
-      bool current = ai == next.attempts_size() - 1 && !AttemptEnded(a->state()) && !IsTerminal(next.state());
+      bool current =
+          ai == next.attempts_size() - 1 && !AttemptEnded(a->state()) && !IsTerminal(next.state());
       for (v1::RankAssignment& r : *a->mutable_ranks()) {
         if (r.worker_id() != worker_id || IsTerminal(r.state())) continue;
         r.set_state(current ? v1::RANK_STATE_FAILED : v1::RANK_STATE_STOPPED);
@@ -172,7 +178,8 @@ void JobHealth::OnWorkerLost(const std::string& worker_id) {
     if (failed_rank >= 0) {
       const v1::RankAssignment& r = CurrentAttempt(next)->ranks(failed_rank);
       std::string reason = DescribeExit(r, r.exit());
-      s = actions_->FailAttempt(e, std::move(next), {}, v1::FAILURE_KIND_WORKER_LOST, reason, failed_rank);
+      s = actions_->FailAttempt(e, std::move(next), {}, v1::FAILURE_KIND_WORKER_LOST, reason,
+                                failed_rank);
     } else {
       s = book_->Commit(e, std::move(next), {});
     }

@@ -15,9 +15,9 @@
 
 #include "absl/status/status.h"
 #include "absl/time/time.h"
+#include "coordinator/core/on_loop.h"
 #include "coordinator/jobs/job_actions.h"
 #include "coordinator/jobs/job_book.h"
-#include "coordinator/core/on_loop.h"
 #include "coordinator/workers/worker_registry.h"
 
 namespace trainctl::coordinator {
@@ -65,7 +65,8 @@ class JobHealth {
   absl::Status FailHung(JobEntry& e, const v1::Attempt& a, const HangVerdict& v)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // A command job without restart.progress_timeout_s (script_watch.h).
-  absl::Status CheckScriptHang(JobEntry& e, const v1::Attempt& a, absl::Time now) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status CheckScriptHang(JobEntry& e, const v1::Attempt& a, absl::Time now)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   absl::Duration ProgressTimeout(const v1::Job& job) const;
 
   JobBook* book_;

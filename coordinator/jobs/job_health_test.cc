@@ -29,9 +29,9 @@ TEST_F(JobManagerTest, HangIsDetectedAndRestarted) {
   jobs_->Tick();
   v1::Job j = Get(id);
   EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
-  EXPECT_THAT(j.attempts(0).reason(), HasSubstr("hung: no progress for 1m from rank(s) 1 (host-b, last step 3)"));
+  EXPECT_THAT(j.attempts(0).reason(),
+              HasSubstr("hung: no progress for 1m from rank(s) 1 (host-b, last step 3)"));
 }
-
 
 TEST_F(JobManagerTest, HeartbeatsBlameTheStoppedRankAndOnHangFailEndsTheJob) {
   a_ = AddWorker("a", 1);
@@ -59,16 +59,19 @@ TEST_F(JobManagerTest, HeartbeatsBlameTheStoppedRankAndOnHangFailEndsTheJob) {
   v1::Job j = Get(id);
   EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
   EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_HANG);
-  EXPECT_THAT(j.attempts(0).reason(),
-              HasSubstr("hung: rank 1 (worker b, pid 501) stopped before all-reduce #8 (step 4, bucket 0); "
-                        "rank 0 waiting in it for"));
+  EXPECT_THAT(
+      j.attempts(0).reason(),
+      HasSubstr("hung: rank 1 (worker b, pid 501) stopped before all-reduce #8 (step 4, bucket 0); "
+                "rank 0 waiting in it for"));
   EXPECT_THAT(j.state_reason(), HasSubstr("(restart.on_hang: fail)"));
-  EXPECT_THAT(StoredEvents(id), ::testing::Contains(HasSubstr("hang@1: rank 1 (worker b, pid 501) stopped before")));
+  EXPECT_THAT(StoredEvents(id),
+              ::testing::Contains(HasSubstr("hang@1: rank 1 (worker b, pid 501) stopped before")));
 }
 
 // A heartbeat of an engine rank still starting (a resume's checkpoint
 // broadcast): collective #seq issued, waiting in broadcast #waiting_seq.
-v1::RankProgress StartingHeartbeat(const std::string& id, int rank, int64_t seq, int64_t waiting_seq) {
+v1::RankProgress StartingHeartbeat(const std::string& id, int rank, int64_t seq,
+                                   int64_t waiting_seq) {
   v1::RankProgress p = Heartbeat(id, rank, 0, seq, waiting_seq);
   p.set_phase(v1::RANK_PHASE_INIT);
   p.set_op(v1::COLLECTIVE_OP_BROADCAST);
@@ -105,10 +108,13 @@ TEST_F(JobManagerTest, ARankSilentPastTheBoundWhileTheAttemptStartsIsAHang) {
   v1::Job j = Get(id);
   EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
   EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_HANG);
-  EXPECT_THAT(j.attempts(0).reason(),
-              HasSubstr("hung: rank 1 (worker b, pid 501) stopped before broadcast #2 in its start-up phase "
-                        "(epoch 1, step 0); rank 0 waiting in it for"));
-  EXPECT_THAT(StoredEvents(id), ::testing::Contains(HasSubstr("hang@1: rank 1 (worker b, pid 501) stopped before")));
+  EXPECT_THAT(
+      j.attempts(0).reason(),
+      HasSubstr(
+          "hung: rank 1 (worker b, pid 501) stopped before broadcast #2 in its start-up phase "
+          "(epoch 1, step 0); rank 0 waiting in it for"));
+  EXPECT_THAT(StoredEvents(id),
+              ::testing::Contains(HasSubstr("hang@1: rank 1 (worker b, pid 501) stopped before")));
   EXPECT_EQ(owners_->Gauges().hangs_detected, 1);
 }
 
@@ -143,8 +149,10 @@ TEST_F(JobManagerTest, ConsistentlySlowRankRaisesOneStragglerEvent) {
     if (absl::StartsWith(e, "straggler@")) stragglers.push_back(e);
   }
   ASSERT_EQ(stragglers.size(), 1u);
-  EXPECT_THAT(stragglers[0], HasSubstr("straggler@1: rank 1 (worker b, host host-b) is a straggler: 25.0 ms of "
-                                       "compute per step, 150% slower than the median of the other ranks (10.0 ms)"));
+  EXPECT_THAT(
+      stragglers[0],
+      HasSubstr("straggler@1: rank 1 (worker b, host host-b) is a straggler: 25.0 ms of "
+                "compute per step, 150% slower than the median of the other ranks (10.0 ms)"));
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(owners_->Gauges().straggler_events, 1);
 }
@@ -171,7 +179,8 @@ TEST_F(JobManagerTest, StragglerPolicyAvoidPlacesTheNextAttemptOffItsWorker) {
     clock_.Advance(absl::Seconds(1));
     jobs_->Tick();
   }
-  EXPECT_THAT(StoredEvents(id), ::testing::Contains(HasSubstr("the next attempt avoids worker b if it can")));
+  EXPECT_THAT(StoredEvents(id),
+              ::testing::Contains(HasSubstr("the next attempt avoids worker b if it can")));
   // Rank 1 crashes: b's slot is free again, and b would be the first choice.
   ASSERT_TRUE(Status("b", id, 1, 1, v1::RANK_STATE_FAILED, v1::FAILURE_KIND_EXIT, 1).ok());
   j = Get(id);
@@ -179,8 +188,6 @@ TEST_F(JobManagerTest, StragglerPolicyAvoidPlacesTheNextAttemptOffItsWorker) {
   EXPECT_EQ(j.attempts(1).ranks(0).worker_id(), "c");
   EXPECT_EQ(j.attempts(1).ranks(1).worker_id(), "d");
 }
-
-
 
 TEST_F(JobManagerTest, ACommandJobThatSendsNothingIsCheckedOnlyWhenItSetsATimeout) {
   AddWorker("a", 2, {}, /*allow_commands=*/true);
@@ -250,14 +257,16 @@ TEST_F(JobManagerTest, AScriptsStoppedRankIsNamedOnTheLearnedBoundAndDumpsItsSta
   v1::Job j = Get(judged->id());
   ASSERT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
   EXPECT_EQ(j.attempts(0).failure_kind(), v1::FAILURE_KIND_HANG);
-  EXPECT_THAT(j.attempts(0).reason(), HasSubstr("hung: rank 1 (worker a) at step 10 stopped outside torch's collectives "
-                                                "while rank 0 has waited in one for "));
+  EXPECT_THAT(j.attempts(0).reason(),
+              HasSubstr("hung: rank 1 (worker a) at step 10 stopped outside torch's collectives "
+                        "while rank 0 has waited in one for "));
   bool dumped = false;
   for (const v1::StopRanks& st : ch->Stops()) {
     if (st.job_id() == judged->id()) dumped = st.stack_dump_ms() == 1000;
   }
   EXPECT_TRUE(dumped) << "the ranks dump their stacks before they stop";
-  EXPECT_EQ(Get(off->id()).state(), v1::JOB_STATE_RUNNING) << "progress_timeout_s: -1 turns the check off";
+  EXPECT_EQ(Get(off->id()).state(), v1::JOB_STATE_RUNNING)
+      << "progress_timeout_s: -1 turns the check off";
 }
 
 TEST_F(JobManagerTest, RendezvousTimeout) {
@@ -271,7 +280,6 @@ TEST_F(JobManagerTest, RendezvousTimeout) {
   EXPECT_EQ(j.state(), v1::JOB_STATE_FAILED);
   EXPECT_THAT(j.state_reason(), HasSubstr("rendezvous timed out after 30s; ranks not ready: 1"));
 }
-
 
 // Hang, silence and rendezvous timers run on the monotonic clock (#30
 // finding 3): a wall clock stepped by minutes neither fails a healthy
@@ -329,8 +337,10 @@ TEST_F(JobManagerTest, CollectiveFailureAfterAPeersStreamBrokeBlamesThePeer) {
   // b's daemon is killed: its stream breaks; its lease has not expired yet.
   registry_->SessionEnded("b", b_, /*left=*/false);
   ASSERT_EQ(registry_->Find("b")->state(), v1::WORKER_STATE_ALIVE);
-  ASSERT_TRUE(jobs_->OnRankStatus(
-      "a", Failed(id, 1, 0, v1::FAILURE_KIND_COLLECTIVE, "Connection reset by peer")).ok());
+  ASSERT_TRUE(jobs_
+                  ->OnRankStatus("a", Failed(id, 1, 0, v1::FAILURE_KIND_COLLECTIVE,
+                                             "Connection reset by peer"))
+                  .ok());
   v1::Job j = Get(id);
   EXPECT_EQ(j.state(), v1::JOB_STATE_RESTARTING);
   const std::string reason =
@@ -356,8 +366,10 @@ TEST_F(JobManagerTest, HeldCollectiveFailureIsBlamedOnAPeerLostMomentsLater) {
   Open();
   std::string id = RunningJob();
   // The survivor's error arrives first, while b still looks healthy: held.
-  ASSERT_TRUE(jobs_->OnRankStatus(
-      "a", Failed(id, 1, 0, v1::FAILURE_KIND_COLLECTIVE, "Connection reset by peer")).ok());
+  ASSERT_TRUE(jobs_
+                  ->OnRankStatus("a", Failed(id, 1, 0, v1::FAILURE_KIND_COLLECTIVE,
+                                             "Connection reset by peer"))
+                  .ok());
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
   EXPECT_EQ(Get(id).attempts(0).ranks(0).state(), v1::RANK_STATE_RUNNING);
   clock_.Advance(absl::Milliseconds(100));
@@ -379,7 +391,8 @@ TEST_F(JobManagerTest, HeldCollectiveFailureIsBlamedOnAPeerLostMomentsLater) {
   EXPECT_EQ(Get(id).attempts(0).ranks(1).exit().kind(), v1::FAILURE_KIND_WORKER_LOST);
   // Said as what happened: the stream broke, not a lease that ran out.
   EXPECT_EQ(Get(id).attempts(0).ranks(1).exit().message(),
-            "its worker's stream broke without a goodbye and it did not reconnect within 1s (daemon killed, host or "
+            "its worker's stream broke without a goodbye and it did not reconnect within 1s "
+            "(daemon killed, host or "
             "network down)");
   EXPECT_EQ(Get(id).restarts(), 1);
 }
@@ -388,8 +401,8 @@ TEST_F(JobManagerTest, HeldCollectiveFailureWithHealthyPeersFailsAfterTheWait) {
   lost_worker_wait_ = absl::Seconds(1);
   Open();
   std::string id = RunningJob();
-  ASSERT_TRUE(jobs_->OnRankStatus(
-      "a", Failed(id, 1, 0, v1::FAILURE_KIND_COLLECTIVE, "Gloo timeout")).ok());
+  ASSERT_TRUE(
+      jobs_->OnRankStatus("a", Failed(id, 1, 0, v1::FAILURE_KIND_COLLECTIVE, "Gloo timeout")).ok());
   clock_.Advance(absl::Milliseconds(900));
   jobs_->Tick();
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING);
@@ -408,8 +421,9 @@ TEST_F(JobManagerTest, SingleWorkerCollectiveFailureIsNotHeld) {
   AddWorker("a", 2);
   auto job = jobs_->Submit(Spec(2));
   ASSERT_TRUE(job.ok());
-  ASSERT_TRUE(jobs_->OnRankStatus(
-      "a", Failed(job->id(), 1, 0, v1::FAILURE_KIND_COLLECTIVE, "Gloo timeout")).ok());
+  ASSERT_TRUE(
+      jobs_->OnRankStatus("a", Failed(job->id(), 1, 0, v1::FAILURE_KIND_COLLECTIVE, "Gloo timeout"))
+          .ok());
   EXPECT_EQ(Get(job->id()).state(), v1::JOB_STATE_RESTARTING) << "no peer worker to wait for";
 }
 

@@ -1,28 +1,28 @@
-#include "coordinator/core/retry_log.h"
 #include "coordinator/jobs/job_manager.h"
+#include "coordinator/core/retry_log.h"
 
 #include <algorithm>
 #include <cmath>
 #include <map>
 
 #include "absl/strings/str_cat.h"
-#include "absl/strings/str_replace.h"
 #include "absl/strings/str_join.h"
+#include "absl/strings/str_replace.h"
 #include "common/jobspec/artifact_names.h"
 #include "common/jobspec/job_spec.h"
 #include "common/log.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
-#include "coordinator/jobs/attempt_failure.h"
 #include "coordinator/artifacts/checkpoint_records.h"
+#include "coordinator/jobs/attempt_failure.h"
 
 namespace trainctl::coordinator {
 std::string JobManager::ReportKey(const std::string& job_id, int32_t attempt, int32_t rank) {
   return absl::StrCat(job_id, "/", attempt, "/", rank);
 }
 
-JobManager::JobManager(StateStore* store, WorkerRegistry* registry, const Clock* clock, JobManagerOptions options,
-                       JobManagerParts parts)
+JobManager::JobManager(StateStore* store, WorkerRegistry* registry, const Clock* clock,
+                       JobManagerOptions options, JobManagerParts parts)
     : clock_(clock),
       store_(store),
       options_(options),
@@ -42,7 +42,8 @@ absl::Status JobManager::Recover(const StoreSnapshot& snapshot) {
   // half-life.
   absl::StatusOr<v1::FairShareSnapshot> usage = store_->queues().LoadFairShare();
   if (absl::IsDataLoss(usage.status())) {
-    LogEvent(LogLevel::kWarn, "coordinator", "fair_share_dropped", {{"error", std::string(usage.status().message())}});
+    LogEvent(LogLevel::kWarn, "coordinator", "fair_share_dropped",
+             {{"error", std::string(usage.status().message())}});
     return absl::OkStatus();
   }
   if (!usage.ok()) return usage.status();
@@ -57,9 +58,12 @@ std::string RequestKey(const std::string& owner, const std::string& request_id) 
 }
 
 absl::Status RequestIdError(const std::string& id) {
-  if (id.size() > 128) return absl::InvalidArgumentError(absl::StrCat("request_id: ", id.size(), " characters (at most 128)"));
+  if (id.size() > 128)
+    return absl::InvalidArgumentError(
+        absl::StrCat("request_id: ", id.size(), " characters (at most 128)"));
   for (char c : id) {
-    if (c < 0x21 || c > 0x7e) return absl::InvalidArgumentError("request_id: only printable ASCII without spaces");
+    if (c < 0x21 || c > 0x7e)
+      return absl::InvalidArgumentError("request_id: only printable ASCII without spaces");
   }
   return absl::OkStatus();
 }
@@ -83,21 +87,23 @@ void JobManager::RememberRequest(const v1::Job& job) {
 // --- client API --------------------------------------------------------------
 
 absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::string& owner,
-                                           const std::string& owner_token_id, const std::string& request_id) {
+                                           const std::string& owner_token_id,
+                                           const std::string& request_id) {
   if (!request_id.empty()) {
     TRAINCTL_RETURN_IF_ERROR(RequestIdError(request_id));
     // A retry: the job the first request made, whatever its state now.
     if (auto it = requests_.find(RequestKey(owner, request_id)); it != requests_.end()) {
       const JobEntry* first = book_->Find(it->second);
-      if (first != nullptr && clock_->Now() - FromTimestamp(first->job.submit_time()) < kRequestIdLifetime) {
+      if (first != nullptr &&
+          clock_->Now() - FromTimestamp(first->job.submit_time()) < kRequestIdLifetime) {
         return first->job;
       }
     }
   }
   TRAINCTL_RETURN_IF_ERROR(SpecErrorsToStatus(ValidateJobSpec(spec)));
   if (book_->active_jobs() >= options_.max_active_jobs) {
-    return absl::ResourceExhaustedError(
-        absl::StrCat("the coordinator holds ", book_->active_jobs(), " unfinished jobs (its limit)"));
+    return absl::ResourceExhaustedError(absl::StrCat("the coordinator holds ", book_->active_jobs(),
+                                                     " unfinished jobs (its limit)"));
   }
   v1::Job job;
   job.set_id(book_->NewId(spec.name()));
@@ -120,9 +126,11 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::s
   job.mutable_progress()->set_epochs(job.spec().training().epochs());
   job.mutable_progress()->set_eta_seconds(-1);
   std::string submitted = absl::StrCat("job submitted: ", job.spec().world_size(), " rank(s)");
-  if (job.checkpoints_size() > 0) absl::StrAppend(&submitted, "; continues from ", DescribeRecord(job.checkpoints(0)));
+  if (job.checkpoints_size() > 0)
+    absl::StrAppend(&submitted, "; continues from ", DescribeRecord(job.checkpoints(0)));
   absl::StatusOr<JobEntry*> e = book_->Add(std::move(job), {{"submitted", submitted}});
-  if (!e.ok()) return absl::UnavailableError(absl::StrCat("could not store the job: ", e.status().message()));
+  if (!e.ok())
+    return absl::UnavailableError(absl::StrCat("could not store the job: ", e.status().message()));
   (*e)->pending_since_mono = clock_->Mono();
   RememberRequest((*e)->job);
   RequestSchedule();
@@ -130,7 +138,8 @@ absl::StatusOr<v1::Job> JobManager::Submit(const v1::JobSpec& spec, const std::s
 }
 
 absl::Status JobManager::RefuseIfUnschedulable(const v1::Job& job) const {
-  if (!options_.refuse_unschedulable || job.spec().scheduling().wait_for_capacity()) return absl::OkStatus();
+  if (!options_.refuse_unschedulable || job.spec().scheduling().wait_for_capacity())
+    return absl::OkStatus();
   if (registry_->Alive().empty()) return absl::OkStatus();  // nobody joined yet
   absl::StatusOr<scheduler::ScheduleResult> plan = placer_->Plan(job);
   if (!plan.ok() || plan->pending.empty()) return absl::OkStatus();
@@ -144,7 +153,8 @@ absl::Status JobManager::RefuseIfUnschedulable(const v1::Job& job) const {
                                 : "lower world_size (or set elastic.min_ranks)";
   return absl::FailedPreconditionError(absl::StrCat(
       "the cluster as it is can never run this job: ", p.message, ". Add workers, ", lower,
-      ", or submit with --wait-for-capacity (scheduling.wait_for_capacity: true) to wait for workers to join"));
+      ", or submit with --wait-for-capacity (scheduling.wait_for_capacity: true) to wait for "
+      "workers to join"));
 }
 
 void JobManager::FailOverduePending(absl::Time mono) {
@@ -159,15 +169,14 @@ void JobManager::FailOverduePending(absl::Time mono) {
   for (const std::string& id : overdue) {
     JobEntry& e = book_->At(id);
     const std::string* waiting = book_->PendingReason(id);
-    std::string why = absl::StrCat("still pending after scheduling.pending_timeout_s (",
-                                   absl::FormatDuration(absl::Seconds(e.job.spec().scheduling().pending_timeout_s())),
-                                   ")");
+    std::string why = absl::StrCat(
+        "still pending after scheduling.pending_timeout_s (",
+        absl::FormatDuration(absl::Seconds(e.job.spec().scheduling().pending_timeout_s())), ")");
     if (waiting != nullptr && !waiting->empty()) absl::StrAppend(&why, ": ", *waiting);
     v1::Job next = e.job;
     next.set_state(v1::JOB_STATE_FAILED);
     next.set_state_reason(why);
-    if (absl::Status s = book_->Commit(e, std::move(next), {{"failed", why}});
-        !s.ok()) {
+    if (absl::Status s = book_->Commit(e, std::move(next), {{"failed", why}}); !s.ok()) {
       LogDeferred(s, "retried at the next tick");
     }
   }
@@ -175,27 +184,31 @@ void JobManager::FailOverduePending(absl::Time mono) {
 
 absl::Status JobManager::CheckDirOwner(const v1::JobSpec& spec, const std::string& owner) const {
   const std::string& dir = spec.checkpoint().dir();
-  if (dir.empty() || dir[0] != '/') return absl::OkStatus();  // resolved on each worker: its pre-flight checks
+  if (dir.empty() || dir[0] != '/')
+    return absl::OkStatus();  // resolved on each worker: its pre-flight checks
   std::vector<const v1::Job*> jobs;
   for (const auto& [id, e] : book_->entries()) jobs.push_back(&e.job);
   auto claimed = DirOwnerFromRecords(jobs, NormalDirPath(dir));
-  if (!claimed.has_value() || claimed->first.empty() || claimed->first == owner) return absl::OkStatus();
+  if (!claimed.has_value() || claimed->first.empty() || claimed->first == owner)
+    return absl::OkStatus();
   // Resuming a job of that owner (the caller was allowed to: SubmitJob
   // checked) may use its directory.
   if (const std::string& from = spec.resume_from().job(); !from.empty()) {
     const JobEntry* src = book_->Find(from);
     if (src != nullptr && src->job.owner() == claimed->first) return absl::OkStatus();
   }
-  return absl::PermissionDeniedError(absl::StrCat(
-      "checkpoint.dir: ", dir, " belongs to '", claimed->first, "' (job ", claimed->second, "); a job of '", owner,
-      "' may not write there: use a directory of your own, or resume a job of '", claimed->first,
-      "' (resume_from) with a token allowed to"));
+  return absl::PermissionDeniedError(
+      absl::StrCat("checkpoint.dir: ", dir, " belongs to '", claimed->first, "' (job ",
+                   claimed->second, "); a job of '", owner,
+                   "' may not write there: use a directory of your own, or resume a job of '",
+                   claimed->first, "' (resume_from) with a token allowed to"));
 }
 
 absl::Status JobManager::AttachResumeSource(v1::Job& job) const {
   const std::string& from = job.spec().resume_from().job();
   const JobEntry* src = book_->Find(from);
-  if (src == nullptr) return absl::InvalidArgumentError(absl::StrCat("resume_from.job: no job ", from));
+  if (src == nullptr)
+    return absl::InvalidArgumentError(absl::StrCat("resume_from.job: no job ", from));
   const v1::Job& source = src->job;
   if (!IsTerminal(source.state())) {
     return absl::FailedPreconditionError(absl::StrCat("resume_from.job: job ", from, " is still ",
@@ -213,15 +226,16 @@ absl::Status JobManager::AttachResumeSource(v1::Job& job) const {
   // training.epochs): trainctl.load_checkpoint() tells it where it was.
   const int64_t done = newest.front()->epochs_done();
   if (!job.spec().has_command() && done >= job.spec().training().epochs()) {
-    return absl::InvalidArgumentError(absl::StrCat("training.epochs: ", job.spec().training().epochs(), ", but job ",
-                                                   from, "'s checkpoint already completed ", done,
-                                                   " epoch(s); set it above ", done,
-                                                   " (e.g. --set training.epochs=", done + 1, ")"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("training.epochs: ", job.spec().training().epochs(), ", but job ", from,
+                     "'s checkpoint already completed ", done, " epoch(s); set it above ", done,
+                     " (e.g. --set training.epochs=", done + 1, ")"));
   }
   for (const v1::CheckpointRecord* r : newest) *job.add_checkpoints() = *r;
   // A script's continuation runs the code it continues unless it ships its
   // own (that code is stored: the source job's row keeps it).
-  if (job.spec().has_command() && !job.spec().command().has_code() && source.spec().command().has_code()) {
+  if (job.spec().has_command() && !job.spec().command().has_code() &&
+      source.spec().command().has_code()) {
     *job.mutable_spec()->mutable_command()->mutable_code() = source.spec().command().code();
   }
   // Lineage: a continuation's TensorBoard events go on in the run directory
@@ -264,8 +278,8 @@ absl::Status JobManager::CancelEntry(JobEntry& e, const std::string& why) {
   return EndEntry(e, v1::JOB_STATE_CANCELLED, "cancelled", why, {});
 }
 
-absl::Status JobManager::EndEntry(JobEntry& e, v1::JobState end, const std::string& event, const std::string& why,
-                                  StopHow how) {
+absl::Status JobManager::EndEntry(JobEntry& e, v1::JobState end, const std::string& event,
+                                  const std::string& why, StopHow how) {
   v1::Job next = e.job;
   next.set_state(end);
   next.set_state_reason(why);
@@ -279,8 +293,9 @@ absl::Status JobManager::EndEntry(JobEntry& e, v1::JobState end, const std::stri
     to_stop = LiveRanksByWorker(*a);
   }
   TRAINCTL_RETURN_IF_ERROR(book_->Commit(e, std::move(next), {{event, why}}));
-  starter_->StopAll(e.job.id(), CurrentAttempt(e.job) == nullptr ? 0 : CurrentAttempt(e.job)->number(), to_stop, why,
-                   how);
+  starter_->StopAll(e.job.id(),
+                    CurrentAttempt(e.job) == nullptr ? 0 : CurrentAttempt(e.job)->number(), to_stop,
+                    why, how);
   return absl::OkStatus();
 }
 
@@ -303,10 +318,12 @@ void JobManager::StopOverrunJobs(absl::Time now) {
   for (const std::string& id : overrun) {
     JobEntry& e = book_->At(id);
     const absl::Duration ran = RunningTime(e.job, now);
-    const std::string why = absl::StrCat(
-        "ran past max_runtime_s=", e.job.spec().scheduling().max_runtime_s(), " (", absl::FormatDuration(ran),
-        " of running time over ", e.job.attempts_size(), e.job.attempts_size() == 1 ? " attempt" : " attempts",
-        "); stopped as a preemption is: its ranks checkpoint first, `trainctl resume` continues it");
+    const std::string why =
+        absl::StrCat("ran past max_runtime_s=", e.job.spec().scheduling().max_runtime_s(), " (",
+                     absl::FormatDuration(ran), " of running time over ", e.job.attempts_size(),
+                     e.job.attempts_size() == 1 ? " attempt" : " attempts",
+                     "); stopped as a preemption is: its ranks checkpoint first, `trainctl resume` "
+                     "continues it");
     // The preemption's stop: checkpoint_first and its grace.
     if (absl::Status s = EndEntry(e, v1::JOB_STATE_TIMEOUT, "timeout", why,
                                   {options_.placer.preemption_grace, /*checkpoint_first=*/true});
@@ -319,14 +336,17 @@ void JobManager::StopOverrunJobs(absl::Time now) {
 }
 
 absl::StatusOr<std::vector<std::string>> JobManager::CancelMatching(const CancelFilter& filter,
-                                                                    const std::string& reason, bool dry_run) {
+                                                                    const std::string& reason,
+                                                                    bool dry_run) {
   for (v1::JobState s : filter.states) {
     if (s == v1::JOB_STATE_UNSPECIFIED || !v1::JobState_IsValid(s)) {
-      return absl::InvalidArgumentError(absl::StrCat("states: ", static_cast<int>(s), " is not a job state"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("states: ", static_cast<int>(s), " is not a job state"));
     }
     if (IsTerminal(s)) {
       return absl::InvalidArgumentError(absl::StrCat(
-          "states: ", StateName(s), " jobs have ended and cannot be cancelled (pending, scheduled, running or restarting)"));
+          "states: ", StateName(s),
+          " jobs have ended and cannot be cancelled (pending, scheduled, running or restarting)"));
     }
   }
   if (reason.size() > 1024) return absl::InvalidArgumentError("reason: at most 1024 bytes");
@@ -335,7 +355,8 @@ absl::StatusOr<std::vector<std::string>> JobManager::CancelMatching(const Cancel
     const v1::Job& job = e.job;
     if (IsTerminal(job.state())) continue;
     if (!filter.queue.empty() &&
-        filter.queue != (job.spec().queue().empty() ? std::string("default") : job.spec().queue())) {
+        filter.queue !=
+            (job.spec().queue().empty() ? std::string("default") : job.spec().queue())) {
       continue;
     }
     if (!filter.owner.empty() && job.owner() != filter.owner) continue;
@@ -357,9 +378,10 @@ absl::StatusOr<std::vector<std::string>> JobManager::CancelMatching(const Cancel
   }
   if (done > 0) RequestSchedule();
   if (!failed.ok()) {
-    return absl::Status(failed.code(), absl::StrCat("cancelled ", done, " of ", ids.size(), " jobs, then job ",
-                                                    ids[done], ": ", failed.message(),
-                                                    " (run it again for the rest)"));
+    return absl::Status(
+        failed.code(),
+        absl::StrCat("cancelled ", done, " of ", ids.size(), " jobs, then job ", ids[done], ": ",
+                     failed.message(), " (run it again for the rest)"));
   }
   return ids;
 }
@@ -372,7 +394,9 @@ void JobManager::OnWorkerRegistered(const std::string& worker_id, const v1::Regi
     absl::Status s = OnRankStatus(worker_id, st);
     if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
       LogEvent(LogLevel::kWarn, "coordinator", "report_refused",
-               {{"worker_id", worker_id}, {"report", "rank end at registration"}, {"error", std::string(s.message())}});
+               {{"worker_id", worker_id},
+                {"report", "rank end at registration"},
+                {"error", std::string(s.message())}});
     }
   }
   // 1. Ranks it runs that the coordinator no longer wants: stop them.
@@ -386,7 +410,8 @@ void JobManager::OnWorkerRegistered(const std::string& worker_id, const v1::Regi
       wanted = !AttemptEnded(a.state()) && r.rank() >= 0 && r.rank() < a.ranks_size() &&
                a.ranks(r.rank()).worker_id() == worker_id && !IsTerminal(a.ranks(r.rank()).state());
     }
-    if (!wanted) starter_->Stop(worker_id, r.job_id(), r.attempt(), {r.rank()}, "not wanted after reconnect");
+    if (!wanted)
+      starter_->Stop(worker_id, r.job_id(), r.attempt(), {r.rank()}, "not wanted after reconnect");
   }
   // 2. Ranks the coordinator placed there: resend, keep, or fail as vanished.
   std::vector<std::string> ids(book_->holding_slots().begin(), book_->holding_slots().end());
@@ -407,7 +432,8 @@ void JobManager::ReconcileWorkerJob(const std::string& worker_id, JobEntry& e,
   std::vector<v1::RankStatus> ends;  // What changed, to replay if the write fails.
   for (int ai = 0; ai < next.attempts_size(); ++ai) {
     v1::Attempt* a = next.mutable_attempts(ai);
-    bool current = ai == next.attempts_size() - 1 && !AttemptEnded(a->state()) && !IsTerminal(next.state());
+    bool current =
+        ai == next.attempts_size() - 1 && !AttemptEnded(a->state()) && !IsTerminal(next.state());
     for (v1::RankAssignment& r : *a->mutable_ranks()) {
       if (r.worker_id() != worker_id || IsTerminal(r.state())) continue;
       if (reported.contains(ReportKey(next.id(), a->number(), r.rank()))) continue;
@@ -435,7 +461,8 @@ void JobManager::ReconcileWorkerJob(const std::string& worker_id, JobEntry& e,
       s = book_->Commit(e, std::move(next), {});
     }
     if (!s.ok()) {
-      LogDeferred(s, "retried at the next tick", {{"worker_id", worker_id}, {"on", "worker reconnected"}});
+      LogDeferred(s, "retried at the next tick",
+                  {{"worker_id", worker_id}, {"on", "worker reconnected"}});
       for (const v1::RankStatus& end : ends) HoldReport(worker_id, end, clock_->Now());
       return;
     }
@@ -455,8 +482,8 @@ void JobManager::ApplyDueReports(absl::Time now) {
     if (!ready) {
       const JobEntry* e = book_->Find(it->second.status.job_id());
       const v1::Attempt* a = e == nullptr ? nullptr : CurrentAttempt(e->job);
-      ready = a == nullptr || a->number() != it->second.status.attempt() || AttemptEnded(a->state()) ||
-              LostPeer(*a, it->second.worker_id).has_value();
+      ready = a == nullptr || a->number() != it->second.status.attempt() ||
+              AttemptEnded(a->state()) || LostPeer(*a, it->second.worker_id).has_value();
     }
     if (!ready) {
       ++it;
@@ -471,7 +498,9 @@ void JobManager::ApplyDueReports(absl::Time now) {
       HoldReport(r.worker_id, r.status, now);
     } else if (!s.ok() && s.code() != absl::StatusCode::kAborted) {
       LogEvent(LogLevel::kWarn, "coordinator", "report_refused",
-               {{"worker_id", r.worker_id}, {"report", "held rank end"}, {"error", std::string(s.message())}});
+               {{"worker_id", r.worker_id},
+                {"report", "held rank end"},
+                {"error", std::string(s.message())}});
     }
   }
 }
@@ -508,10 +537,12 @@ bool JobManager::HealthJudgeable() {
       for (const auto& [session, worker] : reports_held_) workers.push_back(worker);
       std::sort(workers.begin(), workers.end());
       LogEvent(LogLevel::kWarn, "coordinator", "health_checks_paused",
-               {{"reason", unconfirmed ? std::string("the store's lease is not confirmed")
-                                       : absl::StrCat("reports of worker(s) ", absl::StrJoin(workers, ", "),
-                                                      " wait for the store")},
-                {"then", "no hang, rendezvous or straggler verdict until the ranks' reports are stored"}});
+               {{"reason", unconfirmed
+                               ? std::string("the store's lease is not confirmed")
+                               : absl::StrCat("reports of worker(s) ", absl::StrJoin(workers, ", "),
+                                              " wait for the store")},
+                {"then",
+                 "no hang, rendezvous or straggler verdict until the ranks' reports are stored"}});
     }
     return false;
   }

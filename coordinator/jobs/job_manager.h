@@ -60,18 +60,18 @@
 #include "absl/status/statusor.h"
 #include "absl/time/time.h"
 #include "common/clock.h"
+#include "coordinator/core/on_loop.h"
 #include "coordinator/jobs/attempt_starter.h"
 #include "coordinator/jobs/job_actions.h"
 #include "coordinator/jobs/job_book.h"
 #include "coordinator/jobs/job_health.h"
 #include "coordinator/jobs/job_placer.h"
-#include "coordinator/jobs/owner_numbers.h"
 #include "coordinator/jobs/job_transitions.h"
-#include "coordinator/telemetry/metrics_hub.h"
-#include "coordinator/core/on_loop.h"
+#include "coordinator/jobs/owner_numbers.h"
 #include "coordinator/jobs/rank_watch.h"
-#include "coordinator/store/state_store.h"
 #include "coordinator/jobs/telemetry_ingest.h"
+#include "coordinator/store/state_store.h"
+#include "coordinator/telemetry/metrics_hub.h"
 #include "coordinator/workers/worker_registry.h"
 #include "trainctl/v1/job_service.pb.h"
 #include "trainctl/v1/worker_service.pb.h"
@@ -134,8 +134,8 @@ struct JobManagerParts {
 
 class JobManager : private JobActions {
  public:
-  JobManager(StateStore* store, WorkerRegistry* registry, const Clock* clock, JobManagerOptions options,
-             JobManagerParts parts);
+  JobManager(StateStore* store, WorkerRegistry* registry, const Clock* clock,
+             JobManagerOptions options, JobManagerParts parts);
 
   // What AttemptStarter and JobHealth ask of the lifecycle (job_actions.h).
   JobActions* actions() { return this; }
@@ -160,10 +160,10 @@ class JobManager : private JobActions {
   // Which jobs CancelMatching takes: those not ended that match every
   // non-empty field (the caller checks that one is given and who may ask).
   struct CancelFilter {
-    std::string queue;               // "default" also matches an empty spec.queue
-    std::string owner;               // Job.owner
+    std::string queue;                 // "default" also matches an empty spec.queue
+    std::string owner;                 // Job.owner
     std::vector<v1::JobState> states;  // not terminal; empty = any not ended
-    std::string owner_token_id;      // Job.owner_token_id (a submitter's own jobs)
+    std::string owner_token_id;        // Job.owner_token_id (a submitter's own jobs)
   };
   // Cancels every job `filter` matches, each as Cancel does (one
   // `cancelled` event with `reason` per job), then asks for one scheduling
@@ -194,7 +194,9 @@ class JobManager : private JobActions {
 
   // Checkpoint and final-model reports of stale attempts refused
   // (JobGauges::stale_reports_refused; JobOwners::Gauges).
-  int64_t stale_reports_refused() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return stale_reports_refused_; }
+  int64_t stale_reports_refused() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    return stale_reports_refused_;
+  }
 
   // A worker session (`session`, any unique address) holds sequenced
   // reports the store could not take (`held`), or no longer does (applied,
@@ -236,12 +238,13 @@ class JobManager : private JobActions {
   }
 
   // Cancel's body for a job not ended, without the scheduling pass.
-  absl::Status CancelEntry(JobEntry& entry, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status CancelEntry(JobEntry& entry, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Ends a job not ended in `end` (CANCELLED, TIMEOUT) with one `event`:
   // its current attempt, when not ended, ends CANCELLED with `why`, and its
   // live ranks are stopped `how`.
-  absl::Status EndEntry(JobEntry& entry, v1::JobState end, const std::string& event, const std::string& why,
-                        StopHow how) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status EndEntry(JobEntry& entry, v1::JobState end, const std::string& event,
+                        const std::string& why, StopHow how) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Ends TIMEOUT every job whose RunningTime reached its
   // scheduling.max_runtime_s, stopping its ranks as a preemption does
   // (checkpoint_first, PlacerOptions::preemption_grace).

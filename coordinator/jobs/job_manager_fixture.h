@@ -8,10 +8,10 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <unistd.h>
 #include <cstdlib>
 #include <memory>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
 #include "absl/strings/match.h"
@@ -43,12 +43,14 @@ class FakeChannel : public WorkerChannel {
   bool Unhandled() const override { return unhandled; }
   std::vector<v1::StartRanks> Starts() const {
     std::vector<v1::StartRanks> out;
-    for (const auto& m : sent) if (m.has_start_ranks()) out.push_back(m.start_ranks());
+    for (const auto& m : sent)
+      if (m.has_start_ranks()) out.push_back(m.start_ranks());
     return out;
   }
   std::vector<v1::StopRanks> Stops() const {
     std::vector<v1::StopRanks> out;
-    for (const auto& m : sent) if (m.has_stop_ranks()) out.push_back(m.stop_ranks());
+    for (const auto& m : sent)
+      if (m.has_stop_ranks()) out.push_back(m.stop_ranks());
     return out;
   }
   int Preflights() const {
@@ -74,7 +76,8 @@ class RecordingSubscriber : public JobSubscriber {
   void JobEnded() override { ended = true; }
   std::vector<std::string> EventTypes() const {
     std::vector<std::string> out;
-    for (const auto& u : updates) if (u.has_event()) out.push_back(u.event().type());
+    for (const auto& u : updates)
+      if (u.has_event()) out.push_back(u.event().type());
     return out;
   }
   std::vector<v1::JobUpdate> updates;
@@ -85,7 +88,9 @@ inline v1::JobSpec Spec(int world_size, int max_restarts = 3) {
   ParsedJobSpec p = ParseJobSpecYaml(
       "name: t\nmodel: {name: mlp, input_dim: 5, classes: 2}\n"
       "data: {train: {format: synthetic, length: 100, size: 5, classes: 2}}\n",
-      "t.yaml", {absl::StrCat("world_size=", world_size), absl::StrCat("restart.max_restarts=", max_restarts)});
+      "t.yaml",
+      {absl::StrCat("world_size=", world_size),
+       absl::StrCat("restart.max_restarts=", max_restarts)});
   EXPECT_TRUE(p.ok());
   return p.spec;
 }
@@ -238,8 +243,8 @@ class JobManagerTest : public ::testing::Test {
   // Worker `lost` goes silent past its 3 s lease while `alive` (its channel
   // `alive_ch`) heartbeats, and is lost; then `alive`'s rank `alive_rank` of
   // attempt 1 of `job` reports its stop.
-  void LoseWorker(const std::string& lost, const std::string& alive, FakeChannel* alive_ch, const std::string& job,
-                  int alive_rank) {
+  void LoseWorker(const std::string& lost, const std::string& alive, FakeChannel* alive_ch,
+                  const std::string& job, int alive_rank) {
     clock_.Advance(absl::Seconds(2));
     ASSERT_TRUE(registry_->Heartbeat(alive, alive_ch).ok());
     clock_.Advance(absl::Seconds(2));  // `lost` silent for 4 s > 3 s lease.
@@ -253,7 +258,8 @@ class JobManagerTest : public ::testing::Test {
     auto events = store_->jobs().ListEvents(id, 0, 0);
     EXPECT_TRUE(events.ok()) << events.status();
     std::vector<std::string> out;
-    for (const auto& e : *events) out.push_back(absl::StrCat(e.type(), "@", e.attempt(), ": ", e.message()));
+    for (const auto& e : *events)
+      out.push_back(absl::StrCat(e.type(), "@", e.attempt(), ": ", e.message()));
     return out;
   }
 
@@ -274,22 +280,23 @@ class JobManagerTest : public ::testing::Test {
 };
 
 // A heartbeat of an engine rank in its training steps.
-inline v1::RankProgress Heartbeat(const std::string& id, int rank, int64_t step, int64_t seq, int64_t waiting_seq,
-                                  double compute_ms = 10) {
+inline v1::RankProgress Heartbeat(const std::string& id, int rank, int64_t step, int64_t seq,
+                                  int64_t waiting_seq, double compute_ms = 10) {
   v1::RankProgress p = TrainHeartbeat(rank, step, seq, waiting_seq, compute_ms);
   p.set_job_id(id);
   return p;
 }
 
 inline v1::JobSpec CommandSpec(int world_size, const std::string& extra = "") {
-  ParsedJobSpec p = ParseJobSpecYaml(absl::StrCat("name: c\ncommand: {argv: [python3, train.py]}\n", extra), "c.yaml",
-                                     {absl::StrCat("world_size=", world_size)});
+  ParsedJobSpec p =
+      ParseJobSpecYaml(absl::StrCat("name: c\ncommand: {argv: [python3, train.py]}\n", extra),
+                       "c.yaml", {absl::StrCat("world_size=", world_size)});
   EXPECT_TRUE(p.ok()) << p.errors[0].ToString();
   return p.spec;
 }
 
 inline v1::RankStatus Failed(const std::string& job, int attempt, int rank, v1::FailureKind kind,
-                      const std::string& message) {
+                             const std::string& message) {
   v1::RankStatus st;
   st.set_job_id(job);
   st.set_attempt(attempt);
@@ -309,8 +316,9 @@ inline std::string CkPath(const std::string& place, const std::string& job, int6
 
 // A checkpoint report of `worker` for a rank of `job`, at CkPath(`place`)
 // (a relative `place` is reported as it is).
-inline absl::Status Checkpoint(JobManager& jobs, const std::string& worker, const std::string& job, int attempt,
-                        int rank, int64_t epochs, int64_t step, const std::string& place) {
+inline absl::Status Checkpoint(JobManager& jobs, const std::string& worker, const std::string& job,
+                               int attempt, int rank, int64_t epochs, int64_t step,
+                               const std::string& place) {
   v1::CheckpointReport rep;
   rep.set_job_id(job);
   rep.set_attempt(attempt);

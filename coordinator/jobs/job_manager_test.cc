@@ -101,13 +101,16 @@ TEST_F(JobManagerTest, WholeLifeWithRendezvousMetricsAndEvents) {
   EXPECT_EQ(jobs_->OnFinalModel("a", model).code(), absl::StatusCode::kInvalidArgument);
   // Not the job's file, or not in its directory: never recorded, so no
   // fetch can follow it (a worker's key, another job's model).
-  for (const std::string& bad : {std::string("/w/worker.key"), absl::StrCat("/w/jobs/", id, "/checkpoints/model.pt"),
-                                 absl::StrCat("/w/jobs/other/checkpoints/", id, ".model.pt"),
-                                 absl::StrCat("/w/jobs/", id, "/checkpoints/../", id, ".model.pt")}) {
+  for (const std::string& bad :
+       {std::string("/w/worker.key"), absl::StrCat("/w/jobs/", id, "/checkpoints/model.pt"),
+        absl::StrCat("/w/jobs/other/checkpoints/", id, ".model.pt"),
+        absl::StrCat("/w/jobs/", id, "/checkpoints/../", id, ".model.pt")}) {
     model.set_path(bad);
     absl::Status s = jobs_->OnFinalModel("a", model);
     EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument) << bad;
-    EXPECT_THAT(s.message(), HasSubstr("is not the final model of job " + id + " in its checkpoint.dir")) << bad;
+    EXPECT_THAT(s.message(),
+                HasSubstr("is not the final model of job " + id + " in its checkpoint.dir"))
+        << bad;
   }
   model.set_path(model_path);
   ASSERT_TRUE(jobs_->OnFinalModel("a", model).ok());
@@ -131,7 +134,8 @@ TEST_F(JobManagerTest, WholeLifeWithRendezvousMetricsAndEvents) {
   ASSERT_TRUE(events.ok());
   std::vector<std::string> types;
   for (const auto& e : *events) types.push_back(e.type());
-  EXPECT_THAT(types, ::testing::ElementsAre("submitted", "scheduled", "running", "epoch_end", "succeeded"));
+  EXPECT_THAT(
+      types, ::testing::ElementsAre("submitted", "scheduled", "running", "epoch_end", "succeeded"));
   EXPECT_TRUE(owners_->queries.BusySlots("a").empty());
 }
 
@@ -183,7 +187,8 @@ TEST_F(JobManagerTest, AScriptsPartialPointsAndEvalReportsFoldIntoTheSummary) {
   j = Get(id);
   EXPECT_EQ(j.metric_summary().train_points(), 3);
   EXPECT_DOUBLE_EQ(j.metric_summary().last_loss(), 0.75);
-  EXPECT_DOUBLE_EQ(j.metric_summary().mean_samples_per_sec(), 100) << "over the windows that had a rate";
+  EXPECT_DOUBLE_EQ(j.metric_summary().mean_samples_per_sec(), 100)
+      << "over the windows that had a rate";
   EXPECT_EQ(j.metric_summary().rate_points(), 1);
   auto stored = store_->telemetry().ListMetrics(id, 100);
   ASSERT_TRUE(stored.ok());
@@ -398,7 +403,8 @@ TEST_F(JobManagerTest, CancelFromEveryState) {
 // never match; a dry run changes nothing; each job gets its `cancelled`
 // event with the reason and a running one's ranks are told to stop.
 TEST_F(JobManagerTest, CancelMatchingCancelsExactlyTheMatchingJobsNotEnded) {
-  auto in = [&](const std::string& queue, const std::string& owner, const std::string& token, int world) {
+  auto in = [&](const std::string& queue, const std::string& owner, const std::string& token,
+                int world) {
     v1::JobSpec spec = Spec(world);
     spec.set_queue(queue);
     auto j = jobs_->Submit(spec, owner, token);
@@ -423,14 +429,18 @@ TEST_F(JobManagerTest, CancelMatchingCancelsExactlyTheMatchingJobsNotEnded) {
   ids = jobs_->CancelMatching(Filter{"", "", {}, "t-alice"}, "", true);
   ASSERT_TRUE(ids.ok());
   EXPECT_THAT(*ids, ::testing::UnorderedElementsAre(a1, b1)) << "a submitter's own jobs, by token";
-  ids = jobs_->CancelMatching(Filter{"default", "", {v1::JOB_STATE_RUNNING, v1::JOB_STATE_SCHEDULED}, ""}, "", true);
+  ids = jobs_->CancelMatching(
+      Filter{"default", "", {v1::JOB_STATE_RUNNING, v1::JOB_STATE_SCHEDULED}, ""}, "", true);
   ASSERT_TRUE(ids.ok());
   EXPECT_THAT(*ids, ::testing::ElementsAre(running)) << "\"default\" matches a job naming no queue";
 
-  EXPECT_EQ(jobs_->CancelMatching(Filter{"", "", {v1::JOB_STATE_SUCCEEDED}, ""}, "", true).status().code(),
+  EXPECT_EQ(jobs_->CancelMatching(Filter{"", "", {v1::JOB_STATE_SUCCEEDED}, ""}, "", true)
+                .status()
+                .code(),
             absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(jobs_->CancelMatching(Filter{"a", "", {}, ""}, std::string(1025, 'x'), false).status().code(),
-            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(
+      jobs_->CancelMatching(Filter{"a", "", {}, ""}, std::string(1025, 'x'), false).status().code(),
+      absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Get(a1).state(), v1::JOB_STATE_PENDING);
 
   ids = jobs_->CancelMatching(Filter{"a", "", {}, ""}, "queue a is closing", false);
@@ -460,21 +470,27 @@ TEST_F(JobManagerTest, CancelMatchingCancelsExactlyTheMatchingJobsNotEnded) {
 
 TEST_F(JobManagerTest, BadReportsAreRefusedWithReasons) {
   std::string id = RunningJob();
-  EXPECT_EQ(Status("b", id, 1, 0, v1::RANK_STATE_RUNNING).code(), absl::StatusCode::kPermissionDenied);
-  EXPECT_EQ(Status("a", id, 9, 0, v1::RANK_STATE_RUNNING).code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(Status("a", id, 1, 7, v1::RANK_STATE_RUNNING).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Status("b", id, 1, 0, v1::RANK_STATE_RUNNING).code(),
+            absl::StatusCode::kPermissionDenied);
+  EXPECT_EQ(Status("a", id, 9, 0, v1::RANK_STATE_RUNNING).code(),
+            absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Status("a", id, 1, 7, v1::RANK_STATE_RUNNING).code(),
+            absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(Status("a", "nope", 1, 0, v1::RANK_STATE_RUNNING).code(), absl::StatusCode::kNotFound);
-  EXPECT_EQ(Status("a", id, 1, 0, v1::RANK_STATE_ASSIGNED).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(Status("a", id, 1, 0, v1::RANK_STATE_ASSIGNED).code(),
+            absl::StatusCode::kInvalidArgument);
   v1::RendezvousReport r;
   r.set_job_id(id);
   r.set_attempt(1);
   r.mutable_info()->set_nccl_unique_id(std::string(127, 'x'));
-  EXPECT_THAT(std::string(owners_->starter.OnRendezvous("a", r).message()), HasSubstr("must be 128 bytes, got 127"));
+  EXPECT_THAT(std::string(owners_->starter.OnRendezvous("a", r).message()),
+              HasSubstr("must be 128 bytes, got 127"));
   v1::JobSpec bad = Spec(1);
   bad.mutable_training()->mutable_optimizer()->set_lr(-1);
   auto s = jobs_->Submit(bad);
   EXPECT_EQ(s.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(s.status().message()), HasSubstr("training.optimizer.lr: must be > 0, got -1"));
+  EXPECT_THAT(std::string(s.status().message()),
+              HasSubstr("training.optimizer.lr: must be > 0, got -1"));
   EXPECT_EQ(Get(id).state(), v1::JOB_STATE_RUNNING) << "nothing changed";
 }
 
@@ -580,7 +596,6 @@ TEST_F(JobManagerTest, RecoveryKeepsJobsAndReconcilesWorkers) {
   EXPECT_THAT(Get(id).attempts(0).reason(), HasSubstr("gone when its worker reconnected"));
 }
 
-
 // Records are the job's, per holder, pruned like the files (keep = 2); a
 // restart resumes the newest record rank 0's host holds, and rank 0 moves to
 // a host that holds the newest one.
@@ -680,12 +695,14 @@ TEST_P(FailurePathUnderFaultsTest, AttemptFailsOnceAndTheJobGoesOn) {
       EXPECT_EQ(a.failure_kind(), v1::FAILURE_KIND_EXIT);
       break;
     case FailurePath::kWorkerLost:
-      reason = "rank 1 on host-b (worker b) was lost with its worker: its worker stopped "
-               "heartbeating (lease expired)";
+      reason =
+          "rank 1 on host-b (worker b) was lost with its worker: its worker stopped "
+          "heartbeating (lease expired)";
       EXPECT_EQ(a.failure_kind(), v1::FAILURE_KIND_WORKER_LOST);
       break;
     case FailurePath::kHang:
-      reason = "hung: no progress for 1m from rank(s) 0 (host-a, last step 0), 1 (host-b, last step 0)";
+      reason =
+          "hung: no progress for 1m from rank(s) 0 (host-a, last step 0), 1 (host-b, last step 0)";
       EXPECT_EQ(a.failure_kind(), v1::FAILURE_KIND_HANG);
       break;
   }
@@ -725,12 +742,12 @@ std::string FailurePathName(const ::testing::TestParamInfo<std::tuple<FailurePat
                       std::get<1>(info.param));
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    EveryWrite, FailurePathUnderFaultsTest,
-    ::testing::Combine(::testing::Values(FailurePath::kRankFailed, FailurePath::kWorkerLost,
-                                         FailurePath::kHang),
-                       ::testing::Range(1, 4)),
-    FailurePathName);
+INSTANTIATE_TEST_SUITE_P(EveryWrite, FailurePathUnderFaultsTest,
+                         ::testing::Combine(::testing::Values(FailurePath::kRankFailed,
+                                                              FailurePath::kWorkerLost,
+                                                              FailurePath::kHang),
+                                            ::testing::Range(1, 4)),
+                         FailurePathName);
 
 TEST_F(JobManagerTest, AttemptWithEveryRankEndedIsSettledAfterRecovery) {
   // A store written when a rank's end and the attempt's failure were two
@@ -785,7 +802,6 @@ TEST_F(JobManagerTest, VanishedRankWhoseWriteFailedIsFailedByTheNextTick) {
             "its worker reconnected");
 }
 
-
 TEST_F(JobManagerTest, ACheckpointDirBelongsToTheOwnerOfItsFirstJob) {
   Open();
   v1::JobSpec spec = Spec(1);
@@ -800,10 +816,11 @@ TEST_F(JobManagerTest, ACheckpointDirBelongsToTheOwnerOfItsFirstJob) {
   // The fake clock gives both of alice's jobs one submit time: either may
   // be named as the first.
   const std::string msg(bob.status().message());
-  EXPECT_THAT(msg, ::testing::AnyOf(HasSubstr("checkpoint.dir: /mnt/ck/./team/ belongs to 'alice' (job " +
-                                              alice->id() + "); a job of 'bob' may not write there"),
-                                    HasSubstr("checkpoint.dir: /mnt/ck/./team/ belongs to 'alice' (job " +
-                                              alice2->id() + "); a job of 'bob' may not write there")));
+  EXPECT_THAT(
+      msg, ::testing::AnyOf(HasSubstr("checkpoint.dir: /mnt/ck/./team/ belongs to 'alice' (job " +
+                                      alice->id() + "); a job of 'bob' may not write there"),
+                            HasSubstr("checkpoint.dir: /mnt/ck/./team/ belongs to 'alice' (job " +
+                                      alice2->id() + "); a job of 'bob' may not write there")));
   spec.mutable_checkpoint()->set_dir("/mnt/ck/{job_id}");
   EXPECT_TRUE(jobs_->Submit(spec, "bob", "t-bob").ok()) << "a directory of its own";
 }
@@ -816,14 +833,19 @@ TEST_F(JobManagerTest, ADropForAnAbsentWorkerIsSentWhenItReturns) {
   b_ = AddWorker("b", 1);
   std::string id = RunSharedTwoRanks(/*keep=*/1);
   ASSERT_FALSE(id.empty());
-  auto path = [&](int64_t epochs) { return absl::StrFormat("/mnt/shared/%s/%s.ckpt-epoch-%06d.pt", id, id, epochs); };
+  auto path = [&](int64_t epochs) {
+    return absl::StrFormat("/mnt/shared/%s/%s.ckpt-epoch-%06d.pt", id, id, epochs);
+  };
   ASSERT_TRUE(Checkpoint(*jobs_, "a", id, 1, 0, 1, 10, path(1)).ok());
   registry_->SessionEnded("a", a_, /*left=*/false);
-  ASSERT_TRUE(Checkpoint(*jobs_, "b", id, 1, 1, 2, 20, path(2)).ok());  // keep 1: epoch 1's file goes, a is away
+  ASSERT_TRUE(Checkpoint(*jobs_, "b", id, 1, 1, 2, 20, path(2))
+                  .ok());  // keep 1: epoch 1's file goes, a is away
   FakeChannel* back = AddWorker("a", 1);
   std::vector<std::string> drops;
   for (const auto& m : back->sent) {
-    if (m.has_drop_checkpoints()) drops.insert(drops.end(), m.drop_checkpoints().paths().begin(), m.drop_checkpoints().paths().end());
+    if (m.has_drop_checkpoints())
+      drops.insert(drops.end(), m.drop_checkpoints().paths().begin(),
+                   m.drop_checkpoints().paths().end());
   }
   EXPECT_EQ(drops, std::vector<std::string>{path(1)});
 }
@@ -840,7 +862,8 @@ TEST_F(JobManagerTest, ASharedCheckpointRecordNamesTheWorkerThatReportedIt) {
   rep.set_rank(1);
   rep.mutable_record()->set_epochs_done(1);
   rep.mutable_record()->set_global_step(10);
-  rep.mutable_record()->set_path(absl::StrCat("/mnt/shared/", id, "/", id, ".ckpt-epoch-000001.pt"));
+  rep.mutable_record()->set_path(
+      absl::StrCat("/mnt/shared/", id, "/", id, ".ckpt-epoch-000001.pt"));
   ASSERT_TRUE(jobs_->OnCheckpoint("b", rep).ok());
   rep.mutable_record()->set_path("/var/lib/trainctl-worker/worker.key");
   EXPECT_EQ(jobs_->OnCheckpoint("b", rep).code(), absl::StatusCode::kInvalidArgument);
@@ -848,9 +871,9 @@ TEST_F(JobManagerTest, ASharedCheckpointRecordNamesTheWorkerThatReportedIt) {
   ASSERT_EQ(j.checkpoints_size(), 1);
   EXPECT_TRUE(j.checkpoints(0).shared());
   EXPECT_EQ(j.checkpoints(0).worker_id(), "");
-  EXPECT_EQ(j.checkpoints(0).reported_by(), "b") << "a fetch asks b, never the first connected worker";
+  EXPECT_EQ(j.checkpoints(0).reported_by(), "b")
+      << "a fetch asks b, never the first connected worker";
 }
-
 
 }  // namespace
 }  // namespace trainctl::coordinator

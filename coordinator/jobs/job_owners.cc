@@ -2,15 +2,18 @@
 
 namespace trainctl::coordinator {
 
-JobOwners::JobOwners(StateStore* store, WorkerRegistry* registry, MetricsHub* hub, const Clock* clock,
-                     const JobManagerOptions& options)
+JobOwners::JobOwners(StateStore* store, WorkerRegistry* registry, MetricsHub* hub,
+                     const Clock* clock, const JobManagerOptions& options)
     : book(store, hub, clock),
       owner_numbers(store),
-      manager(store, registry, clock, options, {&book, &owner_numbers, &starter, &placer, &ingest, &health}),
-      starter(&book, registry, manager.actions(), &owner_numbers, {options.preflight, options.stop_grace}),
+      manager(store, registry, clock, options,
+              {&book, &owner_numbers, &starter, &placer, &ingest, &health}),
+      starter(&book, registry, manager.actions(), &owner_numbers,
+              {options.preflight, options.stop_grace}),
       placer(&book, registry, &starter, clock, options.placer, store),
       ingest(&book, store, hub, clock, options.rank_watch),
-      health(&book, registry, manager.actions(), {options.progress_timeout, options.rendezvous_timeout}),
+      health(&book, registry, manager.actions(),
+             {options.progress_timeout, options.rendezvous_timeout}),
       queries(&book, registry, &placer, &health, store, clock) {}
 
 JobGauges JobOwners::Gauges() const {

@@ -1,5 +1,5 @@
-#include "coordinator/core/retry_log.h"
 #include "coordinator/jobs/job_placer.h"
+#include "coordinator/core/retry_log.h"
 
 #include <algorithm>
 #include <cmath>
@@ -11,23 +11,28 @@
 #include "absl/strings/str_join.h"
 #include "common/status_macros.h"
 #include "common/time_util.h"
+#include "coordinator/artifacts/checkpoint_records.h"
 #include "coordinator/jobs/attempt_failure.h"
 #include "coordinator/jobs/command_pass.h"
 #include "coordinator/jobs/runtime_bound.h"
-#include "coordinator/artifacts/checkpoint_records.h"
 #include "coordinator/scheduler/quota.h"
 
 namespace trainctl::coordinator {
 namespace {
 
 // A job's queue as the scheduler names it.
-std::string QueueName(const v1::JobSpec& spec) { return spec.queue().empty() ? "default" : spec.queue(); }
+std::string QueueName(const v1::JobSpec& spec) {
+  return spec.queue().empty() ? "default" : spec.queue();
+}
 
 scheduler::DeviceRequirement ToRequirement(v1::Device d) {
   switch (d) {
-    case v1::DEVICE_CUDA: return scheduler::DeviceRequirement::kCuda;
-    case v1::DEVICE_CPU: return scheduler::DeviceRequirement::kCpu;
-    default: return scheduler::DeviceRequirement::kAuto;
+    case v1::DEVICE_CUDA:
+      return scheduler::DeviceRequirement::kCuda;
+    case v1::DEVICE_CPU:
+      return scheduler::DeviceRequirement::kCpu;
+    default:
+      return scheduler::DeviceRequirement::kAuto;
   }
 }
 
@@ -80,14 +85,16 @@ std::optional<JobEvent> ResizedEvent(const v1::Job& job, int world_size) {
   const int n = job.attempts_size();
   const int before = n >= 2 ? job.attempts(n - 2).ranks_size() : job.spec().world_size();
   if (world_size == before) return std::nullopt;
-  std::string why = world_size < before ? absl::StrCat("no replacement within elastic.replace_timeout_s = ",
-                                                       job.spec().elastic().replace_timeout_s(), " s")
-                                        : std::string("slots freed up");
+  std::string why = world_size < before
+                        ? absl::StrCat("no replacement within elastic.replace_timeout_s = ",
+                                       job.spec().elastic().replace_timeout_s(), " s")
+                        : std::string("slots freed up");
   if (n == 1) why = "the slots free at the start";
-  return JobEvent{"resized",
-                  absl::StrCat("world size ", before, " -> ", world_size, " (", why, "; elastic between ",
-                               job.spec().elastic().min_ranks(), " and ", job.spec().world_size(), ")"),
-                  job.attempts(n - 1).number()};
+  return JobEvent{
+      "resized",
+      absl::StrCat("world size ", before, " -> ", world_size, " (", why, "; elastic between ",
+                   job.spec().elastic().min_ranks(), " and ", job.spec().world_size(), ")"),
+      job.attempts(n - 1).number()};
 }
 
 }  // namespace
@@ -126,7 +133,8 @@ std::vector<scheduler::WorkerSlots> JobPlacer::WorkerView() const {
       ws.reserved_cpus = it->second.cpus;
       ws.reserved_memory = it->second.memory;
     }
-    ws.kind = w->slots(0).kind() == v1::Slot::KIND_GPU ? scheduler::SlotKind::kGpu : scheduler::SlotKind::kCpu;
+    ws.kind = w->slots(0).kind() == v1::Slot::KIND_GPU ? scheduler::SlotKind::kGpu
+                                                       : scheduler::SlotKind::kCpu;
     ws.gpu_flavor = CommonFlavor(w->slots());
     ws.total_slots = w->slots_size();
     if (auto it = bounds.find(w->id()); it != bounds.end()) ws.busy = std::move(it->second);
@@ -200,7 +208,8 @@ scheduler::PendingJob JobPlacer::ToPending(const JobEntry& e, absl::Time now) co
   pj.memory_bytes = std::max<int64_t>(0, res.memory());
   pj.other_limits = res.pids() > 0;
   pj.gpu_flavor = res.gpu_flavor();
-  if (e.job.spec().stragglers().policy() == v1::STRAGGLER_POLICY_AVOID) pj.avoid_workers = e.avoid_workers;
+  if (e.job.spec().stragglers().policy() == v1::STRAGGLER_POLICY_AVOID)
+    pj.avoid_workers = e.avoid_workers;
   pj.runtime_bound_s = RuntimeBoundSeconds(e.job, now, options_.preemption_grace);
   return pj;
 }
@@ -213,7 +222,8 @@ absl::StatusOr<scheduler::ScheduleResult> JobPlacer::Plan(const v1::Job& job) co
   absl::flat_hash_set<std::string> command_jobs;
   if (job.spec().has_command()) command_jobs.insert(pj.job_id);
   absl::flat_hash_set<std::string> stopping;
-  return ScheduleWithCommands({pj}, command_jobs, WorkerView(), AllowingCommands(), Queues(&stopping));
+  return ScheduleWithCommands({pj}, command_jobs, WorkerView(), AllowingCommands(),
+                              Queues(&stopping));
 }
 
 scheduler::QueueInput JobPlacer::Queues(absl::flat_hash_set<std::string>* stopping_jobs) const {
@@ -235,7 +245,8 @@ scheduler::QueueInput JobPlacer::Queues(absl::flat_hash_set<std::string>* stoppi
       for (const auto& [owner, u] : it->second) {
         auto w = weighted.find(owner);
         scheduler::QueueSpec::Owner& o =
-            w != weighted.end() ? q.owners[w->second] : q.owners.emplace_back(scheduler::QueueSpec::Owner{owner});
+            w != weighted.end() ? q.owners[w->second]
+                                : q.owners.emplace_back(scheduler::QueueSpec::Owner{owner});
         o.usage_gpu = u[0];
         o.usage_cpu = u[1];
       }
@@ -312,7 +323,8 @@ OwnerLimits JobPlacer::RunningByOwner() const {
   OwnerLimits limits(queue_source_ ? queue_source_() : std::vector<scheduler::QueueSpec>{});
   if (limits.empty()) return limits;
   absl::flat_hash_map<std::string, int> slots;
-  book_->ForEachLiveRank([&](const v1::RankAssignment& r) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { ++slots[r.job_id()]; });
+  book_->ForEachLiveRank([&](const v1::RankAssignment& r)
+                             ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { ++slots[r.job_id()]; });
   for (const auto& [id, n] : slots) {
     const v1::Job& job = book_->At(id).job;
     limits.AddRunning(QueueName(job.spec()), job.owner(), n);
@@ -331,14 +343,16 @@ HeldSlots JobPlacer::SlotsHeldByOwner() const {
 }
 
 void JobPlacer::RestoreUsage(const v1::FairShareSnapshot& stored) {
-  usage_.Restore(stored, stored.has_as_of() ? clock_->Now() - FromTimestamp(stored.as_of()) : absl::ZeroDuration());
+  usage_.Restore(stored, stored.has_as_of() ? clock_->Now() - FromTimestamp(stored.as_of())
+                                            : absl::ZeroDuration());
 }
 
 v1::FairShareSnapshot JobPlacer::UsageSnapshot() const { return usage_.Snapshot(clock_->Now()); }
 
 void JobPlacer::MaybeSaveUsage(absl::Time mono) {
   if (store_ == nullptr || !queue_source_) return;
-  if (usage_saved_mono_ != absl::InfinitePast() && mono - usage_saved_mono_ < options_.fair_share_save_interval) {
+  if (usage_saved_mono_ != absl::InfinitePast() &&
+      mono - usage_saved_mono_ < options_.fair_share_save_interval) {
     return;
   }
   if (usage_.empty() && usage_saved_empty_) return;
@@ -372,12 +386,16 @@ void JobPlacer::SchedulePending() {
   // jobs in; without, the pass needs no order.
   std::vector<const std::string*> order;
   for (const std::string& id : book_->pending()) order.push_back(&id);
-  if (!limits.empty()) std::stable_sort(order.begin(), order.end(), [this](const std::string* a, const std::string* b) ABSL_NO_THREAD_SAFETY_ANALYSIS {
-    const JobEntry& x = book_->At(*a);
-    const JobEntry& y = book_->At(*b);
-    if (x.job.spec().priority() != y.job.spec().priority()) return x.job.spec().priority() > y.job.spec().priority();
-    return x.submit_seq < y.submit_seq;
-  });
+  if (!limits.empty())
+    std::stable_sort(order.begin(), order.end(),
+                     [this](const std::string* a, const std::string* b)
+                         ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                           const JobEntry& x = book_->At(*a);
+                           const JobEntry& y = book_->At(*b);
+                           if (x.job.spec().priority() != y.job.spec().priority())
+                             return x.job.spec().priority() > y.job.spec().priority();
+                           return x.submit_seq < y.submit_seq;
+                         });
   for (const std::string* idp : order) {
     const std::string& id = *idp;
     const JobEntry& e = book_->At(id);
@@ -391,7 +409,8 @@ void JobPlacer::SchedulePending() {
     if (e.restart_not_before > mono) continue;
     // An owner at its queue's limit: counted at world_size (the most an
     // elastic job may take).
-    if (std::string held = limits.Admit(QueueName(e.job.spec()), e.job.owner(), e.job.spec().world_size());
+    if (std::string held =
+            limits.Admit(QueueName(e.job.spec()), e.job.owner(), e.job.spec().world_size());
         !held.empty()) {
       book_->SetPendingReason(id, held);
       continue;
@@ -406,7 +425,8 @@ void JobPlacer::SchedulePending() {
     LogDeferred(result.status(), "no placement in this pass");
     return;
   }
-  for (const scheduler::PendingJobStatus& p : result->pending) book_->SetPendingReason(p.job_id, p.message);
+  for (const scheduler::PendingJobStatus& p : result->pending)
+    book_->SetPendingReason(p.job_id, p.message);
   for (const scheduler::Preemption& v : result->preemptions) Preempt(v.victim_job_id, v.for_job_id);
   for (scheduler::Placement& p : result->placements) Place(book_->At(p.job_id), p, now);
 }
@@ -417,9 +437,9 @@ void JobPlacer::Preempt(const std::string& victim, const std::string& for_job) {
   if (e == nullptr || f == nullptr || IsTerminal(e->job.state())) return;
   const v1::Attempt* a = CurrentAttempt(e->job);
   if (a == nullptr || AttemptEnded(a->state())) return;
-  const std::string why =
-      absl::StrCat("preempted for job ", for_job, " (queue ", QueueName(f->job.spec()), ", priority ",
-                   f->job.spec().priority(), "); resumes from its latest checkpoint when slots free");
+  const std::string why = absl::StrCat(
+      "preempted for job ", for_job, " (queue ", QueueName(f->job.spec()), ", priority ",
+      f->job.spec().priority(), "); resumes from its latest checkpoint when slots free");
   v1::Job next = e->job;
   v1::Attempt* na = CurrentAttempt(next);
   na->set_state(v1::ATTEMPT_STATE_CANCELLED);
@@ -429,7 +449,8 @@ void JobPlacer::Preempt(const std::string& victim, const std::string& for_job) {
   RanksByWorker to_stop = LiveRanksByWorker(*na);
   next.set_state(v1::JOB_STATE_RESTARTING);
   next.set_state_reason(why);
-  if (absl::Status s = book_->Commit(*e, std::move(next), {{"preempted", why, a->number()}}); !s.ok()) {
+  if (absl::Status s = book_->Commit(*e, std::move(next), {{"preempted", why, a->number()}});
+      !s.ok()) {
     LogDeferred(s, "preempted at a later pass");
     schedule_retry_ = true;
     return;
@@ -444,12 +465,15 @@ bool JobPlacer::QueueHasRoom(const JobEntry& e, bool gpu) const {
   const std::vector<scheduler::QueueSpec> queues = queue_source_();
   if (queues.empty()) return true;
   const std::string name = QueueName(e.job.spec());
-  const auto q = std::find_if(queues.begin(), queues.end(), [&](const scheduler::QueueSpec& s) { return s.name == name; });
+  const auto q = std::find_if(queues.begin(), queues.end(),
+                              [&](const scheduler::QueueSpec& s) { return s.name == name; });
   if (q == queues.end()) return false;
   // Its CPU and memory quotas: room for one more rank of it.
   const v1::ResourceSpec& res = e.job.spec().resources();
   absl::flat_hash_set<std::string> stopping;
-  if (!scheduler::QueueHasResourceRoom(queues, Queues(&stopping).running, name, res.cpus(), res.memory())) return false;
+  if (!scheduler::QueueHasResourceRoom(queues, Queues(&stopping).running, name, res.cpus(),
+                                       res.memory()))
+    return false;
   const int nominal = gpu ? q->nominal_gpu : q->nominal_cpu;
   if (nominal < 0) return true;
   const auto held = SlotsHeldByOwner();
@@ -465,7 +489,8 @@ bool JobPlacer::QueueHasRoom(const JobEntry& e, bool gpu) const {
 void JobPlacer::Place(JobEntry& e, scheduler::Placement& p, absl::Time now) {
   v1::Job next = e.job;
   auto [resume, resume_words] = ChooseResume(next, p, *registry_);
-  if (!resume.has_value() && next.attempts_size() == 0 && !next.spec().resume_from().job().empty()) {
+  if (!resume.has_value() && next.attempts_size() == 0 &&
+      !next.spec().resume_from().job().empty()) {
     // Asked to continue another job: never silently from scratch. Wait for
     // a placement that includes a holder of its checkpoint.
     book_->SetPendingReason(p.job_id, absl::StrCat("waiting for slots that include the holder of ",
@@ -487,14 +512,16 @@ void JobPlacer::Place(JobEntry& e, scheduler::Placement& p, absl::Time now) {
   next.set_state_reason("");
   if (!next.has_start_time()) SetTimestamp(now, next.mutable_start_time());
   e.last_points.clear();
-  std::string msg = absl::StrCat("attempt ", a->number(), " placed on ", absl::StrJoin(hosts, ", "));
+  std::string msg =
+      absl::StrCat("attempt ", a->number(), " placed on ", absl::StrJoin(hosts, ", "));
   if (!resume_words.empty()) absl::StrAppend(&msg, "; ", resume_words);
   if (!p.backfilled_before.empty()) {
     absl::StrAppend(&msg, "; backfilled on slots held for job ", p.backfilled_before,
                     ", ending (scheduling.max_runtime_s) before that job could start");
   }
   std::vector<JobEvent> events = {{"scheduled", msg, a->number()}};
-  if (std::optional<JobEvent> resized = ResizedEvent(next, p.world_size)) events.push_back(std::move(*resized));
+  if (std::optional<JobEvent> resized = ResizedEvent(next, p.world_size))
+    events.push_back(std::move(*resized));
   if (absl::Status s = book_->Commit(e, std::move(next), std::move(events)); !s.ok()) {
     LogDeferred(s, "placed again at the next tick");
     schedule_retry_ = true;  // Stays pending; the tick asks for another pass.
@@ -502,7 +529,8 @@ void JobPlacer::Place(JobEntry& e, scheduler::Placement& p, absl::Time now) {
   }
   e.start_mono = clock_->Mono();
   e.progress_mono.clear();
-  for (const v1::RankAssignment& r : CurrentAttempt(e.job)->ranks()) e.progress_mono[r.rank()] = e.start_mono;
+  for (const v1::RankAssignment& r : CurrentAttempt(e.job)->ranks())
+    e.progress_mono[r.rank()] = e.start_mono;
   starter_->Launch(e, *CurrentAttempt(e.job));
 }
 
@@ -515,7 +543,8 @@ void JobPlacer::MaybeGrow(JobEntry& e, const v1::CheckpointRecord& r) {
   const int ranks = a->ranks_size();
   if (ranks >= spec.world_size() || ranks == 0) return;
   if (spec.elastic().grow() == v1::ELASTIC_GROW_AT_EPOCH && r.epoch_consumed() != 0) return;
-  if (r.epoch_consumed() == 0 && r.epochs_done() >= spec.training().epochs()) return;  // finishing anyway
+  if (r.epoch_consumed() == 0 && r.epochs_done() >= spec.training().epochs())
+    return;  // finishing anyway
   // Pending jobs of this priority or higher get free slots first.
   for (const std::string& id : book_->pending()) {
     if (id != e.job.id() && book_->At(id).job.spec().priority() >= spec.priority()) return;
@@ -539,15 +568,17 @@ void JobPlacer::MaybeGrow(JobEntry& e, const v1::CheckpointRecord& r) {
     if (plan.ok() && !plan->placements.empty()) free = plan->placements[0].world_size;
   } else {
     for (const scheduler::WorkerSlots& w : WorkerView()) {
-      if ((w.kind == scheduler::SlotKind::kGpu) == gpu) free += static_cast<int>(w.free_slots.size());
+      if ((w.kind == scheduler::SlotKind::kGpu) == gpu)
+        free += static_cast<int>(w.free_slots.size());
     }
   }
   if (free < 1) return;
   const int target = std::min(spec.world_size(), ranks + free);
   v1::Job next = e.job;
   v1::Attempt* na = CurrentAttempt(next);
-  const std::string why = absl::StrCat("elastic: growing from ", ranks, " to ", target, " ranks (", free,
-                                       " slot(s) free) at the checkpoint of step ", r.global_step());
+  const std::string why =
+      absl::StrCat("elastic: growing from ", ranks, " to ", target, " ranks (", free,
+                   " slot(s) free) at the checkpoint of step ", r.global_step());
   na->set_state(v1::ATTEMPT_STATE_CANCELLED);
   na->set_reason(why);
   na->set_grow_to(target);
@@ -555,7 +586,8 @@ void JobPlacer::MaybeGrow(JobEntry& e, const v1::CheckpointRecord& r) {
   RanksByWorker to_stop = LiveRanksByWorker(*na);
   next.set_state(v1::JOB_STATE_RESTARTING);
   next.set_state_reason(why);
-  if (absl::Status s = book_->Commit(e, std::move(next), {{"resizing", why, a->number()}}); !s.ok()) {
+  if (absl::Status s = book_->Commit(e, std::move(next), {{"resizing", why, a->number()}});
+      !s.ok()) {
     LogDeferred(s, "growing at a later checkpoint");
     return;
   }

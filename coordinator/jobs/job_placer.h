@@ -37,12 +37,12 @@
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "common/prometheus.h"
+#include "coordinator/core/on_loop.h"
+#include "coordinator/jobs/attempt_starter.h"
 #include "coordinator/jobs/elastic_size.h"
 #include "coordinator/jobs/fair_share_usage.h"
-#include "coordinator/jobs/owner_limits.h"
-#include "coordinator/jobs/attempt_starter.h"
 #include "coordinator/jobs/job_book.h"
-#include "coordinator/core/on_loop.h"
+#include "coordinator/jobs/owner_limits.h"
 #include "coordinator/scheduler/scheduler.h"
 #include "coordinator/store/state_store.h"
 #include "coordinator/workers/worker_registry.h"
@@ -69,8 +69,13 @@ class JobPlacer {
   // `store` keeps the fair-share usage (nullptr: memory only).
   JobPlacer(JobBook* book, WorkerRegistry* registry, AttemptStarter* starter, const Clock* clock,
             PlacerOptions options = {}, StateStore* store = nullptr)
-      : book_(book), registry_(registry), starter_(starter), clock_(clock), options_(options),
-        store_(store), usage_(options.fair_share_half_life) {}
+      : book_(book),
+        registry_(registry),
+        starter_(starter),
+        clock_(clock),
+        options_(options),
+        store_(store),
+        usage_(options.fair_share_half_life) {}
 
   // Where the queues come from (QueueRegistry::Specs); unset = no queues.
   void SetQueueSource(QueueSource source) { queue_source_ = std::move(source); }

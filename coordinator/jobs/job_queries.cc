@@ -23,7 +23,8 @@ absl::Status ValidateListRequest(const v1::ListJobsRequest& req, int64_t* before
     return absl::InvalidArgumentError("page_token: not a token from a previous response");
   }
   for (int s : req.states()) {
-    if (!v1::JobState_IsValid(s) || s == 0) return absl::InvalidArgumentError(absl::StrCat("states: unknown state ", s));
+    if (!v1::JobState_IsValid(s) || s == 0)
+      return absl::InvalidArgumentError(absl::StrCat("states: unknown state ", s));
   }
   return absl::OkStatus();
 }
@@ -41,7 +42,8 @@ void AddPlanned(const scheduler::Placement& p, const WorkerRegistry& registry,
     a->set_worker_id(r.worker_id);
     if (const v1::Worker* w = registry.Find(r.worker_id)) a->set_host(w->hostname());
     a->mutable_slot()->set_index(r.slot);
-    a->mutable_slot()->set_kind(p.kind == scheduler::SlotKind::kGpu ? v1::Slot::KIND_GPU : v1::Slot::KIND_CPU);
+    a->mutable_slot()->set_kind(p.kind == scheduler::SlotKind::kGpu ? v1::Slot::KIND_GPU
+                                                                    : v1::Slot::KIND_CPU);
   }
 }
 
@@ -80,7 +82,8 @@ absl::StatusOr<v1::Job> JobQueries::Get(const std::string& job_id) const {
 absl::StatusOr<v1::ListJobsResponse> JobQueries::List(const v1::ListJobsRequest& req) const {
   int64_t before = INT64_MAX;
   TRAINCTL_RETURN_IF_ERROR(ValidateListRequest(req, &before));
-  const int page = req.page_size() == 0 ? kDefaultPageSize : std::min(req.page_size(), kMaxPageSize);
+  const int page =
+      req.page_size() == 0 ? kDefaultPageSize : std::min(req.page_size(), kMaxPageSize);
   // Newest first: order by submit_seq descending.
   std::vector<const JobEntry*> all;
   for (const auto& [id, e] : book_->entries()) {
@@ -91,7 +94,8 @@ absl::StatusOr<v1::ListJobsResponse> JobQueries::List(const v1::ListJobsRequest&
     }
     all.push_back(&e);
   }
-  std::sort(all.begin(), all.end(), [](const JobEntry* a, const JobEntry* b) { return a->submit_seq > b->submit_seq; });
+  std::sort(all.begin(), all.end(),
+            [](const JobEntry* a, const JobEntry* b) { return a->submit_seq > b->submit_seq; });
   // A page ends at `page` jobs or kMaxListBytes, whichever comes first, so
   // no response can exceed the message limit (specs are at most 1 MiB each).
   v1::ListJobsResponse resp;
@@ -137,8 +141,8 @@ JobGauges JobQueries::Gauges() const {
     ++g.jobs_by_state[job.state()];
     if (job.state() == v1::JOB_STATE_PENDING) {
       ++g.queue_length;
-      g.oldest_pending_seconds =
-          std::max(g.oldest_pending_seconds, absl::ToDoubleSeconds(now - FromTimestamp(job.submit_time())));
+      g.oldest_pending_seconds = std::max(
+          g.oldest_pending_seconds, absl::ToDoubleSeconds(now - FromTimestamp(job.submit_time())));
     }
     for (int i = 0; i < job.attempts_size(); ++i) {
       const bool followed = i + 1 < job.attempts_size() || job.state() == v1::JOB_STATE_RESTARTING;
@@ -178,18 +182,20 @@ absl::StatusOr<UsageReport> JobQueries::Usage(const UsageFilter& filter,
   report.since = filter.since;
   const absl::Time now = clock_->Now();
   report.until = filter.until == absl::InfiniteFuture() ? now : filter.until;
-  auto rfc = [](absl::Time t) { return absl::FormatTime(absl::RFC3339_sec, t, absl::UTCTimeZone()); };
+  auto rfc = [](absl::Time t) {
+    return absl::FormatTime(absl::RFC3339_sec, t, absl::UTCTimeZone());
+  };
   if (filter.since > now) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("since: ", rfc(filter.since), " is after the coordinator's now (", rfc(now), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "since: ", rfc(filter.since), " is after the coordinator's now (", rfc(now), ")"));
   }
   if (report.until > now) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("until: ", rfc(report.until), " is after the coordinator's now (", rfc(now), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "until: ", rfc(report.until), " is after the coordinator's now (", rfc(now), ")"));
   }
   if (report.until <= filter.since) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("until: ", rfc(report.until), " is not after since (", rfc(filter.since), ")"));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "until: ", rfc(report.until), " is not after since (", rfc(filter.since), ")"));
   }
   std::vector<const v1::Job*> jobs;
   jobs.reserve(book_->entries().size());
@@ -206,22 +212,26 @@ absl::StatusOr<UsageReport> JobQueries::Usage(const UsageFilter& filter,
 }
 
 absl::StatusOr<UsageReport> JobQueries::Usage(const UsageFilter& filter) const {
-  TRAINCTL_ASSIGN_OR_RETURN(std::vector<v1::AttemptUsage> stored,
-                            store_->usage().LoadAttemptUsage(filter.since, std::min(filter.until, clock_->Now())));
+  TRAINCTL_ASSIGN_OR_RETURN(
+      std::vector<v1::AttemptUsage> stored,
+      store_->usage().LoadAttemptUsage(filter.since, std::min(filter.until, clock_->Now())));
   return Usage(filter, stored);
 }
 
-absl::StatusOr<std::vector<v1::Event>> JobQueries::Events(const std::string& job_id, int64_t after_seq,
-                                                          int64_t limit) const {
+absl::StatusOr<std::vector<v1::Event>> JobQueries::Events(const std::string& job_id,
+                                                          int64_t after_seq, int64_t limit) const {
   return store_->jobs().ListEvents(job_id, after_seq, limit);
 }
 
-absl::StatusOr<std::vector<v1::LogLine>> JobQueries::Logs(const std::string& job_id, int32_t attempt,
-                                                          std::optional<int32_t> rank, int64_t tail_lines) const {
+absl::StatusOr<std::vector<v1::LogLine>> JobQueries::Logs(const std::string& job_id,
+                                                          int32_t attempt,
+                                                          std::optional<int32_t> rank,
+                                                          int64_t tail_lines) const {
   return store_->telemetry().ListLogs(job_id, attempt, rank, tail_lines);
 }
 
-absl::StatusOr<std::vector<v1::MetricPoint>> JobQueries::Metrics(const std::string& job_id, int64_t limit) const {
+absl::StatusOr<std::vector<v1::MetricPoint>> JobQueries::Metrics(const std::string& job_id,
+                                                                 int64_t limit) const {
   return store_->telemetry().ListMetrics(job_id, limit);
 }
 

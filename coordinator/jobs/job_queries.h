@@ -15,10 +15,10 @@
 
 #include "absl/status/statusor.h"
 #include "common/clock.h"
+#include "coordinator/core/on_loop.h"
 #include "coordinator/jobs/job_book.h"
 #include "coordinator/jobs/job_health.h"
 #include "coordinator/jobs/job_placer.h"
-#include "coordinator/core/on_loop.h"
 #include "coordinator/jobs/usage_report.h"
 #include "coordinator/store/state_store.h"
 #include "coordinator/workers/worker_registry.h"
@@ -70,9 +70,14 @@ struct QueueUsage {
 
 class JobQueries {
  public:
-  JobQueries(const JobBook* book, const WorkerRegistry* registry, const JobPlacer* placer, const JobHealth* health,
-             StateStore* store, const Clock* clock)
-      : book_(book), registry_(registry), placer_(placer), health_(health), store_(store), clock_(clock) {}
+  JobQueries(const JobBook* book, const WorkerRegistry* registry, const JobPlacer* placer,
+             const JobHealth* health, StateStore* store, const Clock* clock)
+      : book_(book),
+        registry_(registry),
+        placer_(placer),
+        health_(health),
+        store_(store),
+        clock_(clock) {}
 
   // The job with its pending reason as state_reason while it waits.
   absl::StatusOr<v1::Job> Get(const std::string& job_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
@@ -94,31 +99,38 @@ class JobQueries {
   // `until` (none asked for) is now. InvalidArgument naming `since` or
   // `until` when one is after now or since is not before until.
   // O(jobs + attempts).
-  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter, const std::vector<v1::AttemptUsage>& stored) const
+  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter,
+                                    const std::vector<v1::AttemptUsage>& stored) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The same over the store's attempt records of the window (read here, on
   // the loop: a rare query).
-  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::StatusOr<UsageReport> Usage(const UsageFilter& filter) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Slot indices of `worker_id` running a rank that has not ended.
-  std::vector<int> BusySlots(const std::string& worker_id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+  std::vector<int> BusySlots(const std::string& worker_id) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     return book_->BusySlots(worker_id);
   }
   // A job's stored events with seq > `after_seq`, ascending, at most `limit`
   // (<= 0: no limit). Unknown jobs have none.
-  absl::StatusOr<std::vector<v1::Event>> Events(const std::string& job_id, int64_t after_seq, int64_t limit) const
+  absl::StatusOr<std::vector<v1::Event>> Events(const std::string& job_id, int64_t after_seq,
+                                                int64_t limit) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // A job's stored log lines of attempt `attempt` (taken literally: 0 is no
   // attempt), per rank in order, ranks ascending; `rank` empty = every rank;
   // `tail_lines` > 0 keeps only the last that many per rank.
   absl::StatusOr<std::vector<v1::LogLine>> Logs(const std::string& job_id, int32_t attempt,
-                                                std::optional<int32_t> rank, int64_t tail_lines) const
+                                                std::optional<int32_t> rank,
+                                                int64_t tail_lines) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // A job's stored metric points, oldest first, at most `limit` (a watch's
   // history).
-  absl::StatusOr<std::vector<v1::MetricPoint>> Metrics(const std::string& job_id, int64_t limit) const
+  absl::StatusOr<std::vector<v1::MetricPoint>> Metrics(const std::string& job_id,
+                                                       int64_t limit) const
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // One page of a job's stored metric points (GetMetrics, the dashboard).
-  absl::StatusOr<MetricPage> MetricsPage(const MetricPageQuery& query) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::StatusOr<MetricPage> MetricsPage(const MetricPageQuery& query) const
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
   const JobBook* book_;

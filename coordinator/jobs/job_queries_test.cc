@@ -35,7 +35,8 @@ TEST_F(JobManagerTest, EventsAreTheStoredEventsAfterASeqAndUpToALimit) {
   absl::StatusOr<std::vector<v1::Event>> all = owners_->queries.Events(id, 0, 0);
   ASSERT_TRUE(all.ok()) << all.status();
   std::vector<std::string> read;
-  for (const v1::Event& e : *all) read.push_back(absl::StrCat(e.type(), "@", e.attempt(), ": ", e.message()));
+  for (const v1::Event& e : *all)
+    read.push_back(absl::StrCat(e.type(), "@", e.attempt(), ": ", e.message()));
   EXPECT_EQ(read, StoredEvents(id));
   ASSERT_GE(all->size(), 3u);
   EXPECT_EQ(all->back().type(), "cancelled");
@@ -59,7 +60,8 @@ TEST_F(JobManagerTest, EventsAreTheStoredEventsAfterASeqAndUpToALimit) {
 TEST_F(JobManagerTest, LogsAreTheLinesTheRanksSentByAttemptRankAndTail) {
   const std::string id = RunningJob();
   ASSERT_TRUE(owners_->ingest.OnLogs("a", Lines(id, 1, 0, {"r0 one", "r0 two", "r0 three"})).ok());
-  ASSERT_TRUE(owners_->ingest.OnLogs("b", Lines(id, 1, 1, {"r1 one"}, v1::LogLine::STREAM_STDERR)).ok());
+  ASSERT_TRUE(
+      owners_->ingest.OnLogs("b", Lines(id, 1, 1, {"r1 one"}, v1::LogLine::STREAM_STDERR)).ok());
 
   absl::StatusOr<std::vector<v1::LogLine>> every = owners_->queries.Logs(id, 1, std::nullopt, 0);
   ASSERT_TRUE(every.ok()) << every.status();
@@ -72,7 +74,8 @@ TEST_F(JobManagerTest, LogsAreTheLinesTheRanksSentByAttemptRankAndTail) {
 
   // Attempt numbers are taken literally: no attempt 2 yet, and 0 is none.
   for (int32_t attempt : {0, 2}) {
-    absl::StatusOr<std::vector<v1::LogLine>> other = owners_->queries.Logs(id, attempt, std::nullopt, 0);
+    absl::StatusOr<std::vector<v1::LogLine>> other =
+        owners_->queries.Logs(id, attempt, std::nullopt, 0);
     ASSERT_TRUE(other.ok()) << other.status();
     EXPECT_TRUE(other->empty()) << attempt;
   }

@@ -21,7 +21,8 @@ class JobQueuesTest : public JobManagerTest {
     queues_ = {Queue("a", 2, "c"), Queue("b", 2, "c")};
     owners_->placer.SetQueueSource([this] { return queues_; });
   }
-  static scheduler::QueueSpec Queue(const std::string& name, int cpu, const std::string& cohort = "") {
+  static scheduler::QueueSpec Queue(const std::string& name, int cpu,
+                                    const std::string& cohort = "") {
     scheduler::QueueSpec q;
     q.name = name;
     q.nominal_cpu = cpu;
@@ -41,7 +42,8 @@ class JobQueuesTest : public JobManagerTest {
     const v1::Job j = Get(id);
     ASSERT_GE(j.attempts_size(), attempt);
     for (const v1::RankAssignment& r : j.attempts(attempt - 1).ranks()) {
-      ASSERT_TRUE(Status(r.worker_id(), id, attempt, r.rank(), state).ok()) << id << " rank " << r.rank();
+      ASSERT_TRUE(Status(r.worker_id(), id, attempt, r.rank(), state).ok())
+          << id << " rank " << r.rank();
     }
   }
   std::vector<scheduler::QueueSpec> queues_;
@@ -275,7 +277,8 @@ TEST_F(JobQueuesTest, ARestartReloadsTheUsageFromTheStore) {
   ASSERT_TRUE(stored.ok()) << stored.status();
   ASSERT_EQ(stored->queues_size(), 1);
   EXPECT_EQ(stored->queues(0).queue(), "a");
-  EXPECT_NEAR(stored->queues(0).owners().at("").cpu_slot_seconds(), before, 1e-9) << "the job's owner";
+  EXPECT_NEAR(stored->queues(0).owners().at("").cpu_slot_seconds(), before, 1e-9)
+      << "the job's owner";
   ASSERT_TRUE(jobs_->Cancel(job, "done").ok());
   AllRanks(job, 1, v1::RANK_STATE_STOPPED);
 
@@ -351,7 +354,8 @@ TEST_F(JobQueuesTest, APreemptedAttemptsUsageEndsWhenItsLastRankExited) {
   ASSERT_EQ(victim.attempts(0).preempted_for(), owner);
   const absl::Time decided = FromTimestamp(victim.attempts(0).end_time());
   EXPECT_EQ(decided, placed + absl::Seconds(10));
-  ASSERT_TRUE(store_->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty())
+  ASSERT_TRUE(
+      store_->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty())
       << "no record while its ranks still run";
   // While the ranks stop, the attempt counts up to now ("stopping").
   clock_.Advance(absl::Seconds(3));
@@ -379,7 +383,8 @@ TEST_F(JobQueuesTest, APreemptedAttemptsUsageEndsWhenItsLastRankExited) {
   ASSERT_TRUE(stopped(1, 4.5, 100 << 20).ok());
   ASSERT_TRUE(stopped(2, 1.0, 200 << 20).ok());
   ASSERT_TRUE(stopped(3, 0, 0).ok());
-  ASSERT_TRUE(store_->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty())
+  ASSERT_TRUE(
+      store_->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty())
       << "rank 0 still runs";
   clock_.Advance(absl::Seconds(2));
   ASSERT_TRUE(stopped(0, 6.0, 300 << 20).ok());
@@ -439,8 +444,9 @@ TEST_F(JobQueuesTest, ACancelledAttemptsUsageEndsWhenItsLastRankStopped) {
   bad.set_rank(0);
   bad.set_state(v1::RANK_STATE_STOPPED);
   bad.set_cpu_seconds(-1);
-  EXPECT_THAT(std::string(jobs_->OnRankStatus(Get(job).attempts(0).ranks(0).worker_id(), bad).message()),
-              HasSubstr("rank_status.cpu_seconds"));
+  EXPECT_THAT(
+      std::string(jobs_->OnRankStatus(Get(job).attempts(0).ranks(0).worker_id(), bad).message()),
+      HasSubstr("rank_status.cpu_seconds"));
   clock_.Advance(absl::Seconds(7));
   AllRanks(job, 1, v1::RANK_STATE_STOPPED);
   auto stored = store_->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture());
@@ -479,7 +485,8 @@ TEST_F(JobQueuesTest, APerOwnerLimitHoldsAnOwnersThirdJobWhileAnotherOwnersRuns)
   const std::string a1 = submit("alice", 1), a2 = submit("alice", 1), a3 = submit("alice", 1);
   const std::string b1 = submit("bob", 1);
   AddWorker("w1", 8);
-  for (const std::string& id : {a1, a2, b1}) EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SCHEDULED) << id;
+  for (const std::string& id : {a1, a2, b1})
+    EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SCHEDULED) << id;
   ASSERT_EQ(Get(a3).state(), v1::JOB_STATE_PENDING);
   EXPECT_THAT(Get(a3).state_reason(), HasSubstr("owner 'alice' has 2 running jobs in queue 'a'"));
   EXPECT_THAT(Get(a3).state_reason(), HasSubstr("max_running_jobs_per_owner"));
@@ -498,8 +505,8 @@ TEST_F(JobQueuesTest, APerOwnerLimitHoldsAnOwnersThirdJobWhileAnotherOwnersRuns)
   const std::string b2 = submit("bob", 2);
   EXPECT_EQ(Get(a4).state(), v1::JOB_STATE_PENDING);
   EXPECT_THAT(Get(a4).state_reason(), HasSubstr("2 more would pass its max_slots_per_owner of 3"));
-  EXPECT_EQ(Get(b2).state(), v1::JOB_STATE_SCHEDULED) << "bob holds 1; 2 more make 3: allowed. "
-                                                       << Get(b2).state_reason();
+  EXPECT_EQ(Get(b2).state(), v1::JOB_STATE_SCHEDULED)
+      << "bob holds 1; 2 more make 3: allowed. " << Get(b2).state_reason();
 }
 
 }  // namespace

@@ -23,7 +23,8 @@ namespace {
 absl::Status ValidateRankStatus(const v1::RankStatus& st) {
   if (!v1::RankState_IsValid(st.state()) || st.state() == v1::RANK_STATE_UNSPECIFIED ||
       st.state() == v1::RANK_STATE_ASSIGNED) {
-    return absl::InvalidArgumentError("rank_status.state: must be STARTING, RUNNING or an end state");
+    return absl::InvalidArgumentError(
+        "rank_status.state: must be STARTING, RUNNING or an end state");
   }
   if (!v1::FailureKind_IsValid(st.exit().kind())) {
     return absl::InvalidArgumentError("rank_status.exit.kind: unknown failure kind");
@@ -31,16 +32,19 @@ absl::Status ValidateRankStatus(const v1::RankStatus& st) {
   if (!std::isfinite(st.cpu_seconds()) || st.cpu_seconds() < 0) {
     return absl::InvalidArgumentError("rank_status.cpu_seconds: must be a finite number >= 0");
   }
-  if (st.peak_memory_bytes() < 0) return absl::InvalidArgumentError("rank_status.peak_memory_bytes: must be >= 0");
+  if (st.peak_memory_bytes() < 0)
+    return absl::InvalidArgumentError("rank_status.peak_memory_bytes: must be >= 0");
   return absl::OkStatus();
 }
 
 absl::Status ValidateFinalModel(const v1::FinalModelReport& rep) {
   if (rep.path().empty() || rep.path()[0] != '/' || rep.path().size() > 4096 ||
       rep.path().find('\0') != std::string::npos) {
-    return absl::InvalidArgumentError("final_model.path: must be an absolute path of at most 4096 bytes");
+    return absl::InvalidArgumentError(
+        "final_model.path: must be an absolute path of at most 4096 bytes");
   }
-  if (rep.rank() != 0) return absl::InvalidArgumentError("final_model.rank: only rank 0 reports the final model");
+  if (rep.rank() != 0)
+    return absl::InvalidArgumentError("final_model.rank: only rank 0 reports the final model");
   return absl::OkStatus();
 }
 
@@ -57,11 +61,12 @@ void MarkSucceeded(v1::Job& next, v1::Attempt& a, absl::Time now) {
 
 // --- failures and rank ends ----------------------------------------------------
 
-absl::Status JobManager::FailAttempt(JobEntry& e, v1::Job next, std::vector<JobEvent> events, v1::FailureKind kind,
-                                     const std::string& reason, int failed_rank) {
+absl::Status JobManager::FailAttempt(JobEntry& e, v1::Job next, std::vector<JobEvent> events,
+                                     v1::FailureKind kind, const std::string& reason,
+                                     int failed_rank) {
   const int32_t restarts_before = next.restarts();
-  RanksByWorker to_stop =
-      BuildAttemptFailure(next, events, clock_->Now(), kind, reason, failed_rank, options_.restart_backoff);
+  RanksByWorker to_stop = BuildAttemptFailure(next, events, clock_->Now(), kind, reason,
+                                              failed_rank, options_.restart_backoff);
   const int32_t restarts = next.restarts();
   TRAINCTL_RETURN_IF_ERROR(book_->Commit(e, std::move(next), std::move(events)));
   // A counted restart waits its backoff (a rollback, a resume fallback or an
@@ -76,8 +81,10 @@ absl::Status JobManager::FailAttempt(JobEntry& e, v1::Job next, std::vector<JobE
   // A hung script's ranks write their Python stacks to their logs first
   // (docs/failures.md#hangs): a second is plenty for faulthandler.
   StopHow how;
-  if (kind == v1::FAILURE_KIND_HANG && e.job.spec().has_command()) how.stack_dump = absl::Seconds(1);
-  starter_->StopAll(e.job.id(), CurrentAttempt(e.job)->number(), to_stop, "a peer rank failed", how);
+  if (kind == v1::FAILURE_KIND_HANG && e.job.spec().has_command())
+    how.stack_dump = absl::Seconds(1);
+  starter_->StopAll(e.job.id(), CurrentAttempt(e.job)->number(), to_stop, "a peer rank failed",
+                    how);
   return absl::OkStatus();
 }
 
@@ -118,24 +125,29 @@ absl::Status JobManager::OnRankStatus(const std::string& worker_id, const v1::Ra
   return s;
 }
 
-void JobManager::HoldReport(const std::string& worker_id, const v1::RankStatus& st, absl::Time due) {
+void JobManager::HoldReport(const std::string& worker_id, const v1::RankStatus& st,
+                            absl::Time due) {
   held_reports_[ReportKey(st.job_id(), st.attempt(), st.rank())] = HeldReport{worker_id, st, due};
 }
 
-std::optional<std::string> JobManager::LostPeer(const v1::Attempt& a, const std::string& except) const {
+std::optional<std::string> JobManager::LostPeer(const v1::Attempt& a,
+                                                const std::string& except) const {
   for (const v1::RankAssignment& r : a.ranks()) {
     if (r.worker_id() == except || registry_->Connected(r.worker_id())) continue;
     const v1::Worker* w = registry_->Find(r.worker_id());
-    return absl::StrCat("worker ", r.worker_id(), " (host ", w != nullptr ? w->hostname() : r.host(), ") was lost");
+    return absl::StrCat("worker ", r.worker_id(), " (host ",
+                        w != nullptr ? w->hostname() : r.host(), ") was lost");
   }
   return std::nullopt;
 }
 
-absl::Status JobManager::ApplyRankStatus(const std::string& worker_id, const v1::RankStatus& st, bool may_hold) {
+absl::Status JobManager::ApplyRankStatus(const std::string& worker_id, const v1::RankStatus& st,
+                                         bool may_hold) {
   TRAINCTL_RETURN_IF_ERROR(ValidateRankStatus(st));
   v1::Attempt* a_mem = nullptr;
-  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, book_->ForWorker(worker_id, st.job_id(), st.attempt(), st.rank(),
-                                                          IsTerminal(st.state()), &a_mem));
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e,
+                            book_->ForWorker(worker_id, st.job_id(), st.attempt(), st.rank(),
+                                             IsTerminal(st.state()), &a_mem));
   const bool current = st.attempt() == e->job.attempts_size();
   const v1::RankAssignment& r_mem = a_mem->ranks(st.rank());
   if (IsTerminal(r_mem.state())) return absl::OkStatus();  // Already ended (e.g. worker lost).
@@ -143,7 +155,8 @@ absl::Status JobManager::ApplyRankStatus(const std::string& worker_id, const v1:
   if (!RankTransitionAllowed(r_mem.state(), st.state())) return absl::OkStatus();
   if (IsTerminal(st.state()) && (st.cpu_seconds() > 0 || st.peak_memory_bytes() > 0)) {
     // For the attempt's usage record (JobBook::Commit stores it).
-    e->rank_figures[{st.attempt(), st.rank()}] = RankFigures{st.cpu_seconds(), st.peak_memory_bytes()};
+    e->rank_figures[{st.attempt(), st.rank()}] =
+        RankFigures{st.cpu_seconds(), st.peak_memory_bytes()};
   }
   v1::Job next = e->job;
   if (!current || IsTerminal(next.state()) || AttemptEnded(a_mem->state())) {
@@ -170,24 +183,29 @@ absl::Status JobManager::ApplyRankStatus(const std::string& worker_id, const v1:
   }
 }
 
-absl::Status JobManager::ApplyEndOfEndedAttempt(const std::string& worker_id, const v1::RankStatus& st, JobEntry& e,
+absl::Status JobManager::ApplyEndOfEndedAttempt(const std::string& worker_id,
+                                                const v1::RankStatus& st, JobEntry& e,
                                                 v1::Job next) {
   if (!IsTerminal(st.state())) {
     starter_->Stop(worker_id, st.job_id(), st.attempt(), {st.rank()}, "attempt already ended");
-    return absl::AbortedError(absl::StrCat("attempt ", st.attempt(), " of job ", st.job_id(), " ended"));
+    return absl::AbortedError(
+        absl::StrCat("attempt ", st.attempt(), " of job ", st.job_id(), " ended"));
   }
   v1::RankAssignment* r = next.mutable_attempts(st.attempt() - 1)->mutable_ranks(st.rank());
-  r->set_state(st.state() == v1::RANK_STATE_SUCCEEDED ? v1::RANK_STATE_SUCCEEDED : v1::RANK_STATE_STOPPED);
+  r->set_state(st.state() == v1::RANK_STATE_SUCCEEDED ? v1::RANK_STATE_SUCCEEDED
+                                                      : v1::RANK_STATE_STOPPED);
   *r->mutable_exit() = st.exit();
   // A hung script's rank: the stacks it dumped as it was stopped (its log
   // lines went before its end) become an event beside the `hang` one.
   std::vector<JobEvent> events;
-  if (std::vector<std::string> stacks = ingest_->TakeStackDump(st.job_id(), st.attempt(), st.rank());
+  if (std::vector<std::string> stacks =
+          ingest_->TakeStackDump(st.job_id(), st.attempt(), st.rank());
       !stacks.empty()) {
-    events.push_back({"stacks",
-                      absl::StrCat("rank ", st.rank(), "'s Python stacks when the hang was found:\n",
-                                   absl::StrJoin(stacks, "\n")),
-                      st.attempt(), st.rank()});
+    events.push_back(
+        {"stacks",
+         absl::StrCat("rank ", st.rank(), "'s Python stacks when the hang was found:\n",
+                      absl::StrJoin(stacks, "\n")),
+         st.attempt(), st.rank()});
   }
   TRAINCTL_RETURN_IF_ERROR(book_->Commit(e, std::move(next), std::move(events)));
   RequestSchedule();
@@ -196,9 +214,10 @@ absl::Status JobManager::ApplyEndOfEndedAttempt(const std::string& worker_id, co
 
 absl::Status JobManager::ApplyRankRunning(JobEntry& e, v1::Job next, absl::Time now) {
   v1::Attempt* a = CurrentAttempt(next);
-  const bool all = std::all_of(a->ranks().begin(), a->ranks().end(), [](const v1::RankAssignment& x) {
-    return x.state() == v1::RANK_STATE_RUNNING || x.state() == v1::RANK_STATE_SUCCEEDED;
-  });
+  const bool all =
+      std::all_of(a->ranks().begin(), a->ranks().end(), [](const v1::RankAssignment& x) {
+        return x.state() == v1::RANK_STATE_RUNNING || x.state() == v1::RANK_STATE_SUCCEEDED;
+      });
   std::vector<JobEvent> events;
   if (all && a->state() == v1::ATTEMPT_STATE_STARTING) {
     a->set_state(v1::ATTEMPT_STATE_RUNNING);
@@ -210,15 +229,17 @@ absl::Status JobManager::ApplyRankRunning(JobEntry& e, v1::Job next, absl::Time 
       SetTimestamp(now, x.mutable_last_progress_time());
       e.progress_mono[x.rank()] = mono;
     }
-    events.push_back({"running", absl::StrCat("all ", a->ranks_size(), " ranks ready"), a->number()});
+    events.push_back(
+        {"running", absl::StrCat("all ", a->ranks_size(), " ranks ready"), a->number()});
   }
   return book_->Commit(e, std::move(next), std::move(events));
 }
 
 absl::Status JobManager::ApplyRankSucceeded(JobEntry& e, v1::Job next, absl::Time now) {
   v1::Attempt* a = CurrentAttempt(next);
-  const bool all = std::all_of(a->ranks().begin(), a->ranks().end(),
-                               [](const v1::RankAssignment& x) { return x.state() == v1::RANK_STATE_SUCCEEDED; });
+  const bool all = std::all_of(
+      a->ranks().begin(), a->ranks().end(),
+      [](const v1::RankAssignment& x) { return x.state() == v1::RANK_STATE_SUCCEEDED; });
   std::vector<JobEvent> events;
   if (all) {
     MarkSucceeded(next, *a, now);
@@ -229,8 +250,8 @@ absl::Status JobManager::ApplyRankSucceeded(JobEntry& e, v1::Job next, absl::Tim
   return absl::OkStatus();
 }
 
-absl::Status JobManager::ApplyRankFailed(const std::string& worker_id, const v1::RankStatus& st, JobEntry& e,
-                                         v1::Job next, bool may_hold, absl::Time now) {
+absl::Status JobManager::ApplyRankFailed(const std::string& worker_id, const v1::RankStatus& st,
+                                         JobEntry& e, v1::Job next, bool may_hold, absl::Time now) {
   // The rank's end and the attempt's failure, in one write.
   const v1::Attempt& a = *CurrentAttempt(next);
   const v1::RankAssignment& r = a.ranks(st.rank());
@@ -242,7 +263,8 @@ absl::Status JobManager::ApplyRankFailed(const std::string& worker_id, const v1:
       // A peer's death is the cause; this rank's error is its echo.
       reason = DescribeExit(r, st.exit(), *lost);
       kind = v1::FAILURE_KIND_WORKER_LOST;
-    } else if (may_hold && options_.lost_worker_wait > absl::ZeroDuration() && AttemptWorkers(a).size() > 1) {
+    } else if (may_hold && options_.lost_worker_wait > absl::ZeroDuration() &&
+               AttemptWorkers(a).size() > 1) {
       HoldReport(worker_id, st, now + options_.lost_worker_wait);
       return absl::OkStatus();
     }
@@ -254,40 +276,49 @@ absl::Status JobManager::ApplyRankFailed(const std::string& worker_id, const v1:
 
 // --- artifacts -------------------------------------------------------------------
 
-absl::Status JobManager::RefuseIfStale(const absl::Status& s, const std::string& worker_id, const char* what,
-                                       const std::string& job_id, int32_t attempt) {
+absl::Status JobManager::RefuseIfStale(const absl::Status& s, const std::string& worker_id,
+                                       const char* what, const std::string& job_id,
+                                       int32_t attempt) {
   if (!absl::IsAborted(s)) return s;
   // Fencing: a report of an attempt that is not the job's current one (its
   // ranks ran on while their worker was cut off) never becomes a record.
   ++stale_reports_refused_;
   LogEvent(LogLevel::kWarn, "coordinator", "stale_report_refused",
-           {{"worker_id", worker_id}, {"what", what}, {"job_id", job_id}, {"attempt", absl::StrCat(attempt)},
+           {{"worker_id", worker_id},
+            {"what", what},
+            {"job_id", job_id},
+            {"attempt", absl::StrCat(attempt)},
             {"reason", std::string(s.message())}});
   return s;
 }
 
-absl::Status JobManager::OnFinalModel(const std::string& worker_id, const v1::FinalModelReport& rep) {
+absl::Status JobManager::OnFinalModel(const std::string& worker_id,
+                                      const v1::FinalModelReport& rep) {
   TRAINCTL_RETURN_IF_ERROR(ValidateFinalModel(rep));
   v1::Attempt* a = nullptr;
-  absl::StatusOr<JobEntry*> found =
-      book_->ForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(), /*allow_stale=*/false, &a);
-  if (!found.ok()) return RefuseIfStale(found.status(), worker_id, "final_model", rep.job_id(), rep.attempt());
+  absl::StatusOr<JobEntry*> found = book_->ForWorker(worker_id, rep.job_id(), rep.attempt(),
+                                                     rep.rank(), /*allow_stale=*/false, &a);
+  if (!found.ok())
+    return RefuseIfStale(found.status(), worker_id, "final_model", rep.job_id(), rep.attempt());
   JobEntry* e = *found;
-  TRAINCTL_RETURN_IF_ERROR(CheckArtifactPath(e->job, rep.path(), /*final_model=*/true, "final_model.path"));
+  TRAINCTL_RETURN_IF_ERROR(
+      CheckArtifactPath(e->job, rep.path(), /*final_model=*/true, "final_model.path"));
   e->final_model = rep;
   e->final_model_worker = worker_id;
   return absl::OkStatus();
 }
 
-absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::CheckpointReport& rep) {
+absl::Status JobManager::OnCheckpoint(const std::string& worker_id,
+                                      const v1::CheckpointReport& rep) {
   TRAINCTL_RETURN_IF_ERROR(ValidateReportedCheckpoint(rep.record()));
   v1::Attempt* a_mem = nullptr;
-  absl::StatusOr<JobEntry*> found =
-      book_->ForWorker(worker_id, rep.job_id(), rep.attempt(), rep.rank(), /*allow_stale=*/false, &a_mem);
-  if (!found.ok()) return RefuseIfStale(found.status(), worker_id, "checkpoint", rep.job_id(), rep.attempt());
+  absl::StatusOr<JobEntry*> found = book_->ForWorker(worker_id, rep.job_id(), rep.attempt(),
+                                                     rep.rank(), /*allow_stale=*/false, &a_mem);
+  if (!found.ok())
+    return RefuseIfStale(found.status(), worker_id, "checkpoint", rep.job_id(), rep.attempt());
   JobEntry* e = *found;
-  TRAINCTL_RETURN_IF_ERROR(
-      CheckArtifactPath(e->job, rep.record().path(), /*final_model=*/false, "checkpoint.record.path"));
+  TRAINCTL_RETURN_IF_ERROR(CheckArtifactPath(e->job, rep.record().path(), /*final_model=*/false,
+                                             "checkpoint.record.path"));
   v1::Job next = e->job;
   const bool shared = next.spec().checkpoint().shared();
   v1::CheckpointRecord r = rep.record();
@@ -301,7 +332,8 @@ absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::Ch
   SetTimestamp(clock_->Now(), r.mutable_time());
   std::vector<v1::CheckpointRecord> dropped;
   std::string msg = AddCheckpointRecord(next, r, &dropped);
-  TRAINCTL_RETURN_IF_ERROR(book_->Commit(*e, std::move(next), {{"checkpoint", msg, rep.attempt(), rep.rank()}}));
+  TRAINCTL_RETURN_IF_ERROR(
+      book_->Commit(*e, std::move(next), {{"checkpoint", msg, rep.attempt(), rep.rank()}}));
   // The files of the records checkpoint.keep no longer keeps go, deleted by
   // the worker that reported each (ranks delete none: fencing). A command
   // job's program owns its own files. Ordered only once the record that
@@ -309,15 +341,16 @@ absl::Status JobManager::OnCheckpoint(const std::string& worker_id, const v1::Ch
   // commit, never when it rolls back), so that a crash at any moment leaves
   // the newest stored checkpoint's files on disk.
   if (!e->job.spec().has_command() && !dropped.empty()) {
-    book_->AfterCommit([this, id = e->job.id(), dropped = std::move(dropped)]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-      DropCheckpointFiles(id, dropped);
-    });
+    book_->AfterCommit(
+        [this, id = e->job.id(), dropped = std::move(dropped)]()
+            ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { DropCheckpointFiles(id, dropped); });
   }
   placer_->MaybeGrow(*e, r);
   return absl::OkStatus();
 }
 
-void JobManager::DropCheckpointFiles(const std::string& job_id, const std::vector<v1::CheckpointRecord>& dropped) {
+void JobManager::DropCheckpointFiles(const std::string& job_id,
+                                     const std::vector<v1::CheckpointRecord>& dropped) {
   std::map<std::string, v1::CoordinatorMessage> by_worker;
   for (const v1::CheckpointRecord& d : dropped) {
     const std::string& w = d.reported_by().empty() ? d.worker_id() : d.reported_by();

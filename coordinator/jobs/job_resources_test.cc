@@ -17,7 +17,8 @@ class JobResourcesTest : public JobManagerTest {
  protected:
   // Registers worker `id` with `slots` CPU slots and what it reports it can
   // allocate (as a daemon does at registration).
-  void AddSizedWorker(const std::string& id, int slots, double cpus, int64_t memory, bool enforces) {
+  void AddSizedWorker(const std::string& id, int slots, double cpus, int64_t memory,
+                      bool enforces) {
     v1::Register reg = CpuWorker(id, slots);
     reg.mutable_allocatable()->set_cpus(cpus);
     reg.mutable_allocatable()->set_memory_bytes(memory);
@@ -37,7 +38,8 @@ class JobResourcesTest : public JobManagerTest {
     std::vector<std::string> out;
     const v1::Job j = Get(id);
     if (j.attempts_size() == 0) return out;
-    for (const v1::RankAssignment& r : j.attempts(j.attempts_size() - 1).ranks()) out.push_back(r.worker_id());
+    for (const v1::RankAssignment& r : j.attempts(j.attempts_size() - 1).ranks())
+      out.push_back(r.worker_id());
     return out;
   }
 };
@@ -65,7 +67,8 @@ TEST_F(JobResourcesTest, TheSecondJobWaitsForMemoryWithTheReasonAndStartsWhenThe
   ASSERT_EQ(Get(first).state(), v1::JOB_STATE_SCHEDULED);
   const v1::Job waiting = Get(second);
   EXPECT_EQ(waiting.state(), v1::JOB_STATE_PENDING);
-  EXPECT_THAT(waiting.state_reason(), HasSubstr("needs 1 cpu slots of 1 cpu and 12 GiB memory per rank"));
+  EXPECT_THAT(waiting.state_reason(),
+              HasSubstr("needs 1 cpu slots of 1 cpu and 12 GiB memory per rank"));
   EXPECT_THAT(waiting.state_reason(), HasSubstr("4 GiB of 16 GiB memory free"));
   // The same reason in the job list (trainctl list / status read it there).
   v1::ListJobsRequest req;
@@ -82,7 +85,8 @@ TEST_F(JobResourcesTest, TheSecondJobWaitsForMemoryWithTheReasonAndStartsWhenThe
   // The first job's rank ends: its 12 GiB are free again, the second starts.
   ASSERT_TRUE(Status("w1", first, 1, 0, v1::RANK_STATE_RUNNING).ok());
   ASSERT_TRUE(jobs_->Cancel(first, "done").ok());
-  EXPECT_EQ(Get(second).state(), v1::JOB_STATE_PENDING) << "the rank still holds its memory until it stops";
+  EXPECT_EQ(Get(second).state(), v1::JOB_STATE_PENDING)
+      << "the rank still holds its memory until it stops";
   ASSERT_TRUE(Status("w1", first, 1, 0, v1::RANK_STATE_STOPPED).ok());
   EXPECT_EQ(Get(second).state(), v1::JOB_STATE_SCHEDULED) << Get(second).state_reason();
   EXPECT_EQ(WorkersOf(second), (std::vector<std::string>{"w1"}));
@@ -117,8 +121,10 @@ TEST_F(JobResourcesTest, AJobThatCanNeverFitIsRefusedAtSubmitNamingTheResource) 
   auto refused = jobs_->Submit(spec);
   ASSERT_FALSE(refused.ok());
   EXPECT_EQ(refused.status().code(), absl::StatusCode::kFailedPrecondition);
-  EXPECT_THAT(std::string(refused.status().message()),
-              HasSubstr("needs 8 cpus per rank; the largest cpu worker that enforces limits has 4 allocatable"));
+  EXPECT_THAT(
+      std::string(refused.status().message()),
+      HasSubstr(
+          "needs 8 cpus per rank; the largest cpu worker that enforces limits has 4 allocatable"));
   // With wait_for_capacity it waits, with the same reason.
   spec.mutable_scheduling()->set_wait_for_capacity(true);
   auto waits = jobs_->Submit(spec);

@@ -46,11 +46,13 @@ TEST_F(JobRuntimeTest, AJobPastItsLimitIsStoppedAsAPreemptionAndEndsTimeout) {
   const v1::Job timed_out = Get(id);
   ASSERT_EQ(timed_out.state(), v1::JOB_STATE_TIMEOUT) << timed_out.state_reason();
   EXPECT_TRUE(IsTerminal(timed_out.state()));
-  EXPECT_THAT(timed_out.state_reason(), HasSubstr("ran past max_runtime_s=10 (10s of running time over 1 attempt)"));
+  EXPECT_THAT(timed_out.state_reason(),
+              HasSubstr("ran past max_runtime_s=10 (10s of running time over 1 attempt)"));
   ASSERT_EQ(timed_out.attempts_size(), 1);
   EXPECT_EQ(timed_out.attempts(0).state(), v1::ATTEMPT_STATE_CANCELLED);
   EXPECT_THAT(timed_out.attempts(0).reason(), HasSubstr("ran past max_runtime_s=10"));
-  EXPECT_EQ(timed_out.attempts(0).failure_kind(), v1::FAILURE_KIND_UNSPECIFIED) << "not cancelled by a user";
+  EXPECT_EQ(timed_out.attempts(0).failure_kind(), v1::FAILURE_KIND_UNSPECIFIED)
+      << "not cancelled by a user";
   // Stopped as a preemption: checkpoint first, with the preemption grace.
   const std::vector<v1::StopRanks> stops = StopsOf(id);
   ASSERT_EQ(stops.size(), 2u);
@@ -113,9 +115,11 @@ TEST_F(JobRuntimeTest, RestartsDoNotResetTheClockAndTheWaitBetweenAttemptsDoesNo
   jobs_->Tick();
   const v1::Job j = Get(id);
   ASSERT_EQ(j.state(), v1::JOB_STATE_TIMEOUT) << j.state_reason();
-  EXPECT_THAT(j.state_reason(), HasSubstr("ran past max_runtime_s=10 (10s of running time over 2 attempts)"));
+  EXPECT_THAT(j.state_reason(),
+              HasSubstr("ran past max_runtime_s=10 (10s of running time over 2 attempts)"));
   EXPECT_EQ(j.attempts(1).state(), v1::ATTEMPT_STATE_CANCELLED);
-  EXPECT_EQ(j.attempts(0).state(), v1::ATTEMPT_STATE_FAILED) << "the earlier attempt keeps its own end";
+  EXPECT_EQ(j.attempts(0).state(), v1::ATTEMPT_STATE_FAILED)
+      << "the earlier attempt keeps its own end";
 }
 
 // A job whose attempts already used up its time times out while it waits
@@ -160,7 +164,8 @@ TEST_F(JobRuntimeTest, AJobThatEndsInTimeBackfillsOnTheSlotsTheHeadHolds) {
   auto too_long = jobs_->Submit(long_spec);
   ASSERT_TRUE(too_long.ok()) << too_long.status();
   EXPECT_EQ(Get(too_long->id()).state(), v1::JOB_STATE_PENDING);
-  EXPECT_THAT(Get(too_long->id()).state_reason(), HasSubstr("at most 150 s would let it start now (backfill)"));
+  EXPECT_THAT(Get(too_long->id()).state_reason(),
+              HasSubstr("at most 150 s would let it start now (backfill)"));
 
   v1::JobSpec short_spec = Spec(1);
   short_spec.mutable_scheduling()->set_max_runtime_s(90);  // 150 s with the grace

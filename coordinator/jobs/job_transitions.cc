@@ -5,8 +5,8 @@
 namespace trainctl::coordinator {
 
 bool IsTerminal(v1::JobState s) {
-  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED || s == v1::JOB_STATE_CANCELLED ||
-         s == v1::JOB_STATE_TIMEOUT;
+  return s == v1::JOB_STATE_SUCCEEDED || s == v1::JOB_STATE_FAILED ||
+         s == v1::JOB_STATE_CANCELLED || s == v1::JOB_STATE_TIMEOUT;
 }
 
 bool IsTerminal(v1::RankState s) {
@@ -20,20 +20,30 @@ bool AttemptEnded(v1::AttemptState s) {
 
 const char* StateName(v1::JobState s) {
   switch (s) {
-    case v1::JOB_STATE_PENDING: return "PENDING";
-    case v1::JOB_STATE_SCHEDULED: return "SCHEDULED";
-    case v1::JOB_STATE_RUNNING: return "RUNNING";
-    case v1::JOB_STATE_RESTARTING: return "RESTARTING";
-    case v1::JOB_STATE_SUCCEEDED: return "SUCCEEDED";
-    case v1::JOB_STATE_FAILED: return "FAILED";
-    case v1::JOB_STATE_CANCELLED: return "CANCELLED";
-    case v1::JOB_STATE_TIMEOUT: return "TIMEOUT";
-    default: return "UNSPECIFIED";
+    case v1::JOB_STATE_PENDING:
+      return "PENDING";
+    case v1::JOB_STATE_SCHEDULED:
+      return "SCHEDULED";
+    case v1::JOB_STATE_RUNNING:
+      return "RUNNING";
+    case v1::JOB_STATE_RESTARTING:
+      return "RESTARTING";
+    case v1::JOB_STATE_SUCCEEDED:
+      return "SUCCEEDED";
+    case v1::JOB_STATE_FAILED:
+      return "FAILED";
+    case v1::JOB_STATE_CANCELLED:
+      return "CANCELLED";
+    case v1::JOB_STATE_TIMEOUT:
+      return "TIMEOUT";
+    default:
+      return "UNSPECIFIED";
   }
 }
 
 bool JobTransitionAllowed(v1::JobState from, v1::JobState to) {
-  if (from == to) return true;  // Updates without a state change (also rank ends after the job ended).
+  if (from == to)
+    return true;  // Updates without a state change (also rank ends after the job ended).
   switch (from) {
     case v1::JOB_STATE_UNSPECIFIED:
       return to == v1::JOB_STATE_PENDING;
@@ -90,14 +100,16 @@ absl::Status Refused(const v1::Job& job, const std::string& what) {
   return absl::InternalError(absl::StrCat("job ", job.id(), ": ", what, " is not allowed"));
 }
 
-absl::Status CheckAttemptChange(const v1::Job& job, const v1::Attempt& from, const v1::Attempt& to) {
+absl::Status CheckAttemptChange(const v1::Job& job, const v1::Attempt& from,
+                                const v1::Attempt& to) {
   if (!AttemptTransitionAllowed(from.state(), to.state())) {
-    return Refused(job, absl::StrCat("attempt ", from.number(), ": ", v1::AttemptState_Name(from.state()), " -> ",
-                                     v1::AttemptState_Name(to.state())));
+    return Refused(
+        job, absl::StrCat("attempt ", from.number(), ": ", v1::AttemptState_Name(from.state()),
+                          " -> ", v1::AttemptState_Name(to.state())));
   }
   if (from.ranks_size() != to.ranks_size()) {
-    return Refused(job, absl::StrCat("attempt ", from.number(), ": changing its ranks from ", from.ranks_size(),
-                                     " to ", to.ranks_size()));
+    return Refused(job, absl::StrCat("attempt ", from.number(), ": changing its ranks from ",
+                                     from.ranks_size(), " to ", to.ranks_size()));
   }
   for (int i = 0; i < from.ranks_size(); ++i) {
     if (!RankTransitionAllowed(from.ranks(i).state(), to.ranks(i).state())) {
@@ -111,11 +123,13 @@ absl::Status CheckAttemptChange(const v1::Job& job, const v1::Attempt& from, con
 
 absl::Status CheckNewAttempt(const v1::Job& job, const v1::Attempt& a) {
   if (a.state() != v1::ATTEMPT_STATE_STARTING) {
-    return Refused(job, absl::StrCat("a new attempt ", a.number(), " in ", v1::AttemptState_Name(a.state())));
+    return Refused(
+        job, absl::StrCat("a new attempt ", a.number(), " in ", v1::AttemptState_Name(a.state())));
   }
   for (const v1::RankAssignment& r : a.ranks()) {
     if (r.state() != v1::RANK_STATE_ASSIGNED) {
-      return Refused(job, absl::StrCat("a new attempt's rank ", r.rank(), " in ", v1::RankState_Name(r.state())));
+      return Refused(job, absl::StrCat("a new attempt's rank ", r.rank(), " in ",
+                                       v1::RankState_Name(r.state())));
     }
   }
   return absl::OkStatus();
@@ -125,14 +139,17 @@ absl::Status CheckNewAttempt(const v1::Job& job, const v1::Attempt& a) {
 
 absl::Status CheckJobChange(const v1::Job& from, const v1::Job& to) {
   if (!JobTransitionAllowed(from.state(), to.state())) {
-    return Refused(to, absl::StrCat("transition ", StateName(from.state()), " -> ", StateName(to.state())));
+    return Refused(
+        to, absl::StrCat("transition ", StateName(from.state()), " -> ", StateName(to.state())));
   }
   if (to.attempts_size() < from.attempts_size()) {
-    return Refused(to, absl::StrCat("dropping attempts (", from.attempts_size(), " -> ", to.attempts_size(), ")"));
+    return Refused(to, absl::StrCat("dropping attempts (", from.attempts_size(), " -> ",
+                                    to.attempts_size(), ")"));
   }
   for (int i = 0; i < to.attempts_size(); ++i) {
-    absl::Status s = i < from.attempts_size() ? CheckAttemptChange(to, from.attempts(i), to.attempts(i))
-                                              : CheckNewAttempt(to, to.attempts(i));
+    absl::Status s = i < from.attempts_size()
+                         ? CheckAttemptChange(to, from.attempts(i), to.attempts(i))
+                         : CheckNewAttempt(to, to.attempts(i));
     if (!s.ok()) return s;
   }
   return absl::OkStatus();

@@ -86,11 +86,13 @@ TEST(JobTransitionsTest, ChangeOfAJobIsCheckedForItsAttemptsAndRanks) {
   back.mutable_attempts(0)->mutable_ranks(1)->set_state(v1::RANK_STATE_STARTING);
   absl::Status s = CheckJobChange(from, back);
   EXPECT_EQ(s.code(), absl::StatusCode::kInternal);
-  EXPECT_THAT(s.message(), HasSubstr("attempt 1 rank 1: RANK_STATE_RUNNING -> RANK_STATE_STARTING"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("attempt 1 rank 1: RANK_STATE_RUNNING -> RANK_STATE_STARTING"));
   // An ended attempt running again.
   v1::Job revived = to;
   revived.mutable_attempts(0)->set_state(v1::ATTEMPT_STATE_RUNNING);
-  EXPECT_THAT(CheckJobChange(to, revived).message(), HasSubstr("ATTEMPT_STATE_FAILED -> ATTEMPT_STATE_RUNNING"));
+  EXPECT_THAT(CheckJobChange(to, revived).message(),
+              HasSubstr("ATTEMPT_STATE_FAILED -> ATTEMPT_STATE_RUNNING"));
   // Attempts dropped, ranks added to an attempt, a new attempt already running.
   v1::Job dropped = from;
   dropped.clear_attempts();
@@ -100,13 +102,15 @@ TEST(JobTransitionsTest, ChangeOfAJobIsCheckedForItsAttemptsAndRanks) {
   EXPECT_THAT(CheckJobChange(from, grown).message(), HasSubstr("changing its ranks from 2 to 3"));
   v1::Job skipped = again;
   skipped.mutable_attempts(1)->set_state(v1::ATTEMPT_STATE_RUNNING);
-  EXPECT_THAT(CheckJobChange(to, skipped).message(), HasSubstr("a new attempt 2 in ATTEMPT_STATE_RUNNING"));
+  EXPECT_THAT(CheckJobChange(to, skipped).message(),
+              HasSubstr("a new attempt 2 in ATTEMPT_STATE_RUNNING"));
   // And the job's own table.
   v1::Job ended = from;
   ended.set_state(v1::JOB_STATE_SUCCEEDED);
   v1::Job reopened = ended;
   reopened.set_state(v1::JOB_STATE_RUNNING);
-  EXPECT_THAT(CheckJobChange(ended, reopened).message(), HasSubstr("transition SUCCEEDED -> RUNNING"));
+  EXPECT_THAT(CheckJobChange(ended, reopened).message(),
+              HasSubstr("transition SUCCEEDED -> RUNNING"));
 }
 
 }  // namespace

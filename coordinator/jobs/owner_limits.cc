@@ -29,8 +29,8 @@ std::string OwnerLimits::Admit(const std::string& queue, const std::string& owne
                         "', its max_running_jobs_per_owner; waits for one of them to end");
   }
   if (limit.slots > 0 && l.slots + slots > limit.slots) {
-    return absl::StrCat("owner '", owner, "' holds ", l.slots, " slots in queue '", queue, "'; ", slots,
-                        " more would pass its max_slots_per_owner of ", limit.slots);
+    return absl::StrCat("owner '", owner, "' holds ", l.slots, " slots in queue '", queue, "'; ",
+                        slots, " more would pass its max_slots_per_owner of ", limit.slots);
   }
   ++l.jobs;
   l.slots += slots;

@@ -28,7 +28,8 @@ absl::StatusOr<int64_t> OwnerNumbers::Get(const std::string& owner) {
     // Nothing else writes the table while this coordinator holds the
     // database, so a taken row means memory is behind: read it again.
     if (absl::IsAlreadyExists(s)) loaded_ = false;
-    return absl::UnavailableError(absl::StrCat("could not store a number for owner '", owner, "': ", s.message()));
+    return absl::UnavailableError(
+        absl::StrCat("could not store a number for owner '", owner, "': ", s.message()));
   }
   highest_ = next;
   numbers_[owner] = next;

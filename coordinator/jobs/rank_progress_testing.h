@@ -16,8 +16,8 @@ struct HeartbeatShape {
 
 // Rank `rank` of attempt 1 at `step`, its collective sequence at `seq` and,
 // when `waiting_seq` > 0, waiting in all-reduce #waiting_seq.
-inline v1::RankProgress TrainHeartbeat(int rank, int64_t step, int64_t seq, int64_t waiting_seq, double compute_ms,
-                                       HeartbeatShape shape = {}) {
+inline v1::RankProgress TrainHeartbeat(int rank, int64_t step, int64_t seq, int64_t waiting_seq,
+                                       double compute_ms, HeartbeatShape shape = {}) {
   v1::RankProgress p;
   p.set_attempt(1);
   p.set_rank(rank);

@@ -25,7 +25,7 @@ double Median(std::vector<double> v) {
 }  // namespace
 
 std::string DescribeCollective(v1::CollectiveOp op, int64_t seq, int64_t step, int32_t bucket) {
-  const char* name = op == v1::COLLECTIVE_OP_ALL_REDUCE   ? "all-reduce"
+  const char* name = op == v1::COLLECTIVE_OP_ALL_REDUCE  ? "all-reduce"
                      : op == v1::COLLECTIVE_OP_BROADCAST ? "broadcast"
                      : op == v1::COLLECTIVE_OP_BARRIER   ? "barrier"
                                                          : "collective";
@@ -67,7 +67,8 @@ void RankWatch::OnHeartbeat(const v1::RankProgress& p, absl::Time now, double st
   if (straggler_threshold <= 0 || p.phase() != v1::RANK_PHASE_TRAIN || p.compute_ms() <= 0) return;
   std::vector<double> others;
   for (const auto& [rank, o] : ranks_) {
-    if (rank == p.rank() || o.last.phase() != v1::RANK_PHASE_TRAIN || o.last.compute_ms() <= 0) continue;
+    if (rank == p.rank() || o.last.phase() != v1::RANK_PHASE_TRAIN || o.last.compute_ms() <= 0)
+      continue;
     others.push_back(o.last.compute_ms());
   }
   if (others.empty()) return;
@@ -118,14 +119,15 @@ std::optional<HangVerdict> RankWatch::CheckSilence(const v1::Attempt& attempt, a
   for (const Live* l : silent) {
     const v1::RankProgress& p = l->state->last;
     v.blamed.push_back(l->assignment->rank());
-    std::string s = absl::StrCat("rank ", l->assignment->rank(), " (worker ", l->assignment->worker_id());
+    std::string s =
+        absl::StrCat("rank ", l->assignment->rank(), " (worker ", l->assignment->worker_id());
     if (p.pid() > 0) absl::StrAppend(&s, ", pid ", p.pid());
     absl::StrAppend(&s, ")");
     if (ref != nullptr) {
       // "rank 1 (…) stopped before all-reduce #18 (step 501, bucket 0) in its
       // epoch start phase (epoch 2, step 500)".
-      absl::StrAppend(&s, p.collective_seq() >= n ? " stopped in " : " stopped before ", coll, " in its ",
-                      DescribePhase(p));
+      absl::StrAppend(&s, p.collective_seq() >= n ? " stopped in " : " stopped before ", coll,
+                      " in its ", DescribePhase(p));
     } else {
       absl::StrAppend(&s, " stopped in its ", DescribePhase(p));
       if (p.waiting_seq() > 0) {
@@ -137,22 +139,25 @@ std::optional<HangVerdict> RankWatch::CheckSilence(const v1::Attempt& attempt, a
       }
     }
     parts.push_back(std::move(s));
-    quiet.push_back(absl::StrCat("rank ", l->assignment->rank(), " for ", Secs(now - l->state->received)));
+    quiet.push_back(
+        absl::StrCat("rank ", l->assignment->rank(), " for ", Secs(now - l->state->received)));
   }
   if (ref == nullptr) {
-    v.message = absl::StrCat(absl::StrJoin(parts, " and "), "; no heartbeat from ", absl::StrJoin(quiet, ", "),
-                             " (bound ", Secs(bound), ")");
+    v.message = absl::StrCat(absl::StrJoin(parts, " and "), "; no heartbeat from ",
+                             absl::StrJoin(quiet, ", "), " (bound ", Secs(bound), ")");
     return v;
   }
   std::vector<std::string> waiting_ranks;
   for (const Live& l : live) {
-    if (Fresh(l, now) && l.state->last.waiting_seq() == n) waiting_ranks.push_back(absl::StrCat(l.assignment->rank()));
+    if (Fresh(l, now) && l.state->last.waiting_seq() == n)
+      waiting_ranks.push_back(absl::StrCat(l.assignment->rank()));
   }
   const v1::RankProgress& rp = ref->state->last;
   const absl::Duration waited = absl::Milliseconds(rp.waiting_ms()) + (now - ref->state->received);
-  v.message = absl::StrCat(absl::StrJoin(parts, " and "), "; ", waiting_ranks.size() == 1 ? "rank " : "ranks ",
-                           absl::StrJoin(waiting_ranks, ", "), " waiting in it for ", Secs(waited), " (bound ",
-                           Secs(bound), "); no heartbeat from ", absl::StrJoin(quiet, ", "));
+  v.message = absl::StrCat(
+      absl::StrJoin(parts, " and "), "; ", waiting_ranks.size() == 1 ? "rank " : "ranks ",
+      absl::StrJoin(waiting_ranks, ", "), " waiting in it for ", Secs(waited), " (bound ",
+      Secs(bound), "); no heartbeat from ", absl::StrJoin(quiet, ", "));
   return v;
 }
 
@@ -187,7 +192,8 @@ std::optional<std::vector<RankWatch::Live>> RankWatch::TrainingRanks(const v1::A
   return live;
 }
 
-const RankWatch::Live* RankWatch::LowestWaiter(const std::vector<Live>& live, absl::Time now) const {
+const RankWatch::Live* RankWatch::LowestWaiter(const std::vector<Live>& live,
+                                               absl::Time now) const {
   const Live* ref = nullptr;
   for (const Live& l : live) {
     const int64_t w = l.state->last.waiting_seq();
@@ -201,7 +207,8 @@ std::optional<HangVerdict> RankWatch::Blame(const std::vector<Live>& live, const
                                             absl::Duration stalled, absl::Duration bound,
                                             absl::Time now) const {
   auto who = [](const Live& l) {
-    std::string s = absl::StrCat("rank ", l.assignment->rank(), " (worker ", l.assignment->worker_id());
+    std::string s =
+        absl::StrCat("rank ", l.assignment->rank(), " (worker ", l.assignment->worker_id());
     if (l.state->last.pid() > 0) absl::StrAppend(&s, ", pid ", l.state->last.pid());
     return s + ")";
   };
@@ -220,29 +227,31 @@ std::optional<HangVerdict> RankWatch::Blame(const std::vector<Live>& live, const
     blamed_names.push_back(who(l));
     all_before &= p.collective_seq() < n;
     if (!Fresh(l, now)) {
-      silent.push_back(absl::StrCat("rank ", l.assignment->rank(), " for ", Secs(now - l.state->received)));
+      silent.push_back(
+          absl::StrCat("rank ", l.assignment->rank(), " for ", Secs(now - l.state->received)));
     }
   }
   // A silent rank is strong evidence; ranks that all still report (one busy
   // outside the collectives, say on a slow read) get the longer bound too.
   if (silent.empty() && stalled <= 3 * bound) return std::nullopt;
   if (ref == nullptr) {
-    v.message = absl::StrCat(absl::StrJoin(blamed_names, " and "), " made no progress for ", Secs(stalled),
-                             " (bound ", Secs(bound), "); no heartbeat from ", absl::StrJoin(silent, ", "));
+    v.message =
+        absl::StrCat(absl::StrJoin(blamed_names, " and "), " made no progress for ", Secs(stalled),
+                     " (bound ", Secs(bound), "); no heartbeat from ", absl::StrJoin(silent, ", "));
     return v;
   }
   const v1::RankProgress& rp = ref->state->last;
   const std::string coll = DescribeCollective(rp.op(), n, rp.op_step(), rp.op_bucket());
   const absl::Duration waited = absl::Milliseconds(rp.waiting_ms()) + (now - ref->state->received);
   if (v.blamed.empty()) {
-    v.message = absl::StrCat("every rank has waited in ", coll, " for ", Secs(waited),
-                             " (bound ", Secs(bound), "): the collective itself is stuck, no rank is missing");
+    v.message = absl::StrCat("every rank has waited in ", coll, " for ", Secs(waited), " (bound ",
+                             Secs(bound), "): the collective itself is stuck, no rank is missing");
     return v;
   }
-  v.message = absl::StrCat(absl::StrJoin(blamed_names, " and "), all_before ? " stopped before " : " stopped in ",
-                           coll, "; ", waiting_ranks.size() == 1 ? "rank " : "ranks ",
-                           absl::StrJoin(waiting_ranks, ", "), " waiting in it for ", Secs(waited), " (bound ",
-                           Secs(bound), ")");
+  v.message = absl::StrCat(
+      absl::StrJoin(blamed_names, " and "), all_before ? " stopped before " : " stopped in ", coll,
+      "; ", waiting_ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(waiting_ranks, ", "),
+      " waiting in it for ", Secs(waited), " (bound ", Secs(bound), ")");
   if (!silent.empty()) {
     absl::StrAppend(&v.message, "; no heartbeat from ", absl::StrJoin(silent, ", "));
   } else {
@@ -270,10 +279,11 @@ std::vector<Straggler> RankWatch::TakeStragglers(const v1::Attempt& attempt) {
     s.compute_ms = r.last.compute_ms();
     s.median_others_ms = Median(others);
     s.message = absl::StrFormat(
-        "rank %d (worker %s, host %s) is a straggler: %.1f ms of compute per step, %.0f%% slower than the "
+        "rank %d (worker %s, host %s) is a straggler: %.1f ms of compute per step, %.0f%% slower "
+        "than the "
         "median of the other ranks (%.1f ms), for %d heartbeats in a row",
-        a.rank(), a.worker_id(), a.host(), s.compute_ms, 100 * (s.compute_ms / s.median_others_ms - 1),
-        s.median_others_ms, r.slow_streak);
+        a.rank(), a.worker_id(), a.host(), s.compute_ms,
+        100 * (s.compute_ms / s.median_others_ms - 1), s.median_others_ms, r.slow_streak);
     out.push_back(std::move(s));
   }
   return out;

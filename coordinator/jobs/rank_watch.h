@@ -8,8 +8,8 @@
 //     bound = max(hang_factor × the ranks' largest recent p99 step time, hang_floor),
 // with evidence: a rank that went silent while another still reports that it
 // waits in a collective; without a silent rank, or without a waiting one, the
-// stall must last 3 × bound (a rank busy on a slow read, a delayed stream). Blame goes to the ranks that are NOT waiting in
-// the collective the others wait in (the lowest collective sequence number
+// stall must last 3 × bound (a rank busy on a slow read, a delayed stream). Blame goes to the ranks
+// that are NOT waiting in the collective the others wait in (the lowest collective sequence number
 // being waited on): a rank that went silent (SIGSTOP, frozen host) or one
 // busy elsewhere. A rank blocked in a collective because a peer stopped is
 // never the one blamed.
@@ -72,8 +72,8 @@ struct HangVerdict {
 
 struct Straggler {
   int32_t rank = 0;
-  double compute_ms = 0;         // the rank's recent compute per step
-  double median_others_ms = 0;   // the median of the other ranks'
+  double compute_ms = 0;        // the rank's recent compute per step
+  double median_others_ms = 0;  // the median of the other ranks'
   std::string message;
 };
 
@@ -127,12 +127,15 @@ class RankWatch {
   // waits); and the verdict that names who holds the others up.
   std::optional<std::vector<Live>> TrainingRanks(const v1::Attempt& attempt, double* p99_ms) const;
   const Live* LowestWaiter(const std::vector<Live>& live, absl::Time now) const;
-  std::optional<HangVerdict> Blame(const std::vector<Live>& live, const Live* ref, absl::Duration stalled,
-                                   absl::Duration bound, absl::Time now) const;
+  std::optional<HangVerdict> Blame(const std::vector<Live>& live, const Live* ref,
+                                   absl::Duration stalled, absl::Duration bound,
+                                   absl::Time now) const;
   // max(hang_factor × the largest p99 step time of `live`, hang_floor).
   absl::Duration Bound(double p99_ms) const;
   // It reported within options_.silent_after of `now`.
-  bool Fresh(const Live& l, absl::Time now) const { return now - l.state->received <= options_.silent_after; }
+  bool Fresh(const Live& l, absl::Time now) const {
+    return now - l.state->received <= options_.silent_after;
+  }
 
   RankWatchOptions options_;
   int32_t attempt_ = 0;

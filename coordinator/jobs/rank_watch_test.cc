@@ -24,8 +24,8 @@ v1::Attempt Attempt(int world) {
   return a;
 }
 
-v1::RankProgress Beat(int rank, int64_t step, int64_t seq, int64_t waiting_seq, double compute_ms = 10,
-                      int64_t waiting_ms = 0) {
+v1::RankProgress Beat(int rank, int64_t step, int64_t seq, int64_t waiting_seq,
+                      double compute_ms = 10, int64_t waiting_ms = 0) {
   v1::RankProgress p = TrainHeartbeat(rank, step, seq, waiting_seq, compute_ms, {3, 200, 100});
   p.set_waiting_ms(waiting_ms);
   return p;
@@ -37,7 +37,8 @@ TEST(RankWatchTest, BlamesTheSilentRankNotTheOnesWaitingForIt) {
   const v1::Attempt a = Attempt(3);
   // Steady training: everyone advances each second.
   for (int s = 0; s < 5; ++s) {
-    for (int r = 0; r < 3; ++r) w.OnHeartbeat(Beat(r, 600 + s, 1000 + 4 * s, 0), kT0 + absl::Seconds(s), 0.3);
+    for (int r = 0; r < 3; ++r)
+      w.OnHeartbeat(Beat(r, 600 + s, 1000 + 4 * s, 0), kT0 + absl::Seconds(s), 0.3);
   }
   // Rank 1 stops (its last beat: step 604, seq 1016); ranks 0 and 2 issue
   // #1017..#1020 and wait in #1020 (bucket 3 of step 605), reporting on.
@@ -55,8 +56,11 @@ TEST(RankWatchTest, BlamesTheSilentRankNotTheOnesWaitingForIt) {
     ASSERT_TRUE(v.has_value()) << s;
     EXPECT_EQ(v->bound, absl::Seconds(5));
     EXPECT_THAT(v->blamed, ::testing::ElementsAre(1));
-    EXPECT_THAT(v->message, HasSubstr("rank 1 (worker w1, pid 101) stopped before all-reduce #1020 (step 605, bucket 3); "
-                                      "ranks 0, 2 waiting in it for "));
+    EXPECT_THAT(
+        v->message,
+        HasSubstr(
+            "rank 1 (worker w1, pid 101) stopped before all-reduce #1020 (step 605, bucket 3); "
+            "ranks 0, 2 waiting in it for "));
     EXPECT_THAT(v->message, HasSubstr("no heartbeat from rank 1 for "));
     break;
   }
@@ -109,8 +113,10 @@ TEST(RankWatchTest, ARankAliveOutsideTheCollectiveIsBlamedAfterThreeBounds) {
     }
     ASSERT_TRUE(v.has_value());
     EXPECT_THAT(v->blamed, ::testing::ElementsAre(1));
-    EXPECT_THAT(v->message, HasSubstr("rank 1 (worker w1, pid 101) stopped before all-reduce #21 (step 11, bucket 3); "
-                                      "rank 0 waiting in it for 16.0 s"));
+    EXPECT_THAT(
+        v->message,
+        HasSubstr("rank 1 (worker w1, pid 101) stopped before all-reduce #21 (step 11, bucket 3); "
+                  "rank 0 waiting in it for 16.0 s"));
     EXPECT_THAT(v->message, HasSubstr("it is alive but outside the collective"));
   }
 }
@@ -135,22 +141,25 @@ TEST(RankWatchTest, ARankSlowerThanTheMedianIsReportedOnce) {
   w.Reset(1);
   v1::Attempt a = Attempt(3);
   for (int s = 0; s < 4; ++s) {
-    for (int r = 0; r < 3; ++r) w.OnHeartbeat(Beat(r, s, s, 0, r == 2 ? 14 : 10), kT0 + absl::Seconds(s), 0.3);
+    for (int r = 0; r < 3; ++r)
+      w.OnHeartbeat(Beat(r, s, s, 0, r == 2 ? 14 : 10), kT0 + absl::Seconds(s), 0.3);
   }
   EXPECT_TRUE(w.TakeStragglers(a).empty());  // 40% slower, but 4 beats only
   w.OnHeartbeat(Beat(2, 5, 5, 0, 14), kT0 + absl::Seconds(5), 0.3);
   std::vector<Straggler> st = w.TakeStragglers(a);
   ASSERT_EQ(st.size(), 1u);
   EXPECT_EQ(st[0].rank, 2);
-  EXPECT_THAT(st[0].message, HasSubstr("rank 2 (worker w2, host h2) is a straggler: 14.0 ms of compute per step, "
-                                       "40% slower than the median of the other ranks (10.0 ms)"));
+  EXPECT_THAT(st[0].message,
+              HasSubstr("rank 2 (worker w2, host h2) is a straggler: 14.0 ms of compute per step, "
+                        "40% slower than the median of the other ranks (10.0 ms)"));
   w.OnHeartbeat(Beat(2, 6, 6, 0, 14), kT0 + absl::Seconds(6), 0.3);
   EXPECT_TRUE(w.TakeStragglers(a).empty());  // once per attempt
   // 20% slower is under the threshold: never a straggler.
   RankWatch mild;
   mild.Reset(1);
   for (int s = 0; s < 20; ++s) {
-    for (int r = 0; r < 3; ++r) mild.OnHeartbeat(Beat(r, s, s, 0, r == 0 ? 12 : 10), kT0 + absl::Seconds(s), 0.3);
+    for (int r = 0; r < 3; ++r)
+      mild.OnHeartbeat(Beat(r, s, s, 0, r == 0 ? 12 : 10), kT0 + absl::Seconds(s), 0.3);
   }
   EXPECT_TRUE(mild.TakeStragglers(a).empty());
 }
@@ -206,14 +215,17 @@ TEST(RankWatchSilenceTest, NamesTheCollectiveTheOthersWaitIn) {
   // done); ranks 0 and 1 wait in the epoch's first all-reduce, #41.
   w.OnHeartbeat(PhaseBeat(2, v1::RANK_PHASE_INIT, 40), kT0, 0.3);
   for (int s = 0; s <= 7; ++s) {
-    for (int r : {0, 1}) w.OnHeartbeat(Beat(r, 500, 41, 41, 10, s * 1000), kT0 + absl::Seconds(s), 0.3);
+    for (int r : {0, 1})
+      w.OnHeartbeat(Beat(r, 500, 41, 41, 10, s * 1000), kT0 + absl::Seconds(s), 0.3);
   }
   std::optional<HangVerdict> v = w.CheckSilence(a, kT0 + absl::Seconds(7), nullptr);
   ASSERT_TRUE(v.has_value());
   EXPECT_THAT(v->blamed, ::testing::ElementsAre(2));
-  EXPECT_THAT(v->message, HasSubstr("rank 2 (worker w2, pid 102) stopped before all-reduce #41 (step 501, bucket 3) "
-                                    "in its epoch start phase (epoch 2, step 500); ranks 0, 1 waiting in it for 7.0 s "
-                                    "(bound 5.0 s); no heartbeat from rank 2 for 7.0 s"));
+  EXPECT_THAT(
+      v->message,
+      HasSubstr("rank 2 (worker w2, pid 102) stopped before all-reduce #41 (step 501, bucket 3) "
+                "in its epoch start phase (epoch 2, step 500); ranks 0, 1 waiting in it for 7.0 s "
+                "(bound 5.0 s); no heartbeat from rank 2 for 7.0 s"));
   // The stall rule alone would not judge it: rank 2's last word was not "train".
   EXPECT_FALSE(w.CheckHang(a, kT0 + absl::Seconds(7)).has_value());
 }

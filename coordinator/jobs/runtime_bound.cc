@@ -33,8 +33,10 @@ absl::flat_hash_map<std::string, std::vector<scheduler::WorkerSlots::Busy>> Busy
     auto [it, added] = jobs.try_emplace(r.job_id());
     if (added) {
       const JobEntry* e = book.Find(r.job_id());
-      const v1::Attempt* a = e != nullptr && !IsTerminal(e->job.state()) ? CurrentAttempt(e->job) : nullptr;
-      const double b = a != nullptr && !AttemptEnded(a->state()) ? RuntimeBoundSeconds(e->job, now, grace) : 0;
+      const v1::Attempt* a =
+          e != nullptr && !IsTerminal(e->job.state()) ? CurrentAttempt(e->job) : nullptr;
+      const double b =
+          a != nullptr && !AttemptEnded(a->state()) ? RuntimeBoundSeconds(e->job, now, grace) : 0;
       if (b > 0) it->second = {a->number(), b};
     }
     ++slots[r.worker_id()][r.attempt() == it->second.attempt ? it->second.bound : kNone];

@@ -12,7 +12,9 @@
 namespace trainctl::coordinator {
 namespace {
 
-std::string Seconds(absl::Duration d) { return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d)); }
+std::string Seconds(absl::Duration d) {
+  return absl::StrFormat("%.1f s", absl::ToDoubleSeconds(d));
+}
 
 std::string RankList(const std::vector<int32_t>& ranks) {
   return absl::StrCat(ranks.size() == 1 ? "rank " : "ranks ", absl::StrJoin(ranks, ", "));
@@ -60,9 +62,10 @@ absl::Duration ScriptWatch::Bound(absl::Duration unlearned) const {
 
 std::string ScriptWatch::DescribeBound(absl::Duration unlearned) const {
   const absl::Duration longest = Longest();
-  if (longest == absl::ZeroDuration()) return "no report interval learned yet: the coordinator's --progress-timeout-s";
-  return absl::StrFormat("%g × the longest interval between reports, %s, at least %s", options_.factor,
-                         Seconds(longest), Seconds(options_.floor));
+  if (longest == absl::ZeroDuration())
+    return "no report interval learned yet: the coordinator's --progress-timeout-s";
+  return absl::StrFormat("%g × the longest interval between reports, %s, at least %s",
+                         options_.factor, Seconds(longest), Seconds(options_.floor));
 }
 
 std::optional<HangVerdict> ScriptWatch::Check(const v1::Attempt& attempt, absl::Time now,
@@ -86,12 +89,14 @@ std::optional<HangVerdict> ScriptWatch::Check(const v1::Attempt& attempt, absl::
   if (stalled <= bound) return std::nullopt;
 
   auto who = [](const Heard& h) {
-    std::string s = absl::StrCat("rank ", h.assignment->rank(), " (worker ", h.assignment->worker_id());
+    std::string s =
+        absl::StrCat("rank ", h.assignment->rank(), " (worker ", h.assignment->worker_id());
     if (h.state->pid > 0) absl::StrAppend(&s, ", pid ", h.state->pid);
     return absl::StrCat(s, ")");
   };
   auto at_step = [](const Heard& h) {
-    return h.state->advances > 0 ? absl::StrCat(" at step ", h.state->step) : std::string(" before any report");
+    return h.state->advances > 0 ? absl::StrCat(" at step ", h.state->step)
+                                 : std::string(" before any report");
   };
   HangVerdict v;
   v.bound = bound;
@@ -114,15 +119,16 @@ std::optional<HangVerdict> ScriptWatch::Check(const v1::Attempt& attempt, absl::
       v.blamed.push_back(h->assignment->rank());
       blamed.push_back(absl::StrCat(who(*h), at_step(*h)));
     }
-    what = absl::StrCat(absl::StrJoin(blamed, ", "), " stopped outside torch's collectives while ", RankList(others),
-                        others.size() == 1 ? " has" : " have", " waited in one for ",
-                        Seconds(absl::Milliseconds(longest_wait)));
+    what = absl::StrCat(absl::StrJoin(blamed, ", "), " stopped outside torch's collectives while ",
+                        RankList(others), others.size() == 1 ? " has" : " have",
+                        " waited in one for ", Seconds(absl::Milliseconds(longest_wait)));
   }
   // 2. Among the ranks that reported steps, those behind the furthest one.
   if (what.empty()) {
     const Heard* ahead = nullptr;
     for (const Heard& h : live) {
-      if (h.state->advances > 0 && (ahead == nullptr || h.state->step > ahead->state->step)) ahead = &h;
+      if (h.state->advances > 0 && (ahead == nullptr || h.state->step > ahead->state->step))
+        ahead = &h;
     }
     std::vector<std::string> blamed;
     std::vector<int32_t> ahead_ranks;
@@ -136,8 +142,8 @@ std::optional<HangVerdict> ScriptWatch::Check(const v1::Attempt& attempt, absl::
       }
     }
     if (!blamed.empty()) {
-      what = absl::StrCat(absl::StrJoin(blamed, ", "), " stopped while ", RankList(ahead_ranks), " reached step ",
-                          ahead->state->step);
+      what = absl::StrCat(absl::StrJoin(blamed, ", "), " stopped while ", RankList(ahead_ranks),
+                          " reached step ", ahead->state->step);
     }
   }
   // 3. Nothing tells them apart.
@@ -152,9 +158,10 @@ std::optional<HangVerdict> ScriptWatch::Check(const v1::Attempt& attempt, absl::
   }
   bool hooked = false;
   for (const Heard& h : live) hooked = hooked || h.state->has_hook;
-  v.message = absl::StrCat(what, "; no rank made progress (a step, a change of its Python stack) for ", Seconds(stalled),
-                           " (bound ", Seconds(bound), ": ", DescribeBound(unlearned), ")",
-                           hooked ? "; every rank's Python stack follows in its log (trainctl logs)" : "");
+  v.message = absl::StrCat(
+      what, "; no rank made progress (a step, a change of its Python stack) for ", Seconds(stalled),
+      " (bound ", Seconds(bound), ": ", DescribeBound(unlearned), ")",
+      hooked ? "; every rank's Python stack follows in its log (trainctl logs)" : "");
   return v;
 }
 

@@ -71,7 +71,8 @@ class ScriptWatch {
 
   // A verdict when the attempt's ranks heard from (states from `attempt`)
   // are stalled at `now`; nullopt when not, or when none was heard from.
-  std::optional<HangVerdict> Check(const v1::Attempt& attempt, absl::Time now, absl::Duration unlearned) const;
+  std::optional<HangVerdict> Check(const v1::Attempt& attempt, absl::Time now,
+                                   absl::Duration unlearned) const;
 
  private:
   struct RankState {

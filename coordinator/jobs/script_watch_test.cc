@@ -79,9 +79,14 @@ TEST(ScriptWatchTest, NamesTheRankOutsideTorchWhileItsPeerWaitsInACollective) {
     ASSERT_TRUE(v.has_value()) << s;
     EXPECT_THAT(v->blamed, ElementsAre(1));
     EXPECT_EQ(v->bound, absl::Seconds(15));
-    EXPECT_THAT(v->message, HasSubstr("rank 1 (worker w1, pid 101) at step 30 stopped outside torch's collectives "
-                                      "while rank 0 has waited in one for "));
-    EXPECT_THAT(v->message, HasSubstr("(bound 15.0 s: 5 × the longest interval between reports, 0.2 s, at least 15.0 s)"));
+    EXPECT_THAT(
+        v->message,
+        HasSubstr("rank 1 (worker w1, pid 101) at step 30 stopped outside torch's collectives "
+                  "while rank 0 has waited in one for "));
+    EXPECT_THAT(
+        v->message,
+        HasSubstr(
+            "(bound 15.0 s: 5 × the longest interval between reports, 0.2 s, at least 15.0 s)"));
     EXPECT_THAT(v->message, HasSubstr("every rank's Python stack follows in its log"));
     return;
   }
@@ -105,8 +110,10 @@ TEST(ScriptWatchTest, NamesTheRankBehindWhenNoneSaysItWaits) {
   std::optional<HangVerdict> v = w.Check(a, t + absl::Seconds(16), kUnlearned);
   ASSERT_TRUE(v.has_value());
   EXPECT_THAT(v->blamed, ElementsAre(1));
-  EXPECT_THAT(v->message, HasSubstr("rank 1 (worker w1) at step 30 stopped while rank 0 reached step 31"));
-  EXPECT_THAT(v->message, ::testing::Not(HasSubstr("stack follows in its log"))) << "no hook: no stacks";
+  EXPECT_THAT(v->message,
+              HasSubstr("rank 1 (worker w1) at step 30 stopped while rank 0 reached step 31"));
+  EXPECT_THAT(v->message, ::testing::Not(HasSubstr("stack follows in its log")))
+      << "no hook: no stacks";
 }
 
 TEST(ScriptWatchTest, AMovingStackIsProgressWithoutReports) {
@@ -161,9 +168,13 @@ TEST(ScriptWatchTest, AScriptThatNeverReportsIsJudgedByItsStacksOnTheUnlearnedBo
     }
     ASSERT_TRUE(v.has_value()) << s;
     EXPECT_THAT(v->blamed, ElementsAre(0, 1));
-    EXPECT_THAT(v->message, HasSubstr("rank 0 (worker w0, pid 100) before any report, rank 1 (worker w1, pid 101) "
-                                      "before any report all stopped"));
-    EXPECT_THAT(v->message, HasSubstr("no report interval learned yet: the coordinator's --progress-timeout-s"));
+    EXPECT_THAT(
+        v->message,
+        HasSubstr("rank 0 (worker w0, pid 100) before any report, rank 1 (worker w1, pid 101) "
+                  "before any report all stopped"));
+    EXPECT_THAT(
+        v->message,
+        HasSubstr("no report interval learned yet: the coordinator's --progress-timeout-s"));
     return;
   }
   FAIL() << "no hang";

@@ -75,7 +75,8 @@ class StoreFirstTest : public JobManagerTest {
     std::vector<std::string> out;
     for (const auto& m : ch->sent) {
       if (!m.has_drop_checkpoints()) continue;
-      out.insert(out.end(), m.drop_checkpoints().paths().begin(), m.drop_checkpoints().paths().end());
+      out.insert(out.end(), m.drop_checkpoints().paths().begin(),
+                 m.drop_checkpoints().paths().end());
     }
     return out;
   }
@@ -101,7 +102,8 @@ class StoreFirstTest : public JobManagerTest {
 // Event seqs of `events` are 1, 2, ... n.
 void ExpectDense(const std::vector<v1::Event>& events) {
   for (size_t i = 0; i < events.size(); ++i) {
-    EXPECT_EQ(events[i].seq(), static_cast<int64_t>(i + 1)) << "event " << i << ": " << events[i].type();
+    EXPECT_EQ(events[i].seq(), static_cast<int64_t>(i + 1))
+        << "event " << i << ": " << events[i].type();
   }
 }
 
@@ -139,11 +141,14 @@ TEST_F(StoreFirstTest, AFailedCommitLeavesEverythingAsStoredAndTheRetryAppliesOn
   const v1::Job after_failure = Get(id);
   EXPECT_EQ(after_failure.state(), v1::JOB_STATE_RUNNING);
   EXPECT_TRUE(MessageDifferencer::Equals(after_failure, before))
-      << "before:\n" << before.DebugString() << "after:\n" << after_failure.DebugString();
+      << "before:\n"
+      << before.DebugString() << "after:\n"
+      << after_failure.DebugString();
   EXPECT_EQ(Events(id).size(), events_before.size());
   EXPECT_EQ(Metrics(id).size(), metrics_before);
   // Watchers heard nothing, and no worker was told anything (no deletion).
-  EXPECT_TRUE(sub.updates.empty()) << sub.updates.size() << " updates, first: " << sub.updates[0].DebugString();
+  EXPECT_TRUE(sub.updates.empty())
+      << sub.updates.size() << " updates, first: " << sub.updates[0].DebugString();
   EXPECT_FALSE(sub.ended);
   EXPECT_EQ(a_->sent.size(), a_sent);
   EXPECT_EQ(b_->sent.size(), b_sent);
@@ -161,10 +166,12 @@ TEST_F(StoreFirstTest, AFailedCommitLeavesEverythingAsStoredAndTheRetryAppliesOn
   std::vector<v1::Event> events = Events(id);
   ExpectDense(events);
   std::vector<std::string> new_types;
-  for (size_t i = events_before.size(); i < events.size(); ++i) new_types.push_back(events[i].type());
+  for (size_t i = events_before.size(); i < events.size(); ++i)
+    new_types.push_back(events[i].type());
   EXPECT_EQ(std::count(new_types.begin(), new_types.end(), "epoch_end"), 2);
   EXPECT_EQ(std::count(new_types.begin(), new_types.end(), "checkpoint"), 2);
-  EXPECT_EQ(std::count(new_types.begin(), new_types.end(), "succeeded"), 1) << absl::StrJoin(new_types, ",");
+  EXPECT_EQ(std::count(new_types.begin(), new_types.end(), "succeeded"), 1)
+      << absl::StrJoin(new_types, ",");
   EXPECT_EQ(Metrics(id).size(), metrics_before + 4);
   // The watcher saw each stored event once, in order, and the end.
   std::vector<int64_t> seen;
@@ -172,7 +179,8 @@ TEST_F(StoreFirstTest, AFailedCommitLeavesEverythingAsStoredAndTheRetryAppliesOn
     if (u.has_event()) seen.push_back(u.event().seq());
   }
   std::vector<int64_t> stored_new;
-  for (size_t i = events_before.size(); i < events.size(); ++i) stored_new.push_back(events[i].seq());
+  for (size_t i = events_before.size(); i < events.size(); ++i)
+    stored_new.push_back(events[i].seq());
   EXPECT_EQ(seen, stored_new);
   EXPECT_TRUE(sub.ended);
   // Epoch 1's files go once the epoch-2 records are stored, once.
@@ -201,9 +209,8 @@ TEST_F(StoreFirstTest, AWriteFailingMidGroupUndoesTheItemsBeforeIt) {
   const size_t events_before = Events(id).size();
   // The second checkpoint's job write fails (b's), after a's was applied.
   int puts = 0;
-  store_->SetWriteFaultForTest([&](int64_t, absl::string_view op) {
-    return absl::StartsWith(op, "PutJob") && ++puts == 2;
-  });
+  store_->SetWriteFaultForTest(
+      [&](int64_t, absl::string_view op) { return absl::StartsWith(op, "PutJob") && ++puts == 2; });
   std::vector<TelemetryLedger::Item> batch = {
       {"a", 2, [&] { return Checkpoint(*jobs_, "a", id, 1, 0, 2, 20, "/wa"); }},
       {"b", 2, [&] { return Checkpoint(*jobs_, "b", id, 1, 1, 2, 20, "/wb"); }},
@@ -229,9 +236,11 @@ TEST_F(StoreFirstTest, AnUnstoredCheckpointRecordNeverDeletesAStoredOne) {
   const std::string id = RunningWithStoredCheckpoint(*ledger);
   ASSERT_FALSE(id.empty());
   FailCommits();
-  TelemetryLedger::Item epoch2 = {"a", 2, [&] { return Checkpoint(*jobs_, "a", id, 1, 0, 2, 20, "/wa"); }};
+  TelemetryLedger::Item epoch2 = {"a", 2,
+                                  [&] { return Checkpoint(*jobs_, "a", id, 1, 0, 2, 20, "/wa"); }};
   ASSERT_EQ(ledger->ApplyBatch({epoch2}).outcome, Outcome::kRetry);
-  TelemetryLedger::Item epoch3 = {"a", 3, [&] { return Checkpoint(*jobs_, "a", id, 1, 0, 3, 30, "/wa"); }};
+  TelemetryLedger::Item epoch3 = {"a", 3,
+                                  [&] { return Checkpoint(*jobs_, "a", id, 1, 0, 3, 30, "/wa"); }};
   ASSERT_EQ(ledger->ApplyBatch({epoch2, epoch3}).outcome, Outcome::kRetry);
   EXPECT_TRUE(Drops(a_).empty()) << "ordered on records that were never stored";
   const v1::Job held = Get(id);
@@ -240,7 +249,8 @@ TEST_F(StoreFirstTest, AnUnstoredCheckpointRecordNeverDeletesAStoredOne) {
 
   // Another worker's report commits: it releases nothing of the failed groups.
   store_->SetWriteFaultForTest(nullptr);
-  TelemetryLedger::Item metrics = {"b", 2, [&] { return owners_->ingest.OnMetrics("b", EpochPoints(id, 0, 1)); }};
+  TelemetryLedger::Item metrics = {
+      "b", 2, [&] { return owners_->ingest.OnMetrics("b", EpochPoints(id, 0, 1)); }};
   ASSERT_EQ(ledger->ApplyBatch({metrics}).outcome, Outcome::kApplied);
   EXPECT_TRUE(Drops(a_).empty());
 

@@ -23,7 +23,8 @@ double StragglerThreshold(const v1::JobSpec& spec) {
 // A rank's progress: its last step changed (hang detection counts from here).
 // A new step of `r` (an attempt of `e`): its progress time, wall for people
 // and monotonic for the progress timeout.
-void MarkStep(JobEntry& e, int32_t attempt, v1::RankAssignment& r, int64_t step, absl::Time now, absl::Time mono) {
+void MarkStep(JobEntry& e, int32_t attempt, v1::RankAssignment& r, int64_t step, absl::Time now,
+              absl::Time mono) {
   if (step == r.last_step()) return;
   r.set_last_step(step);
   SetTimestamp(now, r.mutable_last_progress_time());
@@ -38,7 +39,7 @@ void FoldTrainPoint(v1::MetricSummary& sum, const v1::MetricPoint& p, int world_
     // Running mean of one rank's rate, times the ranks: all ranks together.
     // A summary from before rate_points (a mean without it) counted its
     // rates in train_points.
-    const int64_t before = sum.has_rate_points()           ? sum.rate_points()
+    const int64_t before = sum.has_rate_points()            ? sum.rate_points()
                            : sum.has_mean_samples_per_sec() ? sum.train_points() - 1
                                                             : 0;
     const double world = std::max(1, world_size);
@@ -80,7 +81,8 @@ JobEvent EpochEndEvent(const v1::MetricPoint& p, int32_t epochs, int32_t attempt
   std::string msg = absl::StrFormat("epoch %d/%d done", p.epoch() + 1, epochs);
   if (p.has_loss()) absl::StrAppendFormat(&msg, ": loss %.4f", p.loss());
   if (p.has_eval()) {
-    if (std::string eval = EvalText(p.eval()); !eval.empty()) absl::StrAppend(&msg, p.has_loss() ? ", " : ": ", eval);
+    if (std::string eval = EvalText(p.eval()); !eval.empty())
+      absl::StrAppend(&msg, p.has_loss() ? ", " : ": ", eval);
   }
   return {"epoch_end", msg, attempt, 0};
 }
@@ -91,7 +93,8 @@ int64_t GlobalStep(const v1::MetricPoint& p) {
   return static_cast<int64_t>(p.epoch()) * std::max<int64_t>(p.steps_per_epoch(), 1) + p.step();
 }
 
-v1::Progress ProgressFromPoints(const v1::Job& job, const absl::flat_hash_map<int32_t, v1::MetricPoint>& last_points,
+v1::Progress ProgressFromPoints(const v1::Job& job,
+                                const absl::flat_hash_map<int32_t, v1::MetricPoint>& last_points,
                                 v1::Progress prog) {
   int64_t slowest = INT64_MAX;
   double samples_per_sec = 0, min_rate = 0;
@@ -117,7 +120,8 @@ v1::Progress ProgressFromPoints(const v1::Job& job, const absl::flat_hash_map<in
   if (auto it = last_points.find(0); it != last_points.end() && it->second.has_loss()) {
     prog.set_last_loss(it->second.loss());
   }
-  int64_t total = static_cast<int64_t>(job.spec().training().epochs()) * slow_point->steps_per_epoch();
+  int64_t total =
+      static_cast<int64_t>(job.spec().training().epochs()) * slow_point->steps_per_epoch();
   int32_t batch_size = job.spec().data().batch_size() * job.spec().training().grad_accumulation();
   if (min_rate > 0 && batch_size > 0 && total > 0) {
     double steps_per_sec = min_rate / batch_size;
@@ -128,7 +132,8 @@ v1::Progress ProgressFromPoints(const v1::Job& job, const absl::flat_hash_map<in
 
 absl::Status TelemetryIngest::OnProgress(const std::string& worker_id, const v1::RankProgress& p) {
   v1::Attempt* a = nullptr;
-  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, book_->ForWorker(worker_id, p.job_id(), p.attempt(), p.rank(), false, &a));
+  TRAINCTL_ASSIGN_OR_RETURN(
+      JobEntry * e, book_->ForWorker(worker_id, p.job_id(), p.attempt(), p.rank(), false, &a));
   const absl::Time mono = clock_->Mono();
   MarkStep(*e, p.attempt(), *a->mutable_ranks(p.rank()), p.step(), clock_->Now(), mono);
   if (e->job.spec().has_command()) {
@@ -146,7 +151,8 @@ absl::Status TelemetryIngest::OnProgress(const std::string& worker_id, const v1:
   return absl::OkStatus();
 }
 
-std::vector<JobEvent> TelemetryIngest::ApplyPoints(JobEntry& e, v1::Attempt& a, const v1::MetricBatch& batch) {
+std::vector<JobEvent> TelemetryIngest::ApplyPoints(JobEntry& e, v1::Attempt& a,
+                                                   const v1::MetricBatch& batch) {
   const absl::Time now = clock_->Now(), mono = clock_->Mono();
   std::vector<JobEvent> events;
   v1::MetricSummary* sum = e.job.mutable_metric_summary();
@@ -165,14 +171,18 @@ std::vector<JobEvent> TelemetryIngest::ApplyPoints(JobEntry& e, v1::Attempt& a, 
   return events;
 }
 
-absl::Status TelemetryIngest::OnMetrics(const std::string& worker_id, const v1::MetricBatch& batch) {
-  if (batch.points_size() > 10000) return absl::InvalidArgumentError("metrics.points: at most 10000 per batch");
+absl::Status TelemetryIngest::OnMetrics(const std::string& worker_id,
+                                        const v1::MetricBatch& batch) {
+  if (batch.points_size() > 10000)
+    return absl::InvalidArgumentError("metrics.points: at most 10000 per batch");
   v1::Attempt* a = nullptr;
-  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e,
-                            book_->ForWorker(worker_id, batch.job_id(), batch.attempt(), -1, false, &a));
+  TRAINCTL_ASSIGN_OR_RETURN(
+      JobEntry * e, book_->ForWorker(worker_id, batch.job_id(), batch.attempt(), -1, false, &a));
   for (const v1::MetricPoint& p : batch.points()) {
-    if (p.rank() < 0 || p.rank() >= a->ranks_size() || a->ranks(p.rank()).worker_id() != worker_id) {
-      return absl::InvalidArgumentError(absl::StrCat("metrics.points.rank: ", p.rank(), " is not on this worker"));
+    if (p.rank() < 0 || p.rank() >= a->ranks_size() ||
+        a->ranks(p.rank()).worker_id() != worker_id) {
+      return absl::InvalidArgumentError(
+          absl::StrCat("metrics.points.rank: ", p.rank(), " is not on this worker"));
     }
   }
   TRAINCTL_RETURN_IF_ERROR(store_->telemetry().AppendMetrics(batch));
@@ -180,9 +190,8 @@ absl::Status TelemetryIngest::OnMetrics(const std::string& worker_id, const v1::
   v1::Progress prog = ProgressFromPoints(e->job, e->last_points, e->job.progress());
   v1::JobUpdate u;
   *u.mutable_metrics() = batch;
-  book_->AfterCommit([this, id = e->job.id(), u = std::move(u)]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    hub_->Publish(id, u);
-  });
+  book_->AfterCommit([this, id = e->job.id(), u = std::move(u)]()
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { hub_->Publish(id, u); });
   if (!events.empty()) {
     v1::Job next = e->job;
     *next.mutable_progress() = std::move(prog);
@@ -196,12 +205,15 @@ absl::Status TelemetryIngest::OnMetrics(const std::string& worker_id, const v1::
 }
 
 absl::Status TelemetryIngest::OnLogs(const std::string& worker_id, const v1::LogChunk& chunk) {
-  if (chunk.lines_size() > 10000) return absl::InvalidArgumentError("logs.lines: at most 10000 per chunk");
+  if (chunk.lines_size() > 10000)
+    return absl::InvalidArgumentError("logs.lines: at most 10000 per chunk");
   v1::Attempt* a = nullptr;
-  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e,
-                            book_->ForWorker(worker_id, chunk.job_id(), chunk.attempt(), chunk.rank(), true, &a));
+  TRAINCTL_ASSIGN_OR_RETURN(
+      JobEntry * e,
+      book_->ForWorker(worker_id, chunk.job_id(), chunk.attempt(), chunk.rank(), true, &a));
   TRAINCTL_RETURN_IF_ERROR(store_->telemetry().AppendLogs(chunk));
-  book_->AfterCommit([this, chunk]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { hub_->PublishLogs(chunk); });
+  book_->AfterCommit([this, chunk]()
+                         ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { hub_->PublishLogs(chunk); });
   // A hung script's ranks dump their stacks to stderr as they are stopped.
   if (e->job.spec().has_command() && a->state() == v1::ATTEMPT_STATE_FAILED &&
       a->failure_kind() == v1::FAILURE_KIND_HANG) {

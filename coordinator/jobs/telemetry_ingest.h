@@ -14,12 +14,12 @@
 
 #include "absl/status/status.h"
 #include "common/clock.h"
-#include "coordinator/jobs/job_book.h"
-#include "coordinator/telemetry/metrics_hub.h"
 #include "coordinator/core/on_loop.h"
-#include "coordinator/telemetry/stack_dumps.h"
+#include "coordinator/jobs/job_book.h"
 #include "coordinator/jobs/rank_watch.h"
 #include "coordinator/store/state_store.h"
+#include "coordinator/telemetry/metrics_hub.h"
+#include "coordinator/telemetry/stack_dumps.h"
 #include "trainctl/v1/worker_service.pb.h"
 
 namespace trainctl::coordinator {
@@ -30,7 +30,8 @@ int64_t GlobalStep(const v1::MetricPoint& p);
 // The job's progress from the latest train point of each rank: the slowest
 // rank's position, throughput summed over ranks, rank 0's loss, and the ETA
 // at the slowest rank's rate. `prog` is the job's current progress.
-v1::Progress ProgressFromPoints(const v1::Job& job, const absl::flat_hash_map<int32_t, v1::MetricPoint>& last_points,
+v1::Progress ProgressFromPoints(const v1::Job& job,
+                                const absl::flat_hash_map<int32_t, v1::MetricPoint>& last_points,
                                 v1::Progress prog);
 
 class TelemetryIngest {

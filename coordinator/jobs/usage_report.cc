@@ -14,7 +14,9 @@ namespace trainctl::coordinator {
 
 namespace {
 
-std::string QueueOf(const v1::Job& job) { return job.spec().queue().empty() ? "default" : job.spec().queue(); }
+std::string QueueOf(const v1::Job& job) {
+  return job.spec().queue().empty() ? "default" : job.spec().queue();
+}
 
 std::string StateWord(const v1::Attempt& a, bool settled) {
   if (!a.preempted_for().empty()) return "preempted";
@@ -34,8 +36,8 @@ bool AttemptSettled(const v1::Attempt& a) {
                      [](const v1::RankAssignment& r) { return IsTerminal(r.state()); });
 }
 
-v1::AttemptUsage AttemptUsageOf(const v1::Job& job, const v1::Attempt& a, absl::Time end, bool settled,
-                                const std::vector<RankFigures>& figures) {
+v1::AttemptUsage AttemptUsageOf(const v1::Job& job, const v1::Attempt& a, absl::Time end,
+                                bool settled, const std::vector<RankFigures>& figures) {
   v1::AttemptUsage u;
   u.set_job_id(job.id());
   u.set_attempt(a.number());
@@ -92,8 +94,8 @@ std::vector<v1::AttemptUsage> CollectAttempts(const std::vector<const v1::Job*>&
       if (a.ranks_size() == 0 || !a.has_start_time()) continue;
       if (have.count({job->id(), a.number()}) > 0) continue;
       const bool settled = AttemptSettled(a);
-      v1::AttemptUsage u =
-          AttemptUsageOf(*job, a, settled ? FromTimestamp(a.end_time()) : filter.until, settled, {});
+      v1::AttemptUsage u = AttemptUsageOf(
+          *job, a, settled ? FromTimestamp(a.end_time()) : filter.until, settled, {});
       if (wanted(u)) out.push_back(std::move(u));
     }
   }
@@ -104,7 +106,8 @@ std::vector<v1::AttemptUsage> CollectAttempts(const std::vector<const v1::Job*>&
   return out;
 }
 
-std::vector<UsageRow> SumAttempts(const std::vector<v1::AttemptUsage>& attempts, const UsageFilter& filter) {
+std::vector<UsageRow> SumAttempts(const std::vector<v1::AttemptUsage>& attempts,
+                                  const UsageFilter& filter) {
   // (queue, owner, kind) or, by job, (job id, kind, "").
   using Key = std::tuple<std::string, std::string, std::string>;
   std::map<Key, UsageRow> rows;

@@ -83,8 +83,8 @@ bool AttemptSettled(const v1::Attempt& a);
 // last rank's exit was applied); `figures` are per rank index (shorter or
 // empty: unknown). Not settled: it runs to `end` (the caller's until) and
 // end_time stays unset.
-v1::AttemptUsage AttemptUsageOf(const v1::Job& job, const v1::Attempt& a, absl::Time end, bool settled,
-                                const std::vector<RankFigures>& figures);
+v1::AttemptUsage AttemptUsageOf(const v1::Job& job, const v1::Attempt& a, absl::Time end,
+                                bool settled, const std::vector<RankFigures>& figures);
 
 // Every attempt whose time overlaps the window and matches the filter's
 // queue and owner, ordered by start time, job id, attempt: the `stored`
@@ -97,7 +97,8 @@ std::vector<v1::AttemptUsage> CollectAttempts(const std::vector<const v1::Job*>&
 // `attempts` (CollectAttempts) summed per filter.by (not ATTEMPT), their
 // slot, GPU and wall time clipped to the window. Ordered by queue, owner,
 // kind (by job: job id, kind); only rows with time in the window.
-std::vector<UsageRow> SumAttempts(const std::vector<v1::AttemptUsage>& attempts, const UsageFilter& filter);
+std::vector<UsageRow> SumAttempts(const std::vector<v1::AttemptUsage>& attempts,
+                                  const UsageFilter& filter);
 
 // SumAttempts(CollectAttempts(jobs, {}, filter), filter).
 std::vector<UsageRow> SumUsage(const std::vector<const v1::Job*>& jobs, const UsageFilter& filter);

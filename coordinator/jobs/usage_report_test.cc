@@ -35,13 +35,13 @@ v1::Job Job(const std::string& id, const std::string& queue, const std::string& 
 
 TEST(UsageReportTest, SumsSlotSecondsPerQueueOwnerAndKindWithinTheWindow) {
   v1::Job a1 = Job("a1", "team-a", "alice");
-  AddAttempt(a1, 2, v1::Slot::KIND_GPU, 0, 100);   // 200 gpu slot-s
+  AddAttempt(a1, 2, v1::Slot::KIND_GPU, 0, 100);    // 200 gpu slot-s
   AddAttempt(a1, 4, v1::Slot::KIND_GPU, 100, 150);  // preempted and resumed: 200 more
   v1::Job a2 = Job("a2", "team-a", "alice");
   AddAttempt(a2, 1, v1::Slot::KIND_CPU, 50, -1);  // running: counts up to `until`
-  v1::Job b1 = Job("b1", "", "bob");               // no queue: "default"
+  v1::Job b1 = Job("b1", "", "bob");              // no queue: "default"
   AddAttempt(b1, 3, v1::Slot::KIND_GPU, 10, 20);
-  v1::Job never = Job("p", "team-a", "alice");     // pending: no attempt
+  v1::Job never = Job("p", "team-a", "alice");  // pending: no attempt
   UsageFilter f;
   f.until = kT0 + absl::Seconds(250);
   const std::vector<UsageRow> rows = SumUsage({&a1, &a2, &b1, &never}, f);
@@ -63,7 +63,7 @@ TEST(UsageReportTest, SumsSlotSecondsPerQueueOwnerAndKindWithinTheWindow) {
   f.queue = "team-a";
   const std::vector<UsageRow> clipped = SumUsage({&a1, &a2, &b1}, f);
   ASSERT_EQ(clipped.size(), 2u);
-  EXPECT_DOUBLE_EQ(clipped[0].slot_seconds, 30);       // cpu: 1 slot x 30 s
+  EXPECT_DOUBLE_EQ(clipped[0].slot_seconds, 30);               // cpu: 1 slot x 30 s
   EXPECT_DOUBLE_EQ(clipped[1].slot_seconds, 2 * 10 + 4 * 20);  // gpu
   f.queue = "";
   f.owner = "carol";
@@ -92,7 +92,8 @@ TEST(UsageReportTest, StoredRecordsWinStoppingAttemptsRunToUntilAndGroupingsSum)
   const std::vector<v1::AttemptUsage> all = CollectAttempts({&a1, &a2}, {stored}, f);
   ASSERT_EQ(all.size(), 2u);
   EXPECT_EQ(all[0].job_id(), "a1");
-  EXPECT_EQ(FromTimestamp(all[0].end_time()), kT0 + absl::Seconds(104)) << "the stored record, not end_time";
+  EXPECT_EQ(FromTimestamp(all[0].end_time()), kT0 + absl::Seconds(104))
+      << "the stored record, not end_time";
   EXPECT_EQ(all[1].job_id(), "a2");
   EXPECT_FALSE(all[1].has_end_time());
   EXPECT_EQ(all[1].state(), "preempted");

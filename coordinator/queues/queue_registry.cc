@@ -24,12 +24,15 @@ absl::Status CheckQueueName(absl::string_view field, absl::string_view name) {
     return (c >= 'a' && c <= 'z') || (c >= '0' && c <= '9') || c == '-';
   });
   if (!chars_ok || name.front() == '-' || name.back() == '-') {
-    return absl::InvalidArgumentError(absl::StrCat(
-        field, ": must be lower-case letters, digits and '-', starting and ending with a letter or digit, got '",
-        name, "'"));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field,
+                     ": must be lower-case letters, digits and '-', starting and ending with a "
+                     "letter or digit, got '",
+                     name, "'"));
   }
   if (name.size() > 63) {
-    return absl::InvalidArgumentError(absl::StrCat(field, ": at most 63 characters, got ", name.size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat(field, ": at most 63 characters, got ", name.size()));
   }
   return absl::OkStatus();
 }
@@ -57,23 +60,24 @@ absl::Status CheckQuotaLimits(const v1::Queue& queue) {
   };
   for (const Kind& k : kinds) {
     const bool finite = k.has_nominal && k.nominal >= 0;
-    for (const auto& [field, set, value] : {std::tuple<const char*, bool, int32_t>{"borrowing_limit", k.has_borrow, k.borrow},
-                                            std::tuple<const char*, bool, int32_t>{"lending_limit", k.has_lend, k.lend}}) {
+    for (const auto& [field, set, value] :
+         {std::tuple<const char*, bool, int32_t>{"borrowing_limit", k.has_borrow, k.borrow},
+          std::tuple<const char*, bool, int32_t>{"lending_limit", k.has_lend, k.lend}}) {
       if (!set || value == -1) continue;
       if (value < -1) {
-        return absl::InvalidArgumentError(
-            absl::StrCat("queue.", field, "_", k.name, ": must be -1 (no limit) or >= 0, got ", value));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "queue.", field, "_", k.name, ": must be -1 (no limit) or >= 0, got ", value));
       }
       if (!finite) {
-        return absl::InvalidArgumentError(absl::StrCat("queue.", field, "_", k.name, ": needs a nominal_", k.name,
-                                                       " quota (a queue unlimited in ", k.name,
-                                                       " slots neither lends nor borrows them)"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "queue.", field, "_", k.name, ": needs a nominal_", k.name,
+            " quota (a queue unlimited in ", k.name, " slots neither lends nor borrows them)"));
       }
     }
     if (k.has_lend && k.lend > k.nominal && finite) {
-      return absl::InvalidArgumentError(absl::StrCat("queue.lending_limit_", k.name, ": ", k.lend,
-                                                     " is more than the queue's nominal_", k.name, " of ", k.nominal,
-                                                     " (it lends only its own quota)"));
+      return absl::InvalidArgumentError(absl::StrCat(
+          "queue.lending_limit_", k.name, ": ", k.lend, " is more than the queue's nominal_",
+          k.name, " of ", k.nominal, " (it lends only its own quota)"));
     }
   }
   return absl::OkStatus();
@@ -98,7 +102,8 @@ absl::Status CheckResourceQuotas(const v1::Queue& queue) {
        {"borrowing_limit_cpus", queue.has_borrowing_limit_cpus(), queue.borrowing_limit_cpus()},
        {"lending_limit_cpus", queue.has_lending_limit_cpus(), queue.lending_limit_cpus()}},
       {"memory",
-       {"nominal_memory_bytes", queue.has_nominal_memory_bytes(), static_cast<double>(queue.nominal_memory_bytes())},
+       {"nominal_memory_bytes", queue.has_nominal_memory_bytes(),
+        static_cast<double>(queue.nominal_memory_bytes())},
        {"borrowing_limit_memory_bytes", queue.has_borrowing_limit_memory_bytes(),
         static_cast<double>(queue.borrowing_limit_memory_bytes())},
        {"lending_limit_memory_bytes", queue.has_lending_limit_memory_bytes(),
@@ -110,23 +115,23 @@ absl::Status CheckResourceQuotas(const v1::Queue& queue) {
       // 1e15 CPUs or bytes is far beyond any cluster and keeps the
       // scheduler's thousandths and sums exact.
       if (!std::isfinite(f->value) || f->value < 0 || f->value >= 1e15) {
-        return absl::InvalidArgumentError(absl::StrCat("queue.", f->name, ": must be -1 (",
-                                                       f == &r.nominal ? "unlimited" : "no limit",
-                                                       ") or finite, >= 0 and < 1e15, got ", f->value));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "queue.", f->name, ": must be -1 (", f == &r.nominal ? "unlimited" : "no limit",
+            ") or finite, >= 0 and < 1e15, got ", f->value));
       }
     }
     const bool finite = r.nominal.set && r.nominal.value >= 0;
     for (const Field* f : {&r.borrow, &r.lend}) {
       if (f->set && f->value != -1 && !finite) {
-        return absl::InvalidArgumentError(absl::StrCat("queue.", f->name, ": needs a ", r.nominal.name,
-                                                       " quota (a queue unlimited in ", r.unit,
-                                                       " neither lends nor borrows them)"));
+        return absl::InvalidArgumentError(absl::StrCat(
+            "queue.", f->name, ": needs a ", r.nominal.name, " quota (a queue unlimited in ",
+            r.unit, " neither lends nor borrows them)"));
       }
     }
     if (finite && r.lend.set && r.lend.value > r.nominal.value) {
-      return absl::InvalidArgumentError(absl::StrCat("queue.", r.lend.name, ": ", r.lend.value,
-                                                     " is more than the queue's ", r.nominal.name, " of ",
-                                                     r.nominal.value, " (it lends only its own quota)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("queue.", r.lend.name, ": ", r.lend.value, " is more than the queue's ",
+                       r.nominal.name, " of ", r.nominal.value, " (it lends only its own quota)"));
     }
   }
   return absl::OkStatus();
@@ -137,8 +142,10 @@ absl::Status CheckResourceQuotas(const v1::Queue& queue) {
 absl::Status ValidateQueue(const v1::Queue& queue) {
   TRAINCTL_RETURN_IF_ERROR(CheckQueueName("queue.name", queue.name()));
   const std::pair<const char*, std::optional<int32_t>> nominals[] = {
-      {"queue.nominal_gpu", queue.has_nominal_gpu() ? std::optional<int32_t>(queue.nominal_gpu()) : std::nullopt},
-      {"queue.nominal_cpu", queue.has_nominal_cpu() ? std::optional<int32_t>(queue.nominal_cpu()) : std::nullopt},
+      {"queue.nominal_gpu",
+       queue.has_nominal_gpu() ? std::optional<int32_t>(queue.nominal_gpu()) : std::nullopt},
+      {"queue.nominal_cpu",
+       queue.has_nominal_cpu() ? std::optional<int32_t>(queue.nominal_cpu()) : std::nullopt},
   };
   for (const auto& nominal : nominals) {
     if (nominal.second.has_value() && *nominal.second < -1) {
@@ -148,18 +155,21 @@ absl::Status ValidateQueue(const v1::Queue& queue) {
   }
   TRAINCTL_RETURN_IF_ERROR(CheckQuotaLimits(queue));
   TRAINCTL_RETURN_IF_ERROR(CheckResourceQuotas(queue));
-  if (!queue.cohort().empty()) TRAINCTL_RETURN_IF_ERROR(CheckQueueName("queue.cohort", queue.cohort()));
+  if (!queue.cohort().empty())
+    TRAINCTL_RETURN_IF_ERROR(CheckQueueName("queue.cohort", queue.cohort()));
   if (queue.max_job_size() < 0) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("queue.max_job_size: must be 0 (no limit) or > 0, got ", queue.max_job_size()));
+    return absl::InvalidArgumentError(absl::StrCat(
+        "queue.max_job_size: must be 0 (no limit) or > 0, got ", queue.max_job_size()));
   }
   if (queue.max_running_jobs_per_owner() < 0) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        "queue.max_running_jobs_per_owner: must be 0 (no limit) or > 0, got ", queue.max_running_jobs_per_owner()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("queue.max_running_jobs_per_owner: must be 0 (no limit) or > 0, got ",
+                     queue.max_running_jobs_per_owner()));
   }
   if (queue.max_slots_per_owner() < 0) {
     return absl::InvalidArgumentError(
-        absl::StrCat("queue.max_slots_per_owner: must be 0 (no limit) or > 0, got ", queue.max_slots_per_owner()));
+        absl::StrCat("queue.max_slots_per_owner: must be 0 (no limit) or > 0, got ",
+                     queue.max_slots_per_owner()));
   }
   // 0 is proto3's unset: weight 1.
   if (!std::isfinite(queue.weight()) || queue.weight() < 0) {
@@ -181,15 +191,18 @@ absl::Status ValidateQueue(const v1::Queue& queue) {
   };
   for (const auto& [field, seconds] : runtimes) {
     if (!std::isfinite(seconds) || seconds < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(field, ": must be 0 (no limit) or > 0 seconds, got ", seconds));
+      return absl::InvalidArgumentError(
+          absl::StrCat(field, ": must be 0 (no limit) or > 0 seconds, got ", seconds));
     }
   }
   if (queue.max_runtime_s() > 0 && queue.default_max_runtime_s() > queue.max_runtime_s()) {
-    return absl::InvalidArgumentError(absl::StrCat("queue.default_max_runtime_s: ", queue.default_max_runtime_s(),
-                                                   " exceeds the queue's max_runtime_s of ", queue.max_runtime_s()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("queue.default_max_runtime_s: ", queue.default_max_runtime_s(),
+                     " exceeds the queue's max_runtime_s of ", queue.max_runtime_s()));
   }
   // The same bounds as a job's own resources (one rule: common/jobspec).
-  std::vector<SpecError> errors = CheckResourceSpec(queue.default_resources(), "queue.default_resources");
+  std::vector<SpecError> errors =
+      CheckResourceSpec(queue.default_resources(), "queue.default_resources");
   if (!errors.empty()) return absl::InvalidArgumentError(errors.front().ToString());
   // Per-flavor GPU quotas: flavors by the one naming rule, counts >= 0.
   for (const auto& [flavor, nominal] : queue.nominal_gpu_flavors()) {
@@ -206,13 +219,16 @@ absl::Status ValidateQueue(const v1::Queue& queue) {
   // says (a CPU job given one would be refused for what it never asked).
   if (!queue.default_resources().gpu_flavor().empty()) {
     return absl::InvalidArgumentError(
-        "queue.default_resources.gpu_flavor: a queue gives default limits (cpus, memory, pids), not a GPU "
+        "queue.default_resources.gpu_flavor: a queue gives default limits (cpus, memory, pids), "
+        "not a GPU "
         "flavor; jobs name theirs (resources.gpu_flavor)");
   }
   return absl::OkStatus();
 }
 
-bool HasResources(const v1::ResourceSpec& r) { return r.cpus() != 0 || r.memory() != 0 || r.pids() != 0; }
+bool HasResources(const v1::ResourceSpec& r) {
+  return r.cpus() != 0 || r.memory() != 0 || r.pids() != 0;
+}
 
 scheduler::QueueSpec ToQueueSpec(const v1::Queue& queue) {
   scheduler::QueueSpec spec;
@@ -229,8 +245,10 @@ scheduler::QueueSpec ToQueueSpec(const v1::Queue& queue) {
   spec.borrowing_limit_memory_bytes =
       queue.has_borrowing_limit_memory_bytes() ? queue.borrowing_limit_memory_bytes() : -1;
   spec.lending_limit_cpus = queue.has_lending_limit_cpus() ? queue.lending_limit_cpus() : -1;
-  spec.lending_limit_memory_bytes = queue.has_lending_limit_memory_bytes() ? queue.lending_limit_memory_bytes() : -1;
-  spec.nominal_gpu_flavors.insert(queue.nominal_gpu_flavors().begin(), queue.nominal_gpu_flavors().end());
+  spec.lending_limit_memory_bytes =
+      queue.has_lending_limit_memory_bytes() ? queue.lending_limit_memory_bytes() : -1;
+  spec.nominal_gpu_flavors.insert(queue.nominal_gpu_flavors().begin(),
+                                  queue.nominal_gpu_flavors().end());
   spec.cohort = queue.cohort();
   spec.max_job_size = queue.max_job_size();
   spec.max_running_jobs_per_owner = queue.max_running_jobs_per_owner();
@@ -304,7 +322,8 @@ absl::StatusOr<v1::Queue> QueueRegistry::Create(v1::Queue queue, bool update) {
   if (queue.has_nominal_gpu() && queue.nominal_gpu() == -1) queue.clear_nominal_gpu();
   if (queue.has_nominal_cpu() && queue.nominal_cpu() == -1) queue.clear_nominal_cpu();
   if (queue.has_nominal_cpus() && queue.nominal_cpus() == -1) queue.clear_nominal_cpus();
-  if (queue.has_nominal_memory_bytes() && queue.nominal_memory_bytes() == -1) queue.clear_nominal_memory_bytes();
+  if (queue.has_nominal_memory_bytes() && queue.nominal_memory_bytes() == -1)
+    queue.clear_nominal_memory_bytes();
   auto it = queues_.find(queue.name());
   if (it != queues_.end()) {
     if (!update) {
@@ -330,8 +349,9 @@ absl::StatusOr<v1::Queue> QueueRegistry::Create(v1::Queue queue, bool update) {
   }
   if (absl::Status stored = store_->queues().PutQueue(queue); !stored.ok()) {
     if (unmarked.empty()) return stored;
-    return absl::Status(stored.code(), absl::StrCat(stored.message(), " (queue '", unmarked,
-                                                    "' was already un-marked: no queue is the default now)"));
+    return absl::Status(stored.code(),
+                        absl::StrCat(stored.message(), " (queue '", unmarked,
+                                     "' was already un-marked: no queue is the default now)"));
   }
   queues_[queue.name()] = queue;
   return queue;
@@ -340,30 +360,33 @@ absl::StatusOr<v1::Queue> QueueRegistry::Create(v1::Queue queue, bool update) {
 absl::Status QueueRegistry::Delete(const std::string& name, int pending_jobs, int running_jobs) {
   CheckLoop();
   if (!queues_.contains(name)) {
-    return absl::NotFoundError(absl::StrCat("no queue named '", name, "' (defined: ", NameList(), ")"));
+    return absl::NotFoundError(
+        absl::StrCat("no queue named '", name, "' (defined: ", NameList(), ")"));
   }
   if (pending_jobs > 0 || running_jobs > 0) {
-    return absl::FailedPreconditionError(absl::StrCat("queue '", name, "' has ", pending_jobs, " pending and ",
-                                                      running_jobs,
-                                                      " running job(s): cancel them or wait for them to end"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("queue '", name, "' has ", pending_jobs, " pending and ", running_jobs,
+                     " running job(s): cancel them or wait for them to end"));
   }
   TRAINCTL_RETURN_IF_ERROR(store_->queues().DeleteQueue(name));
   queues_.erase(name);
   return absl::OkStatus();
 }
 
-absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role, absl::Span<const std::string> token_queues,
-                          const QueueRegistry& queues) {
+absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role,
+                          absl::Span<const std::string> token_queues, const QueueRegistry& queues) {
   if (spec.queue().empty()) {
     if (!token_queues.empty()) {
       spec.set_queue(token_queues.front());
     } else if (const v1::Queue* marked = queues.DefaultQueue(); marked != nullptr) {
       spec.set_queue(marked->name());
     } else if (!queues.empty() && queues.Find(kDefaultQueue) == nullptr) {
-      return absl::InvalidArgumentError(absl::StrCat(
-          "queue: this job names no queue and no queue is the default (defined: ", queues.NameList(),
-          "); name one (queue: NAME in the job file, or --queue NAME) or mark one the default (trainctl queue "
-          "create NAME --default, or --update --default for an existing one)"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("queue: this job names no queue and no queue is the default (defined: ",
+                       queues.NameList(),
+                       "); name one (queue: NAME in the job file, or --queue NAME) or mark one the "
+                       "default (trainctl queue "
+                       "create NAME --default, or --update --default for an existing one)"));
     } else {
       spec.set_queue(kDefaultQueue);
     }
@@ -371,14 +394,15 @@ absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role, absl::Span<const std
   TRAINCTL_RETURN_IF_ERROR(CheckQueueName("queue", spec.queue()));
   if (role != v1::ROLE_ADMIN && !token_queues.empty() &&
       std::find(token_queues.begin(), token_queues.end(), spec.queue()) == token_queues.end()) {
-    return absl::PermissionDeniedError(absl::StrCat("queue: this token may not submit to queue '", spec.queue(),
-                                                    "' (its queues: ", absl::StrJoin(token_queues, ", "), ")"));
+    return absl::PermissionDeniedError(
+        absl::StrCat("queue: this token may not submit to queue '", spec.queue(),
+                     "' (its queues: ", absl::StrJoin(token_queues, ", "), ")"));
   }
   if (queues.empty()) return absl::OkStatus();
   const v1::Queue* q = queues.Find(spec.queue());
   if (q == nullptr) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("queue: no queue named '", spec.queue(), "' (defined: ", queues.NameList(), ")"));
+    return absl::InvalidArgumentError(absl::StrCat("queue: no queue named '", spec.queue(),
+                                                   "' (defined: ", queues.NameList(), ")"));
   }
   if (!spec.has_priority()) spec.set_priority(q->default_priority());
   // A job that asks for no resources gets the queue's (validated when the
@@ -390,8 +414,9 @@ absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role, absl::Span<const std
     spec.mutable_resources()->set_gpu_flavor(std::move(flavor));
   }
   // world_size 0 is the default, 1 (ResolveJobSpecDefaults runs later).
-  const int32_t least_size = spec.elastic().min_ranks() > 0 ? spec.elastic().min_ranks()
-                                                             : std::max<int32_t>(1, spec.world_size());
+  const int32_t least_size = spec.elastic().min_ranks() > 0
+                                 ? spec.elastic().min_ranks()
+                                 : std::max<int32_t>(1, spec.world_size());
   if (q->max_job_size() > 0 && least_size > q->max_job_size()) {
     return absl::InvalidArgumentError(absl::StrCat(
         spec.elastic().min_ranks() > 0 ? "elastic.min_ranks" : "world_size", ": ", least_size,
@@ -401,11 +426,12 @@ absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role, absl::Span<const std
   // default, else the maximum; one asking more than the maximum is refused.
   v1::SchedulingSpec* sched = spec.mutable_scheduling();
   if (sched->max_runtime_s() == 0) {  // a negative one is refused by ValidateJobSpec
-    sched->set_max_runtime_s(q->default_max_runtime_s() > 0 ? q->default_max_runtime_s() : q->max_runtime_s());
+    sched->set_max_runtime_s(q->default_max_runtime_s() > 0 ? q->default_max_runtime_s()
+                                                            : q->max_runtime_s());
   } else if (q->max_runtime_s() > 0 && sched->max_runtime_s() > q->max_runtime_s()) {
-    return absl::InvalidArgumentError(absl::StrCat("scheduling.max_runtime_s: ", sched->max_runtime_s(),
-                                                   " s exceeds queue '", q->name(), "''s max_runtime_s of ",
-                                                   q->max_runtime_s(), " s"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("scheduling.max_runtime_s: ", sched->max_runtime_s(), " s exceeds queue '",
+                     q->name(), "''s max_runtime_s of ", q->max_runtime_s(), " s"));
   }
   if (!spec.scheduling().wait_for_capacity()) {
     TRAINCTL_RETURN_IF_ERROR(RefuseNeverRunnable(spec, least_size, *q, queues));
@@ -416,36 +442,39 @@ absl::Status ResolveQueue(v1::JobSpec& spec, v1::Role role, absl::Span<const std
 absl::Status RefuseNeverRunnable(const v1::JobSpec& spec, int32_t least_size, const v1::Queue& q,
                                  const QueueRegistry& queues) {
   const std::string wait =
-      "; or submit with --wait-for-capacity (scheduling.wait_for_capacity: true) to wait for the queue to change";
+      "; or submit with --wait-for-capacity (scheduling.wait_for_capacity: true) to wait for the "
+      "queue to change";
   // A pending job counts at its world_size against the owner's slots
   // (owner_limits.h): a larger one would wait for ever.
   const int32_t world_size = std::max<int32_t>(1, spec.world_size());
   if (q.max_slots_per_owner() > 0 && world_size > q.max_slots_per_owner()) {
-    return absl::InvalidArgumentError(absl::StrCat("world_size: ", world_size, " slots exceed queue '", q.name(),
-                                                   "''s max_slots_per_owner of ", q.max_slots_per_owner(),
-                                                   ": one owner may never hold them; lower world_size", wait));
+    return absl::InvalidArgumentError(
+        absl::StrCat("world_size: ", world_size, " slots exceed queue '", q.name(),
+                     "''s max_slots_per_owner of ", q.max_slots_per_owner(),
+                     ": one owner may never hold them; lower world_size", wait));
   }
   // Its flavor's quota in the queue (nominal only: nothing to borrow).
   if (auto it = q.nominal_gpu_flavors().find(spec.resources().gpu_flavor());
       it != q.nominal_gpu_flavors().end() && least_size > it->second) {
-    return absl::InvalidArgumentError(absl::StrCat("resources.gpu_flavor: ", least_size, " ",
-                                                   spec.resources().gpu_flavor(), " GPUs exceed queue '", q.name(),
-                                                   "''s ", spec.resources().gpu_flavor(), " quota of ", it->second,
-                                                   " (nominal_gpu_flavors); lower world_size", wait));
+    return absl::InvalidArgumentError(
+        absl::StrCat("resources.gpu_flavor: ", least_size, " ", spec.resources().gpu_flavor(),
+                     " GPUs exceed queue '", q.name(), "''s ", spec.resources().gpu_flavor(),
+                     " quota of ", it->second, " (nominal_gpu_flavors); lower world_size", wait));
   }
   const std::vector<scheduler::QueueSpec> specs = queues.Specs();
   // CPUs and memory (per rank x least size), whatever the slot kind.
   if (const std::optional<scheduler::ResourceShort> r = scheduler::QueueResourceShort(
           specs, q.name(), least_size, spec.resources().cpus(), spec.resources().memory());
       r.has_value()) {
-    return absl::InvalidArgumentError(absl::StrCat(
-        r->field, ": the job asks ", r->asks, " (", least_size, " ranks of ",
-        r->field == "resources.cpus" ? absl::StrCat(spec.resources().cpus(), " cpus")
-                                     : FormatBytes(spec.resources().memory()),
-        "); queue '", q.name(), "' with its cohort can hold at most ", r->most,
-        " (its nominal quota plus what its cohort could lend, within the borrowing and lending limits); lower it, "
-        "raise the queue's quota or limits",
-        wait));
+    return absl::InvalidArgumentError(
+        absl::StrCat(r->field, ": the job asks ", r->asks, " (", least_size, " ranks of ",
+                     r->field == "resources.cpus" ? absl::StrCat(spec.resources().cpus(), " cpus")
+                                                  : FormatBytes(spec.resources().memory()),
+                     "); queue '", q.name(), "' with its cohort can hold at most ", r->most,
+                     " (its nominal quota plus what its cohort could lend, within the borrowing "
+                     "and lending limits); lower it, "
+                     "raise the queue's quota or limits",
+                     wait));
   }
   // An auto job runs on GPU slots on a cluster with GPUs, else on CPU
   // slots: it is refused only when neither kind could ever hold it.
@@ -462,7 +491,8 @@ absl::Status RefuseNeverRunnable(const v1::JobSpec& spec, int32_t least_size, co
   return absl::InvalidArgumentError(absl::StrCat(
       spec.elastic().min_ranks() > 0 ? "elastic.min_ranks" : "world_size", ": ", least_size,
       " ranks are more than queue '", q.name(), "' can ever run (", absl::StrJoin(shorts, ", or "),
-      ": its nominal quota plus what its cohort could lend, within the borrowing and lending limits); lower it, "
+      ": its nominal quota plus what its cohort could lend, within the borrowing and lending "
+      "limits); lower it, "
       "raise the queue's quota or limits",
       wait));
 }

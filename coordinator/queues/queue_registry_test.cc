@@ -141,8 +141,10 @@ TEST_F(QueueRegistryTest, CreateUpdateDeletePersistAndLoad) {
   ASSERT_TRUE(updated.ok()) << updated.status();
   EXPECT_EQ(updated->nominal_gpu(), 6);
   EXPECT_EQ(updated->create_time().seconds(), 1700000000) << "an update keeps create_time";
-  ASSERT_TRUE(registry_->Create(MakeQueue("b"), true).ok()) << "update of an unknown name creates it";
-  EXPECT_EQ(registry_->Create(MakeQueue("B"), false).status().code(), absl::StatusCode::kInvalidArgument);
+  ASSERT_TRUE(registry_->Create(MakeQueue("b"), true).ok())
+      << "update of an unknown name creates it";
+  EXPECT_EQ(registry_->Create(MakeQueue("B"), false).status().code(),
+            absl::StatusCode::kInvalidArgument);
 
   std::vector<scheduler::QueueSpec> specs = registry_->Specs();
   ASSERT_EQ(specs.size(), 2u);
@@ -170,7 +172,8 @@ TEST_F(QueueRegistryTest, CreateUpdateDeletePersistAndLoad) {
 TEST_F(QueueRegistryTest, AFailedStoreWriteChangesNothing) {
   ASSERT_TRUE(registry_->Create(MakeQueue("a"), false).ok());
   store_->SetWriteFaultForTest([](int64_t, absl::string_view) { return true; });
-  EXPECT_EQ(registry_->Create(MakeQueue("b"), false).status().code(), absl::StatusCode::kUnavailable);
+  EXPECT_EQ(registry_->Create(MakeQueue("b"), false).status().code(),
+            absl::StatusCode::kUnavailable);
   EXPECT_EQ(registry_->Delete("a", 0, 0).code(), absl::StatusCode::kUnavailable);
   store_->SetWriteFaultForTest(nullptr);
   EXPECT_EQ(registry_->Find("b"), nullptr);
@@ -188,7 +191,8 @@ TEST_F(QueueRegistryTest, ResolveWithoutQueuesKeepsTodaysBehaviour) {
   EXPECT_EQ(spec.queue(), "anything") << "kept as given";
   spec = MakeSpec();
   spec.set_queue("Not Valid");
-  EXPECT_EQ(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_EQ(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).code(),
+            absl::StatusCode::kInvalidArgument);
 }
 
 TEST_F(QueueRegistryTest, ResolveGoesToTheTokensFirstQueueElseDefault) {
@@ -212,7 +216,8 @@ TEST_F(QueueRegistryTest, ResolveRefusesAQueueTheTokenIsNotBoundTo) {
   EXPECT_EQ(s.code(), absl::StatusCode::kPermissionDenied);
   EXPECT_EQ(s.message(), "queue: this token may not submit to queue 'b' (its queues: a)");
   spec.set_queue("b");
-  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_ADMIN, token_queues, *registry_).ok()) << "admins submit anywhere";
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_ADMIN, token_queues, *registry_).ok())
+      << "admins submit anywhere";
 }
 
 TEST_F(QueueRegistryTest, ResolveRefusesAnUndefinedQueue) {
@@ -226,10 +231,13 @@ TEST_F(QueueRegistryTest, ResolveRefusesAnUndefinedQueue) {
   s = ResolveQueue(spec, v1::ROLE_ADMIN, {}, *registry_);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
   EXPECT_EQ(s.message(),
-            "queue: this job names no queue and no queue is the default (defined: a, b); name one (queue: NAME in "
-            "the job file, or --queue NAME) or mark one the default (trainctl queue create NAME --default, or "
+            "queue: this job names no queue and no queue is the default (defined: a, b); name one "
+            "(queue: NAME in "
+            "the job file, or --queue NAME) or mark one the default (trainctl queue create NAME "
+            "--default, or "
             "--update --default for an existing one)")
-      << "with queues defined and none the default or named 'default', the error says how to fix it";
+      << "with queues defined and none the default or named 'default', the error says how to fix "
+         "it";
 }
 
 TEST_F(QueueRegistryTest, AtMostOneQueueIsTheDefaultAndItSurvivesAReload) {
@@ -365,7 +373,8 @@ TEST(QueueValidationTest, BorrowingAndLendingLimitsNeedAFiniteNominalAndLendOnly
   EXPECT_TRUE(ValidateQueue(q).ok()) << message(q);
   q.set_lending_limit_gpu(5);
   EXPECT_EQ(message(q),
-            "queue.lending_limit_gpu: 5 is more than the queue's nominal_gpu of 4 (it lends only its own quota)");
+            "queue.lending_limit_gpu: 5 is more than the queue's nominal_gpu of 4 (it lends only "
+            "its own quota)");
   q.set_lending_limit_gpu(-2);
   EXPECT_EQ(message(q), "queue.lending_limit_gpu: must be -1 (no limit) or >= 0, got -2");
   q = MakeQueue("a");
@@ -412,9 +421,11 @@ TEST_F(QueueRegistryTest, ResolveRefusesAJobItsQueueAndCohortCanNeverRun) {
   spec.set_world_size(4);
   absl::Status s = ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("world_size: 4 ranks are more than queue 'a' can ever run (3 cuda slots: its "
-                                     "nominal quota plus what its cohort could lend, within the borrowing and "
-                                     "lending limits)"));
+  EXPECT_THAT(
+      s.message(),
+      HasSubstr("world_size: 4 ranks are more than queue 'a' can ever run (3 cuda slots: its "
+                "nominal quota plus what its cohort could lend, within the borrowing and "
+                "lending limits)"));
   EXPECT_THAT(s.message(), HasSubstr("--wait-for-capacity"));
   // Asking to wait takes it (it stays pending, saying why).
   spec.mutable_scheduling()->set_wait_for_capacity(true);
@@ -448,7 +459,8 @@ TEST_F(QueueRegistryTest, ResolveRefusesAJobItsQueueAndCohortCanNeverRun) {
   spec.set_device(v1::DEVICE_CPU);
   s = ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("world_size: 5 slots exceed queue 'c''s max_slots_per_owner of 4"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("world_size: 5 slots exceed queue 'c''s max_slots_per_owner of 4"));
   spec.mutable_scheduling()->set_wait_for_capacity(true);
   EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
 }
@@ -466,7 +478,9 @@ TEST(QueueValidationTest, CpuAndMemoryQuotasNameTheFieldAndTheReason) {
   q.set_lending_limit_memory_bytes(int64_t{16} << 30);
   EXPECT_TRUE(ValidateQueue(q).ok()) << message(q);
   q.set_nominal_cpus(std::nan(""));
-  EXPECT_THAT(message(q), HasSubstr("queue.nominal_cpus: must be -1 (unlimited) or finite, >= 0 and < 1e15, got nan"));
+  EXPECT_THAT(
+      message(q),
+      HasSubstr("queue.nominal_cpus: must be -1 (unlimited) or finite, >= 0 and < 1e15, got nan"));
   q.set_nominal_cpus(-0.5);
   EXPECT_THAT(message(q), HasSubstr("queue.nominal_cpus: must be -1 (unlimited) or finite"));
   q.set_nominal_cpus(std::numeric_limits<double>::infinity());
@@ -474,17 +488,21 @@ TEST(QueueValidationTest, CpuAndMemoryQuotasNameTheFieldAndTheReason) {
   q.set_nominal_cpus(16);
   q.set_lending_limit_cpus(17);
   EXPECT_EQ(message(q),
-            "queue.lending_limit_cpus: 17 is more than the queue's nominal_cpus of 16 (it lends only its own quota)");
+            "queue.lending_limit_cpus: 17 is more than the queue's nominal_cpus of 16 (it lends "
+            "only its own quota)");
   q.set_lending_limit_cpus(-1);
   q.set_borrowing_limit_memory_bytes(-3);
-  EXPECT_EQ(message(q), "queue.borrowing_limit_memory_bytes: must be -1 (no limit) or finite, >= 0 and < 1e15, got -3");
+  EXPECT_EQ(message(q),
+            "queue.borrowing_limit_memory_bytes: must be -1 (no limit) or finite, >= 0 and < 1e15, "
+            "got -3");
   q.set_borrowing_limit_memory_bytes(-1);
   EXPECT_TRUE(ValidateQueue(q).ok()) << message(q);
   // A limit needs a finite nominal of its resource.
   q = MakeQueue("a");
   q.set_nominal_cpu(4);  // slots do not count
   q.set_lending_limit_memory_bytes(1024);
-  EXPECT_THAT(message(q), HasSubstr("queue.lending_limit_memory_bytes: needs a nominal_memory_bytes quota"));
+  EXPECT_THAT(message(q),
+              HasSubstr("queue.lending_limit_memory_bytes: needs a nominal_memory_bytes quota"));
   q.set_nominal_memory_bytes(-1);
   EXPECT_THAT(message(q), HasSubstr("needs a nominal_memory_bytes quota"));
   // The scheduler's spec: unset is -1 (unlimited / no limit).
@@ -529,8 +547,9 @@ TEST_F(QueueRegistryTest, ResolveRefusesAJobOverItsQueuesCpuOrMemoryCeiling) {
   spec.set_world_size(4);
   absl::Status s = ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(s.message(), HasSubstr("resources.memory: the job asks 64 GiB (4 ranks of 16 GiB); queue 'a' with "
-                                     "its cohort can hold at most 32 GiB"));
+  EXPECT_THAT(s.message(),
+              HasSubstr("resources.memory: the job asks 64 GiB (4 ranks of 16 GiB); queue 'a' with "
+                        "its cohort can hold at most 32 GiB"));
   EXPECT_THAT(s.message(), HasSubstr("--wait-for-capacity"));
   spec.mutable_scheduling()->set_wait_for_capacity(true);
   EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
@@ -540,7 +559,8 @@ TEST_F(QueueRegistryTest, ResolveRefusesAJobOverItsQueuesCpuOrMemoryCeiling) {
   spec.mutable_resources()->set_memory(16 * kGiB);
   EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
   spec.set_world_size(6);
-  EXPECT_THAT(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).message(), HasSubstr("at most 80 GiB"));
+  EXPECT_THAT(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).message(),
+              HasSubstr("at most 80 GiB"));
   // CPUs: an elastic job counts its least size.
   spec = MakeSpec(4);
   spec.set_queue("c");
@@ -548,9 +568,11 @@ TEST_F(QueueRegistryTest, ResolveRefusesAJobOverItsQueuesCpuOrMemoryCeiling) {
   spec.mutable_elastic()->set_min_ranks(2);
   EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
   spec.mutable_elastic()->set_min_ranks(3);
-  EXPECT_THAT(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).message(),
-              HasSubstr("resources.cpus: the job asks 12 cpus (3 ranks of 4 cpus); queue 'c' with its cohort can "
-                        "hold at most 8 cpus"));
+  EXPECT_THAT(
+      ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).message(),
+      HasSubstr(
+          "resources.cpus: the job asks 12 cpus (3 ranks of 4 cpus); queue 'c' with its cohort can "
+          "hold at most 8 cpus"));
   // A job asking for no CPUs holds none: never refused by a CPU quota.
   spec.mutable_resources()->set_cpus(0);
   EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
@@ -581,7 +603,8 @@ TEST_F(QueueRegistryTest, ResolveAppliesTheQueuesRuntimeDefaultAndRefusesAboveIt
   spec.mutable_scheduling()->set_max_runtime_s(7201);
   absl::Status s = ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_);
   EXPECT_EQ(s.code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_EQ(s.message(), "scheduling.max_runtime_s: 7201 s exceeds queue 'a''s max_runtime_s of 7200 s");
+  EXPECT_EQ(s.message(),
+            "scheduling.max_runtime_s: 7201 s exceeds queue 'a''s max_runtime_s of 7200 s");
 
   spec = MakeSpec();
   spec.set_queue("b");
@@ -602,7 +625,8 @@ TEST(QueueValidationTest, RuntimeLimitsAreNonNegativeAndTheDefaultWithinTheMax) 
   EXPECT_EQ(message(q), "queue.max_runtime_s: must be 0 (no limit) or > 0 seconds, got -1");
   q = MakeQueue("a");
   q.set_default_max_runtime_s(std::nan(""));
-  EXPECT_THAT(message(q), HasSubstr("queue.default_max_runtime_s: must be 0 (no limit) or > 0 seconds"));
+  EXPECT_THAT(message(q),
+              HasSubstr("queue.default_max_runtime_s: must be 0 (no limit) or > 0 seconds"));
   q = MakeQueue("a");
   q.set_default_max_runtime_s(100);
   q.set_max_runtime_s(50);
@@ -620,17 +644,22 @@ TEST(QueueValidationTest, DefaultResourcesHaveTheJobsBoundsAndNameTheField) {
   EXPECT_TRUE(ValidateQueue(q).ok());
   q.mutable_default_resources()->set_memory(100);
   EXPECT_TRUE(absl::IsInvalidArgument(ValidateQueue(q)));
-  EXPECT_EQ(message(q), "queue.default_resources.memory: must be 0 (no limit) or at least 1Mi (1048576 bytes), got 100");
+  EXPECT_EQ(message(q),
+            "queue.default_resources.memory: must be 0 (no limit) or at least 1Mi (1048576 bytes), "
+            "got 100");
   q.mutable_default_resources()->set_memory(0);
   q.mutable_default_resources()->set_cpus(-1);
-  EXPECT_EQ(message(q), "queue.default_resources.cpus: must be 0 (no limit) or in [0.01, 4096] CPUs, got -1");
+  EXPECT_EQ(message(q),
+            "queue.default_resources.cpus: must be 0 (no limit) or in [0.01, 4096] CPUs, got -1");
   q.mutable_default_resources()->set_cpus(0);
   q.mutable_default_resources()->set_pids(2);
-  EXPECT_EQ(message(q), "queue.default_resources.pids: must be 0 (no limit) or in [8, 4194304], got 2");
+  EXPECT_EQ(message(q),
+            "queue.default_resources.pids: must be 0 (no limit) or in [8, 4194304], got 2");
   q.mutable_default_resources()->set_pids(0);
   q.mutable_default_resources()->set_gpu_flavor("h100");
   EXPECT_TRUE(absl::IsInvalidArgument(ValidateQueue(q)));
-  EXPECT_EQ(message(q).rfind("queue.default_resources.gpu_flavor: a queue gives default limits", 0), 0u)
+  EXPECT_EQ(message(q).rfind("queue.default_resources.gpu_flavor: a queue gives default limits", 0),
+            0u)
       << message(q);
 }
 
@@ -646,7 +675,9 @@ TEST(QueueValidationTest, GpuFlavorQuotasNameTheFlavorAndReachTheScheduler) {
   EXPECT_EQ(message(q), "queue.nominal_gpu_flavors[h100]: must be >= 0 GPU slots, got -1");
   q.mutable_nominal_gpu_flavors()->erase("h100");
   (*q.mutable_nominal_gpu_flavors())["H100"] = 1;
-  EXPECT_EQ(message(q), "queue.nominal_gpu_flavors: flavor 'H100' must start with a lowercase letter or a digit");
+  EXPECT_EQ(
+      message(q),
+      "queue.nominal_gpu_flavors: flavor 'H100' must start with a lowercase letter or a digit");
 }
 
 TEST_F(QueueRegistryTest, ResolveRefusesAJobOverItsQueuesFlavorQuota) {
@@ -661,7 +692,8 @@ TEST_F(QueueRegistryTest, ResolveRefusesAJobOverItsQueuesFlavorQuota) {
   absl::Status s = ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_);
   EXPECT_TRUE(absl::IsInvalidArgument(s));
   EXPECT_THAT(std::string(s.message()),
-              ::testing::HasSubstr("resources.gpu_flavor: 3 h100 GPUs exceed queue 'gpus''s h100 quota of 2"));
+              ::testing::HasSubstr(
+                  "resources.gpu_flavor: 3 h100 GPUs exceed queue 'gpus''s h100 quota of 2"));
   // Another flavor, or none, is not bound by it; wait_for_capacity takes it.
   spec.mutable_resources()->set_gpu_flavor("a100");
   EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
@@ -730,7 +762,8 @@ TEST(QueueStatusTest, UsedSlotsAndBorrowingFollowTheNominalQuota) {
   EXPECT_EQ(st.borrowed_cpu(), 3) << "5 used on a nominal of 2";
   EXPECT_EQ(st.borrowed_gpu(), 0) << "an unlimited nominal borrows nothing";
   EXPECT_EQ(BorrowedSlots(1, true, 2), 0);
-  EXPECT_EQ(BorrowedSlots(1, true, 0), 1) << "a queue with no quota of its own borrows all it holds";
+  EXPECT_EQ(BorrowedSlots(1, true, 0), 1)
+      << "a queue with no quota of its own borrows all it holds";
   v1::Queue idle;
   idle.set_name("idle");
   const std::vector<v1::QueueStatus> all = QueueStatusesOf({q, idle}, usages);

@@ -4,7 +4,8 @@
 
 namespace trainctl::coordinator {
 
-v1::QueueStatus QueueStatusOf(const v1::Queue& queue, const std::map<std::string, QueueUsage>& usages) {
+v1::QueueStatus QueueStatusOf(const v1::Queue& queue,
+                              const std::map<std::string, QueueUsage>& usages) {
   v1::QueueStatus st;
   *st.mutable_queue() = queue;
   auto it = usages.find(queue.name());

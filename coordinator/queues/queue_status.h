@@ -17,7 +17,8 @@ namespace trainctl::coordinator {
 // `queue` with its used and borrowed slots and pending / running jobs from
 // `usages` (JobQueries::QueueUsages; a queue without a live job uses
 // nothing). Clients read `borrowed_*` rather than computing it.
-v1::QueueStatus QueueStatusOf(const v1::Queue& queue, const std::map<std::string, QueueUsage>& usages);
+v1::QueueStatus QueueStatusOf(const v1::Queue& queue,
+                              const std::map<std::string, QueueUsage>& usages);
 std::vector<v1::QueueStatus> QueueStatusesOf(const std::vector<v1::Queue>& queues,
                                              const std::map<std::string, QueueUsage>& usages);
 

@@ -30,31 +30,38 @@ WorkerSlots WithBusy(WorkerSlots w, std::vector<WorkerSlots::Busy> busy) {
 
 // One 4-GPU worker: 2 free, 2 busy until `busy_s`. The head needs 4: it
 // holds the 2 free ones until the busy ones end.
-std::vector<WorkerSlots> HalfBusy(double busy_s) { return {WithBusy(Gpu("a", 2, 4), {{2, busy_s}})}; }
+std::vector<WorkerSlots> HalfBusy(double busy_s) {
+  return {WithBusy(Gpu("a", 2, 4), {{2, busy_s}})};
+}
 
 TEST(BackfillTest, AJobThatEndsBeforeTheHeadCouldStartTakesItsReservedSlots) {
-  auto r = Check({Job("head", 4, kCuda, 0, 1), Bounded(Job("short", 2, kCuda, 0, 2), 60)}, HalfBusy(100));
+  auto r = Check({Job("head", 4, kCuda, 0, 1), Bounded(Job("short", 2, kCuda, 0, 2), 60)},
+                 HalfBusy(100));
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"head", "pending:insufficient_free_slots"},
-                                                             {"short", "a:0,1"}}))
+  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{
+                             {"head", "pending:insufficient_free_slots"}, {"short", "a:0,1"}}))
       << Dump(*r);
   ASSERT_EQ(r->placements.size(), 1u);
   EXPECT_EQ(r->placements[0].backfilled_before, "head");
 }
 
 TEST(BackfillTest, ALongerOrUnboundedJobWaitsAndIsToldTheBoundThatWouldFit) {
-  auto r = Check({Job("head", 4, kCuda, 0, 1), Bounded(Job("long", 2, kCuda, 0, 2), 101), Job("open", 2, kCuda, 0, 3)},
+  auto r = Check({Job("head", 4, kCuda, 0, 1), Bounded(Job("long", 2, kCuda, 0, 2), 101),
+                  Job("open", 2, kCuda, 0, 3)},
                  HalfBusy(100));
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"head", "pending:insufficient_free_slots"},
-                                                             {"long", "pending:blocked_by_reservation"},
-                                                             {"open", "pending:blocked_by_reservation"}}))
+  EXPECT_EQ(Outcome(*r),
+            (std::map<std::string, std::string>{{"head", "pending:insufficient_free_slots"},
+                                                {"long", "pending:blocked_by_reservation"},
+                                                {"open", "pending:blocked_by_reservation"}}))
       << Dump(*r);
-  EXPECT_THAT(FindPending(*r, "open").message, HasSubstr("at most 100 s would let it start now (backfill)"));
+  EXPECT_THAT(FindPending(*r, "open").message,
+              HasSubstr("at most 100 s would let it start now (backfill)"));
 }
 
 TEST(BackfillTest, ExactlyAtTheShadowTimeFits) {
-  auto r = Check({Job("head", 4, kCuda, 0, 1), Bounded(Job("edge", 2, kCuda, 0, 2), 100)}, HalfBusy(100));
+  auto r = Check({Job("head", 4, kCuda, 0, 1), Bounded(Job("edge", 2, kCuda, 0, 2), 100)},
+                 HalfBusy(100));
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Outcome(*r).at("edge"), "a:0,1") << Dump(*r);
 }
@@ -65,7 +72,8 @@ TEST(BackfillTest, BusySlotsWithoutABoundNeverDateTheReservation) {
   for (const std::vector<WorkerSlots>& workers :
        {std::vector<WorkerSlots>{Gpu("a", 2, 4)}, HalfBusy(kNoBound),
         std::vector<WorkerSlots>{WithBusy(Gpu("a", 2, 4), {{1, 10}})}}) {
-    auto r = Check({Job("head", 4, kCuda, 0, 1), Bounded(Job("short", 2, kCuda, 0, 2), 1)}, workers);
+    auto r =
+        Check({Job("head", 4, kCuda, 0, 1), Bounded(Job("short", 2, kCuda, 0, 2), 1)}, workers);
     ASSERT_TRUE(r.ok());
     EXPECT_EQ(Outcome(*r).at("short"), "pending:blocked_by_reservation") << Dump(*r);
     EXPECT_THAT(FindPending(*r, "short").message, ::testing::Not(HasSubstr("backfill")));
@@ -80,9 +88,10 @@ TEST(BackfillTest, TheHeadWaitsForItsLastNeededSlotNotItsFirst) {
                   Bounded(Job("late", 1, kCuda, 0, 3), 300)},
                  workers);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"head", "pending:insufficient_free_slots"},
-                                                             {"mid", "a:0"},
-                                                             {"late", "pending:insufficient_free_slots"}}))
+  EXPECT_EQ(Outcome(*r),
+            (std::map<std::string, std::string>{{"head", "pending:insufficient_free_slots"},
+                                                {"mid", "a:0"},
+                                                {"late", "pending:insufficient_free_slots"}}))
       << Dump(*r);
 }
 
@@ -102,10 +111,12 @@ TEST(BackfillTest, AJobWithResourcesDoesNotBackfill) {
   // Reservations of jobs with resources hold CPUs and memory too: not in
   // whole slots, so neither such a job nor such a head backfills.
   std::vector<WorkerSlots> workers = {WithBusy(Sized(Gpu("a", 2, 4), 8, 0), {{2, 100}})};
-  auto r = Check({Job("head", 4, kCuda, 0, 1), Bounded(Needs(Job("j", 2, kCuda, 0, 2), 1), 10)}, workers);
+  auto r = Check({Job("head", 4, kCuda, 0, 1), Bounded(Needs(Job("j", 2, kCuda, 0, 2), 1), 10)},
+                 workers);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Outcome(*r).at("j"), "pending:blocked_by_reservation") << Dump(*r);
-  r = Check({Needs(Job("head", 4, kCuda, 0, 1), 1), Bounded(Job("j", 2, kCuda, 0, 2), 10)}, workers);
+  r = Check({Needs(Job("head", 4, kCuda, 0, 1), 1), Bounded(Job("j", 2, kCuda, 0, 2), 10)},
+            workers);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Outcome(*r).at("j"), "pending:blocked_by_reservation") << Dump(*r);
 }
@@ -120,11 +131,12 @@ TEST(BackfillTest, APlacementInThePassCountsWithItsOwnBound) {
                   Bounded(Job("j", 1, kCuda, 0, 3), 300)},
                  workers);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"first", "a:0"},
-                                                             {"head", "pending:insufficient_free_slots"},
-                                                             {"j", "a:1"}}))
+  EXPECT_EQ(Outcome(*r),
+            (std::map<std::string, std::string>{
+                {"first", "a:0"}, {"head", "pending:insufficient_free_slots"}, {"j", "a:1"}}))
       << Dump(*r);
-  r = Check({Job("first", 1, kCuda, 1, 1), Job("head", 4, kCuda, 0, 2), Bounded(Job("j", 1, kCuda, 0, 3), 300)},
+  r = Check({Job("first", 1, kCuda, 1, 1), Job("head", 4, kCuda, 0, 2),
+             Bounded(Job("j", 1, kCuda, 0, 3), 300)},
             workers);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(Outcome(*r).at("j"), "pending:blocked_by_reservation") << Dump(*r);

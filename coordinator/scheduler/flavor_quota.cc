@@ -12,8 +12,9 @@ absl::Status ValidateFlavorQuotas(const QueueInput& input) {
   for (const QueueSpec& q : input.queues) {
     for (const auto& [flavor, nominal] : q.nominal_gpu_flavors) {
       if (flavor.empty() || nominal < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("queue ", q.name, ": nominal_gpu_flavors[\"", flavor,
-                                                       "\"]: a flavor and a quota >= 0, got ", nominal));
+        return absl::InvalidArgumentError(
+            absl::StrCat("queue ", q.name, ": nominal_gpu_flavors[\"", flavor,
+                         "\"]: a flavor and a quota >= 0, got ", nominal));
       }
     }
   }
@@ -33,8 +34,11 @@ std::string FlavorsText(const std::map<std::string, KindPool>& pools) {
                        : absl::StrCat(" (GPU flavors here: ", absl::StrJoin(names, ", "), ")");
 }
 
-FlavorQuota::FlavorQuota(const QueueInput& input, absl::Span<const WorkerSlots> workers, const QueueBook& book)
-    : book_(book), nominal_(static_cast<size_t>(book.size())), used_(static_cast<size_t>(book.size())) {
+FlavorQuota::FlavorQuota(const QueueInput& input, absl::Span<const WorkerSlots> workers,
+                         const QueueBook& book)
+    : book_(book),
+      nominal_(static_cast<size_t>(book.size())),
+      used_(static_cast<size_t>(book.size())) {
   for (const WorkerSlots& w : workers) {
     if (w.kind == SlotKind::kGpu) flavor_of_[w.worker_id] = w.gpu_flavor;
   }
@@ -45,7 +49,8 @@ FlavorQuota::FlavorQuota(const QueueInput& input, absl::Span<const WorkerSlots> 
   }
   for (const RunningJob& r : input.running) {
     const int q = book.Find(r.queue);
-    if (q >= 0 && r.kind == SlotKind::kGpu && !r.gpu_flavor.empty()) used_[q][r.gpu_flavor] += r.slots;
+    if (q >= 0 && r.kind == SlotKind::kGpu && !r.gpu_flavor.empty())
+      used_[q][r.gpu_flavor] += r.slots;
   }
 }
 

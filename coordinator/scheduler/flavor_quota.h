@@ -30,7 +30,8 @@ class FlavorQuota {
  public:
   // `input` passed ValidateFlavorQuotas; `book` is the pass's QueueBook
   // (queue indices). Counts the running jobs' slots by their flavor.
-  FlavorQuota(const QueueInput& input, absl::Span<const WorkerSlots> workers, const QueueBook& book);
+  FlavorQuota(const QueueInput& input, absl::Span<const WorkerSlots> workers,
+              const QueueBook& book);
 
   // Queue q's nominal for `flavor`; -1 when it has none (or no flavor).
   long long Nominal(int q, const std::string& flavor) const;

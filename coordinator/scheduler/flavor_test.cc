@@ -51,17 +51,20 @@ TEST(FlavorTest, SplitsAcrossWorkersOfTheFlavorOnly) {
   ASSERT_TRUE(r.ok());
   const PendingJobStatus& p = FindPending(*r, "big");
   EXPECT_EQ(p.reason, PendingReason::kExceedsCapacity);
-  EXPECT_THAT(p.message, HasSubstr("needs 6 cuda (h100) slots, the cluster has 5 in total across 2 workers"));
+  EXPECT_THAT(p.message,
+              HasSubstr("needs 6 cuda (h100) slots, the cluster has 5 in total across 2 workers"));
 }
 
 TEST(FlavorTest, AFlavorNoWorkerHasWaitsNamingIt) {
-  std::vector<WorkerSlots> workers = {Flavored(Gpu("a", 4), "a100"), Flavored(Gpu("b", 4), "h200"), Cpu("c", 4)};
+  std::vector<WorkerSlots> workers = {Flavored(Gpu("a", 4), "a100"), Flavored(Gpu("b", 4), "h200"),
+                                      Cpu("c", 4)};
   absl::StatusOr<ScheduleResult> r = Schedule({OfFlavor(Job("j", 1, kAuto), "h100")}, workers);
   ASSERT_TRUE(r.ok());
   const PendingJobStatus& p = FindPending(*r, "j");
   EXPECT_EQ(p.reason, PendingReason::kNoWorkerOfKind);
   EXPECT_EQ(p.kind, SlotKind::kGpu);
-  EXPECT_EQ(p.message, "no schedulable worker has cuda (h100) slots (GPU flavors here: a100, h200)");
+  EXPECT_EQ(p.message,
+            "no schedulable worker has cuda (h100) slots (GPU flavors here: a100, h200)");
   // A GPU worker without a flavor (a mixed host) is not one of it either.
   r = Schedule({OfFlavor(Job("j", 1), "h100")}, {Gpu("m", 2), Cpu("c", 4)});
   ASSERT_TRUE(r.ok());
@@ -77,8 +80,8 @@ TEST(FlavorTest, AFlavorOnACpuJobIsInvalid) {
 }
 
 TEST(FlavorTest, AnAutoJobWithAFlavorWaitsForItsGpusNotForCpus) {
-  absl::StatusOr<ScheduleResult> r =
-      Schedule({OfFlavor(Job("j", 2, kAuto), "h100")}, {Flavored(Gpu("g", 1, 2), "h100"), Cpu("c", 8)});
+  absl::StatusOr<ScheduleResult> r = Schedule({OfFlavor(Job("j", 2, kAuto), "h100")},
+                                              {Flavored(Gpu("g", 1, 2), "h100"), Cpu("c", 8)});
   ASSERT_TRUE(r.ok());
   const PendingJobStatus& p = FindPending(*r, "j");
   EXPECT_EQ(p.reason, PendingReason::kInsufficientFreeSlots);
@@ -88,15 +91,17 @@ TEST(FlavorTest, AnAutoJobWithAFlavorWaitsForItsGpusNotForCpus) {
 TEST(FlavorTest, TheHeadOfAFlavorReservesOnlyItsFlavorsSlots) {
   // h100: 3 of 4 free; a 4-rank h100 job blocks and holds the 3. A later
   // 2-rank h100 job waits behind it; a later a100 job starts at once.
-  std::vector<WorkerSlots> workers = {Flavored(Gpu("h", 3, 4), "h100"), Flavored(Gpu("a", 2), "a100")};
+  std::vector<WorkerSlots> workers = {Flavored(Gpu("h", 3, 4), "h100"),
+                                      Flavored(Gpu("a", 2), "a100")};
   std::vector<PendingJob> jobs = {OfFlavor(Job("head", 4, kCuda, 0, 1), "h100"),
                                   OfFlavor(Job("small", 2, kCuda, 0, 2), "h100"),
                                   OfFlavor(Job("other", 2, kCuda, 0, 3), "a100")};
   absl::StatusOr<ScheduleResult> r = Schedule(jobs, workers);
   ASSERT_TRUE(r.ok());
-  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"head", "pending:insufficient_free_slots"},
-                                                             {"small", "pending:blocked_by_reservation"},
-                                                             {"other", "a:0,1"}}));
+  EXPECT_EQ(Outcome(*r),
+            (std::map<std::string, std::string>{{"head", "pending:insufficient_free_slots"},
+                                                {"small", "pending:blocked_by_reservation"},
+                                                {"other", "a:0,1"}}));
   EXPECT_EQ(FindPending(*r, "head").reserved_slots.size(), 3u);
   EXPECT_EQ(FindPending(*r, "small").blocked_by, "head");
 }
@@ -105,7 +110,8 @@ TEST(FlavorTest, PreemptsOnlyVictimsOfItsFlavor) {
   // Queue "team" (nominal 4 GPUs) lent to "other", which runs one job on
   // a100 and one on h100. Team's h100 job reclaims: only the h100 borrower
   // frees slots it can use.
-  std::vector<WorkerSlots> workers = {Flavored(Gpu("a", 0, 2), "a100"), Flavored(Gpu("h", 0, 2), "h100")};
+  std::vector<WorkerSlots> workers = {Flavored(Gpu("a", 0, 2), "a100"),
+                                      Flavored(Gpu("h", 0, 2), "h100")};
   QueueInput in;
   in.queues = {Queue("team", 4, -1, "c"), Queue("other", 0, -1, "c")};
   RunningJob on_a100 = Running("ra", "other", 2, 0, 2);
@@ -113,7 +119,8 @@ TEST(FlavorTest, PreemptsOnlyVictimsOfItsFlavor) {
   RunningJob on_h100 = Running("rh", "other", 2, 0, 1);
   on_h100.gpu_flavor = "h100";
   in.running = {on_a100, on_h100};
-  absl::StatusOr<ScheduleResult> r = Schedule({Queued("team", OfFlavor(Job("j", 2), "h100"))}, workers, in);
+  absl::StatusOr<ScheduleResult> r =
+      Schedule({Queued("team", OfFlavor(Job("j", 2), "h100"))}, workers, in);
   ASSERT_TRUE(r.ok()) << r.status();
   ASSERT_EQ(r->preemptions.size(), 1u) << Dump(*r);
   EXPECT_EQ(r->preemptions[0].victim_job_id, "rh");
@@ -140,7 +147,8 @@ TEST(FlavorQuotaTest, AJobOfTheFlavorFitsOnlyWithinItsQueuesFlavorQuota) {
   // Plenty of h100s; queue "team" may hold 3 of them. A running job of the
   // queue holds 1 h100 slot: a 2-rank h100 job fits, a second one waits;
   // an a100 job (no a100 quota) and a job of another queue start.
-  std::vector<WorkerSlots> workers = {Flavored(Gpu("h", 7, 8), "h100"), Flavored(Gpu("a", 4), "a100")};
+  std::vector<WorkerSlots> workers = {Flavored(Gpu("h", 7, 8), "h100"),
+                                      Flavored(Gpu("a", 4), "a100")};
   QueueInput in;
   in.queues = {WithFlavorQuota(Queue("team", -1), "h100", 3), Queue("other", -1)};
   RunningJob held = Running("r", "team", 1);
@@ -156,7 +164,8 @@ TEST(FlavorQuotaTest, AJobOfTheFlavorFitsOnlyWithinItsQueuesFlavorQuota) {
   EXPECT_NE(got["first"].rfind("h:", 0), std::string::npos) << Dump(*r);
   EXPECT_EQ(got["second"], "pending:quota_exceeded");
   EXPECT_EQ(FindPending(*r, "second").message,
-            "needs 1 cuda (h100) slots, more than its queue's h100 quota admits now (queue team: 3 of 3 cuda "
+            "needs 1 cuda (h100) slots, more than its queue's h100 quota admits now (queue team: 3 "
+            "of 3 cuda "
             "(h100) used)");
   EXPECT_EQ(got["a100"], "a:0,1");
   EXPECT_NE(got["theirs"].rfind("h:", 0), std::string::npos) << Dump(*r);
@@ -180,7 +189,8 @@ TEST(FlavorQuotaTest, ItCountsEveryJobOfTheQueueOnTheFlavorAndBoundsElasticSize)
   r = Schedule({Queued("team", OfFlavor(Job("big", 5), "h100"))}, workers, in);
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(FindPending(*r, "big").reason, PendingReason::kExceedsQueueLimit);
-  EXPECT_EQ(FindPending(*r, "big").message, "needs 5 cuda (h100) slots, more than queue team's h100 quota (4)");
+  EXPECT_EQ(FindPending(*r, "big").message,
+            "needs 5 cuda (h100) slots, more than queue team's h100 quota (4)");
   // A negative quota is malformed input.
   in.queues[0].nominal_gpu_flavors["h100"] = -1;
   EXPECT_TRUE(absl::IsInvalidArgument(Schedule({}, workers, in).status()));
@@ -211,8 +221,9 @@ TEST(FlavorTest, RandomPassesKeepEveryRankOnItsFlavor) {
     const int nj = 1 + static_cast<int>(rng() % 6);
     for (int j = 0; j < nj; ++j) {
       const DeviceRequirement device = rng() % 3 == 0 ? kAuto : kCuda;
-      jobs.push_back(OfFlavor(Job(absl::StrCat("j", j), 1 + static_cast<int>(rng() % 4), device, 0, j),
-                              flavors[rng() % flavors.size()]));
+      jobs.push_back(
+          OfFlavor(Job(absl::StrCat("j", j), 1 + static_cast<int>(rng() % 4), device, 0, j),
+                   flavors[rng() % flavors.size()]));
     }
     absl::StatusOr<ScheduleResult> r = Schedule(jobs, workers);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -220,22 +231,21 @@ TEST(FlavorTest, RandomPassesKeepEveryRankOnItsFlavor) {
     std::set<std::string> seen;
     for (const Placement& p : r->placements) {
       ASSERT_TRUE(seen.insert(p.job_id).second);
-      const PendingJob& job = *std::find_if(jobs.begin(), jobs.end(), [&](const PendingJob& x) {
-        return x.job_id == p.job_id;
-      });
+      const PendingJob& job = *std::find_if(
+          jobs.begin(), jobs.end(), [&](const PendingJob& x) { return x.job_id == p.job_id; });
       for (const RankAssignment& rank : p.ranks) {
         EXPECT_TRUE(used.insert({rank.worker_id, rank.slot}).second) << Dump(*r);
         if (!job.gpu_flavor.empty()) {
-          ASSERT_TRUE(flavor_of.count(rank.worker_id)) << "a flavored job on a CPU worker\n" << Dump(*r);
+          ASSERT_TRUE(flavor_of.count(rank.worker_id)) << "a flavored job on a CPU worker\n"
+                                                       << Dump(*r);
           EXPECT_EQ(flavor_of[rank.worker_id], job.gpu_flavor) << Dump(*r);
         }
       }
     }
     for (const PendingJobStatus& p : r->pending) {
       ASSERT_TRUE(seen.insert(p.job_id).second);
-      const PendingJob& job = *std::find_if(jobs.begin(), jobs.end(), [&](const PendingJob& x) {
-        return x.job_id == p.job_id;
-      });
+      const PendingJob& job = *std::find_if(
+          jobs.begin(), jobs.end(), [&](const PendingJob& x) { return x.job_id == p.job_id; });
       if (!job.gpu_flavor.empty() && p.reason != PendingReason::kInvalidJob) {
         EXPECT_THAT(p.message, HasSubstr(absl::StrCat("(", job.gpu_flavor, ")"))) << p.message;
       }

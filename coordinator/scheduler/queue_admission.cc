@@ -25,8 +25,8 @@ const std::string& QueueName(const std::string& name) {
 
 // What a running job holds in every dimension.
 Demand Held(const RunningJob& job) {
-  const Demand per_rank = PerRank(job.kind, job.cpus > 0 ? std::max<long long>(1, MilliUp(job.cpus)) : 0,
-                                  job.memory_bytes);
+  const Demand per_rank = PerRank(
+      job.kind, job.cpus > 0 ? std::max<long long>(1, MilliUp(job.cpus)) : 0, job.memory_bytes);
   Demand held{};
   for (int d = 0; d < kNumDims; ++d) held[d] = Times(per_rank[d], job.slots);
   return held;
@@ -53,7 +53,8 @@ Admission Combine(Admission a, Admission b) {
     }
     return 4;
   };
-  if ((a == Admission::kBorrow && b == Admission::kReclaim) || (a == Admission::kReclaim && b == Admission::kBorrow)) {
+  if ((a == Admission::kBorrow && b == Admission::kReclaim) ||
+      (a == Admission::kReclaim && b == Admission::kBorrow)) {
     return Admission::kOverQuota;
   }
   return rank(a) >= rank(b) ? a : b;
@@ -114,7 +115,8 @@ absl::Status ValidateQueues(absl::Span<const PendingJob> jobs, const QueueInput&
          {std::pair<const char*, double>{"nominal_cpus", queue.nominal_cpus},
           std::pair<const char*, double>{"borrowing_limit_cpus", queue.borrowing_limit_cpus},
           std::pair<const char*, double>{"lending_limit_cpus", queue.lending_limit_cpus},
-          std::pair<const char*, double>{"nominal_memory_bytes", static_cast<double>(queue.nominal_memory_bytes)},
+          std::pair<const char*, double>{"nominal_memory_bytes",
+                                         static_cast<double>(queue.nominal_memory_bytes)},
           std::pair<const char*, double>{"borrowing_limit_memory_bytes",
                                          static_cast<double>(queue.borrowing_limit_memory_bytes)},
           std::pair<const char*, double>{"lending_limit_memory_bytes",
@@ -178,8 +180,9 @@ absl::Status ValidateQueues(absl::Span<const PendingJob> jobs, const QueueInput&
           absl::StrCat(where, "slots: must be >= 0, got ", job.slots));
     }
     if (!std::isfinite(job.cpus) || job.cpus < 0 || job.memory_bytes < 0) {
-      return absl::InvalidArgumentError(absl::StrCat(where, "cpus and memory_bytes: must be finite and >= 0, got ",
-                                                     job.cpus, " and ", job.memory_bytes));
+      return absl::InvalidArgumentError(
+          absl::StrCat(where, "cpus and memory_bytes: must be finite and >= 0, got ", job.cpus,
+                       " and ", job.memory_bytes));
     }
     if (!input.queues.empty() && !names.contains(QueueName(job.queue))) {
       return absl::InvalidArgumentError(
@@ -206,14 +209,17 @@ QueueBook::QueueBook(const QueueInput& input) : implicit_(input.queues.empty()) 
     queue.cohort = spec.cohort;
     queue.nominal = {spec.nominal_gpu, spec.nominal_cpu, QuotaMilli(spec.nominal_cpus),
                      spec.nominal_memory_bytes < 0 ? -1 : spec.nominal_memory_bytes};
-    const Demand borrow = {spec.borrowing_limit_gpu, spec.borrowing_limit_cpu, QuotaMilli(spec.borrowing_limit_cpus),
+    const Demand borrow = {spec.borrowing_limit_gpu, spec.borrowing_limit_cpu,
+                           QuotaMilli(spec.borrowing_limit_cpus),
                            std::max<long long>(-1, spec.borrowing_limit_memory_bytes)};
-    const Demand lend = {spec.lending_limit_gpu, spec.lending_limit_cpu, QuotaMilli(spec.lending_limit_cpus),
+    const Demand lend = {spec.lending_limit_gpu, spec.lending_limit_cpu,
+                         QuotaMilli(spec.lending_limit_cpus),
                          std::max<long long>(-1, spec.lending_limit_memory_bytes)};
     for (int k = 0; k < kNumDims; ++k) {
       if (queue.nominal[k] < 0) continue;  // unlimited: neither lends nor borrows
       queue.borrow_limit[k] = borrow[k];
-      if (lend[k] >= 0) queue.guaranteed[k] = queue.nominal[k] - std::min<long long>(lend[k], queue.nominal[k]);
+      if (lend[k] >= 0)
+        queue.guaranteed[k] = queue.nominal[k] - std::min<long long>(lend[k], queue.nominal[k]);
     }
     queue.usage = {spec.usage_gpu, spec.usage_cpu};
     queue.weight = spec.weight;
@@ -286,7 +292,8 @@ long long QueueBook::Ceiling(int q, int k) const {
   // Its guaranteed part plus everything its group lends (its own lendable
   // part included), up to its borrowing limit.
   long long ceiling = queue.guaranteed[k] + groups_[queue.group].nominal[k];
-  if (queue.borrow_limit[k] >= 0) ceiling = std::min(ceiling, queue.nominal[k] + queue.borrow_limit[k]);
+  if (queue.borrow_limit[k] >= 0)
+    ceiling = std::min(ceiling, queue.nominal[k] + queue.borrow_limit[k]);
   return ceiling;
 }
 
@@ -300,8 +307,8 @@ Admission QueueBook::AdmitDim(int q, int k, long long amount) const {
   const long long growth = Lent(queue, k, queue.used[k] + amount) - Lent(queue, k, queue.used[k]);
   const bool group_fits = growth <= std::max(0LL, group.nominal[k] - group.used[k]);
   if (within) return group_fits ? Admission::kWithinNominal : Admission::kReclaim;
-  const bool borrow_allowed =
-      queue.borrow_limit[k] < 0 || queue.used[k] + amount <= queue.nominal[k] + queue.borrow_limit[k];
+  const bool borrow_allowed = queue.borrow_limit[k] < 0 ||
+                              queue.used[k] + amount <= queue.nominal[k] + queue.borrow_limit[k];
   return group_fits && borrow_allowed ? Admission::kBorrow : Admission::kOverQuota;
 }
 
@@ -331,7 +338,8 @@ long long QueueBook::Headroom(int q, const Demand& per_rank, bool borrow) const 
   return ranks;
 }
 
-void QueueBook::Charge(int q, SlotKind kind, const Demand& per_rank, long long ranks, const std::string& owner) {
+void QueueBook::Charge(int q, SlotKind kind, const Demand& per_rank, long long ranks,
+                       const std::string& owner) {
   const int slot = KindIndex(kind);
   Queue& queue = queues_[q];
   queue.placed[slot] += ranks;
@@ -365,8 +373,8 @@ double QueueBook::OwnerShare(int q, const std::string& owner) const {
   double share = 0;
   for (int k = 0; k < kNumKinds; ++k) {
     if (capacity_[k] <= 0) continue;
-    share = std::max(share, (o.usage[k] + static_cast<double>(o.placed[k])) /
-                                static_cast<double>(capacity_[k]));
+    share = std::max(
+        share, (o.usage[k] + static_cast<double>(o.placed[k])) / static_cast<double>(capacity_[k]));
   }
   return share / o.weight;
 }
@@ -378,7 +386,8 @@ long long QueueBook::UsedSlots(int q) const {
 }
 
 VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const Demand& per_rank,
-                                      long long ranks, long long available, const std::string& flavor) const {
+                                      long long ranks, long long available,
+                                      const std::string& flavor) const {
   // Whether a running job's slots would serve this job once it is gone.
   auto frees_slots = [&](const RunningJob& r) {
     return r.kind == kind && (flavor.empty() || r.gpu_flavor == flavor);
@@ -397,7 +406,8 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const 
     // Those of its kind free slots; any that holds a dimension it needs
     // frees quota (and is waited for).
     const Demand held = Held(*job);
-    const bool frees_quota = std::any_of(dims.begin(), dims.end(), [&](int k) { return held[k] > 0; });
+    const bool frees_quota =
+        std::any_of(dims.begin(), dims.end(), [&](int k) { return held[k] > 0; });
     if (frees_slots(*job)) stopping_slots += job->slots;
     if (frees_slots(*job) || frees_quota) choice.stopping.push_back(job);
   }
@@ -408,7 +418,8 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const 
   // Each member's used once its stopping jobs and the picks are gone.
   auto used_after = [&](int m, int k) {
     auto it = picked_from.find(m);
-    return queues_[m].used[k] - queues_[m].stopping[k] - (it == picked_from.end() ? 0 : it->second[k]);
+    return queues_[m].used[k] - queues_[m].stopping[k] -
+           (it == picked_from.end() ? 0 : it->second[k]);
   };
   auto quota_ok = [&] {
     for (int k : dims) {
@@ -417,8 +428,10 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const 
       for (int m : group.members) {
         if (queues_[m].nominal[k] >= 0) group_used += Lent(queues_[m], k, used_after(m, k));
       }
-      const long long growth = Lent(queue, k, used_after(q, k) + need) - Lent(queue, k, used_after(q, k));
-      if (growth > std::max(0LL, group.nominal[k] - group_used) || used_after(q, k) + need > queue.nominal[k]) {
+      const long long growth =
+          Lent(queue, k, used_after(q, k) + need) - Lent(queue, k, used_after(q, k));
+      if (growth > std::max(0LL, group.nominal[k] - group_used) ||
+          used_after(q, k) + need > queue.nominal[k]) {
         return false;
       }
     }
@@ -447,8 +460,9 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const 
     const bool cohort_peer = jq != q && queues_[jq].group == queue.group && peer_finite;
     if (uses && (same_queue_lower || cohort_peer)) candidates.emplace_back(job, jq, held);
   }
-  std::sort(candidates.begin(), candidates.end(),
-            [](const auto& a, const auto& b) { return VictimBefore(*std::get<0>(a), *std::get<0>(b)); });
+  std::sort(candidates.begin(), candidates.end(), [](const auto& a, const auto& b) {
+    return VictimBefore(*std::get<0>(a), *std::get<0>(b));
+  });
   // A flavored job takes victims of its flavor first: their slots serve it
   // and their quota too, so others go only when the quota still lacks.
   if (!flavor.empty()) {
@@ -460,7 +474,8 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const 
       const Queue& peer = queues_[jq];
       bool borrowing = false;
       for (int k : dims) {
-        borrowing = borrowing || (held[k] > 0 && peer.nominal[k] >= 0 && used_after(jq, k) > peer.nominal[k]);
+        borrowing = borrowing ||
+                    (held[k] > 0 && peer.nominal[k] >= 0 && used_after(jq, k) > peer.nominal[k]);
       }
       if (!borrowing) continue;
     }
@@ -489,11 +504,13 @@ std::string QueueBook::QuotaText(int q, int k) const {
     return slots ? absl::StrCat(v) : k == kCpusDim ? CpuText(v) : FormatBytes(v);
   };
   if (queue.nominal[k] < 0) {
-    return absl::StrCat("queue ", queue.name, ": ", amount(queue.used[k]), " ", unit, " used, no quota");
+    return absl::StrCat("queue ", queue.name, ": ", amount(queue.used[k]), " ", unit,
+                        " used, no quota");
   }
   std::string text = absl::StrCat("queue ", queue.name, ": ", amount(queue.used[k]), " of ",
                                   amount(queue.nominal[k]), " ", unit, " used");
-  if (queue.borrow_limit[k] >= 0) absl::StrAppend(&text, ", borrowing limit ", amount(queue.borrow_limit[k]));
+  if (queue.borrow_limit[k] >= 0)
+    absl::StrAppend(&text, ", borrowing limit ", amount(queue.borrow_limit[k]));
   if (queue.guaranteed[k] > 0) {
     absl::StrAppend(&text, ", lends at most ", amount(queue.nominal[k] - queue.guaranteed[k]));
   }
@@ -513,7 +530,8 @@ std::string QueueBook::QuotaText(int q, const Demand& per_rank, long long ranks)
     if (k < kNumKinds) slot = k;
     if (!Finite(q, k)) continue;
     finite.push_back(QuotaText(q, k));
-    if (AdmitDim(q, k, Times(per_rank[k], ranks)) != Admission::kWithinNominal) blocking.push_back(finite.back());
+    if (AdmitDim(q, k, Times(per_rank[k], ranks)) != Admission::kWithinNominal)
+      blocking.push_back(finite.back());
   }
   if (!blocking.empty()) return absl::StrJoin(blocking, "; ");
   if (!finite.empty()) return absl::StrJoin(finite, "; ");

@@ -108,7 +108,8 @@ class QueueBook {
   long long Headroom(int q, const Demand& per_rank, bool borrow) const;
   // Counts a placement of this pass: `ranks` of `per_rank`, of kind `kind`,
   // of a job of `owner`.
-  void Charge(int q, SlotKind kind, const Demand& per_rank, long long ranks, const std::string& owner);
+  void Charge(int q, SlotKind kind, const Demand& per_rank, long long ranks,
+              const std::string& owner);
   // Total slots of each kind on schedulable workers: the entitlement of a
   // queue without quota and of every owner (see scheduler.h, "Fair share").
   void SetCapacity(const std::array<long long, kNumKinds>& capacity) { capacity_ = capacity; }
@@ -125,8 +126,9 @@ class QueueBook {
   // usable for it now. A job asking for a GPU flavor (`flavor` not "")
   // counts only the slots of victims and stopping jobs of that flavor as
   // freed for it (others still free quota).
-  VictimChoice ChooseVictims(int q, SlotKind kind, int priority, const Demand& per_rank, long long ranks,
-                             long long available, const std::string& flavor = "") const;
+  VictimChoice ChooseVictims(int q, SlotKind kind, int priority, const Demand& per_rank,
+                             long long ranks, long long available,
+                             const std::string& flavor = "") const;
 
   // "queue a: 2 of 4 cuda used, cohort c: 6 of 8" for messages.
   std::string QuotaText(int q, int d) const;

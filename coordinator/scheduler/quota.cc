@@ -23,8 +23,9 @@ std::optional<long long> QueueCeiling(absl::Span<const QueueSpec> queues, const 
   return ceiling;
 }
 
-std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queues, const std::string& name,
-                                                long long ranks, double cpus, std::int64_t memory_bytes) {
+std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queues,
+                                                const std::string& name, long long ranks,
+                                                double cpus, std::int64_t memory_bytes) {
   if (queues.empty()) return std::nullopt;
   QueueInput input;
   input.queues.assign(queues.begin(), queues.end());
@@ -39,8 +40,9 @@ std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queu
     const long long ceiling = book.Ceiling(q, d);
     if (per_rank[d] <= 0 || asks <= ceiling) continue;
     auto text = [d](long long v) {
-      return d == internal::kCpusDim ? absl::StrCat(internal::CpuText(v), v == 1000 ? " cpu" : " cpus")
-                                     : FormatBytes(v);
+      return d == internal::kCpusDim
+                 ? absl::StrCat(internal::CpuText(v), v == 1000 ? " cpu" : " cpus")
+                 : FormatBytes(v);
     };
     return ResourceShort{internal::DimField(d), text(asks), text(ceiling)};
   }
@@ -55,7 +57,8 @@ bool QueueHasResourceRoom(absl::Span<const QueueSpec> queues, absl::Span<const R
   // QueueBook needs every running job's queue defined.
   const auto defined = [&](const std::string& queue) {
     const std::string& n = queue.empty() ? std::string("default") : queue;
-    return std::any_of(queues.begin(), queues.end(), [&](const QueueSpec& q) { return q.name == n; });
+    return std::any_of(queues.begin(), queues.end(),
+                       [&](const QueueSpec& q) { return q.name == n; });
   };
   for (const RunningJob& r : running) {
     if (defined(r.queue)) input.running.push_back(r);

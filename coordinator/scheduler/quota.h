@@ -41,8 +41,9 @@ struct ResourceShort {
 // a job of `ranks` (its least size) asking `cpus` and `memory_bytes` per
 // rank: the first of the two its queue can never hold, counted as the
 // scheduler counts them; nullopt when both fit (or are unlimited).
-std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queues, const std::string& name,
-                                                long long ranks, double cpus, std::int64_t memory_bytes);
+std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queues,
+                                                const std::string& name, long long ranks,
+                                                double cpus, std::int64_t memory_bytes);
 
 // Whether one more rank asking `cpus` and `memory_bytes` keeps queue `name`
 // within its own nominal CPU and memory quotas, given what `running` holds

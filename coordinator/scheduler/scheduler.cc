@@ -25,17 +25,16 @@ namespace {
 
 using internal::Admission;
 using internal::ByShare;
-using internal::ScheduledBefore;
 using internal::KindIndex;
 using internal::kNumKinds;
 using internal::QueueBook;
+using internal::ScheduledBefore;
 // What fits on a worker during one pass (worker_fit.h).
 using internal::ChooseNodes;
 using internal::ChooseWorkers;
-using internal::FreeText;
-using internal::ResourcesNeverFit;
 using internal::Count;
 using internal::CpuText;
+using internal::FreeText;
 using internal::HoldResources;
 using internal::IdleFit;
 using internal::KindPool;
@@ -44,6 +43,7 @@ using internal::MilliUp;
 using internal::PerRankText;
 using internal::Request;
 using internal::RequestOf;
+using internal::ResourcesNeverFit;
 using internal::RoomNow;
 using internal::Share;
 using internal::TakeResources;
@@ -51,7 +51,6 @@ using internal::Usable;
 using internal::UsableIgnoringReservations;
 using internal::ValidateInput;
 using internal::WorkerState;
-
 
 class Pass {
  public:
@@ -88,7 +87,8 @@ class Pass {
       return a.in->worker_id < b.in->worker_id;
     });
     for (int w = 0; w < static_cast<int>(workers_.size()); ++w) {
-      for (KindPool* pool : {&pools_[KindIndex(workers_[w].in->kind)], FlavorPool(workers_[w].in)}) {
+      for (KindPool* pool :
+           {&pools_[KindIndex(workers_[w].in->kind)], FlavorPool(workers_[w].in)}) {
         if (pool == nullptr) continue;
         pool->workers.push_back(w);
         pool->capacity += workers_[w].in->total_slots;
@@ -104,7 +104,8 @@ class Pass {
     ByShare(book_, jobs_, lines_, [&](int j, int q) {
       if (!ScheduleJob(j, q, /*may_borrow=*/false, result)) borrowing[q].push_back(j);
     });
-    ByShare(book_, jobs_, borrowing, [&](int j, int q) { ScheduleJob(j, q, /*may_borrow=*/true, result); });
+    ByShare(book_, jobs_, borrowing,
+            [&](int j, int q) { ScheduleJob(j, q, /*may_borrow=*/true, result); });
     for (int j : unknown_queue_) ScheduleJob(j, -1, /*may_borrow=*/true, result);
     return result;
   }
@@ -112,7 +113,8 @@ class Pass {
  private:
   // The pool of a GPU worker's flavor (see Flavors); null for the others.
   KindPool* FlavorPool(const WorkerSlots* w) {
-    return w->kind == SlotKind::kGpu && !w->gpu_flavor.empty() ? &flavor_pools_[w->gpu_flavor] : nullptr;
+    return w->kind == SlotKind::kGpu && !w->gpu_flavor.empty() ? &flavor_pools_[w->gpu_flavor]
+                                                               : nullptr;
   }
   // The pool a job draws on: its kind's, or its flavor's (empty when no
   // worker has that flavor).
@@ -146,35 +148,39 @@ class Pass {
     PendingJob least = asked;
     if (elastic) least.world_size = asked.min_world_size;
     const PendingJob& job = least;
-    const std::string need =
-        elastic ? absl::StrCat("at least ", job.world_size, " (elastic, up to ", asked.world_size, ")")
-                : absl::StrCat(job.world_size);
+    const std::string need = elastic ? absl::StrCat("at least ", job.world_size,
+                                                    " (elastic, up to ", asked.world_size, ")")
+                                     : absl::StrCat(job.world_size);
     const SlotKind kind = ResolveKind(job.device, job.gpu_flavor);
     KindPool& pool = PoolOf(kind, job.gpu_flavor);
     const Request req = RequestOf(asked);
     // "4 cpu slots", with what each rank asks for when it has resources.
-    std::string slots_text = absl::StrCat(need, " ", internal::KindText(kind, job.gpu_flavor), " slots",
-                                          req.limited ? absl::StrCat(" of ", PerRankText(req)) : "");
-    if (req.per_node > 0) absl::StrAppend(&slots_text, " on ", asked.nodes, " workers, ", req.per_node, " on each");
+    std::string slots_text =
+        absl::StrCat(need, " ", internal::KindText(kind, job.gpu_flavor), " slots",
+                     req.limited ? absl::StrCat(" of ", PerRankText(req)) : "");
+    if (req.per_node > 0)
+      absl::StrAppend(&slots_text, " on ", asked.nodes, " workers, ", req.per_node, " on each");
 
     PendingJobStatus pending;
     pending.job_id = job.job_id;
     pending.kind = kind;
     if (!asked.gpu_flavor.empty() && asked.device == DeviceRequirement::kCpu) {
       pending.reason = PendingReason::kInvalidJob;
-      pending.message = absl::StrCat("gpu_flavor ", asked.gpu_flavor, " asks for GPUs, but device is cpu");
+      pending.message =
+          absl::StrCat("gpu_flavor ", asked.gpu_flavor, " asks for GPUs, but device is cpu");
       result.pending.push_back(std::move(pending));
       return true;
     }
-    if (asked.nodes != 0 && (asked.nodes < 0 || asked.world_size < 1 || asked.world_size % asked.nodes != 0 ||
-                             elastic)) {
+    if (asked.nodes != 0 && (asked.nodes < 0 || asked.world_size < 1 ||
+                             asked.world_size % asked.nodes != 0 || elastic)) {
       pending.reason = PendingReason::kInvalidJob;
-      pending.message =
-          asked.nodes < 0 || asked.world_size < 1
-              ? absl::StrCat("nodes must be >= 0 and world_size >= 1, got nodes ", asked.nodes, ", world_size ",
-                             asked.world_size)
-          : elastic ? absl::StrCat("nodes (", asked.nodes, ") does not combine with an elastic world size")
-                    : absl::StrCat("world_size ", asked.world_size, " is not a multiple of nodes (", asked.nodes, ")");
+      pending.message = asked.nodes < 0 || asked.world_size < 1
+                            ? absl::StrCat("nodes must be >= 0 and world_size >= 1, got nodes ",
+                                           asked.nodes, ", world_size ", asked.world_size)
+                        : elastic ? absl::StrCat("nodes (", asked.nodes,
+                                                 ") does not combine with an elastic world size")
+                                  : absl::StrCat("world_size ", asked.world_size,
+                                                 " is not a multiple of nodes (", asked.nodes, ")");
       result.pending.push_back(std::move(pending));
       return true;
     }
@@ -187,8 +193,9 @@ class Pass {
     if (admission == Admission::kBorrow && !may_borrow) return false;
     if (flavors_.Headroom(q, job.gpu_flavor) < job.world_size) {
       pending.reason = PendingReason::kQuotaExceeded;
-      pending.message = absl::StrCat("needs ", slots_text, ", more than its queue's ", job.gpu_flavor,
-                                     " quota admits now (", flavors_.Text(q, job.gpu_flavor), ")");
+      pending.message =
+          absl::StrCat("needs ", slots_text, ", more than its queue's ", job.gpu_flavor,
+                       " quota admits now (", flavors_.Text(q, job.gpu_flavor), ")");
       result.pending.push_back(std::move(pending));
       return true;
     }
@@ -202,8 +209,9 @@ class Pass {
         return true;
       }
       pending.reason = PendingReason::kQuotaExceeded;
-      pending.message = absl::StrCat("needs ", slots_text, ", more than its queue's quota admits now (",
-                                     book_.QuotaText(q, per_rank, job.world_size), ")");
+      pending.message =
+          absl::StrCat("needs ", slots_text, ", more than its queue's quota admits now (",
+                       book_.QuotaText(q, per_rank, job.world_size), ")");
       result.pending.push_back(std::move(pending));
       return true;
     }
@@ -225,7 +233,8 @@ class Pass {
     }
     const bool reclaims =
         admission == Admission::kWithinNominal || admission == Admission::kReclaim;
-    if (reclaims && !Preempted(kind) && Preempt(j, q, job, slots_text, req, per_rank, pool, free, pending, result)) {
+    if (reclaims && !Preempted(kind) &&
+        Preempt(j, q, job, slots_text, req, per_rank, pool, free, pending, result)) {
       result.pending.push_back(std::move(pending));
       return true;
     }
@@ -271,7 +280,8 @@ class Pass {
     if (pool.workers.empty()) {
       pending.reason = PendingReason::kNoWorkerOfKind;
       pending.message = absl::StrCat("no schedulable worker has ", kind_name, " slots");
-      if (!job.gpu_flavor.empty()) absl::StrAppend(&pending.message, internal::FlavorsText(flavor_pools_));
+      if (!job.gpu_flavor.empty())
+        absl::StrAppend(&pending.message, internal::FlavorsText(flavor_pools_));
       if (job.device == DeviceRequirement::kAuto && job.gpu_flavor.empty()) {
         absl::StrAppend(&pending.message, " (device auto: no GPU worker either)");
       }
@@ -290,12 +300,14 @@ class Pass {
       for (int w : pool.workers) hosts += workers_[w].in->total_slots >= req.per_node;
       if (hosts < job.nodes) {
         pending.reason = PendingReason::kExceedsCapacity;
-        pending.message = absl::StrCat(
-            "needs ", need, " ", kind_name, " slots on ", job.nodes, " workers, ", req.per_node,
-            " on each (scheduling.nodes), and ", hosts, " of the ", Count(static_cast<int>(pool.workers.size()),
-                                                                            "schedulable worker", "schedulable workers"),
-            " of its kind ", hosts == 1 ? "has" : "have", " ", Count(static_cast<int>(req.per_node), "slot", "slots"),
-            " or more; it cannot fit until workers join");
+        pending.message =
+            absl::StrCat("needs ", need, " ", kind_name, " slots on ", job.nodes, " workers, ",
+                         req.per_node, " on each (scheduling.nodes), and ", hosts, " of the ",
+                         Count(static_cast<int>(pool.workers.size()), "schedulable worker",
+                               "schedulable workers"),
+                         " of its kind ", hosts == 1 ? "has" : "have", " ",
+                         Count(static_cast<int>(req.per_node), "slot", "slots"),
+                         " or more; it cannot fit until workers join");
         return true;
       }
     }
@@ -307,18 +319,20 @@ class Pass {
       pending.reason = PendingReason::kExceedsQueueLimit;
       pending.message =
           d < kNumKinds
-              ? absl::StrCat("needs ", need, " ", kind_name, " slots, more than queue ", book_.Name(q),
+              ? absl::StrCat("needs ", need, " ", kind_name, " slots, more than queue ",
+                             book_.Name(q),
                              "'s nominal quota with all its cohort could ever lend (", ceiling, ")")
-              : absl::StrCat("needs ", internal::DimAmount(d, internal::Times(per_rank[d], job.world_size)), " (", need, " ranks of ",
-                             PerRankText(req), "), more than queue ", book_.Name(q),
-                             "'s nominal quota with all its cohort could ever lend (",
-                             internal::DimAmount(d, ceiling), ")");
+              : absl::StrCat(
+                    "needs ", internal::DimAmount(d, internal::Times(per_rank[d], job.world_size)),
+                    " (", need, " ranks of ", PerRankText(req), "), more than queue ",
+                    book_.Name(q), "'s nominal quota with all its cohort could ever lend (",
+                    internal::DimAmount(d, ceiling), ")");
       return true;
     }
     if (const long long n = flavors_.Nominal(q, job.gpu_flavor); n >= 0 && job.world_size > n) {
       pending.reason = PendingReason::kExceedsQueueLimit;
-      pending.message = absl::StrCat("needs ", need, " ", kind_name, " slots, more than queue ", book_.Name(q), "'s ",
-                                     job.gpu_flavor, " quota (", n, ")");
+      pending.message = absl::StrCat("needs ", need, " ", kind_name, " slots, more than queue ",
+                                     book_.Name(q), "'s ", job.gpu_flavor, " quota (", n, ")");
       return true;
     }
     return false;
@@ -348,17 +362,18 @@ class Pass {
 
   // Places `asked` (`job`: its least size) on available and reserved slots when
   // it ends before the head could start (Backfill by runtime); else false.
-  bool Backfill(const PendingJob& asked, const PendingJob& job, int q, SlotKind kind, const Request& req,
-                const internal::Demand& per_rank, KindPool& pool, const PoolFree& free, bool may_borrow,
-                ScheduleResult& result) {
+  bool Backfill(const PendingJob& asked, const PendingJob& job, int q, SlotKind kind,
+                const Request& req, const internal::Demand& per_rank, KindPool& pool,
+                const PoolFree& free, bool may_borrow, ScheduleResult& result) {
     // An undated head may start when any unbounded job ends: nothing backfills.
     if (pool.head < 0 || Preempted(kind) || !InWholeSlots(req) || !std::isfinite(pool.shadow_s) ||
         asked.runtime_bound_s <= 0 || asked.runtime_bound_s > pool.shadow_s) {
       return false;
     }
-    const long long size = std::min({static_cast<long long>(asked.world_size), free.available + free.reserved,
-                                     book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q),
-                                     flavors_.Headroom(q, asked.gpu_flavor)});
+    const long long size =
+        std::min({static_cast<long long>(asked.world_size), free.available + free.reserved,
+                  book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q),
+                  flavors_.Headroom(q, asked.gpu_flavor)});
     if (size < job.world_size) return false;
     PendingJob sized = asked;
     sized.world_size = static_cast<int>(size);
@@ -373,11 +388,11 @@ class Pass {
   // Job `j` (`job`: its least size) of queue `q`, within its nominal quota
   // but blocked, picks running jobs to preempt (see the header). Returns
   // false, changing nothing, when preempting cannot free enough.
-  bool Preempt(int j, int q, const PendingJob& job, const std::string& slots_text, const Request& req,
-               const internal::Demand& per_rank, KindPool& pool, const PoolFree& f, PendingJobStatus& pending,
-               ScheduleResult& result) {
-    const internal::VictimChoice choice =
-        book_.ChooseVictims(q, pending.kind, job.priority, per_rank, job.world_size, f.available, job.gpu_flavor);
+  bool Preempt(int j, int q, const PendingJob& job, const std::string& slots_text,
+               const Request& req, const internal::Demand& per_rank, KindPool& pool,
+               const PoolFree& f, PendingJobStatus& pending, ScheduleResult& result) {
+    const internal::VictimChoice choice = book_.ChooseVictims(
+        q, pending.kind, job.priority, per_rank, job.world_size, f.available, job.gpu_flavor);
     if (!choice.enough) return false;
     Preempted(pending.kind) = true;
     if (pool.head < 0) pool.head = j;
@@ -385,7 +400,8 @@ class Pass {
     Reserve(job, req, pool, pending.reserved_slots);
     pending.reason = PendingReason::kPreempting;
     pending.message = absl::StrCat("needs ", slots_text, " within its queue's nominal quota (",
-                                   book_.QuotaText(q, per_rank, job.world_size), "), ", FreeText(workers_, pool, f.available + f.reserved, req));
+                                   book_.QuotaText(q, per_rank, job.world_size), "), ",
+                                   FreeText(workers_, pool, f.available + f.reserved, req));
     std::vector<std::string> names;
     if (choice.victims.empty()) {
       for (const RunningJob* r : choice.stopping) names.push_back(r->job_id);
@@ -408,8 +424,8 @@ class Pass {
 
   // Job `j` (`job`: its least size) waits: the first blocked job of its kind
   // takes the reservation; a later one says whom it waits behind.
-  void Wait(int j, const PendingJob& job, const std::string& slots_text, const Request& req, KindPool& pool,
-            const PoolFree& f, PendingJobStatus& pending) {
+  void Wait(int j, const PendingJob& job, const std::string& slots_text, const Request& req,
+            KindPool& pool, const PoolFree& f, PendingJobStatus& pending) {
     const long long free = f.available + f.reserved;
     const std::string free_text = FreeText(workers_, pool, f.available + f.reserved, req);
     if (pool.head < 0) {
@@ -434,11 +450,12 @@ class Pass {
       pending.reason = PendingReason::kBlockedByReservation;
       pending.message =
           absl::StrCat("waiting behind job ", head.job_id, " (priority ", head.priority,
-                       ", reserved): needs ", slots_text, ", ", free_text, " but ",
-                       f.reserved, " of them are reserved for ", absl::StrJoin(holders, " and "));
+                       ", reserved): needs ", slots_text, ", ", free_text, " but ", f.reserved,
+                       " of them are reserved for ", absl::StrJoin(holders, " and "));
       if (std::isfinite(pool.shadow_s) && !Preempted(pending.kind) && InWholeSlots(req)) {
         absl::StrAppend(&pending.message, "; a runtime limit (with the stop grace) of at most ",
-                        static_cast<long long>(pool.shadow_s), " s would let it start now (backfill)");
+                        static_cast<long long>(pool.shadow_s),
+                        " s would let it start now (backfill)");
       }
     } else {
       pending.reason = PendingReason::kInsufficientFreeSlots;
@@ -456,7 +473,8 @@ class Pass {
     std::vector<long long> counts, counts_avoiding;
     long long total_avoiding = 0;
     for (int w : pool.workers) {
-      const long long n = into_reserved ? UsableIgnoringReservations(req, workers_[w]) : Usable(req, workers_[w]);
+      const long long n =
+          into_reserved ? UsableIgnoringReservations(req, workers_[w]) : Usable(req, workers_[w]);
       counts.push_back(n);
       const bool avoid = std::find(job.avoid_workers.begin(), job.avoid_workers.end(),
                                    workers_[w].in->worker_id) != job.avoid_workers.end();
@@ -500,7 +518,8 @@ class Pass {
       }
       const int from_available = std::min(take, static_cast<int>(worker.available.size()));
       worker.available.erase(worker.available.begin(), worker.available.begin() + from_available);
-      worker.reserved.erase(worker.reserved.begin(), worker.reserved.begin() + (take - from_available));
+      worker.reserved.erase(worker.reserved.begin(),
+                            worker.reserved.begin() + (take - from_available));
       TakeResources(req, worker, take);
       internal::AddBusy(worker, take, job.runtime_bound_s);
     }
@@ -511,7 +530,8 @@ class Pass {
   // take them. See the header for the choice of target workers. Returns
   // when its targets will hold its whole share (see Backfill by runtime;
   // meaningful for a job in whole slots).
-  double Reserve(const PendingJob& job, const Request& req, KindPool& pool, std::vector<SlotRef>& out) {
+  double Reserve(const PendingJob& job, const Request& req, KindPool& pool,
+                 std::vector<SlotRef>& out) {
     std::vector<Share> targets;
     int single = -1;
     for (int c = 0; c < static_cast<int>(pool.workers.size()); ++c) {

@@ -256,8 +256,8 @@
 //    nominal quota, borrowing and lending limit in CPUs and in memory: two
 //    more dimensions, counted as Resources counts them (a job holds its
 //    least size x its per-rank cpus and memory, CPUs in thousandths, a
-//    nominal rounded down), whatever its slot kind. Every rule above applies to each dimension on its own, with a
-//    job's size in that dimension for s; a job is admitted only when every
+//    nominal rounded down), whatever its slot kind. Every rule above applies to each dimension on
+//    its own, with a job's size in that dimension for s; a job is admitted only when every
 //    dimension it uses (> 0) admits it: within nominal when all are, it
 //    borrows (second round) when any borrows and none needs reclaiming, and
 //    one that would borrow in one dimension while its cohort lent out
@@ -319,8 +319,8 @@
 //    lack of available slots of K (free, not placed and not reserved in this
 //    pass), because its cohort lent Q's quota out, or because Q's own running
 //    jobs fill Q's nominal (kOverQuota: then only Q's jobs of a lower
-//    priority than J's can make room), may pick running jobs to preempt. Candidates are the running jobs of kind K not stopping
-//    that are either (a) of another queue P of Q's cohort with a finite
+//    priority than J's can make room), may pick running jobs to preempt. Candidates are the running
+//    jobs of kind K not stopping that are either (a) of another queue P of Q's cohort with a finite
 //    nominal for K that is borrowing at the time of the pick: used_P (as
 //    above, this pass's placements included) - slots of P's stopping jobs -
 //    slots already picked from P > nominal_P; or (b) of Q itself with a
@@ -340,12 +340,11 @@
 //    jobs do not take the slots it is about to get. Only the first such job
 //    per kind in a pass preempts or waits this way (later ones are handled as
 //    any blocked job): a pass never frees the same slots for two jobs, and
-//    the caller sees victims for one job per kind at a time. Stopping jobs are never picked again; they count as used
-//    for admission until the caller drops them from `running`. A queue with
-//    an unlimited nominal for K never preempts for K, so without queues
-//    nothing is ever preempted. Preempting is the caller's job (ask the
-//    victims to checkpoint and stop, then mark them stopping); a later pass
-//    places J once their slots are free.
+//    the caller sees victims for one job per kind at a time. Stopping jobs are never picked again;
+//    they count as used for admission until the caller drops them from `running`. A queue with an
+//    unlimited nominal for K never preempts for K, so without queues nothing is ever preempted.
+//    Preempting is the caller's job (ask the victims to checkpoint and stop, then mark them
+//    stopping); a later pass places J once their slots are free.
 #pragma once
 
 #include <functional>

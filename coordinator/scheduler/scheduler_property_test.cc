@@ -29,7 +29,9 @@ namespace {
 // ---------------------------------------------------------------------------
 // Randomized properties (fixed seeds).
 
-int uniform_int(std::mt19937& rng, int lo, int hi) { return std::uniform_int_distribution<int>(lo, hi)(rng); }
+int uniform_int(std::mt19937& rng, int lo, int hi) {
+  return std::uniform_int_distribution<int>(lo, hi)(rng);
+}
 
 struct RandomInput {
   std::vector<PendingJob> jobs;
@@ -222,7 +224,8 @@ TEST(SchedulerPropertyTest, NodesJobsThatFitEventuallyRun) {
     const int num_jobs = uniform(5, 40);
     for (int j = 0; j < num_jobs; ++j) {
       SimJob sj;
-      sj.spec = Job(absl::StrCat("j", j), uniform(1, 4), kCpu, uniform(0, 2), static_cast<std::uint64_t>(j));
+      sj.spec = Job(absl::StrCat("j", j), uniform(1, 4), kCpu, uniform(0, 2),
+                    static_cast<std::uint64_t>(j));
       if (uniform(0, 2) == 0) {
         sj.spec.nodes = uniform(1, 3);
         sj.spec.world_size = sj.spec.nodes * uniform(1, 3);
@@ -232,7 +235,8 @@ TEST(SchedulerPropertyTest, NodesJobsThatFitEventuallyRun) {
       const int per = sj.spec.nodes > 0 ? sj.spec.world_size / sj.spec.nodes : 1;
       int hosts = 0, capacity = 0;
       for (const WorkerSlots& w : workers) hosts += w.total_slots >= per, capacity += w.total_slots;
-      if (sj.spec.world_size > capacity || hosts < std::max(1, sj.spec.nodes)) continue;  // never fits
+      if (sj.spec.world_size > capacity || hosts < std::max(1, sj.spec.nodes))
+        continue;  // never fits
       with_nodes += sj.spec.nodes > 1;
       jobs.push_back(sj);
     }
@@ -773,7 +777,8 @@ TEST(SchedulerResourcesPropertyTest, NeverOverCommitsAndKeepsGangsWhole) {
     RandomWorkerResources(rng, in.workers);
     RandomJobResources(rng, in.jobs);
     for (PendingJob& j : in.jobs) {
-      if (uniform_int(rng, 0, 5) == 0 && j.world_size > 1) j.min_world_size = uniform_int(rng, 1, j.world_size - 1);
+      if (uniform_int(rng, 0, 5) == 0 && j.world_size > 1)
+        j.min_world_size = uniform_int(rng, 1, j.world_size - 1);
     }
     absl::StatusOr<ScheduleResult> r = Schedule(in.jobs, in.workers);
     ASSERT_TRUE(r.ok()) << r.status();
@@ -792,9 +797,10 @@ TEST(SchedulerResourcesPropertyTest, NeverOverCommitsAndKeepsGangsWhole) {
       if (res && !p.reserved_slots.empty()) ++seen["head with resources"];
     }
   }
-  for (const char* what : {"placed with resources", "placed without", "split with resources",
-                           "exceeds_capacity with resources", "insufficient_free_slots with resources",
-                           "blocked_by_reservation with resources", "head with resources"}) {
+  for (const char* what :
+       {"placed with resources", "placed without", "split with resources",
+        "exceeds_capacity with resources", "insufficient_free_slots with resources",
+        "blocked_by_reservation with resources", "head with resources"}) {
     EXPECT_GT(seen[what], 30) << what;
   }
 }
@@ -831,14 +837,18 @@ RandomQueueInput RandomResourceQuotas(std::mt19937& rng) {
     q.nominal_cpus = cpus[uniform_int(rng, 0, 6)];
     q.nominal_memory_bytes = gib[uniform_int(rng, 0, 6)];
     if (q.nominal_memory_bytes > 0) q.nominal_memory_bytes *= kGiB;
-    auto limit = [&](double unit) { return uniform_int(rng, 0, 2) == 0 ? uniform_int(rng, 0, 8) * unit : -1.0; };
+    auto limit = [&](double unit) {
+      return uniform_int(rng, 0, 2) == 0 ? uniform_int(rng, 0, 8) * unit : -1.0;
+    };
     if (q.nominal_cpus >= 0) {
       q.borrowing_limit_cpus = limit(1);
       q.lending_limit_cpus = limit(2);
     }
     if (q.nominal_memory_bytes >= 0) {
-      q.borrowing_limit_memory_bytes = static_cast<std::int64_t>(limit(static_cast<double>(4 * kGiB)));
-      q.lending_limit_memory_bytes = static_cast<std::int64_t>(limit(static_cast<double>(8 * kGiB)));
+      q.borrowing_limit_memory_bytes =
+          static_cast<std::int64_t>(limit(static_cast<double>(4 * kGiB)));
+      q.lending_limit_memory_bytes =
+          static_cast<std::int64_t>(limit(static_cast<double>(8 * kGiB)));
     }
   }
   for (RunningJob& r : in.queues.running) {
@@ -854,7 +864,9 @@ RandomQueueInput RandomResourceQuotas(std::mt19937& rng) {
 struct ResourceModel {
   const QueueInput& in;
   static std::string Name(const std::string& q) { return q.empty() ? "default" : q; }
-  static long long Milli(double cpus) { return static_cast<long long>(std::ceil(cpus * 1000 - 1e-6)); }
+  static long long Milli(double cpus) {
+    return static_cast<long long>(std::ceil(cpus * 1000 - 1e-6));
+  }
   static long long PerRank(double cpus, std::int64_t memory, int r) {
     return r == 0 ? (cpus > 0 ? std::max(1LL, Milli(cpus)) : 0) : memory;
   }
@@ -862,14 +874,17 @@ struct ResourceModel {
     return r == 0 ? (q.nominal_cpus < 0 ? -1 : Milli(q.nominal_cpus)) : q.nominal_memory_bytes;
   }
   static long long Borrow(const QueueSpec& q, int r) {
-    return r == 0 ? (q.borrowing_limit_cpus < 0 ? -1 : Milli(q.borrowing_limit_cpus)) : q.borrowing_limit_memory_bytes;
+    return r == 0 ? (q.borrowing_limit_cpus < 0 ? -1 : Milli(q.borrowing_limit_cpus))
+                  : q.borrowing_limit_memory_bytes;
   }
   static long long Guaranteed(const QueueSpec& q, int r) {
-    const long long lend =
-        r == 0 ? (q.lending_limit_cpus < 0 ? -1 : Milli(q.lending_limit_cpus)) : q.lending_limit_memory_bytes;
+    const long long lend = r == 0 ? (q.lending_limit_cpus < 0 ? -1 : Milli(q.lending_limit_cpus))
+                                  : q.lending_limit_memory_bytes;
     return lend < 0 ? 0 : Nominal(q, r) - std::min(lend, Nominal(q, r));
   }
-  static std::string Group(const QueueSpec& q) { return q.cohort.empty() ? "queue:" + q.name : "cohort:" + q.cohort; }
+  static std::string Group(const QueueSpec& q) {
+    return q.cohort.empty() ? "queue:" + q.name : "cohort:" + q.cohort;
+  }
 };
 
 TEST(SchedulerResourceQuotaPropertyTest, EveryDimensionKeepsItsQuota) {
@@ -890,7 +905,8 @@ TEST(SchedulerResourceQuotaPropertyTest, EveryDimensionKeepsItsQuota) {
     std::set<std::pair<std::string, int>> placed;
     for (const RunningJob& j : in.queues.running) {
       for (int res = 0; res < 2; ++res) {
-        used[ResourceModel::Name(j.queue)][res] += ResourceModel::PerRank(j.cpus, j.memory_bytes, res) * j.slots;
+        used[ResourceModel::Name(j.queue)][res] +=
+            ResourceModel::PerRank(j.cpus, j.memory_bytes, res) * j.slots;
       }
     }
     for (const Placement& p : r->placements) {
@@ -918,7 +934,9 @@ TEST(SchedulerResourceQuotaPropertyTest, EveryDimensionKeepsItsQuota) {
       if (mine > ResourceModel::Guaranteed(q, res)) {
         long long group_used = 0, group_nominal = 0;
         for (const auto& [other, m] : queues) {
-          if (ResourceModel::Group(*m) != ResourceModel::Group(q) || ResourceModel::Nominal(*m, res) < 0) continue;
+          if (ResourceModel::Group(*m) != ResourceModel::Group(q) ||
+              ResourceModel::Nominal(*m, res) < 0)
+            continue;
           group_nominal += ResourceModel::Nominal(*m, res) - ResourceModel::Guaranteed(*m, res);
           group_used += std::max(0LL, used[other][res] - ResourceModel::Guaranteed(*m, res));
         }
@@ -953,7 +971,8 @@ TEST(SchedulerResourceQuotaPropertyTest, EveryDimensionKeepsItsQuota) {
     std::shuffle(shuffled.workers.begin(), shuffled.workers.end(), rng);
     std::shuffle(shuffled.queues.queues.begin(), shuffled.queues.queues.end(), rng);
     std::shuffle(shuffled.queues.running.begin(), shuffled.queues.running.end(), rng);
-    absl::StatusOr<ScheduleResult> again = Schedule(shuffled.jobs, shuffled.workers, shuffled.queues);
+    absl::StatusOr<ScheduleResult> again =
+        Schedule(shuffled.jobs, shuffled.workers, shuffled.queues);
     ASSERT_TRUE(again.ok());
     ASSERT_EQ(Dump(*again), Dump(*r));
   }
@@ -994,7 +1013,8 @@ TEST(SchedulerResourcesPropertyTest, EveryJobThatFitsEventuallyRuns) {
     std::vector<WorkerSlots> workers;
     const int num_workers = uniform(1, 4);
     for (int w = 0; w < num_workers; ++w) {
-      WorkerSlots ws = Sized(Cpu(absl::StrCat("w", w), 0, uniform(2, 8)), uniform(1, 4) * 2, uniform(1, 4) * 4 * kGiB,
+      WorkerSlots ws = Sized(Cpu(absl::StrCat("w", w), 0, uniform(2, 8)), uniform(1, 4) * 2,
+                             uniform(1, 4) * 4 * kGiB,
                              /*enforces=*/uniform(0, 5) != 0);
       workers.push_back(ws);
     }
@@ -1029,7 +1049,8 @@ TEST(SchedulerResourcesPropertyTest, EveryJobThatFitsEventuallyRuns) {
     std::map<std::string, Live> live;
     std::map<std::string, int> started;
     for (int tick = 0; tick < 2000 && started.size() < jobs.size(); ++tick) {
-      for (auto it = live.begin(); it != live.end();) it = it->second.end <= tick ? live.erase(it) : std::next(it);
+      for (auto it = live.begin(); it != live.end();)
+        it = it->second.end <= tick ? live.erase(it) : std::next(it);
       for (WorkerSlots& w : workers) {
         std::set<int> busy;
         w.reserved_cpus = 0;
@@ -1056,10 +1077,12 @@ TEST(SchedulerResourcesPropertyTest, EveryJobThatFitsEventuallyRuns) {
       CheckResourceInvariants(pending, workers, *r);
       if (HasFailure()) FAIL() << "tick " << tick << "\n" << Dump(*r);
       for (const PendingJobStatus& p : r->pending) {
-        resource_waits += p.reason == PendingReason::kInsufficientFreeSlots && p.message.find("room for") != std::string::npos;
+        resource_waits += p.reason == PendingReason::kInsufficientFreeSlots &&
+                          p.message.find("room for") != std::string::npos;
       }
       for (const Placement& p : r->placements) {
-        const Sim& sj = *std::find_if(jobs.begin(), jobs.end(), [&](const Sim& s) { return s.spec.job_id == p.job_id; });
+        const Sim& sj = *std::find_if(jobs.begin(), jobs.end(),
+                                      [&](const Sim& s) { return s.spec.job_id == p.job_id; });
         Live l{{}, tick + sj.duration, sj.spec.cpus, sj.spec.memory_bytes};
         for (const RankAssignment& a : p.ranks) l.slots.push_back({a.worker_id, a.slot});
         live[p.job_id] = l;

@@ -33,7 +33,6 @@ struct Case {
   std::map<std::string, std::string> want;  // job id -> Layout or "pending:reason"
 };
 
-
 std::vector<Case> PlacementCases() {
   return {
       {"single worker fits", {Gpu("a", 4)}, {Job("j", 2)}, {{"j", "a:0,1"}}},
@@ -176,7 +175,6 @@ TEST(SchedulerTest, RanksNodesAndLocalRanks) {
 
 // ---------------------------------------------------------------------------
 // Reasons a person reads.
-
 
 // ---------------------------------------------------------------------------
 // Reservation (no starvation of a large job at the head).
@@ -342,7 +340,6 @@ TEST(SchedulerTest, EmptyInput) {
   EXPECT_TRUE(r->pending.empty());
 }
 
-
 // Rank 0 moves to the node whose worker holds the checkpoint; every node
 // keeps its slots and ranks stay contiguous per node.
 TEST(PreferNodeZeroTest, MovesThePreferredNodeFirstAndRenumbers) {
@@ -405,7 +402,8 @@ PendingJob Elastic(std::string id, int world_size, int min_world_size, std::uint
 TEST(SchedulerTest, ElasticJobTakesWhatIsFreeDownToItsMinimum) {
   auto full = Check({Elastic("e", 3, 2)}, {Cpu("a", 1), Cpu("b", 1), Cpu("c", 1)});
   ASSERT_TRUE(full.ok());
-  EXPECT_EQ(Outcome(*full), (std::map<std::string, std::string>{{"e", "a:0 b:0 c:0"}})) << Dump(*full);
+  EXPECT_EQ(Outcome(*full), (std::map<std::string, std::string>{{"e", "a:0 b:0 c:0"}}))
+      << Dump(*full);
 
   auto two = Check({Elastic("e", 3, 2)}, {Cpu("a", 1), Cpu("b", 1), Cpu("c", 0, 1)});
   ASSERT_TRUE(two.ok());
@@ -418,18 +416,22 @@ TEST(SchedulerTest, ElasticJobTakesWhatIsFreeDownToItsMinimum) {
   auto one = Check({Elastic("e", 3, 2, 1), Job("p", 1, DeviceRequirement::kCpu, 0, 2)},
                    {Cpu("a", 1), Cpu("b", 0, 1), Cpu("c", 0, 1)});
   ASSERT_TRUE(one.ok());
-  EXPECT_EQ(Outcome(*one), (std::map<std::string, std::string>{{"e", "pending:insufficient_free_slots"},
-                                                               {"p", "pending:blocked_by_reservation"}}))
+  EXPECT_EQ(Outcome(*one),
+            (std::map<std::string, std::string>{{"e", "pending:insufficient_free_slots"},
+                                                {"p", "pending:blocked_by_reservation"}}))
       << Dump(*one);
-  EXPECT_THAT(FindPending(*one, "e").message, HasSubstr("needs at least 2 (elastic, up to 3) cpu slots"));
+  EXPECT_THAT(FindPending(*one, "e").message,
+              HasSubstr("needs at least 2 (elastic, up to 3) cpu slots"));
 
   // Capacity below the minimum never fits; at the minimum it does.
   auto small = Check({Elastic("e", 4, 3)}, {Cpu("a", 2)});
   ASSERT_TRUE(small.ok());
-  EXPECT_EQ(Outcome(*small), (std::map<std::string, std::string>{{"e", "pending:exceeds_capacity"}}));
+  EXPECT_EQ(Outcome(*small),
+            (std::map<std::string, std::string>{{"e", "pending:exceeds_capacity"}}));
   auto enough = Check({Elastic("e", 4, 2)}, {Cpu("a", 2)});
   ASSERT_TRUE(enough.ok());
-  EXPECT_EQ(Outcome(*enough), (std::map<std::string, std::string>{{"e", "a:0,1"}})) << Dump(*enough);
+  EXPECT_EQ(Outcome(*enough), (std::map<std::string, std::string>{{"e", "a:0,1"}}))
+      << Dump(*enough);
 }
 
 }  // namespace
@@ -715,13 +717,15 @@ TEST(SchedulerResourceQuotaTest, AJobThatFitsBySlotsButNotByMemoryQuotaWaits) {
   QueueInput input;
   input.queues = {WithMemory(Queue("A", 4), 32 * kGiB)};
   input.running = {Holding(Running("a-run", "A", 1, 0, 1), 0, 16 * kGiB)};
-  const std::vector<WorkerSlots> workers = {Sized(Worker("w", SlotKind::kGpu, {1, 2, 3}, 4), 64, 256 * kGiB)};
+  const std::vector<WorkerSlots> workers = {
+      Sized(Worker("w", SlotKind::kGpu, {1, 2, 3}, 4), 64, 256 * kGiB)};
   auto r = Schedule({Queued("A", Needs(Job("two", 2, kCuda, 0, 2), 0, 16 * kGiB))}, workers, input);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(Outcome(*r), (Outcomes{{"two", "pending:quota_exceeded"}})) << Dump(*r);
   EXPECT_THAT(PendingOf(*r, "two").message, HasSubstr("queue A: 16 GiB of 32 GiB memory used"));
   EXPECT_TRUE(r->preemptions.empty());
-  auto one = Schedule({Queued("A", Needs(Job("one", 1, kCuda, 0, 2), 0, 16 * kGiB))}, workers, input);
+  auto one =
+      Schedule({Queued("A", Needs(Job("one", 1, kCuda, 0, 2), 0, 16 * kGiB))}, workers, input);
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(Outcome(*one), (Outcomes{{"one", "w:1"}})) << Dump(*one);
   // A job without resources holds no memory: the memory quota never stops it.
@@ -729,7 +733,8 @@ TEST(SchedulerResourceQuotaTest, AJobThatFitsBySlotsButNotByMemoryQuotaWaits) {
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(Outcome(*plain), (Outcomes{{"plain", "w:1,2,3"}})) << Dump(*plain);
   input.running.clear();
-  auto never = Schedule({Queued("A", Needs(Job("never", 3, kCuda, 0, 2), 0, 16 * kGiB))}, workers, input);
+  auto never =
+      Schedule({Queued("A", Needs(Job("never", 3, kCuda, 0, 2), 0, 16 * kGiB))}, workers, input);
   ASSERT_TRUE(never.ok());
   EXPECT_EQ(Outcome(*never), (Outcomes{{"never", "pending:exceeds_queue_limit"}})) << Dump(*never);
   EXPECT_THAT(PendingOf(*never, "never").message, HasSubstr("needs 48 GiB memory"));
@@ -774,7 +779,8 @@ TEST(SchedulerResourceQuotaTest, CpusAreBorrowedWithinTheBorrowingLimit) {
 // it lent.
 TEST(SchedulerResourceQuotaTest, ALendingLimitKeepsCpusBackForTheLender) {
   QueueInput input;
-  input.queues = {WithCpus(Queue("A", -1, -1, "c"), 8, -1, 2), WithCpus(Queue("B", -1, -1, "c"), 0)};
+  input.queues = {WithCpus(Queue("A", -1, -1, "c"), 8, -1, 2),
+                  WithCpus(Queue("B", -1, -1, "c"), 0)};
   const std::vector<WorkerSlots> idle = {Sized(Cpu("w", 8), 16, 0)};
   auto b2 = Schedule({Queued("B", Needs(Job("b2", 2, kCpu, 0, 1), 2))}, idle, input);
   ASSERT_TRUE(b2.ok()) << b2.status();
@@ -783,7 +789,8 @@ TEST(SchedulerResourceQuotaTest, ALendingLimitKeepsCpusBackForTheLender) {
   ASSERT_TRUE(b1.ok());
   EXPECT_EQ(Outcome(*b1), (Outcomes{{"b1", "w:0"}})) << Dump(*b1);
   input.running = {Holding(Running("b1", "B", 1, 0, 1, SlotKind::kCpu), 2, 0)};
-  const std::vector<WorkerSlots> rest = {Sized(Worker("w", SlotKind::kCpu, {1, 2, 3, 4, 5, 6, 7}, 8), 16, 0, true, 2)};
+  const std::vector<WorkerSlots> rest = {
+      Sized(Worker("w", SlotKind::kCpu, {1, 2, 3, 4, 5, 6, 7}, 8), 16, 0, true, 2)};
   auto again = Schedule({Queued("B", Needs(Job("b-more", 1, kCpu, 0, 2), 1))}, rest, input);
   ASSERT_TRUE(again.ok());
   EXPECT_EQ(Outcome(*again), (Outcomes{{"b-more", "pending:quota_exceeded"}})) << Dump(*again);
@@ -804,25 +811,29 @@ TEST(SchedulerResourceQuotaTest, ALendingLimitKeepsCpusBackForTheLender) {
 // with a CPU job; A's GPU job within its nominal preempts it.
 TEST(SchedulerResourceQuotaTest, ReclaimTakesBackMemoryFromAJobOfTheOtherKind) {
   QueueInput input;
-  input.queues = {WithMemory(Queue("A", -1, -1, "c"), 64 * kGiB), WithMemory(Queue("B", -1, -1, "c"), 0)};
+  input.queues = {WithMemory(Queue("A", -1, -1, "c"), 64 * kGiB),
+                  WithMemory(Queue("B", -1, -1, "c"), 0)};
   input.running = {Holding(Running("b-cpu", "B", 2, 0, 1, SlotKind::kCpu), 0, 32 * kGiB)};
-  const std::vector<WorkerSlots> workers = {Sized(Gpu("g", 2), 16, 128 * kGiB),
-                                            Sized(Worker("c", SlotKind::kCpu, {2, 3}, 4), 16, 128 * kGiB, true, 0,
-                                                  64 * kGiB)};
-  auto r = Schedule({Queued("A", Needs(Job("a-gpu", 1, kCuda, 0, 2), 0, 32 * kGiB))}, workers, input);
+  const std::vector<WorkerSlots> workers = {
+      Sized(Gpu("g", 2), 16, 128 * kGiB),
+      Sized(Worker("c", SlotKind::kCpu, {2, 3}, 4), 16, 128 * kGiB, true, 0, 64 * kGiB)};
+  auto r =
+      Schedule({Queued("A", Needs(Job("a-gpu", 1, kCuda, 0, 2), 0, 32 * kGiB))}, workers, input);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(Outcome(*r), (Outcomes{{"a-gpu", "pending:preempting"}})) << Dump(*r);
   EXPECT_EQ(Victims(*r), std::vector<std::string>{"b-cpu>a-gpu"});
   EXPECT_THAT(PendingOf(*r, "a-gpu").message, HasSubstr("cohort c: 64 GiB of 64 GiB"));
   // Once it stops (still counted while stopping), nothing more is picked.
   input.running[0].stopping = true;
-  auto waiting = Schedule({Queued("A", Needs(Job("a-gpu", 1, kCuda, 0, 2), 0, 32 * kGiB))}, workers, input);
+  auto waiting =
+      Schedule({Queued("A", Needs(Job("a-gpu", 1, kCuda, 0, 2), 0, 32 * kGiB))}, workers, input);
   ASSERT_TRUE(waiting.ok());
   EXPECT_EQ(Outcome(*waiting), (Outcomes{{"a-gpu", "pending:preempting"}})) << Dump(*waiting);
   EXPECT_TRUE(waiting->preemptions.empty());
   // Gone: A's job starts.
   input.running.clear();
-  auto placed = Schedule({Queued("A", Needs(Job("a-gpu", 1, kCuda, 0, 2), 0, 32 * kGiB))}, workers, input);
+  auto placed =
+      Schedule({Queued("A", Needs(Job("a-gpu", 1, kCuda, 0, 2), 0, 32 * kGiB))}, workers, input);
   ASSERT_TRUE(placed.ok());
   EXPECT_EQ(Outcome(*placed), (Outcomes{{"a-gpu", "g:0"}})) << Dump(*placed);
 }
@@ -838,7 +849,8 @@ TEST(SchedulerResourceQuotaTest, HugeRequestsAreOverAnyQuotaWithoutOverflow) {
                      Queued("A", Needs(Job("small", 1, kCuda, 0, 2), 0, kGiB))},
                     workers, input);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(Outcome(*r), (Outcomes{{"huge", "pending:exceeds_queue_limit"}, {"small", "pending:quota_exceeded"}}))
+  EXPECT_EQ(Outcome(*r), (Outcomes{{"huge", "pending:exceeds_queue_limit"},
+                                   {"small", "pending:quota_exceeded"}}))
       << Dump(*r);
 }
 
@@ -847,8 +859,9 @@ TEST(SchedulerResourceQuotaTest, HugeRequestsAreOverAnyQuotaWithoutOverflow) {
 TEST(SchedulerResourceQuotaTest, GrowthRoomIsWithinTheQueuesOwnResourceQuota) {
   const std::vector<QueueSpec> queues = {WithMemory(Queue("A", -1, -1, "c"), 32 * kGiB),
                                          WithMemory(Queue("B", -1, -1, "c"), 0), Queue("U", -1)};
-  const std::vector<RunningJob> running = {Holding(Running("a", "A", 1), 0, 16 * kGiB),
-                                           Holding(Running("gone", "deleted-queue", 8), 0, 64 * kGiB)};
+  const std::vector<RunningJob> running = {
+      Holding(Running("a", "A", 1), 0, 16 * kGiB),
+      Holding(Running("gone", "deleted-queue", 8), 0, 64 * kGiB)};
   EXPECT_TRUE(QueueHasResourceRoom(queues, running, "A", 0, 16 * kGiB));
   EXPECT_FALSE(QueueHasResourceRoom(queues, running, "A", 0, 17 * kGiB)) << "past its own nominal";
   EXPECT_FALSE(QueueHasResourceRoom(queues, running, "B", 0, kGiB)) << "only by borrowing";
@@ -863,7 +876,8 @@ TEST(SchedulerResourceQuotaTest, MalformedResourceQuotasAreRefusedNamingTheField
   auto r = Schedule({}, {Gpu("w", 1)}, input);
   ASSERT_FALSE(r.ok());
   EXPECT_EQ(r.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(r.status().message(), HasSubstr("queue \"A\": nominal_cpus: must be -1 (unlimited) or finite"));
+  EXPECT_THAT(r.status().message(),
+              HasSubstr("queue \"A\": nominal_cpus: must be -1 (unlimited) or finite"));
   input.queues = {WithMemory(Queue("A", 1), -5)};
   r = Schedule({}, {Gpu("w", 1)}, input);
   ASSERT_FALSE(r.ok());
@@ -1194,8 +1208,8 @@ struct Stream {
   std::string queue;
   std::string owner;
 };
-std::vector<double> SimulateFairShare(std::vector<QueueSpec> queues, const std::vector<Stream>& streams,
-                                      int ticks = 8000) {
+std::vector<double> SimulateFairShare(std::vector<QueueSpec> queues,
+                                      const std::vector<Stream>& streams, int ticks = 8000) {
   const double half_life = 300;
   const double decay = std::exp2(-1 / half_life);
   struct Live {
@@ -1233,9 +1247,11 @@ std::vector<double> SimulateFairShare(std::vector<QueueSpec> queues, const std::
       for (size_t i = 0; i < streams.size(); ++i) {
         if (streams[i].queue != q.name) continue;
         q.usage_gpu += usage[i];
-        auto it = std::find_if(q.owners.begin(), q.owners.end(),
-                               [&](const QueueSpec::Owner& o) { return o.name == streams[i].owner; });
-        if (it == q.owners.end()) it = q.owners.insert(q.owners.end(), QueueSpec::Owner{streams[i].owner});
+        auto it = std::find_if(q.owners.begin(), q.owners.end(), [&](const QueueSpec::Owner& o) {
+          return o.name == streams[i].owner;
+        });
+        if (it == q.owners.end())
+          it = q.owners.insert(q.owners.end(), QueueSpec::Owner{streams[i].owner});
         it->usage_gpu = usage[i];
       }
     }
@@ -1303,8 +1319,8 @@ TEST(SchedulerFairShareTest, OwnersOfOneQueueShareItByTheirWeights) {
   std::vector<double> weighted = SimulateFairShare(queues, {{"a", "alice"}, {"a", "bob"}});
   EXPECT_NEAR(Fraction(weighted, 1), 0.75, 0.05) << weighted[0] << " vs " << weighted[1];
   // Two levels: queue b gets half the cluster, a's two owners a quarter each.
-  std::vector<double> tree =
-      SimulateFairShare({Queue("a", -1), Queue("b", -1)}, {{"a", "alice"}, {"a", "bob"}, {"b", "carol"}});
+  std::vector<double> tree = SimulateFairShare({Queue("a", -1), Queue("b", -1)},
+                                               {{"a", "alice"}, {"a", "bob"}, {"b", "carol"}});
   EXPECT_NEAR(Fraction(tree, 2), 0.5, 0.05);
   EXPECT_NEAR(Fraction(tree, 0), 0.25, 0.05);
   EXPECT_NEAR(Fraction(tree, 1), 0.25, 0.05);
@@ -1317,7 +1333,8 @@ TEST(SchedulerFairShareTest, EqualSharesGoToTheQueueHoldingFewerSlots) {
   auto r = CheckQ({Queued("a", Job("a1", 1, kCuda, 0, 1)), Queued("b", Job("b1", 1, kCuda, 0, 2))},
                   {Gpu("w", 1, 2)}, input);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(Outcome(*r), (Outcomes{{"b1", "w:0"}, {"a1", "pending:insufficient_free_slots"}})) << Dump(*r);
+  EXPECT_EQ(Outcome(*r), (Outcomes{{"b1", "w:0"}, {"a1", "pending:insufficient_free_slots"}}))
+      << Dump(*r);
 }
 
 TEST(SchedulerFairShareTest, BadWeightsAreRefusedNamingTheField) {
@@ -1326,7 +1343,8 @@ TEST(SchedulerFairShareTest, BadWeightsAreRefusedNamingTheField) {
   input.queues[0].weight = 0;
   auto r = Schedule({}, {Gpu("w", 1)}, input);
   ASSERT_FALSE(r.ok());
-  EXPECT_THAT(std::string(r.status().message()), HasSubstr("queue \"a\": weight: must be finite and > 0"));
+  EXPECT_THAT(std::string(r.status().message()),
+              HasSubstr("queue \"a\": weight: must be finite and > 0"));
   input.queues[0].weight = 1;
   input.queues[0].owners = {QueueSpec::Owner{"alice", -2}};
   r = Schedule({}, {Gpu("w", 1)}, input);
@@ -1351,12 +1369,14 @@ absl::StatusOr<ScheduleResult> CheckR(const std::vector<PendingJob>& jobs,
 TEST(SchedulerResourcesTest, JobsWhoseMemoryDoesNotFitTogetherGoToDifferentWorkers) {
   // By slots alone both would share a (tightest, then id); 2 x 12 GiB does
   // not fit in a's 16 GiB.
-  const std::vector<WorkerSlots> two = {Sized(Cpu("a", 4), 8, 16 * kGiB), Sized(Cpu("b", 4), 8, 16 * kGiB)};
+  const std::vector<WorkerSlots> two = {Sized(Cpu("a", 4), 8, 16 * kGiB),
+                                        Sized(Cpu("b", 4), 8, 16 * kGiB)};
   const std::vector<PendingJob> jobs = {Needs(Job("j1", 1, kCpu, 0, 1), 0, 12 * kGiB),
                                         Needs(Job("j2", 1, kCpu, 0, 2), 0, 12 * kGiB)};
   auto r = CheckR(jobs, two);
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"j1", "a:0"}, {"j2", "b:0"}})) << Dump(*r);
+  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"j1", "a:0"}, {"j2", "b:0"}}))
+      << Dump(*r);
 
   // One worker: the second waits, saying memory is what is short; a job
   // without resources still uses a's slots outside the reservation.
@@ -1364,12 +1384,14 @@ TEST(SchedulerResourcesTest, JobsWhoseMemoryDoesNotFitTogetherGoToDifferentWorke
   three.push_back(Job("plain", 1, kCpu, 0, 3));
   r = CheckR(three, {two[0]});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{
-                             {"j1", "a:0"}, {"j2", "pending:insufficient_free_slots"}, {"plain", "a:2"}}))
+  EXPECT_EQ(Outcome(*r),
+            (std::map<std::string, std::string>{
+                {"j1", "a:0"}, {"j2", "pending:insufficient_free_slots"}, {"plain", "a:2"}}))
       << Dump(*r);
   const PendingJobStatus& j2 = FindPending(*r, "j2");
-  EXPECT_THAT(j2.message, HasSubstr("needs 1 cpu slots of 12 GiB memory per rank, room for 0 ranks on 1 worker "
-                                    "(3 of 4 slots, 4 GiB of 16 GiB memory free); first in line"));
+  EXPECT_THAT(j2.message,
+              HasSubstr("needs 1 cpu slots of 12 GiB memory per rank, room for 0 ranks on 1 worker "
+                        "(3 of 4 slots, 4 GiB of 16 GiB memory free); first in line"));
   ASSERT_EQ(j2.reserved_slots.size(), 1u);
   EXPECT_EQ(j2.reserved_slots[0].slot, 1);
 }
@@ -1381,7 +1403,8 @@ TEST(SchedulerResourcesTest, AJobWithResourcesSkipsWorkersThatDoNotEnforceLimits
                                             Sized(Cpu("b", 4), 8, 16 * kGiB)};
   PendingJob pids_only = Job("pids", 1, kCpu, 0, 3);
   pids_only.other_limits = true;
-  auto r = CheckR({Needs(Job("limited", 2, kCpu, 0, 1), 1), Job("plain", 2, kCpu, 0, 2), pids_only}, workers);
+  auto r = CheckR({Needs(Job("limited", 2, kCpu, 0, 1), 1), Job("plain", 2, kCpu, 0, 2), pids_only},
+                  workers);
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{
                              {"limited", "b:0,1"}, {"plain", "a:0,1"}, {"pids", "b:2"}}))
@@ -1391,7 +1414,9 @@ TEST(SchedulerResourcesTest, AJobWithResourcesSkipsWorkersThatDoNotEnforceLimits
   ASSERT_TRUE(r.ok()) << r.status();
   const PendingJobStatus& p = FindPending(*r, "limited");
   EXPECT_EQ(p.reason, PendingReason::kExceedsCapacity);
-  EXPECT_THAT(p.message, HasSubstr("needs 1 cpu per rank, and no schedulable cpu worker enforces resource limits"));
+  EXPECT_THAT(
+      p.message,
+      HasSubstr("needs 1 cpu per rank, and no schedulable cpu worker enforces resource limits"));
 }
 
 TEST(SchedulerResourcesTest, NeverFitsNamesTheResourceAndBlocksNobody) {
@@ -1402,16 +1427,20 @@ TEST(SchedulerResourcesTest, NeverFitsNamesTheResourceAndBlocksNobody) {
     const PendingJobStatus& p = FindPending(*r, "j");
     EXPECT_EQ(p.reason, PendingReason::kExceedsCapacity);
     EXPECT_TRUE(p.reserved_slots.empty());
-    EXPECT_THAT(p.message, HasSubstr("needs 8 cpus per rank; the largest cpu worker that enforces limits has 4 "
-                                     "allocatable"));
+    EXPECT_THAT(
+        p.message,
+        HasSubstr("needs 8 cpus per rank; the largest cpu worker that enforces limits has 4 "
+                  "allocatable"));
     EXPECT_EQ(Outcome(*r)["after"], "b:0") << Dump(*r);
   }
   {
     auto r = CheckR({Needs(Job("j", 1, kCuda), 0, 16 * kGiB)}, {Sized(Gpu("g", 8), 32, 8 * kGiB)});
     ASSERT_TRUE(r.ok()) << r.status();
-    EXPECT_THAT(FindPending(*r, "j").message,
-                HasSubstr("needs 16 GiB memory per rank; the largest cuda worker that enforces limits has 8 GiB "
-                          "allocatable"));
+    EXPECT_THAT(
+        FindPending(*r, "j").message,
+        HasSubstr(
+            "needs 16 GiB memory per rank; the largest cuda worker that enforces limits has 8 GiB "
+            "allocatable"));
   }
   {
     // Each rank fits a worker, but idle the two hold 2 such ranks, not 3.
@@ -1420,8 +1449,10 @@ TEST(SchedulerResourcesTest, NeverFitsNamesTheResourceAndBlocksNobody) {
     ASSERT_TRUE(r.ok()) << r.status();
     const PendingJobStatus& p = FindPending(*r, "j");
     EXPECT_EQ(p.reason, PendingReason::kExceedsCapacity);
-    EXPECT_THAT(p.message, HasSubstr("needs 3 cpu slots of 3 cpus and 1 GiB memory per rank; idle, the 2 workers "
-                                     "that enforce limits would hold 2 such ranks (a: 1, b: 1)"));
+    EXPECT_THAT(
+        p.message,
+        HasSubstr("needs 3 cpu slots of 3 cpus and 1 GiB memory per rank; idle, the 2 workers "
+                  "that enforce limits would hold 2 such ranks (a: 1, b: 1)"));
   }
 }
 
@@ -1440,7 +1471,8 @@ TEST(SchedulerResourcesTest, UnknownAllocatableDoesNotBound) {
 
 TEST(SchedulerResourcesTest, WhatRunningRanksReserveIsNotFree) {
   // 8 CPUs, 6 reserved by running ranks: 2 left.
-  const WorkerSlots a = Sized(Cpu("a", 3, 4), 8, 16 * kGiB, true, /*reserved_cpus=*/6, /*reserved_memory=*/4 * kGiB);
+  const WorkerSlots a =
+      Sized(Cpu("a", 3, 4), 8, 16 * kGiB, true, /*reserved_cpus=*/6, /*reserved_memory=*/4 * kGiB);
   auto r = CheckR({Needs(Job("four", 1, kCpu, 0, 1), 4)}, {a});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(FindPending(*r, "four").reason, PendingReason::kInsufficientFreeSlots);
@@ -1476,9 +1508,10 @@ TEST(SchedulerResourcesTest, TheHeadHoldsCpusSoSmallerJobsCannotTakeThem) {
                    Job("plain", 1, kCpu, 0, 3)},
                   {a});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"head", "pending:insufficient_free_slots"},
-                                                             {"small", "pending:blocked_by_reservation"},
-                                                             {"plain", "a:1"}}))
+  EXPECT_EQ(Outcome(*r),
+            (std::map<std::string, std::string>{{"head", "pending:insufficient_free_slots"},
+                                                {"small", "pending:blocked_by_reservation"},
+                                                {"plain", "a:1"}}))
       << Dump(*r);
   EXPECT_EQ(FindPending(*r, "small").blocked_by, "head");
   // Running ranks ended: 6 left, the head starts and the small job fits too.
@@ -1503,7 +1536,8 @@ TEST(SchedulerResourcesTest, AHeadShortOfCpusIsNotStarvedByAStreamOfSmallJobs) {
   for (int i = 0; i < 4; ++i) live[absl::StrCat("init-", i)] = {i, 1 + i, 2};
   std::map<std::string, int> started;
   for (int tick = 0; tick < 120 && !started.count("big"); ++tick) {
-    for (auto it = live.begin(); it != live.end();) it = it->second.end <= tick ? live.erase(it) : std::next(it);
+    for (auto it = live.begin(); it != live.end();)
+      it = it->second.end <= tick ? live.erase(it) : std::next(it);
     WorkerSlots a = Sized(Cpu("a", 0, 8), 8, 0);
     std::set<int> busy;
     for (const auto& [id, l] : live) busy.insert(l.slot), a.reserved_cpus += l.cpus;
@@ -1513,13 +1547,15 @@ TEST(SchedulerResourcesTest, AHeadShortOfCpusIsNotStarvedByAStreamOfSmallJobs) {
     std::vector<PendingJob> pending = {Needs(Job("big", 1, kCpu, 0, 0), 6)};
     for (int t = 0; t <= std::min(tick, 80); ++t) {
       const std::string id = absl::StrCat("small-", t);
-      if (!started.count(id)) pending.push_back(Needs(Job(id, 1, kCpu, 0, static_cast<std::uint64_t>(t + 1)), 2));
+      if (!started.count(id))
+        pending.push_back(Needs(Job(id, 1, kCpu, 0, static_cast<std::uint64_t>(t + 1)), 2));
     }
     auto r = CheckR(pending, {a});
     ASSERT_TRUE(r.ok()) << r.status();
     for (const Placement& p : r->placements) {
       started[p.job_id] = tick;
-      live[p.job_id] = {p.ranks[0].slot, tick + (p.job_id == "big" ? 50 : 4), p.job_id == "big" ? 6.0 : 2.0};
+      live[p.job_id] = {p.ranks[0].slot, tick + (p.job_id == "big" ? 50 : 4),
+                        p.job_id == "big" ? 6.0 : 2.0};
     }
   }
   ASSERT_TRUE(started.count("big")) << "starved";
@@ -1542,8 +1578,9 @@ TEST(SchedulerResourcesTest, HugeRequestsNeitherOverflowNorFit) {
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(Outcome(*r)["j"], "a:0,1,2");
   // Known allocatable: never fits, and nothing wraps around.
-  r = CheckR({Needs(Job("j", 3, kCpu, 1, 1), 1e300, huge_memory), Needs(Job("k", 1, kCpu, 0, 2), 1, kGiB)},
-             {Sized(Cpu("a", 4), 8, 64 * kGiB)});
+  r = CheckR(
+      {Needs(Job("j", 3, kCpu, 1, 1), 1e300, huge_memory), Needs(Job("k", 1, kCpu, 0, 2), 1, kGiB)},
+      {Sized(Cpu("a", 4), 8, 64 * kGiB)});
   ASSERT_TRUE(r.ok()) << r.status();
   EXPECT_EQ(FindPending(*r, "j").reason, PendingReason::kExceedsCapacity);
   EXPECT_EQ(Outcome(*r)["k"], "a:0");
@@ -1559,9 +1596,13 @@ TEST(SchedulerResourcesTest, RejectsMalformedResources) {
       {{}, {Sized(Cpu("a", 1), 1, 1, true, std::numeric_limits<double>::infinity())}},
       {{}, {Sized(Cpu("a", 1), 1, 1, true, 0, -1)}},
   };
-  const char* fields[] = {"job \"j\": cpus", "job \"j\": cpus", "job \"j\": memory_bytes",
-                          "worker \"a\": allocatable_cpus", "worker \"a\": allocatable_memory",
-                          "worker \"a\": reserved_cpus", "worker \"a\": reserved_memory"};
+  const char* fields[] = {"job \"j\": cpus",
+                          "job \"j\": cpus",
+                          "job \"j\": memory_bytes",
+                          "worker \"a\": allocatable_cpus",
+                          "worker \"a\": allocatable_memory",
+                          "worker \"a\": reserved_cpus",
+                          "worker \"a\": reserved_memory"};
   for (size_t i = 0; i < bad.size(); ++i) {
     SCOPED_TRACE(fields[i]);
     absl::StatusOr<ScheduleResult> r = Schedule(bad[i].first, bad[i].second);
@@ -1593,16 +1634,19 @@ TEST(SchedulerNodesTest, SpreadsOverExactlyNWorkersTheTightestFirst) {
       {0, "a", 0, 2, 0}, {1, "a", 1, 2, 0}, {2, "c", 0, 2, 1}, {3, "c", 1, 2, 1}};
   for (int i = 0; i < 4; ++i) {
     const RankAssignment& a = p.ranks[i];
-    EXPECT_EQ(std::make_tuple(a.rank, a.worker_id, a.local_rank, a.local_world_size, a.node_rank), want[i]);
+    EXPECT_EQ(std::make_tuple(a.rank, a.worker_id, a.local_rank, a.local_world_size, a.node_rank),
+              want[i]);
   }
 
   // One rank on each of three workers, though one could hold them all.
-  auto three = Check({OnNodes(Job("t", 3, kCpu), 3)}, {Cpu("a", 8), Cpu("b", 1), Cpu("c", 2), Cpu("d", 3)});
+  auto three =
+      Check({OnNodes(Job("t", 3, kCpu), 3)}, {Cpu("a", 8), Cpu("b", 1), Cpu("c", 2), Cpu("d", 3)});
   ASSERT_TRUE(three.ok());
   EXPECT_EQ(Outcome(*three).at("t"), "b:0 c:0 d:0");
 
   // nodes: 1 keeps every rank on one worker, where a plain job would split.
-  auto one = Check({OnNodes(Job("o", 2, kCpu), 1), Job("plain", 2, kCpu, 0, 1)}, {Cpu("a", 1, 2), Cpu("b", 1, 2)});
+  auto one = Check({OnNodes(Job("o", 2, kCpu), 1), Job("plain", 2, kCpu, 0, 1)},
+                   {Cpu("a", 1, 2), Cpu("b", 1, 2)});
   ASSERT_TRUE(one.ok());
   EXPECT_EQ(Outcome(*one).at("o"), "pending:insufficient_free_slots");
 }
@@ -1613,14 +1657,16 @@ TEST(SchedulerNodesTest, WaitsWhileOnlyNMinusOneWorkersHaveRoomAndReserves) {
   auto r = Check({OnNodes(Job("big", 4, kCpu, 0, 1), 2), Job("small", 2, kCpu, 0, 2)},
                  {Cpu("a", 4), Cpu("b", 1, 4)});
   ASSERT_TRUE(r.ok()) << r.status();
-  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{{"big", "pending:insufficient_free_slots"},
-                                                              {"small", "a:2,3"}}))
+  EXPECT_EQ(Outcome(*r), (std::map<std::string, std::string>{
+                             {"big", "pending:insufficient_free_slots"}, {"small", "a:2,3"}}))
       << Dump(*r);
   const PendingJobStatus& big = r->pending[0];
   EXPECT_THAT(big.message, HasSubstr("needs 4 cpu slots on 2 workers, 2 on each"));
-  EXPECT_THAT(big.message, HasSubstr("5 of 8 slots free on 2 workers, 1 of them with room for 2 ranks"));
+  EXPECT_THAT(big.message,
+              HasSubstr("5 of 8 slots free on 2 workers, 1 of them with room for 2 ranks"));
   std::vector<std::string> held;
-  for (const SlotRef& s : big.reserved_slots) held.push_back(absl::StrCat(s.worker_id, "/", s.slot));
+  for (const SlotRef& s : big.reserved_slots)
+    held.push_back(absl::StrCat(s.worker_id, "/", s.slot));
   EXPECT_EQ(held, (std::vector<std::string>{"a/0", "a/1", "b/0"}));
 
   // Once b has a second slot free the job starts across a and b.
@@ -1635,9 +1681,11 @@ TEST(SchedulerNodesTest, NeverFitsWithFewerThanNWorkersThatHoldItsShare) {
   ASSERT_TRUE(r.ok());
   ASSERT_EQ(r->pending.size(), 1u);
   EXPECT_EQ(r->pending[0].reason, PendingReason::kExceedsCapacity);
-  EXPECT_THAT(r->pending[0].message,
-              HasSubstr("needs 4 cpu slots on 2 workers, 2 on each (scheduling.nodes), and 1 of the 3 schedulable "
-                        "workers of its kind has 2 slots or more; it cannot fit until workers join"));
+  EXPECT_THAT(
+      r->pending[0].message,
+      HasSubstr("needs 4 cpu slots on 2 workers, 2 on each (scheduling.nodes), and 1 of the 3 "
+                "schedulable "
+                "workers of its kind has 2 slots or more; it cannot fit until workers join"));
   EXPECT_TRUE(r->pending[0].reserved_slots.empty());
   // More nodes than workers.
   auto more = Check({OnNodes(Job("m", 3, kCpu), 3)}, {Cpu("a", 4), Cpu("b", 4)});
@@ -1648,7 +1696,8 @@ TEST(SchedulerNodesTest, NeverFitsWithFewerThanNWorkersThatHoldItsShare) {
 TEST(SchedulerNodesTest, InvalidNodesStayPendingAsInvalid) {
   PendingJob elastic = OnNodes(Job("e", 4, kCpu), 2);
   elastic.min_world_size = 2;
-  auto r = Check({OnNodes(Job("odd", 3, kCpu), 2), OnNodes(Job("neg", 2, kCpu), -1), elastic, Job("ok", 1, kCpu)},
+  auto r = Check({OnNodes(Job("odd", 3, kCpu), 2), OnNodes(Job("neg", 2, kCpu), -1), elastic,
+                  Job("ok", 1, kCpu)},
                  {Cpu("a", 4), Cpu("b", 4)});
   ASSERT_TRUE(r.ok()) << r.status();
   std::map<std::string, std::string> why;
@@ -1671,7 +1720,8 @@ TEST(SchedulerNodesTest, AvoidanceAndResourcesCountWholeHosts) {
   EXPECT_EQ(Outcome(*r).at("j"), "b:0 c:0");
 
   // 2 cpus per rank: b has CPUs for none, c for one, a for four: a and c.
-  const std::vector<WorkerSlots> sized = {Sized(Cpu("a", 4), 8, 0), Sized(Cpu("b", 4), 1, 0), Sized(Cpu("c", 4), 2, 0)};
+  const std::vector<WorkerSlots> sized = {Sized(Cpu("a", 4), 8, 0), Sized(Cpu("b", 4), 1, 0),
+                                          Sized(Cpu("c", 4), 2, 0)};
   auto res = Schedule({OnNodes(Needs(Job("r", 2, kCpu), 2), 2)}, sized);
   ASSERT_TRUE(res.ok());
   EXPECT_EQ(Outcome(*res).at("r"), "a:0 c:0") << Dump(*res);

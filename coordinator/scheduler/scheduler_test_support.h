@@ -23,7 +23,7 @@ namespace trainctl::scheduler {
 // Builders.
 
 inline WorkerSlots Worker(std::string id, SlotKind kind, std::vector<int> free, int total = -1,
-                   bool schedulable = true) {
+                          bool schedulable = true) {
   WorkerSlots w;
   w.worker_id = std::move(id);
   w.kind = kind;
@@ -46,8 +46,9 @@ inline WorkerSlots Cpu(std::string id, int free, int total = -1) {
   return Worker(std::move(id), SlotKind::kCpu, std::move(slots), total < 0 ? free : total);
 }
 
-inline PendingJob Job(std::string id, int world_size, DeviceRequirement device = DeviceRequirement::kCuda,
-               int priority = 0, std::uint64_t seq = 0) {
+inline PendingJob Job(std::string id, int world_size,
+                      DeviceRequirement device = DeviceRequirement::kCuda, int priority = 0,
+                      std::uint64_t seq = 0) {
   PendingJob j;
   j.job_id = std::move(id);
   j.world_size = world_size;
@@ -65,7 +66,9 @@ inline PendingJob OnNodes(PendingJob job, int nodes) {
 
 // Ranks per worker of a job with nodes (0: no per-host shape or invalid).
 inline int PerNode(const PendingJob& job) {
-  return job.nodes > 0 && job.world_size > 0 && job.world_size % job.nodes == 0 ? job.world_size / job.nodes : 0;
+  return job.nodes > 0 && job.world_size > 0 && job.world_size % job.nodes == 0
+             ? job.world_size / job.nodes
+             : 0;
 }
 
 // A job with nodes that the scheduler refuses as kInvalidJob.
@@ -363,7 +366,8 @@ class InvariantCheck {
     EXPECT_GE(p.world_size, need);
     EXPECT_LE(p.world_size, job.world_size);
     ASSERT_EQ(static_cast<int>(p.ranks.size()), p.world_size);
-    const std::map<std::string, int> before = Counts(kind, /*respect_reservation=*/p.backfilled_before.empty());
+    const std::map<std::string, int> before =
+        Counts(kind, /*respect_reservation=*/p.backfilled_before.empty());
     CheckRanks(p, kind);
     if (::testing::Test::HasFatalFailure()) return;
     if (PerNode(job) > 0) {
@@ -375,7 +379,8 @@ class InvariantCheck {
 
   // A job with nodes: exactly `nodes` workers with per_node ranks each, the
   // tightest that hold per_node (no unchosen one has less room).
-  static void CheckNodes(const PendingJob& job, const Placement& p, const std::map<std::string, int>& before) {
+  static void CheckNodes(const PendingJob& job, const Placement& p,
+                         const std::map<std::string, int>& before) {
     const int per = PerNode(job);
     EXPECT_EQ(p.num_nodes, job.nodes) << Layout(p);
     EXPECT_EQ(p.world_size, job.world_size);
@@ -420,7 +425,8 @@ class InvariantCheck {
       if (p.backfilled_before.empty()) {
         EXPECT_FALSE(reserved_[kind].count(s)) << "slot reserved for " << head_[kind];
       } else {
-        EXPECT_EQ(p.backfilled_before, head_[kind]) << "backfilled before a job that is not the head";
+        EXPECT_EQ(p.backfilled_before, head_[kind])
+            << "backfilled before a job that is not the head";
       }
       EXPECT_TRUE(used_.insert(s).second) << "slot used twice: " << r.worker_id << "/" << r.slot;
     }
@@ -457,8 +463,8 @@ class InvariantCheck {
   std::map<SlotKind, std::set<Slot>> reserved_;  // kind -> its head's slots
 };
 
-inline void CheckInvariants(const std::vector<PendingJob>& jobs, const std::vector<WorkerSlots>& workers,
-                     const ScheduleResult& result) {
+inline void CheckInvariants(const std::vector<PendingJob>& jobs,
+                            const std::vector<WorkerSlots>& workers, const ScheduleResult& result) {
   InvariantCheck(jobs, workers, result).Run();
 }
 
@@ -473,7 +479,7 @@ inline const PendingJobStatus& FindPending(const ScheduleResult& r, const std::s
 }
 
 inline absl::StatusOr<ScheduleResult> Check(const std::vector<PendingJob>& jobs,
-                                     const std::vector<WorkerSlots>& workers) {
+                                            const std::vector<WorkerSlots>& workers) {
   absl::StatusOr<ScheduleResult> result = Schedule(jobs, workers);
   if (result.ok()) CheckInvariants(jobs, workers, *result);
   return result;
@@ -597,7 +603,8 @@ class QueueInvariantCheck {
   // Whether `more` slots for q fit its group given each member's used.
   template <typename UsedOf>
   bool GroupFits(const QueueSpec& q, SlotKind k, long long more, UsedOf used_of) const {
-    const long long group_used = GroupSum(q, k, [&](const QueueSpec& m) { return Lent(m, k, used_of(m)); });
+    const long long group_used =
+        GroupSum(q, k, [&](const QueueSpec& m) { return Lent(m, k, used_of(m)); });
     const long long growth = Lent(q, k, used_of(q) + more) - Lent(q, k, used_of(q));
     return growth <= std::max(0LL, GroupNominal(q, k) - group_used);
   }
@@ -713,9 +720,11 @@ class QueueInvariantCheck {
       // Quota only grows within a pass: what blocked it still does.
       ASSERT_TRUE(finite) << "quota_exceeded in a queue without quota";
       const bool over_borrowing_limit =
-          BorrowLimit(*q, kind) >= 0 && UsedFinal(*q, kind) + least > Nominal(*q, kind) + BorrowLimit(*q, kind);
-      EXPECT_TRUE(over_borrowing_limit ||
-                  !GroupFits(*q, kind, least, [&](const QueueSpec& m) { return UsedFinal(m, kind); }));
+          BorrowLimit(*q, kind) >= 0 &&
+          UsedFinal(*q, kind) + least > Nominal(*q, kind) + BorrowLimit(*q, kind);
+      EXPECT_TRUE(over_borrowing_limit || !GroupFits(*q, kind, least, [&](const QueueSpec& m) {
+                    return UsedFinal(m, kind);
+                  }));
     }
     if (p.reason == PendingReason::kPreempting) {
       ASSERT_TRUE(finite) << "preempting in a queue without quota";
@@ -724,7 +733,8 @@ class QueueInvariantCheck {
       long long lower = 0;
       for (const auto& entry : running_) {
         const RunningJob& r = *entry.second;
-        if (Name(r.queue) == q->name && r.kind == kind && (r.stopping || r.priority < job.priority)) {
+        if (Name(r.queue) == q->name && r.kind == kind &&
+            (r.stopping || r.priority < job.priority)) {
           lower += r.slots;
         }
       }
@@ -767,9 +777,9 @@ class QueueInvariantCheck {
       const auto& list = entry.second;
       EXPECT_EQ(list.size(), 1u) << "two preemptors";
       // One that picks no victim waits for stopping jobs of its kind.
-      const bool picks = std::any_of(
-          result_.preemptions.begin(), result_.preemptions.end(),
-          [&](const Preemption& x) { return x.for_job_id == list.front()->job_id; });
+      const bool picks =
+          std::any_of(result_.preemptions.begin(), result_.preemptions.end(),
+                      [&](const Preemption& x) { return x.for_job_id == list.front()->job_id; });
       const bool stopping = std::any_of(
           input_.running.begin(), input_.running.end(),
           [&](const RunningJob& r) { return r.kind == kind && r.stopping && r.slots > 0; });
@@ -874,8 +884,8 @@ inline absl::StatusOr<ScheduleResult> CheckQ(const std::vector<PendingJob>& jobs
 //    ranks the kind's workers could hold idle.
 class ResourceInvariantCheck {
  public:
-  ResourceInvariantCheck(const std::vector<PendingJob>& jobs, const std::vector<WorkerSlots>& workers,
-                         const ScheduleResult& result)
+  ResourceInvariantCheck(const std::vector<PendingJob>& jobs,
+                         const std::vector<WorkerSlots>& workers, const ScheduleResult& result)
       : jobs_(jobs), result_(result) {
     for (const WorkerSlots& w : workers) {
       if (!w.schedulable || w.total_slots == 0) continue;
@@ -889,8 +899,10 @@ class ResourceInvariantCheck {
     std::map<std::string, const PendingJob*> by_id;
     for (const PendingJob& j : jobs_) by_id[j.job_id] = &j;
     std::set<std::string> seen;
-    for (const Placement& p : result_.placements) ASSERT_TRUE(seen.insert(p.job_id).second) << p.job_id;
-    for (const PendingJobStatus& p : result_.pending) ASSERT_TRUE(seen.insert(p.job_id).second) << p.job_id;
+    for (const Placement& p : result_.placements)
+      ASSERT_TRUE(seen.insert(p.job_id).second) << p.job_id;
+    for (const PendingJobStatus& p : result_.pending)
+      ASSERT_TRUE(seen.insert(p.job_id).second) << p.job_id;
     ASSERT_EQ(seen.size(), jobs_.size());
     for (const PendingJobStatus& p : result_.pending) {
       for (const SlotRef& r : p.reserved_slots) {
@@ -924,8 +936,8 @@ class ResourceInvariantCheck {
         EXPECT_FALSE(reserved_.count({r.worker_id, r.slot})) << "slot was reserved";
         EXPECT_TRUE(used_.insert({r.worker_id, r.slot}).second) << "slot used twice";
         if (HasResources(job)) {
-          EXPECT_TRUE(w.enforces_limits) << "job with resources on " << r.worker_id
-                                         << ", which does not enforce limits";
+          EXPECT_TRUE(w.enforces_limits)
+              << "job with resources on " << r.worker_id << ", which does not enforce limits";
         }
         cpus[r.worker_id] += job.cpus;
         memory[r.worker_id] += job.memory_bytes;
@@ -935,13 +947,15 @@ class ResourceInvariantCheck {
     for (const auto& [id, c] : cpus) {
       const WorkerSlots& w = *by_id_[id];
       if (c > 0 && w.allocatable_cpus > 0) {
-        EXPECT_LE(w.reserved_cpus + c, w.allocatable_cpus + 1e-6) << "cpus over-committed on " << id;
+        EXPECT_LE(w.reserved_cpus + c, w.allocatable_cpus + 1e-6)
+            << "cpus over-committed on " << id;
       }
     }
     for (const auto& [id, m] : memory) {
       const WorkerSlots& w = *by_id_[id];
       if (m > 0 && w.allocatable_memory > 0) {
-        EXPECT_LE(static_cast<long double>(w.reserved_memory) + m, static_cast<long double>(w.allocatable_memory))
+        EXPECT_LE(static_cast<long double>(w.reserved_memory) + m,
+                  static_cast<long double>(w.allocatable_memory))
             << "memory over-committed on " << id;
       }
     }
@@ -957,7 +971,8 @@ class ResourceInvariantCheck {
       EXPECT_EQ(p.reason, PendingReason::kInvalidJob);
       return;
     }
-    if (p.reason == PendingReason::kUnknownQueue || p.reason == PendingReason::kNoWorkerOfKind) return;
+    if (p.reason == PendingReason::kUnknownQueue || p.reason == PendingReason::kNoWorkerOfKind)
+      return;
     if (p.reason == PendingReason::kExceedsQueueLimit) return;  // the queue checker's
     const SlotKind kind = p.kind;
     long long idle = 0;
@@ -979,7 +994,8 @@ class ResourceInvariantCheck {
   std::set<Slot> reserved_;
 };
 
-inline void CheckResourceInvariants(const std::vector<PendingJob>& jobs, const std::vector<WorkerSlots>& workers,
+inline void CheckResourceInvariants(const std::vector<PendingJob>& jobs,
+                                    const std::vector<WorkerSlots>& workers,
                                     const ScheduleResult& result) {
   ResourceInvariantCheck(jobs, workers, result).Run();
 }
@@ -1007,7 +1023,7 @@ using BusyUntil = std::map<std::pair<std::string, int>, int>;  // (worker, slot)
 // Workers' free_slots are recomputed every tick from their total_slots
 // (indices 0..total-1) and what is busy.
 inline SimResult Simulate(std::vector<WorkerSlots> workers, const std::vector<SimJob>& sim_jobs,
-                   int max_ticks, BusyUntil busy_until = {}, bool bounds = false) {
+                          int max_ticks, BusyUntil busy_until = {}, bool bounds = false) {
   std::map<std::string, std::set<int>> all_slots;
   for (const WorkerSlots& w : workers) {
     for (int s = 0; s < w.total_slots; ++s) all_slots[w.worker_id].insert(s);
@@ -1054,6 +1070,5 @@ inline SimResult Simulate(std::vector<WorkerSlots> workers, const std::vector<Si
   }
   return out;
 }
-
 
 }  // namespace trainctl::scheduler

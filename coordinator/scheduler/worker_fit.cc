@@ -19,7 +19,8 @@ constexpr double kMaxMilli = 1e15;
 
 // How many ranks of `r` fit in `slots` slots and the given CPUs and memory
 // (-1: no bound) of `w`, whatever the job's per-host shape.
-long long Room(const Request& r, const WorkerState& w, long long slots, long long cpu, long long mem) {
+long long Room(const Request& r, const WorkerState& w, long long slots, long long cpu,
+               long long mem) {
   if (!r.limited) return slots;
   if (!w.in->enforces_limits) return 0;
   long long n = slots;
@@ -35,7 +36,8 @@ long long Clamp(const Request& r, long long n) {
   return n >= r.per_node ? r.per_node : 0;
 }
 
-long long Fit(const Request& r, const WorkerState& w, long long slots, long long cpu, long long mem) {
+long long Fit(const Request& r, const WorkerState& w, long long slots, long long cpu,
+              long long mem) {
   return Clamp(r, Room(r, w, slots, cpu, mem));
 }
 
@@ -49,7 +51,8 @@ long long Times(long long n, long long per) {
 // InvalidArgument naming `field` unless `value` is finite and >= 0.
 absl::Status NonNegative(const std::string& where, const char* field, double value) {
   if (std::isfinite(value) && value >= 0) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(where, field, ": must be finite and >= 0, got ", value));
+  return absl::InvalidArgumentError(
+      absl::StrCat(where, field, ": must be finite and >= 0, got ", value));
 }
 
 }  // namespace
@@ -100,7 +103,8 @@ long long RoomNow(const Request& r, const WorkerState& w) {
 // The same if no reservation held anything on `w`.
 long long UsableIgnoringReservations(const Request& r, const WorkerState& w) {
   return Fit(r, w, static_cast<long long>(w.available.size() + w.reserved.size()),
-             w.cpu_left < 0 ? -1 : w.cpu_left + w.cpu_held, w.mem_left < 0 ? -1 : w.mem_left + w.mem_held);
+             w.cpu_left < 0 ? -1 : w.cpu_left + w.cpu_held,
+             w.mem_left < 0 ? -1 : w.mem_left + w.mem_held);
 }
 
 // Ranks of `r` that `w` could hold with nothing running on it.
@@ -186,8 +190,10 @@ std::vector<std::pair<double, long long>> BusyBounds(const WorkerSlots& w) {
   }
   // Longest first, up to the busy slots: an over-long list is read as late
   // as it can be, never too early.
-  std::sort(listed.begin(), listed.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
-  long long left = std::max<long long>(0, w.total_slots - static_cast<long long>(w.free_slots.size()));
+  std::sort(listed.begin(), listed.end(),
+            [](const auto& a, const auto& b) { return a.first > b.first; });
+  long long left =
+      std::max<long long>(0, w.total_slots - static_cast<long long>(w.free_slots.size()));
   std::vector<std::pair<double, long long>> out;
   for (const auto& [within, slots] : listed) {
     if (left == 0) break;
@@ -216,7 +222,8 @@ double FreedWithin(const WorkerState& w, long long need) {
   return std::numeric_limits<double>::infinity();
 }
 
-absl::Status ValidateInput(absl::Span<const PendingJob> jobs, absl::Span<const WorkerSlots> workers) {
+absl::Status ValidateInput(absl::Span<const PendingJob> jobs,
+                           absl::Span<const WorkerSlots> workers) {
   absl::flat_hash_set<std::string> job_ids;
   for (const PendingJob& job : jobs) {
     if (job.job_id.empty()) return absl::InvalidArgumentError("job_id: empty");
@@ -225,10 +232,12 @@ absl::Status ValidateInput(absl::Span<const PendingJob> jobs, absl::Span<const W
     }
     const std::string where = absl::StrCat("job \"", job.job_id, "\": ");
     if (absl::Status s = NonNegative(where, "cpus", job.cpus); !s.ok()) return s;
-    if (absl::Status s = NonNegative(where, "memory_bytes", static_cast<double>(job.memory_bytes)); !s.ok()) {
+    if (absl::Status s = NonNegative(where, "memory_bytes", static_cast<double>(job.memory_bytes));
+        !s.ok()) {
       return s;
     }
-    if (absl::Status s = NonNegative(where, "runtime_bound_s", job.runtime_bound_s); !s.ok()) return s;
+    if (absl::Status s = NonNegative(where, "runtime_bound_s", job.runtime_bound_s); !s.ok())
+      return s;
   }
   absl::flat_hash_set<std::string> worker_ids;
   for (const WorkerSlots& worker : workers) {
@@ -240,15 +249,18 @@ absl::Status ValidateInput(absl::Span<const PendingJob> jobs, absl::Span<const W
     const std::string where = absl::StrCat("worker \"", worker.worker_id, "\": ");
     for (const auto& [field, value] :
          {std::pair<const char*, double>{"allocatable_cpus", worker.allocatable_cpus},
-          std::pair<const char*, double>{"allocatable_memory", static_cast<double>(worker.allocatable_memory)},
+          std::pair<const char*, double>{"allocatable_memory",
+                                         static_cast<double>(worker.allocatable_memory)},
           std::pair<const char*, double>{"reserved_cpus", worker.reserved_cpus},
-          std::pair<const char*, double>{"reserved_memory", static_cast<double>(worker.reserved_memory)}}) {
+          std::pair<const char*, double>{"reserved_memory",
+                                         static_cast<double>(worker.reserved_memory)}}) {
       if (absl::Status s = NonNegative(where, field, value); !s.ok()) return s;
     }
     for (const WorkerSlots::Busy& b : worker.busy) {
       if (b.slots < 0 || std::isnan(b.within_s) || b.within_s < 0) {
-        return absl::InvalidArgumentError(absl::StrCat(where, "busy: slots must be >= 0 and within_s >= 0, got ",
-                                                       b.slots, " slots within ", b.within_s, " s"));
+        return absl::InvalidArgumentError(
+            absl::StrCat(where, "busy: slots must be >= 0 and within_s >= 0, got ", b.slots,
+                         " slots within ", b.within_s, " s"));
       }
     }
     if (worker.total_slots < 0) {
@@ -279,8 +291,8 @@ absl::Status ValidateInput(absl::Span<const PendingJob> jobs, absl::Span<const W
 // With resources: "room for 1 rank on 2 workers (3 of 8 slots, 2 of 16
 // cpus, 10 GiB of 32 GiB memory free)", over the workers that enforce
 // limits and know their allocatable.
-std::string FreeText(const std::vector<WorkerState>& states, const KindPool& pool, long long free_ranks,
-                     const Request& req) {
+std::string FreeText(const std::vector<WorkerState>& states, const KindPool& pool,
+                     long long free_ranks, const Request& req) {
   const std::string workers = Count(static_cast<int>(pool.workers.size()), "worker", "workers");
   if (req.per_node > 0) {
     // Whole hosts: how many could take per_node now, and the raw slots.
@@ -291,7 +303,8 @@ std::string FreeText(const std::vector<WorkerState>& states, const KindPool& poo
       slots += static_cast<long long>(s.available.size() + s.reserved.size());
       hosts += UsableIgnoringReservations(req, s) > 0;
     }
-    return absl::StrCat(slots, " of ", pool.capacity, " slots free on ", workers, ", ", hosts, " of them with room for ",
+    return absl::StrCat(slots, " of ", pool.capacity, " slots free on ", workers, ", ", hosts,
+                        " of them with room for ",
                         Count(static_cast<int>(req.per_node), "rank", "ranks"));
   }
   if (!req.limited) {
@@ -307,7 +320,8 @@ std::string FreeText(const std::vector<WorkerState>& states, const KindPool& poo
   }
   std::string text = absl::StrCat("room for ", Count(static_cast<int>(free_ranks), "rank", "ranks"),
                                   " on ", workers, " (", slots, " of ", pool.capacity, " slots");
-  if (req.cpu > 0 && cpu_cap > 0) absl::StrAppend(&text, ", ", CpuText(cpu_free), " of ", CpuText(cpu_cap), " cpus");
+  if (req.cpu > 0 && cpu_cap > 0)
+    absl::StrAppend(&text, ", ", CpuText(cpu_free), " of ", CpuText(cpu_cap), " cpus");
   if (req.mem > 0 && mem_cap > 0) {
     absl::StrAppend(&text, ", ", FormatBytes(mem_free), " of ", FormatBytes(mem_cap), " memory");
   }
@@ -317,8 +331,9 @@ std::string FreeText(const std::vector<WorkerState>& states, const KindPool& poo
 // For a job with resources, after the slot checks: true (with `pending`
 // kExceedsCapacity naming what is short) when the kind's workers, idle,
 // could not hold its least size.
-bool ResourcesNeverFit(const std::vector<WorkerState>& states, const PendingJob& job, const std::string& need,
-                       const Request& req, const KindPool& pool, PendingJobStatus& pending) {
+bool ResourcesNeverFit(const std::vector<WorkerState>& states, const PendingJob& job,
+                       const std::string& need, const Request& req, const KindPool& pool,
+                       PendingJobStatus& pending) {
   const char* kind_name = SlotKindName(pending.kind);
   long long capacity = 0;
   int enforcing = 0;
@@ -343,18 +358,20 @@ bool ResourcesNeverFit(const std::vector<WorkerState>& states, const PendingJob&
         "needs ", PerRankText(req), ", and no schedulable ", kind_name,
         " worker enforces resource limits (cgroups); it cannot fit until such a worker joins");
   } else if (req.cpu > 0 && max_cpu >= 0 && max_cpu < req.cpu) {
-    pending.message = absl::StrCat("needs ", CpuText(req.cpu), " cpus per rank; the largest ", kind_name,
-                                   " worker that enforces limits has ", CpuText(max_cpu),
+    pending.message = absl::StrCat("needs ", CpuText(req.cpu), " cpus per rank; the largest ",
+                                   kind_name, " worker that enforces limits has ", CpuText(max_cpu),
                                    " allocatable; it cannot fit until a larger worker joins");
   } else if (req.mem > 0 && max_mem >= 0 && max_mem < req.mem) {
-    pending.message = absl::StrCat("needs ", FormatBytes(req.mem), " memory per rank; the largest ", kind_name,
-                                   " worker that enforces limits has ", FormatBytes(max_mem),
-                                   " allocatable; it cannot fit until a larger worker joins");
+    pending.message =
+        absl::StrCat("needs ", FormatBytes(req.mem), " memory per rank; the largest ", kind_name,
+                     " worker that enforces limits has ", FormatBytes(max_mem),
+                     " allocatable; it cannot fit until a larger worker joins");
   } else {
-    pending.message = absl::StrCat(
-        "needs ", need, " ", kind_name, " slots of ", PerRankText(req), "; idle, the ",
-        Count(enforcing, "worker", "workers"), " that enforce limits would hold ", capacity, " such ranks (",
-        holds.empty() ? "none" : absl::StrJoin(holds, ", "), "); it cannot fit until workers join");
+    pending.message =
+        absl::StrCat("needs ", need, " ", kind_name, " slots of ", PerRankText(req), "; idle, the ",
+                     Count(enforcing, "worker", "workers"), " that enforce limits would hold ",
+                     capacity, " such ranks (", holds.empty() ? "none" : absl::StrJoin(holds, ", "),
+                     "); it cannot fit until workers join");
   }
   return true;
 }

@@ -134,18 +134,20 @@ std::vector<Share> ChooseNodes(const std::vector<long long>& room, int nodes, lo
 // cpus, 10 GiB of 32 GiB memory free)", over the workers that enforce
 // limits and know their allocatable. `free_ranks`: ranks of `req` the pool
 // could take now, reserved ones included. `states`: the pass's workers.
-std::string FreeText(const std::vector<WorkerState>& states, const KindPool& pool, long long free_ranks,
-                     const Request& req);
+std::string FreeText(const std::vector<WorkerState>& states, const KindPool& pool,
+                     long long free_ranks, const Request& req);
 
 // For a job with resources, after the slot checks: true (with `pending`
 // kExceedsCapacity naming what is short) when the kind's workers, idle,
 // could not hold its least size (`need`: that size as text).
-bool ResourcesNeverFit(const std::vector<WorkerState>& states, const PendingJob& job, const std::string& need,
-                       const Request& req, const KindPool& pool, PendingJobStatus& pending);
+bool ResourcesNeverFit(const std::vector<WorkerState>& states, const PendingJob& job,
+                       const std::string& need, const Request& req, const KindPool& pool,
+                       PendingJobStatus& pending);
 
 // The pass's input checked: job and worker ids present and unique,
 // resources finite and >= 0, free slots within total_slots and unique.
 // INVALID_ARGUMENT naming the job or worker and the field.
-absl::Status ValidateInput(absl::Span<const PendingJob> jobs, absl::Span<const WorkerSlots> workers);
+absl::Status ValidateInput(absl::Span<const PendingJob> jobs,
+                           absl::Span<const WorkerSlots> workers);
 
 }  // namespace trainctl::scheduler::internal

@@ -36,7 +36,8 @@ std::vector<std::string> CoordinatorSans(const ClusterInitOptions& o) {
   // Each name once: the README's `--san $(hostname)` names the hostname
   // again, and the certificate and init's summary listed it twice.
   auto add = [&sans](const std::string& name) {
-    if (!name.empty() && std::find(sans.begin(), sans.end(), name) == sans.end()) sans.push_back(name);
+    if (!name.empty() && std::find(sans.begin(), sans.end(), name) == sans.end())
+      sans.push_back(name);
   };
   add(host);
   for (const std::string& s : o.sans) add(s);
@@ -79,9 +80,13 @@ absl::Status WriteTlsFiles(const std::string& dir, const std::vector<std::string
   }
   std::error_code ec;
   for (const char* pub : {"ca.crt", "coordinator.crt"}) {
-    fs::permissions(dir + "/" + pub, fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
-                                         fs::perms::others_read, ec);
-    if (ec) return absl::InternalError(absl::StrCat(dir, "/", pub, ": cannot make it readable (0644): ", ec.message()));
+    fs::permissions(dir + "/" + pub,
+                    fs::perms::owner_read | fs::perms::owner_write | fs::perms::group_read |
+                        fs::perms::others_read,
+                    ec);
+    if (ec)
+      return absl::InternalError(
+          absl::StrCat(dir, "/", pub, ": cannot make it readable (0644): ", ec.message()));
   }
   return absl::OkStatus();
 }
@@ -92,7 +97,8 @@ absl::Status WriteTlsFiles(const std::string& dir, const std::vector<std::string
 // (compose): each worker trades its own for a certificate.
 absl::Status WriteClusterTokens(const ClusterInitOptions& o, const std::string& dir) {
   using trainctl::auth::WritePrivateFile;
-  if (!o.store_spec_error.empty()) return InitStep("--store", absl::InvalidArgumentError(o.store_spec_error));
+  if (!o.store_spec_error.empty())
+    return InitStep("--store", absl::InvalidArgumentError(o.store_spec_error));
   absl::StatusOr<std::unique_ptr<StateStore>> store = StateStore::OpenSpec(o.store_spec);
   if (!store.ok()) return InitStep("--store", store.status());
   TokenAuthority tokens(store->get(), trainctl::SystemClock::Get());
@@ -108,12 +114,14 @@ absl::Status WriteClusterTokens(const ClusterInitOptions& o, const std::string& 
   }
   const std::vector<std::string>& join_addresses = o.join_addresses;
   int joins = o.join_tokens;
-  if (joins < 0 || joins > 1000) return InitStep("--join-tokens", absl::InvalidArgumentError("must be 0..1000"));
+  if (joins < 0 || joins > 1000)
+    return InitStep("--join-tokens", absl::InvalidArgumentError("must be 0..1000"));
   if (!join_addresses.empty()) {
     if (joins != 0 && joins != static_cast<int>(join_addresses.size())) {
-      return InitStep("--join-addresses", absl::InvalidArgumentError(absl::StrCat(
-                                              "names ", join_addresses.size(), " addresses for ", joins,
-                                              " --join-tokens (one address per join token)")));
+      return InitStep("--join-addresses",
+                      absl::InvalidArgumentError(
+                          absl::StrCat("names ", join_addresses.size(), " addresses for ", joins,
+                                       " --join-tokens (one address per join token)")));
     }
     joins = static_cast<int>(join_addresses.size());
   }
@@ -126,10 +134,12 @@ absl::Status WriteClusterTokens(const ClusterInitOptions& o, const std::string& 
     // The one name the joined worker's certificate carries, and the one
     // host its rendezvous reports may name besides the IP it connects from.
     if (!join_addresses.empty()) jreq.add_addresses(join_addresses[static_cast<size_t>(i - 1)]);
-    absl::StatusOr<trainctl::v1::CreateTokenResponse> join = tokens.Create(jreq, {"init", "init", trainctl::v1::ROLE_ADMIN});
+    absl::StatusOr<trainctl::v1::CreateTokenResponse> join =
+        tokens.Create(jreq, {"init", "init", trainctl::v1::ROLE_ADMIN});
     if (!join.ok()) return InitStep("join token", join.status());
     const std::string name = absl::StrCat("join-", i, ".token");
-    if (absl::Status w = WritePrivateFile(dir + "/" + name, join->secret() + "\n"); !w.ok()) return InitStep(name, w);
+    if (absl::Status w = WritePrivateFile(dir + "/" + name, join->secret() + "\n"); !w.ok())
+      return InitStep(name, w);
   }
   return absl::OkStatus();
 }
@@ -139,26 +149,30 @@ int JoinTokenCount(const ClusterInitOptions& o) {
   return std::max(o.join_tokens, static_cast<int>(o.join_addresses.size()));
 }
 
-void PrintInitSummary(const ClusterInitOptions& o, const std::string& dir, const std::vector<std::string>& sans, const std::string& address) {
+void PrintInitSummary(const ClusterInitOptions& o, const std::string& dir,
+                      const std::vector<std::string>& sans, const std::string& address) {
   std::cout << "trainctl-coordinator init: wrote to " << dir << ":\n"
-            << "  ca.crt, ca.key            the cluster CA (keep ca.key private; copy ca.crt to every host)\n"
-            << "  coordinator.crt/.key      the coordinator's certificate (SANs: " << absl::StrJoin(sans, ", ") << ")\n"
+            << "  ca.crt, ca.key            the cluster CA (keep ca.key private; copy ca.crt to "
+               "every host)\n"
+            << "  coordinator.crt/.key      the coordinator's certificate (SANs: "
+            << absl::StrJoin(sans, ", ") << ")\n"
             << "  admin.token               the bootstrap admin token\n"
             << "  worker.token              a worker token (stored in "
             << StateStore::DescribeSpec(o.store_spec) << ")\n"
-            << (JoinTokenCount(o) > 0
-                    ? absl::StrCat("  join-1.token ... join-", JoinTokenCount(o),
-                                   ".token   one-time join tokens (expire in ", o.join_ttl_h, " h)\n")
-                    : std::string())
-            << "  trainctl.yaml             a CLI config (coordinator " << address << ", admin token, CA)\n"
+            << (JoinTokenCount(o) > 0 ? absl::StrCat("  join-1.token ... join-", JoinTokenCount(o),
+                                                     ".token   one-time join tokens (expire in ",
+                                                     o.join_ttl_h, " h)\n")
+                                      : std::string())
+            << "  trainctl.yaml             a CLI config (coordinator " << address
+            << ", admin token, CA)\n"
             << "Start: trainctl-coordinator --tls-dir " << dir
             << o.store_flag_text
             // The address init wrote into trainctl.yaml and the worker line:
             // without it the coordinator would listen on its default.
-            << (o.listen.empty() ? std::string() : absl::StrCat(" --listen ", o.listen))
-            << "\n"
+            << (o.listen.empty() ? std::string() : absl::StrCat(" --listen ", o.listen)) << "\n"
             << "Workers: trainctl token create --role join   (one-time), then on the worker host:\n"
-            << "  trainctl-worker --coordinator " << address << " --ca ca.crt --join-token-file join.token\n"
+            << "  trainctl-worker --coordinator " << address
+            << " --ca ca.crt --join-token-file join.token\n"
             << "  (or, without joining: --token-file worker.token)\n";
 }
 
@@ -179,12 +193,13 @@ int RunClusterInit(const ClusterInitOptions& o) {
   const std::string dir = ec ? dir_flag : fs::absolute(dir_flag, ec).string();
   if (!ec) fs::permissions(dir, fs::perms::owner_all, ec);
   if (ec) {
-    std::cerr << "trainctl-coordinator init: --dir " << dir_flag << ": cannot create it owner-only (0700): "
-              << ec.message() << "\n";
+    std::cerr << "trainctl-coordinator init: --dir " << dir_flag
+              << ": cannot create it owner-only (0700): " << ec.message() << "\n";
     return 1;
   }
   if (fs::exists(dir + "/ca.key")) {
-    std::cerr << "trainctl-coordinator init: " << dir << "/ca.key exists: refusing to replace the cluster CA "
+    std::cerr << "trainctl-coordinator init: " << dir
+              << "/ca.key exists: refusing to replace the cluster CA "
               << "(every certificate it signed would stop working); use another --dir\n";
     return 1;
   }
@@ -205,11 +220,12 @@ int RunClusterInit(const ClusterInitOptions& o) {
   }
   const std::string address = absl::StrCat(InitAddressHost(o), ":", port);
   if (s.ok()) {
-    const std::string config = absl::StrCat("# trainctl CLI config written by `trainctl-coordinator init`: copy to\n",
-                                            "# ~/.config/trainctl/config.yaml (admin token: keep it private).\n",
-                                            "coordinator: \"", address, "\"\ntoken: \"", *admin, "\"\nca: \"", dir,
-                                            "/ca.crt\"\n");
-    if (absl::Status w = trainctl::auth::WritePrivateFile(dir + "/trainctl.yaml", config); !w.ok()) {
+    const std::string config = absl::StrCat(
+        "# trainctl CLI config written by `trainctl-coordinator init`: copy to\n",
+        "# ~/.config/trainctl/config.yaml (admin token: keep it private).\n", "coordinator: \"",
+        address, "\"\ntoken: \"", *admin, "\"\nca: \"", dir, "/ca.crt\"\n");
+    if (absl::Status w = trainctl::auth::WritePrivateFile(dir + "/trainctl.yaml", config);
+        !w.ok()) {
       s = InitStep("trainctl.yaml", w);
     }
   }
@@ -229,13 +245,15 @@ int RunWorkerCert(const WorkerCertOptions& o) {
   const std::string& id = o.worker_id;
   const std::string out = o.out.empty() ? dir : o.out;
   if (dir.empty() || id.empty()) {
-    std::cerr << "trainctl-coordinator worker-cert: --dir (the init directory) and --worker-id are required\n";
+    std::cerr << "trainctl-coordinator worker-cert: --dir (the init directory) and --worker-id are "
+                 "required\n";
     return 2;
   }
   absl::StatusOr<std::string> ca_key = trainctl::auth::ReadFile(dir + "/ca.key");
   absl::StatusOr<std::string> ca_cert = trainctl::auth::ReadFile(dir + "/ca.crt");
   if (!ca_key.ok() || !ca_cert.ok()) {
-    std::cerr << "trainctl-coordinator worker-cert: --dir: " << dir << " has no ca.key/ca.crt (run init)\n";
+    std::cerr << "trainctl-coordinator worker-cert: --dir: " << dir
+              << " has no ca.key/ca.crt (run init)\n";
     return 2;
   }
   absl::StatusOr<std::string> key = trainctl::auth::NewPrivateKey();
@@ -244,24 +262,25 @@ int RunWorkerCert(const WorkerCertOptions& o) {
   std::vector<std::string> sans = o.sans;
   sans.push_back(trainctl::auth::WorkerUri(id));
   absl::StatusOr<std::string> cert =
-      key.ok() ? trainctl::auth::SignCsr({*ca_key, *ca_cert}, *trainctl::auth::NewCsr(*key, id), id, sans,
-                                         absl::Hours(24 * 825), trainctl::auth::CertPurpose::kClient)
+      key.ok() ? trainctl::auth::SignCsr({*ca_key, *ca_cert}, *trainctl::auth::NewCsr(*key, id), id,
+                                         sans, absl::Hours(24 * 825),
+                                         trainctl::auth::CertPurpose::kClient)
                : key.status();
   if (!cert.ok()) {
     std::cerr << "trainctl-coordinator worker-cert: " << cert.status().message() << "\n";
     return 1;
   }
-  for (auto [name, text] : {std::pair<std::string, const std::string*>{out + "/" + id + ".key", &*key},
-                            {out + "/" + id + ".crt", &*cert}}) {
+  for (auto [name, text] :
+       {std::pair<std::string, const std::string*>{out + "/" + id + ".key", &*key},
+        {out + "/" + id + ".crt", &*cert}}) {
     if (absl::Status w = trainctl::auth::WritePrivateFile(name, *text); !w.ok()) {
       std::cerr << "trainctl-coordinator worker-cert: " << w.message() << "\n";
       return 1;
     }
   }
-  std::cout << "wrote " << out << "/" << id << ".crt and .key: trainctl-worker --ca ca.crt --cert " << id
-            << ".crt --key " << id << ".key\n";
+  std::cout << "wrote " << out << "/" << id << ".crt and .key: trainctl-worker --ca ca.crt --cert "
+            << id << ".crt --key " << id << ".key\n";
   return 0;
 }
-
 
 }  // namespace trainctl::coordinator

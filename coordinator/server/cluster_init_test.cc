@@ -37,11 +37,12 @@ TEST(ClusterInitTest, WritesTheClusterFilesPrivateExceptTheCertificates) {
   const ClusterInitOptions o = OptionsIn(root);
   ASSERT_EQ(RunClusterInit(o), 0);
   EXPECT_EQ(ModeOf(o.dir), 0700u);
-  for (const char* name : {"ca.key", "coordinator.key", "admin.token", "worker.token", "join-1.token",
-                           "join-2.token", "trainctl.yaml"}) {
+  for (const char* name : {"ca.key", "coordinator.key", "admin.token", "worker.token",
+                           "join-1.token", "join-2.token", "trainctl.yaml"}) {
     EXPECT_EQ(ModeOf(o.dir + "/" + name), 0600u) << name;
   }
-  for (const char* name : {"ca.crt", "coordinator.crt"}) EXPECT_EQ(ModeOf(o.dir + "/" + name), 0644u) << name;
+  for (const char* name : {"ca.crt", "coordinator.crt"})
+    EXPECT_EQ(ModeOf(o.dir + "/" + name), 0644u) << name;
   EXPECT_FALSE(std::filesystem::exists(o.dir + "/join-3.token"));
   // The CLI config names the first --san and --listen's port.
   absl::StatusOr<std::string> config = auth::ReadFile(o.dir + "/trainctl.yaml");

@@ -27,7 +27,9 @@ using ::trainctl::testing::FakeWorker;
 
 constexpr int64_t kMaxCode = 4 << 20;
 
-std::string Digest(const std::string& bytes) { return absl::StrCat("sha256:", auth::Sha256Hex(bytes)); }
+std::string Digest(const std::string& bytes) {
+  return absl::StrCat("sha256:", auth::Sha256Hex(bytes));
+}
 
 // Bytes that are not one repeated value (a piece boundary shows).
 std::string Archive(size_t size, char seed) {
@@ -77,8 +79,8 @@ class CodeServiceTest : public ::testing::Test {
 
   // Uploads `bytes` in 1 MiB pieces under `digest` and `size` (the first
   // message carries both and no bytes).
-  grpc::Status Upload(const std::shared_ptr<grpc::Channel>& ch, const std::string& digest, int64_t size,
-                      const std::string& bytes, v1::UploadCodeResponse* resp) {
+  grpc::Status Upload(const std::shared_ptr<grpc::Channel>& ch, const std::string& digest,
+                      int64_t size, const std::string& bytes, v1::UploadCodeResponse* resp) {
     auto stub = v1::JobService::NewStub(ch);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -99,8 +101,9 @@ class CodeServiceTest : public ::testing::Test {
     return Upload(admin_, Digest(bytes), static_cast<int64_t>(bytes.size()), bytes, resp);
   }
 
-  grpc::Status Fetch(const std::shared_ptr<grpc::Channel>& ch, const std::string& job_id, const std::string& digest,
-                     std::string* bytes, std::vector<v1::CodeChunk>* pieces = nullptr) {
+  grpc::Status Fetch(const std::shared_ptr<grpc::Channel>& ch, const std::string& job_id,
+                     const std::string& digest, std::string* bytes,
+                     std::vector<v1::CodeChunk>* pieces = nullptr) {
     auto stub = v1::WorkerService::NewStub(ch);
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(30));
@@ -117,7 +120,8 @@ class CodeServiceTest : public ::testing::Test {
   }
 
   static v1::JobSpec ScriptSpec(const std::string& digest, const std::string& working_dir = "") {
-    ParsedJobSpec p = ParseJobSpecYaml("name: c\ncommand: {argv: [python3, train.py]}\n", "c.yaml", {"world_size=1"});
+    ParsedJobSpec p = ParseJobSpecYaml("name: c\ncommand: {argv: [python3, train.py]}\n", "c.yaml",
+                                       {"world_size=1"});
     EXPECT_TRUE(p.ok()) << p.errors[0].ToString();
     p.spec.mutable_command()->mutable_code()->set_digest(digest);
     p.spec.mutable_command()->set_working_dir(working_dir);
@@ -166,8 +170,8 @@ TEST_F(CodeServiceTest, AnUploadIsStoredOnceThenAlreadyStored) {
   EXPECT_TRUE(again.already_stored());
   // A submitter may upload too.
   v1::UploadCodeResponse by_submitter;
-  s = Upload(Channel(Token(v1::ROLE_SUBMITTER, "sub")), Digest(code), static_cast<int64_t>(code.size()), "",
-             &by_submitter);
+  s = Upload(Channel(Token(v1::ROLE_SUBMITTER, "sub")), Digest(code),
+             static_cast<int64_t>(code.size()), "", &by_submitter);
   ASSERT_TRUE(s.ok()) << s.error_message();
   EXPECT_TRUE(by_submitter.already_stored());
 }
@@ -178,7 +182,8 @@ TEST_F(CodeServiceTest, BytesThatDoNotMatchTheDigestOrSizeAreDataLossAndNothingI
   v1::UploadCodeResponse resp;
   grpc::Status s = Upload(admin_, Digest(other), 1000, code, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS) << s.error_message();
-  EXPECT_NE(s.error_message().find("not the declared digest"), std::string::npos) << s.error_message();
+  EXPECT_NE(s.error_message().find("not the declared digest"), std::string::npos)
+      << s.error_message();
   s = Upload(admin_, Digest(code), 999, code, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::DATA_LOSS) << s.error_message();
   s = Upload(admin_, Digest(code), 1001, code, &resp);
@@ -210,7 +215,8 @@ TEST_F(CodeServiceTest, AViewerMayNotUpload) {
   grpc::Status s = Upload(Channel(Token(v1::ROLE_VIEWER, "v")), Digest(code), 100, code, &resp);
   EXPECT_EQ(s.error_code(), grpc::StatusCode::PERMISSION_DENIED) << s.error_message();
   s = Submit(ScriptSpec(Digest(code)));
-  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << "the viewer's upload stored nothing";
+  EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << "the viewer's upload stored nothing";
 }
 
 TEST_F(CodeServiceTest, SubmitChecksTheCodeItNames) {
@@ -219,7 +225,8 @@ TEST_F(CodeServiceTest, SubmitChecksTheCodeItNames) {
   ASSERT_TRUE(Upload(code, &resp).ok());
   grpc::Status s = Submit(ScriptSpec(Digest("never uploaded")));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::FAILED_PRECONDITION);
-  EXPECT_NE(s.error_message().find("is not stored; upload it first (JobService.UploadCode)"), std::string::npos)
+  EXPECT_NE(s.error_message().find("is not stored; upload it first (JobService.UploadCode)"),
+            std::string::npos)
       << s.error_message();
   s = Submit(ScriptSpec("sha256:nothex"));
   EXPECT_EQ(s.error_code(), grpc::StatusCode::INVALID_ARGUMENT);
@@ -246,8 +253,9 @@ TEST_F(CodeServiceTest, OnlyAWorkerWithRanksOfTheJobFetchesItsCode) {
   v1::Job job;
   grpc::Status s = Submit(ScriptSpec(Digest(code)), &job);
   ASSERT_TRUE(s.ok()) << s.error_message();
-  ASSERT_TRUE(runner.WaitFor([](const v1::CoordinatorMessage& m) { return m.has_start_ranks() || m.has_preflight(); },
-                             absl::Seconds(30)))
+  ASSERT_TRUE(runner.WaitFor(
+      [](const v1::CoordinatorMessage& m) { return m.has_start_ranks() || m.has_preflight(); },
+      absl::Seconds(30)))
       << "the job's ranks were never placed";
 
   std::string got;
@@ -307,7 +315,8 @@ TEST_F(CodeSweepTest, ArchivesNoJobNamesAreDeletedAndNamedOnesKept) {
     if (probe.error_code() == grpc::StatusCode::FAILED_PRECONDITION) break;
     absl::SleepFor(absl::Milliseconds(50));  // the sweep runs on the coordinator's timer
   } while (absl::Now() < deadline);
-  EXPECT_EQ(probe.error_code(), grpc::StatusCode::FAILED_PRECONDITION) << "the orphan was never swept";
+  EXPECT_EQ(probe.error_code(), grpc::StatusCode::FAILED_PRECONDITION)
+      << "the orphan was never swept";
   v1::UploadCodeResponse again;
   ASSERT_TRUE(Upload(admin_, Digest(named), 300, "", &again).ok());
   EXPECT_TRUE(again.already_stored()) << "a stored job names it";

@@ -1,8 +1,8 @@
 #include "coordinator/server/coordinator_server.h"
 
 #include <grpcpp/ext/proto_server_reflection_plugin.h>
-#include <grpcpp/health_check_service_interface.h>
 #include <grpcpp/grpcpp.h>
+#include <grpcpp/health_check_service_interface.h>
 
 #include <algorithm>
 #include <cctype>
@@ -18,8 +18,8 @@
 #include "common/grpc_keepalive.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "coordinator/server/health_service.h"
 #include "coordinator/queues/queue_status.h"
+#include "coordinator/server/health_service.h"
 
 namespace trainctl::coordinator {
 
@@ -50,7 +50,8 @@ absl::Status CoordinatorServer::ServeHttp() {
     }
   } else if (!IsLoopbackListen(options_.http_listen) && !options_.insecure) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "--http-listen: ", options_.http_listen, " is not a loopback address and no TLS certificate is set: "
+        "--http-listen: ", options_.http_listen,
+        " is not a loopback address and no TLS certificate is set: "
         "the dashboard would take tokens in clear text; serve TLS (--tls-dir) or pass --insecure"));
   }
   Dashboard::Deps deps{&loop_, store_.get(), registry_.get(), &job_owners_->queries, tokens_.get()};
@@ -59,7 +60,8 @@ absl::Status CoordinatorServer::ServeHttp() {
   deps.sign_in = sign_in_.get();
   deps.queues = queues_.get();
   dashboard_ = std::make_unique<Dashboard>(deps);
-  dashboard_->RegisterMetrics(http_, [this] { return MetricsPage(); }, options_.metrics_open);
+  dashboard_->RegisterMetrics(
+      http_, [this] { return MetricsPage(); }, options_.metrics_open);
   dashboard_->Register(http_);
   TRAINCTL_ASSIGN_OR_RETURN(http_address_, http_.Start(options_.http_listen));
   int port = 0;
@@ -70,14 +72,16 @@ absl::Status CoordinatorServer::ServeHttp() {
 
 absl::Status CoordinatorServer::RecoverOwners() {
   if (store_ == nullptr) {
-    TRAINCTL_ASSIGN_OR_RETURN(store_, options_.store_spec.empty()
-                                           ? StateStore::Open(options_.db_path, options_.store)
-                                           : StateStore::OpenSpec(options_.store_spec, options_.store));
+    TRAINCTL_ASSIGN_OR_RETURN(store_,
+                              options_.store_spec.empty()
+                                  ? StateStore::Open(options_.db_path, options_.store)
+                                  : StateStore::OpenSpec(options_.store_spec, options_.store));
   }
   TRAINCTL_ASSIGN_OR_RETURN(StoreSnapshot snapshot, store_->LoadAll());
   registry_ = std::make_unique<WorkerRegistry>(store_.get(), options_.clock, options_.registry);
   registry_->BindToLoop(&loop_);
-  job_owners_ = std::make_unique<JobOwners>(store_.get(), registry_.get(), &hub_, options_.clock, options_.jobs);
+  job_owners_ = std::make_unique<JobOwners>(store_.get(), registry_.get(), &hub_, options_.clock,
+                                            options_.jobs);
   job_owners_->BindToLoop(&loop_);
   job_owners_->placer.SetDeferral([this](std::function<void()> fn) {
     loop_.Post([this, fn = std::move(fn)] {
@@ -126,16 +130,17 @@ void CoordinatorServer::MakeServices() {
       live_->Sweep();
     });
   });
-  fetches_ = std::make_unique<ArtifactFetches>(registry_.get(), options_.clock, options_.fetch_answer_timeout);
+  fetches_ = std::make_unique<ArtifactFetches>(registry_.get(), options_.clock,
+                                               options_.fetch_answer_timeout);
   ctx.fetches = fetches_.get();
   ctx.fetch_chunk_bytes = std::clamp<int32_t>(options_.fetch_chunk_bytes, 1, 1 << 20);
   ctx.max_code_bytes = options_.max_code_bytes;
   sign_in_ = std::make_unique<SignInCodes>(options_.clock);
   ctx.sign_in = sign_in_.get();
   if (!options_.tls_ca_key_pem.empty() && !options_.tls_cert_pem.empty()) {
-    enroller_ = std::make_unique<WorkerEnroller>(auth::KeyAndCert{options_.tls_ca_key_pem, options_.tls_ca_pem},
-                                                 tokens_.get(), registry_.get(), options_.clock,
-                                                 options_.worker_cert_validity);
+    enroller_ = std::make_unique<WorkerEnroller>(
+        auth::KeyAndCert{options_.tls_ca_key_pem, options_.tls_ca_pem}, tokens_.get(),
+        registry_.get(), options_.clock, options_.worker_cert_validity);
     ctx.enroller = enroller_.get();
   }
   job_service_ = std::make_unique<JobServiceImpl>(ctx);
@@ -161,7 +166,8 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CoordinatorCredentials(
   }
   if (!IsLoopbackListen(options.listen) && !options.insecure) {
     return absl::FailedPreconditionError(absl::StrCat(
-        "listen: ", options.listen, " is not a loopback address and no TLS certificate is set: "
+        "listen: ", options.listen,
+        " is not a loopback address and no TLS certificate is set: "
         "serve TLS (--tls-dir, made by `trainctl-coordinator init`) or pass --insecure"));
   }
   return grpc::InsecureServerCredentials();
@@ -169,9 +175,10 @@ absl::StatusOr<std::shared_ptr<grpc::ServerCredentials>> CoordinatorCredentials(
 
 }  // namespace
 
-absl::Status ConfigureCoordinatorListener(const CoordinatorOptions& options, grpc::ServerBuilder& builder,
-                                          int* port) {
-  TRAINCTL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds, CoordinatorCredentials(options));
+absl::Status ConfigureCoordinatorListener(const CoordinatorOptions& options,
+                                          grpc::ServerBuilder& builder, int* port) {
+  TRAINCTL_ASSIGN_OR_RETURN(std::shared_ptr<grpc::ServerCredentials> creds,
+                            CoordinatorCredentials(options));
   builder.AddListeningPort(options.listen, creds, port);
   builder.SetMaxReceiveMessageSize(options.max_message_bytes);
   builder.SetMaxSendMessageSize(options.max_message_bytes);
@@ -180,8 +187,9 @@ absl::Status ConfigureCoordinatorListener(const CoordinatorOptions& options, grp
   // A connection that never finishes its handshake (a scanner, or someone
   // holding sockets open) is dropped after this, not gRPC's 120 s. gRPC
   // 1.51 has no per-peer cap on unfinished handshakes (docs/security.md).
-  builder.AddChannelArgument(GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
-                             static_cast<int>(absl::ToInt64Milliseconds(options.handshake_timeout)));
+  builder.AddChannelArgument(
+      GRPC_ARG_SERVER_HANDSHAKE_TIMEOUT_MS,
+      static_cast<int>(absl::ToInt64Milliseconds(options.handshake_timeout)));
   return absl::OkStatus();
 }
 
@@ -200,7 +208,8 @@ absl::StatusOr<int> CoordinatorServer::Serve() {
   builder.RegisterService(job_service_.get());
   builder.RegisterService(worker_service_.get());
   {
-    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>> interceptors;
+    std::vector<std::unique_ptr<grpc::experimental::ServerInterceptorFactoryInterface>>
+        interceptors;
     interceptors.push_back(rpc_stats_.NewInterceptorFactory(&rpc_refusals_));
     builder.experimental().SetInterceptorCreators(std::move(interceptors));
   }
@@ -225,14 +234,16 @@ void CoordinatorServer::StartHousekeeping() {
       if (!lease_unconfirmed_) {
         lease_unconfirmed_ = true;
         LogEvent(LogLevel::kWarn, "coordinator", "lease_unconfirmed",
-                 {{"then", "no expiry, health verdict, placement or registration until the store confirms "
-                           "this coordinator still holds its lock"}});
+                 {{"then",
+                   "no expiry, health verdict, placement or registration until the store confirms "
+                   "this coordinator still holds its lock"}});
       }
       return;
     }
     if (lease_unconfirmed_) {
       lease_unconfirmed_ = false;
-      LogEvent(LogLevel::kInfo, "coordinator", "lease_confirmed", {{"then", "acting as the active coordinator again"}});
+      LogEvent(LogLevel::kInfo, "coordinator", "lease_confirmed",
+               {{"then", "acting as the active coordinator again"}});
     }
     for (const std::string& id : registry_->ExpireLeases()) job_owners_->health.OnWorkerLost(id);
     job_owners_->manager.Tick();
@@ -259,11 +270,13 @@ void CoordinatorServer::StartHousekeeping() {
 }
 
 void CoordinatorServer::DeleteUnreferencedCode() {
-  absl::StatusOr<int64_t> deleted = store_->code_archives().DeleteUnreferencedCode(absl::Now() - options_.unreferenced_code_grace);
+  absl::StatusOr<int64_t> deleted = store_->code_archives().DeleteUnreferencedCode(
+      absl::Now() - options_.unreferenced_code_grace);
   if (!deleted.ok()) {
     // A failing store has logged it (write health); retried next sweep.
     if (!StateStore::IsWriteFailure(deleted.status())) {
-      LogEvent(LogLevel::kWarn, "coordinator", "code_sweep_failed", {{"error", std::string(deleted.status().message())}});
+      LogEvent(LogLevel::kWarn, "coordinator", "code_sweep_failed",
+               {{"error", std::string(deleted.status().message())}});
     }
   } else if (*deleted > 0) {
     LogEvent(LogLevel::kInfo, "coordinator", "code_deleted",
@@ -296,29 +309,37 @@ void WriteClusterFamilies(PromWriter& w, const JobGauges& g,
                           const std::map<v1::WorkerState, int64_t>& workers) {
   static_assert(v1::JOB_STATE_UNSPECIFIED == 0 && v1::WORKER_STATE_UNSPECIFIED == 0);
   w.Family("trainctl_jobs", "gauge", "Jobs the coordinator holds, by state.");
-  WriteByState(w, "trainctl_jobs", g.jobs_by_state, v1::JobState_IsValid,
-               [](int s) { return v1::JobState_Name(s); }, "JOB_STATE_");
+  WriteByState(
+      w, "trainctl_jobs", g.jobs_by_state, v1::JobState_IsValid,
+      [](int s) { return v1::JobState_Name(s); }, "JOB_STATE_");
   w.Family("trainctl_queue_length", "gauge", "PENDING jobs waiting for slots.");
   w.Sample("trainctl_queue_length", {}, static_cast<double>(g.queue_length));
-  w.Family("trainctl_queue_oldest_wait_seconds", "gauge", "How long the oldest PENDING job has waited.");
+  w.Family("trainctl_queue_oldest_wait_seconds", "gauge",
+           "How long the oldest PENDING job has waited.");
   w.Sample("trainctl_queue_oldest_wait_seconds", {}, g.oldest_pending_seconds);
   w.Family("trainctl_workers", "gauge", "Registered workers, by state.");
-  WriteByState(w, "trainctl_workers", workers, v1::WorkerState_IsValid,
-               [](int s) { return v1::WorkerState_Name(s); }, "WORKER_STATE_");
-  w.Family("trainctl_restarts_total", "counter", "Attempts that failed and were restarted, by failure kind.");
+  WriteByState(
+      w, "trainctl_workers", workers, v1::WorkerState_IsValid,
+      [](int s) { return v1::WorkerState_Name(s); }, "WORKER_STATE_");
+  w.Family("trainctl_restarts_total", "counter",
+           "Attempts that failed and were restarted, by failure kind.");
   for (const auto& [kind, n] : g.restarts_by_kind) {
-    w.Sample("trainctl_restarts_total", {{"kind", Lower(v1::FailureKind_Name(kind), "FAILURE_KIND_")}},
+    w.Sample("trainctl_restarts_total",
+             {{"kind", Lower(v1::FailureKind_Name(kind), "FAILURE_KIND_")}},
              static_cast<double>(n));
   }
   w.Family("trainctl_straggler_events_total", "counter",
-           "Straggler events (a rank consistently slower than the others) since the coordinator started.");
+           "Straggler events (a rank consistently slower than the others) since the coordinator "
+           "started.");
   w.Sample("trainctl_straggler_events_total", {}, static_cast<double>(g.straggler_events));
   w.Family("trainctl_hangs_detected_total", "counter",
            "Attempts failed by the adaptive hang detection since the coordinator started.");
   w.Sample("trainctl_hangs_detected_total", {}, static_cast<double>(g.hangs_detected));
   w.Family("trainctl_stale_reports_refused_total", "counter",
-           "Checkpoint and final-model reports of attempts that were no longer current, refused (fencing).");
-  w.Sample("trainctl_stale_reports_refused_total", {}, static_cast<double>(g.stale_reports_refused));
+           "Checkpoint and final-model reports of attempts that were no longer current, refused "
+           "(fencing).");
+  w.Sample("trainctl_stale_reports_refused_total", {},
+           static_cast<double>(g.stale_reports_refused));
   w.Family("trainctl_preemptions_total", "counter",
            "Running jobs stopped as preemption victims (queues) since the coordinator started.");
   w.Sample("trainctl_preemptions_total", {}, static_cast<double>(g.preemptions));
@@ -329,7 +350,8 @@ void WriteClusterFamilies(PromWriter& w, const JobGauges& g,
 void WriteLoopFamilies(PromWriter& w, const EventLoop& loop) {
   using Kind = EventLoop::TaskKind;
   w.Family("trainctl_loop_task_wait_seconds", "histogram",
-           "How long each task waited for the coordinator's loop: a posted one (an RPC, a report) from its "
+           "How long each task waited for the coordinator's loop: a posted one (an RPC, a report) "
+           "from its "
            "post, a timer past its due time.");
   loop.task_wait(Kind::kPosted).Write(w, "trainctl_loop_task_wait_seconds", {{"kind", "posted"}});
   loop.task_wait(Kind::kTimer).Write(w, "trainctl_loop_task_wait_seconds", {{"kind", "timer"}});
@@ -347,21 +369,29 @@ void WriteRunningJobFamilies(PromWriter& w, const std::vector<JobGauges::Running
     double JobGauges::Running::*field;
   };
   const Gauge gauges[] = {
-      {"trainctl_job_samples_per_second", "A running job's throughput, all ranks together (latest window).",
+      {"trainctl_job_samples_per_second",
+       "A running job's throughput, all ranks together (latest window).",
        &JobGauges::Running::samples_per_sec},
-      {"trainctl_job_loss", "A running job's training loss (rank 0, latest window).", &JobGauges::Running::loss},
-      {"trainctl_job_step_data_ms", "Mean ms per step waiting for data (ranks averaged).", &JobGauges::Running::data_ms},
-      {"trainctl_job_step_compute_ms", "Mean ms per step in forward, backward and optimizer (ranks averaged).",
+      {"trainctl_job_loss", "A running job's training loss (rank 0, latest window).",
+       &JobGauges::Running::loss},
+      {"trainctl_job_step_data_ms", "Mean ms per step waiting for data (ranks averaged).",
+       &JobGauges::Running::data_ms},
+      {"trainctl_job_step_compute_ms",
+       "Mean ms per step in forward, backward and optimizer (ranks averaged).",
        &JobGauges::Running::compute_ms},
-      {"trainctl_job_step_comm_ms", "Mean ms per step of communication not hidden behind backward (ranks averaged).",
+      {"trainctl_job_step_comm_ms",
+       "Mean ms per step of communication not hidden behind backward (ranks averaged).",
        &JobGauges::Running::comm_ms},
-      {"trainctl_job_loss_scale", "AMP fp16 loss scale of rank 0 (0 when off).", &JobGauges::Running::loss_scale},
-      {"trainctl_job_world_size", "Ranks of a running job's current attempt (elastic jobs change it).",
+      {"trainctl_job_loss_scale", "AMP fp16 loss scale of rank 0 (0 when off).",
+       &JobGauges::Running::loss_scale},
+      {"trainctl_job_world_size",
+       "Ranks of a running job's current attempt (elastic jobs change it).",
        &JobGauges::Running::world_size},
   };
   for (const Gauge& gauge : gauges) {
     w.Family(gauge.name, "gauge", gauge.help);
-    for (const JobGauges::Running& r : running) w.Sample(gauge.name, {{"job_id", r.id}}, r.*gauge.field);
+    for (const JobGauges::Running& r : running)
+      w.Sample(gauge.name, {{"job_id", r.id}}, r.*gauge.field);
   }
 }
 
@@ -374,22 +404,30 @@ void WriteQueueFamilies(PromWriter& w, const std::vector<v1::QueueStatus>& queue
   for (const v1::QueueStatus& s : queues) {
     const v1::Queue& q = s.queue();
     if (q.has_nominal_gpu() && q.nominal_gpu() >= 0) {
-      w.Sample("trainctl_queue_nominal_slots", {{"queue", q.name()}, {"kind", "gpu"}}, q.nominal_gpu());
+      w.Sample("trainctl_queue_nominal_slots", {{"queue", q.name()}, {"kind", "gpu"}},
+               q.nominal_gpu());
     }
     if (q.has_nominal_cpu() && q.nominal_cpu() >= 0) {
-      w.Sample("trainctl_queue_nominal_slots", {{"queue", q.name()}, {"kind", "cpu"}}, q.nominal_cpu());
+      w.Sample("trainctl_queue_nominal_slots", {{"queue", q.name()}, {"kind", "cpu"}},
+               q.nominal_cpu());
     }
   }
-  w.Family("trainctl_queue_used_slots", "gauge", "Slots the running attempts of a queue's jobs hold, by kind.");
+  w.Family("trainctl_queue_used_slots", "gauge",
+           "Slots the running attempts of a queue's jobs hold, by kind.");
   for (const v1::QueueStatus& s : queues) {
-    w.Sample("trainctl_queue_used_slots", {{"queue", s.queue().name()}, {"kind", "gpu"}}, s.used_gpu());
-    w.Sample("trainctl_queue_used_slots", {{"queue", s.queue().name()}, {"kind", "cpu"}}, s.used_cpu());
+    w.Sample("trainctl_queue_used_slots", {{"queue", s.queue().name()}, {"kind", "gpu"}},
+             s.used_gpu());
+    w.Sample("trainctl_queue_used_slots", {{"queue", s.queue().name()}, {"kind", "cpu"}},
+             s.used_cpu());
   }
-  w.Family("trainctl_queue_borrowed_slots", "gauge",
-           "Slots a queue's jobs hold beyond its nominal quota (borrowed from its cohort), by kind.");
+  w.Family(
+      "trainctl_queue_borrowed_slots", "gauge",
+      "Slots a queue's jobs hold beyond its nominal quota (borrowed from its cohort), by kind.");
   for (const v1::QueueStatus& s : queues) {
-    w.Sample("trainctl_queue_borrowed_slots", {{"queue", s.queue().name()}, {"kind", "gpu"}}, s.borrowed_gpu());
-    w.Sample("trainctl_queue_borrowed_slots", {{"queue", s.queue().name()}, {"kind", "cpu"}}, s.borrowed_cpu());
+    w.Sample("trainctl_queue_borrowed_slots", {{"queue", s.queue().name()}, {"kind", "gpu"}},
+             s.borrowed_gpu());
+    w.Sample("trainctl_queue_borrowed_slots", {{"queue", s.queue().name()}, {"kind", "cpu"}},
+             s.borrowed_cpu());
   }
   w.Family("trainctl_queue_pending_jobs", "gauge", "A queue's PENDING or RESTARTING jobs.");
   for (const v1::QueueStatus& s : queues) {
@@ -405,7 +443,8 @@ void WriteQueueFamilies(PromWriter& w, const std::vector<v1::QueueStatus>& queue
   w.Family("trainctl_queue_slot_seconds_total", "counter",
            "Slot-seconds the attempts of a queue's jobs have held, by kind (trainctl usage).");
   for (const auto& [key, value] : seconds) {
-    w.Sample("trainctl_queue_slot_seconds_total", {{"queue", key.first}, {"kind", key.second}}, value);
+    w.Sample("trainctl_queue_slot_seconds_total", {{"queue", key.first}, {"kind", key.second}},
+             value);
   }
 }
 
@@ -435,9 +474,12 @@ std::string CoordinatorServer::MetricsPage() {
   const bool answered = done->WaitForNotificationWithTimeout(absl::Seconds(5));
 
   PromWriter w;
-  w.Family("trainctl_coordinator_up", "gauge", "1 while the coordinator serves; loop_responsive says whether its event loop answered this scrape.");
+  w.Family("trainctl_coordinator_up", "gauge",
+           "1 while the coordinator serves; loop_responsive says whether its event loop answered "
+           "this scrape.");
   w.Sample("trainctl_coordinator_up", {}, 1);
-  w.Family("trainctl_coordinator_loop_responsive", "gauge", "1 when the control-plane loop answered within 5 s.");
+  w.Family("trainctl_coordinator_loop_responsive", "gauge",
+           "1 when the control-plane loop answered within 5 s.");
   w.Sample("trainctl_coordinator_loop_responsive", {}, answered ? 1 : 0);
   if (answered) {
     WriteClusterFamilies(w, snap->jobs, snap->workers);
@@ -445,19 +487,22 @@ std::string CoordinatorServer::MetricsPage() {
     WriteQueueFamilies(w, snap->queues, snap->usage);
   }
   w.Family("trainctl_scheduler_pass_seconds", "histogram",
-           "Scheduling passes with jobs pending: the placement decision and the placements and preemptions it "
+           "Scheduling passes with jobs pending: the placement decision and the placements and "
+           "preemptions it "
            "led to (on the loop).");
   job_owners_->placer.pass_latency().Write(w, "trainctl_scheduler_pass_seconds", {});
   WriteLoopFamilies(w, loop_);
   rpc_stats_.Write(w);
   if (store_ != nullptr) {
-    w.Family("trainctl_db_commit_duration_seconds", "histogram", "SQLite COMMIT time (synchronous=FULL: includes the fsync).");
+    w.Family("trainctl_db_commit_duration_seconds", "histogram",
+             "SQLite COMMIT time (synchronous=FULL: includes the fsync).");
     store_->commit_latency().Write(w, "trainctl_db_commit_duration_seconds", {});
     const StateStore::WriteHealth health = store_->write_health();
     w.Family("trainctl_store_failing", "gauge",
              "1 while the state store fails its writes (workers stay connected; telemetry waits).");
     w.Sample("trainctl_store_failing", {}, health.failing ? 1 : 0);
-    w.Family("trainctl_store_failed_writes_total", "counter", "State store writes that failed since the coordinator started.");
+    w.Family("trainctl_store_failed_writes_total", "counter",
+             "State store writes that failed since the coordinator started.");
     w.Sample("trainctl_store_failed_writes_total", {}, static_cast<double>(health.failed_writes));
   }
   return w.Take();
@@ -470,7 +515,9 @@ absl::StatusOr<std::string> CoordinatorServer::IssueToken(v1::Role role, const s
   req.set_name(name);
   req.mutable_ttl()->set_seconds(absl::ToInt64Seconds(ttl));
   absl::StatusOr<v1::CreateTokenResponse> r = absl::InternalError("not run");
-  loop_.RunSync([&] { r = tokens_->Create(req, Principal{"embedded", "embedded", v1::ROLE_ADMIN}); });
+  loop_.RunSync([&] {
+    r = tokens_->Create(req, Principal{"embedded", "embedded", v1::ROLE_ADMIN});
+  });
   if (!r.ok()) return r.status();
   return r->secret();
 }
@@ -478,7 +525,8 @@ absl::StatusOr<std::string> CoordinatorServer::IssueToken(v1::Role role, const s
 std::shared_ptr<grpc::Channel> CoordinatorServer::InProcessChannel(const std::string& token) {
   grpc::ChannelArguments args;
   args.SetMaxReceiveMessageSize(options_.max_message_bytes);
-  return server_->experimental().InProcessChannelWithInterceptors(args, auth::BearerInterceptors(token));
+  return server_->experimental().InProcessChannelWithInterceptors(args,
+                                                                  auth::BearerInterceptors(token));
 }
 
 void CoordinatorServer::Wait() {

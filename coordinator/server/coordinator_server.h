@@ -15,23 +15,23 @@
 #include "common/clock.h"
 #include "common/event_loop.h"
 #include "common/http_server.h"
-#include "coordinator/web/dashboard.h"
-#include "coordinator/jobs/job_owners.h"
+#include "coordinator/api/services.h"
 #include "coordinator/auth/live_calls.h"
-#include "coordinator/telemetry/metrics_hub.h"
+#include "coordinator/auth/token_authority.h"
 #include "coordinator/core/refusal_log.h"
 #include "coordinator/core/rpc_stats.h"
-#include "coordinator/api/services.h"
+#include "coordinator/jobs/job_owners.h"
 #include "coordinator/store/state_store.h"
+#include "coordinator/telemetry/metrics_hub.h"
 #include "coordinator/telemetry/telemetry_ledger.h"
-#include "coordinator/auth/token_authority.h"
+#include "coordinator/web/dashboard.h"
 #include "coordinator/workers/worker_registry.h"
 
 namespace grpc {
 class Channel;
 class Server;
 class ServerCredentials;
-}
+}  // namespace grpc
 
 namespace trainctl::coordinator {
 
@@ -106,8 +106,8 @@ std::vector<std::string> CoordinatorServiceNames();
 // else FailedPrecondition naming the listen address), the message size
 // bounds, keepalive and the handshake timeout. `*port` is set by
 // BuildAndStart, as grpc::ServerBuilder::AddListeningPort says.
-absl::Status ConfigureCoordinatorListener(const CoordinatorOptions& options, grpc::ServerBuilder& builder,
-                                          int* port);
+absl::Status ConfigureCoordinatorListener(const CoordinatorOptions& options,
+                                          grpc::ServerBuilder& builder, int* port);
 
 class CoordinatorServer {
  public:

@@ -48,10 +48,11 @@ class HealthService::Call final : public grpc::ServerGenericBidiReactor {
       StartRead(&request_);
       return;
     }
-    Finish(grpc::Status(grpc::StatusCode::UNIMPLEMENTED,
-                        ctx->method() == kWatch
-                            ? "grpc.health.v1.Health/Watch is not served by trainctl's coordinator; use Check"
-                            : "unknown method"));
+    Finish(grpc::Status(
+        grpc::StatusCode::UNIMPLEMENTED,
+        ctx->method() == kWatch
+            ? "grpc.health.v1.Health/Watch is not served by trainctl's coordinator; use Check"
+            : "unknown method"));
   }
   void OnReadDone(bool ok) override {
     if (!ok) {
@@ -61,11 +62,13 @@ class HealthService::Call final : public grpc::ServerGenericBidiReactor {
     std::vector<grpc::Slice> slices;
     std::string bytes;
     if (request_.Dump(&slices).ok()) {
-      for (const grpc::Slice& s : slices) bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
+      for (const grpc::Slice& s : slices)
+        bytes.append(reinterpret_cast<const char*>(s.begin()), s.size());
     }
     std::string service;
     if (!ParseRequest(bytes, &service)) {
-      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT, "Check: the HealthCheckRequest does not parse"));
+      Finish(grpc::Status(grpc::StatusCode::INVALID_ARGUMENT,
+                          "Check: the HealthCheckRequest does not parse"));
       return;
     }
     const std::vector<std::string>& known = owner_->services_;
@@ -86,7 +89,8 @@ class HealthService::Call final : public grpc::ServerGenericBidiReactor {
   grpc::ByteBuffer response_;
 };
 
-grpc::ServerGenericBidiReactor* HealthService::CreateReactor(grpc::GenericCallbackServerContext* ctx) {
+grpc::ServerGenericBidiReactor* HealthService::CreateReactor(
+    grpc::GenericCallbackServerContext* ctx) {
   return new Call(this, ctx);
 }
 

@@ -18,13 +18,18 @@ using store_internal::ParseBlob;
 using store_internal::Query;
 
 absl::Status AuthTables::PutToken(const v1::Token& token, const std::string& secret_hash) {
-  if (token.id().empty()) return absl::InvalidArgumentError("state store: PutToken: token has no id");
+  if (token.id().empty())
+    return absl::InvalidArgumentError("state store: PutToken: token has no id");
   const std::string blob = token.SerializeAsString();
   StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   const std::string op = absl::StrCat("PutToken('", token.id(), "')");
   TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
-  return Query(s.db, s.stmts->put_token, op).Bind(1, token.id()).Bind(2, secret_hash).BindBlob(3, blob).Run();
+  return Query(s.db, s.stmts->put_token, op)
+      .Bind(1, token.id())
+      .Bind(2, secret_hash)
+      .BindBlob(3, blob)
+      .Run();
 }
 
 absl::StatusOr<std::vector<StoredToken>> AuthTables::LoadTokens() {
@@ -40,15 +45,16 @@ absl::StatusOr<std::vector<StoredToken>> AuthTables::LoadTokens() {
     t.secret_hash = q.Text(1);
     TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(2), &t.token, absl::StrCat("tokens row '", id, "'")));
     if (t.token.id() != id) {
-      return absl::DataLossError(absl::StrCat("state store: tokens row '", id, "' holds token '",
-                                              t.token.id(), "'"));
+      return absl::DataLossError(
+          absl::StrCat("state store: tokens row '", id, "' holds token '", t.token.id(), "'"));
     }
     out.push_back(std::move(t));
   }
   return out;
 }
 
-absl::Status AuthTables::PutWorkerBinding(const std::string& worker_id, const std::string& token_id) {
+absl::Status AuthTables::PutWorkerBinding(const std::string& worker_id,
+                                          const std::string& token_id) {
   StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   const std::string op = absl::StrCat("PutWorkerBinding('", worker_id, "')");
@@ -78,7 +84,10 @@ absl::Status AuthTables::PutRevokedWorker(const v1::RevokeWorkerResponse& revoke
   absl::MutexLock lock(&s.mu);
   const std::string op = absl::StrCat("PutRevokedWorker('", revoked.worker_id(), "')");
   TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
-  return Query(s.db, s.stmts->put_revoked_worker, op).Bind(1, revoked.worker_id()).BindBlob(2, blob).Run();
+  return Query(s.db, s.stmts->put_revoked_worker, op)
+      .Bind(1, revoked.worker_id())
+      .BindBlob(2, blob)
+      .Run();
 }
 
 absl::StatusOr<std::vector<v1::RevokeWorkerResponse>> AuthTables::LoadRevokedWorkers() {
@@ -91,10 +100,11 @@ absl::StatusOr<std::vector<v1::RevokeWorkerResponse>> AuthTables::LoadRevokedWor
     if (!row) break;
     v1::RevokeWorkerResponse r;
     std::string id = q.Text(0);
-    TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(1), &r, absl::StrCat("revoked_workers row '", id, "'")));
+    TRAINCTL_RETURN_IF_ERROR(
+        ParseBlob(q.Blob(1), &r, absl::StrCat("revoked_workers row '", id, "'")));
     if (r.worker_id() != id) {
-      return absl::DataLossError(absl::StrCat("state store: revoked_workers row '", id, "' holds worker '",
-                                              r.worker_id(), "'"));
+      return absl::DataLossError(absl::StrCat("state store: revoked_workers row '", id,
+                                              "' holds worker '", r.worker_id(), "'"));
     }
     out.push_back(std::move(r));
   }
@@ -102,7 +112,8 @@ absl::StatusOr<std::vector<v1::RevokeWorkerResponse>> AuthTables::LoadRevokedWor
 }
 
 absl::Status AuthTables::PutOwnerNumber(const std::string& owner, int64_t number) {
-  if (number <= 0) return absl::InvalidArgumentError("state store: PutOwnerNumber: a number is >= 1");
+  if (number <= 0)
+    return absl::InvalidArgumentError("state store: PutOwnerNumber: a number is >= 1");
   StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   const std::string op = absl::StrCat("PutOwnerNumber('", owner, "', ", number, ")");

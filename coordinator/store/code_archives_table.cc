@@ -18,7 +18,8 @@ namespace trainctl::coordinator {
 
 using store_internal::Query;
 
-absl::Status CodeArchives::PutCode(const std::string& digest, absl::string_view bytes, absl::Time uploaded) {
+absl::Status CodeArchives::PutCode(const std::string& digest, absl::string_view bytes,
+                                   absl::Time uploaded) {
   if (digest.empty()) return absl::InvalidArgumentError("state store: PutCode: no digest");
   StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
@@ -49,8 +50,10 @@ absl::Status CodeArchives::TouchCode(const std::string& digest, absl::Time uploa
   const std::string op = absl::StrCat("TouchCode('", digest, "')");
   return s.InTransaction(op, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) -> absl::Status {
     const int64_t before = s.db->TotalChanges();
-    TRAINCTL_RETURN_IF_ERROR(
-        Query(s.db, s.stmts->touch_code, op).Bind(1, digest).Bind(2, absl::ToUnixMillis(uploaded)).Run());
+    TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->touch_code, op)
+                                 .Bind(1, digest)
+                                 .Bind(2, absl::ToUnixMillis(uploaded))
+                                 .Run());
     if (s.db->TotalChanges() == before) {
       return absl::NotFoundError(absl::StrCat("state store: ", op, ": no such code archive"));
     }
@@ -58,10 +61,12 @@ absl::Status CodeArchives::TouchCode(const std::string& digest, absl::Time uploa
   });
 }
 
-absl::StatusOr<std::string> CodeArchives::ReadCode(const std::string& digest, int64_t offset, int64_t max_bytes) {
+absl::StatusOr<std::string> CodeArchives::ReadCode(const std::string& digest, int64_t offset,
+                                                   int64_t max_bytes) {
   const std::string op = absl::StrCat("ReadCode('", digest, "', ", offset, ")");
   if (offset < 0 || max_bytes < 1) {
-    return absl::InvalidArgumentError(absl::StrCat("state store: ", op, ": offset must be >= 0 and max_bytes >= 1"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("state store: ", op, ": offset must be >= 0 and max_bytes >= 1"));
   }
   StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
@@ -79,13 +84,15 @@ absl::StatusOr<int64_t> CodeArchives::DeleteUnreferencedCode(absl::Time cutoff) 
   absl::MutexLock lock(&s.mu);
   const std::string op = "DeleteUnreferencedCode";
   int64_t deleted = 0;
-  TRAINCTL_RETURN_IF_ERROR(s.InTransaction(op, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) -> absl::Status {
-    const int64_t before = s.db->TotalChanges();
-    TRAINCTL_RETURN_IF_ERROR(
-        Query(s.db, s.stmts->delete_unreferenced_code, op).Bind(1, absl::ToUnixMillis(cutoff)).Run());
-    deleted = s.db->TotalChanges() - before;
-    return absl::OkStatus();
-  }));
+  TRAINCTL_RETURN_IF_ERROR(
+      s.InTransaction(op, [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) -> absl::Status {
+        const int64_t before = s.db->TotalChanges();
+        TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->delete_unreferenced_code, op)
+                                     .Bind(1, absl::ToUnixMillis(cutoff))
+                                     .Run());
+        deleted = s.db->TotalChanges() - before;
+        return absl::OkStatus();
+      }));
   return deleted;
 }
 

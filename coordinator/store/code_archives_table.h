@@ -44,7 +44,8 @@ class CodeArchives {
   // At most `max_bytes` of the archive from byte `offset` (empty at or past
   // its end); NotFound when not stored, InvalidArgument for a negative
   // offset or a max_bytes < 1.
-  absl::StatusOr<std::string> ReadCode(const std::string& digest, int64_t offset, int64_t max_bytes);
+  absl::StatusOr<std::string> ReadCode(const std::string& digest, int64_t offset,
+                                       int64_t max_bytes);
   // Deletes the archives uploaded before `cutoff` that no stored job names
   // (jobs.code_digest); returns how many (one commit).
   absl::StatusOr<int64_t> DeleteUnreferencedCode(absl::Time cutoff);

@@ -14,12 +14,12 @@
 
 namespace trainctl::coordinator {
 
-using store_internal::ReadBlobRows;
 using store_internal::Query;
+using store_internal::ReadBlobRows;
 using store_internal::SqlLimit;
 
 absl::Status JobsTable::PutJob(const v1::Job& job, int64_t submit_seq,
-                                const std::vector<v1::Event>& events) {
+                               const std::vector<v1::Event>& events) {
   if (job.id().empty()) return absl::InvalidArgumentError("state store: PutJob: job has no id");
   const std::string op = absl::StrCat("PutJob('", job.id(), "')");
   std::vector<std::pair<int64_t, std::string>> event_rows;
@@ -37,35 +37,39 @@ absl::Status JobsTable::PutJob(const v1::Job& job, int64_t submit_seq,
 
   StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
-  const StoreCore::Retained<std::string> event_table{&s.event_counts, job.id(), &s.stmts->count_events,
-                                           &s.stmts->trim_events, 1,
-                                           [&](Query& q) { q.Bind(1, job.id()); },
-                                           s.options.max_events_per_job};
-  return s.AppendRetained(op, event_table, static_cast<int64_t>(event_rows.size()),
-                          [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) -> absl::Status {
-    TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->upsert_job, op)
-                                 .Bind(1, job.id())
-                                 .Bind(2, submit_seq)
-                                 .Bind(3, static_cast<int64_t>(job.state()))
-                                 .BindBlob(4, job_blob)
-                                 .Bind(5, s.leader_epoch)
-                                 .Bind(6, job.spec().command().code().digest())
-                                 .Run());
-    for (const auto& [seq, blob] : event_rows) {
-      TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->insert_event,
-                                     absl::StrCat(op, ": insert event ", seq))
-                                   .Bind(1, job.id())
-                                   .Bind(2, seq)
-                                   .BindBlob(3, blob)
-                                   .Bind(4, s.leader_epoch)
-                                   .Run());
-    }
-    return absl::OkStatus();
-  });
+  const StoreCore::Retained<std::string> event_table{&s.event_counts,
+                                                     job.id(),
+                                                     &s.stmts->count_events,
+                                                     &s.stmts->trim_events,
+                                                     1,
+                                                     [&](Query& q) { q.Bind(1, job.id()); },
+                                                     s.options.max_events_per_job};
+  return s.AppendRetained(
+      op, event_table, static_cast<int64_t>(event_rows.size()),
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) -> absl::Status {
+        TRAINCTL_RETURN_IF_ERROR(Query(s.db, s.stmts->upsert_job, op)
+                                     .Bind(1, job.id())
+                                     .Bind(2, submit_seq)
+                                     .Bind(3, static_cast<int64_t>(job.state()))
+                                     .BindBlob(4, job_blob)
+                                     .Bind(5, s.leader_epoch)
+                                     .Bind(6, job.spec().command().code().digest())
+                                     .Run());
+        for (const auto& [seq, blob] : event_rows) {
+          TRAINCTL_RETURN_IF_ERROR(
+              Query(s.db, s.stmts->insert_event, absl::StrCat(op, ": insert event ", seq))
+                  .Bind(1, job.id())
+                  .Bind(2, seq)
+                  .BindBlob(3, blob)
+                  .Bind(4, s.leader_epoch)
+                  .Run());
+        }
+        return absl::OkStatus();
+      });
 }
 
 absl::StatusOr<std::vector<v1::Event>> JobsTable::ListEvents(const std::string& job_id,
-                                                              int64_t after_seq, int64_t limit) {
+                                                             int64_t after_seq, int64_t limit) {
   StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   std::vector<v1::Event> events;

@@ -18,7 +18,8 @@ using namespace store_testing;  // NOLINT: the tests' shared helpers
 
 class LeaderEpochTest : public StoreBackendTest {
  protected:
-  static StoreOptions Leader(const std::string& address, absl::Duration lease = absl::ZeroDuration()) {
+  static StoreOptions Leader(const std::string& address,
+                             absl::Duration lease = absl::ZeroDuration()) {
     StoreOptions o;
     o.leader_address = address;
     o.leader_lease = lease;
@@ -30,7 +31,8 @@ class LeaderEpochTest : public StoreBackendTest {
     return v.ok() ? *v : "(error)";
   }
 };
-INSTANTIATE_TEST_SUITE_P(Backends, LeaderEpochTest, ::testing::Values(Backend::kPostgres), BackendName);
+INSTANTIATE_TEST_SUITE_P(Backends, LeaderEpochTest, ::testing::Values(Backend::kPostgres),
+                         BackendName);
 
 // Counts on_deposed calls (from whichever thread finds it).
 struct Told {
@@ -155,7 +157,8 @@ TEST_P(LeaderEpochTest, TheLeaseEndsTheSessionOfAHolderSilentInATransaction) {
     return false;
   });
   absl::Status late;
-  std::thread writer([&] { late = old->jobs().PutJob(MakeJob("late"), 1, {MakeEvent("late", 1)}); });
+  std::thread writer(
+      [&] { late = old->jobs().PutJob(MakeJob("late"), 1, {MakeEvent("late", 1)}); });
   // A standby gets the lock once PostgreSQL ended the silent session.
   std::unique_ptr<StateStore> fresh;
   const absl::Time deadline = absl::Now() + absl::Seconds(30);

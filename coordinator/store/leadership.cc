@@ -3,11 +3,11 @@
 // checked by every write, and the lease ping that finds a deposition.
 #include <algorithm>
 
+#include <memory>
+#include <string>
 #include "absl/time/time.h"
 #include "common/clock.h"
 #include "coordinator/store/pg_db.h"
-#include <memory>
-#include <string>
 
 #include "absl/status/status.h"
 #include "absl/strings/str_cat.h"
@@ -18,11 +18,11 @@ namespace trainctl::coordinator {
 
 using store_internal::Query;
 
-absl::Status StoreCore::OpenPostgresLocked(const std::string& conninfo,
-                                                  StoreLeader* holder) {
+absl::Status StoreCore::OpenPostgresLocked(const std::string& conninfo, StoreLeader* holder) {
   store_internal::PgLockHolder lock_holder;
-  absl::StatusOr<std::unique_ptr<store_internal::SqlDb>> connected = store_internal::ConnectPostgres(
-      conninfo, path, store_internal::PgSession{options.leader_lease}, &lock_holder);
+  absl::StatusOr<std::unique_ptr<store_internal::SqlDb>> connected =
+      store_internal::ConnectPostgres(
+          conninfo, path, store_internal::PgSession{options.leader_lease}, &lock_holder);
   if (!connected.ok()) {
     if (holder != nullptr) *holder = StoreLeader{lock_holder.epoch, lock_holder.address};
     return connected.status();
@@ -46,11 +46,13 @@ absl::Status StoreCore::TakeLeadership() {
   Query q(db, stmts->take_leadership, op);
   q.Bind(1, options.leader_address).Bind(2, absl::ToUnixMillis(absl::Now()));
   TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
-  if (!row || q.Int(0) <= 0) return absl::InternalError(absl::StrCat("state store: ", op, ": no epoch returned"));
+  if (!row || q.Int(0) <= 0)
+    return absl::InternalError(absl::StrCat("state store: ", op, ": no epoch returned"));
   leader_epoch = q.Int(0);
   NoteConfirmed(MonotonicNow());
-  LogEvent(LogLevel::kInfo, "coordinator", "leader_epoch",
-           {{"db", path}, {"epoch", absl::StrCat(leader_epoch)}, {"address", options.leader_address}});
+  LogEvent(
+      LogLevel::kInfo, "coordinator", "leader_epoch",
+      {{"db", path}, {"epoch", absl::StrCat(leader_epoch)}, {"address", options.leader_address}});
   return absl::OkStatus();
 }
 
@@ -91,10 +93,10 @@ void StoreCore::PingLoop() {
     if (row.ok() && *row && q.Int(0) == leader_epoch) NoteConfirmed(sent);
     if (!row.ok()) NoteWrite("lease ping", row.status());
     if (row.ok() && *row && q.Int(0) != leader_epoch) {
-      deposed = absl::FailedPreconditionError(absl::StrCat(
-          "state store: lease ping: this coordinator (leader epoch ", leader_epoch,
-          ") was deposed by epoch ", q.Int(0), " (the active coordinator is at ", q.Text(1),
-          "); it writes nothing more"));
+      deposed = absl::FailedPreconditionError(
+          absl::StrCat("state store: lease ping: this coordinator (leader epoch ", leader_epoch,
+                       ") was deposed by epoch ", q.Int(0), " (the active coordinator is at ",
+                       q.Text(1), "); it writes nothing more"));
     }
     NoteDeposition(row.ok() ? absl::OkStatus() : row.status());
     if (!deposed.ok()) return;

@@ -1,10 +1,10 @@
 #include "coordinator/store/pg_db.h"
 
+#include <poll.h>
 #include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <poll.h>
 #include <memory>
 #include <string>
 #include <utility>
@@ -15,9 +15,9 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_replace.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "absl/time/time.h"
 
 #ifdef TRAINCTL_WITH_LIBPQ
 #include <libpq-fe.h>
@@ -34,8 +34,8 @@ absl::StatusOr<std::string> PostgresDisplayName(const std::string&) {
 }
 
 absl::StatusOr<std::unique_ptr<SqlDb>> ConnectPostgres(const std::string&,
-                                                       const std::string& display,
-                                                       const PgSession&, PgLockHolder*) {
+                                                       const std::string& display, const PgSession&,
+                                                       PgLockHolder*) {
   return absl::FailedPreconditionError(absl::StrCat(
       "state store: open ", display,
       ": this trainctl-coordinator was built without libpq (PostgreSQL); use --store sqlite:PATH"));
@@ -123,8 +123,13 @@ class PgDb;
 class PgStatement final : public SqlStatement {
  public:
   PgStatement(PgDb* db, std::string name, std::string sql, int params, bool is_commit)
-      : db_(db), name_(std::move(name)), sql_(std::move(sql)), values_(params),
-        set_(params, false), binary_(params, 0), is_commit_(is_commit) {}
+      : db_(db),
+        name_(std::move(name)),
+        sql_(std::move(sql)),
+        values_(params),
+        set_(params, false),
+        binary_(params, 0),
+        is_commit_(is_commit) {}
   ~PgStatement() override { Reset(); }
 
   absl::Status BindInt(int index, int64_t value) override {
@@ -207,9 +212,8 @@ class PgDb final : public SqlDb {
     std::string text = TranslateParams(sql, &params);
     const bool is_commit = absl::string_view(sql) == "COMMIT";
     (void)op;  // prepared at first use, when the connection is known good
-    return std::unique_ptr<SqlStatement>(
-        new PgStatement(this, absl::StrCat("trainctl_", next_name_++), std::move(text), params,
-                        is_commit));
+    return std::unique_ptr<SqlStatement>(new PgStatement(
+        this, absl::StrCat("trainctl_", next_name_++), std::move(text), params, is_commit));
   }
   absl::Status Exec(const std::string& sql, absl::string_view op) override {
     TRAINCTL_RETURN_IF_ERROR(EnsureConnected(op));
@@ -254,19 +258,19 @@ class PgDb final : public SqlDb {
                                        "AND c.relname = 'trainctl_schema'",
                                        op));
     if (marked == 0) return id;
-    TRAINCTL_ASSIGN_OR_RETURN(id.app_id,
-                              QueryInt("SELECT COALESCE(MAX(application_id), 0) FROM trainctl_schema", op));
-    TRAINCTL_ASSIGN_OR_RETURN(id.version,
-                              QueryInt("SELECT COALESCE(MAX(version), 0) FROM trainctl_schema", op));
+    TRAINCTL_ASSIGN_OR_RETURN(
+        id.app_id, QueryInt("SELECT COALESCE(MAX(application_id), 0) FROM trainctl_schema", op));
+    TRAINCTL_ASSIGN_OR_RETURN(
+        id.version, QueryInt("SELECT COALESCE(MAX(version), 0) FROM trainctl_schema", op));
     return id;
   }
   absl::Status WriteIdentity(int64_t app_id, int64_t version, absl::string_view op) override {
-    return Exec(absl::StrCat(
-                    "CREATE TABLE IF NOT EXISTS trainctl_schema (application_id BIGINT NOT NULL, "
-                    "version BIGINT NOT NULL); DELETE FROM trainctl_schema; "
-                    "INSERT INTO trainctl_schema (application_id, version) VALUES (",
-                    app_id, ", ", version, ")"),
-                op);
+    return Exec(
+        absl::StrCat("CREATE TABLE IF NOT EXISTS trainctl_schema (application_id BIGINT NOT NULL, "
+                     "version BIGINT NOT NULL); DELETE FROM trainctl_schema; "
+                     "INSERT INTO trainctl_schema (application_id, version) VALUES (",
+                     app_id, ", ", version, ")"),
+        op);
   }
 
   // Reconnects a broken connection (and re-takes the lock, then sets the
@@ -312,10 +316,10 @@ class PgDb final : public SqlDb {
       status = PgError(conn_, res, absl::StrCat(op, ": take the store's advisory lock"), display_);
     } else if (std::strcmp(PQgetvalue(res, 0, 0), "t") != 0) {
       *held_by_other = true;
-      status = absl::UnavailableError(absl::StrCat(
-          "state store: ", op, ": ", display_,
-          " is locked by another session (pg_try_advisory_lock(", kAdvisoryLockKey,
-          ")); is another coordinator using this database?"));
+      status = absl::UnavailableError(
+          absl::StrCat("state store: ", op, ": ", display_,
+                       " is locked by another session (pg_try_advisory_lock(", kAdvisoryLockKey,
+                       ")); is another coordinator using this database?"));
     } else {
       locked_ = true;
     }
@@ -379,13 +383,14 @@ class PgDb final : public SqlDb {
   }
 
   absl::Status LostLockError(absl::string_view op) const {
-    return absl::FailedPreconditionError(absl::StrCat(
-        "state store: ", op, ": this coordinator lost its session to ", display_,
-        " and another coordinator holds the store's lock now: it was deposed",
-        taken_by_.epoch > 0 ? absl::StrCat(" by epoch ", taken_by_.epoch, " (the active coordinator is at ",
-                                           taken_by_.address, ")")
-                            : std::string(),
-        "; it writes nothing more"));
+    return absl::FailedPreconditionError(
+        absl::StrCat("state store: ", op, ": this coordinator lost its session to ", display_,
+                     " and another coordinator holds the store's lock now: it was deposed",
+                     taken_by_.epoch > 0
+                         ? absl::StrCat(" by epoch ", taken_by_.epoch,
+                                        " (the active coordinator is at ", taken_by_.address, ")")
+                         : std::string(),
+                     "; it writes nothing more"));
   }
   // The session's lease (PgSession), set after every (re)connect.
   absl::Status ApplySession(absl::string_view op) {
@@ -397,9 +402,11 @@ class PgDb final : public SqlDb {
     } else if (!warned_old_server_) {
       warned_old_server_ = true;
       LogEvent(LogLevel::kWarn, "coordinator", "store_lease_unbounded",
-               {{"db", display_}, {"server_version", absl::StrCat(PQserverVersion(conn_))},
-                {"why", "PostgreSQL < 14 has no idle_session_timeout: a stopped coordinator keeps "
-                        "the store's lock until its TCP connection dies"}});
+               {{"db", display_},
+                {"server_version", absl::StrCat(PQserverVersion(conn_))},
+                {"why",
+                 "PostgreSQL < 14 has no idle_session_timeout: a stopped coordinator keeps "
+                 "the store's lock until its TCP connection dies"}});
     }
     PGresult* res = PQexec(conn_, sql.c_str());
     absl::Status status = absl::OkStatus();
@@ -428,15 +435,15 @@ absl::StatusOr<bool> PgStatement::Step(absl::string_view op) {
     TRAINCTL_RETURN_IF_ERROR(db_->EnsureConnected(op));
     PGconn* conn = db_->conn();
     if (prepared_epoch_ != db_->epoch()) {
-      PGresult* prep = PQprepare(conn, name_.c_str(), sql_.c_str(), static_cast<int>(values_.size()),
-                                 nullptr);
+      PGresult* prep =
+          PQprepare(conn, name_.c_str(), sql_.c_str(), static_cast<int>(values_.size()), nullptr);
       if (PQresultStatus(prep) != PGRES_COMMAND_OK) {
         // (A multi-row statement is long: its start names it.)
         const absl::string_view head = absl::string_view(sql_).substr(0, 160);
-        absl::Status s = PgError(conn, prep,
-                                 absl::StrCat(op, ": prepare \"", head,
-                                              head.size() < sql_.size() ? " ..." : "", "\""),
-                                 db_->display());
+        absl::Status s = PgError(
+            conn, prep,
+            absl::StrCat(op, ": prepare \"", head, head.size() < sql_.size() ? " ..." : "", "\""),
+            db_->display());
         PQclear(prep);
         return s;
       }
@@ -512,11 +519,12 @@ absl::StatusOr<std::unique_ptr<SqlDb>> ConnectPostgres(const std::string& connin
   PGconn* conn = PQconnectdbParams(keys, values, /*expand_dbname=*/1);
   if (conn == nullptr) return absl::ResourceExhaustedError("state store: libpq: out of memory");
   auto db = std::make_unique<PgDb>(conn, display, session);
-  PQsetNoticeProcessor(conn, [](void*, const char*) {}, nullptr);
+  PQsetNoticeProcessor(
+      conn, [](void*, const char*) {}, nullptr);
   const std::string op = absl::StrCat("open ", display);
   if (PQstatus(conn) != CONNECTION_OK) {
-    return absl::UnavailableError(absl::StrCat("state store: ", op, ": cannot connect: ",
-                                               Trimmed(PQerrorMessage(conn))));
+    return absl::UnavailableError(
+        absl::StrCat("state store: ", op, ": cannot connect: ", Trimmed(PQerrorMessage(conn))));
   }
   bool held_by_other = false;
   absl::Status locked = db->TakeLock(op, &held_by_other);

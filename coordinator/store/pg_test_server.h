@@ -90,8 +90,10 @@ class PgTestServer {
                                            const std::string& db) {
 #ifdef TRAINCTL_WITH_LIBPQ
     if (!ok()) return status_;
-    absl::Status st = AdminExec("postgres", absl::StrCat("CREATE ROLE ", role, " LOGIN PASSWORD '", password, "'"));
-    if (st.ok()) st = AdminExec("postgres", absl::StrCat("ALTER DATABASE ", db, " OWNER TO ", role));
+    absl::Status st = AdminExec(
+        "postgres", absl::StrCat("CREATE ROLE ", role, " LOGIN PASSWORD '", password, "'"));
+    if (st.ok())
+      st = AdminExec("postgres", absl::StrCat("ALTER DATABASE ", db, " OWNER TO ", role));
     if (!st.ok()) return st;
     const std::string hba = dir_ + "/data/pg_hba.conf";
     std::string before;
@@ -156,7 +158,8 @@ class PgTestServer {
       if (PQresultStatus(res) != PGRES_TUPLES_OK) {
         out = absl::InternalError(absl::StrCat(sql, ": ", PQresultErrorMessage(res)));
       } else {
-        out = PQntuples(res) > 0 && !PQgetisnull(res, 0, 0) ? std::string(PQgetvalue(res, 0, 0)) : "";
+        out =
+            PQntuples(res) > 0 && !PQgetisnull(res, 0, 0) ? std::string(PQgetvalue(res, 0, 0)) : "";
       }
       PQclear(res);
     }
@@ -172,8 +175,10 @@ class PgTestServer {
   // Ends every session on database `db` but the caller's (a lost
   // connection, as a restarted server or a network cut leaves).
   absl::Status TerminateSessions(const std::string& db) {
-    return AdminExec("postgres", absl::StrCat("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                              "WHERE datname = '", db, "' AND pid <> pg_backend_pid()"));
+    return AdminExec("postgres",
+                     absl::StrCat("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                                  "WHERE datname = '",
+                                  db, "' AND pid <> pg_backend_pid()"));
   }
 
   // `kill -9` of the server (its backends exit on their postmaster's
@@ -303,12 +308,14 @@ class PgTestServer {
     gid_ = getgid();
     if (uid_ == 0) {
       struct passwd* pw = getpwnam("nobody");
-      if (pw == nullptr) return absl::FailedPreconditionError("running as root and no user 'nobody'");
+      if (pw == nullptr)
+        return absl::FailedPreconditionError("running as root and no user 'nobody'");
       uid_ = pw->pw_uid;
       gid_ = pw->pw_gid;
     }
     char pattern[] = "/tmp/trainctl-pg.XXXXXX";
-    if (mkdtemp(pattern) == nullptr) return absl::InternalError(absl::StrCat("mkdtemp: ", std::strerror(errno)));
+    if (mkdtemp(pattern) == nullptr)
+      return absl::InternalError(absl::StrCat("mkdtemp: ", std::strerror(errno)));
     dir_ = pattern;
     if (chown(dir_.c_str(), uid_, gid_) != 0) {
       return absl::InternalError(absl::StrCat("chown ", dir_, ": ", std::strerror(errno)));
@@ -349,7 +356,8 @@ class PgTestServer {
         return absl::InternalError(absl::StrCat("postgres exited at start: ", LogTail(log)));
       }
       if (std::chrono::steady_clock::now() > deadline) {
-        return absl::DeadlineExceededError(absl::StrCat("postgres not ready in 60 s: ", LogTail(log)));
+        return absl::DeadlineExceededError(
+            absl::StrCat("postgres not ready in 60 s: ", LogTail(log)));
       }
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
     }

@@ -16,7 +16,8 @@ using store_internal::ParseBlob;
 using store_internal::Query;
 
 absl::Status QueueTables::PutQueue(const v1::Queue& queue) {
-  if (queue.name().empty()) return absl::InvalidArgumentError("state store: PutQueue: queue has no name");
+  if (queue.name().empty())
+    return absl::InvalidArgumentError("state store: PutQueue: queue has no name");
   const std::string blob = queue.SerializeAsString();
   StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
@@ -45,8 +46,8 @@ absl::StatusOr<std::vector<v1::Queue>> QueueTables::LoadQueues() {
     std::string name = q.Text(0);
     TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(1), &queue, absl::StrCat("queues row '", name, "'")));
     if (queue.name() != name) {
-      return absl::DataLossError(absl::StrCat("state store: queues row '", name, "' holds queue '",
-                                              queue.name(), "'"));
+      return absl::DataLossError(
+          absl::StrCat("state store: queues row '", name, "' holds queue '", queue.name(), "'"));
     }
     out.push_back(std::move(queue));
   }

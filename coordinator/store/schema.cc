@@ -4,7 +4,6 @@
 namespace trainctl::coordinator::store_internal {
 namespace {
 
-
 // Schema migrations: kMigrations[i] takes the schema from version i to i + 1,
 // in the same transaction that bumps user_version. Append a step to add a
 // version; never edit a released one.

@@ -156,9 +156,8 @@ class Query {
 template <typename Message>
 absl::Status ParseBlob(absl::string_view blob, Message* msg, absl::string_view where) {
   if (!msg->ParseFromArray(blob.data(), static_cast<int>(blob.size()))) {
-    return absl::DataLossError(absl::StrCat("state store: ", where, ": stored blob (",
-                                            blob.size(), " bytes) does not parse as ",
-                                            msg->GetTypeName()));
+    return absl::DataLossError(absl::StrCat("state store: ", where, ": stored blob (", blob.size(),
+                                            " bytes) does not parse as ", msg->GetTypeName()));
   }
   return absl::OkStatus();
 }

@@ -47,9 +47,9 @@ class SqliteStatement final : public SqlStatement {
     return Check(sqlite3_bind_int64(stmt_, index, value), index);
   }
   absl::Status BindText(int index, absl::string_view text) override {
-    return Check(sqlite3_bind_text64(stmt_, index, text.data(), text.size(), SQLITE_TRANSIENT,
-                                     SQLITE_UTF8),
-                 index);
+    return Check(
+        sqlite3_bind_text64(stmt_, index, text.data(), text.size(), SQLITE_TRANSIENT, SQLITE_UTF8),
+        index);
   }
   absl::Status BindBlob(int index, absl::string_view bytes) override {
     return Check(sqlite3_bind_blob64(stmt_, index, bytes.data(), bytes.size(), SQLITE_TRANSIENT),
@@ -71,9 +71,9 @@ class SqliteStatement final : public SqlStatement {
   absl::string_view Blob(int col) const override {
     const void* data = sqlite3_column_blob(stmt_, col);
     int size = sqlite3_column_bytes(stmt_, col);
-    return data == nullptr ? absl::string_view()
-                           : absl::string_view(static_cast<const char*>(data),
-                                               static_cast<size_t>(size));
+    return data == nullptr
+               ? absl::string_view()
+               : absl::string_view(static_cast<const char*>(data), static_cast<size_t>(size));
   }
   void Reset() override {
     sqlite3_reset(stmt_);

@@ -24,10 +24,10 @@
 #include "absl/strings/str_join.h"
 #include "absl/strings/string_view.h"
 #include "absl/synchronization/mutex.h"
+#include "absl/time/clock.h"
 #include "common/clock.h"
 #include "common/log.h"
 #include "common/status_macros.h"
-#include "absl/time/clock.h"
 
 #include "absl/strings/match.h"
 #include "coordinator/store/pg_db.h"
@@ -37,11 +37,11 @@
 
 namespace trainctl::coordinator {
 
+using store_internal::ParseBlob;
 using store_internal::Query;
 using store_internal::SqliteDb;
 using store_internal::SqliteStatus;
 using store_internal::Statement;
-using store_internal::ParseBlob;
 
 namespace {
 
@@ -63,17 +63,16 @@ absl::Status EmptyFileError(absl::string_view path) {
 
 // A database whose pages do not read back: refused, said so, left as it was.
 absl::Status DamagedError(absl::string_view path, absl::string_view why) {
-  return absl::DataLossError(absl::StrCat(
-      "state store: open ", path, ": the database is damaged (", why,
-      "); refusing to start on it (the file is left as it was): restore a backup (docs/operator.md), or "
-      "move it aside to start a new cluster"));
+  return absl::DataLossError(absl::StrCat("state store: open ", path, ": the database is damaged (",
+                                          why,
+                                          "); refusing to start on it (the file is left as it "
+                                          "was): restore a backup (docs/operator.md), or "
+                                          "move it aside to start a new cluster"));
 }
 
 }  // namespace
 
-absl::Status StoreCore::Exec(const char* sql, absl::string_view op) {
-  return db->Exec(sql, op);
-}
+absl::Status StoreCore::Exec(const char* sql, absl::string_view op) { return db->Exec(sql, op); }
 
 absl::Status StoreCore::OpenLocked() {
   if (path == ":memory:") {
@@ -94,9 +93,9 @@ absl::Status StoreCore::OpenLocked() {
     }
   }
   sqlite3* raw = nullptr;
-  int rc = sqlite3_open_v2(path.c_str(), &raw,
-                           SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX,
-                           nullptr);
+  int rc =
+      sqlite3_open_v2(path.c_str(), &raw,
+                      SQLITE_OPEN_READWRITE | SQLITE_OPEN_CREATE | SQLITE_OPEN_NOMUTEX, nullptr);
   // The connection is owned from here on, even when the open failed.
   conn = std::make_unique<SqliteDb>(raw);
   db = conn.get();
@@ -190,8 +189,8 @@ absl::Status StoreCore::CheckExistingFile(sqlite3* raw) {
     if (rc != SQLITE_OK) {
       sqlite3_progress_handler(raw, 0, nullptr, nullptr);
       sqlite3_finalize(raw_stmt);
-      return SqliteStatus(raw, rc,
-                          absl::StrCat("open ", path, ": quick_check prepare \"PRAGMA quick_check(20)\""));
+      return SqliteStatus(
+          raw, rc, absl::StrCat("open ", path, ": quick_check prepare \"PRAGMA quick_check(20)\""));
     }
     while ((rc = sqlite3_step(raw_stmt)) == SQLITE_ROW) {
       const unsigned char* text = sqlite3_column_text(raw_stmt, 0);
@@ -227,11 +226,13 @@ absl::Status StoreCore::Migrate() {
                               db->ReadIdentity(absl::StrCat("open ", path)));
     TRAINCTL_RETURN_IF_ERROR(IdentityError(id.app_id, id.version, id.objects));
     for (int64_t v = id.version; v < store_internal::SchemaVersion(); ++v) {
-      TRAINCTL_RETURN_IF_ERROR(db->Exec(db->SchemaSql(store_internal::MigrationSql(static_cast<int>(v))),
-                                        absl::StrCat(op, " from version ", v, " to ", v + 1)));
+      TRAINCTL_RETURN_IF_ERROR(
+          db->Exec(db->SchemaSql(store_internal::MigrationSql(static_cast<int>(v))),
+                   absl::StrCat(op, " from version ", v, " to ", v + 1)));
     }
     if (id.version != store_internal::SchemaVersion()) {
-      TRAINCTL_RETURN_IF_ERROR(db->WriteIdentity(store_internal::kApplicationId, store_internal::SchemaVersion(), op));
+      TRAINCTL_RETURN_IF_ERROR(
+          db->WriteIdentity(store_internal::kApplicationId, store_internal::SchemaVersion(), op));
     }
     return absl::OkStatus();
   }();
@@ -311,51 +312,56 @@ absl::StatusOr<StoreSnapshot> StateStore::LoadAll() {
   // version reads with several statements while another connection writes.
   // It reads several tables (jobs, events, workers, telemetry seqs), which
   // is why it is the store's and not one table class's.
-  absl::Status status = s.InTransaction("LoadAll", [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-    {
-      Query q(s.db, s.stmts->load_jobs, "LoadAll: read jobs");
-      while (true) {
-        TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
-        if (!row) break;
-        std::string id = q.Text(0);
-        v1::Job job;
-        TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(2), &job, absl::StrCat("jobs row '", id, "'")));
-        if (job.id() != id) {
-          return absl::DataLossError(absl::StrCat("state store: jobs row '", id,
-                                                  "' holds job '", job.id(), "'"));
+  absl::Status status = s.InTransaction(
+      "LoadAll",
+      [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+        {
+          Query q(s.db, s.stmts->load_jobs, "LoadAll: read jobs");
+          while (true) {
+            TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+            if (!row) break;
+            std::string id = q.Text(0);
+            v1::Job job;
+            TRAINCTL_RETURN_IF_ERROR(
+                ParseBlob(q.Blob(2), &job, absl::StrCat("jobs row '", id, "'")));
+            if (job.id() != id) {
+              return absl::DataLossError(
+                  absl::StrCat("state store: jobs row '", id, "' holds job '", job.id(), "'"));
+            }
+            snapshot.jobs.push_back(std::move(job));
+            snapshot.submit_seqs.push_back(q.Int(1));
+          }
         }
-        snapshot.jobs.push_back(std::move(job));
-        snapshot.submit_seqs.push_back(q.Int(1));
-      }
-    }
-    for (const v1::Job& job : snapshot.jobs) {
-      Query q(s.db, s.stmts->max_event_seq, absl::StrCat("LoadAll: last event of '", job.id(), "'"));
-      q.Bind(1, job.id());
-      TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
-      snapshot.last_event_seqs.push_back(row ? q.Int(0) : 0);
-    }
-    Query q(s.db, s.stmts->load_workers, "LoadAll: read workers");
-    while (true) {
-      TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
-      if (!row) break;
-      std::string id = q.Text(0);
-      v1::Worker worker;
-      TRAINCTL_RETURN_IF_ERROR(
-          ParseBlob(q.Blob(1), &worker, absl::StrCat("workers row '", id, "'")));
-      if (worker.id() != id) {
-        return absl::DataLossError(absl::StrCat("state store: workers row '", id,
-                                                "' holds worker '", worker.id(), "'"));
-      }
-      snapshot.workers.push_back(std::move(worker));
-    }
-    Query t(s.db, s.stmts->load_telemetry_seqs, "LoadAll: read telemetry seqs");
-    while (true) {
-      TRAINCTL_ASSIGN_OR_RETURN(bool row, t.Step());
-      if (!row) break;
-      snapshot.telemetry_seqs.emplace_back(t.Text(0), t.Int(1));
-    }
-    return absl::OkStatus();
-  }, /*write=*/false);
+        for (const v1::Job& job : snapshot.jobs) {
+          Query q(s.db, s.stmts->max_event_seq,
+                  absl::StrCat("LoadAll: last event of '", job.id(), "'"));
+          q.Bind(1, job.id());
+          TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+          snapshot.last_event_seqs.push_back(row ? q.Int(0) : 0);
+        }
+        Query q(s.db, s.stmts->load_workers, "LoadAll: read workers");
+        while (true) {
+          TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
+          if (!row) break;
+          std::string id = q.Text(0);
+          v1::Worker worker;
+          TRAINCTL_RETURN_IF_ERROR(
+              ParseBlob(q.Blob(1), &worker, absl::StrCat("workers row '", id, "'")));
+          if (worker.id() != id) {
+            return absl::DataLossError(absl::StrCat("state store: workers row '", id,
+                                                    "' holds worker '", worker.id(), "'"));
+          }
+          snapshot.workers.push_back(std::move(worker));
+        }
+        Query t(s.db, s.stmts->load_telemetry_seqs, "LoadAll: read telemetry seqs");
+        while (true) {
+          TRAINCTL_ASSIGN_OR_RETURN(bool row, t.Step());
+          if (!row) break;
+          snapshot.telemetry_seqs.emplace_back(t.Text(0), t.Int(1));
+        }
+        return absl::OkStatus();
+      },
+      /*write=*/false);
   if (!status.ok()) return status;
   return snapshot;
 }
@@ -369,7 +375,8 @@ int64_t StateStore::leader_epoch() const {
 
 bool StateStore::lease_confirmed() const {
   if (!core_->leased) return true;
-  const absl::Time confirmed = absl::FromUnixNanos(core_->confirmed_ns.load(std::memory_order_relaxed));
+  const absl::Time confirmed =
+      absl::FromUnixNanos(core_->confirmed_ns.load(std::memory_order_relaxed));
   return MonotonicNow() - confirmed < core_->options.leader_lease;
 }
 
@@ -398,8 +405,10 @@ void StoreCore::NoteWrite(absl::string_view op, const absl::Status& s) {
   if (s.ok()) {
     if (!health.failing) return;
     LogEvent(LogLevel::kInfo, "coordinator", "store_recovered",
-             {{"op", std::string(op)}, {"failed_writes", absl::StrCat(failed_in_run)},
-              {"lasted", absl::FormatDuration(absl::Trunc(now - health.failing_since, absl::Milliseconds(1)))}});
+             {{"op", std::string(op)},
+              {"failed_writes", absl::StrCat(failed_in_run)},
+              {"lasted", absl::FormatDuration(
+                             absl::Trunc(now - health.failing_since, absl::Milliseconds(1)))}});
     health.failing = false;
     health.failing_since = absl::InfinitePast();
     failed_in_run = 0;
@@ -416,16 +425,19 @@ void StoreCore::NoteWrite(absl::string_view op, const absl::Status& s) {
     health_logged = now;
     failed_since_log = 0;
     LogEvent(LogLevel::kError, "coordinator", "store_failing",
-             {{"op", std::string(op)}, {"error", health.last_error},
-              {"then", "workers stay connected and their telemetry waits unacknowledged; job changes are "
-                       "retried; logged again every 30 s while it lasts"}});
+             {{"op", std::string(op)},
+              {"error", health.last_error},
+              {"then",
+               "workers stay connected and their telemetry waits unacknowledged; job changes are "
+               "retried; logged again every 30 s while it lasts"}});
     return;
   }
   if (now - health_logged >= absl::Seconds(30)) {
-    LogEvent(LogLevel::kWarn, "coordinator", "store_still_failing",
-             {{"failed_writes", absl::StrCat(failed_since_log)},
-              {"for", absl::FormatDuration(absl::Trunc(now - health.failing_since, absl::Seconds(1)))},
-              {"error", health.last_error}});
+    LogEvent(
+        LogLevel::kWarn, "coordinator", "store_still_failing",
+        {{"failed_writes", absl::StrCat(failed_since_log)},
+         {"for", absl::FormatDuration(absl::Trunc(now - health.failing_since, absl::Seconds(1)))},
+         {"error", health.last_error}});
     health_logged = now;
     failed_since_log = 0;
   }
@@ -441,14 +453,16 @@ void StateStore::SetWriteFaultForTest(WriteFault fail) {
 absl::Status StateStore::BeginGroup() {
   StoreCore& s = *core_;
   absl::MutexLock lock(&s.mu);
-  if (s.in_group) return absl::FailedPreconditionError("state store: BeginGroup: a group is already open");
+  if (s.in_group)
+    return absl::FailedPreconditionError("state store: BeginGroup: a group is already open");
   if (!s.deposed.ok()) return s.deposed;
   absl::Status begun = Query(s.db, s.stmts->begin, "BeginGroup: begin").Run();
   // The epoch is checked once for the whole group: its row lock is held
   // to the group's commit.
   if (begun.ok() && s.fenced()) begun = s.CheckEpoch("BeginGroup");
   if (!begun.ok()) {
-    if (s.db->InTransaction()) Query(s.db, s.stmts->rollback, "BeginGroup: rollback").Run().IgnoreError();
+    if (s.db->InTransaction())
+      Query(s.db, s.stmts->rollback, "BeginGroup: rollback").Run().IgnoreError();
     // A group is opened to write: a BEGIN that fails (a lost server) is a
     // failing store (store_failing), as a failed commit is.
     s.NoteWrite("BeginGroup", begun);
@@ -475,10 +489,10 @@ absl::Status StateStore::CommitGroup(
   StoreCore& s = *core_;
   absl::MutexLock lock(&s.mu);
   if (!s.in_group) return absl::FailedPreconditionError("state store: CommitGroup: no open group");
-  const std::string op =
-      telemetry_seqs.size() == 1
-          ? absl::StrCat("CommitGroup('", telemetry_seqs[0].first, "', seq ", telemetry_seqs[0].second, ")")
-          : absl::StrCat("CommitGroup(", telemetry_seqs.size(), " workers)");
+  const std::string op = telemetry_seqs.size() == 1
+                             ? absl::StrCat("CommitGroup('", telemetry_seqs[0].first, "', seq ",
+                                            telemetry_seqs[0].second, ")")
+                             : absl::StrCat("CommitGroup(", telemetry_seqs.size(), " workers)");
   absl::Status status;
   bool wrote = false;
   // The group's queued telemetry rows first (a failure rolls it back).
@@ -486,7 +500,8 @@ absl::Status StateStore::CommitGroup(
   if (!status.ok()) {
     // (FlushPending rolled the group back.)
   } else if (!s.db->InTransaction()) {
-    status = absl::UnavailableError(absl::StrCat("state store: ", op, ": the transaction was rolled back"));
+    status = absl::UnavailableError(
+        absl::StrCat("state store: ", op, ": the transaction was rolled back"));
   } else if (s.db->TotalChanges() != s.group_changes) {
     // Only a group that wrote something records its seqs: one that changed
     // nothing costs no disk write (see the header).
@@ -537,4 +552,3 @@ void StoreCore::RollbackGroupLocked() {
 }
 
 }  // namespace trainctl::coordinator
-

@@ -52,8 +52,8 @@
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
-#include "absl/time/time.h"
 #include "absl/strings/string_view.h"
+#include "absl/time/time.h"
 #include "common/file_env.h"
 #include "common/prometheus.h"
 #include "coordinator/store/auth_tables.h"
@@ -201,7 +201,7 @@ class StateStore {
   struct WriteHealth {
     bool failing = false;
     absl::Time failing_since = absl::InfinitePast();  // wall clock, for people
-    int64_t failed_writes = 0;                         // since the store opened
+    int64_t failed_writes = 0;                        // since the store opened
     std::string last_error;
   };
   WriteHealth write_health() const;
@@ -209,7 +209,8 @@ class StateStore {
   // ResourceExhausted): the store has logged it (see above), so a caller
   // that retries at its next tick need not log it again.
   static bool IsWriteFailure(const absl::Status& s) {
-    return s.code() == absl::StatusCode::kUnavailable || s.code() == absl::StatusCode::kResourceExhausted;
+    return s.code() == absl::StatusCode::kUnavailable ||
+           s.code() == absl::StatusCode::kResourceExhausted;
   }
 
   // Fault injection for tests (LevelDB's FaultInjectionTestEnv, in small):

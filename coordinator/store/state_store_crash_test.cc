@@ -21,8 +21,10 @@ TEST(StateStoreTest, ConcurrentWritersAndReaders) {
       for (int i = 1; i <= kIterations; ++i) {
         const std::string job_id = absl::StrCat("job-", t);
         if (!store->jobs().PutJob(MakeJob(job_id), t, {MakeEvent(job_id, i)}).ok()) ++failures;
-        if (!store->telemetry().AppendMetrics(MakeMetrics("shared", 1, t * 1000 + i, 1, t)).ok()) ++failures;
-        if (!store->telemetry().AppendLogs(MakeLogs("shared", 1, t, {absl::StrCat(i)})).ok()) ++failures;
+        if (!store->telemetry().AppendMetrics(MakeMetrics("shared", 1, t * 1000 + i, 1, t)).ok())
+          ++failures;
+        if (!store->telemetry().AppendLogs(MakeLogs("shared", 1, t, {absl::StrCat(i)})).ok())
+          ++failures;
         v1::Worker worker;
         worker.set_id(absl::StrCat("w", t));
         worker.add_busy_slots(i);
@@ -91,7 +93,8 @@ absl::Status CrashIteration(StateStore& store, int64_t i) {
   if (!status.ok()) return status;
   status = store.telemetry().AppendMetrics(MakeMetrics("main", 1, i, 1));
   if (!status.ok()) return status;
-  status = store.telemetry().AppendLogs(MakeLogs("main", 1, static_cast<int32_t>(i % 2), {absl::StrCat(i)}));
+  status = store.telemetry().AppendLogs(
+      MakeLogs("main", 1, static_cast<int32_t>(i % 2), {absl::StrCat(i)}));
   if (!status.ok()) return status;
   v1::Worker worker;
   worker.set_id("w");

@@ -68,7 +68,8 @@ struct StoreCore {
   absl::Status Migrate() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Refuses a file that is not a trainctl database of a version this binary
   // knows (the pragmas' values); OK otherwise.
-  absl::Status IdentityError(int64_t app_id, int64_t version, int64_t objects) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status IdentityError(int64_t app_id, int64_t version, int64_t objects)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   absl::Status CheckExistingFile(sqlite3* raw) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Downsamples the job's oldest `oldest` metric rows in place (see
   // StoreOptions); returns how many rows it deleted.
@@ -132,9 +133,8 @@ struct StoreCore {
   // database's only lock (SQLite: locking_mode=EXCLUSIVE; PostgreSQL: the
   // store's advisory lock), so nothing else changes the tables. Call before inserting.
   template <typename Key, typename BindKey>
-  absl::StatusOr<int64_t> RowsBefore(const absl::flat_hash_map<Key, int64_t>& cache,
-                                     const Key& key, const Statement& count,
-                                     absl::string_view op, BindKey bind)
+  absl::StatusOr<int64_t> RowsBefore(const absl::flat_hash_map<Key, int64_t>& cache, const Key& key,
+                                     const Statement& count, absl::string_view op, BindKey bind)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     auto it = cache.find(key);
     if (it != cache.end()) return it->second;
@@ -185,18 +185,21 @@ struct StoreCore {
   // Prepares `out` from `head` VALUES (?, ...) x rows `tail`, with
   // `params_per_row` parameters per row numbered ?1, ?2, ... across rows.
   absl::Status PrepareChunked(ChunkedStatement& out, absl::string_view head, int params_per_row,
-                              absl::string_view tail, absl::string_view op) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+                              absl::string_view tail, absl::string_view op)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   // Runs `chunked` over rows [0, n): bind_row(q, first_param, i) binds row i's
   // parameters from first_param on. Rows go in order: ids follow it.
   template <typename BindRow>
   absl::Status WriteChunked(const ChunkedStatement& chunked, size_t n, int params_per_row,
-                            absl::string_view op, BindRow bind_row) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+                            absl::string_view op, BindRow bind_row)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
     size_t done = 0;
     for (size_t c = 0; c < kChunkRows.size() && done < n; ++c) {
       const size_t rows = static_cast<size_t>(kChunkRows[c]);
       while (n - done >= rows) {
         Query q(db, chunked[c], op);
-        for (size_t i = 0; i < rows; ++i) bind_row(q, static_cast<int>(i) * params_per_row + 1, done + i);
+        for (size_t i = 0; i < rows; ++i)
+          bind_row(q, static_cast<int>(i) * params_per_row + 1, done + i);
         TRAINCTL_RETURN_IF_ERROR(q.Run());
         done += rows;
       }
@@ -220,7 +223,7 @@ struct StoreCore {
   template <typename Key>
   struct PendingTable {
     std::vector<PendingRow> rows;
-    std::vector<std::pair<Key, int64_t>> trims;  // first-seen order
+    std::vector<std::pair<Key, int64_t>> trims;   // first-seen order
     absl::flat_hash_map<Key, size_t> trim_index;  // key -> position in `trims`
     bool empty() const { return rows.empty() && trims.empty(); }
     void Trim(const Key& key, int64_t n) {
@@ -324,7 +327,8 @@ struct StoreCore {
     commit_latency.Observe(took);
     if (options.slow_commit_ms > 0 && took > absl::Milliseconds(options.slow_commit_ms)) {
       LogEvent(LogLevel::kWarn, "coordinator", "slow_commit",
-               {{"op", std::string(op)}, {"took", absl::FormatDuration(took)},
+               {{"op", std::string(op)},
+                {"took", absl::FormatDuration(took)},
                 {"threshold", absl::StrCat(options.slow_commit_ms, "ms")}});
     }
   }
@@ -335,7 +339,7 @@ struct StoreCore {
   mutable absl::Mutex health_mu;
   StateStore::WriteHealth health ABSL_GUARDED_BY(health_mu);
   absl::Time health_logged ABSL_GUARDED_BY(health_mu);
-  int64_t failed_in_run ABSL_GUARDED_BY(health_mu) = 0;    // this run of failures
+  int64_t failed_in_run ABSL_GUARDED_BY(health_mu) = 0;  // this run of failures
   int64_t failed_since_log ABSL_GUARDED_BY(health_mu) = 0;
   // A write's outcome: OK for a commit that wrote, else its error (errors
   // that say the caller was wrong, not the store, do not count).
@@ -345,8 +349,8 @@ struct StoreCore {
 // Clang's analysis cannot tell that a body's `s.mu` is this `mu` (callers
 // still must hold it: see the declaration), hence no analysis inside.
 template <typename Body>
-absl::Status StoreCore::InTransaction(absl::string_view op, Body body, bool write)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+absl::Status StoreCore::InTransaction(absl::string_view op, Body body,
+                                      bool write) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   if (write && !deposed.ok()) return deposed;
   if (in_group) {
     // (BeginGroup checked the epoch, with the row lock held to the commit.)
@@ -361,7 +365,9 @@ absl::Status StoreCore::InTransaction(absl::string_view op, Body body, bool writ
     if (status.ok() && write) status = InjectedFault(op);
     if (!status.ok() && write) NoteWrite(op, status);
     if (!status.ok() && db->InTransaction()) {
-      Query(db, stmts->rollback_to, absl::StrCat(op, ": rollback to savepoint")).Run().IgnoreError();
+      Query(db, stmts->rollback_to, absl::StrCat(op, ": rollback to savepoint"))
+          .Run()
+          .IgnoreError();
     }
     if (db->InTransaction()) {
       absl::Status released = Query(db, stmts->release, absl::StrCat(op, ": release")).Run();
@@ -407,8 +413,8 @@ absl::Status StoreCore::InTransaction(absl::string_view op, Body body, bool writ
 // As InTransaction: the analysis cannot follow `mu` into the body.
 template <typename Key, typename Insert, typename Reduce>
 absl::Status StoreCore::AppendRetained(absl::string_view op, const Retained<Key>& table,
-                                              int64_t added, Insert insert, Reduce reduce)
-    ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                       int64_t added, Insert insert,
+                                       Reduce reduce) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const bool bounded = table.max_rows > 0 && added > 0;
   std::optional<int64_t> new_count;
   // (The body calls `insert` and `reduce`, which their callers annotate with
@@ -416,7 +422,8 @@ absl::Status StoreCore::AppendRetained(absl::string_view op, const Retained<Key>
   absl::Status status = InTransaction(op, [&]() ABSL_NO_THREAD_SAFETY_ANALYSIS -> absl::Status {
     int64_t count = 0;
     if (bounded) {
-      TRAINCTL_ASSIGN_OR_RETURN(count, RowsBefore(*table.counts, table.key, *table.count, op, table.bind_key));
+      TRAINCTL_ASSIGN_OR_RETURN(
+          count, RowsBefore(*table.counts, table.key, *table.count, op, table.bind_key));
     }
     TRAINCTL_RETURN_IF_ERROR(insert());
     if (!bounded) return absl::OkStatus();
@@ -445,9 +452,9 @@ absl::Status StoreCore::AppendRetained(absl::string_view op, const Retained<Key>
 // As AppendRetained: the analysis cannot follow `mu` into the callbacks.
 template <typename Key, typename Reduce>
 absl::Status StoreCore::AppendTelemetry(absl::string_view op, const Retained<Key>& table,
-                                               PendingTable<Key>& pending,
-                                               std::vector<PendingRow> rows, bool reduces,
-                                               Reduce reduce) ABSL_NO_THREAD_SAFETY_ANALYSIS {
+                                        PendingTable<Key>& pending, std::vector<PendingRow> rows,
+                                        bool reduces,
+                                        Reduce reduce) ABSL_NO_THREAD_SAFETY_ANALYSIS {
   const int64_t added = static_cast<int64_t>(rows.size());
   const bool bounded = table.max_rows > 0 && added > 0;
   if (in_group) {

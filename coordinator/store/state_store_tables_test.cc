@@ -66,15 +66,22 @@ std::vector<size_t> RowsOfEveryTable(StateStore& store) {
   auto queues = store.queues().LoadQueues();
   auto usage = store.usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture());
   auto code = store.code_archives().CodeSize(kDigest);
-  for (const absl::Status& s : {snapshot.status(), events.status(), metrics.status(), logs.status(),
-                                tokens.status(), owners.status(), queues.status(), usage.status(),
-                                code.status()}) {
+  for (const absl::Status& s :
+       {snapshot.status(), events.status(), metrics.status(), logs.status(), tokens.status(),
+        owners.status(), queues.status(), usage.status(), code.status()}) {
     EXPECT_TRUE(s.ok()) << s;
     if (!s.ok()) return {};
   }
-  return {snapshot->jobs.size(), events->size(), metrics->size(),  logs->size(),
-          snapshot->workers.size(), tokens->size(), owners->size(), queues->size(),
-          usage->size(), code->has_value() ? size_t{1} : size_t{0}};
+  return {snapshot->jobs.size(),
+          events->size(),
+          metrics->size(),
+          logs->size(),
+          snapshot->workers.size(),
+          tokens->size(),
+          owners->size(),
+          queues->size(),
+          usage->size(),
+          code->has_value() ? size_t{1} : size_t{0}};
 }
 
 const std::vector<size_t> kNone(10, 0);
@@ -128,12 +135,14 @@ TEST_P(StoreBackendTest, EveryTablesWriteAsksTheStoresWriteFault) {
   queue.set_name("q");
   EXPECT_TRUE(absl::IsUnavailable(store->queues().PutQueue(queue)));
   EXPECT_TRUE(absl::IsUnavailable(store->usage().PutAttemptUsage(Usage("j"))));
-  EXPECT_TRUE(absl::IsUnavailable(store->code_archives().PutCode(kDigest, "c", absl::FromUnixSeconds(1))));
+  EXPECT_TRUE(
+      absl::IsUnavailable(store->code_archives().PutCode(kDigest, "c", absl::FromUnixSeconds(1))));
   // The operation names are the store's as before the split, counted on one
   // sequence across the tables.
-  EXPECT_THAT(asked, ElementsAre("1 PutJob('j')", "2 AppendMetrics('j')", "3 AppendLogs('j', attempt 1, rank 0)",
-                                 "4 PutWorker('w')", "5 PutToken('t')", "6 PutQueue('q')",
-                                 "7 PutAttemptUsage('j', 1)", absl::StrCat("8 PutCode('", kDigest, "')")));
+  EXPECT_THAT(asked, ElementsAre("1 PutJob('j')", "2 AppendMetrics('j')",
+                                 "3 AppendLogs('j', attempt 1, rank 0)", "4 PutWorker('w')",
+                                 "5 PutToken('t')", "6 PutQueue('q')", "7 PutAttemptUsage('j', 1)",
+                                 absl::StrCat("8 PutCode('", kDigest, "')")));
   store->SetWriteFaultForTest(nullptr);
   EXPECT_EQ(RowsOfEveryTable(*store), kNone);
 }

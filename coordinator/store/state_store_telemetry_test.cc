@@ -16,8 +16,9 @@ TEST_P(StoreBackendTest, ListEventsAfterSeqAscendingWithLimit) {
   auto store = Fresh();
   ASSERT_NE(store, nullptr);
   v1::Event no_job_id = MakeEvent("", 3);  // filled in from the job
-  ASSERT_TRUE(
-      store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 2), MakeEvent("a", 1), no_job_id}).ok());
+  ASSERT_TRUE(store->jobs()
+                  .PutJob(MakeJob("a"), 1, {MakeEvent("a", 2), MakeEvent("a", 1), no_job_id})
+                  .ok());
   ASSERT_TRUE(store->jobs().PutJob(MakeJob("b"), 2, {MakeEvent("b", 1)}).ok());
   ASSERT_TRUE(store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 4), MakeEvent("a", 5)}).ok());
 
@@ -153,7 +154,8 @@ TEST_P(StoreBackendTest, MetricRetentionDownsamplesOldPointsKeepingMinMaxLast) {
   EXPECT_EQ((*points)[1].kind(), v1::MetricPoint::KIND_EPOCH_END);
   // The bound holds however long the job runs, and the first bucket's
   // extremes survive every later round.
-  for (int64_t s = 66; s < 2000; s += 10) ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, s, 10)).ok());
+  for (int64_t s = 66; s < 2000; s += 10)
+    ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, s, 10)).ok());
   points = store->telemetry().ListMetrics("a", 0);
   ASSERT_TRUE(points.ok());
   EXPECT_LE(points->size(), 64u);
@@ -262,10 +264,11 @@ TEST_P(StoreBackendTest, RetentionHoldsAcrossReopen) {
     ASSERT_NE(store, nullptr);
     ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, 1, 4)).ok());
     ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("a", 1, 0, {"1", "2", "3", "4"})).ok());
-    ASSERT_TRUE(store->jobs().PutJob(MakeJob("a"), 1,
-                              {MakeEvent("a", 1), MakeEvent("a", 2), MakeEvent("a", 3),
-                               MakeEvent("a", 4)})
-                    .ok());
+    ASSERT_TRUE(
+        store->jobs()
+            .PutJob(MakeJob("a"), 1,
+                    {MakeEvent("a", 1), MakeEvent("a", 2), MakeEvent("a", 3), MakeEvent("a", 4)})
+            .ok());
   }
   // A new process starts with no cached counts: they come from the file.
   auto store = Reopen(options);
@@ -311,7 +314,8 @@ std::vector<TelemetryMessage> ManyMessages(int count) {
   return out;
 }
 absl::Status Send(StateStore& store, const TelemetryMessage& msg) {
-  return msg.metrics.has_value() ? store.telemetry().AppendMetrics(*msg.metrics) : store.telemetry().AppendLogs(*msg.logs);
+  return msg.metrics.has_value() ? store.telemetry().AppendMetrics(*msg.metrics)
+                                 : store.telemetry().AppendLogs(*msg.logs);
 }
 // Every job's stored points (as "job/rank/step", in id order across jobs)
 // and every attempt 1 log line per job: the whole telemetry state.
@@ -386,7 +390,8 @@ TEST_P(StoreBackendTest, RetentionHoldsWhenOneGroupCrossesTheBound) {
   EXPECT_TRUE(Stored(*store) == expected);
   for (int j = 0; j < 3; ++j) {
     EXPECT_LE(store->telemetry().ListMetrics(absl::StrCat("job-", j), 0)->size(), 40u);
-    for (int r = 0; r < 4; ++r) EXPECT_LE(store->telemetry().ListLogs(absl::StrCat("job-", j), 1, r, 0)->size(), 25u);
+    for (int r = 0; r < 4; ++r)
+      EXPECT_LE(store->telemetry().ListLogs(absl::StrCat("job-", j), 1, r, 0)->size(), 25u);
   }
   // After the commit, appends outside a group count from the right place.
   for (const TelemetryMessage& msg : ManyMessages(7)) {
@@ -407,7 +412,8 @@ TEST_P(StoreBackendTest, AFailedAppendInAGroupUndoesOnlyItselfAndARollbackEveryt
 
   ASSERT_TRUE(store->BeginGroup().ok());
   ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"c"})).ok());
-  store->SetWriteFaultForTest([](int64_t, absl::string_view op) { return absl::StrContains(op, "AppendLogs"); });
+  store->SetWriteFaultForTest(
+      [](int64_t, absl::string_view op) { return absl::StrContains(op, "AppendLogs"); });
   absl::Status failed = store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"x", "y", "z"}));
   EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
   EXPECT_THAT(failed.message(), HasSubstr("AppendLogs('j', attempt 1, rank 0)"));
@@ -415,17 +421,20 @@ TEST_P(StoreBackendTest, AFailedAppendInAGroupUndoesOnlyItselfAndARollbackEveryt
   ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"d", "e"})).ok());
   ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("j", 1, 1, 3)).ok());
   ASSERT_TRUE(store->CommitGroup("w", 2).ok());
-  EXPECT_THAT(Texts(*store->telemetry().ListLogs("j", 1, 0, 0)), ElementsAre("0:b", "0:c", "0:d", "0:e"));
+  EXPECT_THAT(Texts(*store->telemetry().ListLogs("j", 1, 0, 0)),
+              ElementsAre("0:b", "0:c", "0:d", "0:e"));
 
   ASSERT_TRUE(store->BeginGroup().ok());
   ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"f", "g", "h", "i", "k"})).ok());
   ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("j", 1, 4, 70)).ok());
   store->RollbackGroup();
-  EXPECT_THAT(Texts(*store->telemetry().ListLogs("j", 1, 0, 0)), ElementsAre("0:b", "0:c", "0:d", "0:e"));
+  EXPECT_THAT(Texts(*store->telemetry().ListLogs("j", 1, 0, 0)),
+              ElementsAre("0:b", "0:c", "0:d", "0:e"));
   EXPECT_THAT(Steps(*store->telemetry().ListMetrics("j", 0)), ElementsAre(1, 2, 3));
   // The bound still counts right after the rollback.
   ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"l"})).ok());
-  EXPECT_THAT(Texts(*store->telemetry().ListLogs("j", 1, 0, 0)), ElementsAre("0:c", "0:d", "0:e", "0:l"));
+  EXPECT_THAT(Texts(*store->telemetry().ListLogs("j", 1, 0, 0)),
+              ElementsAre("0:c", "0:d", "0:e", "0:l"));
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok());
   EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w", 2)));
@@ -453,7 +462,8 @@ TEST_P(PostgresTelemetryTest, AConnectionLostBeforeTheCommitKeepsNothingOfTheGro
   ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("j", 1, 1, 100)).ok());
   ASSERT_TRUE(pg.AdminExec("postgres",
                            absl::StrCat("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                        "WHERE datname = '", pg.last_database(), "'"))
+                                        "WHERE datname = '",
+                                        pg.last_database(), "'"))
                   .ok());
   absl::Status lost = store->CommitGroup("w", 5);
   EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;

@@ -80,7 +80,7 @@ TEST_P(StoreBackendTest, PutJobIsAtomicWithItsEvents) {
   ASSERT_TRUE(store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());
   // Seq 1 again: the whole call fails and neither the job nor seq 2 is written.
   absl::Status status = store->jobs().PutJob(MakeJob("a", v1::JOB_STATE_FAILED), 1,
-                                      {MakeEvent("a", 2), MakeEvent("a", 1)});
+                                             {MakeEvent("a", 2), MakeEvent("a", 1)});
   EXPECT_EQ(status.code(), absl::StatusCode::kAlreadyExists) << status;
   EXPECT_THAT(status.message(), HasSubstr("PutJob('a')"));
   auto snapshot = store->LoadAll();
@@ -325,7 +325,7 @@ TEST_P(StoreBackendTest, InjectedWriteFaultFailsExactlyThatWriteAndRollsItBack) 
     ops.emplace_back(op);
     return write_no == 2 || write_no == 5;
   });
-  ASSERT_TRUE(store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());        // write 1
+  ASSERT_TRUE(store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());  // write 1
   absl::Status failed =
       store->jobs().PutJob(MakeJob("a", v1::JOB_STATE_FAILED), 1, {MakeEvent("a", 2)});  // write 2
   EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << failed;
@@ -337,12 +337,13 @@ TEST_P(StoreBackendTest, InjectedWriteFaultFailsExactlyThatWriteAndRollsItBack) 
   EXPECT_EQ(snapshot->jobs[0].state(), v1::JOB_STATE_PENDING);
   EXPECT_THAT(snapshot->last_event_seqs, ElementsAre(1));
   // The same write succeeds when retried (its event seq was not used).
-  ASSERT_TRUE(store->jobs().PutJob(MakeJob("a", v1::JOB_STATE_FAILED), 1, {MakeEvent("a", 2)}).ok());  // 3
-  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, 0, 2)).ok());                            // 4
+  ASSERT_TRUE(
+      store->jobs().PutJob(MakeJob("a", v1::JOB_STATE_FAILED), 1, {MakeEvent("a", 2)}).ok());  // 3
+  ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, 0, 2)).ok());               // 4
   v1::Worker worker;
   worker.set_id("w");
-  EXPECT_EQ(store->workers().PutWorker(worker).code(), absl::StatusCode::kUnavailable);                  // 5
-  EXPECT_TRUE(store->telemetry().AppendLogs(MakeLogs("a", 1, 0, {"x", "y"})).ok());                        // 6
+  EXPECT_EQ(store->workers().PutWorker(worker).code(), absl::StatusCode::kUnavailable);  // 5
+  EXPECT_TRUE(store->telemetry().AppendLogs(MakeLogs("a", 1, 0, {"x", "y"})).ok());      // 6
   EXPECT_THAT(ops, ElementsAre("PutJob('a')", "PutJob('a')", "PutJob('a')", "AppendMetrics('a')",
                                "PutWorker('w')", HasSubstr("AppendLogs('a'")));
   // Clearing the fault: writes are plain again.
@@ -393,7 +394,8 @@ TEST(StateStoreTest, CorruptBlobIsReportedNotACrash) {
   EXPECT_EQ(store->telemetry().ListLogs("a", 1, std::nullopt, 0).status().code(),
             absl::StatusCode::kDataLoss);
   // Writes still work.
-  EXPECT_TRUE(store->workers().PutWorker(v1::Worker()).code() == absl::StatusCode::kInvalidArgument);
+  EXPECT_TRUE(store->workers().PutWorker(v1::Worker()).code() ==
+              absl::StatusCode::kInvalidArgument);
   EXPECT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("a", 1, 2, 1)).ok());
 }
 
@@ -405,7 +407,8 @@ TEST_P(StoreBackendTest, GroupCommitsItsWritesWithTheTelemetrySeqAtomically) {
     ASSERT_TRUE(store->BeginGroup().ok());
     EXPECT_EQ(store->BeginGroup().code(), absl::StatusCode::kFailedPrecondition);
     ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("j", 1, 1, 3)).ok());
-    ASSERT_TRUE(store->jobs().PutJob(MakeJob("j", v1::JOB_STATE_RUNNING), 1, {MakeEvent("j", 1)}).ok());
+    ASSERT_TRUE(
+        store->jobs().PutJob(MakeJob("j", v1::JOB_STATE_RUNNING), 1, {MakeEvent("j", 1)}).ok());
     ASSERT_TRUE(store->CommitGroup("w1", 7).ok());
     // A group that wrote nothing stores no seq (and costs no write).
     ASSERT_TRUE(store->BeginGroup().ok());
@@ -434,8 +437,9 @@ TEST_P(StoreBackendTest, GroupRollbackDiscardsEverythingAndAFailedWriteOnlyItsel
   ASSERT_TRUE(store->BeginGroup().ok());
   ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("j", 1, 3, 3)).ok());
   // A refused write (event seq already stored) undoes only itself.
-  EXPECT_EQ(store->jobs().PutJob(MakeJob("j", v1::JOB_STATE_RUNNING), 1, {MakeEvent("j", 1)}).code(),
-            absl::StatusCode::kAlreadyExists);
+  EXPECT_EQ(
+      store->jobs().PutJob(MakeJob("j", v1::JOB_STATE_RUNNING), 1, {MakeEvent("j", 1)}).code(),
+      absl::StatusCode::kAlreadyExists);
   EXPECT_THAT(Steps(*store->telemetry().ListMetrics("j", 0)), ElementsAre(1, 2, 3, 4, 5));
   store->RollbackGroup();
   store->RollbackGroup();  // No group: a no-op.
@@ -455,15 +459,19 @@ TEST_P(StoreBackendTest, OwnerNumbersAreGivenOnceAndSurviveAReopen) {
   {
     auto store = Reopen();
     ASSERT_TRUE(store->auth().PutOwnerNumber("alice", 1).ok());
-    ASSERT_TRUE(store->auth().PutOwnerNumber("", 2).ok()) << "jobs submitted without tokens have owner ''";
-    EXPECT_TRUE(absl::IsAlreadyExists(store->auth().PutOwnerNumber("bob", 1))) << "a number is given once";
-    EXPECT_TRUE(absl::IsAlreadyExists(store->auth().PutOwnerNumber("alice", 3))) << "an owner has one number";
+    ASSERT_TRUE(store->auth().PutOwnerNumber("", 2).ok())
+        << "jobs submitted without tokens have owner ''";
+    EXPECT_TRUE(absl::IsAlreadyExists(store->auth().PutOwnerNumber("bob", 1)))
+        << "a number is given once";
+    EXPECT_TRUE(absl::IsAlreadyExists(store->auth().PutOwnerNumber("alice", 3)))
+        << "an owner has one number";
     EXPECT_TRUE(absl::IsInvalidArgument(store->auth().PutOwnerNumber("carol", 0)));
   }
   auto store = Reopen();
   auto numbers = store->auth().LoadOwnerNumbers();
   ASSERT_TRUE(numbers.ok()) << numbers.status();
-  EXPECT_THAT(*numbers, ElementsAre(std::pair<std::string, int64_t>("alice", 1), std::pair<std::string, int64_t>("", 2)));
+  EXPECT_THAT(*numbers, ElementsAre(std::pair<std::string, int64_t>("alice", 1),
+                                    std::pair<std::string, int64_t>("", 2)));
 }
 
 TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
@@ -478,11 +486,13 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   // revoked_workers with 4, owner_numbers with 5, queues with 6, leader and
   // the leader_epoch columns with 7, code archives and jobs.code_digest
   // with 8, fair_share with 9, attempt_usage with 10.)
-  RawExec(path, "DROP TABLE attempt_usage; DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
-                "DROP TABLE telemetry_seqs; DROP TABLE tokens; DROP TABLE worker_bindings; "
-                "DROP TABLE revoked_workers; DROP TABLE owner_numbers; DROP TABLE queues; "
-                "DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
-                "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=1");
+  RawExec(path,
+          "DROP TABLE attempt_usage; DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX "
+          "jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
+          "DROP TABLE telemetry_seqs; DROP TABLE tokens; DROP TABLE worker_bindings; "
+          "DROP TABLE revoked_workers; DROP TABLE owner_numbers; DROP TABLE queues; "
+          "DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
+          "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=1");
   auto store = OpenOrDie(path);
   ASSERT_TRUE(store->BeginGroup().ok());
   ASSERT_TRUE(store->telemetry().AppendMetrics(MakeMetrics("old", 1, 1, 1)).ok());
@@ -501,15 +511,19 @@ TEST(StateStoreTest, SchemaVersion1MigratesToTheTelemetrySeqTable) {
   ASSERT_TRUE(tokens.ok()) << tokens.status();
   ASSERT_EQ(tokens->size(), 1u);
   EXPECT_EQ((*tokens)[0].secret_hash, std::string(64, 'a'));
-  EXPECT_THAT(*store->auth().LoadWorkerBindings(), ElementsAre(std::pair<std::string, std::string>("w", "t-1")));
+  EXPECT_THAT(*store->auth().LoadWorkerBindings(),
+              ElementsAre(std::pair<std::string, std::string>("w", "t-1")));
 }
 
 TEST_P(StoreBackendTest, CodeArchivesRoundTripAndReadInRanges) {
   {
     auto store = Reopen();
     EXPECT_FALSE(store->code_archives().CodeSize(kDigestA)->has_value());
-    ASSERT_TRUE(store->code_archives().PutCode(kDigestA, std::string("ab\0cdefgh", 9), absl::FromUnixSeconds(100)).ok());
-    ASSERT_TRUE(store->code_archives().PutCode(kDigestA, "ignored", absl::FromUnixSeconds(200)).ok())
+    ASSERT_TRUE(store->code_archives()
+                    .PutCode(kDigestA, std::string("ab\0cdefgh", 9), absl::FromUnixSeconds(100))
+                    .ok());
+    ASSERT_TRUE(
+        store->code_archives().PutCode(kDigestA, "ignored", absl::FromUnixSeconds(200)).ok())
         << "a second put keeps the bytes";
   }
   auto store = Reopen();
@@ -520,7 +534,8 @@ TEST_P(StoreBackendTest, CodeArchivesRoundTripAndReadInRanges) {
   EXPECT_EQ(*store->code_archives().ReadCode(kDigestA, 9, 10), "");
   EXPECT_TRUE(absl::IsNotFound(store->code_archives().ReadCode(kDigestB, 0, 10).status()));
   EXPECT_TRUE(absl::IsInvalidArgument(store->code_archives().ReadCode(kDigestA, -1, 10).status()));
-  EXPECT_TRUE(absl::IsNotFound(store->code_archives().TouchCode(kDigestB, absl::FromUnixSeconds(1))));
+  EXPECT_TRUE(
+      absl::IsNotFound(store->code_archives().TouchCode(kDigestB, absl::FromUnixSeconds(1))));
 }
 
 TEST_P(StoreBackendTest, UnreferencedCodeGoesAfterTheCutoffAndNamedCodeStays) {
@@ -537,7 +552,8 @@ TEST_P(StoreBackendTest, UnreferencedCodeGoesAfterTheCutoffAndNamedCodeStays) {
   EXPECT_EQ(*store->code_archives().DeleteUnreferencedCode(t0 + absl::Hours(1)), 1);
   EXPECT_TRUE(store->code_archives().CodeSize(kDigestA)->has_value()) << "a stored job names it";
   EXPECT_FALSE(store->code_archives().CodeSize(kDigestB)->has_value());
-  EXPECT_TRUE(store->code_archives().CodeSize(kDigestC)->has_value()) << "uploaded after the cutoff";
+  EXPECT_TRUE(store->code_archives().CodeSize(kDigestC)->has_value())
+      << "uploaded after the cutoff";
   // A touch restarts the grace; a job that stops naming it frees it.
   ASSERT_TRUE(store->code_archives().TouchCode(kDigestC, t0 + absl::Hours(5)).ok());
   EXPECT_EQ(*store->code_archives().DeleteUnreferencedCode(t0 + absl::Hours(4)), 0);
@@ -549,9 +565,11 @@ TEST_P(StoreBackendTest, UnreferencedCodeGoesAfterTheCutoffAndNamedCodeStays) {
 TEST_P(StoreBackendTest, CodeWritesGoThroughTheWriteFault) {
   auto store = Fresh();
   store->SetWriteFaultForTest([](int64_t, absl::string_view) { return true; });
-  EXPECT_TRUE(absl::IsUnavailable(store->code_archives().PutCode(kDigestA, "x", absl::FromUnixSeconds(1))));
+  EXPECT_TRUE(
+      absl::IsUnavailable(store->code_archives().PutCode(kDigestA, "x", absl::FromUnixSeconds(1))));
   store->SetWriteFaultForTest(nullptr);
-  EXPECT_FALSE(store->code_archives().CodeSize(kDigestA)->has_value()) << "a failed put stores nothing";
+  EXPECT_FALSE(store->code_archives().CodeSize(kDigestA)->has_value())
+      << "a failed put stores nothing";
 }
 
 TEST_P(StoreBackendTest, QueuesRoundTripReplaceDeleteAndSurviveAReopen) {
@@ -664,9 +682,11 @@ TEST(StateStoreTest, SchemaVersion6MigratesToTheLeaderTableAndEpochColumns) {
     ASSERT_TRUE(store->jobs().PutJob(MakeJob("old"), 1, {MakeEvent("old", 1)}).ok());
   }
   // What a coordinator before active/standby left behind.
-  RawExec(path, "DROP TABLE attempt_usage; DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
-                "DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
-                "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=6");
+  RawExec(path,
+          "DROP TABLE attempt_usage; DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX "
+          "jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
+          "DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
+          "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=6");
   auto store = OpenOrDie(path);
   ASSERT_NE(store, nullptr);
   ASSERT_TRUE(store->jobs().PutJob(MakeJob("new"), 2, {MakeEvent("new", 1)}).ok());
@@ -686,9 +706,11 @@ TEST(StateStoreTest, SchemaVersion5MigratesToTheQueuesTable) {
     ASSERT_TRUE(store->jobs().PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before queues left behind.
-  RawExec(path, "DROP TABLE attempt_usage; DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
-                "DROP TABLE queues; DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
-                "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=5");
+  RawExec(path,
+          "DROP TABLE attempt_usage; DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX "
+          "jobs_by_code_digest; ALTER TABLE jobs DROP COLUMN code_digest; "
+          "DROP TABLE queues; DROP TABLE leader; ALTER TABLE jobs DROP COLUMN leader_epoch; "
+          "ALTER TABLE events DROP COLUMN leader_epoch; PRAGMA user_version=5");
   auto store = OpenOrDie(path);
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok()) << snapshot.status();
@@ -708,8 +730,10 @@ TEST(StateStoreTest, SchemaVersion7MigratesToCodeArchives) {
     ASSERT_TRUE(store->jobs().PutJob(MakeJob("old"), 1).ok());
   }
   // What a coordinator before code archives left behind.
-  RawExec(path, "DROP TABLE attempt_usage; DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX jobs_by_code_digest; "
-                "ALTER TABLE jobs DROP COLUMN code_digest; PRAGMA user_version=7");
+  RawExec(path,
+          "DROP TABLE attempt_usage; DROP TABLE fair_share; DROP TABLE code_archives; DROP INDEX "
+          "jobs_by_code_digest; "
+          "ALTER TABLE jobs DROP COLUMN code_digest; PRAGMA user_version=7");
   auto store = OpenOrDie(path);
   ASSERT_EQ(store->LoadAll()->jobs.size(), 1u);
   ASSERT_TRUE(store->code_archives().PutCode(kDigestA, "abc", absl::FromUnixSeconds(1)).ok());
@@ -796,19 +820,23 @@ TEST_P(StoreBackendTest, AttemptUsageRoundTripsReplacesFiltersByWindowAndSurvive
 
 TEST_P(StoreBackendTest, AttemptUsageWritesGoThroughTheWriteFaultAndAGroup) {
   auto store = Fresh();
-  store->SetWriteFaultForTest([](int64_t, absl::string_view op) { return absl::StartsWith(op, "PutAttemptUsage"); });
+  store->SetWriteFaultForTest(
+      [](int64_t, absl::string_view op) { return absl::StartsWith(op, "PutAttemptUsage"); });
   EXPECT_TRUE(absl::IsUnavailable(store->usage().PutAttemptUsage(Usage("j", 1, 1, 2))));
   store->SetWriteFaultForTest(nullptr);
-  EXPECT_TRUE(store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty());
+  EXPECT_TRUE(
+      store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty());
   // Inside a group: stored with the group, gone with its rollback.
   ASSERT_TRUE(store->BeginGroup().ok());
   ASSERT_TRUE(store->usage().PutAttemptUsage(Usage("j", 1, 1, 2)).ok());
   store->RollbackGroup();
-  EXPECT_TRUE(store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty());
+  EXPECT_TRUE(
+      store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty());
   ASSERT_TRUE(store->BeginGroup().ok());
   ASSERT_TRUE(store->usage().PutAttemptUsage(Usage("j", 1, 1, 2)).ok());
   ASSERT_TRUE(store->CommitGroup("w", 1).ok());
-  EXPECT_EQ(store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->size(), 1u);
+  EXPECT_EQ(store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->size(),
+            1u);
 }
 
 TEST(StateStoreTest, SchemaVersion9MigratesToTheAttemptUsageTable) {
@@ -822,9 +850,11 @@ TEST(StateStoreTest, SchemaVersion9MigratesToTheAttemptUsageTable) {
   RawExec(path, "DROP TABLE attempt_usage; PRAGMA user_version=9");
   auto store = OpenOrDie(path);
   ASSERT_EQ(store->LoadAll()->jobs.size(), 1u);
-  EXPECT_TRUE(store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty());
+  EXPECT_TRUE(
+      store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->empty());
   ASSERT_TRUE(store->usage().PutAttemptUsage(Usage("old", 1, 10, 20)).ok());
-  EXPECT_EQ(store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->size(), 1u);
+  EXPECT_EQ(store->usage().LoadAttemptUsage(absl::InfinitePast(), absl::InfiniteFuture())->size(),
+            1u);
 }
 
 // --- the store spec, and what only PostgreSQL has ---------------------------
@@ -873,7 +903,8 @@ TEST_P(PostgresStoreTest, LostConnectionFailsOneWriteThenReconnects) {
   ASSERT_TRUE(store->jobs().PutJob(MakeJob("a"), 1, {MakeEvent("a", 1)}).ok());
   ASSERT_TRUE(pg.AdminExec("postgres",
                            absl::StrCat("SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
-                                        "WHERE datname = '", pg.last_database(), "'"))
+                                        "WHERE datname = '",
+                                        pg.last_database(), "'"))
                   .ok());
   absl::Status lost = store->jobs().PutJob(MakeJob("b"), 2);
   EXPECT_EQ(lost.code(), absl::StatusCode::kUnavailable) << lost;

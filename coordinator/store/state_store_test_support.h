@@ -4,8 +4,8 @@
 // access to inspect or damage a database on purpose.
 #pragma once
 
-#include "coordinator/store/state_store.h"
 #include "coordinator/store/pg_test_server.h"
+#include "coordinator/store/state_store.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -81,7 +81,7 @@ inline v1::Event MakeEvent(const std::string& job_id, int64_t seq, const std::st
 }
 
 inline v1::MetricBatch MakeMetrics(const std::string& job_id, int32_t attempt, int64_t first_step,
-                            int n, int32_t rank = 0) {
+                                   int n, int32_t rank = 0) {
   v1::MetricBatch batch;
   batch.set_job_id(job_id);
   batch.set_attempt(attempt);
@@ -96,7 +96,7 @@ inline v1::MetricBatch MakeMetrics(const std::string& job_id, int32_t attempt, i
 }
 
 inline v1::LogChunk MakeLogs(const std::string& job_id, int32_t attempt, int32_t rank,
-                      const std::vector<std::string>& texts) {
+                             const std::vector<std::string>& texts) {
   v1::LogChunk chunk;
   chunk.set_job_id(job_id);
   chunk.set_attempt(attempt);
@@ -204,10 +204,11 @@ inline std::string BackendName(const ::testing::TestParamInfo<Backend>& info) {
   return info.param == Backend::kSqlite ? "Sqlite" : "Postgres";
 }
 
-#define TRAINCTL_STORE_BACKENDS(suite)                                                        \
-  INSTANTIATE_TEST_SUITE_P(Backends, suite,                                                   \
-                           ::testing::Values(::trainctl::coordinator::store_testing::Backend::kSqlite, \
-                                             ::trainctl::coordinator::store_testing::Backend::kPostgres), \
-                           ::trainctl::coordinator::store_testing::BackendName)
+#define TRAINCTL_STORE_BACKENDS(suite)                                               \
+  INSTANTIATE_TEST_SUITE_P(                                                          \
+      Backends, suite,                                                               \
+      ::testing::Values(::trainctl::coordinator::store_testing::Backend::kSqlite,    \
+                        ::trainctl::coordinator::store_testing::Backend::kPostgres), \
+      ::trainctl::coordinator::store_testing::BackendName)
 
 }  // namespace trainctl::coordinator::store_testing

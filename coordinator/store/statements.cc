@@ -44,11 +44,13 @@ absl::Status StoreCore::PrepareStatements() {
        "INSERT INTO tokens (id, secret_hash, blob) VALUES (?1, ?2, ?3) ON CONFLICT (id) "
        "DO UPDATE SET secret_hash = excluded.secret_hash, blob = excluded.blob"},
       {&s.load_tokens, "SELECT id, secret_hash, blob FROM tokens ORDER BY id"},
-      {&s.put_binding, "INSERT OR IGNORE INTO worker_bindings (worker_id, token_id) VALUES (?1, ?2)",
+      {&s.put_binding,
+       "INSERT OR IGNORE INTO worker_bindings (worker_id, token_id) VALUES (?1, ?2)",
        "INSERT INTO worker_bindings (worker_id, token_id) VALUES (?1, ?2) "
        "ON CONFLICT (worker_id) DO NOTHING"},
       {&s.load_bindings, "SELECT worker_id, token_id FROM worker_bindings ORDER BY worker_id"},
-      {&s.put_revoked_worker, "INSERT OR REPLACE INTO revoked_workers (worker_id, blob) VALUES (?1, ?2)",
+      {&s.put_revoked_worker,
+       "INSERT OR REPLACE INTO revoked_workers (worker_id, blob) VALUES (?1, ?2)",
        "INSERT INTO revoked_workers (worker_id, blob) VALUES (?1, ?2) "
        "ON CONFLICT (worker_id) DO UPDATE SET blob = excluded.blob"},
       {&s.load_revoked_workers, "SELECT worker_id, blob FROM revoked_workers ORDER BY worker_id"},
@@ -60,7 +62,8 @@ absl::Status StoreCore::PrepareStatements() {
       {&s.delete_queue, "DELETE FROM queues WHERE name = ?1"},
       {&s.load_queues, "SELECT name, blob FROM queues ORDER BY name"},
       {&s.put_fair_share, "INSERT OR REPLACE INTO fair_share (id, blob) VALUES (1, ?1)",
-       "INSERT INTO fair_share (id, blob) VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET blob = excluded.blob"},
+       "INSERT INTO fair_share (id, blob) VALUES (1, ?1) ON CONFLICT (id) DO UPDATE SET blob = "
+       "excluded.blob"},
       {&s.load_fair_share, "SELECT blob FROM fair_share WHERE id = 1"},
       {&s.put_attempt_usage,
        "INSERT INTO attempt_usage (job_id, attempt, owner, queue, start_ms, end_ms, blob) "
@@ -76,7 +79,8 @@ absl::Status StoreCore::PrepareStatements() {
       {&s.code_size, "SELECT size FROM code_archives WHERE digest = ?1"},
       {&s.touch_code, "UPDATE code_archives SET uploaded_ms = ?2 WHERE digest = ?1"},
       {&s.read_code, "SELECT size, substr(blob, ?2, ?3) FROM code_archives WHERE digest = ?1",
-       "SELECT size, substring(blob FROM ?2::INTEGER FOR ?3::INTEGER) FROM code_archives WHERE digest = ?1"},
+       "SELECT size, substring(blob FROM ?2::INTEGER FOR ?3::INTEGER) FROM code_archives WHERE "
+       "digest = ?1"},
       {&s.delete_unreferenced_code,
        "DELETE FROM code_archives WHERE uploaded_ms < ?1 AND NOT EXISTS "
        "(SELECT 1 FROM jobs WHERE jobs.code_digest = code_archives.digest)"},
@@ -112,7 +116,8 @@ absl::Status StoreCore::PrepareStatements() {
        "AND (?3 < 0 OR rank = ?3) ORDER BY id",
        "SELECT id, attempt, blob FROM metrics WHERE job_id = ?1 AND id > ?2 "
        "AND (?3::BIGINT < 0 OR rank = ?3::BIGINT) ORDER BY id"},
-      {&s.log_ranks, "SELECT DISTINCT rank FROM logs WHERE job_id = ?1 AND attempt = ?2 ORDER BY rank"},
+      {&s.log_ranks,
+       "SELECT DISTINCT rank FROM logs WHERE job_id = ?1 AND attempt = ?2 ORDER BY rank"},
       {&s.list_logs_rank,
        "SELECT id, blob FROM (SELECT id, blob FROM logs WHERE job_id = ?1 AND attempt = ?2 "
        "AND rank = ?3 ORDER BY id DESC LIMIT ?4) ORDER BY id",
@@ -135,18 +140,21 @@ absl::Status StoreCore::PrepareStatements() {
   }
   // Multi-row statements (kChunkRows). A worker appears once per upsert
   // (CommitGroup merges), as PostgreSQL's ON CONFLICT requires.
-  TRAINCTL_RETURN_IF_ERROR(PrepareChunked(s.insert_metrics, "INSERT INTO metrics (job_id, attempt, rank, blob)", 4, "", op));
-  TRAINCTL_RETURN_IF_ERROR(PrepareChunked(s.insert_logs, "INSERT INTO logs (job_id, attempt, rank, blob)", 4, "", op));
-  return PrepareChunked(
-      s.put_telemetry_seqs, "INSERT INTO telemetry_seqs (worker_id, seq)", 2,
-      postgres ? " ON CONFLICT (worker_id) DO UPDATE SET seq = GREATEST(telemetry_seqs.seq, excluded.seq)"
-               : " ON CONFLICT (worker_id) DO UPDATE SET seq = MAX(seq, excluded.seq)",
-      op);
+  TRAINCTL_RETURN_IF_ERROR(PrepareChunked(
+      s.insert_metrics, "INSERT INTO metrics (job_id, attempt, rank, blob)", 4, "", op));
+  TRAINCTL_RETURN_IF_ERROR(
+      PrepareChunked(s.insert_logs, "INSERT INTO logs (job_id, attempt, rank, blob)", 4, "", op));
+  return PrepareChunked(s.put_telemetry_seqs, "INSERT INTO telemetry_seqs (worker_id, seq)", 2,
+                        postgres
+                            ? " ON CONFLICT (worker_id) DO UPDATE SET seq = "
+                              "GREATEST(telemetry_seqs.seq, excluded.seq)"
+                            : " ON CONFLICT (worker_id) DO UPDATE SET seq = MAX(seq, excluded.seq)",
+                        op);
 }
 
 absl::Status StoreCore::PrepareChunked(ChunkedStatement& out, absl::string_view head,
-                                              int params_per_row, absl::string_view tail,
-                                              absl::string_view op) {
+                                       int params_per_row, absl::string_view tail,
+                                       absl::string_view op) {
   for (size_t c = 0; c < kChunkRows.size(); ++c) {
     std::string sql = absl::StrCat(head, " VALUES ");
     int param = 1;

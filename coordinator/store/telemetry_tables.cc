@@ -16,8 +16,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/store/telemetry_tables.h"
 #include "coordinator/store/state_store_impl.h"
+#include "coordinator/store/telemetry_tables.h"
 
 namespace trainctl::coordinator {
 
@@ -40,16 +40,18 @@ absl::Status TelemetryTables::AppendMetrics(const v1::MetricBatch& batch) {
 
   StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
-  const StoreCore::Retained<std::string> metrics{&s.metric_counts, batch.job_id(), &s.stmts->count_metrics,
-                                            &s.stmts->trim_metrics, 1,
-                                            [&](Query& q) { q.Bind(1, batch.job_id()); },
-                                            s.options.max_metric_points_per_job};
-  return s.AppendTelemetry(
-      op, metrics, s.pending_metrics, std::move(rows), /*reduces=*/true,
-      // Over the bound: first downsample the oldest half (StoreOptions).
-      [&](int64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-        return s.DownsampleMetrics(batch.job_id(), count / 2, op);
-      });
+  const StoreCore::Retained<std::string> metrics{&s.metric_counts,
+                                                 batch.job_id(),
+                                                 &s.stmts->count_metrics,
+                                                 &s.stmts->trim_metrics,
+                                                 1,
+                                                 [&](Query& q) { q.Bind(1, batch.job_id()); },
+                                                 s.options.max_metric_points_per_job};
+  return s.AppendTelemetry(op, metrics, s.pending_metrics, std::move(rows), /*reduces=*/true,
+                           // Over the bound: first downsample the oldest half (StoreOptions).
+                           [&](int64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
+                             return s.DownsampleMetrics(batch.job_id(), count / 2, op);
+                           });
 }
 
 absl::Status StoreCore::FlushPending(absl::string_view op) {
@@ -72,7 +74,8 @@ absl::Status StoreCore::FlushPending(absl::string_view op) {
                                           bind_row(pending_logs.rows)));
     const std::string retention = absl::StrCat(op, ": retention");
     for (const auto& [job_id, n] : pending_metrics.trims) {
-      TRAINCTL_RETURN_IF_ERROR(Query(db, stmts->trim_metrics, retention).Bind(1, job_id).Bind(2, n).Run());
+      TRAINCTL_RETURN_IF_ERROR(
+          Query(db, stmts->trim_metrics, retention).Bind(1, job_id).Bind(2, n).Run());
     }
     for (const auto& [key, n] : pending_logs.trims) {
       TRAINCTL_RETURN_IF_ERROR(Query(db, stmts->trim_logs, retention)
@@ -87,14 +90,15 @@ absl::Status StoreCore::FlushPending(absl::string_view op) {
   ClearPending();
   if (!status.ok() && in_group) {
     // Rows of messages already applied are lost: the group must not commit.
-    if (db->InTransaction()) Query(db, stmts->rollback, absl::StrCat(op, ": rollback")).Run().IgnoreError();
+    if (db->InTransaction())
+      Query(db, stmts->rollback, absl::StrCat(op, ": rollback")).Run().IgnoreError();
     ClearCachedCounts();
   }
   return status;
 }
 
-absl::StatusOr<int64_t> StoreCore::DownsampleMetrics(const std::string& job_id,
-                                                            int64_t oldest, absl::string_view op) {
+absl::StatusOr<int64_t> StoreCore::DownsampleMetrics(const std::string& job_id, int64_t oldest,
+                                                     absl::string_view op) {
   struct Row {
     int64_t id;
     double loss;
@@ -108,14 +112,16 @@ absl::StatusOr<int64_t> StoreCore::DownsampleMetrics(const std::string& job_id,
       TRAINCTL_ASSIGN_OR_RETURN(bool row, q.Step());
       if (!row) break;
       v1::MetricPoint point;
-      TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(3), &point, absl::StrCat("metrics row ", q.Int(0))));
+      TRAINCTL_RETURN_IF_ERROR(
+          ParseBlob(q.Blob(3), &point, absl::StrCat("metrics row ", q.Int(0))));
       if (point.kind() != v1::MetricPoint::KIND_TRAIN) continue;
       series[{q.Int(1), q.Int(2)}].push_back(Row{q.Int(0), point.loss()});
     }
   }
   int64_t removed = 0;
   for (const auto& [key, rows] : series) {
-    for (size_t start = 0; start + kMetricBucketPoints <= rows.size(); start += kMetricBucketPoints) {
+    for (size_t start = 0; start + kMetricBucketPoints <= rows.size();
+         start += kMetricBucketPoints) {
       const size_t end = start + kMetricBucketPoints;
       size_t lo = start, hi = start;
       for (size_t i = start; i < end; ++i) {
@@ -124,8 +130,9 @@ absl::StatusOr<int64_t> StoreCore::DownsampleMetrics(const std::string& job_id,
       }
       for (size_t i = start; i < end; ++i) {
         if (i == lo || i == hi || i == end - 1) continue;
-        TRAINCTL_RETURN_IF_ERROR(
-            Query(db, stmts->delete_metric, absl::StrCat(op, ": downsample")).Bind(1, rows[i].id).Run());
+        TRAINCTL_RETURN_IF_ERROR(Query(db, stmts->delete_metric, absl::StrCat(op, ": downsample"))
+                                     .Bind(1, rows[i].id)
+                                     .Run());
         ++removed;
       }
     }
@@ -147,8 +154,10 @@ absl::StatusOr<MetricPage> TelemetryTables::ListMetricPage(const MetricPageQuery
     if (!row) break;
     StoredMetricPoint stored{q.Int(0), static_cast<int32_t>(q.Int(1)), {}};
     absl::string_view blob = q.Blob(2);
-    TRAINCTL_RETURN_IF_ERROR(ParseBlob(blob, &stored.point, absl::StrCat("metrics row ", stored.id)));
-    if (query.kind != v1::MetricPoint::KIND_UNSPECIFIED && stored.point.kind() != query.kind) continue;
+    TRAINCTL_RETURN_IF_ERROR(
+        ParseBlob(blob, &stored.point, absl::StrCat("metrics row ", stored.id)));
+    if (query.kind != v1::MetricPoint::KIND_UNSPECIFIED && stored.point.kind() != query.kind)
+      continue;
     // Room for the point and its framing in the response.
     const int64_t size = static_cast<int64_t>(blob.size()) + 16;
     if (!page.points.empty() && bytes + size > query.max_bytes) {
@@ -162,15 +171,15 @@ absl::StatusOr<MetricPage> TelemetryTables::ListMetricPage(const MetricPageQuery
 }
 
 absl::StatusOr<std::vector<v1::MetricPoint>> TelemetryTables::ListMetrics(const std::string& job_id,
-                                                                     int64_t limit) {
+                                                                          int64_t limit) {
   StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   TRAINCTL_RETURN_IF_ERROR(s.FlushPending(absl::StrCat("ListMetrics('", job_id, "')")));
   std::vector<v1::MetricPoint> points;
   Query q(s.db, s.stmts->list_metrics, absl::StrCat("ListMetrics('", job_id, "')"));
   q.Bind(1, job_id).Bind(2, SqlLimit(limit));
-  TRAINCTL_RETURN_IF_ERROR(
-      ReadBlobRows(q, 1, points, [](const Query& row) { return absl::StrCat("metrics row ", row.Int(0)); }));
+  TRAINCTL_RETURN_IF_ERROR(ReadBlobRows(
+      q, 1, points, [](const Query& row) { return absl::StrCat("metrics row ", row.Int(0)); }));
   return points;
 }
 
@@ -179,9 +188,8 @@ absl::Status TelemetryTables::AppendLogs(const v1::LogChunk& chunk) {
     return absl::InvalidArgumentError("state store: AppendLogs: chunk has no job_id");
   }
   if (chunk.lines().empty()) return absl::OkStatus();
-  const std::string op =
-      absl::StrCat("AppendLogs('", chunk.job_id(), "', attempt ", chunk.attempt(), ", rank ",
-                   chunk.rank(), ")");
+  const std::string op = absl::StrCat("AppendLogs('", chunk.job_id(), "', attempt ",
+                                      chunk.attempt(), ", rank ", chunk.rank(), ")");
   // The chunk's rank is authoritative: every stored line carries it, so
   // ListLogs over several ranks tells the lines apart.
   std::vector<StoreCore::PendingRow> rows;
@@ -202,23 +210,24 @@ absl::Status TelemetryTables::AppendLogs(const v1::LogChunk& chunk) {
 
   StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
-  const StoreCore::Retained<StoreCore::LogKey> logs{&s.log_counts,
-                                          StoreCore::LogKey{chunk.job_id(), chunk.attempt(), chunk.rank()},
-                                          &s.stmts->count_logs, &s.stmts->trim_logs, 3,
-                                          [&](Query& q) {
-                                            q.Bind(1, chunk.job_id())
-                                                .Bind(2, int64_t{chunk.attempt()})
-                                                .Bind(3, int64_t{chunk.rank()});
-                                          },
-                                          s.options.max_log_lines_per_rank};
+  const StoreCore::Retained<StoreCore::LogKey> logs{
+      &s.log_counts,
+      StoreCore::LogKey{chunk.job_id(), chunk.attempt(), chunk.rank()},
+      &s.stmts->count_logs,
+      &s.stmts->trim_logs,
+      3,
+      [&](Query& q) {
+        q.Bind(1, chunk.job_id()).Bind(2, int64_t{chunk.attempt()}).Bind(3, int64_t{chunk.rank()});
+      },
+      s.options.max_log_lines_per_rank};
   return s.AppendTelemetry(op, logs, s.pending_logs, std::move(rows), /*reduces=*/false,
                            [](int64_t) -> absl::StatusOr<int64_t> { return 0; });
 }
 
 absl::StatusOr<std::vector<v1::LogLine>> TelemetryTables::ListLogs(const std::string& job_id,
-                                                              int32_t attempt,
-                                                              std::optional<int32_t> rank,
-                                                              int64_t tail_lines) {
+                                                                   int32_t attempt,
+                                                                   std::optional<int32_t> rank,
+                                                                   int64_t tail_lines) {
   StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   const std::string op = absl::StrCat("ListLogs('", job_id, "', attempt ", attempt, ")");
@@ -240,8 +249,8 @@ absl::StatusOr<std::vector<v1::LogLine>> TelemetryTables::ListLogs(const std::st
     // Each rank is its own index range, so the tail is a bounded backward scan.
     Query q(s.db, s.stmts->list_logs_rank, op);
     q.Bind(1, job_id).Bind(2, int64_t{attempt}).Bind(3, int64_t{r}).Bind(4, SqlLimit(tail_lines));
-    TRAINCTL_RETURN_IF_ERROR(
-        ReadBlobRows(q, 1, lines, [](const Query& row) { return absl::StrCat("logs row ", row.Int(0)); }));
+    TRAINCTL_RETURN_IF_ERROR(ReadBlobRows(
+        q, 1, lines, [](const Query& row) { return absl::StrCat("logs row ", row.Int(0)); }));
   }
   return lines;
 }

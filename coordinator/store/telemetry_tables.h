@@ -65,7 +65,8 @@ class TelemetryTables {
   absl::Status AppendMetrics(const v1::MetricBatch& batch);
   // The newest `limit` points of a job (all attempts), oldest first
   // (<= 0: every kept point).
-  absl::StatusOr<std::vector<v1::MetricPoint>> ListMetrics(const std::string& job_id, int64_t limit);
+  absl::StatusOr<std::vector<v1::MetricPoint>> ListMetrics(const std::string& job_id,
+                                                           int64_t limit);
   // A page of a job's points matching `query`, oldest first, with the
   // attempt and row id of each (the id pages the next call).
   absl::StatusOr<MetricPage> ListMetricPage(const MetricPageQuery& query);

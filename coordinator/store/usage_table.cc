@@ -11,8 +11,8 @@
 #include "absl/strings/str_cat.h"
 #include "absl/time/time.h"
 #include "common/status_macros.h"
-#include "coordinator/store/usage_table.h"
 #include "coordinator/store/state_store_impl.h"
+#include "coordinator/store/usage_table.h"
 
 namespace trainctl::coordinator {
 
@@ -28,13 +28,16 @@ int64_t MillisOf(const google::protobuf::Timestamp& t) {
 }  // namespace
 
 absl::Status UsageTable::PutAttemptUsage(const v1::AttemptUsage& usage) {
-  const std::string op = absl::StrCat("PutAttemptUsage('", usage.job_id(), "', ", usage.attempt(), ")");
-  if (usage.job_id().empty()) return absl::InvalidArgumentError(absl::StrCat("state store: ", op, ": no job_id"));
+  const std::string op =
+      absl::StrCat("PutAttemptUsage('", usage.job_id(), "', ", usage.attempt(), ")");
+  if (usage.job_id().empty())
+    return absl::InvalidArgumentError(absl::StrCat("state store: ", op, ": no job_id"));
   if (usage.attempt() < 1) {
     return absl::InvalidArgumentError(absl::StrCat("state store: ", op, ": attempt must be >= 1"));
   }
   if (!usage.has_start_time() || !usage.has_end_time()) {
-    return absl::InvalidArgumentError(absl::StrCat("state store: ", op, ": needs start_time and end_time"));
+    return absl::InvalidArgumentError(
+        absl::StrCat("state store: ", op, ": needs start_time and end_time"));
   }
   const std::string blob = usage.SerializeAsString();
   StoreCore& s = core_;
@@ -52,7 +55,8 @@ absl::Status UsageTable::PutAttemptUsage(const v1::AttemptUsage& usage) {
   });
 }
 
-absl::StatusOr<std::vector<v1::AttemptUsage>> UsageTable::LoadAttemptUsage(absl::Time since, absl::Time until) {
+absl::StatusOr<std::vector<v1::AttemptUsage>> UsageTable::LoadAttemptUsage(absl::Time since,
+                                                                           absl::Time until) {
   StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
   std::vector<v1::AttemptUsage> out;
@@ -67,8 +71,8 @@ absl::StatusOr<std::vector<v1::AttemptUsage>> UsageTable::LoadAttemptUsage(absl:
     v1::AttemptUsage usage;
     TRAINCTL_RETURN_IF_ERROR(ParseBlob(q.Blob(2), &usage, what));
     if (usage.job_id() != job_id || usage.attempt() != attempt) {
-      return absl::DataLossError(absl::StrCat("state store: ", what, " holds attempt ", usage.attempt(),
-                                              " of job '", usage.job_id(), "'"));
+      return absl::DataLossError(absl::StrCat("state store: ", what, " holds attempt ",
+                                              usage.attempt(), " of job '", usage.job_id(), "'"));
     }
     out.push_back(std::move(usage));
   }

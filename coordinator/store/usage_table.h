@@ -32,7 +32,8 @@ class UsageTable {
   // The rows whose time overlaps (since, until): ending after `since`,
   // starting before `until`; ordered by start, job id, attempt. DataLoss
   // naming the row when one does not parse or holds another attempt.
-  absl::StatusOr<std::vector<v1::AttemptUsage>> LoadAttemptUsage(absl::Time since, absl::Time until);
+  absl::StatusOr<std::vector<v1::AttemptUsage>> LoadAttemptUsage(absl::Time since,
+                                                                 absl::Time until);
 
  private:
   friend class StateStore;

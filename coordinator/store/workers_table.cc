@@ -5,8 +5,8 @@
 
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
-#include "coordinator/store/workers_table.h"
 #include "coordinator/store/state_store_impl.h"
+#include "coordinator/store/workers_table.h"
 
 namespace trainctl::coordinator {
 
@@ -22,10 +22,7 @@ absl::Status WorkersTable::PutWorker(const v1::Worker& worker) {
   const std::string op = absl::StrCat("PutWorker('", worker.id(), "')");
   TRAINCTL_RETURN_IF_ERROR(s.InjectedFault(op));
   // A single statement is its own transaction.
-  return Query(s.db, s.stmts->put_worker, op)
-      .Bind(1, worker.id())
-      .BindBlob(2, blob)
-      .Run();
+  return Query(s.db, s.stmts->put_worker, op).Bind(1, worker.id()).BindBlob(2, blob).Run();
 }
 
 absl::Status WorkersTable::DeleteWorker(const std::string& id) {

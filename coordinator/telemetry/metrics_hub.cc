@@ -13,7 +13,9 @@ static void Erase(Map& map, const std::string& job_id, T* s) {
   if (v.empty()) map.erase(it);
 }
 
-void MetricsHub::Unsubscribe(const std::string& job_id, JobSubscriber* s) { Erase(jobs_, job_id, s); }
+void MetricsHub::Unsubscribe(const std::string& job_id, JobSubscriber* s) {
+  Erase(jobs_, job_id, s);
+}
 
 void MetricsHub::UnsubscribeLogs(const std::string& job_id, LogSubscriber* s) {
   Erase(logs_, job_id, s);

@@ -24,7 +24,8 @@ bool IsDumpBody(absl::string_view line) {
 
 }  // namespace
 
-void StackDumps::OnLine(const std::string& job_id, int32_t attempt, int32_t rank, absl::string_view line) {
+void StackDumps::OnLine(const std::string& job_id, int32_t attempt, int32_t rank,
+                        absl::string_view line) {
   const bool header = IsThreadHeader(line);
   auto it = dumps_.find(Key(job_id, attempt, rank));
   if (it == dumps_.end()) {
@@ -38,7 +39,8 @@ void StackDumps::OnLine(const std::string& job_id, int32_t attempt, int32_t rank
   d.bytes += line.size();
 }
 
-std::vector<std::string> StackDumps::Take(const std::string& job_id, int32_t attempt, int32_t rank) {
+std::vector<std::string> StackDumps::Take(const std::string& job_id, int32_t attempt,
+                                          int32_t rank) {
   auto it = dumps_.find(Key(job_id, attempt, rank));
   if (it == dumps_.end()) return {};
   std::vector<std::string> lines = std::move(it->second.lines);

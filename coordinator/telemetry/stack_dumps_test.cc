@@ -11,11 +11,12 @@ using ::testing::IsEmpty;
 
 TEST(StackDumpsTest, KeepsFaulthandlersLinesOnlyPerRank) {
   StackDumps d;
-  for (const char* line : {"rank 1 step 30", "Thread 0x00007f2187f626c0 (most recent call first):",
-                           "  File \"/b/sitecustomize.py\", line 50 in sample", "",
-                           "Current thread 0x00007f218821d040 (most recent call first):",
-                           "  File \"/s/train.py\", line 21 in wedged", "  File \"/s/train.py\", line 39 in main", "",
-                           "Terminated", "  File \"not a frame of a dump\""}) {
+  for (const char* line :
+       {"rank 1 step 30", "Thread 0x00007f2187f626c0 (most recent call first):",
+        "  File \"/b/sitecustomize.py\", line 50 in sample", "",
+        "Current thread 0x00007f218821d040 (most recent call first):",
+        "  File \"/s/train.py\", line 21 in wedged", "  File \"/s/train.py\", line 39 in main", "",
+        "Terminated", "  File \"not a frame of a dump\""}) {
     d.OnLine("j", 1, 1, line);
   }
   d.OnLine("j", 1, 0, "just output");
@@ -23,7 +24,8 @@ TEST(StackDumpsTest, KeepsFaulthandlersLinesOnlyPerRank) {
               ElementsAre("Thread 0x00007f2187f626c0 (most recent call first):",
                           "  File \"/b/sitecustomize.py\", line 50 in sample", "",
                           "Current thread 0x00007f218821d040 (most recent call first):",
-                          "  File \"/s/train.py\", line 21 in wedged", "  File \"/s/train.py\", line 39 in main"));
+                          "  File \"/s/train.py\", line 21 in wedged",
+                          "  File \"/s/train.py\", line 39 in main"));
   EXPECT_THAT(d.Take("j", 1, 1), IsEmpty()) << "taken once";
   EXPECT_THAT(d.Take("j", 1, 0), IsEmpty()) << "no dump, nothing kept";
 }

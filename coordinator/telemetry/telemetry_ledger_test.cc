@@ -84,7 +84,8 @@ TEST_F(TelemetryLedgerTest, AppliesEachSeqOnceAndAcceptsGaps) {
 }
 
 TEST_F(TelemetryLedgerTest, AResendAfterARestartIsDroppedExactly) {
-  for (int seq = 1; seq <= 3; ++seq) ASSERT_EQ(ledger_->Apply("w", seq, StorePoint(seq)).outcome, Outcome::kApplied);
+  for (int seq = 1; seq <= 3; ++seq)
+    ASSERT_EQ(ledger_->Apply("w", seq, StorePoint(seq)).outcome, Outcome::kApplied);
   Open();  // The coordinator restarts on the same database.
   EXPECT_EQ(ledger_->Applied("w"), 3);
   // The worker resends from its last acknowledged seq (say 1): 2 and 3 are
@@ -132,10 +133,10 @@ TEST_F(TelemetryLedgerTest, MemoryOnlyMessagesNeedNoWriteAndStaySafeAcrossAResta
 TEST_F(TelemetryLedgerTest, ABatchAppliesManyWorkersInOneCommitAndDropsResends) {
   ASSERT_EQ(ledger_->Apply("a", 1, StorePoint(1)).outcome, Outcome::kApplied);
   std::vector<TelemetryLedger::Item> batch = {
-      {"a", 1, StorePoint(1)},   // already applied: a resend
-      {"a", 2, StorePoint(2)},   {"b", 1, StorePoint(10)}, {"a", 3, StorePoint(3)},
-      {"a", 3, StorePoint(3)},   // the same seq twice in one batch
-      {"b", 2, StorePoint(11)},  {"b", 5, StorePoint(12)},  // a gap is accepted
+      {"a", 1, StorePoint(1)},  // already applied: a resend
+      {"a", 2, StorePoint(2)},  {"b", 1, StorePoint(10)},
+      {"a", 3, StorePoint(3)},  {"a", 3, StorePoint(3)},   // the same seq twice in one batch
+      {"b", 2, StorePoint(11)}, {"b", 5, StorePoint(12)},  // a gap is accepted
   };
   runs_ = 0;
   TelemetryLedger::Result r = ledger_->ApplyBatch(batch);
@@ -170,8 +171,10 @@ TEST_F(TelemetryLedgerTest, AStoreFailureInABatchKeepsNothingOfIt) {
 // failing in the middle still keeps nothing of the batch (not the points
 // queued before it) and applies no seq; the resend stores each point once.
 TEST_F(TelemetryLedgerTest, AWriteFaultMidBatchKeepsNoPointQueuedBeforeIt) {
-  std::vector<TelemetryLedger::Item> batch = {
-      {"a", 1, StorePoint(1)}, {"b", 1, StorePoint(2)}, {"a", 2, StorePoint(3)}, {"b", 2, StorePoint(4)}};
+  std::vector<TelemetryLedger::Item> batch = {{"a", 1, StorePoint(1)},
+                                              {"b", 1, StorePoint(2)},
+                                              {"a", 2, StorePoint(3)},
+                                              {"b", 2, StorePoint(4)}};
   store_->SetWriteFaultForTest([](int64_t write_no, absl::string_view) { return write_no == 3; });
   TelemetryLedger::Result r = ledger_->ApplyBatch(batch);
   EXPECT_EQ(r.outcome, Outcome::kRetry);

@@ -16,9 +16,9 @@
 #include "absl/synchronization/notification.h"
 #include "common/http_request.h"
 #include "common/status_macros.h"
-#include "coordinator/queues/queue_status.h"
 #include "coordinator/api/service_support.h"
 #include "coordinator/api/services.h"
+#include "coordinator/queues/queue_status.h"
 #include "coordinator/web/web_assets.h"
 
 namespace trainctl::coordinator {
@@ -41,11 +41,21 @@ std::string JsonString(absl::string_view s) {
   std::string out = "\"";
   for (char c : s) {
     switch (c) {
-      case '"': out += "\\\""; break;
-      case '\\': out += "\\\\"; break;
-      case '\n': out += "\\n"; break;
-      case '\r': out += "\\r"; break;
-      case '\t': out += "\\t"; break;
+      case '"':
+        out += "\\\"";
+        break;
+      case '\\':
+        out += "\\\\";
+        break;
+      case '\n':
+        out += "\\n";
+        break;
+      case '\r':
+        out += "\\r";
+        break;
+      case '\t':
+        out += "\\t";
+        break;
       default:
         if (static_cast<unsigned char>(c) < 0x20) {
           absl::StrAppend(&out, "\\u00", absl::Hex(static_cast<unsigned char>(c), absl::kZeroPad2));
@@ -59,14 +69,21 @@ std::string JsonString(absl::string_view s) {
 
 int HttpStatus(const absl::Status& s) {
   switch (s.code()) {
-    case absl::StatusCode::kUnauthenticated: return 401;
-    case absl::StatusCode::kPermissionDenied: return 403;
-    case absl::StatusCode::kNotFound: return 404;
+    case absl::StatusCode::kUnauthenticated:
+      return 401;
+    case absl::StatusCode::kPermissionDenied:
+      return 403;
+    case absl::StatusCode::kNotFound:
+      return 404;
     case absl::StatusCode::kInvalidArgument:
-    case absl::StatusCode::kOutOfRange: return 400;
-    case absl::StatusCode::kFailedPrecondition: return 409;
-    case absl::StatusCode::kUnavailable: return 503;
-    default: return 500;
+    case absl::StatusCode::kOutOfRange:
+      return 400;
+    case absl::StatusCode::kFailedPrecondition:
+      return 409;
+    case absl::StatusCode::kUnavailable:
+      return 503;
+    default:
+      return 500;
   }
 }
 
@@ -78,7 +95,8 @@ HttpServer::Reply Error(const absl::Status& s) {
   return Json(HttpStatus(s), absl::StrCat("{\"error\":", JsonString(s.message()), "}"));
 }
 
-HttpServer::Reply Redirect(const std::string& to, std::vector<std::pair<std::string, std::string>> headers = {}) {
+HttpServer::Reply Redirect(const std::string& to,
+                           std::vector<std::pair<std::string, std::string>> headers = {}) {
   headers.emplace_back("Location", to);
   return {303, "text/plain; charset=utf-8", "see " + to + "\n", std::move(headers)};
 }
@@ -90,19 +108,21 @@ HttpServer::Reply Asset(const std::string& path) {
 }
 
 // An optional non-negative integer parameter; InvalidArgument naming it.
-absl::StatusOr<std::optional<int64_t>> IntParam(const HttpServer::Request& req, const std::string& name) {
+absl::StatusOr<std::optional<int64_t>> IntParam(const HttpServer::Request& req,
+                                                const std::string& name) {
   if (!req.HasParam(name) || req.Param(name).empty()) return std::optional<int64_t>();
   std::optional<int64_t> v = http::ParseNonNegativeInt(req.Param(name));
   if (!v) {
-    return absl::InvalidArgumentError(
-        absl::StrCat(name, ": '", req.Param(name).substr(0, 40), "' is not a non-negative integer"));
+    return absl::InvalidArgumentError(absl::StrCat(name, ": '", req.Param(name).substr(0, 40),
+                                                   "' is not a non-negative integer"));
   }
   return v;
 }
 
 }  // namespace
 
-absl::StatusOr<Principal> Dashboard::Authenticate(const Request& req, absl::string_view what) const {
+absl::StatusOr<Principal> Dashboard::Authenticate(const Request& req,
+                                                  absl::string_view what) const {
   std::string header = req.Header("Authorization");
   if (header.empty()) {
     std::string secret = http::CookieValue(req.Header("Cookie"), kCookie);
@@ -110,15 +130,16 @@ absl::StatusOr<Principal> Dashboard::Authenticate(const Request& req, absl::stri
   }
   absl::StatusOr<Principal> who = deps_.auth->Authenticate(header);
   if (who.ok()) {
-    absl::Status allowed =
-        TokenAuthority::Authorize(*who, "dashboard", {v1::ROLE_ADMIN, v1::ROLE_SUBMITTER, v1::ROLE_VIEWER});
+    absl::Status allowed = TokenAuthority::Authorize(
+        *who, "dashboard", {v1::ROLE_ADMIN, v1::ROLE_SUBMITTER, v1::ROLE_VIEWER});
     if (!allowed.ok()) who = allowed;
   }
   // A browser that was never signed in is not knocking; a token refused is.
   if (!who.ok() && !header.empty() && deps_.refusals != nullptr) {
-    deps_.refusals->Note(req.remote_addr, {{"what", std::string(what)},
-                                          {"path", req.path.substr(0, 100)},
-                                          {"reason", std::string(who.status().message()).substr(0, 300)}});
+    deps_.refusals->Note(req.remote_addr,
+                         {{"what", std::string(what)},
+                          {"path", req.path.substr(0, 100)},
+                          {"reason", std::string(who.status().message()).substr(0, 300)}});
   }
   return who;
 }
@@ -139,7 +160,8 @@ std::string CrossSite(const HttpServer::Request& req) {
   // A browser that sends Fetch Metadata is believed: pages cannot set it.
   const std::string site = req.Header("Sec-Fetch-Site");
   if (!site.empty()) {
-    return site == "same-origin" || site == "none" ? "" : absl::StrCat("Sec-Fetch-Site is '", site, "'");
+    return site == "same-origin" || site == "none" ? ""
+                                                   : absl::StrCat("Sec-Fetch-Site is '", site, "'");
   }
   // Older browsers: Origin (the dashboard's Referrer-Policy: same-origin
   // keeps its own forms' Origin real; "null" is refused).
@@ -157,7 +179,8 @@ std::string CrossSite(const HttpServer::Request& req) {
 
 HttpServer::Reply Dashboard::Login(const Request& req) const {
   if (const std::string why = CrossSite(req); !why.empty()) {
-    return {403, "text/plain; charset=utf-8",
+    return {403,
+            "text/plain; charset=utf-8",
             absl::StrCat("sign-in refused: a form posted from another site (", why,
                          "); open /login on this server\n"),
             {}};
@@ -170,11 +193,20 @@ HttpServer::Reply Dashboard::Login(const Request& req) const {
   if (!who.ok()) {
     std::string why;
     for (char c : who.status().message()) {
-      if (c == '<') why += "&lt;"; else if (c == '>') why += "&gt;"; else if (c == '&') why += "&amp;"; else why += c;
+      if (c == '<')
+        why += "&lt;";
+      else if (c == '>')
+        why += "&gt;";
+      else if (c == '&')
+        why += "&amp;";
+      else
+        why += c;
     }
-    return {401, "text/html; charset=utf-8",
+    return {401,
+            "text/html; charset=utf-8",
             absl::StrCat("<!doctype html><meta charset=\"utf-8\"><title>trainctl: sign in</title>"
-                         "<p id=\"error\">Token refused: ", why, "</p><p><a href=\"/login\">Try again</a></p>\n"),
+                         "<p id=\"error\">Token refused: ",
+                         why, "</p><p><a href=\"/login\">Try again</a></p>\n"),
             {}};
   }
   // The secret as it authenticated (trimmed).
@@ -187,15 +219,16 @@ HttpServer::Reply Dashboard::SignedIn(const std::string& secret, const std::stri
     return Error(absl::InvalidArgumentError("token: not a token this coordinator issues"));
   }
   // Only a path on this server: never an open redirect.
-  return Redirect(http::SafeRedirectPath(next),
-                  {{"Set-Cookie", absl::StrCat(kCookie, "=", secret, "; Path=/; HttpOnly; SameSite=Strict",
-                                               deps_.secure_cookie ? "; Secure" : "")}});
+  return Redirect(
+      http::SafeRedirectPath(next),
+      {{"Set-Cookie", absl::StrCat(kCookie, "=", secret, "; Path=/; HttpOnly; SameSite=Strict",
+                                   deps_.secure_cookie ? "; Secure" : "")}});
 }
 
 HttpServer::Reply Dashboard::SignIn(const Request& req) const {
-  absl::StatusOr<std::string> secret = deps_.sign_in == nullptr
-                                           ? absl::NotFoundError("this dashboard takes no sign-in links")
-                                           : deps_.sign_in->Redeem(req.Param("code"));
+  absl::StatusOr<std::string> secret =
+      deps_.sign_in == nullptr ? absl::NotFoundError("this dashboard takes no sign-in links")
+                               : deps_.sign_in->Redeem(req.Param("code"));
   // Still a token the dashboard lets in (not revoked since).
   if (secret.ok()) {
     Request with_token;
@@ -204,22 +237,28 @@ HttpServer::Reply Dashboard::SignIn(const Request& req) const {
     with_token.headers.emplace("Authorization", "Bearer " + *secret);
     if (absl::Status s = Authenticate(with_token, "sign-in link").status(); !s.ok()) secret = s;
   } else if (deps_.refusals != nullptr) {
-    deps_.refusals->Note(req.remote_addr, {{"what", "sign-in link"}, {"reason", std::string(secret.status().message())}});
+    deps_.refusals->Note(req.remote_addr, {{"what", "sign-in link"},
+                                           {"reason", std::string(secret.status().message())}});
   }
   if (!secret.ok()) {
-    return {401, "text/html; charset=utf-8",
+    return {401,
+            "text/html; charset=utf-8",
             absl::StrCat("<!doctype html><meta charset=\"utf-8\"><title>trainctl: sign in</title>"
-                         "<p id=\"error\">", secret.status().code() == absl::StatusCode::kNotFound
-                                                  ? "This sign-in link is unknown, used or expired"
-                                                  : "The token behind this link is no longer accepted",
-                         ": run <code>trainctl dashboard</code> again.</p><p><a href=\"/login\">Sign in with a token</a></p>\n"),
+                         "<p id=\"error\">",
+                         secret.status().code() == absl::StatusCode::kNotFound
+                             ? "This sign-in link is unknown, used or expired"
+                             : "The token behind this link is no longer accepted",
+                         ": run <code>trainctl dashboard</code> again.</p><p><a "
+                         "href=\"/login\">Sign in with a token</a></p>\n"),
             {}};
   }
   return SignedIn(*secret, req.Param("next"));
 }
 
-HttpServer::Reply Dashboard::Api(const Request& req, std::function<absl::StatusOr<std::string>()> answer) const {
-  if (absl::StatusOr<Principal> who = Authenticate(req, "api"); !who.ok()) return Error(who.status());
+HttpServer::Reply Dashboard::Api(const Request& req,
+                                 std::function<absl::StatusOr<std::string>()> answer) const {
+  if (absl::StatusOr<Principal> who = Authenticate(req, "api"); !who.ok())
+    return Error(who.status());
   // The answer is computed on the loop; this thread waits, bounded. What the
   // closure writes outlives a wait that gave up.
   struct Shared {
@@ -233,7 +272,8 @@ HttpServer::Reply Dashboard::Api(const Request& req, std::function<absl::StatusO
     shared->done.Notify();
   });
   if (!shared->done.WaitForNotificationWithTimeout(absl::Seconds(5))) {
-    return Error(absl::UnavailableError("the coordinator's control loop did not answer within 5 s; retry"));
+    return Error(
+        absl::UnavailableError("the coordinator's control loop did not answer within 5 s; retry"));
   }
   if (!shared->result.ok()) return Error(shared->result.status());
   return Json(200, *shared->result);
@@ -285,8 +325,8 @@ absl::StatusOr<std::string> Dashboard::Logs(const std::string& id, const Request
     if (rank) only = static_cast<int32_t>(*rank);
     TRAINCTL_ASSIGN_OR_RETURN(lines, deps_.queries->Logs(id, which, only, lines_wanted));
   }
-  std::string out = absl::StrCat("{\"attempt\":", which, ",\"attempts\":", attempts, ",\"world_size\":", world,
-                                 ",\"lines\":[");
+  std::string out = absl::StrCat("{\"attempt\":", which, ",\"attempts\":", attempts,
+                                 ",\"world_size\":", world, ",\"lines\":[");
   for (size_t i = 0; i < lines.size(); ++i) absl::StrAppend(&out, i ? "," : "", ToJson(lines[i]));
   return out + "]}";
 }
@@ -304,7 +344,8 @@ absl::StatusOr<std::string> Dashboard::Workers() const {
 absl::StatusOr<std::string> Dashboard::Queues() const {
   v1::ListQueuesResponse resp;
   if (deps_.queues != nullptr) {
-    for (v1::QueueStatus& st : QueueStatusesOf(deps_.queues->List(), deps_.queries->QueueUsages())) {
+    for (v1::QueueStatus& st :
+         QueueStatusesOf(deps_.queues->List(), deps_.queries->QueueUsages())) {
       *resp.add_queues() = std::move(st);
     }
   }
@@ -317,7 +358,8 @@ void Dashboard::RegisterMetrics(HttpServer& http, std::function<std::string()> p
       if (absl::StatusOr<Principal> who = Authenticate(req, "metrics"); !who.ok()) {
         Reply r = Error(who.status());
         // Prometheus sends the token with `authorization: {credentials_file: ...}`.
-        if (r.status == 401) r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"trainctl\"");
+        if (r.status == 401)
+          r.headers.emplace_back("WWW-Authenticate", "Bearer realm=\"trainctl\"");
         return r;
       }
     }
@@ -334,9 +376,12 @@ void Dashboard::Register(HttpServer& http) {
   http.HandleRequest("POST", "/login", [this](const Request& req) { return Login(req); });
   http.HandleRequest("GET", "/signin", [this](const Request& req) { return SignIn(req); });
   http.HandleRequest("POST", "/logout", [](const Request&) {
-    return Redirect("/login", {{"Set-Cookie", absl::StrCat(kCookie, "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")}});
+    return Redirect(
+        "/login",
+        {{"Set-Cookie", absl::StrCat(kCookie, "=; Path=/; HttpOnly; SameSite=Strict; Max-Age=0")}});
   });
-  http.HandleRequest("GET", "/static/[A-Za-z0-9._-]+", [](const Request& req) { return Asset(req.path); });
+  http.HandleRequest("GET", "/static/[A-Za-z0-9._-]+",
+                     [](const Request& req) { return Asset(req.path); });
 
   http.HandleRequest("GET", "/api/jobs", [this](const Request& req) {
     return Api(req, [this]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return Jobs(); });

@@ -32,13 +32,13 @@
 #include "absl/status/statusor.h"
 #include "common/event_loop.h"
 #include "common/http_server.h"
-#include "coordinator/jobs/job_queries.h"
-#include "coordinator/core/on_loop.h"
-#include "coordinator/queues/queue_registry.h"
-#include "coordinator/core/refusal_log.h"
 #include "coordinator/auth/sign_in_codes.h"
-#include "coordinator/store/state_store.h"
 #include "coordinator/auth/token_authority.h"
+#include "coordinator/core/on_loop.h"
+#include "coordinator/core/refusal_log.h"
+#include "coordinator/jobs/job_queries.h"
+#include "coordinator/queues/queue_registry.h"
+#include "coordinator/store/state_store.h"
 #include "coordinator/workers/worker_registry.h"
 
 namespace trainctl::coordinator {
@@ -79,7 +79,8 @@ class Dashboard {
   // The caller, from the Authorization header or the cookie; Unauthenticated
   // or PermissionDenied (with the reason) otherwise, noted in the refusal
   // log as refused `what` when a token was sent.
-  absl::StatusOr<Principal> Authenticate(const Request& req, absl::string_view what = "request") const;
+  absl::StatusOr<Principal> Authenticate(const Request& req,
+                                         absl::string_view what = "request") const;
   // A page: the app, or a redirect to /login when not signed in.
   Reply Page(const Request& req) const;
   Reply Login(const Request& req) const;

@@ -1,5 +1,5 @@
-#include "coordinator/core/retry_log.h"
 #include "coordinator/workers/worker_registry.h"
+#include "coordinator/core/retry_log.h"
 
 #include <algorithm>
 #include <random>
@@ -28,19 +28,23 @@ constexpr int kMaxSlots = 1024;
 constexpr int kMaxLabels = 64;
 
 absl::Status ValidateRegister(const v1::Register& m) {
-  if (!m.worker_id().empty()) TRAINCTL_RETURN_IF_ERROR(CheckWorkerId("register.worker_id", m.worker_id()));
+  if (!m.worker_id().empty())
+    TRAINCTL_RETURN_IF_ERROR(CheckWorkerId("register.worker_id", m.worker_id()));
   if (m.hostname().empty() || m.hostname().size() > 255) {
     return absl::InvalidArgumentError("register.hostname: required, at most 255 bytes");
   }
-  if (m.address().size() > 255) return absl::InvalidArgumentError("register.address: at most 255 bytes");
+  if (m.address().size() > 255)
+    return absl::InvalidArgumentError("register.address: at most 255 bytes");
   if (m.slots_size() == 0 || m.slots_size() > kMaxSlots) {
-    return absl::InvalidArgumentError(absl::StrCat("register.slots: 1 to ", kMaxSlots, " slots, got ", m.slots_size()));
+    return absl::InvalidArgumentError(
+        absl::StrCat("register.slots: 1 to ", kMaxSlots, " slots, got ", m.slots_size()));
   }
   absl::flat_hash_set<int> seen;
   for (int i = 0; i < m.slots_size(); ++i) {
     const v1::Slot& s = m.slots(i);
     if (s.kind() != v1::Slot::KIND_GPU && s.kind() != v1::Slot::KIND_CPU) {
-      return absl::InvalidArgumentError(absl::StrCat("register.slots[", i, "].kind: must be GPU or CPU"));
+      return absl::InvalidArgumentError(
+          absl::StrCat("register.slots[", i, "].kind: must be GPU or CPU"));
     }
     if (s.kind() != m.slots(0).kind()) {
       return absl::InvalidArgumentError(
@@ -54,10 +58,12 @@ absl::Status ValidateRegister(const v1::Register& m) {
     // a GPU may have none, a CPU slot never has one.
     if (!s.flavor().empty()) {
       if (s.kind() == v1::Slot::KIND_CPU) {
-        return absl::InvalidArgumentError(absl::StrCat("register.slots[", i, "].flavor: CPU slots have no flavor"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("register.slots[", i, "].flavor: CPU slots have no flavor"));
       }
       if (std::string problem = GpuFlavorProblem(s.flavor()); !problem.empty()) {
-        return absl::InvalidArgumentError(absl::StrCat("register.slots[", i, "].flavor: ", problem));
+        return absl::InvalidArgumentError(
+            absl::StrCat("register.slots[", i, "].flavor: ", problem));
       }
     }
   }
@@ -83,7 +89,8 @@ absl::Status CheckWorkerId(absl::string_view field, absl::string_view id) {
                     return absl::ascii_isalnum(c) || c == '.' || c == '_' || c == '-';
                   });
   if (ok) return absl::OkStatus();
-  return absl::InvalidArgumentError(absl::StrCat(field, ": 1 to 128 of [A-Za-z0-9._-] (no \"..\")"));
+  return absl::InvalidArgumentError(
+      absl::StrCat(field, ": 1 to 128 of [A-Za-z0-9._-] (no \"..\")"));
 }
 
 WorkerRegistry::WorkerRegistry(StateStore* store, const Clock* clock, RegistryOptions options)
@@ -99,8 +106,9 @@ void WorkerRegistry::Recover(const std::vector<v1::Worker>& workers) {
     e.worker = w;
     e.channel = nullptr;
     e.lease_deadline = now + std::max(options_.lease_timeout, options_.recovery_grace);
-    e.awaiting = absl::StrCat("its worker did not reconnect within ",
-                              absl::FormatDuration(e.lease_deadline - now), " of the coordinator's restart");
+    e.awaiting =
+        absl::StrCat("its worker did not reconnect within ",
+                     absl::FormatDuration(e.lease_deadline - now), " of the coordinator's restart");
   }
 }
 
@@ -117,12 +125,14 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
   }
   auto it = workers_.find(id);
   if (it != workers_.end() && it->second.channel != nullptr && it->second.channel != channel &&
-      it->second.worker.state() == v1::WORKER_STATE_ALIVE && clock_->Mono() < it->second.lease_deadline) {
+      it->second.worker.state() == v1::WORKER_STATE_ALIVE &&
+      clock_->Mono() < it->second.lease_deadline) {
     return absl::AlreadyExistsError(absl::StrCat(
         "worker id ", id, " is held by a live session (host ", it->second.worker.hostname(),
         "); two daemons share a work dir, or the old session has not expired yet"));
   }
-  const std::string before = it != workers_.end() ? Lower(v1::WorkerState_Name(it->second.worker.state())) : "new";
+  const std::string before =
+      it != workers_.end() ? Lower(v1::WorkerState_Name(it->second.worker.state())) : "new";
   v1::Worker w = it != workers_.end() ? it->second.worker : v1::Worker();
   w.set_id(id);
   w.set_hostname(msg.hostname());
@@ -139,15 +149,19 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
   // would turn a store outage into lost workers. A coordinator restarted
   // from the older row sees the worker register again.
   if (absl::Status s = Persist(w); !s.ok()) {
-    LogDeferred(s, "memory goes ahead; the row is written at its next change", {{"worker_id", id}, {"on", "registered"}});
+    LogDeferred(s, "memory goes ahead; the row is written at its next change",
+                {{"worker_id", id}, {"on", "registered"}});
   }
   Entry& e = workers_[id];
   if (e.channel != nullptr && e.channel != channel) {
     e.channel->Close(absl::AbortedError("replaced by a new session of the same worker"));
   }
   LogEvent(LogLevel::kInfo, "coordinator", "worker_registered",
-           {{"worker_id", id}, {"host", w.hostname()}, {"address", w.address()},
-            {"slots", absl::StrCat(w.slots_size())}, {"running_ranks", absl::StrCat(msg.running_size())},
+           {{"worker_id", id},
+            {"host", w.hostname()},
+            {"address", w.address()},
+            {"slots", absl::StrCat(w.slots_size())},
+            {"running_ranks", absl::StrCat(msg.running_size())},
             {"was", before}});
   e.worker = std::move(w);
   e.channel = channel;
@@ -180,23 +194,26 @@ void WorkerRegistry::SessionEnded(const std::string& id, const WorkerChannel* ch
   it->second.channel = nullptr;
   LogEvent(LogLevel::kInfo, "coordinator", "worker_session_ended",
            {{"worker_id", id},
-            {"reason", left ? "goodbye (the daemon is shutting down)" : "stream broke without a goodbye"},
-            {"then", left ? "LEFT" : absl::StrCat("LOST unless it reconnects within ",
-                                                 absl::FormatDuration(options_.disconnect_grace))}});
+            {"reason",
+             left ? "goodbye (the daemon is shutting down)" : "stream broke without a goodbye"},
+            {"then", left ? "LEFT"
+                          : absl::StrCat("LOST unless it reconnects within ",
+                                         absl::FormatDuration(options_.disconnect_grace))}});
   if (left && it->second.worker.state() == v1::WORKER_STATE_ALIVE) {
     it->second.worker.set_state(v1::WORKER_STATE_LEFT);
     // Memory goes ahead of a failed write: the worker is gone either way,
     // and a coordinator restarted from the stale row sees it expire.
     if (absl::Status s = Persist(it->second.worker); !s.ok()) {
-      LogDeferred(s, "memory goes ahead; the row is written at its next change", {{"worker_id", id}, {"on", "left"}});
+      LogDeferred(s, "memory goes ahead; the row is written at its next change",
+                  {{"worker_id", id}, {"on", "left"}});
     }
     return;
   }
   it->second.lease_deadline =
       std::min(it->second.lease_deadline, clock_->Mono() + options_.disconnect_grace);
-  it->second.awaiting = absl::StrCat("its worker's stream broke without a goodbye and it did not reconnect within ",
-                                     absl::FormatDuration(options_.disconnect_grace),
-                                     " (daemon killed, host or network down)");
+  it->second.awaiting = absl::StrCat(
+      "its worker's stream broke without a goodbye and it did not reconnect within ",
+      absl::FormatDuration(options_.disconnect_grace), " (daemon killed, host or network down)");
 }
 
 bool WorkerRegistry::Expel(const std::string& id, const absl::Status& why) {
@@ -206,12 +223,14 @@ bool WorkerRegistry::Expel(const std::string& id, const absl::Status& why) {
   Entry& e = it->second;
   e.worker.set_state(v1::WORKER_STATE_LOST);
   e.lost_reason = absl::StrCat("its worker was expelled: ", why.message());
-  LogEvent(LogLevel::kWarn, "coordinator", "worker_lost",
-           {{"worker_id", id}, {"host", e.worker.hostname()}, {"reason", std::string(why.message())}});
+  LogEvent(
+      LogLevel::kWarn, "coordinator", "worker_lost",
+      {{"worker_id", id}, {"host", e.worker.hostname()}, {"reason", std::string(why.message())}});
   // As in ExpireLeases: a failed write leaves a stale ALIVE row, which a
   // restarted coordinator expires (and the revocation refuses it).
   if (absl::Status s = Persist(e.worker); !s.ok()) {
-    LogDeferred(s, "memory goes ahead; the row is written at its next change", {{"worker_id", id}, {"on", "expelled"}});
+    LogDeferred(s, "memory goes ahead; the row is written at its next change",
+                {{"worker_id", id}, {"on", "expelled"}});
   }
   if (e.channel != nullptr) {
     e.channel->Close(why);
@@ -231,14 +250,16 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
     // once handled.
     if (e.channel != nullptr && e.channel->Unhandled()) continue;
     e.worker.set_state(v1::WORKER_STATE_LOST);
-    e.lost_reason = e.channel != nullptr || e.awaiting.empty() ? "its worker stopped heartbeating (lease expired)"
-                                                               : e.awaiting;
+    e.lost_reason = e.channel != nullptr || e.awaiting.empty()
+                        ? "its worker stopped heartbeating (lease expired)"
+                        : e.awaiting;
     LogEvent(LogLevel::kWarn, "coordinator", "worker_lost",
              {{"worker_id", id}, {"host", e.worker.hostname()}, {"reason", e.lost_reason}});
     // As for LEFT: a failed write only leaves a stale ALIVE row, which a
     // restarted coordinator expires again.
     if (absl::Status s = Persist(e.worker); !s.ok()) {
-      LogDeferred(s, "memory goes ahead; the row is written at its next change", {{"worker_id", id}, {"on", "lost"}});
+      LogDeferred(s, "memory goes ahead; the row is written at its next change",
+                  {{"worker_id", id}, {"on", "lost"}});
     }
     if (e.channel != nullptr) {
       e.channel->Close(absl::UnavailableError("lease expired: no heartbeat in time"));
@@ -251,24 +272,28 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
 
 std::string WorkerRegistry::LossReason(const std::string& id) const {
   auto it = workers_.find(id);
-  if (it == workers_.end() || it->second.lost_reason.empty()) return "its worker stopped heartbeating (lease expired)";
+  if (it == workers_.end() || it->second.lost_reason.empty())
+    return "its worker stopped heartbeating (lease expired)";
   return it->second.lost_reason;
 }
 
-std::vector<std::string> WorkerRegistry::ForgetGone(const std::function<bool(const std::string&)>& holds_ranks) {
+std::vector<std::string> WorkerRegistry::ForgetGone(
+    const std::function<bool(const std::string&)>& holds_ranks) {
   CheckOnLoop();
   const absl::Time now = clock_->Now();
   std::vector<std::string> forgotten;
   for (auto it = workers_.begin(); it != workers_.end();) {
     const v1::Worker& w = it->second.worker;
     const bool gone = w.state() == v1::WORKER_STATE_LOST || w.state() == v1::WORKER_STATE_LEFT;
-    if (!gone || it->second.channel != nullptr || now - FromTimestamp(w.last_heartbeat_time()) < options_.gone_ttl ||
+    if (!gone || it->second.channel != nullptr ||
+        now - FromTimestamp(w.last_heartbeat_time()) < options_.gone_ttl ||
         holds_ranks(it->first)) {
       ++it;
       continue;
     }
     if (absl::Status s = store_->workers().DeleteWorker(it->first); !s.ok()) {
-      LogDeferred(s, "forgotten again at the next sweep", {{"worker_id", it->first}, {"on", "forgetting a gone worker"}});
+      LogDeferred(s, "forgotten again at the next sweep",
+                  {{"worker_id", it->first}, {"on", "forgetting a gone worker"}});
       ++it;
       continue;  // tried again at the next pass
     }

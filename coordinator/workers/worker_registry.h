@@ -130,7 +130,8 @@ class WorkerRegistry {
 
   // Records why its registered address is refused ("" when accepted; see
   // v1::Worker.address_refused): what `trainctl workers` shows.
-  void SetAddressRefused(const std::string& id, const std::string& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  void SetAddressRefused(const std::string& id, const std::string& why)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // True when `channel` is the open session of worker `id`.
   bool OwnsSession(const std::string& id, const WorkerChannel* channel) const

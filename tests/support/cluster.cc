@@ -12,11 +12,11 @@
 #include <iostream>
 #include <sstream>
 
+#include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
 #include "common/auth/secret.h"
 #include "common/subprocess.h"
 #include "common/temp_dir.h"
-#include "absl/strings/match.h"
 
 namespace trainctl::testing {
 
@@ -93,7 +93,9 @@ bool Cluster::StartCoordinator(std::vector<std::string> extra) {
   std::string listen = address_.empty() ? "127.0.0.1:0" : address_;
   std::vector<std::string> argv{build_dir_ + "/coordinator/trainctl-coordinator",
                                 "--listen=" + listen,
-                                "--heartbeat_interval_ms=200", "--lease_timeout_ms=1500", "--stop_grace_s=2",
+                                "--heartbeat_interval_ms=200",
+                                "--lease_timeout_ms=1500",
+                                "--stop_grace_s=2",
                                 "--admin_token_file=" + dir_ + "/admin.token"};
   // A test's own --store (or --db) replaces the cluster's SQLite file.
   if (std::none_of(extra.begin(), extra.end(), [](const std::string& f) {
@@ -174,26 +176,28 @@ bool Cluster::StartWorker(const std::string& name, int slots, bool relative_path
     for (char c : dir_) up += c == '/' ? "../" : "";
     rank_binary = up + rank_binary_.substr(1);
   }
-  std::vector<std::string> argv{build_dir_ + "/worker/daemon/trainctl-worker",
-                                "--coordinator=" + address_,
-                                absl::StrCat("--slots=", slots),
-                                relative_paths ? "--work_dir=worker-" + name
-                                               : "--work_dir=" + dir_ + "/worker-" + name,
-                                "--address=127.0.0.1",
-                                "--rank_binary=" + rank_binary,
-                                "--rank_timeout_s=20",
-                                "--stop_grace_s=2"};
+  std::vector<std::string> argv{
+      build_dir_ + "/worker/daemon/trainctl-worker",
+      "--coordinator=" + address_,
+      absl::StrCat("--slots=", slots),
+      relative_paths ? "--work_dir=worker-" + name : "--work_dir=" + dir_ + "/worker-" + name,
+      "--address=127.0.0.1",
+      "--rank_binary=" + rank_binary,
+      "--rank_timeout_s=20",
+      "--stop_grace_s=2"};
   argv.insert(argv.end(), extra_flags.begin(), extra_flags.end());
   // Each worker has its own worker token (its id is bound to it), unless
   // the test passes its own --token_file.
   bool own_token = false;
   for (const std::string& f : extra_flags) {
-    own_token |= f.rfind("--token_file=", 0) == 0 || f.rfind("--join_token", 0) == 0 || f.rfind("--cert=", 0) == 0;
+    own_token |= f.rfind("--token_file=", 0) == 0 || f.rfind("--join_token", 0) == 0 ||
+                 f.rfind("--cert=", 0) == 0;
   }
   if (!own_token) {
     if (!auth::ReadTokenFile(WorkerTokenFile(name)).ok()) {
       std::string token = CreateToken(v1::ROLE_WORKER, "worker-" + name);
-      if (token.empty() || !auth::WritePrivateFile(WorkerTokenFile(name), token + "\n").ok()) return false;
+      if (token.empty() || !auth::WritePrivateFile(WorkerTokenFile(name), token + "\n").ok())
+        return false;
     }
     argv.push_back("--token_file=" + WorkerTokenFile(name));
   }
@@ -217,7 +221,8 @@ bool Cluster::WaitWorkers(int n, absl::Duration timeout) {
     grpc::ClientContext ctx;
     ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(2));
     v1::ListWorkersResponse resp;
-    if (workers_stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok() && resp.workers_size() >= n) {
+    if (workers_stub_->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok() &&
+        resp.workers_size() >= n) {
       return true;
     }
     absl::SleepFor(absl::Milliseconds(50));
@@ -242,7 +247,8 @@ grpc::Status Cluster::SubmitAs(const std::string& token, const v1::JobSpec& spec
   security.ca_file = ca_file();
   absl::StatusOr<std::shared_ptr<grpc::Channel>> channel =
       auth::MakeChannel(address_, security, grpc::ChannelArguments());
-  if (!channel.ok()) return grpc::Status(grpc::StatusCode::INTERNAL, std::string(channel.status().message()));
+  if (!channel.ok())
+    return grpc::Status(grpc::StatusCode::INTERNAL, std::string(channel.status().message()));
   grpc::ClientContext ctx;
   ctx.set_deadline(std::chrono::system_clock::now() + std::chrono::seconds(10));
   v1::SubmitJobRequest req;
@@ -256,7 +262,8 @@ grpc::Status Cluster::SubmitAs(const std::string& token, const v1::JobSpec& spec
 std::string Cluster::Submit(const v1::JobSpec& spec) {
   std::string id;
   const grpc::Status s = TrySubmit(spec, &id);
-  if (!s.ok()) std::cerr << "Cluster::Submit(" << spec.name() << ") refused: " << s.error_message() << "\n";
+  if (!s.ok())
+    std::cerr << "Cluster::Submit(" << spec.name() << ") refused: " << s.error_message() << "\n";
   return s.ok() ? id : "";
 }
 
@@ -371,7 +378,8 @@ std::vector<pid_t> Cluster::ProcessesMatching(const std::string& needle) {
     pid_t pid = atoi(e->d_name);
     if (pid <= 0) continue;
     std::string cmd = ReadProcFile(absl::StrCat("/proc/", pid, "/cmdline"));
-    for (char& c : cmd) if (c == '\0') c = ' ';
+    for (char& c : cmd)
+      if (c == '\0') c = ' ';
     std::string stat = ReadProcFile(absl::StrCat("/proc/", pid, "/stat"));
     const size_t paren = stat.rfind(')');
     bool zombie = paren != std::string::npos && stat.size() > paren + 2 && stat[paren + 2] == 'Z';
@@ -381,7 +389,8 @@ std::vector<pid_t> Cluster::ProcessesMatching(const std::string& needle) {
     char cwd[4096];
     const ssize_t n = readlink(absl::StrCat("/proc/", pid, "/cwd").c_str(), cwd, sizeof(cwd) - 1);
     const std::string dir = n > 0 ? std::string(cwd, static_cast<size_t>(n)) + "/" : "";
-    if (!zombie && (absl::StrContains(cmd, needle) || absl::StrContains(dir, needle))) out.push_back(pid);
+    if (!zombie && (absl::StrContains(cmd, needle) || absl::StrContains(dir, needle)))
+      out.push_back(pid);
   }
   closedir(d);
   return out;

@@ -88,7 +88,9 @@ class Cluster {
   // A new token with `role` (secret), created through AuthService; "" on failure.
   std::string CreateToken(v1::Role role, const std::string& name, int64_t ttl_s = 0);
   // The worker token `name` uses (created at its first StartWorker; kept for restarts).
-  std::string WorkerTokenFile(const std::string& name) const { return dir_ + "/worker-" + name + ".token"; }
+  std::string WorkerTokenFile(const std::string& name) const {
+    return dir_ + "/worker-" + name + ".token";
+  }
   v1::JobService::Stub* jobs() { return jobs_.get(); }
   v1::WorkerService::Stub* workers_stub() { return workers_stub_.get(); }
   const std::string& address() const { return address_; }
@@ -103,7 +105,8 @@ class Cluster {
   // this cluster's transport (TLS with its CA once InitTls ran).
   grpc::Status SubmitAs(const std::string& token, const v1::JobSpec& spec, std::string* id);
   // Polls GetJob until the state is `want` (or the job ends in another terminal state).
-  v1::Job WaitState(const std::string& id, v1::JobState want, absl::Duration timeout = absl::Seconds(60));
+  v1::Job WaitState(const std::string& id, v1::JobState want,
+                    absl::Duration timeout = absl::Seconds(60));
   v1::Job Get(const std::string& id);
   // Polls GetJob every 25 ms until `done` holds or `timeout` passes; returns the last view.
   v1::Job WaitFor(const std::string& id, const std::function<bool(const v1::Job&)>& done,

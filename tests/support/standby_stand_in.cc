@@ -45,9 +45,11 @@ class StandbyStandIn::Service final : public grpc::CallbackGenericService {
           return;
         }
         if (!active.empty()) ctx->AddTrailingMetadata(kActiveKey, active);
-        Finish(grpc::Status(grpc::StatusCode::UNAVAILABLE,
-                            active.empty() ? "standby coordinator; no active coordinator is known yet"
-                                           : absl::StrCat("standby coordinator; the active coordinator is at ", active)));
+        Finish(grpc::Status(
+            grpc::StatusCode::UNAVAILABLE,
+            active.empty()
+                ? "standby coordinator; no active coordinator is known yet"
+                : absl::StrCat("standby coordinator; the active coordinator is at ", active)));
       }
       void OnDone() override { delete this; }
     };
@@ -72,13 +74,15 @@ StandbyStandIn::StandbyStandIn(std::string active, Mode mode)
   server_ = builder.BuildAndStart();
   if (server_ == nullptr || port == 0) return;
   address_ = absl::StrCat("127.0.0.1:", port);
-  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService(); health != nullptr) {
+  if (grpc::HealthCheckServiceInterface* health = server_->GetHealthCheckService();
+      health != nullptr) {
     health->SetServingStatus(false);
   }
 }
 
 StandbyStandIn::~StandbyStandIn() {
-  if (server_ != nullptr) server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
+  if (server_ != nullptr)
+    server_->Shutdown(std::chrono::system_clock::now() + std::chrono::seconds(2));
 }
 
 void StandbyStandIn::set_active(std::string active) { service_->set_active(std::move(active)); }
