@@ -1,4 +1,4 @@
-// One rank of a multi-process test (see rank_launcher.h): connects to its
+// One rank of a multi-process test (see multiprocess_test_support.h): connects to its
 // peers through the rendezvous store and the Gloo engine, runs one scenario,
 // writes what the parent test checks into --dir, and exits 0 when its own
 // expectations held (non-zero with a message on stderr otherwise).
@@ -30,7 +30,7 @@
 #include "common/status_macros.h"
 #include "worker/dist/gloo_collectives.h"
 #include "worker/dist/gradient_bucketer.h"
-#include "worker/dist/rank_launcher.h"
+#include "worker/dist/multiprocess_test_support.h"
 #include "worker/dist/rendezvous_store.h"
 #include "worker/dist/tensor_collectives.h"
 

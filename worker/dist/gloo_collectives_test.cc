@@ -17,7 +17,7 @@
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
 #include "absl/strings/str_split.h"
-#include "worker/dist/rank_launcher.h"
+#include "worker/dist/multiprocess_test_support.h"
 #include "worker/dist/rendezvous_store.h"
 
 namespace trainctl::dist {

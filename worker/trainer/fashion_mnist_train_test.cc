@@ -8,7 +8,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "gtest/gtest.h"
-#include "worker/trainer/rank_harness.h"
+#include "worker/trainer/rank_process_test_support.h"
 
 namespace trainctl::trainer {
 namespace {

@@ -21,7 +21,7 @@
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 #include "worker/trainer/checkpoint.h"
-#include "worker/trainer/rank_harness.h"
+#include "worker/trainer/rank_process_test_support.h"
 #include "worker/trainer/trainer.h"
 
 namespace trainctl::trainer {

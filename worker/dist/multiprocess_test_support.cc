@@ -1,4 +1,4 @@
-#include "worker/dist/rank_launcher.h"
+#include "worker/dist/multiprocess_test_support.h"
 
 #include <fcntl.h>
 #include <signal.h>

@@ -1,4 +1,4 @@
-#include "worker/trainer/rank_harness.h"
+#include "worker/trainer/rank_process_test_support.h"
 
 #include <fcntl.h>
 #include <poll.h>
