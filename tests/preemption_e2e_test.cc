@@ -307,12 +307,16 @@ TEST_P(PreemptedTrainingTest, APreemptedTrainingJobCheckpointsAtAnAgreedStepAndR
   ASSERT_EQ(Cli({"queue", "create", "team-a", "--cpu", quota, "--cohort", "lab"}, &out), 0) << out;
   ASSERT_EQ(Cli({"queue", "create", "team-b", "--cpu", quota, "--cohort", "lab"}, &out), 0) << out;
 
-  // b: the classic example made slow (1,000 steps an epoch at 2 ranks), on
-  // every slot, with no periodic checkpoint inside an epoch.
+  // b: the classic example made long (10,000 steps an epoch at 2 ranks, at
+  // least 5 s on a fast machine), on every slot, with no periodic checkpoint
+  // inside an epoch. Its progress reaches the coordinator about once a
+  // second, so the epoch must last several seconds for the preemption below
+  // to land inside it (at 1,000 steps an idle machine ran the whole epoch
+  // before the first report).
   const std::string src = trainctl::testing::SourceDir();
   ParsedJobSpec slow =
       ParseJobSpecFile(src + "/examples/mlp-synthetic.yaml",
-                       {"training.epochs=1", "data.train.length=60000", "model.hidden=[64]",
+                       {"training.epochs=1", "data.train.length=600000", "model.hidden=[64]",
                         "device=cpu", absl::StrCat("world_size=", 2 * per_worker)});
   ASSERT_TRUE(slow.ok()) << (slow.errors.empty() ? "" : slow.errors[0].ToString());
   slow.spec.set_queue("team-b");
