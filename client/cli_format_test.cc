@@ -1,5 +1,6 @@
 // The CLI's rendering without a coordinator: tables, names, durations,
-// progress, and follow mode on a terminal and off one (with a fake clock).
+// progress, follow mode on a terminal and off one (with a fake clock), and
+// how `trainctl queue` words a queue's use.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -9,6 +10,7 @@
 #include "absl/strings/str_split.h"
 #include "client/cli/follow.h"
 #include "client/cli/format.h"
+#include "client/cli/queue_text.h"
 #include "common/jobspec/job_spec.h"
 #include "common/time_util.h"
 
@@ -315,6 +317,57 @@ TEST(FollowPrinterTest, JsonModeWritesOneDocumentPerLine) {
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_THAT(lines[0], HasSubstr("\"type\":\"submitted\""));
   EXPECT_THAT(lines[2], HasSubstr("\"state\":\"JOB_STATE_CANCELLED\""));
+}
+
+// Issue #48: `queue describe` and `queue list` word the use of every quota
+// dimension from QueueStatus (used, borrowed, nominal, limits).
+TEST(QueueTextTest, DescribeShowsTheUseOfEveryQuotaDimensionTheQueueHasOrUses) {
+  v1::QueueStatus s;
+  v1::Queue& q = *s.mutable_queue();
+  q.set_name("team");
+  q.set_nominal_gpu(2);
+  q.set_borrowing_limit_gpu(1);
+  q.set_nominal_cpus(2.5);
+  q.set_lending_limit_cpus(2);
+  q.set_nominal_memory_bytes(int64_t{8} << 30);
+  q.set_borrowing_limit_memory_bytes(int64_t{16} << 30);
+  (*q.mutable_nominal_gpu_flavors())["h100"] = 4;
+  s.set_used_gpu(3);
+  s.set_borrowed_gpu(1);
+  s.set_used_cpus(3.5);
+  s.set_borrowed_cpus(1);
+  s.set_used_memory_bytes(int64_t{12} << 30);
+  s.set_borrowed_memory_bytes(int64_t{4} << 30);
+  (*s.mutable_used_gpu_flavors())["h100"] = 2;
+  (*s.mutable_used_gpu_flavors())["a100"] = 1;
+  EXPECT_EQ(GpuSlotsUse(s), "3 used of 2 (1 borrowed; borrows at most 1)");
+  EXPECT_EQ(CpuSlotsUse(s), "0 used of unlimited");
+  EXPECT_EQ(CpusUse(s), "3.5 used of 2.5 (1 borrowed; lends at most 2)");
+  EXPECT_EQ(MemoryUse(s), "12 GiB used of 8 GiB (4 GiB borrowed; borrows at most 16 GiB)");
+  EXPECT_THAT(FlavorUses(s), ElementsAre(::testing::Pair("a100", "1 used of unlimited"),
+                                         ::testing::Pair("h100", "2 used of 4")));
+  EXPECT_EQ(ResourceUseCell(s),
+            "cpus 3.5/2.5 (lends at most 2), memory 12 GiB/8 GiB (borrows at most 16 GiB)");
+
+  // Without such quotas: CPUs and memory only while held; a flavor quota
+  // shows with nothing held.
+  v1::QueueStatus plain;
+  plain.mutable_queue()->set_name("plain");
+  EXPECT_EQ(CpusUse(plain), "");
+  EXPECT_EQ(MemoryUse(plain), "");
+  EXPECT_TRUE(FlavorUses(plain).empty());
+  EXPECT_EQ(ResourceUseCell(plain), "-");
+  plain.set_used_cpus(1.001);
+  plain.set_used_memory_bytes(int64_t{3} << 30);
+  EXPECT_EQ(CpusUse(plain), "1.001 used of unlimited");
+  EXPECT_EQ(MemoryUse(plain), "3 GiB used of unlimited");
+  EXPECT_EQ(ResourceUseCell(plain), "cpus 1.001/-, memory 3 GiB/-");
+  (*plain.mutable_queue()->mutable_nominal_gpu_flavors())["a100"] = 2;
+  EXPECT_THAT(FlavorUses(plain), ElementsAre(::testing::Pair("a100", "0 used of 2")));
+  v1::QueueStatus idle;
+  idle.mutable_queue()->set_nominal_memory_bytes(int64_t{16} << 30);
+  EXPECT_EQ(MemoryUse(idle), "0 used of 16 GiB");
+  EXPECT_EQ(ResourceUseCell(idle), "memory 0/16 GiB");
 }
 
 }  // namespace

@@ -5,10 +5,13 @@
 // cannot be deleted; an update keeps the queue and changes its quota; queues
 // survive a coordinator restart. A queue marked the default (issue #44)
 // takes the jobs that name none, and one of them runs on a (scripted) worker.
+// What a queue's job holds of each quota dimension shows in describe, list
+// and /metrics.
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <fstream>
 #include <map>
 #include <optional>
@@ -21,6 +24,7 @@
 #include "common/jobspec/job_spec.h"
 #include "tests/support/cluster.h"
 #include "tests/support/fake_worker.h"
+#include "tests/support/metrics_page.h"
 #include "trainctl/client.h"
 
 namespace trainctl {
@@ -464,15 +468,17 @@ TEST(QueuesE2ETest, CpuAndMemoryQuotasAreSetShownAndBoundWhatAQueueCanEverRun) {
   ASSERT_EQ(made.code, 0) << made.err;
   CliResult shown = RunTrainctl(cluster, admin, {"queue", "describe", "mem"});
   ASSERT_EQ(shown.code, 0) << shown.err;
-  EXPECT_THAT(shown.out,
-              ContainsRegex("CPU/memory quota: +cpus 8 \\(lends at most 2\\), memory 16 GiB"));
+  EXPECT_THAT(shown.out, ContainsRegex("CPUs: +0 used of 8 \\(lends at most 2\\)\n"));
+  EXPECT_THAT(shown.out, ContainsRegex("Memory: +0 used of 16 GiB \\(borrows at most 16 GiB\\)\n"));
   shown = RunTrainctl(cluster, admin, {"queue", "describe", "plain"});
   ASSERT_EQ(shown.code, 0) << shown.err;
-  EXPECT_THAT(shown.out, Not(HasSubstr("CPU/memory quota")));
+  EXPECT_THAT(shown.out, Not(HasSubstr("CPUs:")));
+  EXPECT_THAT(shown.out, Not(HasSubstr("Memory:")));
   CliResult listed = RunTrainctl(cluster, admin, {"queue", "list"});
   ASSERT_EQ(listed.code, 0) << listed.err;
-  EXPECT_THAT(listed.out, HasSubstr("CPUS/MEMORY QUOTA"));
-  EXPECT_THAT(listed.out, HasSubstr("memory 16 GiB (borrows at most 16 GiB)"));
+  EXPECT_THAT(listed.out, HasSubstr("CPUS/MEMORY"));
+  EXPECT_THAT(listed.out,
+              HasSubstr("cpus 0/8 (lends at most 2), memory 0/16 GiB (borrows at most 16 GiB)"));
   CliResult json = RunTrainctl(cluster, admin, {"queue", "describe", "mem", "-o", "json"});
   ASSERT_EQ(json.code, 0) << json.err;
   EXPECT_THAT(json.out, ContainsRegex("\"nominal_?[mM]emory_?[bB]ytes\": ?\"?17179869184"));
@@ -624,7 +630,8 @@ TEST(QueuesE2ETest, GpuFlavorQuotasAreSetShownAndBoundWhatAQueueCanEverRun) {
   EXPECT_THAT(made.out, HasSubstr("by flavor a100 2, h100 4 gpus"));
   CliResult shown = RunTrainctl(cluster, admin, {"queue", "describe", "gpus"});
   ASSERT_EQ(shown.code, 0) << shown.err;
-  EXPECT_THAT(shown.out, ContainsRegex("GPU flavor quota: +a100 2, h100 4 gpus"));
+  EXPECT_THAT(shown.out, ContainsRegex("GPU flavor a100: +0 used of 2\n"));
+  EXPECT_THAT(shown.out, ContainsRegex("GPU flavor h100: +0 used of 4\n"));
   CliResult bad =
       RunTrainctl(cluster, admin, {"queue", "create", "c", "--nominal-gpus-flavor", "h100"});
   EXPECT_NE(bad.code, 0);
@@ -656,6 +663,106 @@ TEST(QueuesE2ETest, GpuFlavorQuotasAreSetShownAndBoundWhatAQueueCanEverRun) {
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(job.status().message(),
               HasSubstr("resources.gpu_flavor: asks for GPUs of flavor h100, but device is cpu"));
+}
+
+// Issue #48 (queue status): what a queue's running job holds in every
+// quota dimension -- CPUs and memory beyond its nominal borrowed from its
+// cohort, GPU slots by flavor -- through the API (QueueStatus), `queue
+// describe` (text and JSON), `queue list` and /metrics.
+TEST(QueuesE2ETest, AQueuesUseOfCpusMemoryAndFlavorsIsShownWithWhatItBorrows) {
+  Cluster cluster(testing::BuildDirOfThisTest(), "");
+  ASSERT_TRUE(cluster.StartCoordinator({"--http_listen=127.0.0.1:0"}));
+  const std::string admin = cluster.admin_token();
+  CliResult made = RunTrainctl(cluster, admin,
+                               {"queue", "create", "lender", "--cohort", "lab", "--nominal-cpus",
+                                "8", "--nominal-memory", "8Gi"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  made = RunTrainctl(cluster, admin,
+                     {"queue", "create", "team", "--cohort", "lab", "--nominal-cpus", "2",
+                      "--nominal-memory", "2Gi", "--nominal-gpus-flavor", "h100=4"});
+  ASSERT_EQ(made.code, 0) << made.err;
+
+  // Two h100 GPUs on a worker that enforces limits; team's job takes both,
+  // 1.5 CPUs and 3 GiB each: 3 CPUs and 6 GiB, beyond team's 2 and 2 GiB.
+  const std::string worker_token = cluster.CreateToken(v1::ROLE_WORKER, "w");
+  ASSERT_FALSE(worker_token.empty());
+  testing::FakeWorker worker(
+      grpc::CreateChannel(cluster.address(), grpc::InsecureChannelCredentials()), "w", 2,
+      absl::Milliseconds(100), worker_token);
+  worker.set_gpus("NVIDIA H100 80GB HBM3", "h100");
+  v1::Allocatable allocatable;
+  allocatable.set_cpus(16);
+  allocatable.set_memory_bytes(int64_t{64} << 30);
+  allocatable.set_enforces_limits(true);
+  worker.set_allocatable(allocatable);
+  ASSERT_TRUE(worker.Connect());
+  std::unique_ptr<Client> as_admin = ClientAs(cluster, admin);
+  ASSERT_NE(as_admin, nullptr);
+  v1::JobSpec spec = Spec("wide");
+  spec.set_queue("team");
+  spec.set_world_size(2);
+  spec.set_device(v1::DEVICE_CUDA);
+  spec.mutable_resources()->set_gpu_flavor("h100");
+  spec.mutable_resources()->set_cpus(1.5);
+  spec.mutable_resources()->set_memory(int64_t{3} << 30);
+  absl::StatusOr<v1::Job> job = as_admin->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  std::optional<v1::CoordinatorMessage> placed = worker.WaitFor(
+      [&id](const v1::CoordinatorMessage& m) {
+        return (m.has_preflight() && m.preflight().job_id() == id) ||
+               (m.has_start_ranks() && m.start_ranks().job_id() == id);
+      },
+      absl::Seconds(30));
+  ASSERT_TRUE(placed.has_value()) << "the job was never placed: " << cluster.Get(id).state_reason();
+
+  absl::StatusOr<v1::QueueStatus> use = as_admin->GetQueue("team");
+  ASSERT_TRUE(use.ok()) << use.status();
+  EXPECT_EQ(use->used_gpu(), 2);
+  EXPECT_EQ(use->borrowed_gpu(), 0) << "no GPU slot quota: unlimited";
+  EXPECT_DOUBLE_EQ(use->used_cpus(), 3);
+  EXPECT_DOUBLE_EQ(use->borrowed_cpus(), 1);
+  EXPECT_EQ(use->used_memory_bytes(), int64_t{6} << 30);
+  EXPECT_EQ(use->borrowed_memory_bytes(), int64_t{4} << 30);
+  ASSERT_EQ(use->used_gpu_flavors().count("h100"), 1u);
+  EXPECT_EQ(use->used_gpu_flavors().at("h100"), 2);
+
+  CliResult shown = RunTrainctl(cluster, admin, {"queue", "describe", "team"});
+  ASSERT_EQ(shown.code, 0) << shown.err;
+  EXPECT_THAT(shown.out, ContainsRegex("GPU slots: +2 used of unlimited\n"));
+  EXPECT_THAT(shown.out, ContainsRegex("CPUs: +3 used of 2 \\(1 borrowed\\)\n"));
+  EXPECT_THAT(shown.out, ContainsRegex("Memory: +6 GiB used of 2 GiB \\(4 GiB borrowed\\)\n"));
+  EXPECT_THAT(shown.out, ContainsRegex("GPU flavor h100: +2 used of 4\n"));
+  CliResult json = RunTrainctl(cluster, admin, {"queue", "describe", "team", "-o", "json"});
+  ASSERT_EQ(json.code, 0) << json.err;
+  EXPECT_THAT(json.out, ContainsRegex("\"used_?[cC]pus\": ?3[,\n }]"));
+  EXPECT_THAT(json.out, ContainsRegex("\"borrowed_?[cC]pus\": ?1[,\n }]"));
+  EXPECT_THAT(json.out, ContainsRegex("\"used_?[mM]emory_?[bB]ytes\": ?\"?6442450944"));
+  EXPECT_THAT(json.out, ContainsRegex("\"borrowed_?[mM]emory_?[bB]ytes\": ?\"?4294967296"));
+  EXPECT_THAT(json.out, ContainsRegex("\"used_?[gG]pu_?[fF]lavors\": ?\\{[^}]*\"h100\": ?2"));
+  CliResult listed = RunTrainctl(cluster, admin, {"queue", "list"});
+  ASSERT_EQ(listed.code, 0) << listed.err;
+  EXPECT_THAT(listed.out, HasSubstr("cpus 3/2, memory 6 GiB/2 GiB"));
+  EXPECT_THAT(listed.out, HasSubstr("cpus 0/8, memory 0/8 GiB"));
+
+  const std::string page = testing::CoordinatorMetricsPage(cluster, admin);
+  using testing::PromSample;
+  EXPECT_EQ(PromSample(page, "trainctl_queue_used_cpus{queue=\"team\"}"), 3) << page;
+  EXPECT_EQ(PromSample(page, "trainctl_queue_borrowed_cpus{queue=\"team\"}"), 1) << page;
+  EXPECT_EQ(PromSample(page, "trainctl_queue_used_memory_bytes{queue=\"team\"}"),
+            static_cast<double>(int64_t{6} << 30))
+      << page;
+  EXPECT_EQ(PromSample(page, "trainctl_queue_borrowed_memory_bytes{queue=\"team\"}"),
+            static_cast<double>(int64_t{4} << 30))
+      << page;
+  EXPECT_EQ(PromSample(page, "trainctl_queue_used_cpus{queue=\"lender\"}"), 0) << page;
+  EXPECT_EQ(PromSample(page, "trainctl_queue_borrowed_memory_bytes{queue=\"lender\"}"), 0) << page;
+  EXPECT_EQ(
+      PromSample(page, "trainctl_queue_used_gpu_flavor_slots{queue=\"team\",flavor=\"h100\"}"), 2)
+      << page;
+  EXPECT_TRUE(std::isnan(
+      PromSample(page, "trainctl_queue_used_gpu_flavor_slots{queue=\"lender\",flavor=\"h100\"}")))
+      << "a queue that neither holds nor has a quota of a flavor has no series";
 }
 
 }  // namespace

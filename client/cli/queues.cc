@@ -17,6 +17,7 @@
 #include "absl/strings/str_join.h"
 #include "client/cli/context.h"
 #include "client/cli/format.h"
+#include "client/cli/queue_text.h"
 #include "common/format_bytes.h"
 #include "common/jobspec/spec_fields.h"
 #include "common/time_util.h"
@@ -68,103 +69,6 @@ struct QueueArgs {
   double max_runtime_s = 0;
 };
 
-// "default 1h, at most 2h", "at most 10m", or "no limit".
-std::string RuntimeLimitText(const v1::Queue& q) {
-  std::vector<std::string> parts;
-  if (q.default_max_runtime_s() > 0) {
-    parts.push_back(
-        absl::StrCat("default ", HumanDuration(absl::Seconds(q.default_max_runtime_s()))));
-  }
-  if (q.max_runtime_s() > 0) {
-    parts.push_back(absl::StrCat("at most ", HumanDuration(absl::Seconds(q.max_runtime_s()))));
-  }
-  if (parts.empty()) return "no limit";
-  return absl::StrJoin(parts, ", ");
-}
-
-// "2 cpus, 4 GiB memory, 512 pids per rank", or "none".
-std::string ResourcesText(const v1::ResourceSpec& r) {
-  std::vector<std::string> parts;
-  if (r.cpus() > 0) parts.push_back(absl::StrCat(r.cpus(), r.cpus() == 1 ? " cpu" : " cpus"));
-  if (r.memory() > 0) parts.push_back(absl::StrCat(FormatBytes(r.memory()), " memory"));
-  if (r.pids() > 0) parts.push_back(absl::StrCat(r.pids(), " pids"));
-  if (parts.empty()) return "none";
-  return absl::StrCat(absl::StrJoin(parts, ", "), " per rank");
-}
-
-// What a nominal quota of one slot kind means, for the create message:
-// "GPUs unlimited (no --gpu)", "CPUs 2", "GPUs 0 (none of its own: ...)".
-std::string NominalMeaning(const char* kind, const char* flag, bool has_nominal, int nominal) {
-  if (!has_nominal) return absl::StrCat(kind, " unlimited (no ", flag, ")");
-  if (nominal == 0) return absl::StrCat(kind, " 0 (none of its own: only what its cohort lends)");
-  return absl::StrCat(kind, " ", nominal);
-}
-
-// "at most 2 running jobs, 8 slots", or "no limit".
-std::string OwnerLimitsText(const v1::Queue& q) {
-  std::vector<std::string> parts;
-  if (q.max_running_jobs_per_owner() > 0) {
-    parts.push_back(absl::StrCat(q.max_running_jobs_per_owner(), " running jobs"));
-  }
-  if (q.max_slots_per_owner() > 0) parts.push_back(absl::StrCat(q.max_slots_per_owner(), " slots"));
-  if (parts.empty()) return "no limit";
-  return absl::StrCat("at most ", absl::StrJoin(parts, ", "));
-}
-
-// A kind's borrowing and lending limits: "borrows at most 2, lends at most
-// 1", "" when neither is set (-1 reads as unset).
-std::string LimitsText(bool has_borrow, int borrow, bool has_lend, int lend) {
-  std::vector<std::string> parts;
-  if (has_borrow && borrow >= 0) parts.push_back(absl::StrCat("borrows at most ", borrow));
-  if (has_lend && lend >= 0) parts.push_back(absl::StrCat("lends at most ", lend));
-  return absl::StrJoin(parts, ", ");
-}
-std::string GpuLimits(const v1::Queue& q) {
-  return LimitsText(q.has_borrowing_limit_gpu(), q.borrowing_limit_gpu(), q.has_lending_limit_gpu(),
-                    q.lending_limit_gpu());
-}
-std::string CpuLimits(const v1::Queue& q) {
-  return LimitsText(q.has_borrowing_limit_cpu(), q.borrowing_limit_cpu(), q.has_lending_limit_cpu(),
-                    q.lending_limit_cpu());
-}
-
-// The CPU and memory quotas (Queue fields 20-25) where set: "cpus 32
-// (borrows at most 8), memory 64 GiB (lends at most 16 GiB)", "" when the
-// queue has neither.
-std::string ResourceQuotaText(const v1::Queue& q) {
-  std::vector<std::string> parts;
-  auto one = [&](const char* what, bool has, const std::string& nominal, bool has_borrow,
-                 const std::string& borrow, bool has_lend, const std::string& lend) {
-    if (!has) return;
-    std::vector<std::string> limits;
-    if (has_borrow) limits.push_back(absl::StrCat("borrows at most ", borrow));
-    if (has_lend) limits.push_back(absl::StrCat("lends at most ", lend));
-    parts.push_back(
-        absl::StrCat(what, " ", nominal,
-                     limits.empty() ? "" : absl::StrCat(" (", absl::StrJoin(limits, ", "), ")")));
-  };
-  one("cpus", q.has_nominal_cpus() && q.nominal_cpus() >= 0, absl::StrCat(q.nominal_cpus()),
-      q.has_borrowing_limit_cpus() && q.borrowing_limit_cpus() >= 0,
-      absl::StrCat(q.borrowing_limit_cpus()),
-      q.has_lending_limit_cpus() && q.lending_limit_cpus() >= 0,
-      absl::StrCat(q.lending_limit_cpus()));
-  one("memory", q.has_nominal_memory_bytes() && q.nominal_memory_bytes() >= 0,
-      FormatBytes(q.nominal_memory_bytes()),
-      q.has_borrowing_limit_memory_bytes() && q.borrowing_limit_memory_bytes() >= 0,
-      FormatBytes(q.borrowing_limit_memory_bytes()),
-      q.has_lending_limit_memory_bytes() && q.lending_limit_memory_bytes() >= 0,
-      FormatBytes(q.lending_limit_memory_bytes()));
-  return absl::StrJoin(parts, ", ");
-}
-
-// "a100 2, h100 4 gpus" (by flavor), or "" when the queue has none.
-std::string FlavorQuotaText(const v1::Queue& q) {
-  std::map<std::string, int> sorted(q.nominal_gpu_flavors().begin(), q.nominal_gpu_flavors().end());
-  std::vector<std::string> parts;
-  for (const auto& [flavor, n] : sorted) parts.push_back(absl::StrCat(flavor, " ", n));
-  return parts.empty() ? "" : absl::StrCat(absl::StrJoin(parts, ", "), " gpus");
-}
-
 // A memory quota flag's bytes into `out` (left empty for "" or "-1":
 // unset); false with `error` set when it does not parse.
 bool ParseMemoryQuota(const char* flag, const std::string& text, std::optional<int64_t>& out,
@@ -179,13 +83,6 @@ bool ParseMemoryQuota(const char* flag, const std::string& text, std::optional<i
                    "got '",
                    text, "'");
   return false;
-}
-
-// "used/nominal", "-" for an unlimited nominal ("3/-"), then the limits
-// when any: "3/2 (borrows at most 1)".
-std::string QuotaText(int used, bool has_nominal, int nominal, const std::string& limits) {
-  return absl::StrCat(used, "/", has_nominal ? absl::StrCat(nominal) : std::string("-"),
-                      limits.empty() ? "" : absl::StrCat(" (", limits, ")"));
 }
 
 int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
@@ -302,12 +199,13 @@ int RunQueueList(CliContext& ctx) {
           ctx.out << "no queues (every job runs as before queues: one unlimited queue)\n";
           return kExitOk;
         }
-        // The CPUS / MEMORY quota column only when some queue has one.
+        // The CPUS/MEMORY column (used/nominal) only when some queue has
+        // such a quota; GPU flavors are describe's.
         const bool resource_quotas = std::any_of(
             queues.begin(), queues.end(),
             [](const v1::QueueStatus& s) { return !ResourceQuotaText(s.queue()).empty(); });
         std::vector<std::string> header = {"NAME", "COHORT", "GPU", "CPU"};
-        if (resource_quotas) header.push_back("CPUS/MEMORY QUOTA");
+        if (resource_quotas) header.push_back("CPUS/MEMORY");
         for (const char* h : {"MAX-JOB", "PRIORITY", "PENDING", "RUNNING", "DEFAULT"}) {
           header.push_back(h);
         }
@@ -318,9 +216,7 @@ int RunQueueList(CliContext& ctx) {
               q.name(), q.cohort().empty() ? "-" : q.cohort(),
               QuotaText(s.used_gpu(), q.has_nominal_gpu(), q.nominal_gpu(), GpuLimits(q)),
               QuotaText(s.used_cpu(), q.has_nominal_cpu(), q.nominal_cpu(), CpuLimits(q))};
-          if (resource_quotas) {
-            row.push_back(ResourceQuotaText(q).empty() ? "-" : ResourceQuotaText(q));
-          }
+          if (resource_quotas) row.push_back(ResourceUseCell(s));
           for (std::string cell :
                {q.max_job_size() > 0 ? absl::StrCat(q.max_job_size()) : std::string("-"),
                 absl::StrCat(q.default_priority()), absl::StrCat(s.pending_jobs()),
@@ -348,18 +244,14 @@ int RunQueueDescribe(CliContext& ctx, const std::string& name) {
         t.AddRow(
             {"Default queue:", q.default_queue() ? "yes (jobs that name no queue go here)" : "no"});
         t.AddRow({"Cohort:", q.cohort().empty() ? "- (lends and borrows nothing)" : q.cohort()});
-        t.AddRow({"GPU slots:",
-                  absl::StrCat(s.used_gpu(), " used of ",
-                               q.has_nominal_gpu() ? absl::StrCat(q.nominal_gpu()) : "unlimited",
-                               GpuLimits(q).empty() ? "" : absl::StrCat(" (", GpuLimits(q), ")"))});
-        t.AddRow({"CPU slots:",
-                  absl::StrCat(s.used_cpu(), " used of ",
-                               q.has_nominal_cpu() ? absl::StrCat(q.nominal_cpu()) : "unlimited",
-                               CpuLimits(q).empty() ? "" : absl::StrCat(" (", CpuLimits(q), ")"))});
-        if (!ResourceQuotaText(q).empty()) {
-          t.AddRow({"CPU/memory quota:", ResourceQuotaText(q)});
+        // Each quota dimension the queue has or uses: used of nominal.
+        t.AddRow({"GPU slots:", GpuSlotsUse(s)});
+        t.AddRow({"CPU slots:", CpuSlotsUse(s)});
+        if (!CpusUse(s).empty()) t.AddRow({"CPUs:", CpusUse(s)});
+        if (!MemoryUse(s).empty()) t.AddRow({"Memory:", MemoryUse(s)});
+        for (const auto& [flavor, use] : FlavorUses(s)) {
+          t.AddRow({absl::StrCat("GPU flavor ", flavor, ":"), use});
         }
-        if (!FlavorQuotaText(q).empty()) t.AddRow({"GPU flavor quota:", FlavorQuotaText(q)});
         t.AddRow({"Max job size:",
                   q.max_job_size() > 0 ? absl::StrCat(q.max_job_size(), " ranks") : "no limit"});
         t.AddRow({"Default priority:", absl::StrCat(q.default_priority())});
@@ -523,10 +415,12 @@ VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
               "the previous default is un-marked");
   c->callback([which] { *which = "create"; });
   CLI::App* l = sub->add_subcommand("list",
-                                    "List queues with their use (GPU and CPU: used/nominal, - = "
-                                    "unlimited) and which is the default");
+                                    "List queues with their use (GPU and CPU slots, CPUs/memory: "
+                                    "used/nominal, - = unlimited) and which is the default");
   l->callback([which] { *which = "list"; });
-  CLI::App* d = sub->add_subcommand("describe", "Show one queue in full");
+  CLI::App* d = sub->add_subcommand(
+      "describe",
+      "Show one queue in full, with its use of each quota (slots, CPUs, memory, flavors)");
   d->add_option("NAME", *name, "Queue name")->required();
   d->callback([which] { *which = "describe"; });
   CLI::App* del =

@@ -1,6 +1,7 @@
 #include "coordinator/jobs/job_queries.h"
 
 #include <algorithm>
+#include <limits>
 
 #include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
@@ -8,6 +9,7 @@
 #include "common/status_macros.h"
 #include "common/time_util.h"
 #include "coordinator/jobs/job_transitions.h"
+#include "coordinator/scheduler/quota.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -16,6 +18,12 @@ constexpr int kDefaultPageSize = 100;
 constexpr int kMaxPageSize = 1000;
 // Bytes of jobs in one ListJobs page (gRPC's default message limit is 4 MiB).
 constexpr size_t kMaxListBytes = 2u << 20;
+
+// a + b (each >= 0), at most int64's largest: a stored row's hostile
+// resources cannot wrap a queue's sum.
+int64_t SaturatingAdd(int64_t a, int64_t b) {
+  return a > std::numeric_limits<int64_t>::max() - b ? std::numeric_limits<int64_t>::max() : a + b;
+}
 
 absl::Status ValidateListRequest(const v1::ListJobsRequest& req, int64_t* before) {
   if (req.page_size() < 0) return absl::InvalidArgumentError("page_size: must be >= 0");
@@ -167,10 +175,19 @@ std::map<std::string, QueueUsage> JobQueries::QueueUsages() const {
     ++(pending ? u.pending_jobs : u.running_jobs);
     const v1::Attempt* attempt = CurrentAttempt(job);
     if (attempt == nullptr) continue;
+    // Per rank, as JobPlacer gives the scheduler a running job's resources.
+    const v1::ResourceSpec& res = job.spec().resources();
+    const int64_t milli_cpus = scheduler::RankMilliCpus(res.cpus());
+    const int64_t memory = std::max<int64_t>(0, res.memory());
     for (const v1::RankAssignment& r : attempt->ranks()) {
       if (IsTerminal(r.state())) continue;
-      if (r.slot().kind() == v1::Slot::KIND_GPU) ++u.used_gpu;
+      if (r.slot().kind() == v1::Slot::KIND_GPU) {
+        ++u.used_gpu;
+        if (!r.slot().flavor().empty()) ++u.used_gpu_flavors[r.slot().flavor()];
+      }
       if (r.slot().kind() == v1::Slot::KIND_CPU) ++u.used_cpu;
+      u.used_milli_cpus = SaturatingAdd(u.used_milli_cpus, milli_cpus);
+      u.used_memory_bytes = SaturatingAdd(u.used_memory_bytes, memory);
     }
   }
   return out;

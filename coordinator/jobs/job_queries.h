@@ -66,6 +66,13 @@ struct QueueUsage {
   // PENDING or RESTARTING jobs; SCHEDULED or RUNNING jobs.
   int32_t pending_jobs = 0;
   int32_t running_jobs = 0;
+  // What those ranks hold against the CPU and memory quotas, counted as the
+  // scheduler counts them (scheduler/quota.h RankMilliCpus): thousandths of
+  // a CPU and bytes, each rank its job's resources (0 when none).
+  int64_t used_milli_cpus = 0;
+  int64_t used_memory_bytes = 0;
+  // Those ranks' GPU slots by flavor (Slot.flavor); none without one.
+  std::map<std::string, int32_t> used_gpu_flavors;
 };
 
 class JobQueries {

@@ -1,8 +1,8 @@
 // JobQueries over the owners wired as the coordinator wires them
 // (job_manager_fixture.h, JobOwners): a job's stored events, log lines and
 // metric points,
-// read as the services and the dashboard read them, and the busy slots and
-// usage they show.
+// read as the services and the dashboard read them, and the busy slots,
+// usage and queue use they show.
 #include "coordinator/jobs/job_manager_fixture.h"
 
 namespace trainctl::coordinator {
@@ -162,6 +162,52 @@ TEST_F(JobManagerTest, UsageReadsTheStoredAttemptsOfTheWindow) {
   absl::StatusOr<UsageReport> future = owners_->queries.Usage(filter);
   EXPECT_EQ(future.status().code(), absl::StatusCode::kInvalidArgument);
   EXPECT_THAT(std::string(future.status().message()), HasSubstr("until"));
+}
+
+// Issue #48: what a queue's live ranks hold in every quota dimension, as
+// the scheduler counts it (CPUs rounded up per rank to a thousandth, memory
+// in bytes, GPU slots by their flavor); an ended rank holds nothing.
+TEST_F(JobManagerTest, QueueUsagesCountCpusMemoryAndFlavorsOfLiveRanks) {
+  v1::Register reg = CpuWorker("h", 2);
+  for (v1::Slot& s : *reg.mutable_slots()) {
+    s.set_kind(v1::Slot::KIND_GPU);
+    s.set_name("NVIDIA H100 80GB HBM3");
+    s.set_flavor("h100");
+  }
+  reg.mutable_allocatable()->set_cpus(8);
+  reg.mutable_allocatable()->set_memory_bytes(int64_t{64} << 30);
+  reg.mutable_allocatable()->set_enforces_limits(true);
+  RegisterWorker(reg);
+  v1::JobSpec spec = Spec(2);
+  spec.set_device(v1::DEVICE_CUDA);
+  spec.mutable_resources()->set_cpus(1.0004);  // 1.001 per rank to the scheduler
+  spec.mutable_resources()->set_memory(int64_t{3} << 30);
+  auto job = jobs_->Submit(spec);
+  ASSERT_TRUE(job.ok()) << job.status();
+  const std::string id = job->id();
+  ASSERT_EQ(Get(id).state(), v1::JOB_STATE_SCHEDULED) << Get(id).state_reason();
+
+  std::map<std::string, QueueUsage> usages = owners_->queries.QueueUsages();
+  ASSERT_EQ(usages.count("default"), 1u);
+  EXPECT_EQ(usages["default"].running_jobs, 1);
+  EXPECT_EQ(usages["default"].used_gpu, 2);
+  EXPECT_EQ(usages["default"].used_cpu, 0);
+  EXPECT_EQ(usages["default"].used_milli_cpus, 2002);
+  EXPECT_EQ(usages["default"].used_memory_bytes, int64_t{6} << 30);
+  EXPECT_THAT(usages["default"].used_gpu_flavors, ElementsAre(::testing::Pair("h100", 2)));
+
+  ASSERT_TRUE(Rendezvous("h", id, 1).ok());
+  ASSERT_TRUE(Status("h", id, 1, 0, v1::RANK_STATE_RUNNING).ok());
+  ASSERT_TRUE(Status("h", id, 1, 1, v1::RANK_STATE_RUNNING).ok());
+  ASSERT_TRUE(Status("h", id, 1, 1, v1::RANK_STATE_SUCCEEDED).ok());
+  usages = owners_->queries.QueueUsages();
+  EXPECT_EQ(usages["default"].used_gpu, 1);
+  EXPECT_EQ(usages["default"].used_milli_cpus, 1001);
+  EXPECT_EQ(usages["default"].used_memory_bytes, int64_t{3} << 30);
+  EXPECT_THAT(usages["default"].used_gpu_flavors, ElementsAre(::testing::Pair("h100", 1)));
+  ASSERT_TRUE(Status("h", id, 1, 0, v1::RANK_STATE_SUCCEEDED).ok());
+  EXPECT_EQ(Get(id).state(), v1::JOB_STATE_SUCCEEDED);
+  EXPECT_EQ(owners_->queries.QueueUsages().count("default"), 0u) << "an ended job holds nothing";
 }
 
 }  // namespace

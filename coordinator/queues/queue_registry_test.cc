@@ -772,5 +772,77 @@ TEST(QueueStatusTest, UsedSlotsAndBorrowingFollowTheNominalQuota) {
   EXPECT_EQ(all[1].pending_jobs(), 0);
 }
 
+// Issue #48: the use of every quota dimension, as the scheduler counts it:
+// CPUs from thousandths (a nominal rounded down to one), memory in bytes,
+// GPU slots by flavor; borrowed = beyond the queue's own nominal.
+TEST(QueueStatusTest, UsedAndBorrowedCpusMemoryAndFlavorsFollowTheirNominals) {
+  v1::Queue q;
+  q.set_name("a");
+  q.set_nominal_cpus(2.5);
+  q.set_nominal_memory_bytes(int64_t{8} << 30);
+  (*q.mutable_nominal_gpu_flavors())["h100"] = 4;
+  std::map<std::string, QueueUsage> usages;
+  QueueUsage& u = usages["a"];
+  u.used_gpu = 3;
+  u.used_cpu = 2;
+  u.used_milli_cpus = 3500;  // e.g. 2 CPU ranks of 1.5 and one GPU rank of 0.5
+  u.used_memory_bytes = int64_t{12} << 30;
+  u.used_gpu_flavors = {{"h100", 2}, {"a100", 1}};
+  const v1::QueueStatus st = QueueStatusOf(q, usages);
+  EXPECT_DOUBLE_EQ(st.used_cpus(), 3.5);
+  EXPECT_DOUBLE_EQ(st.borrowed_cpus(), 1.0) << "3.5 CPUs used on a nominal of 2.5";
+  EXPECT_EQ(st.used_memory_bytes(), int64_t{12} << 30);
+  EXPECT_EQ(st.borrowed_memory_bytes(), int64_t{4} << 30) << "12 GiB used on a nominal of 8 GiB";
+  ASSERT_EQ(st.used_gpu_flavors_size(), 2);
+  EXPECT_EQ(st.used_gpu_flavors().at("h100"), 2);
+  EXPECT_EQ(st.used_gpu_flavors().at("a100"), 1) << "shown with or without a quota of its own";
+  EXPECT_EQ(st.borrowed_gpu(), 0) << "no GPU slot quota: nothing borrowed";
+
+  // Within the nominals nothing is borrowed; an unlimited (unset or -1)
+  // nominal never borrows; a nominal of 0 borrows all it holds.
+  v1::Queue roomy = q;
+  roomy.set_nominal_cpus(4);
+  roomy.set_nominal_memory_bytes(int64_t{16} << 30);
+  usages["roomy"] = u;
+  v1::QueueStatus within = QueueStatusOf(roomy, usages);
+  EXPECT_DOUBLE_EQ(within.used_cpus(), 3.5);
+  EXPECT_DOUBLE_EQ(within.borrowed_cpus(), 0);
+  EXPECT_EQ(within.borrowed_memory_bytes(), 0);
+  v1::Queue unlimited = roomy;
+  unlimited.set_name("unlimited");
+  unlimited.clear_nominal_cpus();
+  unlimited.set_nominal_memory_bytes(-1);
+  usages["unlimited"] = u;
+  v1::QueueStatus free_use = QueueStatusOf(unlimited, usages);
+  EXPECT_DOUBLE_EQ(free_use.used_cpus(), 3.5);
+  EXPECT_DOUBLE_EQ(free_use.borrowed_cpus(), 0);
+  EXPECT_EQ(free_use.used_memory_bytes(), int64_t{12} << 30);
+  EXPECT_EQ(free_use.borrowed_memory_bytes(), 0);
+  v1::Queue none = roomy;
+  none.set_name("none");
+  none.set_nominal_cpus(0);
+  none.set_nominal_memory_bytes(0);
+  usages["none"] = u;
+  v1::QueueStatus all_borrowed = QueueStatusOf(none, usages);
+  EXPECT_DOUBLE_EQ(all_borrowed.borrowed_cpus(), 3.5);
+  EXPECT_EQ(all_borrowed.borrowed_memory_bytes(), int64_t{12} << 30);
+  // A nominal of 0.0015 CPUs is 1 thousandth to the scheduler.
+  v1::Queue tiny = none;
+  tiny.set_name("tiny");
+  tiny.set_nominal_cpus(0.0015);
+  usages["tiny"] = u;
+  EXPECT_DOUBLE_EQ(QueueStatusOf(tiny, usages).borrowed_cpus(), 3.499);
+  EXPECT_EQ(Borrowed(5, true, 3), 2);
+  EXPECT_EQ(Borrowed(5, false, 3), 0);
+
+  v1::Queue idle;
+  idle.set_name("idle");
+  idle.set_nominal_cpus(1);
+  const v1::QueueStatus nothing = QueueStatusOf(idle, usages);
+  EXPECT_DOUBLE_EQ(nothing.used_cpus(), 0);
+  EXPECT_EQ(nothing.used_memory_bytes(), 0);
+  EXPECT_EQ(nothing.used_gpu_flavors_size(), 0);
+}
+
 }  // namespace
 }  // namespace trainctl::coordinator

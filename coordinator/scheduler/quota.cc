@@ -1,6 +1,7 @@
 #include "coordinator/scheduler/quota.h"
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -9,6 +10,15 @@
 #include "coordinator/scheduler/worker_fit.h"
 
 namespace trainctl::scheduler {
+
+long long RankMilliCpus(double cpus) {
+  // As the scheduler's request (worker_fit.h RequestOf).
+  return std::isfinite(cpus) && cpus > 0 ? std::max<long long>(1, internal::MilliUp(cpus)) : 0;
+}
+
+long long QuotaMilliCpus(double cpus) {
+  return std::isfinite(cpus) && cpus >= 0 ? internal::MilliDown(cpus) : -1;
+}
 
 std::optional<long long> QueueCeiling(absl::Span<const QueueSpec> queues, const std::string& name,
                                       SlotKind kind) {
@@ -32,8 +42,7 @@ std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queu
   const internal::QueueBook book(input);
   const int q = book.Find(name);
   if (q < 0) return std::nullopt;
-  // As the scheduler's request (worker_fit.h RequestOf).
-  const long long milli = cpus > 0 ? std::max<long long>(1, internal::MilliUp(cpus)) : 0;
+  const long long milli = RankMilliCpus(cpus);
   const internal::Demand per_rank = internal::PerRank(SlotKind::kCpu, milli, memory_bytes);
   for (int d : {internal::kCpusDim, internal::kMemoryDim}) {
     const long long asks = internal::Times(per_rank[d], ranks);
@@ -66,7 +75,7 @@ bool QueueHasResourceRoom(absl::Span<const QueueSpec> queues, absl::Span<const R
   const internal::QueueBook book(input);
   const int q = book.Find(name);
   if (q < 0) return true;
-  const long long milli = cpus > 0 ? std::max<long long>(1, internal::MilliUp(cpus)) : 0;
+  const long long milli = RankMilliCpus(cpus);
   internal::Demand per_rank = internal::PerRank(SlotKind::kCpu, milli, memory_bytes);
   per_rank[internal::KindIndex(SlotKind::kCpu)] = 0;  // slots are the caller's
   // Within its own nominal: kReclaim too (the cohort borrowed it), as the

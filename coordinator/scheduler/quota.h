@@ -50,6 +50,15 @@ std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queu
 // (running jobs of queues not among `queues` are ignored): an elastic job
 // grows only then (JobPlacer, as for its slots). True when both are
 // unlimited, or the queue is not among `queues`.
+// CPUs as the CPU quotas count them (scheduler.h, "Resource quotas"), in
+// thousandths of a CPU: what one rank of a job asking `cpus` per rank holds
+// (rounded up, at least 1 when it asks for any; 0 when it asks for none or
+// `cpus` is not finite), and a quota field of `cpus` (rounded down; a
+// negative one, unlimited, is -1). QueueStatus.used_cpus / borrowed_cpus
+// are computed from these, so they read as admission counts.
+long long RankMilliCpus(double cpus);
+long long QuotaMilliCpus(double cpus);
+
 bool QueueHasResourceRoom(absl::Span<const QueueSpec> queues, absl::Span<const RunningJob> running,
                           const std::string& name, double cpus, std::int64_t memory_bytes);
 

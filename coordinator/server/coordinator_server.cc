@@ -395,8 +395,9 @@ void WriteRunningJobFamilies(PromWriter& w, const std::vector<JobGauges::Running
   }
 }
 
-// Per defined queue: nominal quota, used and borrowed slots by kind, pending
-// and running jobs; per queue any job names: slot-seconds held (accounting).
+// Per defined queue: nominal quota, used and borrowed slots by kind, CPUs
+// and memory, used GPU slots by flavor, pending and running jobs; per queue
+// any job names: slot-seconds held (accounting).
 void WriteQueueFamilies(PromWriter& w, const std::vector<v1::QueueStatus>& queues,
                         const std::vector<UsageRow>& usage) {
   w.Family("trainctl_queue_nominal_slots", "gauge",
@@ -428,6 +429,46 @@ void WriteQueueFamilies(PromWriter& w, const std::vector<v1::QueueStatus>& queue
              s.borrowed_gpu());
     w.Sample("trainctl_queue_borrowed_slots", {{"queue", s.queue().name()}, {"kind", "cpu"}},
              s.borrowed_cpu());
+  }
+  // CPUs and memory as the CPU and memory quotas count them, per queue.
+  struct Amount {
+    const char* name;
+    const char* help;
+    double (*value)(const v1::QueueStatus&);
+  };
+  for (const Amount& a : {
+           Amount{"trainctl_queue_used_cpus",
+                  "CPUs (resources.cpus x ranks) the running attempts of a queue's jobs hold.",
+                  [](const v1::QueueStatus& s) { return s.used_cpus(); }},
+           Amount{"trainctl_queue_borrowed_cpus",
+                  "CPUs a queue's jobs hold beyond its nominal_cpus (borrowed from its cohort).",
+                  [](const v1::QueueStatus& s) { return s.borrowed_cpus(); }},
+           Amount{
+               "trainctl_queue_used_memory_bytes",
+               "Memory (resources.memory x ranks) the running attempts of a queue's jobs hold.",
+               [](const v1::QueueStatus& s) { return static_cast<double>(s.used_memory_bytes()); }},
+           Amount{"trainctl_queue_borrowed_memory_bytes",
+                  "Memory a queue's jobs hold beyond its nominal_memory_bytes (borrowed from its "
+                  "cohort).",
+                  [](const v1::QueueStatus& s) {
+                    return static_cast<double>(s.borrowed_memory_bytes());
+                  }},
+       }) {
+    w.Family(a.name, "gauge", a.help);
+    for (const v1::QueueStatus& s : queues)
+      w.Sample(a.name, {{"queue", s.queue().name()}}, a.value(s));
+  }
+  // Every flavor the queue holds or has a quota for (0 then), sorted.
+  w.Family("trainctl_queue_used_gpu_flavor_slots", "gauge",
+           "GPU slots of a flavor the running attempts of a queue's jobs hold.");
+  for (const v1::QueueStatus& s : queues) {
+    std::map<std::string, int32_t> flavors(s.used_gpu_flavors().begin(),
+                                           s.used_gpu_flavors().end());
+    for (const auto& entry : s.queue().nominal_gpu_flavors()) flavors.emplace(entry.first, 0);
+    for (const auto& [flavor, slots] : flavors) {
+      w.Sample("trainctl_queue_used_gpu_flavor_slots",
+               {{"queue", s.queue().name()}, {"flavor", flavor}}, slots);
+    }
   }
   w.Family("trainctl_queue_pending_jobs", "gauge", "A queue's PENDING or RESTARTING jobs.");
   for (const v1::QueueStatus& s : queues) {
