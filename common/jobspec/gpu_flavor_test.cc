@@ -37,7 +37,9 @@ TEST(NormalizeGpuFlavor, ResultIsAlwaysAValidNameOrEmpty) {
   for (const char* name :
        {"NVIDIA H100 80GB HBM3", "Weird/Name+Chars", ".hidden card", "GeForce RTX", "x"}) {
     const std::string flavor = NormalizeGpuFlavor(name);
-    if (!flavor.empty()) EXPECT_EQ(GpuFlavorProblem(flavor), "") << name << " -> " << flavor;
+    if (!flavor.empty()) {
+      EXPECT_EQ(GpuFlavorProblem(flavor), "") << name << " -> " << flavor;
+    }
   }
   EXPECT_EQ(NormalizeGpuFlavor("Weird/Name+Chars"), "weirdnamechars");
   EXPECT_EQ(NormalizeGpuFlavor("GeForce RTX"), "rtx");

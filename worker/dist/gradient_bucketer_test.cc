@@ -237,7 +237,9 @@ TEST(CommHookTest, BucketerAppliesTheHookToEveryGradient) {
       EXPECT_TRUE(torch::equal(g, local[i].to(type).to(at::kFloat))) << i;
       any_rounded = any_rounded || !torch::equal(g, local[i]);
     }
-    if (hook != CommHook::kNone) EXPECT_TRUE(any_rounded) << "no gradient went through 16 bits";
+    if (hook != CommHook::kNone) {
+      EXPECT_TRUE(any_rounded) << "no gradient went through 16 bits";
+    }
   }
 }
 
