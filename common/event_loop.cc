@@ -21,27 +21,24 @@ EventLoop::~EventLoop() {
 
 void EventLoop::Post(std::function<void()> fn) {
   const absl::Time posted = clock_->Mono();
-  {
-    absl::MutexLock lock(&mu_);
-    if (stopping_) return;
-    queue_.push_back(Posted{std::move(fn), posted});
-  }
+  // Notified under mu_: once Stop() (which takes mu_) has returned, no
+  // Post still touches wake_, so the destructor may destroy it (a gRPC
+  // reactor's OnDone posting while the server is torn down raced it).
+  absl::MutexLock lock(&mu_);
+  if (stopping_) return;
+  queue_.push_back(Posted{std::move(fn), posted});
   wake_.Notify();
 }
 
 void EventLoop::Every(absl::Duration period, std::function<void()> fn) {
-  {
-    absl::MutexLock lock(&mu_);
-    timers_.push_back(Timer{period, clock_->Mono() + period, std::move(fn)});
-  }
-  wake_.Notify();  // the waiting loop recomputes its deadline
+  absl::MutexLock lock(&mu_);
+  timers_.push_back(Timer{period, clock_->Mono() + period, std::move(fn)});
+  wake_.Notify();  // the waiting loop recomputes its deadline (under mu_: see Post)
 }
 
 void EventLoop::After(absl::Duration delay, std::function<void()> fn) {
-  {
-    absl::MutexLock lock(&mu_);
-    timers_.push_back(Timer{delay, clock_->Mono() + delay, std::move(fn), /*once=*/true});
-  }
+  absl::MutexLock lock(&mu_);
+  timers_.push_back(Timer{delay, clock_->Mono() + delay, std::move(fn), /*once=*/true});
   wake_.Notify();
 }
 
@@ -58,19 +55,15 @@ void EventLoop::RunSync(const std::function<void()>& fn) {
                               },
                               when});
       posted = true;
+      wake_.Notify();  // under mu_: see Post
     }
   }
-  if (posted) {
-    wake_.Notify();
-    done.WaitForNotification();
-  }
+  if (posted) done.WaitForNotification();
 }
 
 void EventLoop::Stop() {
-  {
-    absl::MutexLock lock(&mu_);
-    stopping_ = true;
-  }
+  absl::MutexLock lock(&mu_);
+  stopping_ = true;
   wake_.Notify();
 }
 
