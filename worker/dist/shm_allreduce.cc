@@ -166,11 +166,22 @@ absl::Status ShmAllReduce::Barrier(absl::Time deadline) {
     FutexWakeAll(&h->generation);
     return absl::OkStatus();
   }
+  // Spin first: a peer that arrives within kSpin is met without a futex
+  // sleep, whose wake-up alone costs tens of microseconds on a VM (the ranks
+  // of a tiny model arrive microseconds apart, each on its own core). Past
+  // it, sleep on the futex, checking the deadline and the peers' lives.
+  constexpr absl::Duration kSpin = absl::Microseconds(50);
+  absl::Time spin_until = absl::InfinitePast();
   for (int spins = 0; h->generation.load(std::memory_order_acquire) == gen; ++spins) {
     if (h->broken.load(std::memory_order_acquire) != 0) {
       return absl::AbortedError("shared-memory all-reduce broken by a rank");
     }
     if (spins < 200) {
+      CpuRelax();
+      continue;
+    }
+    if (spins == 200) spin_until = MonotonicNow() + kSpin;
+    if ((spins & 63) != 0 || MonotonicNow() < spin_until) {
       CpuRelax();
       continue;
     }
