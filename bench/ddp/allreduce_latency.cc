@@ -1,10 +1,10 @@
 // bench/ddp/allreduce_latency: where the time of a tiny Gloo all-reduce goes.
 //
-//   trainctl-bench-allreduce [--iters N] [--floats N] [--compute_us US] [--modes a,b,...]
+//   trainctl-bench-allreduce [--iters N] [--floats N] [--compute-us US] [--modes a,b,...]
 //
 // Starts itself a second time as rank 1 (rank 0 hosts the rendezvous store,
 // as in a real job), then, for each mode, times N all-reduces of --floats
-// floats, each after --compute_us microseconds of busy work (the forward and
+// floats, each after --compute-us microseconds of busy work (the forward and
 // backward of a small model; 0 = back-to-back). Prints one line per mode
 // with p50/p90/p99 of the all-reduce alone and the loop's time per iteration.
 //
@@ -69,7 +69,7 @@ bool ParseFlags(int argc, char** argv, Flags* f) {
       ok = absl::SimpleAtoi(v, &f->iters) && f->iters > 0;
     else if (k == "--floats")
       ok = absl::SimpleAtoi(v, &f->floats) && f->floats > 0;
-    else if (k == "--compute_us")
+    else if (k == "--compute-us")
       ok = absl::SimpleAtoi(v, &f->compute_us) && f->compute_us >= 0;
     else if (k == "--modes")
       f->modes = absl::StrSplit(v, ',', absl::SkipEmpty());
@@ -127,7 +127,7 @@ int Run(const Flags& f) {
               "--store=" + (*store)->address(),
               absl::StrCat("--iters=", f.iters),
               absl::StrCat("--floats=", f.floats),
-              absl::StrCat("--compute_us=", f.compute_us),
+              absl::StrCat("--compute-us=", f.compute_us),
               "--modes=" + absl::StrJoin(f.modes, ",")};
     o.env = {"TRAINCTL_BENCH_STORE_SECRET=" + secret};
     o.parent_death_signal = SIGKILL;

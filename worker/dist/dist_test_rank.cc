@@ -171,6 +171,28 @@ int RunCollectives(Ctx& ctx) {
     auto want = torch::arange(1 + i * 5000, torch::kFloat) * static_cast<float>(expected_sum);
     if (!torch::equal(ts[i], want)) return Fail(absl::StrCat("async allreduce ", i, " wrong"));
   }
+  // Waiting for the last of several first: the waiter may run queued work
+  // itself (GlooCore::Help), the earlier ones before it, in issue order, so
+  // all are done and right when it returns; mixed with a broadcast, which
+  // only the engine thread runs.
+  {
+    std::vector<torch::Tensor> xs;
+    std::vector<std::shared_ptr<td::CollectiveWork>> ws;
+    for (int i = 0; i < 6; ++i) {
+      xs.push_back(torch::full({i % 2 ? 12 : 70000}, ctx.rank + 1.0 + i, torch::kFloat));
+      ws.push_back(i == 3 ? td::Broadcast(*ctx.comm, xs.back(), 0)
+                          : td::AllReduceSum(*ctx.comm, xs.back()));
+    }
+    if (auto st = ws.back()->Wait(); !st.ok()) return Fail(st.ToString());
+    for (int i = 0; i < 6; ++i) {
+      if (auto st = ws[i]->Wait(); !st.ok()) return Fail(st.ToString());
+      const double want = i == 3 ? 1.0 + i : expected_sum + w * i;
+      if (!torch::all(xs[i] == static_cast<float>(want)).item<bool>()) {
+        return Fail(absl::StrCat("waited-last collective ", i, " got ", xs[i][0].item<double>(),
+                                 " want ", want));
+      }
+    }
+  }
   // More distinct small shapes than the small-message path keeps rings for
   // (32), twice over, so shapes are evicted and rebuilt on every rank in the
   // same order; float64 too.

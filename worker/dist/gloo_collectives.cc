@@ -290,13 +290,18 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
   // handed the result back cost two thread wake-ups (~80 us in all on a 2-core
   // VM, bench/ddp/allreduce_latency's engine_shm mode), more than the
   // all-reduce itself. One op runs at a time whoever runs it (in_flight_), so
-  // every rank still runs its collectives in issue order.
+  // every rank still runs its collectives in issue order. Only shared-memory
+  // ops are run so: Abort() releases a thread inside one at once, while a
+  // thread inside a Gloo TCP receive stays until Gloo's timeout (the waiter
+  // must return when the engine is aborted, as it does from a Wait).
   void Help(const GlooWork* work) {
     for (;;) {
       Op op;
       {
         absl::MutexLock l(&mu_);
-        if (stopping_ || in_flight_ != nullptr) return;
+        if (stopping_ || in_flight_ != nullptr || queue_.empty() || !TakesShmPath(queue_.front())) {
+          return;
+        }
         const auto mine = std::find_if(queue_.begin(), queue_.end(),
                                        [work](const Op& o) { return o.work.get() == work; });
         if (mine == queue_.end()) return;
@@ -433,10 +438,17 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
     }
   }
 
+  // Whether `op` goes through shared memory, where Fail() can release the
+  // thread running it at once (ShmAllReduce::Break); Gloo's TCP receives
+  // let go only at their timeout.
+  bool TakesShmPath(const Op& op) const {
+    return shm_ != nullptr && op.kind == OpKind::kAllReduce &&
+           ShmAllReduce::Supports(op.buffer.type);
+  }
+
   absl::Status Execute(const Op& op) {
     const auto timeout = ToMillis(options_.timeout);
-    if (shm_ != nullptr && op.kind == OpKind::kAllReduce &&
-        ShmAllReduce::Supports(op.buffer.type)) {
+    if (TakesShmPath(op)) {
       absl::Status st = shm_->AllReduceSum(op.buffer.data, op.buffer.count, op.buffer.type,
                                            MonotonicNow() + options_.timeout);
       if (st.ok()) return st;
