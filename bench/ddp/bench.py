@@ -32,6 +32,8 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 PY = "/usr/bin/python3"  # Debian's torch 1.13; the python3 first on PATH has no torch
 FMNIST = "/usr/share/datasets/fashion-mnist"
 SECTION = "## DDP: trainctl vs PyTorch"
+HOOKS_SECTION = "## DDP communication hooks"
+BUILDS_SECTION = "## DDP: this build against an older one"
 
 CHILDREN = set()
 # glibc malloc: fixed (hence non-dynamic) trim and mmap thresholds, so freed
@@ -100,6 +102,14 @@ def on_signal(signum, _frame):
 
 # ------------------------------------------------------------ configurations
 
+# The hooks line: (label, ddp.comm_hook, PowerSGD rank). PowerSGD starts compressing at
+# HOOK_POWERSGD_START (after the first timing window) on both sides, not at PyTorch's default 1000.
+HOOKS = [("none", "none", None), ("fp16_compress", "fp16_compress", None), ("bf16_compress", "bf16_compress", None),
+         ("powersgd, rank 1", "powersgd", 1), ("powersgd, rank 4", "powersgd", 4)]
+HOOK_POWERSGD_START = 20
+PY_HOOK_FAILS = {"bf16_compress": "no bfloat16 all-reduce in Gloo, torch 1.13",
+                 "powersgd": "torch 1.13's powerSGD_hook over Gloo aborts (gloo tcp/pair.cc enforce)"}
+
 def configs(quick):
     """name -> dict. `steps` = optimizer steps per rank per run (one epoch)."""
     s = (lambda full, small: small if quick else full)
@@ -165,6 +175,16 @@ data_for.cache = {}
 
 # ------------------------------------------------------------ trainctl side
 
+def hook_yaml(cfg):
+    hook = cfg.get("comm_hook", "none")
+    if hook == "none":
+        return ""
+    if hook == "powersgd":
+        return ", comm_hook: powersgd, powersgd: {rank: %d, start_iter: %d}" % (cfg["powersgd_rank"],
+                                                                              HOOK_POWERSGD_START)
+    return ", comm_hook: " + hook
+
+
 def trainctl_yaml(cfg, world, bucket_mb, workdir, tag):
     n, idx = data_for(cfg, world, workdir)
     if cfg["model"] == "cnn":
@@ -195,12 +215,12 @@ training:
   epochs: %d
   loss: cross_entropy
   optimizer: {name: adam, lr: 0.001}
-ddp: {bucket_cap_mb: %s, broadcast_buffers: true, find_unused_parameters: false}
+ddp: {bucket_cap_mb: %s, broadcast_buffers: true, find_unused_parameters: false%s}
 checkpoint: {dir: %s, every_epochs: 0, keep: 1}
 restart: {max_restarts: 0}
 metrics: {every_steps: %d}
 """ % (re.sub(r"[^a-z0-9-]", "-", tag.lower())[:40].strip("-"), world, model, train, cfg["batch"],
-       cfg.get("epochs", 1), ("%g" % bucket_mb), ckpt, cfg["window"])
+       cfg.get("epochs", 1), ("%g" % bucket_mb), hook_yaml(cfg), ckpt, cfg["window"])
     path = os.path.join(workdir, "job-%s.yaml" % tag)
     with open(path, "w") as f:
         f.write(text)
@@ -302,6 +322,10 @@ def run_python(cfg, world, bucket_mb, warmup, workdir, tag, timeout, env=None):
            "--bucket-mb", "%g" % bucket_mb, "--window", str(cfg["window"]), "--warmup-windows", str(warmup),
            "--threads", "1", "--nproc", str(world), "--timeout", str(timeout - 5)]
     cmd[cmd.index("--epochs") + 1] = str(cfg.get("epochs", 1))
+    if cfg.get("comm_hook", "none") != "none":
+        cmd += ["--comm-hook", cfg["comm_hook"]]
+        if cfg["comm_hook"] == "powersgd":
+            cmd += ["--powersgd-rank", str(cfg["powersgd_rank"]), "--powersgd-start-iter", str(HOOK_POWERSGD_START)]
     if cfg["model"] == "cnn":
         cmd += ["--batch-norm", "--data", "idx", "--images", idx[0], "--labels", idx[1]]
         if cfg.get("full_fmnist"):
@@ -345,6 +369,9 @@ def measure(args, label, cfg, world, bucket_mb, sides=("trainctl", "python"), ru
             elif side == "trainctl-tcp":
                 r = run_trainctl(args.build, cfg, world, bucket_mb, args.warmup_windows, args.workdir, tag,
                                  args.run_timeout, dict(env or {}, **TCP_ENV))
+            elif side in ("trainctl-base", "trainctl-base-tcp"):
+                r = run_trainctl(args.baseline_build, cfg, world, bucket_mb, args.warmup_windows, args.workdir, tag,
+                                 args.run_timeout, dict(env or {}, **TCP_ENV) if side.endswith("-tcp") else env)
             elif side == "trainctl-submit":
                 r = run_trainctl(args.build, cfg, world, bucket_mb, args.warmup_windows, args.workdir, tag,
                                  args.run_timeout, env, coordinator=coordinator)
@@ -364,6 +391,12 @@ def measure(args, label, cfg, world, bucket_mb, sides=("trainctl", "python"), ru
                 log("%s %s run %d FAILED: %s" % (label, side, i + 1, r["error"]))
             out[side].append(r)
     return out
+
+
+def final_loss(results):
+    """Median over runs of rank 0's training loss in the last full window."""
+    vals = [r["losses"][-1][1] for r in results if r.get("ok") and r.get("losses") and r["losses"][-1][1] is not None]
+    return statistics.median(vals) if vals else None
 
 
 def med(results, key):
@@ -410,7 +443,11 @@ def main():
     ap.add_argument("--runs-extra", type=int, default=3, help="runs per side for the bucket sweep and malloc lines")
     ap.add_argument("--warmup-windows", type=int, default=2)
     ap.add_argument("--quick", action="store_true", help="smoke test: tiny runs, results not written")
-    ap.add_argument("--only", default="", help="comma-separated subset: linear,mlp,cnn,scaling,buckets")
+    ap.add_argument("--only", default="", help="comma-separated subset: linear,mlp,cnn,scaling,buckets,malloc,"
+                    "startup,curve,hooks,builds (hooks and builds: their own sections, not in the default set)")
+    ap.add_argument("--baseline-build", default="",
+                    help="with --only builds: an older commit's build dir, run side by side with BUILD on the "
+                    "linear and mlp configurations")
     ap.add_argument("--results", default=os.path.join(REPO, "bench", "RESULTS.md"))
     ap.add_argument("--no-write", action="store_true")
     ap.add_argument("--run-timeout", type=int, default=180)
@@ -420,9 +457,11 @@ def main():
     signal.signal(signal.SIGTERM, on_signal)
     signal.signal(signal.SIGINT, on_signal)
     args.build = os.path.abspath(args.build)
-    for b in ("client/trainctl", "worker/trainer/trainctl-rank"):
-        if not os.access(os.path.join(args.build, b), os.X_OK):
-            sys.exit("missing %s/%s (ninja -C %s trainctl trainctl-rank)" % (args.build, b, args.build))
+    args.baseline_build = os.path.abspath(args.baseline_build) if args.baseline_build else ""
+    for build in filter(None, (args.build, args.baseline_build)):
+        for b in ("client/trainctl", "worker/trainer/trainctl-rank"):
+            if not os.access(os.path.join(build, b), os.X_OK):
+                sys.exit("missing %s/%s (ninja -C %s trainctl trainctl-rank)" % (build, b, build))
     args.workdir = args.workdir or tempfile.mkdtemp(prefix="bench-ddp-")
     os.makedirs(args.workdir, exist_ok=True)
     if args.quick:
@@ -526,6 +565,40 @@ def main():
         curve = measure(args, "curve", cfgs["curve"], 2, 25, runs=1)
         raw["curve"] = curve
 
+    hooks = []
+    if "hooks" in only:
+        for label, hook, prank in HOOKS:
+            if over_budget("hook %s" % label):
+                break
+            cfg = dict(cfgs["mlp"], comm_hook=hook, powersgd_rank=prank)
+            # Not on the Python side: Gloo in Debian's torch 1.13 has no bfloat16 all-reduce ("Invalid scalar
+            # type"), and its powerSGD_hook over Gloo aborts in the first compressed step (gloo's tcp/pair.cc
+            # "op.preamble.length <= op.nbytes": the P and Q all-reduces' messages cross).
+            sides = ("trainctl", "trainctl-tcp") if hook in PY_HOOK_FAILS else ("trainctl", "trainctl-tcp", "python")
+            res = measure(args, "hook-" + re.sub(r"[^a-z0-9]+", "-", label), cfg, 2, 25, sides=sides,
+                          runs=args.runs_extra)
+            raw.setdefault("hooks", {})[label] = res
+            row = dict(label=label, hook=hook)
+            for side in sides:
+                row[side] = dict(step=med(res[side], "step_ms_mean"), sps=med(res[side], "samples_per_sec_sum"),
+                                 loss=final_loss(res[side]))
+            hooks.append(row)
+
+    builds = []
+    if "builds" in only:
+        if not args.baseline_build:
+            sys.exit("--only builds needs --baseline-build DIR")
+        for name in ("linear", "mlp"):
+            if over_budget("builds %s" % name):
+                break
+            sides = ("trainctl", "trainctl-base", "trainctl-tcp", "trainctl-base-tcp", "python")
+            res = measure(args, "builds-" + name, cfgs[name], 2, 25, sides=sides)
+            raw.setdefault("builds", {})[name] = res
+            builds.append(dict(name=name, cfg=cfgs[name], **{
+                side: dict(sps=med(res[side], "samples_per_sec_sum"), step=med(res[side], "step_ms_mean"),
+                           comm=med(res[side], "comm_ms_mean"),
+                           runs=[round(r["samples_per_sec_sum"]) for r in res[side] if r["ok"]]) for side in sides}))
+
     load_after = loadavg()
     elapsed = time.monotonic() - start
     with open(os.path.join(args.workdir, "results.json"), "w") as f:
@@ -603,9 +676,19 @@ def main():
             extra.append("| | %s | %s | %s | %s |" % (
                 "trainctl" if side == "trainctl" else "PyTorch DDP", fmt(r["samples_per_sec_sum"]),
                 " / ".join("%.4f" % e["accuracy"] for e in ev), " / ".join("%.4f" % e["loss"] for e in ev)))
-    print("\n".join(lines))
-    print()
-    print("\n".join(detail))
+    hook_lines = hooks_table(hooks, cfgs["mlp"], args.runs_extra) if hooks else []
+    build_lines = builds_table(builds, args) if builds else []
+    main_run = bool(only - {"hooks", "builds"})
+    if main_run:
+        print("\n".join(lines))
+        print()
+        print("\n".join(detail))
+    if hook_lines:
+        print()
+        print("\n".join(hook_lines))
+    if build_lines:
+        print()
+        print("\n".join(build_lines))
     if extra:
         print()
         print("\n".join(extra))
@@ -613,13 +696,31 @@ def main():
                                                                            args.workdir))
     if args.quick or args.no_write:
         return 0
+    mi = machine_info()
+    if hook_lines:
+        hsec = [HOOKS_SECTION, "",
+                "Run %s by `bench/ddp/run.sh --only hooks` (commit %s, %.0f s in all). Machine: %d cores (%s); load "
+                "average %s at the start, %s at the end." % (
+                    started_at.strftime("%Y-%m-%dT%H:%MZ"), git_commit(), elapsed, mi["cores"], mi["cpu"],
+                    load_before, load_after), ""] + hook_lines
+        write_section(args.results, "\n".join(hsec) + "\n", HOOKS_SECTION)
+        log("wrote the hooks section of %s" % args.results)
+    if build_lines:
+        bsec = [BUILDS_SECTION, "",
+                "Run %s by `bench/ddp/run.sh BUILD --only builds --baseline-build OLD` (%.0f s in all). Machine: %d "
+                "cores (%s); load average %s at the start, %s at the end." % (
+                    started_at.strftime("%Y-%m-%dT%H:%MZ"), elapsed, mi["cores"], mi["cpu"], load_before,
+                    load_after), ""] + build_lines
+        write_section(args.results, "\n".join(bsec) + "\n", BUILDS_SECTION)
+        log("wrote the builds section of %s" % args.results)
+    if not main_run:
+        return 0
 
     write_plot_data(os.path.join(REPO, "bench", "plots"), main_rows, curve)
     plot = subprocess.run(["bash", os.path.join(REPO, "bench", "plot.sh")], capture_output=True, text=True)
     if plot.returncode != 0:
         log("bench/plot.sh failed: %s" % plot.stderr.strip()[-500:])
 
-    mi = machine_info()
     steps_note = ", ".join("%s %d steps/rank/run (window %d)" % (n, cfgs[n]["steps"], cfgs[n]["window"])
                            for n in ("linear", "mlp", "cnn") if n in only)
     sec = [SECTION, ""]
@@ -656,9 +757,75 @@ def main():
     if os.path.exists(notes_path):
         sec += [l.rstrip("\n") for l in open(notes_path) if l.strip() and not l.startswith("#")]
     sec.append("- Raw per-run numbers: `results.json` in the run's work directory (printed by run.sh).")
-    write_section(args.results, "\n".join(sec) + "\n")
+    write_section(args.results, "\n".join(sec) + "\n", SECTION)
     log("wrote %s" % args.results)
     return 0
+
+
+def build_commit(build):
+    """The commit a build dir was configured from (its CMake source dir's HEAD)."""
+    try:
+        src = next(l.split("=", 1)[1].strip() for l in open(os.path.join(build, "CMakeCache.txt"))
+                   if l.startswith("CMAKE_HOME_DIRECTORY:"))
+        return subprocess.run(["git", "-C", src, "rev-parse", "--short", "HEAD"], capture_output=True, text=True,
+                              timeout=10).stdout.strip() or "?"
+    except (OSError, StopIteration, subprocess.SubprocessError):
+        return "?"
+
+
+def builds_table(builds, args):
+    """Two builds of trainctl side by side in one run, each against the same PyTorch runs."""
+    new, old = build_commit(args.build), build_commit(args.baseline_build)
+    out = ["Both builds run the same jobs in turn with PyTorch DDP (the sides alternate who goes first; median of "
+           "%d runs each): `%s` (commit %s) and `%s` (commit %s). Same settings as the main table "
+           "(2 ranks, Gloo, 1 thread per rank, bucket 25 MB)." % (
+               args.runs, os.path.relpath(args.build, REPO) if args.build.startswith(REPO) else args.build, new,
+               args.baseline_build, old), "",
+           "| configuration | side | samples/s | step ms | exposed comm ms | ratio to PyTorch | runs |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+    names = {"trainctl": "%s, shared memory" % new, "trainctl-base": "%s, shared memory" % old,
+             "trainctl-tcp": "%s, TCP" % new, "trainctl-base-tcp": "%s, TCP" % old, "python": "PyTorch DDP, TCP"}
+    for b in builds:
+        py = b["python"]["sps"]
+        for side in ("trainctl", "trainctl-base", "trainctl-tcp", "trainctl-base-tcp", "python"):
+            r = b[side]
+            out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+                b["name"], names[side], fmt(r["sps"]), fmt(r["step"], 3),
+                fmt(r["comm"], 3) if side != "python" else "", (fmt(r["sps"] / py, 2) + "×") if r["sps"] and py else "n/a",
+                " / ".join(fmt(x) for x in r["runs"])))
+    return out
+
+
+def hooks_table(hooks, cfg, runs):
+    """The hooks line: each hook next to no hook, on both transports and (where it can) in PyTorch."""
+    base = hooks[0] if hooks and hooks[0]["label"] == "none" else None
+    out = ["The MLP of config 2 (%s; %d steps/rank/run, 2 ranks, Adam lr 1e-3), median of %d runs per side and "
+           "hook. PowerSGD settings: error feedback and warm start on, min_compression_rate 2, start_iter %d on both "
+           "sides (PyTorch's default is 1000; the run has %d steps). Final loss: rank 0's mean training loss over "
+           "the last window of %d steps (trainctl's own metric point; the Python script's own window mean), "
+           "compared within a side, where no hook is the baseline of the same run." % (
+               cfg["title"], cfg["steps"], runs, HOOK_POWERSGD_START, cfg["steps"], cfg["window"]), "",
+           "| ddp.comm_hook | trainctl shm: step ms | final loss | trainctl TCP: step ms | final loss "
+           "| PyTorch DDP (TCP): step ms | final loss |",
+           "| --- | --- | --- | --- | --- | --- | --- |"]
+
+    def cell(row, side, key, digits):
+        v = row.get(side, {}).get(key)
+        if v is None:
+            return "n/a"
+        text = fmt(v, digits)
+        b = base.get(side, {}).get(key) if base and row is not base else None
+        if b:
+            text += " (%+.0f%%)" % (100.0 * (v - b) / b)
+        return text
+
+    for row in hooks:
+        py_step = cell(row, "python", "step", 2) if "python" in row else "n/a (%s)" % PY_HOOK_FAILS[row["hook"]]
+        out.append("| %s | %s | %s | %s | %s | %s | %s |" % (
+            row["label"], cell(row, "trainctl", "step", 2), cell(row, "trainctl", "loss", 4),
+            cell(row, "trainctl-tcp", "step", 2), cell(row, "trainctl-tcp", "loss", 4), py_step,
+            cell(row, "python", "loss", 4)))
+    return out
 
 
 def start_cluster(build, workdir):
@@ -723,15 +890,15 @@ def write_plot_data(plots, main_rows, curve):
                         f.write("%d %.6f\n" % (step, loss))
 
 
-def write_section(path, section):
+def write_section(path, section, title):
     text = open(path).read() if os.path.exists(path) else "# Benchmark results\n"
-    start = text.find("\n" + SECTION + "\n")
-    if text.startswith(SECTION + "\n"):
+    start = text.find("\n" + title + "\n")
+    if text.startswith(title + "\n"):
         start = 0
     if start >= 0:
         if start > 0:
             start += 1
-        nxt = text.find("\n## ", start + len(SECTION))
+        nxt = text.find("\n## ", start + len(title))
         end = len(text) if nxt < 0 else nxt + 1
         text = text[:start] + section + ("\n" if nxt >= 0 else "") + text[end:]
     else:

@@ -52,6 +52,10 @@ def parse_args(argv=None):
     p.add_argument("--seed", type=int, default=0, help="model init seed and DistributedSampler seed")
     p.add_argument("--lr", type=float, default=1e-3)
     p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--comm-hook", choices=["none", "fp16_compress", "bf16_compress", "powersgd"], default="none",
+                   help="DDP communication hook (torch.distributed.algorithms.ddp_comm_hooks)")
+    p.add_argument("--powersgd-rank", type=int, default=1, help="powersgd: matrix_approximation_rank")
+    p.add_argument("--powersgd-start-iter", type=int, default=1000, help="powersgd: start_powerSGD_iter")
     p.add_argument("--window", type=int, default=20, help="steps per timing window")
     p.add_argument("--warmup-windows", type=int, default=2)
     p.add_argument("--threads", type=int, default=1)
@@ -218,6 +222,16 @@ def rank_main(args):
     torch.manual_seed(args.seed)
     model = build_model(args, torch)
     ddp_model = DDP(model, bucket_cap_mb=args.bucket_mb)
+    if args.comm_hook != "none":
+        from torch.distributed.algorithms.ddp_comm_hooks import default_hooks, powerSGD_hook
+        if args.comm_hook == "powersgd":
+            state = powerSGD_hook.PowerSGDState(
+                process_group=None, matrix_approximation_rank=args.powersgd_rank,
+                start_powerSGD_iter=args.powersgd_start_iter, min_compression_rate=2, use_error_feedback=True,
+                warm_start=True, random_seed=0)
+            ddp_model.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+        else:
+            ddp_model.register_comm_hook(None, getattr(default_hooks, args.comm_hook + "_hook"))
     loss_fn = torch.nn.CrossEntropyLoss()
     optimizer = torch.optim.Adam(ddp_model.parameters(), lr=args.lr)
     sampler = DistributedSampler(dataset, num_replicas=world, rank=rank, shuffle=True, seed=args.seed)

@@ -1,18 +1,19 @@
 #!/usr/bin/env bash
 # bench/ddp: trainctl against Python PyTorch DDP on the same jobs, side by side.
 #
-#   bench/ddp/run.sh BUILD_DIR [--quick] [--runs N] [--only linear,mlp,cnn,scaling,buckets,malloc] [--no-write]
+#   bench/ddp/run.sh BUILD_DIR [--quick] [--runs N] [--only linear,mlp,cnn,scaling,buckets,malloc,hooks] [--no-write]
 #
 # Runs every configuration on both sides (--runs times each, default 5; 3 for the bucket sweep and malloc lines;
 # median), prints a table and replaces the "## DDP: trainctl vs PyTorch"
-# section of bench/RESULTS.md (not with --quick or --no-write). Loopback only;
+# section of bench/RESULTS.md (not with --quick or --no-write; `--only hooks`, not in the
+# default set, writes its own "## DDP communication hooks" section). Loopback only;
 # bounded by a hard limit (BENCH_DDP_LIMIT_S, default 1200 s); every process
 # it starts is in its own process group and is killed on exit.
 # Needs /usr/bin/python3 with Debian's torch 1.13 and
 # `ninja -C BUILD_DIR trainctl trainctl-rank`.
 set -euo pipefail
 if [[ $# -lt 1 || "$1" == -* ]]; then
-  sed -n '2,12p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 BUILD_DIR=$(cd "$1" && pwd); shift
