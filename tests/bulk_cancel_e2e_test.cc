@@ -9,9 +9,7 @@
 // preemptions) and the per-queue pending gauge following the cancel.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <httplib.h>  // CPPHTTPLIB_OPENSSL_SUPPORT comes with the target (common/CMakeLists.txt)
 
-#include <cmath>
 #include <map>
 #include <optional>
 #include <set>
@@ -19,11 +17,11 @@
 #include <string>
 #include <vector>
 
-#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "client/cli/cli.h"
 #include "common/jobspec/job_spec.h"
 #include "tests/support/cluster.h"
+#include "tests/support/metrics_page.h"
 #include "trainctl/client.h"
 
 namespace trainctl {
@@ -32,6 +30,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using trainctl::testing::Cluster;
+using trainctl::testing::CoordinatorMetricsPage;
+using trainctl::testing::PromSample;
 
 v1::JobSpec Spec(const std::string& name, const std::string& queue) {
   ParsedJobSpec p = ParseJobSpecYaml(
@@ -78,39 +78,6 @@ std::unique_ptr<Client> ClientAs(const Cluster& cluster, const std::string& toke
   absl::StatusOr<std::unique_ptr<Client>> c = Client::Connect(options);
   EXPECT_TRUE(c.ok()) << c.status();
   return c.ok() ? *std::move(c) : nullptr;
-}
-
-// The coordinator's /metrics page, as `token` ("" when it cannot be read).
-std::string MetricsPage(Cluster& cluster, const std::string& token) {
-  const std::string log = cluster.coordinator()->ReadLog();
-  const std::string mark = "metrics on http://";
-  const size_t at = log.find(mark);
-  if (at == std::string::npos) {
-    ADD_FAILURE() << "no metrics address in the coordinator's log";
-    return "";
-  }
-  const size_t from = at + mark.size();
-  httplib::Client http(log.substr(from, log.find('/', from) - from));
-  http.set_connection_timeout(5);
-  auto r = http.Get("/metrics", httplib::Headers{{"Authorization", "Bearer " + token}});
-  if (!r || r->status != 200) {
-    ADD_FAILURE() << "GET /metrics failed";
-    return "";
-  }
-  return r->body;
-}
-
-// One sample's value (`series`: name and labels as written); NaN when absent.
-double Sample(const std::string& page, const std::string& series) {
-  const std::string key = "\n" + series + " ";
-  const size_t at = page.find(key);
-  double v = 0;
-  if (at == std::string::npos ||
-      !absl::SimpleAtod(
-          page.substr(at + key.size(), page.find('\n', at + key.size()) - at - key.size()), &v)) {
-    return std::nan("");
-  }
-  return v;
 }
 
 int CancelledEvents(Cluster& cluster, const std::string& id, std::string* message) {
@@ -161,18 +128,18 @@ TEST(BulkCancelE2ETest, CancelByQueueAsksFirstCancelsExactlyItsJobsAndMetricsSho
   const std::string admin_name = cluster.Get(in_b[0]).owner();
   ASSERT_FALSE(admin_name.empty());
 
-  std::string page = MetricsPage(cluster, admin);
-  EXPECT_EQ(Sample(page, "trainctl_queue_pending_jobs{queue=\"a\"}"), 4) << page;
-  EXPECT_GE(Sample(page, "trainctl_scheduler_pass_seconds_count"), 1)
+  std::string page = CoordinatorMetricsPage(cluster, admin);
+  EXPECT_EQ(PromSample(page, "trainctl_queue_pending_jobs{queue=\"a\"}"), 4) << page;
+  EXPECT_GE(PromSample(page, "trainctl_scheduler_pass_seconds_count"), 1)
       << "every submit asked for a timed pass";
   EXPECT_THAT(page, HasSubstr("# TYPE trainctl_scheduler_pass_seconds histogram"));
   EXPECT_THAT(page, HasSubstr("trainctl_scheduler_pass_seconds_bucket{le=\"+Inf\"}"));
-  EXPECT_EQ(Sample(page, "trainctl_preemptions_total"), 0);
+  EXPECT_EQ(PromSample(page, "trainctl_preemptions_total"), 0);
   // Where the loop's time goes: every submit was a posted task, housekeeping a timer.
   EXPECT_THAT(page, HasSubstr("# TYPE trainctl_loop_task_wait_seconds histogram"));
   EXPECT_THAT(page, HasSubstr("# TYPE trainctl_loop_task_run_seconds histogram"));
-  EXPECT_GE(Sample(page, "trainctl_loop_task_wait_seconds_count{kind=\"posted\"}"), 6) << page;
-  EXPECT_GE(Sample(page, "trainctl_loop_task_run_seconds_count{kind=\"posted\"}"), 6) << page;
+  EXPECT_GE(PromSample(page, "trainctl_loop_task_wait_seconds_count{kind=\"posted\"}"), 6) << page;
+  EXPECT_GE(PromSample(page, "trainctl_loop_task_run_seconds_count{kind=\"posted\"}"), 6) << page;
   EXPECT_THAT(page, HasSubstr("trainctl_loop_task_run_seconds_bucket{kind=\"timer\",le=\"+Inf\"}"));
 
   auto all_pending = [&] {
@@ -252,10 +219,10 @@ TEST(BulkCancelE2ETest, CancelByQueueAsksFirstCancelsExactlyItsJobsAndMetricsSho
   EXPECT_EQ(none.code, 0) << none.err;
   EXPECT_THAT(none.out, HasSubstr("no jobs match"));
 
-  page = MetricsPage(cluster, admin);
-  EXPECT_EQ(Sample(page, "trainctl_queue_pending_jobs{queue=\"a\"}"), 0) << page;
-  EXPECT_EQ(Sample(page, "trainctl_queue_pending_jobs{queue=\"b\"}"), 0);
-  EXPECT_EQ(Sample(page, "trainctl_jobs{state=\"cancelled\"}"), 7);
+  page = CoordinatorMetricsPage(cluster, admin);
+  EXPECT_EQ(PromSample(page, "trainctl_queue_pending_jobs{queue=\"a\"}"), 0) << page;
+  EXPECT_EQ(PromSample(page, "trainctl_queue_pending_jobs{queue=\"b\"}"), 0);
+  EXPECT_EQ(PromSample(page, "trainctl_jobs{state=\"cancelled\"}"), 7);
 }
 
 }  // namespace

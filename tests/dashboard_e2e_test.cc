@@ -484,22 +484,26 @@ TEST(DashboardE2ETest, JobPageChartsLiveAndTurnsSucceededWithoutReload) {
       "tr.textContent.includes('0/2'))",
       absl::Seconds(40)))
       << browser.String("document.body.innerText");
-  // The queues view: a queue the admin defines, with its quota and cohort,
-  // none of it used (its one job ended).
+  // The queues view: a queue the admin defines, with its quota in every
+  // dimension (slots, CPUs, memory, a GPU flavor) and its cohort, none of it
+  // used (its one job ended).
   {
     trainctl::testing::Process create(
         {build + "/client/trainctl", "--coordinator", cluster.address(), "--token-file",
-         cluster.AdminTokenFile(), "queue", "create", "team-a", "--cpu", "2", "--cohort", "lab"},
+         cluster.AdminTokenFile(), "queue", "create", "team-a", "--cpu", "2", "--cohort", "lab",
+         "--nominal-cpus", "1.5", "--nominal-memory", "2Gi", "--nominal-gpus-flavor", "h100=4"},
         cluster.dir() + "/queue-create.log", cluster.dir());
     ASSERT_TRUE(create.Start());
     ASSERT_EQ(create.Wait(absl::Seconds(30)), 0) << create.ReadLog();
   }
   browser.Eval("location.href = '/queues'; true");
-  EXPECT_TRUE(
-      browser.WaitTrue("[...document.querySelectorAll('#queues tbody tr')].some(tr => "
-                       "tr.textContent.includes('team-a') && tr.textContent.includes('lab') && "
-                       "tr.textContent.includes('0/2') && tr.textContent.includes('0/-'))",
-                       absl::Seconds(20)))
+  EXPECT_TRUE(browser.WaitTrue(
+      "[...document.querySelectorAll('#queues tbody tr')].some(tr => "
+      "tr.textContent.includes('team-a') && tr.textContent.includes('lab') && "
+      "tr.textContent.includes('0/2') && tr.textContent.includes('0/-') && "
+      "tr.textContent.includes('0/1.5') && tr.textContent.includes('0 B/2 GiB') && "
+      "tr.textContent.includes('h100 0/4'))",
+      absl::Seconds(20)))
       << browser.String("document.body.innerText");
   EXPECT_EQ(browser.String("JSON.stringify(window.__csp)"), "[]")
       << "the CSP blocked part of the page";

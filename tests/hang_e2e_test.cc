@@ -8,13 +8,10 @@
 //  * A worker whose ranks are slowed by the test hook
 //    (TRAINCTL_TEST_STEP_SLEEP_MS): a `straggler` event names its rank
 //    and worker.
-#include <arpa/inet.h>
 #include <gmock/gmock.h>
 #include <grpcpp/grpcpp.h>
 #include <gtest/gtest.h>
-#include <netinet/in.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -24,6 +21,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/jobspec/job_spec.h"
 #include "tests/support/cluster.h"
+#include "tests/support/metrics_page.h"
 
 namespace trainctl {
 namespace {
@@ -48,36 +46,11 @@ class HangE2ETest : public ::testing::Test {
     ASSERT_TRUE(cluster_->StartCoordinator({"--http_listen=127.0.0.1:0"}));
   }
 
-  // The value of an unlabelled sample on the coordinator's /metrics, or -1
-  // (a plain HTTP/1.0 GET on loopback).
+  // The value of an unlabelled sample on the coordinator's /metrics (NaN
+  // when absent).
   double CoordinatorMetric(const std::string& name) {
-    static const std::regex address("metrics on http://127\\.0\\.0\\.1:([0-9]+)/metrics");
-    std::smatch m;
-    const std::string log = cluster_->coordinator()->ReadLog();
-    if (!std::regex_search(log, m, address)) return -1;
-    const int fd = socket(AF_INET, SOCK_STREAM, 0);
-    if (fd < 0) return -1;
-    timeval tv{5, 0};  // never block the test on a server that keeps the connection
-    setsockopt(fd, SOL_SOCKET, SO_RCVTIMEO, &tv, sizeof(tv));
-    sockaddr_in a{};
-    a.sin_family = AF_INET;
-    a.sin_port = htons(static_cast<uint16_t>(std::stoi(m[1].str())));
-    a.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-    std::string body;
-    if (connect(fd, reinterpret_cast<sockaddr*>(&a), sizeof(a)) == 0) {
-      const std::string req = "GET /metrics HTTP/1.0\r\nHost: 127.0.0.1\r\nAuthorization: Bearer " +
-                              cluster_->admin_token() + "\r\n\r\n";
-      if (write(fd, req.data(), req.size()) == static_cast<ssize_t>(req.size())) {
-        char buf[8192];
-        for (ssize_t n; (n = read(fd, buf, sizeof(buf))) > 0;)
-          body.append(buf, static_cast<size_t>(n));
-      }
-    }
-    close(fd);
-    const std::regex sample("(^|\\n)" + name + " ([0-9.e+-]+)");
-    std::smatch v;
-    if (!std::regex_search(body, v, sample)) return -1;
-    return std::stod(v[2].str());
+    return trainctl::testing::PromSample(
+        trainctl::testing::CoordinatorMetricsPage(*cluster_, cluster_->admin_token()), name);
   }
 
   std::vector<v1::Event> Events(const std::string& id) { return cluster_->Events(id); }

@@ -11,7 +11,6 @@
 // `trainctl usage` splits the slot-seconds between the two queues.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
-#include <httplib.h>  // CPPHTTPLIB_OPENSSL_SUPPORT comes with the target (common/CMakeLists.txt)
 #include <sys/wait.h>
 
 #include <cmath>
@@ -29,6 +28,7 @@
 #include "common/jobspec/job_spec.h"
 #include "common/time_util.h"
 #include "tests/support/cluster.h"
+#include "tests/support/metrics_page.h"
 #include "tests/support/source_dir.h"
 
 namespace trainctl {
@@ -37,6 +37,8 @@ namespace {
 using ::testing::HasSubstr;
 using ::testing::Not;
 using trainctl::testing::Cluster;
+using trainctl::testing::CoordinatorMetricsPage;
+using trainctl::testing::PromSample;
 
 class PreemptionE2ETest : public ::testing::Test {
  protected:
@@ -79,42 +81,6 @@ class PreemptionE2ETest : public ::testing::Test {
         "job.yaml");
     EXPECT_TRUE(p.ok()) << (p.errors.empty() ? "" : p.errors[0].ToString());
     return p.spec;
-  }
-
-  // The coordinator's /metrics page, as the admin ("" when it cannot be read).
-  std::string MetricsPage() {
-    const std::string log = cluster_->coordinator()->ReadLog();
-    const std::string mark = "metrics on http://";
-    const size_t at = log.find(mark);
-    if (at == std::string::npos) {
-      ADD_FAILURE() << "no metrics address in the coordinator's log";
-      return "";
-    }
-    const size_t from = at + mark.size();
-    const std::string address = log.substr(from, log.find('/', from) - from);
-    httplib::Client http(address);
-    http.set_connection_timeout(5);
-    auto r = http.Get("/metrics",
-                      httplib::Headers{{"Authorization", "Bearer " + cluster_->admin_token()}});
-    if (!r || r->status != 200) {
-      ADD_FAILURE() << "GET /metrics failed";
-      return "";
-    }
-    return r->body;
-  }
-
-  // The value of one sample of a /metrics page (`series`: name and labels
-  // as the page writes them); NaN when the page has no such sample.
-  static double Sample(const std::string& page, const std::string& series) {
-    const std::string key = "\n" + series + " ";
-    const size_t at = page.find(key);
-    double v = 0;
-    if (at == std::string::npos ||
-        !absl::SimpleAtod(
-            page.substr(at + key.size(), page.find('\n', at + key.size()) - at - key.size()), &v)) {
-      return std::nan("");
-    }
-    return v;
   }
 
   // Ranks x seconds of every attempt of `job` that started and ended.
@@ -197,26 +163,29 @@ TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) 
 
   // /metrics shows the borrowing per queue (nothing changes until a's job
   // is submitted: b's first attempt runs until preempted).
-  std::string page = MetricsPage();
-  EXPECT_EQ(Sample(page, "trainctl_queue_nominal_slots{queue=\"team-b\",kind=\"cpu\"}"), 2) << page;
-  EXPECT_EQ(Sample(page, "trainctl_queue_used_slots{queue=\"team-b\",kind=\"cpu\"}"), 4) << page;
-  EXPECT_EQ(Sample(page, "trainctl_queue_borrowed_slots{queue=\"team-b\",kind=\"cpu\"}"), 2)
+  std::string page = CoordinatorMetricsPage(*cluster_, cluster_->admin_token());
+  EXPECT_EQ(PromSample(page, "trainctl_queue_nominal_slots{queue=\"team-b\",kind=\"cpu\"}"), 2)
       << page;
-  EXPECT_EQ(Sample(page, "trainctl_queue_borrowed_slots{queue=\"team-b\",kind=\"gpu\"}"), 0)
+  EXPECT_EQ(PromSample(page, "trainctl_queue_used_slots{queue=\"team-b\",kind=\"cpu\"}"), 4)
+      << page;
+  EXPECT_EQ(PromSample(page, "trainctl_queue_borrowed_slots{queue=\"team-b\",kind=\"cpu\"}"), 2)
+      << page;
+  EXPECT_EQ(PromSample(page, "trainctl_queue_borrowed_slots{queue=\"team-b\",kind=\"gpu\"}"), 0)
       << page;
   // The API says the same (QueueStatus.borrowed_*; clients never compute it).
   ASSERT_EQ(Cli({"queue", "describe", "team-b", "-o", "json"}, &out), 0) << out;
   EXPECT_THAT(out, HasSubstr("\"borrowedCpu\":2")) << out;
   EXPECT_THAT(out, Not(HasSubstr("borrowedGpu"))) << "0 is not printed: nothing borrowed of GPUs";
-  EXPECT_EQ(Sample(page, "trainctl_queue_used_slots{queue=\"team-a\",kind=\"cpu\"}"), 0) << page;
-  EXPECT_EQ(Sample(page, "trainctl_queue_running_jobs{queue=\"team-b\"}"), 1) << page;
-  EXPECT_EQ(Sample(page, "trainctl_queue_pending_jobs{queue=\"team-a\"}"), 0) << page;
-  EXPECT_TRUE(
-      std::isnan(Sample(page, "trainctl_queue_nominal_slots{queue=\"team-b\",kind=\"gpu\"}")))
-      << "an unlimited nominal has no sample";
-  EXPECT_GT(Sample(page, "trainctl_queue_slot_seconds_total{queue=\"team-b\",kind=\"cpu\"}"), 0)
+  EXPECT_EQ(PromSample(page, "trainctl_queue_used_slots{queue=\"team-a\",kind=\"cpu\"}"), 0)
       << page;
-  EXPECT_EQ(Sample(page, "trainctl_preemptions_total"), 0) << page;
+  EXPECT_EQ(PromSample(page, "trainctl_queue_running_jobs{queue=\"team-b\"}"), 1) << page;
+  EXPECT_EQ(PromSample(page, "trainctl_queue_pending_jobs{queue=\"team-a\"}"), 0) << page;
+  EXPECT_TRUE(
+      std::isnan(PromSample(page, "trainctl_queue_nominal_slots{queue=\"team-b\",kind=\"gpu\"}")))
+      << "an unlimited nominal has no sample";
+  EXPECT_GT(PromSample(page, "trainctl_queue_slot_seconds_total{queue=\"team-b\",kind=\"cpu\"}"), 0)
+      << page;
+  EXPECT_EQ(PromSample(page, "trainctl_preemptions_total"), 0) << page;
 
   const absl::Time submitted = absl::Now();
   const std::string lender =
@@ -270,19 +239,20 @@ TEST_F(PreemptionE2ETest, ALenderTakesItsQuotaBackAndTheBorrowerRunsAgainAfter) 
   ASSERT_EQ(Cli({"usage", "--since", "yesterday"}, &out), 2) << out;
   EXPECT_THAT(out, HasSubstr("--since"));
   // /metrics counts the same slot-seconds; nothing is held any more.
-  page = MetricsPage();
-  EXPECT_NEAR(Sample(page, "trainctl_queue_slot_seconds_total{queue=\"team-a\",kind=\"cpu\"}"),
+  page = CoordinatorMetricsPage(*cluster_, cluster_->admin_token());
+  EXPECT_NEAR(PromSample(page, "trainctl_queue_slot_seconds_total{queue=\"team-a\",kind=\"cpu\"}"),
               usage_a, 0.01)
       << page;
-  EXPECT_NEAR(Sample(page, "trainctl_queue_slot_seconds_total{queue=\"team-b\",kind=\"cpu\"}"),
+  EXPECT_NEAR(PromSample(page, "trainctl_queue_slot_seconds_total{queue=\"team-b\",kind=\"cpu\"}"),
               usage_b, 0.01)
       << page;
-  EXPECT_EQ(Sample(page, "trainctl_queue_used_slots{queue=\"team-b\",kind=\"cpu\"}"), 0) << page;
-  EXPECT_EQ(Sample(page, "trainctl_queue_running_jobs{queue=\"team-b\"}"), 0) << page;
+  EXPECT_EQ(PromSample(page, "trainctl_queue_used_slots{queue=\"team-b\",kind=\"cpu\"}"), 0)
+      << page;
+  EXPECT_EQ(PromSample(page, "trainctl_queue_running_jobs{queue=\"team-b\"}"), 0) << page;
   // The scheduler's own series: one preemption, and the passes that placed
   // b (twice) and a were timed.
-  EXPECT_EQ(Sample(page, "trainctl_preemptions_total"), 1) << page;
-  EXPECT_GE(Sample(page, "trainctl_scheduler_pass_seconds_count"), 3) << page;
+  EXPECT_EQ(PromSample(page, "trainctl_preemptions_total"), 1) << page;
+  EXPECT_GE(PromSample(page, "trainctl_scheduler_pass_seconds_count"), 3) << page;
 }
 
 // Per worker: 1 slot (a 2-rank job over two workers) or 2 (4 ranks: two

@@ -125,6 +125,11 @@ def configs(quick):
         "curve": dict(title="CNN (BN) on all of Fashion-MNIST, %d epochs, batch 64" % s(2, 1), model="cnn",
                       classes=10, batch=64, epochs=s(2, 1), window=s(10, 5), full_fmnist=True,
                       train_limit=None if not quick else 15 * 64 * 2),
+        # The hooks line: config 2's MLP, several epochs over one small set, so that the loss falls
+        # (the labels are random: the MLP learns them by heart) and shows what a hook costs the optimizer.
+        "hooks": dict(title="MLP 256→1024→1024→1024→10 (2.37 M), batch 64, synthetic", model="mlp",
+                      input_dim=256, hidden=[1024, 1024, 1024], classes=10, batch=64, steps=s(20, 5),
+                      epochs=s(10, 2), window=s(20, 5), goal=1.0),
         # Launch to first optimizer step: a tiny job, a metric point after every step.
         "startup": dict(title="Linear(5→2), batch 30, 20 steps", model="linear", input_dim=5, hidden=[],
                         classes=2, batch=30, steps=20, window=1),
@@ -570,7 +575,7 @@ def main():
         for label, hook, prank in HOOKS:
             if over_budget("hook %s" % label):
                 break
-            cfg = dict(cfgs["mlp"], comm_hook=hook, powersgd_rank=prank)
+            cfg = dict(cfgs["hooks"], comm_hook=hook, powersgd_rank=prank)
             # Not on the Python side: Gloo in Debian's torch 1.13 has no bfloat16 all-reduce ("Invalid scalar
             # type"), and its powerSGD_hook over Gloo aborts in the first compressed step (gloo's tcp/pair.cc
             # "op.preamble.length <= op.nbytes": the P and Q all-reduces' messages cross).
@@ -676,7 +681,7 @@ def main():
             extra.append("| | %s | %s | %s | %s |" % (
                 "trainctl" if side == "trainctl" else "PyTorch DDP", fmt(r["samples_per_sec_sum"]),
                 " / ".join("%.4f" % e["accuracy"] for e in ev), " / ".join("%.4f" % e["loss"] for e in ev)))
-    hook_lines = hooks_table(hooks, cfgs["mlp"], args.runs_extra) if hooks else []
+    hook_lines = hooks_table(hooks, cfgs["hooks"], args.runs_extra, args.warmup_windows) if hooks else []
     build_lines = builds_table(builds, args) if builds else []
     main_run = bool(only - {"hooks", "builds"})
     if main_run:
@@ -796,15 +801,18 @@ def builds_table(builds, args):
     return out
 
 
-def hooks_table(hooks, cfg, runs):
+def hooks_table(hooks, cfg, runs, warmup):
     """The hooks line: each hook next to no hook, on both transports and (where it can) in PyTorch."""
     base = hooks[0] if hooks and hooks[0]["label"] == "none" else None
-    out = ["The MLP of config 2 (%s; %d steps/rank/run, 2 ranks, Adam lr 1e-3), median of %d runs per side and "
-           "hook. PowerSGD settings: error feedback and warm start on, min_compression_rate 2, start_iter %d on both "
-           "sides (PyTorch's default is 1000; the run has %d steps). Final loss: rank 0's mean training loss over "
-           "the last window of %d steps (trainctl's own metric point; the Python script's own window mean), "
-           "compared within a side, where no hook is the baseline of the same run." % (
-               cfg["title"], cfg["steps"], runs, HOOK_POWERSGD_START, cfg["steps"], cfg["window"]), "",
+    out = ["The MLP of config 2 (%s, 2 ranks, Adam lr 1e-3) for %d epochs of %d steps/rank over the same %d "
+           "samples, whose labels are random: the falling loss is the MLP learning them by heart, which shows what "
+           "each hook's rounding or low rank costs the optimizer. Median of %d runs per side and hook; step time "
+           "over the epochs after the first %d. PowerSGD settings: error feedback and warm start on, "
+           "min_compression_rate 2, start_iter %d on both sides (PyTorch's default is 1000; the run has %d steps). "
+           "Final loss: rank 0's mean training loss over the last epoch (trainctl's own metric point; the Python "
+           "script's own window mean), compared within a side, where no hook is the baseline of the same run." % (
+               cfg["title"], cfg["epochs"], cfg["steps"], cfg["steps"] * cfg["batch"] * 2, runs, warmup,
+               HOOK_POWERSGD_START, cfg["steps"] * cfg["epochs"]), "",
            "| ddp.comm_hook | trainctl shm: step ms | final loss | trainctl TCP: step ms | final loss "
            "| PyTorch DDP (TCP): step ms | final loss |",
            "| --- | --- | --- | --- | --- | --- | --- |"]

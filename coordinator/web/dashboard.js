@@ -138,21 +138,41 @@ function workersView(main) {
 // "used/nominal" of one slot kind ("-" = unlimited) and what the queue
 // borrows beyond its nominal (QueueStatus.borrowed_*, computed by the
 // coordinator: coordinator/queues/queue_status.h).
-function quotaCell(used, nominal, borrowedSlots) {
+function quotaCell(used, nominal, borrowedSlots, fmt = num) {
   const limited = nominal !== undefined && nominal !== null && num(nominal) >= 0;
   const borrowed = num(borrowedSlots);
-  return `${num(used)}/${limited ? num(nominal) : '-'}` +
-    (borrowed ? ` <span class="borrowed">(${borrowed} borrowed)</span>` : '');
+  return `${fmt(used)}/${limited ? fmt(nominal) : '-'}` +
+    (borrowed ? ` <span class="borrowed">(${fmt(borrowed)} borrowed)</span>` : '');
+}
+// Bytes in binary units, as `queue describe` writes them ("6 GiB").
+function fmtBytes(v) {
+  const b = num(v);
+  for (const [unit, size] of [['TiB', 2 ** 40], ['GiB', 2 ** 30], ['MiB', 2 ** 20], ['KiB', 2 ** 10]]) {
+    if (b >= size) return `${+(b / size).toFixed(1)} ${unit}`;
+  }
+  return `${b} B`;
+}
+const fmtCpus = v => String(+num(v).toFixed(3));
+// "h100 2/4" per flavor the queue holds a quota for or uses (Queue.nominal_gpu_flavors,
+// QueueStatus.used_gpu_flavors).
+function flavorCell(used, nominal) {
+  const names = [...new Set([...Object.keys(nominal || {}), ...Object.keys(used || {})])].sort();
+  if (!names.length) return '<span class="muted">none</span>';
+  return names.map(f => `${esc(f)} ${quotaCell((used || {})[f], (nominal || {})[f], 0)}`).join(', ');
 }
 
 function queuesView(main) {
-  tableView(main, 'Queues', 'queues', ['Queue', 'Cohort', 'GPU (used/quota)', 'CPU (used/quota)', 'Pending jobs',
+  tableView(main, 'Queues', 'queues', ['Queue', 'Cohort', 'GPU (used/quota)', 'CPU (used/quota)', 'CPUs (used/quota)',
+                                       'Memory (used/quota)', 'GPU flavors (used/quota)', 'Pending jobs',
                                        'Running jobs', 'Max job', 'Default priority'],
             '/api/queues', 'queues', st => {
     const q = st.queue || {};
     return `<tr><td>${esc(q.name)}</td><td>${q.cohort ? esc(q.cohort) : '<span class="muted">none</span>'}</td>` +
       `<td>${quotaCell(st.used_gpu, q.nominal_gpu, st.borrowed_gpu)}</td>` +
       `<td>${quotaCell(st.used_cpu, q.nominal_cpu, st.borrowed_cpu)}</td>` +
+      `<td>${quotaCell(st.used_cpus, q.nominal_cpus, st.borrowed_cpus, fmtCpus)}</td>` +
+      `<td>${quotaCell(st.used_memory_bytes, q.nominal_memory_bytes, st.borrowed_memory_bytes, fmtBytes)}</td>` +
+      `<td>${flavorCell(st.used_gpu_flavors, q.nominal_gpu_flavors)}</td>` +
       `<td>${num(st.pending_jobs)}</td><td>${num(st.running_jobs)}</td>` +
       `<td>${num(q.max_job_size) ? num(q.max_job_size) : '<span class="muted">no limit</span>'}</td>` +
       `<td>${num(q.default_priority)}</td></tr>`;

@@ -316,7 +316,6 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
   }
 
  private:
-
   void Run() {
     for (;;) {
       Op op;
