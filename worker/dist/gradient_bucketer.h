@@ -213,6 +213,22 @@ class GradientBucketer {
   PowerSgdPlan powersgd_plan() const;
   Collectives& collectives() { return *comm_; }
 
+  // Checkpoints under comm_hook powersgd (docs/ddp.md). A collective: every
+  // rank calls it at the same point between steps. Once PowerSGD has run,
+  // each rank's error feedback goes to every rank (one broadcast per rank,
+  // in rank order: a writer may be any rank, one per host); `keep_errors`
+  // says whether this rank keeps them (a checkpoint writer) or only takes
+  // part. The step count, the generator and Q are the same on every rank
+  // and need no communication. FailedPrecondition under another hook or
+  // inside a step; a collective's error as FinalizeBackward's.
+  absl::StatusOr<PowerSgdState> SavePowerSgdState(bool keep_errors);
+  // Puts a saved state back, before the first step: the step count and the
+  // generator always; Q only into an equal bucket layout; this rank's error
+  // feedback only into an equal layout at the same world size. What does
+  // not fit starts afresh (zero error, a fresh Q). Returns one line for the
+  // log saying what was restored and, where something was not, why.
+  std::string RestorePowerSgdState(const PowerSgdState& state);
+
  private:
   struct Bucket {
     std::vector<size_t> params;  // indices into params_
@@ -264,6 +280,8 @@ class GradientBucketer {
   // parameters no rank used, when `globally_used` is defined).
   void CopyBucketGradsLocked(const at::Tensor& globally_used) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   std::string DescribeParams(const std::vector<size_t>& indices) const;
+  // PowerSgdBucket::Layout of every PowerSGD bucket, one per line.
+  std::string PowerSgdLayoutLocked() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
 
   const GradientBucketerOptions options_;
   const std::shared_ptr<Collectives> comm_;

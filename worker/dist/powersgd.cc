@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "absl/strings/str_cat.h"
+
 // This file is compiled with -ffp-contract=off (CMakeLists.txt): the host
 // Gram-Schmidt must round the same way on every rank, whatever the compiler
 // could fuse into FMAs.
@@ -154,6 +156,23 @@ bool PowerSgdBucket::OrthogonalizeFactors(bool of_p) {
   }
   if (!factors.is_cpu()) factors.copy_(host);
   return ok;
+}
+
+std::string PowerSgdBucket::Layout() const {
+  std::string out = absl::StrCat("bucket ", bucket_numel_, ":");
+  for (const Matrix& mat : matrices_) absl::StrAppend(&out, " ", mat.n, "x", mat.cols, "@", mat.r);
+  return out;
+}
+
+void PowerSgdBucket::RestoreQ(const at::Tensor& q, bool has_q) {
+  c10::NoGradGuard no_grad;
+  q_.copy_(q);
+  have_q_ = has_q && options_.warm_start;
+}
+
+void PowerSgdBucket::RestoreError(const at::Tensor& error) {
+  c10::NoGradGuard no_grad;
+  if (error_.defined()) error_.copy_(error);
 }
 
 int64_t PowerSgdBucket::wire_numel() const { return stage1_.numel() + q_.numel(); }

@@ -43,6 +43,7 @@
 
 #include <cstdint>
 #include <random>
+#include <string>
 #include <vector>
 
 namespace trainctl::dist {
@@ -55,6 +56,33 @@ struct PowerSgdOptions {
   bool use_error_feedback = true;   // use_error_feedback
   bool warm_start = true;           // warm_start: reuse Q across steps
   uint64_t seed = 0;                // random_seed (not in the job spec)
+};
+
+// PowerSGD's state between steps, as a checkpoint keeps it (docs/ddp.md):
+// GradientBucketer::SavePowerSgdState fills it on every rank,
+// RestorePowerSgdState puts it back. Tensors are on the CPU.
+struct PowerSgdState {
+  // Synced steps finalized (PyTorch's state.iter): decides whether the
+  // start_iter warm-up is over.
+  int64_t iter = 0;
+  // The random-Q generator (std::mt19937_64's text form); the same on every
+  // rank.
+  std::string rng;
+  // The buckets' plans (PowerSgdBucket::Layout, one line per PowerSGD
+  // bucket): Q and the errors restore only into an equal layout.
+  std::string layout;
+  // The world size of the ranks that saved it: the errors restore only at
+  // the same world size.
+  int64_t world_size = 0;
+  // q holds the last step's factors (warm start); q[b] is PowerSGD bucket
+  // b's Q, the same bits on every rank. Empty before the first PowerSGD step.
+  bool has_q = false;
+  std::vector<at::Tensor> q;
+  // errors[r][b]: rank r's error feedback for PowerSGD bucket b. Empty
+  // without error feedback, before the first PowerSGD step, or where the
+  // ranks' errors were not kept; otherwise world_size rows (a loaded state
+  // may hold only its own rank's row filled, the others undefined).
+  std::vector<std::vector<at::Tensor>> errors;
 };
 
 // PyTorch's _should_compress: (n + m) * r * min_compression_rate < n * m.
@@ -101,8 +129,20 @@ class PowerSgdBucket {
   // bucket's size, for the compression rate.
   int64_t wire_numel() const;
   int64_t bucket_numel() const { return bucket_numel_; }
-  // The error-feedback buffer (undefined without error feedback), for tests.
+  // The error-feedback buffer (undefined without error feedback): this
+  // rank's, for checkpoints and tests.
   const at::Tensor& error() const { return error_; }
+  // All Qs of the bucket (the same bits on every rank), and whether they
+  // hold the previous step's factors (what warm start reuses).
+  const at::Tensor& q() const { return q_; }
+  bool has_q() const { return have_q_; }
+  // The bucket's plan: its size and each compressed matrix as n x m @ r.
+  // Equal layouts mean equal shapes of q() and error().
+  std::string Layout() const;
+  // Checkpoint restore (shapes as q() and error(); the caller checks
+  // Layout()). RestoreError is a no-op without error feedback.
+  void RestoreQ(const at::Tensor& q, bool has_q);
+  void RestoreError(const at::Tensor& error);
 
  private:
   struct Matrix {

@@ -220,8 +220,8 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
                                                   const CheckpointManifest& manifest,
                                                   const TrainingPosition& position,
                                                   engine::Model& model,
-                                                  torch::optim::Optimizer& optimizer,
-                                                  FileEnv* env) {
+                                                  torch::optim::Optimizer& optimizer, FileEnv* env,
+                                                  const dist::PowerSgdState* powersgd) {
   std::error_code ec;
   fs::create_directories(dir, ec);
   if (ec) {
@@ -256,6 +256,7 @@ absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_
       std::lock_guard<std::mutex> lock(gen.mutex());
       archive.write("rng_cpu", gen.get_state());
     }
+    if (powersgd != nullptr) WritePowerSgdState(archive, *powersgd);
     std::ostringstream buf;
     archive.save_to(buf);
     bytes = std::move(buf).str();
@@ -331,7 +332,8 @@ absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& bytes, const 
                                                 const CheckpointManifest& expect,
                                                 engine::Model& model,
                                                 torch::optim::Optimizer& optimizer,
-                                                const c10::Device& device) {
+                                                const c10::Device& device,
+                                                PowerSgdCheckpointRead* powersgd) {
   TrainingPosition p;
   try {
     torch::serialize::InputArchive archive;
@@ -374,6 +376,7 @@ absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& bytes, const 
     optimizer.load(opt);
     at::Tensor rng;
     archive.read("rng_cpu", rng);
+    if (powersgd != nullptr) ReadPowerSgdState(archive, powersgd);
     at::Generator gen = at::detail::getDefaultCPUGenerator();
     std::lock_guard<std::mutex> lock(gen.mutex());
     gen.set_state(rng.cpu());

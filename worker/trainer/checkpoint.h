@@ -7,11 +7,14 @@
 // (torch::optim's own serialization), the loss scaler, the training position
 // (epochs completed, global optimizer step, skipped steps, and how many
 // positions of the next epoch's global order were consumed), the sampler's
-// seed and world size, and the CPU RNG state. A checkpoint taken after an
-// epoch has consumed 0 and a resumed run starts at the next epoch (the
-// DistributedSampler's order is a function of seed + epoch); one taken inside
-// an epoch (checkpoint.every_steps) lets a resumed run continue that epoch
-// where it stopped, at any world size (DistributedSampler::RemainingIndices).
+// seed and world size, the CPU RNG state, and under comm_hook powersgd
+// PowerSGD's state with every rank's error feedback (powersgd_checkpoint.h;
+// gathered by every rank at each checkpoint point, Trainer::CheckpointNow).
+// A checkpoint taken after an epoch has consumed 0 and a resumed run starts
+// at the next epoch (the DistributedSampler's order is a function of seed +
+// epoch); one taken inside an epoch (checkpoint.every_steps) lets a resumed
+// run continue that epoch where it stopped, at any world size
+// (DistributedSampler::RemainingIndices).
 //
 // Identity: the file is named for its job (<dir>/<job>.ckpt-epoch-NNNNNN.pt,
 // NNNNNN = epochs completed; <dir>/<job>.ckpt-epoch-NNNNNN-CCCCCCCCCC.pt
@@ -49,6 +52,7 @@
 #include "absl/status/statusor.h"
 #include "common/file_env.h"
 #include "worker/engine/model.h"
+#include "worker/trainer/powersgd_checkpoint.h"
 
 namespace torch::optim {
 class Optimizer;
@@ -117,12 +121,11 @@ absl::Status CheckCheckpointDir(const std::string& dir);
 // writer (keep 0 deletes nothing). RESOURCE_EXHAUSTED when the disk
 // is full (see above), FAILED_PRECONDITION when the directory cannot be
 // created, INTERNAL on other I/O errors; no temporary file is left behind.
-absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(const std::string& dir, int64_t keep,
-                                                  const CheckpointManifest& manifest,
-                                                  const TrainingPosition& position,
-                                                  engine::Model& model,
-                                                  torch::optim::Optimizer& optimizer,
-                                                  FileEnv* env = nullptr);
+// `powersgd` (may be null) is saved beside the model.
+absl::StatusOr<WrittenCheckpoint> WriteCheckpoint(
+    const std::string& dir, int64_t keep, const CheckpointManifest& manifest,
+    const TrainingPosition& position, engine::Model& model, torch::optim::Optimizer& optimizer,
+    FileEnv* env = nullptr, const dist::PowerSgdState* powersgd = nullptr);
 
 // Reads the whole file at `path`; with a non-empty `expected_checksum`,
 // DATA_LOSS when the contents do not match it.
@@ -135,11 +138,14 @@ absl::StatusOr<std::string> ReadCheckpointBytes(const std::string& path,
 // written by another job than `expect.job_id` (when set) or for another spec
 // (`expect.spec_hash`, when both are set), or for another model. Tensors are
 // mapped to `device` (where the model and the optimizer state live).
+// `powersgd` (may be null): reads PowerSGD's state for powersgd->rank into
+// it; its absence or a malformed entry never fails the load.
 absl::StatusOr<TrainingPosition> LoadCheckpoint(const std::string& bytes, const std::string& name,
                                                 const CheckpointManifest& expect,
                                                 engine::Model& model,
                                                 torch::optim::Optimizer& optimizer,
-                                                const c10::Device& device);
+                                                const c10::Device& device,
+                                                PowerSgdCheckpointRead* powersgd = nullptr);
 
 // ReadCheckpointBytes + LoadCheckpoint without expectations (tests).
 absl::StatusOr<TrainingPosition> ReadCheckpoint(const std::string& path, engine::Model& model,

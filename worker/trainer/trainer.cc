@@ -196,8 +196,8 @@ absl::Status Trainer::Impl::EndEpoch(EpochRun& run, TrainResult* result) {
   // The epoch's end, then its checkpoint: in that order on the job's
   // timeline (`--follow` shows epoch_end N before the checkpoint after it).
   if (callbacks.on_metric) callbacks.on_metric(end);
-  if (writes_checkpoints() && CheckpointDueAfterEpoch(o.checkpoint, run.epoch, o.epochs)) {
-    TRAINCTL_RETURN_IF_ERROR(WriteCheckpointNow());
+  if (CheckpointDueAfterEpoch(o.checkpoint, run.epoch, o.epochs)) {
+    TRAINCTL_RETURN_IF_ERROR(CheckpointNow());
   }
   Progress(static_cast<int32_t>(run.epoch), /*force=*/true);
   std::string line =
@@ -241,15 +241,42 @@ std::string Trainer::Impl::ParameterChecksum() const {
   return absl::StrFormat("crc32:%08x", static_cast<uint32_t>(crc));
 }
 
+absl::Status Trainer::Impl::CheckpointNow() {
+  std::optional<dist::PowerSgdState> powersgd;
+  if (ddp != nullptr && opt().ddp.comm_hook == dist::CommHook::kPowerSgd) {
+    TRAINCTL_ASSIGN_OR_RETURN(powersgd, GatherPowerSgdState());
+  }
+  checkpoint_step = position.global_step;
+  if (!writes_checkpoints()) return absl::OkStatus();
+  return WriteCheckpointNow(powersgd.has_value() ? &*powersgd : nullptr);
+}
+
+absl::StatusOr<std::optional<dist::PowerSgdState>> Trainer::Impl::GatherPowerSgdState() {
+  EnterPhase(dist::ProbePhase::kCheckpoint);
+  // Whether a checkpoint dir is set is a per-host setting: agree first.
+  at::Tensor writers = at::full({1}, writes_checkpoints() ? 1.0F : 0.0F,
+                                at::TensorOptions().dtype(at::kFloat).device(setup.device));
+  TRAINCTL_RETURN_IF_ERROR(
+      Collective(dist::AllReduceSum(*comm, writers)->Wait(), "agreeing on a checkpoint"));
+  if (writers.cpu().item<float>() == 0) return std::optional<dist::PowerSgdState>();
+  auto state = ddp->SavePowerSgdState(/*keep_errors=*/writes_checkpoints());
+  if (!state.ok()) {
+    return trainer_internal::IsCommunicationError(state.status())
+               ? Collective(state.status(), "gathering PowerSGD's state for a checkpoint")
+               : state.status();
+  }
+  return std::optional<dist::PowerSgdState>(*std::move(state));
+}
+
 // Writes a checkpoint at `position` (the host's writer rank only).
-absl::Status Trainer::Impl::WriteCheckpointNow() {
+absl::Status Trainer::Impl::WriteCheckpointNow(const dist::PowerSgdState* powersgd) {
   const CheckpointOptions& c = opt().checkpoint;
   EnterPhase(dist::ProbePhase::kCheckpoint);
   TestPhaseSleep("checkpoint", [this](const std::string& l) { Log(l); });
   position.loss_scale = scaler.scale();
   position.scaler_growth_tracker = scaler.growth_tracker();
   auto written = WriteCheckpoint(c.dir, c.prune ? c.keep : 0, setup.manifest, position, *model,
-                                 *optimizer, setup.file_env);
+                                 *optimizer, setup.file_env, powersgd);
   if (!written.ok()) {
     const absl::Status& ws = written.status();
     if (absl::IsResourceExhausted(ws)) return WithFailureKind(ws, FailureKind::kDiskFull);
@@ -260,7 +287,6 @@ absl::Status Trainer::Impl::WriteCheckpointNow() {
     Log(absl::StrCat("warning: an old checkpoint past checkpoint.keep could not be deleted: ",
                      left));
   }
-  checkpoint_step = position.global_step;
   if (callbacks.on_checkpoint) callbacks.on_checkpoint(*written, position);
   return absl::OkStatus();
 }
@@ -301,9 +327,7 @@ absl::StatusOr<bool> Trainer::Impl::PreemptionAgreed() {
 }
 
 absl::Status Trainer::Impl::StopForPreemption(const std::string& where) {
-  if (writes_checkpoints() && checkpoint_step != position.global_step) {
-    TRAINCTL_RETURN_IF_ERROR(WriteCheckpointNow());
-  }
+  if (checkpoint_step != position.global_step) TRAINCTL_RETURN_IF_ERROR(CheckpointNow());
   Log(absl::StrCat("preempted ", where, " (global step ", position.global_step, ")",
                    writes_checkpoints() ? ": checkpoint written" : ""));
   return WithFailureKind(absl::CancelledError(absl::StrCat("preempted ", where)),

@@ -19,6 +19,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -29,6 +30,7 @@
 #include "worker/engine/distributed_sampler.h"
 #include "worker/trainer/loss_scaler.h"
 #include "worker/trainer/metrics_window.h"
+#include "worker/trainer/powersgd_checkpoint.h"
 #include "worker/trainer/trainer.h"
 #include "worker/trainer/training_policy.h"
 
@@ -105,9 +107,14 @@ struct Trainer::Impl {
   int64_t nan_step = -1;
   // Preemption (TrainerSetup::preempt_file): whether this rank found the
   // file after its stop flag rose; the global step of the last checkpoint
-  // written (-1 = none), so a preemption stop writes none twice.
+  // point (-1 = none), so a preemption stop writes none twice. Set on every
+  // rank, writer or not, so that every rank takes the same checkpoint
+  // decisions (PowerSGD's state is gathered by all of them).
   bool preempt_seen = false;
   int64_t checkpoint_step = -1;
+  // comm_hook powersgd: what the resume checkpoint held for this rank, read
+  // in Resume and handed to the bucketer in CreateBucketer (then dropped).
+  PowerSgdCheckpointRead resumed_powersgd;
   // health.divergence: the detector (made in Init) and, until its baseline
   // is set at the first check, the attempt's first micro-batch loss.
   DivergenceDetector divergence{0};
@@ -138,7 +145,16 @@ struct Trainer::Impl {
   absl::Status RunEpoch(int64_t epoch, TrainResult* result);
   absl::Status EndEpoch(EpochRun& run, TrainResult* result);
   absl::Status EvaluateInto(rankproto::RankMetric* end, TrainResult* result);
-  absl::Status WriteCheckpointNow();
+  // At a checkpoint point, on every rank (the points are the same steps
+  // everywhere): under PowerSGD every rank first takes part in gathering
+  // its state (GatherPowerSgdState); then this host's writer writes.
+  absl::Status CheckpointNow();
+  // nullopt when no rank writes (one small all-reduce says whether any does).
+  absl::StatusOr<std::optional<dist::PowerSgdState>> GatherPowerSgdState();
+  absl::Status WriteCheckpointNow(const dist::PowerSgdState* powersgd);
+  // After a resume under PowerSGD: hands the checkpoint's state to the
+  // bucketer and logs one line saying what was restored, or why not.
+  void RestorePowerSgdState();
   // "crc32:xxxxxxxx" of the parameters' bytes in registration order: the
   // same on every rank while the replicas are bit-identical (logged at each
   // epoch's end, so that a divergence shows in the ranks' logs).

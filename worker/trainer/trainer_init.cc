@@ -128,7 +128,10 @@ absl::Status Trainer::Impl::Resume() {
   CheckpointManifest expect;
   expect.job_id = setup.resume_job_id;
   expect.spec_hash = setup.manifest.spec_hash;
-  auto p = LoadCheckpoint(bytes, setup.resume_from, expect, *model, *optimizer, setup.device);
+  const bool powersgd = comm != nullptr && opt().ddp.comm_hook == dist::CommHook::kPowerSgd;
+  resumed_powersgd.rank = setup.rank;
+  auto p = LoadCheckpoint(bytes, setup.resume_from, expect, *model, *optimizer, setup.device,
+                          powersgd ? &resumed_powersgd : nullptr);
   if (!p.ok()) return WithFailureKind(p.status(), FailureKind::kConfig);
   position = *p;
   // The checkpoint keeps the seed as it was stored (uint64_t).
@@ -206,8 +209,27 @@ absl::Status Trainer::Impl::CreateBucketer() {
                      " gradient tensors compressed at rank ", opt().ddp.powersgd.rank, "; ",
                      plan.wire_numel, " of ", plan.bucket_numel, " values sent per step from step ",
                      opt().ddp.powersgd.start_iter));
+    if (!setup.resume_from.empty()) RestorePowerSgdState();
   }
   return absl::OkStatus();
+}
+
+void Trainer::Impl::RestorePowerSgdState() {
+  PowerSgdCheckpointRead read = std::move(resumed_powersgd);
+  resumed_powersgd = PowerSgdCheckpointRead();
+  if (read.state.has_value()) {
+    Log(ddp->RestorePowerSgdState(*read.state));
+    return;
+  }
+  Log(absl::StrCat(
+      "powersgd: ",
+      read.unreadable.empty()
+          ? "the checkpoint holds no PowerSGD state (written without powersgd, or "
+            "by an older trainctl)"
+          : absl::StrCat("the checkpoint's PowerSGD state is not used: ", read.unreadable),
+      "; the error feedback starts at zero, Q is drawn afresh, and the warm-up "
+      "of ",
+      opt().ddp.powersgd.start_iter, " plain steps runs again"));
 }
 
 }  // namespace trainctl::trainer

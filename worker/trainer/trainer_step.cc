@@ -263,9 +263,8 @@ absl::Status Trainer::Impl::AfterStep(EpochRun& run, int64_t first, int64_t grou
     TRAINCTL_RETURN_IF_ERROR(CheckDivergence(run));
     ReportWindow(run);
   }
-  if (writes_checkpoints() &&
-      CheckpointDueAfterStep(o.checkpoint, position.global_step, epoch_done)) {
-    TRAINCTL_RETURN_IF_ERROR(WriteCheckpointNow());
+  if (CheckpointDueAfterStep(o.checkpoint, position.global_step, epoch_done)) {
+    TRAINCTL_RETURN_IF_ERROR(CheckpointNow());
   }
   Progress(static_cast<int32_t>(run.epoch), /*force=*/false);
   // Preemption agreement points: the same steps on every rank (an epoch's
