@@ -103,7 +103,7 @@ TEST_F(JobFlavorsTest, AQueuesFlavorQuotaCountsItsRunningJobsOnTheFlavor) {
   EXPECT_THAT(
       Get(second->id()).state_reason(),
       HasSubstr(
-          "more than its queue's h100 quota admits now (queue team: 2 of 3 cuda (h100) used)"));
+          "more than its queue's quota admits now (queue team: 2 of 3 cuda (h100) used)"));
   // A job of the queue without a flavor is not held back by it.
   auto plain = jobs_->Submit([&] {
     v1::JobSpec s = GpuSpec(2, "");
