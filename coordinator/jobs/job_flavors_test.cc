@@ -102,8 +102,7 @@ TEST_F(JobFlavorsTest, AQueuesFlavorQuotaCountsItsRunningJobsOnTheFlavor) {
   EXPECT_EQ(Get(second->id()).state(), v1::JOB_STATE_PENDING);
   EXPECT_THAT(
       Get(second->id()).state_reason(),
-      HasSubstr(
-          "more than its queue's quota admits now (queue team: 2 of 3 cuda (h100) used)"));
+      HasSubstr("more than its queue's quota admits now (queue team: 2 of 3 cuda (h100) used)"));
   // A job of the queue without a flavor is not held back by it.
   auto plain = jobs_->Submit([&] {
     v1::JobSpec s = GpuSpec(2, "");

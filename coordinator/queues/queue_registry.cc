@@ -155,21 +155,21 @@ absl::Status CheckFlavorQuotas(const v1::Queue& queue) {
             absl::StrCat("queue.", field, ": flavor '", flavor, "' ", problem));
       }
       if (value < 0) {
-        return absl::InvalidArgumentError(absl::StrCat("queue.", field, "[", flavor,
-                                                       "]: must be >= 0 GPU slots, got ", value));
+        return absl::InvalidArgumentError(
+            absl::StrCat("queue.", field, "[", flavor, "]: must be >= 0 GPU slots, got ", value));
       }
       if (values == &queue.nominal_gpu_flavors()) continue;
       auto nominal = queue.nominal_gpu_flavors().find(flavor);
       if (nominal == queue.nominal_gpu_flavors().end()) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "queue.", field, "[", flavor, "]: needs a nominal_gpu_flavors[", flavor,
-            "] quota (a queue not limited by a flavor neither lends nor borrows it)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("queue.", field, "[", flavor, "]: needs a nominal_gpu_flavors[", flavor,
+                         "] quota (a queue not limited by a flavor neither lends nor borrows it)"));
       }
       if (values == &queue.lending_limit_gpu_flavors() && value > nominal->second) {
-        return absl::InvalidArgumentError(absl::StrCat(
-            "queue.lending_limit_gpu_flavors[", flavor, "]: ", value,
-            " is more than the queue's nominal_gpu_flavors[", flavor, "] of ", nominal->second,
-            " (it lends only its own quota)"));
+        return absl::InvalidArgumentError(
+            absl::StrCat("queue.lending_limit_gpu_flavors[", flavor, "]: ", value,
+                         " is more than the queue's nominal_gpu_flavors[", flavor, "] of ",
+                         nominal->second, " (it lends only its own quota)"));
       }
     }
   }

@@ -14,16 +14,15 @@ absl::Status ValidateFlavorQuotas(const QueueInput& input) {
     for (const auto& [field, values] :
          {std::pair<const char*, const std::map<std::string, int>*>{"nominal_gpu_flavors",
                                                                     &q.nominal_gpu_flavors},
-          std::pair<const char*, const std::map<std::string, int>*>{
-              "borrowing_limit_gpu_flavors", &q.borrowing_limit_gpu_flavors},
+          std::pair<const char*, const std::map<std::string, int>*>{"borrowing_limit_gpu_flavors",
+                                                                    &q.borrowing_limit_gpu_flavors},
           std::pair<const char*, const std::map<std::string, int>*>{
               "lending_limit_gpu_flavors", &q.lending_limit_gpu_flavors}}) {
       for (const auto& [flavor, value] : *values) {
         if (flavor.empty() || value < 0) {
-          return absl::InvalidArgumentError(absl::StrCat("queue ", q.name, ": ", field, "[\"",
-                                                         flavor,
-                                                         "\"]: a flavor and a value >= 0, got ",
-                                                         value));
+          return absl::InvalidArgumentError(
+              absl::StrCat("queue ", q.name, ": ", field, "[\"", flavor,
+                           "\"]: a flavor and a value >= 0, got ", value));
         }
       }
     }

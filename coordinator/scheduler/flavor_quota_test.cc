@@ -33,8 +33,8 @@ PendingJob OfFlavor(PendingJob job, std::string flavor) {
 
 // A queue unlimited in slots with a nominal (and limits, -1 = none) for
 // one flavor.
-QueueSpec FlavorQueue(std::string name, std::string cohort, const std::string& flavor,
-                      int nominal, int borrowing_limit = -1, int lending_limit = -1) {
+QueueSpec FlavorQueue(std::string name, std::string cohort, const std::string& flavor, int nominal,
+                      int borrowing_limit = -1, int lending_limit = -1) {
   QueueSpec q = Queue(std::move(name), -1, -1, std::move(cohort));
   q.nominal_gpu_flavors[flavor] = nominal;
   if (borrowing_limit >= 0) q.borrowing_limit_gpu_flavors[flavor] = borrowing_limit;
@@ -151,7 +151,8 @@ TEST(FlavorReclaimTest, AQueueReclaimsItsFlavorByPreemptingOnlyThatFlavorsBorrow
                                       Flavored(Gpu("x", 0, 2), "a100")};
   QueueInput in;
   in.queues = {FlavorQueue("a", "c", "h100", 2), FlavorQueue("b", "c", "h100", 2)};
-  in.running = {RunningOn("old-h", "b", 2, "h100", 0, 1), RunningOn("young-h", "b", 2, "h100", 0, 3),
+  in.running = {RunningOn("old-h", "b", 2, "h100", 0, 1),
+                RunningOn("young-h", "b", 2, "h100", 0, 3),
                 RunningOn("young-a", "b", 2, "a100", -5, 9)};
   absl::StatusOr<ScheduleResult> r =
       Schedule({Queued("a", OfFlavor(Job("mine", 2), "h100"))}, workers, in);
@@ -174,7 +175,8 @@ TEST(FlavorReclaimTest, AQueueReclaimsItsFlavorByPreemptingOnlyThatFlavorsBorrow
   EXPECT_EQ(FindPending(*r, "mine").reason, PendingReason::kInsufficientFreeSlots);
 
   // A job without a flavor reclaims nothing by flavor: a has no GPU quota.
-  in.running = {RunningOn("old-h", "b", 2, "h100", 0, 1), RunningOn("young-h", "b", 2, "h100", 0, 3)};
+  in.running = {RunningOn("old-h", "b", 2, "h100", 0, 1),
+                RunningOn("young-h", "b", 2, "h100", 0, 3)};
   workers[0] = Flavored(Gpu("h", 0, 4), "h100");
   r = Schedule({Queued("a", Job("plain", 2))}, workers, in);
   ASSERT_TRUE(r.ok());
@@ -207,8 +209,7 @@ TEST(FlavorQuotaTest, AnElasticJobGrowsOnlyWithinItsOwnFlavorNominal) {
   std::vector<RunningJob> running = {RunningOn("r", "a", 1, "h100")};
   EXPECT_TRUE(QueueHasResourceRoom(in.queues, running, "a", 0, 0, "h100"));
   running[0].slots = 2;
-  EXPECT_FALSE(QueueHasResourceRoom(in.queues, running, "a", 0, 0, "h100"))
-      << "only by borrowing";
+  EXPECT_FALSE(QueueHasResourceRoom(in.queues, running, "a", 0, 0, "h100")) << "only by borrowing";
   EXPECT_TRUE(QueueHasResourceRoom(in.queues, running, "a", 0, 0, "a100")) << "no a100 quota";
   EXPECT_TRUE(QueueHasResourceRoom(in.queues, running, "a", 0, 0)) << "no flavor asked";
 }
@@ -234,9 +235,9 @@ TEST(FlavorQuotaTest, RandomPassesKeepEveryCohortWithinItsFlavorQuota) {
     std::vector<WorkerSlots> workers;
     for (int w = 0; w < 1 + static_cast<int>(rng() % 4); ++w) {
       const int total = 1 + static_cast<int>(rng() % 4);
-      workers.push_back(Flavored(Gpu(absl::StrCat("w", w), static_cast<int>(rng() % (total + 1)),
-                                     total),
-                                 flavors[rng() % 2]));
+      workers.push_back(
+          Flavored(Gpu(absl::StrCat("w", w), static_cast<int>(rng() % (total + 1)), total),
+                   flavors[rng() % 2]));
     }
     QueueInput in;
     const int nq = 1 + static_cast<int>(rng() % 3);
@@ -247,10 +248,9 @@ TEST(FlavorQuotaTest, RandomPassesKeepEveryCohortWithinItsFlavorQuota) {
         continue;
       }
       const int nominal = static_cast<int>(rng() % 5);
-      in.queues.push_back(FlavorQueue(
-          absl::StrCat("q", q), cohort, "h100", nominal,
-          rng() % 2 ? static_cast<int>(rng() % 3) : -1,
-          rng() % 2 ? static_cast<int>(rng() % (nominal + 1)) : -1));
+      in.queues.push_back(FlavorQueue(absl::StrCat("q", q), cohort, "h100", nominal,
+                                      rng() % 2 ? static_cast<int>(rng() % 3) : -1,
+                                      rng() % 2 ? static_cast<int>(rng() % (nominal + 1)) : -1));
     }
     for (int j = 0; j < static_cast<int>(rng() % 4); ++j) {
       in.running.push_back(RunningOn(absl::StrCat("r", j), absl::StrCat("q", rng() % nq),

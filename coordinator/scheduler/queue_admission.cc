@@ -233,7 +233,8 @@ QueueBook::QueueBook(const QueueInput& input) : implicit_(input.queues.empty()) 
     for (const auto& [flavor, nominal] : spec.nominal_gpu_flavors) flavors.insert(flavor);
   }
   flavors_.assign(flavors.begin(), flavors.end());
-  for (int f = 0; f < static_cast<int>(flavors_.size()); ++f) flavor_dim_[flavors_[f]] = kBaseDims + f;
+  for (int f = 0; f < static_cast<int>(flavors_.size()); ++f)
+    flavor_dim_[flavors_[f]] = kBaseDims + f;
   for (const QueueSpec& spec : input.queues) {
     Queue queue = Unlimited(spec.name);
     queue.cohort = spec.cohort;
@@ -548,10 +549,10 @@ std::string QueueBook::QuotaText(int q, int k) const {
   // Slots read "2 of 4 cuda used", a flavor's "2 of 4 cuda (h100) used";
   // CPUs and memory "2 of 4 cpus used".
   const bool slots = k < kNumKinds || k >= kBaseDims;
-  const std::string unit = k >= kBaseDims    ? absl::StrCat("cuda (", DimFlavor(k), ")")
-                           : k < kNumKinds   ? std::string(SlotKindName(kKinds[k]))
-                           : k == kCpusDim   ? std::string("cpus")
-                                             : std::string("memory");
+  const std::string unit = k >= kBaseDims  ? absl::StrCat("cuda (", DimFlavor(k), ")")
+                           : k < kNumKinds ? std::string(SlotKindName(kKinds[k]))
+                           : k == kCpusDim ? std::string("cpus")
+                                           : std::string("memory");
   auto amount = [&](long long v) {
     return slots ? absl::StrCat(v) : k == kCpusDim ? CpuText(v) : FormatBytes(v);
   };

@@ -210,8 +210,9 @@ class Pass {
     const PoolFree free = FreeIn(pool, req);
     if (admission != Admission::kReclaim) {
       // Without queues every bound but world_size and availability is unbounded.
-      const long long size = std::min({static_cast<long long>(asked.world_size), free.available,
-                                       book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q)});
+      const long long size =
+          std::min({static_cast<long long>(asked.world_size), free.available,
+                    book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q)});
       if (size >= job.world_size) {
         PendingJob sized = asked;
         sized.world_size = static_cast<int>(size);
@@ -303,8 +304,7 @@ class Pass {
       }
     }
     if (req.limited && ResourcesNeverFit(workers_, job, need, req, pool, pending)) return true;
-    const internal::Demand per_rank =
-        book_.PerRank(pending.kind, req.cpu, req.mem, job.gpu_flavor);
+    const internal::Demand per_rank = book_.PerRank(pending.kind, req.cpu, req.mem, job.gpu_flavor);
     for (int d = 0; d < book_.dims(); ++d) {
       const long long ceiling = book_.Ceiling(q, d);
       if (per_rank[d] <= 0 || internal::Times(per_rank[d], job.world_size) <= ceiling) continue;
@@ -312,8 +312,7 @@ class Pass {
       pending.message =
           d < kNumKinds || d >= internal::kBaseDims
               ? absl::StrCat("needs ", need, " ", kind_name, " slots, more than queue ",
-                             book_.Name(q), "'s ",
-                             d < kNumKinds ? "nominal" : book_.DimFlavor(d),
+                             book_.Name(q), "'s ", d < kNumKinds ? "nominal" : book_.DimFlavor(d),
                              " quota with all its cohort could ever lend (", ceiling, ")")
               : absl::StrCat(
                     "needs ", internal::DimAmount(d, internal::Times(per_rank[d], job.world_size)),
