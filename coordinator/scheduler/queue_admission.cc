@@ -239,6 +239,7 @@ QueueBook::QueueBook(const QueueInput& input) : implicit_(input.queues.empty()) 
     Queue queue = Unlimited(spec.name);
     queue.cohort = spec.cohort;
     Demand borrow = queue.borrow_limit, lend = queue.borrow_limit;
+    // Each base dimension's nominal, borrowing limit and lending limit.
     const long long base[3][kBaseDims] = {
         {spec.nominal_gpu, spec.nominal_cpu, QuotaMilli(spec.nominal_cpus),
          spec.nominal_memory_bytes < 0 ? -1 : spec.nominal_memory_bytes},
