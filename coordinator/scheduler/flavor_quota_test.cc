@@ -291,8 +291,12 @@ TEST(FlavorQuotaTest, RandomPassesKeepEveryCohortWithinItsFlavorQuota) {
       const long long nominal = value(q.nominal_gpu_flavors, -1);
       if (job.gpu_flavor != "h100" || nominal < 0) continue;
       const long long borrow = value(q.borrowing_limit_gpu_flavors, -1);
-      if (borrow >= 0) EXPECT_LE(after[job.queue], nominal + borrow) << Dump(*r);
-      if (q.cohort.empty()) EXPECT_LE(after[job.queue], nominal) << Dump(*r);
+      if (borrow >= 0) {
+        EXPECT_LE(after[job.queue], nominal + borrow) << Dump(*r);
+      }
+      if (q.cohort.empty()) {
+        EXPECT_LE(after[job.queue], nominal) << Dump(*r);
+      }
     }
     // Each cohort (and each queue without one): lent use within nominal.
     std::map<std::string, std::vector<const QueueSpec*>> groups;
