@@ -135,7 +135,8 @@ TEST_F(JobFlavorsTest, ACohortLendsAFlavorsIdleQuotaAndReclaimsItByPreemption) {
     return job.ok() ? job->id() : "";
   };
   auto all_ranks = [&](const std::string& id, v1::RankState state) {
-    for (const v1::RankAssignment& r : Get(id).attempts(0).ranks())
+    const v1::Job job = Get(id);
+    for (const v1::RankAssignment& r : job.attempts(0).ranks())
       ASSERT_TRUE(Status(r.worker_id(), id, 1, r.rank(), state).ok()) << id << " " << r.rank();
   };
   const std::string borrower = submit(4, "b");
