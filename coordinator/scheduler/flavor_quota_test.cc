@@ -231,6 +231,7 @@ TEST(FlavorQuotaTest, MalformedFlavorLimitsAreRefusedNamingThem) {
 TEST(FlavorQuotaTest, RandomPassesKeepEveryCohortWithinItsFlavorQuota) {
   std::mt19937 rng(4802);
   const std::vector<std::string> flavors = {"a100", "h100"};
+  int borrowing_placed = 0, preempted = 0;
   for (int round = 0; round < 400; ++round) {
     std::vector<WorkerSlots> workers;
     for (int w = 0; w < 1 + static_cast<int>(rng() % 4); ++w) {
@@ -297,6 +298,7 @@ TEST(FlavorQuotaTest, RandomPassesKeepEveryCohortWithinItsFlavorQuota) {
       if (q.cohort.empty()) {
         EXPECT_LE(after[job.queue], nominal) << Dump(*r);
       }
+      if (after[job.queue] > nominal && before[job.queue] <= nominal) ++borrowing_placed;
     }
     // Each cohort (and each queue without one): lent use within nominal.
     std::map<std::string, std::vector<const QueueSpec*>> groups;
@@ -320,8 +322,12 @@ TEST(FlavorQuotaTest, RandomPassesKeepEveryCohortWithinItsFlavorQuota) {
     for (const RunningJob& run : in.running) running[run.job_id] = &run;
     for (const Preemption& p : r->preemptions) {
       EXPECT_EQ(running[p.victim_job_id]->gpu_flavor, by_id[p.for_job_id]->gpu_flavor) << Dump(*r);
+      ++preempted;
     }
   }
+  // The rounds reach both rules (a change of seed that loses them fails).
+  EXPECT_GT(borrowing_placed, 0);
+  EXPECT_GT(preempted, 0);
 }
 
 }  // namespace
