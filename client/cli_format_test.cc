@@ -370,5 +370,46 @@ TEST(QueueTextTest, DescribeShowsTheUseOfEveryQuotaDimensionTheQueueHasOrUses) {
   EXPECT_EQ(ResourceUseCell(idle), "memory 0/16 GiB");
 }
 
+// Issue #48 item 2: a flavor's quota borrows and lends; describe says what
+// is borrowed and the limits, create's message the limits.
+TEST(QueueTextTest, AFlavorLineSaysWhatIsBorrowedAndTheFlavorsLimits) {
+  v1::QueueStatus s;
+  v1::Queue& q = *s.mutable_queue();
+  q.set_name("team");
+  (*q.mutable_nominal_gpu_flavors())["h100"] = 4;
+  (*q.mutable_nominal_gpu_flavors())["a100"] = 2;
+  (*q.mutable_borrowing_limit_gpu_flavors())["h100"] = 2;
+  (*q.mutable_lending_limit_gpu_flavors())["h100"] = 1;
+  (*q.mutable_lending_limit_gpu_flavors())["a100"] = 0;
+  (*s.mutable_used_gpu_flavors())["h100"] = 5;
+  (*s.mutable_borrowed_gpu_flavors())["h100"] = 1;
+  EXPECT_THAT(FlavorUses(s),
+              ElementsAre(::testing::Pair("a100", "0 used of 2 (lends at most 0)"),
+                          ::testing::Pair("h100",
+                                          "5 used of 4 (1 borrowed; borrows at most 2, lends at "
+                                          "most 1)")));
+  EXPECT_EQ(FlavorQuotaText(q),
+            "a100 2, h100 4 gpus; a100 lends at most 0; h100 borrows at most 2, lends at most 1");
+  q.clear_borrowing_limit_gpu_flavors();
+  q.clear_lending_limit_gpu_flavors();
+  EXPECT_EQ(FlavorQuotaText(q), "a100 2, h100 4 gpus");
+}
+
+TEST(QueueTextTest, FlavorFlagsReadFlavorEqualsCount) {
+  std::map<std::string, int> got;
+  ASSERT_TRUE(
+      ParseFlavorCounts("--borrowing-limit-gpus-flavor", {"h100=2", "a100=0", "h100=3"}, got).ok());
+  EXPECT_EQ(got, (std::map<std::string, int>{{"a100", 0}, {"h100", 3}})) << "the last one wins";
+  for (const char* bad : {"h100", "=2", "h100=-1", "h100=two", "h100="}) {
+    std::map<std::string, int> none;
+    const absl::Status s = ParseFlavorCounts("--lending-limit-gpus-flavor", {bad}, none);
+    EXPECT_TRUE(absl::IsInvalidArgument(s)) << bad;
+    EXPECT_EQ(s.message(), absl::StrCat("--lending-limit-gpus-flavor: must be FLAVOR=N with N >= 0 "
+                                        "(e.g. h100=4), got '",
+                                        bad, "'"));
+    EXPECT_TRUE(none.empty());
+  }
+}
+
 }  // namespace
 }  // namespace trainctl::cli

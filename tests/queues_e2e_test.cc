@@ -615,23 +615,40 @@ TEST(QueuesE2ETest, TheDefaultQueueTakesJobsThatNameNoneAndTheyRun) {
 }
 
 // Issue #48 item 2: a queue's GPU quota per flavor through the CLI: set
-// with --nominal-gpus-flavor, shown by create and describe, a bad value
-// refused naming the flag or the field, and a job asking for more of the
-// flavor than the queue may ever hold refused at submit naming the quota; a
-// CPU job asking for a flavor refused naming the field.
+// with --nominal-gpus-flavor and its limits with
+// --borrowing-limit-gpus-flavor / --lending-limit-gpus-flavor, shown by
+// create and describe, a bad value refused naming the flag or the field,
+// and a job asking for more of the flavor than the queue may ever hold
+// refused at submit naming the quota; a CPU job asking for a flavor
+// refused naming the field.
 TEST(QueuesE2ETest, GpuFlavorQuotasAreSetShownAndBoundWhatAQueueCanEverRun) {
   Cluster cluster(testing::BuildDirOfThisTest(), "");
   ASSERT_TRUE(cluster.StartCoordinator());
   const std::string admin = cluster.admin_token();
   CliResult made = RunTrainctl(cluster, admin,
                                {"queue", "create", "gpus", "--nominal-gpus-flavor", "h100=4",
-                                "--nominal-gpus-flavor", "a100=2"});
+                                "--nominal-gpus-flavor", "a100=2", "--borrowing-limit-gpus-flavor",
+                                "h100=2", "--lending-limit-gpus-flavor", "h100=1"});
   ASSERT_EQ(made.code, 0) << made.err;
-  EXPECT_THAT(made.out, HasSubstr("by flavor a100 2, h100 4 gpus"));
+  EXPECT_THAT(made.out,
+              HasSubstr("by flavor a100 2, h100 4 gpus; h100 borrows at most 2, lends at most 1"));
   CliResult shown = RunTrainctl(cluster, admin, {"queue", "describe", "gpus"});
   ASSERT_EQ(shown.code, 0) << shown.err;
   EXPECT_THAT(shown.out, ContainsRegex("GPU flavor a100: +0 used of 2\n"));
-  EXPECT_THAT(shown.out, ContainsRegex("GPU flavor h100: +0 used of 4\n"));
+  EXPECT_THAT(
+      shown.out,
+      ContainsRegex("GPU flavor h100: +0 used of 4 \\(borrows at most 2, lends at most 1\\)\n"));
+  CliResult bad_limit = RunTrainctl(
+      cluster, admin, {"queue", "create", "c", "--lending-limit-gpus-flavor", "a100=1"});
+  EXPECT_EQ(bad_limit.code, 2) << bad_limit.err;
+  EXPECT_THAT(bad_limit.err,
+              HasSubstr("queue.lending_limit_gpu_flavors[a100]: needs a nominal_gpu_flavors[a100] "
+                        "quota"));
+  bad_limit = RunTrainctl(cluster, admin,
+                          {"queue", "create", "c", "--borrowing-limit-gpus-flavor", "a100=-1"});
+  EXPECT_NE(bad_limit.code, 0);
+  EXPECT_THAT(bad_limit.err, HasSubstr("--borrowing-limit-gpus-flavor: must be FLAVOR=N with N >= "
+                                       "0 (e.g. h100=4), got 'a100=-1'"));
   CliResult bad =
       RunTrainctl(cluster, admin, {"queue", "create", "c", "--nominal-gpus-flavor", "h100"});
   EXPECT_NE(bad.code, 0);
@@ -654,8 +671,10 @@ TEST(QueuesE2ETest, GpuFlavorQuotasAreSetShownAndBoundWhatAQueueCanEverRun) {
   absl::StatusOr<v1::Job> job = as_admin->Submit(spec);
   ASSERT_FALSE(job.ok());
   EXPECT_EQ(job.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(job.status().message(), HasSubstr("resources.gpu_flavor: 5 h100 GPUs exceed queue "
-                                                "'gpus''s h100 quota of 4 (nominal_gpu_flavors)"));
+  EXPECT_THAT(job.status().message(),
+              HasSubstr("resources.gpu_flavor: 5 h100 GPUs exceed the most queue 'gpus' can ever "
+                        "hold of h100 (4: its nominal_gpu_flavors quota plus what its cohort could "
+                        "lend"));
   spec.set_device(v1::DEVICE_CPU);
   spec.set_world_size(1);
   job = as_admin->Submit(spec);
@@ -666,9 +685,10 @@ TEST(QueuesE2ETest, GpuFlavorQuotasAreSetShownAndBoundWhatAQueueCanEverRun) {
 }
 
 // Issue #48 (queue status): what a queue's running job holds in every
-// quota dimension -- CPUs and memory beyond its nominal borrowed from its
-// cohort, GPU slots by flavor -- through the API (QueueStatus), `queue
-// describe` (text and JSON), `queue list` and /metrics.
+// quota dimension -- CPUs, memory and h100 slots beyond its nominal
+// borrowed from its cohort, GPU slots by flavor -- through the API
+// (QueueStatus), `queue describe` (text and JSON), `queue list` and
+// /metrics.
 TEST(QueuesE2ETest, AQueuesUseOfCpusMemoryAndFlavorsIsShownWithWhatItBorrows) {
   Cluster cluster(testing::BuildDirOfThisTest(), "");
   ASSERT_TRUE(cluster.StartCoordinator({"--http_listen=127.0.0.1:0"}));
@@ -677,9 +697,15 @@ TEST(QueuesE2ETest, AQueuesUseOfCpusMemoryAndFlavorsIsShownWithWhatItBorrows) {
                                {"queue", "create", "lender", "--cohort", "lab", "--nominal-cpus",
                                 "8", "--nominal-memory", "8Gi"});
   ASSERT_EQ(made.code, 0) << made.err;
+  made = RunTrainctl(
+      cluster, admin,
+      {"queue", "create", "team", "--cohort", "lab", "--nominal-cpus", "2", "--nominal-memory",
+       "2Gi", "--nominal-gpus-flavor", "h100=1", "--borrowing-limit-gpus-flavor", "h100=1"});
+  ASSERT_EQ(made.code, 0) << made.err;
+  // Lends team the second h100 (issue #48 item 2: flavor quotas borrow).
   made = RunTrainctl(cluster, admin,
-                     {"queue", "create", "team", "--cohort", "lab", "--nominal-cpus", "2",
-                      "--nominal-memory", "2Gi", "--nominal-gpus-flavor", "h100=4"});
+                     {"queue", "create", "h100-lender", "--cohort", "lab", "--nominal-gpus-flavor",
+                      "h100=3", "--lending-limit-gpus-flavor", "h100=1"});
   ASSERT_EQ(made.code, 0) << made.err;
 
   // Two h100 GPUs on a worker that enforces limits; team's job takes both,
@@ -726,13 +752,16 @@ TEST(QueuesE2ETest, AQueuesUseOfCpusMemoryAndFlavorsIsShownWithWhatItBorrows) {
   EXPECT_EQ(use->borrowed_memory_bytes(), int64_t{4} << 30);
   ASSERT_EQ(use->used_gpu_flavors().count("h100"), 1u);
   EXPECT_EQ(use->used_gpu_flavors().at("h100"), 2);
+  ASSERT_EQ(use->borrowed_gpu_flavors().count("h100"), 1u);
+  EXPECT_EQ(use->borrowed_gpu_flavors().at("h100"), 1) << "2 on a nominal of 1";
 
   CliResult shown = RunTrainctl(cluster, admin, {"queue", "describe", "team"});
   ASSERT_EQ(shown.code, 0) << shown.err;
   EXPECT_THAT(shown.out, ContainsRegex("GPU slots: +2 used of unlimited\n"));
   EXPECT_THAT(shown.out, ContainsRegex("CPUs: +3 used of 2 \\(1 borrowed\\)\n"));
   EXPECT_THAT(shown.out, ContainsRegex("Memory: +6 GiB used of 2 GiB \\(4 GiB borrowed\\)\n"));
-  EXPECT_THAT(shown.out, ContainsRegex("GPU flavor h100: +2 used of 4\n"));
+  EXPECT_THAT(shown.out,
+              ContainsRegex("GPU flavor h100: +2 used of 1 \\(1 borrowed; borrows at most 1\\)\n"));
   CliResult json = RunTrainctl(cluster, admin, {"queue", "describe", "team", "-o", "json"});
   ASSERT_EQ(json.code, 0) << json.err;
   EXPECT_THAT(json.out, ContainsRegex("\"used_?[cC]pus\": ?3[,\n }]"));
@@ -763,6 +792,15 @@ TEST(QueuesE2ETest, AQueuesUseOfCpusMemoryAndFlavorsIsShownWithWhatItBorrows) {
   EXPECT_TRUE(std::isnan(
       PromSample(page, "trainctl_queue_used_gpu_flavor_slots{queue=\"lender\",flavor=\"h100\"}")))
       << "a queue that neither holds nor has a quota of a flavor has no series";
+  EXPECT_EQ(
+      PromSample(page, "trainctl_queue_borrowed_gpu_flavor_slots{queue=\"team\",flavor=\"h100\"}"),
+      1)
+      << page;
+  EXPECT_EQ(PromSample(page,
+                       "trainctl_queue_borrowed_gpu_flavor_slots{queue=\"h100-lender\","
+                       "flavor=\"h100\"}"),
+            0)
+      << page;
 }
 
 }  // namespace

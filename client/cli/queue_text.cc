@@ -2,6 +2,7 @@
 
 #include <map>
 
+#include "absl/strings/numbers.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_join.h"
 #include "absl/time/time.h"
@@ -36,6 +37,15 @@ std::string MemoryLimits(const v1::Queue& q) {
                     FormatBytes(q.borrowing_limit_memory_bytes()),
                     q.has_lending_limit_memory_bytes() && q.lending_limit_memory_bytes() >= 0,
                     FormatBytes(q.lending_limit_memory_bytes()));
+}
+// A flavor's limits: "borrows at most 2, lends at most 1", "" for none.
+std::string FlavorLimits(const v1::Queue& q, const std::string& flavor) {
+  auto borrow = q.borrowing_limit_gpu_flavors().find(flavor);
+  auto lend = q.lending_limit_gpu_flavors().find(flavor);
+  const bool has_borrow = borrow != q.borrowing_limit_gpu_flavors().end();
+  const bool has_lend = lend != q.lending_limit_gpu_flavors().end();
+  return JoinLimits(has_borrow, has_borrow ? absl::StrCat(borrow->second) : "", has_lend,
+                    has_lend ? absl::StrCat(lend->second) : "");
 }
 // Memory held: "0" rather than "0 bytes" (a table cell reads "0/16 GiB").
 std::string MemoryAmount(int64_t bytes) { return bytes == 0 ? "0" : FormatBytes(bytes); }
@@ -123,9 +133,30 @@ std::string ResourceQuotaText(const v1::Queue& q) {
 
 std::string FlavorQuotaText(const v1::Queue& q) {
   std::map<std::string, int> sorted(q.nominal_gpu_flavors().begin(), q.nominal_gpu_flavors().end());
-  std::vector<std::string> parts;
-  for (const auto& [flavor, n] : sorted) parts.push_back(absl::StrCat(flavor, " ", n));
-  return parts.empty() ? "" : absl::StrCat(absl::StrJoin(parts, ", "), " gpus");
+  std::vector<std::string> parts, limits;
+  for (const auto& [flavor, n] : sorted) {
+    parts.push_back(absl::StrCat(flavor, " ", n));
+    if (std::string l = FlavorLimits(q, flavor); !l.empty())
+      limits.push_back(absl::StrCat(flavor, " ", l));
+  }
+  if (parts.empty()) return "";
+  return absl::StrCat(absl::StrJoin(parts, ", "), " gpus",
+                      limits.empty() ? "" : absl::StrCat("; ", absl::StrJoin(limits, "; ")));
+}
+
+absl::Status ParseFlavorCounts(const char* flag, const std::vector<std::string>& values,
+                               std::map<std::string, int>& out) {
+  for (const std::string& value : values) {
+    const size_t eq = value.find('=');
+    int n = 0;
+    if (eq == std::string::npos || eq == 0 || !absl::SimpleAtoi(value.substr(eq + 1), &n) ||
+        n < 0) {
+      return absl::InvalidArgumentError(
+          absl::StrCat(flag, ": must be FLAVOR=N with N >= 0 (e.g. h100=4), got '", value, "'"));
+    }
+    out[value.substr(0, eq)] = n;
+  }
+  return absl::OkStatus();
 }
 
 std::string QuotaText(int used, bool has_nominal, int nominal, const std::string& limits) {
@@ -169,9 +200,14 @@ std::vector<std::pair<std::string, std::string>> FlavorUses(const v1::QueueStatu
   std::vector<std::pair<std::string, std::string>> out;
   for (const auto& [flavor, nominal] : flavors) {
     auto used = s.used_gpu_flavors().find(flavor);
+    auto borrowed = s.borrowed_gpu_flavors().find(flavor);
     out.emplace_back(flavor,
                      UseText(absl::StrCat(used == s.used_gpu_flavors().end() ? 0 : used->second),
-                             nominal >= 0 ? absl::StrCat(nominal) : "", "", ""));
+                             nominal >= 0 ? absl::StrCat(nominal) : "",
+                             borrowed != s.borrowed_gpu_flavors().end() && borrowed->second > 0
+                                 ? absl::StrCat(borrowed->second)
+                                 : "",
+                             FlavorLimits(s.queue(), flavor)));
   }
   return out;
 }

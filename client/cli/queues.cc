@@ -59,8 +59,11 @@ struct QueueArgs {
   bool update = false;
   // Queue.default_queue.
   bool make_default = false;
-  // Queue.nominal_gpu_flavors ("FLAVOR=N" each).
+  // Queue.nominal_gpu_flavors, borrowing_limit_gpu_flavors and
+  // lending_limit_gpu_flavors ("FLAVOR=N" each).
   std::vector<std::string> gpu_flavor_quotas;
+  std::vector<std::string> gpu_flavor_borrowing_limits;
+  std::vector<std::string> gpu_flavor_lending_limits;
   // Queue.weight (0: unset, 1) and owner_weights ("OWNER=W" each).
   double weight = 0;
   std::vector<std::string> owner_weights;
@@ -122,14 +125,21 @@ int RunQueueCreate(CliContext& ctx, const QueueArgs& a) {
   q.set_weight(a.weight);
   q.set_default_max_runtime_s(a.default_max_runtime_s);
   q.set_max_runtime_s(a.max_runtime_s);
-  for (const std::string& fq : a.gpu_flavor_quotas) {
-    const size_t eq = fq.find('=');
-    int n = 0;
-    if (eq == std::string::npos || eq == 0 || !absl::SimpleAtoi(fq.substr(eq + 1), &n) || n < 0) {
-      return ctx.Fail(absl::InvalidArgumentError(absl::StrCat(
-          "--nominal-gpus-flavor: must be FLAVOR=N with N >= 0 (e.g. h100=4), got '", fq, "'")));
-    }
-    (*q.mutable_nominal_gpu_flavors())[fq.substr(0, eq)] = n;
+  for (const auto& [flag, values, field] :
+       {std::tuple<const char*, const std::vector<std::string>&,
+                   google::protobuf::Map<std::string, int32_t>*>{
+            "--nominal-gpus-flavor", a.gpu_flavor_quotas, q.mutable_nominal_gpu_flavors()},
+        std::tuple<const char*, const std::vector<std::string>&,
+                   google::protobuf::Map<std::string, int32_t>*>{
+            "--borrowing-limit-gpus-flavor", a.gpu_flavor_borrowing_limits,
+            q.mutable_borrowing_limit_gpu_flavors()},
+        std::tuple<const char*, const std::vector<std::string>&,
+                   google::protobuf::Map<std::string, int32_t>*>{
+            "--lending-limit-gpus-flavor", a.gpu_flavor_lending_limits,
+            q.mutable_lending_limit_gpu_flavors()}}) {
+    std::map<std::string, int> counts;
+    if (absl::Status s = ParseFlavorCounts(flag, values, counts); !s.ok()) return ctx.Fail(s);
+    for (const auto& [flavor, n] : counts) (*field)[flavor] = n;
   }
   for (const std::string& ow : a.owner_weights) {
     // OWNER=WEIGHT; the owner (a token name) may itself hold '=': split at the last.
@@ -336,8 +346,17 @@ VerbRunner AddQueueVerb(CLI::App& app, CliContext& ctx) {
       ->type_name("N");
   c->add_option(
        "--nominal-gpus-flavor", create->gpu_flavor_quotas,
-       "FLAVOR=N, repeatable: the most GPU slots of that flavor (resources.gpu_flavor) its "
-       "jobs may hold; nominal only, no borrowing (default: no limit by flavor)")
+       "FLAVOR=N, repeatable: nominal GPU slots of that flavor (resources.gpu_flavor) its "
+       "jobs may hold, lent to and borrowed from its cohort as --gpu (default: no limit by "
+       "flavor)")
+      ->type_name("FLAVOR=N");
+  c->add_option("--borrowing-limit-gpus-flavor", create->gpu_flavor_borrowing_limits,
+                "FLAVOR=N, repeatable: most GPU slots of that flavor beyond its "
+                "--nominal-gpus-flavor it may borrow from its cohort (default: no limit)")
+      ->type_name("FLAVOR=N");
+  c->add_option("--lending-limit-gpus-flavor", create->gpu_flavor_lending_limits,
+                "FLAVOR=N, repeatable: most of its --nominal-gpus-flavor of that flavor it lends "
+                "to its cohort; the rest stays reserved for it (default: no limit)")
       ->type_name("FLAVOR=N");
   c->add_option("--nominal-cpus", create->nominal_cpus,
                 "Nominal CPUs its jobs may hold, counted as resources.cpus x ranks (default: "

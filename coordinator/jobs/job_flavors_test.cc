@@ -102,8 +102,7 @@ TEST_F(JobFlavorsTest, AQueuesFlavorQuotaCountsItsRunningJobsOnTheFlavor) {
   EXPECT_EQ(Get(second->id()).state(), v1::JOB_STATE_PENDING);
   EXPECT_THAT(
       Get(second->id()).state_reason(),
-      HasSubstr(
-          "more than its queue's h100 quota admits now (queue team: 2 of 3 cuda (h100) used)"));
+      HasSubstr("more than its queue's quota admits now (queue team: 2 of 3 cuda (h100) used)"));
   // A job of the queue without a flavor is not held back by it.
   auto plain = jobs_->Submit([&] {
     v1::JobSpec s = GpuSpec(2, "");
@@ -112,6 +111,52 @@ TEST_F(JobFlavorsTest, AQueuesFlavorQuotaCountsItsRunningJobsOnTheFlavor) {
   }());
   ASSERT_TRUE(plain.ok());
   EXPECT_EQ(Get(plain->id()).state(), v1::JOB_STATE_SCHEDULED) << Get(plain->id()).state_reason();
+}
+
+// Issue #48 item 2: flavor quotas lend and reclaim in the cohort as slot
+// quotas do. b's h100 job borrows a's idle h100 quota; a's h100 job within
+// its own quota preempts it (the attempt CANCELLED with preempted_for)
+// and starts once its ranks have stopped; b's job then waits on its
+// flavor quota.
+TEST_F(JobFlavorsTest, ACohortLendsAFlavorsIdleQuotaAndReclaimsItByPreemption) {
+  std::vector<scheduler::QueueSpec> queues(2);
+  for (int i = 0; i < 2; ++i) {
+    queues[i].name = i == 0 ? "a" : "b";
+    queues[i].cohort = "c";
+    queues[i].nominal_gpu_flavors["h100"] = 2;
+  }
+  owners_->placer.SetQueueSource([&queues] { return queues; });
+  RegisterWorker(GpuWorker("h", 4, "NVIDIA H100 80GB HBM3", "h100"));
+  auto submit = [&](int world_size, const std::string& queue) {
+    v1::JobSpec spec = GpuSpec(world_size, "h100");
+    spec.set_queue(queue);
+    auto job = jobs_->Submit(spec);
+    EXPECT_TRUE(job.ok()) << job.status();
+    return job.ok() ? job->id() : "";
+  };
+  auto all_ranks = [&](const std::string& id, v1::RankState state) {
+    const v1::Job job = Get(id);
+    for (const v1::RankAssignment& r : job.attempts(0).ranks())
+      ASSERT_TRUE(Status(r.worker_id(), id, 1, r.rank(), state).ok()) << id << " " << r.rank();
+  };
+  const std::string borrower = submit(4, "b");
+  ASSERT_EQ(Get(borrower).state(), v1::JOB_STATE_SCHEDULED) << Get(borrower).state_reason();
+  all_ranks(borrower, v1::RANK_STATE_RUNNING);
+
+  const std::string owner = submit(2, "a");
+  EXPECT_EQ(Get(owner).state(), v1::JOB_STATE_PENDING);
+  EXPECT_THAT(Get(owner).state_reason(),
+              HasSubstr("within its queue's nominal quota (queue a: 0 of 2 cuda (h100) used, "
+                        "cohort c: 4 of 4)"));
+  const v1::Job victim = Get(borrower);
+  EXPECT_EQ(victim.state(), v1::JOB_STATE_RESTARTING);
+  ASSERT_EQ(victim.attempts_size(), 1);
+  EXPECT_EQ(victim.attempts(0).preempted_for(), owner);
+
+  all_ranks(borrower, v1::RANK_STATE_STOPPED);
+  EXPECT_EQ(Get(owner).state(), v1::JOB_STATE_SCHEDULED) << Get(owner).state_reason();
+  EXPECT_NE(Get(borrower).state(), v1::JOB_STATE_SCHEDULED);
+  EXPECT_THAT(Get(borrower).state_reason(), HasSubstr("cuda (h100) used"));
 }
 
 TEST_F(JobFlavorsTest, ARegistrationWithABadFlavorIsRefusedNamingTheSlot) {

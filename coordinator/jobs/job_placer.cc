@@ -468,11 +468,11 @@ bool JobPlacer::QueueHasRoom(const JobEntry& e, bool gpu) const {
   const auto q = std::find_if(queues.begin(), queues.end(),
                               [&](const scheduler::QueueSpec& s) { return s.name == name; });
   if (q == queues.end()) return false;
-  // Its CPU and memory quotas: room for one more rank of it.
+  // Its CPU, memory and GPU flavor quotas: room for one more rank of it.
   const v1::ResourceSpec& res = e.job.spec().resources();
   absl::flat_hash_set<std::string> stopping;
   if (!scheduler::QueueHasResourceRoom(queues, Queues(&stopping).running, name, res.cpus(),
-                                       res.memory()))
+                                       res.memory(), gpu ? res.gpu_flavor() : ""))
     return false;
   const int nominal = gpu ? q->nominal_gpu : q->nominal_cpu;
   if (nominal < 0) return true;

@@ -137,6 +137,45 @@ absl::Status CheckResourceQuotas(const v1::Queue& queue) {
   return absl::OkStatus();
 }
 
+// Per-flavor GPU quotas and their limits: flavors by the one naming rule,
+// counts >= 0, a limit only for a flavor with a nominal (as the slot
+// kinds' limits need a finite nominal), a lending limit no larger than it.
+// Sorted, so that the first bad flavor named is the same every time.
+absl::Status CheckFlavorQuotas(const v1::Queue& queue) {
+  using FlavorMap = google::protobuf::Map<std::string, int32_t>;
+  const std::pair<const char*, const FlavorMap*> fields[] = {
+      {"nominal_gpu_flavors", &queue.nominal_gpu_flavors()},
+      {"borrowing_limit_gpu_flavors", &queue.borrowing_limit_gpu_flavors()},
+      {"lending_limit_gpu_flavors", &queue.lending_limit_gpu_flavors()}};
+  for (const auto& [field, values] : fields) {
+    const absl::btree_map<std::string, int32_t> sorted(values->begin(), values->end());
+    for (const auto& [flavor, value] : sorted) {
+      if (std::string problem = GpuFlavorProblem(flavor); !problem.empty()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("queue.", field, ": flavor '", flavor, "' ", problem));
+      }
+      if (value < 0) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("queue.", field, "[", flavor, "]: must be >= 0 GPU slots, got ", value));
+      }
+      if (values == &queue.nominal_gpu_flavors()) continue;
+      auto nominal = queue.nominal_gpu_flavors().find(flavor);
+      if (nominal == queue.nominal_gpu_flavors().end()) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("queue.", field, "[", flavor, "]: needs a nominal_gpu_flavors[", flavor,
+                         "] quota (a queue not limited by a flavor neither lends nor borrows it)"));
+      }
+      if (values == &queue.lending_limit_gpu_flavors() && value > nominal->second) {
+        return absl::InvalidArgumentError(
+            absl::StrCat("queue.lending_limit_gpu_flavors[", flavor, "]: ", value,
+                         " is more than the queue's nominal_gpu_flavors[", flavor, "] of ",
+                         nominal->second, " (it lends only its own quota)"));
+      }
+    }
+  }
+  return absl::OkStatus();
+}
+
 }  // namespace
 
 absl::Status ValidateQueue(const v1::Queue& queue) {
@@ -204,17 +243,7 @@ absl::Status ValidateQueue(const v1::Queue& queue) {
   std::vector<SpecError> errors =
       CheckResourceSpec(queue.default_resources(), "queue.default_resources");
   if (!errors.empty()) return absl::InvalidArgumentError(errors.front().ToString());
-  // Per-flavor GPU quotas: flavors by the one naming rule, counts >= 0.
-  for (const auto& [flavor, nominal] : queue.nominal_gpu_flavors()) {
-    if (std::string problem = GpuFlavorProblem(flavor); !problem.empty()) {
-      return absl::InvalidArgumentError(
-          absl::StrCat("queue.nominal_gpu_flavors: flavor '", flavor, "' ", problem));
-    }
-    if (nominal < 0) {
-      return absl::InvalidArgumentError(absl::StrCat("queue.nominal_gpu_flavors[", flavor,
-                                                     "]: must be >= 0 GPU slots, got ", nominal));
-    }
-  }
+  TRAINCTL_RETURN_IF_ERROR(CheckFlavorQuotas(queue));
   // Defaults are limits; a flavor is where a job runs, which its submitter
   // says (a CPU job given one would be refused for what it never asked).
   if (!queue.default_resources().gpu_flavor().empty()) {
@@ -249,6 +278,10 @@ scheduler::QueueSpec ToQueueSpec(const v1::Queue& queue) {
       queue.has_lending_limit_memory_bytes() ? queue.lending_limit_memory_bytes() : -1;
   spec.nominal_gpu_flavors.insert(queue.nominal_gpu_flavors().begin(),
                                   queue.nominal_gpu_flavors().end());
+  spec.borrowing_limit_gpu_flavors.insert(queue.borrowing_limit_gpu_flavors().begin(),
+                                          queue.borrowing_limit_gpu_flavors().end());
+  spec.lending_limit_gpu_flavors.insert(queue.lending_limit_gpu_flavors().begin(),
+                                        queue.lending_limit_gpu_flavors().end());
   spec.cohort = queue.cohort();
   spec.max_job_size = queue.max_job_size();
   spec.max_running_jobs_per_owner = queue.max_running_jobs_per_owner();
@@ -453,15 +486,18 @@ absl::Status RefuseNeverRunnable(const v1::JobSpec& spec, int32_t least_size, co
                      "''s max_slots_per_owner of ", q.max_slots_per_owner(),
                      ": one owner may never hold them; lower world_size", wait));
   }
-  // Its flavor's quota in the queue (nominal only: nothing to borrow).
-  if (auto it = q.nominal_gpu_flavors().find(spec.resources().gpu_flavor());
-      it != q.nominal_gpu_flavors().end() && least_size > it->second) {
-    return absl::InvalidArgumentError(
-        absl::StrCat("resources.gpu_flavor: ", least_size, " ", spec.resources().gpu_flavor(),
-                     " GPUs exceed queue '", q.name(), "''s ", spec.resources().gpu_flavor(),
-                     " quota of ", it->second, " (nominal_gpu_flavors); lower world_size", wait));
-  }
   const std::vector<scheduler::QueueSpec> specs = queues.Specs();
+  // Its flavor's quota in the queue, with what its cohort could lend.
+  const std::string& flavor = spec.resources().gpu_flavor();
+  if (const std::optional<long long> most = scheduler::QueueFlavorCeiling(specs, q.name(), flavor);
+      most.has_value() && least_size > *most) {
+    return absl::InvalidArgumentError(absl::StrCat(
+        "resources.gpu_flavor: ", least_size, " ", flavor, " GPUs exceed the most queue '",
+        q.name(), "' can ever hold of ", flavor, " (", *most,
+        ": its nominal_gpu_flavors quota plus what its cohort could lend, within the borrowing "
+        "and lending limits); lower world_size",
+        wait));
+  }
   // CPUs and memory (per rank x least size), whatever the slot kind.
   if (const std::optional<scheduler::ResourceShort> r = scheduler::QueueResourceShort(
           specs, q.name(), least_size, spec.resources().cpus(), spec.resources().memory());

@@ -680,6 +680,47 @@ TEST(QueueValidationTest, GpuFlavorQuotasNameTheFlavorAndReachTheScheduler) {
       "queue.nominal_gpu_flavors: flavor 'H100' must start with a lowercase letter or a digit");
 }
 
+// Issue #48 item 2: borrowing and lending limits per flavor, checked as the
+// slot kinds' limits are, each error naming the field and the flavor.
+TEST(QueueValidationTest, GpuFlavorLimitsNeedTheFlavorsNominalAndReachTheScheduler) {
+  auto message = [](const v1::Queue& q) { return std::string(ValidateQueue(q).message()); };
+  v1::Queue q = MakeQueue("a");
+  (*q.mutable_nominal_gpu_flavors())["h100"] = 4;
+  (*q.mutable_borrowing_limit_gpu_flavors())["h100"] = 2;
+  (*q.mutable_lending_limit_gpu_flavors())["h100"] = 1;
+  ASSERT_TRUE(ValidateQueue(q).ok()) << message(q);
+  const scheduler::QueueSpec spec = ToQueueSpec(q);
+  EXPECT_EQ(spec.borrowing_limit_gpu_flavors, (std::map<std::string, int>{{"h100", 2}}));
+  EXPECT_EQ(spec.lending_limit_gpu_flavors, (std::map<std::string, int>{{"h100", 1}}));
+  // 0 is a limit: borrows nothing / lends nothing.
+  (*q.mutable_borrowing_limit_gpu_flavors())["h100"] = 0;
+  (*q.mutable_lending_limit_gpu_flavors())["h100"] = 0;
+  EXPECT_TRUE(ValidateQueue(q).ok()) << message(q);
+
+  (*q.mutable_borrowing_limit_gpu_flavors())["h100"] = -1;
+  EXPECT_EQ(message(q), "queue.borrowing_limit_gpu_flavors[h100]: must be >= 0 GPU slots, got -1");
+  (*q.mutable_borrowing_limit_gpu_flavors())["h100"] = 2;
+  (*q.mutable_lending_limit_gpu_flavors())["h100"] = 5;
+  EXPECT_EQ(message(q),
+            "queue.lending_limit_gpu_flavors[h100]: 5 is more than the queue's "
+            "nominal_gpu_flavors[h100] of 4 (it lends only its own quota)");
+  (*q.mutable_lending_limit_gpu_flavors())["h100"] = 1;
+  (*q.mutable_lending_limit_gpu_flavors())["a100"] = 1;
+  EXPECT_EQ(message(q),
+            "queue.lending_limit_gpu_flavors[a100]: needs a nominal_gpu_flavors[a100] quota (a "
+            "queue not limited by a flavor neither lends nor borrows it)");
+  q.mutable_lending_limit_gpu_flavors()->erase("a100");
+  (*q.mutable_borrowing_limit_gpu_flavors())["a100"] = 3;
+  EXPECT_EQ(message(q),
+            "queue.borrowing_limit_gpu_flavors[a100]: needs a nominal_gpu_flavors[a100] quota (a "
+            "queue not limited by a flavor neither lends nor borrows it)");
+  q.mutable_borrowing_limit_gpu_flavors()->erase("a100");
+  (*q.mutable_borrowing_limit_gpu_flavors())["A100"] = 3;
+  EXPECT_EQ(message(q),
+            "queue.borrowing_limit_gpu_flavors: flavor 'A100' must start with a lowercase letter "
+            "or a digit");
+}
+
 TEST_F(QueueRegistryTest, ResolveRefusesAJobOverItsQueuesFlavorQuota) {
   v1::Queue q = MakeQueue("gpus");
   (*q.mutable_nominal_gpu_flavors())["h100"] = 2;
@@ -692,8 +733,26 @@ TEST_F(QueueRegistryTest, ResolveRefusesAJobOverItsQueuesFlavorQuota) {
   absl::Status s = ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_);
   EXPECT_TRUE(absl::IsInvalidArgument(s));
   EXPECT_THAT(std::string(s.message()),
-              ::testing::HasSubstr(
-                  "resources.gpu_flavor: 3 h100 GPUs exceed queue 'gpus''s h100 quota of 2"));
+              ::testing::HasSubstr("resources.gpu_flavor: 3 h100 GPUs exceed the most queue "
+                                   "'gpus' can ever hold of h100 (2: its nominal_gpu_flavors "
+                                   "quota plus what its cohort could lend"));
+  // A cohort that could lend it one more h100 takes it; its borrowing
+  // limit bounds it again.
+  q.set_cohort("c");
+  ASSERT_TRUE(registry_->Create(q, true).ok());
+  v1::Queue lender = MakeQueue("lender");
+  lender.set_cohort("c");
+  (*lender.mutable_nominal_gpu_flavors())["h100"] = 4;
+  (*lender.mutable_lending_limit_gpu_flavors())["h100"] = 1;
+  ASSERT_TRUE(registry_->Create(lender, false).ok());
+  EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
+  spec.set_world_size(4);
+  EXPECT_FALSE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok()) << "lends only 1";
+  spec.set_world_size(3);
+  (*q.mutable_borrowing_limit_gpu_flavors())["h100"] = 0;
+  ASSERT_TRUE(registry_->Create(q, true).ok());
+  s = ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_);
+  EXPECT_THAT(std::string(s.message()), ::testing::HasSubstr("can ever hold of h100 (2:"));
   // Another flavor, or none, is not bound by it; wait_for_capacity takes it.
   spec.mutable_resources()->set_gpu_flavor("a100");
   EXPECT_TRUE(ResolveQueue(spec, v1::ROLE_SUBMITTER, {}, *registry_).ok());
@@ -796,6 +855,14 @@ TEST(QueueStatusTest, UsedAndBorrowedCpusMemoryAndFlavorsFollowTheirNominals) {
   ASSERT_EQ(st.used_gpu_flavors_size(), 2);
   EXPECT_EQ(st.used_gpu_flavors().at("h100"), 2);
   EXPECT_EQ(st.used_gpu_flavors().at("a100"), 1) << "shown with or without a quota of its own";
+  EXPECT_EQ(st.borrowed_gpu_flavors_size(), 0) << "2 of 4 h100s; no a100 quota";
+  v1::Queue small = q;
+  small.set_name("small");
+  (*small.mutable_nominal_gpu_flavors())["h100"] = 1;
+  usages["small"] = u;
+  const v1::QueueStatus over = QueueStatusOf(small, usages);
+  ASSERT_EQ(over.borrowed_gpu_flavors_size(), 1);
+  EXPECT_EQ(over.borrowed_gpu_flavors().at("h100"), 1) << "2 h100s held on a nominal of 1";
   EXPECT_EQ(st.borrowed_gpu(), 0) << "no GPU slot quota: nothing borrowed";
 
   // Within the nominals nothing is borrowed; an unlimited (unset or -1)

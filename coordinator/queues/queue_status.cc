@@ -24,6 +24,14 @@ v1::QueueStatus QueueStatusOf(const v1::Queue& queue,
     }
   }
   st.set_borrowed_gpu(BorrowedSlots(st.used_gpu(), queue.has_nominal_gpu(), queue.nominal_gpu()));
+  // Per flavor with a nominal, as the slot kinds (the scheduler's flavor
+  // dimensions); only those with some borrowed.
+  for (const auto& [flavor, nominal] : queue.nominal_gpu_flavors()) {
+    auto used = st.used_gpu_flavors().find(flavor);
+    const int32_t borrowed =
+        BorrowedSlots(used == st.used_gpu_flavors().end() ? 0 : used->second, true, nominal);
+    if (borrowed > 0) (*st.mutable_borrowed_gpu_flavors())[flavor] = borrowed;
+  }
   st.set_borrowed_cpu(BorrowedSlots(st.used_cpu(), queue.has_nominal_cpu(), queue.nominal_cpu()));
   // CPUs in thousandths as the scheduler counts them (a nominal rounded
   // down), shown in CPUs.

@@ -14,8 +14,8 @@
 
 namespace trainctl::coordinator {
 
-// `queue` with its used and borrowed slots, CPUs and memory, its GPU slots
-// by flavor, and pending / running jobs from `usages`
+// `queue` with its used and borrowed slots, CPUs and memory, its used and
+// borrowed GPU slots by flavor, and pending / running jobs from `usages`
 // (JobQueries::QueueUsages; a queue without a live job uses nothing).
 // Clients read `borrowed_*` rather than computing it.
 v1::QueueStatus QueueStatusOf(const v1::Queue& queue,

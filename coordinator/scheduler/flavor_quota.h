@@ -1,13 +1,16 @@
 // GPU flavors in one scheduling pass (scheduler.h, "Flavors" and "Flavor
-// quotas"; internal to scheduler.cc): what each queue holds of each GPU
-// flavor against its nominal per flavor, and the flavor texts of messages.
+// quotas"; internal to scheduler.cc): the checks of the per-flavor quota
+// fields, the flavor texts of messages, and the charge of a GPU job placed
+// on flavored workers without asking for a flavor. The quota arithmetic
+// itself is QueueBook's: each flavor with a nominal is one of its
+// dimensions (queue_admission.h), lent, borrowed and reclaimed as the
+// others are.
 //
 // Threading: one instance per Schedule() call; not thread-safe.
 #pragma once
 
 #include <map>
 #include <string>
-#include <vector>
 
 #include "absl/container/flat_hash_map.h"
 #include "absl/status/status.h"
@@ -17,7 +20,9 @@
 
 namespace trainctl::scheduler::internal {
 
-// InvalidArgument naming the queue and flavor for a flavor quota below 0.
+// InvalidArgument naming the queue, the field and the flavor for an empty
+// flavor or a value below 0 in nominal_gpu_flavors,
+// borrowing_limit_gpu_flavors or lending_limit_gpu_flavors.
 absl::Status ValidateFlavorQuotas(const QueueInput& input);
 
 // "cuda", or "cuda (h100)" for a job asking for a flavor.
@@ -26,29 +31,20 @@ std::string KindText(SlotKind kind, const std::string& flavor);
 // " (no schedulable GPU worker has a flavor)".
 std::string FlavorsText(const std::map<std::string, KindPool>& pools);
 
-class FlavorQuota {
+// Each GPU worker's flavor, to count where a job's ranks landed.
+class WorkerFlavors {
  public:
-  // `input` passed ValidateFlavorQuotas; `book` is the pass's QueueBook
-  // (queue indices). Counts the running jobs' slots by their flavor.
-  FlavorQuota(const QueueInput& input, absl::Span<const WorkerSlots> workers,
-              const QueueBook& book);
+  explicit WorkerFlavors(absl::Span<const WorkerSlots> workers);
 
-  // Queue q's nominal for `flavor`; -1 when it has none (or no flavor).
-  long long Nominal(int q, const std::string& flavor) const;
-  // GPU slots of `flavor` queue q may still take: nominal minus used
-  // (never negative); kUnbounded without a nominal.
-  long long Headroom(int q, const std::string& flavor) const;
-  // Counts this pass's placement `p` of a job of queue q: each rank on the
-  // flavor of its worker.
-  void Charge(int q, const Placement& p);
-  // "queue a: 3 of 4 cuda (h100) used".
-  std::string Text(int q, const std::string& flavor) const;
+  // A GPU job of queue q that asked for no flavor (`job_flavor` "") holds,
+  // after placement `p`, slots of the flavors its ranks' workers have:
+  // charges each such flavor's dimension of `book` (counted against the
+  // queue, never holding the job back). A flavored job's own flavor is in
+  // its Demand already: nothing to do.
+  void ChargeUnflavored(QueueBook& book, int q, const std::string& job_flavor,
+                        const Placement& p) const;
 
  private:
-  const QueueBook& book_;
-  // Per queue index: nominal and used GPU slots by flavor.
-  std::vector<std::map<std::string, long long>> nominal_, used_;
-  // Each GPU worker's flavor ("" none).
   absl::flat_hash_map<std::string, std::string> flavor_of_;
 };
 

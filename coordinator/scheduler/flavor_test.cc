@@ -164,9 +164,8 @@ TEST(FlavorQuotaTest, AJobOfTheFlavorFitsOnlyWithinItsQueuesFlavorQuota) {
   EXPECT_NE(got["first"].rfind("h:", 0), std::string::npos) << Dump(*r);
   EXPECT_EQ(got["second"], "pending:quota_exceeded");
   EXPECT_EQ(FindPending(*r, "second").message,
-            "needs 1 cuda (h100) slots, more than its queue's h100 quota admits now (queue team: 3 "
-            "of 3 cuda "
-            "(h100) used)");
+            "needs 1 cuda (h100) slots, more than its queue's quota admits now (queue team: 3 of 3 "
+            "cuda (h100) used)");
   EXPECT_EQ(got["a100"], "a:0,1");
   EXPECT_NE(got["theirs"].rfind("h:", 0), std::string::npos) << Dump(*r);
 }
@@ -190,7 +189,8 @@ TEST(FlavorQuotaTest, ItCountsEveryJobOfTheQueueOnTheFlavorAndBoundsElasticSize)
   ASSERT_TRUE(r.ok());
   EXPECT_EQ(FindPending(*r, "big").reason, PendingReason::kExceedsQueueLimit);
   EXPECT_EQ(FindPending(*r, "big").message,
-            "needs 5 cuda (h100) slots, more than queue team's h100 quota (4)");
+            "needs 5 cuda (h100) slots, more than queue team's h100 quota with all its cohort "
+            "could ever lend (4)");
   // A negative quota is malformed input.
   in.queues[0].nominal_gpu_flavors["h100"] = -1;
   EXPECT_TRUE(absl::IsInvalidArgument(Schedule({}, workers, in).status()));

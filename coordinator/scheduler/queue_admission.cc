@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cmath>
+#include <map>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -21,15 +23,6 @@ constexpr SlotKind kKinds[kNumKinds] = {SlotKind::kGpu, SlotKind::kCpu};
 const std::string& QueueName(const std::string& name) {
   static const std::string kDefault = "default";
   return name.empty() ? kDefault : name;
-}
-
-// What a running job holds in every dimension.
-Demand Held(const RunningJob& job) {
-  const Demand per_rank = PerRank(
-      job.kind, job.cpus > 0 ? std::max<long long>(1, MilliUp(job.cpus)) : 0, job.memory_bytes);
-  Demand held{};
-  for (int d = 0; d < kNumDims; ++d) held[d] = Times(per_rank[d], job.slots);
-  return held;
 }
 
 // A CPU quota field in thousandths, rounded down (-1 stays -1).
@@ -68,14 +61,47 @@ bool VictimBefore(const RunningJob& a, const RunningJob& b) {
   return a.job_id < b.job_id;
 }
 
+// The value of `flavor` in a per-flavor map, else `absent`.
+long long FlavorValue(const std::map<std::string, int>& values, const std::string& flavor,
+                      long long absent) {
+  auto it = values.find(flavor);
+  return it == values.end() ? absent : it->second;
+}
+
 }  // namespace
 
-Demand PerRank(SlotKind kind, long long milli_cpus, long long memory) {
-  Demand d{};
+int QueueBook::FlavorDim(const std::string& flavor) const {
+  if (flavor.empty()) return -1;
+  auto it = flavor_dim_.find(flavor);
+  return it == flavor_dim_.end() ? -1 : it->second;
+}
+
+Demand QueueBook::PerRank(SlotKind kind, long long milli_cpus, long long memory,
+                          const std::string& flavor) const {
+  Demand d = Zero();
   d[KindIndex(kind)] = 1;
   d[kCpusDim] = milli_cpus;
   d[kMemoryDim] = Times(memory, 1);
+  if (const int f = FlavorDim(flavor); f >= 0 && kind == SlotKind::kGpu) d[f] = 1;
   return d;
+}
+
+Demand QueueBook::Held(const RunningJob& job) const {
+  const Demand per_rank =
+      PerRank(job.kind, job.cpus > 0 ? std::max<long long>(1, MilliUp(job.cpus)) : 0,
+              job.memory_bytes, job.gpu_flavor);
+  Demand held = Zero();
+  for (int d = 0; d < dims(); ++d) held[d] = Times(per_rank[d], job.slots);
+  return held;
+}
+
+QueueBook::Queue QueueBook::Unlimited(std::string name) const {
+  Queue queue;
+  queue.name = std::move(name);
+  queue.nominal = Demand(static_cast<size_t>(dims()), -1);
+  queue.borrow_limit = Demand(static_cast<size_t>(dims()), -1);
+  queue.guaranteed = queue.used = queue.stopping = Zero();
+  return queue;
 }
 
 const char* DimField(int d) {
@@ -195,27 +221,44 @@ absl::Status ValidateQueues(absl::Span<const PendingJob> jobs, const QueueInput&
 QueueBook::QueueBook(const QueueInput& input) : implicit_(input.queues.empty()) {
   if (implicit_) {
     // One unlimited queue; running jobs cannot matter to it.
-    Queue queue;
-    queue.name = "default";
-    queue.nominal = {-1, -1, -1, -1};
-    queues_.push_back(std::move(queue));
-    groups_.push_back(Group{{0}, {}, {}});
+    queues_.push_back(Unlimited("default"));
+    groups_.push_back(Group{{0}, Zero(), Zero()});
     by_name_["default"] = 0;
     return;
   }
+  // A dimension per flavor some queue has a nominal for (scheduler.h,
+  // "Flavor quotas"); the others limit nobody by flavor.
+  std::set<std::string> flavors;
   for (const QueueSpec& spec : input.queues) {
-    Queue queue;
-    queue.name = spec.name;
+    for (const auto& [flavor, nominal] : spec.nominal_gpu_flavors) flavors.insert(flavor);
+  }
+  flavors_.assign(flavors.begin(), flavors.end());
+  for (int f = 0; f < static_cast<int>(flavors_.size()); ++f)
+    flavor_dim_[flavors_[f]] = kBaseDims + f;
+  for (const QueueSpec& spec : input.queues) {
+    Queue queue = Unlimited(spec.name);
     queue.cohort = spec.cohort;
-    queue.nominal = {spec.nominal_gpu, spec.nominal_cpu, QuotaMilli(spec.nominal_cpus),
-                     spec.nominal_memory_bytes < 0 ? -1 : spec.nominal_memory_bytes};
-    const Demand borrow = {spec.borrowing_limit_gpu, spec.borrowing_limit_cpu,
-                           QuotaMilli(spec.borrowing_limit_cpus),
-                           std::max<long long>(-1, spec.borrowing_limit_memory_bytes)};
-    const Demand lend = {spec.lending_limit_gpu, spec.lending_limit_cpu,
-                         QuotaMilli(spec.lending_limit_cpus),
-                         std::max<long long>(-1, spec.lending_limit_memory_bytes)};
-    for (int k = 0; k < kNumDims; ++k) {
+    Demand borrow = queue.borrow_limit, lend = queue.borrow_limit;
+    // Each base dimension's nominal, borrowing limit and lending limit.
+    const long long base[3][kBaseDims] = {
+        {spec.nominal_gpu, spec.nominal_cpu, QuotaMilli(spec.nominal_cpus),
+         spec.nominal_memory_bytes < 0 ? -1 : spec.nominal_memory_bytes},
+        {spec.borrowing_limit_gpu, spec.borrowing_limit_cpu, QuotaMilli(spec.borrowing_limit_cpus),
+         std::max<long long>(-1, spec.borrowing_limit_memory_bytes)},
+        {spec.lending_limit_gpu, spec.lending_limit_cpu, QuotaMilli(spec.lending_limit_cpus),
+         std::max<long long>(-1, spec.lending_limit_memory_bytes)}};
+    for (int k = 0; k < kBaseDims; ++k) {
+      queue.nominal[k] = base[0][k];
+      borrow[k] = base[1][k];
+      lend[k] = base[2][k];
+    }
+    for (int f = 0; f < static_cast<int>(flavors_.size()); ++f) {
+      const std::string& flavor = flavors_[f];
+      queue.nominal[kBaseDims + f] = FlavorValue(spec.nominal_gpu_flavors, flavor, -1);
+      borrow[kBaseDims + f] = FlavorValue(spec.borrowing_limit_gpu_flavors, flavor, -1);
+      lend[kBaseDims + f] = FlavorValue(spec.lending_limit_gpu_flavors, flavor, -1);
+    }
+    for (int k = 0; k < dims(); ++k) {
       if (queue.nominal[k] < 0) continue;  // unlimited: neither lends nor borrows
       queue.borrow_limit[k] = borrow[k];
       if (lend[k] >= 0)
@@ -239,15 +282,15 @@ QueueBook::QueueBook(const QueueInput& input) : implicit_(input.queues.empty()) 
     by_name_[queue.name] = q;
     if (queue.cohort.empty()) {
       queue.group = static_cast<int>(groups_.size());
-      groups_.emplace_back();
+      groups_.push_back(Group{{}, Zero(), Zero()});
     } else {
       auto [it, added] = cohorts.try_emplace(queue.cohort, static_cast<int>(groups_.size()));
-      if (added) groups_.emplace_back();
+      if (added) groups_.push_back(Group{{}, Zero(), Zero()});
       queue.group = it->second;
     }
     Group& group = groups_[queue.group];
     group.members.push_back(q);
-    for (int k = 0; k < kNumDims; ++k) {
+    for (int k = 0; k < dims(); ++k) {
       if (queue.nominal[k] >= 0) group.nominal[k] += queue.nominal[k] - queue.guaranteed[k];
     }
   }
@@ -256,13 +299,13 @@ QueueBook::QueueBook(const QueueInput& input) : implicit_(input.queues.empty()) 
     running_.emplace_back(&job, q);
     Queue& queue = queues_[q];
     const Demand held = Held(job);
-    for (int k = 0; k < kNumDims; ++k) {
+    for (int k = 0; k < dims(); ++k) {
       queue.used[k] += held[k];
       if (job.stopping) queue.stopping[k] += held[k];
     }
   }
   for (int g = 0; g < static_cast<int>(groups_.size()); ++g) {
-    for (int k = 0; k < kNumDims; ++k) Recount(g, k);
+    for (int k = 0; k < dims(); ++k) Recount(g, k);
   }
   std::sort(running_.begin(), running_.end(),
             [](const auto& a, const auto& b) { return a.first->job_id < b.first->job_id; });
@@ -314,7 +357,7 @@ Admission QueueBook::AdmitDim(int q, int k, long long amount) const {
 
 Admission QueueBook::Admit(int q, const Demand& per_rank, long long ranks) const {
   Admission admission = Admission::kUnlimited;
-  for (int k = 0; k < kNumDims; ++k) {
+  for (int k = 0; k < dims(); ++k) {
     if (per_rank[k] > 0) admission = Combine(admission, AdmitDim(q, k, Times(per_rank[k], ranks)));
   }
   return admission;
@@ -324,7 +367,7 @@ long long QueueBook::Headroom(int q, const Demand& per_rank, bool borrow) const 
   const Queue& queue = queues_[q];
   const Group& group = groups_[queue.group];
   long long ranks = kUnbounded;
-  for (int k = 0; k < kNumDims; ++k) {
+  for (int k = 0; k < dims(); ++k) {
     if (per_rank[k] <= 0 || !Finite(q, k)) continue;
     long long headroom = std::max(0LL, queue.guaranteed[k] - queue.used[k]) +
                          std::max(0LL, group.nominal[k] - group.used[k]);
@@ -344,11 +387,17 @@ void QueueBook::Charge(int q, SlotKind kind, const Demand& per_rank, long long r
   Queue& queue = queues_[q];
   queue.placed[slot] += ranks;
   queue.owners[owner].placed[slot] += ranks;
-  for (int k = 0; k < kNumDims; ++k) {
+  for (int k = 0; k < dims(); ++k) {
     if (per_rank[k] <= 0) continue;
     queue.used[k] += Times(per_rank[k], ranks);
     if (queue.nominal[k] >= 0) Recount(queue.group, k);
   }
+}
+
+void QueueBook::ChargeFlavor(int q, int d, long long slots) {
+  Queue& queue = queues_[q];
+  queue.used[d] += slots;
+  if (queue.nominal[d] >= 0) Recount(queue.group, d);
 }
 
 double QueueBook::Share(int q) const {
@@ -396,7 +445,7 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const 
   const Group& group = groups_[queue.group];
   // The finite dimensions the job uses: the conditions hold in each.
   std::vector<int> dims;
-  for (int k = 0; k < kNumDims; ++k) {
+  for (int k = 0; k < this->dims(); ++k) {
     if (per_rank[k] > 0 && Finite(q, k)) dims.push_back(k);
   }
   VictimChoice choice;
@@ -484,7 +533,8 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const 
     if (!flavor.empty() && !frees_slots(*job) && quota_ok()) continue;
     choice.victims.push_back(job);
     Demand& from = picked_from[jq];
-    for (int k = 0; k < kNumDims; ++k) from[k] += held[k];
+    if (from.empty()) from = Zero();
+    for (int k = 0; k < this->dims(); ++k) from[k] += held[k];
     if (frees_slots(*job)) picked += job->slots;
     if (enough()) {
       choice.enough = true;
@@ -497,9 +547,13 @@ VictimChoice QueueBook::ChooseVictims(int q, SlotKind kind, int priority, const 
 
 std::string QueueBook::QuotaText(int q, int k) const {
   const Queue& queue = queues_[q];
-  // Slots read "2 of 4 cuda used"; CPUs and memory "2 of 4 cpus used".
-  const bool slots = k < kNumKinds;
-  const char* unit = slots ? SlotKindName(kKinds[k]) : k == kCpusDim ? "cpus" : "memory";
+  // Slots read "2 of 4 cuda used", a flavor's "2 of 4 cuda (h100) used";
+  // CPUs and memory "2 of 4 cpus used".
+  const bool slots = k < kNumKinds || k >= kBaseDims;
+  const std::string unit = k >= kBaseDims  ? absl::StrCat("cuda (", DimFlavor(k), ")")
+                           : k < kNumKinds ? std::string(SlotKindName(kKinds[k]))
+                           : k == kCpusDim ? std::string("cpus")
+                                           : std::string("memory");
   auto amount = [&](long long v) {
     return slots ? absl::StrCat(v) : k == kCpusDim ? CpuText(v) : FormatBytes(v);
   };
@@ -525,7 +579,7 @@ std::string QueueBook::QuotaText(int q, int k) const {
 std::string QueueBook::QuotaText(int q, const Demand& per_rank, long long ranks) const {
   std::vector<std::string> blocking, finite;
   int slot = 0;
-  for (int k = 0; k < kNumDims; ++k) {
+  for (int k = 0; k < dims(); ++k) {
     if (per_rank[k] <= 0) continue;
     if (k < kNumKinds) slot = k;
     if (!Finite(q, k)) continue;

@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/container/inlined_vector.h"
 #include "absl/status/status.h"
 #include "absl/types/span.h"
 #include "coordinator/scheduler/scheduler.h"
@@ -24,13 +25,17 @@ namespace trainctl::scheduler::internal {
 inline constexpr int kNumKinds = 2;
 inline int KindIndex(SlotKind kind) { return kind == SlotKind::kGpu ? 0 : 1; }
 
-// The dimensions quota is counted in (scheduler.h, "Resource quotas"): the
-// two slot kinds (KindIndex), then thousandths of a CPU and bytes of memory.
-inline constexpr int kNumDims = 4;
+// The dimensions quota is counted in (scheduler.h, "Resource quotas" and
+// "Flavor quotas"): the two slot kinds (KindIndex), thousandths of a CPU
+// and bytes of memory (the base dimensions, in every pass), then one per
+// GPU flavor some queue has a nominal for, sorted by flavor
+// (QueueBook::FlavorDim): GPU slots of that flavor.
+inline constexpr int kBaseDims = 4;
 inline constexpr int kCpusDim = 2;
 inline constexpr int kMemoryDim = 3;
-// A job's holding in each dimension (per rank, or in all).
-using Demand = std::array<long long, kNumDims>;
+// A job's holding in each dimension (per rank, or in all); sized
+// QueueBook::dims() (QueueBook::Zero()).
+using Demand = absl::InlinedVector<long long, 8>;
 // a x b (each >= 0) saturated at 2^53: above every quota (< 1e15) and far
 // below kUnbounded, so that sums of a pass's jobs cannot overflow whatever
 // a stored row asks.
@@ -39,12 +44,10 @@ inline long long Times(long long a, long long b) {
   if (a <= 0 || b <= 0) return 0;
   return a > kHuge / b ? kHuge : std::min(kHuge, a * b);
 }
-// One rank of a job of `kind` asking `milli_cpus` and `memory` per rank.
-Demand PerRank(SlotKind kind, long long milli_cpus, long long memory);
-// The job field a dimension's quota refuses, for messages:
+// The job field a base dimension's quota refuses, for messages:
 // "world_size", "resources.cpus", "resources.memory".
 const char* DimField(int d);
-// "3 cuda slots", "1.5 cpus", "64 GiB memory".
+// "3 cuda slots", "1.5 cpus", "64 GiB memory" (a base dimension).
 std::string DimAmount(int d, long long amount);
 
 // Larger than any slot count: an unlimited quota's headroom.
@@ -85,6 +88,19 @@ class QueueBook {
 
   // True when no queue is defined: one implicit unlimited "default" queue.
   bool implicit() const { return implicit_; }
+  // The dimensions of this pass: kBaseDims, then one per flavor with a
+  // nominal in some queue.
+  int dims() const { return kBaseDims + static_cast<int>(flavors_.size()); }
+  // The dimension of GPU flavor `flavor`, or -1 when no queue has a nominal
+  // for it (it is then limited by no flavor quota); the flavor of one.
+  int FlavorDim(const std::string& flavor) const;
+  const std::string& DimFlavor(int d) const { return flavors_[d - kBaseDims]; }
+  // A Demand of dims() zeros.
+  Demand Zero() const { return Demand(static_cast<size_t>(dims()), 0); }
+  // One rank of a job of `kind` asking `milli_cpus` and `memory` per rank,
+  // and (a GPU job) for GPU flavor `flavor` ("" none).
+  Demand PerRank(SlotKind kind, long long milli_cpus, long long memory,
+                 const std::string& flavor = "") const;
   // The queue a job or running job names ("" = "default"), or -1 when it is
   // not defined. Always 0 when implicit.
   int Find(const std::string& name) const;
@@ -110,6 +126,9 @@ class QueueBook {
   // of a job of `owner`.
   void Charge(int q, SlotKind kind, const Demand& per_rank, long long ranks,
               const std::string& owner);
+  // Counts `slots` more of flavor dimension `d` for queue q: the ranks of a
+  // GPU job that asked for no flavor, placed on that flavor's workers.
+  void ChargeFlavor(int q, int d, long long slots);
   // Total slots of each kind on schedulable workers: the entitlement of a
   // queue without quota and of every owner (see scheduler.h, "Fair share").
   void SetCapacity(const std::array<long long, kNumKinds>& capacity) { capacity_ = capacity; }
@@ -143,12 +162,13 @@ class QueueBook {
     std::string cohort;
     // Index into groups_.
     int group = 0;
-    Demand nominal{};  // per dimension; -1 = unlimited
+    // Every Demand here and in Group sized dims().
+    Demand nominal;  // per dimension; -1 = unlimited
     // The most beyond nominal it may hold; -1 = no limit.
-    Demand borrow_limit{-1, -1, -1, -1};
+    Demand borrow_limit;
     // Of nominal, what it never lends (nominal - lending limit); 0 without
     // a lending limit. Its used counts in its group's used only beyond it.
-    Demand guaranteed{};
+    Demand guaranteed;
     std::array<double, kNumKinds> usage{};
     double weight = 1;
     // Per owner: weight, decayed usage, and what this pass placed for it.
@@ -160,9 +180,9 @@ class QueueBook {
     absl::flat_hash_map<std::string, Owner> owners;
     long long max_job_size = 0;
     // Running (stopping included) plus placed in this pass.
-    Demand used{};
+    Demand used;
     // Of `used`: what stopping running jobs hold.
-    Demand stopping{};
+    Demand stopping;
     // Slots placed in this pass (for the share).
     std::array<long long, kNumKinds> placed{};
   };
@@ -171,10 +191,15 @@ class QueueBook {
   // guaranteed), used = Lent() of each.
   struct Group {
     std::vector<int> members;
-    Demand nominal{};
-    Demand used{};
+    Demand nominal;
+    Demand used;
   };
 
+  // What a running job holds in every dimension (its flavor's by its
+  // gpu_flavor).
+  Demand Held(const RunningJob& job) const;
+  // A queue of the pass with every dimension unlimited.
+  Queue Unlimited(std::string name) const;
   // One dimension's admission (the slot rules of scheduler.h).
   Admission AdmitDim(int q, int k, long long amount) const;
   // What `used` of dimension k of queue `queue` takes from its group: the
@@ -186,6 +211,10 @@ class QueueBook {
   void Recount(int g, int k);
 
   bool implicit_ = true;
+  // The flavors with a dimension (dims() - kBaseDims of them), sorted, and
+  // each one's dimension.
+  std::vector<std::string> flavors_;
+  absl::flat_hash_map<std::string, int> flavor_dim_;
   // Sorted by name.
   std::vector<Queue> queues_;
   absl::flat_hash_map<std::string, int> by_name_;

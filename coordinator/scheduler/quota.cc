@@ -33,6 +33,20 @@ std::optional<long long> QueueCeiling(absl::Span<const QueueSpec> queues, const 
   return ceiling;
 }
 
+std::optional<long long> QueueFlavorCeiling(absl::Span<const QueueSpec> queues,
+                                            const std::string& name, const std::string& flavor) {
+  if (queues.empty()) return std::nullopt;
+  QueueInput input;
+  input.queues.assign(queues.begin(), queues.end());
+  const internal::QueueBook book(input);
+  const int q = book.Find(name);
+  const int d = book.FlavorDim(flavor);
+  if (q < 0 || d < 0) return std::nullopt;
+  const long long ceiling = book.Ceiling(q, d);
+  if (ceiling >= internal::kUnbounded) return std::nullopt;
+  return ceiling;
+}
+
 std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queues,
                                                 const std::string& name, long long ranks,
                                                 double cpus, std::int64_t memory_bytes) {
@@ -43,7 +57,7 @@ std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queu
   const int q = book.Find(name);
   if (q < 0) return std::nullopt;
   const long long milli = RankMilliCpus(cpus);
-  const internal::Demand per_rank = internal::PerRank(SlotKind::kCpu, milli, memory_bytes);
+  const internal::Demand per_rank = book.PerRank(SlotKind::kCpu, milli, memory_bytes);
   for (int d : {internal::kCpusDim, internal::kMemoryDim}) {
     const long long asks = internal::Times(per_rank[d], ranks);
     const long long ceiling = book.Ceiling(q, d);
@@ -59,7 +73,8 @@ std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queu
 }
 
 bool QueueHasResourceRoom(absl::Span<const QueueSpec> queues, absl::Span<const RunningJob> running,
-                          const std::string& name, double cpus, std::int64_t memory_bytes) {
+                          const std::string& name, double cpus, std::int64_t memory_bytes,
+                          const std::string& gpu_flavor) {
   if (queues.empty()) return true;
   QueueInput input;
   input.queues.assign(queues.begin(), queues.end());
@@ -76,8 +91,9 @@ bool QueueHasResourceRoom(absl::Span<const QueueSpec> queues, absl::Span<const R
   const int q = book.Find(name);
   if (q < 0) return true;
   const long long milli = RankMilliCpus(cpus);
-  internal::Demand per_rank = internal::PerRank(SlotKind::kCpu, milli, memory_bytes);
-  per_rank[internal::KindIndex(SlotKind::kCpu)] = 0;  // slots are the caller's
+  // A GPU rank of its flavor: that flavor's quota counts it too.
+  internal::Demand per_rank = book.PerRank(SlotKind::kGpu, milli, memory_bytes, gpu_flavor);
+  per_rank[internal::KindIndex(SlotKind::kGpu)] = 0;  // slots are the caller's
   // Within its own nominal: kReclaim too (the cohort borrowed it), as the
   // caller's slot check.
   const internal::Admission a = book.Admit(q, per_rank, 1);

@@ -27,6 +27,13 @@ namespace trainctl::scheduler {
 std::optional<long long> QueueCeiling(absl::Span<const QueueSpec> queues, const std::string& name,
                                       SlotKind kind);
 
+// The same for GPU slots of flavor `flavor` (scheduler.h, "Flavor
+// quotas"): nullopt when no queue has a nominal for the flavor, the queue
+// has none (it is not limited by flavor), or the queue is not among
+// `queues`.
+std::optional<long long> QueueFlavorCeiling(absl::Span<const QueueSpec> queues,
+                                            const std::string& name, const std::string& flavor);
+
 // A resource a job asks for more of than its queue can ever hold.
 struct ResourceShort {
   // "resources.cpus" or "resources.memory".
@@ -45,11 +52,6 @@ std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queu
                                                 const std::string& name, long long ranks,
                                                 double cpus, std::int64_t memory_bytes);
 
-// Whether one more rank asking `cpus` and `memory_bytes` keeps queue `name`
-// within its own nominal CPU and memory quotas, given what `running` holds
-// (running jobs of queues not among `queues` are ignored): an elastic job
-// grows only then (JobPlacer, as for its slots). True when both are
-// unlimited, or the queue is not among `queues`.
 // CPUs as the CPU quotas count them (scheduler.h, "Resource quotas"), in
 // thousandths of a CPU: what one rank of a job asking `cpus` per rank holds
 // (rounded up, at least 1 when it asks for any; 0 when it asks for none or
@@ -59,7 +61,14 @@ std::optional<ResourceShort> QueueResourceShort(absl::Span<const QueueSpec> queu
 long long RankMilliCpus(double cpus);
 long long QuotaMilliCpus(double cpus);
 
+// Whether one more rank asking `cpus` and `memory_bytes` (and, a GPU job
+// asking for a flavor, one GPU slot of `gpu_flavor`) keeps queue `name`
+// within its own nominal CPU, memory and flavor quotas, given what
+// `running` holds (running jobs of queues not among `queues` are
+// ignored): an elastic job grows only then (JobPlacer, as for its slots).
+// True when all are unlimited, or the queue is not among `queues`.
 bool QueueHasResourceRoom(absl::Span<const QueueSpec> queues, absl::Span<const RunningJob> running,
-                          const std::string& name, double cpus, std::int64_t memory_bytes);
+                          const std::string& name, double cpus, std::int64_t memory_bytes,
+                          const std::string& gpu_flavor = "");
 
 }  // namespace trainctl::scheduler

@@ -56,7 +56,7 @@ class Pass {
  public:
   Pass(absl::Span<const PendingJob> jobs, absl::Span<const WorkerSlots> workers,
        const QueueInput& queues)
-      : book_(queues), flavors_(queues, workers, book_) {
+      : book_(queues), worker_flavors_(workers) {
     for (const PendingJob& job : jobs) jobs_.push_back(&job);
     std::sort(jobs_.begin(), jobs_.end(),
               [](const PendingJob* a, const PendingJob* b) { return ScheduledBefore(*a, *b); });
@@ -188,17 +188,9 @@ class Pass {
       result.pending.push_back(std::move(pending));
       return true;
     }
-    const internal::Demand per_rank = internal::PerRank(kind, req.cpu, req.mem);
+    const internal::Demand per_rank = book_.PerRank(kind, req.cpu, req.mem, job.gpu_flavor);
     const Admission admission = book_.Admit(q, per_rank, job.world_size);
     if (admission == Admission::kBorrow && !may_borrow) return false;
-    if (flavors_.Headroom(q, job.gpu_flavor) < job.world_size) {
-      pending.reason = PendingReason::kQuotaExceeded;
-      pending.message =
-          absl::StrCat("needs ", slots_text, ", more than its queue's ", job.gpu_flavor,
-                       " quota admits now (", flavors_.Text(q, job.gpu_flavor), ")");
-      result.pending.push_back(std::move(pending));
-      return true;
-    }
     if (admission == Admission::kOverQuota) {
       // Over its queue's nominal only because of the queue's own jobs of a
       // lower priority: those are preempted (ChooseVictims keeps the queue
@@ -218,15 +210,15 @@ class Pass {
     const PoolFree free = FreeIn(pool, req);
     if (admission != Admission::kReclaim) {
       // Without queues every bound but world_size and availability is unbounded.
-      const long long size = std::min({static_cast<long long>(asked.world_size), free.available,
-                                       book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q),
-                                       flavors_.Headroom(q, asked.gpu_flavor)});
+      const long long size =
+          std::min({static_cast<long long>(asked.world_size), free.available,
+                    book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q)});
       if (size >= job.world_size) {
         PendingJob sized = asked;
         sized.world_size = static_cast<int>(size);
         result.placements.push_back(Place(sized, req, kind, pool));
         book_.Charge(q, kind, per_rank, size, asked.owner);
-        flavors_.Charge(q, result.placements.back());
+        worker_flavors_.ChargeUnflavored(book_, q, asked.gpu_flavor, result.placements.back());
         return true;
       }
       if (Backfill(asked, job, q, kind, req, per_rank, pool, free, may_borrow, result)) return true;
@@ -312,27 +304,21 @@ class Pass {
       }
     }
     if (req.limited && ResourcesNeverFit(workers_, job, need, req, pool, pending)) return true;
-    const internal::Demand per_rank = internal::PerRank(pending.kind, req.cpu, req.mem);
-    for (int d = 0; d < internal::kNumDims; ++d) {
+    const internal::Demand per_rank = book_.PerRank(pending.kind, req.cpu, req.mem, job.gpu_flavor);
+    for (int d = 0; d < book_.dims(); ++d) {
       const long long ceiling = book_.Ceiling(q, d);
       if (per_rank[d] <= 0 || internal::Times(per_rank[d], job.world_size) <= ceiling) continue;
       pending.reason = PendingReason::kExceedsQueueLimit;
       pending.message =
-          d < kNumKinds
+          d < kNumKinds || d >= internal::kBaseDims
               ? absl::StrCat("needs ", need, " ", kind_name, " slots, more than queue ",
-                             book_.Name(q),
-                             "'s nominal quota with all its cohort could ever lend (", ceiling, ")")
+                             book_.Name(q), "'s ", d < kNumKinds ? "nominal" : book_.DimFlavor(d),
+                             " quota with all its cohort could ever lend (", ceiling, ")")
               : absl::StrCat(
                     "needs ", internal::DimAmount(d, internal::Times(per_rank[d], job.world_size)),
                     " (", need, " ranks of ", PerRankText(req), "), more than queue ",
                     book_.Name(q), "'s nominal quota with all its cohort could ever lend (",
                     internal::DimAmount(d, ceiling), ")");
-      return true;
-    }
-    if (const long long n = flavors_.Nominal(q, job.gpu_flavor); n >= 0 && job.world_size > n) {
-      pending.reason = PendingReason::kExceedsQueueLimit;
-      pending.message = absl::StrCat("needs ", need, " ", kind_name, " slots, more than queue ",
-                                     book_.Name(q), "'s ", job.gpu_flavor, " quota (", n, ")");
       return true;
     }
     return false;
@@ -372,8 +358,7 @@ class Pass {
     }
     const long long size =
         std::min({static_cast<long long>(asked.world_size), free.available + free.reserved,
-                  book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q),
-                  flavors_.Headroom(q, asked.gpu_flavor)});
+                  book_.Headroom(q, per_rank, may_borrow), book_.MaxJobSize(q)});
     if (size < job.world_size) return false;
     PendingJob sized = asked;
     sized.world_size = static_cast<int>(size);
@@ -381,7 +366,7 @@ class Pass {
     placement.backfilled_before = jobs_[pool.head]->job_id;
     result.placements.push_back(std::move(placement));
     book_.Charge(q, kind, per_rank, size, asked.owner);
-    flavors_.Charge(q, result.placements.back());
+    worker_flavors_.ChargeUnflavored(book_, q, asked.gpu_flavor, result.placements.back());
     return true;
   }
 
@@ -588,8 +573,8 @@ class Pass {
   // The GPU workers of each flavor (a subset of the GPU pool, sharing its
   // workers' slots), by flavor; a flavor no worker has maps to an empty pool.
   std::map<std::string, KindPool> flavor_pools_;
-  // What each queue holds of each flavor (see Flavor quotas).
-  internal::FlavorQuota flavors_;
+  // Where each GPU worker's slots count (see Flavor quotas).
+  internal::WorkerFlavors worker_flavors_;
 };
 
 }  // namespace

@@ -180,15 +180,26 @@
 //    without a flavor, and a cluster without flavors, are placed exactly
 //    as before.
 //
-//  * Flavor quotas (QueueSpec::nominal_gpu_flavors; nominal only). A
-//    queue's used of flavor F is the slots of its running jobs on F
-//    (RunningJob::gpu_flavor) plus this pass's placements on F's workers,
-//    of any job of the queue. A job asking for F, in a queue with a
-//    nominal N_F: least size > N_F is kExceedsQueueLimit (after the other
-//    never-fits checks); used_F + least size > N_F is kQuotaExceeded (no
-//    reservation, no preemption, nothing borrowed from the cohort); an
-//    elastic one starts with at most N_F - used_F ranks. Jobs not asking
-//    for F are counted, never held back. No flavor quota: as before.
+//  * Flavor quotas (Kueue's quotas per ResourceFlavor;
+//    QueueSpec::nominal_gpu_flavors, borrowing_limit_gpu_flavors,
+//    lending_limit_gpu_flavors). Each flavor F some queue has a nominal
+//    for is one more quota dimension, counted in GPU slots of F, to which
+//    every rule of Queues below applies as to a slot kind (nominal, group
+//    sums, borrowing in the second round, lending and borrowing limits,
+//    kExceedsQueueLimit past what the cohort could ever lend, elastic
+//    headroom, preemption to reclaim): a queue without a nominal for F is
+//    unlimited in F and outside its cohort's sums for F. A queue's used
+//    of F is the slots of its running jobs on F (RunningJob::gpu_flavor)
+//    plus this pass's placements on F's workers, of any job of the queue.
+//    Only a job asking for F uses the dimension (its per-rank demand has
+//    one slot of F besides its GPU slot): a GPU job asking for no flavor
+//    is counted on the flavors its ranks land on, never held back by them
+//    (so a queue's used of F may pass what F's quota admits, and borrow
+//    F, through such jobs; they are F borrowers for preemption too). A
+//    job asking for F that would exceed its queue's nominal F only by its
+//    queue's own jobs, or that finds F lent out, preempts as any job does:
+//    a candidate frees F's quota only when it runs on F, and its slots
+//    serve the job only then (see Flavors). No flavor quota: as before.
 //
 //  * Determinism. The same set of jobs and workers gives the same result
 //    whatever the order of either input (and of each worker's free slots);

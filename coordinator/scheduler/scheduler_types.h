@@ -241,6 +241,11 @@ struct QueueSpec {
   // Nominal GPU slots per flavor (see Flavor quotas): flavor -> >= 0.
   // Flavors not listed are not limited by flavor.
   std::map<std::string, int> nominal_gpu_flavors;
+  // Borrowing and lending limits per flavor, each for a flavor listed in
+  // nominal_gpu_flavors (others are ignored): flavor -> >= 0; a flavor not
+  // listed has no limit.
+  std::map<std::string, int> borrowing_limit_gpu_flavors;
+  std::map<std::string, int> lending_limit_gpu_flavors;
   // Queues naming the same cohort lend each other their idle quota; "" = none.
   std::string cohort;
   // The largest job (least size) the queue accepts; 0 = no limit, else > 0.

@@ -396,7 +396,7 @@ void WriteRunningJobFamilies(PromWriter& w, const std::vector<JobGauges::Running
 }
 
 // Per defined queue: nominal quota, used and borrowed slots by kind, CPUs
-// and memory, used GPU slots by flavor, pending and running jobs; per queue
+// and memory, used and borrowed GPU slots by flavor, pending and running jobs; per queue
 // any job names: slot-seconds held (accounting).
 void WriteQueueFamilies(PromWriter& w, const std::vector<v1::QueueStatus>& queues,
                         const std::vector<UsageRow>& usage) {
@@ -469,6 +469,17 @@ void WriteQueueFamilies(PromWriter& w, const std::vector<v1::QueueStatus>& queue
       w.Sample("trainctl_queue_used_gpu_flavor_slots",
                {{"queue", s.queue().name()}, {"flavor", flavor}}, slots);
     }
+  }
+  // Every flavor the queue has a quota for (0 when it borrows none of it).
+  w.Family("trainctl_queue_borrowed_gpu_flavor_slots", "gauge",
+           "GPU slots of a flavor a queue's jobs hold beyond its nominal_gpu_flavors (borrowed).");
+  for (const v1::QueueStatus& s : queues) {
+    std::map<std::string, int32_t> borrowed(s.borrowed_gpu_flavors().begin(),
+                                            s.borrowed_gpu_flavors().end());
+    for (const auto& entry : s.queue().nominal_gpu_flavors()) borrowed.emplace(entry.first, 0);
+    for (const auto& [flavor, slots] : borrowed)
+      w.Sample("trainctl_queue_borrowed_gpu_flavor_slots",
+               {{"queue", s.queue().name()}, {"flavor", flavor}}, slots);
   }
   w.Family("trainctl_queue_pending_jobs", "gauge", "A queue's PENDING or RESTARTING jobs.");
   for (const v1::QueueStatus& s : queues) {
