@@ -51,13 +51,6 @@ std::string MakeTempDir() {
   return made == nullptr ? "" : std::string(made);
 }
 
-std::string ReadFile(const std::string& path) {
-  std::ifstream in(path);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
-
 bool ExitedOk(int status) { return status >= 0 && WIFEXITED(status) && WEXITSTATUS(status) == 0; }
 
 // Runs a shell command line; true when it exits 0 (its output in `*out`).

@@ -810,8 +810,16 @@ TEST(QueueStatusTest, UsedSlotsAndBorrowingFollowTheNominalQuota) {
   q.set_name("a");
   q.set_nominal_cpu(2);
   std::map<std::string, QueueUsage> usages;
-  usages["a"] = QueueUsage{1, 5, 3, 2};
-  usages["other"] = QueueUsage{7, 7, 7, 7};
+  auto usage = [](int32_t gpu, int32_t cpu, int32_t pending, int32_t running) {
+    QueueUsage u;
+    u.used_gpu = gpu;
+    u.used_cpu = cpu;
+    u.pending_jobs = pending;
+    u.running_jobs = running;
+    return u;
+  };
+  usages["a"] = usage(1, 5, 3, 2);
+  usages["other"] = usage(7, 7, 7, 7);
   const v1::QueueStatus st = QueueStatusOf(q, usages);
   EXPECT_EQ(st.queue().name(), "a");
   EXPECT_EQ(st.used_gpu(), 1);

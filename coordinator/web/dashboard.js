@@ -153,12 +153,12 @@ function fmtBytes(v) {
   return `${b} B`;
 }
 const fmtCpus = v => String(+num(v).toFixed(3));
-// "h100 2/4" per flavor the queue holds a quota for or uses (Queue.nominal_gpu_flavors,
-// QueueStatus.used_gpu_flavors).
-function flavorCell(used, nominal) {
+// "h100 5/4 (1 borrowed)" per flavor the queue holds a quota for or uses
+// (Queue.nominal_gpu_flavors, QueueStatus.used_gpu_flavors / borrowed_gpu_flavors).
+function flavorCell(used, nominal, borrowed) {
   const names = [...new Set([...Object.keys(nominal || {}), ...Object.keys(used || {})])].sort();
   if (!names.length) return '<span class="muted">none</span>';
-  return names.map(f => `${esc(f)} ${quotaCell((used || {})[f], (nominal || {})[f], 0)}`).join(', ');
+  return names.map(f => `${esc(f)} ${quotaCell((used || {})[f], (nominal || {})[f], (borrowed || {})[f])}`).join(', ');
 }
 
 function queuesView(main) {
@@ -172,7 +172,7 @@ function queuesView(main) {
       `<td>${quotaCell(st.used_cpu, q.nominal_cpu, st.borrowed_cpu)}</td>` +
       `<td>${quotaCell(st.used_cpus, q.nominal_cpus, st.borrowed_cpus, fmtCpus)}</td>` +
       `<td>${quotaCell(st.used_memory_bytes, q.nominal_memory_bytes, st.borrowed_memory_bytes, fmtBytes)}</td>` +
-      `<td>${flavorCell(st.used_gpu_flavors, q.nominal_gpu_flavors)}</td>` +
+      `<td>${flavorCell(st.used_gpu_flavors, q.nominal_gpu_flavors, st.borrowed_gpu_flavors)}</td>` +
       `<td>${num(st.pending_jobs)}</td><td>${num(st.running_jobs)}</td>` +
       `<td>${num(q.max_job_size) ? num(q.max_job_size) : '<span class="muted">no limit</span>'}</td>` +
       `<td>${num(q.default_priority)}</td></tr>`;
