@@ -10,6 +10,7 @@
 #include <gloo/rendezvous/store.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -144,6 +145,16 @@ class GlooWork final : public CollectiveWork {
 
   bool IsCompleted() override { return result_.done(); }
 
+  std::optional<WorkTimes> times() override {
+    absl::MutexLock l(&times_mu_);
+    return times_;
+  }
+  // Set by the engine's thread before it finishes the work.
+  void SetTimes(WorkTimes t) {
+    absl::MutexLock l(&times_mu_);
+    times_ = t;
+  }
+
   const std::string& description() const { return description_; }
 
  private:
@@ -151,6 +162,8 @@ class GlooWork final : public CollectiveWork {
   const std::string description_;
   const absl::Duration timeout_;
   WorkStatus result_;
+  absl::Mutex times_mu_;
+  std::optional<WorkTimes> times_ ABSL_GUARDED_BY(times_mu_);
 };
 
 struct Op {
@@ -201,6 +214,7 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
 
   const GlooOptions& options() const { return options_; }
   bool uses_shm() const { return shm_ != nullptr; }
+  void RecordWorkTimes() { record_times_.store(true, std::memory_order_relaxed); }
 
   std::shared_ptr<CollectiveWork> AllReduceSum(CommBuffer buffer) {
     return Enqueue(OpKind::kAllReduce, std::move(buffer), 0);
@@ -293,7 +307,14 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
         queue_.pop_front();
         in_flight_ = op.work;
       }
+      const bool timed = record_times_.load(std::memory_order_relaxed);
+      WorkTimes times;
+      if (timed) times.started = std::chrono::steady_clock::now();
       absl::Status status = Execute(op);
+      if (timed) {
+        times.finished = std::chrono::steady_clock::now();
+        op.work->SetTimes(times);
+      }
       {
         absl::MutexLock l(&mu_);
         in_flight_ = nullptr;
@@ -479,6 +500,8 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
   // Shared-memory all-reduce when every rank is on this host; null otherwise.
   const std::unique_ptr<ShmAllReduce> shm_;
   std::thread worker_;
+  // RecordWorkTimes(): the worker thread stamps each op's start and end.
+  std::atomic<bool> record_times_{false};
 
   absl::Mutex mu_;
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
@@ -509,6 +532,7 @@ class GlooCollectives final : public Collectives {
   }
   absl::Status Barrier() override { return core_->Barrier(); }
   void Abort() override { core_->Fail(absl::AbortedError("gloo collectives aborted")); }
+  void RecordWorkTimes() override { core_->RecordWorkTimes(); }
 
  private:
   const std::shared_ptr<GlooCore> core_;
