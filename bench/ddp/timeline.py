@@ -31,7 +31,7 @@ ENV = "TRAINCTL_COMM_TIMELINE"
 VIEW_ENV = {"TRAINCTL_GRADIENT_AS_BUCKET_VIEW": "1"}
 MODES = {
     # name: (world size, extra environment, title, bucket_cap_mb or None for --bucket-mb)
-    "1rank": (1, {}, "1 rank (no collectives)", None),
+    "1rank": (1, {}, "1 rank (a 1-rank Gloo group: bucket copies, no peer)", None),
     "shm": (2, {}, "2 ranks, shared memory", None),
     "tcp": (2, dict(bench.TCP_ENV), "2 ranks, TCP (`TRAINCTL_SHM=0`)", None),
     # Candidates for issue #49, measured beside the defaults (--modes).
