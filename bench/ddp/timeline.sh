@@ -1,8 +1,11 @@
 #!/usr/bin/env bash
 # bench/ddp timeline: where a 2-rank DDP step's time goes (issue #49).
 #
-#   bench/ddp/timeline.sh BUILD_DIR [--no-write] [--modes 1rank,shm,tcp] [--skip-steps N] [--bucket-mb MB]
+#   bench/ddp/timeline.sh BUILD_DIR [--no-write] [--modes 1rank,shm,tcp] [--runs N] [--skip-steps N] [--bucket-mb MB]
 #
+# Candidate modes to measure beside those: shm-view, tcp-view
+# (TRAINCTL_GRADIENT_AS_BUCKET_VIEW=1), shm-b1, tcp-b1 (bucket_cap_mb 1),
+# shm-b1-view, tcp-b1-view.
 # Runs run.sh's MLP configuration (bench.py's job file and step count) once per
 # mode with TRAINCTL_COMM_TIMELINE set: 1 rank, 2 ranks over shared memory, 2
 # ranks over TCP (TRAINCTL_SHM=0). Prints per mode each bucket's ready /
@@ -13,7 +16,7 @@
 # `ninja -C BUILD_DIR trainctl trainctl-rank`.
 set -euo pipefail
 if [[ $# -lt 1 || "$1" == -* ]]; then
-  sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 BUILD_DIR=$(cd "$1" && pwd); shift
