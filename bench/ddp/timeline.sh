@@ -16,7 +16,7 @@
 # `ninja -C BUILD_DIR trainctl trainctl-rank`.
 set -euo pipefail
 if [[ $# -lt 1 || "$1" == -* ]]; then
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 BUILD_DIR=$(cd "$1" && pwd); shift
