@@ -29,6 +29,7 @@ import bench  # noqa: E402  (the driver whose configurations and job files this 
 SECTION = "## DDP step timeline"
 ENV = "TRAINCTL_COMM_TIMELINE"
 VIEW_ENV = {"TRAINCTL_GRADIENT_AS_BUCKET_VIEW": "1"}
+LATE_ENV = {"TRAINCTL_DDP_LAUNCH_AFTER_BACKWARD": "1"}
 MODES = {
     # name: (world size, extra environment, title, bucket_cap_mb or None for --bucket-mb)
     "1rank": (1, {}, "1 rank (a 1-rank Gloo group: bucket copies, no peer)", None),
@@ -41,6 +42,9 @@ MODES = {
     "tcp-b1": (2, dict(bench.TCP_ENV), "2 ranks, TCP, bucket_cap_mb 1", 1),
     "shm-b1-view": (2, dict(VIEW_ENV), "2 ranks, shared memory, bucket_cap_mb 1, gradient_as_bucket_view", 1),
     "tcp-b1-view": (2, dict(bench.TCP_ENV, **VIEW_ENV), "2 ranks, TCP, bucket_cap_mb 1, gradient_as_bucket_view", 1),
+    # No overlap: does the all-reduce during backward pay where both compete for the same cores?
+    "shm-late": (2, dict(LATE_ENV), "2 ranks, shared memory, every bucket launched after backward", None),
+    "tcp-late": (2, dict(bench.TCP_ENV, **LATE_ENV), "2 ranks, TCP, every bucket launched after backward", None),
 }
 
 

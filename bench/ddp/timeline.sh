@@ -5,7 +5,8 @@
 #
 # Candidate modes to measure beside those: shm-view, tcp-view
 # (TRAINCTL_GRADIENT_AS_BUCKET_VIEW=1), shm-b1, tcp-b1 (bucket_cap_mb 1),
-# shm-b1-view, tcp-b1-view.
+# shm-b1-view, tcp-b1-view, shm-late, tcp-late
+# (TRAINCTL_DDP_LAUNCH_AFTER_BACKWARD=1: no overlap with backward).
 # Runs run.sh's MLP configuration (bench.py's job file and step count) once per
 # mode with TRAINCTL_COMM_TIMELINE set: 1 rank, 2 ranks over shared memory, 2
 # ranks over TCP (TRAINCTL_SHM=0). Prints per mode each bucket's ready /
@@ -16,7 +17,7 @@
 # `ninja -C BUILD_DIR trainctl trainctl-rank`.
 set -euo pipefail
 if [[ $# -lt 1 || "$1" == -* ]]; then
-  sed -n '2,16p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 BUILD_DIR=$(cd "$1" && pwd); shift

@@ -294,7 +294,7 @@ void GradientBucketer::OnGradReady(size_t index) {
     return;
   }
   MarkReadyLocked(index, /*unused=*/false, /*from_hook=*/true);
-  LaunchReadyBucketsLocked(/*from_hook=*/true);
+  if (!options_.launch_after_backward) LaunchReadyBucketsLocked(/*from_hook=*/true);
 }
 
 void GradientBucketer::MarkReadyLocked(size_t index, bool unused, bool from_hook) {
@@ -451,6 +451,7 @@ absl::Status GradientBucketer::FinalizeBackward() {
 
   absl::Status status = step_error_;
   if (status.ok()) status = HandleMissingGradsLocked();
+  if (status.ok() && options_.launch_after_backward) LaunchReadyBucketsLocked(/*from_hook=*/false);
   if (status.ok()) status = WaitBucketsLocked();
   at::Tensor globally_used;
   if (status.ok() && options_.find_unused_parameters) {

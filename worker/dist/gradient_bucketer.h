@@ -114,6 +114,11 @@ struct GradientBucketerOptions {
   // bucket; replacing param.grad() with another tensor just costs one copy
   // at the next synced step. Only with comm_hook none.
   bool gradient_as_bucket_view = false;
+  // No overlap: the hooks only fill the buckets and FinalizeBackward
+  // launches them all, in the same order. For measuring what overlapping
+  // the all-reduce with backward costs or saves where both compete for the
+  // same cores (issue #49); off by default.
+  bool launch_after_backward = false;
 };
 
 // One launched bucket all-reduce.

@@ -229,6 +229,26 @@ TEST(GradientBucketerTest, GradientAsBucketViewTrainsToTheSameBytes) {
     EXPECT_TRUE(torch::equal(finals[0][i], finals[1][i]));
 }
 
+TEST(GradientBucketerTest, LaunchAfterBackwardLaunchesEveryBucketAtFinalize) {
+  ThreeLayers net;
+  GradientBucketerOptions o;
+  o.first_bucket_bytes = 100000;
+  o.bucket_cap_mb = 0.3;  // two buckets
+  o.launch_after_backward = true;
+  auto ddp = GradientBucketer::Create(net, SingleRankGloo(), o);
+  ASSERT_TRUE(ddp.ok()) << ddp.status();
+  ASSERT_TRUE((*ddp)->PrepareForward().ok());
+  net.forward(torch::randn({4, 256})).sum().backward();
+  ASSERT_TRUE((*ddp)->FinalizeBackward().ok());
+  const StepCommStats s = (*ddp)->last_step_stats();
+  ASSERT_EQ(s.launches.size(), 2u);
+  for (size_t i = 0; i < s.launches.size(); ++i) {
+    EXPECT_EQ(s.launches[i].bucket, i);
+    EXPECT_FALSE(s.launches[i].from_hook);
+    EXPECT_GE(s.launches[i].time, s.backward_end);
+  }
+}
+
 TEST(GradientBucketerTest, GradientAsBucketViewNeedsNoCommHook) {
   ThreeLayers net;
   GradientBucketerOptions o;
@@ -485,8 +505,9 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, GradientBucketerReplicaTest, ::testing::Val
                          });
 
 // gradient_as_bucket_view over shared memory, with no_sync micro-steps
-// accumulating into the buckets: the replicas agree bit for bit after every
-// step, and with the copying path's parameters.
+// accumulating into the buckets, and every bucket launched after backward:
+// the replicas agree bit for bit after every step, and with the default
+// path's parameters.
 TEST(GradientBucketerMultiProcessTest, GradientAsBucketViewKeepsReplicasAndBytes) {
   const int steps = 4;
   std::map<std::string, std::string> args = {{"steps", std::to_string(steps)},
@@ -498,6 +519,7 @@ TEST(GradientBucketerMultiProcessTest, GradientAsBucketViewKeepsReplicasAndBytes
                                              {"first_bucket_bytes", "4096"}};
   auto copy_run = RunRanks("train", 2, args, kRunTimeout);
   args["bucket_view"] = "1";
+  args["launch_after_backward"] = "1";  // the same bytes without overlap too
   auto view_run = RunRanks("train", 2, args, kRunTimeout);
   ASSERT_TRUE(copy_run.ok() && view_run.ok());
   ExpectAllExitedCleanly(*copy_run);

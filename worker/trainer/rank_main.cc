@@ -372,6 +372,11 @@ TrainerSetup MakeTrainerSetup(const RankConfig& cfg, c10::Device device,
     setup.options.ddp.gradient_as_bucket_view = true;
     LogLine("gradient_as_bucket_view: gradients are slices of the all-reduce buckets");
   }
+  if (const char* v = std::getenv("TRAINCTL_DDP_LAUNCH_AFTER_BACKWARD");
+      v != nullptr && std::string(v) == "1") {
+    setup.options.ddp.launch_after_backward = true;
+    LogLine("launch_after_backward: every bucket's all-reduce starts after backward");
+  }
   return setup;
 }
 
