@@ -28,6 +28,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/status_macros.h"
+#include "worker/dist/gloo_store_adapter.h"
 #include "worker/dist/shm_allreduce.h"
 #include "worker/dist/work_status.h"
 
@@ -37,45 +38,6 @@ namespace {
 std::chrono::milliseconds ToMillis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
-
-// Gloo's rendezvous speaks to a gloo::rendezvous::Store; this forwards it to
-// the attempt's RendezvousStore (hosted by rank 0), under a key prefix. Gloo
-// expects exceptions; their text keeps "timed out" for StatusFromCommException.
-class GlooStoreAdapter final : public gloo::rendezvous::Store {
- public:
-  GlooStoreAdapter(RendezvousStore& store, std::string prefix, absl::Duration timeout)
-      : store_(store), prefix_(std::move(prefix)), timeout_(timeout) {}
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    absl::Status s = store_.Set(prefix_ + key, std::string(data.begin(), data.end()));
-    if (!s.ok()) throw std::runtime_error(s.ToString());
-  }
-
-  std::vector<char> get(const std::string& key) override {
-    absl::StatusOr<std::string> v = store_.Get(prefix_ + key, timeout_);
-    if (!v.ok()) throw std::runtime_error(v.status().ToString());
-    return std::vector<char>(v->begin(), v->end());
-  }
-
-  void wait(const std::vector<std::string>& keys) override {
-    wait(keys, std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout_)));
-  }
-
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
-    for (const auto& k : keys) {
-      absl::StatusOr<std::string> v =
-          store_.Get(prefix_ + k, std::max(deadline - absl::Now(), absl::ZeroDuration()));
-      if (!v.ok()) throw std::runtime_error(v.status().ToString());
-    }
-  }
-
- private:
-  RendezvousStore& store_;
-  const std::string prefix_;
-  const absl::Duration timeout_;
-};
 
 template <typename T>
 struct TypeTag {
