@@ -898,15 +898,16 @@ def write_plot_data(plots, main_rows, curve):
                         f.write("%d %.6f\n" % (step, loss))
 
 
-def write_section(path, section, title):
+def write_section(path, section, heading=SECTION):
+    """Replaces the `heading` section of `path` with `section` (appends it when missing)."""
     text = open(path).read() if os.path.exists(path) else "# Benchmark results\n"
-    start = text.find("\n" + title + "\n")
-    if text.startswith(title + "\n"):
+    start = text.find("\n" + heading + "\n")
+    if text.startswith(heading + "\n"):
         start = 0
     if start >= 0:
         if start > 0:
             start += 1
-        nxt = text.find("\n## ", start + len(title))
+        nxt = text.find("\n## ", start + len(heading))
         end = len(text) if nxt < 0 else nxt + 1
         text = text[:start] + section + ("\n" if nxt >= 0 else "") + text[end:]
     else:

@@ -135,6 +135,7 @@ class TrackedWork : public CollectiveWork {
     return s;
   }
   bool IsCompleted() override { return inner_->IsCompleted(); }
+  std::optional<WorkTimes> times() override { return inner_->times(); }
 
  private:
   std::shared_ptr<CollectiveWork> inner_;

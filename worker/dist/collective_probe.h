@@ -124,6 +124,7 @@ class TrackedCollectives : public Collectives {
   std::shared_ptr<CollectiveWork> Broadcast(CommBuffer buffer, int root) override;
   absl::Status Barrier() override;
   void Abort() override { inner_->Abort(); }
+  void RecordWorkTimes() override { inner_->RecordWorkTimes(); }
 
  private:
   std::shared_ptr<Collectives> inner_;

@@ -2,6 +2,8 @@
 
 #include <gtest/gtest.h>
 
+#include <chrono>
+#include <optional>
 #include <thread>
 
 #include "absl/synchronization/notification.h"
@@ -20,6 +22,12 @@ class GatedWork : public CollectiveWork {
   }
   absl::Status Wait() override { return Wait(absl::Seconds(30)); }
   bool IsCompleted() override { return done_->HasBeenNotified(); }
+  // Stamped like an engine that records times, once finished.
+  std::optional<WorkTimes> times() override {
+    if (!done_->HasBeenNotified()) return std::nullopt;
+    return WorkTimes{std::chrono::steady_clock::time_point(std::chrono::seconds(1)),
+                     std::chrono::steady_clock::time_point(std::chrono::seconds(2))};
+  }
 
  private:
   absl::Notification* done_;
@@ -36,12 +44,32 @@ class GatedCollectives : public Collectives {
   std::shared_ptr<CollectiveWork> Broadcast(CommBuffer, int) override { return Next(); }
   absl::Status Barrier() override { return Next()->Wait(); }
   void Abort() override {}
+  void RecordWorkTimes() override { record_times = true; }
   absl::Notification gates[8];
   int used = 0;
+  bool record_times = false;
 
  private:
   std::shared_ptr<CollectiveWork> Next() { return std::make_shared<GatedWork>(&gates[used++]); }
 };
+
+// The comm timeline asks through the tracking wrapper, which must pass the
+// request and the engine's stamps through.
+TEST(CollectiveProbeTest, TrackedCollectivesForwardWorkTimes) {
+  auto inner = std::make_shared<GatedCollectives>();
+  TrackedCollectives comm(inner, std::make_shared<CollectiveProbe>());
+  comm.RecordWorkTimes();
+  EXPECT_TRUE(inner->record_times);
+  float x[4] = {};
+  auto work =
+      comm.AllReduceSum(CommBuffer{x, 4, CommDataType::kFloat32, CommDevice::kCpu, nullptr});
+  EXPECT_FALSE(work->times().has_value());
+  inner->gates[0].Notify();
+  ASSERT_TRUE(work->Wait().ok());
+  const std::optional<WorkTimes> t = work->times();
+  ASSERT_TRUE(t.has_value());
+  EXPECT_EQ(t->finished - t->started, std::chrono::seconds(1));
+}
 
 TEST(CollectiveProbeTest, NumbersCollectivesAndNamesTheOneBeingWaitedOn) {
   auto inner = std::make_shared<GatedCollectives>();

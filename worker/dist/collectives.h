@@ -20,9 +20,11 @@
 // CollectiveWork::Wait may be called from any thread, any number of times.
 #pragma once
 
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "absl/status/status.h"
@@ -65,6 +67,14 @@ struct CommBuffer {
   size_t bytes() const { return count * CommDataTypeSize(type); }
 };
 
+// When a collective ran on its engine, on the steady clock (the comm
+// timeline, docs/ddp.md): `started` when the engine's thread took it from
+// its queue, `finished` when it left the transport.
+struct WorkTimes {
+  std::chrono::steady_clock::time_point started;
+  std::chrono::steady_clock::time_point finished;
+};
+
 // Handle on one issued collective.
 class CollectiveWork {
  public:
@@ -83,6 +93,11 @@ class CollectiveWork {
 
   // True once Wait() would return without blocking.
   virtual bool IsCompleted() = 0;
+
+  // When the collective ran, once it finished, for an engine asked to
+  // record it (Collectives::RecordWorkTimes); nullopt otherwise, and always
+  // for an engine that cannot tell (NCCL: its work runs on a stream).
+  virtual std::optional<WorkTimes> times() { return std::nullopt; }
 };
 
 class Collectives {
@@ -113,6 +128,11 @@ class Collectives {
   // closing the peer connections for Gloo). Idempotent, thread-safe, and safe
   // to call while another thread waits.
   virtual void Abort() = 0;
+
+  // From now on, the engine records when each collective started and
+  // finished (CollectiveWork::times()); off by default, so an engine's
+  // thread reads no clock for it. Engines that cannot tell ignore it.
+  virtual void RecordWorkTimes() {}
 };
 
 // A CollectiveWork that is already finished with `status` (used for rejected

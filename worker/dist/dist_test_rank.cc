@@ -506,6 +506,8 @@ int RunTrain(const Args& a, Ctx& ctx) {
   opts.first_bucket_bytes = static_cast<size_t>(a.Int("first_bucket_bytes", 1 << 20));
   opts.find_unused_parameters = a.Int("find_unused", 0) != 0;
   opts.broadcast_buffers = a.Int("broadcast_buffers", 1) != 0;
+  opts.gradient_as_bucket_view = a.Int("bucket_view", 0) != 0;
+  opts.launch_after_backward = a.Int("launch_after_backward", 0) != 0;
   auto hook = td::ParseCommHook(a.Str("comm_hook", "none"));
   if (!hook.ok()) return Fail(hook.status().ToString());
   opts.comm_hook = *hook;

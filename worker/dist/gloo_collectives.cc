@@ -11,6 +11,7 @@
 #include <gloo/transport/tcp/device.h>
 
 #include <algorithm>
+#include <atomic>
 #include <chrono>
 #include <condition_variable>
 #include <cstring>
@@ -28,6 +29,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/status_macros.h"
+#include "worker/dist/gloo_store_adapter.h"
 #include "worker/dist/shm_allreduce.h"
 #include "worker/dist/work_status.h"
 
@@ -37,45 +39,6 @@ namespace {
 std::chrono::milliseconds ToMillis(absl::Duration d) {
   return std::chrono::milliseconds(absl::ToInt64Milliseconds(d));
 }
-
-// Gloo's rendezvous speaks to a gloo::rendezvous::Store; this forwards it to
-// the attempt's RendezvousStore (hosted by rank 0), under a key prefix. Gloo
-// expects exceptions; their text keeps "timed out" for StatusFromCommException.
-class GlooStoreAdapter final : public gloo::rendezvous::Store {
- public:
-  GlooStoreAdapter(RendezvousStore& store, std::string prefix, absl::Duration timeout)
-      : store_(store), prefix_(std::move(prefix)), timeout_(timeout) {}
-
-  void set(const std::string& key, const std::vector<char>& data) override {
-    absl::Status s = store_.Set(prefix_ + key, std::string(data.begin(), data.end()));
-    if (!s.ok()) throw std::runtime_error(s.ToString());
-  }
-
-  std::vector<char> get(const std::string& key) override {
-    absl::StatusOr<std::string> v = store_.Get(prefix_ + key, timeout_);
-    if (!v.ok()) throw std::runtime_error(v.status().ToString());
-    return std::vector<char>(v->begin(), v->end());
-  }
-
-  void wait(const std::vector<std::string>& keys) override {
-    wait(keys, std::chrono::milliseconds(absl::ToInt64Milliseconds(timeout_)));
-  }
-
-  void wait(const std::vector<std::string>& keys,
-            const std::chrono::milliseconds& timeout) override {
-    const absl::Time deadline = absl::Now() + absl::FromChrono(timeout);
-    for (const auto& k : keys) {
-      absl::StatusOr<std::string> v =
-          store_.Get(prefix_ + k, std::max(deadline - absl::Now(), absl::ZeroDuration()));
-      if (!v.ok()) throw std::runtime_error(v.status().ToString());
-    }
-  }
-
- private:
-  RendezvousStore& store_;
-  const std::string prefix_;
-  const absl::Duration timeout_;
-};
 
 template <typename T>
 struct TypeTag {
@@ -147,6 +110,16 @@ class GlooWork final : public CollectiveWork {
 
   bool IsCompleted() override { return result_.done(); }
 
+  std::optional<WorkTimes> times() override {
+    absl::MutexLock l(&times_mu_);
+    return times_;
+  }
+  // Set by the engine's thread before it finishes the work.
+  void SetTimes(WorkTimes t) {
+    absl::MutexLock l(&times_mu_);
+    times_ = t;
+  }
+
   const std::string& description() const { return description_; }
 
  private:
@@ -154,6 +127,8 @@ class GlooWork final : public CollectiveWork {
   const std::string description_;
   const absl::Duration timeout_;
   WorkStatus result_;
+  absl::Mutex times_mu_;
+  std::optional<WorkTimes> times_ ABSL_GUARDED_BY(times_mu_);
 };
 
 struct Op {
@@ -204,6 +179,7 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
 
   const GlooOptions& options() const { return options_; }
   bool uses_shm() const { return shm_ != nullptr; }
+  void RecordWorkTimes() { record_times_.store(true, std::memory_order_relaxed); }
 
   std::shared_ptr<CollectiveWork> AllReduceSum(CommBuffer buffer) {
     return Enqueue(OpKind::kAllReduce, std::move(buffer), 0);
@@ -335,9 +311,17 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
     }
   }
 
-  // Runs `op`, which this thread made in_flight_, and finishes its work.
+  // Runs `op`, which this thread made in_flight_, and finishes its work
+  // (with when it ran, after RecordWorkTimes()).
   void RunInFlight(Op& op) {
+    const bool timed = record_times_.load(std::memory_order_relaxed);
+    WorkTimes times;
+    if (timed) times.started = std::chrono::steady_clock::now();
     absl::Status status = Execute(op);
+    if (timed) {
+      times.finished = std::chrono::steady_clock::now();
+      op.work->SetTimes(times);
+    }
     {
       absl::MutexLock l(&mu_);
       in_flight_ = nullptr;
@@ -529,6 +513,8 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
   // Shared-memory all-reduce when every rank is on this host; null otherwise.
   const std::unique_ptr<ShmAllReduce> shm_;
   std::thread worker_;
+  // RecordWorkTimes(): the worker thread stamps each op's start and end.
+  std::atomic<bool> record_times_{false};
 
   absl::Mutex mu_;
   std::deque<Op> queue_ ABSL_GUARDED_BY(mu_);
@@ -559,6 +545,7 @@ class GlooCollectives final : public Collectives {
   }
   absl::Status Barrier() override { return core_->Barrier(); }
   void Abort() override { core_->Fail(absl::AbortedError("gloo collectives aborted")); }
+  void RecordWorkTimes() override { core_->RecordWorkTimes(); }
 
  private:
   const std::shared_ptr<GlooCore> core_;

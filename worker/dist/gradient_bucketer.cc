@@ -3,6 +3,7 @@
 #include <ATen/ATen.h>
 #include <ATen/ScalarOps.h>
 #include <c10/core/GradMode.h>
+#include <c10/util/strides.h>
 #include <torch/csrc/autograd/function.h>
 #include <torch/csrc/autograd/utils/lambda_post_hook.h>
 #include <torch/csrc/autograd/variable.h>
@@ -23,6 +24,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 absl::Duration Since(Clock::time_point t) { return absl::FromChrono(Clock::now() - t); }
+
+// Whether `grad` is the bucket slot `view` itself (gradient_as_bucket_view).
+bool IsBucketSlot(const at::Tensor& grad, const at::Tensor& view) {
+  return grad.data_ptr() == view.data_ptr() && grad.sizes() == view.sizes() &&
+         grad.strides() == view.strides() && grad.scalar_type() == view.scalar_type();
+}
 
 std::string GroupOf(const at::Tensor& t) {
   return absl::StrCat(c10::toString(t.scalar_type()), "@", t.device().str());
@@ -56,6 +63,11 @@ absl::StatusOr<std::unique_ptr<GradientBucketer>> GradientBucketer::Create(
   }
   if (options.first_bucket_bytes == 0) {
     return absl::InvalidArgumentError("GradientBucketer: first_bucket_bytes must be > 0");
+  }
+  if (options.gradient_as_bucket_view && options.comm_hook != CommHook::kNone) {
+    return absl::InvalidArgumentError(
+        "GradientBucketer: gradient_as_bucket_view needs comm_hook none (a comm hook rewrites "
+        "the bucket)");
   }
   if (options.comm_hook == CommHook::kPowerSgd) {
     const PowerSgdOptions& o = options.powersgd;
@@ -135,6 +147,7 @@ absl::Status GradientBucketer::Init() {
   const auto specs =
       ComputeBucketAssignment(infos, {options_.first_bucket_bytes, std::max<size_t>(cap, 1)});
 
+  if (options_.record_timeline) comm_->RecordWorkTimes();
   absl::MutexLock l(&mu_);
   locations_.resize(n);
   c10::NoGradGuard no_grad;
@@ -154,7 +167,14 @@ absl::Status GradientBucketer::Init() {
     int64_t offset = 0;
     for (size_t slot = 0; slot < bucket.params.size(); ++slot) {
       const auto& p = params_[bucket.params[slot]];
-      bucket.views.push_back(bucket.flat.narrow(0, offset, p.numel()).view(p.sizes()));
+      if (options_.gradient_as_bucket_view) {
+        at::Tensor v = at::empty({0}, bucket.flat.options());
+        v.set_(bucket.flat.storage(), bucket.flat.storage_offset() + offset, p.sizes(),
+               c10::contiguous_strides(p.sizes()));
+        bucket.views.push_back(std::move(v));
+      } else {
+        bucket.views.push_back(bucket.flat.narrow(0, offset, p.numel()).view(p.sizes()));
+      }
       offset += p.numel();
       locations_[bucket.params[slot]] = {buckets_.size(), slot};
     }
@@ -250,6 +270,7 @@ void GradientBucketer::ResetStepLocked() {
   step_error_ = absl::OkStatus();
   current_ = StepCommStats{};
   current_.num_params = params_.size();
+  if (options_.record_timeline) current_.timeline.resize(buckets_.size());
 }
 
 void GradientBucketer::StartStepLocked() {
@@ -273,7 +294,7 @@ void GradientBucketer::OnGradReady(size_t index) {
     return;
   }
   MarkReadyLocked(index, /*unused=*/false, /*from_hook=*/true);
-  LaunchReadyBucketsLocked(/*from_hook=*/true);
+  if (!options_.launch_after_backward) LaunchReadyBucketsLocked(/*from_hook=*/true);
 }
 
 void GradientBucketer::MarkReadyLocked(size_t index, bool unused, bool from_hook) {
@@ -282,6 +303,11 @@ void GradientBucketer::MarkReadyLocked(size_t index, bool unused, bool from_hook
   at::Tensor& view = bucket.views[loc.slot];
   c10::NoGradGuard no_grad;
   const at::Tensor& grad = params_[index].grad();
+  if (unused && grad.defined() && IsBucketSlot(grad, view)) {
+    // The bucket slot is zeroed below, but a parameter no rank used keeps
+    // its gradient: move it out of the bucket first.
+    params_[index].mutable_grad() = grad.clone();
+  }
   if (unused || !grad.defined()) {
     view.zero_();
   } else if (grad.layout() != at::kStrided) {
@@ -297,10 +323,19 @@ void GradientBucketer::MarkReadyLocked(size_t index, bool unused, bool from_hook
     view.copy_(grad);
   } else {
     // As PyTorch's reducer: divide while copying into the bucket, so the sum
-    // all-reduce yields the average and the gradient is scanned once.
+    // all-reduce yields the average and the gradient is scanned once. The
+    // same multiplication in place when backward accumulated into the bucket
+    // itself (gradient_as_bucket_view): the same bytes either way.
     at::Tensor scale = c10::scalar_to_tensor(c10::Scalar(1.0 / comm_->world_size()));
     scale.unsafeGetTensorImpl()->set_wrapped_number(true);
-    at::mul_out(view, grad, scale);
+    if (IsBucketSlot(grad, view)) {
+      view.mul_(scale);
+    } else {
+      at::mul_out(view, grad, scale);
+      // From now on backward accumulates into the bucket.
+      if (options_.gradient_as_bucket_view && params_[index].is_contiguous())
+        params_[index].mutable_grad() = view;
+    }
   }
   ready_[index] = 1;
   ++grads_ready_;
@@ -308,6 +343,8 @@ void GradientBucketer::MarkReadyLocked(size_t index, bool unused, bool from_hook
   if (from_hook) ++current_.grads_from_hooks;
   if (unused) ++current_.unused_params;
   --bucket.pending;
+  if (options_.record_timeline && bucket.pending == 0)
+    current_.timeline[loc.bucket].ready = Clock::now();
 }
 
 bool GradientBucketer::PowerSgdStepLocked() const {
@@ -320,6 +357,8 @@ void GradientBucketer::LaunchReadyBucketsLocked(bool from_hook) {
   const bool powersgd = PowerSgdStepLocked();
   while (next_bucket_ < buckets_.size() && buckets_[next_bucket_].pending == 0) {
     Bucket& b = buckets_[next_bucket_];
+    // Before the engine can take it (its thread may start at once).
+    if (options_.record_timeline) current_.timeline[next_bucket_].issued = Clock::now();
     if (b.compressed.defined()) {
       CompressBucket(b.flat, comm_->world_size(), b.compressed);
       b.work = AllReduceSum(*comm_, b.compressed);
@@ -412,6 +451,7 @@ absl::Status GradientBucketer::FinalizeBackward() {
 
   absl::Status status = step_error_;
   if (status.ok()) status = HandleMissingGradsLocked();
+  if (status.ok() && options_.launch_after_backward) LaunchReadyBucketsLocked(/*from_hook=*/false);
   if (status.ok()) status = WaitBucketsLocked();
   at::Tensor globally_used;
   if (status.ok() && options_.find_unused_parameters) {
@@ -461,22 +501,33 @@ absl::Status GradientBucketer::WaitBucketsLocked() {
   // Every bucket's first all-reduce was issued before the first Q round is,
   // in bucket order, so the ranks issue the same collectives in one order.
   const bool powersgd = PowerSgdStepLocked();
-  for (auto& b : buckets_) {
+  const bool timed = options_.record_timeline;
+  if (timed) current_.wait_start = Clock::now();
+  for (size_t i = 0; i < buckets_.size(); ++i) {
+    Bucket& b = buckets_[i];
     absl::Status st = b.work ? b.work->Wait() : absl::InternalError("bucket never launched");
     if (!st.ok()) return st;
+    if (timed) {
+      current_.timeline[i].waited = Clock::now();
+      current_.timeline[i].ran = b.work->times();
+    }
     if (b.compressed.defined()) DecompressBucket(b.compressed, b.flat);
     if (powersgd && b.powersgd != nullptr) {
       at::Tensor& q = b.powersgd->ComputeQ(comm_->world_size());
       if (q.numel() > 0) b.q_work = AllReduceSum(*comm_, q);
     }
   }
-  if (!powersgd) return absl::OkStatus();
+  if (!powersgd) {
+    if (timed) current_.wait_end = Clock::now();
+    return absl::OkStatus();
+  }
   for (auto& b : buckets_) {
     if (b.powersgd == nullptr) continue;
     if (b.q_work != nullptr) TRAINCTL_RETURN_IF_ERROR(b.q_work->Wait());
     b.powersgd->Decompress(b.flat, comm_->world_size());
   }
   current_.powersgd = true;
+  if (timed) current_.wait_end = Clock::now();
   return absl::OkStatus();
 }
 
@@ -497,7 +548,9 @@ void GradientBucketer::CopyBucketGradsLocked(const at::Tensor& globally_used) {
       const size_t i = b.params[slot];
       if (globally_used.defined() && globally_used.data_ptr<int32_t>()[i] == 0) continue;
       at::Tensor& grad = params_[i].mutable_grad();
-      if (grad.defined()) {
+      if (grad.defined() && IsBucketSlot(grad, b.views[slot])) {
+        continue;  // gradient_as_bucket_view: the average is already there
+      } else if (grad.defined()) {
         grad.copy_(b.views[slot]);
       } else {
         grad = b.views[slot].clone();

@@ -62,6 +62,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <random>
 #include <string>
 #include <utility>
@@ -99,6 +100,25 @@ struct GradientBucketerOptions {
   CommHook comm_hook = CommHook::kNone;
   // ddp.powersgd, read with comm_hook powersgd.
   PowerSgdOptions powersgd;
+  // The comm timeline (TRAINCTL_COMM_TIMELINE, docs/ddp.md): every synced
+  // step records when each bucket was ready, issued, ran on the engine and
+  // was waited for (StepCommStats::timeline), and the engine is asked to
+  // stamp its collectives (Collectives::RecordWorkTimes). Off: no clock is
+  // read for it.
+  bool record_timeline = false;
+  // DDP's gradient_as_bucket_view: from the first synced step on, every
+  // contiguous parameter's param.grad() is its slice of the bucket, so
+  // backward accumulates straight into the bucket, the hook divides in
+  // place, and FinalizeBackward copies nothing back: one pass over the
+  // gradients' memory less per step. The optimizer's zero_grad() zeroes the
+  // bucket; replacing param.grad() with another tensor just costs one copy
+  // at the next synced step. Only with comm_hook none.
+  bool gradient_as_bucket_view = false;
+  // No overlap: the hooks only fill the buckets and FinalizeBackward
+  // launches them all, in the same order. For measuring what overlapping
+  // the all-reduce with backward costs or saves where both compete for the
+  // same cores (issue #49); off by default.
+  bool launch_after_backward = false;
 };
 
 // One launched bucket all-reduce.
@@ -109,6 +129,22 @@ struct BucketLaunchRecord {
   bool from_hook = false;
   // Parameter gradients that had arrived (or were marked unused) by then.
   size_t grads_ready = 0;
+};
+
+// One bucket's part of a synced step, with
+// GradientBucketerOptions::record_timeline. A default (zero) time_point is a
+// moment that did not happen this step (a failed step's later buckets).
+struct BucketTimeline {
+  // Its last gradient was copied into it (or marked unused): complete.
+  std::chrono::steady_clock::time_point ready;
+  // Its launch began (a comm hook's compression, then the all-reduce
+  // queued on the engine): never after the engine started it.
+  std::chrono::steady_clock::time_point issued;
+  // When the all-reduce ran on the engine's thread; nullopt when the engine
+  // does not record it (CollectiveWork::times).
+  std::optional<WorkTimes> ran;
+  // FinalizeBackward's Wait() for it returned.
+  std::chrono::steady_clock::time_point waited;
 };
 
 // What one step's synchronisation did, for metrics and tests.
@@ -127,6 +163,13 @@ struct StepCommStats {
   absl::Duration exposed_comm = absl::ZeroDuration();
   // Time PrepareForward() spent broadcasting buffers before this step.
   absl::Duration buffer_broadcast = absl::ZeroDuration();
+  // With record_timeline, synced steps only: per bucket (index into
+  // buckets()), and FinalizeBackward's wait for the buckets (it begins after
+  // the missing-gradient check and ends before the gradients are copied
+  // back). Empty / zero otherwise.
+  std::vector<BucketTimeline> timeline;
+  std::chrono::steady_clock::time_point wait_start;
+  std::chrono::steady_clock::time_point wait_end;
 
   // How long before the end of backward bucket `i` of `launches` was
   // launched (negative: launched after backward returned).
@@ -240,7 +283,11 @@ class GradientBucketer {
     // otherwise. q_work: its Q all-reduce, this step.
     std::unique_ptr<PowerSgdBucket> powersgd;
     std::shared_ptr<CollectiveWork> q_work;
-    std::vector<at::Tensor> views;         // views[i] is params[i]'s slice of flat, shaped like it
+    // views[i] is params[i]'s slice of flat, shaped like it. With
+    // gradient_as_bucket_view it aliases flat's storage without being an
+    // autograd view (set_), so that zero_grad()'s detach_() accepts it as a
+    // gradient.
+    std::vector<at::Tensor> views;
     size_t pending = 0;                    // gradients still missing this step
     std::shared_ptr<CollectiveWork> work;  // set once launched this step
   };

@@ -144,6 +144,121 @@ TEST(GradientBucketerTest, NoGradientAtAllIsAnError) {
   EXPECT_THAT(std::string(st.message()), HasSubstr("fc0.weight"));
 }
 
+// The comm timeline: per bucket, in the order things happen to it, and the
+// engine's own stamps; nothing recorded when it is off.
+TEST(GradientBucketerTest, TimelineRecordsEveryBucketInOrderOnlyWhenAskedTo) {
+  using Clock = std::chrono::steady_clock;
+  for (bool on : {false, true}) {
+    SCOPED_TRACE(on ? "record_timeline" : "off");
+    ThreeLayers net;
+    GradientBucketerOptions o;
+    o.first_bucket_bytes = 100000;
+    o.bucket_cap_mb = 0.3;  // two buckets (see the layout test above)
+    o.record_timeline = on;
+    auto ddp = GradientBucketer::Create(net, SingleRankGloo(), o);
+    ASSERT_TRUE(ddp.ok()) << ddp.status();
+    for (int step = 0; step < 2; ++step) {
+      ASSERT_TRUE((*ddp)->PrepareForward().ok());
+      const auto before = Clock::now();
+      net.forward(torch::randn({4, 256})).sum().backward();
+      ASSERT_TRUE((*ddp)->FinalizeBackward().ok());
+      const auto after = Clock::now();
+      const StepCommStats s = (*ddp)->last_step_stats();
+      if (!on) {
+        EXPECT_TRUE(s.timeline.empty());
+        EXPECT_EQ(s.wait_start, Clock::time_point{});
+        continue;
+      }
+      ASSERT_EQ(s.timeline.size(), 2u);
+      EXPECT_LE(before, s.timeline[0].ready);
+      EXPECT_LE(s.backward_end, s.wait_start);
+      for (size_t i = 0; i < s.timeline.size(); ++i) {
+        SCOPED_TRACE(i);
+        const BucketTimeline& b = s.timeline[i];
+        ASSERT_TRUE(b.ran.has_value());  // Gloo stamps its work when asked
+        EXPECT_LE(b.ready, b.issued);
+        EXPECT_LE(b.issued, s.launches[i].time);
+        EXPECT_LE(b.issued, b.ran->started);
+        EXPECT_LE(b.ran->started, b.ran->finished);
+        EXPECT_LE(b.ran->finished, b.waited);
+        EXPECT_LE(s.wait_start, b.waited);
+        EXPECT_LE(b.waited, s.wait_end);
+        if (i > 0) {
+          EXPECT_LE(s.timeline[i - 1].ran->finished, b.ran->started);
+        }
+      }
+      EXPECT_LE(s.wait_end, after);
+    }
+  }
+}
+
+// gradient_as_bucket_view: the gradients become slices of the buckets (the
+// parameters of one bucket share its storage), the optimizer's zero_grad()
+// works on them, and training gives the bytes the copying path gives.
+TEST(GradientBucketerTest, GradientAsBucketViewTrainsToTheSameBytes) {
+  std::vector<std::vector<at::Tensor>> finals;
+  for (bool as_view : {false, true}) {
+    SCOPED_TRACE(as_view ? "gradient_as_bucket_view" : "copy");
+    torch::manual_seed(0);
+    ThreeLayers net;
+    GradientBucketerOptions o;
+    o.first_bucket_bytes = 100000;
+    o.bucket_cap_mb = 0.3;  // buckets {fc2}, {fc1, fc0}
+    o.gradient_as_bucket_view = as_view;
+    auto ddp = GradientBucketer::Create(net, SingleRankGloo(), o);
+    ASSERT_TRUE(ddp.ok()) << ddp.status();
+    torch::optim::SGD sgd(net.parameters(), torch::optim::SGDOptions(0.1));
+    for (int step = 0; step < 3; ++step) {
+      torch::manual_seed(100 + step);
+      ASSERT_TRUE((*ddp)->PrepareForward().ok());
+      net.forward(torch::randn({4, 256})).pow(2).sum().backward();
+      ASSERT_TRUE((*ddp)->FinalizeBackward().ok());
+      const bool shared =
+          net.fc0->weight.grad().storage().is_alias_of(net.fc1->weight.grad().storage());
+      EXPECT_EQ(shared, as_view);
+      EXPECT_FALSE(net.fc0->weight.grad().storage().is_alias_of(net.fc2->weight.grad().storage()));
+      sgd.step();
+      ASSERT_NO_THROW(sgd.zero_grad());
+    }
+    std::vector<at::Tensor> params;
+    for (const auto& p : net.parameters()) params.push_back(p.detach().clone());
+    finals.push_back(std::move(params));
+  }
+  ASSERT_EQ(finals[0].size(), finals[1].size());
+  for (size_t i = 0; i < finals[0].size(); ++i)
+    EXPECT_TRUE(torch::equal(finals[0][i], finals[1][i]));
+}
+
+TEST(GradientBucketerTest, LaunchAfterBackwardLaunchesEveryBucketAtFinalize) {
+  ThreeLayers net;
+  GradientBucketerOptions o;
+  o.first_bucket_bytes = 100000;
+  o.bucket_cap_mb = 0.3;  // two buckets
+  o.launch_after_backward = true;
+  auto ddp = GradientBucketer::Create(net, SingleRankGloo(), o);
+  ASSERT_TRUE(ddp.ok()) << ddp.status();
+  ASSERT_TRUE((*ddp)->PrepareForward().ok());
+  net.forward(torch::randn({4, 256})).sum().backward();
+  ASSERT_TRUE((*ddp)->FinalizeBackward().ok());
+  const StepCommStats s = (*ddp)->last_step_stats();
+  ASSERT_EQ(s.launches.size(), 2u);
+  for (size_t i = 0; i < s.launches.size(); ++i) {
+    EXPECT_EQ(s.launches[i].bucket, i);
+    EXPECT_FALSE(s.launches[i].from_hook);
+    EXPECT_GE(s.launches[i].time, s.backward_end);
+  }
+}
+
+TEST(GradientBucketerTest, GradientAsBucketViewNeedsNoCommHook) {
+  ThreeLayers net;
+  GradientBucketerOptions o;
+  o.gradient_as_bucket_view = true;
+  o.comm_hook = CommHook::kFp16Compress;
+  auto ddp = GradientBucketer::Create(net, SingleRankGloo(), o);
+  EXPECT_EQ(ddp.status().code(), absl::StatusCode::kInvalidArgument);
+  EXPECT_THAT(std::string(ddp.status().message()), HasSubstr("gradient_as_bucket_view"));
+}
+
 TEST(GradientBucketerTest, HooksAreRemovedWithTheBucketer) {
   ThreeLayers net;
   {
@@ -388,6 +503,37 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, GradientBucketerReplicaTest, ::testing::Val
                          [](const ::testing::TestParamInfo<int>& i) {
                            return absl::StrCat(i.param, "Ranks");
                          });
+
+// gradient_as_bucket_view over shared memory, with no_sync micro-steps
+// accumulating into the buckets, and every bucket launched after backward:
+// the replicas agree bit for bit after every step, and with the default
+// path's parameters.
+TEST(GradientBucketerMultiProcessTest, GradientAsBucketViewKeepsReplicasAndBytes) {
+  const int steps = 4;
+  std::map<std::string, std::string> args = {{"steps", std::to_string(steps)},
+                                             {"micro", "2"},
+                                             {"bn", "1"},
+                                             {"depth", "3"},
+                                             {"hidden", "64"},
+                                             {"bucket_cap_mb", "0.01"},
+                                             {"first_bucket_bytes", "4096"}};
+  auto copy_run = RunRanks("train", 2, args, kRunTimeout);
+  args["bucket_view"] = "1";
+  args["launch_after_backward"] = "1";  // the same bytes without overlap too
+  auto view_run = RunRanks("train", 2, args, kRunTimeout);
+  ASSERT_TRUE(copy_run.ok() && view_run.ok());
+  ExpectAllExitedCleanly(*copy_run);
+  ExpectAllExitedCleanly(*view_run);
+  for (int s = 0; s < steps; ++s) {
+    const std::string step = absl::StrCat("s", s);
+    const std::string v0 = State(*view_run, 0, step);
+    EXPECT_FALSE(v0.empty());
+    EXPECT_TRUE(SameBytes(v0, State(*view_run, 1, step))) << "replicas differ at step " << s;
+    EXPECT_TRUE(SameBytes(v0, State(*copy_run, 0, step))) << "differs from copying at step " << s;
+  }
+  Cleanup(*copy_run);
+  Cleanup(*view_run);
+}
 
 TEST(GradientBucketerMultiProcessTest, TwoRanksOfBatchBEqualOneRankOfBatch2B) {
   const std::map<std::string, std::string> common = {{"steps", "3"},

@@ -60,6 +60,7 @@
 #include "worker/trainer/datasets.h"
 #include "worker/trainer/rank_config.h"
 #include "worker/trainer/rank_reporting.h"
+#include "worker/trainer/step_timeline.h"
 #include "worker/trainer/tensorboard_writer.h"
 #include "worker/trainer/trainer.h"
 #if TRAINCTL_HAVE_GLOO
@@ -358,6 +359,24 @@ TrainerSetup MakeTrainerSetup(const RankConfig& cfg, c10::Device device,
   }
   setup.debug_step_sleep_ms = StepSleepMs(run);
   setup.probe = std::move(probe);
+  // The comm timeline (docs/ddp.md): read once, here; off when unset.
+  if (const char* prefix = std::getenv(StepTimeline::kEnv); prefix != nullptr && *prefix != 0) {
+    setup.comm_timeline_prefix = prefix;
+    LogLine(absl::StrCat("comm timeline: recording every step for ",
+                         StepTimeline::PathFor(prefix, run.rank)));
+  }
+  // Measured before it becomes a job field (docs/ddp.md, issue #49).
+  if (const char* v = std::getenv("TRAINCTL_GRADIENT_AS_BUCKET_VIEW");
+      v != nullptr && std::string(v) == "1" &&
+      setup.options.ddp.comm_hook == dist::CommHook::kNone) {
+    setup.options.ddp.gradient_as_bucket_view = true;
+    LogLine("gradient_as_bucket_view: gradients are slices of the all-reduce buckets");
+  }
+  if (const char* v = std::getenv("TRAINCTL_DDP_LAUNCH_AFTER_BACKWARD");
+      v != nullptr && std::string(v) == "1") {
+    setup.options.ddp.launch_after_backward = true;
+    LogLine("launch_after_backward: every bucket's all-reduce starts after backward");
+  }
   return setup;
 }
 

@@ -12,6 +12,7 @@
 #include <chrono>
 #include <utility>
 
+#include "absl/cleanup/cleanup.h"
 #include "absl/strings/cord.h"
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
@@ -114,6 +115,9 @@ absl::StatusOr<std::unique_ptr<Trainer>> Trainer::Create(
 
 absl::StatusOr<TrainResult> Trainer::Run() {
   Impl& m = *impl_;
+  // The timeline is written however the run ends: a failed run's steps are
+  // the ones worth reading.
+  absl::Cleanup write_timeline = [&m] { m.WriteTimeline(); };
   TrainResult result;
   result.start_epoch = m.position.epochs_done;
   for (int64_t epoch = m.position.epochs_done; epoch < m.opt().epochs; ++epoch) {
@@ -332,6 +336,18 @@ absl::Status Trainer::Impl::StopForPreemption(const std::string& where) {
                    writes_checkpoints() ? ": checkpoint written" : ""));
   return WithFailureKind(absl::CancelledError(absl::StrCat("preempted ", where)),
                          FailureKind::kStopped);
+}
+
+void Trainer::Impl::WriteTimeline() {
+  if (timeline == nullptr) return;
+  if (absl::Status s = timeline->Write(); !s.ok()) {
+    Log(absl::StrCat("comm timeline: not written: ", s.message()));
+    return;
+  }
+  Log(absl::StrCat("comm timeline: ", timeline->steps(), " steps written to ", timeline->path(),
+                   timeline->dropped() > 0
+                       ? absl::StrCat(" (", timeline->dropped(), " later steps not kept)")
+                       : ""));
 }
 
 absl::Status Trainer::Impl::StoppedError(const std::string& where) const {

@@ -148,6 +148,10 @@ struct TrainerSetup {
   // rank's heartbeat (hang and straggler detection). May be null. When set,
   // `comm` should be a TrackedCollectives on the same probe.
   std::shared_ptr<dist::CollectiveProbe> probe;
+  // The comm timeline (step_timeline.h; trainctl-rank takes it from
+  // TRAINCTL_COMM_TIMELINE): when set, every step's timeline is kept and
+  // written to PREFIX.rankN.jsonl when Run returns. "" = off.
+  std::string comm_timeline_prefix;
 };
 
 struct TrainResult {

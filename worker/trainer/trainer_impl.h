@@ -31,6 +31,7 @@
 #include "worker/trainer/loss_scaler.h"
 #include "worker/trainer/metrics_window.h"
 #include "worker/trainer/powersgd_checkpoint.h"
+#include "worker/trainer/step_timeline.h"
 #include "worker/trainer/trainer.h"
 #include "worker/trainer/training_policy.h"
 
@@ -96,6 +97,8 @@ struct Trainer::Impl {
   std::unique_ptr<torch::optim::Optimizer> optimizer;
   LossScaler scaler;
   std::unique_ptr<dist::GradientBucketer> ddp;  // null without collectives
+  // Null unless setup.comm_timeline_prefix is set.
+  std::unique_ptr<StepTimeline> timeline;
 
   int64_t batches_per_epoch = 0;
   int64_t steps_per_epoch = 0;
@@ -160,6 +163,8 @@ struct Trainer::Impl {
   // epoch's end, so that a divergence shows in the ranks' logs).
   std::string ParameterChecksum() const;
   absl::Status ExportFinalModel(TrainResult* result);
+  // Writes the comm timeline, if any, and logs where (or why not).
+  void WriteTimeline();
   bool writes_checkpoints() const {
     return setup.checkpoint_writer && !opt().checkpoint.dir.empty();
   }

@@ -56,6 +56,11 @@ absl::Status Trainer::Impl::Init() {
   position.data_seed = opt().data.seed;
   position.world_size = setup.world_size;
   if (!setup.resume_from.empty()) TRAINCTL_RETURN_IF_ERROR(Resume());
+  if (!setup.comm_timeline_prefix.empty()) {
+    timeline = std::make_unique<StepTimeline>(
+        StepTimeline::PathFor(setup.comm_timeline_prefix, setup.rank), setup.rank, setup.world_size,
+        comm != nullptr ? comm->name() : "none");
+  }
   if (comm != nullptr) TRAINCTL_RETURN_IF_ERROR(CreateBucketer());
   return absl::OkStatus();
 }
@@ -196,13 +201,16 @@ absl::Status Trainer::Impl::CreateBucketer() {
   }
   std::vector<at::Tensor> buffers;
   for (auto& [name, t] : model->NamedBuffers()) buffers.push_back(t);
-  auto b = dist::GradientBucketer::Create(std::move(named), std::move(buffers), comm, opt().ddp);
+  dist::GradientBucketerOptions options = opt().ddp;
+  options.record_timeline = timeline != nullptr;
+  auto b = dist::GradientBucketer::Create(std::move(named), std::move(buffers), comm, options);
   if (!b.ok()) {
     return IsCommunicationError(b.status())
                ? Collective(b.status(), "broadcasting the initial parameters from rank 0")
                : b.status();
   }
   ddp = std::move(b).value();
+  if (timeline != nullptr) timeline->SetBuckets(ddp->buckets());
   if (opt().ddp.comm_hook == dist::CommHook::kPowerSgd) {
     const auto plan = ddp->powersgd_plan();
     Log(absl::StrCat("powersgd: ", plan.compressed_tensors, " of ", plan.tensors,

@@ -58,6 +58,7 @@ absl::Status Trainer::Impl::RunStep(EpochRun& run, int64_t first, int64_t group)
   if (IsRolledBackStep(setup.skip_steps, position.global_step))
     return SkipRolledBackStep(run, group);
   const auto step_start = TrainerClock::now();
+  if (timeline != nullptr) timeline->BeginStep(position.global_step + 1);
   if (setup.probe != nullptr) {
     setup.probe->BeginStep(position.global_step + 1);
     setup.probe->SetPhase(dist::ProbePhase::kTrain);
@@ -76,7 +77,9 @@ absl::Status Trainer::Impl::RunStep(EpochRun& run, int64_t first, int64_t group)
   }
   run.window.AddStep(times.data_ms, times.comm_ms, step_ms);
   run.totals.AddStep(times.data_ms, times.comm_ms, step_ms);
-  return AfterStep(run, first, group);
+  absl::Status after = AfterStep(run, first, group);
+  if (timeline != nullptr) timeline->EndStep();
+  return after;
 }
 
 // A rollback passes over the step an earlier attempt failed at: its batches
@@ -113,7 +116,12 @@ absl::Status Trainer::Impl::MicroBatch(EpochRun& run, int64_t i, int64_t group, 
   if (!batch.has_value()) return absl::InternalError("data loader ended before its batch count");
   at::Tensor x = batch->input.to(setup.device, pin_memory());
   at::Tensor y = batch->target.to(setup.device, pin_memory());
-  times->data_ms += Ms(TrainerClock::now() - t0);
+  const double data_ms = Ms(TrainerClock::now() - t0);
+  times->data_ms += data_ms;
+  if (timeline != nullptr) {
+    timeline->AddDataMs(data_ms);
+    timeline->CountMicroBatch();
+  }
 
   const bool sync = i == group - 1;
   std::optional<dist::GradientBucketer::NoSyncGuard> no_sync;
@@ -136,15 +144,25 @@ absl::Status Trainer::Impl::MicroBatch(EpochRun& run, int64_t i, int64_t group, 
     // Lets buckets of parameters this forward did not use launch early.
     TRAINCTL_RETURN_IF_ERROR(GradientAllReduceFailure(ddp->PrepareForBackward({loss})));
   }
+  // The timeline marks the synced micro-batch's backward: the one that
+  // communicates.
+  StepTimeline* const tl = sync ? timeline.get() : nullptr;
+  if (tl != nullptr) tl->Mark(StepTimeline::kBackwardStart);
   try {
     (scaler.Scale(loss) / static_cast<double>(group)).backward();
   } catch (const std::exception& e) {
     return absl::InternalError(absl::StrCat("backward failed: ", FirstLine(e.what())));
   }
+  if (tl != nullptr) tl->Mark(StepTimeline::kBackwardEnd);
   if (ddp != nullptr) {
     TRAINCTL_RETURN_IF_ERROR(GradientAllReduceFailure(ddp->FinalizeBackward()));
-    if (sync) times->comm_ms += absl::ToDoubleMilliseconds(ddp->last_step_stats().exposed_comm);
+    if (sync) {
+      dist::StepCommStats stats = ddp->last_step_stats();
+      times->comm_ms += absl::ToDoubleMilliseconds(stats.exposed_comm);
+      if (tl != nullptr) tl->SetComm(std::move(stats));
+    }
   }
+  if (tl != nullptr) tl->Mark(StepTimeline::kFinalizeEnd);
   at::Tensor detached = loss.detach().to(at::kDouble);
   if (divergence.enabled() && !divergence.has_baseline() && !first_loss.defined())
     first_loss = detached;
@@ -157,6 +175,7 @@ absl::Status Trainer::Impl::MicroBatch(EpochRun& run, int64_t i, int64_t group, 
 // Checks the all-reduced gradients, then updates (or, for fp16 loss
 // scaling, skips the update on inf/NaN) and zeroes them.
 absl::Status Trainer::Impl::ApplyGradients(EpochRun& run) {
+  if (timeline != nullptr) timeline->Mark(StepTimeline::kOptimizerStart);
   const TrainingOptions& o = opt();
   std::vector<at::Tensor> grads;
   for (const at::Tensor& p : params) grads.push_back(p.grad());
@@ -200,6 +219,7 @@ absl::Status Trainer::Impl::ApplyGradients(EpochRun& run) {
     }
   }
   optimizer->zero_grad();
+  if (timeline != nullptr) timeline->Mark(StepTimeline::kOptimizerEnd);
   return absl::OkStatus();
 }
 

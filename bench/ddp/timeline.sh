@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# bench/ddp timeline: where a 2-rank DDP step's time goes (issue #49).
+#
+#   bench/ddp/timeline.sh BUILD_DIR [--no-write] [--modes 1rank,shm,tcp] [--runs N] [--skip-steps N] [--bucket-mb MB]
+#
+# Candidate modes to measure beside those: shm-view, tcp-view
+# (TRAINCTL_GRADIENT_AS_BUCKET_VIEW=1), shm-b1, tcp-b1 (bucket_cap_mb 1),
+# shm-b1-view, tcp-b1-view, shm-late, tcp-late
+# (TRAINCTL_DDP_LAUNCH_AFTER_BACKWARD=1: no overlap with backward).
+# Runs run.sh's MLP configuration (bench.py's job file and step count) once per
+# mode with TRAINCTL_COMM_TIMELINE set: 1 rank, 2 ranks over shared memory, 2
+# ranks over TCP (TRAINCTL_SHM=0). Prints per mode each bucket's ready /
+# issued / reduce start / reduce end / waited times (ms after backward
+# started), the step's parts and the exposed communication, and replaces the
+# "## DDP step timeline" section of bench/RESULTS.md (not with --no-write).
+# Bounded by BENCH_DDP_LIMIT_S (default 600 s). Needs
+# `ninja -C BUILD_DIR trainctl trainctl-rank`.
+set -euo pipefail
+if [[ $# -lt 1 || "$1" == -* ]]; then
+  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  exit 2
+fi
+BUILD_DIR=$(cd "$1" && pwd); shift
+HERE=$(cd "$(dirname "$0")" && pwd)
+LIMIT_S=${BENCH_DDP_LIMIT_S:-600}
+set +e
+timeout -k 15 "$LIMIT_S" /usr/bin/python3 "$HERE/timeline.py" "$BUILD_DIR" "$@"
+RC=$?
+set -e
+[[ $RC -eq 124 ]] && echo "timeline.sh: stopped after ${LIMIT_S} s" >&2
+exit "$RC"
