@@ -822,7 +822,7 @@ def hooks_table(hooks, cfg, runs, warmup):
         if v is None:
             return "n/a"
         text = fmt(v, digits)
-        b = base.get(side, {}).get(key) if base and row is not base else None
+        b = base.get(side, {}).get(key) if base and row is not base and key == "step" else None
         if b:
             text += " (%+.0f%%)" % (100.0 * (v - b) / b)
         return text

@@ -162,6 +162,31 @@ def table(mode, title, s, one_period):
     return lines
 
 
+def extra_time_table(summaries, modes):
+    """Where each 2-rank mode's step is longer than the 1-rank step, part by part (ms)."""
+    base = summaries["1rank"]
+    keys = [("forward", "data + forward"), ("backward", "backward"), ("wait", "end-of-backward wait"),
+            ("copy_back", "copy back"), ("optimizer", "optimizer")]
+    out = ["Where the 2-rank step's extra time goes: each part's median minus the 1-rank run's (ms); *other* is "
+           "the rest of the step period. Parts without communication (forward, optimizer) grow too when both "
+           "ranks compute at once on the 2 cores.", "",
+           "| mode | step period | " + " | ".join(k[1] for k in keys) + " | other |",
+           "| --- | --- | " + " | ".join("---" for _ in keys) + " | --- |"]
+    for m in modes:
+        if m == "1rank" or m not in summaries:
+            continue
+        s = summaries[m]
+        if s.get("period") is None or base.get("period") is None:
+            continue
+        diffs = [(s.get(k) - base.get(k)) if s.get(k) is not None and base.get(k) is not None else None
+                 for k, _ in keys]
+        total = s["period"] - base["period"]
+        other = total - sum(d for d in diffs if d is not None)
+        out.append("| %s | %+.2f | %s | %+.2f |" % (
+            m, total, " | ".join("n/a" if d is None else "%+.2f" % d for d in diffs), other))
+    return out
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
@@ -224,6 +249,8 @@ def main():
     for m in modes:
         if m in summaries:
             out += table(m, MODES[m][2], summaries[m], one) + [""]
+    if one is not None and len(summaries) > 1:
+        out += extra_time_table(summaries, modes) + [""]
     if metric_steps:
         out.append("Step by the ranks' own metrics (bench.py's timing, same runs, median over runs): " + ", ".join(
             "%s %.2f ms" % (m, metric_steps[m]) for m in modes if m in metric_steps) + ".")
