@@ -2,7 +2,6 @@
 
 #include <c10/util/BFloat16.h>
 #include <c10/util/Half.h>
-#include <gloo/allgather_ring.h>
 #include <gloo/allreduce.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
@@ -17,7 +16,6 @@
 #include <cstring>
 #include <deque>
 #include <exception>
-#include <list>
 #include <map>
 #include <mutex>
 #include <optional>
@@ -29,6 +27,7 @@
 #include "absl/synchronization/mutex.h"
 #include "common/clock.h"
 #include "common/status_macros.h"
+#include "worker/dist/gloo_small_allreduce.h"
 #include "worker/dist/gloo_store_adapter.h"
 #include "worker/dist/shm_allreduce.h"
 #include "worker/dist/work_status.h"
@@ -146,12 +145,12 @@ struct Op {
 class GlooCore final : public std::enable_shared_from_this<GlooCore> {
  public:
   GlooCore(const GlooOptions& options, std::shared_ptr<RendezvousStore> store,
-           std::shared_ptr<gloo::Context> context, std::shared_ptr<gloo::Context> sync_context,
+           std::shared_ptr<gloo::Context> context, std::unique_ptr<SmallAllReducer> small,
            std::unique_ptr<ShmAllReduce> shm)
       : options_(options),
         store_(std::move(store)),
         context_(std::move(context)),
-        sync_context_(std::move(sync_context)),
+        small_(std::move(small)),
         shm_(std::move(shm)) {}
 
   void Start() {
@@ -332,93 +331,8 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
     // this, when Gloo has let go of the memory.
   }
 
-  // The small-message path is an all-gather, then a sum in rank order: rank
-  // r's buffer lands at gathered[r * count] on every rank, and every rank
-  // computes gathered[0] + gathered[1] + ... + gathered[W-1], element by
-  // element. Every rank thus adds the same numbers in the same order and gets
-  // the same bytes (the bytes shared memory gives too), where a ring
-  // all-reduce has rank r add in the order r, r-1, ..., so that at 3 ranks
-  // and more the replicas drift apart (issue #47). The cost is that of the
-  // ring it replaces: W - 1 rounds of `count` elements each way, plus one
-  // more addition per element.
-  //
-  // One all-gather per (type, count), with its own buffers: Gloo's
-  // buffer-based algorithms bind their memory and slots when built, so they
-  // are built once per shape and reused. Every rank issues the same sequence
-  // of shapes, so every rank builds (and evicts) the same ones in the same
-  // order and their slots agree.
-  struct SmallGather {
-    std::vector<char> input;     // this rank's buffer
-    std::vector<char> gathered;  // world_size buffers, rank order
-    std::unique_ptr<gloo::Algorithm> allgather;
-  };
-  static constexpr size_t kMaxSmallGathers = 32;
-  // Bounds the buffers they hold together ((W + 1) x the shape's bytes each).
-  static constexpr size_t kMaxSmallGatherBytes = 8 << 20;
-
   bool TakesSmallPath(const Op& op) const {
-    return sync_context_ != nullptr && op.kind == OpKind::kAllReduce &&
-           op.buffer.bytes() <= options_.small_allreduce_max_bytes &&
-           (op.buffer.type == CommDataType::kFloat32 || op.buffer.type == CommDataType::kFloat64);
-  }
-
-  template <typename T>
-  static std::unique_ptr<gloo::Algorithm> NewAllgather(
-      const std::shared_ptr<gloo::Context>& context, SmallGather& g, int count) {
-    return std::make_unique<gloo::AllgatherRing<T>>(
-        context, std::vector<const T*>{reinterpret_cast<const T*>(g.input.data())},
-        reinterpret_cast<T*>(g.gathered.data()), count);
-  }
-
-  // out[i] = gathered[0][i] + gathered[1][i] + ... in rank order (the
-  // additions of one element never reorder: no -ffast-math, and a vectorised
-  // loop adds lanes of different elements).
-  template <typename T>
-  static void SumInRankOrder(const std::vector<char>& gathered, size_t count, int world,
-                             void* out) {
-    T* o = static_cast<T*>(out);
-    const T* g = reinterpret_cast<const T*>(gathered.data());
-    std::memcpy(o, g, count * sizeof(T));
-    for (int r = 1; r < world; ++r) {
-      const T* x = g + static_cast<size_t>(r) * count;
-      for (size_t i = 0; i < count; ++i) o[i] += x[i];
-    }
-  }
-
-  void SmallAllReduce(const Op& op) {
-    const std::pair<int, size_t> key{static_cast<int>(op.buffer.type), op.buffer.count};
-    const size_t world = static_cast<size_t>(options_.world_size);
-    auto it = small_gathers_.find(key);
-    if (it == small_gathers_.end()) {
-      const size_t need = (world + 1) * op.buffer.bytes();
-      while (!small_lru_.empty() && (small_gathers_.size() >= kMaxSmallGathers ||
-                                     small_gather_bytes_ + need > kMaxSmallGatherBytes)) {
-        auto victim = small_gathers_.find(small_lru_.back());
-        small_gather_bytes_ -= victim->second.input.size() + victim->second.gathered.size();
-        small_gathers_.erase(victim);
-        small_lru_.pop_back();
-      }
-      SmallGather g;
-      g.input.resize(op.buffer.bytes());
-      g.gathered.resize(world * op.buffer.bytes());
-      const int count = static_cast<int>(op.buffer.count);
-      g.allgather = op.buffer.type == CommDataType::kFloat32
-                        ? NewAllgather<float>(sync_context_, g, count)
-                        : NewAllgather<double>(sync_context_, g, count);
-      small_gather_bytes_ += need;
-      it = small_gathers_.emplace(key, std::move(g)).first;
-    } else {
-      small_lru_.remove(key);
-    }
-    small_lru_.push_front(key);
-    SmallGather& g = it->second;
-    std::memcpy(g.input.data(), op.buffer.data, op.buffer.bytes());
-    g.allgather->run();
-    if (op.buffer.type == CommDataType::kFloat32) {
-      SumInRankOrder<float>(g.gathered, op.buffer.count, options_.world_size, op.buffer.data);
-    } else {
-      SumInRankOrder<double>(g.gathered, op.buffer.count, options_.world_size, op.buffer.data);
-    }
+    return small_ != nullptr && op.kind == OpKind::kAllReduce && small_->Takes(op.buffer);
   }
 
   // Whether `op` goes through shared memory, where Fail() can release the
@@ -440,7 +354,7 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
     }
     try {
       if (TakesSmallPath(op)) {
-        SmallAllReduce(op);
+        small_->AllReduceSum(op.buffer);
         return absl::OkStatus();
       }
       switch (op.kind) {
@@ -504,12 +418,9 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
   // still be reading addresses from it).
   const std::shared_ptr<RendezvousStore> store_;
   const std::shared_ptr<gloo::Context> context_;
-  // The small-message mesh (sync pairs); null when off. Only the worker
-  // thread touches it and the all-gathers.
-  const std::shared_ptr<gloo::Context> sync_context_;
-  std::map<std::pair<int, size_t>, SmallGather> small_gathers_;
-  std::list<std::pair<int, size_t>> small_lru_;  // keys of small_gathers_, most recent first
-  size_t small_gather_bytes_ = 0;                // their input + gathered bytes
+  // The small-message path over its own mesh (sync pairs); null when off.
+  // Only the thread running an op (in_flight_) touches it.
+  const std::unique_ptr<SmallAllReducer> small_;
   // Shared-memory all-reduce when every rank is on this host; null otherwise.
   const std::unique_ptr<ShmAllReduce> shm_;
   std::thread worker_;
@@ -625,15 +536,19 @@ absl::StatusOr<std::shared_ptr<Collectives>> CreateGlooCollectives(
   }
   // The small-message mesh serves only when shared memory does not (every
   // rank took the same decision above, so every rank connects it or none).
-  std::shared_ptr<gloo::Context> sync_context;
+  std::unique_ptr<SmallAllReducer> small;
   if (shm == nullptr && options.small_allreduce_max_bytes > 0 && options.world_size > 1 &&
       options.world_size <= 8) {
-    GlooOptions small = options;
-    small.key_prefix += "small/";
-    TRAINCTL_ASSIGN_OR_RETURN(sync_context, ConnectGlooContext(small, *store, /*sync_pairs=*/true));
+    GlooOptions small_options = options;
+    small_options.key_prefix += "small/";
+    std::shared_ptr<gloo::Context> sync_context;
+    TRAINCTL_ASSIGN_OR_RETURN(sync_context,
+                              ConnectGlooContext(small_options, *store, /*sync_pairs=*/true));
+    small = std::make_unique<SmallAllReducer>(std::move(sync_context), options.world_size,
+                                              options.small_allreduce_max_bytes);
   }
   auto core = std::make_shared<GlooCore>(options, std::move(store), std::move(context),
-                                         std::move(sync_context), std::move(shm));
+                                         std::move(small), std::move(shm));
   core->Start();
   return std::shared_ptr<Collectives>(std::make_shared<GlooCollectives>(std::move(core)));
 }
