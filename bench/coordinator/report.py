@@ -70,6 +70,22 @@ def write_telemetry_series(r, plots_dir):
     return True
 
 
+def loop_rows(r, p, row, scn):
+    """The coordinator loop's histograms over the steady window (loop.<kind>.<wait|run>.*)."""
+    if num(r, f"{p}.loop.posted.wait.n") is None:
+        return
+
+    def q(kind, what):
+        g = lambda k: num(r, f"{p}.loop.{kind}.{what}.{k}")
+        cell = lambda v: "n/a" if v is None else ("> last bucket" if v < 0 else fmt(v, " ms", 2))
+        return (f"{cell(g('p50_ms'))} / {cell(g('p99_ms'))} / {cell(g('p999_ms'))} "
+                f"(n={fmt(g('n'), digits=0)})")
+    row(scn, "coordinator loop, task wait p50 / p99 / p99.9 (bucket bounds): posted; timers",
+        f"{q('posted', 'wait')}; {q('timer', 'wait')}")
+    row(scn, "coordinator loop, task run p50 / p99 / p99.9 (bucket bounds): posted; timers",
+        f"{q('posted', 'run')}; {q('timer', 'run')}")
+
+
 def telemetry_rows(r, p, row, store=""):
     """The telemetry scenario's rows for result prefix `p` (tel, telpg);
     `store` names the store in the scenario label ("" for the main table)."""
@@ -89,6 +105,7 @@ def telemetry_rows(r, p, row, store=""):
             fmt(g("store_cpu_cores"), " cores", 3))
     row(scn, "coordinator busiest threads (cores); avg threads waiting for a CPU",
         f"{r.get(f'{p}.coord.top_threads_cores', 'n/a')}; {fmt(g('coord.runqueue_wait_threads'), '', 2)}")
+    loop_rows(r, p, row, scn)
     row(scn, "heartbeat round trip p50 / p99",
         f"{fmt(g('rtt.p50_ms'), ' ms', 2)} / {fmt(p99, ' ms', 2)}", "p99 < 50 ms",
         (p99 < 50) if p99 is not None else None)
@@ -154,6 +171,7 @@ def main():
         row(scn, "heartbeat round trip p50 / p99 / max",
             f"{fmt(num(r, f'{p}.rtt.p50_ms'), ' ms', 2)} / {fmt(p99, ' ms', 2)} / {fmt(num(r, f'{p}.rtt.max_ms'), ' ms')}",
             "p99 < 50 ms", (p99 < 50) if p99 is not None else None)
+        loop_rows(r, p, row, scn)
         row(scn, "generator send lateness p50 / p99 (its own lag)",
             f"{fmt(num(r, f'{p}.send_lateness.p50_ms'), ' ms', 2)} / {fmt(num(r, f'{p}.send_lateness.p99_ms'), ' ms', 2)}")
         if num(r, f"{p}.mass_loss_workers"):
@@ -325,6 +343,11 @@ def main():
     md.append("- Every registration and every submission is a SQLite transaction with `synchronous=FULL` "
               "on the single event-loop thread; ramp and submission rates are bounded by the disk's fsync, "
               "and heartbeats queue behind them meanwhile.")
+    md.append("- Coordinator loop rows: the coordinator's own `trainctl_loop_task_wait_seconds` and "
+              "`trainctl_loop_task_run_seconds` histograms (/metrics, read by the generator at the start and the "
+              "end of the steady window): how long a posted task (an RPC, a report) waited for the loop thread "
+              "and how long each ran; timers are lease checks, scheduling passes and flushes. A quantile is the "
+              "upper bound of the bucket it falls in.")
     md.append("- The coordinator and the load generator share this machine: when 'threads waiting for a CPU' "
               "is high, the machine, not the coordinator, sets the tail latency; compare the coordinator's "
               "busiest threads with one core.")

@@ -98,7 +98,7 @@ start_coord() {
   ADMIN_FILE="$WORK/$name/admin.token"
   local store=(--db "$WORK/$name/state.db")
   [[ -n "${COORD_STORE:-}" ]] && store=(--store "$COORD_STORE")
-  "$COORD" --listen 127.0.0.1:0 "${store[@]}" --admin-token-file "$ADMIN_FILE" \
+  "$COORD" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 "${store[@]}" --admin-token-file "$ADMIN_FILE" \
     $COORD_FLAGS "$@" \
     > "$WORK/$name/coord.out" 2> "$WORK/$name/coord.err" &
   COORD_PID=$!
@@ -107,6 +107,14 @@ start_coord() {
     ADDR="$(head -1 "$WORK/$name/coord.out" 2>/dev/null | sed -n 's/^trainctl-coordinator listening on //p')"
     [[ -n "$ADDR" ]] && break
     kill -0 "$COORD_PID" 2>/dev/null || break
+    sleep 0.1
+  done
+  # Its /metrics (the loop histograms the generator reads over the steady window).
+  METRICS_ADDR=""
+  for _ in $(seq 1 50); do
+    METRICS_ADDR="$(cat "$WORK/$name/coord.out" "$WORK/$name/coord.err" 2>/dev/null |
+      sed -n 's|.*metrics on http://\([^/ ]*\)/metrics.*|\1|p' | head -1)"
+    [[ -n "$METRICS_ADDR" || -z "$ADDR" ]] && break
     sleep 0.1
   done
   if [[ -z "$ADDR" ]]; then
@@ -133,6 +141,7 @@ bench() {
   local rc=0
   # timeout forwards TERM (cleanup) to the generator; KILL after the limit.
   timeout --signal=KILL "$limit" "$BENCH" --target="$ADDR" --admin-token-file="$ADMIN_FILE" --coord-pid="$COORD_PID" \
+    --metrics-address="$METRICS_ADDR" \
     --out="$OUT" --prefix="$prefix." "$@" > >(tee "$WORK/$name/bench.log") 2>&1 &
   BENCH_PID=$!
   wait "$BENCH_PID" || rc=$?

@@ -13,6 +13,7 @@
 #include "bench/coordinator/bench_support.h"
 #include "bench/coordinator/failure_trials.h"
 #include "bench/coordinator/hub.h"
+#include "bench/coordinator/loop_metrics.h"
 #include "bench/coordinator/scenarios.h"
 
 namespace trainctl::bench {
@@ -82,6 +83,7 @@ int RunHeartbeat() {
   SleepNs(int64_t{absl::GetFlag(FLAGS_warmup_s)} * 1000000000);
   const int steady = absl::GetFlag(FLAGS_steady_s);
   int64_t sent0 = hub.heartbeats_sent, acks0 = hub.acks, ended0 = hub.ended;
+  const LoopHists loop0 = SnapLoopHists();
   CpuSnap c0 = SnapCpu(pid);
   auto coord_t0 = ThreadStats(pid), self_t0 = ThreadStats(0);
   hub.rtt.Enable(true);
@@ -95,6 +97,7 @@ int RunHeartbeat() {
   hub.lateness.Enable(false);
   CpuSnap c1 = SnapCpu(pid);
   auto coord_t1 = ThreadStats(pid), self_t1 = ThreadStats(0);
+  ReportLoopHists(loop0, SnapLoopHists());
   double secs = (c1.t - c0.t) / 1e9;
   int64_t rss1 = ProcRssKb(pid);
   ReportThreads("coord", coord_t0, coord_t1, secs);

@@ -20,6 +20,7 @@
 #include "absl/time/time.h"
 #include "bench/coordinator/bench_support.h"
 #include "bench/coordinator/hub.h"
+#include "bench/coordinator/loop_metrics.h"
 #include "bench/coordinator/scenarios.h"
 
 namespace trainctl::bench {
@@ -166,6 +167,7 @@ int RunTelemetry() {
   sending = true;
   SleepNs(int64_t{absl::GetFlag(FLAGS_warmup_s)} * 1000000000);
   const int steady = absl::GetFlag(FLAGS_steady_s);
+  const LoopHists loop0 = SnapLoopHists();
   CpuSnap c0 = SnapCpu(pid);
   auto w0 = ProcWrites(pid);
   auto coord_t0 = ThreadStats(pid);
@@ -199,6 +201,7 @@ int RunTelemetry() {
   ingest.Enable(false);
   CpuSnap c1 = SnapCpu(pid);
   auto w1 = ProcWrites(pid);
+  ReportLoopHists(loop0, SnapLoopHists());
   const double store1 = store_pid > 0 ? ProcTreeCpuSeconds(store_pid) : -1;
   auto coord_t1 = ThreadStats(pid);
   const double secs = (c1.t - c0.t) / 1e9;
