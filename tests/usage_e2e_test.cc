@@ -206,8 +206,10 @@ TEST(UsageE2ETest, AnAttemptsBillingRecordHasItsRanksLifetimeAndCgroupFigures) {
 
 TEST(UsageE2ETest, ACancelledRankIsChargedUntilItExited) {
   Cluster cluster(trainctl::testing::BuildDirOfThisTest(), "/bin/false");
-  ASSERT_TRUE(cluster.StartCoordinator());
-  ASSERT_TRUE(cluster.StartWorker("w0", 1, false, {"--allow_commands"}));
+  // A stop grace well above the rank's 2 s: the cluster's own 2 s grace
+  // raced the handler's write, and lost under load (a SIGKILL at 2 s).
+  ASSERT_TRUE(cluster.StartCoordinator({"--stop_grace_s=30"}));
+  ASSERT_TRUE(cluster.StartWorker("w0", 1, false, {"--allow_commands", "--stop_grace_s=30"}));
   ASSERT_TRUE(cluster.WaitWorkers(1));
   // A rank that takes 2 s to stop after SIGTERM (a checkpoint on the way
   // out), well within the stop grace.
