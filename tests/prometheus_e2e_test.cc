@@ -162,6 +162,13 @@ TEST(PrometheusE2ETest, RealPrometheusScrapesTheRunningJobsSamplesPerSecond) {
       0);
   EXPECT_GT(Query(prom, "trainctl_db_commit_duration_seconds_count", "job")["trainctl-coordinator"],
             0);
+  // The scheduler's series (issue #48: the job above took at least one
+  // pass; no preemption yet, a sample of 0) and the event loop's histograms.
+  EXPECT_GE(Query(prom, "trainctl_scheduler_pass_seconds_count", "job")["trainctl-coordinator"], 1);
+  EXPECT_EQ(Query(prom, "trainctl_preemptions_total", "job").count("trainctl-coordinator"), 1u);
+  EXPECT_GT(Query(prom, "trainctl_loop_task_run_seconds_count{kind=\"posted\"}",
+                  "job")["trainctl-coordinator"],
+            0);
 
   prometheus.Kill(SIGTERM);
   prometheus.Wait(absl::Seconds(10));
