@@ -15,6 +15,8 @@ endfunction()
 function(trainctl_test)
   cmake_parse_arguments(T "" "NAME;TIMEOUT" "SOURCES;LIBS;LABELS;ARGS" ${ARGN})
   add_executable(${T_NAME} ${T_SOURCES})
+  # A test's files keep their own file-local helpers (TRAINCTL_UNITY).
+  set_target_properties(${T_NAME} PROPERTIES UNITY_BUILD OFF)
   target_link_libraries(${T_NAME} PRIVATE ${T_LIBS} GTest::gtest GTest::gmock GTest::gtest_main)
   trainctl_warnings(${T_NAME})
   add_test(NAME ${T_NAME} COMMAND ${T_NAME} ${T_ARGS})

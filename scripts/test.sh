@@ -99,8 +99,11 @@ fi
 
 echo "== build (RelWithDebInfo, line tables only) =="
 # -g1 (file and line, no variables): a third less compile time than -g
-# (docs/testing.md); a crash's stack trace needs no more.
-cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG"
+# (docs/testing.md); a crash's stack trace needs no more. A unity build
+# (TRAINCTL_UNITY: sources compiled in batches, headers parsed once a batch)
+# takes about half the cold time; the sanitizer stages compile file by file.
+cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=RelWithDebInfo "-DCMAKE_CXX_FLAGS_RELWITHDEBINFO=-O2 -g1 -DNDEBUG" \
+  -DTRAINCTL_UNITY=ON
 cmake --build build -j "$jobs"
 mark build
 

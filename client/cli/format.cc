@@ -28,11 +28,6 @@ namespace trainctl::cli {
 namespace {
 
 template <typename E>
-std::string LowerName(const google::protobuf::EnumDescriptor* d, E v) {
-  return EnumText(d, static_cast<int>(v));
-}
-
-template <typename E>
 std::string UpperName(const google::protobuf::EnumDescriptor* d, E v) {
   return absl::AsciiStrToUpper(LowerName(d, v));
 }

@@ -59,6 +59,11 @@ std::string Age(const google::protobuf::Timestamp& ts, absl::Time now);
 // The name job.yaml gives value `number` of enum `d` (lower case), else the
 // number.
 std::string EnumText(const google::protobuf::EnumDescriptor* d, int number);
+// The same for a generated enum value.
+template <typename E>
+std::string LowerName(const google::protobuf::EnumDescriptor* d, E v) {
+  return EnumText(d, static_cast<int>(v));
+}
 // Indents every line of a multi-line text after the first by `indent`.
 std::string ContinueLines(const std::string& text, const std::string& indent);
 

@@ -20,11 +20,6 @@ namespace trainctl::cli {
 
 namespace {
 
-template <typename E>
-std::string LowerName(const google::protobuf::EnumDescriptor* d, E v) {
-  return EnumText(d, static_cast<int>(v));
-}
-
 std::string Num(double v) {
   if (v == std::floor(v) && std::fabs(v) < 1e15) return absl::StrCat(static_cast<int64_t>(v));
   return absl::StrFormat("%g", v);

@@ -21,16 +21,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-WorkerSlots Flavored(WorkerSlots w, std::string flavor) {
-  w.gpu_flavor = std::move(flavor);
-  return w;
-}
-
-PendingJob OfFlavor(PendingJob job, std::string flavor) {
-  job.gpu_flavor = std::move(flavor);
-  return job;
-}
-
 // A queue unlimited in slots with a nominal (and limits, -1 = none) for
 // one flavor.
 QueueSpec FlavorQueue(std::string name, std::string cohort, const std::string& flavor, int nominal,

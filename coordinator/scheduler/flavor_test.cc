@@ -18,16 +18,6 @@ namespace {
 
 using ::testing::HasSubstr;
 
-WorkerSlots Flavored(WorkerSlots w, std::string flavor) {
-  w.gpu_flavor = std::move(flavor);
-  return w;
-}
-
-PendingJob OfFlavor(PendingJob job, std::string flavor) {
-  job.gpu_flavor = std::move(flavor);
-  return job;
-}
-
 TEST(FlavorTest, AJobGoesOnlyToWorkersOfItsFlavor) {
   // The a100 worker is the tightest fit; the job asks for h100.
   std::vector<WorkerSlots> workers = {Flavored(Gpu("a", 2), "a100"), Flavored(Gpu("b", 4), "h100")};

@@ -59,6 +59,16 @@ inline PendingJob Job(std::string id, int world_size,
 }
 
 // `job` on exactly `nodes` workers (scheduler.h, "Nodes").
+// A worker whose GPUs are of `flavor`; a job that asks for that flavor.
+inline WorkerSlots Flavored(WorkerSlots w, std::string flavor) {
+  w.gpu_flavor = std::move(flavor);
+  return w;
+}
+inline PendingJob OfFlavor(PendingJob job, std::string flavor) {
+  job.gpu_flavor = std::move(flavor);
+  return job;
+}
+
 inline PendingJob OnNodes(PendingJob job, int nodes) {
   job.nodes = nodes;
   return job;

@@ -42,7 +42,7 @@ long long Fit(const Request& r, const WorkerState& w, long long slots, long long
 }
 
 // n x per, saturated far below overflow (a request may be any finite size).
-long long Times(long long n, long long per) {
+long long SaturatedTimes(long long n, long long per) {
   constexpr long long kHuge = 1LL << 62;
   if (per != 0 && n > kHuge / per) return kHuge;
   return n * per;
@@ -116,8 +116,8 @@ long long IdleFit(const Request& r, const WorkerState& w) {
 // `w` (the caller checked they fit).
 void TakeResources(const Request& r, WorkerState& w, long long n) {
   if (!r.limited) return;
-  if (w.cpu_left >= 0) w.cpu_left = std::max<long long>(0, w.cpu_left - Times(n, r.cpu));
-  if (w.mem_left >= 0) w.mem_left = std::max<long long>(0, w.mem_left - Times(n, r.mem));
+  if (w.cpu_left >= 0) w.cpu_left = std::max<long long>(0, w.cpu_left - SaturatedTimes(n, r.cpu));
+  if (w.mem_left >= 0) w.mem_left = std::max<long long>(0, w.mem_left - SaturatedTimes(n, r.mem));
 }
 
 // For a reservation of `n` ranks of `r` on `w`: holds up to n ranks' worth
@@ -127,12 +127,12 @@ void TakeResources(const Request& r, WorkerState& w, long long n) {
 void HoldResources(const Request& r, WorkerState& w, long long n) {
   if (!r.limited) return;
   if (w.cpu_left >= 0) {
-    const long long h = std::min(w.cpu_left, Times(n, r.cpu));
+    const long long h = std::min(w.cpu_left, SaturatedTimes(n, r.cpu));
     w.cpu_left -= h;
     w.cpu_held += h;
   }
   if (w.mem_left >= 0) {
-    const long long h = std::min(w.mem_left, Times(n, r.mem));
+    const long long h = std::min(w.mem_left, SaturatedTimes(n, r.mem));
     w.mem_left -= h;
     w.mem_held += h;
   }

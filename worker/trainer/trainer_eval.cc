@@ -19,7 +19,6 @@ namespace {
 namespace F = torch::nn::functional;
 using trainer_internal::Collective;
 using trainer_internal::Config;
-using trainer_internal::FirstLine;
 using trainer_internal::LossName;
 
 // Adds one eval batch's summed loss (and, for classification, its correct
@@ -78,7 +77,7 @@ absl::StatusOr<at::Tensor> Trainer::Impl::Loss(const at::Tensor& output,
   } catch (const std::exception& e) {
     return Config(absl::StrCat("training.loss: ", LossName(opt().loss),
                                " failed on the model's output of shape ", c10::str(out.sizes()),
-                               ": ", FirstLine(e.what())));
+                               ": ", trainer_internal::FirstLine(e.what())));
   }
 }
 
@@ -124,8 +123,8 @@ absl::StatusOr<std::array<double, 3>> Trainer::Impl::Evaluate() {
         AddEvalBatch(o.loss, out->to(at::kFloat), y, loss_sum, correct);
       } catch (const std::exception& e) {
         model->SetTraining(true);
-        return Config(
-            absl::StrCat("data.eval: ", LossName(o.loss), " failed: ", FirstLine(e.what())));
+        return Config(absl::StrCat("data.eval: ", LossName(o.loss),
+                                   " failed: ", trainer_internal::FirstLine(e.what())));
       }
       samples += x.size(0);
     }

@@ -28,7 +28,6 @@ namespace {
 
 using trainer_internal::Collective;
 using trainer_internal::Config;
-using trainer_internal::FirstLine;
 using trainer_internal::GradientAllReduceFailure;
 using trainer_internal::Ms;
 
@@ -151,7 +150,8 @@ absl::Status Trainer::Impl::MicroBatch(EpochRun& run, int64_t i, int64_t group, 
   try {
     (scaler.Scale(loss) / static_cast<double>(group)).backward();
   } catch (const std::exception& e) {
-    return absl::InternalError(absl::StrCat("backward failed: ", FirstLine(e.what())));
+    return absl::InternalError(
+        absl::StrCat("backward failed: ", trainer_internal::FirstLine(e.what())));
   }
   if (tl != nullptr) tl->Mark(StepTimeline::kBackwardEnd);
   if (ddp != nullptr) {
