@@ -41,8 +41,8 @@ print_marks() {
 trap print_marks EXIT
 
 # The figures of docs/testing.md ("The quick start").
-echo "quickstart: on a fresh Debian 12 machine: apt fetches ~340 MB of packages (its time is the mirror's)," \
-     "the build takes up to ~14 min cold on 2 cores (less with more: JOBS=N), the example ~10 s"
+echo "quickstart: on a fresh Debian 12 machine with 2 cores about 3.5 min: apt fetches ~340 MB of packages" \
+     "(~40 s on a fast mirror), the build takes ~3 min cold (less with more cores: JOBS=N), the example ~1 s"
 
 bash scripts/install-deps.sh build --log "$apt_log"
 mark apt

@@ -47,6 +47,20 @@ for p in cmake ninja-build libtorch-dev libopenblas0-openmp libgrpc++-dev libgte
   fi
 done
 
+# The quick start configures build/ with the test command's flags (so that
+# scripts/test.sh reuses its build): the -D options of their `cmake -S . -B
+# build` lines are the same.
+cmake_flags() {  # the -D options of FILE's `cmake -S . -B build` command
+  awk '/cmake -S \. -B build /{on=1} on{print; if ($0 !~ /\\$/) on=0}' "$1" |
+    grep -o -- '-D[A-Za-z_]*=[^" ]*' | sort
+}
+qs_flags=$(cmake_flags "$src/scripts/quickstart.sh")
+test_flags=$(cmake_flags "$src/scripts/test.sh")
+if [ -z "$qs_flags" ] || [ "$qs_flags" != "$test_flags" ]; then
+  echo "FAIL: quickstart.sh configures build/ with [$(echo $qs_flags)], test.sh with [$(echo $test_flags)]"
+  fail=1
+fi
+
 # Bad input is refused, naming it.
 if out=$(bash "$deps" --print nonsense 2>&1); then
   echo "FAIL: --print nonsense succeeded"; fail=1
