@@ -65,9 +65,15 @@ def mode_spec(m, before_build):
     return world, env, title + ", before (%s)" % before_build[1], bucket_mb, settings, before_build[0]
 
 
-def baseline_of(m):
-    """The 1-rank mode that mode m's exposed communication is measured against."""
-    return "1rank" + (BEFORE if m.endswith(BEFORE) else "")
+def baseline_of(m, have=()):
+    """The 1-rank mode that mode m's exposed communication is measured against: the same build, and
+    the same job settings where the run has a 1-rank mode with them (shm-copy against 1rank-copy)."""
+    if m.endswith(BEFORE):
+        return "1rank" + BEFORE
+    for suffix in ("-copy",):
+        if m.endswith(suffix) and "1rank" + suffix in have:
+            return "1rank" + suffix
+    return "1rank"
 
 
 def log(msg):
@@ -188,16 +194,17 @@ def extra_time_table(summaries, modes):
     """Where each 2-rank mode's step is longer than the 1-rank step, part by part (ms)."""
     keys = [("forward", "data + forward"), ("backward", "backward"), ("wait", "end-of-backward wait"),
             ("copy_back", "copy back"), ("optimizer", "optimizer")]
-    out = ["Where the 2-rank step's extra time goes: each part's median minus the 1-rank run's (ms); *other* is "
+    out = ["Where the 2-rank step's extra time goes: each part's median minus the 1-rank run's of the same build "
+           "and settings (ms); *other* is "
            "the rest of the step period. Parts without communication (forward, optimizer) grow too when both "
            "ranks compute at once on the 2 cores.", "",
            "| mode | step period | " + " | ".join(k[1] for k in keys) + " | other |",
            "| --- | --- | " + " | ".join("---" for _ in keys) + " | --- |"]
     for m in modes:
-        if m.startswith("1rank") or m not in summaries or baseline_of(m) not in summaries:
+        if m.startswith("1rank") or m not in summaries or baseline_of(m, summaries) not in summaries:
             continue
         s = summaries[m]
-        base = summaries[baseline_of(m)]
+        base = summaries[baseline_of(m, summaries)]
         if s.get("period") is None or base.get("period") is None:
             continue
         diffs = [(s.get(k) - base.get(k)) if s.get(k) is not None and base.get(k) is not None else None
@@ -276,7 +283,7 @@ def main():
     out = []
     for m in modes:
         if m in summaries:
-            one = summaries.get(baseline_of(m), {}).get("period")
+            one = summaries.get(baseline_of(m, summaries), {}).get("period")
             out += table(m, mode_spec(m, before)[2], summaries[m], one) + [""]
     if "1rank" in summaries and len(summaries) > 1:
         out += extra_time_table(summaries, modes) + [""]
