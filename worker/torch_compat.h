@@ -79,6 +79,29 @@ inline void SetAutocastDtype(c10::DeviceType d, c10::ScalarType t) {
 }
 #endif
 
+// ---- optimizer ----
+namespace internal {
+template <typename O, typename = void>
+struct ZeroGradTakesSetToNone : std::false_type {};
+template <typename O>
+struct ZeroGradTakesSetToNone<O, std::void_t<decltype(std::declval<O&>().zero_grad(false))>>
+    : std::true_type {};
+}  // namespace internal
+
+// optimizer.zero_grad() that keeps every gradient tensor and zeroes it in
+// place. 1.x's zero_grad() only does that; 2.x's zero_grad(set_to_none =
+// true) drops the tensors by default, and with them gradient_as_bucket_view's
+// bucket slices (each would be attached again, at the cost of a copy, every
+// step). Told apart by the signature rather than the version.
+template <typename Optimizer>
+void ZeroGradInPlace(Optimizer& optimizer) {
+  if constexpr (internal::ZeroGradTakesSetToNone<Optimizer>::value) {
+    optimizer.zero_grad(/*set_to_none=*/false);
+  } else {
+    optimizer.zero_grad();
+  }
+}
+
 #if TRAINCTL_NCCL_TORCH_CUDA
 // ---- CUDA (only with a CUDA LibTorch) ----
 // The stream LibTorch's kernels on `device` are queued on for this thread.

@@ -4,6 +4,7 @@
 #include "worker/torch_compat.h"
 
 #include <ATen/ATen.h>
+#include <torch/optim/adam.h>
 
 #include <string>
 
@@ -52,6 +53,21 @@ TEST(TorchCompatTest, AutocastStateRoundTripsPerDevice) {
   SetAutocastDtype(cuda, at::kHalf);
   EXPECT_FALSE(IsAutocastEnabled(cpu));
   EXPECT_EQ(GetAutocastDtype(cuda), at::kHalf);
+}
+
+// The same tensor, zeroed, on every LibTorch (2.x's zero_grad() would drop it).
+TEST(TorchCompatTest, ZeroGradInPlaceKeepsTheGradientTensor) {
+  at::Tensor w = at::ones({3}).set_requires_grad(true);
+  torch::optim::Adam adam({w}, torch::optim::AdamOptions(0.1));
+  (w * w).sum().backward();
+  const void* before = w.grad().data_ptr();
+  ZeroGradInPlace(adam);
+  ASSERT_TRUE(w.grad().defined());
+  EXPECT_EQ(w.grad().data_ptr(), before);
+  EXPECT_TRUE(at::equal(w.grad(), at::zeros({3})));
+  (w * w).sum().backward();  // accumulates into the same tensor
+  EXPECT_EQ(w.grad().data_ptr(), before);
+  EXPECT_TRUE(at::equal(w.grad(), at::full({3}, 2.0)));
 }
 
 }  // namespace

@@ -181,6 +181,14 @@ data_for.cache = {}
 # ------------------------------------------------------------ trainctl side
 
 def hook_yaml(cfg):
+    """The ddp: line's extras: comm_hook (and powersgd), and gradient_as_bucket_view when cfg sets it."""
+    view = ""
+    if "bucket_view" in cfg:
+        view = ", gradient_as_bucket_view: %s" % ("true" if cfg["bucket_view"] else "false")
+    return comm_hook_yaml(cfg) + view
+
+
+def comm_hook_yaml(cfg):
     hook = cfg.get("comm_hook", "none")
     if hook == "none":
         return ""

@@ -28,24 +28,52 @@ import bench  # noqa: E402  (the driver whose configurations and job files this 
 
 SECTION = "## DDP step timeline"
 ENV = "TRAINCTL_COMM_TIMELINE"
-VIEW_ENV = {"TRAINCTL_GRADIENT_AS_BUCKET_VIEW": "1"}
 LATE_ENV = {"TRAINCTL_DDP_LAUNCH_AFTER_BACKWARD": "1"}
+COPY = {"bucket_view": False}  # ddp.gradient_as_bucket_view: false
 MODES = {
-    # name: (world size, extra environment, title, bucket_cap_mb or None for --bucket-mb)
-    "1rank": (1, {}, "1 rank (a 1-rank Gloo group: bucket copies, no peer)", None),
-    "shm": (2, {}, "2 ranks, shared memory", None),
-    "tcp": (2, dict(bench.TCP_ENV), "2 ranks, TCP (`TRAINCTL_SHM=0`)", None),
+    # name: (world size, extra environment, title, bucket_cap_mb or None for --bucket-mb,
+    #        job settings over bench.py's config)
+    "1rank": (1, {}, "1 rank (a 1-rank Gloo group: buckets, no peer)", None, {}),
+    "shm": (2, {}, "2 ranks, shared memory", None, {}),
+    "tcp": (2, dict(bench.TCP_ENV), "2 ranks, TCP (`TRAINCTL_SHM=0`)", None, {}),
     # Candidates for issue #49, measured beside the defaults (--modes).
-    "shm-view": (2, dict(VIEW_ENV), "2 ranks, shared memory, gradient_as_bucket_view", None),
-    "tcp-view": (2, dict(bench.TCP_ENV, **VIEW_ENV), "2 ranks, TCP, gradient_as_bucket_view", None),
-    "shm-b1": (2, {}, "2 ranks, shared memory, bucket_cap_mb 1", 1),
-    "tcp-b1": (2, dict(bench.TCP_ENV), "2 ranks, TCP, bucket_cap_mb 1", 1),
-    "shm-b1-view": (2, dict(VIEW_ENV), "2 ranks, shared memory, bucket_cap_mb 1, gradient_as_bucket_view", 1),
-    "tcp-b1-view": (2, dict(bench.TCP_ENV, **VIEW_ENV), "2 ranks, TCP, bucket_cap_mb 1, gradient_as_bucket_view", 1),
+    "1rank-copy": (1, {}, "1 rank, gradient_as_bucket_view: false", None, COPY),
+    "shm-copy": (2, {}, "2 ranks, shared memory, gradient_as_bucket_view: false", None, COPY),
+    "tcp-copy": (2, dict(bench.TCP_ENV), "2 ranks, TCP, gradient_as_bucket_view: false", None, COPY),
+    "shm-b1": (2, {}, "2 ranks, shared memory, bucket_cap_mb 1", 1, {}),
+    "tcp-b1": (2, dict(bench.TCP_ENV), "2 ranks, TCP, bucket_cap_mb 1", 1, {}),
     # No overlap: does the all-reduce during backward pay where both compete for the same cores?
-    "shm-late": (2, dict(LATE_ENV), "2 ranks, shared memory, every bucket launched after backward", None),
-    "tcp-late": (2, dict(bench.TCP_ENV, **LATE_ENV), "2 ranks, TCP, every bucket launched after backward", None),
+    "shm-late": (2, dict(LATE_ENV), "2 ranks, shared memory, every bucket launched after backward", None, {}),
+    "tcp-late": (2, dict(bench.TCP_ENV, **LATE_ENV), "2 ranks, TCP, every bucket launched after backward",
+                 None, {}),
 }
+# MODE@before (with --before BUILD_DIR): MODE run by that build, with its defaults (a build from before
+# ddp.gradient_as_bucket_view existed takes no job settings: only modes without any).
+BEFORE = "@before"
+
+
+def mode_spec(m, before_build):
+    """(world, env, title, bucket_mb, settings, build or None for the main one) of mode `m`."""
+    base = m[:-len(BEFORE)] if m.endswith(BEFORE) else m
+    if base not in MODES:
+        return None
+    world, env, title, bucket_mb, settings = MODES[base]
+    if base == m:
+        return world, env, title, bucket_mb, settings, None
+    if not before_build or settings:
+        return None
+    return world, env, title + ", before (%s)" % before_build[1], bucket_mb, settings, before_build[0]
+
+
+def baseline_of(m, have=()):
+    """The 1-rank mode that mode m's exposed communication is measured against: the same build, and
+    the same job settings where the run has a 1-rank mode with them (shm-copy against 1rank-copy)."""
+    if m.endswith(BEFORE):
+        return "1rank" + BEFORE
+    for suffix in ("-copy",):
+        if m.endswith(suffix) and "1rank" + suffix in have:
+            return "1rank" + suffix
+    return "1rank"
 
 
 def log(msg):
@@ -150,7 +178,7 @@ def table(mode, title, s, one_period):
                 fmt(b["finished"]), fmt(b["run"]), fmt(b["waited"])))
         lines.append("")
     exposed = None
-    if one_period and s["period"] and mode != "1rank":
+    if one_period and s["period"] and not mode.startswith("1rank"):
         exposed = (s["period"] - one_period) / s["period"]
     lines.append("| data + forward | backward | end-of-backward wait (p90) | copy back | optimizer | "
                  "after (metrics) | step (start→next start, p90) | rank skew at backward end | exposed comm |")
@@ -158,24 +186,25 @@ def table(mode, title, s, one_period):
     lines.append("| %s | %s | %s (%s) | %s | %s | %s | %s (%s) | %s | %s |" % (
         fmt(s["forward"]), fmt(s["backward"]), fmt(s["wait"]), fmt(s["wait_p90"]), fmt(s["copy_back"]),
         fmt(s["optimizer"]), fmt(s["after"]), fmt(s["period"]), fmt(s["period_p90"]), fmt(s.get("skew")),
-        "—" if mode == "1rank" else ("%.1f%%" % (100 * exposed) if exposed is not None else "n/a")))
+        "—" if mode.startswith("1rank") else ("%.1f%%" % (100 * exposed) if exposed is not None else "n/a")))
     return lines
 
 
 def extra_time_table(summaries, modes):
     """Where each 2-rank mode's step is longer than the 1-rank step, part by part (ms)."""
-    base = summaries["1rank"]
     keys = [("forward", "data + forward"), ("backward", "backward"), ("wait", "end-of-backward wait"),
             ("copy_back", "copy back"), ("optimizer", "optimizer")]
-    out = ["Where the 2-rank step's extra time goes: each part's median minus the 1-rank run's (ms); *other* is "
+    out = ["Where the 2-rank step's extra time goes: each part's median minus the 1-rank run's of the same build "
+           "and settings (ms); *other* is "
            "the rest of the step period. Parts without communication (forward, optimizer) grow too when both "
            "ranks compute at once on the 2 cores.", "",
            "| mode | step period | " + " | ".join(k[1] for k in keys) + " | other |",
            "| --- | --- | " + " | ".join("---" for _ in keys) + " | --- |"]
     for m in modes:
-        if m == "1rank" or m not in summaries:
+        if m.startswith("1rank") or m not in summaries or baseline_of(m, summaries) not in summaries:
             continue
         s = summaries[m]
+        base = summaries[baseline_of(m, summaries)]
         if s.get("period") is None or base.get("period") is None:
             continue
         diffs = [(s.get(k) - base.get(k)) if s.get(k) is not None and base.get(k) is not None else None
@@ -195,6 +224,8 @@ def main():
     ap.add_argument("--runs", type=int, default=1, help="runs per mode (modes take turns); medians pool them")
     ap.add_argument("--skip-steps", type=int, default=20, help="warm-up steps left out of the medians")
     ap.add_argument("--bucket-mb", type=float, default=25)
+    ap.add_argument("--before", default="", help="another build dir for the MODE@before modes (e.g. main's)")
+    ap.add_argument("--before-label", default="", help="what --before is, for the tables (e.g. its commit)")
     ap.add_argument("--run-timeout", type=int, default=180)
     ap.add_argument("--results", default=os.path.join(bench.REPO, "bench", "RESULTS.md"))
     ap.add_argument("--workdir", default="")
@@ -202,15 +233,20 @@ def main():
     signal.signal(signal.SIGTERM, bench.on_signal)
     signal.signal(signal.SIGINT, bench.on_signal)
     args.build = os.path.abspath(args.build)
-    for b in ("client/trainctl", "worker/trainer/trainctl-rank"):
-        if not os.access(os.path.join(args.build, b), os.X_OK):
-            sys.exit("missing %s/%s (ninja -C %s trainctl trainctl-rank)" % (args.build, b, args.build))
+    before = None
+    if args.before:
+        before = (os.path.abspath(args.before), args.before_label or args.before)
+    for build in [args.build] + ([before[0]] if before else []):
+        for b in ("client/trainctl", "worker/trainer/trainctl-rank"):
+            if not os.access(os.path.join(build, b), os.X_OK):
+                sys.exit("missing %s/%s (ninja -C %s trainctl trainctl-rank)" % (build, b, build))
     args.workdir = os.path.abspath(args.workdir or tempfile.mkdtemp(prefix="bench-ddp-timeline-"))
     os.makedirs(args.workdir, exist_ok=True)
     modes = [m for m in args.modes.split(",") if m]
     for m in modes:
-        if m not in MODES:
-            sys.exit("unknown mode %s (have %s)" % (m, ",".join(MODES)))
+        if mode_spec(m, before) is None:
+            sys.exit("unknown mode %s (have %s, and MODE%s of those without job settings with --before)" % (
+                m, ",".join(MODES), BEFORE))
     cfg = bench.configs(False)["mlp"]
     started_at = datetime.datetime.now(datetime.timezone.utc)
     load_before = bench.loadavg()
@@ -222,13 +258,13 @@ def main():
     for i in range(args.runs):
         order = modes if i % 2 == 0 else list(reversed(modes))
         for m in order:
-            world, env, _, bucket_mb = MODES[m]
-            tag = "timeline-%s-%d" % (m, i)
+            world, env, _, bucket_mb, settings, build = mode_spec(m, before)
+            tag = "timeline-%s-%d" % (m.replace("@", "-"), i)
             prefix = os.path.join(args.workdir, tag)
             for old in glob.glob(prefix + ".rank*.jsonl"):
                 os.remove(old)
-            r = bench.run_trainctl(args.build, cfg, world, bucket_mb or args.bucket_mb, 2, args.workdir, tag,
-                                   args.run_timeout, dict(env, **{ENV: prefix}))
+            r = bench.run_trainctl(build or args.build, dict(cfg, **settings), world, bucket_mb or args.bucket_mb, 2,
+                                   args.workdir, tag, args.run_timeout, dict(env, **{ENV: prefix}))
             if not r["ok"]:
                 log("%s FAILED: %s" % (m, r["error"]))
                 continue
@@ -244,12 +280,12 @@ def main():
     metric_steps = {m: statistics.median(metric_runs[m]) for m in modes if metric_runs[m]}
     load_after = bench.loadavg()
 
-    one = summaries.get("1rank", {}).get("period") if "1rank" in summaries else None
     out = []
     for m in modes:
         if m in summaries:
-            out += table(m, MODES[m][2], summaries[m], one) + [""]
-    if one is not None and len(summaries) > 1:
+            one = summaries.get(baseline_of(m, summaries), {}).get("period")
+            out += table(m, mode_spec(m, before)[2], summaries[m], one) + [""]
+    if "1rank" in summaries and len(summaries) > 1:
         out += extra_time_table(summaries, modes) + [""]
     if metric_steps:
         out.append("Step by the ranks' own metrics (bench.py's timing, same runs, median over runs): " + ", ".join(

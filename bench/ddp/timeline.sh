@@ -2,11 +2,15 @@
 # bench/ddp timeline: where a 2-rank DDP step's time goes (issue #49).
 #
 #   bench/ddp/timeline.sh BUILD_DIR [--no-write] [--modes 1rank,shm,tcp] [--runs N] [--skip-steps N] [--bucket-mb MB]
+#                         [--before OTHER_BUILD_DIR --before-label TEXT]
 #
-# Candidate modes to measure beside those: shm-view, tcp-view
-# (TRAINCTL_GRADIENT_AS_BUCKET_VIEW=1), shm-b1, tcp-b1 (bucket_cap_mb 1),
-# shm-b1-view, tcp-b1-view, shm-late, tcp-late
-# (TRAINCTL_DDP_LAUNCH_AFTER_BACKWARD=1: no overlap with backward).
+# Candidate modes to measure beside those: 1rank-copy, shm-copy, tcp-copy
+# (ddp.gradient_as_bucket_view: false), shm-b1, tcp-b1 (bucket_cap_mb 1),
+# shm-late, tcp-late (TRAINCTL_DDP_LAUNCH_AFTER_BACKWARD=1: no overlap with
+# backward); with --before, 1rank@before, shm@before, tcp@before (and the
+# -late ones) run OTHER_BUILD_DIR's binaries with their defaults, e.g.
+# main's before a change, in the same run; their exposed communication is
+# against 1rank@before.
 # Runs run.sh's MLP configuration (bench.py's job file and step count) once per
 # mode with TRAINCTL_COMM_TIMELINE set: 1 rank, 2 ranks over shared memory, 2
 # ranks over TCP (TRAINCTL_SHM=0). Prints per mode each bucket's ready /
@@ -17,7 +21,7 @@
 # `ninja -C BUILD_DIR trainctl trainctl-rank`.
 set -euo pipefail
 if [[ $# -lt 1 || "$1" == -* ]]; then
-  sed -n '2,17p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 BUILD_DIR=$(cd "$1" && pwd); shift

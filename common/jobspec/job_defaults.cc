@@ -89,6 +89,9 @@ void ResolveTrainingDefaults(v1::JobSpec* s) {
   if (p->bucket_cap_mb() == 0) p->set_bucket_cap_mb(25);
   if (!p->has_broadcast_buffers()) p->set_broadcast_buffers(true);
   if (p->comm_hook() == v1::DDP_COMM_HOOK_UNSPECIFIED) p->set_comm_hook(v1::DDP_COMM_HOOK_NONE);
+  // On where PyTorch's default is off: nothing is copied between the
+  // gradients and the buckets, for the same bytes (docs/ddp.md).
+  if (!p->has_gradient_as_bucket_view()) p->set_gradient_as_bucket_view(true);
   // PyTorch's PowerSGDState defaults.
   v1::PowerSgdSpec* ps = p->mutable_powersgd();
   if (ps->rank() == 0) ps->set_rank(1);

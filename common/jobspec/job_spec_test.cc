@@ -45,6 +45,7 @@ TEST(JobSpecTest, MinimalSpecGetsEveryDefault) {
   EXPECT_DOUBLE_EQ(s.ddp().bucket_cap_mb(), 25);
   EXPECT_TRUE(s.ddp().broadcast_buffers());
   EXPECT_FALSE(s.ddp().find_unused_parameters());
+  EXPECT_TRUE(s.ddp().gradient_as_bucket_view());
   // PyTorch's PowerSGDState defaults.
   EXPECT_EQ(s.ddp().powersgd().rank(), 1);
   EXPECT_EQ(s.ddp().powersgd().start_iter(), 1000);
@@ -101,7 +102,8 @@ training:
   grad_accumulation: 4
   max_grad_norm: 1.5
   amp: {enabled: true, dtype: fp16}
-ddp: {bucket_cap_mb: 5.5, broadcast_buffers: false, find_unused_parameters: true, comm_hook: bf16_compress}
+ddp: {bucket_cap_mb: 5.5, broadcast_buffers: false, find_unused_parameters: true, comm_hook: bf16_compress,
+      gradient_as_bucket_view: false}
 checkpoint: {dir: /ckpt, every_epochs: 2, keep: 5}
 restart: {max_restarts: 0, progress_timeout_s: 120}
 metrics: {every_steps: 7}
@@ -155,6 +157,8 @@ metrics: {every_steps: 7}
   EXPECT_FALSE(s.ddp().broadcast_buffers());
   EXPECT_TRUE(s.ddp().find_unused_parameters());
   EXPECT_EQ(s.ddp().comm_hook(), v1::DDP_COMM_HOOK_BF16_COMPRESS);
+  ASSERT_TRUE(s.ddp().has_gradient_as_bucket_view());
+  EXPECT_FALSE(s.ddp().gradient_as_bucket_view());
   EXPECT_EQ(s.checkpoint().dir(), "/ckpt");
   EXPECT_EQ(s.checkpoint().every_epochs(), 2);
   EXPECT_EQ(s.checkpoint().keep(), 5);
@@ -231,6 +235,7 @@ TEST(JobSpecTest, FlatFormForRankProcesses) {
   EXPECT_EQ(flat["training.amp.dtype"], "bf16");
   EXPECT_EQ(flat["ddp.bucket_cap_mb"], "25");
   EXPECT_EQ(flat["ddp.comm_hook"], "none");
+  EXPECT_EQ(flat["ddp.gradient_as_bucket_view"], "true");
   EXPECT_EQ(flat["data.shuffle"], "true");
   ParsedJobSpec mlp = ParseJobSpecFile(Source("examples/mlp-synthetic.yaml"));
   std::map<std::string, std::string> f2 = JobSpecToFlat(mlp.spec);
@@ -360,6 +365,9 @@ TEST(JobSpecTest, BadInputsGetExactMessages) {
        b + "ddp: {powersgd: {min_compression_rate: 0.5}}\n",
        {"job.yaml:5:40: ddp.powersgd.min_compression_rate: must be >= 1 (a matrix is compressed "
         "only when that many times smaller), got 0.5"}},
+      {"bucket view not a bool",
+       b + "ddp: {gradient_as_bucket_view: 1}\n",
+       {"job.yaml:5:32: ddp.gradient_as_bucket_view: must be true or false, got '1'"}},
       {"unknown comm hook",
        b + "ddp: {comm_hook: topk}\n",
        {"job.yaml:5:18: ddp.comm_hook: must be one of none, fp16_compress, bf16_compress, "

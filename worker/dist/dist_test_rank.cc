@@ -33,6 +33,7 @@
 #include "worker/dist/multiprocess_test_support.h"
 #include "worker/dist/rendezvous_store.h"
 #include "worker/dist/tensor_collectives.h"
+#include "worker/torch_compat.h"
 
 namespace td = trainctl::dist;
 using Clock = std::chrono::steady_clock;
@@ -554,7 +555,11 @@ int RunTrain(const Args& a, Ctx& ctx) {
       if (defined != (t.unused == "rank0")) return Fail("unused parameter's gradient state wrong");
     }
     sgd.step();
-    sgd.zero_grad();
+    if (opts.gradient_as_bucket_view) {
+      trainctl::torch_compat::ZeroGradInPlace(sgd);  // the bucket slices stay the gradients
+    } else {
+      sgd.zero_grad();
+    }
     if (s % t.state_every == 0 || s == t.steps - 1) {
       td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/state_r", ctx.rank, "_s", s, ".bin"),
                                    StateBytes(net));

@@ -64,11 +64,6 @@ absl::StatusOr<std::unique_ptr<GradientBucketer>> GradientBucketer::Create(
   if (options.first_bucket_bytes == 0) {
     return absl::InvalidArgumentError("GradientBucketer: first_bucket_bytes must be > 0");
   }
-  if (options.gradient_as_bucket_view && options.comm_hook != CommHook::kNone) {
-    return absl::InvalidArgumentError(
-        "GradientBucketer: gradient_as_bucket_view needs comm_hook none (a comm hook rewrites "
-        "the bucket)");
-  }
   if (options.comm_hook == CommHook::kPowerSgd) {
     const PowerSgdOptions& o = options.powersgd;
     if (o.rank < 1) {
@@ -319,8 +314,13 @@ void GradientBucketer::MarkReadyLocked(size_t index, bool unused, bool from_hook
     }
   } else if (Compresses(options_.comm_hook)) {
     // As PyTorch's reducer with a comm hook registered: the raw gradient;
-    // the hook divides (CompressBucket).
-    view.copy_(grad);
+    // the hook divides (CompressBucket). With gradient_as_bucket_view
+    // backward put it there already, and the hook's result (cast back, or
+    // PowerSGD's approximation) lands in param.grad() with it.
+    if (!IsBucketSlot(grad, view)) {
+      view.copy_(grad);
+      UseBucketSlotAsGradLocked(index, view);
+    }
   } else {
     // As PyTorch's reducer: divide while copying into the bucket, so the sum
     // all-reduce yields the average and the gradient is scanned once. The
@@ -332,9 +332,7 @@ void GradientBucketer::MarkReadyLocked(size_t index, bool unused, bool from_hook
       view.mul_(scale);
     } else {
       at::mul_out(view, grad, scale);
-      // From now on backward accumulates into the bucket.
-      if (options_.gradient_as_bucket_view && params_[index].is_contiguous())
-        params_[index].mutable_grad() = view;
+      UseBucketSlotAsGradLocked(index, view);
     }
   }
   ready_[index] = 1;
@@ -345,6 +343,13 @@ void GradientBucketer::MarkReadyLocked(size_t index, bool unused, bool from_hook
   --bucket.pending;
   if (options_.record_timeline && bucket.pending == 0)
     current_.timeline[loc.bucket].ready = Clock::now();
+}
+
+void GradientBucketer::UseBucketSlotAsGradLocked(size_t index, const at::Tensor& view) {
+  // From now on backward accumulates into the bucket. A non-contiguous
+  // parameter keeps its own gradient (the slot is laid out contiguously).
+  if (options_.gradient_as_bucket_view && params_[index].is_contiguous())
+    params_[index].mutable_grad() = view;
 }
 
 bool GradientBucketer::PowerSgdStepLocked() const {

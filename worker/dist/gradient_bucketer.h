@@ -106,13 +106,17 @@ struct GradientBucketerOptions {
   // stamp its collectives (Collectives::RecordWorkTimes). Off: no clock is
   // read for it.
   bool record_timeline = false;
-  // DDP's gradient_as_bucket_view: from the first synced step on, every
-  // contiguous parameter's param.grad() is its slice of the bucket, so
-  // backward accumulates straight into the bucket, the hook divides in
-  // place, and FinalizeBackward copies nothing back: one pass over the
-  // gradients' memory less per step. The optimizer's zero_grad() zeroes the
-  // bucket; replacing param.grad() with another tensor just costs one copy
-  // at the next synced step. Only with comm_hook none.
+  // DDP's gradient_as_bucket_view (ddp.gradient_as_bucket_view): from the
+  // first synced step on, every contiguous parameter's param.grad() is its
+  // slice of the bucket, so backward accumulates straight into the bucket,
+  // the hook divides in place (a comm hook compresses the bucket as it is),
+  // and FinalizeBackward copies nothing back: a pass over the gradients'
+  // memory less on each side of the all-reduce, for the same bytes. The
+  // caller must zero the gradients in place (LibTorch 1.x's zero_grad(),
+  // 2.x's zero_grad(false): torch_compat::ZeroGradInPlace) for the slices
+  // to stay; setting them to None, or replacing param.grad() with another
+  // tensor, just costs one copy at the next synced step. Off here as in
+  // PyTorch; the job spec turns it on by default.
   bool gradient_as_bucket_view = false;
   // No overlap: the hooks only fill the buckets and FinalizeBackward
   // launches them all, in the same order. For measuring what overlapping
@@ -307,6 +311,10 @@ class GradientBucketer {
   // Copies (grad / world_size) into the bucket slot (grad itself under a
   // compressing comm hook, which divides later), or zeros when `unused`.
   void MarkReadyLocked(size_t index, bool unused, bool from_hook)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
+  // gradient_as_bucket_view: makes `view` (the bucket slot that now holds
+  // params_[index]'s gradient) its param.grad().
+  void UseBucketSlotAsGradLocked(size_t index, const at::Tensor& view)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu_);
   // Launches every complete bucket from next_bucket_ on, stopping at the first
   // incomplete one, so that launch order is bucket order on every rank.

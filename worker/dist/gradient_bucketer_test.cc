@@ -21,6 +21,7 @@
 #include "worker/dist/gloo_collectives.h"
 #include "worker/dist/multiprocess_test_support.h"
 #include "worker/dist/rendezvous_store.h"
+#include "worker/torch_compat.h"
 
 namespace trainctl::dist {
 namespace {
@@ -192,41 +193,53 @@ TEST(GradientBucketerTest, TimelineRecordsEveryBucketInOrderOnlyWhenAskedTo) {
   }
 }
 
-// gradient_as_bucket_view: the gradients become slices of the buckets (the
-// parameters of one bucket share its storage), the optimizer's zero_grad()
-// works on them, and training gives the bytes the copying path gives.
-TEST(GradientBucketerTest, GradientAsBucketViewTrainsToTheSameBytes) {
-  std::vector<std::vector<at::Tensor>> finals;
-  for (bool as_view : {false, true}) {
-    SCOPED_TRACE(as_view ? "gradient_as_bucket_view" : "copy");
-    torch::manual_seed(0);
-    ThreeLayers net;
-    GradientBucketerOptions o;
-    o.first_bucket_bytes = 100000;
-    o.bucket_cap_mb = 0.3;  // buckets {fc2}, {fc1, fc0}
-    o.gradient_as_bucket_view = as_view;
-    auto ddp = GradientBucketer::Create(net, SingleRankGloo(), o);
-    ASSERT_TRUE(ddp.ok()) << ddp.status();
-    torch::optim::SGD sgd(net.parameters(), torch::optim::SGDOptions(0.1));
-    for (int step = 0; step < 3; ++step) {
-      torch::manual_seed(100 + step);
-      ASSERT_TRUE((*ddp)->PrepareForward().ok());
-      net.forward(torch::randn({4, 256})).pow(2).sum().backward();
-      ASSERT_TRUE((*ddp)->FinalizeBackward().ok());
-      const bool shared =
-          net.fc0->weight.grad().storage().is_alias_of(net.fc1->weight.grad().storage());
-      EXPECT_EQ(shared, as_view);
-      EXPECT_FALSE(net.fc0->weight.grad().storage().is_alias_of(net.fc2->weight.grad().storage()));
-      sgd.step();
-      ASSERT_NO_THROW(sgd.zero_grad());
+// gradient_as_bucket_view, with each comm hook: the gradients become slices
+// of the buckets (the parameters of one bucket share its storage), stay
+// there across steps when zeroed in place (no copy either way), and training
+// gives the bytes the copying path gives.
+TEST(GradientBucketerTest, GradientAsBucketViewTrainsToTheSameBytesWithEveryHook) {
+  for (CommHook hook :
+       {CommHook::kNone, CommHook::kFp16Compress, CommHook::kBf16Compress, CommHook::kPowerSgd}) {
+    std::vector<std::vector<at::Tensor>> finals;
+    for (bool as_view : {false, true}) {
+      SCOPED_TRACE(
+          absl::StrCat(CommHookName(hook), as_view ? " gradient_as_bucket_view" : " copy"));
+      torch::manual_seed(0);
+      ThreeLayers net;
+      GradientBucketerOptions o;
+      o.first_bucket_bytes = 100000;
+      o.bucket_cap_mb = 0.3;  // buckets {fc2}, {fc1, fc0}
+      o.gradient_as_bucket_view = as_view;
+      o.comm_hook = hook;
+      o.powersgd.start_iter = 1;  // a plain step, then PowerSGD's
+      auto ddp = GradientBucketer::Create(net, SingleRankGloo(), o);
+      ASSERT_TRUE(ddp.ok()) << ddp.status();
+      torch::optim::SGD sgd(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+      const void* slot = nullptr;  // fc0.weight's gradient after the first step
+      for (int step = 0; step < 4; ++step) {
+        SCOPED_TRACE(step);
+        torch::manual_seed(100 + step);
+        ASSERT_TRUE((*ddp)->PrepareForward().ok());
+        net.forward(torch::randn({4, 256})).pow(2).sum().backward();
+        ASSERT_TRUE((*ddp)->FinalizeBackward().ok());
+        EXPECT_EQ((*ddp)->last_step_stats().powersgd, hook == CommHook::kPowerSgd && step >= 1);
+        const at::Tensor& g = net.fc0->weight.grad();
+        EXPECT_EQ(g.storage().is_alias_of(net.fc1->weight.grad().storage()), as_view);
+        EXPECT_FALSE(g.storage().is_alias_of(net.fc2->weight.grad().storage()));
+        if (step == 0) slot = g.data_ptr();
+        // Zeroed in place, the slice stays: backward accumulates into it.
+        if (as_view) EXPECT_EQ(g.data_ptr(), slot);
+        sgd.step();
+        ASSERT_NO_THROW(torch_compat::ZeroGradInPlace(sgd));
+      }
+      std::vector<at::Tensor> params;
+      for (const auto& p : net.parameters()) params.push_back(p.detach().clone());
+      finals.push_back(std::move(params));
     }
-    std::vector<at::Tensor> params;
-    for (const auto& p : net.parameters()) params.push_back(p.detach().clone());
-    finals.push_back(std::move(params));
+    ASSERT_EQ(finals[0].size(), finals[1].size());
+    for (size_t i = 0; i < finals[0].size(); ++i)
+      EXPECT_TRUE(torch::equal(finals[0][i], finals[1][i])) << CommHookName(hook) << " " << i;
   }
-  ASSERT_EQ(finals[0].size(), finals[1].size());
-  for (size_t i = 0; i < finals[0].size(); ++i)
-    EXPECT_TRUE(torch::equal(finals[0][i], finals[1][i]));
 }
 
 TEST(GradientBucketerTest, LaunchAfterBackwardLaunchesEveryBucketAtFinalize) {
@@ -247,16 +260,6 @@ TEST(GradientBucketerTest, LaunchAfterBackwardLaunchesEveryBucketAtFinalize) {
     EXPECT_FALSE(s.launches[i].from_hook);
     EXPECT_GE(s.launches[i].time, s.backward_end);
   }
-}
-
-TEST(GradientBucketerTest, GradientAsBucketViewNeedsNoCommHook) {
-  ThreeLayers net;
-  GradientBucketerOptions o;
-  o.gradient_as_bucket_view = true;
-  o.comm_hook = CommHook::kFp16Compress;
-  auto ddp = GradientBucketer::Create(net, SingleRankGloo(), o);
-  EXPECT_EQ(ddp.status().code(), absl::StatusCode::kInvalidArgument);
-  EXPECT_THAT(std::string(ddp.status().message()), HasSubstr("gradient_as_bucket_view"));
 }
 
 TEST(GradientBucketerTest, HooksAreRemovedWithTheBucketer) {
@@ -505,34 +508,40 @@ INSTANTIATE_TEST_SUITE_P(WorldSizes, GradientBucketerReplicaTest, ::testing::Val
                          });
 
 // gradient_as_bucket_view over shared memory, with no_sync micro-steps
-// accumulating into the buckets, and every bucket launched after backward:
-// the replicas agree bit for bit after every step, and with the default
-// path's parameters.
+// accumulating into the buckets, and every bucket launched after backward,
+// without a comm hook and with a 16-bit one and PowerSGD (from step 2): the
+// replicas agree bit for bit after every step, and with the default path's
+// parameters.
 TEST(GradientBucketerMultiProcessTest, GradientAsBucketViewKeepsReplicasAndBytes) {
   const int steps = 4;
-  std::map<std::string, std::string> args = {{"steps", std::to_string(steps)},
-                                             {"micro", "2"},
-                                             {"bn", "1"},
-                                             {"depth", "3"},
-                                             {"hidden", "64"},
-                                             {"bucket_cap_mb", "0.01"},
-                                             {"first_bucket_bytes", "4096"}};
-  auto copy_run = RunRanks("train", 2, args, kRunTimeout);
-  args["bucket_view"] = "1";
-  args["launch_after_backward"] = "1";  // the same bytes without overlap too
-  auto view_run = RunRanks("train", 2, args, kRunTimeout);
-  ASSERT_TRUE(copy_run.ok() && view_run.ok());
-  ExpectAllExitedCleanly(*copy_run);
-  ExpectAllExitedCleanly(*view_run);
-  for (int s = 0; s < steps; ++s) {
-    const std::string step = absl::StrCat("s", s);
-    const std::string v0 = State(*view_run, 0, step);
-    EXPECT_FALSE(v0.empty());
-    EXPECT_TRUE(SameBytes(v0, State(*view_run, 1, step))) << "replicas differ at step " << s;
-    EXPECT_TRUE(SameBytes(v0, State(*copy_run, 0, step))) << "differs from copying at step " << s;
+  for (const char* hook : {"none", "fp16_compress", "powersgd"}) {
+    SCOPED_TRACE(hook);
+    std::map<std::string, std::string> args = {{"steps", std::to_string(steps)},
+                                               {"micro", "2"},
+                                               {"bn", "1"},
+                                               {"depth", "3"},
+                                               {"hidden", "64"},
+                                               {"bucket_cap_mb", "0.01"},
+                                               {"first_bucket_bytes", "4096"},
+                                               {"comm_hook", hook},
+                                               {"powersgd_start_iter", "2"}};
+    auto copy_run = RunRanks("train", 2, args, kRunTimeout);
+    args["bucket_view"] = "1";
+    args["launch_after_backward"] = "1";  // the same bytes without overlap too
+    auto view_run = RunRanks("train", 2, args, kRunTimeout);
+    ASSERT_TRUE(copy_run.ok() && view_run.ok());
+    ExpectAllExitedCleanly(*copy_run);
+    ExpectAllExitedCleanly(*view_run);
+    for (int s = 0; s < steps; ++s) {
+      const std::string step = absl::StrCat("s", s);
+      const std::string v0 = State(*view_run, 0, step);
+      EXPECT_FALSE(v0.empty());
+      EXPECT_TRUE(SameBytes(v0, State(*view_run, 1, step))) << "replicas differ at step " << s;
+      EXPECT_TRUE(SameBytes(v0, State(*copy_run, 0, step))) << "differs from copying at step " << s;
+    }
+    Cleanup(*copy_run);
+    Cleanup(*view_run);
   }
-  Cleanup(*copy_run);
-  Cleanup(*view_run);
 }
 
 TEST(GradientBucketerMultiProcessTest, TwoRanksOfBatchBEqualOneRankOfBatch2B) {

@@ -46,12 +46,26 @@ inline void CpuRelax() {
 // float16 all-reduce can best return; still one rank, one order, so every
 // rank gets the same bytes.
 template <typename T, typename Acc = T>
-void SumShare(char* const* slots, int world, size_t lo, size_t hi, T* out) {
+void SumShare(const char* const* srcs, int world, size_t lo, size_t hi, T* out) {
   for (size_t i = lo; i < hi; ++i) {
-    Acc acc = static_cast<Acc>(reinterpret_cast<const T*>(slots[0])[i]);
-    for (int r = 1; r < world; ++r)
-      acc += static_cast<Acc>(reinterpret_cast<const T*>(slots[r])[i]);
+    Acc acc = static_cast<Acc>(reinterpret_cast<const T*>(srcs[0])[i]);
+    for (int r = 1; r < world; ++r) acc += static_cast<Acc>(reinterpret_cast<const T*>(srcs[r])[i]);
     out[i] = static_cast<T>(acc);
+  }
+}
+
+// Elements [lo, hi) of the sum of srcs in rank order into `slot` (read by
+// the peers) and `mine` (the caller's buffer, which is also one of srcs), a
+// block at a time: each block's result is copied from the slot while it is
+// still in the cache, rather than written to both in the loop, where the
+// compiler must assume that `mine` aliases a source at other indices.
+template <typename T, typename Acc = T>
+void SumShareInto(const char* const* srcs, int world, size_t lo, size_t hi, T* slot, T* mine) {
+  constexpr size_t kBlock = 2048;
+  for (size_t b = lo; b < hi; b += kBlock) {
+    const size_t e = std::min(hi, b + kBlock);
+    SumShare<T, Acc>(srcs, world, b, e, slot);
+    std::memcpy(mine + b, slot + b, (e - b) * sizeof(T));
   }
 }
 
@@ -216,31 +230,44 @@ absl::Status ShmAllReduce::AllReduceSum(void* data, size_t count, CommDataType t
   char* bytes = static_cast<char*>(data);
   for (size_t off = 0; off < count; off += per_chunk) {
     const size_t n = std::min(per_chunk, count - off);
-    std::memcpy(slots[rank_], bytes + off * esize, n * esize);
-    if (absl::Status s = Barrier(deadline); !s.ok()) return s;
+    char* mine = bytes + off * esize;
     const size_t lo = n * static_cast<size_t>(rank_) / static_cast<size_t>(world_);
     const size_t hi = n * static_cast<size_t>(rank_ + 1) / static_cast<size_t>(world_);
+    // Only the shares the peers sum go through this rank's slot: its own
+    // share it sums straight from `data` (the same values, the same order),
+    // and writes the result both to its slot, for the peers, and to `data`.
+    // At 2 ranks that moves 4 bytes per byte of the buffer instead of 5.5.
+    std::memcpy(slots[rank_], mine, lo * esize);
+    std::memcpy(slots[rank_] + hi * esize, mine + hi * esize, (n - hi) * esize);
+    if (absl::Status s = Barrier(deadline); !s.ok()) return s;
+    const char* srcs[kMaxRanks];
+    for (int r = 0; r < world_; ++r) srcs[r] = r == rank_ ? mine : slots[r];
     switch (type) {
       case CommDataType::kFloat32:
-        SumShare<float>(slots, world_, lo, hi, reinterpret_cast<float*>(slots[rank_]));
+        SumShareInto<float>(srcs, world_, lo, hi, reinterpret_cast<float*>(slots[rank_]),
+                            reinterpret_cast<float*>(mine));
         break;
       case CommDataType::kFloat64:
-        SumShare<double>(slots, world_, lo, hi, reinterpret_cast<double*>(slots[rank_]));
+        SumShareInto<double>(srcs, world_, lo, hi, reinterpret_cast<double*>(slots[rank_]),
+                             reinterpret_cast<double*>(mine));
         break;
       case CommDataType::kFloat16:
-        SumShare<c10::Half, float>(slots, world_, lo, hi,
-                                   reinterpret_cast<c10::Half*>(slots[rank_]));
+        SumShareInto<c10::Half, float>(srcs, world_, lo, hi,
+                                       reinterpret_cast<c10::Half*>(slots[rank_]),
+                                       reinterpret_cast<c10::Half*>(mine));
         break;
       default:  // kBFloat16 (Supports)
-        SumShare<c10::BFloat16, float>(slots, world_, lo, hi,
-                                       reinterpret_cast<c10::BFloat16*>(slots[rank_]));
+        SumShareInto<c10::BFloat16, float>(srcs, world_, lo, hi,
+                                           reinterpret_cast<c10::BFloat16*>(slots[rank_]),
+                                           reinterpret_cast<c10::BFloat16*>(mine));
         break;
     }
     if (absl::Status s = Barrier(deadline); !s.ok()) return s;
     for (int r = 0; r < world_; ++r) {
+      if (r == rank_) continue;  // summed in place above
       const size_t rlo = n * static_cast<size_t>(r) / static_cast<size_t>(world_);
       const size_t rhi = n * static_cast<size_t>(r + 1) / static_cast<size_t>(world_);
-      std::memcpy(bytes + (off + rlo) * esize, slots[r] + rlo * esize, (rhi - rlo) * esize);
+      std::memcpy(mine + rlo * esize, slots[r] + rlo * esize, (rhi - rlo) * esize);
     }
     // Nobody refills a slot before every rank has copied its results out.
     if (absl::Status s = Barrier(deadline); !s.ok()) return s;

@@ -4,14 +4,17 @@
 //
 // Why: between two processes on one host Gloo moves a buffer through two
 // loopback TCP streams (kernel copies, its device thread, the sum): 9 ms for
-// 9.5 MB on a 2-core VM. Through shared memory it is a copy in, a sum of this
-// rank's share of every slot, and a copy out of every share (~2 ms).
+// 9.5 MB on a 2-core VM. Through shared memory it is a copy in of what the
+// peers sum, a sum of this rank's share, and a copy out of the peers' shares
+// (~2 ms).
 //
-// Per chunk (slot_bytes per rank): every rank copies its part into its slot;
-// barrier; rank r sums elements [r*n/W, (r+1)*n/W) of all slots in rank order
-// into its own slot; barrier; every rank copies each share from its owner's
-// slot; barrier. Each element is summed once, by one rank, in a fixed order,
-// so every rank ends with bitwise-identical results.
+// Per chunk (slot_bytes per rank): every rank copies into its slot the
+// parts the others sum; barrier; rank r sums elements [r*n/W, (r+1)*n/W)
+// in rank order, its own values taken from its buffer and the others' from
+// their slots, into its own slot and its buffer; barrier; every rank copies
+// each other share from its owner's slot; barrier. Each element is summed
+// once, by one rank, in a fixed order, so every rank ends with
+// bitwise-identical results.
 //
 // The barrier spins briefly, then sleeps on a futex in the segment. A peer
 // that died (its pid is gone), Break() from any rank, or the deadline end the

@@ -226,6 +226,10 @@ absl::StatusOr<TrainingOptions> ParseTraining(const FlatConfig& c) {
                                        dist::CommHook::kBf16Compress, dist::CommHook::kPowerSgd,
                                        dist::CommHook::kNone};
   t.ddp.comm_hook = kHooks[hook];
+  // Absent in a spec resolved before the field existed: the copying path
+  // that such a job trained with until then.
+  TRAINCTL_ASSIGN_OR_RETURN(t.ddp.gradient_as_bucket_view,
+                            rankproto::GetBool(c, "ddp.gradient_as_bucket_view", false));
   // ddp.powersgd.*: a spec resolved before they existed keeps PyTorch's
   // defaults (those of dist::PowerSgdOptions, which job_defaults.cc writes).
   dist::PowerSgdOptions& ps = t.ddp.powersgd;

@@ -218,6 +218,26 @@ TEST(RankConfigTest, ErrorsNameTheKey) {
   f = Classic();
   f["ddp.powersgd.warm_start"] = "maybe";
   ExpectError(f, "ddp.powersgd.warm_start", "");
+  f = Classic();
+  f["ddp.gradient_as_bucket_view"] = "maybe";
+  ExpectError(f, "ddp.gradient_as_bucket_view", "");
+}
+
+// ddp.gradient_as_bucket_view as resolved; a spec resolved before the field
+// existed trained with the copies, and keeps them.
+TEST(RankConfigTest, GradientAsBucketView) {
+  for (const auto& [value, want] :
+       std::vector<std::pair<std::string, bool>>{{"true", true}, {"false", false}, {"", false}}) {
+    auto f = Classic();
+    if (value.empty()) {
+      ASSERT_EQ(f.erase("ddp.gradient_as_bucket_view"), 1u);
+    } else {
+      f["ddp.gradient_as_bucket_view"] = value;
+    }
+    auto c = ParseRankConfig(f);
+    ASSERT_TRUE(c.ok()) << value << ": " << c.status();
+    EXPECT_EQ(c->training.ddp.gradient_as_bucket_view, want) << value;
+  }
 }
 
 TEST(RankConfigTest, CommHookNames) {
@@ -252,6 +272,7 @@ TEST(RankConfigTest, TakesEveryValueFromTheResolvedSpec) {
   EXPECT_DOUBLE_EQ(c->training.ddp.bucket_cap_mb, 25);
   EXPECT_TRUE(c->training.ddp.broadcast_buffers);
   EXPECT_EQ(c->training.ddp.comm_hook, dist::CommHook::kNone);
+  EXPECT_TRUE(c->training.ddp.gradient_as_bucket_view);
   EXPECT_EQ(c->training.ddp.powersgd.rank, 1);
   EXPECT_EQ(c->training.ddp.powersgd.start_iter, 1000);
   EXPECT_DOUBLE_EQ(c->training.ddp.powersgd.min_compression_rate, 2);

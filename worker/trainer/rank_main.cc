@@ -365,13 +365,6 @@ TrainerSetup MakeTrainerSetup(const RankConfig& cfg, c10::Device device,
     LogLine(absl::StrCat("comm timeline: recording every step for ",
                          StepTimeline::PathFor(prefix, run.rank)));
   }
-  // Measured before it becomes a job field (docs/ddp.md, issue #49).
-  if (const char* v = std::getenv("TRAINCTL_GRADIENT_AS_BUCKET_VIEW");
-      v != nullptr && std::string(v) == "1" &&
-      setup.options.ddp.comm_hook == dist::CommHook::kNone) {
-    setup.options.ddp.gradient_as_bucket_view = true;
-    LogLine("gradient_as_bucket_view: gradients are slices of the all-reduce buckets");
-  }
   if (const char* v = std::getenv("TRAINCTL_DDP_LAUNCH_AFTER_BACKWARD");
       v != nullptr && std::string(v) == "1") {
     setup.options.ddp.launch_after_backward = true;

@@ -18,6 +18,7 @@
 #include "absl/strings/str_cat.h"
 #include "common/status_macros.h"
 #include "worker/dist/tensor_collectives.h"
+#include "worker/torch_compat.h"
 #include "worker/trainer/autocast.h"
 #include "worker/trainer/lr_schedule.h"
 #include "worker/trainer/trainer_impl.h"
@@ -218,7 +219,13 @@ absl::Status Trainer::Impl::ApplyGradients(EpochRun& run) {
                                      " (epoch ", run.epoch, "): ", collapse));
     }
   }
-  optimizer->zero_grad();
+  if (ddp != nullptr && o.ddp.gradient_as_bucket_view) {
+    // The gradients are slices of the buckets: zeroed there, they stay
+    // (LibTorch 2.x's zero_grad() would drop them).
+    torch_compat::ZeroGradInPlace(*optimizer);
+  } else {
+    optimizer->zero_grad();
+  }
   if (timeline != nullptr) timeline->Mark(StepTimeline::kOptimizerEnd);
   return absl::OkStatus();
 }
