@@ -106,9 +106,10 @@ void TelemetryBatcher::Written(const absl::Status& committed) {
     for (size_t i = 0; i < group->items.size(); ++i) {
       if (group->fates[i] != Fate::kWrite && group->fates[i] != Fate::kApply) continue;
       const Queued& q = group->items[i];
-      LogRefused(q.worker_id, q.msg.has_metrics() ? ctx_.ingest->MetricsStored(q.worker_id, q.msg.metrics())
-                              : q.msg.has_logs()  ? ctx_.ingest->LogsStored(q.worker_id, q.msg.logs())
-                                                  : ctx_.ingest->OnProgress(q.worker_id, q.msg.progress()));
+      LogRefused(q.worker_id,
+                 q.msg.has_metrics() ? ctx_.ingest->MetricsStored(q.worker_id, q.msg.metrics())
+                 : q.msg.has_logs()  ? ctx_.ingest->LogsStored(q.worker_id, q.msg.logs())
+                                     : ctx_.ingest->OnProgress(q.worker_id, q.msg.progress()));
     }
     for (TelemetrySession* s : sessions) s->TelemetryApplied();
     for (const Queued& q : group->items) Release(q.worker_id);

@@ -523,9 +523,9 @@ absl::Status StoreCore::CommitGroupLocked(
       seqs[it->second].second = std::max(seqs[it->second].second, seq);
     }
     status = WriteChunked(stmts->put_telemetry_seqs, seqs.size(), 2, op,
-                            [&seqs](Query& q, int first, size_t i) {
-                              q.Bind(first, seqs[i].first).Bind(first + 1, seqs[i].second);
-                            });
+                          [&seqs](Query& q, int first, size_t i) {
+                            q.Bind(first, seqs[i].first).Bind(first + 1, seqs[i].second);
+                          });
   }
   // The test's write fault may fail the commit itself (a disk that fills
   // at COMMIT): everything of the group is then rolled back below.
