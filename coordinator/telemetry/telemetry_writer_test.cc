@@ -46,6 +46,7 @@ TEST(TelemetryWriterTest, TheWriteRunsOffTheLoopAndItsDoneOnTheLoop) {
 // the posted one (which then finds nothing to do); the writer takes the
 // next write after it.
 TEST(TelemetryWriterTest, WaitRunsTheDoneAtOnceAndTheNextWriteFollows) {
+  AssertOnLoop(nullptr, "the test thread plays the loop");
   TelemetryWriter writer(nullptr);  // no loop: only Wait runs a done
   absl::Notification release;
   int dones = 0;
