@@ -60,17 +60,23 @@ void WorkerSession::Done() {
   live_ = 0;
   Ended(/*left=*/false);
   // Nothing queued may outlive the session it answers to.
-  if (ctx_.batcher != nullptr) ctx_.batcher->Drain();
+  SettleTelemetry(worker_id_);
+}
+
+// Waits until the worker's queued telemetry is applied and answered
+// (TelemetryBatcher::Settle): what follows counts on its applied seq.
+void WorkerSession::SettleTelemetry(const std::string& worker_id) {
+  if (ctx_.batcher != nullptr && !worker_id.empty()) ctx_.batcher->Settle(worker_id);
 }
 
 bool WorkerSession::Sequenced(const v1::WorkerMessage& msg) const {
   return msg.seq() > 0 && ctx_.telemetry != nullptr;
 }
 
-// Sequenced metrics and logs go through the group commit.
+// Sequenced metrics (that make no event), logs and progress go through the
+// group commit.
 bool WorkerSession::Batched(const v1::WorkerMessage& msg) const {
-  return ctx_.batcher != nullptr && ctx_.telemetry != nullptr && msg.seq() > 0 &&
-         (msg.has_metrics() || msg.has_logs());
+  return ctx_.batcher != nullptr && ctx_.telemetry != nullptr && TelemetryBatcher::Batches(msg);
 }
 
 // The token this session opened with was revoked or expired: the worker is
@@ -92,10 +98,15 @@ void WorkerSession::Handle(const v1::WorkerMessage& msg) {
   AssertOnLoop(ctx_.loop, kWhat);
   any_message_ = true;
   if (revoked_) return;
-  // Everything but a heartbeat and a queued report waits for what is
-  // queued: a worker's messages are applied in the order it sent them, and
-  // a RegisterAck's applied seq covers what was queued.
-  if (ctx_.batcher != nullptr && !msg.has_heartbeat() && !Batched(msg)) ctx_.batcher->Drain();
+  // Everything but a heartbeat and a queued report waits for what the
+  // worker queued: its messages are applied in the order it sent them, and
+  // a RegisterAck's applied seq covers what was queued (a register names
+  // the worker it will be: its certificate's id, or the id it asks for).
+  if (!msg.has_heartbeat() && !Batched(msg)) {
+    SettleTelemetry(!worker_id_.empty()        ? worker_id_
+                    : !caller_.cert_id.empty() ? caller_.cert_id
+                                               : msg.register_().worker_id());
+  }
   if (!CertStillValid()) return;
   if (msg.has_register_()) {
     HandleRegister(msg.register_());
@@ -479,7 +490,7 @@ void WorkerSession::NoteHeld(bool held) {
 void WorkerSession::Ended(bool left) {
   AssertOnLoop(ctx_.loop, kWhat);
   // What the worker sent before it left is applied before it is gone.
-  if (ctx_.batcher != nullptr) ctx_.batcher->Drain();
+  SettleTelemetry(worker_id_);
   // What it still holds is the worker's again (it resends it).
   NoteHeld(false);
   if (ended_ || worker_id_.empty()) {

@@ -127,6 +127,7 @@ class WorkerSession final : public WorkerChannel, public TelemetrySession {
   void AckTelemetry() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   void TelemetryFailed(int64_t seq, const absl::Status& why) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   void NoteHeld(bool held) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  void SettleTelemetry(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   void Ended(bool left) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // How long a registration waits (on the loop) for the resolver to map a

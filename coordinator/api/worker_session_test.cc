@@ -9,12 +9,14 @@
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <map>
 #include <memory>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include "absl/strings/match.h"
 #include "coordinator/jobs/job_manager_fixture.h"
 
 namespace trainctl::coordinator {
@@ -95,6 +97,35 @@ v1::WorkerMessage RunningMsg(const std::string& job, int64_t seq) {
   st->set_attempt(1);
   st->set_rank(0);
   st->set_state(v1::RANK_STATE_RUNNING);
+  return m;
+}
+
+// Rank 0's point: a train window at `step`, or the end of epoch 0 (an
+// event, so not batched).
+v1::WorkerMessage MetricsMsg(const std::string& job, int64_t seq, int64_t step,
+                             v1::MetricPoint::Kind kind = v1::MetricPoint::KIND_TRAIN) {
+  v1::WorkerMessage m;
+  m.set_seq(seq);
+  v1::MetricBatch* b = m.mutable_metrics();
+  b->set_job_id(job);
+  b->set_attempt(1);
+  v1::MetricPoint* p = b->add_points();
+  p->set_rank(0);
+  p->set_kind(kind);
+  p->set_step(step);
+  p->set_steps_per_epoch(100);
+  p->set_loss(0.5);
+  return m;
+}
+
+v1::WorkerMessage ProgressMsg(const std::string& job, int64_t seq, int64_t step) {
+  v1::WorkerMessage m;
+  m.set_seq(seq);
+  v1::RankProgress* p = m.mutable_progress();
+  p->set_job_id(job);
+  p->set_attempt(1);
+  p->set_rank(0);
+  p->set_step(step);
   return m;
 }
 
@@ -432,6 +463,109 @@ TEST_F(WorkerSessionTest, TelemetryAStoreFailureKeptOutIsHeldAndRetriedWithBacko
   EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1, 3));
   EXPECT_THAT(StoredLines(job), ElementsAre("a", "b"));
   EXPECT_FALSE(s.transport.closed) << s.transport.status;
+}
+
+// The group commit runs off the loop (TelemetryBatcher): a group in the
+// writer is neither acknowledged, nor counted as applied, nor folded into
+// the job until its commit is heard on the loop; what arrives meanwhile is
+// the next group, acknowledged after it, in order.
+TEST_F(WorkerSessionTest, TelemetryIsAckedAppliedAndFoldedOnlyAfterItsGroupCommits) {
+  Stream& s = Registered("w1");
+  const std::string job = RunningOn(s);  // rank status seq 1
+  s.session->Handle(LogsMsg(job, 2, "a"));
+  s.session->Handle(MetricsMsg(job, 3, 42));
+  batcher_->SendQueued();  // the loop turn's group, to the writer
+  s.session->Handle(LogsMsg(job, 4, "b"));
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1));
+  EXPECT_EQ(ledger_->Applied("w1"), 1);
+  EXPECT_NE(Get(job).progress().step(), 42);
+
+  batcher_->Drain();
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1, 3, 4));
+  EXPECT_EQ(ledger_->Applied("w1"), 4);
+  EXPECT_EQ(Get(job).progress().step(), 42);
+  EXPECT_THAT(StoredLines(job), ElementsAre("a", "b"));
+  absl::StatusOr<std::vector<v1::MetricPoint>> points = store_->telemetry().ListMetrics(job, 0);
+  ASSERT_TRUE(points.ok()) << points.status();
+  ASSERT_EQ(points->size(), 1u);
+  EXPECT_EQ((*points)[0].step(), 42);
+
+  // A resend of what was committed is a duplicate: acknowledged, not stored again.
+  s.session->Handle(LogsMsg(job, 4, "b"));
+  batcher_->Drain();
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1, 3, 4, 4));
+  EXPECT_THAT(StoredLines(job), ElementsAre("a", "b"));
+}
+
+// A commit that fails applies nothing -- no seq advances, so the resend is
+// not taken for a duplicate -- and the session gets back the failed group
+// with what it queued after it (a later message never commits before an
+// earlier one), holds them and applies them in order once the store is back.
+TEST_F(WorkerSessionTest, AFailedGroupHandsBackItsMessagesAndThoseQueuedAfterThem) {
+  Stream& s = Registered("w1");
+  const std::string job = RunningOn(s);
+  store_->SetWriteFaultForTest(
+      [](int64_t, absl::string_view op) { return absl::StartsWith(op, "CommitGroup"); });
+  s.session->Handle(LogsMsg(job, 2, "a"));
+  batcher_->SendQueued();
+  s.session->Handle(LogsMsg(job, 3, "b"));
+  batcher_->Drain();
+  EXPECT_EQ(s.session->held(), 2u);
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1));
+  EXPECT_EQ(ledger_->Applied("w1"), 1);
+  EXPECT_TRUE(StoredLines(job).empty());
+  EXPECT_FALSE(s.transport.closed) << s.transport.status;
+
+  store_->SetWriteFaultForTest(nullptr);
+  clock_.Advance(WorkerSession::kFirstRetry);
+  s.session->Handle(HeartbeatMsg(1));
+  EXPECT_EQ(s.session->held(), 0u);
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1, 3));
+  EXPECT_THAT(StoredLines(job), ElementsAre("a", "b"));
+}
+
+// A report that does not go through the batcher -- here rank 0's epoch end,
+// whose event is a job commit in one transaction with its point -- waits
+// for the worker's queued telemetry: applied and acknowledged in the order
+// sent. So does the end of its stream.
+TEST_F(WorkerSessionTest, AReportThatIsNotBatchedWaitsForTheWorkersQueuedTelemetry) {
+  Stream& s = Registered("w1");
+  const std::string job = RunningOn(s);
+  s.session->Handle(LogsMsg(job, 2, "a"));
+  s.session->Handle(MetricsMsg(job, 3, 99, v1::MetricPoint::KIND_EPOCH_END));
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1, 2, 3));
+  EXPECT_THAT(StoredLines(job), ElementsAre("a"));
+  absl::StatusOr<std::vector<v1::Event>> events = store_->jobs().ListEvents(job, 0, 100);
+  ASSERT_TRUE(events.ok()) << events.status();
+  EXPECT_TRUE(std::any_of(events->begin(), events->end(),
+                          [](const v1::Event& e) { return e.type() == "epoch_end"; }));
+
+  // Queued, then the stream ends: what the worker sent is applied first, and
+  // its reconnect's RegisterAck counts it.
+  s.session->Handle(LogsMsg(job, 4, "b"));
+  s.session->ReadsEnded();
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1, 2, 3, 4));
+  EXPECT_THAT(StoredLines(job), ElementsAre("a", "b"));
+  s.session->Done();
+  Stream& back = Connect(Token(tokens_.at("w1")));
+  back.session->Handle(RegisterMsg("w1"));
+  ASSERT_EQ(back.transport.RegisterAcks().size(), 1u) << back.transport.status;
+  EXPECT_EQ(back.transport.RegisterAcks()[0].telemetry_acked_seq(), 4);
+}
+
+// Progress heartbeats are memory only, batched so that they keep their
+// place behind the worker's metrics and logs: applied after the group's
+// commit.
+TEST_F(WorkerSessionTest, ProgressIsAppliedInItsPlaceAfterTheGroupCommits) {
+  Stream& s = Registered("w1");
+  const std::string job = RunningOn(s);
+  s.session->Handle(LogsMsg(job, 2, "a"));
+  s.session->Handle(ProgressMsg(job, 3, 17));
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1));
+  EXPECT_NE(Get(job).attempts(0).ranks(0).last_step(), 17);
+  batcher_->Drain();
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1, 3));
+  EXPECT_EQ(Get(job).attempts(0).ranks(0).last_step(), 17);
 }
 
 }  // namespace

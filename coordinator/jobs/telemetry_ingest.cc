@@ -171,22 +171,55 @@ std::vector<JobEvent> TelemetryIngest::ApplyPoints(JobEntry& e, v1::Attempt& a,
   return events;
 }
 
-absl::Status TelemetryIngest::OnMetrics(const std::string& worker_id,
-                                        const v1::MetricBatch& batch) {
+bool TelemetryIngest::MakesEvents(const v1::MetricBatch& batch) {
+  for (const v1::MetricPoint& p : batch.points()) {
+    if (p.rank() == 0 && p.kind() == v1::MetricPoint::KIND_EPOCH_END) return true;
+  }
+  return false;
+}
+
+absl::StatusOr<JobEntry*> TelemetryIngest::MetricsTarget(const std::string& worker_id,
+                                                         const v1::MetricBatch& batch,
+                                                         v1::Attempt** a) {
   if (batch.points_size() > 10000)
     return absl::InvalidArgumentError("metrics.points: at most 10000 per batch");
-  v1::Attempt* a = nullptr;
   TRAINCTL_ASSIGN_OR_RETURN(
-      JobEntry * e, book_->ForWorker(worker_id, batch.job_id(), batch.attempt(), -1, false, &a));
+      JobEntry * e, book_->ForWorker(worker_id, batch.job_id(), batch.attempt(), -1, false, a));
   for (const v1::MetricPoint& p : batch.points()) {
-    if (p.rank() < 0 || p.rank() >= a->ranks_size() ||
-        a->ranks(p.rank()).worker_id() != worker_id) {
+    if (p.rank() < 0 || p.rank() >= (*a)->ranks_size() ||
+        (*a)->ranks(p.rank()).worker_id() != worker_id) {
       return absl::InvalidArgumentError(
           absl::StrCat("metrics.points.rank: ", p.rank(), " is not on this worker"));
     }
   }
+  return e;
+}
+
+absl::Status TelemetryIngest::OnMetrics(const std::string& worker_id,
+                                        const v1::MetricBatch& batch) {
+  v1::Attempt* a = nullptr;
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, MetricsTarget(worker_id, batch, &a));
   TRAINCTL_RETURN_IF_ERROR(store_->telemetry().AppendMetrics(batch));
-  std::vector<JobEvent> events = ApplyPoints(*e, *a, batch);
+  return FoldMetrics(*e, *a, batch);
+}
+
+absl::Status TelemetryIngest::CheckMetrics(const std::string& worker_id,
+                                           const v1::MetricBatch& batch) {
+  v1::Attempt* a = nullptr;
+  return MetricsTarget(worker_id, batch, &a).status();
+}
+
+absl::Status TelemetryIngest::MetricsStored(const std::string& worker_id,
+                                            const v1::MetricBatch& batch) {
+  v1::Attempt* a = nullptr;
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, MetricsTarget(worker_id, batch, &a));
+  return FoldMetrics(*e, *a, batch);
+}
+
+absl::Status TelemetryIngest::FoldMetrics(JobEntry& entry, v1::Attempt& a,
+                                          const v1::MetricBatch& batch) {
+  JobEntry* e = &entry;
+  std::vector<JobEvent> events = ApplyPoints(*e, a, batch);
   v1::Progress prog = ProgressFromPoints(e->job, e->last_points, e->job.progress());
   v1::JobUpdate u;
   *u.mutable_metrics() = batch;
@@ -204,26 +237,45 @@ absl::Status TelemetryIngest::OnMetrics(const std::string& worker_id,
   return absl::OkStatus();
 }
 
-absl::Status TelemetryIngest::OnLogs(const std::string& worker_id, const v1::LogChunk& chunk) {
+absl::StatusOr<JobEntry*> TelemetryIngest::LogsTarget(const std::string& worker_id,
+                                                      const v1::LogChunk& chunk, v1::Attempt** a) {
   if (chunk.lines_size() > 10000)
     return absl::InvalidArgumentError("logs.lines: at most 10000 per chunk");
+  return book_->ForWorker(worker_id, chunk.job_id(), chunk.attempt(), chunk.rank(), true, a);
+}
+
+absl::Status TelemetryIngest::OnLogs(const std::string& worker_id, const v1::LogChunk& chunk) {
   v1::Attempt* a = nullptr;
-  TRAINCTL_ASSIGN_OR_RETURN(
-      JobEntry * e,
-      book_->ForWorker(worker_id, chunk.job_id(), chunk.attempt(), chunk.rank(), true, &a));
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, LogsTarget(worker_id, chunk, &a));
   TRAINCTL_RETURN_IF_ERROR(store_->telemetry().AppendLogs(chunk));
+  FoldLogs(*e, *a, chunk);
+  return absl::OkStatus();
+}
+
+absl::Status TelemetryIngest::CheckLogs(const std::string& worker_id, const v1::LogChunk& chunk) {
+  v1::Attempt* a = nullptr;
+  return LogsTarget(worker_id, chunk, &a).status();
+}
+
+absl::Status TelemetryIngest::LogsStored(const std::string& worker_id, const v1::LogChunk& chunk) {
+  v1::Attempt* a = nullptr;
+  TRAINCTL_ASSIGN_OR_RETURN(JobEntry * e, LogsTarget(worker_id, chunk, &a));
+  FoldLogs(*e, *a, chunk);
+  return absl::OkStatus();
+}
+
+void TelemetryIngest::FoldLogs(JobEntry& e, const v1::Attempt& a, const v1::LogChunk& chunk) {
   book_->AfterCommit([this, chunk]()
                          ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { hub_->PublishLogs(chunk); });
   // A hung script's ranks dump their stacks to stderr as they are stopped.
-  if (e->job.spec().has_command() && a->state() == v1::ATTEMPT_STATE_FAILED &&
-      a->failure_kind() == v1::FAILURE_KIND_HANG) {
+  if (e.job.spec().has_command() && a.state() == v1::ATTEMPT_STATE_FAILED &&
+      a.failure_kind() == v1::FAILURE_KIND_HANG) {
     for (const v1::LogLine& l : chunk.lines()) {
       if (l.stream() == v1::LogLine::STREAM_STDERR) {
         stack_dumps_.OnLine(chunk.job_id(), chunk.attempt(), chunk.rank(), l.text());
       }
     }
   }
-  return absl::OkStatus();
 }
 
 }  // namespace trainctl::coordinator

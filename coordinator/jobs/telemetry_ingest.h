@@ -47,6 +47,25 @@ class TelemetryIngest {
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   absl::Status OnLogs(const std::string& worker_id, const v1::LogChunk& chunk)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
+  // OnMetrics and OnLogs in two halves, around a store write made
+  // elsewhere (the telemetry batcher's writer thread, off the loop): Check
+  // says whether the message is accepted (a refusal is the same as
+  // OnMetrics' and changes nothing); Stored, once its rows are committed,
+  // does what OnMetrics/OnLogs do after theirs are appended -- memory,
+  // watchers -- and says the same refusal when the job moved on meanwhile
+  // (then only memory is spared: the rows stay). A batch that MakesEvents
+  // (rank 0's epoch end: an event, so a job commit that must be in the
+  // same transaction as its points) goes through OnMetrics instead.
+  static bool MakesEvents(const v1::MetricBatch& batch);
+  absl::Status CheckMetrics(const std::string& worker_id, const v1::MetricBatch& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status MetricsStored(const std::string& worker_id, const v1::MetricBatch& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status CheckLogs(const std::string& worker_id, const v1::LogChunk& chunk)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::Status LogsStored(const std::string& worker_id, const v1::LogChunk& chunk)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The Python stacks a rank of a hung command job dumped (stack_dumps.h), forgotten.
   std::vector<std::string> TakeStackDump(const std::string& job_id, int32_t attempt, int32_t rank)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
@@ -57,6 +76,17 @@ class TelemetryIngest {
   // Folds each point into the ranks' last step, the job's metric summary and
   // last eval; returns the events they make (epoch ends).
   std::vector<JobEvent> ApplyPoints(JobEntry& e, v1::Attempt& a, const v1::MetricBatch& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // The job and attempt a batch (chunk) reports on, or why it is refused.
+  absl::StatusOr<JobEntry*> MetricsTarget(const std::string& worker_id,
+                                          const v1::MetricBatch& batch, v1::Attempt** a)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  absl::StatusOr<JobEntry*> LogsTarget(const std::string& worker_id, const v1::LogChunk& chunk,
+                                       v1::Attempt** a) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // A stored batch (chunk) into memory and out to watchers.
+  absl::Status FoldMetrics(JobEntry& e, v1::Attempt& a, const v1::MetricBatch& batch)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  void FoldLogs(JobEntry& e, const v1::Attempt& a, const v1::LogChunk& chunk)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   JobBook* book_;

@@ -453,30 +453,33 @@ void StateStore::SetWriteFaultForTest(WriteFault fail) {
 absl::Status StateStore::BeginGroup() {
   StoreCore& s = *core_;
   absl::MutexLock lock(&s.mu);
-  if (s.in_group)
+  return s.BeginGroupLocked();
+}
+
+absl::Status StoreCore::BeginGroupLocked() {
+  if (in_group)
     return absl::FailedPreconditionError("state store: BeginGroup: a group is already open");
-  if (!s.deposed.ok()) return s.deposed;
-  absl::Status begun = Query(s.db, s.stmts->begin, "BeginGroup: begin").Run();
+  if (!deposed.ok()) return deposed;
+  absl::Status begun = Query(db, stmts->begin, "BeginGroup: begin").Run();
   // The epoch is checked once for the whole group: its row lock is held
   // to the group's commit.
-  if (begun.ok() && s.fenced()) begun = s.CheckEpoch("BeginGroup");
+  if (begun.ok() && fenced()) begun = CheckEpoch("BeginGroup");
   if (!begun.ok()) {
-    if (s.db->InTransaction())
-      Query(s.db, s.stmts->rollback, "BeginGroup: rollback").Run().IgnoreError();
+    if (db->InTransaction()) Query(db, stmts->rollback, "BeginGroup: rollback").Run().IgnoreError();
     // A group is opened to write: a BEGIN that fails (a lost server) is a
     // failing store (store_failing), as a failed commit is.
-    s.NoteWrite("BeginGroup", begun);
-    s.NoteDeposition(begun);
+    NoteWrite("BeginGroup", begun);
+    NoteDeposition(begun);
     return begun;
   }
-  if (s.db->ConnectionEpoch() != s.connection_epoch) {
+  if (db->ConnectionEpoch() != connection_epoch) {
     // BEGIN reconnected (PostgreSQL): the group's appends must not trust
     // counts cached on the lost connection (as InTransaction).
-    s.ClearCachedCounts();
-    s.connection_epoch = s.db->ConnectionEpoch();
+    ClearCachedCounts();
+    connection_epoch = db->ConnectionEpoch();
   }
-  s.in_group = true;
-  s.group_changes = s.db->TotalChanges();
+  in_group = true;
+  group_changes = db->TotalChanges();
   return absl::OkStatus();
 }
 
@@ -488,7 +491,12 @@ absl::Status StateStore::CommitGroup(
     const std::vector<std::pair<std::string, int64_t>>& telemetry_seqs) {
   StoreCore& s = *core_;
   absl::MutexLock lock(&s.mu);
-  if (!s.in_group) return absl::FailedPreconditionError("state store: CommitGroup: no open group");
+  return s.CommitGroupLocked(telemetry_seqs);
+}
+
+absl::Status StoreCore::CommitGroupLocked(
+    const std::vector<std::pair<std::string, int64_t>>& telemetry_seqs) {
+  if (!in_group) return absl::FailedPreconditionError("state store: CommitGroup: no open group");
   const std::string op = telemetry_seqs.size() == 1
                              ? absl::StrCat("CommitGroup('", telemetry_seqs[0].first, "', seq ",
                                             telemetry_seqs[0].second, ")")
@@ -496,13 +504,13 @@ absl::Status StateStore::CommitGroup(
   absl::Status status;
   bool wrote = false;
   // The group's queued telemetry rows first (a failure rolls it back).
-  if (s.db->InTransaction()) status = s.FlushPending(op);
+  if (db->InTransaction()) status = FlushPending(op);
   if (!status.ok()) {
     // (FlushPending rolled the group back.)
-  } else if (!s.db->InTransaction()) {
+  } else if (!db->InTransaction()) {
     status = absl::UnavailableError(
         absl::StrCat("state store: ", op, ": the transaction was rolled back"));
-  } else if (s.db->TotalChanges() != s.group_changes) {
+  } else if (db->TotalChanges() != group_changes) {
     // Only a group that wrote something records its seqs: one that changed
     // nothing costs no disk write (see the header).
     wrote = true;
@@ -514,26 +522,26 @@ absl::Status StateStore::CommitGroup(
       if (fresh) seqs.emplace_back(worker_id, seq);
       seqs[it->second].second = std::max(seqs[it->second].second, seq);
     }
-    status = s.WriteChunked(s.stmts->put_telemetry_seqs, seqs.size(), 2, op,
-                            [&seqs](Query& q, int first, size_t i) {
-                              q.Bind(first, seqs[i].first).Bind(first + 1, seqs[i].second);
-                            });
+    status = WriteChunked(stmts->put_telemetry_seqs, seqs.size(), 2, op,
+                          [&seqs](Query& q, int first, size_t i) {
+                            q.Bind(first, seqs[i].first).Bind(first + 1, seqs[i].second);
+                          });
   }
   // The test's write fault may fail the commit itself (a disk that fills
   // at COMMIT): everything of the group is then rolled back below.
-  if (status.ok() && wrote) status = s.InjectedFault(op);
+  if (status.ok() && wrote) status = InjectedFault(op);
   if (status.ok()) {
     const absl::Time start = absl::Now();
-    status = Query(s.db, s.stmts->commit, absl::StrCat(op, ": commit")).Run();
-    s.ObserveCommit(op, absl::Now() - start);
+    status = Query(db, stmts->commit, absl::StrCat(op, ": commit")).Run();
+    ObserveCommit(op, absl::Now() - start);
   }
-  if (wrote || !status.ok()) s.NoteWrite(op, status);
+  if (wrote || !status.ok()) NoteWrite(op, status);
   if (status.ok()) {
-    s.in_group = false;
+    in_group = false;
     return status;
   }
-  s.RollbackGroupLocked();
-  s.NoteDeposition(status);
+  RollbackGroupLocked();
+  NoteDeposition(status);
   return status;
 }
 

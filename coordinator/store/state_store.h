@@ -239,7 +239,9 @@ class StateStore {
   // its atomicity is the one connection's transaction.
   //
   // A group spans calls: only one thread may use the store while it is open
-  // (the coordinator's loop, where every store caller runs).
+  // (the coordinator's loop, where every store caller runs), except
+  // TelemetryTables::AppendGroup (a whole group in one call, from the
+  // telemetry batcher's writer thread), which waits for it to end.
   // FailedPrecondition when a group is already open.
   absl::Status BeginGroup();
   // Records `telemetry_seq` as `worker_id`'s highest applied seq (never

@@ -107,6 +107,11 @@ struct StoreCore {
   // without knowing.
   std::atomic<int64_t> confirmed_ns{0};
   bool leased = false;
+  // StateStore::BeginGroup / CommitGroup / RollbackGroup with `mu` held
+  // (TelemetryTables::AppendGroup runs a whole group under one hold).
+  absl::Status BeginGroupLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status CommitGroupLocked(const std::vector<std::pair<std::string, int64_t>>& telemetry_seqs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
   void RollbackGroupLocked() ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Runs `body` inside BEGIN IMMEDIATE (SQLite) or BEGIN ... COMMIT; rolls back when it or the
@@ -246,6 +251,12 @@ struct StoreCore {
     pending_metrics.Clear();
     pending_logs.Clear();
   }
+  // TelemetryTables::AppendMetrics / AppendLogs of a non-empty batch or
+  // chunk with a job id, `mu` held; `rows` are its serialized rows.
+  absl::Status AppendMetricsLocked(const v1::MetricBatch& batch, std::vector<PendingRow> rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
+  absl::Status AppendLogsLocked(const v1::LogChunk& chunk, std::vector<PendingRow> rows)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu);
 
   // Appends `rows` to a telemetry table under its bound. Inside a group the
   // rows (and their trim) are only queued (PendingTable) -- unless the

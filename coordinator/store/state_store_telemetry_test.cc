@@ -4,6 +4,7 @@
 
 #include <algorithm>
 #include <optional>
+#include <thread>
 
 #include "absl/strings/match.h"
 
@@ -437,6 +438,99 @@ TEST_P(StoreBackendTest, AFailedAppendInAGroupUndoesOnlyItselfAndARollbackEveryt
               ElementsAre("0:c", "0:d", "0:e", "0:l"));
   auto snapshot = store->LoadAll();
   ASSERT_TRUE(snapshot.ok());
+  EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w", 2)));
+}
+
+// --- a whole group in one call (AppendGroup: the batcher's writer thread) ---
+
+std::vector<v1::WorkerMessage> AsWorkerMessages(const std::vector<TelemetryMessage>& messages) {
+  std::vector<v1::WorkerMessage> out;
+  for (const TelemetryMessage& msg : messages) {
+    v1::WorkerMessage& m = out.emplace_back();
+    m.set_seq(static_cast<int64_t>(out.size()));
+    if (msg.metrics.has_value()) *m.mutable_metrics() = *msg.metrics;
+    if (msg.logs.has_value()) *m.mutable_logs() = *msg.logs;
+  }
+  return out;
+}
+std::vector<const v1::WorkerMessage*> Pointers(const std::vector<v1::WorkerMessage>& msgs) {
+  std::vector<const v1::WorkerMessage*> out;
+  for (const v1::WorkerMessage& m : msgs) out.push_back(&m);
+  return out;
+}
+
+TEST_P(StoreBackendTest, AppendGroupStoresWhatAGroupStores) {
+  const std::vector<TelemetryMessage> messages = ManyMessages(60);
+  const std::vector<v1::WorkerMessage> msgs = AsWorkerMessages(messages);
+  {
+    auto store = Reopen();
+    ASSERT_NE(store, nullptr);
+    absl::Status written =
+        store->telemetry().AppendGroup(Pointers(msgs), {{"w1", 4}, {"w2", 9}, {"w1", 6}});
+    ASSERT_TRUE(written.ok()) << written;
+  }
+  auto direct = OpenSpecOrDie("sqlite::memory:", {});
+  ASSERT_NE(direct, nullptr);
+  for (const TelemetryMessage& msg : messages) ASSERT_TRUE(Send(*direct, msg).ok());
+
+  auto store = Reopen();  // what was committed
+  ASSERT_NE(store, nullptr);
+  EXPECT_TRUE(Stored(*store) == Stored(*direct)) << "other rows, or in another order";
+  auto snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w1", 6),
+                                                    std::pair<std::string, int64_t>("w2", 9)));
+}
+
+// A group the loop opened (BeginGroup) spans calls: AppendGroup from
+// another thread waits for its end instead of writing inside it, so what
+// it writes survives that group's rollback.
+TEST_P(StoreBackendTest, AppendGroupFromAnotherThreadWaitsForAnOpenGroup) {
+  auto store = Fresh();
+  ASSERT_NE(store, nullptr);
+  ASSERT_TRUE(store->BeginGroup().ok());
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"rolled back"})).ok());
+  v1::WorkerMessage m;
+  *m.mutable_logs() = MakeLogs("j", 1, 0, {"writer"});
+  m.set_seq(3);
+  absl::Status written = absl::UnknownError("not run");
+  std::thread writer([&] { written = store->telemetry().AppendGroup({&m}, {{"w", 3}}); });
+  ASSERT_TRUE(store->telemetry().AppendLogs(MakeLogs("j", 1, 0, {"also rolled back"})).ok());
+  store->RollbackGroup();
+  writer.join();
+  EXPECT_TRUE(written.ok()) << written;
+  EXPECT_THAT(Texts(*store->telemetry().ListLogs("j", 1, 0, 0)), ElementsAre("0:writer"));
+  auto snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w", 3)));
+}
+
+// A store failure -- at the commit, or in an append -- keeps nothing of the
+// group, rows or seqs; the next group stores.
+TEST_P(StoreBackendTest, AFailedAppendGroupKeepsNothing) {
+  auto store = Reopen();
+  ASSERT_NE(store, nullptr);
+  std::vector<v1::WorkerMessage> msgs = AsWorkerMessages(
+      {{std::nullopt, MakeLogs("j", 1, 0, {"a", "b"})}, {MakeMetrics("j", 1, 1, 3), std::nullopt}});
+  for (const char* fails : {"CommitGroup", "AppendMetrics"}) {
+    store->SetWriteFaultForTest(
+        [fails](int64_t, absl::string_view op) { return absl::StartsWith(op, fails); });
+    absl::Status failed = store->telemetry().AppendGroup(Pointers(msgs), {{"w", 2}});
+    EXPECT_EQ(failed.code(), absl::StatusCode::kUnavailable) << fails << ": " << failed;
+  }
+  store->SetWriteFaultForTest(nullptr);
+  EXPECT_TRUE(store->telemetry().ListLogs("j", 1, 0, 0)->empty());
+  EXPECT_TRUE(store->telemetry().ListMetrics("j", 0)->empty());
+  auto snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
+  EXPECT_TRUE(snapshot->telemetry_seqs.empty());
+
+  msgs[0].mutable_logs()->mutable_lines(1)->set_text("c");
+  ASSERT_TRUE(store->telemetry().AppendGroup(Pointers(msgs), {{"w", 2}}).ok());
+  EXPECT_THAT(Texts(*store->telemetry().ListLogs("j", 1, 0, 0)), ElementsAre("0:a", "0:c"));
+  EXPECT_THAT(Steps(*store->telemetry().ListMetrics("j", 0)), ElementsAre(1, 2, 3));
+  snapshot = store->LoadAll();
+  ASSERT_TRUE(snapshot.ok()) << snapshot.status();
   EXPECT_THAT(snapshot->telemetry_seqs, ElementsAre(std::pair<std::string, int64_t>("w", 2)));
 }
 

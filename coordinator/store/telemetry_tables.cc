@@ -26,32 +26,124 @@ using store_internal::Query;
 using store_internal::ReadBlobRows;
 using store_internal::SqlLimit;
 
-absl::Status TelemetryTables::AppendMetrics(const v1::MetricBatch& batch) {
-  if (batch.job_id().empty()) {
-    return absl::InvalidArgumentError("state store: AppendMetrics: batch has no job_id");
-  }
-  if (batch.points().empty()) return absl::OkStatus();
-  const std::string op = absl::StrCat("AppendMetrics('", batch.job_id(), "')");
+namespace {
+
+// One row per point.
+std::vector<StoreCore::PendingRow> MetricRows(const v1::MetricBatch& batch) {
   std::vector<StoreCore::PendingRow> rows;
   rows.reserve(batch.points_size());
   for (const v1::MetricPoint& point : batch.points()) {
     rows.push_back({batch.job_id(), batch.attempt(), point.rank(), point.SerializeAsString()});
   }
+  return rows;
+}
 
+// One row per line. The chunk's rank is authoritative: every stored line
+// carries it, so ListLogs over several ranks tells the lines apart.
+std::vector<StoreCore::PendingRow> LogRows(const v1::LogChunk& chunk) {
+  std::vector<StoreCore::PendingRow> rows;
+  rows.reserve(chunk.lines_size());
+  for (const v1::LogLine& line : chunk.lines()) {
+    StoreCore::PendingRow& row = rows.emplace_back();
+    row.job_id = chunk.job_id();
+    row.attempt = chunk.attempt();
+    row.rank = chunk.rank();
+    if (line.rank() == chunk.rank()) {
+      row.blob = line.SerializeAsString();
+    } else {
+      v1::LogLine stored = line;
+      stored.set_rank(chunk.rank());
+      row.blob = stored.SerializeAsString();
+    }
+  }
+  return rows;
+}
+
+}  // namespace
+
+absl::Status TelemetryTables::AppendMetrics(const v1::MetricBatch& batch) {
+  if (batch.job_id().empty()) {
+    return absl::InvalidArgumentError("state store: AppendMetrics: batch has no job_id");
+  }
+  if (batch.points().empty()) return absl::OkStatus();
+  std::vector<StoreCore::PendingRow> rows = MetricRows(batch);
   StoreCore& s = core_;
   absl::MutexLock lock(&s.mu);
-  const StoreCore::Retained<std::string> metrics{&s.metric_counts,
-                                                 batch.job_id(),
-                                                 &s.stmts->count_metrics,
-                                                 &s.stmts->trim_metrics,
-                                                 1,
-                                                 [&](Query& q) { q.Bind(1, batch.job_id()); },
-                                                 s.options.max_metric_points_per_job};
-  return s.AppendTelemetry(op, metrics, s.pending_metrics, std::move(rows), /*reduces=*/true,
-                           // Over the bound: first downsample the oldest half (StoreOptions).
-                           [&](int64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(s.mu) {
-                             return s.DownsampleMetrics(batch.job_id(), count / 2, op);
-                           });
+  return s.AppendMetricsLocked(batch, std::move(rows));
+}
+
+absl::Status StoreCore::AppendMetricsLocked(const v1::MetricBatch& batch,
+                                            std::vector<PendingRow> rows) {
+  const std::string op = absl::StrCat("AppendMetrics('", batch.job_id(), "')");
+  const Retained<std::string> metrics{&metric_counts,
+                                      batch.job_id(),
+                                      &stmts->count_metrics,
+                                      &stmts->trim_metrics,
+                                      1,
+                                      [&](Query& q) { q.Bind(1, batch.job_id()); },
+                                      options.max_metric_points_per_job};
+  return AppendTelemetry(op, metrics, pending_metrics, std::move(rows), /*reduces=*/true,
+                         // Over the bound: first downsample the oldest half (StoreOptions).
+                         [&](int64_t count) ABSL_EXCLUSIVE_LOCKS_REQUIRED(mu) {
+                           return DownsampleMetrics(batch.job_id(), count / 2, op);
+                         });
+}
+
+absl::Status TelemetryTables::AppendLogs(const v1::LogChunk& chunk) {
+  if (chunk.job_id().empty()) {
+    return absl::InvalidArgumentError("state store: AppendLogs: chunk has no job_id");
+  }
+  if (chunk.lines().empty()) return absl::OkStatus();
+  std::vector<StoreCore::PendingRow> rows = LogRows(chunk);
+  StoreCore& s = core_;
+  absl::MutexLock lock(&s.mu);
+  return s.AppendLogsLocked(chunk, std::move(rows));
+}
+
+absl::Status StoreCore::AppendLogsLocked(const v1::LogChunk& chunk, std::vector<PendingRow> rows) {
+  const std::string op = absl::StrCat("AppendLogs('", chunk.job_id(), "', attempt ",
+                                      chunk.attempt(), ", rank ", chunk.rank(), ")");
+  const Retained<LogKey> logs{
+      &log_counts,
+      LogKey{chunk.job_id(), chunk.attempt(), chunk.rank()},
+      &stmts->count_logs,
+      &stmts->trim_logs,
+      3,
+      [&](Query& q) {
+        q.Bind(1, chunk.job_id()).Bind(2, int64_t{chunk.attempt()}).Bind(3, int64_t{chunk.rank()});
+      },
+      options.max_log_lines_per_rank};
+  return AppendTelemetry(op, logs, pending_logs, std::move(rows), /*reduces=*/false,
+                         [](int64_t) -> absl::StatusOr<int64_t> { return 0; });
+}
+
+absl::Status TelemetryTables::AppendGroup(
+    const std::vector<const v1::WorkerMessage*>& msgs,
+    const std::vector<std::pair<std::string, int64_t>>& telemetry_seqs) {
+  StoreCore& s = core_;
+  absl::MutexLock lock(&s.mu);
+  // A group opened by BeginGroup spans calls (the loop's): this one waits
+  // for its end rather than write inside it.
+  s.mu.Await(absl::Condition(
+      +[](StoreCore* core) ABSL_NO_THREAD_SAFETY_ANALYSIS { return !core->in_group; }, &s));
+  TRAINCTL_RETURN_IF_ERROR(s.BeginGroupLocked());
+  for (const v1::WorkerMessage* msg : msgs) {
+    absl::Status appended;
+    if (msg->has_metrics() && !msg->metrics().job_id().empty() &&
+        !msg->metrics().points().empty()) {
+      appended = s.AppendMetricsLocked(msg->metrics(), MetricRows(msg->metrics()));
+    } else if (msg->has_logs() && !msg->logs().job_id().empty() && !msg->logs().lines().empty()) {
+      appended = s.AppendLogsLocked(msg->logs(), LogRows(msg->logs()));
+    }
+    // As in a group of TelemetryLedger::ApplyBatch: an append that failed
+    // for another reason than the store left nothing of itself behind
+    // and the group goes on; a store failure ends it.
+    if (StateStore::IsWriteFailure(appended)) {
+      s.RollbackGroupLocked();
+      return appended;
+    }
+  }
+  return s.CommitGroupLocked(telemetry_seqs);
 }
 
 absl::Status StoreCore::FlushPending(absl::string_view op) {
@@ -181,47 +273,6 @@ absl::StatusOr<std::vector<v1::MetricPoint>> TelemetryTables::ListMetrics(const 
   TRAINCTL_RETURN_IF_ERROR(ReadBlobRows(
       q, 1, points, [](const Query& row) { return absl::StrCat("metrics row ", row.Int(0)); }));
   return points;
-}
-
-absl::Status TelemetryTables::AppendLogs(const v1::LogChunk& chunk) {
-  if (chunk.job_id().empty()) {
-    return absl::InvalidArgumentError("state store: AppendLogs: chunk has no job_id");
-  }
-  if (chunk.lines().empty()) return absl::OkStatus();
-  const std::string op = absl::StrCat("AppendLogs('", chunk.job_id(), "', attempt ",
-                                      chunk.attempt(), ", rank ", chunk.rank(), ")");
-  // The chunk's rank is authoritative: every stored line carries it, so
-  // ListLogs over several ranks tells the lines apart.
-  std::vector<StoreCore::PendingRow> rows;
-  rows.reserve(chunk.lines_size());
-  for (const v1::LogLine& line : chunk.lines()) {
-    StoreCore::PendingRow& row = rows.emplace_back();
-    row.job_id = chunk.job_id();
-    row.attempt = chunk.attempt();
-    row.rank = chunk.rank();
-    if (line.rank() == chunk.rank()) {
-      row.blob = line.SerializeAsString();
-    } else {
-      v1::LogLine stored = line;
-      stored.set_rank(chunk.rank());
-      row.blob = stored.SerializeAsString();
-    }
-  }
-
-  StoreCore& s = core_;
-  absl::MutexLock lock(&s.mu);
-  const StoreCore::Retained<StoreCore::LogKey> logs{
-      &s.log_counts,
-      StoreCore::LogKey{chunk.job_id(), chunk.attempt(), chunk.rank()},
-      &s.stmts->count_logs,
-      &s.stmts->trim_logs,
-      3,
-      [&](Query& q) {
-        q.Bind(1, chunk.job_id()).Bind(2, int64_t{chunk.attempt()}).Bind(3, int64_t{chunk.rank()});
-      },
-      s.options.max_log_lines_per_rank};
-  return s.AppendTelemetry(op, logs, s.pending_logs, std::move(rows), /*reduces=*/false,
-                           [](int64_t) -> absl::StatusOr<int64_t> { return 0; });
 }
 
 absl::StatusOr<std::vector<v1::LogLine>> TelemetryTables::ListLogs(const std::string& job_id,

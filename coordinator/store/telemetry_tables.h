@@ -4,9 +4,10 @@
 // max_log_lines_per_rank per attempt and rank). Written by TelemetryIngest;
 // read by JobService and the dashboard.
 //
-// Inside a group (StateStore::BeginGroup: the telemetry batcher's group
-// commit) appends are queued and written together at the group's commit or
-// the next read, so a read on the store's connection sees them.
+// Inside a group (StateStore::BeginGroup, or AppendGroup: the telemetry
+// batcher's group commit) appends are queued and written together at the
+// group's commit or the next read, so a read on the store's connection sees
+// them.
 //
 // Threading: every method takes the store's one lock (state_store.h).
 #pragma once
@@ -14,11 +15,13 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/status/status.h"
 #include "absl/status/statusor.h"
 #include "trainctl/v1/metrics.pb.h"
+#include "trainctl/v1/worker_service.pb.h"
 
 namespace trainctl::coordinator {
 
@@ -81,6 +84,20 @@ class TelemetryTables {
   absl::StatusOr<std::vector<v1::LogLine>> ListLogs(const std::string& job_id, int32_t attempt,
                                                     std::optional<int32_t> rank,
                                                     int64_t tail_lines);
+
+  // A whole telemetry group in one call, for a thread other than the
+  // loop's (the telemetry batcher's writer, telemetry_batcher.h): appends
+  // each message's metric points or log lines, in order (other kinds are
+  // skipped), records each worker's highest seq, and commits -- what
+  // BeginGroup, AppendMetrics/AppendLogs... and CommitGroup(telemetry_seqs)
+  // do, with the store's lock held throughout, so that no other caller's
+  // write lands inside the transaction. A group opened by BeginGroup on
+  // another thread is waited for. An append refused for a reason other
+  // than the store (StateStore::IsWriteFailure) keeps nothing of itself and
+  // the group goes on; a store failure rolls everything back and is
+  // returned, as a failed commit is.
+  absl::Status AppendGroup(const std::vector<const v1::WorkerMessage*>& msgs,
+                           const std::vector<std::pair<std::string, int64_t>>& telemetry_seqs);
 
  private:
   friend class StateStore;

@@ -90,11 +90,15 @@ TelemetryLedger::Result TelemetryLedger::ApplyBatch(const std::vector<Item>& ite
   if (absl::Status committed = Commit(seqs); !committed.ok()) {
     return {Outcome::kRetry, committed};
   }
+  MarkApplied(seqs);
+  return {Outcome::kApplied, absl::OkStatus()};
+}
+
+void TelemetryLedger::MarkApplied(const std::vector<std::pair<std::string, int64_t>>& seqs) {
   for (const auto& [worker_id, seq] : seqs) {
     int64_t& applied = applied_[worker_id];
     applied = std::max(applied, seq);
   }
-  return {Outcome::kApplied, absl::OkStatus()};
 }
 
 }  // namespace trainctl::coordinator

@@ -30,6 +30,7 @@
 #include <cstdint>
 #include <functional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
@@ -96,6 +97,14 @@ class TelemetryLedger {
     std::function<absl::Status()> apply;
   };
   Result ApplyBatch(const std::vector<Item>& items) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
+  // After a group its caller committed itself, off the loop
+  // (TelemetryTables::AppendGroup: the telemetry batcher's writer): each
+  // worker's applied seq advances to the one committed (never lowered).
+  // Only then: a seq whose commit failed must not count as applied, or its
+  // resend would be dropped as a duplicate.
+  void MarkApplied(const std::vector<std::pair<std::string, int64_t>>& seqs)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
  private:
   // BeginGroup, and on success GroupMemory::GroupBegun.
