@@ -46,10 +46,12 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadCodeChunk> 
       return;
     }
     who_ = *std::move(who);
+    reads_.Mark();
     StartRead(&in_);
   }
 
   void OnReadDone(bool ok) override {
+    reads_.Mark();
     if (!ok) {
       Complete();
     } else if (digest_.empty()) {
@@ -106,6 +108,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadCodeChunk> 
     }
     if (data_.empty()) data_.reserve(static_cast<size_t>(size_));
     data_.append(in_.data());
+    reads_.Mark();
     StartRead(&in_);
   }
 
@@ -142,6 +145,7 @@ class UploadReactor final : public grpc::ServerReadReactor<v1::UploadCodeChunk> 
   v1::UploadCodeResponse* const resp_;
   Principal who_;
   v1::UploadCodeChunk in_;
+  ReadOrder reads_;
   std::string digest_;  // set from the first message
   int64_t size_ = 0;
   std::string data_;  // at most size_ bytes

@@ -46,6 +46,7 @@ class SessionReactor final
       AssertOnLoop(loop_, "a worker session");
       session_.Open();
     });
+    reads_.Mark();
     StartRead(&in_);
   }
 
@@ -66,6 +67,7 @@ class SessionReactor final
   }
 
   void OnReadDone(bool ok) override {
+    reads_.Mark();
     if (!ok) {
       // The worker closed its side, the stream broke, or a message did not
       // parse. Messages read before the end may still wait for the loop:
@@ -84,6 +86,7 @@ class SessionReactor final
       ++handled_;
       session_.Handle(msg);
     });
+    reads_.Mark();
     StartRead(&in_);
   }
 
@@ -153,6 +156,7 @@ class SessionReactor final
 
   EventLoop* const loop_;
   v1::WorkerMessage in_;  // gRPC thread (one read in flight).
+  ReadOrder reads_;
   // Messages read off the stream (gRPC thread) and handed to the session
   // (loop only): more read than handled means some wait for the loop.
   std::atomic<int64_t> read_{0};
