@@ -10,6 +10,8 @@
 #   STEADY_S [30]  JOBS [10000]  SUBMIT_CONCURRENCY [32]  WIDE_WORKERS [1000]  WIDE_JOBS [2000]
 #   TELEMETRY_JOBS [125]  LOG_LINES [10]
 #   TRIALS_CUT [20]  TRIALS_KILL [10]  RESULTS [bench/RESULTS.md]  WRITE_RESULTS [1]
+#   HEARTBEAT_MS [1000]: the workers' heartbeat interval the coordinator
+#   hands out (its lease is 3 intervals); the generator follows it
 #   SCENARIOS [hb_small hb_mid hb_large telemetry telemetry_pg jobs jobs_wide failure]
 # telemetry_pg is the telemetry scenario with the coordinator on a PostgreSQL
 # store (a throwaway server from Debian's postgresql, Unix socket only, run as
@@ -89,7 +91,8 @@ trap cleanup EXIT
 trap 'exit 130' INT TERM
 
 # Every scenario's coordinator runs with these (recorded in the results).
-COORD_FLAGS="--heartbeat-interval-ms 1000 --lease-timeout-ms 3000 --disconnect-grace-ms 1000"
+HEARTBEAT_MS="${HEARTBEAT_MS:-1000}"
+COORD_FLAGS="--heartbeat-interval-ms $HEARTBEAT_MS --lease-timeout-ms $(( 3 * HEARTBEAT_MS )) --disconnect-grace-ms 1000"
 
 # start_coord NAME [extra coordinator flags...]: sets COORD_PID, ADDR and ADMIN_FILE.
 start_coord() {
