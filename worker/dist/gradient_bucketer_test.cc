@@ -21,6 +21,7 @@
 #include "worker/dist/gloo_collectives.h"
 #include "worker/dist/multiprocess_test_support.h"
 #include "worker/dist/rendezvous_store.h"
+#include "worker/dist/single_rank_gloo.h"
 #include "worker/torch_compat.h"
 
 namespace trainctl::dist {
@@ -31,19 +32,10 @@ using ::testing::HasSubstr;
 using testing::RankRun;
 using testing::ReadFile;
 using testing::RunRanks;
+using testing::SingleRankGloo;
 
 // ---------------------------------------------------------------------------
 // One rank, in process.
-
-std::shared_ptr<Collectives> SingleRankGloo() {
-  auto store = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5), NewRendezvousSecret());
-  EXPECT_TRUE(store.ok()) << store.status();
-  GlooOptions o;
-  o.timeout = absl::Seconds(5);
-  auto comm = CreateGlooCollectives(o, *store);
-  EXPECT_TRUE(comm.ok()) << comm.status();
-  return *comm;
-}
 
 struct ThreeLayers : torch::nn::Module {
   ThreeLayers() {

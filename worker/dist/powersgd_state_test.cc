@@ -17,22 +17,14 @@
 #include "worker/dist/gloo_collectives.h"
 #include "worker/dist/gradient_bucketer.h"
 #include "worker/dist/rendezvous_store.h"
+#include "worker/dist/single_rank_gloo.h"
 
 namespace trainctl::dist {
 namespace {
 
 using ::testing::HasSubstr;
 using ::testing::Not;
-
-std::shared_ptr<Collectives> SingleRankGloo() {
-  auto store = RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5), NewRendezvousSecret());
-  EXPECT_TRUE(store.ok()) << store.status();
-  GlooOptions o;
-  o.timeout = absl::Seconds(5);
-  auto comm = CreateGlooCollectives(o, *store);
-  EXPECT_TRUE(comm.ok()) << comm.status();
-  return *comm;
-}
+using testing::SingleRankGloo;
 
 struct Net : torch::nn::Module {
   explicit Net(int64_t width = 48) {

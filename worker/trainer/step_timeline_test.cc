@@ -22,6 +22,7 @@
 #include "worker/trainer/trainer.h"
 #if TRAINCTL_HAVE_GLOO
 #include "worker/dist/gloo_collectives.h"
+#include "worker/dist/single_rank_gloo.h"
 #endif
 
 namespace trainctl::trainer {
@@ -264,16 +265,7 @@ void CheckStep(const Json& s, int64_t step, size_t buckets, int64_t floats) {
 }
 
 #if TRAINCTL_HAVE_GLOO
-std::shared_ptr<dist::Collectives> SingleRankGloo() {
-  auto store =
-      dist::RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5), dist::NewRendezvousSecret());
-  EXPECT_TRUE(store.ok()) << store.status();
-  dist::GlooOptions o;
-  o.timeout = absl::Seconds(5);
-  auto comm = dist::CreateGlooCollectives(o, *store);
-  EXPECT_TRUE(comm.ok()) << comm.status();
-  return *comm;
-}
+using dist::testing::SingleRankGloo;
 
 TEST(StepTimelineTest, OneLinePerStepWithEveryBucketInOrder) {
   const std::string dir = TempDir("on");

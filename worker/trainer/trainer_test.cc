@@ -18,6 +18,7 @@
 #include "worker/trainer/checkpoint.h"
 #if TRAINCTL_HAVE_GLOO
 #include "worker/dist/gloo_collectives.h"
+#include "worker/dist/single_rank_gloo.h"
 #endif
 
 namespace trainctl::trainer {
@@ -586,16 +587,7 @@ TEST(TrainerTest, Bf16AutocastOnCpuTrains) {
 }
 
 #if TRAINCTL_HAVE_GLOO
-std::shared_ptr<dist::Collectives> SingleRankGloo() {
-  auto store =
-      dist::RendezvousStore::Host("127.0.0.1", 0, absl::Seconds(5), dist::NewRendezvousSecret());
-  EXPECT_TRUE(store.ok()) << store.status();
-  dist::GlooOptions o;
-  o.timeout = absl::Seconds(5);
-  auto comm = dist::CreateGlooCollectives(o, *store);
-  EXPECT_TRUE(comm.ok()) << comm.status();
-  return *comm;
-}
+using dist::testing::SingleRankGloo;
 
 // ddp.gradient_as_bucket_view through the training loop (a 1-rank Gloo
 // group, so the bucketer runs): after every step's zero_grad each gradient
