@@ -5,7 +5,9 @@
 // optimizer steps, with a model whose gradients fill one bucket above the
 // small-message limit (Gloo's ring) and one below it (the small-message
 // mesh). Every rank logs a checksum of its parameters' bytes at each epoch's
-// end; every rank's must equal rank 0's.
+// end; every rank's must equal rank 0's. The same job of 4 ranks on one
+// daemon of 4 slots all-reduces through shared memory, with the DDP buckets
+// in shared blocks that every rank sums from and writes into.
 #include <gmock/gmock.h>
 #include <gtest/gtest.h>
 
@@ -61,6 +63,18 @@ std::vector<std::pair<int64_t, std::string>> ParameterChecksums(const std::strin
   return out;
 }
 
+void ExpectEveryRankHasRankZerosChecksums(Cluster& cluster, const std::string& id, int world,
+                                          const std::string& log0) {
+  const auto want = ParameterChecksums(log0);
+  ASSERT_EQ(want.size(), static_cast<size_t>(kEpochs)) << log0;
+  EXPECT_EQ(want[0].first, kStepsPerEpoch);
+  EXPECT_EQ(want[1].first, kEpochs * kStepsPerEpoch);
+  EXPECT_NE(want[0].second, want[1].second) << "the second epoch changed nothing";
+  for (int r = 1; r < world; ++r) {
+    EXPECT_EQ(ParameterChecksums(cluster.RankLog(id, 1, r)), want) << "rank " << r << " vs rank 0";
+  }
+}
+
 class ReplicasE2ETest : public ::testing::TestWithParam<int> {
  protected:
   void SetUp() override {
@@ -89,15 +103,24 @@ TEST_P(ReplicasE2ETest, EveryRankEndsEachEpochWithRankZerosParameterBytes) {
   const std::string log0 = cluster_->RankLog(id, 1, 0);
   EXPECT_THAT(log0, ::testing::HasSubstr(absl::StrCat("collectives: gloo (", world, " ranks)")));
 
-  const auto want = ParameterChecksums(log0);
-  ASSERT_EQ(want.size(), static_cast<size_t>(kEpochs)) << log0;
-  EXPECT_EQ(want[0].first, kStepsPerEpoch);
-  EXPECT_EQ(want[1].first, kEpochs * kStepsPerEpoch);
-  EXPECT_NE(want[0].second, want[1].second) << "the second epoch changed nothing";
-  for (int r = 1; r < world; ++r) {
-    EXPECT_EQ(ParameterChecksums(cluster_->RankLog(id, 1, r)), want)
-        << "rank " << r << " vs rank 0";
-  }
+  ExpectEveryRankHasRankZerosChecksums(*cluster_, id, world, log0);
+}
+
+TEST(OneHostReplicasE2ETest, FourRanksOverSharedBlocksEndEachEpochWithRankZerosBytes) {
+  std::string build = trainctl::testing::BuildDirOfThisTest();
+  Cluster cluster(build, build + "/worker/trainer/trainctl-rank");
+  ASSERT_TRUE(cluster.StartCoordinator());
+  ASSERT_TRUE(cluster.StartWorker("w0", /*slots=*/4));
+  ASSERT_TRUE(cluster.WaitWorkers(1));
+  const std::string id = cluster.Submit(ReplicaJob(4));
+  ASSERT_FALSE(id.empty());
+  v1::Job j = cluster.WaitState(id, v1::JOB_STATE_SUCCEEDED, absl::Seconds(240));
+  ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << j.state_reason() << "\n"
+                                                << cluster.RankLog(id, 1, 0);
+  const std::string log0 = cluster.RankLog(id, 1, 0);
+  EXPECT_THAT(log0, ::testing::HasSubstr("collectives: gloo+shm (4 ranks)"));
+  EXPECT_THAT(log0, ::testing::HasSubstr("ddp buckets: 2 of 2 in shared memory"));
+  ExpectEveryRankHasRankZerosChecksums(cluster, id, 4, log0);
 }
 
 INSTANTIATE_TEST_SUITE_P(TwoWorkers, ReplicasE2ETest, ::testing::Values(3, 4),

@@ -12,8 +12,10 @@
 //   engine     trainctl's Gloo engine: AllReduceSum() then Wait() (queue thread
 //              + the small-message sync mesh or gloo::allreduce), as for ranks
 //              on several hosts
-//   engine_shm the engine with every rank on this host (shared memory), what
-//              the trainer uses for a single-host job
+//   engine_shm the engine with every rank on this host (shared memory), the
+//              buffer in private memory (copied through the slots)
+//   engine_shm_block  the same with the buffer in a shared block the engine
+//              reduces in place, as the trainer's DDP buckets are
 //   direct     gloo::allreduce on the calling thread (device thread still
 //              receives and hands over)
 //   sync       gloo::AllreduceRing over pairs in sync mode: the calling thread
@@ -145,11 +147,20 @@ int Run(const Flags& f) {
     std::shared_ptr<td::Collectives> engine;
     std::shared_ptr<gloo::Context> ctx;
     std::unique_ptr<gloo::AllreduceRing<float>> ring;
-    if (mode == "engine" || mode == "engine_shm") {
-      o.all_ranks_local = mode == "engine_shm";
+    float* buf = data.data();
+    std::shared_ptr<void> block;
+    if (mode == "engine" || mode == "engine_shm" || mode == "engine_shm_block") {
+      o.all_ranks_local = mode != "engine";
       auto c = td::CreateGlooCollectives(o, *store);
       if (!c.ok()) return std::fprintf(stderr, "%s\n", c.status().ToString().c_str()), 1;
       engine = *c;
+      if (mode == "engine_shm_block") {
+        auto b = engine->AllocateShared(data.size() * sizeof(float));
+        if (!b.ok() || *b == nullptr) return std::fprintf(stderr, "no shared block\n"), 1;
+        block = *b;
+        buf = static_cast<float*>(block.get());
+        std::fill(buf, buf + data.size(), 1.0f);
+      }
     } else {
       const bool sync = mode == "sync" || mode == "sync_busy";
       auto c = td::ConnectGlooContext(o, **store, sync, mode == "sync_busy");
@@ -165,7 +176,7 @@ int Run(const Flags& f) {
     auto once = [&] {
       if (engine) {
         td::CommBuffer b;
-        b.data = data.data();
+        b.data = buf;
         b.count = data.size();
         if (auto st = engine->AllReduceSum(b)->Wait(); !st.ok()) {
           std::fprintf(stderr, "%s\n", st.ToString().c_str());
@@ -180,7 +191,7 @@ int Run(const Flags& f) {
         opts.setTag(tag++);
         gloo::allreduce(opts);
       }
-      std::fill(data.begin(), data.end(), 1.0f);
+      std::fill(buf, buf + data.size(), 1.0f);
     };
     for (int i = 0; i < 200; ++i) once();  // warm-up
     std::vector<double> lat;

@@ -125,6 +125,9 @@ class TrackedCollectives : public Collectives {
   absl::Status Barrier() override;
   void Abort() override { inner_->Abort(); }
   void RecordWorkTimes() override { inner_->RecordWorkTimes(); }
+  absl::StatusOr<std::shared_ptr<void>> AllocateShared(size_t bytes) override {
+    return inner_->AllocateShared(bytes);
+  }
 
  private:
   std::shared_ptr<Collectives> inner_;

@@ -28,6 +28,7 @@
 #include <string>
 
 #include "absl/status/status.h"
+#include "absl/status/statusor.h"
 #include "absl/time/time.h"
 
 namespace trainctl::dist {
@@ -133,6 +134,18 @@ class Collectives {
   // finished (CollectiveWork::times()); off by default, so an engine's
   // thread reads no clock for it. Engines that cannot tell ignore it.
   virtual void RecordWorkTimes() {}
+
+  // `bytes` of memory that this engine all-reduces in place without copying
+  // it in or out (Gloo with every rank on one host: a block of the
+  // shared-memory segment every rank reads and writes). A collective: every
+  // rank asks for the same size, in the same order. Null (OK) when the
+  // engine has none or no room, on every rank alike; the caller then uses
+  // its own memory. The memory stays valid while the pointer lives, even
+  // past the engine.
+  virtual absl::StatusOr<std::shared_ptr<void>> AllocateShared(size_t bytes) {
+    (void)bytes;
+    return std::shared_ptr<void>();
+  }
 };
 
 // A CollectiveWork that is already finished with `status` (used for rejected

@@ -10,6 +10,9 @@
 //   abort        rank 1 stalls; rank 0 aborts its pending all-reduce
 //   replicas     all-reduces of inputs whose float sum depends on the order
 //                of the ranks; writes every rank's inputs and outputs
+//                (--shared=1: the buffers in shared blocks; replicas16 too)
+//   shared_mismatch  rank 0 reduces a shared block, the others private
+//                memory: every rank must get an error
 //   train        DDP training of a small MLP with the GradientBucketer
 #include <signal.h>
 #include <torch/torch.h>
@@ -88,6 +91,7 @@ struct Ctx {
   std::string dir;
   absl::Duration timeout;
   std::shared_ptr<td::Collectives> comm;
+  bool shared = false;  // --shared: replicas' buffers in shared blocks
 };
 
 absl::Status Connect(const Args& a, Ctx* ctx) {
@@ -95,6 +99,7 @@ absl::Status Connect(const Args& a, Ctx* ctx) {
   ctx->world = static_cast<int>(a.Int("world", 1));
   ctx->dir = a.Str("dir");
   ctx->timeout = absl::Milliseconds(a.Int("timeout_ms", 10000));
+  ctx->shared = a.Int("shared", 0) != 0;
   // Meeting at the store waits for the slowest process start (LibTorch
   // loads for seconds on a busy machine); only collectives get `timeout`.
   const absl::Duration connect_timeout =
@@ -256,10 +261,28 @@ torch::Tensor ReplicaInput(const td::testing::ReplicaCase& c, int rank, int roun
   return t.to(c.type == td::CommDataType::kFloat32 ? torch::kFloat : torch::kDouble);
 }
 
+// With --shared=1 (shared memory only): a copy of `t` in a block the engine
+// all-reduces in place (Collectives::AllocateShared), 64 bytes into it so
+// that an offset is exercised too. Otherwise `t`.
+absl::StatusOr<torch::Tensor> MaybeShared(const Ctx& ctx, const torch::Tensor& t) {
+  if (!ctx.shared) return t;
+  constexpr size_t kOffset = 64;
+  const size_t bytes = static_cast<size_t>(t.numel()) * t.element_size();
+  TRAINCTL_ASSIGN_OR_RETURN(std::shared_ptr<void> mem, ctx.comm->AllocateShared(bytes + kOffset));
+  if (mem == nullptr) return absl::FailedPreconditionError("the engine gave no shared block");
+  auto s = torch::from_blob(
+      static_cast<char*>(mem.get()) + kOffset, t.sizes(), [mem](void*) mutable { mem.reset(); },
+      t.options());
+  s.copy_(t);
+  return s;
+}
+
 int RunReplicas(Ctx& ctx) {
   for (int round = 0; round < td::testing::kReplicaRounds; ++round) {
     for (const td::testing::ReplicaCase& c : td::testing::kReplicaCases) {
-      auto t = ReplicaInput(c, ctx.rank, round);
+      auto in = MaybeShared(ctx, ReplicaInput(c, ctx.rank, round));
+      if (!in.ok()) return Fail(in.status().ToString());
+      auto t = *in;
       const std::string tag = absl::StrCat(c.name, "_", round, "_r", ctx.rank);
       td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/in_", tag, ".bin"), Bytes({t}));
       if (auto st = td::AllReduceSum(*ctx.comm, t)->Wait(); !st.ok()) return Fail(st.ToString());
@@ -282,7 +305,9 @@ int RunReplicas16(Ctx& ctx) {
         v[i] = kMagnitudes[(i * 3 + ctx.rank) % 5] *
                (1.0 + static_cast<double>((i * 7919 + ctx.rank * 104729) % 1000) / 997.0);
       }
-      t = t.to(type);
+      auto in = MaybeShared(ctx, t.to(type));
+      if (!in.ok()) return Fail(in.status().ToString());
+      t = *in;
       const std::string tag = absl::StrCat(c10::toString(type), "_", count, "_r", ctx.rank);
       td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/in_", tag, ".bin"), Bytes({t}));
       if (auto st = td::AllReduceSum(*ctx.comm, t)->Wait(); !st.ok()) return Fail(st.ToString());
@@ -310,6 +335,32 @@ int ExpectCollectiveFailure(Ctx& ctx, absl::StatusCode want) {
   if (ms > absl::ToDoubleMilliseconds(ctx.timeout) + 3000)
     return Fail("took longer than the timeout");
   if (td::AllReduceSum(*ctx.comm, t)->Wait().ok()) return Fail("broken engine accepted more work");
+  return 0;
+}
+
+// Rank 0 reduces a buffer in a shared block, the others the same count in
+// private memory: every rank must fail with Internal, none may return a sum
+// mixed from the two kinds of buffer, and the engine stays broken.
+int RunSharedMismatch(Ctx& ctx) {
+  auto t = torch::ones({5000});
+  std::shared_ptr<void> mem;
+  if (auto m = ctx.comm->AllocateShared(5000 * sizeof(float)); m.ok() && *m != nullptr) {
+    mem = *m;
+  } else {
+    return Fail("no shared block");
+  }
+  if (ctx.rank == 0) {
+    t = torch::from_blob(mem.get(), {5000}, torch::kFloat);
+    t.fill_(1.0f);
+  }
+  auto st = td::AllReduceSum(*ctx.comm, t)->Wait();
+  std::printf("rank %d: %s\n", ctx.rank, st.ToString().c_str());
+  if (st.code() != absl::StatusCode::kInternal) {
+    return Fail(absl::StrCat("mismatched buffers: want INTERNAL, got ", st.ToString()));
+  }
+  if (!torch::all(t == 1.0f).item<bool>()) return Fail("a mismatched all-reduce wrote a sum");
+  if (td::AllReduceSum(*ctx.comm, t)->Wait().ok()) return Fail("broken engine accepted more work");
+  td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/ok_r", ctx.rank), "ok");
   return 0;
 }
 
@@ -520,6 +571,15 @@ int RunTrain(const Args& a, Ctx& ctx) {
   auto ddp_or = td::GradientBucketer::Create(*net, ctx.comm, opts);
   if (!ddp_or.ok()) return Fail(ddp_or.status().ToString());
   auto& ddp = *ddp_or;
+  // Over shared memory every bucket lives in a shared block, which the
+  // engine reduces in place; over TCP none does.
+  const bool want_shared = ctx.comm->name() == "gloo+shm";
+  for (size_t b = 0; b < ddp->buckets().size(); ++b) {
+    if (ddp->buckets()[b].shared != want_shared) {
+      return Fail(absl::StrCat("bucket ", b, " shared: ", ddp->buckets()[b].shared, ", engine ",
+                               ctx.comm->name()));
+    }
+  }
   torch::optim::SGD sgd(net->parameters(), torch::optim::SGDOptions(a.Dbl("lr", 0.1)));
   td::testing::WriteFileAtomic(absl::StrCat(ctx.dir, "/state_r", ctx.rank, "_init.bin"),
                                StateBytes(net));
@@ -592,6 +652,8 @@ int main(int argc, char** argv) {
     rc = RunPeerStall(ctx);
   } else if (scenario == "abort") {
     rc = RunAbort(ctx);
+  } else if (scenario == "shared_mismatch") {
+    return RunSharedMismatch(ctx);
   } else if (scenario == "replicas") {
     rc = RunReplicas(ctx);
   } else if (scenario == "replicas16") {

@@ -180,6 +180,13 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
   bool uses_shm() const { return shm_ != nullptr; }
   void RecordWorkTimes() { record_times_.store(true, std::memory_order_relaxed); }
 
+  absl::StatusOr<std::shared_ptr<void>> AllocateShared(size_t bytes) {
+    if (shm_ == nullptr || bytes == 0) return std::shared_ptr<void>();
+    const uint64_t n = shared_blocks_.fetch_add(1, std::memory_order_relaxed);
+    return shm_->NewSharedBlock(bytes, *store_,
+                                absl::StrCat(options_.key_prefix, "shm/block/", n, "/"));
+  }
+
   std::shared_ptr<CollectiveWork> AllReduceSum(CommBuffer buffer) {
     return Enqueue(OpKind::kAllReduce, std::move(buffer), 0);
   }
@@ -423,6 +430,7 @@ class GlooCore final : public std::enable_shared_from_this<GlooCore> {
   const std::unique_ptr<SmallAllReducer> small_;
   // Shared-memory all-reduce when every rank is on this host; null otherwise.
   const std::unique_ptr<ShmAllReduce> shm_;
+  std::atomic<uint64_t> shared_blocks_{0};  // AllocateShared calls, for their store keys
   std::thread worker_;
   // RecordWorkTimes(): the worker thread stamps each op's start and end.
   std::atomic<bool> record_times_{false};
@@ -457,6 +465,9 @@ class GlooCollectives final : public Collectives {
   absl::Status Barrier() override { return core_->Barrier(); }
   void Abort() override { core_->Fail(absl::AbortedError("gloo collectives aborted")); }
   void RecordWorkTimes() override { core_->RecordWorkTimes(); }
+  absl::StatusOr<std::shared_ptr<void>> AllocateShared(size_t bytes) override {
+    return core_->AllocateShared(bytes);
+  }
 
  private:
   const std::shared_ptr<GlooCore> core_;

@@ -134,7 +134,25 @@ INSTANTIATE_TEST_SUITE_P(Transports, GlooTransportTest, ::testing::Bool(),
 // all-reduce can take: shared memory, the small-message mesh, Gloo's ring.
 // The inputs mix magnitudes (1e8, -1e8, 1, 3e-5, ...) so that another
 // summation order rounds differently.
-class GlooReplicaTest : public ::testing::TestWithParam<std::tuple<bool, int>> {};
+// The paths a float all-reduce takes: Gloo's TCP ring; shared memory, copied
+// through the slots; shared memory, in place in shared blocks (where the
+// GradientBucketer keeps its buckets).
+enum class Path { kTcp, kSlots, kBlocks };
+
+std::string PathName(Path p) {
+  return p == Path::kTcp ? "Tcp" : p == Path::kSlots ? "SharedMemory" : "SharedBlocks";
+}
+
+std::map<std::string, std::string> PathArgs(Path p) {
+  return {{"shm", p == Path::kTcp ? "0" : "1"},
+          {"shared", p == Path::kBlocks ? "1" : "0"},
+          {"shm_slot_bytes", "65536"},
+          {"timeout_ms", "20000"}};
+}
+
+const auto kPaths = ::testing::Values(Path::kTcp, Path::kSlots, Path::kBlocks);
+
+class GlooReplicaTest : public ::testing::TestWithParam<std::tuple<Path, int>> {};
 
 // sum over ranks 0, 1, ..., W-1 in that order, in T.
 template <typename T>
@@ -197,11 +215,9 @@ std::string FirstDifference(CommDataType type, const std::string& a, const std::
 }
 
 TEST_P(GlooReplicaTest, EveryRankGetsTheSameBytes) {
-  const auto [shm, world] = GetParam();
-  auto run =
-      RunRanks("replicas", world,
-               {{"shm", shm ? "1" : "0"}, {"shm_slot_bytes", "65536"}, {"timeout_ms", "20000"}},
-               absl::Seconds(60));
+  const auto [path, world] = GetParam();
+  const bool shm = path != Path::kTcp;
+  auto run = RunRanks("replicas", world, PathArgs(path), absl::Seconds(60));
   ASSERT_TRUE(run.ok()) << run.status();
   for (int r = 0; r < world; ++r) ASSERT_EQ(run->exit_codes[r], 0) << Logs(*run);
   for (int round = 0; round < testing::kReplicaRounds; ++round) {
@@ -243,25 +259,22 @@ TEST_P(GlooReplicaTest, EveryRankGetsTheSameBytes) {
 }
 
 INSTANTIATE_TEST_SUITE_P(WorldSizes, GlooReplicaTest,
-                         ::testing::Combine(::testing::Bool(), ::testing::Values(3, 4)),
-                         [](const ::testing::TestParamInfo<std::tuple<bool, int>>& i) {
-                           return absl::StrCat(std::get<0>(i.param) ? "SharedMemory" : "Tcp",
-                                               std::get<1>(i.param), "Ranks");
+                         ::testing::Combine(kPaths, ::testing::Values(3, 4)),
+                         [](const ::testing::TestParamInfo<std::tuple<Path, int>>& i) {
+                           return absl::StrCat(PathName(std::get<0>(i.param)), std::get<1>(i.param),
+                                               "Ranks");
                          });
 
 // 16-bit all-reduces (ddp.comm_hook's buffers) at 3 ranks, where the order
 // of a sum shows: every rank gets the same bytes; shared memory's are the
 // float32 sum in rank order rounded once, Gloo's ring's a sum to within
 // 16-bit rounding.
-class SixteenBitReplicaTest : public ::testing::TestWithParam<bool> {};
+class SixteenBitReplicaTest : public ::testing::TestWithParam<Path> {};
 
 TEST_P(SixteenBitReplicaTest, EveryRankGetsTheSameBytes) {
-  const bool shm = GetParam();
+  const bool shm = GetParam() != Path::kTcp;
   const int world = 3;
-  auto run =
-      RunRanks("replicas16", world,
-               {{"shm", shm ? "1" : "0"}, {"shm_slot_bytes", "65536"}, {"timeout_ms", "20000"}},
-               absl::Seconds(60));
+  auto run = RunRanks("replicas16", world, PathArgs(GetParam()), absl::Seconds(60));
   ASSERT_TRUE(run.ok()) << run.status();
   for (int r = 0; r < world; ++r) ASSERT_EQ(run->exit_codes[r], 0) << Logs(*run);
   for (auto type : {at::kHalf, at::kBFloat16}) {
@@ -297,10 +310,18 @@ TEST_P(SixteenBitReplicaTest, EveryRankGetsTheSameBytes) {
   Cleanup(*run);
 }
 
-INSTANTIATE_TEST_SUITE_P(Paths, SixteenBitReplicaTest, ::testing::Bool(),
-                         [](const ::testing::TestParamInfo<bool>& i) {
-                           return i.param ? "SharedMemory" : "Tcp";
-                         });
+INSTANTIATE_TEST_SUITE_P(Paths, SixteenBitReplicaTest, kPaths,
+                         [](const ::testing::TestParamInfo<Path>& i) { return PathName(i.param); });
+
+// A shared block on one rank and private memory on the others is an error
+// on every rank (the check each shared-memory all-reduce makes), not a sum
+// mixed from the two.
+TEST(GlooSharedBlockTest, SharedBlockOnOneRankOnlyFailsEveryRank) {
+  auto run = RunRanks("shared_mismatch", 3, {{"timeout_ms", "20000"}}, absl::Seconds(40));
+  ASSERT_TRUE(run.ok()) << run.status();
+  for (int r = 0; r < 3; ++r) EXPECT_EQ(run->exit_codes[r], 0) << Logs(*run);
+  Cleanup(*run);
+}
 
 }  // namespace
 }  // namespace trainctl::dist

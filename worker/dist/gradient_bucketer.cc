@@ -23,6 +23,28 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 
+// A zeroed bucket of `total` elements like `like`: in memory the engine
+// reduces without copies when it has some (a CPU bucket on a shared-memory
+// Gloo engine; *shared says so), else private memory. The tensor keeps that
+// memory alive, also as param.grad() views after the bucketer is gone.
+absl::StatusOr<at::Tensor> NewBucketMemory(Collectives& comm, int64_t total, const at::Tensor& like,
+                                           bool* shared) {
+  const auto options = like.options().requires_grad(false);
+  *shared = false;
+  if (like.is_cpu() && comm.device() == CommDevice::kCpu) {
+    TRAINCTL_ASSIGN_OR_RETURN(
+        std::shared_ptr<void> mem,
+        comm.AllocateShared(static_cast<size_t>(total) * like.element_size()));
+    if (mem != nullptr) {
+      *shared = true;
+      return at::from_blob(
+                 mem.get(), {total}, [mem](void*) mutable { mem.reset(); }, options)
+          .zero_();
+    }
+  }
+  return at::zeros({total}, options);
+}
+
 absl::Duration Since(Clock::time_point t) { return absl::FromChrono(Clock::now() - t); }
 
 // Whether `grad` is the bucket slot `view` itself (gradient_as_bucket_view).
@@ -156,7 +178,7 @@ absl::Status GradientBucketer::Init() {
       total += params_[order[k]].numel();
     }
     const auto& first = params_[bucket.params.front()];
-    bucket.flat = at::zeros({total}, first.options().requires_grad(false));
+    TRAINCTL_ASSIGN_OR_RETURN(bucket.flat, NewBucketMemory(*comm_, total, first, &info.shared));
     if (CastsTo16Bits(options_.comm_hook))
       bucket.compressed = NewCompressedBuffer(bucket.flat, options_.comm_hook);
     int64_t offset = 0;

@@ -186,6 +186,9 @@ struct BucketInfo {
   std::vector<size_t> params;  // indices into parameter_names(), in bucket order
   size_t bytes = 0;
   size_t size_limit = 0;
+  // Kept in memory the engine all-reduces without copying it in or out
+  // (Collectives::AllocateShared: Gloo with every rank on one host).
+  bool shared = false;
 };
 
 class GradientBucketer {

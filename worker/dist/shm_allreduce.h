@@ -20,6 +20,15 @@
 // that died (its pid is gone), Break() from any rank, or the deadline end the
 // wait with an error; the segment is then broken for every rank.
 //
+// Shared blocks: NewSharedBlock() maps a second segment with one block per
+// rank, and hands this rank its own. A buffer inside it is reduced without a
+// copy in or out: every rank sums its share straight from every rank's block
+// and writes the sum into all of them (the GradientBucketer keeps its buckets
+// there, through Collectives::AllocateShared). Same order of the sum, same
+// bytes on every rank as the slot path. Each all-reduce checks that every
+// rank passed the same kind of buffer (block, offset, count); a mismatch is
+// an Internal error on every rank, never a mixed sum.
+//
 // Rendezvous: rank 0 creates the segment under a random name, publishes the
 // name in the store, and unlinks it once every rank has opened it (so a crash
 // leaves nothing behind in /dev/shm after start-up).
@@ -30,9 +39,13 @@
 
 #include <cstddef>
 #include <memory>
+#include <optional>
 #include <string>
+#include <vector>
 
+#include "absl/base/thread_annotations.h"
 #include "absl/status/statusor.h"
+#include "absl/synchronization/mutex.h"
 #include "absl/time/time.h"
 #include "worker/dist/collectives.h"
 #include "worker/dist/rendezvous_store.h"
@@ -69,18 +82,54 @@ class ShmAllReduce {
   // Marks the segment broken and wakes every waiter (here and in the peers).
   void Break();
 
-  struct Header;  // the segment's first page (shm_allreduce.cc)
+  // A block of `bytes` in shared memory that this engine all-reduces in
+  // place (see "Shared blocks" above); every rank calls it with the same
+  // size, in the same order, under a `key_prefix` used once. Null, on every
+  // rank alike, when shared memory for it is missing on any rank (the caller
+  // then uses private memory). The block stays mapped while the returned
+  // pointer or this object lives. Thread-safe with AllReduceSum.
+  absl::StatusOr<std::shared_ptr<void>> NewSharedBlock(size_t bytes, RendezvousStore& store,
+                                                       const std::string& key_prefix);
+
+  struct Header;   // the segment's first page (shm_allreduce.cc)
+  struct Mapping;  // one mmap of a segment
 
  private:
-  ShmAllReduce(int rank, int world_size, size_t slot_bytes, void* base, size_t length);
+  struct SharedBlock {
+    std::shared_ptr<Mapping> map;  // world_ blocks, `stride` apart
+    size_t stride;
+    size_t bytes;
+  };
+  // Where a buffer lies in a shared block: block `index`, `offset` bytes
+  // into this rank's block; rank r's block starts at base + r * stride.
+  struct InBlock {
+    size_t index;
+    size_t offset;
+    char* base;
+    size_t stride;
+  };
+
+  static absl::StatusOr<std::shared_ptr<Mapping>> MapSegment(int rank, int world_size,
+                                                             size_t length, RendezvousStore& store,
+                                                             const std::string& key_prefix);
+  ShmAllReduce(int rank, int world_size, size_t slot_bytes, std::shared_ptr<Mapping> segment);
+  Header* header() const;
   absl::Status Barrier(absl::Time deadline);
   char* Slot(int r) const;
+  std::optional<InBlock> FindBlock(const void* data, size_t bytes) const;
+  // The op this rank is about to reduce (block 0 = private memory), and the
+  // check after the first barrier that every rank announced the same.
+  void AnnounceOp(uint64_t block, uint64_t offset, uint64_t count);
+  absl::Status CheckSameOp(uint64_t block, uint64_t offset, uint64_t count);
+  absl::Status SharedBlockSum(const InBlock& in, size_t count, CommDataType type,
+                              absl::Time deadline);
 
   const int rank_;
   const int world_;
   const size_t slot_bytes_;
-  void* const base_;
-  const size_t length_;
+  const std::shared_ptr<Mapping> segment_;
+  mutable absl::Mutex blocks_mu_;
+  std::vector<SharedBlock> blocks_ ABSL_GUARDED_BY(blocks_mu_);
 };
 
 }  // namespace trainctl::dist

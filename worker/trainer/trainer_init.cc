@@ -7,6 +7,7 @@
 #include <torch/optim/sgd.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <tuple>
 #include <utility>
 
@@ -211,6 +212,15 @@ absl::Status Trainer::Impl::CreateBucketer() {
   }
   ddp = std::move(b).value();
   if (timeline != nullptr) timeline->SetBuckets(ddp->buckets());
+  if (setup.rank == 0 && comm->name() == "gloo+shm") {
+    const auto& buckets = ddp->buckets();
+    const auto shared = std::count_if(buckets.begin(), buckets.end(),
+                                      [](const dist::BucketInfo& i) { return i.shared; });
+    Log(absl::StrCat("ddp buckets: ", shared, " of ", buckets.size(), " in shared memory",
+                     static_cast<size_t>(shared) < buckets.size()
+                         ? " (no room in /dev/shm for the rest: copied through the slots)"
+                         : ""));
+  }
   if (opt().ddp.comm_hook == dist::CommHook::kPowerSgd) {
     const auto plan = ddp->powersgd_plan();
     Log(absl::StrCat("powersgd: ", plan.compressed_tensors, " of ", plan.tensors,
