@@ -7,6 +7,7 @@
 // (QueuedWriter) is guarded by its own mutex.
 #include <algorithm>
 #include <deque>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -224,6 +225,24 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
   void Start(int32_t attempt, bool subscribe) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     attempt_ = attempt;
     subscribed_ = subscribe;
+  }
+  // The lines of `attempt` read from the store and queued at the start
+  // count as delivered (each rank's highest LogLine.seq): a telemetry group
+  // is committed on the writer thread and published on the loop after, so
+  // lines the store already returned may still be published to this
+  // stream once it subscribed, and must not go twice (Offer drops them as
+  // it drops a resumed stream's).
+  void Delivered(int32_t attempt, const std::map<int32_t, int64_t>& last_seq)
+      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    if (last_seq.empty()) return;
+    if (req_.after_attempt() != attempt) {
+      req_.set_after_attempt(attempt);
+      req_.clear_after_seq();
+    }
+    for (const auto& [rank, seq] : last_seq) {
+      int64_t& after = (*req_.mutable_after_seq())[rank];
+      after = std::max(after, seq);
+    }
   }
   // Ends the stream when `who`'s token lapses (loop).
   void Track(const Principal& who) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
@@ -516,6 +535,11 @@ grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetLogs(grpc::CallbackSe
                                     return !LineOwed(request, attempt, l.rank(), l);
                                   }),
                    lines->end());
+      std::map<int32_t, int64_t> sent;  // rank -> highest seq of the backlog
+      for (const v1::LogLine& l : *lines) {
+        if (l.seq() > 0) sent[l.rank()] = std::max(sent[l.rank()], l.seq());
+      }
+      reactor->Delivered(attempt, sent);
       // Group consecutive lines of a rank into chunks.
       v1::LogChunk chunk;
       auto flush = [&] {
