@@ -7,7 +7,6 @@
 // (QueuedWriter) is guarded by its own mutex.
 #include <algorithm>
 #include <deque>
-#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -18,6 +17,7 @@
 #include "common/status_macros.h"
 #include "coordinator/api/service_support.h"
 #include "coordinator/api/services.h"
+#include "coordinator/api/telemetry_batcher.h"
 
 namespace trainctl::coordinator {
 
@@ -226,24 +226,6 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
     attempt_ = attempt;
     subscribed_ = subscribe;
   }
-  // The lines of `attempt` read from the store and queued at the start
-  // count as delivered (each rank's highest LogLine.seq): a telemetry group
-  // is committed on the writer thread and published on the loop after, so
-  // lines the store already returned may still be published to this
-  // stream once it subscribed, and must not go twice (Offer drops them as
-  // it drops a resumed stream's).
-  void Delivered(int32_t attempt, const std::map<int32_t, int64_t>& last_seq)
-      ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    if (last_seq.empty()) return;
-    if (req_.after_attempt() != attempt) {
-      req_.set_after_attempt(attempt);
-      req_.clear_after_seq();
-    }
-    for (const auto& [rank, seq] : last_seq) {
-      int64_t& after = (*req_.mutable_after_seq())[rank];
-      after = std::max(after, seq);
-    }
-  }
   // Ends the stream when `who`'s token lapses (loop).
   void Track(const Principal& who) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
     live_ = TrackCall(ctx_, who, this);
@@ -268,7 +250,12 @@ class LogsReactor final : public QueuedWriter<v1::LogChunk>, public LogSubscribe
 // A server stream about one job (WatchJob, GetLogs): authenticates `call`
 // here, on the gRPC thread (refused: the stream finishes with why); then, on
 // the loop, reads the job and hands it to `start`, or finishes with the
-// reason there is no such job.
+// reason there is no such job. `start` reads what the store holds (history,
+// backlog) and subscribes to the hub in the same loop turn, and both run
+// with every committed telemetry group published
+// (TelemetryBatcher::ReadPublished): a group is committed off the loop and
+// published on it after, and a row the store returned must not reach the
+// new subscriber a second time. No gap, no duplicate.
 template <typename Reactor, typename Start>
 Reactor* OpenJobStream(const ServiceContext& c, grpc::CallbackServerContext* ctx,
                        absl::string_view call, Reactor* reactor, std::string job_id, Start start) {
@@ -277,18 +264,25 @@ Reactor* OpenJobStream(const ServiceContext& c, grpc::CallbackServerContext* ctx
     reactor->FinishAfterQueue(ToGrpcStatus(who.status()));
     return reactor;
   }
-  c.loop->Post([loop = c.loop, queries = c.queries, reactor, who = *std::move(who),
-                job_id = std::move(job_id), start = std::move(start)] {
+  c.loop->Post([loop = c.loop, queries = c.queries, batcher = c.batcher, reactor,
+                who = *std::move(who), job_id = std::move(job_id), start = std::move(start)] {
     AssertOnLoop(loop, "a JobService stream");
     // Tracked before anything is sent: a stream of a token revoked from
     // here on ends (OnDone untracks it, on the loop, after this closure).
     reactor->Track(who);
-    absl::StatusOr<v1::Job> job = queries->Get(job_id);
-    if (!job.ok()) {
-      reactor->FinishAfterQueue(ToGrpcStatus(job.status()));
-      return;
+    auto open = [&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+      absl::StatusOr<v1::Job> job = queries->Get(job_id);
+      if (!job.ok()) {
+        reactor->FinishAfterQueue(ToGrpcStatus(job.status()));
+        return;
+      }
+      start(*job);
+    };
+    if (batcher != nullptr) {
+      batcher->ReadPublished(open);
+    } else {
+      open();
     }
-    start(*job);
   });
   return reactor;
 }
@@ -454,7 +448,7 @@ grpc::ServerWriteReactor<v1::JobUpdate>* JobServiceImpl::WatchJob(grpc::Callback
   auto* reactor = new WatchReactor(ctx_, req->job_id());
   auto start = [this, reactor,
                 request = *req](const v1::Job& job) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
-    // History and subscription in one loop turn: no gap, no duplicate.
+    // History and subscription in one loop turn (see OpenJobStream).
     if (request.include_history()) {
       absl::StatusOr<std::vector<v1::Event>> events = ctx_.queries->Events(
           request.job_id(), std::max<int64_t>(0, request.after_event_seq()), 100000);
@@ -535,11 +529,6 @@ grpc::ServerWriteReactor<v1::LogChunk>* JobServiceImpl::GetLogs(grpc::CallbackSe
                                     return !LineOwed(request, attempt, l.rank(), l);
                                   }),
                    lines->end());
-      std::map<int32_t, int64_t> sent;  // rank -> highest seq of the backlog
-      for (const v1::LogLine& l : *lines) {
-        if (l.seq() > 0) sent[l.rank()] = std::max(sent[l.rank()], l.seq());
-      }
-      reactor->Delivered(attempt, sent);
       // Group consecutive lines of a rank into chunks.
       v1::LogChunk chunk;
       auto flush = [&] {

@@ -148,6 +148,10 @@ class WorkerServiceImpl final : public v1::WorkerService::CallbackService {
   grpc::ServerWriteReactor<v1::CodeChunk>* FetchCode(grpc::CallbackServerContext* ctx,
                                                      const v1::FetchCodeRequest* req) override;
 
+  // The sessions' telemetry group commit (JobServiceImpl's streams read the
+  // store through it).
+  TelemetryBatcher* batcher() const { return batcher_.get(); }
+
  private:
   std::unique_ptr<TelemetryBatcher> batcher_;
   ServiceContext ctx_;

@@ -136,7 +136,7 @@ void TelemetryBatcher::Written(const absl::Status& committed) {
     for (const Queued& q : group->items) Release(q.worker_id);
   }
   completing_ = false;
-  SendQueued();  // what was queued meanwhile
+  if (!holding_) SendQueued();  // what was queued meanwhile
 }
 
 void TelemetryBatcher::Release(const std::string& worker_id) {
@@ -166,6 +166,15 @@ void TelemetryBatcher::Settle(const std::string& worker_id) {
 void TelemetryBatcher::Drain() {
   ctx_.loop->CheckInLoop("TelemetryBatcher");
   WaitUntil([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) { return pending_.empty(); });
+}
+
+void TelemetryBatcher::ReadPublished(absl::FunctionRef<void()> read) {
+  ctx_.loop->CheckInLoop("TelemetryBatcher");
+  holding_ = true;
+  writer_.Wait();  // the group being written, committed (or not) and published
+  read();
+  holding_ = false;
+  SendQueued();
 }
 
 }  // namespace trainctl::coordinator

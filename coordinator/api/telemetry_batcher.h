@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "absl/container/flat_hash_map.h"
+#include "absl/functional/function_ref.h"
 #include "absl/status/status.h"
 #include "coordinator/api/services.h"
 #include "coordinator/core/on_loop.h"
@@ -90,6 +91,17 @@ class TelemetryBatcher {
   void Settle(const std::string& worker_id) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The same for every worker.
   void Drain() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Runs `read` with no group being written and every committed group
+  // published. A group is committed on the writer's thread and published
+  // (TelemetryIngest's effects: the hub's subscribers) on the loop after,
+  // so a read of the store in between sees rows that are still to be
+  // published: a stream that reads its history and then subscribes, in
+  // one loop turn, would get those rows twice. Inside `read` each
+  // committed row is either in the store and published already, or not
+  // in the store yet and published later. Waits for the group being
+  // written (at most the rest of one commit, as Settle); the next group
+  // goes to the writer after `read` returns.
+  void ReadPublished(absl::FunctionRef<void()> read) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // What is queued, as one group to the writer, when the writer is free
   // (else its done sends it). Once per loop turn after a Queue (posted);
   // tests call it to hold a group in the writer while more is queued.
@@ -132,6 +144,8 @@ class TelemetryBatcher {
   // Inside Written: a Settle from an effect or a session callback cannot
   // wait for the group it is part of.
   bool completing_ ABSL_GUARDED_BY(kLoop) = false;
+  // Inside ReadPublished: a group that completes sends no next group.
+  bool holding_ ABSL_GUARDED_BY(kLoop) = false;
   // Last: destroyed (joined) first, while the queue and group still exist.
   TelemetryWriter writer_;
 };

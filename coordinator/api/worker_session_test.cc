@@ -17,6 +17,8 @@
 #include <vector>
 
 #include "absl/strings/match.h"
+#include "absl/time/clock.h"
+#include "absl/time/time.h"
 #include "coordinator/jobs/job_manager_fixture.h"
 
 namespace trainctl::coordinator {
@@ -495,6 +497,63 @@ TEST_F(WorkerSessionTest, TelemetryIsAckedAppliedAndFoldedOnlyAfterItsGroupCommi
   batcher_->Drain();
   EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1, 3, 4, 4));
   EXPECT_THAT(StoredLines(job), ElementsAre("a", "b"));
+}
+
+// Records the metric points the hub publishes to a watcher of the job.
+class PointRecorder final : public JobSubscriber {
+ public:
+  void Offer(const v1::JobUpdate& u) override {
+    for (const v1::MetricPoint& p : u.metrics().points()) steps.push_back(p.step());
+  }
+  void JobEnded() override {}
+  std::vector<int64_t> steps;
+};
+
+// A group is committed on the writer's thread and published on the loop
+// after. A stream that reads the store and then subscribes (WatchJob's
+// history, GetLogs' backlog) does so inside ReadPublished: the group being
+// written is committed and published first, and what is queued goes to
+// the writer only after the read, so each point reaches the stream once,
+// from the store or from the hub.
+TEST_F(WorkerSessionTest, AReadOfTheStoreWaitsUntilEveryCommittedPointIsPublished) {
+  Stream& s = Registered("w1");
+  const std::string job = RunningOn(s);
+  PointRecorder before;  // subscribed all along
+  hub_.Subscribe(job, &before);
+  s.session->Handle(MetricsMsg(job, 2, 10));
+  batcher_->SendQueued();                     // step 10's group, to the writer
+  s.session->Handle(MetricsMsg(job, 3, 20));  // queued behind it
+
+  // The window: step 10 committed (the writer's thread), not yet published
+  // (its done runs on the loop, which is this thread).
+  auto stored_steps = [&] {
+    std::vector<int64_t> steps;
+    absl::StatusOr<std::vector<v1::MetricPoint>> points = store_->telemetry().ListMetrics(job, 0);
+    EXPECT_TRUE(points.ok()) << points.status();
+    if (points.ok())
+      for (const v1::MetricPoint& p : *points) steps.push_back(p.step());
+    return steps;
+  };
+  const absl::Time deadline = absl::Now() + absl::Seconds(60);
+  while (stored_steps().empty() && absl::Now() < deadline) absl::SleepFor(absl::Milliseconds(5));
+  ASSERT_THAT(stored_steps(), ElementsAre(10));
+  EXPECT_TRUE(before.steps.empty());
+
+  PointRecorder watcher;
+  std::vector<int64_t> history;
+  batcher_->ReadPublished([&]() ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop) {
+    EXPECT_THAT(before.steps, ElementsAre(10));  // published before the read
+    history = stored_steps();
+    hub_.Subscribe(job, &watcher);
+  });
+  EXPECT_THAT(history, ElementsAre(10));  // step 20 was not sent to the writer yet
+
+  batcher_->Drain();
+  EXPECT_THAT(watcher.steps, ElementsAre(20));  // only what the history did not have
+  EXPECT_THAT(before.steps, ElementsAre(10, 20));
+  EXPECT_THAT(s.transport.TelemetryAcks(), ElementsAre(1, 2, 3));
+  hub_.Unsubscribe(job, &watcher);
+  hub_.Unsubscribe(job, &before);
 }
 
 // A commit that fails applies nothing -- no seq advances, so the resend is

@@ -143,8 +143,11 @@ void CoordinatorServer::MakeServices() {
         registry_.get(), options_.clock, options_.worker_cert_validity);
     ctx.enroller = enroller_.get();
   }
-  job_service_ = std::make_unique<JobServiceImpl>(ctx);
   worker_service_ = std::make_unique<WorkerServiceImpl>(ctx);
+  // The job streams read the store with the worker sessions' telemetry
+  // published (OpenJobStream).
+  ctx.batcher = worker_service_->batcher();
+  job_service_ = std::make_unique<JobServiceImpl>(ctx);
   auth_service_ = std::make_unique<AuthServiceImpl>(ctx);
   queue_service_ = std::make_unique<QueueServiceImpl>(ctx);
 }

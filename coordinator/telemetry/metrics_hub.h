@@ -5,7 +5,9 @@
 // a bounded queue and skips ahead when its reader is slow), so a slow
 // watcher can never stall ingestion or the other watchers. History comes
 // from the StateStore; the service sends it and subscribes in the same loop
-// turn, so a watcher sees no gap and no duplicate.
+// turn, with every committed telemetry group published
+// (TelemetryBatcher::ReadPublished), so a watcher sees no gap and no
+// duplicate.
 //
 // Not thread-safe: runs on the coordinator's EventLoop. Subscribers must
 // Unsubscribe (on the loop) before they are destroyed.
