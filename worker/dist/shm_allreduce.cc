@@ -72,6 +72,33 @@ void SumShareInto(const char* const* srcs, int world, size_t lo, size_t hi, T* s
   }
 }
 
+// The element type of a CommDataType Supports takes, and the type its sum
+// runs in (SumShare's Acc).
+template <typename T, typename Acc = T>
+struct SumTypes {
+  using Elem = T;
+  using Accum = Acc;
+};
+
+// Calls sum(SumTypes<...>{}) with the types of `type`.
+template <typename Sum>
+void WithSumTypes(CommDataType type, Sum&& sum) {
+  switch (type) {
+    case CommDataType::kFloat32:
+      sum(SumTypes<float>{});
+      return;
+    case CommDataType::kFloat64:
+      sum(SumTypes<double>{});
+      return;
+    case CommDataType::kFloat16:
+      sum(SumTypes<c10::Half, float>{});
+      return;
+    default:  // kBFloat16 (Supports)
+      sum(SumTypes<c10::BFloat16, float>{});
+      return;
+  }
+}
+
 // Store failures are not "no shared memory here" (Unavailable, on which the
 // ranks agree to fall back): the rendezvous itself failed.
 absl::Status StoreError(const absl::Status& s) {
@@ -85,7 +112,8 @@ struct ShmAllReduce::Header {
   alignas(64) std::atomic<uint32_t> generation;
   alignas(64) std::atomic<uint32_t> broken;
   alignas(64) std::atomic<int32_t> pids[kMaxRanks];
-  // What each rank passed to the all-reduce in progress (OpDesc), written
+  // What each rank passed to the all-reduce in progress, as AnnounceOp
+  // writes it (block + 1, or 0 for private memory; offset; count), written
   // before its first barrier and compared after it: a buffer in a shared
   // block on one rank and private memory on another must fail, not mix.
   alignas(64) std::atomic<uint64_t> ops[kMaxRanks][3];
@@ -360,26 +388,11 @@ absl::Status ShmAllReduce::AllReduceSum(void* data, size_t count, CommDataType t
     if (off == 0) TRAINCTL_RETURN_IF_ERROR(CheckSameOp(0, 0, count));
     const char* srcs[kMaxRanks];
     for (int r = 0; r < world_; ++r) srcs[r] = r == rank_ ? mine : slots[r];
-    switch (type) {
-      case CommDataType::kFloat32:
-        SumShareInto<float>(srcs, world_, lo, hi, reinterpret_cast<float*>(slots[rank_]),
-                            reinterpret_cast<float*>(mine));
-        break;
-      case CommDataType::kFloat64:
-        SumShareInto<double>(srcs, world_, lo, hi, reinterpret_cast<double*>(slots[rank_]),
-                             reinterpret_cast<double*>(mine));
-        break;
-      case CommDataType::kFloat16:
-        SumShareInto<c10::Half, float>(srcs, world_, lo, hi,
-                                       reinterpret_cast<c10::Half*>(slots[rank_]),
-                                       reinterpret_cast<c10::Half*>(mine));
-        break;
-      default:  // kBFloat16 (Supports)
-        SumShareInto<c10::BFloat16, float>(srcs, world_, lo, hi,
-                                           reinterpret_cast<c10::BFloat16*>(slots[rank_]),
-                                           reinterpret_cast<c10::BFloat16*>(mine));
-        break;
-    }
+    WithSumTypes(type, [&](auto types) {
+      using T = typename decltype(types)::Elem;
+      SumShareInto<T, typename decltype(types)::Accum>(
+          srcs, world_, lo, hi, reinterpret_cast<T*>(slots[rank_]), reinterpret_cast<T*>(mine));
+    });
     if (absl::Status s = Barrier(deadline); !s.ok()) return s;
     for (int r = 0; r < world_; ++r) {
       if (r == rank_) continue;  // summed in place above
@@ -409,20 +422,10 @@ absl::Status ShmAllReduce::SharedBlockSum(const InBlock& in, size_t count, CommD
     bufs[r] = in.base + in.stride * static_cast<size_t>(r) + in.offset;
   const size_t lo = count * static_cast<size_t>(rank_) / static_cast<size_t>(world_);
   const size_t hi = count * static_cast<size_t>(rank_ + 1) / static_cast<size_t>(world_);
-  switch (type) {
-    case CommDataType::kFloat32:
-      SumShareToAll<float>(bufs, bufs, world_, lo, hi);
-      break;
-    case CommDataType::kFloat64:
-      SumShareToAll<double>(bufs, bufs, world_, lo, hi);
-      break;
-    case CommDataType::kFloat16:
-      SumShareToAll<c10::Half, float>(bufs, bufs, world_, lo, hi);
-      break;
-    default:  // kBFloat16 (Supports)
-      SumShareToAll<c10::BFloat16, float>(bufs, bufs, world_, lo, hi);
-      break;
-  }
+  WithSumTypes(type, [&](auto types) {
+    SumShareToAll<typename decltype(types)::Elem, typename decltype(types)::Accum>(bufs, bufs,
+                                                                                   world_, lo, hi);
+  });
   return Barrier(deadline);
 }
 
