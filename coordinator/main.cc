@@ -453,8 +453,8 @@ absl::Status ServeOptions(trainctl::coordinator::CoordinatorOptions& o, std::str
         "read the same file");
   }
   *admin_file = AdminTokenFile(tls_dir, o.db_path);
-  // An absent file is written only once the coordinator has started: a
-  // refused start (a damaged or foreign --db) leaves nothing behind.
+  // An absent file is written only once the store is open (before_serving):
+  // a refused start (a damaged or foreign --db) leaves nothing behind.
   std::error_code ec;
   *created = !std::filesystem::exists(*admin_file, ec);
   absl::StatusOr<std::string> admin =
@@ -554,21 +554,21 @@ int main(int argc, char** argv) {
       created = false;
     }
   }
+  if (created) {
+    // Once the store opened (a refused start leaves no file behind), and
+    // before the server answers: whoever sees it serving finds the file.
+    o.before_serving = [&admin_file, token = o.admin_token]() -> absl::Status {
+      absl::Status w = trainctl::auth::WritePrivateFile(admin_file, absl::StrCat(token, "\n"));
+      if (w.ok()) return w;
+      return absl::Status(w.code(), absl::StrCat("--admin-token-file: ", w.message()));
+    };
+  }
   trainctl::coordinator::CoordinatorServer server(o);
   if (leader_store != nullptr) server.AdoptStore(std::move(leader_store));
   absl::StatusOr<std::string> addr = server.Start();
   if (!addr.ok()) {
     std::cerr << "trainctl-coordinator: " << addr.status().message() << "\n";
     return 1;
-  }
-  if (created) {
-    if (absl::Status w =
-            trainctl::auth::WritePrivateFile(admin_file, absl::StrCat(o.admin_token, "\n"));
-        !w.ok()) {
-      std::cerr << "trainctl-coordinator: --admin-token-file: " << w.message() << "\n";
-      server.Shutdown();
-      return 1;
-    }
   }
   Announce(server, o, *addr, admin_file, created);
 

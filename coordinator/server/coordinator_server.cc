@@ -34,6 +34,7 @@ CoordinatorServer::~CoordinatorServer() { Shutdown(); }
 absl::StatusOr<std::string> CoordinatorServer::Start() {
   TRAINCTL_RETURN_IF_ERROR(RecoverOwners());
   MakeServices();
+  if (options_.before_serving) TRAINCTL_RETURN_IF_ERROR(options_.before_serving());
   TRAINCTL_ASSIGN_OR_RETURN(int port, Serve());
   StartHousekeeping();
   if (!options_.http_listen.empty()) TRAINCTL_RETURN_IF_ERROR(ServeHttp());

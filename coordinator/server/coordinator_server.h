@@ -7,6 +7,7 @@
 // Used by the coordinator's main, by `trainctl run` (embedded), and by tests.
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -65,6 +66,10 @@ struct CoordinatorOptions {
   // The bootstrap admin secret (--admin-token-file). Empty: Start() makes a
   // random one (admin_token() tells it), as `trainctl run` and tests want.
   std::string admin_token;
+  // Runs in Start() once the store is open and recovered, before the server
+  // listens; an error ends the start. The binary writes a new admin token
+  // file here: a coordinator that answers (health SERVING) has it in place.
+  std::function<absl::Status()> before_serving;
   // TLS (PEM contents, not paths): with a certificate and key the server
   // speaks only TLS, and requests (does not require: joining workers have
   // none yet) client certificates signed by tls_ca_pem. Without them it
