@@ -468,5 +468,20 @@ TEST(TempDirTest, MakesAFreshPrivateDirectoryUnderTmpdir) {
   rmdir(base.c_str());
 }
 
+TEST(TempDirTest, AScopedOneIsRemovedWithItsTreeWhenItGoes) {
+  std::string path;
+  {
+    ScopedTempDir dir("scoped_temp_dir_test");
+    path = dir.path();
+    ASSERT_FALSE(path.empty());
+    EXPECT_EQ(dir.File("a"), path + "/a");
+    ASSERT_EQ(mkdir(dir.File("sub").c_str(), 0700), 0);
+    std::ofstream(dir.File("sub/f")) << "x";
+  }
+  struct stat st;
+  EXPECT_EQ(stat(path.c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOENT);
+}
+
 }  // namespace
 }  // namespace trainctl

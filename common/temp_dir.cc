@@ -3,6 +3,8 @@
 #include <stdlib.h>
 
 #include <cstdlib>
+#include <filesystem>
+#include <system_error>
 #include <vector>
 
 #include "absl/strings/str_cat.h"
@@ -17,6 +19,15 @@ std::string MakeTempDir(absl::string_view prefix) {
   buf.push_back('\0');
   if (mkdtemp(buf.data()) == nullptr) return "";
   return buf.data();
+}
+
+ScopedTempDir::~ScopedTempDir() {
+  std::error_code ec;
+  if (!path_.empty()) std::filesystem::remove_all(path_, ec);
+}
+
+std::string ScopedTempDir::File(absl::string_view name) const {
+  return absl::StrCat(path_, "/", name);
 }
 
 }  // namespace trainctl

@@ -8,10 +8,9 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
-#include <filesystem>
 #include <map>
 
-#include "absl/strings/str_cat.h"
+#include "common/temp_dir.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -23,11 +22,8 @@ const Principal kRoot{"admin-file", "admin-file", v1::ROLE_ADMIN};
 class LiveCallsTest : public ::testing::Test {
  protected:
   void SetUp() override {
-    std::string dir = absl::StrCat(::testing::TempDir(), "/live_calls_test.", getpid(), ".",
-                                   ::testing::UnitTest::GetInstance()->current_test_info()->name());
-    std::filesystem::remove_all(dir);
-    std::filesystem::create_directories(dir);
-    auto store = StateStore::Open(dir + "/state.db");
+    ASSERT_FALSE(dir_.path().empty());
+    auto store = StateStore::Open(dir_.File("state.db"));
     ASSERT_TRUE(store.ok()) << store.status();
     store_ = *std::move(store);
     auth_ = std::make_unique<TokenAuthority>(store_.get(), &clock_);
@@ -52,6 +48,7 @@ class LiveCallsTest : public ::testing::Test {
     return live.Add(who, [this, name](const absl::Status& why) { ended_[name].push_back(why); });
   }
 
+  ScopedTempDir dir_{"live_calls_test"};  // declared first: goes after the store
   FakeClock clock_;
   std::unique_ptr<StateStore> store_;
   std::unique_ptr<TokenAuthority> auth_;

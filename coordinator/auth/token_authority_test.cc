@@ -8,10 +8,9 @@
 #include <sqlite3.h>
 #include <unistd.h>
 
-#include <filesystem>
-
 #include "absl/strings/str_cat.h"
 #include "common/auth/secret.h"
+#include "common/temp_dir.h"
 
 namespace trainctl::coordinator {
 namespace {
@@ -20,13 +19,12 @@ using ::testing::HasSubstr;
 
 const Principal kRoot{"admin-file", "admin-file", v1::ROLE_ADMIN};
 
-std::string TempDb() {
-  std::string dir = absl::StrCat(::testing::TempDir(), "/token_authority_test.", getpid(), ".",
-                                 ::testing::UnitTest::GetInstance()->current_test_info()->name());
-  std::filesystem::remove_all(dir);
-  std::filesystem::create_directories(dir);
-  return dir + "/state.db";
-}
+// A database path in a scratch directory removed at the end of the test.
+class TempDb : public ScopedTempDir {
+ public:
+  TempDb() : ScopedTempDir("token_authority_test") {}
+  std::string db() const { return File("state.db"); }
+};
 
 v1::CreateTokenRequest Req(v1::Role role, const std::string& name, int64_t ttl_s = 0) {
   v1::CreateTokenRequest r;
@@ -48,7 +46,8 @@ TEST(SecretTest, HashesCompareAndCarryTheirId) {
 }
 
 TEST(TokenAuthorityTest, CreateAuthenticateRevokeExpireAndReload) {
-  std::string db = TempDb();
+  TempDb tmp;
+  std::string db = tmp.db();
   FakeClock clock;
   std::string viewer_secret, short_secret, revoked_id;
   {
@@ -129,7 +128,8 @@ TEST(TokenAuthorityTest, CreateAuthenticateRevokeExpireAndReload) {
 }
 
 TEST(TokenAuthorityTest, RefusesMissingMalformedAndForgedTokens) {
-  auto store = StateStore::Open(TempDb());
+  TempDb tmp;
+  auto store = StateStore::Open(tmp.db());
   ASSERT_TRUE(store.ok());
   FakeClock clock;
   TokenAuthority auth(store->get(), &clock);
@@ -161,7 +161,8 @@ TEST(TokenAuthorityTest, RolesAndWorkerBindings) {
   EXPECT_THAT(denied.message(), HasSubstr("has role viewer"));
   EXPECT_TRUE(TokenAuthority::Authorize(viewer, "GetJob", {v1::ROLE_VIEWER}).ok());
 
-  std::string db = TempDb();
+  TempDb tmp;
+  std::string db = tmp.db();
   FakeClock clock;
   Principal w1{"t-a", "a", v1::ROLE_WORKER}, w2{"t-b", "b", v1::ROLE_WORKER};
   {
@@ -187,7 +188,8 @@ TEST(TokenAuthorityTest, RolesAndWorkerBindings) {
 // Join tokens are one-time and always expire; a use survives a reopen; a
 // second use is refused naming the reason; other roles cannot be one-time.
 TEST(TokenAuthorityTest, JoinTokensAreOneTimeAndExpire) {
-  std::string db = TempDb();
+  TempDb tmp;
+  std::string db = tmp.db();
   FakeClock clock;
   std::string secret, id;
   {
@@ -238,7 +240,8 @@ TEST(TokenAuthorityTest, JoinTokensAreOneTimeAndExpire) {
 // The addresses an admin authorises with a join or worker token are stored
 // with it and come back on its principal; other roles cannot carry them.
 TEST(TokenAuthorityTest, JoinAndWorkerTokensCarryTheAddressesTheAdminAuthorised) {
-  std::string db = TempDb();
+  TempDb tmp;
+  std::string db = tmp.db();
   FakeClock clock;
   std::string secret;
   {
@@ -277,7 +280,8 @@ TEST(TokenAuthorityTest, JoinAndWorkerTokensCarryTheAddressesTheAdminAuthorised)
 // A submitter token bound to queues keeps them across a reopen and hands
 // them to the Principal (ResolveQueue's input); bad lists are refused.
 TEST(TokenAuthorityTest, SubmitterTokensCarryTheirQueues) {
-  std::string db = TempDb();
+  TempDb tmp;
+  std::string db = tmp.db();
   FakeClock clock;
   std::string secret;
   {
@@ -331,7 +335,8 @@ TEST(TokenAuthorityTest, SubmitterTokensCarryTheirQueues) {
 // A revoked worker certificate is refused by id and by serial, survives a
 // reopen, and revoking twice is harmless.
 TEST(TokenAuthorityTest, RevokedWorkerCertificatesStayRevoked) {
-  std::string db = TempDb();
+  TempDb tmp;
+  std::string db = tmp.db();
   FakeClock clock;
   {
     auto store = StateStore::Open(db);

@@ -32,7 +32,8 @@ ClusterInitOptions OptionsIn(const std::string& root) {
 }
 
 TEST(ClusterInitTest, WritesTheClusterFilesPrivateExceptTheCertificates) {
-  const std::string root = MakeTempDir("cluster_init_test");
+  const ScopedTempDir tmp("cluster_init_test");
+  const std::string& root = tmp.path();
   ASSERT_FALSE(root.empty());
   const ClusterInitOptions o = OptionsIn(root);
   ASSERT_EQ(RunClusterInit(o), 0);
@@ -54,7 +55,9 @@ TEST(ClusterInitTest, WritesTheClusterFilesPrivateExceptTheCertificates) {
 }
 
 TEST(ClusterInitTest, RefusesToReplaceTheCaAndNamesABadStoreOrTtl) {
-  const std::string root = MakeTempDir("cluster_init_test");
+  const ScopedTempDir tmp("cluster_init_test");
+  const std::string& root = tmp.path();
+  ASSERT_FALSE(root.empty());
   ClusterInitOptions o = OptionsIn(root);
   ASSERT_EQ(RunClusterInit(o), 0);
   absl::StatusOr<std::string> ca = auth::ReadFile(o.dir + "/ca.key");
@@ -78,7 +81,9 @@ TEST(ClusterInitTest, RefusesToReplaceTheCaAndNamesABadStoreOrTtl) {
 }
 
 TEST(ClusterInitTest, WorkerCertNamesTheWorker) {
-  const std::string root = MakeTempDir("cluster_init_test");
+  const ScopedTempDir tmp("cluster_init_test");
+  const std::string& root = tmp.path();
+  ASSERT_FALSE(root.empty());
   const ClusterInitOptions o = OptionsIn(root);
   ASSERT_EQ(RunClusterInit(o), 0);
   EXPECT_EQ(RunWorkerCert({o.dir, "gpu-7", root, {"gpu-7.example"}}), 0);

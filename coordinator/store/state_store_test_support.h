@@ -28,6 +28,7 @@
 #include <vector>
 
 #include "absl/strings/str_cat.h"
+#include "common/temp_dir.h"
 #include "gmock/gmock.h"
 #include "gtest/gtest.h"
 
@@ -37,28 +38,11 @@ using ::testing::ElementsAre;
 using ::testing::HasSubstr;
 
 // A fresh directory under $TMPDIR, removed with its contents at the end.
-class TempDir {
+class TempDir : public ScopedTempDir {
  public:
-  TempDir() {
-    const char* base = std::getenv("TMPDIR");
-    std::string pattern = absl::StrCat(base != nullptr ? base : "/tmp", "/state_store_test.XXXXXX");
-    std::vector<char> buf(pattern.begin(), pattern.end());
-    buf.push_back('\0');
-    char* dir = mkdtemp(buf.data());
-    if (dir == nullptr) {
-      ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
-      return;
-    }
-    path_ = dir;
+  TempDir() : ScopedTempDir("state_store_test") {
+    if (path().empty()) ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
   }
-  ~TempDir() {
-    std::error_code ec;
-    if (!path_.empty()) std::filesystem::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return path_ + "/" + name; }
-
- private:
-  std::string path_;
 };
 
 inline v1::Job MakeJob(const std::string& id, v1::JobState state = v1::JOB_STATE_PENDING) {

@@ -18,6 +18,7 @@
 
 #include "absl/strings/str_cat.h"
 #include "absl/strings/str_format.h"
+#include "common/temp_dir.h"
 #include "worker/daemon/job_dir.h"
 
 namespace trainctl::worker {
@@ -26,13 +27,13 @@ namespace {
 using ::testing::HasSubstr;
 namespace fs = std::filesystem;
 
-std::string TempDir(const std::string& name) {
-  std::string dir =
-      absl::StrCat(::testing::TempDir(), "/artifact_reader_test.", getpid(), ".", name);
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  return fs::canonical(dir).string();
-}
+// A scratch directory, removed with everything in it when the test ends.
+class TestDir : public ScopedTempDir {
+ public:
+  TestDir() : ScopedTempDir("artifact_reader_test") {}
+  // Its canonical path (the checks compare resolved paths).
+  std::string Path() const { return fs::canonical(path()).string(); }
+};
 
 v1::ReadFile Req(const std::string& path, int64_t offset, int32_t max, bool checksum = false,
                  const std::string& job = "j-1") {
@@ -47,7 +48,8 @@ v1::ReadFile Req(const std::string& path, int64_t offset, int32_t max, bool chec
 }
 
 TEST(ArtifactReaderTest, PiecesCoverTheFileAndTheChecksumIsZlibs) {
-  const std::string dir = TempDir("pieces") + "/ck";
+  TestDir tmp;
+  const std::string dir = tmp.Path() + "/ck";
   ASSERT_TRUE(ClaimCheckpointDir(dir, "j-1", "alice", "").ok());
   const std::string path = dir + "/j-1.model.pt";
   std::string content;
@@ -81,7 +83,8 @@ TEST(ArtifactReaderTest, PiecesCoverTheFileAndTheChecksumIsZlibs) {
 }
 
 TEST(ArtifactReaderTest, ServesOnlyTheRecordsJobsFilesInItsOwnDirectory) {
-  const std::string root = TempDir("refusals");
+  TestDir tmp;
+  const std::string root = tmp.Path();
   const std::string dir = root + "/ck";
   ASSERT_TRUE(ClaimCheckpointDir(dir, "j-1", "alice", "").ok());
   std::ofstream(root + "/worker.key") << "KEY";
@@ -129,7 +132,8 @@ TEST(ArtifactReaderTest, ServesOnlyTheRecordsJobsFilesInItsOwnDirectory) {
 }
 
 TEST(JobDirTest, TheFirstOwnerClaimsTheDirectoryAndOthersAreRefusedByName) {
-  const std::string dir = TempDir("claim") + "/shared";
+  TestDir tmp;
+  const std::string dir = tmp.Path() + "/shared";
   ASSERT_TRUE(ClaimCheckpointDir(dir, "a-1", "alice", "").ok());
   ASSERT_TRUE(ClaimCheckpointDir(dir, "a-2", "alice", "").ok())
       << "one owner's jobs share a directory";
@@ -151,7 +155,8 @@ TEST(JobDirTest, TheFirstOwnerClaimsTheDirectoryAndOthersAreRefusedByName) {
 }
 
 TEST(JobDirTest, ManifestsAreNeverWrittenThroughALink) {
-  const std::string root = TempDir("links");
+  TestDir tmp;
+  const std::string root = tmp.Path();
   const std::string dir = root + "/ck";
   fs::create_directories(dir);
   std::ofstream(root + "/victim") << "victim";
@@ -185,8 +190,7 @@ class RankUserDirTest : public ::testing::Test {
     absl::StatusOr<RunAs> nobody = LookupUser("nobody");
     if (!nobody.ok()) GTEST_SKIP() << nobody.status();
     nobody_ = *nobody;
-    const std::string root =
-        TempDir(::testing::UnitTest::GetInstance()->current_test_info()->name());
+    const std::string root = tmp_.Path();
     ASSERT_EQ(::chmod(root.c_str(), 0755), 0);
     root_only_ = root + "/root-only";
     mine_ = root + "/mine";
@@ -197,6 +201,7 @@ class RankUserDirTest : public ::testing::Test {
   }
 
   RunAs nobody_;
+  TestDir tmp_;
   std::string root_only_, mine_;
 };
 
@@ -305,7 +310,8 @@ TEST_F(RankUserDirTest, ALinkSwappedInDuringTheClaimLeadsNowhere) {
 // only the job's checkpoints go, never its final model, a link's target, or
 // a file of a directory no daemon prepared for the job.
 TEST(ArtifactReaderTest, DropDeletesOnlyTheJobsOwnCheckpoints) {
-  const std::string root = TempDir("drop");
+  TestDir tmp;
+  const std::string root = tmp.Path();
   const std::string dir = root + "/ck";
   ASSERT_TRUE(ClaimCheckpointDir(dir, "j-1", "alice", "").ok());
   std::ofstream(root + "/worker.key") << "KEY";

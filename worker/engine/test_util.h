@@ -6,11 +6,14 @@
 #include <unistd.h>
 #include <zlib.h>
 
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <string>
 
+#include "common/temp_dir.h"
 #include "gtest/gtest.h"
 
 namespace trainctl::engine::testing_util {
@@ -25,24 +28,11 @@ inline std::string TestDataPath(const std::string& name) {
 }
 
 // A fresh directory for the running test, removed by the destructor.
-class TempDir {
+class TempDir : public ScopedTempDir {
  public:
-  TempDir() {
-    const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = std::filesystem::path(::testing::TempDir()) /
-            (std::string("trainctl_engine_") + info->test_suite_name() + "_" + info->name() + "_" +
-             std::to_string(::getpid()));
-    std::filesystem::remove_all(path_);
-    std::filesystem::create_directories(path_);
+  TempDir() : ScopedTempDir("trainctl_engine") {
+    if (path().empty()) ADD_FAILURE() << "mkdtemp: " << std::strerror(errno);
   }
-  ~TempDir() {
-    std::error_code ec;
-    std::filesystem::remove_all(path_, ec);
-  }
-  std::string File(const std::string& name) const { return (path_ / name).string(); }
-
- private:
-  std::filesystem::path path_;
 };
 
 inline void WriteFile(const std::string& path, const std::string& bytes) {

@@ -6,6 +6,7 @@
 #include <gtest/gtest.h>
 
 #include "absl/strings/str_cat.h"
+#include "common/temp_dir.h"
 
 #include <cstdlib>
 #include <fstream>
@@ -24,9 +25,9 @@ TEST(RankProtocolTest, ConfigRoundTripsWithEscapes) {
 // The config carries the attempt's rendezvous secret: owner-only, also when
 // it replaces a file that was readable by others.
 TEST(RankProtocolTest, ConfigFileIsOwnerOnly) {
-  char dir[] = "/tmp/rank_protocol_test.XXXXXX";
-  ASSERT_NE(mkdtemp(dir), nullptr);
-  const std::string path = std::string(dir) + "/rank.conf";
+  const ScopedTempDir dir("rank_protocol_test");
+  ASSERT_FALSE(dir.path().empty());
+  const std::string path = dir.File("rank.conf");
   { std::ofstream(path + ".tmp") << "old\n"; }
   chmod((path + ".tmp").c_str(), 0644);
   FlatConfig c{{"run.store_secret", "s3cr3t-s3cr3t-s3cr3t"}};
@@ -35,8 +36,6 @@ TEST(RankProtocolTest, ConfigFileIsOwnerOnly) {
   ASSERT_EQ(stat(path.c_str(), &st), 0);
   EXPECT_EQ(st.st_mode & 0777, 0600u);
   EXPECT_EQ(*ReadConfigFile(path), c);
-  unlink(path.c_str());
-  rmdir(dir);
 }
 
 TEST(RankProtocolTest, TypedGettersNameTheKey) {
