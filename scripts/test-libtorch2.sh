@@ -66,17 +66,9 @@ root=$cache/root
 build="build-trixie"               # under /src, ignored by .gitignore's /build*/
 extra_packages=(ccache)            # this script's tools, not the project's
 
-host_mirror() {  # the Debian (not -security) mirror apt on this host uses
-  local m
-  m=$(grep -hsE '^[[:space:]]*URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}' |
-      grep -E '/debian/?$' | head -1 || true)
-  if [ -z "$m" ]; then
-    m=$(grep -hsE '^[[:space:]]*deb[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
-        sed -E 's/\[[^]]*\]//' | awk '{print $2}' | grep -E '/debian/?$' | head -1 || true)
-  fi
-  echo "${m:-http://deb.debian.org/debian}"
-}
-mirror=${DEBIAN_MIRROR:-$(host_mirror)}
+# shellcheck source=scripts/debian-source.sh
+. "$src/scripts/debian-source.sh"   # debian_host_mirror
+mirror=${DEBIAN_MIRROR:-$(debian_host_mirror)}
 
 # One run at a time per cache (engineers sharing a machine share the root and
 # the ccache; a second run waits here).

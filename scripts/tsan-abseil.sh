@@ -43,9 +43,10 @@
 # cmake, patch, and libabsl-dev (headers, for the check's probe). The cache,
 # $TSAN_CACHE (default /var/cache/trainctl-tsan-abseil), holds
 #   lib/    a symlink to the current lib.<time>/: libabsl_*.so* only
-#   src/    the downloaded source package, as apt-get source left it (kept: a
-#           rebuild does not fetch again), and tsan-tree/, the copy built (with
-#           our patch; the debug info, so TSan's reports, point into it)
+#   src/    abseil-<version>/tree, the source tree as apt-get source left it
+#           (kept: a rebuild does not fetch again; scripts/debian-source.sh), and
+#           tsan-tree/, the copy built (with our patch; the debug info, so
+#           TSan's reports, point into it)
 #   .stamp  abseil source version + compiler + flags + this script's sha256;
 #           written last: when it matches, the script does nothing
 # The build goes into $TSAN_CACHE/build (removed when done), is installed into
@@ -69,18 +70,9 @@
 set -euo pipefail
 self=$(cd "$(dirname "$0")" && pwd)/$(basename "$0")
 
-mode=build
-case "${1:-}" in
-  --check) mode=check ;;
-  --force) mode=force ;;
-  "") ;;
-  *) echo "usage: $0 [--check | --force]" >&2; exit 2 ;;
-esac
-
-if [ "$(id -u)" -ne 0 ]; then
-  echo "tsan-abseil: needs root (apt-get source, /var/cache); run it with sudo" >&2
-  exit 1
-fi
+# shellcheck source=scripts/debian-source.sh
+. "$(dirname "$self")/debian-source.sh"
+debian_rebuild_mode tsan-abseil "$@"
 
 cache=${TSAN_CACHE:-/var/cache/trainctl-tsan-abseil}
 jobs=${JOBS:-2}
@@ -104,17 +96,6 @@ for tool in "$cxx" cmake patch; do
     exit 1
   fi
 done
-
-host_mirror() {  # the Debian (not -security) mirror apt on this host uses
-  local m
-  m=$(grep -hsE '^[[:space:]]*URIs:' /etc/apt/sources.list.d/*.sources | awk '{print $2}' |
-      grep -E '/debian/?$' | head -1 || true)
-  if [ -z "$m" ]; then
-    m=$(grep -hsE '^[[:space:]]*deb[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d/*.list |
-        sed -E 's/\[[^]]*\]//' | awk '{print $2}' | grep -E '/debian/?$' | head -1 || true)
-  fi
-  echo "${m:-http://deb.debian.org/debian}"
-}
 
 # The exact version of the installed shared libraries: the source must be theirs.
 version=$(dpkg-query -W -f='${source:Version}' "$binpkg" 2>/dev/null || true)
@@ -172,7 +153,7 @@ stage() {  # stage NAME CMD... : runs CMD, records its time and result; stops on
   fi
 }
 
-srcdir=$cache/src/abseil-$version     # apt-get source's files; the tree is $srctree
+srcdir=$cache/src/abseil-$version     # holds $srctree and $tsantree
 srctree=$srcdir/tree                  # as apt-get source left it (Debian's patches applied)
 tsantree=$srcdir/tsan-tree            # a copy with ours (below); the debug info points here
 build=$cache/build
@@ -180,57 +161,7 @@ stage_dir=$cache/build/install
 newlib=$cache/lib.$(date +%Y%m%d-%H%M%S)  # checked before lib/ points to it
 
 # --- fetch: apt-get source abseil=$version (idempotent) ---------------------
-has_deb_src() {
-  grep -hsqE '^[[:space:]]*Types:.*deb-src' /etc/apt/sources.list.d/*.sources ||
-    grep -hsqE '^[[:space:]]*deb-src[[:space:]]' /etc/apt/sources.list /etc/apt/sources.list.d/*.list
-}
-
-fetch() {
-  if [ -f "$srctree/.trainctl-fetched" ]; then
-    echo "source: $srctree (fetched before)"
-    return 0
-  fi
-  if ! has_deb_src; then
-    local mirror=${DEBIAN_MIRROR:-$(host_mirror)} codename
-    # shellcheck disable=SC1091  # Debian's own file
-    codename=$(. /etc/os-release && echo "${VERSION_CODENAME:-bookworm}")
-    echo "adding deb-src $mirror $codename main: /etc/apt/sources.list.d/trainctl-deb-src.sources"
-    cat >/etc/apt/sources.list.d/trainctl-deb-src.sources <<EOF
-# Written by trainctl scripts/tsan-abseil.sh: Debian's source packages
-# (apt-get source abseil) from the mirror apt already uses.
-Types: deb-src
-URIs: $mirror
-Suites: $codename $codename-updates
-Components: main
-Signed-By: /usr/share/keyrings/debian-archive-keyring.gpg
-EOF
-  fi
-  if ! command -v dpkg-source >/dev/null; then
-    nice -n 19 apt-get install -y -qq --no-install-recommends dpkg-dev
-  fi
-  # (No `| grep -q` under pipefail: grep stopping early would fail the pipe.)
-  if ! apt-cache showsrc abseil 2>/dev/null | grep -x "Version: $version" >/dev/null; then
-    nice -n 19 apt-get update -qq
-  fi
-  if ! apt-cache showsrc abseil 2>/dev/null | grep -x "Version: $version" >/dev/null; then
-    echo "tsan-abseil: the mirror has no source for abseil $version (the installed $binpkg);" \
-         "apt-get source abseil would build another version" >&2
-    return 1
-  fi
-  local tmp=$srcdir.tmp
-  rm -rf "$tmp"
-  mkdir -p "$tmp"
-  # dpkg-source -x (run by apt-get source) applies debian/patches.
-  (cd "$tmp" && nice -n 19 apt-get source -q --only-source "abseil=$version")
-  local tree
-  tree=$(find "$tmp" -mindepth 1 -maxdepth 1 -type d -name 'abseil-*' | head -1)
-  [ -n "$tree" ] || { echo "tsan-abseil: apt-get source made no abseil-* directory" >&2; return 1; }
-  mv "$tree" "$tmp/tree"
-  touch "$tmp/tree/.trainctl-fetched"
-  rm -rf "$srcdir"
-  mv "$tmp" "$srcdir"
-  echo "source: $srctree"
-}
+fetch() { debian_source_fetch tsan-abseil abseil "$version" "$srctree"; }
 
 # Debian's ABI choices are in the patched tree; make sure they are there.
 check_source() {
