@@ -302,8 +302,8 @@ def main():
               f"coordinator and load generator share it (load average {r.get('meta.load_start', '?')} at the start, "
               f"{r.get('meta.load_end', '?')} at the end; the run itself keeps one to two cores busy, so a start above ~1 "
               f"means something else shared the machine).")
-    md.append(f"Coordinator flags: `{r.get('meta.coordinator_flags', '?')}`, SQLite on local disk; "
-              "each scenario gets a fresh coordinator and database. Simulated workers: one Session stream each, "
+    md.append(f"Coordinator flags: `{r.get('meta.coordinator_flags', '?')}`, SQLite on local disk, "
+              f"{grpc_text(r)}; each scenario gets a fresh coordinator and database. Simulated workers: one Session stream each, "
               "gRPC callback API, 16 channels, 4 timer threads; RTT = heartbeat written → heartbeat_ack read. "
               "'Threads waiting for a CPU' is run-queue time from /proc/PID/task/*/schedstat: above ~0.5 the "
               "machine, not the process, sets the latency.")
@@ -359,6 +359,14 @@ def main():
     write_section(res_md, SECTION, "\n".join(md) + "\n")
 
 
+def grpc_text(r):
+    """Which libgrpc the coordinator loaded (run.sh's COORDINATOR_LIB_DIR)."""
+    path = r.get("meta.coordinator_grpc", "")
+    if not path or path.startswith("/lib/") or path.startswith("/usr/lib/"):
+        return "Debian's gRPC"
+    return f"gRPC from `{path}` (COORDINATOR_LIB_DIR)"
+
+
 def store_section(r, rows):
     md = [STORE_SECTION, ""]
     md.append(f"Run {r.get('meta.date', '?')} by `bench/coordinator/run.sh` (commit {r.get('meta.commit', '?')}, "
@@ -366,7 +374,7 @@ def store_section(r, rows):
     md.append(f"The telemetry scenario twice on one machine ({r.get('meta.cores', '?')} cores, "
               f"{r.get('meta.cpu', '?')}; load average {r.get('meta.load_start', '?')} at the start, "
               f"{r.get('meta.load_end', '?')} at the end), the same load and coordinator flags "
-              f"(`{r.get('meta.coordinator_flags', '?')}`); what differs is the store: SQLite (WAL, "
+              f"(`{r.get('meta.coordinator_flags', '?')}`, {grpc_text(r)}); what differs is the store: SQLite (WAL, "
               f"`synchronous=FULL`) in a file on local disk, or PostgreSQL {r.get('meta.pg_version', '?')} "
               "(Debian's server, defaults: `fsync` and `synchronous_commit` on) on the same disk, reached "
               "over a Unix socket. The PostgreSQL server's CPU (postmaster, the coordinator's backend, WAL "

@@ -13,6 +13,10 @@
 #   HEARTBEAT_MS [1000]: the workers' heartbeat interval the coordinator
 #   hands out (its lease is 3 intervals); the generator follows it
 #   SCENARIOS [hb_small hb_mid hb_large telemetry telemetry_pg jobs jobs_wide failure]
+#   COORDINATOR_LIB_DIR [unset]: put first in the coordinator's (only its)
+#   LD_LIBRARY_PATH, e.g. /var/cache/trainctl-grpc-release/lib for the
+#   release build of Debian's gRPC (scripts/grpc-release.sh); the results
+#   say which gRPC the coordinator loaded
 # telemetry_pg is the telemetry scenario with the coordinator on a PostgreSQL
 # store (a throwaway server from Debian's postgresql, Unix socket only, run as
 # nobody when this runs as root); it is skipped when no server binaries are
@@ -101,7 +105,8 @@ start_coord() {
   ADMIN_FILE="$WORK/$name/admin.token"
   local store=(--db "$WORK/$name/state.db")
   [[ -n "${COORD_STORE:-}" ]] && store=(--store "$COORD_STORE")
-  "$COORD" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 "${store[@]}" --admin-token-file "$ADMIN_FILE" \
+  LD_LIBRARY_PATH="${COORDINATOR_LIB_DIR:+$COORDINATOR_LIB_DIR${LD_LIBRARY_PATH:+:}}${LD_LIBRARY_PATH:-}" \
+    "$COORD" --listen 127.0.0.1:0 --http-listen 127.0.0.1:0 "${store[@]}" --admin-token-file "$ADMIN_FILE" \
     $COORD_FLAGS "$@" \
     > "$WORK/$name/coord.out" 2> "$WORK/$name/coord.err" &
   COORD_PID=$!
@@ -169,6 +174,8 @@ echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -
   echo "meta.commit=$(git -C "$ROOT" rev-parse --short HEAD 2>/dev/null || echo unknown)"
   echo "meta.build=$(grep -m1 '^CMAKE_BUILD_TYPE' "$BUILD/CMakeCache.txt" 2>/dev/null | cut -d= -f2)"
   echo "meta.coordinator_flags=$COORD_FLAGS"
+  echo "meta.coordinator_grpc=$(LD_LIBRARY_PATH="${COORDINATOR_LIB_DIR:+$COORDINATOR_LIB_DIR${LD_LIBRARY_PATH:+:}}${LD_LIBRARY_PATH:-}" \
+    ldd "$COORD" | awk '$1 == "libgrpc.so.29" {print $3}')"
 } >> "$OUT"
 
 # 1a. Heartbeats, small point.
