@@ -20,6 +20,7 @@ import signal
 import statistics
 import sys
 import tempfile
+import threading
 import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -46,7 +47,12 @@ MODES = {
     "shm-late": (2, dict(LATE_ENV), "2 ranks, shared memory, every bucket launched after backward", None, {}),
     "tcp-late": (2, dict(bench.TCP_ENV, **LATE_ENV), "2 ranks, TCP, every bucket launched after backward",
                  None, {}),
+    # The floor of the 2-core machine: two 1-rank jobs started together, no communication between them.
+    # What they lose against one 1-rank job alone is the two processes sharing the cores, caches and
+    # memory bandwidth, which the issue's definition counts as exposed communication too.
+    "pair": (1, {}, "two 1-rank jobs at once (no communication: the cost of sharing the machine)", None, {}),
 }
+PAIRED = {"pair"}  # modes run as two jobs at once; their ranks are the two jobs' rank 0
 # MODE@before (with --before BUILD_DIR): MODE run by that build, with its defaults (a build from before
 # ddp.gradient_as_bucket_view existed takes no job settings: only modes without any).
 BEFORE = "@before"
@@ -216,6 +222,54 @@ def extra_time_table(summaries, modes):
     return out
 
 
+def floor_lines(summaries, modes):
+    """With a pair mode: the issue's exposed communication of each 2-rank mode split into the cost of
+    sharing the machine (pair against 1 rank) and what the communication adds beyond it (2 ranks against
+    the pair)."""
+    one, pair = summaries.get("1rank", {}).get("period"), summaries.get("pair", {}).get("period")
+    if not one or not pair:
+        return []
+    out = ["Exposed communication split at the floor of this machine (periods of this run; the pair is two "
+           "1-rank jobs at once, so it has every cost of two processes sharing 2 cores and none of "
+           "communication):", "",
+           "| mode | step | exposed (issue's definition) | of it: sharing the machine, (pair − 1 rank) ÷ step "
+           "| of it: communication, (step − pair) ÷ step |", "| --- | --- | --- | --- | --- |",
+           "| pair | %.2f | %.1f%% | %.1f%% | — |" % (pair, 100 * (pair - one) / pair, 100 * (pair - one) / pair)]
+    for m in modes:
+        s = summaries.get(m)
+        if m in PAIRED or m.startswith("1rank") or m.endswith(BEFORE) or not s or not s.get("period"):
+            continue
+        p = s["period"]
+        out.append("| %s | %.2f | %.1f%% | %.1f%% | %.1f%% |" % (
+            m, p, 100 * (p - one) / p, 100 * (pair - one) / p, 100 * (p - pair) / p))
+    return out + [""]
+
+
+def run_pair(build, cfg, bucket_mb, args, tag, prefix, env):
+    """Two 1-rank jobs started together (each `trainctl run` with its own coordinator and worker).
+    Returns (result, {0: job a's steps, 1: job b's}); the result's step is the mean of the two."""
+    out = {}
+
+    def one(side):
+        out[side] = bench.run_trainctl(build, cfg, 1, bucket_mb, 2, args.workdir, "%s-%s" % (tag, side),
+                                       args.run_timeout, dict(env, **{ENV: "%s-%s" % (prefix, side)}))
+
+    threads = [threading.Thread(target=one, args=(side,)) for side in ("a", "b")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    bad = [out[side]["error"] for side in ("a", "b") if not out[side]["ok"]]
+    if bad:
+        return dict(ok=False, error="; ".join(bad)), {}
+    ranks = {}
+    for i, side in enumerate(("a", "b")):
+        steps = load_steps("%s-%s" % (prefix, side))
+        if 0 in steps:
+            ranks[i] = steps[0]
+    return dict(ok=True, step_ms_mean=statistics.mean(out[side]["step_ms_mean"] for side in ("a", "b"))), ranks
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("build")
@@ -261,14 +315,20 @@ def main():
             world, env, _, bucket_mb, settings, build = mode_spec(m, before)
             tag = "timeline-%s-%d" % (m.replace("@", "-"), i)
             prefix = os.path.join(args.workdir, tag)
-            for old in glob.glob(prefix + ".rank*.jsonl"):
+            for old in glob.glob(prefix + ".rank*.jsonl") + glob.glob(prefix + "-[ab].rank*.jsonl"):
                 os.remove(old)
-            r = bench.run_trainctl(build or args.build, dict(cfg, **settings), world, bucket_mb or args.bucket_mb, 2,
-                                   args.workdir, tag, args.run_timeout, dict(env, **{ENV: prefix}))
+            if m in PAIRED:
+                r, ranks = run_pair(build or args.build, dict(cfg, **settings), bucket_mb or args.bucket_mb, args,
+                                    tag, prefix, env)
+                world = 2
+            else:
+                r = bench.run_trainctl(build or args.build, dict(cfg, **settings), world,
+                                       bucket_mb or args.bucket_mb, 2, args.workdir, tag, args.run_timeout,
+                                       dict(env, **{ENV: prefix}))
+                ranks = load_steps(prefix) if r["ok"] else {}
             if not r["ok"]:
                 log("%s FAILED: %s" % (m, r["error"]))
                 continue
-            ranks = load_steps(prefix)
             if len(ranks) != world:
                 log("%s: %d timeline files for %d ranks under %s" % (m, len(ranks), world, prefix))
                 continue
@@ -277,6 +337,8 @@ def main():
             log("%s run %d: %d steps per rank; step %.3f ms by the metrics" % (
                 m, i + 1, len(ranks[0]), r["step_ms_mean"]))
     summaries = {m: summarize_runs(runs[m], args.skip_steps) for m in modes if runs[m]}
+    for m in PAIRED & set(summaries):
+        summaries[m]["skew"] = None  # two jobs' steps are not aligned: no skew between them
     metric_steps = {m: statistics.median(metric_runs[m]) for m in modes if metric_runs[m]}
     load_after = bench.loadavg()
 
@@ -287,6 +349,7 @@ def main():
             out += table(m, mode_spec(m, before)[2], summaries[m], one) + [""]
     if "1rank" in summaries and len(summaries) > 1:
         out += extra_time_table(summaries, modes) + [""]
+    out += floor_lines(summaries, modes)
     if metric_steps:
         out.append("Step by the ranks' own metrics (bench.py's timing, same runs, median over runs): " + ", ".join(
             "%s %.2f ms" % (m, metric_steps[m]) for m in modes if m in metric_steps) + ".")

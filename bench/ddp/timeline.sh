@@ -4,7 +4,8 @@
 #   bench/ddp/timeline.sh BUILD_DIR [--no-write] [--modes 1rank,shm,tcp] [--runs N] [--skip-steps N] [--bucket-mb MB]
 #                         [--before OTHER_BUILD_DIR --before-label TEXT]
 #
-# Candidate modes to measure beside those: 1rank-copy, shm-copy, tcp-copy
+# Candidate modes to measure beside those: pair (two 1-rank jobs at once, no
+# communication: what sharing the 2 cores alone costs), 1rank-copy, shm-copy, tcp-copy
 # (ddp.gradient_as_bucket_view: false), shm-b1, tcp-b1 (bucket_cap_mb 1),
 # shm-late, tcp-late (TRAINCTL_DDP_LAUNCH_AFTER_BACKWARD=1: no overlap with
 # backward); with --before, 1rank@before, shm@before, tcp@before (and the
@@ -21,7 +22,7 @@
 # `ninja -C BUILD_DIR trainctl trainctl-rank`.
 set -euo pipefail
 if [[ $# -lt 1 || "$1" == -* ]]; then
-  sed -n '2,21p' "$0" | sed 's/^# \{0,1\}//'
+  sed -n '2,22p' "$0" | sed 's/^# \{0,1\}//'
   exit 2
 fi
 BUILD_DIR=$(cd "$1" && pwd); shift
