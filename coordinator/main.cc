@@ -58,6 +58,10 @@ ABSL_FLAG(int, standby_poll_ms, 500,
           "PostgreSQL store: how often a standby coordinator tries to take the store's lock");
 ABSL_FLAG(int, heartbeat_interval_ms, 1000, "how often workers heartbeat");
 ABSL_FLAG(int, lease_timeout_ms, 3000, "a worker silent this long is LOST and its ranks fail");
+ABSL_FLAG(int, max_heartbeats_per_sec, 10000,
+          "the most heartbeats a second the whole fleet sends: a fleet larger than this times "
+          "--heartbeat-interval-ms is told a longer interval, with leases longer in proportion "
+          "(0: no bound)");
 ABSL_FLAG(int64_t, gone_worker_ttl_s, 86400,
           "a LOST or LEFT worker with no ranks is forgotten this long after its last heartbeat");
 ABSL_FLAG(int, disconnect_grace_ms, 1000,
@@ -283,6 +287,7 @@ absl::Status OptionsFromFlags(trainctl::coordinator::CoordinatorOptions& o) {
   if (absl::StartsWith(o.store_spec, "sqlite:")) o.db_path = o.store_spec.substr(7);
   o.registry.heartbeat_interval = absl::Milliseconds(absl::GetFlag(FLAGS_heartbeat_interval_ms));
   o.registry.lease_timeout = absl::Milliseconds(absl::GetFlag(FLAGS_lease_timeout_ms));
+  o.registry.max_heartbeats_per_sec = absl::GetFlag(FLAGS_max_heartbeats_per_sec);
   o.registry.disconnect_grace = absl::Milliseconds(absl::GetFlag(FLAGS_disconnect_grace_ms));
   o.registry.gone_ttl = absl::Seconds(absl::GetFlag(FLAGS_gone_worker_ttl_s));
   if (o.registry.gone_ttl <= absl::ZeroDuration()) {
@@ -398,6 +403,9 @@ absl::Status CheckRegistryTimes(const trainctl::coordinator::RegistryOptions& r)
   }
   if (r.disconnect_grace < absl::ZeroDuration()) {
     return absl::InvalidArgumentError("--disconnect-grace-ms must be >= 0");
+  }
+  if (r.max_heartbeats_per_sec < 0) {
+    return absl::InvalidArgumentError("--max-heartbeats-per-sec must be >= 0 (0: no bound)");
   }
   return absl::OkStatus();
 }

@@ -14,6 +14,7 @@
 
 #include "absl/strings/match.h"
 #include "absl/strings/str_cat.h"
+#include "absl/strings/str_split.h"
 #include "common/jobspec/job_spec.h"
 #include "tests/support/cluster.h"
 #include "tests/support/source_dir.h"
@@ -234,6 +235,40 @@ TEST_F(WorkerE2ETest, SigkilledCoordinatorResumesTheRunningJob) {
   ASSERT_EQ(j.state(), v1::JOB_STATE_SUCCEEDED) << Describe(j);
   EXPECT_EQ(j.attempts_size(), 1) << "the ranks kept running through the coordinator restart\n"
                                   << Describe(j);
+}
+
+// --max-heartbeats-per-sec: the cluster's workers heartbeat every 200 ms; a
+// bound of 5 a second holds one of them, and with the second the terms grow
+// to 400 ms (lease 3 s). The second daemon registers on them, the first is
+// told in a heartbeat's answer, and both keep to them and stay ALIVE.
+TEST_F(WorkerE2ETest, AFleetPastTheHeartbeatBoundIsToldLongerTermsAndKeepsThem) {
+  cluster_->KillCoordinator(SIGTERM);
+  ASSERT_TRUE(cluster_->StartCoordinator({"--max-heartbeats-per-sec=5"}));
+  ASSERT_TRUE(cluster_->StartWorker("w0", 1, false, {"--log-level=debug"}));
+  ASSERT_TRUE(cluster_->WaitWorkers(1));
+  ASSERT_TRUE(cluster_->StartWorker("w1", 1, false, {"--log-level=debug"}));
+  ASSERT_TRUE(cluster_->WaitWorkers(2));
+  auto said = [&](const std::string& worker, const std::string& line) {
+    const absl::Time deadline = absl::Now() + absl::Seconds(20);
+    while (absl::Now() < deadline) {
+      for (absl::string_view l : absl::StrSplit(cluster_->worker(worker)->ReadLog(), '\n')) {
+        if (absl::StrContains(l, line) && absl::StrContains(l, "heartbeat=400ms")) return true;
+      }
+      absl::SleepFor(absl::Milliseconds(50));
+    }
+    return false;
+  };
+  EXPECT_TRUE(said("w0", "heartbeat_interval_changed")) << cluster_->worker("w0")->ReadLog();
+  EXPECT_TRUE(said("w1", " registered ")) << cluster_->worker("w1")->ReadLog();
+  // Two of the first terms' leases later, both are still ALIVE.
+  absl::SleepFor(absl::Seconds(3));
+  grpc::ClientContext ctx;
+  v1::ListWorkersResponse resp;
+  ASSERT_TRUE(cluster_->workers_stub()->ListWorkers(&ctx, v1::ListWorkersRequest(), &resp).ok());
+  ASSERT_EQ(resp.workers_size(), 2);
+  for (const v1::Worker& w : resp.workers()) {
+    EXPECT_EQ(w.state(), v1::WORKER_STATE_ALIVE) << w.ShortDebugString();
+  }
 }
 
 TEST_F(WorkerE2ETest, FollowOutlivesACoordinatorRestart) {

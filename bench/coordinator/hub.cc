@@ -65,7 +65,9 @@ void Hub::TickLoop(Shard& sh) {
     std::vector<Ev> next;
     for (const Ev& e : due) {
       int64_t own = e.w->hb_interval_ns.load();
-      int64_t interval = own > 0 ? std::min(own, heartbeat_ns_) : heartbeat_ns_;
+      // The coordinator's terms, as a daemon keeps them (RegisterAck, then
+      // any HeartbeatAck that changes them); the flag's until registered.
+      int64_t interval = own > 0 ? own : heartbeat_ns_;
       if (e.w->Heartbeat(e.t)) next.push_back({e.t + interval, e.w});
     }
     due.clear();
@@ -209,6 +211,10 @@ void SimWorker::OnReadDone(bool ok) {
         hub_->rtt.Add(now - sent_ns_[seq % kRing].load(std::memory_order_relaxed));
       }
       hub_->acks++;
+      if (m.heartbeat_ack().heartbeat_interval_ms() > 0) {
+        hb_interval_ns = int64_t{m.heartbeat_ack().heartbeat_interval_ms()} * 1000000;
+        hub_->terms_changed++;
+      }
       break;
     }
     case v1::CoordinatorMessage::kRegisterAck: {

@@ -56,6 +56,9 @@ class Hub {
   std::atomic<int64_t> acks{0};
   std::atomic<int64_t> registered{0};
   std::atomic<int64_t> ended{0};  // streams that ended (any reason)
+  // HeartbeatAcks that carried new terms (the coordinator bounds the
+  // fleet's heartbeats a second: --max-heartbeats-per-sec).
+  std::atomic<int64_t> terms_changed{0};
 
  private:
   struct Ev {

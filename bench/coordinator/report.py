@@ -31,6 +31,16 @@ def num(r, k):
         return None
 
 
+def interval_text(r, p):
+    """The heartbeat interval the simulated workers kept to at the end of the steady window
+    (the coordinator lengthens it past --max-heartbeats-per-sec), and how many acks changed it."""
+    lo, hi = num(r, f"{p}.heartbeat_interval_min_ms"), num(r, f"{p}.heartbeat_interval_max_ms")
+    if lo is None or hi is None:
+        return "n/a"
+    span = fmt(lo, " ms", 0) if lo == hi else f"{fmt(lo, '', 0)}–{fmt(hi, ' ms', 0)}"
+    return f"{span} ({fmt(num(r, f'{p}.heartbeat_terms_changed'), digits=0)} acks changed it)"
+
+
 def fmt(v, unit="", digits=1):
     if v is None:
         return "n/a"
@@ -158,7 +168,8 @@ def main():
             "all", full)
         row(scn, "heartbeats acknowledged",
             f"{fmt(num(r, f'{p}.acks_per_s'), '/s', 0)} of {fmt(num(r, f'{p}.heartbeats_per_s'), '/s', 0)} sent; "
-            f"{fmt(num(r, f'{p}.streams_ended_in_window'), digits=0)} streams lost")
+            f"{fmt(num(r, f'{p}.streams_ended_in_window'), digits=0)} streams lost; interval the workers "
+            f"were told {interval_text(r, p)}")
         row(scn, "coordinator CPU (steady window)", fmt(cpu, " cores", 3), "< 1 core",
             (cpu < 1.0) if cpu is not None else None)
         row(scn, "coordinator busiest threads (cores); avg threads waiting for a CPU",

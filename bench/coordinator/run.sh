@@ -12,6 +12,9 @@
 #   TRIALS_CUT [20]  TRIALS_KILL [10]  RESULTS [bench/RESULTS.md]  WRITE_RESULTS [1]
 #   HEARTBEAT_MS [1000]: the workers' heartbeat interval the coordinator
 #   hands out (its lease is 3 intervals); the generator follows it
+#   MAX_HEARTBEATS_PER_SEC [unset: the coordinator's default, 10000]: its
+#   --max-heartbeats-per-sec (0: no bound, every worker keeps HEARTBEAT_MS
+#   however many there are); the generator keeps to the terms it is told
 #   SCENARIOS [hb_small hb_mid hb_large telemetry telemetry_pg jobs jobs_wide failure]
 #   COORDINATOR_LIB_DIR [unset]: put first in the coordinator's (only its)
 #   LD_LIBRARY_PATH, e.g. /var/cache/trainctl-grpc-release/lib for the
@@ -97,6 +100,9 @@ trap 'exit 130' INT TERM
 # Every scenario's coordinator runs with these (recorded in the results).
 HEARTBEAT_MS="${HEARTBEAT_MS:-1000}"
 COORD_FLAGS="--heartbeat-interval-ms $HEARTBEAT_MS --lease-timeout-ms $(( 3 * HEARTBEAT_MS )) --disconnect-grace-ms 1000"
+if [[ -n "${MAX_HEARTBEATS_PER_SEC:-}" ]]; then
+  COORD_FLAGS="$COORD_FLAGS --max-heartbeats-per-sec $MAX_HEARTBEATS_PER_SEC"
+fi
 
 # start_coord NAME [extra coordinator flags...]: sets COORD_PID, ADDR and ADMIN_FILE.
 start_coord() {

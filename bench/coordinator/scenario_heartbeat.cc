@@ -104,6 +104,20 @@ int RunHeartbeat() {
   ReportThreads("bench", self_t0, self_t1, secs);
   Put("steady_s", secs);
   Put("heartbeats_per_s", (hub.heartbeats_sent - sent0) / secs);
+  {
+    // The terms the workers keep to at the end of the window (the
+    // coordinator lengthens them past --max-heartbeats-per-sec).
+    int64_t lo = 0, hi = 0;
+    for (const auto& w : ws) {
+      const int64_t v = w->hb_interval_ns.load();
+      if (v <= 0) continue;
+      lo = lo == 0 ? v : std::min(lo, v);
+      hi = std::max(hi, v);
+    }
+    Put("heartbeat_interval_min_ms", lo / 1e6);
+    Put("heartbeat_interval_max_ms", hi / 1e6);
+    Put("heartbeat_terms_changed", static_cast<int64_t>(hub.terms_changed));
+  }
   Put("acks_per_s", (hub.acks - acks0) / secs);
   Put("streams_ended_in_window", static_cast<int64_t>(hub.ended - ended0));
   Put("coord_cpu_cores", (c1.coord - c0.coord) / secs);

@@ -256,10 +256,10 @@ void WorkerSession::SendRegisterAck(const std::string& address_refused) {
   v1::RegisterAck* a = ack.mutable_register_ack();
   a->set_worker_id(worker_id_);
   a->set_address_refused(address_refused);
+  const WorkerRegistry::LeaseTerms terms = ctx_.registry->TermsOf(worker_id_);
   a->set_heartbeat_interval_ms(
-      static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().heartbeat_interval)));
-  a->set_lease_timeout_ms(
-      static_cast<int32_t>(absl::ToInt64Milliseconds(ctx_.registry->options().lease_timeout)));
+      static_cast<int32_t>(absl::ToInt64Milliseconds(terms.heartbeat_interval)));
+  a->set_lease_timeout_ms(static_cast<int32_t>(absl::ToInt64Milliseconds(terms.lease_timeout)));
   if (ctx_.telemetry != nullptr) a->set_telemetry_acked_seq(ctx_.telemetry->Applied(worker_id_));
   Send(ack);
 }
@@ -296,13 +296,21 @@ void WorkerSession::HandleRegistered(const v1::WorkerMessage& msg) {
 
 // The session's own liveness: renews the lease and answers.
 void WorkerSession::OnHeartbeat(const v1::Heartbeat& beat) {
-  absl::Status s = ctx_.registry->Heartbeat(worker_id_, this);
-  if (!s.ok()) {
-    Close(s);
+  absl::StatusOr<std::optional<WorkerRegistry::LeaseTerms>> terms =
+      ctx_.registry->Heartbeat(worker_id_, this);
+  if (!terms.ok()) {
+    Close(terms.status());
     return;
   }
   v1::CoordinatorMessage ack;
-  ack.mutable_heartbeat_ack()->set_seq(beat.seq());
+  v1::HeartbeatAck* a = ack.mutable_heartbeat_ack();
+  a->set_seq(beat.seq());
+  if (terms->has_value()) {  // the fleet's size changed them
+    a->set_heartbeat_interval_ms(
+        static_cast<int32_t>(absl::ToInt64Milliseconds((*terms)->heartbeat_interval)));
+    a->set_lease_timeout_ms(
+        static_cast<int32_t>(absl::ToInt64Milliseconds((*terms)->lease_timeout)));
+  }
   Send(ack);
 }
 

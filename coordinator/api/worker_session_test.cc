@@ -274,6 +274,40 @@ TEST_F(WorkerSessionTest, ARegisterIsAckedAndHeartbeatsAreAnswered) {
   EXPECT_EQ(s.transport.status.code(), absl::StatusCode::kFailedPrecondition) << s.transport.status;
 }
 
+// The fleet's heartbeats a second bounded at 1: each registration past the
+// first lengthens the terms, and a worker registered earlier learns them from
+// its next heartbeat's answer (then only once).
+class WorkerSessionTermsTest : public WorkerSessionTest {
+ protected:
+  void SetUp() override {
+    max_heartbeats_per_sec_ = 1;
+    WorkerSessionTest::SetUp();
+  }
+};
+
+TEST_F(WorkerSessionTermsTest, AGrownFleetsTermsReachEarlierWorkersInTheirHeartbeatAcks) {
+  Stream& w1 = Registered("w1");
+  EXPECT_EQ(w1.transport.RegisterAcks().at(0).heartbeat_interval_ms(), 1000);
+  EXPECT_EQ(w1.transport.RegisterAcks().at(0).lease_timeout_ms(), 3000);
+  Stream& w2 = Registered("w2");
+  EXPECT_EQ(w2.transport.RegisterAcks().at(0).heartbeat_interval_ms(), 2000);
+  EXPECT_EQ(w2.transport.RegisterAcks().at(0).lease_timeout_ms(), 6000);
+
+  w1.session->Handle(HeartbeatMsg(1));
+  w1.session->Handle(HeartbeatMsg(2));
+  w2.session->Handle(HeartbeatMsg(1));
+  std::vector<v1::HeartbeatAck> acks;
+  for (const auto& m : w1.transport.sent)
+    if (m.has_heartbeat_ack()) acks.push_back(m.heartbeat_ack());
+  ASSERT_EQ(acks.size(), 2u);
+  EXPECT_EQ(acks[0].heartbeat_interval_ms(), 2000);
+  EXPECT_EQ(acks[0].lease_timeout_ms(), 6000);
+  EXPECT_EQ(acks[1].heartbeat_interval_ms(), 0);  // unchanged since
+  for (const auto& m : w2.transport.sent) {
+    if (m.has_heartbeat_ack()) EXPECT_EQ(m.heartbeat_ack().heartbeat_interval_ms(), 0);
+  }
+}
+
 TEST_F(WorkerSessionTest, AnotherTokensWorkerIdIsRefused) {
   Registered("w1");
   Stream& thief = Connect(Token(WorkerToken("other")));

@@ -120,6 +120,7 @@ class JobManagerTest : public ::testing::Test {
     store_ = std::move(*s);
     RegistryOptions ro;
     ro.lease_timeout = absl::Seconds(3);
+    ro.max_heartbeats_per_sec = max_heartbeats_per_sec_;
     registry_ = std::make_unique<WorkerRegistry>(store_.get(), &clock_, ro);
     JobManagerOptions jo;
     jo.progress_timeout = absl::Seconds(60);
@@ -267,6 +268,7 @@ class JobManagerTest : public ::testing::Test {
   bool preflight_ = false;
   absl::Duration restart_backoff_ = absl::ZeroDuration();
   bool refuse_unschedulable_ = false;
+  int max_heartbeats_per_sec_ = RegistryOptions().max_heartbeats_per_sec;
   std::string dir_;
   FakeClock clock_;
   MetricsHub hub_;

@@ -98,13 +98,44 @@ WorkerRegistry::WorkerRegistry(StateStore* store, const Clock* clock, RegistryOp
 
 absl::Status WorkerRegistry::Persist(const v1::Worker& w) { return store_->workers().PutWorker(w); }
 
+void WorkerRegistry::SetChannel(Entry& e, WorkerChannel* channel) {
+  open_sessions_ += (channel != nullptr ? 1 : 0) - (e.channel != nullptr ? 1 : 0);
+  e.channel = channel;
+}
+
+absl::Duration WorkerRegistry::IntervalForFleet() const {
+  const absl::Duration base = options_.heartbeat_interval;
+  if (options_.max_heartbeats_per_sec <= 0) return base;
+  // open_sessions_ heartbeats every `interval` is at most the bound a second;
+  // rounded up to 100 ms, so a worker's terms change in steps, not with
+  // every registration.
+  const absl::Duration step = absl::Milliseconds(100);
+  const absl::Duration need =
+      absl::Seconds(static_cast<double>(open_sessions_) / options_.max_heartbeats_per_sec);
+  if (need <= base) return base;
+  return std::max(base, absl::Ceil(need, step));
+}
+
+absl::Duration WorkerRegistry::LeaseFor(absl::Duration interval) const {
+  if (interval <= options_.heartbeat_interval) return options_.lease_timeout;
+  return options_.lease_timeout * absl::FDivDuration(interval, options_.heartbeat_interval);
+}
+
+WorkerRegistry::LeaseTerms WorkerRegistry::TermsOf(const std::string& id) const {
+  auto it = workers_.find(id);
+  const absl::Duration interval = it != workers_.end() && it->second.interval > absl::ZeroDuration()
+                                      ? it->second.interval
+                                      : options_.heartbeat_interval;
+  return LeaseTerms{interval, LeaseFor(interval)};
+}
+
 void WorkerRegistry::Recover(const std::vector<v1::Worker>& workers) {
   CheckOnLoop();
   absl::Time now = clock_->Mono();
   for (const v1::Worker& w : workers) {
     Entry& e = workers_[w.id()];
     e.worker = w;
-    e.channel = nullptr;
+    SetChannel(e, nullptr);
     e.lease_deadline = now + std::max(options_.lease_timeout, options_.recovery_grace);
     e.awaiting =
         absl::StrCat("its worker did not reconnect within ",
@@ -164,34 +195,49 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
             {"running_ranks", absl::StrCat(msg.running_size())},
             {"was", before}});
   e.worker = std::move(w);
-  e.channel = channel;
+  SetChannel(e, channel);
+  e.interval = IntervalForFleet();
   e.last_heard_mono = clock_->Mono();
-  e.lease_deadline = e.last_heard_mono + options_.lease_timeout;
+  e.lease_deadline = e.last_heard_mono + LeaseFor(e.interval);
   e.awaiting.clear();
   e.lost_reason.clear();
   return id;
 }
 
-absl::Status WorkerRegistry::Heartbeat(const std::string& id, const WorkerChannel* channel) {
+absl::StatusOr<std::optional<WorkerRegistry::LeaseTerms>> WorkerRegistry::Heartbeat(
+    const std::string& id, const WorkerChannel* channel) {
   CheckOnLoop();
   auto it = workers_.find(id);
   if (it == workers_.end() || it->second.channel != channel) {
     return absl::FailedPreconditionError("this session no longer owns the worker id");
   }
-  if (it->second.worker.state() != v1::WORKER_STATE_ALIVE) {
+  Entry& e = it->second;
+  if (e.worker.state() != v1::WORKER_STATE_ALIVE) {
     return absl::FailedPreconditionError("worker was declared LOST; register again");
   }
-  it->second.last_heard_mono = clock_->Mono();
-  it->second.lease_deadline = it->second.last_heard_mono + options_.lease_timeout;
-  SetTimestamp(clock_->Now(), it->second.worker.mutable_last_heartbeat_time());
-  return absl::OkStatus();
+  // A longer interval is given at once; a shorter one only when it is a
+  // fifth shorter, so that a fleet hovering at a step does not change every
+  // worker's terms back and forth.
+  const absl::Duration told = e.interval;
+  const absl::Duration fleet = IntervalForFleet();
+  std::optional<LeaseTerms> terms;
+  if (fleet > told || fleet * 5 <= told * 4) {
+    e.interval = fleet;
+    terms = LeaseTerms{fleet, LeaseFor(fleet)};
+  }
+  e.last_heard_mono = clock_->Mono();
+  // The worker may already wait the old interval for its next heartbeat (it
+  // reads the answer after): until then the longer of the two leases holds.
+  e.lease_deadline = e.last_heard_mono + LeaseFor(std::max(told, e.interval));
+  SetTimestamp(clock_->Now(), e.worker.mutable_last_heartbeat_time());
+  return terms;
 }
 
 void WorkerRegistry::SessionEnded(const std::string& id, const WorkerChannel* channel, bool left) {
   CheckOnLoop();
   auto it = workers_.find(id);
   if (it == workers_.end() || it->second.channel != channel) return;
-  it->second.channel = nullptr;
+  SetChannel(it->second, nullptr);
   LogEvent(LogLevel::kInfo, "coordinator", "worker_session_ended",
            {{"worker_id", id},
             {"reason",
@@ -234,7 +280,7 @@ bool WorkerRegistry::Expel(const std::string& id, const absl::Status& why) {
   }
   if (e.channel != nullptr) {
     e.channel->Close(why);
-    e.channel = nullptr;
+    SetChannel(e, nullptr);
   }
   return true;
 }
@@ -263,7 +309,7 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
     }
     if (e.channel != nullptr) {
       e.channel->Close(absl::UnavailableError("lease expired: no heartbeat in time"));
-      e.channel = nullptr;
+      SetChannel(e, nullptr);
     }
     lost.push_back(id);
   }

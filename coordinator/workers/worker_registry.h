@@ -15,6 +15,7 @@
 
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -57,6 +58,14 @@ struct RegistryOptions {
   absl::Duration heartbeat_interval = absl::Seconds(1);
   // LOST after this long without a heartbeat.
   absl::Duration lease_timeout = absl::Seconds(3);
+  // The most heartbeats a second the whole fleet sends (0: no bound). With
+  // more open sessions than heartbeat_interval allows for, every worker is
+  // told a longer interval (workers ÷ this, rounded up to 100 ms), and its
+  // lease grows in the same proportion: the coordinator's heartbeat work
+  // stays bounded as the fleet grows (as Nomad's max_heartbeats_per_second).
+  // A silent worker is then found later; a broken stream is not (it is LOST
+  // after disconnect_grace either way).
+  int max_heartbeats_per_sec = 10000;
   // A session that broke without a Goodbye (the daemon died, the host or
   // the network went away) shortens the lease to this from the break: the
   // daemon's first reconnect comes within 100 ms, so a quick reconnect still
@@ -92,9 +101,21 @@ class WorkerRegistry {
   absl::StatusOr<std::string> Register(const v1::Register& msg, WorkerChannel* channel)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
+  // What a worker is told to keep to (RegisterAck, HeartbeatAck).
+  struct LeaseTerms {
+    absl::Duration heartbeat_interval;
+    absl::Duration lease_timeout;
+  };
+  // The terms worker `id` was last given (at its registration or in a
+  // heartbeat's answer); the options' when unknown.
+  LeaseTerms TermsOf(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+
   // A heartbeat from the session `channel` of worker `id`: renews the lease.
-  // FAILED_PRECONDITION when that session no longer owns the id.
-  absl::Status Heartbeat(const std::string& id, const WorkerChannel* channel)
+  // Returns new terms for the worker when the fleet's size changed them
+  // (nullopt: keep the ones it has). FAILED_PRECONDITION when that session
+  // no longer owns the id.
+  absl::StatusOr<std::optional<LeaseTerms>> Heartbeat(const std::string& id,
+                                                      const WorkerChannel* channel)
       ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 
   // The session ended (stream broken or closed). The worker stays ALIVE for
@@ -152,8 +173,11 @@ class WorkerRegistry {
  private:
   struct Entry {
     v1::Worker worker;
-    // The open session; null while disconnected.
+    // The open session; null while disconnected. Set through SetChannel
+    // (it counts the open sessions).
     WorkerChannel* channel = nullptr;
+    // The heartbeat interval the worker was last told.
+    absl::Duration interval;
     // On the monotonic clock (Clock::Mono): a stepped wall clock neither
     // expires every lease at once nor keeps a dead worker alive.
     absl::Time lease_deadline;
@@ -166,6 +190,11 @@ class WorkerRegistry {
     std::string lost_reason;
   };
   absl::Status Persist(const v1::Worker& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  void SetChannel(Entry& e, WorkerChannel* channel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // The interval every worker should keep to now, for open_sessions_ of them.
+  absl::Duration IntervalForFleet() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // The lease of a worker heartbeating every `interval`.
+  absl::Duration LeaseFor(absl::Duration interval) const;
   // Checks (in every build) that the caller runs on the bound loop.
   void CheckOnLoop() const {
     if (loop_ != nullptr) loop_->CheckInLoop("WorkerRegistry");
@@ -176,6 +205,7 @@ class WorkerRegistry {
   const Clock* clock_;
   RegistryOptions options_;
   absl::btree_map<std::string, Entry> workers_ ABSL_GUARDED_BY(kLoop);
+  int64_t open_sessions_ ABSL_GUARDED_BY(kLoop) = 0;
   const EventLoop* loop_ = nullptr;
 };
 

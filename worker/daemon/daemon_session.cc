@@ -330,6 +330,17 @@ bool DaemonSession::RunSession(Stream& stream, const std::string& address) {
   WakeSignal hb_stop;
   std::thread heartbeat([this, &hb_stop] { HeartbeatLoop(hb_stop); });
   while (stream.Read(&in)) {
+    if (in.has_heartbeat_ack() && in.heartbeat_ack().heartbeat_interval_ms() > 0) {
+      // The coordinator's new terms (its fleet grew or shrank): kept from the
+      // next heartbeat on.
+      absl::MutexLock lock(&mu_);
+      heartbeat_interval_ =
+          absl::Milliseconds(std::max(50, in.heartbeat_ack().heartbeat_interval_ms()));
+      LogEvent(LogLevel::kDebug, "worker", "heartbeat_interval_changed",
+               {{"heartbeat", absl::FormatDuration(heartbeat_interval_)},
+                {"lease",
+                 absl::FormatDuration(absl::Milliseconds(in.heartbeat_ack().lease_timeout_ms()))}});
+    }
     if (in.has_telemetry_ack()) {
       absl::MutexLock lock(&mu_);
       telemetry_.Ack(in.telemetry_ack().seq());
