@@ -17,7 +17,7 @@
 
 namespace trainctl::testing {
 
-std::string MakeTempDir() { return trainctl::MakeTempDir("trainctl_client"); }
+std::string MakeTempDir() { return trainctl::MakeTempDirRemovedAtExit("trainctl_client"); }
 
 std::string WriteFile(const std::string& dir, const std::string& name, const std::string& content) {
   std::string path = dir + "/" + name;

@@ -20,7 +20,8 @@
 
 namespace trainctl::testing {
 
-// A fresh directory under $TMPDIR (or /tmp; common/temp_dir.h).
+// A fresh directory under $TMPDIR (or /tmp; common/temp_dir.h), removed when
+// the test process exits.
 std::string MakeTempDir();
 // Writes `content` to dir/name and returns the path.
 std::string WriteFile(const std::string& dir, const std::string& name, const std::string& content);

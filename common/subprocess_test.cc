@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <signal.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 #include <unistd.h>
 
 #include <algorithm>
@@ -17,6 +18,7 @@
 #include <tuple>
 
 #include "absl/strings/numbers.h"
+#include "absl/strings/str_cat.h"
 #include "absl/strings/str_split.h"
 #include "absl/strings/strip.h"
 #include "common/temp_dir.h"
@@ -480,6 +482,48 @@ TEST(TempDirTest, AScopedOneIsRemovedWithItsTreeWhenItGoes) {
   }
   struct stat st;
   EXPECT_EQ(stat(path.c_str(), &st), -1);
+  EXPECT_EQ(errno, ENOENT);
+}
+
+// The child half of the next test: runs only when that test starts this
+// binary with TRAINCTL_AT_EXIT_PATH_FILE set. It makes the directory, writes
+// its path there, checks that a forked child's exit() leaves it, and returns
+// (gtest's main then exits, which removes it).
+TEST(TempDirTest, AtExitChild) {
+  const char* path_file = std::getenv("TRAINCTL_AT_EXIT_PATH_FILE");
+  if (path_file == nullptr) GTEST_SKIP() << "run by ADirectoryRemovedAtExitGoesWithItsProcess";
+  const std::string dir = MakeTempDirRemovedAtExit("at_exit_test");
+  ASSERT_FALSE(dir.empty());
+  std::ofstream(dir + "/f") << "x";
+  std::ofstream(path_file) << dir;
+  const pid_t child = fork();
+  if (child == 0) std::exit(0);  // a forked child: not its directory
+  int status = 0;
+  ASSERT_EQ(waitpid(child, &status, 0), child);
+  struct stat st;
+  EXPECT_EQ(stat(dir.c_str(), &st), 0) << "a forked child's exit removed " << dir;
+}
+
+TEST(TempDirTest, ADirectoryRemovedAtExitGoesWithItsProcess) {
+  ScopedTempDir out("temp_dir_at_exit_test");
+  const std::string path_file = out.File("path");
+  char self[4096];
+  const ssize_t n = readlink("/proc/self/exe", self, sizeof(self) - 1);
+  ASSERT_GT(n, 0);
+  self[n] = '\0';
+  const std::string cmd =
+      absl::StrCat("TRAINCTL_AT_EXIT_PATH_FILE='", path_file, "' '", self,
+                   "' --gtest_filter=TempDirTest.AtExitChild > '", out.File("log"), "' 2>&1");
+  const int rc = std::system(cmd.c_str());
+  std::ifstream log(out.File("log"));
+  const std::string child_log((std::istreambuf_iterator<char>(log)),
+                              std::istreambuf_iterator<char>());
+  ASSERT_EQ(rc, 0) << child_log;
+  std::ifstream in(path_file);
+  const std::string dir((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  ASSERT_FALSE(dir.empty()) << child_log;
+  struct stat st;
+  EXPECT_EQ(stat(dir.c_str(), &st), -1) << dir;
   EXPECT_EQ(errno, ENOENT);
 }
 

@@ -1,9 +1,11 @@
 #include "common/temp_dir.h"
 
 #include <stdlib.h>
+#include <unistd.h>
 
 #include <cstdlib>
 #include <filesystem>
+#include <mutex>
 #include <system_error>
 #include <vector>
 
@@ -19,6 +21,45 @@ std::string MakeTempDir(absl::string_view prefix) {
   buf.push_back('\0');
   if (mkdtemp(buf.data()) == nullptr) return "";
   return buf.data();
+}
+
+namespace {
+
+struct AtExitDirs {
+  std::mutex mu;
+  std::vector<std::string> paths;
+  pid_t owner = getpid();
+};
+
+// Never destroyed: the atexit handler may run after static destructors.
+AtExitDirs& Dirs() {
+  static AtExitDirs* dirs = new AtExitDirs;
+  return *dirs;
+}
+
+void RemoveAtExitDirs() {
+  AtExitDirs& d = Dirs();
+  std::lock_guard<std::mutex> lock(d.mu);
+  if (getpid() != d.owner) return;  // a forked child's exit: not its directories
+  std::error_code ec;
+  for (const std::string& p : d.paths) std::filesystem::remove_all(p, ec);
+  d.paths.clear();
+}
+
+}  // namespace
+
+std::string MakeTempDirRemovedAtExit(absl::string_view prefix) {
+  std::string dir = MakeTempDir(prefix);
+  if (dir.empty()) return dir;
+  static std::once_flag registered;
+  std::call_once(registered, [] {
+    Dirs();
+    std::atexit(RemoveAtExitDirs);
+  });
+  AtExitDirs& d = Dirs();
+  std::lock_guard<std::mutex> lock(d.mu);
+  d.paths.push_back(dir);
+  return dir;
 }
 
 ScopedTempDir::~ScopedTempDir() {

@@ -14,6 +14,11 @@ namespace trainctl {
 // mode 0700, and returns its path; "" when it cannot.
 std::string MakeTempDir(absl::string_view prefix);
 
+// MakeTempDir, and the directory is removed with everything in it when this
+// process exits through exit() or a return from main (not in a child that
+// forked from it, nor on a crash): for test helpers that hand out a path.
+std::string MakeTempDirRemovedAtExit(absl::string_view prefix);
+
 // A MakeTempDir directory that the destructor removes with everything in it,
 // so that a test leaves nothing behind in /tmp. path() is "" when it could
 // not be made.

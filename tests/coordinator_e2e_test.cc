@@ -35,7 +35,7 @@ using ::testing::Contains;
 using ::testing::HasSubstr;
 using trainctl::testing::FakeWorker;
 
-std::string TempDir() { return MakeTempDir("coord_e2e"); }
+std::string TempDir() { return MakeTempDirRemovedAtExit("coord_e2e"); }
 
 v1::JobSpec Spec(int world_size, int max_restarts = 3) {
   ParsedJobSpec p = ParseJobSpecYaml(
