@@ -98,6 +98,16 @@ WorkerRegistry::WorkerRegistry(StateStore* store, const Clock* clock, RegistryOp
 
 absl::Status WorkerRegistry::Persist(const v1::Worker& w) { return store_->workers().PutWorker(w); }
 
+void WorkerRegistry::SetLeaseDeadline(Entry& e, absl::Time deadline) {
+  e.lease_deadline = deadline;
+  expiry_check_after_ = std::min(expiry_check_after_, deadline);
+}
+
+void WorkerRegistry::NoteGone(const Entry& e) {
+  forget_check_after_ = std::min(forget_check_after_,
+                                 FromTimestamp(e.worker.last_heartbeat_time()) + options_.gone_ttl);
+}
+
 void WorkerRegistry::SetChannel(Entry& e, WorkerChannel* channel) {
   open_sessions_ += (channel != nullptr ? 1 : 0) - (e.channel != nullptr ? 1 : 0);
   e.channel = channel;
@@ -136,7 +146,8 @@ void WorkerRegistry::Recover(const std::vector<v1::Worker>& workers) {
     Entry& e = workers_[w.id()];
     e.worker = w;
     SetChannel(e, nullptr);
-    e.lease_deadline = now + std::max(options_.lease_timeout, options_.recovery_grace);
+    SetLeaseDeadline(e, now + std::max(options_.lease_timeout, options_.recovery_grace));
+    if (w.state() == v1::WORKER_STATE_LOST || w.state() == v1::WORKER_STATE_LEFT) NoteGone(e);
     e.awaiting =
         absl::StrCat("its worker did not reconnect within ",
                      absl::FormatDuration(e.lease_deadline - now), " of the coordinator's restart");
@@ -198,7 +209,7 @@ absl::StatusOr<std::string> WorkerRegistry::Register(const v1::Register& msg,
   SetChannel(e, channel);
   e.interval = IntervalForFleet();
   e.last_heard_mono = clock_->Mono();
-  e.lease_deadline = e.last_heard_mono + LeaseFor(e.interval);
+  SetLeaseDeadline(e, e.last_heard_mono + LeaseFor(e.interval));
   e.awaiting.clear();
   e.lost_reason.clear();
   return id;
@@ -228,7 +239,7 @@ absl::StatusOr<std::optional<WorkerRegistry::LeaseTerms>> WorkerRegistry::Heartb
   e.last_heard_mono = clock_->Mono();
   // The worker may already wait the old interval for its next heartbeat (it
   // reads the answer after): until then the longer of the two leases holds.
-  e.lease_deadline = e.last_heard_mono + LeaseFor(std::max(told, e.interval));
+  SetLeaseDeadline(e, e.last_heard_mono + LeaseFor(std::max(told, e.interval)));
   SetTimestamp(clock_->Now(), e.worker.mutable_last_heartbeat_time());
   return terms;
 }
@@ -247,6 +258,7 @@ void WorkerRegistry::SessionEnded(const std::string& id, const WorkerChannel* ch
                                          absl::FormatDuration(options_.disconnect_grace))}});
   if (left && it->second.worker.state() == v1::WORKER_STATE_ALIVE) {
     it->second.worker.set_state(v1::WORKER_STATE_LEFT);
+    NoteGone(it->second);
     // Memory goes ahead of a failed write: the worker is gone either way,
     // and a coordinator restarted from the stale row sees it expire.
     if (absl::Status s = Persist(it->second.worker); !s.ok()) {
@@ -255,8 +267,8 @@ void WorkerRegistry::SessionEnded(const std::string& id, const WorkerChannel* ch
     }
     return;
   }
-  it->second.lease_deadline =
-      std::min(it->second.lease_deadline, clock_->Mono() + options_.disconnect_grace);
+  SetLeaseDeadline(it->second,
+                   std::min(it->second.lease_deadline, clock_->Mono() + options_.disconnect_grace));
   it->second.awaiting = absl::StrCat(
       "its worker's stream broke without a goodbye and it did not reconnect within ",
       absl::FormatDuration(options_.disconnect_grace), " (daemon killed, host or network down)");
@@ -268,6 +280,7 @@ bool WorkerRegistry::Expel(const std::string& id, const absl::Status& why) {
   if (it == workers_.end() || it->second.worker.state() != v1::WORKER_STATE_ALIVE) return false;
   Entry& e = it->second;
   e.worker.set_state(v1::WORKER_STATE_LOST);
+  NoteGone(e);
   e.lost_reason = absl::StrCat("its worker was expelled: ", why.message());
   LogEvent(
       LogLevel::kWarn, "coordinator", "worker_lost",
@@ -289,13 +302,26 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
   CheckOnLoop();
   absl::Time now = clock_->Mono();
   std::vector<std::string> lost;
+  // No lease can have run out before the earliest deadline set since the
+  // last walk: the pass is free until then (it runs every check_interval,
+  // and a walk of 50,000 workers is milliseconds of the loop).
+  if (now < expiry_check_after_) return lost;
+  absl::Time next = absl::InfiniteFuture();
   for (auto& [id, e] : workers_) {
-    if (e.worker.state() != v1::WORKER_STATE_ALIVE || now < e.lease_deadline) continue;
+    if (e.worker.state() != v1::WORKER_STATE_ALIVE) continue;
+    if (now < e.lease_deadline) {
+      next = std::min(next, e.lease_deadline);
+      continue;
+    }
     // Its heartbeats may be queued behind a stalled loop (a due timer runs
     // before posted work): not silent, so not lost; they renew the lease
-    // once handled.
-    if (e.channel != nullptr && e.channel->Unhandled()) continue;
+    // once handled. Looked at again at the next pass.
+    if (e.channel != nullptr && e.channel->Unhandled()) {
+      next = now;
+      continue;
+    }
     e.worker.set_state(v1::WORKER_STATE_LOST);
+    NoteGone(e);
     e.lost_reason = e.channel != nullptr || e.awaiting.empty()
                         ? "its worker stopped heartbeating (lease expired)"
                         : e.awaiting;
@@ -313,6 +339,7 @@ std::vector<std::string> WorkerRegistry::ExpireLeases() {
     }
     lost.push_back(id);
   }
+  expiry_check_after_ = next;
   return lost;
 }
 
@@ -328,25 +355,41 @@ std::vector<std::string> WorkerRegistry::ForgetGone(
   CheckOnLoop();
   const absl::Time now = clock_->Now();
   std::vector<std::string> forgotten;
+  // Nobody gone is due before the earliest "last heartbeat + gone_ttl" noted
+  // since the last walk.
+  if (now < forget_check_after_) return forgotten;
+  absl::Time next = absl::InfiniteFuture();
   for (auto it = workers_.begin(); it != workers_.end();) {
     const v1::Worker& w = it->second.worker;
     const bool gone = w.state() == v1::WORKER_STATE_LOST || w.state() == v1::WORKER_STATE_LEFT;
-    if (!gone || it->second.channel != nullptr ||
-        now - FromTimestamp(w.last_heartbeat_time()) < options_.gone_ttl ||
-        holds_ranks(it->first)) {
+    if (!gone || it->second.channel != nullptr) {
+      ++it;
+      continue;
+    }
+    const absl::Time due = FromTimestamp(w.last_heartbeat_time()) + options_.gone_ttl;
+    if (now < due) {
+      next = std::min(next, due);
+      ++it;
+      continue;
+    }
+    // Still holding ranks, or the store refused: tried again a second on.
+    if (holds_ranks(it->first)) {
+      next = std::min(next, now + kForgetRetry);
       ++it;
       continue;
     }
     if (absl::Status s = store_->workers().DeleteWorker(it->first); !s.ok()) {
       LogDeferred(s, "forgotten again at the next sweep",
                   {{"worker_id", it->first}, {"on", "forgetting a gone worker"}});
+      next = std::min(next, now + kForgetRetry);
       ++it;
-      continue;  // tried again at the next pass
+      continue;
     }
     LogEvent(LogLevel::kInfo, "coordinator", "worker_forgotten", {{"worker_id", it->first}});
     forgotten.push_back(it->first);
     it = workers_.erase(it);
   }
+  forget_check_after_ = next;
   return forgotten;
 }
 

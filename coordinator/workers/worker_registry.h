@@ -191,6 +191,10 @@ class WorkerRegistry {
   };
   absl::Status Persist(const v1::Worker& w) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   void SetChannel(Entry& e, WorkerChannel* channel) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // Every lease_deadline is set here: it keeps expiry_check_after_.
+  void SetLeaseDeadline(Entry& e, absl::Time deadline) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // `e` became LOST or LEFT: it keeps forget_check_after_.
+  void NoteGone(const Entry& e) ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The interval every worker should keep to now, for open_sessions_ of them.
   absl::Duration IntervalForFleet() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // The lease of a worker heartbeating every `interval`.
@@ -206,6 +210,14 @@ class WorkerRegistry {
   RegistryOptions options_;
   absl::btree_map<std::string, Entry> workers_ ABSL_GUARDED_BY(kLoop);
   int64_t open_sessions_ ABSL_GUARDED_BY(kLoop) = 0;
+  // Lower bounds that spare the housekeeping passes their walk of every
+  // worker: no ALIVE worker's lease ends before expiry_check_after_
+  // (monotonic), and no gone one is due to be forgotten before
+  // forget_check_after_ (wall clock, as last_heartbeat_time). Each walk
+  // sets them to the earliest it saw; every change of a deadline lowers them.
+  absl::Time expiry_check_after_ ABSL_GUARDED_BY(kLoop) = absl::InfinitePast();
+  absl::Time forget_check_after_ ABSL_GUARDED_BY(kLoop) = absl::InfinitePast();
+  static constexpr absl::Duration kForgetRetry = absl::Seconds(1);
   const EventLoop* loop_ = nullptr;
 };
 

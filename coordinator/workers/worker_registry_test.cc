@@ -130,5 +130,52 @@ TEST_F(WorkerRegistryTermsTest, WithoutABoundEveryWorkerKeepsTheOptionsTerms) {
   EXPECT_EQ(registry_->ExpireLeases().size(), 50u);
 }
 
+// The housekeeping passes skip their walk until the earliest deadline they
+// know of; a deadline moved earlier (a broken stream's grace) must still be
+// met on time, as must a gone worker's forgetting.
+TEST_F(WorkerRegistryTermsTest, ABrokenStreamIsLostAtItsGraceThoughThePassesSkipTheirWalk) {
+  Open(/*max_heartbeats_per_sec=*/0);
+  Channel* a = Add("a");
+  Channel* b = Add("b");
+  EXPECT_TRUE(registry_->ExpireLeases().empty());  // a walk: nothing due for 3 s
+  clock_.Advance(absl::Milliseconds(100));
+  registry_->SessionEnded("a", a, /*left=*/false);  // LOST 1 s from now
+  clock_.Advance(absl::Milliseconds(900));
+  EXPECT_TRUE(Beat("b", b).heartbeat_interval == absl::ZeroDuration());
+  EXPECT_TRUE(registry_->ExpireLeases().empty());
+  clock_.Advance(absl::Milliseconds(200));
+  EXPECT_THAT(registry_->ExpireLeases(), ::testing::ElementsAre("a"));
+  // b heartbeat at 1.0 s: its lease runs to 4.0 s, not to its first 3.0 s.
+  clock_.Advance(absl::Milliseconds(1700));  // 2.9 s
+  EXPECT_TRUE(registry_->ExpireLeases().empty());
+  clock_.Advance(absl::Milliseconds(1000));  // 3.9 s
+  EXPECT_TRUE(registry_->ExpireLeases().empty());
+  clock_.Advance(absl::Milliseconds(200));
+  EXPECT_THAT(registry_->ExpireLeases(), ::testing::ElementsAre("b"));
+}
+
+TEST_F(WorkerRegistryTermsTest, AGoneWorkerIsForgottenWhenDueAndOnceItsRanksAreGone) {
+  Open(/*max_heartbeats_per_sec=*/0);
+  // Re-made with a short gone_ttl.
+  RegistryOptions o = registry_->options();
+  o.gone_ttl = absl::Seconds(10);
+  registry_ = std::make_unique<WorkerRegistry>(store_.get(), &clock_, o);
+  Channel* a = Add("a");
+  Add("b");
+  bool a_holds_ranks = true;
+  auto holds = [&](const std::string& id) { return id == "a" && a_holds_ranks; };
+  EXPECT_TRUE(registry_->ForgetGone(holds).empty());
+  registry_->SessionEnded("a", a, /*left=*/true);  // LEFT; last heartbeat at 0 s
+  clock_.Advance(absl::Seconds(9));
+  EXPECT_TRUE(registry_->ForgetGone(holds).empty());
+  clock_.Advance(absl::Seconds(2));  // 11 s: due, but its ranks are still there
+  EXPECT_TRUE(registry_->ForgetGone(holds).empty());
+  a_holds_ranks = false;
+  clock_.Advance(absl::Seconds(1));
+  EXPECT_THAT(registry_->ForgetGone(holds), ::testing::ElementsAre("a"));
+  EXPECT_EQ(registry_->Find("a"), nullptr);
+  EXPECT_NE(registry_->Find("b"), nullptr);  // ALIVE: never forgotten here
+}
+
 }  // namespace
 }  // namespace trainctl::coordinator
