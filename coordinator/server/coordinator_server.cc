@@ -521,7 +521,7 @@ std::string CoordinatorServer::MetricsPage() {
   loop_.Post([this, snap, done] {
     AssertOnLoop(&loop_, "the /metrics snapshot");
     snap->jobs = job_owners_->Gauges();
-    for (const v1::Worker& w : registry_->List(/*include_gone=*/true)) ++snap->workers[w.state()];
+    snap->workers = registry_->CountByState();
     snap->queues = QueueStatusesOf(queues_->List(), job_owners_->queries.QueueUsages());
     absl::StatusOr<UsageReport> usage = job_owners_->queries.Usage(UsageFilter{});
     if (usage.ok()) snap->usage = std::move(usage->rows);

@@ -393,6 +393,13 @@ std::vector<std::string> WorkerRegistry::ForgetGone(
   return forgotten;
 }
 
+std::map<v1::WorkerState, int64_t> WorkerRegistry::CountByState() const {
+  CheckOnLoop();
+  std::map<v1::WorkerState, int64_t> out;
+  for (const auto& [id, e] : workers_) ++out[e.worker.state()];
+  return out;
+}
+
 bool WorkerRegistry::Send(const std::string& id, const v1::CoordinatorMessage& msg) {
   CheckOnLoop();
   auto it = workers_.find(id);

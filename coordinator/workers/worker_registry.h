@@ -14,6 +14,7 @@
 #pragma once
 
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
 #include <string>
@@ -165,6 +166,8 @@ class WorkerRegistry {
   // (Clock::Mono); absl::InfiniteFuture() when unknown (not heard since the
   // coordinator started).
   absl::Time LastHeardMono(const std::string& id) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
+  // How many workers are in each state (for /metrics: no copies).
+  std::map<v1::WorkerState, int64_t> CountByState() const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
   // Every worker (include_gone: also LOST and LEFT ones), by id.
   std::vector<v1::Worker> List(bool include_gone) const ABSL_EXCLUSIVE_LOCKS_REQUIRED(kLoop);
 

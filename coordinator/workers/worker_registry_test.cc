@@ -172,6 +172,9 @@ TEST_F(WorkerRegistryTermsTest, AGoneWorkerIsForgottenWhenDueAndOnceItsRanksAreG
   EXPECT_TRUE(registry_->ForgetGone(holds).empty());
   a_holds_ranks = false;
   clock_.Advance(absl::Seconds(1));
+  EXPECT_THAT(registry_->CountByState(),
+              ::testing::UnorderedElementsAre(::testing::Pair(v1::WORKER_STATE_ALIVE, 1),
+                                              ::testing::Pair(v1::WORKER_STATE_LEFT, 1)));
   EXPECT_THAT(registry_->ForgetGone(holds), ::testing::ElementsAre("a"));
   EXPECT_EQ(registry_->Find("a"), nullptr);
   EXPECT_NE(registry_->Find("b"), nullptr);  // ALIVE: never forgotten here
