@@ -304,7 +304,9 @@ TEST_F(WorkerSessionTermsTest, AGrownFleetsTermsReachEarlierWorkersInTheirHeartb
   EXPECT_EQ(acks[0].lease_timeout_ms(), 6000);
   EXPECT_EQ(acks[1].heartbeat_interval_ms(), 0);  // unchanged since
   for (const auto& m : w2.transport.sent) {
-    if (m.has_heartbeat_ack()) EXPECT_EQ(m.heartbeat_ack().heartbeat_interval_ms(), 0);
+    if (m.has_heartbeat_ack()) {
+      EXPECT_EQ(m.heartbeat_ack().heartbeat_interval_ms(), 0);
+    }
   }
 }
 
